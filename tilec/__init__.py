@@ -1,0 +1,34 @@
+"""tilec: a loop-nest language compiled to NKI kernels, with a CPU interpreter of NKI and a Trainium2 model.
+
+The public API is re-exported here lazily, so `import tilec` stays cheap and the layers keep their one-way imports:
+
+    load / check_file / evaluate ... the language (tilec.lang)
+    simulate ....................... run an NKI kernel on the CPU interpreter (tilec.nki)
+    compile_file ................... .tl -> NKI kernel source, IR stages, runnable kernel (tilec.compiler)
+    profile ........................ performance model report of a kernel (tilec.perf)
+    tune ........................... schedule search (tilec.tune)
+"""
+from __future__ import annotations
+
+import importlib
+
+from tilec.errors import InternalError, Span, TilecError
+
+# public name -> module that defines it
+_API = {
+    "load": "tilec.lang.api",
+    "check_file": "tilec.lang.api",
+    "evaluate": "tilec.lang.api",
+    "simulate": "tilec.nki.api",
+    "compile_file": "tilec.compiler.api",
+    "profile": "tilec.perf.api",
+    "tune": "tilec.tune.api",
+}
+
+__all__ = ["TilecError", "InternalError", "Span", *_API]
+
+
+def __getattr__(name: str) -> object:
+    if name in _API:
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'tilec' has no attribute {name!r}")

@@ -1,0 +1,171 @@
+"""The syntax tree of a .tl program: small frozen records, each with the Span it was parsed from.
+
+Term grammar (the grammar file `grammar/tilec.lark` is the surface syntax; this is the tree it builds):
+
+    Expr     = Num(value) | Name(id) | Neg(x) | BinOp(op, lhs, rhs) | Call(fn, args) | Access(tensor, indices)
+               op in + - * / %        fn in max min relu exp        Num(-inf) is written `-inf`
+    Cond     = Compare(op, lhs, rhs)                                   op in == != < <= > >=
+    TensorType = dtype, shape: Expr...                                 dtype in f32 f16 bf16
+    Param    = name : TensorType                                       kernel inputs (HBM)
+    Decl     = name : TensorType                                       outputs and intermediates
+    Let      = name = Expr                                             derived sizes
+    Assume   = Cond                                                    facts later passes may rely on
+    Loop     = for var in start..stop: body                            `for a in .., b in ..:` nests Loops
+    Assign   = Access op= Expr                                         op in  =  +=  max=  min=
+    Directive= name arg, ...                                           arg = Ref | int | key=Ref|int
+    Ref      = dotted name (`conv`, `conv.y`)
+    Kernel   = name, params, outputs, lets, assumes, decls, body: Loop|Assign..., schedule: Directive...
+
+Every node has `span`; equality ignores spans (compare=False) so parse -> fmt -> parse gives an equal tree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from tilec.errors import Span
+
+NOSPAN = Span("<none>", 0, 0, 0, 0)
+
+
+def _span() -> Span:
+    return field(default=NOSPAN, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Num:
+    value: int | float
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Name:
+    id: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Neg:
+    x: "Expr"
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str  # + - * / %
+    lhs: "Expr"
+    rhs: "Expr"
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Call:
+    fn: str  # max min relu exp
+    args: tuple["Expr", ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Access:
+    tensor: str
+    indices: tuple["Expr", ...]
+    span: Span = _span()
+
+
+Expr = Union[Num, Name, Neg, BinOp, Call, Access]
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: str  # == != < <= > >=
+    lhs: Expr
+    rhs: Expr
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: str  # f32 f16 bf16
+    shape: tuple[Expr, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: TensorType
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Decl:
+    name: str
+    type: TensorType
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Let:
+    name: str
+    value: Expr
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Assume:
+    cond: Compare
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Assign:
+    target: Access
+    op: str  # = += max= min=
+    value: Expr
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: str
+    start: Expr
+    stop: Expr
+    body: tuple["Stmt", ...]
+    span: Span = _span()
+
+
+Stmt = Union[Loop, Assign]
+
+
+@dataclass(frozen=True)
+class Ref:
+    parts: tuple[str, ...]  # ("conv", "y") for conv.y
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class KeyArg:
+    key: str
+    value: "Ref | int"
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Directive:
+    name: str
+    args: tuple["Ref | int | KeyArg", ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    params: tuple[Param, ...]
+    outputs: tuple[str, ...]
+    lets: tuple[Let, ...]
+    assumes: tuple[Assume, ...]
+    decls: tuple[Decl, ...]
+    body: tuple[Stmt, ...]
+    schedule: tuple[Directive, ...] = ()
+    comments: tuple[str, ...] = field(default=(), compare=False)  # leading comment lines, kept by fmt
+    span: Span = _span()
