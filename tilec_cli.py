@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Callable
 
-from tilec.errors import TilecError
+from tilec.errors import KernelError, TilecError
 
 Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: list[Command] = []
@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except TilecError as err:
         print(err.render(), file=sys.stderr)
+        return 1
+    except KernelError as err:
+        print(f"kernel error: {err}", file=sys.stderr)
         return 1
 
 

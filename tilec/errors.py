@@ -57,3 +57,12 @@ class TilecError(Exception):
 
 class InternalError(Exception):
     """A compiler bug: an IR invariant was broken by a pass. Never the user's fault."""
+
+
+class KernelError(Exception):
+    """An NKI kernel broke a hardware or API rule while running on tilec's interpreter.
+
+    The interpreter's specific errors subclass this (and, where NKI raises SyntaxError/ValueError/IndexError, that
+    class too); the message names the rule, the tile, the shape and the kernel's file:line. The CLI prints it
+    without a traceback.
+    """
