@@ -36,6 +36,307 @@ def parse_defines(items: list[str] | None) -> dict[str, int]:
 # ---- subcommands: each owner adds its own block below ------------------------------------------------------------
 
 
+# ---- check, run, fmt (LANG, issue 2) -----------------------------------------------------------------------------
+
+
+def _program_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("program", help="the .tl program")
+    p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="a size, e.g. -D C=256")
+
+
+def _shape_text(info) -> str:
+    dims = ", ".join(str(n) for n in info.shape) if info.shape is not None else "?"
+    return f"{info.name}: {info.dtype}[{dims}]"
+
+
+@command("check", "parse and check a .tl program; print its tensors and their shapes", _program_args)
+def run_check(args: argparse.Namespace) -> int:
+    from tilec.lang import api
+
+    prog = api.check_file(args.program, parse_defines(args.defines))
+    kinds = {"input": "in", "output": "out", "temp": "temp"}
+    parts = [f"{kinds[t.kind]} {_shape_text(t)}" for t in prog.tensors.values()]
+    print(f"{prog.path}: OK: kernel {prog.kernel.name}; " + "; ".join(parts))
+    return 0
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    _program_args(p)
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--seed", type=int, default=0, help="random inputs from this seed (default 0)")
+    source.add_argument("--inputs", metavar="IN.npz", help="input arrays, one per parameter name")
+    p.add_argument("--out", metavar="OUT.npz", help="write the outputs here")
+    p.add_argument("--backend", choices=["ref", "nki"], default="ref",
+                   help="ref: the NumPy reference evaluator (default); nki: compile and run on the NKI backend")
+
+
+def _load_npz(path: str) -> dict:
+    import numpy as np
+
+    try:
+        with np.load(path) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError) as err:
+        raise TilecError(f"cannot read inputs from {path}: {err}", hint="give an .npz file written by numpy.savez")
+
+
+def _checksum(array) -> str:
+    import hashlib
+
+    import numpy as np
+
+    digest = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()[:16]
+    return f"sum={float(np.asarray(array, dtype=np.float64).sum()):.6g} sha256={digest}"
+
+
+@command("run", "run a .tl program on random or given inputs; print shapes and checksums", _run_args)
+def run_run(args: argparse.Namespace) -> int:
+    from tilec.lang import api
+
+    prog = api.load(args.program, parse_defines(args.defines))
+    inputs = _load_npz(args.inputs) if args.inputs else api.random_inputs(prog, args.seed)
+    bound = api.bind_inputs(prog, inputs)
+    for name in (t.name for t in bound.inputs):
+        print(f"input  {_shape_text(bound.tensors[name])}  {_checksum(inputs[name])}")
+    outputs = api.evaluate(prog, inputs)
+    if args.backend == "nki":
+        outputs = _run_nki(args.program, bound, inputs, outputs)
+    for name, array in outputs.items():
+        print(f"output {_shape_text(bound.tensors[name])}  {_checksum(array)}")
+    if args.out:
+        import numpy as np
+
+        np.savez(args.out, **outputs)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _run_nki(path: str, bound, inputs: dict, reference: dict) -> dict:
+    """Compile and run on the NKI backend; report the largest difference from the reference evaluator."""
+    import numpy as np
+
+    import tilec
+
+    shapes = {name: bound.sizes[name] for name in bound.facts.symbols}
+    result = tilec.compile_file(path, shapes=shapes).run(**inputs)
+    if isinstance(result, dict):
+        outputs = result
+    elif isinstance(result, (tuple, list)):
+        outputs = dict(zip(reference, result))
+    else:
+        outputs = {next(iter(reference)): result}
+    for name, ref in reference.items():
+        err = np.abs(np.asarray(outputs[name], np.float32) - np.asarray(ref, np.float32)).max()
+        print(f"nki    {name}: max abs error vs reference {float(err):.3g}")
+    return outputs
+
+
+def _fmt_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("program", help="the .tl program")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--check", action="store_true", help="exit 1 if the file is not canonically formatted")
+    what.add_argument("-i", "--in-place", action="store_true", help="rewrite the file in place")
+
+
+@command("fmt", "print a .tl program in canonical form (comments kept)", _fmt_args)
+def run_fmt(args: argparse.Namespace) -> int:
+    import pathlib
+
+    from tilec.lang.fmt import format_source
+
+    path = pathlib.Path(args.program)
+    if not path.is_file():
+        raise TilecError(f"no such file: {path}", hint="give the path of a .tl program")
+    text = path.read_text()
+    canonical = format_source(text, str(path))
+    if args.check:
+        if canonical != text:
+            print(f"{path}: not canonically formatted (run tilec fmt -i {path})", file=sys.stderr)
+            return 1
+        return 0
+    if args.in_place:
+        if canonical != text:
+            path.write_text(canonical)
+        return 0
+    sys.stdout.write(canonical)
+    return 0
+
+
+# ---- tune (TUNE, issue 6) -----------------------------------------------------------------------------------------
+
+
+def _tune_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("program", help="the .tl program")
+    p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="a size, e.g. -D C=256")
+    limit = p.add_mutually_exclusive_group()
+    limit.add_argument("--budget", type=int, default=None, help="candidates to evaluate (default 48)")
+    limit.add_argument("--time", type=float, default=None, metavar="S", help="stop after S seconds instead")
+    p.add_argument("--seed", type=int, default=0, help="search seed; the same seed gives the same result")
+    p.add_argument("--jobs", type=int, default=2, help="worker processes evaluating candidates (default 2)")
+    p.add_argument("-o", "--output", metavar="KERNEL.py", help="write the tuned NKI kernel here")
+    p.add_argument("--save-schedule", metavar="FILE", help="write the tuned schedule text here")
+    p.add_argument("--no-cache", action="store_true", help="ignore and do not fill .tilec-cache/tune/")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+@command("tune", "search the schedule space with the performance model; write the best kernel", _tune_args)
+def _tune_run(args: argparse.Namespace) -> int:
+    import pathlib
+
+    from tilec.tune.api import DEFAULT_BUDGET, summary_text, tune
+
+    budget = args.budget if args.budget is not None or args.time is not None else DEFAULT_BUDGET
+    result = tune(args.program, parse_defines(args.defines) or None, budget=budget, time_s=args.time,
+                  seed=args.seed, jobs=args.jobs, progress=not args.quiet, use_cache=not args.no_cache)
+    print(summary_text(result))
+    if not result.verified:
+        print("error: the tuned kernel did not match the reference evaluator; nothing written", file=sys.stderr)
+        return 1
+    if args.save_schedule:
+        pathlib.Path(args.save_schedule).write_text(result.best_schedule)
+    if args.output:
+        pathlib.Path(args.output).write_text(result.source)
+    return 0
+
+
+# ---- profile (PERF, issue 5) --------------------------------------------------------------------------------------
+
+
+def _profile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="an NKI kernel file (.py) or a tilec program (.tl)")
+    p.add_argument("--kernel", help="the kernel function in FILE.py")
+    p.add_argument("--inputs", metavar="IN.npz", help="input arrays, in the kernel's parameter order")
+    p.add_argument("--shape", action="append", metavar="D0xD1..[:DTYPE]",
+                   help="a random input of this shape (repeat, in parameter order), e.g. 128x25600:float16")
+    p.add_argument("--arg", action="append", metavar="NAME=INT", help="an integer keyword argument, e.g. pool_size=2")
+    p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="a size of a .tl program")
+    p.add_argument("--target", default="trn2", help="modelled NeuronCore (trn2, trn1)")
+    p.add_argument("--html", metavar="OUT.html", help="timeline picture (default <name>.timeline.html)")
+
+
+@command("profile", "estimate a kernel's latency with the Trainium2 model; print the summary, write the timeline",
+         _profile_args)
+def _profile_run(args: argparse.Namespace) -> int:
+    import pathlib
+
+    from tilec.perf.api import estimate, write_timeline
+    from tilec.perf.report import line_report, tl_line_map
+
+    path = pathlib.Path(args.file)
+    if not path.exists():
+        raise TilecError(f"no such file: {args.file}")
+    if path.suffix == ".tl":
+        trace, kernel_source = _profile_trace_tl(path, parse_defines(args.defines))
+    else:
+        trace, kernel_source = _profile_trace_py(path, args)
+    est = estimate(trace, args.target)
+    print(est.summary_text(), end="")
+    tl_map = tl_line_map(kernel_source) if path.suffix == ".tl" else None
+    print(line_report(est, tl_map), end="")
+    html = args.html or str(path.with_suffix("")) + ".timeline.html"
+    write_timeline(est, html)
+    print(f"timeline written to {html}")
+    return 0
+
+
+def _profile_trace_py(path, args: argparse.Namespace):
+    import numpy as np
+
+    from tilec.nki.api import load_kernel_file, simulate_traced
+
+    if not args.kernel:
+        raise TilecError("profiling a .py file needs --kernel NAME", hint="e.g. --kernel vector_add_stream")
+    if bool(args.inputs) == bool(args.shape):
+        raise TilecError("give the inputs as --inputs IN.npz or as --shape ... (one of them)")
+    if args.inputs:
+        with np.load(args.inputs) as npz:
+            arrays = [npz[k] for k in npz.files]
+    else:
+        rng = np.random.default_rng(0)
+        arrays = [rng.random(dims).astype(dtype) for dims, dtype in map(_parse_shape, args.shape)]
+    kwargs = parse_defines(args.arg)
+    _, trace = simulate_traced(load_kernel_file(str(path), args.kernel), *arrays, **kwargs)
+    return trace, path.read_text()
+
+
+def _parse_shape(text: str) -> tuple[tuple[int, ...], str]:
+    dims, _, dtype = text.partition(":")
+    parts = dims.split("x")
+    if not all(p.isdigit() and int(p) > 0 for p in parts) or dtype not in ("", "float32", "float16", "bfloat16"):
+        raise TilecError(f"bad --shape {text!r}", hint="write e.g. --shape 256x256x3x3:float16 (dtype optional)")
+    return tuple(int(p) for p in parts), dtype or "float32"
+
+
+def _profile_trace_tl(path, defines: dict[str, int]):
+    import pathlib
+    import tempfile
+
+    import ml_dtypes
+    import numpy as np
+
+    from tilec import compile_file
+    from tilec.lang.api import random_inputs
+    from tilec.nki.api import load_kernel_file, simulate_traced
+
+    compiled = compile_file(str(path), defines or None)
+    dtypes = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+    tensors = compiled.program.tensors
+    inputs = random_inputs(compiled.program, seed=0)
+    arrays = [inputs[p.name].astype(dtypes[tensors[p.name].dtype]) if p.name in tensors else inputs[p.name]
+              for p in compiled.program.kernel.params]
+    with tempfile.TemporaryDirectory(prefix="tilec-profile-") as tmp:
+        kernel_path = pathlib.Path(tmp) / f"{compiled.kernel_name}.py"
+        kernel_path.write_text(compiled.source)
+        _, trace = simulate_traced(load_kernel_file(str(kernel_path), compiled.kernel_name), *arrays)
+    return trace, compiled.source
+
+
+# ---- compiler (issue 4): compile, explain ----------------------------------------------------------------------
+
+
+def _compile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("program", help="the .tl program")
+    p.add_argument("-o", "--output", help="write the NKI kernel here (default: print it)")
+    p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="size of a symbol")
+    p.add_argument("--schedule", help="a schedule file (directives, one per line) replacing the program's own")
+    p.add_argument("--dump-ir", metavar="STAGE|all", help="print the IR after a pipeline stage (or all of them)")
+
+
+@command("compile", "compile a .tl program to an NKI kernel (Python module)", _compile_args)
+def run_compile(args: argparse.Namespace) -> int:
+    from tilec.compiler.api import STAGES, compile_file
+
+    if args.dump_ir and args.dump_ir != "all" and args.dump_ir not in STAGES:
+        raise TilecError(f"unknown IR stage {args.dump_ir!r}", hint="stages: " + ", ".join(STAGES) + ", all")
+    compiled = compile_file(args.program, parse_defines(args.defines) or None, args.schedule)
+    if args.dump_ir:
+        for name, text in compiled.stages.items():
+            if args.dump_ir in ("all", name):
+                print(f"=== {name} ===\n{text}")
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(compiled.source)
+        print(f"wrote {args.output} (kernel {compiled.kernel_name})", file=sys.stderr)
+    elif not args.dump_ir:
+        print(compiled.source, end="")
+    return 0
+
+
+def _explain_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("program", help="the .tl program")
+    p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="size of a symbol")
+    p.add_argument("--schedule", help="a schedule file replacing the program's own")
+
+
+@command("explain", "show what the compiler does with a program: operations, schedule, buffers, memory use",
+         _explain_args)
+def run_explain(args: argparse.Namespace) -> int:
+    from tilec.compiler.api import compile_file, explain
+
+    print(explain(compile_file(args.program, parse_defines(args.defines) or None, args.schedule)), end="")
+    return 0
+
+
 # ---- entry point ---------------------------------------------------------------------------------------------------
 
 

@@ -14,7 +14,9 @@ Term grammar (the grammar file `grammar/tilec.lark` is the surface syntax; this 
     Assign   = Access op= Expr                                         op in  =  +=  max=  min=
     Directive= name arg, ...                                           arg = Ref | int | key=Ref|int
     Ref      = dotted name (`conv`, `conv.y`)
-    Kernel   = name, params, outputs, lets, assumes, decls, body: Loop|Assign..., schedule: Directive...
+    Kernel   = name, params, outputs, lets, assumes, decls, body: Loop|Assign..., schedule: Directive...,
+               defaults: Let...  (`default N = 4`; sizes used when not given by -D or input arrays)
+    Call fns also include the conversions f32(x) f16(x) bf16(x) (round to that dtype).
 
 Every node has `span`; equality ignores spans (compare=False) so parse -> fmt -> parse gives an equal tree.
 """
@@ -169,3 +171,7 @@ class Kernel:
     schedule: tuple[Directive, ...] = ()
     comments: tuple[str, ...] = field(default=(), compare=False)  # leading comment lines, kept by fmt
     span: Span = _span()
+    # added by LANG: `default N = 4, C = 256` sizes used when neither -D nor input arrays give them
+    defaults: tuple[Let, ...] = ()
+    # added by LANG: where each name after `->` was written, for errors about outputs
+    output_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False)

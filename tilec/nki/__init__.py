@@ -1,0 +1,16 @@
+"""tilec's CPU interpreter of the NKI 0.1 API (`neuronxcc.nki`).
+
+    api.py        simulate / simulate_traced / load_kernel_file / run_file (the public entry points)
+    shim.py       serves `import neuronxcc.nki[.language|.isa]` from this package when neuronxcc is absent
+    top.py        nki.jit / baremetal / benchmark / simulate_kernel / nki.compiler / nki.typing
+    kernel.py     running a kernel: HBM argument wrapping, outputs, SPMD grids
+    language.py   nki.language        isa.py  nki.isa          alu.py  operators and activation functions
+    tensor.py     tensors as affine views (indexing, reshape, broadcast)   indexing.py  nl.arange / mgrid
+    core.py       checked reads/writes, fresh results, assignment, PSUM accumulation
+    runtime.py    the state of one run: buffers, loops, capacity          checks.py  the hardware rules
+    races.py      affine_range loop-carried dependence detection          recorder.py trace accesses, DMA chunks
+    dtypes.py     NKI dtypes and promotion                                 rules.py  targets and error classes
+    hooks.py      the performance-model hook used by nki.benchmark
+
+Importing this package is cheap and side-effect free; `tilec.nki.shim.install()` activates the import shim.
+"""

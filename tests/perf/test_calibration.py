@@ -1,0 +1,78 @@
+"""Calibration subset: the assignment's kernels on the interpreter + model against hardware measurements
+(docs/calibration.md §1). Targets: each row within 20 %, median within 10 %; the full set is benchmarks/calibrate.py."""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("tilec.nki.api")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("calibrate", ROOT / "benchmarks" / "calibrate.py")
+calibrate = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(calibrate)
+
+from tilec.perf.api import estimate  # noqa: E402
+
+QUICK = (2, 4, 5, 6, 7, 8)
+
+
+@pytest.fixture(scope="module")
+def quick_estimates():
+    return {n: estimate(calibrate.trace_of(calibrate.ROWS_BY_NUMBER[n])) for n in QUICK}
+
+
+@pytest.mark.parametrize("number", QUICK)
+def test_row_within_20_percent(quick_estimates, number):
+    row = calibrate.ROWS_BY_NUMBER[number]
+    assert abs(quick_estimates[number].total_us / row.measured_us - 1) <= 0.20
+
+
+def test_median_within_10_percent(quick_estimates):
+    errors = [abs(quick_estimates[n].total_us / calibrate.ROWS_BY_NUMBER[n].measured_us - 1) for n in QUICK]
+    assert statistics.median(errors) <= 0.10
+
+
+def test_row_chunk_128_to_stream_ratio(quick_estimates):
+    measured = 378 / 186
+    assert quick_estimates[2].total_us / quick_estimates[4].total_us == pytest.approx(measured, rel=0.2)
+
+
+def test_profiled_rows_report_the_measured_dma_transfer_counts(quick_estimates):
+    assert quick_estimates[6].dma_transfer_count == 3 and quick_estimates[7].dma_transfer_count == 6
+    assert quick_estimates[7].total_us < quick_estimates[6].total_us  # pipelining: FREE_DIM 1000 beats 2000
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("number", (9, 10))
+def test_big_conv_rows(number):
+    row = calibrate.ROWS_BY_NUMBER[number]
+    est = estimate(calibrate.trace_of(row))
+    assert abs(est.total_us / row.measured_us - 1) <= 0.10
+    if number == 10:
+        assert est.mfu == pytest.approx(row.measured_mfu, abs=0.05)
+
+
+def test_cli_profile_prints_summary_and_writes_timeline(tmp_path):
+    html = tmp_path / "stream.html"
+    cmd = [sys.executable, str(ROOT / "tilec_cli.py"), "profile", str(ROOT / "benchmarks" / "kernels" / "asst.py"),
+           "--kernel", "vector_add_stream_200", "--shape", "25600", "--shape", "25600", "--html", str(html)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    fields = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line and not line.startswith(" ")
+                  and " " in line and line.split(" ", 1)[0].islower())
+    assert fields["dma_transfer_count"] == "3"
+    assert 0.000010 < float(fields["total_time"]) < 0.000020
+    assert "asst.py" in done.stdout and html.exists() and "<svg" in html.read_text()
+
+
+def test_cli_profile_user_mistake_is_an_error_not_a_traceback():
+    cmd = [sys.executable, str(ROOT / "tilec_cli.py"), "profile", str(ROOT / "benchmarks" / "kernels" / "asst.py"),
+           "--shape", "25600"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 1 and "needs --kernel" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,198 @@
+"""The performance model on hand-built traces: costs computed by hand from the parameter table, dependences,
+utilisation formulas, determinism."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tilec.errors import TilecError
+from tilec.perf.api import estimate
+from tilec.perf.params import TRN2
+from tilec.perf.tracebuild import TraceBuilder
+
+P = {name: value for name, value, _ in TRN2.table()}
+PEAK = 2 * 128 * 128 * P["tensor_ghz"]  # FLOP per ns
+
+
+def dma_matmul_trace(dtype: str = "float32") -> TraceBuilder:
+    """x [128, 256] loaded from HBM, then one matmul with it as moving operand (K = M = 128, N = 256)."""
+    b = TraceBuilder("one_dma_one_matmul")
+    size = 4 if dtype == "float32" else 2
+    x_hbm = b.buffer("x", "hbm", 1, 128 * 256 * size)
+    w = b.buffer("w", "sbuf", 128, 128 * size)
+    x = b.buffer("x_sb", "sbuf", 128, 256 * size)
+    out = b.buffer("acc", "psum", 128, 256 * 4)
+    b.dma(b.at(x), b.at(x_hbm), partitions=128, nbytes=128 * 256 * size, line=3, dtype=dtype)
+    b.compute("tensor", "nc_matmul", [b.at(w), b.at(x)], [b.at(out)], partitions=128, free=256, line=4, k=128, m=128,
+              dtypes=(dtype, dtype))
+    return b
+
+
+def test_one_dma_one_matmul_by_hand():
+    est = estimate(dma_matmul_trace().trace)
+    # DMA: 128 partitions -> 16 engines, 8 descriptors and 128*256*4/16 bytes on each engine
+    per_engine = 128 * 256 * 4 / 16
+    dma = math.hypot(P["dma_xfer_fixed_ns"] + 8 * P["dma_desc_ns"], per_engine / P["dma_engine_bw"])
+    # matmul fp32: (max(min(64, M), N) + fixed) cycles, times the fp32 factor, at the TensorE clock
+    mm = (max(min(64, 128), 256) + P["mm_fixed_cycles"]) * P["mm_fp32_factor"] / P["tensor_ghz"]
+    expected = P["startup_ns"] + dma + mm  # the first DMA starts at start-up; the matmul waits for its data
+    assert est.total_ns == pytest.approx(expected, rel=1e-9)
+    assert est.dma_transfer_count == 1
+    assert est.hbm_read_bytes == 128 * 256 * 4 and est.hbm_write_bytes == 0
+    assert est.busy_ns["tensor"] == pytest.approx(mm)
+    assert est.busy_ns["dma"] == pytest.approx(dma)
+    flops = 2 * 128 * 128 * 256
+    assert est.mfu == pytest.approx(flops / (PEAK * expected))
+    assert est.hfu == pytest.approx(est.mfu)
+    text = est.summary_text()
+    assert f"total_time {expected * 1e-9:.9f}\n" in text
+    assert "dma_transfer_count 1\n" in text
+    assert f"mfu_estimated_percent {100 * flops / (PEAK * expected):.2f}\n" in text
+
+
+def test_fp16_matmul_is_cheaper_by_the_fp32_factor():
+    mm32 = estimate(dma_matmul_trace("float32").trace).busy_ns["tensor"]
+    mm16 = estimate(dma_matmul_trace("float16").trace).busy_ns["tensor"]
+    assert mm32 / mm16 == pytest.approx(P["mm_fp32_factor"])
+
+
+def test_summary_is_alphabetical_key_value_lines():
+    lines = estimate(dma_matmul_trace().trace).summary_text().splitlines()
+    keys = [line.split(" ", 1)[0] for line in lines]
+    assert keys == sorted(keys) and len(keys) == len(set(keys))
+    assert {"total_time", "dma_transfer_count", "mfu_estimated_percent", "hfu_estimated_percent",
+            "tensor_engine_active_time_percent", "sbuf_peak_bytes_per_partition"} <= set(keys)
+
+
+def vec(b: TraceBuilder, engine: str, reads, writes, free: int = 1000, line: int = 0):
+    return b.compute(engine, "tensor_copy", reads, writes, partitions=128, free=free, line=line)
+
+
+def starts(est):
+    return [(it.start_ns, it.end_ns) for it in est.timeline]
+
+
+def test_raw_chain_serialises_across_engines():
+    b = TraceBuilder("raw")
+    t0, t1, t2 = (b.buffer(n, "sbuf", 128, 4096) for n in ("t0", "t1", "t2"))
+    vec(b, "vector", [b.at(t0)], [b.at(t1)])
+    vec(b, "scalar", [b.at(t1)], [b.at(t2)])
+    (s0, e0), (s1, e1) = starts(estimate(b.trace))
+    assert s1 == pytest.approx(e0)
+
+
+def test_independent_instructions_on_different_engines_overlap():
+    b = TraceBuilder("indep")
+    t0, t1, t2, t3 = (b.buffer(n, "sbuf", 128, 4096) for n in ("t0", "t1", "t2", "t3"))
+    vec(b, "vector", [b.at(t0)], [b.at(t1)])
+    vec(b, "scalar", [b.at(t2)], [b.at(t3)])
+    (s0, e0), (s1, e1) = starts(estimate(b.trace))
+    assert s0 == s1 == P["startup_ns"]
+
+
+def test_same_engine_runs_in_order():
+    b = TraceBuilder("inorder")
+    t0, t1, t2, t3 = (b.buffer(n, "sbuf", 128, 4096) for n in ("t0", "t1", "t2", "t3"))
+    vec(b, "vector", [b.at(t0)], [b.at(t1)])
+    vec(b, "vector", [b.at(t2)], [b.at(t3)])
+    (s0, e0), (s1, e1) = starts(estimate(b.trace))
+    assert s1 == pytest.approx(e0)
+
+
+def test_anti_dependence_write_waits_for_reader():
+    b = TraceBuilder("war")
+    t0, t1, t2 = (b.buffer(n, "sbuf", 128, 4096) for n in ("t0", "t1", "t2"))
+    vec(b, "vector", [b.at(t0)], [b.at(t1)], free=1000)  # reads t0 for a long time
+    vec(b, "scalar", [b.at(t2)], [b.at(t0)], free=10)  # overwrites t0
+    (s0, e0), (s1, e1) = starts(estimate(b.trace))
+    assert s1 == pytest.approx(e0)
+
+
+def test_output_dependence_write_waits_for_writer():
+    b = TraceBuilder("waw")
+    t0, t1, t2 = (b.buffer(n, "sbuf", 128, 4096) for n in ("t0", "t1", "t2"))
+    vec(b, "vector", [b.at(t0)], [b.at(t2)], free=1000)
+    vec(b, "gpsimd", [b.at(t1)], [b.at(t2)], free=10)
+    (s0, e0), (s1, e1) = starts(estimate(b.trace))
+    assert s1 == pytest.approx(e0)
+
+
+def test_disjoint_regions_of_one_buffer_do_not_depend():
+    b = TraceBuilder("disjoint")
+    u0, u1, u2 = (b.buffer(n, "sbuf", 128, 4096) for n in ("u0", "u1", "u2"))
+    vec(b, "vector", [b.at(u0)], [b.at(u1, p0=0, p1=64)])  # writes partitions 0-63 of u1
+    vec(b, "scalar", [b.at(u1, p0=64, p1=128)], [b.at(u2, lo=0, hi=2048)])  # reads partitions 64-127: no wait
+    vec(b, "gpsimd", [b.at(u1, p0=0, p1=128, lo=100, hi=200)], [b.at(u2, lo=2048, hi=4096)])  # overlaps: waits
+    (s0, e0), (s1, e1), (s2, e2) = starts(estimate(b.trace))
+    assert s0 == s1 and s2 == pytest.approx(e0)
+
+
+def dma_at(b: TraceBuilder, p0: int, p1: int, line: int):
+    src = b.buffer("h", "hbm", 1, 1 << 20)
+    dst = b.buffer("s", "sbuf", 128, 8192)
+    return b.dma(b.at(dst, p0=p0, p1=p1), b.at(src), partitions=p1 - p0, nbytes=(p1 - p0) * 8192, line=line)
+
+
+def test_dma_engines_split_by_partition_groups():
+    b = TraceBuilder("dma_split")
+    dma_at(b, 0, 8, line=1)  # engine 0
+    dma_at(b, 8, 16, line=2)  # engine 1: runs at the same time
+    dma_at(b, 0, 8, line=3)  # engine 0 again: after the first
+    (s0, e0), (s1, e1), (s2, e2) = starts(estimate(b.trace))
+    assert s0 == s1 and s2 == pytest.approx(e0)
+    one_engine = math.hypot(P["dma_xfer_fixed_ns"] + 8 * P["dma_desc_ns"], 8 * 8192 / P["dma_engine_bw"])
+    assert e0 - s0 == pytest.approx(one_engine)
+
+
+def test_dma_waits_for_producer_plus_latency():
+    b = TraceBuilder("store")
+    t0, t1 = b.buffer("t0", "sbuf", 128, 4096), b.buffer("t1", "sbuf", 128, 4096)
+    out = b.buffer("out", "hbm", 1, 128 * 4096)
+    vec(b, "vector", [b.at(t0)], [b.at(t1)])
+    b.dma(b.at(out), b.at(t1), partitions=128, nbytes=128 * 4096, line=5)
+    (s0, e0), (s1, e1) = starts(estimate(b.trace))
+    assert s1 == pytest.approx(e0 + P["dma_latency_ns"])
+
+
+def test_mfu_counts_matmuls_hfu_also_transposes():
+    b = TraceBuilder("mfu")
+    w, x = b.buffer("w", "sbuf", 128, 256), b.buffer("x", "sbuf", 128, 1024)
+    acc, tp = b.buffer("acc", "psum", 128, 2048), b.buffer("tp", "psum", 128, 512)
+    b.compute("tensor", "nc_matmul", [b.at(w), b.at(x)], [b.at(acc)], 128, 512, k=128, m=128,
+              dtypes=("bfloat16", "bfloat16"))
+    b.compute("tensor", "nc_transpose", [b.at(w)], [b.at(tp)], 128, 128, k=128, m=128, dtypes=("bfloat16",),
+              out_dtype="bfloat16")
+    est = estimate(b.trace)
+    useful, transpose = 2 * 128 * 128 * 512, 2 * 128 * 128 * 128
+    assert est.useful_flops == useful and est.hardware_flops == useful + transpose
+    assert est.mfu == pytest.approx(useful / (PEAK * est.total_ns))
+    assert est.hfu == pytest.approx((useful + transpose) / (PEAK * est.total_ns))
+
+
+def test_sbuf_and_psum_peaks_from_allocations():
+    b = TraceBuilder("peaks")
+    t0 = b.buffer("t0", "sbuf", 128, 1000)
+    t1 = b.buffer("t1", "sbuf", 128, 3000)
+    vec(b, "vector", [b.at(t0)], [b.at(t1)])  # both live at seq 0
+    t2 = b.buffer("t2", "sbuf", 64, 500)  # allocated after t0 and t1 were last touched
+    ps = b.buffer("ps", "psum", 128, 2048)
+    vec(b, "vector", [b.at(t2)], [b.at(ps)])
+    est = estimate(b.trace)
+    assert est.sbuf_peak_bytes == 4000 and est.psum_peak_bytes == 2048
+
+
+def test_same_trace_same_summary_bytes():
+    a = estimate(dma_matmul_trace().trace).summary_text()
+    b = estimate(dma_matmul_trace().trace).summary_text()
+    assert a.encode() == b.encode()
+
+
+def test_unknown_target_is_a_user_error():
+    with pytest.raises(TilecError, match="unknown performance-model target"):
+        estimate(dma_matmul_trace().trace, target="trn9")
+
+
+def test_every_parameter_cites_a_source():
+    for name, value, source in TRN2.table():
+        assert source.startswith(("§", "fitted")), name

@@ -1,0 +1,134 @@
+"""The compiler's public API: `compile_file(path, shapes, schedule) -> Compiled` (source, IR stages, runnable)."""
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from tilec.compiler.pipeline import STAGES, Result, compile_program
+from tilec.errors import TilecError
+from tilec.lang import api as lang
+
+
+@dataclass(frozen=True)
+class Compiled:
+    source: str
+    kernel_name: str
+    stages: dict[str, str]
+    program: Any
+    result: Result = field(repr=False)
+
+    def run(self, *arrays: np.ndarray, **named: np.ndarray) -> dict[str, np.ndarray]:
+        """Run the kernel on the active backend; inputs by position or name, cast to their declared dtypes."""
+        return run_source(self.source, self.kernel_name, self.program, arrays, named)
+
+    def run_traced(self, *arrays: np.ndarray, **named: np.ndarray):
+        return run_source(self.source, self.kernel_name, self.program, arrays, named, traced=True)
+
+
+def read_schedule(schedule: str | None):
+    """A schedule file path or schedule text -> directives (None: use the program's own schedule section)."""
+    if schedule is None:
+        return None
+    path = pathlib.Path(schedule)
+    if "\n" not in schedule and path.suffix and path.is_file():
+        return lang.parse_schedule(path.read_text(), str(path))
+    if "\n" not in schedule and path.suffix in (".sched", ".schedule", ".txt", ".tls"):
+        raise TilecError(f"no such schedule file: {schedule}")
+    return lang.parse_schedule(schedule, "<schedule>")
+
+
+def compile_file(path: str | pathlib.Path, shapes: dict[str, int] | None = None,
+                 schedule: str | None = None) -> Compiled:
+    program = lang.load(path, shapes)
+    return compile_loaded(program, read_schedule(schedule))
+
+
+def compile_loaded(program, directives=None) -> Compiled:
+    if not program.complete():
+        missing = sorted(t.name for t in program.tensors.values() if t.shape is None)
+        raise TilecError(f"shapes of {', '.join(missing)} are not known; the compiler needs every size",
+                         None, "give sizes with -D NAME=VALUE or a `default` line in the program")
+    result = compile_program(program, directives)
+    return Compiled(result.source, _kernel_name(result), result.stages, program, result)
+
+
+def _kernel_name(result: Result) -> str:
+    for line in result.source.splitlines():
+        if line.startswith("def "):
+            return line[4:line.index("(")]
+    return result.kernel.name
+
+
+def _bind(program, arrays: tuple, named: dict) -> list[np.ndarray]:
+    params = [p.name for p in program.kernel.params]
+    if arrays and named:
+        raise TilecError("pass kernel inputs either by position or by name, not both")
+    if arrays:
+        if len(arrays) != len(params):
+            raise TilecError(f"the kernel takes {len(params)} inputs ({', '.join(params)}), got {len(arrays)}")
+        named = dict(zip(params, arrays))
+    missing = [p for p in params if p not in named]
+    if missing:
+        raise TilecError(f"missing kernel inputs: {', '.join(missing)}")
+    out = []
+    for p in params:
+        info = program.tensors[p]
+        arr = np.asarray(named[p]).astype(lang.NP_DTYPES[info.dtype])
+        if info.shape is not None and tuple(arr.shape) != tuple(info.shape):
+            raise TilecError(f"input {p} has shape {arr.shape}, the compiled kernel expects {info.shape}")
+        out.append(arr)
+    return out
+
+
+_LOADED: dict[str, Callable] = {}
+
+
+def load_kernel(source: str, name: str) -> Callable:
+    """Write the source to a file named by its hash (so kernel file:line in errors is stable) and import it."""
+    from tilec.nki import api as nki_api
+
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    if digest not in _LOADED:
+        folder = pathlib.Path(tempfile.gettempdir()) / "tilec_kernels"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{name}_{digest}.py"
+        if not path.exists():
+            path.write_text(source)
+        _LOADED[digest] = nki_api.load_kernel_file(str(path), name)
+    return _LOADED[digest]
+
+
+def run_source(source: str, name: str, program, arrays: tuple, named: dict, traced: bool = False):
+    from tilec.nki import api as nki_api
+
+    kernel = load_kernel(source, name)
+    inputs = _bind(program, arrays, named)
+    if traced:
+        outs, trace = nki_api.simulate_traced(kernel, *inputs)
+    else:
+        outs, trace = nki_api.simulate(kernel, *inputs), None
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    result = {o: np.asarray(v) for o, v in zip(program.kernel.outputs, outs)}
+    return (result, trace) if traced else result
+
+
+def explain(c: Compiled) -> str:
+    """Operations selected, the schedule applied (as directives), buffer placement and memory per partition."""
+    from tilec.compiler.schedule import plan_directives, print_schedule
+
+    out = [f"program {c.program.path}: kernel {c.kernel_name}", "", "operations:"]
+    out += ["  " + line for line in c.stages["select"].splitlines()]
+    out += ["", "schedule applied:"]
+    for op, plan in zip(c.result.ops, c.result.plans):
+        out += ["  " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
+    out += ["", "buffers (allocate):"]
+    out += ["  " + line for line in c.stages["allocate"].splitlines()]
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["Compiled", "STAGES", "compile_file", "compile_loaded", "explain"]

@@ -1,0 +1,199 @@
+"""Loop-nest builder for a convolution (or matmul) and its fused epilogue, from a ConvPlan.
+
+The kernel it builds is the assignment's shifted-matmul convolution:
+
+    weights   W[k, c, r, s] loaded k-major, transposed per tap on TensorE into w_T[c, ct, r, s, k] (once)
+    for n, y-band, k-tile (in the plan's order):
+      X band   X[n, c, band rows + R-1, :] -> SBUF, one DMA per in-channel tile, reused by all taps and k-tiles
+      for row group, column tile:
+        acc (PSUM) += w_T[c, ct, r, s, k-tile].T @ X_band[c, ct, rows + r, cols + s]   over ct, r, s
+        epilogue: activation(acc + bias) [relu] -> pool (vector engine) -> out band (SBUF)
+      out band -> HBM, one DMA
+"""
+from __future__ import annotations
+
+from tilec.compiler import ir
+from tilec.compiler.build_util import a, loop, pool_epilogue, sl, term
+from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
+from tilec.compiler.schedule import ConvPlan
+from tilec.compiler.select import ConvOp
+
+
+def hbm_view(base: Buf, shape: tuple[int, ...], name: str, line: int) -> tuple[Buf, list[Stmt]]:
+    """`base` seen with `shape` (a free reshape of contiguous HBM), or base itself if the shapes agree."""
+    if base.shape == shape:
+        return base, []
+    view = Buf(name, "hbm", base.dtype, shape)
+    return view, [Reshape(view, base, line)]
+
+
+def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[list[tuple[str, int]], list[Stmt]]:
+    b = _ConvBuilder(op, plan, hbm)
+    return b.consts(), b.build()
+
+
+class _ConvBuilder:
+    def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> None:
+        self.op, self.p, self.hbm, self.line = op, plan, hbm, op.line
+        d = dict(op.dims)
+        self.N, self.C, self.K, self.H, self.W = d["N"], d["C"], d["K"], d["H"], d["W"]
+        self.Ho, self.Wo, self.R, self.S = d["Ho"], d["Wo"], d["R"], d["S"]
+        self.wy, self.wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
+        self.KT, self.CT = self.K // plan.tile_k, self.C // plan.tile_c
+        self.NB, self.G, self.XT = self.Ho // plan.band, plan.band // plan.rows, self.Wo // plan.tile_x
+        v = dict(op.vars)
+        self.var = {"n": v.get("n", "n"), "k": v["k"] + "t", "c": v["c"] + "t", "y": v.get("y", "y") + "b",
+                    "g": v.get("y", "y") + "g", "x": v.get("x", "x") + "t", "r": v.get("r", "r"),
+                    "s": v.get("s", "s")}
+        self.tl = v
+
+    def consts(self) -> list[tuple[str, int]]:
+        p = self.p
+        return [("TILE_K", p.tile_k), ("TILE_C", p.tile_c), ("TILE_X", p.tile_x), ("ROWS", p.rows),
+                ("BAND", p.band)]
+
+    # ---- buffers -------------------------------------------------------------------------------------------------
+
+    def build(self) -> list[Stmt]:
+        op, line = self.op, self.line
+        x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), f"{op.x}_v", line)
+        wshape = (self.K, self.C, self.R, self.S) if op.w_layout == "kc" else (self.C, self.K, self.R, self.S)
+        w4, s2 = hbm_view(self.hbm[op.w], wshape, f"{op.w}_v", line)
+        oshape = (self.N, self.K, self.Ho // self.wy, self.Wo // self.wx)
+        o4, s3 = hbm_view(self.hbm[op.out], oshape, f"{op.out}_v", line)
+        self.x4, self.w4, self.o4 = x4, w4, o4
+        stmts: list[Stmt] = s1 + s2 + s3
+        if self.p.hoist_w == "root":
+            stmts.append(ir.Block(f"weights {op.w}: contraction-major, resident in SBUF", tuple(self.weights(None)),
+                                  line))
+        if op.bias:
+            stmts.append(ir.Block(f"bias {op.bias}: one column per out-channel tile", tuple(self.bias()), line))
+        if self.p.x_bufs == 1:
+            stmts.append(Alloc(self.x_band_buf(), line=line))
+        stmts.append(ir.Block(f"main: {op.name} by row bands" + (f", fused into {op.out}" if op.fused else ""),
+                              tuple(self.nest(0)), line))
+        return stmts
+
+    def wt_buf(self, local: bool) -> Buf:
+        k = self.p.tile_k if local else self.K
+        shape = (self.p.tile_c, self.CT, self.R, self.S, k) if self.op.w_layout == "kc" else \
+            (self.p.tile_c, self.CT, k, self.R, self.S)
+        return Buf(f"{self.op.w}_T", "sbuf", self.hbm[self.op.w].dtype, shape)
+
+    def x_band_buf(self) -> Buf:
+        return Buf(f"{self.op.x}_band", "sbuf", self.hbm[self.op.x].dtype,
+                   (self.p.tile_c, self.CT, self.p.band + self.R - 1, self.W))
+
+    # ---- phases --------------------------------------------------------------------------------------------------
+
+    def weights(self, kt: str | None) -> list[Stmt]:
+        """Load W k-major and transpose each (c-tile, tap) block on TensorE; `kt`: only that out-channel tile."""
+        op, p, line, V = self.op, self.p, self.line, self.var
+        wt = self.wt_buf(kt is not None)
+        out: list[Stmt] = [Alloc(wt, line=line)]
+        ct, r, s = V["c"], V["r"], V["s"]
+        if op.w_layout == "ck":
+            kslice = sl(a(term(kt, p.tile_k, "TILE_K")), p.tile_k) if kt else full(self.K)
+            body = [Dma(View(wt, (full(p.tile_c), a(ct), full(wt.shape[2]), full(self.R), full(self.S))),
+                        View(self.w4, (sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c), kslice, full(self.R),
+                                       full(self.S))), line)]
+            return out + loop(ct, self.CT, body, note=f"for {self.tl['c']} in 0..C (tiles of TILE_C)", line=line)
+        kv = "kw" if kt is None else kt
+        raw = Buf(f"{op.w}_rows", "sbuf", wt.dtype, (p.tile_k, self.C, self.R, self.S))
+        tp = Buf(f"{op.w}_tp", "psum", "f32", (p.tile_c, p.tile_k))
+        kdst = sl(a(term(kv, p.tile_k, "TILE_K")), p.tile_k) if kt is None else full(p.tile_k)
+        tap = [Alloc(tp, line=line),
+               ir.Transpose(whole(tp), View(raw, (full(p.tile_k), sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c),
+                                                  a(r), a(s))), "pe", line),
+               ir.Copy(View(wt, (full(p.tile_c), a(ct), a(r), a(s), kdst)), whole(tp), line)]
+        taps = loop(ct, self.CT, loop(r, self.R, loop(s, self.S, tap)))
+        per_k = [Alloc(raw, line=line),
+                 Dma(whole(raw), View(self.w4, (sl(a(term(kv, p.tile_k, "TILE_K")), p.tile_k), full(self.C),
+                                                full(self.R), full(self.S))), line)] + taps
+        if kt is not None:
+            return out + per_k
+        return out + loop(kv, self.KT, per_k, note=f"for {self.tl['k']} in 0..K (tiles of TILE_K)", line=line)
+
+    def bias(self) -> list[Stmt]:
+        op, p, line = self.op, self.p, self.line
+        b2, st = hbm_view(self.hbm[op.bias], (self.K, 1), f"{op.bias}_v", line)
+        col = Buf(f"{op.bias}_col", "sbuf", "f32", (p.tile_k, self.KT))
+        body = [Dma(View(col, (full(p.tile_k), sl(a("kb"), 1))),
+                    View(b2, (sl(a(term("kb", p.tile_k, "TILE_K")), p.tile_k), full(1))), line)]
+        self.bias_col = col
+        return st + [Alloc(col, line=line)] + loop("kb", self.KT, body)
+
+    def x_band(self) -> list[Stmt]:
+        p, line, V = self.p, self.line, self.var
+        xb = self.x_band_buf()
+        rows = p.band + self.R - 1
+        ct = V["c"]
+        body = [Dma(View(xb, (full(p.tile_c), a(ct), full(rows), full(self.W))),
+                    View(self.x4, (a(V["n"]), sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c),
+                                   sl(a(term(V["y"], p.band, "BAND")), rows), full(self.W))), line)]
+        alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
+        return alloc + loop(ct, self.CT, body, note=f"for {self.tl['c']} in 0..C (tiles of TILE_C)", line=line)
+
+    def nest(self, i: int) -> list[Stmt]:
+        order, V = self.p.order, self.var
+        if i == len(order):
+            return self.out_band()
+        role = order[i]
+        body = self.nest(i + 1)
+        extent = {"n": self.N, "y": self.NB, "k": self.KT}[role]
+        notes = {"n": f"for {self.tl.get('n', 'n')} in 0..N", "k": f"for {self.tl['k']} in 0..K (tiles of TILE_K)",
+                 "y": f"for {self.tl.get('y', 'y')} in 0..Ho (bands of BAND rows)"}
+        return loop(V[role], extent, body, note=notes[role], line=self.line)
+
+    def out_band(self) -> list[Stmt]:
+        """The innermost level: loads are placed here and lifted by the `hoist` pass as far as they can go."""
+        p, line, V, op = self.p, self.line, self.var, self.op
+        loads: list[Stmt] = []
+        if p.hoist_w == "k":
+            loads.append(ir.Block(f"weights {op.w} for this out-channel tile", tuple(self.weights(V["k"])), line,
+                                  hoist=True))
+        pin = V[p.x_pin] if p.x_pin and {"n": self.N, "y": self.NB, "k": self.KT}[p.x_pin] > 1 else ""
+        loads.append(ir.Block(f"input band {op.x}: rows for BAND outputs + R-1, all in-channel tiles",
+                              tuple(self.x_band()), line, hoist=True, pin=pin))
+        ob = Buf(f"{op.out}_band", "sbuf", self.hbm[op.out].dtype,
+                 (p.tile_k, p.band // self.wy, self.Wo // self.wx))
+        self.o_band = ob
+        group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group()),
+                     note=f"for {self.tl.get('y', 'y')} in band (groups of ROWS rows)", line=line)
+        store = Dma(View(self.o4, (a(V["n"]), sl(a(term(V["k"], p.tile_k, "TILE_K")), p.tile_k),
+                                   sl(a(term(V["y"], p.band // self.wy)), p.band // self.wy),
+                                   full(self.Wo // self.wx))), whole(ob), line)
+        return loads + [Alloc(ob, line=line)] + group + [store]
+
+    def group(self) -> list[Stmt]:
+        p, line, V, op = self.p, self.line, self.var, self.op
+        acc = Buf(f"{op.name}_acc", "psum", "f32", (p.tile_k, p.rows, p.tile_x))
+        ct, r, s, kt = V["c"], V["r"], V["s"], V["k"]
+        wt = self.wt_buf(p.hoist_w == "k")
+        kidx = full(p.tile_k) if p.hoist_w == "k" else sl(a(term(kt, p.tile_k, "TILE_K")), p.tile_k)
+        stat = View(wt, (full(p.tile_c), a(ct), a(r), a(s), kidx)) if op.w_layout == "kc" else \
+            View(wt, (full(p.tile_c), a(ct), kidx, a(r), a(s)))
+        mov = View(self.x_band_buf(), (full(p.tile_c), a(ct), sl(a(term(V["g"], p.rows, "ROWS"), r), p.rows),
+                                       sl(a(term(V["x"], p.tile_x, "TILE_X"), s), p.tile_x)))
+        body: list[Stmt] = [Matmul(whole(acc), stat, mov, line)]
+        extents = {"c": self.CT, "r": self.R, "s": self.S}
+        for role in reversed(p.taps):
+            kind = "affine"  # the `unroll` pass turns the schedule's unrolled loops static
+            note = {"c": f"for {self.tl['c']} in 0..C (tiles of TILE_C)", "r": f"for {self.tl.get('r', 'r')} in 0..R",
+                    "s": f"for {self.tl.get('s', 's')} in 0..S"}[role]
+            body = loop(V[role], extents[role], body, kind, note=note, line=line)
+        return [Alloc(acc, zero=True, line=line)] + body + self.epilogue(acc)
+
+    def epilogue(self, acc: Buf) -> list[Stmt]:
+        p, line, V, op = self.p, self.line, self.var, self.op
+        func = "relu" if op.relu else "copy"
+        bias = View(self.bias_col, (full(p.tile_k), sl(a(V["k"]), 1))) if op.bias else None
+        rows_o, cols_o = p.rows // self.wy, p.tile_x // self.wx
+        dst = View(self.o_band, (full(p.tile_k), sl(a(term(V["g"], rows_o)), rows_o),
+                                 sl(a(term(V["x"], cols_o)), cols_o)))
+        if not op.pool:
+            return [Act(dst, whole(acc), func, bias, 1.0, line)]
+        ev = Buf(f"{op.name}_act", "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
+        out: list[Stmt] = [Alloc(ev, line=line), Act(whole(ev), whole(acc), func, bias, 1.0, line)]
+        return out + pool_epilogue(whole(ev), dst, self.wy, self.wx, op.pool.op, op.pool.scale, f"{op.out}_pool",
+                                   line)

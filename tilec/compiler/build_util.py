@@ -1,0 +1,82 @@
+"""Helpers the loop-nest builders share: loops that vanish at extent 1, index terms, pooling epilogues."""
+from __future__ import annotations
+
+import dataclasses
+
+from tilec.compiler import ir
+from tilec.compiler.ir import Aff, Binary, Buf, Loop, Scalar, Sl, Stmt, Term, View
+
+
+def term(var: str, coef: int = 1, name: str = "") -> Term:
+    return Term(var, coef, name)
+
+
+def a(*parts) -> Aff:
+    return ir.aff(*parts)
+
+
+def sl(start: Aff | int, size: int, step: int = 1) -> Sl:
+    return Sl(start if isinstance(start, Aff) else Aff((), start), size, step)
+
+
+def map_aff(node, fn):
+    """Rebuild an IR node with every Aff replaced by fn(aff)."""
+    if isinstance(node, Aff):
+        return fn(node)
+    if isinstance(node, tuple):
+        return tuple(map_aff(x, fn) for x in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, (Buf, Term)):
+        changes = {f.name: map_aff(getattr(node, f.name), fn) for f in dataclasses.fields(node)}
+        return dataclasses.replace(node, **changes)
+    return node
+
+
+def drop_var(node, var: str):
+    """Substitute 0 for `var` (a loop of extent 1 disappears)."""
+    def fn(x: Aff) -> Aff:
+        return Aff(tuple(t for t in x.terms if t.var != var), x.const)
+    return map_aff(node, fn)
+
+
+def loop(var: str, extent: int, body: list[Stmt] | tuple[Stmt, ...], kind: str = "affine", name: str = "",
+         note: str = "", line: int = 0) -> list[Stmt]:
+    if extent == 1:
+        return list(drop_var(tuple(body), var))
+    return [Loop(var, extent, tuple(body), kind, name, line, note)]
+
+
+def pool_epilogue(src: View, dst: View, wy: int, wx: int, op: str, scale: float, tmp: str, line: int
+                  ) -> list[Stmt]:
+    """Combine wy x wx windows of src [P, rows, cols] into dst [P, rows/wy, cols/wx] on the vector engine."""
+    p, rows, cols = src.shape()
+    out: list[Stmt] = []
+    cur = src
+    steps = [(axis, w) for axis, w in ((1, wy), (2, wx)) if w > 1]
+    for n, (axis, w) in enumerate(steps):
+        last = n == len(steps) - 1 and scale == 1.0
+        shape = (p, rows // wy, cols // wx if axis == 2 else cols)
+        target = dst
+        if not last:  # the final combine writes straight into dst; earlier ones into an fp32 temporary
+            buf = Buf(f"{tmp}_{'rows' if axis == 1 else 'cols'}", "sbuf", "f32", shape)
+            out.append(ir.Alloc(buf, line=line))
+            target = ir.whole(buf)
+        out += _combine(cur, target, axis, w, op, line)
+        cur = target
+    if scale != 1.0:
+        out.append(Scalar(dst, cur, "multiply", scale, line))
+    elif not steps:
+        out.append(ir.Copy(dst, cur, line))
+    return out
+
+
+def _combine(src: View, dst: View, axis: int, w: int, op: str, line: int) -> list[Stmt]:
+    """dst = op over the w strided slices of src along free axis `axis` (1 = rows, 2 = columns)."""
+    def part(off: int) -> View:
+        idx = list(src.idx)
+        s = idx[axis]
+        idx[axis] = Sl(s.start.plus(off * s.step), s.size // w, s.step * w)
+        return View(src.buf, tuple(idx))
+    out = [Binary(dst, part(0), part(1), op, line)]
+    for off in range(2, w):
+        out.append(Binary(dst, dst, part(off), op, line))
+    return out

@@ -1,0 +1,158 @@
+"""NKI emission: the scheduled loop-nest IR -> a view-model of plain strings -> Jinja templates in `templates/`.
+
+Python decides every identifier, index expression, dtype and comment here; the templates only lay them out, one
+macro per IR statement kind, so a new program or schedule never needs a new template. DSL names are sanitised
+(keywords, builtins and the module aliases nki/nl/nisa get a trailing underscore) and made unique. Output is
+deterministic: same IR, same bytes.
+"""
+from __future__ import annotations
+
+import builtins
+import keyword
+import pathlib
+import re
+
+import jinja2
+
+from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Kernel, Loop, Matmul, Reshape, Scalar, Sl,
+                               Stmt, Transpose, View)
+
+TEMPLATES = pathlib.Path(__file__).resolve().parents[2] / "templates"
+DTYPES = {"f32": "nl.float32", "f16": "nl.float16", "bf16": "nl.bfloat16"}
+BUFFERS = {"sbuf": "nl.sbuf", "psum": "nl.psum", "hbm": "nl.hbm"}
+RANGES = {"affine": "nl.affine_range", "sequential": "nl.sequential_range", "static": "nl.static_range"}
+ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "maximum": "nl.maximum",
+       "minimum": "nl.minimum"}
+FUNCS = {"copy": "nl.copy", "relu": "nl.relu", "exp": "nl.exp"}
+RESERVED = {"nki", "nl", "nisa", "np", "numpy", "neuronxcc"} | set(dir(builtins))
+
+
+class Namer:
+    """DSL/IR names -> unique, safe Python identifiers."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.map: dict[str, str] = {}
+        self.used = set(taken)
+
+    def __call__(self, name: str) -> str:
+        if name not in self.map:
+            base = re.sub(r"\W", "_", name) or "t"
+            if base[0].isdigit():
+                base = "t_" + base
+            if keyword.iskeyword(base) or base in RESERVED:
+                base += "_"
+            cand, n = base, 1
+            while cand in self.used:
+                n += 1
+                cand = f"{base}{n}"
+            self.used.add(cand)
+            self.map[name] = cand
+        return self.map[name]
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False)
+
+
+def emit(k: Kernel, source: str, doc_lines: list[str]) -> str:
+    consts = {name for name, _ in k.consts}
+    names = Namer(consts)
+    kernel_name = names(k.name)
+    vm = _ViewModel(names, dict(k.consts))
+    params = [names(p.name) for p in k.params]
+    outputs = [{"name": names(o.name), "shape": _shape(o.shape), "dtype": DTYPES[o.dtype]} for o in k.outputs]
+    body = [vm.stmt(s) for s in k.body]
+    returns = ", ".join(o["name"] for o in outputs)
+    text = _env().get_template("kernel.py.jinja").render(
+        doc_title=f"NKI kernel `{kernel_name}`", source=source, doc_lines=doc_lines, consts=k.consts,
+        kernel=kernel_name, params=params, outputs=outputs, body=body, returns=returns)
+    return re.sub(r"\n\n\n+(?= )", "\n\n", text).rstrip() + "\n"
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(map(str, shape))})"
+
+
+class _ViewModel:
+    def __init__(self, names: Namer, consts: dict[str, int]) -> None:
+        self.names, self.consts = names, consts
+
+    def stmt(self, s: Stmt) -> dict:
+        tag = f"  # tl:{s.line}" if getattr(s, "line", 0) else ""
+        if isinstance(s, Loop):
+            note = f"  {s.note}" if s.note else ""
+            return {"kind": "loop", "var": self.names(s.var), "range": RANGES[s.kind],
+                    "extent": s.extent_name or s.extent, "tag": (tag + note) if tag else "", "body":
+                    [self.stmt(x) for x in s.body]}
+        if isinstance(s, Block):
+            return {"kind": "block", "label": s.label, "tag": "", "body": [self.stmt(x) for x in s.body]}
+        if isinstance(s, Alloc):
+            return {"kind": "alloc", "name": self.names(s.buf.name), "shape": _shape(s.buf.shape),
+                    "dtype": DTYPES[s.buf.dtype], "buffer": BUFFERS[s.buf.memory], "zero": s.zero, "tag": tag}
+        if isinstance(s, Reshape):
+            return {"kind": "reshape", "name": self.names(s.buf.name), "base": self.names(s.base.name),
+                    "shape": _shape(s.buf.shape), "tag": tag}
+        if isinstance(s, Dma):
+            return {"kind": "dma", "dst": self.view(s.dst), "src": self.view(s.src), "tag": tag}
+        if isinstance(s, Matmul):
+            return {"kind": "matmul", "acc": self.view(s.acc), "stationary": self.view(s.stationary),
+                    "moving": self.view(s.moving), "tag": tag}
+        if isinstance(s, Transpose):
+            return {"kind": f"transpose_{s.engine}", "dst": self.view(s.dst, True), "src": self.view(s.src),
+                    "tag": tag}
+        return self.compute(s, tag)
+
+    def compute(self, s: Stmt, tag: str) -> dict:
+        base = {"dst": self.view(s.dst, True), "dtype": DTYPES[s.dst.buf.dtype], "tag": tag}
+        if isinstance(s, Copy):
+            return {**base, "kind": "copy", "src": self.view(s.src)}
+        if isinstance(s, Act):
+            extra = f", bias={self.view(s.bias)}" if s.bias is not None else ""
+            extra += f", scale={s.scale!r}" if s.scale != 1.0 else ""
+            return {**base, "kind": "act", "func": FUNCS[s.func], "src": self.view(s.src), "extra": extra}
+        if isinstance(s, Binary):
+            return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op]}
+        if isinstance(s, Scalar):
+            return {**base, "kind": "scalar", "src": self.view(s.src), "op": ALU[s.op], "value": repr(float(s.value))}
+        raise TypeError(type(s).__name__)
+
+    # ---- index expressions ---------------------------------------------------------------------------------------
+
+    def aff(self, x: Aff) -> str:
+        parts = []
+        for t in x.terms:
+            var = self.names(t.var)
+            coef = t.name or (str(t.coef) if t.coef != 1 else "")
+            parts.append(f"{var} * {coef}" if coef else var)
+        if x.const or not parts:
+            parts.append(str(x.const))
+        return " + ".join(parts).replace("+ -", "- ")
+
+    def idx(self, i, dim: int) -> str:
+        if isinstance(i, Aff):
+            return self.aff(i)
+        if not i.start.terms and i.start.const == 0 and i.step == 1 and i.size == dim:
+            return ":"
+        span = i.size if i.step == 1 else (i.size - 1) * i.step + 1
+        step = "" if i.step == 1 else f":{i.step}"
+        if not i.start.terms:  # constant bounds print as numbers
+            return f"{i.start.const}:{i.start.const + span}{step}"
+        start = self.aff(i.start)
+        size = self._size(i) if i.step == 1 else str(span)
+        return f"{start}:{start} + {size}{step}"
+
+    def _size(self, i: Sl) -> str:
+        for t in i.start.terms:
+            if t.name and t.coef == i.size:
+                return t.name
+        return str(i.size)
+
+    def view(self, v: View, dst: bool = False) -> str:
+        name = self.names(v.buf.name)
+        idx = [self.idx(i, n) for i, n in zip(v.idx, v.buf.shape)]
+        if all(x == ":" for x in idx):
+            return f"{name}[...]" if dst else name
+        while len(idx) > 1 and idx[-1] == ":":
+            idx.pop()
+        return f"{name}[{', '.join(idx)}]"

@@ -1,0 +1,81 @@
+"""Small helpers over .tl expressions: a printer and pattern tests used by operation selection."""
+from __future__ import annotations
+
+from tilec.lang import syntax as sx
+
+_PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
+
+
+def fmt_expr(e: sx.Expr, prec: int = 0) -> str:
+    if isinstance(e, sx.Num):
+        v = e.value
+        if isinstance(v, float) and v == float("-inf"):
+            return "-inf"
+        return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+    if isinstance(e, sx.Name):
+        return e.id
+    if isinstance(e, sx.Neg):
+        return f"-{fmt_expr(e.x, 3)}"
+    if isinstance(e, sx.BinOp):
+        p = _PREC[e.op]
+        text = f"{fmt_expr(e.lhs, p)} {e.op} {fmt_expr(e.rhs, p + 1)}"
+        return f"({text})" if p < prec else text
+    if isinstance(e, sx.Call):
+        return f"{e.fn}({', '.join(fmt_expr(a) for a in e.args)})"
+    if isinstance(e, sx.Access):
+        return f"{e.tensor}[{', '.join(fmt_expr(a) for a in e.indices)}]"
+    return repr(e)
+
+
+def const_value(e: sx.Expr) -> float | None:
+    """The value of a constant expression (`-inf`, `0.25`, `-1`), else None."""
+    if isinstance(e, sx.Num):
+        return float(e.value)
+    if isinstance(e, sx.Neg):
+        v = const_value(e.x)
+        return None if v is None else -v
+    if isinstance(e, sx.BinOp):
+        a, b = const_value(e.lhs), const_value(e.rhs)
+        if a is None or b is None:
+            return None
+        if e.op == "/":
+            return a / b if b else None
+        return {"+": a + b, "-": a - b, "*": a * b}.get(e.op)
+    return None
+
+
+def accesses(e: sx.Expr) -> list[sx.Access]:
+    if isinstance(e, sx.Access):
+        return [e]
+    if isinstance(e, sx.Neg):
+        return accesses(e.x)
+    if isinstance(e, sx.BinOp):
+        return accesses(e.lhs) + accesses(e.rhs)
+    if isinstance(e, sx.Call):
+        return [a for arg in e.args for a in accesses(arg)]
+    return []
+
+
+def strip_scale(e: sx.Expr) -> tuple[sx.Expr, float]:
+    """`X[..] / 4` -> (X[..], 0.25); `0.25 * X[..]` -> (X[..], 0.25); anything else -> (e, 1.0)."""
+    if isinstance(e, sx.BinOp) and e.op in "*/":
+        rc = const_value(e.rhs)
+        if rc is not None and rc != 0:
+            inner, s = strip_scale(e.lhs)
+            return inner, s * (rc if e.op == "*" else 1.0 / rc)
+        lc = const_value(e.lhs)
+        if lc is not None and e.op == "*":
+            inner, s = strip_scale(e.rhs)
+            return inner, s * lc
+    return e, 1.0
+
+
+def strip_relu(e: sx.Expr) -> tuple[sx.Expr, bool]:
+    """`relu(x)` or `max(x, 0)` -> (x, True)."""
+    if isinstance(e, sx.Call) and e.fn == "relu" and len(e.args) == 1:
+        return e.args[0], True
+    if isinstance(e, sx.Call) and e.fn == "max" and len(e.args) == 2:
+        for a, b in (e.args, e.args[::-1]):
+            if const_value(b) == 0.0:
+                return a, True
+    return e, False

@@ -1,0 +1,298 @@
+"""The loop-nest IR: tile-level loops over explicit buffers in HBM, SBUF and PSUM, one statement per engine op.
+
+Term grammar (every node is a small frozen record; `print_ir` prints it the way it is written here):
+
+    Aff    = sum of coef*var terms + const          coef may carry a constant's name: `ct*TILE_C + 2`
+    Idx    = Aff                                     a single element of a dimension (drops it)
+           | Sl(start: Aff, size, step)              `start:start+size` (step > 1: `start:start+size*step:step`)
+    View   = buf[Idx, ...]                           a rectangular (possibly strided) region of a buffer
+    Buf    = name, memory in hbm|sbuf|psum, dtype, shape      on-chip shapes put the partition dimension first
+    Stmt   = Loop(var, extent, kind, body)           kind in affine|sequential|static
+           | Alloc(buf, zero)                        an on-chip buffer (zero: PSUM accumulator set to 0)
+           | Reshape(buf, base)                      an HBM view of a kernel argument with another shape
+           | Dma(dst, src)                           HBM <-> SBUF copy
+           | Matmul(acc, stationary, moving)         acc (PSUM) += stationary.T @ moving
+           | Transpose(dst, src)                     PE transpose of src (SBUF) into dst (PSUM); or DMA transpose
+           | Copy(dst, src)                          PSUM/SBUF -> SBUF copy with a dtype cast
+           | Act(dst, src, func, bias, scale)        dst = func(src * scale + bias), bias per partition
+           | Binary(dst, a, b, op)                   dst = a op b element-wise (tensor_tensor)
+           | Scalar(dst, src, op, value)             dst = src op value (tensor_scalar with a constant)
+           | Block(label, body)                      a named group of statements (one phase of a kernel)
+    Kernel = name, params: Buf..., outputs: Buf..., consts: (name, value)..., body: Stmt...
+
+Every statement may carry `line`, the .tl line it comes from (printed as `# tl:LINE`), so generated code and the
+performance model can attribute work to the user's program.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+MEMORIES = ("hbm", "sbuf", "psum")
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class Term:
+    var: str
+    coef: int = 1
+    name: str = ""  # the named constant `coef` stands for, e.g. TILE_K ("" = literal)
+
+
+@dataclass(frozen=True)
+class Aff:
+    terms: tuple[Term, ...] = ()
+    const: int = 0
+
+    def vars(self) -> tuple[str, ...]:
+        return tuple(t.var for t in self.terms)
+
+    def plus(self, other: "Aff | int") -> "Aff":
+        if isinstance(other, int):
+            return Aff(self.terms, self.const + other)
+        return Aff(self.terms + other.terms, self.const + other.const)
+
+
+def aff(*parts: "Term | str | int") -> Aff:
+    """aff("y", Term("ct", 128, "TILE_C"), 3) -> y + ct*TILE_C + 3."""
+    terms, const = [], 0
+    for p in parts:
+        if isinstance(p, int):
+            const += p
+        elif isinstance(p, str):
+            terms.append(Term(p))
+        else:
+            terms.append(p)
+    return Aff(tuple(terms), const)
+
+
+@dataclass(frozen=True)
+class Sl:
+    start: Aff
+    size: int
+    step: int = 1
+
+
+Idx = Union[Aff, Sl]
+
+
+def full(n: int) -> Sl:
+    return Sl(Aff(), n)
+
+
+@dataclass(frozen=True)
+class Buf:
+    name: str
+    memory: str  # hbm | sbuf | psum
+    dtype: str  # f32 | f16 | bf16
+    shape: tuple[int, ...]
+
+    def bytes_per_partition(self) -> int:
+        size = DTYPE_BYTES[self.dtype]
+        for d in self.shape[1:]:
+            size *= d
+        return size
+
+
+@dataclass(frozen=True)
+class View:
+    buf: Buf
+    idx: tuple[Idx, ...]
+
+    def shape(self) -> tuple[int, ...]:
+        return tuple(i.size for i in self.idx if isinstance(i, Sl))
+
+
+def whole(buf: Buf) -> View:
+    return View(buf, tuple(full(n) for n in buf.shape))
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: str
+    extent: int
+    body: tuple["Stmt", ...]
+    kind: str = "affine"  # affine | sequential | static
+    extent_name: str = ""  # named constant for the trip count
+    line: int = 0
+    note: str = ""  # the .tl loop it implements, e.g. "for c in 0..C"
+
+
+@dataclass(frozen=True)
+class Alloc:
+    buf: Buf
+    zero: bool = False
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Reshape:
+    buf: Buf
+    base: Buf
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Dma:
+    dst: View
+    src: View
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Matmul:
+    acc: View
+    stationary: View
+    moving: View
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Transpose:
+    dst: View
+    src: View
+    engine: str = "pe"  # pe (nc_transpose into PSUM) | dma (dma_transpose HBM -> SBUF)
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Copy:
+    dst: View
+    src: View
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Act:
+    dst: View
+    src: View
+    func: str = "copy"  # copy | relu
+    bias: View | None = None
+    scale: float = 1.0
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Binary:
+    dst: View
+    a: View
+    b: View
+    op: str  # add | subtract | multiply | maximum | minimum
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Scalar:
+    dst: View
+    src: View
+    op: str  # add | multiply | maximum | minimum
+    value: float
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Block:
+    label: str
+    body: tuple["Stmt", ...]
+    line: int = 0
+    hoist: bool = False  # a load group that `hoist` may move out of loops it does not depend on
+    pin: str = ""  # ...but never out of this loop (the schedule's `hoist T, OP.v`)
+
+
+Stmt = Union[Loop, Alloc, Reshape, Dma, Matmul, Transpose, Copy, Act, Binary, Scalar, Block]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    params: tuple[Buf, ...]
+    outputs: tuple[Buf, ...]
+    body: tuple[Stmt, ...]
+    consts: tuple[tuple[str, int], ...] = ()
+    notes: tuple[str, ...] = field(default=())  # header comment lines (program, schedule)
+
+
+# ---- printer -------------------------------------------------------------------------------------------------------
+
+
+def fmt_aff(a: Aff) -> str:
+    parts = []
+    for t in a.terms:
+        coef = t.name or (str(t.coef) if t.coef != 1 else "")
+        parts.append(f"{t.var}*{coef}" if coef else t.var)
+    if a.const or not parts:
+        parts.append(str(a.const))
+    return " + ".join(parts).replace("+ -", "- ")
+
+
+def fmt_idx(i: Idx) -> str:
+    if isinstance(i, Aff):
+        return fmt_aff(i)
+    if not i.start.terms and i.start.const == 0 and i.step == 1:
+        return f":{i.size}"
+    stop = f"+{i.size}" if i.step == 1 else f"+{(i.size - 1) * i.step + 1}:{i.step}"
+    return f"{fmt_aff(i.start)}:{stop}"
+
+
+def fmt_view(v: View) -> str:
+    return f"{v.buf.name}[{', '.join(fmt_idx(i) for i in v.idx)}]"
+
+
+def fmt_buf(b: Buf) -> str:
+    return f"{b.name}: {b.memory} {b.dtype}[{', '.join(map(str, b.shape))}]"
+
+
+def _stmt_head(s: Stmt) -> str:
+    if isinstance(s, Alloc):
+        return f"alloc {fmt_buf(s.buf)}" + (" = 0" if s.zero else "")
+    if isinstance(s, Reshape):
+        return f"view {fmt_buf(s.buf)} = {s.base.name}"
+    if isinstance(s, Dma):
+        return f"dma {fmt_view(s.dst)} <- {fmt_view(s.src)}"
+    if isinstance(s, Matmul):
+        return f"matmul {fmt_view(s.acc)} += {fmt_view(s.stationary)}.T @ {fmt_view(s.moving)}"
+    if isinstance(s, Transpose):
+        return f"transpose.{s.engine} {fmt_view(s.dst)} <- {fmt_view(s.src)}"
+    if isinstance(s, Copy):
+        return f"copy {fmt_view(s.dst)} <- {fmt_view(s.src)}"
+    if isinstance(s, Act):
+        bias = f" + {fmt_view(s.bias)}" if s.bias else ""
+        scale = f" * {s.scale:g}" if s.scale != 1.0 else ""
+        return f"act {fmt_view(s.dst)} <- {s.func}({fmt_view(s.src)}{scale}{bias})"
+    if isinstance(s, Binary):
+        return f"{s.op} {fmt_view(s.dst)} <- {fmt_view(s.a)}, {fmt_view(s.b)}"
+    if isinstance(s, Scalar):
+        return f"{s.op} {fmt_view(s.dst)} <- {fmt_view(s.src)}, {s.value:g}"
+    raise TypeError(type(s).__name__)
+
+
+def _lines(body: tuple[Stmt, ...], depth: int, out: list[str]) -> None:
+    pad = "  " * depth
+    for s in body:
+        tag = f"  # tl:{s.line}" if getattr(s, "line", 0) else ""
+        if isinstance(s, Loop):
+            extent = s.extent_name or str(s.extent)
+            out.append(f"{pad}for {s.var} in {s.kind}({extent}):{tag}")
+            _lines(s.body, depth + 1, out)
+        elif isinstance(s, Block):
+            how = f" [hoistable{', inside ' + s.pin if s.pin else ''}]" if s.hoist else ""
+            out.append(f"{pad}block {s.label}{how}:{tag}")
+            _lines(s.body, depth + 1, out)
+        else:
+            out.append(pad + _stmt_head(s) + tag)
+
+
+def print_ir(k: Kernel) -> str:
+    out = [f"kernel {k.name}({', '.join(fmt_buf(p) for p in k.params)})"]
+    out += [f"  out {fmt_buf(b)}" for b in k.outputs]
+    out += [f"  const {name} = {value}" for name, value in k.consts]
+    _lines(k.body, 1, out)
+    return "\n".join(out) + "\n"
+
+
+def walk(body: tuple[Stmt, ...]):
+    """Every statement, pre-order, with nested loops and blocks."""
+    for s in body:
+        yield s
+        if isinstance(s, (Loop, Block)):
+            yield from walk(s.body)

@@ -1,0 +1,187 @@
+"""Lowering: a checked .tl program -> tensor computations (`Comp`), one per tensor a loop nest writes.
+
+    Comp = target[out_vars] = init ; target[out_vars] red_op= update over red_vars
+
+`for n, k, y, x: conv[..] = b[k]; for c, r, s: conv[..] += X[..] * Wt[..]` becomes one Comp whose init is `b[k]`,
+red_op `+`, red_vars (c, r, s). An init written in its own loop nest is merged into the reduction that follows it.
+Index expressions become affine maps over loop variables with every size symbol replaced by its value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilec.errors import Span, TilecError
+from tilec.lang import syntax as sx
+
+
+@dataclass(frozen=True)
+class Comp:
+    target: str
+    out_vars: tuple[str, ...]
+    extents: tuple[tuple[str, int], ...]  # every loop variable of the nest and its trip count
+    init: sx.Expr | None
+    red_op: str | None  # "+=" | "max=" | "min=" | None
+    update: sx.Expr | None
+    red_vars: tuple[str, ...]
+    line: int
+    span: Span
+
+    def extent(self, var: str) -> int:
+        return dict(self.extents)[var]
+
+
+def size_value(e: sx.Expr, sizes: dict[str, int]) -> int:
+    """The integer value of a size expression (`Ho / 2`, `H - R + 1`)."""
+    if isinstance(e, sx.Num):
+        return int(e.value)
+    if isinstance(e, sx.Name):
+        if e.id not in sizes:
+            raise TilecError(f"size {e.id} is not known at compile time", e.span, "give it with -D NAME=VALUE")
+        return sizes[e.id]
+    if isinstance(e, sx.Neg):
+        return -size_value(e.x, sizes)
+    if isinstance(e, sx.BinOp):
+        a, b = size_value(e.lhs, sizes), size_value(e.rhs, sizes)
+        ops = {"+": a + b, "-": a - b, "*": a * b}
+        if e.op in ops:
+            return ops[e.op]
+        if b == 0:
+            raise TilecError("division by zero in a size expression", e.span)
+        return a // b if e.op == "/" else a % b
+    raise TilecError("expected a size expression", e.span)
+
+
+def affine_index(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) -> tuple[dict[str, int], int]:
+    """`2*i + p` -> ({"i": 2, "p": 1}, 0)."""
+    if isinstance(e, sx.Name) and e.id in loop_vars:
+        return {e.id: 1}, 0
+    if isinstance(e, (sx.Num, sx.Name)) or (isinstance(e, sx.Neg) and not _uses(e, loop_vars)):
+        return {}, size_value(e, sizes)
+    if isinstance(e, sx.Neg):
+        coefs, const = affine_index(e.x, loop_vars, sizes)
+        return {v: -c for v, c in coefs.items()}, -const
+    if isinstance(e, sx.BinOp) and e.op in "+-":
+        (ca, ka), (cb, kb) = affine_index(e.lhs, loop_vars, sizes), affine_index(e.rhs, loop_vars, sizes)
+        sign = 1 if e.op == "+" else -1
+        out = dict(ca)
+        for v, c in cb.items():
+            out[v] = out.get(v, 0) + sign * c
+        return {v: c for v, c in out.items() if c}, ka + sign * kb
+    if isinstance(e, sx.BinOp) and e.op == "*":
+        if not _uses(e.lhs, loop_vars):
+            scale, (coefs, const) = size_value(e.lhs, sizes), affine_index(e.rhs, loop_vars, sizes)
+        elif not _uses(e.rhs, loop_vars):
+            scale, (coefs, const) = size_value(e.rhs, sizes), affine_index(e.lhs, loop_vars, sizes)
+        else:
+            raise TilecError("index is not affine in the loop variables", e.span)
+        return {v: c * scale for v, c in coefs.items()}, const * scale
+    if not _uses(e, loop_vars):
+        return {}, size_value(e, sizes)
+    raise TilecError("index is not affine in the loop variables", e.span)
+
+
+def _uses(e: sx.Expr, names: set[str]) -> bool:
+    if isinstance(e, sx.Name):
+        return e.id in names
+    if isinstance(e, sx.Neg):
+        return _uses(e.x, names)
+    if isinstance(e, sx.BinOp):
+        return _uses(e.lhs, names) or _uses(e.rhs, names)
+    if isinstance(e, sx.Call):
+        return any(_uses(a, names) for a in e.args)
+    if isinstance(e, sx.Access):
+        return any(_uses(a, names) for a in e.indices)
+    return False
+
+
+def lower(kernel: sx.Kernel, sizes: dict[str, int]) -> tuple[Comp, ...]:
+    comps: list[Comp] = []
+    for stmt in kernel.body:
+        for comp in _lower_nest(stmt, (), sizes):
+            _append(comps, comp)
+    return tuple(comps)
+
+
+def _append(comps: list[Comp], comp: Comp) -> None:
+    """Merge a reduction into the init-only Comp of the same tensor just before it."""
+    prev = comps[-1] if comps else None
+    if (prev and comp.red_op and comp.init is None and prev.red_op is None and prev.target == comp.target
+            and len(prev.out_vars) == len(comp.out_vars)):
+        rename = dict(zip(prev.out_vars, comp.out_vars))
+        comps[-1] = Comp(comp.target, comp.out_vars, comp.extents, _rename(prev.init, rename), comp.red_op,
+                         comp.update, comp.red_vars, prev.line, prev.span)
+        return
+    comps.append(comp)
+
+
+def _rename(e: sx.Expr, names: dict[str, str]) -> sx.Expr:
+    if isinstance(e, sx.Name):
+        return sx.Name(names.get(e.id, e.id), e.span)
+    if isinstance(e, sx.Neg):
+        return sx.Neg(_rename(e.x, names), e.span)
+    if isinstance(e, sx.BinOp):
+        return sx.BinOp(e.op, _rename(e.lhs, names), _rename(e.rhs, names), e.span)
+    if isinstance(e, sx.Call):
+        return sx.Call(e.fn, tuple(_rename(a, names) for a in e.args), e.span)
+    if isinstance(e, sx.Access):
+        return sx.Access(e.tensor, tuple(_rename(a, names) for a in e.indices), e.span)
+    return e
+
+
+def _lower_nest(stmt: sx.Stmt, loops: tuple[tuple[str, int], ...], sizes: dict[str, int]) -> list[Comp]:
+    if isinstance(stmt, sx.Loop):
+        start = size_value(stmt.start, sizes)
+        if start != 0:
+            raise TilecError("loops must start at 0 for the compiler", stmt.start.span,
+                             "shift the index instead: for i in 0..N-1: ... A[i + 1]")
+        inner = loops + ((stmt.var, size_value(stmt.stop, sizes)),)
+        return _lower_body(stmt.body, inner, sizes)
+    return [_lower_assign(stmt, loops, sizes, None)]
+
+
+def _lower_body(body: tuple[sx.Stmt, ...], loops, sizes) -> list[Comp]:
+    assigns = [s for s in body if isinstance(s, sx.Assign)]
+    nested = [s for s in body if isinstance(s, sx.Loop)]
+    if len(assigns) == 1 and len(nested) == 1 and body[0] is assigns[0]:
+        init = assigns[0]
+        red = _lower_nest(nested[0], loops, sizes)
+        if len(red) == 1 and red[0].target == init.target.tensor and red[0].init is None and red[0].red_op:
+            return [_lower_assign(init, loops, sizes, red[0])]
+    out: list[Comp] = []
+    for s in body:
+        for comp in (_lower_nest(s, loops, sizes) if isinstance(s, sx.Loop) else
+                     [_lower_assign(s, loops, sizes, None)]):
+            _append(out, comp)
+    return out
+
+
+def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:
+    out_vars = []
+    for e in a.target.indices:
+        if not isinstance(e, sx.Name) or e.id not in dict(loops):
+            raise TilecError(f"the compiler needs each index of {a.target.tensor} to be a plain loop variable",
+                             e.span, "write the output as T[i, j] with i, j loop variables")
+        out_vars.append(e.id)
+    extents = red.extents if red else loops
+    if red:
+        return Comp(a.target.tensor, tuple(out_vars), extents, a.value, red.red_op, red.update, red.red_vars,
+                    a.span.line, a.span)
+    if a.op == "=":
+        return Comp(a.target.tensor, tuple(out_vars), loops, a.value, None, None, (), a.span.line, a.span)
+    red_vars = tuple(v for v, _ in loops if v not in out_vars)
+    return Comp(a.target.tensor, tuple(out_vars), loops, None, a.op, a.value, red_vars, a.span.line, a.span)
+
+
+def print_comps(comps: tuple[Comp, ...]) -> str:
+    from tilec.compiler.exprs import fmt_expr
+
+    lines = []
+    for c in comps:
+        head = f"{c.target}[{', '.join(c.out_vars)}]"
+        loops = ", ".join(f"{v}<{n}" for v, n in c.extents)
+        lines.append(f"comp {head}  # tl:{c.line}  loops {loops}")
+        if c.init is not None:
+            lines.append(f"  {head} = {fmt_expr(c.init)}")
+        if c.red_op:
+            lines.append(f"  {head} {c.red_op} {fmt_expr(c.update)}  over {', '.join(c.red_vars)}")
+    return "\n".join(lines) + "\n"

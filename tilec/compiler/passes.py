@@ -1,0 +1,105 @@
+"""Loop-nest IR passes after building: loop-invariant hoisting of load groups, unrolling, the allocation report."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tilec.compiler import ir
+from tilec.compiler.build_util import map_aff
+from tilec.compiler.ir import Aff, Block, Kernel, Loop, Stmt, Term
+from tilec.compiler.select import ConvOp
+from tilec.compiler.verify import memory_summary
+
+
+def hoist(k: Kernel) -> Kernel:
+    """Move each hoistable load Block out of every loop whose variable it does not use (and not past its pin).
+
+    Before:  for kt: { block load X_band (uses n, yb) ; ...uses X_band... }
+    After:   block load X_band ; for kt: { ...uses X_band... }
+    """
+    return replace(k, body=_hoist_body(k.body))
+
+
+def _hoist_body(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, Loop):
+            inner = _hoist_body(s.body)
+            lifted = [b for b in inner if _liftable(b, s.var)]
+            kept = tuple(b for b in inner if not any(b is x for x in lifted))
+            out += lifted
+            out.append(replace(s, body=kept))
+        elif isinstance(s, Block):
+            out.append(replace(s, body=_hoist_body(s.body)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def _liftable(s: Stmt, var: str) -> bool:
+    return isinstance(s, Block) and s.hoist and s.pin != var and var not in _vars(s)
+
+
+def _vars(node) -> set[str]:
+    found: set[str] = set()
+
+    def fn(x: Aff) -> Aff:
+        found.update(x.vars())
+        return x
+    map_aff(node, fn)
+    return found
+
+
+def unroll(k: Kernel, plans: tuple, ops: tuple) -> Kernel:
+    """Loops the schedule unrolls become `static` (nl.static_range: traced once per iteration)."""
+    names: set[str] = set()
+    for op, plan in zip(ops, plans):
+        if isinstance(op, ConvOp):
+            v = dict(op.vars)
+            role_var = {"c": v["c"] + "t", "r": v.get("r", "r"), "s": v.get("s", "s")}
+            names |= {role_var[r] for r in getattr(plan, "unroll", ())}
+    return replace(k, body=_unroll(k.body, names)) if names else k
+
+
+def _unroll(body: tuple[Stmt, ...], names: set[str]) -> tuple[Stmt, ...]:
+    out = []
+    for s in body:
+        if isinstance(s, Loop):
+            s = replace(s, body=_unroll(s.body, names), kind="static" if s.var in names else s.kind)
+        elif isinstance(s, Block):
+            s = replace(s, body=_unroll(s.body, names))
+        out.append(s)
+    return tuple(out)
+
+
+def rename_consts(stmts: list[Stmt], prefix: str) -> list[Stmt]:
+    def fn(x: Aff) -> Aff:
+        return Aff(tuple(Term(t.var, t.coef, prefix + t.name if t.name else "") for t in x.terms), x.const)
+    return list(map_aff(tuple(stmts), fn))
+
+
+def peak_usage(body: tuple[Stmt, ...]) -> tuple[int, int]:
+    """Worst case over nesting paths: (SBUF bytes per partition, PSUM tiles) live at once."""
+    sbuf = psum = 0
+    best_s = best_p = 0
+    for s in body:
+        if isinstance(s, ir.Alloc) and s.buf.memory == "sbuf":
+            sbuf += s.buf.bytes_per_partition()
+        elif isinstance(s, ir.Alloc) and s.buf.memory == "psum":
+            psum += 1
+        elif isinstance(s, Block):
+            inner_s, inner_p = peak_usage(s.body)
+            sbuf, psum = sbuf + inner_s, psum + inner_p
+        elif isinstance(s, Loop):
+            inner_s, inner_p = peak_usage(s.body)
+            best_s, best_p = max(best_s, sbuf + inner_s), max(best_p, psum + inner_p)
+    return max(best_s, sbuf), max(best_p, psum)
+
+
+def allocation_report(k: Kernel) -> str:
+    lines = [f"{'buffer':<24} {'memory':<6} {'shape':<28} bytes/partition"]
+    for name, memory, shape, size in memory_summary(k):
+        lines.append(f"{name:<24} {memory:<6} {shape:<28} {size}")
+    sbuf, psum = peak_usage(k.body)
+    lines.append(f"peak SBUF per partition: {sbuf} bytes ({sbuf / 1024:.1f} KiB of 192 KiB usable)")
+    lines.append(f"peak PSUM tiles live: {psum} of 8 banks (2 KiB each)")
+    return "\n".join(lines) + "\n"

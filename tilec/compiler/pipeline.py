@@ -1,0 +1,115 @@
+"""The compiler pipeline: one flat list of named passes, each printable by name (`--dump-ir STAGE|all`).
+
+The IR verifier runs after every pass that produces loop-nest IR; a failure is an InternalError (a compiler bug).
+"""
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, replace
+
+from tilec.compiler import ir, passes
+from tilec.compiler.build_conv import build_conv
+from tilec.compiler.build_simple import build_eltwise, build_pool, build_transpose
+from tilec.compiler.codegen import emit
+from tilec.compiler.lower import lower, print_comps
+from tilec.compiler.schedule import (ConvPlan, apply_schedule, default_plan, plan_directives,
+                                     print_plans, print_schedule)
+from tilec.compiler.select import ConvOp, EltwiseOp, PoolOp, TransposeOp, print_ops, select
+from tilec.compiler.verify import verify
+from tilec.lang import syntax as sx
+
+STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "allocate")
+
+
+@dataclass(frozen=True)
+class Result:
+    stages: dict[str, str]
+    kernel: ir.Kernel
+    ops: tuple
+    plans: tuple
+    source: str
+
+
+def compile_program(program, directives: tuple[sx.Directive, ...] | None = None) -> Result:
+    directives = program.kernel.schedule if directives is None else directives
+    dtypes = {name: t.dtype for name, t in program.tensors.items()}
+    stages: dict[str, str] = {}
+    # lower: loop nests -> tensor computations with concrete extents (what each statement computes)
+    comps = lower(program.kernel, program.sizes)
+    stages["lower"] = print_comps(comps)
+    # select: recognise contractions, pools, transposes, element-wise; fuse relu/pool epilogues into convs
+    ops = select(comps, program)
+    stages["select"] = print_ops(ops)
+    # schedule: the default plan per op, then every directive folded in (tile, split, reorder, partition,
+    # compute_at/place, hoist, buffers, unroll, method), each checked for legality
+    plans = apply_schedule(ops, tuple(directives), dtypes)
+    stages["schedule"] = print_plans(ops, plans)
+    # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
+    ops, plans = unfuse(ops, plans, program)
+    # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
+    kernel = build_kernel(program, ops, plans)
+    stages["loops"] = _checked(kernel, "loops")
+    # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion)
+    kernel = passes.hoist(kernel)
+    stages["hoist"] = _checked(kernel, "hoist")
+    # unroll: the schedule's unrolled loops become static ranges (traced once per iteration)
+    kernel = passes.unroll(kernel, plans, ops)
+    stages["unroll"] = _checked(kernel, "unroll")
+    # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the trn2 limits)
+    stages["allocate"] = passes.allocation_report(kernel)
+    doc = _doc_lines(program, ops, plans)
+    source = emit(kernel, pathlib.Path(program.path).name, doc)
+    return Result(stages, kernel, ops, plans, source)
+
+
+def _checked(kernel: ir.Kernel, stage: str) -> str:
+    verify(kernel, stage)
+    return ir.print_ir(kernel)
+
+
+def unfuse(ops: tuple, plans: tuple, program) -> tuple[tuple, tuple]:
+    out_ops, out_plans = [], []
+    dtypes = {name: t.dtype for name, t in program.tensors.items()}
+    for op, plan in zip(ops, plans):
+        if isinstance(op, ConvOp) and isinstance(plan, ConvPlan) and op.pool and not plan.fused:
+            conv = replace(op, out=op.name, pool=None, fused=())
+            shape = program.tensors[op.name].shape
+            dims = (("B", shape[0] * shape[1]), ("H", shape[2]), ("W", shape[3]))
+            pool_vars = tuple((role[5:], var) for role, var in op.vars if role.startswith("pool_"))
+            pool = PoolOp(f"{op.out}", op.out, op.name, dims, op.pool, pool_vars, False, op.line, op.span)
+            out_ops += [conv, pool]
+            out_plans += [replace(plan, fused=True), default_plan(pool, dtypes)]
+        else:
+            out_ops.append(op)
+            out_plans.append(plan)
+    return tuple(out_ops), tuple(out_plans)
+
+
+def build_kernel(program, ops: tuple, plans: tuple) -> ir.Kernel:
+    hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+    params = tuple(hbm[p.name] for p in program.kernel.params)
+    outputs = tuple(hbm[o] for o in program.kernel.outputs)
+    body: list[ir.Stmt] = []
+    for name, t in program.tensors.items():
+        if t.kind == "temp" and any(op.out == name for op in ops):
+            body.append(ir.Alloc(hbm[name], line=t.span.line))  # an intermediate that really goes through HBM
+    consts: dict[str, int] = {}
+    for op, plan in zip(ops, plans):
+        builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
+                   EltwiseOp: build_eltwise}[type(op)]
+        op_consts, stmts = builder(op, plan, hbm)
+        prefix = "" if len(ops) == 1 else f"{op.out.upper()}_"
+        if prefix:
+            stmts = passes.rename_consts(stmts, prefix)
+            op_consts = [(prefix + n, v) for n, v in op_consts]
+        consts.update(op_consts)
+        body += stmts
+    return ir.Kernel(program.kernel.name, params, outputs, tuple(body), tuple(consts.items()))
+
+
+def _doc_lines(program, ops, plans) -> list[str]:
+    lines = ["Schedule (directives; `tilec explain` shows the plan):", ""]
+    for op, plan in zip(ops, plans):
+        lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
+    sizes = ", ".join(f"{k}={v}" for k, v in sorted(program.sizes.items()))
+    return lines + ["", f"Sizes: {sizes}"]

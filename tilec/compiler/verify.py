@@ -1,0 +1,174 @@
+"""The IR verifier, run after every pass: a broken invariant is a compiler bug (InternalError), never the user's.
+
+Checks: every index variable is bound by an enclosing loop; every buffer is defined before use and in scope;
+every index stays inside its buffer; on-chip tiles have <= 128 partitions; matmul stationary <= 128x128, moving
+free size <= 512, the accumulator fits one 2 KiB PSUM bank; DMAs never touch PSUM; <= 8 PSUM banks live;
+SBUF bytes per partition within the trn2 usable size.
+"""
+from __future__ import annotations
+
+from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Buf, Copy, Dma, Kernel, Loop, Matmul, Reshape, Scalar,
+                               Sl, Stmt, Transpose, View)
+from tilec.errors import InternalError
+
+PMAX, STAT_FMAX, MOVING_FMAX, PSUM_BANK, PSUM_BANKS = 128, 128, 512, 2048, 8
+SBUF_USABLE = 192 * 1024
+
+
+def verify(k: Kernel, stage: str) -> None:
+    _Verifier(k, stage).run()
+
+
+class _Verifier:
+    def __init__(self, k: Kernel, stage: str) -> None:
+        self.k, self.stage = k, stage
+
+    def fail(self, msg: str) -> None:
+        raise InternalError(f"IR verifier after `{self.stage}`: {msg}")
+
+    def run(self) -> None:
+        scope = {b.name: b for b in (*self.k.params, *self.k.outputs)}
+        self.body(self.k.body, {}, scope, 0, 0)
+
+    def body(self, stmts: tuple[Stmt, ...], loops: dict[str, int], scope: dict[str, Buf], sbuf: int, psum: int
+             ) -> None:
+        scope = dict(scope)
+        for s in _inline(stmts):
+            if isinstance(s, Loop):
+                if s.var in loops:
+                    self.fail(f"loop variable {s.var} shadows an enclosing loop")
+                if s.extent < 1:
+                    self.fail(f"loop {s.var} has extent {s.extent}")
+                self.body(s.body, {**loops, s.var: s.extent}, scope, sbuf, psum)
+            elif isinstance(s, Alloc):
+                sbuf, psum = self.alloc(s.buf, sbuf, psum)
+                scope[s.buf.name] = s.buf
+            elif isinstance(s, Reshape):
+                self.reshape(s, scope)
+                scope[s.buf.name] = s.buf
+            else:
+                self.op(s, loops, scope)
+
+    def alloc(self, b: Buf, sbuf: int, psum: int) -> tuple[int, int]:
+        if b.memory == "hbm":
+            return sbuf, psum
+        if b.shape[0] > PMAX:
+            self.fail(f"{b.name} has {b.shape[0]} partitions (> {PMAX})")
+        if len(b.shape) < 2:
+            self.fail(f"on-chip tile {b.name} needs at least 2 dimensions")
+        size = b.bytes_per_partition()
+        if b.memory == "psum":
+            if size > PSUM_BANK:
+                self.fail(f"PSUM tile {b.name} is {size} bytes per partition (> one {PSUM_BANK}-byte bank)")
+            psum += 1
+            if psum > PSUM_BANKS:
+                self.fail(f"{psum} PSUM tiles live at {b.name} (> {PSUM_BANKS} banks)")
+            return sbuf, psum
+        sbuf += size
+        if sbuf > SBUF_USABLE:
+            self.fail(f"SBUF use reaches {sbuf} bytes per partition at {b.name} (> {SBUF_USABLE})")
+        return sbuf, psum
+
+    def reshape(self, s: Reshape, scope: dict[str, Buf]) -> None:
+        if s.base.name not in scope:
+            self.fail(f"reshape of unknown buffer {s.base.name}")
+        n = m = 1
+        for d in s.base.shape:
+            n *= d
+        for d in s.buf.shape:
+            m *= d
+        if n != m:
+            self.fail(f"reshape {s.base.name} {s.base.shape} -> {s.buf.shape} changes the element count")
+
+    def op(self, s: Stmt, loops: dict[str, int], scope: dict[str, Buf]) -> None:
+        views = [v for v in vars(s).values() if isinstance(v, View)]
+        for v in views:
+            self.view(v, loops, scope)
+        if isinstance(s, Dma):
+            if "psum" in (s.dst.buf.memory, s.src.buf.memory):
+                self.fail("a DMA touches PSUM")
+            if _count(s.dst) != _count(s.src):
+                self.fail(f"DMA {s.dst.buf.name} <- {s.src.buf.name} moves {_count(s.src)} elements into "
+                          f"{_count(s.dst)}")
+        elif isinstance(s, Matmul):
+            self.matmul(s)
+        elif isinstance(s, Transpose):
+            shp = s.src.shape()
+            if s.engine == "pe" and (s.dst.buf.memory != "psum" or len(shp) != 2 or max(shp) > PMAX):
+                self.fail(f"PE transpose {s.src.buf.name} {shp} must be <= 128x128 into PSUM")
+        elif isinstance(s, (Copy, Act, Binary, Scalar)):
+            self.elementwise(s, views)
+
+    def matmul(self, s: Matmul) -> None:
+        st, mv, acc = s.stationary.shape(), s.moving.shape(), s.acc.shape()
+        if s.acc.buf.memory != "psum" or s.stationary.buf.memory != "sbuf" or s.moving.buf.memory != "sbuf":
+            self.fail("matmul reads SBUF and accumulates into PSUM")
+        if len(st) != 2 or st[0] > PMAX or st[1] > STAT_FMAX:
+            self.fail(f"matmul stationary {st} exceeds 128x128")
+        free = _prod(mv[1:])
+        if mv[0] != st[0] or free > MOVING_FMAX:
+            self.fail(f"matmul moving {mv} does not match stationary {st} or exceeds {MOVING_FMAX} free elements")
+        if acc[0] != st[1] or _prod(acc[1:]) != free:
+            self.fail(f"matmul accumulator {acc} does not hold stationary {st} x moving {mv}")
+
+    def elementwise(self, s: Stmt, views: list[View]) -> None:
+        shapes = {v.shape()[0] for v in views}
+        if len(shapes) != 1:
+            self.fail(f"{type(s).__name__} operands have different partition counts {sorted(shapes)}")
+        if any(v.buf.memory == "hbm" for v in views):
+            self.fail(f"{type(s).__name__} reads or writes HBM")
+        if isinstance(s, Binary) and s.a.buf.memory == "psum" and s.b.buf.memory == "psum":
+            self.fail("tensor_tensor with two PSUM operands")
+
+    def view(self, v: View, loops: dict[str, int], scope: dict[str, Buf]) -> None:
+        if v.buf.name not in scope or scope[v.buf.name] != v.buf:
+            self.fail(f"buffer {v.buf.name} used out of scope")
+        if len(v.idx) != len(v.buf.shape):
+            self.fail(f"{v.buf.name} indexed with {len(v.idx)} indices, has {len(v.buf.shape)} dims")
+        for dim, (i, n) in enumerate(zip(v.idx, v.buf.shape)):
+            start = i.start if isinstance(i, Sl) else i
+            lo, hi = self.range(start, loops)
+            last = hi + ((i.size - 1) * i.step if isinstance(i, Sl) else 0)
+            if lo < 0 or last >= n:
+                self.fail(f"{v.buf.name} dim {dim} index range [{lo}, {last}] outside [0, {n})")
+
+    def range(self, x: Aff, loops: dict[str, int]) -> tuple[int, int]:
+        lo = hi = x.const
+        for t in x.terms:
+            if t.var not in loops:
+                self.fail(f"index variable {t.var} is not bound by an enclosing loop")
+            span = t.coef * (loops[t.var] - 1)
+            lo, hi = lo + min(0, span), hi + max(0, span)
+        return lo, hi
+
+
+def _inline(stmts: tuple[Stmt, ...]):
+    """Blocks only group statements for reading; they are not scopes (loops are)."""
+    for s in stmts:
+        if isinstance(s, Block):
+            yield from _inline(s.body)
+        else:
+            yield s
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _count(v: View) -> int:
+    return _prod(v.shape())
+
+
+def memory_summary(k: Kernel) -> list[tuple[str, str, str, int]]:
+    """(buffer, memory, shape, bytes per partition) for every on-chip buffer, in program order."""
+    from tilec.compiler.ir import walk
+    seen, out = set(), []
+    for s in walk(k.body):
+        if isinstance(s, Alloc) and s.buf.name not in seen:
+            seen.add(s.buf.name)
+            size = s.buf.bytes_per_partition() if s.buf.memory != "hbm" else 0
+            out.append((s.buf.name, s.buf.memory, f"{s.buf.dtype}{list(s.buf.shape)}", size))
+    return out

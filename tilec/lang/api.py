@@ -1,0 +1,187 @@
+"""The public API of the tilec language: parse, check, bind sizes, evaluate.
+
+Sizes: a size symbol (a name in a parameter's shape) gets its value, in order of precedence, from the input arrays
+(`bind_inputs`, `evaluate`), from `defines` (-D N=1), or from the kernel's `default N = 4, ...` line. A `load`
+with every size known checks everything (assumptions, divisions, bounds); with some unknown it checks what it can
+and `Program.sizes` is partial, and the rest is checked when input arrays bind them.
+"""
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tilec.errors import Span, TilecError
+from tilec.lang import bounds, checker, evaluator, parser
+from tilec.lang import syntax as s
+
+DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+NP_DTYPES = evaluator.NP_DTYPES
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str  # f32 | f16 | bf16
+    shape: tuple[int, ...] | None  # None while some size is unknown
+    kind: str  # input | output | temp
+    span: Span
+
+
+@dataclass(frozen=True)
+class Program:
+    kernel: s.Kernel
+    path: str
+    source: str
+    sizes: dict[str, int]
+    tensors: dict[str, TensorInfo]
+    defines: dict[str, int] = field(default_factory=dict)  # sizes given explicitly (-D), kept by bind_inputs
+    facts: checker.Facts | None = field(default=None, compare=False, repr=False)
+    pending: bounds.Pending | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return [t for t in self.tensors.values() if t.kind == "input"]
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return [self.tensors[name] for name in self.kernel.outputs]
+
+    def complete(self) -> bool:
+        return all(t.shape is not None for t in self.tensors.values())
+
+
+def parse(text: str, filename: str = "<string>") -> s.Kernel:
+    return parser.parse(text, filename)
+
+
+def parse_schedule(text: str, filename: str = "<string>") -> tuple[s.Directive, ...]:
+    return parser.parse_schedule(text, filename)
+
+
+def _read(path_or_text: str | pathlib.Path) -> tuple[str, str]:
+    if isinstance(path_or_text, pathlib.Path) or (
+            "\n" not in path_or_text and pathlib.Path(path_or_text).suffix == ".tl"):
+        path = pathlib.Path(path_or_text)
+        if not path.is_file():
+            raise TilecError(f"no such file: {path}", None, "give the path of a .tl program")
+        return path.read_text(), str(path)
+    if "\n" not in path_or_text and pathlib.Path(path_or_text).is_file():
+        return pathlib.Path(path_or_text).read_text(), path_or_text
+    return path_or_text, "<string>"
+
+
+def load(path_or_text: str | pathlib.Path, defines: dict[str, int] | None = None) -> Program:
+    """Parse and check a program; sizes from defines, then the kernel's defaults."""
+    source, path = _read(path_or_text)
+    kernel = parser.parse(source, path)
+    facts = checker.check(kernel)
+    pending = bounds.prove(facts)
+    defines = dict(defines or {})
+    _check_defines(facts, defines)
+    return _resolve(kernel, path, source, facts, pending, defines, {})
+
+
+def check_file(path: str | pathlib.Path, defines: dict[str, int] | None = None) -> Program:
+    return load(path, defines)
+
+
+def _check_defines(facts: checker.Facts, defines: dict[str, int]) -> None:
+    sizes = ", ".join(facts.symbols) or "none"
+    for name, value in defines.items():
+        if name in facts.lets:
+            raise TilecError(f"-D {name}={value}: `{name}` is derived by a `let`, it cannot be set",
+                             facts.lets[name].span, f"set the sizes it is computed from instead ({sizes})")
+        if name not in facts.symbols:
+            raise TilecError(f"-D {name}={value}: kernel `{facts.kernel.name}` has no size `{name}`", None,
+                             f"its sizes are: {sizes}")
+
+
+def _resolve(kernel: s.Kernel, path: str, source: str, facts: checker.Facts, pending: bounds.Pending,
+             defines: dict[str, int], bound: dict[str, int]) -> Program:
+    given = {d.name: int(d.value.value) for d in kernel.defaults}
+    given.update(defines)
+    given.update(bound)
+    sizes = bounds.resolve(facts, pending, given)
+    tensors = {name: _info(t, sizes) for name, t in facts.tensors.items()}
+    return Program(kernel, path, source, sizes, tensors, defines, facts, pending)
+
+
+def _info(t: checker.Tensor, sizes: dict[str, int]) -> TensorInfo:
+    try:
+        shape = tuple(bounds.evaluate_size(d, sizes) for d in t.shape)
+    except KeyError:
+        shape = None
+    return TensorInfo(t.name, t.dtype, shape, t.kind, t.span)
+
+
+# ---- inputs ---------------------------------------------------------------------------------------------------------
+
+
+def bind_inputs(program: Program, inputs: dict[str, np.ndarray]) -> Program:
+    """Infer sizes from the input arrays' shapes (they override defaults; they must agree with -D) and re-check."""
+    params = {p.name: p for p in program.kernel.params}
+    for name in inputs:
+        if name not in params:
+            raise TilecError(f"input `{name}` is not a parameter of kernel `{program.kernel.name}`", None,
+                             f"its parameters are: {', '.join(params)}")
+    bound: dict[str, int] = {}
+    origin: dict[str, str] = {}
+    for p in program.kernel.params:
+        if p.name not in inputs:
+            raise TilecError(f"missing input `{p.name}`", p.span, f"pass an array for every parameter")
+        _bind_param(p, np.shape(inputs[p.name]), program.defines, bound, origin)
+    result = _resolve(program.kernel, program.path, program.source, program.facts, program.pending,
+                      program.defines, bound)
+    for p in program.kernel.params:
+        _match_shape(p, np.shape(inputs[p.name]), result.tensors[p.name].shape)
+    return result
+
+
+def _bind_param(p: s.Param, shape: tuple[int, ...], defines: dict[str, int], bound: dict[str, int],
+                origin: dict[str, str]) -> None:
+    dims = p.type.shape
+    if len(shape) != len(dims):
+        raise TilecError(f"input `{p.name}` has {len(shape)} dimensions {tuple(shape)}, the kernel declares "
+                         f"{len(dims)}", p.span, f"pass an array of rank {len(dims)}")
+    for i, (dim, n) in enumerate(zip(dims, shape)):
+        if not isinstance(dim, s.Name):
+            continue
+        where = f"dimension {i + 1} of `{p.name}`"
+        if dim.id in defines and defines[dim.id] != n:
+            raise TilecError(f"{where} is {n}, but {dim.id} = {defines[dim.id]} was given with -D", dim.span,
+                             f"drop -D {dim.id} or pass an array with {dim.id} = {defines[dim.id]}")
+        if dim.id in bound and bound[dim.id] != n:
+            raise TilecError(f"{where} is {n}, but {origin[dim.id]} gives {dim.id} = {bound[dim.id]}", dim.span,
+                             f"the inputs must agree on {dim.id}")
+        bound[dim.id], origin[dim.id] = n, origin.get(dim.id, where)
+
+
+def _match_shape(p: s.Param, actual: tuple[int, ...], expected: tuple[int, ...] | None) -> None:
+    if expected is not None and tuple(actual) != expected:
+        raise TilecError(f"input `{p.name}` has shape {tuple(actual)}, the kernel expects {expected}", p.span,
+                         "pass an array of the declared shape")
+
+
+def _need_sizes(program: Program) -> None:
+    missing = [n for n in program.facts.symbols if n not in program.sizes]
+    if missing:
+        raise TilecError(f"size{'s' * (len(missing) > 1)} {', '.join(missing)} of kernel `{program.kernel.name}` "
+                         "unknown", None, f"give {' '.join(f'-D {n}=...' for n in missing)} "
+                         "or add a `default` line to the kernel")
+
+
+def random_inputs(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
+    """float32 inputs, uniform in [-1, 1), drawn in parameter order from np.random.default_rng(seed)."""
+    _need_sizes(program)
+    rng = np.random.default_rng(seed)
+    return {t.name: rng.random(t.shape, dtype=np.float32) * np.float32(2) - np.float32(1) for t in program.inputs}
+
+
+def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the reference evaluator; outputs come back in their declared dtype."""
+    bound = bind_inputs(program, inputs)
+    _need_sizes(bound)
+    tensors = {n: (t.dtype, t.shape, t.kind) for n, t in bound.tensors.items()}
+    return evaluator.run(bound.kernel, bound.sizes, tensors, inputs)

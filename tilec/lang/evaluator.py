@@ -1,0 +1,249 @@
+"""The reference evaluator: runs a checked kernel on NumPy arrays. It is the ground truth for every later test.
+
+Semantics (the sequential loop nest, exactly): statements run in program order, a statement inside a loop runs once
+per iteration. Inputs are rounded to their declared dtype, arithmetic is float32, and every store rounds to the
+target's dtype. An accumulation (`+=`, `max=`, `min=`) over the loops directly around it keeps its running value in
+float32 and rounds when it is stored after the whole reduction (as a PSUM accumulation does); the summation order
+is unspecified. Tensors that are not inputs start as zeros.
+
+How it is fast: a loop is run "open" (all iterations at once, as NumPy array operations) when `plan.can_open`
+proves that executing its statements one after another, each over all of its iterations, gives the same result as
+the sequential nest. Otherwise the loop runs in Python, one iteration at a time, and its body is tried again.
+A statement over open loops reads tensors through `as_strided` views (one axis per loop variable, no copies);
+reductions become einsum/tensordot contractions, looping in Python only over the "taps": reduction variables that
+share an index with another variable (r, s in `X[y + r, x + s]`), so no im2col copy is ever built.
+"""
+from __future__ import annotations
+
+import itertools
+import string
+from dataclasses import dataclass
+from typing import Mapping
+
+import ml_dtypes
+import numpy as np
+
+from tilec.lang import syntax as s
+from tilec.lang.plan import Affines, OpenLoop, Planner, statements_under
+
+NP_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
+
+
+def round_to(dtype: str, values: np.ndarray) -> np.ndarray:
+    """Round float32 values to dtype's value set, keeping them float32 (arithmetic stays float32)."""
+    if dtype == "f32":
+        return values
+    return np.asarray(values).astype(NP_DTYPES[dtype]).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """An array with one named axis per loop variable it varies over (axes in loop order)."""
+
+    data: np.ndarray
+    axes: tuple[str, ...]
+
+
+def run(kernel: s.Kernel, sizes: Mapping[str, int], tensors: Mapping[str, tuple[str, tuple[int, ...], str]],
+        inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """tensors: name -> (dtype, shape, kind). Returns the outputs in their own dtype."""
+    store = {}
+    for name, (dtype, shape, kind) in tensors.items():
+        if kind == "input":
+            store[name] = np.ascontiguousarray(round_to(dtype, np.asarray(inputs[name], dtype=np.float32)))
+        else:
+            store[name] = np.zeros(shape, dtype=np.float32)
+    machine = Machine(sizes, tensors, store)
+    for st in kernel.body:
+        machine.item(st, {})
+    return {o: store[o].astype(NP_DTYPES[tensors[o][0]]) for o in kernel.outputs}
+
+
+class Machine:
+    """Executes statements over open loops; falls back to Python loops where opening is not proven safe."""
+
+    def __init__(self, sizes: Mapping[str, int], tensors: Mapping, store: dict[str, np.ndarray]) -> None:
+        self.sizes, self.tensors, self.store = sizes, tensors, store
+        self.affines = Affines(sizes)
+        self.planner = Planner(self.affines, {n: a.strides for n, a in store.items()},
+                               {n: a.shape for n, a in store.items()})
+
+    def item(self, st: s.Stmt, env: dict[str, int]) -> None:
+        if isinstance(st, s.Assign):
+            self.statement(st, (), env)
+            return
+        if self.planner.can_open(st, env):
+            for stmt, loops in statements_under(st, self.affines, env):
+                self.statement(stmt, loops, env)
+            return
+        start, stop = self.affines.bound(st.start, env), self.affines.bound(st.stop, env)
+        for value in range(start, stop):
+            for child in st.body:
+                self.item(child, {**env, st.var: value})
+
+    # ---- one statement over its open loops ----------------------------------------------------------------------
+
+    def statement(self, st: s.Assign, loops: tuple[OpenLoop, ...], env: dict[str, int]) -> None:
+        if any(lp.stop <= lp.start for lp in loops):
+            return
+        written = set(self.affines.vars_of(st.target, env))
+        if st.op == "=":  # a plain store in a reduction loop keeps the last iteration's value
+            env = {**env, **{lp.var: lp.stop - 1 for lp in loops if lp.var not in written}}
+            loops = tuple(lp for lp in loops if lp.var in written)
+        taps = self.planner.taps(st, loops, env)
+        inner = tuple(lp for lp in loops if lp.var not in {t.var for t in taps})
+        total = None
+        for values in itertools.product(*(range(t.start, t.stop) for t in taps)):
+            tap_env = {**env, **{t.var: v for t, v in zip(taps, values)}}
+            part = self.reduced(st, inner, tap_env, written)
+            total = part if total is None else _combine(st.op, total, part)
+        self.store_result(st, loops, env, written, total)
+
+    def reduced(self, st: s.Assign, loops: tuple[OpenLoop, ...], env: dict[str, int], written: set[str]) -> Labelled:
+        """The statement's value summed (or maxed, minned) over its reduction loops, as a Labelled over the
+        written variables it depends on."""
+        reduce_vars = [lp for lp in loops if lp.var not in written]
+        if st.op == "+=":
+            factors = _factors(st.value)
+            if len(factors) > 1:
+                return self.contract([self.expr(f, loops, env) for f in factors], loops, written)
+        value = self.expr(st.value, loops, env)
+        axes = tuple(i for i, a in enumerate(value.axes) if a not in written)
+        if st.op == "+=":
+            missing = np.prod([lp.stop - lp.start for lp in reduce_vars if lp.var not in value.axes], dtype=np.int64)
+            data = value.data.sum(axis=axes, dtype=np.float32) if axes else value.data
+            data = data * np.float32(missing) if missing != 1 else data
+        elif axes:
+            data = (np.max if st.op == "max=" else np.min)(value.data, axis=axes)
+        else:
+            data = value.data
+        return Labelled(np.asarray(data, dtype=np.float32), tuple(a for a in value.axes if a in written))
+
+    def contract(self, factors: list[Labelled], loops: tuple[OpenLoop, ...], written: set[str]) -> Labelled:
+        """sum over reduction axes of the product of factors: one einsum (tensordot inside) per call."""
+        letters = {lp.var: string.ascii_letters[i] for i, lp in enumerate(loops)}
+        present = {a for f in factors for a in f.axes}
+        out_axes = tuple(lp.var for lp in loops if lp.var in written and lp.var in present)
+        spec = ",".join("".join(letters[a] for a in f.axes) for f in factors)
+        spec += "->" + "".join(letters[a] for a in out_axes)
+        data = np.einsum(spec, *(np.asarray(f.data, dtype=np.float32) for f in factors), optimize=True)
+        missing = np.prod([lp.stop - lp.start for lp in loops if lp.var not in written and lp.var not in present],
+                          dtype=np.int64)
+        data = np.asarray(data, dtype=np.float32)
+        return Labelled(data * np.float32(missing) if missing != 1 else data, out_axes)
+
+    def store_result(self, st: s.Assign, loops: tuple[OpenLoop, ...], env: dict[str, int], written: set[str],
+                     value: Labelled) -> None:
+        view, axes = self.view(st.target, loops, env, writeable=True)
+        data = _expand(value, axes)
+        dtype = self.tensors[st.target.tensor][0]
+        if st.op == "=":
+            view[...] = round_to(dtype, np.broadcast_to(data, view.shape))
+        else:
+            view[...] = round_to(dtype, _combine(st.op, Labelled(view, axes), Labelled(data, axes)).data)
+
+    # ---- expressions --------------------------------------------------------------------------------------------
+
+    def expr(self, e: s.Expr, loops: tuple[OpenLoop, ...], env: dict[str, int]) -> Labelled:
+        if isinstance(e, s.Num):
+            return Labelled(np.float32(e.value), ())
+        if isinstance(e, s.Name):
+            return self.name(e, loops, env)
+        if isinstance(e, s.Access):
+            view, axes = self.view(e, loops, env, writeable=False)
+            return Labelled(view, axes)
+        if isinstance(e, s.Neg):
+            x = self.expr(e.x, loops, env)
+            return Labelled(-x.data, x.axes)
+        if isinstance(e, s.BinOp):
+            return _binary(e.op, self.expr(e.lhs, loops, env), self.expr(e.rhs, loops, env), loops)
+        args = [self.expr(a, loops, env) for a in e.args]
+        return _call(e.fn, args, loops)
+
+    def name(self, e: s.Name, loops: tuple[OpenLoop, ...], env: dict[str, int]) -> Labelled:
+        for lp in loops:
+            if lp.var == e.id:
+                return Labelled(np.arange(lp.start, lp.stop, dtype=np.float32), (e.id,))
+        value = env[e.id] if e.id in env else self.sizes[e.id]
+        return Labelled(np.float32(value), ())
+
+    def view(self, acc: s.Access, loops: tuple[OpenLoop, ...], env: dict[str, int],
+             writeable: bool) -> tuple[np.ndarray, tuple[str, ...]]:
+        """A strided view of the accessed elements, one axis per open loop variable the access depends on."""
+        base = self.store[acc.tensor]
+        dims = self.affines.of(acc, env)
+        used = {v for d in dims for v in d.coeffs}
+        open_loops = [lp for lp in loops if lp.var in used]
+        item = base.itemsize
+        offset = sum(d.offset * st for d, st in zip(dims, base.strides)) // item
+        offset += sum(d.coeffs.get(lp.var, 0) * lp.start * st
+                      for lp in open_loops for d, st in zip(dims, base.strides)) // item
+        shape = tuple(lp.stop - lp.start for lp in open_loops)
+        strides = tuple(sum(d.coeffs.get(lp.var, 0) * st for d, st in zip(dims, base.strides)) for lp in open_loops)
+        flat = base.reshape(-1)[offset:]
+        view = np.lib.stride_tricks.as_strided(flat, shape=shape, strides=strides, writeable=writeable)
+        return view, tuple(lp.var for lp in open_loops)
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------------
+
+
+def _factors(e: s.Expr) -> list[s.Expr]:
+    """a * b * (c * d) -> [a, b, c, d]: the operands of a sum-of-products contraction."""
+    if isinstance(e, s.BinOp) and e.op == "*":
+        return _factors(e.lhs) + _factors(e.rhs)
+    return [e]
+
+
+def _align(x: Labelled, axes: tuple[str, ...]) -> np.ndarray:
+    """Reshape x so it broadcasts against the axes (x.axes must be a subsequence of axes)."""
+    shape = [1] * len(axes)
+    for a, n in zip(x.axes, np.shape(x.data)):
+        shape[axes.index(a)] = n
+    return np.reshape(x.data, shape) if axes else x.data
+
+
+def _expand(x: Labelled, axes: tuple[str, ...]) -> np.ndarray:
+    return _align(x, axes)
+
+
+def _union(a: Labelled, b: Labelled, loops: tuple[OpenLoop, ...]) -> tuple[str, ...]:
+    both = set(a.axes) | set(b.axes)
+    return tuple(lp.var for lp in loops if lp.var in both)
+
+
+_BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
+
+
+def _binary(op: str, a: Labelled, b: Labelled, loops: tuple[OpenLoop, ...]) -> Labelled:
+    axes = _union(a, b, loops)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        data = _BINARY[op](_align(a, axes), _align(b, axes), dtype=np.float32)
+    return Labelled(data, axes)
+
+
+def _call(fn: str, args: list[Labelled], loops: tuple[OpenLoop, ...]) -> Labelled:
+    if fn in ("max", "min"):
+        axes = _union(args[0], args[1], loops)
+        f = np.maximum if fn == "max" else np.minimum
+        return Labelled(f(_align(args[0], axes), _align(args[1], axes), dtype=np.float32), axes)
+    x = args[0]
+    if fn == "relu":
+        return Labelled(np.maximum(x.data, np.float32(0), dtype=np.float32), x.axes)
+    if fn == "exp":
+        with np.errstate(over="ignore"):
+            return Labelled(np.exp(x.data, dtype=np.float32), x.axes)
+    return Labelled(round_to(fn, np.asarray(x.data, dtype=np.float32)), x.axes)
+
+
+def _combine(op: str, acc: Labelled, part: Labelled) -> Labelled:
+    """Fold one more partial result into an accumulation (axes of part are a subset of acc's or vice versa)."""
+    axes = acc.axes if len(acc.axes) >= len(part.axes) else part.axes
+    a, b = _align(acc, axes), _align(part, axes)
+    if op == "+=":
+        return Labelled(np.add(a, b, dtype=np.float32), axes)
+    if op == "max=":
+        return Labelled(np.maximum(a, b), axes)
+    if op == "min=":
+        return Labelled(np.minimum(a, b), axes)
+    return Labelled(b, axes)  # "=": the later store wins

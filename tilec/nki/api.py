@@ -1,0 +1,92 @@
+"""Public entry points of the NKI interpreter (the contract in the briefing):
+
+    simulate(kernel_fn, *arrays, **kwargs) -> outputs            like nki.simulate_kernel
+    simulate_traced(kernel_fn, *arrays, **kwargs) -> (outputs, Trace)
+    load_kernel_file(path, name) -> kernel                        imports a .py kernel file with the shim active
+    run_file(path, kernel, inputs, ...) -> (outputs, Trace)       what `tilec nki-run` does
+    random_inputs(specs, seed) -> dict of arrays                  from "a=128x512:float16" shape specs
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import pathlib
+import sys
+
+import numpy as np
+
+from tilec.nki import dtypes, shim
+from tilec.nki.kernel import as_kernel, run_kernel
+from tilec.nki.rules import NkiError
+from tilec.trace import Trace
+
+
+def simulate(kernel_fn: object, *arrays: object, target: str | None = None, **kwargs: object) -> object:
+    outputs, _ = simulate_traced(kernel_fn, *arrays, target=target, **kwargs)
+    return outputs
+
+
+def simulate_traced(kernel_fn: object, *arrays: object, target: str | None = None,
+                    **kwargs: object) -> tuple[object, Trace]:
+    shim.install()
+    return run_kernel(as_kernel(kernel_fn), arrays, kwargs, target=target)
+
+
+def load_kernel_file(path: str | pathlib.Path, name: str) -> object:
+    """Import `path` as a module (with `import neuronxcc.nki` served by tilec if needed) and return `name`."""
+    shim.install()
+    path = pathlib.Path(path).resolve()
+    if not path.is_file():
+        raise NkiError(f"kernel file {path} does not exist", "kernel_file", None)
+    module_name = f"tilec_kernel_{path.stem}_{abs(hash(str(path))) % 10**8}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    if not hasattr(module, name):
+        found = [k for k, v in vars(module).items() if _is_kernel(v)]
+        raise NkiError(f"{path.name} has no kernel named '{name}'", "kernel_name", (str(path), 0),
+                       f"kernels in the file: {', '.join(found) or 'none'}")
+    return getattr(module, name)
+
+
+def _is_kernel(value: object) -> bool:
+    from tilec.nki.kernel import Kernel
+
+    return isinstance(value, Kernel)
+
+
+def kernel_params(kernel: object) -> list[str]:
+    return list(inspect.signature(as_kernel(kernel).func).parameters)
+
+
+def random_inputs(specs: dict[str, tuple[tuple[int, ...], str]], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (shape, dtype) in specs.items():
+        dt = dtypes.as_dtype(dtype)
+        values = rng.random(shape, dtype=np.float32)
+        out[name] = values.astype(dt) if dt.kind != "i" and dt.kind != "u" else (values * 100).astype(dt)
+    return out
+
+
+def parse_shape_spec(spec: str) -> tuple[str, tuple[tuple[int, ...], str]]:
+    """'a=128x512:float16' -> ('a', ((128, 512), 'float16')); dtype defaults to float32."""
+    name, _, rest = spec.partition("=")
+    dims, _, dtype = rest.partition(":")
+    if not name.isidentifier() or not dims:
+        raise ValueError(f"bad shape spec {spec!r}; write NAME=DIMxDIM[:dtype], e.g. a=128x512:float16")
+    shape = tuple(int(d) for d in dims.lower().split("x"))
+    return name, (shape, dtype or "float32")
+
+
+def run_file(path: str, kernel: str, inputs: dict[str, object], target: str | None = None) -> tuple[object, Trace]:
+    fn = load_kernel_file(path, kernel)
+    params = kernel_params(fn)
+    missing = [p for p in params if p not in inputs and
+               inspect.signature(as_kernel(fn).func).parameters[p].default is inspect.Parameter.empty]
+    if missing:
+        raise NkiError(f"no input given for kernel parameter(s) {', '.join(missing)}", "kernel_inputs",
+                       None, f"kernel {kernel}({', '.join(params)})")
+    args = {p: inputs[p] for p in params if p in inputs}
+    return simulate_traced(fn, target=target, **args)

@@ -1,0 +1,219 @@
+"""The hardware and API rules each NKI call is checked against (spec §1.3-1.11, §2.2), one function per rule.
+
+Messages use NKI's own wording where the spec quotes one (e.g. "number of partitions 256 exceed architecture
+limitation of 128") and always name the tile, its buffer and shape; `rules.NkiError` adds the kernel file:line.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tilec.nki import rules
+
+_ON_CHIP = ("sbuf", "psum")
+
+
+def _desc(t: object) -> str:
+    return t.describe()
+
+
+# ---- allocation and capacity ----
+def new_tile(run: object, shape: tuple, dtype: np.dtype, memory: str, name: str, where: tuple) -> None:
+    if memory == "hbm":
+        return
+    tgt = run.target
+    if shape and shape[0] > tgt.pmax:
+        raise rules.NkiSyntaxError(
+            f"number of partitions {shape[0]} exceed architecture limitation of {tgt.pmax}",
+            "err_num_partition_exceed_arch_limit", where, f"tile '{name}' of shape {tuple(shape)} in {memory}",
+            hint=f"the first (partition) dimension of an SBUF/PSUM tile is at most {tgt.pmax}; loop over chunks "
+                 f"of {tgt.pmax} rows")
+    bpp = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    if memory == "psum" and bpp > tgt.psum_bank_bytes:
+        raise rules.NkiSyntaxError(
+            f"PSUM tile needs {bpp} bytes per partition, more than one {tgt.psum_bank_bytes}-byte PSUM bank",
+            "psum_tile_exceeds_bank", where, f"tile '{name}' of shape {tuple(shape)}, {np.dtype(dtype).name}",
+            hint="a PSUM tile holds at most 512 fp32 per partition (nl.tile_size.psum_fmax); split the free dim")
+
+
+def psum_capacity(run: object, buf: object) -> None:
+    banks = run.target.psum_banks
+    if len(run.psum_live) >= banks:
+        live = ", ".join(f"'{n}'" for n in run.psum_live.values())
+        raise rules.MemoryRuleError(
+            f"PSUM has {banks} banks of {run.target.psum_bank_bytes} bytes per partition; allocating '{buf.name}' "
+            f"would make {len(run.psum_live) + 1} PSUM tiles live at once", "psum_bank_overflow", buf.where,
+            f"live PSUM tiles: {live}",
+            hint="evacuate PSUM to SBUF (tensor_copy) and allocate PSUM tiles inside the loop body so they die "
+                 "each iteration")
+
+
+def sbuf_capacity(run: object, buf: object) -> None:
+    tgt = run.target
+    if run.sbuf_used + buf.bpp > tgt.sbuf_usable:
+        raise rules.MemoryRuleError(
+            f"SBUF usage per partition exceeds the usable {tgt.sbuf_usable} bytes of {tgt.name}: "
+            f"{run.sbuf_used} bytes live + {buf.bpp} bytes for '{buf.name}'", "sbuf_capacity", buf.where,
+            f"tile '{buf.name}' of shape {tuple(buf.shape)}, {buf.dtype.name}; {len(run.sbuf_live)} SBUF tiles live",
+            hint="use smaller tiles or allocate them inside the loop body that uses them")
+
+
+# ---- memory state ----
+def dead(t: object, where: tuple) -> None:
+    raise rules.ScopeError(
+        f"tile '{t.buf.name}' is used outside the loop iteration that allocated it",
+        "err_local_variable_used_out_of_scope", where, f"tensor {_desc(t)}, allocated at line {t.buf.where[1]}",
+        hint="a tile allocated inside a loop body lives for one iteration; allocate it before the loop")
+
+
+def unwritten(t: object, written: np.ndarray, where: tuple) -> None:
+    index = [int(i) for i in np.argwhere(~written)[0]]
+    raise rules.UninitializedReadError(
+        f"read of memory that was never written: element {index} of {_desc(t)}", "uninitialized_read", where,
+        f"tile '{t.buf.name}' allocated at line {t.buf.where[1]}",
+        hint="on hardware this reads garbage; write the tile first (nl.zeros for accumulators) or fix the bounds")
+
+
+# ---- operands ----
+def tile(t: object, api: str, role: str, where: tuple) -> None:
+    from tilec.nki.tensor import Tensor
+
+    if not isinstance(t, Tensor):
+        raise rules.NkiTypeError(f"operand '{role}' of '{api}' must be a tile, got {type(t).__name__}",
+                                 "operand_type", where, hint="pass an SBUF/PSUM tile")
+    if t.buf.memory not in _ON_CHIP:
+        raise rules.MemoryRuleError(
+            f"Expected operand '{role}' of '{api}' to be in address space 'sbuf' or 'psum', but got a tile in "
+            f"'{t.buf.memory}' instead", "err_unsupported_memory", where, f"tensor {_desc(t)}",
+            hint="load HBM data into SBUF first (nisa.dma_copy)")
+    partition_first(t, api, role, where)
+
+
+def partition_first(t: object, api: str, role: str, where: tuple) -> None:
+    ps = t.buf.pstride
+    shape, strides = t.shape, t.strides
+    p_ok = bool(shape) and (shape[0] == 1 or strides[0] in (ps, 0))
+    free_ok = all(n == 1 or s == 0 or abs(s) < ps for n, s in zip(shape[1:], strides[1:]))
+    bad = not (p_ok and free_ok)
+    if bad:
+        raise rules.NkiSyntaxError(
+            f"operand '{role}' of '{api}': the partition dimension must be the first dimension of a tile",
+            "err_failed_to_infer_tile_from_local_tensor", where, f"view of shape {tuple(t.shape)} of {_desc(t)}",
+            hint="index the partition dimension first, e.g. t[0:128, ...]")
+
+
+def engine_reads(engine: str, t: object, api: str, role: str, where: tuple) -> None:
+    if engine == "tensor" and t.buf.memory != "sbuf":
+        raise rules.MemoryRuleError(
+            f"TensorE reads only SBUF: operand '{role}' of '{api}' is in {t.buf.memory}", "engine_memory_access",
+            where, f"tensor {_desc(t)}", hint="copy it to SBUF first (nisa.tensor_copy)")
+    if engine == "gpsimd" and t.buf.memory == "psum":
+        raise rules.MemoryRuleError(
+            f"GpSimdE cannot access PSUM: operand '{role}' of '{api}' is in psum", "engine_memory_access", where,
+            f"tensor {_desc(t)}", hint="use the vector engine, or copy the data to SBUF first")
+
+
+def engine_writes(engine: str, api: str, dst: object, where: tuple) -> None:
+    mem = dst.buf.memory
+    bad = (engine == "tensor" and mem != "psum") or (engine in ("gpsimd",) and mem == "psum") or \
+          (engine == "dma" and mem == "psum") or (engine in ("vector", "scalar", "gpsimd") and mem == "hbm")
+    if bad:
+        what = {"tensor": "TensorE writes only PSUM", "gpsimd": "GpSimdE cannot access PSUM",
+                "dma": "dma_copy cannot access PSUM", "vector": "VectorE cannot write HBM",
+                "scalar": "ScalarE cannot write HBM"}[engine if not (engine == "gpsimd" and mem == "hbm") else "vector"]
+        raise rules.MemoryRuleError(f"{what}: the result of '{api}' cannot be stored into a tile in {mem}",
+                                    "engine_memory_access", where, f"destination {_desc(dst)}",
+                                    hint="store to HBM with nisa.dma_copy from SBUF; evacuate PSUM with "
+                                         "nisa.tensor_copy")
+
+
+def same_partitions(a: object, b: object, api: str, roles: tuple, where: tuple) -> None:
+    if a.shape[0] != b.shape[0]:
+        raise rules.NkiSyntaxError(
+            f"number of partitions mismatch in '{api}': '{roles[0]}' has {a.shape[0]}, '{roles[1]}' has "
+            f"{b.shape[0]}", "err_num_partition_mismatch", where, f"{roles[0]} {_desc(a)}; {roles[1]} {_desc(b)}",
+            hint="operands must span the same partitions; broadcast explicitly")
+
+
+def free_limit(t: object, engine: str, api: str, role: str, run: object, where: tuple) -> None:
+    tgt = run.target
+    limit = tgt.vector_psum_fmax if t.buf.memory == "psum" else tgt.vector_sbuf_fmax
+    if t.free_size > limit:
+        raise rules.NkiSyntaxError(
+            f"free size {t.free_size} of operand '{role}' of '{api}' exceeds the {engine} engine limit of {limit} "
+            f"elements per partition from {t.buf.memory}", "engine_free_size_limit", where, f"tensor {_desc(t)}",
+            hint="split the free dimension into several instructions")
+
+
+def psum_operands(a: object, b: object, api: str, where: tuple) -> None:
+    if a.buf.memory == "psum" and b.buf.memory == "psum":
+        raise rules.MemoryRuleError(
+            f"'{api}' can read at most one operand from PSUM; both are in psum", "tensor_tensor_psum_operands",
+            where, f"data1 {_desc(a)}; data2 {_desc(b)}", hint="copy one operand to SBUF first")
+
+
+def matmul(run: object, stationary: object, moving: object, where: tuple) -> None:
+    tgt = run.target
+    k, k2 = stationary.shape[0], moving.shape[0]
+    m, n = stationary.free_size, moving.free_size
+    pair = f"stationary {_desc(stationary)}; moving {_desc(moving)}"
+    if k != k2:
+        raise rules.NkiSyntaxError(
+            f"nc_matmul contraction mismatch: stationary has {k} partitions, moving has {k2}",
+            "matmul_contraction_mismatch", where, pair, hint="both operands carry the contraction dim on partitions")
+    if m > tgt.stationary_fmax:
+        raise rules.NkiSyntaxError(
+            f"nc_matmul stationary free size {m} exceeds gemm_stationary_fmax {tgt.stationary_fmax}",
+            "matmul_stationary_size", where, pair, hint="the stationary tile is at most 128 x 128")
+    if n > tgt.moving_fmax:
+        raise rules.NkiSyntaxError(
+            f"nc_matmul moving free size {n} exceeds gemm_moving_fmax {tgt.moving_fmax}", "matmul_moving_size",
+            where, pair, hint="the moving tile is at most 128 x 512; split N into several matmuls")
+
+
+def dma(src: object, dst: object, where: tuple) -> None:
+    for role, t in (("src", src), ("dst", dst)):
+        if t.buf.memory == "psum":
+            raise rules.MemoryRuleError(
+                f"dma_copy cannot access PSUM: operand '{role}' is in psum", "dma_psum_access", where,
+                f"tensor {_desc(t)}", hint="copy PSUM to SBUF with nisa.tensor_copy before the DMA")
+    if src.size != dst.size:
+        raise rules.NkiSyntaxError(
+            f"dma_copy element counts differ: src has {src.size}, dst has {dst.size}", "dma_shape_mismatch", where,
+            f"src {_desc(src)} view {tuple(src.shape)}; dst {_desc(dst)} view {tuple(dst.shape)}")
+    for role, t in (("src", src), ("dst", dst)):
+        if t.buf.memory == "sbuf":
+            partition_first(t, "dma_copy", role, where)
+
+
+def retarget(run: object, instr: object, dst: object, where: tuple) -> None:
+    engine_writes(instr.engine, instr.op, dst, where)
+    if dst.buf.memory != "hbm":
+        partition_first(dst, instr.op, "dst", where)
+
+
+def assign_shapes(dst: object, src: object, where: tuple) -> None:
+    try:
+        ok = src.size <= dst.size and (src.size == dst.size or
+                                       np.broadcast_shapes(tuple(src.shape), tuple(dst.shape)) == tuple(dst.shape))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise rules.NkiSyntaxError(
+            f"assignment destination shape {tuple(dst.shape)} is smaller than the source shape {tuple(src.shape)}",
+            "err_store_dst_shape_smaller_than_other_shape", where, f"dst {_desc(dst)}; src {_desc(src)}")
+
+
+def accumulate(run: object, dst: object, value: object, where: tuple) -> None:
+    from tilec.nki.core import is_fresh
+
+    ok = is_fresh(value) and run.instrs[value.buf.instr].op == "nc_matmul" and dst.buf.memory == "psum"
+    if not ok:
+        raise rules.NkiSyntaxError(
+            "'+=' is only supported for accumulating nc_matmul results into a PSUM tile", "psum_accumulate_only",
+            where, f"destination {_desc(dst)}",
+            hint="write acc += nisa.nc_matmul(a, b) with acc = nl.zeros(..., buffer=nl.psum); for other updates "
+                 "assign dst[...] = nl.add(dst, x)")
+    if value.size != dst.size:
+        raise rules.NkiSyntaxError(
+            f"'+=' shape mismatch: accumulator {tuple(dst.shape)} vs matmul result {tuple(value.shape)}",
+            "psum_accumulate_shape", where, f"destination {_desc(dst)}")

@@ -1,0 +1,216 @@
+"""The instruction machinery shared by nki.isa and nki.language: checked reads and writes, fresh results,
+instruction records, assignment (`dst[...] = value`) and PSUM accumulation (`acc += nc_matmul(...)`).
+
+Every API call goes: `begin()` (commit results the kernel kept) -> operand checks -> `read()` each operand (scope,
+never-written memory, dependence log) -> compute in fp32 with numpy -> `result()` (a fresh tile, rounded to its dtype
+on store) -> `emit()` the trace record. A fresh result assigned or `+=`-ed straight into a destination is written
+there instead (the instruction is retargeted, as the NKI compiler does), so it costs no extra copy and no memory.
+"""
+from __future__ import annotations
+
+import dataclasses
+import linecache
+import re
+
+import numpy as np
+
+from tilec.nki import checks, races, recorder, rules, runtime
+from tilec.nki.runtime import Buffer, Run
+from tilec.nki.tensor import Tensor
+from tilec.trace import Instr
+
+F32 = np.dtype(np.float32)
+_NAME_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
+_names: dict[tuple[str, int], str] = {}
+
+
+def begin() -> tuple[Run, tuple[str, int]]:
+    run = runtime.current()
+    run.flush()
+    return run, runtime.callsite()
+
+
+def target_name(where: tuple[str, int], default: str) -> str:
+    """The variable a kernel line assigns to (`a_tile = nl.ndarray(...)` -> 'a_tile'): names buffers in reports."""
+    name = _names.get(where)
+    if name is None:
+        m = _NAME_RE.match(linecache.getline(where[0], where[1]))
+        name = _names[where] = m.group(1) if m else ""
+    return name or default
+
+
+# ---- reads and writes ----
+def read(run: Run, t: Tensor, where: tuple[str, int], log_it: bool = True) -> np.ndarray:
+    buf = t.buf
+    if not buf.alive:
+        checks.dead(t, where)
+    if not buf.all_written:
+        w = t.written_view()
+        if not w.all():
+            checks.unwritten(t, w, where)
+        if t.size == buf.data.size and 0 not in t.strides:
+            buf.all_written = True
+    if log_it:
+        log = run.cur_log()
+        if log is not None and log.frame.id not in buf.scope:
+            log.add(buf, t.off, t.shape, t.strides, races.READ, where)
+    return t.arr
+
+
+def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int = races.WRITE,
+          mask: np.ndarray | None = None) -> None:
+    buf = t.buf
+    if not buf.alive:
+        checks.dead(t, where)
+    if mask is None:
+        np.copyto(t.arr, value, casting="unsafe")
+    else:
+        np.copyto(t.arr, value, casting="unsafe", where=mask)
+    if not buf.all_written:
+        if mask is None:
+            t.written_view()[...] = True
+            if t.size == buf.data.size and 0 not in t.strides:
+                buf.all_written = True
+        else:
+            np.copyto(t.written_view(), True, where=mask)
+    log = run.cur_log()
+    if log is not None and log.frame.id not in buf.scope:
+        log.add(buf, t.off, t.shape, t.strides, kind, where)
+
+
+def f32(run: Run, t: Tensor, where: tuple[str, int]) -> np.ndarray:
+    """Read an operand as the engines see it: fp32."""
+    a = read(run, t, where)
+    return a if a.dtype == F32 else a.astype(F32)
+
+
+# ---- allocation ----
+def allocate(run: Run, shape: tuple, dtype: np.dtype, memory: str, name: str, where: tuple[str, int],
+             fill: object = None, temp: bool = False) -> Tensor:
+    checks.new_tile(run, shape, dtype, memory, name, where)
+    data = np.empty(shape, dtype)
+    if fill is None:
+        _poison(data)
+    else:
+        data[...] = fill
+    buf = Buffer(run, name, memory, data, written=fill is not None, where=where)
+    run.allocate(buf, temp=temp)
+    return Tensor.whole(buf)
+
+
+def _poison(data: np.ndarray) -> None:
+    """New memory reads as NaN (floats) or a sentinel (ints), like AWS's newer simulator."""
+    if data.dtype.kind in "iu":
+        data.fill(4)
+    else:
+        data.fill(np.nan)
+
+
+def result(run: Run, value: np.ndarray, dtype: np.dtype, memory: str, where: tuple[str, int],
+           default_name: str) -> Tensor:
+    """A fresh output tile holding `value` rounded to `dtype`; remembers the unrounded value for retargeting."""
+    name = target_name(where, default_name)
+    shape = tuple(value.shape)
+    checks.new_tile(run, shape, dtype, memory, name, where)
+    data = np.empty(shape, dtype)
+    np.copyto(data, value, casting="unsafe")
+    buf = Buffer(run, name, memory, data, written=True, where=where)
+    run.allocate(buf, temp=True)
+    buf.raw = value
+    return Tensor.whole(buf)
+
+
+# ---- trace ----
+def emit(run: Run, engine: str, op: str, out: Tensor | None, ins: tuple, where: tuple[str, int],
+         **fields: object) -> int:
+    seq = len(run.instrs)
+    infos = run.infos
+    for t in ins:
+        info = infos.get(t.buf.id)
+        if info is not None:
+            info.last_seq = seq
+    if out is not None:
+        info = infos.get(out.buf.id)
+        if info is not None:
+            info.last_seq = seq
+        out.buf.instr = seq
+    fields.setdefault("partitions", out.partitions if out is not None else 0)
+    fields.setdefault("free", out.free_size if out is not None else 0)
+    run.instrs.append(Instr(
+        seq=seq, engine=engine, op=op, in_dtypes=tuple(t.dtype.name for t in ins),
+        out_dtype=out.dtype.name if out is not None else "", reads=tuple(recorder.access(t) for t in ins),
+        writes=(recorder.access(out),) if out is not None else (), file=where[0], line=where[1], **fields))
+    return seq
+
+
+def _retarget(run: Run, tmp: Tensor, dst: Tensor, accumulate: bool) -> None:
+    idx = tmp.buf.instr
+    instr = run.instrs[idx]
+    info = run.infos.get(dst.buf.id)
+    if info is not None:
+        info.last_seq = max(info.last_seq, idx)
+    run.instrs[idx] = dataclasses.replace(instr, writes=(recorder.access(dst),), out_dtype=dst.dtype.name,
+                                          accumulate=accumulate or instr.accumulate)
+    run.discard(tmp.buf)
+
+
+def is_fresh(value: object) -> bool:
+    return isinstance(value, Tensor) and value.buf.temp and value.buf.raw is not None and \
+        value.off == 0 and value.shape == value.buf.shape
+
+
+# ---- dst[...] = value ----
+def assign(dst: Tensor, value: object) -> None:
+    run = runtime.current()
+    where = runtime.callsite()
+    if isinstance(value, Tensor) and value.buf is dst.buf and value.off == dst.off and \
+            value.shape == dst.shape and value.strides == dst.strides:
+        return  # `acc[...] += x` re-stores the view it just updated
+    if is_fresh(value) and value.size == dst.size:
+        checks.retarget(run, run.instrs[value.buf.instr], dst, where)
+        write(run, dst, value.buf.raw.reshape(dst.shape), where)
+        _retarget(run, value, dst, accumulate=False)
+        return
+    run.flush()
+    if isinstance(value, Tensor):
+        _copy(run, dst, value, where)
+    elif isinstance(value, (int, float, np.number, bool)):
+        write(run, dst, value, where)
+        emit(run, "vector", "memset", dst, (), where, attrs=(("value", float(value)),))
+    else:
+        raise rules.NkiTypeError(f"cannot assign a {type(value).__name__} to a tile", "assignment", where,
+                                 f"destination {dst.describe()}",
+                                 hint="assign the result of an NKI API call, a tile, or a scalar constant")
+
+
+def _copy(run: Run, dst: Tensor, src: Tensor, where: tuple[str, int]) -> None:
+    checks.assign_shapes(dst, src, where)
+    if "hbm" in (dst.buf.memory, src.buf.memory):
+        from tilec.nki import isa
+
+        isa.dma_copy(dst=dst, src=src)
+        return
+    value = read(run, src, where)
+    if src.size != dst.size:
+        value = np.broadcast_to(value, dst.shape)
+    elif value.shape != dst.shape:
+        value = value.reshape(dst.shape)
+    write(run, dst, value if src.dtype == dst.dtype else value.astype(F32), where)
+    emit(run, "vector", "tensor_copy", dst, (src,), where)
+
+
+# ---- acc += nc_matmul(...) ----
+def accumulate(dst: Tensor, value: object) -> None:
+    run = runtime.current()
+    where = runtime.callsite()
+    checks.accumulate(run, dst, value, where)
+    read(run, dst, where, log_it=False)  # the accumulation's own read-modify-write is logged as ACC
+    raw = value.buf.raw.reshape(dst.shape)
+    if dst.dtype == F32 and dst.buf.all_written:
+        np.add(dst.arr, raw, out=dst.arr)
+        log = run.cur_log()
+        if log is not None and log.frame.id not in dst.buf.scope:
+            log.add(dst.buf, dst.off, dst.shape, dst.strides, races.ACC, where)
+    else:
+        write(run, dst, dst.arr.astype(F32) + raw, where, kind=races.ACC)
+    _retarget(run, value, dst, accumulate=True)

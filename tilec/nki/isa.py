@@ -1,0 +1,382 @@
+"""`neuronxcc.nki.isa`: the ISA-level instructions of NKI 0.1 (return-value style), executed eagerly with numpy.
+
+Each function checks its operands against the hardware rules (checks.py), computes in fp32 (matmul accumulates in
+fp32 into PSUM; dma_copy casts through fp32 only when dtypes differ, otherwise copies bits), stores the result
+rounded to its dtype, and records one trace instruction.
+"""
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from tilec.nki import alu, checks, core, dtypes, rules
+from tilec.nki.indexing import IndexExpr, Predicate
+from tilec.nki.tensor import Tensor
+
+F32 = np.dtype(np.float32)
+
+
+class engine(enum.IntEnum):
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    vector = 5
+    sync = 6
+
+
+unknown_engine, tensor_engine, scalar_engine = engine.unknown, engine.tensor, engine.scalar
+gpsimd_engine, vector_engine, sync_engine = engine.gpsimd, engine.vector, engine.sync
+
+
+class nc_version(enum.IntEnum):
+    gen2 = 2
+    gen3 = 3
+
+
+def get_nc_version() -> nc_version:
+    from tilec.nki import runtime
+
+    run = runtime.active()
+    return nc_version.gen2 if run is not None and run.target.name == "trn1" else nc_version.gen3
+
+
+class oob_mode(enum.IntEnum):
+    error = 0
+    skip = 1
+
+
+class dge_mode(enum.IntEnum):
+    unknown = 0
+    none = 1
+    swdge = 2
+    hwdge = 3
+
+
+class reduce_cmd(enum.IntEnum):
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+
+
+_ENGINE_NAMES = {engine.tensor: "tensor", engine.scalar: "scalar", engine.gpsimd: "gpsimd",
+                 engine.vector: "vector"}
+
+
+def _engine(requested: object, default: str) -> str:
+    return _ENGINE_NAMES.get(requested, default) if requested is not None else default
+
+
+def _op(op: object, api: str, where: tuple) -> alu.Op:
+    found = alu.lookup(op)
+    if found is None:
+        raise rules.NkiTypeError(f"unsupported operator {op!r} for '{api}'", "unsupported_op", where,
+                                 hint="pass an nl.* operator such as nl.add, nl.multiply, nl.maximum")
+    return found
+
+
+def mask_array(mask: object, shape: tuple) -> np.ndarray | None:
+    if mask is None:
+        return None
+    if isinstance(mask, Predicate):
+        return np.broadcast_to(mask.evaluate(), shape)
+    return np.broadcast_to(np.asarray(mask, dtype=bool), shape)
+
+
+def _finish(run, value: np.ndarray, dtype: object, default: np.dtype, memory: str, where: tuple,
+            name: str) -> Tensor:
+    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else default
+    return core.result(run, value, out_dtype, memory, where, name)
+
+
+# ---- data movement ----
+def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: object = None,
+             oob_mode: object = None, dge_mode: object = None) -> None:
+    run, where = core.begin()
+    for role, t in (("src", src), ("dst", dst)):
+        if not isinstance(t, Tensor):
+            raise rules.NkiTypeError(f"operand '{role}' of 'dma_copy' must be a tensor, got {type(t).__name__}",
+                                     "operand_type", where)
+    checks.dma(src, dst, where)
+    value = core.read(run, src, where)
+    if value.shape != dst.shape:
+        value = value.reshape(dst.shape)
+    if src.dtype != dst.dtype:
+        value = value.astype(F32)  # DMA casts src -> fp32 -> dst
+    if dst_rmw_op is not None:
+        op = _op(dst_rmw_op, "dma_copy", where)
+        value = op.binary(core.f32(run, dst, where), value.astype(F32))
+    core.write(run, dst, value, where, mask=mask_array(mask, dst.shape))
+    _emit_dma(run, "dma_copy", src, dst, where)
+
+
+def _emit_dma(run, op: str, src: Tensor, dst: Tensor, where: tuple, **attrs: object) -> None:
+    from tilec.nki import recorder
+
+    chunks, chunk_bytes = recorder.dma_chunks(src, dst)
+    side = dst if dst.buf.memory != "hbm" else src if src.buf.memory != "hbm" else dst
+    parts = side.shape[0] if side.shape else 1
+    core.emit(run, "dma", op, dst, (src,), where, partitions=parts, free=dst.size // max(parts, 1),
+              bytes=dst.size * dst.itemsize, dma_chunks=chunks, dma_chunk_bytes=chunk_bytes,
+              attrs=tuple(attrs.items()))
+
+
+def dma_transpose(src: Tensor, *, axes: tuple | None = None, mask: object = None, dtype: object = None,
+                  dge_mode: object = None) -> Tensor:
+    run, where = core.begin()
+    perms = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+    perm = tuple(axes) if axes is not None else perms.get(src.ndim)
+    if perm is None or perms.get(src.ndim) != perm:
+        raise rules.NkiSyntaxError(f"dma_transpose supports axes {perms.get(src.ndim)} for a {src.ndim}-D source, "
+                                   f"got {perm}", "dma_transpose_axes", where, f"src {src.describe()}")
+    if src.buf.memory == "psum":
+        checks.dma(src, src, where)
+    view = Tensor(src.buf, src.off, tuple(src.shape[p] for p in perm), tuple(src.strides[p] for p in perm))
+    value = core.read(run, view, where)
+    out = _finish(run, value if dtype is None else value.astype(F32), dtype, src.dtype, "sbuf", where,
+                  "dma_transpose")
+    _emit_dma(run, "dma_transpose", view, out, where, transpose=True)
+    return out
+
+
+# ---- TensorE ----
+def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool = False,
+              is_moving_onezero: bool = False, is_transpose: bool = False, tile_position: tuple = (),
+              tile_size: tuple = (), mask: object = None, **kwargs: object) -> Tensor:
+    run, where = core.begin()
+    for role, t in (("stationary", stationary), ("moving", moving)):
+        checks.tile(t, "nc_matmul", role, where)
+        checks.engine_reads("tensor", t, "nc_matmul", role, where)
+    checks.matmul(run, stationary, moving, where)
+    k, m, n = stationary.shape[0], stationary.free_size, moving.free_size
+    s = core.f32(run, stationary, where).reshape(k, m)
+    mv = core.f32(run, moving, where).reshape(k, n)
+    value = (s.T @ mv).reshape((m,) + tuple(moving.shape[1:]))
+    out = core.result(run, value, F32, "psum", where, "matmul")
+    attrs = (("is_transpose", True),) if is_transpose else ()
+    core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=m, free=n, k=k, m=m,
+              attrs=attrs)
+    return out
+
+
+def nc_transpose(data: Tensor, *, mask: object = None, dtype: object = None, engine: object = None) -> Tensor:
+    run, where = core.begin()
+    checks.tile(data, "nc_transpose", "data", where)
+    p, f = data.shape[0], data.free_size
+    eng = _engine(engine, "vector" if p <= 32 and f <= 32 else "tensor")
+    limit = 32 if eng == "vector" else run.target.pmax
+    if p > limit or f > limit:
+        raise rules.NkiSyntaxError(
+            f"nc_transpose on the {eng} engine supports at most [{limit}, {limit}], got [{p}, {f}]",
+            "err_size_of_dimension_exceed_arch_limit", where, f"data {data.describe()}",
+            hint="transpose 128x128 tiles on the tensor engine, 32x32 on the vector engine")
+    checks.engine_reads(eng, data, "nc_transpose", "data", where)
+    value = core.read(run, data, where).reshape(p, f).T
+    memory = "psum" if eng == "tensor" else "sbuf"
+    out = _finish(run, value, dtype, data.dtype, memory, where, "transpose")
+    core.emit(run, eng, "nc_transpose", out, (data,), where, k=p, attrs=(("is_transpose", True),))
+    return out
+
+
+# ---- VectorE / ScalarE / GpSimdE ----
+def _elementwise_engine(requested: object, default: str, operands: tuple, api: str, run, where: tuple) -> str:
+    eng = _engine(requested, default)
+    for role, t in operands:
+        checks.tile(t, api, role, where)
+        checks.engine_reads(eng, t, api, role, where)
+        checks.free_limit(t, eng, api, role, run, where)
+    return eng
+
+
+def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = None, mask: object = None,
+                  engine: object = None) -> Tensor:
+    run, where = core.begin()
+    fn = _op(op, "tensor_tensor", where)
+    ints = data1.dtype == dtypes.int32 and data2.dtype == dtypes.int32 and fn.name in ("add", "subtract",
+                                                                                       "multiply")
+    default = "gpsimd" if fn.name == "power" or ints else "vector"
+    eng = _elementwise_engine(engine, default, (("data1", data1), ("data2", data2)), "tensor_tensor", run, where)
+    checks.same_partitions(data1, data2, "tensor_tensor", ("data1", "data2"), where)
+    checks.psum_operands(data1, data2, "tensor_tensor", where)
+    if data1.free_size != data2.free_size:
+        raise rules.NkiSyntaxError(
+            f"tensor_tensor operands differ in elements per partition: {data1.free_size} vs {data2.free_size}",
+            "tensor_tensor_shape", where, f"data1 {data1.describe()}; data2 {data2.describe()}",
+            hint="use nisa.tensor_scalar to broadcast a (P, 1) vector along the free dimension")
+    a, b = _operand(run, data1, fn, where), _operand(run, data2, fn, where).reshape(data1.shape)
+    value = fn.binary(a, b)
+    out = _finish(run, value, dtype, dtypes.promote(data1.dtype, data2.dtype), "sbuf", where, "tensor_tensor")
+    core.emit(run, eng, "tensor_tensor", out, (data1, data2), where, attrs=(("alu", fn.name),))
+    return out
+
+
+def _operand(run, t: Tensor, fn: alu.Op, where: tuple) -> np.ndarray:
+    if fn.kind == "bitvec":
+        if t.dtype.kind not in "iu":
+            raise rules.NkiTypeError(f"bitvec operator nl.{fn.name} needs integer operands, got {t.dtype.name}",
+                                     "bitvec_dtype", where, f"tensor {t.describe()}")
+        return core.read(run, t, where)
+    return core.f32(run, t, where)
+
+
+def tensor_scalar(data: Tensor, op0: object, operand0: object, reverse0: bool = False, op1: object = None,
+                  operand1: object = None, reverse1: bool = False, *, dtype: object = None, mask: object = None,
+                  engine: object = None) -> Tensor:
+    run, where = core.begin()
+    eng = _elementwise_engine(engine, "vector", (("data", data),), "tensor_scalar", run, where)
+    if (op1 is None) != (operand1 is None):
+        raise rules.NkiValueError("tensor_scalar: op1 and operand1 must be given together", "tensor_scalar_args",
+                                  where)
+    ops = [(op0, operand0, reverse0, "operand0")] + ([(op1, operand1, reverse1, "operand1")] if op1 else [])
+    fns = [_op(o, "tensor_scalar", where) for o, *_ in ops]
+    value = _operand(run, data, fns[0], where)
+    reads, names = [data], []
+    for fn, (_, operand, reverse, role) in zip(fns, ops):
+        v = _scalar_operand(run, data, operand, role, fn, eng, where)
+        if isinstance(operand, Tensor):
+            reads.append(operand)
+        value = fn.binary(v, value) if reverse else fn.binary(value, v)
+        names.append(fn.name)
+    out = _finish(run, value, dtype, data.dtype, "sbuf", where, "tensor_scalar")
+    core.emit(run, eng, "tensor_scalar", out, tuple(reads), where, attrs=(("alu", tuple(names)),))
+    return out
+
+
+def _scalar_operand(run, data: Tensor, operand: object, role: str, fn: alu.Op, eng: str, where: tuple) -> object:
+    if not isinstance(operand, Tensor):
+        if isinstance(operand, (int, float, np.number)):
+            return operand if fn.kind == "bitvec" else np.float32(operand)
+        raise rules.NkiTypeError(f"tensor_scalar {role} must be a scalar or a (P, 1) tile, got "
+                                 f"{type(operand).__name__}", "tensor_scalar_operand", where)
+    checks.tile(operand, "tensor_scalar", role, where)
+    checks.engine_reads(eng, operand, "tensor_scalar", role, where)
+    checks.same_partitions(data, operand, "tensor_scalar", ("data", role), where)
+    if operand.free_size != 1:
+        raise rules.NkiSyntaxError(
+            f"tensor_scalar {role} must be a scalar or a per-partition vector of shape ({data.shape[0]}, 1), got "
+            f"shape {tuple(operand.shape)}", "tensor_scalar_operand", where, f"{role} {operand.describe()}",
+            hint="use nisa.tensor_tensor for element-wise operations between two tiles")
+    v = _operand(run, operand, fn, where).reshape((data.shape[0],) + (1,) * (data.ndim - 1))
+    return v
+
+
+def tensor_reduce(op: object, data: Tensor, axis: object, *, mask: object = None, dtype: object = None,
+                  negate: bool = False, keepdims: bool = False) -> Tensor:
+    run, where = core.begin()
+    fn = _op(op, "tensor_reduce", where)
+    eng = _elementwise_engine(None, "vector", (("data", data),), "tensor_reduce", run, where)
+    axes = reduce_axes(axis, data, "tensor_reduce", where)
+    if fn.reduce is None:
+        raise rules.NkiTypeError(f"nl.{fn.name} cannot be used as a reduction", "unsupported_op", where)
+    value = np.asarray(fn.reduce(_operand(run, data, fn, where), axis=axes, keepdims=keepdims), dtype=F32)
+    if negate:
+        value = -value
+    out = _finish(run, value, dtype, data.dtype, "sbuf", where, "tensor_reduce")
+    core.emit(run, eng, "tensor_reduce", out, (data,), where, attrs=(("alu", fn.name), ("axis", axes)))
+    return out
+
+
+def reduce_axes(axis: object, data: Tensor, api: str, where: tuple) -> tuple[int, ...]:
+    axes = tuple(sorted(int(a) % data.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))))
+    trailing = tuple(range(data.ndim - len(axes), data.ndim))
+    if not axes or axes != trailing or 0 in axes or len(axes) > 4:
+        raise rules.NkiSyntaxError(
+            f"{api} reduces only trailing free dimensions ending at the last one (e.g. {trailing or (1,)}), "
+            f"got axis {axis}", "reduce_axis", where, f"data {data.describe()}",
+            hint="the partition dimension (0) cannot be reduced on VectorE; transpose first or use a matmul")
+    return axes
+
+
+def tensor_copy(src: Tensor, *, mask: object = None, dtype: object = None, engine: object = None) -> Tensor:
+    run, where = core.begin()
+    eng = _elementwise_engine(engine, "vector", (("src", src),), "tensor_copy", run, where)
+    value = core.read(run, src, where)
+    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
+    out = core.result(run, value if out_dtype == src.dtype else value.astype(F32), out_dtype, "sbuf", where,
+                      "tensor_copy")
+    core.emit(run, eng, "tensor_copy", out, (src,), where)
+    return out
+
+
+def activation(op: object, data: Tensor, *, bias: object = None, scale: object = 1.0, reduce_op: object = None,
+               reduce_res: Tensor | None = None, reduce_cmd: object = None, mask: object = None,
+               dtype: object = None) -> Tensor:
+    run, where = core.begin()
+    fn = _op(op, "activation", where)
+    if fn.unary is None:
+        raise rules.NkiTypeError(f"nl.{fn.name} is not an activation function", "unsupported_op", where)
+    _elementwise_engine(None, "scalar", (("data", data),), "activation", run, where)
+    x = core.f32(run, data, where)
+    reads = [data]
+    x = x * _activation_scale(run, data, scale, where, reads)
+    if bias is not None:
+        x = x + _activation_bias(run, data, bias, where, reads)
+    value = fn.unary(x.astype(F32)).astype(F32)
+    out = _finish(run, value, dtype, data.dtype, "sbuf", where, "activation")
+    core.emit(run, "scalar", "activation", out, tuple(reads), where, attrs=(("func", fn.name),))
+    if reduce_res is not None:
+        checks.tile(reduce_res, "activation", "reduce_res", where)
+        total = value.reshape(value.shape[0], -1).sum(axis=1, dtype=F32).reshape(reduce_res.shape)
+        core.write(run, reduce_res, total, where)
+    return out
+
+
+def _activation_scale(run, data: Tensor, scale: object, where: tuple, reads: list) -> object:
+    if not isinstance(scale, Tensor):
+        return np.float32(scale)
+    if scale.dtype != F32:
+        raise rules.NkiTypeError(f"activation scale vector must be float32, got {scale.dtype.name}",
+                                 "err_activation_scale_invalid_type", where, f"scale {scale.describe()}")
+    if scale.free_size != 1 or scale.shape[0] != data.shape[0]:
+        raise rules.NkiSyntaxError(f"activation scale must be a scalar or a ({data.shape[0]}, 1) vector, got "
+                                   f"shape {tuple(scale.shape)}", "err_activation_scale_scalar_or_vector", where,
+                                   f"scale {scale.describe()}")
+    checks.tile(scale, "activation", "scale", where)
+    reads.append(scale)
+    return core.f32(run, scale, where).reshape((data.shape[0],) + (1,) * (data.ndim - 1))
+
+
+def _activation_bias(run, data: Tensor, bias: object, where: tuple, reads: list) -> object:
+    if not isinstance(bias, Tensor):
+        return np.float32(bias)  # scalar bias: accepted on NeuronCore-v3 (trn2)
+    if bias.dtype not in (F32, dtypes.float16, dtypes.bfloat16):
+        raise rules.NkiTypeError(f"activation bias must be float32, float16 or bfloat16, got {bias.dtype.name}",
+                                 "err_activation_bias_invalid_type", where, f"bias {bias.describe()}")
+    checks.tile(bias, "activation", "bias", where)
+    checks.same_partitions(data, bias, "activation", ("data", "bias"), where)
+    reads.append(bias)
+    return core.f32(run, bias, where).reshape((data.shape[0],) + (1,) * (data.ndim - 1))
+
+
+def iota(expr: object, dtype: object, *, mask: object = None) -> Tensor:
+    run, where = core.begin()
+    if not isinstance(expr, IndexExpr):
+        raise rules.NkiTypeError("iota takes an affine expression of nl.arange/nl.mgrid", "iota_expr", where)
+    value = expr.values().astype(np.int32)
+    out = core.result(run, value, dtypes.as_dtype(dtype), "sbuf", where, "iota")
+    core.emit(run, "gpsimd", "iota", out, (), where)
+    return out
+
+
+def memset(shape: tuple, value: object, dtype: object, *, mask: object = None, engine: object = None) -> Tensor:
+    run, where = core.begin()
+    shape = tuple(int(s) for s in shape)
+    out = core.result(run, np.full(shape, value, dtype=F32), dtypes.as_dtype(dtype), "sbuf", where, "memset")
+    core.emit(run, _engine(engine, "vector"), "memset", out, (), where, attrs=(("value", float(value)),))
+    return out
+
+
+def affine_select(pred: Predicate, on_true_tile: Tensor, on_false_value: object, *, mask: object = None,
+                  dtype: object = None) -> Tensor:
+    run, where = core.begin()
+    _elementwise_engine(None, "gpsimd", (("on_true_tile", on_true_tile),), "affine_select", run, where)
+    if not isinstance(pred, Predicate):
+        raise rules.NkiTypeError("affine_select pred must be an affine comparison of nl.arange/mgrid indices",
+                                 "affine_select_pred", where)
+    cond = np.broadcast_to(pred.evaluate(), on_true_tile.shape)
+    value = np.where(cond, core.f32(run, on_true_tile, where), np.float32(on_false_value)).astype(F32)
+    out = _finish(run, value, dtype, on_true_tile.dtype, "sbuf", where, "affine_select")
+    core.emit(run, "gpsimd", "affine_select", out, (on_true_tile,), where)
+    return out

@@ -1,0 +1,148 @@
+"""Running a kernel: the `@nki.jit` object, argument wrapping (numpy array -> HBM tensor), outputs, SPMD grids.
+
+Kernel arguments are HBM tensors wrapping the caller's numpy arrays (written in place when the kernel writes them,
+as AWS's simulator does); returned HBM tensors come back as numpy arrays; the run's trace is kept on the kernel.
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import warnings
+
+import numpy as np
+
+from tilec.nki import dtypes, rules, runtime
+from tilec.nki.runtime import Buffer, Run
+from tilec.nki.tensor import Tensor
+from tilec.trace import Trace
+
+DEFAULT_TARGET = "trn2"
+
+
+class Kernel:
+    """What `@nki.jit` returns: call it with numpy arrays to run it on tilec's interpreter."""
+
+    def __init__(self, func, mode: str = "auto", **options: object) -> None:
+        self.func = func
+        self.mode = mode
+        self.options = dict(options)
+        self.skip_middle_end = False
+        self.last_trace: Trace | None = None
+        self.benchmark_result = None
+        self.__name__ = getattr(func, "__name__", "kernel")
+        self.__doc__ = getattr(func, "__doc__", None)
+        self.__wrapped__ = func
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        if runtime.active() is not None:  # a kernel calling another kernel: inline it
+            return self.func(*args, **kwargs)
+        outputs, trace = run_kernel(self, args, kwargs)
+        if self.options.get("benchmark"):
+            from tilec.nki.top import BenchmarkResult
+
+            self.benchmark_result = BenchmarkResult(trace)
+        return outputs
+
+    def __getitem__(self, grid: object) -> "_Launcher":
+        return _Launcher(self, grid if isinstance(grid, tuple) else (grid,))
+
+    def __repr__(self) -> str:
+        return f"<nki kernel {self.__name__} on tilec's interpreter>"
+
+
+class _Launcher:
+    def __init__(self, kernel: Kernel, grid: tuple) -> None:
+        self.kernel, self.grid = kernel, tuple(int(g) for g in grid)
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        outputs, _ = run_kernel(self.kernel, args, kwargs, grid=self.grid)
+        return outputs
+
+
+def as_kernel(func: object) -> Kernel:
+    return func if isinstance(func, Kernel) else Kernel(func)
+
+
+def run_kernel(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple = (),
+               target: str | None = None) -> tuple[object, Trace]:
+    target = target or _target(kernel.options)
+    run = Run(kernel.__name__, target, kernel.skip_middle_end)
+    prev = runtime.activate(run)
+    try:
+        outputs = None
+        for pid in itertools.product(*[range(g) for g in grid]) if grid else [()]:
+            run.program_ids, run.grid = pid, grid
+            wrapped, writebacks = _wrap_args(run, kernel.func, args, kwargs)
+            result = kernel.func(*wrapped.args, **wrapped.kwargs)
+            run.flush()
+            outputs = _outputs(result, kernel)
+            for arr, t in writebacks:
+                np.copyto(arr, t.arr, casting="unsafe")
+        trace = run.finish()
+    finally:
+        run.running = False
+        runtime.activate(prev)
+    kernel.last_trace = trace
+    return outputs, trace
+
+
+def _target(options: dict) -> str:
+    t = str(options.get("platform_target") or DEFAULT_TARGET)
+    return {"trn2": "trn2", "gen3": "trn2", "trn1": "trn1", "gen2": "trn1", "inf2": "trn1"}.get(t, t)
+
+
+def _wrap_args(run: Run, func, args: tuple, kwargs: dict):
+    sig = inspect.signature(func)
+    bound = sig.bind(*args, **kwargs)
+    writebacks = []
+    for name, value in list(bound.arguments.items()):
+        if isinstance(value, np.ndarray) or _is_array_like(value):
+            t, wb = _hbm_arg(run, name, np.asarray(value))
+            bound.arguments[name] = t
+            if wb is not None:
+                writebacks.append((value, t))
+    return bound, writebacks
+
+
+def _is_array_like(value: object) -> bool:
+    return hasattr(value, "__array__") and hasattr(value, "shape") and not isinstance(value, Tensor)
+
+
+def _hbm_arg(run: Run, name: str, arr: np.ndarray) -> tuple[Tensor, object]:
+    storage = dtypes.storage_dtype(arr.dtype)
+    where = (getattr(runtime, "_kernel_file", "<args>"), 0)
+    if storage == arr.dtype and arr.flags.c_contiguous and arr.flags.writeable:
+        buf = Buffer(run, name, "hbm", arr, written=True, where=where)
+        run.allocate(buf)
+        return Tensor.whole(buf), None
+    data = np.ascontiguousarray(arr, dtype=storage)
+    buf = Buffer(run, name, "hbm", data, written=True, where=where)
+    run.allocate(buf)
+    return Tensor.whole(buf), arr if arr.flags.writeable else None
+
+
+def _outputs(result: object, kernel: Kernel) -> object:
+    if result is None:
+        return None
+    if isinstance(result, (tuple, list)):
+        return type(result)(_output(r, kernel) for r in result)
+    return _output(result, kernel)
+
+
+def _output(t: object, kernel: Kernel) -> object:
+    if not isinstance(t, Tensor):
+        return t
+    if t.buf.memory != "hbm":
+        raise rules.NkiSyntaxError(f"kernel output '{t.buf.name}' must be an HBM tensor, got a {t.buf.memory} tile",
+                                   "kernel_output_memory", t.buf.where,
+                                   hint="create outputs with nl.ndarray(..., buffer=nl.shared_hbm) and dma_copy "
+                                        "results into them")
+    written = t.written_view()
+    if not written.any():
+        raise rules.NkiError(f"output tensor '{t.buf.name}' is never written", "err_tensor_output_not_written_to",
+                             t.buf.where, f"tensor {t.describe()}",
+                             hint="check the loop trip counts that should write it")
+    if not written.all():
+        warnings.warn(f"{kernel.__name__}: output '{t.buf.name}' is only partly written; the rest holds garbage on "
+                      "hardware (NaN here)", stacklevel=3)
+    return np.array(t.arr)

@@ -1,0 +1,98 @@
+"""Hardware and API rules of NeuronCore targets: the per-target limits table and the interpreter's error classes.
+
+Every rule violation is a `KernelError` whose message reads
+
+    kernel.py:42: error: <rule, in NKI's wording where the spec gives one> [<NKI error id or tilec rule id>]
+      <the tile(s) involved and their shapes/buffers>
+      hint: <what to do>
+
+Shape and tile-size violations also subclass SyntaxError, out-of-bounds accesses IndexError, truthiness misuse
+ValueError, as NKI raises them (spec §1.11).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilec.errors import KernelError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    pmax: int  # partitions (spec §1.8 pmax)
+    sbuf_bytes: int  # SBUF bytes per partition
+    sbuf_usable: int  # per partition, after the compiler's reserve
+    psum_banks: int
+    psum_bank_bytes: int  # per partition
+    stationary_fmax: int
+    moving_fmax: int
+    vector_sbuf_fmax: int  # VectorE/ScalarE free size from SBUF (elements)
+    vector_psum_fmax: int  # ... from PSUM
+
+
+TARGETS = {
+    # trn2 (NeuronCore-v3): 224 KiB SBUF per partition [ARCH3]; reserve assumed equal to v2's 16 KiB [ALLOC,
+    # spec §6 "usable about 208 KiB" inferred]; PSUM 8 x 2 KiB banks [ARCH2]; TensorE 128x128, moving <= 512
+    # [NISA, PM]; VectorE free size <= 64K (SBUF) / 4K (PSUM) [ARCH2].
+    "trn2": Target("trn2", 128, 224 * 1024, 208 * 1024, 8, 2048, 128, 512, 65536, 4096),
+    # trn1 (NeuronCore-v2): 192 KiB per partition, usable 0..176 KiB [ARCH2, ALLOC].
+    "trn1": Target("trn1", 128, 192 * 1024, 176 * 1024, 8, 2048, 128, 512, 65536, 4096),
+}
+
+
+def target(name: str) -> Target:
+    if name not in TARGETS:
+        raise KernelError(f"unknown target {name!r}; known targets: {', '.join(TARGETS)}")
+    return TARGETS[name]
+
+
+class NkiError(KernelError):
+    """A kernel broke a rule; `rule` is NKI's error id (err_...) or tilec's own rule name."""
+
+    def __init__(self, message: str, rule: str, where: tuple[str, int] | None, detail: str = "", hint: str = ""):
+        self.message, self.rule, self.where, self.detail, self.hint = message, rule, where, detail, hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        loc = f"{self.where[0]}:{self.where[1]}: " if self.where else ""
+        out = [f"{loc}error: {self.message} [{self.rule}]"]
+        if self.detail:
+            out.append(f"  {self.detail}")
+        if self.hint:
+            out.append(f"  hint: {self.hint}")
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+class NkiSyntaxError(NkiError, SyntaxError):
+    """Tile-shape and tile-size violations: NKI reports these as SyntaxError (spec §1.8)."""
+
+
+class NkiIndexError(NkiError, IndexError):
+    """Out-of-bounds access."""
+
+
+class NkiValueError(NkiError, ValueError):
+    """Truthiness misuse and bad argument values."""
+
+
+class NkiTypeError(NkiError, TypeError):
+    """An argument of the wrong kind (e.g. an HBM tensor where a tile is required)."""
+
+
+class MemoryRuleError(NkiError):
+    """An engine touched a memory it cannot access, or capacity was exceeded."""
+
+
+class UninitializedReadError(NkiError):
+    """A read of memory that no instruction ever wrote (garbage on hardware)."""
+
+
+class LoopCarriedDependenceError(NkiError):
+    """Two iterations of an affine_range loop touch the same element (one of them writing)."""
+
+
+class ScopeError(NkiError):
+    """A tensor used outside the loop body that allocated it."""

@@ -1,0 +1,290 @@
+"""Tensors as affine views of buffers: indexing, slicing, reshape, broadcast, and the operator overloads.
+
+A `Tensor` is `(buffer, offset, shape, strides)` with offset and strides counted in elements: the access pattern the
+hardware itself executes. Slicing with ints, slices (with steps), `...`, `None` and `nl.arange`/`mgrid` affine
+expressions, `.reshape` and `.broadcast_to` all produce new views without copying; out-of-bounds indices are errors,
+not clamped. Reads and writes go through `tilec.nki.core`, which checks and records them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tilec.nki import rules, runtime
+from tilec.nki.indexing import IndexExpr
+
+_BUFFER_NAMES = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm"}
+
+
+class Tensor:
+    __slots__ = ("buf", "off", "shape", "strides", "_arr")
+
+    def __init__(self, buf: runtime.Buffer, off: int, shape: tuple, strides: tuple) -> None:
+        self.buf, self.off, self.shape, self.strides = buf, off, shape, strides
+        self._arr = None
+
+    @classmethod
+    def whole(cls, buf: runtime.Buffer) -> "Tensor":
+        shape = buf.shape
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= n
+        return cls(buf, 0, tuple(shape), tuple(reversed(strides)))
+
+    # ---- numpy views (cached) ----
+    @property
+    def arr(self) -> np.ndarray:
+        a = self._arr
+        if a is None:
+            b = self.buf
+            isz = b.itemsize
+            a = self._arr = np.ndarray(self.shape, b.dtype, buffer=b.data, offset=self.off * isz,
+                                       strides=tuple(s * isz for s in self.strides))
+        return a
+
+    def written_view(self) -> np.ndarray:
+        return np.ndarray(self.shape, np.bool_, buffer=self.buf.written, offset=self.off, strides=self.strides)
+
+    # ---- metadata ----
+    dtype = property(lambda self: self.buf.dtype)
+    ndim = property(lambda self: len(self.shape))
+    itemsize = property(lambda self: self.buf.itemsize)
+    name = property(lambda self: self.buf.name)
+    buffer = property(lambda self: self.buf.memory)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def partitions(self) -> int:
+        return self.shape[0] if self.shape else 1
+
+    @property
+    def free_size(self) -> int:
+        return self.size // self.shape[0] if self.shape and self.shape[0] else self.size
+
+    def describe(self) -> str:
+        return f"'{self.buf.name}' ({self.buf.memory}, shape {tuple(self.shape)}, {self.buf.dtype.name})"
+
+    def __repr__(self) -> str:
+        return f"Tensor{self.describe()}"
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    # ---- indexing ----
+    def __getitem__(self, key: object) -> "Tensor":
+        key = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, IndexExpr) for k in key):
+            return self._advanced(key)
+        return self._basic(key)
+
+    def _expand(self, key: tuple) -> tuple:
+        n_ell = sum(k is Ellipsis for k in key)
+        used = sum(k is not None and k is not Ellipsis for k in key)
+        if n_ell > 1:
+            raise rules.NkiIndexError("an index can only have a single ellipsis ('...')", "indexing",
+                                      runtime.callsite(), f"tensor {self.describe()}")
+        if used > len(self.shape):
+            raise rules.NkiIndexError(f"too many indices: {used} for a tensor of rank {len(self.shape)}",
+                                      "indexing", runtime.callsite(), f"tensor {self.describe()}")
+        fill = (slice(None),) * (len(self.shape) - used)
+        if n_ell:
+            i = key.index(Ellipsis)
+            return key[:i] + fill + key[i + 1:]
+        return key + fill
+
+    def _basic(self, key: tuple) -> "Tensor":
+        key = self._expand(key)
+        off, shape, strides, d = self.off, [], [], 0
+        for k in key:
+            if k is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            n, s = self.shape[d], self.strides[d]
+            if isinstance(k, slice):
+                start, stop, step = self._slice_bounds(k, n, d)
+                length = max(0, (stop - start + step - 1) // step)
+                off += start * s
+                shape.append(length)
+                strides.append(s * step)
+            else:
+                i = self._int_index(k, n, d)
+                off += i * s
+            d += 1
+        return Tensor(self.buf, off, tuple(shape), tuple(strides))
+
+    def _slice_bounds(self, k: slice, n: int, d: int) -> tuple[int, int, int]:
+        step = 1 if k.step is None else int(k.step)
+        if step <= 0:
+            raise rules.NkiIndexError(f"slice step {step} is not supported; steps must be positive", "indexing",
+                                      runtime.callsite(), f"tensor {self.describe()}, dimension {d}")
+        start = 0 if k.start is None else int(k.start)
+        stop = n if k.stop is None else int(k.stop)
+        start, stop = start + n if start < 0 else start, stop + n if stop < 0 else stop
+        if start < 0 or stop > n or start > stop:
+            self._oob(start, stop - 1, n, d)
+        return start, stop, step
+
+    def _int_index(self, k: object, n: int, d: int) -> int:
+        if not isinstance(k, (int, np.integer)):
+            raise rules.NkiTypeError(f"unsupported index {k!r} of type {type(k).__name__}", "indexing",
+                                     runtime.callsite(), f"tensor {self.describe()}, dimension {d}",
+                                     hint="index with ints, slices, nl.ds, or nl.arange/nl.mgrid expressions")
+        i = int(k) + n if int(k) < 0 else int(k)
+        if not 0 <= i < n:
+            self._oob(int(k), int(k), n, d)
+        return i
+
+    def _oob(self, lo: int, hi: int, n: int, d: int) -> None:
+        raise rules.NkiIndexError(f"index range [{lo}, {hi}] exceed dimension size of {n}",
+                                  "err_tensor_access_out_of_bound", runtime.callsite(),
+                                  f"tensor {self.describe()}, dimension {d}",
+                                  hint="keep slices inside the tensor (or use mask= to cut off the tail)")
+
+    def _advanced(self, key: tuple) -> "Tensor":
+        key = self._expand(key)
+        if any(isinstance(k, slice) for k in key):
+            raise rules.NkiIndexError("mixing basic tensor indexing and advanced tensor indexing is not supported",
+                                      "err_unsupported_mixing_basic_advanced_tensor_indexing",
+                                      runtime.callsite(), f"tensor {self.describe()}",
+                                      hint="index every dimension with nl.arange/nl.mgrid expressions or ints")
+        exprs = [k for k in key if isinstance(k, IndexExpr)]
+        ndim = max(e.ndim for e in exprs)
+        if ndim == 1 and len(self.shape) > 1:
+            raise rules.NkiIndexError("1d arange is not supported as a tile index", "err_1d_arange_not_supported",
+                                      runtime.callsite(), f"tensor {self.describe()}",
+                                      hint="add a broadcast axis: nl.arange(n)[:, None] or nl.arange(n)[None, :]")
+        shape, strides, off = [1] * ndim, [0] * ndim, self.off
+        for d, k in enumerate(key):
+            n, s = self.shape[d], self.strides[d]
+            if isinstance(k, IndexExpr):
+                lo, hi = k.bounds()
+                if lo < 0 or hi >= n:
+                    self._oob(lo, hi, n, d)
+                off += k.const * s
+                shift = ndim - k.ndim
+                for axis, size, coef in k.terms:
+                    shape[axis + shift] = size
+                    strides[axis + shift] += coef * s
+            else:
+                off += self._int_index(k, n, d) * s
+        return Tensor(self.buf, off, tuple(shape), tuple(strides))
+
+    # ---- views ----
+    def reshape(self, *shape: object) -> "Tensor":
+        new = tuple(int(x) for x in (shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list))
+                                     else shape))
+        where = runtime.callsite()
+        try:
+            view = self.arr.view()
+            view.shape = new
+        except (AttributeError, ValueError) as exc:
+            raise rules.NkiValueError(f"cannot reshape tensor of shape {tuple(self.shape)} into {new}: {exc}",
+                                      "reshape", where, f"tensor {self.describe()}",
+                                      hint="reshape needs the reshaped dimensions to be contiguous") from None
+        if self.buf.memory != "hbm" and view.shape[0] != self.shape[0]:
+            raise rules.NkiSyntaxError(
+                f"reshape of an on-chip tile must keep the partition dimension ({self.shape[0]}), got {new}",
+                "reshape", where, f"tensor {self.describe()}",
+                hint="fold or split only free dimensions; move data across partitions with a transpose")
+        isz = self.buf.itemsize
+        return Tensor(self.buf, self.off, tuple(view.shape), tuple(s // isz for s in view.strides))
+
+    def broadcast_to(self, shape: tuple) -> "Tensor":
+        shape = tuple(int(x) for x in shape)
+        if len(shape) < len(self.shape):
+            self._bad_broadcast(shape)
+        pad = len(shape) - len(self.shape)
+        old_shape, old_strides = (1,) * pad + tuple(self.shape), (0,) * pad + tuple(self.strides)
+        strides = []
+        for n_old, s, n_new in zip(old_shape, old_strides, shape):
+            if n_old == n_new:
+                strides.append(s)
+            elif n_old == 1:
+                strides.append(0)
+            else:
+                self._bad_broadcast(shape)
+        return Tensor(self.buf, self.off, shape, tuple(strides))
+
+    def _bad_broadcast(self, shape: tuple) -> None:
+        raise rules.NkiValueError(f"cannot broadcast tensor of shape {tuple(self.shape)} to {shape}",
+                                  "broadcast", runtime.callsite(), f"tensor {self.describe()}")
+
+    def expand_dims(self, axis: int) -> "Tensor":
+        axis = axis + len(self.shape) + 1 if axis < 0 else axis
+        return Tensor(self.buf, self.off, self.shape[:axis] + (1,) + self.shape[axis:],
+                      self.strides[:axis] + (0,) + self.strides[axis:])
+
+    def assert_shape(self, shape: tuple) -> "Tensor":
+        if tuple(shape) != tuple(self.shape):
+            raise rules.NkiValueError(f"shape assertion failed: expected {tuple(shape)}, got {tuple(self.shape)}",
+                                      "assert_shape", runtime.callsite(), f"tensor {self.describe()}")
+        return self
+
+    def astype(self, dtype: object) -> "Tensor":
+        from tilec.nki import isa
+
+        return isa.tensor_copy(self, dtype=dtype)
+
+    # ---- writes ----
+    def __setitem__(self, key: object, value: object) -> None:
+        from tilec.nki import core
+
+        core.assign(self[key], value)
+
+    def __iadd__(self, other: object) -> "Tensor":
+        from tilec.nki import core
+
+        core.accumulate(self, other)
+        return self
+
+    def _inplace_refused(self, op: str) -> None:
+        raise rules.NkiSyntaxError(f"in-place '{op}' on tiles is not supported; '+=' is only for accumulating "
+                                   "nc_matmul results into a PSUM tile", "psum_accumulate_only",
+                                   runtime.callsite(), f"tensor {self.describe()}",
+                                   hint="write dst[...] = nl.multiply(dst, x) (a VectorE instruction) instead")
+
+    def __isub__(self, other: object) -> "Tensor":
+        self._inplace_refused("-=")
+
+    def __imul__(self, other: object) -> "Tensor":
+        self._inplace_refused("*=")
+
+    def __itruediv__(self, other: object) -> "Tensor":
+        self._inplace_refused("/=")
+
+    def __bool__(self) -> bool:
+        raise rules.NkiValueError("the truth value of a tensor is ambiguous", "err_ambiguous_tensor_truth_value",
+                                  runtime.callsite(), f"tensor {self.describe()}",
+                                  hint="control flow cannot depend on tensor values; use &, | and nl.where")
+
+    __hash__ = object.__hash__
+
+
+def _binary(name: str, reverse: bool = False):
+    def method(self: Tensor, other: object) -> Tensor:
+        from tilec.nki import language
+
+        fn = getattr(language, name)
+        return fn(other, self) if reverse else fn(self, other)
+
+    return method
+
+
+for _op, _fn in [("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("truediv", "divide"),
+                 ("pow", "power"), ("and", "bitwise_and"), ("or", "bitwise_or"), ("xor", "bitwise_xor"),
+                 ("lshift", "left_shift"), ("rshift", "right_shift"), ("mod", "mod")]:
+    setattr(Tensor, f"__{_op}__", _binary(_fn))
+    setattr(Tensor, f"__r{_op}__", _binary(_fn, reverse=True))
+for _op, _fn in [("lt", "less"), ("le", "less_equal"), ("gt", "greater"), ("ge", "greater_equal"),
+                 ("eq", "equal"), ("ne", "not_equal")]:
+    setattr(Tensor, f"__{_op}__", _binary(_fn))
+Tensor.__neg__ = lambda self: __import__("tilec.nki.language", fromlist=["negative"]).negative(self)
+Tensor.__abs__ = lambda self: __import__("tilec.nki.language", fromlist=["abs"]).abs(self)
+Tensor.__invert__ = lambda self: __import__("tilec.nki.language", fromlist=["invert"]).invert(self)

@@ -1,0 +1,144 @@
+"""Cost of one instruction in isolation: engine busy time of a compute instruction, engine occupancy of a DMA.
+
+Compute instructions follow the cost table of nki-spec §2.4 (cycles, N = elements per partition), converted with the
+engine's clock, plus a fixed per-instruction overhead:
+
+    TensorE  nc_matmul     (max(min(64, N_stat), N_mov) + mm_fixed) * (fp32 factor if an input is fp32)
+             nc_transpose  (max(P_in, min(64, F_in)) + mm_fixed) * (fp32 factor)
+    VectorE  tensor_tensor max(64, 2N), max(64, N) with a PSUM input or all 16-bit (v3 perf mode)
+             tensor_scalar / tensor_copy  max(64, N / perf)  perf = 4 (16-bit, SBUF only), 2 (16-bit, PSUM side)
+             tensor_reduce N_in (N_in / 2 for 16-bit), memset max(64, N/2) for 16-bit else max(64, N)
+    ScalarE  activation    max(64, N) (+64 with a reduce result)
+    GpSimdE  iota / affine_select 150 + N
+    every compute instruction also pays the engine's static overhead (ARCH2: ~100 cycles, fitted)
+
+A DMA transfer is split over ceil(P/8) of the 16 DMA engines (the engines of the partitions it touches); on each
+engine it occupies `hypot(fixed + descriptors * per_descriptor, bytes / 23 B/ns)`: the fixed part dominates small
+transfers, the byte part large ones, and the soft maximum reproduces the DMAINTRO efficiency-vs-bytes-per-partition
+curve of spec §2.5 (fixed 470 ns + 8 descriptors * 17 ns: 32 B/partition -> 1.8 %, 2 KiB -> 77 %, 8 KiB -> 98 %).
+"""
+from __future__ import annotations
+
+import math
+
+from tilec.perf.params import Params
+from tilec.trace import Instr
+
+DTYPE_BYTES = {"float32": 4, "float32r": 4, "int32": 4, "uint32": 4, "float16": 2, "bfloat16": 2, "int16": 2,
+               "uint16": 2, "int8": 1, "uint8": 1, "float8_e4m3": 1, "float8_e5m2": 1, "float8_e3m4": 1, "bool": 1,
+               "float64": 8, "int64": 8}
+HALF = frozenset(("float16", "bfloat16"))
+FP32 = frozenset(("float32",))
+
+
+class Costs:
+    """Plain-float view of a `Params` table with the per-instruction cost functions (hot path: no lookups)."""
+
+    def __init__(self, p: Params) -> None:
+        self.p = p
+        v = {name: value for name, value, _ in p.table()}
+        self.t_ns = 1.0 / v["tensor_ghz"]
+        self.engine_ns = {"tensor": self.t_ns, "vector": 1.0 / v["vector_ghz"], "scalar": 1.0 / v["scalar_ghz"],
+                          "gpsimd": 1.0 / v["gpsimd_ghz"]}
+        self.static = {"tensor": 0.0, "vector": v["vector_static_cycles"], "scalar": v["scalar_static_cycles"],
+                       "gpsimd": v["gpsimd_static_cycles"]}
+        self.mm_min = v["mm_min_cycles"]
+        self.mm_fixed = v["mm_fixed_cycles"]
+        self.fp32 = v["mm_fp32_factor"]
+        self.min_ii = v["min_ii_cycles"]
+        self.iota = v["gpsimd_iota_cycles"]
+        self.pm_copy = v["perf_mode_copy"]
+        self.pm_half = v["perf_mode_half"]
+        self.n_dma = int(v["dma_engines"])
+        self.ppe = int(v["dma_partitions_per_engine"])
+        self.dma_bw = v["dma_engine_bw"]
+        self.dma_fixed = v["dma_xfer_fixed_ns"]
+        self.dma_desc = v["dma_desc_ns"]
+        self.dma_latency = v["dma_latency_ns"]
+        self.dma_transpose = v["dma_transpose_factor"]
+        self.startup = v["startup_ns"]
+
+    # ---- compute engines -----------------------------------------------------------------------------------------
+
+    def compute_ns(self, ins: Instr) -> float:
+        """Busy time of a compute instruction on its engine."""
+        engine = ins.engine
+        if engine == "tensor":
+            return self.tensor_cycles(ins) * self.t_ns
+        cycles = self.engine_cycles(ins) + self.static.get(engine, 0.0)
+        return cycles * self.engine_ns.get(engine, self.engine_ns["vector"])
+
+    def tensor_cycles(self, ins: Instr) -> float:
+        if ins.op == "nc_transpose":
+            p_in = ins.k or ins.free
+            stream = max(p_in, min(self.mm_min, ins.partitions))
+        else:
+            stream = max(min(self.mm_min, ins.m or ins.partitions), ins.free)
+        factor = self.fp32 if any(d in FP32 for d in ins.in_dtypes) else 1.0
+        return (stream + self.mm_fixed) * factor
+
+    def engine_cycles(self, ins: Instr) -> float:
+        op, n, mn = ins.op, ins.free, self.min_ii
+        half = all(d in HALF for d in ins.in_dtypes) and ins.out_dtype in HALF
+        psum = any(a.memory == "psum" for a in ins.reads) or any(a.memory == "psum" for a in ins.writes)
+        vector = ins.engine == "vector"
+        if op in ("iota", "affine_select") and ins.engine == "gpsimd":
+            return self.iota + n
+        if op == "tensor_tensor":
+            fast = vector and (psum or half)
+            return max(mn, n if fast else 2 * n)
+        if op in ("tensor_scalar", "tensor_copy"):
+            perf = 1.0
+            if vector and half:
+                perf = self.pm_half if psum else self.pm_copy
+            return max(mn, n / perf)
+        if op == "tensor_reduce":
+            n_in = in_free(ins)
+            return n_in / 2 if half else n_in
+        if op == "tensor_scalar_reduce":
+            return max(mn, n) + mn
+        if op == "memset":
+            return max(mn, n / 2) if half else max(mn, n)
+        if op == "activation":
+            return max(mn, n) + (mn if ins.attr("reduce") else 0)
+        if op == "nc_transpose":  # on VectorE: 32x32 blocks
+            return max(mn, n)
+        return max(mn, n)
+
+    # ---- DMA -------------------------------------------------------------------------------------------------------
+
+    def dma_engines(self, ins: Instr) -> tuple[int, int]:
+        """[first, last) DMA engines: the engines serving the on-chip partitions (8 partitions each)."""
+        for acc in ins.writes + ins.reads:
+            if acc.memory != "hbm":
+                e0 = min(acc.p0 // self.ppe, self.n_dma - 1)
+                e1 = min(max((acc.p1 - 1) // self.ppe + 1, e0 + 1), self.n_dma)
+                return e0, e1
+        rows = max(1, ins.partitions)  # HBM -> HBM: rows spread from engine 0
+        return 0, min(self.n_dma, -(-rows // self.ppe))
+
+    def dma_occupancy_ns(self, ins: Instr, n_engines: int) -> float:
+        """Time each of the transfer's engines is busy with it."""
+        descriptors = max(ins.dma_chunks, ins.partitions, 1)
+        desc_e = -(-descriptors // n_engines)
+        bytes_e = ins.bytes / n_engines
+        t = math.hypot(self.dma_fixed + desc_e * self.dma_desc, bytes_e / self.dma_bw)
+        if ins.op == "dma_transpose":  # ARCH3: <= 90 % of copy throughput from HBM, <= 50 % SBUF -> SBUF
+            on_chip = all(a.memory != "hbm" for a in ins.reads + ins.writes)
+            t /= 0.5 if on_chip else self.dma_transpose
+        return t
+
+
+def itemsize(dtype: str) -> int:
+    return DTYPE_BYTES.get(dtype, 4)
+
+
+def in_free(ins: Instr) -> int:
+    """Elements per partition of the first input (reductions cost by their input, not their output)."""
+    n = ins.attr("in_free")
+    if isinstance(n, int) and n > 0:
+        return n
+    for acc in ins.reads:
+        if acc.memory != "hbm" and ins.in_dtypes:
+            return max(1, (acc.hi - acc.lo) // itemsize(ins.in_dtypes[0]))
+    return ins.free

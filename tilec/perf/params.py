@@ -1,0 +1,119 @@
+"""The per-target parameter table of the performance model: every number with where it comes from.
+
+A `Param` is a value plus its source: a section/key of `docs/nki-spec.md` ("§2.3 ARCH3"), a line of
+`docs/calibration.md`, or "fitted to rows ..." when `benchmarks/calibrate.py` chose it (rows = calibration.md §1).
+`target_params("trn2")` returns the table as a frozen `Params`; the model reads plain floats from it.
+
+Units: clocks in GHz (cycles per ns), times in ns, bandwidth in bytes per ns (= GB/s), sizes in bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from tilec.errors import TilecError
+
+
+@dataclass(frozen=True)
+class Param:
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Params:
+    """One NeuronCore generation. Field order is the order of the printed table."""
+
+    # clocks [GHz]
+    tensor_ghz: Param
+    vector_ghz: Param
+    scalar_ghz: Param
+    gpsimd_ghz: Param
+    base_ghz: Param  # profiler cycle counter
+    # TensorE
+    pe_rows: Param
+    pe_cols: Param
+    mm_min_cycles: Param  # MM_INIT_LATENCY: a matmul never streams fewer columns than this
+    mm_fixed_cycles: Param  # per-instruction overhead beyond the streamed columns
+    mm_fp32_factor: Param  # fp32 matmul cost multiplier (¼ rate)
+    # VectorE / ScalarE / GpSimdE
+    min_ii_cycles: Param  # MIN_II of one instruction
+    vector_static_cycles: Param
+    scalar_static_cycles: Param
+    gpsimd_static_cycles: Param
+    gpsimd_iota_cycles: Param
+    perf_mode_copy: Param  # v3 VectorE 16-bit SBUF->SBUF copy / tensor_scalar speed-up
+    perf_mode_half: Param  # v3 speed-up when one side is PSUM, and for 16-bit tensor_tensor
+    # DMA
+    dma_engines: Param
+    dma_partitions_per_engine: Param
+    dma_engine_bw: Param  # bytes per ns per DMA engine
+    dma_xfer_fixed_ns: Param  # fixed occupancy of each DMA engine per transfer
+    dma_desc_ns: Param  # occupancy per descriptor (contiguous chunk) on one engine
+    dma_latency_ns: Param  # semaphore-to-start latency, not occupying an engine
+    dma_transpose_factor: Param  # dma_transpose throughput relative to a copy (HBM->SBUF)
+    startup_ns: Param  # kernel start-up before the first instruction
+    # memories
+    sbuf_bytes_per_partition: Param
+    psum_bytes_per_partition: Param
+    hbm_stack_bw: Param  # bytes per ns, denominator of MBU
+
+    def table(self) -> list[tuple[str, float, str]]:
+        return [(f.name, getattr(self, f.name).value, getattr(self, f.name).source) for f in fields(self)]
+
+
+# Rows of calibration.md §1 the free parameters were fitted to (benchmarks/calibrate.py prints the fit).
+FIT_TINY_DMA = "fitted to rows 1, 2, 4 (tiny-DMA loops, 1.5-1.9 us per iteration)"
+FIT_STARTUP = "fitted to rows 5, 6, 7 (calibration.md: ~14 us start-up before the first DMA)"
+
+TRN2 = Params(
+    tensor_ghz=Param(2.4, "§2.3 ARCH3 table"),
+    vector_ghz=Param(0.96, "§2.3 ARCH3 table"),
+    scalar_ghz=Param(1.2, "§2.3 ARCH3 table"),
+    gpsimd_ghz=Param(1.2, "§2.3 ARCH3 table"),
+    base_ghz=Param(1.2, "§2.3 / §5 EXSCHEMA neuroncore_cycle_count"),
+    pe_rows=Param(128, "§2.3 ARCH2 (128x128 PE array)"),
+    pe_cols=Param(128, "§2.3 ARCH2"),
+    mm_min_cycles=Param(64, "§2.4 NISA / §2.3 MM_INIT_LATENCY"),
+    mm_fixed_cycles=Param(25, "fitted to rows 10, 12 (calibration.md §3: fp16 128x222 matmul ~103 ns = 222+25 cycles)"),
+    mm_fp32_factor=Param(4.65, "fitted to rows 9, 11 (spec §2.4 says x4; calibration.md §3 measured 4.65x)"),
+    min_ii_cycles=Param(64, "§2.4 NISA MIN_II"),
+    vector_static_cycles=Param(100, "§2.3 ARCH2 static overhead ~100 cycles"),
+    scalar_static_cycles=Param(100, "§2.3 ARCH2 static overhead ~100 cycles (ScalarE II 264 for 1 element, PERF 5a)"),
+    gpsimd_static_cycles=Param(100, "§2.3 ARCH2 static overhead ~100 cycles [inferred for GpSimdE]"),
+    gpsimd_iota_cycles=Param(150, "§2.4 NISA iota/affine_select 150 + N"),
+    perf_mode_copy=Param(4, "§2.3 ARCH3 performance mode 4x"),
+    perf_mode_half=Param(2, "§2.3 ARCH3 performance mode 2x"),
+    dma_engines=Param(16, "§2.5 ARCH3/DMAINTRO 16 DMA engines per core"),
+    dma_partitions_per_engine=Param(8, "§2.5 DMAINTRO (128 partitions / 16 engines)"),
+    dma_engine_bw=Param(23.0, "§2.5 DMAINTRO/DMABW 23 B/ns per engine"),
+    dma_xfer_fixed_ns=Param(470.0, FIT_TINY_DMA),
+    dma_desc_ns=Param(17.0, FIT_TINY_DMA),
+    dma_latency_ns=Param(1300.0, "§2.5 DMABW ~1300 ns semaphore-to-start"),
+    dma_transpose_factor=Param(0.9, "§2.5 ARCH3 (<= 90% of copy throughput HBM->SBUF)"),
+    startup_ns=Param(12000.0, FIT_STARTUP),
+    sbuf_bytes_per_partition=Param(224 * 1024, "§2.2 ARCH3 224 KiB"),
+    psum_bytes_per_partition=Param(16 * 1024, "§2.2 ARCH2 16 KiB"),
+    hbm_stack_bw=Param(725.0, "§2.1/§5 TRN2CHIP 2.9 TB/s / 4 stacks (MBU denominator = one stack)"),
+)
+
+TRN1 = Params(
+    **{**{f.name: getattr(TRN2, f.name) for f in fields(TRN2)},
+       "tensor_ghz": Param(2.8, "§2.3 ARCH2 table"),
+       "vector_ghz": Param(1.12, "§2.3 ARCH2 table"),
+       "scalar_ghz": Param(1.4, "§2.3 ARCH2 table"),
+       "gpsimd_ghz": Param(1.4, "§2.3 ARCH2 table"),
+       "base_ghz": Param(1.4, "§5 EXSCHEMA"),
+       "mm_fp32_factor": Param(4.0, "§2.4 NISA fp32 x4 (not calibrated on trn1)"),
+       "perf_mode_copy": Param(1, "§2.3 no performance mode on NC-v2"),
+       "perf_mode_half": Param(1, "§2.3 no performance mode on NC-v2"),
+       "dma_engine_bw": Param(17.0, "§2.5 DMAINTRO 17 B/ns per engine (TRN1)"),
+       "sbuf_bytes_per_partition": Param(192 * 1024, "§2.2 ARCH2 192 KiB"),
+       "hbm_stack_bw": Param(410.0, "§2.1 derived 820 GB/s / 2 stacks")})
+
+TARGETS = {"trn2": TRN2, "trn1": TRN1}
+
+
+def target_params(target: str) -> Params:
+    if target not in TARGETS:
+        raise TilecError(f"unknown performance-model target {target!r}", hint=f"use one of {', '.join(TARGETS)}")
+    return TARGETS[target]

@@ -1,0 +1,156 @@
+"""`tune()`: search a program's schedule space, rank with an evaluator (the model by default), verify the winner.
+
+    program --knobs--> Space --search (cached, parallel evaluation)--> history --select--> ranked candidates
+            --verify on the interpreter against the reference--> TuneResult (schedule text, kernel source)
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from typing import IO
+
+from tilec.errors import TilecError
+from tilec.tune.cache import DiskCache
+from tilec.tune.evaluate import Evaluator, Job, ModelEvaluator, Outcome
+from tilec.tune.knobs import build_space
+from tilec.tune.progress import Progress
+from tilec.tune.search import Candidate, SearchStats, Trial, search
+from tilec.tune.space import Space
+from tilec.tune.verify import Verdict, verify
+
+DEFAULT_BUDGET = 48
+VERIFY_TRIES = 3  # if the best candidate fails verification, try the next ones before giving up
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    best_schedule: str  # schedule text ("" = the compiler's default schedule)
+    best_us: float
+    default_us: float  # the compiler's default schedule under the same evaluator (inf if it failed)
+    history: tuple[Trial, ...]
+    verified: bool
+    source: str  # NKI kernel module of the winner
+    best_mfu: float = 0.0
+    default_mfu: float = 0.0
+    evaluations: int = 0  # candidates actually evaluated (cache misses)
+    max_error: float = math.inf  # of the verification run
+    wall_s: float = 0.0
+    stats: SearchStats | None = None
+    measured_p99_us: float | None = None  # set by the hardware evaluator
+
+    @property
+    def speedup(self) -> float:
+        return self.default_us / self.best_us if self.best_us > 0 else math.inf
+
+
+class CachedCost:
+    """The search's batch cost function: cache lookups first, the evaluator for the misses, all in input order."""
+
+    def __init__(self, job: Job, evaluator: Evaluator, cache: DiskCache | None) -> None:
+        self.job, self.evaluator, self.cache = job, evaluator, cache
+        self.outcomes: dict[str, Outcome] = {}
+        self.evaluations = 0
+
+    def __call__(self, batch: list[Candidate]) -> list[tuple[float, str]]:
+        keys = [self.cache.key(self.job, c.schedule, self.evaluator.name) if self.cache else "" for c in batch]
+        found = [self.cache.get(k) if self.cache else None for k in keys]
+        misses = [i for i, o in enumerate(found) if o is None]
+        fresh = self.evaluator.evaluate(self.job, [batch[i].schedule for i in misses]) if misses else []
+        self.evaluations += len(misses)
+        for i, outcome in zip(misses, fresh):
+            found[i] = outcome
+            if self.cache:
+                self.cache.put(keys[i], outcome)
+        for cand, outcome in zip(batch, found):
+            self.outcomes[cand.schedule] = outcome
+        return [(o.us, o.error) for o in found]  # type: ignore[union-attr]
+
+
+def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = DEFAULT_BUDGET,
+         time_s: float | None = None, seed: int = 0, evaluator: Evaluator | None = None, jobs: int = 2,
+         progress: bool | IO[str] = True, cache_dir: str | None = None, use_cache: bool = True,
+         target: str = "trn2", space: Space | None = None) -> TuneResult:
+    """Tune the schedule of the .tl program at `path` for `shapes`; see the module docstring."""
+    started = time.monotonic()
+    job = Job.of(str(path), shapes, target)
+    space = space or build_space(job)
+    own = evaluator is None
+    evaluator = evaluator or ModelEvaluator(jobs=jobs)
+    cost = CachedCost(job, evaluator, DiskCache(cache_dir) if use_cache else None)
+    bar = Progress(budget, stream=sys.stderr if progress is True else (progress or None))
+    first = [("default", space.default_point()), *(("expert", p) for p in space.experts)]
+    try:
+        history, stats = search(space, cost, budget=budget, time_s=time_s, seed=seed, first=first,
+                                on_trial=bar.update)
+        ranked = rank(job, evaluator, history)
+    finally:
+        bar.close()
+        if own:
+            evaluator.close()  # type: ignore[attr-defined]
+    return finish(job, cost, history, stats, ranked, started)
+
+
+def rank(job: Job, evaluator: Evaluator, history: list[Trial]) -> list[tuple[str, float, float | None]]:
+    """(schedule, model µs, measured p99 or None), best first; the hardware evaluator re-ranks its top k."""
+    ok = sorted((t for t in history if math.isfinite(t.cost)), key=lambda t: (t.cost, t.index))
+    ranked = [(t.schedule, t.cost, None) for t in ok]
+    select = getattr(evaluator, "select", None)
+    if select is None or not ranked:
+        return ranked
+    measured = [(m.schedule, m.model_us, m.p99_us) for m in select(job, [(s, us) for s, us, _ in ranked])
+                if math.isfinite(m.p99_us)]
+    rest = [r for r in ranked if r[0] not in {m[0] for m in measured}]
+    return measured + rest
+
+
+def finish(job: Job, cost: CachedCost, history: list[Trial], stats: SearchStats,
+           ranked: list[tuple[str, float, float | None]], started: float) -> TuneResult:
+    if not history:
+        raise TilecError("the schedule space has no legal point to evaluate")
+    default = history[0] if history[0].origin == "default" else None
+    default_out = cost.outcomes.get(default.schedule) if default else None
+    if not ranked:
+        errors = sorted({t.error for t in history if t.error})
+        raise TilecError(f"no candidate schedule compiled and ran ({len(history)} tried)",
+                         hint="first errors: " + " | ".join(errors[:3]))
+    verdict, (schedule, us, p99) = first_verified(job, ranked)
+    outcome = cost.outcomes.get(schedule, Outcome(us))
+    return TuneResult(
+        best_schedule=schedule, best_us=us, default_us=default_out.us if default_out else math.inf,
+        history=tuple(history), verified=verdict.ok, source=verdict.source, best_mfu=outcome.mfu,
+        default_mfu=default_out.mfu if default_out else 0.0, evaluations=cost.evaluations,
+        max_error=verdict.max_error, wall_s=time.monotonic() - started, stats=stats, measured_p99_us=p99)
+
+
+def first_verified(job: Job, ranked: list[tuple[str, float, float | None]]):
+    """The best candidate that matches the reference; if none of the first few does, the best one, unverified."""
+    first: Verdict | None = None
+    for candidate in ranked[:VERIFY_TRIES]:
+        verdict = verify(job, candidate[0])
+        if verdict.ok:
+            return verdict, candidate
+        first = first or verdict
+    return first, ranked[0]
+
+
+def summary_text(result: TuneResult) -> str:
+    """The final report of a tuning run: default vs tuned latency and MFU, the schedule, how the run went."""
+    tried = len(result.history)
+    failed = sum(1 for t in result.history if not math.isfinite(t.cost))
+    lines = [
+        f"default schedule : {_us(result.default_us)}  MFU {result.default_mfu:6.1%}",
+        f"tuned schedule   : {_us(result.best_us)}  MFU {result.best_mfu:6.1%}  ({result.speedup:.2f}x)",
+        f"candidates       : {tried} tried, {failed} rejected by the compiler, {result.evaluations} evaluated "
+        f"(the rest from the cache), {result.wall_s:.1f} s",
+        f"verified         : {'yes' if result.verified else 'NO'} (max relative error {result.max_error:.2g})",
+    ]
+    if result.measured_p99_us is not None:
+        lines.insert(2, f"measured p99     : {result.measured_p99_us:.1f} us (nki.benchmark)")
+    schedule = result.best_schedule.strip() or "(the compiler's default)"
+    return "\n".join(lines + ["schedule:"] + ["  " + line for line in schedule.splitlines()])
+
+
+def _us(value: float) -> str:
+    return f"{value:10.1f} us (model)" if math.isfinite(value) else "    failed"

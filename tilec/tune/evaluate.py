@@ -1,0 +1,193 @@
+"""Evaluators rank schedules: the performance model (default) or real hardware through `nki.benchmark`.
+
+    Job       = the program being tuned (path, its text, shapes, target), picklable for worker processes
+    Outcome   = latency in µs (inf when the candidate failed), MFU, and the error message of a failure
+    Evaluator = anything with `name` (part of the cache key) and `evaluate(job, schedules) -> [Outcome]`
+
+ModelEvaluator: compile -> run on the interpreter (its trace) -> `tilec.perf.api.estimate(trace).total_us`, over a
+pool of worker processes; results come back in input order whatever finishes first. HardwareEvaluator screens with
+the model and re-ranks the model's top k by measured p99 latency; its measuring function is injectable, so its
+selection logic is tested here without hardware.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import pathlib
+import tempfile
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import ml_dtypes
+import numpy as np
+
+from tilec.errors import InternalError, KernelError, TilecError
+
+INF = math.inf
+DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+@dataclass(frozen=True)
+class Job:
+    path: str
+    program_text: str
+    shapes: tuple[tuple[str, int], ...]  # sorted (name, size) pairs given by the user
+    target: str = "trn2"
+
+    @staticmethod
+    def of(path: str, shapes: dict[str, int] | None, target: str = "trn2") -> "Job":
+        text = pathlib.Path(path).read_text()
+        return Job(str(path), text, tuple(sorted((shapes or {}).items())), target)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    us: float  # latency in µs; inf when the candidate failed
+    mfu: float = 0.0
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return math.isfinite(self.us)
+
+
+class Evaluator(Protocol):
+    name: str
+
+    def evaluate(self, job: Job, schedules: list[str]) -> list[Outcome]: ...
+
+
+# ---- the performance model -------------------------------------------------------------------------------------
+
+
+def compile_job(job: Job, schedule: str | None):  # -> tilec.compiler.api.Compiled
+    from tilec.compiler.api import compile_file  # glue through public APIs only, imported late: workers start fast
+    return compile_file(job.path, dict(job.shapes) or None, schedule)
+
+
+def kernel_inputs(compiled, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs for the compiled program, in the kernel's dtypes, keyed by parameter name."""
+    from tilec.lang.api import random_inputs
+    tensors = compiled.program.tensors
+    return {name: a.astype(DTYPES[tensors[name].dtype]) if name in tensors else a
+            for name, a in random_inputs(compiled.program, seed=seed).items()}
+
+
+def traced_run(compiled, inputs: dict[str, np.ndarray]):
+    """Run the compiled kernel on the interpreter; return ({output name: array}, trace)."""
+    return compiled.run_traced(**inputs)
+
+
+def model_outcome(job: Job, schedule: str) -> Outcome:
+    """One candidate through compiler, interpreter and model. A rejected schedule is an Outcome, not an exception."""
+    from tilec.perf.api import estimate
+    try:
+        compiled = compile_job(job, schedule)
+        _, trace = traced_run(compiled, kernel_inputs(compiled))
+        est = estimate(trace, job.target)
+    except (TilecError, KernelError) as err:
+        return Outcome(INF, error=first_line(err))
+    except (InternalError, Exception) as err:  # a bug elsewhere must not end the search; it is reported
+        return Outcome(INF, error=f"internal: {type(err).__name__}: {first_line(err)}")
+    return Outcome(float(est.total_us), float(getattr(est, "mfu", 0.0)))
+
+
+def first_line(err: BaseException) -> str:
+    text = err.message if isinstance(err, TilecError) else str(err)
+    return (text.strip().splitlines() or [type(err).__name__])[0]
+
+
+class ModelEvaluator:
+    """Ranks by the performance model, over `jobs` worker processes (1 = in this process)."""
+
+    def __init__(self, jobs: int = 2, outcome: Callable[[Job, str], Outcome] = model_outcome) -> None:
+        self.name = "model"
+        self.jobs = max(1, jobs)
+        self.outcome = outcome  # a module-level function, so worker processes can unpickle it
+        self._pool: Executor | None = None
+
+    def evaluate(self, job: Job, schedules: list[str]) -> list[Outcome]:
+        if self.jobs == 1 or len(schedules) <= 1:
+            return [self.outcome(job, s) for s in schedules]
+        if self._pool is None:  # started on first need, so fully cached re-runs start no processes
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+        return list(self._pool.map(self.outcome, [job] * len(schedules), schedules))  # map keeps input order
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+# ---- real hardware ---------------------------------------------------------------------------------------------
+
+Benchmark = Callable[[Job, str], float]  # (job, schedule) -> measured p99 latency in µs
+
+
+@dataclass(frozen=True)
+class Measured:
+    schedule: str
+    model_us: float
+    p99_us: float  # inf when the measurement failed
+    error: str = ""
+
+
+def real_neuronxcc() -> bool:
+    """True when the installed `neuronxcc` is AWS's package, not tilec's interpreter shim."""
+    spec = importlib.util.find_spec("neuronxcc")
+    return spec is not None and spec.origin is not None and "tilec" not in spec.origin and "shim" not in spec.origin
+
+
+class HardwareEvaluator:
+    """Screens candidates with `screen` (the model); `select` re-ranks the top k by measured p99 latency."""
+
+    def __init__(self, top_k: int = 5, benchmark: Benchmark | None = None, screen: Evaluator | None = None,
+                 warmup: int = 10, iters: int = 100) -> None:
+        if benchmark is None and not real_neuronxcc():
+            raise TilecError("the hardware evaluator needs AWS neuronxcc and a Trainium device",
+                             hint="tune with the performance model (the default evaluator) on this machine")
+        self.name = "hardware"
+        self.top_k = top_k
+        self.benchmark = benchmark or (lambda job, s: neuron_benchmark(job, s, warmup, iters))
+        self.screen = screen or ModelEvaluator()
+
+    def evaluate(self, job: Job, schedules: list[str]) -> list[Outcome]:
+        return self.screen.evaluate(job, schedules)
+
+    def select(self, job: Job, ranked: list[tuple[str, float]]) -> list[Measured]:
+        """Measure the first top_k distinct schedules of `ranked` ((schedule, model µs), best first); return
+        them ordered by p99, ties broken by model latency then rank, failures last."""
+        chosen: list[tuple[str, float]] = []
+        for schedule, model_us in ranked:
+            if math.isfinite(model_us) and schedule not in {s for s, _ in chosen}:
+                chosen.append((schedule, model_us))
+        measured = [self._measure(job, s, us) for s, us in chosen[:self.top_k]]
+        order = sorted(range(len(measured)), key=lambda i: (measured[i].p99_us, measured[i].model_us, i))
+        return [measured[i] for i in order]
+
+    def _measure(self, job: Job, schedule: str, model_us: float) -> Measured:
+        try:
+            return Measured(schedule, model_us, float(self.benchmark(job, schedule)))
+        except Exception as err:  # one kernel failing on the device must not lose the others' measurements
+            return Measured(schedule, model_us, INF, f"{type(err).__name__}: {first_line(err)}")
+
+    def close(self) -> None:
+        close = getattr(self.screen, "close", None)
+        if close:
+            close()
+
+
+def neuron_benchmark(job: Job, schedule: str, warmup: int, iters: int) -> float:  # pragma: no cover - hardware
+    """p99 latency in µs of the compiled kernel measured by real `nki.benchmark` (inputs are ignored by it)."""
+    import neuronxcc.nki as nki
+    from tilec.nki.api import load_kernel_file
+    compiled = compile_job(job, schedule)
+    inputs = kernel_inputs(compiled)
+    with tempfile.TemporaryDirectory(prefix="tilec-bench-") as tmp:
+        path = pathlib.Path(tmp) / f"{compiled.kernel_name}.py"
+        path.write_text(compiled.source)
+        kernel = load_kernel_file(str(path), compiled.kernel_name)
+        bench = nki.benchmark(warmup=warmup, iters=iters)(kernel)
+        bench(*[inputs[p.name] for p in compiled.program.kernel.params])
+        return float(bench.benchmark_result.nc_latency.get_latency_percentile(99))

@@ -1,0 +1,83 @@
+"""Heuristic first guesses ("expert" points): what a careful person writing the kernel by hand would try first.
+
+Rules of thumb from the assignment and the NKI docs: fill the 128 partitions; make the matmul moving operand as
+wide as one PSUM bank allows (rows x columns <= 512); keep DMAs at >= 2-4 KiB per partition; load weights once;
+double- or triple-buffer the input band so loads overlap the tensor engine.
+"""
+from __future__ import annotations
+
+from tilec.tune.space import Point, Space
+
+ELEM = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+def largest(values: tuple, ok) -> object | None:
+    fits = [v for v in values if isinstance(v, int) and ok(v)]
+    return max(fits) if fits else None
+
+
+def set_known(space: Space, point: Point, **wanted: object) -> Point:
+    """`point` with the named knobs set, skipping values that knob does not offer."""
+    values = list(point)
+    for i, knob in enumerate(space.knobs):
+        if knob.name in wanted and wanted[knob.name] in knob.values:
+            values[i] = wanted[knob.name]
+    return tuple(values)
+
+
+def knob_values(space: Space, name: str) -> tuple:
+    return next((k.values for k in space.knobs if k.name == name), ())
+
+
+def conv_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
+    d = op.dims
+    wy = (op.pool or (1, 1))[0]
+    k, c, x, y = (f"tile {op.ref(r)}" for r in "kcxy")
+    band = f"split {op.ref('y')}"
+    tx = largest(knob_values(space, x), lambda v: True) or d["Wo"]
+    rows = largest(knob_values(space, y), lambda v: v * tx <= 512 and v % wy == 0) or 1
+    base = {k: 128, c: 128, x: tx, y: rows}
+    bands = [b for b in knob_values(space, band) if isinstance(b, int) and b % rows == 0]
+    out = []
+    for b in sorted({max(bands, default=rows), min((b for b in bands if b >= 4 * rows), default=rows)}):
+        for bufs in (None, 3):
+            out.append({**base, band: b, f"buffers {op.tensor('moving')}": bufs})
+    return out
+
+
+def transpose_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
+    tile = f"tile {op.ref('i')}"
+    si, sj = f"split {op.ref('i')}", f"split {op.ref('j')}"
+    elem = ELEM.get(dtypes.get(op.tensor("src") or "", "f32"), 4)
+    per_dma = max(1, 8192 // (128 * elem))  # 8 KiB per partition per DMA
+    out = []
+    for method in (None, "dma"):
+        want = {tile: 128, f"method {op.name}": method}
+        for s, extent in ((si, op.dims["M"]), (sj, op.dims["N"])):
+            want[s] = largest(knob_values(space, s), lambda v: v <= per_dma and (extent // 128) % v == 0)
+        out.append(want)
+    return out
+
+
+def eltwise_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
+    name = f"tile {op.ref('d0')}"
+    return [{name: largest(knob_values(space, name), lambda v: v <= n)} for n in (2048, 8192)]
+
+
+EXPERTS = {"conv": conv_experts, "transpose": transpose_experts, "eltwise": eltwise_experts}
+
+
+def expert_points(space: Space, ops: list, dtypes: dict[str, str]) -> list[Point]:
+    """One point per combination of the ops' expert guesses (ops without rules keep the compiler's default)."""
+    points = [space.default_point()]
+    for op in ops:
+        rules = EXPERTS.get(op.kind)
+        if rules is None:
+            continue
+        guesses = rules(space, op, dtypes)
+        points = [set_known(space, p, **g) for p in points for g in guesses] or points
+    unique = []
+    for p in points:
+        if p not in unique and p != space.default_point():
+            unique.append(p)
+    return unique[:8]

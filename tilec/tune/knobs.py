@@ -1,0 +1,234 @@
+"""Which knobs a program gets: the compiler's ops and default schedule, turned into a Space.
+
+The compiler prints what it recognised (`stages["select"]`: op kind, dims, role -> loop variable) and the default
+schedule it would apply (`stages["schedule"]`). Both are read here, from `tilec.compiler.api.compile_file` with no
+schedule, so knob names use the user's loop names and each knob's first value is the compiler's default:
+
+    conv      tile k, tile c (<= 128 partitions), tile x (<= 512 moving), tile y = rows per matmul group
+              (rows * tile x <= 512 fp32 = one 2 KiB PSUM bank), split y = rows per input band,
+              reorder of the outer loops and of the accumulation loops, place (fused in SBUF | via HBM),
+              hoist of the weights, buffers of the input band
+    pool      tile b (<= 128 partitions), split i (output rows per tile)
+    transpose tile i (<= 128), split i / split j (blocks per DMA), method pe | dma
+    eltwise   tile of the free dimension
+
+Static checks repeat the compiler's cheapest rules (divisibility, partition and PSUM limits, a rough SBUF bound);
+the compiler's TilecError stays the authority for anything they miss.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field, replace
+
+from tilec.tune.evaluate import Job, compile_job
+from tilec.tune.experts import expert_points
+from tilec.tune.space import Check, Knob, Limits, Space
+
+LIMITS = Limits()
+ELEM = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class OpView:
+    """One op as the compiler printed it in its `select` stage, with its default directives."""
+
+    kind: str  # conv | pool | transpose | eltwise
+    name: str
+    out: str
+    dims: dict[str, int]
+    vars: dict[str, str]  # role -> the .tl loop variable
+    extra: str = ""  # the op's other printed lines (stationary/moving tensors, epilogue, element count)
+    defaults: dict[tuple, object] = field(default_factory=dict)  # (directive, role) -> default value
+
+    def var(self, role: str) -> str:
+        return self.vars.get(role, role)
+
+    def ref(self, role: str) -> str:
+        return f"{self.name}.{self.var(role)}"
+
+    @property
+    def pool(self) -> tuple[int, int] | None:
+        m = re.search(r"pool \w+ (\d+)x(\d+)", self.extra)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
+    def tensor(self, label: str) -> str | None:
+        m = re.search(rf"{label} (\w+)", self.extra)
+        return m.group(1) if m else None
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# ---- reading the compiler's stages ---------------------------------------------------------------------------------
+
+HEAD = re.compile(r"^(\w+) (\w+) -> (\w+)\s+# tl:\d+\s*(.*)$")
+
+
+def parse_ops(select_text: str) -> list[OpView]:
+    ops: list[OpView] = []
+    for line in select_text.splitlines():
+        if m := HEAD.match(line):
+            dims = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", m.group(4)))
+            ops.append(OpView(m.group(1), m.group(2), m.group(3), dims, {}))
+        elif ops and line.strip().startswith("vars "):
+            pairs = [p.split("=") for p in line.strip()[5:].split(", ") if "=" in p]
+            ops[-1].vars.update({role: var for role, var in pairs})
+        elif ops:
+            ops[-1] = OpView(ops[-1].kind, ops[-1].name, ops[-1].out, ops[-1].dims, ops[-1].vars,
+                             (ops[-1].extra + "\n" + line.strip()).strip())
+    return ops
+
+
+def parse_defaults(schedule_text: str, ops: list[OpView]) -> None:
+    """Fill each op's `defaults` from the directive lines of the compiler's `schedule` stage."""
+    by_name = {op.name: op for op in ops}
+    for line in schedule_text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        name, _, rest = line.strip().partition(" ")
+        args = [a.strip() for a in rest.split(",")]
+        target, _, var = args[0].partition(".")
+        op = by_name.get(target)
+        if op is None:
+            continue
+        roles = {v: r for r, v in op.vars.items()}
+        if name in ("tile", "split") and len(args) == 2 and args[1].isdigit():
+            op.defaults[(name, roles.get(var, var))] = int(args[1])
+        elif name == "reorder":
+            order = tuple(roles.get(a, a) for a in args[1:])
+            op.defaults[("reorder", "taps" if "c" in order else "outer")] = order
+
+
+# ---- knobs per op kind ---------------------------------------------------------------------------------------------
+
+
+def _with_default(default: object, values: list) -> tuple:
+    rest = [v for v in values if v != default]
+    return tuple(([default] if default is not None else []) + rest)
+
+
+def conv_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+    d, dflt = op.dims, op.defaults
+    wy, wx = op.pool or (1, 1)
+    tiles_k = [v for v in divisors(d["K"]) if v <= LIMITS.stationary_free and v >= min(32, d["K"])]
+    tiles_c = [v for v in divisors(d["C"]) if v <= LIMITS.partitions and v >= min(32, d["C"])]
+    tiles_x = [v for v in divisors(d["Wo"]) if v <= LIMITS.moving_free and v % wx == 0 and v >= min(16, d["Wo"])]
+    rows = [v for v in divisors(d["Ho"]) if v % wy == 0 and v * min(tiles_x) <= LIMITS.moving_free]
+    bands = [v for v in divisors(d["Ho"]) if v % wy == 0 and v <= 128]  # the SBUF check bounds them further
+    knobs = [
+        Knob(f"tile {op.ref('k')}", "tile", op.ref("k"), _with_default(dflt.get(("tile", "k")), tiles_k)),
+        Knob(f"tile {op.ref('c')}", "tile", op.ref("c"), _with_default(dflt.get(("tile", "c")), tiles_c)),
+        Knob(f"tile {op.ref('x')}", "tile", op.ref("x"), _with_default(dflt.get(("tile", "x")), tiles_x)),
+    ]
+    if "y" in op.vars:
+        knobs += [Knob(f"tile {op.ref('y')}", "tile", op.ref("y"), _with_default(dflt.get(("tile", "y")), rows)),
+                  Knob(f"split {op.ref('y')}", "split", op.ref("y"),
+                       _with_default(dflt.get(("split", "y")), bands))]
+    outer = tuple(r for r in ("n", "y", "k") if r in op.vars)
+    taps = tuple(r for r in ("c", "r", "s") if r in op.vars)
+    for label, group in (("outer", outer), ("taps", taps)):
+        if len(group) > 1:
+            # None (no directive) is the compiler's order; these knobs set one plan field each, so leaving
+            # them out is exactly the default, and the schedule text stays short
+            default = tuple(op.var(r) for r in dflt.get(("reorder", label), group))
+            orders = [tuple(op.var(r) for r in p) for p in itertools.permutations(group)]
+            knobs.append(Knob(f"reorder {op.name} {label}", "reorder", op.name,
+                              (None, *[o for o in orders if o != default])))
+    if op.pool:
+        knobs.append(Knob(f"place {op.name}", "place", op.name, (None, "hbm")))  # default: fused, in SBUF
+    weights, moving = op.tensor("stationary"), op.tensor("moving")
+    if weights:
+        knobs.append(Knob(f"hoist {weights}", "hoist", weights, (None, op.ref("k"))))  # default: root
+    if moving:
+        knobs.append(Knob(f"buffers {moving}", "buffers", moving, (None, 1, 3, 4)))  # default: 2
+    return knobs, [conv_check(op, moving, dtypes.get(moving or "", "f32"))]
+
+
+def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
+    """The compiler's order-dependent rules for tile/split, and a rough SBUF bound on the input bands."""
+    d = op.dims
+    wy = (op.pool or (1, 1))[0]
+
+    def check(named: dict) -> str | None:
+        tx = named[f"tile {op.ref('x')}"]
+        rows = named.get(f"tile {op.ref('y')}", 1)
+        band = named.get(f"split {op.ref('y')}", rows)
+        if rows * tx > LIMITS.moving_free:
+            return f"{rows} rows of {tx} columns is {rows * tx} elements per matmul; one PSUM bank holds 512"
+        if rows > 1 and tx != d["Wo"]:
+            return "several rows per matmul need whole rows (tile x = the full width)"
+        if band % rows:
+            return f"a band of {band} rows is not a multiple of the {rows} rows per matmul"
+        if rows % wy or band % wy:
+            return f"rows and bands must be multiples of the pool window {wy}"
+        bufs = (named.get(f"buffers {moving}") or 2) if moving else 2
+        band_bytes = (band + d.get("R", 1) - 1) * d["W"] * ELEM[dtype] * (d["C"] // named[f"tile {op.ref('c')}"])
+        if band_bytes * bufs > LIMITS.sbuf_bytes // 2:
+            return f"{bufs} input bands of {band_bytes // 1024} KiB per partition exceed half of SBUF"
+        return None
+
+    return check
+
+
+def pool_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+    wy = (op.pool or (1, 1))[0]
+    tiles = [v for v in divisors(op.dims["B"]) if v <= LIMITS.partitions]
+    bands = [v for v in divisors(op.dims["H"] // wy) if v <= 64]
+    return [Knob(f"tile {op.ref('b')}", "tile", op.ref("b"), _with_default(op.defaults.get(("tile", "b")), tiles)),
+            Knob(f"split {op.ref('i')}", "split", op.ref("i"),
+                 _with_default(op.defaults.get(("split", "i")), bands))], []
+
+
+def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+    m, n = op.dims["M"], op.dims["N"]
+    tiles = [v for v in divisors(min(m, n)) if v <= LIMITS.partitions and max(m, n) % v == 0 and v >= 32]
+    splits_i = sorted({v for t in tiles for v in divisors(m // t) if v <= 32})
+    splits_j = sorted({v for t in tiles for v in divisors(n // t) if v <= 32})
+    dflt = op.defaults
+    knobs = [Knob(f"tile {op.ref('i')}", "tile", op.ref("i"), _with_default(dflt.get(("tile", "i")), tiles)),
+             Knob(f"split {op.ref('i')}", "split", op.ref("i"), _with_default(dflt.get(("split", "i")), splits_i)),
+             Knob(f"split {op.ref('j')}", "split", op.ref("j"), _with_default(dflt.get(("split", "j")), splits_j)),
+             Knob(f"method {op.name}", "method", op.name, (None, "dma"))]  # default: pe
+
+    def check(named: dict) -> str | None:
+        t = named[knobs[0].name]
+        for knob, extent in ((knobs[1], m), (knobs[2], n)):
+            if (extent // t) % named[knob.name]:
+                return f"{knob.name}, {named[knob.name]} does not divide the {extent // t} blocks of {t}"
+        return None
+
+    return knobs, [check]
+
+
+def eltwise_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+    m = re.search(r"\((\d+) elements\)", op.extra)
+    size = int(m.group(1)) if m else 0
+    parts = max((v for v in divisors(size) if v <= LIMITS.partitions), default=1)
+    frees = [v for v in divisors(size // parts) if v >= min(64, size // parts) and v <= 16384]
+    return [Knob(f"tile {op.ref('d0')}", "tile", op.ref("d0"),
+                 _with_default(op.defaults.get(("tile", "d0")), frees))], []
+
+
+KNOBS_FOR = {"conv": conv_knobs, "pool": pool_knobs, "transpose": transpose_knobs, "eltwise": eltwise_knobs}
+
+
+# ---- the space of a program ----------------------------------------------------------------------------------------
+
+
+def build_space(job: Job) -> Space:
+    """The schedule space of the job's program at its shapes (compiles the default schedule once)."""
+    compiled = compile_job(job, None)
+    ops = parse_ops(compiled.stages["select"])
+    parse_defaults(compiled.stages["schedule"], ops)
+    dtypes = {name: t.dtype for name, t in compiled.program.tensors.items()}
+    knobs: list[Knob] = []
+    checks: list[Check] = []
+    for op in ops:
+        k, c = KNOBS_FOR[op.kind](op, dtypes)
+        knobs += k
+        checks += c
+    space = Space(tuple(knobs), tuple(checks))
+    experts = tuple(p for p in expert_points(space, ops, dtypes) if space.check(p) is None)
+    return replace(space, experts=experts)

@@ -1,0 +1,44 @@
+"""A plain-text progress bar for tuning on stderr: trials done, best latency so far, the default's latency."""
+from __future__ import annotations
+
+import math
+from typing import IO
+
+from tilec.tune.search import Trial
+
+WIDTH = 24
+
+
+class Progress:
+    """`update(trial, best)` redraws one line; `close()` ends it. A None stream makes it silent."""
+
+    def __init__(self, total: int | None, stream: IO[str] | None) -> None:
+        self.total, self.stream = total, stream
+        self.done = self.failed = 0
+        self.default_us = math.inf
+        self.drawn = False
+
+    def update(self, trial: Trial, best: Trial | None) -> None:
+        self.done += 1
+        self.failed += 0 if math.isfinite(trial.cost) else 1
+        if trial.origin == "default":
+            self.default_us = trial.cost
+        if self.stream is not None:
+            self.stream.write("\r" + self.line(best))
+            self.stream.flush()
+            self.drawn = True
+
+    def line(self, best: Trial | None) -> str:
+        if self.total:
+            filled = min(WIDTH, WIDTH * self.done // self.total)
+            head = f"tune [{'#' * filled}{'.' * (WIDTH - filled)}] {self.done}/{self.total}"
+        else:
+            head = f"tune {self.done} tried"
+        best_text = f"best {best.cost:.1f} us" if best else "best -"
+        default_text = f"default {self.default_us:.1f} us" if math.isfinite(self.default_us) else "default -"
+        return f"{head}  {best_text}  ({default_text}, {self.failed} rejected by compiler)"
+
+    def close(self) -> None:
+        if self.stream is not None and self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
