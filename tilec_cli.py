@@ -36,6 +36,50 @@ def parse_defines(items: list[str] | None) -> dict[str, int]:
 # ---- subcommands: each owner adds its own block below ------------------------------------------------------------
 
 
+# ---- nki-run (NKI interpreter, issue 3) ----------------------------------------------------------------------------
+
+
+def _nki_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a Python file with @nki.jit kernels (imports neuronxcc.nki as usual)")
+    p.add_argument("--kernel", required=True, help="name of the kernel function in the file")
+    p.add_argument("--inputs", help="an .npz file with one array per kernel parameter name")
+    p.add_argument("--shape", action="append", metavar="NAME=AxB[:dtype]",
+                   help="random input for a parameter, e.g. --shape a=128x512:float16 (repeatable)")
+    p.add_argument("--arg", action="append", metavar="NAME=VALUE", help="a scalar argument, e.g. --arg pool_size=2")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--target", default="trn2", help="trn2 (default) or trn1")
+    p.add_argument("--out", help="save the outputs to this .npz file")
+    p.add_argument("--trace", action="store_true", help="print every executed instruction")
+
+
+@command("nki-run", "run an NKI kernel file on tilec's CPU interpreter of neuronxcc.nki", _nki_run_args)
+def _nki_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from tilec.nki import api as nki_api
+
+    inputs: dict[str, object] = {}
+    if args.inputs:
+        with np.load(args.inputs) as data:
+            inputs.update({k: data[k] for k in data.files})
+    try:
+        specs = dict(nki_api.parse_shape_spec(s) for s in args.shape or [])
+    except ValueError as err:
+        raise TilecError(str(err), hint="e.g. --shape a=128x512:float16") from None
+    inputs.update(nki_api.random_inputs(specs, args.seed))
+    for item in args.arg or []:
+        key, _, value = item.partition("=")
+        inputs[key] = float(value) if "." in value else int(value)
+    outputs, trace = nki_api.run_file(args.file, args.kernel, inputs, target=args.target)
+    if args.trace:
+        print(nki_api.format_trace(trace))
+    print(nki_api.summary(args.kernel, outputs, trace))
+    if args.out:
+        np.savez(args.out, **nki_api.named_outputs(outputs))
+        print(f"outputs saved to {args.out}")
+    return 0
+
+
 # ---- check, run, fmt (LANG, issue 2) -----------------------------------------------------------------------------
 
 
@@ -66,8 +110,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     source.add_argument("--seed", type=int, default=0, help="random inputs from this seed (default 0)")
     source.add_argument("--inputs", metavar="IN.npz", help="input arrays, one per parameter name")
     p.add_argument("--out", metavar="OUT.npz", help="write the outputs here")
-    p.add_argument("--backend", choices=["ref", "nki"], default="ref",
-                   help="ref: the NumPy reference evaluator (default); nki: compile and run on the NKI backend")
+    p.add_argument("--backend", choices=["ref", "nki"], default="nki",
+                   help="nki: compile, run on the NKI backend and compare with the reference evaluator (default); "
+                        "ref: the NumPy reference evaluator only")
 
 
 def _load_npz(path: str) -> dict:

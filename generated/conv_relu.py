@@ -31,14 +31,14 @@ def conv_relu(X, Wt, b):
     Y = nl.ndarray((1, 128, 15, 15), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- weights Wt: contraction-major, resident in SBUF
-    Wt_T = nl.ndarray((128, 1, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    Wt_rows = nl.ndarray((128, 128, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    nisa.dma_copy(dst=Wt_rows, src=Wt)  # tl:11
-    for r in nl.affine_range(3):
-        for s in nl.affine_range(3):
-            Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:11
-            Wt_tp[...] = nisa.nc_transpose(Wt_rows[:, :, r, s])  # tl:11
-            Wt_T[:, 0, r, s] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:11
+    Wt_T = nl.ndarray((128, 1, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+    Wt_rows = nl.ndarray((128, 128, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+    nisa.dma_copy(dst=Wt_rows, src=Wt)  # tl:13
+    for r in nl.affine_range(3):  # tl:13  for r in 0..R
+        for s in nl.affine_range(3):  # tl:13  for s in 0..S
+            Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:13
+            Wt_tp[...] = nisa.nc_transpose(Wt_rows[:, :, r, s])  # tl:13
+            Wt_T[:, 0, r, s] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:13
 
     # ---- bias b: one column per out-channel tile
     b_v = b.reshape((128, 1))  # tl:11
@@ -48,19 +48,19 @@ def conv_relu(X, Wt, b):
     # ---- main: conv by row bands, fused into Y
 
     # ---- input band X: rows for BAND outputs + R-1, all in-channel tiles
-    X_band = nl.ndarray((128, 1, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    nisa.dma_copy(dst=X_band[:, 0], src=X[0])  # tl:11
-    Y_band = nl.ndarray((128, 15, 15), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    for yg in nl.affine_range(3):  # tl:11  for y in band (groups of ROWS rows)
+    X_band = nl.ndarray((128, 1, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+    nisa.dma_copy(dst=X_band[:, 0], src=X[0])  # tl:13
+    Y_band = nl.ndarray((128, 15, 15), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+    for yg in nl.affine_range(3):  # tl:10  for y in band (groups of ROWS rows)
         conv_acc = nl.zeros((128, 10, 30), dtype=nl.float32, buffer=nl.psum)  # tl:11
-        for r in nl.affine_range(3):  # tl:11  for r in 0..R
-            for s in nl.affine_range(3):  # tl:11  for s in 0..S
-                conv_acc += nisa.nc_matmul(Wt_T[:, 0, r, s], X_band[:, 0, yg * ROWS + r:yg * ROWS + r + ROWS, s:s + 30])  # tl:11
+        for r in nl.affine_range(3):  # tl:12  for r in 0..R
+            for s in nl.affine_range(3):  # tl:12  for s in 0..S
+                conv_acc += nisa.nc_matmul(Wt_T[:, 0, r, s], X_band[:, 0, yg * ROWS + r:yg * ROWS + r + ROWS, s:s + 30])  # tl:13
         conv_act = nl.ndarray((128, 10, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         conv_act[...] = nisa.activation(op=nl.relu, data=conv_acc, bias=b_col, dtype=nl.float32)  # tl:11
-        Y_pool_rows = nl.ndarray((128, 5, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-        Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0:9:2], conv_act[:, 1:10:2], op=nl.maximum, dtype=nl.float32)  # tl:11
-        Y_band[:, yg * 5:yg * 5 + 5] = nisa.tensor_tensor(Y_pool_rows[:, :, 0:29:2], Y_pool_rows[:, :, 1:30:2], op=nl.maximum, dtype=nl.float32)  # tl:11
-    nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:11
+        Y_pool_rows = nl.ndarray((128, 5, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+        Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0:9:2], conv_act[:, 1:10:2], op=nl.maximum, dtype=nl.float32)  # tl:18
+        Y_band[:, yg * 5:yg * 5 + 5] = nisa.tensor_tensor(Y_pool_rows[:, :, 0:29:2], Y_pool_rows[:, :, 1:30:2], op=nl.maximum, dtype=nl.float32)  # tl:18
+    nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:18
 
     return Y

@@ -28,6 +28,25 @@ _API = {
 __all__ = ["TilecError", "InternalError", "Span", *_API]
 
 
+
+
+def _install_nki() -> None:
+    """NKI interpreter glue (issue 3): serve `import neuronxcc.nki` when the real package is absent, and let
+    nki.benchmark ask the performance model for an estimate without tilec.nki importing tilec.perf."""
+    from tilec.nki import hooks, shim
+
+    def estimate(trace: object) -> object:
+        from tilec.perf.api import estimate as perf_estimate
+
+        return perf_estimate(trace)
+
+    shim.install()
+    hooks.set_estimator(estimate)
+
+
+_install_nki()
+
+
 def __getattr__(name: str) -> object:
     if name in _API:
         return getattr(importlib.import_module(_API[name]), name)

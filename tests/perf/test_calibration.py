@@ -15,6 +15,7 @@ pytest.importorskip("tilec.nki.api")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("calibrate", ROOT / "benchmarks" / "calibrate.py")
 calibrate = importlib.util.module_from_spec(spec)
+sys.modules["calibrate"] = calibrate  # dataclasses look their module up while the file runs
 spec.loader.exec_module(calibrate)
 
 from tilec.perf.api import estimate  # noqa: E402

@@ -196,3 +196,15 @@ def test_unknown_target_is_a_user_error():
 def test_every_parameter_cites_a_source():
     for name, value, source in TRN2.table():
         assert source.startswith(("§", "fitted")), name
+
+
+@pytest.mark.parametrize("bpp, figure", [(32, 1.8), (512, 21), (1024, 42.5), (2048, 81), (4096, 96.6), (8192, 98.3),
+                                         (32768, 100)])
+def test_dma_efficiency_follows_the_dmaintro_curve(bpp, figure):
+    """A [128, bpp] transfer: per-engine throughput relative to 23 B/ns, against the figure of spec §2.5."""
+    b = TraceBuilder("curve")
+    src, dst = b.buffer("h", "hbm", 1, 128 * bpp), b.buffer("s", "sbuf", 128, bpp)
+    b.dma(b.at(dst), b.at(src), partitions=128, nbytes=128 * bpp, line=1)
+    busy = estimate(b.trace).busy_ns["dma"]
+    efficiency = 100 * (8 * bpp / busy) / P["dma_engine_bw"]
+    assert efficiency == pytest.approx(figure, abs=10)

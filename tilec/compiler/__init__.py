@@ -1,0 +1,10 @@
+"""The compiler: .tl program -> tensor computations -> operation selection -> schedule -> loop-nest IR -> NKI.
+
+    lower.py      loop nests -> Comp records (what each statement computes)
+    select.py     Comp -> ConvOp / PoolOp / TransposeOp / EltwiseOp, fusing epilogues
+    schedule.py   directives (the schedule language) folded into one plan per op; the default schedule
+    build_*.py    op + plan -> loop-nest IR (ir.py), checked by verify.py after every pass
+    passes.py     hoist, unroll, legalise, allocation report
+    codegen.py    IR -> view-model -> templates/*.py.jinja -> NKI module text
+    pipeline.py   the flat list of passes;  api.py  compile_file / Compiled.run;  regen.py  generated/
+"""

@@ -46,6 +46,8 @@ class _ConvBuilder:
                     "g": v.get("y", "y") + "g", "x": v.get("x", "x") + "t", "r": v.get("r", "r"),
                     "s": v.get("s", "s")}
         self.tl = v
+        lines = dict(op.lines)
+        self.L = {role: lines.get(role, op.line) for role in ("n", "k", "c", "y", "x", "r", "s", "update", "pool")}
 
     def consts(self) -> list[tuple[str, int]]:
         p = self.p
@@ -88,7 +90,7 @@ class _ConvBuilder:
 
     def weights(self, kt: str | None) -> list[Stmt]:
         """Load W k-major and transpose each (c-tile, tap) block on TensorE; `kt`: only that out-channel tile."""
-        op, p, line, V = self.op, self.p, self.line, self.var
+        op, p, line, V = self.op, self.p, self.L["update"], self.var
         wt = self.wt_buf(kt is not None)
         out: list[Stmt] = [Alloc(wt, line=line)]
         ct, r, s = V["c"], V["r"], V["s"]
@@ -106,7 +108,9 @@ class _ConvBuilder:
                ir.Transpose(whole(tp), View(raw, (full(p.tile_k), sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c),
                                                   a(r), a(s))), "pe", line),
                ir.Copy(View(wt, (full(p.tile_c), a(ct), a(r), a(s), kdst)), whole(tp), line)]
-        taps = loop(ct, self.CT, loop(r, self.R, loop(s, self.S, tap)))
+        taps = loop(ct, self.CT, loop(r, self.R, loop(s, self.S, tap, note=f"for {self.tl.get('s', 's')} in 0..S",
+                                                     line=line), note=f"for {self.tl.get('r', 'r')} in 0..R",
+                                   line=line), note=f"for {self.tl['c']} in 0..C (tiles of TILE_C)", line=line)
         per_k = [Alloc(raw, line=line),
                  Dma(whole(raw), View(self.w4, (sl(a(term(kv, p.tile_k, "TILE_K")), p.tile_k), full(self.C),
                                                 full(self.R), full(self.S))), line)] + taps
@@ -121,10 +125,11 @@ class _ConvBuilder:
         body = [Dma(View(col, (full(p.tile_k), sl(a("kb"), 1))),
                     View(b2, (sl(a(term("kb", p.tile_k, "TILE_K")), p.tile_k), full(1))), line)]
         self.bias_col = col
-        return st + [Alloc(col, line=line)] + loop("kb", self.KT, body)
+        return st + [Alloc(col, line=line)] + loop("kb", self.KT, body, note=f"for {self.tl['k']} in 0..K (tiles of "
+                                                                           f"TILE_K)", line=line)
 
     def x_band(self) -> list[Stmt]:
-        p, line, V = self.p, self.line, self.var
+        p, line, V = self.p, self.L["update"], self.var
         xb = self.x_band_buf()
         rows = p.band + self.R - 1
         ct = V["c"]
@@ -143,7 +148,7 @@ class _ConvBuilder:
         extent = {"n": self.N, "y": self.NB, "k": self.KT}[role]
         notes = {"n": f"for {self.tl.get('n', 'n')} in 0..N", "k": f"for {self.tl['k']} in 0..K (tiles of TILE_K)",
                  "y": f"for {self.tl.get('y', 'y')} in 0..Ho (bands of BAND rows)"}
-        return loop(V[role], extent, body, note=notes[role], line=self.line)
+        return loop(V[role], extent, body, note=notes[role], line=self.L[role])
 
     def out_band(self) -> list[Stmt]:
         """The innermost level: loads are placed here and lifted by the `hoist` pass as far as they can go."""
@@ -158,8 +163,11 @@ class _ConvBuilder:
         ob = Buf(f"{op.out}_band", "sbuf", self.hbm[op.out].dtype,
                  (p.tile_k, p.band // self.wy, self.Wo // self.wx))
         self.o_band = ob
-        group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group()),
-                     note=f"for {self.tl.get('y', 'y')} in band (groups of ROWS rows)", line=line)
+        group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
+                                          note=f"for {self.tl.get('x', 'x')} in 0..Wo (tiles of TILE_X)",
+                                          line=self.L["x"]),
+                     note=f"for {self.tl.get('y', 'y')} in band (groups of ROWS rows)", line=self.L["y"])
+        line = self.L["pool"] if op.pool else line
         store = Dma(View(self.o4, (a(V["n"]), sl(a(term(V["k"], p.tile_k, "TILE_K")), p.tile_k),
                                    sl(a(term(V["y"], p.band // self.wy)), p.band // self.wy),
                                    full(self.Wo // self.wx))), whole(ob), line)
@@ -175,13 +183,13 @@ class _ConvBuilder:
             View(wt, (full(p.tile_c), a(ct), kidx, a(r), a(s)))
         mov = View(self.x_band_buf(), (full(p.tile_c), a(ct), sl(a(term(V["g"], p.rows, "ROWS"), r), p.rows),
                                        sl(a(term(V["x"], p.tile_x, "TILE_X"), s), p.tile_x)))
-        body: list[Stmt] = [Matmul(whole(acc), stat, mov, line)]
+        body: list[Stmt] = [Matmul(whole(acc), stat, mov, self.L["update"])]
         extents = {"c": self.CT, "r": self.R, "s": self.S}
         for role in reversed(p.taps):
             kind = "affine"  # the `unroll` pass turns the schedule's unrolled loops static
             note = {"c": f"for {self.tl['c']} in 0..C (tiles of TILE_C)", "r": f"for {self.tl.get('r', 'r')} in 0..R",
                     "s": f"for {self.tl.get('s', 's')} in 0..S"}[role]
-            body = loop(V[role], extents[role], body, kind, note=note, line=line)
+            body = loop(V[role], extents[role], body, kind, note=note, line=self.L[role])
         return [Alloc(acc, zero=True, line=line)] + body + self.epilogue(acc)
 
     def epilogue(self, acc: Buf) -> list[Stmt]:
@@ -196,4 +204,4 @@ class _ConvBuilder:
         ev = Buf(f"{op.name}_act", "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
         out: list[Stmt] = [Alloc(ev, line=line), Act(whole(ev), whole(acc), func, bias, 1.0, line)]
         return out + pool_epilogue(whole(ev), dst, self.wy, self.wx, op.pool.op, op.pool.scale, f"{op.out}_pool",
-                                   line)
+                                   self.L["pool"])

@@ -17,7 +17,9 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
            | Act(dst, src, func, bias, scale)        dst = func(src * scale + bias), bias per partition
            | Binary(dst, a, b, op)                   dst = a op b element-wise (tensor_tensor)
            | Scalar(dst, src, op, value)             dst = src op value (tensor_scalar with a constant)
-           | Block(label, body)                      a named group of statements (one phase of a kernel)
+           | Block(label, body, hoist, pin)          a named group of statements (one phase of a kernel); a
+                                                     hoistable block is a load the `hoist` pass may lift out
+                                                     of loops it does not use (never out of loop `pin`)
     Kernel = name, params: Buf..., outputs: Buf..., consts: (name, value)..., body: Stmt...
 
 Every statement may carry `line`, the .tl line it comes from (printed as `# tl:LINE`), so generated code and the

@@ -25,6 +25,11 @@ class Comp:
     red_vars: tuple[str, ...]
     line: int
     span: Span
+    lines: tuple[tuple[str, int], ...] = ()  # .tl line of each loop
+    update_line: int = 0  # .tl line of the reduction statement
+
+    def line_of(self, var: str) -> int:
+        return dict(self.lines).get(var, self.line)
 
     def extent(self, var: str) -> int:
         return dict(self.extents)[var]
@@ -109,7 +114,7 @@ def _append(comps: list[Comp], comp: Comp) -> None:
             and len(prev.out_vars) == len(comp.out_vars)):
         rename = dict(zip(prev.out_vars, comp.out_vars))
         comps[-1] = Comp(comp.target, comp.out_vars, comp.extents, _rename(prev.init, rename), comp.red_op,
-                         comp.update, comp.red_vars, prev.line, prev.span)
+                         comp.update, comp.red_vars, prev.line, prev.span, comp.lines, comp.update_line)
         return
     comps.append(comp)
 
@@ -134,7 +139,7 @@ def _lower_nest(stmt: sx.Stmt, loops: tuple[tuple[str, int], ...], sizes: dict[s
         if start != 0:
             raise TilecError("loops must start at 0 for the compiler", stmt.start.span,
                              "shift the index instead: for i in 0..N-1: ... A[i + 1]")
-        inner = loops + ((stmt.var, size_value(stmt.stop, sizes)),)
+        inner = loops + ((stmt.var, size_value(stmt.stop, sizes), stmt.span.line),)
         return _lower_body(stmt.body, inner, sizes)
     return [_lower_assign(stmt, loops, sizes, None)]
 
@@ -158,18 +163,20 @@ def _lower_body(body: tuple[sx.Stmt, ...], loops, sizes) -> list[Comp]:
 def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:
     out_vars = []
     for e in a.target.indices:
-        if not isinstance(e, sx.Name) or e.id not in dict(loops):
+        if not isinstance(e, sx.Name) or e.id not in {v for v, _, _ in loops}:
             raise TilecError(f"the compiler needs each index of {a.target.tensor} to be a plain loop variable",
                              e.span, "write the output as T[i, j] with i, j loop variables")
         out_vars.append(e.id)
-    extents = red.extents if red else loops
+    extents = tuple((v, n) for v, n, _ in loops)
+    lines = tuple((v, line) for v, _, line in loops)
     if red:
-        return Comp(a.target.tensor, tuple(out_vars), extents, a.value, red.red_op, red.update, red.red_vars,
-                    a.span.line, a.span)
+        return Comp(a.target.tensor, tuple(out_vars), red.extents, a.value, red.red_op, red.update, red.red_vars,
+                    a.span.line, a.span, red.lines, red.update_line)
     if a.op == "=":
-        return Comp(a.target.tensor, tuple(out_vars), loops, a.value, None, None, (), a.span.line, a.span)
-    red_vars = tuple(v for v, _ in loops if v not in out_vars)
-    return Comp(a.target.tensor, tuple(out_vars), loops, None, a.op, a.value, red_vars, a.span.line, a.span)
+        return Comp(a.target.tensor, tuple(out_vars), extents, a.value, None, None, (), a.span.line, a.span, lines)
+    red_vars = tuple(v for v, _ in extents if v not in out_vars)
+    return Comp(a.target.tensor, tuple(out_vars), extents, None, a.op, a.value, red_vars, a.span.line, a.span,
+                lines, a.span.line)
 
 
 def print_comps(comps: tuple[Comp, ...]) -> str:

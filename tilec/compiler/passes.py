@@ -103,3 +103,37 @@ def allocation_report(k: Kernel) -> str:
     lines.append(f"peak SBUF per partition: {sbuf} bytes ({sbuf / 1024:.1f} KiB of 192 KiB usable)")
     lines.append(f"peak PSUM tiles live: {psum} of 8 banks (2 KiB each)")
     return "\n".join(lines) + "\n"
+
+
+def legalise(k: Kernel) -> Kernel:
+    """An affine loop whose iterations write the same location of a buffer allocated outside it (a single-buffered
+    band, say) carries a dependence: it becomes a sequential_range. PSUM accumulation (matmul +=) is exempt.
+
+    Before:  alloc X_band ; for yb in affine(3): { dma X_band[...] <- X[.., yb*BAND ..] ; ... }
+    After:   alloc X_band ; for yb in sequential(3): { ... }
+    """
+    return replace(k, body=_legalise(k.body))
+
+
+def _legalise(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    out = []
+    for s in body:
+        if isinstance(s, Loop):
+            s = replace(s, body=_legalise(s.body))
+            if s.kind == "affine" and _carries(s):
+                s = replace(s, kind="sequential")
+        elif isinstance(s, Block):
+            s = replace(s, body=_legalise(s.body))
+        out.append(s)
+    return tuple(out)
+
+
+def _carries(loop: Loop) -> bool:
+    local = {x.buf.name for x in ir.walk(loop.body) if isinstance(x, ir.Alloc)}
+    for x in ir.walk(loop.body):
+        dst = getattr(x, "dst", None)
+        if isinstance(x, ir.Matmul) or dst is None or dst.buf.name in local or dst.buf.memory == "hbm":
+            continue
+        if loop.var not in _vars(dst):
+            return True
+    return False

@@ -18,7 +18,7 @@ from tilec.compiler.select import ConvOp, EltwiseOp, PoolOp, TransposeOp, print_
 from tilec.compiler.verify import verify
 from tilec.lang import syntax as sx
 
-STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "allocate")
+STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "allocate")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None)
     # unroll: the schedule's unrolled loops become static ranges (traced once per iteration)
     kernel = passes.unroll(kernel, plans, ops)
     stages["unroll"] = _checked(kernel, "unroll")
+    # legalise: affine loops whose iterations share a buffer (single-buffered schedules) become sequential
+    kernel = passes.legalise(kernel)
+    stages["legalise"] = _checked(kernel, "legalise")
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the trn2 limits)
     stages["allocate"] = passes.allocation_report(kernel)
     doc = _doc_lines(program, ops, plans)

@@ -9,7 +9,8 @@ copy and edit it. Each directive is applied by one function in `APPLY` (a table 
                                                       contraction, <= 128), y (output rows per matmul), x (columns
                                                       per matmul); eltwise: free elements per tile; transpose: i/j
                                                       block size (<= 128); pool: b (channels on partitions)
-    split OP.v, N       rows per band                 conv.y: output rows per input band / output DMA; transpose.i/j:
+    split OP.v, N       rows per band                 conv.y: output rows per input band / output DMA (rows per
+                                                      matmul shrink to a divisor of it); transpose.i/j:
                                                       128-blocks per DMA; pool.i: output rows per tile
     reorder OP, a, b..  loop order                    conv outer loops (n, y, k) or its accumulation loops (c, r, s)
     partition OP.v      bind v to partitions          only legal where the engines allow it (conv.k, pool.b, ...)
@@ -135,7 +136,7 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     tile_k, tile_c = best_divisor(op.dim("K"), PMAX), best_divisor(op.dim("C"), PMAX)
     wo, ho = op.dim("Wo"), op.dim("Ho")
     tile_x = wo if wo <= MOVING_FMAX else best_divisor(wo, MOVING_FMAX, wx)
-    max_rows = MOVING_FMAX // tile_x if tile_x == wo else 1
+    max_rows = MOVING_FMAX // tile_x
     elem = _bytes(dtypes[op.x])
     band_limit = 32 if ho > 32 else ho
     band = ho
@@ -195,11 +196,17 @@ def bad(d: sx.Directive | sx.Ref | int, message: str, hint: str = "") -> TilecEr
     return TilecError(message, getattr(d, "span", None), hint)
 
 
+def _roles(op: Op) -> dict[str, str]:
+    """.tl loop variable -> role; a conv's own loops win over the fused pool's loops of the same name."""
+    ordered = sorted(op.vars, key=lambda rv: not rv[0].startswith("pool_"))
+    return {var: role for role, var in ordered}
+
+
 def ref_role(op: Op, ref, d: sx.Directive) -> str:
     """`conv.y` -> the role "y" of loop variable y in op conv."""
     if not isinstance(ref, sx.Ref) or len(ref.parts) != 2:
         raise bad(ref if isinstance(ref, sx.Ref) else d, "expected a loop reference like conv.y")
-    roles = {var: role for role, var in op.vars}
+    roles = _roles(op)
     if ref.parts[1] not in roles:
         known = ", ".join(sorted(var for role, var in op.vars if not role.startswith("pool_")))
         raise bad(ref, f"{ref.parts[0]} has no loop `{ref.parts[1]}`", f"its loops are: {known}")
@@ -219,6 +226,11 @@ def _div(d: sx.Directive, value: int, extent: int, what: str) -> None:
 
 
 def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+    """`tile conv.k, 64`: the tile size of one loop (golden: tests/golden/compiler/directives/tile.txt).
+
+    Before:  const TILE_K = 128 ; for kt in affine(2): matmul acc[:128, ..] += Wt_T[.., kt*TILE_K:+128].T @ ..
+    After:   const TILE_K = 64  ; for kt in affine(4): matmul acc[:64, ..]  += Wt_T[.., kt*TILE_K:+64].T @ ..
+    """
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
     if isinstance(plan, ConvPlan):
         return _tile_conv(op, plan, d, role, n)
@@ -252,15 +264,16 @@ def _tile_conv(op: ConvOp, plan: ConvPlan, d, role: str, n: int) -> ConvPlan:
         _div(d, n, op.dim("Wo"), "tile")
         if n > MOVING_FMAX:
             raise bad(d, f"tile of {n} columns exceeds the matmul moving size of {MOVING_FMAX}")
-        rows = plan.rows if n == op.dim("Wo") else (op.pool.wy if op.pool else 1)
+        if op.pool and n % op.pool.wx:
+            raise bad(d, f"a tile of {n} columns splits pooling windows of {op.pool.wx} columns",
+                      f"use a multiple of {op.pool.wx}")
+        rows = plan.rows if plan.rows * n <= MOVING_FMAX else (op.pool.wy if op.pool else 1)
         return replace(plan, tile_x=n, rows=rows, band=plan.band if plan.band % rows == 0 else rows)
     if role == "y":
         if n * plan.tile_x > MOVING_FMAX:
             raise bad(d, f"{n} rows of {plan.tile_x} columns is {n * plan.tile_x} elements per matmul; "
                          f"the moving operand and one PSUM bank hold {MOVING_FMAX}",
                       f"use at most {MOVING_FMAX // plan.tile_x} rows")
-        if n > 1 and plan.tile_x != op.dim("Wo"):
-            raise bad(d, "several rows per matmul need whole rows (tile x = the full width)")
         if op.pool and n % op.pool.wy:
             raise bad(d, f"rows per matmul must be a multiple of the pool window {op.pool.wy}")
         _div(d, n, op.dim("Ho"), "tile")
@@ -271,12 +284,19 @@ def _tile_conv(op: ConvOp, plan: ConvPlan, d, role: str, n: int) -> ConvPlan:
 
 
 def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+    """`split conv.y, 2`: rows per band, the unit of input loads and output stores (golden: directives/split.txt).
+
+    Before:  for kt: { acc[:, :8, :] ; dma Y[n, kt.., :4, :] <- Y_band }          (one band of 8 rows)
+    After:   for yb in affine(4): { X_band rows yb*BAND:+4 ; for kt: { acc[:, :2, :] ; dma Y[n, kt.., yb:+1] } }
+    """
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
     if isinstance(plan, ConvPlan) and role == "y":
         _div(d, n, op.dim("Ho"), "split")
-        if n % plan.rows:
-            raise bad(d, f"a band of {n} rows is not a multiple of the {plan.rows} rows per matmul")
-        return replace(plan, band=n)
+        wy = op.pool.wy if op.pool else 1
+        if n % wy:
+            raise bad(d, f"a band of {n} rows splits pooling windows of {wy} rows", f"use a multiple of {wy}")
+        # rows per matmul shrink to the largest divisor of the band that still covers whole pooling windows
+        return replace(plan, band=n, rows=best_divisor(n, plan.rows, wy))
     if isinstance(plan, TransposePlan) and role in ("i", "j"):
         _div(d, n, op.dim("M" if role == "i" else "N") // plan.tile, "split")
         return replace(plan, **{f"b{role}": n})
@@ -287,9 +307,15 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 
 def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+    """`reorder conv, k, n, y` (outer loops) or `reorder conv, r, s, c` (accumulation order)
+    (goldens: directives/reorder_outer.txt, reorder_taps.txt).
+
+    Before:  for n: { load X_band(n) ; for kt: ... }
+    After:   for kt: for n: { load X_band(n) ; ... }          (the band is reloaded for every out-channel tile)
+    """
     if not isinstance(plan, ConvPlan):
         raise bad(d, f"{op.name} has a fixed loop order")
-    roles = {var: role for role, var in op.vars}
+    roles = _roles(op)
     names = [a.parts[0] if isinstance(a, sx.Ref) and len(a.parts) == 1 else None for a in d.args[1:]]
     if None in names or any(n not in roles for n in names):
         raise bad(d, f"reorder lists loop variables of {op.name}: {', '.join(v for _, v in op.vars)}")
@@ -307,6 +333,8 @@ def _full_order(order: tuple[str, ...], group: tuple[str, ...]) -> tuple[str, ..
 
 
 def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+    """`partition conv.k`: states which loop lives on the 128 partitions; only the engine-legal binding is
+    accepted (the IR does not change), anything else is an error that names the legal loop."""
     role = ref_role(op, d.args[0], d)
     allowed = {ConvPlan: "k", PoolPlan: "b", EltwisePlan: "d0", TransposePlan: "i"}[type(plan)]
     if role != allowed:
@@ -320,6 +348,11 @@ def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 
 def apply_fusion(op: Op, plan: Plan, d: sx.Directive, dtypes: dict[str, str]) -> Plan:
+    """compute_at conv, Y.i | Y.n | root  and  place conv, sbuf | hbm  (golden: directives/place_hbm.txt).
+
+    Before (fused):  act conv_act <- acc + b ; maximum ... ; dma Y[..] <- Y_band       conv never reaches HBM
+    After (hbm):     act conv_band <- acc + b ; dma conv[..] <- conv_band ; ... a separate pool reads conv
+    """
     """compute_at conv, Y.i | Y.n | root  and  place conv, sbuf | hbm."""
     if not isinstance(plan, ConvPlan) or not op.pool:
         raise bad(d, f"{op.name} has no consumer to fuse into")
@@ -350,6 +383,11 @@ def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d, dtypes) -> ConvPlan:
 
 
 def apply_hoist(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+    """`hoist Wt, conv.k` / `hoist X, conv.k`: where a load group is placed (goldens: directives/hoist_*.txt).
+
+    Before:  block weights Wt (all K, once) ; for n: for kt: ...
+    After:   for n: for kt: { block weights Wt for this out-channel tile ; ... }
+    """
     at = d.args[1] if len(d.args) > 1 else None
     if isinstance(plan, ConvPlan) and isinstance(d.args[0], sx.Ref) and d.args[0].parts == (op.x,):
         if isinstance(at, sx.Ref) and len(at.parts) == 2 and ref_role(op, at, d) in ("n", "y", "k"):
@@ -366,6 +404,12 @@ def apply_hoist(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 
 def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+    """`buffers X, 1`: one input-band buffer for the whole kernel (golden: directives/buffers.txt); the
+    `legalise` pass then makes the loops sharing it sequential. 2 or more: a buffer per iteration.
+
+    Before:  for n in affine(2): { alloc X_band ; dma X_band <- .. }
+    After:   alloc X_band ; for n in sequential(2): { dma X_band <- .. }
+    """
     n = _int(d, 1)
     if n > 4:
         raise bad(d, f"{n} buffers of an input band is more than the 4 the SBUF budget allows")
@@ -375,6 +419,10 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 
 def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+    """`unroll conv.s` (golden: directives/unroll.txt).
+
+    Before:  for s in affine(3): matmul ..      After:  for s in static(3): matmul ..
+    """
     role = ref_role(op, d.args[0], d)
     if not isinstance(plan, ConvPlan) or role not in ("c", "r", "s"):
         raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) can be unrolled")
@@ -382,6 +430,11 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 
 def apply_method(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+    """`method Y, dma` (golden: directives/method_dma.txt).
+
+    Before:  dma strip <- A ; transpose.pe tp <- strip[..] ; copy out[..] <- tp
+    After:   transpose.dma out[..] <- A[block]
+    """
     m = d.args[1].parts[0] if len(d.args) > 1 and isinstance(d.args[1], sx.Ref) else None
     if not isinstance(plan, TransposePlan) or m not in ("pe", "dma"):
         raise bad(d, "`method` applies to a transpose: pe (nc_transpose) or dma (dma_transpose)")

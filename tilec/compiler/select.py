@@ -209,7 +209,8 @@ def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> 
             "Ho": ext(spatial[0]) if spatial[0] else 1, "Wo": ext(spatial[1]),
             "R": ext(taps[0]) if taps[0] else 1, "S": ext(taps[1]) if taps[1] else 1}
     bias = _bias(comp, roles["k"], program)
-    lines = tuple((role, comp.line) for role in sorted(roles))
+    lines = tuple((role, comp.line_of(var)) for role, var in sorted(roles.items())) + \
+        (("update", comp.update_line or comp.line),)
     return ConvOp(comp.target, comp.target, x, w, bias, tuple(dims.items()), w_layout,
                   tuple(sorted(roles.items())), line=comp.line, lines=lines, span=comp.span)
 
@@ -271,7 +272,7 @@ def _try_pool(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
         return None
     pool_vars = tuple((f"pool_{role}", var) for role, var in pool.vars)
     return _replace(op, out=c.target, relu=op.relu or pool.relu, pool=pool.pool, fused=op.fused + (c.target,),
-                    vars=op.vars + pool_vars)
+                    vars=op.vars + pool_vars, lines=op.lines + (("pool", c.update_line or c.line),))
 
 
 def _replace(op, **changes):

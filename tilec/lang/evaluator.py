@@ -96,7 +96,7 @@ class Machine:
         for values in itertools.product(*(range(t.start, t.stop) for t in taps)):
             tap_env = {**env, **{t.var: v for t, v in zip(taps, values)}}
             part = self.reduced(st, inner, tap_env, written)
-            total = part if total is None else _combine(st.op, total, part)
+            total = _first(part, taps) if total is None else _accumulate(st.op, total, part)
         self.store_result(st, loops, env, written, total)
 
     def reduced(self, st: s.Assign, loops: tuple[OpenLoop, ...], env: dict[str, int], written: set[str]) -> Labelled:
@@ -139,8 +139,10 @@ class Machine:
         dtype = self.tensors[st.target.tensor][0]
         if st.op == "=":
             view[...] = round_to(dtype, np.broadcast_to(data, view.shape))
+        elif dtype == "f32":  # update in place: no rounding needed, no temporary of the target's size
+            _UPDATE[st.op](view, data, out=view)
         else:
-            view[...] = round_to(dtype, _combine(st.op, Labelled(view, axes), Labelled(data, axes)).data)
+            view[...] = round_to(dtype, _UPDATE[st.op](view, data))
 
     # ---- expressions --------------------------------------------------------------------------------------------
 
@@ -234,6 +236,24 @@ def _call(fn: str, args: list[Labelled], loops: tuple[OpenLoop, ...]) -> Labelle
         with np.errstate(over="ignore"):
             return Labelled(np.exp(x.data, dtype=np.float32), x.axes)
     return Labelled(round_to(fn, np.asarray(x.data, dtype=np.float32)), x.axes)
+
+
+_UPDATE = {"+=": np.add, "max=": np.maximum, "min=": np.minimum}
+
+
+def _first(part: Labelled, taps: tuple[OpenLoop, ...]) -> Labelled:
+    """The first partial result of a tap loop, copied when more will be folded into it in place (it may be a
+    view of a stored tensor)."""
+    if not taps:
+        return part
+    return Labelled(np.array(part.data, dtype=np.float32, copy=True), part.axes)
+
+
+def _accumulate(op: str, acc: Labelled, part: Labelled) -> Labelled:
+    if op in _UPDATE and set(part.axes) <= set(acc.axes) and np.ndim(acc.data) == len(acc.axes):
+        _UPDATE[op](acc.data, _align(part, acc.axes), out=acc.data)
+        return acc
+    return _combine(op, acc, part)
 
 
 def _combine(op: str, acc: Labelled, part: Labelled) -> Labelled:

@@ -55,10 +55,13 @@ def _binop(e: s.BinOp) -> str:
     p = _PREC[e.op]
     lhs = expr(e.lhs) if _prec(e.lhs) >= p else f"({expr(e.lhs)})"
     rhs = expr(e.rhs) if _prec(e.rhs) > p else f"({expr(e.rhs)})"
-    plain = (s.Num, s.Name)
-    if e.op == "*" and isinstance(e.lhs, plain) and isinstance(e.rhs, plain):
+    if e.op == "*" and _plain(e.lhs) and _plain(e.rhs):
         return f"{lhs}*{rhs}"
     return f"{lhs} {e.op} {rhs}"
+
+
+def _plain(e: s.Expr) -> bool:
+    return isinstance(e, s.Name) or (isinstance(e, s.Num) and e.value >= 0)
 
 
 def tensor_type(t: s.TensorType) -> str:

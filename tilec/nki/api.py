@@ -90,3 +90,42 @@ def run_file(path: str, kernel: str, inputs: dict[str, object], target: str | No
                        None, f"kernel {kernel}({', '.join(params)})")
     args = {p: inputs[p] for p in params if p in inputs}
     return simulate_traced(fn, target=target, **args)
+
+
+def summary(kernel: str, outputs: object, trace: Trace) -> str:
+    """A short human-readable report of one run: outputs and instruction counts per engine."""
+    lines = [f"kernel {kernel}: {len(trace.instrs)} instructions on tilec's NKI interpreter ({trace.target})"]
+    per_engine: dict[str, int] = {}
+    for ins in trace.instrs:
+        per_engine[f"{ins.engine}:{ins.op}"] = per_engine.get(f"{ins.engine}:{ins.op}", 0) + 1
+    for key in sorted(per_engine):
+        lines.append(f"  {key:<28} {per_engine[key]}")
+    dma = [i for i in trace.instrs if i.engine == "dma"]
+    if dma:
+        lines.append(f"  dma bytes {sum(i.bytes for i in dma)} in {sum(i.dma_chunks for i in dma)} chunks")
+    for name, arr in named_outputs(outputs).items():
+        lines.append(f"  output {name}: shape {tuple(arr.shape)} {arr.dtype}")
+    return "\n".join(lines)
+
+
+def named_outputs(outputs: object) -> dict[str, np.ndarray]:
+    if outputs is None:
+        return {}
+    if isinstance(outputs, (tuple, list)):
+        return {f"out{i}": np.asarray(o) for i, o in enumerate(outputs) if isinstance(o, np.ndarray)}
+    return {"out": np.asarray(outputs)} if isinstance(outputs, np.ndarray) else {}
+
+
+def format_trace(trace: Trace) -> str:
+    """One line per instruction: seq, engine, op, shape facts, dtypes, DMA bytes/chunks, kernel line."""
+    out = []
+    for i in trace.instrs:
+        extra = f" bytes={i.bytes} chunks={i.dma_chunks}x{i.dma_chunk_bytes}B" if i.engine == "dma" else ""
+        if i.op == "nc_matmul":
+            extra = f" K={i.k} M={i.m} N={i.free}" + (" +=" if i.accumulate else "")
+        src = ",".join(f"{a.name}[{a.memory}]" for a in i.reads)
+        dst = ",".join(f"{a.name}[{a.memory}]" for a in i.writes)
+        out.append(f"{i.seq:6d} {i.engine:<6} {i.op:<14} P={i.partitions:<3} F={i.free:<6} "
+                   f"{'/'.join(i.in_dtypes)}->{i.out_dtype}{extra}  {src} -> {dst}  "
+                   f"{pathlib.Path(i.file).name}:{i.line}")
+    return "\n".join(out)

@@ -5,6 +5,8 @@ limitation of 128") and always name the tile, its buffer and shape; `rules.NkiEr
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tilec.nki import rules
@@ -27,7 +29,7 @@ def new_tile(run: object, shape: tuple, dtype: np.dtype, memory: str, name: str,
             "err_num_partition_exceed_arch_limit", where, f"tile '{name}' of shape {tuple(shape)} in {memory}",
             hint=f"the first (partition) dimension of an SBUF/PSUM tile is at most {tgt.pmax}; loop over chunks "
                  f"of {tgt.pmax} rows")
-    bpp = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    bpp = math.prod(shape[1:]) * np.dtype(dtype).itemsize
     if memory == "psum" and bpp > tgt.psum_bank_bytes:
         raise rules.NkiSyntaxError(
             f"PSUM tile needs {bpp} bytes per partition, more than one {tgt.psum_bank_bytes}-byte PSUM bank",
@@ -155,6 +157,8 @@ def matmul(run: object, stationary: object, moving: object, where: tuple) -> Non
     tgt = run.target
     k, k2 = stationary.shape[0], moving.shape[0]
     m, n = stationary.free_size, moving.free_size
+    if k == k2 and m <= tgt.stationary_fmax and n <= tgt.moving_fmax:
+        return
     pair = f"stationary {_desc(stationary)}; moving {_desc(moving)}"
     if k != k2:
         raise rules.NkiSyntaxError(

@@ -12,6 +12,7 @@ import dataclasses
 import linecache
 import re
 
+import ml_dtypes
 import numpy as np
 
 from tilec.nki import checks, races, recorder, rules, runtime
@@ -20,6 +21,16 @@ from tilec.nki.tensor import Tensor
 from tilec.trace import Instr
 
 F32 = np.dtype(np.float32)
+_LOW_FLOATS = (np.dtype(np.float16),) + tuple(
+    np.dtype(getattr(ml_dtypes, d)) for d in ("bfloat16", "float8_e4m3", "float8_e5m2"))
+_DT_NAMES: dict[np.dtype, str] = {}
+
+
+def dtype_name(dt: np.dtype) -> str:
+    name = _DT_NAMES.get(dt)
+    if name is None:
+        name = _DT_NAMES[dt] = dt.name
+    return name
 _NAME_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
 _names: dict[tuple[str, int], str] = {}
 
@@ -62,6 +73,7 @@ def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int 
     buf = t.buf
     if not buf.alive:
         checks.dead(t, where)
+    buf.f32 = None
     if mask is None:
         np.copyto(t.arr, value, casting="unsafe")
     else:
@@ -69,7 +81,8 @@ def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int 
     if not buf.all_written:
         if mask is None:
             t.written_view()[...] = True
-            if t.size == buf.data.size and 0 not in t.strides:
+            buf.write_count += t.size
+            if buf.write_count >= buf.data.size and buf.written.all():
                 buf.all_written = True
         else:
             np.copyto(t.written_view(), True, where=mask)
@@ -79,9 +92,18 @@ def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int 
 
 
 def f32(run: Run, t: Tensor, where: tuple[str, int]) -> np.ndarray:
-    """Read an operand as the engines see it: fp32."""
+    """Read an operand as the engines see it: fp32. On-chip low-precision buffers keep an fp32 shadow copy,
+    rebuilt after a write, so operands read many times (weights, input rows) are converted once."""
     a = read(run, t, where)
-    return a if a.dtype == F32 else a.astype(F32)
+    if a.dtype == F32:
+        return a
+    buf = t.buf
+    if buf.memory == "hbm" or a.dtype.kind != "f" and a.dtype not in _LOW_FLOATS:
+        return a.astype(F32)
+    shadow = buf.f32
+    if shadow is None:
+        shadow = buf.f32 = buf.data.astype(F32)
+    return np.ndarray(t.shape, F32, buffer=shadow, offset=t.off * 4, strides=tuple(x * 4 for x in t.strides))
 
 
 # ---- allocation ----
@@ -107,14 +129,22 @@ def _poison(data: np.ndarray) -> None:
 
 
 def result(run: Run, value: np.ndarray, dtype: np.dtype, memory: str, where: tuple[str, int],
-           default_name: str) -> Tensor:
-    """A fresh output tile holding `value` rounded to `dtype`; remembers the unrounded value for retargeting."""
+           default_name: str, mask: np.ndarray | None = None) -> Tensor:
+    """A fresh output tile holding `value` rounded to `dtype`; remembers the unrounded value for retargeting.
+    With a mask, only the masked elements are computed: the others stay unwritten (NaN)."""
     name = target_name(where, default_name)
     shape = tuple(value.shape)
     checks.new_tile(run, shape, dtype, memory, name, where)
     data = np.empty(shape, dtype)
-    np.copyto(data, value, casting="unsafe")
-    buf = Buffer(run, name, memory, data, written=True, where=where)
+    if mask is None:
+        np.copyto(data, value, casting="unsafe")
+    else:
+        _poison(data)
+        np.copyto(data, value, casting="unsafe", where=mask)
+    buf = Buffer(run, name, memory, data, written=mask is None, where=where)
+    if mask is not None:
+        buf.written[...] = mask.ravel()
+        buf.mask = mask
     run.allocate(buf, temp=True)
     buf.raw = value
     return Tensor.whole(buf)
@@ -137,8 +167,8 @@ def emit(run: Run, engine: str, op: str, out: Tensor | None, ins: tuple, where: 
     fields.setdefault("partitions", out.partitions if out is not None else 0)
     fields.setdefault("free", out.free_size if out is not None else 0)
     run.instrs.append(Instr(
-        seq=seq, engine=engine, op=op, in_dtypes=tuple(t.dtype.name for t in ins),
-        out_dtype=out.dtype.name if out is not None else "", reads=tuple(recorder.access(t) for t in ins),
+        seq=seq, engine=engine, op=op, in_dtypes=tuple(dtype_name(t.dtype) for t in ins),
+        out_dtype=dtype_name(out.dtype) if out is not None else "", reads=tuple(recorder.access(t) for t in ins),
         writes=(recorder.access(out),) if out is not None else (), file=where[0], line=where[1], **fields))
     return seq
 
@@ -149,7 +179,7 @@ def _retarget(run: Run, tmp: Tensor, dst: Tensor, accumulate: bool) -> None:
     info = run.infos.get(dst.buf.id)
     if info is not None:
         info.last_seq = max(info.last_seq, idx)
-    run.instrs[idx] = dataclasses.replace(instr, writes=(recorder.access(dst),), out_dtype=dst.dtype.name,
+    run.instrs[idx] = dataclasses.replace(instr, writes=(recorder.access(dst),), out_dtype=dtype_name(dst.dtype),
                                           accumulate=accumulate or instr.accumulate)
     run.discard(tmp.buf)
 
@@ -168,7 +198,9 @@ def assign(dst: Tensor, value: object) -> None:
         return  # `acc[...] += x` re-stores the view it just updated
     if is_fresh(value) and value.size == dst.size:
         checks.retarget(run, run.instrs[value.buf.instr], dst, where)
-        write(run, dst, value.buf.raw.reshape(dst.shape), where)
+        mask = value.buf.mask
+        write(run, dst, value.buf.raw.reshape(dst.shape), where,
+              mask=None if mask is None else mask.reshape(dst.shape))
         _retarget(run, value, dst, accumulate=False)
         return
     run.flush()
@@ -206,6 +238,8 @@ def accumulate(dst: Tensor, value: object) -> None:
     checks.accumulate(run, dst, value, where)
     read(run, dst, where, log_it=False)  # the accumulation's own read-modify-write is logged as ACC
     raw = value.buf.raw.reshape(dst.shape)
+    if value.buf.mask is not None:
+        raw = np.where(value.buf.mask.reshape(dst.shape), raw, np.float32(0))
     if dst.dtype == F32 and dst.buf.all_written:
         np.add(dst.arr, raw, out=dst.arr)
         log = run.cur_log()

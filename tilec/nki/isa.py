@@ -85,10 +85,10 @@ def mask_array(mask: object, shape: tuple) -> np.ndarray | None:
     return np.broadcast_to(np.asarray(mask, dtype=bool), shape)
 
 
-def _finish(run, value: np.ndarray, dtype: object, default: np.dtype, memory: str, where: tuple,
+def _finish(run, mask: object, value: np.ndarray, dtype: object, default: np.dtype, memory: str, where: tuple,
             name: str) -> Tensor:
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else default
-    return core.result(run, value, out_dtype, memory, where, name)
+    return core.result(run, value, out_dtype, memory, where, name, mask=mask_array(mask, value.shape))
 
 
 # ---- data movement ----
@@ -135,7 +135,7 @@ def dma_transpose(src: Tensor, *, axes: tuple | None = None, mask: object = None
         checks.dma(src, src, where)
     view = Tensor(src.buf, src.off, tuple(src.shape[p] for p in perm), tuple(src.strides[p] for p in perm))
     value = core.read(run, view, where)
-    out = _finish(run, value if dtype is None else value.astype(F32), dtype, src.dtype, "sbuf", where,
+    out = _finish(run, mask, value if dtype is None else value.astype(F32), dtype, src.dtype, "sbuf", where,
                   "dma_transpose")
     _emit_dma(run, "dma_transpose", view, out, where, transpose=True)
     return out
@@ -154,7 +154,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
     s = core.f32(run, stationary, where).reshape(k, m)
     mv = core.f32(run, moving, where).reshape(k, n)
     value = (s.T @ mv).reshape((m,) + tuple(moving.shape[1:]))
-    out = core.result(run, value, F32, "psum", where, "matmul")
+    out = core.result(run, value, F32, "psum", where, "matmul", mask=mask_array(mask, value.shape))
     attrs = (("is_transpose", True),) if is_transpose else ()
     core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=m, free=n, k=k, m=m,
               attrs=attrs)
@@ -175,7 +175,7 @@ def nc_transpose(data: Tensor, *, mask: object = None, dtype: object = None, eng
     checks.engine_reads(eng, data, "nc_transpose", "data", where)
     value = core.read(run, data, where).reshape(p, f).T
     memory = "psum" if eng == "tensor" else "sbuf"
-    out = _finish(run, value, dtype, data.dtype, memory, where, "transpose")
+    out = _finish(run, mask, value, dtype, data.dtype, memory, where, "transpose")
     core.emit(run, eng, "nc_transpose", out, (data,), where, k=p, attrs=(("is_transpose", True),))
     return out
 
@@ -207,7 +207,7 @@ def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = N
             hint="use nisa.tensor_scalar to broadcast a (P, 1) vector along the free dimension")
     a, b = _operand(run, data1, fn, where), _operand(run, data2, fn, where).reshape(data1.shape)
     value = fn.binary(a, b)
-    out = _finish(run, value, dtype, dtypes.promote(data1.dtype, data2.dtype), "sbuf", where, "tensor_tensor")
+    out = _finish(run, mask, value, dtype, dtypes.promote(data1.dtype, data2.dtype), "sbuf", where, "tensor_tensor")
     core.emit(run, eng, "tensor_tensor", out, (data1, data2), where, attrs=(("alu", fn.name),))
     return out
 
@@ -231,6 +231,7 @@ def tensor_scalar(data: Tensor, op0: object, operand0: object, reverse0: bool = 
                                   where)
     ops = [(op0, operand0, reverse0, "operand0")] + ([(op1, operand1, reverse1, "operand1")] if op1 else [])
     fns = [_op(o, "tensor_scalar", where) for o, *_ in ops]
+    _tensor_scalar_engine(eng, [f.name for f in fns], where)
     value = _operand(run, data, fns[0], where)
     reads, names = [data], []
     for fn, (_, operand, reverse, role) in zip(fns, ops):
@@ -239,9 +240,24 @@ def tensor_scalar(data: Tensor, op0: object, operand0: object, reverse0: bool = 
             reads.append(operand)
         value = fn.binary(v, value) if reverse else fn.binary(value, v)
         names.append(fn.name)
-    out = _finish(run, value, dtype, data.dtype, "sbuf", where, "tensor_scalar")
+    out = _finish(run, mask, value, dtype, data.dtype, "sbuf", where, "tensor_scalar")
     core.emit(run, eng, "tensor_scalar", out, tuple(reads), where, attrs=(("alu", tuple(names)),))
     return out
+
+
+_SCALAR_ENGINE_OPS = (["multiply"], ["add"], ["multiply", "add"])
+
+
+def _tensor_scalar_engine(eng: str, names: list, where: tuple) -> None:
+    """ScalarE (trn2) runs only (multiply[, add]) / (add); GpSimdE only rsqrt [NISA tensor_scalar]."""
+    if eng == "scalar" and names not in _SCALAR_ENGINE_OPS:
+        raise rules.NkiSyntaxError(
+            f"tensor_scalar on the scalar engine supports only (multiply, add), (multiply) or (add); got "
+            f"({', '.join(names)})", "scalar_engine_alu", where, hint="use the vector engine (the default)")
+    if eng == "gpsimd" and names != ["rsqrt"]:
+        raise rules.NkiSyntaxError(f"tensor_scalar on the gpsimd engine supports only rsqrt; got "
+                                   f"({', '.join(names)})", "gpsimd_engine_alu", where,
+                                   hint="use the vector engine (the default)")
 
 
 def _scalar_operand(run, data: Tensor, operand: object, role: str, fn: alu.Op, eng: str, where: tuple) -> object:
@@ -273,7 +289,7 @@ def tensor_reduce(op: object, data: Tensor, axis: object, *, mask: object = None
     value = np.asarray(fn.reduce(_operand(run, data, fn, where), axis=axes, keepdims=keepdims), dtype=F32)
     if negate:
         value = -value
-    out = _finish(run, value, dtype, data.dtype, "sbuf", where, "tensor_reduce")
+    out = _finish(run, mask, value, dtype, data.dtype, "sbuf", where, "tensor_reduce")
     core.emit(run, eng, "tensor_reduce", out, (data,), where, attrs=(("alu", fn.name), ("axis", axes)))
     return out
 
@@ -295,7 +311,7 @@ def tensor_copy(src: Tensor, *, mask: object = None, dtype: object = None, engin
     value = core.read(run, src, where)
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
     out = core.result(run, value if out_dtype == src.dtype else value.astype(F32), out_dtype, "sbuf", where,
-                      "tensor_copy")
+                      "tensor_copy", mask=mask_array(mask, value.shape))
     core.emit(run, eng, "tensor_copy", out, (src,), where)
     return out
 
@@ -314,7 +330,7 @@ def activation(op: object, data: Tensor, *, bias: object = None, scale: object =
     if bias is not None:
         x = x + _activation_bias(run, data, bias, where, reads)
     value = fn.unary(x.astype(F32)).astype(F32)
-    out = _finish(run, value, dtype, data.dtype, "sbuf", where, "activation")
+    out = _finish(run, mask, value, dtype, data.dtype, "sbuf", where, "activation")
     core.emit(run, "scalar", "activation", out, tuple(reads), where, attrs=(("func", fn.name),))
     if reduce_res is not None:
         checks.tile(reduce_res, "activation", "reduce_res", where)
@@ -355,7 +371,7 @@ def iota(expr: object, dtype: object, *, mask: object = None) -> Tensor:
     if not isinstance(expr, IndexExpr):
         raise rules.NkiTypeError("iota takes an affine expression of nl.arange/nl.mgrid", "iota_expr", where)
     value = expr.values().astype(np.int32)
-    out = core.result(run, value, dtypes.as_dtype(dtype), "sbuf", where, "iota")
+    out = core.result(run, value, dtypes.as_dtype(dtype), "sbuf", where, "iota", mask=mask_array(mask, value.shape))
     core.emit(run, "gpsimd", "iota", out, (), where)
     return out
 
@@ -363,7 +379,8 @@ def iota(expr: object, dtype: object, *, mask: object = None) -> Tensor:
 def memset(shape: tuple, value: object, dtype: object, *, mask: object = None, engine: object = None) -> Tensor:
     run, where = core.begin()
     shape = tuple(int(s) for s in shape)
-    out = core.result(run, np.full(shape, value, dtype=F32), dtypes.as_dtype(dtype), "sbuf", where, "memset")
+    out = core.result(run, np.full(shape, value, dtype=F32), dtypes.as_dtype(dtype), "sbuf", where, "memset",
+                      mask=mask_array(mask, shape))
     core.emit(run, _engine(engine, "vector"), "memset", out, (), where, attrs=(("value", float(value)),))
     return out
 
@@ -377,6 +394,6 @@ def affine_select(pred: Predicate, on_true_tile: Tensor, on_false_value: object,
                                  "affine_select_pred", where)
     cond = np.broadcast_to(pred.evaluate(), on_true_tile.shape)
     value = np.where(cond, core.f32(run, on_true_tile, where), np.float32(on_false_value)).astype(F32)
-    out = _finish(run, value, dtype, on_true_tile.dtype, "sbuf", where, "affine_select")
+    out = _finish(run, mask, value, dtype, on_true_tile.dtype, "sbuf", where, "affine_select")
     core.emit(run, "gpsimd", "affine_select", out, (on_true_tile,), where)
     return out

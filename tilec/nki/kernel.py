@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from tilec.nki import dtypes, rules, runtime
+from tilec.nki import blas, dtypes, rules, runtime
 from tilec.nki.runtime import Buffer, Run
 from tilec.nki.tensor import Tensor
 from tilec.trace import Trace
@@ -67,23 +67,32 @@ def run_kernel(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple = (),
                target: str | None = None) -> tuple[object, Trace]:
     target = target or _target(kernel.options)
     run = Run(kernel.__name__, target, kernel.skip_middle_end)
+    with blas.single_thread():
+        outputs = _execute(run, kernel, args, kwargs, grid)
+    trace = run.trace
+    kernel.last_trace = trace
+    return outputs, trace
+
+
+def _execute(run: Run, kernel: Kernel, args: tuple, kwargs: dict, grid: tuple) -> object:
     prev = runtime.activate(run)
     try:
         outputs = None
+        wrapped, writebacks = _wrap_args(run, kernel.func, args, kwargs)
+        result = None
         for pid in itertools.product(*[range(g) for g in grid]) if grid else [()]:
-            run.program_ids, run.grid = pid, grid
-            wrapped, writebacks = _wrap_args(run, kernel.func, args, kwargs)
+            # SPMD instances run one after another; their k-th shared_hbm allocation is the same tensor
+            run.program_ids, run.grid, run.shared_next = pid, grid, 0
             result = kernel.func(*wrapped.args, **wrapped.kwargs)
             run.flush()
-            outputs = _outputs(result, kernel)
-            for arr, t in writebacks:
-                np.copyto(arr, t.arr, casting="unsafe")
-        trace = run.finish()
+        outputs = _outputs(result, kernel)
+        for arr, t in writebacks:
+            np.copyto(arr, t.arr, casting="unsafe")
+        run.finish()
     finally:
         run.running = False
         runtime.activate(prev)
-    kernel.last_trace = trace
-    return outputs, trace
+    return outputs
 
 
 def _target(options: dict) -> str:

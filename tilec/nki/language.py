@@ -95,7 +95,13 @@ def _create(shape: object, dtype: object, buffer: object, name: str, fill: objec
         raise rules.NkiSyntaxError(f"HBM tensor '{name}' cannot be created with an initial value",
                                    "err_hbm_tensor_with_init_value_not_supported", where,
                                    hint="create it with nl.ndarray and store values with nisa.dma_copy")
+    if kind == "shared_hbm" and run.grid:
+        run.shared_next += 1
+        if run.shared_next <= len(run.shared):
+            return run.shared[run.shared_next - 1]
     t = core.allocate(run, shape, dtypes.as_dtype(dtype), memory, name, where, fill=fill)
+    if kind == "shared_hbm" and run.grid:
+        run.shared.append(t)
     if fill is not None:
         core.emit(run, "vector", "memset", t, (), where,
                   attrs=(("value", float(fill)),))

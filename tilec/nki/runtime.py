@@ -8,6 +8,7 @@ also dies when Python drops the last reference to it, which models rebinding a n
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import sys
 import weakref
@@ -48,7 +49,7 @@ class Buffer:
     """One allocation: storage in its dtype plus a mask of which elements were ever written."""
 
     __slots__ = ("id", "name", "memory", "shape", "dtype", "data", "written", "pstride", "itemsize", "alive",
-                 "all_written", "scope", "temp", "raw", "instr", "bpp", "run", "where", "__weakref__")
+                 "all_written", "write_count", "f32", "mask", "scope", "temp", "raw", "instr", "bpp", "run", "where", "__weakref__")
 
     def __init__(self, run: "Run", name: str, memory: str, data: np.ndarray, written: bool,
                  where: tuple[str, int]) -> None:
@@ -58,7 +59,10 @@ class Buffer:
         self.itemsize = data.dtype.itemsize
         self.written = np.full(data.size, written, dtype=bool)
         self.all_written = written
-        self.pstride = int(np.prod(data.shape[1:], dtype=np.int64)) if memory != "hbm" else data.size
+        self.write_count = 0  # elements written so far, counting repeats: when it reaches the size, re-check
+        self.mask = None  # elements a masked instruction computed (the rest stay unwritten)
+        self.f32 = None  # fp32 shadow of a low-precision on-chip buffer (core.f32)
+        self.pstride = math.prod(data.shape[1:]) if memory != "hbm" else data.size
         self.bpp = self.pstride * self.itemsize  # bytes per partition (HBM: total bytes)
         self.alive = True
         self.scope = run.affine_ids()  # affine loops enclosing the allocation: its accesses are private to them
@@ -116,6 +120,8 @@ class Run:
         self.running = True
         self.program_ids: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()
+        self.shared: list = []  # shared_hbm tensors in creation order, reused by every SPMD instance
+        self.shared_next = 0
         self._ids = itertools.count()
 
     def new_id(self) -> int:

@@ -7,6 +7,8 @@ not clamped. Reads and writes go through `tilec.nki.core`, which checks and reco
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tilec.nki import rules, runtime
@@ -54,10 +56,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def partitions(self) -> int:

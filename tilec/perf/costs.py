@@ -15,7 +15,8 @@ engine's clock, plus a fixed per-instruction overhead:
 A DMA transfer is split over ceil(P/8) of the 16 DMA engines (the engines of the partitions it touches); on each
 engine it occupies `hypot(fixed + descriptors * per_descriptor, bytes / 23 B/ns)`: the fixed part dominates small
 transfers, the byte part large ones, and the soft maximum reproduces the DMAINTRO efficiency-vs-bytes-per-partition
-curve of spec §2.5 (fixed 470 ns + 8 descriptors * 17 ns: 32 B/partition -> 1.8 %, 2 KiB -> 77 %, 8 KiB -> 98 %).
+curve of spec §2.5 (fixed 450 ns + 8 descriptors * 16 ns on a 128-partition transfer: 32 B/partition -> 1.9 %
+of 23 B/ns, 1 KiB -> 52 %, 2 KiB -> 78 %, 8 KiB -> 98 %; the figure reads 1.8, 42.5, 81, 98.3 %).
 """
 from __future__ import annotations
 

@@ -77,8 +77,9 @@ def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = D
     job = Job.of(str(path), shapes, target)
     space = space or build_space(job)
     own = evaluator is None
-    evaluator = evaluator or ModelEvaluator(jobs=jobs)
-    cost = CachedCost(job, evaluator, DiskCache(cache_dir) if use_cache else None)
+    cache = DiskCache(cache_dir) if use_cache else None
+    evaluator = evaluator or ModelEvaluator(jobs=jobs, kernel_cache=str(cache.dir) if cache else None)
+    cost = CachedCost(job, evaluator, cache)
     bar = Progress(budget, stream=sys.stderr if progress is True else (progress or None))
     first = [("default", space.default_point()), *(("expert", p) for p in space.experts)]
     try:

@@ -11,8 +11,11 @@ selection logic is tested here without hardware.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
+import multiprocessing
+import os
 import pathlib
 import tempfile
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -25,6 +28,7 @@ import numpy as np
 from tilec.errors import InternalError, KernelError, TilecError
 
 INF = math.inf
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
 
@@ -37,7 +41,10 @@ class Job:
 
     @staticmethod
     def of(path: str, shapes: dict[str, int] | None, target: str = "trn2") -> "Job":
-        text = pathlib.Path(path).read_text()
+        try:
+            text = pathlib.Path(path).read_text()
+        except OSError as err:
+            raise TilecError(f"cannot read {path}: {err.strerror}", hint="give the path of a .tl program") from None
         return Job(str(path), text, tuple(sorted((shapes or {}).items())), target)
 
 
@@ -79,18 +86,37 @@ def traced_run(compiled, inputs: dict[str, np.ndarray]):
     return compiled.run_traced(**inputs)
 
 
-def model_outcome(job: Job, schedule: str) -> Outcome:
-    """One candidate through compiler, interpreter and model. A rejected schedule is an Outcome, not an exception."""
+def model_outcome(job: Job, schedule: str, kernel_cache: str | None = None) -> Outcome:
+    """One candidate through compiler, interpreter and model. A rejected schedule is an Outcome, not an exception.
+
+    Different schedule texts often compile to the same kernel (e.g. a reorder of loops with one iteration); the
+    trace and so the latency depend only on the kernel and the shapes, so with `kernel_cache` (a directory) the
+    interpreter runs once per distinct kernel source."""
     from tilec.perf.api import estimate
     try:
         compiled = compile_job(job, schedule)
+        cache, key = kernel_cache_entry(kernel_cache, job, compiled.source)
+        if cache and (hit := cache.get(key)):
+            return hit
         _, trace = traced_run(compiled, kernel_inputs(compiled))
         est = estimate(trace, job.target)
     except (TilecError, KernelError) as err:
         return Outcome(INF, error=first_line(err))
     except (InternalError, Exception) as err:  # a bug elsewhere must not end the search; it is reported
         return Outcome(INF, error=f"internal: {type(err).__name__}: {first_line(err)}")
-    return Outcome(float(est.total_us), float(getattr(est, "mfu", 0.0)))
+    outcome = Outcome(float(est.total_us), float(getattr(est, "mfu", 0.0)))
+    if cache:
+        cache.put(key, outcome)
+    return outcome
+
+
+def kernel_cache_entry(directory: str | None, job: Job, source: str):
+    """(DiskCache, key) for a kernel source at the job's target, or (None, "") without a directory."""
+    if directory is None:
+        return None, ""
+    from tilec.tune.cache import DiskCache  # the cache module imports this one; import late
+    cache = DiskCache(directory)
+    return cache, cache.key(Job("", source, (), job.target), "", "model-kernel")
 
 
 def first_line(err: BaseException) -> str:
@@ -101,23 +127,40 @@ def first_line(err: BaseException) -> str:
 class ModelEvaluator:
     """Ranks by the performance model, over `jobs` worker processes (1 = in this process)."""
 
-    def __init__(self, jobs: int = 2, outcome: Callable[[Job, str], Outcome] = model_outcome) -> None:
+    def __init__(self, jobs: int = 2, outcome: Callable[[Job, str], Outcome] = model_outcome,
+                 kernel_cache: str | None = None) -> None:
         self.name = "model"
         self.jobs = max(1, jobs)
-        self.outcome = outcome  # a module-level function, so worker processes can unpickle it
+        # a module-level function (or a partial of one), so worker processes can unpickle it
+        self.outcome = functools.partial(outcome, kernel_cache=kernel_cache) if kernel_cache else outcome
         self._pool: Executor | None = None
 
     def evaluate(self, job: Job, schedules: list[str]) -> list[Outcome]:
         if self.jobs == 1 or len(schedules) <= 1:
             return [self.outcome(job, s) for s in schedules]
         if self._pool is None:  # started on first need, so fully cached re-runs start no processes
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+            self._pool = start_pool(self.jobs)
         return list(self._pool.map(self.outcome, [job] * len(schedules), schedules))  # map keeps input order
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+def start_pool(jobs: int) -> Executor:
+    """Fresh worker processes with single-threaded BLAS: `jobs` workers then share the cores instead of each
+    running a BLAS thread per core (the interpreter's matmuls are the bulk of an evaluation)."""
+    saved = {k: os.environ.get(k) for k in BLAS_THREADS}
+    os.environ.update({k: "1" for k in BLAS_THREADS})
+    try:
+        return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
 
 
 # ---- real hardware ---------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ schedule, so knob names use the user's loop names and each knob's first value is
     conv      tile k, tile c (<= 128 partitions), tile x (<= 512 moving), tile y = rows per matmul group
               (rows * tile x <= 512 fp32 = one 2 KiB PSUM bank), split y = rows per input band,
               reorder of the outer loops and of the accumulation loops, place (fused in SBUF | via HBM),
-              hoist of the weights, buffers of the input band
+              hoist of the weights (root | per out-channel tile) and of the input band (n | y | k),
+              buffers of the input band
     pool      tile b (<= 128 partitions), split i (output rows per tile)
     transpose tile i (<= 128), split i / split j (blocks per DMA), method pe | dma
     eltwise   tile of the free dimension
@@ -142,7 +143,9 @@ def conv_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Che
     if weights:
         knobs.append(Knob(f"hoist {weights}", "hoist", weights, (None, op.ref("k"))))  # default: root
     if moving:
-        knobs.append(Knob(f"buffers {moving}", "buffers", moving, (None, 1, 3, 4)))  # default: 2
+        pins = tuple(op.ref(r) for r in ("n", "y", "k") if r in op.vars)  # default: as far out as it goes
+        knobs += [Knob(f"hoist {moving}", "hoist", moving, (None, *pins)),
+                  Knob(f"buffers {moving}", "buffers", moving, (None, 1, 3, 4))]  # default: 2
     return knobs, [conv_check(op, moving, dtypes.get(moving or "", "f32"))]
 
 
@@ -159,7 +162,7 @@ def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
             return f"{rows} rows of {tx} columns is {rows * tx} elements per matmul; one PSUM bank holds 512"
         if rows > 1 and tx != d["Wo"]:
             return "several rows per matmul need whole rows (tile x = the full width)"
-        if band % rows:
+        if band % rows:  # the compiler would shrink rows to fit: the same plan as another point, so skip it
             return f"a band of {band} rows is not a multiple of the {rows} rows per matmul"
         if rows % wy or band % wy:
             return f"rows and bands must be multiples of the pool window {wy}"

@@ -1,0 +1,92 @@
+"""Golden tests of the printed IR after each pipeline stage, and of each directive's effect (before/after).
+
+Refresh with `pytest --update-golden` and review the diff: these files are the documentation of what each pass and
+directive does (the directive docstrings in tilec/compiler/schedule.py point here).
+"""
+from __future__ import annotations
+
+import difflib
+
+import pytest
+
+from compiler_helpers import compile_example
+
+SMALL = {
+    "vector_add": {"L": 1024},
+    "transpose": {"M": 256, "N": 384},
+    "matmul": {"M": 256, "K": 256, "N": 640},
+    "conv2d": {"N": 1, "C": 128, "K": 128, "H": 10, "W": 8},
+    "conv_bias_maxpool": {"N": 2, "C": 256, "K": 256, "H": 10, "W": 8},
+    "conv_relu": {"N": 1, "C": 128, "K": 128, "H": 10, "W": 10},
+    "avgpool": {"N": 1, "C": 128, "H": 8, "W": 8},
+}
+
+STAGES_PER_EXAMPLE = {
+    "vector_add": ("lower", "select", "loops"),
+    "transpose": ("lower", "select", "loops"),
+    "matmul": ("lower", "select", "schedule", "loops"),
+    "conv2d": ("select", "hoist"),
+    "conv_bias_maxpool": ("lower", "select", "schedule", "loops", "hoist", "allocate"),
+    "conv_relu": ("lower", "select", "hoist"),
+    "avgpool": ("select", "loops"),
+}
+
+
+@pytest.mark.parametrize("name,stage", [(n, s) for n, stages in STAGES_PER_EXAMPLE.items() for s in stages])
+def test_stage_golden(name, stage, golden):
+    c = compile_example(name, SMALL[name])
+    golden.check(f"compiler/stages/{name}.{stage}.txt", c.stages[stage])
+
+
+def _diff(before: str, after: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), "before", "after", n=1))
+
+
+DIRECTIVES = {
+    "tile": "tile conv.k, 64\n",
+    "split": "split conv.y, 2\n",
+    "reorder_outer": "reorder conv, k, n, y\n",
+    "reorder_taps": "reorder conv, r, s, c\n",
+    "compute_at_root": "compute_at conv, root\n",
+    "place_hbm": "place conv, hbm\n",
+    "hoist_weights": "hoist Wt, conv.k\n",
+    "hoist_input": "hoist X, conv.k\n",
+    "buffers": "buffers X, 1\n",
+    "unroll": "unroll conv.s\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIRECTIVES))
+def test_directive_before_after(name, golden):
+    """Each directive's effect on the final loop nest, as a diff against the default schedule."""
+    sizes = SMALL["conv_bias_maxpool"]
+    before = compile_example("conv_bias_maxpool", sizes).stages["legalise"]
+    after = compile_example("conv_bias_maxpool", sizes, schedule=DIRECTIVES[name]).stages["legalise"]
+    assert before != after
+    golden.check(f"compiler/directives/{name}.txt", DIRECTIVES[name] + _diff(before, after))
+
+
+def test_transpose_method_dma(golden):
+    sizes = SMALL["transpose"]
+    before = compile_example("transpose", sizes).stages["loops"]
+    after = compile_example("transpose", sizes, schedule="method Y, dma\n").stages["loops"]
+    golden.check("compiler/directives/method_dma.txt", "method Y, dma\n" + _diff(before, after))
+
+
+def test_hoist_pass_moves_input_band_out_of_k_loop(golden):
+    c = compile_example("conv_bias_maxpool", SMALL["conv_bias_maxpool"])
+    golden.check("compiler/passes/hoist.txt", _diff(c.stages["loops"], c.stages["hoist"]))
+
+
+def test_legalise_pass_makes_shared_buffer_loops_sequential(golden):
+    c = compile_example("conv_bias_maxpool", SMALL["conv_bias_maxpool"], schedule="buffers X, 1\n")
+    diff = _diff(c.stages["unroll"], c.stages["legalise"])
+    assert "sequential" in diff
+    golden.check("compiler/passes/legalise.txt", diff)
+
+
+def test_unroll_pass(golden):
+    c = compile_example("conv_bias_maxpool", SMALL["conv_bias_maxpool"], schedule="unroll conv.r\n")
+    diff = _diff(c.stages["hoist"], c.stages["unroll"])
+    assert "static" in diff
+    golden.check("compiler/passes/unroll.txt", diff)

@@ -1,0 +1,59 @@
+"""`tilec check`, `tilec run`, `tilec fmt` on good programs: what they print and write."""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from tilec.lang import api
+from tilec_cli import main
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+MATMUL = str(EXAMPLES / "matmul.tl")
+
+
+def test_check_prints_shapes(capsys: pytest.CaptureFixture) -> None:
+    assert main(["check", str(EXAMPLES / "conv_bias_maxpool.tl"), "-D", "N=1"]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith("OK: kernel conv_bias_maxpool; in X: f32[1, 256, 224, 224]; in Wt: f32[256, 256, 3, 3]; "
+                        "in b: f32[256]; temp conv: f32[1, 256, 222, 222]; out Y: f32[1, 256, 111, 111]\n")
+
+
+def test_run_writes_outputs_equal_to_matmul(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
+    out_file = tmp_path / "out.npz"
+    assert main(["run", MATMUL, "-D", "M=4", "-D", "K=6", "-D", "N=3", "--seed", "5", "--out", str(out_file)]) == 0
+    printed = capsys.readouterr().out
+    assert "input  A: f32[4, 6]" in printed and "output C: f32[4, 3]" in printed and "sha256=" in printed
+    inputs = api.random_inputs(api.load(MATMUL, {"M": 4, "K": 6, "N": 3}), 5)
+    with np.load(out_file) as data:
+        np.testing.assert_allclose(data["C"], inputs["A"].astype(np.float64) @ inputs["B"], rtol=1e-5, atol=1e-6)
+
+
+def test_run_from_inputs_file_infers_sizes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
+    rng = np.random.default_rng(0)
+    A, B = rng.random((2, 3), dtype=np.float32), rng.random((3, 5), dtype=np.float32)
+    np.savez(tmp_path / "in.npz", A=A, B=B)
+    assert main(["run", MATMUL, "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")]) == 0
+    assert "output C: f32[2, 5]" in capsys.readouterr().out
+    with np.load(tmp_path / "o.npz") as data:
+        np.testing.assert_allclose(data["C"], A.astype(np.float64) @ B, rtol=1e-5)
+
+
+def test_run_is_deterministic(capsys: pytest.CaptureFixture) -> None:
+    argv = ["run", str(EXAMPLES / "conv_relu.tl"), "-D", "H=8", "-D", "W=10", "--seed", "3"]
+    main(argv)
+    first = capsys.readouterr().out
+    main(argv)
+    assert capsys.readouterr().out == first
+
+
+def test_fmt_check_and_in_place(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "p.tl"
+    path.write_text("kernel k(A: f32[N]) -> Z\n  Z: f32[N]\n  for i in 0..N:\n      Z[i] = (A[i]+1)  # one\n")
+    assert main(["fmt", "--check", str(path)]) == 1
+    assert main(["fmt", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert printed == "kernel k(A: f32[N]) -> Z\n  Z: f32[N]\n  for i in 0..N:\n    Z[i] = A[i] + 1  # one\n"
+    assert main(["fmt", "-i", str(path)]) == 0 and path.read_text() == printed
+    assert main(["fmt", "--check", str(path)]) == 0

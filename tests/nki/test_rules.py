@@ -1,0 +1,146 @@
+"""Every hardware/API rule the interpreter enforces, each on a small kernel (bad_kernels.py), checked on the exact
+first line of the message: `<kernel file>:<line of the offending call>: error: <rule text> [<rule id>]`."""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import tilec  # noqa: F401  (installs the neuronxcc shim before bad_kernels imports neuronxcc)
+import bad_kernels as bk  # noqa: E402
+from tilec.errors import KernelError
+from tilec.nki import api, rules
+from nki_testutil import first_line, line_of
+
+BAD = pathlib.Path(bk.__file__)
+A = np.random.default_rng(0).random((128, 512), dtype=np.float32)
+B = np.random.default_rng(1).random((128, 1024), dtype=np.float32)
+S = np.random.default_rng(2).random((128, 64), dtype=np.float32)
+V = np.random.default_rng(3).random(200, dtype=np.float32)
+
+CASES = [
+    ("psum_tile_too_big", (A,), "PSUM_BANK_SIZE", rules.NkiSyntaxError,
+     "PSUM tile needs 4096 bytes per partition, more than one 2048-byte PSUM bank [psum_tile_exceeds_bank]"),
+    ("nine_psum_banks", (A,), "PSUM_BANKS", rules.MemoryRuleError,
+     "PSUM has 8 banks of 2048 bytes per partition; allocating 'zeros' would make 9 PSUM tiles live at once "
+     "[psum_bank_overflow]"),
+    ("sbuf_overflow", (A,), "SBUF_FULL", rules.MemoryRuleError,
+     "SBUF usage per partition exceeds the usable 212992 bytes of trn2: 160000 bytes live + 80000 bytes for 'more' "
+     "[sbuf_capacity]"),
+    ("stationary_too_wide", (A,), "STATIONARY", rules.NkiSyntaxError,
+     "nc_matmul stationary free size 256 exceeds gemm_stationary_fmax 128 [matmul_stationary_size]"),
+    ("moving_too_wide", (A, B), "MOVING", rules.NkiSyntaxError,
+     "nc_matmul moving free size 1024 exceeds gemm_moving_fmax 512 [matmul_moving_size]"),
+    ("contraction_mismatch", (A,), "CONTRACTION", rules.NkiSyntaxError,
+     "nc_matmul contraction mismatch: stationary has 128 partitions, moving has 64 [matmul_contraction_mismatch]"),
+    ("matmul_reads_psum", (A,), "TENSORE_READS_PSUM", rules.MemoryRuleError,
+     "TensorE reads only SBUF: operand 'moving' of 'nc_matmul' is in psum [engine_memory_access]"),
+    ("matmul_into_sbuf", (A,), "TENSORE_WRITES_SBUF", rules.MemoryRuleError,
+     "TensorE writes only PSUM: the result of 'nc_matmul' cannot be stored into a tile in sbuf "
+     "[engine_memory_access]"),
+    ("dma_from_psum", (A,), "DMA_PSUM", rules.MemoryRuleError,
+     "dma_copy cannot access PSUM: operand 'src' is in psum [dma_psum_access]"),
+    ("two_psum_operands", (A,), "TWO_PSUM", rules.MemoryRuleError,
+     "'tensor_tensor' can read at most one operand from PSUM; both are in psum [tensor_tensor_psum_operands]"),
+    ("partition_mismatch", (A,), "PARTITION_MISMATCH", rules.NkiSyntaxError,
+     "number of partitions mismatch in 'tensor_tensor': 'data1' has 128, 'data2' has 1 [err_num_partition_mismatch]"),
+    ("iadd_into_sbuf", (A,), "IADD_SBUF", rules.NkiSyntaxError,
+     "'+=' is only supported for accumulating nc_matmul results into a PSUM tile [psum_accumulate_only]"),
+    ("iadd_copy_into_psum", (A,), "IADD_PSUM_NOT_MATMUL", rules.NkiSyntaxError,
+     "'+=' is only supported for accumulating nc_matmul results into a PSUM tile [psum_accumulate_only]"),
+    ("vector_free_size", (A,), "FREE_SIZE", rules.NkiSyntaxError,
+     "free size 70000 of operand 'src' of 'tensor_copy' exceeds the vector engine limit of 65536 elements per "
+     "partition from sbuf [engine_free_size_limit]"),
+    ("slice_out_of_bounds", (V,), "OOB", rules.NkiIndexError,
+     "index range [128, 255] exceed dimension size of 200 [err_tensor_access_out_of_bound]"),
+    ("read_unwritten", (S,), "UNWRITTEN", rules.UninitializedReadError,
+     "read of memory that was never written: element [0, 32] of 't' (sbuf, shape (128, 64), float32) "
+     "[uninitialized_read]"),
+    ("read_partly_written", (S,), "PARTLY_WRITTEN", rules.UninitializedReadError,
+     "read of memory that was never written: element [0, 32] of 't' (sbuf, shape (128, 64), float32) "
+     "[uninitialized_read]"),
+    ("affine_read_after_write", (S,), "RACE_RW", rules.LoopCarriedDependenceError,
+     "loop-carried dependence in affine_range loop: iteration 1 writes element [0, 0] of tile 'acc' (sbuf, shape "
+     "(128, 64)), which iteration 0 reads [loop_carried_dependence]"),
+    ("affine_same_output", (S,), "RACE_WW", rules.LoopCarriedDependenceError,
+     "loop-carried dependence in affine_range loop: iteration 1 writes element [0, 0] of tile 'out' (hbm, shape "
+     "(128, 64)), which iteration 0 writes [err_unexpected_output_dependencies]"),
+    ("affine_tail_overlap", (S,), "RACE_TAIL", rules.LoopCarriedDependenceError,
+     "loop-carried dependence in affine_range loop: iteration 1 writes element [0, 16] of tile 'out' (hbm, shape "
+     "(128, 64)), which iteration 0 writes [err_unexpected_output_dependencies]"),
+    ("gpsimd_reads_psum", (A,), "GPSIMD_PSUM", rules.MemoryRuleError,
+     "GpSimdE cannot access PSUM: operand 'src' of 'tensor_copy' is in psum [engine_memory_access]"),
+    ("partition_not_first", (A,), "PARTITION_FIRST", rules.NkiSyntaxError,
+     "operand 'src' of 'tensor_copy': the partition dimension must be the first dimension of a tile "
+     "[err_failed_to_infer_tile_from_local_tensor]"),
+    ("block_dimension", (A,), "BLOCK_DIM", rules.NkiSyntaxError,
+     "leading dimension of a tensor must be the partition dimension "
+     "[err_leading_dimension_of_tensor_must_be_partition]"),
+    ("hbm_with_init", (A,), "HBM_INIT", rules.NkiSyntaxError,
+     "HBM tensor 'out' cannot be created with an initial value [err_hbm_tensor_with_init_value_not_supported]"),
+    ("shared_hbm_in_loop", (A,), "SHARED_HBM_LOOP", rules.NkiSyntaxError,
+     "shared_hbm tensor 'out' must be created at the top level of the kernel [err_shared_hbm_must_in_kernel_level]"),
+    ("tile_out_of_scope", (S,), "OUT_OF_SCOPE", rules.ScopeError,
+     "tile 't' is used outside the loop iteration that allocated it [err_local_variable_used_out_of_scope]"),
+    ("compute_on_hbm", (S,), "HBM_OPERAND", rules.MemoryRuleError,
+     "Expected operand 'data' of 'tensor_scalar' to be in address space 'sbuf' or 'psum', but got a tile in 'hbm' "
+     "instead [err_unsupported_memory]"),
+    ("tensor_truth", (S,), "TRUTH", rules.NkiValueError,
+     "the truth value of a tensor is ambiguous [err_ambiguous_tensor_truth_value]"),
+    ("reduce_partition_axis", (S,), "REDUCE_AXIS", rules.NkiSyntaxError,
+     "tensor_reduce reduces only trailing free dimensions ending at the last one (e.g. (1,)), got axis 0 "
+     "[reduce_axis]"),
+    ("activation_scale_fp16", (S,), "ACT_SCALE", rules.NkiTypeError,
+     "activation scale vector must be float32, got float16 [err_activation_scale_invalid_type]"),
+    ("output_never_written", (S,), "NOT_WRITTEN", rules.NkiError,
+     "output tensor 'out' is never written [err_tensor_output_not_written_to]"),
+    ("vector_transpose_too_big", (S,), "VECTOR_TRANSPOSE", rules.NkiSyntaxError,
+     "nc_transpose on the vector engine supports at most [32, 32], got [128, 64] "
+     "[err_size_of_dimension_exceed_arch_limit]"),
+    ("scalar_engine_maximum", (S,), "SCALAR_ENGINE_OP", rules.NkiSyntaxError,
+     "tensor_scalar on the scalar engine supports only (multiply, add), (multiply) or (add); got (maximum) "
+     "[scalar_engine_alu]"),
+]
+
+
+@pytest.mark.parametrize("name,args,marker,cls,message", CASES, ids=[c[0] for c in CASES])
+def test_rule_violation(name: str, args: tuple, marker: str, cls: type, message: str) -> None:
+    with pytest.raises(KernelError) as info:
+        api.simulate(getattr(bk, name), *args)
+    err = info.value
+    assert type(err) is cls
+    assert first_line(err) == f"{BAD}:{line_of(BAD, '# <- ' + marker)}: error: {message}"
+    assert len(str(err).splitlines()) >= 2  # followed by the tiles involved (and usually a hint)
+
+
+def test_error_classes_match_python_kinds() -> None:
+    assert issubclass(rules.NkiSyntaxError, SyntaxError) and issubclass(rules.NkiIndexError, IndexError)
+    assert issubclass(rules.NkiValueError, ValueError) and issubclass(rules.NkiError, KernelError)
+
+
+def test_api_outside_kernel() -> None:
+    with pytest.raises(rules.NkiError) as info:
+        bk.api_outside_kernel()
+    assert first_line(info.value) == (f"{BAD}:{line_of(BAD, '# <- OUTSIDE')}: error: NKI API called outside of an "
+                                      "NKI kernel [err_nki_api_outside_of_nki_kernel]")
+
+
+@pytest.mark.parametrize("name,args", [
+    ("eight_psum_banks_in_loop", (S,)),  # 8 live banks is the limit, and loop-body tiles die each iteration
+    ("sequential_read_after_write", (S,)),  # the same carried dependence is fine in a sequential_range
+    ("affine_strided_disjoint", (S,)),  # interleaved columns: bounding boxes overlap, elements do not
+    ("psum_accumulate_affine", (A,)),  # `acc += nc_matmul` across affine iterations is the documented idiom
+])
+def test_legal_lookalikes_pass(name: str, args: tuple) -> None:
+    out = api.simulate(getattr(bk, name), *args)
+    if name == "sequential_read_after_write":
+        expected = np.zeros_like(S)
+        for _ in range(4):
+            expected = expected + S  # the same fp32 additions, in the same order
+        np.testing.assert_array_equal(out, expected)
+    if name == "affine_strided_disjoint":
+        np.testing.assert_array_equal(out, S)
+    if name == "psum_accumulate_affine":
+        ref = sum(A[:, k * 128:(k + 1) * 128].astype(np.float64).T @ A[:, 0:128] for k in range(4))
+        np.testing.assert_allclose(out, ref, rtol=1e-5)

@@ -1,0 +1,106 @@
+"""The tuner on real programs: spaces derived from the compiler, its rules as the authority, end-to-end tuning
+whose winner is at least as fast as the default and matches the reference evaluator."""
+from __future__ import annotations
+
+import io
+import math
+import pathlib
+import random
+
+import pytest
+
+from tilec.tune.api import summary_text, tune
+from tilec.tune.evaluate import Job, compile_job, model_outcome
+from tilec.tune.knobs import build_space
+from tilec.errors import TilecError
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+SMALL_CONV = dict(N=1, C=128, K=128, H=10, W=18)  # 8x16 conv outputs, 4x8 after the 2x2 pool
+
+
+@pytest.fixture(scope="module")
+def conv_job() -> Job:
+    return Job.of(str(EXAMPLES / "conv_bias_maxpool.tl"), SMALL_CONV)
+
+
+@pytest.fixture(scope="module")
+def conv_space(conv_job):
+    return build_space(conv_job)
+
+
+def test_conv_space_knobs_follow_the_program_and_hardware_limits(conv_space):
+    names = [k.name for k in conv_space.knobs]
+    assert names[:5] == ["tile conv.k", "tile conv.c", "tile conv.x", "tile conv.y", "split conv.y"]
+    values = {k.name: k.values for k in conv_space.knobs}
+    assert all(v <= 128 for v in values["tile conv.k"] + values["tile conv.c"])
+    assert set(values["tile conv.x"]) <= {2, 4, 8, 16}  # divisors of Wo = 16, multiples of the pool width
+    assert {"place conv", "buffers X", "hoist Wt", "hoist X"} <= set(names)
+    assert conv_space.check(conv_space.default_point()) is None
+    assert all(conv_space.check(p) is None for p in conv_space.experts)
+
+
+def test_statically_legal_points_compile(conv_job, conv_space):
+    rng = random.Random(4)
+    legal = [p for p in (conv_space.random_point(rng) for _ in range(80)) if conv_space.check(p) is None][:25]
+    assert len(legal) >= 10
+    for point in legal:
+        compile_job(conv_job, conv_space.render(point))  # raises TilecError if the static checks let it through
+
+
+def test_psum_overflow_is_rejected_statically_and_by_the_compiler(conv_job, conv_space):
+    ok = conv_space.point(**{"tile conv.x": 16, "tile conv.y": 8, "split conv.y": 8})
+    assert conv_space.check(ok) is None
+    # 64 rows of 16 columns would not fit one PSUM bank: the knob never offers it, the check names the rule, and
+    # the compiler (the authority) rejects the schedule text too
+    named = conv_space.named(ok)
+    named["tile conv.y"] = named["split conv.y"] = 64
+    reasons = [check(named) for check in conv_space.checks]
+    assert "64 rows of 16 columns is 1024 elements per matmul; one PSUM bank holds 512" in reasons
+    wide = conv_space.render(ok).replace("tile conv.y, 8", "tile conv.y, 64")
+    outcome = model_outcome(conv_job, wide)
+    assert not outcome.ok and "512" in outcome.error
+    with pytest.raises(TilecError):
+        compile_job(conv_job, "tile conv.k, 256\n")  # more than 128 partitions
+
+
+def test_points_the_compiler_would_fold_into_others_are_skipped(conv_space):
+    odd = conv_space.point(**{"tile conv.y": 4, "split conv.y": 2})
+    assert conv_space.check(odd) == "a band of 2 rows is not a multiple of the 4 rows per matmul"
+
+
+def test_tune_small_conv_beats_or_equals_default_verifies_and_reruns_from_cache(tmp_path):
+    path = str(EXAMPLES / "conv_bias_maxpool.tl")
+    out = io.StringIO()
+    first = tune(path, SMALL_CONV, budget=10, seed=1, jobs=1, progress=out, cache_dir=str(tmp_path))
+    assert first.verified and first.max_error <= 1e-4
+    assert first.best_us <= first.default_us < math.inf
+    assert first.history[0].origin == "default" and len(first.history) == 10
+    assert "def conv_bias_maxpool" in first.source and first.best_schedule.startswith("tile conv.k")
+    assert first.evaluations == 10 and "best" in out.getvalue()
+    again = tune(path, SMALL_CONV, budget=10, seed=1, jobs=1, progress=False, cache_dir=str(tmp_path))
+    assert again.evaluations == 0
+    assert [(t.schedule, t.cost) for t in again.history] == [(t.schedule, t.cost) for t in first.history]
+    assert again.best_schedule == first.best_schedule
+    assert "tuned schedule" in summary_text(first)
+
+
+def test_tune_vector_add_picks_a_tile_that_is_no_slower(tmp_path):
+    result = tune(str(EXAMPLES / "vector_add.tl"), {"L": 128 * 64}, budget=6, jobs=1, progress=False,
+                  cache_dir=str(tmp_path))
+    assert result.verified and result.best_us <= result.default_us
+    assert result.best_schedule.startswith("tile z.i, ")
+
+
+def test_cli_writes_schedule_and_kernel_and_reports_errors_without_traceback(tmp_path, capsys, monkeypatch):
+    import tilec_cli
+    monkeypatch.chdir(tmp_path)  # the cache goes to ./.tilec-cache/tune
+    kernel, schedule = tmp_path / "k.py", tmp_path / "s.txt"
+    argv = ["tune", str(EXAMPLES / "conv_bias_maxpool.tl"), *sum((["-D", f"{k}={v}"] for k, v in SMALL_CONV.items()),
+            []), "--budget", "3", "--jobs", "1", "--quiet", "-o", str(kernel), "--save-schedule", str(schedule)]
+    assert tilec_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "default schedule" in out and "verified         : yes" in out
+    assert schedule.read_text().startswith("tile conv.k") and "def conv_bias_maxpool" in kernel.read_text()
+    assert (tmp_path / ".tilec-cache" / "tune").is_dir()
+    assert tilec_cli.main(["tune", str(tmp_path / "missing.tl")]) == 1
+    assert "error: cannot read" in capsys.readouterr().err
