@@ -285,6 +285,8 @@ def _profile_run(args: argparse.Namespace) -> int:
 
 
 def _profile_trace_py(path, args: argparse.Namespace):
+    import inspect
+
     import numpy as np
 
     from tilec.nki.api import load_kernel_file, simulate_traced
@@ -300,7 +302,13 @@ def _profile_trace_py(path, args: argparse.Namespace):
         rng = np.random.default_rng(0)
         arrays = [rng.random(dims).astype(dtype) for dims, dtype in map(_parse_shape, args.shape)]
     kwargs = parse_defines(args.arg)
-    _, trace = simulate_traced(load_kernel_file(str(path), args.kernel), *arrays, **kwargs)
+    kernel = load_kernel_file(str(path), args.kernel)
+    signature = inspect.signature(getattr(kernel, "func", kernel))
+    try:
+        signature.bind(*arrays, **kwargs)
+    except TypeError as err:
+        raise TilecError(f"kernel {args.kernel}: {err}", hint=f"its parameters: {', '.join(signature.parameters)}")
+    _, trace = simulate_traced(kernel, *arrays, **kwargs)
     return trace, path.read_text()
 
 

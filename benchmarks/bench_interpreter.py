@@ -7,7 +7,8 @@ Workloads:
   issue's target is under 20 s on the 2-core machine);
 - small: vector_add_tiled with ROW_CHUNK = 1 on n = 25600 (calibration row 1): 102,400 one-element instructions,
   i.e. pure per-instruction overhead.
-Wall time depends on machine load (the machine is shared); the load average is printed with each result.
+Wall time depends on machine load (the machine is shared); the process CPU time and the load average are printed
+too. BLAS runs single-threaded inside the interpreter (tilec/nki/blas.py), so CPU time ~ wall time when unloaded.
 """
 from __future__ import annotations
 
@@ -29,13 +30,13 @@ KERNELS = ROOT / "benchmarks" / "kernels"
 
 def measure(label: str, kernel: object, *args: object, **kwargs: object) -> None:
     load = os.getloadavg()[0]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     _, trace = api.simulate_traced(kernel, *args, **kwargs)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     n = len(trace.instrs)
     matmuls = sum(i.op == "nc_matmul" for i in trace.instrs)
-    print(f"{label:<48} {n:>8} instrs ({matmuls} matmuls)  {wall:7.2f} s  {wall / n * 1e6:7.1f} us/instr  "
-          f"(load avg {load:.1f})", flush=True)
+    print(f"{label}\n    {n} instructions ({matmuls} matmuls): wall {wall:.2f} s = {wall / n * 1e6:.1f} us/instr; "
+          f"cpu {cpu:.2f} s = {cpu / n * 1e6:.1f} us/instr (load avg {load:.1f})", flush=True)
 
 
 def main() -> None:

@@ -8,7 +8,8 @@ Columns (all latencies in µs, estimated by tilec's Trainium2 model unless marke
     measured   the hardware measurement of that kernel when docs/calibration.md §1 has one
     reference  the assignment's target: conv = full-credit threshold / 1.2 (calibration.md §2), 4096 transpose 700
     floor      max(TensorE compute floor, HBM traffic / DMA peak bandwidth), without start-up
-    tilec      the kernel tilec compiles from examples/<workload>.tl, on the model (n/a until it exists)
+    tilec      the kernel tilec compiles from examples/ (vector_add, transpose, conv2d for pool 1 (no bias),
+               conv_bias_maxpool for pool 2; f32 -> f16 for the fp16 rows), on the model; n/a if it fails
     tuned      not computed here: n/a (`tilec tune` prints its own numbers)
 """
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Workload:
 def _vec(n: int, kernel: str, measured: float | None) -> Workload:
     shapes = (((n,), "float32"), ((n,), "float32"))
     return Workload(f"vector add {kernel} n={n}", Row(0, "asst.py", kernel, "", shapes, (), measured or 0),
-                    0, False, 3 * 4 * n, measured, tl=("vector_add.tl", {"N": n}))
+                    0, False, 3 * 4 * n, measured, tl=("vector_add.tl", {"L": n}))
 
 
 def _conv(dtype: str, h: int, w: int, pool: int, reference: float | None, measured: float | None) -> Workload:
@@ -55,9 +56,10 @@ def _conv(dtype: str, h: int, w: int, pool: int, reference: float | None, measur
     flops = 2 * 256 * 256 * 9 * ho * wo
     traffic = size * (256 * h * w + 256 * 256 * 9 + 256 + 256 * (ho // pool) * (wo // pool))
     row = Row(0, "conv2d.py", "fused_conv2d_maxpool", "", shapes, (("pool_size", pool),), measured or 0)
-    sizes = {"N": 1, "C": 256, "K": 256, "H": h, "W": w, "P": pool}
+    sizes = {"N": 1, "C": 256, "K": 256, "H": h, "W": w, "R": 3}
+    program = "conv_bias_maxpool.tl" if pool == 2 else "conv2d.tl"  # conv2d.tl: pool 1, no bias
     return Workload(f"conv {h}x{w} {dtype} pool {pool}", row, flops, dtype == "float32", traffic, measured,
-                    reference, tl=("conv_bias_maxpool.tl", sizes), large=h > 100)
+                    reference, tl=(program, sizes), large=h > 100)
 
 
 def _transpose(n: int, measured: float | None, reference: float | None) -> Workload:
@@ -91,7 +93,9 @@ def floor_us(w: Workload) -> tuple[float, str]:
 
 
 def tilec_us(w: Workload) -> float | None:
-    """Model latency of the kernel tilec compiles for this workload, if the compiler and the example exist."""
+    """Model latency of the kernel tilec compiles for this workload, if the compiler and the example exist.
+
+    The examples declare f32 tensors; an fp16 workload compiles a copy of the example with f32 replaced by f16."""
     if w.tl is None or not (ROOT / "examples" / w.tl[0]).exists():
         return None
     try:
@@ -100,13 +104,23 @@ def tilec_us(w: Workload) -> float | None:
         return None
     import tempfile
 
+    import ml_dtypes
+    import numpy as np
+
     from tilec.lang.api import random_inputs
     from tilec.nki.api import load_kernel_file, simulate_traced
 
-    compiled = compile_file(str(ROOT / "examples" / w.tl[0]), w.tl[1])
-    inputs = random_inputs(compiled.program, seed=0)
-    arrays = [inputs[p.name] for p in compiled.program.kernel.params]
+    dtypes = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+    text = (ROOT / "examples" / w.tl[0]).read_text()
+    if not w.fp32:
+        text = text.replace("f32", "f16")
     with tempfile.TemporaryDirectory(prefix="tilec-table-") as tmp:
+        program = pathlib.Path(tmp) / w.tl[0]
+        program.write_text(text)
+        compiled = compile_file(str(program), w.tl[1])
+        tensors = compiled.program.tensors
+        inputs = random_inputs(compiled.program, seed=0)
+        arrays = [inputs[p.name].astype(dtypes[tensors[p.name].dtype]) for p in compiled.program.kernel.params]
         path = pathlib.Path(tmp) / f"{compiled.kernel_name}.py"
         path.write_text(compiled.source)
         _, trace = simulate_traced(load_kernel_file(str(path), compiled.kernel_name), *arrays)
@@ -126,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="skip the large workloads")
     args = ap.parse_args(argv)
     head = (f"{'workload':<40} {'baseline':>9} {'measured':>9} {'reference':>9} {'floor':>9} {'kind':<9} "
-            f"{'base/floor':>10} {'base/ref':>8} {'tilec':>9} {'tilec/ref':>9} {'tuned':>6}")
-    print("latencies in us; baseline and tilec are estimated by tilec's trn2 model (not measured)")
+            f"{'base/floor':>10} {'base/ref':>8} {'tilec':>9} {'tilec/floor':>11} {'tilec/ref':>9} {'tuned':>6}")
+    print("latencies in us; baseline and tilec are estimated by tilec's trn2 model (not measured); the model adds "
+          f"{TRN2.startup_ns.value / 1000:g} us of kernel start-up that the floor does not include")
     print(head)
     for w in WORKLOADS:
         if args.quick and (w.large or w.measured == 37318):
@@ -140,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  (tilec kernel for {w.name} failed: {type(err).__name__}: {str(err).splitlines()[0]})")
             mine = None
         print(f"{w.name:<40} {fmt(base):>9} {fmt(w.measured):>9} {fmt(w.reference):>9} {floor:>9.1f} {kind:<9} "
-              f"{ratio(base, floor):>10} {ratio(base, w.reference):>8} {fmt(mine):>9} {ratio(mine, w.reference):>9} "
+              f"{ratio(base, floor):>10} {ratio(base, w.reference):>8} {fmt(mine):>9} {ratio(mine, floor):>11} "
+              f"{ratio(mine, w.reference):>9} "
               f"{'n/a':>6}", flush=True)
     return 0
 

@@ -37,7 +37,7 @@ def conv_bias_maxpool(X, Wt, b):
         nisa.dma_copy(dst=Wt_rows, src=Wt[kw * TILE_K:kw * TILE_K + TILE_K])  # tl:14
         for ct in nl.affine_range(2):  # tl:14  for c in 0..C (tiles of TILE_C)
             for r in nl.affine_range(3):  # tl:14  for r in 0..R
-                for s in nl.affine_range(3):  # tl:14  for s in 0..S
+                for s in nl.affine_range(3):  # tl:14  for s in 0..R
                     Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
                     Wt_tp[...] = nisa.nc_transpose(Wt_rows[:, ct * TILE_C:ct * TILE_C + TILE_C, r, s])  # tl:14
                     Wt_T[:, ct, r, s, kw * TILE_K:kw * TILE_K + TILE_K] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:14
@@ -52,18 +52,18 @@ def conv_bias_maxpool(X, Wt, b):
     for n in nl.affine_range(4):  # tl:11  for n in 0..N
         for yb in nl.affine_range(37):  # tl:11  for y in 0..Ho (bands of BAND rows)
 
-            # ---- input band X: rows for BAND outputs + R-1, all in-channel tiles
+            # ---- input band X: all contraction tiles, shared by every output tile
             X_band = nl.ndarray((128, 2, 8, 224), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
             for ct in nl.affine_range(2):  # tl:14  for c in 0..C (tiles of TILE_C)
                 nisa.dma_copy(dst=X_band[:, ct], src=X[n, ct * TILE_C:ct * TILE_C + TILE_C, yb * BAND:yb * BAND + 8])  # tl:14
             for kt in nl.affine_range(2):  # tl:11  for k in 0..K (tiles of TILE_K)
                 Y_band = nl.ndarray((128, 3, 111), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-                for yg in nl.affine_range(3):  # tl:11  for y in band (groups of ROWS rows)
+                for yg in nl.affine_range(3):  # tl:11  for y in 0..Ho (groups of ROWS rows in the band)
                     conv_acc = nl.zeros((128, 2, 222), dtype=nl.float32, buffer=nl.psum)  # tl:12
                     for ct in nl.affine_range(2):  # tl:13  for c in 0..C (tiles of TILE_C)
                         for r in nl.affine_range(3):  # tl:13  for r in 0..R
-                            for s in nl.affine_range(3):  # tl:13  for s in 0..S
-                                conv_acc += nisa.nc_matmul(Wt_T[:, ct, r, s, kt * TILE_K:kt * TILE_K + TILE_K], X_band[:, ct, yg * ROWS + r:yg * ROWS + r + ROWS, s:s + 222])  # tl:14
+                            for s in nl.affine_range(3):  # tl:13  for s in 0..R
+                                conv_acc += nisa.nc_matmul(Wt_T[:, ct, r, s, kt * TILE_K:kt * TILE_K + TILE_K], X_band[:, ct, yg * ROWS + r:yg * ROWS + r + ROWS, s:s + TILE_X])  # tl:14
                     conv_act = nl.ndarray((128, 2, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
                     conv_act[...] = nisa.activation(op=nl.copy, data=conv_acc, bias=b_col[:, kt:kt + 1], dtype=nl.float32)  # tl:12
                     Y_pool_rows = nl.ndarray((128, 1, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:18

@@ -35,7 +35,7 @@ def conv_relu(X, Wt, b):
     Wt_rows = nl.ndarray((128, 128, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     nisa.dma_copy(dst=Wt_rows, src=Wt)  # tl:13
     for r in nl.affine_range(3):  # tl:13  for r in 0..R
-        for s in nl.affine_range(3):  # tl:13  for s in 0..S
+        for s in nl.affine_range(3):  # tl:13  for s in 0..R
             Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:13
             Wt_tp[...] = nisa.nc_transpose(Wt_rows[:, :, r, s])  # tl:13
             Wt_T[:, 0, r, s] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:13
@@ -47,15 +47,15 @@ def conv_relu(X, Wt, b):
 
     # ---- main: conv by row bands, fused into Y
 
-    # ---- input band X: rows for BAND outputs + R-1, all in-channel tiles
+    # ---- input band X: all contraction tiles, shared by every output tile
     X_band = nl.ndarray((128, 1, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     nisa.dma_copy(dst=X_band[:, 0], src=X[0])  # tl:13
     Y_band = nl.ndarray((128, 15, 15), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-    for yg in nl.affine_range(3):  # tl:10  for y in band (groups of ROWS rows)
+    for yg in nl.affine_range(3):  # tl:10  for y in 0..Ho (groups of ROWS rows in the band)
         conv_acc = nl.zeros((128, 10, 30), dtype=nl.float32, buffer=nl.psum)  # tl:11
         for r in nl.affine_range(3):  # tl:12  for r in 0..R
-            for s in nl.affine_range(3):  # tl:12  for s in 0..S
-                conv_acc += nisa.nc_matmul(Wt_T[:, 0, r, s], X_band[:, 0, yg * ROWS + r:yg * ROWS + r + ROWS, s:s + 30])  # tl:13
+            for s in nl.affine_range(3):  # tl:12  for s in 0..R
+                conv_acc += nisa.nc_matmul(Wt_T[:, 0, r, s], X_band[:, 0, yg * ROWS + r:yg * ROWS + r + ROWS, s:s + TILE_X])  # tl:13
         conv_act = nl.ndarray((128, 10, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         conv_act[...] = nisa.activation(op=nl.relu, data=conv_acc, bias=b_col, dtype=nl.float32)  # tl:11
         Y_pool_rows = nl.ndarray((128, 5, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:18

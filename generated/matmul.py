@@ -31,27 +31,27 @@ def matmul(A, B):
 
     # ---- weights A: contraction-major, resident in SBUF
     A_T = nl.ndarray((128, 8, 1, 1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-    for kw in nl.affine_range(4):  # tl:9  for i in 0..K (tiles of TILE_K)
+    for kw in nl.affine_range(4):  # tl:9  for i in 0..M (tiles of TILE_K)
         A_rows = nl.ndarray((128, 1024, 1, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
         nisa.dma_copy(dst=A_rows, src=A_v[kw * TILE_K:kw * TILE_K + TILE_K])  # tl:9
-        for kt in nl.affine_range(8):  # tl:9  for k in 0..C (tiles of TILE_C)
+        for kt in nl.affine_range(8):  # tl:9  for k in 0..K (tiles of TILE_C)
             A_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:9
             A_tp[...] = nisa.nc_transpose(A_rows[:, kt * TILE_C:kt * TILE_C + TILE_C, 0, 0])  # tl:9
             A_T[:, kt, 0, 0, kw * TILE_K:kw * TILE_K + TILE_K] = nisa.tensor_copy(A_tp, dtype=nl.float32)  # tl:9
 
     # ---- main: C by row bands
 
-    # ---- input band B: rows for BAND outputs + R-1, all in-channel tiles
+    # ---- input band B: all contraction tiles, shared by every output tile
     B_band = nl.ndarray((128, 8, 1, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-    for kt in nl.affine_range(8):  # tl:9  for k in 0..C (tiles of TILE_C)
+    for kt in nl.affine_range(8):  # tl:9  for k in 0..K (tiles of TILE_C)
         nisa.dma_copy(dst=B_band[:, kt], src=B_v[0, kt * TILE_C:kt * TILE_C + TILE_C])  # tl:9
-    for it in nl.affine_range(4):  # tl:6  for i in 0..K (tiles of TILE_K)
+    for it in nl.affine_range(4):  # tl:6  for i in 0..M (tiles of TILE_K)
         C_band = nl.ndarray((128, 1, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
-        for jt in nl.affine_range(2):  # tl:6  for j in 0..Wo (tiles of TILE_X)
+        for jt in nl.affine_range(2):  # tl:6  for j in 0..N (tiles of TILE_X)
             C_acc = nl.zeros((128, 1, 384), dtype=nl.float32, buffer=nl.psum)  # tl:7
-            for kt in nl.affine_range(8):  # tl:8  for k in 0..C (tiles of TILE_C)
+            for kt in nl.affine_range(8):  # tl:8  for k in 0..K (tiles of TILE_C)
                 C_acc += nisa.nc_matmul(A_T[:, kt, 0, 0, it * TILE_K:it * TILE_K + TILE_K], B_band[:, kt, :, jt * TILE_X:jt * TILE_X + TILE_X])  # tl:9
-            C_band[:, :, jt * 384:jt * 384 + 384] = nisa.activation(op=nl.copy, data=C_acc, dtype=nl.float32)  # tl:7
+            C_band[:, :, jt * TILE_X:jt * TILE_X + TILE_X] = nisa.activation(op=nl.copy, data=C_acc, dtype=nl.float32)  # tl:7
         nisa.dma_copy(dst=C_v[0, it * TILE_K:it * TILE_K + TILE_K], src=C_band)  # tl:7
 
     return C

@@ -14,10 +14,10 @@ EXAMPLES = ROOT / "examples"
 
 
 def program(name: str, sizes: dict[str, int] | None = None, dtype: str = "f32"):
-    text = (EXAMPLES / f"{name}.tl").read_text()
-    if dtype != "f32":
-        text = text.replace("f32", dtype)
-    return lang.load(text, sizes)
+    path = EXAMPLES / f"{name}.tl"
+    if dtype == "f32":
+        return lang.load(str(path), sizes)
+    return lang.load(path.read_text().replace("f32", dtype), sizes)
 
 
 def compile_example(name: str, sizes=None, dtype: str = "f32", schedule: str | None = None) -> Compiled:

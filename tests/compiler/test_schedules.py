@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler_helpers import check_against_reference, compile_example, program
+from compiler_helpers import ROOT, check_against_reference, compile_example, program
 from tilec.compiler.ir import Dma, walk
 from tilec.compiler.schedule import default_directives, print_schedule
 from tilec.errors import TilecError
@@ -24,7 +24,10 @@ SCHEDULES = {
     "unfused_through_hbm": "place conv, hbm\n",
     "weights_per_k_tile": "hoist Wt, conv.k\nreorder conv, k, y, n\n",
     "columns_split": "tile conv.x, 2\ntile conv.y, 4\n",
+    "column_bands": "split conv.x, 2\nsplit conv.y, 6\n",
     "whole_image_fused": "compute_at conv, Y.n\ntile conv.y, 6\n",
+    "fused_at_pool_row": "compute_at conv, Y.i\n",
+    "fused_at_pool_element": "compute_at conv, Y.j\n",
     "input_band_per_k_single_buffer": "hoist X, conv.k\nbuffers X, 1\nsplit conv.y, 4\n",
 }
 
@@ -136,7 +139,25 @@ def test_illegal_schedule_errors(name, golden):
     golden.check(f"compiler/errors/{name}.txt", err.value.render() + "\n")
 
 
+def test_sbuf_overflow_is_a_user_error(golden):
+    with pytest.raises(TilecError) as err:
+        compile_example("conv_bias_maxpool", {"N": 1, "C": 1024, "K": 128, "H": 130, "W": 130},
+                        schedule="compute_at conv, Y.n\n")
+    golden.check("compiler/errors/sbuf_overflow.txt", err.value.render() + "\n")
+
+
 def test_transpose_tile_over_128_is_rejected(golden):
     with pytest.raises(TilecError) as err:
         compile_example("transpose", {"M": 512, "N": 512}, schedule="tile Y.j, 256\n")
     golden.check("compiler/errors/transpose_tile_too_big.txt", err.value.render() + "\n")
+
+
+def test_schedule_section_of_the_program_is_applied():
+    text = (ROOT / "examples" / "conv_bias_maxpool.tl").read_text() + "  schedule:\n    reorder conv, k, n, y\n"
+    prog = lang.load(text, SIZES)
+    from tilec.compiler.api import compile_loaded
+    c = compile_loaded(prog)
+    assert "reorder conv, k, n, y" in c.stages["schedule"]
+    check_against_reference(c)
+    replaced = compile_loaded(prog, lang.parse_schedule("reorder conv, n, k, y\n", "<cli>"))
+    assert "reorder conv, n, k, y" in replaced.stages["schedule"]  # --schedule FILE replaces the section

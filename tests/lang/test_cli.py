@@ -22,7 +22,8 @@ def test_check_prints_shapes(capsys: pytest.CaptureFixture) -> None:
 
 def test_run_writes_outputs_equal_to_matmul(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
     out_file = tmp_path / "out.npz"
-    assert main(["run", MATMUL, "-D", "M=4", "-D", "K=6", "-D", "N=3", "--seed", "5", "--out", str(out_file)]) == 0
+    assert main(["run", MATMUL, "-D", "M=4", "-D", "K=6", "-D", "N=3", "--seed", "5", "--out", str(out_file),
+                 "--backend", "ref"]) == 0
     printed = capsys.readouterr().out
     assert "input  A: f32[4, 6]" in printed and "output C: f32[4, 3]" in printed and "sha256=" in printed
     inputs = api.random_inputs(api.load(MATMUL, {"M": 4, "K": 6, "N": 3}), 5)
@@ -34,14 +35,15 @@ def test_run_from_inputs_file_infers_sizes(tmp_path: pathlib.Path, capsys: pytes
     rng = np.random.default_rng(0)
     A, B = rng.random((2, 3), dtype=np.float32), rng.random((3, 5), dtype=np.float32)
     np.savez(tmp_path / "in.npz", A=A, B=B)
-    assert main(["run", MATMUL, "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")]) == 0
+    assert main(["run", MATMUL, "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz"),
+                 "--backend", "ref"]) == 0
     assert "output C: f32[2, 5]" in capsys.readouterr().out
     with np.load(tmp_path / "o.npz") as data:
         np.testing.assert_allclose(data["C"], A.astype(np.float64) @ B, rtol=1e-5)
 
 
 def test_run_is_deterministic(capsys: pytest.CaptureFixture) -> None:
-    argv = ["run", str(EXAMPLES / "conv_relu.tl"), "-D", "H=8", "-D", "W=10", "--seed", "3"]
+    argv = ["run", str(EXAMPLES / "conv_relu.tl"), "-D", "H=8", "-D", "W=10", "--seed", "3", "--backend", "ref"]
     main(argv)
     first = capsys.readouterr().out
     main(argv)
@@ -57,3 +59,11 @@ def test_fmt_check_and_in_place(tmp_path: pathlib.Path, capsys: pytest.CaptureFi
     assert printed == "kernel k(A: f32[N]) -> Z\n  Z: f32[N]\n  for i in 0..N:\n    Z[i] = A[i] + 1  # one\n"
     assert main(["fmt", "-i", str(path)]) == 0 and path.read_text() == printed
     assert main(["fmt", "--check", str(path)]) == 0
+
+
+def test_run_on_nki_backend_reports_error_against_reference(capsys: pytest.CaptureFixture) -> None:
+    """The glue to the compiler: compile, run on the interpreter, compare with the evaluator."""
+    assert main(["run", str(EXAMPLES / "vector_add.tl"), "-D", "L=256", "--backend", "nki"]) == 0
+    printed = capsys.readouterr().out
+    line = next(ln for ln in printed.splitlines() if ln.startswith("nki    z: max abs error vs reference"))
+    assert float(line.rsplit(" ", 1)[1]) < 1e-6

@@ -201,3 +201,38 @@ def test_unknown_sizes_reported() -> None:
     assert prog.sizes == {} and prog.tensors["Z"].shape is None
     with pytest.raises(TilecError, match="size N of kernel `add` unknown"):
         api.random_inputs(prog)
+
+
+def test_bounds_proven_from_assumptions() -> None:
+    """`assume M >= N` proves X[i] in bounds for every size; without it the access waits for concrete sizes."""
+    from tilec.lang import bounds, checker
+
+    text = "kernel k(X: f32[M], B: f32[N]) -> Y\n  assume M >= N\n  Y: f32[N]\n  for i in 0..N:\n    Y[i] = X[i]\n"
+    assert bounds.prove(checker.check(api.parse(text))).sites == ()
+    unproven = bounds.prove(checker.check(api.parse(text.replace("  assume M >= N\n", ""))))
+    assert [(site.access.tensor, dim) for site, dim in unproven.sites] == [("X", 0)]
+    with pytest.raises(TilecError, match="assumption `M >= N` does not hold for M = 3, N = 4"):
+        api.load(text, {"M": 3, "N": 4})
+    with pytest.raises(TilecError, match="dimension 1 of `X` has size 3, but `i` reaches 3"):
+        api.load(text.replace("  assume M >= N\n", ""), {"M": 3, "N": 4})
+
+
+def test_conv_accesses_proven_symbolically() -> None:
+    from tilec.lang import bounds, checker
+
+    text = (ROOT / "examples" / "conv_bias_maxpool.tl").read_text()
+    pending = bounds.prove(checker.check(api.parse(text)))
+    from tilec.lang.fmt import expr
+
+    assert pending.sites == ()  # every index of the conv and the pool is in bounds for all sizes
+    assert sorted({expr(d) for d in pending.divisions}) == ["Ho / 2", "Wo / 2"]  # parity needs concrete sizes
+
+
+def test_division_proven_by_assumption() -> None:
+    """avgpool's `assume H % 2 == 0` proves `H / 2` exact for all sizes; without it, sizes must be known."""
+    from tilec.lang import bounds, checker
+
+    text = (ROOT / "examples" / "avgpool.tl").read_text()
+    assert bounds.prove(checker.check(api.parse(text))).divisions == ()
+    weaker = text.replace("assume H % 2 == 0, W % 2 == 0", "assume W % 2 == 0")
+    assert len(bounds.prove(checker.check(api.parse(weaker))).divisions) == 2  # H / 2 in the shape and the loop

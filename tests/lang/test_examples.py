@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tilec.lang import api
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
-FAST = settings(max_examples=12, deadline=None)
+FAST = settings(max_examples=10, deadline=None)
 
 
 def run(example: str, sizes: dict[str, int], seed: int) -> tuple[dict, dict]:

@@ -97,7 +97,7 @@ def _kernel(value: s.Expr, index: s.Expr) -> s.Kernel:
                     body, (s.Directive("split", (s.Ref(("Z", "i")), 2)),), defaults=(s.Let("N", s.Num(8)),))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(value=values, index=values)
 def test_random_trees_round_trip(value: s.Expr, index: s.Expr) -> None:
     kernel = _kernel(value, index)

@@ -27,7 +27,7 @@ def mangled(draw) -> str:
     return text
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=mangled(), small=st.booleans())
 def test_mangled_programs_fail_cleanly(text: str, small: bool) -> None:
     try:
@@ -39,3 +39,18 @@ def test_mangled_programs_fail_cleanly(text: str, small: bool) -> None:
             assert 1 <= err.span.line <= len(text.splitlines()) + 1 and err.span.col >= 1
         return
     assert prog.kernel.name
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=mangled(), size=st.sampled_from([2, 3, 4]))
+def test_mangled_programs_that_check_also_evaluate(text: str, size: int) -> None:
+    """Where a mangled program still checks at tiny sizes, the evaluator runs it to the end."""
+    try:
+        symbols = api.load(text).facts.symbols
+        prog = api.load(text, {name: size for name in symbols})
+    except TilecError:
+        return
+    outputs = api.evaluate(prog, api.random_inputs(prog, 0))
+    assert set(outputs) == set(prog.kernel.outputs)
+    for name, array in outputs.items():
+        assert array.shape == prog.tensors[name].shape

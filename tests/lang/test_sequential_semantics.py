@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tilec.lang import api
 from tilec.lang import syntax as s
+from tilec.lang.fmt import format_source
 
 
 def naive(kernel: s.Kernel, sizes: dict[str, int], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -104,19 +105,20 @@ kernel rnd(A: f32[{shape}]) -> Y
 """
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(text=programs(1), n=st.integers(3, 12), seed=st.integers(0, 1000))
 def test_evaluator_matches_sequential_loops(text: str, n: int, seed: int) -> None:
     check(text, {"N": n}, seed)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(text=programs(2), n=st.integers(3, 7), m=st.integers(3, 7), seed=st.integers(0, 1000))
 def test_evaluator_matches_sequential_loops_2d(text: str, n: int, m: int, seed: int) -> None:
     check(text, {"N": n, "M": m}, seed)
 
 
 def check(text: str, sizes: dict[str, int], seed: int) -> None:
+    assert api.parse(format_source(text)) == api.parse(text)
     prog = api.load(text, sizes)
     inputs = api.random_inputs(prog, seed)
     got = api.evaluate(prog, inputs)["Y"]

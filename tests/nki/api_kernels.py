@@ -168,3 +168,27 @@ def broadcast_and_transpose(col, sq):
     t = nl.transpose(s)
     nl.store(out_t, nl.copy(t))
     return out, out_t
+
+
+@nki.jit
+def masked_tail_rows(a):
+    """Rows in tiles of 128 with a masked tail (the nki-samples idiom for sizes that are not multiples of 128)."""
+    n, d = a.shape
+    out = nl.ndarray((n, d), a.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:128, 0:d]
+    for t in nl.affine_range((n + 127) // 128):
+        x = nl.load(a[t * 128 + i_p, i_f], mask=(t * 128 + i_p < n))
+        y = nisa.activation(nl.square, x, mask=(t * 128 + i_p < n))
+        nl.store(out[t * 128 + i_p, i_f], value=y, mask=(t * 128 + i_p < n))
+    return out
+
+
+@nki.jit
+def unmasked_tail_rows(a):
+    n, d = a.shape
+    out = nl.ndarray((n, d), a.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:128, 0:d]
+    for t in nl.affine_range((n + 127) // 128):
+        x = nl.load(a[t * 128 + i_p, i_f])  # <- TAIL_NO_MASK
+        nl.store(out[t * 128 + i_p, i_f], value=x)
+    return out

@@ -138,3 +138,18 @@ def test_broadcast_and_nl_transpose() -> None:
     out, out_t = k.broadcast_and_transpose(col, sq)
     np.testing.assert_array_equal(out, np.repeat(col, 16, axis=1))
     np.testing.assert_array_equal(out_t, sq.T)
+
+
+def test_masked_tail_rows() -> None:
+    a = RNG.random((300, 8), dtype=F32)
+    np.testing.assert_array_equal(k.masked_tail_rows(a), a * a)
+
+
+def test_tail_without_mask_is_out_of_bounds() -> None:
+    from tilec.nki import rules
+    from nki_testutil import first_line, line_of
+
+    with pytest.raises(rules.NkiIndexError) as info:
+        api.simulate(k.unmasked_tail_rows, RNG.random((300, 8), dtype=F32))
+    assert first_line(info.value) == (f"{k.__file__}:{line_of(k.__file__, '# <- TAIL_NO_MASK')}: error: index range "
+                                      "[256, 383] exceed dimension size of 300 [err_tensor_access_out_of_bound]")

@@ -65,3 +65,13 @@ def test_plain_script_via_python_m_tilec_nki(tmp_path) -> None:
                           env=ENV, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "24.0"
+
+
+def test_nki_run_kernel_assertion_is_reported_at_its_line(tmp_path, capsys) -> None:
+    path = tmp_path / "k.py"
+    path.write_text("import neuronxcc.nki as nki\n\n\n@nki.jit\ndef k(a):\n"
+                    "    assert a.shape[0] == 64, 'expects 64 rows'\n    return a\n")
+    rc = tilec_cli.main(["nki-run", str(path), "--kernel", "k", "--shape", "a=128x4"])
+    assert rc == 1
+    assert capsys.readouterr().err.strip() == (f"kernel error: {path.resolve()}:6: error: the kernel raised "
+                                               "AssertionError: expects 64 rows [kernel_exception]")

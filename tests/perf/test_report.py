@@ -34,7 +34,9 @@ def test_timeline_has_one_lane_per_engine_and_queue_and_hover_text(tmp_path):
     labels = [t.text for t in svg.findall(f"{ns}text") if t.text and "us" not in t.text]
     assert labels == ["vector", "dma k.py:7", "dma k.py:9"]
     titles = [r.find(f"{ns}title").text for r in rects]
-    assert len(rects) == 3
+    assert titles[0].startswith("kernel start-up")  # a shaded band, then one rectangle per instruction
+    titles = titles[1:]
+    assert len(titles) == 3
     assert any("tensor_scalar [128x256]" in t and "k.py:8" in t for t in titles)
 
 

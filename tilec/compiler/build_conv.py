@@ -40,19 +40,25 @@ class _ConvBuilder:
         self.Ho, self.Wo, self.R, self.S = d["Ho"], d["Wo"], d["R"], d["S"]
         self.wy, self.wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
         self.KT, self.CT = self.K // plan.tile_k, self.C // plan.tile_c
-        self.NB, self.G, self.XT = self.Ho // plan.band, plan.band // plan.rows, self.Wo // plan.tile_x
+        self.BX = plan.band_x or self.Wo  # output columns per input band
+        self.NB, self.G, self.XT = self.Ho // plan.band, plan.band // plan.rows, self.BX // plan.tile_x
+        self.NXB = self.Wo // self.BX
         v = dict(op.vars)
         self.var = {"n": v.get("n", "n"), "k": v["k"] + "t", "c": v["c"] + "t", "y": v.get("y", "y") + "b",
+                    "xb": v.get("x", "x") + "b",
                     "g": v.get("y", "y") + "g", "x": v.get("x", "x") + "t", "r": v.get("r", "r"),
                     "s": v.get("s", "s")}
         self.tl = v
+        texts = dict(op.texts)
+        self.T = {role: texts.get(role, f"for {v.get(role, role)}") for role in ("n", "k", "c", "y", "x", "r", "s")}
         lines = dict(op.lines)
         self.L = {role: lines.get(role, op.line) for role in ("n", "k", "c", "y", "x", "r", "s", "update", "pool")}
 
     def consts(self) -> list[tuple[str, int]]:
         p = self.p
+        wide = [("BAND_X", self.BX)] if self.NXB > 1 else []
         return [("TILE_K", p.tile_k), ("TILE_C", p.tile_c), ("TILE_X", p.tile_x), ("ROWS", p.rows),
-                ("BAND", p.band)]
+                ("BAND", p.band)] + wide
 
     # ---- buffers -------------------------------------------------------------------------------------------------
 
@@ -84,7 +90,10 @@ class _ConvBuilder:
 
     def x_band_buf(self) -> Buf:
         return Buf(f"{self.op.x}_band", "sbuf", self.hbm[self.op.x].dtype,
-                   (self.p.tile_c, self.CT, self.p.band + self.R - 1, self.W))
+                   (self.p.tile_c, self.CT, self.p.band + self.R - 1, self.in_cols()))
+
+    def in_cols(self) -> int:
+        return self.W if self.NXB == 1 else self.BX + self.S - 1
 
     # ---- phases --------------------------------------------------------------------------------------------------
 
@@ -99,7 +108,7 @@ class _ConvBuilder:
             body = [Dma(View(wt, (full(p.tile_c), a(ct), full(wt.shape[2]), full(self.R), full(self.S))),
                         View(self.w4, (sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c), kslice, full(self.R),
                                        full(self.S))), line)]
-            return out + loop(ct, self.CT, body, note=f"for {self.tl['c']} in 0..C (tiles of TILE_C)", line=line)
+            return out + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of TILE_C)", line=line)
         kv = "kw" if kt is None else kt
         raw = Buf(f"{op.w}_rows", "sbuf", wt.dtype, (p.tile_k, self.C, self.R, self.S))
         tp = Buf(f"{op.w}_tp", "psum", "f32", (p.tile_c, p.tile_k))
@@ -108,15 +117,15 @@ class _ConvBuilder:
                ir.Transpose(whole(tp), View(raw, (full(p.tile_k), sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c),
                                                   a(r), a(s))), "pe", line),
                ir.Copy(View(wt, (full(p.tile_c), a(ct), a(r), a(s), kdst)), whole(tp), line)]
-        taps = loop(ct, self.CT, loop(r, self.R, loop(s, self.S, tap, note=f"for {self.tl.get('s', 's')} in 0..S",
-                                                     line=line), note=f"for {self.tl.get('r', 'r')} in 0..R",
-                                   line=line), note=f"for {self.tl['c']} in 0..C (tiles of TILE_C)", line=line)
+        taps = loop(ct, self.CT, loop(r, self.R, loop(s, self.S, tap, note=self.T["s"],
+                                                     line=line), note=self.T["r"],
+                                   line=line), note=f"{self.T['c']} (tiles of TILE_C)", line=line)
         per_k = [Alloc(raw, line=line),
                  Dma(whole(raw), View(self.w4, (sl(a(term(kv, p.tile_k, "TILE_K")), p.tile_k), full(self.C),
                                                 full(self.R), full(self.S))), line)] + taps
         if kt is not None:
             return out + per_k
-        return out + loop(kv, self.KT, per_k, note=f"for {self.tl['k']} in 0..K (tiles of TILE_K)", line=line)
+        return out + loop(kv, self.KT, per_k, note=f"{self.T['k']} (tiles of TILE_K)", line=line)
 
     def bias(self) -> list[Stmt]:
         op, p, line = self.op, self.p, self.line
@@ -125,19 +134,20 @@ class _ConvBuilder:
         body = [Dma(View(col, (full(p.tile_k), sl(a("kb"), 1))),
                     View(b2, (sl(a(term("kb", p.tile_k, "TILE_K")), p.tile_k), full(1))), line)]
         self.bias_col = col
-        return st + [Alloc(col, line=line)] + loop("kb", self.KT, body, note=f"for {self.tl['k']} in 0..K (tiles of "
-                                                                           f"TILE_K)", line=line)
+        return st + [Alloc(col, line=line)] + loop("kb", self.KT, body, note=f"{self.T['k']} (tiles of TILE_K)", line=line)
 
     def x_band(self) -> list[Stmt]:
         p, line, V = self.p, self.L["update"], self.var
         xb = self.x_band_buf()
         rows = p.band + self.R - 1
         ct = V["c"]
-        body = [Dma(View(xb, (full(p.tile_c), a(ct), full(rows), full(self.W))),
+        cols = self.in_cols()
+        src_cols = full(cols) if self.NXB == 1 else sl(a(term(V["xb"], self.BX, "BAND_X")), cols)
+        body = [Dma(View(xb, (full(p.tile_c), a(ct), full(rows), full(cols))),
                     View(self.x4, (a(V["n"]), sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c),
-                                   sl(a(term(V["y"], p.band, "BAND")), rows), full(self.W))), line)]
+                                   sl(a(term(V["y"], p.band, "BAND")), rows), src_cols)), line)]
         alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
-        return alloc + loop(ct, self.CT, body, note=f"for {self.tl['c']} in 0..C (tiles of TILE_C)", line=line)
+        return alloc + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of TILE_C)", line=line)
 
     def nest(self, i: int) -> list[Stmt]:
         order, V = self.p.order, self.var
@@ -146,8 +156,11 @@ class _ConvBuilder:
         role = order[i]
         body = self.nest(i + 1)
         extent = {"n": self.N, "y": self.NB, "k": self.KT}[role]
-        notes = {"n": f"for {self.tl.get('n', 'n')} in 0..N", "k": f"for {self.tl['k']} in 0..K (tiles of TILE_K)",
-                 "y": f"for {self.tl.get('y', 'y')} in 0..Ho (bands of BAND rows)"}
+        notes = {"n": self.T["n"], "k": f"{self.T['k']} (tiles of TILE_K)",
+                 "y": f"{self.T['y']} (bands of BAND rows)"}
+        if role == "y":  # column bands (only when a whole row band does not fit) sit inside the row bands
+            body = loop(V["xb"], self.NXB, body, note=f"{self.T['x']} (bands of BAND_X)",
+                        line=self.L["x"])
         return loop(V[role], extent, body, note=notes[role], line=self.L[role])
 
     def out_band(self) -> list[Stmt]:
@@ -158,19 +171,19 @@ class _ConvBuilder:
             loads.append(ir.Block(f"weights {op.w} for this out-channel tile", tuple(self.weights(V["k"])), line,
                                   hoist=True))
         pin = V[p.x_pin] if p.x_pin and {"n": self.N, "y": self.NB, "k": self.KT}[p.x_pin] > 1 else ""
-        loads.append(ir.Block(f"input band {op.x}: rows for BAND outputs + R-1, all in-channel tiles",
+        loads.append(ir.Block(f"input band {op.x}: all contraction tiles, shared by every output tile",
                               tuple(self.x_band()), line, hoist=True, pin=pin))
         ob = Buf(f"{op.out}_band", "sbuf", self.hbm[op.out].dtype,
-                 (p.tile_k, p.band // self.wy, self.Wo // self.wx))
+                 (p.tile_k, p.band // self.wy, self.BX // self.wx))
         self.o_band = ob
         group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
-                                          note=f"for {self.tl.get('x', 'x')} in 0..Wo (tiles of TILE_X)",
+                                          note=f"{self.T['x']} (tiles of TILE_X)",
                                           line=self.L["x"]),
-                     note=f"for {self.tl.get('y', 'y')} in band (groups of ROWS rows)", line=self.L["y"])
+                     note=f"{self.T['y']} (groups of ROWS rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
         store = Dma(View(self.o4, (a(V["n"]), sl(a(term(V["k"], p.tile_k, "TILE_K")), p.tile_k),
                                    sl(a(term(V["y"], p.band // self.wy)), p.band // self.wy),
-                                   full(self.Wo // self.wx))), whole(ob), line)
+                                   sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))), whole(ob), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
 
     def group(self) -> list[Stmt]:
@@ -181,14 +194,14 @@ class _ConvBuilder:
         kidx = full(p.tile_k) if p.hoist_w == "k" else sl(a(term(kt, p.tile_k, "TILE_K")), p.tile_k)
         stat = View(wt, (full(p.tile_c), a(ct), a(r), a(s), kidx)) if op.w_layout == "kc" else \
             View(wt, (full(p.tile_c), a(ct), kidx, a(r), a(s)))
-        mov = View(self.x_band_buf(), (full(p.tile_c), a(ct), sl(a(term(V["g"], p.rows, "ROWS"), r), p.rows),
-                                       sl(a(term(V["x"], p.tile_x, "TILE_X"), s), p.tile_x)))
+        mov = View(self.x_band_buf(), (full(p.tile_c), a(ct), sl(a(term(V["g"], p.rows, "ROWS"), r), p.rows, 1, "ROWS"),
+                                       sl(a(term(V["x"], p.tile_x, "TILE_X"), s), p.tile_x, 1, "TILE_X")))
         body: list[Stmt] = [Matmul(whole(acc), stat, mov, self.L["update"])]
         extents = {"c": self.CT, "r": self.R, "s": self.S}
         for role in reversed(p.taps):
             kind = "affine"  # the `unroll` pass turns the schedule's unrolled loops static
-            note = {"c": f"for {self.tl['c']} in 0..C (tiles of TILE_C)", "r": f"for {self.tl.get('r', 'r')} in 0..R",
-                    "s": f"for {self.tl.get('s', 's')} in 0..S"}[role]
+            note = {"c": f"{self.T['c']} (tiles of TILE_C)", "r": self.T["r"],
+                    "s": self.T["s"]}[role]
             body = loop(V[role], extents[role], body, kind, note=note, line=self.L[role])
         return [Alloc(acc, zero=True, line=line)] + body + self.epilogue(acc)
 
@@ -197,8 +210,9 @@ class _ConvBuilder:
         func = "relu" if op.relu else "copy"
         bias = View(self.bias_col, (full(p.tile_k), sl(a(V["k"]), 1))) if op.bias else None
         rows_o, cols_o = p.rows // self.wy, p.tile_x // self.wx
-        dst = View(self.o_band, (full(p.tile_k), sl(a(term(V["g"], rows_o)), rows_o),
-                                 sl(a(term(V["x"], cols_o)), cols_o)))
+        rname, cname = ("ROWS" if self.wy == 1 else ""), ("TILE_X" if self.wx == 1 else "")
+        dst = View(self.o_band, (full(p.tile_k), sl(a(term(V["g"], rows_o, rname)), rows_o),
+                                 sl(a(term(V["x"], cols_o, cname)), cols_o)))
         if not op.pool:
             return [Act(dst, whole(acc), func, bias, 1.0, line)]
         ev = Buf(f"{op.name}_act", "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))

@@ -15,8 +15,8 @@ def a(*parts) -> Aff:
     return ir.aff(*parts)
 
 
-def sl(start: Aff | int, size: int, step: int = 1) -> Sl:
-    return Sl(start if isinstance(start, Aff) else Aff((), start), size, step)
+def sl(start: Aff | int, size: int, step: int = 1, name: str = "") -> Sl:
+    return Sl(start if isinstance(start, Aff) else Aff((), start), size, step, name)
 
 
 def map_aff(node, fn):

@@ -31,11 +31,13 @@ class Namer:
     """DSL/IR names -> unique, safe Python identifiers."""
 
     def __init__(self, taken: set[str]) -> None:
-        self.map: dict[str, str] = {}
+        self.map: dict[tuple[str, str], str] = {}
         self.used = set(taken)
 
-    def __call__(self, name: str) -> str:
-        if name not in self.map:
+    def __call__(self, name: str, kind: str = "buf") -> str:
+        """`kind` keeps loop variables and buffers apart: a tensor named `t` never captures a loop's `t`."""
+        key = (kind, name)
+        if key not in self.map:
             base = re.sub(r"\W", "_", name) or "t"
             if base[0].isdigit():
                 base = "t_" + base
@@ -46,8 +48,8 @@ class Namer:
                 n += 1
                 cand = f"{base}{n}"
             self.used.add(cand)
-            self.map[name] = cand
-        return self.map[name]
+            self.map[key] = cand
+        return self.map[key]
 
 
 def _env() -> jinja2.Environment:
@@ -58,7 +60,7 @@ def _env() -> jinja2.Environment:
 def emit(k: Kernel, source: str, doc_lines: list[str]) -> str:
     consts = {name for name, _ in k.consts}
     names = Namer(consts)
-    kernel_name = names(k.name)
+    kernel_name = names(k.name, "kernel")
     vm = _ViewModel(names, dict(k.consts))
     params = [names(p.name) for p in k.params]
     outputs = [{"name": names(o.name), "shape": _shape(o.shape), "dtype": DTYPES[o.dtype]} for o in k.outputs]
@@ -82,7 +84,7 @@ class _ViewModel:
         tag = f"  # tl:{s.line}" if getattr(s, "line", 0) else ""
         if isinstance(s, Loop):
             note = f"  {s.note}" if s.note else ""
-            return {"kind": "loop", "var": self.names(s.var), "range": RANGES[s.kind],
+            return {"kind": "loop", "var": self.names(s.var, "var"), "range": RANGES[s.kind],
                     "extent": s.extent_name or s.extent, "tag": (tag + note) if tag else "", "body":
                     [self.stmt(x) for x in s.body]}
         if isinstance(s, Block):
@@ -122,7 +124,7 @@ class _ViewModel:
     def aff(self, x: Aff) -> str:
         parts = []
         for t in x.terms:
-            var = self.names(t.var)
+            var = self.names(t.var, "var")
             coef = t.name or (str(t.coef) if t.coef != 1 else "")
             parts.append(f"{var} * {coef}" if coef else var)
         if x.const or not parts:
@@ -143,6 +145,8 @@ class _ViewModel:
         return f"{start}:{start} + {size}{step}"
 
     def _size(self, i: Sl) -> str:
+        if i.name:
+            return i.name
         for t in i.start.terms:
             if t.name and t.coef == i.size:
                 return t.name

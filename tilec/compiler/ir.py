@@ -73,6 +73,7 @@ class Sl:
     start: Aff
     size: int
     step: int = 1
+    name: str = ""  # the named constant `size` stands for (codegen prints it)
 
 
 Idx = Union[Aff, Sl]

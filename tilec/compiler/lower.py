@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilec.compiler.exprs import fmt_expr
 from tilec.errors import Span, TilecError
 from tilec.lang import syntax as sx
 
@@ -27,6 +28,10 @@ class Comp:
     span: Span
     lines: tuple[tuple[str, int], ...] = ()  # .tl line of each loop
     update_line: int = 0  # .tl line of the reduction statement
+    stops: tuple[tuple[str, str], ...] = ()  # each loop's bound as written, e.g. ("c", "C")
+
+    def loop_text(self, var: str) -> str:
+        return f"for {var} in 0..{dict(self.stops).get(var, self.extent(var))}"
 
     def line_of(self, var: str) -> int:
         return dict(self.lines).get(var, self.line)
@@ -114,7 +119,7 @@ def _append(comps: list[Comp], comp: Comp) -> None:
             and len(prev.out_vars) == len(comp.out_vars)):
         rename = dict(zip(prev.out_vars, comp.out_vars))
         comps[-1] = Comp(comp.target, comp.out_vars, comp.extents, _rename(prev.init, rename), comp.red_op,
-                         comp.update, comp.red_vars, prev.line, prev.span, comp.lines, comp.update_line)
+                         comp.update, comp.red_vars, prev.line, prev.span, comp.lines, comp.update_line, comp.stops)
         return
     comps.append(comp)
 
@@ -139,7 +144,7 @@ def _lower_nest(stmt: sx.Stmt, loops: tuple[tuple[str, int], ...], sizes: dict[s
         if start != 0:
             raise TilecError("loops must start at 0 for the compiler", stmt.start.span,
                              "shift the index instead: for i in 0..N-1: ... A[i + 1]")
-        inner = loops + ((stmt.var, size_value(stmt.stop, sizes), stmt.span.line),)
+        inner = loops + ((stmt.var, size_value(stmt.stop, sizes), stmt.span.line, fmt_expr(stmt.stop)),)
         return _lower_body(stmt.body, inner, sizes)
     return [_lower_assign(stmt, loops, sizes, None)]
 
@@ -163,25 +168,25 @@ def _lower_body(body: tuple[sx.Stmt, ...], loops, sizes) -> list[Comp]:
 def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:
     out_vars = []
     for e in a.target.indices:
-        if not isinstance(e, sx.Name) or e.id not in {v for v, _, _ in loops}:
+        if not isinstance(e, sx.Name) or e.id not in {v for v, *_ in loops}:
             raise TilecError(f"the compiler needs each index of {a.target.tensor} to be a plain loop variable",
                              e.span, "write the output as T[i, j] with i, j loop variables")
         out_vars.append(e.id)
-    extents = tuple((v, n) for v, n, _ in loops)
-    lines = tuple((v, line) for v, _, line in loops)
+    extents = tuple((v, n) for v, n, *_ in loops)
+    lines = tuple((v, line) for v, _, line, _ in loops)
+    stops = tuple((v, stop) for v, _, _, stop in loops)
     if red:
         return Comp(a.target.tensor, tuple(out_vars), red.extents, a.value, red.red_op, red.update, red.red_vars,
-                    a.span.line, a.span, red.lines, red.update_line)
+                    a.span.line, a.span, red.lines, red.update_line, red.stops)
     if a.op == "=":
-        return Comp(a.target.tensor, tuple(out_vars), extents, a.value, None, None, (), a.span.line, a.span, lines)
+        return Comp(a.target.tensor, tuple(out_vars), extents, a.value, None, None, (), a.span.line, a.span, lines,
+                    0, stops)
     red_vars = tuple(v for v, _ in extents if v not in out_vars)
     return Comp(a.target.tensor, tuple(out_vars), extents, None, a.op, a.value, red_vars, a.span.line, a.span,
-                lines, a.span.line)
+                lines, a.span.line, stops)
 
 
 def print_comps(comps: tuple[Comp, ...]) -> str:
-    from tilec.compiler.exprs import fmt_expr
-
     lines = []
     for c in comps:
         head = f"{c.target}[{', '.join(c.out_vars)}]"

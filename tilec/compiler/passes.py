@@ -95,6 +95,10 @@ def peak_usage(body: tuple[Stmt, ...]) -> tuple[int, int]:
     return max(best_s, sbuf), max(best_p, psum)
 
 
+def allocations(k: Kernel) -> list[ir.Buf]:
+    return [s.buf for s in ir.walk(k.body) if isinstance(s, ir.Alloc) and s.buf.memory == "sbuf"]
+
+
 def allocation_report(k: Kernel) -> str:
     lines = [f"{'buffer':<24} {'memory':<6} {'shape':<28} bytes/partition"]
     for name, memory, shape, size in memory_summary(k):

@@ -12,10 +12,11 @@ from tilec.compiler.build_conv import build_conv
 from tilec.compiler.build_simple import build_eltwise, build_pool, build_transpose
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
-from tilec.compiler.schedule import (ConvPlan, apply_schedule, default_plan, plan_directives,
-                                     print_plans, print_schedule)
+from tilec.compiler.directives import apply_schedule
+from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
 from tilec.compiler.select import ConvOp, EltwiseOp, PoolOp, TransposeOp, print_ops, select
-from tilec.compiler.verify import verify
+from tilec.compiler.verify import SBUF_USABLE, verify
+from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
 STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "allocate")
@@ -25,6 +26,7 @@ STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "legalise",
 class Result:
     stages: dict[str, str]
     kernel: ir.Kernel
+    kernels: dict[str, ir.Kernel]  # the loop-nest IR after each IR pass, for testing passes by meaning
     ops: tuple
     plans: tuple
     source: str
@@ -48,21 +50,37 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None)
     ops, plans = unfuse(ops, plans, program)
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     kernel = build_kernel(program, ops, plans)
+    _check_capacity(kernel)
     stages["loops"] = _checked(kernel, "loops")
+    kernels = {"loops": kernel}
     # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion)
     kernel = passes.hoist(kernel)
     stages["hoist"] = _checked(kernel, "hoist")
+    kernels["hoist"] = kernel
     # unroll: the schedule's unrolled loops become static ranges (traced once per iteration)
     kernel = passes.unroll(kernel, plans, ops)
     stages["unroll"] = _checked(kernel, "unroll")
+    kernels["unroll"] = kernel
     # legalise: affine loops whose iterations share a buffer (single-buffered schedules) become sequential
     kernel = passes.legalise(kernel)
     stages["legalise"] = _checked(kernel, "legalise")
+    kernels["legalise"] = kernel
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the trn2 limits)
     stages["allocate"] = passes.allocation_report(kernel)
     doc = _doc_lines(program, ops, plans)
     source = emit(kernel, pathlib.Path(program.path).name, doc)
-    return Result(stages, kernel, ops, plans, source)
+    return Result(stages, kernel, kernels, ops, plans, source)
+
+
+def _check_capacity(kernel: ir.Kernel) -> None:
+    """Too much SBUF is the schedule's (or the problem size's) fault, not a compiler bug: say what to change."""
+    sbuf, _ = passes.peak_usage(kernel.body)
+    if sbuf > SBUF_USABLE:
+        biggest = max(passes.allocations(kernel), key=lambda b: b.bytes_per_partition())
+        raise TilecError(f"the kernel needs {sbuf // 1024} KiB of SBUF per partition, trn2 has {SBUF_USABLE // 1024} "
+                         f"KiB usable (largest buffer: {biggest.name}, {biggest.bytes_per_partition() // 1024} KiB)",
+                         None, "use smaller bands (split OP.y, N / split OP.x, N) or prepare the weights per "
+                               "out-channel tile (hoist W, OP.k)")
 
 
 def _checked(kernel: ir.Kernel, stage: str) -> str:

@@ -43,6 +43,7 @@ class ConvOp:
     fused: tuple[str, ...] = ()  # names of the computations folded into this one
     line: int = 0
     lines: tuple[tuple[str, int], ...] = ()  # role -> .tl line of its loop
+    texts: tuple[tuple[str, str], ...] = ()  # role -> its .tl loop, e.g. ("c", "for c in 0..C")
     span: Span | None = field(default=None, compare=False)
 
     def dim(self, d: str) -> int:
@@ -211,8 +212,9 @@ def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> 
     bias = _bias(comp, roles["k"], program)
     lines = tuple((role, comp.line_of(var)) for role, var in sorted(roles.items())) + \
         (("update", comp.update_line or comp.line),)
+    texts = tuple((role, comp.loop_text(var)) for role, var in sorted(roles.items()))
     return ConvOp(comp.target, comp.target, x, w, bias, tuple(dims.items()), w_layout,
-                  tuple(sorted(roles.items())), line=comp.line, lines=lines, span=comp.span)
+                  tuple(sorted(roles.items())), line=comp.line, lines=lines, texts=texts, span=comp.span)
 
 
 def _bias(comp: Comp, k: str, program) -> str | None:

@@ -1,0 +1,13 @@
+"""The tilec language: text -> checked program -> reference results.
+
+    grammar/tilec.lark  the surface syntax (the language reference)
+    parser.py           Lark parser -> syntax.py records with spans; syntax errors with carets
+    checker.py          names, declarations, arity, affine indices, dtypes, data flow
+    symbolic.py         polynomials over sizes, affine index forms
+    bounds.py           divisibility and bounds: proven symbolically, else checked with concrete sizes
+    evaluator.py        the NumPy reference evaluator (plan.py decides which loops run vectorised)
+    fmt.py              canonical formatting
+    api.py              the public API: parse, load, bind_inputs, random_inputs, evaluate
+
+Nothing here imports the compiler, the NKI interpreter or the performance model.
+"""

@@ -8,7 +8,7 @@ and `Program.sizes` is partial, and the rest is checked when input arrays bind t
 from __future__ import annotations
 
 import pathlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping
 
-from tilec.errors import Span, TilecError
+from tilec.errors import TilecError
 from tilec.lang import syntax as s
-from tilec.lang.checker import Facts, Site, _children
-from tilec.lang.symbolic import Poly, index_range, size_poly
+from tilec.lang.checker import Facts, Site, children
+from tilec.lang.symbolic import NotAffine, Poly, index_range, size_poly
 
 
 @dataclass(frozen=True)
@@ -40,16 +40,36 @@ def _poly(facts: Facts, expr: s.Expr) -> Poly:
 
 def prove(facts: Facts) -> Pending:
     """Prove what can be proven for all sizes; raise for accesses out of bounds whatever the sizes."""
+    known = _assumed_nonneg(facts)
     open_sites = []
     for site in facts.sites:
         for dim in range(len(site.affines)):
-            if not _prove_site(facts, site, dim):
+            if not _prove_site(facts, site, dim, known):
                 open_sites.append((site, dim))
     open_divs = tuple(d for d in _divisions(facts) if not _divides(facts, d))
     return Pending(tuple(open_sites), open_divs)
 
 
-def _prove_site(facts: Facts, site: Site, dim: int) -> bool:
+def _assumed_nonneg(facts: Facts) -> list[Poly]:
+    """Each `assume a >= b` (or >, <=, <, ==) as polynomials g with g >= 0; `%` conditions are not used here."""
+    out = []
+    for a in facts.kernel.assumes:
+        try:
+            lhs, rhs = _poly(facts, a.cond.lhs), _poly(facts, a.cond.rhs)
+        except NotAffine:
+            continue
+        one = Poly.const(1)
+        out += {">=": [lhs - rhs], ">": [lhs - rhs - one], "<=": [rhs - lhs], "<": [rhs - lhs - one],
+                "==": [lhs - rhs, rhs - lhs]}.get(a.cond.op, [])
+    return out
+
+
+def _nonneg(p: Poly, known: list[Poly]) -> bool:
+    """p >= 0 for all positive sizes, or p minus one assumed-nonnegative g is (so p >= g >= 0)."""
+    return p.proven_nonneg() or any((p - g).proven_nonneg() for g in known)
+
+
+def _prove_site(facts: Facts, site: Site, dim: int, known: list[Poly]) -> bool:
     size = _poly(facts, facts.tensors[site.access.tensor].shape[dim])
     ranges = {c.var: (_poly(facts, c.start), _poly(facts, c.stop)) for c in site.loops}
     found = index_range(site.affines[dim], ranges)
@@ -62,7 +82,7 @@ def _prove_site(facts: Facts, site: Site, dim: int) -> bool:
     if (Poly.const(-1) - low).proven_nonneg() and all(_nonempty(facts, c) for c in site.loops):
         raise _oob(site, dim, f"goes down to {low}, below 0",
                    f"for every size, {_index_text(site, dim)} runs from {low} to {high}")
-    return low.proven_nonneg() and (size - Poly.const(1) - high).proven_nonneg()
+    return _nonneg(low, known) and _nonneg(size - Poly.const(1) - high, known)
 
 
 def _nonempty(facts: Facts, loop) -> bool:
@@ -96,7 +116,7 @@ def _divisions(facts: Facts) -> list[s.BinOp]:
 def _collect_divs(expr: s.Expr, out: list[s.BinOp]) -> None:
     if isinstance(expr, s.BinOp) and expr.op == "/":
         out.append(expr)
-    for child in _children(expr):
+    for child in children(expr):
         _collect_divs(child, out)
 
 
@@ -177,7 +197,7 @@ def resolve(facts: Facts, pending: Pending, given: Mapping[str, int]) -> dict[st
 def _known(expr: s.Expr, values: Mapping[str, int]) -> bool:
     if isinstance(expr, s.Name):
         return expr.id in values
-    return all(_known(c, values) for c in _children(expr))
+    return all(_known(c, values) for c in children(expr))
 
 
 def _check_assumes(facts: Facts, values: Mapping[str, int]) -> None:
@@ -194,7 +214,7 @@ def _check_assumes(facts: Facts, values: Mapping[str, int]) -> None:
 def _names(expr: s.Expr) -> list[str]:
     if isinstance(expr, s.Name):
         return [expr.id]
-    return [n for c in _children(expr) for n in _names(c)]
+    return [n for c in children(expr) for n in _names(c)]
 
 
 def _check_dims(facts: Facts, values: Mapping[str, int]) -> None:

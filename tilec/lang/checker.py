@@ -210,11 +210,11 @@ def _check_assumes(scope: Scope) -> None:
 def _no_tensors_or_calls(expr: s.Expr) -> None:
     if isinstance(expr, (s.Access, s.Call)):
         raise err("an `assume` may only use sizes and constants", expr.span, "assumptions are facts about sizes")
-    for child in _children(expr):
+    for child in children(expr):
         _no_tensors_or_calls(child)
 
 
-def _children(expr: s.Expr) -> tuple[s.Expr, ...]:
+def children(expr: s.Expr) -> tuple[s.Expr, ...]:
     if isinstance(expr, s.Neg):
         return (expr.x,)
     if isinstance(expr, s.BinOp):
@@ -310,7 +310,7 @@ class Walker:
         elif isinstance(expr, s.BinOp) and expr.op == "%":
             raise err("`%` is not defined on tensor values", expr.span,
                       "`%` is for sizes in `assume`; use max/min/relu/exp and + - * / on values")
-        for child in () if isinstance(expr, s.Access) else _children(expr):
+        for child in () if isinstance(expr, s.Access) else children(expr):
             self._value(child)
 
     def _value_name(self, name: s.Name) -> None:
@@ -363,7 +363,7 @@ class Walker:
 def _no_tensors_or_calls_bound(expr: s.Expr) -> None:
     if isinstance(expr, (s.Access, s.Call)):
         raise err("a loop bound may only use sizes and constants", expr.span, "loop bounds are sizes")
-    for child in _children(expr):
+    for child in children(expr):
         _no_tensors_or_calls_bound(child)
 
 
@@ -373,7 +373,7 @@ def _operand_dtypes(expr: s.Expr, tensors: dict[str, Tensor], out: list) -> None
     elif isinstance(expr, s.Call) and expr.fn in CONVERSIONS:
         out.append((expr.fn, _source_text(expr), expr.span))
     else:
-        for child in _children(expr):
+        for child in children(expr):
             _operand_dtypes(child, tensors, out)
 
 
@@ -387,7 +387,7 @@ def _source_text(node: s.Access | s.Call) -> str:
 def _accesses(expr: s.Expr) -> list[s.Access]:
     if isinstance(expr, s.Access):
         return [expr]
-    return [a for c in _children(expr) for a in _accesses(c)]
+    return [a for c in children(expr) for a in _accesses(c)]
 
 
 def _name_span(node: s.Access | s.Call) -> Span:

@@ -16,7 +16,6 @@ share an index with another variable (r, s in `X[y + r, x + s]`), so no im2col c
 from __future__ import annotations
 
 import itertools
-import string
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -24,6 +23,7 @@ import ml_dtypes
 import numpy as np
 
 from tilec.lang import syntax as s
+from tilec.lang.contract import Contractor, einsum
 from tilec.lang.plan import Affines, OpenLoop, Planner, statements_under
 
 NP_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
@@ -65,6 +65,7 @@ class Machine:
     def __init__(self, sizes: Mapping[str, int], tensors: Mapping, store: dict[str, np.ndarray]) -> None:
         self.sizes, self.tensors, self.store = sizes, tensors, store
         self.affines = Affines(sizes)
+        self.contractor = Contractor()
         self.planner = Planner(self.affines, {n: a.strides for n, a in store.items()},
                                {n: a.shape for n, a in store.items()})
 
@@ -120,22 +121,27 @@ class Machine:
         return Labelled(np.asarray(data, dtype=np.float32), tuple(a for a in value.axes if a in written))
 
     def contract(self, factors: list[Labelled], loops: tuple[OpenLoop, ...], written: set[str]) -> Labelled:
-        """sum over reduction axes of the product of factors: one einsum (tensordot inside) per call."""
-        letters = {lp.var: string.ascii_letters[i] for i, lp in enumerate(loops)}
+        """sum over the reduction axes of the product of factors: a batched matmul for two array factors
+        (constant factors are applied after), einsum otherwise."""
+        extent = {lp.var: lp.stop - lp.start for lp in loops}
         present = {a for f in factors for a in f.axes}
         out_axes = tuple(lp.var for lp in loops if lp.var in written and lp.var in present)
-        spec = ",".join("".join(letters[a] for a in f.axes) for f in factors)
-        spec += "->" + "".join(letters[a] for a in out_axes)
-        data = np.einsum(spec, *(np.asarray(f.data, dtype=np.float32) for f in factors), optimize=True)
-        missing = np.prod([lp.stop - lp.start for lp in loops if lp.var not in written and lp.var not in present],
-                          dtype=np.int64)
+        scale = np.float32(np.prod([lp.stop - lp.start for lp in loops if lp.var not in written | present]))
+        arrays = [f for f in factors if f.axes]
+        for f in factors:
+            scale = scale * np.float32(f.data) if not f.axes else scale
+        if len(arrays) == 2:
+            data = self.contractor.contract((arrays[0].data, arrays[1].data), (arrays[0].axes, arrays[1].axes),
+                                            out_axes, extent)
+        else:
+            data = einsum([f.data for f in arrays], [f.axes for f in arrays], out_axes)
         data = np.asarray(data, dtype=np.float32)
-        return Labelled(data * np.float32(missing) if missing != 1 else data, out_axes)
+        return Labelled(data * scale if scale != 1 else data, out_axes)
 
     def store_result(self, st: s.Assign, loops: tuple[OpenLoop, ...], env: dict[str, int], written: set[str],
                      value: Labelled) -> None:
         view, axes = self.view(st.target, loops, env, writeable=True)
-        data = _expand(value, axes)
+        data = _align(value, axes)
         dtype = self.tensors[st.target.tensor][0]
         if st.op == "=":
             view[...] = round_to(dtype, np.broadcast_to(data, view.shape))
@@ -203,10 +209,6 @@ def _align(x: Labelled, axes: tuple[str, ...]) -> np.ndarray:
     for a, n in zip(x.axes, np.shape(x.data)):
         shape[axes.index(a)] = n
     return np.reshape(x.data, shape) if axes else x.data
-
-
-def _expand(x: Labelled, axes: tuple[str, ...]) -> np.ndarray:
-    return _align(x, axes)
 
 
 def _union(a: Labelled, b: Labelled, loops: tuple[OpenLoop, ...]) -> tuple[str, ...]:

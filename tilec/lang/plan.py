@@ -17,7 +17,7 @@ from typing import Mapping
 
 from tilec.lang import syntax as s
 from tilec.lang.bounds import evaluate_size
-from tilec.lang.symbolic import to_affine
+from tilec.lang.symbolic import Poly, to_affine
 
 MAX_TAPS = 4096  # beyond this many tap iterations a materialised contraction is cheaper than a Python loop
 
@@ -63,8 +63,7 @@ class Affines:
                                            int(f.offset.const_value())) for f in forms))
         return self.cache[key][1]
 
-    def _size(self, name: s.Name):
-        from tilec.lang.symbolic import Poly
+    def _size(self, name: s.Name) -> Poly:
         return Poly.const(self.sizes[name.id])
 
     def of(self, acc: s.Access, env: Mapping[str, int]) -> tuple[Dim, ...]:

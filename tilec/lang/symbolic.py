@@ -141,7 +141,7 @@ def to_affine(expr: s.Expr, loop_vars: set[str], size_of: Callable[[s.Name], Pol
     """Index expression -> Affine over loop_vars; sizes resolve through size_of (which raises for bad names)."""
     if isinstance(expr, s.Num):
         if not isinstance(expr.value, int):
-            raise NotAffine(f"index `{expr.value}` is not an integer", expr.span, "indices are integers")
+            raise NotAffine(f"`{expr.value}` is not an integer", expr.span, "indices and sizes are integers")
         return Affine((), Poly.const(expr.value))
     if isinstance(expr, s.Name):
         if expr.id in loop_vars:

@@ -10,7 +10,8 @@
     runtime.py    the state of one run: buffers, loops, capacity          checks.py  the hardware rules
     races.py      affine_range loop-carried dependence detection          recorder.py trace accesses, DMA chunks
     dtypes.py     NKI dtypes and promotion                                 rules.py  targets and error classes
-    hooks.py      the performance-model hook used by nki.benchmark
+    hooks.py      the performance-model hook used by nki.benchmark        blas.py   single-threaded BLAS during a run
+    __main__.py   python -m tilec.nki SCRIPT.py | --install-pth | --remove-pth
 
 Importing this package is cheap and side-effect free; `tilec.nki.shim.install()` activates the import shim.
 """

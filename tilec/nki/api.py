@@ -32,17 +32,24 @@ def simulate_traced(kernel_fn: object, *arrays: object, target: str | None = Non
     return run_kernel(as_kernel(kernel_fn), arrays, kwargs, target=target)
 
 
+_loaded: dict[tuple[str, int], object] = {}  # (path, mtime) -> module: a file is executed once until it changes
+
+
 def load_kernel_file(path: str | pathlib.Path, name: str) -> object:
     """Import `path` as a module (with `import neuronxcc.nki` served by tilec if needed) and return `name`."""
     shim.install()
     path = pathlib.Path(path).resolve()
     if not path.is_file():
         raise NkiError(f"kernel file {path} does not exist", "kernel_file", None)
-    module_name = f"tilec_kernel_{path.stem}_{abs(hash(str(path))) % 10**8}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    key = (str(path), path.stat().st_mtime_ns)
+    module = _loaded.get(key)
+    if module is None:
+        module_name = f"tilec_kernel_{path.stem}_{abs(hash(str(path))) % 10**8}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        _loaded[key] = module
     if not hasattr(module, name):
         found = [k for k, v in vars(module).items() if _is_kernel(v)]
         raise NkiError(f"{path.name} has no kernel named '{name}'", "kernel_name", (str(path), 0),
@@ -89,7 +96,25 @@ def run_file(path: str, kernel: str, inputs: dict[str, object], target: str | No
         raise NkiError(f"no input given for kernel parameter(s) {', '.join(missing)}", "kernel_inputs",
                        None, f"kernel {kernel}({', '.join(params)})")
     args = {p: inputs[p] for p in params if p in inputs}
-    return simulate_traced(fn, target=target, **args)
+    try:
+        return simulate_traced(fn, target=target, **args)
+    except (AssertionError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        if isinstance(exc, NkiError):
+            raise
+        raise NkiError(f"the kernel raised {type(exc).__name__}: {exc}", "kernel_exception",
+                       _kernel_frame(exc, path)) from exc
+
+
+def _kernel_frame(exc: BaseException, path: str) -> tuple[str, int] | None:
+    """The innermost traceback frame in the kernel file: where the user's code failed."""
+    target = str(pathlib.Path(path).resolve())
+    where = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == target:
+            where = (target, tb.tb_lineno)
+        tb = tb.tb_next
+    return where
 
 
 def summary(kernel: str, outputs: object, trace: Trace) -> str:

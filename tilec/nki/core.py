@@ -21,18 +21,19 @@ from tilec.nki.tensor import Tensor
 from tilec.trace import Instr
 
 F32 = np.dtype(np.float32)
-_LOW_FLOATS = (np.dtype(np.float16),) + tuple(
-    np.dtype(getattr(ml_dtypes, d)) for d in ("bfloat16", "float8_e4m3", "float8_e5m2"))
+_LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3),
+               np.dtype(ml_dtypes.float8_e5m2))
 _DT_NAMES: dict[np.dtype, str] = {}
+_NAME_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
+_names: dict[tuple[str, int], str] = {}
 
 
 def dtype_name(dt: np.dtype) -> str:
+    """numpy's dtype.name is slow (it is computed each time); the trace asks for it on every instruction."""
     name = _DT_NAMES.get(dt)
     if name is None:
         name = _DT_NAMES[dt] = dt.name
     return name
-_NAME_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
-_names: dict[tuple[str, int], str] = {}
 
 
 def begin() -> tuple[Run, tuple[str, int]]:
@@ -51,19 +52,24 @@ def target_name(where: tuple[str, int], default: str) -> str:
 
 
 # ---- reads and writes ----
-def read(run: Run, t: Tensor, where: tuple[str, int], log_it: bool = True) -> np.ndarray:
+def read(run: Run, t: Tensor, where: tuple[str, int], log_it: bool = True,
+         mask: np.ndarray | None = None) -> np.ndarray:
     buf = t.buf
     if not buf.alive:
         checks.dead(t, where)
+    if t.oob is not None:
+        return _read_outside(t, where, mask)
     if not buf.all_written:
         w = t.written_view()
+        if mask is not None:
+            w = w | ~mask  # masked-off elements are not read
         if not w.all():
             checks.unwritten(t, w, where)
         if t.size == buf.data.size and 0 not in t.strides:
             buf.all_written = True
     if log_it:
         log = run.cur_log()
-        if log is not None and log.frame.id not in buf.scope:
+        if log is not None and log.frame.id not in buf.scope:  # (views leaving the tensor are not logged)
             log.add(buf, t.off, t.shape, t.strides, races.READ, where)
     return t.arr
 
@@ -74,12 +80,17 @@ def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int 
     if not buf.alive:
         checks.dead(t, where)
     buf.f32 = None
+    if t.oob is not None:
+        _write_outside(t, value, where, mask)
+        return
     if mask is None:
         np.copyto(t.arr, value, casting="unsafe")
     else:
         np.copyto(t.arr, value, casting="unsafe", where=mask)
     if not buf.all_written:
-        if mask is None:
+        if mask is None and t.off == 0 and t.size == buf.data.size and 0 not in t.strides:
+            buf.all_written = True  # the whole buffer in one write (e.g. a DMA into a fresh tile)
+        elif mask is None:
             t.written_view()[...] = True
             buf.write_count += t.size
             if buf.write_count >= buf.data.size and buf.written.all():
@@ -91,14 +102,51 @@ def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int 
         log.add(buf, t.off, t.shape, t.strides, kind, where)
 
 
-def f32(run: Run, t: Tensor, where: tuple[str, int]) -> np.ndarray:
+# ---- views whose index leaves the tensor: only the elements selected by mask= exist ----
+def _flat(t: Tensor) -> np.ndarray:
+    idx = np.full((1,) * len(t.shape), t.off, dtype=np.int64)
+    for d, (n, s) in enumerate(zip(t.shape, t.strides)):
+        shape = [1] * len(t.shape)
+        shape[d] = n
+        idx = idx + s * np.arange(n, dtype=np.int64).reshape(shape)
+    return np.broadcast_to(idx, t.shape)
+
+
+def _outside_mask(t: Tensor, where: tuple[str, int], mask: np.ndarray | None) -> np.ndarray:
+    valid, error = t.oob
+    if mask is None or (mask & ~valid).any():
+        raise rules.NkiIndexError(error.message, error.rule, where, error.detail,
+                                  hint="indices outside the tensor need a mask= that excludes them")
+    return mask
+
+
+def _read_outside(t: Tensor, where: tuple[str, int], mask: np.ndarray | None) -> np.ndarray:
+    mask = _outside_mask(t, where, mask)
+    flat = np.where(mask, _flat(t), 0)
+    if not t.buf.all_written and not t.buf.written[flat[mask]].all():
+        checks.unwritten(t, t.buf.written[flat] | ~mask, where)
+    return t.buf.data.reshape(-1)[flat]
+
+
+def _write_outside(t: Tensor, value: object, where: tuple[str, int], mask: np.ndarray | None) -> None:
+    mask = _outside_mask(t, where, mask)
+    flat = _flat(t)[mask]
+    src = np.broadcast_to(np.asarray(value), t.shape)[mask]
+    dst = t.buf.data.reshape(-1)
+    tmp = np.empty(src.shape, dst.dtype)
+    np.copyto(tmp, src, casting="unsafe")
+    dst[flat] = tmp
+    t.buf.written[flat] = True
+
+
+def f32(run: Run, t: Tensor, where: tuple[str, int], mask: np.ndarray | None = None) -> np.ndarray:
     """Read an operand as the engines see it: fp32. On-chip low-precision buffers keep an fp32 shadow copy,
     rebuilt after a write, so operands read many times (weights, input rows) are converted once."""
-    a = read(run, t, where)
+    a = read(run, t, where, mask=mask)
     if a.dtype == F32:
         return a
     buf = t.buf
-    if buf.memory == "hbm" or a.dtype.kind != "f" and a.dtype not in _LOW_FLOATS:
+    if t.oob is not None or buf.memory == "hbm" or a.dtype not in _LOW_FLOATS:
         return a.astype(F32)
     shadow = buf.f32
     if shadow is None:

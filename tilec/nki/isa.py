@@ -100,7 +100,8 @@ def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: objec
             raise rules.NkiTypeError(f"operand '{role}' of 'dma_copy' must be a tensor, got {type(t).__name__}",
                                      "operand_type", where)
     checks.dma(src, dst, where)
-    value = core.read(run, src, where)
+    m = mask_array(mask, dst.shape)
+    value = core.read(run, src, where, mask=m if m is not None and src.shape == dst.shape else None)
     if value.shape != dst.shape:
         value = value.reshape(dst.shape)
     if src.dtype != dst.dtype:
@@ -108,7 +109,7 @@ def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: objec
     if dst_rmw_op is not None:
         op = _op(dst_rmw_op, "dma_copy", where)
         value = op.binary(core.f32(run, dst, where), value.astype(F32))
-    core.write(run, dst, value, where, mask=mask_array(mask, dst.shape))
+    core.write(run, dst, value, where, mask=m)
     _emit_dma(run, "dma_copy", src, dst, where)
 
 
@@ -205,20 +206,22 @@ def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = N
             f"tensor_tensor operands differ in elements per partition: {data1.free_size} vs {data2.free_size}",
             "tensor_tensor_shape", where, f"data1 {data1.describe()}; data2 {data2.describe()}",
             hint="use nisa.tensor_scalar to broadcast a (P, 1) vector along the free dimension")
-    a, b = _operand(run, data1, fn, where), _operand(run, data2, fn, where).reshape(data1.shape)
+    m = mask_array(mask, data1.shape)
+    a = _operand(run, data1, fn, where, m)
+    b = _operand(run, data2, fn, where, m if data2.shape == data1.shape else None).reshape(data1.shape)
     value = fn.binary(a, b)
     out = _finish(run, mask, value, dtype, dtypes.promote(data1.dtype, data2.dtype), "sbuf", where, "tensor_tensor")
     core.emit(run, eng, "tensor_tensor", out, (data1, data2), where, attrs=(("alu", fn.name),))
     return out
 
 
-def _operand(run, t: Tensor, fn: alu.Op, where: tuple) -> np.ndarray:
+def _operand(run, t: Tensor, fn: alu.Op, where: tuple, mask: np.ndarray | None = None) -> np.ndarray:
     if fn.kind == "bitvec":
         if t.dtype.kind not in "iu":
             raise rules.NkiTypeError(f"bitvec operator nl.{fn.name} needs integer operands, got {t.dtype.name}",
                                      "bitvec_dtype", where, f"tensor {t.describe()}")
-        return core.read(run, t, where)
-    return core.f32(run, t, where)
+        return core.read(run, t, where, mask=mask)
+    return core.f32(run, t, where, mask)
 
 
 def tensor_scalar(data: Tensor, op0: object, operand0: object, reverse0: bool = False, op1: object = None,
@@ -232,7 +235,7 @@ def tensor_scalar(data: Tensor, op0: object, operand0: object, reverse0: bool = 
     ops = [(op0, operand0, reverse0, "operand0")] + ([(op1, operand1, reverse1, "operand1")] if op1 else [])
     fns = [_op(o, "tensor_scalar", where) for o, *_ in ops]
     _tensor_scalar_engine(eng, [f.name for f in fns], where)
-    value = _operand(run, data, fns[0], where)
+    value = _operand(run, data, fns[0], where, mask_array(mask, data.shape))
     reads, names = [data], []
     for fn, (_, operand, reverse, role) in zip(fns, ops):
         v = _scalar_operand(run, data, operand, role, fn, eng, where)
@@ -290,7 +293,8 @@ def tensor_reduce(op: object, data: Tensor, axis: object, *, mask: object = None
     if negate:
         value = -value
     out = _finish(run, mask, value, dtype, data.dtype, "sbuf", where, "tensor_reduce")
-    core.emit(run, eng, "tensor_reduce", out, (data,), where, attrs=(("alu", fn.name), ("axis", axes)))
+    core.emit(run, eng, "tensor_reduce", out, (data,), where,
+              attrs=(("alu", fn.name), ("axis", axes), ("in_free", data.free_size)))
     return out
 
 
@@ -308,7 +312,7 @@ def reduce_axes(axis: object, data: Tensor, api: str, where: tuple) -> tuple[int
 def tensor_copy(src: Tensor, *, mask: object = None, dtype: object = None, engine: object = None) -> Tensor:
     run, where = core.begin()
     eng = _elementwise_engine(engine, "vector", (("src", src),), "tensor_copy", run, where)
-    value = core.read(run, src, where)
+    value = core.read(run, src, where, mask=mask_array(mask, src.shape))
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
     out = core.result(run, value if out_dtype == src.dtype else value.astype(F32), out_dtype, "sbuf", where,
                       "tensor_copy", mask=mask_array(mask, value.shape))
@@ -324,14 +328,15 @@ def activation(op: object, data: Tensor, *, bias: object = None, scale: object =
     if fn.unary is None:
         raise rules.NkiTypeError(f"nl.{fn.name} is not an activation function", "unsupported_op", where)
     _elementwise_engine(None, "scalar", (("data", data),), "activation", run, where)
-    x = core.f32(run, data, where)
+    x = core.f32(run, data, where, mask_array(mask, data.shape))
     reads = [data]
     x = x * _activation_scale(run, data, scale, where, reads)
     if bias is not None:
         x = x + _activation_bias(run, data, bias, where, reads)
     value = fn.unary(x.astype(F32)).astype(F32)
     out = _finish(run, mask, value, dtype, data.dtype, "sbuf", where, "activation")
-    core.emit(run, "scalar", "activation", out, tuple(reads), where, attrs=(("func", fn.name),))
+    attrs = (("func", fn.name),) + ((("reduce", True),) if reduce_res is not None else ())
+    core.emit(run, "scalar", "activation", out, tuple(reads), where, attrs=attrs)
     if reduce_res is not None:
         checks.tile(reduce_res, "activation", "reduce_res", where)
         total = value.reshape(value.shape[0], -1).sum(axis=1, dtype=F32).reshape(reduce_res.shape)

@@ -6,6 +6,8 @@ tensor_tensor on VectorE, nl.exp -> activation on ScalarE, nl.load -> dma_copy, 
 """
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from tilec.nki import alu, checks, core, dtypes, isa, rules, runtime
@@ -148,9 +150,10 @@ def load(src: Tensor, *, mask: object = None, dtype: object = None, **kwargs: ob
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
     name = core.target_name(where, "load")
     shape = tuple(src.shape) if src.ndim >= 2 else (tuple(src.shape) + (1,))
-    value = core.read(run, src, where).reshape(shape)
+    m = isa.mask_array(mask, src.shape)
+    value = core.read(run, src, where, mask=m).reshape(shape)
     out = core.result(run, value if out_dtype == src.dtype else value.astype(F32), out_dtype, "sbuf", where,
-                      name)
+                      name, mask=None if m is None else m.reshape(shape))
     isa._emit_dma(run, "dma_copy", src, out, where)
     return out
 
@@ -180,7 +183,7 @@ alu.alias(copy, "identity")
 
 def transpose(x: Tensor, *, dtype: object = None, mask: object = None, **kwargs: object) -> Tensor:
     run, where = core.begin()
-    if not isinstance(x, Tensor) or x.ndim != 2 or max(x.shape) > tile_size.pmax:
+    if not isinstance(x, Tensor) or x.ndim != 2 or builtins.max(x.shape) > tile_size.pmax:
         shape = tuple(x.shape) if isinstance(x, Tensor) else ()
         raise rules.NkiSyntaxError(f"nl.transpose takes a 2-D tile with both dimensions <= 128, got shape {shape}",
                                    "err_exceed_max_supported_dimension", where)
@@ -293,6 +296,7 @@ def where(condition: Tensor, x: object, y: object, *, dtype: object = None, mask
     return out
 
 
+# nl.max, nl.sum, nl.abs, ... shadow the builtins in this module from here on: use builtins.max etc. above
 for _name, _op in alu.OPS.items():
     if _name not in globals():
         globals()[_name] = _op

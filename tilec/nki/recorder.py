@@ -22,6 +22,8 @@ def access(t: object) -> Access:
             lo += e
         else:
             hi += e
+    if t.oob is not None:  # an index leaving the tensor (legal under mask=): clamp to the buffer
+        lo, hi = max(lo, 0), min(hi, buf.data.size - 1)
     if buf.memory == "hbm":
         return Access(buf.id, buf.name, "hbm", 0, 1, lo * isz, (hi + 1) * isz)
     ps = buf.pstride

@@ -40,7 +40,9 @@ class _Loader(importlib.abc.Loader):
             module.__path__ = []  # a package
             return
         src = importlib.import_module(impl)
-        module.__dict__.update({k: v for k, v in vars(src).items() if not k.startswith("_")})
+        module.__dict__.update({k: v for k, v in vars(src).items()
+                                if not k.startswith("_") and not isinstance(v, types.ModuleType)
+                                and k != "annotations"})
         if name == "neuronxcc.nki":
             module.__path__ = []
             sys.modules[name] = module  # so the submodule imports below find their parent

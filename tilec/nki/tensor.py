@@ -18,11 +18,12 @@ _BUFFER_NAMES = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm"}
 
 
 class Tensor:
-    __slots__ = ("buf", "off", "shape", "strides", "_arr")
+    __slots__ = ("buf", "off", "shape", "strides", "_arr", "oob")
 
     def __init__(self, buf: runtime.Buffer, off: int, shape: tuple, strides: tuple) -> None:
         self.buf, self.off, self.shape, self.strides = buf, off, shape, strides
         self._arr = None
+        self.oob = None  # (valid-element mask, error) of an index that leaves the tensor: legal only under mask=
 
     @classmethod
     def whole(cls, buf: runtime.Buffer) -> "Tensor":
@@ -38,6 +39,8 @@ class Tensor:
     def arr(self) -> np.ndarray:
         a = self._arr
         if a is None:
+            if self.oob is not None:
+                raise self.oob[1]
             b = self.buf
             isz = b.itemsize
             a = self._arr = np.ndarray(self.shape, b.dtype, buffer=b.data, offset=self.off * isz,
@@ -160,12 +163,13 @@ class Tensor:
                                       runtime.callsite(), f"tensor {self.describe()}",
                                       hint="add a broadcast axis: nl.arange(n)[:, None] or nl.arange(n)[None, :]")
         shape, strides, off = [1] * ndim, [0] * ndim, self.off
+        oob = None
         for d, k in enumerate(key):
             n, s = self.shape[d], self.strides[d]
             if isinstance(k, IndexExpr):
                 lo, hi = k.bounds()
                 if lo < 0 or hi >= n:
-                    self._oob(lo, hi, n, d)
+                    oob = self._oob_elements(k, n, d, ndim, oob)
                 off += k.const * s
                 shift = ndim - k.ndim
                 for axis, size, coef in k.terms:
@@ -173,7 +177,21 @@ class Tensor:
                     strides[axis + shift] += coef * s
             else:
                 off += self._int_index(k, n, d) * s
-        return Tensor(self.buf, off, tuple(shape), tuple(strides))
+        t = Tensor(self.buf, off, tuple(shape), tuple(strides))
+        if oob is not None:
+            t.oob = (np.broadcast_to(oob[0], t.shape), oob[1])
+        return t
+
+    def _oob_elements(self, k: IndexExpr, n: int, d: int, ndim: int, prev: tuple | None) -> tuple:
+        """An affine index leaving the tensor is allowed if a mask= cuts the outside elements off (spec §1.6)."""
+        v = k.values().reshape((1,) * (ndim - k.ndim) + k.shape)
+        valid = (v >= 0) & (v < n)
+        lo, hi = k.bounds()
+        try:
+            self._oob(lo, hi, n, d)
+        except rules.NkiIndexError as err:
+            error = err
+        return (valid if prev is None else valid & prev[0]), (error if prev is None else prev[1])
 
     # ---- views ----
     def reshape(self, *shape: object) -> "Tensor":
@@ -284,6 +302,15 @@ for _op, _fn in [("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("tru
 for _op, _fn in [("lt", "less"), ("le", "less_equal"), ("gt", "greater"), ("ge", "greater_equal"),
                  ("eq", "equal"), ("ne", "not_equal")]:
     setattr(Tensor, f"__{_op}__", _binary(_fn))
-Tensor.__neg__ = lambda self: __import__("tilec.nki.language", fromlist=["negative"]).negative(self)
-Tensor.__abs__ = lambda self: __import__("tilec.nki.language", fromlist=["abs"]).abs(self)
-Tensor.__invert__ = lambda self: __import__("tilec.nki.language", fromlist=["invert"]).invert(self)
+
+
+def _unary(name: str):
+    def method(self: Tensor) -> Tensor:
+        from tilec.nki import language
+
+        return getattr(language, name)(self)
+
+    return method
+
+
+Tensor.__neg__, Tensor.__abs__, Tensor.__invert__ = _unary("negative"), _unary("abs"), _unary("invert")

@@ -12,13 +12,14 @@ How the model reasons
   writes) has finished. Costs come from the nki-spec §2.4 table at each engine's clock plus a per-instruction
   overhead (tilec/perf/costs.py has the formulas).
 * A DMA transfer (one `dma_copy`) waits for its data dependences plus a 600 ns issue latency (the v3 HWDGE figure;
-  the generic 1.3 µs semaphore-to-start figure makes rows 5-8 15-25 % slow), then
+  with the generic 1.3 µs semaphore-to-start figure rows 4, 5 and 8 come out 9-17 % slow), then
   occupies the DMA engines of its partitions (8 partitions per engine, up to 16 engines) for a fixed time per
   transfer, a small time per descriptor, and its bytes at 23 B/ns per engine. The fixed part is what makes tiny DMAs
   expensive: calibration rows 1, 2 and 4 (1.5-1.9 µs per loop iteration of 3 DMAs) are bound by it, and the
   per-descriptor part is what separates ROW_CHUNK 1 (one engine, one descriptor) from ROW_CHUNK 128 (16 engines,
   8 descriptors each). Transfers of different queues share the engines (round robin), so loads run ahead while a
-  store waits for compute; every tile the interpreter allocates is a fresh buffer, so loops pipeline freely.
+  store waits for compute. Tiles allocated in a loop body rotate through 3 buffers per allocation site (fitted to
+  row 8), which bounds how far loads run ahead.
 * The kernel starts 13 µs before anything moves (calibration.md: ~14 µs before the first DMA when profiled; the
   fitted value also has to serve the unprofiled rows 1-5, row 5 being a single 15 µs iteration).
 * The big convolution (rows 9-12) is TensorE-bound: 7,992 matmuls with a 128 x 222 moving operand. At the spec's
@@ -34,5 +35,6 @@ How the model reasons
   and 41 % is 2.1x the plain formula. The model keeps the documented formula and the gap is reported, not fitted.
 
 Left out: the TensorE warm-up throttle (~3 µs at 50 %), HBM bank effects, SBUF stride penalties (the trace has no
-strides), PSUM bank conflicts, buffer rotation limits of the real allocator (each allocation is its own buffer).
+strides), PSUM bank conflicts, the real allocator's placement (rotation through 3 buffers per allocation site stands
+in for it), cross-engine semaphore latency (not documented), DMA queue limits beyond one queue per call site.
 """

@@ -32,6 +32,7 @@ class TimelineItem:
     detail: str  # shapes and dtypes, for the hover text
     file: str
     line: int
+    instr: Instr = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,8 @@ class Estimate:
     @functools.cached_property
     def timeline(self) -> tuple[TimelineItem, ...]:
         s = self._schedule
-        return tuple(TimelineItem(s.start[i], s.end[i], s.lane[i], ins.seq, ins.op, describe(ins), ins.file, ins.line)
-                     for i, ins in enumerate(self._trace.instrs))
+        return tuple(TimelineItem(s.start[i], s.end[i], s.lane[i], ins.seq, ins.op, describe(ins), ins.file, ins.line,
+                                  ins) for i, ins in enumerate(self._trace.instrs))
 
     @functools.cached_property
     def line_time_ns(self) -> dict[tuple[str, int], float]:

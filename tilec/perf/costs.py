@@ -58,6 +58,7 @@ class Costs:
         self.dma_latency = v["dma_latency_ns"]
         self.dma_transpose = v["dma_transpose_factor"]
         self.startup = v["startup_ns"]
+        self.rotation = int(v["buffer_rotation"])
 
     # ---- compute engines -----------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Region dependences between instructions: true (read after write), anti (write after read), output (write after write).
+"""Region dependences between instructions: true (read after write), anti (write after read), output (write after
+write).
 
 Per buffer id, the tracker keeps the recent writers and readers as boxes [p0, p1) x [lo, hi) with the time their
 instruction ends. An instruction may start only after
@@ -17,70 +18,84 @@ from tilec.trace import Access
 
 MAX_ENTRIES = 48
 
-Box = list  # [p0, p1, lo, hi, end]
+Boxes = dict  # (p0, p1, lo, hi) -> end time of the latest instruction with that box
 
 
 class DepTracker:
     def __init__(self, written: set[int] | None = None) -> None:
         """`written`: the buffers some instruction writes (None: all). Readers of the others need no tracking."""
-        self.writers: dict[int, list[Box]] = {}
-        self.readers: dict[int, list[Box]] = {}
+        self.writers: dict[int, Boxes] = {}
+        self.readers: dict[int, Boxes] = {}
+        self.w_end: dict[int, float] = {}  # per buffer, an upper bound of its writers' ends (never lowered)
+        self.r_end: dict[int, float] = {}
         self.written = written
 
-    def ready(self, reads: tuple[Access, ...], writes: tuple[Access, ...]) -> float:
-        """Earliest start allowed by the data dependences (0 if none)."""
-        t = 0.0
-        writers, readers = self.writers, self.readers
+    def ready(self, reads: tuple[Access, ...], writes: tuple[Access, ...], floor: float = 0.0) -> float:
+        """Earliest start >= floor allowed by the data dependences. A buffer whose entries all end by the current
+        bound is skipped without looking at its boxes (the common case: an engine's own earlier work)."""
+        t = floor
+        writers, readers, w_end, r_end = self.writers, self.readers, self.w_end, self.r_end
         for a in reads:
-            t = _latest(writers.get(a.buffer), a, t)
+            if w_end.get(a.buffer, 0.0) > t:
+                t = _latest(writers[a.buffer], a, t)
         for a in writes:
-            t = _latest(writers.get(a.buffer), a, t)
-            t = _latest(readers.get(a.buffer), a, t)
+            if w_end.get(a.buffer, 0.0) > t:
+                t = _latest(writers[a.buffer], a, t)
+            if r_end.get(a.buffer, 0.0) > t:
+                t = _latest(readers[a.buffer], a, t)
         return t
 
     def record(self, reads: tuple[Access, ...], writes: tuple[Access, ...], end: float) -> None:
-        written = self.written
+        written, readers, writers = self.written, self.readers, self.writers
         for a in reads:
             if written is None or a.buffer in written:
-                _add_reader(self.readers.setdefault(a.buffer, []), a, end)
+                boxes = readers.get(a.buffer)
+                if boxes is None:
+                    boxes = readers[a.buffer] = {}
+                key = (a.p0, a.p1, a.lo, a.hi)
+                if boxes.get(key, -1.0) < end:
+                    boxes[key] = end
+                    if self.r_end.get(a.buffer, 0.0) < end:
+                        self.r_end[a.buffer] = end
+                    if len(boxes) > MAX_ENTRIES:
+                        _merge_oldest(boxes)
         for a in writes:
             p0, p1, lo, hi = a.p0, a.p1, a.lo, a.hi
-            w = self.writers.setdefault(a.buffer, [])
-            if w:
-                w[:] = [b for b in w if not (p0 <= b[0] and b[1] <= p1 and lo <= b[2] and b[3] <= hi)]
-            r = self.readers.get(a.buffer)
+            w = writers.get(a.buffer)
+            if w is None:
+                w = writers[a.buffer] = {}
+            elif w:
+                _drop_covered(w, p0, p1, lo, hi)
+            r = readers.get(a.buffer)
             if r:
-                r[:] = [b for b in r if not (p0 <= b[0] and b[1] <= p1 and lo <= b[2] and b[3] <= hi)]
-            w.append([p0, p1, lo, hi, end])
+                _drop_covered(r, p0, p1, lo, hi)
+            w[(p0, p1, lo, hi)] = end
+            if self.w_end.get(a.buffer, 0.0) < end:
+                self.w_end[a.buffer] = end
             if len(w) > MAX_ENTRIES:
                 _merge_oldest(w)
 
 
-def _latest(boxes: list[Box] | None, a: Access, t: float) -> float:
-    if boxes:
-        p0, p1, lo, hi = a.p0, a.p1, a.lo, a.hi
-        for b in boxes:
-            if b[4] > t and b[0] < p1 and p0 < b[1] and b[2] < hi and lo < b[3]:
-                t = b[4]
+def _latest(boxes: Boxes, a: Access, t: float) -> float:
+    p0, p1, lo, hi = a.p0, a.p1, a.lo, a.hi
+    for (b0, b1, blo, bhi), end in boxes.items():
+        if end > t and b0 < p1 and p0 < b1 and blo < hi and lo < bhi:
+            t = end
     return t
 
 
-def _add_reader(boxes: list[Box], a: Access, end: float) -> None:
-    for b in boxes:
-        if b[0] == a.p0 and b[1] == a.p1 and b[2] == a.lo and b[3] == a.hi:
-            if end > b[4]:
-                b[4] = end
-            return
-    boxes.append([a.p0, a.p1, a.lo, a.hi, end])
-    if len(boxes) > MAX_ENTRIES:
-        _merge_oldest(boxes)
+def _drop_covered(boxes: Boxes, p0: int, p1: int, lo: int, hi: int) -> None:
+    covered = [k for k in boxes if p0 <= k[0] and k[1] <= p1 and lo <= k[2] and k[3] <= hi]
+    for k in covered:
+        del boxes[k]
 
 
-def _merge_oldest(boxes: list[Box]) -> None:
+def _merge_oldest(boxes: Boxes) -> None:
     """Replace the older half (by end time) by its bounding box, ending at the latest of their ends."""
-    boxes.sort(key=lambda b: b[4])
-    half = len(boxes) // 2
-    old = boxes[:half]
-    merged = [min(b[0] for b in old), max(b[1] for b in old), min(b[2] for b in old), max(b[3] for b in old),
-              old[-1][4]]
-    boxes[:] = [merged] + boxes[half:]
+    ordered = sorted(boxes.items(), key=lambda kv: kv[1])
+    old = ordered[:len(ordered) // 2]
+    merged = (min(k[0] for k, _ in old), max(k[1] for k, _ in old), min(k[2] for k, _ in old),
+              max(k[3] for k, _ in old))
+    for k, _ in old:
+        del boxes[k]
+    boxes[merged] = max(boxes.get(merged, 0.0), old[-1][1])

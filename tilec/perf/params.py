@@ -52,6 +52,7 @@ class Params:
     dma_latency_ns: Param  # semaphore-to-start latency, not occupying an engine
     dma_transpose_factor: Param  # dma_transpose throughput relative to a copy (HBM->SBUF)
     startup_ns: Param  # kernel start-up before the first instruction
+    buffer_rotation: Param  # buffers per allocation site: the k-th reuses the memory of the (k-R)-th
     # memories
     sbuf_bytes_per_partition: Param
     psum_bytes_per_partition: Param
@@ -74,7 +75,8 @@ TRN2 = Params(
     pe_rows=Param(128, "§2.3 ARCH2 (128x128 PE array)"),
     pe_cols=Param(128, "§2.3 ARCH2"),
     mm_min_cycles=Param(64, "§2.4 NISA / §2.3 MM_INIT_LATENCY"),
-    mm_fixed_cycles=Param(21, "fitted to rows 10, 12 (calibration.md §3 seed: 128x222 fp16 matmul ~103 ns incl. overheads)"),
+    mm_fixed_cycles=Param(21, "fitted to rows 10, 12 (calibration.md §3 seed: 128x222 fp16 matmul ~103 ns, "
+                              "spec cost 222 cycles = 92.5 ns)"),
     mm_fp32_factor=Param(4.7, "fitted to rows 9, 11 (spec §2.4 says x4; calibration.md §3 seed measured ~4.65x)"),
     min_ii_cycles=Param(64, "§2.4 NISA MIN_II"),
     vector_static_cycles=Param(100, "§2.3 ARCH2 static overhead ~100 cycles"),
@@ -88,9 +90,12 @@ TRN2 = Params(
     dma_engine_bw=Param(23.0, "§2.5 DMAINTRO/DMABW 23 B/ns per engine"),
     dma_xfer_fixed_ns=Param(450.0, FIT_TINY_DMA),
     dma_desc_ns=Param(16.0, FIT_TINY_DMA),
-    dma_latency_ns=Param(600.0, "§2.5 ARCH3/DGE HWDGE ~600 ns per DMA on v3 (DMABW generic 1300 ns overshoots rows 5-8)"),
+    dma_latency_ns=Param(600.0, "§2.5 ARCH3/DGE HWDGE ~600 ns per DMA on v3 (the generic DMABW 1300 ns puts rows "
+                                "4, 5, 8 at +9..17 %)"),
     dma_transpose_factor=Param(0.9, "§2.5 ARCH3 (<= 90% of copy throughput HBM->SBUF)"),
     startup_ns=Param(13000.0, FIT_STARTUP),
+    buffer_rotation=Param(3, "fitted to row 8 (2 buffers: +16 %; 3 or more: +5.7 %) [inferred: the allocator "
+                             "rotates loop tiles through a few buffers; its policy is not documented]"),
     sbuf_bytes_per_partition=Param(224 * 1024, "§2.2 ARCH3 224 KiB"),
     psum_bytes_per_partition=Param(16 * 1024, "§2.2 ARCH2 16 KiB"),
     hbm_stack_bw=Param(725.0, "§2.1/§5 TRN2CHIP 2.9 TB/s / 4 stacks (MBU denominator = one stack)"),

@@ -13,6 +13,11 @@ by overwriting, so the compiler needs no separate zeroing. Without this rule the
 output row's matmuls behind the previous row's PSUM evacuation, which the measured conv (rows 9-12: TensorE busy
 back to back, 103 ns per matmul) rules out.
 
+Buffers are rotated like the allocator does for tiles declared in a loop body: the k-th buffer allocated at a source
+line reuses the memory of the (k-R)-th (R = `buffer_rotation`, fitted: 3), so an instruction touching it waits until
+every instruction touching the older one has finished. Without it, loads would run arbitrarily far ahead of compute
+(the interpreter gives every allocation a fresh buffer id).
+
 A DMA queue is one `dma_copy` call site (kernel file:line): the compiler gives each DMA instruction its queue, and a
 load that is ready early is not held up by a store of the same loop that waits for compute.
 """
@@ -112,6 +117,21 @@ def folded_memsets(trace: Trace) -> set[int]:
     return folded
 
 
+def rotation_predecessors(trace: Trace, depth: int) -> dict[int, int]:
+    """On-chip buffer -> the buffer whose memory it reuses: the one allocated `depth` allocations earlier at the same
+    source line, if that one is dead (last touched) before the new one is allocated."""
+    sites: dict[tuple[str, int, str], list] = {}
+    out: dict[int, int] = {}
+    for a in sorted(trace.allocs, key=lambda a: (a.first_seq, a.buffer)):
+        if a.memory == "hbm" or depth < 1:
+            continue
+        site = sites.setdefault((a.file, a.line, a.memory), [])
+        if len(site) >= depth and 0 <= site[-depth].last_seq < a.first_seq:
+            out[a.buffer] = site[-depth].buffer
+        site.append(a)
+    return out
+
+
 def schedule(trace: Trace, costs: Costs) -> Schedule:
     n = len(trace.instrs)
     start, end, lane = [0.0] * n, [0.0] * n, [""] * n
@@ -123,27 +143,39 @@ def schedule(trace: Trace, costs: Costs) -> Schedule:
     queue_names: dict[tuple[str, int], str] = {}
     startup, latency = costs.startup, costs.dma_latency
     folded = folded_memsets(trace)
+    reuses = rotation_predecessors(trace, costs.rotation)
+    last_end: dict[int, float] = {}  # per buffer, the latest end of an instruction touching it
     for i, ins in enumerate(trace.instrs):
-        ready = deps.ready(ins.reads, ins.writes)
+        engine = ins.engine
+        accesses = ins.reads + ins.writes
+        reuse = 0.0
+        for a in accesses:  # a buffer reusing an earlier one's memory waits until that one is done
+            p = reuses.get(a.buffer)
+            if p is not None and last_end.get(p, 0.0) > reuse:
+                reuse = last_end[p]
         if i in folded:
-            q, d, t = ins.engine, 0.0, max(ready, startup)
-        elif ins.engine == "dma":
+            q, d = engine, 0.0
+            t = deps.ready(ins.reads, ins.writes, max(reuse, startup))
+        elif engine == "dma":
             q = queue_names.get((ins.file, ins.line))
             if q is None:
                 q = queue_names[(ins.file, ins.line)] = f"dma {ins.file.rsplit('/', 1)[-1]}:{ins.line}"
             e0, e1 = costs.dma_engines(ins)
             d = costs.dma_occupancy_ns(ins, e1 - e0)
-            t = max(ready + latency, startup, queue_start.get(q, 0.0))
+            t = max(deps.ready(ins.reads, ins.writes, reuse) + latency, startup, queue_start.get(q, 0.0))
             t, t_end = slots.place(t, d, e0, e1)
             d = t_end - t  # spread over gaps, a transfer can take longer than its occupancy
             queue_start[q] = t
             dma_engines[i] = (e0, e1)
         else:
-            q = ins.engine
+            q = engine
             d = costs.compute_ns(ins)
-            t = max(ready, startup, engine_free.get(q, 0.0))
+            t = deps.ready(ins.reads, ins.writes, max(reuse, startup, engine_free.get(q, 0.0)))
             engine_free[q] = t + d
         start[i], end[i], lane[i] = t, t + d, q
         deps.record(ins.reads, ins.writes, t + d)
+        for a in accesses:
+            if last_end.get(a.buffer, 0.0) < t + d:
+                last_end[a.buffer] = t + d
     total = max(end, default=0.0)
     return Schedule(start, end, lane, dma_engines, max(total, startup if n else 0.0))

@@ -59,6 +59,11 @@ def write_timeline(est, path: str | Path) -> None:
     height = (len(lanes) + 2) * LANE_H
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{LABEL_W + WIDTH + 20}" height="{height}" '
            f'font-family="monospace" font-size="12">']
+    startup = est.params.startup_ns.value
+    if items and startup > 0:  # the modelled start-up before the first instruction
+        svg.append(f'<rect x="{LABEL_W}" y="{LANE_H - 2}" width="{startup * scale:.2f}" height="{height - LANE_H}" '
+                   f'fill="#f4f4f4"><title>kernel start-up: {startup / 1000:g} us before the first instruction '
+                   f'(calibrated)</title></rect>')
     for lane, i in row.items():
         y = (i + 1) * LANE_H
         svg.append(f'<text x="4" y="{y + 15}">{escape(lane)}</text>'

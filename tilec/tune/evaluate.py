@@ -190,10 +190,10 @@ class HardwareEvaluator:
         if benchmark is None and not real_neuronxcc():
             raise TilecError("the hardware evaluator needs AWS neuronxcc and a Trainium device",
                              hint="tune with the performance model (the default evaluator) on this machine")
-        self.name = "hardware"
         self.top_k = top_k
         self.benchmark = benchmark or (lambda job, s: neuron_benchmark(job, s, warmup, iters))
         self.screen = screen or ModelEvaluator()
+        self.name = self.screen.name  # search outcomes are the screen's (cached as such); measurements are not
 
     def evaluate(self, job: Job, schedules: list[str]) -> list[Outcome]:
         return self.screen.evaluate(job, schedules)

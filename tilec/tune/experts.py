@@ -30,19 +30,18 @@ def knob_values(space: Space, name: str) -> tuple:
 
 
 def conv_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
-    d = op.dims
+    """Full 128x128 tiles, whole output rows as the moving operand, as many rows per matmul as a PSUM bank
+    holds; then the widest input band first (fewest DMAs), double- and triple-buffered. Illegal combinations
+    (e.g. a band too big for SBUF) are dropped by the caller, so the widest *legal* band comes first."""
     wy = (op.pool or (1, 1))[0]
     k, c, x, y = (f"tile {op.ref(r)}" for r in "kcxy")
-    band = f"split {op.ref('y')}"
-    tx = largest(knob_values(space, x), lambda v: True) or d["Wo"]
+    tx = largest(knob_values(space, x), lambda v: True) or op.dims["Wo"]
     rows = largest(knob_values(space, y), lambda v: v * tx <= 512 and v % wy == 0) or 1
-    base = {k: 128, c: 128, x: tx, y: rows}
-    bands = [b for b in knob_values(space, band) if isinstance(b, int) and b % rows == 0]
-    out = []
-    for b in sorted({max(bands, default=rows), min((b for b in bands if b >= 4 * rows), default=rows)}):
-        for bufs in (None, 3):
-            out.append({**base, band: b, f"buffers {op.tensor('moving')}": bufs})
-    return out
+    bands = sorted((b for b in knob_values(space, f"split {op.ref('y')}") if isinstance(b, int) and b % rows == 0),
+                   reverse=True)
+    moving = f"buffers {op.tensor('moving')}"
+    return [{k: 128, c: 128, x: tx, y: rows, f"split {op.ref('y')}": b, moving: bufs}
+            for b in bands for bufs in (None, 3)]
 
 
 def transpose_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
@@ -67,8 +66,9 @@ def eltwise_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
 EXPERTS = {"conv": conv_experts, "transpose": transpose_experts, "eltwise": eltwise_experts}
 
 
-def expert_points(space: Space, ops: list, dtypes: dict[str, str]) -> list[Point]:
-    """One point per combination of the ops' expert guesses (ops without rules keep the compiler's default)."""
+def expert_points(space: Space, ops: list, dtypes: dict[str, str], limit: int = 6) -> list[Point]:
+    """Up to `limit` legal points combining the ops' expert guesses, in the rules' order of preference (ops
+    without rules keep the compiler's default)."""
     points = [space.default_point()]
     for op in ops:
         rules = EXPERTS.get(op.kind)
@@ -76,8 +76,8 @@ def expert_points(space: Space, ops: list, dtypes: dict[str, str]) -> list[Point
             continue
         guesses = rules(space, op, dtypes)
         points = [set_known(space, p, **g) for p in points for g in guesses] or points
-    unique = []
+    unique: list[Point] = []
     for p in points:
-        if p not in unique and p != space.default_point():
+        if p not in unique and p != space.default_point() and space.check(p) is None:
             unique.append(p)
-    return unique[:8]
+    return unique[:limit]

@@ -233,5 +233,4 @@ def build_space(job: Job) -> Space:
         knobs += k
         checks += c
     space = Space(tuple(knobs), tuple(checks))
-    experts = tuple(p for p in expert_points(space, ops, dtypes) if space.check(p) is None)
-    return replace(space, experts=experts)
+    return replace(space, experts=tuple(expert_points(space, ops, dtypes)))

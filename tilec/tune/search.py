@@ -4,7 +4,8 @@ The search knows nothing of compilers or models: it asks a batch cost function f
 the history. Determinism: one `random.Random(seed)`, candidates proposed in a fixed batch size (independent of the
 number of worker processes), elites ordered by (cost, trial index). A time limit only cuts the same sequence short.
 
-    first guess : the given seed points (the compiler's default, an expert heuristic), then random legal points
+    first guess : the given seed points (the compiler's default, expert heuristics), then random legal points,
+                  half of them uniform and half a knob step or two away from the given points
     each round  : BATCH children, each either a one-knob step from a tournament winner (exploitation) or a uniform
                   crossover of two tournament winners plus a mutation (exploration); points already tried, or
                   rejected by the static checks, are skipped without spending budget
@@ -125,11 +126,18 @@ class Search:
         return Candidate(origin, point, text)
 
     def _first_guess(self) -> list[Candidate]:
+        """The given points, then random legal points up to POPULATION: half uniform over the space, half one
+        or two knob steps away from a given point (near the structured guesses, where good points tend to be)."""
         out = [c for origin, p in self.first if (c := self._accept(origin, p))]
+        seeds = [c.point for c in out]
         tries = 0
         while len(out) < min(POPULATION, self.budget) and tries < MAX_TRIES * POPULATION:
             tries += 1
-            if c := self._accept("random", self.space.random_point(self.rng)):
+            if seeds and tries % 2:
+                c = self._accept("step", self._mutate(self.rng.choice(seeds), strength=self.rng.choice((1, 2))))
+            else:
+                c = self._accept("random", self.space.random_point(self.rng))
+            if c:
                 out.append(c)
         return out[:self.budget]
 
