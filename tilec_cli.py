@@ -100,6 +100,9 @@ def run_check(args: argparse.Namespace) -> int:
     prog = api.check_file(args.program, parse_defines(args.defines))
     kinds = {"input": "in", "output": "out", "temp": "temp"}
     parts = [f"{kinds[t.kind]} {_shape_text(t)}" for t in prog.tensors.values()]
+    unknown = [n for n in prog.facts.symbols if n not in prog.sizes]
+    if unknown:  # bounds and divisions that need sizes are checked when -D or input arrays give them
+        parts.append(f"sizes {', '.join(unknown)} unknown (give -D NAME=VALUE to check everything)")
     print(f"{prog.path}: OK: kernel {prog.kernel.name}; " + "; ".join(parts))
     return 0
 
@@ -255,7 +258,7 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
                    help="a random input of this shape (repeat, in parameter order), e.g. 128x25600:float16")
     p.add_argument("--arg", action="append", metavar="NAME=INT", help="an integer keyword argument, e.g. pool_size=2")
     p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="a size of a .tl program")
-    p.add_argument("--target", default="trn2", help="modelled NeuronCore (trn2, trn1)")
+    p.add_argument("--target", help="modelled NeuronCore, trn2 or trn1 (default: the kernel's platform target)")
     p.add_argument("--html", metavar="OUT.html", help="timeline picture (default <name>.timeline.html)")
 
 
@@ -274,7 +277,7 @@ def _profile_run(args: argparse.Namespace) -> int:
         trace, kernel_source = _profile_trace_tl(path, parse_defines(args.defines))
     else:
         trace, kernel_source = _profile_trace_py(path, args)
-    est = estimate(trace, args.target)
+    est = estimate(trace, args.target or trace.target or "trn2")
     print(est.summary_text(), end="")
     tl_map = tl_line_map(kernel_source) if path.suffix == ".tl" else None
     print(line_report(est, tl_map), end="")

@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(row(w, result))
         print(lines[-1], f"(wall {time.monotonic() - started:.0f} s)", flush=True)
         print("  schedule: " + "; ".join(result.best_schedule.splitlines()), flush=True)
+        errors = sorted({t.error for t in result.history if t.error})
+        if errors:
+            print(f"  {sum(1 for t in result.history if t.error)} candidates failed, e.g.: {errors[0]}", flush=True)
     print("\nlatencies are the performance model's estimates in us; 'evals' = candidates not served by the cache")
     return 0
 

@@ -67,3 +67,10 @@ def test_run_on_nki_backend_reports_error_against_reference(capsys: pytest.Captu
     printed = capsys.readouterr().out
     line = next(ln for ln in printed.splitlines() if ln.startswith("nki    z: max abs error vs reference"))
     assert float(line.rsplit(" ", 1)[1]) < 1e-6
+
+
+def test_check_says_which_sizes_are_unknown(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "add.tl"
+    path.write_text("kernel add(A: f32[N], B: f32[N]) -> Z\n  Z: f32[N]\n  for i in 0..N:\n    Z[i] = A[i] + B[i]\n")
+    assert main(["check", str(path)]) == 0
+    assert capsys.readouterr().out.endswith("out Z: f32[?]; sizes N unknown (give -D NAME=VALUE to check everything)\n")

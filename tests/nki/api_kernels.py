@@ -192,3 +192,28 @@ def unmasked_tail_rows(a):
         x = nl.load(a[t * 128 + i_p, i_f])  # <- TAIL_NO_MASK
         nl.store(out[t * 128 + i_p, i_f], value=x)
     return out
+
+
+@nki.jit
+def rmsnorm_rows(a, gamma):
+    """RMSNorm over the free dim with language-level ops, rows in tiles of 128 (nki-samples style)."""
+    n, d = a.shape
+    out = nl.ndarray((n, d), a.dtype, buffer=nl.shared_hbm)
+    g = nl.load(gamma.reshape((1, d)))
+    for t in nl.affine_range(n // 128):
+        x = nl.load(a[t * 128:(t + 1) * 128, :])
+        ms = nl.mean(nl.square(x), axis=1, keepdims=True)
+        r = nl.rsqrt(nl.add(ms, 1e-6))
+        y = nl.multiply(nl.multiply(x, r), g)
+        nl.store(out[t * 128:(t + 1) * 128, :], value=y)
+    return out
+
+
+@nki.jit
+def softmax_rows(a):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    e = nl.exp(nl.subtract(x, nl.max(x, axis=[1], keepdims=True)))
+    s = nl.sum(e, axis=1, keepdims=True)
+    nl.store(out, nl.divide(e, s))
+    return out

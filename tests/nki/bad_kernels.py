@@ -1,6 +1,5 @@
 """Small kernels that each break one hardware or API rule (the line that breaks it carries a `# <- NAME` marker),
 plus look-alikes that are legal and must pass (strided disjoint writes, PSUM accumulation in affine loops)."""
-import numpy as np
 
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
@@ -295,6 +294,13 @@ def vector_transpose_too_big(a):
 def scalar_engine_maximum(a):
     t = nl.load(a)
     r = nisa.tensor_scalar(t, nl.maximum, 0.0, engine=nisa.scalar_engine)  # <- SCALAR_ENGINE_OP
+
+
+@nki.jit
+def operator_partition_broadcast(a):
+    t = nl.load(a)
+    row = nl.load(a[0:1, :])
+    r = t + row  # <- OPERATOR_BROADCAST
 
 
 @nki.jit

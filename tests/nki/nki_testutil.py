@@ -19,7 +19,7 @@ def kernel(file: str, name: str) -> object:
 
 
 def line_of(path: str | pathlib.Path, marker: str) -> int:
-    """1-based line of the unique source line containing `marker` (a trailing comment in a test kernel)."""
+    """1-based line of the unique source line ending with `marker` (a trailing comment in a test kernel)."""
     lines = pathlib.Path(path).read_text().splitlines()
     hits = [i + 1 for i, text in enumerate(lines) if text.endswith(marker)]
     assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times"

@@ -153,3 +153,18 @@ def test_tail_without_mask_is_out_of_bounds() -> None:
         api.simulate(k.unmasked_tail_rows, RNG.random((300, 8), dtype=F32))
     assert first_line(info.value) == (f"{k.__file__}:{line_of(k.__file__, '# <- TAIL_NO_MASK')}: error: index range "
                                       "[256, 383] exceed dimension size of 300 [err_tensor_access_out_of_bound]")
+
+
+def test_rmsnorm_with_language_ops() -> None:
+    a = RNG.standard_normal((256, 96)).astype(F32)
+    gamma = RNG.random(96, dtype=F32)
+    out = k.rmsnorm_rows(a, gamma)
+    ref = a / np.sqrt((a.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + 1e-6) * gamma
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)  # fp32 mean, rsqrt and products: a few ulp
+
+
+def test_softmax_with_language_ops() -> None:
+    a = RNG.standard_normal((128, 200)).astype(F32)
+    out = k.softmax_rows(a)
+    e = np.exp(a.astype(np.float64) - a.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-8)

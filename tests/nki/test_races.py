@@ -20,7 +20,7 @@ def record(off: int, pattern: list) -> tuple:
     return (0, races.WRITE, off, shape, strides, ("k.py", 1))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.integers(0, 200), st.integers(0, 200), dims, dims)
 def test_common_element_matches_brute_force(off_a: int, off_b: int, pa: list, pb: list) -> None:
     ra, rb = record(off_a, pa), record(off_b, pb)
@@ -31,7 +31,7 @@ def test_common_element_matches_brute_force(off_a: int, off_b: int, pa: list, pb
         assert found in truth
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(st.integers(0, 300), dims)
 def test_same_geometry_lattice_test(delta: int, pattern: list) -> None:
     """Equal shapes and strides take the O(depth) lattice path; it must agree with the element sets."""
@@ -53,7 +53,7 @@ accesses = st.lists(st.tuples(st.integers(0, 3), st.sampled_from([races.READ, ra
                               st.integers(0, 150), dims), min_size=1, max_size=8)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(accesses)
 def test_sweep_finds_exactly_the_conflicting_iterations(accs: list) -> None:
     recs = [(it, kind, off, tuple(n for n, _ in p), tuple(s for _, s in p), ("k.py", 2)) for it, kind, off, p in accs]

@@ -101,6 +101,9 @@ CASES = [
     ("scalar_engine_maximum", (S,), "SCALAR_ENGINE_OP", rules.NkiSyntaxError,
      "tensor_scalar on the scalar engine supports only (multiply, add), (multiply) or (add); got (maximum) "
      "[scalar_engine_alu]"),
+    ("operator_partition_broadcast", (S,), "OPERATOR_BROADCAST", rules.NkiSyntaxError,
+     "operator '+' does not broadcast along the partition dimension: shapes (128, 64) and (1, 64) "
+     "[operator_partition_broadcast]"),
 ]
 
 

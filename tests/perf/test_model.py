@@ -2,6 +2,7 @@
 utilisation formulas, determinism."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -208,3 +209,42 @@ def test_dma_efficiency_follows_the_dmaintro_curve(bpp, figure):
     busy = estimate(b.trace).busy_ns["dma"]
     efficiency = 100 * (8 * bpp / busy) / P["dma_engine_bw"]
     assert efficiency == pytest.approx(figure, abs=10)
+
+
+def test_psum_zeroing_before_accumulation_is_free():
+    b = TraceBuilder("zero")
+    w, x = b.buffer("w", "sbuf", 128, 256), b.buffer("x", "sbuf", 128, 512)
+    acc, other = b.buffer("acc", "psum", 128, 1024), b.buffer("other", "psum", 128, 1024)
+    b.compute("vector", "memset", [], [b.at(acc)], 128, 256)  # nl.zeros(..., buffer=nl.psum)
+    b.compute("tensor", "nc_matmul", [b.at(w), b.at(x)], [b.at(acc)], 128, 256, k=128, m=128, accumulate=True,
+              dtypes=("bfloat16", "bfloat16"))
+    b.compute("vector", "memset", [], [b.at(other)], 128, 256)  # zeroed, then read: a real instruction
+    vec(b, "vector", [b.at(other)], [b.at(x)], free=256)
+    est = estimate(b.trace)
+    (s0, e0), (s1, e1), (s2, e2), (s3, e3) = starts(est)
+    assert e0 == s0 == s1 == P["startup_ns"]  # folded into the matmul
+    assert e2 > s2 and s3 == pytest.approx(e2)
+
+
+def test_loop_tiles_rotate_through_a_few_buffers():
+    """The k-th tile allocated at one line reuses the memory of the (k-R)-th: it waits for its last use."""
+    rotation = int(P["buffer_rotation"])
+    b = TraceBuilder("rotate")
+    src, sink = b.buffer("src", "sbuf", 128, 4096), b.buffer("sink", "sbuf", 128, 4096)
+    for k in range(rotation + 1):
+        tile = b.buffer("tile", "sbuf", 128, 4096)
+        b.trace.allocs[-1] = dataclasses.replace(b.trace.allocs[-1], line=7)  # all from one allocation site
+        vec(b, "vector", [b.at(src)], [b.at(tile)], free=10)
+        b.compute("scalar", "activation", [b.at(tile)], [b.at(sink, lo=4 * k, hi=4 * k + 4)], 128, 4000)  # last use
+    est = estimate(b.trace)
+    items = est.timeline
+    first_use_end = items[1].end_ns  # the activation reading tile 0
+    assert items[2 * rotation].start_ns >= first_use_end  # tile R (memory of tile 0) is written after that
+    assert items[2].start_ns < first_use_end  # tile 1 has its own memory
+
+
+def test_trn1_uses_its_own_clocks():
+    trace = dma_matmul_trace("bfloat16").trace
+    trn2, trn1 = estimate(trace, "trn2"), estimate(trace, "trn1")
+    assert trn1.busy_ns["tensor"] == pytest.approx(trn2.busy_ns["tensor"] * 2.4 / 2.8)
+    assert trn1.busy_ns["dma"] > trn2.busy_ns["dma"]  # 17 B/ns per DMA engine instead of 23

@@ -60,3 +60,10 @@ def test_line_report_and_tl_map():
     text = line_report(est, tl_map={7: 2, 8: 2, 9: 3})
     assert "k.py:8" in text and "line 2" in text and "line 3" in text
     assert sum(est.line_time_ns.values()) > 0
+
+
+def test_timeline_is_deterministic(tmp_path):
+    a, b = tmp_path / "a.html", tmp_path / "b.html"
+    write_timeline(estimate(small_trace()), str(a))
+    write_timeline(estimate(small_trace()), str(b))
+    assert a.read_bytes() == b.read_bytes()

@@ -5,7 +5,7 @@
     checker.py          names, declarations, arity, affine indices, dtypes, data flow
     symbolic.py         polynomials over sizes, affine index forms
     bounds.py           divisibility and bounds: proven symbolically, else checked with concrete sizes
-    evaluator.py        the NumPy reference evaluator (plan.py decides which loops run vectorised)
+    evaluator.py        the NumPy reference evaluator (plan.py: which loops run vectorised; contract.py: matmuls)
     fmt.py              canonical formatting
     api.py              the public API: parse, load, bind_inputs, random_inputs, evaluate
 

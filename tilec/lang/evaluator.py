@@ -10,8 +10,9 @@ How it is fast: a loop is run "open" (all iterations at once, as NumPy array ope
 proves that executing its statements one after another, each over all of its iterations, gives the same result as
 the sequential nest. Otherwise the loop runs in Python, one iteration at a time, and its body is tried again.
 A statement over open loops reads tensors through `as_strided` views (one axis per loop variable, no copies);
-reductions become einsum/tensordot contractions, looping in Python only over the "taps": reduction variables that
-share an index with another variable (r, s in `X[y + r, x + s]`), so no im2col copy is ever built.
+a `+=` of a product becomes a contraction (`contract.py`: one batched matmul, or einsum), looping in Python only
+over the "taps": reduction variables that share an index with another variable (r, s in `X[y + r, x + s]`), so no
+im2col copy is ever built.
 """
 from __future__ import annotations
 
@@ -130,7 +131,12 @@ class Machine:
         arrays = [f for f in factors if f.axes]
         for f in factors:
             scale = scale * np.float32(f.data) if not f.axes else scale
-        if len(arrays) == 2:
+        if not arrays:
+            data = np.float32(1)
+        elif len(arrays) == 1:
+            summed = tuple(i for i, a in enumerate(arrays[0].axes) if a not in out_axes)
+            data = arrays[0].data.sum(axis=summed, dtype=np.float32) if summed else arrays[0].data
+        elif len(arrays) == 2:
             data = self.contractor.contract((arrays[0].data, arrays[1].data), (arrays[0].axes, arrays[1].axes),
                                             out_axes, extent)
         else:

@@ -96,6 +96,8 @@ OPS["sum"] = Op("sum", "reduce", binary=np.add, reduce=np.add.reduce)
 OPS["prod"] = Op("prod", "reduce", binary=np.multiply, reduce=np.multiply.reduce)
 OPS["mean"] = Op("mean", "reduce", binary=None, reduce=lambda a, axis, keepdims=False: np.mean(
     a, axis=axis, keepdims=keepdims, dtype=F32))
+OPS["var"] = Op("var", "reduce", binary=None, reduce=lambda a, axis, keepdims=False: np.var(
+    a, axis=axis, keepdims=keepdims, dtype=F32))
 OPS["all"] = Op("all", "reduce", binary=np.logical_and, reduce=lambda a, axis, keepdims=False: np.all(
     a != 0, axis=axis, keepdims=keepdims).astype(F32))
 

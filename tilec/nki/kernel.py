@@ -111,9 +111,11 @@ def _wrap_args(run: Run, func, args: tuple, kwargs: dict):
     sig = inspect.signature(func)
     bound = sig.bind(*args, **kwargs)
     writebacks = []
+    code = getattr(func, "__code__", None)
+    where = (code.co_filename, code.co_firstlineno) if code is not None else ("<kernel>", 0)
     for name, value in list(bound.arguments.items()):
         if isinstance(value, np.ndarray) or _is_array_like(value):
-            t, wb = _hbm_arg(run, name, np.asarray(value))
+            t, wb = _hbm_arg(run, name, np.asarray(value), where)
             bound.arguments[name] = t
             if wb is not None:
                 writebacks.append((value, t))
@@ -124,9 +126,9 @@ def _is_array_like(value: object) -> bool:
     return hasattr(value, "__array__") and hasattr(value, "shape") and not isinstance(value, Tensor)
 
 
-def _hbm_arg(run: Run, name: str, arr: np.ndarray) -> tuple[Tensor, object]:
+def _hbm_arg(run: Run, name: str, arr: np.ndarray, where: tuple[str, int]) -> tuple[Tensor, object]:
+    """A kernel argument: HBM wrapping the caller's array when its dtype is an NKI one (written in place)."""
     storage = dtypes.storage_dtype(arr.dtype)
-    where = (getattr(runtime, "_kernel_file", "<args>"), 0)
     if storage == arr.dtype and arr.flags.c_contiguous and arr.flags.writeable:
         buf = Buffer(run, name, "hbm", arr, written=True, where=where)
         run.allocate(buf)

@@ -101,7 +101,8 @@ def _create(shape: object, dtype: object, buffer: object, name: str, fill: objec
         run.shared_next += 1
         if run.shared_next <= len(run.shared):
             return run.shared[run.shared_next - 1]
-    t = core.allocate(run, shape, dtypes.as_dtype(dtype), memory, name, where, fill=fill)
+    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.float32  # the README tip omits dtype
+    t = core.allocate(run, shape, dt, memory, name, where, fill=fill)
     if kind == "shared_hbm" and run.grid:
         run.shared.append(t)
     if fill is not None:
@@ -110,15 +111,15 @@ def _create(shape: object, dtype: object, buffer: object, name: str, fill: objec
     return t
 
 
-def ndarray(shape: object, dtype: object, *, buffer: object = None, name: str = "", **kwargs: object) -> Tensor:
+def ndarray(shape: object, dtype: object = None, *, buffer: object = None, name: str = "", **kwargs: object) -> Tensor:
     return _create(shape, dtype, buffer, name, None, "ndarray")
 
 
-def zeros(shape: object, dtype: object, *, buffer: object = None, name: str = "", **kwargs: object) -> Tensor:
+def zeros(shape: object, dtype: object = None, *, buffer: object = None, name: str = "", **kwargs: object) -> Tensor:
     return _create(shape, dtype, buffer, name, 0, "zeros")
 
 
-def ones(shape: object, dtype: object, *, buffer: object = None, name: str = "", **kwargs: object) -> Tensor:
+def ones(shape: object, dtype: object = None, *, buffer: object = None, name: str = "", **kwargs: object) -> Tensor:
     return _create(shape, dtype, buffer, name, 1, "ones")
 
 

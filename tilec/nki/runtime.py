@@ -19,7 +19,7 @@ import numpy as np
 from tilec.nki import rules
 from tilec.trace import Alloc, Instr, Trace
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _RUN: "Run | None" = None
 _loop_ids = itertools.count(1)
 

@@ -32,7 +32,9 @@ class Tensor:
         for n in reversed(shape):
             strides.append(acc)
             acc *= n
-        return cls(buf, 0, tuple(shape), tuple(reversed(strides)))
+        t = cls(buf, 0, tuple(shape), tuple(reversed(strides)))
+        t._arr = buf.data  # the whole buffer: its own array, no view to build
+        return t
 
     # ---- numpy views (cached) ----
     @property
@@ -284,24 +286,31 @@ class Tensor:
     __hash__ = object.__hash__
 
 
-def _binary(name: str, reverse: bool = False):
+def _binary(name: str, symbol: str, reverse: bool = False):
     def method(self: Tensor, other: object) -> Tensor:
         from tilec.nki import language
 
+        if isinstance(other, Tensor) and self.shape and other.shape and self.shape[0] != other.shape[0]:
+            raise rules.NkiSyntaxError(
+                f"operator '{symbol}' does not broadcast along the partition dimension: shapes "
+                f"{tuple(self.shape)} and {tuple(other.shape)}", "operator_partition_broadcast",
+                runtime.callsite(), f"{self.describe()}; {other.describe()}",
+                hint=f"call nl.{name}(a, b), which broadcasts partitions, or broadcast explicitly")
         fn = getattr(language, name)
         return fn(other, self) if reverse else fn(self, other)
 
     return method
 
 
-for _op, _fn in [("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("truediv", "divide"),
-                 ("pow", "power"), ("and", "bitwise_and"), ("or", "bitwise_or"), ("xor", "bitwise_xor"),
-                 ("lshift", "left_shift"), ("rshift", "right_shift"), ("mod", "mod")]:
-    setattr(Tensor, f"__{_op}__", _binary(_fn))
-    setattr(Tensor, f"__r{_op}__", _binary(_fn, reverse=True))
-for _op, _fn in [("lt", "less"), ("le", "less_equal"), ("gt", "greater"), ("ge", "greater_equal"),
-                 ("eq", "equal"), ("ne", "not_equal")]:
-    setattr(Tensor, f"__{_op}__", _binary(_fn))
+for _op, _fn, _sym in [("add", "add", "+"), ("sub", "subtract", "-"), ("mul", "multiply", "*"),
+                       ("truediv", "divide", "/"), ("pow", "power", "**"), ("and", "bitwise_and", "&"),
+                       ("or", "bitwise_or", "|"), ("xor", "bitwise_xor", "^"), ("lshift", "left_shift", "<<"),
+                       ("rshift", "right_shift", ">>"), ("mod", "mod", "%")]:
+    setattr(Tensor, f"__{_op}__", _binary(_fn, _sym))
+    setattr(Tensor, f"__r{_op}__", _binary(_fn, _sym, reverse=True))
+for _op, _fn, _sym in [("lt", "less", "<"), ("le", "less_equal", "<="), ("gt", "greater", ">"),
+                       ("ge", "greater_equal", ">="), ("eq", "equal", "=="), ("ne", "not_equal", "!=")]:
+    setattr(Tensor, f"__{_op}__", _binary(_fn, _sym))
 
 
 def _unary(name: str):

@@ -1,0 +1,11 @@
+"""Auto-scheduling: search a program's schedule space, rank candidates with the performance model, verify the winner.
+
+    knobs.py    the program's ops and default schedule (from the compiler's printed stages) -> a Space
+    space.py    knobs, legal values, static checks; the one knob -> directive table (DIRECTIVES)
+    experts.py  heuristic first guesses
+    search.py   structured first guess, then evolutionary search; deterministic for a seed
+    evaluate.py evaluators: the model (compile -> interpreter trace -> estimate), real hardware (nki.benchmark)
+    cache.py    outcomes on disk (.tilec-cache/tune/), so a re-run evaluates nothing
+    verify.py   the winner against the reference evaluator
+    api.py      tune() and its result; progress.py the progress line
+"""

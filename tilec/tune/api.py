@@ -143,7 +143,7 @@ def summary_text(result: TuneResult) -> str:
     lines = [
         f"default schedule : {_us(result.default_us)}  MFU {result.default_mfu:6.1%}",
         f"tuned schedule   : {_us(result.best_us)}  MFU {result.best_mfu:6.1%}  ({result.speedup:.2f}x)",
-        f"candidates       : {tried} tried, {failed} rejected by the compiler, {result.evaluations} evaluated "
+        f"candidates       : {tried} tried, {failed} failed to compile or run, {result.evaluations} evaluated "
         f"(the rest from the cache), {result.wall_s:.1f} s",
         f"verified         : {'yes' if result.verified else 'NO'} (max relative error {result.max_error:.2g})",
     ]

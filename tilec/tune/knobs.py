@@ -195,11 +195,18 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], lis
              Knob(f"split {op.ref('j')}", "split", op.ref("j"), _with_default(dflt.get(("split", "j")), splits_j)),
              Knob(f"method {op.name}", "method", op.name, (None, "dma"))]  # default: pe
 
+    elem = ELEM[dtypes.get(op.tensor("src") or "", "f32")]
+
     def check(named: dict) -> str | None:
         t = named[knobs[0].name]
         for knob, extent in ((knobs[1], m), (knobs[2], n)):
             if (extent // t) % named[knob.name]:
                 return f"{knob.name}, {named[knob.name]} does not divide the {extent // t} blocks of {t}"
+        # a strip of bi x bj blocks in and one out, each bi*bj*t elements per partition (a rough bound)
+        strip = named[knobs[1].name] * named[knobs[2].name] * t * elem
+        if 2 * strip > LIMITS.sbuf_bytes:
+            return f"strips of {named[knobs[1].name]}x{named[knobs[2].name]} blocks need {2 * strip // 1024} KiB " \
+                   f"of SBUF per partition"
         return None
 
     return knobs, [check]

@@ -36,7 +36,7 @@ class Progress:
             head = f"tune {self.done} tried"
         best_text = f"best {best.cost:.1f} us" if best else "best -"
         default_text = f"default {self.default_us:.1f} us" if math.isfinite(self.default_us) else "default -"
-        return f"{head}  {best_text}  ({default_text}, {self.failed} rejected by compiler)"
+        return f"{head}  {best_text}  ({default_text}, {self.failed} failed)"
 
     def close(self) -> None:
         if self.stream is not None and self.drawn:
