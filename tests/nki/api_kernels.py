@@ -217,3 +217,27 @@ def softmax_rows(a):
     s = nl.sum(e, axis=1, keepdims=True)
     nl.store(out, nl.divide(e, s))
     return out
+
+
+@nki.jit
+def gather_scatter_rows(table, idx):
+    """out[p] = table[idx[p]] (gather); then table2[idx[p]] = out[p] * 2 (scatter)."""
+    out = nl.ndarray((128, table.shape[1]), table.dtype, buffer=nl.shared_hbm)
+    table2 = nl.ndarray(table.shape, table.dtype, buffer=nl.shared_hbm)
+    ids = nl.load(idx)  # (128, 1) int32 in SBUF
+    rows = nl.load(table[ids, :])
+    nisa.dma_copy(dst=out, src=rows)
+    doubled = nisa.tensor_scalar(rows, nl.multiply, 2.0)
+    nl.store(table2[ids, :], value=doubled)
+    return out, table2
+
+
+@nki.jit
+def gather_out_of_bounds(table, idx, skip):
+    out = nl.zeros((128, table.shape[1]), table.dtype, buffer=nl.sbuf)
+    ids = nl.load(idx)
+    mode = nisa.oob_mode.skip if skip else nisa.oob_mode.error
+    nisa.dma_copy(dst=out, src=table[ids, :], oob_mode=mode)  # <- GATHER_OOB
+    res = nl.ndarray(out.shape, out.dtype, buffer=nl.shared_hbm)
+    nl.store(res, out)
+    return res

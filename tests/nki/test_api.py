@@ -168,3 +168,28 @@ def test_softmax_with_language_ops() -> None:
     out = k.softmax_rows(a)
     e = np.exp(a.astype(np.float64) - a.max(axis=1, keepdims=True))
     np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-8)
+
+
+def test_indirect_gather_and_scatter() -> None:
+    table = RNG.random((512, 16), dtype=F32)
+    idx = RNG.permutation(512)[:128].astype(np.int32).reshape(128, 1)
+    with pytest.warns(UserWarning, match="output 'table2' is only partly written"):
+        out, table2 = k.gather_scatter_rows(table, idx)
+    np.testing.assert_array_equal(out, table[idx[:, 0]])
+    np.testing.assert_array_equal(table2[idx[:, 0]], table[idx[:, 0]] * F32(2))
+
+
+def test_indirect_out_of_bounds_raises_index_error_or_skips() -> None:
+    from tilec.nki import rules
+    from nki_testutil import first_line, line_of
+
+    table = RNG.random((64, 8), dtype=F32)
+    idx = np.arange(128, dtype=np.int32).reshape(128, 1)  # rows 64.. are outside
+    with pytest.raises(IndexError) as info:
+        api.simulate(k.gather_out_of_bounds, table, idx, False)
+    assert isinstance(info.value, rules.NkiIndexError)
+    assert first_line(info.value) == (f"{k.__file__}:{line_of(k.__file__, '# <- GATHER_OOB')}: error: index 512 is "
+                                      "out of bounds for axis 0 with size 512 [dma_indirect_out_of_bounds]")
+    out = api.simulate(k.gather_out_of_bounds, table, idx, True)
+    np.testing.assert_array_equal(out[:64], table)
+    np.testing.assert_array_equal(out[64:], np.zeros((64, 8), F32))  # skipped rows keep their old values

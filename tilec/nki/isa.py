@@ -10,8 +10,9 @@ import enum
 
 import numpy as np
 
-from tilec.nki import alu, checks, core, dtypes, rules
+from tilec.nki import alu, checks, core, dtypes, indirect, rules
 from tilec.nki.indexing import IndexExpr, Predicate
+from tilec.nki.indirect import Indirect
 from tilec.nki.tensor import Tensor
 
 F32 = np.dtype(np.float32)
@@ -45,6 +46,9 @@ def get_nc_version() -> nc_version:
 class oob_mode(enum.IntEnum):
     error = 0
     skip = 1
+
+
+_OOB_SKIP = oob_mode.skip
 
 
 class dge_mode(enum.IntEnum):
@@ -95,6 +99,9 @@ def _finish(run, mask: object, value: np.ndarray, dtype: object, default: np.dty
 def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: object = None,
              oob_mode: object = None, dge_mode: object = None) -> None:
     run, where = core.begin()
+    if isinstance(src, Indirect) or isinstance(dst, Indirect):
+        indirect.dma(run, dst, src, where, skip=oob_mode == _OOB_SKIP)
+        return
     for role, t in (("src", src), ("dst", dst)):
         if not isinstance(t, Tensor):
             raise rules.NkiTypeError(f"operand '{role}' of 'dma_copy' must be a tensor, got {type(t).__name__}",

@@ -14,6 +14,7 @@ from tilec.nki import alu, checks, core, dtypes, isa, rules, runtime
 from tilec.nki.dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, float32r,  # noqa: F401
                               int8, int16, int32, tfloat32, uint8, uint16, uint32)
 from tilec.nki.indexing import arange, ds, mgrid  # noqa: F401
+from tilec.nki.indirect import Indirect
 from tilec.nki.runtime import affine_range, sequential_range, static_range  # noqa: F401
 from tilec.nki.tensor import Tensor
 
@@ -143,6 +144,11 @@ def empty_like(a: Tensor, dtype: object = None, *, buffer: object = None, name: 
 # ---- data movement ----
 def load(src: Tensor, *, mask: object = None, dtype: object = None, **kwargs: object) -> Tensor:
     run, where = core.begin()
+    if isinstance(src, Indirect):  # gather rows chosen by an index tile
+        out = core.allocate(run, src.shape, dtypes.as_dtype(dtype) if dtype is not None else src.dtype, "sbuf",
+                            core.target_name(where, "load"), where)
+        isa.dma_copy(dst=out, src=src)
+        return out
     if not isinstance(src, Tensor) or src.buf.memory != "hbm":
         mem = src.buf.memory if isinstance(src, Tensor) else type(src).__name__
         raise rules.MemoryRuleError(f"Expected operand 'src' of 'load' to be in address space 'hbm', but got a "
@@ -161,6 +167,9 @@ def load(src: Tensor, *, mask: object = None, dtype: object = None, **kwargs: ob
 
 def store(dst: Tensor, value: object, *, mask: object = None, **kwargs: object) -> None:
     run, where = core.begin()
+    if isinstance(dst, Indirect):  # scatter rows to places chosen by an index tile
+        isa.dma_copy(dst=dst, src=value)
+        return
     if not isinstance(dst, Tensor) or dst.buf.memory != "hbm":
         mem = dst.buf.memory if isinstance(dst, Tensor) else type(dst).__name__
         raise rules.MemoryRuleError(f"Expected operand 'dst' of 'store' to be in address space 'hbm', but got a "

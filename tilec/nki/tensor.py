@@ -83,6 +83,10 @@ class Tensor:
     # ---- indexing ----
     def __getitem__(self, key: object) -> "Tensor":
         key = key if isinstance(key, tuple) else (key,)
+        if key and isinstance(key[0], Tensor):
+            from tilec.nki.indirect import Indirect
+
+            return Indirect(self, key[0], key[1:])
         if any(isinstance(k, IndexExpr) for k in key):
             return self._advanced(key)
         return self._basic(key)
