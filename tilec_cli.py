@@ -397,7 +397,11 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tilec", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="tilec",
+        description="Compile loop nests (.tl) to NKI kernels for AWS Trainium; run NKI kernels on a CPU interpreter;"
+        " estimate their latency on a Trainium2 NeuronCore.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help, add_args, run in COMMANDS:
         p = sub.add_parser(name, help=help, description=help)

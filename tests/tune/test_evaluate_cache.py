@@ -89,13 +89,22 @@ def slow_outcome(job: Job, schedule: str) -> Outcome:
     return Outcome(float(n * 10), error=job.target)
 
 
-def test_parallel_evaluation_keeps_input_order():
+def text_outcome(job: Job, schedule: str) -> Outcome:
+    """A deterministic latency from the schedule text alone (for comparing serial and parallel searches)."""
+    return Outcome(float(sum(map(ord, schedule)) % 97 + len(schedule)))
+
+
+def test_parallel_evaluation_keeps_input_order_and_search_results():
     model = ModelEvaluator(jobs=2, outcome=slow_outcome)
     try:
         got = model.evaluate(JOB, ["0", "1", "2", "3"])
+        model.outcome = text_outcome
+        parallel, _ = search(SPACE, CachedCost(JOB, model, None), budget=20, seed=9)
     finally:
         model.close()
     assert [o.us for o in got] == [0.0, 10.0, 20.0, 30.0] and {o.error for o in got} == {"trn2"}
+    serial, _ = search(SPACE, CachedCost(JOB, ModelEvaluator(jobs=1, outcome=text_outcome), None), budget=20, seed=9)
+    assert [(t.schedule, t.cost) for t in parallel] == [(t.schedule, t.cost) for t in serial]
 
 
 def test_hardware_evaluator_reranks_the_model_top_k_by_measured_p99():

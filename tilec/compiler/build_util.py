@@ -19,15 +19,16 @@ def sl(start: Aff | int, size: int, step: int = 1, name: str = "") -> Sl:
     return Sl(start if isinstance(start, Aff) else Aff((), start), size, step, name)
 
 
-def map_aff(node, fn):
-    """Rebuild an IR node with every Aff replaced by fn(aff)."""
+def map_aff(node, fn, sl_fn=None):
+    """Rebuild an IR node with every Aff replaced by fn(aff) (and every slice by sl_fn(slice), if given)."""
     if isinstance(node, Aff):
         return fn(node)
     if isinstance(node, tuple):
-        return tuple(map_aff(x, fn) for x in node)
+        return tuple(map_aff(x, fn, sl_fn) for x in node)
     if dataclasses.is_dataclass(node) and not isinstance(node, (Buf, Term)):
-        changes = {f.name: map_aff(getattr(node, f.name), fn) for f in dataclasses.fields(node)}
-        return dataclasses.replace(node, **changes)
+        changes = {f.name: map_aff(getattr(node, f.name), fn, sl_fn) for f in dataclasses.fields(node)}
+        node = dataclasses.replace(node, **changes)
+        return sl_fn(node) if sl_fn is not None and isinstance(node, Sl) else node
     return node
 
 

@@ -72,9 +72,13 @@ def _unroll(body: tuple[Stmt, ...], names: set[str]) -> tuple[Stmt, ...]:
 
 
 def rename_consts(stmts: list[Stmt], prefix: str) -> list[Stmt]:
+    """Prefix every named constant (in index terms and slice sizes): two ops in one kernel keep their own."""
     def fn(x: Aff) -> Aff:
         return Aff(tuple(Term(t.var, t.coef, prefix + t.name if t.name else "") for t in x.terms), x.const)
-    return list(map_aff(tuple(stmts), fn))
+
+    def sl_fn(x: ir.Sl) -> ir.Sl:
+        return replace(x, name=prefix + x.name) if x.name else x
+    return list(map_aff(tuple(stmts), fn, sl_fn))
 
 
 def peak_usage(body: tuple[Stmt, ...]) -> tuple[int, int]:

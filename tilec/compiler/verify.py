@@ -27,6 +27,7 @@ class _Verifier:
         raise InternalError(f"IR verifier after `{self.stage}`: {msg}")
 
     def run(self) -> None:
+        self.consts = dict(self.k.consts)
         scope = {b.name: b for b in (*self.k.params, *self.k.outputs)}
         self.body(self.k.body, {}, scope, 0, 0)
 
@@ -127,10 +128,20 @@ class _Verifier:
             self.fail(f"{v.buf.name} indexed with {len(v.idx)} indices, has {len(v.buf.shape)} dims")
         for dim, (i, n) in enumerate(zip(v.idx, v.buf.shape)):
             start = i.start if isinstance(i, Sl) else i
+            self.names(start, i)
             lo, hi = self.range(start, loops)
             last = hi + ((i.size - 1) * i.step if isinstance(i, Sl) else 0)
             if lo < 0 or last >= n:
                 self.fail(f"{v.buf.name} dim {dim} index range [{lo}, {last}] outside [0, {n})")
+
+    def names(self, start: Aff, i) -> None:
+        """A named constant in an index must exist and stand for the value it replaces."""
+        named = [(t.name, t.coef) for t in start.terms if t.name]
+        if isinstance(i, Sl) and i.name:
+            named.append((i.name, i.size))
+        for name, value in named:
+            if self.consts.get(name) != value:
+                self.fail(f"index uses constant {name} = {value}, the kernel defines {self.consts.get(name)}")
 
     def range(self, x: Aff, loops: dict[str, int]) -> tuple[int, int]:
         lo = hi = x.const

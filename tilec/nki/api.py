@@ -35,9 +35,10 @@ def simulate_traced(kernel_fn: object, *arrays: object, target: str | None = Non
 _loaded: dict[tuple[str, int], object] = {}  # (path, mtime) -> module: a file is executed once until it changes
 
 
-def load_kernel_file(path: str | pathlib.Path, name: str) -> object:
-    """Import `path` as a module (with `import neuronxcc.nki` served by tilec if needed) and return `name`."""
-    shim.install()
+def load_kernel_file(path: str | pathlib.Path, name: str, force_interpreter: bool = False) -> object:
+    """Import `path` as a module (with `import neuronxcc.nki` served by tilec if needed) and return `name`.
+    force_interpreter=True serves tilec's interpreter even where the real neuronxcc is installed."""
+    shim.install(force=True if force_interpreter else None)
     path = pathlib.Path(path).resolve()
     if not path.is_file():
         raise NkiError(f"kernel file {path} does not exist", "kernel_file", None)
@@ -88,7 +89,8 @@ def parse_shape_spec(spec: str) -> tuple[str, tuple[tuple[int, ...], str]]:
 
 
 def run_file(path: str, kernel: str, inputs: dict[str, object], target: str | None = None) -> tuple[object, Trace]:
-    fn = load_kernel_file(path, kernel)
+    """What `tilec nki-run` does: always on tilec's interpreter, also where neuronxcc is installed."""
+    fn = load_kernel_file(path, kernel, force_interpreter=True)
     params = kernel_params(fn)
     missing = [p for p in params if p not in inputs and
                inspect.signature(as_kernel(fn).func).parameters[p].default is inspect.Parameter.empty]

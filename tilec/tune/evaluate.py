@@ -25,7 +25,7 @@ from typing import Callable, Protocol
 import ml_dtypes
 import numpy as np
 
-from tilec.errors import InternalError, KernelError, TilecError
+from tilec.errors import KernelError, TilecError
 
 INF = math.inf
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -102,7 +102,7 @@ def model_outcome(job: Job, schedule: str, kernel_cache: str | None = None) -> O
         est = estimate(trace, job.target)
     except (TilecError, KernelError) as err:
         return Outcome(INF, error=first_line(err))
-    except (InternalError, Exception) as err:  # a bug elsewhere must not end the search; it is reported
+    except Exception as err:  # a compiler or interpreter bug must not end the search; it is reported
         return Outcome(INF, error=f"internal: {type(err).__name__}: {first_line(err)}")
     outcome = Outcome(float(est.total_us), float(getattr(est, "mfu", 0.0)))
     if cache:
@@ -116,7 +116,8 @@ def kernel_cache_entry(directory: str | None, job: Job, source: str):
         return None, ""
     from tilec.tune.cache import DiskCache  # the cache module imports this one; import late
     cache = DiskCache(directory)
-    return cache, cache.key(Job("", source, (), job.target), "", "model-kernel")
+    # the program and shapes stay in the key: the trace also depends on the input arrays' shapes
+    return cache, cache.key(Job("", job.program_text, job.shapes, job.target), source, "model-kernel")
 
 
 def first_line(err: BaseException) -> str:

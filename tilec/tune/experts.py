@@ -41,7 +41,7 @@ def conv_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
                    reverse=True)
     moving = f"buffers {op.tensor('moving')}"
     return [{k: 128, c: 128, x: tx, y: rows, f"split {op.ref('y')}": b, moving: bufs}
-            for b in bands for bufs in (None, 3)]
+            for b in (bands or [None]) for bufs in (None, 3)]  # no bands: a matmul (one spatial dim)
 
 
 def transpose_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:

@@ -94,7 +94,7 @@ def parse_defaults(schedule_text: str, ops: list[OpView]) -> None:
         op = by_name.get(target)
         if op is None:
             continue
-        roles = {v: r for r, v in op.vars.items()}
+        roles = {v: r for r, v in op.vars.items() if not r.startswith("pool_")}  # a fused pool shares `n`
         if name in ("tile", "split") and len(args) == 2 and args[1].isdigit():
             op.defaults[(name, roles.get(var, var))] = int(args[1])
         elif name == "reorder":
