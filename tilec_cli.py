@@ -58,26 +58,35 @@ def _nki_run(args: argparse.Namespace) -> int:
 
     from tilec.nki import api as nki_api
 
-    inputs: dict[str, object] = {}
-    if args.inputs:
-        with np.load(args.inputs) as data:
-            inputs.update({k: data[k] for k in data.files})
+    inputs: dict[str, object] = _load_npz(args.inputs) if args.inputs else {}
     try:
         specs = dict(nki_api.parse_shape_spec(s) for s in args.shape or [])
     except ValueError as err:
         raise TilecError(str(err), hint="e.g. --shape a=128x512:float16") from None
     inputs.update(nki_api.random_inputs(specs, args.seed))
-    for item in args.arg or []:
-        key, _, value = item.partition("=")
-        inputs[key] = float(value) if "." in value else int(value)
+    inputs.update(_scalar_args(args.arg))
     outputs, trace = nki_api.run_file(args.file, args.kernel, inputs, target=args.target)
     if args.trace:
         print(nki_api.format_trace(trace))
-    print(nki_api.summary(args.kernel, outputs, trace))
+    print(nki_api.summary(args.kernel, outputs, trace, inputs))
     if args.out:
-        np.savez(args.out, **nki_api.named_outputs(outputs))
+        _save_npz(args.out, {**nki_api.named_outputs(outputs), **nki_api.written_arguments(trace, inputs)})
         print(f"outputs saved to {args.out}")
     return 0
+
+
+def _scalar_args(items: list[str] | None) -> dict[str, int | float]:
+    """--arg pool_size=2 --arg eps=1e-5 -> {"pool_size": 2, "eps": 1e-05}."""
+    out: dict[str, int | float] = {}
+    for item in items or []:
+        key, _, value = item.partition("=")
+        try:
+            out[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+        except ValueError:
+            raise TilecError(f"bad --arg {item!r}", hint="write --arg NAME=NUMBER, e.g. --arg pool_size=2") from None
+        if not key.isidentifier():
+            raise TilecError(f"bad --arg {item!r}", hint="write --arg NAME=NUMBER, e.g. --arg pool_size=2")
+    return out
 
 
 # ---- check, run, fmt (LANG, issue 2) -----------------------------------------------------------------------------
@@ -119,13 +128,34 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load_npz(path: str) -> dict:
+    """An .npz file of named arrays; any problem with it is the user's, reported without a traceback."""
+    import numpy as np
+
+    hint = "give an .npz file written by numpy.savez(path, name=array, ...)"
+    try:
+        data = np.load(path)
+        if not hasattr(data, "files"):
+            raise ValueError("it holds a single array, not named arrays")
+        with data:
+            return {name: data[name] for name in data.files}
+    except FileNotFoundError:
+        raise TilecError(f"no such file: {path}", hint=hint) from None
+    except ValueError as err:
+        if "pickled" in str(err):
+            err = "not an .npz archive of numeric arrays"
+        raise TilecError(f"cannot read inputs from {path}: {err}", hint=hint) from None
+    except (OSError, EOFError) as err:
+        raise TilecError(f"cannot read inputs from {path}: {err}", hint=hint) from None
+
+
+def _save_npz(path: str, arrays: dict) -> None:
     import numpy as np
 
     try:
-        with np.load(path) as data:
-            return {name: data[name] for name in data.files}
-    except (OSError, ValueError) as err:
-        raise TilecError(f"cannot read inputs from {path}: {err}", hint="give an .npz file written by numpy.savez")
+        np.savez(path, **arrays)
+    except OSError as err:
+        raise TilecError(f"cannot write {path}: {err.strerror or err}",
+                         hint="give a writable path in an existing directory") from None
 
 
 def _checksum(array) -> str:
@@ -152,9 +182,7 @@ def run_run(args: argparse.Namespace) -> int:
     for name, array in outputs.items():
         print(f"output {_shape_text(bound.tensors[name])}  {_checksum(array)}")
     if args.out:
-        import numpy as np
-
-        np.savez(args.out, **outputs)
+        _save_npz(args.out, outputs)
         print(f"wrote {args.out}")
     return 0
 
@@ -253,10 +281,11 @@ def _tune_run(args: argparse.Namespace) -> int:
 def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="an NKI kernel file (.py) or a tilec program (.tl)")
     p.add_argument("--kernel", help="the kernel function in FILE.py")
-    p.add_argument("--inputs", metavar="IN.npz", help="input arrays, in the kernel's parameter order")
-    p.add_argument("--shape", action="append", metavar="D0xD1..[:DTYPE]",
-                   help="a random input of this shape (repeat, in parameter order), e.g. 128x25600:float16")
-    p.add_argument("--arg", action="append", metavar="NAME=INT", help="an integer keyword argument, e.g. pool_size=2")
+    p.add_argument("--inputs", metavar="IN.npz",
+                   help="input arrays named after the kernel's parameters (else taken in parameter order)")
+    p.add_argument("--shape", action="append", metavar="[NAME=]D0xD1..[:DTYPE]",
+                   help="a random input (repeat; unnamed ones go in parameter order), e.g. 128x25600:float16")
+    p.add_argument("--arg", action="append", metavar="NAME=VALUE", help="a scalar keyword argument, e.g. pool_size=2")
     p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="a size of a .tl program")
     p.add_argument("--target", help="modelled NeuronCore, trn2 or trn1 (default: the kernel's platform target)")
     p.add_argument("--html", metavar="OUT.html", help="timeline picture (default <name>.timeline.html)")
@@ -290,37 +319,45 @@ def _profile_run(args: argparse.Namespace) -> int:
 def _profile_trace_py(path, args: argparse.Namespace):
     import inspect
 
-    import numpy as np
-
-    from tilec.nki.api import load_kernel_file, simulate_traced
+    from tilec.nki import api as nki_api
 
     if not args.kernel:
         raise TilecError("profiling a .py file needs --kernel NAME", hint="e.g. --kernel vector_add_stream")
     if bool(args.inputs) == bool(args.shape):
         raise TilecError("give the inputs as --inputs IN.npz or as --shape ... (one of them)")
+    kernel = nki_api.load_kernel_file(str(path), args.kernel)
+    params = list(inspect.signature(getattr(kernel, "func", kernel)).parameters)
     if args.inputs:
-        with np.load(args.inputs) as npz:
-            arrays = [npz[k] for k in npz.files]
+        inputs = _by_parameter(_load_npz(args.inputs), params)
     else:
-        rng = np.random.default_rng(0)
-        arrays = [rng.random(dims).astype(dtype) for dims, dtype in map(_parse_shape, args.shape)]
-    kwargs = parse_defines(args.arg)
-    kernel = load_kernel_file(str(path), args.kernel)
-    signature = inspect.signature(getattr(kernel, "func", kernel))
-    try:
-        signature.bind(*arrays, **kwargs)
-    except TypeError as err:
-        raise TilecError(f"kernel {args.kernel}: {err}", hint=f"its parameters: {', '.join(signature.parameters)}")
-    _, trace = simulate_traced(kernel, *arrays, **kwargs)
+        inputs = nki_api.random_inputs(dict(_profile_shape(text, params, i) for i, text in enumerate(args.shape)))
+    inputs.update(_scalar_args(args.arg))
+    _, trace = nki_api.run_file(str(path), args.kernel, inputs)
     return trace, path.read_text()
 
 
-def _parse_shape(text: str) -> tuple[tuple[int, ...], str]:
-    dims, _, dtype = text.partition(":")
-    parts = dims.split("x")
-    if not all(p.isdigit() and int(p) > 0 for p in parts) or dtype not in ("", "float32", "float16", "bfloat16"):
-        raise TilecError(f"bad --shape {text!r}", hint="write e.g. --shape 256x256x3x3:float16 (dtype optional)")
-    return tuple(int(p) for p in parts), dtype or "float32"
+def _by_parameter(arrays: dict, params: list[str]) -> dict:
+    """Arrays named after the kernel's parameters stay so; otherwise they are taken in parameter order."""
+    if set(arrays) <= set(params):
+        return arrays
+    if len(arrays) > len(params):
+        raise TilecError(f"{len(arrays)} input arrays for {len(params)} kernel parameters ({', '.join(params)})")
+    return dict(zip(params, arrays.values()))
+
+
+def _profile_shape(text: str, params: list[str], index: int) -> tuple[str, tuple[tuple[int, ...], str]]:
+    """--shape NAME=128x512:float16, or 128x512:float16 for the next parameter in order."""
+    from tilec.nki.api import parse_shape_spec
+
+    if "=" not in text:
+        if index >= len(params):
+            raise TilecError(f"more --shape options than kernel parameters ({', '.join(params)})")
+        text = f"{params[index]}={text}"
+    try:
+        return parse_shape_spec(text)
+    except ValueError as err:
+        raise TilecError(f"bad --shape {text!r}: {err}",
+                         hint="write e.g. --shape 256x256x3x3:float16 or --shape w=256x256x3x3:float16") from None
 
 
 def _profile_trace_tl(path, defines: dict[str, int]):

@@ -241,3 +241,22 @@ def gather_out_of_bounds(table, idx, skip):
     res = nl.ndarray(out.shape, out.dtype, buffer=nl.shared_hbm)
     nl.store(res, out)
     return res
+
+
+@nki.jit
+def matmul_ragged_k(a, b):
+    """a.T @ b for a contraction K that is not a multiple of 128: the last K tile masks its partitions, on the
+    loads and on the matmul operands (NKI's operand masking)."""
+    K, M = a.shape
+    _, N = b.shape
+    out = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((M, N), nl.float32, buffer=nl.psum)
+    i_p = nl.arange(128)[:, None]
+    i_m = nl.arange(M)[None, :]
+    i_n = nl.arange(N)[None, :]
+    for k in nl.affine_range((K + 127) // 128):
+        at = nl.load(a[k * 128 + i_p, i_m], mask=(k * 128 + i_p < K))
+        bt = nl.load(b[k * 128 + i_p, i_n], mask=(k * 128 + i_p < K))
+        acc += nisa.nc_matmul(at[i_p, i_m], bt[i_p, i_n], mask=(k * 128 + i_p < K))
+    nl.store(out, nl.copy(acc))
+    return out

@@ -316,3 +316,36 @@ def psum_accumulate_affine(a):
 
 def api_outside_kernel():
     return nl.ndarray((128, 64), nl.float32)  # <- OUTSIDE
+
+
+@nki.jit
+def partition_start_misaligned(a):
+    out = nl.ndarray((32, 64), a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    r = nl.exp(t[16:48, :])  # <- PARTITION_START
+    nl.store(out, r)
+    return out
+
+
+@nki.jit
+def partition_start_half_at_32(a):
+    out = nl.ndarray((64, 64), a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    r = nl.ndarray((64, 64), a.dtype, buffer=nl.sbuf)
+    r[...] = nl.add(t[32:96, :], t[0:64, :])  # <- PARTITION_START_64
+    nl.store(out, r)
+    return out
+
+
+@nki.jit
+def partition_start_aligned_quadrants(a):
+    # every start the quadrant wiring allows: 64 rows at 64, 32 rows at 32 and 96, 1 row at 96, 128 rows at 0
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    r = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    r[0:64, :] = nl.multiply(t[64:128, :], 1.0)
+    r[64:96, :] = nl.copy(t[32:64, :])
+    r[96:128, :] = nl.copy(t[96:128, :])
+    r[96:97, :] = nl.copy(t[96:97, :])
+    nl.store(out, r)
+    return out

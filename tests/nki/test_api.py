@@ -193,3 +193,12 @@ def test_indirect_out_of_bounds_raises_index_error_or_skips() -> None:
     out = api.simulate(k.gather_out_of_bounds, table, idx, True)
     np.testing.assert_array_equal(out[:64], table)
     np.testing.assert_array_equal(out[64:], np.zeros((64, 8), F32))  # skipped rows keep their old values
+
+
+@pytest.mark.parametrize("m", [64, 128])  # M = 128 makes a (K, 1) mask also fit the output: still the K rows
+def test_matmul_operand_mask_on_ragged_contraction(m: int) -> None:
+    a = RNG.random((200, m), dtype=F32)
+    b = RNG.random((200, 256), dtype=F32)
+    out = k.matmul_ragged_k(a, b)
+    # 200 exact fp32 products of values < 1 summed in fp32: relative error well under 1e-5
+    np.testing.assert_allclose(out, a.astype(np.float64).T @ b.astype(np.float64), rtol=1e-5, atol=0)

@@ -104,6 +104,12 @@ CASES = [
     ("operator_partition_broadcast", (S,), "OPERATOR_BROADCAST", rules.NkiSyntaxError,
      "operator '+' does not broadcast along the partition dimension: shapes (128, 64) and (1, 64) "
      "[operator_partition_broadcast]"),
+    ("partition_start_misaligned", (S,), "PARTITION_START", rules.NkiSyntaxError,
+     "operand 'data' of 'activation' starts at partition 16; an access of 32 partition(s) must start at partition "
+     "0 or 32 or 64 or 96 [partition_start_alignment]"),
+    ("partition_start_half_at_32", (S,), "PARTITION_START_64", rules.NkiSyntaxError,
+     "operand 'data1' of 'tensor_tensor' starts at partition 32; an access of 64 partition(s) must start at "
+     "partition 0 or 64 [partition_start_alignment]"),
 ]
 
 
@@ -134,6 +140,7 @@ def test_api_outside_kernel() -> None:
     ("sequential_read_after_write", (S,)),  # the same carried dependence is fine in a sequential_range
     ("affine_strided_disjoint", (S,)),  # interleaved columns: bounding boxes overlap, elements do not
     ("psum_accumulate_affine", (A,)),  # `acc += nc_matmul` across affine iterations is the documented idiom
+    ("partition_start_aligned_quadrants", (S,)),  # starts 0, 32, 64, 96 with the counts that allow them
 ])
 def test_legal_lookalikes_pass(name: str, args: tuple) -> None:
     out = api.simulate(getattr(bk, name), *args)
@@ -144,6 +151,8 @@ def test_legal_lookalikes_pass(name: str, args: tuple) -> None:
         np.testing.assert_array_equal(out, expected)
     if name == "affine_strided_disjoint":
         np.testing.assert_array_equal(out, S)
+    if name == "partition_start_aligned_quadrants":
+        np.testing.assert_array_equal(out, np.concatenate([S[64:128], S[32:64], S[96:128]]))
     if name == "psum_accumulate_affine":
         ref = sum(A[:, k * 128:(k + 1) * 128].astype(np.float64).T @ A[:, 0:128] for k in range(4))
         np.testing.assert_allclose(out, ref, rtol=1e-5)

@@ -95,7 +95,7 @@ def test_cli_profile_prints_summary_and_writes_timeline(tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     (["--shape", "25600"], "needs --kernel"),
-    (["--kernel", "vector_add_stream", "--shape", "25600"], "missing a required argument: 'b_vec'"),
+    (["--kernel", "vector_add_stream", "--shape", "25600"], "no input given for kernel parameter(s) b_vec"),
     (["--kernel", "vector_add_stream", "--shape", "25600x", "--shape", "3"], "bad --shape"),
 ])
 def test_cli_profile_user_mistake_is_an_error_not_a_traceback(extra, message):

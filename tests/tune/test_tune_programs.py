@@ -36,6 +36,10 @@ def test_conv_space_knobs_follow_the_program_and_hardware_limits(conv_space):
     assert set(values["tile conv.x"]) <= {2, 4, 8, 16}  # divisors of Wo = 16, multiples of the pool width
     assert {"place conv", "buffers X", "hoist Wt", "hoist X"} <= set(names)
     assert conv_space.check(conv_space.default_point()) is None
+    # the default point is the compiler's default schedule written out: the same kernel
+    default = compile_job(Job.of(str(EXAMPLES / "conv_bias_maxpool.tl"), SMALL_CONV), None).source
+    assert compile_job(Job.of(str(EXAMPLES / "conv_bias_maxpool.tl"), SMALL_CONV),
+                       conv_space.render(conv_space.default_point())).source == default
     assert all(conv_space.check(p) is None for p in conv_space.experts)
 
 

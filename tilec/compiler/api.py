@@ -35,7 +35,7 @@ def read_schedule(schedule: str | None):
     if schedule is None:
         return None
     path = pathlib.Path(schedule)
-    if "\n" not in schedule and path.suffix and path.is_file():
+    if "\n" not in schedule and path.exists() and not path.is_dir():
         return lang.parse_schedule(path.read_text(), str(path))
     if "\n" not in schedule and path.suffix in (".sched", ".schedule", ".txt", ".tls"):
         raise TilecError(f"no such schedule file: {schedule}")
@@ -119,16 +119,32 @@ def run_source(source: str, name: str, program, arrays: tuple, named: dict, trac
 
 def explain(c: Compiled) -> str:
     """Operations selected, the schedule applied (as directives), buffer placement and memory per partition."""
-    from tilec.compiler.schedule import plan_directives, print_schedule
-
     out = [f"program {c.program.path}: kernel {c.kernel_name}", "", "operations:"]
     out += ["  " + line for line in c.stages["select"].splitlines()]
-    out += ["", "schedule applied:"]
-    for op, plan in zip(c.result.ops, c.result.plans):
-        out += ["  " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
+    out += ["", "schedule applied (as directives, after each op's resolved plan):"]
+    out += ["  " + line for line in c.stages["schedule"].splitlines()]
+    out += ["", "tensor placement:"] + ["  " + line for line in _placement(c)]
     out += ["", "buffers (allocate):"]
     out += ["  " + line for line in c.stages["allocate"].splitlines()]
     return "\n".join(out) + "\n"
+
+
+def _placement(c: Compiled) -> list[str]:
+    from tilec.compiler.ir import Alloc, walk
+
+    in_hbm = {s.buf.name for s in walk(c.result.kernel.body) if isinstance(s, Alloc) and s.buf.memory == "hbm"}
+    fused_into = {name: op.out for op in c.result.ops for name in getattr(op, "fused", ()) if name != op.out}
+    fused_into.update({op.name: op.out for op in c.result.ops if op.name != op.out})
+    lines = []
+    for name, t in c.program.tensors.items():
+        if t.kind != "temp":
+            where = f"HBM ({t.kind})"
+        elif name in in_hbm:
+            where = "HBM scratch (not fused: written, then read back)"
+        else:
+            where = f"never in HBM: fused into {fused_into.get(name, '?')} (PSUM accumulators, SBUF epilogue tiles)"
+        lines.append(f"{name:<12} {where}")
+    return lines
 
 
 __all__ = ["Compiled", "STAGES", "compile_file", "compile_loaded", "explain"]

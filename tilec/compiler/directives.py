@@ -177,7 +177,7 @@ def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     return plan
 
 
-def apply_fusion(op: Op, plan: Plan, d: sx.Directive, dtypes: dict[str, str]) -> Plan:
+def apply_fusion(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     """compute_at conv, Y.i | Y.n | root  and  place conv, sbuf | hbm  (golden: directives/place_hbm.txt).
 
     Before (fused):  act conv_act <- acc + b ; maximum ... ; dma Y[..] <- Y_band       conv never reaches HBM
@@ -200,11 +200,11 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, dtypes: dict[str, str]) ->
         if role == "pool_j":  # one pooled element per matmul group: a wy x wx window of conv
             return replace(plan, fused=True, rows=wy, tile_x=wx)
         if role in ("pool_b", "n"):
-            return _fuse_whole_image(op, plan, d, dtypes)
+            return _fuse_whole_image(op, plan, d)
     raise bad(d, f"`{d.name}` takes sbuf|hbm, root, or a loop of the consumer (e.g. {op.out}.i)")
 
 
-def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d, dtypes) -> ConvPlan:
+def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive) -> ConvPlan:
     ho, wo = op.dim("Ho"), op.dim("Wo")
     live = ho * wo * 4  # the fp32 conv rows of one image and out-channel tile, before pooling
     if live > PSUM_BANK * 8 and live > SBUF_BUDGET // 2:
@@ -301,7 +301,7 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
                       "directives: " + ", ".join(sorted([*APPLY, "compute_at", "place"])))
         op = op_for(d, ops)
         if d.name in ("compute_at", "place"):
-            plans[op.name] = apply_fusion(op, plans[op.name], d, dtypes)
+            plans[op.name] = apply_fusion(op, plans[op.name], d)
         else:
             plans[op.name] = APPLY[d.name](op, plans[op.name], d)
     return tuple(plans[op.name] for op in ops)

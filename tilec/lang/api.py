@@ -61,15 +61,32 @@ def parse_schedule(text: str, filename: str = "<string>") -> tuple[s.Directive, 
 
 
 def _read(path_or_text: str | pathlib.Path) -> tuple[str, str]:
-    if isinstance(path_or_text, pathlib.Path) or (
-            "\n" not in path_or_text and pathlib.Path(path_or_text).suffix == ".tl"):
-        path = pathlib.Path(path_or_text)
-        if not path.is_file():
-            raise TilecError(f"no such file: {path}", None, "give the path of a .tl program")
+    """A Path, a str ending in .tl or naming an existing file or directory is read as a file; other text is source."""
+    if isinstance(path_or_text, str):
+        looks_like_path = "\n" not in path_or_text and (
+            path_or_text.endswith(".tl") or _exists(path_or_text))
+        if not looks_like_path:
+            return path_or_text, "<string>"
+    return _read_file(pathlib.Path(path_or_text))
+
+
+def _exists(name: str) -> bool:
+    try:
+        return pathlib.Path(name).exists()
+    except (OSError, ValueError):  # e.g. a one-line program text longer than a file name may be
+        return False
+
+
+def _read_file(path: pathlib.Path) -> tuple[str, str]:
+    if path.is_dir():
+        raise TilecError(f"{path} is a directory", None, "give the path of a .tl program inside it")
+    if not path.is_file():
+        raise TilecError(f"no such file: {path}", None, "give the path of a .tl program")
+    try:
         return path.read_text(), str(path)
-    if "\n" not in path_or_text and pathlib.Path(path_or_text).is_file():
-        return pathlib.Path(path_or_text).read_text(), path_or_text
-    return path_or_text, "<string>"
+    except (OSError, UnicodeDecodeError) as err:
+        raise TilecError(f"cannot read {path} as a .tl program: {err}", None,
+                         "give the path of a .tl program (UTF-8 text)") from None
 
 
 def load(path_or_text: str | pathlib.Path, defines: dict[str, int] | None = None) -> Program:

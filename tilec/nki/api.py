@@ -17,6 +17,7 @@ import numpy as np
 
 from tilec.nki import dtypes, shim
 from tilec.nki.kernel import as_kernel, run_kernel
+from tilec.errors import KernelError
 from tilec.nki.rules import NkiError
 from tilec.trace import Trace
 
@@ -40,32 +41,51 @@ def load_kernel_file(path: str | pathlib.Path, name: str, force_interpreter: boo
     force_interpreter=True serves tilec's interpreter even where the real neuronxcc is installed."""
     shim.install(force=True if force_interpreter else None)
     path = pathlib.Path(path).resolve()
-    if not path.is_file():
-        raise NkiError(f"kernel file {path} does not exist", "kernel_file", None)
+    _check_kernel_path(path)
     key = (str(path), path.stat().st_mtime_ns)
     module = _loaded.get(key)
     if module is None:
-        module_name = f"tilec_kernel_{path.stem}_{abs(hash(str(path))) % 10**8}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-        _loaded[key] = module
-    if not hasattr(module, name):
+        module = _loaded[key] = _import_file(path)
+    if not callable(getattr(module, name, None)):
         found = [k for k, v in vars(module).items() if _is_kernel(v)]
-        raise NkiError(f"{path.name} has no kernel named '{name}'", "kernel_name", (str(path), 0),
-                       f"kernels in the file: {', '.join(found) or 'none'}")
+        raise NkiError(f"{path.name} has no kernel named '{name}'", "kernel_name", None,
+                       f"kernels in {path}: {', '.join(found) or 'none'}", hint="pick one with --kernel NAME")
     return getattr(module, name)
+
+
+def _check_kernel_path(path: pathlib.Path) -> None:
+    if not path.is_file():
+        raise NkiError(f"kernel file {path} does not exist", "kernel_file", None,
+                       hint="give the path of a Python file with @nki.jit kernels")
+    if path.suffix != ".py":
+        hint = ("a .tl program runs with `tilec run`, or compile it with `tilec compile`" if path.suffix == ".tl"
+                else "NKI kernels live in .py files")
+        raise NkiError(f"{path.name} is not a Python file", "kernel_file", None, hint=hint)
+
+
+def _import_file(path: pathlib.Path) -> object:
+    """Execute a kernel file as a module; an error in it is reported at its file:line, without a traceback."""
+    module_name = f"tilec_kernel_{path.stem}_{abs(hash(str(path))) % 10**8}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise NkiError(f"syntax error in the kernel file: {exc.msg}", "kernel_file",
+                       (exc.filename or str(path), exc.lineno or 0)) from None
+    except KernelError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (whatever the user's module raises is the user's to fix)
+        raise NkiError(f"importing the kernel file raised {type(exc).__name__}: {exc}", "kernel_file",
+                       _kernel_frame(exc, str(path)) or (str(path), 0)) from None
+    return module
 
 
 def _is_kernel(value: object) -> bool:
     from tilec.nki.kernel import Kernel
 
     return isinstance(value, Kernel)
-
-
-def kernel_params(kernel: object) -> list[str]:
-    return list(inspect.signature(as_kernel(kernel).func).parameters)
 
 
 def random_inputs(specs: dict[str, tuple[tuple[int, ...], str]], seed: int = 0) -> dict[str, np.ndarray]:
@@ -84,27 +104,48 @@ def parse_shape_spec(spec: str) -> tuple[str, tuple[tuple[int, ...], str]]:
     dims, _, dtype = rest.partition(":")
     if not name.isidentifier() or not dims:
         raise ValueError(f"bad shape spec {spec!r}; write NAME=DIMxDIM[:dtype], e.g. a=128x512:float16")
-    shape = tuple(int(d) for d in dims.lower().split("x"))
-    return name, (shape, dtype or "float32")
+    parts = dims.lower().split("x")
+    if not all(d.isdigit() and int(d) > 0 for d in parts):
+        raise ValueError(f"bad shape {dims!r} in {spec!r}; dimensions are positive integers joined by 'x'")
+    try:
+        dtypes.as_dtype(dtype or "float32")
+    except TypeError:
+        raise ValueError(f"unknown dtype {dtype!r} in {spec!r}; use float32, float16, bfloat16, float8_e4m3, "
+                         "int32, ...") from None
+    return name, (tuple(int(d) for d in parts), dtype or "float32")
 
 
 def run_file(path: str, kernel: str, inputs: dict[str, object], target: str | None = None) -> tuple[object, Trace]:
     """What `tilec nki-run` does: always on tilec's interpreter, also where neuronxcc is installed."""
     fn = load_kernel_file(path, kernel, force_interpreter=True)
-    params = kernel_params(fn)
-    missing = [p for p in params if p not in inputs and
-               inspect.signature(as_kernel(fn).func).parameters[p].default is inspect.Parameter.empty]
-    if missing:
-        raise NkiError(f"no input given for kernel parameter(s) {', '.join(missing)}", "kernel_inputs",
-                       None, f"kernel {kernel}({', '.join(params)})")
-    args = {p: inputs[p] for p in params if p in inputs}
+    _check_inputs(fn, kernel, inputs)
     try:
-        return simulate_traced(fn, target=target, **args)
-    except (AssertionError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as exc:
-        if isinstance(exc, NkiError):
-            raise
+        return simulate_traced(fn, target=target, **inputs)
+    except KernelError:
+        raise
+    except _USER_ERRORS as exc:
         raise NkiError(f"the kernel raised {type(exc).__name__}: {exc}", "kernel_exception",
                        _kernel_frame(exc, path)) from exc
+
+
+# what a kernel's own Python code raises when it is given inputs it does not expect (its asserts, unpacking, ...)
+_USER_ERRORS = (ArithmeticError, AssertionError, AttributeError, LookupError, NameError, RecursionError, TypeError,
+                ValueError)
+
+
+def _check_inputs(fn: object, kernel: str, inputs: dict[str, object]) -> None:
+    """Every parameter without a default has an input, and every input names a parameter."""
+    params = inspect.signature(as_kernel(fn).func).parameters
+    signature = f"kernel {kernel}({', '.join(params)}); given: {', '.join(inputs) or 'nothing'}"
+    missing = [p for p, v in params.items() if p not in inputs and v.default is inspect.Parameter.empty
+               and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)]
+    if missing:
+        raise NkiError(f"no input given for kernel parameter(s) {', '.join(missing)}", "kernel_inputs", None,
+                       signature, hint="name each input after its parameter (--shape NAME=AxB, or .npz keys)")
+    unknown = [n for n in inputs if n not in params]
+    if unknown and not any(v.kind == v.VAR_KEYWORD for v in params.values()):
+        raise NkiError(f"kernel {kernel} has no parameter(s) {', '.join(unknown)}", "kernel_inputs", None,
+                       signature, hint="name each input after its parameter (--shape NAME=AxB, or .npz keys)")
 
 
 def _kernel_frame(exc: BaseException, path: str) -> tuple[str, int] | None:
@@ -119,7 +160,7 @@ def _kernel_frame(exc: BaseException, path: str) -> tuple[str, int] | None:
     return where
 
 
-def summary(kernel: str, outputs: object, trace: Trace) -> str:
+def summary(kernel: str, outputs: object, trace: Trace, inputs: dict[str, object] | None = None) -> str:
     """A short human-readable report of one run: outputs and instruction counts per engine."""
     lines = [f"kernel {kernel}: {len(trace.instrs)} instructions on tilec's NKI interpreter ({trace.target})"]
     per_engine: dict[str, int] = {}
@@ -132,6 +173,8 @@ def summary(kernel: str, outputs: object, trace: Trace) -> str:
         lines.append(f"  dma bytes {sum(i.bytes for i in dma)} in {sum(i.dma_chunks for i in dma)} chunks")
     for name, arr in named_outputs(outputs).items():
         lines.append(f"  output {name}: shape {tuple(arr.shape)} {arr.dtype}")
+    for name, arr in written_arguments(trace, inputs or {}).items():
+        lines.append(f"  argument {name} (written by the kernel): shape {tuple(arr.shape)} {arr.dtype}")
     return "\n".join(lines)
 
 
@@ -141,6 +184,12 @@ def named_outputs(outputs: object) -> dict[str, np.ndarray]:
     if isinstance(outputs, (tuple, list)):
         return {f"out{i}": np.asarray(o) for i, o in enumerate(outputs) if isinstance(o, np.ndarray)}
     return {"out": np.asarray(outputs)} if isinstance(outputs, np.ndarray) else {}
+
+
+def written_arguments(trace: Trace, inputs: dict[str, object]) -> dict[str, np.ndarray]:
+    """The array arguments the kernel wrote in place (e.g. the tutorial matmul's `result`), by parameter name."""
+    written = {a.name for i in trace.instrs for a in i.writes if a.memory == "hbm"}
+    return {n: v for n, v in inputs.items() if n in written and isinstance(v, np.ndarray)}
 
 
 def format_trace(trace: Trace) -> str:

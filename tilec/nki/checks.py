@@ -88,6 +88,29 @@ def tile(t: object, api: str, role: str, where: tuple) -> None:
             f"'{t.buf.memory}' instead", "err_unsupported_memory", where, f"tensor {_desc(t)}",
             hint="load HBM data into SBUF first (nisa.dma_copy)")
     partition_first(t, api, role, where)
+    partition_start(t, api, role, where)
+
+
+# An engine access starts at a partition the quadrant wiring allows: 64 < P <= 128 -> 0; 32 < P <= 64 -> 0 or 64;
+# P <= 32 -> 0, 32, 64 or 96 (spec §1.6 [ARCH2, ALLOC]). DMA is not bound by it. Tiles are taken to start at
+# partition 0, so the offset of the view inside its tile is the start partition.
+def _allowed_starts(count: int) -> tuple[int, ...]:
+    return (0,) if count > 64 else (0, 64) if count > 32 else (0, 32, 64, 96)
+
+
+def partition_start(t: object, api: str, role: str, where: tuple) -> None:
+    ps = t.buf.pstride
+    if t.buf.memory == "hbm" or not t.shape or not ps or t.strides[0] == 0:
+        return  # a partition broadcast reads one partition; its wiring is the broadcast's own
+    start, count = t.off // ps, (t.shape[0] if t.strides[0] == ps else 1)
+    allowed = _allowed_starts(count)
+    if start not in allowed:
+        raise rules.NkiSyntaxError(
+            f"operand '{role}' of '{api}' starts at partition {start}; an access of {count} partition(s) must "
+            f"start at partition {' or '.join(map(str, allowed))}", "partition_start_alignment", where,
+            f"view of shape {tuple(t.shape)} of {_desc(t)}",
+            hint="engines reach partitions in quadrants of 32; use a separate tile for these rows, or move them "
+                 "to an allowed start with a DMA (nisa.dma_copy)")
 
 
 def partition_first(t: object, api: str, role: str, where: tuple) -> None:
@@ -193,6 +216,7 @@ def retarget(run: object, instr: object, dst: object, where: tuple) -> None:
     engine_writes(instr.engine, instr.op, dst, where)
     if dst.buf.memory != "hbm":
         partition_first(dst, instr.op, "dst", where)
+        partition_start(dst, instr.op, "dst", where)
 
 
 def assign_shapes(dst: object, src: object, where: tuple) -> None:

@@ -270,6 +270,8 @@ def _copy(run: Run, dst: Tensor, src: Tensor, where: tuple[str, int]) -> None:
 
         isa.dma_copy(dst=dst, src=src)
         return
+    checks.partition_start(src, "tensor_copy", "src", where)
+    checks.partition_start(dst, "tensor_copy", "dst", where)
     value = read(run, src, where)
     if src.size != dst.size:
         value = np.broadcast_to(value, dst.shape)

@@ -159,14 +159,41 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
         checks.engine_reads("tensor", t, "nc_matmul", role, where)
     checks.matmul(run, stationary, moving, where)
     k, m, n = stationary.shape[0], stationary.free_size, moving.free_size
-    s = core.f32(run, stationary, where).reshape(k, m)
-    mv = core.f32(run, moving, where).reshape(k, n)
-    value = (s.T @ mv).reshape((m,) + tuple(moving.shape[1:]))
-    out = core.result(run, value, F32, "psum", where, "matmul", mask=mask_array(mask, value.shape))
+    out_shape = (m,) + tuple(moving.shape[1:])
+    rows, out_mask = _matmul_mask(mask, k, out_shape, where)
+    s = _contraction_rows(run, stationary, rows, where).reshape(k, m)
+    mv = _contraction_rows(run, moving, rows, where).reshape(k, n)
+    value = (s.T @ mv).reshape(out_shape)
+    out = core.result(run, value, F32, "psum", where, "matmul", mask=out_mask)
     attrs = (("is_transpose", True),) if is_transpose else ()
     core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=m, free=n, k=k, m=m,
               attrs=attrs)
     return out
+
+
+def _matmul_mask(mask: object, k: int, out_shape: tuple, where: tuple) -> tuple:
+    """nc_matmul masks the operands (spec §1.6): a mask over the partitions alone, shape (K, 1), selects the
+    contraction rows of both operands (a ragged last K tile); any other mask selects output elements."""
+    if mask is None:
+        return None, None
+    m = mask.evaluate() if isinstance(mask, Predicate) else np.asarray(mask, dtype=bool)
+    if m.ndim == 2 and m.shape == (k, 1):
+        return m[:, 0], None
+    try:
+        return None, np.broadcast_to(m, out_shape)
+    except ValueError:
+        raise rules.NkiSyntaxError(
+            f"nc_matmul mask of shape {tuple(m.shape)} fits neither the contraction partitions ({k}, 1) nor the "
+            f"output {out_shape}", "matmul_mask_shape", where,
+            hint="mask the contraction rows with a predicate on the partition index only, e.g. k*128 + i_p < K")
+
+
+def _contraction_rows(run, t: Tensor, rows: np.ndarray | None, where: tuple) -> np.ndarray:
+    """An operand as TensorE reads it; rows masked off are not read and contribute nothing."""
+    if rows is None:
+        return core.f32(run, t, where)
+    keep = np.broadcast_to(rows.reshape((-1,) + (1,) * (len(t.shape) - 1)), t.shape)
+    return np.where(keep, core.f32(run, t, where, mask=keep), np.float32(0))
 
 
 def nc_transpose(data: Tensor, *, mask: object = None, dtype: object = None, engine: object = None) -> Tensor:

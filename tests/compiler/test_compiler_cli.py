@@ -37,7 +37,8 @@ def test_dump_ir_one_stage(capsys):
 def test_explain(capsys):
     assert main(["explain", CONV, *SMALL]) == 0
     out = capsys.readouterr().out
-    for needle in ("schedule applied:", "tile conv.k, 128", "peak SBUF per partition", "PSUM"):
+    for needle in ("schedule applied", "tile conv.k, 128", "never in HBM: fused into Y", "peak SBUF per partition",
+                   "PSUM"):
         assert needle in out
 
 
