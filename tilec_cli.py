@@ -202,9 +202,20 @@ def _run_nki(path: str, bound, inputs: dict, reference: dict) -> dict:
     else:
         outputs = {next(iter(reference)): result}
     for name, ref in reference.items():
-        err = np.abs(np.asarray(outputs[name], np.float32) - np.asarray(ref, np.float32)).max()
+        got, want = np.asarray(outputs[name], np.float32), np.asarray(ref, np.float32)
+        err = np.abs(got - want).max()
         print(f"nki    {name}: max abs error vs reference {float(err):.3g}")
+        tol = _RTOL.get(np.dtype(ref.dtype).name, 1e-5) * max(1.0, float(np.abs(want).max()))
+        if not err <= tol:  # (also catches NaN)
+            raise TilecError(f"the NKI kernel's `{name}` differs from the reference evaluator by {float(err):.3g} "
+                             f"(tolerance {tol:.3g})",
+                             hint="a compiler or interpreter bug: please report it with this program and -D sizes")
     return outputs
+
+
+# Error allowed relative to the output's largest magnitude: the kernel sums in another order than the evaluator
+# (inputs are signed, so elements near 0 have no relative accuracy) and, below fp32, rounds once more.
+_RTOL = {"float32": 1e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
 def _fmt_args(p: argparse.ArgumentParser) -> None:
@@ -223,7 +234,11 @@ def run_fmt(args: argparse.Namespace) -> int:
     path = pathlib.Path(args.program)
     if not path.is_file():
         raise TilecError(f"no such file: {path}", hint="give the path of a .tl program")
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise TilecError(f"cannot read {path} as a .tl program: {err}",
+                         hint="give a .tl program (UTF-8 text)") from None
     canonical = format_source(text, str(path))
     if args.check:
         if canonical != text:
@@ -311,7 +326,7 @@ def _profile_run(args: argparse.Namespace) -> int:
     tl_map = tl_line_map(kernel_source) if path.suffix == ".tl" else None
     print(line_report(est, tl_map), end="")
     html = args.html or str(path.with_suffix("")) + ".timeline.html"
-    write_timeline(est, html)
+    write_timeline(est, html, tl_map)
     print(f"timeline written to {html}")
     return 0
 

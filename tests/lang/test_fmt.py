@@ -93,7 +93,8 @@ def _kernel(value: s.Expr, index: s.Expr) -> s.Kernel:
         s.Loop("j", s.Num(1), s.BinOp("-", s.Name("N"), s.Num(1)), (
             s.Assign(s.Access("Z", (s.Name("i"), index)), "+=", value),)),)),)
     return s.Kernel("k", (s.Param("A", s.TensorType("f32", shape)),), ("Z",),
-                    (s.Let("Ho", s.BinOp("/", s.Name("N"), s.Num(2))),), (), (s.Decl("Z", s.TensorType("bf16", shape)),),
+                    (s.Let("Ho", s.BinOp("/", s.Name("N"), s.Num(2))),), (),
+                    (s.Decl("Z", s.TensorType("bf16", shape)),),
                     body, (s.Directive("split", (s.Ref(("Z", "i")), 2)),), defaults=(s.Let("N", s.Num(8)),))
 
 

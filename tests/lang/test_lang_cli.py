@@ -74,3 +74,23 @@ def test_check_says_which_sizes_are_unknown(tmp_path: pathlib.Path, capsys: pyte
     path.write_text("kernel add(A: f32[N], B: f32[N]) -> Z\n  Z: f32[N]\n  for i in 0..N:\n    Z[i] = A[i] + B[i]\n")
     assert main(["check", str(path)]) == 0
     assert capsys.readouterr().out.endswith("out Z: f32[?]; sizes N unknown (give -D NAME=VALUE to check everything)\n")
+
+
+@pytest.mark.parametrize("case", ["directory", "binary_file", "out_dir_missing", "npy_not_npz", "npz_garbage"])
+def test_file_mistakes_are_errors_not_tracebacks(case: str, tmp_path: pathlib.Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    np.save(tmp_path / "one.npy", np.ones(3, np.float32))
+    (tmp_path / "garbage.npz").write_bytes(b"\x00\xffnot a zip")
+    add = str(EXAMPLES / "vector_add.tl")
+    argv, message = {
+        "directory": (["check", str(EXAMPLES)], f"error: {EXAMPLES} is a directory"),
+        "binary_file": (["check", str(tmp_path / "one.npy")], "cannot read " + str(tmp_path / "one.npy") +
+                        " as a .tl program"),
+        "out_dir_missing": (["run", add, "-D", "L=8", "--backend", "ref", "--out", str(tmp_path / "no" / "o.npz")],
+                            "error: cannot write"),
+        "npy_not_npz": (["run", add, "--inputs", str(tmp_path / "one.npy")], "holds a single array"),
+        "npz_garbage": (["run", add, "--inputs", str(tmp_path / "garbage.npz")], "error: cannot read inputs from"),
+    }[case]
+    assert main(argv) == 1  # anything but a TilecError would escape main and fail the test
+    err = capsys.readouterr().err
+    assert message in err and "hint:" in err

@@ -260,3 +260,11 @@ def matmul_ragged_k(a, b):
         acc += nisa.nc_matmul(at[i_p, i_m], bt[i_p, i_n], mask=(k * 128 + i_p < K))
     nl.store(out, nl.copy(acc))
     return out
+
+
+@nki.jit
+def load_transposed(a):
+    """nl.load_transpose2d: HBM [64, 128] -> SBUF [128, 64]."""
+    out = nl.ndarray((a.shape[1], a.shape[0]), a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load_transpose2d(a))
+    return out

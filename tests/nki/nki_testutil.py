@@ -1,5 +1,5 @@
-"""Helpers for the NKI interpreter tests (imported by name: pytest puts this directory on sys.path): loading the hand-written kernels, locating marked kernel lines, and
-capturing a rule violation's message."""
+"""Helpers for the NKI interpreter tests (imported by name: pytest puts this directory on sys.path): loading the
+hand-written kernels, locating marked kernel lines, and capturing a rule violation's message."""
 from __future__ import annotations
 
 import pathlib

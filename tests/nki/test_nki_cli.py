@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import tilec_cli
 from nki_testutil import KERNELS, ROOT
@@ -75,3 +76,59 @@ def test_nki_run_kernel_assertion_is_reported_at_its_line(tmp_path, capsys) -> N
     assert rc == 1
     assert capsys.readouterr().err.strip() == (f"kernel error: {path.resolve()}:6: error: the kernel raised "
                                                "AssertionError: expects 64 rows [kernel_exception]")
+
+
+def test_nki_run_saves_arguments_the_kernel_writes(tmp_path, capsys) -> None:
+    """The tutorial matmul returns nothing and writes its `result` parameter: --out must hold that array."""
+    rng = np.random.default_rng(2)
+    lhsT, rhs = rng.random((256, 128), dtype=np.float32), rng.random((256, 512), dtype=np.float32)
+    np.savez(tmp_path / "in.npz", lhsT=lhsT, rhs=rhs, result=np.zeros((128, 512), np.float32))
+    rc = tilec_cli.main(["nki-run", str(KERNELS / "asst.py"), "--kernel", "nki_matmul_tiled_",
+                         "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz")])
+    assert rc == 0
+    assert "argument result (written by the kernel): shape (128, 512) float32" in capsys.readouterr().out
+    with np.load(tmp_path / "out.npz") as out:
+        assert out.files == ["result"]
+        np.testing.assert_allclose(out["result"], lhsT.astype(np.float64).T @ rhs, rtol=1e-5)
+
+
+ASST = str(KERNELS / "asst.py")
+ADD = ["--kernel", "vector_add_tiled"]
+
+
+def _mistakes(tmp_path) -> dict[str, tuple[list[str], str]]:
+    (tmp_path / "garbage.npz").write_text("not an archive")
+    (tmp_path / "syntax.py").write_text("import neuronxcc.nki as nki\n\ndef k(:\n")
+    (tmp_path / "imports.py").write_text("import no_such_module_here\n")
+    (tmp_path / "prog.tl").write_text("kernel k(A: f32[N]) -> Z\n")
+    ok = ["--shape", "a_vec=256", "--shape", "b_vec=256"]
+    return {
+        "npz_not_an_archive": ([ASST, *ADD, "--inputs", str(tmp_path / "garbage.npz")],
+                               "error: cannot read inputs from"),
+        "npz_missing": ([ASST, *ADD, "--inputs", str(tmp_path / "none.npz")], "error: no such file:"),
+        "unknown_dtype": ([ASST, *ADD, "--shape", "a_vec=256:float17", "--shape", "b_vec=256"],
+                          "unknown dtype 'float17'"),
+        "bad_dims": ([ASST, *ADD, "--shape", "a_vec=25x", "--shape", "b_vec=256"], "bad shape '25x'"),
+        "negative_dims": ([ASST, *ADD, "--shape", "a_vec=-3", "--shape", "b_vec=256"], "bad shape '-3'"),
+        "unknown_parameter": ([ASST, *ADD, *ok, "--shape", "c=5"], "kernel vector_add_tiled has no parameter(s) c"),
+        "missing_parameter": ([ASST, *ADD, "--shape", "a_vec=256"], "no input given for kernel parameter(s) b_vec"),
+        "bad_arg": ([ASST, *ADD, *ok, "--arg", "x=abc"], "bad --arg 'x=abc'"),
+        "out_dir_missing": ([ASST, *ADD, *ok, "--out", str(tmp_path / "no" / "o.npz")], "cannot write"),
+        "tl_file": ([str(tmp_path / "prog.tl"), "--kernel", "k"], "prog.tl is not a Python file"),
+        "syntax_error": ([str(tmp_path / "syntax.py"), "--kernel", "k"],
+                         f"{tmp_path / 'syntax.py'}:3: error: syntax error in the kernel file"),
+        "import_error": ([str(tmp_path / "imports.py"), "--kernel", "k"],
+                         "importing the kernel file raised ModuleNotFoundError"),
+    }
+
+
+MISTAKES = ["npz_not_an_archive", "npz_missing", "unknown_dtype", "bad_dims", "negative_dims", "unknown_parameter",
+            "missing_parameter", "bad_arg", "out_dir_missing", "tl_file", "syntax_error", "import_error"]
+
+
+@pytest.mark.parametrize("name", MISTAKES)
+def test_nki_run_user_mistakes_are_errors_not_tracebacks(name, tmp_path, capsys) -> None:
+    argv, message = _mistakes(tmp_path)[name]
+    assert tilec_cli.main(["nki-run", *argv]) == 1  # an unexpected exception would escape main and fail here
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -111,7 +111,8 @@ class _ConvBuilder:
             return out + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of TILE_C)", line=line)
         kv = "kw" if kt is None else kt
         raw = Buf(f"{op.w}_rows", "sbuf", wt.dtype, (p.tile_k, self.C, self.R, self.S))
-        tp = Buf(f"{op.w}_tp", "psum", "f32", (p.tile_c, p.tile_k))
+        # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
+        tp = Buf(f"{op.w}_tp", "psum", wt.dtype, (p.tile_c, p.tile_k))
         kdst = sl(a(term(kv, p.tile_k, "TILE_K")), p.tile_k) if kt is None else full(p.tile_k)
         tap = [Alloc(tp, line=line),
                ir.Transpose(whole(tp), View(raw, (full(p.tile_k), sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c),
@@ -134,7 +135,8 @@ class _ConvBuilder:
         body = [Dma(View(col, (full(p.tile_k), sl(a("kb"), 1))),
                     View(b2, (sl(a(term("kb", p.tile_k, "TILE_K")), p.tile_k), full(1))), line)]
         self.bias_col = col
-        return st + [Alloc(col, line=line)] + loop("kb", self.KT, body, note=f"{self.T['k']} (tiles of TILE_K)", line=line)
+        note = f"{self.T['k']} (tiles of TILE_K)"
+        return st + [Alloc(col, line=line)] + loop("kb", self.KT, body, note=note, line=line)
 
     def x_band(self) -> list[Stmt]:
         p, line, V = self.p, self.L["update"], self.var

@@ -121,7 +121,7 @@ def build_transpose(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf]) -
                               View(src, (sl(i0("ai"), T), sl(j0("bj2"), T))), "dma", line)]
         load = []
     else:
-        tp = Buf(f"{op.out}_tp", "psum", "f32", (T, T))
+        tp = Buf(f"{op.out}_tp", "psum", dt, (T, T))  # transpose mode keeps the input dtype in PSUM
         block = [Alloc(tp, line=line),
                  ir.Transpose(whole(tp), View(a_sb, (full(T), a("ai"), sl(a(term("bj2", T, "TILE")), T))), "pe",
                               line),

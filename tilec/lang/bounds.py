@@ -168,10 +168,6 @@ def _text(expr: s.Expr) -> str:
     return sp.line_text()[sp.col - 1:sp.end_col - 1] if sp.line == sp.end_line and sp.line else "expression"
 
 
-def size_names(facts: Facts) -> list[str]:
-    return list(facts.symbols) + list(facts.lets)
-
-
 def resolve(facts: Facts, pending: Pending, given: Mapping[str, int]) -> dict[str, int]:
     """Sizes for every symbol and let (only those computable when some symbols are unknown); when all are known,
     also check assumptions, dimensions, exact divisions and the accesses left open by `prove`."""

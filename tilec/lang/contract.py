@@ -8,6 +8,7 @@ Anything else goes to `np.einsum`.
 """
 from __future__ import annotations
 
+import math
 import string
 from dataclasses import dataclass
 
@@ -72,20 +73,13 @@ class Contractor:
         order = [axes.index(x) for x in batch + first + second if x in axes]
         moved = np.transpose(np.asarray(data, dtype=np.float32), order)
         shape = tuple(extent[x] if x in axes else 1 for x in batch)
-        shape += (_prod(extent[x] for x in first), _prod(extent[x] for x in second))
+        shape += (math.prod(extent[x] for x in first), math.prod(extent[x] for x in second))
         try:
             return np.reshape(moved, shape, copy=False)
         except ValueError:  # not expressible as a view: stage it in a reused contiguous buffer
             buf = self.buffer(key, shape)
             np.copyto(buf.reshape(moved.shape), moved)
             return buf
-
-
-def _prod(values) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
 
 
 def einsum(data: list[np.ndarray], axes: list[tuple[str, ...]], out: tuple[str, ...]) -> np.ndarray:

@@ -21,7 +21,7 @@ from tilec.lang import syntax as s
 GRAMMAR = pathlib.Path(__file__).resolve().parent.parent.parent / "grammar" / "tilec.lark"
 
 
-# ---- indentation ------------------------------------------------------------------------------------------------------
+# ---- indentation -----------------------------------------------------------------------------------------------------
 
 
 class BlockIndenter(Indenter):

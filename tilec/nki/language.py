@@ -165,6 +165,16 @@ def load(src: Tensor, *, mask: object = None, dtype: object = None, **kwargs: ob
     return out
 
 
+def load_transpose2d(src: Tensor, *, mask: object = None, dtype: object = None, **kwargs: object) -> Tensor:
+    """HBM [a, b] -> SBUF tile [b, a]: a transposing DMA (spec §1.9; slower than nl.load, spec §2.5)."""
+    if not isinstance(src, Tensor) or src.buf.memory != "hbm" or src.ndim != 2:
+        what = f"a {src.ndim}-D tensor in '{src.buf.memory}'" if isinstance(src, Tensor) else type(src).__name__
+        raise rules.MemoryRuleError(f"load_transpose2d reads a 2-D tensor in 'hbm', got {what}",
+                                    "err_unsupported_memory", runtime.callsite(),
+                                    hint="transpose on-chip tiles with nl.transpose / nisa.nc_transpose")
+    return isa.dma_transpose(src, mask=mask, dtype=dtype)
+
+
 def store(dst: Tensor, value: object, *, mask: object = None, **kwargs: object) -> None:
     run, where = core.begin()
     if isinstance(dst, Indirect):  # scatter rows to places chosen by an index tile

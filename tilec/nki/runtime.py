@@ -49,7 +49,8 @@ class Buffer:
     """One allocation: storage in its dtype plus a mask of which elements were ever written."""
 
     __slots__ = ("id", "name", "memory", "shape", "dtype", "data", "written", "pstride", "itemsize", "alive",
-                 "all_written", "write_count", "f32", "mask", "scope", "temp", "raw", "instr", "bpp", "run", "where", "__weakref__")
+                 "all_written", "write_count", "f32", "mask", "scope", "temp", "raw", "instr", "bpp", "run", "where",
+                 "__weakref__")
 
     def __init__(self, run: "Run", name: str, memory: str, data: np.ndarray, written: bool,
                  where: tuple[str, int]) -> None:

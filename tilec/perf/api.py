@@ -137,9 +137,9 @@ def estimate(trace: Trace, target: str = "trn2", params: Params | None = None) -
 profile = estimate  # `tilec.profile(trace)`: the package-level name of the same function
 
 
-def write_timeline(est: Estimate, path: str) -> None:
+def write_timeline(est: Estimate, path: str, tl_map: dict[int, int] | None = None) -> None:
     from tilec.perf.timeline import write_timeline as write
-    write(est, path)
+    write(est, path, tl_map)
 
 
 @functools.lru_cache(maxsize=None)

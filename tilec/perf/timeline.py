@@ -47,7 +47,8 @@ def merged_rects(items, scale: float) -> list[tuple[float, float, str, int, obje
     return out
 
 
-def write_timeline(est, path: str | Path) -> None:
+def write_timeline(est, path: str | Path, tl_map: dict[int, int] | None = None) -> None:
+    """The picture; with `tl_map` (kernel line -> .tl line) each hover also names the .tl line."""
     items = est.timeline
     total = max(est.total_ns, 1.0)
     scale = WIDTH / total
@@ -74,7 +75,7 @@ def write_timeline(est, path: str | Path) -> None:
         w = max((end - start) * scale, 0.5)
         y = (row[lane] + 1) * LANE_H + 2
         color = COLORS.get(lane if lane in COLORS else "dma")
-        title = _title(it, start, end, count)
+        title = _title(it, start, end, count, tl_map or {})
         svg.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{LANE_H - 4}" fill="{color}">'
                    f'<title>{escape(title)}</title></rect>')
     svg.append("</svg>")
@@ -84,7 +85,8 @@ def write_timeline(est, path: str | Path) -> None:
             f"<h3>{escape(est.kernel)}: estimated {est.total_us:.3f} us on {escape(est.target)} "
             f"(tilec performance model, not a measurement)</h3>\n"
             f"<p>MFU {100 * est.mfu:.1f} %, HFU {100 * est.hfu:.1f} %, {est.dma_transfer_count} DMA transfers. "
-            "Hover a rectangle for the instruction and its kernel source line.</p>\n"
+            f"Hover a rectangle for the instruction and its kernel source line{' and .tl line' if tl_map else ''}."
+            "</p>\n"
             f"{note}<div class=\"wrap\">\n" + "\n".join(svg) + "\n</div></body></html>\n")
     Path(path).write_text(page)
 
@@ -110,7 +112,9 @@ def _nice_step(x: float) -> float:
     return 10 * power
 
 
-def _title(it, start: float, end: float, count: int) -> str:
+def _title(it, start: float, end: float, count: int, tl_map: dict[int, int]) -> str:
     where = f"{Path(it.file).name}:{it.line}" if it.file else "?"
+    if it.line in tl_map:
+        where += f" (.tl line {tl_map[it.line]})"
     head = f"{count} x " if count > 1 else ""
     return f"{head}{it.detail}\n{where}\n{start / 1000:.3f} - {end / 1000:.3f} us"

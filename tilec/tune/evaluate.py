@@ -15,7 +15,6 @@ import functools
 import importlib.util
 import math
 import multiprocessing
-import os
 import pathlib
 import tempfile
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -28,7 +27,6 @@ import numpy as np
 from tilec.errors import KernelError, TilecError
 
 INF = math.inf
-BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
 
@@ -150,18 +148,11 @@ class ModelEvaluator:
 
 
 def start_pool(jobs: int) -> Executor:
-    """Fresh worker processes with single-threaded BLAS: `jobs` workers then share the cores instead of each
-    running a BLAS thread per core (the interpreter's matmuls are the bulk of an evaluation)."""
-    saved = {k: os.environ.get(k) for k in BLAS_THREADS}
-    os.environ.update({k: "1" for k in BLAS_THREADS})
-    try:
-        return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k)
-            else:
-                os.environ[k] = v
+    """Worker processes forked from this one where the platform allows: they start with everything imported and
+    need no `if __name__ == "__main__"` guard in the user's script (spawned workers re-import the main module)."""
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=context)
 
 
 # ---- real hardware ---------------------------------------------------------------------------------------------
