@@ -326,7 +326,11 @@ def _profile_run(args: argparse.Namespace) -> int:
     tl_map = tl_line_map(kernel_source) if path.suffix == ".tl" else None
     print(line_report(est, tl_map), end="")
     html = args.html or str(path.with_suffix("")) + ".timeline.html"
-    write_timeline(est, html, tl_map)
+    try:
+        write_timeline(est, html, tl_map)
+    except OSError as err:
+        raise TilecError(f"cannot write {html}: {err.strerror or err}",
+                         hint="give --html a writable path in an existing directory") from None
     print(f"timeline written to {html}")
     return 0
 

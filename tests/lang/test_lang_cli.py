@@ -69,6 +69,26 @@ def test_run_on_nki_backend_reports_error_against_reference(capsys: pytest.Captu
     assert float(line.rsplit(" ", 1)[1]) < 1e-6
 
 
+def test_run_fails_when_the_nki_result_disagrees(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    """A wrong NKI result is an error (exit 1), not just a printed number."""
+    import tilec
+
+    real = tilec.compile_file
+
+    class OffByOne:
+        def __init__(self, compiled) -> None:
+            self.compiled = compiled
+
+        def run(self, **inputs):
+            return {name: out + np.float32(1) for name, out in self.compiled.run(**inputs).items()}
+
+    monkeypatch.setattr(tilec, "compile_file", lambda *a, **k: OffByOne(real(*a, **k)))
+    assert main(["run", str(EXAMPLES / "vector_add.tl"), "-D", "L=256"]) == 1
+    err = capsys.readouterr().err
+    assert "error: the NKI kernel's `z` differs from the reference evaluator by 1 (tolerance" in err
+
+
 def test_check_says_which_sizes_are_unknown(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "add.tl"
     path.write_text("kernel add(A: f32[N], B: f32[N]) -> Z\n  Z: f32[N]\n  for i in 0..N:\n    Z[i] = A[i] + B[i]\n")

@@ -102,6 +102,11 @@ def test_cli_profile_prints_summary_and_writes_timeline(tmp_path):
     (["--shape", "25600"], "needs --kernel"),
     (["--kernel", "vector_add_stream", "--shape", "25600"], "no input given for kernel parameter(s) b_vec"),
     (["--kernel", "vector_add_stream", "--shape", "25600x", "--shape", "3"], "bad --shape"),
+    (["--kernel", "vector_add_stream", "--shape", "a_vec=256", "--shape", "b_vec=256", "--shape", "c=256"],
+     "has no parameter(s) c"),
+    (["--kernel", "matrix_transpose", "--shape", "100x100"], "AssertionError: Matrix dimensions not divisible"),
+    (["--kernel", "vector_add_stream_200", "--shape", "25600", "--shape", "25600", "--html",
+      "/nonexistent-dir/x.html"], "error: cannot write /nonexistent-dir/x.html"),
 ])
 def test_cli_profile_user_mistake_is_an_error_not_a_traceback(extra, message):
     cmd = [sys.executable, str(ROOT / "tilec_cli.py"), "profile", str(ROOT / "benchmarks" / "kernels" / "asst.py"),

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from synthetic import SPACE, CountingCost, cost_of
+from synthetic import SPACE, cost_of
 from tilec.errors import TilecError
 from tilec.tune.api import CachedCost
 from tilec.tune.cache import DiskCache, model_version
