@@ -63,7 +63,10 @@ def _nki_run(args: argparse.Namespace) -> int:
         specs = dict(nki_api.parse_shape_spec(s) for s in args.shape or [])
     except ValueError as err:
         raise TilecError(str(err), hint="e.g. --shape a=128x512:float16") from None
-    inputs.update(nki_api.random_inputs(specs, args.seed))
+    try:
+        inputs.update(nki_api.random_inputs(specs, args.seed))
+    except MemoryError as err:
+        raise TilecError(f"not enough memory for the --shape inputs: {err}", hint="choose smaller shapes") from None
     inputs.update(_scalar_args(args.arg))
     outputs, trace = nki_api.run_file(args.file, args.kernel, inputs, target=args.target)
     if args.trace:
@@ -169,6 +172,13 @@ def _checksum(array) -> str:
 
 @command("run", "run a .tl program on random or given inputs; print shapes and checksums", _run_args)
 def run_run(args: argparse.Namespace) -> int:
+    try:
+        return _run_program(args)
+    except MemoryError as err:  # sizes from -D are the user's: say so instead of numpy's traceback
+        raise TilecError(f"not enough memory for these sizes: {err}", hint="choose smaller sizes with -D") from None
+
+
+def _run_program(args: argparse.Namespace) -> int:
     from tilec.lang import api
 
     prog = api.load(args.program, parse_defines(args.defines))
@@ -323,7 +333,7 @@ def _profile_run(args: argparse.Namespace) -> int:
         trace, kernel_source = _profile_trace_py(path, args)
     est = estimate(trace, args.target or trace.target or "trn2")
     print(est.summary_text(), end="")
-    tl_map = tl_line_map(kernel_source) if path.suffix == ".tl" else None
+    tl_map = tl_line_map(kernel_source) or None  # generated kernels (.tl or their .py) carry `# tl:LINE` marks
     print(line_report(est, tl_map), end="")
     html = args.html or str(path.with_suffix("")) + ".timeline.html"
     try:

@@ -79,11 +79,11 @@ kernel s2(X: f32[C, H], Wt: f32[K, C, R]) -> Y
       Y[k, y] += X[c, 2*y + r] * Wt[k, c, r]
 """,
     "broadcast": """\
-kernel bc(A: f32[M, N], b: f32[N]) -> C
-  default M = 128, N = 64
-  C: f32[M, N]
-  for i in 0..M, j in 0..N:
-    C[i, j] = A[i, j] + b[j]
+kernel bc(A: f32[M, N, L], b: f32[M, L]) -> C
+  default M = 128, N = 64, L = 8
+  C: f32[M, N, L]
+  for i in 0..M, j in 0..N, l in 0..L:
+    C[i, j, l] = A[i, j, l] + b[i, l]
 """,
     "shifted_copy": """\
 kernel shift(A: f32[L]) -> B

@@ -96,10 +96,12 @@ def test_check_says_which_sizes_are_unknown(tmp_path: pathlib.Path, capsys: pyte
     assert capsys.readouterr().out.endswith("out Z: f32[?]; sizes N unknown (give -D NAME=VALUE to check everything)\n")
 
 
-@pytest.mark.parametrize("case", ["directory", "binary_file", "out_dir_missing", "npy_not_npz", "npz_garbage"])
+@pytest.mark.parametrize("case", ["directory", "binary_file", "out_dir_missing", "npy_not_npz", "npz_garbage",
+                                  "complex_input"])
 def test_file_mistakes_are_errors_not_tracebacks(case: str, tmp_path: pathlib.Path,
                                                  capsys: pytest.CaptureFixture) -> None:
     np.save(tmp_path / "one.npy", np.ones(3, np.float32))
+    np.savez(tmp_path / "complex.npz", x=np.ones(3, np.complex64), y=np.ones(3, np.float32))
     (tmp_path / "garbage.npz").write_bytes(b"\x00\xffnot a zip")
     add = str(EXAMPLES / "vector_add.tl")
     argv, message = {
@@ -110,7 +112,18 @@ def test_file_mistakes_are_errors_not_tracebacks(case: str, tmp_path: pathlib.Pa
                             "error: cannot write"),
         "npy_not_npz": (["run", add, "--inputs", str(tmp_path / "one.npy")], "holds a single array"),
         "npz_garbage": (["run", add, "--inputs", str(tmp_path / "garbage.npz")], "error: cannot read inputs from"),
+        "complex_input": (["run", add, "--inputs", str(tmp_path / "complex.npz")],
+                          "error: input `x` has dtype complex64, not a real number type"),
     }[case]
     assert main(argv) == 1  # anything but a TilecError would escape main and fail the test
     err = capsys.readouterr().err
     assert message in err and "hint:" in err
+
+
+def test_run_out_of_memory_is_an_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    def too_big(*args, **kwargs):
+        raise MemoryError("Unable to allocate 37.3 GiB")
+
+    monkeypatch.setattr(api, "random_inputs", too_big)
+    assert main(["run", MATMUL, "-D", "M=100000", "--backend", "ref"]) == 1
+    assert "error: not enough memory for these sizes: Unable to allocate 37.3 GiB" in capsys.readouterr().err

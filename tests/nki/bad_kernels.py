@@ -349,3 +349,22 @@ def partition_start_aligned_quadrants(a):
     r[96:97, :] = nl.copy(t[96:97, :])
     nl.store(out, r)
     return out
+
+
+@nki.jit
+def partition_stride(a):
+    out = nl.ndarray((64, 64), a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    r = nl.exp(t[0:128:2, :])  # <- PARTITION_STRIDE
+    nl.store(out, r)
+    return out
+
+
+@nki.jit
+def partition_start_accumulate(a):
+    out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(a[:, 0:128])
+    acc = nl.zeros((128, 128), nl.float32, buffer=nl.psum)
+    acc[16:48, :] += nisa.nc_matmul(t[:, 0:32], t)  # <- PARTITION_START_ACC
+    nl.store(out, nl.copy(acc))
+    return out

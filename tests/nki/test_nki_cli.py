@@ -102,6 +102,7 @@ def _mistakes(tmp_path) -> dict[str, tuple[list[str], str]]:
     (tmp_path / "imports.py").write_text("import no_such_module_here\n")
     (tmp_path / "prog.tl").write_text("kernel k(A: f32[N]) -> Z\n")
     ok = ["--shape", "a_vec=256", "--shape", "b_vec=256"]
+    np.savez(tmp_path / "complex.npz", a_vec=np.ones(256, np.complex64), b_vec=np.ones(256, np.float32))
     return {
         "npz_not_an_archive": ([ASST, *ADD, "--inputs", str(tmp_path / "garbage.npz")],
                                "error: cannot read inputs from"),
@@ -119,11 +120,14 @@ def _mistakes(tmp_path) -> dict[str, tuple[list[str], str]]:
                          f"{tmp_path / 'syntax.py'}:3: error: syntax error in the kernel file"),
         "import_error": ([str(tmp_path / "imports.py"), "--kernel", "k"],
                          "importing the kernel file raised ModuleNotFoundError"),
+        "complex_input": ([ASST, *ADD, "--inputs", str(tmp_path / "complex.npz")],
+                          "kernel argument 'a_vec' has dtype complex64, which NKI does not support [argument_dtype]"),
     }
 
 
 MISTAKES = ["npz_not_an_archive", "npz_missing", "unknown_dtype", "bad_dims", "negative_dims", "unknown_parameter",
-            "missing_parameter", "bad_arg", "out_dir_missing", "tl_file", "syntax_error", "import_error"]
+            "missing_parameter", "bad_arg", "out_dir_missing", "tl_file", "syntax_error", "import_error",
+            "complex_input"]
 
 
 @pytest.mark.parametrize("name", MISTAKES)
@@ -132,3 +136,10 @@ def test_nki_run_user_mistakes_are_errors_not_tracebacks(name, tmp_path, capsys)
     assert tilec_cli.main(["nki-run", *argv]) == 1  # an unexpected exception would escape main and fail here
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_python_m_tilec_nki_missing_script(tmp_path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tilec.nki", str(tmp_path / "none.py")], capture_output=True,
+                          text=True, env=ENV, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "can't open file" in proc.stderr

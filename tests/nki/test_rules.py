@@ -110,6 +110,12 @@ CASES = [
     ("partition_start_half_at_32", (S,), "PARTITION_START_64", rules.NkiSyntaxError,
      "operand 'data1' of 'tensor_tensor' starts at partition 32; an access of 64 partition(s) must start at "
      "partition 0 or 64 [partition_start_alignment]"),
+    ("partition_start_accumulate", (A,), "PARTITION_START_ACC", rules.NkiSyntaxError,
+     "operand 'dst' of 'nc_matmul' starts at partition 16; an access of 32 partition(s) must start at partition "
+     "0 or 32 or 64 or 96 [partition_start_alignment]"),
+    ("partition_stride", (S,), "PARTITION_STRIDE", rules.NkiSyntaxError,
+     "operand 'data' of 'activation' steps over partitions by 2; an access covers a contiguous range of partitions "
+     "[partition_stride]"),
 ]
 
 

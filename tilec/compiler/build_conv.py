@@ -12,6 +12,8 @@ The kernel it builds is the assignment's shifted-matmul convolution:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, loop, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
@@ -27,14 +29,28 @@ def hbm_view(base: Buf, shape: tuple[int, ...], name: str, line: int) -> tuple[B
     return view, [Reshape(view, base, line)]
 
 
-def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[list[tuple[str, int]], list[Stmt]]:
-    b = _ConvBuilder(op, plan, hbm)
+Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
+
+
+def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
+               ) -> tuple[list[tuple[str, int]], list[Stmt]]:
+    b = _ConvBuilder(op, plan, hbm, fresh)
     return b.consts(), b.build()
 
 
+def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
+    """role -> loop variable of the built nest: the user's own for n, r, s; derived (`kt`, `yb`, ...) for tiles."""
+    v = dict(op.vars)
+    derived = {"k": ("k", "t"), "c": ("c", "t"), "y": ("y", "b"), "xb": ("x", "b"), "g": ("y", "g"),
+               "x": ("x", "t")}
+    out = {role: fresh(v.get(src, src) + suffix) for role, (src, suffix) in derived.items()}
+    return {**out, "n": v.get("n", "n"), "r": v.get("r", "r"), "s": v.get("s", "s"),
+            "kw": fresh("kw"), "kb": fresh("kb")}
+
+
 class _ConvBuilder:
-    def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> None:
-        self.op, self.p, self.hbm, self.line = op, plan, hbm, op.line
+    def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
+        self.op, self.p, self.hbm, self.line, self.fresh = op, plan, hbm, op.line, fresh
         d = dict(op.dims)
         self.N, self.C, self.K, self.H, self.W = d["N"], d["C"], d["K"], d["H"], d["W"]
         self.Ho, self.Wo, self.R, self.S = d["Ho"], d["Wo"], d["R"], d["S"]
@@ -44,11 +60,7 @@ class _ConvBuilder:
         self.NB, self.G, self.XT = self.Ho // plan.band, plan.band // plan.rows, self.BX // plan.tile_x
         self.NXB = self.Wo // self.BX
         v = dict(op.vars)
-        self.var = {"n": v.get("n", "n"), "k": v["k"] + "t", "c": v["c"] + "t", "y": v.get("y", "y") + "b",
-                    "xb": v.get("x", "x") + "b",
-                    "g": v.get("y", "y") + "g", "x": v.get("x", "x") + "t", "r": v.get("r", "r"),
-                    "s": v.get("s", "s")}
-        self.tl = v
+        self.var = conv_loop_vars(op, fresh)
         texts = dict(op.texts)
         self.T = {role: texts.get(role, f"for {v.get(role, role)}") for role in ("n", "k", "c", "y", "x", "r", "s")}
         lines = dict(op.lines)
@@ -63,12 +75,12 @@ class _ConvBuilder:
     # ---- buffers -------------------------------------------------------------------------------------------------
 
     def build(self) -> list[Stmt]:
-        op, line = self.op, self.line
-        x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), f"{op.x}_v", line)
+        op, line, fresh = self.op, self.line, self.fresh
+        x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
         wshape = (self.K, self.C, self.R, self.S) if op.w_layout == "kc" else (self.C, self.K, self.R, self.S)
-        w4, s2 = hbm_view(self.hbm[op.w], wshape, f"{op.w}_v", line)
+        w4, s2 = hbm_view(self.hbm[op.w], wshape, fresh(f"{op.w}_v"), line)
         oshape = (self.N, self.K, self.Ho // self.wy, self.Wo // self.wx)
-        o4, s3 = hbm_view(self.hbm[op.out], oshape, f"{op.out}_v", line)
+        o4, s3 = hbm_view(self.hbm[op.out], oshape, fresh(f"{op.out}_v"), line)
         self.x4, self.w4, self.o4 = x4, w4, o4
         stmts: list[Stmt] = s1 + s2 + s3
         if self.p.hoist_w == "root":
@@ -86,10 +98,10 @@ class _ConvBuilder:
         k = self.p.tile_k if local else self.K
         shape = (self.p.tile_c, self.CT, self.R, self.S, k) if self.op.w_layout == "kc" else \
             (self.p.tile_c, self.CT, k, self.R, self.S)
-        return Buf(f"{self.op.w}_T", "sbuf", self.hbm[self.op.w].dtype, shape)
+        return Buf(self.fresh(f"{self.op.w}_T"), "sbuf", self.hbm[self.op.w].dtype, shape)
 
     def x_band_buf(self) -> Buf:
-        return Buf(f"{self.op.x}_band", "sbuf", self.hbm[self.op.x].dtype,
+        return Buf(self.fresh(f"{self.op.x}_band"), "sbuf", self.hbm[self.op.x].dtype,
                    (self.p.tile_c, self.CT, self.p.band + self.R - 1, self.in_cols()))
 
     def in_cols(self) -> int:
@@ -109,10 +121,10 @@ class _ConvBuilder:
                         View(self.w4, (sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c), kslice, full(self.R),
                                        full(self.S))), line)]
             return out + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of TILE_C)", line=line)
-        kv = "kw" if kt is None else kt
-        raw = Buf(f"{op.w}_rows", "sbuf", wt.dtype, (p.tile_k, self.C, self.R, self.S))
+        kv = V["kw"] if kt is None else kt
+        raw = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, self.C, self.R, self.S))
         # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
-        tp = Buf(f"{op.w}_tp", "psum", wt.dtype, (p.tile_c, p.tile_k))
+        tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
         kdst = sl(a(term(kv, p.tile_k, "TILE_K")), p.tile_k) if kt is None else full(p.tile_k)
         tap = [Alloc(tp, line=line),
                ir.Transpose(whole(tp), View(raw, (full(p.tile_k), sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c),
@@ -130,13 +142,14 @@ class _ConvBuilder:
 
     def bias(self) -> list[Stmt]:
         op, p, line = self.op, self.p, self.line
-        b2, st = hbm_view(self.hbm[op.bias], (self.K, 1), f"{op.bias}_v", line)
-        col = Buf(f"{op.bias}_col", "sbuf", "f32", (p.tile_k, self.KT))
-        body = [Dma(View(col, (full(p.tile_k), sl(a("kb"), 1))),
-                    View(b2, (sl(a(term("kb", p.tile_k, "TILE_K")), p.tile_k), full(1))), line)]
+        b2, st = hbm_view(self.hbm[op.bias], (self.K, 1), self.fresh(f"{op.bias}_v"), line)
+        col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (p.tile_k, self.KT))
+        kb = self.var["kb"]
+        body = [Dma(View(col, (full(p.tile_k), sl(a(kb), 1))),
+                    View(b2, (sl(a(term(kb, p.tile_k, "TILE_K")), p.tile_k), full(1))), line)]
         self.bias_col = col
         note = f"{self.T['k']} (tiles of TILE_K)"
-        return st + [Alloc(col, line=line)] + loop("kb", self.KT, body, note=note, line=line)
+        return st + [Alloc(col, line=line)] + loop(kb, self.KT, body, note=note, line=line)
 
     def x_band(self) -> list[Stmt]:
         p, line, V = self.p, self.L["update"], self.var
@@ -175,7 +188,7 @@ class _ConvBuilder:
         pin = V[p.x_pin] if p.x_pin and {"n": self.N, "y": self.NB, "k": self.KT}[p.x_pin] > 1 else ""
         loads.append(ir.Block(f"input band {op.x}: all contraction tiles, shared by every output tile",
                               tuple(self.x_band()), line, hoist=True, pin=pin))
-        ob = Buf(f"{op.out}_band", "sbuf", self.hbm[op.out].dtype,
+        ob = Buf(self.fresh(f"{op.out}_band"), "sbuf", self.hbm[op.out].dtype,
                  (p.tile_k, p.band // self.wy, self.BX // self.wx))
         self.o_band = ob
         group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
@@ -190,7 +203,7 @@ class _ConvBuilder:
 
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
-        acc = Buf(f"{op.name}_acc", "psum", "f32", (p.tile_k, p.rows, p.tile_x))
+        acc = Buf(self.fresh(f"{op.name}_acc"), "psum", "f32", (p.tile_k, p.rows, p.tile_x))
         ct, r, s, kt = V["c"], V["r"], V["s"], V["k"]
         wt = self.wt_buf(p.hoist_w == "k")
         kidx = full(p.tile_k) if p.hoist_w == "k" else sl(a(term(kt, p.tile_k, "TILE_K")), p.tile_k)
@@ -217,7 +230,8 @@ class _ConvBuilder:
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
         if not op.pool:
             return [Act(dst, whole(acc), func, bias, 1.0, line)]
-        ev = Buf(f"{op.name}_act", "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
+        ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
         out: list[Stmt] = [Alloc(ev, line=line), Act(whole(ev), whole(acc), func, bias, 1.0, line)]
-        return out + pool_epilogue(whole(ev), dst, self.wy, self.wx, op.pool.op, op.pool.scale, f"{op.out}_pool",
+        return out + pool_epilogue(whole(ev), dst, self.wy, self.wx, op.pool.op, op.pool.scale,
+                                   lambda axis: self.fresh(f"{op.out}_pool_{axis}"),
                                    self.L["pool"])

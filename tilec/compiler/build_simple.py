@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from tilec.compiler import ir
-from tilec.compiler.build_conv import hbm_view
+from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import a, loop, pool_epilogue, sl, term
-from tilec.compiler.exprs import const_value
+from tilec.compiler.exprs import const_value, fmt_expr
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full, whole
 from tilec.compiler.schedule import EltwisePlan, PoolPlan, TransposePlan
 from tilec.compiler.select import EltwiseOp, PoolOp, TransposeOp
@@ -16,27 +16,92 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 # ---- element-wise --------------------------------------------------------------------------------------------------
 
 
-def build_eltwise(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf]) -> Built:
+def build_eltwise(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     """All tensors flattened to [parts, free]; each tile: load inputs, evaluate the expression, store."""
+    if op.layout:
+        return _build_broadcast(op, plan, hbm, fresh)
     line, P, F = op.line, plan.parts, op.size // plan.parts
     views, stmts = {}, []
     for name in (*op.inputs, op.out):
-        views[name], st = hbm_view(hbm[name], (P, F), f"{name}_v", line)
+        views[name], st = hbm_view(hbm[name], (P, F), fresh(f"{name}_v"), line)
         stmts += st
-    t = "t"
-    body: list[Stmt] = []
-    tiles = {}
-    for name in op.inputs:
-        tile = Buf(f"{name}_tile", "sbuf", hbm[name].dtype, (P, plan.free))
-        tiles[name] = whole(tile)
-        body += [Alloc(tile, line=line),
-                 Dma(whole(tile), View(views[name], (full(P), sl(a(term(t, plan.free, "TILE_F")), plan.free))), line)]
-    out = Buf(f"{op.out}_tile", "sbuf", hbm[op.out].dtype, (P, plan.free))
-    body.append(Alloc(out, line=line))
-    body += _ExprCompiler(tiles, (P, plan.free), line, op).emit(op.expr, whole(out))
-    body.append(Dma(View(views[op.out], (full(P), sl(a(term(t, plan.free, "TILE_F")), plan.free))), whole(out), line))
-    nest = loop(t, F // plan.free, body, note=f"for {', '.join(v for _, v in op.vars)} (tiles of TILE_F)", line=line)
+    at = lambda name: View(views[name], (full(P), sl(a(term("t", plan.free, "TILE_F")), plan.free)))  # noqa: E731
+    body = _eltwise_tile(op, plan, hbm, fresh, at, {})
+    nest = loop("t", F // plan.free, body, note=f"for {', '.join(v for _, v in op.vars)} (tiles of TILE_F)",
+                line=op.line_of("d0"))
     return [("TILE_F", plan.free)], stmts + [ir.Block(f"{op.out} = element-wise, {P} partitions", tuple(nest), line)]
+
+
+def _eltwise_tile(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, at, columns: dict,
+                  pre: tuple[list[Stmt], dict] = ([], {})) -> list[Stmt]:
+    """One tile: load each full-size input (`at(name)`: its HBM view), evaluate, store the result. `pre`: statements
+    that make more full-size tiles (broadcast rows) and those tiles by tensor name."""
+    line, shape = op.line, (plan.parts, plan.free)
+    body: list[Stmt] = list(pre[0])
+    tiles = {**columns, **pre[1]}
+    for name in op.inputs:
+        tile = Buf(fresh(f"{name}_tile"), "sbuf", hbm[name].dtype, shape)
+        tiles[name] = whole(tile)
+        body += [Alloc(tile, line=line), Dma(whole(tile), at(name), line)]
+    out = Buf(fresh(f"{op.out}_tile"), "sbuf", hbm[op.out].dtype, shape)
+    body.append(Alloc(out, line=line))
+    body += _ExprCompiler(tiles, shape, line, fresh, set(columns)).emit(op.expr, whole(out))
+    return body + [Dma(at(op.out), whole(out), line)]
+
+
+def _build_broadcast(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    """The output as [O, P, F]: partition tiles of P outermost (each loads its (TILE_P, 1) columns once), then the
+    outer index, then free tiles. `Y[n, k, y, x] = conv[n, k, y, x] + b[k]`: O = n, P = k, F = (y, x)."""
+    line, TP, TF = op.line, plan.parts, plan.free
+    O, P, F = op.dim("O"), op.dim("P"), op.dim("F")
+    views, stmts, cols, loads = {}, [], {}, []
+    for name in (*op.inputs, op.out):
+        views[name], st = hbm_view(hbm[name], (O, P, F), fresh(f"{name}_v"), line)
+        stmts += st
+    for name in op.columns:
+        col_v, st = hbm_view(hbm[name], (P, 1), fresh(f"{name}_v"), line)
+        col = Buf(fresh(f"{name}_col"), "sbuf", hbm[name].dtype, (TP, 1))
+        stmts += st
+        loads += [Alloc(col, line=line), Dma(whole(col), View(col_v, (sl(a(term("pt", TP, "TILE_P")), TP), full(1))),
+                                             line)]
+        cols[name] = whole(col)
+    ones, row_views = None, {}
+    if op.rows:
+        ones = Buf(fresh("ones"), "sbuf", "f32", (1, TP))
+        stmts += [Alloc(ones, zero=True, line=line), Scalar(whole(ones), whole(ones), "add", 1.0, line)]
+        for name in op.rows:
+            row_views[name], st = hbm_view(hbm[name], (1, F), fresh(f"{name}_v"), line)
+            stmts += st
+    at = lambda name: View(views[name], (a("o"), sl(a(term("pt", TP, "TILE_P")), TP),  # noqa: E731
+                                         sl(a(term("t", TF, "TILE_F")), TF)))
+    pre = _row_tiles(op, plan, hbm, fresh, ones, row_views) if op.rows else ([], {})
+    first, last = op.run
+    names = [v for _, v in op.vars]
+    tile = loop("t", F // TF, _eltwise_tile(op, plan, hbm, fresh, at, cols, pre),
+                note=f"for {', '.join(names[last:])} (tiles of TILE_F)", line=op.line_of(f"d{last}"))
+    outer = loop("o", O, tile, note=f"for {', '.join(names[:first])}", line=op.line_of("d0"))
+    nest = loop("pt", P // TP, loads + outer, note=f"for {', '.join(names[first:last])} (tiles of TILE_P)",
+                line=op.line_of(f"d{first}"))
+    what = ", ".join(op.columns + op.rows)
+    block = ir.Block(f"{op.out} = element-wise, broadcasting {what}", tuple(nest), line)
+    return [("TILE_P", TP), ("TILE_F", TF)], stmts + [block]
+
+
+def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, ones: Buf,
+               views: dict[str, Buf]) -> tuple[list[Stmt], dict]:
+    """Each row operand s[free] copied to every partition of a full tile: ones[1, P].T @ s[1, TILE_F] on TensorE."""
+    line, TP, TF = op.line, plan.parts, plan.free
+    stmts, tiles = [], {}
+    for name in op.rows:
+        row = Buf(fresh(f"{name}_row"), "sbuf", hbm[name].dtype, (1, TF))
+        acc = Buf(fresh(f"{name}_bcast"), "psum", "f32", (TP, TF))
+        tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (TP, TF))
+        src = View(views[name], (full(1), sl(a(term("t", TF, "TILE_F")), TF)))
+        stmts += [Alloc(row, line=line), Dma(whole(row), src, line), Alloc(acc, zero=True, line=line),
+                  ir.Matmul(whole(acc), View(ones, (full(1), full(TP))), whole(row), line),
+                  Alloc(tile, line=line), ir.Copy(whole(tile), whole(acc), line)]
+        tiles[name] = whole(tile)
+    return stmts, tiles
 
 
 _BIN = {"+": "add", "-": "subtract", "*": "multiply"}
@@ -45,8 +110,11 @@ _BIN = {"+": "add", "-": "subtract", "*": "multiply"}
 class _ExprCompiler:
     """Evaluate an element-wise expression tree into tensor_tensor / tensor_scalar / activation instructions."""
 
-    def __init__(self, tiles: dict[str, View], shape: tuple[int, int], line: int, op: EltwiseOp) -> None:
-        self.tiles, self.shape, self.line, self.op, self.n = tiles, shape, line, op, 0
+    def __init__(self, tiles: dict[str, View], shape: tuple[int, int], line: int, fresh: Fresh,
+                 columns: set[str]) -> None:
+        self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
+        self.columns = columns  # tensors whose tile is a (P, 1) column: tensor_scalar operands
+        self.done: dict[str, View] = {}  # subexpression (printed) -> the temporary holding its value
 
     def emit(self, e: sx.Expr, dst: View) -> list[Stmt]:
         stmts, val = self.value(e, dst)
@@ -56,12 +124,20 @@ class _ExprCompiler:
 
     def temp(self) -> tuple[list[Stmt], View]:
         self.n += 1
-        buf = Buf(f"tmp{self.n}", "sbuf", "f32", self.shape)
+        buf = Buf(self.fresh(f"tmp{self.n}"), "sbuf", "f32", self.shape)
         return [Alloc(buf, line=self.line)], whole(buf)
 
     def value(self, e: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
         if isinstance(e, sx.Access):
             return [], self.tiles[e.tensor]
+        key = fmt_expr(e)
+        if dst is None and key in self.done:  # a subexpression seen before (an inlined temporary read twice)
+            return [], self.done[key]
+        stmts, view = self.compute(e, dst)
+        self.done[key] = view
+        return stmts, view
+
+    def compute(self, e: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
         c = const_value(e)
         if c is not None:
             raise TilecError("an element-wise result must read at least one tensor", e.span)
@@ -72,7 +148,11 @@ class _ExprCompiler:
             out, d = self.target(dst)
             return pre + out + [Act(d, x, e.fn, None, 1.0, self.line)], d
         if isinstance(e, sx.Call):
-            return self.binary(e.args[0], e.args[1], "maximum" if e.fn == "max" else "minimum", dst)
+            op = "maximum" if e.fn == "max" else "minimum"
+            for x, c in ((e.args[0], const_value(e.args[1])), (e.args[1], const_value(e.args[0]))):
+                if c is not None:
+                    return self.scalar(x, op, c, dst)
+            return self.binary(e.args[0], e.args[1], op, dst)
         rc, lc = const_value(e.rhs), const_value(e.lhs)
         if e.op == "/" and rc is not None:
             return self.scalar(e.lhs, "multiply", 1.0 / rc, dst)
@@ -80,10 +160,10 @@ class _ExprCompiler:
             return self.scalar(e.lhs, _BIN[e.op], rc if e.op != "-" else -rc, dst, "add" if e.op == "-" else None)
         if lc is not None and e.op in "+*":
             return self.scalar(e.rhs, _BIN[e.op], lc, dst)
-        if lc is not None and e.op == "-":
-            stmts, neg = self.scalar(e.rhs, "multiply", -1.0, None)
+        if lc is not None and e.op == "-":  # c - x: one tensor_scalar with the operands reversed
+            pre, v = self.value(e.rhs, None)
             out, d = self.target(dst)
-            return stmts + out + [Scalar(d, neg, "add", lc, self.line)], d
+            return pre + out + [Scalar(d, v, "subtract", lc, self.line, reverse=True)], d
         return self.binary(e.lhs, e.rhs, _BIN[e.op], dst)
 
     def target(self, dst: View | None) -> tuple[list[Stmt], View]:
@@ -98,40 +178,51 @@ class _ExprCompiler:
         p1, v1 = self.value(x, None)
         p2, v2 = self.value(y, None)
         out, d = self.target(dst)
+        if self.is_column(y):  # a per-partition scalar: tensor_scalar with a (P, 1) operand
+            return p1 + out + [Scalar(d, v1, op, v2, self.line)], d
+        if self.is_column(x):
+            return p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op == "subtract")], d
         return p1 + p2 + out + [Binary(d, v1, v2, op, self.line)], d
+
+    def is_column(self, e: sx.Expr) -> bool:
+        return isinstance(e, sx.Access) and e.tensor in self.columns
 
 
 # ---- transpose -----------------------------------------------------------------------------------------------------
 
 
-def build_transpose(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf]) -> Built:
+def build_transpose(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     """Super-tiles of (BI x BJ) blocks: BI row-strip loads, BI*BJ block transposes, BJ column-strip stores."""
     line, T, BI, BJ = op.line, plan.tile, plan.bi, plan.bj
     M, N = op.dim("M"), op.dim("N")
+    v, li, lj = dict(op.vars), op.line_of("i"), op.line_of("j")  # each loop carries its own `for` line
     src, dst = hbm[op.src], hbm[op.out]
     dt = src.dtype
-    a_sb = Buf(f"{op.src}_strip", "sbuf", dt, (T, BI, BJ * T))
-    o_sb = Buf(f"{op.out}_strip", "sbuf", hbm[op.out].dtype, (T, BJ, BI * T))
+    a_sb = Buf(fresh(f"{op.src}_strip"), "sbuf", dt, (T, BI, BJ * T))
+    o_sb = Buf(fresh(f"{op.out}_strip"), "sbuf", hbm[op.out].dtype, (T, BJ, BI * T))
     i0 = lambda blk: a(term("bi", BI * T), term(blk, T, "TILE"))  # noqa: E731
     j0 = lambda blk: a(term("bj", BJ * T), term(blk, T, "TILE"))  # noqa: E731
     load = loop("ai", BI, [Dma(View(a_sb, (full(T), a("ai"), full(BJ * T))),
-                               View(src, (sl(i0("ai"), T), sl(a(term("bj", BJ * T)), BJ * T))), line)])
+                               View(src, (sl(i0("ai"), T), sl(a(term("bj", BJ * T)), BJ * T))), line)],
+                note=f"for {v['i']} (blocks of TILE)", line=li)
     if plan.method == "dma":
         block = [ir.Transpose(View(o_sb, (full(T), a("bj2"), sl(a(term("ai", T, "TILE")), T))),
                               View(src, (sl(i0("ai"), T), sl(j0("bj2"), T))), "dma", line)]
         load = []
     else:
-        tp = Buf(f"{op.out}_tp", "psum", dt, (T, T))  # transpose mode keeps the input dtype in PSUM
+        tp = Buf(fresh(f"{op.out}_tp"), "psum", dt, (T, T))  # transpose mode keeps the input dtype in PSUM
         block = [Alloc(tp, line=line),
                  ir.Transpose(whole(tp), View(a_sb, (full(T), a("ai"), sl(a(term("bj2", T, "TILE")), T))), "pe",
                               line),
                  ir.Copy(View(o_sb, (full(T), a("bj2"), sl(a(term("ai", T, "TILE")), T))), whole(tp), line)]
-    blocks = loop("ai", BI, loop("bj2", BJ, block))
+    blocks = loop("ai", BI, loop("bj2", BJ, block, note=f"for {v['j']} (blocks of TILE)", line=lj),
+                  note=f"for {v['i']} (blocks of TILE)", line=li)
     store = loop("bj2", BJ, [Dma(View(dst, (sl(j0("bj2"), T), sl(a(term("bi", BI * T)), BI * T))),
-                                 View(o_sb, (full(T), a("bj2"), full(BI * T))), line)])
+                                 View(o_sb, (full(T), a("bj2"), full(BI * T))), line)],
+                 note=f"for {v['j']} (blocks of TILE)", line=lj)
     body = ([Alloc(a_sb, line=line)] if load else []) + load + [Alloc(o_sb, line=line)] + blocks + store
-    nest = loop("bi", M // (BI * T), loop("bj", N // (BJ * T), body, note="for j (strips of BJ blocks)", line=line),
-                note="for i (strips of BI blocks)", line=line)
+    nest = loop("bi", M // (BI * T), loop("bj", N // (BJ * T), body, note=f"for {v['j']} (strips of BJ blocks)",
+                                          line=lj), note=f"for {v['i']} (strips of BI blocks)", line=li)
     consts = [("TILE", T)]
     return consts, [ir.Block(f"{op.out} = transpose of {op.src} by {T}x{T} blocks", tuple(nest), line)]
 
@@ -139,28 +230,31 @@ def build_transpose(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf]) -
 # ---- standalone pool -----------------------------------------------------------------------------------------------
 
 
-def build_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf]) -> Built:
+def build_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     line, pool = op.line, op.pool
     B, H, W = op.dim("B"), op.dim("H"), op.dim("W")
     Ho, Wo = H // pool.wy, W // pool.wx
     P, OB = plan.tile_b, plan.band
-    x3, s1 = hbm_view(hbm[op.src], (B, H, W), f"{op.src}_v", line)
-    o3, s2 = hbm_view(hbm[op.out], (B, Ho, Wo), f"{op.out}_v", line)
-    xb = Buf(f"{op.src}_band", "sbuf", hbm[op.src].dtype, (P, OB * pool.wy, W))
-    ob = Buf(f"{op.out}_band", "sbuf", hbm[op.out].dtype, (P, OB, Wo))
+    x3, s1 = hbm_view(hbm[op.src], (B, H, W), fresh(f"{op.src}_v"), line)
+    o3, s2 = hbm_view(hbm[op.out], (B, Ho, Wo), fresh(f"{op.out}_v"), line)
+    xb = Buf(fresh(f"{op.src}_band"), "sbuf", hbm[op.src].dtype, (P, OB * pool.wy, W))
+    ob = Buf(fresh(f"{op.out}_band"), "sbuf", hbm[op.out].dtype, (P, OB, Wo))
     body: list[Stmt] = [Alloc(xb, line=line),
                         Dma(whole(xb), View(x3, (sl(a(term("pb", P, "TILE_P")), P),
                                                  sl(a(term("yb", OB * pool.wy)), OB * pool.wy), full(W))), line),
                         Alloc(ob, line=line)]
     src = whole(xb)
     if op.relu:
-        rb = Buf(f"{op.src}_relu", "sbuf", "f32", xb.shape)
+        rb = Buf(fresh(f"{op.src}_relu"), "sbuf", "f32", xb.shape)
         body += [Alloc(rb, line=line), Act(whole(rb), src, "relu", None, 1.0, line)]
         src = whole(rb)
-    body += pool_epilogue(src, whole(ob), pool.wy, pool.wx, pool.op, pool.scale, f"{op.out}_pool", line)
+    body += pool_epilogue(src, whole(ob), pool.wy, pool.wx, pool.op, pool.scale,
+                           lambda axis: fresh(f"{op.out}_pool_{axis}"), line)
     body.append(Dma(View(o3, (sl(a(term("pb", P, "TILE_P")), P), sl(a(term("yb", OB)), OB), full(Wo))), whole(ob),
                     line))
-    nest = loop("pb", B // P, loop("yb", Ho // OB, body, note="for i (bands of BAND rows)", line=line),
-                note="for channels (tiles of TILE_P)", line=line)
+    v = dict(op.vars)  # each loop carries its own `for` line
+    nest = loop("pb", B // P, loop("yb", Ho // OB, body, note=f"for {v['i']} (bands of BAND rows)",
+                                   line=op.line_of("i")),
+                note=f"for {v['b']} (channel rows, tiles of TILE_P)", line=op.line_of("b"))
     return [("TILE_P", P), ("BAND", OB)], s1 + s2 + [ir.Block(f"{op.out} = {pool.op} pool of {op.src}", tuple(nest),
                                                                line)]

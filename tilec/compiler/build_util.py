@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from tilec.compiler import ir
 from tilec.compiler.ir import Aff, Binary, Buf, Loop, Scalar, Sl, Stmt, Term, View
@@ -46,9 +47,10 @@ def loop(var: str, extent: int, body: list[Stmt] | tuple[Stmt, ...], kind: str =
     return [Loop(var, extent, tuple(body), kind, name, line, note)]
 
 
-def pool_epilogue(src: View, dst: View, wy: int, wx: int, op: str, scale: float, tmp: str, line: int
-                  ) -> list[Stmt]:
-    """Combine wy x wx windows of src [P, rows, cols] into dst [P, rows/wy, cols/wx] on the vector engine."""
+def pool_epilogue(src: View, dst: View, wy: int, wx: int, op: str, scale: float, tmp: Callable[[str], str],
+                  line: int) -> list[Stmt]:
+    """Combine wy x wx windows of src [P, rows, cols] into dst [P, rows/wy, cols/wx] on the vector engine;
+    `tmp("rows")` names the fp32 temporary of the first combine."""
     p, rows, cols = src.shape()
     out: list[Stmt] = []
     cur = src
@@ -58,7 +60,7 @@ def pool_epilogue(src: View, dst: View, wy: int, wx: int, op: str, scale: float,
         shape = (p, rows // wy, cols // wx if axis == 2 else cols)
         target = dst
         if not last:  # the final combine writes straight into dst; earlier ones into an fp32 temporary
-            buf = Buf(f"{tmp}_{'rows' if axis == 1 else 'cols'}", "sbuf", "f32", shape)
+            buf = Buf(tmp("rows" if axis == 1 else "cols"), "sbuf", "f32", shape)
             out.append(ir.Alloc(buf, line=line))
             target = ir.whole(buf)
         out += _combine(cur, target, axis, w, op, line)

@@ -116,7 +116,9 @@ class _ViewModel:
         if isinstance(s, Binary):
             return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op]}
         if isinstance(s, Scalar):
-            return {**base, "kind": "scalar", "src": self.view(s.src), "op": ALU[s.op], "value": repr(float(s.value))}
+            value = self.view(s.value) if isinstance(s.value, View) else repr(float(s.value))
+            return {**base, "kind": "scalar", "src": self.view(s.src), "op": ALU[s.op], "value": value,
+                    "extra": ", reverse0=True" if s.reverse else ""}
         raise TypeError(type(s).__name__)
 
     # ---- index expressions ---------------------------------------------------------------------------------------

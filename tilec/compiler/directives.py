@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, SBUF_BUDGET, ConvPlan, EltwisePlan, Plan, PoolPlan,
-                                     TransposePlan, best_divisor, default_plan, divisors, var_of)
+                                     TransposePlan, best_divisor, default_plan, divisors, eltwise_free,
+                                     var_of)
 from tilec.compiler.select import ConvOp, Op
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -57,7 +58,10 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     if isinstance(plan, ConvPlan):
         return _tile_conv(op, plan, d, role, n)
     if isinstance(plan, EltwisePlan):
-        _div(d, n, op.size // plan.parts, "tile")
+        _div(d, n, eltwise_free(op, plan.parts), "tile")
+        if op.rows and n > MOVING_FMAX:
+            raise bad(d, f"a tile of {n} elements is wider than the {MOVING_FMAX} columns one matmul broadcasts "
+                         f"{', '.join(op.rows)} across the partitions", f"use at most {MOVING_FMAX}")
         return replace(plan, free=n)
     if isinstance(plan, TransposePlan):
         if n > PMAX:

@@ -16,7 +16,8 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
            | Copy(dst, src)                          PSUM/SBUF -> SBUF copy with a dtype cast
            | Act(dst, src, func, bias, scale)        dst = func(src * scale + bias), bias per partition
            | Binary(dst, a, b, op)                   dst = a op b element-wise (tensor_tensor)
-           | Scalar(dst, src, op, value)             dst = src op value (tensor_scalar with a constant)
+           | Scalar(dst, src, op, value, reverse)    dst = src op value (tensor_scalar); value: a constant or a
+                                                     (P, 1) column, one scalar per partition; reverse: value op src
            | Block(label, body, hoist, pin)          a named group of statements (one phase of a kernel); a
                                                      hoistable block is a load the `hoist` pass may lift out
                                                      of loops it does not use (never out of loop `pin`)
@@ -188,9 +189,10 @@ class Binary:
 class Scalar:
     dst: View
     src: View
-    op: str  # add | multiply | maximum | minimum
-    value: float
+    op: str  # add | subtract | multiply | maximum | minimum
+    value: "float | View"  # a constant, or a (P, 1) view: one scalar per partition, broadcast along the free dims
     line: int = 0
+    reverse: bool = False  # value op src (for the non-commutative subtract)
 
 
 @dataclass(frozen=True)
@@ -265,7 +267,9 @@ def _stmt_head(s: Stmt) -> str:
     if isinstance(s, Binary):
         return f"{s.op} {fmt_view(s.dst)} <- {fmt_view(s.a)}, {fmt_view(s.b)}"
     if isinstance(s, Scalar):
-        return f"{s.op} {fmt_view(s.dst)} <- {fmt_view(s.src)}, {s.value:g}"
+        value = fmt_view(s.value) if isinstance(s.value, View) else f"{s.value:g}"
+        args = f"{value}, {fmt_view(s.src)}" if s.reverse else f"{fmt_view(s.src)}, {value}"
+        return f"{s.op} {fmt_view(s.dst)} <- {args}"
     raise TypeError(type(s).__name__)
 
 

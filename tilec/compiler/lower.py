@@ -29,6 +29,7 @@ class Comp:
     lines: tuple[tuple[str, int], ...] = ()  # .tl line of each loop
     update_line: int = 0  # .tl line of the reduction statement
     stops: tuple[tuple[str, str], ...] = ()  # each loop's bound as written, e.g. ("c", "C")
+    fused: tuple[str, ...] = ()  # temporaries of earlier element-wise statements inlined into `init`
 
     def loop_text(self, var: str) -> str:
         return f"for {var} in 0..{dict(self.stops).get(var, self.extent(var))}"
@@ -118,23 +119,23 @@ def _append(comps: list[Comp], comp: Comp) -> None:
     if (prev and comp.red_op and comp.init is None and prev.red_op is None and prev.target == comp.target
             and len(prev.out_vars) == len(comp.out_vars)):
         rename = dict(zip(prev.out_vars, comp.out_vars))
-        comps[-1] = Comp(comp.target, comp.out_vars, comp.extents, _rename(prev.init, rename), comp.red_op,
+        comps[-1] = Comp(comp.target, comp.out_vars, comp.extents, rename_vars(prev.init, rename), comp.red_op,
                          comp.update, comp.red_vars, prev.line, prev.span, comp.lines, comp.update_line, comp.stops)
         return
     comps.append(comp)
 
 
-def _rename(e: sx.Expr, names: dict[str, str]) -> sx.Expr:
+def rename_vars(e: sx.Expr, names: dict[str, str]) -> sx.Expr:
     if isinstance(e, sx.Name):
         return sx.Name(names.get(e.id, e.id), e.span)
     if isinstance(e, sx.Neg):
-        return sx.Neg(_rename(e.x, names), e.span)
+        return sx.Neg(rename_vars(e.x, names), e.span)
     if isinstance(e, sx.BinOp):
-        return sx.BinOp(e.op, _rename(e.lhs, names), _rename(e.rhs, names), e.span)
+        return sx.BinOp(e.op, rename_vars(e.lhs, names), rename_vars(e.rhs, names), e.span)
     if isinstance(e, sx.Call):
-        return sx.Call(e.fn, tuple(_rename(a, names) for a in e.args), e.span)
+        return sx.Call(e.fn, tuple(rename_vars(a, names) for a in e.args), e.span)
     if isinstance(e, sx.Access):
-        return sx.Access(e.tensor, tuple(_rename(a, names) for a in e.indices), e.span)
+        return sx.Access(e.tensor, tuple(rename_vars(a, names) for a in e.indices), e.span)
     return e
 
 

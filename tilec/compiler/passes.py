@@ -6,7 +6,6 @@ from dataclasses import replace
 from tilec.compiler import ir
 from tilec.compiler.build_util import map_aff
 from tilec.compiler.ir import Aff, Block, Kernel, Loop, Stmt, Term
-from tilec.compiler.select import ConvOp
 from tilec.compiler.verify import memory_summary
 
 
@@ -49,14 +48,9 @@ def _vars(node) -> set[str]:
     return found
 
 
-def unroll(k: Kernel, plans: tuple, ops: tuple) -> Kernel:
-    """Loops the schedule unrolls become `static` (nl.static_range: traced once per iteration)."""
-    names: set[str] = set()
-    for op, plan in zip(ops, plans):
-        if isinstance(op, ConvOp):
-            v = dict(op.vars)
-            role_var = {"c": v["c"] + "t", "r": v.get("r", "r"), "s": v.get("s", "s")}
-            names |= {role_var[r] for r in getattr(plan, "unroll", ())}
+def unroll(k: Kernel, names: set[str]) -> Kernel:
+    """Loops the schedule unrolls (by their variables in the built nest) become `static` (nl.static_range: traced
+    once per iteration)."""
     return replace(k, body=_unroll(k.body, names)) if names else k
 
 

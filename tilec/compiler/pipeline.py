@@ -8,10 +8,11 @@ import pathlib
 from dataclasses import dataclass, replace
 
 from tilec.compiler import ir, passes
-from tilec.compiler.build_conv import build_conv
+from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.build_simple import build_eltwise, build_pool, build_transpose
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
+from tilec.compiler.names import NameAllocator, program_names
 from tilec.compiler.directives import apply_schedule
 from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
 from tilec.compiler.select import ConvOp, EltwiseOp, PoolOp, TransposeOp, print_ops, select
@@ -49,7 +50,8 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None)
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
     ops, plans = unfuse(ops, plans, program)
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
-    kernel = build_kernel(program, ops, plans)
+    names = NameAllocator(program_names(program))  # derived names never collide with the user's
+    kernel = build_kernel(program, ops, plans, names)
     _check_capacity(kernel)
     stages["loops"] = _checked(kernel, "loops")
     kernels = {"loops": kernel}
@@ -58,7 +60,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None)
     stages["hoist"] = _checked(kernel, "hoist")
     kernels["hoist"] = kernel
     # unroll: the schedule's unrolled loops become static ranges (traced once per iteration)
-    kernel = passes.unroll(kernel, plans, ops)
+    kernel = passes.unroll(kernel, unrolled_loops(ops, plans, names))
     stages["unroll"] = _checked(kernel, "unroll")
     kernels["unroll"] = kernel
     # legalise: affine loops whose iterations share a buffer (single-buffered schedules) become sequential
@@ -106,7 +108,7 @@ def unfuse(ops: tuple, plans: tuple, program) -> tuple[tuple, tuple]:
     return tuple(out_ops), tuple(out_plans)
 
 
-def build_kernel(program, ops: tuple, plans: tuple) -> ir.Kernel:
+def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator) -> ir.Kernel:
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     params = tuple(hbm[p.name] for p in program.kernel.params)
     outputs = tuple(hbm[o] for o in program.kernel.outputs)
@@ -118,7 +120,7 @@ def build_kernel(program, ops: tuple, plans: tuple) -> ir.Kernel:
     for op, plan in zip(ops, plans):
         builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
                    EltwiseOp: build_eltwise}[type(op)]
-        op_consts, stmts = builder(op, plan, hbm)
+        op_consts, stmts = builder(op, plan, hbm, _fresh(names, op))
         prefix = "" if len(ops) == 1 else f"{op.out.upper()}_"
         if prefix:
             stmts = passes.rename_consts(stmts, prefix)
@@ -126,6 +128,22 @@ def build_kernel(program, ops: tuple, plans: tuple) -> ir.Kernel:
         consts.update(op_consts)
         body += stmts
     return ir.Kernel(program.kernel.name, params, outputs, tuple(body), tuple(consts.items()))
+
+
+def _fresh(names: NameAllocator, op):
+    """The name allocator as seen by one op: its own derived names are stable, other ops get other ones."""
+    owner = f"{type(op).__name__}:{op.out}"
+    return lambda base: names.fresh(base, owner)
+
+
+def unrolled_loops(ops: tuple, plans: tuple, names: NameAllocator) -> set[str]:
+    """The loop variables (as built) of the accumulation loops each conv's schedule unrolls."""
+    found: set[str] = set()
+    for op, plan in zip(ops, plans):
+        if isinstance(op, ConvOp):
+            loops = conv_loop_vars(op, _fresh(names, op))
+            found |= {loops[role] for role in plan.unroll}
+    return found
 
 
 def _doc_lines(program, ops, plans) -> list[str]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilec.compiler.select import ConvOp, Op, PoolOp, TransposeOp
+from tilec.compiler.select import ConvOp, EltwiseOp, Op, PoolOp, TransposeOp
 from tilec.lang import syntax as sx
 
 PMAX, MOVING_FMAX, PSUM_BANK = 128, 512, 2048
@@ -126,9 +126,15 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         per_dma = max(1, 4096 // (tile * elem))  # >= 4 KiB per partition per DMA saturates the queues
         return TransposePlan(tile, best_divisor(op.dim("M") // tile, per_dma),
                              best_divisor(op.dim("N") // tile, per_dma))
-    parts = best_divisor(op.size, PMAX)
+    parts = best_divisor(op.dim("P") if op.layout else op.size, PMAX)
     # two or more tiles let loads overlap the vector engine; ~1000 elements per partition keeps DMAs efficient
-    return EltwisePlan(parts, best_divisor(op.size // parts, 1024))
+    # a row broadcast goes through one PSUM bank per tile: at most 512 fp32 columns
+    return EltwisePlan(parts, best_divisor(eltwise_free(op, parts), MOVING_FMAX if op.rows else 1024))
+
+
+def eltwise_free(op: EltwiseOp, parts: int) -> int:
+    """Elements per partition row: all of them when flattened, the free dims F of a broadcast layout."""
+    return op.dim("F") if op.layout else op.size // parts
 
 
 def _bytes(dtype: str) -> int:

@@ -6,16 +6,19 @@
     Pool      Y[n,k,i,j] max= X[n,k,2i+p,2j+q] (or += ... / 4)           -> tensor_tensor over strided views
     Transpose B[j,i] = A[i,j]                                             -> nc_transpose (or dma_transpose)
     Eltwise   C[i..] = f(A[i..], B[i..], constants)                       -> tensor_tensor / tensor_scalar / activation
+              with broadcast reads b[i] of a run of the output's indices (not the last): a (P, 1) column per tile,
+              and chains `T = f(..); C = g(T, ..)` of element-wise statements fused into one pass (T never stored)
 
 Anything else is a TilecError that points at the statement. Each op keeps `vars`: role -> the .tl loop variable, so
 schedule directives can name loops by the user's names (`conv.y`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu, strip_scale
-from tilec.compiler.lower import Comp, affine_index
+from tilec.compiler.lower import Comp, affine_index, rename_vars
 from tilec.errors import Span, TilecError
 from tilec.lang import syntax as sx
 
@@ -62,6 +65,12 @@ class PoolOp:
     line: int = 0
     span: Span | None = field(default=None, compare=False)
 
+    loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+
+    def line_of(self, role: str) -> int:
+        """The .tl line of the loop playing `role` (the statement's line if unknown)."""
+        return dict(self.loop_lines).get(dict(self.vars).get(role, ""), self.line)
+
     def dim(self, d: str) -> int:
         return dict(self.dims)[d]
 
@@ -75,6 +84,12 @@ class TransposeOp:
     vars: tuple[tuple[str, str], ...]
     line: int = 0
     span: Span | None = field(default=None, compare=False)
+
+    loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+
+    def line_of(self, role: str) -> int:
+        """The .tl line of the loop playing `role` (the statement's line if unknown)."""
+        return dict(self.loop_lines).get(dict(self.vars).get(role, ""), self.line)
 
     def dim(self, d: str) -> int:
         return dict(self.dims)[d]
@@ -90,6 +105,19 @@ class EltwiseOp:
     vars: tuple[tuple[str, str], ...]
     line: int = 0
     span: Span | None = field(default=None, compare=False)
+    columns: tuple[str, ...] = ()  # broadcast operands: one scalar per partition row
+    layout: tuple[tuple[str, int], ...] = ()  # with columns: the output as O (outer) x P (partitions) x F (free)
+    run: tuple[int, int] = (0, 0)  # with broadcasts: the output indices [a, b) that go on the partitions
+    fused: tuple[str, ...] = ()  # temporaries of earlier element-wise statements folded into this one
+    loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+    rows: tuple[str, ...] = ()  # broadcast operands indexed by the free (trailing) indices: one row for all partitions
+
+    def line_of(self, role: str) -> int:
+        """The .tl line of the loop playing `role` (the statement's line if unknown)."""
+        return dict(self.loop_lines).get(dict(self.vars).get(role, ""), self.line)
+
+    def dim(self, d: str) -> int:
+        return dict(self.layout)[d]
 
 
 Op = ConvOp | PoolOp | TransposeOp | EltwiseOp
@@ -107,6 +135,8 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
     for i, comp in enumerate(comps):
         if i in consumed:
             continue
+        if comp.red_op is None and not _is_copy(comp, program):
+            comp = _fuse_chain(comps, i, program, consumed)
         op = _select_one(comp, program)
         if isinstance(op, ConvOp):
             op = _fuse_epilogues(op, comps, i, program, consumed)
@@ -126,6 +156,59 @@ def _select_one(comp: Comp, program) -> Op:
     if comp.red_op is None:
         return select_eltwise(comp, program)
     raise reject(comp, f"a `{comp.red_op}` reduction of this form is not supported")
+
+
+# ---- element-wise chains ------------------------------------------------------------------------------------------
+
+
+def _is_copy(comp: Comp, program) -> bool:
+    return isinstance(comp.init, sx.Access) and comp.init.tensor != comp.target and \
+        _is_permutation(comp, comp.init, program)
+
+
+def _fuse_chain(comps: tuple[Comp, ...], i: int, program, consumed: set[int]) -> Comp:
+    """`T[i, j] = A[i, j] + B[i, j]; Y[i, j] = relu(T[i, j]) * 2` -> one statement `Y = relu(A + B) * 2` (one pass
+    over tiles, T never stored) when the next statement is element-wise over the same loops, reads T with the same
+    indices, and is T's only reader (or overwrites T itself: `Y = relu(Y)`)."""
+    comp = comps[i]
+    for j in range(i + 1, len(comps)):
+        nxt = comps[j]
+        readers = [c for c in comps[j:] if any(a.tensor == comp.target for a in _reads(c))]
+        in_place = nxt.target == comp.target
+        if nxt.red_op is not None or not readers or readers[0] is not nxt or (len(readers) > 1 and not in_place):
+            break
+        if not in_place and program.tensors[comp.target].kind != "temp":
+            break
+        inlined = _inline(comp, nxt, program)
+        if inlined is None:
+            break
+        comp = replace(nxt, init=inlined, line=comp.line, span=comp.span,
+                       fused=comp.fused + ((comp.target,) if not in_place else ()))
+        consumed.add(j)
+    return comp
+
+
+def _inline(prev: Comp, nxt: Comp, program) -> sx.Expr | None:
+    """nxt's expression with every read of prev's target replaced by prev's expression (renamed to nxt's loops)."""
+    if [prev.extent(v) for v in prev.out_vars] != [nxt.extent(v) for v in nxt.out_vars]:
+        return None
+    reads = [a for a in accesses(nxt.init) if a.tensor == prev.target]
+    if any([_plain(m) for m in _index_maps(a, nxt, program)] != list(nxt.out_vars) for a in reads):
+        return None
+    value = rename_vars(prev.init, dict(zip(prev.out_vars, nxt.out_vars)))
+    return _substitute(nxt.init, prev.target, value)
+
+
+def _substitute(e: sx.Expr, tensor: str, value: sx.Expr) -> sx.Expr:
+    if isinstance(e, sx.Access):
+        return value if e.tensor == tensor else e
+    if isinstance(e, sx.Neg):
+        return sx.Neg(_substitute(e.x, tensor, value), e.span)
+    if isinstance(e, sx.BinOp):
+        return sx.BinOp(e.op, _substitute(e.lhs, tensor, value), _substitute(e.rhs, tensor, value), e.span)
+    if isinstance(e, sx.Call):
+        return sx.Call(e.fn, tuple(_substitute(x, tensor, value) for x in e.args), e.span)
+    return e
 
 
 # ---- contraction ---------------------------------------------------------------------------------------------------
@@ -260,7 +343,7 @@ def _try_relu(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
         return None
     if [_plain(m) for m in _index_maps(inner, c, program)] != list(c.out_vars):
         return None
-    return _replace(op, out=c.target, relu=True, fused=op.fused + (c.target,))
+    return replace(op, out=c.target, relu=True, fused=op.fused + (c.target,))
 
 
 def _try_pool(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
@@ -273,11 +356,11 @@ def _try_pool(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
     if pool.src != src:
         return None
     pool_vars = tuple((f"pool_{role}", var) for role, var in pool.vars)
-    return _replace(op, out=c.target, relu=op.relu or pool.relu, pool=pool.pool, fused=op.fused + (c.target,),
+    return replace(op, out=c.target, relu=op.relu or pool.relu, pool=pool.pool, fused=op.fused + (c.target,),
                     vars=op.vars + pool_vars, lines=op.lines + (("pool", c.update_line or c.line),))
 
 
-def _replace(op, **changes):
+def replace(op, **changes):
     from dataclasses import replace
     return replace(op, **changes)
 
@@ -318,7 +401,8 @@ def select_pool(comp: Comp, program) -> PoolOp:
     pool = PoolSpec(windows[-2], windows[-1], "maximum" if comp.red_op == "max=" else "add", scale)
     dims = (("B", rows), ("H", shape[-2]), ("W", shape[-1]))
     roles = tuple(zip(("b", "i", "j"), (comp.out_vars[0], comp.out_vars[-2], comp.out_vars[-1])))
-    return PoolOp(comp.target, comp.target, inner.tensor, dims, pool, roles, relu, comp.line, comp.span)
+    return PoolOp(comp.target, comp.target, inner.tensor, dims, pool, roles, relu, comp.line, comp.span,
+                  comp.lines)
 
 
 # ---- transpose and element-wise ------------------------------------------------------------------------------------
@@ -336,26 +420,90 @@ def select_transpose(comp: Comp, program) -> TransposeOp:
         raise reject(comp, "only 2-D transposes B[j, i] = A[i, j] are supported", acc.span)
     m, n = program.tensors[acc.tensor].shape
     roles = (("i", plain[0]), ("j", plain[1]))
-    return TransposeOp(comp.target, comp.target, acc.tensor, (("M", m), ("N", n)), roles, comp.line, comp.span)
+    return TransposeOp(comp.target, comp.target, acc.tensor, (("M", m), ("N", n)), roles, comp.line, comp.span,
+                       comp.lines)
 
 
 def select_eltwise(comp: Comp, program) -> EltwiseOp:
-    inputs = []
+    """Full-rank reads use the output's indices. A lower-rank read indexed by a run of them is a broadcast:
+    a run that leaves later indices free (`b[i]` in Y[i, j], `b[k]` in Y[n, k, y, x]) is a per-partition column
+    (those indices on the partitions, tensor_scalar with a (P, 1) operand); a trailing run (`s[j]` in Y[i, j]) is a
+    row, broadcast across the partitions on TensorE (ones[1, P].T @ s[1, F]) and then used like a full tile."""
+    inputs, columns, rows, runs = [], [], [], {"column": None, "row": None}
     for acc in accesses(comp.init):
         plain = [_plain(m) for m in _index_maps(acc, comp, program)]
-        if plain != list(comp.out_vars):
-            raise reject(comp, f"element-wise reads must use the output's indices [{', '.join(comp.out_vars)}]; "
-                               f"`{fmt_expr(acc)}` does not (broadcasts and shifts are not supported)", acc.span)
         if acc.tensor == comp.target:
             raise reject(comp, "an element-wise statement may not read the tensor it writes", acc.span)
-        if acc.tensor not in inputs:
-            inputs.append(acc.tensor)
+        if plain == list(comp.out_vars):
+            inputs += [acc.tensor] if acc.tensor not in inputs else []
+            continue
+        here = _broadcast_run(comp, acc, plain)
+        kind = "row" if here[1] == len(comp.out_vars) else "column"
+        if runs[kind] is not None and here != runs[kind]:
+            raise reject(comp, f"all broadcast {kind}s must be indexed by the same output indices", acc.span)
+        runs[kind] = here
+        group = rows if kind == "row" else columns
+        group += [acc.tensor] if acc.tensor not in group else []
     _check_expr(comp, comp.init)
-    size = 1
-    for v in comp.out_vars:
-        size *= comp.extent(v)
+    if columns:
+        _check_columns(comp, comp.init, set(columns))
+    run = _partition_run(comp, runs)
     roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))
-    return EltwiseOp(comp.target, comp.target, comp.init, tuple(inputs), size, roles, comp.line, comp.span)
+    layout = _broadcast_layout(comp, run) if run else ()
+    size = math.prod(comp.extent(v) for v in comp.out_vars)
+    return EltwiseOp(comp.target, comp.target, comp.init, tuple(inputs), size, roles, comp.line, comp.span,
+                     tuple(columns), layout, run or (0, 0), comp.fused, comp.lines, tuple(rows))
+
+
+def _partition_run(comp: Comp, runs: dict) -> tuple[int, int] | None:
+    """The output indices on the partitions: the columns' run; with rows only, everything before the rows."""
+    col, row = runs["column"], runs["row"]
+    if row and col and row[0] != col[1]:
+        raise reject(comp, "a statement with both per-partition and per-row broadcasts needs the row operand "
+                           "indexed by exactly the output indices after the column operand's", comp.init.span)
+    return col or ((0, row[0]) if row else None)
+
+
+def _broadcast_run(comp: Comp, acc: sx.Access, plain: list) -> tuple[int, int]:
+    """(a, b): the read is indexed by out_vars[a:b], a run of consecutive output indices."""
+    out = list(comp.out_vars)
+    shown = f"`{fmt_expr(acc)}`"
+    if None in plain or any(v not in out for v in plain) or not plain:
+        raise reject(comp, f"element-wise reads must use the output's indices [{', '.join(out)}] or a run of "
+                           f"them (a broadcast); {shown} does not (shifts and permutations are not supported)",
+                     acc.span)
+    a = out.index(plain[0])
+    if out[a:a + len(plain)] != plain:
+        raise reject(comp, f"the broadcast read {shown} must use consecutive output indices in order", acc.span)
+    return a, a + len(plain)
+
+
+def _broadcast_layout(comp: Comp, run: tuple[int, int]) -> tuple[tuple[str, int], ...]:
+    """O (outer), P (the broadcast indices, on partitions), F (free): the output viewed as [O, P, F]."""
+    ext = [comp.extent(v) for v in comp.out_vars]
+    return (("O", math.prod(ext[:run[0]])), ("P", math.prod(ext[run[0]:run[1]])), ("F", math.prod(ext[run[1]:])))
+
+
+def _check_columns(comp: Comp, e: sx.Expr, columns: set[str]) -> bool:
+    """Whether `e` is a full tile; a column may only meet a full tile directly in +, -, *, max or min."""
+    if isinstance(e, sx.Access):
+        return e.tensor not in columns
+    if const_value(e) is not None:
+        return False
+    args = [e.x] if isinstance(e, sx.Neg) else list(e.args) if isinstance(e, sx.Call) else [e.lhs, e.rhs]
+    full = [_check_columns(comp, x, columns) for x in args]
+    binary = len(args) == 2 and (isinstance(e, sx.Call) or e.op in "+-*")
+    for x, is_full in zip(args, full):
+        cols = [a for a in accesses(x) if a.tensor in columns]
+        if not is_full and cols and not (binary and any(full) and _is_column(x, columns)):
+            col = cols[0]
+            raise reject(comp, f"a broadcast operand like `{fmt_expr(col)}` may only be added to, subtracted from, "
+                               f"multiplied with, or be the max/min of a full-size operand", col.span)
+    return any(full)
+
+
+def _is_column(e: sx.Expr, columns: set[str]) -> bool:
+    return isinstance(e, sx.Access) and e.tensor in columns
 
 
 def _check_expr(comp: Comp, e: sx.Expr) -> None:
@@ -395,5 +543,10 @@ def print_ops(ops: tuple[Op, ...]) -> str:
         elif isinstance(op, TransposeOp):
             lines.append(f"  src {op.src}")
         else:
-            lines.append(f"  {op.out} = {fmt_expr(op.expr)}  ({op.size} elements)")
+            lines.append(f"  {op.out} = {fmt_expr(op.expr)}  ({op.size} elements)" +
+                         (f"  (fused {', '.join(op.fused)})" if op.fused else ""))
+            if op.layout:
+                layout = " ".join(f"{k}={v}" for k, v in op.layout)
+                lines.append(f"  broadcast columns {', '.join(op.columns) or '-'} (one scalar per partition), rows "
+                             f"{', '.join(op.rows) or '-'} (one row for all partitions), layout {layout}")
     return "\n".join(lines) + "\n"

@@ -148,12 +148,21 @@ def bind_inputs(program: Program, inputs: dict[str, np.ndarray]) -> Program:
     for p in program.kernel.params:
         if p.name not in inputs:
             raise TilecError(f"missing input `{p.name}`", p.span, f"pass an array for every parameter")
+        _check_real(p, inputs[p.name])
         _bind_param(p, np.shape(inputs[p.name]), program.defines, bound, origin)
     result = _resolve(program.kernel, program.path, program.source, program.facts, program.pending,
                       program.defines, bound)
     for p in program.kernel.params:
         _match_shape(p, np.shape(inputs[p.name]), result.tensors[p.name].shape)
     return result
+
+
+def _check_real(p: s.Param, value: object) -> None:
+    """Inputs are real numbers (bool, int, float, bfloat16...); complex, text and objects have no f32 meaning."""
+    kind = np.asarray(value).dtype.kind
+    if kind in "cSUOMm":
+        raise TilecError(f"input `{p.name}` has dtype {np.asarray(value).dtype}, not a real number type", p.span,
+                         f"pass a float array (it is rounded to {p.type.dtype})")
 
 
 def _bind_param(p: s.Param, shape: tuple[int, ...], defines: dict[str, int], bound: dict[str, int],

@@ -37,6 +37,9 @@ def main() -> None:
     if not args or args[0].startswith("-"):
         print("usage: python -m tilec.nki SCRIPT.py [ARGS...] | --install-pth | --remove-pth", file=sys.stderr)
         raise SystemExit(2)
+    if not pathlib.Path(args[0]).is_file():  # as `python missing.py` says it, without a traceback
+        print(f"python -m tilec.nki: can't open file {args[0]!r}: no such file", file=sys.stderr)
+        raise SystemExit(2)
     shim.install()
     sys.argv = args
     runpy.run_path(args[0], run_name="__main__")

@@ -118,6 +118,13 @@ def partition_first(t: object, api: str, role: str, where: tuple) -> None:
     shape, strides = t.shape, t.strides
     p_ok = bool(shape) and (shape[0] == 1 or strides[0] in (ps, 0))
     free_ok = all(n == 1 or s == 0 or abs(s) < ps for n, s in zip(shape[1:], strides[1:]))
+    if free_ok and shape[0] > 1 and strides[0] % ps == 0 and strides[0] > ps:
+        raise rules.NkiSyntaxError(
+            f"operand '{role}' of '{api}' steps over partitions by {strides[0] // ps}; an access covers a "
+            "contiguous range of partitions", "partition_stride", where,
+            f"view of shape {tuple(t.shape)} of {_desc(t)}",
+            hint="engines have no partition stride: gather the rows into a tile with a DMA (nisa.dma_copy) or "
+                 "lay the data out so they are contiguous")
     bad = not (p_ok and free_ok)
     if bad:
         raise rules.NkiSyntaxError(

@@ -286,6 +286,7 @@ def accumulate(dst: Tensor, value: object) -> None:
     run = runtime.current()
     where = runtime.callsite()
     checks.accumulate(run, dst, value, where)
+    checks.partition_start(dst, "nc_matmul", "dst", where)
     read(run, dst, where, log_it=False)  # the accumulation's own read-modify-write is logged as ACC
     raw = value.buf.raw.reshape(dst.shape)
     if value.buf.mask is not None:

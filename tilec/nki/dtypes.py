@@ -22,6 +22,7 @@ int32, uint32 = np.dtype(np.int32), np.dtype(np.uint32)
 bool_ = np.dtype(np.uint8)  # NKI stores bool as uint8
 
 FLOATS = (float32, float16, bfloat16, float8_e4m3, float8_e5m2)
+SUPPORTED = frozenset(FLOATS + (int8, uint8, int16, uint16, int32, uint32))  # what an HBM argument may hold
 _FP8 = (float8_e4m3, float8_e5m2)
 
 # numpy types a user may hand in, mapped to the storage NKI would use (NKI has no 64-bit types)

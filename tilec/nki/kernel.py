@@ -129,6 +129,10 @@ def _is_array_like(value: object) -> bool:
 def _hbm_arg(run: Run, name: str, arr: np.ndarray, where: tuple[str, int]) -> tuple[Tensor, object]:
     """A kernel argument: HBM wrapping the caller's array when its dtype is an NKI one (written in place)."""
     storage = dtypes.storage_dtype(arr.dtype)
+    if storage not in dtypes.SUPPORTED:
+        raise rules.NkiTypeError(f"kernel argument '{name}' has dtype {arr.dtype}, which NKI does not support",
+                                 "argument_dtype", where, f"argument '{name}' of shape {tuple(arr.shape)}",
+                                 hint="pass float32, float16, bfloat16, float8 or integer arrays")
     if storage == arr.dtype and arr.flags.c_contiguous and arr.flags.writeable:
         buf = Buffer(run, name, "hbm", arr, written=True, where=where)
         run.allocate(buf)

@@ -6,6 +6,7 @@ schedule, so knob names use the user's loop names and each knob's first value is
 
     conv      tile k, tile c (<= 128 partitions), tile x (<= 512 moving), tile y = rows per matmul group
               (rows * tile x <= 512 fp32 = one 2 KiB PSUM bank), split y = rows per input band,
+              split x = columns per input band (whole rows by default),
               reorder of the outer loops and of the accumulation loops, place (fused in SBUF | via HBM),
               hoist of the weights (root | per out-channel tile) and of the input band (n | y | k),
               buffers of the input band
@@ -106,8 +107,8 @@ def parse_defaults(schedule_text: str, ops: list[OpView]) -> None:
 
 
 def _with_default(default: object, values: list) -> tuple:
-    rest = [v for v in values if v != default]
-    return tuple(([default] if default is not None else []) + rest)
+    """`values` with the compiler's default first (None = no directive, for knobs that may be left out)."""
+    return tuple([default] + [v for v in values if v != default])
 
 
 def conv_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
@@ -127,6 +128,11 @@ def conv_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Che
         knobs += [Knob(f"tile {op.ref('y')}", "tile", op.ref("y"), _with_default(dflt.get(("tile", "y")), rows)),
                   Knob(f"split {op.ref('y')}", "split", op.ref("y"),
                        _with_default(dflt.get(("split", "y")), bands))]
+    # column bands (None: whole rows, the default); applied after `tile x`, so a band must be a multiple of it
+    col_bands = [v for v in divisors(d["Wo"]) if v % wx == 0 and min(16, d["Wo"]) <= v < d["Wo"]]
+    if col_bands:
+        knobs.append(Knob(f"split {op.ref('x')}", "split", op.ref("x"),
+                          _with_default(dflt.get(("split", "x")), [None, *col_bands])))
     outer = tuple(r for r in ("n", "y", "k") if r in op.vars)
     taps = tuple(r for r in ("c", "r", "s") if r in op.vars)
     for label, group in (("outer", outer), ("taps", taps)):
@@ -158,16 +164,19 @@ def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
         tx = named[f"tile {op.ref('x')}"]
         rows = named.get(f"tile {op.ref('y')}", 1)
         band = named.get(f"split {op.ref('y')}", rows)
+        band_x = named.get(f"split {op.ref('x')}")
         if rows * tx > LIMITS.moving_free:
             return f"{rows} rows of {tx} columns is {rows * tx} elements per matmul; one PSUM bank holds 512"
-        if rows > 1 and tx != d["Wo"]:
-            return "several rows per matmul need whole rows (tile x = the full width)"
-        if band % rows:  # the compiler would shrink rows to fit: the same plan as another point, so skip it
+        # the compiler would shrink rows (columns) to fit a band: the same plan as another point, so skip it
+        if band % rows:
             return f"a band of {band} rows is not a multiple of the {rows} rows per matmul"
+        if band_x and band_x % tx:
+            return f"a band of {band_x} columns is not a multiple of the {tx} columns per matmul"
         if rows % wy or band % wy:
             return f"rows and bands must be multiples of the pool window {wy}"
         bufs = (named.get(f"buffers {moving}") or 2) if moving else 2
-        band_bytes = (band + d.get("R", 1) - 1) * d["W"] * ELEM[dtype] * (d["C"] // named[f"tile {op.ref('c')}"])
+        width = band_x + d.get("S", 1) - 1 if band_x else d["W"]
+        band_bytes = (band + d.get("R", 1) - 1) * width * ELEM[dtype] * (d["C"] // named[f"tile {op.ref('c')}"])
         if band_bytes * bufs > LIMITS.sbuf_bytes // 2:
             return f"{bufs} input bands of {band_bytes // 1024} KiB per partition exceed half of SBUF"
         return None

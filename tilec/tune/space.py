@@ -48,7 +48,7 @@ def _loop_list(value: Value) -> str:
 
 
 # kind -> render(knob, value) -> directive line or None. This is the one place that speaks the compiler's directive
-# syntax (tilec/compiler/schedule.py): keep it in step with that module's directive table.
+# syntax (documented in tilec/compiler/schedule.py, applied by tilec/compiler/directives.py): keep it in step.
 DIRECTIVES: dict[str, Callable[[Knob, Value], str | None]] = {
     "tile": lambda k, v: f"tile {k.target}, {v}",  # target `op.loop`
     "split": lambda k, v: f"split {k.target}, {v}",
