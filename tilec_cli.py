@@ -54,8 +54,6 @@ def _nki_run_args(p: argparse.ArgumentParser) -> None:
 
 @command("nki-run", "run an NKI kernel file on tilec's CPU interpreter of neuronxcc.nki", _nki_run_args)
 def _nki_run(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from tilec.nki import api as nki_api
 
     inputs: dict[str, object] = _load_npz(args.inputs) if args.inputs else {}

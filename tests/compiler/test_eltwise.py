@@ -159,3 +159,9 @@ def test_unmappable_broadcasts_are_clear_errors(name):
     with pytest.raises(TilecError, match=message) as info:
         compile_loaded(lang.load(text))
     assert info.value.span is not None and info.value.span.line == 5
+
+
+@pytest.mark.parametrize("name,text", [("eltwise_chain", CHAIN), ("eltwise_broadcast", ROW_AND_COLUMN)])
+@pytest.mark.parametrize("stage", ["select", "loops"])
+def test_eltwise_stage_golden(name, text, stage, golden):
+    golden.check(f"compiler/stages/{name}.{stage}.txt", compile_loaded(lang.load(text)).stages[stage])

@@ -119,3 +119,37 @@ def test_legalise_is_what_makes_a_single_buffer_legal():
     with pytest.raises(KernelError, match="loop-carried dependence"):
         check_against_reference(_stage_kernel("unroll", "buffers X, 1\n"))
     check_against_reference(_stage_kernel("legalise", "buffers X, 1\n"))
+
+
+def _doc_excerpts(fn) -> list[tuple[str, list[str]]]:
+    """(golden path, its excerpt lines) for each `golden excerpt: PATH` in a docstring."""
+    import re
+
+    doc = fn.__doc__ or ""
+    parts = re.split(r"golden\s+excerpt:\s*(tests/golden/\S+?\.txt)\)?:?", doc)
+    return [(path, [ln.strip() for ln in text.splitlines() if ln.strip()[:1] in "+-" and ln.strip()])
+            for path, text in zip(parts[1::2], parts[2::2])]
+
+
+def test_directive_and_pass_docstrings_match_their_goldens():
+    """Each directive's and IR pass's docstring shows before/after IR copied from its golden file; a golden refresh
+    that changes those lines fails here until the docstring is updated too."""
+    from compiler_helpers import ROOT
+    from tilec.compiler import directives, passes
+
+    functions = [*directives.APPLY.values(), directives.apply_fusion, passes.hoist, passes.unroll, passes.legalise]
+    seen = set()
+    for fn in functions:
+        excerpts = _doc_excerpts(fn)
+        if fn is directives.apply_partition:
+            continue  # it only checks the binding; the IR does not change
+        assert excerpts, f"{fn.__name__} has no golden excerpt"
+        for path, lines in excerpts:
+            golden = {(ln[0], ln[1:].strip()) for ln in (ROOT / path).read_text().splitlines() if ln[:1] in "+-"}
+            assert len(lines) >= 2, f"{fn.__name__}: excerpt of {path} shows no before/after"
+            for line in lines:
+                assert (line[0], line[1:].strip()) in golden, f"{fn.__name__}: `{line}` is not in {path}"
+            seen.add(path)
+    expected = {f"tests/golden/compiler/{p.parent.name}/{p.name}" for p in
+                (ROOT / "tests/golden/compiler").glob("*/*.txt") if p.parent.name in ("directives", "passes")}
+    assert seen == expected

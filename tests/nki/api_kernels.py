@@ -268,3 +268,34 @@ def load_transposed(a):
     out = nl.ndarray((a.shape[1], a.shape[0]), a.dtype, buffer=nl.shared_hbm)
     nl.store(out, nl.load_transpose2d(a))
     return out
+
+
+@nki.jit
+def tensor_add_masked(a_input, b_input):
+    """The NKI tutorial's tensor add for shapes that are not multiples of the tile: every call carries the mask,
+    including the language-level compute (nl.add, nl.multiply)."""
+    c_output = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
+    M, N = a_input.shape
+    TILE_M, TILE_N = 128, 512
+    for m in nl.affine_range((M + TILE_M - 1) // TILE_M):
+        for n in nl.affine_range((N + TILE_N - 1) // TILE_N):
+            i_p = m * TILE_M + nl.arange(TILE_M)[:, None]
+            i_f = n * TILE_N + nl.arange(TILE_N)[None, :]
+            a_tile = nl.load(a_input[i_p, i_f], mask=(i_p < M) & (i_f < N))
+            b_tile = nl.load(b_input[i_p, i_f], mask=(i_p < M) & (i_f < N))
+            c_tile = nl.add(a_tile, b_tile, mask=(i_p < M) & (i_f < N))
+            c_tile = nl.multiply(c_tile, 2.0, mask=(i_p < M) & (i_f < N))
+            nl.store(c_output[i_p, i_f], value=c_tile, mask=(i_p < M) & (i_f < N))
+    return c_output
+
+
+@nki.jit
+def where_masked(a):
+    """nl.where on a tile whose columns past N were never loaded: the mask keeps them out of every read."""
+    M, N = a.shape
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.arange(128)[:, None], nl.arange(512)[None, :]
+    t = nl.load(a[i_p, i_f], mask=(i_f < N))
+    r = nl.where(nl.greater(t, 0.5, mask=(i_f < N)), t, 0.0, mask=(i_f < N))
+    nl.store(out[i_p, i_f], value=r, mask=(i_f < N))
+    return out

@@ -220,3 +220,17 @@ def test_load_transpose2d_moves_bits() -> None:
     out, trace = api.simulate_traced(k.load_transposed, a)
     np.testing.assert_array_equal(out.view(np.uint16), np.ascontiguousarray(a.T).view(np.uint16))
     assert [i.op for i in trace.instrs] == ["dma_transpose", "dma_copy"]
+
+
+def test_language_compute_honours_masks_on_ragged_tiles() -> None:
+    a = RNG.random((300, 700), dtype=F32).astype(np.float16)
+    b = RNG.random((300, 700), dtype=F32).astype(np.float16)
+    out = k.tensor_add_masked(a, b)
+    # VectorE adds in fp32 and rounds to fp16; doubling is exact
+    expected = (a.astype(F32) + b.astype(F32)).astype(np.float16).astype(F32) * 2
+    np.testing.assert_array_equal(out.astype(F32), expected)
+
+
+def test_where_honours_its_mask() -> None:
+    a = RNG.random((128, 300), dtype=F32)
+    np.testing.assert_array_equal(k.where_masked(a), np.where(a > 0.5, a, F32(0)))

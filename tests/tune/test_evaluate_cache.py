@@ -97,7 +97,7 @@ def text_outcome(job: Job, schedule: str) -> Outcome:
 def test_parallel_evaluation_keeps_input_order_and_search_results():
     model = ModelEvaluator(jobs=2, outcome=slow_outcome)
     try:
-        got = model.evaluate(JOB, ["0", "1", "2", "3"])
+        got = list(model.evaluate(JOB, ["0", "1", "2", "3"]))
         model.outcome = text_outcome
         parallel, _ = search(SPACE, CachedCost(JOB, model, None), budget=20, seed=9)
     finally:

@@ -125,3 +125,15 @@ def test_tune_with_a_hardware_evaluator_takes_the_best_measured_of_the_model_top
     assert measured == [t.schedule for t in ok[:3]]  # the model's top 3, best first
     assert result.best_schedule == measured[-1] and result.measured_p99_us == 97.0
     assert result.verified
+
+
+def test_assignment_conv_space_offers_psum_shapes_and_column_bands():
+    space = build_space(Job.of(str(EXAMPLES / "conv_bias_maxpool.tl"), dict(N=1)))  # 224x224, 256 -> 256
+    values = {k.name: k.values for k in space.knobs}
+    assert values["tile conv.x"] == (222, 74) and values["split conv.x"] == (None, 74)
+    assert set(values["tile conv.y"]) == {2, 6}  # rows per matmul group: 2 x 222 or 6 x 74 <= 512 fp32
+    six_by_74 = space.point(**{"tile conv.x": 74, "tile conv.y": 6, "split conv.y": 6, "split conv.x": 74})
+    assert space.check(six_by_74) is None
+    assert space.check(space.point(**{"tile conv.y": 6})) == \
+        "6 rows of 222 columns is 1332 elements per matmul; one PSUM bank holds 512"
+    assert space.experts and all(space.check(p) is None for p in space.experts)

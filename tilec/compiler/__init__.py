@@ -1,9 +1,11 @@
 """The compiler: .tl program -> tensor computations -> operation selection -> schedule -> loop-nest IR -> NKI.
 
     lower.py      loop nests -> Comp records (what each statement computes)
-    select.py     Comp -> ConvOp / PoolOp / TransposeOp / EltwiseOp, fusing epilogues
+    select.py     Comp -> ConvOp / PoolOp / TransposeOp / EltwiseOp (records in ops.py), fusing epilogues;
+                  select_eltwise.py: broadcasts and fused element-wise chains
     schedule.py   directives (the schedule language) folded into one plan per op; the default schedule
-    build_*.py    op + plan -> loop-nest IR (ir.py), checked by verify.py after every pass
+    build_*.py    op + plan -> loop-nest IR (ir.py), checked by verify.py after every pass; names.py gives the
+                  derived buffer and loop names, unique against the user's names by construction
     passes.py     hoist, unroll, legalise, allocation report
     codegen.py    IR -> view-model -> templates/*.py.jinja -> NKI module text
     pipeline.py   the flat list of passes;  api.py  compile_file / Compiled.run;  regen.py  generated/

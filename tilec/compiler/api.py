@@ -142,7 +142,7 @@ def _placement(c: Compiled) -> list[str]:
         elif name in in_hbm:
             where = "HBM scratch (not fused: written, then read back)"
         else:
-            where = f"never in HBM: fused into {fused_into.get(name, '?')} (PSUM accumulators, SBUF epilogue tiles)"
+            where = f"never in HBM: fused into {fused_into.get(name, '?')} (on-chip PSUM/SBUF tiles only)"
         lines.append(f"{name:<12} {where}")
     return lines
 

@@ -18,7 +18,7 @@ from tilec.compiler import ir
 from tilec.compiler.build_util import a, loop, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
 from tilec.compiler.schedule import ConvPlan
-from tilec.compiler.select import ConvOp
+from tilec.compiler.ops import ConvOp
 
 
 def hbm_view(base: Buf, shape: tuple[int, ...], name: str, line: int) -> tuple[Buf, list[Stmt]]:
@@ -44,8 +44,9 @@ def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
     derived = {"k": ("k", "t"), "c": ("c", "t"), "y": ("y", "b"), "xb": ("x", "b"), "g": ("y", "g"),
                "x": ("x", "t")}
     out = {role: fresh(v.get(src, src) + suffix) for role, (src, suffix) in derived.items()}
-    return {**out, "n": v.get("n", "n"), "r": v.get("r", "r"), "s": v.get("s", "s"),
-            "kw": fresh("kw"), "kb": fresh("kb")}
+    # a role the program lacks (no batch; one spatial dim) still gets a loop of extent 1: never a user's name
+    own = {role: v[role] if role in v else fresh(role) for role in ("n", "r", "s")}
+    return {**out, **own, "kw": fresh("kw"), "kb": fresh("kb")}
 
 
 class _ConvBuilder:
@@ -55,6 +56,7 @@ class _ConvBuilder:
         self.N, self.C, self.K, self.H, self.W = d["N"], d["C"], d["K"], d["H"], d["W"]
         self.Ho, self.Wo, self.R, self.S = d["Ho"], d["Wo"], d["R"], d["S"]
         self.wy, self.wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
+        self.sy, self.sx = op.stride
         self.KT, self.CT = self.K // plan.tile_k, self.C // plan.tile_c
         self.BX = plan.band_x or self.Wo  # output columns per input band
         self.NB, self.G, self.XT = self.Ho // plan.band, plan.band // plan.rows, self.BX // plan.tile_x
@@ -102,10 +104,18 @@ class _ConvBuilder:
 
     def x_band_buf(self) -> Buf:
         return Buf(self.fresh(f"{self.op.x}_band"), "sbuf", self.hbm[self.op.x].dtype,
-                   (self.p.tile_c, self.CT, self.p.band + self.R - 1, self.in_cols()))
+                   (self.p.tile_c, self.CT, self.in_rows(), self.in_cols()))
+
+    def in_rows(self) -> int:
+        """Input rows behind one band of output rows: (BAND - 1) * stride + R."""
+        return (self.p.band - 1) * self.sy + self.R
 
     def in_cols(self) -> int:
-        return self.W if self.NXB == 1 else self.BX + self.S - 1
+        return self.W if self.NXB == 1 else (self.BX - 1) * self.sx + self.S
+
+    def step(self, var: str, size: int, name: str, stride: int):
+        """The index term var * size * stride (named after its constant only when the stride is 1)."""
+        return term(var, size, name) if stride == 1 else term(var, size * stride)
 
     # ---- phases --------------------------------------------------------------------------------------------------
 
@@ -154,13 +164,13 @@ class _ConvBuilder:
     def x_band(self) -> list[Stmt]:
         p, line, V = self.p, self.L["update"], self.var
         xb = self.x_band_buf()
-        rows = p.band + self.R - 1
+        rows = self.in_rows()
         ct = V["c"]
         cols = self.in_cols()
-        src_cols = full(cols) if self.NXB == 1 else sl(a(term(V["xb"], self.BX, "BAND_X")), cols)
+        src_cols = full(cols) if self.NXB == 1 else sl(a(self.step(V["xb"], self.BX, "BAND_X", self.sx)), cols)
         body = [Dma(View(xb, (full(p.tile_c), a(ct), full(rows), full(cols))),
                     View(self.x4, (a(V["n"]), sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c),
-                                   sl(a(term(V["y"], p.band, "BAND")), rows), src_cols)), line)]
+                                   sl(a(self.step(V["y"], p.band, "BAND", self.sy)), rows), src_cols)), line)]
         alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
         return alloc + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of TILE_C)", line=line)
 
@@ -209,8 +219,12 @@ class _ConvBuilder:
         kidx = full(p.tile_k) if p.hoist_w == "k" else sl(a(term(kt, p.tile_k, "TILE_K")), p.tile_k)
         stat = View(wt, (full(p.tile_c), a(ct), a(r), a(s), kidx)) if op.w_layout == "kc" else \
             View(wt, (full(p.tile_c), a(ct), kidx, a(r), a(s)))
-        mov = View(self.x_band_buf(), (full(p.tile_c), a(ct), sl(a(term(V["g"], p.rows, "ROWS"), r), p.rows, 1, "ROWS"),
-                                       sl(a(term(V["x"], p.tile_x, "TILE_X"), s), p.tile_x, 1, "TILE_X")))
+        sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
+        mov = View(self.x_band_buf(), (full(p.tile_c), a(ct),
+                                       sl(a(self.step(V["g"], p.rows, "ROWS", sy), r), p.rows, sy,
+                                          "ROWS" if sy == 1 else ""),
+                                       sl(a(self.step(V["x"], p.tile_x, "TILE_X", sx), s), p.tile_x, sx,
+                                          "TILE_X" if sx == 1 else "")))
         body: list[Stmt] = [Matmul(whole(acc), stat, mov, self.L["update"])]
         extents = {"c": self.CT, "r": self.R, "s": self.S}
         for role in reversed(p.taps):

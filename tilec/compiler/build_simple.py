@@ -7,7 +7,7 @@ from tilec.compiler.build_util import a, loop, pool_epilogue, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full, whole
 from tilec.compiler.schedule import EltwisePlan, PoolPlan, TransposePlan
-from tilec.compiler.select import EltwiseOp, PoolOp, TransposeOp
+from tilec.compiler.ops import EltwiseOp, PoolOp, TransposeOp
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -54,17 +54,12 @@ def _build_broadcast(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fres
     outer index, then free tiles. `Y[n, k, y, x] = conv[n, k, y, x] + b[k]`: O = n, P = k, F = (y, x)."""
     line, TP, TF = op.line, plan.parts, plan.free
     O, P, F = op.dim("O"), op.dim("P"), op.dim("F")
-    views, stmts, cols, loads = {}, [], {}, []
+    views, stmts = {}, []
     for name in (*op.inputs, op.out):
         views[name], st = hbm_view(hbm[name], (O, P, F), fresh(f"{name}_v"), line)
         stmts += st
-    for name in op.columns:
-        col_v, st = hbm_view(hbm[name], (P, 1), fresh(f"{name}_v"), line)
-        col = Buf(fresh(f"{name}_col"), "sbuf", hbm[name].dtype, (TP, 1))
-        stmts += st
-        loads += [Alloc(col, line=line), Dma(whole(col), View(col_v, (sl(a(term("pt", TP, "TILE_P")), TP), full(1))),
-                                             line)]
-        cols[name] = whole(col)
+    st, loads, cols = _column_loads(op, plan, hbm, fresh)
+    stmts += st
     ones, row_views = None, {}
     if op.rows:
         ones = Buf(fresh("ones"), "sbuf", "f32", (1, TP))
@@ -85,6 +80,22 @@ def _build_broadcast(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fres
     what = ", ".join(op.columns + op.rows)
     block = ir.Block(f"{op.out} = element-wise, broadcasting {what}", tuple(nest), line)
     return [("TILE_P", TP), ("TILE_F", TF)], stmts + [block]
+
+
+def _column_loads(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh
+                  ) -> tuple[list[Stmt], list[Stmt], dict[str, View]]:
+    """HBM views of the column operands (before the nest), their (TILE_P, 1) loads (once per partition tile), and
+    the column tiles by tensor name."""
+    line, TP = op.line, plan.parts
+    views, loads, cols = [], [], {}
+    for name in op.columns:
+        col_v, st = hbm_view(hbm[name], (op.dim("P"), 1), fresh(f"{name}_v"), line)
+        col = Buf(fresh(f"{name}_col"), "sbuf", hbm[name].dtype, (TP, 1))
+        views += st
+        loads += [Alloc(col, line=line), Dma(whole(col), View(col_v, (sl(a(term("pt", TP, "TILE_P")), TP), full(1))),
+                                             line)]
+        cols[name] = whole(col)
+    return views, loads, cols
 
 
 def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, ones: Buf,

@@ -7,8 +7,6 @@ deterministic: same IR, same bytes.
 """
 from __future__ import annotations
 
-import builtins
-import keyword
 import pathlib
 import re
 
@@ -16,6 +14,7 @@ import jinja2
 
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Kernel, Loop, Matmul, Reshape, Scalar, Sl,
                                Stmt, Transpose, View)
+from tilec.compiler.names import sanitised, unique
 
 TEMPLATES = pathlib.Path(__file__).resolve().parents[2] / "templates"
 DTYPES = {"f32": "nl.float32", "f16": "nl.float16", "bf16": "nl.bfloat16"}
@@ -24,7 +23,6 @@ RANGES = {"affine": "nl.affine_range", "sequential": "nl.sequential_range", "sta
 ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "maximum": "nl.maximum",
        "minimum": "nl.minimum"}
 FUNCS = {"copy": "nl.copy", "relu": "nl.relu", "exp": "nl.exp"}
-RESERVED = {"nki", "nl", "nisa", "np", "numpy", "neuronxcc"} | set(dir(builtins))
 
 
 class Namer:
@@ -41,14 +39,7 @@ class Namer:
             base = re.sub(r"\W", "_", name) or "t"
             if base[0].isdigit():
                 base = "t_" + base
-            if keyword.iskeyword(base) or base in RESERVED:
-                base += "_"
-            cand, n = base, 1
-            while cand in self.used:
-                n += 1
-                cand = f"{base}{n}"
-            self.used.add(cand)
-            self.map[key] = cand
+            self.map[key] = unique(sanitised(base), self.used)
         return self.map[key]
 
 

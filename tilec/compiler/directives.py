@@ -1,7 +1,8 @@
 """Applying schedule directives: one function per directive (the table APPLY), each checking legality against
 the hardware limits and returning the updated plan. A directive that cannot be honoured is a TilecError pointing
 at it and saying why. The directive set is documented in schedule.py; each function's docstring shows the IR
-before/after, and the golden files tests/golden/compiler/directives/*.txt hold the full diffs.
+before/after as lines copied from its golden file (tests/golden/compiler/directives/*.txt, the full diffs);
+tests/compiler/test_ir_golden.py checks that every such line is still in the golden.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import replace
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, SBUF_BUDGET, ConvPlan, EltwisePlan, Plan, PoolPlan,
                                      TransposePlan, best_divisor, default_plan, divisors, eltwise_free,
                                      var_of)
-from tilec.compiler.select import ConvOp, Op
+from tilec.compiler.ops import ConvOp, Op
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -49,10 +50,15 @@ def _div(d: sx.Directive, value: int, extent: int, what: str) -> None:
 
 
 def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
-    """`tile conv.k, 64`: the tile size of one loop (golden: tests/golden/compiler/directives/tile.txt).
+    """`tile conv.k, 64`: the tile size of one loop. Before/after, verbatim from its golden
+    (golden excerpt: tests/golden/compiler/directives/tile.txt):
 
-    Before:  const TILE_K = 128 ; for kt in affine(2): matmul acc[:128, ..] += Wt_T[.., kt*TILE_K:+128].T @ ..
-    After:   const TILE_K = 64  ; for kt in affine(4): matmul acc[:64, ..]  += Wt_T[.., kt*TILE_K:+64].T @ ..
+        -  const TILE_K = 128
+        +  const TILE_K = 64
+        -    for kw in affine(2):  # tl:14
+        +    for kw in affine(4):  # tl:14
+        -            alloc Wt_tp: psum f32[128, 128]  # tl:14
+        +            alloc Wt_tp: psum f32[128, 64]  # tl:14
     """
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
     if isinstance(plan, ConvPlan):
@@ -110,10 +116,15 @@ def _tile_conv(op: ConvOp, plan: ConvPlan, d, role: str, n: int) -> ConvPlan:
 
 
 def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
-    """`split conv.y, 2`: rows per band, the unit of input loads and output stores (golden: directives/split.txt).
+    """`split conv.y, 2`: rows per band, the unit of input loads and output stores (rows per
+    matmul shrink to fit) (golden excerpt: tests/golden/compiler/directives/split.txt):
 
-    Before:  for kt: { acc[:, :8, :] ; dma Y[n, kt.., :4, :] <- Y_band }          (one band of 8 rows)
-    After:   for yb in affine(4): { X_band rows yb*BAND:+4 ; for kt: { acc[:, :2, :] ; dma Y[n, kt.., yb:+1] } }
+        -  const BAND = 8
+        +  const BAND = 2
+        -        alloc X_band: sbuf f32[128, 2, 10, 8]  # tl:14
+        +      for yb in affine(4):  # tl:11
+        +          alloc X_band: sbuf f32[128, 2, 4, 8]  # tl:14
+        +            dma X_band[:128, ct, :4, :8] <- X[n, ct*TILE_C:+128, yb*BAND:+4, :8]  # tl:14
     """
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
     if isinstance(plan, ConvPlan) and role == "y":
@@ -141,11 +152,20 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 
 def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
-    """`reorder conv, k, n, y` (outer loops) or `reorder conv, r, s, c` (accumulation order)
-    (goldens: directives/reorder_outer.txt, reorder_taps.txt).
+    """`reorder conv, k, n, y` (outer loops: the input band is now reloaded for every
+    out-channel tile) (golden excerpt: tests/golden/compiler/directives/reorder_outer.txt):
 
-    Before:  for n: { load X_band(n) ; for kt: ... }
-    After:   for kt: for n: { load X_band(n) ; ... }          (the band is reloaded for every out-channel tile)
+        -    for n in affine(2):  # tl:11
+        -      for kt in affine(2):  # tl:11
+        +    for kt in affine(2):  # tl:11
+        +      for n in affine(2):  # tl:11
+
+    `reorder conv, r, s, c` (accumulation order) (golden excerpt: tests/golden/compiler/directives/reorder_taps.txt):
+
+        -        for ct in affine(2):  # tl:13
+        +        for r in affine(3):  # tl:13
+        +          for s in affine(3):  # tl:13
+        +            for ct in affine(2):  # tl:13
     """
     if not isinstance(plan, ConvPlan):
         raise bad(d, f"{op.name} has a fixed loop order")
@@ -182,12 +202,20 @@ def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 
 def apply_fusion(op: Op, plan: Plan, d: sx.Directive) -> Plan:
-    """compute_at conv, Y.i | Y.n | root  and  place conv, sbuf | hbm  (golden: directives/place_hbm.txt).
+    """`compute_at conv, Y.i | Y.j | Y.n | root` and `place conv, sbuf | hbm`. Fused (the
+    default), the conv output only lives in PSUM/SBUF tiles; at `root` or in `hbm` it is stored and a separate pool
+    reads it back (golden excerpt: tests/golden/compiler/directives/place_hbm.txt):
 
-    Before (fused):  act conv_act <- acc + b ; maximum ... ; dma Y[..] <- Y_band       conv never reaches HBM
-    After (hbm):     act conv_band <- acc + b ; dma conv[..] <- conv_band ; ... a separate pool reads conv
+        -  block main: conv by row bands, fused into Y:  # tl:12
+        +  block main: conv by row bands:  # tl:12
+        +  alloc conv: hbm f32[2, 256, 8, 6]  # tl:9
+        +        dma conv[n, kt*CONV_TILE_K:+128, :8, :6] <- conv_band[:128, :8, :6]  # tl:12
+
+    `compute_at conv, root` is the same (golden excerpt: tests/golden/compiler/directives/compute_at_root.txt):
+
+        +  alloc conv: hbm f32[2, 256, 8, 6]  # tl:9
+        +  view conv_v2: hbm f32[512, 8, 6] = conv  # tl:12
     """
-    """compute_at conv, Y.i | Y.n | root  and  place conv, sbuf | hbm."""
     if not isinstance(plan, ConvPlan) or not op.pool:
         raise bad(d, f"{op.name} has no consumer to fuse into")
     target = d.args[1] if len(d.args) > 1 else None
@@ -220,10 +248,18 @@ def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive) -> ConvPlan:
 
 
 def apply_hoist(op: Op, plan: Plan, d: sx.Directive) -> Plan:
-    """`hoist Wt, conv.k` / `hoist X, conv.k`: where a load group is placed (goldens: directives/hoist_*.txt).
+    """`hoist Wt, conv.k`: weights prepared per out-channel tile instead of once (golden
+    excerpt: tests/golden/compiler/directives/hoist_weights.txt):
 
-    Before:  block weights Wt (all K, once) ; for n: for kt: ...
-    After:   for n: for kt: { block weights Wt for this out-channel tile ; ... }
+        -  block weights Wt: contraction-major, resident in SBUF:  # tl:12
+        +        block weights Wt for this out-channel tile [hoistable]:  # tl:12
+        +          alloc Wt_T: sbuf f32[128, 2, 3, 3, 128]  # tl:14
+
+    `hoist X, conv.k`: the input band stays inside the out-channel loop (golden excerpt:
+    tests/golden/compiler/directives/hoist_input.txt):
+
+        -      block input band X: all contraction tiles, shared by every output tile [hoistable]:  # tl:12
+        +        block input band X: all contraction tiles, shared by every output tile [hoistable, inside kt]:  # tl:12
     """
     at = d.args[1] if len(d.args) > 1 else None
     if isinstance(plan, ConvPlan) and isinstance(d.args[0], sx.Ref) and d.args[0].parts == (op.x,):
@@ -241,11 +277,13 @@ def apply_hoist(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 
 def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
-    """`buffers X, 1`: one input-band buffer for the whole kernel (golden: directives/buffers.txt); the
-    `legalise` pass then makes the loops sharing it sequential. 2 or more: a buffer per iteration.
+    """`buffers X, 1`: one input-band buffer for the whole kernel; the `legalise` pass then
+    makes the loops sharing it sequential. 2 or more: a buffer per iteration (golden excerpt:
+    tests/golden/compiler/directives/buffers.txt):
 
-    Before:  for n in affine(2): { alloc X_band ; dma X_band <- .. }
-    After:   alloc X_band ; for n in sequential(2): { dma X_band <- .. }
+        +  alloc X_band: sbuf f32[128, 2, 10, 8]  # tl:12
+        -    for n in affine(2):  # tl:11
+        +    for n in sequential(2):  # tl:11
     """
     n = _int(d, 1)
     if n > 4:
@@ -256,9 +294,10 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 
 def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
-    """`unroll conv.s` (golden: directives/unroll.txt).
+    """`unroll conv.s` (golden excerpt: tests/golden/compiler/directives/unroll.txt):
 
-    Before:  for s in affine(3): matmul ..      After:  for s in static(3): matmul ..
+        -          for s in affine(3):  # tl:14
+        +          for s in static(3):  # tl:14
     """
     role = ref_role(op, d.args[0], d)
     if not isinstance(plan, ConvPlan) or role not in ("c", "r", "s"):
@@ -267,10 +306,12 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 
 def apply_method(op: Op, plan: Plan, d: sx.Directive) -> Plan:
-    """`method Y, dma` (golden: directives/method_dma.txt).
+    """`method Y, dma`: DMA transposes instead of PE transposes through PSUM (golden excerpt:
+    tests/golden/compiler/directives/method_dma.txt):
 
-    Before:  dma strip <- A ; transpose.pe tp <- strip[..] ; copy out[..] <- tp
-    After:   transpose.dma out[..] <- A[block]
+        -        transpose.pe Y_tp[:128, :128] <- X_strip[:128, ai, bj2*TILE:+128]  # tl:7
+        -        copy Y_strip[:128, bj2, ai*TILE:+128] <- Y_tp[:128, :128]  # tl:7
+        +        transpose.dma Y_strip[:128, bj2, ai*TILE:+128] <- X[ai*TILE:+128, bj2*TILE:+128]  # tl:7
     """
     m = d.args[1].parts[0] if len(d.args) > 1 and isinstance(d.args[1], sx.Ref) else None
     if not isinstance(plan, TransposePlan) or m not in ("pe", "dma"):

@@ -30,13 +30,18 @@ class NameAllocator:
         """A name for `base` that no user name and no other derived name has; stable per (owner, base)."""
         key = (owner, base)
         if key not in self.given:
-            cand, n = base, 1
-            while cand in self.taken:
-                n += 1
-                cand = f"{base}{n}"
-            self.taken.add(cand)
-            self.given[key] = cand
+            self.given[key] = unique(base, self.taken)
         return self.given[key]
+
+
+def unique(base: str, taken: set[str]) -> str:
+    """`base`, or `base2`, `base3`, ... whichever is not taken yet; it is then taken."""
+    cand, n = base, 1
+    while cand in taken:
+        n += 1
+        cand = f"{base}{n}"
+    taken.add(cand)
+    return cand
 
 
 def program_names(program) -> set[str]:

@@ -11,9 +11,10 @@ from tilec.compiler.verify import memory_summary
 
 def hoist(k: Kernel) -> Kernel:
     """Move each hoistable load Block out of every loop whose variable it does not use (and not past its pin).
+    The input band leaves the out-channel loop (golden excerpt: tests/golden/compiler/passes/hoist.txt):
 
-    Before:  for kt: { block load X_band (uses n, yb) ; ...uses X_band... }
-    After:   block load X_band ; for kt: { ...uses X_band... }
+        -        block input band X: all contraction tiles, shared by every output tile [hoistable]:  # tl:12
+        +      block input band X: all contraction tiles, shared by every output tile [hoistable]:  # tl:12
     """
     return replace(k, body=_hoist_body(k.body))
 
@@ -49,8 +50,12 @@ def _vars(node) -> set[str]:
 
 
 def unroll(k: Kernel, names: set[str]) -> Kernel:
-    """Loops the schedule unrolls (by their variables in the built nest) become `static` (nl.static_range: traced
-    once per iteration)."""
+    """Loops the schedule unrolls (by their variables in the built nest) become `static`
+    (nl.static_range: traced once per iteration) (golden excerpt: tests/golden/compiler/passes/unroll.txt):
+
+        -        for r in affine(3):  # tl:14
+        +        for r in static(3):  # tl:14
+    """
     return replace(k, body=_unroll(k.body, names)) if names else k
 
 
@@ -108,11 +113,12 @@ def allocation_report(k: Kernel) -> str:
 
 
 def legalise(k: Kernel) -> Kernel:
-    """An affine loop whose iterations write the same location of a buffer allocated outside it (a single-buffered
-    band, say) carries a dependence: it becomes a sequential_range. PSUM accumulation (matmul +=) is exempt.
+    """An affine loop whose iterations write the same location of a buffer allocated outside it (a
+    single-buffered band, say) carries a dependence: it becomes a sequential_range. PSUM accumulation (matmul +=) is
+    exempt (golden excerpt: tests/golden/compiler/passes/legalise.txt):
 
-    Before:  alloc X_band ; for yb in affine(3): { dma X_band[...] <- X[.., yb*BAND ..] ; ... }
-    After:   alloc X_band ; for yb in sequential(3): { ... }
+        -    for n in affine(2):  # tl:11
+        +    for n in sequential(2):  # tl:11
     """
     return replace(k, body=_legalise(k.body))
 

@@ -15,7 +15,8 @@ from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.names import NameAllocator, program_names
 from tilec.compiler.directives import apply_schedule
 from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
-from tilec.compiler.select import ConvOp, EltwiseOp, PoolOp, TransposeOp, print_ops, select
+from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, TransposeOp
+from tilec.compiler.select import print_ops, select
 from tilec.compiler.verify import SBUF_USABLE, verify
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx

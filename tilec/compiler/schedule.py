@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilec.compiler.select import ConvOp, EltwiseOp, Op, PoolOp, TransposeOp
+from tilec.compiler.ops import ConvOp, EltwiseOp, Op, PoolOp, TransposeOp
 from tilec.lang import syntax as sx
 
 PMAX, MOVING_FMAX, PSUM_BANK = 128, 512, 2048
@@ -149,19 +149,21 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     max_rows = MOVING_FMAX // tile_x
     elem = _bytes(dtypes[op.x])
     ct, r, s = op.dim("C") // tile_c, op.dim("R"), op.dim("S")
+    sy, sxx = op.stride  # input rows behind d output rows: (d - 1) * sy + r
     band_budget = 48 * 1024  # input band bytes per partition: big DMAs, room for two in flight
     # columns per band: whole rows unless even a minimal band of whole rows does not fit
     band_x = wo
-    if ct * (wy + r - 1) * op.dim("W") * elem > band_budget:
-        fits = [d for d in divisors(wo) if d % wx == 0 and ct * (wy + r - 1) * (d + s - 1) * elem <= band_budget]
+    if ct * ((wy - 1) * sy + r) * op.dim("W") * elem > band_budget:
+        fits = [d for d in divisors(wo)
+                if d % wx == 0 and ct * ((wy - 1) * sy + r) * ((d - 1) * sxx + s) * elem <= band_budget]
         band_x = max(fits) if fits else wx
         tile_x = best_divisor(band_x, MOVING_FMAX, wx)
         max_rows = MOVING_FMAX // tile_x
-    cols = op.dim("W") if band_x == wo else band_x + s - 1
+    cols = op.dim("W") if band_x == wo else (band_x - 1) * sxx + s
     band_limit = 32 if ho > 32 else ho
     band = wy
     for d in sorted(divisors(ho), reverse=True):
-        if d % wy == 0 and d <= band_limit and ct * (d + r - 1) * cols * elem <= band_budget:
+        if d % wy == 0 and d <= band_limit and ct * ((d - 1) * sy + r) * cols * elem <= band_budget:
             band = d
             break
     rows = best_divisor(band, max_rows, wy)

@@ -5,6 +5,7 @@
     load_kernel_file(path, name) -> kernel                        imports a .py kernel file with the shim active
     run_file(path, kernel, inputs, ...) -> (outputs, Trace)       what `tilec nki-run` does
     random_inputs(specs, seed) -> dict of arrays                  from "a=128x512:float16" shape specs
+    written_arguments(trace, inputs) -> dict of arrays            arguments the kernel wrote in place
 """
 from __future__ import annotations
 

@@ -264,20 +264,20 @@ def _binary(op: alu.Op, x: object, y: object, *, dtype: object = None, mask: obj
     if not isinstance(x, Tensor) and not isinstance(y, Tensor):
         return op.binary(np.float32(x), np.float32(y))
     if not isinstance(x, Tensor):
-        return _with_scalar(op, y, x, True, dtype)
+        return _with_scalar(op, y, x, True, dtype, mask)
     if not isinstance(y, Tensor):
-        return _with_scalar(op, x, y, False, dtype)
+        return _with_scalar(op, x, y, False, dtype, mask)
     if x.shape == y.shape:
-        return isa.tensor_tensor(x, y, op, dtype=dtype or dtypes.promote(x.dtype, y.dtype))
-    return _broadcast_binary(op, x, y, dtype)
+        return isa.tensor_tensor(x, y, op, dtype=dtype or dtypes.promote(x.dtype, y.dtype), mask=mask)
+    return _broadcast_binary(op, x, y, dtype, mask)
 
 
-def _with_scalar(op: alu.Op, t: Tensor, scalar: object, reverse: bool, dtype: object) -> Tensor:
+def _with_scalar(op: alu.Op, t: Tensor, scalar: object, reverse: bool, dtype: object, mask: object) -> Tensor:
     out_dtype = dtype or dtypes.promote(t.dtype, dtypes.scalar_dtype(scalar))
-    return isa.tensor_scalar(t, op, scalar, reverse0=reverse, dtype=out_dtype)
+    return isa.tensor_scalar(t, op, scalar, reverse0=reverse, dtype=out_dtype, mask=mask)
 
 
-def _broadcast_binary(op: alu.Op, x: Tensor, y: Tensor, dtype: object) -> Tensor:
+def _broadcast_binary(op: alu.Op, x: Tensor, y: Tensor, dtype: object, mask: object) -> Tensor:
     """Tiles of different shapes: numpy broadcasting (a partition broadcast costs a TensorE pass on hardware)."""
     where = runtime.callsite()
     try:
@@ -286,7 +286,7 @@ def _broadcast_binary(op: alu.Op, x: Tensor, y: Tensor, dtype: object) -> Tensor
         raise rules.NkiSyntaxError(f"nl.{op.name}: shapes {tuple(x.shape)} and {tuple(y.shape)} do not broadcast",
                                    "broadcast", where) from None
     xs, ys = x.broadcast_to(shape), y.broadcast_to(shape)
-    return isa.tensor_tensor(xs, ys, op, dtype=dtype or dtypes.promote(x.dtype, y.dtype))
+    return isa.tensor_tensor(xs, ys, op, dtype=dtype or dtypes.promote(x.dtype, y.dtype), mask=mask)
 
 
 def _unary(op: alu.Op, x: Tensor, *, dtype: object = None, mask: object = None, **kw) -> Tensor:
@@ -306,12 +306,14 @@ def _reduce(op: alu.Op, x: Tensor, axis: object = None, *, dtype: object = None,
 
 def where(condition: Tensor, x: object, y: object, *, dtype: object = None, mask: object = None) -> Tensor:
     run, at = core.begin()
-    cond = core.f32(run, condition, at) != 0
-    xs = core.f32(run, x, at) if isinstance(x, Tensor) else np.float32(x)
-    ys = core.f32(run, y, at) if isinstance(y, Tensor) else np.float32(y)
-    value = np.where(cond, xs, ys).astype(F32)
+    m = isa.mask_array(mask, condition.shape)
+
+    def operand(t: object) -> object:
+        return core.f32(run, t, at, m if t.shape == condition.shape else None) if isinstance(t, Tensor) else F32.type(t)
+
+    value = np.where(operand(condition) != 0, operand(x), operand(y)).astype(F32)
     ins = tuple(t for t in (condition, x, y) if isinstance(t, Tensor))
-    out = core.result(run, value, dtypes.as_dtype(dtype) if dtype else ins[-1].dtype, "sbuf", at, "where")
+    out = core.result(run, value, dtypes.as_dtype(dtype) if dtype else ins[-1].dtype, "sbuf", at, "where", mask=m)
     core.emit(run, "vector", "tensor_tensor", out, ins, at, attrs=(("alu", "select"),))
     return out
 

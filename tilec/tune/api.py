@@ -9,7 +9,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Iterator
 
 from tilec.errors import TilecError
 from tilec.tune.cache import DiskCache
@@ -53,19 +53,21 @@ class CachedCost:
         self.outcomes: dict[str, Outcome] = {}
         self.evaluations = 0
 
-    def __call__(self, batch: list[Candidate]) -> list[tuple[float, str]]:
+    def __call__(self, batch: list[Candidate]) -> Iterator[tuple[float, str]]:
+        """Yields (cost, error) per candidate in batch order, as soon as each is known (for the progress line)."""
         keys = [self.cache.key(self.job, c.schedule, self.evaluator.name) if self.cache else "" for c in batch]
         found = [self.cache.get(k) if self.cache else None for k in keys]
         misses = [i for i, o in enumerate(found) if o is None]
-        fresh = self.evaluator.evaluate(self.job, [batch[i].schedule for i in misses]) if misses else []
+        fresh = iter(self.evaluator.evaluate(self.job, [batch[i].schedule for i in misses]) if misses else ())
         self.evaluations += len(misses)
-        for i, outcome in zip(misses, fresh):
-            found[i] = outcome
-            if self.cache:
-                self.cache.put(keys[i], outcome)
-        for cand, outcome in zip(batch, found):
+        for i, cand in enumerate(batch):
+            outcome = found[i]
+            if outcome is None:
+                outcome = next(fresh)
+                if self.cache:
+                    self.cache.put(keys[i], outcome)
             self.outcomes[cand.schedule] = outcome
-        return [(o.us, o.error) for o in found]  # type: ignore[union-attr]
+            yield outcome.us, outcome.error
 
 
 def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = DEFAULT_BUDGET,

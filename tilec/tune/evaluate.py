@@ -19,7 +19,7 @@ import pathlib
 import tempfile
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
 import ml_dtypes
 import numpy as np
@@ -60,7 +60,7 @@ class Outcome:
 class Evaluator(Protocol):
     name: str
 
-    def evaluate(self, job: Job, schedules: list[str]) -> list[Outcome]: ...
+    def evaluate(self, job: Job, schedules: list[str]) -> Iterable[Outcome]: ...  # in input order
 
 
 # ---- the performance model -------------------------------------------------------------------------------------
@@ -134,12 +134,13 @@ class ModelEvaluator:
         self.outcome = functools.partial(outcome, kernel_cache=kernel_cache) if kernel_cache else outcome
         self._pool: Executor | None = None
 
-    def evaluate(self, job: Job, schedules: list[str]) -> list[Outcome]:
+    def evaluate(self, job: Job, schedules: list[str]) -> Iterable[Outcome]:
+        """Outcomes in input order, each yielded as soon as it and those before it are done."""
         if self.jobs == 1 or len(schedules) <= 1:
-            return [self.outcome(job, s) for s in schedules]
+            return (self.outcome(job, s) for s in schedules)
         if self._pool is None:  # started on first need, so fully cached re-runs start no processes
             self._pool = start_pool(self.jobs)
-        return list(self._pool.map(self.outcome, [job] * len(schedules), schedules))  # map keeps input order
+        return self._pool.map(self.outcome, [job] * len(schedules), schedules)  # map keeps input order
 
     def close(self) -> None:
         if self._pool is not None:
@@ -187,7 +188,7 @@ class HardwareEvaluator:
         self.screen = screen or ModelEvaluator()
         self.name = self.screen.name  # search outcomes are the screen's (cached as such); measurements are not
 
-    def evaluate(self, job: Job, schedules: list[str]) -> list[Outcome]:
+    def evaluate(self, job: Job, schedules: list[str]) -> Iterable[Outcome]:
         return self.screen.evaluate(job, schedules)
 
     def select(self, job: Job, ranked: list[tuple[str, float]]) -> list[Measured]:

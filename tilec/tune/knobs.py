@@ -23,6 +23,7 @@ import itertools
 import re
 from dataclasses import dataclass, field, replace
 
+from tilec.errors import InternalError
 from tilec.tune.evaluate import Job, compile_job
 from tilec.tune.experts import expert_points
 from tilec.tune.space import Check, Knob, Limits, Space
@@ -245,7 +246,14 @@ def build_space(job: Job) -> Space:
     knobs: list[Knob] = []
     checks: list[Check] = []
     for op in ops:
-        k, c = KNOBS_FOR[op.kind](op, dtypes)
+        rules = KNOBS_FOR.get(op.kind)
+        if rules is None:  # an op kind the tuner does not know yet keeps the compiler's default schedule
+            continue
+        try:
+            k, c = rules(op, dtypes)
+        except KeyError as missing:  # the compiler's printed stage changed shape: a bug to fix here, loudly
+            raise InternalError(f"the tuner cannot read {op.kind} {op.name} from the compiler's `select` stage "
+                                f"(missing {missing}); update tilec/tune/knobs.py") from None
         knobs += k
         checks += c
     space = Space(tuple(knobs), tuple(checks))

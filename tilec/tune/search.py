@@ -43,8 +43,8 @@ class Candidate:
     schedule: str
 
 
-# candidates -> [(cost, error)] in the same order
-BatchCost = Callable[[list[Candidate]], list[tuple[float, str]]]
+# candidates -> (cost, error) for each, in the same order (a list, or an iterator yielding them as they finish)
+BatchCost = Callable[[list[Candidate]], Iterable[tuple[float, str]]]
 OnTrial = Callable[[Trial, "Trial | None"], None]  # (new trial, best so far)
 
 

@@ -1,0 +1,136 @@
+"""The operation records selection produces (one per engine-level computation) and helpers over index maps.
+
+Each op keeps `vars`: role -> the .tl loop variable, so schedule directives can name loops by the user's names
+(`conv.y`). `reject` is the one way selection says "this statement has no mapping": a TilecError at the statement.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tilec.compiler.exprs import accesses
+from tilec.compiler.lower import Comp, affine_index
+from tilec.errors import Span, TilecError
+from tilec.lang import syntax as sx
+
+
+class _LoopLines:
+    """Ops built by build_simple: named dimensions, and each loop tagged with the line of the .tl `for` it implements."""
+
+    def line_of(self, role: str) -> int:
+        """The .tl line of the loop playing `role` (the statement's line if unknown)."""
+        return dict(self.loop_lines).get(dict(self.vars).get(role, ""), self.line)
+
+    def dim(self, d: str) -> int:
+        return dict(self.dims)[d]
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    wy: int
+    wx: int
+    op: str  # maximum | add
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class ConvOp:
+    name: str  # the .tl tensor the contraction writes (schedule refers to it)
+    out: str  # the tensor written to HBM (the pool/relu result when fused)
+    x: str
+    w: str
+    bias: str | None
+    dims: tuple[tuple[str, int], ...]  # N C K H W Ho Wo R S
+    w_layout: str  # "kc" (out-channel major, needs a transpose) | "ck" (contraction-major)
+    vars: tuple[tuple[str, str], ...]  # role -> .tl loop variable
+    relu: bool = False
+    pool: PoolSpec | None = None
+    fused: tuple[str, ...] = ()  # names of the computations folded into this one
+    line: int = 0
+    lines: tuple[tuple[str, int], ...] = ()  # role -> .tl line of its loop
+    texts: tuple[tuple[str, str], ...] = ()  # role -> its .tl loop, e.g. ("c", "for c in 0..C")
+    span: Span | None = field(default=None, compare=False)
+    stride: tuple[int, int] = (1, 1)  # window step along (y, x): X[.., 2*y + r, 2*x + s]
+
+    def dim(self, d: str) -> int:
+        return dict(self.dims)[d]
+
+
+@dataclass(frozen=True)
+class PoolOp(_LoopLines):
+    name: str
+    out: str
+    src: str
+    dims: tuple[tuple[str, int], ...]  # B (rows = flattened leading dims) H W
+    pool: PoolSpec
+    vars: tuple[tuple[str, str], ...]
+    relu: bool = False
+    line: int = 0
+    span: Span | None = field(default=None, compare=False)
+    loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+
+
+@dataclass(frozen=True)
+class TransposeOp(_LoopLines):
+    name: str
+    out: str
+    src: str
+    dims: tuple[tuple[str, int], ...]  # M N (source shape)
+    vars: tuple[tuple[str, str], ...]
+    line: int = 0
+    span: Span | None = field(default=None, compare=False)
+    loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+
+
+@dataclass(frozen=True)
+class EltwiseOp(_LoopLines):
+    name: str
+    out: str
+    expr: sx.Expr
+    inputs: tuple[str, ...]
+    size: int  # elements of the output
+    vars: tuple[tuple[str, str], ...]
+    line: int = 0
+    span: Span | None = field(default=None, compare=False)
+    columns: tuple[str, ...] = ()  # broadcast operands indexed by the partition run: one scalar per partition
+    layout: tuple[tuple[str, int], ...] = ()  # with broadcasts: the output as O (outer) x P (partitions) x F (free)
+    run: tuple[int, int] = (0, 0)  # with broadcasts: the output indices [a, b) that go on the partitions
+    fused: tuple[str, ...] = ()  # temporaries of earlier element-wise statements folded into this one
+    loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+    rows: tuple[str, ...] = ()  # broadcast operands indexed by the free (trailing) indices: one row for all partitions
+
+    def dim(self, d: str) -> int:
+        return dict(self.layout)[d]
+
+
+Op = ConvOp | PoolOp | TransposeOp | EltwiseOp
+
+
+def reject(comp: Comp, why: str, span: Span | None = None) -> TilecError:
+    return TilecError(f"the compiler cannot map `{comp.target}` to Trainium engines: {why}", span or comp.span,
+                      "supported: convolution/matmul contractions, window max/avg pools, 2-D transposes, "
+                      "element-wise expressions")
+
+
+def index_maps(acc: sx.Access, comp: Comp, program) -> list[tuple[dict[str, int], int]]:
+    loop_vars = {v for v, _ in comp.extents}
+    return [affine_index(e, loop_vars, program.sizes) for e in acc.indices]
+
+
+def plain(m: tuple[dict[str, int], int]) -> str | None:
+    coefs, const = m
+    if const == 0 and len(coefs) == 1:
+        (v, c), = coefs.items()
+        return v if c == 1 else None
+    return None
+
+
+def reads(c: Comp) -> list[sx.Access]:
+    found = accesses(c.init) if c.init is not None else []
+    return found + (accesses(c.update) if c.update is not None else [])
+
+
+def is_permutation(comp: Comp, acc: sx.Access, program) -> bool:
+    names = [plain(m) for m in index_maps(acc, comp, program)]
+    return sorted(map(str, names)) == sorted(comp.out_vars) and names != list(comp.out_vars)
+
+

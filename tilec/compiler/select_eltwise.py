@@ -1,0 +1,167 @@
+"""Selection of element-wise statements: same-shape operands, broadcasts of lower-rank operands, and chains of
+element-wise statements fused into one pass over tiles (the intermediate tensors never reach HBM).
+
+    Y[i, j] = max(A[i, j] + b[i], 0) * s[j]     b: a (P, 1) column per tile (tensor_scalar); s: a row copied to
+                                                every partition on TensorE; A: a full tile (tensor_tensor)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from tilec.compiler.exprs import accesses, const_value, fmt_expr
+from tilec.compiler.lower import Comp, rename_vars
+from tilec.compiler.ops import EltwiseOp, index_maps, is_permutation, plain, reads, reject
+from tilec.lang import syntax as sx
+
+
+def is_copy(comp: Comp, program) -> bool:
+    return isinstance(comp.init, sx.Access) and comp.init.tensor != comp.target and \
+        is_permutation(comp, comp.init, program)
+
+
+def fuse_chain(comps: tuple[Comp, ...], i: int, program, consumed: set[int]) -> Comp:
+    """`T[i, j] = A[i, j] + B[i, j]; Y[i, j] = relu(T[i, j]) * 2` -> one statement `Y = relu(A + B) * 2` (one pass
+    over tiles, T never stored) when the next statement is element-wise over the same loops, reads T with the same
+    indices, and is T's only reader (or overwrites T itself: `Y = relu(Y)`)."""
+    comp = comps[i]
+    for j in range(i + 1, len(comps)):
+        nxt = comps[j]
+        readers = [c for c in comps[j:] if any(a.tensor == comp.target for a in reads(c))]
+        in_place = nxt.target == comp.target
+        if nxt.red_op is not None or not readers or readers[0] is not nxt or (len(readers) > 1 and not in_place):
+            break
+        if not in_place and program.tensors[comp.target].kind != "temp":
+            break
+        inlined = _inline(comp, nxt, program)
+        if inlined is None:
+            break
+        comp = replace(nxt, init=inlined, line=comp.line, span=comp.span,
+                       fused=comp.fused + ((comp.target,) if not in_place else ()))
+        consumed.add(j)
+    return comp
+
+
+def _inline(prev: Comp, nxt: Comp, program) -> sx.Expr | None:
+    """nxt's expression with every read of prev's target replaced by prev's expression (renamed to nxt's loops)."""
+    if [prev.extent(v) for v in prev.out_vars] != [nxt.extent(v) for v in nxt.out_vars]:
+        return None
+    uses = [a for a in accesses(nxt.init) if a.tensor == prev.target]
+    if any([plain(m) for m in index_maps(a, nxt, program)] != list(nxt.out_vars) for a in uses):
+        return None
+    value = rename_vars(prev.init, dict(zip(prev.out_vars, nxt.out_vars)))
+    return _substitute(nxt.init, prev.target, value)
+
+
+def _substitute(e: sx.Expr, tensor: str, value: sx.Expr) -> sx.Expr:
+    if isinstance(e, sx.Access):
+        return value if e.tensor == tensor else e
+    if isinstance(e, sx.Neg):
+        return sx.Neg(_substitute(e.x, tensor, value), e.span)
+    if isinstance(e, sx.BinOp):
+        return sx.BinOp(e.op, _substitute(e.lhs, tensor, value), _substitute(e.rhs, tensor, value), e.span)
+    if isinstance(e, sx.Call):
+        return sx.Call(e.fn, tuple(_substitute(x, tensor, value) for x in e.args), e.span)
+    return e
+
+
+def select_eltwise(comp: Comp, program) -> EltwiseOp:
+    """Full-rank reads use the output's indices. A lower-rank read indexed by a run of them is a broadcast:
+    a run that leaves later indices free (`b[i]` in Y[i, j], `b[k]` in Y[n, k, y, x]) is a per-partition column
+    (those indices on the partitions, tensor_scalar with a (P, 1) operand); a trailing run (`s[j]` in Y[i, j]) is a
+    row, broadcast across the partitions on TensorE (ones[1, P].T @ s[1, F]) and then used like a full tile."""
+    inputs, columns, rows, runs = [], [], [], {"column": None, "row": None}
+    for acc in accesses(comp.init):
+        idx = [plain(m) for m in index_maps(acc, comp, program)]
+        if acc.tensor == comp.target:
+            raise reject(comp, "an element-wise statement may not read the tensor it writes", acc.span)
+        if idx == list(comp.out_vars):
+            inputs += [acc.tensor] if acc.tensor not in inputs else []
+            continue
+        here = _broadcast_run(comp, acc, idx)
+        kind = "row" if here[1] == len(comp.out_vars) else "column"
+        if runs[kind] is not None and here != runs[kind]:
+            raise reject(comp, f"all broadcast {kind}s must be indexed by the same output indices", acc.span)
+        runs[kind] = here
+        group = rows if kind == "row" else columns
+        group += [acc.tensor] if acc.tensor not in group else []
+    _check_expr(comp, comp.init)
+    if columns:
+        _check_columns(comp, comp.init, set(columns))
+    run = _partition_run(comp, runs)
+    roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))
+    layout = _broadcast_layout(comp, run) if run else ()
+    size = math.prod(comp.extent(v) for v in comp.out_vars)
+    return EltwiseOp(comp.target, comp.target, comp.init, tuple(inputs), size, roles, comp.line, comp.span,
+                     tuple(columns), layout, run or (0, 0), comp.fused, comp.lines, tuple(rows))
+
+
+def _partition_run(comp: Comp, runs: dict) -> tuple[int, int] | None:
+    """The output indices on the partitions: the columns' run; with rows only, everything before the rows."""
+    col, row = runs["column"], runs["row"]
+    if row and col and row[0] != col[1]:
+        raise reject(comp, "a statement with both per-partition and per-row broadcasts needs the row operand "
+                           "indexed by exactly the output indices after the column operand's", comp.init.span)
+    return col or ((0, row[0]) if row else None)
+
+
+def _broadcast_run(comp: Comp, acc: sx.Access, idx: list) -> tuple[int, int]:
+    """(a, b): the read is indexed by out_vars[a:b], a run of consecutive output indices."""
+    out = list(comp.out_vars)
+    shown = f"`{fmt_expr(acc)}`"
+    if None in idx or any(v not in out for v in idx) or not idx:
+        raise reject(comp, f"element-wise reads must use the output's indices [{', '.join(out)}] or a run of "
+                           f"them (a broadcast); {shown} does not (shifts and permutations are not supported)",
+                     acc.span)
+    a = out.index(idx[0])
+    if out[a:a + len(idx)] != idx:
+        raise reject(comp, f"the broadcast read {shown} must use consecutive output indices in order", acc.span)
+    return a, a + len(idx)
+
+
+def _broadcast_layout(comp: Comp, run: tuple[int, int]) -> tuple[tuple[str, int], ...]:
+    """O (outer), P (the broadcast indices, on partitions), F (free): the output viewed as [O, P, F]."""
+    ext = [comp.extent(v) for v in comp.out_vars]
+    return (("O", math.prod(ext[:run[0]])), ("P", math.prod(ext[run[0]:run[1]])), ("F", math.prod(ext[run[1]:])))
+
+
+def _check_columns(comp: Comp, e: sx.Expr, columns: set[str]) -> bool:
+    """Whether `e` is a full tile; a column may only meet a full tile directly in +, -, *, max or min."""
+    if isinstance(e, sx.Access):
+        return e.tensor not in columns
+    if const_value(e) is not None:
+        return False
+    args = [e.x] if isinstance(e, sx.Neg) else list(e.args) if isinstance(e, sx.Call) else [e.lhs, e.rhs]
+    full = [_check_columns(comp, x, columns) for x in args]
+    binary = len(args) == 2 and (isinstance(e, sx.Call) or e.op in "+-*")
+    for x, is_full in zip(args, full):
+        cols = [a for a in accesses(x) if a.tensor in columns]
+        if not is_full and cols and not (binary and any(full) and _is_column(x, columns)):
+            col = cols[0]
+            raise reject(comp, f"a broadcast operand like `{fmt_expr(col)}` may only be added to, subtracted from, "
+                               f"multiplied with, or be the max/min of a full-size operand", col.span)
+    return any(full)
+
+
+def _is_column(e: sx.Expr, columns: set[str]) -> bool:
+    return isinstance(e, sx.Access) and e.tensor in columns
+
+
+def _check_expr(comp: Comp, e: sx.Expr) -> None:
+    if isinstance(e, (sx.Access, sx.Num)):
+        return
+    if isinstance(e, sx.Neg):
+        return _check_expr(comp, e.x)
+    if isinstance(e, sx.BinOp):
+        if e.op == "%" or (e.op == "/" and const_value(e.rhs) is None):
+            raise reject(comp, f"operator `{e.op}` between tensors has no engine instruction here", e.span)
+        _check_expr(comp, e.lhs)
+        _check_expr(comp, e.rhs)
+        return
+    if isinstance(e, sx.Call) and e.fn in ("max", "min", "relu", "exp"):
+        for a in e.args:
+            _check_expr(comp, a)
+        return
+    raise reject(comp, "unsupported expression", getattr(e, "span", None))
+
+
