@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         print(err.render(), file=sys.stderr)
         return 1
     except KernelError as err:
-        print(f"kernel error: {err}", file=sys.stderr)
+        print(err, file=sys.stderr)  # already "file:line: error: rule ..." with the tile, shape and a hint
         return 1
 
 
