@@ -2,6 +2,7 @@
 
     python benchmarks/table.py            # all workloads
     python benchmarks/table.py --quick    # skip the 224x224 convolutions and the 4096 transpose
+    python benchmarks/table.py --tune-budget 0   # no tuning (the tuned column prints n/a)
 
 Columns (all latencies in µs, estimated by tilec's Trainium2 model unless marked measured):
     baseline   the hand-written NKI kernel in the assignment's style (benchmarks/kernels/), on the model
@@ -10,7 +11,9 @@ Columns (all latencies in µs, estimated by tilec's Trainium2 model unless marke
     floor      max(TensorE compute floor, HBM traffic / DMA peak bandwidth), without start-up
     tilec      the kernel tilec compiles from examples/ (vector_add, transpose, conv2d for pool 1 (no bias),
                conv_bias_maxpool for pool 2; f32 -> f16 for the fp16 rows), on the model; n/a if it fails
-    tuned      not computed here: n/a (`tilec tune` prints its own numbers)
+    tuned      the kernel `tilec tune` picks for the same program (model evaluator, seed 0, --tune-budget
+               candidates; the compiler's default schedule is always the first one, so tuned <= tilec);
+               results are cached in .tilec-cache/tune/, so a re-run only re-verifies the winners
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ class Workload:
 def _vec(n: int, kernel: str, measured: float | None) -> Workload:
     shapes = (((n,), "float32"), ((n,), "float32"))
     return Workload(f"vector add {kernel} n={n}", Row(0, "asst.py", kernel, "", shapes, (), measured or 0),
-                    0, False, 3 * 4 * n, measured, tl=("vector_add.tl", {"L": n}))
+                    0, True, 3 * 4 * n, measured, tl=("vector_add.tl", {"L": n}))  # fp32, as the kernels
 
 
 def _conv(dtype: str, h: int, w: int, pool: int, reference: float | None, measured: float | None) -> Workload:
@@ -127,6 +130,32 @@ def tilec_us(w: Workload) -> float | None:
     return estimate(trace).total_us
 
 
+TUNE_BUDGET = 24  # candidates per tuned row; the large convs take ~1 min each on 2 cores (pruning, see tilec.tune)
+_tuned: dict[tuple, tuple[float, bool]] = {}  # rows sharing a program and sizes (the vector adds) tune once
+
+
+def tuned_us(w: Workload, budget: int) -> tuple[float, bool] | None:
+    """(model latency, verified) of the schedule `tilec tune` finds for the row's program, or None without one.
+
+    Same program text and sizes as `tilec_us` (f32 -> f16 for the fp16 rows), model evaluator, seed 0."""
+    if w.tl is None or budget <= 0 or not (ROOT / "examples" / w.tl[0]).exists():
+        return None
+    key = (w.tl[0], tuple(sorted(w.tl[1].items())), w.fp32, budget)
+    if key not in _tuned:
+        import tempfile
+
+        from tilec.tune.api import tune
+
+        text = (ROOT / "examples" / w.tl[0]).read_text()
+        with tempfile.TemporaryDirectory(prefix="tilec-table-") as tmp:
+            program = pathlib.Path(tmp) / w.tl[0]
+            program.write_text(text if w.fp32 else text.replace("f32", "f16"))
+            result = tune(str(program), w.tl[1], budget=budget, seed=0, jobs=2, progress=False,
+                          cache_dir=str(ROOT / ".tilec-cache" / "tune"))
+        _tuned[key] = (result.best_us, result.verified)
+    return _tuned[key]
+
+
 def fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1f}"
 
@@ -138,11 +167,16 @@ def ratio(a: float | None, b: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="skip the large workloads")
+    ap.add_argument("--tune-budget", type=int, default=None, metavar="N",
+                    help=f"candidates per tuned row (default {TUNE_BUDGET}; 0: do not tune)")
     args = ap.parse_args(argv)
     head = (f"{'workload':<40} {'baseline':>9} {'measured':>9} {'reference':>9} {'floor':>9} {'kind':<9} "
-            f"{'base/floor':>10} {'base/ref':>8} {'tilec':>9} {'tilec/floor':>11} {'tilec/ref':>9} {'tuned':>6}")
+            f"{'base/floor':>10} {'base/ref':>8} {'tilec':>9} {'tilec/floor':>11} {'tilec/ref':>9} {'tuned':>9} {'tuned/ref':>9}")
     print("latencies in us; baseline and tilec are estimated by tilec's trn2 model (not measured); the model adds "
           f"{TRN2.startup_ns.value / 1000:g} us of kernel start-up that the floor does not include")
+    budget = TUNE_BUDGET if args.tune_budget is None else args.tune_budget
+    print(f"tuned: `tilec tune` of the tilec column's program and sizes, model evaluator, seed 0, budget {budget} "
+          "candidates (the default schedule is the first); * = the winner failed verification")
     print(head)
     for w in WORKLOADS:
         if args.quick and (w.large or w.measured == 37318):
@@ -154,10 +188,16 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:  # a compiler gap is reported in the table, not as a crash of the benchmark
             print(f"  (tilec kernel for {w.name} failed: {type(err).__name__}: {str(err).splitlines()[0]})")
             mine = None
+        try:
+            tuned = tuned_us(w, budget)
+        except Exception as err:  # the tuner's failure is reported in the table, like the compiler's
+            print(f"  (tuning {w.name} failed: {type(err).__name__}: {str(err).splitlines()[0]})")
+            tuned = None
+        tuned_text = "n/a" if tuned is None else fmt(tuned[0]) + ("" if tuned[1] else "*")
         print(f"{w.name:<40} {fmt(base):>9} {fmt(w.measured):>9} {fmt(w.reference):>9} {floor:>9.1f} {kind:<9} "
               f"{ratio(base, floor):>10} {ratio(base, w.reference):>8} {fmt(mine):>9} {ratio(mine, floor):>11} "
-              f"{ratio(mine, w.reference):>9} "
-              f"{'n/a':>6}", flush=True)
+              f"{ratio(mine, w.reference):>9} {tuned_text:>9} "
+              f"{ratio(tuned and tuned[0], w.reference):>9}", flush=True)
     return 0
 
 

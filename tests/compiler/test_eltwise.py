@@ -84,7 +84,7 @@ def test_row_broadcast_along_partitions_is_a_ones_matmul():
     """`s[j]` is the same for every partition: TensorE copies it to all of them (ones[1, P].T @ s[1, F])."""
     c = compile_loaded(lang.load(ROW_AND_COLUMN))
     loops = c.stages["loops"]
-    assert "matmul s_bcast[:128, :384] += ones[:1, :128].T @ s_row[:1, :384]" in loops
+    assert "matmul s_bcast[:128, :384] += ones_f32[:1, :128].T @ s_row[:1, :384]" in loops
     assert "add Y_tile[:128, :384] <- tmp1[:128, :384], b_col[:128, :1]" in loops
     check_against_reference(c)
 
@@ -123,6 +123,9 @@ def test_element_wise_chain_is_one_pass():
     assert loops.count("dma ") == 3  # A and B in, Y out: T and U never reach HBM
     assert loops.count("multiply tmp") == 2  # A * B once (shared by both reads of T), then * 3
     assert "nl.exp" in c.source and "nl.relu" in c.source
+    # each instruction is tagged with the statement its part of the expression comes from
+    assert "minimum tmp3[:128, :1024] <- tmp2[:128, :1024], 0.25  # tl:9" in loops
+    assert "subtract Y_tile[:128, :1024] <- 1, tmp8[:128, :1024]  # tl:13" in loops
     check_against_reference(c)
 
 
@@ -165,3 +168,11 @@ def test_unmappable_broadcasts_are_clear_errors(name):
 @pytest.mark.parametrize("stage", ["select", "loops"])
 def test_eltwise_stage_golden(name, text, stage, golden):
     golden.check(f"compiler/stages/{name}.{stage}.txt", compile_loaded(lang.load(text)).stages[stage])
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_broadcasts_in_half_precision(dtype):
+    """nc_matmul takes fp32 operands only in pairs: the ones row of the broadcast matmul has the row's dtype."""
+    c = compile_loaded(lang.load(ROW_AND_COLUMN.replace("f32", dtype)))
+    assert f"ones_{dtype}: sbuf {dtype}[1, 128]" in c.stages["loops"]
+    check_against_reference(c)

@@ -76,3 +76,18 @@ def test_allocator_is_stable_per_owner_and_avoids_reserved_words():
     assert names.fresh("X_band", "pool") == "X_band3"  # another op never shares it
     assert names.fresh("lambda_") == "lambda_2"  # codegen prints the user's `lambda` as `lambda_`
     assert names.fresh("nl") == "nl2"
+
+
+def test_verifier_rejects_two_buffers_with_one_name():
+    """The invariant the allocator guarantees is checked after every pass (a violation is a compiler bug)."""
+    import pytest
+
+    from tilec.compiler import ir
+    from tilec.compiler.verify import verify
+    from tilec.errors import InternalError
+
+    x = ir.Buf("X", "hbm", "f32", (128, 4))
+    clash = ir.Buf("X", "sbuf", "f32", (128, 4))
+    kernel = ir.Kernel("k", (x,), (), (ir.Alloc(clash), ir.Dma(ir.whole(clash), ir.whole(x))))
+    with pytest.raises(InternalError, match="two different buffers are named X"):
+        verify(kernel, "test")

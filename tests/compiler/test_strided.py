@@ -46,6 +46,16 @@ kernel s2(X: f32[C, H], Wt: f32[K, C, R]) -> Y
       Y[k, y] += X[c, 2*y + r] * Wt[k, c, r]
 """
 
+DOWNSAMPLE_1X1 = """\
+kernel down(X: f32[N, C, H, W], Wt: f32[K, C]) -> Y
+  default N = 2, C = 256, H = 16, W = 12, K = 128
+  Y: f32[N, K, H / 2, W / 2]
+  for n in 0..N, k in 0..K, y in 0..H / 2, x in 0..W / 2:
+    Y[n, k, y, x] = 0
+    for c in 0..C:
+      Y[n, k, y, x] += X[n, c, 2*y, 2*x] * Wt[k, c]
+"""
+
 
 def test_stride_2_conv_reads_a_strided_moving_view():
     c = compile_loaded(lang.load(CONV_S2))
@@ -63,6 +73,12 @@ def test_stride_2_conv_with_pool_under_schedules(schedule):
 
 def test_stride_2_one_spatial_dimension():
     check_against_reference(compile_loaded(lang.load(ROW_STRIDE_1D)))
+
+
+def test_stride_2_pointwise_conv_without_taps():
+    c = compile_loaded(lang.load(DOWNSAMPLE_1X1))
+    assert "X_band[:128, ct, 0:+15:2, 0:+11:2]" in c.stages["hoist"]
+    check_against_reference(c)
 
 
 @pytest.mark.parametrize("stage", ["select", "hoist"])

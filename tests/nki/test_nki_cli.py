@@ -74,7 +74,7 @@ def test_nki_run_kernel_assertion_is_reported_at_its_line(tmp_path, capsys) -> N
                     "    assert a.shape[0] == 64, 'expects 64 rows'\n    return a\n")
     rc = tilec_cli.main(["nki-run", str(path), "--kernel", "k", "--shape", "a=128x4"])
     assert rc == 1
-    assert capsys.readouterr().err.strip() == (f"kernel error: {path.resolve()}:6: error: the kernel raised "
+    assert capsys.readouterr().err.strip() == (f"{path.resolve()}:6: error: the kernel raised "
                                                "AssertionError: expects 64 rows [kernel_exception]")
 
 

@@ -106,6 +106,18 @@ def test_cli_writes_schedule_and_kernel_and_reports_errors_without_traceback(tmp
     assert "default schedule" in out and "verified         : yes" in out
     assert schedule.read_text().startswith("tile conv.k") and "def conv_bias_maxpool" in kernel.read_text()
     assert (tmp_path / ".tilec-cache" / "tune").is_dir()
+    # the saved schedule is a schedule file the compiler takes back: the same kernel, byte for byte
+    again = tmp_path / "again.py"
+    defines = sum((["-D", f"{k}={v}"] for k, v in SMALL_CONV.items()), [])
+    assert tilec_cli.main(["compile", str(EXAMPLES / "conv_bias_maxpool.tl"), *defines, "--schedule", str(schedule),
+                           "-o", str(again)]) == 0
+    assert again.read_text() == kernel.read_text()
+    # without --quiet: a progress line with the best latency so far on stderr (the re-run comes from the cache)
+    capsys.readouterr()
+    assert tilec_cli.main([a for a in argv if a != "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "tune [" in captured.err and "best " in captured.err and "us" in captured.err
+    assert "tuned schedule" in captured.out and "MFU" in captured.out and "0 evaluated" in captured.out
     assert tilec_cli.main(["tune", str(tmp_path / "missing.tl")]) == 1
     assert "error: cannot read" in capsys.readouterr().err
 
@@ -137,3 +149,11 @@ def test_assignment_conv_space_offers_psum_shapes_and_column_bands():
     assert space.check(space.point(**{"tile conv.y": 6})) == \
         "6 rows of 222 columns is 1332 elements per matmul; one PSUM bank holds 512"
     assert space.experts and all(space.check(p) is None for p in space.experts)
+
+
+def test_tune_matmul_beats_the_default_with_one_band_per_moving_tile(tmp_path):
+    # the default stores whole output rows after the last matmul; a band per moving tile overlaps that store
+    result = tune(str(EXAMPLES / "matmul.tl"), dict(M=128, K=256, N=1024), budget=6, seed=0, jobs=1,
+                  progress=False, cache_dir=str(tmp_path))
+    assert result.verified and result.best_us < result.default_us
+    assert "split C.j, 512" in result.best_schedule

@@ -60,13 +60,14 @@ def _build_broadcast(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fres
         stmts += st
     st, loads, cols = _column_loads(op, plan, hbm, fresh)
     stmts += st
-    ones, row_views = None, {}
-    if op.rows:
-        ones = Buf(fresh("ones"), "sbuf", "f32", (1, TP))
-        stmts += [Alloc(ones, zero=True, line=line), Scalar(whole(ones), whole(ones), "add", 1.0, line)]
-        for name in op.rows:
-            row_views[name], st = hbm_view(hbm[name], (1, F), fresh(f"{name}_v"), line)
-            stmts += st
+    ones, row_views = {}, {}
+    for name in op.rows:  # nc_matmul wants both operands fp32 or neither: a ones row in each row operand's dtype
+        dt = hbm[name].dtype
+        if dt not in ones:
+            ones[dt] = Buf(fresh(f"ones_{dt}"), "sbuf", dt, (1, TP))
+            stmts += [Alloc(ones[dt], zero=True, line=line), Scalar(whole(ones[dt]), whole(ones[dt]), "add", 1.0, line)]
+        row_views[name], st = hbm_view(hbm[name], (1, F), fresh(f"{name}_v"), line)
+        stmts += st
     at = lambda name: View(views[name], (a("o"), sl(a(term("pt", TP, "TILE_P")), TP),  # noqa: E731
                                          sl(a(term("t", TF, "TILE_F")), TF)))
     pre = _row_tiles(op, plan, hbm, fresh, ones, row_views) if op.rows else ([], {})
@@ -98,7 +99,7 @@ def _column_loads(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
     return views, loads, cols
 
 
-def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, ones: Buf,
+def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, ones: dict[str, Buf],
                views: dict[str, Buf]) -> tuple[list[Stmt], dict]:
     """Each row operand s[free] copied to every partition of a full tile: ones[1, P].T @ s[1, TILE_F] on TensorE."""
     line, TP, TF = op.line, plan.parts, plan.free
@@ -109,7 +110,7 @@ def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fre
         tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (TP, TF))
         src = View(views[name], (full(1), sl(a(term("t", TF, "TILE_F")), TF)))
         stmts += [Alloc(row, line=line), Dma(whole(row), src, line), Alloc(acc, zero=True, line=line),
-                  ir.Matmul(whole(acc), View(ones, (full(1), full(TP))), whole(row), line),
+                  ir.Matmul(whole(acc), View(ones[row.dtype], (full(1), full(TP))), whole(row), line),
                   Alloc(tile, line=line), ir.Copy(whole(tile), whole(acc), line)]
         tiles[name] = whole(tile)
     return stmts, tiles
@@ -144,7 +145,10 @@ class _ExprCompiler:
         key = fmt_expr(e)
         if dst is None and key in self.done:  # a subexpression seen before (an inlined temporary read twice)
             return [], self.done[key]
+        # instructions carry the line of the statement their expression was written in (a fused chain spans several)
+        outer, self.line = self.line, getattr(getattr(e, "span", None), "line", 0) or self.line
         stmts, view = self.compute(e, dst)
+        self.line = outer
         self.done[key] = view
         return stmts, view
 

@@ -14,7 +14,7 @@ from tilec.lang import syntax as sx
 
 
 class _LoopLines:
-    """Ops built by build_simple: named dimensions, and each loop tagged with the line of the .tl `for` it implements."""
+    """Ops built by build_simple: named dimensions; each loop carries the line of the .tl `for` it implements."""
 
     def line_of(self, role: str) -> int:
         """The .tl line of the loop playing `role` (the statement's line if unknown)."""
@@ -107,8 +107,9 @@ Op = ConvOp | PoolOp | TransposeOp | EltwiseOp
 
 def reject(comp: Comp, why: str, span: Span | None = None) -> TilecError:
     return TilecError(f"the compiler cannot map `{comp.target}` to Trainium engines: {why}", span or comp.span,
-                      "supported: convolution/matmul contractions, window max/avg pools, 2-D transposes, "
-                      "element-wise expressions")
+                      "supported: convolution/matmul contractions (windows `stride*y + r`), window max/avg pools, "
+                      "2-D transposes, element-wise expressions (operands indexed like the output, or broadcast "
+                      "along a run of its indices)")
 
 
 def index_maps(acc: sx.Access, comp: Comp, program) -> list[tuple[dict[str, int], int]]:

@@ -7,8 +7,10 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
 
     tile OP.v, N        tile size of loop v           conv: k (out channels, on partitions, <= 128), c (in channels,
                                                       contraction, <= 128), y (output rows per matmul), x (columns
-                                                      per matmul); eltwise: free elements per tile; transpose: i/j
-                                                      block size (<= 128); pool: b (channels on partitions)
+                                                      per matmul); eltwise: free elements per tile (with a
+                                                      broadcast: of the free dims; <= 512 with a row broadcast);
+                                                      transpose: i/j block size (<= 128); pool: b (channels on
+                                                      partitions)
     split OP.v, N       rows per band                 conv.y: output rows per input band / output DMA (rows per
                                                       matmul shrink to a divisor of it); conv.x: output columns
                                                       per input band (when whole rows do not fit); transpose.i/j:

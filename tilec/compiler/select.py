@@ -1,7 +1,8 @@
 """Operation selection: recognise what each lowered computation is and which engines run it.
 
     Conv      conv[n,k,y,x] (= bias[k]) += X[n,c,y+r,x+s] * W[k,c,r,s]   -> nc_matmul, shifted, PSUM-accumulated
-              (a matmul C[m,n] += A[m,k] * B[k,n] is the same pattern with no batch, one spatial dim, 1x1 taps)
+              (a matmul C[m,n] += A[m,k] * B[k,n] is the same pattern with no batch, one spatial dim, 1x1 taps);
+              strided windows X[n,c,2y+r,2x+s] read a strided view of the input band as the moving operand
               with fused epilogues: relu (activation), window max/avg pool of the conv output (vector engine)
     Pool      Y[n,k,i,j] max= X[n,k,2i+p,2j+q] (or += ... / 4)           -> tensor_tensor over strided views
     Transpose B[j,i] = A[i,j]                                             -> nc_transpose (or dma_transpose)
@@ -81,7 +82,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
         reds = [v for v in coefs if v in comp.red_vars]
         stride = coefs[outs[0]] if len(outs) == 1 else 1
         if const != 0 or any(c != 1 for v, c in coefs.items() if v not in outs) or stride < 1 or len(outs) > 1 \
-                or len(reds) > 1 or (stride > 1 and (not reds or out_vars.index(outs[0]) < out_vars.index(p))):
+                or len(reds) > 1 or (stride > 1 and out_vars.index(outs[0]) < out_vars.index(p)):
             raise reject(comp, f"index `{fmt_expr(e)}` of {m_acc.tensor} is not a (strided) shifted window "
                                f"`stride*y + r`", e.span)
         if reds and not outs:

@@ -1,9 +1,9 @@
 """The IR verifier, run after every pass: a broken invariant is a compiler bug (InternalError), never the user's.
 
-Checks: every index variable is bound by an enclosing loop; every buffer is defined before use and in scope;
-every index stays inside its buffer; on-chip tiles have <= 128 partitions; matmul stationary <= 128x128, moving
-free size <= 512, the accumulator fits one 2 KiB PSUM bank; DMAs never touch PSUM; <= 8 PSUM banks live;
-SBUF bytes per partition within the trn2 usable size.
+Checks: every index variable is bound by an enclosing loop; every buffer is defined before use and in scope, and
+no two different buffers share a name; every index stays inside its buffer; on-chip tiles have <= 128 partitions;
+matmul stationary <= 128x128, moving free size <= 512, the accumulator fits one 2 KiB PSUM bank; DMAs never touch
+PSUM; <= 8 PSUM banks live; SBUF bytes per partition within the trn2 usable size.
 """
 from __future__ import annotations
 
@@ -29,7 +29,12 @@ class _Verifier:
     def run(self) -> None:
         self.consts = dict(self.k.consts)
         scope = {b.name: b for b in (*self.k.params, *self.k.outputs)}
+        self.named = dict(scope)  # every buffer name of the kernel: one name, one buffer (names.py)
         self.body(self.k.body, {}, scope, 0, 0)
+
+    def define(self, b: Buf) -> None:
+        if self.named.setdefault(b.name, b) != b:
+            self.fail(f"two different buffers are named {b.name}: {self.named[b.name]} and {b}")
 
     def body(self, stmts: tuple[Stmt, ...], loops: dict[str, int], scope: dict[str, Buf], sbuf: int, psum: int
              ) -> None:
@@ -43,9 +48,11 @@ class _Verifier:
                 self.body(s.body, {**loops, s.var: s.extent}, scope, sbuf, psum)
             elif isinstance(s, Alloc):
                 sbuf, psum = self.alloc(s.buf, sbuf, psum)
+                self.define(s.buf)
                 scope[s.buf.name] = s.buf
             elif isinstance(s, Reshape):
                 self.reshape(s, scope)
+                self.define(s.buf)
                 scope[s.buf.name] = s.buf
             else:
                 self.op(s, loops, scope)

@@ -5,6 +5,7 @@
     experts.py  heuristic first guesses
     search.py   structured first guess, then evolutionary search; deterministic for a seed
     evaluate.py evaluators: the model (compile -> interpreter trace -> estimate), real hardware (nki.benchmark)
+    bound.py    a lower bound on a candidate's model latency from its knob values: hopeless ones are pruned
     cache.py    outcomes on disk (.tilec-cache/tune/), so a re-run evaluates nothing
     verify.py   the winner against the reference evaluator
     api.py      tune() and its result; progress.py the progress line

@@ -1,6 +1,7 @@
 """`tune()`: search a program's schedule space, rank with an evaluator (the model by default), verify the winner.
 
-    program --knobs--> Space --search (cached, parallel evaluation)--> history --select--> ranked candidates
+    program --knobs--> Space --search (cached, pruned by a lower bound, parallel evaluation)--> history
+            --select--> ranked candidates
             --verify on the interpreter against the reference--> TuneResult (schedule text, kernel source)
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from tilec.errors import TilecError
 from tilec.tune.cache import DiskCache
@@ -17,7 +18,7 @@ from tilec.tune.evaluate import Evaluator, Job, ModelEvaluator, Outcome
 from tilec.tune.knobs import build_space
 from tilec.tune.progress import Progress
 from tilec.tune.search import Candidate, SearchStats, Trial, search
-from tilec.tune.space import Space
+from tilec.tune.space import Point, Space
 from tilec.tune.verify import Verdict, verify
 
 DEFAULT_BUDGET = 48
@@ -45,18 +46,29 @@ class TuneResult:
         return self.default_us / self.best_us if self.best_us > 0 else math.inf
 
 
-class CachedCost:
-    """The search's batch cost function: cache lookups first, the evaluator for the misses, all in input order."""
+PRUNED = "pruned"  # error text prefix of a candidate whose lower bound was above the best latency so far
 
-    def __init__(self, job: Job, evaluator: Evaluator, cache: DiskCache | None) -> None:
-        self.job, self.evaluator, self.cache = job, evaluator, cache
+
+class CachedCost:
+    """The search's batch cost function: cache lookups first, then candidates that cannot beat the best so far
+    (lower bound from the schedule, `Space.lower_bound`) are pruned unevaluated, the evaluator runs the rest; all
+    in input order. Pruning decisions use the best latency before the batch, so they are deterministic."""
+
+    def __init__(self, job: Job, evaluator: Evaluator, cache: DiskCache | None,
+                 bound: Callable[[Point], float] | None = None) -> None:
+        self.job, self.evaluator, self.cache, self.bound = job, evaluator, cache, bound
         self.outcomes: dict[str, Outcome] = {}
-        self.evaluations = 0
+        self.evaluations = self.pruned = 0
+        self.best = math.inf
 
     def __call__(self, batch: list[Candidate]) -> Iterator[tuple[float, str]]:
         """Yields (cost, error) per candidate in batch order, as soon as each is known (for the progress line)."""
         keys = [self.cache.key(self.job, c.schedule, self.evaluator.name) if self.cache else "" for c in batch]
-        found = [self.cache.get(k) if self.cache else None for k in keys]
+        found: list[Outcome | None] = [self.cache.get(k) if self.cache else None for k in keys]
+        for i, cand in enumerate(batch):
+            if found[i] is None and (low := self._bound(cand)) > self.best:
+                found[i] = Outcome(math.inf, error=f"{PRUNED}: lower bound {low:.1f} us > best {self.best:.1f} us")
+                self.pruned += 1
         misses = [i for i, o in enumerate(found) if o is None]
         fresh = iter(self.evaluator.evaluate(self.job, [batch[i].schedule for i in misses]) if misses else ())
         self.evaluations += len(misses)
@@ -67,7 +79,11 @@ class CachedCost:
                 if self.cache:
                     self.cache.put(keys[i], outcome)
             self.outcomes[cand.schedule] = outcome
+            self.best = min(self.best, outcome.us)  # pruning of this batch was decided above, before any result
             yield outcome.us, outcome.error
+
+    def _bound(self, cand: Candidate) -> float:
+        return self.bound(cand.point) if self.bound else 0.0
 
 
 def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = DEFAULT_BUDGET,
@@ -81,7 +97,7 @@ def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = D
     own = evaluator is None
     cache = DiskCache(cache_dir) if use_cache else None
     evaluator = evaluator or ModelEvaluator(jobs=jobs, kernel_cache=str(cache.dir) if cache else None)
-    cost = CachedCost(job, evaluator, cache)
+    cost = CachedCost(job, evaluator, cache, space.lower_bound)
     bar = Progress(budget, stream=sys.stderr if progress is True else (progress or None))
     first = [("default", space.default_point()), *(("expert", p) for p in space.experts)]
     try:
@@ -141,12 +157,14 @@ def first_verified(job: Job, ranked: list[tuple[str, float, float | None]]):
 def summary_text(result: TuneResult) -> str:
     """The final report of a tuning run: default vs tuned latency and MFU, the schedule, how the run went."""
     tried = len(result.history)
-    failed = sum(1 for t in result.history if not math.isfinite(t.cost))
+    pruned = sum(1 for t in result.history if t.error.startswith(PRUNED))
+    failed = sum(1 for t in result.history if not math.isfinite(t.cost)) - pruned
     lines = [
         f"default schedule : {_us(result.default_us)}  MFU {result.default_mfu:6.1%}",
         f"tuned schedule   : {_us(result.best_us)}  MFU {result.best_mfu:6.1%}  ({result.speedup:.2f}x)",
-        f"candidates       : {tried} tried, {failed} failed to compile or run, {result.evaluations} evaluated "
-        f"(the rest from the cache), {result.wall_s:.1f} s",
+        f"candidates       : {tried} tried, {failed} failed to compile or run, {pruned} pruned (lower bound above "
+        f"the best), {result.evaluations} evaluated "
+        f"(the others from the cache), {result.wall_s:.1f} s",
         f"verified         : {'yes' if result.verified else 'NO'} (max relative error {result.max_error:.2g})",
     ]
     if result.measured_p99_us is not None:

@@ -40,8 +40,11 @@ def conv_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
     bands = sorted((b for b in knob_values(space, f"split {op.ref('y')}") if isinstance(b, int) and b % rows == 0),
                    reverse=True)
     moving = f"buffers {op.tensor('moving')}"
+    if not bands:  # a matmul (one spatial dim): whole rows, or one band per moving tile so the last store is small
+        return [{k: 128, c: 128, x: tx, f"split {op.ref('x')}": cols, moving: bufs}
+                for cols in (None, tx) for bufs in (None, 3)]
     return [{k: 128, c: 128, x: tx, y: rows, f"split {op.ref('y')}": b, moving: bufs}
-            for b in (bands or [None]) for bufs in (None, 3)]  # no bands: a matmul (one spatial dim)
+            for b in bands for bufs in (None, 3)]
 
 
 def transpose_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:

@@ -19,11 +19,13 @@ the compiler's TilecError stays the authority for anything they miss.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass, field, replace
 
 from tilec.errors import InternalError
+from tilec.tune.bound import Bound, conv_bound, total_bound
 from tilec.tune.evaluate import Job, compile_job
 from tilec.tune.experts import expert_points
 from tilec.tune.space import Check, Knob, Limits, Space
@@ -245,6 +247,8 @@ def build_space(job: Job) -> Space:
     dtypes = {name: t.dtype for name, t in compiled.program.tensors.items()}
     knobs: list[Knob] = []
     checks: list[Check] = []
+    bounds: list[Bound] = [conv_bound(op, dtypes.get(op.tensor("moving") or "", "f32"), job.target)
+                           for op in ops if op.kind == "conv"]
     for op in ops:
         rules = KNOBS_FOR.get(op.kind)
         if rules is None:  # an op kind the tuner does not know yet keeps the compiler's default schedule
@@ -256,5 +260,6 @@ def build_space(job: Job) -> Space:
                                 f"(missing {missing}); update tilec/tune/knobs.py") from None
         knobs += k
         checks += c
-    space = Space(tuple(knobs), tuple(checks))
+    bound = functools.partial(total_bound, tuple(bounds), target=job.target) if bounds else None
+    space = Space(tuple(knobs), tuple(checks), bound=bound)
     return replace(space, experts=tuple(expert_points(space, ops, dtypes)))

@@ -14,13 +14,15 @@ class Progress:
 
     def __init__(self, total: int | None, stream: IO[str] | None) -> None:
         self.total, self.stream = total, stream
-        self.done = self.failed = 0
+        self.done = self.failed = self.pruned = 0
         self.default_us = math.inf
         self.drawn = False
 
     def update(self, trial: Trial, best: Trial | None) -> None:
         self.done += 1
-        self.failed += 0 if math.isfinite(trial.cost) else 1
+        pruned = trial.error.startswith("pruned")  # see api.PRUNED: not a failure, just not worth running
+        self.pruned += pruned
+        self.failed += 0 if math.isfinite(trial.cost) or pruned else 1
         if trial.origin == "default":
             self.default_us = trial.cost
         if self.stream is not None:
@@ -36,7 +38,7 @@ class Progress:
             head = f"tune {self.done} tried"
         best_text = f"best {best.cost:.1f} us" if best else "best -"
         default_text = f"default {self.default_us:.1f} us" if math.isfinite(self.default_us) else "default -"
-        return f"{head}  {best_text}  ({default_text}, {self.failed} failed)"
+        return f"{head}  {best_text}  ({default_text}, {self.failed} failed, {self.pruned} pruned)"
 
     def close(self) -> None:
         if self.stream is not None and self.drawn:

@@ -72,6 +72,7 @@ class Space:
     fixed: tuple[str, ...] = ()  # directives every point carries (e.g. ones no knob varies)
     experts: tuple[Point, ...] = ()  # heuristic first guesses, tried right after the default point
     limits: Limits = field(default_factory=Limits)
+    bound: Callable[[dict[str, Value]], float] | None = None  # named values -> lower bound of the latency in µs
 
     def __post_init__(self) -> None:
         names = [k.name for k in self.knobs]
@@ -119,6 +120,10 @@ class Space:
             if reason:
                 return reason
         return None
+
+    def lower_bound(self, point: Point) -> float:
+        """A latency no evaluation of `point` can go below (0 when the space has no bound; see bound.py)."""
+        return self.bound(self.named(point)) if self.bound else 0.0
 
     # ---- rendering ----------------------------------------------------------------------------------------------
 
