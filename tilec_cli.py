@@ -3,10 +3,11 @@ public API in `tilec`. A TilecError is printed with its caret display and exits 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable
 
-from tilec.errors import KernelError, TilecError
+from tilec.errors import InternalError, KernelError, TilecError
 
 Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMANDS: list[Command] = []
@@ -484,6 +485,12 @@ def main(argv: list[str] | None = None) -> int:
     except KernelError as err:
         print(err, file=sys.stderr)  # already "file:line: error: rule ..." with the tile, shape and a hint
         return 1
+    except InternalError as err:  # a compiler bug, caught by an IR verifier: say so plainly, no traceback
+        print(f"internal compiler error: {err}\n  this is a bug in tilec, not in your program; please report it with"
+              " the program and its -D sizes (TILEC_TRACEBACK=1 shows the traceback)", file=sys.stderr)
+        if os.environ.get("TILEC_TRACEBACK"):
+            raise
+        return 2
 
 
 if __name__ == "__main__":

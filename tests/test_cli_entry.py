@@ -1,0 +1,42 @@
+"""The CLI entry point: each kind of failure is printed once, without a traceback, with its own exit code."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+import tilec_cli
+from tilec.errors import InternalError, KernelError, TilecError
+
+
+def _run_raising(monkeypatch: pytest.MonkeyPatch, err: Exception) -> int:
+    def boom(args: argparse.Namespace) -> int:
+        raise err
+
+    monkeypatch.setattr(tilec_cli, "COMMANDS", [("boom", "raise", lambda p: None, boom)])
+    monkeypatch.delenv("TILEC_TRACEBACK", raising=False)
+    return tilec_cli.main(["boom"])
+
+
+def test_user_error_exits_1_with_message(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    assert _run_raising(monkeypatch, TilecError("bad thing", hint="do this")) == 1
+    assert capsys.readouterr().err == "error: bad thing\n  hint: do this\n"
+
+
+def test_kernel_error_printed_as_is(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    assert _run_raising(monkeypatch, KernelError("k.py:3: error: rule [id]")) == 1
+    assert capsys.readouterr().err == "k.py:3: error: rule [id]\n"
+
+
+def test_internal_error_exits_2_without_traceback(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    assert _run_raising(monkeypatch, InternalError("IR verifier after `loops`: broken")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("internal compiler error: IR verifier after `loops`: broken\n")
+    assert "bug in tilec" in err and "Traceback" not in err
+
+
+def test_bad_define_is_a_user_error() -> None:
+    with pytest.raises(TilecError, match="bad -D option 'C'"):
+        tilec_cli.parse_defines(["C"])
+    assert tilec_cli.parse_defines(["N=1", "C=256"]) == {"N": 1, "C": 256}
