@@ -423,6 +423,15 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump-ir", metavar="STAGE|all", help="print the IR after a pipeline stage (or all of them)")
 
 
+def _write_kernel(path: str, source: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(source)
+    except OSError as err:
+        raise TilecError(f"cannot write the kernel to {path}: {err.strerror or err}",
+                         hint="give -o a writable file path in an existing directory") from None
+
+
 @command("compile", "compile a .tl program to an NKI kernel (Python module)", _compile_args)
 def run_compile(args: argparse.Namespace) -> int:
     from tilec.compiler.api import STAGES, compile_file
@@ -435,8 +444,7 @@ def run_compile(args: argparse.Namespace) -> int:
             if args.dump_ir in ("all", name):
                 print(f"=== {name} ===\n{text}")
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(compiled.source)
+        _write_kernel(args.output, compiled.source)
         print(f"wrote {args.output} (kernel {compiled.kernel_name})", file=sys.stderr)
     elif not args.dump_ir:
         print(compiled.source, end="")

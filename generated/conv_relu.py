@@ -18,16 +18,16 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
-TILE_K = 128
-TILE_C = 128
 TILE_X = 30
 ROWS = 10
-BAND = 30
 
 
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def conv_relu(X, Wt, b):
+    assert X.shape == (1, 128, 32, 32), 'conv_relu was compiled for X of shape (1, 128, 32, 32); recompile with tilec compile -D N=... -D C=... -D H=... -D W=...'
+    assert Wt.shape == (128, 128, 3, 3), 'conv_relu was compiled for Wt of shape (128, 128, 3, 3); recompile with tilec compile -D K=... -D C=... -D R=...'
+    assert b.shape == (128,), 'conv_relu was compiled for b of shape (128,); recompile with tilec compile -D K=...'
     Y = nl.ndarray((1, 128, 15, 15), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- weights Wt: contraction-major, resident in SBUF
@@ -51,16 +51,16 @@ def conv_relu(X, Wt, b):
     X_band = nl.ndarray((128, 1, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     nisa.dma_copy(dst=X_band[:, 0], src=X[0])  # tl:13
     Y_band = nl.ndarray((128, 15, 15), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-    for yg in nl.affine_range(3):  # tl:10  for y in 0..Ho (groups of ROWS rows in the band)
+    for y_g in nl.affine_range(3):  # tl:10  for y in 0..Ho (groups of ROWS rows in the band)
         conv_acc = nl.zeros((128, 10, 30), dtype=nl.float32, buffer=nl.psum)  # tl:11
         for r in nl.affine_range(3):  # tl:12  for r in 0..R
             for s in nl.affine_range(3):  # tl:12  for s in 0..R
-                conv_acc += nisa.nc_matmul(Wt_T[:, 0, r, s], X_band[:, 0, yg * ROWS + r:yg * ROWS + r + ROWS, s:s + TILE_X])  # tl:13
+                conv_acc += nisa.nc_matmul(Wt_T[:, 0, r, s], X_band[:, 0, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])  # tl:13
         conv_act = nl.ndarray((128, 10, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         conv_act[...] = nisa.activation(op=nl.relu, data=conv_acc, bias=b_col, dtype=nl.float32)  # tl:11
         Y_pool_rows = nl.ndarray((128, 5, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
         Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0:9:2], conv_act[:, 1:10:2], op=nl.maximum, dtype=nl.float32)  # tl:18
-        Y_band[:, yg * 5:yg * 5 + 5] = nisa.tensor_tensor(Y_pool_rows[:, :, 0:29:2], Y_pool_rows[:, :, 1:30:2], op=nl.maximum, dtype=nl.float32)  # tl:18
+        Y_band[:, y_g * 5:y_g * 5 + 5] = nisa.tensor_tensor(Y_pool_rows[:, :, 0:29:2], Y_pool_rows[:, :, 1:30:2], op=nl.maximum, dtype=nl.float32)  # tl:18
     nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:18
 
     return Y

@@ -14,44 +14,44 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+TILE_I = 128
 TILE_K = 128
-TILE_C = 128
-TILE_X = 384
-ROWS = 1
-BAND = 1
+TILE_J = 384
 
 
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def matmul(A, B):
+    assert A.shape == (512, 1024), 'matmul was compiled for A of shape (512, 1024); recompile with tilec compile -D M=... -D K=...'
+    assert B.shape == (1024, 768), 'matmul was compiled for B of shape (1024, 768); recompile with tilec compile -D K=... -D N=...'
     C = nl.ndarray((512, 768), dtype=nl.float32, buffer=nl.shared_hbm)
     B_v = B.reshape((1, 1024, 1, 768))  # tl:7
     A_v = A.reshape((512, 1024, 1, 1))  # tl:7
     C_v = C.reshape((1, 512, 1, 768))  # tl:7
 
-    # ---- weights A: contraction-major, resident in SBUF
+    # ---- stationary operand A: contraction-major, resident in SBUF
     A_T = nl.ndarray((128, 8, 1, 1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-    for kw in nl.affine_range(4):  # tl:9  for i in 0..M (tiles of TILE_K)
+    for i_t in nl.affine_range(4):  # tl:9  for i in 0..M (tiles of TILE_I)
         A_rows = nl.ndarray((128, 1024, 1, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-        nisa.dma_copy(dst=A_rows, src=A_v[kw * TILE_K:kw * TILE_K + TILE_K])  # tl:9
-        for kt in nl.affine_range(8):  # tl:9  for k in 0..K (tiles of TILE_C)
+        nisa.dma_copy(dst=A_rows, src=A_v[i_t * TILE_I:i_t * TILE_I + TILE_I])  # tl:9
+        for k_t in nl.affine_range(8):  # tl:9  for k in 0..K (tiles of TILE_K)
             A_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:9
-            A_tp[...] = nisa.nc_transpose(A_rows[:, kt * TILE_C:kt * TILE_C + TILE_C, 0, 0])  # tl:9
-            A_T[:, kt, 0, 0, kw * TILE_K:kw * TILE_K + TILE_K] = nisa.tensor_copy(A_tp, dtype=nl.float32)  # tl:9
+            A_tp[...] = nisa.nc_transpose(A_rows[:, k_t * TILE_K:k_t * TILE_K + TILE_K, 0, 0])  # tl:9
+            A_T[:, k_t, 0, 0, i_t * TILE_I:i_t * TILE_I + TILE_I] = nisa.tensor_copy(A_tp, dtype=nl.float32)  # tl:9
 
-    # ---- main: C by row bands
+    # ---- main: C by tiles of i
 
-    # ---- input band B: all contraction tiles, shared by every output tile
-    B_band = nl.ndarray((128, 8, 1, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-    for kt in nl.affine_range(8):  # tl:9  for k in 0..K (tiles of TILE_C)
-        nisa.dma_copy(dst=B_band[:, kt], src=B_v[0, kt * TILE_C:kt * TILE_C + TILE_C])  # tl:9
-    for it in nl.affine_range(4):  # tl:6  for i in 0..M (tiles of TILE_K)
-        C_band = nl.ndarray((128, 1, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
-        for jt in nl.affine_range(2):  # tl:6  for j in 0..N (tiles of TILE_X)
+    # ---- moving operand B: all contraction tiles, shared by every output tile
+    B_tiles = nl.ndarray((128, 8, 1, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    for k_t in nl.affine_range(8):  # tl:9  for k in 0..K (tiles of TILE_K)
+        nisa.dma_copy(dst=B_tiles[:, k_t], src=B_v[0, k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:9
+    for i_t in nl.affine_range(4):  # tl:6  for i in 0..M (tiles of TILE_I)
+        C_rows = nl.ndarray((128, 1, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+        for j_t in nl.affine_range(2):  # tl:6  for j in 0..N (tiles of TILE_J)
             C_acc = nl.zeros((128, 1, 384), dtype=nl.float32, buffer=nl.psum)  # tl:7
-            for kt in nl.affine_range(8):  # tl:8  for k in 0..K (tiles of TILE_C)
-                C_acc += nisa.nc_matmul(A_T[:, kt, 0, 0, it * TILE_K:it * TILE_K + TILE_K], B_band[:, kt, :, jt * TILE_X:jt * TILE_X + TILE_X])  # tl:9
-            C_band[:, :, jt * TILE_X:jt * TILE_X + TILE_X] = nisa.activation(op=nl.copy, data=C_acc, dtype=nl.float32)  # tl:7
-        nisa.dma_copy(dst=C_v[0, it * TILE_K:it * TILE_K + TILE_K], src=C_band)  # tl:7
+            for k_t in nl.affine_range(8):  # tl:8  for k in 0..K (tiles of TILE_K)
+                C_acc += nisa.nc_matmul(A_T[:, k_t, 0, 0, i_t * TILE_I:i_t * TILE_I + TILE_I], B_tiles[:, k_t, :, j_t * TILE_J:j_t * TILE_J + TILE_J])  # tl:9
+            C_rows[:, :, j_t * TILE_J:j_t * TILE_J + TILE_J] = nisa.activation(op=nl.copy, data=C_acc, dtype=nl.float32)  # tl:7
+        nisa.dma_copy(dst=C_v[0, i_t * TILE_I:i_t * TILE_I + TILE_I], src=C_rows)  # tl:7
 
     return C

@@ -63,3 +63,40 @@ def test_unmappable_statement_is_an_error_with_caret(tmp_path, capsys):
     assert main(["compile", str(prog)]) == 1
     err = capsys.readouterr().err
     assert "cannot map `B`" in err and "^" in err
+
+
+@pytest.mark.parametrize("command, args, message", [
+    ("compile", ["-o", "{tmp}/missing/dir/k.py"], "cannot write the kernel to {tmp}/missing/dir/k.py: No such file"),
+    ("compile", ["-o", "{tmp}"], "cannot write the kernel to {tmp}: Is a directory"),
+    ("compile", ["--schedule", "{tmp}/missing.txt"], "no such schedule file: {tmp}/missing.txt"),
+    ("compile", ["--schedule", "{tmp}/missing"], "no such schedule file: {tmp}/missing"),
+    ("compile", ["--schedule", "{tmp}"], "schedule {tmp} is a directory, not a file"),
+    ("explain", ["--schedule", "{tmp}/missing.sched"], "no such schedule file: {tmp}/missing.sched"),
+    ("compile", ["--dump-ir", "bogus"], "unknown IR stage 'bogus'"),
+])
+def test_file_errors_are_tilec_errors_with_hint(command, args, message, tmp_path, capsys):
+    args = [a.format(tmp=tmp_path) for a in args]
+    assert main([command, CONV, *SMALL, *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + message.format(tmp=tmp_path))
+    assert "\n  hint: " in err and "Traceback" not in err
+
+
+def test_kernel_checks_its_input_shapes(tmp_path, capsys):
+    """A kernel is specialised to its shapes: called with others it stops at the first line and says why."""
+    import numpy as np
+
+    from tilec.nki.api import load_kernel_file, simulate
+
+    out = tmp_path / "k.py"
+    assert main(["compile", str(EXAMPLES / "vector_add.tl"), "-D", "L=256", "-o", str(out)]) == 0
+    kernel = load_kernel_file(str(out), "vector_add")
+    x = np.ones(256, np.float32)
+    assert np.array_equal(simulate(kernel, x, x), 2 * x)
+    with pytest.raises(AssertionError) as err:
+        simulate(kernel, np.ones(128, np.float32), np.ones(128, np.float32))
+    assert str(err.value) == ("vector_add was compiled for x of shape (256,); recompile with tilec compile -D L=...")
+    capsys.readouterr()
+    assert main(["nki-run", str(out), "--kernel", "vector_add", "--shape", "x=256", "--shape", "y=512"]) == 1
+    assert ("error: the kernel raised AssertionError: vector_add was compiled for y of shape (256,); recompile with"
+            " tilec compile -D L=...") in capsys.readouterr().err

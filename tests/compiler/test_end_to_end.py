@@ -29,6 +29,17 @@ def test_transpose_4096():
     check_against_reference(compile_example("transpose", {"M": 4096, "N": 4096}))
 
 
+@pytest.mark.parametrize("name,sizes", [
+    ("vector_add", {"L": 200}), ("vector_add", {"L": 1}), ("vector_add", {"L": 129}),
+    ("transpose", {"M": 200, "N": 300}), ("transpose", {"M": 1, "N": 5}), ("transpose", {"M": 130, "N": 1}),
+    ("matmul", {"M": 128, "K": 64, "N": 128}), ("matmul", {"M": 100, "K": 200, "N": 300}),
+    ("matmul", {"M": 1, "K": 1, "N": 1}), ("avgpool", {"C": 200, "H": 2, "W": 2}),
+])
+def test_sizes_not_multiples_of_128(name, sizes):
+    """Partial last tiles and 1-element dimensions: the kernel masks or shortens tiles, never reads out of bounds."""
+    check_against_reference(compile_example(name, sizes))
+
+
 def test_transpose_dma_method():
     check_against_reference(compile_example("transpose", {"M": 256, "N": 384}, schedule="method Y, dma\n"))
 

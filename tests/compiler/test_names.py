@@ -1,6 +1,6 @@
-"""Derived names (`X_band`, `Wt_T`, `conv_acc`, `ktt`, `tmp1`, ...) never collide with the user's names: programs
-whose tensors and loops are named like the compiler's own buffers compile, pass the IR verifier and compute the
-reference result."""
+"""Derived names (`X_band`, `Wt_T`, `conv_acc`, `k_t`, `TILE_K`, `tmp1`, ...) never collide with the user's names:
+programs whose tensors and loops are named like the compiler's own buffers compile, pass the IR verifier and compute
+the reference result."""
 from __future__ import annotations
 
 import ast
@@ -16,14 +16,14 @@ kernel conv_acc(X: f32[N, C, H, W], Wt: f32[K, C, R, R], Wt_T: f32[K]) -> X_band
   let Ho = H - R + 1, Wo = W - R + 1
   conv_acc: f32[N, K, Ho, Wo]
   X_band: f32[N, K, Ho / 2, Wo / 2]
-  for n in 0..N, kt in 0..K, y in 0..Ho, x in 0..Wo:
-    conv_acc[n, kt, y, x] = Wt_T[kt]
-    for c in 0..C, ktt in 0..R, ct in 0..R:
-      conv_acc[n, kt, y, x] += X[n, c, y + ktt, x + ct] * Wt[kt, c, ktt, ct]
-  for n in 0..N, kt in 0..K, i in 0..Ho / 2, j in 0..Wo / 2:
-    X_band[n, kt, i, j] = -inf
+  for n in 0..N, k in 0..K, y in 0..Ho, x in 0..Wo:
+    conv_acc[n, k, y, x] = Wt_T[k]
+    for c in 0..C, k_t in 0..R, c_t in 0..R:
+      conv_acc[n, k, y, x] += X[n, c, y + k_t, x + c_t] * Wt[k, c, k_t, c_t]
+  for n in 0..N, k in 0..K, i in 0..Ho / 2, j in 0..Wo / 2:
+    X_band[n, k, i, j] = -inf
     for p in 0..2, q in 0..2:
-      X_band[n, kt, i, j] max= conv_acc[n, kt, 2*i + p, 2*j + q]
+      X_band[n, k, i, j] max= conv_acc[n, k, 2*i + p, 2*j + q]
 """
 
 
@@ -33,8 +33,30 @@ def test_conv_with_tensors_named_like_derived_buffers():
     # the user's X_band (the output) and Wt_T (the bias) keep their names; the compiler's get fresh ones
     assert "def conv_acc(X, Wt, Wt_T):" in c.source and "return X_band" in c.source
     assert "X_band2 = nl.ndarray(" in c.source and "Wt_T2 = nl.ndarray(" in c.source
-    # derived loop variables (kt + t, c + t) avoid the user's loops named ktt and ct
-    assert "for ktt2 in nl.affine_range(2)" in c.source and "for ct2 in nl.affine_range(2)" in c.source
+    # derived loop variables (k_t, c_t: tile indices of k and c) avoid the user's taps named k_t and c_t
+    assert "for k_t2 in nl.affine_range(2)" in c.source and "for c_t2 in nl.affine_range(2)" in c.source
+    check_against_reference(c)
+
+
+MATMUL_CLASH = """\
+kernel mm(A: f32[TILE_I, K], B: f32[K, N]) -> C
+  default TILE_I = 256, K = 256, N = 384
+  C: f32[TILE_I, N]
+  for i in 0..TILE_I, j in 0..N:
+    C[i, j] = 0
+    for k in 0..K:
+      C[i, j] += A[i, k] * B[k, j]
+"""
+
+
+def test_matmul_constants_follow_the_loop_names_and_avoid_the_users():
+    """A constant per tiled loop, TILE_<loop>; the user's size TILE_I keeps its name, the tile of i gets another."""
+    c = compile_loaded(lang.load(MATMUL_CLASH))
+    ast.parse(c.source)
+    consts = [line for line in c.source.splitlines() if line.startswith("TILE") or line.startswith(("ROWS", "BAND"))]
+    assert consts == ["TILE_I2 = 128", "TILE_K = 128"]  # j is one tile of 384: no TILE_J, nor ROWS / BAND
+    assert "for i_t in nl.affine_range(2):" in c.source and "A_T[:, k_t, 0, 0, i_t * TILE_I2:" in c.source
+    assert "stationary operand A" in c.source and "moving operand B" in c.source and "weights" not in c.source
     check_against_reference(c)
 
 

@@ -92,6 +92,37 @@ kernel shift(A: f32[L]) -> B
   for i in 0..L - 1:
     B[i] = A[i + 1]
 """,
+    "partial_write": """\
+kernel half(A: f32[N]) -> Z
+  default N = 256
+  Z: f32[N]
+  for i in 0..N / 2:
+    Z[i] = A[i]
+""",
+    "partial_read": """\
+kernel mm(A: f32[M, K], B: f32[K, N]) -> C
+  default M = 128, K = 256, N = 128
+  C: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = 0
+    for k in 0..K / 2:
+      C[i, j] += A[i, k] * B[k, j]
+""",
+    "partial_pool": """\
+kernel cbm(X: f32[N, C, H, W], Wt: f32[K, C, R, R]) -> Y
+  default N = 1, C = 128, H = 6, W = 6, K = 128, R = 3
+  let Ho = H - R + 1, Wo = W - R + 1
+  conv: f32[N, K, Ho, Wo]
+  Y: f32[N, K, Ho / 2, Wo / 2]
+  for n in 0..N, k in 0..K, y in 0..Ho, x in 0..Wo:
+    conv[n, k, y, x] = 0
+    for c in 0..C, r in 0..R, s in 0..R:
+      conv[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
+  for n in 0..N, k in 0..K, i in 0..Ho / 2, j in 0..Wo / 2 - 1:
+    Y[n, k, i, j] = -inf
+    for p in 0..2, q in 0..2:
+      Y[n, k, i, j] max= conv[n, k, 2*i + p, 2*j + q]
+""",
 }
 
 

@@ -60,7 +60,7 @@ kernel down(X: f32[N, C, H, W], Wt: f32[K, C]) -> Y
 def test_stride_2_conv_reads_a_strided_moving_view():
     c = compile_loaded(lang.load(CONV_S2))
     assert "stride 2x2" in c.stages["select"]
-    assert "X_band[:128, ct, r:+15:2, s:+19:2]" in c.stages["hoist"]
+    assert "X_band[:128, c_t, r:+15:2, s:+19:2]" in c.stages["hoist"]
     check_against_reference(c)
 
 
@@ -77,7 +77,7 @@ def test_stride_2_one_spatial_dimension():
 
 def test_stride_2_pointwise_conv_without_taps():
     c = compile_loaded(lang.load(DOWNSAMPLE_1X1))
-    assert "X_band[:128, ct, 0:+15:2, 0:+11:2]" in c.stages["hoist"]
+    assert "X_band[:128, c_t, 0:+15:2, 0:+11:2]" in c.stages["hoist"]
     check_against_reference(c)
 
 

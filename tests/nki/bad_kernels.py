@@ -60,6 +60,24 @@ def moving_too_wide(a, b):
 
 
 @nki.jit
+def matmul_fp32_with_fp16(a):
+    t = _mm_operands(a)
+    h = nisa.tensor_copy(t[:, 0:128], dtype=nl.float16)
+    r = nisa.nc_matmul(t[:, 0:128], h)  # <- FP32_MIXED
+    return a
+
+
+@nki.jit
+def matmul_both_fp16(a):
+    out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+    t = _mm_operands(a)
+    h = nisa.tensor_copy(t[:, 0:128], dtype=nl.float16)
+    s = nisa.tensor_copy(t[:, 128:256], dtype=nl.float16)
+    nisa.dma_copy(dst=out, src=nisa.tensor_copy(nisa.nc_matmul(s, h)))
+    return out
+
+
+@nki.jit
 def contraction_mismatch(a):
     t = _mm_operands(a)
     r = nisa.nc_matmul(t[:, 0:128], t[0:64, 0:128])  # <- CONTRACTION

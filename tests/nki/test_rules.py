@@ -32,6 +32,9 @@ CASES = [
      "nc_matmul stationary free size 256 exceeds gemm_stationary_fmax 128 [matmul_stationary_size]"),
     ("moving_too_wide", (A, B), "MOVING", rules.NkiSyntaxError,
      "nc_matmul moving free size 1024 exceeds gemm_moving_fmax 512 [matmul_moving_size]"),
+    ("matmul_fp32_with_fp16", (A,), "FP32_MIXED", rules.NkiTypeError,
+     "nc_matmul operands must both be fp32/tf32 when one is: stationary is float32, moving is float16 "
+     "[matmul_fp32_operands]"),
     ("contraction_mismatch", (A,), "CONTRACTION", rules.NkiSyntaxError,
      "nc_matmul contraction mismatch: stationary has 128 partitions, moving has 64 [matmul_contraction_mismatch]"),
     ("matmul_reads_psum", (A,), "TENSORE_READS_PSUM", rules.MemoryRuleError,
@@ -146,6 +149,7 @@ def test_api_outside_kernel() -> None:
     ("sequential_read_after_write", (S,)),  # the same carried dependence is fine in a sequential_range
     ("affine_strided_disjoint", (S,)),  # interleaved columns: bounding boxes overlap, elements do not
     ("psum_accumulate_affine", (A,)),  # `acc += nc_matmul` across affine iterations is the documented idiom
+    ("matmul_both_fp16", (A,)),  # the fp32 rule binds only mixed pairs: fp16 x fp16 accumulates in fp32 PSUM
     ("partition_start_aligned_quadrants", (S,)),  # starts 0, 32, 64, 96 with the counts that allow them
 ])
 def test_legal_lookalikes_pass(name: str, args: tuple) -> None:
@@ -159,6 +163,9 @@ def test_legal_lookalikes_pass(name: str, args: tuple) -> None:
         np.testing.assert_array_equal(out, S)
     if name == "partition_start_aligned_quadrants":
         np.testing.assert_array_equal(out, np.concatenate([S[64:128], S[32:64], S[96:128]]))
+    if name == "matmul_both_fp16":
+        h = A.astype(np.float16).astype(np.float64)
+        np.testing.assert_allclose(out, h[:, 128:256].T @ h[:, 0:128], rtol=1e-5)
     if name == "psum_accumulate_affine":
         ref = sum(A[:, k * 128:(k + 1) * 128].astype(np.float64).T @ A[:, 0:128] for k in range(4))
         np.testing.assert_allclose(out, ref, rtol=1e-5)

@@ -72,7 +72,7 @@ def test_points_the_compiler_would_fold_into_others_are_skipped(conv_space):
     assert conv_space.check(odd) == "a band of 2 rows is not a multiple of the 4 rows per matmul"
 
 
-def test_tune_small_conv_beats_or_equals_default_verifies_and_reruns_from_cache(tmp_path):
+def test_tune_small_conv_beats_or_equals_default_verifies_and_reruns_from_cache(tmp_path, monkeypatch):
     path = str(EXAMPLES / "conv_bias_maxpool.tl")
     out = io.StringIO()
     first = tune(path, SMALL_CONV, budget=6, seed=1, jobs=1, progress=out, cache_dir=str(tmp_path))
@@ -81,8 +81,14 @@ def test_tune_small_conv_beats_or_equals_default_verifies_and_reruns_from_cache(
     assert first.history[0].origin == "default" and len(first.history) == 6
     assert "def conv_bias_maxpool" in first.source and first.best_schedule.startswith("tile conv.k")
     assert first.evaluations == 6 and "best" in out.getvalue()
+    import tilec.tune.api
+
+    def no_run(*args):
+        raise AssertionError("a re-run must not run the interpreter again")
+
+    monkeypatch.setattr(tilec.tune.api, "verify", no_run)  # the verdict comes from the cache too
     again = tune(path, SMALL_CONV, budget=6, seed=1, jobs=1, progress=False, cache_dir=str(tmp_path))
-    assert again.evaluations == 0
+    assert again.evaluations == 0 and again.verified and again.source == first.source
     assert [(t.schedule, t.cost) for t in again.history] == [(t.schedule, t.cost) for t in first.history]
     assert again.best_schedule == first.best_schedule
     assert "tuned schedule" in summary_text(first)

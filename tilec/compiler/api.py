@@ -35,10 +35,21 @@ def read_schedule(schedule: str | None):
     if schedule is None:
         return None
     path = pathlib.Path(schedule)
-    if "\n" not in schedule and path.exists() and not path.is_dir():
-        return lang.parse_schedule(path.read_text(), str(path))
-    if "\n" not in schedule and path.suffix in (".sched", ".schedule", ".txt", ".tls"):
-        raise TilecError(f"no such schedule file: {schedule}")
+    if "\n" in schedule:
+        return lang.parse_schedule(schedule, "<schedule>")
+    hint = "give the path of a schedule file (directives, one per line) or the directives themselves"
+    if path.is_dir():
+        raise TilecError(f"schedule {schedule} is a directory, not a file", hint=hint)
+    if path.exists():
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise TilecError(f"cannot read schedule file {schedule}: {getattr(err, 'strerror', None) or err}",
+                             hint=hint) from None
+        return lang.parse_schedule(text, str(path))
+    # directives never contain a path separator, so such a text is a path that does not exist
+    if path.suffix in (".sched", ".schedule", ".txt", ".tls") or "/" in schedule:
+        raise TilecError(f"no such schedule file: {schedule}", hint=hint)
     return lang.parse_schedule(schedule, "<schedule>")
 
 

@@ -1,12 +1,15 @@
 """Loop-nest builder for a convolution (or matmul) and its fused epilogue, from a ConvPlan.
 
+Tile-size constants and derived loop variables are named after the user's loops (`TILE_I`, `i_t` for a matmul's i);
+comments call a convolution's operands weights and input band, a matmul's the stationary and moving operand.
+
 The kernel it builds is the assignment's shifted-matmul convolution:
 
-    weights   W[k, c, r, s] loaded k-major, transposed per tap on TensorE into w_T[c, ct, r, s, k] (once)
+    weights   W[k, c, r, s] loaded k-major, transposed per tap on TensorE into w_T[c, c_t, r, s, k] (once)
     for n, y-band, k-tile (in the plan's order):
       X band   X[n, c, band rows + R-1, :] -> SBUF, one DMA per in-channel tile, reused by all taps and k-tiles
       for row group, column tile:
-        acc (PSUM) += w_T[c, ct, r, s, k-tile].T @ X_band[c, ct, rows + r, cols + s]   over ct, r, s
+        acc (PSUM) += w_T[c, c_t, r, s, k-tile].T @ X_band[c, c_t, rows + r, cols + s]   over c_t, r, s
         epilogue: activation(acc + bias) [relu] -> pool (vector engine) -> out band (SBUF)
       out band -> HBM, one DMA
 """
@@ -17,6 +20,7 @@ from typing import Callable
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, loop, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
+from tilec.compiler.names import unique
 from tilec.compiler.schedule import ConvPlan
 from tilec.compiler.ops import ConvOp
 
@@ -38,15 +42,42 @@ def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
     return b.consts(), b.build()
 
 
+def is_convolution(op: ConvOp) -> bool:
+    """A contraction with a batch, an output row or filter taps is a convolution (1x1 ones included); one over just
+    output rows, output columns and a contraction is a plain matmul."""
+    return any(role in dict(op.vars) for role in ("n", "y", "r", "s"))
+
+
+def const_names(op: ConvOp, fresh: Fresh) -> dict[str, str]:
+    """role -> its tile-size constant: TILE_<the user's loop> for the tiled loops (TILE_I, TILE_K, TILE_J for a
+    matmul over i, j, k), ROWS / BAND / BAND_X for the row groups and bands of a convolution's output."""
+    v = dict(op.vars)
+    bases: set[str] = set()  # two loops whose names differ only in case (i, I) still get two constants
+    tiles = {role: fresh(unique(f"TILE_{v.get(role, role).upper()}", bases)) for role in ("k", "c", "x")}
+    return {**tiles, "rows": fresh("ROWS"), "band": fresh("BAND"), "band_x": fresh("BAND_X")}
+
+
+def operand_words(op: ConvOp) -> dict[str, str]:
+    """How comments describe the operands: a convolution's weights and input band, a matmul's operands by role."""
+    if is_convolution(op):
+        return {"w": f"weights {op.w}", "x": f"input band {op.x}", "k_tile": "out-channel tile", "bands": "row bands",
+                "x_buf": "band", "out_buf": "band"}
+    rows = dict(op.vars).get("k", "k")
+    return {"w": f"stationary operand {op.w}", "x": f"moving operand {op.x}", "k_tile": f"tile of {rows}",
+            "bands": f"tiles of {rows}", "x_buf": "tiles", "out_buf": "rows"}
+
+
 def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
-    """role -> loop variable of the built nest: the user's own for n, r, s; derived (`kt`, `yb`, ...) for tiles."""
+    """role -> loop variable of the built nest: the user's own for n, r, s; derived from the user's loop for tiles
+    (`i_t`: tile index of i, `y_b`: row band of y, `y_g`: row group in the band, `x_b`: column band of x)."""
     v = dict(op.vars)
     derived = {"k": ("k", "t"), "c": ("c", "t"), "y": ("y", "b"), "xb": ("x", "b"), "g": ("y", "g"),
                "x": ("x", "t")}
-    out = {role: fresh(v.get(src, src) + suffix) for role, (src, suffix) in derived.items()}
+    out = {role: fresh(f"{v.get(src, src)}_{suffix}") for role, (src, suffix) in derived.items()}
     # a role the program lacks (no batch; one spatial dim) still gets a loop of extent 1: never a user's name
     own = {role: v[role] if role in v else fresh(role) for role in ("n", "r", "s")}
-    return {**out, **own, "kw": fresh("kw"), "kb": fresh("kb")}
+    # the weight and bias preparation loops walk the same out-channel tiles as the main nest (sibling loops)
+    return {**out, **own, "kw": out["k"], "kb": out["k"]}
 
 
 class _ConvBuilder:
@@ -63,16 +94,18 @@ class _ConvBuilder:
         self.NXB = self.Wo // self.BX
         v = dict(op.vars)
         self.var = conv_loop_vars(op, fresh)
+        self.cn = const_names(op, fresh)
+        self.words = operand_words(op)
         texts = dict(op.texts)
         self.T = {role: texts.get(role, f"for {v.get(role, role)}") for role in ("n", "k", "c", "y", "x", "r", "s")}
         lines = dict(op.lines)
         self.L = {role: lines.get(role, op.line) for role in ("n", "k", "c", "y", "x", "r", "s", "update", "pool")}
 
     def consts(self) -> list[tuple[str, int]]:
-        p = self.p
-        wide = [("BAND_X", self.BX)] if self.NXB > 1 else []
-        return [("TILE_K", p.tile_k), ("TILE_C", p.tile_c), ("TILE_X", p.tile_x), ("ROWS", p.rows),
-                ("BAND", p.band)] + wide
+        p, cn = self.p, self.cn
+        wide = [(cn["band_x"], self.BX)] if self.NXB > 1 else []
+        return [(cn["k"], p.tile_k), (cn["c"], p.tile_c), (cn["x"], p.tile_x), (cn["rows"], p.rows),
+                (cn["band"], p.band)] + wide
 
     # ---- buffers -------------------------------------------------------------------------------------------------
 
@@ -86,14 +119,14 @@ class _ConvBuilder:
         self.x4, self.w4, self.o4 = x4, w4, o4
         stmts: list[Stmt] = s1 + s2 + s3
         if self.p.hoist_w == "root":
-            stmts.append(ir.Block(f"weights {op.w}: contraction-major, resident in SBUF", tuple(self.weights(None)),
+            stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF", tuple(self.weights(None)),
                                   line))
         if op.bias:
-            stmts.append(ir.Block(f"bias {op.bias}: one column per out-channel tile", tuple(self.bias()), line))
+            stmts.append(ir.Block(f"bias {op.bias}: one column per {self.words['k_tile']}", tuple(self.bias()), line))
         if self.p.x_bufs == 1:
             stmts.append(Alloc(self.x_band_buf(), line=line))
-        stmts.append(ir.Block(f"main: {op.name} by row bands" + (f", fused into {op.out}" if op.fused else ""),
-                              tuple(self.nest(0)), line))
+        fused = f", fused into {op.out}" if op.fused else ""
+        stmts.append(ir.Block(f"main: {op.name} by {self.words['bands']}{fused}", tuple(self.nest(0)), line))
         return stmts
 
     def wt_buf(self, local: bool) -> Buf:
@@ -103,7 +136,7 @@ class _ConvBuilder:
         return Buf(self.fresh(f"{self.op.w}_T"), "sbuf", self.hbm[self.op.w].dtype, shape)
 
     def x_band_buf(self) -> Buf:
-        return Buf(self.fresh(f"{self.op.x}_band"), "sbuf", self.hbm[self.op.x].dtype,
+        return Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}"), "sbuf", self.hbm[self.op.x].dtype,
                    (self.p.tile_c, self.CT, self.in_rows(), self.in_cols()))
 
     def in_rows(self) -> int:
@@ -126,29 +159,29 @@ class _ConvBuilder:
         out: list[Stmt] = [Alloc(wt, line=line)]
         ct, r, s = V["c"], V["r"], V["s"]
         if op.w_layout == "ck":
-            kslice = sl(a(term(kt, p.tile_k, "TILE_K")), p.tile_k) if kt else full(self.K)
+            kslice = sl(a(term(kt, p.tile_k, self.cn["k"])), p.tile_k) if kt else full(self.K)
             body = [Dma(View(wt, (full(p.tile_c), a(ct), full(wt.shape[2]), full(self.R), full(self.S))),
-                        View(self.w4, (sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c), kslice, full(self.R),
+                        View(self.w4, (sl(a(term(ct, p.tile_c, self.cn["c"])), p.tile_c), kslice, full(self.R),
                                        full(self.S))), line)]
-            return out + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of TILE_C)", line=line)
+            return out + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of {self.cn['c']})", line=line)
         kv = V["kw"] if kt is None else kt
         raw = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, self.C, self.R, self.S))
         # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
         tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
-        kdst = sl(a(term(kv, p.tile_k, "TILE_K")), p.tile_k) if kt is None else full(p.tile_k)
+        kdst = sl(a(term(kv, p.tile_k, self.cn["k"])), p.tile_k) if kt is None else full(p.tile_k)
         tap = [Alloc(tp, line=line),
-               ir.Transpose(whole(tp), View(raw, (full(p.tile_k), sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c),
+               ir.Transpose(whole(tp), View(raw, (full(p.tile_k), sl(a(term(ct, p.tile_c, self.cn["c"])), p.tile_c),
                                                   a(r), a(s))), "pe", line),
                ir.Copy(View(wt, (full(p.tile_c), a(ct), a(r), a(s), kdst)), whole(tp), line)]
         taps = loop(ct, self.CT, loop(r, self.R, loop(s, self.S, tap, note=self.T["s"],
                                                      line=line), note=self.T["r"],
-                                   line=line), note=f"{self.T['c']} (tiles of TILE_C)", line=line)
+                                   line=line), note=f"{self.T['c']} (tiles of {self.cn['c']})", line=line)
         per_k = [Alloc(raw, line=line),
-                 Dma(whole(raw), View(self.w4, (sl(a(term(kv, p.tile_k, "TILE_K")), p.tile_k), full(self.C),
+                 Dma(whole(raw), View(self.w4, (sl(a(term(kv, p.tile_k, self.cn["k"])), p.tile_k), full(self.C),
                                                 full(self.R), full(self.S))), line)] + taps
         if kt is not None:
             return out + per_k
-        return out + loop(kv, self.KT, per_k, note=f"{self.T['k']} (tiles of TILE_K)", line=line)
+        return out + loop(kv, self.KT, per_k, note=f"{self.T['k']} (tiles of {self.cn['k']})", line=line)
 
     def bias(self) -> list[Stmt]:
         op, p, line = self.op, self.p, self.line
@@ -156,9 +189,9 @@ class _ConvBuilder:
         col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (p.tile_k, self.KT))
         kb = self.var["kb"]
         body = [Dma(View(col, (full(p.tile_k), sl(a(kb), 1))),
-                    View(b2, (sl(a(term(kb, p.tile_k, "TILE_K")), p.tile_k), full(1))), line)]
+                    View(b2, (sl(a(term(kb, p.tile_k, self.cn["k"])), p.tile_k), full(1))), line)]
         self.bias_col = col
-        note = f"{self.T['k']} (tiles of TILE_K)"
+        note = f"{self.T['k']} (tiles of {self.cn['k']})"
         return st + [Alloc(col, line=line)] + loop(kb, self.KT, body, note=note, line=line)
 
     def x_band(self) -> list[Stmt]:
@@ -167,12 +200,13 @@ class _ConvBuilder:
         rows = self.in_rows()
         ct = V["c"]
         cols = self.in_cols()
-        src_cols = full(cols) if self.NXB == 1 else sl(a(self.step(V["xb"], self.BX, "BAND_X", self.sx)), cols)
+        band_x = self.step(V["xb"], self.BX, self.cn["band_x"], self.sx)
+        src_cols = full(cols) if self.NXB == 1 else sl(a(band_x), cols)
         body = [Dma(View(xb, (full(p.tile_c), a(ct), full(rows), full(cols))),
-                    View(self.x4, (a(V["n"]), sl(a(term(ct, p.tile_c, "TILE_C")), p.tile_c),
-                                   sl(a(self.step(V["y"], p.band, "BAND", self.sy)), rows), src_cols)), line)]
+                    View(self.x4, (a(V["n"]), sl(a(term(ct, p.tile_c, self.cn["c"])), p.tile_c),
+                                   sl(a(self.step(V["y"], p.band, self.cn["band"], self.sy)), rows), src_cols)), line)]
         alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
-        return alloc + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of TILE_C)", line=line)
+        return alloc + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of {self.cn['c']})", line=line)
 
     def nest(self, i: int) -> list[Stmt]:
         order, V = self.p.order, self.var
@@ -181,10 +215,10 @@ class _ConvBuilder:
         role = order[i]
         body = self.nest(i + 1)
         extent = {"n": self.N, "y": self.NB, "k": self.KT}[role]
-        notes = {"n": self.T["n"], "k": f"{self.T['k']} (tiles of TILE_K)",
-                 "y": f"{self.T['y']} (bands of BAND rows)"}
+        notes = {"n": self.T["n"], "k": f"{self.T['k']} (tiles of {self.cn['k']})",
+                 "y": f"{self.T['y']} (bands of {self.cn['band']} rows)"}
         if role == "y":  # column bands (only when a whole row band does not fit) sit inside the row bands
-            body = loop(V["xb"], self.NXB, body, note=f"{self.T['x']} (bands of BAND_X)",
+            body = loop(V["xb"], self.NXB, body, note=f"{self.T['x']} (bands of {self.cn['band_x']})",
                         line=self.L["x"])
         return loop(V[role], extent, body, note=notes[role], line=self.L[role])
 
@@ -193,20 +227,20 @@ class _ConvBuilder:
         p, line, V, op = self.p, self.line, self.var, self.op
         loads: list[Stmt] = []
         if p.hoist_w == "k":
-            loads.append(ir.Block(f"weights {op.w} for this out-channel tile", tuple(self.weights(V["k"])), line,
-                                  hoist=True))
+            label = f"{self.words['w']} for this {self.words['k_tile']}"
+            loads.append(ir.Block(label, tuple(self.weights(V["k"])), line, hoist=True))
         pin = V[p.x_pin] if p.x_pin and {"n": self.N, "y": self.NB, "k": self.KT}[p.x_pin] > 1 else ""
-        loads.append(ir.Block(f"input band {op.x}: all contraction tiles, shared by every output tile",
+        loads.append(ir.Block(f"{self.words['x']}: all contraction tiles, shared by every output tile",
                               tuple(self.x_band()), line, hoist=True, pin=pin))
-        ob = Buf(self.fresh(f"{op.out}_band"), "sbuf", self.hbm[op.out].dtype,
+        ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
                  (p.tile_k, p.band // self.wy, self.BX // self.wx))
         self.o_band = ob
         group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
-                                          note=f"{self.T['x']} (tiles of TILE_X)",
+                                          note=f"{self.T['x']} (tiles of {self.cn['x']})",
                                           line=self.L["x"]),
-                     note=f"{self.T['y']} (groups of ROWS rows in the band)", line=self.L["y"])
+                     note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
-        store = Dma(View(self.o4, (a(V["n"]), sl(a(term(V["k"], p.tile_k, "TILE_K")), p.tile_k),
+        store = Dma(View(self.o4, (a(V["n"]), sl(a(term(V["k"], p.tile_k, self.cn["k"])), p.tile_k),
                                    sl(a(term(V["y"], p.band // self.wy)), p.band // self.wy),
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))), whole(ob), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
@@ -216,20 +250,20 @@ class _ConvBuilder:
         acc = Buf(self.fresh(f"{op.name}_acc"), "psum", "f32", (p.tile_k, p.rows, p.tile_x))
         ct, r, s, kt = V["c"], V["r"], V["s"], V["k"]
         wt = self.wt_buf(p.hoist_w == "k")
-        kidx = full(p.tile_k) if p.hoist_w == "k" else sl(a(term(kt, p.tile_k, "TILE_K")), p.tile_k)
+        kidx = full(p.tile_k) if p.hoist_w == "k" else sl(a(term(kt, p.tile_k, self.cn["k"])), p.tile_k)
         stat = View(wt, (full(p.tile_c), a(ct), a(r), a(s), kidx)) if op.w_layout == "kc" else \
             View(wt, (full(p.tile_c), a(ct), kidx, a(r), a(s)))
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
         mov = View(self.x_band_buf(), (full(p.tile_c), a(ct),
-                                       sl(a(self.step(V["g"], p.rows, "ROWS", sy), r), p.rows, sy,
-                                          "ROWS" if sy == 1 else ""),
-                                       sl(a(self.step(V["x"], p.tile_x, "TILE_X", sx), s), p.tile_x, sx,
-                                          "TILE_X" if sx == 1 else "")))
+                                       sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), r), p.rows, sy,
+                                          self.cn["rows"] if sy == 1 else ""),
+                                       sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), s), p.tile_x, sx,
+                                          self.cn["x"] if sx == 1 else "")))
         body: list[Stmt] = [Matmul(whole(acc), stat, mov, self.L["update"])]
         extents = {"c": self.CT, "r": self.R, "s": self.S}
         for role in reversed(p.taps):
             kind = "affine"  # the `unroll` pass turns the schedule's unrolled loops static
-            note = {"c": f"{self.T['c']} (tiles of TILE_C)", "r": self.T["r"],
+            note = {"c": f"{self.T['c']} (tiles of {self.cn['c']})", "r": self.T["r"],
                     "s": self.T["s"]}[role]
             body = loop(V[role], extents[role], body, kind, note=note, line=self.L[role])
         return [Alloc(acc, zero=True, line=line)] + body + self.epilogue(acc)
@@ -239,7 +273,7 @@ class _ConvBuilder:
         func = "relu" if op.relu else "copy"
         bias = View(self.bias_col, (full(p.tile_k), sl(a(V["k"]), 1))) if op.bias else None
         rows_o, cols_o = p.rows // self.wy, p.tile_x // self.wx
-        rname, cname = ("ROWS" if self.wy == 1 else ""), ("TILE_X" if self.wx == 1 else "")
+        rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
         dst = View(self.o_band, (full(p.tile_k), sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
         if not op.pool:

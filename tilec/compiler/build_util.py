@@ -1,7 +1,9 @@
-"""Helpers the loop-nest builders share: loops that vanish at extent 1, index terms, pooling epilogues."""
+"""Helpers the loop-nest builders share: loops that vanish at extent 1, index terms, the constants a nest uses,
+pooling epilogues."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Callable
 
 from tilec.compiler import ir
@@ -33,11 +35,39 @@ def map_aff(node, fn, sl_fn=None):
     return node
 
 
+def used_consts(stmts: list[Stmt], consts: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The constants the statements name (in an index, a slice size or a loop's comment): a loop of extent 1 drops
+    its tile's constant, and the kernel should not define names nobody reads."""
+    named: set[str] = set()
+
+    def fn(x: Aff) -> Aff:
+        named.update(t.name for t in x.terms if t.name)
+        return x
+
+    def sl_fn(x: Sl) -> Sl:
+        named.add(x.name)
+        return x
+    map_aff(tuple(stmts), fn, sl_fn)
+    words = set(re.findall(r"\w+", " ".join(_comments(stmts))))
+    return [(name, value) for name, value in consts if name in named or name in words]
+
+
+def _comments(stmts) -> list[str]:
+    out: list[str] = []
+    for s in stmts:
+        if isinstance(s, (Loop, ir.Block)):
+            out += [s.note if isinstance(s, Loop) else s.label] + _comments(s.body)
+    return out
+
+
 def drop_var(node, var: str):
     """Substitute 0 for `var` (a loop of extent 1 disappears)."""
     def fn(x: Aff) -> Aff:
         return Aff(tuple(t for t in x.terms if t.var != var), x.const)
-    return map_aff(node, fn)
+
+    def sl_fn(x: Sl) -> Sl:  # a slice left with a constant start prints literal bounds: its size needs no name
+        return x if x.start.terms else dataclasses.replace(x, name="")
+    return map_aff(node, fn, sl_fn)
 
 
 def loop(var: str, extent: int, body: list[Stmt] | tuple[Stmt, ...], kind: str = "affine", name: str = "",

@@ -48,19 +48,28 @@ def _env() -> jinja2.Environment:
                               keep_trailing_newline=True, autoescape=False)
 
 
-def emit(k: Kernel, source: str, doc_lines: list[str]) -> str:
+def emit(k: Kernel, source: str, doc_lines: list[str], recompile: dict[str, str] | None = None) -> str:
+    """`recompile`: per input, the command that specialises the kernel to other shapes (quoted by the shape
+    checks at the top of the kernel)."""
+    recompile = recompile or {}
     consts = {name for name, _ in k.consts}
     names = Namer(consts)
     kernel_name = names(k.name, "kernel")
     vm = _ViewModel(names, dict(k.consts))
     params = [names(p.name) for p in k.params]
+    # the kernel is specialised to these shapes; other shapes would fail deep inside with out-of-bounds slices
+    checks = [{"name": name, "shape": _shape(p.shape),
+               "message": repr(f"{kernel_name} was compiled for {name} of shape {_shape(p.shape)}; "
+                               f"recompile with {recompile.get(p.name, 'tilec compile -D NAME=VALUE')}")}
+              for name, p in zip(params, k.params)]
     outputs = [{"name": names(o.name), "shape": _shape(o.shape), "dtype": DTYPES[o.dtype]} for o in k.outputs]
     body = [vm.stmt(s) for s in k.body]
     returns = ", ".join(o["name"] for o in outputs)
     text = _env().get_template("kernel.py.jinja").render(
         doc_title=f"NKI kernel `{kernel_name}`", source=source, doc_lines=doc_lines, consts=k.consts,
-        kernel=kernel_name, params=params, outputs=outputs, body=body, returns=returns)
-    return re.sub(r"\n\n\n+(?= )", "\n\n", text).rstrip() + "\n"
+        kernel=kernel_name, params=params, checks=checks, outputs=outputs, body=body, returns=returns)
+    text = re.sub(r"\n\n\n+(?= )", "\n\n", text)
+    return re.sub(r"\n\n\n\n+", "\n\n\n", text).rstrip() + "\n"  # a kernel without constants: still two blank lines
 
 
 def _shape(shape: tuple[int, ...]) -> str:

@@ -55,8 +55,8 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
         -  const TILE_K = 128
         +  const TILE_K = 64
-        -    for kw in affine(2):  # tl:14
-        +    for kw in affine(4):  # tl:14
+        -    for k_t in affine(2):  # tl:14
+        +    for k_t in affine(4):  # tl:14
         -            alloc Wt_tp: psum f32[128, 128]  # tl:14
         +            alloc Wt_tp: psum f32[128, 64]  # tl:14
     """
@@ -119,12 +119,11 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     """`split conv.y, 2`: rows per band, the unit of input loads and output stores (rows per
     matmul shrink to fit) (golden excerpt: tests/golden/compiler/directives/split.txt):
 
-        -  const BAND = 8
         +  const BAND = 2
         -        alloc X_band: sbuf f32[128, 2, 10, 8]  # tl:14
-        +      for yb in affine(4):  # tl:11
+        +      for y_b in affine(4):  # tl:11
         +          alloc X_band: sbuf f32[128, 2, 4, 8]  # tl:14
-        +            dma X_band[:128, ct, :4, :8] <- X[n, ct*TILE_C:+128, yb*BAND:+4, :8]  # tl:14
+        +            dma X_band[:128, c_t, :4, :8] <- X[n, c_t*TILE_C:+128, y_b*BAND:+4, :8]  # tl:14
     """
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
     if isinstance(plan, ConvPlan) and role == "y":
@@ -156,16 +155,16 @@ def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     out-channel tile) (golden excerpt: tests/golden/compiler/directives/reorder_outer.txt):
 
         -    for n in affine(2):  # tl:11
-        -      for kt in affine(2):  # tl:11
-        +    for kt in affine(2):  # tl:11
+        -      for k_t in affine(2):  # tl:11
+        +    for k_t in affine(2):  # tl:11
         +      for n in affine(2):  # tl:11
 
     `reorder conv, r, s, c` (accumulation order) (golden excerpt: tests/golden/compiler/directives/reorder_taps.txt):
 
-        -        for ct in affine(2):  # tl:13
+        -        for c_t in affine(2):  # tl:13
         +        for r in affine(3):  # tl:13
         +          for s in affine(3):  # tl:13
-        +            for ct in affine(2):  # tl:13
+        +            for c_t in affine(2):  # tl:13
     """
     if not isinstance(plan, ConvPlan):
         raise bad(d, f"{op.name} has a fixed loop order")
@@ -209,7 +208,7 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         -  block main: conv by row bands, fused into Y:  # tl:12
         +  block main: conv by row bands:  # tl:12
         +  alloc conv: hbm f32[2, 256, 8, 6]  # tl:9
-        +        dma conv[n, kt*CONV_TILE_K:+128, :8, :6] <- conv_band[:128, :8, :6]  # tl:12
+        +        dma conv[n, k_t*CONV_TILE_K:+128, :8, :6] <- conv_band[:128, :8, :6]  # tl:12
 
     `compute_at conv, root` is the same (golden excerpt: tests/golden/compiler/directives/compute_at_root.txt):
 
@@ -259,7 +258,7 @@ def apply_hoist(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     tests/golden/compiler/directives/hoist_input.txt):
 
         -      block input band X: all contraction tiles, shared by every output tile [hoistable]:  # tl:12
-        +        block input band X: all contraction tiles, shared by every output tile [hoistable, inside kt]:  # tl:12
+        +        block input band X: all contraction tiles, shared by every output tile [hoistable, inside k_t]:  # tl:12
     """
     at = d.args[1] if len(d.args) > 1 else None
     if isinstance(plan, ConvPlan) and isinstance(d.args[0], sx.Ref) and d.args[0].parts == (op.x,):

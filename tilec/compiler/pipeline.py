@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.build_simple import build_eltwise, build_pool, build_transpose
+from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.names import NameAllocator, program_names
@@ -71,7 +72,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None)
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the trn2 limits)
     stages["allocate"] = passes.allocation_report(kernel)
     doc = _doc_lines(program, ops, plans)
-    source = emit(kernel, pathlib.Path(program.path).name, doc)
+    source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program))
     return Result(stages, kernel, kernels, ops, plans, source)
 
 
@@ -122,6 +123,7 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator) -> ir.
         builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
                    EltwiseOp: build_eltwise}[type(op)]
         op_consts, stmts = builder(op, plan, hbm, _fresh(names, op))
+        op_consts = used_consts(stmts, op_consts)
         prefix = "" if len(ops) == 1 else f"{op.out.upper()}_"
         if prefix:
             stmts = passes.rename_consts(stmts, prefix)
@@ -145,6 +147,24 @@ def unrolled_loops(ops: tuple, plans: tuple, names: NameAllocator) -> set[str]:
             loops = conv_loop_vars(op, _fresh(names, op))
             found |= {loops[role] for role in plan.unroll}
     return found
+
+
+def _recompile_commands(program) -> dict[str, str]:
+    """Per input: `tilec compile -D N=... -D C=...` over the size symbols of its shape, in order of appearance."""
+    def walk(e, symbols: list[str]) -> None:
+        if isinstance(e, sx.Name) and e.id in program.sizes and e.id not in symbols:
+            symbols.append(e.id)
+        for child in (getattr(e, "lhs", None), getattr(e, "rhs", None), getattr(e, "x", None)):
+            if child is not None:
+                walk(child, symbols)
+
+    commands = {}
+    for p in program.kernel.params:
+        symbols: list[str] = []
+        for d in p.type.shape:
+            walk(d, symbols)
+        commands[p.name] = " ".join(["tilec compile"] + [f"-D {name}=..." for name in symbols])
+    return commands
 
 
 def _doc_lines(program, ops, plans) -> list[str]:

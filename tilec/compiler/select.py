@@ -10,8 +10,10 @@
               with broadcast reads of a run of the output's indices (a (P, 1) column, or a row copied to every
               partition) and chains `T = f(..); C = g(T, ..)` fused into one pass (select_eltwise.py)
 
-Anything else is a TilecError that points at the statement. Each op keeps `vars`: role -> the .tl loop variable, so
-schedule directives can name loops by the user's names (`conv.y`).
+Anything else is a TilecError that points at the statement, and so is a loop that covers only part of a
+dimension of the tensor it writes or reads by a plain index (kernels move whole tensors; `_check_coverage`).
+Each op keeps `vars`: role -> the .tl loop variable, so schedule directives can name loops by the user's names
+(`conv.y`).
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
         if isinstance(op, ConvOp):
             op = _fuse_epilogues(op, comps, i, program, consumed)
         ops.append(op)
+    for comp in comps:  # after selection, so a statement with no mapping at all is reported as such first
+        _check_coverage(comp, program)
     return tuple(ops)
 
 
@@ -55,6 +59,35 @@ def _select_one(comp: Comp, program) -> Op:
     if comp.red_op is None:
         return select_eltwise(comp, program)
     raise reject(comp, f"a `{comp.red_op}` reduction of this form is not supported")
+
+
+def _check_coverage(comp: Comp, program) -> None:
+    """Kernels move whole tensors between HBM and SBUF: a loop that covers only part of a dimension (a partial
+    write, or a read of a slice) has no mapping yet, so it is an error here rather than a verifier failure later."""
+    shape = program.tensors[comp.target].shape
+    for pos, v in enumerate(comp.out_vars):
+        if comp.extent(v) != shape[pos]:
+            raise TilecError(
+                f"the compiler cannot map `{comp.target}`: `{comp.loop_text(v)}` (line {comp.line_of(v)}) writes "
+                f"{comp.extent(v)} of the {shape[pos]} elements of {comp.target}'s dimension {pos}", comp.span,
+                f"the compiler writes whole outputs: loop over all of dimension {pos}, or declare {comp.target} "
+                f"with the loop's size")
+    for expr in (comp.init, comp.update):
+        for acc in accesses(expr) if expr is not None else ():
+            _check_read(comp, acc, program)
+
+
+def _check_read(comp: Comp, acc: sx.Access, program) -> None:
+    shape = program.tensors[acc.tensor].shape
+    for pos, m in enumerate(index_maps(acc, comp, program)):
+        v = plain(m)
+        if v is not None and comp.extent(v) != shape[pos]:
+            raise TilecError(
+                f"the compiler cannot map `{comp.target}`: `{comp.loop_text(v)}` (line {comp.line_of(v)}) reads "
+                f"{comp.extent(v)} of the {shape[pos]} elements of {acc.tensor}'s dimension {pos}",
+                acc.indices[pos].span,
+                f"the compiler reads whole tensors along plain loop indices: loop over all of dimension {pos}, or "
+                f"pass {acc.tensor} with the loop's size")
 
 
 # ---- contraction ---------------------------------------------------------------------------------------------------

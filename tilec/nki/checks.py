@@ -184,6 +184,7 @@ def psum_operands(a: object, b: object, api: str, where: tuple) -> None:
 
 
 def matmul(run: object, stationary: object, moving: object, where: tuple) -> None:
+    matmul_dtypes(stationary, moving, where)
     tgt = run.target
     k, k2 = stationary.shape[0], moving.shape[0]
     m, n = stationary.free_size, moving.free_size
@@ -202,6 +203,19 @@ def matmul(run: object, stationary: object, moving: object, where: tuple) -> Non
         raise rules.NkiSyntaxError(
             f"nc_matmul moving free size {n} exceeds gemm_moving_fmax {tgt.moving_fmax}", "matmul_moving_size",
             where, pair, hint="the moving tile is at most 128 x 512; split N into several matmuls")
+
+
+def matmul_dtypes(stationary: object, moving: object, where: tuple) -> None:
+    """Spec §1.10.2 (NKI 0.5 doc): if one input is fp32/tf32 the other must be too (tf32 is stored as float32 here,
+    so the two are one dtype to this check)."""
+    wide = [t.dtype == np.float32 for t in (stationary, moving)]
+    if wide[0] == wide[1]:
+        return
+    raise rules.NkiTypeError(
+        f"nc_matmul operands must both be fp32/tf32 when one is: stationary is {stationary.dtype.name}, moving is "
+        f"{moving.dtype.name}", "matmul_fp32_operands", where, f"stationary {_desc(stationary)}; moving "
+        f"{_desc(moving)}", hint="cast the other operand to float32 (e.g. with nisa.tensor_copy(x, dtype=nl.float32))"
+        " or both to a 16-bit type")
 
 
 def dma(src: object, dst: object, where: tuple) -> None:

@@ -134,7 +134,7 @@ def finish(job: Job, cost: CachedCost, history: list[Trial], stats: SearchStats,
         errors = sorted({t.error for t in history if t.error})
         raise TilecError(f"no candidate schedule compiled and ran ({len(history)} tried)",
                          hint="first errors: " + " | ".join(errors[:3]))
-    verdict, (schedule, us, p99) = first_verified(job, ranked)
+    verdict, (schedule, us, p99) = first_verified(job, ranked, cost.cache)
     outcome = cost.outcomes.get(schedule, Outcome(us))
     return TuneResult(
         best_schedule=schedule, best_us=us, default_us=default_out.us if default_out else math.inf,
@@ -143,15 +143,29 @@ def finish(job: Job, cost: CachedCost, history: list[Trial], stats: SearchStats,
         max_error=verdict.max_error, wall_s=time.monotonic() - started, stats=stats, measured_p99_us=p99)
 
 
-def first_verified(job: Job, ranked: list[tuple[str, float, float | None]]):
+def first_verified(job: Job, ranked: list[tuple[str, float, float | None]], cache: DiskCache | None = None):
     """The best candidate that matches the reference; if none of the first few does, the best one, unverified."""
     first: Verdict | None = None
     for candidate in ranked[:VERIFY_TRIES]:
-        verdict = verify(job, candidate[0])
+        verdict = cached_verify(job, candidate[0], cache)
         if verdict.ok:
             return verdict, candidate
         first = first or verdict
     return first, ranked[0]
+
+
+def cached_verify(job: Job, schedule: str, cache: DiskCache | None) -> Verdict:
+    """`verify`, with the verdict (and the kernel source it checked) kept in the cache: a re-run runs nothing."""
+    key = cache.key(job, schedule, "verify") if cache else ""
+    record = cache.get_record(key) if cache else None
+    if record is not None and {"ok", "max_error", "message", "source"} <= set(record):
+        return Verdict(bool(record["ok"]), float(record["max_error"]), str(record["message"]), str(record["source"]))
+    verdict = verify(job, schedule)
+    if cache:
+        error = verdict.max_error if math.isfinite(verdict.max_error) else "inf"  # inf is not JSON
+        cache.put_record(key, {"ok": verdict.ok, "max_error": error, "message": verdict.message,
+                               "source": verdict.source})
+    return verdict
 
 
 def summary_text(result: TuneResult) -> str:
@@ -162,9 +176,9 @@ def summary_text(result: TuneResult) -> str:
     lines = [
         f"default schedule : {_us(result.default_us)}  MFU {result.default_mfu:6.1%}",
         f"tuned schedule   : {_us(result.best_us)}  MFU {result.best_mfu:6.1%}  ({result.speedup:.2f}x)",
-        f"candidates       : {tried} tried, {failed} failed to compile or run, {pruned} pruned (lower bound above "
-        f"the best), {result.evaluations} evaluated "
-        f"(the others from the cache), {result.wall_s:.1f} s",
+        f"candidates       : {tried} tried: {result.evaluations} evaluated, "
+        f"{tried - result.evaluations - pruned} from the cache, {pruned} pruned (lower bound above the best); "
+        f"{failed} failed to compile or run; {result.wall_s:.1f} s",
         f"verified         : {'yes' if result.verified else 'NO'} (max relative error {result.max_error:.2g})",
     ]
     if result.measured_p99_us is not None:

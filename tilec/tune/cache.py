@@ -1,4 +1,5 @@
-"""The tuner's on-disk cache: one small JSON file per (program, shapes, schedule, target, evaluator, model version).
+"""The tuner's on-disk cache: one small JSON file per (program, shapes, schedule, target, evaluator, model version);
+verification verdicts of winners are stored the same way (evaluator "verify"), with the kernel source.
 
 Keys are SHA-256 hashes, so a re-run of the same tuning job finds every outcome and evaluates nothing. The model
 version is a hash of the source of the layers an outcome depends on (language, compiler, templates, interpreter,
@@ -55,11 +56,21 @@ class DiskCache:
         return Outcome(us=float(data["us"]), mfu=float(data["mfu"]), error=str(data["error"]))
 
     def put(self, key: str, outcome: Outcome) -> None:
+        # inf is not JSON; store it as a string json can parse back through float()
+        self.put_record(key, {"us": outcome.us if outcome.us != float("inf") else "inf", "mfu": outcome.mfu,
+                              "error": outcome.error})
+
+    def get_record(self, key: str) -> dict | None:
+        """Any JSON object stored under `key` (e.g. a verification verdict), or None."""
+        try:
+            data = json.loads(self._path(key).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def put_record(self, key: str, record: dict) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        # inf is not JSON; store it as a string json can parse back through float()
-        record = {"us": outcome.us if outcome.us != float("inf") else "inf", "mfu": outcome.mfu,
-                  "error": outcome.error}
         tmp.write_text(json.dumps(record, sort_keys=True))
         os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
