@@ -161,3 +161,11 @@ def test_schedule_section_of_the_program_is_applied():
     check_against_reference(c)
     replaced = compile_loaded(prog, lang.parse_schedule("reorder conv, n, k, y\n", "<cli>"))
     assert "reorder conv, n, k, y" in replaced.stages["schedule"]  # --schedule FILE replaces the section
+
+
+def test_elementwise_tile_error_explains_the_layout(golden):
+    # the tile counts elements per partition, not along the user's loop: the message must say how the data lies
+    with pytest.raises(TilecError) as err:
+        compile_example("vector_add", {"L": 200}, schedule="tile z.i, 7\n")
+    assert "100 partitions x 2 elements each" in err.value.message
+    golden.check("compiler/errors/eltwise_tile_not_dividing.txt", err.value.render() + "\n")

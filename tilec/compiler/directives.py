@@ -43,9 +43,9 @@ def _int(d: sx.Directive, i: int) -> int:
     return d.args[i]
 
 
-def _div(d: sx.Directive, value: int, extent: int, what: str) -> None:
+def _div(d: sx.Directive, value: int, extent: int, what: str, layout: str = "") -> None:
     if extent % value:
-        raise bad(d, f"{what} of {value} does not divide the extent {extent}",
+        raise bad(d, f"{what} of {value} does not divide the extent {extent}{layout}",
                   f"use a divisor of {extent}: {', '.join(map(str, divisors(extent)[:12]))}")
 
 
@@ -64,7 +64,8 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     if isinstance(plan, ConvPlan):
         return _tile_conv(op, plan, d, role, n)
     if isinstance(plan, EltwisePlan):
-        _div(d, n, eltwise_free(op, plan.parts), "tile")
+        free = eltwise_free(op, plan.parts)  # the tile counts elements per partition, not along the user's loop
+        _div(d, n, free, "tile", f" (the data is laid out as {plan.parts} partitions x {free} elements each)")
         if op.rows and n > MOVING_FMAX:
             raise bad(d, f"a tile of {n} elements is wider than the {MOVING_FMAX} columns one matmul broadcasts "
                          f"{', '.join(op.rows)} across the partitions", f"use at most {MOVING_FMAX}")
