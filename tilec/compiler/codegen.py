@@ -7,7 +7,6 @@ deterministic: same IR, same bytes.
 """
 from __future__ import annotations
 
-import pathlib
 import re
 
 import jinja2
@@ -15,8 +14,9 @@ import jinja2
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Kernel, Loop, Matmul, Reshape, Scalar, Sl,
                                Stmt, Transpose, View)
 from tilec.compiler.names import sanitised, unique
+from tilec.resources import resource_dir
 
-TEMPLATES = pathlib.Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = resource_dir("templates")
 DTYPES = {"f32": "nl.float32", "f16": "nl.float16", "bf16": "nl.bfloat16"}
 BUFFERS = {"sbuf": "nl.sbuf", "psum": "nl.psum", "hbm": "nl.hbm"}
 RANGES = {"affine": "nl.affine_range", "sequential": "nl.sequential_range", "static": "nl.static_range"}

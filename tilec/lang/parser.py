@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import math
-import pathlib
 from typing import Iterator
 
 from lark import Lark, Token, Transformer, v_args
@@ -16,9 +15,10 @@ from lark.indenter import Indenter
 from lark.lexer import PatternStr
 
 from tilec.errors import Span, TilecError
+from tilec.resources import resource_dir
 from tilec.lang import syntax as s
 
-GRAMMAR = pathlib.Path(__file__).resolve().parent.parent.parent / "grammar" / "tilec.lark"
+GRAMMAR = resource_dir("grammar") / "tilec.lark"
 
 
 # ---- indentation -----------------------------------------------------------------------------------------------------
