@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"candidates per tuned row (default {TUNE_BUDGET}; 0: do not tune)")
     args = ap.parse_args(argv)
     head = (f"{'workload':<40} {'baseline':>9} {'measured':>9} {'reference':>9} {'floor':>9} {'kind':<9} "
-            f"{'base/floor':>10} {'base/ref':>8} {'tilec':>9} {'tilec/floor':>11} {'tilec/ref':>9} {'tuned':>9} {'tuned/ref':>9}")
+            f"{'base/floor':>10} {'base/ref':>8} {'tilec':>9} {'tilec/floor':>11} {'tilec/ref':>9} {'tuned':>9} "
+            f"{'tuned/ref':>9}")
     print("latencies in us; baseline and tilec are estimated by tilec's trn2 model (not measured); the model adds "
           f"{TRN2.startup_ns.value / 1000:g} us of kernel start-up that the floor does not include")
     budget = TUNE_BUDGET if args.tune_budget is None else args.tune_budget

@@ -164,3 +164,27 @@ def test_conv_bias_maxpool_224_batch4(dtype, conv224):
     if dtype == "f32":
         assert c.source == (ROOT / "generated" / "conv_bias_maxpool.py").read_text()  # the checked-in kernel
     _check_224(c, conv224, conv224.pooled(dtype), dtype)
+
+
+# ---- signed inputs: with the harness's [0, 1) inputs every conv output is positive, so a relu that does nothing
+# or a max pool starting from 0 instead of -inf would still pass. LANG's random_inputs are uniform in [-1, 1):
+# some relu outputs are 0 and some pooled maxima negative (asserted, so the test keeps its teeth). Sums of signed
+# terms cancel, so the tolerance is absolute: 1e-5 x max|ref| (fp32 accumulation of C*R*R = 1152 terms).
+
+@pytest.mark.parametrize("name,sizes", [("conv_relu", {"N": 2, "C": 128, "K": 128, "H": 18, "W": 18}),
+                                        ("conv_bias_maxpool", {"N": 2, "H": 14, "W": 12})])
+def test_relu_and_max_pool_with_signed_inputs(name, sizes):
+    prog = program(name, sizes)
+    inputs = lang.random_inputs(prog, seed=3)
+    want = lang.evaluate(prog, inputs)["Y"]
+    assert (want == 0).any() if name == "conv_relu" else (want < 0).any()
+    got = np.asarray(compile_loaded(prog).run(**inputs)["Y"], np.float32)
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("w", [258, 302, 602])
+def test_pooled_conv_with_wide_rows(w):
+    """Output rows wider than 256 columns: a matmul group holds a 2-row pooling window, so the default column tile
+    must leave 2 x tile <= 512 (Wo = 300 and 600 were an internal verifier error: a 4800-byte PSUM tile)."""
+    check_against_reference(compile_example("conv_bias_maxpool", {"N": 1, "C": 128, "K": 128, "H": 6, "W": w}))

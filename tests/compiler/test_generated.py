@@ -92,3 +92,22 @@ def test_generated_kernel_file_runs_on_the_interpreter(name):
     out = simulate(kernel, *[inputs[p.name] for p in prog.kernel.params])
     ref = lang.evaluate(prog, inputs)[prog.kernel.outputs[0]]
     assert np.allclose(np.asarray(out, np.float32), ref)
+
+
+def test_identical_bytes_across_processes_and_hash_seeds(tmp_path):
+    """Same input, same bytes: two fresh interpreters with different PYTHONHASHSEED (set/dict-order bugs show
+    up only across processes) compile the same program through the CLI, kernel and --dump-ir all."""
+    import os
+    import subprocess
+    import sys
+
+    outputs = []
+    for seed in ("0", "4242"):
+        out = tmp_path / f"k{seed}.py"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        args = [sys.executable, str(ROOT / "tilec_cli.py"), "compile", str(EXAMPLES / "conv_bias_maxpool.tl"),
+                "-D", "N=1", "-D", "H=20", "-D", "W=20"]
+        subprocess.run(args + ["-o", str(out)], env=env, check=True, capture_output=True)
+        ir = subprocess.run(args + ["--dump-ir", "all"], env=env, check=True, capture_output=True).stdout
+        outputs.append((out.read_bytes(), ir))
+    assert outputs[0] == outputs[1] and len(outputs[0][0]) > 1000 and b"allocate" in outputs[0][1]

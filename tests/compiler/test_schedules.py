@@ -116,6 +116,7 @@ ILLEGAL = {
     "rows_not_multiple_of_pool": "tile conv.y, 3\n",
     "split_not_dividing": "split conv.y, 5\n",
     "unknown_loop": "tile conv.q, 2\n",
+    "unknown_consumer_loop": "compute_at conv, Y.q\n",  # the hint lists Y's loops, not conv's
     "unknown_op": "tile nope.k, 2\n",
     "unknown_directive": "vectorize conv.x\n",
     "reorder_mixed_groups": "reorder conv, c, k\n",
@@ -169,3 +170,12 @@ def test_elementwise_tile_error_explains_the_layout(golden):
         compile_example("vector_add", {"L": 200}, schedule="tile z.i, 7\n")
     assert "100 partitions x 2 elements each" in err.value.message
     golden.check("compiler/errors/eltwise_tile_not_dividing.txt", err.value.render() + "\n")
+
+
+def test_column_tile_too_wide_for_pool_window(golden):
+    """`tile conv.x, 300` with 2-row pooling windows: 600 elements per matmul (was an internal verifier error)."""
+    sizes = {"N": 1, "C": 128, "K": 128, "H": 6, "W": 602}
+    with pytest.raises(TilecError) as err:
+        compile_example("conv_bias_maxpool", sizes, schedule="tile conv.x, 300\n")
+    golden.check("compiler/errors/columns_too_wide_for_pool_window.txt", err.value.render() + "\n")
+    check_against_reference(compile_example("conv_bias_maxpool", sizes, schedule="tile conv.x, 150\n"))

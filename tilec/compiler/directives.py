@@ -32,7 +32,8 @@ def ref_role(op: Op, ref, d: sx.Directive) -> str:
         raise bad(ref if isinstance(ref, sx.Ref) else d, "expected a loop reference like conv.y")
     roles = _roles(op)
     if ref.parts[1] not in roles:
-        known = ", ".join(sorted(var for role, var in op.vars if not role.startswith("pool_")))
+        consumer = ref.parts[0] != op.name  # `compute_at conv, Y.i` names a loop of the fused consumer Y
+        known = ", ".join(sorted(var for role, var in op.vars if role.startswith("pool_") == consumer))
         raise bad(ref, f"{ref.parts[0]} has no loop `{ref.parts[1]}`", f"its loops are: {known}")
     return roles[ref.parts[1]]
 
@@ -97,6 +98,10 @@ def _tile_conv(op: ConvOp, plan: ConvPlan, d, role: str, n: int) -> ConvPlan:
         _div(d, n, plan.band_x or op.dim("Wo"), "tile")
         if n > MOVING_FMAX:
             raise bad(d, f"tile of {n} columns exceeds the matmul moving size of {MOVING_FMAX}")
+        if op.pool and n * op.pool.wy > MOVING_FMAX:  # a matmul group holds at least one pooling window of rows
+            raise bad(d, f"{op.pool.wy} rows (one pooling window) of {n} columns is {n * op.pool.wy} elements per "
+                         f"matmul; the moving operand and one PSUM bank hold {MOVING_FMAX}",
+                      f"use at most {MOVING_FMAX // op.pool.wy} columns")
         if op.pool and n % op.pool.wx:
             raise bad(d, f"a tile of {n} columns splits pooling windows of {op.pool.wx} columns",
                       f"use a multiple of {op.pool.wx}")
@@ -333,8 +338,12 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
         owned = {op.name, op.out} | set(getattr(op, "fused", ())) | {getattr(op, "w", None), getattr(op, "x", None)}
         if name in owned:
             return op
-    raise bad(first, f"no computation named `{name}`",
-              f"computations: {', '.join(op.name for op in ops)}")
+    def names(op: Op) -> str:  # the names a directive may start with, for the hint
+        tensors = [t for t in (getattr(op, "x", None), getattr(op, "w", None), op.out) if t and t != op.name]
+        return f"{op.name} (tensors {', '.join(tensors)})" if tensors else op.name
+
+    raise bad(first, f"no computation or schedulable tensor named `{name}`",
+              f"computations: {'; '.join(names(op) for op in ops)}")
 
 
 def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],

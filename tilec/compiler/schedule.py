@@ -147,7 +147,9 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     wy, wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
     tile_k, tile_c = best_divisor(op.dim("K"), PMAX), best_divisor(op.dim("C"), PMAX)
     wo, ho = op.dim("Wo"), op.dim("Ho")
-    tile_x = wo if wo <= MOVING_FMAX else best_divisor(wo, MOVING_FMAX, wx)
+    # a matmul group covers at least one pooling window of wy rows: wy * tile_x must fit the moving size / PSUM bank
+    x_limit = MOVING_FMAX // wy
+    tile_x = wo if wo <= x_limit else best_divisor(wo, x_limit, wx)
     max_rows = MOVING_FMAX // tile_x
     elem = _bytes(dtypes[op.x])
     ct, r, s = op.dim("C") // tile_c, op.dim("R"), op.dim("S")
@@ -159,7 +161,7 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
         fits = [d for d in divisors(wo)
                 if d % wx == 0 and ct * ((wy - 1) * sy + r) * ((d - 1) * sxx + s) * elem <= band_budget]
         band_x = max(fits) if fits else wx
-        tile_x = best_divisor(band_x, MOVING_FMAX, wx)
+        tile_x = best_divisor(band_x, x_limit, wx)
         max_rows = MOVING_FMAX // tile_x
     cols = op.dim("W") if band_x == wo else (band_x - 1) * sxx + s
     band_limit = 32 if ho > 32 else ho

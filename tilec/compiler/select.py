@@ -243,6 +243,10 @@ def select_pool(comp: Comp, program) -> PoolOp:
     if comp.init is None:
         raise reject(comp, "the pooled tensor needs an initial value (-inf or 0)")
     maps = index_maps(inner, comp, program)
+    if len(maps) != len(comp.out_vars):  # e.g. a row sum s[i] += A[i, j]: zip below would silently drop j
+        raise reject(comp, f"a reduction over a whole dimension ({inner.tensor} has {len(maps)} indices, "
+                           f"{comp.target} {len(comp.out_vars)}) is not supported; a pool keeps every dimension "
+                           "and reduces windows of its last two", inner.span)
     windows = []
     for pos, ((coefs, const), v) in enumerate(zip(maps, comp.out_vars)):
         reds = [r for r in coefs if r in comp.red_vars]
@@ -250,7 +254,9 @@ def select_pool(comp: Comp, program) -> PoolOp:
             raise reject(comp, f"index {pos} of {inner.tensor} is not a pooling window", inner.indices[pos].span)
         wnd = comp.extent(reds[0]) if reds else 1
         if coefs[v] != wnd or (reds and coefs[reds[0]] != 1):
-            raise reject(comp, f"index {pos} of {inner.tensor} must be {wnd}*{v} + window offset",
+            why = (f" (pooling windows of {wnd} may not overlap or leave gaps; here the stride is {coefs[v]})"
+                   if coefs[v] != wnd else "")
+            raise reject(comp, f"index {pos} of {inner.tensor} must be {wnd}*{v} + window offset{why}",
                          inner.indices[pos].span)
         windows.append(wnd)
     if len(windows) < 2 or any(w != 1 for w in windows[:-2]):
