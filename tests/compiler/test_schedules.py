@@ -179,3 +179,9 @@ def test_column_tile_too_wide_for_pool_window(golden):
         compile_example("conv_bias_maxpool", sizes, schedule="tile conv.x, 300\n")
     golden.check("compiler/errors/columns_too_wide_for_pool_window.txt", err.value.render() + "\n")
     check_against_reference(compile_example("conv_bias_maxpool", sizes, schedule="tile conv.x, 150\n"))
+
+
+def test_buffers_on_an_op_without_input_bands_is_rejected():
+    # a standalone pool streams its tiles with no band buffer to multiply: the directive must not be ignored silently
+    with pytest.raises(TilecError, match="has no multi-buffered input"):
+        compile_example("avgpool", {"N": 1}, schedule="buffers Y, 3\n")

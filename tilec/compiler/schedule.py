@@ -60,7 +60,6 @@ class ConvPlan:
 class PoolPlan:
     tile_b: int
     band: int  # output rows per tile
-    x_bufs: int = 2
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,6 @@ class TransposePlan:
 class EltwisePlan:
     parts: int
     free: int
-    x_bufs: int = 2
 
 
 Plan = ConvPlan | PoolPlan | TransposePlan | EltwisePlan
