@@ -45,6 +45,7 @@ def _diff(before: str, after: str) -> str:
 DIRECTIVES = {
     "tile": "tile conv.k, 64\n",
     "split": "split conv.y, 2\n",
+    "split_weights": "split Wt, conv.c\n",
     "reorder_outer": "reorder conv, k, n, y\n",
     "reorder_taps": "reorder conv, r, s, c\n",
     "compute_at_root": "compute_at conv, root\n",

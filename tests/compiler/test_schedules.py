@@ -29,6 +29,8 @@ SCHEDULES = {
     "fused_at_pool_row": "compute_at conv, Y.i\n",
     "fused_at_pool_element": "compute_at conv, Y.j\n",
     "input_band_per_k_single_buffer": "hoist X, conv.k\nbuffers X, 1\nsplit conv.y, 4\n",
+    "weights_per_c_tile": "split Wt, conv.c\n",
+    "weights_per_c_tile_inside_k": "split Wt, conv.c\nhoist Wt, conv.k\ntile conv.c, 64\n",
 }
 
 
@@ -100,6 +102,25 @@ def test_default_schedule_round_trips(name):
         assert again.source == c.source  # applying the printed default reproduces the default kernel
 
 
+def test_weight_split_prints_back_only_when_not_default():
+    from tilec.compiler.schedule import plan_directives
+    split = compile_example("conv_bias_maxpool", SIZES, schedule="split Wt, conv.c\n")
+    default = compile_example("conv_bias_maxpool", SIZES, schedule="split Wt, conv.k\n")
+    assert default.source == compile_example("conv_bias_maxpool", SIZES).source  # conv.k is the default
+    assert "split Wt" not in default.stages["schedule"]
+    printed = print_schedule(plan_directives(split.result.ops[0], split.result.plans[0]))
+    assert "split Wt, conv.c\n" in printed
+    again = compile_example("conv_bias_maxpool", SIZES, schedule=printed)
+    assert again.source == split.source != default.source
+
+
+def test_weight_split_on_a_pool_is_rejected(golden):
+    with pytest.raises(TilecError) as err:
+        compile_example("avgpool", {"N": 1}, schedule="split Y, Y.c\n")
+    assert err.value.span is not None
+    golden.check("compiler/errors/split_weights_not_a_conv.txt", err.value.render() + "\n")
+
+
 @given(KNOBS)
 @settings(max_examples=20, deadline=None)
 def test_schedule_text_round_trips(knobs):
@@ -126,6 +147,8 @@ ILLEGAL = {
     "method_on_conv": "method conv, dma\n",
     "buffers_too_many": "buffers X, 9\n",
     "columns_split_pool_window": "tile conv.x, 3\n",
+    "split_weights_wrong_loop": "split Wt, conv.y\n",
+    "split_weights_of_the_input": "split X, conv.c\n",
 }
 
 

@@ -43,6 +43,21 @@ def test_conv_space_knobs_follow_the_program_and_hardware_limits(conv_space):
     assert all(conv_space.check(p) is None for p in conv_space.experts)
 
 
+def test_weight_split_knob_speaks_the_compiler_directive(conv_job, conv_space):
+    knob = next(k for k in conv_space.knobs if k.name == "split Wt")
+    assert knob.values == (None, "conv.c")  # default first: one weight DMA per out-channel tile
+    # with C = 128 in one in-channel tile, loads per in-channel tile are the default kernel: skipped statically
+    assert "is the default load" in conv_space.check(conv_space.point(**{"split Wt": "conv.c"}))
+    split = conv_space.point(**{"split Wt": "conv.c", "tile conv.c": 64})
+    assert conv_space.check(split) is None
+    assert "split Wt, conv.c\n" in conv_space.render(split)
+    unsplit = conv_space.point(**{"tile conv.c": 64})
+    assert compile_job(conv_job, conv_space.render(split)).source != \
+        compile_job(conv_job, conv_space.render(unsplit)).source
+    matmul = build_space(Job.of(str(EXAMPLES / "matmul.tl"), dict(M=128, K=256, N=128)))
+    assert next(k for k in matmul.knobs if k.name == "split A").values == (None, "C.k")
+
+
 def test_statically_legal_points_compile(conv_job, conv_space):
     rng = random.Random(4)
     legal = [p for p in (conv_space.random_point(rng) for _ in range(80)) if conv_space.check(p) is None][:12]

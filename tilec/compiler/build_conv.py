@@ -165,20 +165,24 @@ class _ConvBuilder:
                                        full(self.S))), line)]
             return out + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of {self.cn['c']})", line=line)
         kv = V["kw"] if kt is None else kt
-        raw = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, self.C, self.R, self.S))
+        per_c = p.w_split == "c"  # one DMA per (k-tile, c-tile) block: the first transposes wait for less data
+        raw = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else self.C,
+                                                                 self.R, self.S))
+        csrc = sl(a(term(ct, p.tile_c, self.cn["c"])), p.tile_c)
+        load = [Alloc(raw, line=line),
+                Dma(whole(raw), View(self.w4, (sl(a(term(kv, p.tile_k, self.cn["k"])), p.tile_k),
+                                               csrc if per_c else full(self.C), full(self.R), full(self.S))), line)]
         # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
         tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
         kdst = sl(a(term(kv, p.tile_k, self.cn["k"])), p.tile_k) if kt is None else full(p.tile_k)
         tap = [Alloc(tp, line=line),
-               ir.Transpose(whole(tp), View(raw, (full(p.tile_k), sl(a(term(ct, p.tile_c, self.cn["c"])), p.tile_c),
+               ir.Transpose(whole(tp), View(raw, (full(p.tile_k), full(p.tile_c) if per_c else csrc,
                                                   a(r), a(s))), "pe", line),
                ir.Copy(View(wt, (full(p.tile_c), a(ct), a(r), a(s), kdst)), whole(tp), line)]
-        taps = loop(ct, self.CT, loop(r, self.R, loop(s, self.S, tap, note=self.T["s"],
-                                                     line=line), note=self.T["r"],
-                                   line=line), note=f"{self.T['c']} (tiles of {self.cn['c']})", line=line)
-        per_k = [Alloc(raw, line=line),
-                 Dma(whole(raw), View(self.w4, (sl(a(term(kv, p.tile_k, self.cn["k"])), p.tile_k), full(self.C),
-                                                full(self.R), full(self.S))), line)] + taps
+        per_tap = loop(r, self.R, loop(s, self.S, tap, note=self.T["s"], line=line), note=self.T["r"], line=line)
+        taps = loop(ct, self.CT, (load if per_c else []) + per_tap,
+                    note=f"{self.T['c']} (tiles of {self.cn['c']})", line=line)
+        per_k = ([] if per_c else load) + taps
         if kt is not None:
             return out + per_k
         return out + loop(kv, self.KT, per_k, note=f"{self.T['k']} (tiles of {self.cn['k']})", line=line)

@@ -130,7 +130,18 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +      for y_b in affine(4):  # tl:11
         +          alloc X_band: sbuf f32[128, 2, 4, 8]  # tl:14
         +            dma X_band[:128, c_t, :4, :8] <- X[n, c_t*TILE_C:+128, y_b*BAND:+4, :8]  # tl:14
+
+    `split Wt, conv.c`: the out-channel-major weights are loaded with one DMA per (out-channel tile, in-channel
+    tile) block instead of one per out-channel tile, so the first PE transposes wait for a smaller load (`split Wt,
+    conv.k` is the default) (golden excerpt: tests/golden/compiler/directives/split_weights.txt):
+
+        -      dma Wt_rows[:128, :256, :3, :3] <- Wt[k_t*TILE_K:+128, :256, :3, :3]  # tl:14
+        +        dma Wt_rows[:128, :128, :3, :3] <- Wt[k_t*TILE_K:+128, c_t*TILE_C:+128, :3, :3]  # tl:14
+        -            transpose.pe Wt_tp[:128, :128] <- Wt_rows[:128, c_t*TILE_C:+128, r, s]  # tl:14
+        +            transpose.pe Wt_tp[:128, :128] <- Wt_rows[:128, :128, r, s]  # tl:14
     """
+    if d.args and isinstance(d.args[0], sx.Ref) and len(d.args[0].parts) == 1:
+        return _split_weights(op, plan, d)
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
     if isinstance(plan, ConvPlan) and role == "y":
         _div(d, n, op.dim("Ho"), "split")
@@ -154,6 +165,23 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         _div(d, n, op.dim("H") // op.pool.wy, "split")
         return replace(plan, band=n)
     raise bad(d, f"loop `{d.args[0].parts[1]}` of {op.name} cannot be split here")
+
+
+def _split_weights(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+    """`split Wt, conv.c` / `split Wt, conv.k` (the default): weight DMA granularity (see apply_split)."""
+    name = d.args[0].parts[0]
+    if not isinstance(op, ConvOp) or not isinstance(plan, ConvPlan) or name != op.w:
+        raise bad(d, f"`split {name}, ...` splits the weight loads of a convolution or matmul; {name} is not "
+                     f"the weights of one", f"split a loop instead: split {op.name}.LOOP, N")
+    at = d.args[1] if len(d.args) == 2 else None
+    role = ref_role(op, at, d) if isinstance(at, sx.Ref) and len(at.parts) == 2 else None
+    if role not in ("k", "c"):
+        raise bad(d, f"the weight loads of {op.name} are split per out-channel tile or per in-channel tile",
+                  f"split {name}, {op.name}.{var_of(op, 'k')} (default) or split {name}, "
+                  f"{op.name}.{var_of(op, 'c')}")
+    if role == "c" and op.w_layout == "ck":
+        raise bad(d, f"{name} is stored contraction-major: it is already loaded one in-channel tile at a time")
+    return replace(plan, w_split=role)
 
 
 def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:

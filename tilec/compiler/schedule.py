@@ -15,6 +15,9 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
                                                       matmul shrink to a divisor of it); conv.x: output columns
                                                       per input band (when whole rows do not fit); transpose.i/j:
                                                       128-blocks per DMA; pool.i: output rows per tile
+    split W, OP.v       weight DMA granularity        W a conv's out-channel-major weights: OP.k one DMA per
+                                                      out-channel tile (default), OP.c one per (out, in) tile block
+                                                      (the first transposes start after a smaller load)
     reorder OP, a, b..  loop order                    conv outer loops (n, y, k) or its accumulation loops (c, r, s)
     partition OP.v      bind v to partitions          only legal where the engines allow it (conv.k, pool.b, ...)
     compute_at P, C.v   fusion point                  C.n: a whole image of P live per consumer image; C.i: one
@@ -51,6 +54,7 @@ class ConvPlan:
     taps: tuple[str, ...] = ("c", "r", "s")
     fused: bool = True
     hoist_w: str = "root"  # root | k
+    w_split: str = "k"  # weight DMAs: one per out-channel tile (k) | one per (out-, in-channel) tile block (c)
     x_pin: str = ""  # keep the input band load inside this loop (n | y | k); "" = as far out as it goes
     x_bufs: int = 2
     unroll: tuple[str, ...] = ()
@@ -203,6 +207,8 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
             ds.append(directive("place", op.name, "hbm"))
         if plan.hoist_w != "root":
             ds.append(directive("hoist", op.w, v("k")))
+        if plan.w_split != "k":
+            ds.append(directive("split", op.w, v(plan.w_split)))
         if plan.x_pin:
             ds.append(directive("hoist", op.x, v(plan.x_pin)))
         if plan.x_bufs != 2:

@@ -43,8 +43,11 @@ def conv_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
     if not bands:  # a matmul (one spatial dim): whole rows, or one band per moving tile so the last store is small
         return [{k: 128, c: 128, x: tx, f"split {op.ref('x')}": cols, moving: bufs}
                 for cols in (None, tx) for bufs in (None, 3)]
-    return [{k: 128, c: 128, x: tx, y: rows, f"split {op.ref('y')}": b, moving: bufs}
-            for b in bands for bufs in (None, 3)]
+    # weights loaded per in-channel tile let the first PE transposes start after a smaller DMA (a convolution
+    # has R*S transposes per tile block to hide; a matmul's single one is better served by one big DMA)
+    split_w = {f"split {op.tensor('stationary')}": op.ref("c")}
+    return [{k: 128, c: 128, x: tx, y: rows, f"split {op.ref('y')}": b, moving: bufs, **extra}
+            for b in bands for bufs, extra in ((None, {}), (None, split_w), (3, {}))]
 
 
 def transpose_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:

@@ -9,6 +9,7 @@ schedule, so knob names use the user's loop names and each knob's first value is
               split x = columns per input band (whole rows by default),
               reorder of the outer loops and of the accumulation loops, place (fused in SBUF | via HBM),
               hoist of the weights (root | per out-channel tile) and of the input band (n | y | k),
+              split of the weight loads (one DMA per out-channel tile | per (out, in) channel tile block),
               buffers of the input band
     pool      tile b (<= 128 partitions), split i (output rows per tile)
     transpose tile i (<= 128), split i / split j (blocks per DMA), method pe | dma
@@ -151,11 +152,26 @@ def conv_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Che
     weights, moving = op.tensor("stationary"), op.tensor("moving")
     if weights:
         knobs.append(Knob(f"hoist {weights}", "hoist", weights, (None, op.ref("k"))))  # default: root
+    checks = [conv_check(op, moving, dtypes.get(moving or "", "f32"))]
+    if weights and "layout kc" in op.extra:  # contraction-major weights are loaded per in-channel tile anyway
+        split_w = Knob(f"split {weights}", "split", weights, (None, op.ref("c")))  # default: one DMA per k tile
+        knobs.append(split_w)
+        checks.append(weight_split_check(op, split_w.name))
     if moving:
         pins = tuple(op.ref(r) for r in ("n", "y", "k") if r in op.vars)  # default: as far out as it goes
         knobs += [Knob(f"hoist {moving}", "hoist", moving, (None, *pins)),
                   Knob(f"buffers {moving}", "buffers", moving, (None, 1, 3, 4))]  # default: 2
-    return knobs, [conv_check(op, moving, dtypes.get(moving or "", "f32"))]
+    return knobs, checks
+
+
+def weight_split_check(op: OpView, name: str) -> Check:
+    """Loads per in-channel tile with one in-channel tile in all: the default kernel again, so skip the point."""
+    def check(named: dict) -> str | None:
+        if named[name] is not None and named[f"tile {op.ref('c')}"] == op.dims["C"]:
+            return f"{name} per in-channel tile with one tile of {op.dims['C']} channels is the default load"
+        return None
+
+    return check
 
 
 def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
