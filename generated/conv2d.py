@@ -34,12 +34,12 @@ def conv2d(X, Wt):
 
     # ---- weights Wt: contraction-major, resident in SBUF
     Wt_T = nl.ndarray((128, 2, 3, 3, 256), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    for k_t in nl.affine_range(2):  # tl:12  for k in 0..K (tiles of TILE_K)
+    for k_t in nl.affine_range(2):  # tl:12  prepare Wt: for k in 0..K (tiles of TILE_K)
         Wt_rows = nl.ndarray((128, 256, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         nisa.dma_copy(dst=Wt_rows, src=Wt[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
-        for c_t in nl.affine_range(2):  # tl:12  for c in 0..C (tiles of TILE_C)
-            for r in nl.affine_range(3):  # tl:12  for r in 0..R
-                for s in nl.affine_range(3):  # tl:12  for s in 0..R
+        for c_t in nl.affine_range(2):  # tl:12  prepare Wt: for c in 0..C (tiles of TILE_C)
+            for r in nl.affine_range(3):  # tl:12  prepare Wt: for r in 0..R
+                for s in nl.affine_range(3):  # tl:12  prepare Wt: for s in 0..R
                     Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:12
                     Wt_tp[...] = nisa.nc_transpose(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, r, s])  # tl:12
                     Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:12

@@ -35,12 +35,12 @@ def conv_bias_maxpool(X, Wt, b):
 
     # ---- weights Wt: contraction-major, resident in SBUF
     Wt_T = nl.ndarray((128, 2, 3, 3, 256), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    for k_t in nl.affine_range(2):  # tl:14  for k in 0..K (tiles of TILE_K)
+    for k_t in nl.affine_range(2):  # tl:14  prepare Wt: for k in 0..K (tiles of TILE_K)
         Wt_rows = nl.ndarray((128, 256, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
         nisa.dma_copy(dst=Wt_rows, src=Wt[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:14
-        for c_t in nl.affine_range(2):  # tl:14  for c in 0..C (tiles of TILE_C)
-            for r in nl.affine_range(3):  # tl:14  for r in 0..R
-                for s in nl.affine_range(3):  # tl:14  for s in 0..R
+        for c_t in nl.affine_range(2):  # tl:14  prepare Wt: for c in 0..C (tiles of TILE_C)
+            for r in nl.affine_range(3):  # tl:14  prepare Wt: for r in 0..R
+                for s in nl.affine_range(3):  # tl:14  prepare Wt: for s in 0..R
                     Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
                     Wt_tp[...] = nisa.nc_transpose(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, r, s])  # tl:14
                     Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:14
@@ -48,7 +48,7 @@ def conv_bias_maxpool(X, Wt, b):
     # ---- bias b: one column per out-channel tile
     b_v = b.reshape((256, 1))  # tl:12
     b_col = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    for k_t in nl.affine_range(2):  # tl:12  for k in 0..K (tiles of TILE_K)
+    for k_t in nl.affine_range(2):  # tl:12  load b as columns: for k in 0..K (tiles of TILE_K)
         nisa.dma_copy(dst=b_col[:, k_t:k_t + 1], src=b_v[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
 
     # ---- main: conv by row bands, fused into Y
@@ -70,7 +70,7 @@ def conv_bias_maxpool(X, Wt, b):
                     conv_act = nl.ndarray((128, 2, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
                     conv_act[...] = nisa.activation(op=nl.copy, data=conv_acc, bias=b_col[:, k_t:k_t + 1], dtype=nl.float32)  # tl:12
                     Y_pool_rows = nl.ndarray((128, 1, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-                    Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0:1:2], conv_act[:, 1:2:2], op=nl.maximum, dtype=nl.float32)  # tl:18
+                    Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0:1], conv_act[:, 1:2], op=nl.maximum, dtype=nl.float32)  # tl:18
                     Y_band[:, y_g:y_g + 1] = nisa.tensor_tensor(Y_pool_rows[:, :, 0:221:2], Y_pool_rows[:, :, 1:222:2], op=nl.maximum, dtype=nl.float32)  # tl:18
                 nisa.dma_copy(dst=Y[n, k_t * TILE_K:k_t * TILE_K + TILE_K, y_b * 3:y_b * 3 + 3], src=Y_band)  # tl:18
 

@@ -31,10 +31,10 @@ def matmul(A, B):
 
     # ---- stationary operand A: contraction-major, resident in SBUF
     A_T = nl.ndarray((128, 8, 1, 1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-    for i_t in nl.affine_range(4):  # tl:9  for i in 0..M (tiles of TILE_I)
+    for i_t in nl.affine_range(4):  # tl:9  prepare A: for i in 0..M (tiles of TILE_I)
         A_rows = nl.ndarray((128, 1024, 1, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
         nisa.dma_copy(dst=A_rows, src=A_v[i_t * TILE_I:i_t * TILE_I + TILE_I])  # tl:9
-        for k_t in nl.affine_range(8):  # tl:9  for k in 0..K (tiles of TILE_K)
+        for k_t in nl.affine_range(8):  # tl:9  prepare A: for k in 0..K (tiles of TILE_K)
             A_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:9
             A_tp[...] = nisa.nc_transpose(A_rows[:, k_t * TILE_K:k_t * TILE_K + TILE_K, 0, 0])  # tl:9
             A_T[:, k_t, 0, 0, i_t * TILE_I:i_t * TILE_I + TILE_I] = nisa.tensor_copy(A_tp, dtype=nl.float32)  # tl:9

@@ -89,6 +89,15 @@ def test_row_broadcast_along_partitions_is_a_ones_matmul():
     check_against_reference(c)
 
 
+def test_row_broadcast_leaves_the_partition_loop_when_one_free_tile_covers_it():
+    """With N in one free tile the broadcast uses no loop variable: `hoist` makes it once, before the tile loop."""
+    c = compile_loaded(lang.load(ROW_AND_COLUMN.replace("M = 256, N = 768", "M = 384, N = 384")))
+    before, loop = c.source.split("for pt in nl.affine_range(3):")
+    assert "s_bcast += nisa.nc_matmul(ones_f32, s_row)" in before
+    assert "nc_matmul" not in loop
+    check_against_reference(c)
+
+
 def test_row_broadcast_of_two_trailing_indices():
     check_against_reference(compile_loaded(lang.load(ROW_2D)))
 

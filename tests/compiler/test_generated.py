@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -17,6 +18,13 @@ GENERATED = ROOT / "generated"
 
 def test_generated_is_fresh():
     assert regen.stale() == [], "generated/ is stale: run `python -m tilec.compiler.regen`"
+
+
+@pytest.mark.parametrize("path", sorted(GENERATED.glob("*.py")), ids=lambda p: p.stem)
+def test_generated_slices_print_no_step_over_one_element(path):
+    """`conv_act[:, 0:1:2]` reads one element: it prints as `0:1` (the 2x2 pool over a one-row group)."""
+    slices = re.findall(r"(\d+):(\d+):\d+\b", path.read_text())
+    assert [s for s in slices if int(s[1]) - int(s[0]) == 1] == []
 
 
 @pytest.mark.parametrize("path", sorted(GENERATED.glob("*.py")), ids=lambda p: p.stem)

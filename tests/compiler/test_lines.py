@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from compiler_helpers import compile_example
+from compiler_helpers import ROOT, compile_example
 
 CASES = {
     "transpose": {"M": 512, "N": 384},
@@ -29,3 +29,13 @@ def test_loops_carry_their_own_line(name):
     instructions = _tags(c.source, r"nisa\.")
     assert loops and loops <= for_lines
     assert instructions and instructions <= stmt_lines
+
+
+def test_operand_preparation_loops_say_so():
+    """Weight and bias loops run before the nest but carry the line of the statement that uses them: each such
+    `for` says it prepares that operand, and keeps the `# tl:N` prefix the profiler reads."""
+    source = (ROOT / "generated" / "conv_bias_maxpool.py").read_text()
+    head = source[:source.index("# ---- main")]
+    loops = [line for line in head.splitlines() if re.search(r"\bfor \w+ in nl\.", line)]
+    assert len(loops) == 5  # k, c, r, s of the weights; k of the bias column
+    assert all(re.search(r"# tl:\d+  (prepare Wt|load b as columns): for ", line) for line in loops)

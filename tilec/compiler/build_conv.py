@@ -15,6 +15,7 @@ The kernel it builds is the assignment's shifted-matmul convolution:
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from tilec.compiler import ir
@@ -65,6 +66,12 @@ def operand_words(op: ConvOp) -> dict[str, str]:
     rows = dict(op.vars).get("k", "k")
     return {"w": f"stationary operand {op.w}", "x": f"moving operand {op.x}", "k_tile": f"tile of {rows}",
             "bands": f"tiles of {rows}", "x_buf": "tiles", "out_buf": "rows"}
+
+
+def prep_notes(stmts: list[Stmt], what: str) -> list[Stmt]:
+    """Loops that prepare an operand carry the line of the statement using it; the note says they only prepare it."""
+    return [replace(s, note=f"{what}: {s.note}", body=tuple(prep_notes(list(s.body), what)))
+            if isinstance(s, ir.Loop) else s for s in stmts]
 
 
 def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
@@ -163,7 +170,8 @@ class _ConvBuilder:
             body = [Dma(View(wt, (full(p.tile_c), a(ct), full(wt.shape[2]), full(self.R), full(self.S))),
                         View(self.w4, (sl(a(term(ct, p.tile_c, self.cn["c"])), p.tile_c), kslice, full(self.R),
                                        full(self.S))), line)]
-            return out + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of {self.cn['c']})", line=line)
+            return out + prep_notes(loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of {self.cn['c']})",
+                                         line=line), f"prepare {op.w}")
         kv = V["kw"] if kt is None else kt
         per_c = p.w_split == "c"  # one DMA per (k-tile, c-tile) block: the first transposes wait for less data
         raw = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else self.C,
@@ -184,8 +192,9 @@ class _ConvBuilder:
                     note=f"{self.T['c']} (tiles of {self.cn['c']})", line=line)
         per_k = ([] if per_c else load) + taps
         if kt is not None:
-            return out + per_k
-        return out + loop(kv, self.KT, per_k, note=f"{self.T['k']} (tiles of {self.cn['k']})", line=line)
+            return out + prep_notes(per_k, f"prepare {op.w}")
+        return out + prep_notes(loop(kv, self.KT, per_k, note=f"{self.T['k']} (tiles of {self.cn['k']})", line=line),
+                                f"prepare {op.w}")
 
     def bias(self) -> list[Stmt]:
         op, p, line = self.op, self.p, self.line
@@ -196,7 +205,8 @@ class _ConvBuilder:
                     View(b2, (sl(a(term(kb, p.tile_k, self.cn["k"])), p.tile_k), full(1))), line)]
         self.bias_col = col
         note = f"{self.T['k']} (tiles of {self.cn['k']})"
-        return st + [Alloc(col, line=line)] + loop(kb, self.KT, body, note=note, line=line)
+        return st + [Alloc(col, line=line)] + prep_notes(loop(kb, self.KT, body, note=note, line=line),
+                                                         f"load {op.bias} as columns")
 
     def x_band(self) -> list[Stmt]:
         p, line, V = self.p, self.L["update"], self.var

@@ -101,7 +101,8 @@ def _column_loads(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
 
 def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, ones: dict[str, Buf],
                views: dict[str, Buf]) -> tuple[list[Stmt], dict]:
-    """Each row operand s[free] copied to every partition of a full tile: ones[1, P].T @ s[1, TILE_F] on TensorE."""
+    """Each row operand s[free] copied to every partition of a full tile: ones[1, P].T @ s[1, TILE_F] on TensorE.
+    Each is a hoistable block: it depends only on the free tile, so with one free tile it leaves the whole nest."""
     line, TP, TF = op.line, plan.parts, plan.free
     stmts, tiles = [], {}
     for name in op.rows:
@@ -109,9 +110,10 @@ def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fre
         acc = Buf(fresh(f"{name}_bcast"), "psum", "f32", (TP, TF))
         tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (TP, TF))
         src = View(views[name], (full(1), sl(a(term("t", TF, "TILE_F")), TF)))
-        stmts += [Alloc(row, line=line), Dma(whole(row), src, line), Alloc(acc, zero=True, line=line),
-                  ir.Matmul(whole(acc), View(ones[row.dtype], (full(1), full(TP))), whole(row), line),
-                  Alloc(tile, line=line), ir.Copy(whole(tile), whole(acc), line)]
+        body = [Alloc(row, line=line), Dma(whole(row), src, line), Alloc(acc, zero=True, line=line),
+                ir.Matmul(whole(acc), View(ones[row.dtype], (full(1), full(TP))), whole(row), line),
+                Alloc(tile, line=line), ir.Copy(whole(tile), whole(acc), line)]
+        stmts.append(ir.Block(f"row {name}: copied to every partition", tuple(body), line, hoist=True))
         tiles[name] = whole(tile)
     return stmts, tiles
 

@@ -136,14 +136,15 @@ class _ViewModel:
     def idx(self, i, dim: int) -> str:
         if isinstance(i, Aff):
             return self.aff(i)
-        if not i.start.terms and i.start.const == 0 and i.step == 1 and i.size == dim:
+        unit = 1 if i.size == 1 else i.step  # a step over one element changes nothing: print the plain slice
+        if not i.start.terms and i.start.const == 0 and unit == 1 and i.size == dim:
             return ":"
-        span = i.size if i.step == 1 else (i.size - 1) * i.step + 1
-        step = "" if i.step == 1 else f":{i.step}"
+        span = i.size if unit == 1 else (i.size - 1) * unit + 1
+        step = "" if unit == 1 else f":{unit}"
         if not i.start.terms:  # constant bounds print as numbers
             return f"{i.start.const}:{i.start.const + span}{step}"
         start = self.aff(i.start)
-        size = self._size(i) if i.step == 1 else str(span)
+        size = self._size(i) if unit == 1 else str(span)
         return f"{start}:{start} + {size}{step}"
 
     def _size(self, i: Sl) -> str:
