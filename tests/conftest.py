@@ -20,12 +20,12 @@ class Golden:
 
     def check(self, name: str, text: str) -> None:
         path = ROOT / "tests" / "golden" / name
-        if self.update or not path.exists():
-            if not self.update:
-                pytest.fail(f"golden file {path} is missing; run pytest --update-golden and review the diff")
+        if self.update:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             return
+        if not path.exists():
+            pytest.fail(f"golden file {path} is missing; run pytest --update-golden and review the diff")
         expected = path.read_text()
         assert text == expected, f"output differs from golden {path} (pytest --update-golden to refresh)"
 
