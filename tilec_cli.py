@@ -34,6 +34,16 @@ def parse_defines(items: list[str] | None) -> dict[str, int]:
     return out
 
 
+def _write_text(path: str, text: str, what: str = "the kernel", option: str = "-o") -> None:
+    """Write an output file; a bad path is the user's mistake, reported with a hint, not a traceback."""
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as err:
+        raise TilecError(f"cannot write {what} to {path}: {err.strerror or err}",
+                         hint=f"give {option} a writable file path in an existing directory") from None
+
+
 # ---- subcommands: each owner adds its own block below ------------------------------------------------------------
 
 
@@ -281,8 +291,6 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
 
 @command("tune", "search the schedule space with the performance model; write the best kernel", _tune_args)
 def _tune_run(args: argparse.Namespace) -> int:
-    import pathlib
-
     from tilec.tune.api import DEFAULT_BUDGET, summary_text, tune
 
     budget = args.budget if args.budget is not None or args.time is not None else DEFAULT_BUDGET
@@ -293,9 +301,9 @@ def _tune_run(args: argparse.Namespace) -> int:
         print("error: the tuned kernel did not match the reference evaluator; nothing written", file=sys.stderr)
         return 1
     if args.save_schedule:
-        pathlib.Path(args.save_schedule).write_text(result.best_schedule)
+        _write_text(args.save_schedule, result.best_schedule, "the schedule", "--save-schedule")
     if args.output:
-        pathlib.Path(args.output).write_text(result.source)
+        _write_text(args.output, result.source)
     return 0
 
 
@@ -389,26 +397,11 @@ def _profile_shape(text: str, params: list[str], index: int) -> tuple[str, tuple
 
 
 def _profile_trace_tl(path, defines: dict[str, int]):
-    import pathlib
-    import tempfile
-
-    import ml_dtypes
-    import numpy as np
-
     from tilec import compile_file
     from tilec.lang.api import random_inputs
-    from tilec.nki.api import load_kernel_file, simulate_traced
 
     compiled = compile_file(str(path), defines or None)
-    dtypes = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
-    tensors = compiled.program.tensors
-    inputs = random_inputs(compiled.program, seed=0)
-    arrays = [inputs[p.name].astype(dtypes[tensors[p.name].dtype]) if p.name in tensors else inputs[p.name]
-              for p in compiled.program.kernel.params]
-    with tempfile.TemporaryDirectory(prefix="tilec-profile-") as tmp:
-        kernel_path = pathlib.Path(tmp) / f"{compiled.kernel_name}.py"
-        kernel_path.write_text(compiled.source)
-        _, trace = simulate_traced(load_kernel_file(str(kernel_path), compiled.kernel_name), *arrays)
+    _, trace = compiled.run_traced(**random_inputs(compiled.program, seed=0))  # cast to the declared dtypes there
     return trace, compiled.source
 
 
@@ -423,15 +416,6 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump-ir", metavar="STAGE|all", help="print the IR after a pipeline stage (or all of them)")
 
 
-def _write_kernel(path: str, source: str) -> None:
-    try:
-        with open(path, "w") as f:
-            f.write(source)
-    except OSError as err:
-        raise TilecError(f"cannot write the kernel to {path}: {err.strerror or err}",
-                         hint="give -o a writable file path in an existing directory") from None
-
-
 @command("compile", "compile a .tl program to an NKI kernel (Python module)", _compile_args)
 def run_compile(args: argparse.Namespace) -> int:
     from tilec.compiler.api import STAGES, compile_file
@@ -444,7 +428,7 @@ def run_compile(args: argparse.Namespace) -> int:
             if args.dump_ir in ("all", name):
                 print(f"=== {name} ===\n{text}")
     if args.output:
-        _write_kernel(args.output, compiled.source)
+        _write_text(args.output, compiled.source)
         print(f"wrote {args.output} (kernel {compiled.kernel_name})", file=sys.stderr)
     elif not args.dump_ir:
         print(compiled.source, end="")

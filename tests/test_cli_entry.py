@@ -40,3 +40,13 @@ def test_bad_define_is_a_user_error() -> None:
     with pytest.raises(TilecError, match="bad -D option 'C'"):
         tilec_cli.parse_defines(["C"])
     assert tilec_cli.parse_defines(["N=1", "C=256"]) == {"N": 1, "C": 256}
+
+
+def test_output_files_that_cannot_be_written_are_user_errors(tmp_path) -> None:
+    # compile -o, tune -o and tune --save-schedule share this writer: a bad path gets a hint naming the option
+    with pytest.raises(TilecError) as err:
+        tilec_cli._write_text(str(tmp_path / "missing" / "s.txt"), "tile Y.k, 128\n", "the schedule", "--save-schedule")
+    assert err.value.message.startswith(f"cannot write the schedule to {tmp_path}/missing/s.txt: No such file")
+    assert err.value.hint == "give --save-schedule a writable file path in an existing directory"
+    tilec_cli._write_text(str(tmp_path / "k.py"), "x = 1\n")
+    assert (tmp_path / "k.py").read_text() == "x = 1\n"

@@ -100,14 +100,15 @@ _LOADED: dict[str, Callable] = {}
 
 
 def load_kernel(source: str, name: str) -> Callable:
-    """Write the source to a file named by its hash (so kernel file:line in errors is stable) and import it."""
+    """Write the source to `<tmp>/tilec_kernels/<hash>/<name>.py` (so kernel file:line in errors and profiles is
+    stable and reads like the kernel's own name) and import it."""
     from tilec.nki import api as nki_api
 
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     if digest not in _LOADED:
-        folder = pathlib.Path(tempfile.gettempdir()) / "tilec_kernels"
-        folder.mkdir(exist_ok=True)
-        path = folder / f"{name}_{digest}.py"
+        folder = pathlib.Path(tempfile.gettempdir()) / "tilec_kernels" / digest
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}.py"
         if not path.exists():
             path.write_text(source)
         _LOADED[digest] = nki_api.load_kernel_file(str(path), name)
