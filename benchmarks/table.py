@@ -95,10 +95,16 @@ def floor_us(w: Workload) -> tuple[float, str]:
     return (compute / 1000, "compute") if compute >= memory else (memory / 1000, "bandwidth")
 
 
-def tilec_us(w: Workload) -> float | None:
-    """Model latency of the kernel tilec compiles for this workload, if the compiler and the example exist.
+def _example_copy(w: Workload, folder: str) -> pathlib.Path:
+    """The row's example program in `folder`; the examples declare f32 tensors, so an fp16 row gets f32 -> f16."""
+    text = (ROOT / "examples" / w.tl[0]).read_text()
+    program = pathlib.Path(folder) / w.tl[0]
+    program.write_text(text if w.fp32 else text.replace("f32", "f16"))
+    return program
 
-    The examples declare f32 tensors; an fp16 workload compiles a copy of the example with f32 replaced by f16."""
+
+def tilec_us(w: Workload) -> float | None:
+    """Model latency of the kernel tilec compiles for this workload, if the compiler and the example exist."""
     if w.tl is None or not (ROOT / "examples" / w.tl[0]).exists():
         return None
     try:
@@ -107,26 +113,11 @@ def tilec_us(w: Workload) -> float | None:
         return None
     import tempfile
 
-    import ml_dtypes
-    import numpy as np
-
     from tilec.lang.api import random_inputs
-    from tilec.nki.api import load_kernel_file, simulate_traced
 
-    dtypes = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
-    text = (ROOT / "examples" / w.tl[0]).read_text()
-    if not w.fp32:
-        text = text.replace("f32", "f16")
     with tempfile.TemporaryDirectory(prefix="tilec-table-") as tmp:
-        program = pathlib.Path(tmp) / w.tl[0]
-        program.write_text(text)
-        compiled = compile_file(str(program), w.tl[1])
-        tensors = compiled.program.tensors
-        inputs = random_inputs(compiled.program, seed=0)
-        arrays = [inputs[p.name].astype(dtypes[tensors[p.name].dtype]) for p in compiled.program.kernel.params]
-        path = pathlib.Path(tmp) / f"{compiled.kernel_name}.py"
-        path.write_text(compiled.source)
-        _, trace = simulate_traced(load_kernel_file(str(path), compiled.kernel_name), *arrays)
+        compiled = compile_file(str(_example_copy(w, tmp)), w.tl[1])
+        _, trace = compiled.run_traced(**random_inputs(compiled.program, seed=0))
     return estimate(trace).total_us
 
 
@@ -146,11 +137,8 @@ def tuned_us(w: Workload, budget: int) -> tuple[float, bool] | None:
 
         from tilec.tune.api import tune
 
-        text = (ROOT / "examples" / w.tl[0]).read_text()
         with tempfile.TemporaryDirectory(prefix="tilec-table-") as tmp:
-            program = pathlib.Path(tmp) / w.tl[0]
-            program.write_text(text if w.fp32 else text.replace("f32", "f16"))
-            result = tune(str(program), w.tl[1], budget=budget, seed=0, jobs=2, progress=False,
+            result = tune(str(_example_copy(w, tmp)), w.tl[1], budget=budget, seed=0, jobs=2, progress=False,
                           cache_dir=str(ROOT / ".tilec-cache" / "tune"))
         _tuned[key] = (result.best_us, result.verified)
     return _tuned[key]
