@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.ops import ConvOp, EltwiseOp, Op, PoolOp, TransposeOp
 from tilec.lang import syntax as sx
 
@@ -126,7 +127,7 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         return PoolPlan(best_divisor(op.dim("B"), PMAX), best_divisor(ho, max(1, 16384 // row_bytes)))
     if isinstance(op, TransposeOp):
         tile = min(PMAX, best_divisor(op.dim("M"), PMAX), best_divisor(op.dim("N"), PMAX))
-        elem = _bytes(dtypes[op.src])
+        elem = DTYPE_BYTES[dtypes[op.src]]
         per_dma = max(1, 4096 // (tile * elem))  # >= 4 KiB per partition per DMA saturates the queues
         return TransposePlan(tile, best_divisor(op.dim("M") // tile, per_dma),
                              best_divisor(op.dim("N") // tile, per_dma))
@@ -141,10 +142,6 @@ def eltwise_free(op: EltwiseOp, parts: int) -> int:
     return op.dim("F") if op.layout else op.size // parts
 
 
-def _bytes(dtype: str) -> int:
-    return {"f32": 4, "f16": 2, "bf16": 2}[dtype]
-
-
 def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     wy, wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
     tile_k, tile_c = best_divisor(op.dim("K"), PMAX), best_divisor(op.dim("C"), PMAX)
@@ -153,7 +150,7 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     x_limit = MOVING_FMAX // wy
     tile_x = wo if wo <= x_limit else best_divisor(wo, x_limit, wx)
     max_rows = MOVING_FMAX // tile_x
-    elem = _bytes(dtypes[op.x])
+    elem = DTYPE_BYTES[dtypes[op.x]]
     ct, r, s = op.dim("C") // tile_c, op.dim("R"), op.dim("S")
     sy, sxx = op.stride  # input rows behind d output rows: (d - 1) * sy + r
     band_budget = 48 * 1024  # input band bytes per partition: big DMAs, room for two in flight
@@ -173,7 +170,7 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
             band = d
             break
     rows = best_divisor(band, max_rows, wy)
-    weights = ct * r * s * op.dim("K") * _bytes(dtypes[op.w])
+    weights = ct * r * s * op.dim("K") * DTYPE_BYTES[dtypes[op.w]]
     if weights > 64 * 1024:  # weights too big to keep resident: prepare one out-channel tile at a time, outermost
         return ConvPlan(tile_k, tile_c, tile_x, rows, band, 0 if band_x == wo else band_x, ("k", "n", "y"),
                         hoist_w="k")

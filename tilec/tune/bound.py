@@ -15,10 +15,10 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+from tilec.lang.api import DTYPES
 from tilec.trace import Access, Instr, Trace
 
 Bound = Callable[[dict], float]  # named knob values -> lower bound in µs of the op's TensorE busy time
-DTYPE = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
 def _matmul(seq: int, k: int, m: int, free: int, dtype: str) -> Instr:
@@ -54,7 +54,7 @@ def conv_bound(op, dtype: str, target: str) -> Bound:
         rows = named.get(f"tile {op.ref('y')}", 1)
         count = d.get("N", 1) * (d["K"] // tk) * (d["C"] // tc) * d.get("R", 1) * d.get("S", 1) \
             * (d["Ho"] // rows) * (d["Wo"] // tx)
-        _, each = model_costs(tc, tk, rows * tx, DTYPE.get(dtype, "float32"), target)
+        _, each = model_costs(tc, tk, rows * tx, DTYPES.get(dtype, "float32"), target)
         return count * each
 
     return bound

@@ -16,18 +16,15 @@ import importlib.util
 import math
 import multiprocessing
 import pathlib
-import tempfile
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
-import ml_dtypes
 import numpy as np
 
 from tilec.errors import KernelError, TilecError
 
 INF = math.inf
-DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -73,15 +70,10 @@ def compile_job(job: Job, schedule: str | None):  # -> tilec.compiler.api.Compil
 
 def kernel_inputs(compiled, seed: int = 0) -> dict[str, np.ndarray]:
     """Random inputs for the compiled program, in the kernel's dtypes, keyed by parameter name."""
-    from tilec.lang.api import random_inputs
+    from tilec.lang.api import NP_DTYPES, random_inputs
     tensors = compiled.program.tensors
-    return {name: a.astype(DTYPES[tensors[name].dtype]) if name in tensors else a
+    return {name: a.astype(NP_DTYPES[tensors[name].dtype]) if name in tensors else a
             for name, a in random_inputs(compiled.program, seed=seed).items()}
-
-
-def traced_run(compiled, inputs: dict[str, np.ndarray]):
-    """Run the compiled kernel on the interpreter; return ({output name: array}, trace)."""
-    return compiled.run_traced(**inputs)
 
 
 def model_outcome(job: Job, schedule: str, kernel_cache: str | None = None) -> Outcome:
@@ -96,7 +88,7 @@ def model_outcome(job: Job, schedule: str, kernel_cache: str | None = None) -> O
         cache, key = kernel_cache_entry(kernel_cache, job, compiled.source)
         if cache and (hit := cache.get(key)):
             return hit
-        _, trace = traced_run(compiled, kernel_inputs(compiled))
+        _, trace = compiled.run_traced(**kernel_inputs(compiled))
         est = estimate(trace, job.target)
     except (TilecError, KernelError) as err:
         return Outcome(INF, error=first_line(err))
@@ -217,13 +209,9 @@ class HardwareEvaluator:
 def neuron_benchmark(job: Job, schedule: str, warmup: int, iters: int) -> float:  # pragma: no cover - hardware
     """p99 latency in µs of the compiled kernel measured by real `nki.benchmark` (inputs are ignored by it)."""
     import neuronxcc.nki as nki
-    from tilec.nki.api import load_kernel_file
+    from tilec.compiler.api import load_kernel
     compiled = compile_job(job, schedule)
     inputs = kernel_inputs(compiled)
-    with tempfile.TemporaryDirectory(prefix="tilec-bench-") as tmp:
-        path = pathlib.Path(tmp) / f"{compiled.kernel_name}.py"
-        path.write_text(compiled.source)
-        kernel = load_kernel_file(str(path), compiled.kernel_name)
-        bench = nki.benchmark(warmup=warmup, iters=iters)(kernel)
-        bench(*[inputs[p.name] for p in compiled.program.kernel.params])
-        return float(bench.benchmark_result.nc_latency.get_latency_percentile(99))
+    bench = nki.benchmark(warmup=warmup, iters=iters)(load_kernel(compiled.source, compiled.kernel_name))
+    bench(*[inputs[p.name] for p in compiled.program.kernel.params])
+    return float(bench.benchmark_result.nc_latency.get_latency_percentile(99))

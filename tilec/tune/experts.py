@@ -6,9 +6,9 @@ double- or triple-buffer the input band so loads overlap the tensor engine.
 """
 from __future__ import annotations
 
+from tilec.compiler.ir import DTYPE_BYTES
 from tilec.tune.space import Point, Space
 
-ELEM = {"f32": 4, "f16": 2, "bf16": 2}
 
 
 def largest(values: tuple, ok) -> object | None:
@@ -53,7 +53,7 @@ def conv_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
 def transpose_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
     tile = f"tile {op.ref('i')}"
     si, sj = f"split {op.ref('i')}", f"split {op.ref('j')}"
-    elem = ELEM.get(dtypes.get(op.tensor("src") or "", "f32"), 4)
+    elem = DTYPE_BYTES.get(dtypes.get(op.tensor("src") or "", "f32"), 4)
     per_dma = max(1, 8192 // (128 * elem))  # 8 KiB per partition per DMA
     out = []
     for method in (None, "dma"):

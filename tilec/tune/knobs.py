@@ -25,6 +25,7 @@ import itertools
 import re
 from dataclasses import dataclass, field, replace
 
+from tilec.compiler.ir import DTYPE_BYTES
 from tilec.errors import InternalError
 from tilec.tune.bound import Bound, conv_bound, total_bound
 from tilec.tune.evaluate import Job, compile_job
@@ -32,7 +33,6 @@ from tilec.tune.experts import expert_points
 from tilec.tune.space import Check, Knob, Limits, Space
 
 LIMITS = Limits()
-ELEM = {"f32": 4, "f16": 2, "bf16": 2}
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
             return f"rows and bands must be multiples of the pool window {wy}"
         bufs = (named.get(f"buffers {moving}") or 2) if moving else 2
         width = band_x + d.get("S", 1) - 1 if band_x else d["W"]
-        band_bytes = (band + d.get("R", 1) - 1) * width * ELEM[dtype] * (d["C"] // named[f"tile {op.ref('c')}"])
+        band_bytes = (band + d.get("R", 1) - 1) * width * DTYPE_BYTES[dtype] * (d["C"] // named[f"tile {op.ref('c')}"])
         if band_bytes * bufs > LIMITS.sbuf_bytes // 2:
             return f"{bufs} input bands of {band_bytes // 1024} KiB per partition exceed half of SBUF"
         return None
@@ -223,7 +223,7 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], lis
              Knob(f"split {op.ref('j')}", "split", op.ref("j"), _with_default(dflt.get(("split", "j")), splits_j)),
              Knob(f"method {op.name}", "method", op.name, (None, "dma"))]  # default: pe
 
-    elem = ELEM[dtypes.get(op.tensor("src") or "", "f32")]
+    elem = DTYPE_BYTES[dtypes.get(op.tensor("src") or "", "f32")]
 
     def check(named: dict) -> str | None:
         t = named[knobs[0].name]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilec.tune.evaluate import Job, compile_job, first_line, kernel_inputs, traced_run
+from tilec.tune.evaluate import Job, compile_job, first_line, kernel_inputs
 
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2}
 
@@ -38,7 +38,7 @@ def verify(job: Job, schedule: str, seed: int = 0) -> Verdict:
     try:
         compiled = compile_job(job, schedule or None)
         inputs = kernel_inputs(compiled, seed)
-        outputs, _ = traced_run(compiled, inputs)
+        outputs, _ = compiled.run_traced(**inputs)
         reference = evaluate(compiled.program, inputs)
     except Exception as err:  # any failure means "not verified"; the message says why
         return Verdict(False, float("inf"), f"{type(err).__name__}: {first_line(err)}")
