@@ -1,6 +1,11 @@
 """Tune the assignment's performance workloads and compare default and tuned model latency with the targets.
 
     python benchmarks/bench_tune.py [--budget N] [--jobs J] [--seed K] [--only conv224_f16,...]
+    python benchmarks/bench_tune.py --examples [--only vector_add,...]
+
+--examples tunes every program in examples/ at its own default sizes instead and says, per example, whether the
+tuned kernel beats the compiler's default schedule, or equals it because the default is the best point of a space
+that was evaluated in full.
 
 Workloads (calibration.md section 2): the fused conv + bias + 2x2 maxpool, batch 1, 256 -> 256 channels, 3x3,
 224x224 in fp32 and fp16, the 32x16 extra-credit image in fp32 and fp16, and the 4096x4096 fp32 transpose
@@ -76,13 +81,46 @@ HEADER = (f"{'workload':18} {'default':>9} {'tuned':>9} {'speed':>7} {'MFU':>6} 
           f"{'pass':>5} {'ver':>4} {'tried':>5} {'evals':>5} {'tune s':>7}")
 
 
+EXAMPLES_HEADER = (f"{'example':18} {'default':>9} {'tuned':>9} {'speed':>7} {'vs default':>34} {'ver':>4} "
+                   f"{'tried':>5} {'evals':>5} {'tune s':>7}")
+
+
+def verdict(r: TuneResult) -> str:
+    if r.best_us < r.default_us:
+        return f"beats it by {r.default_us - r.best_us:.2f} us"
+    if r.stats and r.stats.exhaustive:
+        return f"equal: default is best of all {r.stats.legal}"
+    return "NOT BEATEN"
+
+
+def example_row(name: str, r: TuneResult) -> str:
+    default = f"{r.default_us:9.1f}" if math.isfinite(r.default_us) else "   failed"
+    return (f"{name:18} {default} {r.best_us:9.1f} {r.speedup:6.3f}x {verdict(r):>34} "
+            f"{'yes' if r.verified else 'NO':>4} {len(r.history):5d} {r.evaluations:5d} {r.wall_s:7.1f}")
+
+
+def run_examples(args: argparse.Namespace) -> int:
+    """Every example at its default sizes: does the tuned kernel beat the compiler's default schedule?"""
+    chosen = [p for p in sorted((ROOT / "examples").glob("*.tl")) if not args.only or p.stem in args.only.split(",")]
+    print(EXAMPLES_HEADER, flush=True)
+    for path in chosen:
+        result = tune(str(path), None, budget=args.budget, seed=args.seed, jobs=args.jobs, progress=False)
+        print(example_row(path.stem, result), flush=True)
+        print("  schedule: " + ("; ".join(result.best_schedule.splitlines()) or "(default)"), flush=True)
+    print("\nlatencies are the performance model's estimates in us at each example's default sizes")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=int, default=DEFAULT_BUDGET)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default="", help="comma-separated workload names")
+    ap.add_argument("--examples", action="store_true", help="tune every example at its default sizes instead")
     args = ap.parse_args(argv)
+    if args.examples:
+        return run_examples(args)
     chosen = [w for w in WORKLOADS if not args.only or w.name in args.only.split(",")]
     lines = [HEADER]
     print(HEADER, flush=True)

@@ -61,10 +61,28 @@ def test_search_finds_the_optimum_of_a_synthetic_cost():
     assert all(SPACE.check(t.point) is None for t in history)
 
 
-def test_small_space_is_exhausted_without_repeats():
-    space = Space((Knob("split a.i", "split", "a.i", (None, 2, 4)), Knob("buffers A", "buffers", "A", (None, 2))))
-    history, stats = search(space, lambda b: [(1.0, "")] * len(b), budget=50, seed=0)
-    assert len(history) == 6 and stats.exhausted
+SMALL = Space((Knob("split a.i", "split", "a.i", (None, 2, 4)), Knob("buffers A", "buffers", "A", (None, 2))))
+
+
+def test_a_space_within_the_budget_is_enumerated_given_points_first():
+    first = [("default", SMALL.default_point()), ("expert", SMALL.point(**{"split a.i": 4}))]
+    history, stats = search(SMALL, lambda b: [(float(len(c.schedule)), "") for c in b], budget=50, seed=0,
+                            first=first)
+    assert stats.exhaustive and stats.legal == 6 and len(history) == 6
+    assert [t.origin for t in history[:2]] == ["default", "expert"] and history[1].point == (4, None)
+    assert {t.point for t in history} == {(a, b) for a in (None, 2, 4) for b in (None, 2)}
+    assert best_of(history).schedule == ""  # the shortest text is the cheapest here: the default
+
+
+def test_a_space_over_the_budget_is_searched_not_enumerated():
+    history, stats = search(SMALL, lambda b: [(1.0, "")] * len(b), budget=4, seed=0)
+    assert len(history) == 4 and not stats.exhaustive and stats.legal == 6
+
+
+def test_a_large_space_with_few_legal_points_is_exhausted_without_repeats(monkeypatch):
+    monkeypatch.setattr("tilec.tune.search.ENUMERATE_LIMIT", 0)  # as if it were too big to list
+    history, stats = search(SMALL, lambda b: [(1.0, "")] * len(b), budget=50, seed=0)
+    assert len(history) == 6 and stats.exhausted and not stats.exhaustive and stats.legal is None
 
 
 def test_time_limit_cuts_the_same_sequence_short():

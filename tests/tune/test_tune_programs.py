@@ -107,13 +107,18 @@ def test_tune_small_conv_beats_or_equals_default_verifies_and_reruns_from_cache(
     assert [(t.schedule, t.cost) for t in again.history] == [(t.schedule, t.cost) for t in first.history]
     assert again.best_schedule == first.best_schedule
     assert "tuned schedule" in summary_text(first)
+    assert "space            : 6 schedules tried out of" in summary_text(first)  # a sample, not the whole space
 
 
-def test_tune_vector_add_picks_a_tile_that_is_no_slower(tmp_path):
-    result = tune(str(EXAMPLES / "vector_add.tl"), {"L": 128 * 64}, budget=6, jobs=1, progress=False,
+def test_tune_vector_add_evaluates_its_whole_small_space_and_says_so(tmp_path):
+    result = tune(str(EXAMPLES / "vector_add.tl"), {"L": 128 * 1024}, budget=6, jobs=1, progress=False,
                   cache_dir=str(tmp_path))
     assert result.verified and result.best_us <= result.default_us
     assert result.best_schedule.startswith("tile z.i, ")
+    tiles = {t.schedule for t in result.history}
+    assert result.stats.exhaustive and len(tiles) == result.stats.legal == 5  # 1024, 512, 256, 128, 64 per tile
+    assert all(t.cost >= result.best_us for t in result.history)
+    assert "all 5 legal schedules evaluated" in summary_text(result)
 
 
 def test_cli_writes_schedule_and_kernel_and_reports_errors_without_traceback(tmp_path, capsys, monkeypatch):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Callable, Iterator
 
 from tilec.errors import TilecError
@@ -40,6 +40,7 @@ class TuneResult:
     wall_s: float = 0.0
     stats: SearchStats | None = None
     measured_p99_us: float | None = None  # set by the hardware evaluator
+    space_points: int = 0  # points of the space before the static checks
 
     @property
     def speedup(self) -> float:
@@ -108,7 +109,7 @@ def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = D
         bar.close()
         if own:
             evaluator.close()  # type: ignore[attr-defined]
-    return finish(job, cost, history, stats, ranked, started)
+    return replace(finish(job, cost, history, stats, ranked, started), space_points=space.size())
 
 
 def rank(job: Job, evaluator: Evaluator, history: list[Trial]) -> list[tuple[str, float, float | None]]:
@@ -181,10 +182,22 @@ def summary_text(result: TuneResult) -> str:
         f"{failed} failed to compile or run; {result.wall_s:.1f} s",
         f"verified         : {'yes' if result.verified else 'NO'} (max relative error {result.max_error:.2g})",
     ]
+    lines.insert(3, f"space            : {coverage(result)}")
     if result.measured_p99_us is not None:
         lines.insert(2, f"measured p99     : {result.measured_p99_us:.1f} us (nki.benchmark)")
     schedule = result.best_schedule.strip() or "(the compiler's default)"
     return "\n".join(lines + ["schedule:"] + ["  " + line for line in schedule.splitlines()])
+
+
+def coverage(result: TuneResult) -> str:
+    """How much of the space the run saw: all of it (then the winner is the space's optimum) or a sample."""
+    stats, tried = result.stats, len(result.history)
+    if stats and stats.exhaustive:
+        return (f"all {stats.legal} legal schedules evaluated (or pruned by their lower bound): "
+                f"the tuned schedule is the best of the whole space")
+    if stats and stats.legal is not None:
+        return f"{tried} of its {stats.legal} legal schedules tried"
+    return f"{tried} schedules tried out of {result.space_points} points before the static checks"
 
 
 def _us(value: float) -> str:

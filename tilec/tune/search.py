@@ -4,6 +4,9 @@ The search knows nothing of compilers or models: it asks a batch cost function f
 the history. Determinism: one `random.Random(seed)`, candidates proposed in a fixed batch size (independent of the
 number of worker processes), elites ordered by (cost, trial index). A time limit only cuts the same sequence short.
 
+    small space : when every legal point fits in the budget (at most ENUMERATE_LIMIT points before the static
+                  checks; under a time limit alone, at most ENUMERATE_UNBUDGETED), all of them are evaluated, the given seed points first: the result is then the best of
+                  the whole space, and `SearchStats.exhaustive` says so
     first guess : the given seed points (the compiler's default, expert heuristics), then random legal points,
                   half of them uniform and half a knob step or two away from the given points
     each round  : BATCH children, each either a one-knob step from a tournament winner (exploitation) or a uniform
@@ -12,6 +15,7 @@ number of worker processes), elites ordered by (cost, trial index). A time limit
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import time
@@ -24,12 +28,14 @@ BATCH = 8  # candidates proposed and evaluated per round; fixed so results do no
 POPULATION = 12  # elites kept as parents
 TOURNAMENT = 3
 MAX_TRIES = 200  # proposals per wanted child before the space counts as exhausted
+ENUMERATE_LIMIT = 50_000  # points before the static checks: enumerating them costs well under a second
+ENUMERATE_UNBUDGETED = 64  # under a time limit alone, enumerate only spaces this small (grid order is not best-first)
 
 
 @dataclass(frozen=True)
 class Trial:
     index: int  # order of evaluation
-    origin: str  # "default", "expert", "random", "step", "cross"
+    origin: str  # "default", "expert", "grid" (enumerated), "random", "step", "cross"
     point: Point
     schedule: str
     cost: float  # model or measured latency in µs; inf when the candidate failed
@@ -54,6 +60,8 @@ class SearchStats:
     duplicates: int = 0  # proposals whose schedule text was already tried
     exhausted: bool = False  # stopped because no new legal point could be found
     timed_out: bool = False
+    exhaustive: bool = False  # every legal point of the space was evaluated (or pruned by its lower bound)
+    legal: int | None = None  # distinct legal schedules in the space, when it was small enough to count
 
 
 def best_of(trials: Iterable[Trial]) -> Trial | None:
@@ -71,6 +79,7 @@ class Search:
             raise ValueError("give a budget, a time limit, or both")
         self.space, self.cost = space, cost
         self.budget = budget if budget is not None else 10**9
+        self.enumerate_max = budget if budget is not None else ENUMERATE_UNBUDGETED
         self.deadline = None if time_s is None else clock() + time_s
         self.rng = random.Random(seed)
         self.first = list(first)
@@ -82,6 +91,12 @@ class Search:
     # ---- driver -------------------------------------------------------------------------------------------------
 
     def run(self) -> list[Trial]:
+        every = self._enumerate()
+        if every is not None and len(every) <= self.enumerate_max:
+            self._evaluate(every)
+            self.stats.exhaustive = len(self.trials) == len(every)
+            return self.trials
+        self.seen.clear()
         self._evaluate(self._first_guess())
         while self._left() > 0 and not self._out_of_time():
             batch = self._children(min(BATCH, self._left()))
@@ -124,6 +139,17 @@ class Search:
             return None
         self.seen.add(text)
         return Candidate(origin, point, text)
+
+    def _enumerate(self) -> list[Candidate] | None:
+        """Every legal, distinct candidate, the given points first; None when the space is too big to list."""
+        if self.space.size() > ENUMERATE_LIMIT:
+            return None
+        given = [c for origin, p in self.first if (c := self._accept(origin, p))]
+        grid = itertools.product(*(k.values for k in self.space.knobs))
+        rest = [c for p in grid if (c := self._accept("grid", p))]
+        self.stats.legal = len(given) + len(rest)
+        self.stats.rejected = self.stats.duplicates = 0  # counted again by the search proper, if it runs
+        return given + rest
 
     def _first_guess(self) -> list[Candidate]:
         """The given points, then random legal points up to POPULATION: half uniform over the space, half one
