@@ -137,6 +137,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=["ref", "nki"], default="nki",
                    help="nki: compile, run on the NKI backend and compare with the reference evaluator (default); "
                         "ref: the NumPy reference evaluator only")
+    p.add_argument("--schedule", help="a schedule file (e.g. from tilec tune --save-schedule) replacing the "
+                                      "program's own; used by the nki backend")
 
 
 def _load_npz(path: str) -> dict:
@@ -197,7 +199,7 @@ def _run_program(args: argparse.Namespace) -> int:
         print(f"input  {_shape_text(bound.tensors[name])}  {_checksum(inputs[name])}")
     outputs = api.evaluate(prog, inputs)
     if args.backend == "nki":
-        outputs = _run_nki(args.program, bound, inputs, outputs)
+        outputs = _run_nki(args.program, bound, inputs, outputs, args.schedule)
     for name, array in outputs.items():
         print(f"output {_shape_text(bound.tensors[name])}  {_checksum(array)}")
     if args.out:
@@ -206,14 +208,14 @@ def _run_program(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_nki(path: str, bound, inputs: dict, reference: dict) -> dict:
+def _run_nki(path: str, bound, inputs: dict, reference: dict, schedule: str | None = None) -> dict:
     """Compile and run on the NKI backend; report the largest difference from the reference evaluator."""
     import numpy as np
 
     import tilec
 
     shapes = {name: bound.sizes[name] for name in bound.facts.symbols}
-    result = tilec.compile_file(path, shapes=shapes).run(**inputs)
+    result = tilec.compile_file(path, shapes=shapes, schedule=schedule).run(**inputs)
     if isinstance(result, dict):
         outputs = result
     elif isinstance(result, (tuple, list)):
@@ -319,6 +321,7 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
                    help="a random input (repeat; unnamed ones go in parameter order), e.g. 128x25600:float16")
     p.add_argument("--arg", action="append", metavar="NAME=VALUE", help="a scalar keyword argument, e.g. pool_size=2")
     p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="a size of a .tl program")
+    p.add_argument("--schedule", help="a schedule file replacing the .tl program's own (e.g. from tilec tune)")
     p.add_argument("--target", help="modelled NeuronCore, trn2 or trn1 (default: the kernel's platform target)")
     p.add_argument("--html", metavar="OUT.html", help="timeline picture (default <name>.timeline.html)")
 
@@ -335,7 +338,10 @@ def _profile_run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise TilecError(f"no such file: {args.file}")
     if path.suffix == ".tl":
-        trace, kernel_source = _profile_trace_tl(path, parse_defines(args.defines))
+        trace, kernel_source = _profile_trace_tl(path, parse_defines(args.defines), args.schedule)
+    elif args.schedule:
+        raise TilecError("--schedule applies to .tl programs", hint="profile the .tl program with --schedule, or "
+                                                                     "the kernel file alone")
     else:
         trace, kernel_source = _profile_trace_py(path, args)
     est = estimate(trace, args.target or trace.target or "trn2")
@@ -396,11 +402,11 @@ def _profile_shape(text: str, params: list[str], index: int) -> tuple[str, tuple
                          hint="write e.g. --shape 256x256x3x3:float16 or --shape w=256x256x3x3:float16") from None
 
 
-def _profile_trace_tl(path, defines: dict[str, int]):
+def _profile_trace_tl(path, defines: dict[str, int], schedule: str | None = None):
     from tilec import compile_file
     from tilec.lang.api import random_inputs
 
-    compiled = compile_file(str(path), defines or None)
+    compiled = compile_file(str(path), defines or None, schedule)
     _, trace = compiled.run_traced(**random_inputs(compiled.program, seed=0))  # cast to the declared dtypes there
     return trace, compiled.source
 

@@ -148,6 +148,23 @@ def test_cli_writes_schedule_and_kernel_and_reports_errors_without_traceback(tmp
     assert "error: cannot read" in capsys.readouterr().err
 
 
+def test_a_saved_schedule_runs_and_profiles_at_the_tuned_latency(tmp_path, capsys, monkeypatch):
+    import tilec_cli
+    monkeypatch.chdir(tmp_path)
+    program, schedule = str(EXAMPLES / "avgpool.tl"), str(tmp_path / "avg.sched")
+    sizes = ["-D", "C=128", "-D", "H=16", "-D", "W=16"]
+    assert tilec_cli.main(["tune", program, *sizes, "--budget", "8", "--jobs", "1", "--quiet",
+                           "--save-schedule", schedule]) == 0
+    tuned = float(capsys.readouterr().out.split("tuned schedule   :")[1].split("us")[0])
+    assert tilec_cli.main(["run", program, *sizes, "--schedule", schedule]) == 0  # checked against the evaluator
+    assert "max abs error vs reference" in capsys.readouterr().out
+    assert tilec_cli.main(["profile", program, *sizes, "--schedule", schedule, "--html", "t.html"]) == 0
+    total_us = float(capsys.readouterr().out.split("total_time ")[1].split()[0]) * 1e6
+    assert abs(total_us - tuned) < 0.05 + 1e-3 * tuned  # the summary prints one decimal
+    assert tilec_cli.main(["profile", str(tmp_path / "t.html"), "--schedule", schedule]) == 1
+    assert "--schedule applies to .tl programs" in capsys.readouterr().err
+
+
 def test_tune_with_a_hardware_evaluator_takes_the_best_measured_of_the_model_top_k(tmp_path):
     from tilec.tune.evaluate import HardwareEvaluator, ModelEvaluator
     measured: list[str] = []

@@ -1,6 +1,6 @@
 """tilec's CPU interpreter of the NKI 0.1 API (`neuronxcc.nki`).
 
-    api.py        simulate / simulate_traced / load_kernel_file / run_file (the public entry points)
+    api.py        simulate / simulate_traced (numerics=False: trace-only) / load_kernel_file / run_file
     shim.py       serves `import neuronxcc.nki[.language|.isa]` from this package when neuronxcc is absent
     top.py        nki.jit / baremetal / benchmark / simulate_kernel / nki.compiler / nki.typing
     kernel.py     running a kernel: HBM argument wrapping, outputs, SPMD grids

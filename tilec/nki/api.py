@@ -1,7 +1,8 @@
 """Public entry points of the NKI interpreter (the contract in the briefing):
 
     simulate(kernel_fn, *arrays, **kwargs) -> outputs            like nki.simulate_kernel
-    simulate_traced(kernel_fn, *arrays, **kwargs) -> (outputs, Trace)
+    simulate_traced(kernel_fn, *arrays, numerics=True, **kwargs) -> (outputs, Trace)
+                                                                  numerics=False: trace-only (see simulate_traced)
     load_kernel_file(path, name) -> kernel                        imports a .py kernel file with the shim active
     run_file(path, kernel, inputs, ...) -> (outputs, Trace)       what `tilec nki-run` does
     random_inputs(specs, seed) -> dict of arrays                  from "a=128x512:float16" shape specs
@@ -17,7 +18,7 @@ import sys
 import numpy as np
 
 from tilec.nki import dtypes, shim
-from tilec.nki.kernel import as_kernel, run_kernel
+from tilec.nki.kernel import as_kernel, launch
 from tilec.errors import KernelError
 from tilec.nki.rules import NkiError
 from tilec.trace import Trace
@@ -28,10 +29,17 @@ def simulate(kernel_fn: object, *arrays: object, target: str | None = None, **kw
     return outputs
 
 
-def simulate_traced(kernel_fn: object, *arrays: object, target: str | None = None,
+def simulate_traced(kernel_fn: object, *arrays: object, target: str | None = None, numerics: bool = True,
                     **kwargs: object) -> tuple[object, Trace]:
+    """Run the kernel on the interpreter; return its outputs and its instruction trace.
+
+    numerics=False is a trace-only run, for callers that need only the trace (the auto-tuner's performance model):
+    every hardware rule is still enforced and the trace equals the full run's, but no arithmetic or data copy is
+    done, so the returned outputs hold unspecified values (whatever the fresh memory held) and arguments the kernel
+    writes are left unchanged. A kernel whose addresses depend on tensor values (indirect DMA) raises NkiError
+    [trace_only_needs_values] instead of running."""
     shim.install()
-    return run_kernel(as_kernel(kernel_fn), arrays, kwargs, target=target)
+    return launch(kernel_fn, arrays, kwargs, target=target, numerics=numerics)
 
 
 _loaded: dict[tuple[str, int], object] = {}  # (path, mtime) -> module: a file is executed once until it changes

@@ -2,23 +2,35 @@
 instruction records, assignment (`dst[...] = value`) and PSUM accumulation (`acc += nc_matmul(...)`).
 
 Every API call goes: `begin()` (commit results the kernel kept) -> operand checks -> `read()` each operand (scope,
-never-written memory, dependence log) -> compute in fp32 with numpy -> `result()` (a fresh tile, rounded to its dtype
-on store) -> `emit()` the trace record. A fresh result assigned or `+=`-ed straight into a destination is written
-there instead (the instruction is retargeted, as the NKI compiler does), so it costs no extra copy and no memory.
+never-written memory, dependence log) -> `compute()` the values in fp32 with numpy -> `result()` (a fresh tile of a
+declared shape, rounded to its dtype on store) -> `emit()` the trace record. A fresh result assigned or `+=`-ed
+straight into a destination is written there instead (the instruction is retargeted, as the NKI compiler does), so
+it costs no extra copy and no memory.
+
+Trace-only runs (`Run.numerics` False, `simulate_traced(..., numerics=False)`): `compute()` is the one place that
+decides; it skips the arithmetic step of every instruction and returns None, and the storing functions below treat
+None as "no values to store". Everything else (checks, written-element tracking, dependence logs, capacity, the
+trace) runs unchanged, so the trace and the errors are those of a full run; the values in tiles and outputs are
+unspecified. What needs tensor values to decide addresses or control (indirect DMA) calls `needs_values()`, which
+refuses to run trace-only.
 """
 from __future__ import annotations
 
 import dataclasses
 import linecache
 import re
+from typing import Callable, TypeVar
 
 import ml_dtypes
 import numpy as np
 
 from tilec.nki import checks, races, recorder, rules, runtime
 from tilec.nki.runtime import Buffer, Run
+from tilec.errors import InternalError
 from tilec.nki.tensor import Tensor
 from tilec.trace import Instr
+
+T = TypeVar("T")
 
 F32 = np.dtype(np.float32)
 _LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3),
@@ -51,15 +63,30 @@ def target_name(where: tuple[str, int], default: str) -> str:
     return name or default
 
 
+# ---- the numerics switch ----
+def compute(run: Run, step: Callable[[], T]) -> T | None:
+    """Run an instruction's arithmetic step, or skip it in a trace-only run (None: values unspecified)."""
+    return step() if run.numerics else None
+
+
+def needs_values(run: Run, what: str, where: tuple[str, int]) -> None:
+    """Tensor values decide addresses or control here: a trace-only run cannot know its trace, so it stops."""
+    if not run.numerics:
+        raise rules.NkiError(f"{what} depends on tensor values, which a trace-only run (numerics=False) does not "
+                             "compute", "trace_only_needs_values", where,
+                             hint="run this kernel with numerics=True (the default)")
+
+
 # ---- reads and writes ----
-def read(run: Run, t: Tensor, where: tuple[str, int], log_it: bool = True,
-         mask: np.ndarray | None = None) -> np.ndarray:
+def read(run: Run, t: Tensor, where: tuple[str, int], log_it: bool = True, mask: np.ndarray | None = None) -> None:
+    """Check a read of `t` (scope, never-written elements) and log it for the dependence check. The values are
+    fetched separately, inside an instruction's compute step, with `values()` or `f32()`."""
     buf = t.buf
     if not buf.alive:
         checks.dead(t, where)
     if t.oob is not None:
-        return _read_outside(t, where, mask)
-    if not buf.all_written:
+        _check_outside(t, where, mask)
+    elif not buf.all_written:
         w = t.written_view()
         if mask is not None:
             w = w | ~mask  # masked-off elements are not read
@@ -71,11 +98,18 @@ def read(run: Run, t: Tensor, where: tuple[str, int], log_it: bool = True,
         log = run.cur_log()
         if log is not None and log.frame.id not in buf.scope:  # (views leaving the tensor are not logged)
             log.add(buf, t.off, t.shape, t.strides, races.READ, where)
+
+
+def values(t: Tensor, mask: np.ndarray | None = None) -> np.ndarray:
+    """The elements of a view read() checked, in its dtype (for a view leaving the tensor: those under mask)."""
+    if t.oob is not None:
+        return t.buf.data.reshape(-1)[np.where(mask, _flat(t), 0)]
     return t.arr
 
 
 def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int = races.WRITE,
           mask: np.ndarray | None = None) -> None:
+    """Store `value` (None in a trace-only run: nothing to store) and mark the elements written."""
     buf = t.buf
     if not buf.alive:
         checks.dead(t, where)
@@ -83,10 +117,8 @@ def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int 
     if t.oob is not None:
         _write_outside(t, value, where, mask)
         return
-    if mask is None:
-        np.copyto(t.arr, value, casting="unsafe")
-    else:
-        np.copyto(t.arr, value, casting="unsafe", where=mask)
+    if value is not None:
+        _store(t.arr, value, mask)
     if not buf.all_written:
         if mask is None and t.off == 0 and t.size == buf.data.size and 0 not in t.strides:
             buf.all_written = True  # the whole buffer in one write (e.g. a DMA into a fresh tile)
@@ -100,6 +132,13 @@ def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int 
     log = run.cur_log()
     if log is not None and log.frame.id not in buf.scope:
         log.add(buf, t.off, t.shape, t.strides, kind, where)
+
+
+def _store(dst: np.ndarray, value: object, mask: np.ndarray | None) -> None:
+    if mask is None:
+        np.copyto(dst, value, casting="unsafe")
+    else:
+        np.copyto(dst, value, casting="unsafe", where=mask)
 
 
 # ---- views whose index leaves the tensor: only the elements selected by mask= exist ----
@@ -120,29 +159,30 @@ def _outside_mask(t: Tensor, where: tuple[str, int], mask: np.ndarray | None) ->
     return mask
 
 
-def _read_outside(t: Tensor, where: tuple[str, int], mask: np.ndarray | None) -> np.ndarray:
+def _check_outside(t: Tensor, where: tuple[str, int], mask: np.ndarray | None) -> None:
     mask = _outside_mask(t, where, mask)
     flat = np.where(mask, _flat(t), 0)
     if not t.buf.all_written and not t.buf.written[flat[mask]].all():
         checks.unwritten(t, t.buf.written[flat] | ~mask, where)
-    return t.buf.data.reshape(-1)[flat]
 
 
 def _write_outside(t: Tensor, value: object, where: tuple[str, int], mask: np.ndarray | None) -> None:
     mask = _outside_mask(t, where, mask)
     flat = _flat(t)[mask]
-    src = np.broadcast_to(np.asarray(value), t.shape)[mask]
-    dst = t.buf.data.reshape(-1)
-    tmp = np.empty(src.shape, dst.dtype)
-    np.copyto(tmp, src, casting="unsafe")
-    dst[flat] = tmp
-    t.buf.written[flat] = True
+    if value is not None:
+        src = np.broadcast_to(np.asarray(value), t.shape)[mask]
+        dst = t.buf.data.reshape(-1)
+        tmp = np.empty(src.shape, dst.dtype)
+        np.copyto(tmp, src, casting="unsafe")
+        dst[flat] = tmp
+    if not t.buf.all_written:
+        t.buf.written[flat] = True
 
 
-def f32(run: Run, t: Tensor, where: tuple[str, int], mask: np.ndarray | None = None) -> np.ndarray:
-    """Read an operand as the engines see it: fp32. On-chip low-precision buffers keep an fp32 shadow copy,
-    rebuilt after a write, so operands read many times (weights, input rows) are converted once."""
-    a = read(run, t, where, mask=mask)
+def f32(t: Tensor, mask: np.ndarray | None = None) -> np.ndarray:
+    """An operand read() checked, as the engines see it: fp32. On-chip low-precision buffers keep an fp32 shadow
+    copy, rebuilt after a write, so operands read many times (weights, input rows) are converted once."""
+    a = values(t, mask)
     if a.dtype == F32:
         return a
     buf = t.buf
@@ -159,13 +199,17 @@ def allocate(run: Run, shape: tuple, dtype: np.dtype, memory: str, name: str, wh
              fill: object = None, temp: bool = False) -> Tensor:
     checks.new_tile(run, shape, dtype, memory, name, where)
     data = np.empty(shape, dtype)
+    compute(run, lambda: _fill(data, fill))
+    buf = Buffer(run, name, memory, data, written=fill is not None, where=where)
+    run.allocate(buf, temp=temp)
+    return Tensor.whole(buf)
+
+
+def _fill(data: np.ndarray, fill: object) -> None:
     if fill is None:
         _poison(data)
     else:
         data[...] = fill
-    buf = Buffer(run, name, memory, data, written=fill is not None, where=where)
-    run.allocate(buf, temp=temp)
-    return Tensor.whole(buf)
 
 
 def _poison(data: np.ndarray) -> None:
@@ -176,19 +220,20 @@ def _poison(data: np.ndarray) -> None:
         data.fill(np.nan)
 
 
-def result(run: Run, value: np.ndarray, dtype: np.dtype, memory: str, where: tuple[str, int],
+def result(run: Run, value: np.ndarray | None, shape: tuple, dtype: np.dtype, memory: str, where: tuple[str, int],
            default_name: str, mask: np.ndarray | None = None) -> Tensor:
-    """A fresh output tile holding `value` rounded to `dtype`; remembers the unrounded value for retargeting.
-    With a mask, only the masked elements are computed: the others stay unwritten (NaN)."""
+    """A fresh output tile of `shape` holding `value` rounded to `dtype` (None in a trace-only run); remembers the
+    unrounded value for retargeting. With a mask, only the masked elements are computed: the others stay unwritten.
+    The shape is declared by the instruction, not taken from the value, because a trace-only run has no value."""
     name = target_name(where, default_name)
-    shape = tuple(value.shape)
     checks.new_tile(run, shape, dtype, memory, name, where)
     data = np.empty(shape, dtype)
-    if mask is None:
-        np.copyto(data, value, casting="unsafe")
-    else:
-        _poison(data)
-        np.copyto(data, value, casting="unsafe", where=mask)
+    if value is not None:
+        if value.shape != shape:  # a full run checks the shape a trace-only run relies on
+            raise InternalError(f"{default_name} computed shape {value.shape}, declared {shape}")
+        if mask is not None:
+            _poison(data)
+        _store(data, value, mask)
     buf = Buffer(run, name, memory, data, written=mask is None, where=where)
     if mask is not None:
         buf.written[...] = mask.ravel()
@@ -203,10 +248,14 @@ def emit(run: Run, engine: str, op: str, out: Tensor | None, ins: tuple, where: 
          **fields: object) -> int:
     seq = len(run.instrs)
     infos = run.infos
-    for t in ins:
-        info = infos.get(t.buf.id)
+    in_dtypes, reads = [], []
+    for t in ins:  # one loop, no generators: this runs for every instruction
+        buf = t.buf
+        info = infos.get(buf.id)
         if info is not None:
             info.last_seq = seq
+        in_dtypes.append(dtype_name(buf.dtype))
+        reads.append(recorder.access(t))
     if out is not None:
         info = infos.get(out.buf.id)
         if info is not None:
@@ -215,8 +264,8 @@ def emit(run: Run, engine: str, op: str, out: Tensor | None, ins: tuple, where: 
     fields.setdefault("partitions", out.partitions if out is not None else 0)
     fields.setdefault("free", out.free_size if out is not None else 0)
     run.instrs.append(Instr(
-        seq=seq, engine=engine, op=op, in_dtypes=tuple(dtype_name(t.dtype) for t in ins),
-        out_dtype=dtype_name(out.dtype) if out is not None else "", reads=tuple(recorder.access(t) for t in ins),
+        seq=seq, engine=engine, op=op, in_dtypes=tuple(in_dtypes),
+        out_dtype=dtype_name(out.dtype) if out is not None else "", reads=tuple(reads),
         writes=(recorder.access(out),) if out is not None else (), file=where[0], line=where[1], **fields))
     return seq
 
@@ -233,8 +282,13 @@ def _retarget(run: Run, tmp: Tensor, dst: Tensor, accumulate: bool) -> None:
 
 
 def is_fresh(value: object) -> bool:
-    return isinstance(value, Tensor) and value.buf.temp and value.buf.raw is not None and \
-        value.off == 0 and value.shape == value.buf.shape
+    """An instruction's whole result, not yet kept (only core.result makes temps; flush and discard end them)."""
+    return isinstance(value, Tensor) and value.buf.temp and value.off == 0 and value.shape == value.buf.shape
+
+
+def _raw(value: Tensor, shape: tuple) -> np.ndarray | None:
+    raw = value.buf.raw
+    return None if raw is None else raw.reshape(shape)
 
 
 # ---- dst[...] = value ----
@@ -247,15 +301,14 @@ def assign(dst: Tensor, value: object) -> None:
     if is_fresh(value) and value.size == dst.size:
         checks.retarget(run, run.instrs[value.buf.instr], dst, where)
         mask = value.buf.mask
-        write(run, dst, value.buf.raw.reshape(dst.shape), where,
-              mask=None if mask is None else mask.reshape(dst.shape))
+        write(run, dst, _raw(value, dst.shape), where, mask=None if mask is None else mask.reshape(dst.shape))
         _retarget(run, value, dst, accumulate=False)
         return
     run.flush()
     if isinstance(value, Tensor):
         _copy(run, dst, value, where)
     elif isinstance(value, (int, float, np.number, bool)):
-        write(run, dst, value, where)
+        write(run, dst, compute(run, lambda: value), where)
         emit(run, "vector", "memset", dst, (), where, attrs=(("value", float(value)),))
     else:
         raise rules.NkiTypeError(f"cannot assign a {type(value).__name__} to a tile", "assignment", where,
@@ -272,13 +325,18 @@ def _copy(run: Run, dst: Tensor, src: Tensor, where: tuple[str, int]) -> None:
         return
     checks.partition_start(src, "tensor_copy", "src", where)
     checks.partition_start(dst, "tensor_copy", "dst", where)
-    value = read(run, src, where)
+    read(run, src, where)
+    write(run, dst, compute(run, lambda: _copied(src, dst)), where)
+    emit(run, "vector", "tensor_copy", dst, (src,), where)
+
+
+def _copied(src: Tensor, dst: Tensor) -> np.ndarray:
+    value = src.arr
     if src.size != dst.size:
         value = np.broadcast_to(value, dst.shape)
     elif value.shape != dst.shape:
         value = value.reshape(dst.shape)
-    write(run, dst, value if src.dtype == dst.dtype else value.astype(F32), where)
-    emit(run, "vector", "tensor_copy", dst, (src,), where)
+    return value if src.dtype == dst.dtype else value.astype(F32)
 
 
 # ---- acc += nc_matmul(...) ----
@@ -288,14 +346,18 @@ def accumulate(dst: Tensor, value: object) -> None:
     checks.accumulate(run, dst, value, where)
     checks.partition_start(dst, "nc_matmul", "dst", where)
     read(run, dst, where, log_it=False)  # the accumulation's own read-modify-write is logged as ACC
-    raw = value.buf.raw.reshape(dst.shape)
-    if value.buf.mask is not None:
-        raw = np.where(value.buf.mask.reshape(dst.shape), raw, np.float32(0))
     if dst.dtype == F32 and dst.buf.all_written:
-        np.add(dst.arr, raw, out=dst.arr)
+        compute(run, lambda: np.add(dst.arr, _addend(value, dst), out=dst.arr))
         log = run.cur_log()
         if log is not None and log.frame.id not in dst.buf.scope:
             log.add(dst.buf, dst.off, dst.shape, dst.strides, races.ACC, where)
     else:
-        write(run, dst, dst.arr.astype(F32) + raw, where, kind=races.ACC)
+        write(run, dst, compute(run, lambda: dst.arr.astype(F32) + _addend(value, dst)), where, kind=races.ACC)
     _retarget(run, value, dst, accumulate=True)
+
+
+def _addend(value: Tensor, dst: Tensor) -> np.ndarray:
+    """The matmul result to add; elements its mask did not compute add nothing."""
+    raw = _raw(value, dst.shape)
+    mask = value.buf.mask
+    return raw if mask is None else np.where(mask.reshape(dst.shape), raw, np.float32(0))

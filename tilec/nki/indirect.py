@@ -54,7 +54,9 @@ def dma(run, dst: object, src: object, where: tuple, skip: bool) -> None:
                                    where)
     if plain.buf.memory == "psum":
         checks.dma(plain, plain, where)
-    rows = core.read(run, ind.index, where).reshape(-1).astype(np.int64)
+    core.read(run, ind.index, where)
+    core.needs_values(run, "indirect DMA (its rows are chosen by the values of an index tile)", where)
+    rows = core.values(ind.index).reshape(-1).astype(np.int64)
     n = ind.base.shape[0]
     valid = (rows >= 0) & (rows < n)
     if not valid.all() and not skip:
@@ -67,7 +69,8 @@ def dma(run, dst: object, src: object, where: tuple, skip: bool) -> None:
         one = ind.row(int(rows[p]))
         other = plain[p]
         s, d = (one, other) if ind is src else (other, one)
-        value = core.read(run, s, where).reshape(d.shape)
+        core.read(run, s, where)
+        value = core.values(s).reshape(d.shape)
         core.write(run, d, value if s.dtype == d.dtype else value.astype(F32), where)
     n_rows = int(valid.sum())
     row_bytes = ind.size // max(ind.shape[0], 1) * plain.itemsize

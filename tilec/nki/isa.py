@@ -2,7 +2,9 @@
 
 Each function checks its operands against the hardware rules (checks.py), computes in fp32 (matmul accumulates in
 fp32 into PSUM; dma_copy casts through fp32 only when dtypes differ, otherwise copies bits), stores the result
-rounded to its dtype, and records one trace instruction.
+rounded to its dtype, and records one trace instruction. The arithmetic of each is a step (a closure) passed to
+`core.compute`, which a trace-only run skips; so every output shape is declared from the operands' shapes, never
+taken from a computed value.
 """
 from __future__ import annotations
 
@@ -89,10 +91,10 @@ def mask_array(mask: object, shape: tuple) -> np.ndarray | None:
     return np.broadcast_to(np.asarray(mask, dtype=bool), shape)
 
 
-def _finish(run, mask: object, value: np.ndarray, dtype: object, default: np.dtype, memory: str, where: tuple,
-            name: str) -> Tensor:
+def _finish(run, mask: object, value: np.ndarray | None, shape: tuple, dtype: object, default: np.dtype,
+            memory: str, where: tuple, name: str) -> Tensor:
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else default
-    return core.result(run, value, out_dtype, memory, where, name, mask=mask_array(mask, value.shape))
+    return core.result(run, value, shape, out_dtype, memory, where, name, mask=mask_array(mask, shape))
 
 
 # ---- data movement ----
@@ -108,16 +110,25 @@ def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: objec
                                      "operand_type", where)
     checks.dma(src, dst, where)
     m = mask_array(mask, dst.shape)
-    value = core.read(run, src, where, mask=m if m is not None and src.shape == dst.shape else None)
+    src_mask = m if m is not None and src.shape == dst.shape else None
+    core.read(run, src, where, mask=src_mask)
+    op = None
+    if dst_rmw_op is not None:
+        op = _op(dst_rmw_op, "dma_copy", where)
+        core.read(run, dst, where)
+    core.write(run, dst, core.compute(run, lambda: _dma_value(src, dst, src_mask, op)), where, mask=m)
+    _emit_dma(run, "dma_copy", src, dst, where)
+
+
+def _dma_value(src: Tensor, dst: Tensor, src_mask: np.ndarray | None, op: alu.Op | None) -> np.ndarray:
+    value = core.values(src, src_mask)
     if value.shape != dst.shape:
         value = value.reshape(dst.shape)
     if src.dtype != dst.dtype:
         value = value.astype(F32)  # DMA casts src -> fp32 -> dst
-    if dst_rmw_op is not None:
-        op = _op(dst_rmw_op, "dma_copy", where)
-        value = op.binary(core.f32(run, dst, where), value.astype(F32))
-    core.write(run, dst, value, where, mask=m)
-    _emit_dma(run, "dma_copy", src, dst, where)
+    if op is not None:
+        value = op.binary(core.f32(dst), value.astype(F32))
+    return value
 
 
 def _emit_dma(run, op: str, src: Tensor, dst: Tensor, where: tuple, **attrs: object) -> None:
@@ -142,9 +153,9 @@ def dma_transpose(src: Tensor, *, axes: tuple | None = None, mask: object = None
     if src.buf.memory == "psum":
         checks.dma(src, src, where)
     view = Tensor(src.buf, src.off, tuple(src.shape[p] for p in perm), tuple(src.strides[p] for p in perm))
-    value = core.read(run, view, where)
-    out = _finish(run, mask, value if dtype is None else value.astype(F32), dtype, src.dtype, "sbuf", where,
-                  "dma_transpose")
+    core.read(run, view, where)
+    value = core.compute(run, lambda: view.arr if dtype is None else view.arr.astype(F32))
+    out = _finish(run, mask, value, view.shape, dtype, src.dtype, "sbuf", where, "dma_transpose")
     _emit_dma(run, "dma_transpose", view, out, where, transpose=True)
     return out
 
@@ -161,10 +172,9 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
     k, m, n = stationary.shape[0], stationary.free_size, moving.free_size
     out_shape = (m,) + tuple(moving.shape[1:])
     rows, out_mask = _matmul_mask(mask, k, out_shape, where)
-    s = _contraction_rows(run, stationary, rows, where).reshape(k, m)
-    mv = _contraction_rows(run, moving, rows, where).reshape(k, n)
-    value = (s.T @ mv).reshape(out_shape)
-    out = core.result(run, value, F32, "psum", where, "matmul", mask=out_mask)
+    keeps = [_read_rows(run, t, rows, where) for t in (stationary, moving)]
+    value = core.compute(run, lambda: _matmul_value(stationary, moving, keeps, out_shape))
+    out = core.result(run, value, out_shape, F32, "psum", where, "matmul", mask=out_mask)
     attrs = (("is_transpose", True),) if is_transpose else ()
     core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=m, free=n, k=k, m=m,
               attrs=attrs)
@@ -188,12 +198,24 @@ def _matmul_mask(mask: object, k: int, out_shape: tuple, where: tuple) -> tuple:
             hint="mask the contraction rows with a predicate on the partition index only, e.g. k*128 + i_p < K")
 
 
-def _contraction_rows(run, t: Tensor, rows: np.ndarray | None, where: tuple) -> np.ndarray:
-    """An operand as TensorE reads it; rows masked off are not read and contribute nothing."""
-    if rows is None:
-        return core.f32(run, t, where)
-    keep = np.broadcast_to(rows.reshape((-1,) + (1,) * (len(t.shape) - 1)), t.shape)
-    return np.where(keep, core.f32(run, t, where, mask=keep), np.float32(0))
+def _read_rows(run, t: Tensor, rows: np.ndarray | None, where: tuple) -> np.ndarray | None:
+    """Check TensorE's read of an operand; rows masked off are not read. Returns the element mask read."""
+    keep = None if rows is None else np.broadcast_to(rows.reshape((-1,) + (1,) * (len(t.shape) - 1)), t.shape)
+    core.read(run, t, where, mask=keep)
+    return keep
+
+
+def _matmul_value(stationary: Tensor, moving: Tensor, keeps: list, out_shape: tuple) -> np.ndarray:
+    k = stationary.shape[0]
+    s, mv = (_contraction_rows(t, keep).reshape(k, -1) for t, keep in zip((stationary, moving), keeps))
+    return (s.T @ mv).reshape(out_shape)
+
+
+def _contraction_rows(t: Tensor, keep: np.ndarray | None) -> np.ndarray:
+    """An operand as TensorE sees it; rows masked off contribute nothing."""
+    if keep is None:
+        return core.f32(t)
+    return np.where(keep, core.f32(t, keep), np.float32(0))
 
 
 def nc_transpose(data: Tensor, *, mask: object = None, dtype: object = None, engine: object = None) -> Tensor:
@@ -208,9 +230,10 @@ def nc_transpose(data: Tensor, *, mask: object = None, dtype: object = None, eng
             "err_size_of_dimension_exceed_arch_limit", where, f"data {data.describe()}",
             hint="transpose 128x128 tiles on the tensor engine, 32x32 on the vector engine")
     checks.engine_reads(eng, data, "nc_transpose", "data", where)
-    value = core.read(run, data, where).reshape(p, f).T
+    core.read(run, data, where)
+    value = core.compute(run, lambda: data.arr.reshape(p, f).T)
     memory = "psum" if eng == "tensor" else "sbuf"
-    out = _finish(run, mask, value, dtype, data.dtype, memory, where, "transpose")
+    out = _finish(run, mask, value, (f, p), dtype, data.dtype, memory, where, "transpose")
     core.emit(run, eng, "nc_transpose", out, (data,), where, k=p, attrs=(("is_transpose", True),))
     return out
 
@@ -241,21 +264,27 @@ def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = N
             "tensor_tensor_shape", where, f"data1 {data1.describe()}; data2 {data2.describe()}",
             hint="use nisa.tensor_scalar to broadcast a (P, 1) vector along the free dimension")
     m = mask_array(mask, data1.shape)
-    a = _operand(run, data1, fn, where, m)
-    b = _operand(run, data2, fn, where, m if data2.shape == data1.shape else None).reshape(data1.shape)
-    value = fn.binary(a, b)
-    out = _finish(run, mask, value, dtype, dtypes.promote(data1.dtype, data2.dtype), "sbuf", where, "tensor_tensor")
+    m2 = m if data2.shape == data1.shape else None
+    _read_operand(run, data1, fn, where, m)
+    _read_operand(run, data2, fn, where, m2)
+    value = core.compute(run, lambda: fn.binary(_operand(data1, fn, m),
+                                                _operand(data2, fn, m2).reshape(data1.shape)))
+    out = _finish(run, mask, value, data1.shape, dtype, dtypes.promote(data1.dtype, data2.dtype), "sbuf", where,
+                  "tensor_tensor")
     core.emit(run, eng, "tensor_tensor", out, (data1, data2), where, attrs=(("alu", fn.name),))
     return out
 
 
-def _operand(run, t: Tensor, fn: alu.Op, where: tuple, mask: np.ndarray | None = None) -> np.ndarray:
-    if fn.kind == "bitvec":
-        if t.dtype.kind not in "iu":
-            raise rules.NkiTypeError(f"bitvec operator nl.{fn.name} needs integer operands, got {t.dtype.name}",
-                                     "bitvec_dtype", where, f"tensor {t.describe()}")
-        return core.read(run, t, where, mask=mask)
-    return core.f32(run, t, where, mask)
+def _read_operand(run, t: Tensor, fn: alu.Op, where: tuple, mask: np.ndarray | None = None) -> None:
+    if fn.kind == "bitvec" and t.dtype.kind not in "iu":
+        raise rules.NkiTypeError(f"bitvec operator nl.{fn.name} needs integer operands, got {t.dtype.name}",
+                                 "bitvec_dtype", where, f"tensor {t.describe()}")
+    core.read(run, t, where, mask=mask)
+
+
+def _operand(t: Tensor, fn: alu.Op, mask: np.ndarray | None = None) -> np.ndarray:
+    """An operand _read_operand checked, as the ALU sees it: integer bits for bitvec ops, else fp32."""
+    return core.values(t, mask) if fn.kind == "bitvec" else core.f32(t, mask)
 
 
 def tensor_scalar(data: Tensor, op0: object, operand0: object, reverse0: bool = False, op1: object = None,
@@ -269,17 +298,26 @@ def tensor_scalar(data: Tensor, op0: object, operand0: object, reverse0: bool = 
     ops = [(op0, operand0, reverse0, "operand0")] + ([(op1, operand1, reverse1, "operand1")] if op1 else [])
     fns = [_op(o, "tensor_scalar", where) for o, *_ in ops]
     _tensor_scalar_engine(eng, [f.name for f in fns], where)
-    value = _operand(run, data, fns[0], where, mask_array(mask, data.shape))
-    reads, names = [data], []
+    m = mask_array(mask, data.shape)
+    _read_operand(run, data, fns[0], where, m)
+    reads, steps = [data], []
     for fn, (_, operand, reverse, role) in zip(fns, ops):
-        v = _scalar_operand(run, data, operand, role, fn, eng, where)
+        steps.append((fn, _scalar_operand(run, data, operand, role, fn, eng, where), reverse))
         if isinstance(operand, Tensor):
             reads.append(operand)
-        value = fn.binary(v, value) if reverse else fn.binary(value, v)
-        names.append(fn.name)
-    out = _finish(run, mask, value, dtype, data.dtype, "sbuf", where, "tensor_scalar")
-    core.emit(run, eng, "tensor_scalar", out, tuple(reads), where, attrs=(("alu", tuple(names)),))
+    value = core.compute(run, lambda: _tensor_scalar_value(data, m, steps))
+    out = _finish(run, mask, value, data.shape, dtype, data.dtype, "sbuf", where, "tensor_scalar")
+    core.emit(run, eng, "tensor_scalar", out, tuple(reads), where, attrs=(("alu", tuple(f.name for f in fns)),))
     return out
+
+
+def _tensor_scalar_value(data: Tensor, mask: np.ndarray | None, steps: list) -> np.ndarray:
+    """Apply (op, operand, reverse) steps in order; an operand is a scalar or a thunk of a (P, 1, ...) column."""
+    value = _operand(data, steps[0][0], mask)
+    for fn, v, reverse in steps:
+        v = v() if callable(v) else v
+        value = fn.binary(v, value) if reverse else fn.binary(value, v)
+    return value
 
 
 _SCALAR_ENGINE_OPS = (["multiply"], ["add"], ["multiply", "add"])
@@ -311,8 +349,8 @@ def _scalar_operand(run, data: Tensor, operand: object, role: str, fn: alu.Op, e
             f"tensor_scalar {role} must be a scalar or a per-partition vector of shape ({data.shape[0]}, 1), got "
             f"shape {tuple(operand.shape)}", "tensor_scalar_operand", where, f"{role} {operand.describe()}",
             hint="use nisa.tensor_tensor for element-wise operations between two tiles")
-    v = _operand(run, operand, fn, where).reshape((data.shape[0],) + (1,) * (data.ndim - 1))
-    return v
+    _read_operand(run, operand, fn, where)
+    return lambda: _operand(operand, fn).reshape((data.shape[0],) + (1,) * (data.ndim - 1))
 
 
 def tensor_reduce(op: object, data: Tensor, axis: object, *, mask: object = None, dtype: object = None,
@@ -323,13 +361,18 @@ def tensor_reduce(op: object, data: Tensor, axis: object, *, mask: object = None
     axes = reduce_axes(axis, data, "tensor_reduce", where)
     if fn.reduce is None:
         raise rules.NkiTypeError(f"nl.{fn.name} cannot be used as a reduction", "unsupported_op", where)
-    value = np.asarray(fn.reduce(_operand(run, data, fn, where), axis=axes, keepdims=keepdims), dtype=F32)
-    if negate:
-        value = -value
-    out = _finish(run, mask, value, dtype, data.dtype, "sbuf", where, "tensor_reduce")
+    _read_operand(run, data, fn, where)
+    value = core.compute(run, lambda: _reduced(fn, data, axes, keepdims, negate))
+    shape = tuple(1 if d in axes else n for d, n in enumerate(data.shape) if keepdims or d not in axes)
+    out = _finish(run, mask, value, shape, dtype, data.dtype, "sbuf", where, "tensor_reduce")
     core.emit(run, eng, "tensor_reduce", out, (data,), where,
               attrs=(("alu", fn.name), ("axis", axes), ("in_free", data.free_size)))
     return out
+
+
+def _reduced(fn: alu.Op, data: Tensor, axes: tuple, keepdims: bool, negate: bool) -> np.ndarray:
+    value = np.asarray(fn.reduce(_operand(data, fn), axis=axes, keepdims=keepdims), dtype=F32)
+    return -value if negate else value
 
 
 def reduce_axes(axis: object, data: Tensor, api: str, where: tuple) -> tuple[int, ...]:
@@ -346,10 +389,12 @@ def reduce_axes(axis: object, data: Tensor, api: str, where: tuple) -> tuple[int
 def tensor_copy(src: Tensor, *, mask: object = None, dtype: object = None, engine: object = None) -> Tensor:
     run, where = core.begin()
     eng = _elementwise_engine(engine, "vector", (("src", src),), "tensor_copy", run, where)
-    value = core.read(run, src, where, mask=mask_array(mask, src.shape))
+    m = mask_array(mask, src.shape)
+    core.read(run, src, where, mask=m)
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
-    out = core.result(run, value if out_dtype == src.dtype else value.astype(F32), out_dtype, "sbuf", where,
-                      "tensor_copy", mask=mask_array(mask, value.shape))
+    value = core.compute(run, lambda: core.values(src, m) if out_dtype == src.dtype else
+                         core.values(src, m).astype(F32))
+    out = core.result(run, value, src.shape, out_dtype, "sbuf", where, "tensor_copy", mask=m)
     core.emit(run, eng, "tensor_copy", out, (src,), where)
     return out
 
@@ -362,25 +407,35 @@ def activation(op: object, data: Tensor, *, bias: object = None, scale: object =
     if fn.unary is None:
         raise rules.NkiTypeError(f"nl.{fn.name} is not an activation function", "unsupported_op", where)
     _elementwise_engine(None, "scalar", (("data", data),), "activation", run, where)
-    x = core.f32(run, data, where, mask_array(mask, data.shape))
+    m = mask_array(mask, data.shape)
+    core.read(run, data, where, mask=m)
     reads = [data]
-    x = x * _activation_scale(run, data, scale, where, reads)
-    if bias is not None:
-        x = x + _activation_bias(run, data, bias, where, reads)
-    value = fn.unary(x.astype(F32)).astype(F32)
-    out = _finish(run, mask, value, dtype, data.dtype, "sbuf", where, "activation")
+    scale_of = _activation_scale(run, data, scale, where, reads)
+    bias_of = _activation_bias(run, data, bias, where, reads) if bias is not None else None
+    value = core.compute(run, lambda: _activated(fn, core.f32(data, m), scale_of, bias_of))
+    out = _finish(run, mask, value, data.shape, dtype, data.dtype, "sbuf", where, "activation")
     attrs = (("func", fn.name),) + ((("reduce", True),) if reduce_res is not None else ())
     core.emit(run, "scalar", "activation", out, tuple(reads), where, attrs=attrs)
     if reduce_res is not None:
         checks.tile(reduce_res, "activation", "reduce_res", where)
-        total = value.reshape(value.shape[0], -1).sum(axis=1, dtype=F32).reshape(reduce_res.shape)
+        total = core.compute(run, lambda: value.reshape(value.shape[0], -1).sum(axis=1, dtype=F32)
+                             .reshape(reduce_res.shape))
         core.write(run, reduce_res, total, where)
     return out
 
 
-def _activation_scale(run, data: Tensor, scale: object, where: tuple, reads: list) -> object:
+def _activated(fn: alu.Op, x: np.ndarray, scale_of, bias_of) -> np.ndarray:
+    """func(x * scale + bias) in fp32; scale and bias are thunks of a scalar or a (P, 1, ...) column."""
+    x = x * scale_of()
+    if bias_of is not None:
+        x = x + bias_of()
+    return fn.unary(x.astype(F32)).astype(F32)
+
+
+def _activation_scale(run, data: Tensor, scale: object, where: tuple, reads: list):
+    """Check the scale operand; return a thunk of its value."""
     if not isinstance(scale, Tensor):
-        return np.float32(scale)
+        return lambda: np.float32(scale)
     if scale.dtype != F32:
         raise rules.NkiTypeError(f"activation scale vector must be float32, got {scale.dtype.name}",
                                  "err_activation_scale_invalid_type", where, f"scale {scale.describe()}")
@@ -390,27 +445,35 @@ def _activation_scale(run, data: Tensor, scale: object, where: tuple, reads: lis
                                    f"scale {scale.describe()}")
     checks.tile(scale, "activation", "scale", where)
     reads.append(scale)
-    return core.f32(run, scale, where).reshape((data.shape[0],) + (1,) * (data.ndim - 1))
+    core.read(run, scale, where)
+    return lambda: core.f32(scale).reshape((data.shape[0],) + (1,) * (data.ndim - 1))
 
 
-def _activation_bias(run, data: Tensor, bias: object, where: tuple, reads: list) -> object:
+def _activation_bias(run, data: Tensor, bias: object, where: tuple, reads: list):
+    """Check the bias operand; return a thunk of its value."""
     if not isinstance(bias, Tensor):
-        return np.float32(bias)  # scalar bias: accepted on NeuronCore-v3 (trn2)
+        return lambda: np.float32(bias)  # scalar bias: accepted on NeuronCore-v3 (trn2)
     if bias.dtype not in (F32, dtypes.float16, dtypes.bfloat16):
         raise rules.NkiTypeError(f"activation bias must be float32, float16 or bfloat16, got {bias.dtype.name}",
                                  "err_activation_bias_invalid_type", where, f"bias {bias.describe()}")
     checks.tile(bias, "activation", "bias", where)
     checks.same_partitions(data, bias, "activation", ("data", "bias"), where)
+    if bias.free_size != 1:  # checked, not left to numpy's reshape: a trace-only run never reshapes the values
+        raise rules.NkiSyntaxError(f"activation bias must be a scalar or a ({data.shape[0]}, 1) vector, got shape "
+                                   f"{tuple(bias.shape)}", "err_activation_bias_scalar_or_vector", where,
+                                   f"bias {bias.describe()}")
     reads.append(bias)
-    return core.f32(run, bias, where).reshape((data.shape[0],) + (1,) * (data.ndim - 1))
+    core.read(run, bias, where)
+    return lambda: core.f32(bias).reshape((data.shape[0],) + (1,) * (data.ndim - 1))
 
 
 def iota(expr: object, dtype: object, *, mask: object = None) -> Tensor:
     run, where = core.begin()
     if not isinstance(expr, IndexExpr):
         raise rules.NkiTypeError("iota takes an affine expression of nl.arange/nl.mgrid", "iota_expr", where)
-    value = expr.values().astype(np.int32)
-    out = core.result(run, value, dtypes.as_dtype(dtype), "sbuf", where, "iota", mask=mask_array(mask, value.shape))
+    value = core.compute(run, lambda: expr.values().astype(np.int32))
+    out = core.result(run, value, expr.shape, dtypes.as_dtype(dtype), "sbuf", where, "iota",
+                      mask=mask_array(mask, expr.shape))
     core.emit(run, "gpsimd", "iota", out, (), where)
     return out
 
@@ -418,8 +481,8 @@ def iota(expr: object, dtype: object, *, mask: object = None) -> Tensor:
 def memset(shape: tuple, value: object, dtype: object, *, mask: object = None, engine: object = None) -> Tensor:
     run, where = core.begin()
     shape = tuple(int(s) for s in shape)
-    out = core.result(run, np.full(shape, value, dtype=F32), dtypes.as_dtype(dtype), "sbuf", where, "memset",
-                      mask=mask_array(mask, shape))
+    filled = core.compute(run, lambda: np.full(shape, value, dtype=F32))
+    out = core.result(run, filled, shape, dtypes.as_dtype(dtype), "sbuf", where, "memset", mask=mask_array(mask, shape))
     core.emit(run, _engine(engine, "vector"), "memset", out, (), where, attrs=(("value", float(value)),))
     return out
 
@@ -431,8 +494,10 @@ def affine_select(pred: Predicate, on_true_tile: Tensor, on_false_value: object,
     if not isinstance(pred, Predicate):
         raise rules.NkiTypeError("affine_select pred must be an affine comparison of nl.arange/mgrid indices",
                                  "affine_select_pred", where)
-    cond = np.broadcast_to(pred.evaluate(), on_true_tile.shape)
-    value = np.where(cond, core.f32(run, on_true_tile, where), np.float32(on_false_value)).astype(F32)
-    out = _finish(run, mask, value, dtype, on_true_tile.dtype, "sbuf", where, "affine_select")
+    cond = np.broadcast_to(pred.evaluate(), on_true_tile.shape)  # index arithmetic: a trace-only run checks it too
+    core.read(run, on_true_tile, where)
+    value = core.compute(run, lambda: np.where(cond, core.f32(on_true_tile),
+                                               np.float32(on_false_value)).astype(F32))
+    out = _finish(run, mask, value, on_true_tile.shape, dtype, on_true_tile.dtype, "sbuf", where, "affine_select")
     core.emit(run, "gpsimd", "affine_select", out, (on_true_tile,), where)
     return out

@@ -64,10 +64,21 @@ def as_kernel(func: object) -> Kernel:
     return func if isinstance(func, Kernel) else Kernel(func)
 
 
-def run_kernel(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple = (),
-               target: str | None = None) -> tuple[object, Trace]:
+def launch(fn: object, args: tuple, kwargs: dict, target: str | None = None,
+           numerics: bool = True) -> tuple[object, Trace]:
+    """run_kernel for what a caller may hand in: a kernel, a plain function, or a `kernel[grid]` launcher (whose
+    grid must reach this run; called as a function it would start a second run and leave this trace empty)."""
+    if isinstance(fn, _Launcher):
+        return run_kernel(fn.kernel, args, kwargs, grid=fn.grid, target=target, numerics=numerics)
+    return run_kernel(as_kernel(fn), args, kwargs, target=target, numerics=numerics)
+
+
+def run_kernel(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple = (), target: str | None = None,
+               numerics: bool = True) -> tuple[object, Trace]:
+    """Execute the kernel; numerics=False is a trace-only run (same trace and errors, output values unspecified,
+    the caller's arrays never written)."""
     target = target or _target(kernel.options)
-    run = Run(kernel.__name__, target, kernel.skip_middle_end)
+    run = Run(kernel.__name__, target, kernel.skip_middle_end, numerics)
     gc_was_on = gc.isenabled()
     gc.disable()  # a run allocates ~10 objects per instruction, none cyclic: the cyclic GC only costs time here
     try:
@@ -92,8 +103,8 @@ def _execute(run: Run, kernel: Kernel, args: tuple, kwargs: dict, grid: tuple) -
             run.program_ids, run.grid, run.shared_next = pid, grid, 0
             result = kernel.func(*wrapped.args, **wrapped.kwargs)
             run.flush()
-        outputs = _outputs(result, kernel)
-        for arr, t in writebacks:
+        outputs = _outputs(result, kernel, run)
+        for arr, t in writebacks if run.numerics else ():  # a trace-only run has no values to give back
             np.copyto(arr, t.arr, casting="unsafe")
         run.finish()
     finally:
@@ -143,15 +154,15 @@ def _hbm_arg(run: Run, name: str, arr: np.ndarray, where: tuple[str, int]) -> tu
     return Tensor.whole(buf), arr if arr.flags.writeable else None
 
 
-def _outputs(result: object, kernel: Kernel) -> object:
+def _outputs(result: object, kernel: Kernel, run: Run) -> object:
     if result is None:
         return None
     if isinstance(result, (tuple, list)):
-        return type(result)(_output(r, kernel) for r in result)
-    return _output(result, kernel)
+        return type(result)(_output(r, kernel, run) for r in result)
+    return _output(result, kernel, run)
 
 
-def _output(t: object, kernel: Kernel) -> object:
+def _output(t: object, kernel: Kernel, run: Run) -> object:
     if not isinstance(t, Tensor):
         return t
     if t.buf.memory != "hbm":
@@ -160,7 +171,7 @@ def _output(t: object, kernel: Kernel) -> object:
                                    hint="create outputs with nl.ndarray(..., buffer=nl.shared_hbm) and dma_copy "
                                         "results into them")
     if t.buf.all_written:
-        return np.array(t.arr)
+        return _values(t, run)
     written = t.written_view()
     if not written.any():
         raise rules.NkiError(f"output tensor '{t.buf.name}' is never written", "err_tensor_output_not_written_to",
@@ -169,4 +180,10 @@ def _output(t: object, kernel: Kernel) -> object:
     if not written.all():
         warnings.warn(f"{kernel.__name__}: output '{t.buf.name}' is only partly written; the rest holds garbage on "
                       "hardware (NaN here)", stacklevel=3)
-    return np.array(t.arr)
+    return _values(t, run)
+
+
+def _values(t: Tensor, run: Run) -> np.ndarray:
+    """A copy of an output (it may view an argument); a trace-only run's values are unspecified, so its storage
+    is returned as is (copying a never-written 200 MB output would touch every page)."""
+    return np.array(t.arr) if run.numerics else t.arr

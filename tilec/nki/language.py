@@ -158,11 +158,16 @@ def load(src: Tensor, *, mask: object = None, dtype: object = None, **kwargs: ob
     name = core.target_name(where, "load")
     shape = tuple(src.shape) if src.ndim >= 2 else (tuple(src.shape) + (1,))
     m = isa.mask_array(mask, src.shape)
-    value = core.read(run, src, where, mask=m).reshape(shape)
-    out = core.result(run, value if out_dtype == src.dtype else value.astype(F32), out_dtype, "sbuf", where,
-                      name, mask=None if m is None else m.reshape(shape))
+    core.read(run, src, where, mask=m)
+    value = core.compute(run, lambda: _loaded(src, m, shape, out_dtype))
+    out = core.result(run, value, shape, out_dtype, "sbuf", where, name, mask=None if m is None else m.reshape(shape))
     isa._emit_dma(run, "dma_copy", src, out, where)
     return out
+
+
+def _loaded(src: Tensor, mask: np.ndarray | None, shape: tuple, out_dtype: np.dtype) -> np.ndarray:
+    value = core.values(src, mask).reshape(shape)
+    return value if out_dtype == src.dtype else value.astype(F32)
 
 
 def load_transpose2d(src: Tensor, *, mask: object = None, dtype: object = None, **kwargs: object) -> Tensor:
@@ -225,8 +230,12 @@ def expand_dims(x: Tensor, axis: int) -> Tensor:
 
 def device_print(prefix: str, x: object, *, mask: object = None, **kwargs: object) -> None:
     run, where = core.begin()
-    value = core.read(run, x, where) if isinstance(x, Tensor) else x
-    print(prefix, np.array(value), flush=True)
+    if not isinstance(x, Tensor):
+        print(prefix, np.array(x), flush=True)
+        return
+    core.read(run, x, where)
+    shown = core.compute(run, lambda: np.array(x.arr))
+    print(prefix, "(values not computed: trace-only run)" if shown is None else shown, flush=True)
 
 
 # ---- SPMD ----
@@ -307,13 +316,18 @@ def _reduce(op: alu.Op, x: Tensor, axis: object = None, *, dtype: object = None,
 def where(condition: Tensor, x: object, y: object, *, dtype: object = None, mask: object = None) -> Tensor:
     run, at = core.begin()
     m = isa.mask_array(mask, condition.shape)
+    ins = tuple(t for t in (condition, x, y) if isinstance(t, Tensor))
+    masks = {id(t): m if t.shape == condition.shape else None for t in ins}
+    for t in ins:
+        core.read(run, t, at, mask=masks[id(t)])
+    shape = np.broadcast_shapes(*(tuple(t.shape) for t in ins))  # np.where's broadcast, checked in both modes
 
     def operand(t: object) -> object:
-        return core.f32(run, t, at, m if t.shape == condition.shape else None) if isinstance(t, Tensor) else F32.type(t)
+        return core.f32(t, masks[id(t)]) if isinstance(t, Tensor) else F32.type(t)
 
-    value = np.where(operand(condition) != 0, operand(x), operand(y)).astype(F32)
-    ins = tuple(t for t in (condition, x, y) if isinstance(t, Tensor))
-    out = core.result(run, value, dtypes.as_dtype(dtype) if dtype else ins[-1].dtype, "sbuf", at, "where", mask=m)
+    value = core.compute(run, lambda: np.where(operand(condition) != 0, operand(x), operand(y)).astype(F32))
+    out = core.result(run, value, shape, dtypes.as_dtype(dtype) if dtype else ins[-1].dtype, "sbuf", at, "where",
+                      mask=m)
     core.emit(run, "vector", "tensor_tensor", out, ins, at, attrs=(("alu", "select"),))
     return out
 

@@ -10,6 +10,8 @@ the enclosing affine loop, tagged with its iteration, unless the buffer is priva
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tilec.nki import rules
@@ -121,15 +123,27 @@ def _candidate_pairs(lo: np.ndarray, hi: np.ndarray, it: np.ndarray, kind: np.nd
 def _common_element(ra: tuple, rb: tuple) -> int | None:
     (_, _, oa, sha, sta, _), (_, _, ob, shb, stb, _) = ra, rb
     if sha == shb and sta == stb:
-        dims = sorted(((s, n) for n, s in zip(sha, sta) if n > 1 and s != 0), reverse=True)
-        if _nested(dims):
-            ks = _lattice(ob - oa, dims)
-            if ks is None:
-                return None
-            return oa + sum(max(k, 0) * s for k, (s, _) in zip(ks, dims))
+        rel = _same_geometry(ob - oa, sha, sta)
+        if rel is not _NOT_NESTED:
+            return None if rel is None else oa + rel
     ea, eb = _elements(oa, sha, sta), _elements(ob, shb, stb)
     both = np.intersect1d(ea, eb)
     return int(both[0]) if both.size else None
+
+
+_NOT_NESTED = -1  # (a common element's offset relative to the first pattern is never negative)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _same_geometry(d: int, shape: tuple, strides: tuple) -> int | None:
+    """Offset, relative to the first, of an element two patterns of one geometry `d` elements apart share; None if
+    they share none; _NOT_NESTED if the lattice test does not apply. Cached: a loop nest checks the same few
+    (distance, geometry) pairs over and over."""
+    dims = sorted(((s, n) for n, s in zip(shape, strides) if n > 1 and s != 0), reverse=True)
+    if not _nested(dims):
+        return _NOT_NESTED
+    ks = _lattice(d, dims)
+    return None if ks is None else sum(max(k, 0) * s for k, (s, _) in zip(ks, dims))
 
 
 def _nested(dims: list) -> bool:

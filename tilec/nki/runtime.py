@@ -58,7 +58,9 @@ class Buffer:
         self.run, self.name, self.memory, self.where = run, name, memory, where
         self.data, self.shape, self.dtype = data, data.shape, data.dtype
         self.itemsize = data.dtype.itemsize
-        self.written = np.full(data.size, written, dtype=bool)
+        # which elements were ever written, consulted only while all_written is False (it never turns back): a
+        # buffer born written (an argument, a fresh result) needs no mask; np.zeros maps pages only when touched
+        self.written = None if written else np.zeros(data.size, dtype=bool)
         self.all_written = written
         self.write_count = 0  # elements written so far, counting repeats: when it reaches the size, re-check
         self.mask = None  # elements a masked instruction computed (the rest stay unwritten)
@@ -81,7 +83,7 @@ class Buffer:
             run.release(self)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: `frame in run.frames` ran the field-wise __eq__ on every loop exit
 class Frame:
     kind: str  # "affine" | "sequential" | "static"
     id: int
@@ -108,8 +110,9 @@ class BufInfo:
 class Run:
     """One kernel execution."""
 
-    def __init__(self, kernel: str, target: str, skip_middle_end: bool) -> None:
+    def __init__(self, kernel: str, target: str, skip_middle_end: bool, numerics: bool = True) -> None:
         self.target = rules.target(target)
+        self.numerics = numerics  # False: a trace-only run, arithmetic skipped (core.compute)
         self.trace = Trace(kernel=kernel, target=target, skip_middle_end=skip_middle_end)
         self.instrs: list[Instr] = self.trace.instrs
         self.infos: dict[int, BufInfo] = {}

@@ -92,8 +92,12 @@ class Tensor:
         return self._basic(key)
 
     def _expand(self, key: tuple) -> tuple:
-        n_ell = sum(k is Ellipsis for k in key)
-        used = sum(k is not None and k is not Ellipsis for k in key)
+        n_ell = used = 0
+        for k in key:  # one pass, no generators: every tile index in a kernel comes through here
+            if k is Ellipsis:
+                n_ell += 1
+            elif k is not None:
+                used += 1
         if n_ell > 1:
             raise rules.NkiIndexError("an index can only have a single ellipsis ('...')", "indexing",
                                       runtime.callsite(), f"tensor {self.describe()}")
@@ -121,9 +125,10 @@ class Tensor:
                 off += start * s
                 shape.append(length)
                 strides.append(s * step)
+            elif type(k) is int and 0 <= k < n:  # the common in-range int, without a call
+                off += k * s
             else:
-                i = self._int_index(k, n, d)
-                off += i * s
+                off += self._int_index(k, n, d) * s
             d += 1
         return Tensor(self.buf, off, tuple(shape), tuple(strides))
 

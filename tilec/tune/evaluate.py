@@ -4,10 +4,11 @@
     Outcome   = latency in µs (inf when the candidate failed), MFU, and the error message of a failure
     Evaluator = anything with `name` (part of the cache key) and `evaluate(job, schedules) -> [Outcome]`
 
-ModelEvaluator: compile -> run on the interpreter (its trace) -> `tilec.perf.api.estimate(trace).total_us`, over a
-pool of worker processes; results come back in input order whatever finishes first. HardwareEvaluator screens with
-the model and re-ranks the model's top k by measured p99 latency; its measuring function is injectable, so its
-selection logic is tested here without hardware.
+ModelEvaluator: compile -> run on the interpreter, trace-only (numerics=False: same trace and rule checks as a
+full run, no arithmetic; the winner is verified with full numerics in verify.py) ->
+`tilec.perf.api.estimate(trace).total_us`, over a pool of worker processes; results come back in input order
+whatever finishes first. HardwareEvaluator screens with the model and re-ranks the model's top k by measured p99
+latency; its measuring function is injectable, so its selection logic is tested here without hardware.
 """
 from __future__ import annotations
 
@@ -76,6 +77,14 @@ def kernel_inputs(compiled, seed: int = 0) -> dict[str, np.ndarray]:
             for name, a in random_inputs(compiled.program, seed=seed).items()}
 
 
+def placeholder_inputs(compiled) -> dict[str, np.ndarray]:
+    """Zero inputs in the kernel's shapes and dtypes, for a trace-only run. No rule reads input values (indirect
+    DMA, the one interpreter feature whose trace does, refuses to run trace-only), and np.zeros costs nothing up
+    front where drawing random inputs for the batch-4 conv2d takes about a second."""
+    from tilec.lang.api import NP_DTYPES
+    return {t.name: np.zeros(t.shape, NP_DTYPES[t.dtype]) for t in compiled.program.inputs}
+
+
 def model_outcome(job: Job, schedule: str, kernel_cache: str | None = None) -> Outcome:
     """One candidate through compiler, interpreter and model. A rejected schedule is an Outcome, not an exception.
 
@@ -88,7 +97,7 @@ def model_outcome(job: Job, schedule: str, kernel_cache: str | None = None) -> O
         cache, key = kernel_cache_entry(kernel_cache, job, compiled.source)
         if cache and (hit := cache.get(key)):
             return hit
-        _, trace = compiled.run_traced(**kernel_inputs(compiled))
+        _, trace = compiled.run_traced(numerics=False, **placeholder_inputs(compiled))
         est = estimate(trace, job.target)
     except (TilecError, KernelError) as err:
         return Outcome(INF, error=first_line(err))
