@@ -6,7 +6,7 @@ import math
 import pathlib
 import random
 
-from synthetic import SPACE, cost_of
+from synthetic import OPTIMUM, SPACE, cost_of
 from test_evaluate_cache import JOB, FakeModel, text_costs
 from tilec.tune.api import PRUNED, CachedCost
 from tilec.tune.bound import startup_us
@@ -54,3 +54,25 @@ def test_pruning_skips_hopeless_candidates_and_never_drops_a_winner(tmp_path):
         before = min([math.inf] + [u.cost for u in history[:trial.index]])
         assert costs[trial.schedule] - slack > before >= best  # its true cost could not have beaten the best
     assert [(t.schedule, t.cost, t.error) for t in again] == [(t.schedule, t.cost, t.error) for t in history]
+
+
+def test_the_first_batch_runs_the_default_alone_and_prunes_the_rest_against_it():
+    costs = text_costs()
+    space = dataclasses.replace(SPACE, bound=lambda named: cost_of(tuple(named.values())) - 1.0)
+    calls: list[list[str]] = []
+
+    class Recording(FakeModel):
+        def evaluate(self, job, schedules):
+            calls.append(list(schedules))
+            return super().evaluate(job, schedules)
+
+    model = Recording()
+    model.by_text = costs
+    default = OPTIMUM  # a good default: random points of the first batch are far worse
+    history, _ = search(space, CachedCost(JOB, model, None, space.lower_bound), budget=12, seed=5,
+                        first=[("default", default)])
+    assert calls[0] == [space.render(default)]  # alone: nothing is known to prune against before it
+    first_batch = history[1:8]  # the rest of the first batch of 8
+    pruned = [t for t in first_batch if t.error.startswith(PRUNED)]
+    assert pruned, "random points far worse than the default are pruned in the first batch already"
+    assert all(costs[t.schedule] - 1.0 > history[0].cost for t in pruned)

@@ -63,7 +63,18 @@ class CachedCost:
         self.best = math.inf
 
     def __call__(self, batch: list[Candidate]) -> Iterator[tuple[float, str]]:
-        """Yields (cost, error) per candidate in batch order, as soon as each is known (for the progress line)."""
+        """Yields (cost, error) per candidate in batch order, as soon as each is known (for the progress line).
+
+        Until one candidate has a latency nothing can be pruned, and a random point of a large space can take
+        minutes and gigabytes to run (millions of tiny matmuls): so the first batch runs its first candidate (the
+        compiler's default) alone, and the rest of the batch is pruned against it."""
+        if self.bound and not math.isfinite(self.best) and len(batch) > 1:
+            yield from self._batch(batch[:1])
+            yield from self._batch(batch[1:])
+        else:
+            yield from self._batch(batch)
+
+    def _batch(self, batch: list[Candidate]) -> Iterator[tuple[float, str]]:
         keys = [self.cache.key(self.job, c.schedule, self.evaluator.name) if self.cache else "" for c in batch]
         found: list[Outcome | None] = [self.cache.get(k) if self.cache else None for k in keys]
         for i, cand in enumerate(batch):
@@ -98,7 +109,7 @@ def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = D
     own = evaluator is None
     cache = DiskCache(cache_dir) if use_cache else None
     evaluator = evaluator or ModelEvaluator(jobs=jobs, kernel_cache=str(cache.dir) if cache else None)
-    cost = CachedCost(job, evaluator, cache, space.lower_bound)
+    cost = CachedCost(job, evaluator, cache, space.lower_bound if space.bound else None)
     bar = Progress(budget, stream=sys.stderr if progress is True else (progress or None))
     first = [("default", space.default_point()), *(("expert", p) for p in space.experts)]
     try:
