@@ -24,7 +24,7 @@ from dataclasses import dataclass
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tilec.tune.api import DEFAULT_BUDGET, TuneResult, tune  # noqa: E402
+from tilec.tune.api import DEFAULT_BUDGET, PRUNED, TuneResult, tune  # noqa: E402
 
 CONV = ROOT / "examples" / "conv_bias_maxpool.tl"
 TRANSPOSE = ROOT / "examples" / "transpose.tl"
@@ -130,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(row(w, result))
         print(lines[-1], f"(wall {time.monotonic() - started:.0f} s)", flush=True)
         print("  schedule: " + "; ".join(result.best_schedule.splitlines()), flush=True)
-        errors = sorted({t.error for t in result.history if t.error})
+        errors = sorted({t.error for t in result.history if t.error and not t.error.startswith(PRUNED)})
         if errors:
-            print(f"  {sum(1 for t in result.history if t.error)} candidates failed, e.g.: {errors[0]}", flush=True)
+            print(f"  {sum(1 for t in result.history if t.error in errors)} candidates failed, e.g.: {errors[0]}",
+                  flush=True)
     print("\nlatencies are the performance model's estimates in us; 'evals' = candidates not served by the cache")
     return 0
 

@@ -134,3 +134,36 @@ def test_hardware_evaluator_breaks_measurement_ties_by_model_latency():
 def test_hardware_evaluator_without_neuronxcc_says_what_to_do():
     with pytest.raises(TilecError, match="needs AWS neuronxcc"):
         HardwareEvaluator()
+
+
+class _Stream:
+    def __init__(self, tty: bool) -> None:
+        self.tty, self.text = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, text: str) -> None:
+        self.text += text
+
+    def flush(self) -> None:
+        pass
+
+
+def test_progress_redraws_on_a_terminal_and_logs_only_improvements_elsewhere():
+    from tilec.tune.progress import Progress
+    from tilec.tune.search import Trial, best_of
+    costs = [50.0, 60.0, 40.0, 45.0]
+    for tty in (True, False):
+        stream = _Stream(tty)
+        bar, history = Progress(len(costs), stream), []
+        for i, c in enumerate(costs):
+            history.append(Trial(i, "default" if i == 0 else "random", (), f"s{i}", c))
+            bar.update(history[-1], best_of(history))
+        bar.close()
+        if tty:
+            assert stream.text.count("\r") == 4 and stream.text.endswith("\n") and "4/4  best 40.0 us" in stream.text
+        else:
+            lines = stream.text.splitlines()  # the first result, the improvement to 40, the end
+            assert "\r" not in stream.text and len(lines) == 3
+            assert "1/4  best 50.0 us" in lines[0] and "3/4  best 40.0 us" in lines[1] and "4/4" in lines[2]

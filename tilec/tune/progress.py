@@ -1,4 +1,7 @@
-"""A plain-text progress bar for tuning on stderr: trials done, best latency so far, the default's latency."""
+"""A plain-text progress bar for tuning on stderr: trials done, best latency so far, the default's latency.
+
+On a terminal the line is redrawn in place; written to a file or pipe (a log), a line is added only when the best
+latency improves and at the end, so the log stays readable."""
 from __future__ import annotations
 
 import math
@@ -17,6 +20,8 @@ class Progress:
         self.done = self.failed = self.pruned = 0
         self.default_us = math.inf
         self.drawn = False
+        self.in_place = bool(getattr(stream, "isatty", lambda: False)())
+        self.best_us = math.inf
 
     def update(self, trial: Trial, best: Trial | None) -> None:
         self.done += 1
@@ -25,10 +30,15 @@ class Progress:
         self.failed += 0 if math.isfinite(trial.cost) or pruned else 1
         if trial.origin == "default":
             self.default_us = trial.cost
-        if self.stream is not None:
+        if self.stream is None:
+            return
+        if self.in_place:
             self.stream.write("\r" + self.line(best))
-            self.stream.flush()
             self.drawn = True
+        elif (best is not None and best.cost < self.best_us) or self.done == self.total:
+            self.stream.write(self.line(best) + "\n")
+        self.best_us = best.cost if best is not None else self.best_us
+        self.stream.flush()
 
     def line(self, best: Trial | None) -> str:
         if self.total:
