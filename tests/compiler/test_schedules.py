@@ -149,6 +149,9 @@ ILLEGAL = {
     "columns_split_pool_window": "tile conv.x, 3\n",
     "split_weights_wrong_loop": "split Wt, conv.y\n",
     "split_weights_of_the_input": "split X, conv.c\n",
+    "repeated_tile": "tile conv.k, 64\nsplit conv.y, 2\ntile conv.k, 128\n",  # the later one would silently win
+    "repeated_fusion": "place conv, hbm\ncompute_at conv, Y.i\n",
+    "repeated_reorder": "reorder conv, k, n, y\nreorder conv, c, r, s\nreorder conv, n, y, k\n",
 }
 
 

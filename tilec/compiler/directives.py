@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, SBUF_BUDGET, ConvPlan, EltwisePlan, Plan, PoolPlan,
                                      TransposePlan, best_divisor, default_plan, divisors, eltwise_free,
-                                     var_of)
+                                     fmt_arg, fmt_directive, var_of)
 from tilec.compiler.ops import ConvOp, Op
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -374,13 +374,28 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
               f"computations: {'; '.join(names(op) for op in ops)}")
 
 
+def setting(d: sx.Directive) -> tuple:
+    """What a directive sets. Two directives with the same setting would make the later one silently win."""
+    first = fmt_arg(d.args[0]) if d.args else ""
+    if d.name in ("compute_at", "place"):  # both decide where the op's output lives
+        return ("fusion", first)
+    if d.name == "reorder":  # the outer loops and the accumulation loops are ordered separately
+        return ("reorder", first, frozenset(fmt_arg(a) for a in d.args[1:]))
+    return (d.name, first)
+
+
 def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
                    dtypes: dict[str, str]) -> tuple[Plan, ...]:
     plans = {op.name: default_plan(op, dtypes) for op in ops}
+    seen: dict[tuple, sx.Directive] = {}
     for d in directives:
         if d.name not in APPLY and d.name not in ("compute_at", "place"):
             raise bad(d, f"unknown directive `{d.name}`",
                       "directives: " + ", ".join(sorted([*APPLY, "compute_at", "place"])))
+        if (earlier := seen.setdefault(setting(d), d)) is not d:
+            at = f"line {earlier.span.line}" if earlier.span and earlier.span.line else "earlier"
+            raise bad(d, f"`{fmt_directive(d)}` sets again what `{fmt_directive(earlier)}` ({at}) sets",
+                      "keep one of the two directives")
         op = op_for(d, ops)
         if d.name in ("compute_at", "place"):
             plans[op.name] = apply_fusion(op, plans[op.name], d)
