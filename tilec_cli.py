@@ -298,14 +298,15 @@ def _tune_run(args: argparse.Namespace) -> int:
     budget = args.budget if args.budget is not None or args.time is not None else DEFAULT_BUDGET
     result = tune(args.program, parse_defines(args.defines) or None, budget=budget, time_s=args.time,
                   seed=args.seed, jobs=args.jobs, progress=not args.quiet, use_cache=not args.no_cache)
+    if result.verified:  # files first: the summary goes to stdout, which may be a pipe that closes early
+        if args.save_schedule:
+            _write_text(args.save_schedule, result.best_schedule, "the schedule", "--save-schedule")
+        if args.output:
+            _write_text(args.output, result.source)
     print(summary_text(result))
     if not result.verified:
         print("error: the tuned kernel did not match the reference evaluator; nothing written", file=sys.stderr)
         return 1
-    if args.save_schedule:
-        _write_text(args.save_schedule, result.best_schedule, "the schedule", "--save-schedule")
-    if args.output:
-        _write_text(args.output, result.source)
     return 0
 
 
@@ -482,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KernelError as err:
         print(err, file=sys.stderr)  # already "file:line: error: rule ..." with the tile, shape and a hint
+        return 1
+    except BrokenPipeError:  # e.g. `tilec explain PROG.tl | head`: the reader left early, nothing went wrong here
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit-time flush cannot fail again
         return 1
     except InternalError as err:  # a compiler bug, caught by an IR verifier: say so plainly, no traceback
         print(f"internal compiler error: {err}\n  this is a bug in tilec, not in your program; please report it with"

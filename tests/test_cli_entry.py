@@ -50,3 +50,19 @@ def test_output_files_that_cannot_be_written_are_user_errors(tmp_path) -> None:
     assert err.value.hint == "give --save-schedule a writable file path in an existing directory"
     tilec_cli._write_text(str(tmp_path / "k.py"), "x = 1\n")
     assert (tmp_path / "k.py").read_text() == "x = 1\n"
+
+
+def test_a_reader_closing_the_pipe_early_is_not_a_traceback() -> None:
+    import pathlib
+    import subprocess
+    import sys
+    root = pathlib.Path(__file__).resolve().parents[1]
+    # about 100 KB of trace on stdout: more than a pipe holds, so the writer meets the closed pipe
+    cmd = [sys.executable, str(root / "tilec_cli.py"), "nki-run", str(root / "benchmarks" / "kernels" / "asst.py"),
+           "--kernel", "vector_add_tiled_128", "--shape", "a_vec=25600:float32", "--shape", "b_vec=25600:float32",
+           "--trace"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(10)
+    proc.stdout.close()  # like `| head -c 10`
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err and proc.returncode == 1, err.decode()
