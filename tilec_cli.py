@@ -284,7 +284,8 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
     limit.add_argument("--budget", type=int, default=None, help="candidates to evaluate (default 48)")
     limit.add_argument("--time", type=float, default=None, metavar="S", help="stop after S seconds instead")
     p.add_argument("--seed", type=int, default=0, help="search seed; the same seed gives the same result")
-    p.add_argument("--jobs", type=int, default=2, help="worker processes evaluating candidates (default 2)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="worker processes evaluating candidates (default: one per available core)")
     p.add_argument("-o", "--output", metavar="KERNEL.py", help="write the tuned NKI kernel here")
     p.add_argument("--save-schedule", metavar="FILE", help="write the tuned schedule text here")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not fill .tilec-cache/tune/")

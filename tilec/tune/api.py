@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -99,7 +100,7 @@ class CachedCost:
 
 
 def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = DEFAULT_BUDGET,
-         time_s: float | None = None, seed: int = 0, evaluator: Evaluator | None = None, jobs: int = 2,
+         time_s: float | None = None, seed: int = 0, evaluator: Evaluator | None = None, jobs: int | None = None,
          progress: bool | IO[str] = True, cache_dir: str | None = None, use_cache: bool = True,
          target: str = "trn2", space: Space | None = None) -> TuneResult:
     """Tune the schedule of the .tl program at `path` for `shapes`; see the module docstring."""
@@ -108,6 +109,7 @@ def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = D
     space = space or build_space(job)
     own = evaluator is None
     cache = DiskCache(cache_dir) if use_cache else None
+    jobs = jobs or default_jobs()
     evaluator = evaluator or ModelEvaluator(jobs=jobs, kernel_cache=str(cache.dir) if cache else None)
     cost = CachedCost(job, evaluator, cache, space.lower_bound if space.bound else None)
     bar = Progress(budget, stream=sys.stderr if progress is True else (progress or None))
@@ -121,6 +123,14 @@ def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = D
         if own:
             evaluator.close()  # type: ignore[attr-defined]
     return replace(finish(job, cost, history, stats, ranked, started), space_points=space.size())
+
+
+def default_jobs() -> int:
+    """One worker per core this process may use (results do not depend on the count, only the wall time does)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def rank(job: Job, evaluator: Evaluator, history: list[Trial]) -> list[tuple[str, float, float | None]]:
