@@ -236,3 +236,27 @@ def test_division_proven_by_assumption() -> None:
     assert bounds.prove(checker.check(api.parse(text))).divisions == ()
     weaker = text.replace("assume H % 2 == 0, W % 2 == 0", "assume W % 2 == 0")
     assert len(bounds.prove(checker.check(api.parse(weaker))).divisions) == 2  # H / 2 in the shape and the loop
+
+
+# Found only with every size known, by `check_file` (`tilec check`) and the evaluator, not by `load`
+PARTLY_WRITTEN = {
+    "output_partly_written": (edit(ADD, "for i in 0..N:", "for i in 0..N - 1:"), dict(N=8)),
+    "output_pool_misses_a_column": (edit(CONV, "j in 0..Wo / 2:", "j in 0..Wo / 2 - 1:"),
+                                    dict(N=1, C=2, H=8, W=8, K=2, R=3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARTLY_WRITTEN))
+def test_partly_written_output(name: str, in_tmp: pathlib.Path, golden, capsys: pytest.CaptureFixture) -> None:
+    text, defines = PARTLY_WRITTEN[name]
+    (in_tmp / f"{name}.tl").write_text(text)
+    api.load(f"{name}.tl", defines)  # legal as far as names, types and bounds go
+    with pytest.raises(TilecError) as info:
+        api.check_file(f"{name}.tl", defines)
+    golden.check(f"lang/errors/{name}.txt", info.value.render() + "\n")
+    program = api.load(f"{name}.tl", defines)
+    with pytest.raises(TilecError) as again:
+        api.evaluate(program, api.random_inputs(program))
+    assert again.value.render() == info.value.render()  # the evaluator says the same
+    assert main(["check", f"{name}.tl", *[f"-D{k}={v}" for k, v in defines.items()]]) == 1
+    assert "Traceback" not in capsys.readouterr().err

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tilec.errors import TilecError
 from tilec.lang import api
 
 
@@ -143,10 +144,26 @@ kernel red(X: f32[M, N]) -> S, T, U, V
 def test_statement_outside_loops() -> None:
     out = run("""\
 kernel one(X: f32[N]) -> Y
-  Y: f32[N]
+  Y: f32[2]
   Y[0] = X[0] * 3
-""", X=np.ones(4, np.float32))["Y"]
-    np.testing.assert_array_equal(out, [3, 0, 0, 0])
+  Y[1] = X[N - 1]
+""", X=np.arange(4, dtype=np.float32))["Y"]
+    np.testing.assert_array_equal(out, [0, 3])
+
+
+def test_an_output_with_elements_never_stored_is_an_error_at_its_declaration() -> None:
+    # on the hardware those elements would hold whatever the memory held: not a zero the evaluator could promise
+    text = """\
+kernel one(X: f32[N]) -> Y
+  Y: f32[N, 2]
+  for i in 0..N:
+    Y[i, 0] = X[i]
+"""
+    with pytest.raises(TilecError) as err:
+        run(text, X=np.ones(4, np.float32))
+    assert "output `Y` is only partly written: 4 of its 8 elements are never stored (the first is Y[0, 1])" \
+        in err.value.message
+    assert err.value.span.line == 2
 
 
 def test_f16_inputs_round_and_outputs_keep_their_dtype() -> None:

@@ -101,7 +101,14 @@ def load(path_or_text: str | pathlib.Path, defines: dict[str, int] | None = None
 
 
 def check_file(path: str | pathlib.Path, defines: dict[str, int] | None = None) -> Program:
-    return load(path, defines)
+    """`load`, and when every size is known, that the statements store every element of every output (as `evaluate`
+    does, without computing values)."""
+    program = load(path, defines)
+    if program.complete():
+        tensors = {n: (t.dtype, t.shape, t.kind) for n, t in program.tensors.items()}
+        evaluator.check_coverage(program.kernel, program.sizes, tensors,
+                                 {n: t.span for n, t in program.tensors.items()})
+    return program
 
 
 def _check_defines(facts: checker.Facts, defines: dict[str, int]) -> None:
@@ -210,4 +217,4 @@ def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.nd
     bound = bind_inputs(program, inputs)
     _need_sizes(bound)
     tensors = {n: (t.dtype, t.shape, t.kind) for n, t in bound.tensors.items()}
-    return evaluator.run(bound.kernel, bound.sizes, tensors, inputs)
+    return evaluator.run(bound.kernel, bound.sizes, tensors, inputs, {n: t.span for n, t in bound.tensors.items()})

@@ -4,7 +4,9 @@ Semantics (the sequential loop nest, exactly): statements run in program order, 
 per iteration. Inputs are rounded to their declared dtype, arithmetic is float32, and every store rounds to the
 target's dtype. An accumulation (`+=`, `max=`, `min=`) over the loops directly around it keeps its running value in
 float32 and rounds when it is stored after the whole reduction (as a PSUM accumulation does); the summation order
-is unspecified. Tensors that are not inputs start as zeros.
+is unspecified. Temporaries start as zeros. Every element of an output must be stored by some statement: on the
+hardware an element never stored holds whatever the memory held, so an output written only in part is an error (at
+its declaration), found here and, without computing values, by `check_coverage` (`tilec check`).
 
 How it is fast: a loop is run "open" (all iterations at once, as NumPy array operations) when `plan.can_open`
 proves that executing its statements one after another, each over all of its iterations, gives the same result as
@@ -23,6 +25,7 @@ from typing import Mapping
 import ml_dtypes
 import numpy as np
 
+from tilec.errors import TilecError
 from tilec.lang import syntax as s
 from tilec.lang.contract import Contractor, einsum
 from tilec.lang.plan import Affines, OpenLoop, Planner, statements_under
@@ -46,25 +49,40 @@ class Labelled:
 
 
 def run(kernel: s.Kernel, sizes: Mapping[str, int], tensors: Mapping[str, tuple[str, tuple[int, ...], str]],
-        inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """tensors: name -> (dtype, shape, kind). Returns the outputs in their own dtype."""
+        inputs: Mapping[str, np.ndarray], spans: Mapping[str, object] | None = None) -> dict[str, np.ndarray]:
+    """tensors: name -> (dtype, shape, kind). Returns the outputs in their own dtype. Raises a TilecError (at the
+    output's declaration in `spans`) if an output has elements no statement writes: they would silently read as 0."""
     store = {}
     for name, (dtype, shape, kind) in tensors.items():
         if kind == "input":
             store[name] = np.ascontiguousarray(round_to(dtype, np.asarray(inputs[name], dtype=np.float32)))
         else:
             store[name] = np.zeros(shape, dtype=np.float32)
-    machine = Machine(sizes, tensors, store)
+    machine = Machine(sizes, tensors, store, outputs=kernel.outputs)
     for st in kernel.body:
         machine.item(st, {})
+    machine.check_written(spans or {})
     return {o: store[o].astype(NP_DTYPES[tensors[o][0]]) for o in kernel.outputs}
+
+
+def check_coverage(kernel: s.Kernel, sizes: Mapping[str, int],
+                   tensors: Mapping[str, tuple[str, tuple[int, ...], str]], spans: Mapping[str, object]) -> None:
+    """The write-coverage check of `run` alone: which output elements the statements store, no values computed."""
+    store = {name: np.zeros(shape if kind != "input" else (0,) * len(shape), dtype=np.float32)
+             for name, (_, shape, kind) in tensors.items()}
+    machine = Machine(sizes, tensors, store, outputs=kernel.outputs, values=False)
+    for st in kernel.body:
+        machine.item(st, {})
+    machine.check_written(spans)
 
 
 class Machine:
     """Executes statements over open loops; falls back to Python loops where opening is not proven safe."""
 
-    def __init__(self, sizes: Mapping[str, int], tensors: Mapping, store: dict[str, np.ndarray]) -> None:
-        self.sizes, self.tensors, self.store = sizes, tensors, store
+    def __init__(self, sizes: Mapping[str, int], tensors: Mapping, store: dict[str, np.ndarray],
+                 outputs: tuple[str, ...] = (), values: bool = True) -> None:
+        self.sizes, self.tensors, self.store, self.values = sizes, tensors, store, values
+        self.written = {o: np.zeros(store[o].shape, dtype=bool) for o in outputs}  # elements some statement stored
         self.affines = Affines(sizes)
         self.contractor = Contractor()
         self.planner = Planner(self.affines, {n: a.strides for n, a in store.items()},
@@ -87,6 +105,11 @@ class Machine:
 
     def statement(self, st: s.Assign, loops: tuple[OpenLoop, ...], env: dict[str, int]) -> None:
         if any(lp.stop <= lp.start for lp in loops):
+            return
+        if st.target.tensor in self.written:
+            view, _ = self.view(st.target, loops, env, writeable=True, base=self.written[st.target.tensor])
+            view[...] = True
+        if not self.values:
             return
         written = set(self.affines.vars_of(st.target, env))
         if st.op == "=":  # a plain store in a reduction loop keeps the last iteration's value
@@ -181,10 +204,11 @@ class Machine:
         value = env[e.id] if e.id in env else self.sizes[e.id]
         return Labelled(np.float32(value), ())
 
-    def view(self, acc: s.Access, loops: tuple[OpenLoop, ...], env: dict[str, int],
-             writeable: bool) -> tuple[np.ndarray, tuple[str, ...]]:
-        """A strided view of the accessed elements, one axis per open loop variable the access depends on."""
-        base = self.store[acc.tensor]
+    def view(self, acc: s.Access, loops: tuple[OpenLoop, ...], env: dict[str, int], writeable: bool,
+             base: np.ndarray | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
+        """A strided view of the accessed elements, one axis per open loop variable the access depends on (of the
+        tensor's values, or of `base`, an array of the same shape such as its written-element mask)."""
+        base = self.store[acc.tensor] if base is None else base
         dims = self.affines.of(acc, env)
         used = {v for d in dims for v in d.coeffs}
         open_loops = [lp for lp in loops if lp.var in used]
@@ -197,6 +221,20 @@ class Machine:
         flat = base.reshape(-1)[offset:]
         view = np.lib.stride_tricks.as_strided(flat, shape=shape, strides=strides, writeable=writeable)
         return view, tuple(lp.var for lp in open_loops)
+
+
+    # ---- outputs every element of which must be written ---------------------------------------------------------
+
+    def check_written(self, spans: Mapping[str, object]) -> None:
+        for name, mask in self.written.items():
+            if not mask.all():
+                first = tuple(int(i) for i in np.argwhere(~mask)[0])
+                missing = int(mask.size - np.count_nonzero(mask))
+                verb = "is" if missing == 1 else "are"
+                raise TilecError(f"output `{name}` is only partly written: {missing} of its {mask.size} elements {verb} "
+                                 f"never stored (the first is {name}[{', '.join(map(str, first))}])",
+                                 spans.get(name),
+                                 f"make the loops storing into {name} cover its whole shape, or declare it smaller")
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------------
