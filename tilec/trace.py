@@ -4,7 +4,8 @@ Neither side imports the other; both import this module. One `Instr` per execute
 order. Memory regions are coarse bounding boxes, enough for true/anti/output dependence tracking:
 
     Access  = buffer id, buffer name, memory, partition range [p0, p1), byte range [lo, hi) within each partition
-              (for HBM: byte range within the tensor's flat storage, p0 = 0, p1 = 1)
+              (for HBM: byte range within the tensor's flat storage, p0 = 0, p1 = 1), and for SBUF/PSUM the
+              innermost free stride in bytes (optional, 0 = unknown; the model's SBUF stride penalty reads it)
     Instr   = seq, engine, op, shapes and dtypes, bytes moved, reads, writes, kernel file:line, attrs
     Alloc   = one on-chip or HBM buffer with its size per partition and the seq range during which it is live
     Trace   = kernel name, instrs, allocs, totals
@@ -26,6 +27,8 @@ class Access:
     p1: int
     lo: int  # byte offsets within a partition (or within flat HBM storage)
     hi: int
+    stride_bytes: int = 0  # SBUF/PSUM: innermost free-dimension stride of the access pattern in bytes (the last free
+    #                        dimension with more than one element); 0 = unknown, broadcast, one element, or HBM
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ def test_one_dma_one_matmul_by_hand():
     dma = math.hypot(P["dma_xfer_fixed_ns"] + 8 * P["dma_desc_ns"], per_engine / P["dma_engine_bw"])
     # matmul fp32: (max(min(64, M), N) + fixed) cycles, times the fp32 factor, at the TensorE clock
     mm = (max(min(64, 128), 256) + P["mm_fixed_cycles"]) * P["mm_fp32_factor"] / P["tensor_ghz"]
+    # the warm-up throttle allows the first 1.5 us of TensorE work at full speed: one matmul does not wait
     expected = P["startup_ns"] + dma + mm  # the first DMA starts at start-up; the matmul waits for its data
     assert est.total_ns == pytest.approx(expected, rel=1e-9)
     assert est.dma_transfer_count == 1

@@ -1,16 +1,23 @@
 """tilec.perf: a calibrated performance model of one Trainium2 NeuronCore over the interpreter's instruction trace.
 
 Modules: params (the per-target table, every number with its source), costs (one instruction in isolation),
-deps (true/anti/output dependences through buffer regions), schedule (one list-scheduling pass), metrics and api
-(the Estimate: total time, engine activity, MFU/HFU/MBU, memory peaks), report (summary text, time per source
-line), timeline (the HTML picture). It reads only `tilec.trace`; it never imports the interpreter or the compiler.
+deps (true/anti/output dependences through buffer regions), schedule (one list-scheduling pass), throttle (the Trn2
+TensorE warm-up limit), metrics and api (the Estimate: total time, engine activity, MFU/HFU/MBU, memory peaks),
+report (summary text, time per source line), timeline (the HTML picture). It reads only `tilec.trace`; it never
+imports the interpreter or the compiler.
 
 How the model reasons
 ---------------------
 * Four compute engines (TensorE, VectorE, ScalarE, GpSimdE) each execute their instructions in program order; an
   instruction starts when its engine is free and every instruction it depends on (through the regions it reads and
   writes) has finished. Costs come from the nki-spec §2.4 table at each engine's clock plus a per-instruction
-  overhead (tilec/perf/costs.py has the formulas).
+  overhead (tilec/perf/costs.py has the formulas). An SBUF operand whose innermost free stride exceeds 16 bytes
+  doubles the instruction's streaming part (spec §2.2 ARCH2 stride penalty, documented for v2, [inferred] for v3 and
+  for TensorE moving operands); the stride also decides whether v3 performance mode gets 4x or 2x.
+* TensorE work on trn2 is limited by the warm-up throttle (spec §2.3): in the 3 µs after TensorE work begins, or
+  after its utilization over a 3 µs window fell below 50 %, it may be busy at most 1.5 µs; an instruction past that
+  waits for the end of the 3 µs (the step shape is inferred, see throttle.py). A long stream pays ~1.5 µs once; a
+  bursty kernel pays it per burst longer than 1.5 µs. trn1 has no throttle.
 * A DMA transfer (one `dma_copy`) waits for its data dependences plus a 600 ns issue latency (the v3 HWDGE figure;
   with the generic 1.3 µs semaphore-to-start figure rows 4, 5 and 8 come out 9-17 % slow), then
   occupies the DMA engines of its partitions (8 partitions per engine, up to 16 engines) for a fixed time per
@@ -34,7 +41,7 @@ How the model reasons
   the spec reproduces 41 % from 58.1 GFLOP and 3832 µs: the bf16-adjusted count (fp32 x4, EXSCHEMA) would give 77 %,
   and 41 % is 2.1x the plain formula. The model keeps the documented formula and the gap is reported, not fitted.
 
-Left out: the TensorE warm-up throttle (~3 µs at 50 %), HBM bank effects, SBUF stride penalties (the trace has no
-strides), PSUM bank conflicts, the real allocator's placement (rotation through 3 buffers per allocation site stands
-in for it), cross-engine semaphore latency (not documented), DMA queue limits beyond one queue per call site.
+Left out: HBM bank effects, PSUM bank conflicts, strides of other than the innermost free dimension, the real
+allocator's placement (rotation through 3 buffers per allocation site stands in for it), cross-engine semaphore
+latency (not documented), DMA queue limits beyond one queue per call site.
 """

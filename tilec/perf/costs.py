@@ -12,6 +12,14 @@ engine's clock, plus a fixed per-instruction overhead:
     GpSimdE  iota / affine_select 150 + N
     every compute instruction also pays the engine's static overhead (ARCH2: ~100 cycles, fitted)
 
+SBUF stride penalty (spec §2.2, ARCH2, documented for v2, applied to v3 as well [inferred]): an instruction with an
+SBUF operand (read or written) whose innermost free stride exceeds 16 bytes (`Access.stride_bytes`, filled by the
+interpreter) streams at half the interface bandwidth: its N (N_in for reductions) counts twice before the MIN_II
+maximum, the static overhead does not. PSUM operands are not penalized (the row is about SBUF). On TensorE only the
+moving operand streams through the interface per instruction (the stationary one loads in the background): a matmul
+or transpose whose moving operand is strided pays it on its streamed columns [inferred for TensorE]. The same stride
+decides v3 performance mode (ARCH3): a 16-bit VectorE copy/tensor_scalar gets 4x only when contiguous, else 2x.
+
 A DMA transfer is split over ceil(P/8) of the 16 DMA engines (the engines of the partitions it touches); on each
 engine it occupies `hypot(fixed + descriptors * per_descriptor, bytes / 23 B/ns)`: the fixed part dominates small
 transfers, the byte part large ones, and the soft maximum reproduces the DMAINTRO efficiency-vs-bytes-per-partition
@@ -23,7 +31,7 @@ from __future__ import annotations
 import math
 
 from tilec.perf.params import Params
-from tilec.trace import Instr
+from tilec.trace import Access, Instr
 
 DTYPE_BYTES = {"float32": 4, "float32r": 4, "int32": 4, "uint32": 4, "float16": 2, "bfloat16": 2, "int16": 2,
                "uint16": 2, "int8": 1, "uint8": 1, "float8_e4m3": 1, "float8_e5m2": 1, "float8_e3m4": 1, "bool": 1,
@@ -50,6 +58,10 @@ class Costs:
         self.iota = v["gpsimd_iota_cycles"]
         self.pm_copy = v["perf_mode_copy"]
         self.pm_half = v["perf_mode_half"]
+        self.stride_limit = v["sbuf_stride_limit_bytes"]
+        self.stride_factor = v["sbuf_stride_factor"]
+        self.throttle = (v["throttle_start_fraction"], v["throttle_ramp_ns"], v["throttle_window_ns"],
+                         v["throttle_min_utilization"])
         self.n_dma = int(v["dma_engines"])
         self.ppe = int(v["dma_partitions_per_engine"])
         self.dma_bw = v["dma_engine_bw"]
@@ -76,14 +88,20 @@ class Costs:
             stream = max(p_in, min(self.mm_min, ins.partitions))
         else:
             stream = max(min(self.mm_min, ins.m or ins.partitions), ins.free)
+        mov = moving(ins)
+        if mov is not None and mov.memory == "sbuf" and mov.stride_bytes > self.stride_limit:
+            stream *= self.stride_factor  # ARCH2 stride penalty on the moving stream [inferred for TensorE]
         factor = self.fp32 if any(d in FP32 for d in ins.in_dtypes) else 1.0
         return (stream + self.mm_fixed) * factor
 
     def engine_cycles(self, ins: Instr) -> float:
-        op, n, mn = ins.op, ins.free, self.min_ii
+        op, mn = ins.op, self.min_ii
         half = all(d in HALF for d in ins.in_dtypes) and ins.out_dtype in HALF
         psum = any(a.memory == "psum" for a in ins.reads) or any(a.memory == "psum" for a in ins.writes)
         vector = ins.engine == "vector"
+        stride = max_sbuf_stride(ins)
+        slow = self.stride_factor if stride > self.stride_limit else 1.0  # ARCH2 stride penalty: streaming part
+        n = ins.free * slow
         if op in ("iota", "affine_select") and ins.engine == "gpsimd":
             return self.iota + n
         if op == "tensor_tensor":
@@ -91,11 +109,12 @@ class Costs:
             return max(mn, n if fast else 2 * n)
         if op in ("tensor_scalar", "tensor_copy"):
             perf = 1.0
-            if vector and half:
-                perf = self.pm_half if psum else self.pm_copy
+            if vector and half:  # ARCH3: 4x needs SBUF on both sides and a contiguous innermost dim, else 2x
+                contiguous = stride <= itemsize(ins.out_dtype)
+                perf = self.pm_half if psum or not contiguous else self.pm_copy
             return max(mn, n / perf)
         if op == "tensor_reduce":
-            n_in = in_free(ins)
+            n_in = in_free(ins) * slow
             return n_in / 2 if half else n_in
         if op == "tensor_scalar_reduce":
             return max(mn, n) + mn
@@ -129,6 +148,24 @@ class Costs:
             on_chip = all(a.memory != "hbm" for a in ins.reads + ins.writes)
             t /= 0.5 if on_chip else self.dma_transpose
         return t
+
+
+def moving(ins: Instr) -> Access | None:
+    """The operand a TensorE instruction streams column by column: the moving one of a matmul (its second read),
+    the input of a transpose."""
+    reads = ins.reads
+    if ins.op == "nc_matmul":
+        return reads[1] if len(reads) > 1 else None
+    return reads[0] if reads else None
+
+
+def max_sbuf_stride(ins: Instr) -> int:
+    """Largest innermost free stride in bytes among the instruction's SBUF operands (0: contiguous or unknown)."""
+    stride = 0
+    for a in ins.reads + ins.writes:
+        if a.memory == "sbuf" and a.stride_bytes > stride:
+            stride = a.stride_bytes
+    return stride
 
 
 def itemsize(dtype: str) -> int:

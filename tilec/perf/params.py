@@ -35,6 +35,10 @@ class Params:
     mm_min_cycles: Param  # MM_INIT_LATENCY: a matmul never streams fewer columns than this
     mm_fixed_cycles: Param  # per-instruction overhead beyond the streamed columns
     mm_fp32_factor: Param  # fp32 matmul cost multiplier (¼ rate)
+    throttle_start_fraction: Param  # TensorE utilization allowed when its warm-up throttle engages (1 = no throttle)
+    throttle_ramp_ns: Param  # time from engagement to full speed
+    throttle_window_ns: Param  # trailing window over which TensorE utilization is watched
+    throttle_min_utilization: Param  # utilization in that window below which the throttle re-engages
     # VectorE / ScalarE / GpSimdE
     min_ii_cycles: Param  # MIN_II of one instruction
     vector_static_cycles: Param
@@ -43,6 +47,8 @@ class Params:
     gpsimd_iota_cycles: Param
     perf_mode_copy: Param  # v3 VectorE 16-bit SBUF->SBUF copy / tensor_scalar speed-up
     perf_mode_half: Param  # v3 speed-up when one side is PSUM, and for 16-bit tensor_tensor
+    sbuf_stride_limit_bytes: Param  # an SBUF access whose innermost free stride exceeds this streams slower
+    sbuf_stride_factor: Param  # cost multiplier of the streaming part of such an instruction
     # DMA
     dma_engines: Param
     dma_partitions_per_engine: Param
@@ -78,6 +84,12 @@ TRN2 = Params(
     mm_fixed_cycles=Param(21, "fitted to rows 10, 12 (calibration.md §3 seed: 128x222 fp16 matmul ~103 ns, "
                               "spec cost 222 cycles = 92.5 ns)"),
     mm_fp32_factor=Param(4.7, "fitted to rows 9, 11 (spec §2.4 says x4; calibration.md §3 seed measured ~4.65x)"),
+    throttle_start_fraction=Param(0.5, "§2.3 Throttling (Trn2) EXSUM/EXGLOSS: about 50 % utilization after work "
+                                       "begins"),
+    throttle_ramp_ns=Param(3000.0, "§2.3 Throttling (Trn2): ramps to full over about 3 us [inferred shape: held to "
+                                   "50 % of the first 3 us, then full; tilec/perf/throttle.py]"),
+    throttle_window_ns=Param(3000.0, "§2.3 Throttling (Trn2): any ~3 us window"),
+    throttle_min_utilization=Param(0.5, "§2.3 Throttling (Trn2): re-engages below 50 % utilization"),
     min_ii_cycles=Param(64, "§2.4 NISA MIN_II"),
     vector_static_cycles=Param(100, "§2.3 ARCH2 static overhead ~100 cycles"),
     scalar_static_cycles=Param(100, "§2.3 ARCH2 static overhead ~100 cycles (ScalarE II 264 for 1 element, PERF 5a)"),
@@ -85,6 +97,9 @@ TRN2 = Params(
     gpsimd_iota_cycles=Param(150, "§2.4 NISA iota/affine_select 150 + N"),
     perf_mode_copy=Param(4, "§2.3 ARCH3 performance mode 4x"),
     perf_mode_half=Param(2, "§2.3 ARCH3 performance mode 2x"),
+    sbuf_stride_limit_bytes=Param(16, "§2.2 ARCH2 SBUF stride penalty: innermost free stride > 16 bytes"),
+    sbuf_stride_factor=Param(2.0, "§2.2 ARCH2 SBUF stride penalty: halves the interface bandwidth (documented for "
+                                  "v2) [inferred for v3]"),
     dma_engines=Param(16, "§2.5 ARCH3/DMAINTRO 16 DMA engines per core"),
     dma_partitions_per_engine=Param(8, "§2.5 DMAINTRO (128 partitions / 16 engines)"),
     dma_engine_bw=Param(23.0, "§2.5 DMAINTRO/DMABW 23 B/ns per engine"),
@@ -109,8 +124,10 @@ TRN1 = Params(
        "gpsimd_ghz": Param(1.4, "§2.3 ARCH2 table"),
        "base_ghz": Param(1.4, "§5 EXSCHEMA"),
        "mm_fp32_factor": Param(4.0, "§2.4 NISA fp32 x4 (not calibrated on trn1)"),
+       "throttle_start_fraction": Param(1.0, "§2.3 throttling is documented for Trn2 only (1 = off on NC-v2)"),
        "perf_mode_copy": Param(1, "§2.3 no performance mode on NC-v2"),
        "perf_mode_half": Param(1, "§2.3 no performance mode on NC-v2"),
+       "sbuf_stride_factor": Param(2.0, "§2.2 ARCH2 SBUF stride penalty: halves the interface bandwidth (v2)"),
        "dma_engine_bw": Param(17.0, "§2.5 DMAINTRO 17 B/ns per engine (TRN1)"),
        "sbuf_bytes_per_partition": Param(192 * 1024, "§2.2 ARCH2 192 KiB"),
        "hbm_stack_bw": Param(410.0, "§2.1 derived 820 GB/s / 2 stacks")})

@@ -18,6 +18,10 @@ line reuses the memory of the (k-R)-th (R = `buffer_rotation`, fitted: 3), so an
 every instruction touching the older one has finished. Without it, loads would run arbitrarily far ahead of compute
 (the interpreter gives every allocation a fresh buffer id).
 
+TensorE instructions run under the Trn2 warm-up throttle (throttle.py): when TensorE work begins, or after its
+utilization over a trailing 3 us window fell below 50 %, it may be busy at most half of the next 3 us; an instruction
+past that allowance waits for the end of those 3 us.
+
 A DMA queue is one `dma_copy` call site (kernel file:line): the compiler gives each DMA instruction its queue, and a
 load that is ready early is not held up by a store of the same loop that waits for compute.
 """
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 
 from tilec.perf.costs import Costs
 from tilec.perf.deps import DepTracker
+from tilec.perf.throttle import TensorThrottle
 from tilec.trace import Trace
 
 EPS = 1e-6
@@ -145,6 +150,7 @@ def schedule(trace: Trace, costs: Costs) -> Schedule:
     folded = folded_memsets(trace)
     reuses = rotation_predecessors(trace, costs.rotation)
     last_end: dict[int, float] = {}  # per buffer, the latest end of an instruction touching it
+    throttle = TensorThrottle(*costs.throttle)
     for i, ins in enumerate(trace.instrs):
         engine = ins.engine
         accesses = ins.reads + ins.writes
@@ -171,6 +177,8 @@ def schedule(trace: Trace, costs: Costs) -> Schedule:
             q = engine
             d = costs.compute_ns(ins)
             t = deps.ready(ins.reads, ins.writes, max(reuse, startup, engine_free.get(q, 0.0)))
+            if engine == "tensor":
+                t = throttle.start(t, d)
             engine_free[q] = t + d
         start[i], end[i], lane[i] = t, t + d, q
         deps.record(ins.reads, ins.writes, t + d)

@@ -27,11 +27,13 @@ class TraceBuilder:
         self.trace.allocs.append(Alloc(buf, name, memory, partitions, bytes_per_partition, seq, -1))
         return buf
 
-    def at(self, buf: int, p0: int = 0, p1: int | None = None, lo: int = 0, hi: int | None = None) -> Access:
+    def at(self, buf: int, p0: int = 0, p1: int | None = None, lo: int = 0, hi: int | None = None,
+           stride_bytes: int = 0) -> Access:
         name, memory, partitions, bpp = self.sizes[buf]
         if memory == "hbm":
             return Access(buf, name, memory, 0, 1, lo, bpp if hi is None else hi)
-        return Access(buf, name, memory, p0, partitions if p1 is None else p1, lo, bpp if hi is None else hi)
+        return Access(buf, name, memory, p0, partitions if p1 is None else p1, lo, bpp if hi is None else hi,
+                      stride_bytes)
 
     def _add(self, **kw) -> Instr:
         ins = Instr(seq=len(self.trace.instrs), file=self.file, **kw)
