@@ -46,10 +46,9 @@ def conv_bias_maxpool(X, Wt, b):
                     Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:14
 
     # ---- bias b: one column per out-channel tile
-    b_v = b.reshape((256, 1))  # tl:12
     b_col = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     for k_t in nl.affine_range(2):  # tl:12  load b as columns: for k in 0..K (tiles of TILE_K)
-        nisa.dma_copy(dst=b_col[:, k_t:k_t + 1], src=b_v[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
+        nisa.dma_copy(dst=b_col[:, k_t:k_t + 1], src=b[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
 
     # ---- main: conv by row bands, fused into Y
     for n in nl.affine_range(4):  # tl:11  for n in 0..N
@@ -69,9 +68,9 @@ def conv_bias_maxpool(X, Wt, b):
                                 conv_acc += nisa.nc_matmul(Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K], X_band[:, c_t, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])  # tl:14
                     conv_act = nl.ndarray((128, 2, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
                     conv_act[...] = nisa.activation(op=nl.copy, data=conv_acc, bias=b_col[:, k_t:k_t + 1], dtype=nl.float32)  # tl:12
-                    Y_pool_rows = nl.ndarray((128, 1, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-                    Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0:1], conv_act[:, 1:2], op=nl.maximum, dtype=nl.float32)  # tl:18
-                    Y_band[:, y_g:y_g + 1] = nisa.tensor_tensor(Y_pool_rows[:, :, 0:221:2], Y_pool_rows[:, :, 1:222:2], op=nl.maximum, dtype=nl.float32)  # tl:18
+                    Y_pool_rows = nl.ndarray((128, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+                    Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0], conv_act[:, 1], op=nl.maximum, dtype=nl.float32)  # tl:18
+                    Y_band[:, y_g] = nisa.tensor_tensor(Y_pool_rows[:, 0:221:2], Y_pool_rows[:, 1:222:2], op=nl.maximum, dtype=nl.float32)  # tl:18
                 nisa.dma_copy(dst=Y[n, k_t * TILE_K:k_t * TILE_K + TILE_K, y_b * 3:y_b * 3 + 3], src=Y_band)  # tl:18
 
     return Y

@@ -31,31 +31,30 @@ def conv_relu(X, Wt, b):
     Y = nl.ndarray((1, 128, 15, 15), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- weights Wt: contraction-major, resident in SBUF
-    Wt_T = nl.ndarray((128, 1, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+    Wt_T = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     Wt_rows = nl.ndarray((128, 128, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     nisa.dma_copy(dst=Wt_rows, src=Wt)  # tl:13
     for r in nl.affine_range(3):  # tl:13  prepare Wt: for r in 0..R
         for s in nl.affine_range(3):  # tl:13  prepare Wt: for s in 0..R
             Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:13
             Wt_tp[...] = nisa.nc_transpose(Wt_rows[:, :, r, s])  # tl:13
-            Wt_T[:, 0, r, s] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:13
+            Wt_T[:, r, s] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:13
 
     # ---- bias b: one column per out-channel tile
-    b_v = b.reshape((128, 1))  # tl:11
     b_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    nisa.dma_copy(dst=b_col, src=b_v)  # tl:11
+    nisa.dma_copy(dst=b_col, src=b)  # tl:11
 
     # ---- main: conv by row bands, fused into Y
 
     # ---- input band X: all contraction tiles, shared by every output tile
-    X_band = nl.ndarray((128, 1, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-    nisa.dma_copy(dst=X_band[:, 0], src=X[0])  # tl:13
+    X_band = nl.ndarray((128, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+    nisa.dma_copy(dst=X_band, src=X[0])  # tl:13
     Y_band = nl.ndarray((128, 15, 15), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
     for y_g in nl.affine_range(3):  # tl:10  for y in 0..Ho (groups of ROWS rows in the band)
         conv_acc = nl.zeros((128, 10, 30), dtype=nl.float32, buffer=nl.psum)  # tl:11
         for r in nl.affine_range(3):  # tl:12  for r in 0..R
             for s in nl.affine_range(3):  # tl:12  for s in 0..R
-                conv_acc += nisa.nc_matmul(Wt_T[:, 0, r, s], X_band[:, 0, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])  # tl:13
+                conv_acc += nisa.nc_matmul(Wt_T[:, r, s], X_band[:, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])  # tl:13
         conv_act = nl.ndarray((128, 10, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         conv_act[...] = nisa.activation(op=nl.relu, data=conv_acc, bias=b_col, dtype=nl.float32)  # tl:11
         Y_pool_rows = nl.ndarray((128, 5, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:18

@@ -25,33 +25,30 @@ def matmul(A, B):
     assert A.shape == (512, 1024), 'matmul was compiled for A of shape (512, 1024); recompile with tilec compile -D M=... -D K=...'
     assert B.shape == (1024, 768), 'matmul was compiled for B of shape (1024, 768); recompile with tilec compile -D K=... -D N=...'
     C = nl.ndarray((512, 768), dtype=nl.float32, buffer=nl.shared_hbm)
-    B_v = B.reshape((1, 1024, 1, 768))  # tl:7
-    A_v = A.reshape((512, 1024, 1, 1))  # tl:7
-    C_v = C.reshape((1, 512, 1, 768))  # tl:7
 
     # ---- stationary operand A: contraction-major, resident in SBUF
-    A_T = nl.ndarray((128, 8, 1, 1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    A_T = nl.ndarray((128, 8, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
     for i_t in nl.affine_range(4):  # tl:9  prepare A: for i in 0..M (tiles of TILE_I)
-        A_rows = nl.ndarray((128, 1024, 1, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-        nisa.dma_copy(dst=A_rows, src=A_v[i_t * TILE_I:i_t * TILE_I + TILE_I])  # tl:9
+        A_rows = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+        nisa.dma_copy(dst=A_rows, src=A[i_t * TILE_I:i_t * TILE_I + TILE_I])  # tl:9
         for k_t in nl.affine_range(8):  # tl:9  prepare A: for k in 0..K (tiles of TILE_K)
             A_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:9
-            A_tp[...] = nisa.nc_transpose(A_rows[:, k_t * TILE_K:k_t * TILE_K + TILE_K, 0, 0])  # tl:9
-            A_T[:, k_t, 0, 0, i_t * TILE_I:i_t * TILE_I + TILE_I] = nisa.tensor_copy(A_tp, dtype=nl.float32)  # tl:9
+            A_tp[...] = nisa.nc_transpose(A_rows[:, k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:9
+            A_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I] = nisa.tensor_copy(A_tp, dtype=nl.float32)  # tl:9
 
     # ---- main: C by tiles of i
 
     # ---- moving operand B: all contraction tiles, shared by every output tile
-    B_tiles = nl.ndarray((128, 8, 1, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    B_tiles = nl.ndarray((128, 8, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
     for k_t in nl.affine_range(8):  # tl:9  for k in 0..K (tiles of TILE_K)
-        nisa.dma_copy(dst=B_tiles[:, k_t], src=B_v[0, k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:9
+        nisa.dma_copy(dst=B_tiles[:, k_t], src=B[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:9
     for i_t in nl.affine_range(4):  # tl:6  for i in 0..M (tiles of TILE_I)
-        C_rows = nl.ndarray((128, 1, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+        C_rows = nl.ndarray((128, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
         for j_t in nl.affine_range(2):  # tl:6  for j in 0..N (tiles of TILE_J)
-            C_acc = nl.zeros((128, 1, 384), dtype=nl.float32, buffer=nl.psum)  # tl:7
+            C_acc = nl.zeros((128, 384), dtype=nl.float32, buffer=nl.psum)  # tl:7
             for k_t in nl.affine_range(8):  # tl:8  for k in 0..K (tiles of TILE_K)
-                C_acc += nisa.nc_matmul(A_T[:, k_t, 0, 0, i_t * TILE_I:i_t * TILE_I + TILE_I], B_tiles[:, k_t, :, j_t * TILE_J:j_t * TILE_J + TILE_J])  # tl:9
-            C_rows[:, :, j_t * TILE_J:j_t * TILE_J + TILE_J] = nisa.activation(op=nl.copy, data=C_acc, dtype=nl.float32)  # tl:7
-        nisa.dma_copy(dst=C_v[0, i_t * TILE_I:i_t * TILE_I + TILE_I], src=C_rows)  # tl:7
+                C_acc += nisa.nc_matmul(A_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I], B_tiles[:, k_t, j_t * TILE_J:j_t * TILE_J + TILE_J])  # tl:9
+            C_rows[:, j_t * TILE_J:j_t * TILE_J + TILE_J] = nisa.activation(op=nl.copy, data=C_acc, dtype=nl.float32)  # tl:7
+        nisa.dma_copy(dst=C[i_t * TILE_I:i_t * TILE_I + TILE_I], src=C_rows)  # tl:7
 
     return C

@@ -24,7 +24,7 @@ SMALL = {
 STAGES_PER_EXAMPLE = {
     "vector_add": ("lower", "select", "loops"),
     "transpose": ("lower", "select", "loops"),
-    "matmul": ("lower", "select", "schedule", "loops"),
+    "matmul": ("lower", "select", "schedule", "loops", "squeeze"),
     "conv2d": ("select", "hoist"),
     "conv_bias_maxpool": ("lower", "select", "schedule", "loops", "hoist", "allocate"),
     "conv_relu": ("lower", "select", "hoist"),
@@ -93,6 +93,13 @@ def test_unroll_pass(golden):
     golden.check("compiler/passes/unroll.txt", diff)
 
 
+def test_squeeze_pass_drops_the_matmuls_unit_dims(golden):
+    c = compile_example("matmul", SMALL["matmul"])
+    diff = _diff(c.stages["legalise"], c.stages["squeeze"])
+    assert "A_T: sbuf f32[128, 2, 256]" in diff
+    golden.check("compiler/passes/squeeze.txt", diff)
+
+
 def _stage_kernel(stage: str, schedule: str):
     from tilec.compiler.api import Compiled
     from tilec.compiler.codegen import emit
@@ -103,7 +110,7 @@ def _stage_kernel(stage: str, schedule: str):
 
 
 @pytest.mark.parametrize("schedule", ["", "unroll conv.s\nreorder conv, k, n, y\nhoist Wt, conv.k\n"])
-@pytest.mark.parametrize("stage", ["loops", "hoist", "unroll", "legalise"])
+@pytest.mark.parametrize("stage", ["loops", "hoist", "unroll", "legalise", "squeeze"])
 def test_every_ir_stage_computes_the_same(stage, schedule):
     """Passes are tested by meaning: the kernel emitted from the IR after each pass equals the reference."""
     from compiler_helpers import check_against_reference
@@ -136,9 +143,10 @@ def test_directive_and_pass_docstrings_match_their_goldens():
     """Each directive's and IR pass's docstring shows before/after IR copied from its golden file; a golden refresh
     that changes those lines fails here until the docstring is updated too."""
     from compiler_helpers import ROOT
-    from tilec.compiler import directives, passes
+    from tilec.compiler import directives, passes, squeeze
 
-    functions = [*directives.APPLY.values(), directives.apply_fusion, passes.hoist, passes.unroll, passes.legalise]
+    functions = [*directives.APPLY.values(), directives.apply_fusion, passes.hoist, passes.unroll, passes.legalise,
+                 squeeze.squeeze]
     seen = set()
     for fn in functions:
         excerpts = _doc_excerpts(fn)

@@ -18,11 +18,12 @@ from tilec.compiler.directives import apply_schedule
 from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
 from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, TransposeOp
 from tilec.compiler.select import print_ops, select
+from tilec.compiler.squeeze import squeeze
 from tilec.compiler.verify import SBUF_USABLE, verify
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
-STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "allocate")
+STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "squeeze", "allocate")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None)
     kernel = passes.legalise(kernel)
     stages["legalise"] = _checked(kernel, "legalise")
     kernels["legalise"] = kernel
+    # squeeze: tiles and compiler-made HBM views lose their dimensions of extent 1 (readable kernels, same code)
+    kernel = squeeze(kernel)
+    stages["squeeze"] = _checked(kernel, "squeeze")
+    kernels["squeeze"] = kernel
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the trn2 limits)
     stages["allocate"] = passes.allocation_report(kernel)
     doc = _doc_lines(program, ops, plans)
