@@ -243,6 +243,9 @@ PARTLY_WRITTEN = {
     "output_partly_written": (edit(ADD, "for i in 0..N:", "for i in 0..N - 1:"), dict(N=8)),
     "output_pool_misses_a_column": (edit(CONV, "j in 0..Wo / 2:", "j in 0..Wo / 2 - 1:"),
                                     dict(N=1, C=2, H=8, W=8, K=2, R=3)),
+    # a recurrence: the evaluator runs it iteration by iteration, the coverage check all at once
+    "output_recurrence_misses_one": ("kernel cs(A: f32[N]) -> Z\n  Z: f32[N]\n  Z[0] = A[0]\n"
+                                     "  for i in 1..N - 1:\n    Z[i] = Z[i - 1] + A[i]\n", dict(N=6)),
 }
 
 

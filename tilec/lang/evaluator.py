@@ -92,7 +92,7 @@ class Machine:
         if isinstance(st, s.Assign):
             self.statement(st, (), env)
             return
-        if self.planner.can_open(st, env):
+        if not self.values or self.planner.can_open(st, env):  # which elements a loop stores is order-free
             for stmt, loops in statements_under(st, self.affines, env):
                 self.statement(stmt, loops, env)
             return
