@@ -197,7 +197,7 @@ def summary_text(result: TuneResult) -> str:
     failed = sum(1 for t in result.history if not math.isfinite(t.cost)) - pruned
     lines = [
         f"default schedule : {_us(result.default_us)}  MFU {result.default_mfu:6.1%}",
-        f"tuned schedule   : {_us(result.best_us)}  MFU {result.best_mfu:6.1%}  ({result.speedup:.2f}x)",
+        f"tuned schedule   : {_us(result.best_us)}  MFU {result.best_mfu:6.1%}  ({_gain(result)})",
         f"candidates       : {tried} tried: {result.evaluations} evaluated, "
         f"{tried - result.evaluations - pruned} from the cache, {pruned} pruned (lower bound above the best); "
         f"{failed} failed to compile or run; {result.wall_s:.1f} s",
@@ -219,6 +219,14 @@ def coverage(result: TuneResult) -> str:
     if stats and stats.legal is not None:
         return f"{tried} of its {stats.legal} legal schedules tried"
     return f"{tried} schedules tried out of {result.space_points} points before the static checks"
+
+
+def _gain(result: TuneResult) -> str:
+    if not math.isfinite(result.default_us):
+        return "the default schedule failed"
+    if result.best_us >= result.default_us:
+        return "1.00x: the default schedule is the best one found"
+    return f"{result.speedup:.2f}x, {result.default_us - result.best_us:.1f} us faster than the default"
 
 
 def _us(value: float) -> str:
