@@ -4,6 +4,7 @@ The public API is re-exported here lazily, so `import tilec` stays cheap and the
 
     load / check_file / evaluate ... the language (tilec.lang)
     simulate ....................... run an NKI kernel on the CPU interpreter (tilec.nki)
+    simulate_traced ................ the same, with its instruction trace (numerics=False: the trace alone, faster)
     compile_file ................... .tl -> NKI kernel source, IR stages, runnable kernel (tilec.compiler)
     profile ........................ performance model report of a kernel (tilec.perf)
     tune ........................... schedule search (tilec.tune)
@@ -20,14 +21,13 @@ _API = {
     "check_file": "tilec.lang.api",
     "evaluate": "tilec.lang.api",
     "simulate": "tilec.nki.api",
+    "simulate_traced": "tilec.nki.api",
     "compile_file": "tilec.compiler.api",
     "profile": "tilec.perf.api",
     "tune": "tilec.tune.api",
 }
 
 __all__ = ["TilecError", "InternalError", "Span", *_API]
-
-
 
 
 def _install_nki() -> None:
