@@ -12,6 +12,11 @@ The kernel it builds is the assignment's shifted-matmul convolution:
         acc (PSUM) += w_T[c, c_t, r, s, k-tile].T @ X_band[c, c_t, rows + r, cols + s]   over c_t, r, s
         epilogue: activation(acc + bias) [relu] -> pool (vector engine) -> out band (SBUF)
       out band -> HBM, one DMA
+
+A matmul's bias along its output columns (C[i, j] = b[j] + ...) is a row, not a per-partition column: it is copied
+to every partition once before the nest (b_bc = ones[1, TILE_I].T @ b[1, tile of j], a contraction of 1 on TensorE)
+and added by the eviction (tensor_tensor acc + b_bc, then relu in place), so the accumulation keeps one moving
+pass per contraction tile.
 """
 from __future__ import annotations
 
@@ -19,8 +24,8 @@ from dataclasses import replace
 from typing import Callable
 
 from tilec.compiler import ir
-from tilec.compiler.build_util import a, loop, pool_epilogue, sl, term
-from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
+from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
 from tilec.compiler.names import unique
 from tilec.compiler.schedule import ConvPlan
 from tilec.compiler.ops import ConvOp
@@ -106,7 +111,8 @@ class _ConvBuilder:
         texts = dict(op.texts)
         self.T = {role: texts.get(role, f"for {v.get(role, role)}") for role in ("n", "k", "c", "y", "x", "r", "s")}
         lines = dict(op.lines)
-        self.L = {role: lines.get(role, op.line) for role in ("n", "k", "c", "y", "x", "r", "s", "update", "pool")}
+        roles = ("n", "k", "c", "y", "x", "r", "s", "update", "pool", "relu")
+        self.L = {role: lines.get(role, op.line) for role in roles}
 
     def consts(self) -> list[tuple[str, int]]:
         p, cn = self.p, self.cn
@@ -128,7 +134,10 @@ class _ConvBuilder:
         if self.p.hoist_w == "root":
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF", tuple(self.weights(None)),
                                   line))
-        if op.bias:
+        if op.bias and op.bias_role == "x":
+            label = f"bias {op.bias}: a row along {dict(op.vars)['x']}, copied to every partition once"
+            stmts.append(ir.Block(label, tuple(self.bias_row()), line))
+        elif op.bias:
             stmts.append(ir.Block(f"bias {op.bias}: one column per {self.words['k_tile']}", tuple(self.bias()), line))
         if self.p.x_bufs == 1:
             stmts.append(Alloc(self.x_band_buf(), line=line))
@@ -208,6 +217,25 @@ class _ConvBuilder:
         return st + [Alloc(col, line=line)] + prep_notes(loop(kb, self.KT, body, note=note, line=line),
                                                          f"load {op.bias} as columns")
 
+    def bias_row(self) -> list[Stmt]:
+        """b[x] on every partition: b_bc[p, x] = b[x], one broadcast matmul per column tile (TILE_X moving columns,
+        contraction 1) before the nest, instead of a K=1 matmul per output tile inside the accumulation."""
+        op, p, line = self.op, self.p, self.line
+        dt = self.hbm[op.bias].dtype
+        row_v, st = hbm_view(self.hbm[op.bias], (1, self.Wo), self.fresh(f"{op.bias}_v"), line)
+        row = Buf(self.fresh(f"{op.bias}_row"), "sbuf", dt, (1, self.Wo))
+        ones, made = ones_row(self.fresh(f"ones_{dt}"), dt, p.tile_k, line)
+        bc = Buf(self.fresh(f"{op.bias}_bc"), "sbuf", "f32", (p.tile_k, self.Wo))
+        acc = Buf(self.fresh(f"{op.bias}_bcast"), "psum", "f32", (p.tile_k, p.tile_x))
+        xt = self.var["x"]
+        cols = sl(a(term(xt, p.tile_x, self.cn["x"])), p.tile_x)
+        body = broadcast_row(acc, ones, View(row, (full(1), cols)), line) + \
+            [ir.Copy(View(bc, (full(p.tile_k), cols)), whole(acc), line)]
+        self.bias_bc = bc
+        note = f"{self.T['x']} (tiles of {self.cn['x']})"
+        return st + made + [Alloc(row, line=line), Dma(whole(row), whole(row_v), line), Alloc(bc, line=line)] + \
+            prep_notes(loop(xt, self.Wo // p.tile_x, body, note=note, line=line), f"broadcast {op.bias}")
+
     def x_band(self) -> list[Stmt]:
         p, line, V = self.p, self.L["update"], self.var
         xb = self.x_band_buf()
@@ -285,15 +313,26 @@ class _ConvBuilder:
     def epilogue(self, acc: Buf) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
         func = "relu" if op.relu else "copy"
-        bias = View(self.bias_col, (full(p.tile_k), sl(a(V["k"]), 1))) if op.bias else None
+        bias = View(self.bias_col, (full(p.tile_k), sl(a(V["k"]), 1))) if op.bias and op.bias_role == "k" else None
         rows_o, cols_o = p.rows // self.wy, p.tile_x // self.wx
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
         dst = View(self.o_band, (full(p.tile_k), sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
         if not op.pool:
-            return [Act(dst, whole(acc), func, bias, 1.0, line)]
+            return self.evict(dst, acc, func, bias)
         ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
-        out: list[Stmt] = [Alloc(ev, line=line), Act(whole(ev), whole(acc), func, bias, 1.0, line)]
+        out: list[Stmt] = [Alloc(ev, line=line)] + self.evict(whole(ev), acc, func, bias)
         return out + pool_epilogue(whole(ev), dst, self.wy, self.wx, op.pool.op, op.pool.scale,
                                    lambda axis: self.fresh(f"{op.out}_pool_{axis}"),
                                    self.L["pool"])
+
+    def evict(self, dst: View, acc: Buf, func: str, bias: View | None) -> list[Stmt]:
+        """PSUM -> SBUF in one pass (activation with the per-partition bias column); a row bias is a tensor_tensor
+        add reading PSUM instead (activation only adds columns), followed by the relu in place."""
+        p, V, op, line = self.p, self.var, self.op, self.line
+        if not (op.bias and op.bias_role == "x"):
+            return [Act(dst, whole(acc), func, bias, 1.0, line)]
+        col = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(V["x"], p.tile_x, self.cn["x"]))
+        out: list[Stmt] = [Binary(dst, whole(acc), View(self.bias_bc, (full(p.tile_k), sl(col, p.tile_x))), "add",
+                                  line)]
+        return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if op.relu else [])

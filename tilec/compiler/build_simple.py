@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
-from tilec.compiler.build_util import a, loop, pool_epilogue, sl, term
+from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full, whole
 from tilec.compiler.schedule import EltwisePlan, PoolPlan, TransposePlan
@@ -64,8 +64,8 @@ def _build_broadcast(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fres
     for name in op.rows:  # nc_matmul wants both operands fp32 or neither: a ones row in each row operand's dtype
         dt = hbm[name].dtype
         if dt not in ones:
-            ones[dt] = Buf(fresh(f"ones_{dt}"), "sbuf", dt, (1, TP))
-            stmts += [Alloc(ones[dt], zero=True, line=line), Scalar(whole(ones[dt]), whole(ones[dt]), "add", 1.0, line)]
+            ones[dt], made = ones_row(fresh(f"ones_{dt}"), dt, TP, line)
+            stmts += made
         row_views[name], st = hbm_view(hbm[name], (1, F), fresh(f"{name}_v"), line)
         stmts += st
     at = lambda name: View(views[name], (a("o"), sl(a(term("pt", TP, "TILE_P")), TP),  # noqa: E731
@@ -110,8 +110,8 @@ def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fre
         acc = Buf(fresh(f"{name}_bcast"), "psum", "f32", (TP, TF))
         tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (TP, TF))
         src = View(views[name], (full(1), sl(a(term("t", TF, "TILE_F")), TF)))
-        body = [Alloc(row, line=line), Dma(whole(row), src, line), Alloc(acc, zero=True, line=line),
-                ir.Matmul(whole(acc), View(ones[row.dtype], (full(1), full(TP))), whole(row), line),
+        body = [Alloc(row, line=line), Dma(whole(row), src, line),
+                *broadcast_row(acc, ones[row.dtype], whole(row), line),
                 Alloc(tile, line=line), ir.Copy(whole(tile), whole(acc), line)]
         stmts.append(ir.Block(f"row {name}: copied to every partition", tuple(body), line, hoist=True))
         tiles[name] = whole(tile)

@@ -1,5 +1,5 @@
 """Helpers the loop-nest builders share: loops that vanish at extent 1, index terms, the constants a nest uses,
-pooling epilogues."""
+pooling epilogues, the partition broadcast of a row."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +7,7 @@ import re
 from typing import Callable
 
 from tilec.compiler import ir
-from tilec.compiler.ir import Aff, Binary, Buf, Loop, Scalar, Sl, Stmt, Term, View
+from tilec.compiler.ir import Aff, Alloc, Binary, Buf, Loop, Matmul, Scalar, Sl, Stmt, Term, View, full, whole
 
 
 def term(var: str, coef: int = 1, name: str = "") -> Term:
@@ -113,3 +113,16 @@ def _combine(src: View, dst: View, axis: int, w: int, op: str, line: int) -> lis
     for off in range(2, w):
         out.append(Binary(dst, dst, part(off), op, line))
     return out
+
+
+def ones_row(name: str, dtype: str, parts: int, line: int) -> tuple[Buf, list[Stmt]]:
+    """A (1, parts) row of ones in SBUF: the stationary side of a partition broadcast. nc_matmul wants both operands
+    fp32 or neither, so it takes the dtype of the row it broadcasts."""
+    ones = Buf(name, "sbuf", dtype, (1, parts))
+    return ones, [Alloc(ones, zero=True, line=line), Scalar(whole(ones), whole(ones), "add", 1.0, line)]
+
+
+def broadcast_row(acc: Buf, ones: Buf, row: View, line: int) -> list[Stmt]:
+    """acc[p, f] = row[0, f] for every partition p: ones[1, P].T @ row[1, F] on TensorE, a contraction of 1 into
+    PSUM (acc is (P, F) fp32); the caller copies acc out to SBUF."""
+    return [Alloc(acc, zero=True, line=line), Matmul(whole(acc), View(ones, (full(1), full(acc.shape[0]))), row, line)]

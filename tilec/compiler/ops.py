@@ -50,6 +50,7 @@ class ConvOp:
     texts: tuple[tuple[str, str], ...] = ()  # role -> its .tl loop, e.g. ("c", "for c in 0..C")
     span: Span | None = field(default=None, compare=False)
     stride: tuple[int, int] = (1, 1)  # window step along (y, x): X[.., 2*y + r, 2*x + s]
+    bias_role: str = "k"  # the role indexing the bias: k (a column per out channel) | x (a matmul's row along x)
 
     def dim(self, d: str) -> int:
         return dict(self.dims)[d]

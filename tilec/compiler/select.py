@@ -1,7 +1,8 @@
 """Operation selection: recognise what each lowered computation is and which engines run it.
 
     Conv      conv[n,k,y,x] (= bias[k]) += X[n,c,y+r,x+s] * W[k,c,r,s]   -> nc_matmul, shifted, PSUM-accumulated
-              (a matmul C[m,n] += A[m,k] * B[k,n] is the same pattern with no batch, one spatial dim, 1x1 taps);
+              (a matmul C[m,n] += A[m,k] * B[k,n] is the same pattern with no batch, one spatial dim, 1x1 taps;
+              it may also start from a bias along its columns, C[m,n] = b[n]: a linear layer);
               strided windows X[n,c,2y+r,2x+s] read a strided view of the input band as the moving operand
               with fused epilogues: relu (activation), window max/avg pool of the conv output (vector engine)
     Pool      Y[n,k,i,j] max= X[n,k,2i+p,2j+q] (or += ... / 4)           -> tensor_tensor over strided views
@@ -163,21 +164,34 @@ def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> 
             "H": hx, "W": x_shape[-1],
             "Ho": ext(spatial[0]) if spatial[0] else 1, "Wo": ext(spatial[1]),
             "R": ext(taps[0]) if taps[0] else 1, "S": ext(taps[1]) if taps[1] else 1}
-    bias = _bias(comp, roles["k"], program)
+    bias, bias_role = _bias(comp, roles, program)
     lines = tuple((role, comp.line_of(var)) for role, var in sorted(roles.items())) + \
         (("update", comp.update_line or comp.line),)
     texts = tuple((role, comp.loop_text(var)) for role, var in sorted(roles.items()))
     return ConvOp(comp.target, comp.target, x, w, bias, tuple(dims.items()), w_layout,
-                  tuple(sorted(roles.items())), line=comp.line, lines=lines, texts=texts, span=comp.span)
+                  tuple(sorted(roles.items())), line=comp.line, lines=lines, texts=texts, span=comp.span,
+                  bias_role=bias_role)
 
 
-def _bias(comp: Comp, k: str, program) -> str | None:
+def _bias(comp: Comp, roles: dict[str, str], program) -> tuple[str | None, str]:
+    """The initial value: 0, a column b[k] (one value per output partition), or for a matmul a row b[x] along its
+    output columns (broadcast across the partitions once, added on PSUM eviction)."""
     if comp.init is None or const_value(comp.init) == 0.0:
-        return None
-    init = comp.init
-    if isinstance(init, sx.Access) and [plain(m) for m in index_maps(init, comp, program)] == [k]:
-        return init.tensor
-    raise reject(comp, "the initial value must be 0 or a per-output-channel bias b[k]", init.span)
+        return None, "k"
+    init, k, x = comp.init, roles["k"], roles["x"]
+    names = [plain(m) for m in index_maps(init, comp, program)] if isinstance(init, sx.Access) else None
+    if names == [k]:
+        return init.tensor, "k"
+    matmul = not any(role in roles for role in ("n", "y", "r", "s"))
+    if names == [x] and matmul:
+        return init.tensor, "x"
+    if names == [x]:
+        raise reject(comp, f"a bias along the output columns `{fmt_expr(init)}` is supported for a matmul only "
+                           f"(no batch, output rows or filter taps); a convolution takes a per-output-channel bias "
+                           f"`{init.tensor}[{k}]`", init.span)
+    row = f", or a bias along the output columns `b[{x}]`" if matmul else ""
+    raise reject(comp, f"the initial value must be 0, a per-output-channel bias `b[{k}]`{row}, read as it is "
+                       f"(no arithmetic on it, no other index)", init.span)
 
 
 # ---- epilogue fusion -----------------------------------------------------------------------------------------------
@@ -209,11 +223,12 @@ def _try_relu(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
         return None
     if [plain(m) for m in index_maps(inner, c, program)] != list(c.out_vars):
         return None
-    return replace(op, out=c.target, relu=True, fused=op.fused + (c.target,))
+    return replace(op, out=c.target, relu=True, fused=op.fused + (c.target,),
+                   lines=op.lines + (("relu", c.update_line or c.line),))
 
 
 def _try_pool(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
-    if op.pool is not None:
+    if op.pool is not None or "y" not in dict(op.vars):  # a matmul's rows are its partitions: no row windows
         return None
     try:
         pool = select_pool(c, program)
@@ -295,7 +310,9 @@ def print_ops(ops: tuple[Op, ...]) -> str:
         lines.append("  vars " + ", ".join(f"{r}={v}" for r, v in op.vars))
         if isinstance(op, ConvOp):
             stride = f", stride {op.stride[0]}x{op.stride[1]}" if op.stride != (1, 1) else ""
-            lines.append(f"  stationary {op.w} (layout {op.w_layout}), moving {op.x}{stride}, bias {op.bias or '-'}")
+            row = f" (a row along {dict(op.vars)['x']})" if op.bias and op.bias_role == "x" else ""
+            lines.append(f"  stationary {op.w} (layout {op.w_layout}), moving {op.x}{stride}, "
+                         f"bias {op.bias or '-'}{row}")
             epi = [f"relu" if op.relu else ""] + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
                                                    f"scale {op.pool.scale:g}"] if op.pool else [])
             lines.append("  epilogue " + (", ".join(e for e in epi if e) or "-") +
