@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import tilec  # noqa: F401  (installs the neuronxcc shim)
 import api_kernels as ak  # noqa: E402
 import bad_kernels as bk  # noqa: E402
+import isa_extra_kernels as xk  # noqa: E402
 from test_rules import CASES as RULE_CASES  # noqa: E402
 from tilec.compiler.api import compile_file
 from tilec.errors import KernelError, TilecError
@@ -168,6 +169,27 @@ API_CASES = [
 @pytest.mark.parametrize("name,args", API_CASES, ids=[c[0] for c in API_CASES])
 def test_api_kernel(name: str, args) -> None:
     assert_same_trace(*both_traces(getattr(ak, name), *args()))
+
+
+# ---- the less common isa instructions (isa_extra_kernels.py) ----
+EXTRA_CASES = [
+    ("copy_predicated", lambda: (rand((128, 64)), RNG.random((128, 64)) < 0.5, rand((128, 64)))),
+    ("scalar_tensor_tensor_forms", lambda: (rand((128, 64), ml_dtypes.bfloat16), rand((128, 1)),
+                                            rand((128, 64), ml_dtypes.bfloat16))),
+    ("scan_two_halves", lambda: (rand((128, 1024)), rand((128, 1024)))),
+    ("scan_reversed", lambda: (rand((128, 64)), rand((128, 64)), rand((128, 1)))),
+    ("bn_mean_var", lambda: (rand((128, 1024)),)),
+    ("bn_stats_raw", lambda: (rand((128, 7)),)),
+    ("bn_low_precision", lambda: (rand((128, 300), ml_dtypes.bfloat16),)),
+    ("partition_reduce_forms", lambda: (rand((128, 32, 4)), RNG.integers(0, 1 << 20, (64, 16)).astype(np.int32))),
+    ("select_forms", lambda: (RNG.random((128, 64)) < 0.5, rand((128, 64)), rand((128, 1)))),
+    ("masked_forms", lambda: (rand((128, 64)), RNG.random((128, 64)) < 0.5, rand((128, 64)), rand((128, 1)))),
+]
+
+
+@pytest.mark.parametrize("name,args", EXTRA_CASES, ids=[c[0] for c in EXTRA_CASES])
+def test_isa_extra_kernel(name: str, args) -> None:
+    assert_same_trace(*both_traces(getattr(xk, name), *args()))
 
 
 def test_spmd_grid_and_device_print(capsys) -> None:

@@ -335,18 +335,19 @@ def _tensor_scalar_engine(eng: str, names: list, where: tuple) -> None:
                                    hint="use the vector engine (the default)")
 
 
-def _scalar_operand(run, data: Tensor, operand: object, role: str, fn: alu.Op, eng: str, where: tuple) -> object:
+def _scalar_operand(run, data: Tensor, operand: object, role: str, fn: alu.Op, eng: str, where: tuple,
+                    api: str = "tensor_scalar") -> object:
     if not isinstance(operand, Tensor):
         if isinstance(operand, (int, float, np.number)):
             return operand if fn.kind == "bitvec" else np.float32(operand)
-        raise rules.NkiTypeError(f"tensor_scalar {role} must be a scalar or a (P, 1) tile, got "
+        raise rules.NkiTypeError(f"{api} {role} must be a scalar or a (P, 1) tile, got "
                                  f"{type(operand).__name__}", "tensor_scalar_operand", where)
-    checks.tile(operand, "tensor_scalar", role, where)
-    checks.engine_reads(eng, operand, "tensor_scalar", role, where)
-    checks.same_partitions(data, operand, "tensor_scalar", ("data", role), where)
+    checks.tile(operand, api, role, where)
+    checks.engine_reads(eng, operand, api, role, where)
+    checks.same_partitions(data, operand, api, ("data", role), where)
     if operand.free_size != 1:
         raise rules.NkiSyntaxError(
-            f"tensor_scalar {role} must be a scalar or a per-partition vector of shape ({data.shape[0]}, 1), got "
+            f"{api} {role} must be a scalar or a per-partition vector of shape ({data.shape[0]}, 1), got "
             f"shape {tuple(operand.shape)}", "tensor_scalar_operand", where, f"{role} {operand.describe()}",
             hint="use nisa.tensor_tensor for element-wise operations between two tiles")
     _read_operand(run, operand, fn, where)
@@ -501,3 +502,8 @@ def affine_select(pred: Predicate, on_true_tile: Tensor, on_false_value: object,
     out = _finish(run, mask, value, on_true_tile.shape, dtype, on_true_tile.dtype, "sbuf", where, "affine_select")
     core.emit(run, "gpsimd", "affine_select", out, (on_true_tile,), where)
     return out
+
+
+# The less common instructions live in isa_extra.py; imported last because they build on the helpers above.
+from tilec.nki.isa_extra import (bn_aggr, bn_stats, scalar_tensor_tensor, select_reduce,  # noqa: E402,F401
+                                 tensor_copy_predicated, tensor_partition_reduce, tensor_tensor_scan)

@@ -126,6 +126,10 @@ class Run:
         self.grid: tuple[int, ...] = ()
         self.shared: list = []  # shared_hbm tensors in creation order, reused by every SPMD instance
         self.shared_next = 0
+        # VectorE accumulator registers (select_reduce): whether a reset made their state defined (known in
+        # trace-only runs too), and their values (a full run only)
+        self.vector_acc_defined = False
+        self.vector_acc: np.ndarray | None = None
         self._ids = itertools.count()
 
     def new_id(self) -> int:

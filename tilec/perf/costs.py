@@ -10,6 +10,8 @@ engine's clock, plus a fixed per-instruction overhead:
              tensor_reduce N_in (N_in / 2 for 16-bit), memset max(64, N/2) for 16-bit else max(64, N)
     ScalarE  activation    max(64, N) (+64 with a reduce result)
     GpSimdE  iota / affine_select 150 + N
+    the less common VectorE instructions (tensor_copy_predicated, scalar_tensor_tensor, tensor_tensor_scan,
+    bn_stats, bn_aggr) follow their NISA docstrings, see `_EXTRA_CYCLES`
     every compute instruction also pays the engine's static overhead (ARCH2: ~100 cycles, fitted)
 
 SBUF stride penalty (spec §2.2, ARCH2, documented for v2, applied to v3 as well [inferred]): an instruction with an
@@ -122,9 +124,11 @@ class Costs:
             return max(mn, n / 2) if half else max(mn, n)
         if op == "activation":
             return max(mn, n) + (mn if ins.attr("reduce") else 0)
+        if op in _EXTRA_CYCLES:
+            return _EXTRA_CYCLES[op](ins, n, in_free(ins) * slow, mn)
         if op == "nc_transpose":  # on VectorE: 32x32 blocks
             return max(mn, n)
-        return max(mn, n)
+        return max(mn, n)  # also tensor_partition_reduce on GpSimdE: NISA gives no cost for it
 
     # ---- DMA -------------------------------------------------------------------------------------------------------
 
@@ -181,3 +185,36 @@ def in_free(ins: Instr) -> int:
         if acc.memory != "hbm" and ins.in_dtypes:
             return max(1, (acc.hi - acc.lo) // itemsize(ins.in_dtypes[0]))
     return ins.free
+
+
+# ---- the less common VectorE instructions: (instr, N streamed, N_in streamed, MIN_II) -> cycles [NISA v2.26.1] ----
+def _copy_predicated(ins: Instr, n: float, n_in: float, mn: float) -> float:
+    """spec §2.4: max(64, N) when src or predicate comes from PSUM, max(64, 2N) when all are in SBUF."""
+    return max(mn, n if any(a.memory == "psum" for a in ins.reads) else 2 * n)
+
+
+def _scalar_tensor_tensor(ins: Instr, n: float, n_in: float, mn: float) -> float:
+    """NISA: N when data and operand1 (first and last inputs) are bf16, op0 subtract, op1 multiply and N even;
+    else 2N (the docstring gives no MIN_II floor)."""
+    fast = ins.in_dtypes[0] == ins.in_dtypes[-1] == "bfloat16" and ins.attr("alu") == ("subtract", "multiply") \
+        and ins.free % 2 == 0
+    return n if fast else 2 * n
+
+
+def _scan(ins: Instr, n: float, n_in: float, mn: float) -> float:
+    """NISA tensor_tensor_scan: max(MIN_II, 2N)."""
+    return max(mn, 2 * n)
+
+
+def _bn_stats(ins: Instr, n: float, n_in: float, mn: float) -> float:
+    """NISA bn_stats: max(MIN_II, N), N the input elements per partition (the output has 6)."""
+    return max(mn, n_in)
+
+
+def _bn_aggr(ins: Instr, n: float, n_in: float, mn: float) -> float:
+    """NISA bn_aggr: max(MIN_II, 13 * (N / 3)), N the input elements per partition (3 per aggregated group)."""
+    return max(mn, 13 * n_in / 3)
+
+
+_EXTRA_CYCLES = {"tensor_copy_predicated": _copy_predicated, "scalar_tensor_tensor": _scalar_tensor_tensor,
+                 "tensor_tensor_scan": _scan, "bn_stats": _bn_stats, "bn_aggr": _bn_aggr}
