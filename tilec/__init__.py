@@ -7,7 +7,9 @@ The public API is re-exported here lazily, so `import tilec` stays cheap and the
     simulate_traced ................ the same, with its instruction trace (numerics=False: the trace alone, faster)
     compile_file ................... .tl -> NKI kernel source, IR stages, runnable kernel (tilec.compiler)
     profile ........................ performance model report of a kernel (tilec.perf)
-    tune ........................... schedule search (tilec.tune)
+    tune ........................... the schedule-search package: tilec.tune.tune(path, shapes, budget=48)
+                                     (a package, not a function: importing tilec.tune.api binds that name to
+                                     the package whatever this module says, so it is one thing everywhere)
 """
 from __future__ import annotations
 
@@ -24,10 +26,10 @@ _API = {
     "simulate_traced": "tilec.nki.api",
     "compile_file": "tilec.compiler.api",
     "profile": "tilec.perf.api",
-    "tune": "tilec.tune.api",
 }
+_PACKAGES = ("lang", "nki", "compiler", "perf", "tune")
 
-__all__ = ["TilecError", "InternalError", "Span", *_API]
+__all__ = ["TilecError", "InternalError", "Span", *_API, *_PACKAGES]
 
 
 def _install_nki() -> None:
@@ -50,4 +52,6 @@ _install_nki()
 def __getattr__(name: str) -> object:
     if name in _API:
         return getattr(importlib.import_module(_API[name]), name)
+    if name in _PACKAGES:
+        return importlib.import_module(f"tilec.{name}")
     raise AttributeError(f"module 'tilec' has no attribute {name!r}")

@@ -10,3 +10,13 @@
     verify.py   the winner against the reference evaluator
     api.py      tune() and its result; progress.py the progress line
 """
+
+_API = ("tune", "TuneResult", "summary_text", "DEFAULT_BUDGET")
+
+
+def __getattr__(name: str) -> object:
+    """`tilec.tune.tune(...)` without importing the compiler for every submodule (worker processes start fast)."""
+    if name in _API:
+        from tilec.tune import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'tilec.tune' has no attribute {name!r}")
