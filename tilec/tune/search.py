@@ -5,8 +5,9 @@ the history. Determinism: one `random.Random(seed)`, candidates proposed in a fi
 number of worker processes), elites ordered by (cost, trial index). A time limit only cuts the same sequence short.
 
     small space : when every legal point fits in the budget (at most ENUMERATE_LIMIT points before the static
-                  checks; under a time limit alone, at most ENUMERATE_UNBUDGETED), all of them are evaluated, the given seed points first: the result is then the best of
-                  the whole space, and `SearchStats.exhaustive` says so
+                  checks; under a time limit alone, at most ENUMERATE_UNBUDGETED legal points), all of them are
+                  evaluated, the given seed points first: the result is then the best of the whole space, and
+                  `SearchStats.exhaustive` says so
     first guess : the given seed points (the compiler's default, expert heuristics), then random legal points,
                   half of them uniform and half a knob step or two away from the given points
     each round  : BATCH children, each either a one-knob step from a tournament winner (exploitation) or a uniform
