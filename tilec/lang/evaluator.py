@@ -231,8 +231,8 @@ class Machine:
                 first = tuple(int(i) for i in np.argwhere(~mask)[0])
                 missing = int(mask.size - np.count_nonzero(mask))
                 verb = "is" if missing == 1 else "are"
-                raise TilecError(f"output `{name}` is only partly written: {missing} of its {mask.size} elements {verb} "
-                                 f"never stored (the first is {name}[{', '.join(map(str, first))}])",
+                raise TilecError(f"output `{name}` is only partly written: {missing} of its {mask.size} elements "
+                                 f"{verb} never stored (the first is {name}[{', '.join(map(str, first))}])",
                                  spans.get(name),
                                  f"make the loops storing into {name} cover its whole shape, or declare it smaller")
 
