@@ -4,7 +4,8 @@
               (a matmul C[m,n] += A[m,k] * B[k,n] is the same pattern with no batch, one spatial dim, 1x1 taps;
               it may also start from a bias along its columns, C[m,n] = b[n]: a linear layer);
               strided windows X[n,c,2y+r,2x+s] read a strided view of the input band as the moving operand
-              with fused epilogues: relu (activation), window max/avg pool of the conv output (vector engine)
+              with fused epilogues: relu (activation), window max/avg pool of the conv output (vector engine);
+              the relu may also be written in place, `conv[..] = relu(conv[..])`, in the conv's nest or the next
     Pool      Y[n,k,i,j] max= X[n,k,2i+p,2j+q] (or += ... / 4)           -> tensor_tensor over strided views
     Transpose B[j,i] = A[i,j]                                             -> nc_transpose (or dma_transpose)
     Eltwise   C[i..] = f(A[i..], B[i..], constants)                       -> tensor_tensor / tensor_scalar / activation
@@ -198,21 +199,37 @@ def _bias(comp: Comp, roles: dict[str, str], program) -> tuple[str | None, str]:
 
 
 def _fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> ConvOp:
-    """Fold relu and pooling of a temporary conv output into the conv (it then never goes to HBM)."""
+    """Fold relu and pooling of a temporary conv output into the conv (it then never goes to HBM), and an in-place
+    relu `conv[..] = relu(conv[..])` of any conv output, written in the conv's own nest or in a following one: the
+    relu then runs on the PSUM eviction and the output is written once, already rectified."""
     current = op.out
     for j in range(i + 1, len(comps)):
         nxt = comps[j]
         readers = [c for c in comps[j:] if any(a.tensor == current for a in reads(c))]
         in_place = nxt.target == current  # `conv[..] = relu(conv[..])`
-        if program.tensors[current].kind != "temp" or not readers or readers[0] is not nxt \
-                or (len(readers) > 1 and not in_place) or len(reads(nxt)) != 1:
+        # a kernel output must reach HBM, so only an in-place relu (which leaves it the final value) may fold in
+        foldable = program.tensors[current].kind == "temp" or (in_place and nxt.red_op is None)
+        if not foldable or not readers or readers[0] is not nxt or (len(readers) > 1 and not in_place):
             break
-        fused = _try_relu(op, nxt, current, program) or _try_pool(op, nxt, current, program)
+        fused = None
+        if len(reads(nxt)) == 1:
+            fused = _try_relu(op, nxt, current, program) or _try_pool(op, nxt, current, program)
+        if fused is None and in_place and program.tensors[current].kind != "temp":
+            raise _in_place_error(nxt)
         if fused is None:
             break
         op, current = fused, nxt.target
         consumed.add(j)
     return op
+
+
+def _in_place_error(c: Comp) -> TilecError:
+    elem = f"{c.target}[{', '.join(c.out_vars)}]"
+    return TilecError(
+        f"the compiler cannot map `{c.target}`: after a matmul or convolution writes the kernel output "
+        f"{c.target}, the only statement that may update it in place is `{elem} = relu({elem})` (the same "
+        "element), which runs on the PSUM eviction", c.span,
+        f"write any other epilogue into a new tensor, e.g. `Y[{', '.join(c.out_vars)}] = f({elem})`, and return Y")
 
 
 def _try_relu(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
@@ -229,6 +246,8 @@ def _try_relu(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
 
 def _try_pool(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
     if op.pool is not None or "y" not in dict(op.vars):  # a matmul's rows are its partitions: no row windows
+        return None
+    if c.red_op is None:  # an element-wise statement (select_pool needs a reduction)
         return None
     try:
         pool = select_pool(c, program)
