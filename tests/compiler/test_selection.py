@@ -108,14 +108,14 @@ kernel mm(A: f32[M, K], B: f32[K, N]) -> C
     for k in 0..K / 2:
       C[i, j] += A[i, k] * B[k, j]
 """,
-    "row_sum": """\
-kernel rowsum(A: f32[M, N]) -> s
+    "column_sum": """\
+kernel colsum(A: f32[M, N]) -> s
   default M = 256, N = 384
-  s: f32[M]
-  for i in 0..M:
-    s[i] = 0
-    for j in 0..N:
-      s[i] += A[i, j]
+  s: f32[N]
+  for j in 0..N:
+    s[j] = 0
+    for i in 0..M:
+      s[j] += A[i, j]
 """,
     "overlapping_pool": """\
 kernel pool3(X: f32[N, C, H, W]) -> Y

@@ -7,12 +7,13 @@ deterministic: same IR, same bytes.
 """
 from __future__ import annotations
 
+import math
 import re
 
 import jinja2
 
-from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Kernel, Loop, Matmul, Reshape, Scalar, Sl,
-                               Stmt, Transpose, View)
+from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Kernel, Loop, Matmul, Reduce, Reshape,
+                               Scalar, Sl, Stmt, Transpose, View)
 from tilec.compiler.names import sanitised, unique
 from tilec.resources import resource_dir
 
@@ -72,6 +73,11 @@ def emit(k: Kernel, source: str, doc_lines: list[str], recompile: dict[str, str]
     return re.sub(r"\n\n\n\n+", "\n\n\n", text).rstrip() + "\n"  # a kernel without constants: still two blank lines
 
 
+def _number(value: float) -> str:
+    """A Python literal for a constant operand: `float("-inf")` for the start of a max reduction."""
+    return f'float("{value}")' if math.isinf(value) else repr(float(value))
+
+
 def _shape(shape: tuple[int, ...]) -> str:
     return f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(map(str, shape))})"
 
@@ -116,9 +122,11 @@ class _ViewModel:
         if isinstance(s, Binary):
             return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op]}
         if isinstance(s, Scalar):
-            value = self.view(s.value) if isinstance(s.value, View) else repr(float(s.value))
+            value = self.view(s.value) if isinstance(s.value, View) else _number(s.value)
             return {**base, "kind": "scalar", "src": self.view(s.src), "op": ALU[s.op], "value": value,
                     "extra": ", reverse0=True" if s.reverse else ""}
+        if isinstance(s, Reduce):  # the free axes of a 2-D tile; keepdims leaves the (P, 1) column
+            return {**base, "kind": "reduce", "src": self.view(s.src), "op": ALU[s.op]}
         raise TypeError(type(s).__name__)
 
     # ---- index expressions ---------------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, SBUF_BUDGET, ConvPlan, EltwisePlan, Plan, PoolPlan,
-                                     TransposePlan, best_divisor, default_plan, divisors, eltwise_free,
-                                     fmt_arg, fmt_directive, var_of)
+from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, SBUF_BUDGET, ConvPlan, EltwisePlan,
+                                     Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
+                                     eltwise_free, fmt_arg, fmt_directive, var_of)
 from tilec.compiler.ops import ConvOp, Op
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -71,6 +71,8 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
             raise bad(d, f"a tile of {n} elements is wider than the {MOVING_FMAX} columns one matmul broadcasts "
                          f"{', '.join(op.rows)} across the partitions", f"use at most {MOVING_FMAX}")
         return replace(plan, free=n)
+    if isinstance(plan, ReducePlan):
+        return _tile_reduce(op, plan, d, role, n)
     if isinstance(plan, TransposePlan):
         if n > PMAX:
             raise bad(d, f"tile of {n} on the partition dimension exceeds {PMAX}",
@@ -84,6 +86,22 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         raise bad(d, f"tile of {n} on the partition dimension exceeds {PMAX}")
     _div(d, n, op.dim("B"), "tile")
     return replace(plan, tile_b=n)
+
+
+def _tile_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str, n: int) -> ReducePlan:
+    """A kept loop: rows per partition tile; a reduced loop: elements per partition of one tensor_reduce. Both
+    count the flattened dims (`s[b, i] += A[b, i, j]`: rows of b*i)."""
+    if role.startswith("k"):
+        if n > PMAX:
+            raise bad(d, f"tile of {n} rows on the partition dimension exceeds {PMAX}",
+                      f"use a divisor of {op.dim('R')} up to {PMAX}")
+        _div(d, n, op.dim("R"), "tile", f" (the kept indices are {op.dim('R')} rows on the partitions)")
+        return replace(plan, parts=n)
+    _div(d, n, op.dim("F"), "tile", f" (each row reduces {op.dim('F')} elements along the free dimension)")
+    if n > REDUCE_FREE:
+        raise bad(d, f"a tile of {n} elements per partition exceeds the {REDUCE_FREE} one reduced tile may hold "
+                     f"in SBUF", f"use a divisor of {op.dim('F')} up to {REDUCE_FREE}")
+    return replace(plan, free=n)
 
 
 def _tile_conv(op: ConvOp, plan: ConvPlan, d, role: str, n: int) -> ConvPlan:
@@ -223,12 +241,14 @@ def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     """`partition conv.k`: states which loop lives on the 128 partitions; only the engine-legal binding is
     accepted (the IR does not change), anything else is an error that names the legal loop."""
     role = ref_role(op, d.args[0], d)
-    allowed = {ConvPlan: "k", PoolPlan: "b", EltwisePlan: "d0", TransposePlan: "i"}[type(plan)]
+    allowed = {ConvPlan: "k", PoolPlan: "b", EltwisePlan: "d0", TransposePlan: "i", ReducePlan: "k0"}[type(plan)]
     if role != allowed:
         why = {ConvPlan: "a matmul puts its output channels on PSUM partitions",
                PoolPlan: "pooling windows run along the free dimension",
                EltwisePlan: "element-wise tensors are flattened onto partitions",
-               TransposePlan: "the source rows go on partitions"}[type(plan)]
+               TransposePlan: "the source rows go on partitions",
+               ReducePlan: "the kept indices go on partitions, the reduced ones along the free dimension"
+               }[type(plan)]
         raise bad(d, f"{op.name}.{d.args[0].parts[1]} cannot be bound to partitions: {why}",
                   f"bind {op.name}.{var_of(op, allowed)}")
     return plan

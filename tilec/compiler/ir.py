@@ -18,6 +18,7 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
            | Binary(dst, a, b, op)                   dst = a op b element-wise (tensor_tensor)
            | Scalar(dst, src, op, value, reverse)    dst = src op value (tensor_scalar); value: a constant or a
                                                      (P, 1) column, one scalar per partition; reverse: value op src
+           | Reduce(dst, src, op)                     dst (P, 1) = op over the free elements of src (tensor_reduce)
            | Block(label, body, hoist, pin)          a named group of statements (one phase of a kernel); a
                                                      hoistable block is a load the `hoist` pass may lift out
                                                      of loops it does not use (never out of loop `pin`)
@@ -196,6 +197,14 @@ class Scalar:
 
 
 @dataclass(frozen=True)
+class Reduce:
+    dst: View  # a (P, 1) column
+    src: View  # (P, F): every free element of a partition folds into its one value
+    op: str  # add | maximum | minimum
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class Block:
     label: str
     body: tuple["Stmt", ...]
@@ -204,7 +213,7 @@ class Block:
     pin: str = ""  # ...but never out of this loop (the schedule's `hoist T, OP.v`)
 
 
-Stmt = Union[Loop, Alloc, Reshape, Dma, Matmul, Transpose, Copy, Act, Binary, Scalar, Block]
+Stmt = Union[Loop, Alloc, Reshape, Dma, Matmul, Transpose, Copy, Act, Binary, Scalar, Reduce, Block]
 
 
 @dataclass(frozen=True)
@@ -270,6 +279,8 @@ def _stmt_head(s: Stmt) -> str:
         value = fmt_view(s.value) if isinstance(s.value, View) else f"{s.value:g}"
         args = f"{value}, {fmt_view(s.src)}" if s.reverse else f"{fmt_view(s.src)}, {value}"
         return f"{s.op} {fmt_view(s.dst)} <- {args}"
+    if isinstance(s, Reduce):
+        return f"reduce.{s.op} {fmt_view(s.dst)} <- {fmt_view(s.src)}"
     raise TypeError(type(s).__name__)
 
 

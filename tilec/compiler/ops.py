@@ -103,7 +103,26 @@ class EltwiseOp(_LoopLines):
         return dict(self.layout)[d]
 
 
-Op = ConvOp | PoolOp | TransposeOp | EltwiseOp
+@dataclass(frozen=True)
+class ReduceOp(_LoopLines):
+    """`s[i] += A[i, j]` (or max=, min=): the kept (leading) indices flattened onto rows R, the reduced (trailing)
+    ones onto F elements per row; `init` a constant or a tensor indexed like the output, `scale` a constant
+    factor of the summed term (a mean: `A[i, j] / N`)."""
+    name: str
+    out: str
+    src: str
+    dims: tuple[tuple[str, int], ...]  # R (rows: flattened kept dims) F (flattened reduced dims)
+    op: str  # add | maximum | minimum
+    vars: tuple[tuple[str, str], ...]  # k0.. kept loops, r0.. reduced loops
+    init: float | str = 0.0  # a constant, or the name of a tensor indexed like the output
+    scale: float = 1.0
+    line: int = 0
+    span: Span | None = field(default=None, compare=False)
+    loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+    update_line: int = 0  # .tl line of the `+=` statement (the initial value is at `line`)
+
+
+Op = ConvOp | PoolOp | TransposeOp | EltwiseOp | ReduceOp
 
 
 def reject(comp: Comp, why: str, span: Span | None = None) -> TilecError:

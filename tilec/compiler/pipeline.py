@@ -10,13 +10,14 @@ from dataclasses import dataclass, replace
 from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.build_simple import build_eltwise, build_pool, build_transpose
+from tilec.compiler.build_reduce import build_reduce
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.names import NameAllocator, program_names
 from tilec.compiler.directives import apply_schedule
 from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
-from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, TransposeOp
+from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.verify import SBUF_USABLE, verify
@@ -126,7 +127,7 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator) -> ir.
     consts: dict[str, int] = {}
     for op, plan in zip(ops, plans):
         builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
-                   EltwiseOp: build_eltwise}[type(op)]
+                   EltwiseOp: build_eltwise, ReduceOp: build_reduce}[type(op)]
         op_consts, stmts = builder(op, plan, hbm, _fresh(names, op))
         op_consts = used_consts(stmts, op_consts)
         prefix = "" if len(ops) == 1 else f"{op.out.upper()}_"

@@ -10,7 +10,9 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
                                                       per matmul); eltwise: free elements per tile (with a
                                                       broadcast: of the free dims; <= 512 with a row broadcast);
                                                       transpose: i/j block size (<= 128); pool: b (channels on
-                                                      partitions)
+                                                      partitions); reduce: a kept loop sets the rows per
+                                                      partition tile (<= 128), a reduced loop the elements per
+                                                      partition of one tensor_reduce (of the flattened dims)
     split OP.v, N       rows per band                 conv.y: output rows per input band / output DMA (rows per
                                                       matmul shrink to a divisor of it); conv.x: output columns
                                                       per input band (when whole rows do not fit); transpose.i/j:
@@ -36,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilec.compiler.ir import DTYPE_BYTES
-from tilec.compiler.ops import ConvOp, EltwiseOp, Op, PoolOp, TransposeOp
+from tilec.compiler.ops import ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
 from tilec.lang import syntax as sx
 
 PMAX, MOVING_FMAX, PSUM_BANK = 128, 512, 2048
@@ -81,7 +83,14 @@ class EltwisePlan:
     free: int
 
 
-Plan = ConvPlan | PoolPlan | TransposePlan | EltwisePlan
+@dataclass(frozen=True)
+class ReducePlan:
+    parts: int  # rows (flattened kept indices) per partition tile
+    free: int  # reduced elements per partition per tensor_reduce
+
+
+Plan = ConvPlan | PoolPlan | TransposePlan | EltwisePlan | ReducePlan
+REDUCE_FREE = 4096  # elements per partition of one reduced tile: 16 KiB of fp32, two in flight well inside SBUF
 
 
 def directive(name: str, *args: "str | int | tuple") -> sx.Directive:
@@ -131,6 +140,8 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         per_dma = max(1, 4096 // (tile * elem))  # >= 4 KiB per partition per DMA saturates the queues
         return TransposePlan(tile, best_divisor(op.dim("M") // tile, per_dma),
                              best_divisor(op.dim("N") // tile, per_dma))
+    if isinstance(op, ReduceOp):
+        return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), REDUCE_FREE))
     parts = best_divisor(op.dim("P") if op.layout else op.size, PMAX)
     # two or more tiles let loads overlap the vector engine; ~1000 elements per partition keeps DMAs efficient
     # a row broadcast goes through one PSUM bank per tile: at most 512 fp32 columns
@@ -218,6 +229,8 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
         ds = [directive("tile", v("i"), plan.tile), directive("split", v("i"), plan.bi),
               directive("split", v("j"), plan.bj)]
         return tuple(ds + ([directive("method", op.name, "dma")] if plan.method == "dma" else []))
+    if isinstance(plan, ReducePlan):
+        return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free))
     return (directive("tile", v("d0"), plan.free),)
 
 

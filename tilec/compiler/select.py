@@ -7,6 +7,8 @@
               with fused epilogues: relu (activation), window max/avg pool of the conv output (vector engine);
               the relu may also be written in place, `conv[..] = relu(conv[..])`, in the conv's nest or the next
     Pool      Y[n,k,i,j] max= X[n,k,2i+p,2j+q] (or += ... / 4)           -> tensor_tensor over strided views
+    Reduce    s[i] (= 0 | -inf | b[i]) += A[i,j]  (max=, min=, `/ N`)    -> tensor_reduce per free tile, combined
+                                                                          (select_reduce.py)
     Transpose B[j,i] = A[i,j]                                             -> nc_transpose (or dma_transpose)
     Eltwise   C[i..] = f(A[i..], B[i..], constants)                       -> tensor_tensor / tensor_scalar / activation
               with broadcast reads of a run of the output's indices (a (P, 1) column, or a row copied to every
@@ -23,13 +25,15 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu, strip_scale
 from tilec.compiler.lower import Comp
-from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, TransposeOp, index_maps, is_permutation,
-                                plain, reads, reject)
+from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
+                                is_permutation, plain, reads, reject)
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
+from tilec.compiler.select_reduce import is_row_reduction, select_reduce
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
-__all__ = ["ConvOp", "EltwiseOp", "Op", "PoolOp", "PoolSpec", "TransposeOp", "reject", "select", "print_ops"]
+__all__ = ["ConvOp", "EltwiseOp", "Op", "PoolOp", "PoolSpec", "ReduceOp", "TransposeOp", "reject", "select",
+           "print_ops"]
 
 
 def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
@@ -50,6 +54,8 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
 
 
 def _select_one(comp: Comp, program) -> Op:
+    if is_row_reduction(comp, program):
+        return select_reduce(comp, program)
     if comp.red_op == "+=" and isinstance(comp.update, sx.BinOp) and comp.update.op == "*" \
             and len(accesses(comp.update)) == 2:
         return select_conv(comp, program)
@@ -341,6 +347,9 @@ def print_ops(ops: tuple[Op, ...]) -> str:
                          + (" relu" if op.relu else ""))
         elif isinstance(op, TransposeOp):
             lines.append(f"  src {op.src}")
+        elif isinstance(op, ReduceOp):
+            init = op.init if isinstance(op.init, str) else f"{op.init:g}"
+            lines.append(f"  src {op.src} reduce {op.op} from {init} scale {op.scale:g}")
         else:
             lines.append(f"  {op.out} = {fmt_expr(op.expr)}  ({op.size} elements)" +
                          (f"  (fused {', '.join(op.fused)})" if op.fused else ""))

@@ -1,0 +1,111 @@
+"""Selection of reductions along the trailing dimensions of one tensor (the building block of softmax/layernorm):
+
+    s[i] = 0;        s[i] += A[i, j]            row sums (also `A[i, j] / N`, `A[i, j] * 0.5`: a mean)
+    m[b, i] = -inf;  m[b, i] max= A[b, i, j]    row maxima (min= likewise), kept indices flattened onto rows
+    s[i] = bias[i];  s[i] += A[i, j]            an initial value indexed like the output
+
+The output keeps the leading indices of the input in order; the reduced loops index the trailing ones. Anything
+else that reduces whole dimensions (leading or middle dimensions, products of tensors) is a TilecError naming
+this form.
+"""
+from __future__ import annotations
+
+import math
+
+from tilec.compiler.exprs import accesses, const_value, fmt_expr
+from tilec.compiler.lower import Comp
+from tilec.compiler.ops import ReduceOp, index_maps, plain
+from tilec.errors import TilecError
+from tilec.lang import syntax as sx
+
+_ALU = {"+=": "add", "max=": "maximum", "min=": "minimum"}
+_HINT = ("supported: a reduction of the trailing indices of one tensor into an output indexed by its leading ones, "
+         "`s[i] += A[i, j]` (also max=, min=, a constant factor `A[i, j] / N`), starting from a constant or a "
+         "tensor indexed like the output")
+
+
+def is_row_reduction(comp: Comp, program) -> bool:
+    """A reduction whose one read has more indices than the output: it reduces whole dimensions (not windows)."""
+    if comp.red_op not in _ALU or comp.update is None:
+        return False
+    reads = accesses(comp.update)
+    # a contraction's moving operand (X in conv, B in a matmul) always has the output's rank: when every read has
+    # more indices than the output, no matmul/conv mapping exists and the statement is (at most) a row reduction
+    return len(reads) >= 1 and all(len(a.indices) > len(comp.out_vars) for a in reads)
+
+
+def _reject(comp: Comp, why: str, span=None) -> TilecError:
+    return TilecError(f"the compiler cannot map `{comp.target}` to Trainium engines: {why}", span or comp.span,
+                      _HINT)
+
+
+def select_reduce(comp: Comp, program) -> ReduceOp:
+    src, scale = _split_factor(comp, comp.update, program)
+    if not isinstance(src, sx.Access) and len(accesses(src)) > 1 and isinstance(src, sx.BinOp) and src.op == "*":
+        raise _reject(comp, f"`{fmt_expr(comp.update)}` multiplies tensors but is not a matmul/convolution "
+                            f"contraction (one operand must have the output's indices); a reduction of whole "
+                            f"dimensions reads one tensor", comp.update.span)
+    if not isinstance(src, sx.Access):
+        raise _reject(comp, f"a reduction of whole dimensions must read one tensor, optionally times a constant; "
+                            f"`{fmt_expr(comp.update)}` is not of that form", comp.update.span)
+    if scale != 1.0 and comp.red_op != "+=":
+        raise _reject(comp, f"a constant factor applies to a `+=` reduction only (here `{comp.red_op}`)",
+                      comp.update.span)
+    out, names = list(comp.out_vars), [plain(m) for m in index_maps(src, comp, program)]
+    kept, reduced = names[:len(out)], names[len(out):]
+    if None in names:
+        pos = names.index(None)
+        raise _reject(comp, f"index `{fmt_expr(src.indices[pos])}` of {src.tensor} is not a plain loop variable",
+                      src.indices[pos].span)
+    if kept != out or any(v not in comp.red_vars for v in reduced) or len(set(reduced)) != len(reduced):
+        raise _reject(comp, f"`{fmt_expr(src)}` must be indexed by the output's indices [{', '.join(out)}] first "
+                            f"and then the reduced loops (only trailing dimensions are reduced, onto the free "
+                            f"dimension; the leading ones go on the partitions)", src.span)
+    if set(reduced) != set(comp.red_vars):
+        raise _reject(comp, "every reduced loop must index the tensor being reduced", src.span)
+    init = _init(comp, program)
+    ext = comp.extent
+    dims = (("R", math.prod(ext(v) for v in kept)), ("F", math.prod(ext(v) for v in reduced)))
+    roles = tuple((f"k{i}", v) for i, v in enumerate(kept)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
+    return ReduceOp(comp.target, comp.target, src.tensor, dims, _ALU[comp.red_op], roles, init, scale, comp.line,
+                    comp.span, comp.lines, comp.update_line or comp.line)
+
+
+def _split_factor(comp: Comp, e: sx.Expr, program) -> tuple[sx.Expr, float]:
+    """`A[i, j] / N` -> (A[i, j], 1/N); `0.5 * A[i, j]` -> (A[i, j], 0.5); sizes count as constants."""
+    if isinstance(e, sx.BinOp) and e.op in "*/":
+        rc = _constant(e.rhs, program)
+        if rc is not None and rc != 0:
+            inner, s = _split_factor(comp, e.lhs, program)
+            return inner, s * (rc if e.op == "*" else 1.0 / rc)
+        lc = _constant(e.lhs, program)
+        if lc is not None and e.op == "*":
+            inner, s = _split_factor(comp, e.rhs, program)
+            return inner, s * lc
+    return e, 1.0
+
+
+def _constant(e: sx.Expr, program) -> float | None:
+    if isinstance(e, sx.Name) and e.id in program.sizes:
+        return float(program.sizes[e.id])
+    if isinstance(e, sx.BinOp):
+        a, b = _constant(e.lhs, program), _constant(e.rhs, program)
+        if a is None or b is None:
+            return None
+        return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}.get(e.op)
+    return const_value(e)
+
+
+def _init(comp: Comp, program) -> float | str:
+    if comp.init is None:
+        raise _reject(comp, f"the reduction into {comp.target} needs an initial value, e.g. "
+                            f"`{comp.target}[{', '.join(comp.out_vars)}] = 0` before the reduced loop")
+    value = _constant(comp.init, program)
+    if value is not None:
+        return value
+    init = comp.init
+    if isinstance(init, sx.Access) and init.tensor != comp.target and \
+            [plain(m) for m in index_maps(init, comp, program)] == list(comp.out_vars):
+        return init.tensor
+    raise _reject(comp, f"the initial value `{fmt_expr(init)}` must be a constant or a tensor indexed like the "
+                        f"output, [{', '.join(comp.out_vars)}]", init.span)
