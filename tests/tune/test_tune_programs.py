@@ -201,3 +201,15 @@ def test_tune_matmul_beats_the_default_with_one_band_per_moving_tile(tmp_path):
                   progress=False, cache_dir=str(tmp_path))
     assert result.verified and result.best_us < result.default_us
     assert "split C.j, 512" in result.best_schedule
+
+
+def test_row_reduction_space_tiles_rows_and_free_elements_and_tunes(tmp_path):
+    job = Job.of(str(EXAMPLES / "rowsum.tl"), {"M": 256, "N": 2048})
+    space = build_space(job)
+    assert [k.name for k in space.knobs] == ["tile s.i", "tile s.j"]
+    rows, free = space.knobs
+    assert rows.values[0] == 128 and set(rows.values) == {32, 64, 128}
+    assert free.values[0] == 2048 and set(free.values) == {64, 128, 256, 512, 1024, 2048}
+    result = tune(job.path, {"M": 256, "N": 2048}, budget=48, jobs=1, progress=False, cache_dir=str(tmp_path))
+    assert result.verified and result.stats.exhaustive and result.stats.legal == 18
+    assert result.best_us <= result.default_us

@@ -14,6 +14,7 @@ schedule, so knob names use the user's loop names and each knob's first value is
     pool      tile b (<= 128 partitions), split i (output rows per tile)
     transpose tile i (<= 128), split i / split j (blocks per DMA), method pe | dma
     eltwise   tile of the free dimension
+    reduce    rows per partition tile, elements per free tile
 
 Static checks repeat the compiler's cheapest rules (divisibility, partition and PSUM limits, a rough SBUF bound);
 the compiler's TilecError stays the authority for anything they miss.
@@ -249,7 +250,19 @@ def eltwise_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[
                  _with_default(op.defaults.get(("tile", "d0")), frees))], []
 
 
-KNOBS_FOR = {"conv": conv_knobs, "pool": pool_knobs, "transpose": transpose_knobs, "eltwise": eltwise_knobs}
+def reduce_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+    """Rows per partition tile (a divisor of the kept rows R, <= 128) and elements per free tile (a divisor of the
+    reduced size F, <= 4096: one tensor_reduce each, folded into the accumulator column)."""
+    rows, free = op.dims["R"], op.dims["F"]
+    parts = [v for v in divisors(rows) if v <= LIMITS.partitions and v >= min(32, rows)]
+    frees = [v for v in divisors(free) if v <= 4096 and v >= min(64, free)]
+    dflt = op.defaults
+    return [Knob(f"tile {op.ref('k0')}", "tile", op.ref("k0"), _with_default(dflt.get(("tile", "k0")), parts)),
+            Knob(f"tile {op.ref('r0')}", "tile", op.ref("r0"), _with_default(dflt.get(("tile", "r0")), frees))], []
+
+
+KNOBS_FOR = {"conv": conv_knobs, "pool": pool_knobs, "transpose": transpose_knobs, "eltwise": eltwise_knobs,
+             "reduce": reduce_knobs}
 
 
 # ---- the space of a program ----------------------------------------------------------------------------------------
