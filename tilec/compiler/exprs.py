@@ -1,6 +1,8 @@
 """Small helpers over .tl expressions: a printer and pattern tests used by operation selection."""
 from __future__ import annotations
 
+from typing import Mapping
+
 from tilec.lang import syntax as sx
 
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
@@ -27,15 +29,17 @@ def fmt_expr(e: sx.Expr, prec: int = 0) -> str:
     return repr(e)
 
 
-def const_value(e: sx.Expr) -> float | None:
-    """The value of a constant expression (`-inf`, `0.25`, `-1`), else None."""
+def const_value(e: sx.Expr, sizes: Mapping[str, int] | None = None) -> float | None:
+    """The value of a constant expression (`-inf`, `0.25`, `-1`; with `sizes`, also `1 / N`), else None."""
     if isinstance(e, sx.Num):
         return float(e.value)
+    if isinstance(e, sx.Name) and sizes and e.id in sizes:
+        return float(sizes[e.id])
     if isinstance(e, sx.Neg):
-        v = const_value(e.x)
+        v = const_value(e.x, sizes)
         return None if v is None else -v
     if isinstance(e, sx.BinOp):
-        a, b = const_value(e.lhs), const_value(e.rhs)
+        a, b = const_value(e.lhs, sizes), const_value(e.rhs, sizes)
         if a is None or b is None:
             return None
         if e.op == "/":
@@ -56,16 +60,17 @@ def accesses(e: sx.Expr) -> list[sx.Access]:
     return []
 
 
-def strip_scale(e: sx.Expr) -> tuple[sx.Expr, float]:
-    """`X[..] / 4` -> (X[..], 0.25); `0.25 * X[..]` -> (X[..], 0.25); anything else -> (e, 1.0)."""
+def strip_scale(e: sx.Expr, sizes: Mapping[str, int] | None = None) -> tuple[sx.Expr, float]:
+    """`X[..] / 4` -> (X[..], 0.25); `0.25 * X[..]` -> (X[..], 0.25); anything else -> (e, 1.0). With `sizes`, a
+    size counts as a constant (`X[..] / N`)."""
     if isinstance(e, sx.BinOp) and e.op in "*/":
-        rc = const_value(e.rhs)
+        rc = const_value(e.rhs, sizes)
         if rc is not None and rc != 0:
-            inner, s = strip_scale(e.lhs)
+            inner, s = strip_scale(e.lhs, sizes)
             return inner, s * (rc if e.op == "*" else 1.0 / rc)
-        lc = const_value(e.lhs)
+        lc = const_value(e.lhs, sizes)
         if lc is not None and e.op == "*":
-            inner, s = strip_scale(e.rhs)
+            inner, s = strip_scale(e.rhs, sizes)
             return inner, s * lc
     return e, 1.0
 

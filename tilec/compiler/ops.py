@@ -125,11 +125,13 @@ class ReduceOp(_LoopLines):
 Op = ConvOp | PoolOp | TransposeOp | EltwiseOp | ReduceOp
 
 
-def reject(comp: Comp, why: str, span: Span | None = None) -> TilecError:
-    return TilecError(f"the compiler cannot map `{comp.target}` to Trainium engines: {why}", span or comp.span,
-                      "supported: convolution/matmul contractions (windows `stride*y + r`), window max/avg pools, "
-                      "2-D transposes, reductions along the last dimensions (`s[i] += A[i, j]`), element-wise "
-                      "expressions (operands indexed like the output, or broadcast along a run of its indices)")
+SUPPORTED = ("supported: convolution/matmul contractions (windows `stride*y + r`), window max/avg pools, "
+             "2-D transposes, reductions along the last dimensions (`s[i] += A[i, j]`), element-wise "
+             "expressions (operands indexed like the output, or broadcast along a run of its indices)")
+
+
+def reject(comp: Comp, why: str, span: Span | None = None, hint: str = SUPPORTED) -> TilecError:
+    return TilecError(f"the compiler cannot map `{comp.target}` to Trainium engines: {why}", span or comp.span, hint)
 
 
 def index_maps(acc: sx.Access, comp: Comp, program) -> list[tuple[dict[str, int], int]]:

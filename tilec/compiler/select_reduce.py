@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from tilec.compiler.exprs import accesses, const_value, fmt_expr
+from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_scale
 from tilec.compiler.lower import Comp
-from tilec.compiler.ops import ReduceOp, index_maps, plain
+from tilec.compiler.ops import ReduceOp, index_maps, plain, reject
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -35,12 +35,11 @@ def is_row_reduction(comp: Comp, program) -> bool:
 
 
 def _reject(comp: Comp, why: str, span=None) -> TilecError:
-    return TilecError(f"the compiler cannot map `{comp.target}` to Trainium engines: {why}", span or comp.span,
-                      _HINT)
+    return reject(comp, why, span, _HINT)
 
 
 def select_reduce(comp: Comp, program) -> ReduceOp:
-    src, scale = _split_factor(comp, comp.update, program)
+    src, scale = strip_scale(comp.update, program.sizes)
     if not isinstance(src, sx.Access) and len(accesses(src)) > 1 and isinstance(src, sx.BinOp) and src.op == "*":
         raise _reject(comp, f"`{fmt_expr(comp.update)}` multiplies tensors but is not a matmul/convolution "
                             f"contraction (one operand must have the output's indices); a reduction of whole "
@@ -71,36 +70,11 @@ def select_reduce(comp: Comp, program) -> ReduceOp:
                     comp.span, comp.lines, comp.update_line or comp.line)
 
 
-def _split_factor(comp: Comp, e: sx.Expr, program) -> tuple[sx.Expr, float]:
-    """`A[i, j] / N` -> (A[i, j], 1/N); `0.5 * A[i, j]` -> (A[i, j], 0.5); sizes count as constants."""
-    if isinstance(e, sx.BinOp) and e.op in "*/":
-        rc = _constant(e.rhs, program)
-        if rc is not None and rc != 0:
-            inner, s = _split_factor(comp, e.lhs, program)
-            return inner, s * (rc if e.op == "*" else 1.0 / rc)
-        lc = _constant(e.lhs, program)
-        if lc is not None and e.op == "*":
-            inner, s = _split_factor(comp, e.rhs, program)
-            return inner, s * lc
-    return e, 1.0
-
-
-def _constant(e: sx.Expr, program) -> float | None:
-    if isinstance(e, sx.Name) and e.id in program.sizes:
-        return float(program.sizes[e.id])
-    if isinstance(e, sx.BinOp):
-        a, b = _constant(e.lhs, program), _constant(e.rhs, program)
-        if a is None or b is None:
-            return None
-        return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}.get(e.op)
-    return const_value(e)
-
-
 def _init(comp: Comp, program) -> float | str:
     if comp.init is None:
         raise _reject(comp, f"the reduction into {comp.target} needs an initial value, e.g. "
                             f"`{comp.target}[{', '.join(comp.out_vars)}] = 0` before the reduced loop")
-    value = _constant(comp.init, program)
+    value = const_value(comp.init, program.sizes)
     if value is not None:
         return value
     init = comp.init
