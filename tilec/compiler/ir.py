@@ -308,6 +308,11 @@ def print_ir(k: Kernel) -> str:
     return "\n".join(out) + "\n"
 
 
+def views(s: Stmt) -> list[View]:
+    """The operands of a statement that are views of buffers, in field order."""
+    return [v for v in vars(s).values() if isinstance(v, View)]
+
+
 def walk(body: tuple[Stmt, ...]):
     """Every statement, pre-order, with nested loops and blocks."""
     for s in body:

@@ -22,7 +22,7 @@ import dataclasses
 from typing import Collection
 
 from tilec.compiler.build_util import used_consts
-from tilec.compiler.ir import Alloc, Block, Buf, Kernel, Loop, Reshape, Sl, Stmt, Transpose, View, walk
+from tilec.compiler.ir import Alloc, Block, Buf, Kernel, Loop, Reshape, Sl, Stmt, Transpose, View, views, walk
 
 Plan = dict[str, tuple[Buf, tuple[int, ...]]]  # buffer name -> (the buffer that replaces it, dims it keeps)
 
@@ -74,16 +74,12 @@ def _needed(body: tuple[Stmt, ...]) -> dict[str, set[int]]:
     operand keeps a free dimension (a (P, 1) view read by nc_transpose stays 2-D when all its tile's dims are 1)."""
     found: dict[str, set[int]] = {}
     for s in walk(body):
-        for v in _views(s):
+        for v in views(s):
             n = v.buf.shape
             free = [d for d, i in enumerate(v.idx) if d > 0 and isinstance(i, Sl)]
             if free and all(n[d] == 1 for d in free):
                 found.setdefault(v.buf.name, set()).add(free[-1])
     return found
-
-
-def _views(s: Stmt) -> list[View]:
-    return [x for x in (getattr(s, f.name) for f in dataclasses.fields(s)) if isinstance(x, View)]
 
 
 def _squeezable(s: Alloc | Reshape) -> bool:

@@ -8,7 +8,7 @@ PSUM; <= 8 PSUM banks live; SBUF bytes per partition within the trn2 usable size
 from __future__ import annotations
 
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Buf, Copy, Dma, Kernel, Loop, Matmul, Reduce, Reshape,
-                               Scalar, Sl, Stmt, Transpose, View)
+                               Scalar, Sl, Stmt, Transpose, View, views)
 from tilec.errors import InternalError
 
 PMAX, STAT_FMAX, MOVING_FMAX, PSUM_BANK, PSUM_BANKS = 128, 128, 512, 2048, 8
@@ -89,8 +89,8 @@ class _Verifier:
             self.fail(f"reshape {s.base.name} {s.base.shape} -> {s.buf.shape} changes the element count")
 
     def op(self, s: Stmt, loops: dict[str, int], scope: dict[str, Buf]) -> None:
-        views = [v for v in vars(s).values() if isinstance(v, View)]
-        for v in views:
+        operands = views(s)
+        for v in operands:
             self.view(v, loops, scope)
         if isinstance(s, Dma):
             if "psum" in (s.dst.buf.memory, s.src.buf.memory):
@@ -105,7 +105,7 @@ class _Verifier:
             if s.engine == "pe" and (s.dst.buf.memory != "psum" or len(shp) != 2 or max(shp) > PMAX):
                 self.fail(f"PE transpose {s.src.buf.name} {shp} must be <= 128x128 into PSUM")
         elif isinstance(s, (Copy, Act, Binary, Scalar, Reduce)):
-            self.elementwise(s, views)
+            self.elementwise(s, operands)
         if isinstance(s, Reduce) and (len(s.src.shape()) != 2 or s.dst.shape() != (s.src.shape()[0], 1)):
             self.fail(f"tensor_reduce {s.src.buf.name} {s.src.shape()} -> {s.dst.buf.name} {s.dst.shape()} must "
                       f"fold a 2-D tile into a (P, 1) column")
