@@ -105,10 +105,14 @@ def check_file(path: str | pathlib.Path, defines: dict[str, int] | None = None) 
     does, without computing values)."""
     program = load(path, defines)
     if program.complete():
-        tensors = {n: (t.dtype, t.shape, t.kind) for n, t in program.tensors.items()}
-        evaluator.check_coverage(program.kernel, program.sizes, tensors,
-                                 {n: t.span for n, t in program.tensors.items()})
+        evaluator.check_coverage(program.kernel, program.sizes, *_evaluator_tensors(program))
     return program
+
+
+def _evaluator_tensors(program: Program) -> tuple[dict, dict]:
+    """What the evaluator is told of the tensors: name -> (dtype, shape, kind), and name -> declaration span."""
+    return ({n: (t.dtype, t.shape, t.kind) for n, t in program.tensors.items()},
+            {n: t.span for n, t in program.tensors.items()})
 
 
 def _check_defines(facts: checker.Facts, defines: dict[str, int]) -> None:
@@ -216,5 +220,5 @@ def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.nd
     """Run the reference evaluator; outputs come back in their declared dtype."""
     bound = bind_inputs(program, inputs)
     _need_sizes(bound)
-    tensors = {n: (t.dtype, t.shape, t.kind) for n, t in bound.tensors.items()}
-    return evaluator.run(bound.kernel, bound.sizes, tensors, inputs, {n: t.span for n, t in bound.tensors.items()})
+    tensors, spans = _evaluator_tensors(bound)
+    return evaluator.run(bound.kernel, bound.sizes, tensors, inputs, spans)

@@ -58,10 +58,7 @@ def run(kernel: s.Kernel, sizes: Mapping[str, int], tensors: Mapping[str, tuple[
             store[name] = np.ascontiguousarray(round_to(dtype, np.asarray(inputs[name], dtype=np.float32)))
         else:
             store[name] = np.zeros(shape, dtype=np.float32)
-    machine = Machine(sizes, tensors, store, outputs=kernel.outputs)
-    for st in kernel.body:
-        machine.item(st, {})
-    machine.check_written(spans or {})
+    Machine(sizes, tensors, store, outputs=kernel.outputs).execute(kernel, spans or {})
     return {o: store[o].astype(NP_DTYPES[tensors[o][0]]) for o in kernel.outputs}
 
 
@@ -70,10 +67,7 @@ def check_coverage(kernel: s.Kernel, sizes: Mapping[str, int],
     """The write-coverage check of `run` alone: which output elements the statements store, no values computed."""
     store = {name: np.zeros(shape if kind != "input" else (0,) * len(shape), dtype=np.float32)
              for name, (_, shape, kind) in tensors.items()}
-    machine = Machine(sizes, tensors, store, outputs=kernel.outputs, values=False)
-    for st in kernel.body:
-        machine.item(st, {})
-    machine.check_written(spans)
+    Machine(sizes, tensors, store, outputs=kernel.outputs, values=False).execute(kernel, spans)
 
 
 class Machine:
@@ -87,6 +81,12 @@ class Machine:
         self.contractor = Contractor()
         self.planner = Planner(self.affines, {n: a.strides for n, a in store.items()},
                                {n: a.shape for n, a in store.items()})
+
+    def execute(self, kernel: s.Kernel, spans: Mapping[str, object]) -> None:
+        """Every statement of the kernel in order, then the check that each output was stored whole."""
+        for st in kernel.body:
+            self.item(st, {})
+        self.check_written(spans)
 
     def item(self, st: s.Stmt, env: dict[str, int]) -> None:
         if isinstance(st, s.Assign):
