@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tilec.compiler import codegen
 from tilec.compiler.pipeline import STAGES, Result, compile_program
 from tilec.errors import TilecError
 from tilec.lang import api as lang
@@ -21,6 +22,7 @@ class Compiled:
     stages: dict[str, str]
     program: Any
     result: Result = field(repr=False)
+    nki: str = codegen.DEFAULT_NKI  # the NKI API version `source` is written for (0.6: `import nki`, 0.1: neuronxcc)
 
     def run(self, *arrays: np.ndarray, **named: np.ndarray) -> dict[str, np.ndarray]:
         """Run the kernel on the active backend; inputs by position or name, cast to their declared dtypes."""
@@ -57,18 +59,22 @@ def read_schedule(schedule: str | None):
 
 
 def compile_file(path: str | pathlib.Path, shapes: dict[str, int] | None = None,
-                 schedule: str | None = None) -> Compiled:
+                 schedule: str | None = None, nki: str | None = None) -> Compiled:
+    """`nki`: "0.6" (`import nki`, Neuron SDK 2.29+) or "0.1" (`import neuronxcc.nki`, SDK <= 2.29 and the course
+    environment); None is the default, codegen.DEFAULT_NKI (0.6). Both forms come from the same scheduled IR."""
+    nki = codegen.check_nki(nki)
     program = lang.load(path, shapes)
-    return compile_loaded(program, read_schedule(schedule))
+    return compile_loaded(program, read_schedule(schedule), nki)
 
 
-def compile_loaded(program, directives=None) -> Compiled:
+def compile_loaded(program, directives=None, nki: str | None = None) -> Compiled:
     if not program.complete():
         missing = sorted(t.name for t in program.tensors.values() if t.shape is None)
         raise TilecError(f"shapes of {', '.join(missing)} are not known; the compiler needs every size",
                          None, "give sizes with -D NAME=VALUE or a `default` line in the program")
-    result = compile_program(program, directives)
-    return Compiled(result.source, _kernel_name(result), result.stages, program, result)
+    nki = codegen.check_nki(nki)
+    result = compile_program(program, directives, nki)
+    return Compiled(result.source, _kernel_name(result), result.stages, program, result, nki)
 
 
 def _kernel_name(result: Result) -> str:

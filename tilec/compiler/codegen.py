@@ -18,6 +18,10 @@ from tilec.compiler.names import sanitised, unique
 from tilec.resources import resource_dir
 
 TEMPLATES = resource_dir("templates")
+# the NKI API a kernel is written for: 0.6 (`import nki`, Neuron SDK 2.29+; today's SDK) or 0.1 (`neuronxcc.nki`,
+# SDK <= 2.29 and the course environment); both are rendered from the same scheduled IR (codegen06.py, 0.6 form)
+NKI_VERSIONS = ("0.6", "0.1")
+DEFAULT_NKI = "0.6"
 DTYPES = {"f32": "nl.float32", "f16": "nl.float16", "bf16": "nl.bfloat16"}
 BUFFERS = {"sbuf": "nl.sbuf", "psum": "nl.psum", "hbm": "nl.hbm"}
 RANGES = {"affine": "nl.affine_range", "sequential": "nl.sequential_range", "static": "nl.static_range"}
@@ -44,19 +48,38 @@ class Namer:
         return self.map[key]
 
 
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+def _env(nki: str = "0.1") -> jinja2.Environment:
+    folder = TEMPLATES / "nki06" if nki == "0.6" else TEMPLATES
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)), undefined=jinja2.StrictUndefined,
                               keep_trailing_newline=True, autoescape=False)
 
 
-def emit(k: Kernel, source: str, doc_lines: list[str], recompile: dict[str, str] | None = None) -> str:
+def check_nki(nki: str | None) -> str:
+    """The NKI version to emit (None: the default), or a TilecError naming the known ones."""
+    from tilec.errors import TilecError
+
+    nki = DEFAULT_NKI if nki is None else str(nki)
+    if nki not in NKI_VERSIONS:
+        raise TilecError(f"unknown NKI version {nki!r}; tilec emits NKI {' or '.join(NKI_VERSIONS)}", None,
+                         "use 0.6 for Neuron SDK 2.29 and newer (`import nki`), 0.1 for SDK 2.29 and older "
+                         "(`import neuronxcc.nki`, the course environment)")
+    return nki
+
+
+def emit(k: Kernel, source: str, doc_lines: list[str], recompile: dict[str, str] | None = None,
+         nki: str | None = None) -> str:
     """`recompile`: per input, the command that specialises the kernel to other shapes (quoted by the shape
-    checks at the top of the kernel)."""
+    checks at the top of the kernel). `nki`: the API version to write the kernel for (NKI_VERSIONS)."""
+    nki = check_nki(nki)
     recompile = recompile or {}
     consts = {name for name, _ in k.consts}
     names = Namer(consts)
     kernel_name = names(k.name, "kernel")
-    vm = _ViewModel(names, dict(k.consts))
+    if nki == "0.6":
+        from tilec.compiler.codegen06 import ViewModel06 as model
+    else:
+        model = _ViewModel
+    vm = model(names, dict(k.consts))
     params = [names(p.name) for p in k.params]
     # the kernel is specialised to these shapes; other shapes would fail deep inside with out-of-bounds slices
     checks = [{"name": name, "shape": _shape(p.shape),
@@ -66,7 +89,7 @@ def emit(k: Kernel, source: str, doc_lines: list[str], recompile: dict[str, str]
     outputs = [{"name": names(o.name), "shape": _shape(o.shape), "dtype": DTYPES[o.dtype]} for o in k.outputs]
     body = [vm.stmt(s) for s in k.body]
     returns = ", ".join(o["name"] for o in outputs)
-    text = _env().get_template("kernel.py.jinja").render(
+    text = _env(nki).get_template("kernel.py.jinja").render(
         doc_title=f"NKI kernel `{kernel_name}`", source=source, doc_lines=doc_lines, consts=k.consts,
         kernel=kernel_name, params=params, checks=checks, outputs=outputs, body=body, returns=returns)
     text = re.sub(r"\n\n\n+(?= )", "\n\n", text)

@@ -37,7 +37,8 @@ class Result:
     source: str
 
 
-def compile_program(program, directives: tuple[sx.Directive, ...] | None = None) -> Result:
+def compile_program(program, directives: tuple[sx.Directive, ...] | None = None, nki: str | None = None) -> Result:
+    """`nki`: the NKI API version the kernel source is written for (codegen.NKI_VERSIONS; None: the default)."""
     directives = program.kernel.schedule if directives is None else directives
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
     stages: dict[str, str] = {}
@@ -78,7 +79,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None)
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the trn2 limits)
     stages["allocate"] = passes.allocation_report(kernel)
     doc = _doc_lines(program, ops, plans)
-    source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program))
+    source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     return Result(stages, kernel, kernels, ops, plans, source)
 
 

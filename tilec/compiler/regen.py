@@ -1,6 +1,9 @@
-"""Regenerate `generated/`: the NKI kernel of every example at its default (the assignment's) shapes.
+"""Regenerate `generated/`: the NKI kernel of every example at its default (the assignment's) shapes, in both forms.
 
-    python -m tilec.compiler.regen            rewrite generated/*.py
+    generated/NAME.py         NKI 0.1 (`import neuronxcc.nki`: Neuron SDK <= 2.29, the course environment)
+    generated/nki06/NAME.py   NKI 0.6 (`import nki`: Neuron SDK 2.29+, the default form)
+
+    python -m tilec.compiler.regen            rewrite both
     python -m tilec.compiler.regen --check    exit 1 and list the stale files instead
 """
 from __future__ import annotations
@@ -11,13 +14,14 @@ import sys
 from tilec.compiler.api import compile_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+FOLDERS = {"0.1": ROOT / "generated", "0.6": ROOT / "generated" / "nki06"}  # NKI version -> where its kernels live
 
 
 def expected() -> dict[pathlib.Path, str]:
     out = {}
     for tl in sorted((ROOT / "examples").glob("*.tl")):
-        compiled = compile_file(str(tl))
-        out[ROOT / "generated" / f"{tl.stem}.py"] = compiled.source
+        for nki, folder in FOLDERS.items():
+            out[folder / f"{tl.stem}.py"] = compile_file(str(tl), nki=nki).source
     return out
 
 

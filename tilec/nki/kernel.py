@@ -23,6 +23,8 @@ DEFAULT_TARGET = "trn2"
 class Kernel:
     """What `@nki.jit` returns: call it with numpy arrays to run it on tilec's interpreter."""
 
+    run_type = Run  # the state of one execution; NKI 0.6 kernels (top06.Kernel06) use their own
+
     def __init__(self, func, mode: str = "auto", **options: object) -> None:
         self.func = func
         self.mode = mode
@@ -78,7 +80,7 @@ def run_kernel(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple = (), targ
     """Execute the kernel; numerics=False is a trace-only run (same trace and errors, output values unspecified,
     the caller's arrays never written)."""
     target = target or _target(kernel.options)
-    run = Run(kernel.__name__, target, kernel.skip_middle_end, numerics)
+    run = kernel.run_type(kernel.__name__, target, kernel.skip_middle_end, numerics)
     gc_was_on = gc.isenabled()
     gc.disable()  # a run allocates ~10 objects per instruction, none cyclic: the cyclic GC only costs time here
     try:

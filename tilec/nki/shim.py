@@ -62,9 +62,13 @@ _FINDER = NeuronxccFinder()
 
 
 def install(force: bool | None = None) -> None:
-    """Make `import neuronxcc.nki` work; idempotent. force=None reads TILEC_NKI=interp from the environment."""
+    """Make `import neuronxcc.nki` (and `import nki`, NKI 0.6: shim06.py) work; idempotent. force=None reads
+    TILEC_NKI=interp from the environment."""
+    from tilec.nki import shim06
+
     if force is None:
         force = os.environ.get("TILEC_NKI", "").lower() in ("interp", "interpreter", "tilec")
+    shim06.install(force)
     if _FINDER in sys.meta_path:
         if not force or sys.meta_path[0] is _FINDER:
             return

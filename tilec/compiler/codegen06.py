@@ -1,0 +1,74 @@
+"""The NKI 0.6 form (`import nki`, Neuron SDK 2.29+) of a kernel: the view-model decisions that differ from 0.1.
+
+The same scheduled IR renders through `templates/nki06/`; what changes is decided here, per statement:
+
+    every ISA call writes its destination (dst-first keywords, no dtype=: the destination's dtype is the output's)
+    a PSUM accumulator is allocated uninitialised (nl.ndarray), and its chain of matmuls says accumulate=:
+        the first matmul overwrites (accumulate=False, or `k > 0 or ...` over the loops it runs in), the rest add;
+        zero-initialising PSUM and accumulating onto it is undefined behaviour on NeuronCore-v2/v3 [ISA6 nc_matmul]
+    an SBUF buffer that starts at zero is nl.ndarray + nisa.memset(dst, 0.0) (0.6's memset writes a destination)
+    loops are Python `range` (every NKI 0.6 loop but fori_loop/while_loop is unrolled at specialisation)
+    tensor_reduce names the trailing free axes of its source (axis=1 only for 2-D tiles) [MIG 0.3 tensor_reduce]
+"""
+from __future__ import annotations
+
+from tilec.compiler.codegen import _ViewModel
+from tilec.compiler.ir import Alloc, Loop, Matmul, Reduce, Sl, Stmt, View
+from tilec.errors import InternalError
+
+
+class ViewModel06(_ViewModel):
+    def __init__(self, names, consts: dict[str, int]) -> None:
+        super().__init__(names, consts)
+        self.loops: list[str] = []  # IR loop variables enclosing the statement being rendered, outermost first
+        self.chains: dict[str, list] = {}  # PSUM accumulator -> [loop depth at its allocation, started?]
+
+    def stmt(self, s: Stmt) -> dict:
+        if isinstance(s, Loop):
+            self.loops.append(s.var)
+            try:
+                out = super().stmt(s)
+            finally:
+                self.loops.pop()
+            return {**out, "range": "range"}
+        out = super().stmt(s)
+        if isinstance(s, Alloc):
+            chain = s.zero and s.buf.memory == "psum"
+            if chain:
+                self.chains[s.buf.name] = [len(self.loops), False]
+            return {**out, "memset": s.zero and not chain}
+        if isinstance(s, Matmul):
+            return {**out, "accumulate": self.accumulate(s)}
+        return out
+
+    def accumulate(self, s: Matmul) -> str:
+        """The accumulate= flag of a matmul into a PSUM accumulator: the chain's first matmul statement overwrites
+        on the first iteration of the loops it runs in (those not choosing which part of the accumulator it
+        writes) and adds afterwards; later statements of the chain always add."""
+        chain = self.chains.get(s.acc.buf.name)
+        if chain is None:  # an accumulator that was not zeroed: an IR the 0.1 form could not run either
+            raise InternalError(f"matmul into {s.acc.buf.name}, which no zeroed PSUM allocation starts")
+        depth, started = chain
+        if started:
+            return "True"
+        chain[1] = True
+        placed = {v for i in s.acc.idx for v in (i.start.vars() if isinstance(i, Sl) else i.vars())}
+        over = [self.names(v, "var") for v in self.loops[depth:] if v not in placed]
+        return " or ".join(f"{v} > 0" for v in over) or "False"
+
+    def compute(self, s: Stmt, tag: str) -> dict:
+        out = super().compute(s, tag)
+        if isinstance(s, Reduce):
+            rank = len(_shape(s.src))
+            if rank < 2:
+                raise InternalError(f"tensor_reduce of a {rank}-D view of {s.src.buf.name}")
+            axes = tuple(range(1, rank))
+            out["axis"] = str(axes[0]) if len(axes) == 1 else repr(axes)
+        return out
+
+    def view(self, v: View, dst: bool = False) -> str:
+        return super().view(v, False)  # a destination is an argument here, not an assignment target: no [...]
+
+
+def _shape(v: View) -> tuple[int, ...]:
+    return tuple(i.size for i in v.idx if isinstance(i, Sl))

@@ -1,0 +1,189 @@
+"""`nki.language` of NKI 0.6 (Neuron SDK 2.32) on the interpreter core shared with 0.1 (language.py).
+
+Same tensors, buffers, dtypes, operators and value-returning language calls (nl.add, nl.load, nl.matmul, ...) as
+0.1, with the 0.6 differences [NL6 = aws-neuron-sdk v2.32.0 nki/api/nki/language/__init__.py, MIG]:
+
+  * `ndarray(shape, dtype, buffer=sbuf, name='', address=None)`: buffers are the nl.* objects (string buffer names
+    are rejected since 0.3); a tensor allocated in nl.shared_hbm may be returned (top06: outputs must be);
+  * affine_range / sequential_range / static_range are aliases of Python's range (deprecated since 0.3): loops run
+    in order, unrolled, with Python semantics;
+  * no mask= (masks, nl.arange and nl.mgrid were removed in 0.2: slices of tiles replace them);
+  * tile_size gains psum_bank_fmax, psum_num_banks, sbuf_fmax, sbuf_size_bytes;
+  * fori_loop / while_loop / dynamic_range (register-driven loops) are not interpreted: a clear error says so.
+"""
+from __future__ import annotations
+
+import builtins
+
+from tilec.nki import alu, language as _l01, rules, runtime
+from tilec.nki.dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32,  # noqa: F401
+                              int8, int16, int32, tfloat32, uint8, uint16, uint32)
+from tilec.nki.indexing import ds  # noqa: F401
+from tilec.nki.language import (Buffer, broadcast_to, device_print, expand_dims, hbm, num_programs,  # noqa: F401
+                                private_hbm, program_id, program_ndim, psum, sbuf, shared_hbm)
+from tilec.nki.tensor import Tensor
+
+NkiTensor = Tensor
+
+
+class tile_size(_l01.tile_size):
+    psum_bank_fmax = 512  # fp32 elements per partition in one PSUM bank
+    psum_num_banks = 8
+    sbuf_fmax = _l01.tile_size.total_available_sbuf_size // 4
+    sbuf_size_bytes = 224 * 1024  # per partition on trn2
+
+
+def _where() -> tuple[str, int]:
+    return runtime.callsite()
+
+
+def _buffer(buffer: object, api: str) -> Buffer:
+    if isinstance(buffer, Buffer):
+        return buffer
+    hint = "pass nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm"
+    if isinstance(buffer, str):
+        raise rules.NkiTypeError(f"nl.{api}: string buffer names are no longer supported (NKI 0.3+): "
+                                 f"buffer={buffer!r}", "buffer", _where(), hint=hint)
+    raise rules.NkiTypeError(f"nl.{api}: unknown buffer {buffer!r}", "buffer", _where(), hint=hint)
+
+
+def _no_mask(kwargs: dict, api: str) -> None:
+    if kwargs:
+        raise rules.NkiTypeError(f"nl.{api} got unexpected argument(s) {', '.join(k + '=' for k in kwargs)}",
+                                 "unexpected_argument", _where(),
+                                 hint="NKI 0.6 has no mask=: compute on a slice of the tile instead"
+                                 if "mask" in kwargs else f"see the NKI 0.6 signature of nl.{api}")
+
+
+def _track(t: Tensor, buffer: Buffer) -> Tensor:
+    run = runtime.current()
+    if buffer is shared_hbm and hasattr(run, "shared_ids"):
+        run.shared_ids.add(t.buf.id)
+    return t
+
+
+def _created(shape: object, dtype: object, buffer: object, name: str, fill: object, api: str) -> Tensor:
+    buf = _buffer(buffer, api)
+    return _track(_l01._create(shape, dtype, buf, name, fill, api), buf)
+
+
+# ---- creation ----
+def ndarray(shape: object, dtype: object, buffer: object = sbuf, name: str = "", address: object = None) -> Tensor:
+    return _created(shape, dtype, buffer, name, None, "ndarray")
+
+
+def zeros(shape: object, dtype: object, buffer: object = sbuf, name: str = "") -> Tensor:
+    return _created(shape, dtype, buffer, name, 0, "zeros")
+
+
+def ones(shape: object, dtype: object, buffer: object = sbuf, name: str = "") -> Tensor:
+    return _created(shape, dtype, buffer, name, 1, "ones")
+
+
+def full(shape: object, fill_value: object, dtype: object, buffer: object = sbuf, name: str = "") -> Tensor:
+    return _created(shape, dtype, buffer, name, fill_value, "full")
+
+
+def zeros_like(x: Tensor, dtype: object = None, buffer: object = None, name: str = "") -> Tensor:
+    return _created(x.shape, dtype or x.dtype, buffer if buffer is not None else sbuf, name, 0, "zeros_like")
+
+
+def empty_like(x: Tensor, dtype: object = None, buffer: object = None, name: str = "") -> Tensor:
+    same = {"sbuf": sbuf, "psum": psum, "hbm": hbm}[x.buf.memory]
+    return _created(x.shape, dtype or x.dtype, buffer if buffer is not None else same, name, None, "empty_like")
+
+
+# ---- tensor operations (value-returning, as in 0.1; no mask=) ----
+def load(src: Tensor, dtype: object = None, **kwargs: object) -> Tensor:
+    _no_mask(kwargs, "load")
+    return _l01.load(src, dtype=dtype)
+
+
+def load_transpose2d(src: Tensor, dtype: object = None, **kwargs: object) -> Tensor:
+    _no_mask(kwargs, "load_transpose2d")
+    return _l01.load_transpose2d(src, dtype=dtype)
+
+
+def store(dst: Tensor, value: object, **kwargs: object) -> None:
+    _no_mask(kwargs, "store")
+    _l01.store(dst, value)
+
+
+def copy(x: Tensor, dtype: object = None, **kwargs: object) -> Tensor:
+    _no_mask(kwargs, "copy")
+    return _l01.copy(x, dtype=dtype)
+
+
+alu.alias(copy, "identity")  # nl.copy is also the identity activation function [SHARED6]
+
+
+def transpose(x: Tensor, dtype: object = None, **kwargs: object) -> Tensor:
+    _no_mask(kwargs, "transpose")
+    return _l01.transpose(x, dtype=dtype)
+
+
+def matmul(x: Tensor, y: Tensor, transpose_x: bool = False, **kwargs: object) -> Tensor:
+    _no_mask(kwargs, "matmul")
+    return _l01.matmul(x, y, transpose_x=transpose_x)
+
+
+def where(condition: Tensor, x: object, y: object, dtype: object = None, **kwargs: object) -> Tensor:
+    _no_mask(kwargs, "where")
+    return _l01.where(condition, x, y, dtype=dtype)
+
+
+# ---- loops: Python range (deprecated aliases) ----
+def affine_range(start: int, stop: int | None = None, step: int = 1) -> range:
+    return builtins.range(start) if stop is None else builtins.range(start, stop, step)
+
+
+sequential_range = static_range = affine_range
+
+
+def _register_loop(name: str):
+    def loop(*args: object, **kwargs: object) -> object:
+        raise rules.NkiError(f"nl.{name} runs its loop on the device with a register induction variable, which "
+                             "tilec's interpreter does not model", "unsupported_api", _where(),
+                             hint="use a Python range loop (unrolled at specialisation)")
+
+    loop.__name__ = name
+    return loop
+
+
+fori_loop, while_loop, dynamic_range = (_register_loop(n) for n in ("fori_loop", "while_loop", "dynamic_range"))
+
+
+def is_psum(buffer: object) -> bool:
+    return buffer is psum
+
+
+def is_sbuf(buffer: object) -> bool:
+    return buffer is sbuf
+
+
+def is_hbm(buffer: object) -> bool:
+    return isinstance(buffer, Buffer) and buffer.memory == "hbm"
+
+
+def is_on_chip(buffer: object) -> bool:
+    return buffer is sbuf or buffer is psum
+
+
+_REMOVED = {"arange": "index tiles with slices (t[0:128, 0:512]) or nl.ds(start, size)",
+            "mgrid": "index tiles with slices (t[0:128, 0:512]) or nl.ds(start, size)",
+            "par_dim": "shapes are plain tuples; the first dimension is the partition dimension",
+            "spmd_dim": "launch LNC kernels with kernel[lnc](...) and nl.program_id(0)",
+            "nc": "launch LNC kernels with kernel[lnc](...) and nl.program_id(0)"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _REMOVED:
+        raise AttributeError(f"nki.language.{name} was removed in NKI 0.2: {_REMOVED[name]}")
+    raise AttributeError(f"module 'nki.language' has no attribute {name!r}")
+
+
+# the operators (nl.add, nl.maximum, nl.exp, nl.sum, ...): the same objects as 0.1's, usable as op= and callable
+for _name, _op in alu.OPS.items():
+    if _name not in globals():
+        globals()[_name] = _op
+del _name, _op
