@@ -104,6 +104,12 @@ def _scalar_args(items: list[str] | None) -> dict[str, int | float]:
 # ---- check, run, fmt (LANG, issue 2) -----------------------------------------------------------------------------
 
 
+def _nki_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nki", choices=["0.6", "0.1"], default=None,
+                   help="NKI API of the kernel: 0.6 (`import nki`, Neuron SDK 2.29+; the default) or 0.1 "
+                        "(`import neuronxcc.nki`, SDK <= 2.29, the course environment)")
+
+
 def _program_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("program", help="the .tl program")
     p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="a size, e.g. -D C=256")
@@ -137,6 +143,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=["ref", "nki"], default="nki",
                    help="nki: compile, run on the NKI backend and compare with the reference evaluator (default); "
                         "ref: the NumPy reference evaluator only")
+    _nki_arg(p)
     p.add_argument("--schedule", help="a schedule file (e.g. from tilec tune --save-schedule) replacing the "
                                       "program's own; used by the nki backend")
 
@@ -199,7 +206,7 @@ def _run_program(args: argparse.Namespace) -> int:
         print(f"input  {_shape_text(bound.tensors[name])}  {_checksum(inputs[name])}")
     outputs = api.evaluate(prog, inputs)
     if args.backend == "nki":
-        outputs = _run_nki(args.program, bound, inputs, outputs, args.schedule)
+        outputs = _run_nki(args.program, bound, inputs, outputs, args.schedule, args.nki)
     for name, array in outputs.items():
         print(f"output {_shape_text(bound.tensors[name])}  {_checksum(array)}")
     if args.out:
@@ -208,14 +215,15 @@ def _run_program(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_nki(path: str, bound, inputs: dict, reference: dict, schedule: str | None = None) -> dict:
+def _run_nki(path: str, bound, inputs: dict, reference: dict, schedule: str | None = None,
+             nki: str | None = None) -> dict:
     """Compile and run on the NKI backend; report the largest difference from the reference evaluator."""
     import numpy as np
 
     import tilec
 
     shapes = {name: bound.sizes[name] for name in bound.facts.symbols}
-    result = tilec.compile_file(path, shapes=shapes, schedule=schedule).run(**inputs)
+    result = tilec.compile_file(path, shapes=shapes, schedule=schedule, nki=nki).run(**inputs)
     if isinstance(result, dict):
         outputs = result
     elif isinstance(result, (tuple, list)):
@@ -290,6 +298,7 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save-schedule", metavar="FILE", help="write the tuned schedule text here")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not fill .tilec-cache/tune/")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _nki_arg(p)
 
 
 @command("tune", "search the schedule space with the performance model; write the best kernel", _tune_args)
@@ -298,7 +307,8 @@ def _tune_run(args: argparse.Namespace) -> int:
 
     budget = args.budget if args.budget is not None or args.time is not None else DEFAULT_BUDGET
     result = tune(args.program, parse_defines(args.defines) or None, budget=budget, time_s=args.time,
-                  seed=args.seed, jobs=args.jobs, progress=not args.quiet, use_cache=not args.no_cache)
+                  seed=args.seed, jobs=args.jobs, progress=not args.quiet, use_cache=not args.no_cache,
+                  nki=args.nki)
     if result.verified:  # files first: the summary goes to stdout, which may be a pipe that closes early
         if args.save_schedule:
             _write_text(args.save_schedule, result.best_schedule, "the schedule", "--save-schedule")
@@ -326,6 +336,7 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", help="a schedule file replacing the .tl program's own (e.g. from tilec tune)")
     p.add_argument("--target", help="modelled NeuronCore, trn2 or trn1 (default: the kernel's platform target)")
     p.add_argument("--html", metavar="OUT.html", help="timeline picture (default <name>.timeline.html)")
+    _nki_arg(p)
 
 
 @command("profile", "estimate a kernel's latency with the Trainium2 model; print the summary, write the timeline",
@@ -340,7 +351,7 @@ def _profile_run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise TilecError(f"no such file: {args.file}")
     if path.suffix == ".tl":
-        trace, kernel_source = _profile_trace_tl(path, parse_defines(args.defines), args.schedule)
+        trace, kernel_source = _profile_trace_tl(path, parse_defines(args.defines), args.schedule, args.nki)
     elif args.schedule:
         raise TilecError("--schedule applies to .tl programs", hint="profile the .tl program with --schedule, or "
                                                                      "the kernel file alone")
@@ -404,11 +415,11 @@ def _profile_shape(text: str, params: list[str], index: int) -> tuple[str, tuple
                          hint="write e.g. --shape 256x256x3x3:float16 or --shape w=256x256x3x3:float16") from None
 
 
-def _profile_trace_tl(path, defines: dict[str, int], schedule: str | None = None):
+def _profile_trace_tl(path, defines: dict[str, int], schedule: str | None = None, nki: str | None = None):
     from tilec import compile_file
     from tilec.lang.api import random_inputs
 
-    compiled = compile_file(str(path), defines or None, schedule)
+    compiled = compile_file(str(path), defines or None, schedule, nki)
     _, trace = compiled.run_traced(**random_inputs(compiled.program, seed=0))  # cast to the declared dtypes there
     return trace, compiled.source
 
@@ -422,6 +433,7 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="size of a symbol")
     p.add_argument("--schedule", help="a schedule file (directives, one per line) replacing the program's own")
     p.add_argument("--dump-ir", metavar="STAGE|all", help="print the IR after a pipeline stage (or all of them)")
+    _nki_arg(p)
 
 
 @command("compile", "compile a .tl program to an NKI kernel (Python module)", _compile_args)
@@ -430,7 +442,7 @@ def run_compile(args: argparse.Namespace) -> int:
 
     if args.dump_ir and args.dump_ir != "all" and args.dump_ir not in STAGES:
         raise TilecError(f"unknown IR stage {args.dump_ir!r}", hint="stages: " + ", ".join(STAGES) + ", all")
-    compiled = compile_file(args.program, parse_defines(args.defines) or None, args.schedule)
+    compiled = compile_file(args.program, parse_defines(args.defines) or None, args.schedule, args.nki)
     if args.dump_ir:
         for name, text in compiled.stages.items():
             if args.dump_ir in ("all", name):

@@ -1,8 +1,10 @@
 """The `nki` import shim (NKI 0.6): serves `import nki`, `nki.isa`, `nki.language` from tilec's interpreter when AWS's
 `nki` package is absent, as shim.py serves `neuronxcc.nki` (0.1). Both APIs run on one interpreter core.
 
-The finder is appended to the end of `sys.meta_path`, so a real `nki` installation is found first and wins;
-`install(force=True)` (what `tilec nki-run` and TILEC_NKI=interp do) puts it first.
+The finder sits first in `sys.meta_path` but defers to a real `nki` package (a module with a file on sys.path), so an
+installation of AWS's nki wins, while a directory that happens to be called `nki` (a namespace package, e.g. a tests
+folder) does not hide the interpreter. `install(force=True)` (what `tilec nki-run` and TILEC_NKI=interp do) serves
+the interpreter even where AWS's nki is installed.
 """
 from __future__ import annotations
 
@@ -42,9 +44,19 @@ class _Loader(importlib.abc.Loader):
 
 
 class NkiFinder(importlib.abc.MetaPathFinder):
+    force = False  # serve the interpreter even where AWS's nki is installed
+
     def find_spec(self, fullname: str, path: object = None, target: object = None):
         if fullname not in _MODULES:
             return None
+        if fullname != "nki":  # nki.isa / nki.language: ours only under our nki
+            parent = sys.modules.get("nki")
+            if parent is None or not getattr(parent, "__tilec_shim__", False):
+                return None
+        elif not self.force:
+            real = importlib.machinery.PathFinder.find_spec("nki")
+            if real is not None and real.has_location:  # AWS's nki is installed: it wins
+                return None
         return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=fullname == "nki")
 
 
@@ -53,17 +65,15 @@ _FINDER = NkiFinder()
 
 def install(force: bool = False) -> None:
     """Make `import nki` work; idempotent. force=True serves the interpreter even where AWS's nki is installed."""
-    if _FINDER in sys.meta_path:
-        if not force or sys.meta_path[0] is _FINDER:
-            return
-        sys.meta_path.remove(_FINDER)
-    if force:
+    if force and not _FINDER.force:
+        _FINDER.force = True
         for name in [n for n in sys.modules if n == "nki" or n.startswith("nki.")]:
             if not getattr(sys.modules[name], "__tilec_shim__", False):
                 del sys.modules[name]
+    if not sys.meta_path or sys.meta_path[0] is not _FINDER:
+        if _FINDER in sys.meta_path:
+            sys.meta_path.remove(_FINDER)
         sys.meta_path.insert(0, _FINDER)
-    else:
-        sys.meta_path.append(_FINDER)
 
 
 def active_backend() -> str:

@@ -102,10 +102,11 @@ class CachedCost:
 def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = DEFAULT_BUDGET,
          time_s: float | None = None, seed: int = 0, evaluator: Evaluator | None = None, jobs: int | None = None,
          progress: bool | IO[str] = True, cache_dir: str | None = None, use_cache: bool = True,
-         target: str = "trn2", space: Space | None = None) -> TuneResult:
-    """Tune the schedule of the .tl program at `path` for `shapes`; see the module docstring."""
+         target: str = "trn2", space: Space | None = None, nki: str | None = None) -> TuneResult:
+    """Tune the schedule of the .tl program at `path` for `shapes`; see the module docstring. `nki`: the NKI API
+    the result's kernel is written for ("0.6", the default, or "0.1"); the search does not depend on it."""
     started = time.monotonic()
-    job = Job.of(str(path), shapes, target)
+    job = Job.of(str(path), shapes, target, nki)
     space = space or build_space(job)
     own = evaluator is None
     cache = DiskCache(cache_dir) if use_cache else None

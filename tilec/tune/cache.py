@@ -42,7 +42,7 @@ class DiskCache:
 
     def key(self, job: Job, schedule: str, evaluator: str) -> str:
         record = {"program": job.program_text, "shapes": sorted(job.shapes), "schedule": schedule,
-                  "target": job.target, "evaluator": evaluator, "model": self.version}
+                  "target": job.target, "evaluator": evaluator, "model": self.version, "nki": job.nki}
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
     def _path(self, key: str) -> pathlib.Path:

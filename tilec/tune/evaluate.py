@@ -1,4 +1,5 @@
-"""Evaluators rank schedules: the performance model (default) or real hardware through `nki.benchmark`.
+"""Evaluators rank schedules: the performance model (default) or real hardware (NKI 0.1: `nki.benchmark`; NKI 0.6:
+NKI_ARTIFACTS_DIR + nrtpy `benchmark(mode="device")`, hardware06.py).
 
     Job       = the program being tuned (path, its text, shapes, target), picklable for worker processes
     Outcome   = latency in µs (inf when the candidate failed), MFU, and the error message of a failure
@@ -34,14 +35,16 @@ class Job:
     program_text: str
     shapes: tuple[tuple[str, int], ...]  # sorted (name, size) pairs given by the user
     target: str = "trn2"
+    nki: str = "0.6"  # the NKI API the kernels are written for (both forms have the same model latency)
 
     @staticmethod
-    def of(path: str, shapes: dict[str, int] | None, target: str = "trn2") -> "Job":
+    def of(path: str, shapes: dict[str, int] | None, target: str = "trn2", nki: str | None = None) -> "Job":
+        from tilec.compiler.codegen import check_nki
         try:
             text = pathlib.Path(path).read_text()
         except OSError as err:
             raise TilecError(f"cannot read {path}: {err.strerror}", hint="give the path of a .tl program") from None
-        return Job(str(path), text, tuple(sorted((shapes or {}).items())), target)
+        return Job(str(path), text, tuple(sorted((shapes or {}).items())), target, check_nki(nki))
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class Evaluator(Protocol):
 
 def compile_job(job: Job, schedule: str | None):  # -> tilec.compiler.api.Compiled
     from tilec.compiler.api import compile_file  # glue through public APIs only, imported late: workers start fast
-    return compile_file(job.path, dict(job.shapes) or None, schedule)
+    return compile_file(job.path, dict(job.shapes) or None, schedule, job.nki)
 
 
 def kernel_inputs(compiled, seed: int = 0) -> dict[str, np.ndarray]:
@@ -180,12 +183,18 @@ class HardwareEvaluator:
     """Screens candidates with `screen` (the model); `select` re-ranks the top k by measured p99 latency."""
 
     def __init__(self, top_k: int = 5, benchmark: Benchmark | None = None, screen: Evaluator | None = None,
-                 warmup: int = 10, iters: int = 100) -> None:
-        if benchmark is None and not real_neuronxcc():
-            raise TilecError("the hardware evaluator needs AWS neuronxcc and a Trainium device",
-                             hint="tune with the performance model (the default evaluator) on this machine")
+                 warmup: int = 10, iters: int = 100, nki: str | None = None) -> None:
+        from tilec.compiler.codegen import check_nki
+        from tilec.tune import hardware06
+        nki = check_nki(nki)
+        if benchmark is None and not (real_neuronxcc() if nki == "0.1" else hardware06.available()):
+            raise TilecError("the hardware evaluator needs AWS neuronxcc (NKI 0.1) or AWS nki with nrtpy "
+                             "(NKI 0.6) and a Trainium device",
+                             hint="tune with the performance model (the default evaluator) on this machine"
+                                  if nki == "0.1" else hardware06.SETUP_HINT)
         self.top_k = top_k
-        self.benchmark = benchmark or (lambda job, s: neuron_benchmark(job, s, warmup, iters))
+        self.benchmark = benchmark or (lambda job, s: neuron_benchmark(job, s, warmup, iters) if job.nki == "0.1"
+                                       else hardware06.nrtpy_benchmark(job, s, warmup, iters))
         self.screen = screen or ModelEvaluator()
         self.name = self.screen.name  # search outcomes are the screen's (cached as such); measurements are not
 
