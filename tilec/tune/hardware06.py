@@ -83,6 +83,7 @@ def nrtpy_benchmark(job, schedule: str, warmup: int = 10, iters: int = 100, run:
     if compiled.nki != "0.6":
         raise TilecError("nrtpy_benchmark times NKI 0.6 kernels", hint="time NKI 0.1 kernels with nki.benchmark")
     folder = pathlib.Path(workdir or tempfile.mkdtemp(prefix="tilec_nrtpy_"))
+    folder.mkdir(parents=True, exist_ok=True)
     kernel = folder / f"{compiled.kernel_name}.py"
     kernel.write_text(compiled.source)
     inputs = kernel_inputs(compiled)

@@ -1,0 +1,161 @@
+"""`nki.language` (NKI 0.6) on the interpreter: creation in named buffers, the value-returning language calls the 0.1
+surface has (load/store/copy/transpose/matmul, element-wise and reduction operators, where), range-alias loops,
+LNC launches, nki.simulate, the removed names, and the 0.6 memory rules (capacity by liveness)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilec  # noqa: F401
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from tilec.nki import shim06
+from tilec.nki.rules import NkiError
+
+RNG = np.random.default_rng(5)
+F32 = np.float32
+
+
+def test_import_nki_is_served_by_tilec():
+    assert shim06.active_backend() == "tilec"
+    assert nki.isa is nisa and nki.language is nl
+    with pytest.raises(AttributeError, match="nki.benchmark is not available in NKI 0.6"):
+        nki.benchmark  # noqa: B018
+    with pytest.raises(AttributeError, match="removed in NKI 0.2"):
+        nl.arange  # noqa: B018
+
+
+def test_creation_load_store_and_elementwise():
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        x, y = nl.load(a), nl.load(b)
+        ones = nl.ones(a.shape, dtype=nl.float32)  # buffer defaults to nl.sbuf
+        full = nl.full(a.shape, 0.5, dtype=nl.float32, buffer=nl.sbuf)
+        z = nl.zeros_like(x)
+        e = nl.empty_like(x)
+        nisa.tensor_copy(dst=e, src=nl.add(z, ones))
+        r = nl.multiply(nl.add(nl.maximum(x, y), e), full)
+        nl.store(out, nl.exp(nl.subtract(r, 1.0)))
+        return out
+    a, b = RNG.standard_normal((128, 64), F32), RNG.standard_normal((128, 64), F32)
+    np.testing.assert_allclose(k(a, b), np.exp((np.maximum(a, b) + 1) * 0.5 - 1), rtol=1e-5)
+
+
+def test_copy_transpose_matmul_reductions_where():
+    @nki.jit
+    def k(a, b):
+        x, y = nl.load(a), nl.load(b)
+        t = nl.copy(nl.transpose(x))  # PSUM -> SBUF
+        prod = nl.copy(nl.matmul(x, y, transpose_x=True))
+        s = nl.sum(y, axis=1, keepdims=True)
+        m = nl.max(y, axis=1, keepdims=True)
+        w = nl.where(nl.greater(x, 0.0), x, 0.0)
+        outs = []
+        for tile in (t, prod, s, m, w):
+            o = nl.ndarray(tile.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(o, tile)
+            outs.append(o)
+        return tuple(outs)
+    a, b = RNG.standard_normal((128, 128), F32), RNG.standard_normal((128, 96), F32)
+    t, prod, s, m, w = k(a, b)
+    np.testing.assert_array_equal(t, a.T)
+    np.testing.assert_allclose(prod, a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(s[:, 0], b.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(m[:, 0], b.max(axis=1))
+    np.testing.assert_array_equal(w, np.where(a > 0, a, F32(0)))
+
+
+def test_loops_are_python_range_and_run_in_order():
+    assert nl.affine_range(4) == range(4) and nl.sequential_range(1, 5, 2) == range(1, 5, 2)
+
+    @nki.jit
+    def k(a):  # a loop-carried dependence: legal in 0.6, whatever the (deprecated) loop helper
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        acc = nl.load(a)
+        for _ in nl.affine_range(3):
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=acc, op=nl.add)
+        nl.store(out, acc)
+        return out
+    a = RNG.standard_normal((64, 8), F32)
+    np.testing.assert_array_equal(k(a), a * 8)
+
+
+def test_lnc_launch_program_id_and_simulate():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        half = a.shape[0] // nl.num_programs(0)
+        i = nl.program_id(0)
+        x = nl.load(a[i * half:(i + 1) * half])
+        nl.store(out[i * half:(i + 1) * half], nl.add(x, float(i)))
+        return out
+    a = RNG.standard_normal((256, 16), F32)
+    got = nki.simulate(k[2])(a)
+    np.testing.assert_array_equal(got, np.concatenate([a[:128], a[128:] + 1]))
+    np.testing.assert_array_equal(k[1](a[:128]), a[:128])
+
+
+def test_string_buffers_and_mask_are_rejected():
+    @nki.jit
+    def strings(a):
+        return nl.ndarray(a.shape, dtype=a.dtype, buffer="sbuf")
+    with pytest.raises(NkiError, match="string buffer names are no longer supported"):
+        strings(np.zeros((8, 8), F32))
+
+    @nki.jit
+    def masked(a):
+        return nl.load(a, mask=None)
+    with pytest.raises(NkiError, match="no mask="):
+        masked(np.zeros((8, 8), F32))
+
+
+def test_platform_target_argument_and_environment(monkeypatch):
+    with pytest.raises(NkiError, match="platform_target"):
+        nki.jit(platform_target="trn2")(lambda a: a)
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        return out
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "gen2")
+    k(np.zeros((8, 8), F32))
+    assert k.last_trace.target == "trn1"
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+    with pytest.raises(NkiError, match="not a target tilec models"):
+        k(np.zeros((8, 8), F32))
+
+
+def test_capacity_by_liveness_frees_tiles_after_their_last_use():
+    @nki.jit
+    def rebinding(a):  # each iteration's tile dies at its last use: 9 PSUM tiles in sequence fit 8 banks
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        total = nl.zeros((128, 128), dtype=nl.float32)
+        for _ in range(9):
+            t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_transpose(dst=t, data=x)
+            nisa.tensor_tensor(dst=total, data1=total, data2=t, op=nl.add)
+        nl.store(out, total)
+        return out
+    a = RNG.standard_normal((128, 128), F32)
+    np.testing.assert_allclose(rebinding(a), 9 * a.T, rtol=1e-6)
+
+    @nki.jit
+    def kept(a):  # nine PSUM tiles used together at the end: more than the 8 banks
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        tiles = []
+        for _ in range(9):
+            t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_transpose(dst=t, data=x)
+            tiles.append(t)
+        total = nl.zeros((128, 128), dtype=nl.float32)
+        for t in tiles:
+            nisa.tensor_tensor(dst=total, data1=total, data2=t, op=nl.add)
+        nl.store(out, total)
+        return out
+    with pytest.raises(NkiError, match="PSUM has 8 banks"):
+        kept(a)
