@@ -96,6 +96,20 @@ def test_matmul_chain_flags_follow_the_contraction_loops():
     assert "nisa.memset(dst=ones_f32, value=0.0)" in linear  # an SBUF start value: 0.6's memset writes dst
 
 
+def test_dma_transpose_schedule_in_both_forms():
+    tl, shapes = str(ROOT / "examples" / "transpose.tl"), {"M": 256, "N": 384}
+    latency = {}
+    for nki in ("0.6", "0.1"):
+        c = compile_file(tl, shapes, schedule="method Y, dma\n", nki=nki)
+        inputs = lang.random_inputs(c.program, seed=1)
+        outs, trace = c.run_traced(**inputs)
+        np.testing.assert_array_equal(outs["Y"], lang.evaluate(c.program, inputs)["Y"])
+        latency[nki] = estimate(trace).total_us
+    assert latency["0.6"] == latency["0.1"]
+    src06 = compile_file(tl, shapes, schedule="method Y, dma\n").source
+    assert "nisa.dma_transpose(dst=Y_strip[:, bj2, ai * TILE:ai * TILE + TILE], src=X[" in src06
+
+
 def test_unknown_nki_version_is_a_user_error():
     with pytest.raises(TilecError, match="unknown NKI version '0.3'"):
         compile_file(str(EXAMPLES[0]), nki="0.3")

@@ -13,7 +13,7 @@ The same scheduled IR renders through `templates/nki06/`; what changes is decide
 from __future__ import annotations
 
 from tilec.compiler.codegen import _ViewModel
-from tilec.compiler.ir import Alloc, Loop, Matmul, Reduce, Sl, Stmt, View
+from tilec.compiler.ir import Alloc, Loop, Matmul, Reduce, Sl, Stmt, Transpose, View
 from tilec.errors import InternalError
 
 
@@ -39,6 +39,9 @@ class ViewModel06(_ViewModel):
             return {**out, "memset": s.zero and not chain}
         if isinstance(s, Matmul):
             return {**out, "accumulate": self.accumulate(s)}
+        if isinstance(s, Transpose) and s.engine == "dma" and _shape(s.dst) != _shape(s.src)[::-1]:
+            # 0.4+: dst.shape is the transposed src.shape exactly, including rank [RN 0.4, ISA6 dma_transpose]
+            raise InternalError(f"dma_transpose {s.src.buf.name} {_shape(s.src)} -> {s.dst.buf.name} {_shape(s.dst)}")
         return out
 
     def accumulate(self, s: Matmul) -> str:
