@@ -51,7 +51,7 @@ def _write_text(path: str, text: str, what: str = "the kernel", option: str = "-
 
 
 def _nki_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="a Python file with @nki.jit kernels (imports neuronxcc.nki as usual)")
+    p.add_argument("file", help="a Python file with @nki.jit kernels (imports nki or neuronxcc.nki as usual)")
     p.add_argument("--kernel", required=True, help="name of the kernel function in the file")
     p.add_argument("--inputs", help="an .npz file with one array per kernel parameter name")
     p.add_argument("--shape", action="append", metavar="NAME=AxB[:dtype]",
@@ -63,7 +63,7 @@ def _nki_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", action="store_true", help="print every executed instruction")
 
 
-@command("nki-run", "run an NKI kernel file on tilec's CPU interpreter of neuronxcc.nki", _nki_run_args)
+@command("nki-run", "run an NKI kernel file (NKI 0.6 or 0.1) on tilec's CPU interpreter", _nki_run_args)
 def _nki_run(args: argparse.Namespace) -> int:
     from tilec.nki import api as nki_api
 

@@ -159,3 +159,29 @@ def test_capacity_by_liveness_frees_tiles_after_their_last_use():
         return out
     with pytest.raises(NkiError, match="PSUM has 8 banks"):
         kept(a)
+
+
+def test_access_pattern_view_and_typing_annotations():
+    from nki.typing import tensor  # noqa: F401  (annotations are accepted)
+
+    @nki.jit
+    def avgpool2(x_hbm):  # a 2x2 average pool through a 5-D .ap() view reduced over its two trailing axes
+        C, H, W = x_hbm.shape
+        out = nl.ndarray((C, H // 2, W // 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((C, H, W), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=x_hbm)
+        windows = x.ap([[H * W, C], [2 * W, H // 2], [2, W // 2], [W, 2], [1, 2]])
+        s = nl.sum(windows, axis=[3, 4])
+        avg = nl.ndarray(s.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=avg, data=s, op0=nl.multiply, operand0=0.25)
+        nisa.dma_copy(dst=out, src=avg)
+        return out
+    x = RNG.standard_normal((16, 8, 12), F32)
+    np.testing.assert_allclose(avgpool2(x), x.reshape(16, 4, 2, 6, 2).mean(axis=(2, 4)), rtol=1e-6)
+
+    @nki.jit
+    def outside(x_hbm):
+        x = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+        return x.ap([[8, 16], [1, 9]])
+    with pytest.raises(NkiError, match="leaves tensor"):
+        outside(np.zeros((16, 8), F32))

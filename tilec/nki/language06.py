@@ -132,6 +132,32 @@ def where(condition: Tensor, x: object, y: object, dtype: object = None, **kwarg
     return _l01.where(condition, x, y, dtype=dtype)
 
 
+# ---- views ----
+def access_pattern(t: Tensor, pattern: object, offset: int | None = None, **kwargs: object) -> Tensor:
+    """`t.ap(pattern=[[stride, count], ...], offset=None)`: a view addressing t's storage directly, like
+    torch.as_strided (strides in elements; the first pair is the partition dimension). Static patterns only."""
+    where = _where()
+    if kwargs:
+        raise rules.NkiError(f".ap({', '.join(k + '=' for k in kwargs)}): indirect and reinterpreting access "
+                             "patterns are not interpreted by tilec", "unsupported_api", where,
+                             hint="use a static pattern, or nisa.dma_copy with a gather index on 0.1's API")
+    try:
+        pairs = [(int(stride), int(count)) for stride, count in pattern]
+    except (TypeError, ValueError):
+        raise rules.NkiTypeError(f".ap pattern must be a list of [stride, count] pairs, got {pattern!r}",
+                                 "access_pattern", where) from None
+    off = t.off + (int(offset) if offset is not None else 0)
+    shape, strides = tuple(c for _, c in pairs), tuple(s for s, _ in pairs)
+    # (nl.sum, nl.min and nl.max are operators in this module: the builtins are spelled out)
+    lo = off + builtins.sum(builtins.min(0, s * (c - 1)) for s, c in pairs)
+    hi = off + builtins.sum(builtins.max(0, s * (c - 1)) for s, c in pairs)
+    if not pairs or builtins.min(shape) < 1 or lo < 0 or hi >= t.buf.data.size:
+        raise rules.NkiIndexError(f".ap pattern {pattern!r} (offset {off}) leaves tensor '{t.buf.name}' of "
+                                  f"{t.buf.data.size} elements", "access_pattern_bounds", where,
+                                  f"tensor {t.describe()}")
+    return Tensor(t.buf, off, shape, strides)
+
+
 # ---- loops: Python range (deprecated aliases) ----
 def affine_range(start: int, stop: int | None = None, step: int = 1) -> range:
     return builtins.range(start) if stop is None else builtins.range(start, stop, step)

@@ -14,8 +14,9 @@ import importlib.machinery
 import sys
 import types
 
-_MODULES = {"nki": "tilec.nki.top06", "nki.isa": "tilec.nki.isa06", "nki.language": "tilec.nki.language06"}
-_SUBMODULES = ("isa", "language")
+_MODULES = {"nki": "tilec.nki.top06", "nki.isa": "tilec.nki.isa06", "nki.language": "tilec.nki.language06",
+            "nki.typing": None}
+_SUBMODULES = ("isa", "language", "typing")
 
 
 class _Loader(importlib.abc.Loader):
@@ -26,6 +27,9 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         name = module.__name__
+        if _MODULES[name] is None:  # nki.typing: the tensor annotations, accepted and not enforced (as in 0.1)
+            module.__dict__.update(vars(importlib.import_module("tilec.nki.top").typing))
+            return
         src = importlib.import_module(_MODULES[name])
         module.__dict__.update({k: v for k, v in vars(src).items()
                                 if not k.startswith("_") and not isinstance(v, types.ModuleType)

@@ -249,6 +249,12 @@ class Tensor:
         return Tensor(self.buf, self.off, self.shape[:axis] + (1,) + self.shape[axis:],
                       self.strides[:axis] + (0,) + self.strides[axis:])
 
+    def ap(self, pattern: object, offset: int | None = None, **kwargs: object) -> "Tensor":
+        """NKI 0.6 access pattern [[stride, count], ...] over the storage (tilec.nki.language06.access_pattern)."""
+        from tilec.nki.language06 import access_pattern
+
+        return access_pattern(self, pattern, offset, **kwargs)
+
     def assert_shape(self, shape: tuple) -> "Tensor":
         if tuple(shape) != tuple(self.shape):
             raise rules.NkiValueError(f"shape assertion failed: expected {tuple(shape)}, got {tuple(self.shape)}",
