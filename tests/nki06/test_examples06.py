@@ -136,3 +136,23 @@ def test_cli_run_and_profile_take_nki(capsys, tmp_path):
         assert main(["profile", str(ROOT / "examples" / "rowsum.tl"), "--nki", nki, "--html", str(html)]) == 0
         totals.append([line for line in capsys.readouterr().out.splitlines() if "total_time" in line])
     assert totals[0] == totals[1] and totals[0]
+
+
+@pytest.mark.parametrize("stem,shapes", [("conv_bias_maxpool", {"N": 1, "H": 20, "W": 20}),
+                                         ("transpose", {"M": 256, "N": 256}), ("linear", None)])
+def test_same_latency_across_the_tuners_schedule_space(stem, shapes):
+    """Not only the default schedules: legal points of the tuner's space give the same latency in both forms."""
+    import random
+
+    from tilec.tune.evaluate import Job, model_outcome
+    from tilec.tune.knobs import build_space
+
+    space = build_space(Job.of(str(ROOT / "examples" / f"{stem}.tl"), shapes))
+    rng = random.Random(4)
+    points = [space.default_point(), *space.experts, *(space.random_point(rng) for _ in range(30))]
+    schedules = list(dict.fromkeys(space.render(p) for p in points if space.check(p) is None))[:6]
+    assert len(schedules) >= 2
+    for schedule in schedules:
+        got = {nki: model_outcome(Job.of(str(ROOT / "examples" / f"{stem}.tl"), shapes, nki=nki), schedule)
+               for nki in ("0.6", "0.1")}
+        assert got["0.6"].ok and got["0.6"].us == got["0.1"].us, (schedule, got)

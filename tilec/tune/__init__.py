@@ -5,6 +5,7 @@
     experts.py  heuristic first guesses
     search.py   structured first guess, then evolutionary search; deterministic for a seed
     evaluate.py evaluators: the model (compile -> interpreter trace -> estimate), real hardware (nki.benchmark)
+    hardware06.py  real hardware for NKI 0.6 kernels: NKI_ARTIFACTS_DIR + nrtpy benchmark(mode="device")
     bound.py    a lower bound on a candidate's model latency from its knob values: hopeless ones are pruned
     cache.py    outcomes on disk (.tilec-cache/tune/), so a re-run evaluates nothing
     verify.py   the winner against the reference evaluator
