@@ -1,6 +1,6 @@
 """Every example compiles to both forms (NKI 0.6, the default, and 0.1) from one scheduled IR; both run on the
 interpreter and match the reference evaluator; the model gives both the same latency; the 0.6 form is plain NKI 0.6
-(no neuronxcc anywhere, dst-first calls without dtype=, range loops, no PSUM zeroing) and is what generated/nki06 holds."""
+(no neuronxcc anywhere, dst-first calls without dtype=, range loops, no PSUM zeroing), as generated/nki06 holds."""
 from __future__ import annotations
 
 import ast
