@@ -185,3 +185,53 @@ def test_access_pattern_view_and_typing_annotations():
         return x.ap([[8, 16], [1, 9]])
     with pytest.raises(NkiError, match="leaves tensor"):
         outside(np.zeros((16, 8), F32))
+
+
+def test_indirect_gather_and_scatter_through_ap_vector_offset():
+    @nki.jit
+    def gather_scatter(data, indices, out_rows):
+        P, F = indices.shape[0], data.shape[1]
+        idx = nl.ndarray((P, 1), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=indices)
+        rows = nl.ndarray((P, F), dtype=data.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=rows, src=data.ap(pattern=[[F, P], [1, F]], vector_offset=idx, indirect_dim=0))
+        nisa.dma_copy(dst=out_rows.ap(pattern=[[F, P], [1, F]], vector_offset=idx, indirect_dim=0), src=rows)
+        gathered = nl.ndarray((P, F), dtype=data.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=gathered, src=rows)
+        return gathered
+    data = RNG.standard_normal((300, 24), F32)
+    indices = RNG.permutation(300)[:64].reshape(64, 1).astype(np.uint32)
+    out_rows = np.zeros((300, 24), F32)
+    got = gather_scatter(data, indices, out_rows)
+    np.testing.assert_array_equal(got, data[indices[:, 0]])
+    want = np.zeros_like(out_rows)
+    want[indices[:, 0]] = data[indices[:, 0]]
+    np.testing.assert_array_equal(out_rows, want)  # the argument written in place
+
+    @nki.jit
+    def shifted(data, at):  # a scalar offset: rows at..at+8 of data
+        s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=at)
+        t = nl.ndarray((8, 24), dtype=data.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=data.ap(pattern=[[24, 8], [1, 24]], scalar_offset=s, indirect_dim=0))
+        out = nl.ndarray((8, 24), dtype=data.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    np.testing.assert_array_equal(shifted(data, np.array([[17]], np.int32)), data[17:25])
+
+
+def test_load_transpose2d_broadcast_expand_ds_and_device_print(capsys):
+    @nki.jit
+    def k(a, col):
+        t = nl.load_transpose2d(a)  # HBM [a, b] -> SBUF [b, a]
+        c = nl.load(col)  # (P, 1)
+        wide = nl.add(nl.broadcast_to(c, (col.shape[0], a.shape[0])), t)
+        part = nl.load(a[nl.ds(0, 16), nl.ds(8, 8)])
+        nl.device_print("part", part)
+        assert nl.expand_dims(c, 2).shape == (col.shape[0], 1, 1) and nl.program_ndim() == 0
+        out = nl.ndarray(wide.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, wide)
+        return out
+    a, col = RNG.standard_normal((32, 64), F32), RNG.standard_normal((64, 1), F32)
+    np.testing.assert_allclose(k(a, col), a.T + col, rtol=1e-6)
+    assert capsys.readouterr().out.startswith("part [[")

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import builtins
 
-from tilec.nki import alu, language as _l01, rules, runtime
+import numpy as np
+
+from tilec.nki import alu, core, language as _l01, rules, runtime
 from tilec.nki.dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32,  # noqa: F401
                               int8, int16, int32, tfloat32, uint8, uint16, uint32)
 from tilec.nki.indexing import ds  # noqa: F401
 from tilec.nki.language import (Buffer, broadcast_to, device_print, expand_dims, hbm, num_programs,  # noqa: F401
                                 private_hbm, program_id, program_ndim, psum, sbuf, shared_hbm)
+from tilec.nki.indirect import Indirect
 from tilec.nki.tensor import Tensor
 
 NkiTensor = Tensor
@@ -133,20 +136,33 @@ def where(condition: Tensor, x: object, y: object, dtype: object = None, **kwarg
 
 
 # ---- views ----
-def access_pattern(t: Tensor, pattern: object, offset: int | None = None, **kwargs: object) -> Tensor:
-    """`t.ap(pattern=[[stride, count], ...], offset=None)`: a view addressing t's storage directly, like
-    torch.as_strided (strides in elements; the first pair is the partition dimension). Static patterns only."""
+def access_pattern(t: Tensor, pattern: object, offset: int | None = None, scalar_offset: object = None,
+                   vector_offset: object = None, indirect_dim: int = 0, dtype: object = None) -> object:
+    """`t.ap(pattern=[[stride, count], ...], offset=None, ...)`: a view addressing t's storage directly, like
+    torch.as_strided (strides in elements; the first pair is the partition dimension). `vector_offset=idx` (a (P, 1)
+    integer SBUF tile, indirect_dim=0, t in HBM) makes a gather/scatter view for nisa.dma_copy: row p starts
+    idx[p] * stride0 further; `scalar_offset=s` (a 1x1 tile) shifts the view by s * stride of indirect_dim."""
     where = _where()
-    if kwargs:
-        raise rules.NkiError(f".ap({', '.join(k + '=' for k in kwargs)}): indirect and reinterpreting access "
-                             "patterns are not interpreted by tilec", "unsupported_api", where,
-                             hint="use a static pattern, or nisa.dma_copy with a gather index on 0.1's API")
+    if dtype is not None:
+        raise rules.NkiError(".ap(dtype=...) reinterpreting storage is not interpreted by tilec", "unsupported_api",
+                             where, hint="use a static pattern in the tensor's own dtype")
+    if scalar_offset is not None and vector_offset is not None:
+        raise rules.NkiValueError(".ap: vector_offset and scalar_offset are mutually exclusive", "access_pattern",
+                                  where)
     try:
         pairs = [(int(stride), int(count)) for stride, count in pattern]
     except (TypeError, ValueError):
         raise rules.NkiTypeError(f".ap pattern must be a list of [stride, count] pairs, got {pattern!r}",
                                  "access_pattern", where) from None
     off = t.off + (int(offset) if offset is not None else 0)
+    if scalar_offset is not None:
+        off += _scalar_offset(scalar_offset, where) * pairs[int(indirect_dim)][0]
+    if vector_offset is not None:
+        return _gather_view(t, pairs, off, vector_offset, int(indirect_dim), where)
+    return _strided(t, pairs, off, pattern, where)
+
+
+def _strided(t: Tensor, pairs: list, off: int, pattern: object, where: tuple) -> Tensor:
     shape, strides = tuple(c for _, c in pairs), tuple(s for s, _ in pairs)
     # (nl.sum, nl.min and nl.max are operators in this module: the builtins are spelled out)
     lo = off + builtins.sum(builtins.min(0, s * (c - 1)) for s, c in pairs)
@@ -156,6 +172,27 @@ def access_pattern(t: Tensor, pattern: object, offset: int | None = None, **kwar
                                   f"{t.buf.data.size} elements", "access_pattern_bounds", where,
                                   f"tensor {t.describe()}")
     return Tensor(t.buf, off, shape, strides)
+
+
+def _scalar_offset(value: object, where: tuple) -> int:
+    if not isinstance(value, Tensor):
+        return int(value)
+    run = runtime.current()
+    core.read(run, value, where)
+    core.needs_values(run, ".ap(scalar_offset=tile) (its offset is a tensor value)", where)
+    return int(np.asarray(core.values(value)).reshape(-1)[0])
+
+
+def _gather_view(t: Tensor, pairs: list, off: int, index: object, dim: int, where: tuple) -> Indirect:
+    if dim != 0 or t.buf.memory != "hbm":
+        raise rules.NkiSyntaxError(".ap(vector_offset=...) indexes dimension 0 of a tensor in HBM",
+                                   "access_pattern_indirect", where, f"tensor {t.describe()}")
+    stride, rest = pairs[0][0], pairs[1:]
+    span = builtins.sum(builtins.max(0, s * (c - 1)) for s, c in rest)
+    rows = (t.buf.data.size - off - span - 1) // stride + 1 if stride > 0 else 1
+    base = Tensor(t.buf, off, (builtins.max(rows, 0),) + tuple(c for _, c in rest),
+                  (stride,) + tuple(s for s, _ in rest))
+    return Indirect(base, index, ())
 
 
 # ---- loops: Python range (deprecated aliases) ----
