@@ -235,3 +235,17 @@ def test_load_transpose2d_broadcast_expand_ds_and_device_print(capsys):
     a, col = RNG.standard_normal((32, 64), F32), RNG.standard_normal((64, 1), F32)
     np.testing.assert_allclose(k(a, col), a.T + col, rtol=1e-6)
     assert capsys.readouterr().out.startswith("part [[")
+
+
+def test_integer_partition_index_keeps_a_size_one_dim_on_chip():
+    @nki.jit
+    def k(a):
+        x = nl.load(a)
+        row = x[32]  # on-chip: shape (1, 16), still a tile (starting at an engine-reachable partition)
+        assert tuple(row.shape) == (1, 16) and tuple(x[3, 2:4].shape) == (1, 2)
+        assert tuple(a[3].shape) == (16,)  # HBM: the dim is dropped
+        out = nl.ndarray((1, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.multiply(row, 2.0))
+        return out
+    a = RNG.standard_normal((64, 16), F32)
+    np.testing.assert_array_equal(k(a), a[32:33] * 2)

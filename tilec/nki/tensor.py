@@ -89,6 +89,10 @@ class Tensor:
             return Indirect(self, key[0], key[1:])
         if any(isinstance(k, IndexExpr) for k in key):
             return self._advanced(key)
+        if key and type(key[0]) is int and self.buf.memory != "hbm" and getattr(self.buf.run, "api", "") == "0.6":
+            k, n = key[0], self.shape[0]  # NKI 0.6: an integer partition index keeps a size-1 dim on-chip [LG6]
+            if -n <= k < n:
+                key = (slice(k % n, k % n + 1),) + key[1:]
         return self._basic(key)
 
     def _expand(self, key: tuple) -> tuple:
