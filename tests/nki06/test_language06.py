@@ -249,3 +249,18 @@ def test_integer_partition_index_keeps_a_size_one_dim_on_chip():
         return out
     a = RNG.standard_normal((64, 16), F32)
     np.testing.assert_array_equal(k(a), a[32:33] * 2)
+
+
+def test_shared_identity_matrix_and_shared_constant():
+    @nki.jit
+    def k(a):
+        ident = nl.shared_identity_matrix(n=128, dtype=nl.float32)
+        t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=t, stationary=nl.load(a), moving=ident, accumulate=False)  # a.T @ I: a transpose
+        table = nl.shared_constant(np.arange(128, dtype=np.float32).reshape(128, 1))
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.add(nl.copy(t), nl.broadcast_to(nl.load(table), (128, 128))))
+        return out
+    a = RNG.standard_normal((128, 128), F32)
+    np.testing.assert_allclose(k(a), a.T + np.arange(128, dtype=F32)[:, None], rtol=1e-6)
+    assert sum(i.op == "dma_copy" for i in k.last_trace.instrs) == 4  # identity, a, table in; out

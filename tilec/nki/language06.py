@@ -17,7 +17,7 @@ import builtins
 
 import numpy as np
 
-from tilec.nki import alu, core, language as _l01, rules, runtime
+from tilec.nki import alu, core, dtypes, language as _l01, rules, runtime
 from tilec.nki.dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32,  # noqa: F401
                               int8, int16, int32, tfloat32, uint8, uint16, uint32)
 from tilec.nki.indexing import ds  # noqa: F401
@@ -94,6 +94,27 @@ def zeros_like(x: Tensor, dtype: object = None, buffer: object = None, name: str
 def empty_like(x: Tensor, dtype: object = None, buffer: object = None, name: str = "") -> Tensor:
     same = {"sbuf": sbuf, "psum": psum, "hbm": hbm}[x.buf.memory]
     return _created(x.shape, dtype or x.dtype, buffer if buffer is not None else same, name, None, "empty_like")
+
+
+def shared_constant(constant: object) -> Tensor:
+    """A shared_hbm tensor holding constant data (a NumPy array or a .npy path), loaded with the model [NL6]."""
+    data = np.load(constant) if isinstance(constant, str) else np.array(constant)
+    run, where = runtime.current(), _where()
+    storage = np.ascontiguousarray(data, dtype=dtypes.storage_dtype(data.dtype))
+    buf = runtime.Buffer(run, core.target_name(where, "constant"), "hbm", storage, written=True, where=where)
+    run.allocate(buf)
+    return _track(Tensor.whole(buf), shared_hbm)
+
+
+def shared_identity_matrix(n: int, dtype: object = uint8, dst: Tensor | None = None) -> Tensor:
+    """An n x n identity matrix in SBUF: a constant in HBM, copied in by one DMA (what the trace shows)."""
+    dt = dtypes.as_dtype(dtype)
+    identity = shared_constant(np.eye(int(n), dtype=dt))
+    out = dst if dst is not None else ndarray((int(n), int(n)), dt, buffer=sbuf)
+    from tilec.nki import isa06
+
+    isa06.dma_copy(dst=out, src=identity)
+    return out
 
 
 # ---- tensor operations (value-returning, as in 0.1; no mask=) ----
