@@ -13,3 +13,15 @@ def resource_dir(name: str) -> pathlib.Path:
     if not folder.is_dir():
         raise FileNotFoundError(f"tilec's {name}/ folder is missing from this installation; reinstall tilec")
     return pathlib.Path(str(folder))
+
+
+def examples() -> list[pathlib.Path]:
+    """The example programs: `tilec/examples/` of an installed package (a link to the checkout's `examples/` in a
+    source tree), sorted by name."""
+    folder = importlib.resources.files("tilec") / "examples"
+    if not folder.is_dir():  # a checkout on a system without symlinks: the folder at the top
+        folder = pathlib.Path(__file__).resolve().parent.parent / "examples"
+    found = sorted(pathlib.Path(str(folder)).glob("*.tl"))
+    if not found:
+        raise FileNotFoundError("tilec's examples are missing from this installation; reinstall tilec")
+    return found
