@@ -547,6 +547,11 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="KERNEL.py", help="write the NKI kernel here (default: print it)")
     add_schedule(p)
     p.add_argument("--dump-ir", metavar="STAGE|all", help="print the IR after a pipeline stage (or all of them)")
+    p.add_argument("--shapes", action="append", metavar="N=4,H=32,...",
+                   help="one module for several shapes: a kernel per --shapes (sizes as with -D; repeat), under one "
+                        "@nki.jit dispatcher named after the kernel")
+    p.add_argument("--dtype", action="append", choices=["f32", "f16", "bf16"],
+                   help="with --shapes: the tensors' dtypes (repeat for several; default: as the program declares)")
 
 
 @command("compile", "compile a .tl program to an NKI kernel (Python module)", _compile_args)
@@ -555,6 +560,8 @@ def run_compile(args: argparse.Namespace) -> int:
 
     if args.dump_ir and args.dump_ir != "all" and args.dump_ir not in STAGES:
         raise TilecError(f"unknown IR stage {args.dump_ir!r}", hint="stages: " + ", ".join(STAGES) + ", all")
+    if args.shapes or args.dtype:
+        return _compile_bundle(args)
     compiled = compile_file(args.program, parse_defines(args.defines) or None, args.schedule)
     if args.dump_ir:
         for name, text in compiled.stages.items():
@@ -565,6 +572,29 @@ def run_compile(args: argparse.Namespace) -> int:
         note(f"wrote {args.output} (kernel {compiled.kernel_name})")
     elif not args.dump_ir:
         print(compiled.source, end="")
+    return 0
+
+
+def _compile_bundle(args: argparse.Namespace) -> int:
+    """`tilec compile PROG.tl --shapes N=4,H=32 --shapes N=1,H=224 --dtype f32 --dtype f16 -o kernel.py`: one
+    module whose kernel serves every (shapes, dtype) pair (tilec.jit.bundle)."""
+    from tilec.jit import Case, bundle
+    from tilec.lang import api as lang
+
+    if args.dump_ir:
+        raise UsageError("--dump-ir shows one compilation; use it without --shapes/--dtype")
+    base = parse_defines(args.defines)
+    sets = [{**base, **parse_defines(s.split(","))} for s in args.shapes or [""] if s is not None]
+    program = lang.load(args.program, sets[0] or None)
+    declared = sorted({t.dtype for t in program.tensors.values()})
+    dtypes = args.dtype or declared[:1]
+    cases = [Case(args.program, sizes, dtype, schedule=args.schedule) for dtype in dtypes for sizes in sets]
+    source = bundle(program.kernel.name, [p.name for p in program.kernel.params], cases)
+    if args.output:
+        _write_text(args.output, source)
+        note(f"wrote {args.output} (kernel {program.kernel.name}, {len(cases)} specialisations)")
+    else:
+        print(source, end="")
     return 0
 
 

@@ -132,3 +132,21 @@ def test_examples_are_listed_and_copied(tmp_path: pathlib.Path, capsys: pytest.C
     assert tilec_cli.main(["examples", "--copy", str(tmp_path / "ex")]) == 0
     assert sorted(p.name for p in (tmp_path / "ex").glob("*.tl")) == sorted(p.name for p in EXAMPLES.glob("*.tl"))
     assert (tmp_path / "ex" / "matmul.tl").read_text() == (EXAMPLES / "matmul.tl").read_text()
+
+
+def test_compile_several_shapes_and_dtypes_into_one_module(tmp_path: pathlib.Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "mm.py"
+    assert tilec_cli.main(["compile", str(EXAMPLES / "matmul.tl"), "--shapes", "M=128,K=128,N=512", "--shapes",
+                           "M=256,K=256,N=384", "--dtype", "f32", "--dtype", "f16", "-o", str(out)]) == 0
+    assert capsys.readouterr().err == f"wrote {out} (kernel matmul, 4 specialisations)\n"
+    from tilec.nki.api import load_kernel_file, simulate
+
+    matmul = load_kernel_file(str(out), "matmul")
+    rng = np.random.default_rng(3)
+    for (m, k, n) in ((128, 128, 512), (256, 256, 384)):
+        for dtype, tol in ((np.float32, 1e-4), (np.float16, 2e-2)):
+            a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+            c = simulate(matmul, a, b)
+            want = a.astype(np.float64) @ b.astype(np.float64)
+            assert c.dtype == dtype and np.abs(c - want).max() <= tol * np.abs(want).max()

@@ -106,5 +106,6 @@ def test_bundle_serves_the_course_harness_calls(tmp_path: pathlib.Path) -> None:
             Y = nki.simulate_kernel(module.fused_conv2d_maxpool, X, W, bias, pool)
             assert Y.dtype == dtype and Y.shape == (4, 256, 30 // pool, 14 // pool)
             assert close(Y, conv_pool_reference(X, W, bias, pool), dtype)
-    with pytest.raises(AssertionError, match="no kernel for these shapes"):
-        nki.simulate_kernel(module.fused_conv2d_maxpool, X[:1], W, bias, 2)
+    with pytest.raises(AssertionError, match=r"no specialised kernel for shapes \(\(1, 128, 32, 16\), \(256, 128, 3, 3\), "
+                                             r"\(256,\)\), dtype float16, pool_size=3"):
+        nki.simulate_kernel(module.fused_conv2d_maxpool, X[:1], W, bias, 3)
