@@ -85,7 +85,8 @@ def add_sizes(p: argparse.ArgumentParser) -> None:
 
 def add_schedule(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", metavar="FILE",
-                   help="a schedule file (directives, e.g. from tilec tune --save-schedule) replacing the program's own")
+                   help="a schedule file (directives, e.g. from tilec tune --save-schedule) replacing the program's "
+                        "own")
 
 
 def add_target(p: argparse.ArgumentParser) -> None:

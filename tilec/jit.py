@@ -55,8 +55,7 @@ class Kernel:
         torch_like = [_is_torch(a) for a in arrays]
         inputs = [_to_numpy(a, name) for a, name in zip(arrays, self.params)]
         compiled = self.specialise(*inputs, **sizes)
-        outputs = compiled.run(*inputs)
-        results = [outputs[name] for name in compiled.program.kernel.outputs]
+        results = _run(compiled, inputs)
         if any(torch_like):
             results = [_to_torch(r) for r in results]
         return results[0] if len(results) == 1 else tuple(results)
@@ -79,6 +78,22 @@ class Kernel:
         bound = lang.bind_inputs(program, dict(zip(self.params, inputs)))
         shapes = {name: bound.sizes[name] for name in bound.facts.symbols}
         return compile_loaded(lang.load(program.path, shapes), read_schedule(self.schedule))
+
+
+def _run(compiled: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The outputs, in the program's order: on the NeuronCore where the real neuronxcc is installed (an @nki.jit
+    kernel called with NumPy arrays runs there; this path cannot be exercised without Trainium), else on tilec's
+    interpreter."""
+    from tilec.nki import shim
+
+    if shim.active_backend() == "neuronxcc":
+        from tilec.compiler.api import _bind, load_kernel
+
+        kernel = load_kernel(compiled.source, compiled.kernel_name)
+        outs = kernel(*_bind(compiled.program, tuple(inputs), {}))
+        return [np.asarray(o) for o in (outs if isinstance(outs, tuple) else (outs,))]
+    outputs = compiled.run(*inputs)
+    return [outputs[name] for name in compiled.program.kernel.outputs]
 
 
 def jit(program: str | pathlib.Path, schedule: str | None = None, **sizes: int) -> Kernel:
@@ -169,6 +184,7 @@ class Case:
     schedule: str | None = None
 
 
+IMPORTS = "import neuronxcc.nki as nki\nimport neuronxcc.nki.isa as nisa\nimport neuronxcc.nki.language as nl\n"
 CONSTANT = re.compile(r"^([A-Z][A-Z0-9_]*) = ", re.M)
 
 
@@ -206,7 +222,7 @@ def bundle(name: str, params: list[str], cases: list[Case]) -> str:
             + "".join(f"    {i}: {pathlib.Path(c.program).name} {c.dtype} "
                       f"{', '.join(f'{k}={v}' for k, v in sorted(c.sizes.items()))}"
                       f"{''.join(f' {k}={v!r}' for k, v in c.when.items())}\n" for i, c in enumerate(cases))
-            + '"""\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.isa as nisa\nimport neuronxcc.nki.language as nl\n')
+            + '"""\n' + IMPORTS)
     selectors = f" and {', '.join(params[ntensors:])}" if params[ntensors:] else ""
     shapes = ", ".join(f"{a}.shape" for a in params[:ntensors])
     dispatcher = (f"\n\n@nki.compiler.skip_middle_end_transformations\n@nki.jit\ndef {name}({', '.join(params)}):\n"
