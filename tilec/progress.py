@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from typing import IO, Iterator
 
 DELAY_S = 2.0  # shorter runs show nothing
@@ -51,7 +52,7 @@ def stage(label: str, stream: IO[str] | None = None, delay: float = DELAY_S) -> 
         yield
         return
     done = threading.Event()
-    worker = threading.Thread(target=_draw, args=(label, stream, delay, done), daemon=True)
+    worker = threading.Thread(target=_draw, args=(label, stream, delay, done, time.time()), daemon=True)
     worker.start()
     try:
         yield
@@ -60,13 +61,14 @@ def stage(label: str, stream: IO[str] | None = None, delay: float = DELAY_S) -> 
         worker.join()
 
 
-def _draw(label: str, stream: IO[str], delay: float, done: threading.Event) -> None:
+def _draw(label: str, stream: IO[str], delay: float, done: threading.Event, started: float) -> None:
     if done.wait(delay):
         return
     from tqdm import tqdm
 
     bar = tqdm(desc=label, unit=" instr", file=stream, leave=False, dynamic_ncols=True, mininterval=REFRESH_S,
                bar_format="{desc}: {n_fmt}{unit} [{elapsed}, {rate_fmt}]")
+    bar.start_t = started  # the elapsed time counts from the start of the work, not from when the line appears
     try:
         while not done.wait(REFRESH_S):
             n = _instructions_so_far()
