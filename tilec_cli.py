@@ -137,8 +137,8 @@ def _nki_run(args: argparse.Namespace) -> int:
         print(nki_api.format_trace(trace))
     print(nki_api.summary(name, outputs, trace, inputs))
     if args.out:
-        _save_npz(args.out, {**nki_api.named_outputs(outputs), **nki_api.written_arguments(trace, inputs)})
-        note(f"wrote {args.out}")
+        written = _save_npz(args.out, {**nki_api.named_outputs(outputs), **nki_api.written_arguments(trace, inputs)})
+        note(f"wrote {written}")
     return 0
 
 
@@ -272,12 +272,14 @@ def _load_npz(path: str) -> dict:
         raise TilecError(f"cannot read inputs from {path}: {err}", hint=hint) from None
 
 
-def _save_npz(path: str, arrays: dict) -> None:
+def _save_npz(path: str, arrays: dict) -> str:
+    """Write the arrays to PATH (.npz added when missing, as numpy.savez would); return the path written."""
     import numpy as np
 
     if not path.endswith(".npz"):
-        path += ".npz"  # what numpy.savez would name it anyway
+        path += ".npz"
     _write_atomic(path, lambda f: np.savez(f, **arrays), "the outputs", "--out")
+    return path
 
 
 def _checksum(array) -> str:
@@ -314,8 +316,7 @@ def _run_program(args: argparse.Namespace) -> int:
     for name, array in outputs.items():
         print(f"output {_shape_text(bound.tensors[name])}  {_checksum(array)}")
     if args.out:
-        _save_npz(args.out, outputs)
-        note(f"wrote {args.out}")
+        note(f"wrote {_save_npz(args.out, outputs)}")
     return 0
 
 
