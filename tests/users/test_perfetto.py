@@ -73,6 +73,11 @@ def test_a_track_per_engine_and_per_dma_queue_with_source_lines(profiled: tuple[
     # the matmuls come from the `+=` statement of the convolution
     conv_line = next(i for i, line in enumerate(PROGRAM.read_text().splitlines(), 1) if "+=" in line)
     assert {e["args"]["tl_line"] for e in matmuls} == {conv_line}
+    dmas = [e for e in slices if e["cat"] == "dma"]
+    assert dmas and all(names[e["tid"]].startswith("DMA queue ") for e in dmas)
+    for e in dmas:  # spread over some of the 16 DMA engines
+        first, last = map(int, e["args"]["dma_engines"].split(".."))
+        assert 0 <= first <= last < 16
     end = max(e["ts"] + e["dur"] for e in slices)
     assert end == pytest.approx(trace["otherData"]["total_us"], rel=1e-6)
 

@@ -2,8 +2,9 @@
 headline (total time, what bounds the kernel) and the summary as JSON.
 
 The trace follows the Trace Event Format (the JSON that ui.perfetto.dev and chrome://tracing open): one process for
-the modelled NeuronCore, one thread (track) per compute engine and per DMA queue, a complete event ("ph": "X") per
-instruction with its description, kernel file:line and .tl line in `args`, and counter events ("ph": "C") giving
+the modelled NeuronCore, one thread (track) per compute engine and per DMA queue (the model's queue: one `dma_copy`
+call site), a complete event ("ph": "X") per instruction with its description, kernel file:line and .tl line in
+`args` (a DMA also names the hardware DMA engines it is spread over), and counter events ("ph": "C") giving
 each engine's utilisation over fixed windows. Times are in microseconds, as the format requires; every number is
 an estimate of the tilec model, and the process name says so.
 """
@@ -30,11 +31,14 @@ def trace_events(est: Estimate, tl_map: dict[int, int] | None = None) -> dict:
     for lane, t in tid.items():
         events.append(_meta("thread_name", t, _lane_title(lane)))
         events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": t, "args": {"sort_index": t}})
-    for it in sorted(items, key=lambda x: (x.start_ns, x.seq)):
+    engines = est._schedule.dma_engines  # per instruction, in trace order (as est.timeline): [first, last)
+    for i, it in sorted(enumerate(items), key=lambda x: (x[1].start_ns, x[1].seq)):
         args: dict[str, object] = {"instruction": describe(it.instr), "kernel_line": f"{Path(it.file).name}:{it.line}",
                                    "seq": it.seq}
         if tl_map and it.line in tl_map:
             args["tl_line"] = tl_map[it.line]
+        if engines[i][1] > engines[i][0]:
+            args["dma_engines"] = f"{engines[i][0]}..{engines[i][1] - 1}"  # the hardware DMA engines it is spread on
         events.append({"ph": "X", "name": it.op, "cat": "dma" if it.lane.startswith("dma") else it.lane,
                        "pid": PID, "tid": tid[it.lane], "ts": it.start_ns / 1000.0,
                        "dur": (it.end_ns - it.start_ns) / 1000.0, "args": args})
