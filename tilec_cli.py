@@ -661,6 +661,9 @@ def _first_comment(path: pathlib.Path) -> str:
 # ---- entry point ---------------------------------------------------------------------------------------------------
 
 
+HELP_ORDER = ("check", "fmt", "run", "compile", "explain", "profile", "tune", "nki-run", "examples")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tilec import __version__
 
@@ -673,7 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tilec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help, add_args, run in COMMANDS:
+    order = {name: i for i, name in enumerate(HELP_ORDER)}  # the order of a user's day; others after them
+    for name, help, add_args, run in sorted(COMMANDS, key=lambda c: order.get(c[0], len(order))):
         p = sub.add_parser(name, help=help, description=help)
         add_args(p)
         p.set_defaults(run=run, parser=p)
