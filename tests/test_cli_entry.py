@@ -28,9 +28,9 @@ def test_kernel_error_printed_as_is(monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert capsys.readouterr().err == "k.py:3: error: rule [id]\n"
 
 
-def test_internal_error_exits_2_without_traceback(monkeypatch: pytest.MonkeyPatch,
+def test_internal_error_exits_3_without_traceback(monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture) -> None:
-    assert _run_raising(monkeypatch, InternalError("IR verifier after `loops`: broken")) == 2
+    assert _run_raising(monkeypatch, InternalError("IR verifier after `loops`: broken")) == 3
     err = capsys.readouterr().err
     assert err.startswith("internal compiler error: IR verifier after `loops`: broken\n")
     assert "bug in tilec" in err and "Traceback" not in err

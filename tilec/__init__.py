@@ -7,6 +7,8 @@ The public API is re-exported here lazily, so `import tilec` stays cheap and the
     simulate_traced ................ the same, with its instruction trace (numerics=False: the trace alone, faster)
     compile_file ................... .tl -> NKI kernel source, IR stages, runnable kernel (tilec.compiler)
     profile ........................ performance model report of a kernel (tilec.perf)
+    jit ............................ tilec.jit("prog.tl")(X, W): compiled per input shape and dtype, NumPy or torch
+                                     (a callable module: tilec.jit.bundle writes one module for many shapes)
     tune ........................... the schedule-search package: tilec.tune.tune(path, shapes, budget=48)
                                      (a package, not a function: importing tilec.tune.api binds that name to
                                      the package whatever this module says, so it is one thing everywhere)
@@ -16,6 +18,8 @@ from __future__ import annotations
 import importlib
 
 from tilec.errors import InternalError, Span, TilecError
+
+__version__ = "0.1.0"  # the one place the version is written (pyproject reads it)
 
 # public name -> module that defines it
 _API = {
@@ -27,7 +31,7 @@ _API = {
     "compile_file": "tilec.compiler.api",
     "profile": "tilec.perf.api",
 }
-_PACKAGES = ("lang", "nki", "compiler", "perf", "tune")
+_PACKAGES = ("lang", "nki", "compiler", "perf", "tune", "jit")
 
 __all__ = ["TilecError", "InternalError", "Span", *_API, *_PACKAGES]
 

@@ -1,16 +1,27 @@
-"""Where tilec's non-Python files live: `grammar/` and `templates/` at the top of a source checkout (editable
-install), or under `<prefix>/share/tilec/` for a regular install (pyproject's data-files)."""
+"""tilec's non-Python files: the grammar and the code templates are package data (`tilec/grammar/`,
+`tilec/templates/`), read through importlib.resources so every install method finds them (venv, --user, --target,
+a wheel, an editable checkout)."""
 from __future__ import annotations
 
+import importlib.resources
 import pathlib
-import sys
-
-_CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def resource_dir(name: str) -> pathlib.Path:
-    """The folder `grammar` or `templates`, wherever this installation keeps it."""
-    for base in (_CHECKOUT, pathlib.Path(sys.prefix) / "share" / "tilec"):
-        if (base / name).is_dir():
-            return base / name
-    raise FileNotFoundError(f"tilec's {name}/ folder is missing from this installation; reinstall tilec")
+    """The package-data folder `grammar` or `templates` (a real directory: Jinja's loader and Lark read files)."""
+    folder = importlib.resources.files("tilec") / name
+    if not folder.is_dir():
+        raise FileNotFoundError(f"tilec's {name}/ folder is missing from this installation; reinstall tilec")
+    return pathlib.Path(str(folder))
+
+
+def examples() -> list[pathlib.Path]:
+    """The example programs: `tilec/examples/` of an installed package (a link to the checkout's `examples/` in a
+    source tree), sorted by name."""
+    folder = importlib.resources.files("tilec") / "examples"
+    if not folder.is_dir():  # a checkout on a system without symlinks: the folder at the top
+        folder = pathlib.Path(__file__).resolve().parent.parent / "examples"
+    found = sorted(pathlib.Path(str(folder)).glob("*.tl"))
+    if not found:
+        raise FileNotFoundError("tilec's examples are missing from this installation; reinstall tilec")
+    return found

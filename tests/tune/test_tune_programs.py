@@ -139,8 +139,10 @@ def test_cli_writes_schedule_and_kernel_and_reports_errors_without_traceback(tmp
     assert tilec_cli.main(["compile", str(EXAMPLES / "conv_bias_maxpool.tl"), *defines, "--schedule", str(schedule),
                            "-o", str(again)]) == 0
     assert again.read_text() == kernel.read_text()
-    # without --quiet: a progress line with the best latency so far on stderr (the re-run comes from the cache)
+    # without --quiet: a progress line with the best latency so far on stderr (the re-run comes from the cache;
+    # TILEC_PROGRESS=1 stands for a terminal, progress is quiet on a pipe)
     capsys.readouterr()
+    monkeypatch.setenv("TILEC_PROGRESS", "1")
     assert tilec_cli.main([a for a in argv if a != "--quiet"]) == 0
     captured = capsys.readouterr()
     assert "tune [" in captured.err and "best " in captured.err and "us" in captured.err

@@ -9,6 +9,6 @@
                   derived buffer and loop names, unique against the user's names by construction
     passes.py     hoist, unroll, legalise, allocation report
     squeeze.py    drops unit dimensions from tiles and compiler-made views (2-D kernels read like hand-written NKI)
-    codegen.py    IR -> view-model -> templates/*.py.jinja -> NKI module text
+    codegen.py    IR -> view-model -> tilec/templates/*.py.jinja -> NKI module text
     pipeline.py   the flat list of passes;  api.py  compile_file / Compiled.run;  regen.py  generated/
 """

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import pathlib
 import tempfile
 from dataclasses import dataclass, field
@@ -120,8 +121,10 @@ def load_kernel(source: str, name: str) -> Callable:
         folder = pathlib.Path(tempfile.gettempdir()) / "tilec_kernels" / digest
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{name}.py"
-        if not path.exists():
-            path.write_text(source)
+        if not path.exists():  # whole or not at all: a run interrupted here must not leave half a kernel behind
+            part = path.with_name(f"{path.name}.{os.getpid()}.part")
+            part.write_text(source)
+            part.replace(path)
         _LOADED[digest] = nki_api.load_kernel_file(str(path), name)
     return _LOADED[digest]
 

@@ -1,4 +1,4 @@
-"""NKI emission: the scheduled loop-nest IR -> a view-model of plain strings -> Jinja templates in `templates/`.
+"""NKI emission: the scheduled loop-nest IR -> a view-model of plain strings -> Jinja templates in `tilec/templates/`.
 
 Python decides every identifier, index expression, dtype and comment here; the templates only lay them out, one
 macro per IR statement kind, so a new program or schedule never needs a new template. DSL names are sanitised

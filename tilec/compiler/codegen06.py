@@ -1,6 +1,6 @@
 """The NKI 0.6 form (`import nki`, Neuron SDK 2.29+) of a kernel: the view-model decisions that differ from 0.1.
 
-The same scheduled IR renders through `templates/nki06/`; what changes is decided here, per statement:
+The same scheduled IR renders through `tilec/templates/nki06/`; what changes is decided here, per statement:
 
     every ISA call writes its destination (dst-first keywords, no dtype=: the destination's dtype is the output's)
     a PSUM accumulator is allocated uninitialised (nl.ndarray), and its chain of matmuls says accumulate=:

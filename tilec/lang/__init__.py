@@ -1,6 +1,6 @@
 """The tilec language: text -> checked program -> reference results.
 
-    grammar/tilec.lark  the surface syntax (the language reference)
+    tilec/grammar/tilec.lark  the surface syntax (the language reference)
     parser.py           Lark parser -> syntax.py records with spans; syntax errors with carets
     checker.py          names, declarations, arity, affine indices, dtypes, data flow
     symbolic.py         polynomials over sizes, affine index forms

@@ -1,4 +1,4 @@
-"""Text -> syntax tree: the Lark parser for grammar/tilec.lark, a Transformer to the frozen records of
+"""Text -> syntax tree: the Lark parser for tilec/grammar/tilec.lark, a Transformer to the frozen records of
 `tilec.lang.syntax`, and the translation of Lark's parse errors into TilecErrors with a caret and a hint.
 
 The parser knows nothing of meaning: names, dtypes, indices and bounds are the checker's business.

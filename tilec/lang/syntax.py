@@ -1,6 +1,6 @@
 """The syntax tree of a .tl program: small frozen records, each with the Span it was parsed from.
 
-Term grammar (the grammar file `grammar/tilec.lark` is the surface syntax; this is the tree it builds):
+Term grammar (the grammar file `tilec/grammar/tilec.lark` is the surface syntax; this is the tree it builds):
 
     Expr     = Num(value) | Name(id) | Neg(x) | BinOp(op, lhs, rhs) | Call(fn, args) | Access(tensor, indices)
                op in + - * / %        fn in max min relu exp        Num(-inf) is written `-inf`

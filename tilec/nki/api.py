@@ -62,6 +62,18 @@ def load_kernel_file(path: str | pathlib.Path, name: str, force_interpreter: boo
     return getattr(module, name)
 
 
+def kernel_names(path: str | pathlib.Path) -> list[str]:
+    """The @nki.jit kernels a .py file defines, in definition order (the file imported as load_kernel_file does)."""
+    shim.install(force=True)
+    path = pathlib.Path(path).resolve()
+    _check_kernel_path(path)
+    key = (str(path), path.stat().st_mtime_ns)
+    module = _loaded.get(key)
+    if module is None:
+        module = _loaded[key] = _import_file(path)
+    return [k for k, v in vars(module).items() if _is_kernel(v)]
+
+
 def _check_kernel_path(path: pathlib.Path) -> None:
     if not path.is_file():
         raise NkiError(f"kernel file {path} does not exist", "kernel_file", None,

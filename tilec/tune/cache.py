@@ -16,7 +16,7 @@ import pathlib
 from tilec.tune.evaluate import Job, Outcome
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEPENDS_ON = ("tilec/lang", "tilec/compiler", "tilec/nki", "tilec/perf", "tilec/trace.py", "templates")
+DEPENDS_ON = ("tilec/lang", "tilec/compiler", "tilec/nki", "tilec/perf", "tilec/trace.py", "tilec/templates")
 DEFAULT_DIR = pathlib.Path(".tilec-cache") / "tune"
 
 

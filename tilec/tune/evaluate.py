@@ -148,7 +148,7 @@ class ModelEvaluator:
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.shutdown(cancel_futures=True)  # after Ctrl-C: finish the running candidates, start no more
             self._pool = None
 
 
@@ -157,7 +157,15 @@ def start_pool(jobs: int) -> Executor:
     need no `if __name__ == "__main__"` guard in the user's script (spawned workers re-import the main module)."""
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_ignore_interrupts)
+
+
+def _ignore_interrupts() -> None:
+    """Ctrl-C reaches every process of the terminal's group: the parent stops the search and reports it once;
+    workers ignore it instead of each printing a traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # ---- real hardware ---------------------------------------------------------------------------------------------

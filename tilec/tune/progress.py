@@ -1,6 +1,6 @@
-"""A plain-text progress bar for tuning on stderr: trials done, best latency so far, the default's latency.
+"""The tuning progress bar on stderr: trials done, best latency so far, the default's latency.
 
-On a terminal the line is redrawn in place; written to a file or pipe (a log), a line is added only when the best
+On a terminal a tqdm bar is redrawn in place; written to a file or pipe (a log), a line is added only when the best
 latency improves and at the end, so the log stays readable."""
 from __future__ import annotations
 
@@ -19,9 +19,14 @@ class Progress:
         self.total, self.stream = total, stream
         self.done = self.failed = self.pruned = 0
         self.default_us = math.inf
-        self.drawn = False
         self.in_place = bool(getattr(stream, "isatty", lambda: False)())
         self.best_us = math.inf
+        self.bar = None
+        if stream is not None and self.in_place:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, file=stream, ascii=".#", mininterval=0, dynamic_ncols=False,
+                            bar_format=self.bar_format(None))
 
     def update(self, trial: Trial, best: Trial | None) -> None:
         self.done += 1
@@ -32,13 +37,23 @@ class Progress:
             self.default_us = trial.cost
         if self.stream is None:
             return
-        if self.in_place:
-            self.stream.write("\r" + self.line(best))
-            self.drawn = True
+        if self.bar is not None:
+            self.bar.bar_format = self.bar_format(best)
+            self.bar.update(1)
         elif (best is not None and best.cost < self.best_us) or self.done == self.total:
             self.stream.write(self.line(best) + "\n")
+            self.stream.flush()
         self.best_us = best.cost if best is not None else self.best_us
-        self.stream.flush()
+
+    def bar_format(self, best: Trial | None) -> str:
+        """tqdm's template for the line: the same words as the log lines (the status holds no braces)."""
+        head = f"tune [{{bar:{WIDTH}}}] {{n_fmt}}/{{total_fmt}}" if self.total else "tune {n_fmt} tried"
+        return f"{head}  {self.status(best)}"
+
+    def status(self, best: Trial | None) -> str:
+        best_text = f"best {best.cost:.1f} us" if best else "best -"
+        default_text = f"default {self.default_us:.1f} us" if math.isfinite(self.default_us) else "default -"
+        return f"{best_text}  ({default_text}, {self.failed} failed, {self.pruned} pruned)"
 
     def line(self, best: Trial | None) -> str:
         if self.total:
@@ -46,11 +61,9 @@ class Progress:
             head = f"tune [{'#' * filled}{'.' * (WIDTH - filled)}] {self.done}/{self.total}"
         else:
             head = f"tune {self.done} tried"
-        best_text = f"best {best.cost:.1f} us" if best else "best -"
-        default_text = f"default {self.default_us:.1f} us" if math.isfinite(self.default_us) else "default -"
-        return f"{head}  {best_text}  ({default_text}, {self.failed} failed, {self.pruned} pruned)"
+        return f"{head}  {self.status(best)}"
 
     def close(self) -> None:
-        if self.stream is not None and self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
