@@ -422,6 +422,8 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="size of a symbol")
     p.add_argument("--schedule", help="a schedule file (directives, one per line) replacing the program's own")
     p.add_argument("--dump-ir", metavar="STAGE|all", help="print the IR after a pipeline stage (or all of them)")
+    p.add_argument("--target", default="trn2", help="NeuronCore generation whose limits the kernel obeys: trn2 "
+                                                     "(default) or trn1")
 
 
 @command("compile", "compile a .tl program to an NKI kernel (Python module)", _compile_args)
@@ -430,7 +432,7 @@ def run_compile(args: argparse.Namespace) -> int:
 
     if args.dump_ir and args.dump_ir != "all" and args.dump_ir not in STAGES:
         raise TilecError(f"unknown IR stage {args.dump_ir!r}", hint="stages: " + ", ".join(STAGES) + ", all")
-    compiled = compile_file(args.program, parse_defines(args.defines) or None, args.schedule)
+    compiled = compile_file(args.program, parse_defines(args.defines) or None, args.schedule, args.target)
     if args.dump_ir:
         for name, text in compiled.stages.items():
             if args.dump_ir in ("all", name):
@@ -447,6 +449,7 @@ def _explain_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("program", help="the .tl program")
     p.add_argument("-D", dest="defines", action="append", metavar="NAME=VALUE", help="size of a symbol")
     p.add_argument("--schedule", help="a schedule file replacing the program's own")
+    p.add_argument("--target", default="trn2", help="NeuronCore generation: trn2 (default) or trn1")
 
 
 @command("explain", "show what the compiler does with a program: operations, schedule, buffers, memory use",
@@ -454,7 +457,8 @@ def _explain_args(p: argparse.ArgumentParser) -> None:
 def run_explain(args: argparse.Namespace) -> int:
     from tilec.compiler.api import compile_file, explain
 
-    print(explain(compile_file(args.program, parse_defines(args.defines) or None, args.schedule)), end="")
+    print(explain(compile_file(args.program, parse_defines(args.defines) or None, args.schedule, args.target)),
+          end="")
     return 0
 
 

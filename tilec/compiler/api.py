@@ -57,17 +57,18 @@ def read_schedule(schedule: str | None):
 
 
 def compile_file(path: str | pathlib.Path, shapes: dict[str, int] | None = None,
-                 schedule: str | None = None) -> Compiled:
+                 schedule: str | None = None, target: str | None = None) -> Compiled:
+    """target: a NeuronCore generation of tilec.target.TARGETS (default trn2); it sets the limits and budgets."""
     program = lang.load(path, shapes)
-    return compile_loaded(program, read_schedule(schedule))
+    return compile_loaded(program, read_schedule(schedule), target)
 
 
-def compile_loaded(program, directives=None) -> Compiled:
+def compile_loaded(program, directives=None, target: str | None = None) -> Compiled:
     if not program.complete():
         missing = sorted(t.name for t in program.tensors.values() if t.shape is None)
         raise TilecError(f"shapes of {', '.join(missing)} are not known; the compiler needs every size",
                          None, "give sizes with -D NAME=VALUE or a `default` line in the program")
-    result = compile_program(program, directives)
+    result = compile_program(program, directives, target)
     return Compiled(result.source, _kernel_name(result), result.stages, program, result)
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, SBUF_BUDGET, ConvPlan, EltwisePlan,
+from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
-                                     eltwise_free, fmt_arg, fmt_directive, var_of)
+                                     eltwise_free, fmt_arg, fmt_directive, sbuf_budget, var_of)
 from tilec.compiler.ops import ConvOp, Op
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
+from tilec.target import Target, target as get_target
 
 
 def bad(d: sx.Directive | sx.Ref | int, message: str, hint: str = "") -> TilecError:
@@ -254,7 +255,7 @@ def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     return plan
 
 
-def apply_fusion(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int) -> Plan:
     """`compute_at conv, Y.i | Y.j | Y.n | root` and `place conv, sbuf | hbm`. Fused (the
     default), the conv output only lives in PSUM/SBUF tiles; at `root` or in `hbm` it is stored and a separate pool
     reads it back (golden excerpt: tests/golden/compiler/directives/place_hbm.txt):
@@ -268,6 +269,7 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
         +  alloc conv: hbm f32[2, 256, 8, 6]  # tl:9
         +  view conv_v2: hbm f32[512, 8, 6] = conv  # tl:12
+    sbuf is the compiler's SBUF budget per partition on the target (schedule.sbuf_budget).
     """
     if not isinstance(plan, ConvPlan) or not op.pool:
         raise bad(d, f"{op.name} has no consumer to fuse into")
@@ -285,17 +287,17 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         if role == "pool_j":  # one pooled element per matmul group: a wy x wx window of conv
             return replace(plan, fused=True, rows=wy, tile_x=wx)
         if role in ("pool_b", "n"):
-            return _fuse_whole_image(op, plan, d)
+            return _fuse_whole_image(op, plan, d, sbuf)
     raise bad(d, f"`{d.name}` takes sbuf|hbm, root, or a loop of the consumer (e.g. {op.out}.i)")
 
 
-def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive) -> ConvPlan:
+def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive, sbuf: int) -> ConvPlan:
     ho, wo = op.dim("Ho"), op.dim("Wo")
     live = ho * wo * 4  # the fp32 conv rows of one image and out-channel tile, before pooling
-    if live > PSUM_BANK * 8 and live > SBUF_BUDGET // 2:
+    if live > PSUM_BANK * 8 and live > sbuf // 2:
         raise bad(d, f"fusing {op.name} into {op.out} at {d.args[1].parts[1]} needs {ho} rows of {op.name} live, "
-                     f"{live // 1024} KiB per partition; at most {SBUF_BUDGET // 2048} KiB of the "
-                     f"{SBUF_BUDGET // 1024} KiB SBUF partition can hold it (the rest holds inputs and weights)",
+                     f"{live // 1024} KiB per partition; at most {sbuf // 2048} KiB of the "
+                     f"{sbuf // 1024} KiB SBUF partition can hold it (the rest holds inputs and weights)",
                   f"fuse at {op.out}.{var_of(op, 'pool_i')} to keep only a band of rows live")
     return replace(plan, fused=True, band=ho)
 
@@ -405,7 +407,8 @@ def setting(d: sx.Directive) -> tuple:
 
 
 def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
-                   dtypes: dict[str, str]) -> tuple[Plan, ...]:
+                   dtypes: dict[str, str], target: Target | None = None) -> tuple[Plan, ...]:
+    sbuf = sbuf_budget(get_target(target))
     plans = {op.name: default_plan(op, dtypes) for op in ops}
     seen: dict[tuple, sx.Directive] = {}
     for d in directives:
@@ -418,7 +421,7 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
                       "keep one of the two directives")
         op = op_for(d, ops)
         if d.name in ("compute_at", "place"):
-            plans[op.name] = apply_fusion(op, plans[op.name], d)
+            plans[op.name] = apply_fusion(op, plans[op.name], d, sbuf)
         else:
             plans[op.name] = APPLY[d.name](op, plans[op.name], d)
     return tuple(plans[op.name] for op in ops)

@@ -20,9 +20,11 @@ from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, pri
 from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
-from tilec.compiler.verify import SBUF_USABLE, verify
+from tilec.compiler.schedule import sbuf_budget
+from tilec.compiler.verify import verify
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
+from tilec.target import Target, target as get_target
 
 STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "squeeze", "allocate")
 
@@ -35,10 +37,13 @@ class Result:
     ops: tuple
     plans: tuple
     source: str
+    target: Target
 
 
-def compile_program(program, directives: tuple[sx.Directive, ...] | None = None) -> Result:
+def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
+                    target: Target | str | None = None) -> Result:
     directives = program.kernel.schedule if directives is None else directives
+    tgt = get_target(target)
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
     stages: dict[str, str] = {}
     # lower: loop nests -> tensor computations with concrete extents (what each statement computes)
@@ -49,52 +54,52 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None)
     stages["select"] = print_ops(ops)
     # schedule: the default plan per op, then every directive folded in (tile, split, reorder, partition,
     # compute_at/place, hoist, buffers, unroll, method), each checked for legality
-    plans = apply_schedule(ops, tuple(directives), dtypes)
+    plans = apply_schedule(ops, tuple(directives), dtypes, tgt)
     stages["schedule"] = print_plans(ops, plans)
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
     ops, plans = unfuse(ops, plans, program)
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
     kernel = build_kernel(program, ops, plans, names)
-    _check_capacity(kernel)
-    stages["loops"] = _checked(kernel, "loops")
+    _check_capacity(kernel, tgt)
+    stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
     # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion)
     kernel = passes.hoist(kernel)
-    stages["hoist"] = _checked(kernel, "hoist")
+    stages["hoist"] = _checked(kernel, "hoist", tgt)
     kernels["hoist"] = kernel
     # unroll: the schedule's unrolled loops become static ranges (traced once per iteration)
     kernel = passes.unroll(kernel, unrolled_loops(ops, plans, names))
-    stages["unroll"] = _checked(kernel, "unroll")
+    stages["unroll"] = _checked(kernel, "unroll", tgt)
     kernels["unroll"] = kernel
     # legalise: affine loops whose iterations share a buffer (single-buffered schedules) become sequential
     kernel = passes.legalise(kernel)
-    stages["legalise"] = _checked(kernel, "legalise")
+    stages["legalise"] = _checked(kernel, "legalise", tgt)
     kernels["legalise"] = kernel
     # squeeze: tiles and compiler-made HBM views lose their dimensions of extent 1 (readable kernels, same code)
     kernel = squeeze(kernel)
-    stages["squeeze"] = _checked(kernel, "squeeze")
+    stages["squeeze"] = _checked(kernel, "squeeze", tgt)
     kernels["squeeze"] = kernel
-    # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the trn2 limits)
-    stages["allocate"] = passes.allocation_report(kernel)
+    # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the target's limits)
+    stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
     doc = _doc_lines(program, ops, plans)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program))
-    return Result(stages, kernel, kernels, ops, plans, source)
+    return Result(stages, kernel, kernels, ops, plans, source, tgt)
 
 
-def _check_capacity(kernel: ir.Kernel) -> None:
+def _check_capacity(kernel: ir.Kernel, target: Target) -> None:
     """Too much SBUF is the schedule's (or the problem size's) fault, not a compiler bug: say what to change."""
-    sbuf, _ = passes.peak_usage(kernel.body)
-    if sbuf > SBUF_USABLE:
+    sbuf, budget = passes.peak_usage(kernel.body)[0], sbuf_budget(target)
+    if sbuf > budget:
         biggest = max(passes.allocations(kernel), key=lambda b: b.bytes_per_partition())
-        raise TilecError(f"the kernel needs {sbuf // 1024} KiB of SBUF per partition, trn2 has {SBUF_USABLE // 1024} "
-                         f"KiB usable (largest buffer: {biggest.name}, {biggest.bytes_per_partition() // 1024} KiB)",
+        raise TilecError(f"the kernel needs {sbuf // 1024} KiB of SBUF per partition, {target.name} has "
+                         f"{budget // 1024} KiB usable (largest buffer: {biggest.name}, {biggest.bytes_per_partition() // 1024} KiB)",
                          None, "use smaller bands (split OP.y, N / split OP.x, N) or prepare the weights per "
                                "out-channel tile (hoist W, OP.k)")
 
 
-def _checked(kernel: ir.Kernel, stage: str) -> str:
-    verify(kernel, stage)
+def _checked(kernel: ir.Kernel, stage: str, target: Target) -> str:
+    verify(kernel, stage, target)
     return ir.print_ir(kernel)
 
 

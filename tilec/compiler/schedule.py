@@ -40,9 +40,19 @@ from dataclasses import dataclass
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.ops import ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
 from tilec.lang import syntax as sx
+from tilec.target import Target, invariant
 
-PMAX, MOVING_FMAX, PSUM_BANK = 128, 512, 2048
-SBUF_BUDGET = 192 * 1024  # usable bytes per partition on trn2 (224 KiB less a compiler reserve)
+# Limits every NeuronCore generation shares (tilec/target.py): plans use them as constants.
+PMAX, MOVING_FMAX, PSUM_BANK = invariant("pmax"), invariant("moving_fmax"), invariant("psum_bank_bytes")
+# The compiler plans SBUF within the target's usable bytes less this margin: headroom for the NKI allocator's
+# alignment and buffer rotation, which tilec's byte count does not see (on trn2: 224 - 32 = 192 KiB, the budget
+# every generated kernel has been verified and measured with).
+SBUF_PLANNING_MARGIN = 32 * 1024
+
+
+def sbuf_budget(target: Target) -> int:
+    """SBUF bytes per partition the compiler lets one kernel allocate on `target`."""
+    return target.sbuf_usable - SBUF_PLANNING_MARGIN
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ from tilec.errors import InternalError
 from tilec.tune.bound import Bound, conv_bound, total_bound
 from tilec.tune.evaluate import Job, compile_job
 from tilec.tune.experts import expert_points
-from tilec.tune.space import Check, Knob, Limits, Space
-
-LIMITS = Limits()
+from tilec.compiler.schedule import sbuf_budget
+from tilec.target import Target
+from tilec.tune.space import Check, Knob, Space
 
 
 @dataclass(frozen=True)
@@ -116,13 +116,13 @@ def _with_default(default: object, values: list) -> tuple:
     return tuple([default] + [v for v in values if v != default])
 
 
-def conv_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+def conv_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     d, dflt = op.dims, op.defaults
     wy, wx = op.pool or (1, 1)
-    tiles_k = [v for v in divisors(d["K"]) if v <= LIMITS.stationary_free and v >= min(32, d["K"])]
-    tiles_c = [v for v in divisors(d["C"]) if v <= LIMITS.partitions and v >= min(32, d["C"])]
-    tiles_x = [v for v in divisors(d["Wo"]) if v <= LIMITS.moving_free and v % wx == 0 and v >= min(16, d["Wo"])]
-    rows = [v for v in divisors(d["Ho"]) if v % wy == 0 and v * min(tiles_x) <= LIMITS.moving_free]
+    tiles_k = [v for v in divisors(d["K"]) if v <= t.stationary_fmax and v >= min(32, d["K"])]
+    tiles_c = [v for v in divisors(d["C"]) if v <= t.pmax and v >= min(32, d["C"])]
+    tiles_x = [v for v in divisors(d["Wo"]) if v <= t.moving_fmax and v % wx == 0 and v >= min(16, d["Wo"])]
+    rows = [v for v in divisors(d["Ho"]) if v % wy == 0 and v * min(tiles_x) <= t.moving_fmax]
     bands = [v for v in divisors(d["Ho"]) if v % wy == 0 and v <= 128]  # the SBUF check bounds them further
     knobs = [
         Knob(f"tile {op.ref('k')}", "tile", op.ref("k"), _with_default(dflt.get(("tile", "k")), tiles_k)),
@@ -153,7 +153,7 @@ def conv_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Che
     weights, moving = op.tensor("stationary"), op.tensor("moving")
     if weights:
         knobs.append(Knob(f"hoist {weights}", "hoist", weights, (None, op.ref("k"))))  # default: root
-    checks = [conv_check(op, moving, dtypes.get(moving or "", "f32"))]
+    checks = [conv_check(op, moving, dtypes.get(moving or "", "f32"), t)]
     if weights and "layout kc" in op.extra:  # contraction-major weights are loaded per in-channel tile anyway
         split_w = Knob(f"split {weights}", "split", weights, (None, op.ref("c")))  # default: one DMA per k tile
         knobs.append(split_w)
@@ -175,7 +175,7 @@ def weight_split_check(op: OpView, name: str) -> Check:
     return check
 
 
-def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
+def conv_check(op: OpView, moving: str | None, dtype: str, t: Target) -> Check:
     """The compiler's order-dependent rules for tile/split, and a rough SBUF bound on the input bands."""
     d = op.dims
     wy = (op.pool or (1, 1))[0]
@@ -185,8 +185,8 @@ def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
         rows = named.get(f"tile {op.ref('y')}", 1)
         band = named.get(f"split {op.ref('y')}", rows)
         band_x = named.get(f"split {op.ref('x')}")
-        if rows * tx > LIMITS.moving_free:
-            return f"{rows} rows of {tx} columns is {rows * tx} elements per matmul; one PSUM bank holds 512"
+        if rows * tx > t.moving_fmax:
+            return f"{rows} rows of {tx} columns is {rows * tx} elements per matmul; one PSUM bank holds {t.psum_fmax}"
         # the compiler would shrink rows (columns) to fit a band: the same plan as another point, so skip it
         if band % rows:
             return f"a band of {band} rows is not a multiple of the {rows} rows per matmul"
@@ -197,27 +197,27 @@ def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
         bufs = (named.get(f"buffers {moving}") or 2) if moving else 2
         width = band_x + d.get("S", 1) - 1 if band_x else d["W"]
         band_bytes = (band + d.get("R", 1) - 1) * width * DTYPE_BYTES[dtype] * (d["C"] // named[f"tile {op.ref('c')}"])
-        if band_bytes * bufs > LIMITS.sbuf_bytes // 2:
+        if band_bytes * bufs > sbuf_budget(t) // 2:
             return f"{bufs} input bands of {band_bytes // 1024} KiB per partition exceed half of SBUF"
         return None
 
     return check
 
 
-def pool_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+def pool_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     wy = (op.pool or (1, 1))[0]
-    tiles = [v for v in divisors(op.dims["B"]) if v <= LIMITS.partitions]
+    tiles = [v for v in divisors(op.dims["B"]) if v <= t.pmax]
     bands = [v for v in divisors(op.dims["H"] // wy) if v <= 64]
     return [Knob(f"tile {op.ref('b')}", "tile", op.ref("b"), _with_default(op.defaults.get(("tile", "b")), tiles)),
             Knob(f"split {op.ref('i')}", "split", op.ref("i"),
                  _with_default(op.defaults.get(("split", "i")), bands))], []
 
 
-def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+def transpose_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     m, n = op.dims["M"], op.dims["N"]
-    tiles = [v for v in divisors(min(m, n)) if v <= LIMITS.partitions and max(m, n) % v == 0 and v >= 32]
-    splits_i = sorted({v for t in tiles for v in divisors(m // t) if v <= 32})
-    splits_j = sorted({v for t in tiles for v in divisors(n // t) if v <= 32})
+    tiles = [v for v in divisors(min(m, n)) if v <= t.pmax and max(m, n) % v == 0 and v >= 32]
+    splits_i = sorted({v for size in tiles for v in divisors(m // size) if v <= 32})
+    splits_j = sorted({v for size in tiles for v in divisors(n // size) if v <= 32})
     dflt = op.defaults
     knobs = [Knob(f"tile {op.ref('i')}", "tile", op.ref("i"), _with_default(dflt.get(("tile", "i")), tiles)),
              Knob(f"split {op.ref('i')}", "split", op.ref("i"), _with_default(dflt.get(("split", "i")), splits_i)),
@@ -227,13 +227,13 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], lis
     elem = DTYPE_BYTES[dtypes.get(op.tensor("src") or "", "f32")]
 
     def check(named: dict) -> str | None:
-        t = named[knobs[0].name]
+        tile = named[knobs[0].name]
         for knob, extent in ((knobs[1], m), (knobs[2], n)):
-            if (extent // t) % named[knob.name]:
-                return f"{knob.name}, {named[knob.name]} does not divide the {extent // t} blocks of {t}"
+            if (extent // tile) % named[knob.name]:
+                return f"{knob.name}, {named[knob.name]} does not divide the {extent // tile} blocks of {tile}"
         # a strip of bi x bj blocks in and one out, each bi*bj*t elements per partition (a rough bound)
-        strip = named[knobs[1].name] * named[knobs[2].name] * t * elem
-        if 2 * strip > LIMITS.sbuf_bytes:
+        strip = named[knobs[1].name] * named[knobs[2].name] * tile * elem
+        if 2 * strip > sbuf_budget(t):
             return f"strips of {named[knobs[1].name]}x{named[knobs[2].name]} blocks need {2 * strip // 1024} KiB " \
                    f"of SBUF per partition"
         return None
@@ -241,20 +241,20 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], lis
     return knobs, [check]
 
 
-def eltwise_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+def eltwise_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     m = re.search(r"\((\d+) elements\)", op.extra)
     size = int(m.group(1)) if m else 0
-    parts = max((v for v in divisors(size) if v <= LIMITS.partitions), default=1)
+    parts = max((v for v in divisors(size) if v <= t.pmax), default=1)
     frees = [v for v in divisors(size // parts) if v >= min(64, size // parts) and v <= 16384]
     return [Knob(f"tile {op.ref('d0')}", "tile", op.ref("d0"),
                  _with_default(op.defaults.get(("tile", "d0")), frees))], []
 
 
-def reduce_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+def reduce_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     """Rows per partition tile (a divisor of the kept rows R, <= 128) and elements per free tile (a divisor of the
     reduced size F, <= 4096: one tensor_reduce each, folded into the accumulator column)."""
     rows, free = op.dims["R"], op.dims["F"]
-    parts = [v for v in divisors(rows) if v <= LIMITS.partitions and v >= min(32, rows)]
+    parts = [v for v in divisors(rows) if v <= t.pmax and v >= min(32, rows)]
     frees = [v for v in divisors(free) if v <= 4096 and v >= min(64, free)]
     dflt = op.defaults
     return [Knob(f"tile {op.ref('k0')}", "tile", op.ref("k0"), _with_default(dflt.get(("tile", "k0")), parts)),
@@ -283,7 +283,7 @@ def build_space(job: Job) -> Space:
         if rules is None:  # an op kind the tuner does not know yet keeps the compiler's default schedule
             continue
         try:
-            k, c = rules(op, dtypes)
+            k, c = rules(op, dtypes, compiled.result.target)
         except KeyError as missing:  # the compiler's printed stage changed shape: a bug to fix here, loudly
             raise InternalError(f"the tuner cannot read {op.kind} {op.name} from the compiler's `select` stage "
                                 f"(missing {missing}); update tilec/tune/knobs.py") from None
