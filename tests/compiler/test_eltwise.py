@@ -158,7 +158,7 @@ def test_chain_with_a_broadcast():
 
 REJECTED = {
     "column_alone": ("Y[i, j] = A[i, j] + b[i] * 2", "may only be added to"),
-    "column_divides": ("Y[i, j] = A[i, j] / b[i]", "operator `/` between tensors"),
+    "column_in_a_function": ("Y[i, j] = A[i, j] * exp(b[i])", "may only be added to"),
     "permuted_column": ("Y[i, j] = A[i, j] + c[j, i]", "consecutive output indices in order"),
 }
 

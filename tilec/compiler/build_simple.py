@@ -10,6 +10,7 @@ from tilec.compiler.schedule import EltwisePlan, PoolPlan, TransposePlan
 from tilec.compiler.ops import EltwiseOp, PoolOp, TransposeOp
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
+from tilec.lang.functions import FUNCTIONS
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
@@ -118,7 +119,7 @@ def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fre
     return stmts, tiles
 
 
-_BIN = {"+": "add", "-": "subtract", "*": "multiply"}
+_BIN = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
 
 
 class _ExprCompiler:
@@ -160,12 +161,10 @@ class _ExprCompiler:
             raise TilecError("an element-wise result must read at least one tensor", e.span)
         if isinstance(e, sx.Neg):
             return self.scalar(e.x, "multiply", -1.0, dst)
-        if isinstance(e, sx.Call) and e.fn in ("relu", "exp"):
-            pre, x = self.value(e.args[0], None)
-            out, d = self.target(dst)
-            return pre + out + [Act(d, x, e.fn, None, 1.0, self.line)], d
-        if isinstance(e, sx.Call):
-            op = "maximum" if e.fn == "max" else "minimum"
+        if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr == "activation":
+            return self.activation(e.fn, e.args[0], dst)
+        if isinstance(e, sx.Call):  # a two-operand ALU function (max, min)
+            op = FUNCTIONS[e.fn].nki
             for x, c in ((e.args[0], const_value(e.args[1])), (e.args[1], const_value(e.args[0]))):
                 if c is not None:
                     return self.scalar(x, op, c, dst)
@@ -181,7 +180,18 @@ class _ExprCompiler:
             pre, v = self.value(e.rhs, None)
             out, d = self.target(dst)
             return pre + out + [Scalar(d, v, "subtract", lc, self.line, reverse=True)], d
+        if lc is not None and e.op == "/":  # c / x: the reciprocal activation, scaled
+            if lc == 1.0:
+                return self.activation("reciprocal", e.rhs, dst)
+            pre, v = self.activation("reciprocal", e.rhs, None)
+            out, d = self.target(dst)
+            return pre + out + [Scalar(d, v, "multiply", lc, self.line)], d
         return self.binary(e.lhs, e.rhs, _BIN[e.op], dst)
+
+    def activation(self, fn: str, x: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
+        pre, v = self.value(x, None)
+        out, d = self.target(dst)
+        return pre + out + [Act(d, v, fn, None, 1.0, self.line)], d
 
     def target(self, dst: View | None) -> tuple[list[Stmt], View]:
         return ([], dst) if dst is not None else self.temp()
@@ -198,7 +208,7 @@ class _ExprCompiler:
         if self.is_column(y):  # a per-partition scalar: tensor_scalar with a (P, 1) operand
             return p1 + out + [Scalar(d, v1, op, v2, self.line)], d
         if self.is_column(x):
-            return p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op == "subtract")], d
+            return p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op in ("subtract", "divide"))], d
         return p1 + p2 + out + [Binary(d, v1, v2, op, self.line)], d
 
     def is_column(self, e: sx.Expr) -> bool:

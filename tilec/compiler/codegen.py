@@ -15,15 +15,17 @@ import jinja2
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Kernel, Loop, Matmul, Reduce, Reshape,
                                Scalar, Sl, Stmt, Transpose, View)
 from tilec.compiler.names import sanitised, unique
+from tilec.lang.functions import ACTIVATIONS, FUNCTIONS
 from tilec.resources import resource_dir
 
 TEMPLATES = resource_dir("templates")
 DTYPES = {"f32": "nl.float32", "f16": "nl.float16", "bf16": "nl.bfloat16"}
 BUFFERS = {"sbuf": "nl.sbuf", "psum": "nl.psum", "hbm": "nl.hbm"}
 RANGES = {"affine": "nl.affine_range", "sequential": "nl.sequential_range", "static": "nl.static_range"}
-ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "maximum": "nl.maximum",
-       "minimum": "nl.minimum"}
-FUNCS = {"copy": "nl.copy", "relu": "nl.relu", "exp": "nl.exp"}
+ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "divide": "nl.divide",
+       "maximum": "nl.maximum", "minimum": "nl.minimum"}
+# activation functions: copy (an eviction) and every activation of the language's function table
+FUNCS = {"copy": "nl.copy", **{name: f"nl.{FUNCTIONS[name].nki}" for name in ACTIVATIONS}}
 
 
 class Namer:

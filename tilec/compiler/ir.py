@@ -171,7 +171,7 @@ class Copy:
 class Act:
     dst: View
     src: View
-    func: str = "copy"  # copy | relu
+    func: str = "copy"  # copy | an activation of tilec.lang.functions (relu, exp, sqrt, ...)
     bias: View | None = None
     scale: float = 1.0
     line: int = 0
@@ -182,7 +182,7 @@ class Binary:
     dst: View
     a: View
     b: View
-    op: str  # add | subtract | multiply | maximum | minimum
+    op: str  # add | subtract | multiply | divide | maximum | minimum
     line: int = 0
 
 
@@ -190,7 +190,7 @@ class Binary:
 class Scalar:
     dst: View
     src: View
-    op: str  # add | subtract | multiply | maximum | minimum
+    op: str  # add | subtract | multiply | divide | maximum | minimum
     value: "float | View"  # a constant, or a (P, 1) view: one scalar per partition, broadcast along the free dims
     line: int = 0
     reverse: bool = False  # value op src (for the non-commutative subtract)

@@ -13,6 +13,7 @@ from tilec.compiler.exprs import accesses, const_value, fmt_expr
 from tilec.compiler.lower import Comp, rename_vars
 from tilec.compiler.ops import EltwiseOp, index_maps, is_permutation, plain, reads, reject
 from tilec.lang import syntax as sx
+from tilec.lang.functions import FUNCTIONS
 
 
 def is_copy(comp: Comp, program) -> bool:
@@ -126,20 +127,21 @@ def _broadcast_layout(comp: Comp, run: tuple[int, int]) -> tuple[tuple[str, int]
 
 
 def _check_columns(comp: Comp, e: sx.Expr, columns: set[str]) -> bool:
-    """Whether `e` is a full tile; a column may only meet a full tile directly in +, -, *, max or min."""
+    """Whether `e` is a full tile; a column may only meet a full tile directly in +, -, *, /, max or min."""
     if isinstance(e, sx.Access):
         return e.tensor not in columns
     if const_value(e) is not None:
         return False
     args = [e.x] if isinstance(e, sx.Neg) else list(e.args) if isinstance(e, sx.Call) else [e.lhs, e.rhs]
     full = [_check_columns(comp, x, columns) for x in args]
-    binary = len(args) == 2 and (isinstance(e, sx.Call) or e.op in "+-*")
+    binary = len(args) == 2 and (isinstance(e, sx.Call) or e.op in "+-*/")
     for x, is_full in zip(args, full):
         cols = [a for a in accesses(x) if a.tensor in columns]
         if not is_full and cols and not (binary and any(full) and _is_column(x, columns)):
             col = cols[0]
             raise reject(comp, f"a broadcast operand like `{fmt_expr(col)}` may only be added to, subtracted from, "
-                               f"multiplied with, or be the max/min of a full-size operand", col.span)
+                               f"multiplied with, divided into or by, or be the max/min of a full-size operand",
+                         col.span)
     return any(full)
 
 
@@ -153,12 +155,12 @@ def _check_expr(comp: Comp, e: sx.Expr) -> None:
     if isinstance(e, sx.Neg):
         return _check_expr(comp, e.x)
     if isinstance(e, sx.BinOp):
-        if e.op == "%" or (e.op == "/" and const_value(e.rhs) is None):
+        if e.op == "%":
             raise reject(comp, f"operator `{e.op}` between tensors has no engine instruction here", e.span)
         _check_expr(comp, e.lhs)
         _check_expr(comp, e.rhs)
         return
-    if isinstance(e, sx.Call) and e.fn in ("max", "min", "relu", "exp"):
+    if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr in ("activation", "tensor_tensor"):
         for a in e.args:
             _check_expr(comp, a)
         return
