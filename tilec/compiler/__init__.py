@@ -1,5 +1,6 @@
 """The compiler: .tl program -> tensor computations -> operation selection -> schedule -> loop-nest IR -> NKI.
 
+    nest.py       level A: the program as loops over buffers (one to one from .tl); nest_eval.py its NumPy meaning
     lower.py      loop nests -> Comp records (what each statement computes)
     select.py     Comp -> ConvOp / PoolOp / TransposeOp / EltwiseOp / ReduceOp (records in ops.py), fusing
                   epilogues; select_eltwise.py: broadcasts and fused element-wise chains; select_reduce.py:

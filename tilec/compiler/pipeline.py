@@ -15,6 +15,7 @@ from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.names import NameAllocator, program_names
+from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest
 from tilec.compiler.directives import apply_schedule
 from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
 from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
@@ -26,7 +27,7 @@ from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 from tilec.target import Target, target as get_target
 
-STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "squeeze", "allocate")
+STAGES = ("nest", "lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "squeeze", "allocate")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Result:
     plans: tuple
     source: str
     target: Target
+    nest: Nest  # level A, before instruction selection
 
 
 def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
@@ -46,6 +48,9 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     tgt = get_target(target)
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
     stages: dict[str, str] = {}
+    # nest: the program as loops over buffers (level A), one to one, with a NumPy meaning (nest_eval.py)
+    nest = lower_nest(program)
+    stages["nest"] = print_nest(nest)
     # lower: loop nests -> tensor computations with concrete extents (what each statement computes)
     comps = lower(program.kernel, program.sizes)
     stages["lower"] = print_comps(comps)
@@ -84,7 +89,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
     doc = _doc_lines(program, ops, plans)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program))
-    return Result(stages, kernel, kernels, ops, plans, source, tgt)
+    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest)
 
 
 def _check_capacity(kernel: ir.Kernel, target: Target) -> None:
