@@ -8,6 +8,7 @@ from tilec.compiler.exprs import const_value, fmt_expr
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full, whole
 from tilec.compiler.schedule import EltwisePlan, PoolPlan, TransposePlan
 from tilec.compiler.ops import EltwiseOp, PoolOp, TransposeOp
+from tilec.compiler.select_eltwise import column_only
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
@@ -46,7 +47,7 @@ def _eltwise_tile(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
         body += [Alloc(tile, line=line), Dma(whole(tile), at(name), line)]
     out = Buf(fresh(f"{op.out}_tile"), "sbuf", hbm[op.out].dtype, shape)
     body.append(Alloc(out, line=line))
-    body += _ExprCompiler(tiles, shape, line, fresh, set(columns)).emit(op.expr, whole(out))
+    body += ExprCompiler(tiles, shape, line, fresh, set(columns)).emit(op.expr, whole(out))
     return body + [Dma(at(op.out), whole(out), line)]
 
 
@@ -122,12 +123,13 @@ def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fre
 _BIN = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
 
 
-class _ExprCompiler:
+class ExprCompiler:
     """Evaluate an element-wise expression tree into tensor_tensor / tensor_scalar / activation instructions."""
 
     def __init__(self, tiles: dict[str, View], shape: tuple[int, int], line: int, fresh: Fresh,
                  columns: set[str]) -> None:
         self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
+        self.cur = shape  # the shape of a temporary: (P, 1) while computing an expression of columns only
         self.columns = columns  # tensors whose tile is a (P, 1) column: tensor_scalar operands
         self.done: dict[str, View] = {}  # subexpression (printed) -> the temporary holding its value
 
@@ -139,7 +141,7 @@ class _ExprCompiler:
 
     def temp(self) -> tuple[list[Stmt], View]:
         self.n += 1
-        buf = Buf(self.fresh(f"tmp{self.n}"), "sbuf", "f32", self.shape)
+        buf = Buf(self.fresh(f"tmp{self.n}"), "sbuf", "f32", self.cur)
         return [Alloc(buf, line=self.line)], whole(buf)
 
     def value(self, e: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
@@ -150,8 +152,11 @@ class _ExprCompiler:
             return [], self.done[key]
         # instructions carry the line of the statement their expression was written in (a fused chain spans several)
         outer, self.line = self.line, getattr(getattr(e, "span", None), "line", 0) or self.line
+        shape = self.cur
+        if dst is None and self.is_column(e):
+            self.cur = (self.shape[0], 1)
         stmts, view = self.compute(e, dst)
-        self.line = outer
+        self.line, self.cur = outer, shape
         self.done[key] = view
         return stmts, view
 
@@ -206,13 +211,13 @@ class _ExprCompiler:
         p2, v2 = self.value(y, None)
         out, d = self.target(dst)
         if self.is_column(y):  # a per-partition scalar: tensor_scalar with a (P, 1) operand
-            return p1 + out + [Scalar(d, v1, op, v2, self.line)], d
+            return p1 + p2 + out + [Scalar(d, v1, op, v2, self.line)], d
         if self.is_column(x):
-            return p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op in ("subtract", "divide"))], d
+            return p1 + p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op in ("subtract", "divide"))], d
         return p1 + p2 + out + [Binary(d, v1, v2, op, self.line)], d
 
     def is_column(self, e: sx.Expr) -> bool:
-        return isinstance(e, sx.Access) and e.tensor in self.columns
+        return column_only(e, self.columns)
 
 
 # ---- transpose -----------------------------------------------------------------------------------------------------

@@ -120,6 +120,8 @@ class ReduceOp(_LoopLines):
     span: Span | None = field(default=None, compare=False)
     loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
     update_line: int = 0  # .tl line of the `+=` statement (the initial value is at `line`)
+    expr: "sx.Expr | None" = None  # an element-wise expression of same-indexed tensors reduced (None: src itself)
+    inputs: tuple[str, ...] = ()  # the tensors `expr` reads (src first)
 
 
 Op = ConvOp | PoolOp | TransposeOp | EltwiseOp | ReduceOp

@@ -349,7 +349,8 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             lines.append(f"  src {op.src}")
         elif isinstance(op, ReduceOp):
             init = op.init if isinstance(op.init, str) else f"{op.init:g}"
-            lines.append(f"  src {op.src} reduce {op.op} from {init} scale {op.scale:g}")
+            lines.append(f"  src {op.src} reduce {op.op} from {init} scale {op.scale:g}"
+                         + (f" of {fmt_expr(op.expr)}" if op.expr is not None else ""))
         else:
             lines.append(f"  {op.out} = {fmt_expr(op.expr)}  ({op.size} elements)" +
                          (f"  (fused {', '.join(op.fused)})" if op.fused else ""))
