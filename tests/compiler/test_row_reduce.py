@@ -147,23 +147,14 @@ def test_explain_shows_the_plan_as_directives():
 
 
 REJECTED = {
-    "leading_dim": """\
-kernel colsum(A: f32[M, N]) -> s
-  default M = 256, N = 384
+    "interleaved_dims": """\
+kernel mid(A: f32[M, N, L]) -> s
+  default M = 128, N = 16, L = 8
   s: f32[N]
   for j in 0..N:
     s[j] = 0
-    for i in 0..M:
-      s[j] += A[i, j]
-""",
-    "middle_dim": """\
-kernel mid(A: f32[M, N, L]) -> s
-  default M = 128, N = 16, L = 8
-  s: f32[M, L]
-  for i in 0..M, l in 0..L:
-    s[i, l] = 0
-    for j in 0..N:
-      s[i, l] += A[i, j, l]
+    for i in 0..M, l in 0..L:
+      s[j] += A[i, j, l]
 """,
     "operands_indexed_differently": reduce_program(term="A[i, j] * B[j, i]", extra=", B: f32[N, M]"),
     "max_with_factor": reduce_program("-inf", "max=", term="A[i, j] * 2"),

@@ -11,7 +11,7 @@ from dataclasses import replace
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
                                      eltwise_free, fmt_arg, fmt_directive, sbuf_budget, var_of)
-from tilec.compiler.ops import ConvOp, Op
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, Op
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 from tilec.target import Target, target as get_target
@@ -91,7 +91,10 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 def _tile_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str, n: int) -> ReducePlan:
     """A kept loop: rows per partition tile; a reduced loop: elements per partition of one tensor_reduce. Both
-    count the flattened dims (`s[b, i] += A[b, i, j]`: rows of b*i)."""
+    count the flattened dims (`s[b, i] += A[b, i, j]`: rows of b*i). A column sum puts the reduced rows on the
+    partitions and the kept columns after them on the free dimension."""
+    if isinstance(op, ColumnReduceOp):
+        return _tile_column_reduce(op, plan, d, role, n)
     if role.startswith("k"):
         if n > PMAX:
             raise bad(d, f"tile of {n} rows on the partition dimension exceeds {PMAX}",
@@ -102,6 +105,22 @@ def _tile_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str, n: int) -
     if n > REDUCE_FREE:
         raise bad(d, f"a tile of {n} elements per partition exceeds the {REDUCE_FREE} one reduced tile may hold "
                      f"in SBUF", f"use a divisor of {op.dim('F')} up to {REDUCE_FREE}")
+    return replace(plan, free=n)
+
+
+def _tile_column_reduce(op: ColumnReduceOp, plan: ReducePlan, d: sx.Directive, role: str, n: int) -> ReducePlan:
+    if role.startswith("r"):
+        if n > PMAX:
+            raise bad(d, f"tile of {n} reduced rows on the partition dimension exceeds {PMAX}",
+                      f"use a divisor of {op.dim('R')} up to {PMAX}")
+        _div(d, n, op.dim("R"), "tile", f" (the reduced indices are {op.dim('R')} rows on the partitions)")
+        return replace(plan, parts=n)
+    if not role.startswith("k"):
+        raise bad(d, "only the reduced loops and the kept loops after them are tiled in a column sum")
+    if n > MOVING_FMAX:
+        raise bad(d, f"a tile of {n} columns exceeds the {MOVING_FMAX} one matmul sums into a PSUM bank",
+                  f"use a divisor of {op.dim('F')} up to {MOVING_FMAX}")
+    _div(d, n, op.dim("F"), "tile", f" (the kept indices after the reduced ones are {op.dim('F')} columns)")
     return replace(plan, free=n)
 
 

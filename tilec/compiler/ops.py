@@ -124,12 +124,19 @@ class ReduceOp(_LoopLines):
     inputs: tuple[str, ...] = ()  # the tensors `expr` reads (src first)
 
 
+@dataclass(frozen=True)
+class ColumnReduceOp(ReduceOp):
+    """`s[j] += A[i, j]`, `s[b, n] += A[b, m, n] / M`: a sum over leading or middle dimensions. dims O (flattened
+    kept indices before the reduced ones), R (reduced, on the partitions), F (kept indices after them, the free
+    dimension); per O and free tile, ones[R, 1].T @ A[R, F] on TensorE accumulates the column sums in PSUM."""
+
+
 Op = ConvOp | PoolOp | TransposeOp | EltwiseOp | ReduceOp
 
 
 SUPPORTED = ("supported: convolution/matmul contractions (windows `stride*y + r`), window max/avg pools, "
-             "2-D transposes, reductions along the last dimensions (`s[i] += A[i, j]`), element-wise "
-             "expressions (operands indexed like the output, or broadcast along a run of its indices)")
+             "2-D transposes, reductions over a run of dimensions (`s[i] += A[i, j]`, `s[j] += A[i, j]`), "
+             "element-wise expressions (operands indexed like the output, or broadcast along a run of its indices)")
 
 
 def reject(comp: Comp, why: str, span: Span | None = None, hint: str = SUPPORTED) -> TilecError:

@@ -11,6 +11,7 @@ from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.build_simple import build_eltwise, build_pool, build_transpose
 from tilec.compiler.build_reduce import build_reduce
+from tilec.compiler.build_colreduce import build_column_reduce
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
@@ -18,7 +19,7 @@ from tilec.compiler.names import NameAllocator, program_names
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest
 from tilec.compiler.directives import apply_schedule
 from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
-from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import sbuf_budget
@@ -98,7 +99,8 @@ def _check_capacity(kernel: ir.Kernel, target: Target) -> None:
     if sbuf > budget:
         biggest = max(passes.allocations(kernel), key=lambda b: b.bytes_per_partition())
         raise TilecError(f"the kernel needs {sbuf // 1024} KiB of SBUF per partition, {target.name} has "
-                         f"{budget // 1024} KiB usable (largest buffer: {biggest.name}, {biggest.bytes_per_partition() // 1024} KiB)",
+                         f"{budget // 1024} KiB usable (largest buffer: {biggest.name}, "
+                         f"{biggest.bytes_per_partition() // 1024} KiB)",
                          None, "use smaller bands (split OP.y, N / split OP.x, N) or prepare the weights per "
                                "out-channel tile (hoist W, OP.k)")
 
@@ -137,7 +139,7 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator) -> ir.
     consts: dict[str, int] = {}
     for op, plan in zip(ops, plans):
         builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
-                   EltwiseOp: build_eltwise, ReduceOp: build_reduce}[type(op)]
+                   EltwiseOp: build_eltwise, ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}[type(op)]
         op_consts, stmts = builder(op, plan, hbm, _fresh(names, op))
         op_consts = used_consts(stmts, op_consts)
         prefix = "" if len(ops) == 1 else f"{op.out.upper()}_"

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilec.compiler.ir import DTYPE_BYTES
-from tilec.compiler.ops import ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
 from tilec.lang import syntax as sx
 from tilec.target import Target, invariant
 
@@ -150,6 +150,8 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         per_dma = max(1, 4096 // (tile * elem))  # >= 4 KiB per partition per DMA saturates the queues
         return TransposePlan(tile, best_divisor(op.dim("M") // tile, per_dma),
                              best_divisor(op.dim("N") // tile, per_dma))
+    if isinstance(op, ColumnReduceOp):  # reduced rows on the partitions, one PSUM bank of sums per free tile
+        return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), REDUCE_FREE))
     parts = best_divisor(op.dim("P") if op.layout else op.size, PMAX)
@@ -239,6 +241,8 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
         ds = [directive("tile", v("i"), plan.tile), directive("split", v("i"), plan.bi),
               directive("split", v("j"), plan.bj)]
         return tuple(ds + ([directive("method", op.name, "dma")] if plan.method == "dma" else []))
+    if isinstance(plan, ReducePlan) and isinstance(op, ColumnReduceOp):
+        return (directive("tile", v("r0"), plan.parts), directive("tile", v("k0"), plan.free))
     if isinstance(plan, ReducePlan):
         return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free))
     return (directive("tile", v("d0"), plan.free),)

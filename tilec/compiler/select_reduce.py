@@ -14,16 +14,16 @@ import math
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_scale
 from tilec.compiler.lower import Comp
-from tilec.compiler.ops import ReduceOp, index_maps, plain, reject
+from tilec.compiler.ops import ColumnReduceOp, ReduceOp, index_maps, plain, reject
 from tilec.compiler.select_eltwise import check_expr as _check_expr
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
 _ALU = {"+=": "add", "max=": "maximum", "min=": "minimum"}
-_HINT = ("supported: a reduction of the trailing indices of tensors into an output indexed by their leading ones, "
-         "`s[i] += A[i, j]` (also max=, min=, a constant factor `A[i, j] / N`, an element-wise expression of "
-         "tensors read at the same element, `(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])`), starting from a "
-         "constant or a tensor indexed like the output")
+_HINT = ("supported: a reduction of a run of indices of tensors into an output indexed by the others in order, "
+         "`s[i] += A[i, j]` or a column sum `s[j] += A[i, j]`, with a constant factor `A[i, j] / N` or an "
+         "element-wise expression of tensors read at the same element, `(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])`; "
+         "max= and min= over the last indices; starting from a constant or a tensor indexed like the output")
 
 
 def is_row_reduction(comp: Comp, program) -> bool:
@@ -50,37 +50,48 @@ def select_reduce(comp: Comp, program) -> ReduceOp:
     if scale != 1.0 and comp.red_op != "+=":
         raise _reject(comp, f"a constant factor applies to a `+=` reduction only (here `{comp.red_op}`)",
                       comp.update.span)
-    kept, reduced = _split_indices(comp, reads[0], program)
+    before, reduced, after = _split_indices(comp, reads[0], program)
     for other in reads[1:]:
-        if _split_indices(comp, other, program) != (kept, reduced):
+        if _split_indices(comp, other, program) != (before, reduced, after):
             raise _reject(comp, f"`{fmt_expr(other)}` must be indexed like `{fmt_expr(reads[0])}`: every tensor "
                                 f"of a reduced expression is read at the same element", other.span)
-    init = _init(comp, program)
-    ext = comp.extent
-    dims = (("R", math.prod(ext(v) for v in kept)), ("F", math.prod(ext(v) for v in reduced)))
-    roles = tuple((f"k{i}", v) for i, v in enumerate(kept)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
+    if after and comp.red_op != "+=":
+        raise reject(comp, f"`{comp.red_op}` over leading or middle dimensions has no engine instruction here (the "
+                           f"column sums run as a matmul, which only adds)", reads[0].span,
+                     "reduce the last dimensions instead (transpose the input first), or use +=")
+    init, ext = _init(comp, program), comp.extent
+    size = lambda vs: math.prod(ext(v) for v in vs)  # noqa: E731
     inputs = tuple(dict.fromkeys(a.tensor for a in reads))
     expr = None if isinstance(src, sx.Access) else src
-    return ReduceOp(comp.target, comp.target, reads[0].tensor, dims, _ALU[comp.red_op], roles, init, scale,
-                    comp.line, comp.span, comp.lines, comp.update_line or comp.line, expr,
-                    inputs if expr is not None else ())
+    args = (comp.target, comp.target, reads[0].tensor)
+    rest = (init, scale, comp.line, comp.span, comp.lines, comp.update_line or comp.line, expr,
+            inputs if expr is not None else ())
+    if not after:  # the reduced dimensions are the trailing ones: rows on the partitions
+        roles = tuple((f"k{i}", v) for i, v in enumerate(before)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
+        return ReduceOp(*args, (("R", size(before)), ("F", size(reduced))), _ALU[comp.red_op], roles, *rest)
+    roles = (tuple((f"o{i}", v) for i, v in enumerate(before)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
+             + tuple((f"k{i}", v) for i, v in enumerate(after)))
+    dims = (("O", size(before)), ("R", size(reduced)), ("F", size(after)))
+    return ColumnReduceOp(*args, dims, "add", roles, *rest)
 
 
-def _split_indices(comp: Comp, src: sx.Access, program) -> tuple[list[str], list[str]]:
-    """The read's (kept, reduced) loop variables: the output's indices first, then the reduced loops."""
+def _split_indices(comp: Comp, src: sx.Access, program) -> tuple[list[str], list[str], list[str]]:
+    """The read's loop variables as (kept before, reduced, kept after): the output's indices in order around one
+    run of reduced loops."""
     out, names = list(comp.out_vars), [plain(m) for m in index_maps(src, comp, program)]
-    kept, reduced = names[:len(out)], names[len(out):]
     if None in names:
         pos = names.index(None)
         raise _reject(comp, f"index `{fmt_expr(src.indices[pos])}` of {src.tensor} is not a plain loop variable",
                       src.indices[pos].span)
-    if kept != out or any(v not in comp.red_vars for v in reduced) or len(set(reduced)) != len(reduced):
-        raise _reject(comp, f"`{fmt_expr(src)}` must be indexed by the output's indices [{', '.join(out)}] first "
-                            f"and then the reduced loops (only trailing dimensions are reduced, onto the free "
-                            f"dimension; the leading ones go on the partitions)", src.span)
+    run = [i for i, v in enumerate(names) if v in comp.red_vars]
+    first = run[0] if run else len(names)
+    before, reduced, after = names[:first], names[first:first + len(run)], names[first + len(run):]
+    if before + after != out or len(set(reduced)) != len(reduced) or run != list(range(first, first + len(run))):
+        raise _reject(comp, f"`{fmt_expr(src)}` must be indexed by the output's indices [{', '.join(out)}] in order, "
+                            f"with the reduced loops as one run of consecutive dimensions", src.span)
     if set(reduced) != set(comp.red_vars):
         raise _reject(comp, "every reduced loop must index the tensor being reduced", src.span)
-    return kept, reduced  # type: ignore[return-value]
+    return before, reduced, after  # type: ignore[return-value]
 
 
 def _init(comp: Comp, program) -> float | str:
