@@ -224,22 +224,29 @@ class ExprCompiler:
 
 
 def build_transpose(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    """Super-tiles of (BI x BJ) blocks: BI row-strip loads, BI*BJ block transposes, BJ column-strip stores."""
+    """Super-tiles of (BI x BJ) blocks: BI row-strip loads, BI*BJ block transposes, BJ column-strip stores. A
+    batched or N-D permute (dims B, M, N) sees X as [B, M, N] and Y as [B, N, M] and repeats that per batch."""
     line, T, BI, BJ = op.line, plan.tile, plan.bi, plan.bj
-    M, N = op.dim("M"), op.dim("N")
+    M, N, B = op.dim("M"), op.dim("N"), dict(op.dims).get("B", 1)
     v, li, lj = dict(op.vars), op.line_of("i"), op.line_of("j")  # each loop carries its own `for` line
-    src, dst = hbm[op.src], hbm[op.out]
+    src, dst, views = hbm[op.src], hbm[op.out], []
+    batched = B > 1 or src.shape != (M, N)
+    if batched:
+        src, st1 = hbm_view(hbm[op.src], (B, M, N), fresh(f"{op.src}_v"), line)
+        dst, st2 = hbm_view(hbm[op.out], (B, N, M), fresh(f"{op.out}_v"), line)
+        views = st1 + st2
+    at = lambda buf, *idx: View(buf, ((a("bt"),) if batched else ()) + idx)  # noqa: E731
     dt = src.dtype
     a_sb = Buf(fresh(f"{op.src}_strip"), "sbuf", dt, (T, BI, BJ * T))
     o_sb = Buf(fresh(f"{op.out}_strip"), "sbuf", hbm[op.out].dtype, (T, BJ, BI * T))
     i0 = lambda blk: a(term("bi", BI * T), term(blk, T, "TILE"))  # noqa: E731
     j0 = lambda blk: a(term("bj", BJ * T), term(blk, T, "TILE"))  # noqa: E731
     load = loop("ai", BI, [Dma(View(a_sb, (full(T), a("ai"), full(BJ * T))),
-                               View(src, (sl(i0("ai"), T), sl(a(term("bj", BJ * T)), BJ * T))), line)],
+                               at(src, sl(i0("ai"), T), sl(a(term("bj", BJ * T)), BJ * T)), line)],
                 note=f"for {v['i']} (blocks of TILE)", line=li)
     if plan.method == "dma":
         block = [ir.Transpose(View(o_sb, (full(T), a("bj2"), sl(a(term("ai", T, "TILE")), T))),
-                              View(src, (sl(i0("ai"), T), sl(j0("bj2"), T))), "dma", line)]
+                              at(src, sl(i0("ai"), T), sl(j0("bj2"), T)), "dma", line)]
         load = []
     else:
         tp = Buf(fresh(f"{op.out}_tp"), "psum", dt, (T, T))  # transpose mode keeps the input dtype in PSUM
@@ -249,14 +256,16 @@ def build_transpose(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf], f
                  ir.Copy(View(o_sb, (full(T), a("bj2"), sl(a(term("ai", T, "TILE")), T))), whole(tp), line)]
     blocks = loop("ai", BI, loop("bj2", BJ, block, note=f"for {v['j']} (blocks of TILE)", line=lj),
                   note=f"for {v['i']} (blocks of TILE)", line=li)
-    store = loop("bj2", BJ, [Dma(View(dst, (sl(j0("bj2"), T), sl(a(term("bi", BI * T)), BI * T))),
+    store = loop("bj2", BJ, [Dma(at(dst, sl(j0("bj2"), T), sl(a(term("bi", BI * T)), BI * T)),
                                  View(o_sb, (full(T), a("bj2"), full(BI * T))), line)],
                  note=f"for {v['j']} (blocks of TILE)", line=lj)
     body = ([Alloc(a_sb, line=line)] if load else []) + load + [Alloc(o_sb, line=line)] + blocks + store
     nest = loop("bi", M // (BI * T), loop("bj", N // (BJ * T), body, note=f"for {v['j']} (strips of BJ blocks)",
                                           line=lj), note=f"for {v['i']} (strips of BI blocks)", line=li)
+    if batched:
+        nest = loop("bt", B, nest, note=f"for {v['b']} (batch)" if "b" in v else "", line=op.line_of("b"))
     consts = [("TILE", T)]
-    return consts, [ir.Block(f"{op.out} = transpose of {op.src} by {T}x{T} blocks", tuple(nest), line)]
+    return consts, views + [ir.Block(f"{op.out} = transpose of {op.src} by {T}x{T} blocks", tuple(nest), line)]
 
 
 # ---- standalone pool -----------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tilec.compiler.ir import DTYPE_BYTES
@@ -145,7 +146,8 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         row_bytes = op.pool.wy * op.dim("W") * 4
         return PoolPlan(best_divisor(op.dim("B"), PMAX), best_divisor(ho, max(1, 16384 // row_bytes)))
     if isinstance(op, TransposeOp):
-        tile = min(PMAX, best_divisor(op.dim("M"), PMAX), best_divisor(op.dim("N"), PMAX))
+        # square blocks: a divisor of both sides (200 x 130 takes 10, not min(100, 65), which divides neither)
+        tile = best_divisor(math.gcd(op.dim("M"), op.dim("N")), PMAX)
         elem = DTYPE_BYTES[dtypes[op.src]]
         per_dma = max(1, 4096 // (tile * elem))  # >= 4 KiB per partition per DMA saturates the queues
         return TransposePlan(tile, best_divisor(op.dim("M") // tile, per_dma),
