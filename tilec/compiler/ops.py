@@ -136,7 +136,8 @@ Op = ConvOp | PoolOp | TransposeOp | EltwiseOp | ReduceOp
 
 SUPPORTED = ("supported: convolution/matmul contractions (windows `stride*y + r`), window max/avg pools, "
              "transposes and permutes (`Y[b, j, i] = X[b, i, j]`), reductions over a run of dimensions "
-             "(`s[i] += A[i, j]`, `s[j] += A[i, j]`), element-wise expressions (operands indexed like the output, or broadcast along a run of its indices)")
+             "(`s[i] += A[i, j]`, `s[j] += A[i, j]`), element-wise expressions (operands indexed like the output, "
+             "or broadcast along a run of its indices)")
 
 
 def reject(comp: Comp, why: str, span: Span | None = None, hint: str = SUPPORTED) -> TilecError:
