@@ -425,12 +425,33 @@ def setting(d: sx.Directive) -> tuple:
     return (d.name, first)
 
 
+# Directives apply in one canonical order, so a schedule means the same whatever order its lines are in: sizes first
+# (tile, then split: a split counts tiles), then the loop structure, placement, and the per-buffer settings. Within a
+# kind, loops in ROLE_ORDER (a conv's columns before its rows: rows per matmul are checked against the columns).
+PHASES = ("tile", "split", "partition", "reorder", "compute_at", "place", "hoist", "buffers", "unroll", "method")
+ROLE_ORDER = ("k", "c", "x", "y", "i", "j", "b")
+
+
+def canonical_order(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...]) -> list[sx.Directive]:
+    def key(d: sx.Directive) -> tuple:
+        first = d.args[0] if d.args else None
+        role = ""
+        if isinstance(first, sx.Ref) and len(first.parts) == 2:
+            owner = next((op for op in ops if op.name == first.parts[0]), None)
+            role = _roles(owner).get(first.parts[1], "") if owner is not None else ""
+        rank = ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER)
+        phase = PHASES.index(d.name) if d.name in PHASES else len(PHASES)
+        return phase, rank, fmt_directive(d)
+
+    return sorted(directives, key=key)
+
+
 def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
                    dtypes: dict[str, str], target: Target | None = None) -> tuple[Plan, ...]:
     sbuf = sbuf_budget(get_target(target))
     plans = {op.name: default_plan(op, dtypes) for op in ops}
     seen: dict[tuple, sx.Directive] = {}
-    for d in directives:
+    for d in directives:  # unknown and repeated directives are reported in the order written
         if d.name not in APPLY and d.name not in ("compute_at", "place"):
             raise bad(d, f"unknown directive `{d.name}`",
                       "directives: " + ", ".join(sorted([*APPLY, "compute_at", "place"])))
@@ -438,6 +459,7 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
             at = f"line {earlier.span.line}" if earlier.span and earlier.span.line else "earlier"
             raise bad(d, f"`{fmt_directive(d)}` sets again what `{fmt_directive(earlier)}` ({at}) sets",
                       "keep one of the two directives")
+    for d in canonical_order(ops, directives):
         op = op_for(d, ops)
         if d.name in ("compute_at", "place"):
             plans[op.name] = apply_fusion(op, plans[op.name], d, sbuf)
