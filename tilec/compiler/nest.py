@@ -21,7 +21,7 @@ so a scheduling primitive is tested by evaluating before and after.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
 from tilec.compiler.ir import Aff, Term, fmt_aff
 from tilec.compiler.lower import affine_index, size_value
@@ -211,24 +211,30 @@ def _tag(line: int) -> str:
     return f"  # tl:{line}" if line else ""
 
 
-def _print(body: tuple[Stmt, ...], depth: int, out: list[str]) -> None:
+Note = Callable[[Stmt], str]  # a statement -> a remark printed after it (e.g. the instruction it matches)
+
+
+def _print(body: tuple[Stmt, ...], depth: int, out: list[str], note: Note | None) -> None:
     pad = "  " * depth
     for s in body:
         if isinstance(s, Loop):
             out.append(f"{pad}for {s.var} in {s.kind}({s.extent}):{_tag(s.line)}")
-            _print(s.body, depth + 1, out)
-        elif isinstance(s, Alloc):
-            out.append(f"{pad}alloc {fmt_buffer(s.buf)}{_tag(s.line)}")
+            _print(s.body, depth + 1, out, note)
+            continue
+        if isinstance(s, Alloc):
+            text = f"{pad}alloc {fmt_buffer(s.buf)}{_tag(s.line)}"
         elif isinstance(s, Assign):
-            out.append(f"{pad}{fmt_access(s.dst)} = {fmt_expr(s.expr)}{_tag(s.line)}")
+            text = f"{pad}{fmt_access(s.dst)} = {fmt_expr(s.expr)}{_tag(s.line)}"
         else:
-            out.append(f"{pad}{fmt_access(s.dst)} {s.op} {fmt_expr(s.expr)}{_tag(s.line)}")
+            text = f"{pad}{fmt_access(s.dst)} {s.op} {fmt_expr(s.expr)}{_tag(s.line)}"
+        remark = note(s) if note and not isinstance(s, Alloc) else ""
+        out.append(f"{text}  -> {remark}" if remark else text)
 
 
-def print_nest(k: Kernel) -> str:
+def print_nest(k: Kernel, note: Note | None = None) -> str:
     params = ", ".join(fmt_buffer(b) for b in k.params)
     outs = ", ".join(b.name for b in k.outputs)
     out = [f"kernel {k.name}({params}) -> {outs}"]
     out += [f"  out {fmt_buffer(b)}" for b in k.outputs]
-    _print(k.body, 1, out)
+    _print(k.body, 1, out, note)
     return "\n".join(out) + "\n"

@@ -17,6 +17,7 @@ from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.names import NameAllocator, program_names
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest
+from tilec.compiler.tensorize import match
 from tilec.compiler.directives import apply_schedule
 from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
@@ -49,9 +50,10 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     tgt = get_target(target)
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
     stages: dict[str, str] = {}
-    # nest: the program as loops over buffers (level A), one to one, with a NumPy meaning (nest_eval.py)
+    # nest: the program as loops over buffers (level A), one to one, with a NumPy meaning (nest_eval.py); each
+    # statement shows the instruction of the target's table it matches (tensorize.py)
     nest = lower_nest(program)
-    stages["nest"] = print_nest(nest)
+    stages["nest"] = print_nest(nest, lambda s: str(match(s, tgt) or ""))
     # lower: loop nests -> tensor computations with concrete extents (what each statement computes)
     comps = lower(program.kernel, program.sizes)
     stages["lower"] = print_comps(comps)
