@@ -31,7 +31,7 @@ from tilec.errors import InternalError
 from tilec.tune.bound import Bound, conv_bound, total_bound
 from tilec.tune.evaluate import Job, compile_job
 from tilec.tune.experts import expert_points
-from tilec.compiler.schedule import plan_directives, sbuf_budget
+from tilec.compiler.schedule import REDUCE_FREE, plan_directives, sbuf_budget
 from tilec.target import Target
 from tilec.tune.space import Check, Knob, Space
 
@@ -244,7 +244,7 @@ def reduce_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Kn
     reduced size F, <= 4096: one tensor_reduce each, folded into the accumulator column)."""
     rows, free = op.dims["R"], op.dims["F"]
     parts = [v for v in divisors(rows) if v <= t.pmax and v >= min(32, rows)]
-    frees = [v for v in divisors(free) if v <= 4096 and v >= min(64, free)]
+    frees = [v for v in divisors(free) if v <= REDUCE_FREE and v >= min(64, free)]  # the compiler's own bound
     dflt = op.defaults
     return [Knob(f"tile {op.ref('k0')}", "tile", op.ref("k0"), _with_default(dflt.get(("tile", "k0")), parts)),
             Knob(f"tile {op.ref('r0')}", "tile", op.ref("r0"), _with_default(dflt.get(("tile", "r0")), frees))], []
