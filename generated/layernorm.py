@@ -18,9 +18,6 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
-MU_TILE_P = 128
-D_TILE_P = 128
-V_TILE_P = 128
 Y_TILE_P = 128
 
 
@@ -31,82 +28,47 @@ def layernorm(X, g, b):
     assert g.shape == (512,), 'layernorm was compiled for g of shape (512,); recompile with tilec compile -D N=...'
     assert b.shape == (512,), 'layernorm was compiled for b of shape (512,); recompile with tilec compile -D N=...'
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-    mu = nl.ndarray((256,), dtype=nl.float32, buffer=nl.hbm)  # tl:5
-    d = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.hbm)  # tl:6
-    v = nl.ndarray((256,), dtype=nl.float32, buffer=nl.hbm)  # tl:7
-    r = nl.ndarray((256,), dtype=nl.float32, buffer=nl.hbm)  # tl:8
+    ones_f32 = nl.zeros((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    ones_f32[...] = nisa.tensor_scalar(ones_f32, nl.add, 1.0, dtype=nl.float32)  # tl:11
+    g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    nisa.dma_copy(dst=g_row, src=g)  # tl:11
+    g_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    g_bcast = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    g_bcast += nisa.nc_matmul(ones_f32, g_row)  # tl:11
+    g_tile[...] = nisa.tensor_copy(g_bcast, dtype=nl.float32)  # tl:11
+    b_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    nisa.dma_copy(dst=b_row, src=b)  # tl:11
+    b_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    b_bcast = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    b_bcast += nisa.nc_matmul(ones_f32, b_row)  # tl:11
+    b_tile[...] = nisa.tensor_copy(b_bcast, dtype=nl.float32)  # tl:11
 
-    # ---- mu = add over the last dims of X
-    for pt in nl.affine_range(2):  # tl:10  for i (tiles of TILE_P)
-        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        nisa.dma_copy(dst=X_tile, src=X[pt * MU_TILE_P:pt * MU_TILE_P + MU_TILE_P])  # tl:13
-        mu_acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        mu_acc[...] = nisa.tensor_reduce(nl.add, X_tile, axis=1, keepdims=True, dtype=nl.float32)  # tl:13
-        mu_acc[...] = nisa.tensor_scalar(mu_acc, nl.multiply, 0.001953125, dtype=nl.float32)  # tl:13
-        nisa.dma_copy(dst=mu[pt * MU_TILE_P:pt * MU_TILE_P + MU_TILE_P], src=mu_acc)  # tl:11
-
-    # ---- d = element-wise, broadcasting mu
-    for pt in nl.affine_range(2):  # tl:14  for i (tiles of TILE_P)
-        mu_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        nisa.dma_copy(dst=mu_col, src=mu[pt * D_TILE_P:pt * D_TILE_P + D_TILE_P])  # tl:15
-        X_tile2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        nisa.dma_copy(dst=X_tile2, src=X[pt * D_TILE_P:pt * D_TILE_P + D_TILE_P])  # tl:15
+    # ---- mu, d, v, r, Y: one pass over row tiles (fused row chain)
+    for pt in nl.affine_range(2):  # tl:11  for the rows (tiles of TILE_P), every op of the chain
+        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+        nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:11
+        mu_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        mu_col[...] = nisa.tensor_reduce(nl.add, X_tile, axis=1, keepdims=True, dtype=nl.float32)  # tl:13
+        mu_col[...] = nisa.tensor_scalar(mu_col, nl.multiply, 0.001953125, dtype=nl.float32)  # tl:13
         d_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        d_tile[...] = nisa.tensor_scalar(X_tile2, nl.subtract, mu_col, dtype=nl.float32)  # tl:15
-        nisa.dma_copy(dst=d[pt * D_TILE_P:pt * D_TILE_P + D_TILE_P], src=d_tile)  # tl:15
-
-    # ---- v = add over the last dims of d[i, j] * d[i, j]
-    for pt in nl.affine_range(2):  # tl:16  for i (tiles of TILE_P)
-        d_tile2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        nisa.dma_copy(dst=d_tile2, src=d[pt * V_TILE_P:pt * V_TILE_P + V_TILE_P])  # tl:19
+        d_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+        d_tmp1[...] = nisa.tensor_scalar(mu_col, nl.multiply, -1.0, dtype=nl.float32)  # tl:15
+        d_tile[...] = nisa.activation(op=nl.copy, data=X_tile, bias=d_tmp1, dtype=nl.float32)  # tl:15
         v_terms = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        v_terms[...] = nisa.tensor_tensor(d_tile2, d_tile2, op=nl.multiply, dtype=nl.float32)  # tl:19
-        v_acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        v_acc[...] = nisa.tensor_reduce(nl.add, v_terms, axis=1, keepdims=True, dtype=nl.float32)  # tl:19
-        v_acc[...] = nisa.tensor_scalar(v_acc, nl.multiply, 0.001953125, dtype=nl.float32)  # tl:19
-        nisa.dma_copy(dst=v[pt * V_TILE_P:pt * V_TILE_P + V_TILE_P], src=v_acc)  # tl:17
-    v_v2 = v.reshape((128, 2))  # tl:21
-    r_v = r.reshape((128, 2))  # tl:21
-
-    # ---- r = element-wise, 128 partitions
-    v_tile = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
-    nisa.dma_copy(dst=v_tile, src=v_v2)  # tl:21
-    r_tile = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
-    tmp1 = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
-    tmp1[...] = nisa.tensor_scalar(v_tile, nl.add, 1e-05, dtype=nl.float32)  # tl:21
-    r_tile[...] = nisa.activation(op=nl.rsqrt, data=tmp1, dtype=nl.float32)  # tl:21
-    nisa.dma_copy(dst=r_v, src=r_tile)  # tl:21
-    ones_f32 = nl.zeros((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-    ones_f32[...] = nisa.tensor_scalar(ones_f32, nl.add, 1.0, dtype=nl.float32)  # tl:23
-
-    # ---- Y = element-wise, broadcasting r, g, b
-
-    # ---- row g: copied to every partition
-    g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-    nisa.dma_copy(dst=g_row, src=g)  # tl:23
-    g_bcast = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
-    g_bcast += nisa.nc_matmul(ones_f32, g_row)  # tl:23
-    g_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-    g_tile[...] = nisa.tensor_copy(g_bcast, dtype=nl.float32)  # tl:23
-
-    # ---- row b: copied to every partition
-    b_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-    nisa.dma_copy(dst=b_row, src=b)  # tl:23
-    b_bcast = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
-    b_bcast += nisa.nc_matmul(ones_f32, b_row)  # tl:23
-    b_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-    b_tile[...] = nisa.tensor_copy(b_bcast, dtype=nl.float32)  # tl:23
-    for pt in nl.affine_range(2):  # tl:22  for i (tiles of TILE_P)
-        r_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        nisa.dma_copy(dst=r_col, src=r[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:23
-        d_tile3 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        nisa.dma_copy(dst=d_tile3, src=d[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:23
+        v_terms[...] = nisa.activation(op=nl.square, data=d_tile, dtype=nl.float32)  # tl:19
+        v_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+        v_col[...] = nisa.tensor_reduce(nl.add, v_terms, axis=1, keepdims=True, dtype=nl.float32)  # tl:19
+        v_col[...] = nisa.tensor_scalar(v_col, nl.multiply, 0.001953125, dtype=nl.float32)  # tl:19
+        r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
+        r_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
+        r_tmp1[...] = nisa.tensor_scalar(v_col, nl.add, 1e-05, dtype=nl.float32)  # tl:21
+        r_tile[...] = nisa.activation(op=nl.rsqrt, data=r_tmp1, dtype=nl.float32)  # tl:21
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        tmp12 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        tmp12[...] = nisa.tensor_scalar(d_tile3, nl.multiply, r_col, dtype=nl.float32)  # tl:23
-        tmp2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        tmp2[...] = nisa.tensor_tensor(tmp12, g_tile, op=nl.multiply, dtype=nl.float32)  # tl:23
-        Y_tile[...] = nisa.tensor_tensor(tmp2, b_tile, op=nl.add, dtype=nl.float32)  # tl:23
-        nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:23
+        Y_tmp1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        Y_tmp1[...] = nisa.activation(op=nl.copy, data=d_tile, scale=r_tile, dtype=nl.float32)  # tl:23
+        Y_tmp2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        Y_tmp2[...] = nisa.tensor_tensor(Y_tmp1, g_tile, op=nl.multiply, dtype=nl.float32)  # tl:23
+        Y_tile[...] = nisa.tensor_tensor(Y_tmp2, b_tile, op=nl.add, dtype=nl.float32)  # tl:23
+        nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:11
 
     return Y

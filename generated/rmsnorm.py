@@ -15,7 +15,6 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
-MS_TILE_P = 128
 Y_TILE_P = 128
 
 
@@ -25,51 +24,32 @@ def rmsnorm(X, g):
     assert X.shape == (256, 512), 'rmsnorm was compiled for X of shape (256, 512); recompile with tilec compile -D M=... -D N=...'
     assert g.shape == (512,), 'rmsnorm was compiled for g of shape (512,); recompile with tilec compile -D N=...'
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-    ms = nl.ndarray((256,), dtype=nl.float32, buffer=nl.hbm)  # tl:4
-    r = nl.ndarray((256,), dtype=nl.float32, buffer=nl.hbm)  # tl:5
+    ones_f32 = nl.zeros((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+    ones_f32[...] = nisa.tensor_scalar(ones_f32, nl.add, 1.0, dtype=nl.float32)  # tl:8
+    g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+    nisa.dma_copy(dst=g_row, src=g)  # tl:8
+    g_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+    g_bcast = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:8
+    g_bcast += nisa.nc_matmul(ones_f32, g_row)  # tl:8
+    g_tile[...] = nisa.tensor_copy(g_bcast, dtype=nl.float32)  # tl:8
 
-    # ---- ms = add over the last dims of X[i, j] * X[i, j]
-    for pt in nl.affine_range(2):  # tl:7  for i (tiles of TILE_P)
-        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        nisa.dma_copy(dst=X_tile, src=X[pt * MS_TILE_P:pt * MS_TILE_P + MS_TILE_P])  # tl:10
+    # ---- ms, r, Y: one pass over row tiles (fused row chain)
+    for pt in nl.affine_range(2):  # tl:8  for the rows (tiles of TILE_P), every op of the chain
+        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+        nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:8
         ms_terms = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        ms_terms[...] = nisa.tensor_tensor(X_tile, X_tile, op=nl.multiply, dtype=nl.float32)  # tl:10
-        ms_acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        ms_acc[...] = nisa.tensor_reduce(nl.add, ms_terms, axis=1, keepdims=True, dtype=nl.float32)  # tl:10
-        ms_acc[...] = nisa.tensor_scalar(ms_acc, nl.multiply, 0.001953125, dtype=nl.float32)  # tl:10
-        nisa.dma_copy(dst=ms[pt * MS_TILE_P:pt * MS_TILE_P + MS_TILE_P], src=ms_acc)  # tl:8
-    ms_v2 = ms.reshape((128, 2))  # tl:12
-    r_v = r.reshape((128, 2))  # tl:12
-
-    # ---- r = element-wise, 128 partitions
-    ms_tile = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    nisa.dma_copy(dst=ms_tile, src=ms_v2)  # tl:12
-    r_tile = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    tmp1 = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    tmp1[...] = nisa.tensor_scalar(ms_tile, nl.add, 1e-06, dtype=nl.float32)  # tl:12
-    r_tile[...] = nisa.activation(op=nl.rsqrt, data=tmp1, dtype=nl.float32)  # tl:12
-    nisa.dma_copy(dst=r_v, src=r_tile)  # tl:12
-    ones_f32 = nl.zeros((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    ones_f32[...] = nisa.tensor_scalar(ones_f32, nl.add, 1.0, dtype=nl.float32)  # tl:14
-
-    # ---- Y = element-wise, broadcasting r, g
-
-    # ---- row g: copied to every partition
-    g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    nisa.dma_copy(dst=g_row, src=g)  # tl:14
-    g_bcast = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:14
-    g_bcast += nisa.nc_matmul(ones_f32, g_row)  # tl:14
-    g_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    g_tile[...] = nisa.tensor_copy(g_bcast, dtype=nl.float32)  # tl:14
-    for pt in nl.affine_range(2):  # tl:13  for i (tiles of TILE_P)
-        r_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-        nisa.dma_copy(dst=r_col, src=r[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:14
-        X_tile2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-        nisa.dma_copy(dst=X_tile2, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:14
+        ms_terms[...] = nisa.activation(op=nl.square, data=X_tile, dtype=nl.float32)  # tl:10
+        ms_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+        ms_col[...] = nisa.tensor_reduce(nl.add, ms_terms, axis=1, keepdims=True, dtype=nl.float32)  # tl:10
+        ms_col[...] = nisa.tensor_scalar(ms_col, nl.multiply, 0.001953125, dtype=nl.float32)  # tl:10
+        r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+        r_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+        r_tmp1[...] = nisa.tensor_scalar(ms_col, nl.add, 1e-06, dtype=nl.float32)  # tl:12
+        r_tile[...] = nisa.activation(op=nl.rsqrt, data=r_tmp1, dtype=nl.float32)  # tl:12
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-        tmp12 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-        tmp12[...] = nisa.tensor_scalar(X_tile2, nl.multiply, r_col, dtype=nl.float32)  # tl:14
-        Y_tile[...] = nisa.tensor_tensor(tmp12, g_tile, op=nl.multiply, dtype=nl.float32)  # tl:14
-        nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:14
+        Y_tmp1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+        Y_tmp1[...] = nisa.activation(op=nl.copy, data=X_tile, scale=r_tile, dtype=nl.float32)  # tl:14
+        Y_tile[...] = nisa.tensor_tensor(Y_tmp1, g_tile, op=nl.multiply, dtype=nl.float32)  # tl:14
+        nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:8
 
     return Y

@@ -17,9 +17,6 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
-M_TILE_P = 128
-E_TILE_P = 128
-S_TILE_P = 128
 Y_TILE_P = 128
 
 
@@ -28,46 +25,23 @@ Y_TILE_P = 128
 def softmax(X):
     assert X.shape == (256, 512), 'softmax was compiled for X of shape (256, 512); recompile with tilec compile -D M=... -D N=...'
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-    m = nl.ndarray((256,), dtype=nl.float32, buffer=nl.hbm)  # tl:4
-    e = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.hbm)  # tl:5
-    s = nl.ndarray((256,), dtype=nl.float32, buffer=nl.hbm)  # tl:6
 
-    # ---- m = maximum over the last dims of X
-    for pt in nl.affine_range(2):  # tl:8  for i (tiles of TILE_P)
-        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-        nisa.dma_copy(dst=X_tile, src=X[pt * M_TILE_P:pt * M_TILE_P + M_TILE_P])  # tl:11
-        m_acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-        m_acc[...] = nisa.tensor_reduce(nl.maximum, X_tile, axis=1, keepdims=True, dtype=nl.float32)  # tl:11
-        nisa.dma_copy(dst=m[pt * M_TILE_P:pt * M_TILE_P + M_TILE_P], src=m_acc)  # tl:9
-
-    # ---- e = element-wise, broadcasting m
-    for pt in nl.affine_range(2):  # tl:12  for i (tiles of TILE_P)
-        m_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        nisa.dma_copy(dst=m_col, src=m[pt * E_TILE_P:pt * E_TILE_P + E_TILE_P])  # tl:13
-        X_tile2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        nisa.dma_copy(dst=X_tile2, src=X[pt * E_TILE_P:pt * E_TILE_P + E_TILE_P])  # tl:13
+    # ---- m, e, s, Y: one pass over row tiles (fused row chain)
+    for pt in nl.affine_range(2):  # tl:9  for the rows (tiles of TILE_P), every op of the chain
+        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+        nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:9
+        m_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+        m_col[...] = nisa.tensor_reduce(nl.maximum, X_tile, axis=1, keepdims=True, dtype=nl.float32)  # tl:11
         e_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        tmp1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        tmp1[...] = nisa.tensor_scalar(X_tile2, nl.subtract, m_col, dtype=nl.float32)  # tl:13
-        e_tile[...] = nisa.activation(op=nl.exp, data=tmp1, dtype=nl.float32)  # tl:13
-        nisa.dma_copy(dst=e[pt * E_TILE_P:pt * E_TILE_P + E_TILE_P], src=e_tile)  # tl:13
-
-    # ---- s = add over the last dims of e
-    for pt in nl.affine_range(2):  # tl:14  for i (tiles of TILE_P)
-        e_tile2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-        nisa.dma_copy(dst=e_tile2, src=e[pt * S_TILE_P:pt * S_TILE_P + S_TILE_P])  # tl:17
-        s_acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-        s_acc[...] = nisa.tensor_reduce(nl.add, e_tile2, axis=1, keepdims=True, dtype=nl.float32)  # tl:17
-        nisa.dma_copy(dst=s[pt * S_TILE_P:pt * S_TILE_P + S_TILE_P], src=s_acc)  # tl:15
-
-    # ---- Y = element-wise, broadcasting s
-    for pt in nl.affine_range(2):  # tl:18  for i (tiles of TILE_P)
-        s_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        nisa.dma_copy(dst=s_col, src=s[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:19
-        e_tile3 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        nisa.dma_copy(dst=e_tile3, src=e[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:19
+        e_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        e_tmp1[...] = nisa.tensor_scalar(m_col, nl.multiply, -1.0, dtype=nl.float32)  # tl:13
+        e_tile[...] = nisa.activation(op=nl.exp, data=X_tile, bias=e_tmp1, dtype=nl.float32)  # tl:13
+        s_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        s_col[...] = nisa.tensor_reduce(nl.add, e_tile, axis=1, keepdims=True, dtype=nl.float32)  # tl:17
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        Y_tile[...] = nisa.tensor_scalar(e_tile3, nl.divide, s_col, dtype=nl.float32)  # tl:19
-        nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:19
+        Y_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+        Y_tmp1[...] = nisa.activation(op=nl.reciprocal, data=s_col, dtype=nl.float32)  # tl:19
+        Y_tile[...] = nisa.activation(op=nl.copy, data=e_tile, scale=Y_tmp1, dtype=nl.float32)  # tl:19
+        nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:9
 
     return Y

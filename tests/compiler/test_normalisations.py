@@ -55,3 +55,54 @@ def test_broadcast_operands_carry_constants() -> None:
     c = compile_loaded(lang.load(BROADCAST_CONSTANTS))
     assert "c_col, nl.multiply, 0.5" in c.source  # the constant is applied to the (P, 1) column, not the tile
     check(c)
+
+
+def test_a_row_chain_is_one_pass_over_row_tiles() -> None:
+    """With the default schedule the four softmax statements share one loop over row tiles: no intermediate goes
+    to HBM, the shift rides on the exp (activation bias) and the division on a ScalarE scale."""
+    c = compile_example("softmax")
+    assert "fused row chain" in c.source and "buffer=nl.hbm" not in c.source
+    assert "nisa.activation(op=nl.exp, data=X_tile, bias=" in c.source
+    assert c.source.count("nisa.dma_copy(") == 2  # one load, one store per row tile
+
+
+def test_a_directive_on_a_chain_op_keeps_that_op_separate() -> None:
+    """`tile s.j, 256` schedules s on its own: m and e still fuse, e goes through HBM to s and Y."""
+    c = compile_example("softmax", schedule="tile s.j, 256")
+    assert "# ---- m, e: one pass over row tiles (fused row chain)" in c.source
+    assert "S_TILE_F = 256" in c.source and "e = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.hbm)" in c.source
+    check(c)
+
+
+SOFTMAX_WITH_SUMS = """kernel sm(X: f32[M, N]) -> Y, s
+  default M = 200, N = 300
+  m: f32[M]
+  e: f32[M, N]
+  s: f32[M]
+  Y: f32[M, N]
+  for i in 0..M:
+    m[i] = -inf
+    for j in 0..N:
+      m[i] max= X[i, j]
+  for i in 0..M, j in 0..N:
+    e[i, j] = exp(X[i, j] - m[i])
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += e[i, j]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = e[i, j] / s[i]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_a_chain_stores_every_output_it_makes(dtype: str) -> None:
+    c = compile_loaded(lang.load(SOFTMAX_WITH_SUMS.replace("f32", dtype)))
+    assert "fused row chain" in c.source
+    if dtype == "f32":
+        check(c)
+        return
+    inputs = inputs_for(c.program)
+    want, got = lang.evaluate(c.program, inputs), c.run(**inputs)
+    for name in want:
+        np.testing.assert_allclose(np.asarray(got[name], np.float32), want[name], rtol=4e-3, atol=1e-3)

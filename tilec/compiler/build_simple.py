@@ -127,8 +127,11 @@ class ExprCompiler:
     """Evaluate an element-wise expression tree into tensor_tensor / tensor_scalar / activation instructions."""
 
     def __init__(self, tiles: dict[str, View], shape: tuple[int, int], line: int, fresh: Fresh,
-                 columns: set[str]) -> None:
+                 columns: set[str], fold: bool = False, prefix: str = "tmp") -> None:
         self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
+        # fold: an activation of `x + col`, `x - col` or `x * c` is one ScalarE instruction FN(x * scale + bias)
+        # (the row chains use it: it takes a VectorE pass off the busiest engine)
+        self.fold, self.prefix = fold, prefix
         self.cur = shape  # the shape of a temporary: (P, 1) while computing an expression of columns only
         self.columns = columns  # tensors whose tile is a (P, 1) column: tensor_scalar operands
         self.done: dict[str, View] = {}  # subexpression (printed) -> the temporary holding its value
@@ -141,7 +144,7 @@ class ExprCompiler:
 
     def temp(self) -> tuple[list[Stmt], View]:
         self.n += 1
-        buf = Buf(self.fresh(f"tmp{self.n}"), "sbuf", "f32", self.cur)
+        buf = Buf(self.fresh(f"{self.prefix}{self.n}"), "sbuf", "f32", self.cur)
         return [Alloc(buf, line=self.line)], whole(buf)
 
     def value(self, e: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
@@ -174,6 +177,8 @@ class ExprCompiler:
                 if c is not None:
                     return self.scalar(x, op, c, dst)
             return self.binary(e.args[0], e.args[1], op, dst)
+        if self.fold and (on_act := self.on_scalar_engine(e, dst)) is not None:
+            return on_act
         rc, lc = const_value(e.rhs), const_value(e.lhs)
         if e.op == "/" and rc is not None:
             return self.scalar(e.lhs, "multiply", 1.0 / rc, dst)
@@ -194,9 +199,69 @@ class ExprCompiler:
         return self.binary(e.lhs, e.rhs, _BIN[e.op], dst)
 
     def activation(self, fn: str, x: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
+        folded = self.affine(x) if self.fold else None
+        if folded is not None:
+            pre, v, scale, bias = folded
+            out, d = self.target(dst)
+            return pre + out + [Act(d, v, fn, bias, scale, self.line)], d
         pre, v = self.value(x, None)
         out, d = self.target(dst)
         return pre + out + [Act(d, v, fn, None, 1.0, self.line)], d
+
+    def on_scalar_engine(self, e: sx.BinOp, dst: View | None) -> tuple[list[Stmt], View] | None:
+        """A full tile plus/minus, times or over a column, as one ScalarE copy FN(x * scale + bias): the VectorE
+        passes of a row chain (its reductions) then overlap it."""
+        if e.op == "*" and fmt_expr(e.lhs) == fmt_expr(e.rhs) and not self.is_column(e):  # x * x: ScalarE's square
+            pre, v = self.value(e.lhs, None)
+            out, d = self.target(dst)
+            return pre + out + [Act(d, v, "square", None, 1.0, self.line)], d
+        if self.is_column(e) or e.op not in "+-*/":
+            return None
+        col, x = (e.rhs, e.lhs) if self.is_column(e.rhs) else (e.lhs, e.rhs) if e.op in "+*" else (None, None)
+        if col is None or not self.is_column(col) or self.is_column(x):
+            return None
+        if e.op in "+-":
+            folded = self.affine(e)
+            if folded is None:
+                return None
+            pre, v, scale, bias = folded
+            out, d = self.target(dst)
+            return pre + out + [Act(d, v, "copy", bias, scale, self.line)], d
+        pre, v = self.value(x, None)
+        pc, c = self.value(col, None)
+        if e.op == "/":  # x / col = x * (1 / col): the reciprocal of the (P, 1) column, then the scale
+            shape, self.cur = self.cur, (self.shape[0], 1)
+            more, inv = self.temp()
+            self.cur = shape
+            pc = pc + more + [Act(inv, c, "reciprocal", None, 1.0, self.line)]
+            c = inv
+        out, d = self.target(dst)
+        return pre + pc + out + [Act(d, v, "copy", None, c, self.line)], d
+
+    def affine(self, e: sx.Expr) -> tuple[list[Stmt], View, float, View | None] | None:
+        """`x + col`, `col + x`, `x - col` -> (x, scale 1, bias +-col); `x * c`, `c * x` -> (x, scale c, no bias)."""
+        if not isinstance(e, sx.BinOp) or self.is_column(e):
+            return None
+        if e.op == "*":
+            for x, c in ((e.lhs, const_value(e.rhs)), (e.rhs, const_value(e.lhs))):
+                if c is not None:
+                    pre, v = self.value(x, None)
+                    return pre, v, c, None
+            return None
+        if e.op not in "+-":
+            return None
+        for x, col, sign in ((e.lhs, e.rhs, 1.0 if e.op == "+" else -1.0), (e.rhs, e.lhs, 1.0)):
+            if self.is_column(col) and not self.is_column(x) and not (e.op == "-" and col is e.lhs):
+                pre, v = self.value(x, None)
+                pc, c = self.value(col, None)
+                if sign < 0:  # the bias adds: negate the (P, 1) column first (one tiny instruction)
+                    shape, self.cur = self.cur, (self.shape[0], 1)
+                    more, neg = self.temp()
+                    self.cur = shape
+                    pc = pc + more + [Scalar(neg, c, "multiply", -1.0, self.line)]
+                    c = neg
+                return pre + pc, v, 1.0, c
+        return None
 
     def target(self, dst: View | None) -> tuple[list[Stmt], View]:
         return ([], dst) if dst is not None else self.temp()

@@ -24,8 +24,9 @@ BUFFERS = {"sbuf": "nl.sbuf", "psum": "nl.psum", "hbm": "nl.hbm"}
 RANGES = {"affine": "nl.affine_range", "sequential": "nl.sequential_range", "static": "nl.static_range"}
 ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "divide": "nl.divide",
        "maximum": "nl.maximum", "minimum": "nl.minimum"}
-# activation functions: copy (an eviction) and every activation of the language's function table
-FUNCS = {"copy": "nl.copy", **{name: f"nl.{FUNCTIONS[name].nki}" for name in ACTIVATIONS}}
+# activation functions: copy (an eviction), square (x * x in a row chain) and every activation of the language's
+# function table
+FUNCS = {"copy": "nl.copy", "square": "nl.square", **{name: f"nl.{FUNCTIONS[name].nki}" for name in ACTIVATIONS}}
 
 
 class Namer:
@@ -119,7 +120,8 @@ class _ViewModel:
             return {**base, "kind": "copy", "src": self.view(s.src)}
         if isinstance(s, Act):
             extra = f", bias={self.view(s.bias)}" if s.bias is not None else ""
-            extra += f", scale={s.scale!r}" if s.scale != 1.0 else ""
+            extra += f", scale={self.view(s.scale)}" if isinstance(s.scale, View) else \
+                f", scale={s.scale!r}" if s.scale != 1.0 else ""
             return {**base, "kind": "act", "func": FUNCS[s.func], "src": self.view(s.src), "extra": extra}
         if isinstance(s, Binary):
             return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op]}

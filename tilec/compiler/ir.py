@@ -173,7 +173,7 @@ class Act:
     src: View
     func: str = "copy"  # copy | an activation of tilec.lang.functions (relu, exp, sqrt, ...)
     bias: View | None = None
-    scale: float = 1.0
+    scale: "float | View" = 1.0  # a constant, or a (P, 1) column: one factor per partition
     line: int = 0
 
 
@@ -271,7 +271,7 @@ def _stmt_head(s: Stmt) -> str:
         return f"copy {fmt_view(s.dst)} <- {fmt_view(s.src)}"
     if isinstance(s, Act):
         bias = f" + {fmt_view(s.bias)}" if s.bias else ""
-        scale = f" * {s.scale:g}" if s.scale != 1.0 else ""
+        scale = f" * {fmt_view(s.scale)}" if isinstance(s.scale, View) else f" * {s.scale:g}" if s.scale != 1.0 else ""
         return f"act {fmt_view(s.dst)} <- {s.func}({fmt_view(s.src)}{scale}{bias})"
     if isinstance(s, Binary):
         return f"{s.op} {fmt_view(s.dst)} <- {fmt_view(s.a)}, {fmt_view(s.b)}"

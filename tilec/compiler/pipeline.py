@@ -12,6 +12,7 @@ from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.build_simple import build_eltwise, build_pool, build_transpose
 from tilec.compiler.build_reduce import build_reduce
 from tilec.compiler.build_colreduce import build_column_reduce
+from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
@@ -68,7 +69,8 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     ops, plans = unfuse(ops, plans, program)
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
-    kernel = build_kernel(program, ops, plans, names)
+    scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
+    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt))
     _check_capacity(kernel, tgt)
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
@@ -130,27 +132,58 @@ def unfuse(ops: tuple, plans: tuple, program) -> tuple[tuple, tuple]:
     return tuple(out_ops), tuple(out_plans)
 
 
-def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator) -> ir.Kernel:
+def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, scheduled: set[str] = frozenset(),
+                 budget: int = 0) -> ir.Kernel:
+    """Each op by its builder; a run of row ops with the default schedule (softmax, layernorm, ...) as one fused
+    row chain when its tiles fit `budget` (build_rowchain.py)."""
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     params = tuple(hbm[p.name] for p in program.kernel.params)
     outputs = tuple(hbm[o] for o in program.kernel.outputs)
+    parts = _parts(program, ops, plans, names, hbm, scheduled, budget)
+    stored = {n for group, _, _ in parts for n in group}
     body: list[ir.Stmt] = []
     for name, t in program.tensors.items():
-        if t.kind == "temp" and any(op.out == name for op in ops):
+        if t.kind == "temp" and name in stored:
             body.append(ir.Alloc(hbm[name], line=t.span.line))  # an intermediate that really goes through HBM
     consts: dict[str, int] = {}
-    for op, plan in zip(ops, plans):
-        builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
-                   EltwiseOp: build_eltwise, ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}[type(op)]
-        op_consts, stmts = builder(op, plan, hbm, _fresh(names, op))
-        op_consts = used_consts(stmts, op_consts)
-        prefix = "" if len(ops) == 1 else f"{op.out.upper()}_"
-        if prefix:
-            stmts = passes.rename_consts(stmts, prefix)
-            op_consts = [(prefix + n, v) for n, v in op_consts]
+    for _, op_consts, stmts in parts:
         consts.update(op_consts)
         body += stmts
     return ir.Kernel(program.kernel.name, params, outputs, tuple(body), tuple(consts.items()))
+
+
+def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, scheduled: set[str], budget: int
+           ) -> list[tuple[set[str], list, list]]:
+    """(tensors written to HBM, consts, statements) per op or fused row chain, in program order."""
+    chains = {c[0]: c for c in row_chains(ops, scheduled)} if budget else {}
+    out, skip = [], set()
+    for i, (op, plan) in enumerate(zip(ops, plans)):
+        if i in skip:
+            continue
+        if i in chains:
+            members = [ops[j] for j in chains[i]]
+            outside = [o for j, o in enumerate(ops) if j not in chains[i]]
+            keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
+            built = build_row_chain(members, hbm, lambda o: _fresh(names, o), keep)
+            if passes.peak_usage(tuple(built[1]))[0] <= budget:
+                out.append(_named({m.out for m in members} & keep, built, members[-1].out, len(ops)))
+                skip |= set(chains[i])
+                continue
+        builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
+                   EltwiseOp: build_eltwise, ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}[type(op)]
+        out.append(_named({op.out}, builder(op, plan, hbm, _fresh(names, op)), op.out, len(ops)))
+    return out
+
+
+def _named(stored: set[str], built: tuple, out: str, n_ops: int) -> tuple[set[str], list, list]:
+    """The op's constants prefixed with its output's name when the kernel has several ops (Y_TILE_P)."""
+    op_consts, stmts = built
+    op_consts = used_consts(stmts, op_consts)
+    if n_ops > 1:
+        prefix = f"{out.upper()}_"
+        stmts = passes.rename_consts(stmts, prefix)
+        op_consts = [(prefix + n, v) for n, v in op_consts]
+    return stored, op_consts, stmts
 
 
 def _fresh(names: NameAllocator, op):
