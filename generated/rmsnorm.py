@@ -38,9 +38,8 @@ def rmsnorm(X, g):
         X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:8
         ms_terms = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        ms_terms[...] = nisa.activation(op=nl.square, data=X_tile, dtype=nl.float32)  # tl:10
         ms_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        ms_col[...] = nisa.tensor_reduce(nl.add, ms_terms, axis=1, keepdims=True, dtype=nl.float32)  # tl:10
+        ms_terms[...] = nisa.activation(op=nl.square, data=X_tile, reduce_op=nl.add, reduce_res=ms_col, dtype=nl.float32)  # tl:10
         ms_col[...] = nisa.tensor_scalar(ms_col, nl.multiply, 0.001953125, dtype=nl.float32)  # tl:10
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         r_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12

@@ -35,9 +35,8 @@ def softmax(X):
         e_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         e_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         e_tmp1[...] = nisa.tensor_scalar(m_col, nl.multiply, -1.0, dtype=nl.float32)  # tl:13
-        e_tile[...] = nisa.activation(op=nl.exp, data=X_tile, bias=e_tmp1, dtype=nl.float32)  # tl:13
         s_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-        s_col[...] = nisa.tensor_reduce(nl.add, e_tile, axis=1, keepdims=True, dtype=nl.float32)  # tl:17
+        e_tile[...] = nisa.activation(op=nl.exp, data=X_tile, bias=e_tmp1, reduce_op=nl.add, reduce_res=s_col, dtype=nl.float32)  # tl:13
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
         Y_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
         Y_tmp1[...] = nisa.activation(op=nl.reciprocal, data=s_col, dtype=nl.float32)  # tl:19

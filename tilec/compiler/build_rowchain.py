@@ -16,11 +16,13 @@ is fused only with the default schedule (no directive names its ops) and when it
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_simple import ExprCompiler
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
-from tilec.compiler.ir import Alloc, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import Act, Alloc, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
 
@@ -93,7 +95,7 @@ class _Chain:
             st, tiles[name] = self.load(name)
             body += st
         for op in self.ops:
-            body += self.compute(op, tiles)
+            body += self.compute(op, tiles, body)
         for name in sorted(self.keep & self.made, key=lambda n: [o.out for o in self.ops].index(n)):
             body += self.store(name, tiles[name])
         outs = ", ".join(op.out for op in self.ops)
@@ -147,10 +149,10 @@ class _Chain:
             self.row_tiles[name] = whole(tile)
         return out, bool(names)
 
-    def compute(self, op: Op, tiles: dict[str, View]) -> list[Stmt]:
+    def compute(self, op: Op, tiles: dict[str, View], done: list[Stmt]) -> list[Stmt]:
         line = getattr(op, "update_line", 0) or op.line
         if type(op) is ReduceOp:
-            return self.reduce(op, tiles, line)
+            return self.reduce(op, tiles, line, done)
         assert isinstance(op, EltwiseOp)
         free = self.F if self.kind(op.out) == "full" else 1
         fresh = self.fresh_for(op)
@@ -163,7 +165,10 @@ class _Chain:
         tiles[op.out] = whole(out)
         return stmts
 
-    def reduce(self, op: ReduceOp, tiles: dict[str, View], line: int) -> list[Stmt]:
+    def reduce(self, op: ReduceOp, tiles: dict[str, View], line: int, done: list[Stmt]) -> list[Stmt]:
+        """A max/min is a VectorE tensor_reduce. A sum rides on ScalarE: the activation that computed the summed
+        tile also writes its row sums (reduce_res), or a copy activation of a loaded tile does; VectorE, which
+        carries the chain's other reductions and tensor_tensor work, is then free of it."""
         stmts: list[Stmt] = []
         fresh = self.fresh_for(op)
         if op.expr is None:
@@ -175,7 +180,12 @@ class _Chain:
                                   prefix=f"{op.out}_tmp").emit(op.expr, whole(value))
             src = whole(value)
         col = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (self.TP, 1))
-        stmts += [Alloc(col, line=line), Reduce(whole(col), src, op.op, line)]
+        if op.op != "add":
+            stmts += [Alloc(col, line=line), Reduce(whole(col), src, op.op, line)]
+        elif not (self.sum_on_act(stmts, src, col, line) or self.sum_on_act(done, src, col, line)):
+            junk = Buf(fresh(f"{op.out}_copy"), "sbuf", "f32", (self.TP, self.F))
+            stmts += [Alloc(col, line=line), Alloc(junk, line=line),
+                      Act(whole(junk), src, "copy", None, 1.0, line, whole(col))]
         if op.scale != 1.0:
             stmts.append(Scalar(whole(col), whole(col), "multiply", op.scale, line))
         if isinstance(op.init, str):
@@ -184,6 +194,20 @@ class _Chain:
             stmts.append(Scalar(whole(col), whole(col), op.op, op.init, op.line))
         tiles[op.out] = whole(col)
         return stmts
+
+    @staticmethod
+    def sum_on_act(stmts: list[Stmt], src: View, col: Buf, line: int) -> bool:
+        """Attach the row sum to the activation that wrote `src`, if one did (in place, in `stmts`, with the
+        column's allocation just before it)."""
+        for i in range(len(stmts) - 1, -1, -1):
+            s = stmts[i]
+            if isinstance(s, Act) and s.dst == src and s.total is None:
+                stmts[i] = dataclasses.replace(s, total=whole(col))
+                stmts.insert(i, Alloc(col, line=line))
+                return True
+            if src in ir.views(s):  # read or written by something else after the activation: leave it
+                return False
+        return False
 
     def store(self, name: str, tile: View) -> list[Stmt]:
         free = tile.buf.shape[1]

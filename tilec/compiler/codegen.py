@@ -122,6 +122,7 @@ class _ViewModel:
             extra = f", bias={self.view(s.bias)}" if s.bias is not None else ""
             extra += f", scale={self.view(s.scale)}" if isinstance(s.scale, View) else \
                 f", scale={s.scale!r}" if s.scale != 1.0 else ""
+            extra += f", reduce_op=nl.add, reduce_res={self.view(s.total)}" if s.total is not None else ""
             return {**base, "kind": "act", "func": FUNCS[s.func], "src": self.view(s.src), "extra": extra}
         if isinstance(s, Binary):
             return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op]}

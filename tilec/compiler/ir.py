@@ -14,7 +14,8 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
            | Matmul(acc, stationary, moving)         acc (PSUM) += stationary.T @ moving
            | Transpose(dst, src)                     PE transpose of src (SBUF) into dst (PSUM); or DMA transpose
            | Copy(dst, src)                          PSUM/SBUF -> SBUF copy with a dtype cast
-           | Act(dst, src, func, bias, scale)        dst = func(src * scale + bias), bias per partition
+           | Act(dst, src, func, bias, scale, total)  dst = func(src * scale + bias), bias per partition;
+                                                     total (P, 1) = the sum of dst along the free dims
            | Binary(dst, a, b, op)                   dst = a op b element-wise (tensor_tensor)
            | Scalar(dst, src, op, value, reverse)    dst = src op value (tensor_scalar); value: a constant or a
                                                      (P, 1) column, one scalar per partition; reverse: value op src
@@ -175,6 +176,7 @@ class Act:
     bias: View | None = None
     scale: "float | View" = 1.0  # a constant, or a (P, 1) column: one factor per partition
     line: int = 0
+    total: View | None = None  # a (P, 1) column that also receives the sum of the result along the free dims
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,8 @@ def _stmt_head(s: Stmt) -> str:
     if isinstance(s, Act):
         bias = f" + {fmt_view(s.bias)}" if s.bias else ""
         scale = f" * {fmt_view(s.scale)}" if isinstance(s.scale, View) else f" * {s.scale:g}" if s.scale != 1.0 else ""
-        return f"act {fmt_view(s.dst)} <- {s.func}({fmt_view(s.src)}{scale}{bias})"
+        total = f", sum -> {fmt_view(s.total)}" if s.total is not None else ""
+        return f"act {fmt_view(s.dst)} <- {s.func}({fmt_view(s.src)}{scale}{bias}){total}"
     if isinstance(s, Binary):
         return f"{s.op} {fmt_view(s.dst)} <- {fmt_view(s.a)}, {fmt_view(s.b)}"
     if isinstance(s, Scalar):
