@@ -42,6 +42,15 @@ LAST_WINS = """kernel last(X: f32[M, N]) -> Y
   for i in 0..M, j in 0..N:
     Y[i] = X[i, j]
 """
+CHAIN = """kernel chain(X: f32[M, N], b: f32[N]) -> Y
+  default M = 16, N = 8
+  T: f32[M, N]
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    T[i, j] = X[i, j] * 2
+  for i in 0..M, j in 0..N:
+    Y[i, j] = T[i, j] + b[j]
+"""
 CONV = ("conv_relu", {"N": 1, "C": 128, "H": 6, "W": 6, "K": 128})
 
 
@@ -58,6 +67,8 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
     "unroll": (ROWSUM, lambda k: pr.unroll(k, "j")),
     "partition": (ELTWISE, lambda k: pr.partition(pr.split(k, "i", 128), "i_i")),
     "stage": (MATMUL, lambda k: pr.stage(k, "B", "j#1", "sbuf")),
+    "compute_at": (CHAIN, lambda k: pr.compute_at(k, "T", "i#1")),
+    "compute_at_inner": (CHAIN, lambda k: pr.compute_at(k, "T", "j#1")),
     "split_reorder_stage": (ELTWISE, lambda k: pr.stage(pr.reorder(pr.split(k, "i", 128), "i_o", "i_i", "j"),
                                                         "X", "i_i", "sbuf")),
 }
@@ -81,6 +92,16 @@ def test_primitive_keeps_the_meaning(name: str, golden) -> None:
     golden.check(f"compiler/primitives/{name}.txt", _diff(print_nest(before), print_nest(after)))
 
 
+def test_compute_at_of_a_conv_into_its_pool_keeps_the_meaning() -> None:
+    """conv computed per pooled row: each iteration of Y's loop i computes the 2 conv rows its window reads."""
+    prog = program("conv_bias_maxpool", {"N": 1, "C": 128, "H": 6, "W": 8, "K": 128})
+    before = lower_nest(prog)
+    after = pr.compute_at(before, "conv", "i")
+    assert "for y_r in serial(2):" in print_nest(after) and "alloc conv" in print_nest(after)
+    inputs = inputs_for(prog)
+    np.testing.assert_allclose(evaluate_nest(after, inputs)["Y"], evaluate_nest(before, inputs)["Y"], rtol=1e-5)
+
+
 def test_stage_on_a_convolution_keeps_the_meaning() -> None:
     """The input window a conv output row reads (X[n, c, y + r, x + s] over c, r, s) staged at loop x."""
     prog = program(*CONV)
@@ -101,6 +122,8 @@ ERRORS = {
     "partition_too_many": (ELTWISE, lambda k: pr.partition(k, "i")),
     "partition_not_indexing": (ROWSUM, lambda k: pr.partition(k, "j")),
     "stage_not_read": (MATMUL, lambda k: pr.stage(k, "A", "i#0", "sbuf")),
+    "compute_at_output": (CHAIN, lambda k: pr.compute_at(k, "Y", "i#1")),
+    "compute_at_before_producer": (CHAIN, lambda k: pr.compute_at(k, "T", "i#0")),
 }
 
 

@@ -8,6 +8,7 @@ and error goldens (tests/golden/compiler/primitives/).
     unroll(k, "r")            for r in serial(3)  ->  for r in unrolled(3)
     partition(k, "i")         for i in serial(128)  ->  for i in partition(128)     (extent <= target partitions)
     stage(k, "A", "i", "sbuf")  inside loop i: alloc A_sbuf, copy the region of A the body reads, read it instead
+    compute_at(k, "T", "i")   the nest computing T moves under loop i, computing the region one iteration reads
 """
 from __future__ import annotations
 
@@ -313,4 +314,76 @@ def _prod(xs: tuple[int, ...]) -> int:
     return out
 
 
-__all__ = ["split", "reorder", "unroll", "partition", "stage", "find_loop"]
+__all__ = ["split", "reorder", "unroll", "partition", "stage", "compute_at", "find_loop"]
+
+
+def compute_at(k: Kernel, buf: str, at: str, span: Span | None = None) -> Kernel:
+    """Move the nest that computes `buf` under the consumer loop `at`, computing there only the region of `buf` one
+    iteration of `at` reads (TVM compute_at; overlapping regions are recomputed). Before/after (golden:
+    primitives/compute_at.txt): `for i: T[i, j] = ...` then `for i: Y[i, j] = T[i, j] ...` becomes one loop i whose
+    body first computes T[i, :], then Y[i, :].
+
+    Legal when `buf` is an intermediate written by one top-level nest whose loops index its dimensions plainly,
+    every read of `buf` is inside loop `at`, and that nest reads nothing written between it and `at`."""
+    loop = find_loop(k, at, span)
+    top = [s for s in k.body if isinstance(s, Loop)]
+    producers = [s for s in top if any(st.dst.buf == buf for st in _stores((s,)))]
+    if len(producers) != 1:
+        raise _fail(f"compute_at {buf}: {buf} must be written by exactly one loop nest (found {len(producers)})", span)
+    prod = producers[0]
+    if any(o.name == buf for o in k.outputs):
+        raise _fail(f"compute_at {buf}: {buf} is a kernel output; it must be stored whole", span,
+                    "compute an intermediate at its consumer instead")
+    consumer = next((s for s in top if s is loop or any(x is loop for x in walk(s.body))), None)
+    if consumer is None or k.body.index(consumer) <= k.body.index(prod):
+        raise _fail(f"compute_at {buf}: loop {at} is not in a nest after the one that computes {buf}", span)
+    inside = [a for s in _stores(loop.body) for a in _reads(s.expr) if a.buf == buf]
+    everywhere = [a for s in _stores(k.body) for a in _reads(s.expr) if a.buf == buf]
+    if len(inside) != len(everywhere) or not inside:
+        raise _fail(f"compute_at {buf}: {buf} is also read outside loop {at}", span,
+                    f"compute it at a loop that holds every read of {buf}")
+    between = k.body[k.body.index(prod) + 1:k.body.index(consumer)] + (consumer,)
+    written = {s.dst.buf for s in _stores(tuple(between))}
+    if any(a.buf in written for s in _stores((prod,)) for a in _reads(s.expr)):
+        raise _fail(f"compute_at {buf}: the nest computing {buf} reads a buffer written before loop {at}", span)
+    region = _region(prod, buf, loop, inside, span)
+    moved = _restrict(prod, region)
+    body = tuple(s for s in k.body if s is not prod)
+    return _with_loop(replace(k, body=body), loop, lambda s: replace(s, body=(moved,) + s.body))
+
+
+def _region(prod: Loop, buf: str, loop: Loop, reads: list[Access], span: Span | None) -> dict[str, tuple[Aff, int]]:
+    """Producer loop variable -> (first index, extent) of the part of `buf` one iteration of `loop` reads."""
+    dst = _stores((prod,))[0].dst
+    extents = {s.var: s.extent for s in walk((prod,)) if isinstance(s, Loop)}
+    inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
+    out: dict[str, tuple[Aff, int]] = {}
+    for d, idx in enumerate(dst.index):
+        if len(idx.terms) != 1 or idx.terms[0].coef != 1 or idx.const:
+            raise _fail(f"compute_at {buf}: dimension {d} of {buf} is not indexed by a plain loop variable", span)
+        var = idx.terms[0].var
+        outside = {tuple(t for t in a.index[d].terms if t.var not in inner) for a in reads}
+        if len(outside) != 1:
+            raise _fail(f"compute_at {buf}: the reads of {buf} in loop {loop.var} move differently with the loops "
+                        f"outside it (dimension {d})", span)
+        lo = min(_bound(a.index[d], inner, min) for a in reads)
+        hi = max(_bound(a.index[d], inner, max) for a in reads)
+        out[var] = (Aff(next(iter(outside)), lo), min(hi - lo + 1, extents[var]))
+    return out
+
+
+def _restrict(prod: Loop, region: dict[str, tuple[Aff, int]]) -> Loop:
+    """The producer nest over the region only: loop v of extent n becomes v_r over the region's extent, v := first +
+    v_r in its body."""
+    def visit(s: Stmt) -> Stmt:
+        if not isinstance(s, Loop):
+            return s
+        body = tuple(visit(x) for x in s.body)
+        if s.var not in region:
+            return replace(s, body=body)
+        first, extent = region[s.var]
+        local = f"{s.var}_r"
+        by = Aff(first.terms + (Term(local),), first.const)
+        return Loop(local, extent, _subst(body, s.var, by), s.kind, s.line)
+
+    return visit(prod)  # type: ignore[return-value]
