@@ -67,6 +67,7 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
     "unroll": (ROWSUM, lambda k: pr.unroll(k, "j")),
     "partition": (ELTWISE, lambda k: pr.partition(pr.split(k, "i", 128), "i_i")),
     "stage": (MATMUL, lambda k: pr.stage(k, "B", "j#1", "sbuf")),
+    "buffers": (MATMUL, lambda k: pr.buffers(pr.stage(k, "B", "j#1", "sbuf"), "B_sbuf", 2)),
     "compute_at": (CHAIN, lambda k: pr.compute_at(k, "T", "i#1")),
     "compute_at_inner": (CHAIN, lambda k: pr.compute_at(k, "T", "j#1")),
     "split_reorder_stage": (ELTWISE, lambda k: pr.stage(pr.reorder(pr.split(k, "i", 128), "i_o", "i_i", "j"),
@@ -122,6 +123,8 @@ ERRORS = {
     "partition_too_many": (ELTWISE, lambda k: pr.partition(k, "i")),
     "partition_not_indexing": (ROWSUM, lambda k: pr.partition(k, "j")),
     "stage_not_read": (MATMUL, lambda k: pr.stage(k, "A", "i#0", "sbuf")),
+    "buffers_not_on_chip": (MATMUL, lambda k: pr.buffers(k, "B", 2)),
+    "buffers_too_many": (MATMUL, lambda k: pr.buffers(pr.stage(k, "B", "j#1", "sbuf"), "B_sbuf", 8)),
     "compute_at_output": (CHAIN, lambda k: pr.compute_at(k, "Y", "i#1")),
     "compute_at_before_producer": (CHAIN, lambda k: pr.compute_at(k, "T", "i#0")),
 }

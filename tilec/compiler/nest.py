@@ -11,7 +11,7 @@ Term grammar (small frozen records; `print_nest` prints them the way they are wr
     Stmt   = Loop(var, extent, kind, body)     kind: serial | parallel | unrolled
            | Assign(dst: Access, expr)         an init or an element-wise store
            | Update(dst: Access, op, expr)     a reduction: += max= min=
-           | Alloc(buf)                        a buffer the kernel owns
+           | Alloc(buf, buffers)               a buffer the kernel owns; buffers: copies in flight
     Kernel = name, params: Buffer..., outputs: Buffer..., body: Stmt...
 
 `lower_nest` produces it from a checked program one to one: each `.tl` loop is a Loop, each statement an Assign or
@@ -98,6 +98,7 @@ class Update:
 class Alloc:
     buf: Buffer
     line: int = 0
+    buffers: int = 1  # copies in flight: iteration k uses copy k mod buffers (loads overlap compute)
 
 
 Stmt = Union[Loop, Assign, Update, Alloc]
@@ -222,7 +223,8 @@ def _print(body: tuple[Stmt, ...], depth: int, out: list[str], note: Note | None
             _print(s.body, depth + 1, out, note)
             continue
         if isinstance(s, Alloc):
-            text = f"{pad}alloc {fmt_buffer(s.buf)}{_tag(s.line)}"
+            copies = f" x{s.buffers}" if s.buffers > 1 else ""
+            text = f"{pad}alloc {fmt_buffer(s.buf)}{copies}{_tag(s.line)}"
         elif isinstance(s, Assign):
             text = f"{pad}{fmt_access(s.dst)} = {fmt_expr(s.expr)}{_tag(s.line)}"
         else:

@@ -9,6 +9,7 @@ and error goldens (tests/golden/compiler/primitives/).
     partition(k, "i")         for i in serial(128)  ->  for i in partition(128)     (extent <= target partitions)
     stage(k, "A", "i", "sbuf")  inside loop i: alloc A_sbuf, copy the region of A the body reads, read it instead
     compute_at(k, "T", "i")   the nest computing T moves under loop i, computing the region one iteration reads
+    buffers(k, "A_sbuf", 2)   an on-chip buffer allocated inside a loop gets 2 copies in flight
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tilec.errors import Span, TilecError
 from tilec.target import Target, target as get_target
 
 UNROLL_MAX = 64  # iterations one unrolled loop may have: each becomes straight-line code in the kernel
+BUFFERS_MAX = 4  # copies of one buffer in flight: more only adds SBUF pressure once loads overlap compute
 
 
 def _fail(message: str, span: Span | None, hint: str = "") -> TilecError:
@@ -314,7 +316,31 @@ def _prod(xs: tuple[int, ...]) -> int:
     return out
 
 
-__all__ = ["split", "reorder", "unroll", "partition", "stage", "compute_at", "find_loop"]
+def buffers(k: Kernel, buf: str, n: int, target: Target | str | None = None, span: Span | None = None) -> Kernel:
+    """`n` copies of an on-chip buffer allocated inside a loop, so iteration k+1's load overlaps iteration k's
+    compute (golden: primitives/buffers.txt). The meaning is unchanged; the copies must fit the target's SBUF."""
+    t = get_target(target)
+    allocs = [(s, lp) for lp in walk(k.body) if isinstance(lp, Loop) for s in lp.body
+              if isinstance(s, Alloc) and s.buf.name == buf]
+    if not allocs:
+        raise _fail(f"buffers {buf}: no on-chip buffer {buf} is allocated inside a loop", span,
+                    f"stage a region of {buf} at a loop first")
+    alloc = allocs[0][0]
+    if not 1 <= n <= BUFFERS_MAX:
+        raise _fail(f"buffers {buf}, {n}: use 1 to {BUFFERS_MAX} copies", span)
+    size = n * _elem_bytes(alloc.buf.dtype) * _prod(alloc.buf.shape[1:])
+    if size > t.sbuf_usable:
+        raise _fail(f"buffers {buf}, {n}: {n} copies need {size} bytes per partition; {t.name} has "
+                    f"{t.sbuf_usable}", span, "use fewer copies or a smaller region")
+
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        return tuple(replace(s, buffers=n) if s is alloc else replace(s, body=visit(s.body)) if isinstance(s, Loop)
+                     else s for s in body)
+
+    return replace(k, body=visit(k.body))
+
+
+__all__ = ["split", "reorder", "unroll", "partition", "stage", "compute_at", "buffers", "find_loop"]
 
 
 def compute_at(k: Kernel, buf: str, at: str, span: Span | None = None) -> Kernel:
