@@ -49,16 +49,14 @@ def layernorm(X, g, b):
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:11
         mu_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         mu_copy = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        mu_copy[...] = nisa.activation(op=nl.copy, data=X_tile, reduce_op=nl.add, reduce_res=mu_col, dtype=nl.float32)  # tl:13
-        mu_col[...] = nisa.tensor_scalar(mu_col, nl.multiply, 0.001953125, dtype=nl.float32)  # tl:13
+        mu_copy[...] = nisa.activation(op=nl.copy, data=X_tile, scale=0.001953125, reduce_op=nl.add, reduce_res=mu_col, dtype=nl.float32)  # tl:13
         d_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
         d_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
         d_tmp1[...] = nisa.tensor_scalar(mu_col, nl.multiply, -1.0, dtype=nl.float32)  # tl:15
         d_tile[...] = nisa.activation(op=nl.copy, data=X_tile, bias=d_tmp1, dtype=nl.float32)  # tl:15
         v_terms = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
         v_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        v_terms[...] = nisa.activation(op=nl.square, data=d_tile, reduce_op=nl.add, reduce_res=v_col, dtype=nl.float32)  # tl:19
-        v_col[...] = nisa.tensor_scalar(v_col, nl.multiply, 0.001953125, dtype=nl.float32)  # tl:19
+        v_terms[...] = nisa.activation(op=nl.square, data=d_tile, scale=0.04419417382415922, reduce_op=nl.add, reduce_res=v_col, dtype=nl.float32)  # tl:19
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
         r_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
         r_tmp1[...] = nisa.tensor_scalar(v_col, nl.add, 1e-05, dtype=nl.float32)  # tl:21

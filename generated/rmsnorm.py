@@ -39,8 +39,7 @@ def rmsnorm(X, g):
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:8
         ms_terms = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
         ms_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        ms_terms[...] = nisa.activation(op=nl.square, data=X_tile, reduce_op=nl.add, reduce_res=ms_col, dtype=nl.float32)  # tl:10
-        ms_col[...] = nisa.tensor_scalar(ms_col, nl.multiply, 0.001953125, dtype=nl.float32)  # tl:10
+        ms_terms[...] = nisa.activation(op=nl.square, data=X_tile, scale=0.04419417382415922, reduce_op=nl.add, reduce_res=ms_col, dtype=nl.float32)  # tl:10
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         r_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         r_tmp1[...] = nisa.tensor_scalar(ms_col, nl.add, 1e-06, dtype=nl.float32)  # tl:12
