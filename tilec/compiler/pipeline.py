@@ -70,7 +70,8 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
     scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
-    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt))
+    chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
+    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains)
     _check_capacity(kernel, tgt)
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
@@ -92,7 +93,8 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     kernels["squeeze"] = kernel
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the target's limits)
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
-    doc = _doc_lines(program, ops, plans)
+    doc = _doc_lines(program, ops, plans, chains)
+    stages["schedule"] += "".join(_chain_note(c) + "\n" for c in chains)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program))
     return Result(stages, kernel, kernels, ops, plans, source, tgt, nest)
 
@@ -133,13 +135,13 @@ def unfuse(ops: tuple, plans: tuple, program) -> tuple[tuple, tuple]:
 
 
 def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, scheduled: set[str] = frozenset(),
-                 budget: int = 0) -> ir.Kernel:
+                 budget: int = 0, chains: list | None = None) -> ir.Kernel:
     """Each op by its builder; a run of row ops with the default schedule (softmax, layernorm, ...) as one fused
     row chain when its tiles fit `budget` (build_rowchain.py)."""
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     params = tuple(hbm[p.name] for p in program.kernel.params)
     outputs = tuple(hbm[o] for o in program.kernel.outputs)
-    parts = _parts(program, ops, plans, names, hbm, scheduled, budget)
+    parts = _parts(program, ops, plans, names, hbm, scheduled, budget, chains if chains is not None else [])
     stored = {n for group, _, _ in parts for n in group}
     body: list[ir.Stmt] = []
     for name, t in program.tensors.items():
@@ -152,8 +154,8 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, schedu
     return ir.Kernel(program.kernel.name, params, outputs, tuple(body), tuple(consts.items()))
 
 
-def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, scheduled: set[str], budget: int
-           ) -> list[tuple[set[str], list, list]]:
+def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, scheduled: set[str], budget: int,
+           fused: list) -> list[tuple[set[str], list, list]]:
     """(tensors written to HBM, consts, statements) per op or fused row chain, in program order."""
     chains = {c[0]: c for c in row_chains(ops, scheduled)} if budget else {}
     out, skip = [], set()
@@ -168,6 +170,7 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             if passes.peak_usage(tuple(built[1]))[0] <= budget:
                 out.append(_named({m.out for m in members} & keep, built, members[-1].out, len(ops)))
                 skip |= set(chains[i])
+                fused.append([m.name for m in members])
                 continue
         builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
                    EltwiseOp: build_eltwise, ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}[type(op)]
@@ -220,9 +223,16 @@ def _recompile_commands(program) -> dict[str, str]:
     return commands
 
 
-def _doc_lines(program, ops, plans) -> list[str]:
+def _chain_note(chain: list[str]) -> str:
+    return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
+
+
+def _doc_lines(program, ops, plans, chains: list[list[str]]) -> list[str]:
     lines = ["Schedule (directives; `tilec explain` shows the plan):", ""]
+    in_chain = {name for c in chains for name in c}
     for op, plan in zip(ops, plans):
-        lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
+        if op.name not in in_chain:
+            lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
+    lines += ["    " + _chain_note(c) for c in chains]
     sizes = ", ".join(f"{k}={v}" for k, v in sorted(program.sizes.items()))
     return lines + ["", f"Sizes: {sizes}"]
