@@ -35,7 +35,7 @@ def build_eltwise(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
 
 
 def _eltwise_tile(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, at, columns: dict,
-                  pre: tuple[list[Stmt], dict] = ([], {})) -> list[Stmt]:
+                  pre: tuple[list[Stmt], dict] = ([], {}), fold: bool = False) -> list[Stmt]:
     """One tile: load each full-size input (`at(name)`: its HBM view), evaluate, store the result. `pre`: statements
     that make more full-size tiles (broadcast rows) and those tiles by tensor name."""
     line, shape = op.line, (plan.parts, plan.free)
@@ -47,7 +47,7 @@ def _eltwise_tile(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
         body += [Alloc(tile, line=line), Dma(whole(tile), at(name), line)]
     out = Buf(fresh(f"{op.out}_tile"), "sbuf", hbm[op.out].dtype, shape)
     body.append(Alloc(out, line=line))
-    body += ExprCompiler(tiles, shape, line, fresh, set(columns)).emit(op.expr, whole(out))
+    body += ExprCompiler(tiles, shape, line, fresh, set(columns), fold=fold).emit(op.expr, whole(out))
     return body + [Dma(at(op.out), whole(out), line)]
 
 
@@ -72,10 +72,17 @@ def _build_broadcast(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fres
         stmts += st
     at = lambda name: View(views[name], (a("o"), sl(a(term("pt", TP, "TILE_P")), TP),  # noqa: E731
                                          sl(a(term("t", TF, "TILE_F")), TF)))
-    pre = _row_tiles(op, plan, hbm, fresh, ones, row_views) if op.rows else ([], {})
+    whole_rows = op.rows and F // TF > 1 and F * 4 * len(op.rows) <= WHOLE_ROWS_BYTES
+    if whole_rows:  # every row copied to the partitions once, before the nest; each free tile reads its slice
+        made, tiles = _whole_row_tiles(op, plan, hbm, fresh, ones, row_views)
+        stmts += made
+        pre: tuple[list[Stmt], dict] = ([], tiles)
+    else:
+        pre = _row_tiles(op, plan, hbm, fresh, ones, row_views) if op.rows else ([], {})
     first, last = op.run
     names = [v for _, v in op.vars]
-    tile = loop("t", F // TF, _eltwise_tile(op, plan, hbm, fresh, at, cols, pre),
+    # with whole broadcast rows, VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
+    tile = loop("t", F // TF, _eltwise_tile(op, plan, hbm, fresh, at, cols, pre, fold=bool(whole_rows and cols)),
                 note=f"for {', '.join(names[last:])} (tiles of TILE_F)", line=op.line_of(f"d{last}"))
     outer = loop("o", O, tile, note=f"for {', '.join(names[:first])}", line=op.line_of("d0"))
     nest = loop("pt", P // TP, loads + outer, note=f"for {', '.join(names[first:last])} (tiles of TILE_P)",
@@ -99,6 +106,30 @@ def _column_loads(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
                                              line)]
         cols[name] = whole(col)
     return views, loads, cols
+
+
+WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition the broadcast rows may take when copied once for the whole nest
+
+
+def _whole_row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, ones: dict[str, Buf],
+                     views: dict[str, Buf]) -> tuple[list[Stmt], dict]:
+    """Each row operand s[F] copied to every partition once (ones[1, P].T @ s, one PSUM bank of TILE_F columns at a
+    time), so the partition tiles reuse it instead of broadcasting it again per tile; the nest reads the slice of
+    its free tile."""
+    line, TP, TF, F = op.line, plan.parts, plan.free, op.dim("F")
+    stmts: list[Stmt] = []
+    tiles = {}
+    for name in op.rows:
+        row = Buf(fresh(f"{name}_row"), "sbuf", hbm[name].dtype, (1, F))
+        acc = Buf(fresh(f"{name}_bcast"), "psum", "f32", (TP, TF))
+        tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (TP, F))
+        cols = sl(a(term("c", TF, "TILE_F")), TF)
+        body = broadcast_row(acc, ones[row.dtype], View(row, (full(1), cols)), line) + \
+            [ir.Copy(View(tile, (full(TP), cols)), whole(acc), line)]
+        stmts += [Alloc(row, line=line), Dma(whole(row), whole(views[name]), line), Alloc(tile, line=line)]
+        stmts += loop("c", F // TF, body, note="for the free tiles of the row", line=line)
+        tiles[name] = View(tile, (full(TP), sl(a(term("t", TF, "TILE_F")), TF)))
+    return stmts, tiles
 
 
 def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, ones: dict[str, Buf],
