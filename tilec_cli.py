@@ -90,8 +90,11 @@ def add_schedule(p: argparse.ArgumentParser) -> None:
 
 
 def add_target(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", choices=["trn2", "trn1"],
-                   help="the modelled NeuronCore (default: the kernel's own platform target, else trn2)")
+    from tilec.target import TARGETS
+
+    p.add_argument("--target", choices=sorted(TARGETS, reverse=True),
+                   help="the NeuronCore generation (tilec.target): its limits, and the modelled core (default: the "
+                        "kernel's own platform target, else trn2)")
 
 
 def add_quiet(p: argparse.ArgumentParser) -> None:
@@ -560,6 +563,7 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     add_schedule(p)
     p.add_argument("--dump-ir", metavar="STAGE|all", help="print the IR after a pipeline stage (or all of them)")
     _nki_arg(p)
+    add_target(p)
     p.add_argument("--shapes", action="append", metavar="N=4,H=32,...",
                    help="one module for several shapes: a kernel per --shapes (sizes as with -D; repeat), under one "
                         "@nki.jit dispatcher named after the kernel")
@@ -575,7 +579,8 @@ def run_compile(args: argparse.Namespace) -> int:
         raise TilecError(f"unknown IR stage {args.dump_ir!r}", hint="stages: " + ", ".join(STAGES) + ", all")
     if args.shapes or args.dtype:
         return _compile_bundle(args)
-    compiled = compile_file(args.program, parse_defines(args.defines) or None, args.schedule, args.nki)
+    compiled = compile_file(args.program, parse_defines(args.defines) or None, args.schedule, args.nki,
+                            target=args.target)
     if args.dump_ir:
         for name, text in compiled.stages.items():
             if args.dump_ir in ("all", name):
@@ -614,6 +619,7 @@ def _compile_bundle(args: argparse.Namespace) -> int:
 def _explain_args(p: argparse.ArgumentParser) -> None:
     _program_args(p)
     add_schedule(p)
+    add_target(p)
 
 
 @command("explain", "show what the compiler does with a program: operations, schedule, buffers, memory use",
@@ -621,7 +627,9 @@ def _explain_args(p: argparse.ArgumentParser) -> None:
 def run_explain(args: argparse.Namespace) -> int:
     from tilec.compiler.api import compile_file, explain
 
-    print(explain(compile_file(args.program, parse_defines(args.defines) or None, args.schedule)), end="")
+    print(explain(compile_file(args.program, parse_defines(args.defines) or None, args.schedule,
+                               target=args.target)),
+          end="")
     return 0
 
 

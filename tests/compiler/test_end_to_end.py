@@ -32,6 +32,7 @@ def test_transpose_4096():
 @pytest.mark.parametrize("name,sizes", [
     ("vector_add", {"L": 200}), ("vector_add", {"L": 1}), ("vector_add", {"L": 129}),
     ("transpose", {"M": 200, "N": 300}), ("transpose", {"M": 1, "N": 5}), ("transpose", {"M": 130, "N": 1}),
+    ("transpose", {"M": 200, "N": 130}),  # no common divisor up to 128 but 10: the blocks must divide both sides
     ("matmul", {"M": 128, "K": 64, "N": 128}), ("matmul", {"M": 100, "K": 200, "N": 300}),
     ("matmul", {"M": 1, "K": 1, "N": 1}), ("avgpool", {"C": 200, "H": 2, "W": 2}),
 ])

@@ -61,6 +61,20 @@ def test_row_sum_is_one_tensor_reduce_per_row_tile():
     run_numpy(c, lambda x: x["A"].sum(axis=1))
 
 
+@pytest.mark.parametrize("term,fn", [
+    ("A[i, j] * B[i, j]", lambda x: (x["A"] * x["B"]).sum(axis=1)),
+    ("A[i, j] + B[i, j]", lambda x: (x["A"] + x["B"]).sum(axis=1)),
+    ("sqrt(A[i, j]) / (B[i, j] + 1)", lambda x: (np.sqrt(x["A"]) / (x["B"] + 1)).sum(axis=1)),
+])
+@pytest.mark.parametrize("schedule", [None, "tile s.j, 128"])
+def test_an_element_wise_expression_is_reduced(term, fn, schedule):
+    """Each free tile of the expression is computed from the loaded tiles, then tensor_reduce'd."""
+    c = compile_text(reduce_program(term=term, extra=", B: f32[M, N]"), schedule)
+    assert "nisa.tensor_reduce(nl.add, s_terms" in c.source
+    check_against_reference(c)
+    run_numpy(c, fn)
+
+
 def test_free_tiles_combine_into_an_accumulator_column():
     c = compile_text(reduce_program(), "tile s.j, 128\ntile s.i, 64")
     assert "TILE_F = 128" in c.source and "TILE_P = 64" in c.source
@@ -133,26 +147,16 @@ def test_explain_shows_the_plan_as_directives():
 
 
 REJECTED = {
-    "leading_dim": """\
-kernel colsum(A: f32[M, N]) -> s
-  default M = 256, N = 384
+    "interleaved_dims": """\
+kernel mid(A: f32[M, N, L]) -> s
+  default M = 128, N = 16, L = 8
   s: f32[N]
   for j in 0..N:
     s[j] = 0
-    for i in 0..M:
-      s[j] += A[i, j]
+    for i in 0..M, l in 0..L:
+      s[j] += A[i, j, l]
 """,
-    "middle_dim": """\
-kernel mid(A: f32[M, N, L]) -> s
-  default M = 128, N = 16, L = 8
-  s: f32[M, L]
-  for i in 0..M, l in 0..L:
-    s[i, l] = 0
-    for j in 0..N:
-      s[i, l] += A[i, j, l]
-""",
-    "product": reduce_program(term="A[i, j] * B[i, j]", extra=", B: f32[M, N]"),
-    "sum_of_tensors": reduce_program(term="A[i, j] + B[i, j]", extra=", B: f32[M, N]"),
+    "operands_indexed_differently": reduce_program(term="A[i, j] * B[j, i]", extra=", B: f32[N, M]"),
     "max_with_factor": reduce_program("-inf", "max=", term="A[i, j] * 2"),
     "computed_init": reduce_program("b[i] * 2", extra=", b: f32[M]"),
 }

@@ -108,14 +108,14 @@ kernel mm(A: f32[M, K], B: f32[K, N]) -> C
     for k in 0..K / 2:
       C[i, j] += A[i, k] * B[k, j]
 """,
-    "column_sum": """\
-kernel colsum(A: f32[M, N]) -> s
+    "column_max": """\
+kernel colmax(A: f32[M, N]) -> s
   default M = 256, N = 384
   s: f32[N]
   for j in 0..N:
-    s[j] = 0
+    s[j] = -inf
     for i in 0..M:
-      s[j] += A[i, j]
+      s[j] max= A[i, j]
 """,
     "overlapping_pool": """\
 kernel pool3(X: f32[N, C, H, W]) -> Y

@@ -26,7 +26,7 @@ CASES = [
      "PSUM has 8 banks of 2048 bytes per partition; allocating 'zeros' would make 9 PSUM tiles live at once "
      "[psum_bank_overflow]"),
     ("sbuf_overflow", (A,), "SBUF_FULL", rules.MemoryRuleError,
-     "SBUF usage per partition exceeds the usable 212992 bytes of trn2: 160000 bytes live + 80000 bytes for 'more' "
+     "SBUF usage per partition exceeds the usable 229376 bytes of trn2: 160000 bytes live + 80000 bytes for 'more' "
      "[sbuf_capacity]"),
     ("stationary_too_wide", (A,), "STATIONARY", rules.NkiSyntaxError,
      "nc_matmul stationary free size 256 exceeds gemm_stationary_fmax 128 [matmul_stationary_size]"),

@@ -60,21 +60,22 @@ def read_schedule(schedule: str | None):
 
 
 def compile_file(path: str | pathlib.Path, shapes: dict[str, int] | None = None,
-                 schedule: str | None = None, nki: str | None = None) -> Compiled:
+                 schedule: str | None = None, nki: str | None = None, target: str | None = None) -> Compiled:
     """`nki`: "0.6" (`import nki`, Neuron SDK 2.29+) or "0.1" (`import neuronxcc.nki`, SDK <= 2.29 and the course
-    environment); None is the default, codegen.DEFAULT_NKI (0.6). Both forms come from the same scheduled IR."""
+    environment); None is the default, codegen.DEFAULT_NKI (0.6). Both forms come from the same scheduled IR.
+    `target`: a NeuronCore generation of tilec.target.TARGETS (default trn2); it sets the limits and budgets."""
     nki = codegen.check_nki(nki)
     program = lang.load(path, shapes)
-    return compile_loaded(program, read_schedule(schedule), nki)
+    return compile_loaded(program, read_schedule(schedule), nki, target)
 
 
-def compile_loaded(program, directives=None, nki: str | None = None) -> Compiled:
+def compile_loaded(program, directives=None, nki: str | None = None, target: str | None = None) -> Compiled:
     if not program.complete():
         missing = sorted(t.name for t in program.tensors.values() if t.shape is None)
         raise TilecError(f"shapes of {', '.join(missing)} are not known; the compiler needs every size",
                          None, "give sizes with -D NAME=VALUE or a `default` line in the program")
     nki = codegen.check_nki(nki)
-    result = compile_program(program, directives, nki)
+    result = compile_program(program, directives, nki, target)
     return Compiled(result.source, _kernel_name(result), result.stages, program, result, nki)
 
 

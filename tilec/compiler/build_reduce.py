@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
+from tilec.compiler.build_simple import ExprCompiler
 from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ReduceOp
 from tilec.compiler.schedule import ReducePlan
@@ -21,7 +23,11 @@ _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 def build_reduce(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     line, TP, TF = op.line, plan.parts, plan.free
     R, F = op.dim("R"), op.dim("F")
-    src_v, stmts = hbm_view(hbm[op.src], (R, F), fresh(f"{op.src}_v"), line)
+    src_v: dict[str, Buf] = {}  # [R, F] views of what is read: the source, or each input of the expression
+    stmts: list[Stmt] = []
+    for name in op.inputs or (op.src,):
+        src_v[name], st = hbm_view(hbm[name], (R, F), fresh(f"{name}_v"), line)
+        stmts += st
     out_v, st = hbm_view(hbm[op.out], (R, 1), fresh(f"{op.out}_v"), line)
     stmts += st
     init_v = None
@@ -37,24 +43,37 @@ def build_reduce(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fre
     body.append(Dma(View(out_v, (rows, full(1))), whole(_result(op, hbm, fresh, acc, body)), line))
     var = ", ".join(v for role, v in op.vars if role.startswith("k"))
     nest = loop("pt", R // TP, body, note=f"for {var} (tiles of TILE_P)", line=op.line_of("k0"))
-    what = f"{op.out} = {op.op} over the last dims of {op.src}"
+    what = f"{op.out} = {op.op} over the last dims of {op.src if op.expr is None else fmt_expr(op.expr)}"
     return [("TILE_P", TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
 
 
-def _load(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh, src_v: Buf, rows) -> tuple[list, Buf]:
-    tile = Buf(fresh(f"{op.src}_tile"), "sbuf", hbm[op.src].dtype, (plan.parts, plan.free))
+def _load(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh, views: dict[str, Buf], rows
+          ) -> tuple[list, Buf]:
+    """One [TILE_P, TILE_F] tile of what is reduced: the source loaded, or the expression of the loaded inputs."""
     cols = sl(a(term("ft", plan.free, "TILE_F")), plan.free)
-    return [Alloc(tile, line=op.update_line), Dma(whole(tile), View(src_v, (rows, cols)), op.update_line)], tile
+    out, tiles = [], {}
+    for name in (op.src,) if op.expr is None else op.inputs:
+        tile = Buf(fresh(f"{name}_tile"), "sbuf", hbm[name].dtype, (plan.parts, plan.free))
+        out += [Alloc(tile, line=op.update_line), Dma(whole(tile), View(views[name], (rows, cols)), op.update_line)]
+        tiles[name] = whole(tile)
+    if op.expr is None:
+        return out, tiles[op.src].buf
+    value = Buf(fresh(f"{op.out}_terms"), "sbuf", "f32", (plan.parts, plan.free))
+    out.append(Alloc(value, line=op.update_line))
+    out += ExprCompiler(tiles, value.shape, op.update_line, fresh, set()).emit(op.expr, whole(value))
+    return out, value
 
 
-def _single(op: ReduceOp, plan: ReducePlan, hbm, fresh: Fresh, acc: Buf, src_v: Buf, rows) -> list[Stmt]:
+def _single(op: ReduceOp, plan: ReducePlan, hbm, fresh: Fresh, acc: Buf, src_v: dict[str, Buf], rows
+            ) -> list[Stmt]:
     """One free tile: its tensor_reduce is the whole row's value."""
     load, tile = _load(op, plan, hbm, fresh, src_v, rows)
     return loop("ft", 1, load + [Alloc(acc, line=op.update_line),  # extent 1: the free index becomes 0
                                  Reduce(whole(acc), whole(tile), op.op, op.update_line)])
 
 
-def _accumulate(op: ReduceOp, plan: ReducePlan, hbm, fresh: Fresh, acc: Buf, src_v: Buf, rows) -> list[Stmt]:
+def _accumulate(op: ReduceOp, plan: ReducePlan, hbm, fresh: Fresh, acc: Buf, src_v: dict[str, Buf], rows
+                ) -> list[Stmt]:
     """Several free tiles: the accumulator starts at the op's identity; each tile's column folds into it."""
     ln = op.update_line
     start: list[Stmt] = [Alloc(acc, zero=True, line=ln)]

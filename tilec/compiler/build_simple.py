@@ -8,8 +8,10 @@ from tilec.compiler.exprs import const_value, fmt_expr
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full, whole
 from tilec.compiler.schedule import EltwisePlan, PoolPlan, TransposePlan
 from tilec.compiler.ops import EltwiseOp, PoolOp, TransposeOp
+from tilec.compiler.select_eltwise import column_only
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
+from tilec.lang.functions import FUNCTIONS
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
@@ -33,7 +35,7 @@ def build_eltwise(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
 
 
 def _eltwise_tile(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, at, columns: dict,
-                  pre: tuple[list[Stmt], dict] = ([], {})) -> list[Stmt]:
+                  pre: tuple[list[Stmt], dict] = ([], {}), fold: bool = False) -> list[Stmt]:
     """One tile: load each full-size input (`at(name)`: its HBM view), evaluate, store the result. `pre`: statements
     that make more full-size tiles (broadcast rows) and those tiles by tensor name."""
     line, shape = op.line, (plan.parts, plan.free)
@@ -45,7 +47,7 @@ def _eltwise_tile(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
         body += [Alloc(tile, line=line), Dma(whole(tile), at(name), line)]
     out = Buf(fresh(f"{op.out}_tile"), "sbuf", hbm[op.out].dtype, shape)
     body.append(Alloc(out, line=line))
-    body += _ExprCompiler(tiles, shape, line, fresh, set(columns)).emit(op.expr, whole(out))
+    body += ExprCompiler(tiles, shape, line, fresh, set(columns), fold=fold).emit(op.expr, whole(out))
     return body + [Dma(at(op.out), whole(out), line)]
 
 
@@ -70,10 +72,17 @@ def _build_broadcast(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fres
         stmts += st
     at = lambda name: View(views[name], (a("o"), sl(a(term("pt", TP, "TILE_P")), TP),  # noqa: E731
                                          sl(a(term("t", TF, "TILE_F")), TF)))
-    pre = _row_tiles(op, plan, hbm, fresh, ones, row_views) if op.rows else ([], {})
+    whole_rows = op.rows and F // TF > 1 and F * 4 * len(op.rows) <= WHOLE_ROWS_BYTES
+    if whole_rows:  # every row copied to the partitions once, before the nest; each free tile reads its slice
+        made, tiles = _whole_row_tiles(op, plan, hbm, fresh, ones, row_views)
+        stmts += made
+        pre: tuple[list[Stmt], dict] = ([], tiles)
+    else:
+        pre = _row_tiles(op, plan, hbm, fresh, ones, row_views) if op.rows else ([], {})
     first, last = op.run
     names = [v for _, v in op.vars]
-    tile = loop("t", F // TF, _eltwise_tile(op, plan, hbm, fresh, at, cols, pre),
+    # with whole broadcast rows, VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
+    tile = loop("t", F // TF, _eltwise_tile(op, plan, hbm, fresh, at, cols, pre, fold=bool(whole_rows and cols)),
                 note=f"for {', '.join(names[last:])} (tiles of TILE_F)", line=op.line_of(f"d{last}"))
     outer = loop("o", O, tile, note=f"for {', '.join(names[:first])}", line=op.line_of("d0"))
     nest = loop("pt", P // TP, loads + outer, note=f"for {', '.join(names[first:last])} (tiles of TILE_P)",
@@ -99,6 +108,30 @@ def _column_loads(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
     return views, loads, cols
 
 
+WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition the broadcast rows may take when copied once for the whole nest
+
+
+def _whole_row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, ones: dict[str, Buf],
+                     views: dict[str, Buf]) -> tuple[list[Stmt], dict]:
+    """Each row operand s[F] copied to every partition once (ones[1, P].T @ s, one PSUM bank of TILE_F columns at a
+    time), so the partition tiles reuse it instead of broadcasting it again per tile; the nest reads the slice of
+    its free tile."""
+    line, TP, TF, F = op.line, plan.parts, plan.free, op.dim("F")
+    stmts: list[Stmt] = []
+    tiles = {}
+    for name in op.rows:
+        row = Buf(fresh(f"{name}_row"), "sbuf", hbm[name].dtype, (1, F))
+        acc = Buf(fresh(f"{name}_bcast"), "psum", "f32", (TP, TF))
+        tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (TP, F))
+        cols = sl(a(term("c", TF, "TILE_F")), TF)
+        body = broadcast_row(acc, ones[row.dtype], View(row, (full(1), cols)), line) + \
+            [ir.Copy(View(tile, (full(TP), cols)), whole(acc), line)]
+        stmts += [Alloc(row, line=line), Dma(whole(row), whole(views[name]), line), Alloc(tile, line=line)]
+        stmts += loop("c", F // TF, body, note="for the free tiles of the row", line=line)
+        tiles[name] = View(tile, (full(TP), sl(a(term("t", TF, "TILE_F")), TF)))
+    return stmts, tiles
+
+
 def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fresh, ones: dict[str, Buf],
                views: dict[str, Buf]) -> tuple[list[Stmt], dict]:
     """Each row operand s[free] copied to every partition of a full tile: ones[1, P].T @ s[1, TILE_F] on TensorE.
@@ -118,15 +151,19 @@ def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fre
     return stmts, tiles
 
 
-_BIN = {"+": "add", "-": "subtract", "*": "multiply"}
+_BIN = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
 
 
-class _ExprCompiler:
+class ExprCompiler:
     """Evaluate an element-wise expression tree into tensor_tensor / tensor_scalar / activation instructions."""
 
     def __init__(self, tiles: dict[str, View], shape: tuple[int, int], line: int, fresh: Fresh,
-                 columns: set[str]) -> None:
+                 columns: set[str], fold: bool = False, prefix: str = "tmp") -> None:
         self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
+        # fold: an activation of `x + col`, `x - col` or `x * c` is one ScalarE instruction FN(x * scale + bias)
+        # (the row chains use it: it takes a VectorE pass off the busiest engine)
+        self.fold, self.prefix = fold, prefix
+        self.cur = shape  # the shape of a temporary: (P, 1) while computing an expression of columns only
         self.columns = columns  # tensors whose tile is a (P, 1) column: tensor_scalar operands
         self.done: dict[str, View] = {}  # subexpression (printed) -> the temporary holding its value
 
@@ -138,7 +175,7 @@ class _ExprCompiler:
 
     def temp(self) -> tuple[list[Stmt], View]:
         self.n += 1
-        buf = Buf(self.fresh(f"tmp{self.n}"), "sbuf", "f32", self.shape)
+        buf = Buf(self.fresh(f"{self.prefix}{self.n}"), "sbuf", "f32", self.cur)
         return [Alloc(buf, line=self.line)], whole(buf)
 
     def value(self, e: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
@@ -149,8 +186,11 @@ class _ExprCompiler:
             return [], self.done[key]
         # instructions carry the line of the statement their expression was written in (a fused chain spans several)
         outer, self.line = self.line, getattr(getattr(e, "span", None), "line", 0) or self.line
+        shape = self.cur
+        if dst is None and self.is_column(e):
+            self.cur = (self.shape[0], 1)
         stmts, view = self.compute(e, dst)
-        self.line = outer
+        self.line, self.cur = outer, shape
         self.done[key] = view
         return stmts, view
 
@@ -160,16 +200,16 @@ class _ExprCompiler:
             raise TilecError("an element-wise result must read at least one tensor", e.span)
         if isinstance(e, sx.Neg):
             return self.scalar(e.x, "multiply", -1.0, dst)
-        if isinstance(e, sx.Call) and e.fn in ("relu", "exp"):
-            pre, x = self.value(e.args[0], None)
-            out, d = self.target(dst)
-            return pre + out + [Act(d, x, e.fn, None, 1.0, self.line)], d
-        if isinstance(e, sx.Call):
-            op = "maximum" if e.fn == "max" else "minimum"
+        if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr == "activation":
+            return self.activation(e.fn, e.args[0], dst)
+        if isinstance(e, sx.Call):  # a two-operand ALU function (max, min)
+            op = FUNCTIONS[e.fn].nki
             for x, c in ((e.args[0], const_value(e.args[1])), (e.args[1], const_value(e.args[0]))):
                 if c is not None:
                     return self.scalar(x, op, c, dst)
             return self.binary(e.args[0], e.args[1], op, dst)
+        if self.fold and (on_act := self.on_scalar_engine(e, dst)) is not None:
+            return on_act
         rc, lc = const_value(e.rhs), const_value(e.lhs)
         if e.op == "/" and rc is not None:
             return self.scalar(e.lhs, "multiply", 1.0 / rc, dst)
@@ -181,7 +221,78 @@ class _ExprCompiler:
             pre, v = self.value(e.rhs, None)
             out, d = self.target(dst)
             return pre + out + [Scalar(d, v, "subtract", lc, self.line, reverse=True)], d
+        if lc is not None and e.op == "/":  # c / x: the reciprocal activation, scaled
+            if lc == 1.0:
+                return self.activation("reciprocal", e.rhs, dst)
+            pre, v = self.activation("reciprocal", e.rhs, None)
+            out, d = self.target(dst)
+            return pre + out + [Scalar(d, v, "multiply", lc, self.line)], d
         return self.binary(e.lhs, e.rhs, _BIN[e.op], dst)
+
+    def activation(self, fn: str, x: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
+        folded = self.affine(x) if self.fold else None
+        if folded is not None:
+            pre, v, scale, bias = folded
+            out, d = self.target(dst)
+            return pre + out + [Act(d, v, fn, bias, scale, self.line)], d
+        pre, v = self.value(x, None)
+        out, d = self.target(dst)
+        return pre + out + [Act(d, v, fn, None, 1.0, self.line)], d
+
+    def on_scalar_engine(self, e: sx.BinOp, dst: View | None) -> tuple[list[Stmt], View] | None:
+        """A full tile plus/minus, times or over a column, as one ScalarE copy FN(x * scale + bias): the VectorE
+        passes of a row chain (its reductions) then overlap it."""
+        if e.op == "*" and fmt_expr(e.lhs) == fmt_expr(e.rhs) and not self.is_column(e):  # x * x: ScalarE's square
+            pre, v = self.value(e.lhs, None)
+            out, d = self.target(dst)
+            return pre + out + [Act(d, v, "square", None, 1.0, self.line)], d
+        if self.is_column(e) or e.op not in "+-*/":
+            return None
+        col, x = (e.rhs, e.lhs) if self.is_column(e.rhs) else (e.lhs, e.rhs) if e.op in "+*" else (None, None)
+        if col is None or not self.is_column(col) or self.is_column(x):
+            return None
+        if e.op in "+-":
+            folded = self.affine(e)
+            if folded is None:
+                return None
+            pre, v, scale, bias = folded
+            out, d = self.target(dst)
+            return pre + out + [Act(d, v, "copy", bias, scale, self.line)], d
+        pre, v = self.value(x, None)
+        pc, c = self.value(col, None)
+        if e.op == "/":  # x / col = x * (1 / col): the reciprocal of the (P, 1) column, then the scale
+            shape, self.cur = self.cur, (self.shape[0], 1)
+            more, inv = self.temp()
+            self.cur = shape
+            pc = pc + more + [Act(inv, c, "reciprocal", None, 1.0, self.line)]
+            c = inv
+        out, d = self.target(dst)
+        return pre + pc + out + [Act(d, v, "copy", None, c, self.line)], d
+
+    def affine(self, e: sx.Expr) -> tuple[list[Stmt], View, float, View | None] | None:
+        """`x + col`, `col + x`, `x - col` -> (x, scale 1, bias +-col); `x * c`, `c * x` -> (x, scale c, no bias)."""
+        if not isinstance(e, sx.BinOp) or self.is_column(e):
+            return None
+        if e.op == "*":
+            for x, c in ((e.lhs, const_value(e.rhs)), (e.rhs, const_value(e.lhs))):
+                if c is not None:
+                    pre, v = self.value(x, None)
+                    return pre, v, c, None
+            return None
+        if e.op not in "+-":
+            return None
+        for x, col, sign in ((e.lhs, e.rhs, 1.0 if e.op == "+" else -1.0), (e.rhs, e.lhs, 1.0)):
+            if self.is_column(col) and not self.is_column(x) and not (e.op == "-" and col is e.lhs):
+                pre, v = self.value(x, None)
+                pc, c = self.value(col, None)
+                if sign < 0:  # the bias adds: negate the (P, 1) column first (one tiny instruction)
+                    shape, self.cur = self.cur, (self.shape[0], 1)
+                    more, neg = self.temp()
+                    self.cur = shape
+                    pc = pc + more + [Scalar(neg, c, "multiply", -1.0, self.line)]
+                    c = neg
+                return pre + pc, v, 1.0, c
+        return None
 
     def target(self, dst: View | None) -> tuple[list[Stmt], View]:
         return ([], dst) if dst is not None else self.temp()
@@ -196,35 +307,42 @@ class _ExprCompiler:
         p2, v2 = self.value(y, None)
         out, d = self.target(dst)
         if self.is_column(y):  # a per-partition scalar: tensor_scalar with a (P, 1) operand
-            return p1 + out + [Scalar(d, v1, op, v2, self.line)], d
+            return p1 + p2 + out + [Scalar(d, v1, op, v2, self.line)], d
         if self.is_column(x):
-            return p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op == "subtract")], d
+            return p1 + p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op in ("subtract", "divide"))], d
         return p1 + p2 + out + [Binary(d, v1, v2, op, self.line)], d
 
     def is_column(self, e: sx.Expr) -> bool:
-        return isinstance(e, sx.Access) and e.tensor in self.columns
+        return column_only(e, self.columns)
 
 
 # ---- transpose -----------------------------------------------------------------------------------------------------
 
 
 def build_transpose(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    """Super-tiles of (BI x BJ) blocks: BI row-strip loads, BI*BJ block transposes, BJ column-strip stores."""
+    """Super-tiles of (BI x BJ) blocks: BI row-strip loads, BI*BJ block transposes, BJ column-strip stores. A
+    batched or N-D permute (dims B, M, N) sees X as [B, M, N] and Y as [B, N, M] and repeats that per batch."""
     line, T, BI, BJ = op.line, plan.tile, plan.bi, plan.bj
-    M, N = op.dim("M"), op.dim("N")
+    M, N, B = op.dim("M"), op.dim("N"), dict(op.dims).get("B", 1)
     v, li, lj = dict(op.vars), op.line_of("i"), op.line_of("j")  # each loop carries its own `for` line
-    src, dst = hbm[op.src], hbm[op.out]
+    src, dst, views = hbm[op.src], hbm[op.out], []
+    batched = B > 1 or src.shape != (M, N)
+    if batched:
+        src, st1 = hbm_view(hbm[op.src], (B, M, N), fresh(f"{op.src}_v"), line)
+        dst, st2 = hbm_view(hbm[op.out], (B, N, M), fresh(f"{op.out}_v"), line)
+        views = st1 + st2
+    at = lambda buf, *idx: View(buf, ((a("bt"),) if batched else ()) + idx)  # noqa: E731
     dt = src.dtype
     a_sb = Buf(fresh(f"{op.src}_strip"), "sbuf", dt, (T, BI, BJ * T))
     o_sb = Buf(fresh(f"{op.out}_strip"), "sbuf", hbm[op.out].dtype, (T, BJ, BI * T))
     i0 = lambda blk: a(term("bi", BI * T), term(blk, T, "TILE"))  # noqa: E731
     j0 = lambda blk: a(term("bj", BJ * T), term(blk, T, "TILE"))  # noqa: E731
     load = loop("ai", BI, [Dma(View(a_sb, (full(T), a("ai"), full(BJ * T))),
-                               View(src, (sl(i0("ai"), T), sl(a(term("bj", BJ * T)), BJ * T))), line)],
+                               at(src, sl(i0("ai"), T), sl(a(term("bj", BJ * T)), BJ * T)), line)],
                 note=f"for {v['i']} (blocks of TILE)", line=li)
     if plan.method == "dma":
         block = [ir.Transpose(View(o_sb, (full(T), a("bj2"), sl(a(term("ai", T, "TILE")), T))),
-                              View(src, (sl(i0("ai"), T), sl(j0("bj2"), T))), "dma", line)]
+                              at(src, sl(i0("ai"), T), sl(j0("bj2"), T)), "dma", line)]
         load = []
     else:
         tp = Buf(fresh(f"{op.out}_tp"), "psum", dt, (T, T))  # transpose mode keeps the input dtype in PSUM
@@ -234,14 +352,16 @@ def build_transpose(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf], f
                  ir.Copy(View(o_sb, (full(T), a("bj2"), sl(a(term("ai", T, "TILE")), T))), whole(tp), line)]
     blocks = loop("ai", BI, loop("bj2", BJ, block, note=f"for {v['j']} (blocks of TILE)", line=lj),
                   note=f"for {v['i']} (blocks of TILE)", line=li)
-    store = loop("bj2", BJ, [Dma(View(dst, (sl(j0("bj2"), T), sl(a(term("bi", BI * T)), BI * T))),
+    store = loop("bj2", BJ, [Dma(at(dst, sl(j0("bj2"), T), sl(a(term("bi", BI * T)), BI * T)),
                                  View(o_sb, (full(T), a("bj2"), full(BI * T))), line)],
                  note=f"for {v['j']} (blocks of TILE)", line=lj)
     body = ([Alloc(a_sb, line=line)] if load else []) + load + [Alloc(o_sb, line=line)] + blocks + store
     nest = loop("bi", M // (BI * T), loop("bj", N // (BJ * T), body, note=f"for {v['j']} (strips of BJ blocks)",
                                           line=lj), note=f"for {v['i']} (strips of BI blocks)", line=li)
+    if batched:
+        nest = loop("bt", B, nest, note=f"for {v['b']} (batch)" if "b" in v else "", line=op.line_of("b"))
     consts = [("TILE", T)]
-    return consts, [ir.Block(f"{op.out} = transpose of {op.src} by {T}x{T} blocks", tuple(nest), line)]
+    return consts, views + [ir.Block(f"{op.out} = transpose of {op.src} by {T}x{T} blocks", tuple(nest), line)]
 
 
 # ---- standalone pool -----------------------------------------------------------------------------------------------

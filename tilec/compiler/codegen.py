@@ -15,6 +15,7 @@ import jinja2
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Kernel, Loop, Matmul, Reduce, Reshape,
                                Scalar, Sl, Stmt, Transpose, View)
 from tilec.compiler.names import sanitised, unique
+from tilec.lang.functions import ACTIVATIONS, FUNCTIONS
 from tilec.resources import resource_dir
 
 TEMPLATES = resource_dir("templates")
@@ -25,9 +26,11 @@ DEFAULT_NKI = "0.6"
 DTYPES = {"f32": "nl.float32", "f16": "nl.float16", "bf16": "nl.bfloat16"}
 BUFFERS = {"sbuf": "nl.sbuf", "psum": "nl.psum", "hbm": "nl.hbm"}
 RANGES = {"affine": "nl.affine_range", "sequential": "nl.sequential_range", "static": "nl.static_range"}
-ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "maximum": "nl.maximum",
-       "minimum": "nl.minimum"}
-FUNCS = {"copy": "nl.copy", "relu": "nl.relu", "exp": "nl.exp"}
+ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "divide": "nl.divide",
+       "maximum": "nl.maximum", "minimum": "nl.minimum"}
+# activation functions: copy (an eviction), square (x * x in a row chain) and every activation of the language's
+# function table
+FUNCS = {"copy": "nl.copy", "square": "nl.square", **{name: f"nl.{FUNCTIONS[name].nki}" for name in ACTIVATIONS}}
 
 
 class Namer:
@@ -140,7 +143,9 @@ class _ViewModel:
             return {**base, "kind": "copy", "src": self.view(s.src)}
         if isinstance(s, Act):
             extra = f", bias={self.view(s.bias)}" if s.bias is not None else ""
-            extra += f", scale={s.scale!r}" if s.scale != 1.0 else ""
+            extra += f", scale={self.view(s.scale)}" if isinstance(s.scale, View) else \
+                f", scale={s.scale!r}" if s.scale != 1.0 else ""
+            extra += f", reduce_op=nl.add, reduce_res={self.view(s.total)}" if s.total is not None else ""
             return {**base, "kind": "act", "func": FUNCS[s.func], "src": self.view(s.src), "extra": extra}
         if isinstance(s, Binary):
             return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op]}

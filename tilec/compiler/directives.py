@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, SBUF_BUDGET, ConvPlan, EltwisePlan,
+from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
-                                     eltwise_free, fmt_arg, fmt_directive, var_of)
-from tilec.compiler.ops import ConvOp, Op
+                                     eltwise_free, fmt_arg, fmt_directive, sbuf_budget, var_of)
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, Op
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
+from tilec.target import Target, target as get_target
 
 
 def bad(d: sx.Directive | sx.Ref | int, message: str, hint: str = "") -> TilecError:
@@ -90,7 +91,10 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
 def _tile_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str, n: int) -> ReducePlan:
     """A kept loop: rows per partition tile; a reduced loop: elements per partition of one tensor_reduce. Both
-    count the flattened dims (`s[b, i] += A[b, i, j]`: rows of b*i)."""
+    count the flattened dims (`s[b, i] += A[b, i, j]`: rows of b*i). A column sum puts the reduced rows on the
+    partitions and the kept columns after them on the free dimension."""
+    if isinstance(op, ColumnReduceOp):
+        return _tile_column_reduce(op, plan, d, role, n)
     if role.startswith("k"):
         if n > PMAX:
             raise bad(d, f"tile of {n} rows on the partition dimension exceeds {PMAX}",
@@ -101,6 +105,22 @@ def _tile_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str, n: int) -
     if n > REDUCE_FREE:
         raise bad(d, f"a tile of {n} elements per partition exceeds the {REDUCE_FREE} one reduced tile may hold "
                      f"in SBUF", f"use a divisor of {op.dim('F')} up to {REDUCE_FREE}")
+    return replace(plan, free=n)
+
+
+def _tile_column_reduce(op: ColumnReduceOp, plan: ReducePlan, d: sx.Directive, role: str, n: int) -> ReducePlan:
+    if role.startswith("r"):
+        if n > PMAX:
+            raise bad(d, f"tile of {n} reduced rows on the partition dimension exceeds {PMAX}",
+                      f"use a divisor of {op.dim('R')} up to {PMAX}")
+        _div(d, n, op.dim("R"), "tile", f" (the reduced indices are {op.dim('R')} rows on the partitions)")
+        return replace(plan, parts=n)
+    if not role.startswith("k"):
+        raise bad(d, "only the reduced loops and the kept loops after them are tiled in a column sum")
+    if n > MOVING_FMAX:
+        raise bad(d, f"a tile of {n} columns exceeds the {MOVING_FMAX} one matmul sums into a PSUM bank",
+                  f"use a divisor of {op.dim('F')} up to {MOVING_FMAX}")
+    _div(d, n, op.dim("F"), "tile", f" (the kept indices after the reduced ones are {op.dim('F')} columns)")
     return replace(plan, free=n)
 
 
@@ -254,7 +274,7 @@ def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     return plan
 
 
-def apply_fusion(op: Op, plan: Plan, d: sx.Directive) -> Plan:
+def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int) -> Plan:
     """`compute_at conv, Y.i | Y.j | Y.n | root` and `place conv, sbuf | hbm`. Fused (the
     default), the conv output only lives in PSUM/SBUF tiles; at `root` or in `hbm` it is stored and a separate pool
     reads it back (golden excerpt: tests/golden/compiler/directives/place_hbm.txt):
@@ -268,6 +288,7 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
         +  alloc conv: hbm f32[2, 256, 8, 6]  # tl:9
         +  view conv_v2: hbm f32[512, 8, 6] = conv  # tl:12
+    sbuf is the compiler's SBUF budget per partition on the target (schedule.sbuf_budget).
     """
     if not isinstance(plan, ConvPlan) or not op.pool:
         raise bad(d, f"{op.name} has no consumer to fuse into")
@@ -285,17 +306,17 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         if role == "pool_j":  # one pooled element per matmul group: a wy x wx window of conv
             return replace(plan, fused=True, rows=wy, tile_x=wx)
         if role in ("pool_b", "n"):
-            return _fuse_whole_image(op, plan, d)
+            return _fuse_whole_image(op, plan, d, sbuf)
     raise bad(d, f"`{d.name}` takes sbuf|hbm, root, or a loop of the consumer (e.g. {op.out}.i)")
 
 
-def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive) -> ConvPlan:
+def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive, sbuf: int) -> ConvPlan:
     ho, wo = op.dim("Ho"), op.dim("Wo")
     live = ho * wo * 4  # the fp32 conv rows of one image and out-channel tile, before pooling
-    if live > PSUM_BANK * 8 and live > SBUF_BUDGET // 2:
+    if live > PSUM_BANK * 8 and live > sbuf // 2:
         raise bad(d, f"fusing {op.name} into {op.out} at {d.args[1].parts[1]} needs {ho} rows of {op.name} live, "
-                     f"{live // 1024} KiB per partition; at most {SBUF_BUDGET // 2048} KiB of the "
-                     f"{SBUF_BUDGET // 1024} KiB SBUF partition can hold it (the rest holds inputs and weights)",
+                     f"{live // 1024} KiB per partition; at most {sbuf // 2048} KiB of the "
+                     f"{sbuf // 1024} KiB SBUF partition can hold it (the rest holds inputs and weights)",
                   f"fuse at {op.out}.{var_of(op, 'pool_i')} to keep only a band of rows live")
     return replace(plan, fused=True, band=ho)
 
@@ -404,11 +425,33 @@ def setting(d: sx.Directive) -> tuple:
     return (d.name, first)
 
 
+# Directives apply in one canonical order, so a schedule means the same whatever order its lines are in: sizes first
+# (tile, then split: a split counts tiles), then the loop structure, placement, and the per-buffer settings. Within a
+# kind, loops in ROLE_ORDER (a conv's columns before its rows: rows per matmul are checked against the columns).
+PHASES = ("tile", "split", "partition", "reorder", "compute_at", "place", "hoist", "buffers", "unroll", "method")
+ROLE_ORDER = ("k", "c", "x", "y", "i", "j", "b")
+
+
+def canonical_order(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...]) -> list[sx.Directive]:
+    def key(d: sx.Directive) -> tuple:
+        first = d.args[0] if d.args else None
+        role = ""
+        if isinstance(first, sx.Ref) and len(first.parts) == 2:
+            owner = next((op for op in ops if op.name == first.parts[0]), None)
+            role = _roles(owner).get(first.parts[1], "") if owner is not None else ""
+        rank = ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER)
+        phase = PHASES.index(d.name) if d.name in PHASES else len(PHASES)
+        return phase, rank, fmt_directive(d)
+
+    return sorted(directives, key=key)
+
+
 def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
-                   dtypes: dict[str, str]) -> tuple[Plan, ...]:
+                   dtypes: dict[str, str], target: Target | None = None) -> tuple[Plan, ...]:
+    sbuf = sbuf_budget(get_target(target))
     plans = {op.name: default_plan(op, dtypes) for op in ops}
     seen: dict[tuple, sx.Directive] = {}
-    for d in directives:
+    for d in directives:  # unknown and repeated directives are reported in the order written
         if d.name not in APPLY and d.name not in ("compute_at", "place"):
             raise bad(d, f"unknown directive `{d.name}`",
                       "directives: " + ", ".join(sorted([*APPLY, "compute_at", "place"])))
@@ -416,9 +459,10 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
             at = f"line {earlier.span.line}" if earlier.span and earlier.span.line else "earlier"
             raise bad(d, f"`{fmt_directive(d)}` sets again what `{fmt_directive(earlier)}` ({at}) sets",
                       "keep one of the two directives")
+    for d in canonical_order(ops, directives):
         op = op_for(d, ops)
         if d.name in ("compute_at", "place"):
-            plans[op.name] = apply_fusion(op, plans[op.name], d)
+            plans[op.name] = apply_fusion(op, plans[op.name], d, sbuf)
         else:
             plans[op.name] = APPLY[d.name](op, plans[op.name], d)
     return tuple(plans[op.name] for op in ops)

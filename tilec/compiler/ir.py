@@ -14,7 +14,8 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
            | Matmul(acc, stationary, moving)         acc (PSUM) += stationary.T @ moving
            | Transpose(dst, src)                     PE transpose of src (SBUF) into dst (PSUM); or DMA transpose
            | Copy(dst, src)                          PSUM/SBUF -> SBUF copy with a dtype cast
-           | Act(dst, src, func, bias, scale)        dst = func(src * scale + bias), bias per partition
+           | Act(dst, src, func, bias, scale, total)  dst = func(src * scale + bias), bias per partition;
+                                                     total (P, 1) = the sum of dst along the free dims
            | Binary(dst, a, b, op)                   dst = a op b element-wise (tensor_tensor)
            | Scalar(dst, src, op, value, reverse)    dst = src op value (tensor_scalar); value: a constant or a
                                                      (P, 1) column, one scalar per partition; reverse: value op src
@@ -171,10 +172,11 @@ class Copy:
 class Act:
     dst: View
     src: View
-    func: str = "copy"  # copy | relu
+    func: str = "copy"  # copy | an activation of tilec.lang.functions (relu, exp, sqrt, ...)
     bias: View | None = None
-    scale: float = 1.0
+    scale: "float | View" = 1.0  # a constant, or a (P, 1) column: one factor per partition
     line: int = 0
+    total: View | None = None  # a (P, 1) column that also receives the sum of the result along the free dims
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ class Binary:
     dst: View
     a: View
     b: View
-    op: str  # add | subtract | multiply | maximum | minimum
+    op: str  # add | subtract | multiply | divide | maximum | minimum
     line: int = 0
 
 
@@ -190,7 +192,7 @@ class Binary:
 class Scalar:
     dst: View
     src: View
-    op: str  # add | subtract | multiply | maximum | minimum
+    op: str  # add | subtract | multiply | divide | maximum | minimum
     value: "float | View"  # a constant, or a (P, 1) view: one scalar per partition, broadcast along the free dims
     line: int = 0
     reverse: bool = False  # value op src (for the non-commutative subtract)
@@ -271,8 +273,9 @@ def _stmt_head(s: Stmt) -> str:
         return f"copy {fmt_view(s.dst)} <- {fmt_view(s.src)}"
     if isinstance(s, Act):
         bias = f" + {fmt_view(s.bias)}" if s.bias else ""
-        scale = f" * {s.scale:g}" if s.scale != 1.0 else ""
-        return f"act {fmt_view(s.dst)} <- {s.func}({fmt_view(s.src)}{scale}{bias})"
+        scale = f" * {fmt_view(s.scale)}" if isinstance(s.scale, View) else f" * {s.scale:g}" if s.scale != 1.0 else ""
+        total = f", sum -> {fmt_view(s.total)}" if s.total is not None else ""
+        return f"act {fmt_view(s.dst)} <- {s.func}({fmt_view(s.src)}{scale}{bias}){total}"
     if isinstance(s, Binary):
         return f"{s.op} {fmt_view(s.dst)} <- {fmt_view(s.a)}, {fmt_view(s.b)}"
     if isinstance(s, Scalar):

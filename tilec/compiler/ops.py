@@ -120,14 +120,24 @@ class ReduceOp(_LoopLines):
     span: Span | None = field(default=None, compare=False)
     loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
     update_line: int = 0  # .tl line of the `+=` statement (the initial value is at `line`)
+    expr: "sx.Expr | None" = None  # an element-wise expression of same-indexed tensors reduced (None: src itself)
+    inputs: tuple[str, ...] = ()  # the tensors `expr` reads (src first)
+
+
+@dataclass(frozen=True)
+class ColumnReduceOp(ReduceOp):
+    """`s[j] += A[i, j]`, `s[b, n] += A[b, m, n] / M`: a sum over leading or middle dimensions. dims O (flattened
+    kept indices before the reduced ones), R (reduced, on the partitions), F (kept indices after them, the free
+    dimension); per O and free tile, ones[R, 1].T @ A[R, F] on TensorE accumulates the column sums in PSUM."""
 
 
 Op = ConvOp | PoolOp | TransposeOp | EltwiseOp | ReduceOp
 
 
 SUPPORTED = ("supported: convolution/matmul contractions (windows `stride*y + r`), window max/avg pools, "
-             "2-D transposes, reductions along the last dimensions (`s[i] += A[i, j]`), element-wise "
-             "expressions (operands indexed like the output, or broadcast along a run of its indices)")
+             "transposes and permutes (`Y[b, j, i] = X[b, i, j]`), reductions over a run of dimensions "
+             "(`s[i] += A[i, j]`, `s[j] += A[i, j]`), element-wise expressions (operands indexed like the output, "
+             "or broadcast along a run of its indices)")
 
 
 def reject(comp: Comp, why: str, span: Span | None = None, hint: str = SUPPORTED) -> TilecError:

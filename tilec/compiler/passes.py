@@ -102,13 +102,13 @@ def allocations(k: Kernel) -> list[ir.Buf]:
     return [s.buf for s in ir.walk(k.body) if isinstance(s, ir.Alloc) and s.buf.memory == "sbuf"]
 
 
-def allocation_report(k: Kernel) -> str:
+def allocation_report(k: Kernel, budget: int, banks: int, bank_bytes: int) -> str:
     lines = [f"{'buffer':<24} {'memory':<6} {'shape':<28} bytes/partition"]
     for name, memory, shape, size in memory_summary(k):
         lines.append(f"{name:<24} {memory:<6} {shape:<28} {size}")
     sbuf, psum = peak_usage(k.body)
-    lines.append(f"peak SBUF per partition: {sbuf} bytes ({sbuf / 1024:.1f} KiB of 192 KiB usable)")
-    lines.append(f"peak PSUM tiles live: {psum} of 8 banks (2 KiB each)")
+    lines.append(f"peak SBUF per partition: {sbuf} bytes ({sbuf / 1024:.1f} KiB of {budget // 1024} KiB usable)")
+    lines.append(f"peak PSUM tiles live: {psum} of {banks} banks ({bank_bytes // 1024} KiB each)")
     return "\n".join(lines) + "\n"
 
 

@@ -11,20 +11,26 @@ from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.build_simple import build_eltwise, build_pool, build_transpose
 from tilec.compiler.build_reduce import build_reduce
+from tilec.compiler.build_colreduce import build_column_reduce
+from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.names import NameAllocator, program_names
+from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest
+from tilec.compiler.tensorize import match
 from tilec.compiler.directives import apply_schedule
 from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
-from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
-from tilec.compiler.verify import SBUF_USABLE, verify
+from tilec.compiler.schedule import sbuf_budget
+from tilec.compiler.verify import verify
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
+from tilec.target import Target, target as get_target
 
-STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "squeeze", "allocate")
+STAGES = ("nest", "lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "squeeze", "allocate")
 
 
 @dataclass(frozen=True)
@@ -35,13 +41,21 @@ class Result:
     ops: tuple
     plans: tuple
     source: str
+    target: Target
+    nest: Nest  # level A, before instruction selection
 
 
-def compile_program(program, directives: tuple[sx.Directive, ...] | None = None, nki: str | None = None) -> Result:
+def compile_program(program, directives: tuple[sx.Directive, ...] | None = None, nki: str | None = None,
+                    target: Target | str | None = None) -> Result:
     """`nki`: the NKI API version the kernel source is written for (codegen.NKI_VERSIONS; None: the default)."""
     directives = program.kernel.schedule if directives is None else directives
+    tgt = get_target(target)
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
     stages: dict[str, str] = {}
+    # nest: the program as loops over buffers (level A), one to one, with a NumPy meaning (nest_eval.py); each
+    # statement shows the instruction of the target's table it matches (tensorize.py)
+    nest = lower_nest(program)
+    stages["nest"] = print_nest(nest, lambda s: str(match(s, tgt) or ""))
     # lower: loop nests -> tensor computations with concrete extents (what each statement computes)
     comps = lower(program.kernel, program.sizes)
     stages["lower"] = print_comps(comps)
@@ -50,52 +64,56 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     stages["select"] = print_ops(ops)
     # schedule: the default plan per op, then every directive folded in (tile, split, reorder, partition,
     # compute_at/place, hoist, buffers, unroll, method), each checked for legality
-    plans = apply_schedule(ops, tuple(directives), dtypes)
+    plans = apply_schedule(ops, tuple(directives), dtypes, tgt)
     stages["schedule"] = print_plans(ops, plans)
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
     ops, plans = unfuse(ops, plans, program)
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
-    kernel = build_kernel(program, ops, plans, names)
-    _check_capacity(kernel)
-    stages["loops"] = _checked(kernel, "loops")
+    scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
+    chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
+    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains)
+    _check_capacity(kernel, tgt)
+    stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
     # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion)
     kernel = passes.hoist(kernel)
-    stages["hoist"] = _checked(kernel, "hoist")
+    stages["hoist"] = _checked(kernel, "hoist", tgt)
     kernels["hoist"] = kernel
     # unroll: the schedule's unrolled loops become static ranges (traced once per iteration)
     kernel = passes.unroll(kernel, unrolled_loops(ops, plans, names))
-    stages["unroll"] = _checked(kernel, "unroll")
+    stages["unroll"] = _checked(kernel, "unroll", tgt)
     kernels["unroll"] = kernel
     # legalise: affine loops whose iterations share a buffer (single-buffered schedules) become sequential
     kernel = passes.legalise(kernel)
-    stages["legalise"] = _checked(kernel, "legalise")
+    stages["legalise"] = _checked(kernel, "legalise", tgt)
     kernels["legalise"] = kernel
     # squeeze: tiles and compiler-made HBM views lose their dimensions of extent 1 (readable kernels, same code)
     kernel = squeeze(kernel)
-    stages["squeeze"] = _checked(kernel, "squeeze")
+    stages["squeeze"] = _checked(kernel, "squeeze", tgt)
     kernels["squeeze"] = kernel
-    # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the trn2 limits)
-    stages["allocate"] = passes.allocation_report(kernel)
-    doc = _doc_lines(program, ops, plans)
+    # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the target's limits)
+    stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
+    doc = _doc_lines(program, ops, plans, chains)
+    stages["schedule"] += "".join(_chain_note(c) + "\n" for c in chains)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
-    return Result(stages, kernel, kernels, ops, plans, source)
+    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest)
 
 
-def _check_capacity(kernel: ir.Kernel) -> None:
+def _check_capacity(kernel: ir.Kernel, target: Target) -> None:
     """Too much SBUF is the schedule's (or the problem size's) fault, not a compiler bug: say what to change."""
-    sbuf, _ = passes.peak_usage(kernel.body)
-    if sbuf > SBUF_USABLE:
+    sbuf, budget = passes.peak_usage(kernel.body)[0], sbuf_budget(target)
+    if sbuf > budget:
         biggest = max(passes.allocations(kernel), key=lambda b: b.bytes_per_partition())
-        raise TilecError(f"the kernel needs {sbuf // 1024} KiB of SBUF per partition, trn2 has {SBUF_USABLE // 1024} "
-                         f"KiB usable (largest buffer: {biggest.name}, {biggest.bytes_per_partition() // 1024} KiB)",
+        raise TilecError(f"the kernel needs {sbuf // 1024} KiB of SBUF per partition, {target.name} has "
+                         f"{budget // 1024} KiB usable (largest buffer: {biggest.name}, "
+                         f"{biggest.bytes_per_partition() // 1024} KiB)",
                          None, "use smaller bands (split OP.y, N / split OP.x, N) or prepare the weights per "
                                "out-channel tile (hoist W, OP.k)")
 
 
-def _checked(kernel: ir.Kernel, stage: str) -> str:
-    verify(kernel, stage)
+def _checked(kernel: ir.Kernel, stage: str, target: Target) -> str:
+    verify(kernel, stage, target)
     return ir.print_ir(kernel)
 
 
@@ -117,27 +135,59 @@ def unfuse(ops: tuple, plans: tuple, program) -> tuple[tuple, tuple]:
     return tuple(out_ops), tuple(out_plans)
 
 
-def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator) -> ir.Kernel:
+def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, scheduled: set[str] = frozenset(),
+                 budget: int = 0, chains: list | None = None) -> ir.Kernel:
+    """Each op by its builder; a run of row ops with the default schedule (softmax, layernorm, ...) as one fused
+    row chain when its tiles fit `budget` (build_rowchain.py)."""
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     params = tuple(hbm[p.name] for p in program.kernel.params)
     outputs = tuple(hbm[o] for o in program.kernel.outputs)
+    parts = _parts(program, ops, plans, names, hbm, scheduled, budget, chains if chains is not None else [])
+    stored = {n for group, _, _ in parts for n in group}
     body: list[ir.Stmt] = []
     for name, t in program.tensors.items():
-        if t.kind == "temp" and any(op.out == name for op in ops):
+        if t.kind == "temp" and name in stored:
             body.append(ir.Alloc(hbm[name], line=t.span.line))  # an intermediate that really goes through HBM
     consts: dict[str, int] = {}
-    for op, plan in zip(ops, plans):
-        builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
-                   EltwiseOp: build_eltwise, ReduceOp: build_reduce}[type(op)]
-        op_consts, stmts = builder(op, plan, hbm, _fresh(names, op))
-        op_consts = used_consts(stmts, op_consts)
-        prefix = "" if len(ops) == 1 else f"{op.out.upper()}_"
-        if prefix:
-            stmts = passes.rename_consts(stmts, prefix)
-            op_consts = [(prefix + n, v) for n, v in op_consts]
+    for _, op_consts, stmts in parts:
         consts.update(op_consts)
         body += stmts
     return ir.Kernel(program.kernel.name, params, outputs, tuple(body), tuple(consts.items()))
+
+
+def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, scheduled: set[str], budget: int,
+           fused: list) -> list[tuple[set[str], list, list]]:
+    """(tensors written to HBM, consts, statements) per op or fused row chain, in program order."""
+    chains = {c[0]: c for c in row_chains(ops, scheduled)} if budget else {}
+    out, skip = [], set()
+    for i, (op, plan) in enumerate(zip(ops, plans)):
+        if i in skip:
+            continue
+        if i in chains:
+            members = [ops[j] for j in chains[i]]
+            outside = [o for j, o in enumerate(ops) if j not in chains[i]]
+            keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
+            built = build_row_chain(members, hbm, lambda o: _fresh(names, o), keep)
+            if passes.peak_usage(tuple(built[1]))[0] <= budget:
+                out.append(_named({m.out for m in members} & keep, built, members[-1].out, len(ops)))
+                skip |= set(chains[i])
+                fused.append([m.name for m in members])
+                continue
+        builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
+                   EltwiseOp: build_eltwise, ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}[type(op)]
+        out.append(_named({op.out}, builder(op, plan, hbm, _fresh(names, op)), op.out, len(ops)))
+    return out
+
+
+def _named(stored: set[str], built: tuple, out: str, n_ops: int) -> tuple[set[str], list, list]:
+    """The op's constants prefixed with its output's name when the kernel has several ops (Y_TILE_P)."""
+    op_consts, stmts = built
+    op_consts = used_consts(stmts, op_consts)
+    if n_ops > 1:
+        prefix = f"{out.upper()}_"
+        stmts = passes.rename_consts(stmts, prefix)
+        op_consts = [(prefix + n, v) for n, v in op_consts]
+    return stored, op_consts, stmts
 
 
 def _fresh(names: NameAllocator, op):
@@ -174,9 +224,16 @@ def _recompile_commands(program) -> dict[str, str]:
     return commands
 
 
-def _doc_lines(program, ops, plans) -> list[str]:
+def _chain_note(chain: list[str]) -> str:
+    return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
+
+
+def _doc_lines(program, ops, plans, chains: list[list[str]]) -> list[str]:
     lines = ["Schedule (directives; `tilec explain` shows the plan):", ""]
+    in_chain = {name for c in chains for name in c}
     for op, plan in zip(ops, plans):
-        lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
+        if op.name not in in_chain:
+            lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
+    lines += ["    " + _chain_note(c) for c in chains]
     sizes = ", ".join(f"{k}={v}" for k, v in sorted(program.sizes.items()))
     return lines + ["", f"Sizes: {sizes}"]

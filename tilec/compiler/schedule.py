@@ -35,14 +35,25 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tilec.compiler.ir import DTYPE_BYTES
-from tilec.compiler.ops import ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
 from tilec.lang import syntax as sx
+from tilec.target import Target, invariant
 
-PMAX, MOVING_FMAX, PSUM_BANK = 128, 512, 2048
-SBUF_BUDGET = 192 * 1024  # usable bytes per partition on trn2 (224 KiB less a compiler reserve)
+# Limits every NeuronCore generation shares (tilec/target.py): plans use them as constants.
+PMAX, MOVING_FMAX, PSUM_BANK = invariant("pmax"), invariant("moving_fmax"), invariant("psum_bank_bytes")
+# The compiler plans SBUF within the target's usable bytes less this margin: headroom for the NKI allocator's
+# alignment and buffer rotation, which tilec's byte count does not see (on trn2: 224 - 32 = 192 KiB, the budget
+# every generated kernel has been verified and measured with).
+SBUF_PLANNING_MARGIN = 32 * 1024
+
+
+def sbuf_budget(target: Target) -> int:
+    """SBUF bytes per partition the compiler lets one kernel allocate on `target`."""
+    return target.sbuf_usable - SBUF_PLANNING_MARGIN
 
 
 @dataclass(frozen=True)
@@ -135,11 +146,14 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         row_bytes = op.pool.wy * op.dim("W") * 4
         return PoolPlan(best_divisor(op.dim("B"), PMAX), best_divisor(ho, max(1, 16384 // row_bytes)))
     if isinstance(op, TransposeOp):
-        tile = min(PMAX, best_divisor(op.dim("M"), PMAX), best_divisor(op.dim("N"), PMAX))
+        # square blocks: a divisor of both sides (200 x 130 takes 10, not min(100, 65), which divides neither)
+        tile = best_divisor(math.gcd(op.dim("M"), op.dim("N")), PMAX)
         elem = DTYPE_BYTES[dtypes[op.src]]
         per_dma = max(1, 4096 // (tile * elem))  # >= 4 KiB per partition per DMA saturates the queues
         return TransposePlan(tile, best_divisor(op.dim("M") // tile, per_dma),
                              best_divisor(op.dim("N") // tile, per_dma))
+    if isinstance(op, ColumnReduceOp):  # reduced rows on the partitions, one PSUM bank of sums per free tile
+        return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), REDUCE_FREE))
     parts = best_divisor(op.dim("P") if op.layout else op.size, PMAX)
@@ -229,6 +243,8 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
         ds = [directive("tile", v("i"), plan.tile), directive("split", v("i"), plan.bi),
               directive("split", v("j"), plan.bj)]
         return tuple(ds + ([directive("method", op.name, "dma")] if plan.method == "dma" else []))
+    if isinstance(plan, ReducePlan) and isinstance(op, ColumnReduceOp):
+        return (directive("tile", v("r0"), plan.parts), directive("tile", v("k0"), plan.free))
     if isinstance(plan, ReducePlan):
         return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free))
     return (directive("tile", v("d0"), plan.free),)

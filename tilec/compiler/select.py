@@ -21,6 +21,8 @@ Each op keeps `vars`: role -> the .tl loop variable, so schedule directives can 
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu, strip_scale
@@ -316,14 +318,25 @@ def select_pool(comp: Comp, program) -> PoolOp:
 
 
 def select_transpose(comp: Comp, program) -> TransposeOp:
+    """`Y[j, i] = X[i, j]`, and any permutation that is one swap of two runs of dimensions after leading batch
+    dimensions (`Y[b, j, i] = X[b, i, j]`, NCHW -> NHWC `Y[n, h, w, c] = X[n, c, h, w]`): a batch of 2-D
+    transposes of X seen as [B, M, N]."""
     acc = comp.init
     names = [plain(m) for m in index_maps(acc, comp, program)]
-    if len(names) != 2 or names != list(comp.out_vars)[::-1]:
-        raise reject(comp, "only 2-D transposes B[j, i] = A[i, j] are supported", acc.span)
-    m, n = program.tensors[acc.tensor].shape
-    roles = (("i", names[0]), ("j", names[1]))
-    return TransposeOp(comp.target, comp.target, acc.tensor, (("M", m), ("N", n)), roles, comp.line, comp.span,
-                       comp.lines)
+    out = list(comp.out_vars)
+    k = next((i for i, (x, y) in enumerate(zip(names, out)) if x != y), len(out))
+    rest, want = names[k:], out[k:]
+    cut = next((c for c in range(1, len(rest)) if rest[c:] + rest[:c] == want), None)
+    if cut is None:
+        raise reject(comp, f"`{fmt_expr(acc)}` permutes its dimensions in a way that is not one swap of two runs "
+                           f"of dimensions after leading batch dimensions (e.g. Y[b, j, i] = X[b, i, j])", acc.span,
+                     "write it as two statements, each swapping two runs of dimensions")
+    ext = comp.extent
+    size = lambda vs: math.prod(ext(v) for v in vs)  # noqa: E731
+    batch, first, second = names[:k], rest[:cut], rest[cut:]
+    roles = (("i", first[0]), ("j", second[0])) + ((("b", batch[0]),) if batch else ())
+    dims = (("M", size(first)), ("N", size(second))) + ((("B", size(batch)),) if batch else ())
+    return TransposeOp(comp.target, comp.target, acc.tensor, dims, roles, comp.line, comp.span, comp.lines)
 
 
 def print_ops(ops: tuple[Op, ...]) -> str:
@@ -349,7 +362,8 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             lines.append(f"  src {op.src}")
         elif isinstance(op, ReduceOp):
             init = op.init if isinstance(op.init, str) else f"{op.init:g}"
-            lines.append(f"  src {op.src} reduce {op.op} from {init} scale {op.scale:g}")
+            lines.append(f"  src {op.src} reduce {op.op} from {init} scale {op.scale:g}"
+                         + (f" of {fmt_expr(op.expr)}" if op.expr is not None else ""))
         else:
             lines.append(f"  {op.out} = {fmt_expr(op.expr)}  ({op.size} elements)" +
                          (f"  (fused {', '.join(op.fused)})" if op.fused else ""))

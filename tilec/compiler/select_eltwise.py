@@ -13,6 +13,7 @@ from tilec.compiler.exprs import accesses, const_value, fmt_expr
 from tilec.compiler.lower import Comp, rename_vars
 from tilec.compiler.ops import EltwiseOp, index_maps, is_permutation, plain, reads, reject
 from tilec.lang import syntax as sx
+from tilec.lang.functions import FUNCTIONS
 
 
 def is_copy(comp: Comp, program) -> bool:
@@ -85,9 +86,12 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
         runs[kind] = here
         group = rows if kind == "row" else columns
         group += [acc.tensor] if acc.tensor not in group else []
-    _check_expr(comp, comp.init)
-    if columns:
-        _check_columns(comp, comp.init, set(columns))
+    check_expr(comp, comp.init)
+    # an expression of columns and constants (`0.5 * c[i]`) is computed on the (P, 1) columns and meets full tiles in
+    # tensor_scalar (one scalar per partition); it cannot be the whole result
+    if columns and column_only(comp.init, set(columns)):
+        raise reject(comp, "an element-wise result must read at least one operand indexed like the output "
+                           "(or a broadcast row); broadcast columns alone are not supported", comp.init.span)
     run = _partition_run(comp, runs)
     roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))
     layout = _broadcast_layout(comp, run) if run else ()
@@ -125,42 +129,27 @@ def _broadcast_layout(comp: Comp, run: tuple[int, int]) -> tuple[tuple[str, int]
     return (("O", math.prod(ext[:run[0]])), ("P", math.prod(ext[run[0]:run[1]])), ("F", math.prod(ext[run[1]:])))
 
 
-def _check_columns(comp: Comp, e: sx.Expr, columns: set[str]) -> bool:
-    """Whether `e` is a full tile; a column may only meet a full tile directly in +, -, *, max or min."""
-    if isinstance(e, sx.Access):
-        return e.tensor not in columns
-    if const_value(e) is not None:
-        return False
-    args = [e.x] if isinstance(e, sx.Neg) else list(e.args) if isinstance(e, sx.Call) else [e.lhs, e.rhs]
-    full = [_check_columns(comp, x, columns) for x in args]
-    binary = len(args) == 2 and (isinstance(e, sx.Call) or e.op in "+-*")
-    for x, is_full in zip(args, full):
-        cols = [a for a in accesses(x) if a.tensor in columns]
-        if not is_full and cols and not (binary and any(full) and _is_column(x, columns)):
-            col = cols[0]
-            raise reject(comp, f"a broadcast operand like `{fmt_expr(col)}` may only be added to, subtracted from, "
-                               f"multiplied with, or be the max/min of a full-size operand", col.span)
-    return any(full)
+def column_only(e: sx.Expr, columns: set[str]) -> bool:
+    """An expression that reads only per-partition columns (and constants): its value is a (P, 1) column."""
+    reads = accesses(e)
+    return bool(reads) and all(a.tensor in columns for a in reads)
 
 
-def _is_column(e: sx.Expr, columns: set[str]) -> bool:
-    return isinstance(e, sx.Access) and e.tensor in columns
-
-
-def _check_expr(comp: Comp, e: sx.Expr) -> None:
+def check_expr(comp: Comp, e: sx.Expr) -> None:
+    """An expression the element-wise builder can compute (else a TilecError at the offending part)."""
     if isinstance(e, (sx.Access, sx.Num)):
         return
     if isinstance(e, sx.Neg):
-        return _check_expr(comp, e.x)
+        return check_expr(comp, e.x)
     if isinstance(e, sx.BinOp):
-        if e.op == "%" or (e.op == "/" and const_value(e.rhs) is None):
+        if e.op == "%":
             raise reject(comp, f"operator `{e.op}` between tensors has no engine instruction here", e.span)
-        _check_expr(comp, e.lhs)
-        _check_expr(comp, e.rhs)
+        check_expr(comp, e.lhs)
+        check_expr(comp, e.rhs)
         return
-    if isinstance(e, sx.Call) and e.fn in ("max", "min", "relu", "exp"):
+    if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr in ("activation", "tensor_tensor"):
         for a in e.args:
-            _check_expr(comp, a)
+            check_expr(comp, a)
         return
     raise reject(comp, "unsupported expression", getattr(e, "span", None))
 

@@ -3,10 +3,10 @@
     s[i] = 0;        s[i] += A[i, j]            row sums (also `A[i, j] / N`, `A[i, j] * 0.5`: a mean)
     m[b, i] = -inf;  m[b, i] max= A[b, i, j]    row maxima (min= likewise), kept indices flattened onto rows
     s[i] = bias[i];  s[i] += A[i, j]            an initial value indexed like the output
+    s[i] = 0;        s[i] += X[i, j] * X[i, j]  an element-wise expression of tensors read at the same element
 
 The output keeps the leading indices of the input in order; the reduced loops index the trailing ones. Anything
-else that reduces whole dimensions (leading or middle dimensions, products of tensors) is a TilecError naming
-this form.
+else that reduces whole dimensions (leading or middle dimensions) is a TilecError naming this form.
 """
 from __future__ import annotations
 
@@ -14,14 +14,16 @@ import math
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_scale
 from tilec.compiler.lower import Comp
-from tilec.compiler.ops import ReduceOp, index_maps, plain, reject
+from tilec.compiler.ops import ColumnReduceOp, ReduceOp, index_maps, plain, reject
+from tilec.compiler.select_eltwise import check_expr as _check_expr
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
 _ALU = {"+=": "add", "max=": "maximum", "min=": "minimum"}
-_HINT = ("supported: a reduction of the trailing indices of one tensor into an output indexed by its leading ones, "
-         "`s[i] += A[i, j]` (also max=, min=, a constant factor `A[i, j] / N`), starting from a constant or a "
-         "tensor indexed like the output")
+_HINT = ("supported: a reduction of a run of indices of tensors into an output indexed by the others in order, "
+         "`s[i] += A[i, j]` or a column sum `s[j] += A[i, j]`, with a constant factor `A[i, j] / N` or an "
+         "element-wise expression of tensors read at the same element, `(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])`; "
+         "max= and min= over the last indices; starting from a constant or a tensor indexed like the output")
 
 
 def is_row_reduction(comp: Comp, program) -> bool:
@@ -40,34 +42,56 @@ def _reject(comp: Comp, why: str, span=None) -> TilecError:
 
 def select_reduce(comp: Comp, program) -> ReduceOp:
     src, scale = strip_scale(comp.update, program.sizes)
-    if not isinstance(src, sx.Access) and len(accesses(src)) > 1 and isinstance(src, sx.BinOp) and src.op == "*":
-        raise _reject(comp, f"`{fmt_expr(comp.update)}` multiplies tensors but is not a matmul/convolution "
-                            f"contraction (one operand must have the output's indices); a reduction of whole "
-                            f"dimensions reads one tensor", comp.update.span)
+    reads = accesses(src)
+    if not reads:
+        raise _reject(comp, f"`{fmt_expr(comp.update)}` reads no tensor", comp.update.span)
     if not isinstance(src, sx.Access):
-        raise _reject(comp, f"a reduction of whole dimensions must read one tensor, optionally times a constant; "
-                            f"`{fmt_expr(comp.update)}` is not of that form", comp.update.span)
+        _check_expr(comp, src)  # an element-wise expression, reduced: computed per tile, then tensor_reduce
     if scale != 1.0 and comp.red_op != "+=":
         raise _reject(comp, f"a constant factor applies to a `+=` reduction only (here `{comp.red_op}`)",
                       comp.update.span)
+    before, reduced, after = _split_indices(comp, reads[0], program)
+    for other in reads[1:]:
+        if _split_indices(comp, other, program) != (before, reduced, after):
+            raise _reject(comp, f"`{fmt_expr(other)}` must be indexed like `{fmt_expr(reads[0])}`: every tensor "
+                                f"of a reduced expression is read at the same element", other.span)
+    if after and comp.red_op != "+=":
+        raise reject(comp, f"`{comp.red_op}` over leading or middle dimensions has no engine instruction here (the "
+                           f"column sums run as a matmul, which only adds)", reads[0].span,
+                     "reduce the last dimensions instead (transpose the input first), or use +=")
+    init, ext = _init(comp, program), comp.extent
+    size = lambda vs: math.prod(ext(v) for v in vs)  # noqa: E731
+    inputs = tuple(dict.fromkeys(a.tensor for a in reads))
+    expr = None if isinstance(src, sx.Access) else src
+    args = (comp.target, comp.target, reads[0].tensor)
+    rest = (init, scale, comp.line, comp.span, comp.lines, comp.update_line or comp.line, expr,
+            inputs if expr is not None else ())
+    if not after:  # the reduced dimensions are the trailing ones: rows on the partitions
+        roles = tuple((f"k{i}", v) for i, v in enumerate(before)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
+        return ReduceOp(*args, (("R", size(before)), ("F", size(reduced))), _ALU[comp.red_op], roles, *rest)
+    roles = (tuple((f"o{i}", v) for i, v in enumerate(before)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
+             + tuple((f"k{i}", v) for i, v in enumerate(after)))
+    dims = (("O", size(before)), ("R", size(reduced)), ("F", size(after)))
+    return ColumnReduceOp(*args, dims, "add", roles, *rest)
+
+
+def _split_indices(comp: Comp, src: sx.Access, program) -> tuple[list[str], list[str], list[str]]:
+    """The read's loop variables as (kept before, reduced, kept after): the output's indices in order around one
+    run of reduced loops."""
     out, names = list(comp.out_vars), [plain(m) for m in index_maps(src, comp, program)]
-    kept, reduced = names[:len(out)], names[len(out):]
     if None in names:
         pos = names.index(None)
         raise _reject(comp, f"index `{fmt_expr(src.indices[pos])}` of {src.tensor} is not a plain loop variable",
                       src.indices[pos].span)
-    if kept != out or any(v not in comp.red_vars for v in reduced) or len(set(reduced)) != len(reduced):
-        raise _reject(comp, f"`{fmt_expr(src)}` must be indexed by the output's indices [{', '.join(out)}] first "
-                            f"and then the reduced loops (only trailing dimensions are reduced, onto the free "
-                            f"dimension; the leading ones go on the partitions)", src.span)
+    run = [i for i, v in enumerate(names) if v in comp.red_vars]
+    first = run[0] if run else len(names)
+    before, reduced, after = names[:first], names[first:first + len(run)], names[first + len(run):]
+    if before + after != out or len(set(reduced)) != len(reduced) or run != list(range(first, first + len(run))):
+        raise _reject(comp, f"`{fmt_expr(src)}` must be indexed by the output's indices [{', '.join(out)}] in order, "
+                            f"with the reduced loops as one run of consecutive dimensions", src.span)
     if set(reduced) != set(comp.red_vars):
         raise _reject(comp, "every reduced loop must index the tensor being reduced", src.span)
-    init = _init(comp, program)
-    ext = comp.extent
-    dims = (("R", math.prod(ext(v) for v in kept)), ("F", math.prod(ext(v) for v in reduced)))
-    roles = tuple((f"k{i}", v) for i, v in enumerate(kept)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
-    return ReduceOp(comp.target, comp.target, src.tensor, dims, _ALU[comp.red_op], roles, init, scale, comp.line,
-                    comp.span, comp.lines, comp.update_line or comp.line)
+    return before, reduced, after  # type: ignore[return-value]
 
 
 def _init(comp: Comp, program) -> float | str:

@@ -3,25 +3,25 @@
 Checks: every index variable is bound by an enclosing loop; every buffer is defined before use and in scope, and
 no two different buffers share a name; every index stays inside its buffer; on-chip tiles have <= 128 partitions;
 matmul stationary <= 128x128, moving free size <= 512, the accumulator fits one 2 KiB PSUM bank; DMAs never touch
-PSUM; <= 8 PSUM banks live; SBUF bytes per partition within the trn2 usable size.
+PSUM; <= 8 PSUM banks live; SBUF bytes per partition within the compiler's budget. All limits come from the
+Target (tilec/target.py) the kernel is compiled for.
 """
 from __future__ import annotations
 
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Buf, Copy, Dma, Kernel, Loop, Matmul, Reduce, Reshape,
                                Scalar, Sl, Stmt, Transpose, View, views)
+from tilec.compiler.schedule import sbuf_budget
 from tilec.errors import InternalError
-
-PMAX, STAT_FMAX, MOVING_FMAX, PSUM_BANK, PSUM_BANKS = 128, 128, 512, 2048, 8
-SBUF_USABLE = 192 * 1024
+from tilec.target import Target, target as get_target
 
 
-def verify(k: Kernel, stage: str) -> None:
-    _Verifier(k, stage).run()
+def verify(k: Kernel, stage: str, target: Target | None = None) -> None:
+    _Verifier(k, stage, get_target(target)).run()
 
 
 class _Verifier:
-    def __init__(self, k: Kernel, stage: str) -> None:
-        self.k, self.stage = k, stage
+    def __init__(self, k: Kernel, stage: str, target: Target) -> None:
+        self.k, self.stage, self.t = k, stage, target
 
     def fail(self, msg: str) -> None:
         raise InternalError(f"IR verifier after `{self.stage}`: {msg}")
@@ -60,21 +60,22 @@ class _Verifier:
     def alloc(self, b: Buf, sbuf: int, psum: int) -> tuple[int, int]:
         if b.memory == "hbm":
             return sbuf, psum
-        if b.shape[0] > PMAX:
-            self.fail(f"{b.name} has {b.shape[0]} partitions (> {PMAX})")
+        t = self.t
+        if b.shape[0] > t.pmax:
+            self.fail(f"{b.name} has {b.shape[0]} partitions (> {t.pmax})")
         if len(b.shape) < 2:
             self.fail(f"on-chip tile {b.name} needs at least 2 dimensions")
         size = b.bytes_per_partition()
         if b.memory == "psum":
-            if size > PSUM_BANK:
-                self.fail(f"PSUM tile {b.name} is {size} bytes per partition (> one {PSUM_BANK}-byte bank)")
+            if size > t.psum_bank_bytes:
+                self.fail(f"PSUM tile {b.name} is {size} bytes per partition (> one {t.psum_bank_bytes}-byte bank)")
             psum += 1
-            if psum > PSUM_BANKS:
-                self.fail(f"{psum} PSUM tiles live at {b.name} (> {PSUM_BANKS} banks)")
+            if psum > t.psum_banks:
+                self.fail(f"{psum} PSUM tiles live at {b.name} (> {t.psum_banks} banks)")
             return sbuf, psum
         sbuf += size
-        if sbuf > SBUF_USABLE:
-            self.fail(f"SBUF use reaches {sbuf} bytes per partition at {b.name} (> {SBUF_USABLE})")
+        if sbuf > sbuf_budget(t):
+            self.fail(f"SBUF use reaches {sbuf} bytes per partition at {b.name} (> {sbuf_budget(t)})")
         return sbuf, psum
 
     def reshape(self, s: Reshape, scope: dict[str, Buf]) -> None:
@@ -101,9 +102,11 @@ class _Verifier:
         elif isinstance(s, Matmul):
             self.matmul(s)
         elif isinstance(s, Transpose):
-            shp = s.src.shape()
-            if s.engine == "pe" and (s.dst.buf.memory != "psum" or len(shp) != 2 or max(shp) > PMAX):
-                self.fail(f"PE transpose {s.src.buf.name} {shp} must be <= 128x128 into PSUM")
+            tp, shp = self.t.instr("nc_transpose"), s.src.shape()
+            if s.engine == "pe" and (s.dst.buf.memory not in tp.writes or len(shp) != 2
+                                     or shp[0] > tp.limit("p") or shp[1] > tp.limit("f")):
+                self.fail(f"PE transpose {s.src.buf.name} {shp} must be <= {tp.limit('p')}x{tp.limit('f')} into "
+                          f"{'/'.join(tp.writes)}")
         elif isinstance(s, (Copy, Act, Binary, Scalar, Reduce)):
             self.elementwise(s, operands)
         if isinstance(s, Reduce) and (len(s.src.shape()) != 2 or s.dst.shape() != (s.src.shape()[0], 1)):
@@ -111,14 +114,16 @@ class _Verifier:
                       f"fold a 2-D tile into a (P, 1) column")
 
     def matmul(self, s: Matmul) -> None:
+        mm = self.t.instr("nc_matmul")  # acc[m, n] += stat[k, m] * mov[k, n]
         st, mv, acc = s.stationary.shape(), s.moving.shape(), s.acc.shape()
-        if s.acc.buf.memory != "psum" or s.stationary.buf.memory != "sbuf" or s.moving.buf.memory != "sbuf":
-            self.fail("matmul reads SBUF and accumulates into PSUM")
-        if len(st) != 2 or st[0] > PMAX or st[1] > STAT_FMAX:
-            self.fail(f"matmul stationary {st} exceeds 128x128")
+        if (s.acc.buf.memory not in mm.writes or s.stationary.buf.memory not in mm.reads
+                or s.moving.buf.memory not in mm.reads):
+            self.fail(f"matmul reads {'/'.join(mm.reads)} and accumulates into {'/'.join(mm.writes)}")
+        if len(st) != 2 or st[0] > mm.limit("k") or st[1] > mm.limit("m"):
+            self.fail(f"matmul stationary {st} exceeds {mm.limit('k')}x{mm.limit('m')}")
         free = _prod(mv[1:])
-        if mv[0] != st[0] or free > MOVING_FMAX:
-            self.fail(f"matmul moving {mv} does not match stationary {st} or exceeds {MOVING_FMAX} free elements")
+        if mv[0] != st[0] or free > mm.limit("n"):
+            self.fail(f"matmul moving {mv} does not match stationary {st} or exceeds {mm.limit('n')} free elements")
         if acc[0] != st[1] or _prod(acc[1:]) != free:
             self.fail(f"matmul accumulator {acc} does not hold stationary {st} x moving {mv}")
 

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from tilec.errors import Span, TilecError
 from tilec.lang import syntax as s
+from tilec.lang.functions import FUNCTIONS as TABLE
 from tilec.lang.symbolic import Affine, NotAffine, Poly, size_poly, to_affine
 
-FUNCTIONS = {"max": 2, "min": 2, "relu": 1, "exp": 1, "f32": 1, "f16": 1, "bf16": 1}
-CONVERSIONS = ("f32", "f16", "bf16")
+FUNCTIONS = {name: f.arity for name, f in TABLE.items()}  # name -> arity (tilec/lang/functions.py)
+CONVERSIONS = tuple(name for name, f in TABLE.items() if f.instr == "cast")
 REDUCE_OPS = ("+=", "max=", "min=")
 
 
@@ -309,7 +310,7 @@ class Walker:
             self._call(expr)
         elif isinstance(expr, s.BinOp) and expr.op == "%":
             raise err("`%` is not defined on tensor values", expr.span,
-                      "`%` is for sizes in `assume`; use max/min/relu/exp and + - * / on values")
+                      "`%` is for sizes in `assume`; use + - * / and functions such as max, exp, sqrt on values")
         for child in () if isinstance(expr, s.Access) else children(expr):
             self._value(child)
 

@@ -28,6 +28,7 @@ import numpy as np
 from tilec.errors import TilecError
 from tilec.lang import syntax as s
 from tilec.lang.contract import Contractor, einsum
+from tilec.lang.functions import FUNCTIONS
 from tilec.lang.plan import Affines, OpenLoop, Planner, statements_under
 
 NP_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
@@ -271,17 +272,11 @@ def _binary(op: str, a: Labelled, b: Labelled, loops: tuple[OpenLoop, ...]) -> L
 
 
 def _call(fn: str, args: list[Labelled], loops: tuple[OpenLoop, ...]) -> Labelled:
-    if fn in ("max", "min"):
-        axes = _union(args[0], args[1], loops)
-        f = np.maximum if fn == "max" else np.minimum
-        return Labelled(f(_align(args[0], axes), _align(args[1], axes), dtype=np.float32), axes)
-    x = args[0]
-    if fn == "relu":
-        return Labelled(np.maximum(x.data, np.float32(0), dtype=np.float32), x.axes)
-    if fn == "exp":
-        with np.errstate(over="ignore"):
-            return Labelled(np.exp(x.data, dtype=np.float32), x.axes)
-    return Labelled(round_to(fn, np.asarray(x.data, dtype=np.float32)), x.axes)
+    f = FUNCTIONS[fn]
+    if f.instr == "cast":
+        return Labelled(round_to(fn, np.asarray(args[0].data, dtype=np.float32)), args[0].axes)
+    axes = args[0].axes if len(args) == 1 else _union(args[0], args[1], loops)
+    return Labelled(f(*(_align(x, axes) for x in args)), axes)
 
 
 _UPDATE = {"+=": np.add, "max=": np.maximum, "min=": np.minimum}

@@ -3,7 +3,7 @@
 Term grammar (the grammar file `tilec/grammar/tilec.lark` is the surface syntax; this is the tree it builds):
 
     Expr     = Num(value) | Name(id) | Neg(x) | BinOp(op, lhs, rhs) | Call(fn, args) | Access(tensor, indices)
-               op in + - * / %        fn in max min relu exp        Num(-inf) is written `-inf`
+               op in + - * / %        fn: a name of tilec/lang/functions.py   Num(-inf) is written `-inf`
     Cond     = Compare(op, lhs, rhs)                                   op in == != < <= > >=
     TensorType = dtype, shape: Expr...                                 dtype in f32 f16 bf16
     Param    = name : TensorType                                       kernel inputs (HBM)
@@ -62,7 +62,7 @@ class BinOp:
 
 @dataclass(frozen=True)
 class Call:
-    fn: str  # max min relu exp
+    fn: str  # a name of tilec.lang.functions.FUNCTIONS
     args: tuple["Expr", ...]
     span: Span = _span()
 

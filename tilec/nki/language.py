@@ -10,6 +10,7 @@ import builtins
 
 import numpy as np
 
+from tilec import target as hardware
 from tilec.nki import alu, checks, core, dtypes, isa, rules, runtime
 from tilec.nki.dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, float32r,  # noqa: F401
                               int8, int16, int32, tfloat32, uint8, uint16, uint32)
@@ -42,12 +43,13 @@ class par_dim(int):
 
 
 class tile_size:
-    pmax = 128
-    psum_fmax = 512
-    gemm_stationary_fmax = 128
-    gemm_moving_fmax = 512
+    """Read from the default target's record (tilec/target.py)."""
+    pmax = hardware.target().pmax
+    psum_fmax = hardware.target().psum_fmax
+    gemm_stationary_fmax = hardware.target().stationary_fmax
+    gemm_moving_fmax = hardware.target().moving_fmax
     bn_stats_fmax = 512
-    total_available_sbuf_size = 208 * 1024  # per partition on trn2, after an assumed 16 KiB reserve (rules.py)
+    total_available_sbuf_size = hardware.target().sbuf_usable  # bytes per partition (the name is misleading)
 
 
 class _Min:

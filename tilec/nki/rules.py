@@ -11,33 +11,12 @@ ValueError, as NKI raises them (spec §1.11).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from tilec import target as hardware
 from tilec.errors import KernelError
 
-
-@dataclass(frozen=True)
-class Target:
-    name: str
-    pmax: int  # partitions (spec §1.8 pmax)
-    sbuf_bytes: int  # SBUF bytes per partition
-    sbuf_usable: int  # per partition, after the compiler's reserve
-    psum_banks: int
-    psum_bank_bytes: int  # per partition
-    stationary_fmax: int
-    moving_fmax: int
-    vector_sbuf_fmax: int  # VectorE/ScalarE free size from SBUF (elements)
-    vector_psum_fmax: int  # ... from PSUM
-
-
-TARGETS = {
-    # trn2 (NeuronCore-v3): 224 KiB SBUF per partition [ARCH3]; reserve assumed equal to v2's 16 KiB [ALLOC,
-    # spec §6 "usable about 208 KiB" inferred]; PSUM 8 x 2 KiB banks [ARCH2]; TensorE 128x128, moving <= 512
-    # [NISA, PM]; VectorE free size <= 64K (SBUF) / 4K (PSUM) [ARCH2].
-    "trn2": Target("trn2", 128, 224 * 1024, 208 * 1024, 8, 2048, 128, 512, 65536, 4096),
-    # trn1 (NeuronCore-v2): 192 KiB per partition, usable 0..176 KiB [ARCH2, ALLOC].
-    "trn1": Target("trn1", 128, 192 * 1024, 176 * 1024, 8, 2048, 128, 512, 65536, 4096),
-}
+# The per-target limits (partitions, SBUF/PSUM, matmul and engine free sizes) and their sources: tilec/target.py.
+Target = hardware.Target
+TARGETS = hardware.TARGETS
 
 
 def target(name: str) -> Target:

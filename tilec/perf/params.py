@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from tilec.errors import TilecError
+from tilec.target import TRN1 as HW1, TRN2 as HW2  # clocks, array, DMA engines, memories
 
 
 @dataclass(frozen=True)
@@ -73,13 +74,13 @@ FIT_TINY_DMA = "fitted to rows 1, 2, 4 (tiny-DMA loops, 1.5-1.9 us per iteration
 FIT_STARTUP = "fitted to rows 5, 6, 7 (calibration.md: ~14 us start-up before the first DMA)"
 
 TRN2 = Params(
-    tensor_ghz=Param(2.4, "§2.3 ARCH3 table"),
-    vector_ghz=Param(0.96, "§2.3 ARCH3 table"),
-    scalar_ghz=Param(1.2, "§2.3 ARCH3 table"),
-    gpsimd_ghz=Param(1.2, "§2.3 ARCH3 table"),
+    tensor_ghz=Param(HW2.tensor_ghz, "§2.3 ARCH3 table"),
+    vector_ghz=Param(HW2.vector_ghz, "§2.3 ARCH3 table"),
+    scalar_ghz=Param(HW2.scalar_ghz, "§2.3 ARCH3 table"),
+    gpsimd_ghz=Param(HW2.gpsimd_ghz, "§2.3 ARCH3 table"),
     base_ghz=Param(1.2, "§2.3 / §5 EXSCHEMA neuroncore_cycle_count"),
-    pe_rows=Param(128, "§2.3 ARCH2 (128x128 PE array)"),
-    pe_cols=Param(128, "§2.3 ARCH2"),
+    pe_rows=Param(HW2.pmax, "§2.3 ARCH2 (128x128 PE array)"),
+    pe_cols=Param(HW2.stationary_fmax, "§2.3 ARCH2"),
     mm_min_cycles=Param(64, "§2.4 NISA / §2.3 MM_INIT_LATENCY"),
     mm_fixed_cycles=Param(21, "fitted to rows 10, 12 (calibration.md §3 seed: 128x222 fp16 matmul ~103 ns, "
                               "spec cost 222 cycles = 92.5 ns)"),
@@ -100,9 +101,9 @@ TRN2 = Params(
     sbuf_stride_limit_bytes=Param(16, "§2.2 ARCH2 SBUF stride penalty: innermost free stride > 16 bytes"),
     sbuf_stride_factor=Param(2.0, "§2.2 ARCH2 SBUF stride penalty: halves the interface bandwidth (documented for "
                                   "v2) [inferred for v3]"),
-    dma_engines=Param(16, "§2.5 ARCH3/DMAINTRO 16 DMA engines per core"),
+    dma_engines=Param(HW2.dma_engines, "§2.5 ARCH3/DMAINTRO 16 DMA engines per core"),
     dma_partitions_per_engine=Param(8, "§2.5 DMAINTRO (128 partitions / 16 engines)"),
-    dma_engine_bw=Param(23.0, "§2.5 DMAINTRO/DMABW 23 B/ns per engine"),
+    dma_engine_bw=Param(HW2.dma_engine_bw, "§2.5 DMAINTRO/DMABW 23 B/ns per engine"),
     dma_xfer_fixed_ns=Param(450.0, FIT_TINY_DMA),
     dma_desc_ns=Param(16.0, FIT_TINY_DMA),
     dma_latency_ns=Param(600.0, "§2.5 ARCH3/DGE HWDGE ~600 ns per DMA on v3 (the generic DMABW 1300 ns puts rows "
@@ -111,25 +112,25 @@ TRN2 = Params(
     startup_ns=Param(13000.0, FIT_STARTUP),
     buffer_rotation=Param(3, "fitted to row 8 (2 buffers: +16 %; 3 or more: +5.7 %) [inferred: the allocator "
                              "rotates loop tiles through a few buffers; its policy is not documented]"),
-    sbuf_bytes_per_partition=Param(224 * 1024, "§2.2 ARCH3 224 KiB"),
-    psum_bytes_per_partition=Param(16 * 1024, "§2.2 ARCH2 16 KiB"),
+    sbuf_bytes_per_partition=Param(HW2.sbuf_bytes, "§2.2 ARCH3 224 KiB"),
+    psum_bytes_per_partition=Param(HW2.psum_bytes, "§2.2 ARCH2 16 KiB"),
     hbm_stack_bw=Param(725.0, "§2.1/§5 TRN2CHIP 2.9 TB/s / 4 stacks (MBU denominator = one stack)"),
 )
 
 TRN1 = Params(
     **{**{f.name: getattr(TRN2, f.name) for f in fields(TRN2)},
-       "tensor_ghz": Param(2.8, "§2.3 ARCH2 table"),
-       "vector_ghz": Param(1.12, "§2.3 ARCH2 table"),
-       "scalar_ghz": Param(1.4, "§2.3 ARCH2 table"),
-       "gpsimd_ghz": Param(1.4, "§2.3 ARCH2 table"),
+       "tensor_ghz": Param(HW1.tensor_ghz, "§2.3 ARCH2 table"),
+       "vector_ghz": Param(HW1.vector_ghz, "§2.3 ARCH2 table"),
+       "scalar_ghz": Param(HW1.scalar_ghz, "§2.3 ARCH2 table"),
+       "gpsimd_ghz": Param(HW1.gpsimd_ghz, "§2.3 ARCH2 table"),
        "base_ghz": Param(1.4, "§5 EXSCHEMA"),
        "mm_fp32_factor": Param(4.0, "§2.4 NISA fp32 x4 (not calibrated on trn1)"),
        "throttle_start_fraction": Param(1.0, "§2.3 throttling is documented for Trn2 only (1 = off on NC-v2)"),
        "perf_mode_copy": Param(1, "§2.3 no performance mode on NC-v2"),
        "perf_mode_half": Param(1, "§2.3 no performance mode on NC-v2"),
        "sbuf_stride_factor": Param(2.0, "§2.2 ARCH2 SBUF stride penalty: halves the interface bandwidth (v2)"),
-       "dma_engine_bw": Param(17.0, "§2.5 DMAINTRO 17 B/ns per engine (TRN1)"),
-       "sbuf_bytes_per_partition": Param(192 * 1024, "§2.2 ARCH2 192 KiB"),
+       "dma_engine_bw": Param(HW1.dma_engine_bw, "§2.5 DMAINTRO 17 B/ns per engine (TRN1)"),
+       "sbuf_bytes_per_partition": Param(HW1.sbuf_bytes, "§2.2 ARCH2 192 KiB"),
        "hbm_stack_bw": Param(410.0, "§2.1 derived 820 GB/s / 2 stacks")})
 
 TARGETS = {"trn2": TRN2, "trn1": TRN1}

@@ -69,7 +69,7 @@ class Evaluator(Protocol):
 
 def compile_job(job: Job, schedule: str | None):  # -> tilec.compiler.api.Compiled
     from tilec.compiler.api import compile_file  # glue through public APIs only, imported late: workers start fast
-    return compile_file(job.path, dict(job.shapes) or None, schedule, job.nki)
+    return compile_file(job.path, dict(job.shapes) or None, schedule, job.nki, job.target)
 
 
 def kernel_inputs(compiled, seed: int = 0) -> dict[str, np.ndarray]:

@@ -7,8 +7,11 @@ double- or triple-buffer the input band so loads overlap the tensor engine.
 from __future__ import annotations
 
 from tilec.compiler.ir import DTYPE_BYTES
+from tilec.target import invariant
 from tilec.tune.space import Point, Space
 
+# the full tile and the widest matmul of every NeuronCore generation (tilec/target.py)
+PMAX, MOVING_FMAX = invariant("pmax"), invariant("moving_fmax")
 
 
 def largest(values: tuple, ok) -> object | None:
@@ -36,17 +39,17 @@ def conv_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
     wy = (op.pool or (1, 1))[0]
     k, c, x, y = (f"tile {op.ref(r)}" for r in "kcxy")
     tx = largest(knob_values(space, x), lambda v: True) or op.dims["Wo"]
-    rows = largest(knob_values(space, y), lambda v: v * tx <= 512 and v % wy == 0) or 1
+    rows = largest(knob_values(space, y), lambda v: v * tx <= MOVING_FMAX and v % wy == 0) or 1
     bands = sorted((b for b in knob_values(space, f"split {op.ref('y')}") if isinstance(b, int) and b % rows == 0),
                    reverse=True)
     moving = f"buffers {op.tensor('moving')}"
     if not bands:  # a matmul (one spatial dim): whole rows, or one band per moving tile so the last store is small
-        return [{k: 128, c: 128, x: tx, f"split {op.ref('x')}": cols, moving: bufs}
+        return [{k: PMAX, c: PMAX, x: tx, f"split {op.ref('x')}": cols, moving: bufs}
                 for cols in (None, tx) for bufs in (None, 3)]
     # weights loaded per in-channel tile let the first PE transposes start after a smaller DMA (a convolution
     # has R*S transposes per tile block to hide; a matmul's single one is better served by one big DMA)
     split_w = {f"split {op.tensor('stationary')}": op.ref("c")}
-    return [{k: 128, c: 128, x: tx, y: rows, f"split {op.ref('y')}": b, moving: bufs, **extra}
+    return [{k: PMAX, c: PMAX, x: tx, y: rows, f"split {op.ref('y')}": b, moving: bufs, **extra}
             for b in bands for bufs, extra in ((None, {}), (None, split_w), (3, {}))]
 
 
@@ -54,12 +57,12 @@ def transpose_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
     tile = f"tile {op.ref('i')}"
     si, sj = f"split {op.ref('i')}", f"split {op.ref('j')}"
     elem = DTYPE_BYTES.get(dtypes.get(op.tensor("src") or "", "f32"), 4)
-    per_dma = max(1, 8192 // (128 * elem))  # 8 KiB per partition per DMA
+    per_dma = max(1, 8192 // (PMAX * elem))  # 8 KiB per partition per DMA
     out = []
     for method in (None, "dma"):
-        want = {tile: 128, f"method {op.name}": method}
+        want = {tile: PMAX, f"method {op.name}": method}
         for s, extent in ((si, op.dims["M"]), (sj, op.dims["N"])):
-            want[s] = largest(knob_values(space, s), lambda v: v <= per_dma and (extent // 128) % v == 0)
+            want[s] = largest(knob_values(space, s), lambda v: v <= per_dma and (extent // PMAX) % v == 0)
         out.append(want)
     return out
 

@@ -1,8 +1,9 @@
 """Which knobs a program gets: the compiler's ops and default schedule, turned into a Space.
 
-The compiler prints what it recognised (`stages["select"]`: op kind, dims, role -> loop variable) and the default
-schedule it would apply (`stages["schedule"]`). Both are read here, from `tilec.compiler.api.compile_file` with no
-schedule, so knob names use the user's loop names and each knob's first value is the compiler's default:
+The compiler's records say what it recognised (`Result.ops`: op kind, dims, role -> loop variable) and the default
+schedule it would apply (`Result.plans`, as directives by `plan_directives`). Both are read here, from
+`tilec.compiler.api.compile_file` with no schedule (never its printed text), so knob names use the user's loop
+names and each knob's first value is the compiler's default:
 
     conv      tile k, tile c (<= 128 partitions), tile x (<= 512 moving), tile y = rows per matmul group
               (rows * tile x <= 512 fp32 = one 2 KiB PSUM bank), split y = rows per input band,
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import re
 from dataclasses import dataclass, field, replace
 
 from tilec.compiler.ir import DTYPE_BYTES
@@ -31,21 +31,24 @@ from tilec.errors import InternalError
 from tilec.tune.bound import Bound, conv_bound, total_bound
 from tilec.tune.evaluate import Job, compile_job
 from tilec.tune.experts import expert_points
-from tilec.tune.space import Check, Knob, Limits, Space
-
-LIMITS = Limits()
+from tilec.compiler.schedule import REDUCE_FREE, plan_directives, sbuf_budget
+from tilec.target import Target
+from tilec.tune.space import Check, Knob, Space
 
 
 @dataclass(frozen=True)
 class OpView:
-    """One op as the compiler printed it in its `select` stage, with its default directives."""
+    """One op of the compiler's selection (`Result.ops`), with its default directives (`plan_directives`)."""
 
-    kind: str  # conv | pool | transpose | eltwise
+    kind: str  # conv | pool | transpose | eltwise | reduce (others keep the compiler's default schedule)
     name: str
     out: str
     dims: dict[str, int]
     vars: dict[str, str]  # role -> the .tl loop variable
-    extra: str = ""  # the op's other printed lines (stationary/moving tensors, epilogue, element count)
+    pool: tuple[int, int] | None = None  # (wy, wx) of a pool or a conv's fused pool
+    tensors: dict[str, str] = field(default_factory=dict)  # stationary / moving (conv), src (transpose)
+    w_layout: str = ""  # conv weights: kc (out-channel major) | ck (contraction-major)
+    size: int = 0  # element-wise: elements of the output
     defaults: dict[tuple, object] = field(default_factory=dict)  # (directive, role) -> default value
 
     def var(self, role: str) -> str:
@@ -54,57 +57,44 @@ class OpView:
     def ref(self, role: str) -> str:
         return f"{self.name}.{self.var(role)}"
 
-    @property
-    def pool(self) -> tuple[int, int] | None:
-        m = re.search(r"pool \w+ (\d+)x(\d+)", self.extra)
-        return (int(m.group(1)), int(m.group(2))) if m else None
-
     def tensor(self, label: str) -> str | None:
-        m = re.search(rf"{label} (\w+)", self.extra)
-        return m.group(1) if m else None
+        return self.tensors.get(label)
 
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-# ---- reading the compiler's stages ---------------------------------------------------------------------------------
-
-HEAD = re.compile(r"^(\w+) (\w+) -> (\w+)\s+# tl:\d+\s*(.*)$")
+# ---- reading the compiler's records --------------------------------------------------------------------------------
 
 
-def parse_ops(select_text: str) -> list[OpView]:
-    ops: list[OpView] = []
-    for line in select_text.splitlines():
-        if m := HEAD.match(line):
-            dims = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", m.group(4)))
-            ops.append(OpView(m.group(1), m.group(2), m.group(3), dims, {}))
-        elif ops and line.strip().startswith("vars "):
-            pairs = [p.split("=") for p in line.strip()[5:].split(", ") if "=" in p]
-            ops[-1].vars.update({role: var for role, var in pairs})
-        elif ops:
-            ops[-1] = OpView(ops[-1].kind, ops[-1].name, ops[-1].out, ops[-1].dims, ops[-1].vars,
-                             (ops[-1].extra + "\n" + line.strip()).strip())
-    return ops
+def op_views(ops: tuple, plans: tuple) -> list[OpView]:
+    """The compiler's ops and default plans as the tuner sees them (records, never printed text)."""
+    views = []
+    for op, plan in zip(ops, plans):
+        pool = getattr(op, "pool", None)
+        tensors = {label: getattr(op, attr) for label, attr in (("stationary", "w"), ("moving", "x"), ("src", "src"))
+                   if isinstance(getattr(op, attr, None), str)}
+        view = OpView(type(op).__name__.removesuffix("Op").lower(), op.name, op.out, dict(getattr(op, "dims", ())),
+                      dict(op.vars), (pool.wy, pool.wx) if pool else None, tensors, getattr(op, "w_layout", ""),
+                      getattr(op, "size", 0))
+        _defaults(view, plan_directives(op, plan))
+        views.append(view)
+    return views
 
 
-def parse_defaults(schedule_text: str, ops: list[OpView]) -> None:
-    """Fill each op's `defaults` from the directive lines of the compiler's `schedule` stage."""
-    by_name = {op.name: op for op in ops}
-    for line in schedule_text.splitlines():
-        if not line.strip() or line.startswith("#"):
+def _defaults(op: OpView, directives: tuple) -> None:
+    """Fill `defaults` from the op's default directives (tile/split sizes, loop orders)."""
+    roles = {v: r for r, v in op.vars.items() if not r.startswith("pool_")}  # a fused pool shares `n`
+    for d in directives:
+        first = d.args[0] if d.args else None
+        parts = getattr(first, "parts", ())
+        if len(parts) != 2 and d.name != "reorder":
             continue
-        name, _, rest = line.strip().partition(" ")
-        args = [a.strip() for a in rest.split(",")]
-        target, _, var = args[0].partition(".")
-        op = by_name.get(target)
-        if op is None:
-            continue
-        roles = {v: r for r, v in op.vars.items() if not r.startswith("pool_")}  # a fused pool shares `n`
-        if name in ("tile", "split") and len(args) == 2 and args[1].isdigit():
-            op.defaults[(name, roles.get(var, var))] = int(args[1])
-        elif name == "reorder":
-            order = tuple(roles.get(a, a) for a in args[1:])
+        if d.name in ("tile", "split") and len(d.args) == 2 and isinstance(d.args[1], int):
+            op.defaults[(d.name, roles.get(parts[1], parts[1]))] = d.args[1]
+        elif d.name == "reorder":
+            order = tuple(roles.get(a.parts[-1], a.parts[-1]) for a in d.args[1:])
             op.defaults[("reorder", "taps" if "c" in order else "outer")] = order
 
 
@@ -116,13 +106,13 @@ def _with_default(default: object, values: list) -> tuple:
     return tuple([default] + [v for v in values if v != default])
 
 
-def conv_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+def conv_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     d, dflt = op.dims, op.defaults
     wy, wx = op.pool or (1, 1)
-    tiles_k = [v for v in divisors(d["K"]) if v <= LIMITS.stationary_free and v >= min(32, d["K"])]
-    tiles_c = [v for v in divisors(d["C"]) if v <= LIMITS.partitions and v >= min(32, d["C"])]
-    tiles_x = [v for v in divisors(d["Wo"]) if v <= LIMITS.moving_free and v % wx == 0 and v >= min(16, d["Wo"])]
-    rows = [v for v in divisors(d["Ho"]) if v % wy == 0 and v * min(tiles_x) <= LIMITS.moving_free]
+    tiles_k = [v for v in divisors(d["K"]) if v <= t.stationary_fmax and v >= min(32, d["K"])]
+    tiles_c = [v for v in divisors(d["C"]) if v <= t.pmax and v >= min(32, d["C"])]
+    tiles_x = [v for v in divisors(d["Wo"]) if v <= t.moving_fmax and v % wx == 0 and v >= min(16, d["Wo"])]
+    rows = [v for v in divisors(d["Ho"]) if v % wy == 0 and v * min(tiles_x) <= t.moving_fmax]
     bands = [v for v in divisors(d["Ho"]) if v % wy == 0 and v <= 128]  # the SBUF check bounds them further
     knobs = [
         Knob(f"tile {op.ref('k')}", "tile", op.ref("k"), _with_default(dflt.get(("tile", "k")), tiles_k)),
@@ -153,8 +143,8 @@ def conv_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Che
     weights, moving = op.tensor("stationary"), op.tensor("moving")
     if weights:
         knobs.append(Knob(f"hoist {weights}", "hoist", weights, (None, op.ref("k"))))  # default: root
-    checks = [conv_check(op, moving, dtypes.get(moving or "", "f32"))]
-    if weights and "layout kc" in op.extra:  # contraction-major weights are loaded per in-channel tile anyway
+    checks = [conv_check(op, moving, dtypes.get(moving or "", "f32"), t)]
+    if weights and op.w_layout == "kc":  # contraction-major weights are loaded per in-channel tile anyway
         split_w = Knob(f"split {weights}", "split", weights, (None, op.ref("c")))  # default: one DMA per k tile
         knobs.append(split_w)
         checks.append(weight_split_check(op, split_w.name))
@@ -175,7 +165,7 @@ def weight_split_check(op: OpView, name: str) -> Check:
     return check
 
 
-def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
+def conv_check(op: OpView, moving: str | None, dtype: str, t: Target) -> Check:
     """The compiler's order-dependent rules for tile/split, and a rough SBUF bound on the input bands."""
     d = op.dims
     wy = (op.pool or (1, 1))[0]
@@ -185,8 +175,8 @@ def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
         rows = named.get(f"tile {op.ref('y')}", 1)
         band = named.get(f"split {op.ref('y')}", rows)
         band_x = named.get(f"split {op.ref('x')}")
-        if rows * tx > LIMITS.moving_free:
-            return f"{rows} rows of {tx} columns is {rows * tx} elements per matmul; one PSUM bank holds 512"
+        if rows * tx > t.moving_fmax:
+            return f"{rows} rows of {tx} columns is {rows * tx} elements per matmul; one PSUM bank holds {t.psum_fmax}"
         # the compiler would shrink rows (columns) to fit a band: the same plan as another point, so skip it
         if band % rows:
             return f"a band of {band} rows is not a multiple of the {rows} rows per matmul"
@@ -197,27 +187,27 @@ def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
         bufs = (named.get(f"buffers {moving}") or 2) if moving else 2
         width = band_x + d.get("S", 1) - 1 if band_x else d["W"]
         band_bytes = (band + d.get("R", 1) - 1) * width * DTYPE_BYTES[dtype] * (d["C"] // named[f"tile {op.ref('c')}"])
-        if band_bytes * bufs > LIMITS.sbuf_bytes // 2:
+        if band_bytes * bufs > sbuf_budget(t) // 2:
             return f"{bufs} input bands of {band_bytes // 1024} KiB per partition exceed half of SBUF"
         return None
 
     return check
 
 
-def pool_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+def pool_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     wy = (op.pool or (1, 1))[0]
-    tiles = [v for v in divisors(op.dims["B"]) if v <= LIMITS.partitions]
+    tiles = [v for v in divisors(op.dims["B"]) if v <= t.pmax]
     bands = [v for v in divisors(op.dims["H"] // wy) if v <= 64]
     return [Knob(f"tile {op.ref('b')}", "tile", op.ref("b"), _with_default(op.defaults.get(("tile", "b")), tiles)),
             Knob(f"split {op.ref('i')}", "split", op.ref("i"),
                  _with_default(op.defaults.get(("split", "i")), bands))], []
 
 
-def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+def transpose_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     m, n = op.dims["M"], op.dims["N"]
-    tiles = [v for v in divisors(min(m, n)) if v <= LIMITS.partitions and max(m, n) % v == 0 and v >= 32]
-    splits_i = sorted({v for t in tiles for v in divisors(m // t) if v <= 32})
-    splits_j = sorted({v for t in tiles for v in divisors(n // t) if v <= 32})
+    tiles = [v for v in divisors(min(m, n)) if v <= t.pmax and max(m, n) % v == 0 and v >= 32]
+    splits_i = sorted({v for size in tiles for v in divisors(m // size) if v <= 32})
+    splits_j = sorted({v for size in tiles for v in divisors(n // size) if v <= 32})
     dflt = op.defaults
     knobs = [Knob(f"tile {op.ref('i')}", "tile", op.ref("i"), _with_default(dflt.get(("tile", "i")), tiles)),
              Knob(f"split {op.ref('i')}", "split", op.ref("i"), _with_default(dflt.get(("split", "i")), splits_i)),
@@ -227,13 +217,13 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], lis
     elem = DTYPE_BYTES[dtypes.get(op.tensor("src") or "", "f32")]
 
     def check(named: dict) -> str | None:
-        t = named[knobs[0].name]
+        tile = named[knobs[0].name]
         for knob, extent in ((knobs[1], m), (knobs[2], n)):
-            if (extent // t) % named[knob.name]:
-                return f"{knob.name}, {named[knob.name]} does not divide the {extent // t} blocks of {t}"
+            if (extent // tile) % named[knob.name]:
+                return f"{knob.name}, {named[knob.name]} does not divide the {extent // tile} blocks of {tile}"
         # a strip of bi x bj blocks in and one out, each bi*bj*t elements per partition (a rough bound)
-        strip = named[knobs[1].name] * named[knobs[2].name] * t * elem
-        if 2 * strip > LIMITS.sbuf_bytes:
+        strip = named[knobs[1].name] * named[knobs[2].name] * tile * elem
+        if 2 * strip > sbuf_budget(t):
             return f"strips of {named[knobs[1].name]}x{named[knobs[2].name]} blocks need {2 * strip // 1024} KiB " \
                    f"of SBUF per partition"
         return None
@@ -241,21 +231,20 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], lis
     return knobs, [check]
 
 
-def eltwise_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
-    m = re.search(r"\((\d+) elements\)", op.extra)
-    size = int(m.group(1)) if m else 0
-    parts = max((v for v in divisors(size) if v <= LIMITS.partitions), default=1)
+def eltwise_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
+    size = op.size
+    parts = max((v for v in divisors(size) if v <= t.pmax), default=1)
     frees = [v for v in divisors(size // parts) if v >= min(64, size // parts) and v <= 16384]
     return [Knob(f"tile {op.ref('d0')}", "tile", op.ref("d0"),
                  _with_default(op.defaults.get(("tile", "d0")), frees))], []
 
 
-def reduce_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
+def reduce_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     """Rows per partition tile (a divisor of the kept rows R, <= 128) and elements per free tile (a divisor of the
     reduced size F, <= 4096: one tensor_reduce each, folded into the accumulator column)."""
     rows, free = op.dims["R"], op.dims["F"]
-    parts = [v for v in divisors(rows) if v <= LIMITS.partitions and v >= min(32, rows)]
-    frees = [v for v in divisors(free) if v <= 4096 and v >= min(64, free)]
+    parts = [v for v in divisors(rows) if v <= t.pmax and v >= min(32, rows)]
+    frees = [v for v in divisors(free) if v <= REDUCE_FREE and v >= min(64, free)]  # the compiler's own bound
     dflt = op.defaults
     return [Knob(f"tile {op.ref('k0')}", "tile", op.ref("k0"), _with_default(dflt.get(("tile", "k0")), parts)),
             Knob(f"tile {op.ref('r0')}", "tile", op.ref("r0"), _with_default(dflt.get(("tile", "r0")), frees))], []
@@ -271,8 +260,7 @@ KNOBS_FOR = {"conv": conv_knobs, "pool": pool_knobs, "transpose": transpose_knob
 def build_space(job: Job) -> Space:
     """The schedule space of the job's program at its shapes (compiles the default schedule once)."""
     compiled = compile_job(job, None)
-    ops = parse_ops(compiled.stages["select"])
-    parse_defaults(compiled.stages["schedule"], ops)
+    ops = op_views(compiled.result.ops, compiled.result.plans)
     dtypes = {name: t.dtype for name, t in compiled.program.tensors.items()}
     knobs: list[Knob] = []
     checks: list[Check] = []
@@ -283,7 +271,7 @@ def build_space(job: Job) -> Space:
         if rules is None:  # an op kind the tuner does not know yet keeps the compiler's default schedule
             continue
         try:
-            k, c = rules(op, dtypes)
+            k, c = rules(op, dtypes, compiled.result.target)
         except KeyError as missing:  # the compiler's printed stage changed shape: a bug to fix here, loudly
             raise InternalError(f"the tuner cannot read {op.kind} {op.name} from the compiler's `select` stage "
                                 f"(missing {missing}); update tilec/tune/knobs.py") from None

@@ -12,23 +12,11 @@ values, is decided in `tilec.tune.knobs`.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 Value = object
 Point = tuple[Value, ...]
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Hardware limits the static checks use (trn2 NeuronCore; nki-spec.md 'Hardware facts')."""
-
-    partitions: int = 128  # SBUF/PSUM partitions; a tile's partition dim and a matmul contraction
-    stationary_free: int = 128  # matmul stationary free size (output partitions)
-    moving_free: int = 512  # matmul moving free size = one PSUM bank of fp32
-    psum_bank_bytes: int = 2048
-    psum_banks: int = 8
-    sbuf_bytes: int = 192 * 1024  # usable per partition (conservative: the interpreter's limit is the authority)
 
 
 @dataclass(frozen=True)
@@ -71,7 +59,6 @@ class Space:
     checks: tuple[Check, ...] = ()
     fixed: tuple[str, ...] = ()  # directives every point carries (e.g. ones no knob varies)
     experts: tuple[Point, ...] = ()  # heuristic first guesses, tried right after the default point
-    limits: Limits = field(default_factory=Limits)
     bound: Callable[[dict[str, Value]], float] | None = None  # named values -> lower bound of the latency in µs
 
     def __post_init__(self) -> None:

@@ -1,0 +1,62 @@
+"""N-D permutes: one swap of two runs of dimensions after leading batch dimensions, as a batch of 2-D transposes
+(batched transpose, NCHW -> NHWC, a 3-D rotation). Checked on the interpreter against the reference evaluator."""
+from __future__ import annotations
+
+import pytest
+
+from compiler_helpers import check_against_reference
+from tilec.compiler.api import compile_loaded
+from tilec.errors import TilecError
+from tilec.lang import api as lang
+
+BATCHED = """kernel btrans(X: f32[B, M, N]) -> Y
+  default B = 3, M = 256, N = 384
+  Y: f32[B, N, M]
+  for b in 0..B, i in 0..M, j in 0..N:
+    Y[b, j, i] = X[b, i, j]
+"""
+NHWC = """kernel nhwc(X: f32[N, C, H, W]) -> Y
+  default N = 2, C = 128, H = 16, W = 24
+  Y: f32[N, H, W, C]
+  for n in 0..N, c in 0..C, h in 0..H, w in 0..W:
+    Y[n, h, w, c] = X[n, c, h, w]
+"""
+ROTATE = """kernel rot(X: f32[A, B, C]) -> Y
+  default A = 128, B = 4, C = 64
+  Y: f32[B, C, A]
+  for a in 0..A, b in 0..B, c in 0..C:
+    Y[b, c, a] = X[a, b, c]
+"""
+REVERSE = """kernel rev(X: f32[A, B, C]) -> Y
+  default A = 8, B = 4, C = 2
+  Y: f32[C, B, A]
+  for a in 0..A, b in 0..B, c in 0..C:
+    Y[c, b, a] = X[a, b, c]
+"""
+
+
+def compile_text(text: str, schedule: str | None = None, sizes=None):
+    directives = lang.parse_schedule(schedule, "<test>") if schedule is not None else None
+    return compile_loaded(lang.load(text, sizes), directives)
+
+
+@pytest.mark.parametrize("text,schedule,sizes", [
+    (BATCHED, None, None), (BATCHED, "method Y, dma", None), (BATCHED, None, {"B": 2, "M": 200, "N": 130}),
+    (NHWC, None, None), (ROTATE, None, None), (BATCHED.replace("f32", "f16"), None, None),
+])
+def test_permutes_match_the_reference(text, schedule, sizes):
+    c = compile_text(text, schedule, sizes)
+    assert "transpose" in c.stages["select"]
+    check_against_reference(c)
+
+
+def test_nchw_to_nhwc_is_one_transpose_per_image():
+    c = compile_text(NHWC)
+    assert "transpose Y -> Y" in c.stages["select"] and "M=128 N=384 B=2" in c.stages["select"]
+    assert "for bt in nl.affine_range(2):" in c.source
+
+
+def test_other_permutations_are_clear_errors():
+    with pytest.raises(TilecError, match="not one swap of two runs") as info:
+        compile_text(REVERSE)
+    assert info.value.span is not None and info.value.span.line == 5

@@ -1,0 +1,138 @@
+"""Scheduling primitives on level A (tilec/compiler/primitives.py): each is tested by meaning (the nest evaluates to
+the same values before and after), by a before/after golden, and its illegal uses by error goldens."""
+from __future__ import annotations
+
+import difflib
+
+import numpy as np
+import pytest
+
+from compiler_helpers import inputs_for, program
+from tilec.compiler import primitives as pr
+from tilec.compiler.nest import lower_nest, print_nest
+from tilec.compiler.nest_eval import evaluate_nest
+from tilec.errors import TilecError
+from tilec.lang import api as lang
+
+ELTWISE = """kernel add1(X: f32[M, N]) -> Y
+  default M = 256, N = 8
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = X[i, j] + 1
+"""
+ROWSUM = """kernel rowsum(A: f32[M, N]) -> s
+  default M = 64, N = 12
+  s: f32[M]
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += A[i, j]
+"""
+MATMUL = """kernel mm(A: f32[M, K], B: f32[K, N]) -> C
+  default M = 16, K = 12, N = 8
+  C: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = 0
+  for i in 0..M, j in 0..N, k in 0..K:
+    C[i, j] += A[i, k] * B[k, j]
+"""
+LAST_WINS = """kernel last(X: f32[M, N]) -> Y
+  default M = 8, N = 4
+  Y: f32[M]
+  for i in 0..M, j in 0..N:
+    Y[i] = X[i, j]
+"""
+CHAIN = """kernel chain(X: f32[M, N], b: f32[N]) -> Y
+  default M = 16, N = 8
+  T: f32[M, N]
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    T[i, j] = X[i, j] * 2
+  for i in 0..M, j in 0..N:
+    Y[i, j] = T[i, j] + b[j]
+"""
+CONV = ("conv_relu", {"N": 1, "C": 128, "H": 6, "W": 6, "K": 128})
+
+
+def kernel_of(text: str):
+    prog = lang.load(text)
+    return prog, lower_nest(prog)
+
+
+CASES = {  # name -> (program text, primitive applied to the level-A kernel)
+    "split": (ELTWISE, lambda k: pr.split(k, "i", 128)),
+    "split_reduction": (ROWSUM, lambda k: pr.split(k, "j", 4)),
+    "reorder": (ELTWISE, lambda k: pr.reorder(k, "j", "i")),
+    "reorder_reduction": (MATMUL, lambda k: pr.reorder(k, "k", "i#1", "j#1")),
+    "unroll": (ROWSUM, lambda k: pr.unroll(k, "j")),
+    "partition": (ELTWISE, lambda k: pr.partition(pr.split(k, "i", 128), "i_i")),
+    "stage": (MATMUL, lambda k: pr.stage(k, "B", "j#1", "sbuf")),
+    "buffers": (MATMUL, lambda k: pr.buffers(pr.stage(k, "B", "j#1", "sbuf"), "B_sbuf", 2)),
+    "compute_at": (CHAIN, lambda k: pr.compute_at(k, "T", "i#1")),
+    "compute_at_inner": (CHAIN, lambda k: pr.compute_at(k, "T", "j#1")),
+    "split_reorder_stage": (ELTWISE, lambda k: pr.stage(pr.reorder(pr.split(k, "i", 128), "i_o", "i_i", "j"),
+                                                        "X", "i_i", "sbuf")),
+}
+
+
+def _diff(before: str, after: str) -> str:
+    lines = difflib.unified_diff(before.splitlines(), after.splitlines(), "before", "after", lineterm="", n=1)
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_primitive_keeps_the_meaning(name: str, golden) -> None:
+    text, apply = CASES[name]
+    prog, before = kernel_of(text)
+    after = apply(before)
+    inputs = inputs_for(prog)
+    want = evaluate_nest(before, inputs)
+    got = evaluate_nest(after, inputs)
+    for out in want:
+        np.testing.assert_allclose(got[out], want[out], rtol=1e-5, atol=1e-6)
+    golden.check(f"compiler/primitives/{name}.txt", _diff(print_nest(before), print_nest(after)))
+
+
+def test_compute_at_of_a_conv_into_its_pool_keeps_the_meaning() -> None:
+    """conv computed per pooled row: each iteration of Y's loop i computes the 2 conv rows its window reads."""
+    prog = program("conv_bias_maxpool", {"N": 1, "C": 128, "H": 6, "W": 8, "K": 128})
+    before = lower_nest(prog)
+    after = pr.compute_at(before, "conv", "i")
+    assert "for y_r in serial(2):" in print_nest(after) and "alloc conv" in print_nest(after)
+    inputs = inputs_for(prog)
+    np.testing.assert_allclose(evaluate_nest(after, inputs)["Y"], evaluate_nest(before, inputs)["Y"], rtol=1e-5)
+
+
+def test_stage_on_a_convolution_keeps_the_meaning() -> None:
+    """The input window a conv output row reads (X[n, c, y + r, x + s] over c, r, s) staged at loop x."""
+    prog = program(*CONV)
+    before = lower_nest(prog)
+    after = pr.stage(before, "X", "x", "sbuf")
+    assert "alloc X_sbuf: sbuf f32[1, 128, 3, 3]" in print_nest(after)
+    inputs = inputs_for(prog)
+    np.testing.assert_allclose(evaluate_nest(after, inputs)["Y"], evaluate_nest(before, inputs)["Y"], rtol=1e-5)
+
+
+ERRORS = {
+    "split_not_dividing": (ELTWISE, lambda k: pr.split(k, "i", 100)),
+    "split_unknown_loop": (ELTWISE, lambda k: pr.split(k, "q", 2)),
+    "reorder_not_perfect": (ROWSUM, lambda k: pr.reorder(k, "i", "j")),
+    "reorder_ambiguous_loop": (MATMUL, lambda k: pr.reorder(k, "j", "i")),
+    "reorder_assign_not_spatial": (LAST_WINS, lambda k: pr.reorder(k, "j", "i")),
+    "unroll_too_long": (ELTWISE, lambda k: pr.unroll(k, "i")),
+    "partition_too_many": (ELTWISE, lambda k: pr.partition(k, "i")),
+    "partition_not_indexing": (ROWSUM, lambda k: pr.partition(k, "j")),
+    "stage_not_read": (MATMUL, lambda k: pr.stage(k, "A", "i#0", "sbuf")),
+    "buffers_not_on_chip": (MATMUL, lambda k: pr.buffers(k, "B", 2)),
+    "buffers_too_many": (MATMUL, lambda k: pr.buffers(pr.stage(k, "B", "j#1", "sbuf"), "B_sbuf", 8)),
+    "compute_at_output": (CHAIN, lambda k: pr.compute_at(k, "Y", "i#1")),
+    "compute_at_before_producer": (CHAIN, lambda k: pr.compute_at(k, "T", "i#0")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_illegal_primitives_are_user_errors(name: str, golden) -> None:
+    text, apply = ERRORS[name]
+    with pytest.raises(TilecError) as info:
+        apply(kernel_of(text)[1])
+    golden.check(f"compiler/primitives/errors/{name}.txt", info.value.render() + "\n")

@@ -1,0 +1,99 @@
+"""Loop-nest builder for sums over leading or middle dimensions (`s[j] += A[i, j]`, `s[b, n] += A[b, m, n] / M`).
+
+The source is seen as [O, R, F]: O the kept indices before the reduced run, R the reduced ones, F the kept ones
+after. The reduced rows go on the partitions and TensorE adds them up: per O and free tile of TILE_F,
+
+    acc[1, TILE_F] (PSUM) += ones[TILE_P, 1].T @ A[o, rt*TILE_P:+TILE_P, ft*TILE_F:+TILE_F]     over rt
+
+then one eviction to SBUF, the constant factor and the initial value, one store of the row of sums.
+"""
+from __future__ import annotations
+
+from tilec.compiler import ir
+from tilec.compiler.build_conv import Fresh, hbm_view
+from tilec.compiler.build_simple import ExprCompiler
+from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.exprs import fmt_expr
+from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
+from tilec.compiler.ops import ColumnReduceOp
+from tilec.compiler.schedule import ReducePlan
+
+Built = tuple[list[tuple[str, int]], list[Stmt]]
+
+
+def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    line, ln, TP, TF = op.line, op.update_line, plan.parts, plan.free
+    O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
+    views: dict[str, Buf] = {}
+    stmts: list[Stmt] = []
+    for name in op.inputs or (op.src,):
+        views[name], st = hbm_view(hbm[name], (O, R, F), fresh(f"{name}_v"), line)
+        stmts += st
+    out_v, st = hbm_view(hbm[op.out], (O, 1, F), fresh(f"{op.out}_v"), line)
+    stmts += st
+    dtype = hbm[op.src].dtype  # nc_matmul wants both operands fp32 or neither: ones in the source's dtype
+    ones = Buf(fresh(f"ones_{dtype}"), "sbuf", dtype, (TP, 1))
+    stmts += [Alloc(ones, zero=True, line=line), Scalar(whole(ones), whole(ones), "add", 1.0, line)]
+    acc = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (1, TF))
+    cols = sl(a(term("ft", TF, "TILE_F")), TF)
+    rows = sl(a(term("rt", TP, "TILE_P")), TP)
+    tile, load = _load(op, plan, hbm, fresh, views, rows, cols)
+    step = load + [Matmul(whole(acc), whole(ones), whole(tile), ln)]
+    red = ", ".join(v for role, v in op.vars if role.startswith("r"))
+    body: list[Stmt] = [Alloc(acc, zero=True, line=ln)]
+    body += loop("rt", R // TP, step, note=f"for {red} (tiles of TILE_P, summed in PSUM)", line=op.line_of("r0"))
+    res = Buf(fresh(f"{op.out}_row"), "sbuf", hbm[op.out].dtype if _plain(op, hbm) else "f32", (1, TF))
+    body += [Alloc(res, line=ln), ir.Copy(whole(res), whole(acc), ln)]
+    body += _finish(op, hbm, fresh, res, views, cols)
+    result = _cast(op, hbm, fresh, res, body)
+    body.append(Dma(View(out_v, (a("o"), full(1), cols)), whole(result), ln))
+    kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
+    nest = loop("ft", F // TF, body, note=f"for {kept} (tiles of TILE_F)", line=op.line_of("k0"))
+    outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
+    nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
+    what = f"{op.out} = sum over {red} of {op.src if op.expr is None else fmt_expr(op.expr)} (ones matmul)"
+    return [("TILE_P", TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
+
+
+def _load(op: ColumnReduceOp, plan: ReducePlan, hbm, fresh: Fresh, views: dict[str, Buf], rows, cols
+          ) -> tuple[Buf, list[Stmt]]:
+    """The [TILE_P, TILE_F] tile that is summed: the source, or the expression of the loaded inputs."""
+    out: list[Stmt] = []
+    tiles = {}
+    for name in op.inputs or (op.src,):
+        t = Buf(fresh(f"{name}_tile"), "sbuf", hbm[name].dtype, (plan.parts, plan.free))
+        out += [Alloc(t, line=op.update_line), Dma(whole(t), View(views[name], (a("o"), rows, cols)), op.update_line)]
+        tiles[name] = whole(t)
+    if op.expr is None:
+        return tiles[op.src].buf, out
+    value = Buf(fresh(f"{op.out}_terms"), "sbuf", hbm[op.src].dtype, (plan.parts, plan.free))
+    out.append(Alloc(value, line=op.update_line))
+    out += ExprCompiler(tiles, value.shape, op.update_line, fresh, set()).emit(op.expr, whole(value))
+    return value, out
+
+
+def _plain(op: ColumnReduceOp, hbm: dict[str, Buf]) -> bool:
+    """No factor and no initial value: the eviction writes the output dtype directly."""
+    return op.scale == 1.0 and op.init == 0.0
+
+
+def _finish(op: ColumnReduceOp, hbm, fresh: Fresh, res: Buf, views: dict[str, Buf], cols) -> list[Stmt]:
+    ln, out = op.update_line, []
+    if op.scale != 1.0:
+        out.append(Scalar(whole(res), whole(res), "multiply", op.scale, ln))
+    if isinstance(op.init, str):
+        init_v, st = hbm_view(hbm[op.init], (op.dim("O"), 1, op.dim("F")), fresh(f"{op.init}_v"), op.line)
+        row = Buf(fresh(f"{op.init}_row"), "sbuf", hbm[op.init].dtype, res.shape)
+        out += st + [Alloc(row, line=op.line), Dma(whole(row), View(init_v, (a("o"), full(1), cols)), op.line),
+                     Binary(whole(res), whole(res), whole(row), "add", op.line)]
+    elif op.init != 0.0:
+        out.append(Scalar(whole(res), whole(res), "add", op.init, op.line))
+    return out
+
+
+def _cast(op: ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh, res: Buf, body: list[Stmt]) -> Buf:
+    if hbm[op.out].dtype == res.dtype:
+        return res
+    cast = Buf(fresh(f"{op.out}_tile"), "sbuf", hbm[op.out].dtype, res.shape)
+    body += [Alloc(cast, line=op.update_line), ir.Copy(whole(cast), whole(res), op.update_line)]
+    return cast

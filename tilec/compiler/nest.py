@@ -1,0 +1,242 @@
+"""Level-A IR: the program as loops over buffers, before any instruction is chosen.
+
+Term grammar (small frozen records; `print_nest` prints them the way they are written here):
+
+    Buffer = name, memory in hbm|sbuf|psum, dtype, shape
+    Access = buf[Aff, ...]                     one element; Aff as in ir.py (sum of coef*var terms + const)
+    Expr   = Const(value)                      a number (sizes are already numbers)
+           | Index(Aff)                        a loop variable used as a value
+           | Load(Access)                      a buffer element
+           | Op(name, args)                    + - * / neg, or a function of tilec/lang/functions.py
+    Stmt   = Loop(var, extent, kind, body)     kind: serial | parallel | unrolled
+           | Assign(dst: Access, expr)         an init or an element-wise store
+           | Update(dst: Access, op, expr)     a reduction: += max= min=
+           | Alloc(buf, buffers)               a buffer the kernel owns; buffers: copies in flight
+    Kernel = name, params: Buffer..., outputs: Buffer..., body: Stmt...
+
+`lower_nest` produces it from a checked program one to one: each `.tl` loop is a Loop, each statement an Assign or
+Update with affine indices, each intermediate tensor an Alloc in HBM. `evaluate_nest` gives it a meaning on NumPy,
+so a scheduling primitive is tested by evaluating before and after.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from tilec.compiler.ir import Aff, Term, fmt_aff
+from tilec.compiler.lower import affine_index, size_value
+from tilec.errors import TilecError
+from tilec.lang import syntax as sx
+
+UNARY = ("neg",)
+BINARY = ("+", "-", "*", "/")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    memory: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Access:
+    buf: str
+    index: tuple[Aff, ...]
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float
+
+
+@dataclass(frozen=True)
+class Index:
+    aff: Aff
+
+
+@dataclass(frozen=True)
+class Load:
+    access: Access
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    args: tuple["Expr", ...]
+
+
+Expr = Union[Const, Index, Load, Op]
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: str
+    extent: int
+    body: tuple["Stmt", ...]
+    kind: str = "serial"
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Assign:
+    dst: Access
+    expr: Expr
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Update:
+    dst: Access
+    op: str  # += max= min=
+    expr: Expr
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Alloc:
+    buf: Buffer
+    line: int = 0
+    buffers: int = 1  # copies in flight: iteration k uses copy k mod buffers (loads overlap compute)
+
+
+Stmt = Union[Loop, Assign, Update, Alloc]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    params: tuple[Buffer, ...]
+    outputs: tuple[Buffer, ...]
+    body: tuple[Stmt, ...]
+
+    def buffers(self) -> dict[str, Buffer]:
+        found = {b.name: b for b in (*self.params, *self.outputs)}
+        found.update({s.buf.name: s.buf for s in walk(self.body) if isinstance(s, Alloc)})
+        return found
+
+
+def walk(body: tuple[Stmt, ...]):
+    for s in body:
+        yield s
+        if isinstance(s, Loop):
+            yield from walk(s.body)
+
+
+# ---- lowering ------------------------------------------------------------------------------------------------------
+
+
+def lower_nest(program) -> Kernel:
+    """A checked program with known sizes -> level A, one to one."""
+    sizes, tensors = program.sizes, program.tensors
+    buffers = {name: Buffer(name, "hbm", t.dtype, tuple(t.shape)) for name, t in tensors.items()}
+    params = tuple(buffers[p.name] for p in program.kernel.params)
+    outputs = tuple(buffers[o] for o in program.kernel.outputs)
+    allocs = tuple(Alloc(buffers[n], t.span.line) for n, t in tensors.items() if t.kind == "temp")
+    body = tuple(_lower_stmt(s, (), sizes) for s in program.kernel.body)
+    return Kernel(program.kernel.name, params, outputs, allocs + body)
+
+
+def _lower_stmt(s: sx.Stmt, loops: tuple[str, ...], sizes: dict[str, int]) -> Stmt:
+    if isinstance(s, sx.Loop):
+        if size_value(s.start, sizes) != 0:
+            raise TilecError("loops must start at 0 for the compiler", s.start.span,
+                             "shift the index instead: for i in 0..N-1: ... A[i + 1]")
+        inner = loops + (s.var,)
+        return Loop(s.var, size_value(s.stop, sizes), tuple(_lower_stmt(b, inner, sizes) for b in s.body),
+                    line=s.span.line)
+    dst = _access(s.target, loops, sizes)
+    expr = _expr(s.value, loops, sizes)
+    if s.op == "=":
+        return Assign(dst, expr, s.span.line)
+    return Update(dst, s.op, expr, s.span.line)
+
+
+def _aff(e: sx.Expr, loops: tuple[str, ...], sizes: dict[str, int]) -> Aff:
+    coefs, const = affine_index(e, set(loops), sizes)
+    return Aff(tuple(Term(v, coefs[v]) for v in loops if v in coefs), const)
+
+
+def _access(a: sx.Access, loops: tuple[str, ...], sizes: dict[str, int]) -> Access:
+    return Access(a.tensor, tuple(_aff(i, loops, sizes) for i in a.indices))
+
+
+def _expr(e: sx.Expr, loops: tuple[str, ...], sizes: dict[str, int]) -> Expr:
+    if isinstance(e, sx.Num):
+        return Const(float(e.value))
+    if isinstance(e, sx.Name):
+        return Index(_aff(e, loops, sizes)) if e.id in loops else Const(float(size_value(e, sizes)))
+    if isinstance(e, sx.Access):
+        return Load(_access(e, loops, sizes))
+    if isinstance(e, sx.Neg):
+        inner = _expr(e.x, loops, sizes)
+        return Const(-inner.value) if isinstance(inner, Const) else Op("neg", (inner,))
+    if isinstance(e, sx.BinOp):
+        return Op(e.op, (_expr(e.lhs, loops, sizes), _expr(e.rhs, loops, sizes)))
+    return Op(e.fn, tuple(_expr(x, loops, sizes) for x in e.args))
+
+
+# ---- printer -------------------------------------------------------------------------------------------------------
+
+
+def fmt_access(a: Access) -> str:
+    return f"{a.buf}[{', '.join(fmt_aff(i) for i in a.index)}]"
+
+
+_PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
+
+
+def fmt_expr(e: Expr, prec: int = 0) -> str:
+    """Parentheses only where precedence needs them (`a - (b - c)`, `(a + b) * c`)."""
+    if isinstance(e, Const):
+        return repr(int(e.value)) if float(e.value).is_integer() else repr(e.value)
+    if isinstance(e, Index):
+        return fmt_aff(e.aff)
+    if isinstance(e, Load):
+        return fmt_access(e.access)
+    if e.name == "neg":
+        return f"-{fmt_expr(e.args[0], 3)}"
+    if e.name in BINARY:
+        p = _PREC[e.name]
+        text = f"{fmt_expr(e.args[0], p)} {e.name} {fmt_expr(e.args[1], p + 1)}"
+        return f"({text})" if p < prec else text
+    return f"{e.name}({', '.join(fmt_expr(a) for a in e.args)})"
+
+
+def fmt_buffer(b: Buffer) -> str:
+    return f"{b.name}: {b.memory} {b.dtype}[{', '.join(map(str, b.shape))}]"
+
+
+def _tag(line: int) -> str:
+    return f"  # tl:{line}" if line else ""
+
+
+Note = Callable[[Stmt], str]  # a statement -> a remark printed after it (e.g. the instruction it matches)
+
+
+def _print(body: tuple[Stmt, ...], depth: int, out: list[str], note: Note | None) -> None:
+    pad = "  " * depth
+    for s in body:
+        if isinstance(s, Loop):
+            out.append(f"{pad}for {s.var} in {s.kind}({s.extent}):{_tag(s.line)}")
+            _print(s.body, depth + 1, out, note)
+            continue
+        if isinstance(s, Alloc):
+            copies = f" x{s.buffers}" if s.buffers > 1 else ""
+            text = f"{pad}alloc {fmt_buffer(s.buf)}{copies}{_tag(s.line)}"
+        elif isinstance(s, Assign):
+            text = f"{pad}{fmt_access(s.dst)} = {fmt_expr(s.expr)}{_tag(s.line)}"
+        else:
+            text = f"{pad}{fmt_access(s.dst)} {s.op} {fmt_expr(s.expr)}{_tag(s.line)}"
+        remark = note(s) if note and not isinstance(s, Alloc) else ""
+        out.append(f"{text}  -> {remark}" if remark else text)
+
+
+def print_nest(k: Kernel, note: Note | None = None) -> str:
+    params = ", ".join(fmt_buffer(b) for b in k.params)
+    outs = ", ".join(b.name for b in k.outputs)
+    out = [f"kernel {k.name}({params}) -> {outs}"]
+    out += [f"  out {fmt_buffer(b)}" for b in k.outputs]
+    _print(k.body, 1, out, note)
+    return "\n".join(out) + "\n"

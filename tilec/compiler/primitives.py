@@ -1,0 +1,415 @@
+"""Scheduling primitives on level-A IR (compiler/nest.py): each is `Kernel -> Kernel`, checks its own legality
+with one-line checks, and raises a TilecError (at the directive's span when given) saying what to change.
+tests/compiler/test_primitives.py evaluates every primitive before and after (nest_eval) and keeps before/after
+and error goldens (tests/golden/compiler/primitives/).
+
+    split(k, "i", 4)          for i in serial(16): S(i)  ->  for i_o in serial(4): for i_i in serial(4): S(4*i_o + i_i)
+    reorder(k, "j", "i")      for i: for j: S  ->  for j: for i: S          (a perfect nest; see _check_reorder)
+    unroll(k, "r")            for r in serial(3)  ->  for r in unrolled(3)
+    partition(k, "i")         for i in serial(128)  ->  for i in partition(128)     (extent <= target partitions)
+    stage(k, "A", "i", "sbuf")  inside loop i: alloc A_sbuf, copy the region of A the body reads, read it instead
+    compute_at(k, "T", "i")   the nest computing T moves under loop i, computing the region one iteration reads
+    buffers(k, "A_sbuf", 2)   an on-chip buffer allocated inside a loop gets 2 copies in flight
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tilec.compiler.ir import Aff, Term
+from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Expr, Index, Kernel, Load, Loop, Op, Stmt, Update,
+                                 walk)
+from tilec.errors import Span, TilecError
+from tilec.target import Target, target as get_target
+
+UNROLL_MAX = 64  # iterations one unrolled loop may have: each becomes straight-line code in the kernel
+BUFFERS_MAX = 4  # copies of one buffer in flight: more only adds SBUF pressure once loads overlap compute
+
+
+def _fail(message: str, span: Span | None, hint: str = "") -> TilecError:
+    return TilecError(message, span, hint)
+
+
+def _parse_ref(ref: str) -> tuple[str, int | None]:
+    """`j` -> ("j", None); `j#1` -> ("j", 1): the second loop named j in program order (as Exo names them)."""
+    var, _, nth = ref.partition("#")
+    return var, int(nth) if nth.isdigit() else None
+
+
+def find_loop(k: Kernel, ref: str, span: Span | None = None) -> Loop:
+    var, nth = _parse_ref(ref)
+    loops = [s for s in walk(k.body) if isinstance(s, Loop) and s.var == var]
+    if nth is not None and nth < len(loops):
+        return loops[nth]
+    if len(loops) != 1 or nth is not None:
+        known = ", ".join(sorted({s.var for s in walk(k.body) if isinstance(s, Loop)}))
+        if len(loops) > 1:
+            raise _fail(f"{len(loops)} loops are named `{var}`", span,
+                        f"name one by its position: {', '.join(f'{var}#{i}' for i in range(len(loops)))}")
+        raise _fail(f"no loop `{ref}`", span, f"loops: {known}")
+    return loops[0]
+
+
+def _replace_loop(body: tuple[Stmt, ...], target: Loop, fn) -> tuple[Stmt, ...]:
+    """The body with the loop `target` (found by identity) replaced by fn(target)."""
+    out: list[Stmt] = []
+    for s in body:
+        if s is target:
+            out.append(fn(s))
+        elif isinstance(s, Loop):
+            out.append(replace(s, body=_replace_loop(s.body, target, fn)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def _with_loop(k: Kernel, loop: Loop, fn) -> Kernel:
+    return replace(k, body=_replace_loop(k.body, loop, fn))
+
+
+# ---- substitution of a loop variable by an affine expression -------------------------------------------------------
+
+
+def _subst_aff(a: Aff, var: str, by: Aff) -> Aff:
+    coef = sum(t.coef for t in a.terms if t.var == var)
+    if not coef:
+        return a
+    rest = tuple(t for t in a.terms if t.var != var)
+    scaled = tuple(Term(t.var, t.coef * coef) for t in by.terms)
+    return Aff(rest + scaled, a.const + coef * by.const)
+
+
+def _subst_access(a: Access, var: str, by: Aff) -> Access:
+    return Access(a.buf, tuple(_subst_aff(i, var, by) for i in a.index))
+
+
+def _subst_expr(e: Expr, var: str, by: Aff) -> Expr:
+    if isinstance(e, Load):
+        return Load(_subst_access(e.access, var, by))
+    if isinstance(e, Index):
+        return Index(_subst_aff(e.aff, var, by))
+    if isinstance(e, Op):
+        return Op(e.name, tuple(_subst_expr(x, var, by) for x in e.args))
+    return e
+
+
+def _subst(body: tuple[Stmt, ...], var: str, by: Aff) -> tuple[Stmt, ...]:
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, Loop):
+            out.append(replace(s, body=_subst(s.body, var, by)))
+        elif isinstance(s, (Assign, Update)):
+            out.append(replace(s, dst=_subst_access(s.dst, var, by), expr=_subst_expr(s.expr, var, by)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+# ---- the primitives ------------------------------------------------------------------------------------------------
+
+
+def split(k: Kernel, var: str, factor: int, span: Span | None = None) -> Kernel:
+    """`i` -> `i_o, i_i` with i = factor*i_o + i_i. Before/after (golden: primitives/split.txt):
+
+        for i in serial(256):                    for i_o in serial(2):
+          Y[i, j] = X[i, j] + 1                    for i_i in serial(128):
+                                                     Y[i_o*128 + i_i, j] = X[i_o*128 + i_i, j] + 1
+    """
+    loop = find_loop(k, var, span)
+    var = loop.var
+    if factor <= 0 or loop.extent % factor:
+        divisors = [d for d in range(1, loop.extent + 1) if loop.extent % d == 0]
+        raise _fail(f"split {var}, {factor}: {factor} does not divide the extent {loop.extent} of loop {var}", span,
+                    f"use a divisor of {loop.extent}: {', '.join(map(str, divisors[:12]))}")
+    outer, inner = f"{var}_o", f"{var}_i"
+    for name in (outer, inner):
+        if any(isinstance(s, Loop) and s.var == name for s in walk(k.body)):
+            raise _fail(f"split {var}: a loop named {name} exists already", span, "split each loop once")
+    by = Aff((Term(outer, factor), Term(inner)), 0)
+
+    def rebuild(s: Loop) -> Loop:
+        inner_loop = Loop(inner, factor, _subst(s.body, var, by), s.kind, s.line)
+        return Loop(outer, s.extent // factor, (inner_loop,), "serial", s.line)
+
+    return _with_loop(k, loop, rebuild)
+
+
+def _stores(body: tuple[Stmt, ...]) -> list[Assign | Update]:
+    return [s for s in walk(body) if isinstance(s, (Assign, Update))]
+
+
+def _check_reorder(loops: list[Loop], span: Span | None) -> None:
+    """Legal when every iteration of the permuted loops touches its own elements: each store writes through an
+    index that uses every permuted loop (spatial), or is an associative update (+=, max=, min=: a reduction loop may
+    move), and no statement reads a buffer the nest writes at another element."""
+    names = {lp.var for lp in loops}
+    stores = _stores(loops[-1].body)
+    written = {s.dst.buf: s.dst for s in stores}
+    for s in stores:
+        used = {t.var for i in s.dst.index for t in i.terms}
+        if isinstance(s, Assign) and not names <= used:
+            missing = ", ".join(sorted(names - used))
+            raise _fail(f"reorder: `{s.dst.buf}` is assigned in every iteration of {missing} (the last one wins), "
+                        f"so the order of those loops matters", span,
+                        "split the statement off into its own nest first")
+        for a in _reads(s.expr):
+            if a.buf in written and a != written[a.buf]:
+                raise _fail(f"reorder: the nest reads {a.buf} at another element than it writes it, a dependence "
+                            f"between iterations", span, "reorder only loops whose iterations are independent")
+
+
+def _reads(e: Expr) -> list[Access]:
+    if isinstance(e, Load):
+        return [e.access]
+    if isinstance(e, Op):
+        return [a for x in e.args for a in _reads(x)]
+    return []
+
+
+def reorder(k: Kernel, *order: str, span: Span | None = None) -> Kernel:
+    """Permute a perfect nest into `order`, outermost first: `reorder(k, "j", "i")` on `for i: for j: S` gives
+    `for j: for i: S` (golden: primitives/reorder.txt). The loops named must be nested directly in one another."""
+    found = [find_loop(k, r, span) for r in order]
+    order = tuple(lp.var for lp in found)
+    tops = [lp for lp in found if all(o is lp or any(o is s for s in walk(lp.body)) for o in found)]
+    if not tops:
+        raise _fail(f"reorder {', '.join(order)}: the loops are not nested in one another", span,
+                    "name loops of one nest")
+    chain = [tops[0]]
+    while len(chain) < len(order):
+        body = chain[-1].body
+        if len(body) != 1 or not isinstance(body[0], Loop) or not any(body[0] is lp for lp in found):
+            raise _fail(f"reorder {', '.join(order)}: loops {', '.join(order)} are not a perfect nest (loop "
+                        f"{chain[-1].var} holds more than the next of them)", span,
+                        "name loops nested directly in one another")
+        chain.append(body[0])
+    _check_reorder(chain, span)
+    by_var = {lp.var: lp for lp in chain}
+    inner_body = chain[-1].body
+    for var in reversed(order):
+        inner_body = (replace(by_var[var], body=inner_body),)
+    return _with_loop(k, chain[0], lambda _: inner_body[0])
+
+
+def unroll(k: Kernel, var: str, span: Span | None = None) -> Kernel:
+    """`for r in serial(3)` -> `for r in unrolled(3)` (golden: primitives/unroll.txt)."""
+    loop = find_loop(k, var, span)
+    var = loop.var
+    if loop.extent > UNROLL_MAX:
+        raise _fail(f"unroll {var}: {loop.extent} iterations is more than the {UNROLL_MAX} one unrolled loop may "
+                    f"have", span, f"split {var} first and unroll the inner loop")
+    return _with_loop(k, loop, lambda s: replace(s, kind="unrolled"))
+
+
+def partition(k: Kernel, var: str, target: Target | str | None = None, span: Span | None = None) -> Kernel:
+    """Bind loop `var` to the partitions (golden: primitives/partition.txt). Its extent must fit the target's
+    partitions, and every store under it must use it (each partition computes its own elements)."""
+    t = get_target(target)
+    loop = find_loop(k, var, span)
+    var = loop.var
+    if loop.extent > t.pmax:
+        raise _fail(f"partition {var}: {loop.extent} iterations exceed the {t.pmax} partitions of {t.name}", span,
+                    f"split {var}, {t.pmax} first and bind the inner loop")
+    for s in _stores(loop.body):
+        if not any(t_.var == var for i in s.dst.index for t_ in i.terms):
+            raise _fail(f"partition {var}: `{s.dst.buf}` is written by every partition (its index does not use "
+                        f"{var})", span, "bind a loop that indexes what the nest writes")
+    return _with_loop(k, loop, lambda s: replace(s, kind="partition"))
+
+
+def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
+          span: Span | None = None) -> Kernel:
+    """Exo's stage_mem / TVM's cache_read: inside loop `at`, copy the region of `buf` its body reads into a new
+    on-chip buffer and read that instead (golden: primitives/stage.txt). The region is the box the body's affine
+    reads cover over the loops inside `at`; it must fit the target's SBUF per partition."""
+    t = get_target(target)
+    loop = find_loop(k, at, span)
+    reads = [a for s in _stores(loop.body) for a in _reads(s.expr) if a.buf == buf]
+    if not reads:
+        raise _fail(f"stage {buf} at {at}: the body of loop {at} does not read {buf}", span)
+    if any(s.dst.buf == buf for s in _stores(loop.body)):
+        raise _fail(f"stage {buf} at {at}: loop {at} also writes {buf}; a staged copy would go stale", span)
+    inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
+    dims = len(reads[0].index)
+    for d in range(dims):
+        outside = {tuple(t_ for t_ in a.index[d].terms if t_.var not in inner) for a in reads}
+        if len(outside) != 1:
+            raise _fail(f"stage {buf} at {at}: the reads of {buf} in loop {at} move differently with the loops "
+                        f"outside it (dimension {d})", span, "stage at a loop where all reads share one region")
+    lo = [min(_bound(a.index[d], inner, min) for a in reads) for d in range(dims)]
+    hi = [max(_bound(a.index[d], inner, max) for a in reads) for d in range(dims)]
+    shape = tuple(h - l_ + 1 for l_, h in zip(lo, hi))
+    source = k.buffers()[buf]
+    per_partition = _elem_bytes(source.dtype) * _prod(shape[1:])
+    if shape[0] > t.pmax or per_partition > t.sbuf_usable:
+        raise _fail(f"stage {buf} at {at}: the region {list(shape)} needs {shape[0]} partitions and "
+                    f"{per_partition} bytes per partition; {t.name} has {t.pmax} and {t.sbuf_usable}", span,
+                    f"stage at a loop inside {at}, or split it first")
+    staged = Buffer(f"{buf}_{memory}", memory, source.dtype, shape)
+    copy_vars = tuple(f"{buf}_c{d}" for d in range(dims))
+    src_idx = tuple(Aff(tuple(t_ for t_ in l_.terms) + (Term(v),), l_.const) for l_, v in zip(lo_affs(reads, inner),
+                                                                                               copy_vars))
+    copy: Stmt = Assign(Access(staged.name, tuple(Aff((Term(v),)) for v in copy_vars)),
+                        Load(Access(buf, src_idx)), loop.line)
+    for v, n in reversed(list(zip(copy_vars, shape))):
+        copy = Loop(v, n, (copy,), "serial", loop.line)
+    offsets = lo_affs(reads, inner)
+    new_body = _rebase(loop.body, buf, staged.name, offsets)
+    return _with_loop(k, loop, lambda s: replace(s, body=(Alloc(staged, loop.line), copy) + new_body))
+
+
+def lo_affs(reads: list[Access], inner: dict[str, int]) -> list[Aff]:
+    """Per dimension, the lowest index the reads reach, as an affine function of the loops outside the stage."""
+    out = []
+    for d in range(len(reads[0].index)):
+        a = reads[0].index[d]
+        outer_terms = tuple(t for t in a.terms if t.var not in inner)
+        low = min(_bound(r.index[d], inner, min) for r in reads)
+        out.append(Aff(outer_terms, low))
+    return out
+
+
+def _bound(a: Aff, inner: dict[str, int], pick) -> int:
+    """The lowest/highest value of the part of `a` that depends on the inner loops (plus its constant)."""
+    value = a.const
+    for t in a.terms:
+        if t.var in inner:
+            value += pick(0, t.coef * (inner[t.var] - 1))
+    return value
+
+
+def _rebase(body: tuple[Stmt, ...], buf: str, staged: str, offsets: list[Aff]) -> tuple[Stmt, ...]:
+    def access(a: Access) -> Access:
+        if a.buf != buf:
+            return a
+        idx = []
+        for i, off in zip(a.index, offsets):
+            outer = {t.var for t in off.terms}
+            idx.append(Aff(tuple(t for t in i.terms if t.var not in outer), i.const - off.const))
+        return Access(staged, tuple(idx))
+
+    def expr(e: Expr) -> Expr:
+        if isinstance(e, Load):
+            return Load(access(e.access))
+        if isinstance(e, Op):
+            return Op(e.name, tuple(expr(x) for x in e.args))
+        return e
+
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, Loop):
+            out.append(replace(s, body=_rebase(s.body, buf, staged, offsets)))
+        elif isinstance(s, (Assign, Update)):
+            out.append(replace(s, expr=expr(s.expr)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def _elem_bytes(dtype: str) -> int:
+    return {"f32": 4, "f16": 2, "bf16": 2}[dtype]
+
+
+def _prod(xs: tuple[int, ...]) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def buffers(k: Kernel, buf: str, n: int, target: Target | str | None = None, span: Span | None = None) -> Kernel:
+    """`n` copies of an on-chip buffer allocated inside a loop, so iteration k+1's load overlaps iteration k's
+    compute (golden: primitives/buffers.txt). The meaning is unchanged; the copies must fit the target's SBUF."""
+    t = get_target(target)
+    allocs = [(s, lp) for lp in walk(k.body) if isinstance(lp, Loop) for s in lp.body
+              if isinstance(s, Alloc) and s.buf.name == buf]
+    if not allocs:
+        raise _fail(f"buffers {buf}: no on-chip buffer {buf} is allocated inside a loop", span,
+                    f"stage a region of {buf} at a loop first")
+    alloc = allocs[0][0]
+    if not 1 <= n <= BUFFERS_MAX:
+        raise _fail(f"buffers {buf}, {n}: use 1 to {BUFFERS_MAX} copies", span)
+    size = n * _elem_bytes(alloc.buf.dtype) * _prod(alloc.buf.shape[1:])
+    if size > t.sbuf_usable:
+        raise _fail(f"buffers {buf}, {n}: {n} copies need {size} bytes per partition; {t.name} has "
+                    f"{t.sbuf_usable}", span, "use fewer copies or a smaller region")
+
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        return tuple(replace(s, buffers=n) if s is alloc else replace(s, body=visit(s.body)) if isinstance(s, Loop)
+                     else s for s in body)
+
+    return replace(k, body=visit(k.body))
+
+
+__all__ = ["split", "reorder", "unroll", "partition", "stage", "compute_at", "buffers", "find_loop"]
+
+
+def compute_at(k: Kernel, buf: str, at: str, span: Span | None = None) -> Kernel:
+    """Move the nest that computes `buf` under the consumer loop `at`, computing there only the region of `buf` one
+    iteration of `at` reads (TVM compute_at; overlapping regions are recomputed). Before/after (golden:
+    primitives/compute_at.txt): `for i: T[i, j] = ...` then `for i: Y[i, j] = T[i, j] ...` becomes one loop i whose
+    body first computes T[i, :], then Y[i, :].
+
+    Legal when `buf` is an intermediate written by one top-level nest whose loops index its dimensions plainly,
+    every read of `buf` is inside loop `at`, and that nest reads nothing written between it and `at`."""
+    loop = find_loop(k, at, span)
+    top = [s for s in k.body if isinstance(s, Loop)]
+    producers = [s for s in top if any(st.dst.buf == buf for st in _stores((s,)))]
+    if len(producers) != 1:
+        raise _fail(f"compute_at {buf}: {buf} must be written by exactly one loop nest (found {len(producers)})", span)
+    prod = producers[0]
+    if any(o.name == buf for o in k.outputs):
+        raise _fail(f"compute_at {buf}: {buf} is a kernel output; it must be stored whole", span,
+                    "compute an intermediate at its consumer instead")
+    consumer = next((s for s in top if s is loop or any(x is loop for x in walk(s.body))), None)
+    if consumer is None or k.body.index(consumer) <= k.body.index(prod):
+        raise _fail(f"compute_at {buf}: loop {at} is not in a nest after the one that computes {buf}", span)
+    inside = [a for s in _stores(loop.body) for a in _reads(s.expr) if a.buf == buf]
+    everywhere = [a for s in _stores(k.body) for a in _reads(s.expr) if a.buf == buf]
+    if len(inside) != len(everywhere) or not inside:
+        raise _fail(f"compute_at {buf}: {buf} is also read outside loop {at}", span,
+                    f"compute it at a loop that holds every read of {buf}")
+    between = k.body[k.body.index(prod) + 1:k.body.index(consumer)] + (consumer,)
+    written = {s.dst.buf for s in _stores(tuple(between))}
+    if any(a.buf in written for s in _stores((prod,)) for a in _reads(s.expr)):
+        raise _fail(f"compute_at {buf}: the nest computing {buf} reads a buffer written before loop {at}", span)
+    region = _region(prod, buf, loop, inside, span)
+    moved = _restrict(prod, region)
+    body = tuple(s for s in k.body if s is not prod)
+    return _with_loop(replace(k, body=body), loop, lambda s: replace(s, body=(moved,) + s.body))
+
+
+def _region(prod: Loop, buf: str, loop: Loop, reads: list[Access], span: Span | None) -> dict[str, tuple[Aff, int]]:
+    """Producer loop variable -> (first index, extent) of the part of `buf` one iteration of `loop` reads."""
+    dst = _stores((prod,))[0].dst
+    extents = {s.var: s.extent for s in walk((prod,)) if isinstance(s, Loop)}
+    inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
+    out: dict[str, tuple[Aff, int]] = {}
+    for d, idx in enumerate(dst.index):
+        if len(idx.terms) != 1 or idx.terms[0].coef != 1 or idx.const:
+            raise _fail(f"compute_at {buf}: dimension {d} of {buf} is not indexed by a plain loop variable", span)
+        var = idx.terms[0].var
+        outside = {tuple(t for t in a.index[d].terms if t.var not in inner) for a in reads}
+        if len(outside) != 1:
+            raise _fail(f"compute_at {buf}: the reads of {buf} in loop {loop.var} move differently with the loops "
+                        f"outside it (dimension {d})", span)
+        lo = min(_bound(a.index[d], inner, min) for a in reads)
+        hi = max(_bound(a.index[d], inner, max) for a in reads)
+        out[var] = (Aff(next(iter(outside)), lo), min(hi - lo + 1, extents[var]))
+    return out
+
+
+def _restrict(prod: Loop, region: dict[str, tuple[Aff, int]]) -> Loop:
+    """The producer nest over the region only: loop v of extent n becomes v_r over the region's extent, v := first +
+    v_r in its body."""
+    def visit(s: Stmt) -> Stmt:
+        if not isinstance(s, Loop):
+            return s
+        body = tuple(visit(x) for x in s.body)
+        if s.var not in region:
+            return replace(s, body=body)
+        first, extent = region[s.var]
+        local = f"{s.var}_r"
+        by = Aff(first.terms + (Term(local),), first.const)
+        return Loop(local, extent, _subst(body, s.var, by), s.kind, s.line)
+
+    return visit(prod)  # type: ignore[return-value]

@@ -1,0 +1,122 @@
+"""Instruction selection by matching: which NKI instruction of the Target's table computes a level-A statement.
+
+`match(stmt, target)` compares an Assign/Update with the meanings of the instruction table (tilec/target.py) and
+returns the instruction and how the statement's loop variables bind to the instruction's roles:
+
+    C[i, j] += A[i, k] * B[k, j]                 nc_matmul      k: k    m: i    n: j
+    conv[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
+                                                 nc_matmul      k: c, r, s   m: k   n: n, y, x
+    s[i] max= A[i, j]                            tensor_reduce  p: i    f: j
+    Y[j, i] = X[i, j]                            nc_transpose   p: i    f: j
+    Y[i, j] = exp(X[i, j] - m[i])                activation     (FN from tilec/lang/functions.py)
+    Y[i, j] = A[i, j] / B[i, j]                  tensor_tensor
+    Y[i, j] = X[i, j] * 2                        tensor_scalar
+    z[i] = x[i]                                  dma_copy
+    conv[n, k, y, x] = b[k]                      activation     FN: copy, bias: k (the column added on eviction)
+    H[i, j] = b[j]                               nc_matmul      n: j (ones[1, P].T @ b: the row on every partition)
+
+The stationary operand of a matmul is the smaller side (a conv's weights, free over the out channels k; on a tie the
+operand indexing the output's leading dimension); the limits (k, m <= 128, n <= 512) then say how the loops must be split. Every
+example's statements match (tests/compiler/test_tensorize.py); the `nest` stage prints the match of each.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilec.compiler.nest import Access, Assign, Const, Expr, Index, Load, Op, Stmt, Update
+from tilec.lang.functions import FUNCTIONS
+from tilec.target import Instr, Target, target as get_target
+
+
+@dataclass(frozen=True)
+class Match:
+    instr: Instr
+    roles: tuple[tuple[str, tuple[str, ...]], ...]  # instruction role -> the statement's loop variables
+
+    def __str__(self) -> str:
+        bound = "; ".join(f"{r}: {', '.join(vs)}" for r, vs in self.roles if vs)
+        return f"{self.instr.name}({bound})" if bound else self.instr.name
+
+
+def _vars(a: Access) -> list[str]:
+    out: list[str] = []
+    for i in a.index:
+        out += [t.var for t in i.terms if t.var not in out]
+    return out
+
+
+def _loads(e: Expr) -> list[Access]:
+    if isinstance(e, Load):
+        return [e.access]
+    if isinstance(e, Op):
+        return [a for x in e.args for a in _loads(x)]
+    return []
+
+
+def match(s: Stmt, target: Target | str | None = None) -> Match | None:
+    t = get_target(target)
+    if isinstance(s, Update):
+        return _match_update(s, t)
+    if isinstance(s, Assign):
+        return _match_assign(s, t)
+    return None
+
+
+def _match_update(s: Update, t: Target) -> Match | None:
+    out = _vars(s.dst)
+    e = s.expr
+    if s.op == "+=" and isinstance(e, Op) and e.name == "*" and all(isinstance(x, Load) for x in e.args) \
+            and len({x.access.buf for x in e.args}) == 2:  # a contraction of two different tensors
+        a, b = (x.access for x in e.args)  # type: ignore[union-attr]
+        va, vb = _vars(a), _vars(b)
+        k = tuple(v for v in va if v in vb and v not in out)
+        fa, fb = [v for v in va if v not in k], [v for v in vb if v not in k]
+        if k and set(fa) | set(fb) == set(out) and not set(fa) & set(fb):
+            stat, mov = (fa, fb) if _leads(fa, fb, out) else (fb, fa)
+            return Match(t.instr("nc_matmul"), (("k", k), ("m", tuple(stat)), ("n", tuple(mov))))
+    reads = _loads(e)
+    if reads and all(set(out) < set(_vars(r)) for r in reads):  # whole dimensions reduced
+        free = tuple(v for v in _vars(reads[0]) if v not in out)
+        return Match(t.instr("tensor_reduce"), (("p", tuple(out)), ("f", free)))
+    return None
+
+
+def _leads(fa: list[str], fb: list[str], out: list[str]) -> bool:
+    """Whether the first operand is the stationary one: the smaller side (a conv's weights, free over k only), or on
+    a tie the one indexing the output's leading dimension (A in C[i, j] += A[i, k] * B[k, j])."""
+    if len(fa) != len(fb):
+        return len(fa) < len(fb)
+    return min(out.index(v) for v in fa) < min(out.index(v) for v in fb)
+
+
+def _match_assign(s: Assign, t: Target) -> Match | None:
+    out, e = _vars(s.dst), s.expr
+    if isinstance(e, Load):
+        src = _vars(e.access)
+        if src == out:
+            return Match(t.instr("dma_copy"), ())
+        if set(src) < set(out) and src == out[len(out) - len(src):]:  # a row, copied to every partition
+            return Match(t.instr("nc_matmul"), (("k", ()), ("m", ("ones",)), ("n", tuple(src))))
+        if set(src) < set(out):  # a per-partition column: the bias of an activation (a copy)
+            return Match(t.instr("activation"), (("FN", ("copy",)), ("bias", tuple(src))))
+        if sorted(src) == sorted(out):
+            k = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
+            return Match(t.instr("nc_transpose"), (("batch", tuple(out[:k])), ("p", tuple(src[k:k + 1])),
+                                                   ("f", tuple(v for v in src[k:] if v != src[k]))))
+        return None
+    if isinstance(e, Op) and e.name in FUNCTIONS and FUNCTIONS[e.name].instr == "activation":
+        return Match(t.instr("activation"), (("FN", (e.name,)),))
+    if isinstance(e, Op) and (e.name in ("+", "-", "*", "/") or e.name in FUNCTIONS):
+        consts = [x for x in e.args if isinstance(x, (Const, Index))]
+        name = "tensor_scalar" if consts or any(_narrower(x, out) for x in e.args) else "tensor_tensor"
+        return Match(t.instr(name), (("OP", (e.name,)),))
+    if isinstance(e, Op) and e.name == "neg":
+        return Match(t.instr("tensor_scalar"), (("OP", ("multiply by -1",)),))
+    return None
+
+
+def _narrower(e: Expr, out: list[str]) -> bool:
+    """An operand that reads a leading run of the output's indices only: a per-partition column (tensor_scalar's
+    operand). A trailing run is a row, copied to every partition first and then a full operand."""
+    reads = _loads(e)
+    return bool(reads) and all(len(_vars(r)) < len(out) and _vars(r) == out[:len(_vars(r))] for r in reads)

@@ -1,0 +1,151 @@
+"""NeuronCore generations as data: one frozen `Target` per generation, with the instruction table tilec emits.
+
+    Target = name, memories (partitions, SBUF, PSUM banks), TensorE limits, engine clocks, DMA figures, instructions
+    Instr  = one NKI instruction: its meaning as a tiny loop statement, the engine, the memories it reads and writes,
+             and its size limits (named after the loop variables of the meaning)
+
+Every figure cites its source: a section and key of the NKI fact sheet (`docs/nki-spec.md` in the shared docs, keys
+in its bibliography: ARCH2 = trn1 architecture guide, ARCH3 = trn2 architecture guide, ALLOC = NKI allocation
+guide, NISA = nki.isa reference, DMAINTRO/DMABW = DMA guides). The compiler, its IR verifier, the tuner, the
+interpreter's rules (`tilec.nki.rules`), `nl.tile_size` and the performance model read these records; `--target`
+picks one. trn3 (NeuronCore-v4) is not listed: the public docs give only its DMA bandwidth (spec §2.5), not its
+memories or engine limits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilec.errors import TilecError
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One NKI instruction tilec emits. `meaning` uses loop variables p (partition), f (free), k (contraction),
+    m, n; `limits` bounds them (or names a sized quantity) per the cited docs."""
+
+    name: str  # the nisa.* spelling
+    meaning: str
+    engine: str  # pe | act (ScalarE) | dve (VectorE) | pool (GpSimdE) | dma
+    reads: tuple[str, ...]  # memories the operands may live in
+    writes: tuple[str, ...]  # memories the result may be written to
+    limits: tuple[tuple[str, int], ...] = ()
+    source: str = ""
+
+    def limit(self, var: str) -> int:
+        return dict(self.limits)[var]
+
+
+def _instructions(pmax: int, stationary: int, moving: int, vector_sbuf: int, vector_psum: int) -> tuple[Instr, ...]:
+    onchip = ("sbuf", "psum")
+    return (
+        Instr("nc_matmul", "acc[m, n] += stat[k, m] * mov[k, n]", "pe", ("sbuf",), ("psum",),
+              (("k", pmax), ("m", stationary), ("n", moving)), "§1.8 NISA gemm_*_fmax; acc fp32, one PSUM bank"),
+        Instr("nc_transpose", "dst[f, p] = src[p, f]", "pe", ("sbuf",), ("psum",), (("p", pmax), ("f", pmax)),
+              "§2.4 NISA nc_transpose (TensorE: an identity matmul)"),
+        Instr("dma_transpose", "dst[f, p] = src[p, f]", "dma", ("hbm",), ("sbuf",), (("p", pmax), ("f", pmax)),
+              "§1.9 / §2.5 ARCH3 (DMA engines, <= 90% of copy throughput)"),
+        Instr("activation", "dst[p, f] = FN(src[p, f] * scale + bias[p])", "act", onchip, ("sbuf",),
+              (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA activation; FN from tilec.lang.functions"),
+        Instr("tensor_tensor", "dst[p, f] = OP(a[p, f], b[p, f])", "dve", onchip, ("sbuf",),
+              (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA tensor_tensor; at most one operand in PSUM"),
+        Instr("tensor_scalar", "dst[p, f] = OP(src[p, f], c | col[p])", "dve", onchip, ("sbuf",),
+              (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA tensor_scalar"),
+        Instr("tensor_reduce", "dst[p] OP= src[p, f]", "dve", onchip, ("sbuf",),
+              (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA tensor_reduce (trailing free axes)"),
+        Instr("tensor_copy", "dst[p, f] = cast(src[p, f])", "dve", onchip, ("sbuf",),
+              (("p", pmax), ("f", vector_psum)), "§2.4 NISA tensor_copy (PSUM eviction)"),
+        Instr("dma_copy", "dst = src", "dma", ("hbm", "sbuf"), ("hbm", "sbuf"), (("p", pmax),),
+              "§2.5 DMAINTRO (never PSUM)"),
+    )
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    core: str  # NeuronCore generation
+    # memories, per NeuronCore
+    pmax: int  # SBUF/PSUM partitions
+    sbuf_bytes: int  # SBUF bytes per partition (hardware)
+    sbuf_reserved: int  # bytes per partition the NKI compiler keeps for itself, where documented
+    psum_banks: int
+    psum_bank_bytes: int  # per partition
+    # TensorE (a matmul: stationary k x m, moving k x n)
+    stationary_fmax: int
+    moving_fmax: int
+    # VectorE/ScalarE free size of one instruction, in elements
+    vector_sbuf_fmax: int
+    vector_psum_fmax: int
+    # engine clocks [GHz]
+    tensor_ghz: float
+    vector_ghz: float
+    scalar_ghz: float
+    gpsimd_ghz: float
+    # DMA
+    dma_engines: int
+    dma_engine_bw: float  # achievable bytes per ns per engine
+    instructions: tuple[Instr, ...]
+    sources: str = ""
+
+    @property
+    def sbuf_usable(self) -> int:
+        """SBUF bytes per partition a kernel may allocate: the hardware less the documented compiler reserve."""
+        return self.sbuf_bytes - self.sbuf_reserved
+
+    @property
+    def psum_bytes(self) -> int:
+        return self.psum_banks * self.psum_bank_bytes
+
+    @property
+    def psum_fmax(self) -> int:
+        """fp32 elements per partition of one PSUM bank (= nl.tile_size.psum_fmax)."""
+        return self.psum_bank_bytes // 4
+
+    def instr(self, name: str) -> Instr:
+        for i in self.instructions:
+            if i.name == name:
+                return i
+        raise KeyError(name)
+
+
+TRN2 = Target(
+    "trn2", "NeuronCore-v3",
+    pmax=128, sbuf_bytes=224 * 1024, sbuf_reserved=0, psum_banks=8, psum_bank_bytes=2048,
+    stationary_fmax=128, moving_fmax=512, vector_sbuf_fmax=65536, vector_psum_fmax=4096,
+    tensor_ghz=2.4, vector_ghz=0.96, scalar_ghz=1.2, gpsimd_ghz=1.2,
+    dma_engines=16, dma_engine_bw=23.0,
+    instructions=_instructions(128, 128, 512, 65536, 4096),
+    sources="§2.2 ARCH3: 224 KiB SBUF per partition (reserve not documented for v3), PSUM 8 x 2 KiB [ARCH2]; "
+            "§1.8/§2.3 TensorE 128x128, moving <= 512 [NISA, PM]; VectorE free <= 64K SBUF / 4K PSUM [ARCH2]; "
+            "§2.3 ARCH3 clocks; §2.5 DMAINTRO/DMABW 16 engines x 23 B/ns")
+
+TRN1 = Target(
+    "trn1", "NeuronCore-v2",
+    pmax=128, sbuf_bytes=192 * 1024, sbuf_reserved=16 * 1024, psum_banks=8, psum_bank_bytes=2048,
+    stationary_fmax=128, moving_fmax=512, vector_sbuf_fmax=65536, vector_psum_fmax=4096,
+    tensor_ghz=2.8, vector_ghz=1.12, scalar_ghz=1.4, gpsimd_ghz=1.4,
+    dma_engines=16, dma_engine_bw=17.0,
+    instructions=_instructions(128, 128, 512, 65536, 4096),
+    sources="§2.2 ARCH2: 192 KiB SBUF per partition, usable 0..176 KiB [ALLOC]; PSUM 8 x 2 KiB; §2.3 ARCH2 clocks; "
+            "§2.5 DMAINTRO 16 engines x 17 B/ns")
+
+TARGETS: dict[str, Target] = {"trn2": TRN2, "trn1": TRN1}
+DEFAULT = "trn2"
+
+
+def target(name: str | Target | None = None) -> Target:
+    """A target by name (None: the default, trn2); a Target passes through."""
+    if isinstance(name, Target):
+        return name
+    name = name or DEFAULT
+    if name not in TARGETS:
+        raise TilecError(f"unknown target {name!r}", hint=f"use one of {', '.join(TARGETS)}")
+    return TARGETS[name]
+
+
+def invariant(field: str) -> int:
+    """A limit every known generation shares (partitions, matmul sizes, PSUM bank): the compiler's plans may use it
+    as a constant. A future target that differs makes this fail loudly instead of planning wrong tiles."""
+    values = {getattr(t, field) for t in TARGETS.values()}
+    if len(values) != 1:
+        raise AssertionError(f"{field} differs between targets ({values}): thread the Target through instead")
+    return values.pop()
