@@ -231,8 +231,9 @@ def eltwise(rng: random.Random, nm: Names, chain: bool = False) -> Case:
         b.loops(list(zip(idx2, syms)), [f"{y_name}[{', '.join(idx2)}] = {render(expr2, idx2)}"])
 
         def formula(env: dict) -> dict:
-            t = rounded(evaluate(expr, env, rank), t_dtype)
-            return {y_name: np.asarray(evaluate(expr2, {**env, t_name: t}, rank), np.float64)}
+            t = rounded(np.broadcast_to(evaluate(expr, env, rank), tuple(ext)), t_dtype)
+            return {y_name: np.broadcast_to(np.asarray(evaluate(expr2, {**env, t_name: t}, rank), np.float64),
+                                            tuple(ext))}
     else:
         y_name = nm("Y")
         b.decl(y_name, out_dtype, syms, out=True)

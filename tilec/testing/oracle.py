@@ -15,6 +15,7 @@ Classes (the fuzzer counts them; every class but OK and REJECTED is a bug to fix
 """
 from __future__ import annotations
 
+import os
 import random
 import tempfile
 from dataclasses import dataclass
@@ -59,9 +60,11 @@ def knob_schedule(text: str, rng: random.Random) -> str:
     from tilec.tune.evaluate import Job
     from tilec.tune.knobs import build_space
 
-    with tempfile.NamedTemporaryFile("w", suffix=".tl", delete=False) as f:
-        f.write(text)
-    space = build_space(Job.of(f.name, None))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "fuzz.tl")
+        with open(path, "w") as f:
+            f.write(text)
+        space = build_space(Job.of(path, None))
     point = space.random_point(rng)
     for _ in range(8):
         if space.check(point) is None:
