@@ -209,39 +209,42 @@ class _ExprCompiler:
 
 
 def build_transpose(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    """Super-tiles of (BI x BJ) blocks: BI row-strip loads, BI*BJ block transposes, BJ column-strip stores."""
-    line, T, BI, BJ = op.line, plan.tile, plan.bi, plan.bj
+    """Super-tiles of (BI x BJ) blocks of TI x TJ: BI row-strip loads, BI*BJ block transposes, BJ column-strip
+    stores. Square blocks use one constant TILE; rectangular ones TILE_I (rows of X) and TILE_J."""
+    line, TI, TJ, BI, BJ = op.line, plan.tile, plan.tj, plan.bi, plan.bj
+    ci, cj = ("TILE", "TILE") if TI == TJ else ("TILE_I", "TILE_J")
     M, N = op.dim("M"), op.dim("N")
     v, li, lj = dict(op.vars), op.line_of("i"), op.line_of("j")  # each loop carries its own `for` line
     src, dst = hbm[op.src], hbm[op.out]
     dt = src.dtype
-    a_sb = Buf(fresh(f"{op.src}_strip"), "sbuf", dt, (T, BI, BJ * T))
-    o_sb = Buf(fresh(f"{op.out}_strip"), "sbuf", hbm[op.out].dtype, (T, BJ, BI * T))
-    i0 = lambda blk: a(term("bi", BI * T), term(blk, T, "TILE"))  # noqa: E731
-    j0 = lambda blk: a(term("bj", BJ * T), term(blk, T, "TILE"))  # noqa: E731
-    load = loop("ai", BI, [Dma(View(a_sb, (full(T), a("ai"), full(BJ * T))),
-                               View(src, (sl(i0("ai"), T), sl(a(term("bj", BJ * T)), BJ * T))), line)],
-                note=f"for {v['i']} (blocks of TILE)", line=li)
+    a_sb = Buf(fresh(f"{op.src}_strip"), "sbuf", dt, (TI, BI, BJ * TJ))
+    o_sb = Buf(fresh(f"{op.out}_strip"), "sbuf", hbm[op.out].dtype, (TJ, BJ, BI * TI))
+    i0 = lambda blk: a(term("bi", BI * TI), term(blk, TI, ci))  # noqa: E731
+    j0 = lambda blk: a(term("bj", BJ * TJ), term(blk, TJ, cj))  # noqa: E731
+    load = loop("ai", BI, [Dma(View(a_sb, (full(TI), a("ai"), full(BJ * TJ))),
+                               View(src, (sl(i0("ai"), TI), sl(a(term("bj", BJ * TJ)), BJ * TJ))), line)],
+                note=f"for {v['i']} (blocks of {ci})", line=li)
     if plan.method == "dma":
-        block = [ir.Transpose(View(o_sb, (full(T), a("bj2"), sl(a(term("ai", T, "TILE")), T))),
-                              View(src, (sl(i0("ai"), T), sl(j0("bj2"), T))), "dma", line)]
+        block = [ir.Transpose(View(o_sb, (full(TJ), a("bj2"), sl(a(term("ai", TI, ci)), TI))),
+                              View(src, (sl(i0("ai"), TI), sl(j0("bj2"), TJ))), "dma", line)]
         load = []
     else:
-        tp = Buf(fresh(f"{op.out}_tp"), "psum", dt, (T, T))  # transpose mode keeps the input dtype in PSUM
+        tp = Buf(fresh(f"{op.out}_tp"), "psum", dt, (TJ, TI))  # transpose mode keeps the input dtype in PSUM
         block = [Alloc(tp, line=line),
-                 ir.Transpose(whole(tp), View(a_sb, (full(T), a("ai"), sl(a(term("bj2", T, "TILE")), T))), "pe",
+                 ir.Transpose(whole(tp), View(a_sb, (full(TI), a("ai"), sl(a(term("bj2", TJ, cj)), TJ))), "pe",
                               line),
-                 ir.Copy(View(o_sb, (full(T), a("bj2"), sl(a(term("ai", T, "TILE")), T))), whole(tp), line)]
-    blocks = loop("ai", BI, loop("bj2", BJ, block, note=f"for {v['j']} (blocks of TILE)", line=lj),
-                  note=f"for {v['i']} (blocks of TILE)", line=li)
-    store = loop("bj2", BJ, [Dma(View(dst, (sl(j0("bj2"), T), sl(a(term("bi", BI * T)), BI * T))),
-                                 View(o_sb, (full(T), a("bj2"), full(BI * T))), line)],
-                 note=f"for {v['j']} (blocks of TILE)", line=lj)
+                 ir.Copy(View(o_sb, (full(TJ), a("bj2"), sl(a(term("ai", TI, ci)), TI))), whole(tp), line)]
+    blocks = loop("ai", BI, loop("bj2", BJ, block, note=f"for {v['j']} (blocks of {cj})", line=lj),
+                  note=f"for {v['i']} (blocks of {ci})", line=li)
+    store = loop("bj2", BJ, [Dma(View(dst, (sl(j0("bj2"), TJ), sl(a(term("bi", BI * TI)), BI * TI))),
+                                 View(o_sb, (full(TJ), a("bj2"), full(BI * TI))), line)],
+                 note=f"for {v['j']} (blocks of {cj})", line=lj)
     body = ([Alloc(a_sb, line=line)] if load else []) + load + [Alloc(o_sb, line=line)] + blocks + store
-    nest = loop("bi", M // (BI * T), loop("bj", N // (BJ * T), body, note=f"for {v['j']} (strips of BJ blocks)",
-                                          line=lj), note=f"for {v['i']} (strips of BI blocks)", line=li)
-    consts = [("TILE", T)]
-    return consts, [ir.Block(f"{op.out} = transpose of {op.src} by {T}x{T} blocks", tuple(nest), line)]
+    nest = loop("bi", M // (BI * TI), loop("bj", N // (BJ * TJ), body, note=f"for {v['j']} (strips of BJ blocks)",
+                                           line=lj), note=f"for {v['i']} (strips of BI blocks)", line=li)
+    consts = [("TILE", TI)] if TI == TJ else [("TILE_I", TI), ("TILE_J", TJ)]
+    shape = f"{TI}x{TJ}"
+    return consts, [ir.Block(f"{op.out} = transpose of {op.src} by {shape} blocks", tuple(nest), line)]
 
 
 # ---- standalone pool -----------------------------------------------------------------------------------------------

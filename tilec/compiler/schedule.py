@@ -71,10 +71,15 @@ class PoolPlan:
 
 @dataclass(frozen=True)
 class TransposePlan:
-    tile: int
+    tile: int  # rows of a block (a divisor of M, on the partitions of the load)
     bi: int
     bj: int
     method: str = "pe"
+    tile_j: int = 0  # columns of a block (a divisor of N); 0: square blocks of `tile`
+
+    @property
+    def tj(self) -> int:
+        return self.tile_j or self.tile
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,17 @@ def best_divisor(n: int, limit: int, multiple: int = 1) -> int:
     return max(ok) if ok else n
 
 
+def default_transpose(m: int, n: int, elem: int) -> TransposePlan:
+    """Blocks of ti x tj (the largest divisors of M and N up to 128: rectangular when the sizes share no large
+    factor, so 422 x 96 is 2 x 96 blocks, not 10,128 blocks of 2 x 2), bj blocks per row-strip DMA of >= 4 KiB
+    per partition (saturates the queues), both strips (bi x bj blocks) within 32 KiB per partition."""
+    ti, tj = best_divisor(m, PMAX), best_divisor(n, PMAX)
+    strip = 32768 // (max(ti, tj) * 4)  # blocks per strip within 32 KiB per partition (fp32 output at worst)
+    bj = best_divisor(n // tj, max(1, min(4096 // (tj * elem), strip)))
+    bi = best_divisor(m // ti, max(1, min(4096 // (ti * elem), strip // bj)))
+    return TransposePlan(ti, bi, bj, tile_j=0 if tj == ti else tj)
+
+
 def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, ConvOp):
         return _default_conv(op, dtypes)
@@ -135,11 +151,7 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         row_bytes = op.pool.wy * op.dim("W") * 4
         return PoolPlan(best_divisor(op.dim("B"), PMAX), best_divisor(ho, max(1, 16384 // row_bytes)))
     if isinstance(op, TransposeOp):
-        tile = min(PMAX, best_divisor(op.dim("M"), PMAX), best_divisor(op.dim("N"), PMAX))
-        elem = DTYPE_BYTES[dtypes[op.src]]
-        per_dma = max(1, 4096 // (tile * elem))  # >= 4 KiB per partition per DMA saturates the queues
-        return TransposePlan(tile, best_divisor(op.dim("M") // tile, per_dma),
-                             best_divisor(op.dim("N") // tile, per_dma))
+        return default_transpose(op.dim("M"), op.dim("N"), DTYPE_BYTES[dtypes[op.src]])
     if isinstance(op, ReduceOp):
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), REDUCE_FREE))
     parts = best_divisor(op.dim("P") if op.layout else op.size, PMAX)
@@ -226,8 +238,9 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     if isinstance(plan, PoolPlan):
         return (directive("tile", v("b"), plan.tile_b), directive("split", v("i"), plan.band))
     if isinstance(plan, TransposePlan):
-        ds = [directive("tile", v("i"), plan.tile), directive("split", v("i"), plan.bi),
-              directive("split", v("j"), plan.bj)]
+        ds = [directive("tile", v("i"), plan.tile)] + \
+            ([directive("tile", v("j"), plan.tile_j)] if plan.tile_j else []) + \
+            [directive("split", v("i"), plan.bi), directive("split", v("j"), plan.bj)]
         return tuple(ds + ([directive("method", op.name, "dma")] if plan.method == "dma" else []))
     if isinstance(plan, ReducePlan):
         return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free))
