@@ -17,8 +17,10 @@ RESERVED = frozenset({"nki", "nl", "nisa", "np", "numpy", "neuronxcc"} | set(dir
 
 
 def sanitised(name: str) -> str:
-    """The identifier codegen prints for a DSL name (reserved words get a trailing underscore)."""
-    return name + "_" if name in RESERVED else name
+    """The identifier codegen prints for a DSL name (reserved words get a trailing underscore, and so do dunder
+    names: a kernel `__class__` would otherwise be looked up as the module's own attribute)."""
+    dunder = len(name) > 4 and name.startswith("__") and name.endswith("__")
+    return name + "_" if name in RESERVED or dunder else name
 
 
 class NameAllocator:
