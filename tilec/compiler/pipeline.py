@@ -21,7 +21,7 @@ from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.verify import SBUF_USABLE, verify
-from tilec.errors import TilecError
+from tilec.errors import Span, TilecError
 from tilec.lang import syntax as sx
 
 STAGES = ("lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "squeeze", "allocate")
@@ -56,7 +56,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None)
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
     kernel = build_kernel(program, ops, plans, names)
-    _check_capacity(kernel)
+    _check_capacity(kernel, program)
     stages["loops"] = _checked(kernel, "loops")
     kernels = {"loops": kernel}
     # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion)
@@ -82,15 +82,26 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None)
     return Result(stages, kernel, kernels, ops, plans, source)
 
 
-def _check_capacity(kernel: ir.Kernel) -> None:
-    """Too much SBUF is the schedule's (or the problem size's) fault, not a compiler bug: say what to change."""
+def _check_capacity(kernel: ir.Kernel, program) -> None:
+    """Too much SBUF is the schedule's (or the problem size's) fault, not a compiler bug: say what to change, at
+    the statement whose buffer is the largest."""
     sbuf, _ = passes.peak_usage(kernel.body)
     if sbuf > SBUF_USABLE:
         biggest = max(passes.allocations(kernel), key=lambda b: b.bytes_per_partition())
+        line = next((s.line for s in ir.walk(kernel.body) if isinstance(s, ir.Alloc) and s.buf == biggest), 0)
         raise TilecError(f"the kernel needs {sbuf // 1024} KiB of SBUF per partition, trn2 has {SBUF_USABLE // 1024} "
                          f"KiB usable (largest buffer: {biggest.name}, {biggest.bytes_per_partition() // 1024} KiB)",
-                         None, "use smaller bands (split OP.y, N / split OP.x, N) or prepare the weights per "
-                               "out-channel tile (hoist W, OP.k)")
+                         _line_span(program, line), "use smaller bands (split OP.y, N / split OP.x, N) or prepare "
+                                                    "the weights per out-channel tile (hoist W, OP.k)")
+
+
+def _line_span(program, line: int) -> Span:
+    """The whole of source line `line` (the kernel header when the line is unknown)."""
+    lines = program.source.splitlines()
+    line = line if 0 < line <= len(lines) else program.kernel.span.line
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    col = len(text) - len(text.lstrip()) + 1
+    return Span(program.path, line, col, line, len(text) + 1, program.source)
 
 
 def _checked(kernel: ir.Kernel, stage: str) -> str:
