@@ -160,6 +160,8 @@ class _ExprCompiler:
             raise TilecError("an element-wise result must read at least one tensor", e.span)
         if isinstance(e, sx.Neg):
             return self.scalar(e.x, "multiply", -1.0, dst)
+        if isinstance(e, sx.Call) and e.fn in ("f32", "f16", "bf16"):
+            return self.convert(e)
         if isinstance(e, sx.Call) and e.fn in ("relu", "exp"):
             pre, x = self.value(e.args[0], None)
             out, d = self.target(dst)
@@ -182,6 +184,19 @@ class _ExprCompiler:
             out, d = self.target(dst)
             return pre + out + [Scalar(d, v, "subtract", lc, self.line, reverse=True)], d
         return self.binary(e.lhs, e.rhs, _BIN[e.op], dst)
+
+    def convert(self, e: sx.Call) -> tuple[list[Stmt], View]:
+        """f16(x), bf16(x): x rounded to that dtype (a tensor_copy into a tile of it; later instructions read it
+        back as fp32). f32(x) is x: the engines compute in fp32."""
+        pre, x = self.value(e.args[0], None)
+        if e.fn == "f32":
+            return pre, x
+        if isinstance(e.args[0], sx.Access) and e.args[0].tensor in self.columns:
+            raise TilecError(f"converting the broadcast operand `{fmt_expr(e.args[0])}` to {e.fn} is not supported "
+                             f"inside an element-wise statement", e.span, f"declare {e.args[0].tensor} as {e.fn}")
+        self.n += 1
+        buf = Buf(self.fresh(f"tmp{self.n}"), "sbuf", e.fn, self.shape)
+        return pre + [Alloc(buf, line=self.line), ir.Copy(whole(buf), x, self.line)], whole(buf)
 
     def target(self, dst: View | None) -> tuple[list[Stmt], View]:
         return ([], dst) if dst is not None else self.temp()

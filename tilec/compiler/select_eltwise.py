@@ -50,6 +50,9 @@ def _inline(prev: Comp, nxt: Comp, program) -> sx.Expr | None:
     if any([plain(m) for m in index_maps(a, nxt, program)] != list(nxt.out_vars) for a in uses):
         return None
     value = rename_vars(prev.init, dict(zip(prev.out_vars, nxt.out_vars)))
+    dtype = program.tensors[prev.target].dtype
+    if dtype != "f32":  # the store to prev's target rounds to its dtype: the fused chain must round there too
+        value = sx.Call(dtype, (value,), getattr(value, "span", prev.span))
     return _substitute(nxt.init, prev.target, value)
 
 
@@ -158,7 +161,7 @@ def _check_expr(comp: Comp, e: sx.Expr) -> None:
         _check_expr(comp, e.lhs)
         _check_expr(comp, e.rhs)
         return
-    if isinstance(e, sx.Call) and e.fn in ("max", "min", "relu", "exp"):
+    if isinstance(e, sx.Call) and e.fn in ("max", "min", "relu", "exp", "f32", "f16", "bf16"):
         for a in e.args:
             _check_expr(comp, a)
         return
