@@ -116,12 +116,18 @@ def _with_default(default: object, values: list) -> tuple:
     return tuple([default] + [v for v in values if v != default])
 
 
+def _prefer(legal: list[int], least: int) -> list[int]:
+    """The legal tile sizes of at least `least` (small tiles waste the engines), or all of them when a size has
+    no such divisor (N = 521: 1 and 521 > 512)."""
+    return [v for v in legal if v >= least] or legal
+
+
 def conv_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[Check]]:
     d, dflt = op.dims, op.defaults
     wy, wx = op.pool or (1, 1)
-    tiles_k = [v for v in divisors(d["K"]) if v <= LIMITS.stationary_free and v >= min(32, d["K"])]
-    tiles_c = [v for v in divisors(d["C"]) if v <= LIMITS.partitions and v >= min(32, d["C"])]
-    tiles_x = [v for v in divisors(d["Wo"]) if v <= LIMITS.moving_free and v % wx == 0 and v >= min(16, d["Wo"])]
+    tiles_k = _prefer([v for v in divisors(d["K"]) if v <= LIMITS.stationary_free], min(32, d["K"]))
+    tiles_c = _prefer([v for v in divisors(d["C"]) if v <= LIMITS.partitions], min(32, d["C"]))
+    tiles_x = _prefer([v for v in divisors(d["Wo"]) if v <= LIMITS.moving_free and v % wx == 0], min(16, d["Wo"]))
     rows = [v for v in divisors(d["Ho"]) if v % wy == 0 and v * min(tiles_x) <= LIMITS.moving_free]
     bands = [v for v in divisors(d["Ho"]) if v % wy == 0 and v <= 128]  # the SBUF check bounds them further
     knobs = [
