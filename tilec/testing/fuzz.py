@@ -167,7 +167,9 @@ def reproducer(text: str, schedule: str | None, header: list[str]) -> str:
 
 
 def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: float, out: str | None,
-             minimize_: bool, quiet: bool = False) -> Counter:
+             minimize_: bool, quiet: bool = False, findings: list | None = None) -> Counter:
+    """Run pairs until `pairs` or the time box; counts per class. `findings` (a list) receives (family, verdict)
+    of every bug."""
     from tilec.testing.gen import generate
 
     counts: Counter = Counter()
@@ -181,6 +183,8 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
         counts[verdict.cls] += 1
         by_family[(family, verdict.cls)] += 1
         if verdict.bug:
+            if findings is not None:
+                findings.append((family, verdict))
             sig = signature(verdict)
             if sig not in first:
                 case = generate(pair.seed)
