@@ -85,7 +85,11 @@ def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
     v = dict(op.vars)
     derived = {"k": ("k", "t"), "c": ("c", "t"), "y": ("y", "b"), "xb": ("x", "b"), "g": ("y", "g"),
                "x": ("x", "t")}
-    out = {role: fresh(f"{v.get(src, src)}_{suffix}") for role, (src, suffix) in derived.items()}
+    bases = {role: f"{v.get(src, src)}_{suffix}" for role, (src, suffix) in derived.items()}
+    for role, (src, suffix) in derived.items():  # a role the program lacks is named after the role letter, which
+        if src not in v and list(bases.values()).count(bases[role]) > 1:  # may be a user's loop of another role
+            bases[role] = f"{src}{role}_{suffix}"  # (a matmul's column loop named y: y_b twice, one loop var)
+    out = {role: fresh(base) for role, base in bases.items()}
     # a role the program lacks (no batch; one spatial dim) still gets a loop of extent 1: never a user's name
     own = {role: v[role] if role in v else fresh(role) for role in ("n", "r", "s")}
     # the weight and bias preparation loops walk the same out-channel tiles as the main nest (sibling loops)
