@@ -188,8 +188,9 @@ def conv_check(op: OpView, moving: str | None, dtype: str) -> Check:
 
     def check(named: dict) -> str | None:
         tx = named[f"tile {op.ref('x')}"]
-        rows = named.get(f"tile {op.ref('y')}", 1)
-        band = named.get(f"split {op.ref('y')}", rows)
+        has_y = "y" in op.vars  # a matmul has no row role (and its column loop may be *named* y: C.y is x)
+        rows = named.get(f"tile {op.ref('y')}", 1) if has_y else 1
+        band = named.get(f"split {op.ref('y')}", rows) if has_y else rows
         band_x = named.get(f"split {op.ref('x')}")
         if rows * tx > LIMITS.moving_free:
             return f"{rows} rows of {tx} columns is {rows * tx} elements per matmul; one PSUM bank holds 512"
