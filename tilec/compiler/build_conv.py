@@ -322,13 +322,28 @@ class _ConvBuilder:
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
         dst = View(self.o_band, (full(p.tile_k), sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
-        if not op.pool:
+        narrow = self.narrow_intermediates()
+        if not op.pool and not narrow:
             return self.evict(dst, acc, func, bias)
         ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
         out: list[Stmt] = [Alloc(ev, line=line)] + self.evict(whole(ev), acc, func, bias)
-        return out + pool_epilogue(whole(ev), dst, self.wy, self.wx, op.pool.op, op.pool.scale,
+        src = whole(ev)
+        for name, dtype in narrow:  # the stores the fusion skips round to their dtypes (relu commutes with it)
+            tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, ev.shape)
+            out += [Alloc(tile, line=line), ir.Copy(whole(tile), src, line)]
+            src = whole(tile)
+        if not op.pool:
+            return out + [ir.Copy(dst, src, line)]
+        return out + pool_epilogue(src, dst, self.wy, self.wx, op.pool.op, op.pool.scale,
                                    lambda axis: self.fresh(f"{op.out}_pool_{axis}"),
                                    self.L["pool"])
+
+    def narrow_intermediates(self) -> list[tuple[str, str]]:
+        """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores (the conv's own tensor,
+        a relu's), in program order: each store rounds to its dtype in the program's meaning."""
+        op = self.op
+        chain = [n for n in (op.name,) + tuple(op.fused) if n != op.out]
+        return [(n, self.hbm[n].dtype) for n in dict.fromkeys(chain) if n in self.hbm and self.hbm[n].dtype != "f32"]
 
     def evict(self, dst: View, acc: Buf, func: str, bias: View | None) -> list[Stmt]:
         """PSUM -> SBUF in one pass (activation with the per-partition bias column); a row bias is a tensor_tensor
