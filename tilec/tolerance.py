@@ -60,12 +60,13 @@ def scale_of(want: np.ndarray) -> float:
 def program_budget(program) -> dict[str, tuple[int, str | None]]:
     """Per output of a loaded program: (acc_len, inter_dtype) for `tolerance`, read from its statements. acc_len
     of a statement = product of the extents of its enclosing loops that do not index its target (when it
-    accumulates), plus the largest acc_len among the tensors it reads; inter_dtype = the narrowest dtype of an
-    accumulated tensor on the way."""
+    accumulates), plus the largest acc_len among the tensors it reads; inter_dtype = the narrowest dtype of a
+    tensor on the way whose value derives from an accumulation (the two sides may sum in another order)."""
     from tilec.lang import syntax as sx
 
     acc: dict[str, int] = {}
     narrow: dict[str, str | None] = {}
+    derived: set[str] = set()  # tensors computed from an accumulation (+=, max=, min=), directly or not
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
 
     def reads(e) -> set[str]:
@@ -103,7 +104,8 @@ def program_budget(program) -> dict[str, tuple[int, str | None]]:
         inter = None
         for r in srcs:
             inter = narrower(inter, narrow.get(r))
-        if stmt.op != "=":
+        if stmt.op != "=" or derived & srcs:  # a value derived from an accumulation may round to a neighbour
+            derived.add(target)
             inter = narrower(inter, dtypes.get(target))
         narrow[target] = narrower(narrow.get(target), inter)
 
