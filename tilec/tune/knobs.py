@@ -252,7 +252,12 @@ def eltwise_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], list[
     m = re.search(r"\((\d+) elements\)", op.extra)
     size = int(m.group(1)) if m else 0
     parts = max((v for v in divisors(size) if v <= LIMITS.partitions), default=1)
-    frees = [v for v in divisors(size // parts) if v >= min(64, size // parts) and v <= 16384]
+    free, widest = size // parts, 16384
+    layout = re.search(r"layout O=\d+ P=\d+ F=(\d+)", op.extra)
+    if layout:  # with a broadcast the tile counts elements of the free dims F (the compiler's own rule)
+        rows = re.search(r"rows (\S+)", op.extra)
+        free, widest = int(layout.group(1)), LIMITS.moving_free if rows and rows.group(1) != "-" else 16384
+    frees = [v for v in divisors(free) if v >= min(64, free) and v <= widest] or [free]
     return [Knob(f"tile {op.ref('d0')}", "tile", op.ref("d0"),
                  _with_default(op.defaults.get(("tile", "d0")), frees))], []
 
