@@ -235,11 +235,13 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], lis
 
     def check(named: dict) -> str | None:
         t = named[knobs[0].name]
-        for knob, extent in ((knobs[1], m), (knobs[2], n)):
-            if (extent // t) % named[knob.name]:
-                return f"{knob.name}, {named[knob.name]} does not divide the {extent // t} blocks of {t}"
+        # the column blocks: the compiler keeps its default rectangular ones, else follows the tile (directives.py)
+        tj = dflt.get(("tile", "j")) or (t if n % t == 0 else dflt.get(("tile", "i"), t))
+        for knob, extent, size in ((knobs[1], m, t), (knobs[2], n, tj)):
+            if (extent // size) % named[knob.name]:
+                return f"{knob.name}, {named[knob.name]} does not divide the {extent // size} blocks of {size}"
         # a strip of bi x bj blocks in and one out, each bi*bj*t elements per partition (a rough bound)
-        strip = named[knobs[1].name] * named[knobs[2].name] * t * elem
+        strip = named[knobs[1].name] * named[knobs[2].name] * max(t, tj) * elem
         if 2 * strip > LIMITS.sbuf_bytes:
             return f"strips of {named[knobs[1].name]}x{named[knobs[2].name]} blocks need {2 * strip // 1024} KiB " \
                    f"of SBUF per partition"
