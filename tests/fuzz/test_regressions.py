@@ -64,13 +64,14 @@ def test_tuner_space_of_reproducer_builds_and_its_points_compile_or_reject_clean
     assert result.verified, result
 
 
-HOSTILE = ("self", "name", "numerics", "nl", "nki", "np", "__import__", "__class__")
+HOSTILE = ("self", "name", "numerics", "nl", "nki", "np", "__import__", "__class__", "ядро", "ﬁ", "x²", "a½")
 
 
 @pytest.mark.parametrize("ident", HOSTILE)
 def test_hostile_identifier_works_through_the_cli_and_the_api(ident, tmp_path):
-    text = (f"kernel {ident}({ident}: f32[N], b: f32[N]) -> Y\n  default N = 130\n  Y: f32[N]\n"
-            f"  for i in 0..N:\n    Y[i] = {ident}[i] * 2.0 + b[i]\n")
+    other = "fi" if ident == "ﬁ" else "x2" if ident == "x²" else "b"  # the name Python would fold it into
+    text = (f"kernel {ident}({ident}: f32[N], {other}: f32[N]) -> Y\n  default N = 130\n  Y: f32[N]\n"
+            f"  for i in 0..N:\n    Y[i] = {ident}[i] * 2.0 + {other}[i]\n")
     path = tmp_path / "k.tl"
     path.write_text(text)
     run = subprocess.run([sys.executable, str(ROOT / "tilec_cli.py"), "run", str(path)], capture_output=True,
@@ -83,7 +84,7 @@ def test_hostile_identifier_works_through_the_cli_and_the_api(ident, tmp_path):
 
     compiled = tilec.compile_file(str(path))
     x, b = np.arange(130, dtype=np.float32), np.ones(130, np.float32)
-    out = compiled.run(**{ident: x, "b": b})
+    out = compiled.run(**{ident: x, other: b})
     np.testing.assert_array_equal(out["Y"], x * 2 + 1)
-    out, _ = compiled.run_traced(**{ident: x, "b": b})
+    out, _ = compiled.run_traced(**{ident: x, other: b})
     np.testing.assert_array_equal(out["Y"], x * 2 + 1)

@@ -31,7 +31,8 @@ HOSTILE = ("self", "name", "numerics", "nl", "nki", "np", "nisa", "__import__", 
            "import", "lambda", "pass", "exec", "eval", "global", "async", "await", "del", "class", "def", "return",
            "None", "True", "print", "range", "len", "sum", "tile", "sbuf", "psum", "hbm", "tilec", "math", "kernel_",
            "result", "acc", "x_t", "inputs", "outputs", "traced", "arrays", "named", "source", "program", "_", "__",
-           "i", "j", "k", "exp", "relu", "max", "min", "f32", "bf16", "float", "int", "object", "type", "dtype")
+           "i", "j", "k", "exp", "relu", "max", "min", "f32", "bf16", "float", "int", "object", "type", "dtype",
+           "Ä", "ﬁ", "fi", "ядро", "x²", "x2", "a½", "Ŷ", "ι", "名前")  # Unicode: NFKC folds ﬁ to fi, x² to x2
 
 Formula = Callable[[dict], dict]  # rounded float64 inputs by name -> outputs by name (float64, before rounding)
 
