@@ -14,7 +14,7 @@ from tilec.compiler.build_reduce import build_reduce
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
-from tilec.compiler.names import NameAllocator, program_names
+from tilec.compiler.names import NameAllocator, program_names, sanitised, unique
 from tilec.compiler.directives import apply_schedule
 from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
 from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
@@ -136,18 +136,27 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator) -> ir.
         if t.kind == "temp" and any(op.out == name for op in ops):
             body.append(ir.Alloc(hbm[name], line=t.span.line))  # an intermediate that really goes through HBM
     consts: dict[str, int] = {}
+    prefixes: set[str] = set()
     for op, plan in zip(ops, plans):
         builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
                    EltwiseOp: build_eltwise, ReduceOp: build_reduce}[type(op)]
         op_consts, stmts = builder(op, plan, hbm, _fresh(names, op))
         op_consts = used_consts(stmts, op_consts)
-        prefix = "" if len(ops) == 1 else f"{op.out.upper()}_"
+        prefix = "" if len(ops) == 1 else _const_prefix(op.out, prefixes)
         if prefix:
             stmts = passes.rename_consts(stmts, prefix)
             op_consts = [(prefix + n, v) for n, v in op_consts]
         consts.update(op_consts)
         body += stmts
     return ir.Kernel(program.kernel.name, params, outputs, tuple(body), tuple(consts.items()))
+
+
+def _const_prefix(out: str, taken: set[str]) -> str:
+    """`Y_` for the constants of the op writing Y: an identifier (Unicode as Python reads it, `x²` -> `X2_`), and
+    distinct per op (outputs `y` and `Y` would otherwise share `Y_TILE`)."""
+    base = sanitised(out).upper()
+    base = base if f"{base}_TILE".isidentifier() else "OP"
+    return unique(base, taken) + "_"
 
 
 def _fresh(names: NameAllocator, op):
