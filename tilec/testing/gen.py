@@ -86,6 +86,8 @@ class Leaf:
     tensor: str | None  # None: a constant
     dims: tuple[int, ...] = ()  # which loop dims index it (a broadcast reads fewer)
     const: float = 0.0
+    convert: str | None = None  # read as f32(A[i]), f16(..), bf16(..): inputs of different dtypes may then meet
+    reverse: bool = False  # read along the first dim backwards: A[N - 1 - i, ...]
 
 
 @dataclass(frozen=True)
@@ -118,11 +120,18 @@ def _num(c: float) -> str:
     return repr(float(c)) if c >= 0 else f"({float(c)!r})"
 
 
+RANGES: dict[str, str] = {}  # loop variable -> its size symbol, for reversed reads (set before `render`)
+
+
 def render(e, idx: list[str]) -> str:
     if isinstance(e, Leaf):
         if e.tensor is None:
             return _num(e.const)
-        return f"{e.tensor}[{', '.join(idx[d] for d in e.dims)}]"
+        ix = [idx[d] for d in e.dims]
+        if e.reverse:
+            ix[0] = f"{RANGES[ix[0]]} - 1 - {ix[0]}"
+        text = f"{e.tensor}[{', '.join(ix)}]"
+        return f"{e.convert}({text})" if e.convert else text
     a = [render(x, idx) for x in e.args]
     if e.op in ("+", "-", "*"):
         return f"({a[0]} {e.op} {a[1]})"
@@ -139,6 +148,10 @@ def evaluate(e, env: dict, rank: int) -> np.ndarray:
         if e.tensor is None:
             return np.float32(e.const)
         arr = np.asarray(env[e.tensor], np.float32)
+        if e.reverse:
+            arr = arr[::-1]
+        if e.convert:
+            arr = rounded(arr, e.convert).astype(np.float32)
         shape = [1] * rank
         for axis, d in enumerate(e.dims):
             shape[d] = arr.shape[axis]
@@ -159,7 +172,7 @@ class Builder:
 
     def __init__(self, name: str) -> None:
         self.name, self.params, self.outs, self.defaults = name, [], [], []
-        self.lets, self.decls, self.body = [], [], []
+        self.lets, self.decls, self.body, self.assumes = [], [], [], []
 
     def param(self, name: str, dtype: str, dims: list[str]) -> None:
         self.params.append(f"{name}: {dtype}[{', '.join(dims)}]")
@@ -178,6 +191,8 @@ class Builder:
     def text(self) -> str:
         out = [f"kernel {self.name}({', '.join(self.params)}) -> {', '.join(self.outs)}"]
         out.append("  default " + ", ".join(f"{k} = {v}" for k, v in self.defaults))
+        if self.assumes:
+            out.append("  assume " + ", ".join(self.assumes))
         if self.lets:
             out.append("  let " + ", ".join(f"{k} = {v}" for k, v in self.lets))
         return "\n".join(out + self.decls + self.body) + "\n"
@@ -197,22 +212,29 @@ def eltwise(rng: random.Random, nm: Names, chain: bool = False) -> Case:
     b = Builder(nm("k"))
     b.defaults = list(zip(syms, ext))
     in_dtype = rng.choice(DTYPES)
+    mixed = rng.random() < 0.2  # inputs of several dtypes, each read through a conversion to one dtype
+    dtypes_of: dict[str, str] = {}
+    cvt = rng.choice(DTYPES) if mixed else None
     leaves, shapes = [], {}
     for _ in range(rng.randint(1, 3)):
         n = nm("A")
-        leaves.append(Leaf(n, tuple(range(rank))))
+        leaves.append(Leaf(n, tuple(range(rank)), convert=cvt, reverse=rng.random() < 0.05))
         shapes[n] = tuple(range(rank))
+        dtypes_of[n] = rng.choice(DTYPES) if mixed else in_dtype
     if rank > 1 and rng.random() < 0.6:  # a broadcast operand: one value per row, or per column
         dims = tuple(sorted(rng.sample(range(rank), rng.randint(1, rank - 1))))
         n = nm("c")
-        leaves.append(Leaf(n, dims))
+        leaves.append(Leaf(n, dims, convert=cvt))
         shapes[n] = dims
     elif rank == 1 and rng.random() < 0.3:
         n = nm("c")
-        leaves.append(Leaf(n, (0,)))
+        leaves.append(Leaf(n, (0,), convert=cvt))
         shapes[n] = (0,)
     for n, dims in shapes.items():
-        b.param(n, in_dtype, [syms[d] for d in dims])
+        b.param(n, dtypes_of.get(n, rng.choice(DTYPES) if mixed else in_dtype), [syms[d] for d in dims])
+    if rng.random() < 0.3:  # facts about the sizes (true ones): the checker verifies them, the compiler may use them
+        d = rng.randrange(rank)
+        b.assumes.append(rng.choice([f"{syms[d]} >= 1", f"{syms[d]} % {ext[d]} == 0", f"{syms[d]} <= {ext[d]}"]))
     consts = [Leaf(None, const=_const(rng)) for _ in range(2)]
     expr = gen_expr(rng, leaves + consts, rng.randint(0, 3))
     if isinstance(expr, Leaf) and expr.tensor is None:
@@ -224,6 +246,7 @@ def eltwise(rng: random.Random, nm: Names, chain: bool = False) -> Case:
         b.decl(t_name, t_dtype, syms)
         b.decl(y_name, out_dtype, syms, out=True)
         idx1 = [nm("i") for _ in range(rank)]
+        RANGES.update(zip(idx1, syms))
         b.loops(list(zip(idx1, syms)), [f"{t_name}[{', '.join(idx1)}] = {render(expr, idx1)}"])
         t_leaf = Leaf(t_name, tuple(range(rank)))
         expr2 = rng.choice([t_leaf, Node("relu", (t_leaf,)), Node("*", (t_leaf, Leaf(None, const=-1))),
@@ -239,6 +262,7 @@ def eltwise(rng: random.Random, nm: Names, chain: bool = False) -> Case:
         y_name = nm("Y")
         b.decl(y_name, out_dtype, syms, out=True)
         idx = [nm("i") for _ in range(rank)]
+        RANGES.update(zip(idx, syms))
         b.loops(list(zip(idx, syms)), [f"{y_name}[{', '.join(idx)}] = {render(expr, idx)}"])
 
         def formula(env: dict) -> dict:

@@ -100,7 +100,8 @@ def raw_schedule(program, rng: random.Random) -> str:
                            "method", "compute_at"])
         n = rng.choice([1, 2, 3, 4, 8, 16, 21, 32, 64, 96, 128, 256, 512])
         if kind in ("tile", "split"):
-            lines.append(f"{kind} {op}.{loop}, {n}")
+            arg = f"factor={n}" if rng.random() < 0.15 else str(n)  # the keyword form the grammar documents
+            lines.append(f"{kind} {op}.{loop}, {arg}")
         elif kind == "reorder" and len(nests[op]) > 1:
             lines.append(f"reorder {op}, {', '.join(rng.sample(nests[op], rng.randint(2, len(nests[op]))))}")
         elif kind == "partition":
