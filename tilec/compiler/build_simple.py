@@ -225,41 +225,72 @@ class _ExprCompiler:
 
 def build_transpose(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     """Super-tiles of (BI x BJ) blocks of TI x TJ: BI row-strip loads, BI*BJ block transposes, BJ column-strip
-    stores. Square blocks use one constant TILE; rectangular ones TILE_I (rows of X) and TILE_J."""
-    line, TI, TJ, BI, BJ = op.line, plan.tile, plan.tj, plan.bi, plan.bj
-    ci, cj = ("TILE", "TILE") if TI == TJ else ("TILE_I", "TILE_J")
+    stores. Square blocks use one constant TILE; rectangular ones TILE_I (rows of X) and TILE_J. A ragged plan
+    (sizes with no large divisor, e.g. 521 x 257) covers X with up to four regions: the multiples of 128 in
+    128 x 128 blocks, the remaining rows and columns in one block each across."""
     M, N = op.dim("M"), op.dim("N")
+    if not plan.ragged:
+        TI, TJ = plan.tile, plan.tj
+        names = ("TILE", "TILE") if TI == TJ else ("TILE_I", "TILE_J")
+        stmts = _transpose_region(op, plan, hbm, fresh, (0, M, TI, plan.bi), (0, N, TJ, plan.bj), names, "")
+        consts = [("TILE", TI)] if TI == TJ else [("TILE_I", TI), ("TILE_J", TJ)]
+        return consts, [ir.Block(f"{op.out} = transpose of {op.src} by {TI}x{TJ} blocks", tuple(stmts), op.line)]
+    ni, nj = ("TILE", "TILE") if plan.tile == plan.tj else ("TILE_I", "TILE_J")
+    rows = _ragged_parts(M, plan.tile, plan.bi)
+    cols = _ragged_parts(N, plan.tj, plan.bj)
+    stmts: list[Stmt] = []
+    for ri, r in enumerate(rows):
+        for ci, c in enumerate(cols):
+            tag = "" if ri == ci == 0 else f"_{'ab'[ri]}{'ab'[ci]}"
+            label = f"rows {r[0]}..{r[0] + r[1]} x columns {c[0]}..{c[0] + c[1]} by {r[2]}x{c[2]} blocks"
+            names = (ni if r[2] == plan.tile and ri == 0 else "", nj if c[2] == plan.tj and ci == 0 else "")
+            stmts.append(ir.Block(label, tuple(_transpose_region(op, plan, hbm, fresh, r, c, names, tag)), op.line))
+    consts = [("TILE", plan.tile)] if plan.tile == plan.tj else [("TILE_I", plan.tile), ("TILE_J", plan.tj)]
+    return consts, [ir.Block(f"{op.out} = transpose of {op.src}, ragged ({M}x{N})", tuple(stmts), op.line)]
+
+
+def _ragged_parts(extent: int, tile: int, per_strip: int) -> list[tuple[int, int, int, int]]:
+    """(start, size, block, blocks per strip) of the whole blocks, then of the remainder (one block)."""
+    whole_ = extent - extent % tile
+    parts = [(0, whole_, tile, per_strip)] if whole_ else []
+    return parts + ([(whole_, extent % tile, extent % tile, 1)] if extent % tile else [])
+
+
+def _transpose_region(op: TransposeOp, plan: TransposePlan, hbm: dict[str, Buf], fresh: Fresh,
+                      rows: tuple[int, int, int, int], cols: tuple[int, int, int, int], names: tuple[str, str],
+                      tag: str) -> list[Stmt]:
+    """The nest for source rows [r0, r0 + M) and columns [c0, c0 + N), in TI x TJ blocks, BI x BJ per strip."""
+    (r0, M, TI, BI), (c0, N, TJ, BJ) = rows, cols
+    ci, cj = names
+    line = op.line
     v, li, lj = dict(op.vars), op.line_of("i"), op.line_of("j")  # each loop carries its own `for` line
     src, dst = hbm[op.src], hbm[op.out]
     dt = src.dtype
-    a_sb = Buf(fresh(f"{op.src}_strip"), "sbuf", dt, (TI, BI, BJ * TJ))
-    o_sb = Buf(fresh(f"{op.out}_strip"), "sbuf", hbm[op.out].dtype, (TJ, BJ, BI * TI))
-    i0 = lambda blk: a(term("bi", BI * TI), term(blk, TI, ci))  # noqa: E731
-    j0 = lambda blk: a(term("bj", BJ * TJ), term(blk, TJ, cj))  # noqa: E731
+    a_sb = Buf(fresh(f"{op.src}_strip{tag}"), "sbuf", dt, (TI, BI, BJ * TJ))
+    o_sb = Buf(fresh(f"{op.out}_strip{tag}"), "sbuf", hbm[op.out].dtype, (TJ, BJ, BI * TI))
+    i0 = lambda blk: a(term("bi", BI * TI), term(blk, TI, ci), r0)  # noqa: E731
+    j0 = lambda blk: a(term("bj", BJ * TJ), term(blk, TJ, cj), c0)  # noqa: E731
     load = loop("ai", BI, [Dma(View(a_sb, (full(TI), a("ai"), full(BJ * TJ))),
-                               View(src, (sl(i0("ai"), TI), sl(a(term("bj", BJ * TJ)), BJ * TJ))), line)],
-                note=f"for {v['i']} (blocks of {ci})", line=li)
+                               View(src, (sl(i0("ai"), TI), sl(a(term("bj", BJ * TJ), c0), BJ * TJ))), line)],
+                note=f"for {v['i']} (blocks of {ci or TI})", line=li)
     if plan.method == "dma":
         block = [ir.Transpose(View(o_sb, (full(TJ), a("bj2"), sl(a(term("ai", TI, ci)), TI))),
                               View(src, (sl(i0("ai"), TI), sl(j0("bj2"), TJ))), "dma", line)]
         load = []
     else:
-        tp = Buf(fresh(f"{op.out}_tp"), "psum", dt, (TJ, TI))  # transpose mode keeps the input dtype in PSUM
+        tp = Buf(fresh(f"{op.out}_tp{tag}"), "psum", dt, (TJ, TI))  # transpose mode keeps the input dtype in PSUM
         block = [Alloc(tp, line=line),
                  ir.Transpose(whole(tp), View(a_sb, (full(TI), a("ai"), sl(a(term("bj2", TJ, cj)), TJ))), "pe",
                               line),
                  ir.Copy(View(o_sb, (full(TJ), a("bj2"), sl(a(term("ai", TI, ci)), TI))), whole(tp), line)]
-    blocks = loop("ai", BI, loop("bj2", BJ, block, note=f"for {v['j']} (blocks of {cj})", line=lj),
-                  note=f"for {v['i']} (blocks of {ci})", line=li)
-    store = loop("bj2", BJ, [Dma(View(dst, (sl(j0("bj2"), TJ), sl(a(term("bi", BI * TI)), BI * TI))),
+    blocks = loop("ai", BI, loop("bj2", BJ, block, note=f"for {v['j']} (blocks of {cj or TJ})", line=lj),
+                  note=f"for {v['i']} (blocks of {ci or TI})", line=li)
+    store = loop("bj2", BJ, [Dma(View(dst, (sl(j0("bj2"), TJ), sl(a(term("bi", BI * TI), r0), BI * TI))),
                                  View(o_sb, (full(TJ), a("bj2"), full(BI * TI))), line)],
-                 note=f"for {v['j']} (blocks of {cj})", line=lj)
+                 note=f"for {v['j']} (blocks of {cj or TJ})", line=lj)
     body = ([Alloc(a_sb, line=line)] if load else []) + load + [Alloc(o_sb, line=line)] + blocks + store
-    nest = loop("bi", M // (BI * TI), loop("bj", N // (BJ * TJ), body, note=f"for {v['j']} (strips of BJ blocks)",
+    return loop("bi", M // (BI * TI), loop("bj", N // (BJ * TJ), body, note=f"for {v['j']} (strips of BJ blocks)",
                                            line=lj), note=f"for {v['i']} (strips of BI blocks)", line=li)
-    consts = [("TILE", TI)] if TI == TJ else [("TILE_I", TI), ("TILE_J", TJ)]
-    shape = f"{TI}x{TJ}"
-    return consts, [ir.Block(f"{op.out} = transpose of {op.src} by {shape} blocks", tuple(nest), line)]
 
 
 # ---- standalone pool -----------------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ tests/compiler/test_ir_golden.py checks that every such line is still in the gol
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, SBUF_BUDGET, ConvPlan, EltwisePlan,
@@ -77,6 +79,9 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         if n > PMAX:
             raise bad(d, f"tile of {n} on the partition dimension exceeds {PMAX}",
                       "a PE transpose moves at most 128x128 elements")
+        if plan.ragged:  # a tile chooses whole blocks: start from square blocks of the largest common divisor
+            plan = replace(plan, ragged=False, tile=best_divisor(math.gcd(op.dim("M"), op.dim("N")), PMAX),
+                           tile_j=0)
         if role == "j":  # the block's columns (rows of the output blocks)
             _div(d, n, op.dim("N"), "tile")
             return replace(plan, tile_j=0 if n == plan.tile else n, bj=1)

@@ -76,6 +76,7 @@ class TransposePlan:
     bj: int
     method: str = "pe"
     tile_j: int = 0  # columns of a block (a divisor of N); 0: square blocks of `tile`
+    ragged: bool = False  # blocks of min(128, M) x min(128, N) and one more block for the rest of each dim
 
     @property
     def tj(self) -> int:
@@ -137,10 +138,13 @@ def default_transpose(m: int, n: int, elem: int) -> TransposePlan:
     factor, so 422 x 96 is 2 x 96 blocks, not 10,128 blocks of 2 x 2), bj blocks per row-strip DMA of >= 4 KiB
     per partition (saturates the queues), both strips (bi x bj blocks) within 32 KiB per partition."""
     ti, tj = best_divisor(m, PMAX), best_divisor(n, PMAX)
+    ragged = (m > PMAX and ti < 32) or (n > PMAX and tj < 32)  # 521 x 257 would be 133,897 blocks of 1x1
+    if ragged:
+        ti, tj = min(m, PMAX), min(n, PMAX)
     strip = 32768 // (max(ti, tj) * 4)  # blocks per strip within 32 KiB per partition (fp32 output at worst)
     bj = best_divisor(n // tj, max(1, min(4096 // (tj * elem), strip)))
     bi = best_divisor(m // ti, max(1, min(4096 // (ti * elem), strip // bj)))
-    return TransposePlan(ti, bi, bj, tile_j=0 if tj == ti else tj)
+    return TransposePlan(ti, bi, bj, tile_j=0 if tj == ti else tj, ragged=ragged)
 
 
 def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
@@ -238,9 +242,9 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     if isinstance(plan, PoolPlan):
         return (directive("tile", v("b"), plan.tile_b), directive("split", v("i"), plan.band))
     if isinstance(plan, TransposePlan):
-        ds = [directive("tile", v("i"), plan.tile)] + \
-            ([directive("tile", v("j"), plan.tile_j)] if plan.tile_j else []) + \
-            [directive("split", v("i"), plan.bi), directive("split", v("j"), plan.bj)]
+        tiles = [] if plan.ragged else [directive("tile", v("i"), plan.tile)] + \
+            ([directive("tile", v("j"), plan.tile_j)] if plan.tile_j else [])  # ragged: the default's own blocks
+        ds = tiles + [directive("split", v("i"), plan.bi), directive("split", v("j"), plan.bj)]
         return tuple(ds + ([directive("method", op.name, "dma")] if plan.method == "dma" else []))
     if isinstance(plan, ReducePlan):
         return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free))

@@ -235,8 +235,10 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str]) -> tuple[list[Knob], lis
 
     def check(named: dict) -> str | None:
         t = named[knobs[0].name]
-        # the column blocks: the compiler keeps its default rectangular ones, else follows the tile (directives.py)
-        tj = dflt.get(("tile", "j")) or (t if n % t == 0 else dflt.get(("tile", "i"), t))
+        if t is None:  # no tile directive: the compiler's ragged blocks (min(128, M) x min(128, N))
+            t, tj = min(m, LIMITS.partitions), min(n, LIMITS.partitions)
+        else:  # the column blocks: the default rectangular ones are kept, else they follow the tile (directives.py)
+            tj = dflt.get(("tile", "j")) or (t if n % t == 0 else dflt.get(("tile", "i"), t))
         for knob, extent, size in ((knobs[1], m, t), (knobs[2], n, tj)):
             if (extent // size) % named[knob.name]:
                 return f"{knob.name}, {named[knob.name]} does not divide the {extent // size} blocks of {size}"
