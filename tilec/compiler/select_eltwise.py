@@ -158,6 +158,9 @@ def _check_expr(comp: Comp, e: sx.Expr) -> None:
     if isinstance(e, sx.BinOp):
         if e.op == "%" or (e.op == "/" and const_value(e.rhs) is None):
             raise reject(comp, f"operator `{e.op}` between tensors has no engine instruction here", e.span)
+        if e.op == "/" and const_value(e.rhs) == 0:
+            raise reject(comp, "division by the constant 0 (every element would be inf or NaN)", e.rhs.span,
+                         "divide by a non-zero constant")
         _check_expr(comp, e.lhs)
         _check_expr(comp, e.rhs)
         return
