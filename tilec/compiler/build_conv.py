@@ -26,7 +26,7 @@ from typing import Callable
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
-from tilec.compiler.names import unique
+from tilec.compiler.names import sanitised, unique
 from tilec.compiler.schedule import ConvPlan
 from tilec.compiler.ops import ConvOp
 
@@ -59,8 +59,14 @@ def const_names(op: ConvOp, fresh: Fresh) -> dict[str, str]:
     matmul over i, j, k), ROWS / BAND / BAND_X for the row groups and bands of a convolution's output."""
     v = dict(op.vars)
     bases: set[str] = set()  # two loops whose names differ only in case (i, I) still get two constants
-    tiles = {role: fresh(unique(f"TILE_{v.get(role, role).upper()}", bases)) for role in ("k", "c", "x")}
+    tiles = {role: fresh(unique(_tile_const(v.get(role, role), role), bases)) for role in ("k", "c", "x")}
     return {**tiles, "rows": fresh("ROWS"), "band": fresh("BAND"), "band_x": fresh("BAND_X")}
+
+
+def _tile_const(loop: str, role: str) -> str:
+    """TILE_<loop> as an identifier: a Unicode loop as Python reads it (x² -> TILE_X2), else after its role."""
+    name = f"TILE_{sanitised(loop).upper()}"
+    return name if name.isidentifier() else f"TILE_{role.upper()}"
 
 
 def operand_words(op: ConvOp) -> dict[str, str]:
