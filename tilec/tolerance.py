@@ -82,6 +82,11 @@ def program_budget(program) -> dict[str, tuple[int, str | None]]:
         kids += list(getattr(e, "indices", ()))
         return set().union(*(names(k) for k in kids)) if kids else set()
 
+    def conversions(e) -> set[str]:
+        own = {e.fn} if isinstance(e, sx.Call) and e.fn in UNIT else set()
+        kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
+        return own.union(*(conversions(k) for k in kids)) if kids else own
+
     def narrower(a: str | None, b: str | None) -> str | None:
         if a is None or b is None:
             return a or b
@@ -107,6 +112,8 @@ def program_budget(program) -> dict[str, tuple[int, str | None]]:
         if stmt.op != "=" or derived & srcs:  # a value derived from an accumulation may round to a neighbour
             derived.add(target)
             inter = narrower(inter, dtypes.get(target))
+            for dtype in conversions(stmt.value):  # so may its f16(..)/bf16(..) conversions
+                inter = narrower(inter, dtype)
         narrow[target] = narrower(narrow.get(target), inter)
 
     for stmt in program.kernel.body:
