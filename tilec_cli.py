@@ -347,21 +347,19 @@ def _run_nki(path: str, bound, inputs: dict, reference: dict, schedule: str | No
         outputs = dict(zip(reference, result))
     else:
         outputs = {next(iter(reference)): result}
+    from tilec.tolerance import max_error, program_budget, scale_of, tolerance
+
+    budget = program_budget(bound)
     for name, ref in reference.items():
-        got, want = np.asarray(outputs[name], np.float32), np.asarray(ref, np.float32)
-        err = np.abs(got - want).max()
+        err = max_error(outputs[name], ref)
         print(f"nki    {name}: max abs error vs reference {float(err):.3g}")
-        tol = _RTOL.get(np.dtype(ref.dtype).name, 1e-5) * max(1.0, float(np.abs(want).max()))
-        if not err <= tol:  # (also catches NaN)
+        acc_len, inter = budget.get(name, (1, None))
+        tol = tolerance(np.asarray(ref).dtype, acc_len, scale_of(ref), inter)
+        if not err <= tol:  # (also catches NaN on one side)
             raise TilecError(f"the NKI kernel's `{name}` differs from the reference evaluator by {float(err):.3g} "
                              f"(tolerance {tol:.3g})",
                              hint="a compiler or interpreter bug: please report it with this program and -D sizes")
     return outputs
-
-
-# Error allowed relative to the output's largest magnitude: the kernel sums in another order than the evaluator
-# (inputs are signed, so elements near 0 have no relative accuracy) and, below fp32, rounds once more.
-_RTOL = {"float32": 1e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
 def _fmt_args(p: argparse.ArgumentParser) -> None:

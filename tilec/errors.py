@@ -23,7 +23,8 @@ class Span:
         return f"{self.file}:{self.line}:{self.col}"
 
     def line_text(self) -> str:
-        lines = self.source.splitlines()
+        # lines as the lexer counts them: only \n ends a line (splitlines() also splits at \f, U+2028, ...)
+        lines = [line.rstrip("\r") for line in self.source.split("\n")]
         return lines[self.line - 1] if 0 < self.line <= len(lines) else ""
 
 

@@ -25,13 +25,16 @@ class Compiled:
     result: Result = field(repr=False)
     nki: str = codegen.DEFAULT_NKI  # the NKI API version `source` is written for (0.6: `import nki`, 0.1: neuronxcc)
 
-    def run(self, *arrays: np.ndarray, **named: np.ndarray) -> dict[str, np.ndarray]:
-        """Run the kernel on the active backend; inputs by position or name, cast to their declared dtypes."""
+    def run(self, /, *arrays: np.ndarray, **named: np.ndarray) -> dict[str, np.ndarray]:
+        """Run the kernel on the active backend; inputs by position or name, cast to their declared dtypes.
+        (`self` is positional-only: a kernel input may be named `self`.)"""
         return run_source(self.source, self.kernel_name, self.program, arrays, named)
 
-    def run_traced(self, *arrays: np.ndarray, numerics: bool = True, **named: np.ndarray):
+    def run_traced(self, /, *arrays: np.ndarray, **named: np.ndarray):
         """(outputs, trace). numerics=False: a trace-only run (same trace and rule checks, output values
-        unspecified; see tilec.nki.api.simulate_traced)."""
+        unspecified; see tilec.nki.api.simulate_traced). `numerics` given as a bool is that option; an array
+        under that name is the kernel input `numerics`."""
+        numerics = named.pop("numerics") if isinstance(named.get("numerics"), bool) else True
         return run_source(self.source, self.kernel_name, self.program, arrays, named, traced=True,
                           numerics=numerics)
 

@@ -26,7 +26,7 @@ from typing import Callable
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
-from tilec.compiler.names import unique
+from tilec.compiler.names import sanitised, unique
 from tilec.compiler.schedule import ConvPlan
 from tilec.compiler.ops import ConvOp
 
@@ -59,8 +59,14 @@ def const_names(op: ConvOp, fresh: Fresh) -> dict[str, str]:
     matmul over i, j, k), ROWS / BAND / BAND_X for the row groups and bands of a convolution's output."""
     v = dict(op.vars)
     bases: set[str] = set()  # two loops whose names differ only in case (i, I) still get two constants
-    tiles = {role: fresh(unique(f"TILE_{v.get(role, role).upper()}", bases)) for role in ("k", "c", "x")}
+    tiles = {role: fresh(unique(_tile_const(v.get(role, role), role), bases)) for role in ("k", "c", "x")}
     return {**tiles, "rows": fresh("ROWS"), "band": fresh("BAND"), "band_x": fresh("BAND_X")}
+
+
+def _tile_const(loop: str, role: str) -> str:
+    """TILE_<loop> as an identifier: a Unicode loop as Python reads it (x² -> TILE_X2), else after its role."""
+    name = f"TILE_{sanitised(loop).upper()}"
+    return name if name.isidentifier() else f"TILE_{role.upper()}"
 
 
 def operand_words(op: ConvOp) -> dict[str, str]:
@@ -85,7 +91,11 @@ def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
     v = dict(op.vars)
     derived = {"k": ("k", "t"), "c": ("c", "t"), "y": ("y", "b"), "xb": ("x", "b"), "g": ("y", "g"),
                "x": ("x", "t")}
-    out = {role: fresh(f"{v.get(src, src)}_{suffix}") for role, (src, suffix) in derived.items()}
+    bases = {role: f"{v.get(src, src)}_{suffix}" for role, (src, suffix) in derived.items()}
+    for role, (src, suffix) in derived.items():  # a role the program lacks is named after the role letter, which
+        if src not in v and list(bases.values()).count(bases[role]) > 1:  # may be a user's loop of another role
+            bases[role] = f"{src}{role}_{suffix}"  # (a matmul's column loop named y: y_b twice, one loop var)
+    out = {role: fresh(base) for role, base in bases.items()}
     # a role the program lacks (no batch; one spatial dim) still gets a loop of extent 1: never a user's name
     own = {role: v[role] if role in v else fresh(role) for role in ("n", "r", "s")}
     # the weight and bias preparation loops walk the same out-channel tiles as the main nest (sibling loops)
@@ -318,13 +328,28 @@ class _ConvBuilder:
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
         dst = View(self.o_band, (full(p.tile_k), sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
-        if not op.pool:
+        narrow = self.narrow_intermediates()
+        if not op.pool and not narrow:
             return self.evict(dst, acc, func, bias)
         ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
         out: list[Stmt] = [Alloc(ev, line=line)] + self.evict(whole(ev), acc, func, bias)
-        return out + pool_epilogue(whole(ev), dst, self.wy, self.wx, op.pool.op, op.pool.scale,
+        src = whole(ev)
+        for name, dtype in narrow:  # the stores the fusion skips round to their dtypes (relu commutes with it)
+            tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, ev.shape)
+            out += [Alloc(tile, line=line), ir.Copy(whole(tile), src, line)]
+            src = whole(tile)
+        if not op.pool:
+            return out + [ir.Copy(dst, src, line)]
+        return out + pool_epilogue(src, dst, self.wy, self.wx, op.pool.op, op.pool.scale,
                                    lambda axis: self.fresh(f"{op.out}_pool_{axis}"),
                                    self.L["pool"])
+
+    def narrow_intermediates(self) -> list[tuple[str, str]]:
+        """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores (the conv's own tensor,
+        a relu's), in program order: each store rounds to its dtype in the program's meaning."""
+        op = self.op
+        chain = [n for n in (op.name,) + tuple(op.fused) if n != op.out]
+        return [(n, self.hbm[n].dtype) for n in dict.fromkeys(chain) if n in self.hbm and self.hbm[n].dtype != "f32"]
 
     def evict(self, dst: View, acc: Buf, func: str, bias: View | None) -> list[Stmt]:
         """PSUM -> SBUF in one pass (activation with the per-partition bias column); a row bias is a tensor_tensor

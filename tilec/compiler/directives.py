@@ -6,6 +6,8 @@ tests/compiler/test_ir_golden.py checks that every such line is still in the gol
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
@@ -78,9 +80,15 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         if n > PMAX:
             raise bad(d, f"tile of {n} on the partition dimension exceeds {PMAX}",
                       "a PE transpose moves at most 128x128 elements")
-        _div(d, n, min(op.dim("M"), op.dim("N")), "tile")
-        _div(d, n, max(op.dim("M"), op.dim("N")), "tile")
-        return replace(plan, tile=n, bi=1, bj=1)
+        if plan.ragged:  # a tile chooses whole blocks: start from square blocks of the largest common divisor
+            plan = replace(plan, ragged=False, tile=best_divisor(math.gcd(op.dim("M"), op.dim("N")), PMAX),
+                           tile_j=0)
+        if role == "j":  # the block's columns (rows of the output blocks)
+            _div(d, n, op.dim("N"), "tile")
+            return replace(plan, tile_j=0 if n == plan.tile else n, bj=1)
+        _div(d, n, op.dim("M"), "tile")
+        tj = plan.tj if op.dim("N") % plan.tj == 0 and plan.tile_j else n if op.dim("N") % n == 0 else plan.tj
+        return replace(plan, tile=n, tile_j=0 if tj == n else tj, bi=1, bj=1)
     if role != "b":
         raise bad(d, f"pool loop `{d.args[0].parts[1]}` cannot be tiled; tile the channel loop or split rows")
     if n > PMAX:
@@ -197,7 +205,7 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         rows = best_divisor(plan.band, MOVING_FMAX // tile_x, op.pool.wy if op.pool else 1)
         return replace(plan, band_x=0 if n == op.dim("Wo") else n, tile_x=tile_x, rows=min(plan.rows, rows))
     if isinstance(plan, TransposePlan) and role in ("i", "j"):
-        _div(d, n, op.dim("M" if role == "i" else "N") // plan.tile, "split")
+        _div(d, n, op.dim("M") // plan.tile if role == "i" else op.dim("N") // plan.tj, "split")
         return replace(plan, **{f"b{role}": n})
     if isinstance(plan, PoolPlan) and role == "i":
         _div(d, n, op.dim("H") // op.pool.wy, "split")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import keyword
+import unicodedata
 
 from tilec.lang import syntax as sx
 
@@ -17,8 +18,16 @@ RESERVED = frozenset({"nki", "nl", "nisa", "np", "numpy", "neuronxcc"} | set(dir
 
 
 def sanitised(name: str) -> str:
-    """The identifier codegen prints for a DSL name (reserved words get a trailing underscore)."""
-    return name + "_" if name in RESERVED else name
+    """The identifier codegen prints for a DSL name: reserved words get a trailing underscore, and so do dunder
+    names (a kernel `__class__` would otherwise be looked up as the module's own attribute). A non-ASCII name is
+    printed the way Python reads it (NFKC: `ﬁ` is `fi`; the callers' `unique` then keeps two such names apart),
+    or spelled in ASCII (`_u2460`) when that is no identifier."""
+    if not name.isascii():
+        py = unicodedata.normalize("NFKC", name)
+        name = py if py.isidentifier() else "_" + "".join(
+            c if c.isascii() and (c.isalnum() or c == "_") else f"u{ord(c):x}" for c in name)
+    dunder = len(name) > 4 and name.startswith("__") and name.endswith("__")
+    return name + "_" if name in RESERVED or dunder else name
 
 
 class NameAllocator:

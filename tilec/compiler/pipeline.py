@@ -16,7 +16,7 @@ from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
-from tilec.compiler.names import NameAllocator, program_names
+from tilec.compiler.names import NameAllocator, program_names, sanitised, unique
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest
 from tilec.compiler.tensorize import match
 from tilec.compiler.directives import apply_schedule
@@ -26,7 +26,7 @@ from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import sbuf_budget
 from tilec.compiler.verify import verify
-from tilec.errors import TilecError
+from tilec.errors import Span, TilecError
 from tilec.lang import syntax as sx
 from tilec.target import Target, target as get_target
 
@@ -73,7 +73,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
     chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
     kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains)
-    _check_capacity(kernel, tgt)
+    _check_capacity(kernel, tgt, program)
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
     # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion)
@@ -100,16 +100,27 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     return Result(stages, kernel, kernels, ops, plans, source, tgt, nest)
 
 
-def _check_capacity(kernel: ir.Kernel, target: Target) -> None:
-    """Too much SBUF is the schedule's (or the problem size's) fault, not a compiler bug: say what to change."""
+def _check_capacity(kernel: ir.Kernel, target: Target, program) -> None:
+    """Too much SBUF is the schedule's (or the problem size's) fault, not a compiler bug: say what to change, at
+    the statement whose buffer is the largest."""
     sbuf, budget = passes.peak_usage(kernel.body)[0], sbuf_budget(target)
     if sbuf > budget:
         biggest = max(passes.allocations(kernel), key=lambda b: b.bytes_per_partition())
+        line = next((s.line for s in ir.walk(kernel.body) if isinstance(s, ir.Alloc) and s.buf == biggest), 0)
         raise TilecError(f"the kernel needs {sbuf // 1024} KiB of SBUF per partition, {target.name} has "
                          f"{budget // 1024} KiB usable (largest buffer: {biggest.name}, "
                          f"{biggest.bytes_per_partition() // 1024} KiB)",
-                         None, "use smaller bands (split OP.y, N / split OP.x, N) or prepare the weights per "
-                               "out-channel tile (hoist W, OP.k)")
+                         _line_span(program, line), "use smaller bands (split OP.y, N / split OP.x, N) or prepare "
+                                                    "the weights per out-channel tile (hoist W, OP.k)")
+
+
+def _line_span(program, line: int) -> Span:
+    """The whole of source line `line` (the kernel header when the line is unknown)."""
+    lines = program.source.splitlines()
+    line = line if 0 < line <= len(lines) else program.kernel.span.line
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    col = len(text) - len(text.lstrip()) + 1
+    return Span(program.path, line, col, line, len(text) + 1, program.source)
 
 
 def _checked(kernel: ir.Kernel, stage: str, target: Target) -> str:
@@ -159,7 +170,7 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
            fused: list) -> list[tuple[set[str], list, list]]:
     """(tensors written to HBM, consts, statements) per op or fused row chain, in program order."""
     chains = {c[0]: c for c in row_chains(ops, scheduled)} if budget else {}
-    out, skip = [], set()
+    out, skip, prefixes = [], set(), set()
     for i, (op, plan) in enumerate(zip(ops, plans)):
         if i in skip:
             continue
@@ -169,25 +180,33 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
             built = build_row_chain(members, hbm, lambda o: _fresh(names, o), keep)
             if passes.peak_usage(tuple(built[1]))[0] <= budget:
-                out.append(_named({m.out for m in members} & keep, built, members[-1].out, len(ops)))
+                out.append(_named({m.out for m in members} & keep, built, members[-1].out, len(ops), prefixes))
                 skip |= set(chains[i])
                 fused.append([m.name for m in members])
                 continue
         builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
                    EltwiseOp: build_eltwise, ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}[type(op)]
-        out.append(_named({op.out}, builder(op, plan, hbm, _fresh(names, op)), op.out, len(ops)))
+        out.append(_named({op.out}, builder(op, plan, hbm, _fresh(names, op)), op.out, len(ops), prefixes))
     return out
 
 
-def _named(stored: set[str], built: tuple, out: str, n_ops: int) -> tuple[set[str], list, list]:
+def _named(stored: set[str], built: tuple, out: str, n_ops: int, prefixes: set[str]) -> tuple[set[str], list, list]:
     """The op's constants prefixed with its output's name when the kernel has several ops (Y_TILE_P)."""
     op_consts, stmts = built
     op_consts = used_consts(stmts, op_consts)
     if n_ops > 1:
-        prefix = f"{out.upper()}_"
+        prefix = _const_prefix(out, prefixes)
         stmts = passes.rename_consts(stmts, prefix)
         op_consts = [(prefix + n, v) for n, v in op_consts]
     return stored, op_consts, stmts
+
+
+def _const_prefix(out: str, taken: set[str]) -> str:
+    """`Y_` for the constants of the op writing Y: an identifier (Unicode as Python reads it, `x²` -> `X2_`), and
+    distinct per op (outputs `y` and `Y` would otherwise share `Y_TILE`)."""
+    base = sanitised(out).upper()
+    base = base if f"{base}_TILE".isidentifier() else "OP"
+    return unique(base, taken) + "_"
 
 
 def _fresh(names: NameAllocator, op):

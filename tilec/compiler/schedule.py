@@ -82,10 +82,16 @@ class PoolPlan:
 
 @dataclass(frozen=True)
 class TransposePlan:
-    tile: int
+    tile: int  # rows of a block (a divisor of M, on the partitions of the load)
     bi: int
     bj: int
     method: str = "pe"
+    tile_j: int = 0  # columns of a block (a divisor of N); 0: square blocks of `tile`
+    ragged: bool = False  # blocks of min(128, M) x min(128, N) and one more block for the rest of each dim
+
+    @property
+    def tj(self) -> int:
+        return self.tile_j or self.tile
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,20 @@ def best_divisor(n: int, limit: int, multiple: int = 1) -> int:
     return max(ok) if ok else n
 
 
+def default_transpose(m: int, n: int, elem: int) -> TransposePlan:
+    """Blocks of ti x tj (the largest divisors of M and N up to 128: rectangular when the sizes share no large
+    factor, so 422 x 96 is 2 x 96 blocks, not 10,128 blocks of 2 x 2), bj blocks per row-strip DMA of >= 4 KiB
+    per partition (saturates the queues), both strips (bi x bj blocks) within 32 KiB per partition."""
+    ti, tj = best_divisor(m, PMAX), best_divisor(n, PMAX)
+    ragged = (m > PMAX and ti < 32) or (n > PMAX and tj < 32)  # 521 x 257 would be 133,897 blocks of 1x1
+    if ragged:
+        ti, tj = min(m, PMAX), min(n, PMAX)
+    strip = 32768 // (max(ti, tj) * 4)  # blocks per strip within 32 KiB per partition (fp32 output at worst)
+    bj = best_divisor(n // tj, max(1, min(4096 // (tj * elem), strip)))
+    bi = best_divisor(m // ti, max(1, min(4096 // (ti * elem), strip // bj)))
+    return TransposePlan(ti, bi, bj, tile_j=0 if tj == ti else tj, ragged=ragged)
+
+
 def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, ConvOp):
         return _default_conv(op, dtypes)
@@ -146,12 +166,7 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         row_bytes = op.pool.wy * op.dim("W") * 4
         return PoolPlan(best_divisor(op.dim("B"), PMAX), best_divisor(ho, max(1, 16384 // row_bytes)))
     if isinstance(op, TransposeOp):
-        # square blocks: a divisor of both sides (200 x 130 takes 10, not min(100, 65), which divides neither)
-        tile = best_divisor(math.gcd(op.dim("M"), op.dim("N")), PMAX)
-        elem = DTYPE_BYTES[dtypes[op.src]]
-        per_dma = max(1, 4096 // (tile * elem))  # >= 4 KiB per partition per DMA saturates the queues
-        return TransposePlan(tile, best_divisor(op.dim("M") // tile, per_dma),
-                             best_divisor(op.dim("N") // tile, per_dma))
+        return default_transpose(op.dim("M"), op.dim("N"), DTYPE_BYTES[dtypes[op.src]])
     if isinstance(op, ColumnReduceOp):  # reduced rows on the partitions, one PSUM bank of sums per free tile
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
@@ -240,8 +255,9 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     if isinstance(plan, PoolPlan):
         return (directive("tile", v("b"), plan.tile_b), directive("split", v("i"), plan.band))
     if isinstance(plan, TransposePlan):
-        ds = [directive("tile", v("i"), plan.tile), directive("split", v("i"), plan.bi),
-              directive("split", v("j"), plan.bj)]
+        tiles = [] if plan.ragged else [directive("tile", v("i"), plan.tile)] + \
+            ([directive("tile", v("j"), plan.tile_j)] if plan.tile_j else [])  # ragged: the default's own blocks
+        ds = tiles + [directive("split", v("i"), plan.bi), directive("split", v("j"), plan.bj)]
         return tuple(ds + ([directive("method", op.name, "dma")] if plan.method == "dma" else []))
     if isinstance(plan, ReducePlan) and isinstance(op, ColumnReduceOp):
         return (directive("tile", v("r0"), plan.parts), directive("tile", v("k0"), plan.free))

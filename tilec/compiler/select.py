@@ -149,6 +149,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
     if out_vars != batch + [p] + spatial:
         raise reject(comp, f"output indices must be ordered (batch, {p}, spatial...) to match the operands",
                      comp.span)
+    _check_moving_order(comp, program, m_acc, roles["c"], batch, spatial)
     tap_vars = [t for t in taps if t]
     if s_vars == [p, roles["c"], *tap_vars]:
         w_layout = "kc"
@@ -159,6 +160,21 @@ def select_conv(comp: Comp, program) -> ConvOp:
                            f"[{roles['c']}, {p}, taps...]", s_acc.span)
     conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout)
     return replace(conv, stride=tuple([1] * (2 - len(strides)) + strides))
+
+
+def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: list, spatial: list) -> None:
+    """The moving operand is read as [batch..., contraction, spatial...] (X[n, c, y, x], B[k, j]); another order
+    (B[j, k]: the weights of a linear layer stored [out, in]) would be reshaped, not transposed: reject it."""
+    order = []
+    for coefs, _ in index_maps(m_acc, comp, program):
+        order.append("c" if c in coefs and not any(v in coefs for v in batch + spatial) else
+                     "n" if any(v in coefs for v in batch) else "s")
+    if order != ["n"] * len(batch) + ["c"] + ["s"] * len(spatial):
+        want = ", ".join(batch + [c] + spatial)
+        raise reject(comp, f"{m_acc.tensor} is read with the summed index `{c}` after an output index; the "
+                           f"compiler reads the moving operand as {m_acc.tensor}[{want}]", m_acc.span,
+                     f"store {m_acc.tensor} transposed (as [{want}]), or compute it with a transpose statement "
+                     f"first (`T[{c}, ...] = {m_acc.tensor}[..., {c}]`)")
 
 
 def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> ConvOp:

@@ -51,6 +51,9 @@ def _inline(prev: Comp, nxt: Comp, program) -> sx.Expr | None:
     if any([plain(m) for m in index_maps(a, nxt, program)] != list(nxt.out_vars) for a in uses):
         return None
     value = rename_vars(prev.init, dict(zip(prev.out_vars, nxt.out_vars)))
+    dtype = program.tensors[prev.target].dtype
+    if dtype != "f32":  # the store to prev's target rounds to its dtype: the fused chain must round there too
+        value = sx.Call(dtype, (value,), getattr(value, "span", prev.span))
     return _substitute(nxt.init, prev.target, value)
 
 
@@ -144,10 +147,13 @@ def check_expr(comp: Comp, e: sx.Expr) -> None:
     if isinstance(e, sx.BinOp):
         if e.op == "%":
             raise reject(comp, f"operator `{e.op}` between tensors has no engine instruction here", e.span)
+        if e.op == "/" and const_value(e.rhs) == 0:
+            raise reject(comp, "division by the constant 0 (every element would be inf or NaN)", e.rhs.span,
+                         "divide by a non-zero constant")
         check_expr(comp, e.lhs)
         check_expr(comp, e.rhs)
         return
-    if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr in ("activation", "tensor_tensor"):
+    if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr in ("activation", "tensor_tensor", "cast"):
         for a in e.args:
             check_expr(comp, a)
         return

@@ -7,6 +7,7 @@ and `Program.sizes` is partial, and the rest is checked when input arrays bind t
 """
 from __future__ import annotations
 
+import math
 import pathlib
 from dataclasses import dataclass, field
 
@@ -212,8 +213,18 @@ def _need_sizes(program: Program) -> None:
 def random_inputs(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
     """float32 inputs, uniform in [-1, 1), drawn in parameter order from np.random.default_rng(seed)."""
     _need_sizes(program)
+    for t in program.inputs:  # numpy would raise ValueError (or MemoryError) on a shape like 10**23
+        if math.prod(t.shape) > MAX_RANDOM_ELEMENTS:
+            raise TilecError(f"input {t.name} of shape {t.shape} has {math.prod(t.shape):.3g} elements, too many to "
+                             f"draw random inputs for", t.span, "choose smaller sizes with -D NAME=VALUE")
+    if not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise TilecError(f"the seed of random inputs must be a non-negative integer, got {seed}",
+                         hint="give e.g. --seed 0")
     rng = np.random.default_rng(seed)
     return {t.name: rng.random(t.shape, dtype=np.float32) * np.float32(2) - np.float32(1) for t in program.inputs}
+
+
+MAX_RANDOM_ELEMENTS = 2**34  # 64 GiB of float32: beyond any machine this runs on
 
 
 def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

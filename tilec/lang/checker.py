@@ -211,6 +211,9 @@ def _check_assumes(scope: Scope) -> None:
 def _no_tensors_or_calls(expr: s.Expr) -> None:
     if isinstance(expr, (s.Access, s.Call)):
         raise err("an `assume` may only use sizes and constants", expr.span, "assumptions are facts about sizes")
+    if isinstance(expr, s.Num) and not isinstance(expr.value, int):  # 1.5, inf: sizes are integers
+        raise err(f"an `assume` compares integer sizes; `{expr.value}` is not an integer", expr.span,
+                  "use integer constants, e.g. `assume N % 2 == 0`")
     for child in children(expr):
         _no_tensors_or_calls(child)
 

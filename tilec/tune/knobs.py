@@ -49,6 +49,7 @@ class OpView:
     tensors: dict[str, str] = field(default_factory=dict)  # stationary / moving (conv), src (transpose)
     w_layout: str = ""  # conv weights: kc (out-channel major) | ck (contraction-major)
     size: int = 0  # element-wise: elements of the output
+    rows: tuple[str, ...] = ()  # element-wise: broadcast rows (tiles bounded by a matmul's moving size)
     defaults: dict[tuple, object] = field(default_factory=dict)  # (directive, role) -> default value
 
     def var(self, role: str) -> str:
@@ -75,9 +76,10 @@ def op_views(ops: tuple, plans: tuple) -> list[OpView]:
         pool = getattr(op, "pool", None)
         tensors = {label: getattr(op, attr) for label, attr in (("stationary", "w"), ("moving", "x"), ("src", "src"))
                    if isinstance(getattr(op, attr, None), str)}
-        view = OpView(type(op).__name__.removesuffix("Op").lower(), op.name, op.out, dict(getattr(op, "dims", ())),
+        dims = dict(getattr(op, "dims", None) or getattr(op, "layout", ()))  # an element-wise broadcast: O, P, F
+        view = OpView(type(op).__name__.removesuffix("Op").lower(), op.name, op.out, dims,
                       dict(op.vars), (pool.wy, pool.wx) if pool else None, tensors, getattr(op, "w_layout", ""),
-                      getattr(op, "size", 0))
+                      getattr(op, "size", 0), tuple(getattr(op, "rows", ())))
         _defaults(view, plan_directives(op, plan))
         views.append(view)
     return views
@@ -106,12 +108,18 @@ def _with_default(default: object, values: list) -> tuple:
     return tuple([default] + [v for v in values if v != default])
 
 
+def _prefer(legal: list[int], least: int) -> list[int]:
+    """The legal tile sizes of at least `least` (small tiles waste the engines), or all of them when a size has
+    no such divisor (N = 521: 1 and 521 > 512)."""
+    return [v for v in legal if v >= least] or legal
+
+
 def conv_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     d, dflt = op.dims, op.defaults
     wy, wx = op.pool or (1, 1)
-    tiles_k = [v for v in divisors(d["K"]) if v <= t.stationary_fmax and v >= min(32, d["K"])]
-    tiles_c = [v for v in divisors(d["C"]) if v <= t.pmax and v >= min(32, d["C"])]
-    tiles_x = [v for v in divisors(d["Wo"]) if v <= t.moving_fmax and v % wx == 0 and v >= min(16, d["Wo"])]
+    tiles_k = _prefer([v for v in divisors(d["K"]) if v <= t.stationary_fmax], min(32, d["K"]))
+    tiles_c = _prefer([v for v in divisors(d["C"]) if v <= t.pmax], min(32, d["C"]))
+    tiles_x = _prefer([v for v in divisors(d["Wo"]) if v <= t.moving_fmax and v % wx == 0], min(16, d["Wo"]))
     rows = [v for v in divisors(d["Ho"]) if v % wy == 0 and v * min(tiles_x) <= t.moving_fmax]
     bands = [v for v in divisors(d["Ho"]) if v % wy == 0 and v <= 128]  # the SBUF check bounds them further
     knobs = [
@@ -172,8 +180,9 @@ def conv_check(op: OpView, moving: str | None, dtype: str, t: Target) -> Check:
 
     def check(named: dict) -> str | None:
         tx = named[f"tile {op.ref('x')}"]
-        rows = named.get(f"tile {op.ref('y')}", 1)
-        band = named.get(f"split {op.ref('y')}", rows)
+        has_y = "y" in op.vars  # a matmul has no row role (and its column loop may be *named* y: C.y is x)
+        rows = named.get(f"tile {op.ref('y')}", 1) if has_y else 1
+        band = named.get(f"split {op.ref('y')}", rows) if has_y else rows
         band_x = named.get(f"split {op.ref('x')}")
         if rows * tx > t.moving_fmax:
             return f"{rows} rows of {tx} columns is {rows * tx} elements per matmul; one PSUM bank holds {t.psum_fmax}"
@@ -218,11 +227,15 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list
 
     def check(named: dict) -> str | None:
         tile = named[knobs[0].name]
-        for knob, extent in ((knobs[1], m), (knobs[2], n)):
-            if (extent // tile) % named[knob.name]:
-                return f"{knob.name}, {named[knob.name]} does not divide the {extent // tile} blocks of {tile}"
+        if tile is None:  # no tile directive: the compiler's ragged blocks (min(128, M) x min(128, N))
+            tile, tj = min(m, t.pmax), min(n, t.pmax)
+        else:  # the column blocks: the default rectangular ones are kept, else they follow the tile (directives.py)
+            tj = dflt.get(("tile", "j")) or (tile if n % tile == 0 else dflt.get(("tile", "i"), tile))
+        for knob, extent, size in ((knobs[1], m, tile), (knobs[2], n, tj)):
+            if (extent // size) % named[knob.name]:
+                return f"{knob.name}, {named[knob.name]} does not divide the {extent // size} blocks of {size}"
         # a strip of bi x bj blocks in and one out, each bi*bj*t elements per partition (a rough bound)
-        strip = named[knobs[1].name] * named[knobs[2].name] * tile * elem
+        strip = named[knobs[1].name] * named[knobs[2].name] * max(tile, tj) * elem
         if 2 * strip > sbuf_budget(t):
             return f"strips of {named[knobs[1].name]}x{named[knobs[2].name]} blocks need {2 * strip // 1024} KiB " \
                    f"of SBUF per partition"
@@ -234,7 +247,10 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list
 def eltwise_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     size = op.size
     parts = max((v for v in divisors(size) if v <= t.pmax), default=1)
-    frees = [v for v in divisors(size // parts) if v >= min(64, size // parts) and v <= 16384]
+    free, widest = size // parts, 16384
+    if "F" in op.dims:  # with a broadcast the tile counts elements of the free dims F (the compiler's own rule)
+        free, widest = op.dims["F"], t.moving_fmax if op.rows else 16384  # rows ride on a ones-matmul
+    frees = [v for v in divisors(free) if v >= min(64, free) and v <= widest] or [free]
     return [Knob(f"tile {op.ref('d0')}", "tile", op.ref("d0"),
                  _with_default(op.defaults.get(("tile", "d0")), frees))], []
 

@@ -1,9 +1,8 @@
 """Numerical check of a tuned kernel: run it on the interpreter and compare with the reference evaluator.
 
-Tolerances, relative to the largest reference magnitude of each output: fp32 1e-4 (both sides accumulate in fp32,
-only the summation order differs); fp16 1e-2 and bf16 4e-2 (the kernel and the reference round the same fp32 sums
-to the output dtype, so they differ by about one unit in the last place, 2^-11 and 2^-8, plus summation order).
-A wrong tile, tap or offset gives errors of the order of the values themselves, far above these.
+Tolerances: `tilec.tolerance.tolerance` (one policy for the CLI, the tuner and the fuzzer: from each output's
+accumulation length, dtype and largest magnitude). A wrong tile, tap or offset gives errors of the order of the
+values themselves, far above it.
 """
 from __future__ import annotations
 
@@ -12,9 +11,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilec.tune.evaluate import Job, compile_job, first_line, kernel_inputs
-
-TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2}
-
 
 @dataclass(frozen=True)
 class Verdict:
@@ -42,11 +38,16 @@ def verify(job: Job, schedule: str, seed: int = 0) -> Verdict:
         reference = evaluate(compiled.program, inputs)
     except Exception as err:  # any failure means "not verified"; the message says why
         return Verdict(False, float("inf"), f"{type(err).__name__}: {first_line(err)}")
+    from tilec.tolerance import max_error, program_budget, scale_of, tolerance
+
     worst, bad = 0.0, []
+    budget = program_budget(compiled.program)
     for name in compiled.program.kernel.outputs:
         want = reference[name]
         err = relative_error(outputs[name], want) if name in outputs else float("inf")
         worst = max(worst, err)
-        if not err <= TOLERANCE.get(np.dtype(want.dtype).name, 1e-4):
-            bad.append(f"{name}: error {err:.3g}")
+        acc_len, inter = budget.get(name, (1, None))
+        tol = tolerance(want.dtype, acc_len, scale_of(want), inter)
+        if name not in outputs or not max_error(outputs[name], want) <= tol:
+            bad.append(f"{name}: error {err:.3g} (tolerance {tol / max(1.0, scale_of(want)):.3g})")
     return Verdict(not bad, worst, "; ".join(bad), compiled.source)

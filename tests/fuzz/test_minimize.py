@@ -1,0 +1,37 @@
+"""The reproducer minimiser: delta debugging keeps a failure's class and stage while dropping directives,
+statements and size."""
+from __future__ import annotations
+
+from tilec.testing.minimize import _ddmin, minimize
+from tilec.testing.oracle import check
+
+
+def test_ddmin_finds_the_two_items_that_fail_together():
+    assert _ddmin(list(range(10)), lambda items: {3, 7} <= set(items)) == [3, 7]
+
+
+def test_minimize_keeps_the_failing_directive_and_shrinks_the_program():
+    text = ("kernel k(A: f32[N, M]) -> Y\n  default N = 64, M = 96\n  T: f32[N, M]\n  Y: f32[N, M]\n"
+            "  for i in 0..N, j in 0..M:\n    T[i, j] = A[i, j] * 2.0\n"
+            "  for i in 0..N, j in 0..M:\n    Y[i, j] = relu(T[i, j])\n")
+    schedule = "tile Y.i, 8\ntile Y.i, 7\ntile Y.i, 16\n"  # 7 does not divide: a located rejection
+    verdict, _ = check(text, schedule)
+    assert verdict.cls == "rejected" and verdict.stage == "compile", verdict.line()
+    small_text, small_schedule = minimize(text, schedule, verdict, timeout=30)
+    assert small_schedule.split("\n")[0] == "tile Y.i, 7"
+    assert len(small_text) < len(text)
+    again, _ = check(small_text, small_schedule)
+    assert (again.cls, again.stage) == ("rejected", "compile"), again.line()
+
+
+def test_findings_are_written_as_runnable_tl_reproducers(tmp_path):
+    from tilec.testing.fuzz import Finding, Pair, write_findings
+
+    text = "kernel k(A: f32[N]) -> Y\n  default N = 96\n  Y: f32[N]\n  for i in 0..N:\n    Y[i] = A[i] + 1.0\n"
+    verdict, _ = check(text, "tile Y.i, 5\n")
+    write_findings(str(tmp_path), [Finding(Pair(0, 123), verdict, text, "tile Y.i, 5\n", 0.1)], True, 30)
+    (path,) = tmp_path.glob("*.tl")
+    written = path.read_text()
+    assert written.startswith("# class: rejected (compile)") and "  schedule:\n    tile Y.i, 5\n" in written
+    again, _ = check(written, None)  # the program's own schedule section reproduces it
+    assert (again.cls, again.stage) == ("rejected", "compile"), again.line()

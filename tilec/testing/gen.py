@@ -1,0 +1,567 @@
+"""Random valid .tl programs, each with an independent NumPy formula of its outputs.
+
+    generate(seed) -> Case(family, text, formula)
+
+A Case is a whole program (kernel header, defaults, lets, declarations, statements) drawn from one of the families
+the compiler has operations for: element-wise chains with broadcasts and constants, row reductions (sum, max, min,
+followed by a broadcast use), matmuls in every operand layout (C = A B, A^T B, A B^T, with bias and relu: linear
+layers), 1-D and 2-D convolutions (random channels, filters, strides, bias, relu) with an optional fused pool,
+pools, transposes (alone and through an intermediate), in f32, f16 and bf16. Names are drawn partly from a pool of
+hostile identifiers (Python keywords and builtins, the names the generated kernel and the API use). The formula
+computes the outputs with NumPy from the rounded inputs in float64, written from the family's meaning rather
+than from the program text, so it checks the reference evaluator itself.
+
+Same seed, same case: the fuzzer's workers regenerate a case from its seed instead of shipping it.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+
+DTYPES = ("f32", "f16", "bf16")
+NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+# identifiers that collide with something: Python keywords and builtins, the generated kernel's own names (nl, nki,
+# np, nisa), the API's parameter names (self, name, numerics), dunder names; all valid tilec NAMEs
+HOSTILE = ("self", "name", "numerics", "nl", "nki", "np", "nisa", "__import__", "__class__", "__name__", "while",
+           "import", "lambda", "pass", "exec", "eval", "global", "async", "await", "del", "class", "def", "return",
+           "None", "True", "print", "range", "len", "sum", "tile", "sbuf", "psum", "hbm", "tilec", "math", "kernel_",
+           "result", "acc", "x_t", "inputs", "outputs", "traced", "arrays", "named", "source", "program", "_", "__",
+           "i", "j", "k", "exp", "relu", "max", "min", "f32", "bf16", "float", "int", "object", "type", "dtype",
+           "Ä", "ﬁ", "fi", "ядро", "x²", "x2", "a½", "Ŷ", "ι", "名前")  # Unicode: NFKC folds ﬁ to fi, x² to x2
+
+Formula = Callable[[dict], dict]  # rounded float64 inputs by name -> outputs by name (float64, before rounding)
+
+
+@dataclass
+class Case:
+    family: str
+    text: str
+    formula: Formula = field(repr=False)
+    seed: int = 0
+
+
+class Names:
+    """Fresh identifiers for one program: plain ones (A, N, i...) or, a third of the time, hostile ones."""
+
+    def __init__(self, rng: random.Random, hostile: float = 0.3) -> None:
+        self.rng, self.hostile, self.used = rng, hostile, set()
+
+    def __call__(self, plain: str) -> str:
+        for _ in range(50):
+            if self.rng.random() < self.hostile:
+                cand = self.rng.choice(HOSTILE)
+            elif self.rng.random() < 0.5:
+                cand = plain
+            else:
+                cand = f"{plain}{self.rng.randrange(10)}"
+            if cand not in self.used:
+                self.used.add(cand)
+                return cand
+        cand = f"{plain}_{len(self.used)}"
+        self.used.add(cand)
+        return cand
+
+
+def size(rng: random.Random, hi: int = 600) -> int:
+    """Small, awkward and round sizes: 1, primes, 2^k, 2^k +- 1, 96, random up to hi."""
+    pool = [1, 2, 3, 4, 5, 7, 8, 16, 23, 32, 64, 96, 127, 128, 129, 130, 200, 256, 257, 344, 512, 521]
+    v = rng.choice(pool) if rng.random() < 0.6 else rng.randint(1, hi)
+    return max(1, min(v, hi))
+
+
+def rounded(x: np.ndarray, dtype: str) -> np.ndarray:
+    return np.asarray(x, np.float64).astype(NP[dtype]).astype(np.float64)
+
+
+# ---- element-wise expressions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Leaf:
+    tensor: str | None  # None: a constant
+    dims: tuple[int, ...] = ()  # which loop dims index it (a broadcast reads fewer)
+    const: float = 0.0
+    convert: str | None = None  # read as f32(A[i]), f16(..), bf16(..): inputs of different dtypes may then meet
+    reverse: bool = False  # read along the first dim backwards: A[N - 1 - i, ...]
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str  # + - * /c neg relu exp max min
+    args: tuple
+
+
+def _const(rng: random.Random) -> float:
+    return rng.choice([0.5, 2, 3, -1, 0.25, 1.5, 4, 0.3333333333333333, -2.0, 1])
+
+
+def gen_expr(rng: random.Random, leaves: list[Leaf], depth: int) -> object:
+    if depth <= 0 or rng.random() < 0.3:
+        return rng.choice(leaves)
+    op = rng.choice(["+", "-", "*", "/c", "neg", "relu", "exp", "max", "min", "+", "*"])
+    if op in ("neg", "relu"):
+        return Node(op, (gen_expr(rng, leaves, depth - 1),))
+    if op == "exp":  # keep exp's argument bounded: exp of a leaf times a small constant
+        return Node("exp", (Node("*", (rng.choice([lf for lf in leaves if lf.tensor] or leaves),
+                                       Leaf(None, const=rng.choice([0.5, 1, -1, 0.25])))),))
+    if op == "/c":
+        return Node("/c", (gen_expr(rng, leaves, depth - 1), Leaf(None, const=rng.choice([2, 4, 3, 0.5, 82]))))
+    return Node(op, (gen_expr(rng, leaves, depth - 1), gen_expr(rng, leaves, depth - 1)))
+
+
+def _num(c: float) -> str:
+    if float(c).is_integer():
+        return str(int(c)) if c >= 0 else f"({int(c)})"
+    return repr(float(c)) if c >= 0 else f"({float(c)!r})"
+
+
+RANGES: dict[str, str] = {}  # loop variable -> its size symbol, for reversed reads (set before `render`)
+
+
+def render(e, idx: list[str]) -> str:
+    if isinstance(e, Leaf):
+        if e.tensor is None:
+            return _num(e.const)
+        ix = [idx[d] for d in e.dims]
+        if e.reverse:
+            ix[0] = f"{RANGES[ix[0]]} - 1 - {ix[0]}"
+        text = f"{e.tensor}[{', '.join(ix)}]"
+        return f"{e.convert}({text})" if e.convert else text
+    a = [render(x, idx) for x in e.args]
+    if e.op in ("+", "-", "*"):
+        return f"({a[0]} {e.op} {a[1]})"
+    if e.op == "/c":
+        return f"({a[0]} / {a[1]})"
+    if e.op == "neg":
+        return f"(-{a[0]})"
+    return f"{e.op}({', '.join(a)})"
+
+
+def evaluate(e, env: dict, rank: int) -> np.ndarray:
+    """float32 arithmetic, as the language defines it; a leaf is broadcast to the loop dims it is indexed by."""
+    if isinstance(e, Leaf):
+        if e.tensor is None:
+            return np.float32(e.const)
+        arr = np.asarray(env[e.tensor], np.float32)
+        if e.reverse:
+            arr = arr[::-1]
+        if e.convert:
+            arr = rounded(arr, e.convert).astype(np.float32)
+        shape = [1] * rank
+        for axis, d in enumerate(e.dims):
+            shape[d] = arr.shape[axis]
+        return arr.reshape(shape)
+    a = [evaluate(x, env, rank) for x in e.args]
+    with np.errstate(all="ignore"):
+        return {"+": lambda: a[0] + a[1], "-": lambda: a[0] - a[1], "*": lambda: a[0] * a[1],
+                "/c": lambda: a[0] / a[1], "neg": lambda: -a[0], "relu": lambda: np.maximum(a[0], np.float32(0)),
+                "exp": lambda: np.exp(a[0]), "max": lambda: np.maximum(a[0], a[1]),
+                "min": lambda: np.minimum(a[0], a[1])}[e.op]()
+
+
+# ---- program text ---------------------------------------------------------------------------------------------
+
+
+class Builder:
+    """Collects a kernel's parts and prints it in the canonical layout."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.params, self.outs, self.defaults = name, [], [], []
+        self.lets, self.decls, self.body, self.assumes = [], [], [], []
+
+    def param(self, name: str, dtype: str, dims: list[str]) -> None:
+        self.params.append(f"{name}: {dtype}[{', '.join(dims)}]")
+
+    def decl(self, name: str, dtype: str, dims: list[str], out: bool = False) -> None:
+        self.decls.append(f"  {name}: {dtype}[{', '.join(dims)}]")
+        if out:
+            self.outs.append(name)
+
+    def loops(self, pairs: list[tuple[str, str]], lines: list[str], indent: int = 1) -> None:
+        pad = "  " * indent
+        head = ", ".join(f"{v} in 0..{e}" for v, e in pairs)
+        self.body.append(f"{pad}for {head}:")
+        self.body += [f"{pad}  {line}" for line in lines]
+
+    def text(self) -> str:
+        out = [f"kernel {self.name}({', '.join(self.params)}) -> {', '.join(self.outs)}"]
+        out.append("  default " + ", ".join(f"{k} = {v}" for k, v in self.defaults))
+        if self.assumes:
+            out.append("  assume " + ", ".join(self.assumes))
+        if self.lets:
+            out.append("  let " + ", ".join(f"{k} = {v}" for k, v in self.lets))
+        return "\n".join(out + self.decls + self.body) + "\n"
+
+
+# ---- families -------------------------------------------------------------------------------------------------
+
+
+def eltwise(rng: random.Random, nm: Names, chain: bool = False) -> Case:
+    rank = rng.choice([1, 1, 2, 2, 2, 3])
+    cap = {1: 4096, 2: 600, 3: 64}[rank]
+    ext = [size(rng, cap) for _ in range(rank)]
+    while np.prod(ext) > 40000:
+        ext[rng.randrange(rank)] //= 2
+        ext = [max(1, e) for e in ext]
+    syms = [nm("N" if d == 0 else "DMP"[d % 3]) for d in range(rank)]
+    b = Builder(nm("k"))
+    b.defaults = list(zip(syms, ext))
+    in_dtype = rng.choice(DTYPES)
+    mixed = rng.random() < 0.2  # inputs of several dtypes, each read through a conversion to one dtype
+    dtypes_of: dict[str, str] = {}
+    cvt = rng.choice(DTYPES) if mixed else None
+    leaves, shapes = [], {}
+    for _ in range(rng.randint(1, 3)):
+        n = nm("A")
+        leaves.append(Leaf(n, tuple(range(rank)), convert=cvt, reverse=rng.random() < 0.05))
+        shapes[n] = tuple(range(rank))
+        dtypes_of[n] = rng.choice(DTYPES) if mixed else in_dtype
+    if rank > 1 and rng.random() < 0.6:  # a broadcast operand: one value per row, or per column
+        dims = tuple(sorted(rng.sample(range(rank), rng.randint(1, rank - 1))))
+        n = nm("c")
+        leaves.append(Leaf(n, dims, convert=cvt))
+        shapes[n] = dims
+    elif rank == 1 and rng.random() < 0.3:
+        n = nm("c")
+        leaves.append(Leaf(n, (0,), convert=cvt))
+        shapes[n] = (0,)
+    for n, dims in shapes.items():
+        b.param(n, dtypes_of.get(n, rng.choice(DTYPES) if mixed else in_dtype), [syms[d] for d in dims])
+    if rng.random() < 0.3:  # facts about the sizes (true ones): the checker verifies them, the compiler may use them
+        d = rng.randrange(rank)
+        b.assumes.append(rng.choice([f"{syms[d]} >= 1", f"{syms[d]} % {ext[d]} == 0", f"{syms[d]} <= {ext[d]}"]))
+    consts = [Leaf(None, const=_const(rng)) for _ in range(2)]
+    expr = gen_expr(rng, leaves + consts, rng.randint(0, 3))
+    if isinstance(expr, Leaf) and expr.tensor is None:
+        expr = Node("+", (leaves[0], expr))
+    out_dtype = rng.choice(DTYPES)
+    if chain:
+        t_name, t_dtype = nm("T"), rng.choice(DTYPES)
+        y_name = nm("Y")
+        b.decl(t_name, t_dtype, syms)
+        b.decl(y_name, out_dtype, syms, out=True)
+        idx1 = [nm("i") for _ in range(rank)]
+        RANGES.update(zip(idx1, syms))
+        b.loops(list(zip(idx1, syms)), [f"{t_name}[{', '.join(idx1)}] = {render(expr, idx1)}"])
+        t_leaf = Leaf(t_name, tuple(range(rank)))
+        expr2 = rng.choice([t_leaf, Node("relu", (t_leaf,)), Node("*", (t_leaf, Leaf(None, const=-1))),
+                            Node("+", (t_leaf, t_leaf))])
+        idx2 = [nm("j") for _ in range(rank)]
+        b.loops(list(zip(idx2, syms)), [f"{y_name}[{', '.join(idx2)}] = {render(expr2, idx2)}"])
+
+        def formula(env: dict) -> dict:
+            t = rounded(np.broadcast_to(evaluate(expr, env, rank), tuple(ext)), t_dtype)
+            return {y_name: np.broadcast_to(np.asarray(evaluate(expr2, {**env, t_name: t}, rank), np.float64),
+                                            tuple(ext))}
+    else:
+        y_name = nm("Y")
+        b.decl(y_name, out_dtype, syms, out=True)
+        idx = [nm("i") for _ in range(rank)]
+        RANGES.update(zip(idx, syms))
+        b.loops(list(zip(idx, syms)), [f"{y_name}[{', '.join(idx)}] = {render(expr, idx)}"])
+
+        def formula(env: dict) -> dict:
+            return {y_name: np.broadcast_to(np.asarray(evaluate(expr, env, rank), np.float64), tuple(ext))}
+    return Case("chain" if chain else "eltwise", b.text(), formula)
+
+
+def reduce_rows(rng: random.Random, nm: Names) -> Case:
+    m, n = size(rng, 400), size(rng, 600)
+    kind = rng.choice(["sum", "max", "min", "mean", "softmaxish", "normish"])
+    sm, sn = nm("M"), nm("N")
+    b = Builder(nm("k"))
+    b.defaults = [(sm, m), (sn, n)]
+    a, dt = nm("A"), rng.choice(DTYPES)
+    b.param(a, dt, [sm, sn])
+    s_name, s_dt = nm("s"), rng.choice(DTYPES)
+    op, init = {"sum": ("+=", "0"), "mean": ("+=", "0"), "max": ("max=", "-inf"), "min": ("min=", "inf"),
+                "softmaxish": ("max=", "-inf"), "normish": ("+=", "0")}[kind]
+    scale = 1.0 / n if kind in ("mean", "normish") else 1.0
+    i, j = nm("i"), nm("j")
+    term = f"{a}[{i}, {j}]" if scale == 1.0 else f"{a}[{i}, {j}] / {n}"
+    tail = kind in ("softmaxish", "normish") or rng.random() < 0.3
+    b.decl(s_name, s_dt, [sm], out=not tail or rng.random() < 0.5)
+    b.body.append(f"  for {i} in 0..{sm}:")
+    b.body.append(f"    {s_name}[{i}] = {init}")
+    b.body.append(f"    for {j} in 0..{sn}:")
+    b.body.append(f"      {s_name}[{i}] {op} {term}")
+    y_name = None
+    if tail:
+        y_name, y_dt = nm("Y"), rng.choice(DTYPES)
+        b.decl(y_name, y_dt, [sm, sn], out=True)
+        p, q = nm("p"), nm("q")
+        conv = (lambda x: x) if s_dt == dt else (lambda x: f"{dt}({x})")
+        use = f"exp({a}[{p}, {q}] - {conv(f'{s_name}[{p}]')})" if kind == "softmaxish" else \
+            f"{a}[{p}, {q}] - {conv(f'{s_name}[{p}]')}"
+        b.loops([(p, sm), (q, sn)], [f"{y_name}[{p}, {q}] = {use}"])
+
+    def formula(env: dict) -> dict:
+        x = env[a]
+        red = {"+=": lambda: (x * scale if scale != 1.0 else x).sum(1), "max=": lambda: x.max(1),
+               "min=": lambda: x.min(1)}[op]()
+        out = {s_name: red}
+        if y_name:
+            sv = rounded(red, s_dt)[:, None]
+            if s_dt != dt:
+                sv = rounded(sv, dt)
+            out[y_name] = np.exp(x - sv) if kind == "softmaxish" else x - sv
+        return out
+    return Case("reduce", b.text(), formula)
+
+
+def matmul(rng: random.Random, nm: Names) -> Case:
+    m, k, n = size(rng, 300), size(rng, 300), size(rng, 600)
+    while m * k * n > 3_000_000:
+        m, k, n = max(1, m // 2), max(1, k // 2), n
+    sm, sk, sn = nm("M"), nm("K"), nm("N")
+    b = Builder(nm("mm"))
+    b.defaults = [(sm, m), (sk, k), (sn, n)]
+    a, bb = nm("A"), nm("B")
+    dt = rng.choice(DTYPES)
+    a_t, b_t = rng.random() < 0.3, rng.random() < 0.35  # A stored [K, M]; B stored [N, K] (PyTorch's linear)
+    b.param(a, dt, [sk, sm] if a_t else [sm, sk])
+    b.param(bb, dt, [sn, sk] if b_t else [sk, sn])
+    bias = rng.choice([None, None, "col", "row"])
+    bias_name = nm("b") if bias else None
+    if bias_name:
+        b.param(bias_name, rng.choice(DTYPES), [sn] if bias == "col" else [sm])
+    relu = rng.choice([None, None, "nest", "stmt"])
+    c_name, c_dt = nm("C"), rng.choice(DTYPES)
+    i, j, r = nm("i"), nm("j"), nm("k")
+    init = "0" if not bias else f"{bias_name}[{j if bias == 'col' else i}]"
+    lhs = f"{a}[{r}, {i}]" if a_t else f"{a}[{i}, {r}]"
+    rhs = f"{bb}[{j}, {r}]" if b_t else f"{bb}[{r}, {j}]"
+    prod = f"{lhs} * {rhs}" if rng.random() < 0.7 else f"{rhs} * {lhs}"
+    lines = [f"{c_name}[{i}, {j}] = {init}", f"for {r} in 0..{sk}:", f"  {c_name}[{i}, {j}] += {prod}"]
+    if relu == "nest":
+        lines.append(f"{c_name}[{i}, {j}] = relu({c_name}[{i}, {j}])")
+    b.decl(c_name, c_dt, [sm, sn], out=relu != "stmt")
+    y_name = None
+    if relu == "stmt":
+        y_name = nm("Y")
+        b.decl(y_name, rng.choice(DTYPES), [sm, sn], out=True)
+    b.loops([(i, sm), (j, sn)], lines)
+    if y_name:
+        p, q = nm("i"), nm("j")
+        b.loops([(p, sm), (q, sn)], [f"{y_name}[{p}, {q}] = relu({c_name}[{p}, {q}])"])
+
+    def formula(env: dict) -> dict:
+        am = env[a].T if a_t else env[a]
+        bm = env[bb].T if b_t else env[bb]
+        c = am @ bm
+        if bias == "col":
+            c = c + env[bias_name][None, :]
+        elif bias == "row":
+            c = c + env[bias_name][:, None]
+        if relu == "nest":
+            c = np.maximum(c, 0)
+        if y_name:
+            return {y_name: np.maximum(rounded(c, c_dt), 0)}
+        return {c_name: c}
+    return Case("matmul" if not bias else "linear", b.text(), formula)
+
+
+def conv(rng: random.Random, nm: Names) -> Case:
+    two_d = rng.random() < 0.6
+    n, c, kk = rng.choice([1, 1, 2]), size(rng, 260), size(rng, 260)
+    r = rng.choice([1, 2, 3]) if two_d else 1
+    s = rng.choice([1, 2, 3])
+    sy = rng.choice([1, 1, 2]) if two_d else 1
+    sx = rng.choice([1, 1, 1, 2])
+    h = r + sy * (rng.randint(1, 18) - 1) if two_d else 1
+    w = s + sx * (rng.randint(1, 40) - 1)
+    while n * c * kk * h * w * r * s > 6_000_000:
+        c, kk = max(1, c // 2), max(1, kk // 2)
+    dt = rng.choice(DTYPES)
+    names = {v: nm(v) for v in ("N", "C", "K", "H", "W", "R", "S")}
+    b = Builder(nm("con"))
+    b.defaults = [(names["N"], n), (names["C"], c), (names["K"], kk)]
+    b.defaults += [(names["H"], h)] if two_d else []
+    b.defaults += [(names["W"], w)] + ([(names["R"], r)] if two_d else []) + [(names["S"], s)]
+    x_name, w_name = nm("X"), nm("Wt")
+    w_ck = rng.random() < 0.2  # weights stored [C, K, ...]
+    ho_e = f"({names['H']} - {names['R']}) / {sy} + 1" if sy > 1 else f"{names['H']} - {names['R']} + 1"
+    wo_e = f"({names['W']} - {names['S']}) / {sx} + 1" if sx > 1 else f"{names['W']} - {names['S']} + 1"
+    ho_n, wo_n = nm("Ho"), nm("Wo")
+    b.lets = ([(ho_n, ho_e)] if two_d else []) + [(wo_n, wo_e)]
+    sp = [names["H"], names["W"]] if two_d else [names["W"]]
+    b.param(x_name, dt, [names["N"], names["C"]] + sp)
+    ch = [names["C"], names["K"]] if w_ck else [names["K"], names["C"]]
+    b.param(w_name, dt, ch + ([names["R"], names["S"]] if two_d else [names["S"]]))
+    bias = rng.random() < 0.6
+    b_name = nm("b") if bias else None
+    if b_name:
+        b.param(b_name, rng.choice(["f32", dt]), [names["K"]])
+    relu = rng.choice([None, "nest", "stmt"])
+    pool = rng.choice([None, None, "max", "sum", "avg"])
+    out_sp = [ho_n, wo_n] if two_d else [wo_n]
+    conv_name, conv_dt = nm("conv"), rng.choice(DTYPES)
+    v = {k: nm(k.lower()) for k in ("n", "k", "y", "x", "c", "r", "s")}
+    oy = [v["y"], v["x"]] if two_d else [v["x"]]
+    cidx = ", ".join([v["n"], v["k"]] + oy)
+    xin = [f"{sy}*{v['y']} + {v['r']}" if sy > 1 else f"{v['y']} + {v['r']}"] if two_d else []
+    xin += [f"{sx}*{v['x']} + {v['s']}" if sx > 1 else f"{v['x']} + {v['s']}"]
+    widx = [v["c"], v["k"]] if w_ck else [v["k"], v["c"]]
+    widx += [v["r"], v["s"]] if two_d else [v["s"]]
+    taps = [(v["c"], names["C"])] + ([(v["r"], names["R"])] if two_d else []) + [(v["s"], names["S"])]
+    init_v = f"{b_name}[{v['k']}]" if bias else "0"
+    lines = [f"{conv_name}[{cidx}] = {init_v}",
+             f"for {', '.join(f'{a} in 0..{e}' for a, e in taps)}:",
+             f"  {conv_name}[{cidx}] += {x_name}[{', '.join([v['n'], v['c']] + xin)}] * "
+             f"{w_name}[{', '.join(widx)}]"]
+    if relu == "nest":
+        lines.append(f"{conv_name}[{cidx}] = relu({conv_name}[{cidx}])")
+    last_is_conv = relu != "stmt" and not pool
+    b.decl(conv_name, conv_dt, [names["N"], names["K"]] + out_sp, out=last_is_conv)
+    b.loops([(v["n"], names["N"]), (v["k"], names["K"])] + list(zip(oy, out_sp)), lines)
+    ho = (h - r) // sy + 1
+    wo = (w - s) // sx + 1
+    stage, stage_name, stage_dt = "conv", conv_name, conv_dt
+    if relu == "stmt":
+        rl, rl_dt = nm("Y"), rng.choice(DTYPES)
+        b.decl(rl, rl_dt, [names["N"], names["K"]] + out_sp, out=not pool)
+        iv = [nm("n"), nm("k")] + [nm("y") for _ in out_sp]
+        b.loops(list(zip(iv, [names["N"], names["K"]] + out_sp)),
+                [f"{rl}[{', '.join(iv)}] = relu({conv_name}[{', '.join(iv)}])"])
+        stage, stage_name, stage_dt = "relu", rl, rl_dt
+    py = rng.choice([d for d in (1, 2, 3) if ho % d == 0]) if two_d else 1  # sizes must divide exactly
+    px = rng.choice([d for d in (1, 2, 3) if wo % d == 0])
+    y_name = None
+    if pool:
+        y_name = nm("Y")
+        psp = ([f"{ho_n} / {py}"] if two_d else []) + [f"{wo_n} / {px}"]
+        b.decl(y_name, rng.choice(DTYPES), [names["N"], names["K"]] + psp, out=True)
+        iv = [nm("n"), nm("k")] + [nm("i") for _ in psp]
+        wv = ([nm("p")] if two_d else []) + [nm("q")]
+        init = {"max": "-inf", "sum": "0", "avg": "0"}[pool]
+        op = "max=" if pool == "max" else "+="
+        src = [iv[0], iv[1]]
+        if two_d:
+            src.append(f"{py}*{iv[2]} + {wv[0]}" if py > 1 else f"{iv[2]} + {wv[0]}")
+        src.append(f"{px}*{iv[-1]} + {wv[-1]}" if px > 1 else f"{iv[-1]} + {wv[-1]}")
+        term = f"{stage_name}[{', '.join(src)}]"
+        if pool == "avg":
+            term = f"{_num(1.0 / (py * px))} * {term}" if rng.random() < 0.5 else f"{term} / {py * px}"
+        win = ", ".join(f"{a} in 0..{e}" for a, e in zip(wv, ([py] if two_d else []) + [px]))
+        b.loops(list(zip(iv, [names["N"], names["K"]] + psp)),
+                [f"{y_name}[{', '.join(iv)}] = {init}", f"for {win}:", f"  {y_name}[{', '.join(iv)}] {op} {term}"])
+
+    def formula(env: dict) -> dict:
+        x, wt = env[x_name], env[w_name]
+        if w_ck:
+            wt = np.swapaxes(wt, 0, 1)
+        if not two_d:
+            x, wt = x[:, :, None, :], wt[:, :, None, :]
+        out = np.zeros((n, kk, ho, wo))
+        for dy in range(r):
+            for dx in range(s):
+                patch = x[:, :, dy:dy + sy * (ho - 1) + 1:sy, dx:dx + sx * (wo - 1) + 1:sx]
+                out += np.einsum("nchw,kc->nkhw", patch, wt[:, :, dy, dx])
+        if bias:
+            out += env[b_name][None, :, None, None]
+        if relu == "nest":
+            out = np.maximum(out, 0)
+        res = {conv_name: out}
+        cur = rounded(out, conv_dt)
+        if relu == "stmt":
+            res[stage_name] = np.maximum(cur, 0)
+            cur = rounded(res[stage_name], stage_dt)
+        if pool:
+            hp, wp = (ho // py if two_d else 1), wo // px
+            win = cur[:, :, :hp * (py if two_d else 1), :wp * px].reshape(n, kk, hp, py if two_d else 1, wp, px)
+            res[y_name] = win.max((3, 5)) if pool == "max" else win.sum((3, 5)) / (py * px if pool == "avg" else 1)
+        if not two_d:
+            res = {key: val[:, :, 0, :] for key, val in res.items()}
+        return res
+    return Case("conv_pool" if pool else "conv", b.text(), formula)
+
+
+def pool(rng: random.Random, nm: Names) -> Case:
+    n, c = rng.choice([1, 2]), size(rng, 300)
+    p = rng.choice([1, 2, 3, 4])
+    h, w = p * rng.randint(1, 12), p * rng.randint(1, 24)
+    kind = rng.choice(["max", "sum", "avg", "min"])
+    syms = [nm(s) for s in ("N", "C", "H", "W")]
+    b = Builder(nm("pool"))
+    b.defaults = list(zip(syms, [n, c, h, w]))
+    x_name, dt = nm("X"), rng.choice(DTYPES)
+    b.param(x_name, dt, syms)
+    y_name = nm("Y")
+    b.decl(y_name, rng.choice(DTYPES), syms[:2] + [f"{syms[2]} / {p}", f"{syms[3]} / {p}"], out=True)
+    iv = [nm(s) for s in ("n", "c", "i", "j")]
+    pv, qv = nm("p"), nm("q")
+    op, init = {"max": ("max=", "-inf"), "min": ("min=", "inf"), "sum": ("+=", "0"), "avg": ("+=", "0")}[kind]
+    term = f"{x_name}[{iv[0]}, {iv[1]}, {p}*{iv[2]} + {pv}, {p}*{iv[3]} + {qv}]"
+    if kind == "avg":
+        term = f"{_num(1.0 / (p * p))} * {term}"
+    b.loops(list(zip(iv, syms[:2] + [f"{syms[2]} / {p}", f"{syms[3]} / {p}"])),
+            [f"{y_name}[{', '.join(iv)}] = {init}", f"for {pv} in 0..{p}, {qv} in 0..{p}:",
+             f"  {y_name}[{', '.join(iv)}] {op} {term}"])
+
+    def formula(env: dict) -> dict:
+        win = env[x_name].reshape(n, c, h // p, p, w // p, p)
+        red = {"max": lambda: win.max((3, 5)), "min": lambda: win.min((3, 5)), "sum": lambda: win.sum((3, 5)),
+               "avg": lambda: (win * float(np.float32(1.0 / (p * p)))).sum((3, 5))}[kind]()
+        return {y_name: red}
+    return Case("pool", b.text(), formula)
+
+
+def transpose(rng: random.Random, nm: Names) -> Case:
+    m, n = size(rng, 520), size(rng, 520)
+    sm, sn = nm("M"), nm("N")
+    b = Builder(nm("tr"))
+    b.defaults = [(sm, m), (sn, n)]
+    x_name, dt = nm("X"), rng.choice(DTYPES)
+    b.param(x_name, dt, [sm, sn])
+    y_name, y_dt = nm("Y"), rng.choice(DTYPES)
+    then = rng.choice([None, None, "copy", "rowsum", "relu"])
+    b.decl(y_name, y_dt, [sn, sm], out=then is None or rng.random() < 0.4)
+    i, j = nm("i"), nm("j")
+    b.loops([(i, sn), (j, sm)], [f"{y_name}[{i}, {j}] = {x_name}[{j}, {i}]"])
+    z_name = None
+    if then:
+        z_name, z_dt = nm("Z"), rng.choice(DTYPES)
+        p, q = nm("i"), nm("j")
+        if then == "rowsum":
+            b.decl(z_name, z_dt, [sn], out=True)
+            b.loops([(p, sn)], [f"{z_name}[{p}] = 0", f"for {q} in 0..{sm}:", f"  {z_name}[{p}] += {y_name}[{p}, {q}]"])
+        else:
+            b.decl(z_name, z_dt, [sn, sm], out=True)
+            use = f"relu({y_name}[{p}, {q}])" if then == "relu" else f"{y_name}[{p}, {q}]"
+            b.loops([(p, sn), (q, sm)], [f"{z_name}[{p}, {q}] = {use}"])
+
+    def formula(env: dict) -> dict:
+        y = env[x_name].T
+        out = {y_name: y}
+        if z_name:
+            yr = rounded(y, y_dt)
+            out[z_name] = yr.sum(1) if then == "rowsum" else (np.maximum(yr, 0) if then == "relu" else yr)
+        return out
+    return Case("transpose", b.text(), formula)
+
+
+FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
+    "eltwise": eltwise,
+    "chain": lambda rng, nm: eltwise(rng, nm, chain=True),
+    "reduce": reduce_rows,
+    "matmul": matmul,
+    "conv": conv,
+    "pool": pool,
+    "transpose": transpose,
+}
+WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2}
+
+
+def generate(seed: int, family: str | None = None) -> Case:
+    rng = random.Random(seed)
+    if family is None:
+        fams = list(WEIGHTS)
+        family = rng.choices(fams, weights=[WEIGHTS[f] for f in fams])[0]
+    case = FAMILIES[family](rng, Names(rng))
+    case.seed = seed
+    return case

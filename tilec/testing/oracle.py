@@ -1,0 +1,200 @@
+"""The differential oracle: one program/schedule pair through reference, formula, compiler and interpreter.
+
+    check(text, schedule, formula) -> Verdict(cls, stage, message)
+
+Classes (the fuzzer counts them; every class but OK and REJECTED is a bug to fix):
+    ok             the kernel's outputs match the reference evaluator within `tilec.tolerance`
+    rejected       a clean TilecError with file:line:col (a program or schedule the compiler does not support)
+    wrong          numbers differ beyond the tolerance (or NaN/inf on one side only)
+    internal       a traceback, InternalError, IR verifier failure, or a kernel the interpreter refuses
+                   (a generated kernel that breaks a hardware rule is the compiler's bug, not the user's)
+    noloc          a TilecError without file:line:col
+    ref-disagree   the reference evaluator differs from the family's NumPy formula
+    hang           (set by the fuzzer's supervisor: the pair did not finish within its time limit)
+    invalid        the generator wrote a program the checker rejects (a bug in the generator)
+"""
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from tilec.errors import InternalError, KernelError, TilecError
+from tilec.lang import api as lang
+from tilec.tolerance import UNIT, check_outputs, max_error, program_budget, scale_of, tolerance
+
+CLASSES = ("ok", "rejected", "wrong", "internal", "noloc", "ref-disagree", "hang", "invalid")
+BUGS = ("wrong", "internal", "noloc", "ref-disagree", "hang", "invalid")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    cls: str
+    stage: str = ""  # load | reference | formula | knobs | compile | run | compare
+    message: str = ""
+
+    @property
+    def bug(self) -> bool:
+        return self.cls in BUGS
+
+    def line(self) -> str:
+        return f"{self.cls} [{self.stage}] {self.message}".strip()
+
+
+def _error(stage: str, err: BaseException) -> Verdict:
+    if isinstance(err, TilecError):
+        if err.span is None:
+            return Verdict("noloc", stage, err.message.splitlines()[0] if err.message else "")
+        return Verdict("rejected", stage, f"{err.span!r}: {err.message.splitlines()[0]}")
+    text = str(err).strip().splitlines()
+    return Verdict("internal", stage, f"{type(err).__name__}: {text[0] if text else ''}"[:300])
+
+
+def knob_schedule(text: str, rng: random.Random) -> str:
+    """A random point of the tuner's own space for this program (legal by the tuner's static checks if one
+    of a few draws is), rendered as schedule text."""
+    from tilec.tune.evaluate import Job
+    from tilec.tune.knobs import build_space
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "fuzz.tl")
+        with open(path, "w") as f:
+            f.write(text)
+        space = build_space(Job.of(path, None))
+    point = space.random_point(rng)
+    for _ in range(8):
+        if space.check(point) is None:
+            break
+        point = space.random_point(rng)
+    return space.render(point)
+
+
+def raw_schedule(program, rng: random.Random) -> str:
+    """1-4 directives of any kind over the program's tensors and loops, with values that may be illegal: the
+    compiler must either apply them or reject them with a location."""
+    from tilec.lang import syntax as sx
+
+    nests: dict[str, list[str]] = {}
+
+    def walk(stmt, loops: list[str]) -> None:
+        if isinstance(stmt, sx.Loop):
+            for s in stmt.body:
+                walk(s, loops + [stmt.var])
+        else:
+            nests.setdefault(stmt.target.tensor, [])
+            nests[stmt.target.tensor] += [v for v in loops if v not in nests[stmt.target.tensor]]
+
+    for stmt in program.kernel.body:
+        walk(stmt, [])
+    ops = list(nests)
+    tensors = list(program.tensors)
+    lines = []
+    for _ in range(rng.randint(1, 4)):
+        op = rng.choice(ops)
+        loop = rng.choice(nests[op])
+        kind = rng.choice(["tile", "tile", "split", "reorder", "partition", "place", "hoist", "buffers", "unroll",
+                           "method", "compute_at"])
+        n = rng.choice([1, 2, 3, 4, 8, 16, 21, 32, 64, 96, 128, 256, 512])
+        if kind in ("tile", "split"):
+            arg = f"factor={n}" if rng.random() < 0.15 else str(n)  # the keyword form the grammar documents
+            lines.append(f"{kind} {op}.{loop}, {arg}")
+        elif kind == "reorder" and len(nests[op]) > 1:
+            lines.append(f"reorder {op}, {', '.join(rng.sample(nests[op], rng.randint(2, len(nests[op]))))}")
+        elif kind == "partition":
+            lines.append(f"partition {op}.{loop}")
+        elif kind == "place":
+            lines.append(f"place {rng.choice(tensors)}, {rng.choice(['sbuf', 'hbm', 'psum'])}")
+        elif kind == "hoist":
+            lines.append(f"hoist {rng.choice(tensors)}, {rng.choice(['root', f'{op}.{loop}'])}")
+        elif kind == "buffers":
+            lines.append(f"buffers {rng.choice(tensors)}, {rng.choice([1, 2, 3, 4])}")
+        elif kind == "unroll":
+            lines.append(f"unroll {op}.{loop}")
+        elif kind == "method":
+            lines.append(f"method {op}, {rng.choice(['pe', 'dma'])}")
+        elif kind == "compute_at":
+            other = rng.choice(ops)
+            lines.append(f"compute_at {op}, {rng.choice(['root', f'{other}.{rng.choice(nests[other])}'])}")
+    return "\n".join(lines) + "\n"
+
+
+def check_formula(program, ref: dict, formula: Callable | None, inputs: dict) -> Verdict | None:
+    """The reference evaluator against the family's NumPy formula (float64 from the rounded inputs)."""
+    if formula is None:
+        return None
+    env = {t.name: np.asarray(inputs[t.name], np.float32).astype(lang.NP_DTYPES[t.dtype]).astype(np.float64)
+           for t in program.inputs}
+    try:
+        want = formula(env)
+    except Exception as err:  # a formula that cannot run is the generator's bug, reported as such
+        return Verdict("invalid", "formula", f"{type(err).__name__}: {err}")
+    budget = program_budget(program)
+    # the formula computes in float64, the reference in float32: any f16/bf16 store may round to a neighbour
+    stored = [t.dtype for t in program.tensors.values() if t.kind != "input"]
+    stored += [d for d in ("f16", "bf16") if f"{d}(" in program.source]  # conversions round too
+    narrowest = max(stored, key=lambda d: UNIT[d], default=None)
+    for name, got in ref.items():
+        if name not in want:
+            continue
+        dtype = program.tensors[name].dtype
+        expect = np.asarray(want[name], np.float64).astype(lang.NP_DTYPES[dtype])
+        acc_len, _ = budget[name]
+        tol = tolerance(dtype, acc_len, scale_of(expect), narrowest)
+        err = max_error(got, expect)
+        if not err <= tol:
+            return Verdict("ref-disagree", "formula", f"{name}: |reference - formula| {err:.3g} > {tol:.3g}")
+    return None
+
+
+def check(text: str, schedule: str | None, formula: Callable | None = None, seed: int = 0,
+          schedule_kind: str = "given") -> tuple[Verdict, str | None]:
+    """Run one pair; returns the verdict and the schedule text actually used (None: the program's own).
+    schedule_kind: given (use `schedule`) | default | knobs | raw (draw one with `seed`)."""
+    rng = random.Random(seed)
+    try:
+        program = lang.load(text)
+    except TilecError as err:
+        return Verdict("invalid", "load", err.message), schedule
+    except Exception as err:
+        return _error("load", err), schedule
+    try:
+        inputs = {k: v.astype(lang.NP_DTYPES[program.tensors[k].dtype])
+                  for k, v in lang.random_inputs(program, seed).items()}
+        ref = lang.evaluate(program, inputs)
+    except Exception as err:
+        return _error("reference", err), schedule
+    bad = check_formula(program, ref, formula, inputs)
+    if bad:
+        return bad, schedule
+    if schedule_kind == "knobs":
+        try:
+            schedule = knob_schedule(text, rng)
+        except Exception as err:
+            v = _error("knobs", err)
+            return (v if v.cls != "rejected" else Verdict("rejected", "knobs", v.message)), None
+    elif schedule_kind == "raw":
+        schedule = raw_schedule(program, rng)
+    elif schedule_kind == "default":
+        schedule = None
+    try:
+        from tilec.compiler.api import compile_loaded
+
+        directives = lang.parse_schedule(schedule, "<schedule>") if schedule is not None else None
+        compiled = compile_loaded(program, directives)
+    except (TilecError, InternalError, Exception) as err:
+        return _error("compile", err), schedule
+    try:
+        out = compiled.run(**inputs)
+    except (KernelError, TilecError, Exception) as err:
+        v = _error("run", err)
+        if v.cls == "rejected":  # a TilecError raised while running a kernel tilec generated: not the user's
+            v = Verdict("internal", "run", v.message)
+        return v, schedule
+    bad_out = check_outputs(program, out, ref)
+    if bad_out:
+        return Verdict("wrong", "compare", "; ".join(bad_out)), schedule
+    return Verdict("ok"), schedule
