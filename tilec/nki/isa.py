@@ -12,7 +12,7 @@ import enum
 
 import numpy as np
 
-from tilec.nki import alu, checks, core, dtypes, indirect, rules
+from tilec.nki import alu, checks, core, dtypes, indirect, rules, runtime
 from tilec.nki.indexing import IndexExpr, Predicate
 from tilec.nki.indirect import Indirect
 from tilec.nki.tensor import Tensor
@@ -259,10 +259,7 @@ def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = N
     checks.same_partitions(data1, data2, "tensor_tensor", ("data1", "data2"), where)
     checks.psum_operands(data1, data2, "tensor_tensor", where)
     if data1.free_size != data2.free_size:
-        raise rules.NkiSyntaxError(
-            f"tensor_tensor operands differ in elements per partition: {data1.free_size} vs {data2.free_size}",
-            "tensor_tensor_shape", where, f"data1 {data1.describe()}; data2 {data2.describe()}",
-            hint="use nisa.tensor_scalar to broadcast a (P, 1) vector along the free dimension")
+        data1, data2 = _column_broadcast(run, data1, data2, where)
     m = mask_array(mask, data1.shape)
     m2 = m if data2.shape == data1.shape else None
     _read_operand(run, data1, fn, where, m)
@@ -273,6 +270,28 @@ def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = N
                   "tensor_tensor")
     core.emit(run, eng, "tensor_tensor", out, (data1, data2), where, attrs=(("alu", fn.name),))
     return out
+
+
+def _column_broadcast(run, data1: Tensor, data2: Tensor, where: tuple) -> tuple[Tensor, Tensor]:
+    """A (P, 1) column against a (P, F...) tile. The NKI docs (v2.26.1 and 0.6) ask for equal elements per
+    partition, but SDK 2.21 compiled it and the hardware broadcast the column along the free dimensions (the course
+    README suggests tensor_tensor for the conv bias; fidelity-cases/bias_broadcast.py): the column is read with
+    stride 0 along the free dims. Any other mismatch is an error."""
+    detail = f"data1 {data1.describe()}; data2 {data2.describe()}"
+    if 1 not in (data1.free_size, data2.free_size):
+        raise rules.NkiSyntaxError(
+            f"tensor_tensor operands differ in elements per partition: {data1.free_size} vs {data2.free_size}",
+            "tensor_tensor_shape", where, detail,
+            hint="use nisa.tensor_scalar to broadcast a (P, 1) vector along the free dimension")
+    rules.later_release(
+        run, f"tensor_tensor broadcasts a ({data1.shape[0]}, 1) column along the free dimension", "tensor_tensor_shape",
+        where, "the NKI docs require equal elements per partition and the NKI 0.6 API (Neuron SDK 2.32) takes "
+        "equal shapes", detail, hint="nisa.tensor_scalar(data, op, column) broadcasts a column and is faster")
+
+    def spread(col: Tensor, like: Tensor) -> Tensor:
+        return Tensor(col.buf, col.off, like.shape, (col.strides[0],) + (0,) * (like.ndim - 1))
+
+    return (data1, spread(data2, data1)) if data2.free_size == 1 else (spread(data1, data2), data2)
 
 
 def _read_operand(run, t: Tensor, fn: alu.Op, where: tuple, mask: np.ndarray | None = None) -> None:
@@ -377,13 +396,22 @@ def _reduced(fn: alu.Op, data: Tensor, axes: tuple, keepdims: bool, negate: bool
 
 
 def reduce_axes(axis: object, data: Tensor, api: str, where: tuple) -> tuple[int, ...]:
-    axes = tuple(sorted(int(a) % data.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))))
+    """The free axes to reduce. The v2.26.1 docstring asks for consecutive axes ending at the last one; SDK 2.21
+    compiled other free axes (`axis=(1, 3)` of a pooling view, `axis=1` of a 3-D tile) and the hardware reduced
+    them, its access pattern ordering the reduced axes innermost (fidelity-cases/reduce_inner_axes.py); NKI 0.3
+    (SDK 2.29) enforces the rule [MIG]. The partition axis and more than four axes stay errors [ISA1]."""
+    axes = tuple(sorted({int(a) % data.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}))
     trailing = tuple(range(data.ndim - len(axes), data.ndim))
-    if not axes or axes != trailing or 0 in axes or len(axes) > 4:
+    if not axes or 0 in axes or len(axes) > 4:
         raise rules.NkiSyntaxError(
-            f"{api} reduces only trailing free dimensions ending at the last one (e.g. {trailing or (1,)}), "
-            f"got axis {axis}", "reduce_axis", where, f"data {data.describe()}",
+            f"{api} reduces up to four free dimensions (e.g. {trailing or (1,)}), got axis {axis}", "reduce_axis",
+            where, f"data {data.describe()}",
             hint="the partition dimension (0) cannot be reduced on VectorE; transpose first or use a matmul")
+    if axes != trailing:
+        rules.later_release(
+            runtime.current(), f"{api} over free axes {axes} that do not end at the last one", "reduce_axis", where,
+            "NKI 0.3 (Neuron SDK 2.29) and later reduce only consecutive free axes ending at the last one",
+            f"data {data.describe()}", hint=f"reshape or permute so the reduced axes come last, e.g. {trailing}")
     return axes
 
 

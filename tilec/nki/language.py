@@ -69,23 +69,33 @@ def _memory(buffer: object) -> tuple[str, str]:
                              hint="use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm")
 
 
-def _shape(shape: object, where: tuple, name: str) -> tuple[int, ...]:
+def _shape(shape: object, where: tuple, name: str) -> tuple[tuple[int, ...], int]:
+    """The shape as ints and the position of the partition dimension (its `nl.par_dim`, else 0)."""
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-    for i, d in enumerate(shape):
-        if isinstance(d, par_dim) and i > 0:
-            raise rules.NkiSyntaxError(
-                "leading dimension of a tensor must be the partition dimension",
-                "err_leading_dimension_of_tensor_must_be_partition", where,
-                f"tensor '{name}' of shape {tuple(int(x) for x in shape)} has par_dim at position {i}",
-                hint="fold block dimensions into free dimensions, e.g. (128, 4, 512), or allocate inside the loop")
-    return tuple(int(d) for d in shape)
+    pdim = next((i for i, d in enumerate(shape) if isinstance(d, par_dim)), 0)
+    return tuple(int(d) for d in shape), pdim
+
+
+def _block_dims(run: object, shape: tuple, pdim: int, where: tuple, name: str) -> None:
+    """Block dimensions before the par_dim: deprecated in SDK 2.23, an error of neuronxcc from 2.25 [spec §1.4:
+    BLOCK, RN, ERR]; SDK 2.21 (the course's Trn2 toolchain) ran them, and AWS's v2.26.1 doc tests and nki-samples
+    kernels of that time still use them in simulation. Each block is a separate (P, free...) tile."""
+    rules.later_release(
+        run, "block dimensions before the partition dimension", "err_leading_dimension_of_tensor_must_be_partition",
+        where, "Neuron SDK 2.25 and later reject them (leading dimension of a tensor must be the partition "
+        "dimension)", f"tensor '{name}' of shape {shape} has par_dim at position {pdim}",
+        hint="fold block dimensions into free dimensions, e.g. (128, 4, 512), or allocate inside the loop")
 
 
 def _create(shape: object, dtype: object, buffer: object, name: str, fill: object, api: str) -> Tensor:
     run, where = core.begin()
     memory, kind = _memory(buffer)
     name = name or core.target_name(where, api)
-    shape = _shape(shape, where, name)
+    shape, pdim = _shape(shape, where, name)
+    if pdim and memory != "hbm":
+        _block_dims(run, shape, pdim, where, name)
+    elif pdim:
+        pdim = 0  # par_dim means nothing in HBM
     if memory != "hbm" and len(shape) < 2:
         raise rules.NkiSyntaxError(f"Insufficient rank: {memory} tile '{name}' of shape {shape} needs at least 2 "
                                    "dimensions", "insufficient_rank", where, hint=f"use shape ({shape[0]}, 1)"
@@ -103,7 +113,7 @@ def _create(shape: object, dtype: object, buffer: object, name: str, fill: objec
         if run.shared_next <= len(run.shared):
             return run.shared[run.shared_next - 1]
     dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.float32  # the README tip omits dtype
-    t = core.allocate(run, shape, dt, memory, name, where, fill=fill)
+    t = core.allocate(run, shape, dt, memory, name, where, fill=fill, pdim=pdim)
     if kind == "shared_hbm" and run.grid:
         run.shared.append(t)
     if fill is not None:
