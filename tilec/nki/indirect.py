@@ -45,8 +45,9 @@ class Indirect:
         return self.base[(i,) + self.rest]
 
 
-def dma(run, dst: object, src: object, where: tuple, skip: bool) -> None:
-    """dma_copy where src and/or dst is an Indirect view: one descriptor per row."""
+def dma(run, dst: object, src: object, where: tuple, skip: bool, op: object = None) -> None:
+    """dma_copy where src and/or dst is an Indirect view: one descriptor per row. `op` (an alu.Op, from
+    dst_rmw_op=) combines each row with what the destination holds: dst = op(dst, src) [ISA1 dma_copy]."""
     ind = src if isinstance(src, Indirect) else dst
     plain = dst if ind is src else src
     if isinstance(plain, Indirect):
@@ -62,16 +63,24 @@ def dma(run, dst: object, src: object, where: tuple, skip: bool) -> None:
     if not valid.all() and not skip:
         bad = int(rows[~valid][0])
         row_size = ind.base.size // max(n, 1)
-        raise rules.NkiIndexError(f"index {bad * row_size} is out of bounds for axis 0 with size {ind.base.size}",
-                                  "dma_indirect_out_of_bounds", where, f"{ind.describe()}: row {bad} of {n}",
-                                  hint="keep the index tile inside the tensor, or pass oob_mode=nisa.oob_mode.skip")
+        # a plain IndexError with numpy's message, as AWS's simulator raises it (its doc tests compare both); the
+        # kernel line and the hint ride along as a note
+        err = IndexError(f"index {bad * row_size} is out of bounds for axis 0 with size {ind.base.size}")
+        err.add_note(rules.NkiIndexError("indirect DMA row out of bounds", "dma_indirect_out_of_bounds", where,
+                                         f"{ind.describe()}: row {bad} of {n}",
+                                         hint="keep the index tile inside the tensor, or pass "
+                                              "oob_mode=nisa.oob_mode.skip").render())
+        raise err
     for p in np.nonzero(valid)[0].tolist():
         one = ind.row(int(rows[p]))
         other = plain[p]
         s, d = (one, other) if ind is src else (other, one)
         core.read(run, s, where)
         value = core.values(s).reshape(d.shape)
-        core.write(run, d, value if s.dtype == d.dtype else value.astype(F32), where)
+        if op is not None:
+            core.read(run, d, where)
+            value = op.binary(core.f32(d), value.astype(F32))
+        core.write(run, d, value if s.dtype == d.dtype and op is None else value.astype(F32), where)
     n_rows = int(valid.sum())
     row_bytes = ind.size // max(ind.shape[0], 1) * plain.itemsize
     reads = (ind.index, ind.base if ind is src else plain)

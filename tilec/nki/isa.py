@@ -29,6 +29,7 @@ class engine(enum.IntEnum):
     sync = 6
 
 
+engine_enum = engine
 unknown_engine, tensor_engine, scalar_engine = engine.unknown, engine.tensor, engine.scalar
 gpsimd_engine, vector_engine, sync_engine = engine.gpsimd, engine.vector, engine.sync
 
@@ -102,7 +103,8 @@ def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: objec
              oob_mode: object = None, dge_mode: object = None) -> None:
     run, where = core.begin()
     if isinstance(src, Indirect) or isinstance(dst, Indirect):
-        indirect.dma(run, dst, src, where, skip=oob_mode == _OOB_SKIP)
+        rmw = _op(dst_rmw_op, "dma_copy", where) if dst_rmw_op is not None else None
+        indirect.dma(run, dst, src, where, skip=oob_mode == _OOB_SKIP, op=rmw)
         return
     for role, t in (("src", src), ("dst", dst)):
         if not isinstance(t, Tensor):
@@ -512,7 +514,8 @@ def memset(shape: tuple, value: object, dtype: object, *, mask: object = None, e
     shape = tuple(int(s) for s in shape)
     filled = core.compute(run, lambda: np.full(shape, value, dtype=F32))
     out = core.result(run, filled, shape, dtypes.as_dtype(dtype), "sbuf", where, "memset", mask=mask_array(mask, shape))
-    core.emit(run, _engine(engine, "vector"), "memset", out, (), where, attrs=(("value", float(value)),))
+    choice = (("engine_choice", True),) if engine is None or engine == engine_enum.unknown else ()
+    core.emit(run, _engine(engine, "vector"), "memset", out, (), where, attrs=(("value", float(value)),) + choice)
     return out
 
 
@@ -535,3 +538,5 @@ def affine_select(pred: Predicate, on_true_tile: Tensor, on_false_value: object,
 # The less common instructions live in isa_extra.py; imported last because they build on the helpers above.
 from tilec.nki.isa_extra import (bn_aggr, bn_stats, scalar_tensor_tensor, select_reduce,  # noqa: E402,F401
                                  tensor_copy_predicated, tensor_partition_reduce, tensor_tensor_scan)
+from tilec.nki.isa_more import (activation_reduce, dropout, max8, nc_find_index8, nc_match_replace8,  # noqa: E402,F401
+                                nc_stream_shuffle, reciprocal, tensor_scalar_reduce)

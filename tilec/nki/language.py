@@ -116,9 +116,9 @@ def _create(shape: object, dtype: object, buffer: object, name: str, fill: objec
     t = core.allocate(run, shape, dt, memory, name, where, fill=fill, pdim=pdim)
     if kind == "shared_hbm" and run.grid:
         run.shared.append(t)
-    if fill is not None:
+    if fill is not None:  # the engine is the compiler's choice (VectorE or GpSimdE) [ISA1 memset]
         core.emit(run, "vector", "memset", t, (), where,
-                  attrs=(("value", float(fill)),))
+                  attrs=(("value", float(fill)), ("engine_choice", True)))
     return t
 
 
@@ -267,7 +267,13 @@ def nc(n: int) -> int:
     return n
 
 
-spmd_dim = nc
+def spmd_dim(*dims: int) -> int:
+    """`nl.spmd_dim(nl.nc(2), 2)`: a grid dimension split over NeuronCores; instances run one after another here,
+    so only the total count matters."""
+    total = 1
+    for d in dims:
+        total *= int(d)
+    return total
 
 
 # ---- element-wise, unary and reduction ops (each an alu.Op; calling it lands here) ----
@@ -346,3 +352,8 @@ def where(condition: Tensor, x: object, y: object, *, dtype: object = None, mask
 for _name, _op in alu.OPS.items():
     if _name not in globals():
         globals()[_name] = _op
+
+
+# The 0.1 APIs AWS's suites use beyond the core set (issue 15); imported last: they build on isa and core.
+from tilec.nki.language_more import (dropout, finfo, loop_reduce, rand, random_seed, shared_constant,  # noqa: E402,F401
+                                     static_cast)

@@ -82,11 +82,18 @@ class Tensor:
 
     # ---- indexing ----
     def __getitem__(self, key: object) -> "Tensor":
-        key = key if isinstance(key, tuple) else (key,)
+        from tilec.nki.indexing import Grid
+
+        key = tuple(key) if isinstance(key, Grid) else key if isinstance(key, tuple) else (key,)
         if key and isinstance(key[0], Tensor):
             from tilec.nki.indirect import Indirect
 
             return Indirect(self, key[0], key[1:])
+        lead = 0
+        while lead < len(key) and isinstance(key[lead], (int, np.integer)):
+            lead += 1
+        if 0 < lead < len(key) and isinstance(key[lead], Tensor):  # t[b, idx_tile, ...]: indirect after ints
+            return self._basic(key[:lead])[key[lead:]]
         if any(isinstance(k, IndexExpr) for k in key):
             return self._advanced(key)
         return self._basic(key)
@@ -205,10 +212,15 @@ class Tensor:
         return (valid if prev is None else valid & prev[0]), (error if prev is None else prev[1])
 
     # ---- views ----
-    def reshape(self, *shape: object) -> "Tensor":
+    def reshape(self, *shape: object, **kwargs: object) -> "Tensor":
+        where = runtime.callsite()
+        if set(kwargs) - {"shape"} or (shape and kwargs):
+            raise rules.NkiTypeError(f"reshape takes the new shape positionally or as shape=, got {sorted(kwargs)}",
+                                     "reshape", where, f"tensor {self.describe()}")
+        if kwargs:  # tile.reshape(shape=(...)): the documented keyword [NL1 NkiTensor.reshape]
+            shape = (kwargs["shape"],)
         new = tuple(int(x) for x in (shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list))
                                      else shape))
-        where = runtime.callsite()
         try:
             view = self.arr.view()
             view.shape = new
