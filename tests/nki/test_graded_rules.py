@@ -135,3 +135,20 @@ def test_block_dimension_tiles_feed_the_engines() -> None:
     with pytest.warns(rules.NkiPortabilityWarning, match="Neuron SDK 2.25"):
         got = api.simulate(_blocks_matmul, x)
     np.testing.assert_allclose(got, sum(x[b].T @ x[b] for b in range(2)), rtol=1e-4)
+
+
+@pytest.mark.parametrize("name,error", [("bias_broadcast", rules.NkiSyntaxError), ("block_dims", rules.NkiSyntaxError),
+                                        ("reduce_inner_axes", rules.NkiSyntaxError),
+                                        ("transpose_into_sbuf", rules.MemoryRuleError),
+                                        ("affine_carried", rules.LoopCarriedDependenceError)])
+def test_strict_runs_hold_kernels_to_later_releases(name, error) -> None:
+    """simulate(strict=True), as tilec's compiler runs its own kernels: each relaxation is its rule's error again."""
+    mod = load(name)
+    kernel = next(v for v in vars(mod).values() if hasattr(v, "skip_middle_end"))
+    args = {"bias_broadcast": (np.ones((128, 420), np.float32), np.ones((128, 1), np.float32)),
+            "block_dims": (np.ones((4, 128, 64), np.float32),),
+            "reduce_inner_axes": (np.ones((128, 4, 14), np.float32),),
+            "transpose_into_sbuf": (np.ones((128, 2, 128), np.float32),),
+            "affine_carried": (np.ones((8, 128, 32), np.float32),)}[name]
+    with pytest.raises(error, match=r"Neuron SDK 2\.\d\d"):
+        api.simulate(kernel, *args, strict=True)

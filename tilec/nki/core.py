@@ -336,7 +336,8 @@ def _evacuated(run: Run, value: Tensor, dst: Tensor) -> bool:
                         "into PSUM and a copy to SBUF)", "engine_memory_access", runtime.callsite(),
                         "NKI 0.2 (Neuron SDK 2.27) and later take the PSUM destination as an argument",
                         f"destination {dst.describe()}",
-                        hint="transpose into a PSUM tile and copy it to SBUF with nisa.tensor_copy")
+                        hint="transpose into a PSUM tile and copy it to SBUF with nisa.tensor_copy",
+                        error=rules.MemoryRuleError)
     return True
 
 

@@ -288,7 +288,8 @@ def _column_broadcast(run, data1: Tensor, data2: Tensor, where: tuple) -> tuple[
     rules.later_release(
         run, f"tensor_tensor broadcasts a ({data1.shape[0]}, 1) column along the free dimension", "tensor_tensor_shape",
         where, "the NKI docs require equal elements per partition and the NKI 0.6 API (Neuron SDK 2.32) takes "
-        "equal shapes", detail, hint="nisa.tensor_scalar(data, op, column) broadcasts a column and is faster")
+        "equal shapes", detail, hint="nisa.tensor_scalar(data, op, column) broadcasts a column and is faster",
+        error=rules.NkiSyntaxError)
 
     def spread(col: Tensor, like: Tensor) -> Tensor:
         return Tensor(col.buf, col.off, like.shape, (col.strides[0],) + (0,) * (like.ndim - 1))
@@ -413,7 +414,8 @@ def reduce_axes(axis: object, data: Tensor, api: str, where: tuple) -> tuple[int
         rules.later_release(
             runtime.current(), f"{api} over free axes {axes} that do not end at the last one", "reduce_axis", where,
             "NKI 0.3 (Neuron SDK 2.29) and later reduce only consecutive free axes ending at the last one",
-            f"data {data.describe()}", hint=f"reshape or permute so the reduced axes come last, e.g. {trailing}")
+            f"data {data.describe()}", hint=f"reshape or permute so the reduced axes come last, e.g. {trailing}",
+            error=rules.NkiSyntaxError)
     return axes
 
 

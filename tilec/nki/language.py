@@ -84,7 +84,8 @@ def _block_dims(run: object, shape: tuple, pdim: int, where: tuple, name: str) -
         run, "block dimensions before the partition dimension", "err_leading_dimension_of_tensor_must_be_partition",
         where, "Neuron SDK 2.25 and later reject them (leading dimension of a tensor must be the partition "
         "dimension)", f"tensor '{name}' of shape {shape} has par_dim at position {pdim}",
-        hint="fold block dimensions into free dimensions, e.g. (128, 4, 512), or allocate inside the loop")
+        hint="fold block dimensions into free dimensions, e.g. (128, 4, 512), or allocate inside the loop",
+        error=rules.NkiSyntaxError)
 
 
 def _create(shape: object, dtype: object, buffer: object, name: str, fill: object, api: str) -> Tensor:

@@ -207,4 +207,5 @@ def _carried(run: object, err: rules.LoopCarriedDependenceError) -> None:
     rules.later_release(run, err.message + " (kept in order by skip_middle_end_transformations)", err.rule,
                         err.where, "without skip_middle_end_transformations, and in NKI 0.2+ (Neuron SDK 2.27) "
                         "where the decorator is gone, only nl.sequential_range keeps the order", err.detail,
-                        hint="use nl.sequential_range for loops with carried dependences")
+                        hint="use nl.sequential_range for loops with carried dependences",
+                        error=rules.LoopCarriedDependenceError)

@@ -107,12 +107,12 @@ class NkiPortabilityWarning(UserWarning):
 
 
 def later_release(run: object, message: str, rule: str, where: tuple[str, int] | None, release: str,
-                  detail: str = "", hint: str = "") -> None:
+                  detail: str = "", hint: str = "", error: type = None) -> None:
     """Accepted by SDK 2.21-2.26 (the result is computed as the hardware did), forbidden by `release`: a warning,
     once per kernel line and rule; an error in a run under a later API (`run.strict`, set by the NKI 0.6 API)."""
     text = f"{message}; {release}"
     if getattr(run, "strict", False):
-        raise NkiError(text, rule, where, detail, hint)
+        raise (error or NkiError)(text, rule, where, detail, hint)
     key, warned = (where, rule), run.warned
     if key in warned:
         return
