@@ -1,0 +1,171 @@
+"""The NKI 0.1 APIs AWS's suites use beyond the core set (issue 15), each against NumPy on kernels of our own."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilec  # noqa: F401  (installs the neuronxcc shim)
+import neuronxcc.nki as nki
+import neuronxcc.nki.compiler as ncc
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+from tilec.errors import KernelError
+from tilec.nki import api
+
+RNG = np.random.default_rng(7)
+F32 = np.float32
+
+
+@nki.jit
+def _top8(x):
+    out_v = nl.ndarray((x.shape[0], 8), F32, buffer=nl.shared_hbm)
+    out_i = nl.ndarray((x.shape[0], 8), nl.uint32, buffer=nl.shared_hbm)
+    out_r = nl.ndarray(x.shape, F32, buffer=nl.shared_hbm)
+    idx = nl.ndarray((x.shape[0], 8), nl.uint32, buffer=nl.sbuf)
+    t = nl.load(x)
+    vals = nisa.max8(src=t)
+    nl.store(out_v, vals)
+    nl.store(out_i, nisa.nc_find_index8(data=t, vals=vals))
+    nl.store(out_r, nisa.nc_match_replace8(data=t, vals=vals, imm=-1.0, dst_idx=idx))
+    return out_v, out_i, out_r
+
+
+def test_max8_find_index8_match_replace8() -> None:
+    x = RNG.permutation(32 * 40).reshape(32, 40).astype(F32)  # distinct values: one first occurrence each
+    vals, idx, replaced = api.simulate(_top8, x)
+    want_idx = np.argsort(-x, axis=1)[:, :8]
+    np.testing.assert_array_equal(vals, np.take_along_axis(x, want_idx, axis=1))
+    np.testing.assert_array_equal(idx, want_idx.astype(np.uint32))
+    want = x.copy()
+    np.put_along_axis(want, want_idx, -1.0, axis=1)
+    np.testing.assert_array_equal(replaced, want)
+
+
+@nki.jit
+def _shuffle(x):
+    out = nl.ndarray((64, 16), F32, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    b = nl.ndarray((64, 16), F32, buffer=nl.sbuf)
+    nisa.nc_stream_shuffle(src=a, dst=b, shuffle_mask=[31 - i for i in range(32)])
+    nl.store(out, b)
+    return out
+
+
+def test_stream_shuffle_reverses_each_quadrant() -> None:
+    x = RNG.random((64, 16), dtype=F32)
+    want = np.concatenate([x[31::-1], x[63:31:-1]])
+    np.testing.assert_array_equal(api.simulate(_shuffle, x), want)
+
+
+@nki.jit
+def _random(x):
+    out = nl.ndarray((2, 128, 64), F32, buffer=nl.shared_hbm)
+    nl.random_seed(seed=5)
+    nl.store(out[0], nl.rand((128, 64)))
+    t = nl.load(x)
+    nl.store(out[1], nl.dropout(t, rate=0.25))
+    return out
+
+
+def test_rand_is_uniform_and_seeded_and_dropout_zeroes_a_quarter() -> None:
+    x = np.ones((128, 64), F32)
+    a, b = api.simulate(_random, x), api.simulate(_random, x)
+    np.testing.assert_array_equal(a, b)  # the same seed, the same draws
+    assert 0 <= a[0].min() and a[0].max() < 1 and abs(a[0].mean() - 0.5) < 0.02
+    zeros = (a[1] == 0).mean()
+    assert abs(zeros - 0.25) < 0.03 and set(np.unique(a[1])) == {0.0, 1.0}  # kept values are not rescaled
+
+
+@nki.jit
+def _reductions(x, col):
+    out = nl.ndarray((128, 3), F32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    c = nl.load(col)
+    r = nl.ndarray((128, 3), F32, buffer=nl.sbuf)
+    nisa.activation_reduce(op=nl.exp, data=t, reduce_op=nl.add, reduce_res=r[:, 0:1])
+    nisa.tensor_scalar_reduce(data=t, op0=nl.multiply, operand0=c, reduce_op=nl.max, reduce_res=r[:, 1:2])
+    r[:, 2:3] = nl.copy(nisa.reciprocal(c))
+    nl.store(out, r)
+    return out
+
+
+def test_activation_reduce_tensor_scalar_reduce_reciprocal() -> None:
+    x = RNG.random((128, 50), dtype=F32)
+    col = RNG.random((128, 1), dtype=F32) + 0.5
+    got = api.simulate(_reductions, x, col)
+    np.testing.assert_allclose(got[:, 0], np.exp(x).sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(got[:, 1], (x * col).max(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(got[:, 2], 1 / col[:, 0], rtol=1e-6)
+
+
+@nki.jit
+def _loop_sum(x):  # x: (4, 128, 32) -> sum over the 4 blocks with nl.loop_reduce
+    out = nl.ndarray((128, 32), F32, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 32), F32, buffer=nl.sbuf)
+    for i in nl.sequential_range(4):
+        acc[...] = nl.loop_reduce(nl.load(x[i]), op=np.add, loop_indices=[i])
+    nl.store(out, acc)
+    return out
+
+
+def test_loop_reduce_folds_into_its_destination() -> None:
+    x = RNG.random((4, 128, 32), dtype=F32)
+    np.testing.assert_allclose(api.simulate(_loop_sum, x), x.sum(axis=0), rtol=1e-6)
+
+
+@nki.trace
+def _identity_matmul(x):  # nki.trace + nki.compiler allocation + nl.shared_constant, as AWS's allocation tests use them
+    out = nl.ndarray((128, 128), F32, buffer=nl.shared_hbm)
+    ident = nl.shared_constant(np.identity(128, dtype=np.int8), dtype=nl.float32)
+    i_sb = nl.ndarray((nl.par_dim(128), 128), F32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+    i_sb[...] = nl.load(ident)
+    x_sb = nl.ndarray((nl.par_dim(128), 128), F32, buffer=ncc.sbuf.mod_alloc(base_addr=512))
+    x_sb[...] = nl.load(x)
+    acc = nl.ndarray((128, 128), F32, buffer=ncc.psum.alloc(lambda *a: (0, 0, 0)))
+    acc[...] = nisa.nc_matmul(x_sb, i_sb)
+    nl.store(out, nl.copy(acc))
+    return out
+
+
+def test_trace_shared_constant_and_direct_allocation() -> None:
+    x = RNG.random((128, 128), dtype=F32)
+    np.testing.assert_allclose(api.simulate(_identity_matmul, x), x.T, rtol=1e-6)
+
+
+@nki.jit
+def _scatter_add(x, idx):  # out rows idx[p] += x[p], out starting at 1 (indirect destination, dst_rmw_op)
+    out = nl.ndarray((2, 64, 8), F32, buffer=nl.shared_hbm)
+    ones = nl.full((64, 8), 1.0, F32, buffer=nl.sbuf)
+    nl.store(out[1], ones)
+    t = nl.load(x)
+    i = nl.load(idx)
+    nisa.dma_copy(dst=out[1, i, :], src=t, dst_rmw_op=np.add)  # indirect index after an integer index
+    return out
+
+
+def test_indirect_store_adds_with_dst_rmw_op() -> None:
+    x = RNG.random((32, 8), dtype=F32)
+    idx = (2 * np.arange(32, dtype=np.int32)).reshape(32, 1)
+    got = api.simulate(_scatter_add, x, idx)[1]
+    want = np.ones((64, 8), F32)
+    want[2 * np.arange(32)] += x
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_static_cast_and_finfo() -> None:
+    a = nl.static_cast(np.array([1.5, 2.25]), nl.bfloat16)
+    assert a.dtype == np.dtype(nl.bfloat16) and nl.static_cast(3.7, np.int32) == 3
+    assert nl.finfo(nl.float16).max == 65504.0 and nl.finfo(nl.bfloat16).bits == 16
+    assert nl.finfo(np.float32).min == np.finfo(np.float32).min
+
+
+@nki.jit
+def _bad_shuffle(x):
+    a = nl.load(x)
+    nisa.nc_stream_shuffle(src=a, dst=a, shuffle_mask=[0] * 31)
+    return x
+
+
+def test_bad_shuffle_mask_is_an_error() -> None:
+    with pytest.raises(KernelError, match="shuffle_mask must list 32 partitions"):
+        api.simulate(_bad_shuffle, np.ones((32, 4), F32))
