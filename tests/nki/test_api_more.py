@@ -169,3 +169,62 @@ def _bad_shuffle(x):
 def test_bad_shuffle_mask_is_an_error() -> None:
     with pytest.raises(KernelError, match="shuffle_mask must list 32 partitions"):
         api.simulate(_bad_shuffle, np.ones((32, 4), F32))
+
+
+@nki.jit
+def _masked_rows(x, lo, hi):
+    out = nl.ndarray((2, 128, 32), F32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    r = nl.ndarray((128, 1), F32, buffer=nl.sbuf)
+    sel = nisa.range_select(on_true_tile=t, comp_op0=np.greater_equal, comp_op1=np.less, bound0=nl.load(lo),
+                            bound1=nl.load(hi), reduce_cmd=nisa.reduce_cmd.reset_reduce, reduce_res=r,
+                            reduce_op=np.max, range_start=4)
+    nl.store(out[0], sel)
+    nl.store(out[1], r.broadcast_to((128, 32)))
+    return out
+
+
+def test_range_select_keeps_the_index_window_and_reduces_its_max() -> None:
+    x = RNG.random((128, 32), dtype=F32)
+    lo = RNG.integers(4, 20, (128, 1)).astype(F32)
+    hi = lo + RNG.integers(1, 10, (128, 1)).astype(F32)
+    sel, red = api.simulate(_masked_rows, x, lo, hi)
+    idx = 4 + np.arange(32)[None, :]
+    keep = (idx >= lo) & (idx < hi)
+    np.testing.assert_array_equal(sel, np.where(keep, x, np.finfo(F32).min))
+    np.testing.assert_array_equal(red[:, 0], np.where(keep, x, -np.inf).max(axis=1))
+
+
+@nki.jit
+def _bounds(ids):
+    out = nl.ndarray((1, 2, ids.shape[1]), F32, buffer=nl.shared_hbm)
+    nl.store(out, nisa.sequence_bounds(segment_ids=nl.load(ids)))
+    return out
+
+
+def test_sequence_bounds() -> None:
+    ids = np.array([[1, 1, 2, 2, 2, 0, 3, 0]], F32)
+    want = np.array([[[0, 0, 2, 2, 2, 8, 6, 8], [2, 2, 5, 5, 5, -1, 7, -1]]], F32)
+    np.testing.assert_array_equal(api.simulate(_bounds, ids), want)
+
+
+@nki.jit
+def _gather_and_rmw(x, idx, rows):
+    out = nl.ndarray((2, 64, 16), F32, buffer=nl.shared_hbm)
+    t = nl.load(x[0])
+    g = nl.gather_flattened(data=t, indices=nl.load(idx))
+    nl.store(out[0], g)
+    nl.store(out[1], nl.load(x[1]))
+    nl.atomic_rmw(out[1, nl.load(rows), :], value=t, op=np.add)
+    return out
+
+
+def test_gather_flattened_and_atomic_rmw() -> None:
+    x = RNG.random((2, 64, 16), dtype=F32)
+    idx = RNG.integers(0, 16, (64, 16)).astype(np.uint32)
+    rows = RNG.permutation(64).astype(np.int32).reshape(64, 1)
+    g, r = api.simulate(_gather_and_rmw, x, idx, rows)
+    np.testing.assert_array_equal(g, np.take_along_axis(x[0], idx.astype(np.int64), axis=1))
+    want = x[1].copy()
+    want[rows[:, 0]] += x[0]
+    np.testing.assert_allclose(r, want, rtol=1e-6)

@@ -251,3 +251,92 @@ def reciprocal(data: Tensor, *, dtype: object = None, mask: object = None, **kwa
     out = _finish(run, mask, value, data.shape, dtype, data.dtype, "sbuf", where, "reciprocal")
     core.emit(run, "vector", "reciprocal", out, (data,), where)
     return out
+
+
+_COMPARE = {"equal": np.equal, "less": np.less, "less_equal": np.less_equal, "greater": np.greater,
+            "greater_equal": np.greater_equal}
+
+
+def range_select(*, on_true_tile: Tensor, comp_op0: object, comp_op1: object, bound0: Tensor, bound1: Tensor,
+                 reduce_cmd: object = 0, reduce_res: object = None, reduce_op: object = np.amax,
+                 range_start: object = 0, on_false_value: object = None, mask: object = None, dtype: object = None,
+                 **kwargs: object) -> Tensor:
+    """out = on_true where comp_op0(i, bound0) & comp_op1(i, bound1), i = range_start + free index, else
+    on_false_value (FP32_MIN); the row max goes through the VectorE accumulator registers into reduce_res, as with
+    select_reduce (reset_reduce starts, reduce accumulates) [ISA1 range_select, NeuronCore-v3]."""
+    from tilec.nki.isa_extra import _IDLE, _accumulation_rules, _also_writes, _update_registers
+
+    run, where = core.begin()
+    api = "range_select"
+    if run.target.name == "trn1":
+        raise rules.NkiSyntaxError("range_select is available only on NeuronCore-v3 (trn2) and later",
+                                   "range_select_target", where)
+    _elementwise_engine(None, "vector", (("on_true_tile", on_true_tile), ("bound0", bound0), ("bound1", bound1)),
+                        api, run, where)
+    fns = []
+    for role, op in (("comp_op0", comp_op0), ("comp_op1", comp_op1)):
+        fn = _op(op, api, where)
+        if fn.name not in _COMPARE:
+            raise rules.NkiTypeError(f"range_select {role} must be equal, less, less_equal, greater or "
+                                     f"greater_equal; got nl.{fn.name}", "unsupported_op", where)
+        fns.append(_COMPARE[fn.name])
+    for role, b in (("bound0", bound0), ("bound1", bound1)):
+        checks.same_partitions(on_true_tile, b, api, ("on_true_tile", role), where)
+        if b.free_size != 1 or b.dtype != F32:
+            raise rules.NkiSyntaxError(f"range_select {role} must be a float32 ({on_true_tile.shape[0]}, 1) tile, got "
+                                       f"{tuple(b.shape)} {b.dtype.name}", "range_select_bound", where)
+    cmd = int(reduce_cmd)
+    _accumulation_rules(run, cmd, reduce_op, reduce_res, on_true_tile, where)
+    for t in (on_true_tile, bound0, bound1):
+        core.read(run, t, where)
+    fill = np.float32(np.finfo(np.float32).min if on_false_value is None else on_false_value)
+    if isinstance(range_start, Tensor):
+        core.needs_values(run, "range_select with range_start from a tile", where)
+        core.read(run, range_start, where)
+        range_start = float(np.asarray(core.values(range_start)).reshape(-1)[0])
+
+    def step() -> np.ndarray:
+        rows = core.f32(on_true_tile).reshape(on_true_tile.shape[0], -1)
+        idx = np.float32(range_start) + np.arange(rows.shape[1], dtype=F32)[None, :]
+        keep = fns[0](idx, core.f32(bound0).reshape(-1, 1)) & fns[1](idx, core.f32(bound1).reshape(-1, 1))
+        return np.where(keep, rows, fill).reshape(on_true_tile.shape)
+
+    value = core.compute(run, step)
+    out = _finish(run, mask, value, on_true_tile.shape, dtype, on_true_tile.dtype, "sbuf", where, "range_select")
+    seq = core.emit(run, "vector", api, out, (on_true_tile, bound0, bound1), where, attrs=(("reduce_cmd", cmd),))
+    run.vector_acc_defined = cmd != _IDLE
+    if cmd != _IDLE:
+        core.compute(run, lambda: _update_registers(run, cmd, value, on_true_tile.shape[0]))
+    if reduce_res is not None:
+        parts = on_true_tile.shape[0]
+        core.write(run, reduce_res, core.compute(run, lambda: run.vector_acc[:parts].reshape(reduce_res.shape)),
+                   where)
+        _also_writes(run, seq, reduce_res)
+    return out
+
+
+def sequence_bounds(*, segment_ids: Tensor, dtype: object = None, **kwargs: object) -> Tensor:
+    """For each element, [start, end) of the run of equal segment ids it belongs to, as a (1, 2, n) tile; padding
+    (id 0) gets start n and end -1 [ISA1 sequence_bounds, GpSimdE; partition dim 1]."""
+    run, where = core.begin()
+    _elementwise_engine(None, "gpsimd", (("segment_ids", segment_ids),), "sequence_bounds", run, where)
+    if segment_ids.shape[0] != 1 or segment_ids.dtype not in (F32, dtypes.int32):
+        raise rules.NkiSyntaxError(f"sequence_bounds takes a (1, n) float32 or int32 tile, got "
+                                   f"{tuple(segment_ids.shape)} {segment_ids.dtype.name}", "sequence_bounds_input",
+                                   where)
+    core.read(run, segment_ids, where)
+    n = segment_ids.free_size
+    value = core.compute(run, lambda: _bounds(core.f32(segment_ids).reshape(-1)).reshape(1, 2, n))
+    out = _finish(run, None, value, (1, 2, n), dtype, segment_ids.dtype, "sbuf", where, "sequence_bounds")
+    core.emit(run, "gpsimd", "sequence_bounds", out, (segment_ids,), where)
+    return out
+
+
+def _bounds(ids: np.ndarray) -> np.ndarray:
+    n = ids.size
+    start, end = np.empty(n, F32), np.empty(n, F32)
+    for i in range(n):
+        start[i] = n if ids[i] == 0 else (start[i - 1] if i and ids[i] == ids[i - 1] else i)
+    for i in range(n - 1, -1, -1):
+        end[i] = -1 if ids[i] == 0 else (end[i + 1] if i < n - 1 and ids[i] == ids[i + 1] else i + 1)
+    return np.stack([start, end])

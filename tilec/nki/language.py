@@ -356,5 +356,5 @@ for _name, _op in alu.OPS.items():
 
 
 # The 0.1 APIs AWS's suites use beyond the core set (issue 15); imported last: they build on isa and core.
-from tilec.nki.language_more import (dropout, finfo, loop_reduce, rand, random_seed, shared_constant,  # noqa: E402,F401
-                                     static_cast)
+from tilec.nki.language_more import (atomic_rmw, dropout, finfo, gather_flattened, loop_reduce, rand,  # noqa: E402,F401
+                                     random_seed, shared_constant, static_cast)

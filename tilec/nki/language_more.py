@@ -97,3 +97,41 @@ class _FInfo:
 def finfo(dtype: object) -> _FInfo:
     """Machine limits of a floating dtype (min, max, eps, tiny, bits), as numpy.finfo, for NKI dtypes too."""
     return _FInfo(np.dtype(dtypes.as_dtype(dtype)))
+
+
+def atomic_rmw(dst: object, value: object, op: object, *, mask: object = None, **kwargs: object) -> None:
+    """dst = op(dst, value) on HBM rows chosen by an indirect index (the only indexing 0.1 supports), op np.add
+    [NL1 atomic_rmw]: a DMA with dst_rmw_op."""
+    from tilec.nki.indirect import Indirect
+
+    _, where = core.begin()
+    if not isinstance(dst, Indirect):
+        raise rules.NkiSyntaxError("atomic_rmw supports only an HBM destination with indirect (tile) indices",
+                                   "atomic_rmw_dst", where, hint="index dst with an int32 (P, 1) index tile")
+    isa.dma_copy(dst=dst, src=value, dst_rmw_op=op, mask=mask)
+
+
+def gather_flattened(data: Tensor, indices: Tensor, *, mask: object = None, dtype: object = None,
+                     **kwargs: object) -> Tensor:
+    """out[p, k...] = data[p].flatten()[indices[p, k...]] per partition; indices are uint32 [NL1 gather_flattened];
+    an index outside the row is an error here (garbage on hardware)."""
+    from tilec.nki import checks
+    from tilec.nki.isa import _elementwise_engine, _finish
+
+    run, where = core.begin()
+    _elementwise_engine(None, "gpsimd", (("data", data), ("indices", indices)), "gather_flattened", run, where)
+    checks.same_partitions(data, indices, "gather_flattened", ("data", "indices"), where)
+    if indices.dtype != dtypes.uint32:
+        raise rules.NkiTypeError(f"gather_flattened indices must be uint32, got {indices.dtype.name}",
+                                 "gather_indices_dtype", where)
+    core.read(run, data, where)
+    core.read(run, indices, where)
+    core.needs_values(run, "gather_flattened (its addresses are the values of an index tile)", where)
+    idx = np.asarray(core.values(indices)).reshape(indices.shape[0], -1).astype(np.int64)
+    if (idx >= data.free_size).any():
+        raise rules.NkiIndexError(f"gather_flattened index {int(idx.max())} is outside a row of {data.free_size} "
+                                  "elements", "gather_out_of_bounds", where, f"data {data.describe()}")
+    value = np.take_along_axis(core.f32(data).reshape(data.shape[0], -1), idx, axis=1).reshape(indices.shape)
+    out = _finish(run, mask, value, tuple(indices.shape), dtype, data.dtype, "sbuf", where, "gather")
+    core.emit(run, "gpsimd", "gather_flattened", out, (data, indices), where)
+    return out
