@@ -104,7 +104,9 @@ def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: objec
     run, where = core.begin()
     if isinstance(src, Indirect) or isinstance(dst, Indirect):
         rmw = _op(dst_rmw_op, "dma_copy", where) if dst_rmw_op is not None else None
-        indirect.dma(run, dst, src, where, skip=oob_mode == _OOB_SKIP, op=rmw)
+        plain = dst if isinstance(src, Indirect) else src
+        indirect.dma(run, dst, src, where, skip=oob_mode == _OOB_SKIP, op=rmw,
+                     mask=_row_mask(mask, plain.shape) if isinstance(plain, Tensor) else None)
         return
     for role, t in (("src", src), ("dst", dst)):
         if not isinstance(t, Tensor):
@@ -120,6 +122,16 @@ def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: objec
         core.read(run, dst, where)
     core.write(run, dst, core.compute(run, lambda: _dma_value(src, dst, src_mask, op)), where, mask=m)
     _emit_dma(run, "dma_copy", src, dst, where)
+
+
+def _row_mask(mask: object, shape: tuple) -> np.ndarray | None:
+    """A (P, F) mask of an indirect DMA over its plain side's shape; a (P, 1) partition predicate covers each row."""
+    if mask is None:
+        return None
+    m = mask.evaluate() if isinstance(mask, Predicate) else np.asarray(mask, dtype=bool)
+    if m.ndim < len(shape):
+        m = m.reshape(m.shape[:1] + (1,) * (len(shape) - m.ndim) + m.shape[1:])
+    return np.broadcast_to(m, shape)
 
 
 def _dma_value(src: Tensor, dst: Tensor, src_mask: np.ndarray | None, op: alu.Op | None) -> np.ndarray:

@@ -158,7 +158,7 @@ def load(src: Tensor, *, mask: object = None, dtype: object = None, **kwargs: ob
     if isinstance(src, Indirect):  # gather rows chosen by an index tile
         out = core.allocate(run, src.shape, dtypes.as_dtype(dtype) if dtype is not None else src.dtype, "sbuf",
                             core.target_name(where, "load"), where)
-        isa.dma_copy(dst=out, src=src)
+        isa.dma_copy(dst=out, src=src, mask=mask)
         return out
     if not isinstance(src, Tensor) or src.buf.memory != "hbm":
         mem = src.buf.memory if isinstance(src, Tensor) else type(src).__name__
@@ -194,7 +194,7 @@ def load_transpose2d(src: Tensor, *, mask: object = None, dtype: object = None, 
 def store(dst: Tensor, value: object, *, mask: object = None, **kwargs: object) -> None:
     run, where = core.begin()
     if isinstance(dst, Indirect):  # scatter rows to places chosen by an index tile
-        isa.dma_copy(dst=dst, src=value)
+        isa.dma_copy(dst=dst, src=value, mask=mask)
         return
     if not isinstance(dst, Tensor) or dst.buf.memory != "hbm":
         mem = dst.buf.memory if isinstance(dst, Tensor) else type(dst).__name__
