@@ -228,3 +228,23 @@ def test_gather_flattened_and_atomic_rmw() -> None:
     want = x[1].copy()
     want[rows[:, 0]] += x[0]
     np.testing.assert_allclose(r, want, rtol=1e-6)
+
+
+@nki.jit
+def _column_scale(x, m):  # AWS flash-attention idioms: a PSUM tile into affine_select, `t[:, i]` columns
+    out = nl.ndarray((128, 64), F32, buffer=nl.shared_hbm)
+    cols = nl.load(m)  # (128, 4)
+    ps = nl.ndarray((128, 64), F32, buffer=nl.psum)
+    ps[...] = nl.copy(nl.load(x))
+    iy, ix = nl.mgrid[0:128, 0:64]
+    causal = nisa.affine_select(iy >= ix, ps, -1.0)
+    col = cols[:, 2]  # the (128, 1) column 2
+    nl.store(out, nl.multiply(causal, col[:, 0]))
+    return out
+
+
+def test_psum_affine_select_and_integer_column_indexing() -> None:
+    x = RNG.random((128, 64), dtype=F32)
+    m = RNG.random((128, 4), dtype=F32)
+    want = np.where(np.arange(128)[:, None] >= np.arange(64)[None, :], x, -1.0) * m[:, 2:3]
+    np.testing.assert_allclose(api.simulate(_column_scale, x, m), want, rtol=1e-6)

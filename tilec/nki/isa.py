@@ -536,6 +536,12 @@ def memset(shape: tuple, value: object, dtype: object, *, mask: object = None, e
 def affine_select(pred: Predicate, on_true_tile: Tensor, on_false_value: object, *, mask: object = None,
                   dtype: object = None) -> Tensor:
     run, where = core.begin()
+    if isinstance(on_true_tile, Tensor) and on_true_tile.buf.memory == "psum":
+        # GpSimdE cannot read PSUM [ISA1 affine_select], yet AWS's own flash attention (nki-samples fc5c69f,
+        # reference/attention.py) hands it a PSUM tile and ran on the SDK 2.21-2.26 toolchain: the compiler
+        # evacuates the tile to SBUF first, which is what runs here (a VectorE copy, then the select)
+        on_true_tile = tensor_copy(on_true_tile)
+        run, where = core.begin()
     _elementwise_engine(None, "gpsimd", (("on_true_tile", on_true_tile),), "affine_select", run, where)
     if not isinstance(pred, Predicate):
         raise rules.NkiTypeError("affine_select pred must be an affine comparison of nl.arange/mgrid indices",

@@ -306,6 +306,10 @@ def _with_scalar(op: alu.Op, t: Tensor, scalar: object, reverse: bool, dtype: ob
 def _broadcast_binary(op: alu.Op, x: Tensor, y: Tensor, dtype: object, mask: object) -> Tensor:
     """Tiles of different shapes: numpy broadcasting (a partition broadcast costs a TensorE pass on hardware)."""
     where = runtime.callsite()
+    if x.shape and y.shape and x.ndim != y.ndim and x.shape[0] == y.shape[0]:
+        # tiles line up on their partition dimension: `t[:, 0]` of a (P, 1) tile is a column of P, which
+        # broadcasts along the other operand's free dimensions (AWS's flash attention relies on it)
+        x, y = (_pad_free(x, y.ndim), y) if x.ndim < y.ndim else (x, _pad_free(y, x.ndim))
     try:
         shape = np.broadcast_shapes(tuple(x.shape), tuple(y.shape))
     except ValueError:
@@ -313,6 +317,11 @@ def _broadcast_binary(op: alu.Op, x: Tensor, y: Tensor, dtype: object, mask: obj
                                    "broadcast", where) from None
     xs, ys = x.broadcast_to(shape), y.broadcast_to(shape)
     return isa.tensor_tensor(xs, ys, op, dtype=dtype or dtypes.promote(x.dtype, y.dtype), mask=mask)
+
+
+def _pad_free(t: Tensor, ndim: int) -> Tensor:
+    pad = ndim - t.ndim
+    return Tensor(t.buf, t.off, tuple(t.shape) + (1,) * pad, tuple(t.strides) + (0,) * pad)
 
 
 def _unary(op: alu.Op, x: Tensor, *, dtype: object = None, mask: object = None, **kw) -> Tensor:

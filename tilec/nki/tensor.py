@@ -137,6 +137,11 @@ class Tensor:
             else:
                 off += self._int_index(k, n, d) * s
             d += 1
+        if len(shape) == 1 and len(self.shape) > 1 and self.buf.memory != "hbm" and strides[0] == self.strides[0]:
+            # an on-chip tile stays 2-D: `t[:, i]` of a (P, n) tile is the (P, 1) column i (spec §1.4: tiles have
+            # at least 2 dimensions; AWS's flash attention indexes `l_buffer[:, i]` and then `[:, 0]` of that)
+            shape.append(1)
+            strides.append(1)
         return Tensor(self.buf, off, tuple(shape), tuple(strides))
 
     def _slice_bounds(self, k: slice, n: int, d: int) -> tuple[int, int, int]:
