@@ -248,3 +248,19 @@ def test_psum_affine_select_and_integer_column_indexing() -> None:
     m = RNG.random((128, 4), dtype=F32)
     want = np.where(np.arange(128)[:, None] >= np.arange(64)[None, :], x, -1.0) * m[:, 2:3]
     np.testing.assert_allclose(api.simulate(_column_scale, x, m), want, rtol=1e-6)
+
+
+@nki.jit(platform_target="trn2")
+def _double_row(a, b):
+    out = nl.ndarray((a.shape[2], b.shape[2]), F32, buffer=nl.shared_hbm)
+    s = nl.load(a.view(nl.float8_e5m2))
+    m = nl.load(b.view(nl.float8_e5m2))
+    nl.store(out, nl.copy(nisa.nc_matmul(s, m, perf_mode="double_row_gen3")))
+    return out
+
+
+def test_double_row_matmul_contracts_partitions_and_both_rows() -> None:
+    a = RNG.integers(0, 4, (128, 2, 8)).astype(nl.float8_e5m2)
+    b = RNG.integers(0, 4, (128, 2, 64)).astype(nl.float8_e5m2)
+    want = np.einsum("kli,klj->ij", a.astype(F32), b.astype(F32))
+    np.testing.assert_array_equal(api.simulate(_double_row, a, b), want)

@@ -182,6 +182,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
     for role, t in (("stationary", stationary), ("moving", moving)):
         checks.tile(t, "nc_matmul", role, where)
         checks.engine_reads("tensor", t, "nc_matmul", role, where)
+    if kwargs.get("perf_mode") == "double_row_gen3":
+        return _double_row(run, stationary, moving, where)
     checks.matmul(run, stationary, moving, where)
     k, m, n = stationary.shape[0], stationary.free_size, moving.free_size
     out_shape = (m,) + tuple(moving.shape[1:])
@@ -192,6 +194,27 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
     attrs = (("is_transpose", True),) if is_transpose else ()
     core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=m, free=n, k=k, m=m,
               attrs=attrs)
+    return out
+
+
+def _double_row(run, stationary: Tensor, moving: Tensor, where: tuple) -> Tensor:
+    """perf_mode="double_row_gen3" (NeuronCore-v3, fp8): both operands are (K, 2, free) and the contraction runs
+    over K partitions x 2 rows: out[i, j] = sum_k,l s[k, l, i] * m[k, l, j] [ISA1 nc_matmul, v2.26.1 doc test]."""
+    ok = stationary.ndim == 3 and moving.ndim == 3 and stationary.shape[1] == moving.shape[1] == 2 and \
+        stationary.shape[0] == moving.shape[0] and stationary.shape[2] <= run.target.stationary_fmax and \
+        moving.shape[2] <= run.target.moving_fmax and run.target.name != "trn1"
+    if not ok:
+        raise rules.NkiSyntaxError(
+            "nc_matmul perf_mode='double_row_gen3' takes (K, 2, M <= 128) stationary and (K, 2, N <= 512) moving "
+            "tiles on trn2", "matmul_double_row", where, f"stationary {stationary.describe()}; moving "
+            f"{moving.describe()}")
+    core.read(run, stationary, where)
+    core.read(run, moving, where)
+    shape = (stationary.shape[2], moving.shape[2])
+    value = core.compute(run, lambda: np.einsum("kli,klj->ij", core.f32(stationary), core.f32(moving)))
+    out = core.result(run, value, shape, F32, "psum", where, "matmul")
+    core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=shape[0], free=shape[1],
+              k=2 * stationary.shape[0], m=shape[0], attrs=(("perf_mode", "double_row_gen3"),))
     return out
 
 

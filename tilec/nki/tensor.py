@@ -241,6 +241,18 @@ class Tensor:
         isz = self.buf.itemsize
         return Tensor(self.buf, self.off, tuple(view.shape), tuple(s // isz for s in view.strides))
 
+    def view(self, dtype: object) -> "Tensor":
+        """`t.view(dtype)`: the same bytes as another dtype; tilec supports only a dtype of the same itemsize whose
+        storage is the tensor's own (e.g. an fp8 argument viewed as nl.float8_e5m2)."""
+        from tilec.nki import dtypes
+
+        dt = dtypes.as_dtype(dtype)
+        if dt == self.dtype:
+            return self
+        raise rules.NkiTypeError(f"view as {dt.name} of a {self.dtype.name} tensor is not supported by tilec",
+                                 "view_dtype", runtime.callsite(), f"tensor {self.describe()}",
+                                 hint="pass the argument in the dtype the kernel views it as")
+
     def broadcast_to(self, shape: tuple) -> "Tensor":
         shape = tuple(int(x) for x in shape)
         if len(shape) < len(self.shape):
