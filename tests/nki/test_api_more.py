@@ -264,3 +264,20 @@ def test_double_row_matmul_contracts_partitions_and_both_rows() -> None:
     b = RNG.integers(0, 4, (128, 2, 64)).astype(nl.float8_e5m2)
     want = np.einsum("kli,klj->ij", a.astype(F32), b.astype(F32))
     np.testing.assert_array_equal(api.simulate(_double_row, a, b), want)
+
+
+@nki.jit
+def _local_gather(src, idx):
+    out = nl.ndarray((32, 6, 2), F32, buffer=nl.shared_hbm)
+    nl.store(out, nisa.local_gather(nl.load(src), nl.load(idx), 2, 6))
+    return out
+
+
+def test_local_gather_per_16_partition_group() -> None:
+    src = RNG.random((32, 20), dtype=F32)
+    idx = (2 * RNG.integers(0, 10, (32, 1))).astype(np.uint16)  # element offsets of runs of 2
+    got = api.simulate(_local_gather, src, idx)
+    for g in (0, 16):
+        pick = idx[g:g + 16, 0][:6].astype(np.int64)  # column-major over the group, the first 6 valid
+        want = src[g:g + 16][:, pick[:, None] + np.arange(2)[None, :]]
+        np.testing.assert_array_equal(got[g:g + 16], want)

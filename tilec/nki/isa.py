@@ -581,6 +581,6 @@ def affine_select(pred: Predicate, on_true_tile: Tensor, on_false_value: object,
 # The less common instructions live in isa_extra.py; imported last because they build on the helpers above.
 from tilec.nki.isa_extra import (bn_aggr, bn_stats, scalar_tensor_tensor, select_reduce,  # noqa: E402,F401
                                  tensor_copy_predicated, tensor_partition_reduce, tensor_tensor_scan)
-from tilec.nki.isa_more import (activation_reduce, dropout, max8, nc_find_index8, nc_match_replace8,  # noqa: E402,F401
+from tilec.nki.isa_more import (activation_reduce, dropout, local_gather, max8, nc_find_index8, nc_match_replace8,  # noqa: E402,F401
                                 nc_stream_shuffle, range_select, reciprocal,
                                 sequence_bounds, tensor_scalar_reduce)

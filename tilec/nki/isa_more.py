@@ -340,3 +340,42 @@ def _bounds(ids: np.ndarray) -> np.ndarray:
     for i in range(n - 1, -1, -1):
         end[i] = -1 if ids[i] == 0 else (end[i + 1] if i < n - 1 and ids[i] == ids[i + 1] else i + 1)
     return np.stack([start, end])
+
+
+def local_gather(src_buffer: Tensor, index: Tensor, num_elem_per_idx: int = 1, num_valid_indices: object = None, *,
+                 mask: object = None, **kwargs: object) -> Tensor:
+    """GpSimdE gather within each group of 16 partitions (one GpSimd core each): the group's uint16 indices, read
+    column-major and cut to num_valid_indices, are element offsets of runs of num_elem_per_idx elements picked from
+    each of its partitions;
+    the output is (P, num_valid_indices, num_elem_per_idx) in src's dtype [ISA1 local_gather, its NumPy semantics]."""
+    run, where = core.begin()
+    api = "local_gather"
+    _elementwise_engine(None, "gpsimd", (("src_buffer", src_buffer), ("index", index)), api, run, where)
+    p, e = src_buffer.shape[0], int(num_elem_per_idx)
+    if index.shape[0] != p or p % 16 or e not in (1, 2, 4, 8, 16, 32) or index.dtype != dtypes.uint16 or \
+            src_buffer.free_size % e:
+        raise rules.NkiSyntaxError(
+            "local_gather needs src_buffer and a uint16 index with the same partitions (a multiple of 16) and "
+            "num_elem_per_idx in 1, 2, 4, 8, 16, 32 dividing src's elements per partition", "local_gather_shape",
+            where, f"src_buffer {src_buffer.describe()}; index {index.describe()}; num_elem_per_idx {e}")
+    per_core = index.size // (p // 16)
+    nv = per_core if num_valid_indices is None else int(num_valid_indices)
+    if not 0 < nv <= min(per_core, 4096):
+        raise rules.NkiValueError(f"local_gather num_valid_indices {nv} must be in 1..{min(per_core, 4096)}",
+                                  "local_gather_count", where)
+    core.read(run, src_buffer, where)
+    core.read(run, index, where)
+    core.needs_values(run, "local_gather (its addresses are the values of an index tile)", where)
+    idx = np.asarray(core.values(index)).reshape(p, -1).astype(np.int64)
+    f = src_buffer.free_size
+    src = core.values(src_buffer).reshape(p, f)
+    out = np.empty((p, nv, e), src.dtype)
+    for g in range(0, p, 16):  # an index is the element offset where its run of num_elem_per_idx starts
+        pick = idx[g:g + 16].flatten(order="F")[:nv]
+        if (pick + e > f).any():
+            raise rules.NkiIndexError(f"local_gather index {int(pick.max())} reads past the {f} elements of a "
+                                      "partition (undefined on hardware)", "local_gather_out_of_bounds", where)
+        out[g:g + 16] = src[g:g + 16][:, pick[:, None] + np.arange(e)[None, :]]
+    result = core.result(run, out, (p, nv, e), src_buffer.dtype, "sbuf", where, "gather")
+    core.emit(run, "gpsimd", api, result, (src_buffer, index), where)
+    return result
