@@ -281,3 +281,22 @@ def test_local_gather_per_16_partition_group() -> None:
         pick = idx[g:g + 16, 0][:6].astype(np.int64)  # column-major over the group, the first 6 valid
         want = src[g:g + 16][:, pick[:, None] + np.arange(2)[None, :]]
         np.testing.assert_array_equal(got[g:g + 16], want)
+
+
+@nki.jit
+def _dynamic_columns(x, offsets):  # out[:, k] = x[:, offsets[k]], offsets read from SBUF at run time
+    out = nl.ndarray((128, 8), F32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    off = nl.load(offsets)
+    o = nl.ndarray((128, 8), F32, buffer=nl.sbuf)
+    ix, iy = nl.mgrid[0:128, 0:1]
+    for k in nl.affine_range(8):
+        o[ix, k] = nisa.tensor_copy_dynamic_src(t[ix, off[0, k] + iy])
+    nl.store(out, o)
+    return out
+
+
+def test_tensor_copy_dynamic_src_reads_its_offset_from_sbuf() -> None:
+    x = RNG.random((128, 40), dtype=F32)
+    offsets = RNG.integers(0, 40, (1, 8)).astype(np.int32)
+    np.testing.assert_array_equal(api.simulate(_dynamic_columns, x, offsets), x[:, offsets[0]])

@@ -583,4 +583,4 @@ from tilec.nki.isa_extra import (bn_aggr, bn_stats, scalar_tensor_tensor, select
                                  tensor_copy_predicated, tensor_partition_reduce, tensor_tensor_scan)
 from tilec.nki.isa_more import (activation_reduce, dropout, local_gather, max8, nc_find_index8, nc_match_replace8,  # noqa: E402,F401
                                 nc_stream_shuffle, range_select, reciprocal,
-                                sequence_bounds, tensor_scalar_reduce)
+                                sequence_bounds, tensor_copy_dynamic_src, tensor_scalar_reduce)

@@ -379,3 +379,12 @@ def local_gather(src_buffer: Tensor, index: Tensor, num_elem_per_idx: int = 1, n
     result = core.result(run, out, (p, nv, e), src_buffer.dtype, "sbuf", where, "gather")
     core.emit(run, "gpsimd", api, result, (src_buffer, index), where)
     return result
+
+
+def tensor_copy_dynamic_src(src: Tensor, *, mask: object = None, dtype: object = None, engine: object = None,
+                            **kwargs: object) -> Tensor:
+    """tensor_copy of a source at a dynamic offset within each partition (the offset, a value in SBUF, was read
+    when `src` was indexed: `t[ix, offset_tile + iy]`) [ISA1 tensor_copy_dynamic_src]."""
+    from tilec.nki.isa import tensor_copy
+
+    return tensor_copy(src, mask=mask, dtype=dtype, engine=engine)

@@ -85,6 +85,8 @@ class Tensor:
         from tilec.nki.indexing import Grid
 
         key = tuple(key) if isinstance(key, Grid) else key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, (Tensor, DynamicIndex)) for k in key[1:]):
+            key = key[:1] + _resolve_dynamic(key)[1:]
         if key and isinstance(key[0], Tensor):
             from tilec.nki.indirect import Indirect
 
@@ -324,9 +326,41 @@ class Tensor:
     __hash__ = object.__hash__
 
 
+class DynamicIndex:
+    """`scalar_tile + nl.arange(...)`: an index whose offset is a value held on chip (tensor_copy_dynamic_src), read
+    when the index is used."""
+
+    def __init__(self, scalar: Tensor, expr: IndexExpr) -> None:
+        self.scalar, self.expr = scalar, expr
+
+
+def _dynamic_value(t: Tensor) -> int:
+    """The value of a one-element on-chip tile used as an index (a dynamic offset)."""
+    from tilec.nki import core
+
+    run, where = runtime.current(), runtime.callsite()
+    core.read(run, t, where)
+    core.needs_values(run, "an index read from a tile (a dynamic offset)", where)
+    return int(np.asarray(core.values(t)).reshape(-1)[0])
+
+
+def _resolve_dynamic(key: tuple) -> tuple:
+    out = []
+    for i, k in enumerate(key):
+        if isinstance(k, DynamicIndex):
+            k = k.expr + _dynamic_value(k.scalar)
+        elif i > 0 and isinstance(k, Tensor) and k.size == 1 and k.buf.memory != "hbm":
+            k = _dynamic_value(k)
+        out.append(k)
+    return tuple(out)
+
+
 def _binary(name: str, symbol: str, reverse: bool = False):
     def method(self: Tensor, other: object) -> Tensor:
         from tilec.nki import language
+
+        if name == "add" and isinstance(other, IndexExpr) and self.size == 1:
+            return DynamicIndex(self, other)
 
         if isinstance(other, Tensor) and self.shape and other.shape and self.shape[0] != other.shape[0]:
             raise rules.NkiSyntaxError(
