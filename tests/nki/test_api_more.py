@@ -300,3 +300,17 @@ def test_tensor_copy_dynamic_src_reads_its_offset_from_sbuf() -> None:
     x = RNG.random((128, 40), dtype=F32)
     offsets = RNG.integers(0, 40, (1, 8)).astype(np.int32)
     np.testing.assert_array_equal(api.simulate(_dynamic_columns, x, offsets), x[:, offsets[0]])
+
+
+@nki.jit
+def _masked_sum(x):  # sum of the first 5 of 8 columns: the mask covers the reduced input
+    out = nl.ndarray((128, 1), F32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    iy, ix = nl.mgrid[0:128, 0:8]
+    nl.store(out, nl.sum(t, axis=[1], mask=(ix < 5), keepdims=True))
+    return out
+
+
+def test_reduction_mask_over_its_input() -> None:
+    x = RNG.random((128, 8), dtype=F32)
+    np.testing.assert_allclose(api.simulate(_masked_sum, x), x[:, :5].sum(axis=1, keepdims=True), rtol=1e-6)

@@ -419,17 +419,38 @@ def tensor_reduce(op: object, data: Tensor, axis: object, *, mask: object = None
     axes = reduce_axes(axis, data, "tensor_reduce", where)
     if fn.reduce is None:
         raise rules.NkiTypeError(f"nl.{fn.name} cannot be used as a reduction", "unsupported_op", where)
-    _read_operand(run, data, fn, where)
-    value = core.compute(run, lambda: _reduced(fn, data, axes, keepdims, negate))
     shape = tuple(1 if d in axes else n for d, n in enumerate(data.shape) if keepdims or d not in axes)
-    out = _finish(run, mask, value, shape, dtype, data.dtype, "sbuf", where, "tensor_reduce")
+    m_in = _input_mask(mask, data.shape, shape)
+    _read_operand(run, data, fn, where, m_in)
+    value = core.compute(run, lambda: _reduced(fn, data, axes, keepdims, negate, m_in))
+    out = _finish(run, None if m_in is not None else mask, value, shape, dtype, data.dtype, "sbuf", where,
+                  "tensor_reduce")
     core.emit(run, eng, "tensor_reduce", out, (data,), where,
               attrs=(("alu", fn.name), ("axis", axes), ("in_free", data.free_size)))
     return out
 
 
-def _reduced(fn: alu.Op, data: Tensor, axes: tuple, keepdims: bool, negate: bool) -> np.ndarray:
-    value = np.asarray(fn.reduce(_operand(data, fn), axis=axes, keepdims=keepdims), dtype=F32)
+_IDENTITY = {"add": 0.0, "max": -np.inf, "maximum": -np.inf, "min": np.inf, "minimum": np.inf, "multiply": 1.0}
+
+
+def _input_mask(mask: object, in_shape: tuple, out_shape: tuple) -> np.ndarray | None:
+    """A reduction's mask= over its input's shape (AWS's adaptive_avg_pool2d masks the tile it sums): the masked-off
+    elements are left out of the reduction. A mask that fits only the output keeps selecting output elements."""
+    if mask is None:
+        return None
+    try:
+        mask_array(mask, out_shape)
+        return None
+    except ValueError:
+        return mask_array(mask, in_shape)
+
+
+def _reduced(fn: alu.Op, data: Tensor, axes: tuple, keepdims: bool, negate: bool,
+             mask: np.ndarray | None = None) -> np.ndarray:
+    x = _operand(data, fn, mask)
+    if mask is not None:
+        x = np.where(mask, x, np.float32(_IDENTITY.get(fn.name, 0.0)))
+    value = np.asarray(fn.reduce(x, axis=axes, keepdims=keepdims), dtype=F32)
     return -value if negate else value
 
 
