@@ -114,7 +114,9 @@ TRN2 = Target(
     tensor_ghz=2.4, vector_ghz=0.96, scalar_ghz=1.2, gpsimd_ghz=1.2,
     dma_engines=16, dma_engine_bw=23.0,
     instructions=_instructions(128, 128, 512, 65536, 4096),
-    sources="§2.2 ARCH3: 224 KiB SBUF per partition (reserve not documented for v3), PSUM 8 x 2 KiB [ARCH2]; "
+    sources="§2.2 ARCH3: 224 KiB SBUF per partition, all usable (no reserve documented for v3, and a course "
+            "conv kernel with 215,572 bytes per partition live passed on Trn2 under SDK 2.21: "
+            "fidelity-cases/sbuf_215k.py), PSUM 8 x 2 KiB [ARCH2]; "
             "§1.8/§2.3 TensorE 128x128, moving <= 512 [NISA, PM]; VectorE free <= 64K SBUF / 4K PSUM [ARCH2]; "
             "§2.3 ARCH3 clocks; §2.5 DMAINTRO/DMABW 16 engines x 23 B/ns")
 

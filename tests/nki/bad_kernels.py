@@ -238,12 +238,6 @@ def partition_not_first(a):
 
 
 @nki.jit
-def block_dimension(a):
-    t = nl.ndarray((4, nl.par_dim(128), 512), nl.float32, buffer=nl.sbuf)  # <- BLOCK_DIM
-    return a
-
-
-@nki.jit
 def hbm_with_init(a):
     out = nl.zeros((128, 64), nl.float32, buffer=nl.shared_hbm)  # <- HBM_INIT
     return out

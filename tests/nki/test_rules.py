@@ -77,9 +77,6 @@ CASES = [
     ("partition_not_first", (A,), "PARTITION_FIRST", rules.NkiSyntaxError,
      "operand 'src' of 'tensor_copy': the partition dimension must be the first dimension of a tile "
      "[err_failed_to_infer_tile_from_local_tensor]"),
-    ("block_dimension", (A,), "BLOCK_DIM", rules.NkiSyntaxError,
-     "leading dimension of a tensor must be the partition dimension "
-     "[err_leading_dimension_of_tensor_must_be_partition]"),
     ("hbm_with_init", (A,), "HBM_INIT", rules.NkiSyntaxError,
      "HBM tensor 'out' cannot be created with an initial value [err_hbm_tensor_with_init_value_not_supported]"),
     ("shared_hbm_in_loop", (A,), "SHARED_HBM_LOOP", rules.NkiSyntaxError,
@@ -92,8 +89,7 @@ CASES = [
     ("tensor_truth", (S,), "TRUTH", rules.NkiValueError,
      "the truth value of a tensor is ambiguous [err_ambiguous_tensor_truth_value]"),
     ("reduce_partition_axis", (S,), "REDUCE_AXIS", rules.NkiSyntaxError,
-     "tensor_reduce reduces only trailing free dimensions ending at the last one (e.g. (1,)), got axis 0 "
-     "[reduce_axis]"),
+     "tensor_reduce reduces up to four free dimensions (e.g. (1,)), got axis 0 [reduce_axis]"),
     ("activation_scale_fp16", (S,), "ACT_SCALE", rules.NkiTypeError,
      "activation scale vector must be float32, got float16 [err_activation_scale_invalid_type]"),
     ("output_never_written", (S,), "NOT_WRITTEN", rules.NkiError,

@@ -138,9 +138,10 @@ def dma_at(b: TraceBuilder, p0: int, p1: int, line: int):
 
 def test_dma_engines_split_by_partition_groups():
     b = TraceBuilder("dma_split")
-    dma_at(b, 0, 8, line=1)  # engine 0
-    dma_at(b, 8, 16, line=2)  # engine 1: runs at the same time
-    dma_at(b, 0, 8, line=3)  # engine 0 again: after the first
+    src = b.buffer("h", "hbm", 1, 1 << 20)
+    dsts = [b.buffer("s", "sbuf", 128, 8192) for _ in range(3)]  # all live at once: no buffer rotation between them
+    for dst, (p0, p1) in zip(dsts, [(0, 8), (8, 16), (0, 8)]):  # engine 0, engine 1 (at the same time), engine 0
+        b.dma(b.at(dst, p0=p0, p1=p1), b.at(src), partitions=p1 - p0, nbytes=(p1 - p0) * 8192, line=p1)
     (s0, e0), (s1, e1), (s2, e2) = starts(estimate(b.trace))
     assert s0 == s1 and s2 == pytest.approx(e0)
     one_engine = math.hypot(P["dma_xfer_fixed_ns"] + 8 * P["dma_desc_ns"], 8 * 8192 / P["dma_engine_bw"])
@@ -200,16 +201,16 @@ def test_every_parameter_cites_a_source():
         assert source.startswith(("§", "fitted")), name
 
 
-@pytest.mark.parametrize("bpp, figure", [(32, 1.8), (512, 21), (1024, 42.5), (2048, 81), (4096, 96.6), (8192, 98.3),
-                                         (32768, 100)])
-def test_dma_efficiency_follows_the_dmaintro_curve(bpp, figure):
-    """A [128, bpp] transfer: per-engine throughput relative to 23 B/ns, against the figure of spec §2.5."""
-    b = TraceBuilder("curve")
-    src, dst = b.buffer("h", "hbm", 1, 128 * bpp), b.buffer("s", "sbuf", 128, bpp)
-    b.dma(b.at(dst), b.at(src), partitions=128, nbytes=128 * bpp, line=1)
+def test_dma_engine_time_is_descriptors_and_bytes():
+    """A [128, 448 B] load occupies its 16 engines for its descriptors and bytes only: the public conv behind rows
+    9-12 runs 2,664 of them beside 811 us of matmuls, which a fixed engine time per transfer (450 ns, once fitted
+    to the tiny-DMA rows; DMAINTRO's efficiency figure reads the same) would make DMA-bound at 2,200 us."""
+    b = TraceBuilder("row_load")
+    src, dst = b.buffer("h", "hbm", 1, 128 * 448), b.buffer("s", "sbuf", 128, 448)
+    b.dma(b.at(dst), b.at(src), partitions=128, nbytes=128 * 448, line=1)
     busy = estimate(b.trace).busy_ns["dma"]
-    efficiency = 100 * (8 * bpp / busy) / P["dma_engine_bw"]
-    assert efficiency == pytest.approx(figure, abs=10)
+    assert busy == pytest.approx(math.hypot(8 * P["dma_desc_ns"], 8 * 448 / P["dma_engine_bw"]))
+    assert busy < 811_000 / 2664  # keeps pace with the matmuls of one row load (3 x ~100 ns)
 
 
 def test_psum_zeroing_before_accumulation_is_free():

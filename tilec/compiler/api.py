@@ -139,10 +139,10 @@ def run_source(source: str, name: str, program, arrays: tuple, named: dict, trac
 
     kernel = load_kernel(source, name)
     inputs = _bind(program, arrays, named, copy=numerics)
-    if traced:
-        outs, trace = nki_api.simulate_traced(kernel, *inputs, numerics=numerics)
+    if traced:  # strict: tilec's own kernels keep to the rules of later releases as well (rules.later_release)
+        outs, trace = nki_api.simulate_traced(kernel, *inputs, numerics=numerics, strict=True)
     else:
-        outs, trace = nki_api.simulate(kernel, *inputs), None
+        outs, trace = nki_api.simulate(kernel, *inputs, strict=True), None
     outs = outs if isinstance(outs, tuple) else (outs,)
     result = {o: np.asarray(v) for o, v in zip(program.kernel.outputs, outs)}
     return (result, trace) if traced else result

@@ -24,22 +24,26 @@ from tilec.nki.rules import NkiError
 from tilec.trace import Trace
 
 
-def simulate(kernel_fn: object, *arrays: object, target: str | None = None, **kwargs: object) -> object:
-    outputs, _ = simulate_traced(kernel_fn, *arrays, target=target, **kwargs)
+def simulate(kernel_fn: object, *arrays: object, target: str | None = None, strict: bool = False,
+             **kwargs: object) -> object:
+    outputs, _ = simulate_traced(kernel_fn, *arrays, target=target, strict=strict, **kwargs)
     return outputs
 
 
 def simulate_traced(kernel_fn: object, *arrays: object, target: str | None = None, numerics: bool = True,
-                    **kwargs: object) -> tuple[object, Trace]:
+                    strict: bool = False, **kwargs: object) -> tuple[object, Trace]:
     """Run the kernel on the interpreter; return its outputs and its instruction trace.
 
     numerics=False is a trace-only run, for callers that need only the trace (the auto-tuner's performance model):
     every hardware rule is still enforced and the trace equals the full run's, but no arithmetic or data copy is
     done, so the returned outputs hold unspecified values (whatever the fresh memory held) and arguments the kernel
     writes are left unchanged. A kernel whose addresses depend on tensor values (indirect DMA) raises NkiError
-    [trace_only_needs_values] instead of running."""
+    [trace_only_needs_values] instead of running.
+
+    strict=True holds the kernel to the rules of later releases too: what SDK 2.21-2.26 accepted and later releases
+    forbid (rules.later_release) is an error instead of a warning. tilec's compiler runs its own kernels so."""
     shim.install()
-    return launch(kernel_fn, arrays, kwargs, target=target, numerics=numerics)
+    return launch(kernel_fn, arrays, kwargs, target=target, numerics=numerics, strict=strict)
 
 
 _loaded: dict[tuple[str, int], object] = {}  # (path, mtime) -> module: a file is executed once until it changes

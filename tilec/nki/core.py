@@ -196,13 +196,20 @@ def f32(t: Tensor, mask: np.ndarray | None = None) -> np.ndarray:
 
 # ---- allocation ----
 def allocate(run: Run, shape: tuple, dtype: np.dtype, memory: str, name: str, where: tuple[str, int],
-             fill: object = None, temp: bool = False) -> Tensor:
-    checks.new_tile(run, shape, dtype, memory, name, where)
-    data = np.empty(shape, dtype)
+             fill: object = None, temp: bool = False, pdim: int = 0) -> Tensor:
+    """A new tensor of `shape` whose partition dimension is `pdim` (block dimensions before it, spec §1.4): stored
+    partition-first, so `t[b]` is a (P, free...) tile; the tensor is a permuted view of that storage."""
+    stored = (shape[pdim],) + shape[:pdim] + shape[pdim + 1:] if pdim else shape
+    checks.new_tile(run, stored, dtype, memory, name, where)
+    data = np.empty(stored, dtype)
     compute(run, lambda: _fill(data, fill))
     buf = Buffer(run, name, memory, data, written=fill is not None, where=where)
     run.allocate(buf, temp=temp)
-    return Tensor.whole(buf)
+    whole = Tensor.whole(buf)
+    if not pdim:
+        return whole
+    s = whole.strides
+    return Tensor(buf, 0, tuple(shape), s[1:pdim + 1] + (s[0],) + s[pdim + 1:])
 
 
 def _fill(data: np.ndarray, fill: object) -> None:
@@ -293,12 +300,14 @@ def _raw(value: Tensor, shape: tuple) -> np.ndarray | None:
 
 # ---- dst[...] = value ----
 def assign(dst: Tensor, value: object) -> None:
+    if hasattr(value, "fold_into"):  # nl.loop_reduce: dst = op(dst, x)
+        value = value.fold_into(dst)
     run = runtime.current()
     where = runtime.callsite()
     if isinstance(value, Tensor) and value.buf is dst.buf and value.off == dst.off and \
             value.shape == dst.shape and value.strides == dst.strides:
         return  # `acc[...] += x` re-stores the view it just updated
-    if is_fresh(value) and value.size == dst.size:
+    if is_fresh(value) and value.size == dst.size and not _evacuated(run, value, dst):
         checks.retarget(run, run.instrs[value.buf.instr], dst, where)
         mask = value.buf.mask
         write(run, dst, _raw(value, dst.shape), where, mask=None if mask is None else mask.reshape(dst.shape))
@@ -314,6 +323,22 @@ def assign(dst: Tensor, value: object) -> None:
         raise rules.NkiTypeError(f"cannot assign a {type(value).__name__} to a tile", "assignment", where,
                                  f"destination {dst.describe()}",
                                  hint="assign the result of an NKI API call, a tile, or a scalar constant")
+
+
+def _evacuated(run: Run, value: Tensor, dst: Tensor) -> bool:
+    """`w_sbuf[...] = nisa.nc_transpose(t)`: TensorE writes only PSUM [ISA1 nc_transpose], but SDK 2.21 compiled the
+    assignment into SBUF and the tile landed there (fidelity-cases/transpose_into_sbuf.py): the transpose goes to
+    PSUM and a VectorE copy brings it to SBUF, as the compiler inserts it. NKI 0.2+ takes dst as an argument."""
+    instr = run.instrs[value.buf.instr]
+    if not (instr.engine == "tensor" and instr.op == "nc_transpose" and dst.buf.memory == "sbuf"):
+        return False
+    rules.later_release(run, "the TensorE result of nc_transpose is assigned into SBUF (modelled as a transpose "
+                        "into PSUM and a copy to SBUF)", "engine_memory_access", runtime.callsite(),
+                        "NKI 0.2 (Neuron SDK 2.27) and later take the PSUM destination as an argument",
+                        f"destination {dst.describe()}",
+                        hint="transpose into a PSUM tile and copy it to SBUF with nisa.tensor_copy",
+                        error=rules.MemoryRuleError)
+    return True
 
 
 def _copy(run: Run, dst: Tensor, src: Tensor, where: tuple[str, int]) -> None:

@@ -12,7 +12,7 @@ import enum
 
 import numpy as np
 
-from tilec.nki import alu, checks, core, dtypes, indirect, rules
+from tilec.nki import alu, checks, core, dtypes, indirect, rules, runtime
 from tilec.nki.indexing import IndexExpr, Predicate
 from tilec.nki.indirect import Indirect
 from tilec.nki.tensor import Tensor
@@ -29,6 +29,7 @@ class engine(enum.IntEnum):
     sync = 6
 
 
+engine_enum = engine
 unknown_engine, tensor_engine, scalar_engine = engine.unknown, engine.tensor, engine.scalar
 gpsimd_engine, vector_engine, sync_engine = engine.gpsimd, engine.vector, engine.sync
 
@@ -102,7 +103,10 @@ def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: objec
              oob_mode: object = None, dge_mode: object = None) -> None:
     run, where = core.begin()
     if isinstance(src, Indirect) or isinstance(dst, Indirect):
-        indirect.dma(run, dst, src, where, skip=oob_mode == _OOB_SKIP)
+        rmw = _op(dst_rmw_op, "dma_copy", where) if dst_rmw_op is not None else None
+        plain = dst if isinstance(src, Indirect) else src
+        indirect.dma(run, dst, src, where, skip=oob_mode == _OOB_SKIP, op=rmw,
+                     mask=_row_mask(mask, plain.shape) if isinstance(plain, Tensor) else None)
         return
     for role, t in (("src", src), ("dst", dst)):
         if not isinstance(t, Tensor):
@@ -118,6 +122,16 @@ def dma_copy(*, dst: Tensor, src: Tensor, mask: object = None, dst_rmw_op: objec
         core.read(run, dst, where)
     core.write(run, dst, core.compute(run, lambda: _dma_value(src, dst, src_mask, op)), where, mask=m)
     _emit_dma(run, "dma_copy", src, dst, where)
+
+
+def _row_mask(mask: object, shape: tuple) -> np.ndarray | None:
+    """A (P, F) mask of an indirect DMA over its plain side's shape; a (P, 1) partition predicate covers each row."""
+    if mask is None:
+        return None
+    m = mask.evaluate() if isinstance(mask, Predicate) else np.asarray(mask, dtype=bool)
+    if m.ndim < len(shape):
+        m = m.reshape(m.shape[:1] + (1,) * (len(shape) - m.ndim) + m.shape[1:])
+    return np.broadcast_to(m, shape)
 
 
 def _dma_value(src: Tensor, dst: Tensor, src_mask: np.ndarray | None, op: alu.Op | None) -> np.ndarray:
@@ -168,6 +182,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
     for role, t in (("stationary", stationary), ("moving", moving)):
         checks.tile(t, "nc_matmul", role, where)
         checks.engine_reads("tensor", t, "nc_matmul", role, where)
+    if kwargs.get("perf_mode") == "double_row_gen3":
+        return _double_row(run, stationary, moving, where)
     checks.matmul(run, stationary, moving, where)
     k, m, n = stationary.shape[0], stationary.free_size, moving.free_size
     out_shape = (m,) + tuple(moving.shape[1:])
@@ -178,6 +194,27 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
     attrs = (("is_transpose", True),) if is_transpose else ()
     core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=m, free=n, k=k, m=m,
               attrs=attrs)
+    return out
+
+
+def _double_row(run, stationary: Tensor, moving: Tensor, where: tuple) -> Tensor:
+    """perf_mode="double_row_gen3" (NeuronCore-v3, fp8): both operands are (K, 2, free) and the contraction runs
+    over K partitions x 2 rows: out[i, j] = sum_k,l s[k, l, i] * m[k, l, j] [ISA1 nc_matmul, v2.26.1 doc test]."""
+    ok = stationary.ndim == 3 and moving.ndim == 3 and stationary.shape[1] == moving.shape[1] == 2 and \
+        stationary.shape[0] == moving.shape[0] and stationary.shape[2] <= run.target.stationary_fmax and \
+        moving.shape[2] <= run.target.moving_fmax and run.target.name != "trn1"
+    if not ok:
+        raise rules.NkiSyntaxError(
+            "nc_matmul perf_mode='double_row_gen3' takes (K, 2, M <= 128) stationary and (K, 2, N <= 512) moving "
+            "tiles on trn2", "matmul_double_row", where, f"stationary {stationary.describe()}; moving "
+            f"{moving.describe()}")
+    core.read(run, stationary, where)
+    core.read(run, moving, where)
+    shape = (stationary.shape[2], moving.shape[2])
+    value = core.compute(run, lambda: np.einsum("kli,klj->ij", core.f32(stationary), core.f32(moving)))
+    out = core.result(run, value, shape, F32, "psum", where, "matmul")
+    core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=shape[0], free=shape[1],
+              k=2 * stationary.shape[0], m=shape[0], attrs=(("perf_mode", "double_row_gen3"),))
     return out
 
 
@@ -259,10 +296,7 @@ def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = N
     checks.same_partitions(data1, data2, "tensor_tensor", ("data1", "data2"), where)
     checks.psum_operands(data1, data2, "tensor_tensor", where)
     if data1.free_size != data2.free_size:
-        raise rules.NkiSyntaxError(
-            f"tensor_tensor operands differ in elements per partition: {data1.free_size} vs {data2.free_size}",
-            "tensor_tensor_shape", where, f"data1 {data1.describe()}; data2 {data2.describe()}",
-            hint="use nisa.tensor_scalar to broadcast a (P, 1) vector along the free dimension")
+        data1, data2 = _column_broadcast(run, data1, data2, where)
     m = mask_array(mask, data1.shape)
     m2 = m if data2.shape == data1.shape else None
     _read_operand(run, data1, fn, where, m)
@@ -273,6 +307,29 @@ def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = N
                   "tensor_tensor")
     core.emit(run, eng, "tensor_tensor", out, (data1, data2), where, attrs=(("alu", fn.name),))
     return out
+
+
+def _column_broadcast(run, data1: Tensor, data2: Tensor, where: tuple) -> tuple[Tensor, Tensor]:
+    """A (P, 1) column against a (P, F...) tile. The NKI docs (v2.26.1 and 0.6) ask for equal elements per
+    partition, but SDK 2.21 compiled it and the hardware broadcast the column along the free dimensions (the course
+    README suggests tensor_tensor for the conv bias; fidelity-cases/bias_broadcast.py): the column is read with
+    stride 0 along the free dims. Any other mismatch is an error."""
+    detail = f"data1 {data1.describe()}; data2 {data2.describe()}"
+    if 1 not in (data1.free_size, data2.free_size):
+        raise rules.NkiSyntaxError(
+            f"tensor_tensor operands differ in elements per partition: {data1.free_size} vs {data2.free_size}",
+            "tensor_tensor_shape", where, detail,
+            hint="use nisa.tensor_scalar to broadcast a (P, 1) vector along the free dimension")
+    rules.later_release(
+        run, f"tensor_tensor broadcasts a ({data1.shape[0]}, 1) column along the free dimension", "tensor_tensor_shape",
+        where, "the NKI docs require equal elements per partition and the NKI 0.6 API (Neuron SDK 2.32) takes "
+        "equal shapes", detail, hint="nisa.tensor_scalar(data, op, column) broadcasts a column and is faster",
+        error=rules.NkiSyntaxError)
+
+    def spread(col: Tensor, like: Tensor) -> Tensor:
+        return Tensor(col.buf, col.off, like.shape, (col.strides[0],) + (0,) * (like.ndim - 1))
+
+    return (data1, spread(data2, data1)) if data2.free_size == 1 else (spread(data1, data2), data2)
 
 
 def _read_operand(run, t: Tensor, fn: alu.Op, where: tuple, mask: np.ndarray | None = None) -> None:
@@ -362,28 +419,59 @@ def tensor_reduce(op: object, data: Tensor, axis: object, *, mask: object = None
     axes = reduce_axes(axis, data, "tensor_reduce", where)
     if fn.reduce is None:
         raise rules.NkiTypeError(f"nl.{fn.name} cannot be used as a reduction", "unsupported_op", where)
-    _read_operand(run, data, fn, where)
-    value = core.compute(run, lambda: _reduced(fn, data, axes, keepdims, negate))
     shape = tuple(1 if d in axes else n for d, n in enumerate(data.shape) if keepdims or d not in axes)
-    out = _finish(run, mask, value, shape, dtype, data.dtype, "sbuf", where, "tensor_reduce")
+    m_in = _input_mask(mask, data.shape, shape)
+    _read_operand(run, data, fn, where, m_in)
+    value = core.compute(run, lambda: _reduced(fn, data, axes, keepdims, negate, m_in))
+    out = _finish(run, None if m_in is not None else mask, value, shape, dtype, data.dtype, "sbuf", where,
+                  "tensor_reduce")
     core.emit(run, eng, "tensor_reduce", out, (data,), where,
               attrs=(("alu", fn.name), ("axis", axes), ("in_free", data.free_size)))
     return out
 
 
-def _reduced(fn: alu.Op, data: Tensor, axes: tuple, keepdims: bool, negate: bool) -> np.ndarray:
-    value = np.asarray(fn.reduce(_operand(data, fn), axis=axes, keepdims=keepdims), dtype=F32)
+_IDENTITY = {"add": 0.0, "max": -np.inf, "maximum": -np.inf, "min": np.inf, "minimum": np.inf, "multiply": 1.0}
+
+
+def _input_mask(mask: object, in_shape: tuple, out_shape: tuple) -> np.ndarray | None:
+    """A reduction's mask= over its input's shape (AWS's adaptive_avg_pool2d masks the tile it sums): the masked-off
+    elements are left out of the reduction. A mask that fits only the output keeps selecting output elements."""
+    if mask is None:
+        return None
+    try:
+        mask_array(mask, out_shape)
+        return None
+    except ValueError:
+        return mask_array(mask, in_shape)
+
+
+def _reduced(fn: alu.Op, data: Tensor, axes: tuple, keepdims: bool, negate: bool,
+             mask: np.ndarray | None = None) -> np.ndarray:
+    x = _operand(data, fn, mask)
+    if mask is not None:
+        x = np.where(mask, x, np.float32(_IDENTITY.get(fn.name, 0.0)))
+    value = np.asarray(fn.reduce(x, axis=axes, keepdims=keepdims), dtype=F32)
     return -value if negate else value
 
 
 def reduce_axes(axis: object, data: Tensor, api: str, where: tuple) -> tuple[int, ...]:
-    axes = tuple(sorted(int(a) % data.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))))
+    """The free axes to reduce. The v2.26.1 docstring asks for consecutive axes ending at the last one; SDK 2.21
+    compiled other free axes (`axis=(1, 3)` of a pooling view, `axis=1` of a 3-D tile) and the hardware reduced
+    them, its access pattern ordering the reduced axes innermost (fidelity-cases/reduce_inner_axes.py); NKI 0.3
+    (SDK 2.29) enforces the rule [MIG]. The partition axis and more than four axes stay errors [ISA1]."""
+    axes = tuple(sorted({int(a) % data.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}))
     trailing = tuple(range(data.ndim - len(axes), data.ndim))
-    if not axes or axes != trailing or 0 in axes or len(axes) > 4:
+    if not axes or 0 in axes or len(axes) > 4:
         raise rules.NkiSyntaxError(
-            f"{api} reduces only trailing free dimensions ending at the last one (e.g. {trailing or (1,)}), "
-            f"got axis {axis}", "reduce_axis", where, f"data {data.describe()}",
+            f"{api} reduces up to four free dimensions (e.g. {trailing or (1,)}), got axis {axis}", "reduce_axis",
+            where, f"data {data.describe()}",
             hint="the partition dimension (0) cannot be reduced on VectorE; transpose first or use a matmul")
+    if axes != trailing:
+        rules.later_release(
+            runtime.current(), f"{api} over free axes {axes} that do not end at the last one", "reduce_axis", where,
+            "NKI 0.3 (Neuron SDK 2.29) and later reduce only consecutive free axes ending at the last one",
+            f"data {data.describe()}", hint=f"reshape or permute so the reduced axes come last, e.g. {trailing}",
+            error=rules.NkiSyntaxError)
     return axes
 
 
@@ -484,13 +572,20 @@ def memset(shape: tuple, value: object, dtype: object, *, mask: object = None, e
     shape = tuple(int(s) for s in shape)
     filled = core.compute(run, lambda: np.full(shape, value, dtype=F32))
     out = core.result(run, filled, shape, dtypes.as_dtype(dtype), "sbuf", where, "memset", mask=mask_array(mask, shape))
-    core.emit(run, _engine(engine, "vector"), "memset", out, (), where, attrs=(("value", float(value)),))
+    choice = (("engine_choice", True),) if engine is None or engine == engine_enum.unknown else ()
+    core.emit(run, _engine(engine, "vector"), "memset", out, (), where, attrs=(("value", float(value)),) + choice)
     return out
 
 
 def affine_select(pred: Predicate, on_true_tile: Tensor, on_false_value: object, *, mask: object = None,
                   dtype: object = None) -> Tensor:
     run, where = core.begin()
+    if isinstance(on_true_tile, Tensor) and on_true_tile.buf.memory == "psum":
+        # GpSimdE cannot read PSUM [ISA1 affine_select], yet AWS's own flash attention (nki-samples fc5c69f,
+        # reference/attention.py) hands it a PSUM tile and ran on the SDK 2.21-2.26 toolchain: the compiler
+        # evacuates the tile to SBUF first, which is what runs here (a VectorE copy, then the select)
+        on_true_tile = tensor_copy(on_true_tile)
+        run, where = core.begin()
     _elementwise_engine(None, "gpsimd", (("on_true_tile", on_true_tile),), "affine_select", run, where)
     if not isinstance(pred, Predicate):
         raise rules.NkiTypeError("affine_select pred must be an affine comparison of nl.arange/mgrid indices",
@@ -507,3 +602,6 @@ def affine_select(pred: Predicate, on_true_tile: Tensor, on_false_value: object,
 # The less common instructions live in isa_extra.py; imported last because they build on the helpers above.
 from tilec.nki.isa_extra import (bn_aggr, bn_stats, scalar_tensor_tensor, select_reduce,  # noqa: E402,F401
                                  tensor_copy_predicated, tensor_partition_reduce, tensor_tensor_scan)
+from tilec.nki.isa_more import (activation_reduce, dropout, local_gather, max8, nc_find_index8, nc_match_replace8,  # noqa: E402,F401
+                                nc_stream_shuffle, range_select, reciprocal,
+                                sequence_bounds, tensor_copy_dynamic_src, tensor_scalar_reduce)

@@ -67,20 +67,21 @@ def as_kernel(func: object) -> Kernel:
 
 
 def launch(fn: object, args: tuple, kwargs: dict, target: str | None = None,
-           numerics: bool = True) -> tuple[object, Trace]:
+           numerics: bool = True, strict: bool = False) -> tuple[object, Trace]:
     """run_kernel for what a caller may hand in: a kernel, a plain function, or a `kernel[grid]` launcher (whose
     grid must reach this run; called as a function it would start a second run and leave this trace empty)."""
     if isinstance(fn, _Launcher):
-        return run_kernel(fn.kernel, args, kwargs, grid=fn.grid, target=target, numerics=numerics)
-    return run_kernel(as_kernel(fn), args, kwargs, target=target, numerics=numerics)
+        return run_kernel(fn.kernel, args, kwargs, grid=fn.grid, target=target, numerics=numerics, strict=strict)
+    return run_kernel(as_kernel(fn), args, kwargs, target=target, numerics=numerics, strict=strict)
 
 
 def run_kernel(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple = (), target: str | None = None,
-               numerics: bool = True) -> tuple[object, Trace]:
+               numerics: bool = True, strict: bool = False) -> tuple[object, Trace]:
     """Execute the kernel; numerics=False is a trace-only run (same trace and errors, output values unspecified,
     the caller's arrays never written)."""
     target = target or _target(kernel.options)
     run = kernel.run_type(kernel.__name__, target, kernel.skip_middle_end, numerics)
+    run.strict = strict
     gc_was_on = gc.isenabled()
     gc.disable()  # a run allocates ~10 objects per instruction, none cyclic: the cyclic GC only costs time here
     try:

@@ -71,23 +71,34 @@ def _memory(buffer: object) -> tuple[str, str]:
                              hint="use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm")
 
 
-def _shape(shape: object, where: tuple, name: str) -> tuple[int, ...]:
+def _shape(shape: object, where: tuple, name: str) -> tuple[tuple[int, ...], int]:
+    """The shape as ints and the position of the partition dimension (its `nl.par_dim`, else 0)."""
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-    for i, d in enumerate(shape):
-        if isinstance(d, par_dim) and i > 0:
-            raise rules.NkiSyntaxError(
-                "leading dimension of a tensor must be the partition dimension",
-                "err_leading_dimension_of_tensor_must_be_partition", where,
-                f"tensor '{name}' of shape {tuple(int(x) for x in shape)} has par_dim at position {i}",
-                hint="fold block dimensions into free dimensions, e.g. (128, 4, 512), or allocate inside the loop")
-    return tuple(int(d) for d in shape)
+    pdim = next((i for i, d in enumerate(shape) if isinstance(d, par_dim)), 0)
+    return tuple(int(d) for d in shape), pdim
+
+
+def _block_dims(run: object, shape: tuple, pdim: int, where: tuple, name: str) -> None:
+    """Block dimensions before the par_dim: deprecated in SDK 2.23, an error of neuronxcc from 2.25 [spec §1.4:
+    BLOCK, RN, ERR]; SDK 2.21 (the course's Trn2 toolchain) ran them, and AWS's v2.26.1 doc tests and nki-samples
+    kernels of that time still use them in simulation. Each block is a separate (P, free...) tile."""
+    rules.later_release(
+        run, "block dimensions before the partition dimension", "err_leading_dimension_of_tensor_must_be_partition",
+        where, "Neuron SDK 2.25 and later reject them (leading dimension of a tensor must be the partition "
+        "dimension)", f"tensor '{name}' of shape {shape} has par_dim at position {pdim}",
+        hint="fold block dimensions into free dimensions, e.g. (128, 4, 512), or allocate inside the loop",
+        error=rules.NkiSyntaxError)
 
 
 def _create(shape: object, dtype: object, buffer: object, name: str, fill: object, api: str) -> Tensor:
     run, where = core.begin()
     memory, kind = _memory(buffer)
     name = name or core.target_name(where, api)
-    shape = _shape(shape, where, name)
+    shape, pdim = _shape(shape, where, name)
+    if pdim and memory != "hbm":
+        _block_dims(run, shape, pdim, where, name)
+    elif pdim:
+        pdim = 0  # par_dim means nothing in HBM
     if memory != "hbm" and len(shape) < 2:
         raise rules.NkiSyntaxError(f"Insufficient rank: {memory} tile '{name}' of shape {shape} needs at least 2 "
                                    "dimensions", "insufficient_rank", where, hint=f"use shape ({shape[0]}, 1)"
@@ -105,12 +116,12 @@ def _create(shape: object, dtype: object, buffer: object, name: str, fill: objec
         if run.shared_next <= len(run.shared):
             return run.shared[run.shared_next - 1]
     dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.float32  # the README tip omits dtype
-    t = core.allocate(run, shape, dt, memory, name, where, fill=fill)
+    t = core.allocate(run, shape, dt, memory, name, where, fill=fill, pdim=pdim)
     if kind == "shared_hbm" and run.grid:
         run.shared.append(t)
-    if fill is not None:
+    if fill is not None:  # the engine is the compiler's choice (VectorE or GpSimdE) [ISA1 memset]
         core.emit(run, "vector", "memset", t, (), where,
-                  attrs=(("value", float(fill)),))
+                  attrs=(("value", float(fill)), ("engine_choice", True)))
     return t
 
 
@@ -149,7 +160,7 @@ def load(src: Tensor, *, mask: object = None, dtype: object = None, **kwargs: ob
     if isinstance(src, Indirect):  # gather rows chosen by an index tile
         out = core.allocate(run, src.shape, dtypes.as_dtype(dtype) if dtype is not None else src.dtype, "sbuf",
                             core.target_name(where, "load"), where)
-        isa.dma_copy(dst=out, src=src)
+        isa.dma_copy(dst=out, src=src, mask=mask)
         return out
     if not isinstance(src, Tensor) or src.buf.memory != "hbm":
         mem = src.buf.memory if isinstance(src, Tensor) else type(src).__name__
@@ -185,7 +196,7 @@ def load_transpose2d(src: Tensor, *, mask: object = None, dtype: object = None, 
 def store(dst: Tensor, value: object, *, mask: object = None, **kwargs: object) -> None:
     run, where = core.begin()
     if isinstance(dst, Indirect):  # scatter rows to places chosen by an index tile
-        isa.dma_copy(dst=dst, src=value)
+        isa.dma_copy(dst=dst, src=value, mask=mask)
         return
     if not isinstance(dst, Tensor) or dst.buf.memory != "hbm":
         mem = dst.buf.memory if isinstance(dst, Tensor) else type(dst).__name__
@@ -259,7 +270,13 @@ def nc(n: int) -> int:
     return n
 
 
-spmd_dim = nc
+def spmd_dim(*dims: int) -> int:
+    """`nl.spmd_dim(nl.nc(2), 2)`: a grid dimension split over NeuronCores; instances run one after another here,
+    so only the total count matters."""
+    total = 1
+    for d in dims:
+        total *= int(d)
+    return total
 
 
 # ---- element-wise, unary and reduction ops (each an alu.Op; calling it lands here) ----
@@ -291,6 +308,10 @@ def _with_scalar(op: alu.Op, t: Tensor, scalar: object, reverse: bool, dtype: ob
 def _broadcast_binary(op: alu.Op, x: Tensor, y: Tensor, dtype: object, mask: object) -> Tensor:
     """Tiles of different shapes: numpy broadcasting (a partition broadcast costs a TensorE pass on hardware)."""
     where = runtime.callsite()
+    if x.shape and y.shape and x.ndim != y.ndim and x.shape[0] == y.shape[0]:
+        # tiles line up on their partition dimension: `t[:, 0]` of a (P, 1) tile is a column of P, which
+        # broadcasts along the other operand's free dimensions (AWS's flash attention relies on it)
+        x, y = (_pad_free(x, y.ndim), y) if x.ndim < y.ndim else (x, _pad_free(y, x.ndim))
     try:
         shape = np.broadcast_shapes(tuple(x.shape), tuple(y.shape))
     except ValueError:
@@ -298,6 +319,11 @@ def _broadcast_binary(op: alu.Op, x: Tensor, y: Tensor, dtype: object, mask: obj
                                    "broadcast", where) from None
     xs, ys = x.broadcast_to(shape), y.broadcast_to(shape)
     return isa.tensor_tensor(xs, ys, op, dtype=dtype or dtypes.promote(x.dtype, y.dtype), mask=mask)
+
+
+def _pad_free(t: Tensor, ndim: int) -> Tensor:
+    pad = ndim - t.ndim
+    return Tensor(t.buf, t.off, tuple(t.shape) + (1,) * pad, tuple(t.strides) + (0,) * pad)
 
 
 def _unary(op: alu.Op, x: Tensor, *, dtype: object = None, mask: object = None, **kw) -> Tensor:
@@ -338,3 +364,8 @@ def where(condition: Tensor, x: object, y: object, *, dtype: object = None, mask
 for _name, _op in alu.OPS.items():
     if _name not in globals():
         globals()[_name] = _op
+
+
+# The 0.1 APIs AWS's suites use beyond the core set (issue 15); imported last: they build on isa and core.
+from tilec.nki.language_more import (atomic_rmw, dropout, finfo, gather_flattened, loop_reduce, rand,  # noqa: E402,F401
+                                     random_seed, shared_constant, static_cast)

@@ -11,6 +11,8 @@ ValueError, as NKI raises them (spec §1.11).
 """
 from __future__ import annotations
 
+import warnings
+
 from tilec import target as hardware
 from tilec.errors import KernelError
 
@@ -75,3 +77,27 @@ class LoopCarriedDependenceError(NkiError):
 
 class ScopeError(NkiError):
     """A tensor used outside the loop body that allocated it."""
+
+
+# ---- rules graded by the toolchain they come from ----
+class NkiPortabilityWarning(UserWarning):
+    """A construct the course's toolchain (Neuron SDK 2.21-2.26, NKI 0.1) accepted and ran, which a later release
+    forbids; the message names that release. The kernel runs with the result the hardware computed."""
+
+
+def later_release(run: object, message: str, rule: str, where: tuple[str, int] | None, release: str,
+                  detail: str = "", hint: str = "", error: type = None) -> None:
+    """Accepted by SDK 2.21-2.26 (the result is computed as the hardware did), forbidden by `release`: a warning,
+    once per kernel line and rule; an error in a run under a later API (`run.strict`, set by the NKI 0.6 API)."""
+    text = f"{message}; {release}"
+    if getattr(run, "strict", False):
+        raise (error or NkiError)(text, rule, where, detail, hint)
+    key, warned = (where, rule), run.warned
+    if key in warned:
+        return
+    warned.add(key)
+    loc = f"{where[0]}:{where[1]}: " if where else ""
+    lines = [f"{loc}warning: {text} [{rule}]"] + ([f"  {detail}"] if detail else []) + \
+        ([f"  hint: {hint}"] if hint else [])
+    warnings.warn_explicit("\n".join(lines), NkiPortabilityWarning, where[0] if where else "<kernel>",
+                           where[1] if where else 0)

@@ -113,6 +113,8 @@ class Run:
     def __init__(self, kernel: str, target: str, skip_middle_end: bool, numerics: bool = True) -> None:
         self.target = rules.target(target)
         self.numerics = numerics  # False: a trace-only run, arithmetic skipped (core.compute)
+        self.strict = False  # True under an API newer than 0.1: what later releases forbid is an error, not a warning
+        self.warned: set = set()  # (kernel line, rule) already warned about in this run (rules.later_release)
         self.trace = Trace(kernel=kernel, target=target, skip_middle_end=skip_middle_end)
         self.instrs: list[Instr] = self.trace.instrs
         self.infos: dict[int, BufInfo] = {}

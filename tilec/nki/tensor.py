@@ -82,11 +82,20 @@ class Tensor:
 
     # ---- indexing ----
     def __getitem__(self, key: object) -> "Tensor":
-        key = key if isinstance(key, tuple) else (key,)
+        from tilec.nki.indexing import Grid
+
+        key = tuple(key) if isinstance(key, Grid) else key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, (Tensor, DynamicIndex)) for k in key[1:]):
+            key = key[:1] + _resolve_dynamic(key)[1:]
         if key and isinstance(key[0], Tensor):
             from tilec.nki.indirect import Indirect
 
             return Indirect(self, key[0], key[1:])
+        lead = 0
+        while lead < len(key) and isinstance(key[lead], (int, np.integer)):
+            lead += 1
+        if 0 < lead < len(key) and isinstance(key[lead], Tensor):  # t[b, idx_tile, ...]: indirect after ints
+            return self._basic(key[:lead])[key[lead:]]
         if any(isinstance(k, IndexExpr) for k in key):
             return self._advanced(key)
         if key and type(key[0]) is int and self.buf.memory != "hbm" and getattr(self.buf.run, "api", "") == "0.6":
@@ -134,6 +143,11 @@ class Tensor:
             else:
                 off += self._int_index(k, n, d) * s
             d += 1
+        if len(shape) == 1 and len(self.shape) > 1 and self.buf.memory != "hbm" and strides[0] == self.strides[0]:
+            # an on-chip tile stays 2-D: `t[:, i]` of a (P, n) tile is the (P, 1) column i (spec §1.4: tiles have
+            # at least 2 dimensions; AWS's flash attention indexes `l_buffer[:, i]` and then `[:, 0]` of that)
+            shape.append(1)
+            strides.append(1)
         return Tensor(self.buf, off, tuple(shape), tuple(strides))
 
     def _slice_bounds(self, k: slice, n: int, d: int) -> tuple[int, int, int]:
@@ -209,10 +223,15 @@ class Tensor:
         return (valid if prev is None else valid & prev[0]), (error if prev is None else prev[1])
 
     # ---- views ----
-    def reshape(self, *shape: object) -> "Tensor":
+    def reshape(self, *shape: object, **kwargs: object) -> "Tensor":
+        where = runtime.callsite()
+        if set(kwargs) - {"shape"} or (shape and kwargs):
+            raise rules.NkiTypeError(f"reshape takes the new shape positionally or as shape=, got {sorted(kwargs)}",
+                                     "reshape", where, f"tensor {self.describe()}")
+        if kwargs:  # tile.reshape(shape=(...)): the documented keyword [NL1 NkiTensor.reshape]
+            shape = (kwargs["shape"],)
         new = tuple(int(x) for x in (shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list))
                                      else shape))
-        where = runtime.callsite()
         try:
             view = self.arr.view()
             view.shape = new
@@ -227,6 +246,18 @@ class Tensor:
                 hint="fold or split only free dimensions; move data across partitions with a transpose")
         isz = self.buf.itemsize
         return Tensor(self.buf, self.off, tuple(view.shape), tuple(s // isz for s in view.strides))
+
+    def view(self, dtype: object) -> "Tensor":
+        """`t.view(dtype)`: the same bytes as another dtype; tilec supports only a dtype of the same itemsize whose
+        storage is the tensor's own (e.g. an fp8 argument viewed as nl.float8_e5m2)."""
+        from tilec.nki import dtypes
+
+        dt = dtypes.as_dtype(dtype)
+        if dt == self.dtype:
+            return self
+        raise rules.NkiTypeError(f"view as {dt.name} of a {self.dtype.name} tensor is not supported by tilec",
+                                 "view_dtype", runtime.callsite(), f"tensor {self.describe()}",
+                                 hint="pass the argument in the dtype the kernel views it as")
 
     def broadcast_to(self, shape: tuple) -> "Tensor":
         shape = tuple(int(x) for x in shape)
@@ -305,9 +336,41 @@ class Tensor:
     __hash__ = object.__hash__
 
 
+class DynamicIndex:
+    """`scalar_tile + nl.arange(...)`: an index whose offset is a value held on chip (tensor_copy_dynamic_src), read
+    when the index is used."""
+
+    def __init__(self, scalar: Tensor, expr: IndexExpr) -> None:
+        self.scalar, self.expr = scalar, expr
+
+
+def _dynamic_value(t: Tensor) -> int:
+    """The value of a one-element on-chip tile used as an index (a dynamic offset)."""
+    from tilec.nki import core
+
+    run, where = runtime.current(), runtime.callsite()
+    core.read(run, t, where)
+    core.needs_values(run, "an index read from a tile (a dynamic offset)", where)
+    return int(np.asarray(core.values(t)).reshape(-1)[0])
+
+
+def _resolve_dynamic(key: tuple) -> tuple:
+    out = []
+    for i, k in enumerate(key):
+        if isinstance(k, DynamicIndex):
+            k = k.expr + _dynamic_value(k.scalar)
+        elif i > 0 and isinstance(k, Tensor) and k.size == 1 and k.buf.memory != "hbm":
+            k = _dynamic_value(k)
+        out.append(k)
+    return tuple(out)
+
+
 def _binary(name: str, symbol: str, reverse: bool = False):
     def method(self: Tensor, other: object) -> Tensor:
         from tilec.nki import language
+
+        if name == "add" and isinstance(other, IndexExpr) and self.size == 1:
+            return DynamicIndex(self, other)
 
         if isinstance(other, Tensor) and self.shape and other.shape and self.shape[0] != other.shape[0]:
             raise rules.NkiSyntaxError(

@@ -86,10 +86,40 @@ def _passthrough(func=None, **kwargs: object):
     return func if func is not None else (lambda f: f)
 
 
+def trace(func=None, **kwargs: object):
+    """`nki.trace`: the tracing decorator of NKI 0.1 (AWS's allocation tests use it as their jit); runs like jit."""
+    return _decorator(func, "trace", **kwargs)
+
+
+class _Allocator:
+    """`nki.compiler.sbuf` / `.psum`: direct allocation (`ncc.sbuf.mod_alloc(base_addr=...)`,
+    `ncc.psum.alloc(func)`). The interpreter keeps its own storage per tensor, so an allocation names only the
+    memory; the addresses are the compiler's business [NCC1]."""
+
+    def __init__(self, memory: str) -> None:
+        self.memory = memory
+
+    def _buffer(self):
+        from tilec.nki import language
+
+        return language.sbuf if self.memory == "sbuf" else language.psum
+
+    def mod_alloc(self, *args: object, **kwargs: object):
+        return self._buffer()
+
+    def alloc(self, *args: object, **kwargs: object):
+        return self._buffer()
+
+    def auto_alloc(self, *args: object, **kwargs: object):
+        return self._buffer()
+
+
 compiler = types.SimpleNamespace(
     skip_middle_end_transformations=_skip_middle_end,
     enable_stack_allocator=_passthrough,
     force_auto_alloc=_passthrough,
+    sbuf=_Allocator("sbuf"),
+    psum=_Allocator("psum"),
 )
 
 

@@ -18,30 +18,27 @@ How the model reasons
   after its utilization over a 3 µs window fell below 50 %, it may be busy at most 1.5 µs; an instruction past that
   waits for the end of the 3 µs (the step shape is inferred, see throttle.py). A long stream pays ~1.5 µs once; a
   bursty kernel pays it per burst longer than 1.5 µs. trn1 has no throttle.
-* A DMA transfer (one `dma_copy`) waits for its data dependences plus a 600 ns issue latency (the v3 HWDGE figure;
-  with the generic 1.3 µs semaphore-to-start figure rows 4, 5 and 8 come out 9-17 % slow), then
-  occupies the DMA engines of its partitions (8 partitions per engine, up to 16 engines) for a fixed time per
-  transfer, a small time per descriptor, and its bytes at 23 B/ns per engine. The fixed part is what makes tiny DMAs
-  expensive: calibration rows 1, 2 and 4 (1.5-1.9 µs per loop iteration of 3 DMAs) are bound by it, and the
-  per-descriptor part is what separates ROW_CHUNK 1 (one engine, one descriptor) from ROW_CHUNK 128 (16 engines,
-  8 descriptors each). Transfers of different queues share the engines (round robin), so loads run ahead while a
-  store waits for compute. Tiles allocated in a loop body rotate through 3 buffers per allocation site (fitted to
-  row 8), which bounds how far loads run ahead.
+* A DMA transfer (one `dma_copy`) waits for its data dependences plus a 1.15 us latency (semaphore-to-start and
+  descriptor generation), issues in order on its trigger stream (the engine that consumes a load, or produced what
+  a store reads), then occupies the DMA engines of its partitions (8 partitions per engine, up to 16 engines) for a
+  small time per descriptor and its bytes at 23 B/ns per engine. Tiny-DMA loops (rows 1, 2, 4) are bound by the
+  latency chain load -> compute -> store -> next load on one stream; a conv whose row loads feed TensorE (rows 9-12,
+  from the public kernel behind them) streams thousands of DMAs beside the matmuls. Tiles allocated in a loop body
+  rotate through 2 buffers per allocation site; a buffer refilled whole by DMA gets a new copy per load (16 deep).
 * The kernel starts 13 µs before anything moves (calibration.md: ~14 µs before the first DMA when profiled; the
   fitted value also has to serve the unprofiled rows 1-5, row 5 being a single 15 µs iteration).
-* The big convolution (rows 9-12) is TensorE-bound: 7,992 matmuls with a 128 x 222 moving operand. At the spec's
-  cost (222 cycles at 2.4 GHz = 92.5 ns) they would take 739 µs in fp16; the hardware takes 824 µs, ~101 ns per
-  matmul after start-up (calibration.md §3 quotes ~103 ns), which the model reproduces with a fitted per-matmul
-  overhead of 21 cycles. fp32 is not simply 4x: measured 3832 µs is 4.65x the fp16 time, so the fp32 factor is
-  fitted to 4.7 (the spec's x4 alone gives ~3250 µs, 15 % short of the measurement). Everything else (input row
-  loads, PSUM evacuation with the bias, pooling, stores) overlaps with the matmul stream on the other engines and
-  queues, provided the PSUM zeroing (`nl.zeros` + `+=`) is folded into the first matmul (see schedule.py).
+* The big convolution (rows 9-12) is TensorE-bound: 7,992 matmuls with a 128 x 222 moving operand. The public
+  kernel the rows were measured with (xaviergonzalez/asst4-trainium2 part2/conv2d.py at d155261, run as written;
+  `benchmarks/calibrate.py --public-conv PATH`) spends ~80 us on its weight prologue (16,384-descriptor weight DMAs
+  and 36 transposes), so a matmul costs ~96 ns (9 cycles over the spec's 222); fp32 is fitted at 4.7x.
 * MFU is the profiler's definition (nki-spec §5): useful matmul FLOPs / (2 * 128 * 128 * 2.4 GHz * total_time). It
   gives 90 % for the fp16 conv (measured 90 %) but 19 % for fp32, where the profiler showed 41 %. No definition in
   the spec reproduces 41 % from 58.1 GFLOP and 3832 µs: the bf16-adjusted count (fp32 x4, EXSCHEMA) would give 77 %,
   and 41 % is 2.1x the plain formula. The model keeps the documented formula and the gap is reported, not fitted.
 
 Left out: HBM bank effects, PSUM bank conflicts, strides of other than the innermost free dimension, the real
-allocator's placement (rotation through 3 buffers per allocation site stands in for it), cross-engine semaphore
-latency (not documented), DMA queue limits beyond one queue per call site.
+allocator's placement (rotation per allocation site and per whole-buffer load stands in for it), cross-engine
+semaphore latency beyond the DMA latency (not documented). Row 8 (1024x1024 transpose) comes out ~23 % fast: its
+measured kernel is known only by description, and the model fits its DMAs (128 x 512 B, the shape of the public
+conv's row loads) to the conv, which moves them at least 2.5x faster than row 8 implies.
 """

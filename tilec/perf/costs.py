@@ -68,6 +68,7 @@ class Costs:
         self.ppe = int(v["dma_partitions_per_engine"])
         self.dma_bw = v["dma_engine_bw"]
         self.dma_fixed = v["dma_xfer_fixed_ns"]
+        self.load_versions = int(v["load_versions"])
         self.dma_desc = v["dma_desc_ns"]
         self.dma_latency = v["dma_latency_ns"]
         self.dma_transpose = v["dma_transpose_factor"]

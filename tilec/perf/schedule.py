@@ -2,38 +2,45 @@
 
     compute instruction:  start = max(engine free, dependences ready, start-up);  the engine runs its stream in order
     DMA transfer:         start >= dependences ready + DMA latency (semaphore-to-start), >= start-up,
-                          >= the previous transfer's start on the same queue (queues run in order),
-                          then it needs its occupancy on each of its DMA engines, taken from their idle time
-                          from there on: queues share the engines round-robin per packet, so a transfer may use
-                          gaps left between transfers placed earlier, split over several gaps
+                          >= the previous transfer's start on the same trigger stream (streams issue in order),
+                          then it needs its occupancy on each of its DMA engines (descriptors and bytes), taken
+                          from their idle time from there on: streams share the engines round-robin per packet, so
+                          a transfer may use gaps left between transfers placed earlier, split over several gaps
+
+DMA trigger streams (`dma_streams`): a load issues on the stream of the engine that first reads what it loaded, a
+store on the stream of the engine that produced what it stores. On a stream a DMA cannot start before the one
+before it: in a tiny loop (calibration rows 1, 2, 4: load, load, compute, store per iteration) the next iteration's
+loads wait behind this iteration's store, which waits for the compute, so an iteration costs one load latency plus
+the compute (1.5-1.9 us measured); loads feeding TensorE in a conv (rows 9-12) are not held up by the stores of
+VectorE's results. There is no fixed engine time per transfer: the public kernel behind rows 9-12 moves 3,552 DMAs
+beside 811 us of matmuls (see params.py).
 
 A `memset` of a PSUM region whose next use is an accumulating `nc_matmul` into it (`acc = nl.zeros(...,
 buffer=nl.psum)` then `acc += nc_matmul(...)`) takes no engine time: the hardware starts a PSUM accumulation group
-by overwriting, so the compiler needs no separate zeroing. Without this rule the in-order VectorE would hold every
-output row's matmuls behind the previous row's PSUM evacuation, which the measured conv (rows 9-12: TensorE busy
-back to back, 103 ns per matmul) rules out.
+by overwriting, so the compiler needs no separate zeroing. An SBUF memset whose engine the kernel left to the
+compiler (`nl.zeros`, `nisa.memset` without engine=) runs on whichever of VectorE and GpSimdE is free first
+[ISA1 memset], so it does not hold up the in-order VectorE behind its own dependences.
 
 Buffers are rotated like the allocator does for tiles declared in a loop body: the k-th buffer allocated at a source
-line reuses the memory of the (k-R)-th (R = `buffer_rotation`, fitted: 3), so an instruction touching it waits until
-every instruction touching the older one has finished. Without it, loads would run arbitrarily far ahead of compute
-(the interpreter gives every allocation a fresh buffer id).
+line reuses the memory of the (k-R)-th (R = `buffer_rotation`), so an instruction touching it waits until every
+instruction touching the older one has finished. A buffer declared once and refilled whole by DMA loads (one load
+buffer reused by many small DMAs of one call site, `renamed`) gets a fresh version per load, rotating through
+`load_versions` copies.
 
 TensorE instructions run under the Trn2 warm-up throttle (throttle.py): when TensorE work begins, or after its
 utilization over a trailing 3 us window fell below 50 %, it may be busy at most half of the next 3 us; an instruction
 past that allowance waits for the end of those 3 us.
-
-A DMA queue is one `dma_copy` call site (kernel file:line): the compiler gives each DMA instruction its queue, and a
-load that is ready early is not held up by a store of the same loop that waits for compute.
 """
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right
 from dataclasses import dataclass
 
 from tilec.perf.costs import Costs
 from tilec.perf.deps import DepTracker
 from tilec.perf.throttle import TensorThrottle
-from tilec.trace import Trace
+from tilec.trace import Access, Instr, Trace
 
 EPS = 1e-6
 MAX_INTERVALS = 4096  # per DMA engine; older ones become a floor (can only delay later transfers)
@@ -137,21 +144,103 @@ def rotation_predecessors(trace: Trace, depth: int) -> dict[int, int]:
     return out
 
 
+def renamed(trace: Trace, depth: int) -> tuple[list[Instr], dict[int, int]]:
+    """Give each whole-buffer DMA load of an on-chip buffer its own version of the buffer, as the allocator does.
+
+    A kernel that loads every input row into one buffer declared before its loops (`X_sbuf`, refilled by one
+    `dma_copy` per row and read by that row's matmuls) measured TensorE-bound on the hardware (calibration rows 9-12
+    with xaviergonzalez/asst4-trainium2 conv2d.py: 824 us fp16, matmuls back to back), so the next row's load does
+    not wait for the previous row's readers: a DMA overwriting the whole buffer starts a new value, which the compiler
+    places in a fresh copy (renaming the anti dependence away), rotating through `depth` copies per buffer like tiles
+    allocated in a loop body. Returns the instructions with accesses renamed and, per new version, the version whose
+    memory it reuses (the rotation predecessor)."""
+    if depth < 1:
+        return trace.instrs, {}
+    whole = {a.buffer: (a.partitions, a.bytes_per_partition) for a in trace.allocs if a.memory != "hbm"}
+    current: dict[int, int] = {}  # buffer -> its current version id
+    versions: dict[int, list[int]] = {}
+    reuses: dict[int, int] = {}
+    next_id = max((a.buffer for a in trace.allocs), default=0) + 1
+    for ins in trace.instrs:
+        for a in ins.reads + ins.writes:
+            next_id = max(next_id, a.buffer + 1)
+    out = []
+    for ins in trace.instrs:
+        reads = _rename(ins.reads, current)
+        if ins.engine == "dma" and len(ins.writes) == 1:
+            w = ins.writes[0]
+            size = whole.get(w.buffer)
+            if size is not None and (w.p0, w.p1, w.lo, w.hi) == (0, size[0], 0, size[1]) and \
+                    all(r.buffer != w.buffer for r in ins.reads):
+                chain = versions.setdefault(w.buffer, [w.buffer])
+                if len(chain) > 1 or w.buffer in current:  # the first load keeps the buffer's own id
+                    chain.append(next_id)
+                    current[w.buffer] = next_id
+                    next_id += 1
+                    if len(chain) > depth:
+                        reuses[chain[-1]] = chain[-1 - depth]
+                else:
+                    current[w.buffer] = w.buffer
+        writes = _rename(ins.writes, current)
+        out.append(ins if reads is ins.reads and writes is ins.writes else
+                   dataclasses.replace(ins, reads=reads, writes=writes))
+    return out, reuses
+
+
+def _rename(accesses: tuple[Access, ...], current: dict[int, int]) -> tuple[Access, ...]:
+    if not any(a.buffer in current and current[a.buffer] != a.buffer for a in accesses):
+        return accesses
+    return tuple(dataclasses.replace(a, buffer=current.get(a.buffer, a.buffer)) for a in accesses)
+
+
+def _in_sbuf(ins: Instr) -> bool:
+    return bool(ins.writes) and all(w.memory == "sbuf" for w in ins.writes)
+
+
+def dma_streams(instrs: list[Instr]) -> dict[int, str]:
+    """DMA instruction -> the trigger stream it issues on: a load on the stream of the engine that first reads what
+    it wrote, a store on the stream of the engine that last wrote what it reads ("sync" when there is none)."""
+    last_writer: dict[int, str] = {}
+    pending: dict[int, list[int]] = {}  # buffer -> loads waiting for their first reader
+    out: dict[int, str] = {}
+    for i, ins in enumerate(instrs):
+        if ins.engine == "dma":
+            src = next((a for a in ins.reads if a.memory != "hbm"), None)
+            if src is not None:
+                out[i] = last_writer.get(src.buffer, "sync")
+            for w in ins.writes:
+                if w.memory != "hbm":
+                    pending.setdefault(w.buffer, []).append(i)
+                    out.setdefault(i, "sync")
+            if i not in out:
+                out[i] = "sync"
+        else:
+            for r in ins.reads:
+                for j in pending.pop(r.buffer, ()):
+                    if out.get(j) == "sync" and not any(a.memory != "hbm" for a in instrs[j].reads):
+                        out[j] = ins.engine
+        for w in ins.writes:
+            last_writer[w.buffer] = ins.engine
+    return out
+
+
 def schedule(trace: Trace, costs: Costs) -> Schedule:
     n = len(trace.instrs)
     start, end, lane = [0.0] * n, [0.0] * n, [""] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
-    deps = DepTracker({a.buffer for ins in trace.instrs for a in ins.writes})
     slots = DmaEngines(costs.n_dma)
     engine_free = {"tensor": 0.0, "vector": 0.0, "scalar": 0.0, "gpsimd": 0.0}
     queue_start: dict[str, float] = {}
-    queue_names: dict[tuple[str, int], str] = {}
     startup, latency = costs.startup, costs.dma_latency
     folded = folded_memsets(trace)
     reuses = rotation_predecessors(trace, costs.rotation)
+    instrs, versions = renamed(trace, costs.load_versions)
+    streams = dma_streams(instrs)
+    reuses.update(versions)
+    deps = DepTracker({a.buffer for ins in instrs for a in ins.writes})
     last_end: dict[int, float] = {}  # per buffer, the latest end of an instruction touching it
     throttle = TensorThrottle(*costs.throttle)
-    for i, ins in enumerate(trace.instrs):
+    for i, ins in enumerate(instrs):
         engine = ins.engine
         accesses = ins.reads + ins.writes
         reuse = 0.0
@@ -163,9 +252,7 @@ def schedule(trace: Trace, costs: Costs) -> Schedule:
             q, d = engine, 0.0
             t = deps.ready(ins.reads, ins.writes, max(reuse, startup))
         elif engine == "dma":
-            q = queue_names.get((ins.file, ins.line))
-            if q is None:
-                q = queue_names[(ins.file, ins.line)] = f"dma {ins.file.rsplit('/', 1)[-1]}:{ins.line}"
+            q = "dma " + streams[i]
             e0, e1 = costs.dma_engines(ins)
             d = costs.dma_occupancy_ns(ins, e1 - e0)
             t = max(deps.ready(ins.reads, ins.writes, reuse) + latency, startup, queue_start.get(q, 0.0))
@@ -175,6 +262,8 @@ def schedule(trace: Trace, costs: Costs) -> Schedule:
             dma_engines[i] = (e0, e1)
         else:
             q = engine
+            if ins.op == "memset" and ins.attr("engine_choice") and _in_sbuf(ins):
+                q = min(("vector", "gpsimd"), key=engine_free.__getitem__)  # the compiler picks the idle one
             d = costs.compute_ns(ins)
             t = deps.ready(ins.reads, ins.writes, max(reuse, startup, engine_free.get(q, 0.0)))
             if engine == "tensor":
