@@ -218,7 +218,7 @@ def test_tensor_reduce_trailing_axes_only():
         r = nl.ndarray((a.shape[0], 20), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_reduce(dst=r, op=nl.add, data=sbuf_of(a), axis=1)
         return out_of(r)
-    with pytest.raises(NkiError, match="trailing free dimensions"):
+    with pytest.raises(NkiError, match="reduce only consecutive free axes ending at the last one"):
         bad(a)
 
 
