@@ -21,7 +21,7 @@ TEMPLATES = resource_dir("templates")
 DTYPES = {"f32": "nl.float32", "f16": "nl.float16", "bf16": "nl.bfloat16"}
 BUFFERS = {"sbuf": "nl.sbuf", "psum": "nl.psum", "hbm": "nl.hbm"}
 RANGES = {"affine": "nl.affine_range", "sequential": "nl.sequential_range", "static": "nl.static_range"}
-ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "maximum": "nl.maximum",
+ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "divide": "nl.divide", "maximum": "nl.maximum",
        "minimum": "nl.minimum"}
 FUNCS = {"copy": "nl.copy", "relu": "nl.relu", "exp": "nl.exp"}
 
