@@ -1,6 +1,8 @@
 """Loop-nest builders for element-wise expressions, 2-D transposes and standalone window pools."""
 from __future__ import annotations
 
+import math
+
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
@@ -213,8 +215,9 @@ class ExprCompiler:
         if self.fold and (on_act := self.on_scalar_engine(e, dst)) is not None:
             return on_act
         rc, lc = const_value(e.rhs), const_value(e.lhs)
-        if e.op == "/" and rc is not None:
-            return self.scalar(e.lhs, "multiply", 1.0 / rc, dst)
+        if e.op == "/" and rc is not None:  # x * (1/3) is not x / 3 in fp32: multiply only by an exact inverse
+            exact = math.frexp(abs(rc))[0] == 0.5  # a power of two
+            return self.scalar(e.lhs, "multiply", 1.0 / rc, dst) if exact else self.scalar(e.lhs, "divide", rc, dst)
         if rc is not None:
             return self.scalar(e.lhs, _BIN[e.op], rc if e.op != "-" else -rc, dst, "add" if e.op == "-" else None)
         if lc is not None and e.op in "+*":

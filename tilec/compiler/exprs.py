@@ -1,6 +1,8 @@
 """Small helpers over .tl expressions: a printer and pattern tests used by operation selection."""
 from __future__ import annotations
 
+import numpy as np
+
 from typing import Mapping
 
 from tilec.lang import syntax as sx
@@ -42,9 +44,10 @@ def const_value(e: sx.Expr, sizes: Mapping[str, int] | None = None) -> float | N
         a, b = const_value(e.lhs, sizes), const_value(e.rhs, sizes)
         if a is None or b is None:
             return None
+        x, y = np.float32(a), np.float32(b)  # folded as the program computes it: float32 arithmetic
         if e.op == "/":
-            return a / b if b else None
-        return {"+": a + b, "-": a - b, "*": a * b}.get(e.op)
+            return float(x / y) if b else None
+        return {"+": float(x + y), "-": float(x - y), "*": float(x * y)}.get(e.op)
     return None
 
 
