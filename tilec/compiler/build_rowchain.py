@@ -119,7 +119,9 @@ class _Chain:
     def load(self, name: str) -> tuple[list[Stmt], View]:
         free = self.F if self.kind(name) == "full" else 1
         view, st = self.rows_view(name, (self.R, free), "v")
-        tile = Buf(self.fresh(f"{name}_tile"), "sbuf", self.hbm[name].dtype, (self.TP, free))
+        # a (P, 1) column is a tensor_scalar / activation operand, which is fp32 [ISA6 tensor_scalar]: the DMA converts
+        dt = self.hbm[name].dtype if free > 1 else "f32"
+        tile = Buf(self.fresh(f"{name}_tile"), "sbuf", dt, (self.TP, free))
         rows = sl(a(term("pt", self.TP, "TILE_P")), self.TP)
         self.views = getattr(self, "views", []) + st
         return [Alloc(tile, line=self.line), Dma(whole(tile), View(view, (rows, full(free))), self.line)], whole(tile)

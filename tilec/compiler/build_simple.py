@@ -102,7 +102,9 @@ def _column_loads(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
     views, loads, cols = [], [], {}
     for name in op.columns:
         col_v, st = hbm_view(hbm[name], (op.dim("P"), 1), fresh(f"{name}_v"), line)
-        col = Buf(fresh(f"{name}_col"), "sbuf", hbm[name].dtype, (TP, 1))
+        # a tensor_scalar operand tile is fp32 [ISA6 tensor_scalar]: the load's DMA converts (src -> fp32 -> dst
+        # [ISA6 dma_copy]), once per partition tile, at no engine instruction
+        col = Buf(fresh(f"{name}_col"), "sbuf", "f32", (TP, 1))
         views += st
         loads += [Alloc(col, line=line), Dma(whole(col), View(col_v, (sl(a(term("pt", TP, "TILE_P")), TP), full(1))),
                                              line)]
@@ -396,7 +398,10 @@ def _transpose_region(op: TransposeOp, plan: TransposePlan, bufs: tuple[Buf, Buf
     at = lambda buf, *idx: View(buf, ((a("bt"),) if batched else ()) + idx)  # noqa: E731
     dt = src.dtype
     a_sb = Buf(fresh(f"{op.src}_strip{tag}"), "sbuf", dt, (TI, BI, BJ * TJ))
-    o_sb = Buf(fresh(f"{op.out}_strip{tag}"), "sbuf", dst.dtype, (TJ, BJ, BI * TI))
+    # a DMA transpose copies without casting (src.dtype == dst.dtype [ISA6 dma_transpose]): its strip keeps the
+    # source dtype and the store's dma_copy converts (src -> fp32 -> dst [ISA6 dma_copy]); the PE path converts
+    # on the PSUM -> SBUF copy
+    o_sb = Buf(fresh(f"{op.out}_strip{tag}"), "sbuf", dt if plan.method == "dma" else dst.dtype, (TJ, BJ, BI * TI))
     i0 = lambda blk: a(term("bi", BI * TI), term(blk, TI, ci), r0)  # noqa: E731
     j0 = lambda blk: a(term("bj", BJ * TJ), term(blk, TJ, cj), c0)  # noqa: E731
     load = loop("ai", BI, [Dma(View(a_sb, (full(TI), a("ai"), full(BJ * TJ))),
