@@ -314,3 +314,18 @@ def _masked_sum(x):  # sum of the first 5 of 8 columns: the mask covers the redu
 def test_reduction_mask_over_its_input() -> None:
     x = RNG.random((128, 8), dtype=F32)
     np.testing.assert_allclose(api.simulate(_masked_sum, x), x[:, :5].sum(axis=1, keepdims=True), rtol=1e-6)
+
+
+@nki.jit
+def _affine_loop_sum(x):  # loop_reduce across affine_range iterations is a reduction, not a race
+    out = nl.ndarray((128, 32), F32, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 32), F32, buffer=nl.sbuf)
+    for i in nl.affine_range(4):
+        acc[...] = nl.loop_reduce(nl.load(x[i]), op=np.add, loop_indices=[i])
+    nl.store(out, acc)
+    return out
+
+
+def test_loop_reduce_across_affine_iterations() -> None:
+    x = RNG.random((4, 128, 32), dtype=F32)
+    np.testing.assert_allclose(api.simulate(_affine_loop_sum, x), x.sum(axis=0), rtol=1e-6)

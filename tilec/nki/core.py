@@ -300,8 +300,9 @@ def _raw(value: Tensor, shape: tuple) -> np.ndarray | None:
 
 # ---- dst[...] = value ----
 def assign(dst: Tensor, value: object) -> None:
-    if hasattr(value, "fold_into"):  # nl.loop_reduce: dst = op(dst, x)
-        value = value.fold_into(dst)
+    if hasattr(value, "fold_into"):  # nl.loop_reduce: dst = op(dst, x), an accumulation across iterations
+        value.fold_into(dst)
+        return
     run = runtime.current()
     where = runtime.callsite()
     if isinstance(value, Tensor) and value.buf is dst.buf and value.off == dst.off and \

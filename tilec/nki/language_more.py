@@ -47,8 +47,22 @@ class LoopReduce:
     def __init__(self, x: Tensor, fn: alu.Op, dtype: object, mask: object) -> None:
         self.x, self.fn, self.dtype, self.mask = x, fn, dtype, mask
 
-    def fold_into(self, dst: Tensor) -> Tensor:
-        return isa.tensor_tensor(dst, self.x, self.fn, dtype=self.dtype or dst.dtype, mask=self.mask)
+    def fold_into(self, dst: Tensor) -> None:
+        """dst = op(dst, x) on VectorE, logged as an accumulation: the reduction loop_reduce exists for runs across
+        the iterations of an affine_range loop in any order (like `acc += nc_matmul(...)`), so it is no race."""
+        from tilec.nki import checks, races
+
+        run, where = core.begin()
+        for role, t in (("dst", dst), ("x", self.x)):
+            checks.tile(t, "loop_reduce", role, where)
+        checks.same_partitions(dst, self.x, "loop_reduce", ("dst", "x"), where)
+        m = isa.mask_array(self.mask, dst.shape)
+        core.read(run, dst, where, log_it=False, mask=m)
+        core.read(run, self.x, where, mask=None if self.x.shape != dst.shape else m)
+        fn = self.fn
+        value = core.compute(run, lambda: fn.binary(core.f32(dst), core.f32(self.x).reshape(dst.shape)))
+        core.write(run, dst, value, where, kind=races.ACC, mask=m)
+        core.emit(run, "vector", "tensor_tensor", dst, (dst, self.x), where, attrs=(("alu", fn.name),))
 
 
 def loop_reduce(x: Tensor, op: object, loop_indices: object, *, dtype: object = None, mask: object = None,
