@@ -117,6 +117,15 @@ class Kernel:
         return found
 
 
+def loads(e: Expr) -> list[Access]:
+    """The accesses an expression reads, left to right."""
+    if isinstance(e, Load):
+        return [e.access]
+    if isinstance(e, Op):
+        return [a for x in e.args for a in loads(x)]
+    return []
+
+
 def walk(body: tuple[Stmt, ...]):
     for s in body:
         yield s

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from tilec.compiler.ir import Aff
-from tilec.compiler.nest import Access, Alloc, Assign, Const, Expr, Index, Kernel, Load, Loop, Op, Stmt, Update, walk
+from tilec.compiler.nest import (Access, Alloc, Assign, Const, Expr, Index, Kernel, Load, Loop, Stmt, Update,
+                                 loads, walk)
 from tilec.lang.evaluator import round_to
 from tilec.lang.functions import FUNCTIONS
 
@@ -100,16 +101,9 @@ class _Run:
 
 def _accesses(s: Stmt) -> list[Access]:
     if isinstance(s, (Assign, Update)):
-        return [s.dst, *_loads(s.expr)]
+        return [s.dst, *loads(s.expr)]
     return []
 
-
-def _loads(e: Expr) -> list[Access]:
-    if isinstance(e, Load):
-        return [e.access]
-    if isinstance(e, Op):
-        return [a for x in e.args for a in _loads(x)]
-    return []
 
 
 def _independent(body: tuple[Stmt, ...]) -> bool:

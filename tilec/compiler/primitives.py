@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from tilec.compiler.ir import Aff, Term
 from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Expr, Index, Kernel, Load, Loop, Op, Stmt, Update,
-                                 walk)
+                                 loads, walk)
 from tilec.errors import Span, TilecError
 from tilec.target import Target, target as get_target
 
@@ -151,18 +151,11 @@ def _check_reorder(loops: list[Loop], span: Span | None) -> None:
             raise _fail(f"reorder: `{s.dst.buf}` is assigned in every iteration of {missing} (the last one wins), "
                         f"so the order of those loops matters", span,
                         "split the statement off into its own nest first")
-        for a in _reads(s.expr):
+        for a in loads(s.expr):
             if a.buf in written and a != written[a.buf]:
                 raise _fail(f"reorder: the nest reads {a.buf} at another element than it writes it, a dependence "
                             f"between iterations", span, "reorder only loops whose iterations are independent")
 
-
-def _reads(e: Expr) -> list[Access]:
-    if isinstance(e, Load):
-        return [e.access]
-    if isinstance(e, Op):
-        return [a for x in e.args for a in _reads(x)]
-    return []
 
 
 def reorder(k: Kernel, *order: str, span: Span | None = None) -> Kernel:
@@ -223,7 +216,7 @@ def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | s
     reads cover over the loops inside `at`; it must fit the target's SBUF per partition."""
     t = get_target(target)
     loop = find_loop(k, at, span)
-    reads = [a for s in _stores(loop.body) for a in _reads(s.expr) if a.buf == buf]
+    reads = [a for s in _stores(loop.body) for a in loads(s.expr) if a.buf == buf]
     if not reads:
         raise _fail(f"stage {buf} at {at}: the body of loop {at} does not read {buf}", span)
     if any(s.dst.buf == buf for s in _stores(loop.body)):
@@ -363,14 +356,14 @@ def compute_at(k: Kernel, buf: str, at: str, span: Span | None = None) -> Kernel
     consumer = next((s for s in top if s is loop or any(x is loop for x in walk(s.body))), None)
     if consumer is None or k.body.index(consumer) <= k.body.index(prod):
         raise _fail(f"compute_at {buf}: loop {at} is not in a nest after the one that computes {buf}", span)
-    inside = [a for s in _stores(loop.body) for a in _reads(s.expr) if a.buf == buf]
-    everywhere = [a for s in _stores(k.body) for a in _reads(s.expr) if a.buf == buf]
+    inside = [a for s in _stores(loop.body) for a in loads(s.expr) if a.buf == buf]
+    everywhere = [a for s in _stores(k.body) for a in loads(s.expr) if a.buf == buf]
     if len(inside) != len(everywhere) or not inside:
         raise _fail(f"compute_at {buf}: {buf} is also read outside loop {at}", span,
                     f"compute it at a loop that holds every read of {buf}")
     between = k.body[k.body.index(prod) + 1:k.body.index(consumer)] + (consumer,)
     written = {s.dst.buf for s in _stores(tuple(between))}
-    if any(a.buf in written for s in _stores((prod,)) for a in _reads(s.expr)):
+    if any(a.buf in written for s in _stores((prod,)) for a in loads(s.expr)):
         raise _fail(f"compute_at {buf}: the nest computing {buf} reads a buffer written before loop {at}", span)
     region = _region(prod, buf, loop, inside, span)
     moved = _restrict(prod, region)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilec.compiler.nest import Access, Assign, Const, Expr, Index, Load, Op, Stmt, Update
+from tilec.compiler.nest import Access, Assign, Const, Expr, Index, Load, Op, Stmt, Update, loads
 from tilec.lang.functions import FUNCTIONS
 from tilec.target import Instr, Target, target as get_target
 
@@ -44,13 +44,6 @@ def _vars(a: Access) -> list[str]:
         out += [t.var for t in i.terms if t.var not in out]
     return out
 
-
-def _loads(e: Expr) -> list[Access]:
-    if isinstance(e, Load):
-        return [e.access]
-    if isinstance(e, Op):
-        return [a for x in e.args for a in _loads(x)]
-    return []
 
 
 def match(s: Stmt, target: Target | str | None = None) -> Match | None:
@@ -74,7 +67,7 @@ def _match_update(s: Update, t: Target) -> Match | None:
         if k and set(fa) | set(fb) == set(out) and not set(fa) & set(fb):
             stat, mov = (fa, fb) if _leads(fa, fb, out) else (fb, fa)
             return Match(t.instr("nc_matmul"), (("k", k), ("m", tuple(stat)), ("n", tuple(mov))))
-    reads = _loads(e)
+    reads = loads(e)
     if reads and all(set(out) < set(_vars(r)) for r in reads):  # whole dimensions reduced
         free = tuple(v for v in _vars(reads[0]) if v not in out)
         return Match(t.instr("tensor_reduce"), (("p", tuple(out)), ("f", free)))
@@ -118,5 +111,5 @@ def _match_assign(s: Assign, t: Target) -> Match | None:
 def _narrower(e: Expr, out: list[str]) -> bool:
     """An operand that reads a leading run of the output's indices only: a per-partition column (tensor_scalar's
     operand). A trailing run is a row, copied to every partition first and then a full operand."""
-    reads = _loads(e)
+    reads = loads(e)
     return bool(reads) and all(len(_vars(r)) < len(out) and _vars(r) == out[:len(_vars(r))] for r in reads)
