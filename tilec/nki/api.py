@@ -14,6 +14,7 @@ import importlib.util
 import inspect
 import pathlib
 import sys
+import types
 
 import numpy as np
 
@@ -54,11 +55,7 @@ def load_kernel_file(path: str | pathlib.Path, name: str, force_interpreter: boo
     force_interpreter=True serves tilec's interpreter even where the real neuronxcc is installed."""
     shim.install(force=True if force_interpreter else None)
     path = pathlib.Path(path).resolve()
-    _check_kernel_path(path)
-    key = (str(path), path.stat().st_mtime_ns)
-    module = _loaded.get(key)
-    if module is None:
-        module = _loaded[key] = _import_file(path)
+    module = _kernel_module(path)
     if not callable(getattr(module, name, None)):
         found = [k for k, v in vars(module).items() if _is_kernel(v)]
         raise NkiError(f"{path.name} has no kernel named '{name}'", "kernel_name", None,
@@ -69,13 +66,17 @@ def load_kernel_file(path: str | pathlib.Path, name: str, force_interpreter: boo
 def kernel_names(path: str | pathlib.Path) -> list[str]:
     """The @nki.jit kernels a .py file defines, in definition order (the file imported as load_kernel_file does)."""
     shim.install(force=True)
-    path = pathlib.Path(path).resolve()
+    return [k for k, v in vars(_kernel_module(pathlib.Path(path).resolve())).items() if _is_kernel(v)]
+
+
+def _kernel_module(path: pathlib.Path) -> types.ModuleType:
+    """The kernel file imported as a module, once per version of the file (cached by path and mtime)."""
     _check_kernel_path(path)
     key = (str(path), path.stat().st_mtime_ns)
     module = _loaded.get(key)
     if module is None:
         module = _loaded[key] = _import_file(path)
-    return [k for k, v in vars(module).items() if _is_kernel(v)]
+    return module
 
 
 def _check_kernel_path(path: pathlib.Path) -> None:
