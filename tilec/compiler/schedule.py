@@ -231,6 +231,7 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     have = dict(op.vars)
     v = lambda role: (op.name, have[role])  # noqa: E731
     if isinstance(plan, ConvPlan):
+        assert isinstance(op, ConvOp)  # default_plan gives a ConvPlan to a ConvOp only
         sizes = (("tile", "k", plan.tile_k), ("tile", "c", plan.tile_c), ("tile", "x", plan.tile_x),
                  ("tile", "y", plan.rows), ("split", "y", plan.band))
         ds = [directive(name, v(role), n) for name, role, n in sizes if role in have]
