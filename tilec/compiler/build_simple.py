@@ -99,7 +99,9 @@ def _column_loads(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: 
     """HBM views of the column operands (before the nest), their (TILE_P, 1) loads (once per partition tile), and
     the column tiles by tensor name."""
     line, TP = op.line, plan.parts
-    views, loads, cols = [], [], {}
+    views: list[Stmt] = []
+    loads: list[Stmt] = []
+    cols: dict[str, View] = {}
     for name in op.columns:
         col_v, st = hbm_view(hbm[name], (op.dim("P"), 1), fresh(f"{name}_v"), line)
         # a tensor_scalar operand tile is fp32 [ISA6 tensor_scalar]: the load's DMA converts (src -> fp32 -> dst
@@ -141,7 +143,8 @@ def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fre
     """Each row operand s[free] copied to every partition of a full tile: ones[1, P].T @ s[1, TILE_F] on TensorE.
     Each is a hoistable block: it depends only on the free tile, so with one free tile it leaves the whole nest."""
     line, TP, TF = op.line, plan.parts, plan.free
-    stmts, tiles = [], {}
+    stmts: list[Stmt] = []
+    tiles: dict[str, View] = {}
     for name in op.rows:
         row = Buf(fresh(f"{name}_row"), "sbuf", hbm[name].dtype, (1, TF))
         acc = Buf(fresh(f"{name}_bcast"), "psum", "f32", (TP, TF))
@@ -214,6 +217,7 @@ class ExprCompiler:
                 if c is not None:
                     return self.scalar(x, op, c, dst)
             return self.binary(e.args[0], e.args[1], op, dst)
+        assert isinstance(e, sx.BinOp)  # value() takes the reads; check_expr admits only these forms and numbers
         if self.fold and (on_act := self.on_scalar_engine(e, dst)) is not None:
             return on_act
         rc, lc = const_value(e.rhs), const_value(e.lhs)
@@ -256,7 +260,7 @@ class ExprCompiler:
         if self.is_column(e) or e.op not in "+-*/":
             return None
         col, x = (e.rhs, e.lhs) if self.is_column(e.rhs) else (e.lhs, e.rhs) if e.op in "+*" else (None, None)
-        if col is None or not self.is_column(col) or self.is_column(x):
+        if col is None or x is None or not self.is_column(col) or self.is_column(x):  # (x is None iff col is)
             return None
         if e.op in "+-":
             folded = self.affine(e)
@@ -291,14 +295,14 @@ class ExprCompiler:
         for x, col, sign in ((e.lhs, e.rhs, 1.0 if e.op == "+" else -1.0), (e.rhs, e.lhs, 1.0)):
             if self.is_column(col) and not self.is_column(x) and not (e.op == "-" and col is e.lhs):
                 pre, v = self.value(x, None)
-                pc, c = self.value(col, None)
+                pc, cv = self.value(col, None)
                 if sign < 0:  # the bias adds: negate the (P, 1) column first (one tiny instruction)
                     shape, self.cur = self.cur, (self.shape[0], 1)
                     more, neg = self.temp()
                     self.cur = shape
-                    pc = pc + more + [Scalar(neg, c, "multiply", -1.0, self.line)]
-                    c = neg
-                return pre + pc, v, 1.0, c
+                    pc = pc + more + [Scalar(neg, cv, "multiply", -1.0, self.line)]
+                    cv = neg
+                return pre + pc, v, 1.0, cv
         return None
 
     def convert(self, e: sx.Call) -> tuple[list[Stmt], View]:
@@ -408,7 +412,7 @@ def _transpose_region(op: TransposeOp, plan: TransposePlan, bufs: tuple[Buf, Buf
                                at(src, sl(i0("ai"), TI), sl(a(term("bj", BJ * TJ), c0), BJ * TJ)), line)],
                 note=f"for {v['i']} (blocks of {ci or TI})", line=li)
     if plan.method == "dma":
-        block = [ir.Transpose(View(o_sb, (full(TJ), a("bj2"), sl(a(term("ai", TI, ci)), TI))),
+        block: list[Stmt] = [ir.Transpose(View(o_sb, (full(TJ), a("bj2"), sl(a(term("ai", TI, ci)), TI))),
                               at(src, sl(i0("ai"), TI), sl(j0("bj2"), TJ)), "dma", line)]
         load = []
     else:
