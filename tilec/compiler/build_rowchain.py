@@ -162,7 +162,7 @@ class _Chain:
         out = Buf(fresh(f"{op.out}_tile"), "sbuf", "f32", (self.TP, free))
         every = {**tiles, **self.row_tiles}
         columns = {n for n in every if every[n].buf.shape[1] == 1} if free > 1 else set()
-        stmts = [Alloc(out, line=op.line)]
+        stmts: list[Stmt] = [Alloc(out, line=op.line)]
         stmts += ExprCompiler(every, (self.TP, free), op.line, fresh, columns, fold=True,
                               prefix=f"{op.out}_tmp").emit(op.expr, whole(out))
         tiles[op.out] = whole(out)

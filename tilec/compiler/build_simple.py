@@ -164,7 +164,7 @@ _BIN = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
 class ExprCompiler:
     """Evaluate an element-wise expression tree into tensor_tensor / tensor_scalar / activation instructions."""
 
-    def __init__(self, tiles: dict[str, View], shape: tuple[int, int], line: int, fresh: Fresh,
+    def __init__(self, tiles: dict[str, View], shape: tuple[int, ...], line: int, fresh: Fresh,
                  columns: set[str], fold: bool = False, prefix: str = "tmp") -> None:
         self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
         # fold: an activation of `x + col`, `x - col` or `x * c` is one ScalarE instruction FN(x * scale + bias)
