@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import AbstractSet
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
@@ -43,7 +44,7 @@ def _fit(op: Op, rows: int) -> tuple[int, int] | None:
     return None
 
 
-def row_chains(ops: tuple[Op, ...], scheduled: set[str]) -> list[list[int]]:
+def row_chains(ops: tuple[Op, ...], scheduled: AbstractSet[str]) -> list[list[int]]:
     """Runs of >= 2 consecutive ops over the same rows and free size (at least one a row reduction), none named
     by a directive: each is built as one fused row chain."""
     chains: list[list[int]] = []

@@ -130,7 +130,7 @@ def first_line(err: BaseException) -> str:
 class ModelEvaluator:
     """Ranks by the performance model, over `jobs` worker processes (1 = in this process)."""
 
-    def __init__(self, jobs: int = 2, outcome: Callable[[Job, str], Outcome] = model_outcome,
+    def __init__(self, jobs: int = 2, outcome: Callable[..., Outcome] = model_outcome,
                  kernel_cache: str | None = None) -> None:
         self.name = "model"
         self.jobs = max(1, jobs)
