@@ -150,6 +150,7 @@ def _row_tiles(op: EltwiseOp, plan: EltwisePlan, hbm: dict[str, Buf], fresh: Fre
         acc = Buf(fresh(f"{name}_bcast"), "psum", "f32", (TP, TF))
         tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (TP, TF))
         src = View(views[name], (full(1), sl(a(term("t", TF, "TILE_F")), TF)))
+        body: list[Stmt]
         body = [Alloc(row, line=line), Dma(whole(row), src, line),
                 *broadcast_row(acc, ones[row.dtype], whole(row), line),
                 Alloc(tile, line=line), ir.Copy(whole(tile), whole(acc), line)]

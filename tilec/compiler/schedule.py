@@ -112,7 +112,7 @@ REDUCE_FREE = 4096  # elements per partition of one reduced tile: 16 KiB of fp32
 
 def directive(name: str, *args: "str | int | tuple") -> sx.Directive:
     """directive("tile", ("conv", "k"), 128) -> `tile conv.k, 128`."""
-    conv = [sx.Ref(a) if isinstance(a, tuple) else sx.Ref((a,)) if isinstance(a, str) else a for a in args]
+    conv: list[sx.Ref | int] = [sx.Ref(a) if isinstance(a, tuple) else sx.Ref((a,)) if isinstance(a, str) else a for a in args]
     return sx.Directive(name, tuple(conv))
 
 

@@ -135,7 +135,9 @@ class ModelEvaluator:
         self.name = "model"
         self.jobs = max(1, jobs)
         # a module-level function (or a partial of one), so worker processes can unpickle it
-        self.outcome = functools.partial(outcome, kernel_cache=kernel_cache) if kernel_cache else outcome
+        self.outcome: Callable[..., Outcome] = outcome
+        if kernel_cache:
+            self.outcome = functools.partial(outcome, kernel_cache=kernel_cache)
         self._pool: Executor | None = None
 
     def evaluate(self, job: Job, schedules: list[str]) -> Iterable[Outcome]:
