@@ -40,10 +40,8 @@ def layernorm(X, g, b):
         X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:11
         discard = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        mu_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        discard[...] = nisa.activation(op=nl.copy, data=X_tile, scale=0.001953125, reduce_op=nl.add, reduce_res=mu_col, dtype=nl.float32)  # tl:13
-        mu_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        mu_neg[...] = nisa.activation(op=nl.copy, data=mu_col, scale=-1.0, dtype=nl.float32)  # tl:19
+        mu_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        discard[...] = nisa.activation(op=nl.copy, data=X_tile, scale=-0.001953125, reduce_op=nl.add, reduce_res=mu_neg, dtype=nl.float32)  # tl:13
         v_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
         discard[...] = nisa.activation(op=nl.square, data=X_tile, bias=mu_neg, reduce_op=nl.add, reduce_res=v_col, dtype=nl.float32)  # tl:19
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import compile_example, inputs_for
+from compiler_helpers import EXAMPLES, compile_example, inputs_for
 from tilec.compiler import ir
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
@@ -43,7 +43,7 @@ def test_normalisations_in_16_bit_dtypes(name: str, dtype: str, sizes) -> None:
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 def test_layernorm_in_both_nki_forms(nki: str) -> None:
-    check(compile_loaded(lang.load("examples/layernorm.tl", {"M": 256, "N": 2048}), nki=nki))
+    check(compile_loaded(lang.load(str(EXAMPLES / "layernorm.tl"), {"M": 256, "N": 2048}), nki=nki))
 
 
 def test_layernorm_centring_is_folded_into_the_activations() -> None:
@@ -178,4 +178,14 @@ def test_a_sum_of_a_function_keeps_its_factor_on_the_column() -> None:
     acts = [s for s in chain_stmts(c) if isinstance(s, ir.Act)]
     assert [s.func for s in acts] == ["exp", "log", "copy"] and acts[0].total is not None
     assert acts[1].scale == 1 / 512 and acts[1].bias is not None
+    check(c)
+
+
+def test_a_mean_only_subtracted_is_summed_negated() -> None:
+    """`d = X - mu` is the only reader of mu: the mean activation sums -X / N (its column is the bias as it is);
+    mu as an output of the kernel is stored with its sign restored."""
+    text = (EXAMPLES / "layernorm.tl").read_text().replace("-> Y", "-> Y, mu")
+    c = compile_loaded(lang.load(text, {"M": 256, "N": 384}))
+    first = next(s for s in chain_stmts(c) if isinstance(s, ir.Act))
+    assert first.scale == -1 / 384 and first.total is not None and first.total.buf.name == "mu_neg"
     check(c)

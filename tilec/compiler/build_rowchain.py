@@ -288,14 +288,24 @@ class _Chain:
             self.act_into(self.discard(), "square", x.base, scale, x.bias, col)
             total = Col(whole(col), 1.0 if inside else factor)
         else:
-            self.act_into(self.discard(), "copy", x.base, self.vmul(x.scale, factor), self.vmul(x.bias, factor), col)
-            total = Col(whole(col))
+            sign = -1.0 if self.subtracted(op.out) else 1.0  # sum -x / N: the readers' `X - mu` is a bias as it is
+            if sign < 0:
+                col = Buf(self.name(f"{op.out}_neg", numbered=False), "sbuf", "f32", (self.TP, 1))
+            scale, bias = self.vmul(x.scale, sign * factor), self.vmul(x.bias, sign * factor)
+            self.act_into(self.discard(), "copy", x.base, scale, bias, col)
+            total = Col(whole(col), sign)
         result = self.lin_of(total)
         if isinstance(op.init, str):  # the initial value stays folded too: a bias for the column's readers
             result = Lin(result.base, result.scale, self.val(self.lin(self.values[op.init])))
         elif op.init != 0.0:
             result = Lin(result.base, result.scale, op.init)
         self.values[op.out] = result
+
+    def subtracted(self, name: str) -> bool:
+        """Every read of `name` by the chain's element-wise ops is subtracted (`X[i, j] - mu[i]`)."""
+        signs = [neg for op in self.ops if isinstance(op, EltwiseOp) for neg in _read_signs(op.expr, name)]
+        return bool(signs) and all(signs) and not any(name in _reads(op) for op in self.ops
+                                                          if isinstance(op, ReduceOp))
 
     def discard(self) -> View:
         """The one tile every activation kept only for its row sums writes (mean and variance passes share it)."""
@@ -668,6 +678,19 @@ class _Chain:
             tile = whole(cast)
         rows = sl(a(term("pt", self.TP, "TILE_P")), self.TP)
         return out + [Dma(View(view, (rows, full(free))), tile, self.line)]
+
+
+def _read_signs(e: sx.Expr, name: str, neg: bool = False) -> list[bool]:
+    """Per read of `name` in e: whether it is the right operand of a subtraction."""
+    if isinstance(e, sx.Access):
+        return [neg] if e.tensor == name else []
+    if isinstance(e, sx.BinOp):
+        return _read_signs(e.lhs, name) + _read_signs(e.rhs, name, e.op == "-")
+    if isinstance(e, sx.Neg):
+        return _read_signs(e.x, name)
+    if isinstance(e, sx.Call):
+        return [r for arg in e.args for r in _read_signs(arg, name)]
+    return []
 
 
 def _stem(v: View) -> str:
