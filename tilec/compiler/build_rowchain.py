@@ -142,6 +142,7 @@ class _Chain:
         self.readers = {n: sum(n in _reads(o) for o in ops) for n in self.made}
         self.chunked = False  # a chain of VectorE steps built chunk by chunk (TILE_F)
         self.discarded: View | None = None
+        self.top: sx.Expr | None = None  # the expression whose value is the op's own tile (named `{out}_tile`)
 
     def kind(self, name: str) -> str:
         """full ([R, F]), column ([R]) or row ([F]) by the tensor's size."""
@@ -239,9 +240,10 @@ class _Chain:
         self.op, self.cur_line, self.top = op, getattr(op, "update_line", 0) or op.line, None
         mark, memo = len(self.body), dict(self.memo)
         try:
-            if type(op) is ReduceOp:
+            if isinstance(op, ReduceOp):
                 self.reduce(op)
             else:
+                assert isinstance(op, EltwiseOp)
                 self.eltwise(op)
         except _Unsupported:  # undo what the attempt emitted; the expression compiler builds the op from tiles
             del self.body[mark:]
@@ -276,7 +278,7 @@ class _Chain:
             self.values[op.out] = result
             return
         square = isinstance(expr, sx.BinOp) and expr.op == "*" and fmt_expr(expr.lhs) == fmt_expr(expr.rhs)
-        x = self.lin(self.value(expr.lhs if square else expr))
+        x = self.lin(self.value(expr.lhs if isinstance(expr, sx.BinOp) and square else expr))
         if x.base is None or x.base.shape()[1] == 1:
             raise _Unsupported  # a sum along the rows of a constant or a column
         factor = op.scale
@@ -322,6 +324,7 @@ class _Chain:
         if isinstance(op, ReduceOp):
             src = tiles[op.src] if op.expr is None else None
             if src is None:
+                assert op.expr is not None
                 value = Buf(fresh(f"{op.out}_terms"), "sbuf", "f32", (self.TP, self.F))
                 self.body += [Alloc(value, line=line)]
                 self.body += ExprCompiler(tiles, (self.TP, self.F), line, fresh, set(), fold=True,
@@ -423,7 +426,7 @@ class _Chain:
             return Steps(y.first, y.steps + ((op, self.operand(x), False),))
         if isinstance(x, Steps):
             return Steps(x.first, x.steps + ((op, self.operand(y), True),))
-        if self.scalar(x) and not self.scalar(y):
+        if isinstance(y, Lin) and self.scalar(x) and not self.scalar(y):
             return Steps(self.start(y), ((op, self.operand(x), False),))
         return Steps(self.start(x), ((op, self.operand(y), True),))
 
@@ -485,6 +488,7 @@ class _Chain:
     def col_on_vector(self, dst: View, x: Lin) -> None:
         """A column's map as VectorE tensor_scalar steps (its inputs come from VectorE: no wait on ScalarE)."""
         cur = x.base
+        assert cur is not None
         if x.scale != 1.0:
             s = x.scale if isinstance(x.scale, float) else self.col_view(x.scale)
             self.emit(Scalar(dst, cur, "multiply", s, self.cur_line), engine="vector")
@@ -502,6 +506,7 @@ class _Chain:
         if dst is None and key in self.memo:
             return self.memo[key]
         first = x.first.base if isinstance(x.first, Lin) else x.first
+        assert first is not None
         shape = first.shape()
         out = dst if dst is not None else self.temp(name, shape[1] == 1)
         if isinstance(x.first, Lin):
@@ -523,7 +528,7 @@ class _Chain:
                     body.append(Alloc(buf, line=self.cur_line))
                     d = whole(buf)
                 operand = at(other)
-                if i == 0 and from_row:
+                if i == 0 and from_row and isinstance(row, View):
                     src, ones, tensor = self.row_of[row.buf.name]
                     bcast = Buf(self.name(f"{tensor}_psum", numbered=False), "psum", "f32", (self.TP, chunk))
                     body += broadcast_row(bcast, ones, View(src, (full(1), cols)), self.cur_line)
@@ -647,7 +652,7 @@ class _Chain:
         self.body.append(Alloc(buf, line=self.cur_line))
         return whole(buf)
 
-    def emit(self, *stmts: Stmt, engine: str) -> None:
+    def emit(self, *stmts: "Alloc | Act | Binary | Scalar | Reduce", engine: str) -> None:
         for s in stmts:
             self.body.append(s)
             if not isinstance(s, Alloc):
