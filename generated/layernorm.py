@@ -26,41 +26,35 @@ def layernorm(X, g, b):
     ones_f32[...] = nisa.tensor_scalar(ones_f32, nl.add, 1.0, dtype=nl.float32)  # tl:11
     g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=g_row, src=g)  # tl:11
-    g_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    g_bcast = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    g_bcast += nisa.nc_matmul(ones_f32, g_row)  # tl:11
-    g_tile[...] = nisa.tensor_copy(g_bcast, dtype=nl.float32)  # tl:11
-    b_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    nisa.dma_copy(dst=b_row, src=b)  # tl:11
     b_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    b_part = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    nisa.dma_copy(dst=b_part, src=b)  # tl:11
     b_bcast = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    b_bcast += nisa.nc_matmul(ones_f32, b_row)  # tl:11
+    b_bcast += nisa.nc_matmul(ones_f32, b_part)  # tl:11
     b_tile[...] = nisa.tensor_copy(b_bcast, dtype=nl.float32)  # tl:11
+    r_const = nl.zeros((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
+    r_const[...] = nisa.tensor_scalar(r_const, nl.add, 1e-05, dtype=nl.float32)  # tl:21
 
     # ---- mu, d, v, r, Y: one pass over row tiles (fused row chain)
     for pt in nl.affine_range(2):  # tl:11  for the rows (tiles of TILE_P), every op of the chain
         X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:11
-        mu_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        mu_copy = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        mu_copy[...] = nisa.activation(op=nl.copy, data=X_tile, scale=0.001953125, reduce_op=nl.add, reduce_res=mu_col, dtype=nl.float32)  # tl:13
-        d_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        d_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        d_tmp1[...] = nisa.tensor_scalar(mu_col, nl.multiply, -1.0, dtype=nl.float32)  # tl:15
-        d_tile[...] = nisa.activation(op=nl.copy, data=X_tile, bias=d_tmp1, dtype=nl.float32)  # tl:15
-        v_terms = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+        discard = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        mu_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        discard[...] = nisa.activation(op=nl.copy, data=X_tile, scale=-0.001953125, reduce_op=nl.add, reduce_res=mu_neg, dtype=nl.float32)  # tl:13
         v_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        v_terms[...] = nisa.activation(op=nl.square, data=d_tile, scale=0.04419417382415922, reduce_op=nl.add, reduce_res=v_col, dtype=nl.float32)  # tl:19
+        discard[...] = nisa.activation(op=nl.square, data=X_tile, bias=mu_neg, reduce_op=nl.add, reduce_res=v_col, dtype=nl.float32)  # tl:19
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
-        r_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
-        r_tmp1[...] = nisa.tensor_scalar(v_col, nl.add, 1e-05, dtype=nl.float32)  # tl:21
-        r_tile[...] = nisa.activation(op=nl.rsqrt, data=r_tmp1, dtype=nl.float32)  # tl:21
+        r_tile[...] = nisa.activation(op=nl.rsqrt, data=v_col, bias=r_const, scale=0.001953125, dtype=nl.float32)  # tl:21
+        Y_bias = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        Y_bias[...] = nisa.activation(op=nl.copy, data=mu_neg, scale=r_tile, dtype=nl.float32)  # tl:23
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        Y_tmp1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        Y_tmp1[...] = nisa.activation(op=nl.copy, data=d_tile, scale=r_tile, dtype=nl.float32)  # tl:23
-        Y_tmp2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        Y_tmp2[...] = nisa.tensor_tensor(Y_tmp1, g_tile, op=nl.multiply, dtype=nl.float32)  # tl:23
-        Y_tile[...] = nisa.tensor_tensor(Y_tmp2, b_tile, op=nl.add, dtype=nl.float32)  # tl:23
+        Y_tile[...] = nisa.activation(op=nl.copy, data=X_tile, bias=Y_bias, scale=r_tile, dtype=nl.float32)  # tl:23
+        Y_psum1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
+        g_psum = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
+        g_psum += nisa.nc_matmul(ones_f32, g_row)  # tl:23
+        Y_psum1[...] = nisa.tensor_tensor(Y_tile, g_psum, op=nl.multiply, dtype=nl.float32)  # tl:23
+        Y_tile[...] = nisa.tensor_tensor(Y_psum1, b_tile, op=nl.add, dtype=nl.float32)  # tl:23
         nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:11
 
     return Y

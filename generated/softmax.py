@@ -28,14 +28,14 @@ def softmax(X):
         m_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         m_col[...] = nisa.tensor_reduce(nl.maximum, X_tile, axis=1, keepdims=True, dtype=nl.float32)  # tl:11
         e_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        e_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        e_tmp1[...] = nisa.tensor_scalar(m_col, nl.multiply, -1.0, dtype=nl.float32)  # tl:13
+        m_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        m_neg[...] = nisa.tensor_scalar(m_col, nl.multiply, -1.0, dtype=nl.float32)  # tl:13
         s_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-        e_tile[...] = nisa.activation(op=nl.exp, data=X_tile, bias=e_tmp1, reduce_op=nl.add, reduce_res=s_col, dtype=nl.float32)  # tl:13
+        e_tile[...] = nisa.activation(op=nl.exp, data=X_tile, bias=m_neg, reduce_op=nl.add, reduce_res=s_col, dtype=nl.float32)  # tl:13
+        s_inv = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+        s_inv[...] = nisa.activation(op=nl.reciprocal, data=s_col, dtype=nl.float32)  # tl:19
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        Y_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        Y_tmp1[...] = nisa.activation(op=nl.reciprocal, data=s_col, dtype=nl.float32)  # tl:19
-        Y_tile[...] = nisa.activation(op=nl.copy, data=e_tile, scale=Y_tmp1, dtype=nl.float32)  # tl:19
+        Y_tile[...] = nisa.activation(op=nl.copy, data=e_tile, scale=s_inv, dtype=nl.float32)  # tl:19
         nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:9
 
     return Y

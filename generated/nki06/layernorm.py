@@ -26,41 +26,36 @@ def layernorm(X, g, b):
     nisa.tensor_scalar(dst=ones_f32, data=ones_f32, op0=nl.add, operand0=1.0)  # tl:11
     g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=g_row, src=g)  # tl:11
-    g_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    g_bcast = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    nisa.nc_matmul(dst=g_bcast, stationary=ones_f32, moving=g_row, accumulate=False)  # tl:11
-    nisa.tensor_copy(dst=g_tile, src=g_bcast)  # tl:11
-    b_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    nisa.dma_copy(dst=b_row, src=b)  # tl:11
     b_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    b_part = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    nisa.dma_copy(dst=b_part, src=b)  # tl:11
     b_bcast = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    nisa.nc_matmul(dst=b_bcast, stationary=ones_f32, moving=b_row, accumulate=False)  # tl:11
+    nisa.nc_matmul(dst=b_bcast, stationary=ones_f32, moving=b_part, accumulate=False)  # tl:11
     nisa.tensor_copy(dst=b_tile, src=b_bcast)  # tl:11
+    r_const = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
+    nisa.memset(dst=r_const, value=0.0)  # tl:21
+    nisa.tensor_scalar(dst=r_const, data=r_const, op0=nl.add, operand0=1e-05)  # tl:21
 
     # ---- mu, d, v, r, Y: one pass over row tiles (fused row chain)
     for pt in range(2):  # tl:11  for the rows (tiles of TILE_P), every op of the chain
         X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:11
-        mu_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        mu_copy = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        nisa.activation(dst=mu_copy, op=nl.copy, data=X_tile, scale=0.001953125, reduce_op=nl.add, reduce_res=mu_col)  # tl:13
-        d_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        d_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        nisa.tensor_scalar(dst=d_tmp1, data=mu_col, op0=nl.multiply, operand0=-1.0)  # tl:15
-        nisa.activation(dst=d_tile, op=nl.copy, data=X_tile, bias=d_tmp1)  # tl:15
-        v_terms = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+        discard = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        mu_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        nisa.activation(dst=discard, op=nl.copy, data=X_tile, scale=-0.001953125, reduce_op=nl.add, reduce_res=mu_neg)  # tl:13
         v_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        nisa.activation(dst=v_terms, op=nl.square, data=d_tile, scale=0.04419417382415922, reduce_op=nl.add, reduce_res=v_col)  # tl:19
+        nisa.activation(dst=discard, op=nl.square, data=X_tile, bias=mu_neg, reduce_op=nl.add, reduce_res=v_col)  # tl:19
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
-        r_tmp1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
-        nisa.tensor_scalar(dst=r_tmp1, data=v_col, op0=nl.add, operand0=1e-05)  # tl:21
-        nisa.activation(dst=r_tile, op=nl.rsqrt, data=r_tmp1)  # tl:21
+        nisa.activation(dst=r_tile, op=nl.rsqrt, data=v_col, bias=r_const, scale=0.001953125)  # tl:21
+        Y_bias = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        nisa.activation(dst=Y_bias, op=nl.copy, data=mu_neg, scale=r_tile)  # tl:23
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        Y_tmp1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        nisa.activation(dst=Y_tmp1, op=nl.copy, data=d_tile, scale=r_tile)  # tl:23
-        Y_tmp2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        nisa.tensor_tensor(dst=Y_tmp2, data1=Y_tmp1, data2=g_tile, op=nl.multiply)  # tl:23
-        nisa.tensor_tensor(dst=Y_tile, data1=Y_tmp2, data2=b_tile, op=nl.add)  # tl:23
+        nisa.activation(dst=Y_tile, op=nl.copy, data=X_tile, bias=Y_bias, scale=r_tile)  # tl:23
+        Y_psum1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
+        g_psum = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
+        nisa.nc_matmul(dst=g_psum, stationary=ones_f32, moving=g_row, accumulate=False)  # tl:23
+        nisa.tensor_tensor(dst=Y_psum1, data1=Y_tile, data2=g_psum, op=nl.multiply)  # tl:23
+        nisa.tensor_tensor(dst=Y_tile, data1=Y_psum1, data2=b_tile, op=nl.add)  # tl:23
         nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:11
 
     return Y

@@ -8,25 +8,39 @@ loop of the chain), each row tile of TILE_P rows is loaded once, whole rows stay
 
     for pt in range(R / TILE_P):
         load the full-row inputs [TILE_P, F] and the column inputs (TILE_P, 1)
-        op by op: tensor_reduce into a column, or the element-wise expression (ScalarE/VectorE) into a tile
+        op by op: a reduction into a column, or the element-wise expression (ScalarE/VectorE) into a tile
         store the chain's outputs
 
-Rows broadcast along the free dimension (g[j], b[j]) are copied to every partition once, before the loop. A chain
-is fused only with the default schedule (no directive names its ops) and when its tiles fit the SBUF budget.
+Inside the loop the values are folded before they are computed (`Lin`, `Steps` below):
+  * an affine map of one tile per row (`d = X - mu`, `d * r`) is no pass of its own: the activation that reads it
+    takes the map as scale and bias, and a sum rides on that activation (`v += d * d / N` is one square of X with
+    bias -mu whose row sums are v; layernorm is three ScalarE passes per row tile);
+  * a column op (`-mu`, `-mu * r`, `rsqrt(v / N + eps)`) runs on the engine that made its inputs: between two
+    ScalarE passes it is a ScalarE instruction, never a VectorE one queued behind the previous row tile's work;
+  * VectorE steps against broadcast rows (`u * g + b`) run column chunk by chunk (TILE_F, one PSUM bank): TensorE
+    copies the row's chunk to every partition in PSUM and each intermediate stays in PSUM, so every tensor_tensor
+    reads one PSUM operand (N cycles instead of 2N, nki-spec 1.10.4).
+Rows read whole from SBUF (g[j] * r[i]) are copied to every partition once, before the loop. A chain is fused only
+with the default schedule (no directive names its ops) and when its tiles fit the SBUF budget; what the folding does
+not cover (conversions, `%`) goes through the element-wise expression compiler (build_simple.ExprCompiler).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import AbstractSet
+from dataclasses import dataclass
+from typing import AbstractSet, Union
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_simple import ExprCompiler
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
-from tilec.compiler.ir import Act, Alloc, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
+from tilec.compiler.exprs import const_value, fmt_expr
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
+from tilec.lang import syntax as sx
+from tilec.lang.functions import FUNCTIONS
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
@@ -69,6 +83,45 @@ def _close(chains: list[list[int]], run: list[int], ops: tuple[Op, ...], free: i
         chains.append(list(run))
 
 
+@dataclass(frozen=True)
+class Col:
+    """`view * coef`: a (TILE_P, 1) column up to a constant factor, which rides on whatever instruction reads it."""
+    view: View
+    coef: float = 1.0
+
+
+Val = Union[float, Col]  # a per-partition value: a constant or a column
+
+
+@dataclass(frozen=True)
+class Lin:
+    """`base * scale + bias`: a tile (TILE_P, F) or a column (TILE_P, 1) under a per-partition affine map, or, with
+    no base, the value `bias` alone. Nothing is computed until a consumer needs it: an activation reading it takes
+    the map as its scale and bias (`d = X - mu` is never a pass of its own; the square that sums d * d reads X with
+    bias -mu), a sum takes it into the activation that sums."""
+    base: View | None
+    scale: Val = 1.0
+    bias: Val = 0.0
+
+
+@dataclass(frozen=True)
+class Steps:
+    """`first op1 x1 op2 x2 ...`: VectorE steps against other tiles (broadcast rows g, b) or columns, still to be
+    computed; `left` says the running value is the left operand. Built column chunk by column chunk, every
+    intermediate in PSUM, so each step after the first reads one PSUM operand (tensor_tensor at N cycles, not 2N)."""
+    first: "View | Lin"  # a tile, or an affine map of one (computed into the output tile, then the steps in place)
+    steps: tuple[tuple[str, "View | float", bool], ...]
+
+
+Value = Union[Lin, Steps]
+_ALU = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
+PSUM_F32 = 512  # fp32 elements of one 2 KiB PSUM bank: the column chunk of a chain of VectorE steps
+
+
+class _Unsupported(Exception):
+    """An expression the chain's folding does not cover: the op is built by the element-wise expression compiler."""
+
+
 class _Chain:
     def __init__(self, ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str]) -> None:
         self.ops, self.hbm, self.keep = ops, hbm, keep
@@ -79,6 +132,17 @@ class _Chain:
         self.TP = best_divisor(self.R, PMAX)
         self.line = ops[0].line
         self.made = {op.out for op in ops}
+        self.values: dict[str, Value] = {}  # every tensor of the chain, computed or still folded
+        self.body: list[Stmt] = []  # the loop body over row tiles, in order
+        self.consts: list[Stmt] = []  # constant columns, made once before the loop
+        self.const_cols: dict[float, View] = {}
+        self.engine_of: dict[str, str] = {}  # on-chip buffer -> the engine that wrote it (scalar | vector | dma)
+        self.memo: dict[object, View] = {}  # a folded value -> the buffer it was computed into
+        self.counts: dict[str, int] = {}
+        self.readers = {n: sum(n in _reads(o) for o in ops) for n in self.made}
+        self.chunked = False  # a chain of VectorE steps built chunk by chunk (TILE_F)
+        self.discarded: View | None = None
+        self.top: sx.Expr | None = None  # the expression whose value is the op's own tile (named `{out}_tile`)
 
     def kind(self, name: str) -> str:
         """full ([R, F]), column ([R]) or row ([F]) by the tensor's size."""
@@ -90,21 +154,25 @@ class _Chain:
         return "column" if size == self.R else "row"
 
     def build(self) -> Built:
-        pre, _ = self.row_broadcasts()
-        body: list[Stmt] = []
-        tiles: dict[str, View] = {}
+        self.row_broadcasts()
         for name in self.inputs():
-            st, tiles[name] = self.load(name)
-            body += st
+            st, view = self.load(name)
+            self.body += st
+            self.values[name] = Lin(view)
+            self.engine_of[view.buf.name] = "dma"
         for op in self.ops:
-            body += self.compute(op, tiles, body)
+            self.compute(op)
         for name in sorted(self.keep & self.made, key=lambda n: [o.out for o in self.ops].index(n)):
-            body += self.store(name, tiles[name])
+            self.op = next(o for o in self.ops if o.out == name)
+            self.cur_line = self.op.line
+            view = self.view(self.values[name], f"{name}_tile")
+            self.body += self.store(name, view)
         outs = ", ".join(op.out for op in self.ops)
-        nest = loop("pt", self.R // self.TP, body, note="for the rows (tiles of TILE_P), every op of the chain",
+        nest = loop("pt", self.R // self.TP, self.body, note="for the rows (tiles of TILE_P), every op of the chain",
                     line=self.line)
         block = ir.Block(f"{outs}: one pass over row tiles (fused row chain)", tuple(nest), self.line)
-        return [("TILE_P", self.TP)], pre + [block]
+        consts = [("TILE_P", self.TP)] + ([("TILE_F", self.chunk())] if self.chunked else [])
+        return consts, self.setup() + self.consts + [block]
 
     def inputs(self) -> list[str]:
         names: list[str] = []
@@ -127,105 +195,480 @@ class _Chain:
         self.views = getattr(self, "views", []) + st
         return [Alloc(tile, line=self.line), Dma(whole(tile), View(view, (rows, full(free))), self.line)], whole(tile)
 
-    def row_broadcasts(self) -> tuple[list[Stmt], bool]:
-        """Each row operand [F] copied to every partition once: ones[1, P].T @ row, 512 columns per matmul."""
-        out: list[Stmt] = []
+    def row_broadcasts(self) -> None:
+        """Each row operand [F]: its copy on every partition (ones[1, P].T @ row on TensorE, 512 columns per matmul)
+        made once before the loop, for the instructions that read it from SBUF; a chain of VectorE steps instead
+        broadcasts the row chunk by chunk into PSUM as it goes (steps_view), from the row loaded whole before the
+        loop. Which of the two the loop uses is known once it is built (setup)."""
         self.row_tiles: dict[str, View] = {}
+        self.row_of: dict[str, tuple[Buf, Buf, str]] = {}  # broadcast tile -> (its row (1, F), ones (1, P), tensor)
+        self.row_setup: dict[str, list[Stmt]] = {}  # buffer -> the statements that make it
         names = [n for op in self.ops for n in getattr(op, "rows", ())]
         ones_of: dict[str, Buf] = {}  # nc_matmul wants both operands fp32 or neither: ones in each row's dtype
         for name in dict.fromkeys(names):
             dt = self.hbm[name].dtype
             if dt not in ones_of:
                 ones_of[dt], made = ones_row(self.fresh(f"ones_{dt}"), dt, self.TP, self.line)
-                out += made
+                self.row_setup[ones_of[dt].name] = made
             ones = ones_of[dt]
             view, st = self.rows_view(name, (1, self.F), "v")
+            self.views = getattr(self, "views", []) + st
             tile = Buf(self.fresh(f"{name}_tile"), "sbuf", "f32", (self.TP, self.F))
             row = Buf(self.fresh(f"{name}_row"), "sbuf", dt, (1, self.F))
-            out += st + [Alloc(row, line=self.line), Dma(whole(row), whole(view), self.line),
-                                Alloc(tile, line=self.line)]
+            self.row_setup[row.name] = [Alloc(row, line=self.line), Dma(whole(row), whole(view), self.line)]
+            # the SBUF copy loads the row chunk by chunk: a whole row would take F * 4 bytes of every partition
             chunk = best_divisor(self.F, 512)
             acc = Buf(self.fresh(f"{name}_bcast"), "psum", "f32", (self.TP, chunk))
+            part = Buf(self.fresh(f"{name}_part"), "sbuf", dt, (1, chunk))
             cols = sl(a(term("c", chunk)), chunk)
-            out += loop("c", self.F // chunk,
-                        broadcast_row(acc, ones, View(row, (full(1), cols)), self.line)
-                        + [ir.Copy(View(tile, (full(self.TP), cols)), whole(acc), self.line)], line=self.line)
+            self.row_setup[tile.name] = [Alloc(tile, line=self.line)] + loop("c", self.F // chunk, [
+                Alloc(part, line=self.line), Dma(whole(part), View(view, (full(1), cols)), self.line),
+                *broadcast_row(acc, ones, whole(part), self.line),
+                ir.Copy(View(tile, (full(self.TP), cols)), whole(acc), self.line)], line=self.line)
             self.row_tiles[name] = whole(tile)
-        return out, bool(names)
+            self.row_of[tile.name] = (row, ones, name)
 
-    def compute(self, op: Op, tiles: dict[str, View], done: list[Stmt]) -> list[Stmt]:
-        line = getattr(op, "update_line", 0) or op.line
-        if type(op) is ReduceOp:
-            return self.reduce(op, tiles, line, done)
+    def setup(self) -> list[Stmt]:
+        """The row loads and broadcasts the loop reads, in the order they were planned."""
+        used = {v.buf.name for s in ir.walk(tuple(self.body)) for v in ir.views(s)}
+        used |= {self.row_of[name][1].name for name in used if name in self.row_of}
+        return [s for made, stmts in self.row_setup.items() if made in used for s in stmts]
+
+    # ---- one op of the chain -----------------------------------------------------------------------------------
+
+    def compute(self, op: Op) -> None:
+        self.op, self.cur_line, self.top = op, getattr(op, "update_line", 0) or op.line, None
+        mark, memo = len(self.body), dict(self.memo)
+        try:
+            if isinstance(op, ReduceOp):
+                self.reduce(op)
+            else:
+                assert isinstance(op, EltwiseOp)
+                self.eltwise(op)
+        except _Unsupported:  # undo what the attempt emitted; the expression compiler builds the op from tiles
+            del self.body[mark:]
+            self.memo = memo
+            self.fallback(op)
+
+    def eltwise(self, op: EltwiseOp) -> None:
+        """An element-wise op stays folded unless something outside the chain needs it (or, for VectorE steps,
+        more than one op of the chain reads it)."""
+        self.top = op.expr  # the expression whose value is the op's tile (named `{out}_tile`)
+        value = self.value(op.expr)
+        folded = op.out not in self.keep and (isinstance(value, Lin) and value.base is not None
+                                              or self.readers.get(op.out, 0) <= 1)
+        self.values[op.out] = value if folded else Lin(self.view(value, f"{op.out}_tile"))
+
+    def reduce(self, op: ReduceOp) -> None:
+        """max/min: a VectorE tensor_reduce. A sum rides on ScalarE: the activation that computed the summed tile
+        writes its row sums (reduce_res), or an activation over the tile's source does, the affine map it was
+        folded with as scale and bias: sum((x - m) * (x - m)) is one square activation of x with bias -m. The
+        constant factor (a mean's 1 / N) goes inside that activation when it adds no instruction, else it stays
+        on the column for its readers to fold."""
+        expr = op.expr if op.expr is not None else sx.Access(op.src, ())
+        col = Buf(self.name(f"{op.out}_col", numbered=False), "sbuf", "f32", (self.TP, 1))
+        if op.op != "add":
+            src = self.view(self.value(expr), f"{op.out}_terms")
+            self.emit(Alloc(col, line=self.cur_line), Reduce(whole(col), src, op.op, self.cur_line), engine="vector")
+            result: Lin = Lin(whole(col))
+            if op.init != _IDENTITY[op.op]:
+                init = self.values[op.init] if isinstance(op.init, str) else Lin(None, 1.0, op.init)
+                other = self.operand(init)
+                result = Lin(self.steps_view(Steps(whole(col), ((op.op, other, True),)), whole(col)))
+            self.values[op.out] = result
+            return
+        square = isinstance(expr, sx.BinOp) and expr.op == "*" and fmt_expr(expr.lhs) == fmt_expr(expr.rhs)
+        x = self.lin(self.value(expr.lhs if isinstance(expr, sx.BinOp) and square else expr))
+        if x.base is None or x.base.shape()[1] == 1:
+            raise _Unsupported  # a sum along the rows of a constant or a column
+        factor = op.scale
+        if not square and x.scale == 1.0 and x.bias == 0.0 and self.sum_on_act(x.base, col):
+            total: Val = Col(whole(col), factor)  # the activation's output is read elsewhere: it keeps its scale
+        elif square:
+            inside = x.bias == 0.0 and factor > 0.0  # (x * s * sqrt(c))^2 sums to c * sum((x * s)^2)
+            scale = self.vmul(x.scale, math.sqrt(factor)) if inside else x.scale
+            self.act_into(self.discard(), "square", x.base, scale, x.bias, col)
+            total = Col(whole(col), 1.0 if inside else factor)
+        else:
+            sign = -1.0 if self.subtracted(op.out) else 1.0  # sum -x / N: the readers' `X - mu` is a bias as it is
+            if sign < 0:
+                col = Buf(self.name(f"{op.out}_neg", numbered=False), "sbuf", "f32", (self.TP, 1))
+            scale, bias = self.vmul(x.scale, sign * factor), self.vmul(x.bias, sign * factor)
+            self.act_into(self.discard(), "copy", x.base, scale, bias, col)
+            total = Col(whole(col), sign)
+        result = self.lin_of(total)
+        if isinstance(op.init, str):  # the initial value stays folded too: a bias for the column's readers
+            result = Lin(result.base, result.scale, self.val(self.lin(self.values[op.init])))
+        elif op.init != 0.0:
+            result = Lin(result.base, result.scale, op.init)
+        self.values[op.out] = result
+
+    def subtracted(self, name: str) -> bool:
+        """Every read of `name` by the chain's element-wise ops is subtracted (`X[i, j] - mu[i]`)."""
+        signs = [neg for op in self.ops if isinstance(op, EltwiseOp) for neg in _read_signs(op.expr, name)]
+        return bool(signs) and all(signs) and not any(name in _reads(op) for op in self.ops
+                                                          if isinstance(op, ReduceOp))
+
+    def discard(self) -> View:
+        """The one tile every activation kept only for its row sums writes (mean and variance passes share it)."""
+        if self.discarded is None:
+            self.discarded = self.temp("discard", False)
+        return self.discarded
+
+    def fallback(self, op: Op) -> None:
+        """The op through the element-wise expression compiler (what the folding does not cover: conversions,
+        `%`, sums along a column), every tensor it reads computed into a tile first."""
+        tiles = {n: self.view(self.values[n], f"{n}_tile") for n in _reads(op) if n in self.values}
+        line = self.cur_line
+        fresh = self.fresh_for(op)
+        if isinstance(op, ReduceOp):
+            src = tiles[op.src] if op.expr is None else None
+            if src is None:
+                assert op.expr is not None
+                value = Buf(fresh(f"{op.out}_terms"), "sbuf", "f32", (self.TP, self.F))
+                self.body += [Alloc(value, line=line)]
+                self.body += ExprCompiler(tiles, (self.TP, self.F), line, fresh, set(), fold=True,
+                                          prefix=f"{op.out}_tmp").emit(op.expr, whole(value))
+                src = whole(value)
+            col = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (self.TP, 1))
+            self.body += [Alloc(col, line=line), Reduce(whole(col), src, op.op, line)]
+            result = Lin(whole(col), op.scale if op.op == "add" else 1.0)
+            if isinstance(op.init, str) or op.init != _IDENTITY[op.op]:
+                init = self.values[op.init] if isinstance(op.init, str) else Lin(None, 1.0, op.init)
+                result = Lin(self.steps_view(Steps(self.view(result, f"{op.out}_sum"),
+                                                   ((op.op, self.operand(init), True),)), None, f"{op.out}_tile"))
+            self.values[op.out] = result
+            return
         assert isinstance(op, EltwiseOp)
         free = self.F if self.kind(op.out) == "full" else 1
-        fresh = self.fresh_for(op)
         out = Buf(fresh(f"{op.out}_tile"), "sbuf", "f32", (self.TP, free))
         every = {**tiles, **self.row_tiles}
         columns = {n for n in every if every[n].buf.shape[1] == 1} if free > 1 else set()
-        stmts: list[Stmt] = [Alloc(out, line=op.line)]
-        stmts += ExprCompiler(every, (self.TP, free), op.line, fresh, columns, fold=True,
-                              prefix=f"{op.out}_tmp").emit(op.expr, whole(out))
-        tiles[op.out] = whole(out)
-        return stmts
+        self.body += [Alloc(out, line=op.line)]
+        self.body += ExprCompiler(every, (self.TP, free), op.line, fresh, columns, fold=True,
+                                  prefix=f"{op.out}_tmp").emit(op.expr, whole(out))
+        self.values[op.out] = Lin(whole(out))
 
-    def reduce(self, op: ReduceOp, tiles: dict[str, View], line: int, done: list[Stmt]) -> list[Stmt]:
-        """A max/min is a VectorE tensor_reduce. A sum rides on ScalarE: the activation that computed the summed
-        tile also writes its row sums (reduce_res), or a copy activation of a loaded tile does; VectorE, which
-        carries the chain's other reductions and tensor_tensor work, is then free of it."""
-        stmts: list[Stmt] = []
-        fresh = self.fresh_for(op)
-        if op.expr is None:
-            src = tiles[op.src]
+    # ---- values of expressions ---------------------------------------------------------------------------------
+
+    def value(self, e: sx.Expr) -> Value:
+        c = const_value(e)
+        if c is not None:
+            return Lin(None, 1.0, c)
+        if isinstance(e, sx.Access):
+            if e.tensor in self.values:
+                return self.values[e.tensor]
+            if e.tensor in self.row_tiles:
+                return Lin(self.row_tiles[e.tensor])
+            raise _Unsupported
+        if isinstance(e, sx.Neg):
+            return self.combine("*", self.value(e.x), Lin(None, 1.0, -1.0))
+        if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr == "activation":
+            x = self.lin(self.value(e.args[0]))
+            return Lin(self.act(e.fn, x, f"{self.op.out}_tile" if e is self.top else f"{self.op.out}_tmp"))
+        if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr == "tensor_tensor":
+            return self.step(FUNCTIONS[e.fn].nki, self.value(e.args[0]), self.value(e.args[1]))
+        if isinstance(e, sx.BinOp) and e.op in _ALU:
+            return self.combine(e.op, self.value(e.lhs), self.value(e.rhs))
+        raise _Unsupported
+
+    def combine(self, op: str, x: Value, y: Value) -> Value:
+        if isinstance(x, Lin) and isinstance(y, Lin):
+            if op in "+-":
+                folded = self.lin_add(x, y if op == "+" else self.lin_scale(y, -1.0))
+                if folded is not None:
+                    return folded
+            elif op == "*" and (self.scalar(x) or self.scalar(y)):
+                return self.lin_mul(x, y) if self.scalar(y) else self.lin_mul(y, x)
+            elif op == "/" and self.scalar(y):
+                return self.lin_mul(x, self.lin_of(self.vrecip(self.val(y))))
+        return self.step(_ALU[op], x, y)
+
+    def scalar(self, x: Lin) -> bool:
+        """One value per partition: a constant or a column."""
+        return x.base is None or x.base.shape()[1] == 1
+
+    def lin_add(self, x: Lin, y: Lin) -> Lin | None:
+        if self.scalar(x) and not self.scalar(y):
+            x, y = y, x
+        if x.base is None:  # both scalars without a base: constants and columns
+            return Lin(None, 1.0, self.vadd(x.bias, self.val(y)))
+        if not self.scalar(y):
+            return None
+        return Lin(x.base, x.scale, self.vadd(x.bias, self.val(y)))
+
+    def lin_mul(self, x: Lin, y: Lin) -> Lin:
+        """x * y with y one value per partition."""
+        s = self.val(y)
+        if x.base is None:
+            return Lin(None, 1.0, self.vmul(x.bias, s))
+        return Lin(x.base, self.vmul(x.scale, s, f"{self.op.out}_scale"), self.vmul(x.bias, s, f"{self.op.out}_bias"))
+
+    def lin_scale(self, x: Lin, c: float) -> Lin:
+        return self.lin_mul(x, Lin(None, 1.0, c))
+
+    def lin_of(self, v: Val) -> Lin:
+        return Lin(v.view, v.coef) if isinstance(v, Col) else Lin(None, 1.0, v)
+
+    def lin(self, v: Value) -> Lin:
+        return v if isinstance(v, Lin) else Lin(self.steps_view(v, None, f"{self.op.out}_tmp"))
+
+    def val(self, x: Lin) -> Val:
+        """A per-partition value as a constant or a column (computing the column if its map needs it)."""
+        if x.base is None:
+            return x.bias
+        if x.bias == 0.0:
+            return self.vmul(Col(x.base), x.scale)
+        return Col(self.act(None, x, f"{self.op.out}_tmp"))
+
+    def step(self, op: str, x: Value, y: Value) -> Steps:
+        if isinstance(y, Steps) and not isinstance(x, Steps):
+            return Steps(y.first, y.steps + ((op, self.operand(x), False),))
+        if isinstance(x, Steps):
+            return Steps(x.first, x.steps + ((op, self.operand(y), True),))
+        if isinstance(y, Lin) and self.scalar(x) and not self.scalar(y):
+            return Steps(self.start(y), ((op, self.operand(x), False),))
+        return Steps(self.start(x), ((op, self.operand(y), True),))
+
+    def start(self, x: Value) -> "View | Lin":
+        """The first operand of VectorE steps: a tile as it is, or an affine map of one, which the steps' output
+        tile receives from its activation before the steps run in place (no tile of its own)."""
+        if isinstance(x, Lin) and x.base is not None and not self.scalar(x):
+            return x if x.scale != 1.0 or x.bias != 0.0 else x.base
+        return self.view(x, f"{self.op.out}_tmp")
+
+    def operand(self, x: Value) -> "View | float":
+        """The other operand of a VectorE step: a constant, a column or a tile."""
+        if isinstance(x, Lin) and self.scalar(x):
+            v = self.val(x)
+            return v if isinstance(v, float) else self.col_view(v)
+        return self.view(x, f"{self.op.out}_tmp")
+
+    # ---- computing values ----------------------------------------------------------------------------------------
+
+    def view(self, x: Value, name: str) -> View:
+        """x computed into a buffer (nothing to do for a tile or column as it is)."""
+        if isinstance(x, Steps):
+            return self.steps_view(x, None, name)
+        if x.base is None:
+            raise _Unsupported  # a constant tile
+        if x.scale == 1.0 and x.bias == 0.0:
+            return x.base
+        return self.act("copy" if x.base.shape()[1] > 1 else None, x, name)
+
+    def act(self, func: str | None, x: Lin, name: str) -> View:
+        """func(base * scale + bias) into a new buffer shaped like the base; a column with func None: the map
+        alone, on the engine that made its inputs."""
+        key = (func, x)
+        if key in self.memo:
+            return self.memo[key]
+        if x.base is None:
+            raise _Unsupported
+        col = x.base.shape()[1] == 1
+        dst = self.temp(name, col)
+        if func is None and col and self.engine(x.base, x.scale, x.bias) == "vector":
+            self.col_on_vector(dst, x)
         else:
-            value = Buf(fresh(f"{op.out}_terms"), "sbuf", "f32", (self.TP, self.F))
-            stmts += [Alloc(value, line=line)]
-            stmts += ExprCompiler(tiles, (self.TP, self.F), line, fresh, set(), fold=True,
-                                  prefix=f"{op.out}_tmp").emit(op.expr, whole(value))
-            src = whole(value)
-        col = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (self.TP, 1))
-        scaled = False  # the constant factor already applied inside the activation that sums
-        if op.op != "add":
-            stmts += [Alloc(col, line=line), Reduce(whole(col), src, op.op, line)]
-        elif op.expr is not None and self.sum_on_act(stmts, src, col, line):
-            scaled = self.fold_scale(stmts, src, op.scale)
-        elif not self.sum_on_act(done, src, col, line):
-            junk = Buf(fresh(f"{op.out}_copy"), "sbuf", "f32", (self.TP, self.F))
-            stmts += [Alloc(col, line=line), Alloc(junk, line=line),
-                      Act(whole(junk), src, "copy", None, op.scale, line, whole(col))]  # sum(x * scale)
-            scaled = True
-        if op.scale != 1.0 and not scaled:
-            stmts.append(Scalar(whole(col), whole(col), "multiply", op.scale, line))
-        if isinstance(op.init, str):
-            stmts.append(ir.Binary(whole(col), whole(col), tiles[op.init], op.op, op.line))
-        elif op.init != _IDENTITY[op.op]:
-            stmts.append(Scalar(whole(col), whole(col), op.op, op.init, op.line))
-        tiles[op.out] = whole(col)
-        return stmts
+            self.act_into(dst, func or "copy", x.base, x.scale, x.bias, None)
+        self.memo[key] = dst
+        return dst
 
-    @staticmethod
-    def fold_scale(stmts: list[Stmt], terms: View, factor: float) -> bool:
-        """sum(square(x)) * c = sum(square(x * sqrt(c))): the factor moves into the activation that computes this
-        reduction's own terms (a square or a copy), saving one instruction per row tile."""
-        for i, s in enumerate(stmts):
-            if isinstance(s, Act) and s.dst == terms and s.bias is None and s.scale == 1.0 and factor > 0:
-                if s.func in ("square", "copy"):
-                    scale = math.sqrt(factor) if s.func == "square" else factor
-                    stmts[i] = dataclasses.replace(s, scale=scale)
-                    return True
-        return factor == 1.0
+    def act_into(self, dst: "View | str", func: str, base: View, scale: Val, bias: Val, total: Buf | None) -> View:
+        """ScalarE: dst = func(base * scale + bias), with the row sums into `total`."""
+        s = scale if isinstance(scale, float) else self.col_view(scale)
+        b = None if bias == 0.0 else self.const_col(bias) if isinstance(bias, float) else self.col_view(bias)
+        if isinstance(dst, str):
+            dst = self.temp(dst, base.shape()[1] == 1)
+        if total is not None:
+            self.body.append(Alloc(total, line=self.cur_line))
+        self.emit(Act(dst, base, func, b, s, self.cur_line, whole(total) if total is not None else None),
+                  engine="scalar")
+        return dst
 
-    @staticmethod
-    def sum_on_act(stmts: list[Stmt], src: View, col: Buf, line: int) -> bool:
-        """Attach the row sum to the activation that wrote `src`, if one did (in place, in `stmts`, with the
-        column's allocation just before it)."""
+    def col_on_vector(self, dst: View, x: Lin) -> None:
+        """A column's map as VectorE tensor_scalar steps (its inputs come from VectorE: no wait on ScalarE)."""
+        cur = x.base
+        assert cur is not None
+        if x.scale != 1.0:
+            s = x.scale if isinstance(x.scale, float) else self.col_view(x.scale)
+            self.emit(Scalar(dst, cur, "multiply", s, self.cur_line), engine="vector")
+            cur = dst
+        if x.bias != 0.0:
+            b = x.bias if isinstance(x.bias, float) else self.col_view(x.bias)
+            self.emit(Scalar(dst, cur, "add", b, self.cur_line), engine="vector")
+
+    def steps_view(self, x: Steps, dst: View | None, name: str = "") -> View:
+        """The VectorE steps into dst (a new tile if None). Over a full tile, when there are two or more steps or the
+        first one reads a broadcast row, column chunk by column chunk (TILE_F, one PSUM bank): the row's chunk is
+        broadcast into PSUM by TensorE (idle in a row chain) and every intermediate stays in PSUM, so each step
+        reads one PSUM operand: tensor_tensor at N cycles instead of 2N (nki-spec 1.10.4)."""
+        key = x
+        if dst is None and key in self.memo:
+            return self.memo[key]
+        first = x.first.base if isinstance(x.first, Lin) else x.first
+        assert first is not None
+        shape = first.shape()
+        out = dst if dst is not None else self.temp(name, shape[1] == 1)
+        if isinstance(x.first, Lin):
+            first = self.act_into(out, "copy", first, x.first.scale, x.first.bias, None)
+        chunk = self.chunk() if shape[1] == self.F else 0
+        row = x.steps[0][1]
+        from_row = isinstance(row, View) and row.buf.name in self.row_of
+        if (len(x.steps) >= 2 or from_row) and chunk and all(self.whole_tile(v) for v in [first, out]):
+            self.chunked = True
+            body: list[Stmt] = []
+            cols = sl(a(term("ct", chunk, "TILE_F")), chunk)
+            at = lambda v: v if isinstance(v, float) or v.buf.shape[1] == 1 else View(v.buf, (full(self.TP), cols))
+            cur = at(first)
+            for i, (op, other, left) in enumerate(x.steps):
+                if i == len(x.steps) - 1:
+                    d = at(out)
+                else:
+                    buf = Buf(self.name(f"{self.op.out}_psum"), "psum", "f32", (self.TP, chunk))
+                    body.append(Alloc(buf, line=self.cur_line))
+                    d = whole(buf)
+                operand = at(other)
+                if i == 0 and from_row and isinstance(row, View):
+                    src, ones, tensor = self.row_of[row.buf.name]
+                    bcast = Buf(self.name(f"{tensor}_psum", numbered=False), "psum", "f32", (self.TP, chunk))
+                    body += broadcast_row(bcast, ones, View(src, (full(1), cols)), self.cur_line)
+                    operand = whole(bcast)
+                body.append(self.step_stmt(d, cur, op, operand, left))
+                cur = d
+            self.body += loop("ct", self.F // chunk, body, note="for the columns (chunks of TILE_F, one PSUM bank)",
+                              line=self.cur_line)
+        else:
+            cur = first
+            for i, (op, other, left) in enumerate(x.steps):
+                d = out if i == len(x.steps) - 1 or first == out else self.temp(f"{self.op.out}_tmp", shape[1] == 1)
+                self.body.append(self.step_stmt(d, cur, op, other, left))
+                cur = d
+        self.engine_of[out.buf.name] = "vector"
+        if dst is None:
+            self.memo[key] = out
+        return out
+
+    def step_stmt(self, dst: View, cur: View, op: str, other: "View | float", left: bool) -> Stmt:
+        if isinstance(other, float) or other.buf.shape[1] == 1:
+            return Scalar(dst, cur, op, other, self.cur_line, reverse=not left and op in ("subtract", "divide"))
+        return Binary(dst, cur, other, op, self.cur_line) if left else Binary(dst, other, cur, op, self.cur_line)
+
+    def chunk(self) -> int:
+        c = best_divisor(self.F, PSUM_F32)
+        return c if c == self.F or c >= 128 else 0
+
+    def whole_tile(self, v: View) -> bool:
+        return v == whole(v.buf) and v.buf.shape == (self.TP, self.F)
+
+    # ---- per-partition values (columns) ------------------------------------------------------------------------
+
+    def vmul(self, x: Val, y: Val, name: str = "") -> Val:
+        if isinstance(x, float) and isinstance(y, float):
+            return x * y
+        if isinstance(x, float):
+            x, y = y, x
+        assert isinstance(x, Col)
+        if isinstance(y, float):
+            return 0.0 if y == 0.0 else Col(x.view, x.coef * y)
+        x, y = self.known(x), self.known(y)
+        dst = self.temp(name or f"{self.op.out}_tmp", True)
+        if self.engine(x.view, y.view) == "vector":
+            self.emit(Binary(dst, x.view, y.view, "multiply", self.cur_line), engine="vector")
+        else:
+            self.emit(Act(dst, x.view, "copy", None, y.view, self.cur_line), engine="scalar")
+        return Col(dst, x.coef * y.coef)
+
+    def vadd(self, x: Val, y: Val) -> Val:
+        if isinstance(x, float) and isinstance(y, float):
+            return x + y
+        if isinstance(x, float):
+            x, y = y, x
+        assert isinstance(x, Col)
+        if y == 0.0:
+            return x
+        return Col(self.act(None, Lin(x.view, x.coef, y), f"{self.op.out}_tmp"))
+
+    def vrecip(self, x: Val) -> Val:
+        if isinstance(x, float):
+            return 1.0 / x
+        x = self.known(x)
+        key = ("reciprocal", x.view)
+        if key not in self.memo:
+            dst = self.temp(f"{_stem(x.view)}_inv", True)
+            self.emit(Act(dst, x.view, "reciprocal", None, 1.0, self.cur_line), engine="scalar")
+            self.memo[key] = dst
+        return Col(self.memo[key], 1.0 / x.coef)
+
+    def known(self, x: Col) -> Col:
+        """The column with its factor already applied, if some instruction computed that."""
+        done = self.memo.get(("col", x.view, x.coef))
+        return Col(done) if done is not None else x
+
+    def col_view(self, x: Col) -> View:
+        """The column with its factor applied: a view an instruction can read."""
+        x = self.known(x)
+        if x.coef == 1.0:
+            return x.view
+        dst = self.temp(f"{_stem(x.view)}_neg" if x.coef == -1.0 else f"{self.op.out}_tmp", True)
+        if self.engine(x.view) == "vector":
+            self.emit(Scalar(dst, x.view, "multiply", x.coef, self.cur_line), engine="vector")
+        else:
+            self.emit(Act(dst, x.view, "copy", None, x.coef, self.cur_line), engine="scalar")
+        self.memo[("col", x.view, x.coef)] = dst
+        return dst
+
+    def const_col(self, c: float) -> View:
+        """A (TILE_P, 1) column of the constant c (an activation bias), made once before the loop."""
+        if c not in self.const_cols:
+            buf = Buf(self.fresh_for(self.op)(f"{self.op.out}_const"), "sbuf", "f32", (self.TP, 1))
+            self.consts += [Alloc(buf, zero=True, line=self.cur_line),
+                            Scalar(whole(buf), whole(buf), "add", c, self.cur_line)]
+            self.const_cols[c] = whole(buf)
+            self.engine_of[buf.name] = "const"
+        return self.const_cols[c]
+
+    def engine(self, *xs: object) -> str:
+        """VectorE when every column read was made there (the column op then follows its producer in the same
+        in-order queue), else ScalarE: a column op between two ScalarE steps never waits behind VectorE's work on
+        the previous row tile."""
+        made = {self.engine_of.get(x.view.buf.name if isinstance(x, Col) else x.buf.name, "")
+                for x in xs if isinstance(x, (Col, View))}
+        made -= {"const", ""}
+        return "vector" if made == {"vector"} else "scalar"
+
+    # ---- statements --------------------------------------------------------------------------------------------
+
+    def name(self, base: str, numbered: bool = True) -> str:
+        """`Y_tmp1`, `Y_tmp2`, ... (numbered), or `Y_bias` the first time and `Y_bias2` after."""
+        n = self.counts[base] = self.counts.get(base, 0) + 1
+        if not numbered and n == 1:
+            return self.fresh_for(self.op)(base)
+        return self.fresh_for(self.op)(f"{base}{n}")
+
+    def temp(self, name: str, col: bool) -> View:
+        """A new fp32 tile (or column) of the chain; `name` ending in _tmp is numbered (Y_tmp1, Y_tmp2, ...)."""
+        numbered = name.endswith("_tmp") or name.endswith("_psum")
+        buf = Buf(self.name(name, numbered), "sbuf", "f32", (self.TP, 1 if col else self.F))
+        self.body.append(Alloc(buf, line=self.cur_line))
+        return whole(buf)
+
+    def emit(self, *stmts: "Alloc | Act | Binary | Scalar | Reduce", engine: str) -> None:
+        for s in stmts:
+            self.body.append(s)
+            if not isinstance(s, Alloc):
+                self.engine_of[s.dst.buf.name] = engine
+
+    def sum_on_act(self, src: View, col: Buf) -> bool:
+        """Attach the row sum to the activation that wrote `src`, if one did (in place, with the column's
+        allocation just before it)."""
+        stmts = self.body
         for i in range(len(stmts) - 1, -1, -1):
             s = stmts[i]
             if isinstance(s, Act) and s.dst == src and s.total is None:
                 stmts[i] = dataclasses.replace(s, total=whole(col))
-                stmts.insert(i, Alloc(col, line=line))
+                stmts.insert(i, Alloc(col, line=self.cur_line))
                 return True
-            if src in ir.views(s):  # read or written by something else after the activation: leave it
+            if any(src.buf == v.buf for x in ir.walk((s,)) for v in ir.views(x)):  # touched since: leave it
                 return False
         return False
 
@@ -240,6 +683,24 @@ class _Chain:
             tile = whole(cast)
         rows = sl(a(term("pt", self.TP, "TILE_P")), self.TP)
         return out + [Dma(View(view, (rows, full(free))), tile, self.line)]
+
+
+def _read_signs(e: sx.Expr, name: str, neg: bool = False) -> list[bool]:
+    """Per read of `name` in e: whether it is the right operand of a subtraction."""
+    if isinstance(e, sx.Access):
+        return [neg] if e.tensor == name else []
+    if isinstance(e, sx.BinOp):
+        return _read_signs(e.lhs, name) + _read_signs(e.rhs, name, e.op == "-")
+    if isinstance(e, sx.Neg):
+        return _read_signs(e.x, name)
+    if isinstance(e, sx.Call):
+        return [r for arg in e.args for r in _read_signs(arg, name)]
+    return []
+
+
+def _stem(v: View) -> str:
+    """`m` for the column `m_col` (or tile `m_tile`): the base of the names of values derived from it."""
+    return v.buf.name.removesuffix("_col").removesuffix("_tile")
 
 
 def _reads(op: Op) -> list[str]:
