@@ -246,3 +246,17 @@ def test_fmt_keeps_padded_reads_and_floor_divisions(path: pathlib.Path) -> None:
     assert api.parse(formatted) == api.parse(text) and format_source(formatted) == formatted
     if "??" in text:
         assert "??" in formatted
+
+
+def test_floor_division_indices_proven_in_bounds_for_all_sizes() -> None:
+    """`X[n, c, i / 2, j / 2]` over i in 0..2*H is in bounds whatever H: floor(i / 2) <= H - 1 iff i <= 2*H - 1;
+    over 0..2*H + 1 it is not, and the checker finds it with concrete sizes."""
+    from tilec.lang import bounds, checker
+
+    text = (FAMILIES / "upsample2x.tl").read_text()
+    assert bounds.prove(checker.check(api.parse(text))).sites == ()
+    wider = text.replace("i in 0..2*H", "i in 0..2*H + 1").replace("f32[N, C, 2*H, 2*W]", "f32[N, C, 2*H + 1, 2*W]")
+    assert [(site.access.tensor, dim) for site, dim in bounds.prove(checker.check(api.parse(wider))).sites] == \
+        [("X", 2)]
+    with pytest.raises(TilecError, match=r"dimension 3 of `X` has size 3, but `i / 2` reaches 3"):
+        api.load(wider, {"H": 3})

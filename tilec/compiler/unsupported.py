@@ -30,8 +30,7 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
             if div is not None:
                 word = "division" if div.op == "/" else "modulo"
                 raise TilecError(f"floor {word} of a loop variable in an index (`{div.op}`) is not compiled yet",
-                                 div.span, "index with a separate loop (e.g. `2*i + p` instead of `x / 2`), or "
-                                           + REFERENCE)
+                                 div.span, REFERENCE[0].upper() + REFERENCE[1:])
 
 
 def _accesses(e: sx.Expr) -> list[sx.Access]:

@@ -20,7 +20,7 @@ from typing import Mapping
 from tilec.errors import TilecError
 from tilec.lang import syntax as s
 from tilec.lang.checker import Facts, Site, children
-from tilec.lang.symbolic import NotAffine, Poly, concrete_range, index_range, size_poly, to_affine
+from tilec.lang.symbolic import Affine, NotAffine, Poly, concrete_range, index_range, size_poly, to_affine
 
 
 @dataclass(frozen=True)
@@ -53,16 +53,25 @@ def prove(facts: Facts) -> Pending:
     return Pending(tuple(open_sites), open_divs)
 
 
-def _polynomial(facts: Facts, expr: s.Expr) -> bool:
+def _polynomial(facts: Facts, expr: s.Expr, loop_vars: frozenset[str] = frozenset()) -> bool:
     """The size expression (through its lets) is the polynomial `_poly` gives: no `%`, every `/` proven exact.
-    (A `/` of a loop variable in an index is a quasi-affine term, which `index_range` declines anyway.)"""
+    In an index, a `/` or `%` of loop variables is a quasi-affine term of the Affine, not a size: its operands are
+    looked into."""
+    if isinstance(expr, s.BinOp) and expr.op in "/%" and _uses(expr.lhs, loop_vars):
+        return _polynomial(facts, expr.lhs, loop_vars) and _polynomial(facts, expr.rhs, loop_vars)
     if isinstance(expr, s.BinOp) and expr.op == "%":
         return False
     if isinstance(expr, s.BinOp) and expr.op == "/" and not _divides(facts, expr):
         return False
     if isinstance(expr, s.Name) and expr.id in facts.lets:
         return _polynomial(facts, facts.lets[expr.id].value)
-    return all(_polynomial(facts, c) for c in children(expr))
+    return all(_polynomial(facts, c, loop_vars) for c in children(expr))
+
+
+def _uses(expr: s.Expr, names: frozenset[str]) -> bool:
+    if isinstance(expr, s.Name):
+        return expr.id in names
+    return any(_uses(c, names) for c in children(expr))
 
 
 def _assumed_nonneg(facts: Facts) -> list[Poly]:
@@ -145,11 +154,13 @@ class Atoms:
 
 
 def _prove_site(facts: Facts, site: Site, dim: int, known: list[Poly]) -> bool:
-    if not _polynomial(facts, site.access.indices[dim]):
+    if not _polynomial(facts, site.access.indices[dim], frozenset(c.var for c in site.loops)):
         return False  # an index with a floor division of sizes: checked with concrete sizes
     atoms = Atoms(facts)
     size = atoms.poly(facts.tensors[site.access.tensor].shape[dim])
     ranges = {c.var: (atoms.poly(c.start), atoms.poly(c.stop)) for c in site.loops}
+    if site.affines[dim].quasi:
+        return _quasi_in_bounds(site.affines[dim], ranges, size, atoms, known)
     found = index_range(site.affines[dim], ranges)
     if found is None:
         return False
@@ -164,6 +175,22 @@ def _prove_site(facts: Facts, site: Site, dim: int, known: list[Poly]) -> bool:
         raise _oob(site, dim, f"goes down to {low}, below 0",
                    f"for every size, {_index_text(site, dim)} runs from {low} to {high}")
     return in_bounds
+
+
+def _quasi_in_bounds(aff: Affine, ranges: dict[str, tuple[Poly, Poly]], size: Poly, atoms: Atoms,
+                     known: list[Poly]) -> bool:
+    """`c + floor(E / d)` lies in [0, size - 1] exactly when E lies in [-d*c, d*(size - c) - 1] (`X[i / 2]` of an
+    upsample, for all sizes); `c + E % d` when c >= 0 and c + d - 1 <= size - 1. Other quasi-affine indices are
+    checked with concrete sizes."""
+    if aff.coeffs or len(aff.quasi) != 1 or aff.quasi[0].coef != Poly.const(1):
+        return False
+    q, c, d = aff.quasi[0], aff.offset, Poly.const(aff.quasi[0].divisor)
+    if q.op == "%":
+        return atoms.nonneg(c, known) and atoms.nonneg(size - c - d, known)
+    found = index_range(q.inner, ranges)
+    if found is None:
+        return False
+    return atoms.nonneg(found[0] + d * c, known) and atoms.nonneg(d * (size - c) - Poly.const(1) - found[1], known)
 
 
 def _nonempty(facts: Facts, loop) -> bool:
