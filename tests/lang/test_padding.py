@@ -260,3 +260,17 @@ def test_floor_division_indices_proven_in_bounds_for_all_sizes() -> None:
         [("X", 2)]
     with pytest.raises(TilecError, match=r"dimension 3 of `X` has size 3, but `i / 2` reaches 3"):
         api.load(wider, {"H": 3})
+
+
+def test_padding_reports_the_halo_as_numpy_pad_width(capsys: pytest.CaptureFixture) -> None:
+    """The halo a compiler must provide instead of a padded copy: np.pad's pad_width, per padded read. ResNet's
+    pool on an even image reads one padding row before and none after (stride 2 never reaches row H)."""
+    from tilec_cli import main
+
+    ((acc, pad),) = api.padding(family("maxpool3x3s2", H=112, W=111))
+    assert acc.tensor == "X" and acc.fill == float("-inf") and pad == ((0, 0), (0, 0), (1, 0), (1, 1))
+    ((_, pad),) = api.padding(family("conv3x3same"))
+    assert pad == ((0, 0), (0, 0), (1, 1), (1, 1))
+    assert api.padding(family("upsample2x")) == []
+    assert main(["check", str(FAMILIES / "conv3x3same.tl")]) == 0
+    assert "; X padded ((0, 0), (0, 0), (1, 1), (1, 1)) at line 9" in capsys.readouterr().out

@@ -327,14 +327,32 @@ def _check_dims(facts: Facts, values: Mapping[str, int]) -> None:
                                  "choose sizes that give every tensor a positive shape")
 
 
-def _check_site(facts: Facts, site: Site, dim: int, values: Mapping[str, int]) -> None:
+def _reach(facts: Facts, site: Site, dim: int, values: Mapping[str, int]):
+    """(loops, affine, lowest and highest index, size) of one dimension of an access; None if it never happens."""
     loops = {c.var: (evaluate_size(c.start, values), evaluate_size(c.stop, values)) for c in site.loops}
     if any(stop <= start for start, stop in loops.values()):
-        return  # the access never happens
-    index = site.access.indices[dim]
-    aff = to_affine(index, set(loops), lambda n: Poly.const(values[n.id]))
+        return None
+    aff = to_affine(site.access.indices[dim], set(loops), lambda n: Poly.const(values[n.id]))
     low, high = concrete_range(aff, loops)
-    size = evaluate_size(facts.tensors[site.access.tensor].shape[dim], values)
+    return loops, aff, low, high, evaluate_size(facts.tensors[site.access.tensor].shape[dim], values)
+
+
+def halo(facts: Facts, site: Site, values: Mapping[str, int]) -> tuple[tuple[int, int], ...]:
+    """How far a (padded) read reaches beyond its tensor, per dimension, as np.pad's pad_width: (before, after).
+    What a compiler must provide around the tile (zeros, or the padding constant) instead of a padded copy."""
+    out = []
+    for dim in range(len(site.affines)):
+        found = _reach(facts, site, dim, values)
+        out.append((0, 0) if found is None else (max(0, -found[2]), max(0, found[3] - found[4] + 1)))
+    return tuple(out)
+
+
+def _check_site(facts: Facts, site: Site, dim: int, values: Mapping[str, int]) -> None:
+    found = _reach(facts, site, dim, values)
+    if found is None:
+        return  # the access never happens
+    loops, aff, low, high, size = found
+    index = site.access.indices[dim]
     used = ", ".join(f"{v} in {a}..{b}" for v, (a, b) in loops.items() if v in aff.vars())
     over = f"over {used or 'its loops'} it takes values {low}..{high}"
     if site.access.fill is not None:
