@@ -9,9 +9,10 @@
 The programs are benchmarks/families/*.tl (their `default` line is the batch-1 layer shape; batch 8 sets N = 8).
 Columns (µs, estimated by tilec's performance model, never measured):
     floor   max(TensorE FLOP floor, DMA byte floor), start-up excluded, from the Target (tilec/target.py):
-            FLOPs = 2 x the multiply-adds of every `+=` of a product (the contractions, counted from the program),
-            at 2 * pmax * stationary_fmax FLOP per TensorE cycle (fp32 at a quarter of that rate); bytes = the
-            inputs and outputs crossing HBM once, at dma_engines * dma_engine_bw
+            FLOPs = 2 x the multiply-adds of every `+=` of a product of two or more tensor-reading factors (the
+            contractions, counted from the program), at 2 * pmax * stationary_fmax FLOP per TensorE cycle (fp32
+            at a quarter of that rate); bytes = the inputs and outputs crossing HBM once, at
+            dma_engines * dma_engine_bw
     bound   which of the two floors is larger
     tilec   model latency of the kernel compiled with the default schedule (a trace-only run on the interpreter),
             or "rejected: <first line of the error>" for a family the compiler does not compile yet
@@ -66,6 +67,8 @@ FAMILIES = (
     Family("conv_c3.tl", "first layer conv 3x3, C=3", dict(K=8, H=8, W=7)),
     Family("conv_residual.tl", "conv 3x3 + residual add", dict(C=8, K=8, H=6, W=5)),
     Family("conv_relu_conv.tl", "conv 3x3 -> relu -> conv 3x3", dict(C=8, H=8, W=7)),
+    Family("resnet_block.tl", "ResNet basic block (padded)", dict(C=8, H=6, W=5)),
+    Family("mobilenet_block.tl", "MobileNetV2 block (expand, dw, project)", dict(C=4, E=8, H=6, W=5)),
 )
 
 
@@ -100,9 +103,17 @@ def contraction_flops(kernel: sx.Kernel, sizes: dict[str, int]) -> int:
 
 
 def _reads_in_product(e: sx.Expr) -> int:
+    """How many factors of a product read a tensor (`relu(T[..] ?? 0) * W[..]` has two)."""
     if isinstance(e, sx.BinOp) and e.op == "*":
         return _reads_in_product(e.lhs) + _reads_in_product(e.rhs)
-    return int(isinstance(e, sx.Access))
+    return int(_reads(e))
+
+
+def _reads(e: sx.Expr) -> bool:
+    if isinstance(e, sx.Access):
+        return True
+    parts = {sx.Neg: lambda x: (x.x,), sx.BinOp: lambda x: (x.lhs, x.rhs), sx.Call: lambda x: x.args}
+    return any(_reads(c) for c in parts.get(type(e), lambda x: ())(e))
 
 
 def floor_us(program, tgt: Target) -> tuple[float, str]:

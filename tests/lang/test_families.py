@@ -37,3 +37,10 @@ def test_floor_counts_the_contraction_and_the_hbm_bytes() -> None:
     assert (floor, bound) == ((compute, "TensorE") if compute >= dma else (dma, "DMA"))
     pool = api.load(families.FOLDER / "global_avgpool.tl", {"C": 4})
     assert families.contraction_flops(pool.kernel, pool.sizes) == 0  # a sum of one read is no TensorE work
+
+
+def test_floor_counts_factors_that_read_through_functions() -> None:
+    """`min(relu(A[..] ?? 0), 6) * Wd[..]` is a product of two tensor reads (the depthwise of the MobileNet block)."""
+    program = api.load(families.FOLDER / "mobilenet_block.tl", {"N": 1, "C": 2, "E": 4, "H": 3, "W": 5})
+    macs = 4 * 3 * 5 * 2 + 4 * 3 * 5 * 9 + 2 * 3 * 5 * 4  # expand (E C), depthwise (E R S), project (C E)
+    assert families.contraction_flops(program.kernel, program.sizes) == 2 * macs

@@ -141,6 +141,20 @@ def test_conv_chains() -> None:
     close(run("conv_relu_conv", {"X": x, "W1": w1, "W2": w2}), conv(np.maximum(conv(x, w1), 0), w2))
 
 
+def test_resnet_and_mobilenet_blocks() -> None:
+    x, w1, b1 = rand(2, 4, 6, 5, seed=40), rand(4, 4, 3, 3, seed=41), rand(4, seed=42)
+    w2, b2 = rand(4, 4, 3, 3, seed=43), rand(4, seed=44)
+    t = conv(pad(x, 1), w1) + b1[:, None, None]
+    want = np.maximum(conv(pad(np.maximum(t, 0), 1), w2) + b2[:, None, None] + x, 0)
+    close(run("resnet_block", {"X": x, "W1": w1, "b1": b1, "W2": w2, "b2": b2}), want)
+    x, we, wd, wp = rand(2, 3, 6, 5, seed=45), rand(8, 3, seed=46), rand(8, 3, 3, seed=47), rand(3, 8, seed=48)
+    relu6 = lambda a: np.minimum(np.maximum(a, 0), 6)  # noqa: E731
+    a = np.einsum("nchw,ec->nehw", x.astype(np.float64), we)
+    b = conv(pad(relu6(a), 1), wd.reshape(8, 1, 3, 3), groups=8)
+    want = x + np.einsum("nehw,ke->nkhw", relu6(b), wp)
+    close(run("mobilenet_block", {"X": x, "We": we, "Wd": wd, "Wp": wp}), want)
+
+
 # ---- meaning of the constructs ----------------------------------------------------------------------------------
 
 

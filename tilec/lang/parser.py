@@ -402,6 +402,8 @@ def _special_hint(tok: Token, expected: set[str], start: str, source: str) -> st
         return "a tensor type is f32[...], f16[...] or bf16[...]"
     if "ASSIGN_OP" in expected:
         return "a statement is `TENSOR[indices] = expression` (or +=, max=, min=)"
+    if str(tok) == "??" and not _after(tok, source, r"\]\s*$"):
+        return "`??` pads a tensor read `X[...]`, not an expression: pad the read inside, e.g. `relu(X[i - 1] ?? 0)`"
     if str(tok) == "??":
         return "a padded read `X[i] ?? 0` is a whole expression: put it in parentheses, e.g. `2 * (X[i] ?? 0)`"
     if _after(tok, source, r"\?\?\s*$"):
