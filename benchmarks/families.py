@@ -156,14 +156,15 @@ def measure(family: Family, batch: int, tiny: bool, dtype: str, tgt: Target, fol
 
 
 def table(rows: list[Row]) -> str:
-    head = f"{'family':<46} {'batch':>5} {'floor µs':>10} {'bound':>7} {'tilec µs':>10} {'ratio':>7}"
+    names = [f"{r.family.program[:-3]}: {r.family.what}" for r in rows]
+    width = max(map(len, names), default=6)
+    head = f"{'family':<{width}} {'batch':>5} {'floor µs':>10} {'bound':>7} {'tilec µs':>10} {'ratio':>7}"
     lines = [head, "-" * len(head)]
-    for r in rows:
-        name = f"{r.family.program[:-3]}: {r.family.what}"
+    for name, r in zip(names, rows):
         if isinstance(r.tilec, str):
-            lines.append(f"{name:<46} {r.batch:>5} {r.floor_us:>10.2f} {r.bound:>7}  {r.tilec}")
+            lines.append(f"{name:<{width}} {r.batch:>5} {r.floor_us:>10.2f} {r.bound:>7}  {r.tilec}")
         else:
-            lines.append(f"{name:<46} {r.batch:>5} {r.floor_us:>10.2f} {r.bound:>7} {r.tilec:>10.2f} "
+            lines.append(f"{name:<{width}} {r.batch:>5} {r.floor_us:>10.2f} {r.bound:>7} {r.tilec:>10.2f} "
                          f"{r.tilec / r.floor_us:>6.1f}x")
     done = [r for r in rows if not isinstance(r.tilec, str)]
     near = [r for r in done if r.tilec <= 1.5 * r.floor_us]
