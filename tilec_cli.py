@@ -243,6 +243,8 @@ def run_check(args: argparse.Namespace) -> int:
         unknown = [n for n in prog.facts.symbols if n not in prog.sizes]
         if unknown:  # bounds and divisions that need sizes are checked when -D or input arrays give them
             parts.append(f"sizes {', '.join(unknown)} unknown (give -D NAME=VALUE to check everything)")
+        else:  # how far each padded read reaches beyond its tensor, as np.pad's pad_width
+            parts += [f"{acc.tensor} padded {pad} at line {acc.span.line}" for acc, pad in api.padding(prog)]
         print(f"{prog.path}: OK: kernel {prog.kernel.name}; " + "; ".join(parts))
     return EXIT_USER if failed else 0
 

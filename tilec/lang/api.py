@@ -145,6 +145,15 @@ def _info(t: checker.Tensor, sizes: dict[str, int]) -> TensorInfo:
     return TensorInfo(t.name, t.dtype, shape, t.kind, t.span)
 
 
+def padding(program: Program) -> list[tuple[s.Access, tuple[tuple[int, int], ...]]]:
+    """Every padded read (`X[y + r - 1] ?? 0`) with how far it reaches beyond X per dimension, as np.pad's
+    pad_width ((before, after) per dimension), at the program's sizes (all must be known)."""
+    _need_sizes(program)
+    assert program.facts is not None
+    return [(site.access, bounds.halo(program.facts, site, program.sizes))
+            for site in program.facts.sites if site.access.fill is not None]
+
+
 # ---- inputs ---------------------------------------------------------------------------------------------------------
 
 

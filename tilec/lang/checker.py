@@ -1,5 +1,5 @@
-"""Static checks of a parsed kernel: names, declarations, index arity, affine indices, dtypes, writes to inputs,
-reads of tensors never written, loop bounds. Produces the `Facts` later stages use (size symbols, tensors, every
+"""Static checks of a parsed kernel: names, declarations, index arity, quasi-affine indices, dtypes, writes to
+inputs, reads of tensors never written, loop bounds. Produces the `Facts` later stages use (size symbols, tensors, every
 access with its loop nest); bounds and divisibility are `tilec.lang.bounds`'s business.
 
 The dtype rule: arithmetic is done in float32, and a store rounds to the target's dtype, so a statement may write a
@@ -287,6 +287,11 @@ class Walker:
             raise err(f"`{acc.tensor}` has {len(t.shape)} dimension{'s' * (len(t.shape) != 1)} but is indexed with "
                       f"{len(acc.indices)}", acc.span, f"write one index per dimension: {_template(t)}")
         affines = tuple(self._index(i) for i in acc.indices)
+        for index, aff in zip(acc.indices, affines):
+            if write and aff.quasi:
+                raise err("the index of a stored element must be affine: `/` and `%` of loop variables may only "
+                          "appear in the indices a statement reads", index.span,
+                          "loop over the stored tensor's elements and divide in the read, e.g. `Y[i] = X[i / 2]`")
         self.sites.append(Site(acc, tuple(self.loops), affines, write))
 
     def _index(self, index: s.Expr) -> Affine:
@@ -313,7 +318,8 @@ class Walker:
             self._call(expr)
         elif isinstance(expr, s.BinOp) and expr.op == "%":
             raise err("`%` is not defined on tensor values", expr.span,
-                      "`%` is for sizes in `assume`; use + - * / and functions such as max, exp, sqrt on values")
+                      "`%` is the integer modulo of sizes and indices (`X[i % 4]`); on values use + - * / and "
+                      "functions such as max, exp, sqrt")
         for child in () if isinstance(expr, s.Access) else children(expr):
             self._value(child)
 

@@ -1,7 +1,8 @@
 """The reference evaluator: runs a checked kernel on NumPy arrays. It is the ground truth for every later test.
 
 Semantics (the sequential loop nest, exactly): statements run in program order, a statement inside a loop runs once
-per iteration. Inputs are rounded to their declared dtype, arithmetic is float32, and every store rounds to the
+per iteration. A padded read `X[i - 1] ?? 0` is X's element where every index is inside X, else the constant (rounded
+to X's dtype); in indices `/` and `%` are floor division and floor modulo (`X[i / 2]` is element floor(i / 2)). Inputs are rounded to their declared dtype, arithmetic is float32, and every store rounds to the
 target's dtype. An accumulation (`+=`, `max=`, `min=`) over the loops directly around it keeps its running value in
 float32 and rounds when it is stored after the whole reduction (as a PSUM accumulation does); the summation order
 is unspecified. Temporaries start as zeros. Every element of an output must be stored by some statement: on the
@@ -14,7 +15,7 @@ the sequential nest. Otherwise the loop runs in Python, one iteration at a time,
 A statement over open loops reads tensors through `as_strided` views (one axis per loop variable, no copies);
 a `+=` of a product becomes a contraction (`contract.py`: one batched matmul, or einsum), looping in Python only
 over the "taps": reduction variables that share an index with another variable (r, s in `X[y + r, x + s]`), so no
-im2col copy is ever built.
+im2col copy is ever built. Padded and quasi-affine reads are gathered with index arrays instead of viewed.
 """
 from __future__ import annotations
 
@@ -187,6 +188,8 @@ class Machine:
             return Labelled(np.float32(e.value), ())
         if isinstance(e, s.Name):
             return self.name(e, loops, env)
+        if isinstance(e, s.Access) and self.affines.gathered(e):
+            return self.gather(e, loops, env)
         if isinstance(e, s.Access):
             view, axes = self.view(e, loops, env, writeable=False)
             return Labelled(view, axes)
@@ -223,6 +226,29 @@ class Machine:
         view = np.lib.stride_tricks.as_strided(flat, shape=shape, strides=strides, writeable=writeable)
         return view, tuple(lp.var for lp in open_loops)
 
+    def gather(self, acc: s.Access, loops: tuple[OpenLoop, ...], env: dict[str, int]) -> Labelled:
+        """A padded or quasi-affine read (`X[y + r - 1] ?? 0`, `X[i / 2]`), which no strided view expresses: the
+        elements gathered by index arrays, one axis per open loop variable the access depends on; where an index
+        falls outside the tensor (only a padded read may), the padding constant rounded to the tensor's dtype."""
+        base = self.store[acc.tensor]
+        dims = self.affines.of(acc, env)
+        used = {v for d in dims for v in d.vars()}
+        open_loops = [lp for lp in loops if lp.var in used]
+        grids = {lp.var: np.arange(lp.start, lp.stop, dtype=np.int64).reshape(
+            [-1 if k == i else 1 for k in range(len(open_loops))]) for i, lp in enumerate(open_loops)}
+        shape = tuple(lp.stop - lp.start for lp in open_loops)
+        inside = np.ones(shape, dtype=bool)
+        index = []
+        for d, n in zip(dims, base.shape):
+            ix = np.broadcast_to(d.values(grids), shape)
+            ok = (ix >= 0) & (ix < n)
+            inside &= ok
+            index.append(np.where(ok, ix, 0))
+        data = base[tuple(index)]
+        if acc.fill is not None:
+            fill = round_to(self.tensors[acc.tensor][0], np.asarray(acc.fill, dtype=np.float32))
+            data = np.where(inside, data, fill).astype(np.float32)
+        return Labelled(data, tuple(lp.var for lp in open_loops))
 
     # ---- outputs every element of which must be written ---------------------------------------------------------
 

@@ -23,6 +23,8 @@ _PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
 
 
 def _prec(e: s.Expr) -> int:
+    if isinstance(e, s.Access) and e.fill is not None:
+        return 0  # a padded read is a whole expression: an operand of an operator is parenthesised
     if isinstance(e, s.BinOp):
         return _PREC[e.op]
     if isinstance(e, s.Neg) or (isinstance(e, s.Num) and e.value < 0):
@@ -42,7 +44,8 @@ def expr(e: s.Expr) -> str:
         return _binop(e)
     if isinstance(e, s.Call):
         return f"{e.fn}({', '.join(expr(a) for a in e.args)})"
-    return f"{e.tensor}[{', '.join(expr(i) for i in e.indices)}]"
+    read = f"{e.tensor}[{', '.join(expr(i) for i in e.indices)}]"
+    return read if e.fill is None else f"{read} ?? {_num(e.fill)}"
 
 
 def _num(value: int | float) -> str:

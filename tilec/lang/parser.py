@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from typing import Iterator
 
 from lark import Lark, Token, Transformer, v_args
@@ -153,6 +154,14 @@ class ToSyntax(Transformer):
 
     def access(self, meta, ch):
         return s.Access(str(ch[0]), tuple(ch[1:]), self._span(meta))
+
+    def padded(self, meta, ch):
+        return s.Access(ch[0].tensor, ch[0].indices, self._span(meta), fill=ch[1])
+
+    def fill(self, meta, ch):
+        # the grammar drops the anonymous "-" and "inf" tokens; the rule's own text is the number
+        text = self.source.splitlines()[meta.line - 1][meta.column - 1:meta.end_column - 1].replace(" ", "")
+        return float(text) if any(c in text for c in ".eEn") else int(text)
 
     def compare(self, meta, ch):
         return s.Compare(str(ch[1]), ch[0], ch[2], self._span(meta))
@@ -393,6 +402,14 @@ def _special_hint(tok: Token, expected: set[str], start: str, source: str) -> st
         return "a tensor type is f32[...], f16[...] or bf16[...]"
     if "ASSIGN_OP" in expected:
         return "a statement is `TENSOR[indices] = expression` (or +=, max=, min=)"
+    if str(tok) == "??" and not _after(tok, source, r"\]\s*$"):
+        return "`??` pads a tensor read `X[...]`, not an expression: pad the read inside, e.g. `relu(X[i - 1] ?? 0)`"
+    if str(tok) == "??":
+        return "a padded read `X[i] ?? 0` is a whole expression: put it in parentheses, e.g. `2 * (X[i] ?? 0)`"
+    if _after(tok, source, r"\?\?\s*$"):
+        return "a padded read ends in its padding constant: a number, `-inf` or `inf`, e.g. `X[i - 1] ?? 0`"
+    if _after(tok, source, r"\?\?\s*-?\s*(inf|[0-9][0-9.eE+-]*)\s*$"):
+        return "a padded read `X[i] ?? 0` is a whole expression: put it in parentheses, e.g. `(X[i] ?? 0) * W[i]`"
     if "RSQB" in expected and tok.type in ("_NL", "RPAR"):
         return "close the index list with `]`"
     if "RPAR" in expected and tok.type in ("_NL", "RSQB"):
@@ -402,3 +419,12 @@ def _special_hint(tok: Token, expected: set[str], start: str, source: str) -> st
     if tok.type == "$END" and start == "start":
         return "a .tl file holds one `kernel NAME(params) -> outputs` with an indented body"
     return ""
+
+
+def _after(tok: Token, source: str, pattern: str) -> bool:
+    """The text before the token on its line ends with `pattern` (e.g. `?? 0`: an operator after a padded read)."""
+    lines = source.splitlines()
+    if tok.type in ("$END", "_INDENT", "_DEDENT") or not tok.line or not 0 < tok.line <= len(lines):
+        return False
+    before = lines[tok.line - 1][:tok.column - 1]
+    return re.search(pattern, before) is not None

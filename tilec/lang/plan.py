@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+import numpy as np
 from tilec.lang import syntax as s
 from tilec.lang.bounds import evaluate_size
-from tilec.lang.symbolic import Poly, to_affine
+from tilec.lang.symbolic import Affine, Poly, to_affine
 
 MAX_TAPS = 4096  # beyond this many tap iterations a materialised contraction is cheaper than a Python loop
 
@@ -32,10 +33,41 @@ class OpenLoop:
 
 @dataclass(frozen=True)
 class Dim:
-    """One index of an access with the Python-loop variables substituted: sum(coeffs[v] * v) + offset."""
+    """One index of an access with the Python-loop variables substituted: sum(coeffs[v] * v) + offset, plus the
+    quasi-affine terms coef * (inner / divisor) or coef * (inner % divisor), floor semantics (`X[i / 2]`)."""
 
     coeffs: dict[str, int]
     offset: int
+    quasi: tuple[tuple[str, "Dim", int, int], ...] = ()  # (op, inner, divisor, coef)
+
+    def vars(self) -> list[str]:
+        out = list(self.coeffs)
+        for _, inner, _, _ in self.quasi:
+            out += [v for v in inner.vars() if v not in out]
+        return out
+
+    def values(self, grids: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The index at every point of the broadcasting integer grids of the open loop variables."""
+        total: np.ndarray = np.asarray(self.offset, dtype=np.int64)
+        for v, c in self.coeffs.items():
+            total = total + c * grids[v]
+        for op, inner, d, c in self.quasi:
+            x = inner.values(grids)
+            total = total + c * (x // d if op == "/" else x % d)
+        return total
+
+
+def _concrete(form: Affine) -> tuple:
+    """An Affine with constant coefficients -> (coeffs, offset, quasi) of plain ints, for `Affines.of`."""
+    return ({v: int(c.const_value()) for v, c in form.coeffs}, int(form.offset.const_value()),
+            tuple((q.op, _concrete(q.inner), q.divisor, int(q.coef.const_value())) for q in form.quasi))
+
+
+def _substitute(base: tuple, env: Mapping[str, int]) -> Dim:
+    coeffs, offset, quasi = base
+    fixed = sum(c * env[v] for v, c in coeffs.items() if v in env)
+    return Dim({v: c for v, c in coeffs.items() if v not in env and c}, offset + fixed,
+               tuple((op, _substitute(inner, env), d, c) for op, inner, d, c in quasi))
 
 
 class _NotASize:
@@ -59,22 +91,21 @@ class Affines:
         key = id(acc)
         if key not in self.cache:
             forms = [to_affine(i, _NotASize(self.sizes), self._size) for i in acc.indices]
-            self.cache[key] = (acc, tuple(({v: int(c.const_value()) for v, c in f.coeffs},
-                                           int(f.offset.const_value())) for f in forms))
+            self.cache[key] = (acc, tuple(_concrete(f) for f in forms))
         return self.cache[key][1]
 
     def _size(self, name: s.Name) -> Poly:
         return Poly.const(self.sizes[name.id])
 
     def of(self, acc: s.Access, env: Mapping[str, int]) -> tuple[Dim, ...]:
-        out = []
-        for coeffs, offset in self._base(acc):
-            fixed = sum(c * env[v] for v, c in coeffs.items() if v in env)
-            out.append(Dim({v: c for v, c in coeffs.items() if v not in env and c}, offset + fixed))
-        return tuple(out)
+        return tuple(_substitute(base, env) for base in self._base(acc))
 
     def vars_of(self, acc: s.Access, env: Mapping[str, int]) -> list[str]:
-        return [v for d in self.of(acc, env) for v in d.coeffs]
+        return [v for d in self.of(acc, env) for v in d.vars()]
+
+    def gathered(self, acc: s.Access) -> bool:
+        """Read by gathering (not through a strided view): a padded or quasi-affine read."""
+        return acc.fill is not None or any(quasi for _, _, quasi in self._base(acc))
 
     def bound(self, expr: s.Expr, env: Mapping[str, int]) -> int:
         return evaluate_size(expr, self.sizes)
@@ -155,7 +186,7 @@ class Planner:
         for lp in common:
             if lp.stop - lp.start <= 1:
                 continue
-            if not any(x == y and list(x.coeffs) == [lp.var] for x, y in zip(da, db)):
+            if not any(x == y and not x.quasi and list(x.coeffs) == [lp.var] for x, y in zip(da, db)):
                 return False
         return True
 
@@ -166,7 +197,7 @@ class Planner:
         shared: set[str] = set()
         for acc in reads(st.value):
             for d in self.affines.of(acc, env):
-                vs = [v for v in d.coeffs if v in open_vars]
+                vs = [v for v in d.vars() if v in open_vars]
                 if len(vs) > 1:
                     shared.update(v for v in vs if v not in written)
         taps = tuple(lp for lp in loops if lp.var in shared)

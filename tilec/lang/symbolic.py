@@ -5,13 +5,21 @@ symbols. Exact division by a constant is just a rational coefficient; whether it
 separately (symbolically from `assume`s when possible, otherwise once sizes are concrete).
 
 An index expression becomes an `Affine`: sum of coefficient * loop variable + offset, where coefficients and
-offset are Polys over sizes. Anything else (`i * j`, `i / 2`, `A[i]`) is a `NotAffine` error with its span.
+offset are Polys over sizes, plus quasi-affine terms: coefficient * floor(affine / d) and coefficient *
+(affine mod d) for positive integer constants d (`i / 2`, `(y + r) % 4`). Anything else (`i * j`, `i / j`, `A[i]`)
+is a `NotAffine` error with its span.
+
+Floor semantics: `/` and `%` in sizes and indices are Python's // and %. A Poly keeps `E / d` as E times 1/d, which
+is the size only when d divides E; `tilec.lang.bounds` proves that (or does not rely on the Poly). A `%` of sizes
+that are not all known is an opaque symbol `(E) % d` in a Poly: an integer, of unknown sign to the provers.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Mapping
+
+import numpy as np
 
 from tilec.errors import Span
 from tilec.lang import syntax as s
@@ -104,16 +112,34 @@ class Poly:
 
 @dataclass(frozen=True)
 class Affine:
-    """sum(coeffs[v] * v) + offset; coeffs never hold a zero polynomial."""
+    """sum(coeffs[v] * v) + offset + sum of quasi terms; coeffs never hold a zero polynomial."""
 
     coeffs: tuple[tuple[str, Poly], ...]
     offset: Poly
+    quasi: tuple["Quasi", ...] = ()
 
     def coeff(self, var: str) -> Poly:
         return dict(self.coeffs).get(var, Poly())
 
     def vars(self) -> tuple[str, ...]:
-        return tuple(v for v, _ in self.coeffs)
+        """The loop variables the value depends on (also through its quasi terms)."""
+        out = [v for v, _ in self.coeffs]
+        for q in self.quasi:
+            out += [v for v in q.inner.vars() if v not in out]
+        return tuple(out)
+
+    def varies(self) -> bool:
+        return bool(self.coeffs or self.quasi)
+
+
+@dataclass(frozen=True)
+class Quasi:
+    """coef * floor(inner / divisor) (op "/") or coef * (inner mod divisor) (op "%"), divisor a positive integer."""
+
+    op: str
+    inner: Affine
+    divisor: int
+    coef: Poly
 
 
 class NotAffine(Exception):
@@ -128,13 +154,19 @@ def _affine_add(a: Affine, b: Affine, sign: int) -> Affine:
     coeffs = dict(a.coeffs)
     for v, c in b.coeffs:
         coeffs[v] = coeffs.get(v, Poly()) + (c if sign > 0 else -c)
+    quasi = {(q.op, q.inner, q.divisor): q.coef for q in a.quasi}
+    for q in b.quasi:
+        key = (q.op, q.inner, q.divisor)
+        quasi[key] = quasi.get(key, Poly()) + (q.coef if sign > 0 else -q.coef)
     return Affine(tuple(sorted((v, c) for v, c in coeffs.items() if c.terms)),
-                  a.offset + (b.offset if sign > 0 else -b.offset))
+                  a.offset + (b.offset if sign > 0 else -b.offset),
+                  tuple(Quasi(op, inner, d, c) for (op, inner, d), c in quasi.items() if c.terms))
 
 
 def _affine_scale(a: Affine, p: Poly) -> Affine:
     coeffs = tuple((v, c * p) for v, c in a.coeffs)
-    return Affine(tuple((v, c) for v, c in coeffs if c.terms), a.offset * p)
+    quasi = tuple(Quasi(q.op, q.inner, q.divisor, q.coef * p) for q in a.quasi)
+    return Affine(tuple((v, c) for v, c in coeffs if c.terms), a.offset * p, tuple(q for q in quasi if q.coef.terms))
 
 
 def to_affine(expr: s.Expr, loop_vars: set[str], size_of: Callable[[s.Name], Poly]) -> Affine:
@@ -164,33 +196,58 @@ def _affine_binop(expr: s.BinOp, loop_vars: set[str], size_of: Callable[[s.Name]
     if expr.op in "+-":
         return _affine_add(lhs, rhs, 1 if expr.op == "+" else -1)
     if expr.op == "*":
-        if lhs.coeffs and rhs.coeffs:
+        if lhs.varies() and rhs.varies():
             raise NotAffine("product of two loop variables in an index", expr.span,
                             "indices must be affine: multiply a loop variable only by sizes or constants")
-        return _affine_scale(rhs, lhs.offset) if not lhs.coeffs else _affine_scale(lhs, rhs.offset)
-    if lhs.coeffs or rhs.coeffs:
-        word = "division" if expr.op == "/" else "remainder"
-        raise NotAffine(f"{word} of a loop variable in an index", expr.span,
-                        f"indices must be affine: `{expr.op}` may only combine sizes; "
-                        "use a separate loop for the quotient (e.g. `2*i + p` instead of `x / 2`)")
+        return _affine_scale(rhs, lhs.offset) if not lhs.varies() else _affine_scale(lhs, rhs.offset)
+    if rhs.varies():
+        word = "division" if expr.op == "/" else "modulo"
+        raise NotAffine(f"{word} by a loop variable in an index", expr.rhs.span,
+                        f"in an index `{expr.op}` is floor {word} by a positive integer constant, e.g. `i {expr.op} 2`")
+    if lhs.varies():
+        return _quasi(expr, lhs, _divisor(rhs.offset, expr))
     return Affine((), size_binop(expr.op, lhs.offset, rhs.offset, expr))
 
 
+def _divisor(b: Poly, expr: s.BinOp) -> int:
+    value = b.const_value()
+    if not b.is_const() or value <= 0 or value.denominator != 1:
+        word = "divided" if expr.op == "/" else "taken modulo"
+        raise NotAffine(f"sizes and indices may only be {word} by a positive integer constant", expr.rhs.span,
+                        f"write e.g. `Ho {expr.op} 2` or `i {expr.op} 2`; in sizes and indices `/` is floor division "
+                        "and `%` floor modulo, by constants only")
+    return int(value)
+
+
+def _multiple_of(p: Poly, d: int) -> bool:
+    return all(c.denominator == 1 and c.numerator % d == 0 for _, c in p.terms)
+
+
+def _quasi(expr: s.BinOp, inner: Affine, d: int) -> Affine:
+    """floor(inner / d) or inner mod d: exact when d divides every coefficient (`(2*i + 4) / 2` is `i + 2`)."""
+    exact = all(_multiple_of(c, d) for _, c in inner.coeffs) and _multiple_of(inner.offset, d) and \
+        all(_multiple_of(q.coef, d) for q in inner.quasi)
+    if exact or d == 1:
+        return _affine_scale(inner, Poly.const(Fraction(1, d))) if expr.op == "/" else Affine((), Poly())
+    return Affine((), Poly(), (Quasi(expr.op, inner, d, Poly.const(1)),))
+
+
 def size_binop(op: str, a: Poly, b: Poly, expr: s.BinOp) -> Poly:
-    """Poly arithmetic for size expressions: + - *, and / by a positive integer constant."""
+    """Poly arithmetic for size expressions: + - *, and floor / and % by a positive integer constant (exact when
+    every size is known; see the module docstring otherwise)."""
     if op == "+":
         return a + b
     if op == "-":
         return a - b
     if op == "*":
         return a * b
-    if op == "/" and b.is_const() and b.const_value() > 0 and b.const_value().denominator == 1:
-        return a.scale(Fraction(1) / b.const_value())
+    d = _divisor(b, expr)
+    if a.is_const():
+        whole = a.const_value()
+        return Poly.const(whole // d if op == "/" else whole % d)
     if op == "/":
-        raise NotAffine("sizes may only be divided by a positive integer constant", expr.rhs.span,
-                        "write e.g. `Ho / 2`; a size divided by another size is not supported")
-    raise NotAffine("`%` is only allowed in `assume` conditions", expr.span,
-                    "state divisibility with `assume X % 2 == 0` and divide with `X / 2`")
+        return a.scale(Fraction(1, d))
+    return Poly.sym(f"({a}) % {d}")
 
 
 def size_poly(expr: s.Expr, size_of: Callable[[s.Name], Poly]) -> Poly:
@@ -201,6 +258,8 @@ def size_poly(expr: s.Expr, size_of: Callable[[s.Name], Poly]) -> Poly:
 def index_range(aff: Affine, ranges: Mapping[str, tuple[Poly, Poly]]) -> tuple[Poly, Poly] | None:
     """Smallest and largest value of aff over loop ranges [start, stop), when each coefficient's sign is known;
     None otherwise. Valid whenever every loop range is non-empty (an empty loop makes no access at all)."""
+    if aff.quasi:
+        return None
     low, high = aff.offset, aff.offset
     for var, coef in aff.coeffs:
         start, stop = ranges[var]
@@ -211,4 +270,52 @@ def index_range(aff: Affine, ranges: Mapping[str, tuple[Poly, Poly]]) -> tuple[P
             low, high = low + last, high + first
         else:
             return None
+    return low, high
+
+
+MAX_ENUMERATED = 1 << 22  # concrete_range enumerates a quasi-affine index over at most this many loop points
+
+
+def concrete_values(aff: Affine, grids: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The integer value of an Affine with constant coefficients at every point of the (broadcasting) grids."""
+    total: np.ndarray = np.asarray(int(aff.offset.const_value()), dtype=np.int64)
+    for var, coef in aff.coeffs:
+        total = total + int(coef.const_value()) * grids[var]
+    for q in aff.quasi:
+        inner = concrete_values(q.inner, grids)
+        part = inner // q.divisor if q.op == "/" else inner % q.divisor
+        total = total + int(q.coef.const_value()) * part
+    return total
+
+
+def concrete_range(aff: Affine, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+    """Smallest and largest value of an Affine with constant coefficients over non-empty loop ranges [start, stop):
+    exact (the corners for an affine form, every point for a quasi-affine one, up to MAX_ENUMERATED points; beyond
+    that an interval bound, which may be loose)."""
+    if not aff.quasi:
+        found = index_range(aff, {v: (Poly.const(a), Poly.const(b)) for v, (a, b) in ranges.items()})
+        assert found is not None
+        return int(found[0].const_value()), int(found[1].const_value())
+    used = aff.vars()
+    points = 1
+    for v in used:
+        points *= ranges[v][1] - ranges[v][0]
+    if points <= MAX_ENUMERATED:
+        grids = {v: np.arange(*ranges[v], dtype=np.int64).reshape([-1 if k == i else 1 for k in range(len(used))])
+                 for i, v in enumerate(used)}
+        values = concrete_values(aff, grids)
+        return int(values.min()), int(values.max())
+    return _interval(aff, ranges)
+
+
+def _interval(aff: Affine, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+    low = high = int(aff.offset.const_value())
+    for var, coef in aff.coeffs:
+        c, (a, b) = int(coef.const_value()), ranges[var]
+        low, high = low + min(c * a, c * (b - 1)), high + max(c * a, c * (b - 1))
+    for q in aff.quasi:
+        lo, hi = _interval(q.inner, ranges)
+        lo, hi = (lo // q.divisor, hi // q.divisor) if q.op == "/" else (0, q.divisor - 1)
+        c = int(q.coef.const_value())
+        low, high = low + min(c * lo, c * hi), high + max(c * lo, c * hi)
     return low, high

@@ -2,8 +2,10 @@
 
 Term grammar (the grammar file `tilec/grammar/tilec.lark` is the surface syntax; this is the tree it builds):
 
-    Expr     = Num(value) | Name(id) | Neg(x) | BinOp(op, lhs, rhs) | Call(fn, args) | Access(tensor, indices)
+    Expr     = Num(value) | Name(id) | Neg(x) | BinOp(op, lhs, rhs) | Call(fn, args) | Access(tensor, indices, fill)
                op in + - * / %        fn: a name of tilec/lang/functions.py   Num(-inf) is written `-inf`
+               fill: None, or the constant of a padded read `X[i - 1] ?? 0` (read where an index is outside X)
+               In indices and sizes / and % are floor division and floor modulo by a positive integer constant.
     Cond     = Compare(op, lhs, rhs)                                   op in == != < <= > >=
     TensorType = dtype, shape: Expr...                                 dtype in f32 f16 bf16
     Param    = name : TensorType                                       kernel inputs (HBM)
@@ -72,6 +74,7 @@ class Access:
     tensor: str
     indices: tuple["Expr", ...]
     span: Span = _span()
+    fill: float | None = None  # a padded read `X[i - 1] ?? 0`: the value where an index falls outside X
 
 
 Expr = Union[Num, Name, Neg, BinOp, Call, Access]

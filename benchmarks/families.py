@@ -1,0 +1,205 @@
+"""Issue 13's program families at ResNet/MobileNet layer shapes: how far the default schedule is from the floor.
+
+    python benchmarks/families.py                  # every family at batch 1 and 8
+    python benchmarks/families.py --batch 1        # batch 1 only
+    python benchmarks/families.py conv3x3same bmm  # some families
+    python benchmarks/families.py --tiny           # small sizes (the smoke test: seconds, not minutes)
+    python benchmarks/families.py --dtype f16      # the programs with f32 -> f16
+
+The programs are benchmarks/families/*.tl (their `default` line is the batch-1 layer shape; batch 8 sets N = 8).
+Columns (µs, estimated by tilec's performance model, never measured):
+    floor   max(TensorE FLOP floor, DMA byte floor), start-up excluded, from the Target (tilec/target.py):
+            FLOPs = 2 x the multiply-adds of every `+=` of a product of two or more tensor-reading factors (the
+            contractions, counted from the program), at 2 * pmax * stationary_fmax FLOP per TensorE cycle (fp32
+            at a quarter of that rate); bytes = the inputs and outputs crossing HBM once, at
+            dma_engines * dma_engine_bw
+    bound   which of the two floors is larger
+    tilec   model latency of the kernel compiled with the default schedule (a trace-only run on the interpreter),
+            or "rejected: <first line of the error>" for a family the compiler does not compile yet
+    ratio   tilec / floor (the issue's goal: <= 1.5 for every row)
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import sys
+import time
+from dataclasses import dataclass
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tilec.errors import KernelError, TilecError  # noqa: E402
+from tilec.lang import api as lang  # noqa: E402
+from tilec.lang import syntax as sx  # noqa: E402
+from tilec.lang.bounds import evaluate_size  # noqa: E402
+from tilec.target import Target, target as get_target  # noqa: E402
+
+FOLDER = ROOT / "benchmarks" / "families"
+FP32_SLOWDOWN = 4  # TensorE runs fp32 at a quarter of its 16-bit rate (spec §2.3, as benchmarks/table.py)
+BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class Family:
+    program: str  # file name in benchmarks/families/
+    what: str
+    tiny: dict[str, int]  # sizes for --tiny (batch 1)
+
+
+FAMILIES = (
+    Family("maxpool3x3s2.tl", "ResNet max pool 3x3 s2 pad 1", dict(C=4, H=9, W=8)),
+    Family("avgpool3x3s1.tl", "avg pool 3x3 s1 pad 1 (count pad)", dict(C=4, H=6, W=5)),
+    Family("avgpool3x3s1_exclude.tl", "avg pool 3x3 s1 pad 1 (exclude pad)", dict(C=4, H=6, W=5)),
+    Family("maxpool2x2s1.tl", "max pool 2x2 s1", dict(C=4, H=6, W=5)),
+    Family("conv3x3same.tl", "conv 3x3 same", dict(C=8, K=8, H=6, W=5)),
+    Family("stem7x7s2.tl", "stem conv 7x7 s2, C=3", dict(K=8, H=16, W=15)),
+    Family("depthwise3x3.tl", "depthwise conv 3x3", dict(C=8, H=6, W=5)),
+    Family("grouped3x3.tl", "grouped conv 3x3 (32 x 4)", dict(G=4, Cg=2, Kg=2, H=6, W=5)),
+    Family("dilated3x3.tl", "dilated conv 3x3 (d=2)", dict(C=8, K=8, H=8, W=7)),
+    Family("bmm.tl", "batched matmul", dict(M=8, K=16, P=8)),
+    Family("matvec.tl", "matrix-vector (1-D vector)", dict(M=8, K=16)),
+    Family("shift.tl", "crop / shift", dict(C=4, H=6, W=5)),
+    Family("upsample2x.tl", "nearest upsample 2x", dict(C=4, H=3, W=4)),
+    Family("concat.tl", "channel concat", dict(C1=4, C2=2, H=3, W=4)),
+    Family("global_avgpool.tl", "global average pool 7x7", dict(C=8)),
+    Family("conv_c3.tl", "first layer conv 3x3, C=3", dict(K=8, H=8, W=7)),
+    Family("conv_residual.tl", "conv 3x3 + residual add", dict(C=8, K=8, H=6, W=5)),
+    Family("conv_relu_conv.tl", "conv 3x3 -> relu -> conv 3x3", dict(C=8, H=8, W=7)),
+    Family("resnet_block.tl", "ResNet basic block (padded)", dict(C=8, H=6, W=5)),
+    Family("mobilenet_block.tl", "MobileNetV2 block (expand, dw, project)", dict(C=4, E=8, H=6, W=5)),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    family: Family
+    batch: int
+    sizes: dict[str, int]
+    floor_us: float
+    bound: str
+    tilec: float | str  # model latency in µs, or the rejection
+
+
+def program_text(family: Family, dtype: str) -> str:
+    text = (FOLDER / family.program).read_text()
+    return text if dtype == "f32" else text.replace("f32[", f"{dtype}[")
+
+
+def contraction_flops(kernel: sx.Kernel, sizes: dict[str, int]) -> int:
+    """2 x the multiply-adds of every `+=` whose value is a product of tensor reads: what TensorE must compute."""
+    def walk(stmts, trips: int) -> int:
+        total = 0
+        for st in stmts:
+            if isinstance(st, sx.Loop):
+                extent = max(0, evaluate_size(st.stop, sizes) - evaluate_size(st.start, sizes))
+                total += walk(st.body, trips * extent)
+            elif st.op == "+=" and _reads_in_product(st.value) >= 2:
+                total += 2 * trips
+        return total
+
+    return walk(kernel.body, 1)
+
+
+def _reads_in_product(e: sx.Expr) -> int:
+    """How many factors of a product read a tensor (`relu(T[..] ?? 0) * W[..]` has two)."""
+    if isinstance(e, sx.BinOp) and e.op == "*":
+        return _reads_in_product(e.lhs) + _reads_in_product(e.rhs)
+    return int(_reads(e))
+
+
+def _reads(e: sx.Expr) -> bool:
+    if isinstance(e, sx.Access):
+        return True
+    parts = {sx.Neg: lambda x: (x.x,), sx.BinOp: lambda x: (x.lhs, x.rhs), sx.Call: lambda x: x.args}
+    return any(_reads(c) for c in parts.get(type(e), lambda x: ())(e))
+
+
+def floor_us(program, tgt: Target) -> tuple[float, str]:
+    """max(TensorE FLOP floor, DMA byte floor) in µs, without start-up, and which one it is."""
+    flops = contraction_flops(program.kernel, program.sizes)
+    fp32 = any(t.dtype == "f32" for t in program.inputs)
+    flop_per_ns = 2 * tgt.pmax * tgt.stationary_fmax * tgt.tensor_ghz / (FP32_SLOWDOWN if fp32 else 1)
+    moved = sum(math.prod(t.shape) * BYTES[t.dtype] for t in program.tensors.values() if t.kind != "temp")
+    compute, dma = flops / flop_per_ns / 1000, moved / (tgt.dma_engines * tgt.dma_engine_bw) / 1000
+    return (compute, "TensorE") if compute >= dma else (dma, "DMA")
+
+
+def model_us(path: pathlib.Path, sizes: dict[str, int], tgt: Target) -> float | str:
+    """Model latency of the default schedule's kernel, or why there is none."""
+    from tilec.compiler.api import compile_file
+    from tilec.perf.api import estimate
+
+    try:
+        compiled = compile_file(str(path), sizes, target=tgt.name)
+        _, trace = compiled.run_traced(numerics=False, **lang.random_inputs(compiled.program, seed=0))
+    except TilecError as err:
+        return f"rejected: {err.message.splitlines()[0]}"
+    except KernelError as err:
+        return f"kernel error: {str(err).splitlines()[0]}"
+    return estimate(trace, tgt.name).total_us
+
+
+def measure(family: Family, batch: int, tiny: bool, dtype: str, tgt: Target, folder: pathlib.Path) -> Row | None:
+    path = folder / family.program
+    path.write_text(program_text(family, dtype))
+    program = lang.load(path)
+    if batch != 1 and "N" not in program.facts.symbols:
+        return None  # no batch dimension (the matrix-vector product)
+    sizes = dict(family.tiny) if tiny else {}
+    if "N" in program.facts.symbols:
+        sizes["N"] = batch
+    program = lang.load(path, sizes)
+    floor, bound = floor_us(program, tgt)
+    return Row(family, batch, program.sizes, floor, bound, model_us(path, sizes, tgt))
+
+
+def table(rows: list[Row]) -> str:
+    names = [f"{r.family.program[:-3]}: {r.family.what}" for r in rows]
+    width = max(map(len, names), default=6)
+    head = f"{'family':<{width}} {'batch':>5} {'floor µs':>10} {'bound':>7} {'tilec µs':>10} {'ratio':>7}"
+    lines = [head, "-" * len(head)]
+    for name, r in zip(names, rows):
+        if isinstance(r.tilec, str):
+            lines.append(f"{name:<{width}} {r.batch:>5} {r.floor_us:>10.2f} {r.bound:>7}  {r.tilec}")
+        else:
+            lines.append(f"{name:<{width}} {r.batch:>5} {r.floor_us:>10.2f} {r.bound:>7} {r.tilec:>10.2f} "
+                         f"{r.tilec / r.floor_us:>6.1f}x")
+    done = [r for r in rows if not isinstance(r.tilec, str)]
+    near = [r for r in done if r.tilec <= 1.5 * r.floor_us]
+    lines.append(f"{len(done)} of {len(rows)} rows compile; {len(near)} within 1.5x of the floor")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("families", nargs="*", help="program names (default: all), e.g. conv3x3same")
+    parser.add_argument("--batch", type=int, action="append", help="batch sizes (default: 1 and 8)")
+    parser.add_argument("--tiny", action="store_true", help="small sizes, for a quick check that every row runs")
+    parser.add_argument("--dtype", choices=sorted(BYTES), default="f32", help="dtype of every tensor (default f32)")
+    parser.add_argument("--target", default="trn2", help="the modelled NeuronCore (tilec.target.TARGETS)")
+    args = parser.parse_args(argv)
+    chosen = [f for f in FAMILIES if not args.families or f.program[:-3] in args.families]
+    unknown = set(args.families) - {f.program[:-3] for f in FAMILIES}
+    if unknown:
+        parser.error(f"unknown families {sorted(unknown)}; known: {', '.join(f.program[:-3] for f in FAMILIES)}")
+    tgt = get_target(args.target)
+    import tempfile
+
+    rows: list[Row] = []
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="tilec-families-") as tmp:
+        for family in chosen:
+            for batch in args.batch or [1, 8]:
+                row = measure(family, batch, args.tiny, args.dtype, tgt, pathlib.Path(tmp))
+                if row is not None:
+                    rows.append(row)
+    print(f"issue-13 families on the {tgt.name} model, {args.dtype}{', tiny sizes' if args.tiny else ''} "
+          f"({time.time() - start:.0f} s)")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
