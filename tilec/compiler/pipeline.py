@@ -9,7 +9,9 @@ from dataclasses import dataclass, replace
 
 from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
-from tilec.compiler.build_simple import build_eltwise, build_pool, build_transpose
+from tilec.compiler.build_simple import build_pool, build_transpose
+from tilec.compiler import rules
+from tilec.compiler.lower_tiles import eltwise_nest, lower_tiles
 from tilec.compiler.build_reduce import build_reduce
 from tilec.compiler.build_colreduce import build_column_reduce
 from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
@@ -72,7 +74,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
     scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
     chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
-    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains)
+    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt)
     _check_capacity(kernel, tgt, program)
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
@@ -147,13 +149,14 @@ def unfuse(ops: tuple, plans: tuple, program) -> tuple[tuple, tuple]:
 
 
 def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, scheduled: set[str] = frozenset(),
-                 budget: int = 0, chains: list | None = None) -> ir.Kernel:
+                 budget: int = 0, chains: list | None = None, target: Target | None = None) -> ir.Kernel:
     """Each op by its builder; a run of row ops with the default schedule (softmax, layernorm, ...) as one fused
     row chain when its tiles fit `budget` (build_rowchain.py)."""
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     params = tuple(hbm[p.name] for p in program.kernel.params)
     outputs = tuple(hbm[o] for o in program.kernel.outputs)
-    parts = _parts(program, ops, plans, names, hbm, scheduled, budget, chains if chains is not None else [])
+    parts = _parts(program, ops, plans, names, hbm, scheduled, budget, chains if chains is not None else [],
+                   get_target(target))
     stored = {n for group, _, _ in parts for n in group}
     body: list[ir.Stmt] = []
     for name, t in program.tensors.items():
@@ -167,7 +170,7 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, schedu
 
 
 def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, scheduled: set[str], budget: int,
-           fused: list) -> list[tuple[set[str], list, list]]:
+           fused: list, target: Target) -> list[tuple[set[str], list, list]]:
     """(tensors written to HBM, consts, statements) per op or fused row chain, in program order."""
     chains = {c[0]: c for c in row_chains(ops, scheduled)} if budget else {}
     out, skip, prefixes = [], set(), set()
@@ -185,9 +188,21 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
                 fused.append([m.name for m in members])
                 continue
         builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
-                   EltwiseOp: build_eltwise, ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}[type(op)]
+                   EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce,
+                   ColumnReduceOp: build_column_reduce}[type(op)]
         out.append(_named({op.out}, builder(op, plan, hbm, _fresh(names, op)), op.out, len(ops), prefixes))
     return out
+
+
+def _scheduled(program, target: Target):
+    """The builder of an op scheduled on level A: its nest, the rule's primitives (with the plan's parameters),
+    applied, then lowered to level B (rules.py, lower_tiles.py)."""
+    def build(op, plan, hbm: dict, fresh) -> tuple[list, list]:
+        nest = eltwise_nest(op, program)
+        prims = rules.eltwise(nest, target, plan)
+        assert prims is not None, f"the element-wise rule does not apply to {op.name}"
+        return lower_tiles(rules.apply(nest, prims, target), prims, hbm, fresh, target)
+    return build
 
 
 def _named(stored: set[str], built: tuple, out: str, n_ops: int, prefixes: set[str]) -> tuple[set[str], list, list]:

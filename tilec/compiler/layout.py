@@ -1,0 +1,221 @@
+"""Data-layout primitives on level-A IR (compiler/nest.py), next to those of primitives.py: each is `Kernel ->
+Kernel`, keeps the nest's meaning (tests/compiler/test_layout.py evaluates before and after) and checks its own
+legality with one-line checks that raise a TilecError.
+
+    reshape(k, "i", (("p", 128), ("f", 200)))   the iteration space of a perfect injective nest, and every buffer
+                                                it accesses, seen with other extents (HBM views `X_v`): z[i] over
+                                                25600 -> z_v[p, f] over 128 x 200
+    stage_out(k, "Y", "t")                      TVM's cache_write: inside loop t, the region of Y the body writes
+                                                goes to an on-chip buffer, copied out after the body
+    broadcast(k, "s_row", "t", "p")             a row (one partition) read by every partition p: copied to a tile
+                                                with the row on each partition (TensorE: ones[1, P].T @ row)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from tilec.compiler.ir import Aff, Term
+from tilec.compiler.names import unique
+from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Expr, Kernel, Load, Loop, Op, Stmt, walk
+from tilec.compiler.primitives import (Region, _check_fits, _fail, _stores, _with_loop, copy_nest, find_loop, region,
+                                      relocate)
+from tilec.errors import Span
+from tilec.target import Target, target as get_target
+
+
+# ---- reshape -------------------------------------------------------------------------------------------------------
+
+
+def perfect_chain(loop: Loop) -> list[Loop]:
+    """`loop` and the loops nested directly in it, outermost first."""
+    chain = [loop]
+    while len(chain[-1].body) == 1 and isinstance(chain[-1].body[0], Loop):
+        chain.append(chain[-1].body[0])
+    return chain
+
+
+def _suffix(extents: list[int]) -> list[int]:
+    """Products of the trailing extents: [N*M, M, 1] for [N, M] (the flat stride each loop starts at is the next)."""
+    out = [1]
+    for n in reversed(extents):
+        out.insert(0, out[0] * n)
+    return out
+
+
+def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple[str, ...] = (),
+            lines: tuple[int, ...] = (), views: tuple[tuple[str, str], ...] = (), span: Span | None = None) -> Kernel:
+    """The perfect nest at loop `at` iterated by `loops` (name, extent), outermost first, over the same elements in
+    the same order; every buffer it accesses is seen through an HBM view `BUF_v` (golden: layout/reshape.txt):
+
+        for i in serial(64):                           view Y_v: hbm f32[128, 512] = Y   (and X_v)
+          for j in serial(1024):                       for p in serial(128):
+            Y[i, j] = X[i, j] + 1                        for f in serial(512):
+                                                           Y_v[p, f] = X_v[p, f] + 1
+
+    Legal when every statement is an assignment, every access indexes a run of the nest's loops plainly and in
+    order over whole dimensions (a broadcast operand reads a run of them), and each run starts and ends on a
+    boundary of the new loops. A broadcast operand's view gets a unit dimension on the side the other loops are:
+    b[i] of Y[i, j] -> b_v[p, 0] (a column), s[j] -> s_v[0, f] (a row). `notes` and `lines` give the new loops'
+    comments and .tl lines (default: the line of the loop each starts in); `views` names the views (buffer, view;
+    default BUF_v, or BUF_v2.. when that name is taken)."""
+    chain = perfect_chain(find_loop(k, at, span))
+    old = [lp.extent for lp in chain]
+    new = [n for _, n in loops]
+    if math.prod(old) != math.prod(new):
+        raise _fail(f"reshape {at}: {' x '.join(map(str, new))} iterations are not the nest's "
+                    f"{' x '.join(map(str, old))}", span, "keep the product of the extents")
+    body = chain[-1].body
+    if not all(isinstance(s, Assign) for s in body):
+        raise _fail(f"reshape {at}: the nest holds more than assignments", span, "reshape an element-wise nest")
+    bufs = k.buffers()
+    shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span)
+    taken, given = set(bufs), dict(views)
+    called = {b: given.get(b) or unique(f"{b}_v", taken) for b in shapes}
+    names = [v for v, _ in loops]
+    new_body = tuple(_rewrite(s, shapes, called, names) for s in body)
+    for j in reversed(range(len(loops))):
+        note = notes[j] if j < len(notes) else ""
+        line = lines[j] if j < len(lines) else chain[_source(old, new, j)].line
+        new_body = (Loop(names[j], new[j], new_body, "serial", line, note),)
+    allocs = tuple(Alloc(Buffer(called[b], "hbm", bufs[b].dtype, shape, view_of=b), body[0].line)
+                   for b, (shape, _) in shapes.items())
+    top = next(i for i, s in enumerate(k.body) if s is chain[0] or any(x is chain[0] for x in walk((s,))))
+    k = _with_loop(k, chain[0], lambda _: new_body[0])
+    return replace(k, body=k.body[:top] + allocs + k.body[top:])
+
+
+def _source(old: list[int], new: list[int], j: int) -> int:
+    """The old loop the new loop j starts in (its line is the new loop's)."""
+    so, sn = _suffix(old), _suffix(new)
+    return max(m for m in range(len(old)) if so[m] >= sn[j])
+
+
+def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[str, Buffer], span
+           ) -> dict[str, tuple[tuple[int, ...], tuple[int, int, int, int]]]:
+    """Buffer -> (view shape, (first new loop, end, unit dims before, unit dims after)), ordered: operands indexed
+    like the whole nest, the written buffers, then broadcast operands (columns, then rows)."""
+    so, sn = _suffix(old), _suffix(new)
+    found: dict[str, tuple[tuple[int, ...], tuple[int, int, int, int]]] = {}
+    order: dict[str, int] = {}
+    for s in body:
+        for acc, written in [(s.dst, True)] + [(a, False) for a in _loads(s.expr)]:
+            run = _run(acc, chain, old, bufs, span)
+            a, b = run
+            if so[a] not in sn or so[b] not in sn:
+                raise _fail(f"reshape: `{acc.buf}` reads loops {', '.join(chain[a:b])}, which do not map onto whole "
+                            f"loops of the new nest", span, "choose extents whose products meet at its run")
+            full = (a, b) == (0, len(chain))
+            # new loops of extent 1 at a broadcast run's edges stay out of its view (b[i] -> b_v[p, 0], not
+            # b_v[o, p, 0] with o of extent 1); an operand indexed like the whole nest keeps them all
+            a2 = sn.index(so[a]) if full else len(sn) - 1 - sn[::-1].index(so[a])
+            b2 = len(sn) - 1 - sn[::-1].index(so[b]) if full else sn.index(so[b])
+            before, after = (0, 1) if b2 < len(new) else (1, 0) if a2 > 0 else (0, 0)
+            shape = (1,) * before + tuple(new[a2:b2]) + (1,) * after
+            if found.setdefault(acc.buf, (shape, (a2, b2, before, after))) != (shape, (a2, b2, before, after)):
+                raise _fail(f"reshape: `{acc.buf}` is accessed through different loops", span)
+            order.setdefault(acc.buf, 1 if written else 0 if full else 2 if b < len(chain) else 3)
+    return {b: found[b] for b in sorted(found, key=lambda b: order[b])}
+
+
+def _loads(e: Expr) -> list[Access]:
+    from tilec.compiler.nest import loads
+    return loads(e)
+
+
+def _run(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer], span) -> tuple[int, int]:
+    """(a, b): the access indexes chain[a:b], one plain loop per dimension, over the whole buffer."""
+    names = []
+    for i in acc.index:
+        if len(i.terms) != 1 or i.terms[0].coef != 1 or i.const or i.terms[0].var not in chain:
+            raise _fail(f"reshape: `{acc.buf}` is not indexed by plain loops of the nest", span,
+                        "reshape a nest whose accesses use its loops as indices")
+        names.append(i.terms[0].var)
+    a = chain.index(names[0]) if names else 0
+    if chain[a:a + len(names)] != names or list(bufs[acc.buf].shape) != old[a:a + len(names)]:
+        raise _fail(f"reshape: `{acc.buf}` is not indexed by a run of the nest's loops over its whole shape", span)
+    return a, a + len(names)
+
+
+def _rewrite(s: Assign, views, called: dict[str, str], names: list[str]) -> Assign:
+    def access(a: Access) -> Access:
+        _, (a2, b2, before, after) = views[a.buf]
+        idx = (Aff(),) * before + tuple(Aff((Term(v),)) for v in names[a2:b2]) + (Aff(),) * after
+        return Access(called[a.buf], idx)
+
+    def expr(e: Expr) -> Expr:
+        if isinstance(e, Load):
+            return replace(e, access=access(e.access))
+        if isinstance(e, Op):
+            return replace(e, args=tuple(expr(x) for x in e.args))
+        return e
+    return replace(s, dst=access(s.dst), expr=expr(s.expr))
+
+
+# ---- stage_out -----------------------------------------------------------------------------------------------------
+
+
+def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
+              span: Span | None = None, name: str = "") -> Kernel:
+    """TVM's cache_write: inside loop `at`, the statements write the region of `buf` they cover into a new on-chip
+    buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop does not read
+    `buf` (it would see the old values) and the region fits the target."""
+    t = get_target(target)
+    loop = find_loop(k, at, span)
+    writes = [s.dst for s in _stores(loop.body) if s.dst.buf == buf]
+    if not writes:
+        raise _fail(f"stage_out {buf} at {at}: loop {at} does not write {buf}", span)
+    if any(a.buf == buf for s in _stores(loop.body) for a in _loads(s.expr)):
+        raise _fail(f"stage_out {buf} at {at}: loop {at} also reads {buf}", span, "stage it where it is only written")
+    inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
+    box = region(writes, inner, f"stage_out {buf} at {at}", span)
+    source = k.buffers()[buf]
+    _check_fits(box.shape, source.dtype, t, f"stage_out {buf} at {at}", span)
+    staged = Buffer(name or f"{buf}_{memory}", memory, source.dtype, box.shape)
+    line = next(s.line for s in _stores(loop.body) if s.dst.buf == buf)
+    back = copy_nest(staged.name, buf, box, line, into=False)
+    body = relocate(loop.body, buf, staged.name, box, reads=False, writes=True)
+    return _with_loop(k, loop, lambda s: replace(s, body=(Alloc(staged, line),) + body + (back,)))
+
+
+# ---- broadcast -----------------------------------------------------------------------------------------------------
+
+
+def broadcast(k: Kernel, buf: str, at: str, part: str, target: Target | str | None = None,
+              span: Span | None = None, name: str = "", dtype: str = "f32") -> Kernel:
+    """A row `buf` (an on-chip buffer of one partition, read at [0, ..]) read in every iteration of the partition
+    loop `part`: inside loop `at` ("" for the whole kernel), a tile holds the row on each partition and the body
+    reads that instead (golden: layout/broadcast.txt). The fill is inserted after the copy that loads `buf`.
+    Legal when `buf` has one partition and the region fits the target."""
+    t = get_target(target)
+    loop = find_loop(k, at, span) if at else Loop("", 1, k.body)
+    p = find_loop(k, part, span)
+    reads = [a for s in _stores(loop.body) for a in _loads(s.expr) if a.buf == buf]
+    if not reads or k.buffers()[buf].shape[0] != 1 or any(a.index[0] != Aff() for a in reads):
+        raise _fail(f"broadcast {buf}: it must be a row (one partition) read inside {at or 'the kernel'}", span)
+    inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
+    box = region(reads, inner, f"broadcast {buf}", span)
+    row = Region(box.offsets, box.extents, box.kept[1:])  # the tile's free dimensions: the row's, past its partition
+    shape = (p.extent,) + row.shape
+    _check_fits(shape, dtype, t, f"broadcast {buf}", span)
+    tile = Buffer(name or f"{buf}_bcast", "sbuf", dtype, shape)
+    line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in _loads(s.expr)))
+    fill = _fill(tile, buf, row, p.extent, line)
+    body = relocate(loop.body, buf, tile.name, row, lead=(Aff((Term(part),)),))
+    written = next((i for i, s in enumerate(body) if any(st.dst.buf == buf for st in _stores((s,)))), -1)
+    body = body[:written + 1] + (Alloc(tile, line), fill) + body[written + 1:]
+    if not at:
+        return replace(k, body=body)
+    return _with_loop(k, loop, lambda s: replace(s, body=body))
+
+
+def _fill(tile: Buffer, row: str, box: Region, parts: int, line: int) -> Stmt:
+    """for c0 in partition(P): for c1..: tile[c0, c1..] = row[0, o1 + c1, ..] (every partition gets the row)."""
+    names = [f"{tile.name}_c{n + 1}" for n in range(len(box.kept))]
+    dst = Access(tile.name, (Aff((Term(f"{tile.name}_c0"),)),) + tuple(Aff((Term(v),)) for v in names))
+    src = Access(row, tuple(box.offsets[d].plus(Aff((Term(names[box.kept.index(d)]),))) if d in box.kept
+                            else box.offsets[d] for d in range(len(box.offsets))))
+    fill: Stmt = Assign(dst, Load(src), line)
+    for v, n in reversed(list(zip(names, box.shape))):
+        fill = Loop(v, n, (fill,), "serial", line)
+    return Loop(f"{tile.name}_c0", parts, (fill,), "partition", line)

@@ -1,0 +1,239 @@
+"""Default schedules as rules (TVM DLight style): `rule(nest, target, params) -> list[Prim] | None`.
+
+A rule recognises a level-A nest (compiler/nest.py), and either says "not applicable" (None) or writes its schedule
+as a list of primitive applications: data, printable, applied by `apply` with the primitives' own legality checks
+(primitives.py, layout.py). The code generator lowers the scheduled nest (lower_tiles.py); the rule's parameters
+(a record such as `EltwisePlan`) are what directives and the tuner change.
+
+    eltwise(nest, target, EltwisePlan(128, 200))   z[i] = x[i] + y[i], i < 25600:
+        reshape(i, (p, 128), (f, 200))              the data as 128 partitions x 200 elements (HBM views)
+        split(f, 200, outer=t, inner=f_i, name=TILE_F)
+        reorder(t, p)                               free tiles outermost, the partitions inside
+        partition(p)
+        stage_out(z_v, t, name=z_tile)              the result tile in SBUF, stored after the body
+        stage(y_v, t, name=y_tile) ...              each input tile loaded into SBUF
+        tensorize(p)                                the tile's expression -> engine instructions
+        block(t, "z = element-wise, 128 partitions")
+
+`fallback` is the generic rule: any injective element-wise nest, with default parameters.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tilec.compiler import layout, primitives as pr
+from tilec.compiler.names import unique
+from tilec.compiler.nest import Assign, Kernel, Loop, loads
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, EltwisePlan, best_divisor
+from tilec.target import Target
+
+WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
+ELTWISE_FREE = 1024  # elements per partition of one tile: ~1000 keeps DMAs efficient, two or more tiles overlap
+
+
+@dataclass(frozen=True)
+class Prim:
+    """One primitive application: `split(f, 200, outer=t)`."""
+    name: str
+    args: tuple[Any, ...]
+    kw: tuple[tuple[str, Any], ...] = ()
+
+    def __str__(self) -> str:
+        args = [_fmt(a) for a in self.args] + [f"{k}={_fmt(v)}" for k, v in self.kw]
+        return f"{self.name}({', '.join(args)})"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_fmt(x) for x in v) + ")"
+    return repr(v) if isinstance(v, str) and (" " in v or not v) else str(v)
+
+
+def prim(primitive: str, /, *args: Any, **kw: Any) -> Prim:
+    return Prim(primitive, args, tuple(kw.items()))
+
+
+# primitives applied to the nest; `tensorize` and `block` only instruct the lowering (lower_tiles.py)
+_APPLY = {
+    "reshape": lambda k, t, *a, **kw: layout.reshape(k, *a, **kw),
+    "split": lambda k, t, *a, **kw: pr.split(k, *a, **kw),
+    "reorder": lambda k, t, *a, **kw: pr.reorder(k, *a, **kw),
+    "partition": lambda k, t, *a, **kw: pr.partition(k, *a, target=t, **kw),
+    "unroll": lambda k, t, *a, **kw: pr.unroll(k, *a, **kw),
+    "stage": lambda k, t, *a, **kw: pr.stage(k, *a, target=t, **kw),
+    "stage_out": lambda k, t, *a, **kw: layout.stage_out(k, *a, target=t, **kw),
+    "broadcast": lambda k, t, *a, **kw: layout.broadcast(k, *a, target=t, **kw),
+    "buffers": lambda k, t, *a, **kw: pr.buffers(k, *a, target=t, **kw),
+    "tensorize": lambda k, t, *a, **kw: k,
+    "block": lambda k, t, *a, **kw: k,
+}
+
+
+def apply(k: Kernel, prims: list[Prim], target: Target) -> Kernel:
+    for p in prims:
+        k = _APPLY[p.name](k, target, *p.args, **dict(p.kw))
+    return k
+
+
+def print_prims(prims: list[Prim]) -> str:
+    return "".join(f"{p}\n" for p in prims)
+
+
+# ---- element-wise --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Injective:
+    """What the element-wise rule sees in a nest: one assignment under a perfect nest of loops, its reads either
+    indexed like the output (full), or by a run of its indices (a broadcast: columns lead, rows trail)."""
+    top: Loop
+    stmt: Assign
+    loops: tuple[Loop, ...]
+    full: tuple[str, ...]
+    columns: tuple[str, ...]
+    rows: tuple[str, ...]
+    run: tuple[int, int]  # the output indices on the partitions (with broadcasts); (0, 0): the data flattened
+
+
+def injective(k: Kernel) -> Injective | None:
+    """The nest's element-wise structure, or None when it is not one injective assignment over plain indices."""
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    if len(tops) != 1:
+        return None
+    chain = layout.perfect_chain(tops[0])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Assign):
+        return None
+    stmt, names = body[0], [lp.var for lp in chain]
+    if _plain(stmt.dst.index) != names:
+        return None
+    full, columns, rows, runs = [], [], [], set()
+    for a in loads(stmt.expr):
+        idx = _plain(a.index)
+        if idx is None or a.buf == stmt.dst.buf:
+            return None
+        if idx == names:
+            full += [a.buf] if a.buf not in full else []
+            continue
+        if not idx or idx[0] not in names or names[names.index(idx[0]):names.index(idx[0]) + len(idx)] != idx:
+            return None
+        first = names.index(idx[0])
+        group = rows if first + len(idx) == len(names) else columns
+        group += [a.buf] if a.buf not in group else []
+        runs.add((first, first + len(idx), group is rows))
+    col = next(((a, b) for a, b, r in runs if not r), None)
+    row = next(((a, b) for a, b, r in runs if r), None)
+    run = col or ((0, row[0]) if row else (0, 0))
+    return Injective(tops[0], stmt, tuple(chain), tuple(full), tuple(columns), tuple(rows), run)
+
+
+def _plain(index) -> list[str] | None:
+    out = []
+    for i in index:
+        if len(i.terms) != 1 or i.terms[0].coef != 1 or i.const:
+            return None
+        out.append(i.terms[0].var)
+    return out
+
+
+def eltwise_layout(n: Injective) -> tuple[tuple[str, int], ...]:
+    """(), or with broadcasts the output as O (outer) x P (partitions) x F (free)."""
+    if n.run == (0, 0):
+        return ()
+    ext = [lp.extent for lp in n.loops]
+    a, b = n.run
+    return (("O", math.prod(ext[:a])), ("P", math.prod(ext[a:b])), ("F", math.prod(ext[b:])))
+
+
+def eltwise_params(n: Injective) -> EltwisePlan:
+    """The default parameters: the largest partition count up to 128, ~1000 elements per partition per tile (a
+    row broadcast goes through one PSUM bank per tile: at most 512 fp32 columns)."""
+    size = math.prod(lp.extent for lp in n.loops)
+    lay = dict(eltwise_layout(n))
+    parts = best_divisor(lay.get("P", size), PMAX)
+    free = lay["F"] if lay else size // parts
+    return EltwisePlan(parts, best_divisor(free, MOVING_FMAX if n.rows else ELTWISE_FREE))
+
+
+def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> list[Prim] | None:
+    """The element-wise rule: tiles of parts x free elements; inputs staged per tile, columns per partition tile,
+    rows copied to every partition (once for the whole nest when they fit), the result staged and stored."""
+    n = injective(k)
+    if n is None:
+        return None
+    params = params or eltwise_params(n)
+    if n.run == (0, 0):
+        return _flat(n, params)
+    return _broadcast(n, params)
+
+
+def fallback(k: Kernel, target: Target) -> list[Prim] | None:
+    """The generic rule: any injective element-wise nest, with the default parameters."""
+    return eltwise(k, target)
+
+
+class _Names:
+    """Names of the buffers a rule makes, unique in the nest (a user tensor may be called `A_v` or `A_tile`)."""
+
+    def __init__(self, n: Injective) -> None:
+        self.taken = {n.stmt.dst.buf} | {a.buf for a in loads(n.stmt.expr)}
+
+    def __call__(self, base: str) -> str:
+        return unique(base, self.taken)
+
+
+def _views(n: Injective, name: _Names) -> dict[str, str]:
+    """The HBM view of each buffer, named in the order reshape makes them (operands, result, columns, rows)."""
+    return {b: name(f"{b}_v") for b in (*n.full, n.stmt.dst.buf, *n.columns, *n.rows)}
+
+
+def _flat(n: Injective, p: EltwisePlan) -> list[Prim]:
+    size = math.prod(lp.extent for lp in n.loops)
+    names = ", ".join(lp.var for lp in n.loops)
+    out = n.stmt.dst.buf
+    name = _Names(n)
+    v = _views(n, name)
+    prims = [prim("reshape", n.top.var, (("p", p.parts), ("f", size // p.parts)), notes=("", f"for {names}"),
+                  lines=(n.top.line, n.top.line), views=tuple(v.items())),
+             prim("split", "f", p.free, outer="t", inner="f_i", name="TILE_F"),
+             prim("reorder", "t", "p"),
+             prim("partition", "p"),
+             prim("stage_out", v[out], "t", name=name(f"{out}_tile"))]
+    prims += [prim("stage", v[b], "t", name=name(f"{b}_tile")) for b in reversed(n.full)]
+    return prims + [prim("tensorize", "p"), prim("block", "t", f"{out} = element-wise, {p.parts} partitions")]
+
+
+def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:
+    lay = dict(eltwise_layout(n))
+    a, b = n.run
+    names = [lp.var for lp in n.loops]
+    lines = (n.loops[0].line, n.loops[a].line if a < len(n.loops) else n.top.line,
+             n.loops[b].line if b < len(n.loops) else n.top.line)
+    out = n.stmt.dst.buf
+    name = _Names(n)
+    v = _views(n, name)
+    prims = [prim("reshape", n.top.var, (("o", lay["O"]), ("p", lay["P"]), ("f", lay["F"])),
+                  notes=(f"for {', '.join(names[:a])}", f"for {', '.join(names[a:b])}",
+                         f"for {', '.join(names[b:])}"), lines=lines, views=tuple(v.items())),
+             prim("split", "p", p.parts, outer="pt", inner="p_i", name="TILE_P"),
+             prim("split", "f", p.free, outer="t", inner="f_i", name="TILE_F"),
+             prim("reorder", "pt", "o", "t", "p_i", "f_i"),
+             prim("partition", "p_i"),
+             prim("stage_out", v[out], "t", name=name(f"{out}_tile"))]
+    prims += [prim("stage", v[x], "t", name=name(f"{x}_tile")) for x in reversed(n.full)]
+    whole = bool(n.rows) and lay["F"] // p.free > 1 and lay["F"] * 4 * len(n.rows) <= WHOLE_ROWS_BYTES
+    for i, r in reversed(list(enumerate(n.rows))):
+        at, row, tile = "" if whole else "t", name(f"{r}_row"), name(f"{r}_tile")
+        prims += [prim("stage", v[r], at, name=row), prim("broadcast", row, at, "p_i", name=tile)]
+        if whole:  # one PSUM bank of TILE_F columns at a time
+            chunk = "c" if i == 0 else f"c{i + 1}"
+            prims += [prim("split", f"{tile}_c1", p.free, outer=chunk, inner=f"{tile}_f", name="TILE_F",
+                           note="for the free tiles of the row"),
+                      prim("reorder", chunk, f"{tile}_c0")]
+    prims += [prim("stage", v[c], "pt", name=name(f"{c}_col"), dtype="f32") for c in reversed(n.columns)]
+    # with whole broadcast rows VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
+    fold = whole and bool(n.columns)
+    label = f"{out} = element-wise, broadcasting {', '.join(n.columns + n.rows)}"
+    return prims + [prim("tensorize", "p_i", fold=fold), prim("block", "pt", label)]
