@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from tilec.compiler import ir
-from tilec.compiler.exprs import const_value, fmt_expr
+from tilec.compiler.exprs import const_value, fmt_expr, strip_scale
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Scalar, Stmt, View, whole
 from tilec.compiler.select_eltwise import column_only
 from tilec.errors import TilecError
@@ -23,20 +23,39 @@ class ExprCompiler:
     """Evaluate an element-wise expression tree into tensor_tensor / tensor_scalar / activation instructions."""
 
     def __init__(self, tiles: dict[str, View], shape: tuple[int, int], line: int, fresh: Fresh,
-                 columns: set[str], fold: bool = False, prefix: str = "tmp") -> None:
+                 columns: set[str], fold: bool = False, prefix: str = "tmp", regroup: bool = False) -> None:
         self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
         # fold: an activation of `x + col`, `x - col` or `x * c` is one ScalarE instruction FN(x * scale + bias)
         # (the row chains use it: it takes a VectorE pass off the busiest engine)
         self.fold, self.prefix = fold, prefix
+        # regroup (with fold): a sum's column terms go with one scaled operand onto ScalarE, FN(x * k + col), and
+        # the other full tiles are added on VectorE after (the element-wise rule with whole broadcast rows)
+        self.regroup = regroup and fold
         self.cur = shape  # the shape of a temporary: (P, 1) while computing an expression of columns only
         self.columns = columns  # tensors whose tile is a (P, 1) column: tensor_scalar operands
         self.done: dict[str, View] = {}  # subexpression (printed) -> the temporary holding its value
 
     def emit(self, e: sx.Expr, dst: View) -> list[Stmt]:
+        if self.regroup:
+            e = self.regrouped(e)
         stmts, val = self.value(e, dst)
         if val != dst:
             stmts.append(ir.Copy(dst, val, self.line))
         return stmts
+
+    def regrouped(self, e: sx.Expr) -> sx.Expr:
+        """`2*X + b - 0.5*c` (c a column) -> `(2*X - 0.5*c) + b`: the column terms join the first scaled operand
+        (ScalarE: X * 2 + bias), the rest follow (VectorE). Other expressions are left as written."""
+        terms = _signed_terms(e, 1.0)
+        cols = [t for t in terms if self.is_column(t[1])]
+        full = [t for t in terms if not self.is_column(t[1])]
+        head = next((t for t in full if t[0] > 0 and isinstance(strip_scale(t[1])[0], sx.Access)), None)
+        if not cols or head is None or len(full) < 2:
+            return e
+        out = head[1]
+        for sign, t in cols + [t for t in full if t is not head]:
+            out = sx.BinOp("+" if sign > 0 else "-", out, t, e.span)
+        return out
 
     def temp(self) -> tuple[list[Stmt], View]:
         self.n += 1
@@ -151,16 +170,36 @@ class ExprCompiler:
             return None
         for x, col, sign in ((e.lhs, e.rhs, 1.0 if e.op == "+" else -1.0), (e.rhs, e.lhs, 1.0)):
             if self.is_column(col) and not self.is_column(x) and not (e.op == "-" and col is e.lhs):
+                if self.regroup:
+                    return self.scaled_affine(x, col, sign)
                 pre, v = self.value(x, None)
                 pc, c = self.value(col, None)
                 if sign < 0:  # the bias adds: negate the (P, 1) column first (one tiny instruction)
-                    shape, self.cur = self.cur, (self.shape[0], 1)
-                    more, neg = self.temp()
-                    self.cur = shape
-                    pc = pc + more + [Scalar(neg, c, "multiply", -1.0, self.line)]
-                    c = neg
+                    pc, c = self.scaled_column(pc, c, -1.0)
                 return pre + pc, v, 1.0, c
         return None
+
+    def scaled_affine(self, x: sx.Expr, col: sx.Expr, sign: float) -> tuple[list[Stmt], View, float, View | None]:
+        """`k * y + col`, `k * y - h * col`: ScalarE's scale takes k and its bias the column times its factor (one
+        tiny instruction for the column instead of a pass over the tile for k)."""
+        y, k = strip_scale(x)
+        colx, h = strip_scale(col)
+        if self.is_column(y) or not self.is_column(colx):
+            y, k, colx, h = x, 1.0, col, 1.0
+        pre, v = self.value(y, None)
+        pc, c = self.value(colx, None)
+        if sign * h != 1.0:  # on ScalarE too: a VectorE step between would make the engines wait on each other
+            pc, c = self.scaled_column(pc, c, sign * h, scalar_engine=True)
+        return pre + pc, v, k, c
+
+    def scaled_column(self, pc: list[Stmt], c: View, factor: float, scalar_engine: bool = False
+                      ) -> tuple[list[Stmt], View]:
+        shape, self.cur = self.cur, (self.shape[0], 1)
+        more, out = self.temp()
+        self.cur = shape
+        scaled = Act(out, c, "copy", None, factor, self.line) if scalar_engine else \
+            Scalar(out, c, "multiply", factor, self.line)
+        return pc + more + [scaled], out
 
     def convert(self, e: sx.Call) -> tuple[list[Stmt], View]:
         """f16(x), bf16(x): x rounded to that dtype (a tensor_copy into a tile of it; later instructions read it
@@ -195,3 +234,10 @@ class ExprCompiler:
 
     def is_column(self, e: sx.Expr) -> bool:
         return column_only(e, self.columns)
+
+
+def _signed_terms(e: sx.Expr, sign: float) -> list[tuple[float, sx.Expr]]:
+    """`a + b - (c - d)` -> [(+1, a), (+1, b), (-1, c), (+1, d)]."""
+    if isinstance(e, sx.BinOp) and e.op in "+-":
+        return _signed_terms(e.lhs, sign) + _signed_terms(e.rhs, sign if e.op == "+" else -sign)
+    return [(sign, e)]

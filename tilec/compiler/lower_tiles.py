@@ -60,7 +60,7 @@ class _Lowering:
         self.nest = k.buffers()
         self.bufs: dict[str, ir.Buf] = {b.name: hbm[b.name] for b in (*k.params, *k.outputs)}
         self.blocks = {p.args[0]: p.args[1] for p in prims if p.name == "block"}
-        self.fold = {p.args[0]: bool(dict(p.kw).get("fold")) for p in prims if p.name == "tensorize"}
+        self.tensorize = {p.args[0]: dict(p.kw) for p in prims if p.name == "tensorize"}
         self.ones: dict[str, ir.Buf] = {}
         self.pending: list[ir.Stmt] = []
 
@@ -100,7 +100,8 @@ class _Lowering:
         assert len(body) == 1 and isinstance(body[0], Assign), f"tensorize: not one assignment under {s.var}"
         nest = {lp.var: lp.extent for lp in chain}
         e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory)
-        return emit(body[0], nest, self.target, e, fold=self.fold.get(s.var, False))
+        how = self.tensorize.get(s.var, {})
+        return emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")))
 
     def view(self, a: Access, nest: dict[str, int]) -> View:
         """An access inside a tensorized nest as a view: a dimension indexed by a nest loop is a slice over it; one

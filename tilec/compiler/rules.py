@@ -236,4 +236,4 @@ def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:
     # with whole broadcast rows VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
     fold = whole and bool(n.columns)
     label = f"{out} = element-wise, broadcasting {', '.join(n.columns + n.rows)}"
-    return prims + [prim("tensorize", "p_i", fold=fold), prim("block", "pt", label)]
+    return prims + [prim("tensorize", "p_i", fold=fold, regroup=fold), prim("block", "pt", label)]

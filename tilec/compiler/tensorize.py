@@ -170,7 +170,8 @@ class Emit:
     memory: Callable[[str], str]
 
 
-def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = False) -> list[ir.Stmt]:
+def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = False,
+         regroup: bool = False) -> list[ir.Stmt]:
     """The instructions computing `s` over the loops `nest` (partition loop first): matched against the target's
     instruction table, then written with that instruction's operands."""
     m = match(local(s, set(nest)), target)
@@ -187,8 +188,8 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
     tiles = {a.buf: e.view(a) for a in loads(s.expr)}
     columns = {b for b, v in tiles.items() if all(n == 1 for n in v.shape()[1:])}
     shape = dst.shape()
-    return ExprCompiler(tiles, (shape[0], math.prod(shape[1:])), s.line, e.fresh, columns, fold=fold) \
-        .emit(to_syntax(s.expr), dst)
+    return ExprCompiler(tiles, (shape[0], math.prod(shape[1:])), s.line, e.fresh, columns, fold=fold,
+                        regroup=regroup).emit(to_syntax(s.expr), dst)
 
 
 def _partition_broadcast(s: Assign, dst: View, e: Emit) -> list[ir.Stmt]:
