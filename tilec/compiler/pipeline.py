@@ -98,6 +98,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
     doc = _doc_lines(program, ops, plans, chains)
     stages["schedule"] += "".join(_chain_note(c) + "\n" for c in chains)
+    stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     return Result(stages, kernel, kernels, ops, plans, source, tgt, nest)
 
@@ -203,6 +204,17 @@ def _scheduled(program, target: Target):
         assert prims is not None, f"the element-wise rule does not apply to {op.name}"
         return lower_tiles(rules.apply(nest, prims, target), prims, hbm, fresh, target)
     return build
+
+
+def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], target: Target) -> str:
+    """The primitives each rule-scheduled op's plan expands to (what `explain` shows under its directives)."""
+    in_chain = {name for c in chains for name in c}
+    out = []
+    for op, plan in zip(ops, plans):
+        if isinstance(op, EltwiseOp) and op.name not in in_chain:
+            prims = rules.eltwise(eltwise_nest(op, program), target, plan) or []
+            out += [f"# {op.name}: rules.eltwise expands its plan into"] + [f"#   {p}" for p in prims]
+    return "".join(line + "\n" for line in out)
 
 
 def _named(stored: set[str], built: tuple, out: str, n_ops: int, prefixes: set[str]) -> tuple[set[str], list, list]:
