@@ -173,10 +173,10 @@ class ExprCompiler:
                 if self.regroup:
                     return self.scaled_affine(x, col, sign)
                 pre, v = self.value(x, None)
-                pc, c = self.value(col, None)
+                pc, bias = self.value(col, None)
                 if sign < 0:  # the bias adds: negate the (P, 1) column first (one tiny instruction)
-                    pc, c = self.scaled_column(pc, c, -1.0)
-                return pre + pc, v, 1.0, c
+                    pc, bias = self.scaled_column(pc, bias, -1.0)
+                return pre + pc, v, 1.0, bias
         return None
 
     def scaled_affine(self, x: sx.Expr, col: sx.Expr, sign: float) -> tuple[list[Stmt], View, float, View | None]:

@@ -65,15 +65,15 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
     if math.prod(old) != math.prod(new):
         raise _fail(f"reshape {at}: {' x '.join(map(str, new))} iterations are not the nest's "
                     f"{' x '.join(map(str, old))}", span, "keep the product of the extents")
-    body = chain[-1].body
-    if not all(isinstance(s, Assign) for s in body):
+    body = tuple(s for s in chain[-1].body if isinstance(s, Assign))
+    if len(body) != len(chain[-1].body):
         raise _fail(f"reshape {at}: the nest holds more than assignments", span, "reshape an element-wise nest")
     bufs = k.buffers()
     shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span)
     taken, given = set(bufs), dict(views)
     called = {b: given.get(b) or unique(f"{b}_v", taken) for b in shapes}
     names = [v for v, _ in loops]
-    new_body = tuple(_rewrite(s, shapes, called, names) for s in body)
+    new_body: tuple[Stmt, ...] = tuple(_rewrite(s, shapes, called, names) for s in body)
     for j in reversed(range(len(loops))):
         note = notes[j] if j < len(notes) else ""
         line = lines[j] if j < len(lines) else chain[_source(old, new, j)].line

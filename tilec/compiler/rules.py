@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr
 from tilec.compiler.names import unique
@@ -55,25 +55,25 @@ def prim(primitive: str, /, *args: Any, **kw: Any) -> Prim:
     return Prim(primitive, args, tuple(kw.items()))
 
 
+def _lowering_only(k: Kernel, *args: Any, **kw: Any) -> Kernel:
+    return k
+
+
 # primitives applied to the nest; `tensorize` and `block` only instruct the lowering (lower_tiles.py)
-_APPLY = {
-    "reshape": lambda k, t, *a, **kw: layout.reshape(k, *a, **kw),
-    "split": lambda k, t, *a, **kw: pr.split(k, *a, **kw),
-    "reorder": lambda k, t, *a, **kw: pr.reorder(k, *a, **kw),
-    "partition": lambda k, t, *a, **kw: pr.partition(k, *a, target=t, **kw),
-    "unroll": lambda k, t, *a, **kw: pr.unroll(k, *a, **kw),
-    "stage": lambda k, t, *a, **kw: pr.stage(k, *a, target=t, **kw),
-    "stage_out": lambda k, t, *a, **kw: layout.stage_out(k, *a, target=t, **kw),
-    "broadcast": lambda k, t, *a, **kw: layout.broadcast(k, *a, target=t, **kw),
-    "buffers": lambda k, t, *a, **kw: pr.buffers(k, *a, target=t, **kw),
-    "tensorize": lambda k, t, *a, **kw: k,
-    "block": lambda k, t, *a, **kw: k,
+_PRIMITIVES: dict[str, Callable[..., Kernel]] = {
+    "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
+    "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
+    "buffers": pr.buffers, "tensorize": _lowering_only, "block": _lowering_only,
 }
+_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers")  # check capacity against the target
 
 
 def apply(k: Kernel, prims: list[Prim], target: Target) -> Kernel:
     for p in prims:
-        k = _APPLY[p.name](k, target, *p.args, **dict(p.kw))
+        kw = dict(p.kw)
+        if p.name in _TARGETED:
+            kw["target"] = target
+        k = _PRIMITIVES[p.name](k, *p.args, **kw)
     return k
 
 
@@ -109,7 +109,10 @@ def injective(k: Kernel) -> Injective | None:
     stmt, names = body[0], [lp.var for lp in chain]
     if _plain(stmt.dst.index) != names:
         return None
-    full, columns, rows, runs = [], [], [], set()
+    full: list[str] = []
+    columns: list[str] = []
+    rows: list[str] = []
+    runs: set[tuple[int, int, bool]] = set()
     for a in loads(stmt.expr):
         idx = _plain(a.index)
         if idx is None or a.buf == stmt.dst.buf:
