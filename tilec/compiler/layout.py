@@ -91,31 +91,48 @@ def _source(old: list[int], new: list[int], j: int) -> int:
     return max(m for m in range(len(old)) if so[m] >= sn[j])
 
 
+View = tuple[tuple[int, ...], tuple["int | None", ...]]  # view shape; per dimension its new loop (None: a unit)
+
+
 def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[str, Buffer], span
-           ) -> dict[str, tuple[tuple[int, ...], tuple[int, int, int, int]]]:
-    """Buffer -> (view shape, (first new loop, end, unit dims before, unit dims after)), ordered: operands indexed
-    like the whole nest, the written buffers, then broadcast operands (columns, then rows)."""
+           ) -> dict[str, View]:
+    """Buffer -> its view, ordered: operands indexed like the whole nest, the written buffers, then broadcast
+    operands (columns, then rows). An access is a sequence of runs of the nest's loops (one run: an element-wise
+    operand or a broadcast; several: a permute, Y[j, i] = X[i, j]); each run becomes the new loops it spans."""
     so, sn = _suffix(old), _suffix(new)
-    found: dict[str, tuple[tuple[int, ...], tuple[int, int, int, int]]] = {}
+    found: dict[str, View] = {}
     order: dict[str, int] = {}
     for s in body:
         for acc, written in [(s.dst, True)] + [(a, False) for a in _loads(s.expr)]:
-            run = _run(acc, chain, old, bufs, span)
-            a, b = run
-            if so[a] not in sn or so[b] not in sn:
-                raise _fail(f"reshape: `{acc.buf}` reads loops {', '.join(chain[a:b])}, which do not map onto whole "
-                            f"loops of the new nest", span, "choose extents whose products meet at its run")
-            full = (a, b) == (0, len(chain))
-            # new loops of extent 1 at a broadcast run's edges stay out of its view (b[i] -> b_v[p, 0], not
-            # b_v[o, p, 0] with o of extent 1); an operand indexed like the whole nest keeps them all
-            a2 = sn.index(so[a]) if full else len(sn) - 1 - sn[::-1].index(so[a])
-            b2 = len(sn) - 1 - sn[::-1].index(so[b]) if full else sn.index(so[b])
-            before, after = (0, 1) if b2 < len(new) else (1, 0) if a2 > 0 else (0, 0)
-            shape = (1,) * before + tuple(new[a2:b2]) + (1,) * after
-            if found.setdefault(acc.buf, (shape, (a2, b2, before, after))) != (shape, (a2, b2, before, after)):
+            runs = _runs(acc, chain, old, bufs, span)
+            for a, b in runs:
+                if so[a] not in sn or so[b] not in sn:
+                    raise _fail(f"reshape: `{acc.buf}` reads loops {', '.join(chain[a:b])}, which do not map onto "
+                                f"whole loops of the new nest", span, "choose extents whose products meet at its run")
+            full = sum(b - a for a, b in runs) == len(chain)  # every loop (in order, or permuted)
+            view = _view(runs, full, so, sn, new)
+            if found.setdefault(acc.buf, view) != view:
                 raise _fail(f"reshape: `{acc.buf}` is accessed through different loops", span)
-            order.setdefault(acc.buf, 1 if written else 0 if full else 2 if b < len(chain) else 3)
+            last = max(b for _, b in runs)
+            order.setdefault(acc.buf, 1 if written else 0 if full else 2 if last < len(chain) else 3)
     return {b: found[b] for b in sorted(found, key=lambda b: order[b])}
+
+
+def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int], new: list[int]) -> View:
+    """New loops of extent 1 at a broadcast run's edges stay out of its view (b[i] -> b_v[p, 0], not b_v[o, p, 0]
+    with o of extent 1), and it gets a unit dimension on the side the other loops are; an operand indexed by every
+    loop keeps them all."""
+    loops: list[int | None] = []
+    for a, b in runs:
+        a2 = sn.index(so[a]) if full else len(sn) - 1 - sn[::-1].index(so[a])
+        b2 = len(sn) - 1 - sn[::-1].index(so[b]) if full else sn.index(so[b])
+        loops += list(range(a2, b2))
+    if not loops:  # a broadcast run of one element (b[i], i < 1): a (1, 1) column
+        return (1, 1), (None, None)
+    if len(runs) == 1 and not full:
+        first, end = loops[0] if loops else 0, (loops[-1] + 1) if loops else 0
+        loops = loops + [None] if end < len(new) else [None] + loops if first > 0 else loops
+    return tuple(1 if j is None else new[j] for j in loops), tuple(loops)
 
 
 def _loads(e: Expr) -> list[Access]:
@@ -123,25 +140,30 @@ def _loads(e: Expr) -> list[Access]:
     return loads(e)
 
 
-def _run(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer], span) -> tuple[int, int]:
-    """(a, b): the access indexes chain[a:b], one plain loop per dimension, over the whole buffer."""
+def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer], span) -> list[tuple[int, int]]:
+    """The access as runs [(a, b), ..] of chain[a:b], one plain loop per dimension, over the whole buffer."""
     names = []
     for i in acc.index:
         if len(i.terms) != 1 or i.terms[0].coef != 1 or i.const or i.terms[0].var not in chain:
             raise _fail(f"reshape: `{acc.buf}` is not indexed by plain loops of the nest", span,
                         "reshape a nest whose accesses use its loops as indices")
         names.append(i.terms[0].var)
-    a = chain.index(names[0]) if names else 0
-    if chain[a:a + len(names)] != names or list(bufs[acc.buf].shape) != old[a:a + len(names)]:
-        raise _fail(f"reshape: `{acc.buf}` is not indexed by a run of the nest's loops over its whole shape", span)
-    return a, a + len(names)
+    pos = [chain.index(v) for v in names]
+    if len(set(pos)) != len(pos) or list(bufs[acc.buf].shape) != [old[p] for p in pos]:
+        raise _fail(f"reshape: `{acc.buf}` is not indexed by runs of the nest's loops over its whole shape", span)
+    runs: list[tuple[int, int]] = []
+    for p in pos:
+        if runs and runs[-1][1] == p:
+            runs[-1] = (runs[-1][0], p + 1)
+        else:
+            runs.append((p, p + 1))
+    return runs or [(0, 0)]
 
 
-def _rewrite(s: Assign, views, called: dict[str, str], names: list[str]) -> Assign:
+def _rewrite(s: Assign, views: dict[str, View], called: dict[str, str], names: list[str]) -> Assign:
     def access(a: Access) -> Access:
-        _, (a2, b2, before, after) = views[a.buf]
-        idx = (Aff(),) * before + tuple(Aff((Term(v),)) for v in names[a2:b2]) + (Aff(),) * after
-        return Access(called[a.buf], idx)
+        _, loops = views[a.buf]
+        return Access(called[a.buf], tuple(Aff() if j is None else Aff((Term(names[j]),)) for j in loops))
 
     def expr(e: Expr) -> Expr:
         if isinstance(e, Load):
@@ -219,3 +241,111 @@ def _fill(tile: Buffer, row: str, box: Region, parts: int, line: int) -> Stmt:
     for v, n in reversed(list(zip(names, box.shape))):
         fill = Loop(v, n, (fill,), "serial", line)
     return Loop(f"{tile.name}_c0", parts, (fill,), "partition", line)
+
+
+# ---- staging with a chosen layout ----------------------------------------------------------------------------------
+
+
+def stage_grouped(k: Kernel, buf: str, at: str, groups: tuple[tuple[str, ...], ...], into: bool = True,
+                  target: Target | str | None = None, span: Span | None = None, name: str = "",
+                  dtype: str = "", memory: str = "sbuf") -> Kernel:
+    """Like stage (into=True: what the body reads of `buf`) or stage_out (into=False: what it writes), but the copy's
+    dimensions are `groups` of the loops inside `at`, each group's loops flattened in order (golden:
+    layout/stage_grouped.txt). A transpose strip `X[bi*256 + ai*128 + i_i, j]` staged with groups (i_i), (ai), (j)
+    is X_strip[128, 2, N]: the rows of each 128-block on the partitions. A group whose rows share a dimension of
+    `buf` with another group becomes a loop around the copy (one DMA per block row). Legal when the body accesses
+    `buf` one way only and each group's loops step through that dimension contiguously (`ai*128 + i_i`)."""
+    t = get_target(target)
+    loop = find_loop(k, at, span)
+    stores = _stores(loop.body)
+    found = [s.dst for s in stores if s.dst.buf == buf] if not into else \
+        [a for s in stores for a in _loads(s.expr) if a.buf == buf]
+    what = f"stage {buf} at {at}"
+    if not found or any(a != found[0] for a in found):
+        raise _fail(f"{what}: loop {at} must access {buf}, one way only", span)
+    if (not into and any(a.buf == buf for s in stores for a in _loads(s.expr))) or \
+            (into and any(s.dst.buf == buf for s in stores)):
+        raise _fail(f"{what}: loop {at} both reads and writes {buf}", span)
+    inner = {s.var: s for s in walk(loop.body) if isinstance(s, Loop)}
+    acc = found[0]
+    dims = [_group_dim(acc, g, inner, what, span) for g in groups]
+    shape = tuple(math.prod(inner[v].extent for v in g) for g in groups)
+    source = k.buffers()[buf]
+    _check_fits(shape, dtype or source.dtype, t, what, span)
+    staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, shape)
+    local = Access(staged.name, tuple(_group_index(acc, g, inner) for g in groups))
+    line = next(s.line for s in stores if s.dst == acc or acc in _loads(s.expr))
+    copy = _grouped_copy(acc, local, groups, dims, inner, into, line)
+    body = _replace_access(loop.body, acc, local)
+    new_body = (Alloc(staged, line), copy) + body if into else (Alloc(staged, line),) + body + (copy,)
+    return _with_loop(k, loop, lambda s: replace(s, body=new_body))
+
+
+def _group_dim(acc: Access, group: tuple[str, ...], inner: dict[str, Loop], what: str, span) -> int:
+    """The one dimension of `acc` the group's loops index, checking they step through it contiguously."""
+    where = {d for d, i in enumerate(acc.index) for t in i.terms if t.var in group}
+    if len(where) != 1:
+        raise _fail(f"{what}: loops {', '.join(group)} must index one dimension of {acc.buf}", span)
+    d = where.pop()
+    coef = {t.var: t.coef for t in acc.index[d].terms}
+    step = coef.get(group[-1], 0)
+    for v, nxt in zip(group, group[1:]):
+        if coef.get(v) != coef.get(nxt, 0) * inner[nxt].extent or not step:
+            raise _fail(f"{what}: loops {', '.join(group)} do not step through {acc.buf} contiguously", span)
+    return d
+
+
+def _group_index(acc: Access, group: tuple[str, ...], inner: dict[str, Loop]) -> Aff:
+    """The group's position in the staged copy: its loops flattened (their terms over the innermost's step)."""
+    d = next(d for d, i in enumerate(acc.index) if any(t.var in group for t in i.terms))
+    terms = [next(t for t in acc.index[d].terms if t.var == v) for v in group]
+    step = terms[-1].coef
+    return Aff(tuple(Term(t.var, t.coef // step, t.name if step == 1 else "") for t in terms))
+
+
+def _grouped_copy(acc: Access, local: Access, groups, dims: list[int], inner: dict[str, Loop], into: bool,
+                  line: int) -> Stmt:
+    """The copy between `acc`'s region and the staged buffer: one copy variable per group (a single loop's group
+    keeps that loop's name, comment and line). Groups that share a dimension of the buffer with an earlier group
+    are loops around the copy; the first group is the partitions."""
+    around = [n for n in range(1, len(groups)) if dims.count(dims[n]) > 1]
+    inside = [n for n in range(len(groups)) if n not in around]
+    names = [groups[n][0] if n in around else f"{local.buf}_c{n}" for n in range(len(groups))]
+    extents = [math.prod(inner[v].extent for v in g) for g in groups]
+    by = {}
+    for n, g in enumerate(groups):
+        last = next(t for t in acc.index[dims[n]].terms if t.var == g[-1])
+        first = next(t for t in acc.index[dims[n]].terms if t.var == g[0])
+        by[n] = Term(names[n], last.coef, first.name if len(g) == 1 else "")
+    index = []
+    for d, i in enumerate(acc.index):
+        keep = tuple(t for t in i.terms if t.var not in inner)
+        index.append(Aff(keep + tuple(by[n] for n in range(len(groups)) if dims[n] == d), i.const))
+    whole = Access(acc.buf, tuple(index))
+    mine = Access(local.buf, tuple(Aff((Term(v),)) for v in names))
+    copy: Stmt = Assign(mine, Load(whole), line) if into else Assign(whole, Load(mine), line)
+    for n in reversed(inside):
+        copy = Loop(names[n], extents[n], (copy,), "partition" if n == 0 else "serial", line)
+    for n in reversed(around):
+        src = inner[groups[n][0]]
+        copy = Loop(names[n], extents[n], (copy,), "serial", src.line, src.note)
+    return copy
+
+
+def _replace_access(body: tuple[Stmt, ...], old: Access, new: Access) -> tuple[Stmt, ...]:
+    def expr(e: Expr) -> Expr:
+        if isinstance(e, Load):
+            return replace(e, access=new) if e.access == old else e
+        if isinstance(e, Op):
+            return replace(e, args=tuple(expr(x) for x in e.args))
+        return e
+
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, Loop):
+            out.append(replace(s, body=_replace_access(s.body, old, new)))
+        elif isinstance(s, Assign):
+            out.append(replace(s, dst=new if s.dst == old else s.dst, expr=expr(s.expr)))
+        else:
+            out.append(s)
+    return tuple(out)

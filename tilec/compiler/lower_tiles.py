@@ -19,7 +19,7 @@ from tilec.compiler.ir import Aff, Sl, View
 from tilec.compiler.layout import perfect_chain
 from tilec.compiler.lower import size_value
 from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Kernel, Load, Loop, Stmt, lower_expr, walk
-from tilec.compiler.ops import EltwiseOp
+from tilec.compiler.ops import EltwiseOp, TransposeOp
 from tilec.compiler.rules import Prim
 from tilec.compiler.tensorize import Emit, emit
 from tilec.target import Target
@@ -40,6 +40,26 @@ def eltwise_nest(op: EltwiseOp, program) -> Kernel:
         body = Loop(v, size_value(n, program.sizes) if not isinstance(n, int) else n, (body,), "serial",
                     dict(op.loop_lines).get(v, op.line))
     return Kernel(op.name, tuple(bufs[n] for n in reads), (bufs[op.out],), (body,))
+
+
+def transpose_nest(op: TransposeOp, program) -> Kernel:
+    """The level-A nest of one selected transpose or permute: Y[out order] = X[source order] over the .tl loops."""
+    src, out = program.tensors[op.src], program.tensors[op.out]
+    bufs = {n: Buffer(n, "hbm", t.dtype, tuple(t.shape)) for n, t in ((op.src, src), (op.out, out))}
+    lines = dict(op.loop_lines)
+    out_vars = tuple(_out_order(op))
+    idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
+    body: Stmt = Assign(Access(op.out, idx(out_vars)), Load(Access(op.src, idx(op.src_vars))), op.line)
+    for v, n in reversed(op.loops):
+        body = Loop(v, n, (body,), "serial", lines.get(v, op.line))
+    return Kernel(op.name, (bufs[op.src],), (bufs[op.out],), (body,))
+
+
+def _out_order(op: TransposeOp) -> list[str]:
+    """The output's index order: batch, then the second run, then the first (select_transpose's swap)."""
+    names = list(op.src_vars)
+    i, j = names.index(dict(op.vars)["i"]), names.index(dict(op.vars)["j"])
+    return names[:i] + names[j:] + names[i:j]
 
 
 def lower_tiles(k: Kernel, prims: list[Prim], hbm: dict[str, ir.Buf], fresh: Fresh, target: Target) -> Built:
@@ -101,11 +121,13 @@ class _Lowering:
         nest = {lp.var: lp.extent for lp in chain}
         e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory)
         how = self.tensorize.get(s.var, {})
-        return emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")))
+        return emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")),
+                    psum=str(how.get("psum", "")))
 
     def view(self, a: Access, nest: dict[str, int]) -> View:
         """An access inside a tensorized nest as a view: a dimension indexed by a nest loop is a slice over it; one
-        indexed by outer loops only is that one element (on chip a slice of one, keeping the tile 2-D)."""
+        indexed by outer loops only is that one element (a constant index of a unit dimension on chip is a slice of
+        one, keeping a column 2-D)."""
         buf = self.bufs[a.buf]
         idx: list[ir.Idx] = []
         for i, n in zip(a.index, buf.shape):
@@ -113,7 +135,7 @@ class _Lowering:
             start = Aff(tuple(t for t in i.terms if t.var not in nest), i.const)
             if inner:
                 idx.append(Sl(start, nest[inner[0].var], inner[0].coef))
-            elif buf.memory != "hbm" and n == 1:
+            elif buf.memory != "hbm" and n == 1 and not i.terms:  # a column's [p, 0]: stays a (P, 1) tile
                 idx.append(Sl(start, 1))
             else:
                 idx.append(start)
@@ -134,7 +156,7 @@ class _Lowering:
             return False
         c, f = _assign(copy), _assign(fill)
         row = stmts[0].buf.name  # type: ignore[union-attr]
-        return c.dst.buf == row and isinstance(f.expr, Load) and f.expr.access.buf == row
+        return self.nest[row].shape[0] == 1 and c.dst.buf == row and isinstance(f.expr, Load) and f.expr.access.buf == row
 
     def _row_name(self, copy: Stmt) -> str:
         src = _assign(copy).expr

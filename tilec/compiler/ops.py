@@ -80,6 +80,8 @@ class TransposeOp(_LoopLines):
     line: int = 0
     span: Span | None = field(default=None, compare=False)
     loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+    src_vars: tuple[str, ...] = ()  # the loop variables indexing the source, in its order
+    loops: tuple[tuple[str, int], ...] = ()  # the .tl loops (variable, trip count), outermost first
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.build_simple import build_pool, build_transpose
 from tilec.compiler import rules
-from tilec.compiler.lower_tiles import eltwise_nest, lower_tiles
+from tilec.compiler.lower_tiles import eltwise_nest, lower_tiles, transpose_nest
 from tilec.compiler.build_reduce import build_reduce
 from tilec.compiler.build_colreduce import build_column_reduce
 from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
@@ -188,7 +188,7 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
                 skip |= set(chains[i])
                 fused.append([m.name for m in members])
                 continue
-        builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose,
+        builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: _scheduled(program, target),
                    EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce,
                    ColumnReduceOp: build_column_reduce}[type(op)]
         out.append(_named({op.out}, builder(op, plan, hbm, _fresh(names, op)), op.out, len(ops), prefixes))
@@ -199,11 +199,21 @@ def _scheduled(program, target: Target):
     """The builder of an op scheduled on level A: its nest, the rule's primitives (with the plan's parameters),
     applied, then lowered to level B (rules.py, lower_tiles.py)."""
     def build(op, plan, hbm: dict, fresh) -> tuple[list, list]:
-        nest = eltwise_nest(op, program)
-        prims = rules.eltwise(nest, target, plan)
-        assert prims is not None, f"the element-wise rule does not apply to {op.name}"
+        if isinstance(op, TransposeOp) and plan.ragged:
+            return build_transpose(op, plan, hbm, fresh)
+        nest, prims = scheduled_nest(op, plan, program, target)
         return lower_tiles(rules.apply(nest, prims, target), prims, hbm, fresh, target)
     return build
+
+
+def scheduled_nest(op, plan, program, target: Target) -> tuple[Nest, list]:
+    """An op's level-A nest and the primitives its rule writes for `plan`."""
+    if isinstance(op, TransposeOp):
+        nest, prims = transpose_nest(op, program), rules.transpose(transpose_nest(op, program), target, plan)
+    else:
+        nest, prims = eltwise_nest(op, program), rules.eltwise(eltwise_nest(op, program), target, plan)
+    assert prims is not None, f"no rule applies to {op.name}"
+    return nest, prims
 
 
 def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], target: Target) -> str:

@@ -73,9 +73,14 @@ def _subst_aff(a: Aff, var: str, by: Aff) -> Aff:
     coef = sum(t.coef for t in a.terms if t.var == var)
     if not coef:
         return a
+    name = next((t.name for t in a.terms if t.var == var), "")
+    at = next(n for n, t in enumerate(a.terms) if t.var == var)
     rest = tuple(t for t in a.terms if t.var != var)
-    scaled = tuple(Term(t.var, t.coef * coef, t.name if coef == 1 else "") for t in by.terms)
-    return Aff(rest + scaled, a.const + coef * by.const)
+    # a named coefficient survives: `i_o*TILE` with i_o = 4*bi + ai gives bi*(4*128) and ai*TILE; the new terms
+    # take the old one's place (outer loops first, as the kernel reads)
+    scaled = tuple(Term(t.var, t.coef * coef, t.name if coef == 1 else name if t.coef == 1 else "")
+                   for t in by.terms)
+    return Aff(rest[:at] + scaled + rest[at:], a.const + coef * by.const)
 
 
 def _subst_access(a: Access, var: str, by: Aff) -> Access:

@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Assign, Kernel, Loop, loads
-from tilec.compiler.schedule import MOVING_FMAX, PMAX, EltwisePlan, best_divisor
+from tilec.compiler.nest import Assign, Kernel, Load, Loop, loads
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, EltwisePlan, TransposePlan, best_divisor
 from tilec.target import Target
 
 WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
@@ -63,9 +63,10 @@ def _lowering_only(k: Kernel, *args: Any, **kw: Any) -> Kernel:
 _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
-    "buffers": pr.buffers, "tensorize": _lowering_only, "block": _lowering_only,
+    "buffers": pr.buffers, "stage_grouped": layout.stage_grouped, "tensorize": _lowering_only,
+    "block": _lowering_only,
 }
-_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers")  # check capacity against the target
+_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped")  # check capacity against the target
 
 
 def apply(k: Kernel, prims: list[Prim], target: Target) -> Kernel:
@@ -240,3 +241,90 @@ def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:
     fold = whole and bool(n.columns)
     label = f"{out} = element-wise, broadcasting {', '.join(n.columns + n.rows)}"
     return prims + [prim("tensorize", "p_i", fold=fold, regroup=fold), prim("block", "pt", label)]
+
+
+# ---- transposes and permutes ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Permute:
+    """What the transpose rule sees: Y[batch, second, first] = X[batch, first, second] over a perfect nest."""
+    top: Loop
+    stmt: Assign
+    batch: tuple[str, ...]
+    first: tuple[str, ...]
+    second: tuple[str, ...]
+    extents: dict[str, int]
+    lines: dict[str, int]
+
+
+def permute(k: Kernel) -> Permute | None:
+    """The nest's permute structure, or None when it is not one copy that swaps two runs after a batch."""
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    if len(tops) != 1:
+        return None
+    chain = layout.perfect_chain(tops[0])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Load):
+        return None
+    stmt = body[0]
+    src, out = _plain(stmt.expr.access.index), _plain(stmt.dst.index)
+    if src is None or out is None or sorted(src) != sorted(out) or src == out:
+        return None
+    n = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
+    rest, want = src[n:], out[n:]
+    cut = next((c for c in range(1, len(rest)) if rest[c:] + rest[:c] == want), None)
+    if cut is None:
+        return None
+    return Permute(tops[0], stmt, tuple(src[:n]), tuple(rest[:cut]), tuple(rest[cut:]),
+                   {lp.var: lp.extent for lp in chain}, {lp.var: lp.line for lp in chain})
+
+
+def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | None:
+    """The transpose rule: super-tiles of (BI x BJ) blocks of TI x TJ; a strip of BI block rows loaded (one DMA per
+    block row), BI*BJ block transposes (TensorE through PSUM, or DMA transposes straight from HBM), a strip of BJ
+    block columns stored. A batched or N-D permute sees X as [B, M, N] (views) and repeats that per batch."""
+    n = permute(k)
+    if n is None or params.ragged:
+        return None
+    size = lambda vs: math.prod(n.extents[v] for v in vs)  # noqa: E731
+    B, M, N = size(n.batch), size(n.first), size(n.second)
+    TI, TJ, BI, BJ = params.tile, params.tj, params.bi, params.bj
+    ci, cj = ("TILE", "TILE") if TI == TJ else ("TILE_I", "TILE_J")
+    vi, vj = n.first[0], n.second[0]
+    li, lj = n.lines[vi], n.lines[vj]
+    X, Y = n.stmt.expr.access.buf, n.stmt.dst.buf  # type: ignore[union-attr]
+    prims: list[Prim] = []
+    i, j, top = vi, vj, "bi"
+    if n.batch or len(n.first) > 1 or len(n.second) > 1:  # views: X as [B, M, N], Y as [B, N, M]
+        order = list(n.batch + n.first + n.second)
+        chain = [lp.var for lp in layout.perfect_chain(n.top)]
+        if chain != order:
+            prims.append(prim("reorder", *order))
+        loops = ((("bt", B),) if B > 1 else ()) + (("i", M), ("j", N))
+        lb = n.lines[n.batch[0]] if n.batch else 0
+        notes = ((f"for {n.batch[0]} (batch)",) if B > 1 else ()) + ("", "")
+        lines = ((lb,) if B > 1 else ()) + (li, lj)
+        prims.append(prim("reshape", order[0], loops, notes=notes, lines=lines))
+        i, j, X, Y, top = "i", "j", f"{X}_v", f"{Y}_v", "bt" if B > 1 else "bi"
+    elif [lp.var for lp in layout.perfect_chain(n.top)] != [vi, vj]:
+        prims.append(prim("reorder", vi, vj))
+    prims += [prim("split", i, TI, outer="i_o", inner="i_i", name=ci, note=f"for {vi} (blocks of {ci or TI})"),
+              prim("split", "i_o", BI, outer="bi", inner="ai", note=f"for {vi} (strips of BI blocks)"),
+              prim("split", j, TJ, outer="j_o", inner="j_i", name=cj, note=f"for {vj} (blocks of {cj or TJ})"),
+              prim("split", "j_o", BJ, outer="bj", inner="bj2", note=f"for {vj} (strips of BJ blocks)"),
+              prim("reorder", "bi", "bj", "ai", "bj2", "i_i", "j_i"),
+              prim("partition", "i_i")]
+    dma = params.method == "dma"
+    taken = set(k.buffers())  # strips named apart from the user's tensors (`A_strip` may be one)
+    x_strip, y_strip = unique(f"{n.stmt.expr.access.buf}_strip", taken), unique(f"{n.stmt.dst.buf}_strip", taken)
+    src_dtype = k.buffers()[n.stmt.expr.access.buf].dtype  # type: ignore[union-attr]
+    # a DMA transpose copies without casting (src.dtype == dst.dtype [ISA6 dma_transpose]): its strip keeps the
+    # source dtype and the store's dma_copy converts; the PE path converts on the PSUM -> SBUF copy
+    prims.append(prim("stage_grouped", Y, "bj", (("j_i",), ("bj2",), ("ai", "i_i")), into=False,
+                      name=y_strip, dtype=src_dtype if dma else ""))
+    if not dma:
+        prims.append(prim("stage_grouped", X, "bj", (("i_i",), ("ai",), ("bj2", "j_i")),
+                          name=x_strip))
+    label = f"{n.stmt.dst.buf} = transpose of {n.stmt.expr.access.buf} by {TI}x{TJ} blocks"  # type: ignore
+    return prims + [prim("tensorize", "i_i", psum=f"{n.stmt.dst.buf}_tp"), prim("block", top, label)]

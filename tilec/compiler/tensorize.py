@@ -171,7 +171,7 @@ class Emit:
 
 
 def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = False,
-         regroup: bool = False) -> list[ir.Stmt]:
+         regroup: bool = False, psum: str = "") -> list[ir.Stmt]:
     """The instructions computing `s` over the loops `nest` (partition loop first): matched against the target's
     instruction table, then written with that instruction's operands."""
     m = match(local(s, set(nest)), target)
@@ -185,8 +185,11 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
         return [ir.Copy(dst, src, s.line)]
     if m.instr.name == "nc_matmul" and dict(m.roles).get("m") == ("ones",) and isinstance(s.expr, Load):
         return _partition_broadcast(s, dst, e)
+    if m.instr.name == "nc_transpose" and isinstance(s.expr, Load):
+        return _transpose(s, dst, e, psum)
     tiles = {a.buf: e.view(a) for a in loads(s.expr)}
-    columns = {b for b, v in tiles.items() if all(n == 1 for n in v.shape()[1:])}
+    free = set(list(nest)[1:])  # a column's index uses none of the free loops (only the partitions)
+    columns = {a.buf for a in loads(s.expr) if not any(t.var in free for i in a.index for t in i.terms)}
     shape = dst.shape()
     return ExprCompiler(tiles, (shape[0], math.prod(shape[1:])), s.line, e.fresh, columns, fold=fold,
                         regroup=regroup).emit(to_syntax(s.expr), dst)
@@ -200,3 +203,14 @@ def _partition_broadcast(s: Assign, dst: View, e: Emit) -> list[ir.Stmt]:
     base = s.dst.buf.removesuffix("_tile")
     acc = ir.Buf(e.fresh(f"{base}_bcast"), "psum", "f32", (parts, free))
     return broadcast_row(acc, e.ones(row.buf.dtype, parts, s.line), row, s.line) + [ir.Copy(dst, ir.whole(acc), s.line)]
+
+
+def _transpose(s: Assign, dst: View, e: Emit, psum: str) -> list[ir.Stmt]:
+    """dst[f, p] = src[p, f]: from HBM a DMA transpose (dma_transpose) straight into the tile; from SBUF TensorE's
+    nc_transpose into a PSUM tile (named `psum`; it keeps the input dtype), copied out (converting) to the tile."""
+    assert isinstance(s.expr, Load)
+    src = e.view(s.expr.access)
+    if e.memory(s.expr.access.buf) == "hbm":
+        return [ir.Transpose(dst, src, "dma", s.line)]
+    tp = ir.Buf(e.fresh(psum or f"{s.dst.buf}_tp"), "psum", src.buf.dtype, dst.shape())
+    return [ir.Alloc(tp, line=s.line), ir.Transpose(ir.whole(tp), src, "pe", s.line), ir.Copy(dst, ir.whole(tp), s.line)]
