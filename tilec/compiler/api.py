@@ -6,7 +6,7 @@ import os
 import pathlib
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -34,7 +34,7 @@ class Compiled:
         """(outputs, trace). numerics=False: a trace-only run (same trace and rule checks, output values
         unspecified; see tilec.nki.api.simulate_traced). `numerics` given as a bool is that option; an array
         under that name is the kernel input `numerics`."""
-        numerics = named.pop("numerics") if isinstance(named.get("numerics"), bool) else True
+        numerics = cast(bool, named.pop("numerics")) if isinstance(named.get("numerics"), bool) else True
         return run_source(self.source, self.kernel_name, self.program, arrays, named, traced=True,
                           numerics=numerics)
 
@@ -129,7 +129,7 @@ def load_kernel(source: str, name: str) -> Callable:
             part = path.with_name(f"{path.name}.{os.getpid()}.part")
             part.write_text(source)
             part.replace(path)
-        _LOADED[digest] = nki_api.load_kernel_file(str(path), name)
+        _LOADED[digest] = cast(Callable, nki_api.load_kernel_file(str(path), name))  # a kernel: checked callable
     return _LOADED[digest]
 
 

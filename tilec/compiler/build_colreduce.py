@@ -78,7 +78,8 @@ def _plain(op: ColumnReduceOp, hbm: dict[str, Buf]) -> bool:
 
 
 def _finish(op: ColumnReduceOp, hbm, fresh: Fresh, res: Buf, views: dict[str, Buf], cols) -> list[Stmt]:
-    ln, out = op.update_line, []
+    ln = op.update_line
+    out: list[Stmt] = []
     if op.scale != 1.0:
         out.append(Scalar(whole(res), whole(res), "multiply", op.scale, ln))
     if isinstance(op.init, str):

@@ -196,6 +196,8 @@ class _ConvBuilder:
         raw = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else self.C,
                                                                  self.R, self.S))
         csrc = sl(a(term(ct, p.tile_c, self.cn["c"])), p.tile_c)
+        load: list[Stmt]
+        tap: list[Stmt]
         load = [Alloc(raw, line=line),
                 Dma(whole(raw), View(self.w4, (sl(a(term(kv, p.tile_k, self.cn["k"])), p.tile_k),
                                                csrc if per_c else full(self.C), full(self.R), full(self.S))), line)]
@@ -217,6 +219,7 @@ class _ConvBuilder:
 
     def bias(self) -> list[Stmt]:
         op, p, line = self.op, self.p, self.line
+        assert op.bias is not None  # built only for an op with a bias
         b2, st = hbm_view(self.hbm[op.bias], (self.K, 1), self.fresh(f"{op.bias}_v"), line)
         col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (p.tile_k, self.KT))
         kb = self.var["kb"]
@@ -231,6 +234,7 @@ class _ConvBuilder:
         """b[x] on every partition: b_bc[p, x] = b[x], one broadcast matmul per column tile (TILE_X moving columns,
         contraction 1) before the nest, instead of a K=1 matmul per output tile inside the accumulation."""
         op, p, line = self.op, self.p, self.line
+        assert op.bias is not None  # built only for an op with a bias
         dt = self.hbm[op.bias].dtype
         row_v, st = hbm_view(self.hbm[op.bias], (1, self.Wo), self.fresh(f"{op.bias}_v"), line)
         row = Buf(self.fresh(f"{op.bias}_row"), "sbuf", dt, (1, self.Wo))

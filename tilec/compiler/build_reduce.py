@@ -90,7 +90,8 @@ def _accumulate(op: ReduceOp, plan: ReducePlan, hbm, fresh: Fresh, acc: Buf, src
 
 def _finish(op: ReduceOp, hbm, fresh: Fresh, acc: Buf, init_v: Buf | None, rows, TP: int) -> list[Stmt]:
     """The constant factor (a mean), then the initial value, once per row tile (the sum starts from it)."""
-    ln, out = op.update_line, []
+    ln = op.update_line
+    out: list[Stmt] = []
     if op.scale != 1.0:
         out.append(Scalar(whole(acc), whole(acc), "multiply", op.scale, ln))
     if init_v is not None:
@@ -98,6 +99,7 @@ def _finish(op: ReduceOp, hbm, fresh: Fresh, acc: Buf, init_v: Buf | None, rows,
         out += [Alloc(col, line=op.line), Dma(whole(col), View(init_v, (rows, full(1))), op.line),
                 Binary(whole(acc), whole(acc), whole(col), op.op, op.line)]
     elif op.init != _IDENTITY[op.op]:
+        assert not isinstance(op.init, str)  # a tensor initial value has its view (init_v)
         out.append(Scalar(whole(acc), whole(acc), op.op, op.init, op.line))
     return out
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import AbstractSet
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
@@ -43,7 +44,7 @@ def _fit(op: Op, rows: int) -> tuple[int, int] | None:
     return None
 
 
-def row_chains(ops: tuple[Op, ...], scheduled: set[str]) -> list[list[int]]:
+def row_chains(ops: tuple[Op, ...], scheduled: AbstractSet[str]) -> list[list[int]]:
     """Runs of >= 2 consecutive ops over the same rows and free size (at least one a row reduction), none named
     by a directive: each is built as one fused row chain."""
     chains: list[list[int]] = []
@@ -162,7 +163,7 @@ class _Chain:
         out = Buf(fresh(f"{op.out}_tile"), "sbuf", "f32", (self.TP, free))
         every = {**tiles, **self.row_tiles}
         columns = {n for n in every if every[n].buf.shape[1] == 1} if free > 1 else set()
-        stmts = [Alloc(out, line=op.line)]
+        stmts: list[Stmt] = [Alloc(out, line=op.line)]
         stmts += ExprCompiler(every, (self.TP, free), op.line, fresh, columns, fold=True,
                               prefix=f"{op.out}_tmp").emit(op.expr, whole(out))
         tiles[op.out] = whole(out)

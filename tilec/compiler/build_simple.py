@@ -83,7 +83,7 @@ def _transpose_region(op: TransposeOp, plan: TransposePlan, bufs: tuple[Buf, Buf
                                at(src, sl(i0("ai"), TI), sl(a(term("bj", BJ * TJ), c0), BJ * TJ)), line)],
                 note=f"for {v['i']} (blocks of {ci or TI})", line=li)
     if plan.method == "dma":
-        block = [ir.Transpose(View(o_sb, (full(TJ), a("bj2"), sl(a(term("ai", TI, ci)), TI))),
+        block: list[Stmt] = [ir.Transpose(View(o_sb, (full(TJ), a("bj2"), sl(a(term("ai", TI, ci)), TI))),
                               at(src, sl(i0("ai"), TI), sl(j0("bj2"), TJ)), "dma", line)]
         load = []
     else:

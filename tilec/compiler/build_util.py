@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Callable
+from typing import Callable, Sequence
 
 from tilec.compiler import ir
 from tilec.compiler.ir import Aff, Alloc, Binary, Buf, Loop, Matmul, Scalar, Sl, Stmt, Term, View, full, whole
@@ -70,7 +70,7 @@ def drop_var(node, var: str):
     return map_aff(node, fn, sl_fn)
 
 
-def loop(var: str, extent: int, body: list[Stmt] | tuple[Stmt, ...], kind: str = "affine", name: str = "",
+def loop(var: str, extent: int, body: Sequence[Stmt], kind: str = "affine", name: str = "",
          note: str = "", line: int = 0) -> list[Stmt]:
     if extent == 1:
         return list(drop_var(tuple(body), var))
@@ -107,9 +107,10 @@ def _combine(src: View, dst: View, axis: int, w: int, op: str, line: int) -> lis
     def part(off: int) -> View:
         idx = list(src.idx)
         s = idx[axis]
+        assert isinstance(s, Sl)  # the pooled free axes are slices
         idx[axis] = Sl(s.start.plus(off * s.step), s.size // w, s.step * w)
         return View(src.buf, tuple(idx))
-    out = [Binary(dst, part(0), part(1), op, line)]
+    out: list[Stmt] = [Binary(dst, part(0), part(1), op, line)]
     for off in range(2, w):
         out.append(Binary(dst, dst, part(off), op, line))
     return out

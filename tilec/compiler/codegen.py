@@ -78,10 +78,10 @@ def emit(k: Kernel, source: str, doc_lines: list[str], recompile: dict[str, str]
     consts = {name for name, _ in k.consts}
     names = Namer(consts)
     kernel_name = names(k.name, "kernel")
+    model: type[_ViewModel] = _ViewModel
     if nki == "0.6":
-        from tilec.compiler.codegen06 import ViewModel06 as model
-    else:
-        model = _ViewModel
+        from tilec.compiler.codegen06 import ViewModel06
+        model = ViewModel06
     vm = model(names, dict(k.consts))
     params = [names(p.name) for p in k.params]
     # the kernel is specialised to these shapes; other shapes would fail deep inside with out-of-bounds slices
@@ -106,6 +106,9 @@ def _number(value: float) -> str:
 
 def _shape(shape: tuple[int, ...]) -> str:
     return f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(map(str, shape))})"
+
+
+Compute = Copy | Act | Binary | Scalar | Reduce  # the statements that write a `dst` tile on an engine
 
 
 class _ViewModel:
@@ -137,7 +140,7 @@ class _ViewModel:
                     "tag": tag}
         return self.compute(s, tag)
 
-    def compute(self, s: Stmt, tag: str) -> dict:
+    def compute(self, s: Compute, tag: str) -> dict:
         base = {"dst": self.view(s.dst, True), "dtype": DTYPES[s.dst.buf.dtype], "tag": tag}
         if isinstance(s, Copy):
             return {**base, "kind": "copy", "src": self.view(s.src)}

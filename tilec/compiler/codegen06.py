@@ -12,7 +12,7 @@ The same scheduled IR renders through `tilec/templates/nki06/`; what changes is 
 """
 from __future__ import annotations
 
-from tilec.compiler.codegen import _ViewModel
+from tilec.compiler.codegen import Compute, _ViewModel
 from tilec.compiler.ir import Alloc, Loop, Matmul, Reduce, Sl, Stmt, Transpose, View
 from tilec.errors import InternalError
 
@@ -59,7 +59,7 @@ class ViewModel06(_ViewModel):
         over = [self.names(v, "var") for v in self.loops[depth:] if v not in placed]
         return " or ".join(f"{v} > 0" for v in over) or "False"
 
-    def compute(self, s: Stmt, tag: str) -> dict:
+    def compute(self, s: Compute, tag: str) -> dict:
         out = super().compute(s, tag)
         if isinstance(s, Reduce):
             rank = len(_shape(s.src))

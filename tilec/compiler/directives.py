@@ -13,7 +13,7 @@ from dataclasses import replace
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
                                      eltwise_free, fmt_arg, fmt_directive, sbuf_budget, var_of)
-from tilec.compiler.ops import ColumnReduceOp, ConvOp, Op
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 from tilec.target import Target, target as get_target
@@ -42,9 +42,17 @@ def ref_role(op: Op, ref, d: sx.Directive) -> str:
 
 
 def _int(d: sx.Directive, i: int) -> int:
-    if len(d.args) <= i or not isinstance(d.args[i], int) or d.args[i] <= 0:
+    arg = d.args[i] if len(d.args) > i else None
+    if not isinstance(arg, int) or arg <= 0:
         raise bad(d, f"`{d.name}` needs a positive integer as argument {i + 1}")
-    return d.args[i]
+    return arg
+
+
+def _loop(d: sx.Directive, i: int = 0) -> str:
+    """The loop variable of argument i, a reference `op.loop` that ref_role has already checked."""
+    ref = d.args[i]
+    assert isinstance(ref, sx.Ref)
+    return ref.parts[1]
 
 
 def _div(d: sx.Directive, value: int, extent: int, what: str, layout: str = "") -> None:
@@ -66,8 +74,10 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     """
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
     if isinstance(plan, ConvPlan):
+        assert isinstance(op, ConvOp)  # default_plan gives each op kind its own plan kind
         return _tile_conv(op, plan, d, role, n)
     if isinstance(plan, EltwisePlan):
+        assert isinstance(op, EltwiseOp)
         free = eltwise_free(op, plan.parts)  # the tile counts elements per partition, not along the user's loop
         _div(d, n, free, "tile", f" (the data is laid out as {plan.parts} partitions x {free} elements each)")
         if op.rows and n > MOVING_FMAX:
@@ -90,7 +100,7 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         tj = plan.tj if op.dim("N") % plan.tj == 0 and plan.tile_j else n if op.dim("N") % n == 0 else plan.tj
         return replace(plan, tile=n, tile_j=0 if tj == n else tj, bi=1, bj=1)
     if role != "b":
-        raise bad(d, f"pool loop `{d.args[0].parts[1]}` cannot be tiled; tile the channel loop or split rows")
+        raise bad(d, f"pool loop `{_loop(d)}` cannot be tiled; tile the channel loop or split rows")
     if n > PMAX:
         raise bad(d, f"tile of {n} on the partition dimension exceeds {PMAX}")
     _div(d, n, op.dim("B"), "tile")
@@ -139,7 +149,7 @@ def _tile_conv(op: ConvOp, plan: ConvPlan, d, role: str, n: int) -> ConvPlan:
             raise bad(d, f"tile of {n} on the partition dimension exceeds {PMAX}",
                       f"{side} of one matmul hold at most 128")
         _div(d, n, op.dim("K" if role == "k" else "C"), "tile")
-        return replace(plan, **{f"tile_{role}": n})
+        return replace(plan, tile_k=n) if role == "k" else replace(plan, tile_c=n)
     if role == "x":
         _div(d, n, plan.band_x or op.dim("Wo"), "tile")
         if n > MOVING_FMAX:
@@ -163,7 +173,7 @@ def _tile_conv(op: ConvOp, plan: ConvPlan, d, role: str, n: int) -> ConvPlan:
         _div(d, n, op.dim("Ho"), "tile")
         band = plan.band if plan.band % n == 0 else n
         return replace(plan, rows=n, band=band)
-    raise bad(d, f"loop `{d.args[0].parts[1]}` of {op.name} cannot be tiled",
+    raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be tiled",
               "conv tiles: out channels, in channels, rows (y), columns (x)")
 
 
@@ -190,6 +200,7 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return _split_weights(op, plan, d)
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
     if isinstance(plan, ConvPlan) and role == "y":
+        assert isinstance(op, ConvOp)
         _div(d, n, op.dim("Ho"), "split")
         wy = op.pool.wy if op.pool else 1
         if n % wy:
@@ -197,6 +208,7 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         # rows per matmul shrink to the largest divisor of the band that still covers whole pooling windows
         return replace(plan, band=n, rows=best_divisor(n, plan.rows, wy))
     if isinstance(plan, ConvPlan) and role == "x":
+        assert isinstance(op, ConvOp)
         _div(d, n, op.dim("Wo"), "split")
         wx = op.pool.wx if op.pool else 1
         if n % wx:
@@ -206,15 +218,17 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return replace(plan, band_x=0 if n == op.dim("Wo") else n, tile_x=tile_x, rows=min(plan.rows, rows))
     if isinstance(plan, TransposePlan) and role in ("i", "j"):
         _div(d, n, op.dim("M") // plan.tile if role == "i" else op.dim("N") // plan.tj, "split")
-        return replace(plan, **{f"b{role}": n})
+        return replace(plan, bi=n) if role == "i" else replace(plan, bj=n)
     if isinstance(plan, PoolPlan) and role == "i":
+        assert isinstance(op, PoolOp)
         _div(d, n, op.dim("H") // op.pool.wy, "split")
         return replace(plan, band=n)
-    raise bad(d, f"loop `{d.args[0].parts[1]}` of {op.name} cannot be split here")
+    raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here")
 
 
 def _split_weights(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     """`split Wt, conv.c` / `split Wt, conv.k` (the default): weight DMA granularity (see apply_split)."""
+    assert isinstance(d.args[0], sx.Ref)  # apply_split checked it: a one-part reference, the weights' name
     name = d.args[0].parts[0]
     if not isinstance(op, ConvOp) or not isinstance(plan, ConvPlan) or name != op.w:
         raise bad(d, f"`split {name}, ...` splits the weight loads of a convolution or matmul; {name} is not "
@@ -252,11 +266,12 @@ def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     names = [a.parts[0] if isinstance(a, sx.Ref) and len(a.parts) == 1 else None for a in d.args[1:]]
     if None in names or any(n not in roles for n in names):
         raise bad(d, f"reorder lists loop variables of {op.name}: {', '.join(v for _, v in op.vars)}")
-    order = tuple(roles[n] for n in names)
+    order = tuple(roles[n] for n in names if n is not None)  # (there is no None left: checked above)
     for group, field_ in ((("n", "y", "k"), "order"), (("c", "r", "s"), "taps")):
         present = tuple(r for r in group if r in dict(op.vars))
         if sorted(order) == sorted(present):
-            return replace(plan, **{field_: _full_order(order, group)})
+            full = _full_order(order, group)
+            return replace(plan, order=full) if field_ == "order" else replace(plan, taps=full)
     raise bad(d, "reorder names either the outer loops (batch, row bands, out-channel tiles) or the "
                  "accumulation loops (in channels, filter taps), all of one group")
 
@@ -277,7 +292,7 @@ def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
                TransposePlan: "the source rows go on partitions",
                ReducePlan: "the kept indices go on partitions, the reduced ones along the free dimension"
                }[type(plan)]
-        raise bad(d, f"{op.name}.{d.args[0].parts[1]} cannot be bound to partitions: {why}",
+        raise bad(d, f"{op.name}.{_loop(d)} cannot be bound to partitions: {why}",
                   f"bind {op.name}.{var_of(op, allowed)}")
     return plan
 
@@ -298,7 +313,7 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int) -> Plan:
         +  view conv_v2: hbm f32[512, 8, 6] = conv  # tl:12
     sbuf is the compiler's SBUF budget per partition on the target (schedule.sbuf_budget).
     """
-    if not isinstance(plan, ConvPlan) or not op.pool:
+    if not isinstance(plan, ConvPlan) or not isinstance(op, ConvOp) or not op.pool:  # a ConvPlan is a ConvOp's
         raise bad(d, f"{op.name} has no consumer to fuse into")
     target = d.args[1] if len(d.args) > 1 else None
     parts = target.parts if isinstance(target, sx.Ref) else ()
@@ -322,7 +337,7 @@ def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive, sbuf: int) ->
     ho, wo = op.dim("Ho"), op.dim("Wo")
     live = ho * wo * 4  # the fp32 conv rows of one image and out-channel tile, before pooling
     if live > PSUM_BANK * 8 and live > sbuf // 2:
-        raise bad(d, f"fusing {op.name} into {op.out} at {d.args[1].parts[1]} needs {ho} rows of {op.name} live, "
+        raise bad(d, f"fusing {op.name} into {op.out} at {_loop(d, 1)} needs {ho} rows of {op.name} live, "
                      f"{live // 1024} KiB per partition; at most {sbuf // 2048} KiB of the "
                      f"{sbuf // 1024} KiB SBUF partition can hold it (the rest holds inputs and weights)",
                   f"fuse at {op.out}.{var_of(op, 'pool_i')} to keep only a band of rows live")
@@ -344,12 +359,14 @@ def apply_hoist(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +        block input band X: all contraction tiles, shared by every output tile [hoistable, inside k_t]:  # tl:12
     """
     at = d.args[1] if len(d.args) > 1 else None
-    if isinstance(plan, ConvPlan) and isinstance(d.args[0], sx.Ref) and d.args[0].parts == (op.x,):
+    if not isinstance(plan, ConvPlan) or not isinstance(op, ConvOp):  # a ConvPlan is a ConvOp's
+        raise bad(d, "only conv inputs (weights, input bands) can be hoisted")
+    if isinstance(d.args[0], sx.Ref) and d.args[0].parts == (op.x,):
         if isinstance(at, sx.Ref) and len(at.parts) == 2 and ref_role(op, at, d) in ("n", "y", "k"):
             return replace(plan, x_pin=ref_role(op, at, d))
         raise bad(d, f"the input band of {op.x} is loaded inside one of the loops "
                      f"{', '.join(var_of(op, r) for r in ('n', 'y', 'k'))} of {op.name}")
-    if not isinstance(plan, ConvPlan) or not isinstance(d.args[0], sx.Ref) or d.args[0].parts != (op.w,):
+    if not isinstance(d.args[0], sx.Ref) or d.args[0].parts != (op.w,):
         raise bad(d, "only conv inputs (weights, input bands) can be hoisted")
     if isinstance(at, sx.Ref) and at.parts == ("root",):
         return replace(plan, hoist_w="root")
@@ -370,7 +387,7 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     n = _int(d, 1)
     if n > 4:
         raise bad(d, f"{n} buffers of an input band is more than the 4 the SBUF budget allows")
-    if not hasattr(plan, "x_bufs"):
+    if not isinstance(plan, ConvPlan):  # the only plan with multi-buffered inputs (x_bufs)
         raise bad(d, f"{op.name} has no multi-buffered input")
     return replace(plan, x_bufs=n)
 

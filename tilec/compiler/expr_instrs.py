@@ -22,7 +22,7 @@ _BIN = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
 class ExprCompiler:
     """Evaluate an element-wise expression tree into tensor_tensor / tensor_scalar / activation instructions."""
 
-    def __init__(self, tiles: dict[str, View], shape: tuple[int, int], line: int, fresh: Fresh,
+    def __init__(self, tiles: dict[str, View], shape: tuple[int, ...], line: int, fresh: Fresh,
                  columns: set[str], fold: bool = False, prefix: str = "tmp", regroup: bool = False) -> None:
         self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
         # fold: an activation of `x + col`, `x - col` or `x * c` is one ScalarE instruction FN(x * scale + bias)
@@ -94,6 +94,7 @@ class ExprCompiler:
                 if c is not None:
                     return self.scalar(x, op, c, dst)
             return self.binary(e.args[0], e.args[1], op, dst)
+        assert isinstance(e, sx.BinOp)  # value() takes the reads; check_expr admits only these forms and numbers
         if self.fold and (on_act := self.on_scalar_engine(e, dst)) is not None:
             return on_act
         rc, lc = const_value(e.rhs), const_value(e.lhs)
@@ -136,7 +137,7 @@ class ExprCompiler:
         if self.is_column(e) or e.op not in "+-*/":
             return None
         col, x = (e.rhs, e.lhs) if self.is_column(e.rhs) else (e.lhs, e.rhs) if e.op in "+*" else (None, None)
-        if col is None or not self.is_column(col) or self.is_column(x):
+        if col is None or x is None or not self.is_column(col) or self.is_column(x):  # (x is None iff col is)
             return None
         if e.op in "+-":
             folded = self.affine(e)

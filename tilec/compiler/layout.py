@@ -122,16 +122,19 @@ def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int],
     """New loops of extent 1 at a broadcast run's edges stay out of its view (b[i] -> b_v[p, 0], not b_v[o, p, 0]
     with o of extent 1), and it gets a unit dimension on the side the other loops are; an operand indexed by every
     loop keeps them all."""
-    loops: list[int | None] = []
+    spans: list[int] = []
     for a, b in runs:
         a2 = sn.index(so[a]) if full else len(sn) - 1 - sn[::-1].index(so[a])
         b2 = len(sn) - 1 - sn[::-1].index(so[b]) if full else sn.index(so[b])
-        loops += list(range(a2, b2))
-    if not loops:  # a broadcast run of one element (b[i], i < 1): a (1, 1) column
+        spans += list(range(a2, b2))
+    if not spans:  # a broadcast run of one element (b[i], i < 1): a (1, 1) column
         return (1, 1), (None, None)
+    loops: list[int | None] = list(spans)
     if len(runs) == 1 and not full:
-        first, end = loops[0] if loops else 0, (loops[-1] + 1) if loops else 0
-        loops = loops + [None] if end < len(new) else [None] + loops if first > 0 else loops
+        if spans[-1] + 1 < len(new):
+            loops.append(None)
+        elif spans[0] > 0:
+            loops.insert(0, None)
     return tuple(1 if j is None else new[j] for j in loops), tuple(loops)
 
 

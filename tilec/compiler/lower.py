@@ -119,6 +119,7 @@ def _append(comps: list[Comp], comp: Comp) -> None:
     if (prev and comp.red_op and comp.init is None and prev.red_op is None and prev.target == comp.target
             and len(prev.out_vars) == len(comp.out_vars)):
         rename = dict(zip(prev.out_vars, comp.out_vars))
+        assert prev.init is not None  # an init-only Comp (red_op None) always has its expression
         comps[-1] = Comp(comp.target, comp.out_vars, comp.extents, rename_vars(prev.init, rename), comp.red_op,
                          comp.update, comp.red_vars, prev.line, prev.span, comp.lines, comp.update_line, comp.stops)
         return
@@ -196,5 +197,6 @@ def print_comps(comps: tuple[Comp, ...]) -> str:
         if c.init is not None:
             lines.append(f"  {head} = {fmt_expr(c.init)}")
         if c.red_op:
+            assert c.update is not None  # a reduction always has its update expression
             lines.append(f"  {head} {c.red_op} {fmt_expr(c.update)}  over {', '.join(c.red_vars)}")
     return "\n".join(lines) + "\n"

@@ -16,6 +16,12 @@ from tilec.lang import syntax as sx
 class _LoopLines:
     """Ops built by build_simple: named dimensions; each loop carries the line of the .tl `for` it implements."""
 
+    # fields of the dataclasses that mix this in (annotations only: _LoopLines itself is not a dataclass)
+    dims: tuple[tuple[str, int], ...]
+    vars: tuple[tuple[str, str], ...]
+    line: int
+    loop_lines: tuple[tuple[str, int], ...]
+
     def line_of(self, role: str) -> int:
         """The .tl line of the loop playing `role` (the statement's line if unknown)."""
         return dict(self.loop_lines).get(dict(self.vars).get(role, ""), self.line)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pathlib
 from dataclasses import dataclass, replace
+from typing import AbstractSet, Callable
 
 from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
@@ -149,7 +150,7 @@ def unfuse(ops: tuple, plans: tuple, program) -> tuple[tuple, tuple]:
     return tuple(out_ops), tuple(out_plans)
 
 
-def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, scheduled: set[str] = frozenset(),
+def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, scheduled: AbstractSet[str] = frozenset(),
                  budget: int = 0, chains: list | None = None, target: Target | None = None) -> ir.Kernel:
     """Each op by its builder; a run of row ops with the default schedule (softmax, layernorm, ...) as one fused
     row chain when its tiles fit `budget` (build_rowchain.py)."""
@@ -170,11 +171,13 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, schedu
     return ir.Kernel(program.kernel.name, params, outputs, tuple(body), tuple(consts.items()))
 
 
-def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, scheduled: set[str], budget: int,
+def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, scheduled: AbstractSet[str], budget: int,
            fused: list, target: Target) -> list[tuple[set[str], list, list]]:
     """(tensors written to HBM, consts, statements) per op or fused row chain, in program order."""
     chains = {c[0]: c for c in row_chains(ops, scheduled)} if budget else {}
-    out, skip, prefixes = [], set(), set()
+    out: list[tuple[set[str], list, list]] = []
+    skip: set[int] = set()
+    prefixes: set[str] = set()
     for i, (op, plan) in enumerate(zip(ops, plans)):
         if i in skip:
             continue
@@ -188,9 +191,10 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
                 skip |= set(chains[i])
                 fused.append([m.name for m in members])
                 continue
-        builder = {ConvOp: build_conv, PoolOp: build_pool, TransposeOp: _scheduled(program, target),
-                   EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce,
-                   ColumnReduceOp: build_column_reduce}[type(op)]
+        builders: dict[type, Callable[..., tuple]] = {
+            ConvOp: build_conv, PoolOp: build_pool, TransposeOp: _scheduled(program, target),
+            EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}
+        builder = builders[type(op)]
         out.append(_named({op.out}, builder(op, plan, hbm, _fresh(names, op)), op.out, len(ops), prefixes))
     return out
 

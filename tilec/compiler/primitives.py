@@ -385,7 +385,7 @@ def buffers(k: Kernel, buf: str, n: int, target: Target | str | None = None, spa
                     f"{t.sbuf_usable}", span, "use fewer copies or a smaller region")
 
     def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
-        return tuple(replace(s, buffers=n) if s is alloc else replace(s, body=visit(s.body)) if isinstance(s, Loop)
+        return tuple(replace(alloc, buffers=n) if s is alloc else replace(s, body=visit(s.body)) if isinstance(s, Loop)
                      else s for s in body)
 
     return replace(k, body=visit(k.body))

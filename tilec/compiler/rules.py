@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Assign, Kernel, Load, Loop, loads
+from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, loads
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, EltwisePlan, TransposePlan, best_divisor
 from tilec.target import Target
 
@@ -251,6 +251,7 @@ class Permute:
     """What the transpose rule sees: Y[batch, second, first] = X[batch, first, second] over a perfect nest."""
     top: Loop
     stmt: Assign
+    src: Access  # the read of X
     batch: tuple[str, ...]
     first: tuple[str, ...]
     second: tuple[str, ...]
@@ -267,8 +268,8 @@ def permute(k: Kernel) -> Permute | None:
     body = chain[-1].body
     if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Load):
         return None
-    stmt = body[0]
-    src, out = _plain(stmt.expr.access.index), _plain(stmt.dst.index)
+    stmt, read = body[0], body[0].expr.access
+    src, out = _plain(read.index), _plain(stmt.dst.index)
     if src is None or out is None or sorted(src) != sorted(out) or src == out:
         return None
     n = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
@@ -276,7 +277,7 @@ def permute(k: Kernel) -> Permute | None:
     cut = next((c for c in range(1, len(rest)) if rest[c:] + rest[:c] == want), None)
     if cut is None:
         return None
-    return Permute(tops[0], stmt, tuple(src[:n]), tuple(rest[:cut]), tuple(rest[cut:]),
+    return Permute(tops[0], stmt, read, tuple(src[:n]), tuple(rest[:cut]), tuple(rest[cut:]),
                    {lp.var: lp.extent for lp in chain}, {lp.var: lp.line for lp in chain})
 
 
@@ -293,7 +294,7 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
     ci, cj = ("TILE", "TILE") if TI == TJ else ("TILE_I", "TILE_J")
     vi, vj = n.first[0], n.second[0]
     li, lj = n.lines[vi], n.lines[vj]
-    X, Y = n.stmt.expr.access.buf, n.stmt.dst.buf  # type: ignore[union-attr]
+    X, Y = n.src.buf, n.stmt.dst.buf
     prims: list[Prim] = []
     i, j, top = vi, vj, "bi"
     if n.batch or len(n.first) > 1 or len(n.second) > 1:  # views: X as [B, M, N], Y as [B, N, M]
@@ -317,8 +318,8 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
               prim("partition", "i_i")]
     dma = params.method == "dma"
     taken = set(k.buffers())  # strips named apart from the user's tensors (`A_strip` may be one)
-    x_strip, y_strip = unique(f"{n.stmt.expr.access.buf}_strip", taken), unique(f"{n.stmt.dst.buf}_strip", taken)
-    src_dtype = k.buffers()[n.stmt.expr.access.buf].dtype  # type: ignore[union-attr]
+    x_strip, y_strip = unique(f"{n.src.buf}_strip", taken), unique(f"{n.stmt.dst.buf}_strip", taken)
+    src_dtype = k.buffers()[n.src.buf].dtype
     # a DMA transpose copies without casting (src.dtype == dst.dtype [ISA6 dma_transpose]): its strip keeps the
     # source dtype and the store's dma_copy converts; the PE path converts on the PSUM -> SBUF copy
     prims.append(prim("stage_grouped", Y, "bj", (("j_i",), ("bj2",), ("ai", "i_i")), into=False,
@@ -326,5 +327,5 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
     if not dma:
         prims.append(prim("stage_grouped", X, "bj", (("i_i",), ("ai",), ("bj2", "j_i")),
                           name=x_strip))
-    label = f"{n.stmt.dst.buf} = transpose of {n.stmt.expr.access.buf} by {TI}x{TJ} blocks"  # type: ignore
+    label = f"{n.stmt.dst.buf} = transpose of {n.src.buf} by {TI}x{TJ} blocks"
     return prims + [prim("tensorize", "i_i", psum=f"{n.stmt.dst.buf}_tp"), prim("block", top, label)]

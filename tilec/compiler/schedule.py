@@ -112,7 +112,7 @@ REDUCE_FREE = 4096  # elements per partition of one reduced tile: 16 KiB of fp32
 
 def directive(name: str, *args: "str | int | tuple") -> sx.Directive:
     """directive("tile", ("conv", "k"), 128) -> `tile conv.k, 128`."""
-    conv = [sx.Ref(a) if isinstance(a, tuple) else sx.Ref((a,)) if isinstance(a, str) else a for a in args]
+    conv: list[sx.Ref | int] = [sx.Ref(a) if isinstance(a, tuple) else sx.Ref((a,)) if isinstance(a, str) else a for a in args]
     return sx.Directive(name, tuple(conv))
 
 
@@ -231,6 +231,7 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     have = dict(op.vars)
     v = lambda role: (op.name, have[role])  # noqa: E731
     if isinstance(plan, ConvPlan):
+        assert isinstance(op, ConvOp)  # default_plan gives a ConvPlan to a ConvOp only
         sizes = (("tile", "k", plan.tile_k), ("tile", "c", plan.tile_c), ("tile", "x", plan.tile_x),
                  ("tile", "y", plan.rows), ("split", "y", plan.band))
         ds = [directive(name, v(role), n) for name, role, n in sizes if role in have]

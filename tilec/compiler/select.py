@@ -22,6 +22,7 @@ Each op keeps `vars`: role -> the .tl loop variable, so schedule directives can 
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from dataclasses import replace
 
@@ -104,6 +105,7 @@ def _check_read(comp: Comp, acc: sx.Access, program) -> None:
 
 
 def select_conv(comp: Comp, program) -> ConvOp:
+    assert comp.update is not None  # _select_one saw a product in it
     a, b = accesses(comp.update)
     out_vars = list(comp.out_vars)
     candidates = []
@@ -119,7 +121,10 @@ def select_conv(comp: Comp, program) -> ConvOp:
     _, p, s_acc, m_acc = min(candidates, key=lambda t: t[0])
     s_vars = [plain(m) for m in index_maps(s_acc, comp, program)]
     roles: dict[str, str] = {"k": p}
-    batch, spatial, taps, strides = [], [], [], []
+    batch: list[str] = []
+    spatial: list[str] = []
+    taps: list[str | None] = []
+    strides: list[int] = []
     for e, (coefs, const) in zip(m_acc.indices, index_maps(m_acc, comp, program)):
         outs = [v for v in coefs if v in out_vars]
         reds = [v for v in coefs if v in comp.red_vars]
@@ -159,7 +164,8 @@ def select_conv(comp: Comp, program) -> ConvOp:
         raise reject(comp, f"{s_acc.tensor} must be indexed [{p}, {roles['c']}, taps...] or "
                            f"[{roles['c']}, {p}, taps...]", s_acc.span)
     conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout)
-    return replace(conv, stride=tuple([1] * (2 - len(strides)) + strides))
+    stride_y, stride_x = [1] * (2 - len(strides)) + strides  # one or two spatial dimensions: checked above
+    return replace(conv, stride=(stride_y, stride_x))
 
 
 def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: list, spatial: list) -> None:
@@ -205,15 +211,16 @@ def _bias(comp: Comp, roles: dict[str, str], program) -> tuple[str | None, str]:
         return None, "k"
     init, k, x = comp.init, roles["k"], roles["x"]
     names = [plain(m) for m in index_maps(init, comp, program)] if isinstance(init, sx.Access) else None
+    tensor = init.tensor if isinstance(init, sx.Access) else None  # (names is None unless init is a read)
     if names == [k]:
-        return init.tensor, "k"
+        return tensor, "k"
     matmul = not any(role in roles for role in ("n", "y", "r", "s"))
     if names == [x] and matmul:
-        return init.tensor, "x"
+        return tensor, "x"
     if names == [x]:
         raise reject(comp, f"a bias along the output columns `{fmt_expr(init)}` is supported for a matmul only "
                            f"(no batch, output rows or filter taps); a convolution takes a per-output-channel bias "
-                           f"`{init.tensor}[{k}]`", init.span)
+                           f"`{tensor}[{k}]`", init.span)
     row = f", or a bias along the output columns `b[{x}]`" if matmul else ""
     raise reject(comp, f"the initial value must be 0, a per-output-channel bias `b[{k}]`{row}, read as it is "
                        f"(no arithmetic on it, no other index)", init.span)
@@ -288,6 +295,7 @@ def _try_pool(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
 
 
 def select_pool(comp: Comp, program) -> PoolOp:
+    assert comp.update is not None  # a reduction (red_op) always has its update
     inner, scale = strip_scale(comp.update)
     inner, relu = strip_relu(inner)
     if not isinstance(inner, sx.Access):
@@ -296,7 +304,7 @@ def select_pool(comp: Comp, program) -> PoolOp:
     init = const_value(comp.init) if comp.init is not None else None
     if comp.red_op == "max=" and init != float("-inf") and comp.init is not None:
         raise reject(comp, "a max pool must start from -inf", comp.init.span)
-    if comp.red_op == "+=" and init not in (0.0, None):
+    if comp.red_op == "+=" and init not in (0.0, None) and comp.init is not None:  # (init is None if comp.init is)
         raise reject(comp, "a sum pool must start from 0", comp.init.span)
     if comp.init is None:
         raise reject(comp, "the pooled tensor needs an initial value (-inf or 0)")
@@ -338,6 +346,7 @@ def select_transpose(comp: Comp, program) -> TransposeOp:
     dimensions (`Y[b, j, i] = X[b, i, j]`, NCHW -> NHWC `Y[n, h, w, c] = X[n, c, h, w]`): a batch of 2-D
     transposes of X seen as [B, M, N]."""
     acc = comp.init
+    assert isinstance(acc, sx.Access)  # _select_one checked it is a permuted read
     names = [plain(m) for m in index_maps(acc, comp, program)]
     out = list(comp.out_vars)
     k = next((i for i, (x, y) in enumerate(zip(names, out)) if x != y), len(out))
@@ -349,7 +358,8 @@ def select_transpose(comp: Comp, program) -> TransposeOp:
                      "write it as two statements, each swapping two runs of dimensions")
     ext = comp.extent
     size = lambda vs: math.prod(ext(v) for v in vs)  # noqa: E731
-    batch, first, second = names[:k], rest[:cut], rest[cut:]
+    # a permutation of the output's loop variables: no None among them (is_permutation checked it)
+    batch, first, second = cast(list[str], names[:k]), cast(list[str], rest[:cut]), cast(list[str], rest[cut:])
     roles = (("i", first[0]), ("j", second[0])) + ((("b", batch[0]),) if batch else ())
     dims = (("M", size(first)), ("N", size(second))) + ((("B", size(batch)),) if batch else ())
     return TransposeOp(comp.target, comp.target, acc.tensor, dims, roles, comp.line, comp.span, comp.lines,

@@ -47,6 +47,7 @@ def _inline(prev: Comp, nxt: Comp, program) -> sx.Expr | None:
     """nxt's expression with every read of prev's target replaced by prev's expression (renamed to nxt's loops)."""
     if [prev.extent(v) for v in prev.out_vars] != [nxt.extent(v) for v in nxt.out_vars]:
         return None
+    assert prev.init is not None and nxt.init is not None  # element-wise Comps: init is their expression
     uses = [a for a in accesses(nxt.init) if a.tensor == prev.target]
     if any([plain(m) for m in index_maps(a, nxt, program)] != list(nxt.out_vars) for a in uses):
         return None
@@ -74,7 +75,11 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
     a run that leaves later indices free (`b[i]` in Y[i, j], `b[k]` in Y[n, k, y, x]) is a per-partition column
     (those indices on the partitions, tensor_scalar with a (P, 1) operand); a trailing run (`s[j]` in Y[i, j]) is a
     row, broadcast across the partitions on TensorE (ones[1, P].T @ s[1, F]) and then used like a full tile."""
-    inputs, columns, rows, runs = [], [], [], {"column": None, "row": None}
+    assert comp.init is not None  # an element-wise Comp: init is its expression
+    inputs: list[str] = []
+    columns: list[str] = []
+    rows: list[str] = []
+    runs: dict[str, tuple[int, int] | None] = {"column": None, "row": None}
     for acc in accesses(comp.init):
         idx = [plain(m) for m in index_maps(acc, comp, program)]
         if acc.tensor == comp.target:
@@ -103,8 +108,9 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
                      tuple(columns), layout, run or (0, 0), comp.fused, comp.lines, tuple(rows))
 
 
-def _partition_run(comp: Comp, runs: dict) -> tuple[int, int] | None:
+def _partition_run(comp: Comp, runs: dict[str, tuple[int, int] | None]) -> tuple[int, int] | None:
     """The output indices on the partitions: the columns' run; with rows only, everything before the rows."""
+    assert comp.init is not None
     col, row = runs["column"], runs["row"]
     if row and col and row[0] != col[1]:
         raise reject(comp, "a statement with both per-partition and per-row broadcasts needs the row operand "

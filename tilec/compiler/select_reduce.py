@@ -41,6 +41,7 @@ def _reject(comp: Comp, why: str, span=None) -> TilecError:
 
 
 def select_reduce(comp: Comp, program) -> ReduceOp:
+    assert comp.update is not None and comp.red_op is not None  # is_row_reduction(comp) chose this path
     src, scale = strip_scale(comp.update, program.sizes)
     reads = accesses(src)
     if not reads:
@@ -63,16 +64,16 @@ def select_reduce(comp: Comp, program) -> ReduceOp:
     size = lambda vs: math.prod(ext(v) for v in vs)  # noqa: E731
     inputs = tuple(dict.fromkeys(a.tensor for a in reads))
     expr = None if isinstance(src, sx.Access) else src
-    args = (comp.target, comp.target, reads[0].tensor)
     rest = (init, scale, comp.line, comp.span, comp.lines, comp.update_line or comp.line, expr,
             inputs if expr is not None else ())
     if not after:  # the reduced dimensions are the trailing ones: rows on the partitions
         roles = tuple((f"k{i}", v) for i, v in enumerate(before)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
-        return ReduceOp(*args, (("R", size(before)), ("F", size(reduced))), _ALU[comp.red_op], roles, *rest)
+        return ReduceOp(comp.target, comp.target, reads[0].tensor, (("R", size(before)), ("F", size(reduced))),
+                        _ALU[comp.red_op], roles, *rest)
     roles = (tuple((f"o{i}", v) for i, v in enumerate(before)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
              + tuple((f"k{i}", v) for i, v in enumerate(after)))
     dims = (("O", size(before)), ("R", size(reduced)), ("F", size(after)))
-    return ColumnReduceOp(*args, dims, "add", roles, *rest)
+    return ColumnReduceOp(comp.target, comp.target, reads[0].tensor, dims, "add", roles, *rest)
 
 
 def _split_indices(comp: Comp, src: sx.Access, program) -> tuple[list[str], list[str], list[str]]:

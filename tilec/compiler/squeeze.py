@@ -65,7 +65,8 @@ def _plan(body: tuple[Stmt, ...], fixed: set[str]) -> Plan:
             if len(keep) < len(s.buf.shape):
                 shape = tuple(s.buf.shape[d] for d in keep)
                 same_as_base = isinstance(s, Reshape) and shape == s.base.shape
-                plan[s.buf.name] = (s.base if same_as_base else dataclasses.replace(s.buf, shape=shape), keep)
+                new = s.base if same_as_base and isinstance(s, Reshape) else dataclasses.replace(s.buf, shape=shape)
+                plan[s.buf.name] = (new, keep)
     return plan
 
 
@@ -114,7 +115,7 @@ def _stmt(s: Stmt, plan: Plan, fixed: set[str]) -> Stmt:
         return s
     changes = {f.name: _view(x, plan, fixed) for f in dataclasses.fields(s)
                if isinstance(x := getattr(s, f.name), View)}
-    return dataclasses.replace(s, **changes)
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]  # the View fields of s's own kind, by name
 
 
 def _view(v: View, plan: Plan, fixed: set[str]) -> View:

@@ -66,9 +66,10 @@ def match(s: Stmt, target: Target | str | None = None) -> Match | None:
 def _match_update(s: Update, t: Target) -> Match | None:
     out = _vars(s.dst)
     e = s.expr
-    if s.op == "+=" and isinstance(e, Op) and e.name == "*" and all(isinstance(x, Load) for x in e.args) \
-            and len({x.access.buf for x in e.args}) == 2:  # a contraction of two different tensors
-        a, b = (x.access for x in e.args)  # type: ignore[union-attr]
+    operands = [x for x in e.args if isinstance(x, Load)] if isinstance(e, Op) else []
+    if s.op == "+=" and isinstance(e, Op) and e.name == "*" and len(operands) == len(e.args) \
+            and len({x.access.buf for x in operands}) == 2:  # a contraction of two different tensors
+        a, b = (x.access for x in operands)
         va, vb = _vars(a), _vars(b)
         k = tuple(v for v in va if v in vb and v not in out)
         fa, fb = [v for v in va if v not in k], [v for v in vb if v not in k]

@@ -30,7 +30,7 @@ class Function:
     engine: str
     evicts: bool = False  # an activation that may read the PSUM accumulator directly (fused eviction)
 
-    def __call__(self, *args: np.ndarray) -> np.ndarray:
+    def __call__(self, *args: np.ndarray | np.floating) -> np.ndarray:
         with np.errstate(all="ignore"):  # inf/nan propagate as on the engines
             return np.asarray(self.numpy(*(np.asarray(a, F32) for a in args)), dtype=F32)
 

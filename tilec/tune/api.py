@@ -137,7 +137,7 @@ def default_jobs() -> int:
 def rank(job: Job, evaluator: Evaluator, history: list[Trial]) -> list[tuple[str, float, float | None]]:
     """(schedule, model µs, measured p99 or None), best first; the hardware evaluator re-ranks its top k."""
     ok = sorted((t for t in history if math.isfinite(t.cost)), key=lambda t: (t.cost, t.index))
-    ranked = [(t.schedule, t.cost, None) for t in ok]
+    ranked: list[tuple[str, float, float | None]] = [(t.schedule, t.cost, None) for t in ok]
     select = getattr(evaluator, "select", None)
     if select is None or not ranked:
         return ranked

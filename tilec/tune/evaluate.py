@@ -130,12 +130,14 @@ def first_line(err: BaseException) -> str:
 class ModelEvaluator:
     """Ranks by the performance model, over `jobs` worker processes (1 = in this process)."""
 
-    def __init__(self, jobs: int = 2, outcome: Callable[[Job, str], Outcome] = model_outcome,
+    def __init__(self, jobs: int = 2, outcome: Callable[..., Outcome] = model_outcome,
                  kernel_cache: str | None = None) -> None:
         self.name = "model"
         self.jobs = max(1, jobs)
         # a module-level function (or a partial of one), so worker processes can unpickle it
-        self.outcome = functools.partial(outcome, kernel_cache=kernel_cache) if kernel_cache else outcome
+        self.outcome: Callable[..., Outcome] = outcome
+        if kernel_cache:
+            self.outcome = functools.partial(outcome, kernel_cache=kernel_cache)
         self._pool: Executor | None = None
 
     def evaluate(self, job: Job, schedules: list[str]) -> Iterable[Outcome]:

@@ -14,7 +14,7 @@ from tilec.tune.space import Point, Space
 PMAX, MOVING_FMAX = invariant("pmax"), invariant("moving_fmax")
 
 
-def largest(values: tuple, ok) -> object | None:
+def largest(values: tuple, ok) -> int | None:
     fits = [v for v in values if isinstance(v, int) and ok(v)]
     return max(fits) if fits else None
 

@@ -21,7 +21,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -88,7 +88,8 @@ def nrtpy_benchmark(job, schedule: str, warmup: int = 10, iters: int = 100, run:
     kernel.write_text(compiled.source)
     inputs = kernel_inputs(compiled)
     npz = folder / "inputs.npz"
-    np.savez(npz, **{p.name: inputs[p.name] for p in compiled.program.kernel.params})
+    arrays: dict[str, Any] = {p.name: inputs[p.name] for p in compiled.program.kernel.params}
+    np.savez(npz, **arrays)
     artifacts = folder / "artifacts"
     artifacts.mkdir(exist_ok=True)
     env = {**os.environ, "NKI_ARTIFACTS_DIR": str(artifacts)}  # set before nki is imported (a fresh process)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.errors import InternalError
@@ -50,7 +51,8 @@ class OpView:
     w_layout: str = ""  # conv weights: kc (out-channel major) | ck (contraction-major)
     size: int = 0  # element-wise: elements of the output
     rows: tuple[str, ...] = ()  # element-wise: broadcast rows (tiles bounded by a matmul's moving size)
-    defaults: dict[tuple, object] = field(default_factory=dict)  # (directive, role) -> default value
+    # (directive, role) -> default value: an int (tile, split sizes) or a tuple of roles (reorder)
+    defaults: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def var(self, role: str) -> str:
         return self.vars.get(role, role)
@@ -76,7 +78,7 @@ def op_views(ops: tuple, plans: tuple) -> list[OpView]:
         pool = getattr(op, "pool", None)
         tensors = {label: getattr(op, attr) for label, attr in (("stationary", "w"), ("moving", "x"), ("src", "src"))
                    if isinstance(getattr(op, attr, None), str)}
-        dims = dict(getattr(op, "dims", None) or getattr(op, "layout", ()))  # an element-wise broadcast: O, P, F
+        dims = dict(getattr(op, "dims", ()) or getattr(op, "layout", ()))  # an element-wise broadcast: O, P, F
         view = OpView(type(op).__name__.removesuffix("Op").lower(), op.name, op.out, dims,
                       dict(op.vars), (pool.wy, pool.wx) if pool else None, tensors, getattr(op, "w_layout", ""),
                       getattr(op, "size", 0), tuple(getattr(op, "rows", ())))
@@ -90,7 +92,7 @@ def _defaults(op: OpView, directives: tuple) -> None:
     roles = {v: r for r, v in op.vars.items() if not r.startswith("pool_")}  # a fused pool shares `n`
     for d in directives:
         first = d.args[0] if d.args else None
-        parts = getattr(first, "parts", ())
+        parts: tuple[str, ...] = getattr(first, "parts", ())
         if len(parts) != 2 and d.name != "reorder":
             continue
         if d.name in ("tile", "split") and len(d.args) == 2 and isinstance(d.args[1], int):

@@ -32,7 +32,8 @@ class Knob:
 
 
 def _loop_list(value: Value) -> str:
-    return ", ".join(value)  # a tuple of loop names
+    assert isinstance(value, tuple)  # a reorder knob's values are tuples of loop names
+    return ", ".join(value)
 
 
 # kind -> render(knob, value) -> directive line or None. This is the one place that speaks the compiler's directive

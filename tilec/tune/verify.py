@@ -44,10 +44,10 @@ def verify(job: Job, schedule: str, seed: int = 0) -> Verdict:
     budget = program_budget(compiled.program)
     for name in compiled.program.kernel.outputs:
         want = reference[name]
-        err = relative_error(outputs[name], want) if name in outputs else float("inf")
-        worst = max(worst, err)
+        rel = relative_error(outputs[name], want) if name in outputs else float("inf")
+        worst = max(worst, rel)
         acc_len, inter = budget.get(name, (1, None))
         tol = tolerance(want.dtype, acc_len, scale_of(want), inter)
         if name not in outputs or not max_error(outputs[name], want) <= tol:
-            bad.append(f"{name}: error {err:.3g} (tolerance {tol / max(1.0, scale_of(want)):.3g})")
+            bad.append(f"{name}: error {rel:.3g} (tolerance {tol / max(1.0, scale_of(want)):.3g})")
     return Verdict(not bad, worst, "; ".join(bad), compiled.source)
