@@ -45,11 +45,27 @@ def _row_broadcast(k):
     return layout.broadcast(k, "s_row", "o", "p", name="s_tile")
 
 
+TRANS = """kernel tr(X: f32[M, N]) -> Y
+  default M = 16, N = 12
+  Y: f32[N, M]
+  for i in 0..M, j in 0..N:
+    Y[j, i] = X[i, j]
+"""
+
+
+def _strips(k):
+    k = pr.split(pr.split(k, "i", 4, outer="i_o", inner="i_i"), "i_o", 2, outer="bi", inner="ai")
+    k = pr.reorder(k, "bi", "j", "ai", "i_i")
+    return layout.stage_grouped(k, "X", "j", (("i_i",), ("ai",)), name="X_strip")
+
+
 CASES = {  # name -> (program, primitives applied to the level-A kernel)
     "reshape": (ADD, lambda k: layout.reshape(k, "i", (("p", 8), ("f", 128)))),
     "reshape_broadcast": (BCAST, lambda k: layout.reshape(k, "b", (("o", 2), ("p", 8), ("f", 12)))),
     "stage_out": (ADD, _flat_tiles),
     "broadcast": (BCAST, _row_broadcast),
+    "stage_grouped": (TRANS, _strips),
+    "cut": (TRANS, lambda k: layout.cut(layout.cut(k, "i", 12), "j@a", 8, root="i@a")),
     "broadcast_whole": (BCAST, lambda k: layout.broadcast(
         pr.stage(layout.reshape(k, "b", (("o", 2), ("p", 8), ("f", 12))), "s_v", "", name="s_row"),
         "s_row", "", "p", name="s_tile")),
@@ -83,6 +99,9 @@ ERRORS = {
     "reshape_broadcast_split": (BCAST, lambda k: layout.reshape(k, "b", (("p", 4), ("f", 48)))),
     "stage_out_not_written": (ADD, lambda k: layout.stage_out(k, "X", "i")),
     "broadcast_not_a_row": (ADD, lambda k: layout.broadcast(k, "X", "i", "j")),
+    "cut_outside": (TRANS, lambda k: layout.cut(k, "i", 16)),
+    "stage_grouped_not_contiguous": (TRANS, lambda k: layout.stage_grouped(
+        pr.split(k, "i", 4, outer="i_o", inner="i_i"), "X", "i_o", (("j", "i_i"),))),
 }
 
 

@@ -10,10 +10,10 @@ from compiler_helpers import check_against_reference, inputs_for
 from tilec.compiler import rules
 from tilec.compiler.api import compile_loaded
 from tilec.compiler.lower import lower
-from tilec.compiler.lower_tiles import eltwise_nest
+from tilec.compiler.lower_tiles import eltwise_nest, transpose_nest
 from tilec.compiler.nest import lower_nest, print_nest
 from tilec.compiler.nest_eval import evaluate_nest
-from tilec.compiler.schedule import EltwisePlan
+from tilec.compiler.schedule import EltwisePlan, TransposePlan, default_plan
 from tilec.compiler.select import select
 from tilec.lang import api as lang
 from tilec.target import target
@@ -81,3 +81,39 @@ def test_default_parameters_are_the_plan_defaults() -> None:
         op = select(lower(prog.kernel, prog.sizes), prog)[0]
         dtypes = {n: t.dtype for n, t in prog.tensors.items()}
         assert rules.eltwise_params(rules.injective(eltwise_nest(op, prog))) == default_plan(op, dtypes)
+
+
+TRANSPOSE = """kernel tr(X: f32[M, N]) -> Y
+  default M = 256, N = 384
+  Y: f32[N, M]
+  for i in 0..M, j in 0..N:
+    Y[j, i] = X[i, j]
+"""
+BATCHED = """kernel btr(X: f32[B, M, N]) -> Y
+  default B = 2, M = 128, N = 256
+  Y: f32[B, N, M]
+  for b in 0..B, j in 0..N, i in 0..M:
+    Y[b, j, i] = X[b, i, j]
+"""
+TRANSPOSES = {"transpose": (TRANSPOSE, None), "transpose_dma": (TRANSPOSE, TransposePlan(128, 2, 3, "dma")),
+              "transpose_batched": (BATCHED, None), "transpose_ragged": (TRANSPOSE.replace("256", "131"), None)}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPOSES))
+def test_transpose_rule_keeps_the_meaning(name: str, golden) -> None:
+    text, params = TRANSPOSES[name]
+    prog = lang.load(text)
+    op = select(lower(prog.kernel, prog.sizes), prog)[0]
+    nest = transpose_nest(op, prog)
+    plan = params or default_plan(op, {n: t.dtype for n, t in prog.tensors.items()})
+    prims = rules.transpose(nest, target("trn2"), plan)
+    assert prims is not None
+    scheduled = rules.apply(nest, prims, target("trn2"))
+    inputs = inputs_for(prog)
+    np.testing.assert_array_equal(evaluate_nest(scheduled, inputs)["Y"], evaluate_nest(lower_nest(prog), inputs)["Y"])
+    golden.check(f"compiler/rules/{name}.txt", rules.print_prims(prims) + "\n" + print_nest(scheduled))
+    check_against_reference(compile_loaded(prog, lang.parse_schedule("method Y, dma", "<t>") if params else None))
+
+
+def test_the_transpose_rule_does_not_apply_to_an_element_wise_nest() -> None:
+    assert rules.transpose(lower_nest(lang.load(FLAT)), target("trn2"), TransposePlan(128, 1, 1)) is None

@@ -17,9 +17,9 @@ from dataclasses import replace
 
 from tilec.compiler.ir import Aff, Term
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Expr, Kernel, Load, Loop, Op, Stmt, walk
-from tilec.compiler.primitives import (Region, _check_fits, _fail, _stores, _with_loop, copy_nest, find_loop, region,
-                                      relocate)
+from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Expr, Kernel, Load, Loop, Op, Stmt, Update, walk
+from tilec.compiler.primitives import (Region, _check_fits, _fail, _stores, _subst, _with_loop, copy_nest, find_loop,
+                                      region, relocate)
 from tilec.errors import Span
 from tilec.target import Target, target as get_target
 
@@ -352,3 +352,59 @@ def _replace_access(body: tuple[Stmt, ...], old: Access, new: Access) -> tuple[S
         else:
             out.append(s)
     return tuple(out)
+
+
+# ---- cut (index-set splitting) -------------------------------------------------------------------------------------
+
+
+def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) -> Kernel:
+    """Index-set splitting with distribution: the perfect nest from loop `root` (default: `var` itself) down to
+    `var` becomes two nests, the first over var < at, the second over the rest (var = at + var'); every loop of the
+    first is renamed NAME@a, of the second NAME@b (golden: layout/cut.txt). A transpose of 521 rows is 512 rows in
+    blocks of 128 and one block of 9. Legal when the nest is injective (every iteration writes its own elements)
+    and 0 < at < the extent."""
+    loop = find_loop(k, var, span)
+    top = find_loop(k, root, span) if root else loop
+    chain = perfect_chain(top)
+    if not any(lp is loop for lp in chain):
+        raise _fail(f"cut {var}: loop {var} is not in the perfect nest under {root}", span)
+    if not 0 < at < loop.extent:
+        raise _fail(f"cut {var}, {at}: cut inside the loop's extent 1..{loop.extent - 1}", span)
+    for s in _stores((top,)):
+        used = {t.var for i in s.dst.index for t in i.terms}
+        if isinstance(s, Update) or not {lp.var for lp in chain} <= used:
+            raise _fail(f"cut {var}: `{s.dst.buf}` is not written once per iteration of the nest", span,
+                        "cut an injective (element-wise or copy) nest")
+    names = [s.var for s in walk((top,)) if isinstance(s, Loop)]
+    part = lambda tag: {v: v + ("" if "@" in v else "@") + tag for v in names}  # noqa: E731
+    first = _renamed(top, part("a"), {loop.var: (at, 0)})
+    second = _renamed(top, part("b"), {loop.var: (loop.extent - at, at)})
+    return _with_loop_many(k, top, (first, second))
+
+
+def _renamed(top: Loop, names: dict[str, str], extents: dict[str, tuple[int, int]]) -> Loop:
+    """The nest with its loops renamed; a loop in `extents` gets (extent, offset): var = offset + var'."""
+    def visit(s: Stmt) -> Stmt:
+        if not isinstance(s, Loop):
+            return s
+        body = tuple(visit(x) for x in s.body)
+        extent, offset = extents.get(s.var, (s.extent, 0))
+        body = _subst(body, s.var, Aff((Term(names[s.var]),), offset))
+        return replace(s, var=names[s.var], extent=extent, body=body)
+    out = visit(top)
+    assert isinstance(out, Loop)
+    return out
+
+
+def _with_loop_many(k: Kernel, target: Loop, new: tuple[Stmt, ...]) -> Kernel:
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if s is target:
+                out += new
+            elif isinstance(s, Loop):
+                out.append(replace(s, body=visit(s.body)))
+            else:
+                out.append(s)
+        return tuple(out)
+    return replace(k, body=visit(k.body))

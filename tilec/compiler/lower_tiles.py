@@ -12,6 +12,8 @@ staged and broadcast inside a loop becomes a hoistable block (the hoist pass lif
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import loop, ones_row
@@ -66,10 +68,15 @@ def lower_tiles(k: Kernel, prims: list[Prim], hbm: dict[str, ir.Buf], fresh: Fre
     """The scheduled nest `k` as level-B statements, and the named constants its splits introduced."""
     low = _Lowering(k, prims, hbm, fresh, target)
     out: list[ir.Stmt] = []
+    views = 0
     for s in k.body:
         made = low.stmts((s,), top=True)
         out += low.pending + made  # a ones row goes just before the first statement that needs it
         low.pending = []
+        views += len(made) if isinstance(s, Alloc) and s.buf.view_of else 0
+    if "" in low.blocks:  # `block("", label)`: everything after the views
+        first = next((s.line for s in k.body if isinstance(s, Loop)), 0)
+        out = out[:views] + [ir.Block(low.blocks[""], tuple(out[views:]), _line(k.body[-1]) or first)]
     consts = [(str(dict(p.kw)["name"]), int(p.args[1])) for p in prims if p.name == "split" and dict(p.kw).get("name")]
     return list(dict.fromkeys(consts)), out
 
@@ -109,7 +116,7 @@ class _Lowering:
         assert isinstance(s, Loop), f"a statement outside any tensorized nest: {s}"
         if s.kind == "partition":
             return self.instructions(s)
-        made = loop(s.var, s.extent, self.stmts(s.body), note=s.note, line=s.line)
+        made = loop(shown(s.var), s.extent, self.stmts(s.body), note=s.note, line=s.line)
         if s.var in self.blocks:
             return [ir.Block(self.blocks[s.var], tuple(made), _line(s))]
         return made
@@ -132,7 +139,7 @@ class _Lowering:
         idx: list[ir.Idx] = []
         for i, n in zip(a.index, buf.shape):
             inner = [t for t in i.terms if t.var in nest]
-            start = Aff(tuple(t for t in i.terms if t.var not in nest), i.const)
+            start = Aff(tuple(replace(t, var=shown(t.var)) for t in i.terms if t.var not in nest), i.const)
             if inner:
                 idx.append(Sl(start, nest[inner[0].var], inner[0].coef))
             elif buf.memory != "hbm" and n == 1 and not i.terms:  # a column's [p, 0]: stays a (P, 1) tile
@@ -156,12 +163,19 @@ class _Lowering:
             return False
         c, f = _assign(copy), _assign(fill)
         row = stmts[0].buf.name  # type: ignore[union-attr]
-        return self.nest[row].shape[0] == 1 and c.dst.buf == row and isinstance(f.expr, Load) and f.expr.access.buf == row
+        broadcast = fill.kind == "partition" and isinstance(f.expr, Load) and \
+            not any(t.var == fill.var for i in f.expr.access.index for t in i.terms)  # every partition, one row
+        return broadcast and c.dst.buf == row and isinstance(f.expr, Load) and f.expr.access.buf == row
 
     def _row_name(self, copy: Stmt) -> str:
         src = _assign(copy).expr
         assert isinstance(src, Load)
         return self.nest[src.access.buf].view_of or src.access.buf
+
+
+def shown(var: str) -> str:
+    """A loop's name in the kernel: a region's copy `bi@ab` (names are unique in level A) is `bi` inside its block."""
+    return var.split("@")[0]
 
 
 def _assign(s: Stmt) -> Assign:

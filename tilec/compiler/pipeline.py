@@ -10,7 +10,7 @@ from typing import AbstractSet, Callable
 
 from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
-from tilec.compiler.build_simple import build_pool, build_transpose
+from tilec.compiler.build_simple import build_pool
 from tilec.compiler import rules
 from tilec.compiler.lower_tiles import eltwise_nest, lower_tiles, transpose_nest
 from tilec.compiler.build_reduce import build_reduce
@@ -203,8 +203,6 @@ def _scheduled(program, target: Target):
     """The builder of an op scheduled on level A: its nest, the rule's primitives (with the plan's parameters),
     applied, then lowered to level B (rules.py, lower_tiles.py)."""
     def build(op, plan, hbm: dict, fresh) -> tuple[list, list]:
-        if isinstance(op, TransposeOp) and plan.ragged:
-            return build_transpose(op, plan, hbm, fresh)
         nest, prims = scheduled_nest(op, plan, program, target)
         return lower_tiles(rules.apply(nest, prims, target), prims, hbm, fresh, target)
     return build

@@ -63,7 +63,7 @@ def _lowering_only(k: Kernel, *args: Any, **kw: Any) -> Kernel:
 _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
-    "buffers": pr.buffers, "stage_grouped": layout.stage_grouped, "tensorize": _lowering_only,
+    "buffers": pr.buffers, "stage_grouped": layout.stage_grouped, "cut": layout.cut, "tensorize": _lowering_only,
     "block": _lowering_only,
 }
 _TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped")  # check capacity against the target
@@ -284,48 +284,83 @@ def permute(k: Kernel) -> Permute | None:
 def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | None:
     """The transpose rule: super-tiles of (BI x BJ) blocks of TI x TJ; a strip of BI block rows loaded (one DMA per
     block row), BI*BJ block transposes (TensorE through PSUM, or DMA transposes straight from HBM), a strip of BJ
-    block columns stored. A batched or N-D permute sees X as [B, M, N] (views) and repeats that per batch."""
+    block columns stored. A batched or N-D permute sees X as [B, M, N] (views) and repeats that per batch. A ragged
+    plan (sizes without a large divisor, 521 x 257) cuts the rows and columns into the multiples of the block and
+    the rest (up to four regions), each scheduled the same way."""
     n = permute(k)
-    if n is None or params.ragged:
+    if n is None:
         return None
     size = lambda vs: math.prod(n.extents[v] for v in vs)  # noqa: E731
     B, M, N = size(n.batch), size(n.first), size(n.second)
-    TI, TJ, BI, BJ = params.tile, params.tj, params.bi, params.bj
-    ci, cj = ("TILE", "TILE") if TI == TJ else ("TILE_I", "TILE_J")
     vi, vj = n.first[0], n.second[0]
-    li, lj = n.lines[vi], n.lines[vj]
-    X, Y = n.src.buf, n.stmt.dst.buf
     prims: list[Prim] = []
-    i, j, top = vi, vj, "bi"
+    i, j, X, Y, top = vi, vj, n.src.buf, n.stmt.dst.buf, ""
     if n.batch or len(n.first) > 1 or len(n.second) > 1:  # views: X as [B, M, N], Y as [B, N, M]
         order = list(n.batch + n.first + n.second)
-        chain = [lp.var for lp in layout.perfect_chain(n.top)]
-        if chain != order:
+        if [lp.var for lp in layout.perfect_chain(n.top)] != order:
             prims.append(prim("reorder", *order))
         loops = ((("bt", B),) if B > 1 else ()) + (("i", M), ("j", N))
-        lb = n.lines[n.batch[0]] if n.batch else 0
         notes = ((f"for {n.batch[0]} (batch)",) if B > 1 else ()) + ("", "")
-        lines = ((lb,) if B > 1 else ()) + (li, lj)
+        lines = ((n.lines[n.batch[0]],) if B > 1 else ()) + (n.lines[vi], n.lines[vj])
         prims.append(prim("reshape", order[0], loops, notes=notes, lines=lines))
-        i, j, X, Y, top = "i", "j", f"{X}_v", f"{Y}_v", "bt" if B > 1 else "bi"
+        i, j, X, Y, top = "i", "j", f"{X}_v", f"{Y}_v", "bt" if B > 1 else ""
     elif [lp.var for lp in layout.perfect_chain(n.top)] != [vi, vj]:
         prims.append(prim("reorder", vi, vj))
-    prims += [prim("split", i, TI, outer="i_o", inner="i_i", name=ci, note=f"for {vi} (blocks of {ci or TI})"),
-              prim("split", "i_o", BI, outer="bi", inner="ai", note=f"for {vi} (strips of BI blocks)"),
-              prim("split", j, TJ, outer="j_o", inner="j_i", name=cj, note=f"for {vj} (blocks of {cj or TJ})"),
-              prim("split", "j_o", BJ, outer="bj", inner="bj2", note=f"for {vj} (strips of BJ blocks)"),
-              prim("reorder", "bi", "bj", "ai", "bj2", "i_i", "j_i"),
-              prim("partition", "i_i")]
-    dma = params.method == "dma"
+    rows, cols = _ragged_parts(M, params.tile, params.bi), _ragged_parts(N, params.tj, params.bj)
+    if len(rows) > 1:
+        prims.append(prim("cut", i, rows[1][0]))
+    if len(cols) > 1:
+        prims += [prim("cut", f"{j}{_at(len(rows), r, 1)}", cols[1][0], root=f"{i}{_at(len(rows), r, 1)}")
+                  for r in range(len(rows))]
     taken = set(k.buffers())  # strips named apart from the user's tensors (`A_strip` may be one)
-    x_strip, y_strip = unique(f"{n.src.buf}_strip", taken), unique(f"{n.stmt.dst.buf}_strip", taken)
-    src_dtype = k.buffers()[n.src.buf].dtype
+    strips = (unique(f"{n.src.buf}_strip", taken), unique(f"{n.stmt.dst.buf}_strip", taken))
+    ci, cj = ("TILE", "TILE") if params.tile == params.tj else ("TILE_I", "TILE_J")
+    for r, rp in enumerate(rows):
+        for c, cp in enumerate(cols):
+            suffix = _at(len(rows), r, len(cols), c)
+            tag = "" if r == c == 0 else f"_{'ab'[r]}{'ab'[c]}"
+            names = (ci if rp[2] == params.tile and r == 0 else "", cj if cp[2] == params.tj and c == 0 else "")
+            prims += _region(n, params, (i + suffix, j + suffix), (rp, cp), names, suffix, tag, (X, Y), strips,
+                             k.buffers()[n.src.buf].dtype)
+    label = f"{n.stmt.dst.buf} = transpose of {n.src.buf}"
+    if params.ragged:
+        return prims + [prim("block", top, f"{label}, ragged ({M}x{N})")]
+    return prims[:-1] + [prim("block", top, f"{label} by {params.tile}x{params.tj} blocks")]
+
+
+def _at(parts: int, r: int, cols: int = 1, c: int = 0) -> str:
+    """The level-A suffix of a region's loops after cuts (`i@ab`: rows part a, columns part b); "" without cuts."""
+    tags = ("ab"[r] if parts > 1 else "") + ("ab"[c] if cols > 1 else "")
+    return f"@{tags}" if tags else ""
+
+
+def _ragged_parts(extent: int, tile: int, per_strip: int) -> list[tuple[int, int, int, int]]:
+    """(start, size, block, blocks per strip) of the whole blocks, then of the remainder (one block)."""
+    whole = extent - extent % tile
+    parts = [(0, whole, tile, per_strip)] if whole else []
+    return parts + ([(whole, extent % tile, extent % tile, 1)] if extent % tile else [])
+
+
+def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, names: tuple[str, str], suffix: str,
+            tag: str, bufs: tuple[str, str], strips: tuple[str, str], src_dtype: str) -> list[Prim]:
+    """The schedule of one region: blocks of TI x TJ, strips of BI x BJ blocks, strips staged, blocks tensorized."""
+    (i, j), ((r0, M, TI, BI), (c0, N, TJ, BJ)), (ci, cj) = loops, parts, names
+    vi, vj = n.first[0], n.second[0]
+    at = lambda v: v + suffix  # noqa: E731
+    prims = [prim("split", i, TI, outer=at("i_o"), inner=at("i_i"), name=ci, note=f"for {vi} (blocks of {ci or TI})"),
+             prim("split", at("i_o"), BI, outer=at("bi"), inner=at("ai"), note=f"for {vi} (strips of BI blocks)"),
+             prim("split", j, TJ, outer=at("j_o"), inner=at("j_i"), name=cj, note=f"for {vj} (blocks of {cj or TJ})"),
+             prim("split", at("j_o"), BJ, outer=at("bj"), inner=at("bj2"), note=f"for {vj} (strips of BJ blocks)"),
+             prim("reorder", *map(at, ("bi", "bj", "ai", "bj2", "i_i", "j_i"))),
+             prim("partition", at("i_i"))]
+    dma = params.method == "dma"
+    X, Y = bufs
     # a DMA transpose copies without casting (src.dtype == dst.dtype [ISA6 dma_transpose]): its strip keeps the
     # source dtype and the store's dma_copy converts; the PE path converts on the PSUM -> SBUF copy
-    prims.append(prim("stage_grouped", Y, "bj", (("j_i",), ("bj2",), ("ai", "i_i")), into=False,
-                      name=y_strip, dtype=src_dtype if dma else ""))
+    prims.append(prim("stage_grouped", Y, at("bj"), ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i"))),
+                      into=False, name=strips[1] + tag, dtype=src_dtype if dma else ""))
     if not dma:
-        prims.append(prim("stage_grouped", X, "bj", (("i_i",), ("ai",), ("bj2", "j_i")),
-                          name=x_strip))
-    label = f"{n.stmt.dst.buf} = transpose of {n.src.buf} by {TI}x{TJ} blocks"
-    return prims + [prim("tensorize", "i_i", psum=f"{n.stmt.dst.buf}_tp"), prim("block", top, label)]
+        prims.append(prim("stage_grouped", X, at("bj"), ((at("i_i"),), (at("ai"),), (at("bj2"), at("j_i"))),
+                          name=strips[0] + tag))
+    part = f"rows {r0}..{r0 + M} x columns {c0}..{c0 + N} by {TI}x{TJ} blocks"
+    return prims + [prim("tensorize", at("i_i"), psum=f"{n.stmt.dst.buf}_tp{tag}"), prim("block", at("bi"), part)]
