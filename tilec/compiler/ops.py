@@ -14,7 +14,8 @@ from tilec.lang import syntax as sx
 
 
 class _LoopLines:
-    """Ops built by build_simple: named dimensions; each loop carries the line of the .tl `for` it implements."""
+    """Pools, transposes, element-wise ops and reductions: named dimensions; each loop carries the line of the .tl
+    `for` it implements."""
 
     # fields of the dataclasses that mix this in (annotations only: _LoopLines itself is not a dataclass)
     dims: tuple[tuple[str, int], ...]

@@ -223,9 +223,10 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
     in_chain = {name for c in chains for name in c}
     out = []
     for op, plan in zip(ops, plans):
-        if isinstance(op, EltwiseOp) and op.name not in in_chain:
-            prims = rules.eltwise(eltwise_nest(op, program), target, plan) or []
-            out += [f"# {op.name}: rules.eltwise expands its plan into"] + [f"#   {p}" for p in prims]
+        if isinstance(op, (EltwiseOp, TransposeOp)) and op.name not in in_chain:
+            rule = "eltwise" if isinstance(op, EltwiseOp) else "transpose"
+            _, prims = scheduled_nest(op, plan, program, target)
+            out += [f"# {op.name}: rules.{rule} expands its plan into"] + [f"#   {p}" for p in prims]
     return "".join(line + "\n" for line in out)
 
 
