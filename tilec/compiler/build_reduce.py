@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
-from tilec.compiler.build_simple import ExprCompiler
+from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole

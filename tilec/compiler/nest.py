@@ -20,12 +20,12 @@ so a scheduling primitive is tested by evaluating before and after.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Union
 
 from tilec.compiler.ir import Aff, Term, fmt_aff
 from tilec.compiler.lower import affine_index, size_value
-from tilec.errors import TilecError
+from tilec.errors import Span, TilecError
 from tilec.lang import syntax as sx
 
 UNARY = ("neg",)
@@ -38,6 +38,7 @@ class Buffer:
     memory: str
     dtype: str
     shape: tuple[int, ...]
+    view_of: str = ""  # an HBM buffer that is another buffer's storage seen with this shape (primitives.reshape)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Access:
 @dataclass(frozen=True)
 class Const:
     value: float
+    span: Span | None = field(default=None, compare=False, repr=False)  # where the .tl wrote it (errors, lines)
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,14 @@ class Index:
 @dataclass(frozen=True)
 class Load:
     access: Access
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class Op:
     name: str
     args: tuple["Expr", ...]
+    span: Span | None = field(default=None, compare=False, repr=False)
 
 
 Expr = Union[Const, Index, Load, Op]
@@ -77,6 +81,7 @@ class Loop:
     body: tuple["Stmt", ...]
     kind: str = "serial"
     line: int = 0
+    note: str = ""  # the .tl loops it iterates, e.g. "for i, j (tiles of TILE_F)" (a comment in the kernel)
 
 
 @dataclass(frozen=True)
@@ -171,19 +176,23 @@ def _access(a: sx.Access, loops: tuple[str, ...], sizes: dict[str, int]) -> Acce
     return Access(a.tensor, tuple(_aff(i, loops, sizes) for i in a.indices))
 
 
-def _expr(e: sx.Expr, loops: tuple[str, ...], sizes: dict[str, int]) -> Expr:
+def lower_expr(e: sx.Expr, loops: tuple[str, ...], sizes: dict[str, int]) -> Expr:
+    """A .tl expression over loop variables `loops` as a level-A expression (each node keeps its span)."""
     if isinstance(e, sx.Num):
-        return Const(float(e.value))
+        return Const(float(e.value), e.span)
     if isinstance(e, sx.Name):
-        return Index(_aff(e, loops, sizes)) if e.id in loops else Const(float(size_value(e, sizes)))
+        return Index(_aff(e, loops, sizes)) if e.id in loops else Const(float(size_value(e, sizes)), e.span)
     if isinstance(e, sx.Access):
-        return Load(_access(e, loops, sizes))
+        return Load(_access(e, loops, sizes), e.span)
     if isinstance(e, sx.Neg):
-        inner = _expr(e.x, loops, sizes)
-        return Const(-inner.value) if isinstance(inner, Const) else Op("neg", (inner,))
+        inner = lower_expr(e.x, loops, sizes)
+        return Const(-inner.value, e.span) if isinstance(inner, Const) else Op("neg", (inner,), e.span)
     if isinstance(e, sx.BinOp):
-        return Op(e.op, (_expr(e.lhs, loops, sizes), _expr(e.rhs, loops, sizes)))
-    return Op(e.fn, tuple(_expr(x, loops, sizes) for x in e.args))
+        return Op(e.op, (lower_expr(e.lhs, loops, sizes), lower_expr(e.rhs, loops, sizes)), e.span)
+    return Op(e.fn, tuple(lower_expr(x, loops, sizes) for x in e.args), e.span)
+
+
+_expr = lower_expr
 
 
 # ---- printer -------------------------------------------------------------------------------------------------------
@@ -231,7 +240,9 @@ def _print(body: tuple[Stmt, ...], depth: int, out: list[str], note: Note | None
             out.append(f"{pad}for {s.var} in {s.kind}({s.extent}):{_tag(s.line)}")
             _print(s.body, depth + 1, out, note)
             continue
-        if isinstance(s, Alloc):
+        if isinstance(s, Alloc) and s.buf.view_of:
+            text = f"{pad}view {fmt_buffer(s.buf)} = {s.buf.view_of}{_tag(s.line)}"
+        elif isinstance(s, Alloc):
             copies = f" x{s.buffers}" if s.buffers > 1 else ""
             text = f"{pad}alloc {fmt_buffer(s.buf)}{copies}{_tag(s.line)}"
         elif isinstance(s, Assign):

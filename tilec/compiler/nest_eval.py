@@ -27,6 +27,9 @@ def evaluate_nest(k: Kernel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndar
     mem = {name: np.zeros(b.shape, F32) for name, b in bufs.items()}
     for b in k.params:
         mem[b.name] = round_to(b.dtype, np.asarray(inputs[b.name], F32)).reshape(b.shape).copy()
+    for b in bufs.values():  # a view shares its base's storage: writes through it land in the base
+        if b.view_of:
+            mem[b.name] = mem[b.view_of].reshape(b.shape)
     _Run(mem, {n: b.dtype for n, b in bufs.items()}).body(k.body, ())
     return {b.name: round_to(b.dtype, mem[b.name]) for b in k.outputs}
 

@@ -14,7 +14,8 @@ from tilec.lang import syntax as sx
 
 
 class _LoopLines:
-    """Ops built by build_simple: named dimensions; each loop carries the line of the .tl `for` it implements."""
+    """Pools, transposes, element-wise ops and reductions: named dimensions; each loop carries the line of the .tl
+    `for` it implements."""
 
     # fields of the dataclasses that mix this in (annotations only: _LoopLines itself is not a dataclass)
     dims: tuple[tuple[str, int], ...]
@@ -86,6 +87,8 @@ class TransposeOp(_LoopLines):
     line: int = 0
     span: Span | None = field(default=None, compare=False)
     loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+    src_vars: tuple[str, ...] = ()  # the loop variables indexing the source, in its order
+    loops: tuple[tuple[str, int], ...] = ()  # the .tl loops (variable, trip count), outermost first
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ from typing import AbstractSet, Callable
 
 from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
-from tilec.compiler.build_simple import build_eltwise, build_pool, build_transpose
+from tilec.compiler.build_simple import build_pool
+from tilec.compiler import rules
+from tilec.compiler.lower_tiles import eltwise_nest, lower_tiles, transpose_nest
 from tilec.compiler.build_reduce import build_reduce
 from tilec.compiler.build_colreduce import build_column_reduce
 from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
@@ -75,7 +77,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
     scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
     chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
-    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains)
+    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt)
     _check_capacity(kernel, tgt, program)
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
@@ -99,6 +101,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
     doc = _doc_lines(program, ops, plans, chains)
     stages["schedule"] += "".join(_chain_note(c) + "\n" for c in chains)
+    stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     return Result(stages, kernel, kernels, ops, plans, source, tgt, nest)
 
@@ -150,13 +153,14 @@ def unfuse(ops: tuple, plans: tuple, program) -> tuple[tuple, tuple]:
 
 
 def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, scheduled: AbstractSet[str] = frozenset(),
-                 budget: int = 0, chains: list | None = None) -> ir.Kernel:
+                 budget: int = 0, chains: list | None = None, target: Target | None = None) -> ir.Kernel:
     """Each op by its builder; a run of row ops with the default schedule (softmax, layernorm, ...) as one fused
     row chain when its tiles fit `budget` (build_rowchain.py)."""
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     params = tuple(hbm[p.name] for p in program.kernel.params)
     outputs = tuple(hbm[o] for o in program.kernel.outputs)
-    parts = _parts(program, ops, plans, names, hbm, scheduled, budget, chains if chains is not None else [])
+    parts = _parts(program, ops, plans, names, hbm, scheduled, budget, chains if chains is not None else [],
+                   get_target(target))
     stored = {n for group, _, _ in parts for n in group}
     body: list[ir.Stmt] = []
     for name, t in program.tensors.items():
@@ -170,7 +174,7 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, schedu
 
 
 def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, scheduled: AbstractSet[str], budget: int,
-           fused: list) -> list[tuple[set[str], list, list]]:
+           fused: list, target: Target) -> list[tuple[set[str], list, list]]:
     """(tensors written to HBM, consts, statements) per op or fused row chain, in program order."""
     chains = {c[0]: c for c in row_chains(ops, scheduled)} if budget else {}
     out: list[tuple[set[str], list, list]] = []
@@ -190,11 +194,42 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
                 fused.append([m.name for m in members])
                 continue
         builders: dict[type, Callable[..., tuple]] = {
-            ConvOp: build_conv, PoolOp: build_pool, TransposeOp: build_transpose, EltwiseOp: build_eltwise,
-            ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}
+            ConvOp: build_conv, PoolOp: build_pool, TransposeOp: _scheduled(program, target),
+            EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}
         builder = builders[type(op)]
         out.append(_named({op.out}, builder(op, plan, hbm, _fresh(names, op)), op.out, len(ops), prefixes))
     return out
+
+
+def _scheduled(program, target: Target):
+    """The builder of an op scheduled on level A: its nest, the rule's primitives (with the plan's parameters),
+    applied, then lowered to level B (rules.py, lower_tiles.py)."""
+    def build(op, plan, hbm: dict, fresh) -> tuple[list, list]:
+        nest, prims = scheduled_nest(op, plan, program, target)
+        return lower_tiles(rules.apply(nest, prims, target), prims, hbm, fresh, target)
+    return build
+
+
+def scheduled_nest(op, plan, program, target: Target) -> tuple[Nest, list]:
+    """An op's level-A nest and the primitives its rule writes for `plan`."""
+    if isinstance(op, TransposeOp):
+        nest, prims = transpose_nest(op, program), rules.transpose(transpose_nest(op, program), target, plan)
+    else:
+        nest, prims = eltwise_nest(op, program), rules.eltwise(eltwise_nest(op, program), target, plan)
+    assert prims is not None, f"no rule applies to {op.name}"
+    return nest, prims
+
+
+def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], target: Target) -> str:
+    """The primitives each rule-scheduled op's plan expands to (what `explain` shows under its directives)."""
+    in_chain = {name for c in chains for name in c}
+    out = []
+    for op, plan in zip(ops, plans):
+        if isinstance(op, (EltwiseOp, TransposeOp)) and op.name not in in_chain:
+            rule = "eltwise" if isinstance(op, EltwiseOp) else "transpose"
+            _, prims = scheduled_nest(op, plan, program, target)
+            out += [f"# {op.name}: rules.{rule} expands its plan into"] + [f"#   {p}" for p in prims]
+    return "".join(line + "\n" for line in out)
 
 
 def _named(stored: set[str], built: tuple, out: str, n_ops: int, prefixes: set[str]) -> tuple[set[str], list, list]:

@@ -13,7 +13,7 @@ and error goldens (tests/golden/compiler/primitives/).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from tilec.compiler.ir import Aff, Term
 from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Expr, Index, Kernel, Load, Loop, Op, Stmt, Update,
@@ -73,9 +73,14 @@ def _subst_aff(a: Aff, var: str, by: Aff) -> Aff:
     coef = sum(t.coef for t in a.terms if t.var == var)
     if not coef:
         return a
+    name = next((t.name for t in a.terms if t.var == var), "")
+    at = next(n for n, t in enumerate(a.terms) if t.var == var)
     rest = tuple(t for t in a.terms if t.var != var)
-    scaled = tuple(Term(t.var, t.coef * coef) for t in by.terms)
-    return Aff(rest + scaled, a.const + coef * by.const)
+    # a named coefficient survives: `i_o*TILE` with i_o = 4*bi + ai gives bi*(4*128) and ai*TILE; the new terms
+    # take the old one's place (outer loops first, as the kernel reads)
+    scaled = tuple(Term(t.var, t.coef * coef, t.name if coef == 1 else name if t.coef == 1 else "")
+                   for t in by.terms)
+    return Aff(rest[:at] + scaled + rest[at:], a.const + coef * by.const)
 
 
 def _subst_access(a: Access, var: str, by: Aff) -> Access:
@@ -83,12 +88,12 @@ def _subst_access(a: Access, var: str, by: Aff) -> Access:
 
 
 def _subst_expr(e: Expr, var: str, by: Aff) -> Expr:
-    if isinstance(e, Load):
-        return Load(_subst_access(e.access, var, by))
+    if isinstance(e, Load):  # replace() keeps each node's span (the lines of the instructions made from it)
+        return replace(e, access=_subst_access(e.access, var, by))
     if isinstance(e, Index):
         return Index(_subst_aff(e.aff, var, by))
     if isinstance(e, Op):
-        return Op(e.name, tuple(_subst_expr(x, var, by) for x in e.args))
+        return replace(e, args=tuple(_subst_expr(x, var, by) for x in e.args))
     return e
 
 
@@ -107,12 +112,16 @@ def _subst(body: tuple[Stmt, ...], var: str, by: Aff) -> tuple[Stmt, ...]:
 # ---- the primitives ------------------------------------------------------------------------------------------------
 
 
-def split(k: Kernel, var: str, factor: int, span: Span | None = None) -> Kernel:
+def split(k: Kernel, var: str, factor: int, span: Span | None = None, outer: str = "", inner: str = "",
+          name: str = "", note: str = "") -> Kernel:
     """`i` -> `i_o, i_i` with i = factor*i_o + i_i. Before/after (golden: primitives/split.txt):
 
         for i in serial(256):                    for i_o in serial(2):
           Y[i, j] = X[i, j] + 1                    for i_i in serial(128):
                                                      Y[i_o*128 + i_i, j] = X[i_o*128 + i_i, j] + 1
+
+    `outer`/`inner` name the new loops (default i_o, i_i); `name` is the constant the factor stands for in the
+    kernel (TILE_F: `t*TILE_F`), and the outer loop's comment then says "(tiles of TILE_F)" unless `note` is given.
     """
     loop = find_loop(k, var, span)
     var = loop.var
@@ -120,15 +129,16 @@ def split(k: Kernel, var: str, factor: int, span: Span | None = None) -> Kernel:
         divisors = [d for d in range(1, loop.extent + 1) if loop.extent % d == 0]
         raise _fail(f"split {var}, {factor}: {factor} does not divide the extent {loop.extent} of loop {var}", span,
                     f"use a divisor of {loop.extent}: {', '.join(map(str, divisors[:12]))}")
-    outer, inner = f"{var}_o", f"{var}_i"
-    for name in (outer, inner):
-        if any(isinstance(s, Loop) and s.var == name for s in walk(k.body)):
-            raise _fail(f"split {var}: a loop named {name} exists already", span, "split each loop once")
-    by = Aff((Term(outer, factor), Term(inner)), 0)
+    outer, inner = outer or f"{var}_o", inner or f"{var}_i"
+    for new in (outer, inner):
+        if any(isinstance(s, Loop) and s.var == new for s in walk(k.body)):
+            raise _fail(f"split {var}: a loop named {new} exists already", span, "split each loop once")
+    by = Aff((Term(outer, factor, name), Term(inner)), 0)
+    outer_note = note or (f"{loop.note} (tiles of {name})" if name and loop.note else loop.note)
 
     def rebuild(s: Loop) -> Loop:
-        inner_loop = Loop(inner, factor, _subst(s.body, var, by), s.kind, s.line)
-        return Loop(outer, s.extent // factor, (inner_loop,), "serial", s.line)
+        inner_loop = Loop(inner, factor, _subst(s.body, var, by), s.kind, s.line, s.note)
+        return Loop(outer, s.extent // factor, (inner_loop,), "serial", s.line, outer_note)
 
     return _with_loop(k, loop, rebuild)
 
@@ -210,44 +220,94 @@ def partition(k: Kernel, var: str, target: Target | str | None = None, span: Spa
 
 
 def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
-          span: Span | None = None) -> Kernel:
+          span: Span | None = None, name: str = "", dtype: str = "") -> Kernel:
     """Exo's stage_mem / TVM's cache_read: inside loop `at`, copy the region of `buf` its body reads into a new
     on-chip buffer and read that instead (golden: primitives/stage.txt). The region is the box the body's affine
-    reads cover over the loops inside `at`; it must fit the target's SBUF per partition."""
+    reads cover over the loops inside `at`; it must fit the target's SBUF per partition. `at` "" stages once for
+    the whole kernel (after its views); `name` and `dtype` name the copy and its type (default BUF_sbuf, BUF's
+    type: a DMA converts on the way)."""
     t = get_target(target)
-    loop = find_loop(k, at, span)
+    loop = find_loop(k, at, span) if at else Loop("", 1, k.body)
+    where = f"loop {at}" if at else "the kernel"
     reads = [a for s in _stores(loop.body) for a in loads(s.expr) if a.buf == buf]
     if not reads:
-        raise _fail(f"stage {buf} at {at}: the body of loop {at} does not read {buf}", span)
+        raise _fail(f"stage {buf} at {at}: the body of {where} does not read {buf}", span)
     if any(s.dst.buf == buf for s in _stores(loop.body)):
-        raise _fail(f"stage {buf} at {at}: loop {at} also writes {buf}; a staged copy would go stale", span)
+        raise _fail(f"stage {buf} at {at}: {where} also writes {buf}; a staged copy would go stale", span)
     inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
-    dims = len(reads[0].index)
-    for d in range(dims):
-        outside = {tuple(t_ for t_ in a.index[d].terms if t_.var not in inner) for a in reads}
-        if len(outside) != 1:
-            raise _fail(f"stage {buf} at {at}: the reads of {buf} in loop {at} move differently with the loops "
-                        f"outside it (dimension {d})", span, "stage at a loop where all reads share one region")
-    lo = [min(_bound(a.index[d], inner, min) for a in reads) for d in range(dims)]
-    hi = [max(_bound(a.index[d], inner, max) for a in reads) for d in range(dims)]
-    shape = tuple(h - l_ + 1 for l_, h in zip(lo, hi))
+    box = region(reads, inner, f"stage {buf} at {at}", span)
     source = k.buffers()[buf]
-    per_partition = _elem_bytes(source.dtype) * _prod(shape[1:])
+    _check_fits(box.shape, dtype or source.dtype, t, f"stage {buf} at {at}", span)
+    staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, box.shape)
+    line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in loads(s.expr)))
+    copy = copy_nest(staged.name, buf, box, line, into=True)
+    new_body = (Alloc(staged, line), copy) + relocate(loop.body, buf, staged.name, box)
+    if not at:  # after the kernel's views: the copy reads through them
+        views = tuple(s for s in k.body if isinstance(s, Alloc) and s.buf.view_of)
+        return replace(k, body=views + new_body[:2] + new_body[2 + len(views):])
+    return _with_loop(k, loop, lambda s: replace(s, body=new_body))
+
+
+@dataclass(frozen=True)
+class Region:
+    """The box of a buffer some accesses cover inside a loop: per dimension its first index (an affine function of
+    the loops outside) and extent; `kept` are the dimensions a staged copy has (leading dimensions the inner loops
+    do not move are left out while more than two remain: the copy's first dimension goes on the partitions)."""
+    offsets: tuple[Aff, ...]
+    extents: tuple[int, ...]
+    kept: tuple[int, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.extents[d] for d in self.kept)
+
+    def local(self, a: Access) -> tuple[Aff, ...]:
+        """An access of the buffer as an index of the staged copy."""
+        out = []
+        for d in self.kept:
+            i, off = a.index[d], self.offsets[d]
+            outer = {t.var for t in off.terms}
+            out.append(Aff(tuple(t for t in i.terms if t.var not in outer), i.const - off.const))
+        return tuple(out)
+
+
+def region(accesses: list[Access], inner: dict[str, int], what: str, span: Span | None) -> Region:
+    """The Region the accesses cover over the loops `inner`. All accesses must move alike with the outer loops."""
+    dims = len(accesses[0].index)
+    for d in range(dims):
+        outside = {tuple(t_ for t_ in a.index[d].terms if t_.var not in inner) for a in accesses}
+        if len(outside) != 1:
+            raise _fail(f"{what}: the accesses of {accesses[0].buf} move differently with the loops outside "
+                        f"(dimension {d})", span, "stage at a loop where all reads share one region")
+    lo = [min(_bound(a.index[d], inner, min) for a in accesses) for d in range(dims)]
+    hi = [max(_bound(a.index[d], inner, max) for a in accesses) for d in range(dims)]
+    extents = tuple(h - l_ + 1 for l_, h in zip(lo, hi))
+    kept = list(range(dims))
+    while len(kept) > 2 and extents[kept[0]] == 1 and not any(t.var in inner for a in accesses
+                                                              for t in a.index[kept[0]].terms):
+        kept.pop(0)
+    return Region(tuple(lo_affs(accesses, inner)), extents, tuple(kept))
+
+
+def _check_fits(shape: tuple[int, ...], dtype: str, t: Target, what: str, span: Span | None) -> None:
+    per_partition = _elem_bytes(dtype) * _prod(shape[1:])
     if shape[0] > t.pmax or per_partition > t.sbuf_usable:
-        raise _fail(f"stage {buf} at {at}: the region {list(shape)} needs {shape[0]} partitions and "
-                    f"{per_partition} bytes per partition; {t.name} has {t.pmax} and {t.sbuf_usable}", span,
-                    f"stage at a loop inside {at}, or split it first")
-    staged = Buffer(f"{buf}_{memory}", memory, source.dtype, shape)
-    copy_vars = tuple(f"{buf}_c{d}" for d in range(dims))
-    src_idx = tuple(Aff(tuple(t_ for t_ in l_.terms) + (Term(v),), l_.const) for l_, v in zip(lo_affs(reads, inner),
-                                                                                               copy_vars))
-    copy: Stmt = Assign(Access(staged.name, tuple(Aff((Term(v),)) for v in copy_vars)),
-                        Load(Access(buf, src_idx)), loop.line)
-    for v, n in reversed(list(zip(copy_vars, shape))):
-        copy = Loop(v, n, (copy,), "serial", loop.line)
-    offsets = lo_affs(reads, inner)
-    new_body = _rebase(loop.body, buf, staged.name, offsets)
-    return _with_loop(k, loop, lambda s: replace(s, body=(Alloc(staged, loop.line), copy) + new_body))
+        raise _fail(f"{what}: the region {list(shape)} needs {shape[0]} partitions and {per_partition} bytes per "
+                    f"partition; {t.name} has {t.pmax} and {t.sbuf_usable}", span,
+                    "stage at a loop further inside, or split it first")
+
+
+def copy_nest(staged: str, buf: str, box: Region, line: int, into: bool, prefix: str = "") -> Stmt:
+    """`for c0 in partition: for c1, ..: staged[c0, c1, ..] = buf[o0 + c0, o1 + c1, ..]` over the region (the copy a
+    stage makes: one DMA; its first dimension is the staged copy's partitions); `into=False` copies back."""
+    names = {d: f"{prefix or buf}_c{n}" for n, d in enumerate(box.kept)}
+    local = Access(staged, tuple(Aff((Term(names[d]),)) for d in box.kept))
+    whole = Access(buf, tuple(off.plus(Aff((Term(names[d]),))) if d in names else off
+                              for d, off in enumerate(box.offsets)))
+    copy: Stmt = Assign(local, Load(whole), line) if into else Assign(whole, Load(local), line)
+    for n, d in reversed(list(enumerate(box.kept))):
+        copy = Loop(names[d], box.extents[d], (copy,), "partition" if n == 0 else "serial", line)
+    return copy
 
 
 def lo_affs(reads: list[Access], inner: dict[str, int]) -> list[Aff]:
@@ -270,29 +330,27 @@ def _bound(a: Aff, inner: dict[str, int], pick) -> int:
     return value
 
 
-def _rebase(body: tuple[Stmt, ...], buf: str, staged: str, offsets: list[Aff]) -> tuple[Stmt, ...]:
+def relocate(body: tuple[Stmt, ...], buf: str, staged: str, box: Region, reads: bool = True, writes: bool = False,
+             lead: tuple[Aff, ...] = ()) -> tuple[Stmt, ...]:
+    """The body with its reads (and/or writes) of `buf` redirected to the staged copy (`lead`: indices put before
+    the copy's, e.g. the partition of a broadcast tile)."""
     def access(a: Access) -> Access:
-        if a.buf != buf:
-            return a
-        idx = []
-        for i, off in zip(a.index, offsets):
-            outer = {t.var for t in off.terms}
-            idx.append(Aff(tuple(t for t in i.terms if t.var not in outer), i.const - off.const))
-        return Access(staged, tuple(idx))
+        return Access(staged, lead + box.local(a)) if a.buf == buf else a
 
     def expr(e: Expr) -> Expr:
         if isinstance(e, Load):
-            return Load(access(e.access))
+            return replace(e, access=access(e.access))
         if isinstance(e, Op):
-            return Op(e.name, tuple(expr(x) for x in e.args))
+            return replace(e, args=tuple(expr(x) for x in e.args))
         return e
 
     out: list[Stmt] = []
     for s in body:
         if isinstance(s, Loop):
-            out.append(replace(s, body=_rebase(s.body, buf, staged, offsets)))
+            out.append(replace(s, body=relocate(s.body, buf, staged, box, reads, writes, lead)))
         elif isinstance(s, (Assign, Update)):
-            out.append(replace(s, expr=expr(s.expr)))
+            s = replace(s, expr=expr(s.expr)) if reads else s
+            out.append(replace(s, dst=access(s.dst)) if writes else s)
         else:
             out.append(s)
     return tuple(out)

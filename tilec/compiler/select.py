@@ -362,7 +362,8 @@ def select_transpose(comp: Comp, program) -> TransposeOp:
     batch, first, second = cast(list[str], names[:k]), cast(list[str], rest[:cut]), cast(list[str], rest[cut:])
     roles = (("i", first[0]), ("j", second[0])) + ((("b", batch[0]),) if batch else ())
     dims = (("M", size(first)), ("N", size(second))) + ((("B", size(batch)),) if batch else ())
-    return TransposeOp(comp.target, comp.target, acc.tensor, dims, roles, comp.line, comp.span, comp.lines)
+    return TransposeOp(comp.target, comp.target, acc.tensor, dims, roles, comp.line, comp.span, comp.lines,
+                       tuple(str(n) for n in names), comp.extents)
 
 
 def print_ops(ops: tuple[Op, ...]) -> str:

@@ -21,9 +21,17 @@ example's statements match (tests/compiler/test_tensorize.py); the `nest` stage 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+from typing import Callable
 
+from tilec.compiler import ir
+from tilec.compiler.build_util import broadcast_row
+from tilec.compiler.expr_instrs import ExprCompiler
+from tilec.compiler.ir import Aff, View
 from tilec.compiler.nest import Access, Assign, Const, Expr, Index, Load, Op, Stmt, Update, loads
+from tilec.errors import InternalError, Span
+from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
 from tilec.target import Instr, Target, target as get_target
 
@@ -114,3 +122,96 @@ def _narrower(e: Expr, out: list[str]) -> bool:
     operand). A trailing run is a row, copied to every partition first and then a full operand."""
     reads = loads(e)
     return bool(reads) and all(len(_vars(r)) < len(out) and _vars(r) == out[:len(_vars(r))] for r in reads)
+
+
+# ---- emission: a tensorized nest -> level-B statements ---------------------------------------------------------------
+
+
+def local(s: Assign, nest: set[str]) -> Assign:
+    """The statement as the instruction sees it: indices over the nest's own loops only (outer loops are fixed for
+    one instruction, they only place its operands)."""
+    def acc(a: Access) -> Access:
+        return Access(a.buf, tuple(Aff(tuple(t for t in i.terms if t.var in nest)) for i in a.index))
+
+    def expr(e: Expr) -> Expr:
+        if isinstance(e, Load):
+            return replace(e, access=acc(e.access))
+        if isinstance(e, Op):
+            return replace(e, args=tuple(expr(x) for x in e.args))
+        return e
+    return replace(s, dst=acc(s.dst), expr=expr(s.expr))
+
+
+def to_syntax(e: Expr) -> sx.Expr:
+    """A level-A expression as the .tl expression it came from (same spans: instructions keep their lines)."""
+    span = e.span if not isinstance(e, Index) and e.span is not None else _NO_SPAN
+    if isinstance(e, Const):
+        return sx.Num(e.value, span)
+    if isinstance(e, Load):
+        return sx.Access(e.access.buf, (), span)
+    if isinstance(e, Op) and e.name == "neg":
+        return sx.Neg(to_syntax(e.args[0]), span)
+    if isinstance(e, Op) and e.name in ("+", "-", "*", "/"):
+        return sx.BinOp(e.name, to_syntax(e.args[0]), to_syntax(e.args[1]), span)
+    if isinstance(e, Op):
+        return sx.Call(e.name, tuple(to_syntax(x) for x in e.args), span)
+    raise TypeError(f"a loop index as a value has no tile instruction: {e}")
+
+
+_NO_SPAN = Span("", 0, 0, 0, 0)
+
+
+@dataclass
+class Emit:
+    """What an emission needs from the lowering: the level-B view of an access inside the nest, fresh names, and
+    a ones row per dtype (the stationary side of a partition broadcast, made once per kernel part)."""
+    view: Callable[[Access], View]
+    fresh: Callable[[str], str]
+    ones: Callable[[str, int, int], ir.Buf]  # (dtype, partitions, .tl line)
+    memory: Callable[[str], str]
+
+
+def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = False,
+         regroup: bool = False, psum: str = "") -> list[ir.Stmt]:
+    """The instructions computing `s` over the loops `nest` (partition loop first): matched against the target's
+    instruction table, then written with that instruction's operands."""
+    m = match(local(s, set(nest)), target)
+    if m is None:
+        raise InternalError(f"tensorize: no instruction of {target.name} computes {s}")
+    dst = e.view(s.dst)
+    if m.instr.name == "dma_copy" and isinstance(s.expr, Load):
+        src = e.view(s.expr.access)
+        if "hbm" in (e.memory(s.dst.buf), e.memory(s.expr.access.buf)):
+            return [ir.Dma(dst, src, s.line)]
+        return [ir.Copy(dst, src, s.line)]
+    if m.instr.name == "nc_matmul" and dict(m.roles).get("m") == ("ones",) and isinstance(s.expr, Load):
+        return _partition_broadcast(s, dst, e)
+    if m.instr.name == "nc_transpose" and isinstance(s.expr, Load):
+        return _transpose(s, dst, e, psum)
+    tiles = {a.buf: e.view(a) for a in loads(s.expr)}
+    free = set(list(nest)[1:])  # a column's index uses none of the free loops (only the partitions)
+    columns = {a.buf for a in loads(s.expr) if not any(t.var in free for i in a.index for t in i.terms)}
+    shape = dst.shape()
+    return ExprCompiler(tiles, (shape[0], math.prod(shape[1:])), s.line, e.fresh, columns, fold=fold,
+                        regroup=regroup).emit(to_syntax(s.expr), dst)
+
+
+def _partition_broadcast(s: Assign, dst: View, e: Emit) -> list[ir.Stmt]:
+    """tile[p, f] = row[0, f]: ones[1, P].T @ row[1, F] on TensorE into one PSUM bank, copied out to the tile."""
+    assert isinstance(s.expr, Load)
+    row = e.view(s.expr.access)
+    parts, free = dst.shape()[0], math.prod(dst.shape()[1:])
+    base = s.dst.buf.removesuffix("_tile")
+    acc = ir.Buf(e.fresh(f"{base}_bcast"), "psum", "f32", (parts, free))
+    return broadcast_row(acc, e.ones(row.buf.dtype, parts, s.line), row, s.line) + [ir.Copy(dst, ir.whole(acc), s.line)]
+
+
+def _transpose(s: Assign, dst: View, e: Emit, psum: str) -> list[ir.Stmt]:
+    """dst[f, p] = src[p, f]: from HBM a DMA transpose (dma_transpose) straight into the tile; from SBUF TensorE's
+    nc_transpose into a PSUM tile (named `psum`; it keeps the input dtype), copied out (converting) to the tile."""
+    assert isinstance(s.expr, Load)
+    src = e.view(s.expr.access)
+    if e.memory(s.expr.access.buf) == "hbm":
+        return [ir.Transpose(dst, src, "dma", s.line)]
+    tp = ir.Buf(e.fresh(psum or f"{s.dst.buf}_tp"), "psum", src.buf.dtype, dst.shape())
+    return [ir.Alloc(tp, line=s.line), ir.Transpose(ir.whole(tp), src, "pe", s.line), ir.Copy(dst, ir.whole(tp), s.line)]

@@ -1,0 +1,113 @@
+"""Data-layout primitives on level A (tilec/compiler/layout.py): reshape, stage_out, broadcast; each tested by
+meaning (the nest evaluates to the same values before and after), by a before/after golden, and its illegal uses
+by error goldens."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler_helpers import inputs_for
+from test_primitives import _diff, kernel_of
+from tilec.compiler import layout, primitives as pr
+from tilec.compiler.nest import print_nest
+from tilec.compiler.nest_eval import evaluate_nest
+from tilec.errors import TilecError
+
+ADD = """kernel add(X: f32[M, N], Z: f32[M, N]) -> Y
+  default M = 16, N = 64
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = X[i, j] + Z[i, j]
+"""
+BCAST = """kernel bc(X: f32[B, M, N], c: f32[M], s: f32[N]) -> Y
+  default B = 2, M = 8, N = 12
+  Y: f32[B, M, N]
+  for b in 0..B, i in 0..M, j in 0..N:
+    Y[b, i, j] = X[b, i, j] * s[j] - c[i]
+"""
+SHIFT = """kernel sh(X: f32[M, N]) -> Y
+  default M = 8, N = 9
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N - 1:
+    Y[i, j] = X[i, j + 1]
+"""
+
+
+def _flat_tiles(k):
+    k = layout.reshape(k, "i", (("p", 8), ("f", 128)))
+    k = pr.reorder(pr.split(k, "f", 32, outer="t", inner="f_i", name="TILE_F"), "t", "p")
+    return layout.stage_out(k, "Y_v", "t", name="Y_tile")
+
+
+def _row_broadcast(k):
+    k = layout.reshape(k, "b", (("o", 2), ("p", 8), ("f", 12)))
+    k = pr.stage(k, "s_v", "o", name="s_row")
+    return layout.broadcast(k, "s_row", "o", "p", name="s_tile")
+
+
+TRANS = """kernel tr(X: f32[M, N]) -> Y
+  default M = 16, N = 12
+  Y: f32[N, M]
+  for i in 0..M, j in 0..N:
+    Y[j, i] = X[i, j]
+"""
+
+
+def _strips(k):
+    k = pr.split(pr.split(k, "i", 4, outer="i_o", inner="i_i"), "i_o", 2, outer="bi", inner="ai")
+    k = pr.reorder(k, "bi", "j", "ai", "i_i")
+    return layout.stage_grouped(k, "X", "j", (("i_i",), ("ai",)), name="X_strip")
+
+
+CASES = {  # name -> (program, primitives applied to the level-A kernel)
+    "reshape": (ADD, lambda k: layout.reshape(k, "i", (("p", 8), ("f", 128)))),
+    "reshape_broadcast": (BCAST, lambda k: layout.reshape(k, "b", (("o", 2), ("p", 8), ("f", 12)))),
+    "stage_out": (ADD, _flat_tiles),
+    "broadcast": (BCAST, _row_broadcast),
+    "stage_grouped": (TRANS, _strips),
+    "cut": (TRANS, lambda k: layout.cut(layout.cut(k, "i", 12), "j@a", 8, root="i@a")),
+    "broadcast_whole": (BCAST, lambda k: layout.broadcast(
+        pr.stage(layout.reshape(k, "b", (("o", 2), ("p", 8), ("f", 12))), "s_v", "", name="s_row"),
+        "s_row", "", "p", name="s_tile")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_layout_primitive_keeps_the_meaning(name: str, golden) -> None:
+    text, apply = CASES[name]
+    prog, before = kernel_of(text)
+    after = apply(before)
+    inputs = inputs_for(prog)
+    want, got = evaluate_nest(before, inputs), evaluate_nest(after, inputs)
+    for out in want:
+        np.testing.assert_allclose(got[out], want[out], rtol=1e-6)
+    golden.check(f"compiler/layout/{name}.txt", _diff(print_nest(before), print_nest(after)))
+
+
+def test_reshape_names_views_apart_from_user_tensors() -> None:
+    prog, k = kernel_of(ADD.replace("Z", "X_v"))
+    after = layout.reshape(k, "i", (("p", 8), ("f", 128)))
+    assert "view X_v2: hbm f32[8, 128] = X" in print_nest(after)
+    assert "view X_v_v: hbm f32[8, 128] = X_v" in print_nest(after)
+    inputs = inputs_for(prog)
+    np.testing.assert_allclose(evaluate_nest(after, inputs)["Y"], evaluate_nest(k, inputs)["Y"])
+
+
+ERRORS = {
+    "reshape_wrong_size": (ADD, lambda k: layout.reshape(k, "i", (("p", 8), ("f", 100)))),
+    "reshape_shifted_read": (SHIFT, lambda k: layout.reshape(k, "i", (("p", 64),))),
+    "reshape_broadcast_split": (BCAST, lambda k: layout.reshape(k, "b", (("p", 4), ("f", 48)))),
+    "stage_out_not_written": (ADD, lambda k: layout.stage_out(k, "X", "i")),
+    "broadcast_not_a_row": (ADD, lambda k: layout.broadcast(k, "X", "i", "j")),
+    "cut_outside": (TRANS, lambda k: layout.cut(k, "i", 16)),
+    "stage_grouped_not_contiguous": (TRANS, lambda k: layout.stage_grouped(
+        pr.split(k, "i", 4, outer="i_o", inner="i_i"), "X", "i_o", (("j", "i_i"),))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_illegal_layout_primitives_are_user_errors(name: str, golden) -> None:
+    text, apply = ERRORS[name]
+    with pytest.raises(TilecError) as info:
+        apply(kernel_of(text)[1])
+    golden.check(f"compiler/layout/errors/{name}.txt", info.value.render() + "\n")

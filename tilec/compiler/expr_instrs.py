@@ -1,0 +1,244 @@
+"""An element-wise expression tree over tiles -> engine instructions: activation (ScalarE), tensor_tensor and
+tensor_scalar (VectorE), tensor_copy for conversions. Used by tensorize (an element-wise nest), the reductions'
+expressions and the row chains."""
+from __future__ import annotations
+
+import math
+
+from tilec.compiler import ir
+from tilec.compiler.exprs import const_value, fmt_expr, strip_scale
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Scalar, Stmt, View, whole
+from tilec.compiler.select_eltwise import column_only
+from tilec.errors import TilecError
+from tilec.lang import syntax as sx
+from tilec.lang.functions import FUNCTIONS
+from typing import Callable
+
+Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
+
+_BIN = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
+
+
+class ExprCompiler:
+    """Evaluate an element-wise expression tree into tensor_tensor / tensor_scalar / activation instructions."""
+
+    def __init__(self, tiles: dict[str, View], shape: tuple[int, ...], line: int, fresh: Fresh,
+                 columns: set[str], fold: bool = False, prefix: str = "tmp", regroup: bool = False) -> None:
+        self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
+        # fold: an activation of `x + col`, `x - col` or `x * c` is one ScalarE instruction FN(x * scale + bias)
+        # (the row chains use it: it takes a VectorE pass off the busiest engine)
+        self.fold, self.prefix = fold, prefix
+        # regroup (with fold): a sum's column terms go with one scaled operand onto ScalarE, FN(x * k + col), and
+        # the other full tiles are added on VectorE after (the element-wise rule with whole broadcast rows)
+        self.regroup = regroup and fold
+        self.cur = shape  # the shape of a temporary: (P, 1) while computing an expression of columns only
+        self.columns = columns  # tensors whose tile is a (P, 1) column: tensor_scalar operands
+        self.done: dict[str, View] = {}  # subexpression (printed) -> the temporary holding its value
+
+    def emit(self, e: sx.Expr, dst: View) -> list[Stmt]:
+        if self.regroup:
+            e = self.regrouped(e)
+        stmts, val = self.value(e, dst)
+        if val != dst:
+            stmts.append(ir.Copy(dst, val, self.line))
+        return stmts
+
+    def regrouped(self, e: sx.Expr) -> sx.Expr:
+        """`2*X + b - 0.5*c` (c a column) -> `(2*X - 0.5*c) + b`: the column terms join the first scaled operand
+        (ScalarE: X * 2 + bias), the rest follow (VectorE). Other expressions are left as written."""
+        terms = _signed_terms(e, 1.0)
+        cols = [t for t in terms if self.is_column(t[1])]
+        full = [t for t in terms if not self.is_column(t[1])]
+        head = next((t for t in full if t[0] > 0 and isinstance(strip_scale(t[1])[0], sx.Access)), None)
+        if not cols or head is None or len(full) < 2:
+            return e
+        out = head[1]
+        for sign, t in cols + [t for t in full if t is not head]:
+            out = sx.BinOp("+" if sign > 0 else "-", out, t, e.span)
+        return out
+
+    def temp(self) -> tuple[list[Stmt], View]:
+        self.n += 1
+        buf = Buf(self.fresh(f"{self.prefix}{self.n}"), "sbuf", "f32", self.cur)
+        return [Alloc(buf, line=self.line)], whole(buf)
+
+    def value(self, e: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
+        if isinstance(e, sx.Access):
+            return [], self.tiles[e.tensor]
+        key = fmt_expr(e)
+        if dst is None and key in self.done:  # a subexpression seen before (an inlined temporary read twice)
+            return [], self.done[key]
+        # instructions carry the line of the statement their expression was written in (a fused chain spans several)
+        outer, self.line = self.line, getattr(getattr(e, "span", None), "line", 0) or self.line
+        shape = self.cur
+        if dst is None and self.is_column(e):
+            self.cur = (self.shape[0], 1)
+        stmts, view = self.compute(e, dst)
+        self.line, self.cur = outer, shape
+        self.done[key] = view
+        return stmts, view
+
+    def compute(self, e: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
+        c = const_value(e)
+        if c is not None:
+            raise TilecError("an element-wise result must read at least one tensor", e.span)
+        if isinstance(e, sx.Neg):
+            return self.scalar(e.x, "multiply", -1.0, dst)
+        if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr == "cast":
+            return self.convert(e)
+        if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr == "activation":
+            return self.activation(e.fn, e.args[0], dst)
+        if isinstance(e, sx.Call):  # a two-operand ALU function (max, min)
+            op = FUNCTIONS[e.fn].nki
+            for x, c in ((e.args[0], const_value(e.args[1])), (e.args[1], const_value(e.args[0]))):
+                if c is not None:
+                    return self.scalar(x, op, c, dst)
+            return self.binary(e.args[0], e.args[1], op, dst)
+        assert isinstance(e, sx.BinOp)  # value() takes the reads; check_expr admits only these forms and numbers
+        if self.fold and (on_act := self.on_scalar_engine(e, dst)) is not None:
+            return on_act
+        rc, lc = const_value(e.rhs), const_value(e.lhs)
+        if e.op == "/" and rc is not None:  # x * (1/3) is not x / 3 in fp32: multiply only by an exact inverse
+            exact = math.frexp(abs(rc))[0] == 0.5  # a power of two
+            return self.scalar(e.lhs, "multiply", 1.0 / rc, dst) if exact else self.scalar(e.lhs, "divide", rc, dst)
+        if rc is not None:
+            return self.scalar(e.lhs, _BIN[e.op], rc if e.op != "-" else -rc, dst, "add" if e.op == "-" else None)
+        if lc is not None and e.op in "+*":
+            return self.scalar(e.rhs, _BIN[e.op], lc, dst)
+        if lc is not None and e.op == "-":  # c - x: one tensor_scalar with the operands reversed
+            pre, v = self.value(e.rhs, None)
+            out, d = self.target(dst)
+            return pre + out + [Scalar(d, v, "subtract", lc, self.line, reverse=True)], d
+        if lc is not None and e.op == "/":  # c / x: the reciprocal activation, scaled
+            if lc == 1.0:
+                return self.activation("reciprocal", e.rhs, dst)
+            pre, v = self.activation("reciprocal", e.rhs, None)
+            out, d = self.target(dst)
+            return pre + out + [Scalar(d, v, "multiply", lc, self.line)], d
+        return self.binary(e.lhs, e.rhs, _BIN[e.op], dst)
+
+    def activation(self, fn: str, x: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
+        folded = self.affine(x) if self.fold else None
+        if folded is not None:
+            pre, v, scale, bias = folded
+            out, d = self.target(dst)
+            return pre + out + [Act(d, v, fn, bias, scale, self.line)], d
+        pre, v = self.value(x, None)
+        out, d = self.target(dst)
+        return pre + out + [Act(d, v, fn, None, 1.0, self.line)], d
+
+    def on_scalar_engine(self, e: sx.BinOp, dst: View | None) -> tuple[list[Stmt], View] | None:
+        """A full tile plus/minus, times or over a column, as one ScalarE copy FN(x * scale + bias): the VectorE
+        passes of a row chain (its reductions) then overlap it."""
+        if e.op == "*" and fmt_expr(e.lhs) == fmt_expr(e.rhs) and not self.is_column(e):  # x * x: ScalarE's square
+            pre, v = self.value(e.lhs, None)
+            out, d = self.target(dst)
+            return pre + out + [Act(d, v, "square", None, 1.0, self.line)], d
+        if self.is_column(e) or e.op not in "+-*/":
+            return None
+        col, x = (e.rhs, e.lhs) if self.is_column(e.rhs) else (e.lhs, e.rhs) if e.op in "+*" else (None, None)
+        if col is None or x is None or not self.is_column(col) or self.is_column(x):  # (x is None iff col is)
+            return None
+        if e.op in "+-":
+            folded = self.affine(e)
+            if folded is None:
+                return None
+            pre, v, scale, bias = folded
+            out, d = self.target(dst)
+            return pre + out + [Act(d, v, "copy", bias, scale, self.line)], d
+        pre, v = self.value(x, None)
+        pc, c = self.value(col, None)
+        if e.op == "/":  # x / col = x * (1 / col): the reciprocal of the (P, 1) column, then the scale
+            shape, self.cur = self.cur, (self.shape[0], 1)
+            more, inv = self.temp()
+            self.cur = shape
+            pc = pc + more + [Act(inv, c, "reciprocal", None, 1.0, self.line)]
+            c = inv
+        out, d = self.target(dst)
+        return pre + pc + out + [Act(d, v, "copy", None, c, self.line)], d
+
+    def affine(self, e: sx.Expr) -> tuple[list[Stmt], View, float, View | None] | None:
+        """`x + col`, `col + x`, `x - col` -> (x, scale 1, bias +-col); `x * c`, `c * x` -> (x, scale c, no bias)."""
+        if not isinstance(e, sx.BinOp) or self.is_column(e):
+            return None
+        if e.op == "*":
+            for x, c in ((e.lhs, const_value(e.rhs)), (e.rhs, const_value(e.lhs))):
+                if c is not None:
+                    pre, v = self.value(x, None)
+                    return pre, v, c, None
+            return None
+        if e.op not in "+-":
+            return None
+        for x, col, sign in ((e.lhs, e.rhs, 1.0 if e.op == "+" else -1.0), (e.rhs, e.lhs, 1.0)):
+            if self.is_column(col) and not self.is_column(x) and not (e.op == "-" and col is e.lhs):
+                if self.regroup:
+                    return self.scaled_affine(x, col, sign)
+                pre, v = self.value(x, None)
+                pc, bias = self.value(col, None)
+                if sign < 0:  # the bias adds: negate the (P, 1) column first (one tiny instruction)
+                    pc, bias = self.scaled_column(pc, bias, -1.0)
+                return pre + pc, v, 1.0, bias
+        return None
+
+    def scaled_affine(self, x: sx.Expr, col: sx.Expr, sign: float) -> tuple[list[Stmt], View, float, View | None]:
+        """`k * y + col`, `k * y - h * col`: ScalarE's scale takes k and its bias the column times its factor (one
+        tiny instruction for the column instead of a pass over the tile for k)."""
+        y, k = strip_scale(x)
+        colx, h = strip_scale(col)
+        if self.is_column(y) or not self.is_column(colx):
+            y, k, colx, h = x, 1.0, col, 1.0
+        pre, v = self.value(y, None)
+        pc, c = self.value(colx, None)
+        if sign * h != 1.0:  # on ScalarE too: a VectorE step between would make the engines wait on each other
+            pc, c = self.scaled_column(pc, c, sign * h, scalar_engine=True)
+        return pre + pc, v, k, c
+
+    def scaled_column(self, pc: list[Stmt], c: View, factor: float, scalar_engine: bool = False
+                      ) -> tuple[list[Stmt], View]:
+        shape, self.cur = self.cur, (self.shape[0], 1)
+        more, out = self.temp()
+        self.cur = shape
+        scaled = Act(out, c, "copy", None, factor, self.line) if scalar_engine else \
+            Scalar(out, c, "multiply", factor, self.line)
+        return pc + more + [scaled], out
+
+    def convert(self, e: sx.Call) -> tuple[list[Stmt], View]:
+        """f16(x), bf16(x): x rounded to that dtype (a tensor_copy into a tile of it; later instructions read it
+        back as fp32). f32(x) is x: the engines compute in fp32."""
+        pre, x = self.value(e.args[0], None)
+        if e.fn == "f32":
+            return pre, x
+        if isinstance(e.args[0], sx.Access) and e.args[0].tensor in self.columns:
+            raise TilecError(f"converting the broadcast operand `{fmt_expr(e.args[0])}` to {e.fn} is not supported "
+                             f"inside an element-wise statement", e.span, f"declare {e.args[0].tensor} as {e.fn}")
+        self.n += 1
+        buf = Buf(self.fresh(f"tmp{self.n}"), "sbuf", e.fn, self.shape)
+        return pre + [Alloc(buf, line=self.line), ir.Copy(whole(buf), x, self.line)], whole(buf)
+
+    def target(self, dst: View | None) -> tuple[list[Stmt], View]:
+        return ([], dst) if dst is not None else self.temp()
+
+    def scalar(self, x: sx.Expr, op: str, value: float, dst, override: str | None = None):
+        pre, v = self.value(x, None)
+        out, d = self.target(dst)
+        return pre + out + [Scalar(d, v, override or op, value, self.line)], d
+
+    def binary(self, x: sx.Expr, y: sx.Expr, op: str, dst):
+        p1, v1 = self.value(x, None)
+        p2, v2 = self.value(y, None)
+        out, d = self.target(dst)
+        if self.is_column(y):  # a per-partition scalar: tensor_scalar with a (P, 1) operand
+            return p1 + p2 + out + [Scalar(d, v1, op, v2, self.line)], d
+        if self.is_column(x):
+            return p1 + p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op in ("subtract", "divide"))], d
+        return p1 + p2 + out + [Binary(d, v1, v2, op, self.line)], d
+
+    def is_column(self, e: sx.Expr) -> bool:
+        return column_only(e, self.columns)
+
+
+def _signed_terms(e: sx.Expr, sign: float) -> list[tuple[float, sx.Expr]]:
+    """`a + b - (c - d)` -> [(+1, a), (+1, b), (-1, c), (+1, d)]."""
+    if isinstance(e, sx.BinOp) and e.op in "+-":
+        return _signed_terms(e.lhs, sign) + _signed_terms(e.rhs, sign if e.op == "+" else -sign)
+    return [(sign, e)]

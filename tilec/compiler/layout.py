@@ -1,0 +1,410 @@
+"""Data-layout primitives on level-A IR (compiler/nest.py), next to those of primitives.py: each is `Kernel ->
+Kernel`, keeps the nest's meaning (tests/compiler/test_layout.py evaluates before and after) and checks its own
+legality with one-line checks that raise a TilecError.
+
+    reshape(k, "i", (("p", 128), ("f", 200)))   the iteration space of a perfect injective nest, and every buffer
+                                                it accesses, seen with other extents (HBM views `X_v`): z[i] over
+                                                25600 -> z_v[p, f] over 128 x 200
+    stage_out(k, "Y", "t")                      TVM's cache_write: inside loop t, the region of Y the body writes
+                                                goes to an on-chip buffer, copied out after the body
+    broadcast(k, "s_row", "t", "p")             a row (one partition) read by every partition p: copied to a tile
+                                                with the row on each partition (TensorE: ones[1, P].T @ row)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from tilec.compiler.ir import Aff, Term
+from tilec.compiler.names import unique
+from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Expr, Kernel, Load, Loop, Op, Stmt, Update, walk
+from tilec.compiler.primitives import (Region, _check_fits, _fail, _stores, _subst, _with_loop, copy_nest, find_loop,
+                                      region, relocate)
+from tilec.errors import Span
+from tilec.target import Target, target as get_target
+
+
+# ---- reshape -------------------------------------------------------------------------------------------------------
+
+
+def perfect_chain(loop: Loop) -> list[Loop]:
+    """`loop` and the loops nested directly in it, outermost first."""
+    chain = [loop]
+    while len(chain[-1].body) == 1 and isinstance(chain[-1].body[0], Loop):
+        chain.append(chain[-1].body[0])
+    return chain
+
+
+def _suffix(extents: list[int]) -> list[int]:
+    """Products of the trailing extents: [N*M, M, 1] for [N, M] (the flat stride each loop starts at is the next)."""
+    out = [1]
+    for n in reversed(extents):
+        out.insert(0, out[0] * n)
+    return out
+
+
+def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple[str, ...] = (),
+            lines: tuple[int, ...] = (), views: tuple[tuple[str, str], ...] = (), span: Span | None = None) -> Kernel:
+    """The perfect nest at loop `at` iterated by `loops` (name, extent), outermost first, over the same elements in
+    the same order; every buffer it accesses is seen through an HBM view `BUF_v` (golden: layout/reshape.txt):
+
+        for i in serial(64):                           view Y_v: hbm f32[128, 512] = Y   (and X_v)
+          for j in serial(1024):                       for p in serial(128):
+            Y[i, j] = X[i, j] + 1                        for f in serial(512):
+                                                           Y_v[p, f] = X_v[p, f] + 1
+
+    Legal when every statement is an assignment, every access indexes a run of the nest's loops plainly and in
+    order over whole dimensions (a broadcast operand reads a run of them), and each run starts and ends on a
+    boundary of the new loops. A broadcast operand's view gets a unit dimension on the side the other loops are:
+    b[i] of Y[i, j] -> b_v[p, 0] (a column), s[j] -> s_v[0, f] (a row). `notes` and `lines` give the new loops'
+    comments and .tl lines (default: the line of the loop each starts in); `views` names the views (buffer, view;
+    default BUF_v, or BUF_v2.. when that name is taken)."""
+    chain = perfect_chain(find_loop(k, at, span))
+    old = [lp.extent for lp in chain]
+    new = [n for _, n in loops]
+    if math.prod(old) != math.prod(new):
+        raise _fail(f"reshape {at}: {' x '.join(map(str, new))} iterations are not the nest's "
+                    f"{' x '.join(map(str, old))}", span, "keep the product of the extents")
+    body = tuple(s for s in chain[-1].body if isinstance(s, Assign))
+    if len(body) != len(chain[-1].body):
+        raise _fail(f"reshape {at}: the nest holds more than assignments", span, "reshape an element-wise nest")
+    bufs = k.buffers()
+    shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span)
+    taken, given = set(bufs), dict(views)
+    called = {b: given.get(b) or unique(f"{b}_v", taken) for b in shapes}
+    names = [v for v, _ in loops]
+    new_body: tuple[Stmt, ...] = tuple(_rewrite(s, shapes, called, names) for s in body)
+    for j in reversed(range(len(loops))):
+        note = notes[j] if j < len(notes) else ""
+        line = lines[j] if j < len(lines) else chain[_source(old, new, j)].line
+        new_body = (Loop(names[j], new[j], new_body, "serial", line, note),)
+    allocs = tuple(Alloc(Buffer(called[b], "hbm", bufs[b].dtype, shape, view_of=b), body[0].line)
+                   for b, (shape, _) in shapes.items())
+    top = next(i for i, s in enumerate(k.body) if s is chain[0] or any(x is chain[0] for x in walk((s,))))
+    k = _with_loop(k, chain[0], lambda _: new_body[0])
+    return replace(k, body=k.body[:top] + allocs + k.body[top:])
+
+
+def _source(old: list[int], new: list[int], j: int) -> int:
+    """The old loop the new loop j starts in (its line is the new loop's)."""
+    so, sn = _suffix(old), _suffix(new)
+    return max(m for m in range(len(old)) if so[m] >= sn[j])
+
+
+View = tuple[tuple[int, ...], tuple["int | None", ...]]  # view shape; per dimension its new loop (None: a unit)
+
+
+def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[str, Buffer], span
+           ) -> dict[str, View]:
+    """Buffer -> its view, ordered: operands indexed like the whole nest, the written buffers, then broadcast
+    operands (columns, then rows). An access is a sequence of runs of the nest's loops (one run: an element-wise
+    operand or a broadcast; several: a permute, Y[j, i] = X[i, j]); each run becomes the new loops it spans."""
+    so, sn = _suffix(old), _suffix(new)
+    found: dict[str, View] = {}
+    order: dict[str, int] = {}
+    for s in body:
+        for acc, written in [(s.dst, True)] + [(a, False) for a in _loads(s.expr)]:
+            runs = _runs(acc, chain, old, bufs, span)
+            for a, b in runs:
+                if so[a] not in sn or so[b] not in sn:
+                    raise _fail(f"reshape: `{acc.buf}` reads loops {', '.join(chain[a:b])}, which do not map onto "
+                                f"whole loops of the new nest", span, "choose extents whose products meet at its run")
+            full = sum(b - a for a, b in runs) == len(chain)  # every loop (in order, or permuted)
+            view = _view(runs, full, so, sn, new)
+            if found.setdefault(acc.buf, view) != view:
+                raise _fail(f"reshape: `{acc.buf}` is accessed through different loops", span)
+            last = max(b for _, b in runs)
+            order.setdefault(acc.buf, 1 if written else 0 if full else 2 if last < len(chain) else 3)
+    return {b: found[b] for b in sorted(found, key=lambda b: order[b])}
+
+
+def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int], new: list[int]) -> View:
+    """New loops of extent 1 at a broadcast run's edges stay out of its view (b[i] -> b_v[p, 0], not b_v[o, p, 0]
+    with o of extent 1), and it gets a unit dimension on the side the other loops are; an operand indexed by every
+    loop keeps them all."""
+    spans: list[int] = []
+    for a, b in runs:
+        a2 = sn.index(so[a]) if full else len(sn) - 1 - sn[::-1].index(so[a])
+        b2 = len(sn) - 1 - sn[::-1].index(so[b]) if full else sn.index(so[b])
+        spans += list(range(a2, b2))
+    if not spans:  # a broadcast run of one element (b[i], i < 1): a (1, 1) column
+        return (1, 1), (None, None)
+    loops: list[int | None] = list(spans)
+    if len(runs) == 1 and not full:
+        if spans[-1] + 1 < len(new):
+            loops.append(None)
+        elif spans[0] > 0:
+            loops.insert(0, None)
+    return tuple(1 if j is None else new[j] for j in loops), tuple(loops)
+
+
+def _loads(e: Expr) -> list[Access]:
+    from tilec.compiler.nest import loads
+    return loads(e)
+
+
+def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer], span) -> list[tuple[int, int]]:
+    """The access as runs [(a, b), ..] of chain[a:b], one plain loop per dimension, over the whole buffer."""
+    names = []
+    for i in acc.index:
+        if len(i.terms) != 1 or i.terms[0].coef != 1 or i.const or i.terms[0].var not in chain:
+            raise _fail(f"reshape: `{acc.buf}` is not indexed by plain loops of the nest", span,
+                        "reshape a nest whose accesses use its loops as indices")
+        names.append(i.terms[0].var)
+    pos = [chain.index(v) for v in names]
+    if len(set(pos)) != len(pos) or list(bufs[acc.buf].shape) != [old[p] for p in pos]:
+        raise _fail(f"reshape: `{acc.buf}` is not indexed by runs of the nest's loops over its whole shape", span)
+    runs: list[tuple[int, int]] = []
+    for p in pos:
+        if runs and runs[-1][1] == p:
+            runs[-1] = (runs[-1][0], p + 1)
+        else:
+            runs.append((p, p + 1))
+    return runs or [(0, 0)]
+
+
+def _rewrite(s: Assign, views: dict[str, View], called: dict[str, str], names: list[str]) -> Assign:
+    def access(a: Access) -> Access:
+        _, loops = views[a.buf]
+        return Access(called[a.buf], tuple(Aff() if j is None else Aff((Term(names[j]),)) for j in loops))
+
+    def expr(e: Expr) -> Expr:
+        if isinstance(e, Load):
+            return replace(e, access=access(e.access))
+        if isinstance(e, Op):
+            return replace(e, args=tuple(expr(x) for x in e.args))
+        return e
+    return replace(s, dst=access(s.dst), expr=expr(s.expr))
+
+
+# ---- stage_out -----------------------------------------------------------------------------------------------------
+
+
+def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
+              span: Span | None = None, name: str = "") -> Kernel:
+    """TVM's cache_write: inside loop `at`, the statements write the region of `buf` they cover into a new on-chip
+    buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop does not read
+    `buf` (it would see the old values) and the region fits the target."""
+    t = get_target(target)
+    loop = find_loop(k, at, span)
+    writes = [s.dst for s in _stores(loop.body) if s.dst.buf == buf]
+    if not writes:
+        raise _fail(f"stage_out {buf} at {at}: loop {at} does not write {buf}", span)
+    if any(a.buf == buf for s in _stores(loop.body) for a in _loads(s.expr)):
+        raise _fail(f"stage_out {buf} at {at}: loop {at} also reads {buf}", span, "stage it where it is only written")
+    inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
+    box = region(writes, inner, f"stage_out {buf} at {at}", span)
+    source = k.buffers()[buf]
+    _check_fits(box.shape, source.dtype, t, f"stage_out {buf} at {at}", span)
+    staged = Buffer(name or f"{buf}_{memory}", memory, source.dtype, box.shape)
+    line = next(s.line for s in _stores(loop.body) if s.dst.buf == buf)
+    back = copy_nest(staged.name, buf, box, line, into=False)
+    body = relocate(loop.body, buf, staged.name, box, reads=False, writes=True)
+    return _with_loop(k, loop, lambda s: replace(s, body=(Alloc(staged, line),) + body + (back,)))
+
+
+# ---- broadcast -----------------------------------------------------------------------------------------------------
+
+
+def broadcast(k: Kernel, buf: str, at: str, part: str, target: Target | str | None = None,
+              span: Span | None = None, name: str = "", dtype: str = "f32") -> Kernel:
+    """A row `buf` (an on-chip buffer of one partition, read at [0, ..]) read in every iteration of the partition
+    loop `part`: inside loop `at` ("" for the whole kernel), a tile holds the row on each partition and the body
+    reads that instead (golden: layout/broadcast.txt). The fill is inserted after the copy that loads `buf`.
+    Legal when `buf` has one partition and the region fits the target."""
+    t = get_target(target)
+    loop = find_loop(k, at, span) if at else Loop("", 1, k.body)
+    p = find_loop(k, part, span)
+    reads = [a for s in _stores(loop.body) for a in _loads(s.expr) if a.buf == buf]
+    if not reads or k.buffers()[buf].shape[0] != 1 or any(a.index[0] != Aff() for a in reads):
+        raise _fail(f"broadcast {buf}: it must be a row (one partition) read inside {at or 'the kernel'}", span)
+    inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
+    box = region(reads, inner, f"broadcast {buf}", span)
+    row = Region(box.offsets, box.extents, box.kept[1:])  # the tile's free dimensions: the row's, past its partition
+    shape = (p.extent,) + row.shape
+    _check_fits(shape, dtype, t, f"broadcast {buf}", span)
+    tile = Buffer(name or f"{buf}_bcast", "sbuf", dtype, shape)
+    line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in _loads(s.expr)))
+    fill = _fill(tile, buf, row, p.extent, line)
+    body = relocate(loop.body, buf, tile.name, row, lead=(Aff((Term(part),)),))
+    written = next((i for i, s in enumerate(body) if any(st.dst.buf == buf for st in _stores((s,)))), -1)
+    body = body[:written + 1] + (Alloc(tile, line), fill) + body[written + 1:]
+    if not at:
+        return replace(k, body=body)
+    return _with_loop(k, loop, lambda s: replace(s, body=body))
+
+
+def _fill(tile: Buffer, row: str, box: Region, parts: int, line: int) -> Stmt:
+    """for c0 in partition(P): for c1..: tile[c0, c1..] = row[0, o1 + c1, ..] (every partition gets the row)."""
+    names = [f"{tile.name}_c{n + 1}" for n in range(len(box.kept))]
+    dst = Access(tile.name, (Aff((Term(f"{tile.name}_c0"),)),) + tuple(Aff((Term(v),)) for v in names))
+    src = Access(row, tuple(box.offsets[d].plus(Aff((Term(names[box.kept.index(d)]),))) if d in box.kept
+                            else box.offsets[d] for d in range(len(box.offsets))))
+    fill: Stmt = Assign(dst, Load(src), line)
+    for v, n in reversed(list(zip(names, box.shape))):
+        fill = Loop(v, n, (fill,), "serial", line)
+    return Loop(f"{tile.name}_c0", parts, (fill,), "partition", line)
+
+
+# ---- staging with a chosen layout ----------------------------------------------------------------------------------
+
+
+def stage_grouped(k: Kernel, buf: str, at: str, groups: tuple[tuple[str, ...], ...], into: bool = True,
+                  target: Target | str | None = None, span: Span | None = None, name: str = "",
+                  dtype: str = "", memory: str = "sbuf") -> Kernel:
+    """Like stage (into=True: what the body reads of `buf`) or stage_out (into=False: what it writes), but the copy's
+    dimensions are `groups` of the loops inside `at`, each group's loops flattened in order (golden:
+    layout/stage_grouped.txt). A transpose strip `X[bi*256 + ai*128 + i_i, j]` staged with groups (i_i), (ai), (j)
+    is X_strip[128, 2, N]: the rows of each 128-block on the partitions. A group whose rows share a dimension of
+    `buf` with another group becomes a loop around the copy (one DMA per block row). Legal when the body accesses
+    `buf` one way only and each group's loops step through that dimension contiguously (`ai*128 + i_i`)."""
+    t = get_target(target)
+    loop = find_loop(k, at, span)
+    stores = _stores(loop.body)
+    found = [s.dst for s in stores if s.dst.buf == buf] if not into else \
+        [a for s in stores for a in _loads(s.expr) if a.buf == buf]
+    what = f"stage {buf} at {at}"
+    if not found or any(a != found[0] for a in found):
+        raise _fail(f"{what}: loop {at} must access {buf}, one way only", span)
+    if (not into and any(a.buf == buf for s in stores for a in _loads(s.expr))) or \
+            (into and any(s.dst.buf == buf for s in stores)):
+        raise _fail(f"{what}: loop {at} both reads and writes {buf}", span)
+    inner = {s.var: s for s in walk(loop.body) if isinstance(s, Loop)}
+    acc = found[0]
+    dims = [_group_dim(acc, g, inner, what, span) for g in groups]
+    shape = tuple(math.prod(inner[v].extent for v in g) for g in groups)
+    source = k.buffers()[buf]
+    _check_fits(shape, dtype or source.dtype, t, what, span)
+    staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, shape)
+    local = Access(staged.name, tuple(_group_index(acc, g, inner) for g in groups))
+    line = next(s.line for s in stores if s.dst == acc or acc in _loads(s.expr))
+    copy = _grouped_copy(acc, local, groups, dims, inner, into, line)
+    body = _replace_access(loop.body, acc, local)
+    new_body = (Alloc(staged, line), copy) + body if into else (Alloc(staged, line),) + body + (copy,)
+    return _with_loop(k, loop, lambda s: replace(s, body=new_body))
+
+
+def _group_dim(acc: Access, group: tuple[str, ...], inner: dict[str, Loop], what: str, span) -> int:
+    """The one dimension of `acc` the group's loops index, checking they step through it contiguously."""
+    where = {d for d, i in enumerate(acc.index) for t in i.terms if t.var in group}
+    if len(where) != 1:
+        raise _fail(f"{what}: loops {', '.join(group)} must index one dimension of {acc.buf}", span)
+    d = where.pop()
+    coef = {t.var: t.coef for t in acc.index[d].terms}
+    step = coef.get(group[-1], 0)
+    for v, nxt in zip(group, group[1:]):
+        if coef.get(v) != coef.get(nxt, 0) * inner[nxt].extent or not step:
+            raise _fail(f"{what}: loops {', '.join(group)} do not step through {acc.buf} contiguously", span)
+    return d
+
+
+def _group_index(acc: Access, group: tuple[str, ...], inner: dict[str, Loop]) -> Aff:
+    """The group's position in the staged copy: its loops flattened (their terms over the innermost's step)."""
+    d = next(d for d, i in enumerate(acc.index) if any(t.var in group for t in i.terms))
+    terms = [next(t for t in acc.index[d].terms if t.var == v) for v in group]
+    step = terms[-1].coef
+    return Aff(tuple(Term(t.var, t.coef // step, t.name if step == 1 else "") for t in terms))
+
+
+def _grouped_copy(acc: Access, local: Access, groups, dims: list[int], inner: dict[str, Loop], into: bool,
+                  line: int) -> Stmt:
+    """The copy between `acc`'s region and the staged buffer: one copy variable per group (a single loop's group
+    keeps that loop's name, comment and line). Groups that share a dimension of the buffer with an earlier group
+    are loops around the copy; the first group is the partitions."""
+    around = [n for n in range(1, len(groups)) if dims.count(dims[n]) > 1]
+    inside = [n for n in range(len(groups)) if n not in around]
+    names = [groups[n][0] if n in around else f"{local.buf}_c{n}" for n in range(len(groups))]
+    extents = [math.prod(inner[v].extent for v in g) for g in groups]
+    by = {}
+    for n, g in enumerate(groups):
+        last = next(t for t in acc.index[dims[n]].terms if t.var == g[-1])
+        first = next(t for t in acc.index[dims[n]].terms if t.var == g[0])
+        by[n] = Term(names[n], last.coef, first.name if len(g) == 1 else "")
+    index = []
+    for d, i in enumerate(acc.index):
+        keep = tuple(t for t in i.terms if t.var not in inner)
+        index.append(Aff(keep + tuple(by[n] for n in range(len(groups)) if dims[n] == d), i.const))
+    whole = Access(acc.buf, tuple(index))
+    mine = Access(local.buf, tuple(Aff((Term(v),)) for v in names))
+    copy: Stmt = Assign(mine, Load(whole), line) if into else Assign(whole, Load(mine), line)
+    for n in reversed(inside):
+        copy = Loop(names[n], extents[n], (copy,), "partition" if n == 0 else "serial", line)
+    for n in reversed(around):
+        src = inner[groups[n][0]]
+        copy = Loop(names[n], extents[n], (copy,), "serial", src.line, src.note)
+    return copy
+
+
+def _replace_access(body: tuple[Stmt, ...], old: Access, new: Access) -> tuple[Stmt, ...]:
+    def expr(e: Expr) -> Expr:
+        if isinstance(e, Load):
+            return replace(e, access=new) if e.access == old else e
+        if isinstance(e, Op):
+            return replace(e, args=tuple(expr(x) for x in e.args))
+        return e
+
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, Loop):
+            out.append(replace(s, body=_replace_access(s.body, old, new)))
+        elif isinstance(s, Assign):
+            out.append(replace(s, dst=new if s.dst == old else s.dst, expr=expr(s.expr)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+# ---- cut (index-set splitting) -------------------------------------------------------------------------------------
+
+
+def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) -> Kernel:
+    """Index-set splitting with distribution: the perfect nest from loop `root` (default: `var` itself) down to
+    `var` becomes two nests, the first over var < at, the second over the rest (var = at + var'); every loop of the
+    first is renamed NAME@a, of the second NAME@b (golden: layout/cut.txt). A transpose of 521 rows is 512 rows in
+    blocks of 128 and one block of 9. Legal when the nest is injective (every iteration writes its own elements)
+    and 0 < at < the extent."""
+    loop = find_loop(k, var, span)
+    top = find_loop(k, root, span) if root else loop
+    chain = perfect_chain(top)
+    if not any(lp is loop for lp in chain):
+        raise _fail(f"cut {var}: loop {var} is not in the perfect nest under {root}", span)
+    if not 0 < at < loop.extent:
+        raise _fail(f"cut {var}, {at}: cut inside the loop's extent 1..{loop.extent - 1}", span)
+    for s in _stores((top,)):
+        used = {t.var for i in s.dst.index for t in i.terms}
+        if isinstance(s, Update) or not {lp.var for lp in chain} <= used:
+            raise _fail(f"cut {var}: `{s.dst.buf}` is not written once per iteration of the nest", span,
+                        "cut an injective (element-wise or copy) nest")
+    names = [s.var for s in walk((top,)) if isinstance(s, Loop)]
+    part = lambda tag: {v: v + ("" if "@" in v else "@") + tag for v in names}  # noqa: E731
+    first = _renamed(top, part("a"), {loop.var: (at, 0)})
+    second = _renamed(top, part("b"), {loop.var: (loop.extent - at, at)})
+    return _with_loop_many(k, top, (first, second))
+
+
+def _renamed(top: Loop, names: dict[str, str], extents: dict[str, tuple[int, int]]) -> Loop:
+    """The nest with its loops renamed; a loop in `extents` gets (extent, offset): var = offset + var'."""
+    def visit(s: Stmt) -> Stmt:
+        if not isinstance(s, Loop):
+            return s
+        body = tuple(visit(x) for x in s.body)
+        extent, offset = extents.get(s.var, (s.extent, 0))
+        body = _subst(body, s.var, Aff((Term(names[s.var]),), offset))
+        return replace(s, var=names[s.var], extent=extent, body=body)
+    out = visit(top)
+    assert isinstance(out, Loop)
+    return out
+
+
+def _with_loop_many(k: Kernel, target: Loop, new: tuple[Stmt, ...]) -> Kernel:
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if s is target:
+                out += new
+            elif isinstance(s, Loop):
+                out.append(replace(s, body=visit(s.body)))
+            else:
+                out.append(s)
+        return tuple(out)
+    return replace(k, body=visit(k.body))

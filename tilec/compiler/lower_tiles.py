@@ -1,0 +1,187 @@
+"""Lowering a scheduled level-A nest (after a rule's primitives, rules.py) to level B (ir.py), which the passes
+(hoist, unroll, legalise, squeeze, allocate, the verifier) and codegen take from there:
+
+    view X_v = X                     -> view X_v: hbm (a reshape of HBM, or X itself when the shapes agree)
+    alloc T: sbuf                    -> alloc T
+    for v in serial(n)               -> for v in affine(n)   (gone when n = 1: v is 0; its comment is kept)
+    for c in partition(P): ...       -> the instructions tensorize.emit chooses for the nest (a DMA for a stage's
+                                        copy, ones-matmul for a row broadcast, the expression's instructions)
+
+The rule's `block(loop, label)` groups the statements of a loop under a label (the kernel's phase comments); a row
+staged and broadcast inside a loop becomes a hoistable block (the hoist pass lifts it out of loops it does not use).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tilec.compiler import ir
+from tilec.compiler.build_conv import Fresh, hbm_view
+from tilec.compiler.build_util import loop, ones_row
+from tilec.compiler.ir import Aff, Sl, View
+from tilec.compiler.layout import perfect_chain
+from tilec.compiler.lower import size_value
+from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Kernel, Load, Loop, Stmt, lower_expr, walk
+from tilec.compiler.ops import EltwiseOp, TransposeOp
+from tilec.compiler.rules import Prim
+from tilec.compiler.tensorize import Emit, emit
+from tilec.target import Target
+
+Built = tuple[list[tuple[str, int]], list[ir.Stmt]]
+
+
+def eltwise_nest(op: EltwiseOp, program) -> Kernel:
+    """The level-A nest of one selected element-wise statement (chains already inlined by selection): its loops
+    over the output, one assignment."""
+    out = program.tensors[op.out]
+    names = tuple(v for _, v in op.vars)
+    reads = tuple(dict.fromkeys((*op.inputs, *op.columns, *op.rows)))
+    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, tuple(program.tensors[n].shape)) for n in (*reads, op.out)}
+    idx = tuple(Aff((ir.Term(v),)) for v in names)
+    body: Stmt = Assign(Access(op.out, idx), lower_expr(op.expr, names, program.sizes), op.line)
+    for v, n in reversed(list(zip(names, out.shape))):
+        body = Loop(v, size_value(n, program.sizes) if not isinstance(n, int) else n, (body,), "serial",
+                    dict(op.loop_lines).get(v, op.line))
+    return Kernel(op.name, tuple(bufs[n] for n in reads), (bufs[op.out],), (body,))
+
+
+def transpose_nest(op: TransposeOp, program) -> Kernel:
+    """The level-A nest of one selected transpose or permute: Y[out order] = X[source order] over the .tl loops."""
+    src, out = program.tensors[op.src], program.tensors[op.out]
+    bufs = {n: Buffer(n, "hbm", t.dtype, tuple(t.shape)) for n, t in ((op.src, src), (op.out, out))}
+    lines = dict(op.loop_lines)
+    out_vars = tuple(_out_order(op))
+    idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
+    body: Stmt = Assign(Access(op.out, idx(out_vars)), Load(Access(op.src, idx(op.src_vars))), op.line)
+    for v, n in reversed(op.loops):
+        body = Loop(v, n, (body,), "serial", lines.get(v, op.line))
+    return Kernel(op.name, (bufs[op.src],), (bufs[op.out],), (body,))
+
+
+def _out_order(op: TransposeOp) -> list[str]:
+    """The output's index order: batch, then the second run, then the first (select_transpose's swap)."""
+    names = list(op.src_vars)
+    i, j = names.index(dict(op.vars)["i"]), names.index(dict(op.vars)["j"])
+    return names[:i] + names[j:] + names[i:j]
+
+
+def lower_tiles(k: Kernel, prims: list[Prim], hbm: dict[str, ir.Buf], fresh: Fresh, target: Target) -> Built:
+    """The scheduled nest `k` as level-B statements, and the named constants its splits introduced."""
+    low = _Lowering(k, prims, hbm, fresh, target)
+    out: list[ir.Stmt] = []
+    views = 0
+    for s in k.body:
+        made = low.stmts((s,), top=True)
+        out += low.pending + made  # a ones row goes just before the first statement that needs it
+        low.pending = []
+        views += len(made) if isinstance(s, Alloc) and s.buf.view_of else 0
+    if "" in low.blocks:  # `block("", label)`: everything after the views
+        first = next((s.line for s in k.body if isinstance(s, Loop)), 0)
+        out = out[:views] + [ir.Block(low.blocks[""], tuple(out[views:]), _line(k.body[-1]) or first)]
+    consts = [(str(dict(p.kw)["name"]), int(p.args[1])) for p in prims if p.name == "split" and dict(p.kw).get("name")]
+    return list(dict.fromkeys(consts)), out
+
+
+class _Lowering:
+    def __init__(self, k: Kernel, prims: list[Prim], hbm: dict[str, ir.Buf], fresh: Fresh, target: Target) -> None:
+        self.fresh, self.target = fresh, target
+        self.nest = k.buffers()
+        self.bufs: dict[str, ir.Buf] = {b.name: hbm[b.name] for b in (*k.params, *k.outputs)}
+        self.blocks = {p.args[0]: p.args[1] for p in prims if p.name == "block"}
+        self.tensorize = {p.args[0]: dict(p.kw) for p in prims if p.name == "tensorize"}
+        self.ones: dict[str, ir.Buf] = {}
+        self.pending: list[ir.Stmt] = []
+
+    def stmts(self, body: tuple[Stmt, ...], top: bool = False) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        i = 0
+        while i < len(body):
+            if not top and self._row_block(body[i:i + 4]):
+                group = self.stmts(body[i:i + 4], top=True)
+                label = f"row {self._row_name(body[i + 1])}: copied to every partition"
+                out.append(ir.Block(label, tuple(group), _line(body[i + 3]), hoist=True))
+                i += 4
+                continue
+            out += self.stmt(body[i])
+            i += 1
+        return out
+
+    def stmt(self, s: Stmt) -> list[ir.Stmt]:
+        if isinstance(s, Alloc) and s.buf.view_of:
+            view, made = hbm_view(self.bufs[s.buf.view_of], s.buf.shape, self.fresh(s.buf.name), s.line)
+            self.bufs[s.buf.name] = view
+            return list(made)
+        if isinstance(s, Alloc):
+            b = self.bufs[s.buf.name] = ir.Buf(self.fresh(s.buf.name), s.buf.memory, s.buf.dtype, s.buf.shape)
+            return [ir.Alloc(b, line=s.line)]
+        assert isinstance(s, Loop), f"a statement outside any tensorized nest: {s}"
+        if s.kind == "partition":
+            return self.instructions(s)
+        made = loop(shown(s.var), s.extent, self.stmts(s.body), note=s.note, line=s.line)
+        if s.var in self.blocks:
+            return [ir.Block(self.blocks[s.var], tuple(made), _line(s))]
+        return made
+
+    def instructions(self, s: Loop) -> list[ir.Stmt]:
+        chain = perfect_chain(s)
+        body = chain[-1].body
+        assert len(body) == 1 and isinstance(body[0], Assign), f"tensorize: not one assignment under {s.var}"
+        nest = {lp.var: lp.extent for lp in chain}
+        e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory)
+        how = self.tensorize.get(s.var, {})
+        return emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")),
+                    psum=str(how.get("psum", "")))
+
+    def view(self, a: Access, nest: dict[str, int]) -> View:
+        """An access inside a tensorized nest as a view: a dimension indexed by a nest loop is a slice over it; one
+        indexed by outer loops only is that one element (a constant index of a unit dimension on chip is a slice of
+        one, keeping a column 2-D)."""
+        buf = self.bufs[a.buf]
+        idx: list[ir.Idx] = []
+        for i, n in zip(a.index, buf.shape):
+            inner = [t for t in i.terms if t.var in nest]
+            start = Aff(tuple(replace(t, var=shown(t.var)) for t in i.terms if t.var not in nest), i.const)
+            if inner:
+                idx.append(Sl(start, nest[inner[0].var], inner[0].coef))
+            elif buf.memory != "hbm" and n == 1 and not i.terms:  # a column's [p, 0]: stays a (P, 1) tile
+                idx.append(Sl(start, 1))
+            else:
+                idx.append(start)
+        return View(buf, tuple(idx))
+
+    def ones_row(self, dtype: str, parts: int, line: int) -> ir.Buf:
+        if dtype not in self.ones:
+            self.ones[dtype], made = ones_row(self.fresh(f"ones_{dtype}"), dtype, parts, line)
+            self.pending += made
+        return self.ones[dtype]
+
+    def _row_block(self, stmts: tuple[Stmt, ...]) -> bool:
+        """alloc ROW; copy into ROW; alloc TILE; broadcast ROW into TILE: a row made ready inside a loop."""
+        if len(stmts) < 4 or not all(isinstance(x, Alloc) for x in stmts[0::2]):
+            return False
+        copy, fill = stmts[1], stmts[3]
+        if not (isinstance(copy, Loop) and isinstance(fill, Loop)):
+            return False
+        c, f = _assign(copy), _assign(fill)
+        row = stmts[0].buf.name  # type: ignore[union-attr]
+        broadcast = fill.kind == "partition" and isinstance(f.expr, Load) and \
+            not any(t.var == fill.var for i in f.expr.access.index for t in i.terms)  # every partition, one row
+        return broadcast and c.dst.buf == row and isinstance(f.expr, Load) and f.expr.access.buf == row
+
+    def _row_name(self, copy: Stmt) -> str:
+        src = _assign(copy).expr
+        assert isinstance(src, Load)
+        return self.nest[src.access.buf].view_of or src.access.buf
+
+
+def shown(var: str) -> str:
+    """A loop's name in the kernel: a region's copy `bi@ab` (names are unique in level A) is `bi` inside its block."""
+    return var.split("@")[0]
+
+
+def _assign(s: Stmt) -> Assign:
+    stores = [x for x in walk((s,)) if isinstance(x, Assign)]
+    return stores[0]
+
+
+def _line(s: Stmt) -> int:
+    return next((x.line for x in walk((s,)) if isinstance(x, Assign)), getattr(s, "line", 0))

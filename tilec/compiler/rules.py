@@ -1,0 +1,366 @@
+"""Default schedules as rules (TVM DLight style): `rule(nest, target, params) -> list[Prim] | None`.
+
+A rule recognises a level-A nest (compiler/nest.py), and either says "not applicable" (None) or writes its schedule
+as a list of primitive applications: data, printable, applied by `apply` with the primitives' own legality checks
+(primitives.py, layout.py). The code generator lowers the scheduled nest (lower_tiles.py); the rule's parameters
+(a record such as `EltwisePlan`) are what directives and the tuner change.
+
+    eltwise(nest, target, EltwisePlan(128, 200))   z[i] = x[i] + y[i], i < 25600:
+        reshape(i, (p, 128), (f, 200))              the data as 128 partitions x 200 elements (HBM views)
+        split(f, 200, outer=t, inner=f_i, name=TILE_F)
+        reorder(t, p)                               free tiles outermost, the partitions inside
+        partition(p)
+        stage_out(z_v, t, name=z_tile)              the result tile in SBUF, stored after the body
+        stage(y_v, t, name=y_tile) ...              each input tile loaded into SBUF
+        tensorize(p)                                the tile's expression -> engine instructions
+        block(t, "z = element-wise, 128 partitions")
+
+`fallback` is the generic rule: any injective element-wise nest, with default parameters.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tilec.compiler import layout, primitives as pr
+from tilec.compiler.names import unique
+from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, loads
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, EltwisePlan, TransposePlan, best_divisor
+from tilec.target import Target
+
+WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
+ELTWISE_FREE = 1024  # elements per partition of one tile: ~1000 keeps DMAs efficient, two or more tiles overlap
+
+
+@dataclass(frozen=True)
+class Prim:
+    """One primitive application: `split(f, 200, outer=t)`."""
+    name: str
+    args: tuple[Any, ...]
+    kw: tuple[tuple[str, Any], ...] = ()
+
+    def __str__(self) -> str:
+        args = [_fmt(a) for a in self.args] + [f"{k}={_fmt(v)}" for k, v in self.kw]
+        return f"{self.name}({', '.join(args)})"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_fmt(x) for x in v) + ")"
+    return repr(v) if isinstance(v, str) and (" " in v or not v) else str(v)
+
+
+def prim(primitive: str, /, *args: Any, **kw: Any) -> Prim:
+    return Prim(primitive, args, tuple(kw.items()))
+
+
+def _lowering_only(k: Kernel, *args: Any, **kw: Any) -> Kernel:
+    return k
+
+
+# primitives applied to the nest; `tensorize` and `block` only instruct the lowering (lower_tiles.py)
+_PRIMITIVES: dict[str, Callable[..., Kernel]] = {
+    "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
+    "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
+    "buffers": pr.buffers, "stage_grouped": layout.stage_grouped, "cut": layout.cut, "tensorize": _lowering_only,
+    "block": _lowering_only,
+}
+_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped")  # check capacity against the target
+
+
+def apply(k: Kernel, prims: list[Prim], target: Target) -> Kernel:
+    for p in prims:
+        kw = dict(p.kw)
+        if p.name in _TARGETED:
+            kw["target"] = target
+        k = _PRIMITIVES[p.name](k, *p.args, **kw)
+    return k
+
+
+def print_prims(prims: list[Prim]) -> str:
+    return "".join(f"{p}\n" for p in prims)
+
+
+# ---- element-wise --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Injective:
+    """What the element-wise rule sees in a nest: one assignment under a perfect nest of loops, its reads either
+    indexed like the output (full), or by a run of its indices (a broadcast: columns lead, rows trail)."""
+    top: Loop
+    stmt: Assign
+    loops: tuple[Loop, ...]
+    full: tuple[str, ...]
+    columns: tuple[str, ...]
+    rows: tuple[str, ...]
+    run: tuple[int, int]  # the output indices on the partitions (with broadcasts); (0, 0): the data flattened
+
+
+def injective(k: Kernel) -> Injective | None:
+    """The nest's element-wise structure, or None when it is not one injective assignment over plain indices."""
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    if len(tops) != 1:
+        return None
+    chain = layout.perfect_chain(tops[0])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Assign):
+        return None
+    stmt, names = body[0], [lp.var for lp in chain]
+    if _plain(stmt.dst.index) != names:
+        return None
+    full: list[str] = []
+    columns: list[str] = []
+    rows: list[str] = []
+    runs: set[tuple[int, int, bool]] = set()
+    for a in loads(stmt.expr):
+        idx = _plain(a.index)
+        if idx is None or a.buf == stmt.dst.buf:
+            return None
+        if idx == names:
+            full += [a.buf] if a.buf not in full else []
+            continue
+        if not idx or idx[0] not in names or names[names.index(idx[0]):names.index(idx[0]) + len(idx)] != idx:
+            return None
+        first = names.index(idx[0])
+        group = rows if first + len(idx) == len(names) else columns
+        group += [a.buf] if a.buf not in group else []
+        runs.add((first, first + len(idx), group is rows))
+    col = next(((a, b) for a, b, r in runs if not r), None)
+    row = next(((a, b) for a, b, r in runs if r), None)
+    run = col or ((0, row[0]) if row else (0, 0))
+    return Injective(tops[0], stmt, tuple(chain), tuple(full), tuple(columns), tuple(rows), run)
+
+
+def _plain(index) -> list[str] | None:
+    out = []
+    for i in index:
+        if len(i.terms) != 1 or i.terms[0].coef != 1 or i.const:
+            return None
+        out.append(i.terms[0].var)
+    return out
+
+
+def eltwise_layout(n: Injective) -> tuple[tuple[str, int], ...]:
+    """(), or with broadcasts the output as O (outer) x P (partitions) x F (free)."""
+    if n.run == (0, 0):
+        return ()
+    ext = [lp.extent for lp in n.loops]
+    a, b = n.run
+    return (("O", math.prod(ext[:a])), ("P", math.prod(ext[a:b])), ("F", math.prod(ext[b:])))
+
+
+def eltwise_params(n: Injective) -> EltwisePlan:
+    """The default parameters: the largest partition count up to 128, ~1000 elements per partition per tile (a
+    row broadcast goes through one PSUM bank per tile: at most 512 fp32 columns)."""
+    size = math.prod(lp.extent for lp in n.loops)
+    lay = dict(eltwise_layout(n))
+    parts = best_divisor(lay.get("P", size), PMAX)
+    free = lay["F"] if lay else size // parts
+    return EltwisePlan(parts, best_divisor(free, MOVING_FMAX if n.rows else ELTWISE_FREE))
+
+
+def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> list[Prim] | None:
+    """The element-wise rule: tiles of parts x free elements; inputs staged per tile, columns per partition tile,
+    rows copied to every partition (once for the whole nest when they fit), the result staged and stored."""
+    n = injective(k)
+    if n is None:
+        return None
+    params = params or eltwise_params(n)
+    if n.run == (0, 0):
+        return _flat(n, params)
+    return _broadcast(n, params)
+
+
+def fallback(k: Kernel, target: Target) -> list[Prim] | None:
+    """The generic rule: any injective element-wise nest, with the default parameters."""
+    return eltwise(k, target)
+
+
+class _Names:
+    """Names of the buffers a rule makes, unique in the nest (a user tensor may be called `A_v` or `A_tile`)."""
+
+    def __init__(self, n: Injective) -> None:
+        self.taken = {n.stmt.dst.buf} | {a.buf for a in loads(n.stmt.expr)}
+
+    def __call__(self, base: str) -> str:
+        return unique(base, self.taken)
+
+
+def _views(n: Injective, name: _Names) -> dict[str, str]:
+    """The HBM view of each buffer, named in the order reshape makes them (operands, result, columns, rows)."""
+    return {b: name(f"{b}_v") for b in (*n.full, n.stmt.dst.buf, *n.columns, *n.rows)}
+
+
+def _flat(n: Injective, p: EltwisePlan) -> list[Prim]:
+    size = math.prod(lp.extent for lp in n.loops)
+    names = ", ".join(lp.var for lp in n.loops)
+    out = n.stmt.dst.buf
+    name = _Names(n)
+    v = _views(n, name)
+    prims = [prim("reshape", n.top.var, (("p", p.parts), ("f", size // p.parts)), notes=("", f"for {names}"),
+                  lines=(n.top.line, n.top.line), views=tuple(v.items())),
+             prim("split", "f", p.free, outer="t", inner="f_i", name="TILE_F"),
+             prim("reorder", "t", "p"),
+             prim("partition", "p"),
+             prim("stage_out", v[out], "t", name=name(f"{out}_tile"))]
+    prims += [prim("stage", v[b], "t", name=name(f"{b}_tile")) for b in reversed(n.full)]
+    return prims + [prim("tensorize", "p"), prim("block", "t", f"{out} = element-wise, {p.parts} partitions")]
+
+
+def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:
+    lay = dict(eltwise_layout(n))
+    a, b = n.run
+    names = [lp.var for lp in n.loops]
+    lines = (n.loops[0].line, n.loops[a].line if a < len(n.loops) else n.top.line,
+             n.loops[b].line if b < len(n.loops) else n.top.line)
+    out = n.stmt.dst.buf
+    name = _Names(n)
+    v = _views(n, name)
+    prims = [prim("reshape", n.top.var, (("o", lay["O"]), ("p", lay["P"]), ("f", lay["F"])),
+                  notes=(f"for {', '.join(names[:a])}", f"for {', '.join(names[a:b])}",
+                         f"for {', '.join(names[b:])}"), lines=lines, views=tuple(v.items())),
+             prim("split", "p", p.parts, outer="pt", inner="p_i", name="TILE_P"),
+             prim("split", "f", p.free, outer="t", inner="f_i", name="TILE_F"),
+             prim("reorder", "pt", "o", "t", "p_i", "f_i"),
+             prim("partition", "p_i"),
+             prim("stage_out", v[out], "t", name=name(f"{out}_tile"))]
+    prims += [prim("stage", v[x], "t", name=name(f"{x}_tile")) for x in reversed(n.full)]
+    whole = bool(n.rows) and lay["F"] // p.free > 1 and lay["F"] * 4 * len(n.rows) <= WHOLE_ROWS_BYTES
+    for i, r in reversed(list(enumerate(n.rows))):
+        at, row, tile = "" if whole else "t", name(f"{r}_row"), name(f"{r}_tile")
+        prims += [prim("stage", v[r], at, name=row), prim("broadcast", row, at, "p_i", name=tile)]
+        if whole:  # one PSUM bank of TILE_F columns at a time
+            chunk = "c" if i == 0 else f"c{i + 1}"
+            prims += [prim("split", f"{tile}_c1", p.free, outer=chunk, inner=f"{tile}_f", name="TILE_F",
+                           note="for the free tiles of the row"),
+                      prim("reorder", chunk, f"{tile}_c0")]
+    prims += [prim("stage", v[c], "pt", name=name(f"{c}_col"), dtype="f32") for c in reversed(n.columns)]
+    # with whole broadcast rows VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
+    fold = whole and bool(n.columns)
+    label = f"{out} = element-wise, broadcasting {', '.join(n.columns + n.rows)}"
+    return prims + [prim("tensorize", "p_i", fold=fold, regroup=fold), prim("block", "pt", label)]
+
+
+# ---- transposes and permutes ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Permute:
+    """What the transpose rule sees: Y[batch, second, first] = X[batch, first, second] over a perfect nest."""
+    top: Loop
+    stmt: Assign
+    src: Access  # the read of X
+    batch: tuple[str, ...]
+    first: tuple[str, ...]
+    second: tuple[str, ...]
+    extents: dict[str, int]
+    lines: dict[str, int]
+
+
+def permute(k: Kernel) -> Permute | None:
+    """The nest's permute structure, or None when it is not one copy that swaps two runs after a batch."""
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    if len(tops) != 1:
+        return None
+    chain = layout.perfect_chain(tops[0])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Load):
+        return None
+    stmt, read = body[0], body[0].expr.access
+    src, out = _plain(read.index), _plain(stmt.dst.index)
+    if src is None or out is None or sorted(src) != sorted(out) or src == out:
+        return None
+    n = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
+    rest, want = src[n:], out[n:]
+    cut = next((c for c in range(1, len(rest)) if rest[c:] + rest[:c] == want), None)
+    if cut is None:
+        return None
+    return Permute(tops[0], stmt, read, tuple(src[:n]), tuple(rest[:cut]), tuple(rest[cut:]),
+                   {lp.var: lp.extent for lp in chain}, {lp.var: lp.line for lp in chain})
+
+
+def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | None:
+    """The transpose rule: super-tiles of (BI x BJ) blocks of TI x TJ; a strip of BI block rows loaded (one DMA per
+    block row), BI*BJ block transposes (TensorE through PSUM, or DMA transposes straight from HBM), a strip of BJ
+    block columns stored. A batched or N-D permute sees X as [B, M, N] (views) and repeats that per batch. A ragged
+    plan (sizes without a large divisor, 521 x 257) cuts the rows and columns into the multiples of the block and
+    the rest (up to four regions), each scheduled the same way."""
+    n = permute(k)
+    if n is None:
+        return None
+    size = lambda vs: math.prod(n.extents[v] for v in vs)  # noqa: E731
+    B, M, N = size(n.batch), size(n.first), size(n.second)
+    vi, vj = n.first[0], n.second[0]
+    prims: list[Prim] = []
+    i, j, X, Y, top = vi, vj, n.src.buf, n.stmt.dst.buf, ""
+    if n.batch or len(n.first) > 1 or len(n.second) > 1:  # views: X as [B, M, N], Y as [B, N, M]
+        order = list(n.batch + n.first + n.second)
+        if [lp.var for lp in layout.perfect_chain(n.top)] != order:
+            prims.append(prim("reorder", *order))
+        loops = ((("bt", B),) if B > 1 else ()) + (("i", M), ("j", N))
+        notes = ((f"for {n.batch[0]} (batch)",) if B > 1 else ()) + ("", "")
+        lines = ((n.lines[n.batch[0]],) if B > 1 else ()) + (n.lines[vi], n.lines[vj])
+        prims.append(prim("reshape", order[0], loops, notes=notes, lines=lines))
+        i, j, X, Y, top = "i", "j", f"{X}_v", f"{Y}_v", "bt" if B > 1 else ""
+    elif [lp.var for lp in layout.perfect_chain(n.top)] != [vi, vj]:
+        prims.append(prim("reorder", vi, vj))
+    rows, cols = _ragged_parts(M, params.tile, params.bi), _ragged_parts(N, params.tj, params.bj)
+    if len(rows) > 1:
+        prims.append(prim("cut", i, rows[1][0]))
+    if len(cols) > 1:
+        prims += [prim("cut", f"{j}{_at(len(rows), r, 1)}", cols[1][0], root=f"{i}{_at(len(rows), r, 1)}")
+                  for r in range(len(rows))]
+    taken = set(k.buffers())  # strips named apart from the user's tensors (`A_strip` may be one)
+    strips = (unique(f"{n.src.buf}_strip", taken), unique(f"{n.stmt.dst.buf}_strip", taken))
+    ci, cj = ("TILE", "TILE") if params.tile == params.tj else ("TILE_I", "TILE_J")
+    for r, rp in enumerate(rows):
+        for c, cp in enumerate(cols):
+            suffix = _at(len(rows), r, len(cols), c)
+            tag = "" if r == c == 0 else f"_{'ab'[r]}{'ab'[c]}"
+            names = (ci if rp[2] == params.tile and r == 0 else "", cj if cp[2] == params.tj and c == 0 else "")
+            prims += _region(n, params, (i + suffix, j + suffix), (rp, cp), names, suffix, tag, (X, Y), strips,
+                             k.buffers()[n.src.buf].dtype)
+    label = f"{n.stmt.dst.buf} = transpose of {n.src.buf}"
+    if params.ragged:
+        return prims + [prim("block", top, f"{label}, ragged ({M}x{N})")]
+    return prims[:-1] + [prim("block", top, f"{label} by {params.tile}x{params.tj} blocks")]
+
+
+def _at(parts: int, r: int, cols: int = 1, c: int = 0) -> str:
+    """The level-A suffix of a region's loops after cuts (`i@ab`: rows part a, columns part b); "" without cuts."""
+    tags = ("ab"[r] if parts > 1 else "") + ("ab"[c] if cols > 1 else "")
+    return f"@{tags}" if tags else ""
+
+
+def _ragged_parts(extent: int, tile: int, per_strip: int) -> list[tuple[int, int, int, int]]:
+    """(start, size, block, blocks per strip) of the whole blocks, then of the remainder (one block)."""
+    whole = extent - extent % tile
+    parts = [(0, whole, tile, per_strip)] if whole else []
+    return parts + ([(whole, extent % tile, extent % tile, 1)] if extent % tile else [])
+
+
+def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, names: tuple[str, str], suffix: str,
+            tag: str, bufs: tuple[str, str], strips: tuple[str, str], src_dtype: str) -> list[Prim]:
+    """The schedule of one region: blocks of TI x TJ, strips of BI x BJ blocks, strips staged, blocks tensorized."""
+    (i, j), ((r0, M, TI, BI), (c0, N, TJ, BJ)), (ci, cj) = loops, parts, names
+    vi, vj = n.first[0], n.second[0]
+    at = lambda v: v + suffix  # noqa: E731
+    prims = [prim("split", i, TI, outer=at("i_o"), inner=at("i_i"), name=ci, note=f"for {vi} (blocks of {ci or TI})"),
+             prim("split", at("i_o"), BI, outer=at("bi"), inner=at("ai"), note=f"for {vi} (strips of BI blocks)"),
+             prim("split", j, TJ, outer=at("j_o"), inner=at("j_i"), name=cj, note=f"for {vj} (blocks of {cj or TJ})"),
+             prim("split", at("j_o"), BJ, outer=at("bj"), inner=at("bj2"), note=f"for {vj} (strips of BJ blocks)"),
+             prim("reorder", *map(at, ("bi", "bj", "ai", "bj2", "i_i", "j_i"))),
+             prim("partition", at("i_i"))]
+    dma = params.method == "dma"
+    X, Y = bufs
+    # a DMA transpose copies without casting (src.dtype == dst.dtype [ISA6 dma_transpose]): its strip keeps the
+    # source dtype and the store's dma_copy converts; the PE path converts on the PSUM -> SBUF copy
+    prims.append(prim("stage_grouped", Y, at("bj"), ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i"))),
+                      into=False, name=strips[1] + tag, dtype=src_dtype if dma else ""))
+    if not dma:
+        prims.append(prim("stage_grouped", X, at("bj"), ((at("i_i"),), (at("ai"),), (at("bj2"), at("j_i"))),
+                          name=strips[0] + tag))
+    part = f"rows {r0}..{r0 + M} x columns {c0}..{c0 + N} by {TI}x{TJ} blocks"
+    return prims + [prim("tensorize", at("i_i"), psum=f"{n.stmt.dst.buf}_tp{tag}"), prim("block", at("bi"), part)]
