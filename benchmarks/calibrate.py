@@ -15,7 +15,8 @@ The public kernel is xaviergonzalez/asst4-trainium2 `part2/conv2d.py` at commit 
 measured 3832 / 824 / 3830 / 825 us); it is not ours to ship, so it is read from a local path and never committed.
 Its rows run trace-only (numerics=False: the same trace and rule checks, no arithmetic).
 
-Targets (issue 5): every row within 20 %, median within 10 %, the ROW_CHUNK 1 -> 128 -> stream ratios reproduced.
+Targets: every row within 10 % (issue 15; issue 5 asked 20 %), 9p-12p included, the ROW_CHUNK 1 -> 128 -> stream
+ratios reproduced, row 7 (FREE_DIM 1000) faster than row 6 (2000) as measured.
 """
 from __future__ import annotations
 
@@ -141,8 +142,8 @@ def report(rows: list[Row], traces: dict[int, object], params: Params | None = N
 
 
 ROWS_BY_NUMBER = {r.number: r for r in ROWS}
-FREE = ("dma_xfer_fixed_ns", "dma_desc_ns", "dma_latency_ns", "startup_ns", "vector_static_cycles",
-        "scalar_static_cycles", "mm_fixed_cycles", "mm_fp32_factor")
+FREE = ("dma_xfer_fixed_ns", "dma_desc_ns", "dma_latency_ns", "dma_write_ack_ns", "startup_ns",
+        "vector_static_cycles", "scalar_static_cycles", "mm_fixed_cycles", "mm_fp32_factor")
 
 
 def fit(rows: list[Row], traces: dict[int, object], rounds: int = 3) -> Params:

@@ -1,6 +1,6 @@
 """Calibration subset: the assignment's kernels on the interpreter + model against hardware measurements
-(docs/calibration.md §1). Targets: each row within 20 %, median within 10 %; the full set is in
-benchmarks/calibrate.py."""
+(docs/calibration.md §1). Targets (issue 15): each row within 10 %, the public conv behind rows 9-12 too
+(`benchmarks/calibrate.py --public-conv`, not in the repository); the full set is in benchmarks/calibrate.py."""
 from __future__ import annotations
 
 import importlib.util
@@ -22,9 +22,12 @@ spec.loader.exec_module(calibrate)
 from tilec.perf.api import estimate  # noqa: E402
 
 QUICK = (2, 4, 5, 6, 7, 8)
-# Row 8 (1024x1024 transpose) is ~23 % fast since the model was fitted to the public conv behind rows 9-12, whose
-# DMAs of the same shape run at least 2.5x faster than row 8 implies (tilec/perf/__init__.py); its bound is 25 %.
-BOUND = {8: 0.25}
+# Every row within 10 % (issue 15's target). The model reaches: 2 -9.1 %, 4 -3.8 %, 5 +8.1 %, 6 -2.1 %, 7 -7.8 %,
+# 8 -0.4 %, median 5.8 %. Row 8 is the one row the HBM write acknowledgement (params.dma_write_ack_ns) was fitted to,
+# so its bound is 5 %: a change that loses the fit shows here before it shows as a 10 % miss.
+BOUND = {8: 0.05}
+ROW_BOUND = 0.10
+MEDIAN_BOUND = 0.07
 
 
 @pytest.fixture(scope="module")
@@ -33,19 +36,19 @@ def quick_estimates():
 
 
 @pytest.mark.parametrize("number", QUICK)
-def test_row_within_20_percent(quick_estimates, number):
+def test_row_within_10_percent(quick_estimates, number):
     row = calibrate.ROWS_BY_NUMBER[number]
-    assert abs(quick_estimates[number].total_us / row.measured_us - 1) <= BOUND.get(number, 0.20)
+    assert abs(quick_estimates[number].total_us / row.measured_us - 1) <= BOUND.get(number, ROW_BOUND)
 
 
-def test_median_within_10_percent(quick_estimates):
+def test_median_within_7_percent(quick_estimates):
     errors = [abs(quick_estimates[n].total_us / calibrate.ROWS_BY_NUMBER[n].measured_us - 1) for n in QUICK]
-    assert statistics.median(errors) <= 0.10
+    assert statistics.median(errors) <= MEDIAN_BOUND
 
 
 def test_row_chunk_128_to_stream_ratio(quick_estimates):
-    measured = 378 / 186
-    assert quick_estimates[2].total_us / quick_estimates[4].total_us == pytest.approx(measured, rel=0.2)
+    measured = 378 / 186  # 2.03; the model gives 1.92 (each row's error, not the ratio, is what was fitted)
+    assert quick_estimates[2].total_us / quick_estimates[4].total_us == pytest.approx(measured, rel=0.10)
 
 
 def test_row_chunk_1_per_iteration_cost():
@@ -55,8 +58,8 @@ def test_row_chunk_1_per_iteration_cost():
     est = estimate(calibrate.trace_of(small))
     per_iteration = (est.total_us - est.params.startup_ns.value / 1000) / 2560
     measured = (row.measured_us - est.params.startup_ns.value / 1000) / 25600
-    assert per_iteration == pytest.approx(measured, rel=0.2)
-    assert quick_ratio(est, 2560) == pytest.approx(37318 / 378, rel=0.2)
+    assert per_iteration == pytest.approx(measured, rel=0.10)  # row 1 is -6.5 % on its full 25,600 iterations
+    assert quick_ratio(est, 2560) == pytest.approx(37318 / 378, rel=0.10)  # measured 98.7, model ~101
 
 
 def quick_ratio(est_tiled_1, n: int) -> float:
@@ -70,12 +73,12 @@ def quick_ratio(est_tiled_1, n: int) -> float:
 
 def test_profiled_rows_report_the_measured_dma_transfer_counts(quick_estimates):
     assert quick_estimates[6].dma_transfer_count == 3 and quick_estimates[7].dma_transfer_count == 6
-    # Measured, FREE_DIM 1000 (26 us) beats 2000 (28 us) by pipelining its two iterations; the model's in-order
-    # trigger stream holds iteration 2's loads behind iteration 1's store (what rows 1, 2, 4 need), so it puts the
-    # two within 5 % of each other the other way round: each stays within 10 % of its measurement.
-    for n in (6, 7):
-        assert abs(quick_estimates[n].total_us / calibrate.ROWS_BY_NUMBER[n].measured_us - 1) <= 0.10
-    assert quick_estimates[7].total_us == pytest.approx(quick_estimates[6].total_us, rel=0.05)
+    # Measured, FREE_DIM 1000 (26 us) beats 2000 (28 us): its second iteration's loads, into fresh rotation buffers
+    # and depending on nothing, lead their trigger stream and move during the first iteration's add (schedule.py).
+    # The model keeps that order, and the ratio (measured 0.93, model 0.87) within 10 %.
+    six, seven = quick_estimates[6].total_us, quick_estimates[7].total_us
+    assert seven < six
+    assert seven / six == pytest.approx(26 / 28, rel=0.10)
 
 
 @pytest.mark.large

@@ -250,3 +250,46 @@ def test_trn1_uses_its_own_clocks():
     trn2, trn1 = estimate(trace, "trn2"), estimate(trace, "trn1")
     assert trn1.busy_ns["tensor"] == pytest.approx(trn2.busy_ns["tensor"] * 2.4 / 2.8)
     assert trn1.busy_ns["dma"] > trn2.busy_ns["dma"]  # 17 B/ns per DMA engine instead of 23
+
+
+def test_store_completes_after_the_hbm_acknowledgement():
+    """A store frees its SBUF source, and ends the kernel, `dma_write_ack_ns` after its last byte (row 8's per-tile
+    chain copy -> store -> acknowledgement -> next copy); a later DMA writing the same HBM waits for the data only
+    (writes are ordered by their queue)."""
+    ack, latency = P["dma_write_ack_ns"], P["dma_latency_ns"]
+    assert ack > 0
+    b = TraceBuilder("store_ack")
+    src, t = b.buffer("src", "sbuf", 128, 512), b.buffer("t", "sbuf", 128, 512)
+    out = b.buffer("out", "hbm", 1, 128 * 512)
+    vec(b, "vector", [b.at(src)], [b.at(t)], free=128)
+    b.dma(b.at(out), b.at(t), partitions=128, nbytes=128 * 512, line=5)  # store
+    b.dma(b.at(out), b.at(src), partitions=128, nbytes=128 * 512, line=6)  # same HBM again, another source
+    vec(b, "vector", [b.at(src)], [b.at(t)], free=128)  # rewrites the first store's source
+    est = estimate(b.trace)
+    (_, e0), (s1, e1), (s2, e2), (s3, _) = starts(est)
+    data_end = e1 - ack  # the first store's last byte
+    assert data_end == pytest.approx(s1 + math.hypot(8 * P["dma_desc_ns"], 8 * 512 / P["dma_engine_bw"]))
+    assert s2 == pytest.approx(data_end + latency)  # output dependence on the data, not on the acknowledgement
+    assert s3 == pytest.approx(e1)  # the source is free once the store is acknowledged
+    assert est.total_ns == pytest.approx(e2) and e2 == pytest.approx(s2 + (e1 - s1))
+
+
+def test_dependence_free_dma_leads_its_stream():
+    """DMAs on one trigger stream issue in order (rows 1, 2, 4: the next iteration's load waits behind this one's
+    store), except a load that depends on nothing: the compiler puts it first, so it moves at once (row 7's second
+    iteration, into fresh buffers, overlaps the first iteration's add: 26 us measured against row 6's 28)."""
+    latency, n = P["dma_latency_ns"], 128 * 4096
+    b = TraceBuilder("leads")
+    x, out = b.buffer("x", "hbm", 1, n), b.buffer("out", "hbm", 1, n)
+    a, a2, r, fresh, r2 = (b.buffer(name, "sbuf", 128, 4096) for name in ("a", "a2", "r", "fresh", "r2"))
+    b.dma(b.at(a), b.at(x), partitions=128, nbytes=n, line=1)  # 0
+    b.dma(b.at(a2, hi=2048), b.at(x, hi=n // 2), partitions=128, nbytes=n // 2, line=2)  # 1: half of a2
+    vec(b, "vector", [b.at(a)], [b.at(r)])  # 2: the add
+    b.dma(b.at(out), b.at(r), partitions=128, nbytes=n, line=4)  # 3: its store, on VectorE's stream
+    b.dma(b.at(fresh), b.at(x), partitions=128, nbytes=n, line=5)  # 4: depends on nothing
+    b.dma(b.at(a2, hi=2048), b.at(x, hi=n // 2), partitions=128, nbytes=n // 2, line=6)  # 5: after load 1 (WAW)
+    vec(b, "vector", [b.at(fresh), b.at(a2)], [b.at(r2)])  # 6: VectorE reads loads 1, 4, 5: all on its stream
+    (s0, e0), (s1, e1), (s2, e2), (s3, _), (s4, _), (s5, _), _ = starts(estimate(b.trace))
+    assert s3 == pytest.approx(e2 + latency)
+    assert s4 < s3 and s4 == pytest.approx(e1)  # moves right behind the loads before it, long before the store
+    assert e1 + latency < s3 <= s5  # load 5 could start at e1 + latency; its stream holds it behind the store

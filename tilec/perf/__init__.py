@@ -20,11 +20,15 @@ How the model reasons
   bursty kernel pays it per burst longer than 1.5 µs. trn1 has no throttle.
 * A DMA transfer (one `dma_copy`) waits for its data dependences plus a 1.15 us latency (semaphore-to-start and
   descriptor generation), issues in order on its trigger stream (the engine that consumes a load, or produced what
-  a store reads), then occupies the DMA engines of its partitions (8 partitions per engine, up to 16 engines) for a
-  small time per descriptor and its bytes at 23 B/ns per engine. Tiny-DMA loops (rows 1, 2, 4) are bound by the
-  latency chain load -> compute -> store -> next load on one stream; a conv whose row loads feed TensorE (rows 9-12,
-  from the public kernel behind them) streams thousands of DMAs beside the matmuls. Tiles allocated in a loop body
-  rotate through 2 buffers per allocation site; a buffer refilled whole by DMA gets a new copy per load (16 deep).
+  a store reads; a transfer that depends on nothing leads its stream), then occupies the DMA engines of its
+  partitions (8 partitions per engine, up to 16 engines) for a small time per descriptor and its bytes at 23 B/ns per
+  engine. A transfer writing HBM completes 650 ns after its last byte (the HBM write acknowledgement, fitted to row
+  8); only then is its SBUF source free. Tiny-DMA loops (rows 1, 2, 4) are bound by the latency chain load ->
+  compute -> store -> next load on one stream; the 1024x1024 transpose (row 8) by the chain copy -> store ->
+  acknowledgement -> copy over its 2 rotating result buffers; a conv whose row loads feed TensorE (rows 9-12, from
+  the public kernel behind them) streams thousands of DMAs beside the matmuls. schedule.py's docstring says why one
+  model fits the three. Tiles allocated in a loop body rotate through 2 buffers per allocation site; a buffer
+  refilled whole by DMA gets a new copy per load (16 deep).
 * The kernel starts 13 µs before anything moves (calibration.md: ~14 µs before the first DMA when profiled; the
   fitted value also has to serve the unprofiled rows 1-5, row 5 being a single 15 µs iteration).
 * The big convolution (rows 9-12) is TensorE-bound: 7,992 matmuls with a 128 x 222 moving operand. The public
@@ -38,7 +42,7 @@ How the model reasons
 
 Left out: HBM bank effects, PSUM bank conflicts, strides of other than the innermost free dimension, the real
 allocator's placement (rotation per allocation site and per whole-buffer load stands in for it), cross-engine
-semaphore latency beyond the DMA latency (not documented). Row 8 (1024x1024 transpose) comes out ~23 % fast: its
-measured kernel is known only by description, and the model fits its DMAs (128 x 512 B, the shape of the public
-conv's row loads) to the conv, which moves them at least 2.5x faster than row 8 implies.
+semaphore latency beyond the DMA latency (not documented). Assumed, not documented: the HBM write acknowledgement
+(650 ns), the 2-buffer rotation, and that the compiler leads a stream with the DMAs that depend on nothing; row 8's
+measured kernel is known only by description (calibration.md §1), ours follows it.
 """

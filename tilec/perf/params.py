@@ -57,6 +57,7 @@ class Params:
     dma_xfer_fixed_ns: Param  # fixed occupancy of each DMA engine per transfer
     dma_desc_ns: Param  # occupancy per descriptor (contiguous chunk) on one engine
     dma_latency_ns: Param  # semaphore-to-start latency, not occupying an engine
+    dma_write_ack_ns: Param  # a DMA writing HBM completes this long after its last byte left the engines
     dma_transpose_factor: Param  # dma_transpose throughput relative to a copy (HBM->SBUF)
     startup_ns: Param  # kernel start-up before the first instruction
     buffer_rotation: Param  # buffers per allocation site: the k-th reuses the memory of the (k-R)-th
@@ -71,7 +72,8 @@ class Params:
 
 
 # Rows of calibration.md §1 the free parameters were fitted to (benchmarks/calibrate.py prints the fit).
-FIT_TINY_DMA = "fitted to rows 1, 2, 4, 8 (tiny-DMA loops, 1.5-1.9 us per iteration; row 8's transfers)"
+FIT_TINY_DMA = ("fitted to rows 1, 2, 4 (tiny-DMA loops, 1.5-1.9 us per iteration) and bounded by rows 10p, 12p "
+                "(20 ns puts the public conv's VectorE DMA chain at +15 %)")
 FIT_STARTUP = "fitted to rows 5, 6, 7 (calibration.md: ~14 us start-up before the first DMA)"
 
 TRN2 = Params(
@@ -110,15 +112,21 @@ TRN2 = Params(
                                   "other DMAs run beside 811 us of matmuls, which leaves no fixed engine time per "
                                   "transfer (450 ns, fitted to rows 1, 2, 4 alone, put it at 2,210 us)"),
     dma_desc_ns=Param(14.0, FIT_TINY_DMA),
-    dma_latency_ns=Param(1150.0, "fitted to rows 1, 2, 4 (tiny-DMA loops: one load latency + compute per "
-                                "iteration on the in-order trigger stream); between §2.5's HWDGE ~600 ns + fixed "
-                                "cost and the generic DMABW 1300 ns semaphore-to-start"),
+    dma_latency_ns=Param(1150.0, "fitted to rows 1, 2, 4 (tiny-DMA loops: one store latency + load + compute per "
+                                "iteration on the in-order trigger stream; 1050 ns: row 2 -14 %) and bounded by rows "
+                                "10p, 12p (1250 ns: +13 %); between §2.5's HWDGE ~600 ns + fixed cost and the generic "
+                                "DMABW 1300 ns semaphore-to-start"),
+    dma_write_ack_ns=Param(650.0, "fitted to row 8 (1024x1024 transpose, 86 us: 1.14 us per tile = one round trip "
+                                  "copy -> store -> acknowledged per 2 tiles); the other rows move by <= 4.3 % with it "
+                                  "[inferred: a write to HBM completes one HBM round trip after its last byte, a load "
+                                  "when its bytes are in SBUF]"),
     dma_transpose_factor=Param(0.9, "§2.5 ARCH3 (<= 90% of copy throughput HBM->SBUF)"),
     startup_ns=Param(13000.0, FIT_STARTUP),
-    buffer_rotation=Param(2, "fitted to rows 8-12 (1 buffer: rows 8, 10 +40..60 %; 3: row 8 -40 %) [inferred: the "
+    buffer_rotation=Param(2, "fitted to rows 8-12 (1 buffer: rows 8, 10 +83 %, +64 %; 3: row 8 -27 %) [inferred: the "
                              "allocator rotates loop tiles through a few buffers; its policy is not documented]"),
-    load_versions=Param(16, "fitted to rows 10, 12 (public kernel: 8 copies leave TensorE waiting on row loads, "
-                            "+5 %) [inferred: the allocator renames a buffer refilled whole by DMA]"),
+    load_versions=Param(16, "fitted to rows 10p, 12p (public kernel: 4 copies leave TensorE waiting on row loads, "
+                            "+48 %; 8 and 16 give the same) [inferred: the allocator renames a buffer refilled whole "
+                            "by DMA]"),
     sbuf_bytes_per_partition=Param(HW2.sbuf_bytes, "§2.2 ARCH3 224 KiB"),
     psum_bytes_per_partition=Param(HW2.psum_bytes, "§2.2 ARCH2 16 KiB"),
     hbm_stack_bw=Param(725.0, "§2.1/§5 TRN2CHIP 2.9 TB/s / 4 stacks (MBU denominator = one stack)"),

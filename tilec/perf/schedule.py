@@ -2,18 +2,39 @@
 
     compute instruction:  start = max(engine free, dependences ready, start-up);  the engine runs its stream in order
     DMA transfer:         start >= dependences ready + DMA latency (semaphore-to-start), >= start-up,
-                          >= the previous transfer's start on the same trigger stream (streams issue in order),
-                          then it needs its occupancy on each of its DMA engines (descriptors and bytes), taken
-                          from their idle time from there on: streams share the engines round-robin per packet, so
-                          a transfer may use gaps left between transfers placed earlier, split over several gaps
+                          >= the previous transfer's start on the same trigger stream (streams issue in order;
+                          a transfer that depends on nothing leads its stream instead), then it needs its occupancy on
+                          each of its DMA engines (descriptors and bytes), taken from their idle time from there on:
+                          streams share the engines round-robin per packet, so a transfer may use gaps left between
+                          transfers placed earlier, split over several gaps; a transfer writing HBM completes (frees
+                          its source, counts for the kernel's end) an HBM write acknowledgement after its last byte
 
 DMA trigger streams (`dma_streams`): a load issues on the stream of the engine that first reads what it loaded, a
 store on the stream of the engine that produced what it stores. On a stream a DMA cannot start before the one
 before it: in a tiny loop (calibration rows 1, 2, 4: load, load, compute, store per iteration) the next iteration's
-loads wait behind this iteration's store, which waits for the compute, so an iteration costs one load latency plus
+loads wait behind this iteration's store, which waits for the compute, so an iteration costs one DMA latency plus
 the compute (1.5-1.9 us measured); loads feeding TensorE in a conv (rows 9-12) are not held up by the stores of
 VectorE's results. There is no fixed engine time per transfer: the public kernel behind rows 9-12 moves 3,552 DMAs
-beside 811 us of matmuls (see params.py).
+beside 811 us of matmuls (see params.py). A DMA with no dependence at all (its source never written, its
+destination untouched before and reusing no earlier buffer's memory) is ready when the kernel starts, so the
+compiler's scheduler puts it at the head of its stream: it neither waits behind the stream nor holds it up. That is
+why row 7 (two iterations of FREE_DIM 1000, 26 us) beats row 6 (one of 2000, 28 us): its second iteration's loads go
+to the second rotation buffers and move during the first iteration's add; in rows 1, 2 and 4 only the first two
+iterations' loads are that free.
+
+Why a DMA costs what it does: row 8 (1024x1024 fp32 transpose, 86 us) moves its 128 x 512 B tiles at 1.14 us per
+tile, while the public conv moves 128 x 448 B row loads, the same shape, at more than 3 per us (2,664 beside its
+matmuls in 824 us). The shape is not the difference, so no per-transfer engine cost or per-descriptor cost can fit
+both (a fixed 450 ns per transfer puts the conv at 2.2 ms; a serial ~0.57 us per DMA issue, which fits rows 1, 2, 4
+and 8 alone at 0.49-0.61 us per DMA, puts it at 1.5 ms or more). What differs is direction and what waits: row 8's
+SBUF result tile (2 rotating buffers) can be rewritten only when the store reading it has completed, and a store
+writes HBM, which acknowledges the writes one round trip after the last byte (`dma_write_ack_ns`, 650 ns fitted
+[inferred: not documented]); a load completes when its bytes are in SBUF. Row 8's cycle copy -> store latency ->
+transfer -> acknowledgement -> the copy two tiles later takes 0.24 + 1.15 + 0.21 + 0.65 us over 2 buffers = 1.13 us
+per tile. The conv's row loads are loads into 16 renamed copies, and its few stores (one per output row) are off
+TensorE's path; in rows 1, 2, 4 a result buffer is rewritten two iterations (~3 us) after its store began, later
+than the acknowledgement (1.9 us). The acknowledgement orders nothing between DMAs: writes to HBM are ordered by
+their queue, so a later DMA writing the same HBM waits for the data, not the ack.
 
 A `memset` of a PSUM region whose next use is an accumulating `nc_matmul` into it (`acc = nl.zeros(...,
 buffer=nl.psum)` then `acc += nc_matmul(...)`) takes no engine time: the hardware starts a PSUM accumulation group
@@ -49,8 +70,8 @@ MAX_INTERVALS = 4096  # per DMA engine; older ones become a floor (can only dela
 @dataclass(frozen=True)
 class Schedule:
     start: list[float]  # ns, per instruction (trace order)
-    end: list[float]
-    lane: list[str]  # engine name, or DMA queue "dma <file>:<line>"
+    end: list[float]  # a DMA writing HBM ends when acknowledged (`dma_write_ack_ns` after its last byte)
+    lane: list[str]  # engine name, or DMA trigger stream "dma <engine>"
     dma_engines: list[tuple[int, int]]  # [first, last) DMA engines, (0, 0) for compute
     total_ns: float
 
@@ -243,7 +264,7 @@ def schedule(trace: Trace, costs: Costs) -> Schedule:
     for i, ins in enumerate(instrs):
         engine = ins.engine
         accesses = ins.reads + ins.writes
-        reuse = 0.0
+        reuse = ack = 0.0
         for a in accesses:  # a buffer reusing an earlier one's memory waits until that one is done
             p = reuses.get(a.buffer)
             if p is not None and last_end.get(p, 0.0) > reuse:
@@ -255,10 +276,15 @@ def schedule(trace: Trace, costs: Costs) -> Schedule:
             q = "dma " + streams[i]
             e0, e1 = costs.dma_engines(ins)
             d = costs.dma_occupancy_ns(ins, e1 - e0)
-            t = max(deps.ready(ins.reads, ins.writes, reuse) + latency, startup, queue_start.get(q, 0.0))
+            ready = deps.ready(ins.reads, ins.writes, reuse)
+            leads = ready <= 0.0  # depends on nothing: the compiler puts it at the head of its stream
+            t = max(ready + latency, startup, 0.0 if leads else queue_start.get(q, 0.0))
             t, t_end = slots.place(t, d, e0, e1)
             d = t_end - t  # spread over gaps, a transfer can take longer than its occupancy
-            queue_start[q] = t
+            if any(w.memory == "hbm" for w in ins.writes):
+                ack = costs.dma_write_ack  # complete once HBM acknowledged the writes
+            if not leads:
+                queue_start[q] = t
             dma_engines[i] = (e0, e1)
         else:
             q = engine
@@ -269,10 +295,15 @@ def schedule(trace: Trace, costs: Costs) -> Schedule:
             if engine == "tensor":
                 t = throttle.start(t, d)
             engine_free[q] = t + d
-        start[i], end[i], lane[i] = t, t + d, q
-        deps.record(ins.reads, ins.writes, t + d)
+        done = t + d + ack
+        start[i], end[i], lane[i] = t, done, q
+        if ack:  # the SBUF source is released at completion; HBM writes are ordered by the queue, not the ack
+            deps.record((), ins.writes, t + d)
+            deps.record(ins.reads, (), done)
+        else:
+            deps.record(ins.reads, ins.writes, done)
         for a in accesses:
-            if last_end.get(a.buffer, 0.0) < t + d:
-                last_end[a.buffer] = t + d
+            if last_end.get(a.buffer, 0.0) < done:
+                last_end[a.buffer] = done
     total = max(end, default=0.0)
     return Schedule(start, end, lane, dma_engines, max(total, startup if n else 0.0))
