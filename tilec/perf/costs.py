@@ -109,8 +109,8 @@ class Costs:
         n = ins.free * slow
         if op in ("iota", "affine_select") and ins.engine == "gpsimd":
             return self.iota + n
-        if op == "tensor_tensor":
-            fast = vector and (psum or half)
+        if op == "tensor_tensor":  # spec §1.10.4: the 1x rate needs a PSUM *input*; writing PSUM does not count
+            fast = vector and (any(a.memory == "psum" for a in ins.reads) or half)
             return max(mn, n if fast else 2 * n)
         if op in ("tensor_scalar", "tensor_copy"):
             perf = 1.0
