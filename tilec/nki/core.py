@@ -200,7 +200,7 @@ def allocate(run: Run, shape: tuple, dtype: np.dtype, memory: str, name: str, wh
     """A new tensor of `shape` whose partition dimension is `pdim` (block dimensions before it, spec §1.4): stored
     partition-first, so `t[b]` is a (P, free...) tile; the tensor is a permuted view of that storage."""
     stored = (shape[pdim],) + shape[:pdim] + shape[pdim + 1:] if pdim else shape
-    checks.new_tile(run, stored, dtype, memory, name, where)
+    checks.new_tile(run, stored, dtype, memory, name, where, blocks=pdim)
     data = np.empty(stored, dtype)
     compute(run, lambda: _fill(data, fill))
     buf = Buffer(run, name, memory, data, written=fill is not None, where=where)

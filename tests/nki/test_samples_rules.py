@@ -1,0 +1,159 @@
+"""NKI 0.1 semantics that AWS's nki-samples kernels rely on (issue 15), each on a small kernel of our own checked
+against NumPy: slices past a tensor's end under mask=, broadcasting a lower-rank tile, block-dimension PSUM tiles,
+and the race check on block-dimension buffers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilec  # noqa: F401  (installs the neuronxcc shim)
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+from tilec.errors import KernelError
+from tilec.nki import api, rules
+
+RNG = np.random.default_rng(15)
+F32 = np.float32
+
+
+# ---- a basic slice running past the end of a tensor is legal where mask= cuts the tail off ----
+@nki.jit
+def _row_tiles_doubled(x, masked):
+    rows, cols = x.shape
+    out = nl.ndarray((rows, cols), F32, buffer=nl.shared_hbm)
+    for i in nl.affine_range((rows + 127) // 128):
+        ip = nl.arange(128)[:, None] + i * 128
+        t = nl.ndarray((128, cols), F32, buffer=nl.sbuf)
+        mask = (ip < rows) if masked else None
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :], mask=mask)
+        d = nl.multiply(t, 2.0, mask=mask)
+        nl.store(out[i * 128:(i + 1) * 128, :], value=d, mask=mask)
+    return out
+
+
+def test_slice_past_the_end_under_a_mask_moves_only_the_rows_inside() -> None:
+    x = RNG.random((300, 24), dtype=F32)
+    np.testing.assert_array_equal(api.simulate(_row_tiles_doubled, x, True), 2 * x)
+
+
+def test_slice_past_the_end_without_a_mask_is_the_out_of_bound_error() -> None:
+    with pytest.raises(KernelError) as info:
+        api.simulate(_row_tiles_doubled, RNG.random((300, 24), dtype=F32), False)
+    assert isinstance(info.value, rules.NkiIndexError)
+    assert "index range [256, 383] exceed dimension size of 300 [err_tensor_access_out_of_bound]" in str(info.value)
+
+
+@nki.jit
+def _slice_starts_outside(x):
+    out = nl.ndarray((128, 8), F32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 8), F32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[300:428, :], mask=(nl.arange(128)[:, None] < 0))
+    nl.store(out, t)
+    return out
+
+
+def test_slice_starting_outside_the_tensor_stays_an_error() -> None:
+    with pytest.raises(KernelError, match="err_tensor_access_out_of_bound"):
+        api.simulate(_slice_starts_outside, RNG.random((300, 8), dtype=F32))
+
+
+# ---- broadcast_to of a lower-rank on-chip tile keeps its partition dimension ----
+@nki.jit
+def _rows_over_their_sum(x):
+    p, f = x.shape
+    out = nl.ndarray((p, 16), F32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    sums = nisa.tensor_reduce(np.add, data=t, axis=(1,), dtype=F32)  # (P,): keepdims=False
+    nl.store(out, nl.copy((1.0 / sums).broadcast_to((p, 16)), dtype=F32))
+    return out
+
+
+def test_broadcast_of_row_sums_repeats_each_partition_along_the_free_dim() -> None:
+    x = RNG.random((128, 40), dtype=F32) + 0.5
+    want = np.repeat(1.0 / x.sum(axis=1, keepdims=True), 16, axis=1)
+    np.testing.assert_allclose(api.simulate(_rows_over_their_sum, x), want, rtol=1e-6)
+
+
+# ---- PSUM block dimensions: the bank limit applies to each block's tile ----
+@nki.jit
+def _blocked_psum_matmuls(a, b):
+    k, m = a.shape
+    out = nl.ndarray((m, 4 * 512), F32, buffer=nl.shared_hbm)
+    lhs = nl.load(a)
+    acc = nl.ndarray((4, nl.par_dim(m), 512), F32, buffer=nl.psum)  # 4 banks' worth, one bank per block
+    for j in nl.affine_range(4):
+        acc[j] = nisa.nc_matmul(lhs, nl.load(b[:, j * 512:(j + 1) * 512]))
+        nl.store(out[:, j * 512:(j + 1) * 512], value=nl.copy(acc[j]))
+    return out
+
+
+def test_block_dimension_psum_tile_is_one_bank_per_block() -> None:
+    a, b = RNG.random((64, 128), dtype=F32), RNG.random((64, 2048), dtype=F32)
+    with pytest.warns(rules.NkiPortabilityWarning, match="block dimensions"):
+        got = api.simulate(_blocked_psum_matmuls, a, b)
+    np.testing.assert_allclose(got, a.T @ b, rtol=1e-4)
+
+
+@nki.jit
+def _psum_tile_over_a_bank(a):
+    out = nl.ndarray((128, 1024), F32, buffer=nl.shared_hbm)
+    acc = nl.zeros((nl.par_dim(128), 1024), F32, buffer=nl.psum)
+    nl.store(out, nl.copy(acc))
+    return out
+
+
+def test_a_psum_tile_over_one_bank_stays_an_error() -> None:
+    with pytest.raises(KernelError, match="more than one 2048-byte PSUM bank"):
+        api.simulate(_psum_tile_over_a_bank, np.zeros((1, 1), F32))
+
+
+# ---- activation_reduce: np.sum is an addition ----
+@nki.jit
+def _exp_and_row_sums(x):
+    p, f = x.shape
+    out_e = nl.ndarray((p, f), F32, buffer=nl.shared_hbm)
+    out_s = nl.ndarray((p, 1), F32, buffer=nl.shared_hbm)
+    sums = nl.ndarray((p, 1), F32, buffer=nl.sbuf)
+    e = nisa.activation_reduce(np.exp, data=nl.load(x), reduce_op=np.sum, reduce_res=sums)
+    nl.store(out_e, e)
+    nl.store(out_s, sums)
+    return out_e, out_s
+
+
+def test_activation_reduce_accepts_np_sum() -> None:
+    x = RNG.random((128, 96), dtype=F32)
+    e, s = api.simulate(_exp_and_row_sums, x)
+    np.testing.assert_allclose(e, np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(s, np.exp(x).sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+# ---- the race check on block-dimension buffers (accesses of different shapes per iteration) ----
+@nki.jit
+def _blocks_of_varying_width(x, clash):
+    n = x.shape[0] // 128
+    out = nl.ndarray((128, n), F32, buffer=nl.shared_hbm)
+    buf = nl.zeros((n, nl.par_dim(128), 12), F32, buffer=nl.sbuf)
+    sums = nl.ndarray((128, n), F32, buffer=nl.sbuf)
+    for i in nl.affine_range(n):
+        w = 5 + i % 7  # each iteration's access has its own shape
+        blk = (i + 1) % n if clash else i
+        nisa.dma_copy(dst=buf[blk, :, 0:w], src=x[i * 128:(i + 1) * 128, 0:w])
+        sums[:, i] = nl.sum(buf[i, :, 0:w], axis=[1])
+    nl.store(out, sums)
+    return out
+
+
+def test_block_buffers_of_independent_iterations_do_not_race() -> None:
+    x = RNG.random((128 * 16, 12), dtype=F32)
+    with pytest.warns(rules.NkiPortabilityWarning):
+        got = api.simulate(_blocks_of_varying_width, x, False)
+    want = np.stack([x[i * 128:(i + 1) * 128, :5 + i % 7].sum(axis=1) for i in range(16)], axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_block_buffer_written_by_one_iteration_and_read_by_another_races() -> None:
+    with pytest.warns(rules.NkiPortabilityWarning), pytest.raises(KernelError) as info:
+        api.simulate(_blocks_of_varying_width, RNG.random((128 * 16, 12), dtype=F32), True)
+    assert isinstance(info.value, rules.LoopCarriedDependenceError)
+    assert "loop-carried dependence in affine_range loop" in str(info.value)
