@@ -87,7 +87,8 @@ def contraction_mismatch(a):
 @nki.jit
 def matmul_reads_psum(a):
     t = _mm_operands(a)
-    p = nisa.nc_transpose(t[:, 0:128])
+    p = nl.ndarray((128, 128), t.dtype, buffer=nl.psum)  # placed in PSUM by the kernel, not by the compiler
+    p[...] = nisa.nc_transpose(t[:, 0:128])
     r = nisa.nc_matmul(t[:, 0:128], p)  # <- TENSORE_READS_PSUM
     return a
 

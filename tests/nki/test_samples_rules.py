@@ -8,6 +8,7 @@ import pytest
 
 import tilec  # noqa: F401  (installs the neuronxcc shim)
 import neuronxcc.nki as nki
+import neuronxcc.nki.compiler as ncc
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 from tilec.errors import KernelError
@@ -157,3 +158,119 @@ def test_block_buffer_written_by_one_iteration_and_read_by_another_races() -> No
         api.simulate(_blocks_of_varying_width, RNG.random((128 * 16, 12), dtype=F32), True)
     assert isinstance(info.value, rules.LoopCarriedDependenceError)
     assert "loop-carried dependence in affine_range loop" in str(info.value)
+
+
+# ---- direct allocation: a PSUM accumulation group opens on a fresh tile; stale reads are not errors ----
+@nki.jit
+def _k_tiled_matmul(a, b, direct):
+    k, m = a.shape
+    out = nl.ndarray((m, b.shape[1]), F32, buffer=nl.shared_hbm)
+    buffer = ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(1,)) if direct else nl.psum
+    acc = nl.ndarray((nl.par_dim(m), b.shape[1]), F32, buffer=buffer)
+    for i in nl.affine_range(k // 128):
+        acc += nisa.nc_matmul(nl.load(a[i * 128:(i + 1) * 128, :]), nl.load(b[i * 128:(i + 1) * 128, :]))
+    nl.store(out, nl.copy(acc))
+    return out
+
+
+def test_direct_psum_accumulation_group_starts_by_overwriting() -> None:
+    a, b = RNG.random((384, 64), dtype=F32), RNG.random((384, 96), dtype=F32)
+    np.testing.assert_allclose(api.simulate(_k_tiled_matmul, a, b, True), a.T @ b, rtol=1e-4)
+
+
+def test_auto_allocated_psum_without_zeros_stays_an_uninitialized_read() -> None:
+    with pytest.raises(KernelError) as info:
+        api.simulate(_k_tiled_matmul, RNG.random((384, 64), dtype=F32), RNG.random((384, 96), dtype=F32), False)
+    assert isinstance(info.value, rules.UninitializedReadError)
+
+
+@nki.jit
+def _stale_direct_tile(x):
+    out = nl.ndarray(x.shape, F32, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, F32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+    t[0:64, :] = nl.load(x[0:64, :])
+    nl.store(out, nl.copy(t))  # the lower rows were never written: stale bytes on hardware
+    return out
+
+
+def test_direct_sbuf_read_of_unwritten_rows_gives_unknown_values() -> None:
+    x = RNG.random((128, 8), dtype=F32)
+    got = api.simulate(_stale_direct_tile, x)
+    np.testing.assert_array_equal(got[:64], x[:64])
+    assert np.isnan(got[64:]).all()
+
+
+# ---- a loop-index condition (a Python bool in an unrolled loop) conjoined with an affine predicate ----
+@nki.jit
+def _tiles_masked_by_loop_index(x):
+    n, f = x.shape
+    out = nl.ndarray((n, f), F32, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:f]
+    for i in nl.affine_range(2):
+        t = nl.load(x[i * 128 + ip, jf])
+        nl.store(out[i * 128 + ip, jf], value=nl.multiply(t, 3.0), mask=(jf < f - 2) & (i * 128 < 128))
+    return out
+
+
+def test_predicate_and_a_constant_condition() -> None:
+    x = RNG.random((256, 8), dtype=F32)
+    with pytest.warns(UserWarning, match="only partly written"):
+        got = api.simulate(_tiles_masked_by_loop_index, x)
+    np.testing.assert_allclose(got[:128, :6], 3 * x[:128, :6], rtol=1e-6)
+    assert np.isnan(got[128:]).all() and np.isnan(got[:, 6:]).all()
+
+
+# ---- nc_matmul under an output mask reads only the operand columns of the outputs it computes ----
+@nki.jit
+def _matmul_nothing_computed(a, b):
+    out = nl.ndarray((64, 32), F32, buffer=nl.shared_hbm)
+    lhs = nl.ndarray((128, 64), F32, buffer=nl.sbuf)  # never written
+    rhs = nl.load(b)
+    acc = nl.zeros((64, 32), F32, buffer=nl.psum)
+    acc += nisa.nc_matmul(lhs, rhs, mask=(a.shape[0] < 0))
+    nl.store(out, nl.copy(acc))
+    return out
+
+
+def test_fully_masked_matmul_reads_no_operand_and_adds_nothing() -> None:
+    got = api.simulate(_matmul_nothing_computed, np.zeros((1, 1), F32), RNG.random((128, 32), dtype=F32))
+    np.testing.assert_array_equal(got, np.zeros((64, 32), F32))
+
+
+# ---- an nc_transpose result the compiler placed (PSUM) as a matmul operand ----
+@nki.jit
+def _transposed_lhs_matmul(a, b):
+    out = nl.ndarray((a.shape[0], b.shape[1]), F32, buffer=nl.shared_hbm)
+    tr = nisa.nc_transpose(nl.load(a))  # (K, M) in PSUM: TensorE transposes into PSUM
+    nl.store(out, nl.copy(nisa.nc_matmul(tr, nl.load(b))))
+    return out
+
+
+def test_psum_transpose_as_matmul_operand_is_copied_to_sbuf_with_a_warning() -> None:
+    a, b = RNG.random((96, 128), dtype=F32), RNG.random((128, 40), dtype=F32)
+    with pytest.warns(rules.NkiPortabilityWarning, match="NKI 0.2 \\(Neuron SDK 2.27\\)"):
+        got, trace = api.simulate_traced(_transposed_lhs_matmul, a, b)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4)
+    ops = [(i.engine, i.op) for i in trace.instrs]
+    assert ops.index(("vector", "tensor_copy")) < ops.index(("tensor", "nc_matmul"))
+
+
+def test_psum_transpose_as_matmul_operand_is_an_error_under_a_later_api() -> None:
+    a, b = RNG.random((96, 128), dtype=F32), RNG.random((128, 40), dtype=F32)
+    with pytest.raises(KernelError) as info:
+        api.simulate(_transposed_lhs_matmul, a, b, strict=True)
+    assert isinstance(info.value, rules.MemoryRuleError)
+
+
+@nki.jit
+def _placed_psum_operand(a, b):
+    out = nl.ndarray((a.shape[1], b.shape[1]), F32, buffer=nl.shared_hbm)
+    p = nl.ndarray(a.shape, F32, buffer=nl.psum)
+    p[...] = nl.copy(nl.load(a))
+    nl.store(out, nl.copy(nisa.nc_matmul(p, nl.load(b))))
+    return out
+
+
+def test_a_psum_tile_the_kernel_placed_is_no_matmul_operand() -> None:
+    with pytest.raises(KernelError, match="TensorE reads only SBUF"):
+        api.simulate(_placed_psum_operand, RNG.random((64, 32), dtype=F32), RNG.random((64, 16), dtype=F32))

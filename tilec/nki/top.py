@@ -102,7 +102,7 @@ class _Allocator:
     def _buffer(self):
         from tilec.nki import language
 
-        return language.sbuf if self.memory == "sbuf" else language.psum
+        return language.Buffer(self.memory, self.memory, direct=True)
 
     def mod_alloc(self, *args: object, **kwargs: object):
         return self._buffer()
