@@ -127,22 +127,6 @@ def partition_mismatch(a):
 
 
 @nki.jit
-def iadd_into_sbuf(a):
-    t = _mm_operands(a)
-    acc = nl.zeros((128, 64), nl.float32, buffer=nl.sbuf)
-    acc += nisa.tensor_copy(t[:, 0:64])  # <- IADD_SBUF
-    return a
-
-
-@nki.jit
-def iadd_copy_into_psum(a):
-    t = _mm_operands(a)
-    acc = nl.zeros((128, 64), nl.float32, buffer=nl.psum)
-    acc += nisa.tensor_copy(t[:, 0:64])  # <- IADD_PSUM_NOT_MATMUL
-    return a
-
-
-@nki.jit
 def vector_free_size(a):
     big = nl.zeros((128, 70000), nl.float16, buffer=nl.sbuf)
     r = nisa.tensor_copy(big)  # <- FREE_SIZE

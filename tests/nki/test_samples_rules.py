@@ -274,3 +274,55 @@ def _placed_psum_operand(a, b):
 def test_a_psum_tile_the_kernel_placed_is_no_matmul_operand() -> None:
     with pytest.raises(KernelError, match="TensorE reads only SBUF"):
         api.simulate(_placed_psum_operand, RNG.random((64, 32), dtype=F32), RNG.random((64, 16), dtype=F32))
+
+
+# ---- in-place operators on tiles: VectorE updates; += across affine_range iterations is a reduction ----
+@nki.jit
+def _sum_of_tiles(x):
+    n = x.shape[0] // 128
+    out = nl.ndarray((128, x.shape[1]), F32, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, x.shape[1]), F32, buffer=nl.sbuf)
+    for i in nl.affine_range(n):
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        acc += t
+    nl.store(out, acc)
+    return out
+
+
+def test_sbuf_plus_equals_across_affine_iterations_sums_the_tiles() -> None:
+    x = RNG.random((128 * 6, 40), dtype=F32)
+    np.testing.assert_allclose(api.simulate(_sum_of_tiles, x), x.reshape(6, 128, 40).sum(axis=0), rtol=1e-5)
+
+
+@nki.jit
+def _in_place_chain(x, col):
+    out = nl.ndarray(x.shape, F32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    c = nl.load(col)
+    t -= 1.0
+    t *= c  # a (P, 1) column: broadcast along the free dim
+    t /= 4.0
+    p = nl.ndarray(x.shape, F32, buffer=nl.psum)
+    p[...] = nl.copy(t)
+    p += t  # PSUM, not a matmul: a VectorE add
+    nl.store(out, nl.copy(p))
+    return out
+
+
+def test_in_place_operators_with_scalars_columns_and_psum() -> None:
+    x, col = RNG.random((64, 24), dtype=F32), RNG.random((64, 1), dtype=F32)
+    want = 2 * ((x - 1.0) * col / 4.0)
+    np.testing.assert_allclose(api.simulate(_in_place_chain, x, col), want, rtol=1e-6)
+
+
+@nki.jit
+def _in_place_bad_shape(x):
+    t = nl.load(x)
+    u = nl.load(x[:, 0:3])
+    t += u
+    return x
+
+
+def test_in_place_operand_that_does_not_broadcast_is_an_error() -> None:
+    with pytest.raises(KernelError, match="does not broadcast"):
+        api.simulate(_in_place_bad_shape, RNG.random((64, 8), dtype=F32))

@@ -291,6 +291,12 @@ def _retarget(run: Run, tmp: Tensor, dst: Tensor, accumulate: bool) -> None:
     run.discard(tmp.buf)
 
 
+def is_matmul_accumulation(dst: Tensor, value: object) -> bool:
+    """`dst += value` is TensorE's PSUM accumulation: a fresh nc_matmul result into PSUM [ARCH2]."""
+    run = runtime.current()
+    return dst.buf.memory == "psum" and is_fresh(value) and run.instrs[value.buf.instr].op == "nc_matmul"
+
+
 def is_fresh(value: object) -> bool:
     """An instruction's whole result, not yet kept (only core.result makes temps; flush and discard end them)."""
     return isinstance(value, Tensor) and value.buf.temp and value.off == 0 and value.shape == value.buf.shape

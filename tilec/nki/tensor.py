@@ -329,23 +329,26 @@ class Tensor:
     def __iadd__(self, other: object) -> "Tensor":
         from tilec.nki import core
 
-        core.accumulate(self, other)
+        if core.is_matmul_accumulation(self, other):
+            core.accumulate(self, other)
+        else:
+            self._update("add", "+=", other)
         return self
 
-    def _inplace_refused(self, op: str) -> None:
-        raise rules.NkiSyntaxError(f"in-place '{op}' on tiles is not supported; '+=' is only for accumulating "
-                                   "nc_matmul results into a PSUM tile", "psum_accumulate_only",
-                                   runtime.callsite(), f"tensor {self.describe()}",
-                                   hint="write dst[...] = nl.multiply(dst, x) (a VectorE instruction) instead")
+    def _update(self, op_name: str, symbol: str, other: object) -> "Tensor":
+        from tilec.nki import language_more
+
+        language_more.update_in_place(self, other, op_name, symbol)
+        return self
 
     def __isub__(self, other: object) -> "Tensor":
-        self._inplace_refused("-=")
+        return self._update("subtract", "-=", other)
 
     def __imul__(self, other: object) -> "Tensor":
-        self._inplace_refused("*=")
+        return self._update("multiply", "*=", other)
 
     def __itruediv__(self, other: object) -> "Tensor":
-        self._inplace_refused("/=")
+        return self._update("divide", "/=", other)
 
     def __bool__(self) -> bool:
         raise rules.NkiValueError("the truth value of a tensor is ambiguous", "err_ambiguous_tensor_truth_value",
