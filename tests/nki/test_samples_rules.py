@@ -326,3 +326,25 @@ def _in_place_bad_shape(x):
 def test_in_place_operand_that_does_not_broadcast_is_an_error() -> None:
     with pytest.raises(KernelError, match="does not broadcast"):
         api.simulate(_in_place_bad_shape, RNG.random((64, 8), dtype=F32))
+
+
+# ---- an SBUF tile returned from a kernel: AWS's 0.1 simulator returned it; the hardware path rejects it ----
+def _doubled_tile(x):
+    t = nl.multiply(nl.load(x), 2.0)
+    return t
+
+
+def test_on_chip_output_is_returned_in_simulation_mode_with_a_warning() -> None:
+    x = RNG.random((32, 16), dtype=F32)
+    with pytest.warns(rules.NkiSimulationOnlyWarning, match="must return HBM tensors"):
+        got = nki.jit(mode="simulation")(_doubled_tile)(x)
+    np.testing.assert_array_equal(got, 2 * x)
+    with pytest.warns(rules.NkiSimulationOnlyWarning):
+        np.testing.assert_array_equal(nki.simulate_kernel(nki.jit(_doubled_tile), x), 2 * x)
+
+
+def test_on_chip_output_is_an_error_outside_simulation() -> None:
+    with pytest.raises(KernelError, match="must be an HBM tensor"):
+        nki.jit(_doubled_tile)(RNG.random((32, 16), dtype=F32))
+    with pytest.raises(KernelError, match="must be an HBM tensor"):
+        nki.baremetal(_doubled_tile)(RNG.random((32, 16), dtype=F32))

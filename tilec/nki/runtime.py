@@ -116,6 +116,7 @@ class Run:
         self.target = rules.target(target)
         self.numerics = numerics  # False: a trace-only run, arithmetic skipped (core.compute)
         self.strict = False  # True under an API newer than 0.1: what later releases forbid is an error, not a warning
+        self.simulation = False  # run as AWS's 0.1 simulator would (mode="simulation", nki.simulate_kernel)
         self.warned: set = set()  # (kernel line, rule) already warned about in this run (rules.later_release)
         self.trace = Trace(kernel=kernel, target=target, skip_middle_end=skip_middle_end)
         self.instrs: list[Instr] = self.trace.instrs
