@@ -87,7 +87,8 @@ def contraction_mismatch(a):
 @nki.jit
 def matmul_reads_psum(a):
     t = _mm_operands(a)
-    p = nisa.nc_transpose(t[:, 0:128])
+    p = nl.ndarray((128, 128), t.dtype, buffer=nl.psum)  # placed in PSUM by the kernel, not by the compiler
+    p[...] = nisa.nc_transpose(t[:, 0:128])
     r = nisa.nc_matmul(t[:, 0:128], p)  # <- TENSORE_READS_PSUM
     return a
 
@@ -122,22 +123,6 @@ def two_psum_operands(a):
 def partition_mismatch(a):
     t = _mm_operands(a)
     r = nisa.tensor_tensor(t[:, 0:64], t[0:1, 0:64], op=nl.add)  # <- PARTITION_MISMATCH
-    return a
-
-
-@nki.jit
-def iadd_into_sbuf(a):
-    t = _mm_operands(a)
-    acc = nl.zeros((128, 64), nl.float32, buffer=nl.sbuf)
-    acc += nisa.tensor_copy(t[:, 0:64])  # <- IADD_SBUF
-    return a
-
-
-@nki.jit
-def iadd_copy_into_psum(a):
-    t = _mm_operands(a)
-    acc = nl.zeros((128, 64), nl.float32, buffer=nl.psum)
-    acc += nisa.tensor_copy(t[:, 0:64])  # <- IADD_PSUM_NOT_MATMUL
     return a
 
 

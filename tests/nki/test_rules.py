@@ -48,10 +48,6 @@ CASES = [
      "'tensor_tensor' can read at most one operand from PSUM; both are in psum [tensor_tensor_psum_operands]"),
     ("partition_mismatch", (A,), "PARTITION_MISMATCH", rules.NkiSyntaxError,
      "number of partitions mismatch in 'tensor_tensor': 'data1' has 128, 'data2' has 1 [err_num_partition_mismatch]"),
-    ("iadd_into_sbuf", (A,), "IADD_SBUF", rules.NkiSyntaxError,
-     "'+=' is only supported for accumulating nc_matmul results into a PSUM tile [psum_accumulate_only]"),
-    ("iadd_copy_into_psum", (A,), "IADD_PSUM_NOT_MATMUL", rules.NkiSyntaxError,
-     "'+=' is only supported for accumulating nc_matmul results into a PSUM tile [psum_accumulate_only]"),
     ("vector_free_size", (A,), "FREE_SIZE", rules.NkiSyntaxError,
      "free size 70000 of operand 'src' of 'tensor_copy' exceeds the vector engine limit of 65536 elements per "
      "partition from sbuf [engine_free_size_limit]"),

@@ -19,7 +19,10 @@ def _desc(t: object) -> str:
 
 
 # ---- allocation and capacity ----
-def new_tile(run: object, shape: tuple, dtype: np.dtype, memory: str, name: str, where: tuple) -> None:
+def new_tile(run: object, shape: tuple, dtype: np.dtype, memory: str, name: str, where: tuple,
+             blocks: int = 0) -> None:
+    """`shape` is stored partition-first; its `blocks` dimensions after the partition one are block dimensions,
+    each index of which is a tile of its own (spec §1.4), so the PSUM bank limit applies to one block's tile."""
     if memory == "hbm":
         return
     tgt = run.target
@@ -29,7 +32,7 @@ def new_tile(run: object, shape: tuple, dtype: np.dtype, memory: str, name: str,
             "err_num_partition_exceed_arch_limit", where, f"tile '{name}' of shape {tuple(shape)} in {memory}",
             hint=f"the first (partition) dimension of an SBUF/PSUM tile is at most {tgt.pmax}; loop over chunks "
                  f"of {tgt.pmax} rows")
-    bpp = math.prod(shape[1:]) * np.dtype(dtype).itemsize
+    bpp = math.prod(shape[1 + blocks:]) * np.dtype(dtype).itemsize
     if memory == "psum" and bpp > tgt.psum_bank_bytes:
         raise rules.NkiSyntaxError(
             f"PSUM tile needs {bpp} bytes per partition, more than one {tgt.psum_bank_bytes}-byte PSUM bank",

@@ -86,7 +86,10 @@ def read(run: Run, t: Tensor, where: tuple[str, int], log_it: bool = True, mask:
         checks.dead(t, where)
     if t.oob is not None:
         _check_outside(t, where, mask)
-    elif not buf.all_written:
+    elif not buf.all_written and not buf.direct:
+        # (a tile the kernel placed itself, nki.compiler.sbuf/psum allocation, sits at addresses the kernel reuses
+        # on purpose: reading what it never wrote there gets the stale bytes, not a compile error [ALLOC Lifetime
+        # Conflicts]. The values are unknown: NaN here, visible wherever they reach an output)
         w = t.written_view()
         if mask is not None:
             w = w | ~mask  # masked-off elements are not read
@@ -200,7 +203,7 @@ def allocate(run: Run, shape: tuple, dtype: np.dtype, memory: str, name: str, wh
     """A new tensor of `shape` whose partition dimension is `pdim` (block dimensions before it, spec §1.4): stored
     partition-first, so `t[b]` is a (P, free...) tile; the tensor is a permuted view of that storage."""
     stored = (shape[pdim],) + shape[:pdim] + shape[pdim + 1:] if pdim else shape
-    checks.new_tile(run, stored, dtype, memory, name, where)
+    checks.new_tile(run, stored, dtype, memory, name, where, blocks=pdim)
     data = np.empty(stored, dtype)
     compute(run, lambda: _fill(data, fill))
     buf = Buffer(run, name, memory, data, written=fill is not None, where=where)
@@ -288,6 +291,12 @@ def _retarget(run: Run, tmp: Tensor, dst: Tensor, accumulate: bool) -> None:
     run.discard(tmp.buf)
 
 
+def is_matmul_accumulation(dst: Tensor, value: object) -> bool:
+    """`dst += value` is TensorE's PSUM accumulation: a fresh nc_matmul result into PSUM [ARCH2]."""
+    run = runtime.current()
+    return dst.buf.memory == "psum" and is_fresh(value) and run.instrs[value.buf.instr].op == "nc_matmul"
+
+
 def is_fresh(value: object) -> bool:
     """An instruction's whole result, not yet kept (only core.result makes temps; flush and discard end them)."""
     return isinstance(value, Tensor) and value.buf.temp and value.off == 0 and value.shape == value.buf.shape
@@ -371,6 +380,9 @@ def accumulate(dst: Tensor, value: object) -> None:
     where = runtime.callsite()
     checks.accumulate(run, dst, value, where)
     checks.partition_start(dst, "nc_matmul", "dst", where)
+    if dst.buf.direct and not dst.buf.all_written:
+        _start_group(run, dst, value, where)
+        return
     read(run, dst, where, log_it=False)  # the accumulation's own read-modify-write is logged as ACC
     if dst.dtype == F32 and dst.buf.all_written:
         compute(run, lambda: np.add(dst.arr, _addend(value, dst), out=dst.arr))
@@ -379,6 +391,21 @@ def accumulate(dst: Tensor, value: object) -> None:
             log.add(dst.buf, dst.off, dst.shape, dst.strides, races.ACC, where)
     else:
         write(run, dst, compute(run, lambda: dst.arr.astype(F32) + _addend(value, dst)), where, kind=races.ACC)
+    _retarget(run, value, dst, accumulate=True)
+
+
+def _start_group(run: Run, dst: Tensor, value: Tensor, where: tuple[str, int]) -> None:
+    """`acc += nc_matmul(...)` into a directly allocated PSUM tile some of whose elements were never written: the
+    matmul there opens an accumulation group, and "the first nc_matmul instruction overwrites the destination PSUM
+    bank" [ARCH2 Near-memory accumulation in PSUM]. Under automatic allocation the compiler recognises the group
+    only from a zero-filled tile (nl.zeros, condition 1 there), so an unwritten one stays an uninitialized read;
+    under direct allocation AWS's own kernels (nki-samples allocated attention and fused RMSNorm-QKV) start their
+    groups on fresh tiles. Elements the matmul's mask= leaves out stay as they were."""
+    was = dst.written_view().copy()
+    mask = value.buf.mask
+    mask = None if mask is None else mask.reshape(dst.shape)
+    add = compute(run, lambda: np.where(was, dst.arr.astype(F32), np.float32(0)) + _addend(value, dst))
+    write(run, dst, add, where, kind=races.ACC, mask=None if mask is None else (mask | was))
     _retarget(run, value, dst, accumulate=True)
 
 

@@ -145,7 +145,11 @@ class Predicate:
     also: tuple["Predicate", ...] = ()
 
     def __and__(self, other: "Predicate") -> "Predicate":
+        # a term on loop indices alone, `(2 * i + g) * 128 < seqlen`, is a Python bool in an unrolled loop: a
+        # constant conjunct (AWS's fused RMSNorm-QKV sample masks its stores this way)
         return Predicate(self.lhs, self.op, self.rhs, self.also + (other,))
+
+    __rand__ = __and__
 
     def __bool__(self) -> bool:
         raise TypeError("use '&' to combine NKI predicates, not 'and' [err_ambiguous_tensor_truth_value]")
@@ -154,7 +158,7 @@ class Predicate:
         vals = [v.values() if isinstance(v, IndexExpr) else np.asarray(v) for v in (self.lhs, self.rhs)]
         out = _CMP[self.op](vals[0], vals[1])
         for p in self.also:
-            out = out & p.evaluate()
+            out = out & (p.evaluate() if isinstance(p, Predicate) else np.asarray(p, dtype=bool))
         return out
 
 

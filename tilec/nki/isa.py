@@ -181,6 +181,9 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
     run, where = core.begin()
     for role, t in (("stationary", stationary), ("moving", moving)):
         checks.tile(t, "nc_matmul", role, where)
+    stationary, moving = (_to_sbuf(run, t, role, where) for role, t in (("stationary", stationary),
+                                                                         ("moving", moving)))
+    for role, t in (("stationary", stationary), ("moving", moving)):
         checks.engine_reads("tensor", t, "nc_matmul", role, where)
     if kwargs.get("perf_mode") == "double_row_gen3":
         return _double_row(run, stationary, moving, where)
@@ -188,13 +191,34 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
     k, m, n = stationary.shape[0], stationary.free_size, moving.free_size
     out_shape = (m,) + tuple(moving.shape[1:])
     rows, out_mask = _matmul_mask(mask, k, out_shape, where)
-    keeps = [_read_rows(run, t, rows, where) for t in (stationary, moving)]
+    if out_mask is None:
+        keeps = [_read_rows(run, t, rows, where) for t in (stationary, moving)]
+    else:
+        keeps = _read_for_outputs(run, stationary, moving, out_mask, where)
     value = core.compute(run, lambda: _matmul_value(stationary, moving, keeps, out_shape))
     out = core.result(run, value, out_shape, F32, "psum", where, "matmul", mask=out_mask)
     attrs = (("is_transpose", True),) if is_transpose else ()
     core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=m, free=n, k=k, m=m,
               attrs=attrs)
     return out
+
+
+def _to_sbuf(run, t: Tensor, role: str, where: tuple) -> Tensor:
+    """TensorE "must read inputs from SBUF" [ISA1 nc_matmul]. A TensorE nc_transpose result the kernel left to the
+    compiler to place (`tr = nisa.nc_transpose(x)`, no destination) lands in PSUM, and SDK 2.21-2.26 compiled it as
+    a matmul operand by copying it to SBUF first (AWS's flash attention backward, nki-samples fc5c69f, feeds it so).
+    The copy is modelled (a VectorE tensor_copy); NKI 0.2+ (Neuron SDK 2.27) writes every result to an explicit dst,
+    so there the kernel copies it itself. A PSUM tile the kernel placed stays an error."""
+    if t.buf.memory != "psum" or t.buf.result_of != "nc_transpose":
+        return t
+    rules.later_release(run, f"operand '{role}' of nc_matmul is the PSUM result of nc_transpose (modelled as a copy "
+                        "to SBUF, as the compiler inserted it)", "engine_memory_access", where,
+                        "NKI 0.2 (Neuron SDK 2.27) and later write results to an explicit dst, and TensorE reads "
+                        "only SBUF", f"tensor {t.describe()}",
+                        hint="copy the transpose to SBUF with nisa.tensor_copy before the matmul",
+                        error=rules.MemoryRuleError)
+    whole = t.buf.mask is not None and t.off == 0 and t.shape == t.buf.shape
+    return tensor_copy(t, engine=vector_engine, mask=t.buf.mask if whole else None)  # (what a mask= computed)
 
 
 def _double_row(run, stationary: Tensor, moving: Tensor, where: tuple) -> Tensor:
@@ -242,6 +266,20 @@ def _read_rows(run, t: Tensor, rows: np.ndarray | None, where: tuple) -> np.ndar
     return keep
 
 
+def _read_for_outputs(run, stationary: Tensor, moving: Tensor, out_mask: np.ndarray, where: tuple) -> list:
+    """Under an output mask, TensorE reads the stationary columns and moving columns of the output elements it
+    computes: out[i, j] needs stationary[:, i] and moving[:, j] (a mask that is all False reads nothing, as AWS's
+    fused RMSNorm-QKV sample relies on for its tail tiles)."""
+    flat = out_mask.reshape(out_mask.shape[0], -1)
+    cols = [flat.any(axis=1), flat.any(axis=0)]
+    keeps = []
+    for t, used in zip((stationary, moving), cols):
+        keep = None if used.all() else np.broadcast_to(used.reshape((1,) + tuple(t.shape[1:])), t.shape)
+        core.read(run, t, where, mask=keep)
+        keeps.append(keep)
+    return keeps
+
+
 def _matmul_value(stationary: Tensor, moving: Tensor, keeps: list, out_shape: tuple) -> np.ndarray:
     k = stationary.shape[0]
     s, mv = (_contraction_rows(t, keep).reshape(k, -1) for t, keep in zip((stationary, moving), keeps))
@@ -272,6 +310,7 @@ def nc_transpose(data: Tensor, *, mask: object = None, dtype: object = None, eng
     memory = "psum" if eng == "tensor" else "sbuf"
     out = _finish(run, mask, value, (f, p), dtype, data.dtype, memory, where, "transpose")
     core.emit(run, eng, "nc_transpose", out, (data,), where, k=p, attrs=(("is_transpose", True),))
+    out.buf.result_of = "nc_transpose"
     return out
 
 

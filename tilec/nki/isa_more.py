@@ -199,7 +199,7 @@ def activation_reduce(op: object, data: Tensor, *, reduce_op: object, reduce_res
     """nisa.activation plus an add-reduction of its result along the free dims into reduce_res (one element per
     partition) [ISA1 activation_reduce: "equivalent to calling nisa.activation with reduce_cmd=reset_reduce"]."""
     _, where = core.begin()
-    if _op(reduce_op, "activation_reduce", where).name != "add":
+    if _op(reduce_op, "activation_reduce", where).name not in ("add", "sum"):  # np.sum is an addition too
         raise rules.NkiValueError("activation_reduce supports only reduce_op=nl.add", "activation_reduce_op", where)
     return activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res, mask=mask,
                       dtype=dtype)

@@ -39,7 +39,7 @@ class Kernel:
     def __call__(self, *args: object, **kwargs: object) -> object:
         if runtime.active() is not None:  # a kernel calling another kernel: inline it
             return self.func(*args, **kwargs)
-        outputs, trace = run_kernel(self, args, kwargs)
+        outputs, trace = run_kernel(self, args, kwargs, simulation=self.mode == "simulation")
         if self.options.get("benchmark"):
             from tilec.nki.top import BenchmarkResult
 
@@ -58,7 +58,8 @@ class _Launcher:
         self.kernel, self.grid = kernel, tuple(int(g) for g in grid)
 
     def __call__(self, *args: object, **kwargs: object) -> object:
-        outputs, _ = run_kernel(self.kernel, args, kwargs, grid=self.grid)
+        outputs, _ = run_kernel(self.kernel, args, kwargs, grid=self.grid,
+                                simulation=self.kernel.mode == "simulation")
         return outputs
 
 
@@ -67,22 +68,25 @@ def as_kernel(func: object) -> Kernel:
 
 
 def launch(fn: object, args: tuple, kwargs: dict, target: str | None = None,
-           numerics: bool = True, strict: bool = False) -> tuple[object, Trace]:
+           numerics: bool = True, strict: bool = False, simulation: bool = False) -> tuple[object, Trace]:
     """run_kernel for what a caller may hand in: a kernel, a plain function, or a `kernel[grid]` launcher (whose
     grid must reach this run; called as a function it would start a second run and leave this trace empty)."""
     if isinstance(fn, _Launcher):
-        return run_kernel(fn.kernel, args, kwargs, grid=fn.grid, target=target, numerics=numerics, strict=strict)
-    return run_kernel(as_kernel(fn), args, kwargs, target=target, numerics=numerics, strict=strict)
+        return run_kernel(fn.kernel, args, kwargs, grid=fn.grid, target=target, numerics=numerics, strict=strict,
+                          simulation=simulation)
+    return run_kernel(as_kernel(fn), args, kwargs, target=target, numerics=numerics, strict=strict,
+                      simulation=simulation)
 
 
 def run_kernel(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple = (), target: str | None = None,
-               numerics: bool = True, strict: bool = False) -> tuple[object, Trace]:
+               numerics: bool = True, strict: bool = False, simulation: bool = False) -> tuple[object, Trace]:
     """Execute the kernel; numerics=False is a trace-only run (same trace and errors, output values unspecified,
-    the caller's arrays never written)."""
+    the caller's arrays never written); simulation=True runs it as AWS's 0.1 simulator did (kernel._output)."""
     target = target or _target(kernel.options)
     run = kernel.run_type(kernel.__name__, target, kernel.skip_middle_end, numerics)
     # NKI 0.6 is a later release: what only SDK 2.21-2.26 accepted is an error there (rules.later_release)
     run.strict = strict or getattr(run, "api", "0.1") == "0.6"
+    run.simulation = simulation and not run.strict
     gc_was_on = gc.isenabled()
     gc.disable()  # a run allocates ~10 objects per instruction, none cyclic: the cyclic GC only costs time here
     try:
@@ -169,7 +173,9 @@ def _outputs(result: object, kernel: Kernel, run: Run) -> object:
 def _output(t: object, kernel: Kernel, run: Run) -> object:
     if not isinstance(t, Tensor):
         return t
-    if t.buf.memory != "hbm":
+    if t.buf.memory != "hbm" and run.simulation:
+        _simulated_on_chip_output(t)
+    elif t.buf.memory != "hbm":
         raise rules.NkiSyntaxError(f"kernel output '{t.buf.name}' must be an HBM tensor, got a {t.buf.memory} tile",
                                    "kernel_output_memory", t.buf.where,
                                    hint="create outputs with nl.ndarray(..., buffer=nl.shared_hbm) and dma_copy "
@@ -185,6 +191,19 @@ def _output(t: object, kernel: Kernel, run: Run) -> object:
         warnings.warn(f"{kernel.__name__}: output '{t.buf.name}' is only partly written; the rest holds garbage on "
                       "hardware (NaN here)", stacklevel=3)
     return _values(t, run)
+
+
+def _simulated_on_chip_output(t: Tensor) -> None:
+    """"Top-level tensors must be on HBM ... We currently do not support using tensors stored in SBUF or PSUM as the
+    input or output of the top-level kernel" [KI, v2.26.1 nki_known_issues.rst]: the compiler rejects it, and so
+    does tilec outside simulation. AWS's 0.1 simulator returned the tile's values (its own v2.26.1 doc test
+    test_nki_isa_range_select.py checks a returned SBUF tile), so in simulation mode tilec does too, and warns."""
+    where = t.buf.where
+    warnings.warn_explicit(
+        f"{where[0]}:{where[1]}: warning: kernel output '{t.buf.name}' is a {t.buf.memory} tile; AWS's NKI 0.1 "
+        "simulator returns its values, but kernels compiled for the hardware must return HBM tensors (top-level "
+        "tensors must be on HBM) [kernel_output_memory]\n  hint: create outputs with nl.ndarray(..., "
+        "buffer=nl.shared_hbm) and store results into them", rules.NkiSimulationOnlyWarning, where[0], where[1])
 
 
 def _values(t: Tensor, run: Run) -> np.ndarray:

@@ -24,8 +24,9 @@ F32 = np.dtype(np.float32)
 
 # ---- buffers ----
 class Buffer:
-    def __init__(self, name: str, memory: str) -> None:
+    def __init__(self, name: str, memory: str, direct: bool = False) -> None:
         self.name, self.memory = name, memory
+        self.direct = direct  # a direct allocation (nki.compiler.sbuf/psum.alloc, mod_alloc)
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"
@@ -117,6 +118,7 @@ def _create(shape: object, dtype: object, buffer: object, name: str, fill: objec
             return run.shared[run.shared_next - 1]
     dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.float32  # the README tip omits dtype
     t = core.allocate(run, shape, dt, memory, name, where, fill=fill, pdim=pdim)
+    t.buf.direct = bool(getattr(buffer, "direct", False))
     if kind == "shared_hbm" and run.grid:
         run.shared.append(t)
     if fill is not None:  # the engine is the compiler's choice (VectorE or GpSimdE) [ISA1 memset]

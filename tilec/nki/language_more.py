@@ -65,6 +65,40 @@ class LoopReduce:
         core.emit(run, "vector", "tensor_tensor", dst, (dst, self.x), where, attrs=(("alu", fn.name),))
 
 
+def update_in_place(dst: Tensor, x: object, op_name: str, symbol: str) -> None:
+    """`dst += x` (also -=, *=, /=) other than a PSUM matmul accumulation: dst = op(dst, x) on VectorE. SDK 2.23
+    made these operators "consistent ... across loop types, PSUM, and SBUF" [RN 2.23, release-notes/prev/rn.rst];
+    across the iterations of an affine_range loop it is an associative reduction, which "is not considered a loop
+    carried dependency" [NL1 affine_range], so it is logged as an accumulation, like loop_reduce (AWS's
+    select_and_scatter sample sums its windows with `out_local += vals_local`). x is a tile of dst's shape, a
+    (P, 1)-style lower-rank tile broadcast along the free dims, or a scalar."""
+    from tilec.nki import checks, races
+
+    run, where = core.begin()
+    fn = alu.OPS[op_name]
+    checks.tile(dst, symbol, "dst", where)
+    core.read(run, dst, where, log_it=False)
+    ins: tuple = (dst,)
+    if isinstance(x, Tensor):
+        checks.tile(x, symbol, "x", where)
+        checks.same_partitions(dst, x, symbol, ("dst", "x"), where)
+        core.read(run, x, where)
+        ins = (dst, x)
+        padded = tuple(x.shape) + (1,) * (dst.ndim - x.ndim)
+        if x.size != dst.size and not all(n in (1, d) for n, d in zip(padded, dst.shape)):
+            raise rules.NkiSyntaxError(f"'{symbol}': a tile of shape {tuple(x.shape)} does not broadcast to the "
+                                       f"destination's {tuple(dst.shape)}", "inplace_shape", where,
+                                       f"destination {dst.describe()}; operand {x.describe()}")
+        rhs = lambda: (core.f32(x).reshape(dst.shape) if x.size == dst.size else  # noqa: E731
+                       np.broadcast_to(core.f32(x).reshape(padded), dst.shape))
+    else:
+        rhs = lambda: np.float32(x)  # noqa: E731
+    value = core.compute(run, lambda: fn.binary(core.f32(dst), rhs()))
+    core.write(run, dst, value, where, kind=races.ACC)
+    core.emit(run, "vector", "tensor_tensor" if len(ins) == 2 else "tensor_scalar", dst, ins, where,
+              attrs=(("alu", fn.name),))
+
+
 def loop_reduce(x: Tensor, op: object, loop_indices: object, *, dtype: object = None, mask: object = None,
                 **kwargs: object) -> LoopReduce:
     """`dst[...] = nl.loop_reduce(x, op, [k])` is `dst[...] = nisa.tensor_tensor(dst, x, op)` [NL1 loop_reduce:

@@ -85,6 +85,11 @@ class NkiPortabilityWarning(UserWarning):
     forbids; the message names that release. The kernel runs with the result the hardware computed."""
 
 
+class NkiSimulationOnlyWarning(UserWarning):
+    """A construct AWS's NKI 0.1 simulator (`mode="simulation"`, `nki.simulate_kernel`) ran but the compiler for the
+    hardware rejects: tilec runs it only in those modes, and says so."""
+
+
 def later_release(run: object, message: str, rule: str, where: tuple[str, int] | None, release: str,
                   detail: str = "", hint: str = "", error: type = None) -> None:
     """Accepted by SDK 2.21-2.26 (the result is computed as the hardware did), forbidden by `release`: a warning,

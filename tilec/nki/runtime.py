@@ -50,7 +50,7 @@ class Buffer:
 
     __slots__ = ("id", "name", "memory", "shape", "dtype", "data", "written", "pstride", "itemsize", "alive",
                  "all_written", "write_count", "f32", "mask", "scope", "temp", "raw", "instr", "bpp", "run", "where",
-                 "__weakref__")
+                 "direct", "result_of", "__weakref__")
 
     def __init__(self, run: "Run", name: str, memory: str, data: np.ndarray, written: bool,
                  where: tuple[str, int]) -> None:
@@ -72,6 +72,8 @@ class Buffer:
         self.temp = False  # an instruction's fresh result, not yet bound to a name
         self.raw = None  # fp32 engine result of a fresh temp, so a later `dst[...] = temp` rounds only once
         self.instr = -1  # index of the instruction that produced a temp
+        self.direct = False  # placed by the kernel (nki.compiler.sbuf/psum allocation), not by the compiler
+        self.result_of = ""  # the instruction whose result tile this is, where the compiler placed it
 
     @property
     def partitions(self) -> int:
@@ -114,6 +116,7 @@ class Run:
         self.target = rules.target(target)
         self.numerics = numerics  # False: a trace-only run, arithmetic skipped (core.compute)
         self.strict = False  # True under an API newer than 0.1: what later releases forbid is an error, not a warning
+        self.simulation = False  # run as AWS's 0.1 simulator would (mode="simulation", nki.simulate_kernel)
         self.warned: set = set()  # (kernel line, rule) already warned about in this run (rules.later_release)
         self.trace = Trace(kernel=kernel, target=target, skip_middle_end=skip_middle_end)
         self.instrs: list[Instr] = self.trace.instrs

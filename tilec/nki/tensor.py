@@ -126,6 +126,7 @@ class Tensor:
     def _basic(self, key: tuple) -> "Tensor":
         key = self._expand(key)
         off, shape, strides, d = self.off, [], [], 0
+        tails: list | None = None  # (result axis, valid length, error) of slices running past the tensor's end
         for k in key:
             if k is None:
                 shape.append(1)
@@ -135,6 +136,9 @@ class Tensor:
             if isinstance(k, slice):
                 start, stop, step = self._slice_bounds(k, n, d)
                 length = max(0, (stop - start + step - 1) // step)
+                if stop > n:
+                    tails = (tails or []) + [(len(shape), max(0, (n - start + step - 1) // step),
+                                              self._oob_error(start, stop - 1, n, d))]
                 off += start * s
                 shape.append(length)
                 strides.append(s * step)
@@ -148,9 +152,15 @@ class Tensor:
             # at least 2 dimensions; AWS's flash attention indexes `l_buffer[:, i]` and then `[:, 0]` of that)
             shape.append(1)
             strides.append(1)
-        return Tensor(self.buf, off, tuple(shape), tuple(strides))
+        t = Tensor(self.buf, off, tuple(shape), tuple(strides))
+        if tails is not None:
+            t.oob = _slice_tails(t.shape, tails)
+        return t
 
     def _slice_bounds(self, k: slice, n: int, d: int) -> tuple[int, int, int]:
+        """A slice's (start, stop, step). A stop past the end is kept: like an affine index leaving the tensor
+        (err_tensor_access_out_of_bound [ERR]), the view is legal only where a mask= cuts the tail off (AWS's
+        adaptive_avg_pool2d loads and stores its last channel tile this way); a start outside stays an error."""
         step = 1 if k.step is None else int(k.step)
         if step <= 0:
             raise rules.NkiIndexError(f"slice step {step} is not supported; steps must be positive", "indexing",
@@ -158,7 +168,7 @@ class Tensor:
         start = 0 if k.start is None else int(k.start)
         stop = n if k.stop is None else int(k.stop)
         start, stop = start + n if start < 0 else start, stop + n if stop < 0 else stop
-        if start < 0 or stop > n or start > stop:
+        if start < 0 or start > stop or (stop > n and start >= n):
             self._oob(start, stop - 1, n, d)
         return start, stop, step
 
@@ -173,10 +183,13 @@ class Tensor:
         return i
 
     def _oob(self, lo: int, hi: int, n: int, d: int) -> None:
-        raise rules.NkiIndexError(f"index range [{lo}, {hi}] exceed dimension size of {n}",
-                                  "err_tensor_access_out_of_bound", runtime.callsite(),
-                                  f"tensor {self.describe()}, dimension {d}",
-                                  hint="keep slices inside the tensor (or use mask= to cut off the tail)")
+        raise self._oob_error(lo, hi, n, d)
+
+    def _oob_error(self, lo: int, hi: int, n: int, d: int) -> rules.NkiIndexError:
+        return rules.NkiIndexError(f"index range [{lo}, {hi}] exceed dimension size of {n}",
+                                   "err_tensor_access_out_of_bound", runtime.callsite(),
+                                   f"tensor {self.describe()}, dimension {d}",
+                                   hint="keep slices inside the tensor (or use mask= to cut off the tail)")
 
     def _advanced(self, key: tuple) -> "Tensor":
         key = self._expand(key)
@@ -265,6 +278,12 @@ class Tensor:
             self._bad_broadcast(shape)
         pad = len(shape) - len(self.shape)
         old_shape, old_strides = (1,) * pad + tuple(self.shape), (0,) * pad + tuple(self.strides)
+        if pad and self.buf.memory != "hbm" and self.shape and self.shape[0] == shape[0]:
+            # an on-chip tile's first dimension is its partition dimension: a lower-rank tile keeps it and
+            # broadcasts along new free dimensions, e.g. the (P,) row sums of nisa.tensor_reduce to (P, F) (the
+            # documented result is "broadcast along the partition dimension of src" [NL1 broadcast_to]; AWS's SD
+            # attention sample scales its softmax rows by `(1.0 / sum_res).broadcast_to((P, d))`)
+            old_shape, old_strides = tuple(self.shape) + (1,) * pad, tuple(self.strides) + (0,) * pad
         strides = []
         for n_old, s, n_new in zip(old_shape, old_strides, shape):
             if n_old == n_new:
@@ -310,23 +329,26 @@ class Tensor:
     def __iadd__(self, other: object) -> "Tensor":
         from tilec.nki import core
 
-        core.accumulate(self, other)
+        if core.is_matmul_accumulation(self, other):
+            core.accumulate(self, other)
+        else:
+            self._update("add", "+=", other)
         return self
 
-    def _inplace_refused(self, op: str) -> None:
-        raise rules.NkiSyntaxError(f"in-place '{op}' on tiles is not supported; '+=' is only for accumulating "
-                                   "nc_matmul results into a PSUM tile", "psum_accumulate_only",
-                                   runtime.callsite(), f"tensor {self.describe()}",
-                                   hint="write dst[...] = nl.multiply(dst, x) (a VectorE instruction) instead")
+    def _update(self, op_name: str, symbol: str, other: object) -> "Tensor":
+        from tilec.nki import language_more
+
+        language_more.update_in_place(self, other, op_name, symbol)
+        return self
 
     def __isub__(self, other: object) -> "Tensor":
-        self._inplace_refused("-=")
+        return self._update("subtract", "-=", other)
 
     def __imul__(self, other: object) -> "Tensor":
-        self._inplace_refused("*=")
+        return self._update("multiply", "*=", other)
 
     def __itruediv__(self, other: object) -> "Tensor":
-        self._inplace_refused("/=")
+        return self._update("divide", "/=", other)
 
     def __bool__(self) -> bool:
         raise rules.NkiValueError("the truth value of a tensor is ambiguous", "err_ambiguous_tensor_truth_value",
@@ -405,3 +427,12 @@ def _unary(name: str):
 
 
 Tensor.__neg__, Tensor.__abs__, Tensor.__invert__ = _unary("negative"), _unary("abs"), _unary("invert")
+
+
+def _slice_tails(shape: tuple, tails: list) -> tuple:
+    """The oob record of a sliced view: elements whose index along a tail axis is below its valid length exist."""
+    valid = np.ones(shape, dtype=bool)
+    for axis, n_valid, _ in tails:
+        along = np.arange(shape[axis]) < n_valid
+        valid &= along.reshape([-1 if a == axis else 1 for a in range(len(shape))])
+    return valid, tails[0][2]

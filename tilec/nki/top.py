@@ -9,7 +9,7 @@ from __future__ import annotations
 import types
 
 from tilec.nki import hooks
-from tilec.nki.kernel import Kernel, as_kernel, run_kernel
+from tilec.nki.kernel import Kernel, as_kernel, launch
 from tilec.trace import Trace
 
 
@@ -41,7 +41,7 @@ def profile(func=None, **kwargs: object):
 
 
 def simulate_kernel(kernel, *args: object, **kwargs: object) -> object:
-    outputs, _ = run_kernel(as_kernel(kernel), args, kwargs)
+    outputs, _ = launch(kernel, args, kwargs, simulation=True)
     return outputs
 
 
@@ -102,7 +102,7 @@ class _Allocator:
     def _buffer(self):
         from tilec.nki import language
 
-        return language.sbuf if self.memory == "sbuf" else language.psum
+        return language.Buffer(self.memory, self.memory, direct=True)
 
     def mod_alloc(self, *args: object, **kwargs: object):
         return self._buffer()
