@@ -66,15 +66,22 @@ def test_short_work_shows_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     assert screen.getvalue() == ""
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_tune_exits_130_with_one_line_and_writes_nothing(tmp_path: pathlib.Path) -> None:
     kernel, schedule = tmp_path / "tuned.py", tmp_path / "tuned.sched"
     cmd = [sys.executable, str(ROOT / "tilec_cli.py"), "tune", str(ROOT / "examples" / "conv_bias_maxpool.tl"),
            "-D", "N=1", "--budget", "200", "--no-cache", "--jobs", "2", "-o", str(kernel), "--save-schedule",
            str(schedule)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # its own process group, so the signal reaches the workers too, as a terminal's Ctrl-C does; and Ctrl-C's
+    # default disposition, as a terminal gives it: a test run started in the background (`pytest &`, nohup) ignores
+    # SIGINT, and a child inherits that, so tilec would rightly go on
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
-                            start_new_session=True)  # its own process group: the signal reaches the workers too,
-    time.sleep(6)                                    # as a terminal's Ctrl-C does
+                            start_new_session=True, preexec_fn=_default_sigint)
+    time.sleep(6)
     assert proc.poll() is None, "tune finished before it could be interrupted"
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
