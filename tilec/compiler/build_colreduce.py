@@ -18,6 +18,7 @@ from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Vie
 from tilec.compiler.ops import ColumnReduceOp
 from tilec.compiler.schedule import ReducePlan
 
+GROUP = 4  # fp32 row tiles loaded per step (two pairs)
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
 
@@ -38,17 +39,22 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     cols = sl(a(term("ft", TF, "TILE_F")), TF)
     red = ", ".join(v for role, v in op.vars if role.startswith("r"))
     body: list[Stmt] = [Alloc(acc, zero=True, line=ln)]
-    paired = _paired(op, plan, hbm)
+    group = _group(op, plan, hbm)
+    paired = group > 1
     if paired:
-        first = sl(a(term("rt", 2 * TP, "PAIR_ROWS")), TP, name="TILE_P")
-        second = sl(a(term("rt", 2 * TP, "PAIR_ROWS"), TP), TP, name="TILE_P")
-        t0, load0 = _load(op, plan, hbm, fresh, views, first, cols, "even")
-        t1, load1 = _load(op, plan, hbm, fresh, views, second, cols, "odd")
-        pair = Buf(fresh(f"{op.out}_pair"), "sbuf", "f32", (TP, TF))
-        step = load0 + load1 + [Alloc(pair, line=ln), Binary(whole(pair), whole(t0), whole(t1), "add", ln),
-                                Matmul(whole(acc), whole(ones), whole(pair), ln)]
-        note = f"for {red} (pairs of TILE_P tiles: added on VectorE, summed in PSUM)"
-        body += loop("rt", R // (2 * TP), step, note=note, line=op.line_of("r0"))
+        step: list[Stmt] = []
+        tiles = []
+        for k in range(group):
+            rows = sl(a(term("rt", group * TP, "GROUP_ROWS"), k * TP), TP, name="TILE_P")
+            t, load = _load(op, plan, hbm, fresh, views, rows, cols, f"r{k}")
+            tiles.append(t)
+            step += load
+        for k in range(0, group, 2):
+            pair = Buf(fresh(f"{op.out}_pair{k // 2}"), "sbuf", "f32", (TP, TF))
+            step += [Alloc(pair, line=ln), Binary(whole(pair), whole(tiles[k]), whole(tiles[k + 1]), "add", ln),
+                     Matmul(whole(acc), whole(ones), whole(pair), ln)]
+        note = f"for {red} (groups of {group} TILE_P tiles: added in pairs on VectorE, summed in PSUM)"
+        body += loop("rt", R // (group * TP), step, note=note, line=op.line_of("r0"))
     else:
         rows = sl(a(term("rt", TP, "TILE_P")), TP)
         tile, load = _load(op, plan, hbm, fresh, views, rows, cols)
@@ -67,7 +73,7 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
     nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
     what = f"{op.out} = sum over {red} of {op.src if op.expr is None else fmt_expr(op.expr)} (ones matmul)"
-    return [("TILE_P", TP), ("PAIR_ROWS", 2 * TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
+    return [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
 
 
 def _load(op: ColumnReduceOp, plan: ReducePlan, hbm, fresh: Fresh, views: dict[str, Buf], rows, cols,
@@ -87,11 +93,15 @@ def _load(op: ColumnReduceOp, plan: ReducePlan, hbm, fresh: Fresh, views: dict[s
     return value, out
 
 
-def _paired(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf]) -> bool:
-    """Sum fp32 row tiles two at a time: VectorE adds a pair (2N cycles) while TensorE sums the previous pair, so
-    each engine does half the work of an fp32 ones-matmul per tile (4.7x the 16-bit rate); 16-bit tiles stream
-    through TensorE faster than VectorE could add them."""
-    return hbm[op.src].dtype == "f32" and (op.dim("R") // plan.parts) % 2 == 0
+def _group(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf]) -> int:
+    """Row tiles loaded per step (1: each tile straight into the matmul). fp32 tiles go in pairs: VectorE adds a
+    pair (2N cycles) while TensorE sums the previous one, so each engine does half the work of an fp32 ones-matmul
+    per tile (4.7x the 16-bit rate); 16-bit tiles stream through TensorE faster than VectorE could add them.
+    GROUP tiles per step are GROUP loads in flight per buffer rotation, which hides the DMA latency."""
+    if hbm[op.src].dtype != "f32":
+        return 1
+    tiles = op.dim("R") // plan.parts
+    return next((g for g in (GROUP, 2) if tiles % g == 0), 1)
 
 
 def _plain(op: ColumnReduceOp, hbm: dict[str, Buf]) -> bool:
