@@ -78,6 +78,7 @@ def test_fp32_row_tiles_are_grouped_and_added_in_pairs(m, group, term, init):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_16bit_column_sums_stream_every_tile_through_tensore(dtype):
-    c = compile_text(colsum(m=512).replace("A: f32", f"A: {dtype}"))
-    assert "pairs on VectorE" not in c.source
+    c = compile_text(colsum(m=1024).replace("A: f32", f"A: {dtype}"))
+    assert "in pairs on VectorE" not in c.source
+    assert "groups of 4 TILE_P tiles" in c.source and c.source.count("nc_matmul(") == 4  # 4 loads in flight
     check_against_reference(c)
