@@ -58,3 +58,27 @@ def test_column_sum_against_numpy():
 def test_column_sum_directives_are_checked():
     with pytest.raises(TilecError, match="exceeds the 512 one matmul sums"):
         compile_text(colsum(n=1024), "tile s.j, 1024")
+
+
+@pytest.mark.parametrize("m,group", [(512, 4), (768, 2), (384, 1), (100, 1)])
+@pytest.mark.parametrize("term,init", [("A[i, j]", "0"), ("(A[i, j] - 1) * (A[i, j] - 1) / M", "b[j]")])
+def test_fp32_row_tiles_are_grouped_and_added_in_pairs(m, group, term, init):
+    """fp32 tiles load GROUP per step and VectorE adds them in pairs before the ones-matmul (half the fp32
+    matmuls); a tile count that is not a multiple of 2 keeps one matmul per tile. Same sums either way."""
+    text = colsum(m=m, n=384, init=init, term=term, extra=", b: f32[N]" if init != "0" else "")
+    c = compile_text(text)
+    assert ("in pairs on VectorE first" in c.source) == (group > 1)
+    assert c.source.count("nc_matmul(") == max(1, group // 2)  # one matmul per pair of tiles in a step
+    ins = inputs_for(c.program)
+    got = np.asarray(c.run(**ins)["s"], np.float64)
+    a = ins["A"].astype(np.float64)
+    want = (a if term == "A[i, j]" else (a - 1) ** 2 / m).sum(axis=0) + (ins["b"] if init != "0" else 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_16bit_column_sums_stream_every_tile_through_tensore(dtype):
+    c = compile_text(colsum(m=1024).replace("A: f32", f"A: {dtype}"))
+    assert "in pairs on VectorE" not in c.source
+    assert "groups of 4 TILE_P tiles" in c.source and c.source.count("nc_matmul(") == 4  # 4 loads in flight
+    check_against_reference(c)
