@@ -9,6 +9,7 @@ Index expressions become affine maps over loop variables with every size symbol 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import AbstractSet
 
 from tilec.compiler.exprs import fmt_expr
 from tilec.errors import Span, TilecError
@@ -66,7 +67,7 @@ def affine_index(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) -> tupl
     """`2*i + p` -> ({"i": 2, "p": 1}, 0)."""
     if isinstance(e, sx.Name) and e.id in loop_vars:
         return {e.id: 1}, 0
-    if isinstance(e, (sx.Num, sx.Name)) or (isinstance(e, sx.Neg) and not _uses(e, loop_vars)):
+    if isinstance(e, (sx.Num, sx.Name)) or (isinstance(e, sx.Neg) and not uses_names(e, loop_vars)):
         return {}, size_value(e, sizes)
     if isinstance(e, sx.Neg):
         coefs, const = affine_index(e.x, loop_vars, sizes)
@@ -79,29 +80,30 @@ def affine_index(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) -> tupl
             out[v] = out.get(v, 0) + sign * c
         return {v: c for v, c in out.items() if c}, ka + sign * kb
     if isinstance(e, sx.BinOp) and e.op == "*":
-        if not _uses(e.lhs, loop_vars):
+        if not uses_names(e.lhs, loop_vars):
             scale, (coefs, const) = size_value(e.lhs, sizes), affine_index(e.rhs, loop_vars, sizes)
-        elif not _uses(e.rhs, loop_vars):
+        elif not uses_names(e.rhs, loop_vars):
             scale, (coefs, const) = size_value(e.rhs, sizes), affine_index(e.lhs, loop_vars, sizes)
         else:
             raise TilecError("index is not affine in the loop variables", e.span)
         return {v: c * scale for v, c in coefs.items()}, const * scale
-    if not _uses(e, loop_vars):
+    if not uses_names(e, loop_vars):
         return {}, size_value(e, sizes)
     raise TilecError("index is not affine in the loop variables", e.span)
 
 
-def _uses(e: sx.Expr, names: set[str]) -> bool:
+def uses_names(e: sx.Expr, names: AbstractSet[str]) -> bool:
+    """Whether the expression reads any of `names` (loop variables, say)."""
     if isinstance(e, sx.Name):
         return e.id in names
     if isinstance(e, sx.Neg):
-        return _uses(e.x, names)
+        return uses_names(e.x, names)
     if isinstance(e, sx.BinOp):
-        return _uses(e.lhs, names) or _uses(e.rhs, names)
+        return uses_names(e.lhs, names) or uses_names(e.rhs, names)
     if isinstance(e, sx.Call):
-        return any(_uses(a, names) for a in e.args)
+        return any(uses_names(a, names) for a in e.args)
     if isinstance(e, sx.Access):
-        return any(_uses(a, names) for a in e.indices)
+        return any(uses_names(a, names) for a in e.indices)
     return False
 
 

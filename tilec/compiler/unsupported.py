@@ -5,6 +5,8 @@ what to do, never a traceback from a builder that does not know the construct. D
 compiler learns its construct."""
 from __future__ import annotations
 
+from tilec.compiler.exprs import accesses
+from tilec.compiler.lower import uses_names
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -21,7 +23,7 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
         for child in st.body:
             _stmt(child, loop_vars | {st.var})
         return
-    for acc in _accesses(st.value):
+    for acc in accesses(st.value):
         if acc.fill is not None:
             raise TilecError("zero padding (a padded read `... ?? constant`) is not compiled yet", acc.span,
                              "pad the input in a separate tensor (written with a larger shape), or " + REFERENCE)
@@ -33,34 +35,12 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
                                  div.span, REFERENCE[0].upper() + REFERENCE[1:])
 
 
-def _accesses(e: sx.Expr) -> list[sx.Access]:
-    if isinstance(e, sx.Access):
-        return [e]
-    if isinstance(e, sx.Neg):
-        return _accesses(e.x)
-    if isinstance(e, sx.BinOp):
-        return _accesses(e.lhs) + _accesses(e.rhs)
-    if isinstance(e, sx.Call):
-        return [a for arg in e.args for a in _accesses(arg)]
-    return []
-
-
 def _loop_division(e: sx.Expr, loop_vars: frozenset[str]) -> sx.BinOp | None:
     """The first `/` or `%` in an index whose dividend uses a loop variable."""
     if isinstance(e, sx.BinOp):
-        if e.op in "/%" and _uses(e.lhs, loop_vars):
+        if e.op in "/%" and uses_names(e.lhs, loop_vars):
             return e
         return _loop_division(e.lhs, loop_vars) or _loop_division(e.rhs, loop_vars)
     if isinstance(e, sx.Neg):
         return _loop_division(e.x, loop_vars)
     return None
-
-
-def _uses(e: sx.Expr, loop_vars: frozenset[str]) -> bool:
-    if isinstance(e, sx.Name):
-        return e.id in loop_vars
-    if isinstance(e, sx.Neg):
-        return _uses(e.x, loop_vars)
-    if isinstance(e, sx.BinOp):
-        return _uses(e.lhs, loop_vars) or _uses(e.rhs, loop_vars)
-    return False
