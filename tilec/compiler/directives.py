@@ -41,10 +41,19 @@ def ref_role(op: Op, ref, d: sx.Directive) -> str:
     return roles[ref.parts[1]]
 
 
+KEYWORDS = {"tile": "factor", "split": "factor"}  # `tile conv.k, factor=128`: the size by name (the grammar's form)
+
+
 def _int(d: sx.Directive, i: int) -> int:
-    if len(d.args) <= i or not isinstance(d.args[i], int) or d.args[i] <= 0:
+    arg = d.args[i] if len(d.args) > i else None
+    if isinstance(arg, sx.KeyArg):
+        if arg.key != KEYWORDS.get(d.name):
+            hint = f"write `{KEYWORDS[d.name]}=N` or just N" if d.name in KEYWORDS else "write the number alone"
+            raise bad(arg, f"`{d.name}` has no argument named `{arg.key}`", hint)
+        arg = arg.value
+    if not isinstance(arg, int) or arg <= 0:
         raise bad(d, f"`{d.name}` needs a positive integer as argument {i + 1}")
-    return d.args[i]
+    return arg
 
 
 def _div(d: sx.Directive, value: int, extent: int, what: str, layout: str = "") -> None:
