@@ -76,6 +76,7 @@ def knob_schedule(text: str, rng: random.Random) -> str:
 def raw_schedule(program, rng: random.Random) -> str:
     """1-4 directives of any kind over the program's tensors and loops, with values that may be illegal: the
     compiler must either apply them or reject them with a location."""
+    from tilec.compiler.directives import PHASES
     from tilec.lang import syntax as sx
 
     nests: dict[str, list[str]] = {}
@@ -96,8 +97,7 @@ def raw_schedule(program, rng: random.Random) -> str:
     for _ in range(rng.randint(1, 4)):
         op = rng.choice(ops)
         loop = rng.choice(nests[op])
-        kind = rng.choice(["tile", "tile", "split", "reorder", "partition", "place", "hoist", "buffers", "unroll",
-                           "method", "compute_at"])
+        kind = rng.choice(("tile",) + PHASES)  # every directive the compiler knows (tile twice as often)
         n = rng.choice([1, 2, 3, 4, 8, 16, 21, 32, 64, 96, 128, 256, 512])
         if kind in ("tile", "split"):
             arg = f"factor={n}" if rng.random() < 0.15 else str(n)  # the keyword form the grammar documents
@@ -183,8 +183,13 @@ def check(text: str, schedule: str | None, formula: Callable | None = None, seed
     try:
         from tilec.compiler.api import compile_loaded
 
-        directives = lang.parse_schedule(schedule, "<schedule>") if schedule is not None else None
-        compiled = compile_loaded(program, directives)
+        if schedule is not None and schedule.strip() and rng.random() < 0.2:
+            # the same directives as the program's own `schedule:` section (the grammar's last section)
+            section = "".join(f"    {line}\n" for line in schedule.splitlines() if line.strip())
+            compiled = compile_loaded(lang.load(text + "  schedule:\n" + section), None)
+        else:
+            directives = lang.parse_schedule(schedule, "<schedule>") if schedule is not None else None
+            compiled = compile_loaded(program, directives)
     except (TilecError, InternalError, Exception) as err:
         return _error("compile", err), schedule
     try:
