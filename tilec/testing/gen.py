@@ -128,7 +128,7 @@ def _const(rng: random.Random) -> float:
 def gen_expr(rng: random.Random, leaves: list[Leaf], depth: int) -> object:
     if depth <= 0 or rng.random() < 0.3:
         return rng.choice(leaves)
-    op = rng.choice(["+", "-", "*", "/c", "/", "neg", "relu", "exp", "max", "min", "+", "*", "fn"])
+    op = rng.choice(["+", "-", "*", "/c", "/", "neg", "relu", "exp", "max", "min", "+", "*", "fn", "fn"])
     if op == "fn":
         op = rng.choice([f for f in UNARY if f != "exp"])
     if op == "exp":  # keep exp's argument bounded: exp of a leaf times a small constant

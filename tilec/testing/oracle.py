@@ -122,6 +122,12 @@ def raw_schedule(program, rng: random.Random) -> str:
     return "\n".join(lines) + "\n"
 
 
+def with_schedule(text: str, schedule: str) -> str:
+    """The program with the directives as its own `schedule:` section (the grammar's last section)."""
+    lines = [f"    {line}\n" for line in schedule.splitlines() if line.strip()]
+    return text + "  schedule:\n" + "".join(lines) if lines else text
+
+
 def check_formula(program, ref: dict, formula: Callable | None, inputs: dict) -> Verdict | None:
     """The reference evaluator against the family's NumPy formula (float64 from the rounded inputs)."""
     if formula is None:
@@ -183,10 +189,8 @@ def check(text: str, schedule: str | None, formula: Callable | None = None, seed
     try:
         from tilec.compiler.api import compile_loaded
 
-        if schedule is not None and schedule.strip() and rng.random() < 0.2:
-            # the same directives as the program's own `schedule:` section (the grammar's last section)
-            section = "".join(f"    {line}\n" for line in schedule.splitlines() if line.strip())
-            compiled = compile_loaded(lang.load(text + "  schedule:\n" + section), None)
+        if schedule is not None and rng.random() < 0.2:
+            compiled = compile_loaded(lang.load(with_schedule(text, schedule)), None)
         else:
             directives = lang.parse_schedule(schedule, "<schedule>") if schedule is not None else None
             compiled = compile_loaded(program, directives)
