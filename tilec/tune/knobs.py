@@ -288,12 +288,16 @@ KNOBS_FOR = {"conv": conv_knobs, "pool": pool_knobs, "transpose": transpose_knob
 
 def build_space(job: Job) -> Space:
     """The schedule space of the job's program at its shapes (compiles the default schedule once)."""
-    compiled = compile_job(job, None)
+    return space_of(compile_job(job, None), job.target)
+
+
+def space_of(compiled, target: str) -> Space:
+    """The schedule space around a program compiled with its default schedule (tilec.compiler.api.Compiled)."""
     ops = op_views(compiled.result.ops, compiled.result.plans)
     dtypes = {name: t.dtype for name, t in compiled.program.tensors.items()}
     knobs: list[Knob] = []
     checks: list[Check] = []
-    bounds: list[Bound] = [conv_bound(op, dtypes.get(op.tensor("moving") or "", "f32"), job.target)
+    bounds: list[Bound] = [conv_bound(op, dtypes.get(op.tensor("moving") or "", "f32"), target)
                            for op in ops if op.kind == "conv"]
     for op in ops:
         rules = KNOBS_FOR.get(op.kind)
@@ -306,6 +310,6 @@ def build_space(job: Job) -> Space:
                                 f"(missing {missing}); update tilec/tune/knobs.py") from None
         knobs += k
         checks += c
-    bound = functools.partial(total_bound, tuple(bounds), target=job.target) if bounds else None
+    bound = functools.partial(total_bound, tuple(bounds), target=target) if bounds else None
     space = Space(tuple(knobs), tuple(checks), bound=bound)
     return replace(space, experts=tuple(expert_points(space, ops, dtypes)))
