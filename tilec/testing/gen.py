@@ -437,7 +437,7 @@ def conv(rng: random.Random, nm: Names) -> Case:
     if b_name:
         b.param(b_name, rng.choice(["f32", dt]), [names["K"]])
     relu = rng.choice([None, "nest", "stmt"])
-    pool = rng.choice([None, None, "max", "sum", "avg"])
+    pool = rng.choice([None, None, "max", "sum", "avg", "min"])
     out_sp = [ho_n, wo_n] if two_d else [wo_n]
     conv_name, conv_dt = nm("conv"), rng.choice(DTYPES)
     v = {k: nm(k.lower()) for k in ("n", "k", "y", "x", "c", "r", "s")}
@@ -477,8 +477,8 @@ def conv(rng: random.Random, nm: Names) -> Case:
         b.decl(y_name, rng.choice(DTYPES), [names["N"], names["K"]] + psp, out=True)
         iv = [nm("n"), nm("k")] + [nm("i") for _ in psp]
         wv = ([nm("p")] if two_d else []) + [nm("q")]
-        init = {"max": "-inf", "sum": "0", "avg": "0"}[pool]
-        op = "max=" if pool == "max" else "+="
+        init = {"max": "-inf", "min": "inf", "sum": "0", "avg": "0"}[pool]
+        op = {"max": "max=", "min": "min="}.get(pool, "+=")
         src = [iv[0], iv[1]]
         if two_d:
             src.append(f"{py}*{iv[2]} + {wv[0]}" if py > 1 else f"{iv[2]} + {wv[0]}")
@@ -513,7 +513,8 @@ def conv(rng: random.Random, nm: Names) -> Case:
         if pool:
             hp, wp = (ho // py if two_d else 1), wo // px
             win = cur[:, :, :hp * (py if two_d else 1), :wp * px].reshape(n, kk, hp, py if two_d else 1, wp, px)
-            res[y_name] = win.max((3, 5)) if pool == "max" else win.sum((3, 5)) / (py * px if pool == "avg" else 1)
+            res[y_name] = win.max((3, 5)) if pool == "max" else win.min((3, 5)) if pool == "min" else \
+                win.sum((3, 5)) / (py * px if pool == "avg" else 1)
         if not two_d:
             res = {key: val[:, :, 0, :] for key, val in res.items()}
         return res
