@@ -408,7 +408,7 @@ class _ConvBuilder:
         if not op.pool:
             return out + [ir.Copy(dst, src, line)]
         return out + pool_epilogue(src, dst, self.wy, self.wx, op.pool.op, op.pool.scale,
-                                   lambda axis: self.fresh(f"{op.out}_pool_{axis}"),
+                                   lambda axis: self.fresh(f"{op.out}_pool_{axis}" + ("" if self.kv else "_rest")),
                                    self.L["pool"])
 
     def narrow_intermediates(self) -> list[tuple[str, str]]:
