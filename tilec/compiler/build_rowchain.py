@@ -97,6 +97,7 @@ class _Chain:
             body += st
         for op in self.ops:
             body += self.compute(op, tiles, body)
+            body += self.rounded(op.out, tiles)
         for name in sorted(self.keep & self.made, key=lambda n: [o.out for o in self.ops].index(n)):
             body += self.store(name, tiles[name])
         outs = ", ".join(op.out for op in self.ops)
@@ -104,6 +105,19 @@ class _Chain:
                     line=self.line)
         block = ir.Block(f"{outs}: one pass over row tiles (fused row chain)", tuple(nest), self.line)
         return [("TILE_P", self.TP)], pre + [block]
+
+    def rounded(self, name: str, tiles: dict[str, View]) -> list[Stmt]:
+        """An f16/bf16 tensor's value as its store rounds it: through a tile of its dtype and back to fp32 (the chain
+        reads its values as fp32 operands; a (P, 1) column must be one [ISA6 tensor_scalar])."""
+        dt = self.hbm[name].dtype
+        if dt == "f32":
+            return []
+        tile = tiles[name]
+        narrow = Buf(self.fresh(f"{name}_{dt}"), "sbuf", dt, tile.buf.shape)
+        back = Buf(self.fresh(f"{name}_rounded"), "sbuf", "f32", tile.buf.shape)
+        tiles[name] = whole(back)
+        return [Alloc(narrow, line=self.line), ir.Copy(whole(narrow), tile, self.line),
+                Alloc(back, line=self.line), ir.Copy(whole(back), whole(narrow), self.line)]
 
     def inputs(self) -> list[str]:
         names: list[str] = []
