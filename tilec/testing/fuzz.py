@@ -6,7 +6,9 @@ compared with the reference evaluator (and the reference with an independent Num
 Each program is tried with SCHEDULES schedules (the default one, a point of the tuner's space, raw directives:
 three pairs), in one worker process that loads it, draws its inputs and evaluates the reference once for all three
 and compiles the default schedule once (the tuner's space starts from it). A pair that outlives --timeout seconds
-is a HANG, its worker is killed and replaced (the program's remaining pairs are skipped). At the end the counts per class are printed (see tilec.testing.oracle for the classes) and, with --out,
+is a HANG, its worker is killed and replaced (the program's remaining pairs are skipped). The time is the
+worker's CPU time where the OS reports it (Linux /proc), so a pair starved by other processes on a shared machine
+is not a hang; a pair also counts as one after WALL_FACTOR times the timeout of wall time. At the end the counts per class are printed (see tilec.testing.oracle for the classes) and, with --out,
 one reproducer per distinct failure (a .tl file with its schedule section; --minimize shrinks it first).
 Exit status 1 when any pair found a bug. Same seed, same pairs (the schedule kinds and programs are drawn from
 the pair's own seed), whatever the number of jobs.
@@ -46,6 +48,18 @@ class Finding:
     text: str
     schedule: str | None
     seconds: float
+
+
+WALL_FACTOR = 10
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (None where /proc is not available)."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pair_seed(seed: int, index: int) -> int:
@@ -95,14 +109,15 @@ class Pool:
     def __init__(self, jobs: int, timeout: float) -> None:
         self.ctx = mp.get_context("fork")
         self.timeout = timeout
-        self.workers: list[list] = [self._spawn() for _ in range(jobs)]  # [process, conn, pending pairs, started]
+        # [process, conn, pending pairs, started (wall), CPU seconds at the start]
+        self.workers: list[list] = [self._spawn() for _ in range(jobs)]
 
     def _spawn(self) -> list:
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=_worker, args=(child,), daemon=True)
         proc.start()
         child.close()
-        return [proc, parent, None, 0.0]
+        return [proc, parent, None, 0.0, 0.0]
 
     def run(self, programs, deadline: float, on_result) -> None:
         """`programs`: lists of pairs of one program each; on_result(pair, family, kind, verdict, schedule, secs)."""
@@ -116,7 +131,7 @@ class Pool:
                         exhausted = True
                         continue
                     w[1].send(nxt)
-                    w[2], w[3] = list(nxt), time.monotonic()
+                    w[2], w[3], w[4] = list(nxt), time.monotonic(), cpu_seconds(w[0].pid) or 0.0
             busy = [w for w in self.workers if w[2] is not None]
             if not busy:
                 return
@@ -132,11 +147,16 @@ class Pool:
                             "internal", "worker", "worker process died"), None, 0, True
                         self._replace(w)
                     on_result(pair, family, kind, verdict, schedule, secs)
-                    w[2], w[3] = (None if last else w[2][1:]), now
-                elif now - w[3] > self.timeout:
+                    w[2], w[3], w[4] = (None if last else w[2][1:]), now, cpu_seconds(w[0].pid) or 0.0
+                elif self._overdue(w, now):
                     pair = w[2][0]
                     self._replace(w)
                     on_result(pair, "?", pair.kind, Verdict("hang", "", f"> {self.timeout:g} s"), None, now - w[3])
+
+    def _overdue(self, w: list, now: float) -> bool:
+        cpu = cpu_seconds(w[0].pid)
+        used = now - w[3] if cpu is None else cpu - w[4]
+        return used > self.timeout or now - w[3] > WALL_FACTOR * self.timeout
 
     def _replace(self, w: list) -> None:
         w[0].kill()
@@ -247,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=None, help="stop after this many pairs")
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per pair before it counts as a hang")
+    p.add_argument("--timeout", type=float, default=60.0, help="CPU seconds per pair before it counts as a hang (wall: 10x)")
     p.add_argument("--out", help="write one reproducer .tl per distinct failure into this folder")
     p.add_argument("--minimize", action="store_true", help="delta-debug each reproducer before writing it")
     p.add_argument("--quiet", action="store_true")
