@@ -13,6 +13,10 @@ The kernel it builds is the assignment's shifted-matmul convolution:
         epilogue: activation(acc + bias) [relu] -> pool (vector engine) -> out band (SBUF)
       out band -> HBM, one DMA
 
+Channel counts without a good divisor (C = 257, K = 251: primes above 128) get a ragged plan: 128-channel tiles in
+the loops above plus one remainder tile after them (`over_k`, `over_c`), kept in the first KR (CR) partitions of one
+more tile of the same buffers; the remainder's loads and matmuls use constant offsets instead of a loop variable.
+
 A matmul's bias along its output columns (C[i, j] = b[j] + ...) is a row, not a per-partition column: it is copied
 to every partition once before the nest (b_bc = ones[1, TILE_I].T @ b[1, tile of j], a contraction of 1 on TensorE)
 and added by the eviction (tensor_tensor acc + b_bc, then relu in place), so the accumulation keeps one moving
