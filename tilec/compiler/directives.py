@@ -90,8 +90,9 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
             raise bad(d, f"tile of {n} on the partition dimension exceeds {PMAX}",
                       "a PE transpose moves at most 128x128 elements")
         if plan.ragged:  # a tile chooses whole blocks: start from square blocks of the largest common divisor
+            # (one block per strip: the ragged plan's strips counted its 128-blocks and need not divide these)
             plan = replace(plan, ragged=False, tile=best_divisor(math.gcd(op.dim("M"), op.dim("N")), PMAX),
-                           tile_j=0)
+                           tile_j=0, bi=1, bj=1)
         if role == "j":  # the block's columns (rows of the output blocks)
             _div(d, n, op.dim("N"), "tile")
             return replace(plan, tile_j=0 if n == plan.tile else n, bj=1)
