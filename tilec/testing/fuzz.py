@@ -20,6 +20,7 @@ import multiprocessing as mp
 import os
 import pathlib
 import re
+import signal
 import sys
 import time
 from collections import Counter
@@ -211,6 +212,8 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
             if findings is not None:
                 findings.append((family, verdict))
             sig = signature(verdict)
+            if not quiet and sig in first:  # every bug pair is listed (a signature may hide another class)
+                print(f"  pair {pair.index} (seed {pair.seed}, {family}, {kind}): {verdict.line()[:200]}", flush=True)
             if sig not in first:
                 case = generate(pair.seed)
                 first[sig] = Finding(pair, verdict, case.text, schedule, secs)
@@ -222,12 +225,16 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
             print(f"  {done} pairs, {time.monotonic() - start:.0f} s: {_counts_text(counts)}", flush=True)
 
     pool = Pool(jobs, timeout)
+    interrupted = False
     try:
         pool.run((pairs_of(seed, i) for i in range(total)), deadline, on_result)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (a `timeout` around a long run): report what ran
+        interrupted = True
     finally:
         pool.close()
     wall = time.monotonic() - start
-    print(f"fuzz: seed {seed}, {sum(counts.values())} pairs in {wall:.0f} s with {jobs} job(s)")
+    print(f"fuzz: seed {seed}, {sum(counts.values())} pairs in {wall:.0f} s with {jobs} job(s)"
+          + (" (interrupted)" if interrupted else ""), flush=True)
     print("  " + _counts_text(counts))
     fams = sorted({f for f, _ in by_family})
     for fam in fams:
@@ -237,7 +244,7 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
         for sig, f in sorted(first.items()):
             print(f"    seed {f.pair.seed}: {f.verdict.line()[:160]}")
     if out and first:
-        write_findings(out, first.values(), minimize_, timeout)
+        write_findings(out, first.values(), minimize_ and not interrupted, timeout)
     return counts
 
 
@@ -261,6 +268,10 @@ def write_findings(out: str, findings, minimize_: bool, timeout: float) -> None:
         print(f"  wrote {path}")
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tilec.testing.fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=1.0, help="stop starting pairs after this long (0: no limit)")
@@ -274,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.jobs < 1 or args.timeout <= 0:
         p.error("--jobs and --timeout must be positive")
+    signal.signal(signal.SIGTERM, _interrupt)
     counts = campaign(args.seed, args.minutes, args.jobs, args.pairs, args.timeout, args.out, args.minimize,
                       args.quiet)
     return 1 if any(counts[c] for c in BUGS) else 0
