@@ -7,8 +7,10 @@ they differ only by
     sum (a bound, usually far from reached);
   * a final rounding to the output dtype: when the float32 values differ at all, they may round to neighbouring
     values, one output ulp apart;
-  * an intermediate tensor rounded to a narrower dtype after an accumulation: the same, one ulp of that dtype,
-    carried to the output (its gain is at most the output's magnitude for the element-wise ops of the language).
+  * an intermediate tensor rounded to a narrower dtype after an accumulation or an engine function (exp, log,
+    rsqrt, ...: approximations on the engines, an ulp apart from the correctly rounded reference): the same, one
+    ulp of that dtype, carried to the output (its gain is at most the output's magnitude for the element-wise ops
+    of the language).
 The scale is the output's largest magnitude (at least 1): the inputs are signed, so elements near 0 carry no
 relative accuracy. A wrong tile, tap or offset gives errors of the order of the values themselves, far above this.
 """
@@ -21,6 +23,9 @@ import numpy as np
 # unit roundoff (half the spacing of numbers in [1, 2)) per dtype name, both spellings
 UNIT = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
 UNIT.update({"float32": UNIT["f32"], "float16": UNIT["f16"], "bfloat16": UNIT["bf16"]})
+
+
+EXACT_FUNCTIONS = ("relu", "abs")  # the engine functions whose fp32 result is exact (max(x, 0), |x|)
 
 
 def unit_roundoff(dtype: object) -> float:
@@ -61,8 +66,10 @@ def program_budget(program) -> dict[str, tuple[int, str | None]]:
     """Per output of a loaded program: (acc_len, inter_dtype) for `tolerance`, read from its statements. acc_len
     of a statement = product of the extents of its enclosing loops that do not index its target (when it
     accumulates), plus the largest acc_len among the tensors it reads; inter_dtype = the narrowest dtype of a
-    tensor on the way whose value derives from an accumulation (the two sides may sum in another order)."""
+    tensor on the way whose value derives from an accumulation (the two sides may sum in another order) or from an
+    engine function other than relu/abs."""
     from tilec.lang import syntax as sx
+    from tilec.lang.functions import function
 
     acc: dict[str, int] = {}
     narrow: dict[str, str | None] = {}
@@ -87,6 +94,15 @@ def program_budget(program) -> dict[str, tuple[int, str | None]]:
         kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
         return own.union(*(conversions(k) for k in kids)) if kids else own
 
+    def approximate(e) -> bool:
+        """An engine function other than relu/abs (exp, log, rsqrt, ...): an approximation on the engines, so the two
+        sides' fp32 values may differ by an ulp and a narrow store of them round to neighbouring values."""
+        fn = function(e.fn) if isinstance(e, sx.Call) else None
+        if fn is not None and fn.instr == "activation" and fn.name not in EXACT_FUNCTIONS:
+            return True
+        kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
+        return any(approximate(k) for k in kids)
+
     def narrower(a: str | None, b: str | None) -> str | None:
         if a is None or b is None:
             return a or b
@@ -109,7 +125,7 @@ def program_budget(program) -> dict[str, tuple[int, str | None]]:
         inter = None
         for r in srcs:
             inter = narrower(inter, narrow.get(r))
-        if stmt.op != "=" or derived & srcs:  # a value derived from an accumulation may round to a neighbour
+        if stmt.op != "=" or derived & srcs or approximate(stmt.value):  # such values may round to a neighbour
             derived.add(target)
             inter = narrower(inter, dtypes.get(target))
             for dtype in conversions(stmt.value):  # so may its f16(..)/bf16(..) conversions

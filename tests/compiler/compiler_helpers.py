@@ -8,6 +8,7 @@ import numpy as np
 
 from tilec.compiler.api import Compiled, compile_loaded
 from tilec.lang import api as lang
+from tilec.tolerance import max_error, program_budget, scale_of, tolerance
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -33,10 +34,14 @@ def inputs_for(prog, seed: int = 42) -> dict[str, np.ndarray]:
     return {t.name: rng.random(t.shape, dtype=np.float32) for t in prog.inputs}
 
 
-# fp16/bf16: inputs and the output are rounded to 16 bits (ulp 2^-10 resp. 2^-7 relative) while the kernel
-# accumulates in fp32 PSUM, the reference in fp32 with rounding only at the end; the difference is a few output ulps.
-RTOL = {"f32": 1e-5, "f16": 4e-3, "bf16": 3e-2}
-ATOL = {"f32": 1e-8, "f16": 1e-3, "bf16": 1e-2}
+def assert_matches(program, name: str, got, want) -> None:
+    """One output against its expected values within the project's one tolerance policy (tilec/tolerance.py, as
+    `tilec run`, the tuner and the fuzzer): the accumulation length and narrow intermediates of `name` are read from
+    the program, the scale from the expected values."""
+    acc_len, inter = program_budget(program).get(name, (1, None))
+    tol = tolerance(program.tensors[name].dtype, acc_len, scale_of(want), inter)
+    err = max_error(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    assert err <= tol, f"{name}: max |kernel - expected| {err:.3g} > tolerance {tol:.3g}"
 
 
 def check_against_reference(c: Compiled, seed: int = 42, traced: bool = False):
@@ -47,11 +52,7 @@ def check_against_reference(c: Compiled, seed: int = 42, traced: bool = False):
         out, trace = c.run_traced(**inputs)
     else:
         out, trace = c.run(**inputs), None
-    dtype = prog.tensors[prog.kernel.outputs[0]].dtype
     for name, expect in ref.items():
-        got = np.asarray(out[name], np.float32)
-        want = np.asarray(expect, np.float32)
-        assert got.shape == want.shape
-        assert np.allclose(got, want, rtol=RTOL[dtype], atol=ATOL[dtype]), \
-            f"{name}: max abs error {np.abs(got - want).max()}"
+        assert np.shape(out[name]) == np.shape(expect)
+        assert_matches(prog, name, out[name], expect)
     return trace

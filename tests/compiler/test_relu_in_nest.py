@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from compiler_helpers import RTOL, compile_example
+from compiler_helpers import assert_matches, compile_example
 from tilec.compiler.api import compile_file, compile_loaded
 from tilec.errors import TilecError
 from tilec.lang import api as lang
@@ -76,8 +76,7 @@ def _check_relu_against_reference(c, out: str, clipped: float = 0.2) -> None:
     got = np.asarray(c.run(**inputs)[out], np.float32)
     assert got.shape == want.shape
     assert (want == 0).mean() > clipped and (want > 0).mean() > 0.2  # the relu clips a share of the elements
-    atol = {"f32": 1e-5, "f16": 2e-2}[dtype]
-    assert np.allclose(got, want, rtol=RTOL[dtype], atol=atol), np.abs(got - want).max()
+    assert_matches(prog, out, got, want)
 
 
 def _assert_fused(source: str, out: str) -> None:

@@ -13,6 +13,10 @@ The kernel it builds is the assignment's shifted-matmul convolution:
         epilogue: activation(acc + bias) [relu] -> pool (vector engine) -> out band (SBUF)
       out band -> HBM, one DMA
 
+Channel counts without a good divisor (C = 257, K = 251: primes above 128) get a ragged plan: 128-channel tiles in
+the loops above plus one remainder tile after them (`over_k`, `over_c`), kept in the first KR (CR) partitions of one
+more tile of the same buffers; the remainder's loads and matmuls use constant offsets instead of a loop variable.
+
 A matmul's bias along its output columns (C[i, j] = b[j] + ...) is a row, not a per-partition column: it is copied
 to every partition once before the nest (b_bc = ones[1, TILE_I].T @ b[1, tile of j], a contraction of 1 on TensorE)
 and added by the eviction (tensor_tensor acc + b_bc, then relu in place), so the accumulation keeps one moving
@@ -110,12 +114,19 @@ class _ConvBuilder:
         self.Ho, self.Wo, self.R, self.S = d["Ho"], d["Wo"], d["R"], d["S"]
         self.wy, self.wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
         self.sy, self.sx = op.stride
+        # channel counts without a good divisor (257) take 128-channel tiles plus one remainder tile (a ragged plan):
+        # the remainder sits in the first KR (CR) partitions of one more tile of the same buffers
         self.KT, self.CT = self.K // plan.tile_k, self.C // plan.tile_c
+        self.KR, self.CR = self.K % plan.tile_k, self.C % plan.tile_c
+        self.CTB = self.CT + (1 if self.CR else 0)
+        self.KTB = self.KT + (1 if self.KR else 0)
         self.BX = plan.band_x or self.Wo  # output columns per input band
         self.NB, self.G, self.XT = self.Ho // plan.band, plan.band // plan.rows, self.BX // plan.tile_x
         self.NXB = self.Wo // self.BX
         v = dict(op.vars)
         self.var = conv_loop_vars(op, fresh)
+        self.kv: str | None = self.var["k"]  # the out-channel part being built: its loop var (None: the remainder)
+        self.ks = plan.tile_k  # and its channel count
         self.cn = const_names(op, fresh)
         self.words = operand_words(op)
         texts = dict(op.texts)
@@ -130,6 +141,34 @@ class _ConvBuilder:
         return [(cn["k"], p.tile_k), (cn["c"], p.tile_c), (cn["x"], p.tile_x), (cn["rows"], p.rows),
                 (cn["band"], p.band)] + wide
 
+    # ---- channel parts: whole tiles, then the remainder tile of a ragged plan ------------------------------------
+
+    def over_k(self, var: str, body: Callable[[str | None, int], list[Stmt]], note: str, line: int) -> list[Stmt]:
+        """body(var, tile_k) in a loop over the whole out-channel tiles, then body(None, KR) for the remainder."""
+        out = loop(var, self.KT, body(var, self.p.tile_k), note=note, line=line)
+        return out + (body(None, self.KR) if self.KR else [])
+
+    def over_c(self, var: str, body: Callable[[str | None, int], list[Stmt]], line: int) -> list[Stmt]:
+        """body(var, tile_c) in a loop over the whole in-channel tiles, then body(None, CR) for the remainder."""
+        out = loop(var, self.CT, body(var, self.p.tile_c), note=f"{self.T['c']} (tiles of {self.cn['c']})",
+                   line=line)
+        return out + (body(None, self.CR) if self.CR else [])
+
+    def k_start(self, kv: str | None):
+        return a(term(kv, self.p.tile_k, self.cn["k"])) if kv else a(self.KT * self.p.tile_k)
+
+    def c_start(self, cv: str | None):
+        return a(term(cv, self.p.tile_c, self.cn["c"])) if cv else a(self.CT * self.p.tile_c)
+
+    @staticmethod
+    def tile_index(v: str | None, whole_tiles: int):
+        return a(v) if v else a(whole_tiles)
+
+    @staticmethod
+    def part(size: int, tile: int):
+        """The partitions (or columns) of a tile-sized buffer that a part of `size` channels uses."""
+        return full(tile) if size == tile else sl(0, size)
+
     # ---- buffers -------------------------------------------------------------------------------------------------
 
     def build(self) -> list[Stmt]:
@@ -142,7 +181,7 @@ class _ConvBuilder:
         self.x4, self.w4, self.o4 = x4, w4, o4
         stmts: list[Stmt] = s1 + s2 + s3
         if self.p.hoist_w == "root":
-            stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF", tuple(self.weights(None)),
+            stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF", tuple(self.weights(False)),
                                   line))
         if op.bias and op.bias_role == "x":
             label = f"bias {op.bias}: a row along {dict(op.vars)['x']}, copied to every partition once"
@@ -157,13 +196,15 @@ class _ConvBuilder:
 
     def wt_buf(self, local: bool) -> Buf:
         k = self.p.tile_k if local else self.K
-        shape = (self.p.tile_c, self.CT, self.R, self.S, k) if self.op.w_layout == "kc" else \
-            (self.p.tile_c, self.CT, k, self.R, self.S)
-        return Buf(self.fresh(f"{self.op.w}_T"), "sbuf", self.hbm[self.op.w].dtype, shape)
+        # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
+        name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
+        shape = (self.p.tile_c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
+            (self.p.tile_c, self.CTB, k, self.R, self.S)
+        return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype, shape)
 
     def x_band_buf(self) -> Buf:
         return Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}"), "sbuf", self.hbm[self.op.x].dtype,
-                   (self.p.tile_c, self.CT, self.in_rows(), self.in_cols()))
+                   (self.p.tile_c, self.CTB, self.in_rows(), self.in_cols()))
 
     def in_rows(self) -> int:
         """Input rows behind one band of output rows: (BAND - 1) * stride + R."""
@@ -178,63 +219,73 @@ class _ConvBuilder:
 
     # ---- phases --------------------------------------------------------------------------------------------------
 
-    def weights(self, kt: str | None) -> list[Stmt]:
-        """Load W k-major and transpose each (c-tile, tap) block on TensorE; `kt`: only that out-channel tile."""
+    def weights(self, local: bool) -> list[Stmt]:
+        """Load W k-major and transpose each (c-tile, tap) block on TensorE; `local`: only the current out-channel
+        part (self.kv, self.ks), into a buffer of one out-channel tile."""
         op, p, line, V = self.op, self.p, self.L["update"], self.var
-        wt = self.wt_buf(kt is not None)
+        wt = self.wt_buf(local)
         out: list[Stmt] = [Alloc(wt, line=line)]
-        ct, r, s = V["c"], V["r"], V["s"]
+        r, s = V["r"], V["s"]
+        pt = self.part
         if op.w_layout == "ck":
-            kslice = sl(a(term(kt, p.tile_k, self.cn["k"])), p.tile_k) if kt else full(self.K)
-            body = [Dma(View(wt, (full(p.tile_c), a(ct), full(wt.shape[2]), full(self.R), full(self.S))),
-                        View(self.w4, (sl(a(term(ct, p.tile_c, self.cn["c"])), p.tile_c), kslice, full(self.R),
-                                       full(self.S))), line)]
-            return out + prep_notes(loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of {self.cn['c']})",
-                                         line=line), f"prepare {op.w}")
-        kv = V["kw"] if kt is None else kt
+            kslice = sl(self.k_start(self.kv), self.ks) if local else full(self.K)
+            kdst = pt(self.ks, p.tile_k) if local else full(self.K)
+
+            def load_c(cv: str | None, cs: int) -> list[Stmt]:
+                return [Dma(View(wt, (pt(cs, p.tile_c), self.tile_index(cv, self.CT), kdst, full(self.R),
+                                      full(self.S))),
+                            View(self.w4, (sl(self.c_start(cv), cs), kslice, full(self.R), full(self.S))), line)]
+            return out + prep_notes(self.over_c(V["c"], load_c, line), f"prepare {op.w}")
         per_c = p.w_split == "c"  # one DMA per (k-tile, c-tile) block: the first transposes wait for less data
         raw = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else self.C,
                                                                  self.R, self.S))
-        csrc = sl(a(term(ct, p.tile_c, self.cn["c"])), p.tile_c)
-        load: list[Stmt]
-        tap: list[Stmt]
-        load = [Alloc(raw, line=line),
-                Dma(whole(raw), View(self.w4, (sl(a(term(kv, p.tile_k, self.cn["k"])), p.tile_k),
-                                               csrc if per_c else full(self.C), full(self.R), full(self.S))), line)]
         # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
         tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
-        kdst = sl(a(term(kv, p.tile_k, self.cn["k"])), p.tile_k) if kt is None else full(p.tile_k)
-        tap = [Alloc(tp, line=line),
-               ir.Transpose(whole(tp), View(raw, (full(p.tile_k), full(p.tile_c) if per_c else csrc,
-                                                  a(r), a(s))), "pe", line),
-               ir.Copy(View(wt, (full(p.tile_c), a(ct), a(r), a(s), kdst)), whole(tp), line)]
-        per_tap = loop(r, self.R, loop(s, self.S, tap, note=self.T["s"], line=line), note=self.T["r"], line=line)
-        taps = loop(ct, self.CT, (load if per_c else []) + per_tap,
-                    note=f"{self.T['c']} (tiles of {self.cn['c']})", line=line)
-        per_k = ([] if per_c else load) + taps
-        if kt is not None:
-            return out + prep_notes(per_k, f"prepare {op.w}")
-        return out + prep_notes(loop(kv, self.KT, per_k, note=f"{self.T['k']} (tiles of {self.cn['k']})", line=line),
+
+        def per_k(kv: str | None, ks: int) -> list[Stmt]:
+            def load(cv: str | None, cs: int) -> list[Stmt]:
+                csrc = sl(self.c_start(cv), cs) if per_c else full(self.C)
+                return [Alloc(raw, line=line),
+                        Dma(View(raw, (pt(ks, p.tile_k), pt(cs, p.tile_c) if per_c else full(self.C), full(self.R),
+                                       full(self.S))),
+                            View(self.w4, (sl(self.k_start(kv), ks), csrc, full(self.R), full(self.S))), line)]
+            kdst = pt(ks, p.tile_k) if local else sl(self.k_start(kv), ks)
+
+            def taps(cv: str | None, cs: int) -> list[Stmt]:
+                tpv = View(tp, (pt(cs, p.tile_c), pt(ks, p.tile_k)))
+                src_c = pt(cs, p.tile_c) if per_c else sl(self.c_start(cv), cs)
+                tap: list[Stmt] = [Alloc(tp, line=line),
+                                   ir.Transpose(tpv, View(raw, (pt(ks, p.tile_k), src_c, a(r), a(s))), "pe", line),
+                                   ir.Copy(View(wt, (pt(cs, p.tile_c), self.tile_index(cv, self.CT), a(r), a(s),
+                                                     kdst)), tpv, line)]
+                per_tap = loop(r, self.R, loop(s, self.S, tap, note=self.T["s"], line=line), note=self.T["r"],
+                               line=line)
+                return (load(cv, cs) if per_c else []) + per_tap
+            return ([] if per_c else load(None, 0)) + self.over_c(V["c"], taps, line)
+        if local:
+            return out + prep_notes(per_k(self.kv, self.ks), f"prepare {op.w}")
+        return out + prep_notes(self.over_k(V["kw"], per_k, f"{self.T['k']} (tiles of {self.cn['k']})", line),
                                 f"prepare {op.w}")
 
     def bias(self) -> list[Stmt]:
         op, p, line = self.op, self.p, self.line
         assert op.bias is not None  # built only for an op with a bias
         b2, st = hbm_view(self.hbm[op.bias], (self.K, 1), self.fresh(f"{op.bias}_v"), line)
-        col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (p.tile_k, self.KT))
-        kb = self.var["kb"]
-        body = [Dma(View(col, (full(p.tile_k), sl(a(kb), 1))),
-                    View(b2, (sl(a(term(kb, p.tile_k, self.cn["k"])), p.tile_k), full(1))), line)]
+        col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (p.tile_k, self.KTB))
+
+        def body(kv: str | None, ks: int) -> list[Stmt]:
+            return [Dma(View(col, (self.part(ks, p.tile_k), sl(self.tile_index(kv, self.KT), 1))),
+                        View(b2, (sl(self.k_start(kv), ks), full(1))), line)]
         self.bias_col = col
         note = f"{self.T['k']} (tiles of {self.cn['k']})"
-        return st + [Alloc(col, line=line)] + prep_notes(loop(kb, self.KT, body, note=note, line=line),
+        return st + [Alloc(col, line=line)] + prep_notes(self.over_k(self.var["kb"], body, note, line),
                                                          f"load {op.bias} as columns")
 
     def bias_row(self) -> list[Stmt]:
         """b[x] on every partition: b_bc[p, x] = b[x], one broadcast matmul per column tile (TILE_X moving columns,
         contraction 1) before the nest, instead of a K=1 matmul per output tile inside the accumulation."""
         op, p, line = self.op, self.p, self.line
-        assert op.bias is not None  # built only for an op with a bias
+        assert op.bias is not None
         dt = self.hbm[op.bias].dtype
         row_v, st = hbm_view(self.hbm[op.bias], (1, self.Wo), self.fresh(f"{op.bias}_v"), line)
         row = Buf(self.fresh(f"{op.bias}_row"), "sbuf", dt, (1, self.Wo))
@@ -258,21 +309,30 @@ class _ConvBuilder:
         cols = self.in_cols()
         band_x = self.step(V["xb"], self.BX, self.cn["band_x"], self.sx)
         src_cols = full(cols) if self.NXB == 1 else sl(a(band_x), cols)
-        body = [Dma(View(xb, (full(p.tile_c), a(ct), full(rows), full(cols))),
-                    View(self.x4, (a(V["n"]), sl(a(term(ct, p.tile_c, self.cn["c"])), p.tile_c),
-                                   sl(a(self.step(V["y"], p.band, self.cn["band"], self.sy)), rows), src_cols)), line)]
+        def body(cv: str | None, cs: int) -> list[Stmt]:
+            return [Dma(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), full(rows), full(cols))),
+                        View(self.x4, (a(V["n"]), sl(self.c_start(cv), cs),
+                                       sl(a(self.step(V["y"], p.band, self.cn["band"], self.sy)), rows), src_cols)),
+                        line)]
         alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
-        return alloc + loop(ct, self.CT, body, note=f"{self.T['c']} (tiles of {self.cn['c']})", line=line)
+        return alloc + self.over_c(ct, body, line)
 
     def nest(self, i: int) -> list[Stmt]:
         order, V = self.p.order, self.var
         if i == len(order):
             return self.out_band()
         role = order[i]
-        body = self.nest(i + 1)
-        extent = {"n": self.N, "y": self.NB, "k": self.KT}[role]
         notes = {"n": self.T["n"], "k": f"{self.T['k']} (tiles of {self.cn['k']})",
                  "y": f"{self.T['y']} (bands of {self.cn['band']} rows)"}
+        if role == "k":
+            def part(kv: str | None, ks: int) -> list[Stmt]:
+                self.kv, self.ks = kv, ks
+                return self.nest(i + 1)
+            out = self.over_k(V["k"], part, notes["k"], self.L["k"])
+            self.kv, self.ks = V["k"], self.p.tile_k
+            return out
+        body = self.nest(i + 1)
+        extent = {"n": self.N, "y": self.NB}[role]
         if role == "y":  # column bands (only when a whole row band does not fit) sit inside the row bands
             body = loop(V["xb"], self.NXB, body, note=f"{self.T['x']} (bands of {self.cn['band_x']})",
                         line=self.L["x"])
@@ -284,8 +344,9 @@ class _ConvBuilder:
         loads: list[Stmt] = []
         if p.hoist_w == "k":
             label = f"{self.words['w']} for this {self.words['k_tile']}"
-            loads.append(ir.Block(label, tuple(self.weights(V["k"])), line, hoist=True))
-        pin = V[p.x_pin] if p.x_pin and {"n": self.N, "y": self.NB, "k": self.KT}[p.x_pin] > 1 else ""
+            loads.append(ir.Block(label, tuple(self.weights(True)), line, hoist=True))
+        extents = {"n": self.N, "y": self.NB, "k": self.KT if self.kv else 1}  # the remainder has no k loop
+        pin = V[p.x_pin] if p.x_pin and extents[p.x_pin] > 1 else ""
         loads.append(ir.Block(f"{self.words['x']}: all contraction tiles, shared by every output tile",
                               tuple(self.x_band()), line, hoist=True, pin=pin))
         ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
@@ -296,56 +357,64 @@ class _ConvBuilder:
                                           line=self.L["x"]),
                      note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
-        store = Dma(View(self.o4, (a(V["n"]), sl(a(term(V["k"], p.tile_k, self.cn["k"])), p.tile_k),
+        store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks),
                                    sl(a(term(V["y"], p.band // self.wy)), p.band // self.wy),
-                                   sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))), whole(ob), line)
+                                   sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
+                    View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
 
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
         acc = Buf(self.fresh(f"{op.name}_acc"), "psum", "f32", (p.tile_k, p.rows, p.tile_x))
-        ct, r, s, kt = V["c"], V["r"], V["s"], V["k"]
+        accv = View(acc, (self.part(self.ks, p.tile_k), full(p.rows), full(p.tile_x)))
+        r, s = V["r"], V["s"]
         wt = self.wt_buf(p.hoist_w == "k")
-        kidx = full(p.tile_k) if p.hoist_w == "k" else sl(a(term(kt, p.tile_k, self.cn["k"])), p.tile_k)
-        stat = View(wt, (full(p.tile_c), a(ct), a(r), a(s), kidx)) if op.w_layout == "kc" else \
-            View(wt, (full(p.tile_c), a(ct), kidx, a(r), a(s)))
+        kidx = self.part(self.ks, p.tile_k) if p.hoist_w == "k" else sl(self.k_start(self.kv), self.ks)
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
-        mov = View(self.x_band_buf(), (full(p.tile_c), a(ct),
-                                       sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), r), p.rows, sy,
-                                          self.cn["rows"] if sy == 1 else ""),
-                                       sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), s), p.tile_x, sx,
-                                          self.cn["x"] if sx == 1 else "")))
-        body: list[Stmt] = [Matmul(whole(acc), stat, mov, self.L["update"])]
-        extents = {"c": self.CT, "r": self.R, "s": self.S}
-        for role in reversed(p.taps):
-            kind = "affine"  # the `unroll` pass turns the schedule's unrolled loops static
-            note = {"c": f"{self.T['c']} (tiles of {self.cn['c']})", "r": self.T["r"],
-                    "s": self.T["s"]}[role]
-            body = loop(V[role], extents[role], body, kind, note=note, line=self.L[role])
-        return [Alloc(acc, zero=True, line=line)] + body + self.epilogue(acc)
+        rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), r), p.rows, sy, self.cn["rows"] if sy == 1 else "")
+        cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), s), p.tile_x, sx, self.cn["x"] if sx == 1 else "")
 
-    def epilogue(self, acc: Buf) -> list[Stmt]:
+        def matmul(cv: str | None, cs: int) -> list[Stmt]:
+            cp, ci = self.part(cs, p.tile_c), self.tile_index(cv, self.CT)
+            stat = View(wt, (cp, ci, a(r), a(s), kidx)) if op.w_layout == "kc" else View(wt, (cp, ci, kidx, a(r), a(s)))
+            return [Matmul(accv, stat, View(self.x_band_buf(), (cp, ci, rows, cols)), self.L["update"])]
+        extents = {"r": self.R, "s": self.S}
+        notes = {"r": self.T["r"], "s": self.T["s"]}
+
+        def taps(level: int, cpart: tuple[str | None, int]) -> list[Stmt]:
+            if level == len(p.taps):
+                return matmul(*cpart)
+            role = p.taps[level]  # the `unroll` pass turns the schedule's unrolled loops static
+            if role == "c":
+                return self.over_c(V["c"], lambda cv, cs: taps(level + 1, (cv, cs)), self.L["c"])
+            return loop(V[role], extents[role], taps(level + 1, cpart), "affine", note=notes[role], line=self.L[role])
+        return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
+
+    def epilogue(self, acc: View) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
         func = "relu" if op.relu else "copy"
-        bias = View(self.bias_col, (full(p.tile_k), sl(a(V["k"]), 1))) if op.bias and op.bias_role == "k" else None
+        kp = self.part(self.ks, p.tile_k)
+        bias = View(self.bias_col, (kp, sl(self.tile_index(self.kv, self.KT), 1))) \
+            if op.bias and op.bias_role == "k" else None
         rows_o, cols_o = p.rows // self.wy, p.tile_x // self.wx
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
-        dst = View(self.o_band, (full(p.tile_k), sl(a(term(V["g"], rows_o, rname)), rows_o),
+        dst = View(self.o_band, (kp, sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
         narrow = self.narrow_intermediates()
         if not op.pool and not narrow:
             return self.evict(dst, acc, func, bias)
         ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
-        out: list[Stmt] = [Alloc(ev, line=line)] + self.evict(whole(ev), acc, func, bias)
-        src = whole(ev)
+        used = lambda buf: View(buf, (kp, full(p.rows), full(p.tile_x)))  # noqa: E731
+        out: list[Stmt] = [Alloc(ev, line=line)] + self.evict(used(ev), acc, func, bias)
+        src = used(ev)
         for name, dtype in narrow:  # the stores the fusion skips round to their dtypes (relu commutes with it)
             tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, ev.shape)
-            out += [Alloc(tile, line=line), ir.Copy(whole(tile), src, line)]
-            src = whole(tile)
+            out += [Alloc(tile, line=line), ir.Copy(used(tile), src, line)]
+            src = used(tile)
         if not op.pool:
             return out + [ir.Copy(dst, src, line)]
         return out + pool_epilogue(src, dst, self.wy, self.wx, op.pool.op, op.pool.scale,
-                                   lambda axis: self.fresh(f"{op.out}_pool_{axis}"),
+                                   lambda axis: self.fresh(f"{op.out}_pool_{axis}" + ("" if self.kv else "_rest")),
                                    self.L["pool"])
 
     def narrow_intermediates(self) -> list[tuple[str, str]]:
@@ -355,13 +424,13 @@ class _ConvBuilder:
         chain = [n for n in (op.name,) + tuple(op.fused) if n != op.out]
         return [(n, self.hbm[n].dtype) for n in dict.fromkeys(chain) if n in self.hbm and self.hbm[n].dtype != "f32"]
 
-    def evict(self, dst: View, acc: Buf, func: str, bias: View | None) -> list[Stmt]:
+    def evict(self, dst: View, acc: View, func: str, bias: View | None) -> list[Stmt]:
         """PSUM -> SBUF in one pass (activation with the per-partition bias column); a row bias is a tensor_tensor
         add reading PSUM instead (activation only adds columns), followed by the relu in place."""
         p, V, op, line = self.p, self.var, self.op, self.line
         if not (op.bias and op.bias_role == "x"):
-            return [Act(dst, whole(acc), func, bias, 1.0, line)]
+            return [Act(dst, acc, func, bias, 1.0, line)]
         col = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(V["x"], p.tile_x, self.cn["x"]))
-        out: list[Stmt] = [Binary(dst, whole(acc), View(self.bias_bc, (full(p.tile_k), sl(col, p.tile_x))), "add",
-                                  line)]
+        bc = View(self.bias_bc, (self.part(self.ks, p.tile_k), sl(col, p.tile_x)))
+        out: list[Stmt] = [Binary(dst, acc, bc, "add", line)]
         return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if op.relu else [])

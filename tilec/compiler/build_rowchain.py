@@ -162,6 +162,7 @@ class _Chain:
             self.engine_of[view.buf.name] = "dma"
         for op in self.ops:
             self.compute(op)
+            self.rounded(op)
         for name in sorted(self.keep & self.made, key=lambda n: [o.out for o in self.ops].index(n)):
             self.op = next(o for o in self.ops if o.out == name)
             self.cur_line = self.op.line
@@ -173,6 +174,24 @@ class _Chain:
         block = ir.Block(f"{outs}: one pass over row tiles (fused row chain)", tuple(nest), self.line)
         consts = [("TILE_P", self.TP)] + ([("TILE_F", self.chunk())] if self.chunked else [])
         return consts, self.setup() + self.consts + [block]
+
+    def rounded(self, op: Op) -> None:
+        """An f16/bf16 tensor's value as its store rounds it: computed, then through a tile of its dtype and back to
+        fp32 (the chain reads values as fp32 operands; a (P, 1) column must be one [ISA6 tensor_scalar]). Folding
+        stops at a narrow tensor: the program says its value is rounded."""
+        dt = self.hbm[op.out].dtype
+        if dt == "f32":
+            return
+        try:
+            tile = self.view(self.values[op.out], f"{op.out}_tile")
+        except _Unsupported:  # a constant: the expression compiler's tile (fallback) rounds as it stores
+            return
+        narrow = Buf(self.fresh(f"{op.out}_{dt}"), "sbuf", dt, tile.buf.shape)
+        back = Buf(self.fresh(f"{op.out}_rounded"), "sbuf", "f32", tile.buf.shape)
+        self.body += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), tile, op.line),
+                      Alloc(back, line=op.line), ir.Copy(whole(back), whole(narrow), op.line)]
+        self.engine_of[back.name] = "vector"
+        self.values[op.out] = Lin(whole(back))
 
     def inputs(self) -> list[str]:
         names: list[str] = []

@@ -19,7 +19,7 @@ from tilec.lang import syntax as sx
 from tilec.target import Target, target as get_target
 
 
-def bad(d: sx.Directive | sx.Ref | int, message: str, hint: str = "") -> TilecError:
+def bad(d: sx.Directive | sx.Ref | sx.KeyArg | int, message: str, hint: str = "") -> TilecError:
     return TilecError(message, getattr(d, "span", None), hint)
 
 
@@ -41,8 +41,16 @@ def ref_role(op: Op, ref, d: sx.Directive) -> str:
     return roles[ref.parts[1]]
 
 
+KEYWORDS = {"tile": "factor", "split": "factor"}  # `tile conv.k, factor=128`: the size by name (the grammar's form)
+
+
 def _int(d: sx.Directive, i: int) -> int:
     arg = d.args[i] if len(d.args) > i else None
+    if isinstance(arg, sx.KeyArg):
+        if arg.key != KEYWORDS.get(d.name):
+            hint = f"write `{KEYWORDS[d.name]}=N` or just N" if d.name in KEYWORDS else "write the number alone"
+            raise bad(arg, f"`{d.name}` has no argument named `{arg.key}`", hint)
+        arg = arg.value
     if not isinstance(arg, int) or arg <= 0:
         raise bad(d, f"`{d.name}` needs a positive integer as argument {i + 1}")
     return arg
@@ -91,8 +99,9 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
             raise bad(d, f"tile of {n} on the partition dimension exceeds {PMAX}",
                       "a PE transpose moves at most 128x128 elements")
         if plan.ragged:  # a tile chooses whole blocks: start from square blocks of the largest common divisor
+            # (one block per strip: the ragged plan's strips counted its 128-blocks and need not divide these)
             plan = replace(plan, ragged=False, tile=best_divisor(math.gcd(op.dim("M"), op.dim("N")), PMAX),
-                           tile_j=0)
+                           tile_j=0, bi=1, bj=1)
         if role == "j":  # the block's columns (rows of the output blocks)
             _div(d, n, op.dim("N"), "tile")
             return replace(plan, tile_j=0 if n == plan.tile else n, bj=1)

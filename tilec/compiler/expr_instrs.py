@@ -80,8 +80,11 @@ class ExprCompiler:
 
     def compute(self, e: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
         c = const_value(e)
-        if c is not None:
-            raise TilecError("an element-wise result must read at least one tensor", e.span)
+        if c is not None:  # a constant-only statement (`Y[i] = 2`): a zeroed tile plus the constant (a fill)
+            self.n += 1
+            zero = Buf(self.fresh(f"{self.prefix}{self.n}"), "sbuf", "f32", self.cur)
+            out, d = self.target(dst)
+            return [Alloc(zero, zero=True, line=self.line)] + out + [Scalar(d, whole(zero), "add", c, self.line)], d
         if isinstance(e, sx.Neg):
             return self.scalar(e.x, "multiply", -1.0, dst)
         if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr == "cast":

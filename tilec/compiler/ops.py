@@ -35,7 +35,7 @@ class _LoopLines:
 class PoolSpec:
     wy: int
     wx: int
-    op: str  # maximum | add
+    op: str  # maximum | minimum | add
     scale: float = 1.0
 
 

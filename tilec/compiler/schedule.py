@@ -182,16 +182,23 @@ def eltwise_free(op: EltwiseOp, parts: int) -> int:
     return op.dim("F") if op.layout else op.size // parts
 
 
+def ragged_tile(channels: int) -> int:
+    """Channels per conv tile: the largest divisor up to 128, or, when that is small for a large count (257: 1), 128
+    channels per tile plus one remainder tile (a ragged plan: 3 tiles, not 257 tiles of one channel)."""
+    tile = best_divisor(channels, PMAX)
+    return PMAX if channels > PMAX and tile < 32 else tile
+
+
 def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     wy, wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
-    tile_k, tile_c = best_divisor(op.dim("K"), PMAX), best_divisor(op.dim("C"), PMAX)
+    tile_k, tile_c = ragged_tile(op.dim("K")), ragged_tile(op.dim("C"))
     wo, ho = op.dim("Wo"), op.dim("Ho")
     # a matmul group covers at least one pooling window of wy rows: wy * tile_x must fit the moving size / PSUM bank
     x_limit = MOVING_FMAX // wy
     tile_x = wo if wo <= x_limit else best_divisor(wo, x_limit, wx)
     max_rows = MOVING_FMAX // tile_x
     elem = DTYPE_BYTES[dtypes[op.x]]
-    ct, r, s = op.dim("C") // tile_c, op.dim("R"), op.dim("S")
+    ct, r, s = -(-op.dim("C") // tile_c), op.dim("R"), op.dim("S")  # a ragged plan's remainder is one more tile
     sy, sxx = op.stride  # input rows behind d output rows: (d - 1) * sy + r
     band_budget = 48 * 1024  # input band bytes per partition: big DMAs, room for two in flight
     # columns per band: whole rows unless even a minimal band of whole rows does not fit
@@ -234,7 +241,8 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
         assert isinstance(op, ConvOp)  # default_plan gives a ConvPlan to a ConvOp only
         sizes = (("tile", "k", plan.tile_k), ("tile", "c", plan.tile_c), ("tile", "x", plan.tile_x),
                  ("tile", "y", plan.rows), ("split", "y", plan.band))
-        ds = [directive(name, v(role), n) for name, role, n in sizes if role in have]
+        ragged = {"k": op.dim("K") % plan.tile_k, "c": op.dim("C") % plan.tile_c}  # the default's own tiles
+        ds = [directive(name, v(role), n) for name, role, n in sizes if role in have and not ragged.get(role)]
         if plan.band_x:
             ds.append(directive("split", v("x"), plan.band_x))
         for group in (plan.order, plan.taps):

@@ -62,7 +62,7 @@ def _select_one(comp: Comp, program) -> Op:
     if comp.red_op == "+=" and isinstance(comp.update, sx.BinOp) and comp.update.op == "*" \
             and len(accesses(comp.update)) == 2:
         return select_conv(comp, program)
-    if comp.red_op in ("max=", "+="):
+    if comp.red_op in ("max=", "min=", "+="):
         return select_pool(comp, program)
     if comp.red_op is None and isinstance(comp.init, sx.Access) and comp.init.tensor != comp.target:
         if is_permutation(comp, comp.init, program):
@@ -304,10 +304,12 @@ def select_pool(comp: Comp, program) -> PoolOp:
     init = const_value(comp.init) if comp.init is not None else None
     if comp.red_op == "max=" and init != float("-inf") and comp.init is not None:
         raise reject(comp, "a max pool must start from -inf", comp.init.span)
+    if comp.red_op == "min=" and init != float("inf") and comp.init is not None:
+        raise reject(comp, "a min pool must start from inf", comp.init.span)
     if comp.red_op == "+=" and init not in (0.0, None) and comp.init is not None:  # (init is None if comp.init is)
         raise reject(comp, "a sum pool must start from 0", comp.init.span)
     if comp.init is None:
-        raise reject(comp, "the pooled tensor needs an initial value (-inf or 0)")
+        raise reject(comp, "the pooled tensor needs an initial value (-inf, inf or 0)")
     maps = index_maps(inner, comp, program)
     if len(maps) != len(comp.out_vars):  # e.g. a row sum s[i] += A[i, j]: zip below would silently drop j
         raise reject(comp, f"a reduction over a whole dimension ({inner.tensor} has {len(maps)} indices, "
@@ -331,7 +333,8 @@ def select_pool(comp: Comp, program) -> PoolOp:
     rows = 1
     for d in shape[:-2]:
         rows *= d
-    pool = PoolSpec(windows[-2], windows[-1], "maximum" if comp.red_op == "max=" else "add", scale)
+    assert comp.red_op is not None  # a pool is a reduction
+    pool = PoolSpec(windows[-2], windows[-1], {"max=": "maximum", "min=": "minimum", "+=": "add"}[comp.red_op], scale)
     dims = (("B", rows), ("H", shape[-2]), ("W", shape[-1]))
     roles = tuple(zip(("b", "i", "j"), (comp.out_vars[0], comp.out_vars[-2], comp.out_vars[-1])))
     return PoolOp(comp.target, comp.target, inner.tensor, dims, pool, roles, relu, comp.line, comp.span,

@@ -98,8 +98,11 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
     # an expression of columns and constants (`0.5 * c[i]`) is computed on the (P, 1) columns and meets full tiles in
     # tensor_scalar (one scalar per partition); it cannot be the whole result
     if columns and column_only(comp.init, set(columns)):
+        assert runs["column"] is not None  # set with the first column
         raise reject(comp, "an element-wise result must read at least one operand indexed like the output "
-                           "(or a broadcast row); broadcast columns alone are not supported", comp.init.span)
+                           "(or a broadcast row); broadcast columns alone are not supported", comp.init.span,
+                     f"compute the per-{'/'.join(comp.out_vars[a] for a in range(*runs['column']))} values as a "
+                     "tensor of their own shape, or read an operand indexed like the output in the same statement")
     run = _partition_run(comp, runs)
     roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))
     layout = _broadcast_layout(comp, run) if run else ()
@@ -125,7 +128,9 @@ def _broadcast_run(comp: Comp, acc: sx.Access, idx: list) -> tuple[int, int]:
     if None in idx or any(v not in out for v in idx) or not idx:
         raise reject(comp, f"element-wise reads must use the output's indices [{', '.join(out)}] or a run of "
                            f"them (a broadcast); {shown} does not (shifts and permutations are not supported)",
-                     acc.span)
+                     acc.span, "the compiler moves whole tensors tile by tile: read the operand with the output's "
+                               "loop variables (pass it already shifted or reversed), or permute it with a "
+                               "transpose statement first")
     a = out.index(idx[0])
     if out[a:a + len(idx)] != idx:
         raise reject(comp, f"the broadcast read {shown} must use consecutive output indices in order", acc.span)

@@ -106,6 +106,8 @@ def _match_assign(s: Assign, t: Target) -> Match | None:
             return Match(t.instr("nc_transpose"), (("batch", tuple(out[:k])), ("p", tuple(src[k:k + 1])),
                                                    ("f", tuple(v for v in src[k:] if v != src[k]))))
         return None
+    if isinstance(e, Const):  # a fill: the constant added to a zeroed tile
+        return Match(t.instr("tensor_scalar"), (("OP", ("add to zeros",)),))
     if isinstance(e, Op) and e.name in FUNCTIONS and FUNCTIONS[e.name].instr == "activation":
         return Match(t.instr("activation"), (("FN", (e.name,)),))
     if isinstance(e, Op) and (e.name in ("+", "-", "*", "/") or e.name in FUNCTIONS):

@@ -31,11 +31,20 @@ class Pending:
     divisions: tuple[s.BinOp, ...]  # floor divisions not proven exact (so polynomial reasoning avoids them)
 
 
+_MEMO: list = [None, {}, {}]  # the Facts last asked about, its lets as Polys, its size expressions' Polys
+
+
 def _poly(facts: Facts, expr: s.Expr) -> Poly:
-    lets: dict[str, Poly] = {}
-    for name, let in facts.lets.items():  # lets in order; each may use earlier ones
-        lets[name] = size_poly(let.value, lambda n: lets.get(n.id) or Poly.sym(n.id))
-    return size_poly(expr, lambda n: lets.get(n.id) or Poly.sym(n.id))
+    if _MEMO[0] is not facts:  # every site asks for its loop bounds and shapes: the lets are solved once per program
+        lets: dict[str, Poly] = {}
+        for name, let in facts.lets.items():  # lets in order; each may use earlier ones
+            lets[name] = size_poly(let.value, lambda n: lets.get(n.id) or Poly.sym(n.id))
+        _MEMO[:] = [facts, lets, {}]
+    lets, seen = _MEMO[1], _MEMO[2]
+    hit = seen.get(id(expr))
+    if hit is None or hit[0] is not expr:  # keyed by identity; the entry keeps its expression alive (unique ids)
+        hit = seen[id(expr)] = (expr, size_poly(expr, lambda n: lets.get(n.id) or Poly.sym(n.id)))
+    return hit[1]
 
 
 # ---- symbolic -------------------------------------------------------------------------------------------------------

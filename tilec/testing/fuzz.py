@@ -3,8 +3,12 @@ compared with the reference evaluator (and the reference with an independent Num
 
     python -m tilec.testing.fuzz --minutes 10 --jobs 2 --seed 1 [--pairs N] [--out DIR] [--minimize]
 
-Each pair runs in a worker process; a pair that outlives --timeout seconds is a HANG, its worker is killed and
-replaced. At the end the counts per class are printed (see tilec.testing.oracle for the classes) and, with --out,
+Each program is tried with SCHEDULES schedules (the default one, a point of the tuner's space, raw directives:
+three pairs), in one worker process that loads it, draws its inputs and evaluates the reference once for all three
+and compiles the default schedule once (the tuner's space starts from it). A pair that outlives --timeout seconds
+is a HANG, its worker is killed and replaced (the program's remaining pairs are skipped). The time is the
+worker's CPU time where the OS reports it (Linux /proc), so a pair starved by other processes on a shared machine
+is not a hang; a pair also counts as one after WALL_FACTOR times the timeout of wall time. At the end the counts per class are printed (see tilec.testing.oracle for the classes) and, with --out,
 one reproducer per distinct failure (a .tl file with its schedule section; --minimize shrinks it first).
 Exit status 1 when any pair found a bug. Same seed, same pairs (the schedule kinds and programs are drawn from
 the pair's own seed), whatever the number of jobs.
@@ -15,8 +19,8 @@ import argparse
 import multiprocessing as mp
 import os
 import pathlib
-import random
 import re
+import signal
 import sys
 import time
 from collections import Counter
@@ -25,15 +29,17 @@ from multiprocessing.connection import wait
 
 from tilec.testing.oracle import BUGS, CLASSES, Verdict
 
-KINDS = (("default", 0.4), ("knobs", 0.35), ("raw", 0.25))
+KINDS = ("default", "knobs", "raw")  # the schedules tried on every program, in this order
+SCHEDULES = len(KINDS)
 
 
 @dataclass(frozen=True)
 class Pair:
     index: int
-    seed: int  # program seed; the schedule kind and schedule come from it too
+    seed: int  # program seed
     family: str = ""
-    kind: str = ""
+    kind: str = ""  # schedule kind (KINDS)
+    schedule_seed: int = 0  # draws the schedule (and whether it goes inside the program)
 
 
 @dataclass(frozen=True)
@@ -45,29 +51,39 @@ class Finding:
     seconds: float
 
 
+WALL_FACTOR = 10
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (None where /proc is not available)."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pair_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + index) & 0x7FFFFFFF
 
 
-def schedule_kind(pair_seed_: int) -> str:
-    x = random.Random(pair_seed_ ^ 0x5CED).random()
-    acc = 0.0
-    for kind, p in KINDS:
-        acc += p
-        if x < acc:
-            return kind
-    return KINDS[-1][0]
+def pairs_of(seed: int, program: int) -> list[Pair]:
+    """The pairs of the campaign's `program`-th program: one per schedule kind, numbered consecutively."""
+    pseed = pair_seed(seed, program)
+    return [Pair(program * SCHEDULES + n, pseed, kind=kind, schedule_seed=pair_seed(pseed, n + 1))
+            for n, kind in enumerate(KINDS)]
 
 
-def run_pair(seed: int) -> tuple[str, str, Verdict, str | None]:
-    """(family, kind, verdict, schedule) of one pair, in this process."""
+def run_pairs(pairs: list[Pair]):
+    """(family, kind, verdict, schedule) of each pair of one program, in this process, as each finishes."""
     from tilec.testing.gen import generate
-    from tilec.testing.oracle import check
+    from tilec.testing.oracle import check_prepared, prepare
 
-    case = generate(seed)
-    kind = schedule_kind(seed)
-    verdict, schedule = check(case.text, None, case.formula, seed=seed, schedule_kind=kind)
-    return case.family, kind, verdict, schedule
+    case = generate(pairs[0].seed)
+    prep = prepare(case.text, case.formula, pairs[0].seed)
+    for pair in pairs:
+        verdict, schedule = check_prepared(prep, None, pair.schedule_seed, pair.kind)
+        yield case.family, pair.kind, verdict, schedule
 
 
 def _worker(conn) -> None:
@@ -78,12 +94,14 @@ def _worker(conn) -> None:
         job = conn.recv()
         if job is None:
             return
-        start = time.monotonic()
+        start, left = time.monotonic(), len(job)
         try:
-            family, kind, verdict, schedule = run_pair(job)
-        except BaseException as err:  # the oracle itself failed: report, keep the worker
-            family, kind, verdict, schedule = "?", "?", Verdict("internal", "oracle", repr(err)[:300]), None
-        conn.send((family, kind, verdict, schedule, time.monotonic() - start))
+            for family, kind, verdict, schedule in run_pairs(job):
+                left -= 1
+                conn.send((family, kind, verdict, schedule, time.monotonic() - start, left == 0))
+                start = time.monotonic()
+        except BaseException as err:  # the oracle itself failed: report (the program's other pairs are skipped)
+            conn.send(("?", "?", Verdict("internal", "oracle", repr(err)[:300]), None, time.monotonic() - start, True))
 
 
 class Pool:
@@ -92,27 +110,29 @@ class Pool:
     def __init__(self, jobs: int, timeout: float) -> None:
         self.ctx = mp.get_context("fork")
         self.timeout = timeout
-        self.workers: list[list] = [self._spawn() for _ in range(jobs)]  # [process, conn, pair, started]
+        # [process, conn, pending pairs, started (wall), CPU seconds at the start]
+        self.workers: list[list] = [self._spawn() for _ in range(jobs)]
 
     def _spawn(self) -> list:
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=_worker, args=(child,), daemon=True)
         proc.start()
         child.close()
-        return [proc, parent, None, 0.0]
+        return [proc, parent, None, 0.0, 0.0]
 
-    def run(self, pairs, deadline: float, on_result) -> None:
-        pairs = iter(pairs)
+    def run(self, programs, deadline: float, on_result) -> None:
+        """`programs`: lists of pairs of one program each; on_result(pair, family, kind, verdict, schedule, secs)."""
+        programs = iter(programs)
         exhausted = False
         while True:
             for w in self.workers:
                 if w[2] is None and not exhausted and time.monotonic() < deadline:
-                    nxt = next(pairs, None)
+                    nxt = next(programs, None)
                     if nxt is None:
                         exhausted = True
                         continue
-                    w[1].send(nxt.seed)
-                    w[2], w[3] = nxt, time.monotonic()
+                    w[1].send(nxt)
+                    w[2], w[3], w[4] = list(nxt), time.monotonic(), cpu_seconds(w[0].pid) or 0.0
             busy = [w for w in self.workers if w[2] is not None]
             if not busy:
                 return
@@ -120,18 +140,24 @@ class Pool:
             now = time.monotonic()
             for w in busy:
                 if w[1] in ready:
+                    pair = w[2][0]
                     try:
-                        family, kind, verdict, schedule, secs = w[1].recv()
-                    except (EOFError, OSError):  # the worker died (killed by the OS: memory)
-                        family, kind, verdict, schedule, secs = "?", "?", Verdict("internal", "worker",
-                                                                                 "worker process died"), None, 0
+                        family, kind, verdict, schedule, secs, last = w[1].recv()
+                    except (EOFError, OSError):  # the worker died (killed by the OS: memory); the rest is skipped
+                        family, kind, verdict, schedule, secs, last = "?", pair.kind, Verdict(
+                            "internal", "worker", "worker process died"), None, 0, True
                         self._replace(w)
-                    on_result(w[2], family, kind, verdict, schedule, secs)
-                    w[2] = None
-                elif now - w[3] > self.timeout:
-                    pair = w[2]
+                    on_result(pair, family, kind, verdict, schedule, secs)
+                    w[2], w[3], w[4] = (None if last else w[2][1:]), now, cpu_seconds(w[0].pid) or 0.0
+                elif self._overdue(w, now):
+                    pair = w[2][0]
                     self._replace(w)
-                    on_result(pair, "?", "?", Verdict("hang", "", f"> {self.timeout:g} s"), None, now - w[3])
+                    on_result(pair, "?", pair.kind, Verdict("hang", "", f"> {self.timeout:g} s"), None, now - w[3])
+
+    def _overdue(self, w: list, now: float) -> bool:
+        cpu = cpu_seconds(w[0].pid)
+        used = now - w[3] if cpu is None else cpu - w[4]
+        return used > self.timeout or now - w[3] > WALL_FACTOR * self.timeout
 
     def _replace(self, w: list) -> None:
         w[0].kill()
@@ -177,7 +203,7 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
     first: dict[str, Finding] = {}
     start = time.monotonic()
     deadline = start + minutes * 60 if minutes else float("inf")
-    total = pairs if pairs is not None else 10**12
+    total = -(-pairs // SCHEDULES) if pairs is not None else 10**12  # programs
 
     def on_result(pair: Pair, family, kind, verdict: Verdict, schedule, secs) -> None:
         counts[verdict.cls] += 1
@@ -186,6 +212,8 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
             if findings is not None:
                 findings.append((family, verdict))
             sig = signature(verdict)
+            if not quiet and sig in first:  # every bug pair is listed (a signature may hide another class)
+                print(f"  pair {pair.index} (seed {pair.seed}, {family}, {kind}): {verdict.line()[:200]}", flush=True)
             if sig not in first:
                 case = generate(pair.seed)
                 first[sig] = Finding(pair, verdict, case.text, schedule, secs)
@@ -197,12 +225,16 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
             print(f"  {done} pairs, {time.monotonic() - start:.0f} s: {_counts_text(counts)}", flush=True)
 
     pool = Pool(jobs, timeout)
+    interrupted = False
     try:
-        pool.run((Pair(i, pair_seed(seed, i)) for i in range(total)), deadline, on_result)
+        pool.run((pairs_of(seed, i) for i in range(total)), deadline, on_result)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (a `timeout` around a long run): report what ran
+        interrupted = True
     finally:
         pool.close()
     wall = time.monotonic() - start
-    print(f"fuzz: seed {seed}, {sum(counts.values())} pairs in {wall:.0f} s with {jobs} job(s)")
+    print(f"fuzz: seed {seed}, {sum(counts.values())} pairs in {wall:.0f} s with {jobs} job(s)"
+          + (" (interrupted)" if interrupted else ""), flush=True)
     print("  " + _counts_text(counts))
     fams = sorted({f for f, _ in by_family})
     for fam in fams:
@@ -212,7 +244,7 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
         for sig, f in sorted(first.items()):
             print(f"    seed {f.pair.seed}: {f.verdict.line()[:160]}")
     if out and first:
-        write_findings(out, first.values(), minimize_, timeout)
+        write_findings(out, first.values(), minimize_ and not interrupted, timeout)
     return counts
 
 
@@ -236,19 +268,24 @@ def write_findings(out: str, findings, minimize_: bool, timeout: float) -> None:
         print(f"  wrote {path}")
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tilec.testing.fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=1.0, help="stop starting pairs after this long (0: no limit)")
     p.add_argument("--pairs", type=int, default=None, help="stop after this many pairs")
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per pair before it counts as a hang")
+    p.add_argument("--timeout", type=float, default=60.0, help="CPU seconds per pair before it counts as a hang (wall: 10x)")
     p.add_argument("--out", help="write one reproducer .tl per distinct failure into this folder")
     p.add_argument("--minimize", action="store_true", help="delta-debug each reproducer before writing it")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     if args.jobs < 1 or args.timeout <= 0:
         p.error("--jobs and --timeout must be positive")
+    signal.signal(signal.SIGTERM, _interrupt)
     counts = campaign(args.seed, args.minutes, args.jobs, args.pairs, args.timeout, args.out, args.minimize,
                       args.quiet)
     return 1 if any(counts[c] for c in BUGS) else 0

@@ -3,10 +3,14 @@
     generate(seed) -> Case(family, text, formula)
 
 A Case is a whole program (kernel header, defaults, lets, declarations, statements) drawn from one of the families
-the compiler has operations for: element-wise chains with broadcasts and constants, row reductions (sum, max, min,
-followed by a broadcast use), matmuls in every operand layout (C = A B, A^T B, A B^T, with bias and relu: linear
-layers), 1-D and 2-D convolutions (random channels, filters, strides, bias, relu) with an optional fused pool,
-pools, transposes (alone and through an intermediate), in f32, f16 and bf16. Names are drawn partly from a pool of
+the compiler has operations for: element-wise chains with broadcasts and constants (every function of the language,
+`/` by constants and by tensors), row reductions (sum, max, min, followed by a broadcast use), row chains written as
+the examples write them (softmax, log-sum-exp, layernorm, rmsnorm: several statements through row vectors),
+reductions over leading and middle dimensions, matmuls in every operand layout (C = A B, A^T B, A B^T, with bias
+and relu: linear layers), 1-D and 2-D convolutions (random channels, filters, strides, bias, relu) with an optional
+fused pool, pools, transposes (alone and through an intermediate) and 3-D permutes, in f32, f16 and bf16, with
+comments and assumes of every comparison. tests/fuzz/test_coverage.py checks that the cases cover the grammar, the
+function table, the directives and the examples' operations. Names are drawn partly from a pool of
 hostile identifiers (Python keywords and builtins, the names the generated kernel and the API use). The formula
 computes the outputs with NumPy from the rounded inputs in float64, written from the family's meaning rather
 than from the program text, so it checks the reference evaluator itself.
@@ -18,6 +22,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from typing import Callable
+
+import math
 
 import ml_dtypes
 import numpy as np
@@ -92,8 +98,27 @@ class Leaf:
 
 @dataclass(frozen=True)
 class Node:
-    op: str  # + - * /c neg relu exp max min
+    op: str  # + - * /c (by a constant) / (by a tensor) neg max min, or a function of UNARY
     args: tuple
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+# the language's one-argument functions, with their meaning written here (float64, rounded once to float32) rather
+# than taken from tilec/lang/functions.py, so the formula checks the reference; tests/fuzz/test_coverage.py fails
+# when the language gains a function this table lacks
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "relu": lambda x: np.maximum(x, 0.0),
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "abs": np.abs,
+}
+POSITIVE = ("log", "sqrt", "rsqrt", "reciprocal")  # their argument is made positive: f(abs(x) + 0.5)
 
 
 def _const(rng: random.Random) -> float:
@@ -103,14 +128,24 @@ def _const(rng: random.Random) -> float:
 def gen_expr(rng: random.Random, leaves: list[Leaf], depth: int) -> object:
     if depth <= 0 or rng.random() < 0.3:
         return rng.choice(leaves)
-    op = rng.choice(["+", "-", "*", "/c", "neg", "relu", "exp", "max", "min", "+", "*"])
-    if op in ("neg", "relu"):
-        return Node(op, (gen_expr(rng, leaves, depth - 1),))
+    op = rng.choice(["+", "-", "*", "/c", "/", "neg", "relu", "exp", "max", "min", "+", "*", "fn", "fn"])
+    if op == "fn":
+        op = rng.choice([f for f in UNARY if f != "exp"])
     if op == "exp":  # keep exp's argument bounded: exp of a leaf times a small constant
         return Node("exp", (Node("*", (rng.choice([lf for lf in leaves if lf.tensor] or leaves),
                                        Leaf(None, const=rng.choice([0.5, 1, -1, 0.25])))),))
+    if op in POSITIVE:
+        arg = Node("+", (Node("abs", (gen_expr(rng, leaves, depth - 1),)), Leaf(None, const=0.5)))
+        return Node(op, (arg,))
+    if op in UNARY or op == "neg":
+        return Node(op, (gen_expr(rng, leaves, depth - 1),))
     if op == "/c":
         return Node("/c", (gen_expr(rng, leaves, depth - 1), Leaf(None, const=rng.choice([2, 4, 3, 0.5, 82]))))
+    if op == "/":  # a tensor denominator kept away from 0 (most of the time) so the quotient stays well-scaled
+        den = gen_expr(rng, leaves, depth - 1)
+        if rng.random() < 0.8:
+            den = Node("+", (Node("abs", (den,)), Leaf(None, const=1)))
+        return Node("/", (gen_expr(rng, leaves, depth - 1), den))
     return Node(op, (gen_expr(rng, leaves, depth - 1), gen_expr(rng, leaves, depth - 1)))
 
 
@@ -135,7 +170,7 @@ def render(e, idx: list[str]) -> str:
     a = [render(x, idx) for x in e.args]
     if e.op in ("+", "-", "*"):
         return f"({a[0]} {e.op} {a[1]})"
-    if e.op == "/c":
+    if e.op in ("/c", "/"):
         return f"({a[0]} / {a[1]})"
     if e.op == "neg":
         return f"(-{a[0]})"
@@ -158,8 +193,10 @@ def evaluate(e, env: dict, rank: int) -> np.ndarray:
         return arr.reshape(shape)
     a = [evaluate(x, env, rank) for x in e.args]
     with np.errstate(all="ignore"):
+        if e.op in UNARY:
+            return np.asarray(UNARY[e.op](np.asarray(a[0], np.float64)), np.float32)
         return {"+": lambda: a[0] + a[1], "-": lambda: a[0] - a[1], "*": lambda: a[0] * a[1],
-                "/c": lambda: a[0] / a[1], "neg": lambda: -a[0], "relu": lambda: np.maximum(a[0], np.float32(0)),
+                "/c": lambda: a[0] / a[1], "/": lambda: a[0] / a[1], "neg": lambda: -a[0], "relu": lambda: np.maximum(a[0], np.float32(0)),
                 "exp": lambda: np.exp(a[0]), "max": lambda: np.maximum(a[0], a[1]),
                 "min": lambda: np.minimum(a[0], a[1])}[e.op]()
 
@@ -234,7 +271,9 @@ def eltwise(rng: random.Random, nm: Names, chain: bool = False) -> Case:
         b.param(n, dtypes_of.get(n, rng.choice(DTYPES) if mixed else in_dtype), [syms[d] for d in dims])
     if rng.random() < 0.3:  # facts about the sizes (true ones): the checker verifies them, the compiler may use them
         d = rng.randrange(rank)
-        b.assumes.append(rng.choice([f"{syms[d]} >= 1", f"{syms[d]} % {ext[d]} == 0", f"{syms[d]} <= {ext[d]}"]))
+        b.assumes.append(rng.choice([f"{syms[d]} >= 1", f"{syms[d]} % {ext[d]} == 0", f"{syms[d]} <= {ext[d]}",
+                                     f"{syms[d]} != {ext[d] + 1}", f"{syms[d]} < {ext[d] + 1}",
+                                     f"{syms[d]} > 0"]))
     consts = [Leaf(None, const=_const(rng)) for _ in range(2)]
     expr = gen_expr(rng, leaves + consts, rng.randint(0, 3))
     if isinstance(expr, Leaf) and expr.tensor is None:
@@ -398,7 +437,7 @@ def conv(rng: random.Random, nm: Names) -> Case:
     if b_name:
         b.param(b_name, rng.choice(["f32", dt]), [names["K"]])
     relu = rng.choice([None, "nest", "stmt"])
-    pool = rng.choice([None, None, "max", "sum", "avg"])
+    pool = rng.choice([None, None, "max", "sum", "avg", "min"])
     out_sp = [ho_n, wo_n] if two_d else [wo_n]
     conv_name, conv_dt = nm("conv"), rng.choice(DTYPES)
     v = {k: nm(k.lower()) for k in ("n", "k", "y", "x", "c", "r", "s")}
@@ -438,8 +477,8 @@ def conv(rng: random.Random, nm: Names) -> Case:
         b.decl(y_name, rng.choice(DTYPES), [names["N"], names["K"]] + psp, out=True)
         iv = [nm("n"), nm("k")] + [nm("i") for _ in psp]
         wv = ([nm("p")] if two_d else []) + [nm("q")]
-        init = {"max": "-inf", "sum": "0", "avg": "0"}[pool]
-        op = "max=" if pool == "max" else "+="
+        init = {"max": "-inf", "min": "inf", "sum": "0", "avg": "0"}[pool]
+        op = {"max": "max=", "min": "min="}.get(pool, "+=")
         src = [iv[0], iv[1]]
         if two_d:
             src.append(f"{py}*{iv[2]} + {wv[0]}" if py > 1 else f"{iv[2]} + {wv[0]}")
@@ -474,7 +513,8 @@ def conv(rng: random.Random, nm: Names) -> Case:
         if pool:
             hp, wp = (ho // py if two_d else 1), wo // px
             win = cur[:, :, :hp * (py if two_d else 1), :wp * px].reshape(n, kk, hp, py if two_d else 1, wp, px)
-            res[y_name] = win.max((3, 5)) if pool == "max" else win.sum((3, 5)) / (py * px if pool == "avg" else 1)
+            res[y_name] = win.max((3, 5)) if pool == "max" else win.min((3, 5)) if pool == "min" else \
+                win.sum((3, 5)) / (py * px if pool == "avg" else 1)
         if not two_d:
             res = {key: val[:, :, 0, :] for key, val in res.items()}
         return res
@@ -545,6 +585,138 @@ def transpose(rng: random.Random, nm: Names) -> Case:
     return Case("transpose", b.text(), formula)
 
 
+def row_chain(rng: random.Random, nm: Names) -> Case:
+    """softmax, layernorm and rmsnorm written as the examples write them: several statements through row vectors
+    (a max or sum per row, a broadcast use, a reduction of that, rsqrt of a row vector, a scale by columns)."""
+    kind = rng.choice(["softmax", "layernorm", "rmsnorm", "logsumexp"])
+    m, n = size(rng, 300), size(rng, 600)
+    sm, sn = nm("M"), nm("N")
+    b = Builder(nm(kind))
+    b.defaults = [(sm, m), (sn, n)]
+    dt = rng.choice(["f32", "f32", "bf16", "f16"])
+    inner = rng.choice(["f32", "f32", dt])  # the row vectors and temporaries
+    x = nm("X")
+    b.param(x, dt, [sm, sn])
+    g = nm("g") if kind in ("layernorm", "rmsnorm") else None
+    beta = nm("b") if kind == "layernorm" and rng.random() < 0.7 else None
+    for t in (g, beta):
+        if t:
+            b.param(t, dt, [sn])
+    eps = rng.choice([1e-05, 1e-06, 0.001])
+    y = nm("Y")
+    idx = lambda: (nm("i"), nm("j"))  # noqa: E731
+    cv = (lambda e: e) if inner == dt else (lambda e: f"{dt}({e})")
+
+    def vec(name: str, init: str, op: str, term: str, i: str, j: str) -> None:
+        b.decl(name, inner, [sm])
+        b.body += [f"  for {i} in 0..{sm}:", f"    {name}[{i}] = {init}", f"    for {j} in 0..{sn}:",
+                   f"      {name}[{i}] {op} {term}"]
+    if kind in ("softmax", "logsumexp"):
+        mx, e, sv = nm("m"), nm("e"), nm("s")
+        i, j = idx()
+        vec(mx, "-inf", "max=", f"{x}[{i}, {j}]", i, j)
+        i, j = idx()
+        b.decl(e, inner, [sm, sn])
+        b.loops([(i, sm), (j, sn)], [f"{e}[{i}, {j}] = exp({x}[{i}, {j}] - {cv(f'{mx}[{i}]')})"])
+        i, j = idx()
+        vec(sv, "0", "+=", f"{e}[{i}, {j}]", i, j)
+        i, j = idx()
+        if kind == "softmax":
+            b.decl(y, rng.choice(DTYPES), [sm, sn], out=True)
+            b.loops([(i, sm), (j, sn)], [f"{y}[{i}, {j}] = {e}[{i}, {j}] / {sv}[{i}]"])
+        else:
+            b.decl(y, rng.choice(DTYPES), [sm], out=True)
+            b.loops([(i, sm)], [f"{y}[{i}] = log({sv}[{i}]) + {mx}[{i}]"])
+
+        def formula(env: dict) -> dict:
+            xv = env[x]
+            mv = rounded(xv.max(1), inner)
+            ev = rounded(np.exp(xv - rounded(mv, dt)[:, None]), inner)
+            sv_ = rounded(ev.sum(1), inner)
+            return {y: ev / sv_[:, None] if kind == "softmax" else np.log(sv_) + mv}
+    else:
+        mu, d, var, r = nm("mu"), nm("d"), nm("v"), nm("r")
+        i, j = idx()
+        src = x
+        if kind == "layernorm":
+            vec(mu, "0", "+=", f"{x}[{i}, {j}] / {sn}", i, j)
+            i, j = idx()
+            b.decl(d, inner, [sm, sn])
+            b.loops([(i, sm), (j, sn)], [f"{d}[{i}, {j}] = {x}[{i}, {j}] - {cv(f'{mu}[{i}]')}"])
+            src = d
+            i, j = idx()
+        vec(var, "0", "+=", f"{src}[{i}, {j}] * {src}[{i}, {j}] / {sn}", i, j)
+        i, j = idx()
+        b.decl(r, inner, [sm])
+        b.loops([(i, sm)], [f"{r}[{i}] = rsqrt({var}[{i}] + {eps})"])
+        i, j = idx()
+        sd = f"{src}[{i}, {j}]" if src == x else cv(f"{src}[{i}, {j}]")  # the statement computes in dt
+        val = f"{sd} * {cv(f'{r}[{i}]')} * {g}[{j}]"
+        if beta:
+            val += f" + {beta}[{j}]"
+        b.decl(y, rng.choice(DTYPES), [sm, sn], out=True)
+        b.loops([(i, sm), (j, sn)], [f"{y}[{i}, {j}] = {val}"])
+
+        def formula(env: dict) -> dict:
+            xv = env[x]
+            dv = xv
+            if kind == "layernorm":
+                muv = rounded(xv.sum(1) / n, inner)
+                dv = rounded(xv - rounded(muv, dt)[:, None], inner)
+            vv = rounded((dv * dv).sum(1) / n, inner)
+            rv = rounded(rounded(1.0 / np.sqrt(vv + eps), inner), dt)
+            out = rounded(dv, dt) * rv[:, None] * env[g][None, :]
+            return {y: out + env[beta][None, :] if beta else out}
+    return Case("rowchain", b.text(), formula)
+
+
+def reduce_columns(rng: random.Random, nm: Names) -> Case:
+    """Reductions over a leading or a middle dimension: s[j] += A[i, j], s[b, n] += A[b, m, n] / M."""
+    middle = rng.random() < 0.5
+    dims = [rng.choice([1, 2, 3, 5]), size(rng, 300), size(rng, 300)] if middle else [size(rng, 400), size(rng, 600)]
+    syms = [nm(c) for c in ("B", "M", "N")[3 - len(dims):]]
+    b = Builder(nm("colsum"))
+    b.defaults = list(zip(syms, dims))
+    a, dt = nm("A"), rng.choice(DTYPES)
+    b.param(a, dt, syms)
+    kind = rng.choice(["sum", "sum", "mean", "max", "min"])
+    op, init = {"sum": ("+=", "0"), "mean": ("+=", "0"), "max": ("max=", "-inf"), "min": ("min=", "inf")}[kind]
+    red = len(dims) - 2  # the reduced dimension: the first of two, the middle of three
+    kept = [d for d in range(len(dims)) if d != red]
+    s_name = nm("s")
+    b.decl(s_name, rng.choice(DTYPES), [syms[d] for d in kept], out=True)
+    iv = [nm(c) for c in ("b", "i", "j")[3 - len(dims):]]
+    term = f"{a}[{', '.join(iv)}]" + (f" / {syms[red]}" if kind == "mean" else "")
+    out_ix = ", ".join(iv[d] for d in kept)
+    b.loops([(iv[d], syms[d]) for d in kept],
+            [f"{s_name}[{out_ix}] = {init}", f"for {iv[red]} in 0..{syms[red]}:", f"  {s_name}[{out_ix}] {op} {term}"])
+
+    def formula(env: dict) -> dict:
+        x = env[a]
+        res = {"sum": lambda: x.sum(red), "mean": lambda: x.sum(red) / dims[red], "max": lambda: x.max(red),
+               "min": lambda: x.min(red)}[kind]()
+        return {s_name: res}
+    return Case("colreduce", b.text(), formula)
+
+
+def permute(rng: random.Random, nm: Names) -> Case:
+    """N-D permutes: Y[b, j, i] = X[b, i, j] (a batched transpose) and the other orders of three dimensions."""
+    dims = [rng.choice([1, 2, 3, 4, 7]), size(rng, 200), size(rng, 200)]
+    rng.shuffle(dims)
+    order = rng.choice([(0, 2, 1), (0, 2, 1), (1, 0, 2), (2, 1, 0), (1, 2, 0), (2, 0, 1)])
+    syms = [nm(c) for c in ("B", "M", "N")]
+    b = Builder(nm("perm"))
+    b.defaults = list(zip(syms, dims))
+    x, dt = nm("X"), rng.choice(DTYPES)
+    b.param(x, dt, syms)
+    y = nm("Y")
+    b.decl(y, rng.choice(DTYPES), [syms[d] for d in order], out=True)
+    iv = [nm(c) for c in ("b", "i", "j")]
+    b.loops([(iv[d], syms[d]) for d in order],
+            [f"{y}[{', '.join(iv[d] for d in order)}] = {x}[{', '.join(iv)}]"])
+    return Case("permute", b.text(), lambda env: {y: np.transpose(env[x], order)})
+
+
 FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "eltwise": eltwise,
     "chain": lambda rng, nm: eltwise(rng, nm, chain=True),
@@ -553,8 +725,12 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "conv": conv,
     "pool": pool,
     "transpose": transpose,
+    "rowchain": row_chain,
+    "colreduce": reduce_columns,
+    "permute": permute,
 }
-WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2}
+WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
+           "colreduce": 1, "permute": 1}
 
 
 def generate(seed: int, family: str | None = None) -> Case:
@@ -564,4 +740,7 @@ def generate(seed: int, family: str | None = None) -> Case:
         family = rng.choices(fams, weights=[WEIGHTS[f] for f in fams])[0]
     case = FAMILIES[family](rng, Names(rng))
     case.seed = seed
+    if rng.random() < 0.15:  # comments are part of the language too (a line of its own, the end of a line)
+        head, rest = case.text.split("\n", 1)
+        case.text = f"# fuzz case {seed}\n{head}  # {family}\n  # sizes\n{rest}"
     return case

@@ -15,9 +15,7 @@ Classes (the fuzzer counts them; every class but OK and REJECTED is a bug to fix
 """
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,17 +52,12 @@ def _error(stage: str, err: BaseException) -> Verdict:
     return Verdict("internal", stage, f"{type(err).__name__}: {text[0] if text else ''}"[:300])
 
 
-def knob_schedule(text: str, rng: random.Random) -> str:
-    """A random point of the tuner's own space for this program (legal by the tuner's static checks if one
-    of a few draws is), rendered as schedule text."""
-    from tilec.tune.evaluate import Job
-    from tilec.tune.knobs import build_space
+def knob_schedule(default, rng: random.Random) -> str:
+    """A random point of the tuner's own space around the program compiled with its default schedule (legal by the
+    tuner's static checks if one of a few draws is), rendered as schedule text."""
+    from tilec.tune.knobs import space_of
 
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "fuzz.tl")
-        with open(path, "w") as f:
-            f.write(text)
-        space = build_space(Job.of(path, None))
+    space = space_of(default, "trn2")
     point = space.random_point(rng)
     for _ in range(8):
         if space.check(point) is None:
@@ -76,6 +69,7 @@ def knob_schedule(text: str, rng: random.Random) -> str:
 def raw_schedule(program, rng: random.Random) -> str:
     """1-4 directives of any kind over the program's tensors and loops, with values that may be illegal: the
     compiler must either apply them or reject them with a location."""
+    from tilec.compiler.directives import PHASES
     from tilec.lang import syntax as sx
 
     nests: dict[str, list[str]] = {}
@@ -96,8 +90,7 @@ def raw_schedule(program, rng: random.Random) -> str:
     for _ in range(rng.randint(1, 4)):
         op = rng.choice(ops)
         loop = rng.choice(nests[op])
-        kind = rng.choice(["tile", "tile", "split", "reorder", "partition", "place", "hoist", "buffers", "unroll",
-                           "method", "compute_at"])
+        kind = rng.choice(("tile",) + PHASES)  # every directive the compiler knows (tile twice as often)
         n = rng.choice([1, 2, 3, 4, 8, 16, 21, 32, 64, 96, 128, 256, 512])
         if kind in ("tile", "split"):
             arg = f"factor={n}" if rng.random() < 0.15 else str(n)  # the keyword form the grammar documents
@@ -120,6 +113,12 @@ def raw_schedule(program, rng: random.Random) -> str:
             other = rng.choice(ops)
             lines.append(f"compute_at {op}, {rng.choice(['root', f'{other}.{rng.choice(nests[other])}'])}")
     return "\n".join(lines) + "\n"
+
+
+def with_schedule(text: str, schedule: str) -> str:
+    """The program with the directives as its own `schedule:` section (the grammar's last section)."""
+    lines = [f"    {line}\n" for line in schedule.splitlines() if line.strip()]
+    return text + "  schedule:\n" + "".join(lines) if lines else text
 
 
 def check_formula(program, ref: dict, formula: Callable | None, inputs: dict) -> Verdict | None:
@@ -150,29 +149,69 @@ def check_formula(program, ref: dict, formula: Callable | None, inputs: dict) ->
     return None
 
 
+@dataclass
+class Prepared:
+    """One program, loaded and evaluated once for all the schedules tried on it: its inputs, the reference
+    outputs, and (on demand) its compilation with the default schedule, which the tuner's space is built around."""
+    text: str
+    program: object = None
+    inputs: dict | None = None
+    ref: dict | None = None
+    verdict: Verdict | None = None  # set when the program fails before any schedule (load, reference, formula)
+    _default: object = None
+
+    def default(self):
+        if self._default is None:
+            from tilec.compiler.api import compile_loaded
+
+            try:
+                self._default = compile_loaded(self.program, None)
+            except BaseException as err:  # kept, so every schedule kind of this program sees the same failure
+                self._default = err
+        if isinstance(self._default, BaseException):
+            raise self._default
+        return self._default
+
+
+def prepare(text: str, formula: Callable | None = None, seed: int = 0) -> Prepared:
+    prep = Prepared(text)
+    try:
+        prep.program = lang.load(text)
+    except TilecError as err:
+        prep.verdict = Verdict("invalid", "load", err.message)
+        return prep
+    except Exception as err:
+        prep.verdict = _error("load", err)
+        return prep
+    program = prep.program
+    try:
+        prep.inputs = {k: v.astype(lang.NP_DTYPES[program.tensors[k].dtype])
+                       for k, v in lang.random_inputs(program, seed).items()}
+        prep.ref = lang.evaluate(program, prep.inputs)
+    except Exception as err:
+        prep.verdict = _error("reference", err)
+        return prep
+    prep.verdict = check_formula(program, prep.ref, formula, prep.inputs)
+    return prep
+
+
 def check(text: str, schedule: str | None, formula: Callable | None = None, seed: int = 0,
           schedule_kind: str = "given") -> tuple[Verdict, str | None]:
     """Run one pair; returns the verdict and the schedule text actually used (None: the program's own).
     schedule_kind: given (use `schedule`) | default | knobs | raw (draw one with `seed`)."""
+    return check_prepared(prepare(text, formula, seed), schedule, seed, schedule_kind)
+
+
+def check_prepared(prep: Prepared, schedule: str | None, seed: int = 0,
+                   schedule_kind: str = "given") -> tuple[Verdict, str | None]:
+    """One schedule on a prepared program (see `check`); `seed` draws the schedule."""
     rng = random.Random(seed)
-    try:
-        program = lang.load(text)
-    except TilecError as err:
-        return Verdict("invalid", "load", err.message), schedule
-    except Exception as err:
-        return _error("load", err), schedule
-    try:
-        inputs = {k: v.astype(lang.NP_DTYPES[program.tensors[k].dtype])
-                  for k, v in lang.random_inputs(program, seed).items()}
-        ref = lang.evaluate(program, inputs)
-    except Exception as err:
-        return _error("reference", err), schedule
-    bad = check_formula(program, ref, formula, inputs)
-    if bad:
-        return bad, schedule
+    if prep.verdict is not None:
+        return prep.verdict, schedule
+    program, text = prep.program, prep.text
     if schedule_kind == "knobs":
         try:
-            schedule = knob_schedule(text, rng)
+            schedule = knob_schedule(prep.default(), rng)
         except Exception as err:
             v = _error("knobs", err)
             return (v if v.cls != "rejected" else Verdict("rejected", "knobs", v.message)), None
@@ -183,18 +222,23 @@ def check(text: str, schedule: str | None, formula: Callable | None = None, seed
     try:
         from tilec.compiler.api import compile_loaded
 
-        directives = lang.parse_schedule(schedule, "<schedule>") if schedule is not None else None
-        compiled = compile_loaded(program, directives)
+        if schedule is not None and rng.random() < 0.2:
+            compiled = compile_loaded(lang.load(with_schedule(text, schedule)), None)
+        elif schedule is None:
+            compiled = prep.default()  # compiled once per program (the tuner's space starts from it too)
+        else:
+            directives = lang.parse_schedule(schedule, "<schedule>") if schedule is not None else None
+            compiled = compile_loaded(program, directives)
     except (TilecError, InternalError, Exception) as err:
         return _error("compile", err), schedule
     try:
-        out = compiled.run(**inputs)
+        out = compiled.run(**prep.inputs)
     except (KernelError, TilecError, Exception) as err:
         v = _error("run", err)
         if v.cls == "rejected":  # a TilecError raised while running a kernel tilec generated: not the user's
             v = Verdict("internal", "run", v.message)
         return v, schedule
-    bad_out = check_outputs(program, out, ref)
+    bad_out = check_outputs(program, out, prep.ref)
     if bad_out:
         return Verdict("wrong", "compare", "; ".join(bad_out)), schedule
     return Verdict("ok"), schedule

@@ -16,6 +16,7 @@ import functools
 from typing import Callable
 
 from tilec.lang.api import DTYPES
+from tilec.target import invariant
 from tilec.trace import Access, Instr, Trace
 
 Bound = Callable[[dict], float]  # named knob values -> lower bound in µs of the op's TensorE busy time
@@ -51,8 +52,10 @@ def conv_bound(op, dtype: str, target: str) -> Bound:
 
     def bound(named: dict) -> float:
         tk, tc, tx = (named[f"tile {op.ref(r)}"] for r in "kcx")
+        pmax = invariant("pmax")  # None: the ragged default (128-channel tiles and a remainder tile)
+        tk, tc = tk or min(d["K"], pmax), tc or min(d["C"], pmax)
         rows = named.get(f"tile {op.ref('y')}", 1)
-        count = d.get("N", 1) * (d["K"] // tk) * (d["C"] // tc) * d.get("R", 1) * d.get("S", 1) \
+        count = d.get("N", 1) * -(-d["K"] // tk) * -(-d["C"] // tc) * d.get("R", 1) * d.get("S", 1) \
             * (d["Ho"] // rows) * (d["Wo"] // tx)
         _, each = model_costs(tc, tk, rows * tx, DTYPES.get(dtype, "float32"), target)
         return count * each

@@ -116,11 +116,24 @@ def _prefer(legal: list[int], least: int) -> list[int]:
     return [v for v in legal if v >= least] or legal
 
 
+def _channel_tiles(channels: int, limit: int) -> list[int]:
+    """Conv channel tiles: divisors of at least 32; none (only the compiler's ragged default, None) for a count above
+    the limit without one (257: 128-channel tiles plus a remainder tile, not 257 tiles of one channel)."""
+    legal = [v for v in divisors(channels) if v <= limit]
+    good = [v for v in legal if v >= min(32, channels)]
+    return good or ([] if channels > limit else legal)
+
+
+def channel_tiles_of(channels: int, tile: int | None, limit: int) -> int:
+    """How many tiles a knob value makes (None: the ragged default, ceil(channels / limit))."""
+    return -(-channels // (tile or limit))
+
+
 def conv_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     d, dflt = op.dims, op.defaults
     wy, wx = op.pool or (1, 1)
-    tiles_k = _prefer([v for v in divisors(d["K"]) if v <= t.stationary_fmax], min(32, d["K"]))
-    tiles_c = _prefer([v for v in divisors(d["C"]) if v <= t.pmax], min(32, d["C"]))
+    tiles_k = _channel_tiles(d["K"], t.stationary_fmax)
+    tiles_c = _channel_tiles(d["C"], t.pmax)
     tiles_x = _prefer([v for v in divisors(d["Wo"]) if v <= t.moving_fmax and v % wx == 0], min(16, d["Wo"]))
     rows = [v for v in divisors(d["Ho"]) if v % wy == 0 and v * min(tiles_x) <= t.moving_fmax]
     bands = [v for v in divisors(d["Ho"]) if v % wy == 0 and v <= 128]  # the SBUF check bounds them further
@@ -197,7 +210,7 @@ def conv_check(op: OpView, moving: str | None, dtype: str, t: Target) -> Check:
             return f"rows and bands must be multiples of the pool window {wy}"
         bufs = (named.get(f"buffers {moving}") or 2) if moving else 2
         width = band_x + d.get("S", 1) - 1 if band_x else d["W"]
-        band_bytes = (band + d.get("R", 1) - 1) * width * DTYPE_BYTES[dtype] * (d["C"] // named[f"tile {op.ref('c')}"])
+        band_bytes = (band + d.get("R", 1) - 1) * width * DTYPE_BYTES[dtype] * channel_tiles_of(d["C"], named[f"tile {op.ref('c')}"], t.pmax)
         if band_bytes * bufs > sbuf_budget(t) // 2:
             return f"{bufs} input bands of {band_bytes // 1024} KiB per partition exceed half of SBUF"
         return None
@@ -277,12 +290,16 @@ KNOBS_FOR = {"conv": conv_knobs, "pool": pool_knobs, "transpose": transpose_knob
 
 def build_space(job: Job) -> Space:
     """The schedule space of the job's program at its shapes (compiles the default schedule once)."""
-    compiled = compile_job(job, None)
+    return space_of(compile_job(job, None), job.target)
+
+
+def space_of(compiled, target: str) -> Space:
+    """The schedule space around a program compiled with its default schedule (tilec.compiler.api.Compiled)."""
     ops = op_views(compiled.result.ops, compiled.result.plans)
     dtypes = {name: t.dtype for name, t in compiled.program.tensors.items()}
     knobs: list[Knob] = []
     checks: list[Check] = []
-    bounds: list[Bound] = [conv_bound(op, dtypes.get(op.tensor("moving") or "", "f32"), job.target)
+    bounds: list[Bound] = [conv_bound(op, dtypes.get(op.tensor("moving") or "", "f32"), target)
                            for op in ops if op.kind == "conv"]
     for op in ops:
         rules = KNOBS_FOR.get(op.kind)
@@ -295,6 +312,6 @@ def build_space(job: Job) -> Space:
                                 f"(missing {missing}); update tilec/tune/knobs.py") from None
         knobs += k
         checks += c
-    bound = functools.partial(total_bound, tuple(bounds), target=job.target) if bounds else None
+    bound = functools.partial(total_bound, tuple(bounds), target=target) if bounds else None
     space = Space(tuple(knobs), tuple(checks), bound=bound)
     return replace(space, experts=tuple(expert_points(space, ops, dtypes)))

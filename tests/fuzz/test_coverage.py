@@ -1,0 +1,59 @@
+"""The fuzzer's generator covers the language and the examples: every grammar rule and literal token
+(grammar/tilec.lark), every function of tilec/lang/functions.py, every directive the compiler knows, and every
+operation kind, epilogue and row chain the compiler selects for examples/*.tl. The lists are derived from those
+sources (tilec/testing/coverage.py), so a construct added there and not generated makes this test fail."""
+from __future__ import annotations
+
+import pathlib
+import random
+import warnings
+
+import pytest
+
+from tilec.lang import api as lang
+from tilec.testing import coverage
+from tilec.testing.gen import generate
+from tilec.testing.oracle import raw_schedule, with_schedule
+
+ROOT = pathlib.Path(__file__).parents[2]
+SEEDS = 400  # ~12 s; the rarest constructs (one function of ten, one comparison of six) show up well before
+
+
+@pytest.fixture(scope="module")
+def generated() -> set[str]:
+    seen: set[str] = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in range(SEEDS):
+            case = generate(seed)
+            program = lang.load(case.text)
+            schedule = raw_schedule(program, random.Random(seed))
+            seen |= coverage.constructs(case.text) | coverage.op_features(program)
+            seen |= coverage.schedule_constructs(schedule)
+            if seed % 5 == 0:  # as the oracle does for a fifth of the pairs: the schedule inside the program
+                seen |= coverage.constructs(with_schedule(case.text, schedule))
+    return seen
+
+
+def test_the_expected_lists_come_from_the_sources():
+    want = coverage.expected()
+    assert {"rule:add", "rule:key_arg", "rule:schedule", "ASSIGN_OP:max=", "COMPARE_OP:!=", "DTYPE:bf16",
+            "call:gelu", "call:bf16", "directive:compute_at"} <= want
+    assert "rule:stmt" not in want  # `?stmt` is inlined: never a node of a parse tree
+
+
+def test_generator_covers_the_grammar_functions_and_directives(generated):
+    missing = sorted(coverage.expected() - generated)
+    assert not missing, f"constructs the fuzzer never generates: {missing}"
+
+
+def test_generator_covers_every_construct_of_the_examples(generated):
+    examples = sorted((ROOT / "examples").glob("*.tl"))
+    assert len(examples) >= 10
+    want: set[str] = set()
+    for path in examples:
+        text = path.read_text()
+        want |= coverage.constructs(text) | coverage.op_features(lang.load(text))
+    assert {"op:conv+pool.maximum", "op:matmul+bias-x", "op:rowchain", "op:pool.add+scaled"} <= want
+    missing = sorted(want - generated)
+    assert not missing, f"constructs of examples/ the fuzzer never generates: {missing}"
