@@ -522,6 +522,8 @@ def conv(rng: random.Random, nm: Names) -> Case:
 
 
 def pool(rng: random.Random, nm: Names) -> Case:
+    if rng.random() < 0.25:
+        return padded_pool(rng, nm)
     n, c = rng.choice([1, 2]), size(rng, 300)
     p = rng.choice([1, 2, 3, 4])
     h, w = p * rng.randint(1, 12), p * rng.randint(1, 24)
@@ -547,6 +549,38 @@ def pool(rng: random.Random, nm: Names) -> Case:
         win = env[x_name].reshape(n, c, h // p, p, w // p, p)
         red = {"max": lambda: win.max((3, 5)), "min": lambda: win.min((3, 5)), "sum": lambda: win.sum((3, 5)),
                "avg": lambda: (win * float(np.float32(1.0 / (p * p)))).sum((3, 5))}[kind]()
+        return {y_name: red}
+    return Case("pool", b.text(), formula)
+
+
+def padded_pool(rng: random.Random, nm: Names) -> Case:
+    """A k x k window sliding with stride 1 over the input padded with the reduction's identity (-inf, inf, 0):
+    the output has the input's size (a "same" pool; avg counts the padding, as torch's count_include_pad)."""
+    n, c, k = rng.choice([1, 2]), size(rng, 300), rng.choice([2, 3])
+    h, w, lo = rng.randint(k, 24), rng.randint(k, 40), (k - 1) // 2
+    kind = rng.choice(["max", "sum", "avg", "min"])
+    syms = [nm(s) for s in ("N", "C", "H", "W")]
+    b = Builder(nm("pool"))
+    b.defaults = list(zip(syms, [n, c, h, w]))
+    x_name, y_name = nm("X"), nm("Y")
+    b.param(x_name, rng.choice(DTYPES), syms)
+    b.decl(y_name, rng.choice(DTYPES), syms, out=True)
+    iv = [nm(s) for s in ("n", "c", "i", "j")]
+    pv, qv = nm("p"), nm("q")
+    op, init, fill = {"max": ("max=", "-inf", "-inf"), "min": ("min=", "inf", "inf"), "sum": ("+=", "0", "0"),
+                      "avg": ("+=", "0", "0")}[kind]
+    term = f"{x_name}[{iv[0]}, {iv[1]}, {iv[2]} + {pv} - {lo}, {iv[3]} + {qv} - {lo}] ?? {fill}"
+    if kind == "avg":
+        term = f"{_num(1.0 / (k * k))} * ({term})"
+    b.loops(list(zip(iv, syms)), [f"{y_name}[{', '.join(iv)}] = {init}", f"for {pv} in 0..{k}, {qv} in 0..{k}:",
+                                   f"  {y_name}[{', '.join(iv)}] {op} {term}"])
+
+    def formula(env: dict) -> dict:
+        pad = {"max": -np.inf, "min": np.inf, "sum": 0.0, "avg": 0.0}[kind]
+        xp = np.pad(env[x_name], ((0, 0), (0, 0), (lo, k - 1 - lo), (lo, k - 1 - lo)), constant_values=pad)
+        wins = np.stack([xp[:, :, p:p + h, q:q + w] for p in range(k) for q in range(k)])
+        red = {"max": lambda: wins.max(0), "min": lambda: wins.min(0), "sum": lambda: wins.sum(0),
+               "avg": lambda: (wins * float(np.float32(1.0 / (k * k)))).sum(0)}[kind]()
         return {y_name: red}
     return Case("pool", b.text(), formula)
 
