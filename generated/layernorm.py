@@ -46,10 +46,10 @@ def layernorm(X, g, b):
         discard[...] = nisa.activation(op=nl.square, data=X_tile, bias=mu_neg, reduce_op=nl.add, reduce_res=v_col, dtype=nl.float32)  # tl:19
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
         r_tile[...] = nisa.activation(op=nl.rsqrt, data=v_col, bias=r_const, scale=0.001953125, dtype=nl.float32)  # tl:21
-        Y_bias = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        Y_bias[...] = nisa.activation(op=nl.copy, data=mu_neg, scale=r_tile, dtype=nl.float32)  # tl:23
+        Y_centred = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        Y_centred[...] = nisa.activation(op=nl.copy, data=X_tile, bias=mu_neg, dtype=nl.float32)  # tl:23
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        Y_tile[...] = nisa.activation(op=nl.copy, data=X_tile, bias=Y_bias, scale=r_tile, dtype=nl.float32)  # tl:23
+        Y_tile[...] = nisa.activation(op=nl.copy, data=Y_centred, scale=r_tile, dtype=nl.float32)  # tl:23
         Y_psum1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
         g_psum = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
         g_psum += nisa.nc_matmul(ones_f32, g_row)  # tl:23

@@ -47,10 +47,10 @@ def layernorm(X, g, b):
         nisa.activation(dst=discard, op=nl.square, data=X_tile, bias=mu_neg, reduce_op=nl.add, reduce_res=v_col)  # tl:19
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
         nisa.activation(dst=r_tile, op=nl.rsqrt, data=v_col, bias=r_const, scale=0.001953125)  # tl:21
-        Y_bias = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        nisa.activation(dst=Y_bias, op=nl.copy, data=mu_neg, scale=r_tile)  # tl:23
+        Y_centred = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        nisa.activation(dst=Y_centred, op=nl.copy, data=X_tile, bias=mu_neg)  # tl:23
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
-        nisa.activation(dst=Y_tile, op=nl.copy, data=X_tile, bias=Y_bias, scale=r_tile)  # tl:23
+        nisa.activation(dst=Y_tile, op=nl.copy, data=Y_centred, scale=r_tile)  # tl:23
         Y_psum1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
         g_psum = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
         nisa.nc_matmul(dst=g_psum, stationary=ones_f32, moving=g_row, accumulate=False)  # tl:23
