@@ -90,6 +90,7 @@ def _worker(conn) -> None:
     import warnings
 
     warnings.simplefilter("ignore")  # the interpreter's partial-write warnings: the comparison reports them
+    _ignore_stops()  # Ctrl-C reaches the whole process group: the parent reports and stops the workers
     while True:
         job = conn.recv()
         if job is None:
@@ -230,6 +231,7 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
         pool.run((pairs_of(seed, i) for i in range(total)), deadline, on_result)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (a `timeout` around a long run): report what ran
         interrupted = True
+        _ignore_stops()  # a second signal must not cut the report short
     finally:
         pool.close()
     wall = time.monotonic() - start
@@ -270,6 +272,11 @@ def write_findings(out: str, findings, minimize_: bool, timeout: float) -> None:
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+def _ignore_stops() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def main(argv: list[str] | None = None) -> int:
