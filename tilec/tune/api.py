@@ -115,16 +115,14 @@ def tune(path: str, shapes: dict[str, int] | None = None, budget: int | None = D
     cost = CachedCost(job, evaluator, cache, space.lower_bound if space.bound else None)
     bar = Progress(budget, stream=sys.stderr if progress is True else (progress or None))
     first = [("default", space.default_point()), *(("expert", p) for p in space.experts)]
-    interrupted = True  # until the search returns: Ctrl-C (or any error) stops the workers without waiting
     try:
         history, stats = search(space, cost, budget=budget, time_s=time_s, seed=seed, first=first,
                                 on_trial=bar.update)
         ranked = rank(job, evaluator, history)
-        interrupted = False
     finally:
         bar.close()
         if own:
-            evaluator.close(interrupted)  # type: ignore[attr-defined]
+            evaluator.close()  # type: ignore[attr-defined]
     return replace(finish(job, cost, history, stats, ranked, started), space_points=space.size())
 
 

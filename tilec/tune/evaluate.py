@@ -148,15 +148,10 @@ class ModelEvaluator:
             self._pool = start_pool(self.jobs)
         return self._pool.map(self.outcome, [job] * len(schedules), schedules)  # map keeps input order
 
-    def close(self, interrupted: bool = False) -> None:
-        """After a search: the workers wind down. After Ctrl-C: queued candidates are cancelled and running ones
-        stopped at once (their results are unused, and a slow candidate must not keep the user waiting)."""
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        if interrupted:
-            _terminate_workers(pool)
-        pool.shutdown(wait=not interrupted, cancel_futures=True)
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)  # after Ctrl-C: finish the running candidates, start no more
+            self._pool = None
 
 
 def start_pool(jobs: int) -> Executor:
@@ -165,16 +160,6 @@ def start_pool(jobs: int) -> Executor:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     return ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_ignore_interrupts)
-
-
-def _terminate_workers(pool: Executor) -> None:
-    """Stop a pool's workers now (before its shutdown, which forgets them)."""
-    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14 has it; before, the executor keeps its
-    if terminate is not None:                             # worker processes in `_processes`
-        terminate()
-        return
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
-        proc.terminate()
 
 
 def _ignore_interrupts() -> None:
@@ -243,10 +228,10 @@ class HardwareEvaluator:
         except Exception as err:  # one kernel failing on the device must not lose the others' measurements
             return Measured(schedule, model_us, INF, f"{type(err).__name__}: {first_line(err)}")
 
-    def close(self, interrupted: bool = False) -> None:
+    def close(self) -> None:
         close = getattr(self.screen, "close", None)
         if close:
-            close(interrupted)
+            close()
 
 
 def neuron_benchmark(job: Job, schedule: str, warmup: int, iters: int) -> float:  # pragma: no cover - hardware
