@@ -195,29 +195,7 @@ def test_a_mean_only_subtracted_is_summed_negated() -> None:
 def test_layernorm_centres_before_scaling_rows_of_near_equal_values():
     """`(X - mu) * r` folded as `X*r - mu*r` cancels after scaling: on rows of near-equal values r = rsqrt(var +
     eps) is large and the fold lost ~13x the reference's accuracy (fuzz seed 14003150). The chain centres first."""
-    text = """kernel ln(X: f32[M, N], g: f32[N], b: f32[N]) -> Y
-  default M = 256, N = 2
-  mu: f32[M]
-  d: f32[M, N]
-  v: f32[M]
-  r: f32[M]
-  Y: f32[M, N]
-  for i in 0..M:
-    mu[i] = 0
-    for j in 0..N:
-      mu[i] += X[i, j] / N
-  for i in 0..M, j in 0..N:
-    d[i, j] = X[i, j] - mu[i]
-  for i in 0..M:
-    v[i] = 0
-    for j in 0..N:
-      v[i] += d[i, j] * d[i, j] / N
-  for i in 0..M:
-    r[i] = rsqrt(v[i] + 1e-06)
-  for i in 0..M, j in 0..N:
-    Y[i, j] = d[i, j] * r[i] * g[j] + b[j]
-"""
-    program = lang.load(text)
+    program = lang.load(str(EXAMPLES / "layernorm.tl"), {"M": 256, "N": 2})
     rng = np.random.default_rng(3)
     base = rng.uniform(-3, 3, (256, 1))
     x = (base + rng.uniform(-1e-4, 1e-4, (256, 2))).astype(np.float32)  # each row's two values nearly equal
