@@ -17,7 +17,8 @@ from dataclasses import replace
 
 from tilec.compiler.ir import Aff, Term
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Expr, Kernel, Load, Loop, Op, Stmt, Update, walk
+from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Kernel, Load, Loop, Stmt, Update, loads, map_loads,
+                                 walk)
 from tilec.compiler.primitives import (Region, _check_fits, _fail, _stores, _subst, _with_loop, copy_nest, find_loop,
                                       region, relocate)
 from tilec.errors import Span
@@ -103,7 +104,7 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
     found: dict[str, View] = {}
     order: dict[str, int] = {}
     for s in body:
-        for acc, written in [(s.dst, True)] + [(a, False) for a in _loads(s.expr)]:
+        for acc, written in [(s.dst, True)] + [(a, False) for a in loads(s.expr)]:
             runs = _runs(acc, chain, old, bufs, span)
             for a, b in runs:
                 if so[a] not in sn or so[b] not in sn:
@@ -138,11 +139,6 @@ def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int],
     return tuple(1 if j is None else new[j] for j in loops), tuple(loops)
 
 
-def _loads(e: Expr) -> list[Access]:
-    from tilec.compiler.nest import loads
-    return loads(e)
-
-
 def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer], span) -> list[tuple[int, int]]:
     """The access as runs [(a, b), ..] of chain[a:b], one plain loop per dimension, over the whole buffer."""
     names = []
@@ -167,14 +163,7 @@ def _rewrite(s: Assign, views: dict[str, View], called: dict[str, str], names: l
     def access(a: Access) -> Access:
         _, loops = views[a.buf]
         return Access(called[a.buf], tuple(Aff() if j is None else Aff((Term(names[j]),)) for j in loops))
-
-    def expr(e: Expr) -> Expr:
-        if isinstance(e, Load):
-            return replace(e, access=access(e.access))
-        if isinstance(e, Op):
-            return replace(e, args=tuple(expr(x) for x in e.args))
-        return e
-    return replace(s, dst=access(s.dst), expr=expr(s.expr))
+    return replace(s, dst=access(s.dst), expr=map_loads(s.expr, access))
 
 
 # ---- stage_out -----------------------------------------------------------------------------------------------------
@@ -190,7 +179,7 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     writes = [s.dst for s in _stores(loop.body) if s.dst.buf == buf]
     if not writes:
         raise _fail(f"stage_out {buf} at {at}: loop {at} does not write {buf}", span)
-    if any(a.buf == buf for s in _stores(loop.body) for a in _loads(s.expr)):
+    if any(a.buf == buf for s in _stores(loop.body) for a in loads(s.expr)):
         raise _fail(f"stage_out {buf} at {at}: loop {at} also reads {buf}", span, "stage it where it is only written")
     inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
     box = region(writes, inner, f"stage_out {buf} at {at}", span)
@@ -215,7 +204,7 @@ def broadcast(k: Kernel, buf: str, at: str, part: str, target: Target | str | No
     t = get_target(target)
     loop = find_loop(k, at, span) if at else Loop("", 1, k.body)
     p = find_loop(k, part, span)
-    reads = [a for s in _stores(loop.body) for a in _loads(s.expr) if a.buf == buf]
+    reads = [a for s in _stores(loop.body) for a in loads(s.expr) if a.buf == buf]
     if not reads or k.buffers()[buf].shape[0] != 1 or any(a.index[0] != Aff() for a in reads):
         raise _fail(f"broadcast {buf}: it must be a row (one partition) read inside {at or 'the kernel'}", span)
     inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
@@ -224,7 +213,7 @@ def broadcast(k: Kernel, buf: str, at: str, part: str, target: Target | str | No
     shape = (p.extent,) + row.shape
     _check_fits(shape, dtype, t, f"broadcast {buf}", span)
     tile = Buffer(name or f"{buf}_bcast", "sbuf", dtype, shape)
-    line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in _loads(s.expr)))
+    line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in loads(s.expr)))
     fill = _fill(tile, buf, row, p.extent, line)
     body = relocate(loop.body, buf, tile.name, row, lead=(Aff((Term(part),)),))
     written = next((i for i, s in enumerate(body) if any(st.dst.buf == buf for st in _stores((s,)))), -1)
@@ -262,11 +251,11 @@ def stage_grouped(k: Kernel, buf: str, at: str, groups: tuple[tuple[str, ...], .
     loop = find_loop(k, at, span)
     stores = _stores(loop.body)
     found = [s.dst for s in stores if s.dst.buf == buf] if not into else \
-        [a for s in stores for a in _loads(s.expr) if a.buf == buf]
+        [a for s in stores for a in loads(s.expr) if a.buf == buf]
     what = f"stage {buf} at {at}"
     if not found or any(a != found[0] for a in found):
         raise _fail(f"{what}: loop {at} must access {buf}, one way only", span)
-    if (not into and any(a.buf == buf for s in stores for a in _loads(s.expr))) or \
+    if (not into and any(a.buf == buf for s in stores for a in loads(s.expr))) or \
             (into and any(s.dst.buf == buf for s in stores)):
         raise _fail(f"{what}: loop {at} both reads and writes {buf}", span)
     inner = {s.var: s for s in walk(loop.body) if isinstance(s, Loop)}
@@ -277,7 +266,7 @@ def stage_grouped(k: Kernel, buf: str, at: str, groups: tuple[tuple[str, ...], .
     _check_fits(shape, dtype or source.dtype, t, what, span)
     staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, shape)
     local = Access(staged.name, tuple(_group_index(acc, g, inner) for g in groups))
-    line = next(s.line for s in stores if s.dst == acc or acc in _loads(s.expr))
+    line = next(s.line for s in stores if s.dst == acc or acc in loads(s.expr))
     copy = _grouped_copy(acc, local, groups, dims, inner, into, line)
     body = _replace_access(loop.body, acc, local)
     new_body = (Alloc(staged, line), copy) + body if into else (Alloc(staged, line),) + body + (copy,)
@@ -336,19 +325,15 @@ def _grouped_copy(acc: Access, local: Access, groups, dims: list[int], inner: di
 
 
 def _replace_access(body: tuple[Stmt, ...], old: Access, new: Access) -> tuple[Stmt, ...]:
-    def expr(e: Expr) -> Expr:
-        if isinstance(e, Load):
-            return replace(e, access=new) if e.access == old else e
-        if isinstance(e, Op):
-            return replace(e, args=tuple(expr(x) for x in e.args))
-        return e
+    def swap(a: Access) -> Access:
+        return new if a == old else a
 
     out: list[Stmt] = []
     for s in body:
         if isinstance(s, Loop):
             out.append(replace(s, body=_replace_access(s.body, old, new)))
         elif isinstance(s, Assign):
-            out.append(replace(s, dst=new if s.dst == old else s.dst, expr=expr(s.expr)))
+            out.append(replace(s, dst=swap(s.dst), expr=map_loads(s.expr, swap)))
         else:
             out.append(s)
     return tuple(out)

@@ -20,7 +20,7 @@ so a scheduling primitive is tested by evaluating before and after.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Union
 
 from tilec.compiler.ir import Aff, Term, fmt_aff
@@ -129,6 +129,15 @@ def loads(e: Expr) -> list[Access]:
     if isinstance(e, Op):
         return [a for x in e.args for a in loads(x)]
     return []
+
+
+def map_loads(e: Expr, f: Callable[[Access], Access]) -> Expr:
+    """The expression with each access it reads replaced by f(access); replace() keeps each node's span."""
+    if isinstance(e, Load):
+        return replace(e, access=f(e.access))
+    if isinstance(e, Op):
+        return replace(e, args=tuple(map_loads(x, f) for x in e.args))
+    return e
 
 
 def walk(body: tuple[Stmt, ...]):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from tilec.compiler.ir import Aff, Term
 from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Expr, Index, Kernel, Load, Loop, Op, Stmt, Update,
-                                 loads, walk)
+                                 loads, map_loads, walk)
 from tilec.errors import Span, TilecError
 from tilec.target import Target, target as get_target
 
@@ -337,19 +337,12 @@ def relocate(body: tuple[Stmt, ...], buf: str, staged: str, box: Region, reads: 
     def access(a: Access) -> Access:
         return Access(staged, lead + box.local(a)) if a.buf == buf else a
 
-    def expr(e: Expr) -> Expr:
-        if isinstance(e, Load):
-            return replace(e, access=access(e.access))
-        if isinstance(e, Op):
-            return replace(e, args=tuple(expr(x) for x in e.args))
-        return e
-
     out: list[Stmt] = []
     for s in body:
         if isinstance(s, Loop):
             out.append(replace(s, body=relocate(s.body, buf, staged, box, reads, writes, lead)))
         elif isinstance(s, (Assign, Update)):
-            s = replace(s, expr=expr(s.expr)) if reads else s
+            s = replace(s, expr=map_loads(s.expr, access)) if reads else s
             out.append(replace(s, dst=access(s.dst)) if writes else s)
         else:
             out.append(s)

@@ -29,7 +29,7 @@ from tilec.compiler import ir
 from tilec.compiler.build_util import broadcast_row
 from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.ir import Aff, View
-from tilec.compiler.nest import Access, Assign, Const, Expr, Index, Load, Op, Stmt, Update, loads
+from tilec.compiler.nest import Access, Assign, Const, Expr, Index, Load, Op, Stmt, Update, loads, map_loads
 from tilec.errors import InternalError, Span
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
@@ -134,14 +134,7 @@ def local(s: Assign, nest: set[str]) -> Assign:
     one instruction, they only place its operands)."""
     def acc(a: Access) -> Access:
         return Access(a.buf, tuple(Aff(tuple(t for t in i.terms if t.var in nest)) for i in a.index))
-
-    def expr(e: Expr) -> Expr:
-        if isinstance(e, Load):
-            return replace(e, access=acc(e.access))
-        if isinstance(e, Op):
-            return replace(e, args=tuple(expr(x) for x in e.args))
-        return e
-    return replace(s, dst=acc(s.dst), expr=expr(s.expr))
+    return replace(s, dst=acc(s.dst), expr=map_loads(s.expr, acc))
 
 
 def to_syntax(e: Expr) -> sx.Expr:
