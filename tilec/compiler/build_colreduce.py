@@ -17,6 +17,7 @@ from __future__ import annotations
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.expr_instrs import ExprCompiler
+from tilec.compiler.build_reduce import result_tile
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
@@ -77,7 +78,7 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     else:
         body += [Alloc(res, line=ln), ir.Copy(whole(res), whole(acc), ln)]
     body += _finish(op, hbm, fresh, res, views, cols, scaled=paired)
-    result = _cast(op, hbm, fresh, res, body)
+    result = result_tile(op, hbm, fresh, res, body)
     body.append(Dma(View(out_v, (a("o"), full(1), cols)), whole(result), ln))
     kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
     nest = loop("ft", F // TF, body, note=f"for {kept} (tiles of TILE_F)", line=op.line_of("k0"))
@@ -136,11 +137,3 @@ def _finish(op: ColumnReduceOp, hbm, fresh: Fresh, res: Buf, views: dict[str, Bu
     elif op.init != 0.0:
         out.append(Scalar(whole(res), whole(res), "add", op.init, op.line))
     return out
-
-
-def _cast(op: ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh, res: Buf, body: list[Stmt]) -> Buf:
-    if hbm[op.out].dtype == res.dtype:
-        return res
-    cast = Buf(fresh(f"{op.out}_tile"), "sbuf", hbm[op.out].dtype, res.shape)
-    body += [Alloc(cast, line=op.update_line), ir.Copy(whole(cast), whole(res), op.update_line)]
-    return cast

@@ -13,7 +13,7 @@ from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
-from tilec.compiler.ops import ReduceOp
+from tilec.compiler.ops import ColumnReduceOp, ReduceOp
 from tilec.compiler.schedule import ReducePlan
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
@@ -40,7 +40,7 @@ def build_reduce(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fre
     body = _accumulate(op, plan, hbm, fresh, acc, src_v, rows) if tiles > 1 else \
         _single(op, plan, hbm, fresh, acc, src_v, rows)
     body += _finish(op, hbm, fresh, acc, init_v, rows, TP)
-    body.append(Dma(View(out_v, (rows, full(1))), whole(_result(op, hbm, fresh, acc, body)), line))
+    body.append(Dma(View(out_v, (rows, full(1))), whole(result_tile(op, hbm, fresh, acc, body)), line))
     var = ", ".join(v for role, v in op.vars if role.startswith("k"))
     nest = loop("pt", R // TP, body, note=f"for {var} (tiles of TILE_P)", line=op.line_of("k0"))
     what = f"{op.out} = {op.op} over the last dims of {op.src if op.expr is None else fmt_expr(op.expr)}"
@@ -104,7 +104,7 @@ def _finish(op: ReduceOp, hbm, fresh: Fresh, acc: Buf, init_v: Buf | None, rows,
     return out
 
 
-def _result(op: ReduceOp, hbm: dict[str, Buf], fresh: Fresh, acc: Buf, body: list[Stmt]) -> Buf:
+def result_tile(op: ReduceOp | ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh, acc: Buf, body: list[Stmt]) -> Buf:
     """The accumulator, or (for a narrower output dtype) its cast into a tile of that dtype, appended to body."""
     if hbm[op.out].dtype == acc.dtype:
         return acc
