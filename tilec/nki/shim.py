@@ -13,6 +13,8 @@ import os
 import sys
 import types
 
+from tilec.nki.shimbase import ShimLoader, copy_public
+
 # module served -> (tilec module implementing it, attributes copied from tilec.nki.top for the package)
 _MODULES = {
     "neuronxcc": None,
@@ -23,12 +25,7 @@ _MODULES = {
 _NAMESPACES = {"neuronxcc.nki.typing": "typing", "neuronxcc.nki.compiler": "compiler"}
 
 
-class _Loader(importlib.abc.Loader):
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = types.ModuleType(spec.name)
-        module.__tilec_shim__ = True
-        return module
-
+class _Loader(ShimLoader):
     def exec_module(self, module: types.ModuleType) -> None:
         name = module.__name__
         if name == "neuronxcc":
@@ -42,9 +39,7 @@ class _Loader(importlib.abc.Loader):
             module.__path__ = []  # a package
             return
         src = importlib.import_module(impl)
-        module.__dict__.update({k: v for k, v in vars(src).items()
-                                if not k.startswith("_") and not isinstance(v, types.ModuleType)
-                                and k != "annotations"})
+        copy_public(module, src)
         if name == "neuronxcc.nki":
             module.__path__ = []
             sys.modules[name] = module  # so the submodule imports below find their parent

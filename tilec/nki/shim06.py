@@ -14,26 +14,21 @@ import importlib.machinery
 import sys
 import types
 
+from tilec.nki.shimbase import ShimLoader, copy_public
+
 _MODULES = {"nki": "tilec.nki.top06", "nki.isa": "tilec.nki.isa06", "nki.language": "tilec.nki.language06",
             "nki.typing": None}
 _SUBMODULES = ("isa", "language", "typing")
 
 
-class _Loader(importlib.abc.Loader):
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = types.ModuleType(spec.name)
-        module.__tilec_shim__ = True
-        return module
-
+class _Loader(ShimLoader):
     def exec_module(self, module: types.ModuleType) -> None:
         name = module.__name__
         if _MODULES[name] is None:  # nki.typing: the tensor annotations, accepted and not enforced (as in 0.1)
             module.__dict__.update(vars(importlib.import_module("tilec.nki.top").typing))
             return
         src = importlib.import_module(_MODULES[name])
-        module.__dict__.update({k: v for k, v in vars(src).items()
-                                if not k.startswith("_") and not isinstance(v, types.ModuleType)
-                                and k != "annotations"})
+        copy_public(module, src)
         if name == "nki":
             module.__path__ = []
             module.__getattr__ = src.missing
