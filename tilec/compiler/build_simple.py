@@ -6,6 +6,7 @@ from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import a, loop, pool_epilogue, sl, term
 from tilec.compiler.expr_instrs import ExprCompiler  # noqa: F401  (build_rowchain imports it from here)
 from tilec.compiler.ir import Act, Alloc, Buf, Dma, Stmt, View, full, whole
+from tilec.compiler.rules_pool import build_window_pool
 from tilec.compiler.schedule import PoolPlan
 from tilec.compiler.ops import PoolOp
 
@@ -15,6 +16,8 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 
 
 def build_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    if op.window is not None:  # overlapping, strided or padded windows: the window-pool rule
+        return build_window_pool(op, plan, hbm, fresh)
     line, pool = op.line, op.pool
     B, H, W = op.dim("B"), op.dim("H"), op.dim("W")
     Ho, Wo = H // pool.wy, W // pool.wx

@@ -230,7 +230,7 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return replace(plan, bi=n) if role == "i" else replace(plan, bj=n)
     if isinstance(plan, PoolPlan) and role == "i":
         assert isinstance(op, PoolOp)
-        _div(d, n, op.dim("H") // op.pool.wy, "split")
+        _div(d, n, op.out_rows, "split")
         return replace(plan, band=n)
     raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here")
 

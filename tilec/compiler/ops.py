@@ -40,6 +40,18 @@ class PoolSpec:
 
 
 @dataclass(frozen=True)
+class Window:
+    """A pool whose windows overlap, leave gaps or reach into padding (rules_pool.py): output element o of a pooled
+    axis reads input o*stride + tap + offset, tap < window; reads outside the input are the reduction's identity
+    (a padded read `?? -inf` / `?? 0`), so they are skipped. count "inside": an average divides each window by the
+    number of its taps inside the input (torch's count_include_pad=False), on top of `PoolSpec.scale`."""
+    stride: tuple[int, int]
+    offset: tuple[int, int]  # the constant of the index: -padding
+    out: tuple[int, int]  # Ho, Wo
+    count: str = "window"  # window | inside
+
+
+@dataclass(frozen=True)
 class ConvOp:
     name: str  # the .tl tensor the contraction writes (schedule refers to it)
     out: str  # the tensor written to HBM (the pool/relu result when fused)
@@ -75,6 +87,11 @@ class PoolOp(_LoopLines):
     line: int = 0
     span: Span | None = field(default=None, compare=False)
     loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+    window: Window | None = None  # None: non-overlapping windows (window == stride, no padding; build_pool)
+
+    @property
+    def out_rows(self) -> int:
+        return self.window.out[0] if self.window else self.dim("H") // self.pool.wy
 
 
 @dataclass(frozen=True)

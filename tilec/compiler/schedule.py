@@ -158,9 +158,23 @@ def default_transpose(m: int, n: int, elem: int) -> TransposePlan:
     return TransposePlan(ti, bi, bj, tile_j=0 if tj == ti else tj, ragged=ragged)
 
 
+def window_pool_plan(op: PoolOp) -> PoolPlan:
+    """Rows of n*c on up to 128 partitions; bands of output rows whose input rows take ~16 KiB per partition, and
+    at least four bands when there is one partition tile (so loads, the vector engine and stores overlap)."""
+    assert op.window is not None
+    parts = best_divisor(op.dim("B"), PMAX)
+    ho, sy = op.window.out[0], op.window.stride[0]
+    band = max(1, 16384 // (sy * op.dim("W") * 4))
+    if op.dim("B") // parts < 2:
+        band = min(band, -(-ho // 4))
+    return PoolPlan(parts, min(band, ho))
+
+
 def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, ConvOp):
         return _default_conv(op, dtypes)
+    if isinstance(op, PoolOp) and op.window is not None:
+        return window_pool_plan(op)
     if isinstance(op, PoolOp):
         ho = op.dim("H") // op.pool.wy
         row_bytes = op.pool.wy * op.dim("W") * 4
