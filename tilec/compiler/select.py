@@ -343,6 +343,7 @@ def select_pool(comp: Comp, program) -> PoolOp:
     window = None
     if strides[-2:] != windows[-2:] or any(offsets) or inner.fill is not None:
         window = _window(comp, inner, op, windows[-2:], strides[-2:], offsets[-2:], shape[-2:])
+        dims += (("Ho", window.out[0]),)
     return PoolOp(comp.target, comp.target, inner.tensor, dims, pool, roles, relu, comp.line, comp.span,
                   comp.lines, window)
 
