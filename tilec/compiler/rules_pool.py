@@ -19,6 +19,7 @@ padding (count_include_pad=False) multiplies each border segment by window / tap
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
@@ -27,6 +28,7 @@ from tilec.compiler.ir import Act, Aff, Alloc, Binary, Buf, Copy, Dma, Scalar, S
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.rules import Prim, prim
 from tilec.compiler.schedule import PoolPlan
+from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
@@ -154,29 +156,98 @@ class _WindowPool:
             out += [] if last else [Alloc(dst, line=line)]
             shift = ox if axis == 2 else first - lo
             stride, window = (sx, op.pool.wx) if axis == 2 else (sy, op.pool.wy)
-            for seg in segs:
-                out += self.combine(cur, dst, axis, seg, stride, shift, window)
+            out += self.window_pass(cur, dst, axis, segs, stride, shift, window)
             cur = whole(dst)
         if cur.buf != ob:
             out.append(Act(whole(ob), cur, "copy", None, scale, line) if scale != 1.0 else Copy(whole(ob), cur, line))
         return out + [Dma(View(self.o3, (pb, Sl(o0, n), full(self.Wo))), whole(ob), line)]
 
-    def combine(self, src: View, dst: Buf, axis: int, seg: Segment, stride: int, shift: int,
-                window: int) -> list[Stmt]:
-        """dst's outputs of one segment = op over its taps' strided views of src (axis 1: rows, 2: columns)."""
-        op, line = self.op, self.op.line
-
-        def view(buf_view: View, start: int, step: int) -> View:
-            idx = list(buf_view.idx)
-            idx[axis] = Sl(a(start), seg.size, step if seg.size > 1 else 1)
-            return View(buf_view.buf, tuple(idx))
-        target = view(whole(dst), seg.start, 1)
-        taps = [view(src, seg.start * stride + t + shift, stride) for t in seg.taps]
-        factor = window / len(seg.taps) if self.w.count == "inside" else 1.0
-        if len(taps) == 1:
-            return [Scalar(target, taps[0], "multiply", factor, line) if factor != 1.0 else Copy(target, taps[0], line)]
-        out: list[Stmt] = [Binary(target, taps[0], taps[1], op.pool.op, line)]
-        out += [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
-        if factor != 1.0:
-            out.append(Scalar(target, target, "multiply", factor, line))
+    def window_pass(self, src: View, dst: Buf, axis: int, segs: list[Segment], stride: int, shift: int,
+                    window: int) -> list[Stmt]:
+        """dst = op over the window taps of src along `axis` (1: rows, 2: columns). With a tap t0 inside the input
+        for every output: dst = op(t0, t1) where t1 reaches, t0 alone elsewhere (the border), then each other tap
+        combined into the outputs it reaches; the large instructions are cut in row ranges between VectorE and
+        GpSimdE so both finish together. Without such a tap (a 2-wide window padded on both sides), each segment
+        is combined on its own."""
+        line, n = self.op.line, sum(g.size for g in segs)
+        every = [t for t in range(window) if all(t in g.taps for g in segs)]
+        out: list[Stmt] = []
+        if every:
+            t0 = every[len(every) // 2]
+            reach = {t: [g for g in segs if t in g.taps] for t in range(window) if t != t0}
+            ranges = {t: Segment(gs[0].start, sum(g.size for g in gs), (t,)) for t, gs in reach.items() if gs}
+            order = sorted(ranges, key=lambda t: -ranges[t].size)
+            if order:
+                first = ranges[order[0]]
+                out += self.combine_shared(dst, axis, first, self._tap(src, axis, t0, shift, stride),
+                                           self._tap(src, axis, order[0], shift, stride))
+                for lo, hi in ((0, first.start), (first.start + first.size, n)):  # t0 alone at the borders
+                    if hi > lo:
+                        edge = Segment(lo, hi - lo, (t0,))
+                        out.append(Copy(self._view(whole(dst), axis, edge, 0, 1),
+                                        self._view(src, axis, edge, t0 + shift, stride), line))
+                for t in order[1:]:
+                    out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride))
+            else:
+                out.append(Copy(self._view(whole(dst), axis, Segment(0, n, (t0,)), 0, 1),
+                                self._view(src, axis, Segment(0, n, (t0,)), t0 + shift, stride), line))
+        else:
+            for seg in segs:
+                out += self.combine(src, dst, axis, seg, stride, shift)
+        if self.w.count == "inside":  # border outputs count fewer taps: scaled up to a whole window's
+            out += [Scalar(self._view(whole(dst), axis, g, 0, 1), self._view(whole(dst), axis, g, 0, 1), "multiply",
+                           window / len(g.taps), line) for g in segs if len(g.taps) < window]
         return out
+
+    def _tap(self, src: View, axis: int, t: int, shift: int, stride: int) -> Callable[[Segment, tuple[int, int] | None], View]:
+        return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
+
+    def combine_shared(self, dst: Buf, axis: int, seg: Segment, a_tap: Callable | None, b_tap: Callable) -> list[Stmt]:
+        """dst[seg] = op(a_tap or dst, b_tap) over seg, in row ranges: VectorE the first, GpSimdE the rest (rows are
+        the other free axis of a pass along x, the pass's own axis along y: either way each engine writes whole
+        rows, which the dependence tracking sees as disjoint)."""
+        share = _vector_share(self.x3.dtype if a_tap is not None else dst.dtype, dst.dtype)
+        jobs: list[tuple[Segment, tuple[int, int] | None, str]] = []
+        if axis == 2:
+            rows = dst.shape[1]
+            cut = round(rows * share)
+            jobs = [(seg, (0, cut), ""), (seg, (cut, rows - cut), "gpsimd")] if 0 < cut < rows else [(seg, None, "")]
+        else:
+            cut = round(seg.size * share)
+            jobs = [(Segment(seg.start, cut, seg.taps), None, ""),
+                    (Segment(seg.start + cut, seg.size - cut, seg.taps), None, "gpsimd")] \
+                if 0 < cut < seg.size else [(seg, None, "")]
+        out: list[Stmt] = []
+        for part_seg, part, engine in jobs:
+            target = self._view(whole(dst), axis, part_seg, 0, 1, part)
+            first = a_tap(part_seg, part) if a_tap is not None else target
+            out.append(Binary(target, first, b_tap(part_seg, part), self.op.pool.op, self.op.line, engine))
+        return out
+
+    def _view(self, v: View, axis: int, seg: Segment, offset: int, step: int,
+              part: tuple[int, int] | None = None) -> View:
+        """Outputs seg of a pass as a view of v: along `axis` from seg.start * step + offset by step; along the
+        other free axis `part` (start, size), else all of it."""
+        idx = list(v.idx)
+        idx[axis] = Sl(a(seg.start * step + offset), seg.size, step if seg.size > 1 else 1)
+        if part is not None:
+            idx[3 - axis] = Sl(a(part[0]), part[1])
+        return View(v.buf, tuple(idx))
+
+    def combine(self, src: View, dst: Buf, axis: int, seg: Segment, stride: int, shift: int) -> list[Stmt]:
+        """dst's outputs of one segment = op over its taps (VectorE)."""
+        op, line = self.op, self.op.line
+        target = self._view(whole(dst), axis, seg, 0, 1)
+        taps = [self._view(src, axis, seg, t + shift, stride) for t in seg.taps]
+        if len(taps) == 1:
+            return [Copy(target, taps[0], line)]
+        out: list[Stmt] = [Binary(target, taps[0], taps[1], op.pool.op, line)]
+        return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
+
+
+def _vector_share(src: str, dst: str) -> float:
+    """The part of a pass VectorE takes so that it and GpSimdE finish together: tensor_tensor streams 2 cycles per
+    element on both, 1 on VectorE when every operand is 16-bit (the model's costs, tilec/perf/costs.py)."""
+    t = get_target()
+    vector = t.vector_ghz * (2 if src in ("f16", "bf16") and dst in ("f16", "bf16") else 1)
+    return vector / (vector + t.gpsimd_ghz)
