@@ -117,3 +117,15 @@ def test_padding_with_the_wrong_value_is_a_located_error():
     with pytest.raises(TilecError) as e:
         compile_loaded(lang.load(text))
     assert "must pad with -inf" in str(e.value) and "X[n, c" in str(e.value)
+
+
+@pytest.mark.parametrize("kind, r, s, pad, h", [("max", 3, 2, 1, 24), ("avg", 3, 1, 1, 24), ("max", 2, 1, 0, 25),
+                                                ("avg", 3, 2, 1, 23), ("max", 3, 1, 1, 30)])
+def test_few_channel_rows_fill_the_partitions_with_row_blocks(kind, r, s, pad, h):
+    """N*C = 48: blocks of output rows on the other partitions, each loaded by its own DMA; the first block's
+    top rows and the last block's bottom rows (outside X) hold the identity (0, or X's edge row for a max)."""
+    text = pool_program(kind, r, s, pad, h=h, w=21, n=1, c=48)
+    compiled = compile_loaded(lang.load(text))
+    assert "blocks of" in compiled.source
+    run_pool(text, kind, r, s, pad, "f32")
+    run_pool(text, kind, r, s, pad, "f32", "split " + ("Y" if kind == "max" else "S") + ".i, 2")

@@ -73,7 +73,8 @@ def pool(op: PoolOp, plan: PoolPlan) -> list[Prim]:
 
 
 def build_window_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    return [("TILE_P", plan.tile_b), ("BAND", plan.band)], _WindowPool(op, plan, hbm, fresh).build()
+    pool = _WindowPool(op, plan, hbm, fresh)
+    return [("TILE_P", plan.tile_b), ("BAND", pool.OB)], pool.build()
 
 
 class _WindowPool:
@@ -85,6 +86,9 @@ class _WindowPool:
         self.x3, s1 = hbm_view(hbm[op.src], (self.B, self.H, self.W), fresh(f"{op.src}_v"), op.line)
         self.o3, s2 = hbm_view(hbm[op.out], (self.B, self.Ho, self.Wo), fresh(f"{op.out}_v"), op.line)
         self.views = s1 + s2
+        self.G = plan.blocks if plan.tile_b == self.B and op.window.count == "window" else 1
+        self.Rb = self.Ho // self.G  # output rows per block
+        self.OB = min(plan.band, self.Rb)
         self.names: dict[str, str] = {}
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
@@ -95,47 +99,58 @@ class _WindowPool:
         return self.names[key]
 
     def build(self) -> list[Stmt]:
-        op, OB = self.op, self.plan.band
+        op, G = self.op, self.G
+        OB = self.OB
         sy, oy = self.w.stride[0], self.w.offset[0]
         wy = op.pool.wy
-        nb = -(-self.Ho // OB)
+        nb = -(-self.Rb // OB)
 
-        def regular(k: int) -> bool:  # a whole band inside X: the band loop's body
-            first = k * OB * sy + oy
-            return (k < nb - 1 or self.Ho % OB == 0) and first >= 0 and first + (OB - 1) * sy + wy <= self.H
+        def regular(k: int) -> bool:  # a whole band inside X in every block: the band loop's body
+            first, last = k * OB * sy + oy, (G - 1) * self.Rb * sy + k * OB * sy + oy
+            return (k < nb - 1 or self.Rb % OB == 0) and first >= 0 and last + (OB - 1) * sy + wy <= self.H
         regs = [k for k in range(nb) if regular(k)]
         body: list[Stmt] = []
         k0, k1 = (regs[0], regs[-1] + 1) if regs else (nb, nb)
         for k in range(k0):
-            body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Ho - k * OB, None)
+            body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
         if k1 > k0:
             o0 = Aff((term("yb", OB, "BAND"),), k0 * OB)
             lo = Aff((term("yb", OB * sy),), k0 * OB * sy + oy)
             body += loop("yb", k1 - k0, self.band(k0, o0, OB, lo), note=f"for {dict(op.vars)['i']} (bands of BAND "
                          "rows)", line=op.line_of("i"))
         for k in range(k1, nb):
-            body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Ho - k * OB, None)
+            body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
         nest = loop("pb", self.B // self.plan.tile_b, body, note=f"for {dict(op.vars)['b']} (channel rows, tiles "
                     "of TILE_P)", line=op.line_of("b"))
         label = f"{op.out} = {op.pool.op} pool {op.pool.wy}x{op.pool.wx} of {op.src}, stride " \
                 f"{self.w.stride[0]}x{self.w.stride[1]}, offset {self.w.offset[0]},{self.w.offset[1]}"
+        if G > 1:
+            label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
         return self.views + [ir.Block(label, tuple(nest), op.line)]
 
     def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
-        """Output rows o0..o0+n of every partition tile: the input rows they read (lo_aff: a regular band's first
-        row, affine in the band loop; None: a peeled band, clipped to X), the two passes, the store."""
-        op, line, P = self.op, self.op.line, self.plan.tile_b
+        """Output rows o0..o0+n of every partition tile (of every block): the input rows they read (lo_aff: a
+        regular band's first row, affine in the band loop; None: a peeled band, clipped to X), the two passes, the
+        store."""
+        op, line, P, G, B = self.op, self.op.line, self.plan.tile_b, self.G, self.plan.tile_b
         (sy, sx), (oy, ox) = self.w.stride, self.w.offset
-        first = k * self.plan.band * sy + oy
-        lo, hi = max(first, 0), min(first + (n - 1) * sy + op.pool.wy, self.H)
+        first = k * self.OB * sy + oy
+        if G == 1:
+            lo, hi = max(first, 0), min(first + (n - 1) * sy + op.pool.wy, self.H)
+        else:  # every block reads its whole window rows; rows outside X hold the identity (filled below)
+            lo, hi = first, first + (n - 1) * sy + op.pool.wy
         rows = hi - lo
         pb = sl(a(term("pb", P, "TILE_P")), P)
-        xb = Buf(self.name(f"{op.src}_band", (rows,)), "sbuf", self.x3.dtype, (P, rows, self.W))
-        ob = Buf(self.name(f"{op.out}_band", (n,)), "sbuf", self.o3.dtype, (P, n, self.Wo))
-        out: list[Stmt] = [Alloc(xb, line=line),
-                           Dma(whole(xb), View(self.x3, (pb, Sl(lo_aff if lo_aff is not None else a(lo), rows),
-                                                         full(self.W))), line),
-                           Alloc(ob, line=line)]
+        xb = Buf(self.name(f"{op.src}_band", (rows,)), "sbuf", self.x3.dtype, (P * G, rows, self.W))
+        ob = Buf(self.name(f"{op.out}_band", (n,)), "sbuf", self.o3.dtype, (P * G, n, self.Wo))
+        out: list[Stmt] = []
+        if G == 1:
+            out += [Alloc(xb, line=line)]
+            out.append(Dma(whole(xb), View(self.x3, (pb, Sl(lo_aff if lo_aff is not None else a(lo), rows),
+                                                     full(self.W))), line))
+        else:
+            out += self.block_loads(xb, first, rows, lo_aff)
+        out.append(Alloc(ob, line=line))
         cur = whole(xb)
         if op.relu:
             rb = Buf(self.name(f"{op.src}_relu", xb.shape), "sbuf", "f32", xb.shape)
@@ -147,9 +162,10 @@ class _WindowPool:
         if (op.pool.wx, sx, ox, self.Wo) != (1, 1, 0, self.W):
             passes.append((2, segments(self.Wo, ox, sx, op.pool.wx, self.W)))
         if (op.pool.wy, sy, first - lo, n) != (1, 1, 0, rows):
-            passes.append((1, segments(n, first, sy, op.pool.wy, self.H)))
+            passes.append((1, segments(n, first, sy, op.pool.wy, self.H) if G == 1 else
+                           [Segment(0, n, tuple(range(op.pool.wy)))]))
         for i, (axis, segs) in enumerate(passes):
-            shape = (P, rows, self.Wo) if axis == 2 else (P, n, self.Wo)
+            shape = (P * G, rows, self.Wo) if axis == 2 else (P * G, n, self.Wo)
             last = i == len(passes) - 1 and scale == 1.0
             dst = ob if last else Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp,
                                       shape)
@@ -160,7 +176,30 @@ class _WindowPool:
             cur = whole(dst)
         if cur.buf != ob:
             out.append(Act(whole(ob), cur, "copy", None, scale, line) if scale != 1.0 else Copy(whole(ob), cur, line))
-        return out + [Dma(View(self.o3, (pb, Sl(o0, n), full(self.Wo))), whole(ob), line)]
+        if G == 1:
+            return out + [Dma(View(self.o3, (pb, Sl(o0, n), full(self.Wo))), whole(ob), line)]
+        return out + [Dma(View(self.o3, (pb, Sl(o0.plus(g * self.Rb), n), full(self.Wo))),
+                          View(ob, (sl(g * B, B), full(n), full(self.Wo))), line) for g in range(G)]
+
+    def block_loads(self, xb: Buf, first: int, rows: int, lo_aff: Aff | None) -> list[Stmt]:
+        """Block g's band rows onto partitions g*B..: one DMA each; a row outside X (only in a peeled band) holds
+        the identity: 0 for a sum (the band zeroed first), the nearest row of X for a max or min (a row the window
+        reads anyway, so it never changes the result)."""
+        B, line, pad = self.plan.tile_b, self.op.line, []
+        pb = sl(a(term("pb", B, "TILE_P")), B)
+        out: list[Stmt] = []
+        for g in range(self.G):
+            start = first + g * self.Rb * self.w.stride[0]
+            lo, hi = max(start, 0), min(start + rows, self.H)
+            src = lo_aff.plus(g * self.Rb * self.w.stride[0]) if lo_aff is not None else a(lo)
+            part = sl(g * B, B)
+            out.append(Dma(View(xb, (part, sl(lo - start, hi - lo), full(self.W))),
+                           View(self.x3, (pb, Sl(src, hi - lo), full(self.W))), line))
+            pad += [(part, r, 0 if r + start < 0 else self.H - 1) for r in range(rows) if not lo <= r + start < hi]
+        if pad and self.op.pool.op == "add":
+            return [Alloc(xb, zero=True, line=line)] + out
+        return [Alloc(xb, line=line)] + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))), View(self.x3, (pb, sl(src_row, 1), full(self.W))),
+                          line) for part, r, src_row in pad]
 
     def window_pass(self, src: View, dst: Buf, axis: int, segs: list[Segment], stride: int, shift: int,
                     window: int) -> list[Stmt]:

@@ -78,6 +78,7 @@ class ConvPlan:
 class PoolPlan:
     tile_b: int
     band: int  # output rows per tile
+    blocks: int = 1  # a window pool's output rows cut into this many blocks, each on its own partitions (n*c <= 64)
 
 
 @dataclass(frozen=True)
@@ -159,15 +160,20 @@ def default_transpose(m: int, n: int, elem: int) -> TransposePlan:
 
 
 def window_pool_plan(op: PoolOp) -> PoolPlan:
-    """Rows of n*c on up to 128 partitions; bands of output rows whose input rows take ~16 KiB per partition, and
-    at least four bands when there is one partition tile (so loads, the vector engine and stores overlap)."""
+    """Rows of n*c on up to 128 partitions (with 64 or fewer, blocks of output rows on the others); bands of output
+    rows whose input rows take ~16 KiB per partition, at least two per block when there is one partition tile (so
+    loads, the engines and stores overlap)."""
     assert op.window is not None
-    parts = best_divisor(op.dim("B"), PMAX)
+    rows, parts = op.dim("B"), best_divisor(op.dim("B"), PMAX)
     ho, sy = op.window.out[0], op.window.stride[0]
+    blocks = 1
+    if rows <= PMAX // 2 and op.window.count == "window":  # few channel rows: blocks of output rows fill the rest
+        blocks = max(g for g in range(1, PMAX // rows + 1) if ho % g == 0)
+    ho //= blocks
     band = max(1, 16384 // (sy * op.dim("W") * 4))
-    if op.dim("B") // parts < 2:
-        band = min(band, -(-ho // 4))
-    return PoolPlan(parts, min(band, ho))
+    if rows // parts < 2:
+        band = min(band, -(-ho // 2))
+    return PoolPlan(parts, min(band, ho), blocks)
 
 
 def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
