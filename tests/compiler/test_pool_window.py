@@ -120,7 +120,8 @@ def test_padding_with_the_wrong_value_is_a_located_error():
 
 
 @pytest.mark.parametrize("kind, r, s, pad, h", [("max", 3, 2, 1, 24), ("avg", 3, 1, 1, 24), ("max", 2, 1, 0, 25),
-                                                ("avg", 3, 2, 1, 23), ("max", 3, 1, 1, 30)])
+                                                ("avg", 3, 2, 1, 23), ("max", 3, 1, 1, 30),
+                                                ("max", 2, 1, 0, 24), ("avg", 2, 1, 1, 22)])
 def test_few_channel_rows_fill_the_partitions_with_row_blocks(kind, r, s, pad, h):
     """N*C = 48: blocks of output rows on the other partitions, each loaded by its own DMA; the first block's
     top rows and the last block's bottom rows (outside X) hold the identity (0, or X's edge row for a max)."""

@@ -87,7 +87,10 @@ class _WindowPool:
         self.o3, s2 = hbm_view(hbm[op.out], (self.B, self.Ho, self.Wo), fresh(f"{op.out}_v"), op.line)
         self.views = s1 + s2
         self.G = plan.blocks if plan.tile_b == self.B and op.window.count == "window" else 1
-        self.Rb = self.Ho // self.G  # output rows per block
+        self.Rb = -(-self.Ho // self.G)  # output rows per block
+        # block g's first output row; the last block ends with the output (it may redo a few rows of the one before)
+        self.starts = [min(g * self.Rb, self.Ho - self.Rb) for g in range(self.G)]
+        self.overlap = self.starts[-2] + self.Rb - self.starts[-1] if self.G > 1 else 0  # rows it must not store
         self.OB = min(plan.band, self.Rb)
         self.names: dict[str, str] = {}
 
@@ -106,8 +109,9 @@ class _WindowPool:
         nb = -(-self.Rb // OB)
 
         def regular(k: int) -> bool:  # a whole band inside X in every block: the band loop's body
-            first, last = k * OB * sy + oy, (G - 1) * self.Rb * sy + k * OB * sy + oy
-            return (k < nb - 1 or self.Rb % OB == 0) and first >= 0 and last + (OB - 1) * sy + wy <= self.H
+            first, last = k * OB * sy + oy, self.starts[-1] * sy + k * OB * sy + oy
+            return (k < nb - 1 or self.Rb % OB == 0) and first >= 0 and last + (OB - 1) * sy + wy <= self.H \
+                and k * OB >= self.overlap
         regs = [k for k in range(nb) if regular(k)]
         body: list[Stmt] = []
         k0, k1 = (regs[0], regs[-1] + 1) if regs else (nb, nb)
@@ -178,8 +182,10 @@ class _WindowPool:
             out.append(Act(whole(ob), cur, "copy", None, scale, line) if scale != 1.0 else Copy(whole(ob), cur, line))
         if G == 1:
             return out + [Dma(View(self.o3, (pb, Sl(o0, n), full(self.Wo))), whole(ob), line)]
-        return out + [Dma(View(self.o3, (pb, Sl(o0.plus(g * self.Rb), n), full(self.Wo))),
-                          View(ob, (sl(g * B, B), full(n), full(self.Wo))), line) for g in range(G)]
+        skip = [0] * (G - 1) + [max(0, self.overlap - k * self.OB) if lo_aff is None else 0]
+        return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.starts[g] + skip[g]), n - skip[g]), full(self.Wo))),
+                          View(ob, (sl(g * B, B), sl(skip[g], n - skip[g]), full(self.Wo))), line)
+                      for g in range(G) if skip[g] < n]
 
     def block_loads(self, xb: Buf, first: int, rows: int, lo_aff: Aff | None) -> list[Stmt]:
         """Block g's band rows onto partitions g*B..: one DMA each; a row outside X (only in a peeled band) holds
@@ -189,9 +195,9 @@ class _WindowPool:
         pb = sl(a(term("pb", B, "TILE_P")), B)
         out: list[Stmt] = []
         for g in range(self.G):
-            start = first + g * self.Rb * self.w.stride[0]
+            start = first + self.starts[g] * self.w.stride[0]
             lo, hi = max(start, 0), min(start + rows, self.H)
-            src = lo_aff.plus(g * self.Rb * self.w.stride[0]) if lo_aff is not None else a(lo)
+            src = lo_aff.plus(self.starts[g] * self.w.stride[0]) if lo_aff is not None else a(lo)
             part = sl(g * B, B)
             out.append(Dma(View(xb, (part, sl(lo - start, hi - lo), full(self.W))),
                            View(self.x3, (pb, Sl(src, hi - lo), full(self.W))), line))

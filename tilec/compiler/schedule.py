@@ -168,8 +168,8 @@ def window_pool_plan(op: PoolOp) -> PoolPlan:
     ho, sy = op.window.out[0], op.window.stride[0]
     blocks = 1
     if rows <= PMAX // 2 and op.window.count == "window":  # few channel rows: blocks of output rows fill the rest
-        blocks = max(g for g in range(1, PMAX // rows + 1) if ho % g == 0)
-    ho //= blocks
+        blocks = min(PMAX // rows, max(1, ho // 4))  # blocks of at least 4 rows
+    ho = -(-ho // blocks)
     band = max(1, 16384 // (sy * op.dim("W") * 4))
     if rows // parts < 2:
         band = min(band, -(-ho // 2))
