@@ -170,7 +170,7 @@ class _WindowPool:
                            [Segment(0, n, tuple(range(op.pool.wy)))]))
         for i, (axis, segs) in enumerate(passes):
             shape = (P * G, rows, self.Wo) if axis == 2 else (P * G, n, self.Wo)
-            last = i == len(passes) - 1 and scale == 1.0
+            last = i == len(passes) - 1 and scale == 1.0 and self.w.count != "inside"
             dst = ob if last else Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp,
                                       shape)
             out += [] if last else [Alloc(dst, line=line)]
@@ -178,7 +178,10 @@ class _WindowPool:
             stride, window = (sx, op.pool.wx) if axis == 2 else (sy, op.pool.wy)
             out += self.window_pass(cur, dst, axis, segs, stride, shift, window)
             cur = whole(dst)
-        if cur.buf != ob:
+        if cur.buf != ob and self.w.count == "inside":  # each region of the tile by its own count (ScalarE)
+            out += self.count_regions(cur, ob, [g for axis, g in passes if axis == 1], [g for axis, g in passes
+                                                                                       if axis == 2], scale)
+        elif cur.buf != ob:
             out.append(Act(whole(ob), cur, "copy", None, scale, line) if scale != 1.0 else Copy(whole(ob), cur, line))
         if G == 1:
             return out + [Dma(View(self.o3, (pb, Sl(o0, n), full(self.Wo))), whole(ob), line)]
@@ -239,9 +242,6 @@ class _WindowPool:
         else:
             for seg in segs:
                 out += self.combine(src, dst, axis, seg, stride, shift)
-        if self.w.count == "inside":  # border outputs count fewer taps: scaled up to a whole window's
-            out += [Scalar(self._view(whole(dst), axis, g, 0, 1), self._view(whole(dst), axis, g, 0, 1), "multiply",
-                           window / len(g.taps), line) for g in segs if len(g.taps) < window]
         return out
 
     def _tap(self, src: View, axis: int, t: int, shift: int, stride: int) -> Callable[[Segment, tuple[int, int] | None], View]:
@@ -267,6 +267,22 @@ class _WindowPool:
             target = self._view(whole(dst), axis, part_seg, 0, 1, part)
             first = a_tap(part_seg, part) if a_tap is not None else target
             out.append(Binary(target, first, b_tap(part_seg, part), self.op.pool.op, self.op.line, engine))
+        return out
+
+    def count_regions(self, src: View, ob: Buf, ysegs: list[list[Segment]], xsegs: list[list[Segment]],
+                      scale: float) -> list[Stmt]:
+        """count_include_pad=False: the result scaled on ScalarE region by region, each (row segment, column
+        segment) by scale * (wy / its row taps) * (wx / its column taps): one instruction for the interior, small
+        ones for the borders, none on the vector engines."""
+        ys = ysegs[0] if ysegs else [Segment(0, ob.shape[1], (0,))]
+        xs = xsegs[0] if xsegs else [Segment(0, ob.shape[2], (0,))]
+        wy, wx = (self.op.pool.wy, self.op.pool.wx)
+        out: list[Stmt] = []
+        for y in ys:
+            for x in xs:
+                idx = (full(ob.shape[0]), Sl(a(y.start), y.size), Sl(a(x.start), x.size))
+                factor = scale * (wy / len(y.taps) if ysegs else 1) * (wx / len(x.taps) if xsegs else 1)
+                out.append(Act(View(ob, idx), View(src.buf, idx), "copy", None, factor, self.op.line))
         return out
 
     def _view(self, v: View, axis: int, seg: Segment, offset: int, step: int,
