@@ -338,7 +338,7 @@ def select_pool(comp: Comp, program) -> PoolOp:
     assert comp.red_op is not None  # a pool is a reduction
     op = {"max=": "maximum", "min=": "minimum", "+=": "add"}[comp.red_op]
     pool = PoolSpec(windows[-2], windows[-1], op, scale)
-    dims = (("B", rows), ("H", shape[-2]), ("W", shape[-1]))
+    dims: tuple[tuple[str, int], ...] = (("B", rows), ("H", shape[-2]), ("W", shape[-1]))
     roles = tuple(zip(("b", "i", "j"), (comp.out_vars[0], comp.out_vars[-2], comp.out_vars[-1])))
     window = None
     if strides[-2:] != windows[-2:] or any(offsets) or inner.fill is not None:
