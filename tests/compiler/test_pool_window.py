@@ -130,3 +130,18 @@ def test_few_channel_rows_fill_the_partitions_with_row_blocks(kind, r, s, pad, h
     assert "blocks of" in compiled.source
     run_pool(text, kind, r, s, pad, "f32")
     run_pool(text, kind, r, s, pad, "f32", "split " + ("Y" if kind == "max" else "S") + ".i, 2")
+
+
+def test_overlapping_pool_once_rejected_now_compiles():
+    """tests/compiler/test_selection.py rejected this 3x3 stride-2 pool ("windows may not overlap") before the
+    window-pool rule; its golden error is gone with it."""
+    text = """\
+kernel pool3(X: f32[N, C, H, W]) -> Y
+  default N = 1, C = 128, H = 17, W = 17
+  Y: f32[N, C, 8, 8]
+  for n in 0..N, c in 0..C, i in 0..8, j in 0..8:
+    Y[n, c, i, j] = -inf
+    for p in 0..3, q in 0..3:
+      Y[n, c, i, j] max= X[n, c, 2*i + p, 2*j + q]
+"""
+    run_pool(text, "max", 3, 2, 0, "f32")

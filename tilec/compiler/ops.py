@@ -5,7 +5,7 @@ Each op keeps `vars`: role -> the .tl loop variable, so schedule directives can 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tilec.compiler.exprs import accesses
 from tilec.compiler.lower import Comp, affine_index
@@ -88,6 +88,13 @@ class PoolOp(_LoopLines):
     span: Span | None = field(default=None, compare=False)
     loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
     window: Window | None = None  # None: non-overlapping windows (window == stride, no padding; build_pool)
+
+    def windowed(self) -> "PoolOp":
+        """The pool with its window made explicit (window == stride, no padding, when selection left it None)."""
+        if self.window is not None:
+            return self
+        out = (self.dim("H") // self.pool.wy, self.dim("W") // self.pool.wx)
+        return replace(self, window=Window((self.pool.wy, self.pool.wx), (0, 0), out))
 
     @property
     def out_rows(self) -> int:

@@ -179,12 +179,8 @@ def window_pool_plan(op: PoolOp) -> PoolPlan:
 def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, ConvOp):
         return _default_conv(op, dtypes)
-    if isinstance(op, PoolOp) and op.window is not None:
-        return window_pool_plan(op)
     if isinstance(op, PoolOp):
-        ho = op.dim("H") // op.pool.wy
-        row_bytes = op.pool.wy * op.dim("W") * 4
-        return PoolPlan(best_divisor(op.dim("B"), PMAX), best_divisor(ho, max(1, 16384 // row_bytes)))
+        return window_pool_plan(op.windowed())
     if isinstance(op, TransposeOp):
         return default_transpose(op.dim("M"), op.dim("N"), DTYPE_BYTES[dtypes[op.src]])
     if isinstance(op, ColumnReduceOp):  # reduced rows on the partitions, one PSUM bank of sums per free tile
