@@ -31,6 +31,7 @@ from tilec.compiler.schedule import PoolPlan
 from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
+SHARE_MIN = 100  # elements per partition below which one engine does a whole combine
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,8 @@ class _WindowPool:
         the other free axis of a pass along x, the pass's own axis along y: either way each engine writes whole
         rows, which the dependence tracking sees as disjoint)."""
         share = _vector_share(self.x3.dtype if a_tap is not None else dst.dtype, dst.dtype)
+        if seg.size * dst.shape[3 - axis] < SHARE_MIN:  # small: a second instruction's fixed cost outweighs it
+            share = 1.0
         jobs: list[tuple[Segment, tuple[int, int] | None, str]] = []
         if axis == 2:
             rows = dst.shape[1]
