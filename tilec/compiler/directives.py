@@ -230,9 +230,7 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return replace(plan, bi=n) if role == "i" else replace(plan, bj=n)
     if isinstance(plan, PoolPlan) and role == "i":
         assert isinstance(op, PoolOp)
-        if op.window is None:
-            _div(d, n, op.out_rows, "split")
-        elif not 0 < n <= op.out_rows:  # a window pool's last band may be shorter (rules_pool.py peels it)
+        if not 0 < n <= op.out_rows:  # the last band may be shorter (rules_pool.py peels it)
             raise bad(d, f"a band of {n} rows: {op.name} has {op.out_rows} output rows", f"use 1..{op.out_rows}")
         return replace(plan, band=n)
     raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here")
