@@ -117,15 +117,6 @@ kernel colmax(A: f32[M, N]) -> s
     for i in 0..M:
       s[j] max= A[i, j]
 """,
-    "overlapping_pool": """\
-kernel pool3(X: f32[N, C, H, W]) -> Y
-  default N = 1, C = 128, H = 17, W = 17
-  Y: f32[N, C, 8, 8]
-  for n in 0..N, c in 0..C, i in 0..8, j in 0..8:
-    Y[n, c, i, j] = -inf
-    for p in 0..3, q in 0..3:
-      Y[n, c, i, j] max= X[n, c, 2*i + p, 2*j + q]
-""",
     "partial_pool": """\
 kernel cbm(X: f32[N, C, H, W], Wt: f32[K, C, R, R]) -> Y
   default N = 1, C = 128, H = 6, W = 6, K = 128, R = 3

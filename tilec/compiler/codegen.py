@@ -153,7 +153,8 @@ class _ViewModel:
             extra += f", reduce_op=nl.add, reduce_res={self.view(s.total)}" if s.total is not None else ""
             return {**base, "kind": "act", "func": FUNCS[s.func], "src": self.view(s.src), "extra": extra}
         if isinstance(s, Binary):
-            return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op]}
+            return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op],
+                    "extra": f", engine=nisa.{s.engine}_engine" if s.engine else ""}
         if isinstance(s, Scalar):
             value = self.view(s.value) if isinstance(s.value, View) else _number(s.value)
             return {**base, "kind": "scalar", "src": self.view(s.src), "op": ALU[s.op], "value": value,

@@ -230,7 +230,8 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return replace(plan, bi=n) if role == "i" else replace(plan, bj=n)
     if isinstance(plan, PoolPlan) and role == "i":
         assert isinstance(op, PoolOp)
-        _div(d, n, op.dim("H") // op.pool.wy, "split")
+        if not 0 < n <= op.out_rows:  # the last band may be shorter (rules_pool.py peels it)
+            raise bad(d, f"a band of {n} rows: {op.name} has {op.out_rows} output rows", f"use 1..{op.out_rows}")
         return replace(plan, band=n)
     raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here")
 

@@ -186,6 +186,7 @@ class Binary:
     b: View
     op: str  # add | subtract | multiply | divide | maximum | minimum
     line: int = 0
+    engine: str = ""  # "": the default (VectorE) | gpsimd (a second engine sharing the work, rules_pool.py)
 
 
 @dataclass(frozen=True)

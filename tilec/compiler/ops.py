@@ -5,7 +5,7 @@ Each op keeps `vars`: role -> the .tl loop variable, so schedule directives can 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tilec.compiler.exprs import accesses
 from tilec.compiler.lower import Comp, affine_index
@@ -37,6 +37,18 @@ class PoolSpec:
     wx: int
     op: str  # maximum | minimum | add
     scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Window:
+    """A pool whose windows overlap, leave gaps or reach into padding (rules_pool.py): output element o of a pooled
+    axis reads input o*stride + tap + offset, tap < window; reads outside the input are the reduction's identity
+    (a padded read `?? -inf` / `?? 0`), so they are skipped. count "inside": an average divides each window by the
+    number of its taps inside the input (torch's count_include_pad=False), on top of `PoolSpec.scale`."""
+    stride: tuple[int, int]
+    offset: tuple[int, int]  # the constant of the index: -padding
+    out: tuple[int, int]  # Ho, Wo
+    count: str = "window"  # window | inside
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,18 @@ class PoolOp(_LoopLines):
     line: int = 0
     span: Span | None = field(default=None, compare=False)
     loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
+    window: Window | None = None  # None: non-overlapping windows (window == stride, no padding; build_pool)
+
+    def windowed(self) -> "PoolOp":
+        """The pool with its window made explicit (window == stride, no padding, when selection left it None)."""
+        if self.window is not None:
+            return self
+        out = (self.dim("H") // self.pool.wy, self.dim("W") // self.pool.wx)
+        return replace(self, window=Window((self.pool.wy, self.pool.wx), (0, 0), out))
+
+    @property
+    def out_rows(self) -> int:
+        return self.window.out[0] if self.window else self.dim("H") // self.pool.wy
 
 
 @dataclass(frozen=True)

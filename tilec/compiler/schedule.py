@@ -78,6 +78,7 @@ class ConvPlan:
 class PoolPlan:
     tile_b: int
     band: int  # output rows per tile
+    blocks: int = 1  # a window pool's output rows cut into this many blocks, each on its own partitions (n*c <= 64)
 
 
 @dataclass(frozen=True)
@@ -158,13 +159,28 @@ def default_transpose(m: int, n: int, elem: int) -> TransposePlan:
     return TransposePlan(ti, bi, bj, tile_j=0 if tj == ti else tj, ragged=ragged)
 
 
+def window_pool_plan(op: PoolOp) -> PoolPlan:
+    """Rows of n*c on up to 128 partitions (with 64 or fewer, blocks of output rows on the others); bands of output
+    rows whose input rows take ~16 KiB per partition, at least two per block when there is one partition tile (so
+    loads, the engines and stores overlap)."""
+    assert op.window is not None
+    rows, parts = op.dim("B"), best_divisor(op.dim("B"), PMAX)
+    ho, sy = op.window.out[0], op.window.stride[0]
+    blocks = 1
+    if rows <= PMAX // 2 and op.window.count == "window":  # few channel rows: blocks of output rows fill the rest
+        blocks = min(PMAX // rows, max(1, ho // 4))  # blocks of at least 4 rows
+    ho = -(-ho // blocks)
+    band = max(1, 16384 // (sy * op.dim("W") * 4))
+    if rows // parts < 2:
+        band = min(band, -(-ho // 2))
+    return PoolPlan(parts, min(band, ho), blocks)
+
+
 def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, ConvOp):
         return _default_conv(op, dtypes)
     if isinstance(op, PoolOp):
-        ho = op.dim("H") // op.pool.wy
-        row_bytes = op.pool.wy * op.dim("W") * 4
-        return PoolPlan(best_divisor(op.dim("B"), PMAX), best_divisor(ho, max(1, 16384 // row_bytes)))
+        return window_pool_plan(op.windowed())
     if isinstance(op, TransposeOp):
         return default_transpose(op.dim("M"), op.dim("N"), DTYPE_BYTES[dtypes[op.src]])
     if isinstance(op, ColumnReduceOp):  # reduced rows on the partitions, one PSUM bank of sums per free tile

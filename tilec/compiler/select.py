@@ -26,9 +26,11 @@ from typing import cast
 
 from dataclasses import replace
 
+import numpy as np
+
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu, strip_scale
 from tilec.compiler.lower import Comp
-from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
+from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, Window, index_maps,
                                 is_permutation, plain, reads, reject)
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
 from tilec.compiler.select_reduce import is_row_reduction, select_reduce
@@ -48,6 +50,8 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
         if comp.red_op is None and not is_copy(comp, program):
             comp = fuse_chain(comps, i, program, consumed)
         op = _select_one(comp, program)
+        if isinstance(op, PoolOp) and op.window is not None:
+            op = fuse_pool_divide(op, comps, i, program, consumed)
         if isinstance(op, ConvOp):
             op = _fuse_epilogues(op, comps, i, program, consumed)
         ops.append(op)
@@ -284,7 +288,7 @@ def _try_pool(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
         pool = select_pool(c, program)
     except TilecError:
         return None
-    if pool.src != src:
+    if pool.src != src or pool.window is not None:  # overlapping / padded windows: a pool of their own
         return None
     pool_vars = tuple((f"pool_{role}", var) for role, var in pool.vars)
     return replace(op, out=c.target, relu=op.relu or pool.relu, pool=pool.pool, fused=op.fused + (c.target,),
@@ -315,18 +319,16 @@ def select_pool(comp: Comp, program) -> PoolOp:
         raise reject(comp, f"a reduction over a whole dimension ({inner.tensor} has {len(maps)} indices, "
                            f"{comp.target} {len(comp.out_vars)}) is not supported; a pool keeps every dimension "
                            "and reduces windows of its last two", inner.span)
-    windows = []
+    windows, strides, offsets = [], [], []
     for pos, ((coefs, const), v) in enumerate(zip(maps, comp.out_vars)):
         reds = [r for r in coefs if r in comp.red_vars]
-        if const or coefs.get(v) is None or len(coefs) != 1 + len(reds) or len(reds) > 1:
-            raise reject(comp, f"index {pos} of {inner.tensor} is not a pooling window", inner.indices[pos].span)
-        wnd = comp.extent(reds[0]) if reds else 1
-        if coefs[v] != wnd or (reds and coefs[reds[0]] != 1):
-            why = (f" (pooling windows of {wnd} may not overlap or leave gaps; here the stride is {coefs[v]})"
-                   if coefs[v] != wnd else "")
-            raise reject(comp, f"index {pos} of {inner.tensor} must be {wnd}*{v} + window offset{why}",
-                         inner.indices[pos].span)
-        windows.append(wnd)
+        if coefs.get(v) is None or len(coefs) != 1 + len(reds) or len(reds) > 1 or coefs[v] < 1 \
+                or (reds and coefs[reds[0]] != 1) or (const and not reds):
+            raise reject(comp, f"index {pos} of {inner.tensor} is not a pooling window (stride*{v} + window "
+                               "offset - padding)", inner.indices[pos].span)
+        windows.append(comp.extent(reds[0]) if reds else 1)
+        strides.append(coefs[v])
+        offsets.append(const)
     if len(windows) < 2 or any(w != 1 for w in windows[:-2]):
         raise reject(comp, "only the last two dimensions may be pooled", inner.span)
     shape = program.tensors[inner.tensor].shape
@@ -334,11 +336,109 @@ def select_pool(comp: Comp, program) -> PoolOp:
     for d in shape[:-2]:
         rows *= d
     assert comp.red_op is not None  # a pool is a reduction
-    pool = PoolSpec(windows[-2], windows[-1], {"max=": "maximum", "min=": "minimum", "+=": "add"}[comp.red_op], scale)
-    dims = (("B", rows), ("H", shape[-2]), ("W", shape[-1]))
+    op = {"max=": "maximum", "min=": "minimum", "+=": "add"}[comp.red_op]
+    pool = PoolSpec(windows[-2], windows[-1], op, scale)
+    dims: tuple[tuple[str, int], ...] = (("B", rows), ("H", shape[-2]), ("W", shape[-1]))
     roles = tuple(zip(("b", "i", "j"), (comp.out_vars[0], comp.out_vars[-2], comp.out_vars[-1])))
+    window = None
+    if strides[-2:] != windows[-2:] or any(offsets) or inner.fill is not None:
+        window = _window(comp, inner, op, windows[-2:], strides[-2:], offsets[-2:], shape[-2:])
+        dims += (("Ho", window.out[0]),)
     return PoolOp(comp.target, comp.target, inner.tensor, dims, pool, roles, relu, comp.line, comp.span,
-                  comp.lines)
+                  comp.lines, window)
+
+
+_IDENTITY = {"maximum": float("-inf"), "minimum": float("inf"), "add": 0.0}
+
+
+def _window(comp: Comp, inner: sx.Access, op: str, windows: list[int], strides: list[int], offsets: list[int],
+            extent: tuple[int, ...]) -> Window:
+    """The overlapping / strided / padded window of a pool (rules_pool.py), checked: the padding is the reduction's
+    identity (it then never counts) and every window reads at least one element of the input."""
+    if inner.fill is not None and inner.fill != _IDENTITY[op]:
+        want = {"maximum": "-inf", "minimum": "inf", "add": "0"}[op]
+        raise reject(comp, f"a padded {'sum' if op == 'add' else op[:3]} pool must pad with {want} (the padding "
+                           f"then never counts); here it pads with {inner.fill:g}", inner.span,
+                     f"write `{fmt_expr(replace(inner, fill=None))} ?? {want}`")
+    out = (comp.extent(comp.out_vars[-2]), comp.extent(comp.out_vars[-1]))
+    for axis in range(2):
+        for o in range(out[axis]):
+            first = o * strides[axis] + offsets[axis]
+            if first + windows[axis] <= 0 or first >= extent[axis]:
+                raise reject(comp, f"window {o} of index {len(inner.indices) - 2 + axis} of {inner.tensor} lies "
+                                   "wholly in the padding (no element of the input)", inner.span,
+                             "pad by less than the window: padding <= window / 2, as torch requires")
+    return Window((strides[0], strides[1]), (offsets[0], offsets[1]), out)
+
+
+def fuse_pool_divide(op: PoolOp, comps: tuple[Comp, ...], i: int, program, consumed: set[int]) -> PoolOp:
+    """`S = window sum; Y = S / D` as one pool writing Y when S is read nowhere else: D a constant (a scale), or
+    the number of each window's taps inside the input (count_include_pad=False), however it is written (checked by
+    evaluating D over the output grid)."""
+    s, nxt = op.out, comps[i + 1] if i + 1 < len(comps) else None
+    if nxt is None or nxt.red_op is not None or nxt.init is None or nxt.fused or s in program.kernel.outputs \
+            or any(a.tensor == s for j, c in enumerate(comps) if j not in (i, i + 1) for a in reads(c)):
+        return op
+    e = nxt.init
+    if not isinstance(e, sx.BinOp) or e.op not in "*/":
+        return op
+    pairs = [(e.lhs, e.rhs)] + ([(e.rhs, e.lhs)] if e.op == "*" else [])
+    found = [(acc, d) for acc, d in pairs if isinstance(acc, sx.Access) and acc.tensor == s and not accesses(d)]
+    if not found or program.tensors[nxt.target].shape != program.tensors[s].shape:
+        return op
+    acc, d = found[0]
+    if [plain(m) for m in index_maps(acc, nxt, program)] != list(nxt.out_vars):
+        return op
+    assert op.window is not None
+    ho, wo = op.window.out
+    grid = _grid(d, nxt.out_vars[-2], nxt.out_vars[-1], ho, wo, program.sizes)
+    if grid is None or not np.all(grid != 0):
+        return op
+    scale, count = op.pool.scale, op.window.count
+    if np.all(grid == grid.flat[0]):
+        scale *= float(grid.flat[0]) if e.op == "*" else 1.0 / float(grid.flat[0])
+    elif e.op == "/" and op.pool.op == "add" and np.array_equal(grid, _inside(op)):
+        count = "inside"
+    else:
+        return op
+    consumed.add(i + 1)
+    return replace(op, out=nxt.target, pool=replace(op.pool, scale=scale), window=replace(op.window, count=count))
+
+
+def _inside(op: PoolOp) -> np.ndarray:
+    """The number of taps of each output's window inside the input, (Ho, Wo)."""
+    assert op.window is not None
+    per_axis = []
+    for axis, (w, n) in enumerate(((op.pool.wy, op.dim("H")), (op.pool.wx, op.dim("W")))):
+        s, off, out = op.window.stride[axis], op.window.offset[axis], op.window.out[axis]
+        per_axis.append(np.array([sum(0 <= o * s + t + off < n for t in range(w)) for o in range(out)], float))
+    return per_axis[0][:, None] * per_axis[1][None, :]
+
+
+def _grid(e: sx.Expr, yv: str, xv: str, ho: int, wo: int, sizes) -> np.ndarray | None:
+    """A value written with the output's row and column variables, evaluated at every (row, column); None when it
+    uses anything else."""
+    env = {yv: np.arange(ho, dtype=float)[:, None], xv: np.arange(wo, dtype=float)[None, :]}
+
+    def ev(x: sx.Expr):
+        if isinstance(x, sx.Num):
+            return float(x.value)
+        if isinstance(x, sx.Name):
+            return env.get(x.id, float(sizes[x.id]) if x.id in sizes else None)
+        if isinstance(x, sx.Neg):
+            v = ev(x.x)
+            return None if v is None else -v
+        if isinstance(x, sx.BinOp) and x.op in "+-*/":
+            a, b = ev(x.lhs), ev(x.rhs)
+            if a is None or b is None:
+                return None
+            return {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide}[x.op](a, b)
+        if isinstance(x, sx.Call) and x.fn in ("min", "max") and len(x.args) == 2:
+            a, b = ev(x.args[0]), ev(x.args[1])
+            return None if a is None or b is None else (np.minimum if x.fn == "min" else np.maximum)(a, b)
+        return None
+    v = ev(e)
+    return None if v is None else np.broadcast_to(np.asarray(v, float), (ho, wo))
 
 
 # ---- transpose ---------------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """Language constructs the reference evaluator defines but the compiler does not compile yet (issue 13): padded
-reads (`X[y + r - 1, x + s - 1] ?? 0`) and floor division or modulo of loop variables in indices (`X[i / 2]`).
+reads (`X[y + r - 1, x + s - 1] ?? 0`) other than a window pool's (rules_pool.py), and floor division or modulo
+of loop variables in indices (`X[i / 2]`).
 `compile_program` calls `reject_unsupported` first, so such a program gets a located TilecError saying so and
 what to do, never a traceback from a builder that does not know the construct. Delete a rule here when the
 compiler learns its construct."""
 from __future__ import annotations
 
-from tilec.compiler.exprs import accesses
+from tilec.compiler.exprs import accesses, strip_relu, strip_scale
 from tilec.compiler.lower import uses_names
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -24,7 +25,7 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
             _stmt(child, loop_vars | {st.var})
         return
     for acc in accesses(st.value):
-        if acc.fill is not None:
+        if acc.fill is not None and not _pooled(st, acc):
             raise TilecError("zero padding (a padded read `... ?? constant`) is not compiled yet", acc.span,
                              "pad the input in a separate tensor (written with a larger shape), or " + REFERENCE)
         for index in acc.indices:
@@ -33,6 +34,12 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
                 word = "division" if div.op == "/" else "modulo"
                 raise TilecError(f"floor {word} of a loop variable in an index (`{div.op}`) is not compiled yet",
                                  div.span, REFERENCE[0].upper() + REFERENCE[1:])
+
+
+def _pooled(st: sx.Assign, acc: sx.Access) -> bool:
+    """A window pool's padded read (`Y max= X[..] ?? -inf`, `S += c * (X[..] ?? 0)`): compiled (rules_pool.py)."""
+    inner, _ = strip_scale(st.value)
+    return st.op in ("max=", "min=", "+=") and strip_relu(inner)[0] is acc
 
 
 def _loop_division(e: sx.Expr, loop_vars: frozenset[str]) -> sx.BinOp | None:

@@ -221,7 +221,7 @@ def conv_check(op: OpView, moving: str | None, dtype: str, t: Target) -> Check:
 def pool_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     wy = (op.pool or (1, 1))[0]
     tiles = [v for v in divisors(op.dims["B"]) if v <= t.pmax]
-    bands = [v for v in divisors(op.dims["H"] // wy) if v <= 64]
+    bands = [v for v in divisors(op.dims.get("Ho", op.dims["H"] // wy)) if v <= 64]  # Ho: a window pool
     return [Knob(f"tile {op.ref('b')}", "tile", op.ref("b"), _with_default(op.defaults.get(("tile", "b")), tiles)),
             Knob(f"split {op.ref('i')}", "split", op.ref("i"),
                  _with_default(op.defaults.get(("split", "i")), bands))], []

@@ -1,0 +1,317 @@
+"""Window pools of any window, stride and padding (issue 13): the rule and its lowering to level B.
+
+    Y[n, c, i, j] max= X[n, c, 2*i + p - 1, 2*j + q - 1] ?? -inf       (3x3, stride 2, padding 1)
+    pool(Y, TilecPlan(tile_b=64, band=14)):
+        partition(b, 64)                      rows of n*c on the partitions (tiles of TILE_P)
+        split(i, 14, name=BAND)               bands of output rows; the first and last band are peeled (static)
+        stage(X, rows=29, halo=(-1, 0))       the band's input rows in SBUF, one DMA; rows outside X not loaded
+        window(j, taps=3, stride=2, offset=-1)   along x: each tap a strided view, combined on VectorE
+        window(i, taps=3, stride=2, offset=-1)   then along y over the x results (R + S taps, not R * S)
+        scale(0.111)                          an average's 1 / count on ScalarE while it casts to Y's dtype
+        stage_out(Y)                          the band's result, one DMA
+
+Padding is never materialised: a padded read reads the reduction's identity (-inf for max, 0 for a sum), so a
+window that reaches outside X simply has fewer taps. Each pass splits its outputs into segments with the same set
+of valid taps (the border columns, the interior), one instruction per tap and segment. An average that excludes the
+padding (count_include_pad=False) multiplies each border segment by window / taps inside, then scales by
+1 / (wy * wx) like the others.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from tilec.compiler import ir
+from tilec.compiler.build_conv import Fresh, hbm_view
+from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.ir import Act, Aff, Alloc, Binary, Buf, Copy, Dma, Scalar, Sl, Stmt, View, full, whole
+from tilec.compiler.ops import PoolOp
+from tilec.compiler.rules import Prim, prim
+from tilec.compiler.schedule import PoolPlan
+from tilec.target import target as get_target
+
+Built = tuple[list[tuple[str, int]], list[Stmt]]
+SHARE_MIN = 100  # elements per partition below which one engine does a whole combine
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: int  # first output of the pass (band-local)
+    size: int
+    taps: tuple[int, ...]  # the window taps inside the input for every output of the segment
+
+
+def segments(n_out: int, first: int, stride: int, window: int, extent: int) -> list[Segment]:
+    """Outputs 0..n_out whose tap t reads input first + o * stride + t, grouped by their taps inside [0, extent)."""
+    out: list[Segment] = []
+    for o in range(n_out):
+        taps = tuple(t for t in range(window) if 0 <= first + o * stride + t < extent)
+        if out and out[-1].taps == taps:
+            out[-1] = Segment(out[-1].start, out[-1].size + 1, taps)
+        else:
+            out.append(Segment(o, 1, taps))
+    return out
+
+
+def pool(op: PoolOp, plan: PoolPlan) -> list[Prim]:
+    """The schedule of a window pool as primitives (printable; `build_window_pool` lowers it)."""
+    w = op.window
+    assert w is not None
+    (sy, sx), (oy, ox) = w.stride, w.offset
+    rows = (plan.band - 1) * sy + op.pool.wy
+    scale = op.pool.scale / (op.pool.wy * op.pool.wx if w.count == "inside" else 1)
+    prims = [prim("partition", "b", plan.tile_b), prim("split", "i", plan.band, name="BAND"),
+             prim("stage", op.src, rows=rows, halo=(oy, oy + rows - sy * plan.band))]
+    if (op.pool.wx, sx, ox) != (1, 1, 0):
+        prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op))
+    if (op.pool.wy, sy, oy) != (1, 1, 0):
+        prims.append(prim("window", "i", taps=op.pool.wy, stride=sy, offset=oy, op=op.pool.op))
+    if w.count == "inside":
+        prims.append(prim("count", "inside"))
+    if scale != 1.0:
+        prims.append(prim("scale", float(f"{scale:.6g}")))
+    return prims + [prim("stage_out", op.out)]
+
+
+def build_window_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    pool = _WindowPool(op, plan, hbm, fresh)
+    return [("TILE_P", plan.tile_b), ("BAND", pool.OB)], pool.build()
+
+
+class _WindowPool:
+    def __init__(self, op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
+        assert op.window is not None
+        self.op, self.plan, self.fresh, self.w = op, plan, fresh, op.window
+        self.B, self.H, self.W = op.dim("B"), op.dim("H"), op.dim("W")
+        self.Ho, self.Wo = op.window.out
+        self.x3, s1 = hbm_view(hbm[op.src], (self.B, self.H, self.W), fresh(f"{op.src}_v"), op.line)
+        self.o3, s2 = hbm_view(hbm[op.out], (self.B, self.Ho, self.Wo), fresh(f"{op.out}_v"), op.line)
+        self.views = s1 + s2
+        self.G = plan.blocks if plan.tile_b == self.B and op.window.count == "window" else 1
+        self.Rb = -(-self.Ho // self.G)  # output rows per block
+        # block g's first output row; the last block ends with the output (it may redo a few rows of the one before)
+        self.starts = [min(g * self.Rb, self.Ho - self.Rb) for g in range(self.G)]
+        self.overlap = self.starts[-2] + self.Rb - self.starts[-1] if self.G > 1 else 0  # rows it must not store
+        self.OB = min(plan.band, self.Rb)
+        self.names: dict[str, str] = {}
+
+    def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
+        key = f"{base}{shape}"
+        if key not in self.names:
+            n = sum(k.startswith(base + "(") for k in self.names)
+            self.names[key] = self.fresh(base if not n else f"{base}{n + 1}")
+        return self.names[key]
+
+    def build(self) -> list[Stmt]:
+        op, G = self.op, self.G
+        OB = self.OB
+        sy, oy = self.w.stride[0], self.w.offset[0]
+        wy = op.pool.wy
+        nb = -(-self.Rb // OB)
+
+        def regular(k: int) -> bool:  # a whole band inside X in every block: the band loop's body
+            first, last = k * OB * sy + oy, self.starts[-1] * sy + k * OB * sy + oy
+            return (k < nb - 1 or self.Rb % OB == 0) and first >= 0 and last + (OB - 1) * sy + wy <= self.H \
+                and k * OB >= self.overlap
+        regs = [k for k in range(nb) if regular(k)]
+        body: list[Stmt] = []
+        k0, k1 = (regs[0], regs[-1] + 1) if regs else (nb, nb)
+        for k in range(k0):
+            body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
+        if k1 > k0:
+            o0 = Aff((term("yb", OB, "BAND"),), k0 * OB)
+            lo = Aff((term("yb", OB * sy),), k0 * OB * sy + oy)
+            body += loop("yb", k1 - k0, self.band(k0, o0, OB, lo), note=f"for {dict(op.vars)['i']} (bands of BAND "
+                         "rows)", line=op.line_of("i"))
+        for k in range(k1, nb):
+            body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
+        nest = loop("pb", self.B // self.plan.tile_b, body, note=f"for {dict(op.vars)['b']} (channel rows, tiles "
+                    "of TILE_P)", line=op.line_of("b"))
+        label = f"{op.out} = {op.pool.op} pool {op.pool.wy}x{op.pool.wx} of {op.src}, stride " \
+                f"{self.w.stride[0]}x{self.w.stride[1]}, offset {self.w.offset[0]},{self.w.offset[1]}"
+        if G > 1:
+            label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
+        return self.views + [ir.Block(label, tuple(nest), op.line)]
+
+    def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
+        """Output rows o0..o0+n of every partition tile (of every block): the input rows they read (lo_aff: a
+        regular band's first row, affine in the band loop; None: a peeled band, clipped to X), the two passes, the
+        store."""
+        op, line, P, G, B = self.op, self.op.line, self.plan.tile_b, self.G, self.plan.tile_b
+        (sy, sx), (oy, ox) = self.w.stride, self.w.offset
+        first = k * self.OB * sy + oy
+        if G == 1:
+            lo, hi = max(first, 0), min(first + (n - 1) * sy + op.pool.wy, self.H)
+        else:  # every block reads its whole window rows; rows outside X hold the identity (filled below)
+            lo, hi = first, first + (n - 1) * sy + op.pool.wy
+        rows = hi - lo
+        pb = sl(a(term("pb", P, "TILE_P")), P)
+        xb = Buf(self.name(f"{op.src}_band", (rows,)), "sbuf", self.x3.dtype, (P * G, rows, self.W))
+        ob = Buf(self.name(f"{op.out}_band", (n,)), "sbuf", self.o3.dtype, (P * G, n, self.Wo))
+        out: list[Stmt] = []
+        if G == 1:
+            out += [Alloc(xb, line=line)]
+            out.append(Dma(whole(xb), View(self.x3, (pb, Sl(lo_aff if lo_aff is not None else a(lo), rows),
+                                                     full(self.W))), line))
+        else:
+            out += self.block_loads(xb, first, rows, lo_aff)
+        out.append(Alloc(ob, line=line))
+        cur = whole(xb)
+        if op.relu:
+            rb = Buf(self.name(f"{op.src}_relu", xb.shape), "sbuf", "f32", xb.shape)
+            out += [Alloc(rb, line=line), Act(whole(rb), cur, "relu", None, 1.0, line)]
+            cur = whole(rb)
+        tmp = "f32" if op.pool.op == "add" else cur.buf.dtype
+        scale = op.pool.scale / (op.pool.wy * op.pool.wx if self.w.count == "inside" else 1)
+        passes = []  # along x first (over every input row of the band), then along y over the x results
+        if (op.pool.wx, sx, ox, self.Wo) != (1, 1, 0, self.W):
+            passes.append((2, segments(self.Wo, ox, sx, op.pool.wx, self.W)))
+        if (op.pool.wy, sy, first - lo, n) != (1, 1, 0, rows):
+            passes.append((1, segments(n, first, sy, op.pool.wy, self.H) if G == 1 else
+                           [Segment(0, n, tuple(range(op.pool.wy)))]))
+        for i, (axis, segs) in enumerate(passes):
+            shape = (P * G, rows, self.Wo) if axis == 2 else (P * G, n, self.Wo)
+            last = i == len(passes) - 1 and scale == 1.0 and self.w.count != "inside"
+            dst = ob if last else Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp,
+                                      shape)
+            out += [] if last else [Alloc(dst, line=line)]
+            shift = ox if axis == 2 else first - lo
+            stride, window = (sx, op.pool.wx) if axis == 2 else (sy, op.pool.wy)
+            out += self.window_pass(cur, dst, axis, segs, stride, shift, window)
+            cur = whole(dst)
+        if cur.buf != ob and self.w.count == "inside":  # each region of the tile by its own count (ScalarE)
+            out += self.count_regions(cur, ob, [g for axis, g in passes if axis == 1], [g for axis, g in passes
+                                                                                       if axis == 2], scale)
+        elif cur.buf != ob:
+            out.append(Act(whole(ob), cur, "copy", None, scale, line) if scale != 1.0 else Copy(whole(ob), cur, line))
+        if G == 1:
+            return out + [Dma(View(self.o3, (pb, Sl(o0, n), full(self.Wo))), whole(ob), line)]
+        skip = [0] * (G - 1) + [max(0, self.overlap - k * self.OB) if lo_aff is None else 0]
+        return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.starts[g] + skip[g]), n - skip[g]), full(self.Wo))),
+                          View(ob, (sl(g * B, B), sl(skip[g], n - skip[g]), full(self.Wo))), line)
+                      for g in range(G) if skip[g] < n]
+
+    def block_loads(self, xb: Buf, first: int, rows: int, lo_aff: Aff | None) -> list[Stmt]:
+        """Block g's band rows onto partitions g*B..: one DMA each; a row outside X (only in a peeled band) holds
+        the identity: 0 for a sum (the band zeroed first), the nearest row of X for a max or min (a row the window
+        reads anyway, so it never changes the result)."""
+        B, line, pad = self.plan.tile_b, self.op.line, []
+        pb = sl(a(term("pb", B, "TILE_P")), B)
+        out: list[Stmt] = []
+        for g in range(self.G):
+            start = first + self.starts[g] * self.w.stride[0]
+            lo, hi = max(start, 0), min(start + rows, self.H)
+            src = lo_aff.plus(self.starts[g] * self.w.stride[0]) if lo_aff is not None else a(lo)
+            part = sl(g * B, B)
+            out.append(Dma(View(xb, (part, sl(lo - start, hi - lo), full(self.W))),
+                           View(self.x3, (pb, Sl(src, hi - lo), full(self.W))), line))
+            pad += [(part, r, 0 if r + start < 0 else self.H - 1) for r in range(rows) if not lo <= r + start < hi]
+        if pad and self.op.pool.op == "add":
+            return [Alloc(xb, zero=True, line=line)] + out
+        return [Alloc(xb, line=line)] + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))), View(self.x3, (pb, sl(src_row, 1), full(self.W))),
+                          line) for part, r, src_row in pad]
+
+    def window_pass(self, src: View, dst: Buf, axis: int, segs: list[Segment], stride: int, shift: int,
+                    window: int) -> list[Stmt]:
+        """dst = op over the window taps of src along `axis` (1: rows, 2: columns). With a tap t0 inside the input
+        for every output: dst = op(t0, t1) where t1 reaches, t0 alone elsewhere (the border), then each other tap
+        combined into the outputs it reaches; the large instructions are cut in row ranges between VectorE and
+        GpSimdE so both finish together. Without such a tap (a 2-wide window padded on both sides), each segment
+        is combined on its own."""
+        line, n = self.op.line, sum(g.size for g in segs)
+        every = [t for t in range(window) if all(t in g.taps for g in segs)]
+        out: list[Stmt] = []
+        if every:
+            t0 = every[len(every) // 2]
+            reach = {t: [g for g in segs if t in g.taps] for t in range(window) if t != t0}
+            ranges = {t: Segment(gs[0].start, sum(g.size for g in gs), (t,)) for t, gs in reach.items() if gs}
+            order = sorted(ranges, key=lambda t: -ranges[t].size)
+            if order:
+                first = ranges[order[0]]
+                out += self.combine_shared(dst, axis, first, self._tap(src, axis, t0, shift, stride),
+                                           self._tap(src, axis, order[0], shift, stride))
+                for lo, hi in ((0, first.start), (first.start + first.size, n)):  # t0 alone at the borders
+                    if hi > lo:
+                        edge = Segment(lo, hi - lo, (t0,))
+                        out.append(Copy(self._view(whole(dst), axis, edge, 0, 1),
+                                        self._view(src, axis, edge, t0 + shift, stride), line))
+                for t in order[1:]:
+                    out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride))
+            else:
+                out.append(Copy(self._view(whole(dst), axis, Segment(0, n, (t0,)), 0, 1),
+                                self._view(src, axis, Segment(0, n, (t0,)), t0 + shift, stride), line))
+        else:
+            for seg in segs:
+                out += self.combine(src, dst, axis, seg, stride, shift)
+        return out
+
+    def _tap(self, src: View, axis: int, t: int, shift: int, stride: int) -> Callable[[Segment, tuple[int, int] | None], View]:
+        return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
+
+    def combine_shared(self, dst: Buf, axis: int, seg: Segment, a_tap: Callable | None, b_tap: Callable) -> list[Stmt]:
+        """dst[seg] = op(a_tap or dst, b_tap) over seg, in row ranges: VectorE the first, GpSimdE the rest (rows are
+        the other free axis of a pass along x, the pass's own axis along y: either way each engine writes whole
+        rows, which the dependence tracking sees as disjoint)."""
+        share = _vector_share(self.x3.dtype if a_tap is not None else dst.dtype, dst.dtype)
+        if seg.size * dst.shape[3 - axis] < SHARE_MIN:  # small: a second instruction's fixed cost outweighs it
+            share = 1.0
+        jobs: list[tuple[Segment, tuple[int, int] | None, str]] = []
+        if axis == 2:
+            rows = dst.shape[1]
+            cut = round(rows * share)
+            jobs = [(seg, (0, cut), ""), (seg, (cut, rows - cut), "gpsimd")] if 0 < cut < rows else [(seg, None, "")]
+        else:
+            cut = round(seg.size * share)
+            jobs = [(Segment(seg.start, cut, seg.taps), None, ""),
+                    (Segment(seg.start + cut, seg.size - cut, seg.taps), None, "gpsimd")] \
+                if 0 < cut < seg.size else [(seg, None, "")]
+        out: list[Stmt] = []
+        for part_seg, part, engine in jobs:
+            target = self._view(whole(dst), axis, part_seg, 0, 1, part)
+            first = a_tap(part_seg, part) if a_tap is not None else target
+            out.append(Binary(target, first, b_tap(part_seg, part), self.op.pool.op, self.op.line, engine))
+        return out
+
+    def count_regions(self, src: View, ob: Buf, ysegs: list[list[Segment]], xsegs: list[list[Segment]],
+                      scale: float) -> list[Stmt]:
+        """count_include_pad=False: the result scaled on ScalarE region by region, each (row segment, column
+        segment) by scale * (wy / its row taps) * (wx / its column taps): one instruction for the interior, small
+        ones for the borders, none on the vector engines."""
+        ys = ysegs[0] if ysegs else [Segment(0, ob.shape[1], (0,))]
+        xs = xsegs[0] if xsegs else [Segment(0, ob.shape[2], (0,))]
+        wy, wx = (self.op.pool.wy, self.op.pool.wx)
+        out: list[Stmt] = []
+        for y in ys:
+            for x in xs:
+                idx = (full(ob.shape[0]), Sl(a(y.start), y.size), Sl(a(x.start), x.size))
+                factor = scale * (wy / len(y.taps) if ysegs else 1) * (wx / len(x.taps) if xsegs else 1)
+                out.append(Act(View(ob, idx), View(src.buf, idx), "copy", None, factor, self.op.line))
+        return out
+
+    def _view(self, v: View, axis: int, seg: Segment, offset: int, step: int,
+              part: tuple[int, int] | None = None) -> View:
+        """Outputs seg of a pass as a view of v: along `axis` from seg.start * step + offset by step; along the
+        other free axis `part` (start, size), else all of it."""
+        idx = list(v.idx)
+        idx[axis] = Sl(a(seg.start * step + offset), seg.size, step if seg.size > 1 else 1)
+        if part is not None:
+            idx[3 - axis] = Sl(a(part[0]), part[1])
+        return View(v.buf, tuple(idx))
+
+    def combine(self, src: View, dst: Buf, axis: int, seg: Segment, stride: int, shift: int) -> list[Stmt]:
+        """dst's outputs of one segment = op over its taps (VectorE)."""
+        op, line = self.op, self.op.line
+        target = self._view(whole(dst), axis, seg, 0, 1)
+        taps = [self._view(src, axis, seg, t + shift, stride) for t in seg.taps]
+        if len(taps) == 1:
+            return [Copy(target, taps[0], line)]
+        out: list[Stmt] = [Binary(target, taps[0], taps[1], op.pool.op, line)]
+        return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
+
+
+def _vector_share(src: str, dst: str) -> float:
+    """The part of a pass VectorE takes so that it and GpSimdE finish together: tensor_tensor streams 2 cycles per
+    element on both, 1 on VectorE when every operand is 16-bit (the model's costs, tilec/perf/costs.py)."""
+    t = get_target()
+    vector = t.vector_ghz * (2 if src in ("f16", "bf16") and dst in ("f16", "bf16") else 1)
+    return vector / (vector + t.gpsimd_ghz)
