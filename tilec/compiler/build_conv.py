@@ -33,6 +33,7 @@ from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Stm
 from tilec.compiler.names import sanitised, unique
 from tilec.compiler.schedule import ConvPlan
 from tilec.compiler.ops import ConvOp
+from tilec.errors import TilecError
 
 
 def hbm_view(base: Buf, shape: tuple[int, ...], name: str, line: int) -> tuple[Buf, list[Stmt]]:
@@ -114,6 +115,8 @@ class _ConvBuilder:
         self.Ho, self.Wo, self.R, self.S = d["Ho"], d["Wo"], d["R"], d["S"]
         self.wy, self.wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
         self.sy, self.sx = op.stride
+        self.dy, self.dx = op.dilation
+        self.oy, self.ox = op.offset  # input row (column) of band row (column) 0 of the first band
         # channel counts without a good divisor (257) take 128-channel tiles plus one remainder tile (a ragged plan):
         # the remainder sits in the first KR (CR) partitions of one more tile of the same buffers
         self.KT, self.CT = self.K // plan.tile_k, self.C // plan.tile_c
@@ -126,6 +129,10 @@ class _ConvBuilder:
         v = dict(op.vars)
         self.var = conv_loop_vars(op, fresh)
         self.kv: str | None = self.var["k"]  # the out-channel part being built: its loop var (None: the remainder)
+        # the row band being built: (loop var, first band) for a loop over bands, (None, band) for one peeled band
+        # (a band whose input rows run past X's edge: its halo rows are zero, not loaded)
+        self.yb: tuple[str | None, int] = (self.var["y"], 0)
+        self._check_halo()
         self.ks = plan.tile_k  # and its channel count
         self.cn = const_names(op, fresh)
         self.words = operand_words(op)
@@ -174,7 +181,9 @@ class _ConvBuilder:
     def build(self) -> list[Stmt]:
         op, line, fresh = self.op, self.line, self.fresh
         x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
-        wshape = (self.K, self.C, self.R, self.S) if op.w_layout == "kc" else (self.C, self.K, self.R, self.S)
+        wshape: tuple[int, ...] = (self.K, self.C, self.R, self.S) if op.w_layout == "kc" else \
+            (self.C, self.K, self.R, self.S)
+        wshape = (self.N,) * op.w_batch + wshape  # a batched matmul: one stationary matrix per batch index
         w4, s2 = hbm_view(self.hbm[op.w], wshape, fresh(f"{op.w}_v"), line)
         oshape = (self.N, self.K, self.Ho // self.wy, self.Wo // self.wx)
         o4, s3 = hbm_view(self.hbm[op.out], oshape, fresh(f"{op.out}_v"), line)
@@ -207,11 +216,43 @@ class _ConvBuilder:
                    (self.p.tile_c, self.CTB, self.in_rows(), self.in_cols()))
 
     def in_rows(self) -> int:
-        """Input rows behind one band of output rows: (BAND - 1) * stride + R."""
-        return (self.p.band - 1) * self.sy + self.R
+        """Input rows behind one band of output rows: (BAND - 1) * stride + (R - 1) * dilation + 1."""
+        return (self.p.band - 1) * self.sy + (self.R - 1) * self.dy + 1
 
     def in_cols(self) -> int:
-        return self.W if self.NXB == 1 else (self.BX - 1) * self.sx + self.S
+        """Input columns of a band: whole rows of X (from the window's offset on: a padded read's band includes
+        its left and right halo), or the columns behind one column band."""
+        reach = (self.BX - 1) * self.sx + (self.S - 1) * self.dx + 1
+        if self.NXB == 1 and self.ox == 0 and reach <= self.W:
+            return self.W
+        return reach
+
+    def clip(self, start: int, size: int, extent: int) -> tuple[int, int]:
+        """(halo before, halo after): the part of [start, start + size) outside [0, extent)."""
+        return max(0, -start), max(0, start + size - extent)
+
+    def band_clip(self, band: int) -> tuple[int, int]:
+        return self.clip(band * self.p.band * self.sy + self.oy, self.in_rows(), self.H)
+
+    def _check_halo(self) -> None:
+        """Column bands (`split conv.x`) of a padded read would each need their own halo: not compiled yet."""
+        if self.NXB > 1 and any(self.clip(b * self.BX * self.sx + self.ox, self.in_cols(), self.W) != (0, 0)
+                                for b in range(self.NXB)):
+            raise TilecError(f"column bands of the zero-padded read of {self.op.x} are not compiled yet",
+                             self.op.span, f"drop `split {self.op.name}.{dict(self.op.vars).get('x', 'x')}` "
+                                           "(padded reads take whole rows per band)")
+        if self.op.w_batch and self.p.hoist_w == "root":
+            raise TilecError(f"{self.op.w} has one matrix per batch index: it cannot be loaded once for all of them",
+                             self.op.span, f"drop `hoist {self.op.w}, root`")
+        if self.p.x_bufs == 1 and (self.ox or any(self.band_clip(b) != (0, 0) for b in range(self.NB))):
+            raise TilecError(f"one buffer for the input bands of the zero-padded read of {self.op.x} is not "
+                             "compiled yet (each band zeroes its halo)", self.op.span,
+                             f"drop `buffers {self.op.x}, 1`")
+
+    def y_at(self, coef: int, name: str = "") -> "ir.Aff":
+        """The current row band's index times coef: y_b*coef (+ its first band's), or a peeled band's constant."""
+        var, base = self.yb
+        return a(term(var, coef, name), base * coef) if var else a(base * coef)
 
     def step(self, var: str, size: int, name: str, stride: int):
         """The index term var * size * stride (named after its constant only when the stride is 1)."""
@@ -234,7 +275,7 @@ class _ConvBuilder:
             def load_c(cv: str | None, cs: int) -> list[Stmt]:
                 return [Dma(View(wt, (pt(cs, p.tile_c), self.tile_index(cv, self.CT), kdst, full(self.R),
                                       full(self.S))),
-                            View(self.w4, (sl(self.c_start(cv), cs), kslice, full(self.R), full(self.S))), line)]
+                            self.w_view((sl(self.c_start(cv), cs), kslice, full(self.R), full(self.S))), line)]
             return out + prep_notes(self.over_c(V["c"], load_c, line), f"prepare {op.w}")
         per_c = p.w_split == "c"  # one DMA per (k-tile, c-tile) block: the first transposes wait for less data
         raw = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else self.C,
@@ -248,7 +289,7 @@ class _ConvBuilder:
                 return [Alloc(raw, line=line),
                         Dma(View(raw, (pt(ks, p.tile_k), pt(cs, p.tile_c) if per_c else full(self.C), full(self.R),
                                        full(self.S))),
-                            View(self.w4, (sl(self.k_start(kv), ks), csrc, full(self.R), full(self.S))), line)]
+                            self.w_view((sl(self.k_start(kv), ks), csrc, full(self.R), full(self.S))), line)]
             kdst = pt(ks, p.tile_k) if local else sl(self.k_start(kv), ks)
 
             def taps(cv: str | None, cs: int) -> list[Stmt]:
@@ -266,6 +307,10 @@ class _ConvBuilder:
             return out + prep_notes(per_k(self.kv, self.ks), f"prepare {op.w}")
         return out + prep_notes(self.over_k(V["kw"], per_k, f"{self.T['k']} (tiles of {self.cn['k']})", line),
                                 f"prepare {op.w}")
+
+    def w_view(self, idx: tuple) -> View:
+        """A region of the stationary operand in HBM (of the current batch index's matrix when batched)."""
+        return View(self.w4, ((a(self.var["n"]),) if self.op.w_batch else ()) + idx)
 
     def bias(self) -> list[Stmt]:
         op, p, line = self.op, self.p, self.line
@@ -302,19 +347,28 @@ class _ConvBuilder:
             prep_notes(loop(xt, self.Wo // p.tile_x, body, note=note, line=line), f"broadcast {op.bias}")
 
     def x_band(self) -> list[Stmt]:
+        """The input band: one DMA per in-channel tile; a padded read's halo (rows or columns outside X) is zeroed
+        by allocating the band with nl.zeros and loading only the interior."""
         p, line, V = self.p, self.L["update"], self.var
         xb = self.x_band_buf()
-        rows = self.in_rows()
+        rows, cols = self.in_rows(), self.in_cols()
         ct = V["c"]
-        cols = self.in_cols()
+        top, bottom = self.band_clip(self.yb[1]) if self.yb[0] is None else (0, 0)
+        left, right = self.clip(self.ox, cols, self.W) if self.NXB == 1 else (0, 0)
+        n_rows, n_cols = rows - top - bottom, cols - left - right
         band_x = self.step(V["xb"], self.BX, self.cn["band_x"], self.sx)
-        src_cols = full(cols) if self.NXB == 1 else sl(a(band_x), cols)
+        src_cols = full(cols) if cols == self.W and self.ox == 0 else \
+            sl(a(band_x, self.ox + left) if self.NXB > 1 else a(self.ox + left), n_cols)
+        dst_rows = full(rows) if (top, bottom) == (0, 0) else sl(top, n_rows)
+        dst_cols = full(cols) if (left, right) == (0, 0) else sl(left, n_cols)
+        src_rows = sl(self.y_at(p.band * self.sy, self.cn["band"] if self.sy == 1 else "").plus(self.oy + top),
+                      n_rows)
+
         def body(cv: str | None, cs: int) -> list[Stmt]:
-            return [Dma(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), full(rows), full(cols))),
-                        View(self.x4, (a(V["n"]), sl(self.c_start(cv), cs),
-                                       sl(a(self.step(V["y"], p.band, self.cn["band"], self.sy)), rows), src_cols)),
-                        line)]
-        alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
+            return [Dma(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), dst_rows, dst_cols)),
+                        View(self.x4, (a(V["n"]), sl(self.c_start(cv), cs), src_rows, src_cols)), line)]
+        halo = (top, bottom, left, right) != (0, 0, 0, 0)
+        alloc = [Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []
         return alloc + self.over_c(ct, body, line)
 
     def nest(self, i: int) -> list[Stmt]:
@@ -331,12 +385,32 @@ class _ConvBuilder:
             out = self.over_k(V["k"], part, notes["k"], self.L["k"])
             self.kv, self.ks = V["k"], self.p.tile_k
             return out
-        body = self.nest(i + 1)
-        extent = {"n": self.N, "y": self.NB}[role]
-        if role == "y":  # column bands (only when a whole row band does not fit) sit inside the row bands
-            body = loop(V["xb"], self.NXB, body, note=f"{self.T['x']} (bands of {self.cn['band_x']})",
+        if role == "y":
+            return self.row_bands(i, notes["y"])
+        return loop(V[role], self.N, self.nest(i + 1), note=notes[role], line=self.L[role])
+
+    def row_bands(self, i: int, note: str) -> list[Stmt]:
+        """The loop over row bands; bands whose input rows run past X's edge (a padded read's first and last bands)
+        are peeled off it, each built with its own constant halo."""
+        V = self.var
+
+        def part(var: str | None, first: int) -> list[Stmt]:
+            self.yb = (var, first)
+            # column bands (only when a whole row band does not fit) sit inside the row bands
+            return loop(V["xb"], self.NXB, self.nest(i + 1), note=f"{self.T['x']} (bands of {self.cn['band_x']})",
                         line=self.L["x"])
-        return loop(V[role], extent, body, note=notes[role], line=self.L[role])
+        inner = [b for b in range(self.NB) if self.band_clip(b) == (0, 0)]
+        lo, hi = (inner[0], inner[-1] + 1) if inner else (self.NB, self.NB)
+        out: list[Stmt] = []
+        for b in range(lo):
+            out += part(None, b)
+        if hi > lo:
+            note_mid = note if (lo, hi) == (0, self.NB) else f"{note}, bands {lo}..{hi - 1}"
+            out += loop(V["y"], hi - lo, part(V["y"], lo), note=note_mid, line=self.L["y"])
+        for b in range(hi, self.NB):
+            out += part(None, b)
+        self.yb = (V["y"], 0)
+        return out
 
     def out_band(self) -> list[Stmt]:
         """The innermost level: loads are placed here and lifted by the `hoist` pass as far as they can go."""
@@ -358,7 +432,7 @@ class _ConvBuilder:
                      note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
         store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks),
-                                   sl(a(term(V["y"], p.band // self.wy)), p.band // self.wy),
+                                   sl(self.y_at(p.band // self.wy), p.band // self.wy),
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
                     View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
@@ -371,8 +445,11 @@ class _ConvBuilder:
         wt = self.wt_buf(p.hoist_w == "k")
         kidx = self.part(self.ks, p.tile_k) if p.hoist_w == "k" else sl(self.k_start(self.kv), self.ks)
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
-        rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), r), p.rows, sy, self.cn["rows"] if sy == 1 else "")
-        cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), s), p.tile_x, sx, self.cn["x"] if sx == 1 else "")
+        tap_r, tap_s = term(r, self.dy), term(s, self.dx)  # a dilated window steps its taps by the dilation
+        rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r), p.rows, sy,
+                  self.cn["rows"] if sy == 1 else "")
+        cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), tap_s), p.tile_x, sx,
+                  self.cn["x"] if sx == 1 else "")
 
         def matmul(cv: str | None, cs: int) -> list[Stmt]:
             cp, ci = self.part(cs, p.tile_c), self.tile_index(cv, self.CT)

@@ -57,6 +57,11 @@ class ConvOp:
     texts: tuple[tuple[str, str], ...] = ()  # role -> its .tl loop, e.g. ("c", "for c in 0..C")
     span: Span | None = field(default=None, compare=False)
     stride: tuple[int, int] = (1, 1)  # window step along (y, x): X[.., 2*y + r, 2*x + s]
+    # input row (column) of output row y and tap r: stride*y + dilation*r + offset; a zero-padded read
+    # (`X[.., y + r - 1, ..] ?? 0`) has a negative offset and may run past either end (the halo, zeroed in SBUF)
+    offset: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    w_batch: bool = False  # the stationary operand has the batch index too (a batched matmul: one matrix per n)
     bias_role: str = "k"  # the role indexing the bias: k (a column per out channel) | x (a matmul's row along x)
 
     def dim(self, d: str) -> int:

@@ -21,6 +21,7 @@ Each op keeps `vars`: role -> the .tl loop variable, so schedule directives can 
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import cast
 
@@ -49,6 +50,7 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
             comp = fuse_chain(comps, i, program, consumed)
         op = _select_one(comp, program)
         if isinstance(op, ConvOp):
+            _fold_operand_relu(ops, comps, comp, program)
             op = _fuse_epilogues(op, comps, i, program, consumed)
         ops.append(op)
     for comp in comps:  # after selection, so a statement with no mapping at all is reported as such first
@@ -107,32 +109,50 @@ def _check_read(comp: Comp, acc: sx.Access, program) -> None:
 def select_conv(comp: Comp, program) -> ConvOp:
     assert comp.update is not None  # _select_one saw a product in it
     a, b = accesses(comp.update)
+    _check_operands(comp, a, b)
     out_vars = list(comp.out_vars)
     candidates = []
     for s_acc, m_acc in ((a, b), (b, a)):
         s_maps = index_maps(s_acc, comp, program)
         names = [plain(m) for m in s_maps]
         outs = [v for v in names if v in out_vars]
-        if None not in names and len(outs) == 1:
-            candidates.append((out_vars.index(outs[0]), outs[0], s_acc, m_acc))
+        # leading batch indices shared with the moving operand (a batched matmul's A[n, i, k]), then one output
+        # variable: the partitions of the result
+        lead = len(outs) - 1
+        if None not in names and outs and names[:lead] == outs[:-1] == out_vars[:lead]:
+            candidates.append((out_vars.index(outs[-1]), outs[-1], s_acc, m_acc))
     if not candidates:
         raise reject(comp, "no operand can be the matmul's stationary side (indexed by plain loop variables, "
-                           "with exactly one output variable)", comp.update.span)
+                           "with exactly one output variable after the batch indices)", comp.update.span)
     _, p, s_acc, m_acc = min(candidates, key=lambda t: t[0])
+    relu_acc = _relu_operand(comp)
+    if relu_acc is not None and relu_acc is not m_acc:
+        raise reject(comp, f"relu of the stationary operand `{fmt_expr(relu_acc)}` is not compiled", relu_acc.span,
+                     "compute it into a tensor first (`T[..] = relu(...)`), then contract T")
+    if s_acc.fill is not None:
+        raise reject(comp, f"the stationary operand `{s_acc.tensor}` may not be a padded read", s_acc.span,
+                     "pad the input (the operand indexed by output rows/columns plus filter taps) instead")
     s_vars = [plain(m) for m in index_maps(s_acc, comp, program)]
+    # the stationary operand's own batch indices (one matrix per batch): its leading output variables before p
+    w_batch = list(itertools.takewhile(lambda v: v in out_vars and v != p, s_vars))
+    s_vars = s_vars[len(w_batch):]
     roles: dict[str, str] = {"k": p}
     batch: list[str] = []
     spatial: list[str] = []
     taps: list[str | None] = []
     strides: list[int] = []
+    offsets: list[int] = []
+    dilations: list[int] = []
     for e, (coefs, const) in zip(m_acc.indices, index_maps(m_acc, comp, program)):
         outs = [v for v in coefs if v in out_vars]
         reds = [v for v in coefs if v in comp.red_vars]
         stride = coefs[outs[0]] if len(outs) == 1 else 1
-        if const != 0 or any(c != 1 for v, c in coefs.items() if v not in outs) or stride < 1 or len(outs) > 1 \
-                or len(reds) > 1 or (stride > 1 and out_vars.index(outs[0]) < out_vars.index(p)):
-            raise reject(comp, f"index `{fmt_expr(e)}` of {m_acc.tensor} is not a (strided) shifted window "
-                               f"`stride*y + r`", e.span)
+        window = len(outs) == 1 and out_vars.index(outs[0]) > out_vars.index(p)  # a spatial index
+        if (const != 0 and not window) or any(c < 1 for c in coefs.values()) or len(outs) > 1 \
+                or len(reds) > 1 or (any(coefs[v] != 1 for v in reds) and not window) \
+                or (stride > 1 and not window):
+            raise reject(comp, f"index `{fmt_expr(e)}` of {m_acc.tensor} is not a (strided, dilated, shifted) "
+                               f"window `stride*y + dilation*r + offset`", e.span)
         if reds and not outs:
             if "c" in roles or reds[0] not in s_vars:
                 raise reject(comp, "exactly one summed variable must index both operands", e.span)
@@ -145,12 +165,16 @@ def select_conv(comp: Comp, program) -> ConvOp:
             spatial.append(outs[0])
             taps.append(reds[0] if reds else None)
             strides.append(stride)
+            offsets.append(const)
+            dilations.append(coefs[reds[0]] if reds else 1)
         else:
             raise reject(comp, f"index `{fmt_expr(e)}` of {m_acc.tensor} is constant", e.span)
     if "c" not in roles:
         raise reject(comp, "no summed variable indexes both operands (nothing to contract)", comp.update.span)
-    if len(spatial) > 2 or not spatial:
-        raise reject(comp, "the moving operand needs one or two spatial dimensions", m_acc.span)
+    if len(spatial) > 2:
+        raise reject(comp, "the moving operand has at most two spatial dimensions", m_acc.span)
+    if w_batch and w_batch != batch:
+        raise reject(comp, f"the batch indices of {s_acc.tensor} must be those of {m_acc.tensor}", s_acc.span)
     if out_vars != batch + [p] + spatial:
         raise reject(comp, f"output indices must be ordered (batch, {p}, spatial...) to match the operands",
                      comp.span)
@@ -164,8 +188,41 @@ def select_conv(comp: Comp, program) -> ConvOp:
         raise reject(comp, f"{s_acc.tensor} must be indexed [{p}, {roles['c']}, taps...] or "
                            f"[{roles['c']}, {p}, taps...]", s_acc.span)
     conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout)
-    stride_y, stride_x = [1] * (2 - len(strides)) + strides  # one or two spatial dimensions: checked above
-    return replace(conv, stride=(stride_y, stride_x))
+    conv = replace(conv, w_batch=bool(w_batch))
+    pad = 2 - len(strides)  # one or two spatial dimensions: checked above
+    stride_y, stride_x = [1] * pad + strides
+    off_y, off_x = [0] * pad + offsets
+    dil_y, dil_x = [1] * pad + dilations
+    return replace(conv, stride=(stride_y, stride_x), offset=(off_y, off_x), dilation=(dil_y, dil_x))
+
+
+def _check_operands(comp: Comp, a: sx.Access, b: sx.Access) -> None:
+    """Each factor of the product is a read, or a relu of the moving operand (folded into its producer: see
+    `_relu_operand`); a zero-padded read (`?? 0`) is the moving operand (its halo is zeroed in SBUF)."""
+    update = comp.update
+    assert isinstance(update, sx.BinOp)
+    for factor in (update.lhs, update.rhs):
+        inner, relu = strip_relu(factor)
+        if not isinstance(inner, sx.Access):
+            raise reject(comp, f"`{fmt_expr(factor)}` is not a tensor read: a contraction multiplies two reads "
+                               f"(one may be under relu)", factor.span,
+                         "compute the operand into a tensor first (`T[..] = ...`), then contract T")
+    for acc in (a, b):
+        if acc.fill is not None and acc.fill != 0:
+            raise reject(comp, f"a contraction's padded read fills with 0, not {acc.fill:g}", acc.span,
+                         f"write `{acc.tensor}[...] ?? 0`")
+
+
+def _relu_operand(comp: Comp) -> sx.Access | None:
+    """The read a contraction takes the relu of (`relu(T[..] ?? 0) * W[..]`), if any."""
+    update = comp.update
+    if not isinstance(update, sx.BinOp):
+        return None
+    for factor in (update.lhs, update.rhs):
+        inner, relu = strip_relu(factor)
+        if relu and isinstance(inner, sx.Access):
+            return inner
+    return None
 
 
 def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: list, spatial: list) -> None:
@@ -185,15 +242,14 @@ def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: li
 
 def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> ConvOp:
     ext = comp.extent
-    if len(spatial) == 1:
-        spatial, taps = [None] + spatial, [None] + taps
+    spatial, taps = [None] * (2 - len(spatial)) + spatial, [None] * (2 - len(taps)) + taps
     names = {"n": batch[0] if batch else None, "y": spatial[0], "x": spatial[1], "r": taps[0], "s": taps[1]}
     roles.update({k: v for k, v in names.items() if v})
     x_shape = program.tensors[x].shape
     hx = x_shape[-2] if spatial[0] else 1
     dims = {"N": ext(batch[0]) if batch else 1, "C": ext(roles["c"]), "K": ext(roles["k"]),
-            "H": hx, "W": x_shape[-1],
-            "Ho": ext(spatial[0]) if spatial[0] else 1, "Wo": ext(spatial[1]),
+            "H": hx, "W": x_shape[-1] if spatial[1] else 1,  # a matrix-vector product: one column
+            "Ho": ext(spatial[0]) if spatial[0] else 1, "Wo": ext(spatial[1]) if spatial[1] else 1,
             "R": ext(taps[0]) if taps[0] else 1, "S": ext(taps[1]) if taps[1] else 1}
     bias, bias_role = _bias(comp, roles, program)
     lines = tuple((role, comp.line_of(var)) for role, var in sorted(roles.items())) + \
@@ -209,7 +265,7 @@ def _bias(comp: Comp, roles: dict[str, str], program) -> tuple[str | None, str]:
     output columns (broadcast across the partitions once, added on PSUM eviction)."""
     if comp.init is None or const_value(comp.init) == 0.0:
         return None, "k"
-    init, k, x = comp.init, roles["k"], roles["x"]
+    init, k, x = comp.init, roles["k"], roles.get("x")
     names = [plain(m) for m in index_maps(init, comp, program)] if isinstance(init, sx.Access) else None
     tensor = init.tensor if isinstance(init, sx.Access) else None  # (names is None unless init is a read)
     if names == [k]:
@@ -252,6 +308,42 @@ def _fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> C
         op, current = fused, nxt.target
         consumed.add(j)
     return op
+
+
+def _fold_operand_relu(ops: list[Op], comps, comp: Comp, program) -> None:
+    """`Y[..] += relu(T[..] ?? 0) * W[..]` where T is a temporary written by an earlier contraction and read only
+    under relu: T is stored rectified (relu on T's PSUM eviction; relu(0) = 0, so the padding is unchanged)."""
+    acc = _relu_operand(comp)
+    if acc is None:
+        return
+    producer = next((j for j, o in enumerate(ops) if isinstance(o, ConvOp) and o.out == acc.tensor), None)
+    under_relu = all(_reads_only_under_relu(c, acc.tensor) for c in comps if c.target != acc.tensor)
+    if producer is None or program.tensors[acc.tensor].kind != "temp" or not under_relu \
+            or cast(ConvOp, ops[producer]).pool is not None:
+        raise reject(comp, f"relu of the operand `{fmt_expr(acc)}` is compiled only for a temporary written by an "
+                           f"earlier matmul or convolution (no pool) and read only under relu", acc.span,
+                     f"write the relu where {acc.tensor} is computed (`{acc.tensor}[..] = relu({acc.tensor}[..])`)"
+                     if program.tensors[acc.tensor].kind == "temp" else
+                     f"compute it into a tensor first (`R[..] = relu({acc.tensor}[..])`), then contract R")
+    conv = cast(ConvOp, ops[producer])
+    ops[producer] = replace(conv, relu=True, lines=conv.lines + (("relu", comp.update_line or comp.line),))
+
+
+def _reads_only_under_relu(c: Comp, tensor: str) -> bool:
+    def walk(e, relu: bool) -> bool:
+        if isinstance(e, sx.Access):
+            return e.tensor != tensor or relu
+        inner, is_relu = strip_relu(e)
+        if is_relu:
+            return walk(inner, True)
+        if isinstance(e, sx.BinOp):
+            return walk(e.lhs, False) and walk(e.rhs, False)
+        if isinstance(e, sx.Neg):
+            return walk(e.x, False)
+        if isinstance(e, sx.Call):
+            return all(walk(x, False) for x in e.args)
+        return True
+    return all(walk(e, False) for e in (c.init, c.update) if e is not None)
 
 
 def _in_place_error(c: Comp) -> TilecError:

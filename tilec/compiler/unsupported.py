@@ -24,7 +24,7 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
             _stmt(child, loop_vars | {st.var})
         return
     for acc in accesses(st.value):
-        if acc.fill is not None:
+        if acc.fill is not None and not _contraction_padding(st, acc):
             raise TilecError("zero padding (a padded read `... ?? constant`) is not compiled yet", acc.span,
                              "pad the input in a separate tensor (written with a larger shape), or " + REFERENCE)
         for index in acc.indices:
@@ -33,6 +33,18 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
                 word = "division" if div.op == "/" else "modulo"
                 raise TilecError(f"floor {word} of a loop variable in an index (`{div.op}`) is not compiled yet",
                                  div.span, REFERENCE[0].upper() + REFERENCE[1:])
+
+
+def _contraction_padding(st: sx.Assign, acc: sx.Access) -> bool:
+    """A zero-padded operand of a contraction, `Y[..] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * W[..]` (also under
+    relu): compiled with the halo zeroed in SBUF around the input band (build_conv), never a padded copy in HBM."""
+    value = st.value
+    if st.op != "+=" or acc.fill != 0 or not isinstance(value, sx.BinOp) or value.op != "*":
+        return False
+    factors = [f.args[0] if isinstance(f, sx.Call) and f.fn == "relu" and len(f.args) == 1 else f
+               for f in (value.lhs, value.rhs)]
+    return acc in factors and all(isinstance(f, sx.Access) for f in factors) \
+        and len(acc.indices) == len(st.target.indices)
 
 
 def _loop_division(e: sx.Expr, loop_vars: frozenset[str]) -> sx.BinOp | None:
