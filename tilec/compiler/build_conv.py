@@ -31,7 +31,7 @@ from tilec.compiler import ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
-from tilec.compiler.schedule import ConvPlan
+from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
 
@@ -180,7 +180,8 @@ class _ConvBuilder:
 
     def build(self) -> list[Stmt]:
         op, line, fresh = self.op, self.line, self.fresh
-        x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
+        xshape = (self.N, self.W, self.C) if op.x_transposed else (self.N, self.C, self.H, self.W)
+        x4, s1 = hbm_view(self.hbm[op.x], xshape, fresh(f"{op.x}_v"), line)
         wshape: tuple[int, ...] = (self.K, self.C, self.R, self.S) if op.w_layout == "kc" else \
             (self.C, self.K, self.R, self.S)
         wshape = (self.N,) * op.w_batch + wshape  # a batched matmul: one stationary matrix per batch index
@@ -350,6 +351,8 @@ class _ConvBuilder:
         """The input band: one DMA per in-channel tile; a padded read's halo (rows or columns outside X) is zeroed
         by allocating the band with nl.zeros and loading only the interior."""
         p, line, V = self.p, self.L["update"], self.var
+        if self.op.x_transposed:
+            return self.x_transposed()
         xb = self.x_band_buf()
         rows, cols = self.in_rows(), self.in_cols()
         ct = V["c"]
@@ -370,6 +373,31 @@ class _ConvBuilder:
         halo = (top, bottom, left, right) != (0, 0, 0, 0)
         alloc = [Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []
         return alloc + self.over_c(ct, body, line)
+
+    def x_transposed(self) -> list[Stmt]:
+        """A matmul's moving operand stored [j, k] (A B^T): its rows are loaded onto the partitions in blocks of up
+        to 128 and each (k-tile, j-block) is transposed on TensorE into the [k, j] band the matmuls read."""
+        p, line, V, op = self.p, self.L["update"], self.var, self.op
+        xb = self.x_band_buf()
+        cols = self.in_cols()
+        jb = best_divisor(cols, PMAX)  # columns of the band per transposed block
+        dt = self.hbm[op.x].dtype
+        raw = Buf(self.fresh(f"{op.x}_rows"), "sbuf", dt, (jb, self.C))
+        tp = Buf(self.fresh(f"{op.x}_tp"), "psum", dt, (p.tile_c, jb))
+        jv = self.fresh(f"{dict(op.vars).get('x', 'x')}_blk")
+        first = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(jv, jb))
+        load: list[Stmt] = [Alloc(raw, line=line),
+                            Dma(whole(raw), View(self.x4, (a(V["n"]), sl(first, jb), full(self.C))), line)]
+
+        def block(cv: str | None, cs: int) -> list[Stmt]:
+            tpv = View(tp, (self.part(cs, p.tile_c), full(jb)))
+            return [Alloc(tp, line=line), ir.Transpose(tpv, View(raw, (full(jb), sl(self.c_start(cv), cs))), "pe", line),
+                    ir.Copy(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), full(1),
+                                      sl(a(term(jv, jb)), jb))), tpv, line)]
+        body = load + self.over_c(V["c"], block, line)
+        alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
+        return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
+                                  f"transpose {op.x}")
 
     def nest(self, i: int) -> list[Stmt]:
         order, V = self.p.order, self.var

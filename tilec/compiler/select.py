@@ -178,7 +178,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
     if out_vars != batch + [p] + spatial:
         raise reject(comp, f"output indices must be ordered (batch, {p}, spatial...) to match the operands",
                      comp.span)
-    _check_moving_order(comp, program, m_acc, roles["c"], batch, spatial)
+    x_transposed = _check_moving_order(comp, program, m_acc, roles["c"], batch, spatial, taps)
     tap_vars = [t for t in taps if t]
     if s_vars == [p, roles["c"], *tap_vars]:
         w_layout = "kc"
@@ -188,7 +188,9 @@ def select_conv(comp: Comp, program) -> ConvOp:
         raise reject(comp, f"{s_acc.tensor} must be indexed [{p}, {roles['c']}, taps...] or "
                            f"[{roles['c']}, {p}, taps...]", s_acc.span)
     conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout)
-    conv = replace(conv, w_batch=bool(w_batch))
+    conv = replace(conv, w_batch=bool(w_batch), x_transposed=x_transposed)
+    if x_transposed:  # B[j, k]: its columns (the output's) are its rows
+        conv = replace(conv, dims=tuple((d, conv.dim("Wo") if d == "W" else v) for d, v in conv.dims))
     pad = 2 - len(strides)  # one or two spatial dimensions: checked above
     stride_y, stride_x = [1] * pad + strides
     off_y, off_x = [0] * pad + offsets
@@ -225,19 +227,26 @@ def _relu_operand(comp: Comp) -> sx.Access | None:
     return None
 
 
-def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: list, spatial: list) -> None:
-    """The moving operand is read as [batch..., contraction, spatial...] (X[n, c, y, x], B[k, j]); another order
-    (B[j, k]: the weights of a linear layer stored [out, in]) would be reshaped, not transposed: reject it."""
+def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: list, spatial: list,
+                        taps: list) -> bool:
+    """The moving operand is read as [batch..., contraction, spatial...] (X[n, c, y, x], B[k, j]), or, for a
+    matmul's one output column index without window, as [batch..., j, k] (A B^T: B[j, k], the weights of a linear
+    layer stored [out, in]; transposed on TensorE as it is loaded): True for the latter."""
     order = []
     for coefs, _ in index_maps(m_acc, comp, program):
         order.append("c" if c in coefs and not any(v in coefs for v in batch + spatial) else
                      "n" if any(v in coefs for v in batch) else "s")
+    if order == ["n"] * len(batch) + ["s", "c"] and len(spatial) == 1 and taps == [None] \
+            and m_acc.fill is None and all(m == ({v: 1}, 0) for m, v in
+                                           zip(index_maps(m_acc, comp, program), batch + spatial)):
+        return True
     if order != ["n"] * len(batch) + ["c"] + ["s"] * len(spatial):
         want = ", ".join(batch + [c] + spatial)
         raise reject(comp, f"{m_acc.tensor} is read with the summed index `{c}` after an output index; the "
                            f"compiler reads the moving operand as {m_acc.tensor}[{want}]", m_acc.span,
                      f"store {m_acc.tensor} transposed (as [{want}]), or compute it with a transpose statement "
                      f"first (`T[{c}, ...] = {m_acc.tensor}[..., {c}]`)")
+    return False
 
 
 def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> ConvOp:
