@@ -139,7 +139,7 @@ class _ConvBuilder:
         texts = dict(op.texts)
         self.T = {role: texts.get(role, f"for {v.get(role, role)}") for role in ("n", "k", "c", "y", "x", "r", "s")}
         lines = dict(op.lines)
-        roles = ("n", "k", "c", "y", "x", "r", "s", "update", "pool", "relu")
+        roles = ("n", "k", "c", "y", "x", "r", "s", "update", "pool", "relu", "residual")
         self.L = {role: lines.get(role, op.line) for role in roles}
 
     def consts(self) -> list[tuple[str, int]]:
@@ -190,6 +190,9 @@ class _ConvBuilder:
         o4, s3 = hbm_view(self.hbm[op.out], oshape, fresh(f"{op.out}_v"), line)
         self.x4, self.w4, self.o4 = x4, w4, o4
         stmts: list[Stmt] = s1 + s2 + s3
+        if op.residual:
+            self.s4, s4 = hbm_view(self.hbm[op.residual], oshape, fresh(f"{op.residual}_v"), line)
+            stmts += s4
         if self.p.hoist_w == "root":
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF", tuple(self.weights(False)),
                                   line))
@@ -454,6 +457,9 @@ class _ConvBuilder:
         ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
                  (p.tile_k, p.band // self.wy, self.BX // self.wx))
         self.o_band = ob
+        if op.residual:
+            loads.append(ir.Block(f"{op.residual}: the band added on the eviction", tuple(self.residual_band()),
+                                  self.L["residual"], hoist=True))
         group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
                                           note=f"{self.T['x']} (tiles of {self.cn['x']})",
                                           line=self.L["x"]),
@@ -464,6 +470,22 @@ class _ConvBuilder:
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
                     View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
+
+    def out_region(self) -> tuple:
+        """The output band's region of an [N, K, rows, columns] HBM tensor."""
+        p, V = self.p, self.var
+        return (a(V["n"]), sl(self.k_start(self.kv), self.ks), sl(self.y_at(p.band // self.wy), p.band // self.wy),
+                sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))
+
+    def residual_band(self) -> list[Stmt]:
+        op, p = self.op, self.p
+        assert op.residual is not None
+        rb = Buf(self.fresh(f"{op.residual}_band"), "sbuf", self.hbm[op.residual].dtype, self.o_band.shape)
+        self.r_band = rb
+        line = self.L["residual"]
+        return [Alloc(rb, line=line),
+                Dma(View(rb, (self.part(self.ks, p.tile_k), full(rb.shape[1]), full(rb.shape[2]))),
+                    View(self.s4, self.out_region()), line)]
 
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
@@ -506,6 +528,8 @@ class _ConvBuilder:
         dst = View(self.o_band, (kp, sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
         narrow = self.narrow_intermediates()
+        if op.residual:
+            return self.add_residual(dst, acc, func, bias, narrow)
         if not op.pool and not narrow:
             return self.evict(dst, acc, func, bias)
         ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
@@ -521,6 +545,26 @@ class _ConvBuilder:
         return out + pool_epilogue(src, dst, self.wy, self.wx, op.pool.op, op.pool.scale,
                                    lambda axis: self.fresh(f"{op.out}_pool_{axis}" + ("" if self.kv else "_rest")),
                                    self.L["pool"])
+
+    def add_residual(self, dst: View, acc: View, func: str, bias: View | None,
+                     narrow: list[tuple[str, str]]) -> list[Stmt]:
+        """dst = [relu](evicted acc + S): the add reads PSUM directly (VectorE) when nothing comes before it, else
+        the evicted (and rounded) tile; a final relu runs in place on ScalarE."""
+        line = self.L["residual"]
+        res = View(self.r_band, dst.idx)
+        out: list[Stmt] = []
+        if func == "copy" and bias is None and not narrow:
+            src = acc
+        else:
+            ev = Buf(self.fresh(f"{self.op.name}_act"), "sbuf", "f32", acc.buf.shape)
+            src = View(ev, acc.idx)
+            out += [Alloc(ev, line=self.line)] + self.evict(src, acc, func, bias)
+            for name, dtype in narrow:  # the stores the fusion skips round to their dtypes
+                tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, ev.shape)
+                out += [Alloc(tile, line=self.line), ir.Copy(View(tile, acc.idx), src, self.line)]
+                src = View(tile, acc.idx)
+        out.append(Binary(dst, src, res, "add", line))
+        return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if self.op.post_relu else [])
 
     def narrow_intermediates(self) -> list[tuple[str, str]]:
         """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores (the conv's own tensor,

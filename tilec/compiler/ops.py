@@ -63,6 +63,8 @@ class ConvOp:
     dilation: tuple[int, int] = (1, 1)
     w_batch: bool = False  # the stationary operand has the batch index too (a batched matmul: one matrix per n)
     x_transposed: bool = False  # a matmul's moving operand stored [batch.., j, k] (A B^T): transposed on load
+    residual: str | None = None  # a tensor indexed like the output added on the eviction (`Y = conv + S`)
+    post_relu: bool = False  # relu after the residual add (`Y = relu(conv + S)`)
     bias_role: str = "k"  # the role indexing the bias: k (a column per out channel) | x (a matmul's row along x)
 
     def dim(self, d: str) -> int:

@@ -310,6 +310,8 @@ def _fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> C
         fused = None
         if len(reads(nxt)) == 1:
             fused = _try_relu(op, nxt, current, program) or _try_pool(op, nxt, current, program)
+        elif len(reads(nxt)) == 2 and not in_place:
+            fused = _try_residual(op, nxt, current, program)
         if fused is None and in_place and program.tensors[current].kind != "temp":
             raise _in_place_error(nxt)
         if fused is None:
@@ -372,11 +374,38 @@ def _try_relu(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
         return None
     if [plain(m) for m in index_maps(inner, c, program)] != list(c.out_vars):
         return None
+    if op.residual:  # relu(conv + S), written as two statements
+        return replace(op, out=c.target, post_relu=True, fused=op.fused + (c.target,),
+                       lines=op.lines + (("relu", c.update_line or c.line),))
     return replace(op, out=c.target, relu=True, fused=op.fused + (c.target,),
                    lines=op.lines + (("relu", c.update_line or c.line),))
 
 
+def _try_residual(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
+    """`Y[..] = conv[..] + S[..]` (or `relu(...)` of it), S another tensor read at the same element: added on the
+    PSUM eviction (S loaded band by band beside the output band), so conv never goes to HBM."""
+    if c.red_op is not None or c.init is None or op.pool is not None or op.residual or op.bias_role != "k":
+        return None
+    inner, relu = strip_relu(c.init)
+    if not isinstance(inner, sx.BinOp) or inner.op != "+":
+        return None
+    terms = [inner.lhs, inner.rhs]
+    if not all(isinstance(t, sx.Access) and t.fill is None and
+               [plain(m) for m in index_maps(t, c, program)] == list(c.out_vars) for t in terms):
+        return None
+    names = [cast(sx.Access, t).tensor for t in terms]
+    if names.count(src) != 1:
+        return None
+    other = names[1 - names.index(src)]
+    if program.tensors[other].shape != program.tensors[c.target].shape:
+        return None
+    return replace(op, out=c.target, residual=other, post_relu=relu, fused=op.fused + (c.target,),
+                   lines=op.lines + (("residual", c.update_line or c.line),))
+
+
 def _try_pool(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
+    if op.residual is not None:
+        return None
     if op.pool is not None or "y" not in dict(op.vars):  # a matmul's rows are its partitions: no row windows
         return None
     if c.red_op is None:  # an element-wise statement (select_pool needs a reduction)
@@ -488,7 +517,8 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             row = f" (a row along {dict(op.vars)['x']})" if op.bias and op.bias_role == "x" else ""
             lines.append(f"  stationary {op.w} (layout {op.w_layout}), moving {op.x}{stride}, "
                          f"bias {op.bias or '-'}{row}")
-            epi = [f"relu" if op.relu else ""] + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
+            epi = [f"relu" if op.relu else ""] + ([f"+ {op.residual}"] if op.residual else []) + \
+                (["relu"] if op.post_relu else []) + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
                                                    f"scale {op.pool.scale:g}"] if op.pool else [])
             lines.append("  epilogue " + (", ".join(e for e in epi if e) or "-") +
                          (f"  (fused {', '.join(op.fused)})" if op.fused else ""))
