@@ -168,7 +168,8 @@ def test_resnet_basic_block(dt):
 
 
 def test_relu_of_an_input_operand_is_a_located_error():
-    text = RESNET.format(dt="f32").replace("relu(T[n, c, y + r - 1, x + s - 1] ?? 0)", "(T[n, c, y + r - 1, x + s - 1] ?? 0)") \
+    text = RESNET.format(dt="f32").replace("relu(T[n, c, y + r - 1, x + s - 1] ?? 0)",
+                                           "(T[n, c, y + r - 1, x + s - 1] ?? 0)") \
         .replace("(X[n, c, y + r - 1, x + s - 1] ?? 0) * W1", "relu(X[n, c, y + r - 1, x + s - 1] ?? 0) * W1")
     with pytest.raises(TilecError) as e:
         compile_loaded(lang.load(text))

@@ -236,14 +236,15 @@ def test_unpadded_read_beyond_a_floor_size_is_out_of_bounds() -> None:
 # ---- the compiler's rejection -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, what", [("conv3x3same", "zero padding"), ("upsample2x", "floor division")])
+@pytest.mark.parametrize("name, what", [("mobilenet_block", "zero padding"), ("upsample2x", "floor division")])
 def test_compiler_rejects_with_a_located_error(name: str, what: str, tmp_path: pathlib.Path,
                                                capsys: pytest.CaptureFixture) -> None:
     from tilec_cli import main
 
     path = tmp_path / f"{name}.tl"
     path.write_text((FAMILIES / f"{name}.tl").read_text())
-    sizes = ["-DC=4", "-DH=4", "-DW=4"] + (["-DK=4"] if name.startswith("conv") else [])
+    sizes = ["-DC=4", "-DH=4", "-DW=4"] + (["-DK=4"] if name.startswith("conv") else []) + \
+        (["-DE=4"] if name.startswith("mobilenet") else [])
     assert main(["compile", str(path), *sizes, "-o", str(tmp_path / "k.py")]) == 1
     err = capsys.readouterr().err
     assert f"{path}:" in err and f"error: {what}" in err and "not compiled yet" in err and "Traceback" not in err

@@ -107,6 +107,28 @@ def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
     return {**out, **own, "kw": out["k"], "kb": out["k"]}
 
 
+def fold_groups(r: int, s: int, fold: int) -> list[list[tuple[int, int]]]:
+    """Tap groups for `fold` taps per matmul: the deltas are the first `fold` taps (row-major); each group is a
+    base tap plus the longest prefix of the deltas that lands on taps not yet covered (3x3 taps 2 at a time:
+    [(r, 0), (r, 1)], [(r, 2)] for each r; 9 at a time: one group)."""
+    taps = [(i, j) for i in range(r) for j in range(s)]
+    deltas = taps[:fold]
+    covered: set[tuple[int, int]] = set()
+    groups = []
+    for base in taps:
+        if base in covered:
+            continue
+        group = []
+        for dr, ds in deltas:
+            tap = (base[0] + dr, base[1] + ds)
+            if tap[0] >= r or tap[1] >= s or tap in covered:
+                break
+            group.append(tap)
+        covered.update(group)
+        groups.append(group)
+    return groups
+
+
 class _ConvBuilder:
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
         self.op, self.p, self.hbm, self.line, self.fresh = op, plan, hbm, op.line, fresh
@@ -133,6 +155,12 @@ class _ConvBuilder:
         # (a band whose input rows run past X's edge: its halo rows are zero, not loaded)
         self.yb: tuple[str | None, int] = (self.var["y"], 0)
         self._check_halo()
+        # filter taps folded into the contraction partitions (few input channels: C = 3 uses 3 of 128): copy j of
+        # the input band, on partitions [j*C, (j+1)*C), holds X shifted by tap delta j, so one matmul covers a
+        # group of taps (the C = 3 first layer: 9 taps in one matmul over 27 partitions instead of 9 over 3)
+        self.fold = plan.fold if (plan.fold > 1 and self.CT == 1 and not self.CR and self.NXB == 1
+                                  and not op.x_transposed) else 1
+        self.groups = fold_groups(self.R, self.S, self.fold)
         self.ks = plan.tile_k  # and its channel count
         self.cn = const_names(op, fresh)
         self.words = operand_words(op)
@@ -209,6 +237,10 @@ class _ConvBuilder:
 
     def wt_buf(self, local: bool) -> Buf:
         k = self.p.tile_k if local else self.K
+        if self.fold > 1:  # one stationary block of (taps of the group) x C partitions per tap group
+            name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
+            return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype,
+                       (self.fold * self.C, len(self.groups), k))
         # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
         name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
         shape = (self.p.tile_c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
@@ -216,8 +248,9 @@ class _ConvBuilder:
         return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype, shape)
 
     def x_band_buf(self) -> Buf:
+        parts = self.fold * self.C if self.fold > 1 else self.p.tile_c
         return Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}"), "sbuf", self.hbm[self.op.x].dtype,
-                   (self.p.tile_c, self.CTB, self.in_rows(), self.in_cols()))
+                   (parts, self.CTB, self.in_rows(), self.in_cols()))
 
     def in_rows(self) -> int:
         """Input rows behind one band of output rows: (BAND - 1) * stride + (R - 1) * dilation + 1."""
@@ -270,6 +303,11 @@ class _ConvBuilder:
         op, p, line, V = self.op, self.p, self.L["update"], self.var
         wt = self.wt_buf(local)
         out: list[Stmt] = [Alloc(wt, line=line)]
+        if self.fold > 1:
+            if local:
+                return out + prep_notes(self.weights_folded(wt, self.kv, self.ks, True), f"prepare {op.w}")
+            return out + prep_notes(self.over_k(V["kw"], lambda kv, ks: self.weights_folded(wt, kv, ks, False),
+                                                f"{self.T['k']} (tiles of {self.cn['k']})", line), f"prepare {op.w}")
         r, s = V["r"], V["s"]
         pt = self.part
         if op.w_layout == "ck":
@@ -311,6 +349,33 @@ class _ConvBuilder:
             return out + prep_notes(per_k(self.kv, self.ks), f"prepare {op.w}")
         return out + prep_notes(self.over_k(V["kw"], per_k, f"{self.T['k']} (tiles of {self.cn['k']})", line),
                                 f"prepare {op.w}")
+
+    def weights_folded(self, wt: Buf, kv: str | None, ks: int, local: bool) -> list[Stmt]:
+        """The stationary block of each tap group: rows j*C + c hold W[k, c, tap j of the group]; k-major weights
+        are gathered per tap into rows [k, j*C + c] and transposed on TensorE once per group."""
+        op, p, line, C = self.op, self.p, self.L["update"], self.C
+        kslice = sl(self.k_start(kv), ks)
+        kdst = self.part(ks, p.tile_k) if local else kslice
+        if op.w_layout == "ck":
+            return [Dma(View(wt, (sl(j * C, C), a(g), kdst)), self.w_view((full(C), kslice, a(r), a(s))), line)
+                    for g, taps in enumerate(self.groups) for j, (r, s) in enumerate(taps)]
+        rows = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, C, self.R, self.S))
+        raw = Buf(self.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (p.tile_k, len(self.groups), self.fold * C))
+        tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (self.fold * C, p.tile_k))
+        kp = self.part(ks, p.tile_k)
+        # W's rows in one contiguous DMA, regrouped by tap on chip; zeroed: a last group of fewer taps transposes
+        # zeros into its unused rows (one loop over the groups)
+        out: list[Stmt] = [Alloc(rows, line=line), Dma(View(rows, (kp, full(C), full(self.R), full(self.S))),
+                                                      self.w_view((kslice, full(C), full(self.R), full(self.S))), line),
+                           Alloc(raw, zero=len(self.groups[-1]) < self.fold, line=line)]
+        out += [ir.Copy(View(raw, (kp, a(g), sl(j * C, C))), View(rows, (kp, full(C), a(r), a(s))), line)
+                for g, taps in enumerate(self.groups) for j, (r, s) in enumerate(taps)]
+        gv = self.fresh("tap_g")
+        tpv = View(tp, (full(self.fold * C), kp))
+        body: list[Stmt] = [Alloc(tp, line=line),
+                            ir.Transpose(tpv, View(raw, (kp, a(gv), full(self.fold * C))), "pe", line),
+                            ir.Copy(View(wt, (full(self.fold * C), a(gv), kdst)), tpv, line)]
+        return out + loop(gv, len(self.groups), body, note="tap groups", line=line)
 
     def w_view(self, idx: tuple) -> View:
         """A region of the stationary operand in HBM (of the current batch index's matrix when batched)."""
@@ -373,9 +438,42 @@ class _ConvBuilder:
         def body(cv: str | None, cs: int) -> list[Stmt]:
             return [Dma(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), dst_rows, dst_cols)),
                         View(self.x4, (a(V["n"]), sl(self.c_start(cv), cs), src_rows, src_cols)), line)]
+        if self.fold > 1:
+            return self.x_band_folded(xb)
         halo = (top, bottom, left, right) != (0, 0, 0, 0)
         alloc = [Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []
         return alloc + self.over_c(ct, body, line)
+
+    def x_band_folded(self, xb: Buf) -> list[Stmt]:
+        """Copy j of the band (partitions j*C..) holds X shifted by tap delta j (the first group's taps): the rows
+        and columns it needs, [0, band - delta), clipped to X (the rest of a padded read's halo stays zero)."""
+        p, line, V, C = self.p, self.L["update"], self.var, self.C
+        rows, cols = self.in_rows(), self.in_cols()
+        start = self.y_at(p.band * self.sy, self.cn["band"] if self.sy == 1 else "").plus(self.oy)
+        band = self.yb[1] * p.band * self.sy + self.oy  # a peeled band's first input row (static)
+        out: list[Stmt] = []
+        halo = False
+        for j, (dr, ds) in self.copy_order():
+            r0, c0 = dr * self.dy, ds * self.dx
+            top, bottom = self.clip(band + r0, rows - r0, self.H) if self.yb[0] is None else (0, 0)
+            left, right = self.clip(self.ox + c0, cols - c0, self.W)
+            n_rows, n_cols = rows - r0 - top - bottom, cols - c0 - left - right
+            halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
+            if n_rows <= 0 or n_cols <= 0:
+                continue
+            out.append(Dma(View(xb, (sl(j * C, C), a(0), sl(top, n_rows), sl(left, n_cols))),
+                           View(self.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top), n_rows),
+                                          sl(self.ox + c0 + left, n_cols))), line))
+        return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []) + out
+
+    def copy_order(self) -> list[tuple[int, tuple[int, int]]]:
+        """The band copies (j, tap delta) in the order their loads are issued: round robin over the DMA engines
+        their partitions belong to (8 partitions each), so consecutive loads of a few partitions run side by side
+        instead of queueing behind each other on one engine."""
+        copies = list(enumerate(self.groups[0]))
+        engine = lambda j: j * self.C // 8  # noqa: E731
+        rank = {j: sum(1 for i, _ in copies[:j] if engine(i) == engine(j)) for j, _ in copies}
+        return sorted(copies, key=lambda c: (rank[c[0]], engine(c[0])))
 
     def x_transposed(self) -> list[Stmt]:
         """A matmul's moving operand stored [j, k] (A B^T): its rows are loaded onto the partitions in blocks of up
@@ -394,7 +492,8 @@ class _ConvBuilder:
 
         def block(cv: str | None, cs: int) -> list[Stmt]:
             tpv = View(tp, (self.part(cs, p.tile_c), full(jb)))
-            return [Alloc(tp, line=line), ir.Transpose(tpv, View(raw, (full(jb), sl(self.c_start(cv), cs))), "pe", line),
+            return [Alloc(tp, line=line),
+                    ir.Transpose(tpv, View(raw, (full(jb), sl(self.c_start(cv), cs))), "pe", line),
                     ir.Copy(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), full(1),
                                       sl(a(term(jv, jb)), jb))), tpv, line)]
         body = load + self.over_c(V["c"], block, line)
@@ -515,7 +614,24 @@ class _ConvBuilder:
             if role == "c":
                 return self.over_c(V["c"], lambda cv, cs: taps(level + 1, (cv, cs)), self.L["c"])
             return loop(V[role], extents[role], taps(level + 1, cpart), "affine", note=notes[role], line=self.L[role])
+        if self.fold > 1:
+            return [Alloc(acc, zero=True, line=line)] + self.matmuls_folded(accv, wt, kidx) + self.epilogue(accv)
         return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
+
+    def matmuls_folded(self, accv: View, wt: Buf, kidx) -> list[Stmt]:
+        """One matmul per tap group: its base tap shifts every copy of the band (copy j then reads tap base + j)."""
+        p, V, C, sy, sx = self.p, self.var, self.C, self.sy, self.sx
+        out: list[Stmt] = []
+        for g, taps in enumerate(self.groups):
+            br, bs = taps[0]
+            parts = sl(0, len(taps) * C)
+            rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), br * self.dy), p.rows, sy,
+                      self.cn["rows"] if sy == 1 else "")
+            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), bs * self.dx), p.tile_x, sx,
+                      self.cn["x"] if sx == 1 else "")
+            out.append(Matmul(accv, View(wt, (parts, a(g), kidx)), View(self.x_band_buf(), (parts, a(0), rows, cols)),
+                              self.L["update"]))
+        return out
 
     def epilogue(self, acc: View) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op

@@ -36,7 +36,7 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
@@ -72,6 +72,7 @@ class ConvPlan:
     x_pin: str = ""  # keep the input band load inside this loop (n | y | k); "" = as far out as it goes
     x_bufs: int = 2
     unroll: tuple[str, ...] = ()
+    fold: int = 1  # filter taps per matmul, folded into the contraction partitions (in-channels x taps <= 128)
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,17 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
             break
     rows = best_divisor(band, max_rows, wy)
     weights = ct * r * s * op.dim("K") * DTYPE_BYTES[dtypes[op.w]]
+    taps = op.dim("R") * op.dim("S")
+    if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed:
+        # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups)
+        fold = min(taps, PMAX // op.dim("C"))
+        return replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
+    return _plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights)
+
+
+def _plan(op: ConvOp, tile_k: int, tile_c: int, tile_x: int, rows: int, band: int, band_x: int,
+          weights: int) -> ConvPlan:
+    wo = op.dim("Wo")
     if op.w_batch:  # one stationary matrix per batch index: prepared inside the batch loop, per out-channel tile
         return ConvPlan(tile_k, tile_c, tile_x, rows, band, 0 if band_x == wo else band_x, hoist_w="k")
     if weights > 64 * 1024:  # weights too big to keep resident: prepare one out-channel tile at a time, outermost
