@@ -131,6 +131,8 @@ def fold_groups(r: int, s: int, fold: int) -> list[list[tuple[int, int]]]:
 
 class _ConvBuilder:
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
+        if op.w_layout == "dw":  # depthwise: an out-channel tile reads the in-channel tile of the same channels
+            plan = replace(plan, tile_c=plan.tile_k, fold=1)
         self.op, self.p, self.hbm, self.line, self.fresh = op, plan, hbm, op.line, fresh
         d = dict(op.dims)
         self.N, self.C, self.K, self.H, self.W = d["N"], d["C"], d["K"], d["H"], d["W"]
@@ -211,7 +213,7 @@ class _ConvBuilder:
         xshape = (self.N, self.W, self.C) if op.x_transposed else (self.N, self.C, self.H, self.W)
         x4, s1 = hbm_view(self.hbm[op.x], xshape, fresh(f"{op.x}_v"), line)
         wshape: tuple[int, ...] = (self.K, self.C, self.R, self.S) if op.w_layout == "kc" else \
-            (self.C, self.K, self.R, self.S)
+            (self.K, self.R, self.S) if op.w_layout == "dw" else (self.C, self.K, self.R, self.S)
         wshape = (self.N,) * op.w_batch + wshape  # a batched matmul: one stationary matrix per batch index
         w4, s2 = hbm_view(self.hbm[op.w], wshape, fresh(f"{op.w}_v"), line)
         oshape = (self.N, self.K, self.Ho // self.wy, self.Wo // self.wx)
@@ -237,6 +239,9 @@ class _ConvBuilder:
 
     def wt_buf(self, local: bool) -> Buf:
         k = self.p.tile_k if local else self.K
+        if self.op.w_layout == "dw":  # one fp32 column per tap and channel: the per-partition scale of ScalarE
+            name = f"{self.op.w}_col" if not local or self.kv else f"{self.op.w}_col_rest"
+            return Buf(self.fresh(name), "sbuf", "f32", (self.p.tile_k, 1 if local else self.KTB, self.R, self.S))
         if self.fold > 1:  # one stationary block of (taps of the group) x C partitions per tap group
             name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
             return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype,
@@ -303,6 +308,15 @@ class _ConvBuilder:
         op, p, line, V = self.op, self.p, self.L["update"], self.var
         wt = self.wt_buf(local)
         out: list[Stmt] = [Alloc(wt, line=line)]
+        if op.w_layout == "dw":
+            def load(kv: str | None, ks: int) -> list[Stmt]:
+                ti = a(0) if local else self.tile_index(kv, self.KT)
+                return [Dma(View(wt, (self.part(ks, p.tile_k), ti, full(self.R), full(self.S))),
+                            self.w_view((sl(self.k_start(kv), ks), full(self.R), full(self.S))), line)]
+            if local:
+                return out + prep_notes(load(self.kv, self.ks), f"prepare {op.w}")
+            return out + prep_notes(self.over_k(V["kw"], load, f"{self.T['k']} (tiles of {self.cn['k']})", line),
+                                    f"prepare {op.w}")
         if self.fold > 1:
             if local:
                 return out + prep_notes(self.weights_folded(wt, self.kv, self.ks, True), f"prepare {op.w}")
@@ -614,9 +628,39 @@ class _ConvBuilder:
             if role == "c":
                 return self.over_c(V["c"], lambda cv, cs: taps(level + 1, (cv, cs)), self.L["c"])
             return loop(V[role], extents[role], taps(level + 1, cpart), "affine", note=notes[role], line=self.L[role])
+        if op.w_layout == "dw":
+            return self.depthwise()
         if self.fold > 1:
             return [Alloc(acc, zero=True, line=line)] + self.matmuls_folded(accv, wt, kidx) + self.epilogue(accv)
         return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
+
+    def depthwise(self) -> list[Stmt]:
+        """No contraction: acc[k] = sum over taps of w[k, tap] * band[k, shifted], the products on ScalarE (an
+        activation with a per-partition scale column) and the sums on VectorE, in an fp32 SBUF accumulator that the
+        epilogue reads as it would read PSUM."""
+        p, line, V, op = self.p, self.line, self.var, self.op
+        kp, ci = self.part(self.ks, p.tile_k), self.tile_index(self.kv, self.KT)
+        acc = Buf(self.fresh(f"{op.name}_acc"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
+        tmps = [Buf(self.fresh(f"{op.name}_tap{i}"), "sbuf", "f32", acc.shape) for i in range(2)]
+        used = lambda buf: View(buf, (kp, full(p.rows), full(p.tile_x)))  # noqa: E731
+        wt = self.wt_buf(p.hoist_w == "k")
+        wi = a(0) if p.hoist_w == "k" else ci
+        out: list[Stmt] = [Alloc(acc, line=line)]
+        out += [Alloc(t, line=line) for t in tmps] if self.R * self.S > 1 else []
+        for t, (r, s) in enumerate((r, s) for r in range(self.R) for s in range(self.S)):
+            rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], self.sy), r * self.dy), p.rows, self.sy,
+                      self.cn["rows"] if self.sy == 1 else "")
+            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx), s * self.dx), p.tile_x, self.sx,
+                      self.cn["x"] if self.sx == 1 else "")
+            band = View(self.x_band_buf(), (kp, ci, rows, cols))
+            w = View(wt, (kp, wi, a(r), sl(s, 1)))
+            if t == 0:
+                out.append(Act(used(acc), band, "copy", None, w, self.L["update"]))
+                continue
+            tmp = used(tmps[t % 2])
+            out += [Act(tmp, band, "copy", None, w, self.L["update"]),
+                    Binary(used(acc), used(acc), tmp, "add", self.L["update"])]
+        return out + self.epilogue(used(acc))
 
     def matmuls_folded(self, accv: View, wt: Buf, kidx) -> list[Stmt]:
         """One matmul per tap group: its base tap shifts every copy of the band (copy j then reads tap base + j)."""

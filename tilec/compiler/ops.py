@@ -47,7 +47,8 @@ class ConvOp:
     w: str
     bias: str | None
     dims: tuple[tuple[str, int], ...]  # N C K H W Ho Wo R S
-    w_layout: str  # "kc" (out-channel major, needs a transpose) | "ck" (contraction-major)
+    # "kc" (out-channel major, needs a transpose) | "ck" (contraction-major) | "dw" (depthwise: W[k, taps])
+    w_layout: str
     vars: tuple[tuple[str, str], ...]  # role -> .tl loop variable
     relu: bool = False
     pool: PoolSpec | None = None

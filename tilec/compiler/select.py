@@ -143,6 +143,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
     strides: list[int] = []
     offsets: list[int] = []
     dilations: list[int] = []
+    depthwise = False
     for e, (coefs, const) in zip(m_acc.indices, index_maps(m_acc, comp, program)):
         outs = [v for v in coefs if v in out_vars]
         reds = [v for v in coefs if v in comp.red_vars]
@@ -161,6 +162,8 @@ def select_conv(comp: Comp, program) -> ConvOp:
             if reds or batch or "c" in roles:
                 raise reject(comp, f"batch index `{fmt_expr(e)}` must come first and not be shifted", e.span)
             batch.append(outs[0])
+        elif outs == [p] and not reds and not depthwise:
+            depthwise = True  # X[n, k, ..] * W[k, ..]: each output channel reads its own input channel
         elif outs:
             spatial.append(outs[0])
             taps.append(reds[0] if reds else None)
@@ -169,8 +172,11 @@ def select_conv(comp: Comp, program) -> ConvOp:
             dilations.append(coefs[reds[0]] if reds else 1)
         else:
             raise reject(comp, f"index `{fmt_expr(e)}` of {m_acc.tensor} is constant", e.span)
-    if "c" not in roles:
+    if "c" not in roles and not depthwise:
         raise reject(comp, "no summed variable indexes both operands (nothing to contract)", comp.update.span)
+    if "c" in roles and depthwise:
+        raise reject(comp, f"a depthwise window reads channel `{p}` of {m_acc.tensor}; it cannot also sum over "
+                           f"`{roles['c']}`", m_acc.span)
     if len(spatial) > 2:
         raise reject(comp, "the moving operand has at most two spatial dimensions", m_acc.span)
     if w_batch and w_batch != batch:
@@ -178,9 +184,14 @@ def select_conv(comp: Comp, program) -> ConvOp:
     if out_vars != batch + [p] + spatial:
         raise reject(comp, f"output indices must be ordered (batch, {p}, spatial...) to match the operands",
                      comp.span)
-    x_transposed = _check_moving_order(comp, program, m_acc, roles["c"], batch, spatial, taps)
+    x_transposed = _check_moving_order(comp, program, m_acc, roles.get("c", p), batch, spatial, taps)
     tap_vars = [t for t in taps if t]
-    if s_vars == [p, roles["c"], *tap_vars]:
+    if depthwise:
+        if s_vars != [p, *tap_vars] or w_batch:
+            raise reject(comp, f"a depthwise convolution's weights must be indexed {s_acc.tensor}[{p}, taps...]",
+                         s_acc.span)
+        w_layout = "dw"
+    elif s_vars == [p, roles["c"], *tap_vars]:
         w_layout = "kc"
     elif s_vars == [roles["c"], p, *tap_vars]:
         w_layout = "ck"
@@ -256,7 +267,7 @@ def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> 
     roles.update({k: v for k, v in names.items() if v})
     x_shape = program.tensors[x].shape
     hx = x_shape[-2] if spatial[0] else 1
-    dims = {"N": ext(batch[0]) if batch else 1, "C": ext(roles["c"]), "K": ext(roles["k"]),
+    dims = {"N": ext(batch[0]) if batch else 1, "C": ext(roles.get("c", roles["k"])), "K": ext(roles["k"]),
             "H": hx, "W": x_shape[-1] if spatial[1] else 1,  # a matrix-vector product: one column
             "Ho": ext(spatial[0]) if spatial[0] else 1, "Wo": ext(spatial[1]) if spatial[1] else 1,
             "R": ext(taps[0]) if taps[0] else 1, "S": ext(taps[1]) if taps[1] else 1}
