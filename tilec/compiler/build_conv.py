@@ -29,7 +29,7 @@ from typing import Callable
 
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
 from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor
 from tilec.compiler.ops import ConvOp
@@ -737,9 +737,10 @@ class _ConvBuilder:
         """PSUM -> SBUF in one pass (activation with the per-partition bias column); a row bias is a tensor_tensor
         add reading PSUM instead (activation only adds columns), followed by the relu in place."""
         p, V, op, line = self.p, self.var, self.op, self.line
+        clamp: list[Stmt] = [Scalar(dst, dst, "minimum", op.clamp, line)] if op.clamp is not None else []  # relu6
         if not (op.bias and op.bias_role == "x"):
-            return [Act(dst, acc, func, bias, 1.0, line)]
+            return [Act(dst, acc, func, bias, 1.0, line)] + clamp
         col = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(V["x"], p.tile_x, self.cn["x"]))
         bc = View(self.bias_bc, (self.part(self.ks, p.tile_k), sl(col, p.tile_x)))
         out: list[Stmt] = [Binary(dst, acc, bc, "add", line)]
-        return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if op.relu else [])
+        return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if op.relu else []) + clamp

@@ -125,7 +125,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
         raise reject(comp, "no operand can be the matmul's stationary side (indexed by plain loop variables, "
                            "with exactly one output variable after the batch indices)", comp.update.span)
     _, p, s_acc, m_acc = min(candidates, key=lambda t: t[0])
-    relu_acc = _relu_operand(comp)
+    relu_acc = (_relu_operand(comp) or (None, None))[0]
     if relu_acc is not None and relu_acc is not m_acc:
         raise reject(comp, f"relu of the stationary operand `{fmt_expr(relu_acc)}` is not compiled", relu_acc.span,
                      "compute it into a tensor first (`T[..] = relu(...)`), then contract T")
@@ -209,16 +209,29 @@ def select_conv(comp: Comp, program) -> ConvOp:
     return replace(conv, stride=(stride_y, stride_x), offset=(off_y, off_x), dilation=(dil_y, dil_x))
 
 
+def strip_activation(e: sx.Expr) -> tuple[sx.Expr, float | None]:
+    """`relu(x)` -> (x, inf), `min(relu(x), 6)` (relu6) -> (x, 6.0), else (e, None): the functions of an operand that
+    keep 0 at 0 (so a padded read's halo is unchanged) and fold into the producer's eviction as relu + minimum."""
+    if isinstance(e, sx.Call) and e.fn == "min" and len(e.args) == 2:
+        for x, c in (e.args, e.args[::-1]):
+            upper = const_value(c)
+            inner, relu = strip_relu(x)
+            if relu and upper is not None and upper >= 0:
+                return inner, upper
+    inner, relu = strip_relu(e)
+    return (inner, math.inf) if relu else (e, None)
+
+
 def _check_operands(comp: Comp, a: sx.Access, b: sx.Access) -> None:
-    """Each factor of the product is a read, or a relu of the moving operand (folded into its producer: see
+    """Each factor of the product is a read, or relu / relu6 of the moving operand (folded into its producer: see
     `_relu_operand`); a zero-padded read (`?? 0`) is the moving operand (its halo is zeroed in SBUF)."""
     update = comp.update
     assert isinstance(update, sx.BinOp)
     for factor in (update.lhs, update.rhs):
-        inner, relu = strip_relu(factor)
+        inner, _ = strip_activation(factor)
         if not isinstance(inner, sx.Access):
             raise reject(comp, f"`{fmt_expr(factor)}` is not a tensor read: a contraction multiplies two reads "
-                               f"(one may be under relu)", factor.span,
+                               f"(one may be under relu or `min(relu(..), c)`)", factor.span,
                          "compute the operand into a tensor first (`T[..] = ...`), then contract T")
     for acc in (a, b):
         if acc.fill is not None and acc.fill != 0:
@@ -226,15 +239,15 @@ def _check_operands(comp: Comp, a: sx.Access, b: sx.Access) -> None:
                          f"write `{acc.tensor}[...] ?? 0`")
 
 
-def _relu_operand(comp: Comp) -> sx.Access | None:
-    """The read a contraction takes the relu of (`relu(T[..] ?? 0) * W[..]`), if any."""
+def _relu_operand(comp: Comp) -> tuple[sx.Access, float] | None:
+    """The read a contraction takes the relu (or relu6) of, `relu(T[..] ?? 0) * W[..]`, and its upper bound."""
     update = comp.update
     if not isinstance(update, sx.BinOp):
         return None
     for factor in (update.lhs, update.rhs):
-        inner, relu = strip_relu(factor)
-        if relu and isinstance(inner, sx.Access):
-            return inner
+        inner, upper = strip_activation(factor)
+        if upper is not None and isinstance(inner, sx.Access):
+            return inner, upper
     return None
 
 
@@ -271,13 +284,25 @@ def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> 
             "H": hx, "W": x_shape[-1] if spatial[1] else 1,  # a matrix-vector product: one column
             "Ho": ext(spatial[0]) if spatial[0] else 1, "Wo": ext(spatial[1]) if spatial[1] else 1,
             "R": ext(taps[0]) if taps[0] else 1, "S": ext(taps[1]) if taps[1] else 1}
-    bias, bias_role = _bias(comp, roles, program)
+    residual = _init_residual(comp, program)
+    bias, bias_role = (None, "k") if residual else _bias(comp, roles, program)
     lines = tuple((role, comp.line_of(var)) for role, var in sorted(roles.items())) + \
         (("update", comp.update_line or comp.line),)
     texts = tuple((role, comp.loop_text(var)) for role, var in sorted(roles.items()))
     return ConvOp(comp.target, comp.target, x, w, bias, tuple(dims.items()), w_layout,
                   tuple(sorted(roles.items())), line=comp.line, lines=lines, texts=texts, span=comp.span,
-                  bias_role=bias_role)
+                  bias_role=bias_role, residual=residual)
+
+
+def _init_residual(comp: Comp, program) -> str | None:
+    """An initial value read from another tensor at the output's element, `Y[n, k, y, x] = X[n, k, y, x]` then
+    `Y[..] += ...` (the MobileNetV2 block's skip connection): added on the PSUM eviction like a residual."""
+    init = comp.init
+    if not isinstance(init, sx.Access) or init.fill is not None or init.tensor == comp.target:
+        return None
+    if [plain(m) for m in index_maps(init, comp, program)] != list(comp.out_vars):
+        return None
+    return init.tensor if program.tensors[init.tensor].shape == program.tensors[comp.target].shape else None
 
 
 def _bias(comp: Comp, roles: dict[str, str], program) -> tuple[str | None, str]:
@@ -333,39 +358,45 @@ def _fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> C
 
 
 def _fold_operand_relu(ops: list[Op], comps, comp: Comp, program) -> None:
-    """`Y[..] += relu(T[..] ?? 0) * W[..]` where T is a temporary written by an earlier contraction and read only
-    under relu: T is stored rectified (relu on T's PSUM eviction; relu(0) = 0, so the padding is unchanged)."""
-    acc = _relu_operand(comp)
-    if acc is None:
+    """`Y[..] += relu(T[..] ?? 0) * W[..]` (or `min(relu(T[..]), 6)`) where T is a temporary written by an earlier
+    contraction and read only under that function: T is stored rectified (relu, then the minimum, on T's PSUM
+    eviction; both keep 0 at 0, so the padding is unchanged)."""
+    found = _relu_operand(comp)
+    if found is None:
         return
+    acc, upper = found
     producer = next((j for j, o in enumerate(ops) if isinstance(o, ConvOp) and o.out == acc.tensor), None)
-    under_relu = all(_reads_only_under_relu(c, acc.tensor) for c in comps if c.target != acc.tensor)
-    if producer is None or program.tensors[acc.tensor].kind != "temp" or not under_relu \
-            or cast(ConvOp, ops[producer]).pool is not None:
+    same = all(_reads_only_under(c, acc.tensor, upper) for c in comps if c.target != acc.tensor)
+    conv = cast(ConvOp, ops[producer]) if producer is not None else None
+    if conv is None or producer is None or program.tensors[acc.tensor].kind != "temp" or not same or conv.pool is not None \
+            or conv.residual is not None:
         raise reject(comp, f"relu of the operand `{fmt_expr(acc)}` is compiled only for a temporary written by an "
-                           f"earlier matmul or convolution (no pool) and read only under relu", acc.span,
+                           f"earlier matmul or convolution (no pool or residual) and read only under the same "
+                           f"function", acc.span,
                      f"write the relu where {acc.tensor} is computed (`{acc.tensor}[..] = relu({acc.tensor}[..])`)"
                      if program.tensors[acc.tensor].kind == "temp" else
                      f"compute it into a tensor first (`R[..] = relu({acc.tensor}[..])`), then contract R")
-    conv = cast(ConvOp, ops[producer])
-    ops[producer] = replace(conv, relu=True, lines=conv.lines + (("relu", comp.update_line or comp.line),))
+    clamp = None if math.isinf(upper) else upper
+    ops[producer] = replace(conv, relu=True, clamp=clamp,
+                            lines=conv.lines + (("relu", comp.update_line or comp.line),))
 
 
-def _reads_only_under_relu(c: Comp, tensor: str) -> bool:
-    def walk(e, relu: bool) -> bool:
+def _reads_only_under(c: Comp, tensor: str, upper: float) -> bool:
+    """Every read of `tensor` in c is under the same relu / relu6 (`upper`)."""
+    def walk(e, under: float | None) -> bool:
         if isinstance(e, sx.Access):
-            return e.tensor != tensor or relu
-        inner, is_relu = strip_relu(e)
-        if is_relu:
-            return walk(inner, True)
+            return e.tensor != tensor or under == upper
+        inner, bound = strip_activation(e)
+        if bound is not None:
+            return walk(inner, bound)
         if isinstance(e, sx.BinOp):
-            return walk(e.lhs, False) and walk(e.rhs, False)
+            return walk(e.lhs, None) and walk(e.rhs, None)
         if isinstance(e, sx.Neg):
-            return walk(e.x, False)
+            return walk(e.x, None)
         if isinstance(e, sx.Call):
-            return all(walk(x, False) for x in e.args)
+            return all(walk(x, None) for x in e.args)
         return True
-    return all(walk(e, False) for e in (c.init, c.update) if e is not None)
+    return all(walk(e, None) for e in (c.init, c.update) if e is not None)
 
 
 def _in_place_error(c: Comp) -> TilecError:

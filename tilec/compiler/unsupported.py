@@ -41,10 +41,16 @@ def _contraction_padding(st: sx.Assign, acc: sx.Access) -> bool:
     value = st.value
     if st.op != "+=" or acc.fill != 0 or not isinstance(value, sx.BinOp) or value.op != "*":
         return False
-    factors = [f.args[0] if isinstance(f, sx.Call) and f.fn == "relu" and len(f.args) == 1 else f
-               for f in (value.lhs, value.rhs)]
+    factors = [_under_relu(f) for f in (value.lhs, value.rhs)]
     return acc in factors and all(isinstance(f, sx.Access) for f in factors) \
         and len(acc.indices) == len(st.target.indices)
+
+
+def _under_relu(f: sx.Expr) -> sx.Expr:
+    """The operand inside `relu(x)` or `min(relu(x), c)` (relu6), else f itself."""
+    if isinstance(f, sx.Call) and f.fn == "min" and len(f.args) == 2:
+        f = next((x for x in f.args if isinstance(x, sx.Call) and x.fn == "relu"), f)
+    return f.args[0] if isinstance(f, sx.Call) and f.fn == "relu" and len(f.args) == 1 else f
 
 
 def _loop_division(e: sx.Expr, loop_vars: frozenset[str]) -> sx.BinOp | None:
