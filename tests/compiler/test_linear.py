@@ -133,15 +133,6 @@ kernel c1(X: f32[C, H], Wt: f32[K, C, R], b: f32[Ho]) -> Y
     for c in 0..C, r in 0..R:
       Y[k, y] += X[c, y + r] * Wt[k, c, r]
 """,
-    "bias_matrix": """\
-kernel mm2(A: f32[M, K], B: f32[K, N], D: f32[M, N]) -> C
-  default M = 128, K = 256, N = 128
-  C: f32[M, N]
-  for i in 0..M, j in 0..N:
-    C[i, j] = D[i, j]
-    for k in 0..K:
-      C[i, j] += A[i, k] * B[k, j]
-""",
     "bias_scaled_row": """\
 kernel mm3(A: f32[M, K], B: f32[K, N], b: f32[N]) -> C
   default M = 128, K = 256, N = 128

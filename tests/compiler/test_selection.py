@@ -69,15 +69,6 @@ def test_temporary_read_by_two_ops_goes_through_hbm():
 
 
 REJECTED = {
-    "dilated_conv": """\
-kernel d2(X: f32[C, H], Wt: f32[K, C, R]) -> Y
-  default C = 128, H = 64, K = 128, R = 3
-  Y: f32[K, 30]
-  for k in 0..K, y in 0..30:
-    Y[k, y] = 0
-    for c in 0..C, r in 0..R:
-      Y[k, y] += X[c, y + 2*r] * Wt[k, c, r]
-""",
     "broadcast": """\
 kernel bc(A: f32[M, N, L], b: f32[M, L]) -> C
   default M = 128, N = 64, L = 8

@@ -29,10 +29,11 @@ from typing import Callable
 
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
-from tilec.compiler.schedule import ConvPlan
+from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor
 from tilec.compiler.ops import ConvOp
+from tilec.errors import TilecError
 
 
 def hbm_view(base: Buf, shape: tuple[int, ...], name: str, line: int) -> tuple[Buf, list[Stmt]]:
@@ -106,14 +107,40 @@ def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
     return {**out, **own, "kw": out["k"], "kb": out["k"]}
 
 
+def fold_groups(r: int, s: int, fold: int) -> list[list[tuple[int, int]]]:
+    """Tap groups for `fold` taps per matmul: the deltas are the first `fold` taps (row-major); each group is a
+    base tap plus the longest prefix of the deltas that lands on taps not yet covered (3x3 taps 2 at a time:
+    [(r, 0), (r, 1)], [(r, 2)] for each r; 9 at a time: one group)."""
+    taps = [(i, j) for i in range(r) for j in range(s)]
+    deltas = taps[:fold]
+    covered: set[tuple[int, int]] = set()
+    groups = []
+    for base in taps:
+        if base in covered:
+            continue
+        group = []
+        for dr, ds in deltas:
+            tap = (base[0] + dr, base[1] + ds)
+            if tap[0] >= r or tap[1] >= s or tap in covered:
+                break
+            group.append(tap)
+        covered.update(group)
+        groups.append(group)
+    return groups
+
+
 class _ConvBuilder:
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
+        if op.w_layout == "dw":  # depthwise: an out-channel tile reads the in-channel tile of the same channels
+            plan = replace(plan, tile_c=plan.tile_k, fold=1)
         self.op, self.p, self.hbm, self.line, self.fresh = op, plan, hbm, op.line, fresh
         d = dict(op.dims)
         self.N, self.C, self.K, self.H, self.W = d["N"], d["C"], d["K"], d["H"], d["W"]
         self.Ho, self.Wo, self.R, self.S = d["Ho"], d["Wo"], d["R"], d["S"]
         self.wy, self.wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
         self.sy, self.sx = op.stride
+        self.dy, self.dx = op.dilation
+        self.oy, self.ox = op.offset  # input row (column) of band row (column) 0 of the first band
         # channel counts without a good divisor (257) take 128-channel tiles plus one remainder tile (a ragged plan):
         # the remainder sits in the first KR (CR) partitions of one more tile of the same buffers
         self.KT, self.CT = self.K // plan.tile_k, self.C // plan.tile_c
@@ -126,13 +153,23 @@ class _ConvBuilder:
         v = dict(op.vars)
         self.var = conv_loop_vars(op, fresh)
         self.kv: str | None = self.var["k"]  # the out-channel part being built: its loop var (None: the remainder)
+        # the row band being built: (loop var, first band) for a loop over bands, (None, band) for one peeled band
+        # (a band whose input rows run past X's edge: its halo rows are zero, not loaded)
+        self.yb: tuple[str | None, int] = (self.var["y"], 0)
+        self._check_halo()
+        # filter taps folded into the contraction partitions (few input channels: C = 3 uses 3 of 128): copy j of
+        # the input band, on partitions [j*C, (j+1)*C), holds X shifted by tap delta j, so one matmul covers a
+        # group of taps (the C = 3 first layer: 9 taps in one matmul over 27 partitions instead of 9 over 3)
+        self.fold = plan.fold if (plan.fold > 1 and self.CT == 1 and not self.CR and self.NXB == 1
+                                  and not op.x_transposed) else 1
+        self.groups = fold_groups(self.R, self.S, self.fold)
         self.ks = plan.tile_k  # and its channel count
         self.cn = const_names(op, fresh)
         self.words = operand_words(op)
         texts = dict(op.texts)
         self.T = {role: texts.get(role, f"for {v.get(role, role)}") for role in ("n", "k", "c", "y", "x", "r", "s")}
         lines = dict(op.lines)
-        roles = ("n", "k", "c", "y", "x", "r", "s", "update", "pool", "relu")
+        roles = ("n", "k", "c", "y", "x", "r", "s", "update", "pool", "relu", "residual")
         self.L = {role: lines.get(role, op.line) for role in roles}
 
     def consts(self) -> list[tuple[str, int]]:
@@ -173,13 +210,19 @@ class _ConvBuilder:
 
     def build(self) -> list[Stmt]:
         op, line, fresh = self.op, self.line, self.fresh
-        x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
-        wshape = (self.K, self.C, self.R, self.S) if op.w_layout == "kc" else (self.C, self.K, self.R, self.S)
+        xshape = (self.N, self.W, self.C) if op.x_transposed else (self.N, self.C, self.H, self.W)
+        x4, s1 = hbm_view(self.hbm[op.x], xshape, fresh(f"{op.x}_v"), line)
+        wshape: tuple[int, ...] = (self.K, self.C, self.R, self.S) if op.w_layout == "kc" else \
+            (self.K, self.R, self.S) if op.w_layout == "dw" else (self.C, self.K, self.R, self.S)
+        wshape = (self.N,) * op.w_batch + wshape  # a batched matmul: one stationary matrix per batch index
         w4, s2 = hbm_view(self.hbm[op.w], wshape, fresh(f"{op.w}_v"), line)
         oshape = (self.N, self.K, self.Ho // self.wy, self.Wo // self.wx)
         o4, s3 = hbm_view(self.hbm[op.out], oshape, fresh(f"{op.out}_v"), line)
         self.x4, self.w4, self.o4 = x4, w4, o4
         stmts: list[Stmt] = s1 + s2 + s3
+        if op.residual:
+            self.s4, s4 = hbm_view(self.hbm[op.residual], oshape, fresh(f"{op.residual}_v"), line)
+            stmts += s4
         if self.p.hoist_w == "root":
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF", tuple(self.weights(False)),
                                   line))
@@ -196,6 +239,13 @@ class _ConvBuilder:
 
     def wt_buf(self, local: bool) -> Buf:
         k = self.p.tile_k if local else self.K
+        if self.op.w_layout == "dw":  # one fp32 column per tap and channel: the per-partition scale of ScalarE
+            name = f"{self.op.w}_col" if not local or self.kv else f"{self.op.w}_col_rest"
+            return Buf(self.fresh(name), "sbuf", "f32", (self.p.tile_k, 1 if local else self.KTB, self.R, self.S))
+        if self.fold > 1:  # one stationary block of (taps of the group) x C partitions per tap group
+            name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
+            return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype,
+                       (self.fold * self.C, len(self.groups), k))
         # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
         name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
         shape = (self.p.tile_c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
@@ -203,15 +253,48 @@ class _ConvBuilder:
         return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype, shape)
 
     def x_band_buf(self) -> Buf:
+        parts = self.fold * self.C if self.fold > 1 else self.p.tile_c
         return Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}"), "sbuf", self.hbm[self.op.x].dtype,
-                   (self.p.tile_c, self.CTB, self.in_rows(), self.in_cols()))
+                   (parts, self.CTB, self.in_rows(), self.in_cols()))
 
     def in_rows(self) -> int:
-        """Input rows behind one band of output rows: (BAND - 1) * stride + R."""
-        return (self.p.band - 1) * self.sy + self.R
+        """Input rows behind one band of output rows: (BAND - 1) * stride + (R - 1) * dilation + 1."""
+        return (self.p.band - 1) * self.sy + (self.R - 1) * self.dy + 1
 
     def in_cols(self) -> int:
-        return self.W if self.NXB == 1 else (self.BX - 1) * self.sx + self.S
+        """Input columns of a band: whole rows of X (from the window's offset on: a padded read's band includes
+        its left and right halo), or the columns behind one column band."""
+        reach = (self.BX - 1) * self.sx + (self.S - 1) * self.dx + 1
+        if self.NXB == 1 and self.ox == 0 and reach <= self.W:
+            return self.W
+        return reach
+
+    def clip(self, start: int, size: int, extent: int) -> tuple[int, int]:
+        """(halo before, halo after): the part of [start, start + size) outside [0, extent)."""
+        return max(0, -start), max(0, start + size - extent)
+
+    def band_clip(self, band: int) -> tuple[int, int]:
+        return self.clip(band * self.p.band * self.sy + self.oy, self.in_rows(), self.H)
+
+    def _check_halo(self) -> None:
+        """Column bands (`split conv.x`) of a padded read would each need their own halo: not compiled yet."""
+        if self.NXB > 1 and any(self.clip(b * self.BX * self.sx + self.ox, self.in_cols(), self.W) != (0, 0)
+                                for b in range(self.NXB)):
+            raise TilecError(f"column bands of the zero-padded read of {self.op.x} are not compiled yet",
+                             self.op.span, f"drop `split {self.op.name}.{dict(self.op.vars).get('x', 'x')}` "
+                                           "(padded reads take whole rows per band)")
+        if self.op.w_batch and self.p.hoist_w == "root":
+            raise TilecError(f"{self.op.w} has one matrix per batch index: it cannot be loaded once for all of them",
+                             self.op.span, f"drop `hoist {self.op.w}, root`")
+        if self.p.x_bufs == 1 and (self.ox or any(self.band_clip(b) != (0, 0) for b in range(self.NB))):
+            raise TilecError(f"one buffer for the input bands of the zero-padded read of {self.op.x} is not "
+                             "compiled yet (each band zeroes its halo)", self.op.span,
+                             f"drop `buffers {self.op.x}, 1`")
+
+    def y_at(self, coef: int, name: str = "") -> "ir.Aff":
+        """The current row band's index times coef: y_b*coef (+ its first band's), or a peeled band's constant."""
+        var, base = self.yb
+        return a(term(var, coef, name), base * coef) if var else a(base * coef)
 
     def step(self, var: str, size: int, name: str, stride: int):
         """The index term var * size * stride (named after its constant only when the stride is 1)."""
@@ -225,6 +308,20 @@ class _ConvBuilder:
         op, p, line, V = self.op, self.p, self.L["update"], self.var
         wt = self.wt_buf(local)
         out: list[Stmt] = [Alloc(wt, line=line)]
+        if op.w_layout == "dw":
+            def load(kv: str | None, ks: int) -> list[Stmt]:
+                ti = a(0) if local else self.tile_index(kv, self.KT)
+                return [Dma(View(wt, (self.part(ks, p.tile_k), ti, full(self.R), full(self.S))),
+                            self.w_view((sl(self.k_start(kv), ks), full(self.R), full(self.S))), line)]
+            if local:
+                return out + prep_notes(load(self.kv, self.ks), f"prepare {op.w}")
+            return out + prep_notes(self.over_k(V["kw"], load, f"{self.T['k']} (tiles of {self.cn['k']})", line),
+                                    f"prepare {op.w}")
+        if self.fold > 1:
+            if local:
+                return out + prep_notes(self.weights_folded(wt, self.kv, self.ks, True), f"prepare {op.w}")
+            return out + prep_notes(self.over_k(V["kw"], lambda kv, ks: self.weights_folded(wt, kv, ks, False),
+                                                f"{self.T['k']} (tiles of {self.cn['k']})", line), f"prepare {op.w}")
         r, s = V["r"], V["s"]
         pt = self.part
         if op.w_layout == "ck":
@@ -234,7 +331,7 @@ class _ConvBuilder:
             def load_c(cv: str | None, cs: int) -> list[Stmt]:
                 return [Dma(View(wt, (pt(cs, p.tile_c), self.tile_index(cv, self.CT), kdst, full(self.R),
                                       full(self.S))),
-                            View(self.w4, (sl(self.c_start(cv), cs), kslice, full(self.R), full(self.S))), line)]
+                            self.w_view((sl(self.c_start(cv), cs), kslice, full(self.R), full(self.S))), line)]
             return out + prep_notes(self.over_c(V["c"], load_c, line), f"prepare {op.w}")
         per_c = p.w_split == "c"  # one DMA per (k-tile, c-tile) block: the first transposes wait for less data
         raw = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else self.C,
@@ -248,7 +345,7 @@ class _ConvBuilder:
                 return [Alloc(raw, line=line),
                         Dma(View(raw, (pt(ks, p.tile_k), pt(cs, p.tile_c) if per_c else full(self.C), full(self.R),
                                        full(self.S))),
-                            View(self.w4, (sl(self.k_start(kv), ks), csrc, full(self.R), full(self.S))), line)]
+                            self.w_view((sl(self.k_start(kv), ks), csrc, full(self.R), full(self.S))), line)]
             kdst = pt(ks, p.tile_k) if local else sl(self.k_start(kv), ks)
 
             def taps(cv: str | None, cs: int) -> list[Stmt]:
@@ -266,6 +363,37 @@ class _ConvBuilder:
             return out + prep_notes(per_k(self.kv, self.ks), f"prepare {op.w}")
         return out + prep_notes(self.over_k(V["kw"], per_k, f"{self.T['k']} (tiles of {self.cn['k']})", line),
                                 f"prepare {op.w}")
+
+    def weights_folded(self, wt: Buf, kv: str | None, ks: int, local: bool) -> list[Stmt]:
+        """The stationary block of each tap group: rows j*C + c hold W[k, c, tap j of the group]; k-major weights
+        are gathered per tap into rows [k, j*C + c] and transposed on TensorE once per group."""
+        op, p, line, C = self.op, self.p, self.L["update"], self.C
+        kslice = sl(self.k_start(kv), ks)
+        kdst = self.part(ks, p.tile_k) if local else kslice
+        if op.w_layout == "ck":
+            return [Dma(View(wt, (sl(j * C, C), a(g), kdst)), self.w_view((full(C), kslice, a(r), a(s))), line)
+                    for g, taps in enumerate(self.groups) for j, (r, s) in enumerate(taps)]
+        rows = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, C, self.R, self.S))
+        raw = Buf(self.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (p.tile_k, len(self.groups), self.fold * C))
+        tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (self.fold * C, p.tile_k))
+        kp = self.part(ks, p.tile_k)
+        # W's rows in one contiguous DMA, regrouped by tap on chip; zeroed: a last group of fewer taps transposes
+        # zeros into its unused rows (one loop over the groups)
+        out: list[Stmt] = [Alloc(rows, line=line), Dma(View(rows, (kp, full(C), full(self.R), full(self.S))),
+                                                      self.w_view((kslice, full(C), full(self.R), full(self.S))), line),
+                           Alloc(raw, zero=len(self.groups[-1]) < self.fold, line=line)]
+        out += [ir.Copy(View(raw, (kp, a(g), sl(j * C, C))), View(rows, (kp, full(C), a(r), a(s))), line)
+                for g, taps in enumerate(self.groups) for j, (r, s) in enumerate(taps)]
+        gv = self.fresh("tap_g")
+        tpv = View(tp, (full(self.fold * C), kp))
+        body: list[Stmt] = [Alloc(tp, line=line),
+                            ir.Transpose(tpv, View(raw, (kp, a(gv), full(self.fold * C))), "pe", line),
+                            ir.Copy(View(wt, (full(self.fold * C), a(gv), kdst)), tpv, line)]
+        return out + loop(gv, len(self.groups), body, note="tap groups", line=line)
+
+    def w_view(self, idx: tuple) -> View:
+        """A region of the stationary operand in HBM (of the current batch index's matrix when batched)."""
+        return View(self.w4, ((a(self.var["n"]),) if self.op.w_batch else ()) + idx)
 
     def bias(self) -> list[Stmt]:
         op, p, line = self.op, self.p, self.line
@@ -302,20 +430,90 @@ class _ConvBuilder:
             prep_notes(loop(xt, self.Wo // p.tile_x, body, note=note, line=line), f"broadcast {op.bias}")
 
     def x_band(self) -> list[Stmt]:
+        """The input band: one DMA per in-channel tile; a padded read's halo (rows or columns outside X) is zeroed
+        by allocating the band with nl.zeros and loading only the interior."""
         p, line, V = self.p, self.L["update"], self.var
+        if self.op.x_transposed:
+            return self.x_transposed()
         xb = self.x_band_buf()
-        rows = self.in_rows()
+        rows, cols = self.in_rows(), self.in_cols()
         ct = V["c"]
-        cols = self.in_cols()
+        top, bottom = self.band_clip(self.yb[1]) if self.yb[0] is None else (0, 0)
+        left, right = self.clip(self.ox, cols, self.W) if self.NXB == 1 else (0, 0)
+        n_rows, n_cols = rows - top - bottom, cols - left - right
         band_x = self.step(V["xb"], self.BX, self.cn["band_x"], self.sx)
-        src_cols = full(cols) if self.NXB == 1 else sl(a(band_x), cols)
+        src_cols = full(cols) if cols == self.W and self.ox == 0 else \
+            sl(a(band_x, self.ox + left) if self.NXB > 1 else a(self.ox + left), n_cols)
+        dst_rows = full(rows) if (top, bottom) == (0, 0) else sl(top, n_rows)
+        dst_cols = full(cols) if (left, right) == (0, 0) else sl(left, n_cols)
+        src_rows = sl(self.y_at(p.band * self.sy, self.cn["band"] if self.sy == 1 else "").plus(self.oy + top),
+                      n_rows)
+
         def body(cv: str | None, cs: int) -> list[Stmt]:
-            return [Dma(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), full(rows), full(cols))),
-                        View(self.x4, (a(V["n"]), sl(self.c_start(cv), cs),
-                                       sl(a(self.step(V["y"], p.band, self.cn["band"], self.sy)), rows), src_cols)),
-                        line)]
-        alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
+            return [Dma(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), dst_rows, dst_cols)),
+                        View(self.x4, (a(V["n"]), sl(self.c_start(cv), cs), src_rows, src_cols)), line)]
+        if self.fold > 1:
+            return self.x_band_folded(xb)
+        halo = (top, bottom, left, right) != (0, 0, 0, 0)
+        alloc = [Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []
         return alloc + self.over_c(ct, body, line)
+
+    def x_band_folded(self, xb: Buf) -> list[Stmt]:
+        """Copy j of the band (partitions j*C..) holds X shifted by tap delta j (the first group's taps): the rows
+        and columns it needs, [0, band - delta), clipped to X (the rest of a padded read's halo stays zero)."""
+        p, line, V, C = self.p, self.L["update"], self.var, self.C
+        rows, cols = self.in_rows(), self.in_cols()
+        start = self.y_at(p.band * self.sy, self.cn["band"] if self.sy == 1 else "").plus(self.oy)
+        band = self.yb[1] * p.band * self.sy + self.oy  # a peeled band's first input row (static)
+        out: list[Stmt] = []
+        halo = False
+        for j, (dr, ds) in self.copy_order():
+            r0, c0 = dr * self.dy, ds * self.dx
+            top, bottom = self.clip(band + r0, rows - r0, self.H) if self.yb[0] is None else (0, 0)
+            left, right = self.clip(self.ox + c0, cols - c0, self.W)
+            n_rows, n_cols = rows - r0 - top - bottom, cols - c0 - left - right
+            halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
+            if n_rows <= 0 or n_cols <= 0:
+                continue
+            out.append(Dma(View(xb, (sl(j * C, C), a(0), sl(top, n_rows), sl(left, n_cols))),
+                           View(self.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top), n_rows),
+                                          sl(self.ox + c0 + left, n_cols))), line))
+        return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []) + out
+
+    def copy_order(self) -> list[tuple[int, tuple[int, int]]]:
+        """The band copies (j, tap delta) in the order their loads are issued: round robin over the DMA engines
+        their partitions belong to (8 partitions each), so consecutive loads of a few partitions run side by side
+        instead of queueing behind each other on one engine."""
+        copies = list(enumerate(self.groups[0]))
+        engine = lambda j: j * self.C // 8  # noqa: E731
+        rank = {j: sum(1 for i, _ in copies[:j] if engine(i) == engine(j)) for j, _ in copies}
+        return sorted(copies, key=lambda c: (rank[c[0]], engine(c[0])))
+
+    def x_transposed(self) -> list[Stmt]:
+        """A matmul's moving operand stored [j, k] (A B^T): its rows are loaded onto the partitions in blocks of up
+        to 128 and each (k-tile, j-block) is transposed on TensorE into the [k, j] band the matmuls read."""
+        p, line, V, op = self.p, self.L["update"], self.var, self.op
+        xb = self.x_band_buf()
+        cols = self.in_cols()
+        jb = best_divisor(cols, PMAX)  # columns of the band per transposed block
+        dt = self.hbm[op.x].dtype
+        raw = Buf(self.fresh(f"{op.x}_rows"), "sbuf", dt, (jb, self.C))
+        tp = Buf(self.fresh(f"{op.x}_tp"), "psum", dt, (p.tile_c, jb))
+        jv = self.fresh(f"{dict(op.vars).get('x', 'x')}_blk")
+        first = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(jv, jb))
+        load: list[Stmt] = [Alloc(raw, line=line),
+                            Dma(whole(raw), View(self.x4, (a(V["n"]), sl(first, jb), full(self.C))), line)]
+
+        def block(cv: str | None, cs: int) -> list[Stmt]:
+            tpv = View(tp, (self.part(cs, p.tile_c), full(jb)))
+            return [Alloc(tp, line=line),
+                    ir.Transpose(tpv, View(raw, (full(jb), sl(self.c_start(cv), cs))), "pe", line),
+                    ir.Copy(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), full(1),
+                                      sl(a(term(jv, jb)), jb))), tpv, line)]
+        body = load + self.over_c(V["c"], block, line)
+        alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
+        return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
+                                  f"transpose {op.x}")
 
     def nest(self, i: int) -> list[Stmt]:
         order, V = self.p.order, self.var
@@ -331,12 +529,32 @@ class _ConvBuilder:
             out = self.over_k(V["k"], part, notes["k"], self.L["k"])
             self.kv, self.ks = V["k"], self.p.tile_k
             return out
-        body = self.nest(i + 1)
-        extent = {"n": self.N, "y": self.NB}[role]
-        if role == "y":  # column bands (only when a whole row band does not fit) sit inside the row bands
-            body = loop(V["xb"], self.NXB, body, note=f"{self.T['x']} (bands of {self.cn['band_x']})",
+        if role == "y":
+            return self.row_bands(i, notes["y"])
+        return loop(V[role], self.N, self.nest(i + 1), note=notes[role], line=self.L[role])
+
+    def row_bands(self, i: int, note: str) -> list[Stmt]:
+        """The loop over row bands; bands whose input rows run past X's edge (a padded read's first and last bands)
+        are peeled off it, each built with its own constant halo."""
+        V = self.var
+
+        def part(var: str | None, first: int) -> list[Stmt]:
+            self.yb = (var, first)
+            # column bands (only when a whole row band does not fit) sit inside the row bands
+            return loop(V["xb"], self.NXB, self.nest(i + 1), note=f"{self.T['x']} (bands of {self.cn['band_x']})",
                         line=self.L["x"])
-        return loop(V[role], extent, body, note=notes[role], line=self.L[role])
+        inner = [b for b in range(self.NB) if self.band_clip(b) == (0, 0)]
+        lo, hi = (inner[0], inner[-1] + 1) if inner else (self.NB, self.NB)
+        out: list[Stmt] = []
+        for b in range(lo):
+            out += part(None, b)
+        if hi > lo:
+            note_mid = note if (lo, hi) == (0, self.NB) else f"{note}, bands {lo}..{hi - 1}"
+            out += loop(V["y"], hi - lo, part(V["y"], lo), note=note_mid, line=self.L["y"])
+        for b in range(hi, self.NB):
+            out += part(None, b)
+        self.yb = (V["y"], 0)
+        return out
 
     def out_band(self) -> list[Stmt]:
         """The innermost level: loads are placed here and lifted by the `hoist` pass as far as they can go."""
@@ -352,16 +570,35 @@ class _ConvBuilder:
         ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
                  (p.tile_k, p.band // self.wy, self.BX // self.wx))
         self.o_band = ob
+        if op.residual:
+            loads.append(ir.Block(f"{op.residual}: the band added on the eviction", tuple(self.residual_band()),
+                                  self.L["residual"], hoist=True))
         group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
                                           note=f"{self.T['x']} (tiles of {self.cn['x']})",
                                           line=self.L["x"]),
                      note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
         store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks),
-                                   sl(a(term(V["y"], p.band // self.wy)), p.band // self.wy),
+                                   sl(self.y_at(p.band // self.wy), p.band // self.wy),
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
                     View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
+
+    def out_region(self) -> tuple:
+        """The output band's region of an [N, K, rows, columns] HBM tensor."""
+        p, V = self.p, self.var
+        return (a(V["n"]), sl(self.k_start(self.kv), self.ks), sl(self.y_at(p.band // self.wy), p.band // self.wy),
+                sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))
+
+    def residual_band(self) -> list[Stmt]:
+        op, p = self.op, self.p
+        assert op.residual is not None
+        rb = Buf(self.fresh(f"{op.residual}_band"), "sbuf", self.hbm[op.residual].dtype, self.o_band.shape)
+        self.r_band = rb
+        line = self.L["residual"]
+        return [Alloc(rb, line=line),
+                Dma(View(rb, (self.part(self.ks, p.tile_k), full(rb.shape[1]), full(rb.shape[2]))),
+                    View(self.s4, self.out_region()), line)]
 
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
@@ -371,8 +608,11 @@ class _ConvBuilder:
         wt = self.wt_buf(p.hoist_w == "k")
         kidx = self.part(self.ks, p.tile_k) if p.hoist_w == "k" else sl(self.k_start(self.kv), self.ks)
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
-        rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), r), p.rows, sy, self.cn["rows"] if sy == 1 else "")
-        cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), s), p.tile_x, sx, self.cn["x"] if sx == 1 else "")
+        tap_r, tap_s = term(r, self.dy), term(s, self.dx)  # a dilated window steps its taps by the dilation
+        rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r), p.rows, sy,
+                  self.cn["rows"] if sy == 1 else "")
+        cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), tap_s), p.tile_x, sx,
+                  self.cn["x"] if sx == 1 else "")
 
         def matmul(cv: str | None, cs: int) -> list[Stmt]:
             cp, ci = self.part(cs, p.tile_c), self.tile_index(cv, self.CT)
@@ -388,7 +628,54 @@ class _ConvBuilder:
             if role == "c":
                 return self.over_c(V["c"], lambda cv, cs: taps(level + 1, (cv, cs)), self.L["c"])
             return loop(V[role], extents[role], taps(level + 1, cpart), "affine", note=notes[role], line=self.L[role])
+        if op.w_layout == "dw":
+            return self.depthwise()
+        if self.fold > 1:
+            return [Alloc(acc, zero=True, line=line)] + self.matmuls_folded(accv, wt, kidx) + self.epilogue(accv)
         return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
+
+    def depthwise(self) -> list[Stmt]:
+        """No contraction: acc[k] = sum over taps of w[k, tap] * band[k, shifted], the products on ScalarE (an
+        activation with a per-partition scale column) and the sums on VectorE, in an fp32 SBUF accumulator that the
+        epilogue reads as it would read PSUM."""
+        p, line, V, op = self.p, self.line, self.var, self.op
+        kp, ci = self.part(self.ks, p.tile_k), self.tile_index(self.kv, self.KT)
+        acc = Buf(self.fresh(f"{op.name}_acc"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
+        tmps = [Buf(self.fresh(f"{op.name}_tap{i}"), "sbuf", "f32", acc.shape) for i in range(2)]
+        used = lambda buf: View(buf, (kp, full(p.rows), full(p.tile_x)))  # noqa: E731
+        wt = self.wt_buf(p.hoist_w == "k")
+        wi = a(0) if p.hoist_w == "k" else ci
+        out: list[Stmt] = [Alloc(acc, line=line)]
+        out += [Alloc(t, line=line) for t in tmps] if self.R * self.S > 1 else []
+        for t, (r, s) in enumerate((r, s) for r in range(self.R) for s in range(self.S)):
+            rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], self.sy), r * self.dy), p.rows, self.sy,
+                      self.cn["rows"] if self.sy == 1 else "")
+            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx), s * self.dx), p.tile_x, self.sx,
+                      self.cn["x"] if self.sx == 1 else "")
+            band = View(self.x_band_buf(), (kp, ci, rows, cols))
+            w = View(wt, (kp, wi, a(r), sl(s, 1)))
+            if t == 0:
+                out.append(Act(used(acc), band, "copy", None, w, self.L["update"]))
+                continue
+            tmp = used(tmps[t % 2])
+            out += [Act(tmp, band, "copy", None, w, self.L["update"]),
+                    Binary(used(acc), used(acc), tmp, "add", self.L["update"])]
+        return out + self.epilogue(used(acc))
+
+    def matmuls_folded(self, accv: View, wt: Buf, kidx) -> list[Stmt]:
+        """One matmul per tap group: its base tap shifts every copy of the band (copy j then reads tap base + j)."""
+        p, V, C, sy, sx = self.p, self.var, self.C, self.sy, self.sx
+        out: list[Stmt] = []
+        for g, taps in enumerate(self.groups):
+            br, bs = taps[0]
+            parts = sl(0, len(taps) * C)
+            rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), br * self.dy), p.rows, sy,
+                      self.cn["rows"] if sy == 1 else "")
+            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), bs * self.dx), p.tile_x, sx,
+                      self.cn["x"] if sx == 1 else "")
+            out.append(Matmul(accv, View(wt, (parts, a(g), kidx)), View(self.x_band_buf(), (parts, a(0), rows, cols)),
+                              self.L["update"]))
+        return out
 
     def epilogue(self, acc: View) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
@@ -401,6 +688,8 @@ class _ConvBuilder:
         dst = View(self.o_band, (kp, sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
         narrow = self.narrow_intermediates()
+        if op.residual:
+            return self.add_residual(dst, acc, func, bias, narrow)
         if not op.pool and not narrow:
             return self.evict(dst, acc, func, bias)
         ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
@@ -417,6 +706,26 @@ class _ConvBuilder:
                                    lambda axis: self.fresh(f"{op.out}_pool_{axis}" + ("" if self.kv else "_rest")),
                                    self.L["pool"])
 
+    def add_residual(self, dst: View, acc: View, func: str, bias: View | None,
+                     narrow: list[tuple[str, str]]) -> list[Stmt]:
+        """dst = [relu](evicted acc + S): the add reads PSUM directly (VectorE) when nothing comes before it, else
+        the evicted (and rounded) tile; a final relu runs in place on ScalarE."""
+        line = self.L["residual"]
+        res = View(self.r_band, dst.idx)
+        out: list[Stmt] = []
+        if func == "copy" and bias is None and not narrow:
+            src = acc
+        else:
+            ev = Buf(self.fresh(f"{self.op.name}_act"), "sbuf", "f32", acc.buf.shape)
+            src = View(ev, acc.idx)
+            out += [Alloc(ev, line=self.line)] + self.evict(src, acc, func, bias)
+            for name, dtype in narrow:  # the stores the fusion skips round to their dtypes
+                tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, ev.shape)
+                out += [Alloc(tile, line=self.line), ir.Copy(View(tile, acc.idx), src, self.line)]
+                src = View(tile, acc.idx)
+        out.append(Binary(dst, src, res, "add", line))
+        return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if self.op.post_relu else [])
+
     def narrow_intermediates(self) -> list[tuple[str, str]]:
         """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores (the conv's own tensor,
         a relu's), in program order: each store rounds to its dtype in the program's meaning."""
@@ -428,9 +737,10 @@ class _ConvBuilder:
         """PSUM -> SBUF in one pass (activation with the per-partition bias column); a row bias is a tensor_tensor
         add reading PSUM instead (activation only adds columns), followed by the relu in place."""
         p, V, op, line = self.p, self.var, self.op, self.line
+        clamp: list[Stmt] = [Scalar(dst, dst, "minimum", op.clamp, line)] if op.clamp is not None else []  # relu6
         if not (op.bias and op.bias_role == "x"):
-            return [Act(dst, acc, func, bias, 1.0, line)]
+            return [Act(dst, acc, func, bias, 1.0, line)] + clamp
         col = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(V["x"], p.tile_x, self.cn["x"]))
         bc = View(self.bias_bc, (self.part(self.ks, p.tile_k), sl(col, p.tile_x)))
         out: list[Stmt] = [Binary(dst, acc, bc, "add", line)]
-        return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if op.relu else [])
+        return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if op.relu else []) + clamp

@@ -59,7 +59,8 @@ class ConvOp:
     w: str
     bias: str | None
     dims: tuple[tuple[str, int], ...]  # N C K H W Ho Wo R S
-    w_layout: str  # "kc" (out-channel major, needs a transpose) | "ck" (contraction-major)
+    # "kc" (out-channel major, needs a transpose) | "ck" (contraction-major) | "dw" (depthwise: W[k, taps])
+    w_layout: str
     vars: tuple[tuple[str, str], ...]  # role -> .tl loop variable
     relu: bool = False
     pool: PoolSpec | None = None
@@ -69,6 +70,15 @@ class ConvOp:
     texts: tuple[tuple[str, str], ...] = ()  # role -> its .tl loop, e.g. ("c", "for c in 0..C")
     span: Span | None = field(default=None, compare=False)
     stride: tuple[int, int] = (1, 1)  # window step along (y, x): X[.., 2*y + r, 2*x + s]
+    # input row (column) of output row y and tap r: stride*y + dilation*r + offset; a zero-padded read
+    # (`X[.., y + r - 1, ..] ?? 0`) has a negative offset and may run past either end (the halo, zeroed in SBUF)
+    offset: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    w_batch: bool = False  # the stationary operand has the batch index too (a batched matmul: one matrix per n)
+    x_transposed: bool = False  # a matmul's moving operand stored [batch.., j, k] (A B^T): transposed on load
+    residual: str | None = None  # a tensor indexed like the output added on the eviction (`Y = conv + S`)
+    post_relu: bool = False  # relu after the residual add (`Y = relu(conv + S)`)
+    clamp: float | None = None  # with relu: the upper bound of a relu6-style `min(relu(..), 6)` on the eviction
     bias_role: str = "k"  # the role indexing the bias: k (a column per out channel) | x (a matmul's row along x)
 
     def dim(self, d: str) -> int:

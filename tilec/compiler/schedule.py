@@ -36,7 +36,7 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
@@ -72,6 +72,7 @@ class ConvPlan:
     x_pin: str = ""  # keep the input band load inside this loop (n | y | k); "" = as far out as it goes
     x_bufs: int = 2
     unroll: tuple[str, ...] = ()
+    fold: int = 1  # filter taps per matmul, folded into the contraction partitions (in-channels x taps <= 128)
 
 
 @dataclass(frozen=True)
@@ -214,18 +215,24 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     tile_x = wo if wo <= x_limit else best_divisor(wo, x_limit, wx)
     max_rows = MOVING_FMAX // tile_x
     elem = DTYPE_BYTES[dtypes[op.x]]
-    ct, r, s = -(-op.dim("C") // tile_c), op.dim("R"), op.dim("S")  # a ragged plan's remainder is one more tile
+    ct = -(-op.dim("C") // tile_c)  # a ragged plan's remainder is one more tile
+    # the window's reach in input rows (columns): (R - 1) * dilation + 1
+    r, s = (op.dim("R") - 1) * op.dilation[0] + 1, (op.dim("S") - 1) * op.dilation[1] + 1
     sy, sxx = op.stride  # input rows behind d output rows: (d - 1) * sy + r
     band_budget = 48 * 1024  # input band bytes per partition: big DMAs, room for two in flight
-    # columns per band: whole rows unless even a minimal band of whole rows does not fit
+    # a whole row of the band: X's width, or a padded read's (halo included)
+    reach = (wo - 1) * sxx + s
+    width = op.dim("W") if op.offset[1] == 0 and reach <= op.dim("W") else reach
+    # columns per band: whole rows unless even a minimal band of whole rows does not fit (or the read is padded:
+    # column bands of a padded read are not compiled)
     band_x = wo
-    if ct * ((wy - 1) * sy + r) * op.dim("W") * elem > band_budget:
+    if ct * ((wy - 1) * sy + r) * width * elem > band_budget and width == op.dim("W") and op.offset[1] == 0:
         fits = [d for d in divisors(wo)
                 if d % wx == 0 and ct * ((wy - 1) * sy + r) * ((d - 1) * sxx + s) * elem <= band_budget]
         band_x = max(fits) if fits else wx
         tile_x = best_divisor(band_x, x_limit, wx)
         max_rows = MOVING_FMAX // tile_x
-    cols = op.dim("W") if band_x == wo else (band_x - 1) * sxx + s
+    cols = width if band_x == wo else (band_x - 1) * sxx + s
     band_limit = 32 if ho > 32 else ho
     band = wy
     for d in sorted(divisors(ho), reverse=True):
@@ -234,6 +241,19 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
             break
     rows = best_divisor(band, max_rows, wy)
     weights = ct * r * s * op.dim("K") * DTYPE_BYTES[dtypes[op.w]]
+    taps = op.dim("R") * op.dim("S")
+    if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed:
+        # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups)
+        fold = min(taps, PMAX // op.dim("C"))
+        return replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
+    return _plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights)
+
+
+def _plan(op: ConvOp, tile_k: int, tile_c: int, tile_x: int, rows: int, band: int, band_x: int,
+          weights: int) -> ConvPlan:
+    wo = op.dim("Wo")
+    if op.w_batch:  # one stationary matrix per batch index: prepared inside the batch loop, per out-channel tile
+        return ConvPlan(tile_k, tile_c, tile_x, rows, band, 0 if band_x == wo else band_x, hoist_w="k")
     if weights > 64 * 1024:  # weights too big to keep resident: prepare one out-channel tile at a time, outermost
         return ConvPlan(tile_k, tile_c, tile_x, rows, band, 0 if band_x == wo else band_x, ("k", "n", "y"),
                         hoist_w="k")

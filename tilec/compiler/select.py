@@ -21,6 +21,7 @@ Each op keeps `vars`: role -> the .tl loop variable, so schedule directives can 
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import cast
 
@@ -53,6 +54,7 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
         if isinstance(op, PoolOp) and op.window is not None:
             op = fuse_pool_divide(op, comps, i, program, consumed)
         if isinstance(op, ConvOp):
+            _fold_operand_relu(ops, comps, comp, program)
             op = _fuse_epilogues(op, comps, i, program, consumed)
         ops.append(op)
     for comp in comps:  # after selection, so a statement with no mapping at all is reported as such first
@@ -111,32 +113,51 @@ def _check_read(comp: Comp, acc: sx.Access, program) -> None:
 def select_conv(comp: Comp, program) -> ConvOp:
     assert comp.update is not None  # _select_one saw a product in it
     a, b = accesses(comp.update)
+    _check_operands(comp, a, b)
     out_vars = list(comp.out_vars)
     candidates = []
     for s_acc, m_acc in ((a, b), (b, a)):
         s_maps = index_maps(s_acc, comp, program)
         names = [plain(m) for m in s_maps]
         outs = [v for v in names if v in out_vars]
-        if None not in names and len(outs) == 1:
-            candidates.append((out_vars.index(outs[0]), outs[0], s_acc, m_acc))
+        # leading batch indices shared with the moving operand (a batched matmul's A[n, i, k]), then one output
+        # variable: the partitions of the result
+        lead = len(outs) - 1
+        if None not in names and outs and names[:lead] == outs[:-1] == out_vars[:lead]:
+            candidates.append((out_vars.index(outs[-1]), outs[-1], s_acc, m_acc))
     if not candidates:
         raise reject(comp, "no operand can be the matmul's stationary side (indexed by plain loop variables, "
-                           "with exactly one output variable)", comp.update.span)
+                           "with exactly one output variable after the batch indices)", comp.update.span)
     _, p, s_acc, m_acc = min(candidates, key=lambda t: t[0])
+    relu_acc = (_relu_operand(comp) or (None, None))[0]
+    if relu_acc is not None and relu_acc is not m_acc:
+        raise reject(comp, f"relu of the stationary operand `{fmt_expr(relu_acc)}` is not compiled", relu_acc.span,
+                     "compute it into a tensor first (`T[..] = relu(...)`), then contract T")
+    if s_acc.fill is not None:
+        raise reject(comp, f"the stationary operand `{s_acc.tensor}` may not be a padded read", s_acc.span,
+                     "pad the input (the operand indexed by output rows/columns plus filter taps) instead")
     s_vars = [plain(m) for m in index_maps(s_acc, comp, program)]
+    # the stationary operand's own batch indices (one matrix per batch): its leading output variables before p
+    w_batch = list(itertools.takewhile(lambda v: v in out_vars and v != p, s_vars))
+    s_vars = s_vars[len(w_batch):]
     roles: dict[str, str] = {"k": p}
     batch: list[str] = []
     spatial: list[str] = []
     taps: list[str | None] = []
     strides: list[int] = []
+    offsets: list[int] = []
+    dilations: list[int] = []
+    depthwise = False
     for e, (coefs, const) in zip(m_acc.indices, index_maps(m_acc, comp, program)):
         outs = [v for v in coefs if v in out_vars]
         reds = [v for v in coefs if v in comp.red_vars]
         stride = coefs[outs[0]] if len(outs) == 1 else 1
-        if const != 0 or any(c != 1 for v, c in coefs.items() if v not in outs) or stride < 1 or len(outs) > 1 \
-                or len(reds) > 1 or (stride > 1 and out_vars.index(outs[0]) < out_vars.index(p)):
-            raise reject(comp, f"index `{fmt_expr(e)}` of {m_acc.tensor} is not a (strided) shifted window "
-                               f"`stride*y + r`", e.span)
+        window = len(outs) == 1 and out_vars.index(outs[0]) > out_vars.index(p)  # a spatial index
+        if (const != 0 and not window) or any(c < 1 for c in coefs.values()) or len(outs) > 1 \
+                or len(reds) > 1 or (any(coefs[v] != 1 for v in reds) and not window) \
+                or (stride > 1 and not window):
+            raise reject(comp, f"index `{fmt_expr(e)}` of {m_acc.tensor} is not a (strided, dilated, shifted) "
+                               f"window `stride*y + dilation*r + offset`", e.span)
         if reds and not outs:
             if "c" in roles or reds[0] not in s_vars:
                 raise reject(comp, "exactly one summed variable must index both operands", e.span)
@@ -145,22 +166,36 @@ def select_conv(comp: Comp, program) -> ConvOp:
             if reds or batch or "c" in roles:
                 raise reject(comp, f"batch index `{fmt_expr(e)}` must come first and not be shifted", e.span)
             batch.append(outs[0])
+        elif outs == [p] and not reds and not depthwise:
+            depthwise = True  # X[n, k, ..] * W[k, ..]: each output channel reads its own input channel
         elif outs:
             spatial.append(outs[0])
             taps.append(reds[0] if reds else None)
             strides.append(stride)
+            offsets.append(const)
+            dilations.append(coefs[reds[0]] if reds else 1)
         else:
             raise reject(comp, f"index `{fmt_expr(e)}` of {m_acc.tensor} is constant", e.span)
-    if "c" not in roles:
+    if "c" not in roles and not depthwise:
         raise reject(comp, "no summed variable indexes both operands (nothing to contract)", comp.update.span)
-    if len(spatial) > 2 or not spatial:
-        raise reject(comp, "the moving operand needs one or two spatial dimensions", m_acc.span)
+    if "c" in roles and depthwise:
+        raise reject(comp, f"a depthwise window reads channel `{p}` of {m_acc.tensor}; it cannot also sum over "
+                           f"`{roles['c']}`", m_acc.span)
+    if len(spatial) > 2:
+        raise reject(comp, "the moving operand has at most two spatial dimensions", m_acc.span)
+    if w_batch and w_batch != batch:
+        raise reject(comp, f"the batch indices of {s_acc.tensor} must be those of {m_acc.tensor}", s_acc.span)
     if out_vars != batch + [p] + spatial:
         raise reject(comp, f"output indices must be ordered (batch, {p}, spatial...) to match the operands",
                      comp.span)
-    _check_moving_order(comp, program, m_acc, roles["c"], batch, spatial)
+    x_transposed = _check_moving_order(comp, program, m_acc, roles.get("c", p), batch, spatial, taps)
     tap_vars = [t for t in taps if t]
-    if s_vars == [p, roles["c"], *tap_vars]:
+    if depthwise:
+        if s_vars != [p, *tap_vars] or w_batch:
+            raise reject(comp, f"a depthwise convolution's weights must be indexed {s_acc.tensor}[{p}, taps...]",
+                         s_acc.span)
+        w_layout = "dw"
+    elif s_vars == [p, roles["c"], *tap_vars]:
         w_layout = "kc"
     elif s_vars == [roles["c"], p, *tap_vars]:
         w_layout = "ck"
@@ -168,44 +203,110 @@ def select_conv(comp: Comp, program) -> ConvOp:
         raise reject(comp, f"{s_acc.tensor} must be indexed [{p}, {roles['c']}, taps...] or "
                            f"[{roles['c']}, {p}, taps...]", s_acc.span)
     conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout)
-    stride_y, stride_x = [1] * (2 - len(strides)) + strides  # one or two spatial dimensions: checked above
-    return replace(conv, stride=(stride_y, stride_x))
+    conv = replace(conv, w_batch=bool(w_batch), x_transposed=x_transposed)
+    if x_transposed:  # B[j, k]: its columns (the output's) are its rows
+        conv = replace(conv, dims=tuple((d, conv.dim("Wo") if d == "W" else v) for d, v in conv.dims))
+    pad = 2 - len(strides)  # one or two spatial dimensions: checked above
+    stride_y, stride_x = [1] * pad + strides
+    off_y, off_x = [0] * pad + offsets
+    dil_y, dil_x = [1] * pad + dilations
+    return replace(conv, stride=(stride_y, stride_x), offset=(off_y, off_x), dilation=(dil_y, dil_x))
 
 
-def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: list, spatial: list) -> None:
-    """The moving operand is read as [batch..., contraction, spatial...] (X[n, c, y, x], B[k, j]); another order
-    (B[j, k]: the weights of a linear layer stored [out, in]) would be reshaped, not transposed: reject it."""
+def strip_activation(e: sx.Expr) -> tuple[sx.Expr, float | None]:
+    """`relu(x)` -> (x, inf), `min(relu(x), 6)` (relu6) -> (x, 6.0), else (e, None): the functions of an operand that
+    keep 0 at 0 (so a padded read's halo is unchanged) and fold into the producer's eviction as relu + minimum."""
+    if isinstance(e, sx.Call) and e.fn == "min" and len(e.args) == 2:
+        for x, c in (e.args, e.args[::-1]):
+            upper = const_value(c)
+            inner, relu = strip_relu(x)
+            if relu and upper is not None and upper >= 0:
+                return inner, upper
+    inner, relu = strip_relu(e)
+    return (inner, math.inf) if relu else (e, None)
+
+
+def _check_operands(comp: Comp, a: sx.Access, b: sx.Access) -> None:
+    """Each factor of the product is a read, or relu / relu6 of the moving operand (folded into its producer: see
+    `_relu_operand`); a zero-padded read (`?? 0`) is the moving operand (its halo is zeroed in SBUF)."""
+    update = comp.update
+    assert isinstance(update, sx.BinOp)
+    for factor in (update.lhs, update.rhs):
+        inner, _ = strip_activation(factor)
+        if not isinstance(inner, sx.Access):
+            raise reject(comp, f"`{fmt_expr(factor)}` is not a tensor read: a contraction multiplies two reads "
+                               f"(one may be under relu or `min(relu(..), c)`)", factor.span,
+                         "compute the operand into a tensor first (`T[..] = ...`), then contract T")
+    for acc in (a, b):
+        if acc.fill is not None and acc.fill != 0:
+            raise reject(comp, f"a contraction's padded read fills with 0, not {acc.fill:g}", acc.span,
+                         f"write `{acc.tensor}[...] ?? 0`")
+
+
+def _relu_operand(comp: Comp) -> tuple[sx.Access, float] | None:
+    """The read a contraction takes the relu (or relu6) of, `relu(T[..] ?? 0) * W[..]`, and its upper bound."""
+    update = comp.update
+    if not isinstance(update, sx.BinOp):
+        return None
+    for factor in (update.lhs, update.rhs):
+        inner, upper = strip_activation(factor)
+        if upper is not None and isinstance(inner, sx.Access):
+            return inner, upper
+    return None
+
+
+def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: list, spatial: list,
+                        taps: list) -> bool:
+    """The moving operand is read as [batch..., contraction, spatial...] (X[n, c, y, x], B[k, j]), or, for a
+    matmul's one output column index without window, as [batch..., j, k] (A B^T: B[j, k], the weights of a linear
+    layer stored [out, in]; transposed on TensorE as it is loaded): True for the latter."""
     order = []
     for coefs, _ in index_maps(m_acc, comp, program):
         order.append("c" if c in coefs and not any(v in coefs for v in batch + spatial) else
                      "n" if any(v in coefs for v in batch) else "s")
+    if order == ["n"] * len(batch) + ["s", "c"] and len(spatial) == 1 and taps == [None] \
+            and m_acc.fill is None and all(m == ({v: 1}, 0) for m, v in
+                                           zip(index_maps(m_acc, comp, program), batch + spatial)):
+        return True
     if order != ["n"] * len(batch) + ["c"] + ["s"] * len(spatial):
         want = ", ".join(batch + [c] + spatial)
         raise reject(comp, f"{m_acc.tensor} is read with the summed index `{c}` after an output index; the "
                            f"compiler reads the moving operand as {m_acc.tensor}[{want}]", m_acc.span,
                      f"store {m_acc.tensor} transposed (as [{want}]), or compute it with a transpose statement "
                      f"first (`T[{c}, ...] = {m_acc.tensor}[..., {c}]`)")
+    return False
 
 
 def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> ConvOp:
     ext = comp.extent
-    if len(spatial) == 1:
-        spatial, taps = [None] + spatial, [None] + taps
+    spatial, taps = [None] * (2 - len(spatial)) + spatial, [None] * (2 - len(taps)) + taps
     names = {"n": batch[0] if batch else None, "y": spatial[0], "x": spatial[1], "r": taps[0], "s": taps[1]}
     roles.update({k: v for k, v in names.items() if v})
     x_shape = program.tensors[x].shape
     hx = x_shape[-2] if spatial[0] else 1
-    dims = {"N": ext(batch[0]) if batch else 1, "C": ext(roles["c"]), "K": ext(roles["k"]),
-            "H": hx, "W": x_shape[-1],
-            "Ho": ext(spatial[0]) if spatial[0] else 1, "Wo": ext(spatial[1]),
+    dims = {"N": ext(batch[0]) if batch else 1, "C": ext(roles.get("c", roles["k"])), "K": ext(roles["k"]),
+            "H": hx, "W": x_shape[-1] if spatial[1] else 1,  # a matrix-vector product: one column
+            "Ho": ext(spatial[0]) if spatial[0] else 1, "Wo": ext(spatial[1]) if spatial[1] else 1,
             "R": ext(taps[0]) if taps[0] else 1, "S": ext(taps[1]) if taps[1] else 1}
-    bias, bias_role = _bias(comp, roles, program)
+    residual = _init_residual(comp, program)
+    bias, bias_role = (None, "k") if residual else _bias(comp, roles, program)
     lines = tuple((role, comp.line_of(var)) for role, var in sorted(roles.items())) + \
         (("update", comp.update_line or comp.line),)
     texts = tuple((role, comp.loop_text(var)) for role, var in sorted(roles.items()))
     return ConvOp(comp.target, comp.target, x, w, bias, tuple(dims.items()), w_layout,
                   tuple(sorted(roles.items())), line=comp.line, lines=lines, texts=texts, span=comp.span,
-                  bias_role=bias_role)
+                  bias_role=bias_role, residual=residual)
+
+
+def _init_residual(comp: Comp, program) -> str | None:
+    """An initial value read from another tensor at the output's element, `Y[n, k, y, x] = X[n, k, y, x]` then
+    `Y[..] += ...` (the MobileNetV2 block's skip connection): added on the PSUM eviction like a residual."""
+    init = comp.init
+    if not isinstance(init, sx.Access) or init.fill is not None or init.tensor == comp.target:
+        return None
+    if [plain(m) for m in index_maps(init, comp, program)] != list(comp.out_vars):
+        return None
+    return init.tensor if program.tensors[init.tensor].shape == program.tensors[comp.target].shape else None
 
 
 def _bias(comp: Comp, roles: dict[str, str], program) -> tuple[str | None, str]:
@@ -213,7 +314,7 @@ def _bias(comp: Comp, roles: dict[str, str], program) -> tuple[str | None, str]:
     output columns (broadcast across the partitions once, added on PSUM eviction)."""
     if comp.init is None or const_value(comp.init) == 0.0:
         return None, "k"
-    init, k, x = comp.init, roles["k"], roles["x"]
+    init, k, x = comp.init, roles["k"], roles.get("x")
     names = [plain(m) for m in index_maps(init, comp, program)] if isinstance(init, sx.Access) else None
     tensor = init.tensor if isinstance(init, sx.Access) else None  # (names is None unless init is a read)
     if names == [k]:
@@ -249,6 +350,8 @@ def _fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> C
         fused = None
         if len(reads(nxt)) == 1:
             fused = _try_relu(op, nxt, current, program) or _try_pool(op, nxt, current, program)
+        elif len(reads(nxt)) == 2 and not in_place:
+            fused = _try_residual(op, nxt, current, program)
         if fused is None and in_place and program.tensors[current].kind != "temp":
             raise _in_place_error(nxt)
         if fused is None:
@@ -256,6 +359,48 @@ def _fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> C
         op, current = fused, nxt.target
         consumed.add(j)
     return op
+
+
+def _fold_operand_relu(ops: list[Op], comps, comp: Comp, program) -> None:
+    """`Y[..] += relu(T[..] ?? 0) * W[..]` (or `min(relu(T[..]), 6)`) where T is a temporary written by an earlier
+    contraction and read only under that function: T is stored rectified (relu, then the minimum, on T's PSUM
+    eviction; both keep 0 at 0, so the padding is unchanged)."""
+    found = _relu_operand(comp)
+    if found is None:
+        return
+    acc, upper = found
+    producer = next((j for j, o in enumerate(ops) if isinstance(o, ConvOp) and o.out == acc.tensor), None)
+    same = all(_reads_only_under(c, acc.tensor, upper) for c in comps if c.target != acc.tensor)
+    conv = cast(ConvOp, ops[producer]) if producer is not None else None
+    if conv is None or producer is None or program.tensors[acc.tensor].kind != "temp" or not same or conv.pool is not None \
+            or conv.residual is not None:
+        raise reject(comp, f"relu of the operand `{fmt_expr(acc)}` is compiled only for a temporary written by an "
+                           f"earlier matmul or convolution (no pool or residual) and read only under the same "
+                           f"function", acc.span,
+                     f"write the relu where {acc.tensor} is computed (`{acc.tensor}[..] = relu({acc.tensor}[..])`)"
+                     if program.tensors[acc.tensor].kind == "temp" else
+                     f"compute it into a tensor first (`R[..] = relu({acc.tensor}[..])`), then contract R")
+    clamp = None if math.isinf(upper) else upper
+    ops[producer] = replace(conv, relu=True, clamp=clamp,
+                            lines=conv.lines + (("relu", comp.update_line or comp.line),))
+
+
+def _reads_only_under(c: Comp, tensor: str, upper: float) -> bool:
+    """Every read of `tensor` in c is under the same relu / relu6 (`upper`)."""
+    def walk(e, under: float | None) -> bool:
+        if isinstance(e, sx.Access):
+            return e.tensor != tensor or under == upper
+        inner, bound = strip_activation(e)
+        if bound is not None:
+            return walk(inner, bound)
+        if isinstance(e, sx.BinOp):
+            return walk(e.lhs, None) and walk(e.rhs, None)
+        if isinstance(e, sx.Neg):
+            return walk(e.x, None)
+        if isinstance(e, sx.Call):
+            return all(walk(x, None) for x in e.args)
+        return True
+    return all(walk(e, None) for e in (c.init, c.update) if e is not None)
 
 
 def _in_place_error(c: Comp) -> TilecError:
@@ -275,11 +420,38 @@ def _try_relu(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
         return None
     if [plain(m) for m in index_maps(inner, c, program)] != list(c.out_vars):
         return None
+    if op.residual:  # relu(conv + S), written as two statements
+        return replace(op, out=c.target, post_relu=True, fused=op.fused + (c.target,),
+                       lines=op.lines + (("relu", c.update_line or c.line),))
     return replace(op, out=c.target, relu=True, fused=op.fused + (c.target,),
                    lines=op.lines + (("relu", c.update_line or c.line),))
 
 
+def _try_residual(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
+    """`Y[..] = conv[..] + S[..]` (or `relu(...)` of it), S another tensor read at the same element: added on the
+    PSUM eviction (S loaded band by band beside the output band), so conv never goes to HBM."""
+    if c.red_op is not None or c.init is None or op.pool is not None or op.residual or op.bias_role != "k":
+        return None
+    inner, relu = strip_relu(c.init)
+    if not isinstance(inner, sx.BinOp) or inner.op != "+":
+        return None
+    terms = [inner.lhs, inner.rhs]
+    if not all(isinstance(t, sx.Access) and t.fill is None and
+               [plain(m) for m in index_maps(t, c, program)] == list(c.out_vars) for t in terms):
+        return None
+    names = [cast(sx.Access, t).tensor for t in terms]
+    if names.count(src) != 1:
+        return None
+    other = names[1 - names.index(src)]
+    if program.tensors[other].shape != program.tensors[c.target].shape:
+        return None
+    return replace(op, out=c.target, residual=other, post_relu=relu, fused=op.fused + (c.target,),
+                   lines=op.lines + (("residual", c.update_line or c.line),))
+
+
 def _try_pool(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
+    if op.residual is not None:
+        return None
     if op.pool is not None or "y" not in dict(op.vars):  # a matmul's rows are its partitions: no row windows
         return None
     if c.red_op is None:  # an element-wise statement (select_pool needs a reduction)
@@ -487,7 +659,8 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             row = f" (a row along {dict(op.vars)['x']})" if op.bias and op.bias_role == "x" else ""
             lines.append(f"  stationary {op.w} (layout {op.w_layout}), moving {op.x}{stride}, "
                          f"bias {op.bias or '-'}{row}")
-            epi = [f"relu" if op.relu else ""] + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
+            epi = [f"relu" if op.relu else ""] + ([f"+ {op.residual}"] if op.residual else []) + \
+                (["relu"] if op.post_relu else []) + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
                                                    f"scale {op.pool.scale:g}"] if op.pool else [])
             lines.append("  epilogue " + (", ".join(e for e in epi if e) or "-") +
                          (f"  (fused {', '.join(op.fused)})" if op.fused else ""))

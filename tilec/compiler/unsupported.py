@@ -1,5 +1,6 @@
 """Language constructs the reference evaluator defines but the compiler does not compile yet (issue 13): padded
-reads (`X[y + r - 1, x + s - 1] ?? 0`) other than a window pool's (rules_pool.py), and floor division or modulo
+reads (`X[y + r - 1, x + s - 1] ?? 0`) other than a window pool's (rules_pool.py) or a contraction operand's
+(build_conv.py), and floor division or modulo
 of loop variables in indices (`X[i / 2]`).
 `compile_program` calls `reject_unsupported` first, so such a program gets a located TilecError saying so and
 what to do, never a traceback from a builder that does not know the construct. Delete a rule here when the
@@ -25,7 +26,7 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
             _stmt(child, loop_vars | {st.var})
         return
     for acc in accesses(st.value):
-        if acc.fill is not None and not _pooled(st, acc):
+        if acc.fill is not None and not (_pooled(st, acc) or _contraction_padding(st, acc)):
             raise TilecError("zero padding (a padded read `... ?? constant`) is not compiled yet", acc.span,
                              "pad the input in a separate tensor (written with a larger shape), or " + REFERENCE)
         for index in acc.indices:
@@ -40,6 +41,24 @@ def _pooled(st: sx.Assign, acc: sx.Access) -> bool:
     """A window pool's padded read (`Y max= X[..] ?? -inf`, `S += c * (X[..] ?? 0)`): compiled (rules_pool.py)."""
     inner, _ = strip_scale(st.value)
     return st.op in ("max=", "min=", "+=") and strip_relu(inner)[0] is acc
+
+
+def _contraction_padding(st: sx.Assign, acc: sx.Access) -> bool:
+    """A zero-padded operand of a contraction, `Y[..] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * W[..]` (also under
+    relu): compiled with the halo zeroed in SBUF around the input band (build_conv), never a padded copy in HBM."""
+    value = st.value
+    if st.op != "+=" or acc.fill != 0 or not isinstance(value, sx.BinOp) or value.op != "*":
+        return False
+    factors = [_under_relu(f) for f in (value.lhs, value.rhs)]
+    return acc in factors and all(isinstance(f, sx.Access) for f in factors) \
+        and len(acc.indices) == len(st.target.indices)
+
+
+def _under_relu(f: sx.Expr) -> sx.Expr:
+    """The operand inside `relu(x)` or `min(relu(x), c)` (relu6), else f itself."""
+    if isinstance(f, sx.Call) and f.fn == "min" and len(f.args) == 2:
+        f = next((x for x in f.args if isinstance(x, sx.Call) and x.fn == "relu"), f)
+    return f.args[0] if isinstance(f, sx.Call) and f.fn == "relu" and len(f.args) == 1 else f
 
 
 def _loop_division(e: sx.Expr, loop_vars: frozenset[str]) -> sx.BinOp | None:
