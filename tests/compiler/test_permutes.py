@@ -60,3 +60,16 @@ def test_other_permutations_are_clear_errors():
     with pytest.raises(TilecError, match="not one swap of two runs") as info:
         compile_text(REVERSE)
     assert info.value.span is not None and info.value.span.line == 5
+
+
+@pytest.mark.parametrize("text,sizes", [
+    (BATCHED, {"B": 200, "M": 2, "N": 1}), (BATCHED, {"B": 3, "M": 1, "N": 5}), (BATCHED, {"B": 1, "M": 1, "N": 7}),
+    (BATCHED, {"B": 2, "M": 130, "N": 1}), (BATCHED.replace("f32", "bf16"), {"B": 4, "M": 1, "N": 1}),
+    (NHWC, {"N": 2, "C": 1, "H": 4, "W": 4}), (NHWC, {"N": 2, "C": 3, "H": 1, "W": 1}),
+    (NHWC, {"N": 2, "C": 1, "H": 1, "W": 1}), (NHWC.replace("f32", "f16"), {"N": 3, "C": 130, "H": 2, "W": 1}),
+])
+def test_permutes_with_a_run_of_size_one_match_the_reference(text, sizes):
+    # a swapped run of one element moves no data; the views must still place every loop (layout.reshape groups)
+    c = compile_text(text, None, sizes)
+    assert "transpose" in c.stages["select"]
+    check_against_reference(c)

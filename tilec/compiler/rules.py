@@ -302,7 +302,10 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
         loops = ((("bt", B),) if B > 1 else ()) + (("i", M), ("j", N))
         notes = ((f"for {n.batch[0]} (batch)",) if B > 1 else ()) + ("", "")
         lines = ((n.lines[n.batch[0]],) if B > 1 else ()) + (n.lines[vi], n.lines[vj])
-        prims.append(prim("reshape", order[0], loops, notes=notes, lines=lines))
+        # loops of extent 1 leave open which old loops a new one iterates: say it (batch, first run, second run)
+        groups = ((tuple(n.batch),) if B > 1 else ()) + (tuple(n.first), tuple(n.second))
+        unit = 1 in (n.extents[v] for v in order)
+        prims.append(prim("reshape", order[0], loops, notes=notes, lines=lines, **({"groups": groups} if unit else {})))
         i, j, X, Y, top = "i", "j", f"{X}_v", f"{Y}_v", "bt" if B > 1 else ""
     elif [lp.var for lp in layout.perfect_chain(n.top)] != [vi, vj]:
         prims.append(prim("reorder", vi, vj))

@@ -363,12 +363,6 @@ def select_transpose(comp: Comp, program) -> TransposeOp:
     size = lambda vs: math.prod(ext(v) for v in vs)  # noqa: E731
     # a permutation of the output's loop variables: no None among them (is_permutation checked it)
     batch, first, second = cast(list[str], names[:k]), cast(list[str], rest[:cut]), cast(list[str], rest[cut:])
-    if (batch or len(first) > 1 or len(second) > 1) and 1 in (size(first), size(second)):
-        # the data keeps its order (a copy); the permute rule's views cannot place a side of size 1 yet
-        raise reject(comp, f"`{fmt_expr(acc)}` swaps a run of dimensions of size 1 with another run: it moves no "
-                           "data, and such a batched permute is not compiled yet", acc.span,
-                     "declare the tensors without their dimensions of size 1 (the data is the same) and copy or "
-                     "transpose what remains")
     roles = (("i", first[0]), ("j", second[0])) + ((("b", batch[0]),) if batch else ())
     dims = (("M", size(first)), ("N", size(second))) + ((("B", size(batch)),) if batch else ())
     return TransposeOp(comp.target, comp.target, acc.tensor, dims, roles, comp.line, comp.span, comp.lines,
