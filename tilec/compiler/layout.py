@@ -112,12 +112,14 @@ def _bounds(chain: list[str], old: list[int], new: list[int], groups: tuple[tupl
             raise _fail(f"reshape: new loop {g} does not iterate the consecutive loops {', '.join(group)} of the nest",
                         span)
         bounds[pos[0]], bounds[pos[-1] + 1] = g, g + 1
-    if any(old[m] != 1 for m in range(len(chain)) if bounds[m] is None and bounds[m + 1] is None) or \
+    covered = {chain.index(v) for group in groups for v in group}
+    if any(old[m] != 1 for m in range(len(chain)) if m not in covered) or \
             [b for b in bounds if b is not None] != sorted(b for b in bounds if b is not None):
         raise _fail("reshape: the groups leave out a loop of more than one iteration or are out of order", span)
     out, nxt = [0] * len(bounds), len(new)
     for m in reversed(range(len(bounds))):  # a left-out unit loop maps onto the boundary after it
-        nxt = bounds[m] if bounds[m] is not None else nxt
+        b = bounds[m]
+        nxt = b if b is not None else nxt
         out[m] = nxt
     return out
 

@@ -367,3 +367,52 @@ def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, na
                           name=strips[0] + tag))
     part = f"rows {r0}..{r0 + M} x columns {c0}..{c0 + N} by {TI}x{TJ} blocks"
     return prims + [prim("tensorize", at("i_i"), psum=f"{n.stmt.dst.buf}_tp{tag}"), prim("block", at("bi"), part)]
+
+
+# ---- data movement -------------------------------------------------------------------------------------------------
+
+
+def copy(k: Kernel, target: Target) -> list[Prim] | None:
+    """The copy rule (crop, shift, a part of a concatenation, nearest upsampling): one assignment of a read over a
+    perfect nest whose indices are loops plus constants (a loop read divided by k arrives split: i = k*i_q + i_r).
+
+    A read of every loop moves its data HBM -> HBM: one DMA per block of partitions, the loop with the largest
+    divisor <= 128 on the partitions and every loop inside it in the same descriptor stream (the loops outside
+    it are DMAs of their own). A read that skips loops (upsampling: X[n, c, i_q, j_q]) replicates on chip: per
+    block of partitions the read's region is loaded whole, one on-chip copy per combination of the skipped loops
+    writes the strided positions of the result's tile (`Y_tile[c, 2*i_q + i_r, 2*j_q + j_r]`), and the tile is
+    stored whole: both DMAs move long contiguous rows."""
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    if len(tops) != 1:
+        return None
+    chain = layout.perfect_chain(tops[0])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Load):
+        return None
+    stmt, src = body[0], body[0].expr.access
+    loops = [lp.var for lp in chain]
+    read = {t.var for i in src.index for t in i.terms}
+    ext = {lp.var: lp.extent for lp in chain}
+    candidates = [v for v in loops if v in read] or loops
+    part = max(candidates, key=lambda v: (best_divisor(ext[v], target.pmax), -loops.index(v)))
+    d = best_divisor(ext[part], target.pmax)
+    before, after = loops[:loops.index(part)], loops[loops.index(part) + 1:]
+    skipped = [v for v in after if v not in read]
+    Y, X = stmt.dst.buf, src.buf
+    prims: list[Prim] = []
+    p_in, p_out = part, ""
+    if d < ext[part] or skipped:  # replication stages at the block loop (of extent 1 when one block is all)
+        p_out, p_in = f"{part}_o", f"{part}_p"
+        prims.append(prim("split", part, d, outer=p_out, inner=p_in, note=f"for {part} (blocks of {d} partitions)"))
+    if not skipped:  # the split keeps the loop order: the block's inner loops are the DMA's free dimensions
+        label = f"{Y} = copy of {X} (HBM -> HBM, {d} partitions)"
+        return prims + [prim("partition", p_in), prim("tensorize", p_in), prim("block", loops[0], label)]
+    kept = [v for v in after if v in read]
+    at = p_out
+    order = before + [p_out] + skipped + [p_in] + kept
+    taken = set(k.buffers())
+    x_tile, y_tile = unique(f"{X}_tile", taken), unique(f"{Y}_tile", taken | {f"{X}_tile"})
+    prims += [prim("reorder", *order), prim("partition", p_in),
+              prim("stage_out", Y, at, name=y_tile), prim("stage", X, at, name=x_tile),
+              prim("tensorize", p_in), prim("block", loops[0], f"{Y} = {X} replicated ({d} partitions)")]
+    return prims

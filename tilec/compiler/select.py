@@ -30,6 +30,7 @@ from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu, st
 from tilec.compiler.lower import Comp
 from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
                                 is_permutation, plain, reads, reject)
+from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
 from tilec.compiler.select_reduce import is_row_reduction, select_reduce
 from tilec.errors import TilecError
@@ -45,14 +46,23 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
     for i, comp in enumerate(comps):
         if i in consumed:
             continue
+        if is_data_copy(comp, program):  # crop, shift, a part of a concatenation, nearest upsampling
+            ops.append(select_copy(comp, program))
+            continue
+        if comp.out_index:
+            e = next(e for e in comp.out_index if not isinstance(e, sx.Name))
+            raise reject(comp, f"the compiler needs each index of {comp.target} to be a plain loop variable (a "
+                               "shifted index is compiled in a copy only, `Y[C1 + c] = B[c]`)", e.span)
         if comp.red_op is None and not is_copy(comp, program):
             comp = fuse_chain(comps, i, program, consumed)
         op = _select_one(comp, program)
         if isinstance(op, ConvOp):
             op = _fuse_epilogues(op, comps, i, program, consumed)
         ops.append(op)
+    parts = part_targets(comps, program)
     for comp in comps:  # after selection, so a statement with no mapping at all is reported as such first
-        _check_coverage(comp, program)
+        _check_coverage(comp, program, comp.target in parts)
+    check_parts(comps, program, parts)
     return tuple(ops)
 
 
@@ -72,18 +82,19 @@ def _select_one(comp: Comp, program) -> Op:
     raise reject(comp, f"a `{comp.red_op}` reduction of this form is not supported")
 
 
-def _check_coverage(comp: Comp, program) -> None:
+def _check_coverage(comp: Comp, program, part: bool = False) -> None:
     """Kernels move whole tensors between HBM and SBUF: a loop that covers only part of a dimension (a partial
     write, or a read of a slice) has no mapping yet, so it is an error here rather than a verifier failure later."""
     shape = program.tensors[comp.target].shape
-    for pos, v in enumerate(comp.out_vars):
+    copy = is_data_copy(comp, program)  # a copy reads a part; its output may be written in parts (check_parts)
+    for pos, v in enumerate(comp.out_vars if not part else ()):
         if comp.extent(v) != shape[pos]:
             raise TilecError(
                 f"the compiler cannot map `{comp.target}`: `{comp.loop_text(v)}` (line {comp.line_of(v)}) writes "
                 f"{comp.extent(v)} of the {shape[pos]} elements of {comp.target}'s dimension {pos}", comp.span,
                 f"the compiler writes whole outputs: loop over all of dimension {pos}, or declare {comp.target} "
                 f"with the loop's size")
-    for expr in (comp.init, comp.update):
+    for expr in (comp.init, comp.update) if not copy else ():
         for acc in accesses(expr) if expr is not None else ():
             _check_read(comp, acc, program)
 
