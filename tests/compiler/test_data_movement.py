@@ -73,8 +73,10 @@ def test_shift_is_one_hbm_to_hbm_dma_per_block_of_partitions() -> None:
 
 def test_upsample_replicates_in_sbuf_and_stores_whole_rows() -> None:
     c = compile_loaded(lang.load(UPSAMPLE))
-    assert c.source.count("nisa.dma_copy(") == 2 and c.source.count("nisa.tensor_copy(") == 1
-    assert ":2]" in c.source  # the strided positions of the replicated tile
+    assert c.source.count("nisa.dma_copy(") == 2  # the block loaded whole, its replicated tile stored whole
+    # the strided positions of the replicated tile, shared between ScalarE (even rows) and VectorE (odd rows)
+    assert c.source.count("nisa.tensor_copy(") == 1 and c.source.count("nisa.activation(") == 1
+    assert ":2]" in c.source
 
 
 @pytest.mark.parametrize("body, message", [
@@ -89,3 +91,17 @@ def test_parts_that_overlap_leave_gaps_or_compute_are_located_errors(body: str, 
     with pytest.raises(TilecError, match=message) as info:
         compile_loaded(lang.load(text))
     assert info.value.span is not None
+
+
+def test_a_large_upsampled_tile_is_made_in_row_chunks_that_fit() -> None:
+    c = compile_loaded(lang.load(UPSAMPLE, {"N": 1, "C": 130, "H": 112, "W": 112}))
+    assert "i_q_t" in c.source and "(65, 56, 224)" in c.source  # 65 partitions x 56 of the 224 result rows
+    assert "dma_copy" in c.source
+
+
+def test_a_copy_takes_no_directives_and_explain_shows_it() -> None:
+    with pytest.raises(TilecError, match="is a copy") as info:
+        compile_loaded(lang.load(SHIFT), lang.parse_schedule("tile Y.c, 8", "<test>"))
+    assert info.value.span is not None
+    c = compile_loaded(lang.load(CONCAT))
+    assert "copy Y -> Y" in c.stages["select"] and "Y[n, C1 + c, i, j] = B[n, c, i, j]" in c.stages["select"]

@@ -30,6 +30,7 @@ from tilec.compiler.schedule import MOVING_FMAX, PMAX, EltwisePlan, TransposePla
 from tilec.target import Target
 
 WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
+COPY_TILE_BYTES = 64 * 1024  # SBUF per partition of a replicated (upsampled) tile; larger ones go in row chunks
 ELTWISE_FREE = 1024  # elements per partition of one tile: ~1000 keeps DMAs efficient, two or more tiles overlap
 
 
@@ -393,7 +394,8 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     loops = [lp.var for lp in chain]
     read = {t.var for i in src.index for t in i.terms}
     ext = {lp.var: lp.extent for lp in chain}
-    candidates = [v for v in loops if v in read] or loops
+    alone = {i.terms[0].var for i in stmt.dst.index if len(i.terms) == 1}  # a dimension of its own in the result
+    candidates = [v for v in loops if v in read and v in alone] or [v for v in loops if v in alone] or loops
     part = max(candidates, key=lambda v: (best_divisor(ext[v], target.pmax), -loops.index(v)))
     d = best_divisor(ext[part], target.pmax)
     before, after = loops[:loops.index(part)], loops[loops.index(part) + 1:]
@@ -408,11 +410,24 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
         label = f"{Y} = copy of {X} (HBM -> HBM, {d} partitions)"
         return prims + [prim("partition", p_in), prim("tensorize", p_in), prim("block", loops[0], label)]
     kept = [v for v in after if v in read]
-    at = p_out
-    order = before + [p_out] + skipped + [p_in] + kept
+    tile_bytes = math.prod(ext[v] for v in after) * (4 if k.buffers()[Y].dtype == "f32" else 2)
+    if tile_bytes > COPY_TILE_BYTES and kept:  # rows of the result's tile in chunks that fit
+        rows = kept[0]
+        f = best_divisor(ext[rows], max(1, ext[rows] * COPY_TILE_BYTES // tile_bytes))
+        prims.append(prim("split", rows, f, outer=f"{rows}_t", inner=f"{rows}_i", note=f"for {rows} (chunks of {f})"))
+        at, kept = f"{rows}_t", [f"{rows}_i"] + kept[1:]
+        order = before + [p_out, at] + skipped + [p_in] + kept
+    else:
+        at = p_out
+        order = before + [p_out] + skipped + [p_in] + kept
     taken = set(k.buffers())
     x_tile, y_tile = unique(f"{X}_tile", taken), unique(f"{Y}_tile", taken | {f"{X}_tile"})
     prims += [prim("reorder", *order), prim("partition", p_in),
-              prim("stage_out", Y, at, name=y_tile), prim("stage", X, at, name=x_tile),
-              prim("tensorize", p_in), prim("block", loops[0], f"{Y} = {X} replicated ({d} partitions)")]
-    return prims
+              prim("stage_out", Y, at, name=y_tile), prim("stage", X, at, name=x_tile)]
+    first = skipped[0]
+    if ext[first] > 1:  # the copies of the first replicated loop's first position on ScalarE, the rest on VectorE
+        prims += [prim("cut", first, 1), prim("tensorize", f"{p_in}@a", engine="scalar"),
+                  prim("tensorize", f"{p_in}@b")]
+    else:
+        prims.append(prim("tensorize", p_in))
+    return prims + [prim("block", loops[0], f"{Y} = {X} replicated ({d} partitions)")]

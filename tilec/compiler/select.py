@@ -405,6 +405,10 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             init = op.init if isinstance(op.init, str) else f"{op.init:g}"
             lines.append(f"  src {op.src} reduce {op.op} from {init} scale {op.scale:g}"
                          + (f" of {fmt_expr(op.expr)}" if op.expr is not None else ""))
+        elif op.copy:
+            index = ", ".join(fmt_expr(e) for e in op.out_index) or ", ".join(v for v, _ in op.loops)
+            lines[-2] = lines[-2].replace("eltwise ", "copy ", 1)
+            lines.append(f"  {op.out}[{index}] = {fmt_expr(op.expr)}  ({op.size} elements)")
         else:
             lines.append(f"  {op.out} = {fmt_expr(op.expr)}  ({op.size} elements)" +
                          (f"  (fused {', '.join(op.fused)})" if op.fused else ""))
