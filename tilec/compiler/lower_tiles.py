@@ -73,6 +73,8 @@ def transpose_nest(op: TransposeOp, program) -> Kernel:
 
 def _out_order(op: TransposeOp) -> list[str]:
     """The output's index order: batch, then the second run, then the first (select_transpose's swap)."""
+    if op.out_vars:
+        return list(op.out_vars)
     names = list(op.src_vars)
     i, j = names.index(dict(op.vars)["i"]), names.index(dict(op.vars)["j"])
     return names[:i] + names[j:] + names[i:j]

@@ -89,6 +89,8 @@ class TransposeOp(_LoopLines):
     loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
     src_vars: tuple[str, ...] = ()  # the loop variables indexing the source, in its order
     loops: tuple[tuple[str, int], ...] = ()  # the .tl loops (variable, trip count), outermost first
+    out_vars: tuple[str, ...] = ()  # the output's loop variables in its order, when two single dimensions swap
+    #   around dimensions that stay in place (`Y[c, b, a] = X[a, b, c]`); () for a swap of two runs after a batch
 
 
 @dataclass(frozen=True)

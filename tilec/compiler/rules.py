@@ -258,6 +258,7 @@ class Permute:
     second: tuple[str, ...]
     extents: dict[str, int]
     lines: dict[str, int]
+    middle: bool = False  # the batch dimensions sit between the two swapped ones (no [B, M, N] views)
 
 
 def permute(k: Kernel) -> Permute | None:
@@ -276,6 +277,11 @@ def permute(k: Kernel) -> Permute | None:
     n = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
     rest, want = src[n:], out[n:]
     cut = next((c for c in range(1, len(rest)) if rest[c:] + rest[:c] == want), None)
+    swap = [p for p, (x, y) in enumerate(zip(src, out)) if x != y]
+    if cut is None and len(swap) == 2:  # two single dimensions swap around dimensions that stay in place
+        a, c = src[swap[0]], src[swap[1]]
+        return Permute(tops[0], stmt, read, tuple(v for v in out if v not in (a, c)), (a,), (c,),
+                       {lp.var: lp.extent for lp in chain}, {lp.var: lp.line for lp in chain}, middle=True)
     if cut is None:
         return None
     return Permute(tops[0], stmt, read, tuple(src[:n]), tuple(rest[:cut]), tuple(rest[cut:]),
@@ -296,7 +302,12 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
     vi, vj = n.first[0], n.second[0]
     prims: list[Prim] = []
     i, j, X, Y, top = vi, vj, n.src.buf, n.stmt.dst.buf, ""
-    if n.batch or len(n.first) > 1 or len(n.second) > 1:  # views: X as [B, M, N], Y as [B, N, M]
+    if n.middle:  # the batch loops outermost; the accesses keep their shapes (strided 2-D slices per batch)
+        order = list(n.batch) + [vi, vj]
+        if [lp.var for lp in layout.perfect_chain(n.top)] != order:
+            prims.append(prim("reorder", *order))
+        top = n.batch[0] if n.batch else ""
+    elif n.batch or len(n.first) > 1 or len(n.second) > 1:  # views: X as [B, M, N], Y as [B, N, M]
         order = list(n.batch + n.first + n.second)
         if [lp.var for lp in layout.perfect_chain(n.top)] != order:
             prims.append(prim("reorder", *order))

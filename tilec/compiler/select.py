@@ -358,7 +358,8 @@ def select_pool(comp: Comp, program) -> PoolOp:
 def select_transpose(comp: Comp, program) -> TransposeOp:
     """`Y[j, i] = X[i, j]`, and any permutation that is one swap of two runs of dimensions after leading batch
     dimensions (`Y[b, j, i] = X[b, i, j]`, NCHW -> NHWC `Y[n, h, w, c] = X[n, c, h, w]`): a batch of 2-D
-    transposes of X seen as [B, M, N]."""
+    transposes of X seen as [B, M, N]; or a swap of two single dimensions around dimensions that stay in place
+    (`Y[c, b, a] = X[a, b, c]`): a batch of 2-D transposes of strided slices."""
     acc = comp.init
     assert isinstance(acc, sx.Access)  # _select_one checked it is a permuted read
     names = [plain(m) for m in index_maps(acc, comp, program)]
@@ -366,6 +367,16 @@ def select_transpose(comp: Comp, program) -> TransposeOp:
     k = next((i for i, (x, y) in enumerate(zip(names, out)) if x != y), len(out))
     rest, want = names[k:], out[k:]
     cut = next((c for c in range(1, len(rest)) if rest[c:] + rest[:c] == want), None)
+    swap = [p for p, (x, y) in enumerate(zip(names, out)) if x != y]
+    if cut is None and len(swap) == 2:  # two single dimensions swap, the others stay: a batch of 2-D transposes
+        ext = comp.extent
+        a, c = cast(str, names[swap[0]]), cast(str, names[swap[1]])
+        batch = [v for v in out if v not in (a, c)]
+        B = math.prod(ext(v) for v in batch)
+        dims = (("M", ext(a)), ("N", ext(c))) + ((("B", B),) if batch else ())
+        roles = (("i", a), ("j", c)) + ((("b", batch[0]),) if batch else ())
+        return TransposeOp(comp.target, comp.target, acc.tensor, dims, roles, comp.line, comp.span, comp.lines,
+                           tuple(str(n) for n in names), comp.extents, tuple(out))
     if cut is None:
         raise reject(comp, f"`{fmt_expr(acc)}` permutes its dimensions in a way that is not one swap of two runs "
                            f"of dimensions after leading batch dimensions (e.g. Y[b, j, i] = X[b, i, j])", acc.span,
