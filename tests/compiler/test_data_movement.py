@@ -105,3 +105,20 @@ def test_a_copy_takes_no_directives_and_explain_shows_it() -> None:
     assert info.value.span is not None
     c = compile_loaded(lang.load(CONCAT))
     assert "copy Y -> Y" in c.stages["select"] and "Y[n, C1 + c, i, j] = B[n, c, i, j]" in c.stages["select"]
+
+
+@pytest.mark.parametrize("text", [
+    # replication that cannot be staged (no read loop with a result dimension of its own and a free dimension
+    # inside it): HBM -> HBM DMAs with strided destinations
+    "kernel a(X: f32[L]) -> Y\n  default L = 200\n  Y: f32[2*L]\n  for a in 0..2*L:\n    Y[a] = X[a / 2]\n",
+    "kernel a(X: bf16[M, K]) -> Y\n  default M = 130, K = 6\n  Y: bf16[3*M, K]\n  for i in 0..3*M, j in 0..K:\n"
+    "    Y[i, j] = X[i / 3, j]\n",
+    "kernel a(X: f16[M]) -> Y\n  default M = 1\n  Y: f16[2*M]\n  for i in 0..2*M:\n    Y[i] = X[i / 2]\n",
+    # a crop at the end (no offset), and a 3x upsample converting f32 -> bf16
+    "kernel a(X: f32[M, K]) -> Y\n  default M = 300, K = 7\n  Y: f32[M - 5, K - 1]\n  for i in 0..M - 5, j in 0..K - 1:\n"
+    "    Y[i, j] = X[i, j]\n",
+    "kernel a(X: f32[N, C, H, W]) -> Y\n  default N = 2, C = 100, H = 4, W = 6\n  Y: bf16[N, C, 3*H, 3*W]\n"
+    "  for n in 0..N, c in 0..C, i in 0..3*H, j in 0..3*W:\n    Y[n, c, i, j] = X[n, c, i / 3, j / 3]\n",
+], ids=["upsample1d", "upsample_rows", "upsample_one", "crop_end", "upsample3x_convert"])
+def test_copies_the_replication_rule_cannot_stage_match_the_reference(text: str) -> None:
+    check_against_reference(compile_loaded(lang.load(text)))

@@ -405,27 +405,22 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     loops = [lp.var for lp in chain]
     read = {t.var for i in src.index for t in i.terms}
     ext = {lp.var: lp.extent for lp in chain}
+    Y, X = stmt.dst.buf, src.buf
     alone = {i.terms[0].var for i in stmt.dst.index if len(i.terms) == 1}  # a dimension of its own in the result
-    candidates = [v for v in loops if v in read and v in alone] or [v for v in loops if v in alone] or loops
-    part = max(candidates, key=lambda v: (best_divisor(ext[v], target.pmax), -loops.index(v)))
+    itemsize = 4 if k.buffers()[Y].dtype == "f32" else 2
+    plan = _replication(loops, read, alone, ext, itemsize, target)
+    if plan is None:  # every loop read (a crop, a shift, a part), or replication that cannot be staged: HBM -> HBM
+        return _hbm_copy(loops, read, ext, X, Y, target)
+    part, chunk = plan
     d = best_divisor(ext[part], target.pmax)
     before, after = loops[:loops.index(part)], loops[loops.index(part) + 1:]
-    skipped = [v for v in after if v not in read]
-    Y, X = stmt.dst.buf, src.buf
-    prims: list[Prim] = []
-    p_in, p_out = part, ""
-    if d < ext[part] or skipped:  # replication stages at the block loop (of extent 1 when one block is all)
-        p_out, p_in = f"{part}_o", f"{part}_p"
-        prims.append(prim("split", part, d, outer=p_out, inner=p_in, note=f"for {part} (blocks of {d} partitions)"))
-    if not skipped:  # the split keeps the loop order: the block's inner loops are the DMA's free dimensions
-        label = f"{Y} = copy of {X} (HBM -> HBM, {d} partitions)"
-        return prims + [prim("partition", p_in), prim("tensorize", p_in), prim("block", loops[0], label)]
-    kept = [v for v in after if v in read]
-    tile_bytes = math.prod(ext[v] for v in after) * (4 if k.buffers()[Y].dtype == "f32" else 2)
-    if tile_bytes > COPY_TILE_BYTES and kept:  # rows of the result's tile in chunks that fit
+    skipped, kept = [v for v in after if v not in read], [v for v in after if v in read]
+    p_out, p_in = f"{part}_o", f"{part}_p"  # staging happens at the block loop (extent 1 when one block is all)
+    prims = [prim("split", part, d, outer=p_out, inner=p_in, note=f"for {part} (blocks of {d} partitions)")]
+    if chunk < ext[kept[0]]:  # rows of the result's tile in chunks that fit
         rows = kept[0]
-        f = best_divisor(ext[rows], max(1, ext[rows] * COPY_TILE_BYTES // tile_bytes))
-        prims.append(prim("split", rows, f, outer=f"{rows}_t", inner=f"{rows}_i", note=f"for {rows} (chunks of {f})"))
+        prims.append(prim("split", rows, chunk, outer=f"{rows}_t", inner=f"{rows}_i",
+                          note=f"for {rows} (chunks of {chunk})"))
         at, kept = f"{rows}_t", [f"{rows}_i"] + kept[1:]
         order = before + [p_out, at] + skipped + [p_in] + kept
     else:
@@ -442,3 +437,49 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     else:
         prims.append(prim("tensorize", p_in))
     return prims + [prim("block", loops[0], f"{Y} = {X} replicated ({d} partitions)")]
+
+
+def _replication(loops: list[str], read: set[str], alone: set[str], ext: dict[str, int], itemsize: int,
+                 target: Target) -> tuple[str, int] | None:
+    """(partition loop, rows of the first kept loop per tile) for replication in SBUF, or None when the nest does
+    not replicate or cannot be staged: the partition loop must be read, index a dimension of the result alone, and
+    have replicated loops and read loops inside it (the tiles have a free dimension); a tile must fit in rows."""
+    if all(v in read for v in loops):
+        return None
+    options = []
+    for v in loops:
+        after = loops[loops.index(v) + 1:]
+        kept, skipped = [x for x in after if x in read], [x for x in after if x not in read]
+        if v in read and v in alone and kept and skipped and not [x for x in loops[:loops.index(v)] if x not in read]:
+            options.append(v)
+    if not options:
+        return None
+    part = max(options, key=lambda v: (best_divisor(ext[v], target.pmax), -loops.index(v)))
+    after = loops[loops.index(part) + 1:]
+    rows = next(x for x in after if x in read)
+    tile_bytes = math.prod(ext[v] for v in after) * itemsize
+    per_row = tile_bytes // ext[rows]
+    if per_row > COPY_TILE_BYTES:
+        return None
+    return part, best_divisor(ext[rows], max(1, COPY_TILE_BYTES // per_row))
+
+
+def _hbm_copy(loops: list[str], read: set[str], ext: dict[str, int], X: str, Y: str, target: Target) -> list[Prim]:
+    """HBM -> HBM DMAs: the read loop with the largest divisor <= 128 on the partitions, the read loops inside it
+    in the same descriptor stream; loops the read skips (a replication that cannot be staged) and read loops
+    outside the partitions are DMAs of their own."""
+    reads = [v for v in loops if v in read]
+    part = max(reads, key=lambda v: (best_divisor(ext[v], target.pmax), -reads.index(v)))
+    d = best_divisor(ext[part], target.pmax)
+    p_in, p_out = part, ""
+    prims: list[Prim] = []
+    if d < ext[part]:
+        p_out, p_in = f"{part}_o", f"{part}_p"
+        prims.append(prim("split", part, d, outer=p_out, inner=p_in, note=f"for {part} (blocks of {d} partitions)"))
+    split = lambda vs: [x for v in vs for x in ((p_out, p_in) if v == part and p_out else  # noqa: E731
+                                                (p_in,) if v == part else (v,))]
+    order = [v for v in loops if v not in read] + split(reads)  # the DMA's loops: the partitions, read loops
+    if order != split(loops):
+        prims.append(prim("reorder", *order))
+    label = f"{Y} = copy of {X} (HBM -> HBM, {d} partitions)"
+    return prims + [prim("partition", p_in), prim("tensorize", p_in), prim("block", order[0], label)]

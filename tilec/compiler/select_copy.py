@@ -49,7 +49,13 @@ def copy_indices(comp: Comp, program) -> list[Index] | None:
 def is_data_copy(comp: Comp, program) -> bool:
     """A copy that the element-wise and permute rules do not take: a shifted output or a shifted/divided read."""
     idx = copy_indices(comp, program)
-    return idx is not None and (is_part(comp, program) or any(k != 1 or c != 0 for _, k, c in idx))
+    if idx is None:
+        return False
+    assert isinstance(comp.init, sx.Access)
+    src = [size_value(d, program.sizes) if not isinstance(d, int) else d
+           for d in program.tensors[comp.init.tensor].shape]
+    reads_part = any(c != 0 or comp.extent(v) // k != n for (v, k, c), n in zip(idx, src))  # a crop
+    return is_part(comp, program) or reads_part or any(k != 1 for _, k, _ in idx)
 
 
 def is_part(comp: Comp, program) -> bool:
