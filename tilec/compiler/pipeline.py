@@ -231,7 +231,9 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
         if isinstance(op, (EltwiseOp, TransposeOp)) and op.name not in in_chain:
             rule = "transpose" if isinstance(op, TransposeOp) else "copy" if op.copy else "eltwise"
             _, prims = scheduled_nest(op, plan, program, target)
-            out += [f"# {op.name}: rules.{rule} expands its plan into"] + [f"#   {p}" for p in prims]
+            head = f"# {op.name} (line {op.line}): rules.copy writes its schedule as" if rule == "copy" else \
+                f"# {op.name}: rules.{rule} expands its plan into"  # a copy has no plan (no parameters)
+            out += [head] + [f"#   {p}" for p in prims]
     return "".join(line + "\n" for line in out)
 
 
