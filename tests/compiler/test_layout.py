@@ -31,6 +31,12 @@ SHIFT = """kernel sh(X: f32[M, N]) -> Y
   for i in 0..M, j in 0..N - 1:
     Y[i, j] = X[i, j + 1]
 """
+UNIT = """kernel u(X: f32[B, C, H, W]) -> Y
+  default B = 3, C = 1, H = 1, W = 4
+  Y: f32[B, H, W, C]
+  for b in 0..B, c in 0..C, h in 0..H, w in 0..W:
+    Y[b, h, w, c] = X[b, c, h, w]
+"""
 
 
 def _flat_tiles(k):
@@ -62,6 +68,8 @@ def _strips(k):
 CASES = {  # name -> (program, primitives applied to the level-A kernel)
     "reshape": (ADD, lambda k: layout.reshape(k, "i", (("p", 8), ("f", 128)))),
     "reshape_broadcast": (BCAST, lambda k: layout.reshape(k, "b", (("o", 2), ("p", 8), ("f", 12)))),
+    "reshape_unit_loops": (UNIT, lambda k: layout.reshape(k, "b", (("bt", 3), ("i", 1), ("j", 4)),
+                                                           groups=(("b",), ("c",), ("h", "w")))),
     "stage_out": (ADD, _flat_tiles),
     "broadcast": (BCAST, _row_broadcast),
     "stage_grouped": (TRANS, _strips),
@@ -97,6 +105,8 @@ ERRORS = {
     "reshape_wrong_size": (ADD, lambda k: layout.reshape(k, "i", (("p", 8), ("f", 100)))),
     "reshape_shifted_read": (SHIFT, lambda k: layout.reshape(k, "i", (("p", 64),))),
     "reshape_broadcast_split": (BCAST, lambda k: layout.reshape(k, "b", (("p", 4), ("f", 48)))),
+    "reshape_groups_out_of_order": (UNIT, lambda k: layout.reshape(k, "b", (("j", 4), ("bt", 3)),
+                                                                   groups=(("w",), ("b",)))),
     "stage_out_not_written": (ADD, lambda k: layout.stage_out(k, "X", "i")),
     "broadcast_not_a_row": (ADD, lambda k: layout.broadcast(k, "X", "i", "j")),
     "cut_outside": (TRANS, lambda k: layout.cut(k, "i", 16)),

@@ -2,6 +2,8 @@
 (batched transpose, NCHW -> NHWC, a 3-D rotation). Checked on the interpreter against the reference evaluator."""
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 from compiler_helpers import check_against_reference
@@ -35,6 +37,9 @@ REVERSE = """kernel rev(X: f32[A, B, C]) -> Y
 """
 
 
+NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
 def compile_text(text: str, schedule: str | None = None, sizes=None):
     directives = lang.parse_schedule(schedule, "<test>") if schedule is not None else None
     return compile_loaded(lang.load(text, sizes), directives)
@@ -58,5 +63,48 @@ def test_nchw_to_nhwc_is_one_transpose_per_image():
 
 def test_other_permutations_are_clear_errors():
     with pytest.raises(TilecError, match="not one swap of two runs") as info:
-        compile_text(REVERSE)
+        compile_text(CYCLE)
     assert info.value.span is not None and info.value.span.line == 5
+
+
+NWHC = """kernel nwhc(X: f32[N, C, H, W]) -> Y
+  default N = 2, C = 136, H = 3, W = 20
+  Y: f32[N, W, H, C]
+  for n in 0..N, c in 0..C, h in 0..H, w in 0..W:
+    Y[n, w, h, c] = X[n, c, h, w]
+"""
+CYCLE = """kernel cyc(X: f32[A, B, C, D]) -> Y
+  default A = 4, B = 3, C = 2, D = 5
+  Y: f32[B, C, A, D]
+  for a in 0..A, b in 0..B, c in 0..C, d in 0..D:
+    Y[b, c, a, d] = X[a, b, c, d]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("text,sizes,schedule", [
+    (REVERSE, None, None), (REVERSE, {"A": 200, "B": 3, "C": 150}, None), (NWHC, None, None),
+    (NWHC, None, "method Y, dma"),
+])
+def test_two_dimensions_swapped_around_others_match_the_reference(text, sizes, schedule, dtype):
+    # Y[c, b, a] = X[a, b, c]: per b a 2-D transpose of strided slices (no [B, M, N] views)
+    c = compile_text(text.replace("f32", dtype), schedule, sizes)
+    assert "transpose" in c.stages["select"]
+    check_against_reference(c)
+    x = np.random.default_rng(1).random(c.program.tensors["X"].shape).astype(np.float32)
+    axes = (2, 1, 0) if text is REVERSE else (0, 3, 2, 1)
+    want = x.astype(NP[dtype]).astype(np.float32).transpose(axes)
+    np.testing.assert_array_equal(np.asarray(c.run(X=x)["Y"], np.float32), want)  # a permute moves bits: exact
+
+
+@pytest.mark.parametrize("text,sizes", [
+    (BATCHED, {"B": 200, "M": 2, "N": 1}), (BATCHED, {"B": 3, "M": 1, "N": 5}), (BATCHED, {"B": 1, "M": 1, "N": 7}),
+    (BATCHED, {"B": 2, "M": 130, "N": 1}), (BATCHED.replace("f32", "bf16"), {"B": 4, "M": 1, "N": 1}),
+    (NHWC, {"N": 2, "C": 1, "H": 4, "W": 4}), (NHWC, {"N": 2, "C": 3, "H": 1, "W": 1}),
+    (NHWC, {"N": 2, "C": 1, "H": 1, "W": 1}), (NHWC.replace("f32", "f16"), {"N": 3, "C": 130, "H": 2, "W": 1}),
+])
+def test_permutes_with_a_run_of_size_one_match_the_reference(text, sizes):
+    # a swapped run of one element moves no data; the views must still place every loop (layout.reshape groups)
+    c = compile_text(text, None, sizes)
+    assert "transpose" in c.stages["select"]
+    check_against_reference(c)

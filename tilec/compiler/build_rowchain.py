@@ -51,6 +51,8 @@ def _fit(op: Op, rows: int) -> tuple[int, int] | None:
     op of one column (`r[i] = rsqrt(v[i] + eps)`) fits a chain whose rows are known."""
     if type(op) is ReduceOp:
         return op.dim("R"), op.dim("F")
+    if isinstance(op, EltwiseOp) and op.copy:  # a data copy (shifted indices) has no row structure
+        return None
     if isinstance(op, EltwiseOp) and op.layout and op.dim("O") == 1:
         return op.dim("P"), op.dim("F")
     if isinstance(op, EltwiseOp) and not op.layout and rows and op.size == rows:

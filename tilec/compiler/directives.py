@@ -496,6 +496,9 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
                       "keep one of the two directives")
     for d in canonical_order(ops, directives):
         op = op_for(d, ops)
+        if isinstance(op, EltwiseOp) and op.copy:
+            raise bad(d, f"`{op.name}` is a copy (crop, shift, part of a concatenation, upsampling): its schedule "
+                         "is chosen by the copy rule and takes no directives yet", "remove the directive")
         if d.name in ("compute_at", "place"):
             plans[op.name] = apply_fusion(op, plans[op.name], d, sbuf)
         else:

@@ -45,7 +45,8 @@ def _suffix(extents: list[int]) -> list[int]:
 
 
 def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple[str, ...] = (),
-            lines: tuple[int, ...] = (), views: tuple[tuple[str, str], ...] = (), span: Span | None = None) -> Kernel:
+            lines: tuple[int, ...] = (), views: tuple[tuple[str, str], ...] = (), span: Span | None = None,
+            groups: tuple[tuple[str, ...], ...] = ()) -> Kernel:
     """The perfect nest at loop `at` iterated by `loops` (name, extent), outermost first, over the same elements in
     the same order; every buffer it accesses is seen through an HBM view `BUF_v` (golden: layout/reshape.txt):
 
@@ -59,7 +60,9 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
     boundary of the new loops. A broadcast operand's view gets a unit dimension on the side the other loops are:
     b[i] of Y[i, j] -> b_v[p, 0] (a column), s[j] -> s_v[0, f] (a row). `notes` and `lines` give the new loops'
     comments and .tl lines (default: the line of the loop each starts in); `views` names the views (buffer, view;
-    default BUF_v, or BUF_v2.. when that name is taken)."""
+    default BUF_v, or BUF_v2.. when that name is taken). `groups` says which old loops each new loop iterates
+    (consecutive, outermost first; loops of extent 1 may be left out): with loops of extent 1 the extents alone
+    can leave that open (`[200, 1, 1]` -> `[200, 1]`: which unit loop remains?)."""
     chain = perfect_chain(find_loop(k, at, span))
     old = [lp.extent for lp in chain]
     new = [n for _, n in loops]
@@ -70,7 +73,8 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
     if len(body) != len(chain[-1].body):
         raise _fail(f"reshape {at}: the nest holds more than assignments", span, "reshape an element-wise nest")
     bufs = k.buffers()
-    shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span)
+    bounds = _bounds([lp.var for lp in chain], old, new, groups, span) if groups else None
+    shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span, bounds)
     taken, given = set(bufs), dict(views)
     called = {b: given.get(b) or unique(f"{b}_v", taken) for b in shapes}
     names = [v for v, _ in loops]
@@ -95,8 +99,33 @@ def _source(old: list[int], new: list[int], j: int) -> int:
 View = tuple[tuple[int, ...], tuple["int | None", ...]]  # view shape; per dimension its new loop (None: a unit)
 
 
-def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[str, Buffer], span
-           ) -> dict[str, View]:
+def _bounds(chain: list[str], old: list[int], new: list[int], groups: tuple[tuple[str, ...], ...], span
+            ) -> list[int]:
+    """Old loop boundary -> new loop boundary, from the old loops each new loop iterates."""
+    bounds: list[int | None] = [None] * (len(chain) + 1)
+    if len(groups) != len(new):
+        raise _fail(f"reshape: {len(groups)} groups of loops for {len(new)} new loops", span)
+    for g, group in enumerate(groups):
+        pos = [chain.index(v) if v in chain else -1 for v in group]
+        if not pos or -1 in pos or pos != list(range(pos[0], pos[0] + len(pos))) or \
+                math.prod(old[p] for p in pos) != new[g]:
+            raise _fail(f"reshape: new loop {g} does not iterate the consecutive loops {', '.join(group)} of the nest",
+                        span)
+        bounds[pos[0]], bounds[pos[-1] + 1] = g, g + 1
+    covered = {chain.index(v) for group in groups for v in group}
+    if any(old[m] != 1 for m in range(len(chain)) if m not in covered) or \
+            [b for b in bounds if b is not None] != sorted(b for b in bounds if b is not None):
+        raise _fail("reshape: the groups leave out a loop of more than one iteration or are out of order", span)
+    out, nxt = [0] * len(bounds), len(new)
+    for m in reversed(range(len(bounds))):  # a left-out unit loop maps onto the boundary after it
+        b = bounds[m]
+        nxt = b if b is not None else nxt
+        out[m] = nxt
+    return out
+
+
+def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[str, Buffer], span,
+           bounds: list[int] | None = None) -> dict[str, View]:
     """Buffer -> its view, ordered: operands indexed like the whole nest, the written buffers, then broadcast
     operands (columns, then rows). An access is a sequence of runs of the nest's loops (one run: an element-wise
     operand or a broadcast; several: a permute, Y[j, i] = X[i, j]); each run becomes the new loops it spans."""
@@ -111,7 +140,7 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
                     raise _fail(f"reshape: `{acc.buf}` reads loops {', '.join(chain[a:b])}, which do not map onto "
                                 f"whole loops of the new nest", span, "choose extents whose products meet at its run")
             full = sum(b - a for a, b in runs) == len(chain)  # every loop (in order, or permuted)
-            view = _view(runs, full, so, sn, new)
+            view = _view(runs, full, so, sn, new, bounds)
             if found.setdefault(acc.buf, view) != view:
                 raise _fail(f"reshape: `{acc.buf}` is accessed through different loops", span)
             last = max(b for _, b in runs)
@@ -119,14 +148,19 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
     return {b: found[b] for b in sorted(found, key=lambda b: order[b])}
 
 
-def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int], new: list[int]) -> View:
+def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int], new: list[int],
+          bounds: list[int] | None = None) -> View:
     """New loops of extent 1 at a broadcast run's edges stay out of its view (b[i] -> b_v[p, 0], not b_v[o, p, 0]
     with o of extent 1), and it gets a unit dimension on the side the other loops are; an operand indexed by every
     loop keeps them all."""
     spans: list[int] = []
     for a, b in runs:
-        a2 = sn.index(so[a]) if full else len(sn) - 1 - sn[::-1].index(so[a])
-        b2 = len(sn) - 1 - sn[::-1].index(so[b]) if full else sn.index(so[b])
+        if full and bounds is not None:
+            a2, b2 = bounds[a], bounds[b]
+        elif full:
+            a2, b2 = _boundary(a, so, sn), _boundary(b, so, sn)
+        else:
+            a2, b2 = len(sn) - 1 - sn[::-1].index(so[a]), sn.index(so[b])
         spans += list(range(a2, b2))
     if not spans:  # a broadcast run of one element (b[i], i < 1): a (1, 1) column
         return (1, 1), (None, None)
@@ -137,6 +171,19 @@ def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int],
         elif spans[0] > 0:
             loops.insert(0, None)
     return tuple(1 if j is None else new[j] for j in loops), tuple(loops)
+
+
+def _boundary(m: int, so: list[int], sn: list[int]) -> int:
+    """The new loop boundary old boundary m maps to, for an operand indexed by every loop. Loops of extent 1 make
+    several boundaries share one suffix product; such a group is paired with the new one from its inner end (the
+    r-th last old boundary with the r-th last new one), so surplus old unit loops are the outer ones and map to no
+    new loop, and surplus new unit loops join the run outside them: the runs of a permuted access still cover every
+    new loop once, and a rule that drops an outer unit loop (a batch of 1) keeps its other loops' places."""
+    if m == 0:
+        return 0
+    group = [x for x in range(len(so)) if so[x] == so[m]]
+    slots = [x for x in range(len(sn)) if sn[x] == so[m]]
+    return slots[max(0, len(slots) - len(group) + group.index(m))]
 
 
 def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer], span) -> list[tuple[int, int]]:

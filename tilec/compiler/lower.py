@@ -31,6 +31,7 @@ class Comp:
     update_line: int = 0  # .tl line of the reduction statement
     stops: tuple[tuple[str, str], ...] = ()  # each loop's bound as written, e.g. ("c", "C")
     fused: tuple[str, ...] = ()  # temporaries of earlier element-wise statements inlined into `init`
+    out_index: tuple[sx.Expr, ...] = ()  # the output's indices when one is shifted (`Y[n, C1 + c]`); else ()
 
     def loop_text(self, var: str) -> str:
         return f"for {var} in 0..{dict(self.stops).get(var, self.extent(var))}"
@@ -171,14 +172,23 @@ def _lower_body(body: tuple[sx.Stmt, ...], loops, sizes) -> list[Comp]:
 
 def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:
     out_vars = []
+    names = {v for v, *_ in loops}
     for e in a.target.indices:
-        if not isinstance(e, sx.Name) or e.id not in {v for v, *_ in loops}:
-            raise TilecError(f"the compiler needs each index of {a.target.tensor} to be a plain loop variable",
+        if isinstance(e, sx.Name) and e.id in names:
+            out_vars.append(e.id)
+            continue
+        shifted = _shifted_var(e, names, sizes) if a.op == "=" and red is None else None
+        if shifted is None:
+            raise TilecError(f"the compiler needs each index of {a.target.tensor} to be a plain loop variable "
+                             f"(or one shifted by a constant in a copy, `Y[C1 + c] = B[c]`)",
                              e.span, "write the output as T[i, j] with i, j loop variables")
-        out_vars.append(e.id)
+        out_vars.append(shifted)
     extents = tuple((v, n) for v, n, *_ in loops)
     lines = tuple((v, line) for v, _, line, _ in loops)
     stops = tuple((v, stop) for v, _, _, stop in loops)
+    if any(not isinstance(e, sx.Name) for e in a.target.indices):  # a shifted copy (select_copy.py)
+        return Comp(a.target.tensor, tuple(out_vars), extents, a.value, None, None, (), a.span.line, a.span, lines,
+                    0, stops, out_index=a.target.indices)
     if red:
         return Comp(a.target.tensor, tuple(out_vars), red.extents, a.value, red.red_op, red.update, red.red_vars,
                     a.span.line, a.span, red.lines, red.update_line, red.stops)
@@ -188,6 +198,19 @@ def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:
     red_vars = tuple(v for v, _ in extents if v not in out_vars)
     return Comp(a.target.tensor, tuple(out_vars), extents, None, a.op, a.value, red_vars, a.span.line, a.span,
                 lines, a.span.line, stops)
+
+
+def _shifted_var(e: sx.Expr, names: set[str], sizes: dict[str, int]) -> str | None:
+    """The loop variable of an output index `v + constant` (a copy into part of a tensor), or None."""
+    if not uses_names(e, names):
+        return None
+    try:
+        coefs, _ = affine_index(e, names, sizes)
+    except TilecError:
+        return None
+    if len(coefs) != 1 or next(iter(coefs.values())) != 1:
+        return None
+    return next(iter(coefs))
 
 
 def print_comps(comps: tuple[Comp, ...]) -> str:

@@ -20,7 +20,8 @@ from tilec.compiler.build_util import loop, ones_row
 from tilec.compiler.ir import Aff, Sl, View
 from tilec.compiler.layout import perfect_chain
 from tilec.compiler.lower import size_value
-from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Kernel, Load, Loop, Stmt, lower_expr, walk
+from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Kernel, Load, Loop, Stmt, lower_expr, lower_stmt, walk
+from tilec.lang import syntax as sx
 from tilec.compiler.ops import EltwiseOp, TransposeOp
 from tilec.compiler.rules import Prim
 from tilec.compiler.tensorize import Emit, emit
@@ -44,6 +45,19 @@ def eltwise_nest(op: EltwiseOp, program) -> Kernel:
     return Kernel(op.name, tuple(bufs[n] for n in reads), (bufs[op.out],), (body,))
 
 
+def copy_nest(op: EltwiseOp, program) -> Kernel:
+    """The level-A nest of a data copy (select_copy.py): its loops, one assignment; a loop read divided by k is
+    split in two the way nest.lower_nest does it (`i / 2` -> i_q, and i = 2*i_q + i_r elsewhere)."""
+    assert isinstance(op.expr, sx.Access) and op.span is not None
+    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, tuple(program.tensors[n].shape)) for n in (*op.inputs, op.out)}
+    lines = dict(op.loop_lines)
+    dst = sx.Access(op.out, op.out_index or tuple(sx.Name(v) for v, _ in op.loops), op.span)
+    stmt: sx.Stmt = sx.Assign(dst, "=", op.expr, op.span)
+    for v, n in reversed(op.loops):
+        stmt = sx.Loop(v, sx.Num(0), sx.Num(n), (stmt,), replace(op.span, line=lines.get(v, op.line)))
+    return Kernel(op.name, tuple(bufs[n] for n in op.inputs), (bufs[op.out],), (lower_stmt(stmt, program.sizes),))
+
+
 def transpose_nest(op: TransposeOp, program) -> Kernel:
     """The level-A nest of one selected transpose or permute: Y[out order] = X[source order] over the .tl loops."""
     src, out = program.tensors[op.src], program.tensors[op.out]
@@ -59,6 +73,8 @@ def transpose_nest(op: TransposeOp, program) -> Kernel:
 
 def _out_order(op: TransposeOp) -> list[str]:
     """The output's index order: batch, then the second run, then the first (select_transpose's swap)."""
+    if op.out_vars:
+        return list(op.out_vars)
     names = list(op.src_vars)
     i, j = names.index(dict(op.vars)["i"]), names.index(dict(op.vars)["j"])
     return names[:i] + names[j:] + names[i:j]
@@ -129,7 +145,7 @@ class _Lowering:
         e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory)
         how = self.tensorize.get(s.var, {})
         return emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")),
-                    psum=str(how.get("psum", "")))
+                    psum=str(how.get("psum", "")), engine=str(how.get("engine", "")))
 
     def view(self, a: Access, nest: dict[str, int]) -> View:
         """An access inside a tensorized nest as a view: a dimension indexed by a nest loop is a slice over it; one

@@ -161,19 +161,96 @@ def lower_nest(program) -> Kernel:
     return Kernel(program.kernel.name, params, outputs, allocs + body)
 
 
+def lower_stmt(s: sx.Stmt, sizes: dict[str, int]) -> Stmt:
+    """One .tl statement (a loop nest) as level A, the way lower_nest lowers it."""
+    return _lower_stmt(s, (), sizes)
+
+
 def _lower_stmt(s: sx.Stmt, loops: tuple[str, ...], sizes: dict[str, int]) -> Stmt:
     if isinstance(s, sx.Loop):
         if size_value(s.start, sizes) != 0:
             raise TilecError("loops must start at 0 for the compiler", s.start.span,
                              "shift the index instead: for i in 0..N-1: ... A[i + 1]")
-        inner = loops + (s.var,)
-        return Loop(s.var, size_value(s.stop, sizes), tuple(_lower_stmt(b, inner, sizes) for b in s.body),
-                    line=s.span.line)
+        extent, k = size_value(s.stop, sizes), divisor(s.body, s.var, sizes)
+        if k > 1:  # `i / k` read in the body: i = k*i_q + i_r, so i / k = i_q (quasi-affine -> affine)
+            if extent % k:
+                raise TilecError(f"`{s.var} / {k}` in an index needs a loop whose trip count is a multiple of {k} "
+                                 f"(here {extent})", s.stop.span, f"make the loop's extent a multiple of {k}")
+            body = tuple(split_division(b, s.var, k) for b in s.body)
+            q, r = f"{s.var}_q", f"{s.var}_r"
+            inner = tuple(_lower_stmt(b, loops + (q, r), sizes) for b in body)
+            return Loop(q, extent // k, (Loop(r, k, inner, line=s.span.line),), line=s.span.line)
+        inner_loops = loops + (s.var,)
+        return Loop(s.var, extent, tuple(_lower_stmt(b, inner_loops, sizes) for b in s.body), line=s.span.line)
     dst = _access(s.target, loops, sizes)
     expr = _expr(s.value, loops, sizes)
     if s.op == "=":
         return Assign(dst, expr, s.span.line)
     return Update(dst, s.op, expr, s.span.line)
+
+
+def divisor(body: tuple[sx.Stmt, ...], var: str, sizes: dict[str, int]) -> int:
+    """k when the statements read `var / k` (one constant k > 1), else 1."""
+    found: set[int] = set()
+
+    def visit(e: object, index: bool) -> None:  # `/` in a value is a true division: only indices count
+        if index and isinstance(e, sx.BinOp) and e.op == "/" and isinstance(e.lhs, sx.Name) and e.lhs.id == var \
+                and isinstance(e.rhs, (sx.Num, sx.Name)) and not (isinstance(e.rhs, sx.Name) and e.rhs.id == var):
+            found.add(size_value(e.rhs, sizes))
+        for child in _children(e):
+            visit(child, index or isinstance(e, sx.Access))
+    for st in body:
+        visit(st, False)
+    found.discard(1)
+    if len(found) > 1:
+        raise TilecError(f"`{var}` is divided by different constants ({', '.join(map(str, sorted(found)))}) in "
+                         "indices; the compiler splits a loop by one of them", None)
+    return found.pop() if found else 1
+
+
+def _children(e: object) -> tuple:
+    if isinstance(e, sx.Loop):
+        return tuple(e.body)
+    if isinstance(e, sx.Assign):
+        return (e.target, e.value)
+    if isinstance(e, sx.Access):
+        return tuple(e.indices)
+    if isinstance(e, sx.BinOp):
+        return (e.lhs, e.rhs)
+    if isinstance(e, sx.Neg):
+        return (e.x,)
+    if isinstance(e, sx.Call):
+        return tuple(e.args)
+    return ()
+
+
+def split_division(e, var: str, k: int):
+    """`e` with `var / k` -> var_q and any other `var` -> k*var_q + var_r (a statement, an access or an expression;
+    spans kept)."""
+    q, r = f"{var}_q", f"{var}_r"
+    if isinstance(e, sx.Access):
+        return replace(e, indices=tuple(_split_index(i, var, k) for i in e.indices))
+    if isinstance(e, sx.Name) and e.id == var:
+        return sx.BinOp("+", sx.BinOp("*", sx.Num(k, e.span), sx.Name(q, e.span), e.span), sx.Name(r, e.span), e.span)
+    if isinstance(e, sx.Loop):
+        return replace(e, body=tuple(split_division(b, var, k) for b in e.body))
+    if isinstance(e, sx.Assign):
+        return replace(e, target=split_division(e.target, var, k), value=split_division(e.value, var, k))
+    if isinstance(e, sx.BinOp):
+        return replace(e, lhs=split_division(e.lhs, var, k), rhs=split_division(e.rhs, var, k))
+    if isinstance(e, sx.Neg):
+        return replace(e, x=split_division(e.x, var, k))
+    if isinstance(e, sx.Call):
+        return replace(e, args=tuple(split_division(a, var, k) for a in e.args))
+    return e
+
+
+def _split_index(e: sx.Expr, var: str, k: int) -> sx.Expr:
+    if isinstance(e, sx.BinOp) and e.op == "/" and isinstance(e.lhs, sx.Name) and e.lhs.id == var:
+        return sx.Name(f"{var}_q", e.span)
+    if isinstance(e, sx.BinOp):
+        return replace(e, lhs=_split_index(e.lhs, var, k), rhs=_split_index(e.rhs, var, k))
+    return split_division(e, var, k)
 
 
 def _aff(e: sx.Expr, loops: tuple[str, ...], sizes: dict[str, int]) -> Aff:

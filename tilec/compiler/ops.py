@@ -123,6 +123,8 @@ class TransposeOp(_LoopLines):
     loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
     src_vars: tuple[str, ...] = ()  # the loop variables indexing the source, in its order
     loops: tuple[tuple[str, int], ...] = ()  # the .tl loops (variable, trip count), outermost first
+    out_vars: tuple[str, ...] = ()  # the output's loop variables in its order, when two single dimensions swap
+    #   around dimensions that stay in place (`Y[c, b, a] = X[a, b, c]`); () for a swap of two runs after a batch
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,9 @@ class EltwiseOp(_LoopLines):
     fused: tuple[str, ...] = ()  # temporaries of earlier element-wise statements folded into this one
     loop_lines: tuple[tuple[str, int], ...] = ()  # .tl loop variable -> line of its `for`
     rows: tuple[str, ...] = ()  # broadcast operands indexed by the free (trailing) indices: one row for all partitions
+    copy: bool = False  # a data copy with shifted or divided indices (select_copy.py; scheduled by rules.copy)
+    out_index: tuple[sx.Expr, ...] = ()  # a copy's output indices when shifted (`Y[n, C1 + c, i, j]`)
+    loops: tuple[tuple[str, int], ...] = ()  # a copy's loops and their trip counts
 
     def dim(self, d: str) -> int:
         return dict(self.layout)[d]

@@ -12,7 +12,7 @@ from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.build_simple import build_pool
 from tilec.compiler import rules
-from tilec.compiler.lower_tiles import eltwise_nest, lower_tiles, transpose_nest
+from tilec.compiler.lower_tiles import copy_nest, eltwise_nest, lower_tiles, transpose_nest
 from tilec.compiler.build_reduce import build_reduce
 from tilec.compiler.build_colreduce import build_column_reduce
 from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
@@ -214,6 +214,9 @@ def scheduled_nest(op, plan, program, target: Target) -> tuple[Nest, list]:
     """An op's level-A nest and the primitives its rule writes for `plan`."""
     if isinstance(op, TransposeOp):
         nest, prims = transpose_nest(op, program), rules.transpose(transpose_nest(op, program), target, plan)
+    elif op.copy:  # crop, shift, a part of a concatenation, nearest upsampling (select_copy.py)
+        nest = copy_nest(op, program)
+        prims = rules.copy(nest, target)
     else:
         nest, prims = eltwise_nest(op, program), rules.eltwise(eltwise_nest(op, program), target, plan)
     assert prims is not None, f"no rule applies to {op.name}"
@@ -226,9 +229,11 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
     out = []
     for op, plan in zip(ops, plans):
         if isinstance(op, (EltwiseOp, TransposeOp)) and op.name not in in_chain:
-            rule = "eltwise" if isinstance(op, EltwiseOp) else "transpose"
+            rule = "transpose" if isinstance(op, TransposeOp) else "copy" if op.copy else "eltwise"
             _, prims = scheduled_nest(op, plan, program, target)
-            out += [f"# {op.name}: rules.{rule} expands its plan into"] + [f"#   {p}" for p in prims]
+            head = f"# {op.name} (line {op.line}): rules.copy writes its schedule as" if rule == "copy" else \
+                f"# {op.name}: rules.{rule} expands its plan into"  # a copy has no plan (no parameters)
+            out += [head] + [f"#   {p}" for p in prims]
     return "".join(line + "\n" for line in out)
 
 

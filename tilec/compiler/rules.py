@@ -30,6 +30,7 @@ from tilec.compiler.schedule import MOVING_FMAX, PMAX, EltwisePlan, TransposePla
 from tilec.target import Target
 
 WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
+COPY_TILE_BYTES = 64 * 1024  # SBUF per partition of a replicated (upsampled) tile; larger ones go in row chunks
 ELTWISE_FREE = 1024  # elements per partition of one tile: ~1000 keeps DMAs efficient, two or more tiles overlap
 
 
@@ -257,6 +258,7 @@ class Permute:
     second: tuple[str, ...]
     extents: dict[str, int]
     lines: dict[str, int]
+    middle: bool = False  # the batch dimensions sit between the two swapped ones (no [B, M, N] views)
 
 
 def permute(k: Kernel) -> Permute | None:
@@ -275,6 +277,11 @@ def permute(k: Kernel) -> Permute | None:
     n = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
     rest, want = src[n:], out[n:]
     cut = next((c for c in range(1, len(rest)) if rest[c:] + rest[:c] == want), None)
+    swap = [p for p, (x, y) in enumerate(zip(src, out)) if x != y]
+    if cut is None and len(swap) == 2:  # two single dimensions swap around dimensions that stay in place
+        a, c = src[swap[0]], src[swap[1]]
+        return Permute(tops[0], stmt, read, tuple(v for v in out if v not in (a, c)), (a,), (c,),
+                       {lp.var: lp.extent for lp in chain}, {lp.var: lp.line for lp in chain}, middle=True)
     if cut is None:
         return None
     return Permute(tops[0], stmt, read, tuple(src[:n]), tuple(rest[:cut]), tuple(rest[cut:]),
@@ -295,14 +302,22 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
     vi, vj = n.first[0], n.second[0]
     prims: list[Prim] = []
     i, j, X, Y, top = vi, vj, n.src.buf, n.stmt.dst.buf, ""
-    if n.batch or len(n.first) > 1 or len(n.second) > 1:  # views: X as [B, M, N], Y as [B, N, M]
+    if n.middle:  # the batch loops outermost; the accesses keep their shapes (strided 2-D slices per batch)
+        order = list(n.batch) + [vi, vj]
+        if [lp.var for lp in layout.perfect_chain(n.top)] != order:
+            prims.append(prim("reorder", *order))
+        top = n.batch[0] if n.batch else ""
+    elif n.batch or len(n.first) > 1 or len(n.second) > 1:  # views: X as [B, M, N], Y as [B, N, M]
         order = list(n.batch + n.first + n.second)
         if [lp.var for lp in layout.perfect_chain(n.top)] != order:
             prims.append(prim("reorder", *order))
         loops = ((("bt", B),) if B > 1 else ()) + (("i", M), ("j", N))
         notes = ((f"for {n.batch[0]} (batch)",) if B > 1 else ()) + ("", "")
         lines = ((n.lines[n.batch[0]],) if B > 1 else ()) + (n.lines[vi], n.lines[vj])
-        prims.append(prim("reshape", order[0], loops, notes=notes, lines=lines))
+        # loops of extent 1 leave open which old loops a new one iterates: say it (batch, first run, second run)
+        groups = ((tuple(n.batch),) if B > 1 else ()) + (tuple(n.first), tuple(n.second))
+        unit = 1 in (n.extents[v] for v in order)
+        prims.append(prim("reshape", order[0], loops, notes=notes, lines=lines, **({"groups": groups} if unit else {})))
         i, j, X, Y, top = "i", "j", f"{X}_v", f"{Y}_v", "bt" if B > 1 else ""
     elif [lp.var for lp in layout.perfect_chain(n.top)] != [vi, vj]:
         prims.append(prim("reorder", vi, vj))
@@ -364,3 +379,107 @@ def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, na
                           name=strips[0] + tag))
     part = f"rows {r0}..{r0 + M} x columns {c0}..{c0 + N} by {TI}x{TJ} blocks"
     return prims + [prim("tensorize", at("i_i"), psum=f"{n.stmt.dst.buf}_tp{tag}"), prim("block", at("bi"), part)]
+
+
+# ---- data movement -------------------------------------------------------------------------------------------------
+
+
+def copy(k: Kernel, target: Target) -> list[Prim] | None:
+    """The copy rule (crop, shift, a part of a concatenation, nearest upsampling): one assignment of a read over a
+    perfect nest whose indices are loops plus constants (a loop read divided by k arrives split: i = k*i_q + i_r).
+
+    A read of every loop moves its data HBM -> HBM: one DMA per block of partitions, the loop with the largest
+    divisor <= 128 on the partitions and every loop inside it in the same descriptor stream (the loops outside
+    it are DMAs of their own). A read that skips loops (upsampling: X[n, c, i_q, j_q]) replicates on chip: per
+    block of partitions the read's region is loaded whole, one on-chip copy per combination of the skipped loops
+    writes the strided positions of the result's tile (`Y_tile[c, 2*i_q + i_r, 2*j_q + j_r]`), and the tile is
+    stored whole: both DMAs move long contiguous rows."""
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    if len(tops) != 1:
+        return None
+    chain = layout.perfect_chain(tops[0])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Load):
+        return None
+    stmt, src = body[0], body[0].expr.access
+    loops = [lp.var for lp in chain]
+    read = {t.var for i in src.index for t in i.terms}
+    ext = {lp.var: lp.extent for lp in chain}
+    Y, X = stmt.dst.buf, src.buf
+    alone = {i.terms[0].var for i in stmt.dst.index if len(i.terms) == 1}  # a dimension of its own in the result
+    itemsize = 4 if k.buffers()[Y].dtype == "f32" else 2
+    plan = _replication(loops, read, alone, ext, itemsize, target)
+    if plan is None:  # every loop read (a crop, a shift, a part), or replication that cannot be staged: HBM -> HBM
+        return _hbm_copy(loops, read, ext, X, Y, target)
+    part, chunk = plan
+    d = best_divisor(ext[part], target.pmax)
+    before, after = loops[:loops.index(part)], loops[loops.index(part) + 1:]
+    skipped, kept = [v for v in after if v not in read], [v for v in after if v in read]
+    p_out, p_in = f"{part}_o", f"{part}_p"  # staging happens at the block loop (extent 1 when one block is all)
+    prims = [prim("split", part, d, outer=p_out, inner=p_in, note=f"for {part} (blocks of {d} partitions)")]
+    if chunk < ext[kept[0]]:  # rows of the result's tile in chunks that fit
+        rows = kept[0]
+        prims.append(prim("split", rows, chunk, outer=f"{rows}_t", inner=f"{rows}_i",
+                          note=f"for {rows} (chunks of {chunk})"))
+        at, kept = f"{rows}_t", [f"{rows}_i"] + kept[1:]
+        order = before + [p_out, at] + skipped + [p_in] + kept
+    else:
+        at = p_out
+        order = before + [p_out] + skipped + [p_in] + kept
+    taken = set(k.buffers())
+    x_tile, y_tile = unique(f"{X}_tile", taken), unique(f"{Y}_tile", taken | {f"{X}_tile"})
+    prims += [prim("reorder", *order), prim("partition", p_in),
+              prim("stage_out", Y, at, name=y_tile), prim("stage", X, at, name=x_tile)]
+    first = skipped[0]
+    if ext[first] > 1:  # the copies of the first replicated loop's first position on ScalarE, the rest on VectorE
+        prims += [prim("cut", first, 1), prim("tensorize", f"{p_in}@a", engine="scalar"),
+                  prim("tensorize", f"{p_in}@b")]
+    else:
+        prims.append(prim("tensorize", p_in))
+    return prims + [prim("block", loops[0], f"{Y} = {X} replicated ({d} partitions)")]
+
+
+def _replication(loops: list[str], read: set[str], alone: set[str], ext: dict[str, int], itemsize: int,
+                 target: Target) -> tuple[str, int] | None:
+    """(partition loop, rows of the first kept loop per tile) for replication in SBUF, or None when the nest does
+    not replicate or cannot be staged: the partition loop must be read, index a dimension of the result alone, and
+    have replicated loops and read loops inside it (the tiles have a free dimension); a tile must fit in rows."""
+    if all(v in read for v in loops):
+        return None
+    options = []
+    for v in loops:
+        after = loops[loops.index(v) + 1:]
+        kept, skipped = [x for x in after if x in read], [x for x in after if x not in read]
+        if v in read and v in alone and kept and skipped and not [x for x in loops[:loops.index(v)] if x not in read]:
+            options.append(v)
+    if not options:
+        return None
+    part = max(options, key=lambda v: (best_divisor(ext[v], target.pmax), -loops.index(v)))
+    after = loops[loops.index(part) + 1:]
+    rows = next(x for x in after if x in read)
+    tile_bytes = math.prod(ext[v] for v in after) * itemsize
+    per_row = tile_bytes // ext[rows]
+    if per_row > COPY_TILE_BYTES:
+        return None
+    return part, best_divisor(ext[rows], max(1, COPY_TILE_BYTES // per_row))
+
+
+def _hbm_copy(loops: list[str], read: set[str], ext: dict[str, int], X: str, Y: str, target: Target) -> list[Prim]:
+    """HBM -> HBM DMAs: the read loop with the largest divisor <= 128 on the partitions, the read loops inside it
+    in the same descriptor stream; loops the read skips (a replication that cannot be staged) and read loops
+    outside the partitions are DMAs of their own."""
+    reads = [v for v in loops if v in read]
+    part = max(reads, key=lambda v: (best_divisor(ext[v], target.pmax), -reads.index(v)))
+    d = best_divisor(ext[part], target.pmax)
+    p_in, p_out = part, ""
+    prims: list[Prim] = []
+    if d < ext[part]:
+        p_out, p_in = f"{part}_o", f"{part}_p"
+        prims.append(prim("split", part, d, outer=p_out, inner=p_in, note=f"for {part} (blocks of {d} partitions)"))
+    split = lambda vs: [x for v in vs for x in ((p_out, p_in) if v == part and p_out else  # noqa: E731
+                                                (p_in,) if v == part else (v,))]
+    order = [v for v in loops if v not in read] + split(reads)  # the DMA's loops: the partitions, read loops
+    if order != split(loops):
+        prims.append(prim("reorder", *order))
+    label = f"{Y} = copy of {X} (HBM -> HBM, {d} partitions)"
+    return prims + [prim("partition", p_in), prim("tensorize", p_in), prim("block", order[0], label)]

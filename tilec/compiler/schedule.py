@@ -273,6 +273,8 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     """A plan written back as directives (only loops the op really has)."""
     have = dict(op.vars)
     v = lambda role: (op.name, have[role])  # noqa: E731
+    if isinstance(op, EltwiseOp) and op.copy:  # the copy rule has no parameters (yet): no directives, no knobs
+        return ()
     if isinstance(plan, ConvPlan):
         assert isinstance(op, ConvOp)  # default_plan gives a ConvPlan to a ConvOp only
         sizes = (("tile", "k", plan.tile_k), ("tile", "c", plan.tile_c), ("tile", "x", plan.tile_x),
@@ -314,6 +316,9 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
 def print_plans(ops: tuple[Op, ...], plans: tuple[Plan, ...]) -> str:
     out = []
     for op, plan in zip(ops, plans):
+        if isinstance(op, EltwiseOp) and op.copy:  # the copy rule has no parameters (yet)
+            out.append(f"# {op.name}: copy (line {op.line}), no schedule parameters")
+            continue
         out.append(f"# {op.name}: {plan}")
         out += [fmt_directive(d) for d in plan_directives(op, plan)]
     return "\n".join(out) + "\n"

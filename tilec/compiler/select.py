@@ -33,6 +33,7 @@ from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu, st
 from tilec.compiler.lower import Comp
 from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, Window, index_maps,
                                 is_permutation, plain, reads, reject)
+from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
 from tilec.compiler.select_reduce import is_row_reduction, select_reduce
 from tilec.errors import TilecError
@@ -48,6 +49,13 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
     for i, comp in enumerate(comps):
         if i in consumed:
             continue
+        if is_data_copy(comp, program):  # crop, shift, a part of a concatenation, nearest upsampling
+            ops.append(select_copy(comp, program))
+            continue
+        if comp.out_index:
+            e = next(e for e in comp.out_index if not isinstance(e, sx.Name))
+            raise reject(comp, f"the compiler needs each index of {comp.target} to be a plain loop variable (a "
+                               "shifted index is compiled in a copy only, `Y[C1 + c] = B[c]`)", e.span)
         if comp.red_op is None and not is_copy(comp, program):
             comp = fuse_chain(comps, i, program, consumed)
         op = _select_one(comp, program)
@@ -57,8 +65,10 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
             _fold_operand_relu(ops, comps, comp, program)
             op = _fuse_epilogues(op, comps, i, program, consumed)
         ops.append(op)
+    parts = part_targets(comps, program)
     for comp in comps:  # after selection, so a statement with no mapping at all is reported as such first
-        _check_coverage(comp, program)
+        _check_coverage(comp, program, comp.target in parts)
+    check_parts(comps, program, parts)
     return tuple(ops)
 
 
@@ -78,18 +88,19 @@ def _select_one(comp: Comp, program) -> Op:
     raise reject(comp, f"a `{comp.red_op}` reduction of this form is not supported")
 
 
-def _check_coverage(comp: Comp, program) -> None:
+def _check_coverage(comp: Comp, program, part: bool = False) -> None:
     """Kernels move whole tensors between HBM and SBUF: a loop that covers only part of a dimension (a partial
     write, or a read of a slice) has no mapping yet, so it is an error here rather than a verifier failure later."""
     shape = program.tensors[comp.target].shape
-    for pos, v in enumerate(comp.out_vars):
+    copy = is_data_copy(comp, program)  # a copy reads a part; its output may be written in parts (check_parts)
+    for pos, v in enumerate(comp.out_vars if not part else ()):
         if comp.extent(v) != shape[pos]:
             raise TilecError(
                 f"the compiler cannot map `{comp.target}`: `{comp.loop_text(v)}` (line {comp.line_of(v)}) writes "
                 f"{comp.extent(v)} of the {shape[pos]} elements of {comp.target}'s dimension {pos}", comp.span,
                 f"the compiler writes whole outputs: loop over all of dimension {pos}, or declare {comp.target} "
                 f"with the loop's size")
-    for expr in (comp.init, comp.update):
+    for expr in (comp.init, comp.update) if not copy else ():
         for acc in accesses(expr) if expr is not None else ():
             _check_read(comp, acc, program)
 
@@ -619,7 +630,8 @@ def _grid(e: sx.Expr, yv: str, xv: str, ho: int, wo: int, sizes) -> np.ndarray |
 def select_transpose(comp: Comp, program) -> TransposeOp:
     """`Y[j, i] = X[i, j]`, and any permutation that is one swap of two runs of dimensions after leading batch
     dimensions (`Y[b, j, i] = X[b, i, j]`, NCHW -> NHWC `Y[n, h, w, c] = X[n, c, h, w]`): a batch of 2-D
-    transposes of X seen as [B, M, N]."""
+    transposes of X seen as [B, M, N]; or a swap of two single dimensions around dimensions that stay in place
+    (`Y[c, b, a] = X[a, b, c]`): a batch of 2-D transposes of strided slices."""
     acc = comp.init
     assert isinstance(acc, sx.Access)  # _select_one checked it is a permuted read
     names = [plain(m) for m in index_maps(acc, comp, program)]
@@ -627,6 +639,16 @@ def select_transpose(comp: Comp, program) -> TransposeOp:
     k = next((i for i, (x, y) in enumerate(zip(names, out)) if x != y), len(out))
     rest, want = names[k:], out[k:]
     cut = next((c for c in range(1, len(rest)) if rest[c:] + rest[:c] == want), None)
+    swap = [p for p, (x, y) in enumerate(zip(names, out)) if x != y]
+    if cut is None and len(swap) == 2:  # two single dimensions swap, the others stay: a batch of 2-D transposes
+        ext = comp.extent
+        a, c = cast(str, names[swap[0]]), cast(str, names[swap[1]])
+        batch = [v for v in out if v not in (a, c)]
+        B = math.prod(ext(v) for v in batch)
+        dims = (("M", ext(a)), ("N", ext(c))) + ((("B", B),) if batch else ())
+        roles = (("i", a), ("j", c)) + ((("b", batch[0]),) if batch else ())
+        return TransposeOp(comp.target, comp.target, acc.tensor, dims, roles, comp.line, comp.span, comp.lines,
+                           tuple(str(n) for n in names), comp.extents, tuple(out))
     if cut is None:
         raise reject(comp, f"`{fmt_expr(acc)}` permutes its dimensions in a way that is not one swap of two runs "
                            f"of dimensions after leading batch dimensions (e.g. Y[b, j, i] = X[b, i, j])", acc.span,
@@ -635,12 +657,6 @@ def select_transpose(comp: Comp, program) -> TransposeOp:
     size = lambda vs: math.prod(ext(v) for v in vs)  # noqa: E731
     # a permutation of the output's loop variables: no None among them (is_permutation checked it)
     batch, first, second = cast(list[str], names[:k]), cast(list[str], rest[:cut]), cast(list[str], rest[cut:])
-    if (batch or len(first) > 1 or len(second) > 1) and 1 in (size(first), size(second)):
-        # the data keeps its order (a copy); the permute rule's views cannot place a side of size 1 yet
-        raise reject(comp, f"`{fmt_expr(acc)}` swaps a run of dimensions of size 1 with another run: it moves no "
-                           "data, and such a batched permute is not compiled yet", acc.span,
-                     "declare the tensors without their dimensions of size 1 (the data is the same) and copy or "
-                     "transpose what remains")
     roles = (("i", first[0]), ("j", second[0])) + ((("b", batch[0]),) if batch else ())
     dims = (("M", size(first)), ("N", size(second))) + ((("B", size(batch)),) if batch else ())
     return TransposeOp(comp.target, comp.target, acc.tensor, dims, roles, comp.line, comp.span, comp.lines,
@@ -673,6 +689,10 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             init = op.init if isinstance(op.init, str) else f"{op.init:g}"
             lines.append(f"  src {op.src} reduce {op.op} from {init} scale {op.scale:g}"
                          + (f" of {fmt_expr(op.expr)}" if op.expr is not None else ""))
+        elif op.copy:
+            index = ", ".join(fmt_expr(e) for e in op.out_index) or ", ".join(v for v, _ in op.loops)
+            lines[-2] = lines[-2].replace("eltwise ", "copy ", 1)
+            lines.append(f"  {op.out}[{index}] = {fmt_expr(op.expr)}  ({op.size} elements)")
         else:
             lines.append(f"  {op.out} = {fmt_expr(op.expr)}  ({op.size} elements)" +
                          (f"  (fused {', '.join(op.fused)})" if op.fused else ""))

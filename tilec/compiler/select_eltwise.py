@@ -30,7 +30,7 @@ def fuse_chain(comps: tuple[Comp, ...], i: int, program, consumed: set[int]) -> 
         nxt = comps[j]
         readers = [c for c in comps[j:] if any(a.tensor == comp.target for a in reads(c))]
         in_place = nxt.target == comp.target
-        if nxt.red_op is not None or not readers or readers[0] is not nxt or (len(readers) > 1 and not in_place):
+        if nxt.red_op is not None or nxt.out_index or not readers or readers[0] is not nxt or (len(readers) > 1 and not in_place):
             break
         if not in_place and program.tensors[comp.target].kind != "temp":
             break

@@ -167,9 +167,10 @@ class Emit:
 
 
 def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = False,
-         regroup: bool = False, psum: str = "") -> list[ir.Stmt]:
+         regroup: bool = False, psum: str = "", engine: str = "") -> list[ir.Stmt]:
     """The instructions computing `s` over the loops `nest` (partition loop first): matched against the target's
-    instruction table, then written with that instruction's operands."""
+    instruction table, then written with that instruction's operands. `engine` "scalar": an on-chip copy runs on
+    ScalarE (activation copy) instead of VectorE, so a rule can share copies between the engines."""
     m = match(local(s, set(nest)), target)
     if m is None:
         raise InternalError(f"tensorize: no instruction of {target.name} computes {s}")
@@ -178,6 +179,8 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
         src = e.view(s.expr.access)
         if "hbm" in (e.memory(s.dst.buf), e.memory(s.expr.access.buf)):
             return [ir.Dma(dst, src, s.line)]
+        if engine == "scalar":
+            return [ir.Act(dst, src, "copy", line=s.line)]
         return [ir.Copy(dst, src, s.line)]
     if m.instr.name == "nc_matmul" and dict(m.roles).get("m") == ("ones",) and isinstance(s.expr, Load):
         return _partition_broadcast(s, dst, e)

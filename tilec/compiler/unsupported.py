@@ -1,7 +1,7 @@
 """Language constructs the reference evaluator defines but the compiler does not compile yet (issue 13): padded
 reads (`X[y + r - 1, x + s - 1] ?? 0`) other than a window pool's (rules_pool.py) or a contraction operand's
-(build_conv.py), and floor division or modulo
-of loop variables in indices (`X[i / 2]`).
+(build_conv.py), modulo of loop variables in indices, and floor division except a loop variable divided by a
+constant in a copy's read (`Y[i, j] = X[i / 2, j / 2]`: nearest upsampling, select_copy.py).
 `compile_program` calls `reject_unsupported` first, so such a program gets a located TilecError saying so and
 what to do, never a traceback from a builder that does not know the construct. Delete a rule here when the
 compiler learns its construct."""
@@ -31,7 +31,7 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
                              "pad the input in a separate tensor (written with a larger shape), or " + REFERENCE)
         for index in acc.indices:
             div = _loop_division(index, loop_vars)
-            if div is not None:
+            if div is not None and not _copy_division(st, div):
                 word = "division" if div.op == "/" else "modulo"
                 raise TilecError(f"floor {word} of a loop variable in an index (`{div.op}`) is not compiled yet",
                                  div.span, REFERENCE[0].upper() + REFERENCE[1:])
@@ -40,7 +40,8 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
 def _pooled(st: sx.Assign, acc: sx.Access) -> bool:
     """A window pool's padded read (`Y max= X[..] ?? -inf`, `S += c * (X[..] ?? 0)`): compiled (rules_pool.py)."""
     inner, _ = strip_scale(st.value)
-    return st.op in ("max=", "min=", "+=") and strip_relu(inner)[0] is acc
+    return st.op in ("max=", "min=", "+=") and strip_relu(inner)[0] is acc \
+        and len(acc.indices) == len(st.target.indices)  # a window keeps every dimension; a padded row sum does not
 
 
 def _contraction_padding(st: sx.Assign, acc: sx.Access) -> bool:
@@ -59,6 +60,12 @@ def _under_relu(f: sx.Expr) -> sx.Expr:
     if isinstance(f, sx.Call) and f.fn == "min" and len(f.args) == 2:
         f = next((x for x in f.args if isinstance(x, sx.Call) and x.fn == "relu"), f)
     return f.args[0] if isinstance(f, sx.Call) and f.fn == "relu" and len(f.args) == 1 else f
+
+
+def _copy_division(st: sx.Stmt, div: sx.BinOp) -> bool:
+    """`v / k` (k a constant) read by a statement that only copies (`Y[..] = X[.., v / k, ..]`): compiled."""
+    return isinstance(st, sx.Assign) and st.op == "=" and isinstance(st.value, sx.Access) and div.op == "/" \
+        and isinstance(div.lhs, sx.Name) and isinstance(div.rhs, (sx.Num, sx.Name))
 
 
 def _loop_division(e: sx.Expr, loop_vars: frozenset[str]) -> sx.BinOp | None:

@@ -1,0 +1,124 @@
+"""Data movement (issue 13 item 5): crop/shift, nearest upsampling, channel concatenation, compiled by the copy
+rule (rules.copy: HBM -> HBM DMAs, or replication in SBUF), at sizes that are not one tile, for f32, f16 and bf16.
+Each kernel's output is compared exactly with NumPy slicing / repeat / concatenate of the (dtype-rounded) inputs,
+and with the reference evaluator within the project's tolerance."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from compiler_helpers import check_against_reference, inputs_for
+from tilec.compiler.api import compile_loaded
+from tilec.errors import TilecError
+from tilec.lang import api as lang
+
+SHIFT = """kernel shift(X: f32[N, C, H, W]) -> Y
+  default N = 2, C = 200, H = 5, W = 9
+  Y: f32[N, C, H - 2, W - 1]
+  for n in 0..N, c in 0..C, i in 0..H - 2, j in 0..W - 1:
+    Y[n, c, i, j] = X[n, c, i + 2, j + 1]
+"""
+UPSAMPLE = """kernel up(X: f32[N, C, H, W]) -> Y
+  default N = 2, C = 160, H = 3, W = 5
+  Y: f32[N, C, 2*H, 2*W]
+  for n in 0..N, c in 0..C, i in 0..2*H, j in 0..2*W:
+    Y[n, c, i, j] = X[n, c, i / 2, j / 2]
+"""
+CONCAT = """kernel cat(A: f32[N, C1, H, W], B: f32[N, C2, H, W]) -> Y
+  default N = 2, C1 = 136, C2 = 40, H = 3, W = 4
+  Y: f32[N, C1 + C2, H, W]
+  for n in 0..N, c in 0..C1, i in 0..H, j in 0..W:
+    Y[n, c, i, j] = A[n, c, i, j]
+  for n in 0..N, c in 0..C2, i in 0..H, j in 0..W:
+    Y[n, C1 + c, i, j] = B[n, c, i, j]
+"""
+CROP2D = """kernel crop(X: f32[M, K]) -> Y
+  default M = 300, K = 70
+  Y: f32[M - 44, K - 6]
+  for i in 0..M - 44, j in 0..K - 6:
+    Y[i, j] = X[i + 40, j + 3]
+"""
+NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+def expected(name: str, x: dict[str, np.ndarray]) -> np.ndarray:
+    if name == "shift":
+        return x["X"][:, :, 2:, 1:]
+    if name == "up":
+        return x["X"].repeat(2, axis=2).repeat(2, axis=3)
+    if name == "cat":
+        return np.concatenate([x["A"], x["B"]], axis=1)
+    return x["X"][40:-4, 3:-3]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("text", [SHIFT, UPSAMPLE, CONCAT, CROP2D], ids=["shift", "upsample", "concat", "crop2d"])
+def test_data_movement_matches_numpy(text: str, dtype: str) -> None:
+    c = compile_loaded(lang.load(text.replace("f32", dtype)))
+    assert "copy" in c.stages["schedule"]  # the copy rule's primitives (explain shows them)
+    check_against_reference(c)
+    inputs = inputs_for(c.program)
+    got = c.run(**inputs)["Y"]
+    rounded = {k: np.asarray(v).astype(NP[dtype]).astype(np.float32) for k, v in inputs.items()}
+    want = expected(c.program.kernel.name, rounded)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), want)  # a copy moves bits: exact
+
+
+def test_shift_is_one_hbm_to_hbm_dma_per_block_of_partitions() -> None:
+    c = compile_loaded(lang.load(SHIFT))
+    assert c.source.count("nisa.dma_copy(") == 1 and "nl.sbuf" not in c.source
+    assert "X[n, c_o * 100:c_o * 100 + 100, 2:5, 1:9]" in c.source.replace("\n", "")
+
+
+def test_upsample_replicates_in_sbuf_and_stores_whole_rows() -> None:
+    c = compile_loaded(lang.load(UPSAMPLE))
+    assert c.source.count("nisa.dma_copy(") == 2  # the block loaded whole, its replicated tile stored whole
+    # the strided positions of the replicated tile, shared between ScalarE (even rows) and VectorE (odd rows)
+    assert c.source.count("nisa.tensor_copy(") == 1 and c.source.count("nisa.activation(") == 1
+    assert ":2]" in c.source
+
+
+@pytest.mark.parametrize("body, message", [
+    ("    Y[n, c, i, j] = A[n, c, i, j]\n  for n in 0..N, c in 0..C2, i in 0..H, j in 0..W:\n"
+     "    Y[n, C1 + c - 1, i, j] = B[n, c, i, j]\n", "both write some of its elements"),
+    ("    Y[n, c, i, j] = A[n, c, i, j]\n", "writes 136 of the 176 elements"),
+    ("    Y[n, c, i, j] = A[n, c, i, j]\n  for n in 0..N, c in 0..C2, i in 0..H, j in 0..W:\n"
+     "    Y[n, C1 + c, i, j] = 2 * B[n, c, i, j]\n", "plain loop variable"),
+])
+def test_parts_that_overlap_leave_gaps_or_compute_are_located_errors(body: str, message: str) -> None:
+    text = CONCAT.split("    Y[n, c, i, j]")[0] + body
+    with pytest.raises(TilecError, match=message) as info:
+        compile_loaded(lang.load(text))
+    assert info.value.span is not None
+
+
+def test_a_large_upsampled_tile_is_made_in_row_chunks_that_fit() -> None:
+    c = compile_loaded(lang.load(UPSAMPLE, {"N": 1, "C": 130, "H": 112, "W": 112}))
+    assert "i_q_t" in c.source and "(65, 56, 224)" in c.source  # 65 partitions x 56 of the 224 result rows
+    assert "dma_copy" in c.source
+
+
+def test_a_copy_takes_no_directives_and_explain_shows_it() -> None:
+    with pytest.raises(TilecError, match="is a copy") as info:
+        compile_loaded(lang.load(SHIFT), lang.parse_schedule("tile Y.c, 8", "<test>"))
+    assert info.value.span is not None
+    c = compile_loaded(lang.load(CONCAT))
+    assert "copy Y -> Y" in c.stages["select"] and "Y[n, C1 + c, i, j] = B[n, c, i, j]" in c.stages["select"]
+
+
+@pytest.mark.parametrize("text", [
+    # replication that cannot be staged (no read loop with a result dimension of its own and a free dimension
+    # inside it): HBM -> HBM DMAs with strided destinations
+    "kernel a(X: f32[L]) -> Y\n  default L = 200\n  Y: f32[2*L]\n  for a in 0..2*L:\n    Y[a] = X[a / 2]\n",
+    "kernel a(X: bf16[M, K]) -> Y\n  default M = 130, K = 6\n  Y: bf16[3*M, K]\n  for i in 0..3*M, j in 0..K:\n"
+    "    Y[i, j] = X[i / 3, j]\n",
+    "kernel a(X: f16[M]) -> Y\n  default M = 1\n  Y: f16[2*M]\n  for i in 0..2*M:\n    Y[i] = X[i / 2]\n",
+    # a crop at the end (no offset), and a 3x upsample converting f32 -> bf16
+    "kernel a(X: f32[M, K]) -> Y\n  default M = 300, K = 7\n  Y: f32[M - 5, K - 1]\n  for i in 0..M - 5, j in 0..K - 1:\n"
+    "    Y[i, j] = X[i, j]\n",
+    "kernel a(X: f32[N, C, H, W]) -> Y\n  default N = 2, C = 100, H = 4, W = 6\n  Y: bf16[N, C, 3*H, 3*W]\n"
+    "  for n in 0..N, c in 0..C, i in 0..3*H, j in 0..3*W:\n    Y[n, c, i, j] = X[n, c, i / 3, j / 3]\n",
+], ids=["upsample1d", "upsample_rows", "upsample_one", "crop_end", "upsample3x_convert"])
+def test_copies_the_replication_rule_cannot_stage_match_the_reference(text: str) -> None:
+    check_against_reference(compile_loaded(lang.load(text)))
