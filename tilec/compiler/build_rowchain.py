@@ -22,7 +22,7 @@ Inside the loop the values are folded before they are computed (`Lin`, `Steps` b
     reads one PSUM operand (N cycles instead of 2N, nki-spec 1.10.4).
 Rows read whole from SBUF (g[j] * r[i]) are copied to every partition once, before the loop. A chain is fused only
 with the default schedule (no directive names its ops) and when its tiles fit the SBUF budget; what the folding does
-not cover (conversions, `%`) goes through the element-wise expression compiler (build_simple.ExprCompiler).
+not cover (conversions, `%`) goes through the element-wise expression compiler (expr_instrs.ExprCompiler).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from typing import AbstractSet, Union
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
-from tilec.compiler.build_simple import ExprCompiler
+from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole

@@ -10,8 +10,8 @@ from typing import AbstractSet, Callable
 
 from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
-from tilec.compiler.build_simple import build_pool
 from tilec.compiler import rules
+from tilec.compiler.rules_pool import build_pool
 from tilec.compiler.lower_tiles import copy_nest, eltwise_nest, lower_tiles, transpose_nest
 from tilec.compiler.build_reduce import build_reduce
 from tilec.compiler.build_colreduce import build_column_reduce

@@ -24,7 +24,7 @@ from typing import Callable
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import a, loop, sl, term
-from tilec.compiler.ir import Act, Aff, Alloc, Binary, Buf, Copy, Dma, Scalar, Sl, Stmt, View, full, whole
+from tilec.compiler.ir import Act, Aff, Alloc, Binary, Buf, Copy, Dma, Sl, Stmt, View, full, whole
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.rules import Prim, prim
 from tilec.compiler.schedule import PoolPlan
@@ -71,6 +71,11 @@ def pool(op: PoolOp, plan: PoolPlan) -> list[Prim]:
     if scale != 1.0:
         prims.append(prim("scale", float(f"{scale:.6g}")))
     return prims + [prim("stage_out", op.out)]
+
+
+def build_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    """Every standalone pool (overlapping, strided, padded, or window == stride: `windowed` makes that explicit)."""
+    return build_window_pool(op.windowed(), plan, hbm, fresh)
 
 
 def build_window_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:

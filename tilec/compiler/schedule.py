@@ -35,7 +35,6 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from tilec.compiler.ir import DTYPE_BYTES

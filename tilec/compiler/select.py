@@ -675,7 +675,7 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             row = f" (a row along {dict(op.vars)['x']})" if op.bias and op.bias_role == "x" else ""
             lines.append(f"  stationary {op.w} (layout {op.w_layout}), moving {op.x}{stride}, "
                          f"bias {op.bias or '-'}{row}")
-            epi = [f"relu" if op.relu else ""] + ([f"+ {op.residual}"] if op.residual else []) + \
+            epi = ["relu" if op.relu else ""] + ([f"+ {op.residual}"] if op.residual else []) + \
                 (["relu"] if op.post_relu else []) + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
                                                    f"scale {op.pool.scale:g}"] if op.pool else [])
             lines.append("  epilogue " + (", ".join(e for e in epi if e) or "-") +
