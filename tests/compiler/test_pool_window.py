@@ -145,3 +145,13 @@ kernel pool3(X: f32[N, C, H, W]) -> Y
       Y[n, c, i, j] max= X[n, c, 2*i + p, 2*j + q]
 """
     run_pool(text, "max", 3, 2, 0, "f32")
+
+
+def test_explain_shows_the_pool_rules_primitives() -> None:
+    """`explain` / `--dump-ir schedule` print the primitive list the pool's plan expands to, with the plan's band
+    and the window's stride and padding (the same record the lowering reads)."""
+    c = compile_loaded(lang.load(pool_program("max", 3, 2, 1), {}), lang.parse_schedule("split Y.i, 3", "<s>"))
+    text = c.stages["schedule"]
+    assert "# Y: rules_pool.pool expands its plan into" in text
+    assert "#   split(i, 3, name=BAND)" in text
+    assert "#   window(j, taps=3, stride=2, offset=-1, op=maximum)" in text

@@ -11,7 +11,7 @@ from typing import AbstractSet, Callable
 from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules
-from tilec.compiler.rules_pool import build_pool
+from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import copy_nest, eltwise_nest, lower_tiles, transpose_nest
 from tilec.compiler.build_reduce import build_reduce
 from tilec.compiler.build_colreduce import build_column_reduce
@@ -234,6 +234,9 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
             head = f"# {op.name} (line {op.line}): rules.copy writes its schedule as" if rule == "copy" else \
                 f"# {op.name}: rules.{rule} expands its plan into"  # a copy has no plan (no parameters)
             out += [head] + [f"#   {p}" for p in prims]
+        elif isinstance(op, PoolOp):  # (a pool fused into a conv is part of its ConvOp, not an op here)
+            out += [f"# {op.name}: rules_pool.pool expands its plan into"]
+            out += [f"#   {p}" for p in pool_prims(op.windowed(), plan)]
     return "".join(line + "\n" for line in out)
 
 
