@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from compiler_helpers import assert_matches
-from test_conv_padded import conv_ref, rounded, run
+from test_conv_padded import STRIDED, conv_ref, rounded, run
 from tilec.compiler.build_conv import fold_groups
 
 C3 = """\
@@ -62,16 +62,7 @@ def test_folded_contraction_major_weights_padded_dilated(schedule):
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], w, dilation=2, pad=(2, 2)))
 
 
-STEM = """\
-kernel stem(X: f32[N, C, H, W], Wt: f32[K, C, 7, 7]) -> Y
-  default N = 2, C = 3, H = 40, W = 26, K = 64
-  let Ho = (H + 6 - 7) / 2 + 1, Wo = (W + 6 - 7) / 2 + 1
-  Y: f32[N, K, Ho, Wo]
-  for n in 0..N, k in 0..K, y in 0..Ho, x in 0..Wo:
-    Y[n, k, y, x] = 0
-    for c in 0..C, r in 0..7, s in 0..7:
-      Y[n, k, y, x] += (X[n, c, 2*y + r - 3, 2*x + s - 3] ?? 0) * Wt[k, c, r, s]
-"""
+STEM = STRIDED.replace("H = 24, W = 22, K = 16", "H = 40, W = 26, K = 64")  # the padded 7x7 s2 stem, larger
 
 
 def test_folded_padded_stride_2_stem_in_two_matmuls_per_group():

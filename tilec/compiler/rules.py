@@ -261,8 +261,9 @@ class Permute:
     middle: bool = False  # the batch dimensions sit between the two swapped ones (no [B, M, N] views)
 
 
-def permute(k: Kernel) -> Permute | None:
-    """The nest's permute structure, or None when it is not one copy that swaps two runs after a batch."""
+def _one_copy(k: Kernel) -> tuple[list[Loop], Assign, Access] | None:
+    """(the perfect loop chain, its one assignment, the read it copies) when the nest is a single copy `Y[..] =
+    X[..]` inside one perfect loop chain (what the permute and copy rules start from), else None."""
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) != 1:
         return None
@@ -270,7 +271,15 @@ def permute(k: Kernel) -> Permute | None:
     body = chain[-1].body
     if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Load):
         return None
-    stmt, read = body[0], body[0].expr.access
+    return chain, body[0], body[0].expr.access
+
+
+def permute(k: Kernel) -> Permute | None:
+    """The nest's permute structure, or None when it is not one copy that swaps two runs after a batch."""
+    found = _one_copy(k)
+    if found is None:
+        return None
+    chain, stmt, read = found
     src, out = _plain(read.index), _plain(stmt.dst.index)
     if src is None or out is None or sorted(src) != sorted(out) or src == out:
         return None
@@ -280,11 +289,11 @@ def permute(k: Kernel) -> Permute | None:
     swap = [p for p, (x, y) in enumerate(zip(src, out)) if x != y]
     if cut is None and len(swap) == 2:  # two single dimensions swap around dimensions that stay in place
         a, c = src[swap[0]], src[swap[1]]
-        return Permute(tops[0], stmt, read, tuple(v for v in out if v not in (a, c)), (a,), (c,),
+        return Permute(chain[0], stmt, read, tuple(v for v in out if v not in (a, c)), (a,), (c,),
                        {lp.var: lp.extent for lp in chain}, {lp.var: lp.line for lp in chain}, middle=True)
     if cut is None:
         return None
-    return Permute(tops[0], stmt, read, tuple(src[:n]), tuple(rest[:cut]), tuple(rest[cut:]),
+    return Permute(chain[0], stmt, read, tuple(src[:n]), tuple(rest[:cut]), tuple(rest[cut:]),
                    {lp.var: lp.extent for lp in chain}, {lp.var: lp.line for lp in chain})
 
 
@@ -394,14 +403,10 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     block of partitions the read's region is loaded whole, one on-chip copy per combination of the skipped loops
     writes the strided positions of the result's tile (`Y_tile[c, 2*i_q + i_r, 2*j_q + j_r]`), and the tile is
     stored whole: both DMAs move long contiguous rows."""
-    tops = [s for s in k.body if isinstance(s, Loop)]
-    if len(tops) != 1:
+    found = _one_copy(k)
+    if found is None:
         return None
-    chain = layout.perfect_chain(tops[0])
-    body = chain[-1].body
-    if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Load):
-        return None
-    stmt, src = body[0], body[0].expr.access
+    chain, stmt, src = found
     loops = [lp.var for lp in chain]
     read = {t.var for i in src.index for t in i.terms}
     ext = {lp.var: lp.extent for lp in chain}
