@@ -193,6 +193,16 @@ def reproducer(text: str, schedule: str | None, header: list[str]) -> str:
     return "".join(f"# {h}\n" for h in header) + body
 
 
+def input_seed(text: str) -> int:
+    """The `# seed: N` line among a reproducer's comments on top (the seed of the inputs its pair ran with), else 0."""
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith("# seed:"):
+            return int(line.split()[2])
+    return 0
+
+
 def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: float, out: str | None,
              minimize_: bool, quiet: bool = False, findings: list | None = None) -> Counter:
     """Run pairs until `pairs` or the time box; counts per class. `findings` (a list) receives (family, verdict)
@@ -262,9 +272,10 @@ def write_findings(out: str, findings, minimize_: bool, timeout: float) -> None:
     for n, f in enumerate(findings, 1):
         text, schedule = f.text, f.schedule
         if minimize_:
-            text, schedule = minimize(text, schedule, f.verdict, timeout=timeout)
+            text, schedule = minimize(text, schedule, f.verdict, timeout=timeout, seed=f.pair.seed)
         header = [f"class: {f.verdict.cls} ({f.verdict.stage})", f"seen: {f.verdict.message[:200]}",
-                  f"fuzz seed {f.pair.seed}" + (" (minimised)" if minimize_ else "")]
+                  f"fuzz seed {f.pair.seed}" + (" (minimised)" if minimize_ else ""),
+                  f"seed: {f.pair.seed}  (the inputs: tilec.lang.api.random_inputs(program, seed))"]
         path = folder / f"{n:03d}_{f.verdict.cls}.tl"
         path.write_text(reproducer(text, schedule, header))
         print(f"  wrote {path}")
