@@ -376,7 +376,12 @@ def matmul(rng: random.Random, nm: Names) -> Case:
     init = "0" if not bias else f"{bias_name}[{j if bias == 'col' else i}]"
     lhs = f"{a}[{r}, {i}]" if a_t else f"{a}[{i}, {r}]"
     rhs = f"{bb}[{j}, {r}]" if b_t else f"{bb}[{r}, {j}]"
-    prod = f"{lhs} * {rhs}" if rng.random() < 0.7 else f"{rhs} * {lhs}"
+    # now and then a factor that is not a plain read (a scale, a function, a negation, a conversion): computed
+    # before the product (the compiler must not drop it)
+    wrap = rng.choice(["scale", "relu", "exp", "neg", "f32", dt]) if rng.random() < 0.15 else None
+    lhs_v = {None: lhs, "scale": f"0.5 * {lhs}", "neg": f"-{lhs}"}.get(wrap, f"{wrap}({lhs})")
+    rhs_v = f"f32({rhs})" if wrap == "f32" else rhs  # both converted: the checker wants one dtype
+    prod = f"{lhs_v} * {rhs_v}" if rng.random() < 0.7 else f"{rhs_v} * ({lhs_v})"
     lines = [f"{c_name}[{i}, {j}] = {init}", f"for {r} in 0..{sk}:", f"  {c_name}[{i}, {j}] += {prod}"]
     if relu == "nest":
         lines.append(f"{c_name}[{i}, {j}] = relu({c_name}[{i}, {j}])")
@@ -393,6 +398,11 @@ def matmul(rng: random.Random, nm: Names) -> Case:
     def formula(env: dict) -> dict:
         am = env[a].T if a_t else env[a]
         bm = env[bb].T if b_t else env[bb]
+        if wrap in ("scale", "neg", "relu", "exp"):
+            am = {"scale": lambda x: 0.5 * x, "neg": lambda x: -x, "relu": lambda x: np.maximum(x, 0),
+                  "exp": np.exp}[wrap](am)
+        elif wrap in ("f16", "bf16"):
+            am = rounded(am, wrap)
         c = am @ bm
         if bias == "col":
             c = c + env[bias_name][None, :]
