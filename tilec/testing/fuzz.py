@@ -81,9 +81,10 @@ def run_pairs(pairs: list[Pair]):
 
     case = generate(pairs[0].seed)
     prep = prepare(case.text, case.formula, pairs[0].seed)
+    label = case.family + "".join(f"/{form}" for form in case.forms)  # counted apart: e.g. conv/padded
     for pair in pairs:
         verdict, schedule = check_prepared(prep, None, pair.schedule_seed, pair.kind)
-        yield case.family, pair.kind, verdict, schedule
+        yield label, pair.kind, verdict, schedule
 
 
 def _worker(conn) -> None:
@@ -250,7 +251,7 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
     print("  " + _counts_text(counts))
     fams = sorted({f for f, _ in by_family})
     for fam in fams:
-        print(f"    {fam:<10} " + ", ".join(f"{c} {by_family[(fam, c)]}" for c in CLASSES if by_family[(fam, c)]))
+        print(f"    {fam:<30} " + ", ".join(f"{c} {by_family[(fam, c)]}" for c in CLASSES if by_family[(fam, c)]))
     if first:
         print(f"  {len(first)} distinct failure(s):")
         for sig, f in sorted(first.items()):
