@@ -431,6 +431,10 @@ def conv(rng: random.Random, nm: Names) -> Case:
     pad_y, pad_x = (dil * (r - 1) // 2, dil * (s - 1) // 2) if padded else (0, 0)
     h = dil * (r - 1) + 1 - 2 * pad_y + sy * (rng.randint(1, 18) - 1) if two_d else 1
     w = dil * (s - 1) + 1 - 2 * pad_x + sx * (rng.randint(1, 40) - 1)
+    while w < pad_x:  # a padded read may reach at most the input's extent beyond either end
+        w += sx
+    while two_d and h < pad_y:
+        h += sy
     while n * c * kk * h * w * r * s > 6_000_000:
         c, kk = max(1, c // 2), max(1, kk // 2)
     if depthwise:
