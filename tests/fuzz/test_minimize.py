@@ -67,3 +67,17 @@ def test_reproducers_record_the_input_seed_and_the_regression_runner_reads_it(tm
     assert "# seed: 13014653 " in path.read_text()
     assert input_seed(path.read_text()) == 13014653
     assert input_seed("# expect: match\nkernel k(A: f32[N]) -> Y\n") == 0
+
+
+def test_a_hung_pairs_schedule_is_drawn_again_as_the_worker_drew_it():
+    """A hang's worker is killed before it reports its schedule: the supervisor draws it again from the pair's seeds
+    (campaign 4 of fuzz3: seed 19002218's knobs schedule `tile Y.math, 1` was missing from its reproducer)."""
+    from tilec.testing.fuzz import drawn_schedule, pairs_of
+    from tilec.testing.gen import generate
+    from tilec.testing.oracle import check_prepared, prepare
+
+    for pair in pairs_of(7, 3)[1:]:  # knobs, raw
+        text = generate(pair.seed).text
+        _, ran = check_prepared(prepare(text, None, pair.seed), None, pair.schedule_seed, pair.kind)
+        assert drawn_schedule(text, pair) == ran
+    assert drawn_schedule(generate(pairs_of(7, 3)[0].seed).text, pairs_of(7, 3)[0]) is None  # the default

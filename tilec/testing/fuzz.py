@@ -194,6 +194,23 @@ def reproducer(text: str, schedule: str | None, header: list[str]) -> str:
     return "".join(f"# {h}\n" for h in header) + body
 
 
+def drawn_schedule(text: str, pair: Pair) -> str | None:
+    """The schedule a pair ran with, drawn again from its seed as the worker drew it (for a hang: the worker was
+    killed before it could report it); None for the default schedule or when it cannot be drawn here."""
+    import random
+
+    from tilec.testing.oracle import knob_schedule, prepare, raw_schedule
+
+    prep = prepare(text, None, pair.seed)
+    if prep.verdict is not None or pair.kind not in ("knobs", "raw"):
+        return None
+    rng = random.Random(pair.schedule_seed)
+    try:
+        return knob_schedule(prep.default(), rng) if pair.kind == "knobs" else raw_schedule(prep.program, rng)
+    except Exception:
+        return None
+
+
 def input_seed(text: str) -> int:
     """The `# seed: N` line among a reproducer's comments on top (the seed of the inputs its pair ran with), else 0."""
     for line in text.splitlines():
@@ -228,6 +245,8 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
                 print(f"  pair {pair.index} (seed {pair.seed}, {family}, {kind}): {verdict.line()[:200]}", flush=True)
             if sig not in first:
                 case = generate(pair.seed)
+                if verdict.cls == "hang" and schedule is None:  # the killed worker could not report it
+                    schedule = drawn_schedule(case.text, pair)
                 first[sig] = Finding(pair, verdict, case.text, schedule, secs)
                 if not quiet:
                     print(f"  pair {pair.index} (seed {pair.seed}, {case.family}, {kind}): {verdict.line()[:200]}",
