@@ -16,7 +16,16 @@ from tilec.testing.gen import generate
 from tilec.testing.oracle import raw_schedule, with_schedule
 
 ROOT = pathlib.Path(__file__).parents[2]
-SEEDS = 400  # ~12 s; the rarest constructs (one function of ten, one comparison of six) show up well before
+SEEDS = 500  # ~15 s; the rarest constructs (one function of ten, one comparison of six) show up well before
+
+
+FORMS = {  # the family forms the compiler is learning (pools, convs, data movement): generated, so each is checked
+    # as soon as it compiles (until then a located rejection is a fine verdict), with the syntax that marks it
+    ("conv", "padded"): "?? 0)", ("conv", "dilated"): " + 2*", ("conv", "depthwise"): "",
+    ("pool", "padded"): "??", ("movement", "shift"): " + ", ("movement", "shift_padded"): "?? 0",
+    ("movement", "upsample"): " / ", ("movement", "concat"): "", ("bmm", ""): "",
+}
+FAMILY_FORMS: set[tuple[str, str]] = set()
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +35,11 @@ def generated() -> set[str]:
         warnings.simplefilter("ignore")
         for seed in range(SEEDS):
             case = generate(seed)
+            family = "conv" if case.family == "conv_pool" else case.family
+            for form in case.forms or ("",):
+                mark = FORMS.get((family, form))
+                if mark is not None and mark in case.text:
+                    FAMILY_FORMS.add((family, form))
             program = lang.load(case.text)
             schedule = raw_schedule(program, random.Random(seed))
             seen |= coverage.constructs(case.text) | coverage.op_features(program)
@@ -57,3 +71,8 @@ def test_generator_covers_every_construct_of_the_examples(generated):
     assert {"op:conv+pool.maximum", "op:matmul+bias-x", "op:rowchain", "op:pool.add+scaled"} <= want
     missing = sorted(want - generated)
     assert not missing, f"constructs of examples/ the fuzzer never generates: {missing}"
+
+
+def test_generator_makes_the_family_forms_the_compiler_is_learning(generated):
+    missing = sorted(set(FORMS) - FAMILY_FORMS)
+    assert not missing, f"family forms the fuzzer never generates: {missing}"

@@ -121,8 +121,28 @@ def _check_read(comp: Comp, acc: sx.Access, program) -> None:
 # ---- contraction ---------------------------------------------------------------------------------------------------
 
 
+def _check_operands(comp: Comp, program) -> None:
+    """The contraction's two factors are tensor reads (or f32() of one: exact) of one dtype: the builders multiply
+    the operand tiles as loaded, so a scale, a function, a negation or a narrowing conversion around a factor would
+    be dropped (fuzz3: `Y += relu(X[i, k]) * W[k, j]` ran as `X * W`, `0.5 * X * W` as `X * W`)."""
+    assert isinstance(comp.update, sx.BinOp)
+    reads = []
+    for side in (comp.update.lhs, comp.update.rhs):
+        read = side.args[0] if isinstance(side, sx.Call) and side.fn == "f32" else side
+        if not isinstance(read, sx.Access):
+            raise reject(comp, f"a contraction's factors must be tensor reads, `{fmt_expr(side)}` is computed",
+                         side.span, "compute it in a statement of its own first, or apply a scale to the result")
+        reads.append(read)
+    dtypes = [program.tensors[r.tensor].dtype for r in reads]
+    if dtypes[0] != dtypes[1]:
+        raise reject(comp, f"the factors {reads[0].tensor} ({dtypes[0]}) and {reads[1].tensor} ({dtypes[1]}) of a "
+                           "contraction have different dtypes", comp.update.span,
+                     "declare both with one dtype, or convert one in a statement of its own first")
+
+
 def select_conv(comp: Comp, program) -> ConvOp:
     assert comp.update is not None  # _select_one saw a product in it
+    _check_operands(comp, program)
     a, b = accesses(comp.update)
     _check_operands(comp, a, b)
     out_vars = list(comp.out_vars)

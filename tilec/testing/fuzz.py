@@ -81,9 +81,10 @@ def run_pairs(pairs: list[Pair]):
 
     case = generate(pairs[0].seed)
     prep = prepare(case.text, case.formula, pairs[0].seed)
+    label = case.family + "".join(f"/{form}" for form in case.forms)  # counted apart: e.g. conv/padded
     for pair in pairs:
         verdict, schedule = check_prepared(prep, None, pair.schedule_seed, pair.kind)
-        yield case.family, pair.kind, verdict, schedule
+        yield label, pair.kind, verdict, schedule
 
 
 def _worker(conn) -> None:
@@ -193,6 +194,33 @@ def reproducer(text: str, schedule: str | None, header: list[str]) -> str:
     return "".join(f"# {h}\n" for h in header) + body
 
 
+def drawn_schedule(text: str, pair: Pair) -> str | None:
+    """The schedule a pair ran with, drawn again from its seed as the worker drew it (for a hang: the worker was
+    killed before it could report it); None for the default schedule or when it cannot be drawn here."""
+    import random
+
+    from tilec.testing.oracle import knob_schedule, prepare, raw_schedule
+
+    prep = prepare(text, None, pair.seed)
+    if prep.verdict is not None or pair.kind not in ("knobs", "raw"):
+        return None
+    rng = random.Random(pair.schedule_seed)
+    try:
+        return knob_schedule(prep.default(), rng) if pair.kind == "knobs" else raw_schedule(prep.program, rng)
+    except Exception:
+        return None
+
+
+def input_seed(text: str) -> int:
+    """The `# seed: N` line among a reproducer's comments on top (the seed of the inputs its pair ran with), else 0."""
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith("# seed:"):
+            return int(line.split()[2])
+    return 0
+
+
 def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: float, out: str | None,
              minimize_: bool, quiet: bool = False, findings: list | None = None) -> Counter:
     """Run pairs until `pairs` or the time box; counts per class. `findings` (a list) receives (family, verdict)
@@ -217,6 +245,8 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
                 print(f"  pair {pair.index} (seed {pair.seed}, {family}, {kind}): {verdict.line()[:200]}", flush=True)
             if sig not in first:
                 case = generate(pair.seed)
+                if verdict.cls == "hang" and schedule is None:  # the killed worker could not report it
+                    schedule = drawn_schedule(case.text, pair)
                 first[sig] = Finding(pair, verdict, case.text, schedule, secs)
                 if not quiet:
                     print(f"  pair {pair.index} (seed {pair.seed}, {case.family}, {kind}): {verdict.line()[:200]}",
@@ -240,7 +270,7 @@ def campaign(seed: int, minutes: float, jobs: int, pairs: int | None, timeout: f
     print("  " + _counts_text(counts))
     fams = sorted({f for f, _ in by_family})
     for fam in fams:
-        print(f"    {fam:<10} " + ", ".join(f"{c} {by_family[(fam, c)]}" for c in CLASSES if by_family[(fam, c)]))
+        print(f"    {fam:<30} " + ", ".join(f"{c} {by_family[(fam, c)]}" for c in CLASSES if by_family[(fam, c)]))
     if first:
         print(f"  {len(first)} distinct failure(s):")
         for sig, f in sorted(first.items()):
@@ -262,9 +292,10 @@ def write_findings(out: str, findings, minimize_: bool, timeout: float) -> None:
     for n, f in enumerate(findings, 1):
         text, schedule = f.text, f.schedule
         if minimize_:
-            text, schedule = minimize(text, schedule, f.verdict, timeout=timeout)
+            text, schedule = minimize(text, schedule, f.verdict, timeout=timeout, seed=f.pair.seed)
         header = [f"class: {f.verdict.cls} ({f.verdict.stage})", f"seen: {f.verdict.message[:200]}",
-                  f"fuzz seed {f.pair.seed}" + (" (minimised)" if minimize_ else "")]
+                  f"fuzz seed {f.pair.seed}" + (" (minimised)" if minimize_ else ""),
+                  f"seed: {f.pair.seed}  (the inputs: tilec.lang.api.random_inputs(program, seed))"]
         path = folder / f"{n:03d}_{f.verdict.cls}.tl"
         path.write_text(reproducer(text, schedule, header))
         print(f"  wrote {path}")

@@ -49,6 +49,7 @@ class Case:
     text: str
     formula: Formula = field(repr=False)
     seed: int = 0
+    forms: tuple[str, ...] = ()  # the variants of its family it uses (padded, dilated, depthwise, shift, ...)
 
 
 class Names:
@@ -375,7 +376,12 @@ def matmul(rng: random.Random, nm: Names) -> Case:
     init = "0" if not bias else f"{bias_name}[{j if bias == 'col' else i}]"
     lhs = f"{a}[{r}, {i}]" if a_t else f"{a}[{i}, {r}]"
     rhs = f"{bb}[{j}, {r}]" if b_t else f"{bb}[{r}, {j}]"
-    prod = f"{lhs} * {rhs}" if rng.random() < 0.7 else f"{rhs} * {lhs}"
+    # now and then a factor that is not a plain read (a scale, a function, a negation, a conversion): computed
+    # before the product (the compiler must not drop it)
+    wrap = rng.choice(["scale", "relu", "exp", "neg", "f32", dt]) if rng.random() < 0.15 else None
+    lhs_v = {None: lhs, "scale": f"0.5 * {lhs}", "neg": f"-{lhs}"}.get(wrap, f"{wrap}({lhs})")
+    rhs_v = f"f32({rhs})" if wrap == "f32" else rhs  # both converted: the checker wants one dtype
+    prod = f"{lhs_v} * {rhs_v}" if rng.random() < 0.7 else f"{rhs_v} * ({lhs_v})"
     lines = [f"{c_name}[{i}, {j}] = {init}", f"for {r} in 0..{sk}:", f"  {c_name}[{i}, {j}] += {prod}"]
     if relu == "nest":
         lines.append(f"{c_name}[{i}, {j}] = relu({c_name}[{i}, {j}])")
@@ -392,6 +398,11 @@ def matmul(rng: random.Random, nm: Names) -> Case:
     def formula(env: dict) -> dict:
         am = env[a].T if a_t else env[a]
         bm = env[bb].T if b_t else env[bb]
+        if wrap in ("scale", "neg", "relu", "exp"):
+            am = {"scale": lambda x: 0.5 * x, "neg": lambda x: -x, "relu": lambda x: np.maximum(x, 0),
+                  "exp": np.exp}[wrap](am)
+        elif wrap in ("f16", "bf16"):
+            am = rounded(am, wrap)
         c = am @ bm
         if bias == "col":
             c = c + env[bias_name][None, :]
@@ -406,31 +417,47 @@ def matmul(rng: random.Random, nm: Names) -> Case:
 
 
 def conv(rng: random.Random, nm: Names) -> Case:
+    """Convs: 1-D/2-D, strides, dilated taps (`X[y + 2*r]`), zero padding (`X[y + r - 1] ?? 0`, a "same" conv at
+    stride 1), depthwise (weights [C, R, S], one channel per output channel), bias, relu, fused pools."""
     two_d = rng.random() < 0.6
     n, c, kk = rng.choice([1, 1, 2]), size(rng, 260), size(rng, 260)
     r = rng.choice([1, 2, 3]) if two_d else 1
     s = rng.choice([1, 2, 3])
     sy = rng.choice([1, 1, 2]) if two_d else 1
     sx = rng.choice([1, 1, 1, 2])
-    h = r + sy * (rng.randint(1, 18) - 1) if two_d else 1
-    w = s + sx * (rng.randint(1, 40) - 1)
+    dil = rng.choice([1, 1, 1, 2])
+    padded = rng.random() < 0.25
+    depthwise = rng.random() < 0.15
+    pad_y, pad_x = (dil * (r - 1) // 2, dil * (s - 1) // 2) if padded else (0, 0)
+    h = dil * (r - 1) + 1 - 2 * pad_y + sy * (rng.randint(1, 18) - 1) if two_d else 1
+    w = dil * (s - 1) + 1 - 2 * pad_x + sx * (rng.randint(1, 40) - 1)
+    while w < pad_x:  # a padded read may reach at most the input's extent beyond either end
+        w += sx
+    while two_d and h < pad_y:
+        h += sy
     while n * c * kk * h * w * r * s > 6_000_000:
         c, kk = max(1, c // 2), max(1, kk // 2)
+    if depthwise:
+        c = kk
     dt = rng.choice(DTYPES)
     names = {v: nm(v) for v in ("N", "C", "K", "H", "W", "R", "S")}
     b = Builder(nm("con"))
-    b.defaults = [(names["N"], n), (names["C"], c), (names["K"], kk)]
+    b.defaults = [(names["N"], n)] + ([] if depthwise else [(names["C"], c)]) + [(names["K"], kk)]
     b.defaults += [(names["H"], h)] if two_d else []
     b.defaults += [(names["W"], w)] + ([(names["R"], r)] if two_d else []) + [(names["S"], s)]
     x_name, w_name = nm("X"), nm("Wt")
-    w_ck = rng.random() < 0.2  # weights stored [C, K, ...]
-    ho_e = f"({names['H']} - {names['R']}) / {sy} + 1" if sy > 1 else f"{names['H']} - {names['R']} + 1"
-    wo_e = f"({names['W']} - {names['S']}) / {sx} + 1" if sx > 1 else f"{names['W']} - {names['S']} + 1"
+    w_ck = rng.random() < 0.2 and not depthwise  # weights stored [C, K, ...]
+
+    def out_size(size_name: str, tap_name: str, stride: int, pad: int) -> str:
+        span = f"{size_name} - {tap_name}" if dil == 1 else f"{size_name} - {dil}*({tap_name} - 1) - 1"
+        span += f" + {2 * pad}" if pad else ""
+        return f"({span}) / {stride} + 1" if stride > 1 else f"{span} + 1"
+    ho_e, wo_e = out_size(names["H"], names["R"], sy, pad_y), out_size(names["W"], names["S"], sx, pad_x)
     ho_n, wo_n = nm("Ho"), nm("Wo")
     b.lets = ([(ho_n, ho_e)] if two_d else []) + [(wo_n, wo_e)]
     sp = [names["H"], names["W"]] if two_d else [names["W"]]
-    b.param(x_name, dt, [names["N"], names["C"]] + sp)
-    ch = [names["C"], names["K"]] if w_ck else [names["K"], names["C"]]
+    b.param(x_name, dt, [names["N"], names["K"] if depthwise else names["C"]] + sp)
+    ch = [names["K"]] if depthwise else [names["C"], names["K"]] if w_ck else [names["K"], names["C"]]
     b.param(w_name, dt, ch + ([names["R"], names["S"]] if two_d else [names["S"]]))
     bias = rng.random() < 0.6
     b_name = nm("b") if bias else None
@@ -443,23 +470,29 @@ def conv(rng: random.Random, nm: Names) -> Case:
     v = {k: nm(k.lower()) for k in ("n", "k", "y", "x", "c", "r", "s")}
     oy = [v["y"], v["x"]] if two_d else [v["x"]]
     cidx = ", ".join([v["n"], v["k"]] + oy)
-    xin = [f"{sy}*{v['y']} + {v['r']}" if sy > 1 else f"{v['y']} + {v['r']}"] if two_d else []
-    xin += [f"{sx}*{v['x']} + {v['s']}" if sx > 1 else f"{v['x']} + {v['s']}"]
-    widx = [v["c"], v["k"]] if w_ck else [v["k"], v["c"]]
+
+    def tap(out_var: str, stride: int, tap_var: str, pad: int) -> str:
+        return (f"{stride}*{out_var}" if stride > 1 else out_var) + (f" + {dil}*{tap_var}" if dil > 1 else
+                                                                     f" + {tap_var}") + (f" - {pad}" if pad else "")
+    xin = [tap(v["y"], sy, v["r"], pad_y)] if two_d else []
+    xin += [tap(v["x"], sx, v["s"], pad_x)]
+    widx = [v["k"]] if depthwise else [v["c"], v["k"]] if w_ck else [v["k"], v["c"]]
     widx += [v["r"], v["s"]] if two_d else [v["s"]]
-    taps = [(v["c"], names["C"])] + ([(v["r"], names["R"])] if two_d else []) + [(v["s"], names["S"])]
+    taps = ([] if depthwise else [(v["c"], names["C"])]) + ([(v["r"], names["R"])] if two_d else [])
+    taps += [(v["s"], names["S"])]
     init_v = f"{b_name}[{v['k']}]" if bias else "0"
+    read = f"{x_name}[{', '.join([v['n'], v['k'] if depthwise else v['c']] + xin)}]"
+    read = f"({read} ?? 0)" if padded else read
     lines = [f"{conv_name}[{cidx}] = {init_v}",
              f"for {', '.join(f'{a} in 0..{e}' for a, e in taps)}:",
-             f"  {conv_name}[{cidx}] += {x_name}[{', '.join([v['n'], v['c']] + xin)}] * "
-             f"{w_name}[{', '.join(widx)}]"]
+             f"  {conv_name}[{cidx}] += {read} * {w_name}[{', '.join(widx)}]"]
     if relu == "nest":
         lines.append(f"{conv_name}[{cidx}] = relu({conv_name}[{cidx}])")
     last_is_conv = relu != "stmt" and not pool
     b.decl(conv_name, conv_dt, [names["N"], names["K"]] + out_sp, out=last_is_conv)
     b.loops([(v["n"], names["N"]), (v["k"], names["K"])] + list(zip(oy, out_sp)), lines)
-    ho = (h - r) // sy + 1
-    wo = (w - s) // sx + 1
+    ho = (h + 2 * pad_y - dil * (r - 1) - 1) // sy + 1
+    wo = (w + 2 * pad_x - dil * (s - 1) - 1) // sx + 1
     stage, stage_name, stage_dt = "conv", conv_name, conv_dt
     if relu == "stmt":
         rl, rl_dt = nm("Y"), rng.choice(DTYPES)
@@ -495,12 +528,17 @@ def conv(rng: random.Random, nm: Names) -> Case:
         if w_ck:
             wt = np.swapaxes(wt, 0, 1)
         if not two_d:
-            x, wt = x[:, :, None, :], wt[:, :, None, :]
+            x, wt = x[:, :, None, :], wt[..., None, :]
+        x = np.pad(x, ((0, 0), (0, 0), (pad_y, pad_y), (pad_x, pad_x)))
         out = np.zeros((n, kk, ho, wo))
         for dy in range(r):
             for dx in range(s):
-                patch = x[:, :, dy:dy + sy * (ho - 1) + 1:sy, dx:dx + sx * (wo - 1) + 1:sx]
-                out += np.einsum("nchw,kc->nkhw", patch, wt[:, :, dy, dx])
+                y0, x0 = dil * dy, dil * dx
+                patch = x[:, :, y0:y0 + sy * (ho - 1) + 1:sy, x0:x0 + sx * (wo - 1) + 1:sx]
+                if depthwise:  # wt: [K, R, S], channel k reads channel k
+                    out += patch * wt[None, :, dy, dx, None, None]
+                else:
+                    out += np.einsum("nchw,kc->nkhw", patch, wt[:, :, dy, dx])
         if bias:
             out += env[b_name][None, :, None, None]
         if relu == "nest":
@@ -518,7 +556,8 @@ def conv(rng: random.Random, nm: Names) -> Case:
         if not two_d:
             res = {key: val[:, :, 0, :] for key, val in res.items()}
         return res
-    return Case("conv_pool" if pool else "conv", b.text(), formula)
+    forms = tuple(f for f, on in (("padded", padded), ("dilated", dil > 1), ("depthwise", depthwise)) if on)
+    return Case("conv_pool" if pool else "conv", b.text(), formula, forms=forms)
 
 
 def pool(rng: random.Random, nm: Names) -> Case:
@@ -582,7 +621,7 @@ def padded_pool(rng: random.Random, nm: Names) -> Case:
         red = {"max": lambda: wins.max(0), "min": lambda: wins.min(0), "sum": lambda: wins.sum(0),
                "avg": lambda: (wins * float(np.float32(1.0 / (k * k)))).sum(0)}[kind]()
         return {y_name: red}
-    return Case("pool", b.text(), formula)
+    return Case("pool", b.text(), formula, forms=("padded",))
 
 
 def transpose(rng: random.Random, nm: Names) -> Case:
@@ -751,6 +790,96 @@ def permute(rng: random.Random, nm: Names) -> Case:
     return Case("permute", b.text(), lambda env: {y: np.transpose(env[x], order)})
 
 
+def movement(rng: random.Random, nm: Names) -> Case:
+    """Data movement over [N, C, H, W] (or [H, W]): a shift (`X[.., j + 2]`, or zero-filled `X[.., j - 2] ?? 0`),
+    a nearest upsampling (`X[.., i / 2, j / 2]`), a concatenation of two inputs along any dim."""
+    kind = rng.choice(["shift", "shift_padded", "upsample", "concat"])
+    four = rng.random() < 0.6
+    dims = ([rng.choice([1, 2]), size(rng, 200)] if four else []) + [rng.randint(1, 24), rng.randint(1, 40)]
+    syms = [nm(x) for x in (("N", "C", "H", "W") if four else ("H", "W"))]
+    b = Builder(nm("move"))
+    b.defaults = list(zip(syms, dims))
+    x, dt = nm("X"), rng.choice(DTYPES)
+    b.param(x, dt, syms)
+    y = nm("Y")
+    iv = [nm(v) for v in (("n", "c", "i", "j") if four else ("i", "j"))]
+    axis = rng.randrange(len(dims))
+    ext = list(syms)
+    src = list(iv)
+    if kind == "shift":  # Y is shorter along the axis by the offset
+        off = rng.randint(1, 3)
+        b.defaults[axis] = (syms[axis], dims[axis] + off)
+        ext[axis] = f"{syms[axis]} - {off}"
+        src[axis] = f"{iv[axis]} + {off}"
+        line = f"{y}[{', '.join(iv)}] = {x}[{', '.join(src)}]"
+    elif kind == "shift_padded":  # the same extent, zeros shifted in
+        off = rng.choice([-2, -1, 1, 2])
+        if dims[axis] <= abs(off):  # the read must touch X
+            dims[axis] = abs(off) + 1
+            b.defaults[axis] = (syms[axis], dims[axis])
+        src[axis] = f"{iv[axis]} + {off}" if off > 0 else f"{iv[axis]} - {-off}"
+        line = f"{y}[{', '.join(iv)}] = {x}[{', '.join(src)}] ?? 0"
+    elif kind == "upsample":  # the last one or two dims repeated f times
+        f = rng.choice([2, 2, 3])
+        for d in ([len(dims) - 2, len(dims) - 1] if rng.random() < 0.7 else [len(dims) - 1]):
+            ext[d], src[d] = f"{f}*{syms[d]}", f"{iv[d]} / {f}"
+        line = f"{y}[{', '.join(iv)}] = {x}[{', '.join(src)}]"
+    else:  # concat: Y = [X; Z] along `axis`
+        z, extra = nm("Z"), nm("E")
+        b.defaults.append((extra, rng.randint(1, 40)))
+        zs = list(syms)
+        zs[axis] = extra
+        b.param(z, dt, zs)
+        ext[axis] = f"{syms[axis]} + {extra}"
+    b.decl(y, rng.choice(DTYPES), ext, out=True)
+    if kind == "concat":
+        b.loops(list(zip(iv, syms)), [f"{y}[{', '.join(iv)}] = {x}[{', '.join(iv)}]"])
+        iz = [nm(v) for v in (("n", "c", "i", "j") if four else ("i", "j"))]
+        dst = list(iz)
+        dst[axis] = f"{syms[axis]} + {iz[axis]}"
+        b.loops(list(zip(iz, zs)), [f"{y}[{', '.join(dst)}] = {z}[{', '.join(iz)}]"])
+    else:
+        b.loops(list(zip(iv, ext)), [line])
+
+    def formula(env: dict) -> dict:
+        xv = env[x]
+        if kind == "shift":
+            return {y: np.take(xv, range(off, xv.shape[axis]), axis=axis)}
+        if kind == "shift_padded":
+            n_ax = xv.shape[axis]
+            idx = np.arange(n_ax) + off
+            ok = (idx >= 0) & (idx < n_ax)
+            out = np.take(xv, np.clip(idx, 0, n_ax - 1), axis=axis)
+            shape = [1] * xv.ndim
+            shape[axis] = n_ax
+            return {y: np.where(ok.reshape(shape), out, 0.0)}
+        if kind == "upsample":
+            out = xv
+            for d in range(xv.ndim):
+                if "/" in src[d]:
+                    out = np.repeat(out, f, axis=d)
+            return {y: out}
+        return {y: np.concatenate([xv, env[z]], axis=axis)}
+    return Case("movement", b.text(), formula, forms=(kind,))
+
+
+def batched_matmul(rng: random.Random, nm: Names) -> Case:
+    """C[b, i, j] = sum_k A[b, i, k] * B[b, k, j] (operands of one dtype, the result of any)."""
+    nb, m, k, n = rng.choice([1, 2, 3, 4]), size(rng, 300), size(rng, 300), size(rng, 300)
+    syms = [nm(v) for v in ("Bt", "M", "K", "N")]
+    b = Builder(nm("bmm"))
+    b.defaults = list(zip(syms, [nb, m, k, n]))
+    a_name, b_name, c_name, dt = nm("A"), nm("B"), nm("C"), rng.choice(DTYPES)
+    b.param(a_name, dt, [syms[0], syms[1], syms[2]])
+    b.param(b_name, dt, [syms[0], syms[2], syms[3]])
+    b.decl(c_name, rng.choice(DTYPES), [syms[0], syms[1], syms[3]], out=True)
+    bv, iv, jv, kv = nm("b"), nm("i"), nm("j"), nm("k")
+    b.loops([(bv, syms[0]), (iv, syms[1]), (jv, syms[3])],
+            [f"{c_name}[{bv}, {iv}, {jv}] = 0", f"for {kv} in 0..{syms[2]}:",
+             f"  {c_name}[{bv}, {iv}, {jv}] += {a_name}[{bv}, {iv}, {kv}] * {b_name}[{bv}, {kv}, {jv}]"])
+    return Case("bmm", b.text(), lambda env: {c_name: np.einsum("bik,bkj->bij", env[a_name], env[b_name])})
+
+
 FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "eltwise": eltwise,
     "chain": lambda rng, nm: eltwise(rng, nm, chain=True),
@@ -762,9 +891,11 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "rowchain": row_chain,
     "colreduce": reduce_columns,
     "permute": permute,
+    "movement": movement,
+    "bmm": batched_matmul,
 }
 WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
-           "colreduce": 1, "permute": 1}
+           "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1}
 
 
 def generate(seed: int, family: str | None = None) -> Case:

@@ -2,7 +2,9 @@
 
     minimize(text, schedule, verdict) -> (text, schedule)
 
-"Still failing" means: the same class and stage as the original verdict (a hang: still over the time limit).
+"Still failing" means: the same class and stage as the original verdict (a hang: still over the time limit), with
+the pair's own inputs (`seed`: the fuzzer draws every program's inputs from its seed; a regression file records it
+in a `# seed: N` line).
 Reductions, repeated until none applies (each candidate is checked in a fresh process, so a hang is a hang):
     1. drop schedule directives (halves first, then one at a time);
     2. drop statements (lines of the body, with the block under a loop) that the outputs do not need;
@@ -18,7 +20,7 @@ import re
 from tilec.testing.oracle import Verdict, check
 
 
-def _verdict_in_process(text: str, schedule: str | None, timeout: float) -> Verdict:
+def _verdict_in_process(text: str, schedule: str | None, timeout: float, seed: int = 0) -> Verdict:
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe()
 
@@ -27,7 +29,7 @@ def _verdict_in_process(text: str, schedule: str | None, timeout: float) -> Verd
 
         warnings.simplefilter("ignore")
         try:
-            conn.send(check(text, schedule)[0])
+            conn.send(check(text, schedule, seed=seed)[0])
         except BaseException as err:
             conn.send(Verdict("internal", "oracle", repr(err)))
 
@@ -51,14 +53,14 @@ def _same(a: Verdict, b: Verdict) -> bool:
 
 
 def minimize(text: str, schedule: str | None, verdict: Verdict, timeout: float = 20.0,
-             max_checks: int = 400) -> tuple[str, str | None]:
+             max_checks: int = 400, seed: int = 0) -> tuple[str, str | None]:
     checks = [0]
 
     def fails(t: str, s: str | None) -> bool:
         if checks[0] >= max_checks:
             return False
         checks[0] += 1
-        return _same(_verdict_in_process(t, s, timeout), verdict)
+        return _same(_verdict_in_process(t, s, timeout, seed), verdict)
 
     text = text.split("\n  schedule:\n")[0].rstrip("\n") + "\n" if schedule is not None else text
     changed = True

@@ -23,7 +23,7 @@ import numpy as np
 
 from tilec.errors import InternalError, KernelError, TilecError
 from tilec.lang import api as lang
-from tilec.tolerance import UNIT, check_outputs, max_error, program_budget, scale_of, tolerance
+from tilec.tolerance import check_outputs, error_bounds, program_budget, scale_of, tolerance, worst
 
 CLASSES = ("ok", "rejected", "wrong", "internal", "noloc", "ref-disagree", "hang", "invalid")
 BUGS = ("wrong", "internal", "noloc", "ref-disagree", "hang", "invalid")
@@ -132,18 +132,14 @@ def check_formula(program, ref: dict, formula: Callable | None, inputs: dict) ->
     except Exception as err:  # a formula that cannot run is the generator's bug, reported as such
         return Verdict("invalid", "formula", f"{type(err).__name__}: {err}")
     budget = program_budget(program)
-    # the formula computes in float64, the reference in float32: any f16/bf16 store may round to a neighbour
-    stored = [t.dtype for t in program.tensors.values() if t.kind != "input"]
-    stored += [d for d in ("f16", "bf16") if f"{d}(" in program.source]  # conversions round too
-    narrowest = max(stored, key=lambda d: UNIT[d], default=None)
+    bounds = error_bounds(program, inputs, "formula")  # the float64 formula differs at every fp32 operation
     for name, got in ref.items():
         if name not in want:
             continue
         dtype = program.tensors[name].dtype
         expect = np.asarray(want[name], np.float64).astype(lang.NP_DTYPES[dtype])
         acc_len, _ = budget[name]
-        tol = tolerance(dtype, acc_len, scale_of(expect), narrowest)
-        err = max_error(got, expect)
+        err, tol = worst(got, expect, tolerance(dtype, acc_len, scale_of(expect)) + bounds[name])
         if not err <= tol:
             return Verdict("ref-disagree", "formula", f"{name}: |reference - formula| {err:.3g} > {tol:.3g}")
     return None
@@ -158,6 +154,7 @@ class Prepared:
     inputs: dict | None = None
     ref: dict | None = None
     verdict: Verdict | None = None  # set when the program fails before any schedule (load, reference, formula)
+    bounds: dict | None = None  # tilec.tolerance.error_bounds of the outputs (once per program)
     _default: object = None
 
     def default(self):
@@ -188,6 +185,7 @@ def prepare(text: str, formula: Callable | None = None, seed: int = 0) -> Prepar
         prep.inputs = {k: v.astype(lang.NP_DTYPES[program.tensors[k].dtype])
                        for k, v in lang.random_inputs(program, seed).items()}
         prep.ref = lang.evaluate(program, prep.inputs)
+        prep.bounds = error_bounds(program, prep.inputs)
     except Exception as err:
         prep.verdict = _error("reference", err)
         return prep
@@ -238,7 +236,7 @@ def check_prepared(prep: Prepared, schedule: str | None, seed: int = 0,
         if v.cls == "rejected":  # a TilecError raised while running a kernel tilec generated: not the user's
             v = Verdict("internal", "run", v.message)
         return v, schedule
-    bad_out = check_outputs(program, out, prep.ref)
+    bad_out = check_outputs(program, out, prep.ref, bounds=prep.bounds)
     if bad_out:
         return Verdict("wrong", "compare", "; ".join(bad_out)), schedule
     return Verdict("ok"), schedule

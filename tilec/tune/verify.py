@@ -1,6 +1,6 @@
 """Numerical check of a tuned kernel: run it on the interpreter and compare with the reference evaluator.
 
-Tolerances: `tilec.tolerance.tolerance` (one policy for the CLI, the tuner and the fuzzer: from each output's
+Tolerances: `tilec.tolerance.mismatches` (one policy for the CLI, the tuner and the fuzzer: from each output's
 accumulation length, dtype and largest magnitude). A wrong tile, tap or offset gives errors of the order of the
 values themselves, far above it.
 """
@@ -38,16 +38,11 @@ def verify(job: Job, schedule: str, seed: int = 0) -> Verdict:
         reference = evaluate(compiled.program, inputs)
     except Exception as err:  # any failure means "not verified"; the message says why
         return Verdict(False, float("inf"), f"{type(err).__name__}: {first_line(err)}")
-    from tilec.tolerance import max_error, program_budget, scale_of, tolerance
+    from tilec.tolerance import mismatches, scale_of
 
-    worst, bad = 0.0, []
-    budget = program_budget(compiled.program)
-    for name in compiled.program.kernel.outputs:
-        want = reference[name]
-        rel = relative_error(outputs[name], want) if name in outputs else float("inf")
-        worst = max(worst, rel)
-        acc_len, inter = budget.get(name, (1, None))
-        tol = tolerance(want.dtype, acc_len, scale_of(want), inter)
-        if name not in outputs or not max_error(outputs[name], want) <= tol:
-            bad.append(f"{name}: error {rel:.3g} (tolerance {tol / max(1.0, scale_of(want)):.3g})")
+    rel = {name: relative_error(outputs[name], reference[name]) if name in outputs else float("inf")
+           for name in compiled.program.kernel.outputs}
+    worst = max(rel.values(), default=0.0)
+    bad = [f"{m.name}: error {rel[m.name]:.3g} (tolerance {m.tolerance / max(1.0, scale_of(reference[m.name])):.3g})"
+           for m in mismatches(compiled.program, outputs, reference, inputs)]
     return Verdict(not bad, worst, "; ".join(bad), compiled.source)
