@@ -121,30 +121,10 @@ def _check_read(comp: Comp, acc: sx.Access, program) -> None:
 # ---- contraction ---------------------------------------------------------------------------------------------------
 
 
-def _check_operands(comp: Comp, program) -> None:
-    """The contraction's two factors are tensor reads (or f32() of one: exact) of one dtype: the builders multiply
-    the operand tiles as loaded, so a scale, a function, a negation or a narrowing conversion around a factor would
-    be dropped (fuzz3: `Y += relu(X[i, k]) * W[k, j]` ran as `X * W`, `0.5 * X * W` as `X * W`)."""
-    assert isinstance(comp.update, sx.BinOp)
-    reads = []
-    for side in (comp.update.lhs, comp.update.rhs):
-        read = side.args[0] if isinstance(side, sx.Call) and side.fn == "f32" else side
-        if not isinstance(read, sx.Access):
-            raise reject(comp, f"a contraction's factors must be tensor reads, `{fmt_expr(side)}` is computed",
-                         side.span, "compute it in a statement of its own first, or apply a scale to the result")
-        reads.append(read)
-    dtypes = [program.tensors[r.tensor].dtype for r in reads]
-    if dtypes[0] != dtypes[1]:
-        raise reject(comp, f"the factors {reads[0].tensor} ({dtypes[0]}) and {reads[1].tensor} ({dtypes[1]}) of a "
-                           "contraction have different dtypes", comp.update.span,
-                     "declare both with one dtype, or convert one in a statement of its own first")
-
-
 def select_conv(comp: Comp, program) -> ConvOp:
     assert comp.update is not None  # _select_one saw a product in it
-    _check_operands(comp, program)
     a, b = accesses(comp.update)
-    _check_operands(comp, a, b)
+    _check_operands(comp, program, a, b)
     out_vars = list(comp.out_vars)
     candidates = []
     for s_acc, m_acc in ((a, b), (b, a)):
@@ -257,17 +237,29 @@ def strip_activation(e: sx.Expr) -> tuple[sx.Expr, float | None]:
     return (inner, math.inf) if relu else (e, None)
 
 
-def _check_operands(comp: Comp, a: sx.Access, b: sx.Access) -> None:
-    """Each factor of the product is a read, or relu / relu6 of the moving operand (folded into its producer: see
-    `_relu_operand`); a zero-padded read (`?? 0`) is the moving operand (its halo is zeroed in SBUF)."""
+def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
+    """Each factor of the product is a read, f32() of one (exact: a product of two 16-bit floats fits in fp32), or
+    relu / relu6 of the moving operand (folded into its producer: see `_relu_operand`); both reads have one dtype;
+    a zero-padded read (`?? 0`) is the moving operand (its halo is zeroed in SBUF). The builders multiply the
+    operand tiles as loaded, so anything else around a factor would be dropped (a scale, a function, a negation,
+    a narrowing conversion: `relu(X) * W` of an input once ran as `X * W`, found by the fuzzer and by tests)."""
     update = comp.update
     assert isinstance(update, sx.BinOp)
+    reads = []
     for factor in (update.lhs, update.rhs):
-        inner, _ = strip_activation(factor)
+        widened = factor.args[0] if isinstance(factor, sx.Call) and factor.fn == "f32" else factor
+        inner, _ = strip_activation(widened)
         if not isinstance(inner, sx.Access):
             raise reject(comp, f"`{fmt_expr(factor)}` is not a tensor read: a contraction multiplies two reads "
                                f"(one may be under relu or `min(relu(..), c)`)", factor.span,
-                         "compute the operand into a tensor first (`T[..] = ...`), then contract T")
+                         "compute the operand into a tensor first (`T[..] = ...`), then contract T; apply a scale "
+                         "to the result")
+        reads.append(inner)
+    dtypes = [program.tensors[r.tensor].dtype for r in reads]
+    if dtypes[0] != dtypes[1]:
+        raise reject(comp, f"the factors {reads[0].tensor} ({dtypes[0]}) and {reads[1].tensor} ({dtypes[1]}) of a "
+                           "contraction have different dtypes", update.span,
+                     "declare both with one dtype, or convert one in a statement of its own first")
     for acc in (a, b):
         if acc.fill is not None and acc.fill != 0:
             raise reject(comp, f"a contraction's padded read fills with 0, not {acc.fill:g}", acc.span,
