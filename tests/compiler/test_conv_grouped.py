@@ -64,10 +64,12 @@ kernel resnext(X: {dt}[N, G * Cg, H, W], Wt: {dt}[G * Kg, Cg, 3, 3]) -> Y
 """
 
 
-@pytest.mark.parametrize("G, Cg, Kg", [(40, 4, 4), (3, 50, 70), (5, 40, 8)])
+@pytest.mark.parametrize("G, Cg, Kg", [(40, 4, 4), (2, 100, 100), (3, 50, 70), (5, 40, 8)])
 def test_grouped_conv_with_fused_relu(G, Cg, Kg):
     prog, c, inputs, out = run(RESNEXT.format(dt="f32", G=G, Cg=Cg, Kg=Kg))
     assert "fused Y" in c.stages["select"]
+    if Cg == Kg:  # out-channel tile i reads in-channel tile i only: no loop over the c-tiles around the matmuls
+        assert "X_band[:, k_t, " in c.source
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], np.maximum(grouped_ref(x["X"], x["Wt"], G), 0))
 

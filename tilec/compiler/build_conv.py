@@ -140,6 +140,11 @@ class _ConvBuilder:
                                  f"its out-channel tile {plan.tile_k} must hold whole groups", op.span,
                                  f"tile its output channels by a multiple of {self.KG}")
             plan = replace(plan, fold=1, w_split="k")
+        # groups of as many input as output channels: out-channel tile i holds the groups of in-channel tile i, so
+        # its matmuls read that c-tile only (the other blocks of its stationary are zero)
+        self.diagonal = op.groups > 1 and dict(op.dims)["C"] == dict(op.dims)["K"]
+        if self.diagonal:
+            plan = replace(plan, tile_c=plan.tile_k)
         self.op, self.p, self.hbm, self.line, self.fresh = op, plan, hbm, op.line, fresh
         d = dict(op.dims)
         self.N, self.C, self.K, self.H, self.W = d["N"], d["C"], d["K"], d["H"], d["W"]
@@ -647,6 +652,8 @@ class _ConvBuilder:
             if level == len(p.taps):
                 return matmul(*cpart)
             role = p.taps[level]  # the `unroll` pass turns the schedule's unrolled loops static
+            if role == "c" and self.diagonal:
+                return taps(level + 1, (self.kv, self.ks))
             if role == "c":
                 return self.over_c(V["c"], lambda cv, cs: taps(level + 1, (cv, cs)), self.L["c"])
             return loop(V[role], extents[role], taps(level + 1, cpart), "affine", note=notes[role], line=self.L[role])
