@@ -133,6 +133,18 @@ class _ConvBuilder:
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
         if op.w_layout == "dw":  # depthwise: an out-channel tile reads the in-channel tile of the same channels
             plan = replace(plan, tile_c=plan.tile_k, fold=1)
+        self.KG = dict(op.dims)["K"] // op.groups  # output channels per group (all of K unless grouped)
+        if op.groups > 1:  # block-diagonal weights: loaded per group into zeroed rows of whole k-tiles
+            if plan.tile_k % self.KG:
+                raise TilecError(f"`{op.name}` is a grouped convolution with {self.KG} output channels per group: "
+                                 f"its out-channel tile {plan.tile_k} must hold whole groups", op.span,
+                                 f"tile its output channels by a multiple of {self.KG}")
+            plan = replace(plan, fold=1, w_split="k")
+        # groups of as many input as output channels: out-channel tile i holds the groups of in-channel tile i, so
+        # its matmuls read that c-tile only (the other blocks of its stationary are zero)
+        self.diagonal = op.groups > 1 and dict(op.dims)["C"] == dict(op.dims)["K"]
+        if self.diagonal:
+            plan = replace(plan, tile_c=plan.tile_k)
         self.op, self.p, self.hbm, self.line, self.fresh = op, plan, hbm, op.line, fresh
         d = dict(op.dims)
         self.N, self.C, self.K, self.H, self.W = d["N"], d["C"], d["K"], d["H"], d["W"]
@@ -212,7 +224,7 @@ class _ConvBuilder:
         op, line, fresh = self.op, self.line, self.fresh
         xshape = (self.N, self.W, self.C) if op.x_transposed else (self.N, self.C, self.H, self.W)
         x4, s1 = hbm_view(self.hbm[op.x], xshape, fresh(f"{op.x}_v"), line)
-        wshape: tuple[int, ...] = (self.K, self.C, self.R, self.S) if op.w_layout == "kc" else \
+        wshape: tuple[int, ...] = (self.K, self.C // op.groups, self.R, self.S) if op.w_layout == "kc" else \
             (self.K, self.R, self.S) if op.w_layout == "dw" else (self.C, self.K, self.R, self.S)
         wshape = (self.N,) * op.w_batch + wshape  # a batched matmul: one stationary matrix per batch index
         w4, s2 = hbm_view(self.hbm[op.w], wshape, fresh(f"{op.w}_v"), line)
@@ -341,6 +353,8 @@ class _ConvBuilder:
 
         def per_k(kv: str | None, ks: int) -> list[Stmt]:
             def load(cv: str | None, cs: int) -> list[Stmt]:
+                if op.groups > 1:
+                    return self.weights_grouped(raw, kv, ks)
                 csrc = sl(self.c_start(cv), cs) if per_c else full(self.C)
                 return [Alloc(raw, line=line),
                         Dma(View(raw, (pt(ks, p.tile_k), pt(cs, p.tile_c) if per_c else full(self.C), full(self.R),
@@ -363,6 +377,19 @@ class _ConvBuilder:
             return out + prep_notes(per_k(self.kv, self.ks), f"prepare {op.w}")
         return out + prep_notes(self.over_k(V["kw"], per_k, f"{self.T['k']} (tiles of {self.cn['k']})", line),
                                 f"prepare {op.w}")
+
+    def weights_grouped(self, raw: Buf, kv: str | None, ks: int) -> list[Stmt]:
+        """A grouped convolution's rows of W for one out-channel tile, placed block-diagonally: the rows of group j
+        of the tile (partitions j*Kg..) hold W[k, 0..Cg] at the group's input channels, zeros elsewhere, so the
+        per-tap PE transposes give a stationary that covers all the tile's groups in one matmul."""
+        line, kg, cg = self.L["update"], self.KG, self.C // self.op.groups
+        jv = self.fresh("grp")
+        # the tile's first group: k_start / Kg, times Cg input channels per group
+        first = a(term(kv, self.p.tile_k // kg * cg)) if kv else a(self.KT * self.p.tile_k // kg * cg)
+        rows = (sl(a(term(jv, kg)), kg), sl(first.plus(a(term(jv, cg))), cg), full(self.R), full(self.S))
+        load = Dma(View(raw, rows), self.w_view((sl(self.k_start(kv).plus(a(term(jv, kg))), kg), full(cg),
+                                                   full(self.R), full(self.S))), line)
+        return [Alloc(raw, zero=True, line=line)] + loop(jv, ks // kg, [load], note="groups of the tile", line=line)
 
     def weights_folded(self, wt: Buf, kv: str | None, ks: int, local: bool) -> list[Stmt]:
         """The stationary block of each tap group: rows j*C + c hold W[k, c, tap j of the group]; k-major weights
@@ -625,6 +652,8 @@ class _ConvBuilder:
             if level == len(p.taps):
                 return matmul(*cpart)
             role = p.taps[level]  # the `unroll` pass turns the schedule's unrolled loops static
+            if role == "c" and self.diagonal:
+                return taps(level + 1, (self.kv, self.ks))
             if role == "c":
                 return self.over_c(V["c"], lambda cv, cs: taps(level + 1, (cv, cs)), self.L["c"])
             return loop(V[role], extents[role], taps(level + 1, cpart), "affine", note=notes[role], line=self.L[role])

@@ -177,7 +177,8 @@ def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:
         if isinstance(e, sx.Name) and e.id in names:
             out_vars.append(e.id)
             continue
-        shifted = _shifted_var(e, names, sizes) if a.op == "=" and red is None else None
+        shifted = _shifted_var(e, names, sizes) if a.op == "=" and red is None else \
+            _merged_var(e, loops, sizes) if a.op == "+=" or red is not None else None
         if shifted is None:
             raise TilecError(f"the compiler needs each index of {a.target.tensor} to be a plain loop variable "
                              f"(or one shifted by a constant in a copy, `Y[C1 + c] = B[c]`)",
@@ -186,18 +187,34 @@ def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:
     extents = tuple((v, n) for v, n, *_ in loops)
     lines = tuple((v, line) for v, _, line, _ in loops)
     stops = tuple((v, stop) for v, _, _, stop in loops)
-    if any(not isinstance(e, sx.Name) for e in a.target.indices):  # a shifted copy (select_copy.py)
+    merged = any(not isinstance(e, sx.Name) for e in a.target.indices)
+    if merged and a.op == "=" and red is None:  # a shifted copy (select_copy.py)
         return Comp(a.target.tensor, tuple(out_vars), extents, a.value, None, None, (), a.span.line, a.span, lines,
                     0, stops, out_index=a.target.indices)
     if red:
         return Comp(a.target.tensor, tuple(out_vars), red.extents, a.value, red.red_op, red.update, red.red_vars,
-                    a.span.line, a.span, red.lines, red.update_line, red.stops)
+                    a.span.line, a.span, red.lines, red.update_line, red.stops, out_index=red.out_index)
     if a.op == "=":
         return Comp(a.target.tensor, tuple(out_vars), extents, a.value, None, None, (), a.span.line, a.span, lines,
                     0, stops)
     red_vars = tuple(v for v, _ in extents if v not in out_vars)
     return Comp(a.target.tensor, tuple(out_vars), extents, None, a.op, a.value, red_vars, a.span.line, a.span,
-                lines, a.span.line, stops)
+                lines, a.span.line, stops, out_index=a.target.indices if merged else ())
+
+
+def _merged_var(e: sx.Expr, loops, sizes: dict[str, int]) -> str | None:
+    """The inner loop variable of a merged output index `g*Kg + k` (k in 0..Kg: a grouped convolution's output
+    channel), or None; select.py's `ungroup` maps the statement onto one channel variable."""
+    extents = {v: n for v, n, *_ in loops}
+    try:
+        coefs, const = affine_index(e, set(extents), sizes)
+    except TilecError:
+        return None
+    inner = [v for v, c in coefs.items() if c == 1]
+    if const != 0 or len(coefs) != 2 or len(inner) != 1:
+        return None
+    (outer, coef), = [(v, c) for v, c in coefs.items() if v != inner[0]]
+    return inner[0] if coef == extents[inner[0]] else None
 
 
 def _shifted_var(e: sx.Expr, names: set[str], sizes: dict[str, int]) -> str | None:

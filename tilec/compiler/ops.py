@@ -80,6 +80,7 @@ class ConvOp:
     post_relu: bool = False  # relu after the residual add (`Y = relu(conv + S)`)
     clamp: float | None = None  # with relu: the upper bound of a relu6-style `min(relu(..), 6)` on the eviction
     bias_role: str = "k"  # the role indexing the bias: k (a column per out channel) | x (a matmul's row along x)
+    groups: int = 1  # a grouped convolution: C and K are G groups each, W[k, c of k's group, ..] (block diagonal)
 
     def dim(self, d: str) -> int:
         return dict(self.dims)[d]

@@ -208,6 +208,9 @@ def ragged_tile(channels: int) -> int:
 def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     wy, wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
     tile_k, tile_c = ragged_tile(op.dim("K")), ragged_tile(op.dim("C"))
+    kg = op.dim("K") // op.groups
+    if op.groups > 1 and tile_k % kg:  # a grouped conv's out-channel tile holds whole groups (block diagonal)
+        tile_k = PMAX // kg * kg
     wo, ho = op.dim("Wo"), op.dim("Ho")
     # a matmul group covers at least one pooling window of wy rows: wy * tile_x must fit the moving size / PSUM bank
     x_limit = MOVING_FMAX // wy
@@ -241,7 +244,7 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     rows = best_divisor(band, max_rows, wy)
     weights = ct * r * s * op.dim("K") * DTYPE_BYTES[dtypes[op.w]]
     taps = op.dim("R") * op.dim("S")
-    if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed:
+    if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed and op.groups == 1:
         # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups)
         fold = min(taps, PMAX // op.dim("C"))
         return replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)

@@ -30,7 +30,8 @@ from dataclasses import replace
 import numpy as np
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu, strip_scale
-from tilec.compiler.lower import Comp
+from tilec.compiler.lower import Comp, affine_index, size_value
+from tilec.compiler.schedule import PMAX
 from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, Window, index_maps,
                                 is_permutation, plain, reads, reject)
 from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
@@ -52,13 +53,16 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
         if is_data_copy(comp, program):  # crop, shift, a part of a concatenation, nearest upsampling
             ops.append(select_copy(comp, program))
             continue
-        if comp.out_index:
+        groups = 1
+        if comp.out_index and comp.red_op is not None:  # a merged channel index: a grouped convolution
+            comp, groups = ungroup(comp, program)
+        elif comp.out_index:
             e = next(e for e in comp.out_index if not isinstance(e, sx.Name))
             raise reject(comp, f"the compiler needs each index of {comp.target} to be a plain loop variable (a "
                                "shifted index is compiled in a copy only, `Y[C1 + c] = B[c]`)", e.span)
         if comp.red_op is None and not is_copy(comp, program):
             comp = fuse_chain(comps, i, program, consumed)
-        op = _select_one(comp, program)
+        op = _select_one(comp, program) if groups == 1 else _grouped_conv(comp, groups, program)
         if isinstance(op, PoolOp) and op.window is not None:
             op = fuse_pool_divide(op, comps, i, program, consumed)
         if isinstance(op, ConvOp):
@@ -67,7 +71,8 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
         ops.append(op)
     parts = part_targets(comps, program)
     for comp in comps:  # after selection, so a statement with no mapping at all is reported as such first
-        _check_coverage(comp, program, comp.target in parts)
+        # (a grouped convolution's output is checked whole by `ungroup`)
+        _check_coverage(comp, program, comp.target in parts or bool(comp.out_index and comp.red_op))
     check_parts(comps, program, parts)
     return tuple(ops)
 
@@ -222,6 +227,100 @@ def select_conv(comp: Comp, program) -> ConvOp:
     off_y, off_x = [0] * pad + offsets
     dil_y, dil_x = [1] * pad + dilations
     return replace(conv, stride=(stride_y, stride_x), offset=(off_y, off_x), dilation=(dil_y, dil_x))
+
+
+def ungroup(comp: Comp, program) -> tuple[Comp, int]:
+    """A grouped convolution `Y[n, g*Kg + k, ..] += X[n, g*Cg + c, ..] * W[g*Kg + k, c, ..]` as one contraction of
+    all G*Cg input channels into all G*Kg output channels: the merged indices become the plain variables k (now
+    0..G*Kg) and c (0..G*Cg), while W keeps its [k, c] index (c runs over one group's Cg there); the builder puts
+    each group's block on the diagonal of a zeroed stationary (ConvOp.groups). Returns (the comp, G)."""
+    hint = ("a merged index is compiled for a grouped convolution: `Y[n, g*Kg + k, y, x] += X[n, g*Cg + c, y + r, "
+            "x + s] * W[g*Kg + k, c, r, s]` with k in 0..Kg and c in 0..Cg")
+    pos = [i for i, e in enumerate(comp.out_index) if not isinstance(e, sx.Name)]
+    update = comp.update
+    if comp.red_op != "+=" or len(pos) != 1 or not (isinstance(update, sx.BinOp) and update.op == "*"
+                                                     and len(accesses(update)) == 2):
+        e = comp.out_index[pos[0]] if pos else comp.span
+        raise reject(comp, f"the compiler needs each index of {comp.target} to be a plain loop variable, or one "
+                           "merged channel index of a grouped convolution", getattr(e, "span", comp.span), hint)
+    names = {v for v, _ in comp.extents}
+    k = comp.out_vars[pos[0]]
+    coefs, _ = affine_index(comp.out_index[pos[0]], names, program.sizes)
+    g = next(v for v in coefs if v != k)
+    kg, G = coefs[g], comp.extent(g)
+    found: dict[str, int] = {}  # the input-channel variable c -> Cg
+
+    def index(e: sx.Expr) -> sx.Expr:
+        cf, const = affine_index(e, names, program.sizes)
+        if g not in cf:
+            return e
+        if (cf, const) == ({g: kg, k: 1}, 0):
+            return sx.Name(k, e.span)
+        c = next((v for v, n in cf.items() if v != g and n == 1 and v in comp.red_vars), None)
+        if const == 0 and len(cf) == 2 and c is not None and cf[g] == comp.extent(c) \
+                and found.get(c, cf[g]) == cf[g]:
+            found[c] = cf[g]
+            return sx.Name(c, e.span)
+        raise reject(comp, f"index `{fmt_expr(e)}` uses the group variable `{g}`: a grouped convolution reads "
+                           f"{g}*{kg} + {k} (output channels) or {g}*Cg + c (input channels, c summed in 0..Cg)",
+                     e.span, hint)
+    init = _map_indices(comp.init, index) if comp.init is not None else None
+    new_update = _map_indices(update, index)
+    if len(found) != 1:
+        raise reject(comp, f"no operand is read at an input channel `{g}*Cg + c` (c summed): not a grouped "
+                           "convolution", update.span, hint)
+    (c, cg), = found.items()
+    if _shape(comp.target, program)[pos[0]] != G * kg:
+        raise reject(comp, f"`{fmt_expr(comp.out_index[pos[0]])}` writes {G * kg} channels of {comp.target}, not "
+                           "all of them", comp.out_index[pos[0]].span, hint)
+    ext = {k: G * kg, c: G * cg}
+    stops = dict(comp.stops)
+    return replace(comp, out_index=(), update=new_update, init=init,
+                   extents=tuple((v, ext.get(v, n)) for v, n in comp.extents if v != g),
+                   red_vars=tuple(v for v in comp.red_vars if v != g),
+                   stops=tuple((v, f"{stops.get(g, G)}*{stops.get(v, n)}" if v in ext else s)
+                               for v, s in comp.stops if v != g for n in [comp.extent(v)])), G
+
+
+def _shape(tensor: str, program) -> list[int]:
+    return [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[tensor].shape]
+
+
+def _map_indices(e: sx.Expr, fn) -> sx.Expr:
+    """The expression with every read's indices mapped by fn."""
+    if isinstance(e, sx.Access):
+        return replace(e, indices=tuple(fn(i) for i in e.indices))
+    if isinstance(e, sx.BinOp):
+        return replace(e, lhs=_map_indices(e.lhs, fn), rhs=_map_indices(e.rhs, fn))
+    if isinstance(e, sx.Call):
+        return replace(e, args=tuple(_map_indices(x, fn) for x in e.args))
+    if isinstance(e, sx.Neg):
+        return replace(e, x=_map_indices(e.x, fn))
+    return e
+
+
+def _grouped_conv(comp: Comp, groups: int, program) -> ConvOp:
+    """select_conv of an ungrouped comp, with its group count: the weights must be W[g*Kg + k, c, taps...] (each
+    output channel's row holds its group's Cg input channels), the output and input cover their channels."""
+    op = select_conv(comp, program)
+    assert comp.update is not None  # ungroup checked it is a product of two reads
+    w_acc = next(acc for acc in accesses(comp.update) if acc.tensor == op.w)
+    if op.w_layout != "kc" or op.w_batch:
+        raise reject(comp, f"a grouped convolution's weights must be indexed {op.w}[g*Kg + k, c, taps...]",
+                     w_acc.span)
+    cg, kg = op.dim("C") // groups, op.dim("K") // groups
+    x_acc = next(acc for acc in accesses(comp.update) if acc.tensor == op.x)
+    if _shape(op.x, program)[1 if "n" in dict(op.vars) else 0] != op.dim("C"):
+        raise reject(comp, f"the groups read {op.dim('C')} channels of {op.x}, not all of them", x_acc.span,
+                     f"declare {op.x} with G*Cg = {op.dim('C')} channels")
+    if _shape(op.w, program)[1] != cg:
+        raise reject(comp, f"{op.w}'s dimension 1 has {_shape(op.w, program)[1]} elements, one group has {cg} "
+                           "input channels",
+                     w_acc.span)
+    if kg > PMAX:  # a group's output channels on one partition tile (the builder's block-diagonal stationary)
+        raise reject(comp, f"groups of {kg} output channels (more than {PMAX}) are not compiled", comp.span,
+                     f"split each group's output channels into groups of at most {PMAX}")
+    return replace(op, groups=groups)
 
 
 def strip_activation(e: sx.Expr) -> tuple[sx.Expr, float | None]:
@@ -685,7 +784,8 @@ def print_ops(ops: tuple[Op, ...]) -> str:
         if isinstance(op, ConvOp):
             stride = f", stride {op.stride[0]}x{op.stride[1]}" if op.stride != (1, 1) else ""
             row = f" (a row along {dict(op.vars)['x']})" if op.bias and op.bias_role == "x" else ""
-            lines.append(f"  stationary {op.w} (layout {op.w_layout}), moving {op.x}{stride}, "
+            groups = f", {op.groups} groups (block diagonal)" if op.groups > 1 else ""
+            lines.append(f"  stationary {op.w} (layout {op.w_layout}{groups}), moving {op.x}{stride}, "
                          f"bias {op.bias or '-'}{row}")
             epi = ["relu" if op.relu else ""] + ([f"+ {op.residual}"] if op.residual else []) + \
                 (["relu"] if op.post_relu else []) + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
