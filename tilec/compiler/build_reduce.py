@@ -13,14 +13,17 @@ from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
-from tilec.compiler.ops import ColumnReduceOp, ReduceOp
-from tilec.compiler.schedule import ReducePlan
+from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, ReduceOp
+from tilec.compiler.schedule import PMAX, ReducePlan, best_divisor
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
 
 def build_reduce(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    grouped = short_rows([op], plan)
+    if grouped is not None:
+        return build_short_rows([op], hbm, lambda _: fresh, {op.out}, grouped)
     line, TP, TF = op.line, plan.parts, plan.free
     R, F = op.dim("R"), op.dim("F")
     src_v: dict[str, Buf] = {}  # [R, F] views of what is read: the source, or each input of the expression
@@ -111,3 +114,101 @@ def result_tile(op: ReduceOp | ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh
     res = Buf(fresh(f"{op.out}_tile"), "sbuf", hbm[op.out].dtype, acc.shape)
     body += [Alloc(res, line=op.update_line), ir.Copy(whole(res), whole(acc), op.update_line)]
     return res
+
+
+# ---- short rows: several rows per partition ---------------------------------------------------------------------
+
+SHORT_ROW = 128  # elements: a row this short makes a (TILE_P, F) tile too small to hide a DMA's fixed latency
+GROUP_FREE = 2048  # elements per partition of one grouped tile (8 KiB of fp32): a few tiles in flight
+
+
+def short_rows(ops: list, plan: ReducePlan | None = None) -> tuple[int, int, int] | None:
+    """(partitions P, rows per partition G, rows per tile GB) when the ops (one reduction, or a fused chain of
+    reductions and element-wise ops of their columns) reduce rows short enough that one row per partition wastes
+    the DMAs: R = P * G rows, row p * G + g on partition p, so each partition reads G * F contiguous elements and
+    a tensor_reduce over the last axis of a (P, GB, F) tile leaves a (P, GB) tile of results. None otherwise
+    (a directive's plan other than the default, an element-wise expression reduced, or a full-size element-wise op)."""
+    reds = [op for op in ops if type(op) is ReduceOp]
+    if not reds or any(op.expr is not None for op in reds):
+        return None
+    if any(type(op) is not ReduceOp and (not isinstance(op, EltwiseOp) or op.layout or op.copy or op.rows)
+           for op in ops):
+        return None
+    R, F = reds[0].dim("R"), reds[0].dim("F")
+    if F > SHORT_ROW or any((op.dim("R"), op.dim("F")) != (R, F) for op in reds):
+        return None
+    P = best_divisor(R, PMAX)
+    if plan is not None and (plan.parts, plan.free) != (P, F):
+        return None
+    G = R // P
+    if G == 1:
+        return None
+    return P, G, best_divisor(G, max(1, GROUP_FREE // F))
+
+
+def build_short_rows(ops: list, hbm: dict[str, Buf], fresh_for, keep: set[str], shape: tuple[int, int, int]
+                     ) -> Built:
+    """Rows grouped G per partition (short_rows): per tile of GB rows per partition, one DMA of (P, GB, F), one
+    tensor_reduce per reduction into a (P, GB) fp32 tile, the constant factor and initial value on it, the
+    element-wise ops of the chain on (P, GB) tiles, one store of (P, GB) per kept output."""
+    P, G, GB = shape
+    first = next(op for op in ops if type(op) is ReduceOp)
+    line = ops[0].line
+    views: list[Stmt] = []
+
+    def view(name: str, shp: tuple[int, ...], fresh: Fresh) -> Buf:
+        v, st = hbm_view(hbm[name], shp, fresh(f"{name}_v"), line)
+        views.extend(st)
+        return v
+
+    rows = sl(a(term("gt", GB, "TILE_G")), GB)
+    values: dict[str, View] = {}  # tensor -> its (P, GB) fp32 (or rounded) tile in this iteration
+    body: list[Stmt] = []
+
+    def column(name: str, fresh: Fresh, ln: int) -> View:
+        """A (P, GB) tile of a column tensor read by the ops (loaded once per tile, converted to fp32)."""
+        if name not in values:
+            tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (P, GB))
+            body.extend([Alloc(tile, line=ln), Dma(whole(tile), View(view(name, (P, G), fresh), (full(P), rows)), ln)])
+            values[name] = whole(tile)
+        return values[name]
+
+    for op in ops:
+        fresh = fresh_for(op)
+        ln = getattr(op, "update_line", 0) or op.line
+        res = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (P, GB))
+        if type(op) is ReduceOp:
+            src = Buf(fresh(f"{op.src}_tile"), "sbuf", hbm[op.src].dtype, (P, GB, op.dim("F")))
+            src_v = view(op.src, (P, G, op.dim("F")), fresh)
+            body += [Alloc(src, line=ln), Dma(whole(src), View(src_v, (full(P), rows, full(op.dim("F")))), ln),
+                     Alloc(res, line=ln), Reduce(whole(res), whole(src), op.op, ln)]
+            if op.scale != 1.0:
+                body.append(Scalar(whole(res), whole(res), "multiply", op.scale, ln))
+            if isinstance(op.init, str):
+                body.append(Binary(whole(res), whole(res), column(op.init, fresh, op.line), op.op, op.line))
+            elif op.init != _IDENTITY[op.op]:
+                body.append(Scalar(whole(res), whole(res), op.op, op.init, op.line))
+        else:
+            tiles = {n: column(n, fresh, op.line) for n in _column_reads(op)}
+            body.append(Alloc(res, line=op.line))
+            body += ExprCompiler(tiles, (P, GB), op.line, fresh, set()).emit(op.expr, whole(res))
+        values[op.out] = whole(res)
+        dt = hbm[op.out].dtype
+        if dt != "f32" and (op.out in keep or any(op.out in _column_reads(o) for o in ops)):
+            narrow = Buf(fresh(f"{op.out}_tile"), "sbuf", dt, (P, GB))  # the value the program rounds to its dtype
+            body += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), whole(res), op.line)]
+            values[op.out] = whole(narrow)
+        if op.out in keep:
+            body.append(Dma(View(view(op.out, (P, G), fresh), (full(P), rows)), values[op.out], op.line))
+    outs = ", ".join(op.out for op in ops)
+    nest = loop("gt", G // GB, body, note=f"for the rows, TILE_G per partition ({G} rows on each of {P})",
+                line=first.line_of("k0"))
+    block = ir.Block(f"{outs}: rows grouped {G} per partition (short rows: one DMA per tile of TILE_G rows each)",
+                     tuple(nest), line)
+    return [("TILE_G", GB)], views + [block]
+
+
+def _column_reads(op) -> list[str]:
+    if type(op) is ReduceOp:
+        return [op.init] if isinstance(op.init, str) else []
+    return list(dict.fromkeys(list(op.inputs) + list(op.columns)))
