@@ -119,7 +119,9 @@ def result_tile(op: ReduceOp | ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh
 # ---- short rows: several rows per partition ---------------------------------------------------------------------
 
 SHORT_ROW = 128  # elements: a row this short makes a (TILE_P, F) tile too small to hide a DMA's fixed latency
-GROUP_FREE = 2048  # elements per partition of one grouped tile (8 KiB of fp32): a few tiles in flight
+GROUP_FREE = 1568  # elements per partition of one grouped tile (6 KiB of fp32): large DMAs, still several in flight
+MAX_GROUP = 4096  # rows per partition: a (P, G) fp32 result tile stays within 16 KiB per partition
+MIN_TILES = 2  # ...and at least two tiles, so the second tile's load overlaps the first tile's reduce
 
 
 def short_rows(ops: list, plan: ReducePlan | None = None) -> tuple[int, int, int] | None:
@@ -141,71 +143,78 @@ def short_rows(ops: list, plan: ReducePlan | None = None) -> tuple[int, int, int
     if plan is not None and (plan.parts, plan.free) != (P, F):
         return None
     G = R // P
-    if G == 1:
+    if G == 1 or G > MAX_GROUP:
         return None
-    return P, G, best_divisor(G, max(1, GROUP_FREE // F))
+    cap = max(1, min(GROUP_FREE // F, -(-G // MIN_TILES)))
+    GB = best_divisor(G, cap)
+    return P, G, G if 2 * GB <= cap and G * F <= GROUP_FREE else GB  # G with no divisor near cap: one tile
 
 
 def build_short_rows(ops: list, hbm: dict[str, Buf], fresh_for, keep: set[str], shape: tuple[int, int, int]
                      ) -> Built:
-    """Rows grouped G per partition (short_rows): per tile of GB rows per partition, one DMA of (P, GB, F), one
-    tensor_reduce per reduction into a (P, GB) fp32 tile, the constant factor and initial value on it, the
-    element-wise ops of the chain on (P, GB) tiles, one store of (P, GB) per kept output."""
+    """Rows grouped G per partition (short_rows). Inside the loop, per tile of TILE_G rows per partition, only a
+    load (one DMA of (P, TILE_G, F) per reduced tensor) and one tensor_reduce into a (P, TILE_G) slice of a (P, G)
+    result tile: no load waits behind a store on its trigger stream, and the next tile's load overlaps this tile's
+    reduce. After the loop, on whole (P, G) tiles: the constant factors and initial values (column inputs loaded
+    once), the chain's element-wise ops, the casts to narrow dtypes, one store per kept output."""
     P, G, GB = shape
     first = next(op for op in ops if type(op) is ReduceOp)
     line = ops[0].line
-    views: list[Stmt] = []
+    before: list[Stmt] = []  # reshaped views, column loads and the result tiles
+    after: list[Stmt] = []  # the stores
+    body: list[Stmt] = []
+    cols = sl(a(term("gt", GB, "TILE_G")), GB)
+    whole_t: dict[str, Buf] = {}  # tensor -> its (P, G) tile: a loaded column input or a result
 
     def view(name: str, shp: tuple[int, ...], fresh: Fresh) -> Buf:
         v, st = hbm_view(hbm[name], shp, fresh(f"{name}_v"), line)
-        views.extend(st)
+        before.extend(st)
         return v
 
-    rows = sl(a(term("gt", GB, "TILE_G")), GB)
-    values: dict[str, View] = {}  # tensor -> its (P, GB) fp32 (or rounded) tile in this iteration
-    body: list[Stmt] = []
+    def column(name: str, fresh: Fresh) -> View:
+        """A column tensor read by the ops, whole: a result of the chain, or loaded (as fp32) once."""
+        if name not in whole_t:
+            tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (P, G))
+            before.extend([Alloc(tile, line=line), Dma(whole(tile), whole(view(name, (P, G), fresh)), line)])
+            whole_t[name] = tile
+        return whole(whole_t[name])
 
-    def column(name: str, fresh: Fresh, ln: int) -> View:
-        """A (P, GB) tile of a column tensor read by the ops (loaded once per tile, converted to fp32)."""
-        if name not in values:
-            tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (P, GB))
-            body.extend([Alloc(tile, line=ln), Dma(whole(tile), View(view(name, (P, G), fresh), (full(P), rows)), ln)])
-            values[name] = whole(tile)
-        return values[name]
-
+    readers = {n for op in ops for n in _column_reads(op)}
+    finish: list[Stmt] = []  # after the loop, on whole (P, G) tiles: one instruction per step, not one per tile
     for op in ops:
         fresh = fresh_for(op)
         ln = getattr(op, "update_line", 0) or op.line
-        res = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (P, GB))
+        res = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (P, G))
+        before.append(Alloc(res, line=ln))
         if type(op) is ReduceOp:
-            src = Buf(fresh(f"{op.src}_tile"), "sbuf", hbm[op.src].dtype, (P, GB, op.dim("F")))
-            src_v = view(op.src, (P, G, op.dim("F")), fresh)
-            body += [Alloc(src, line=ln), Dma(whole(src), View(src_v, (full(P), rows, full(op.dim("F")))), ln),
-                     Alloc(res, line=ln), Reduce(whole(res), whole(src), op.op, ln)]
+            F = op.dim("F")
+            src = Buf(fresh(f"{op.src}_tile"), "sbuf", hbm[op.src].dtype, (P, GB, F))
+            src_v = view(op.src, (P, G, F), fresh)
+            body += [Alloc(src, line=ln), Dma(whole(src), View(src_v, (full(P), cols, full(F))), ln),
+                     Reduce(View(res, (full(P), cols)), whole(src), op.op, ln)]
             if op.scale != 1.0:
-                body.append(Scalar(whole(res), whole(res), "multiply", op.scale, ln))
+                finish.append(Scalar(whole(res), whole(res), "multiply", op.scale, ln))
             if isinstance(op.init, str):
-                body.append(Binary(whole(res), whole(res), column(op.init, fresh, op.line), op.op, op.line))
+                finish.append(Binary(whole(res), whole(res), column(op.init, fresh), op.op, op.line))
             elif op.init != _IDENTITY[op.op]:
-                body.append(Scalar(whole(res), whole(res), op.op, op.init, op.line))
+                finish.append(Scalar(whole(res), whole(res), op.op, op.init, op.line))
         else:
-            tiles = {n: column(n, fresh, op.line) for n in _column_reads(op)}
-            body.append(Alloc(res, line=op.line))
-            body += ExprCompiler(tiles, (P, GB), op.line, fresh, set()).emit(op.expr, whole(res))
-        values[op.out] = whole(res)
+            tiles = {n: column(n, fresh) for n in _column_reads(op)}
+            finish += ExprCompiler(tiles, (P, G), op.line, fresh, set()).emit(op.expr, whole(res))
+        whole_t[op.out] = res
         dt = hbm[op.out].dtype
-        if dt != "f32" and (op.out in keep or any(op.out in _column_reads(o) for o in ops)):
-            narrow = Buf(fresh(f"{op.out}_tile"), "sbuf", dt, (P, GB))  # the value the program rounds to its dtype
-            body += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), whole(res), op.line)]
-            values[op.out] = whole(narrow)
+        if dt != "f32" and (op.out in keep or op.out in readers):
+            narrow = Buf(fresh(f"{op.out}_tile"), "sbuf", dt, (P, G))  # the value the program rounds to its dtype
+            finish += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), whole(res), op.line)]
+            whole_t[op.out] = narrow
         if op.out in keep:
-            body.append(Dma(View(view(op.out, (P, G), fresh), (full(P), rows)), values[op.out], op.line))
+            after.append(Dma(whole(view(op.out, (P, G), fresh)), whole(whole_t[op.out]), op.line))
     outs = ", ".join(op.out for op in ops)
-    nest = loop("gt", G // GB, body, note=f"for the rows, TILE_G per partition ({G} rows on each of {P})",
+    nest = loop("gt", G // GB, body, note=f"for the rows, TILE_G at a time on each partition ({G} per partition)",
                 line=first.line_of("k0"))
-    block = ir.Block(f"{outs}: rows grouped {G} per partition (short rows: one DMA per tile of TILE_G rows each)",
-                     tuple(nest), line)
-    return [("TILE_G", GB)], views + [block]
+    block = ir.Block(f"{outs}: short rows, {G} per partition (row p * {G} + g on partition p)",
+                     tuple(before + nest + finish + after), line)
+    return [("TILE_G", GB)], [block]
 
 
 def _column_reads(op) -> list[str]:
