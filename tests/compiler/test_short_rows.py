@@ -143,3 +143,10 @@ kernel chain(A: f16[M, N], b: f16[M]) -> Y
 
 def _f16(v):
     return v.astype(np.float16).astype(np.float64)
+
+
+def test_rows_of_one_element_keep_one_row_per_partition():
+    """A reduction over one element is no tensor_reduce over a last axis (the unit axis squeezes away)."""
+    c = compile_text(rowred("+=", "0", "f32", 512, 1))
+    assert "short rows" not in c.source
+    against_numpy(c, "s", lambda x: x["A"].sum(axis=1))

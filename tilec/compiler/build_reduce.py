@@ -137,7 +137,7 @@ def short_rows(ops: list, plan: ReducePlan | None = None) -> tuple[int, int, int
            for op in ops):
         return None
     R, F = reds[0].dim("R"), reds[0].dim("F")
-    if F > SHORT_ROW or any((op.dim("R"), op.dim("F")) != (R, F) for op in reds):
+    if not 1 < F <= SHORT_ROW or any((op.dim("R"), op.dim("F")) != (R, F) for op in reds):
         return None
     P = best_divisor(R, PMAX)
     if plan is not None and (plan.parts, plan.free) != (P, F):
