@@ -150,3 +150,20 @@ def test_rows_of_one_element_keep_one_row_per_partition():
     c = compile_text(rowred("+=", "0", "f32", 512, 1))
     assert "short rows" not in c.source
     against_numpy(c, "s", lambda x: x["A"].sum(axis=1))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_an_element_wise_expression_of_short_rows(dtype):
+    """`s += (A - B) * (A - B)` over rows of 49: the expression on (P, TILE_G, F) tiles, then the last-axis reduce."""
+    text = f"""\
+kernel sq(A: {dtype}[M, N], B: {dtype}[M, N]) -> s
+  default M = 1000, N = 49
+  s: {dtype}[M]
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += (A[i, j] - B[i, j]) * (A[i, j] - B[i, j]) / 49
+"""
+    c = compile_text(text)
+    assert "short rows" in c.source and "axis=2, keepdims=False" in c.source
+    against_numpy(c, "s", lambda x: ((x["A"] - x["B"]) ** 2).mean(axis=1))

@@ -129,9 +129,9 @@ def short_rows(ops: list, plan: ReducePlan | None = None) -> tuple[int, int, int
     reductions and element-wise ops of their columns) reduce rows short enough that one row per partition wastes
     the DMAs: R = P * G rows, row p * G + g on partition p, so each partition reads G * F contiguous elements and
     a tensor_reduce over the last axis of a (P, GB, F) tile leaves a (P, GB) tile of results. None otherwise
-    (a directive's plan other than the default, an element-wise expression reduced, or a full-size element-wise op)."""
+    (a directive's plan other than the default, or a full-size element-wise op in the chain)."""
     reds = [op for op in ops if type(op) is ReduceOp]
-    if not reds or any(op.expr is not None for op in reds):
+    if not reds:
         return None
     if any(type(op) is not ReduceOp and (not isinstance(op, EltwiseOp) or op.layout or op.copy or op.rows)
            for op in ops):
@@ -188,10 +188,18 @@ def build_short_rows(ops: list, hbm: dict[str, Buf], fresh_for, keep: set[str], 
         before.append(Alloc(res, line=ln))
         if type(op) is ReduceOp:
             F = op.dim("F")
-            src = Buf(fresh(f"{op.src}_tile"), "sbuf", hbm[op.src].dtype, (P, GB, F))
-            src_v = view(op.src, (P, G, F), fresh)
-            body += [Alloc(src, line=ln), Dma(whole(src), View(src_v, (full(P), cols, full(F))), ln),
-                     Reduce(View(res, (full(P), cols)), whole(src), op.op, ln)]
+            loaded: dict[str, View] = {}
+            for name in op.inputs or (op.src,):
+                tile = Buf(fresh(f"{name}_tile"), "sbuf", hbm[name].dtype, (P, GB, F))
+                src_v = view(name, (P, G, F), fresh)
+                body += [Alloc(tile, line=ln), Dma(whole(tile), View(src_v, (full(P), cols, full(F))), ln)]
+                loaded[name] = whole(tile)
+            src = loaded[op.src]
+            if op.expr is not None:  # the element-wise expression of the loaded tiles, then its reduction
+                src = whole(Buf(fresh(f"{op.out}_terms"), "sbuf", "f32", (P, GB, F)))
+                body.append(Alloc(src.buf, line=ln))
+                body += ExprCompiler(loaded, src.shape(), ln, fresh, set()).emit(op.expr, src)
+            body.append(Reduce(View(res, (full(P), cols)), src, op.op, ln))
             if op.scale != 1.0:
                 finish.append(Scalar(whole(res), whole(res), "multiply", op.scale, ln))
             if isinstance(op.init, str):
