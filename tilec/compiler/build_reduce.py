@@ -13,14 +13,17 @@ from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
-from tilec.compiler.ops import ColumnReduceOp, ReduceOp
-from tilec.compiler.schedule import ReducePlan
+from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, ReduceOp
+from tilec.compiler.schedule import PMAX, ReducePlan, best_divisor
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
 
 def build_reduce(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    grouped = short_rows([op], plan)
+    if grouped is not None:
+        return build_short_rows([op], hbm, lambda _: fresh, {op.out}, grouped)
     line, TP, TF = op.line, plan.parts, plan.free
     R, F = op.dim("R"), op.dim("F")
     src_v: dict[str, Buf] = {}  # [R, F] views of what is read: the source, or each input of the expression
@@ -111,3 +114,118 @@ def result_tile(op: ReduceOp | ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh
     res = Buf(fresh(f"{op.out}_tile"), "sbuf", hbm[op.out].dtype, acc.shape)
     body += [Alloc(res, line=op.update_line), ir.Copy(whole(res), whole(acc), op.update_line)]
     return res
+
+
+# ---- short rows: several rows per partition ---------------------------------------------------------------------
+
+SHORT_ROW = 128  # elements: a row this short makes a (TILE_P, F) tile too small to hide a DMA's fixed latency
+GROUP_FREE = 1568  # elements per partition of one grouped tile (6 KiB of fp32): large DMAs, still several in flight
+MAX_GROUP = 4096  # rows per partition: a (P, G) fp32 result tile stays within 16 KiB per partition
+MIN_TILES = 2  # ...and at least two tiles, so the second tile's load overlaps the first tile's reduce
+
+
+def short_rows(ops: list, plan: ReducePlan | None = None) -> tuple[int, int, int] | None:
+    """(partitions P, rows per partition G, rows per tile GB) when the ops (one reduction, or a fused chain of
+    reductions and element-wise ops of their columns) reduce rows short enough that one row per partition wastes
+    the DMAs: R = P * G rows, row p * G + g on partition p, so each partition reads G * F contiguous elements and
+    a tensor_reduce over the last axis of a (P, GB, F) tile leaves a (P, GB) tile of results. None otherwise
+    (a directive's plan other than the default, or a full-size element-wise op in the chain)."""
+    reds = [op for op in ops if type(op) is ReduceOp]
+    if not reds:
+        return None
+    if any(type(op) is not ReduceOp and (not isinstance(op, EltwiseOp) or op.layout or op.copy or op.rows)
+           for op in ops):
+        return None
+    R, F = reds[0].dim("R"), reds[0].dim("F")
+    if not 1 < F <= SHORT_ROW or any((op.dim("R"), op.dim("F")) != (R, F) for op in reds):
+        return None
+    P = best_divisor(R, PMAX)
+    if plan is not None and (plan.parts, plan.free) != (P, F):
+        return None
+    G = R // P
+    if G == 1 or G > MAX_GROUP:
+        return None
+    cap = max(1, min(GROUP_FREE // F, -(-G // MIN_TILES)))
+    GB = best_divisor(G, cap)
+    return P, G, G if 2 * GB <= cap and G * F <= GROUP_FREE else GB  # G with no divisor near cap: one tile
+
+
+def build_short_rows(ops: list, hbm: dict[str, Buf], fresh_for, keep: set[str], shape: tuple[int, int, int]
+                     ) -> Built:
+    """Rows grouped G per partition (short_rows). Inside the loop, per tile of TILE_G rows per partition, only a
+    load (one DMA of (P, TILE_G, F) per reduced tensor) and one tensor_reduce into a (P, TILE_G) slice of a (P, G)
+    result tile: no load waits behind a store on its trigger stream, and the next tile's load overlaps this tile's
+    reduce. After the loop, on whole (P, G) tiles: the constant factors and initial values (column inputs loaded
+    once), the chain's element-wise ops, the casts to narrow dtypes, one store per kept output."""
+    P, G, GB = shape
+    first = next(op for op in ops if type(op) is ReduceOp)
+    line = ops[0].line
+    before: list[Stmt] = []  # reshaped views, column loads and the result tiles
+    after: list[Stmt] = []  # the stores
+    body: list[Stmt] = []
+    cols = sl(a(term("gt", GB, "TILE_G")), GB)
+    whole_t: dict[str, Buf] = {}  # tensor -> its (P, G) tile: a loaded column input or a result
+
+    def view(name: str, shp: tuple[int, ...], fresh: Fresh) -> Buf:
+        v, st = hbm_view(hbm[name], shp, fresh(f"{name}_v"), line)
+        before.extend(st)
+        return v
+
+    def column(name: str, fresh: Fresh) -> View:
+        """A column tensor read by the ops, whole: a result of the chain, or loaded (as fp32) once."""
+        if name not in whole_t:
+            tile = Buf(fresh(f"{name}_tile"), "sbuf", "f32", (P, G))
+            before.extend([Alloc(tile, line=line), Dma(whole(tile), whole(view(name, (P, G), fresh)), line)])
+            whole_t[name] = tile
+        return whole(whole_t[name])
+
+    readers = {n for op in ops for n in _column_reads(op)}
+    finish: list[Stmt] = []  # after the loop, on whole (P, G) tiles: one instruction per step, not one per tile
+    for op in ops:
+        fresh = fresh_for(op)
+        ln = getattr(op, "update_line", 0) or op.line
+        res = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (P, G))
+        before.append(Alloc(res, line=ln))
+        if type(op) is ReduceOp:
+            F = op.dim("F")
+            loaded: dict[str, View] = {}
+            for name in op.inputs or (op.src,):
+                tile = Buf(fresh(f"{name}_tile"), "sbuf", hbm[name].dtype, (P, GB, F))
+                src_v = view(name, (P, G, F), fresh)
+                body += [Alloc(tile, line=ln), Dma(whole(tile), View(src_v, (full(P), cols, full(F))), ln)]
+                loaded[name] = whole(tile)
+            src = loaded[op.src]
+            if op.expr is not None:  # the element-wise expression of the loaded tiles, then its reduction
+                src = whole(Buf(fresh(f"{op.out}_terms"), "sbuf", "f32", (P, GB, F)))
+                body.append(Alloc(src.buf, line=ln))
+                body += ExprCompiler(loaded, src.shape(), ln, fresh, set()).emit(op.expr, src)
+            body.append(Reduce(View(res, (full(P), cols)), src, op.op, ln))
+            if op.scale != 1.0:
+                finish.append(Scalar(whole(res), whole(res), "multiply", op.scale, ln))
+            if isinstance(op.init, str):
+                finish.append(Binary(whole(res), whole(res), column(op.init, fresh), op.op, op.line))
+            elif op.init != _IDENTITY[op.op]:
+                finish.append(Scalar(whole(res), whole(res), op.op, op.init, op.line))
+        else:
+            tiles = {n: column(n, fresh) for n in _column_reads(op)}
+            finish += ExprCompiler(tiles, (P, G), op.line, fresh, set()).emit(op.expr, whole(res))
+        whole_t[op.out] = res
+        dt = hbm[op.out].dtype
+        if dt != "f32" and (op.out in keep or op.out in readers):
+            narrow = Buf(fresh(f"{op.out}_tile"), "sbuf", dt, (P, G))  # the value the program rounds to its dtype
+            finish += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), whole(res), op.line)]
+            whole_t[op.out] = narrow
+        if op.out in keep:
+            after.append(Dma(whole(view(op.out, (P, G), fresh)), whole(whole_t[op.out]), op.line))
+    outs = ", ".join(op.out for op in ops)
+    nest = loop("gt", G // GB, body, note=f"for the rows, TILE_G at a time on each partition ({G} per partition)",
+                line=first.line_of("k0"))
+    block = ir.Block(f"{outs}: short rows, {G} per partition (row p * {G} + g on partition p)",
+                     tuple(before + nest + finish + after), line)
+    return [("TILE_G", GB)], [block]
+
+
+def _column_reads(op) -> list[str]:
+    if type(op) is ReduceOp:
+        return [op.init] if isinstance(op.init, str) else []
+    return list(dict.fromkeys(list(op.inputs) + list(op.columns)))

@@ -33,6 +33,7 @@ from typing import AbstractSet, Union
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
+from tilec.compiler.build_reduce import build_short_rows, short_rows
 from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
@@ -739,7 +740,11 @@ def _reads(op: Op) -> list[str]:
 
 
 def build_row_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str]) -> Built:
-    """fresh_for(op): the name allocator of each op of the chain."""
+    """fresh_for(op): the name allocator of each op of the chain. Short rows (a reduction and element-wise ops of
+    its columns) are grouped several per partition instead (build_reduce.short_rows)."""
+    grouped = short_rows(ops)
+    if grouped is not None:
+        return build_short_rows(ops, hbm, fresh_for, keep, grouped)
     chain = _Chain(ops, hbm, fresh_for, keep)
     consts, stmts = chain.build()
     return consts, getattr(chain, "views", []) + stmts

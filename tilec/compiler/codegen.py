@@ -159,8 +159,10 @@ class _ViewModel:
             value = self.view(s.value) if isinstance(s.value, View) else _number(s.value)
             return {**base, "kind": "scalar", "src": self.view(s.src), "op": ALU[s.op], "value": value,
                     "extra": ", reverse0=True" if s.reverse else ""}
-        if isinstance(s, Reduce):  # the free axes of a 2-D tile; keepdims leaves the (P, 1) column
-            return {**base, "kind": "reduce", "src": self.view(s.src), "op": ALU[s.op]}
+        if isinstance(s, Reduce):  # the free axes of a 2-D tile (keepdims leaves the (P, 1) column), or the last
+            last = len(s.dst.shape()) == len(s.src.shape()) - 1  # axis of a (P, G, F) tile into (P, G)
+            return {**base, "kind": "reduce", "src": self.view(s.src), "op": ALU[s.op],
+                    "axis": "2" if last else "1", "keepdims": str(not last)}
         raise TypeError(type(s).__name__)
 
     # ---- index expressions ---------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ class ViewModel06(_ViewModel):
             rank = len(_shape(s.src))
             if rank < 2:
                 raise InternalError(f"tensor_reduce of a {rank}-D view of {s.src.buf.name}")
-            axes = tuple(range(1, rank))
+            axes = tuple(range(1, rank)) if out["keepdims"] == "True" else (rank - 1,)
             out["axis"] = str(axes[0]) if len(axes) == 1 else repr(axes)
         return out
 

@@ -201,8 +201,8 @@ class Scalar:
 
 @dataclass(frozen=True)
 class Reduce:
-    dst: View  # a (P, 1) column
-    src: View  # (P, F): every free element of a partition folds into its one value
+    dst: View  # a (P, 1) column, or (P, G) for a (P, G, F) src
+    src: View  # (P, F): every free element of a partition folds into its one value; (P, G, F): the last axis
     op: str  # add | maximum | minimum
     line: int = 0
 

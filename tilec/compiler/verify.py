@@ -109,9 +109,10 @@ class _Verifier:
                           f"{'/'.join(tp.writes)}")
         elif isinstance(s, (Copy, Act, Binary, Scalar, Reduce)):
             self.elementwise(s, operands)
-        if isinstance(s, Reduce) and (len(s.src.shape()) != 2 or s.dst.shape() != (s.src.shape()[0], 1)):
+        if isinstance(s, Reduce) and not (len(s.src.shape()) == 2 and s.dst.shape() == (s.src.shape()[0], 1)
+                                          or len(s.src.shape()) == 3 and s.dst.shape() == s.src.shape()[:2]):
             self.fail(f"tensor_reduce {s.src.buf.name} {s.src.shape()} -> {s.dst.buf.name} {s.dst.shape()} must "
-                      f"fold a 2-D tile into a (P, 1) column")
+                      f"fold a 2-D tile into a (P, 1) column, or the last axis of a (P, G, F) tile into (P, G)")
 
     def matmul(self, s: Matmul) -> None:
         mm = self.t.instr("nc_matmul")  # acc[m, n] += stat[k, m] * mov[k, n]
