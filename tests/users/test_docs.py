@@ -8,10 +8,10 @@ from __future__ import annotations
 import pathlib
 import re
 
-import numpy as np
 import pytest
 
 from tilec.errors import TilecError
+from tilec.tolerance import mismatches
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -46,10 +46,7 @@ def test_tl_snippet(source: str) -> None:
     inputs = lang.random_inputs(program, seed=1)
     want = lang.evaluate(program, inputs)
     got = compiled.run(**inputs)
-    for name, ref in want.items():
-        ref32 = np.asarray(ref, np.float32)
-        tol = 2.0**-7 if ref.dtype != np.float32 else 1e-5
-        assert np.abs(np.asarray(got[name], np.float32) - ref32).max() <= tol * max(1.0, np.abs(ref32).max())
+    assert mismatches(program, got, want, inputs) == []  # the project's one tolerance (tilec/tolerance.py)
 
 
 @pytest.mark.parametrize("source", blocks("python"))
