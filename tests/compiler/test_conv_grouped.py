@@ -1,6 +1,6 @@
 """Grouped convolutions `Y[n, g*Kg + k, y, x] += X[n, g*Cg + c, y + r, x + s] * W[g*Kg + k, c, r, s]` (ResNeXt):
 selection maps the merged channel indices onto one contraction over all G*Cg input channels into G*Kg output
-channels (select.ungroup), and the builder loads each group's rows of W into a zeroed block on the diagonal of its
+channels (select_conv.ungroup), and the builder loads each group's rows of W into a zeroed block on the diagonal of its
 out-channel tile, so the usual per-tap PE transposes give a block-diagonal stationary: one matmul covers every group
 of a tile. Checked against NumPy (np.pad, a reshape to groups and one einsum per tap) on the NKI interpreter for
 f32, f16 and bf16, with channels above 128, several row bands and channel tiles, padding, bias and relu."""

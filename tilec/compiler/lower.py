@@ -204,7 +204,7 @@ def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:
 
 def _merged_var(e: sx.Expr, loops, sizes: dict[str, int]) -> str | None:
     """The inner loop variable of a merged output index `g*Kg + k` (k in 0..Kg: a grouped convolution's output
-    channel), or None; select.py's `ungroup` maps the statement onto one channel variable."""
+    channel), or None; select_conv.py's `ungroup` maps the statement onto one channel variable."""
     extents = {v: n for v, n, *_ in loops}
     try:
         coefs, const = affine_index(e, set(extents), sizes)
