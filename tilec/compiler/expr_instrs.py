@@ -215,7 +215,7 @@ class ExprCompiler:
             raise TilecError(f"converting the broadcast operand `{fmt_expr(e.args[0])}` to {e.fn} is not supported "
                              f"inside an element-wise statement", e.span, f"declare {e.args[0].tensor} as {e.fn}")
         self.n += 1
-        buf = Buf(self.fresh(f"tmp{self.n}"), "sbuf", e.fn, self.shape)
+        buf = Buf(self.fresh(f"tmp{self.n}"), "sbuf", e.fn, self.cur)  # (P, 1) when it rounds a column
         return pre + [Alloc(buf, line=self.line), ir.Copy(whole(buf), x, self.line)], whole(buf)
 
     def target(self, dst: View | None) -> tuple[list[Stmt], View]:
@@ -230,11 +230,22 @@ class ExprCompiler:
         p1, v1 = self.value(x, None)
         p2, v2 = self.value(y, None)
         out, d = self.target(dst)
+        if self.is_column(x) == self.is_column(y):  # two tiles of one shape (two (P, 1) columns too): tensor_tensor
+            return p1 + p2 + out + [Binary(d, v1, v2, op, self.line)], d
         if self.is_column(y):  # a per-partition scalar: tensor_scalar with a (P, 1) operand
+            p2, v2 = self.fp32_column(p2, v2)
             return p1 + p2 + out + [Scalar(d, v1, op, v2, self.line)], d
-        if self.is_column(x):
-            return p1 + p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op in ("subtract", "divide"))], d
-        return p1 + p2 + out + [Binary(d, v1, v2, op, self.line)], d
+        p1, v1 = self.fp32_column(p1, v1)
+        return p1 + p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op in ("subtract", "divide"))], d
+
+    def fp32_column(self, pre: list[Stmt], col: View) -> tuple[list[Stmt], View]:
+        """A tensor_scalar's tile operand must be float32 [tensor_scalar_operand_dtype]: a column rounded to f16/bf16
+        (`bf16(min(c[i], 1.5))`) is copied back into an fp32 column first (exact: a widening)."""
+        if col.buf.dtype == "f32":
+            return pre, col
+        self.n += 1
+        buf = Buf(self.fresh(f"{self.prefix}{self.n}"), "sbuf", "f32", col.shape())
+        return pre + [Alloc(buf, line=self.line), ir.Copy(whole(buf), col, self.line)], whole(buf)
 
     def is_column(self, e: sx.Expr) -> bool:
         return column_only(e, self.columns)
