@@ -24,7 +24,7 @@ def _hoist_body(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
     for s in body:
         if isinstance(s, Loop):
             inner = _hoist_body(s.body)
-            lifted = [b for b in inner if _liftable(b, s.var)]
+            lifted = [b for b in inner if _liftable(b, s.var) and not _shares_a_write(b, inner)]
             kept = tuple(b for b in inner if not any(b is x for x in lifted))
             out += lifted
             out.append(replace(s, body=kept))
@@ -37,6 +37,19 @@ def _hoist_body(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
 
 def _liftable(s: Stmt, var: str) -> bool:
     return isinstance(s, Block) and s.hoist and s.pin != var and var not in _vars(s)
+
+
+def _shares_a_write(b: Stmt, body: tuple[Stmt, ...]) -> bool:
+    """Another statement of the loop body allocates or writes a buffer (by name) that `b` writes: lifting `b` would
+    move its write past theirs (two peeled input bands both named X_band: lifted together, the first band's
+    matmuls read the second's rows)."""
+    mine = _written((b,))
+    return any(mine & _written((s,)) for s in body if s is not b)
+
+
+def _written(body: tuple[Stmt, ...]) -> set[str]:
+    return {x.buf.name if isinstance(x, ir.Alloc) else x.dst.buf.name for x in ir.walk(body)
+            if isinstance(x, ir.Alloc) or getattr(x, "dst", None) is not None}
 
 
 def _vars(node) -> set[str]:
