@@ -202,3 +202,13 @@ def test_layernorm_centres_before_scaling_rows_of_near_equal_values():
     inputs = {"X": x, "g": rng.uniform(-1, 1, 2).astype(np.float32), "b": rng.uniform(-1, 1, 2).astype(np.float32)}
     got = compile_loaded(program).run(**inputs)
     assert check_outputs(program, got, lang.evaluate(program, inputs)) == []
+
+
+def test_explain_places_a_chains_temporaries_in_the_chain():
+    """`tilec explain` says where each temporary lives: a row chain's (softmax's m, e, s) stay in its row tiles."""
+    from tilec.compiler.api import explain
+
+    text = explain(compile_example("softmax"))
+    for name in ("m", "e", "s"):
+        assert f"{name:<12} never in HBM: fused into the row chain writing Y" in text
+    assert "fused into ?" not in text

@@ -166,6 +166,9 @@ def _placement(c: Compiled) -> list[str]:
     in_hbm = {s.buf.name for s in walk(c.result.kernel.body) if isinstance(s, Alloc) and s.buf.memory == "hbm"}
     fused_into = {name: op.out for op in c.result.ops for name in getattr(op, "fused", ()) if name != op.out}
     fused_into.update({op.name: op.out for op in c.result.ops if op.name != op.out})
+    outs = {op.name: op.out for op in c.result.ops}
+    for chain in c.result.chains:  # a row chain's temporaries live in its row tiles; it stores its last op's output
+        fused_into.update({outs[name]: f"the row chain writing {outs[chain[-1]]}" for name in chain[:-1]})
     lines = []
     for name, t in c.program.tensors.items():
         if t.kind != "temp":

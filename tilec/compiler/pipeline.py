@@ -47,6 +47,7 @@ class Result:
     source: str
     target: Target
     nest: Nest  # level A, before instruction selection
+    chains: tuple[tuple[str, ...], ...] = ()  # the row chains built fused (op names, in order)
 
 
 def compile_program(program, directives: tuple[sx.Directive, ...] | None = None, nki: str | None = None,
@@ -103,7 +104,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     stages["schedule"] += "".join(_chain_note(c) + "\n" for c in chains)
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
-    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest)
+    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(map(tuple, chains)))
 
 
 def _check_capacity(kernel: ir.Kernel, target: Target, program) -> None:
