@@ -47,6 +47,8 @@ class _Verifier:
                     self.fail(f"loop {s.var} has extent {s.extent}")
                 self.body(s.body, {**loops, s.var: s.extent}, scope, sbuf, psum)
             elif isinstance(s, Alloc):
+                if s.buf.name in scope:  # the name is rebound: the tile it named is unreachable from here on
+                    sbuf, psum = self.release(scope[s.buf.name], sbuf, psum)
                 sbuf, psum = self.alloc(s.buf, sbuf, psum)
                 self.define(s.buf)
                 scope[s.buf.name] = s.buf
@@ -56,6 +58,11 @@ class _Verifier:
                 scope[s.buf.name] = s.buf
             else:
                 self.op(s, loops, scope)
+
+    def release(self, b: Buf, sbuf: int, psum: int) -> tuple[int, int]:
+        if b.memory == "psum":
+            return sbuf, psum - 1
+        return (sbuf - b.bytes_per_partition(), psum) if b.memory == "sbuf" else (sbuf, psum)
 
     def alloc(self, b: Buf, sbuf: int, psum: int) -> tuple[int, int]:
         if b.memory == "hbm":
