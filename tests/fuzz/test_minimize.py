@@ -2,6 +2,8 @@
 statements and size."""
 from __future__ import annotations
 
+import pytest
+
 from tilec.testing.minimize import _ddmin, minimize
 from tilec.testing.oracle import check
 
@@ -81,3 +83,29 @@ def test_a_hung_pairs_schedule_is_drawn_again_as_the_worker_drew_it():
         _, ran = check_prepared(prepare(text, None, pair.seed), None, pair.schedule_seed, pair.kind)
         assert drawn_schedule(text, pair) == ran
     assert drawn_schedule(generate(pairs_of(7, 3)[0].seed).text, pairs_of(7, 3)[0]) is None  # the default
+
+
+def test_a_stop_while_minimising_writes_every_reproducer_as_found(tmp_path, monkeypatch, capsys):
+    """Ctrl-C or SIGTERM during minimisation (a hang's takes minutes) must not lose the findings or print a
+    traceback: the interrupted one and the rest are written unminimised."""
+    import signal
+
+    from tilec.testing import fuzz, minimize as minimize_module
+    from tilec.testing.fuzz import Finding, Pair, write_findings
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(minimize_module, "minimize", stopped)
+    monkeypatch.setattr(fuzz, "_ignore_stops", lambda: None)  # the test process keeps its own signal handlers
+    text = "kernel k(A: f32[N]) -> Y\n  default N = 96\n  Y: f32[N]\n  for i in 0..N:\n    Y[i] = A[i] + 1.0\n"
+    verdict, _ = check(text, "tile Y.i, 5\n")
+    found = [Finding(Pair(n, 100 + n), verdict, text, "tile Y.i, 5\n", 0.1) for n in range(2)]
+    try:
+        write_findings(str(tmp_path), found, True, 30)
+    except KeyboardInterrupt:
+        pytest.fail("the stop escaped write_findings: the report would end in a traceback")
+    written = sorted(tmp_path.glob("*.tl"))
+    assert len(written) == 2 and all("(minimised)" not in p.read_text() for p in written)
+    assert "minimising interrupted" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN

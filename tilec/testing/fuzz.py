@@ -292,7 +292,12 @@ def write_findings(out: str, findings, minimize_: bool, timeout: float) -> None:
     for n, f in enumerate(findings, 1):
         text, schedule = f.text, f.schedule
         if minimize_:
-            text, schedule = minimize(text, schedule, f.verdict, timeout=timeout, seed=f.pair.seed)
+            try:
+                text, schedule = minimize(text, schedule, f.verdict, timeout=timeout, seed=f.pair.seed)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM while minimising (a hang takes minutes): write the rest as found
+                _ignore_stops()
+                minimize_ = False
+                print("  minimising interrupted: this and the remaining reproducers are written as found", flush=True)
         header = [f"class: {f.verdict.cls} ({f.verdict.stage})", f"seen: {f.verdict.message[:200]}",
                   f"fuzz seed {f.pair.seed}" + (" (minimised)" if minimize_ else ""),
                   f"seed: {f.pair.seed}  (the inputs: tilec.lang.api.random_inputs(program, seed))"]
