@@ -217,17 +217,24 @@ def _merged_var(e: sx.Expr, loops, sizes: dict[str, int]) -> str | None:
     return inner[0] if coef == extents[inner[0]] else None
 
 
-def _shifted_var(e: sx.Expr, names: set[str], sizes: dict[str, int]) -> str | None:
-    """The loop variable of an output index `v + constant` (a copy into part of a tensor), or None."""
+def shifted_index(e: sx.Expr, names: set[str], sizes: dict[str, int]) -> tuple[str, int] | None:
+    """`v + constant` (one loop variable, coefficient 1) -> (v, constant), or None: an output index of a copy into
+    part of a tensor here, a read index of a copy in select_copy.py."""
     if not uses_names(e, names):
         return None
     try:
-        coefs, _ = affine_index(e, names, sizes)
+        coefs, const = affine_index(e, names, sizes)
     except TilecError:
         return None
     if len(coefs) != 1 or next(iter(coefs.values())) != 1:
         return None
-    return next(iter(coefs))
+    return next(iter(coefs)), const
+
+
+def _shifted_var(e: sx.Expr, names: set[str], sizes: dict[str, int]) -> str | None:
+    """The loop variable of an output index `v + constant` (a copy into part of a tensor), or None."""
+    found = shifted_index(e, names, sizes)
+    return found[0] if found else None
 
 
 def print_comps(comps: tuple[Comp, ...]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from tilec.compiler.exprs import fmt_expr
-from tilec.compiler.lower import Comp, affine_index, size_value, uses_names
+from tilec.compiler.lower import Comp, affine_index, shifted_index, size_value, uses_names
 from tilec.compiler.ops import EltwiseOp, reject
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -21,15 +21,10 @@ def read_index(e: sx.Expr, names: set[str], sizes: dict[str, int]) -> Index | No
             and not uses_names(e.rhs, names):
         k = size_value(e.rhs, sizes)
         return (e.lhs.id, k, 0) if k >= 1 else None
-    if not uses_names(e, names) or (isinstance(e, sx.BinOp) and e.op in "/%"):
+    if isinstance(e, sx.BinOp) and e.op in "/%":
         return None
-    try:
-        coefs, const = affine_index(e, names, sizes)
-    except TilecError:
-        return None
-    if len(coefs) != 1 or next(iter(coefs.values())) != 1:
-        return None
-    return next(iter(coefs)), 1, const
+    found = shifted_index(e, names, sizes)
+    return (found[0], 1, found[1]) if found else None
 
 
 def copy_indices(comp: Comp, program) -> list[Index] | None:

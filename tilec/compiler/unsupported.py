@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tilec.compiler.exprs import accesses, strip_relu, strip_scale
 from tilec.compiler.lower import uses_names
+from tilec.compiler.select_conv import strip_activation
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -50,16 +51,9 @@ def _contraction_padding(st: sx.Assign, acc: sx.Access) -> bool:
     value = st.value
     if st.op != "+=" or acc.fill != 0 or not isinstance(value, sx.BinOp) or value.op != "*":
         return False
-    factors = [_under_relu(f) for f in (value.lhs, value.rhs)]
+    factors = [strip_activation(f)[0] for f in (value.lhs, value.rhs)]
     return acc in factors and all(isinstance(f, sx.Access) for f in factors) \
         and len(acc.indices) == len(st.target.indices)
-
-
-def _under_relu(f: sx.Expr) -> sx.Expr:
-    """The operand inside `relu(x)` or `min(relu(x), c)` (relu6), else f itself."""
-    if isinstance(f, sx.Call) and f.fn == "min" and len(f.args) == 2:
-        f = next((x for x in f.args if isinstance(x, sx.Call) and x.fn == "relu"), f)
-    return f.args[0] if isinstance(f, sx.Call) and f.fn == "relu" and len(f.args) == 1 else f
 
 
 def _copy_division(st: sx.Stmt, div: sx.BinOp) -> bool:
