@@ -93,17 +93,25 @@ def _accumulate(op: ReduceOp, plan: ReducePlan, hbm, fresh: Fresh, acc: Buf, src
 
 def _finish(op: ReduceOp, hbm, fresh: Fresh, acc: Buf, init_v: Buf | None, rows, TP: int) -> list[Stmt]:
     """The constant factor (a mean), then the initial value, once per row tile (the sum starts from it)."""
-    ln = op.update_line
-    out: list[Stmt] = []
-    if op.scale != 1.0:
-        out.append(Scalar(whole(acc), whole(acc), "multiply", op.scale, ln))
+    init: tuple[list[Stmt], View] | None = None
     if init_v is not None:
         col = Buf(fresh(f"{op.init}_col"), "sbuf", hbm[op.init].dtype, (TP, 1))
-        out += [Alloc(col, line=op.line), Dma(whole(col), View(init_v, (rows, full(1))), op.line),
-                Binary(whole(acc), whole(acc), whole(col), op.op, op.line)]
+        load: list[Stmt] = [Alloc(col, line=op.line), Dma(whole(col), View(init_v, (rows, full(1))), op.line)]
+        init = (load, whole(col))
+    return _scale_and_init(op, whole(acc), init, op.update_line)
+
+
+def _scale_and_init(op: ReduceOp, acc: View, init: tuple[list[Stmt], View] | None, ln: int) -> list[Stmt]:
+    """On the reduced values `acc`: the constant factor, then the initial value, a constant or a column tensor
+    (`init`: the statements loading it, and its view)."""
+    out: list[Stmt] = []
+    if op.scale != 1.0:
+        out.append(Scalar(acc, acc, "multiply", op.scale, ln))
+    if init is not None:
+        out += init[0] + [Binary(acc, acc, init[1], op.op, op.line)]
     elif op.init != _IDENTITY[op.op]:
-        assert not isinstance(op.init, str)  # a tensor initial value has its view (init_v)
-        out.append(Scalar(whole(acc), whole(acc), op.op, op.init, op.line))
+        assert not isinstance(op.init, str)  # a tensor initial value comes as `init`
+        out.append(Scalar(acc, acc, op.op, op.init, op.line))
     return out
 
 
@@ -200,12 +208,9 @@ def build_short_rows(ops: list, hbm: dict[str, Buf], fresh_for, keep: set[str], 
                 body.append(Alloc(src.buf, line=ln))
                 body += ExprCompiler(loaded, src.shape(), ln, fresh, set()).emit(op.expr, src)
             body.append(Reduce(View(res, (full(P), cols)), src, op.op, ln))
-            if op.scale != 1.0:
-                finish.append(Scalar(whole(res), whole(res), "multiply", op.scale, ln))
-            if isinstance(op.init, str):
-                finish.append(Binary(whole(res), whole(res), column(op.init, fresh), op.op, op.line))
-            elif op.init != _IDENTITY[op.op]:
-                finish.append(Scalar(whole(res), whole(res), op.op, op.init, op.line))
+            init_col: tuple[list[Stmt], View] | None = ([], column(op.init, fresh)) if isinstance(op.init, str) \
+                else None
+            finish += _scale_and_init(op, whole(res), init_col, ln)
         else:
             tiles = {n: column(n, fresh) for n in _column_reads(op)}
             finish += ExprCompiler(tiles, (P, G), op.line, fresh, set()).emit(op.expr, whole(res))
