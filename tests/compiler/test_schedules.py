@@ -196,7 +196,7 @@ def test_elementwise_tile_error_explains_the_layout(golden):
     with pytest.raises(TilecError) as err:
         compile_example("vector_add", {"L": 200}, schedule="tile z.i, 7\n")
     assert "100 partitions x 2 elements each" in err.value.message
-    golden.check("compiler/errors/eltwise_tile_not_dividing.txt", err.value.render() + "\n")
+    golden.check("compiler/errors/eltwise_tile_too_wide.txt", err.value.render() + "\n")
 
 
 def test_column_tile_too_wide_for_pool_window(golden):

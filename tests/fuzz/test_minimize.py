@@ -16,11 +16,11 @@ def test_minimize_keeps_the_failing_directive_and_shrinks_the_program():
     text = ("kernel k(A: f32[N, M]) -> Y\n  default N = 64, M = 96\n  T: f32[N, M]\n  Y: f32[N, M]\n"
             "  for i in 0..N, j in 0..M:\n    T[i, j] = A[i, j] * 2.0\n"
             "  for i in 0..N, j in 0..M:\n    Y[i, j] = relu(T[i, j])\n")
-    schedule = "tile Y.i, 8\ntile Y.i, 7\ntile Y.i, 16\n"  # 7 does not divide: a located rejection
+    schedule = "tile Y.i, 8\ntile Y.i, 100\ntile Y.i, 16\n"  # 100 > the 48 elements per partition: rejected
     verdict, _ = check(text, schedule)
     assert verdict.cls == "rejected" and verdict.stage == "compile", verdict.line()
     small_text, small_schedule = minimize(text, schedule, verdict, timeout=30)
-    assert small_schedule.split("\n")[0] == "tile Y.i, 7"
+    assert small_schedule.split("\n")[0] == "tile Y.i, 100"
     assert len(small_text) < len(text)
     again, _ = check(small_text, small_schedule)
     assert (again.cls, again.stage) == ("rejected", "compile"), again.line()

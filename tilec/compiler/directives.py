@@ -87,7 +87,9 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     if isinstance(plan, EltwisePlan):
         assert isinstance(op, EltwiseOp)
         free = eltwise_free(op, plan.parts)  # the tile counts elements per partition, not along the user's loop
-        _div(d, n, free, "tile", f" (the data is laid out as {plan.parts} partitions x {free} elements each)")
+        if n > free:  # (a tile that does not divide them is ragged: whole tiles and a smaller last one)
+            raise bad(d, f"a tile of {n} elements is wider than the {free} each partition holds (the data is laid "
+                         f"out as {plan.parts} partitions x {free} elements each)", f"use at most {free}")
         if op.rows and n > MOVING_FMAX:
             raise bad(d, f"a tile of {n} elements is wider than the {MOVING_FMAX} columns one matmul broadcasts "
                          f"{', '.join(op.rows)} across the partitions", f"use at most {MOVING_FMAX}")

@@ -215,7 +215,7 @@ class ExprCompiler:
             raise TilecError(f"converting the broadcast operand `{fmt_expr(e.args[0])}` to {e.fn} is not supported "
                              f"inside an element-wise statement", e.span, f"declare {e.args[0].tensor} as {e.fn}")
         self.n += 1
-        buf = Buf(self.fresh(f"tmp{self.n}"), "sbuf", e.fn, self.cur)  # (P, 1) when it rounds a column
+        buf = Buf(self.fresh(f"{self.prefix}{self.n}"), "sbuf", e.fn, self.cur)  # (P, 1) when it rounds a column
         return pre + [Alloc(buf, line=self.line), ir.Copy(whole(buf), x, self.line)], whole(buf)
 
     def target(self, dst: View | None) -> tuple[list[Stmt], View]:

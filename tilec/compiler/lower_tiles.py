@@ -145,7 +145,8 @@ class _Lowering:
         e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory)
         how = self.tensorize.get(s.var, {})
         return emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")),
-                    psum=str(how.get("psum", "")), engine=str(how.get("engine", "")))
+                    psum=str(how.get("psum", "")), engine=str(how.get("engine", "")),
+                    temps=str(how.get("temps", "tmp")))
 
     def view(self, a: Access, nest: dict[str, int]) -> View:
         """An access inside a tensorized nest as a view: a dimension indexed by a nest loop is a slice over it; one

@@ -20,18 +20,17 @@ as a list of primitive applications: data, printable, applied by `apply` with th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, loads
-from tilec.compiler.schedule import MOVING_FMAX, PMAX, EltwisePlan, TransposePlan, best_divisor
+from tilec.compiler.schedule import PMAX, EltwisePlan, TransposePlan, best_divisor, eltwise_plan
 from tilec.target import Target
 
 WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
 COPY_TILE_BYTES = 64 * 1024  # SBUF per partition of a replicated (upsampled) tile; larger ones go in row chunks
-ELTWISE_FREE = 1024  # elements per partition of one tile: ~1000 keeps DMAs efficient, two or more tiles overlap
 
 
 @dataclass(frozen=True)
@@ -153,25 +152,33 @@ def eltwise_layout(n: Injective) -> tuple[tuple[str, int], ...]:
 
 
 def eltwise_params(n: Injective) -> EltwisePlan:
-    """The default parameters: the largest partition count up to 128, ~1000 elements per partition per tile (a
-    row broadcast goes through one PSUM bank per tile: at most 512 fp32 columns)."""
-    size = math.prod(lp.extent for lp in n.loops)
-    lay = dict(eltwise_layout(n))
-    parts = best_divisor(lay.get("P", size), PMAX)
-    free = lay["F"] if lay else size // parts
-    return EltwisePlan(parts, best_divisor(free, MOVING_FMAX if n.rows else ELTWISE_FREE))
+    """The default parameters (schedule.eltwise_plan, which the op's default plan uses too)."""
+    return eltwise_plan(math.prod(lp.extent for lp in n.loops), dict(eltwise_layout(n)), bool(n.rows))
 
 
 def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> list[Prim] | None:
     """The element-wise rule: tiles of parts x free elements; inputs staged per tile, columns per partition tile,
-    rows copied to every partition (once for the whole nest when they fit), the result staged and stored."""
+    rows copied to every partition (once for the whole nest when they fit), the result staged and stored. Sizes
+    the tiles do not divide are cut into the whole tiles and the rest (`cut`): flattened data then goes on the
+    partitions along its own loops (the leading ones, where the fewest tiles cover it)."""
     n = injective(k)
     if n is None:
         return None
     params = params or eltwise_params(n)
     if n.run == (0, 0):
-        return _flat(n, params)
+        size = math.prod(lp.extent for lp in n.loops)
+        if size % params.parts == 0 and (size // params.parts) % params.free == 0:
+            return _flat(n, params)
+        n = replace(n, run=(0, _split_point(n, params)))
     return _broadcast(n, params)
+
+
+def _split_point(n: Injective, p: EltwisePlan) -> int:
+    """Where flattened data that the plan's tiles do not divide leaves the partitions: the loops before it go on
+    them, the rest on the free dimension; the split with the fewest (ragged) tiles."""
+    ext = [lp.extent for lp in n.loops]
+    tiles = lambda k: -(-math.prod(ext[:k]) // p.parts) * -(-math.prod(ext[k:]) // p.free)  # noqa: E731
+    return min(range(1, len(ext) + 1), key=lambda k: (tiles(k), k))
 
 
 def fallback(k: Kernel, target: Target) -> list[Prim] | None:
@@ -216,32 +223,62 @@ def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:
     names = [lp.var for lp in n.loops]
     lines = (n.loops[0].line, n.loops[a].line if a < len(n.loops) else n.top.line,
              n.loops[b].line if b < len(n.loops) else n.top.line)
-    out = n.stmt.dst.buf
     name = _Names(n)
     v = _views(n, name)
     prims = [prim("reshape", n.top.var, (("o", lay["O"]), ("p", lay["P"]), ("f", lay["F"])),
                   notes=(f"for {', '.join(names[:a])}", f"for {', '.join(names[a:b])}",
-                         f"for {', '.join(names[b:])}"), lines=lines, views=tuple(v.items())),
-             prim("split", "p", p.parts, outer="pt", inner="p_i", name="TILE_P"),
-             prim("split", "f", p.free, outer="t", inner="f_i", name="TILE_F"),
-             prim("reorder", "pt", "o", "t", "p_i", "f_i"),
-             prim("partition", "p_i"),
-             prim("stage_out", v[out], "t", name=name(f"{out}_tile"))]
-    prims += [prim("stage", v[x], "t", name=name(f"{x}_tile")) for x in reversed(n.full)]
-    whole = bool(n.rows) and lay["F"] // p.free > 1 and lay["F"] * 4 * len(n.rows) <= WHOLE_ROWS_BYTES
+                         f"for {', '.join(names[b:])}"), lines=lines, views=tuple(v.items()))]
+    # tiles the sizes do not divide: cut the partitions and the free elements into whole tiles and the rest
+    rows = _ragged_parts(lay["P"], min(p.parts, lay["P"]), 1)
+    cols = _ragged_parts(lay["F"], min(p.free, lay["F"]), 1)
+    if len(rows) > 1:
+        prims.append(prim("cut", "p", rows[1][0], root="o"))
+    if len(cols) > 1:
+        prims += [prim("cut", f"f{_at(len(rows), r)}", cols[1][0], root=f"o{_at(len(rows), r)}")
+                  for r in range(len(rows))]
+    for r, (p0, ps, tp, _) in enumerate(rows):
+        for c, (f0, fs, tf, _) in enumerate(cols):
+            sfx = _at(len(rows), r, len(cols), c)
+            part = f", rows {p0}..{p0 + ps} x columns {f0}..{f0 + fs}" if len(rows) * len(cols) > 1 else ""
+            prims += _broadcast_region(n, p, replace(p, parts=tp, free=tf), sfx, part, v, name)
+    return prims
+
+
+def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str, part: str, v: dict[str, str],
+                      name: _Names) -> list[Prim]:
+    """The schedule of one region of O x P x F (all of it, or a part after cuts: loops `o@ab`, `p@ab`, `f@ab`):
+    tiles of p.parts x p.free, the whole-tile constants named after the plan's."""
+    lay = dict(eltwise_layout(n))
+    at = lambda x: x + sfx  # noqa: E731
+    tag = f"_{sfx[1:]}" if sfx else ""
+    out = n.stmt.dst.buf
+    prims = [prim("split", at("p"), p.parts, outer=at("pt"), inner=at("p_i"), name=_const(p.parts, plan.parts, "P")),
+             prim("split", at("f"), p.free, outer=at("t"), inner=at("f_i"), name=_const(p.free, plan.free, "F")),
+             prim("reorder", at("pt"), at("o"), at("t"), at("p_i"), at("f_i")),
+             prim("partition", at("p_i")),
+             prim("stage_out", v[out], at("t"), name=name(f"{out}_tile{tag}"))]
+    prims += [prim("stage", v[x], at("t"), name=name(f"{x}_tile{tag}")) for x in reversed(n.full)]
+    whole = not sfx and bool(n.rows) and lay["F"] // p.free > 1 and lay["F"] * 4 * len(n.rows) <= WHOLE_ROWS_BYTES
     for i, r in reversed(list(enumerate(n.rows))):
-        at, row, tile = "" if whole else "t", name(f"{r}_row"), name(f"{r}_tile")
-        prims += [prim("stage", v[r], at, name=row), prim("broadcast", row, at, "p_i", name=tile)]
+        where, row, tile = "" if whole else at("t"), name(f"{r}_row{tag}"), name(f"{r}_tile{tag}")
+        prims += [prim("stage", v[r], where, name=row), prim("broadcast", row, where, at("p_i"), name=tile)]
         if whole:  # one PSUM bank of TILE_F columns at a time
             chunk = "c" if i == 0 else f"c{i + 1}"
             prims += [prim("split", f"{tile}_c1", p.free, outer=chunk, inner=f"{tile}_f", name="TILE_F",
                            note="for the free tiles of the row"),
                       prim("reorder", chunk, f"{tile}_c0")]
-    prims += [prim("stage", v[c], "pt", name=name(f"{c}_col"), dtype="f32") for c in reversed(n.columns)]
+    prims += [prim("stage", v[c], at("pt"), name=name(f"{c}_col{tag}"), dtype="f32") for c in reversed(n.columns)]
     # with whole broadcast rows VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
     fold = whole and bool(n.columns)
-    label = f"{out} = element-wise, broadcasting {', '.join(n.columns + n.rows)}"
-    return prims + [prim("tensorize", "p_i", fold=fold, regroup=fold), prim("block", "pt", label)]
+    label = f"{out} = element-wise" + (f", broadcasting {', '.join(n.columns + n.rows)}" if n.run[1] else "")
+    temps = {"temps": f"tmp{tag}_"} if tag else {}  # a region's temporaries have its own shape
+    return prims + [prim("tensorize", at("p_i"), fold=fold, regroup=fold, **temps),
+                    prim("block", at("pt"), label + part)]
+
+
+def _const(size: int, planned: int, dim: str) -> str:
+    """TILE_P / TILE_F where a region's tile is the plan's whole tile; "" (a plain number) for the rest."""
+    return f"TILE_{dim}" if size == planned else ""
 
 
 # ---- transposes and permutes ---------------------------------------------------------------------------------------

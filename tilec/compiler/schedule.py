@@ -108,6 +108,7 @@ class ReducePlan:
 
 
 Plan = ConvPlan | PoolPlan | TransposePlan | EltwisePlan | ReducePlan
+ELTWISE_FREE = 1024  # elements per partition of one element-wise tile: ~1000 keeps DMAs efficient
 REDUCE_FREE = 4096  # elements per partition of one reduced tile: 16 KiB of fp32, two in flight well inside SBUF
 
 
@@ -143,6 +144,28 @@ def divisors(n: int) -> list[int]:
 def best_divisor(n: int, limit: int, multiple: int = 1) -> int:
     ok = [d for d in divisors(n) if d <= limit and d % multiple == 0]
     return max(ok) if ok else n
+
+
+def tile_size(n: int, limit: int) -> int:
+    """Tiles of n elements, at most `limit` each: the largest divisor of n when it takes at most a quarter more
+    tiles than `limit`-wide ones, else `limit` itself (the last tile is smaller: a ragged plan; 521 rows are 512 +
+    9, not 521 tiles of one)."""
+    d, whole = best_divisor(n, limit), min(n, limit)
+    return d if 4 * -(-n // d) <= 5 * -(-n // whole) else whole
+
+
+def eltwise_plan(size: int, layout: dict[str, int], rows: bool) -> "EltwisePlan":
+    """The default element-wise tiles: the largest partition count up to 128 and ~1000 elements per partition per
+    tile (two or more tiles let loads overlap the vector engine; a row broadcast goes through one PSUM bank per
+    tile: at most 512 fp32 columns). Flattened data without good divisors (a prime element count) gets 128 x 1024
+    tiles over the loops, ragged at the edges (rules.eltwise picks where the partitions end)."""
+    if layout:
+        return EltwisePlan(tile_size(layout["P"], PMAX), tile_size(layout["F"], MOVING_FMAX if rows else ELTWISE_FREE))
+    parts = best_divisor(size, PMAX)
+    free = best_divisor(size // parts, ELTWISE_FREE)
+    if 4 * (size // (parts * free)) > 5 * -(-size // (PMAX * ELTWISE_FREE)) + 4:
+        return EltwisePlan(PMAX, ELTWISE_FREE)
+    return EltwisePlan(parts, free)
 
 
 def default_transpose(m: int, n: int, elem: int) -> TransposePlan:
@@ -187,10 +210,7 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), REDUCE_FREE))
-    parts = best_divisor(op.dim("P") if op.layout else op.size, PMAX)
-    # two or more tiles let loads overlap the vector engine; ~1000 elements per partition keeps DMAs efficient
-    # a row broadcast goes through one PSUM bank per tile: at most 512 fp32 columns
-    return EltwisePlan(parts, best_divisor(eltwise_free(op, parts), MOVING_FMAX if op.rows else 1024))
+    return eltwise_plan(op.size, dict(op.layout), bool(op.rows))
 
 
 def eltwise_free(op: EltwiseOp, parts: int) -> int:

@@ -32,7 +32,7 @@ from tilec.errors import InternalError
 from tilec.tune.bound import Bound, conv_bound, total_bound
 from tilec.tune.evaluate import Job, compile_job
 from tilec.tune.experts import expert_points
-from tilec.compiler.schedule import REDUCE_FREE, plan_directives, sbuf_budget
+from tilec.compiler.schedule import REDUCE_FREE, eltwise_plan, plan_directives, sbuf_budget, tile_size
 from tilec.target import Target
 from tilec.tune.space import Check, Knob, Space
 
@@ -261,11 +261,14 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list
 
 def eltwise_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     size = op.size
-    parts = max((v for v in divisors(size) if v <= t.pmax), default=1)
-    free, widest = size // parts, 16384
+    plan = eltwise_plan(size, {d: op.dims[d] for d in ("P", "F") if d in op.dims}, bool(op.rows))
+    free, widest = size // plan.parts, 16384
     if "F" in op.dims:  # with a broadcast the tile counts elements of the free dims F (the compiler's own rule)
         free, widest = op.dims["F"], t.moving_fmax if op.rows else 16384  # rows ride on a ones-matmul
-    frees = [v for v in divisors(free) if v >= min(64, free) and v <= widest] or [free]
+    frees = [v for v in divisors(free) if v >= min(64, free) and v <= widest]
+    if free % tile_size(free, min(widest, 1024)):  # no good divisor: round widths, the last tile smaller
+        frees = sorted(set(frees) | {v for v in (256, 512, 1024) if v < free and v <= widest})
+    frees = frees or [free]
     return [Knob(f"tile {op.ref('d0')}", "tile", op.ref("d0"),
                  _with_default(op.defaults.get(("tile", "d0")), frees))], []
 
