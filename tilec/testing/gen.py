@@ -773,18 +773,26 @@ def reduce_columns(rng: random.Random, nm: Names) -> Case:
 
 
 def permute(rng: random.Random, nm: Names) -> Case:
-    """N-D permutes: Y[b, j, i] = X[b, i, j] (a batched transpose) and the other orders of three dimensions."""
-    dims = [rng.choice([1, 2, 3, 4, 7]), size(rng, 200), size(rng, 200)]
+    """N-D permutes: Y[b, j, i] = X[b, i, j] (a batched transpose), the other orders of three dimensions, and any
+    order of four (NCHW -> NHWC, attention's [S, N, H, D] -> [N, H, S, D], cycles)."""
+    rank = 3 if rng.random() < 0.6 else 4
+    dims = [rng.choice([1, 2, 3, 4, 7]), size(rng, 200), size(rng, 200)] if rank == 3 else \
+        [rng.choice([1, 2, 3]), rng.randint(1, 40), size(rng, 100), rng.randint(1, 70)]
     rng.shuffle(dims)
-    order = rng.choice([(0, 2, 1), (0, 2, 1), (1, 0, 2), (2, 1, 0), (1, 2, 0), (2, 0, 1)])
-    syms = [nm(c) for c in ("B", "M", "N")]
+    if rank == 3:
+        order = rng.choice([(0, 2, 1), (0, 2, 1), (1, 0, 2), (2, 1, 0), (1, 2, 0), (2, 0, 1)])
+    else:
+        order = tuple(rng.sample(range(4), 4))
+        while order == (0, 1, 2, 3):
+            order = tuple(rng.sample(range(4), 4))
+    syms = [nm(c) for c in ("B", "M", "N", "Q")[:rank]]
     b = Builder(nm("perm"))
     b.defaults = list(zip(syms, dims))
     x, dt = nm("X"), rng.choice(DTYPES)
     b.param(x, dt, syms)
     y = nm("Y")
     b.decl(y, rng.choice(DTYPES), [syms[d] for d in order], out=True)
-    iv = [nm(c) for c in ("b", "i", "j")]
+    iv = [nm(c) for c in ("b", "i", "j", "k")[:rank]]
     b.loops([(iv[d], syms[d]) for d in order],
             [f"{y}[{', '.join(iv[d] for d in order)}] = {x}[{', '.join(iv)}]"])
     return Case("permute", b.text(), lambda env: {y: np.transpose(env[x], order)})
