@@ -24,6 +24,8 @@ FORMS = {  # the family forms the compiler is learning (pools, convs, data movem
     ("conv", "padded"): "?? 0)", ("conv", "dilated"): " + 2*", ("conv", "depthwise"): "",
     ("pool", "padded"): "??", ("movement", "shift"): " + ", ("movement", "shift_padded"): "?? 0",
     ("movement", "upsample"): " / ", ("movement", "concat"): "", ("bmm", ""): "",
+    ("block", "grouped"): "", ("block", "depthwise"): "", ("block", "residual"): "", ("block", "relu6"): "min(relu(",
+    ("block", "dense"): "",
 }
 FAMILY_FORMS: set[tuple[str, str]] = set()
 

@@ -901,9 +901,16 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "permute": permute,
     "movement": movement,
     "bmm": batched_matmul,
+    "block": lambda rng, nm: _blocks().block(rng, nm),
 }
 WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
-           "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1}
+           "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2}
+
+
+def _blocks():
+    """gen_blocks.py (network blocks: conv chains, residuals, depthwise and grouped stages) builds on this module."""
+    from tilec.testing import gen_blocks
+    return gen_blocks
 
 
 def generate(seed: int, family: str | None = None) -> Case:
