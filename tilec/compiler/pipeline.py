@@ -20,7 +20,7 @@ from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.names import NameAllocator, program_names, sanitised, unique
-from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest
+from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.tensorize import match
 from tilec.compiler.directives import apply_schedule
 from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
@@ -61,6 +61,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     # nest: the program as loops over buffers (level A), one to one, with a NumPy meaning (nest_eval.py); each
     # statement shows the instruction of the target's table it matches (tensorize.py)
     nest = lower_nest(program)
+    verify_nest(nest)
     stages["nest"] = print_nest(nest, lambda s: str(match(s, tgt) or ""))
     # lower: loop nests -> tensor computations with concrete extents (what each statement computes)
     comps = lower(program.kernel, program.sizes)
