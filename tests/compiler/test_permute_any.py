@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from tilec.compiler.api import compile_loaded
-from tilec.compiler.select_permute import chain, dma_permute, dma_runs, one_step
+from tilec.compiler.select_permute import dma_runs, one_step, plan
 from tilec.lang import api as lang
 
 NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
-NAMES = "abcd"
+NAMES = "abcde"
 
 
 def permute_text(shape: tuple[int, ...], perm: tuple[int, ...], dtype: str = "f32") -> str:
@@ -67,20 +67,25 @@ def test_a_chain_goes_through_hbm_intermediates_in_the_source_dtype():
 
 
 def test_long_shared_runs_move_by_dma_without_transposes():
-    c = run_exact((130, 2, 3, 96), (1, 2, 0, 3))
+    c = run_exact((130, 2, 3, 96), (1, 2, 0, 3))  # 384-byte runs
     assert "copy Y -> Y" in c.stages["select"] and "nc_transpose" not in c.source
     assert "nisa.dma_copy(dst=Y[" in c.source and "src=X[" in c.source
 
 
 def test_the_search_and_the_choice():
-    ext = dict(a=64, b=32, c=28, d=28)
-    assert one_step(tuple("abc"), tuple("bca")) == "runs" and one_step(tuple("abc"), tuple("cba")) == "pair"
-    assert one_step(tuple("abcd"), tuple("bcad")) == ""
-    path = chain(tuple("abcd"), tuple("bcad"), ext)
-    assert path is not None and path[0] == tuple("abcd") and path[-1] == tuple("bcad")
-    assert len(path) == 3 and all(one_step(x, y) for x, y in zip(path, path[1:]))
-    assert dma_runs(tuple("snhd"), tuple("nhsd"), dict(s=512, n=1, h=8, d=64)) == (("n", "h"), ("s", "d"))
-    assert dma_runs(tuple("abcd"), tuple("dabc"), ext) is None  # the last dimension moves
-    assert dma_permute(tuple("snhd"), tuple("nhsd"), dict(s=512, n=1, h=8, d=64), 4)  # 256-byte runs
-    assert not dma_permute(tuple("abcd"), tuple("bcad"), ext, 4)  # 112-byte runs: two transposes are faster
-    assert dma_permute(tuple("abc"), tuple("bac"), dict(a=256, b=256, c=4), 4)  # else a strided swap around c
+    T = tuple
+    assert one_step(T("abc"), T("bca")) == "runs" and one_step(T("abc"), T("cba")) == "pair"
+    assert one_step(T("abcd"), T("bcad")) == "dma" and one_step(T("abcd"), T("cadb")) == ""
+    heads = dict(s=512, n=1, h=8, d=64)
+    assert plan(T("snhd"), T("nhsd"), heads, 4) == [("dma", T("nhsd"))]  # 256-byte runs: one DMA step
+    assert dma_runs(T("snhd"), T("nhsd"), heads) == (("n", "h"), ("s", "d"))
+    assert dma_runs(T("abcd"), T("dabc"), heads | dict(a=1, b=1, c=1)) is None  # the last dimension moves
+    steps = plan(T("abcd"), T("bcad"), dict(a=64, b=32, c=28, d=28), 4)  # 112-byte runs: two transposes
+    assert steps is not None and [k for k, _ in steps] == ["runs", "runs"] and steps[-1][1] == T("bcad")
+    steps = plan(T("nchw"), T("nwhc"), dict(n=2, c=256, h=28, w=28), 4)  # NCHW -> NWHC
+    assert steps is not None and [k for k, _ in steps] == ["runs", "dma"]
+    assert plan(T("abc"), T("bca"), dict(a=2, b=3, c=4), 4) == [("runs", T("bca"))]  # always one transpose pass
+
+
+def test_a_permute_of_five_dimensions():
+    run_exact((3, 130, 2, 4, 5), (4, 2, 0, 3, 1))

@@ -45,11 +45,14 @@ def eltwise_nest(op: EltwiseOp, program) -> Kernel:
     return Kernel(op.name, tuple(bufs[n] for n in reads), (bufs[op.out],), (body,))
 
 
-def copy_nest(op: EltwiseOp, program) -> Kernel:
-    """The level-A nest of a data copy (select_copy.py): its loops, one assignment; a loop read divided by k is
-    split in two the way nest.lower_nest does it (`i / 2` -> i_q, and i = 2*i_q + i_r elsewhere)."""
+def copy_nest(op: EltwiseOp, program, between: dict[str, Buffer] | None = None) -> Kernel:
+    """The level-A nest of a data copy (select_copy.py, or a permute's DMA step with its HBM intermediates
+    `between`): its loops, one assignment; a loop read divided by k is split in two the way nest.lower_nest does it
+    (`i / 2` -> i_q, and i = 2*i_q + i_r elsewhere)."""
     assert isinstance(op.expr, sx.Access) and op.span is not None
-    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, tuple(program.tensors[n].shape)) for n in (*op.inputs, op.out)}
+    known = between or {}
+    bufs = {n: known.get(n) or Buffer(n, "hbm", program.tensors[n].dtype, tuple(program.tensors[n].shape))
+            for n in (*op.inputs, op.out)}
     lines = dict(op.loop_lines)
     dst = sx.Access(op.out, op.out_index or tuple(sx.Name(v) for v, _ in op.loops), op.span)
     stmt: sx.Stmt = sx.Assign(dst, "=", op.expr, op.span)
@@ -78,7 +81,11 @@ def permute_between(op: TransposeOp, program) -> dict[str, Buffer]:
     (a permute moves values: no rounding on the way), shaped by its order of the loops."""
     ext = dict(op.loops)
     dtype = program.tensors[op.src].dtype
-    return {s.out: Buffer(s.out, "hbm", dtype, tuple(ext[v] for v in _out_order(s))) for s in op.steps[:-1]}
+    return {s.out: Buffer(s.out, "hbm", dtype, tuple(ext[v] for v in _step_order(s))) for s in op.steps[:-1]}
+
+
+def _step_order(step: TransposeOp | EltwiseOp) -> list[str]:
+    return [v for v, _ in step.loops] if isinstance(step, EltwiseOp) else _out_order(step)
 
 
 def _out_order(op: TransposeOp) -> list[str]:

@@ -235,15 +235,20 @@ def _build_steps(op: TransposeOp, plan, program, target: Target, hbm: dict, fres
 
 
 def step_nests(op: TransposeOp, plan, program, target: Target) -> list[tuple[Nest, list]]:
-    """Each step's level-A nest and its primitives: the first step follows `plan` (the op's directives), the others
-    their default plans with the same method."""
+    """Each step's level-A nest and its primitives: the first transpose follows `plan` (the op's directives), the
+    other transposes their default plans with the same method; a DMA step is a copy (rules.copy)."""
     between = permute_between(op, program)
-    out = []
+    elem = DTYPE_BYTES[program.tensors[op.src].dtype]
+    out: list[tuple[Nest, list]] = []
+    first = True
     for k, step in enumerate(op.steps):
-        nest = transpose_nest(step, program, between)
-        elem = DTYPE_BYTES[program.tensors[op.src].dtype]
-        p = plan if k == 0 else replace(default_transpose(step.dim("M"), step.dim("N"), elem), method=plan.method)
-        prims = rules.transpose(nest, target, p)
+        if isinstance(step, EltwiseOp):
+            nest = copy_nest(step, program, between)
+            prims = rules.copy(nest, target)
+        else:
+            nest = transpose_nest(step, program, between)
+            p = plan if first else replace(default_transpose(step.dim("M"), step.dim("N"), elem), method=plan.method)
+            prims, first = rules.transpose(nest, target, p), False
         assert prims is not None, f"no rule applies to step {k + 1} of {op.name}"
         out.append((nest, prims))
     return out
@@ -273,10 +278,13 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
         if isinstance(op, (EltwiseOp, TransposeOp)) and op.name not in in_chain:
             rule = "transpose" if isinstance(op, TransposeOp) else "copy" if op.copy else "eltwise"
             if isinstance(op, TransposeOp) and op.steps:
+                first = next(s for s in op.steps if isinstance(s, TransposeOp))
                 for k, (step, (_, prims)) in enumerate(zip(op.steps, step_nests(op, plan, program, target))):
-                    how = "its plan" if k == 0 else "its default plan"
-                    out += [f"# {op.name}, step {k + 1} of {len(op.steps)} ({step.out} = permute of {step.src}): "
-                            f"rules.transpose expands {how} into"] + [f"#   {p}" for p in prims]
+                    src = step.inputs[0] if isinstance(step, EltwiseOp) else step.src
+                    how = "rules.copy writes its DMAs as" if isinstance(step, EltwiseOp) else \
+                        f"rules.transpose expands {'its plan' if step is first else 'its default plan'} into"
+                    out += [f"# {op.name}, step {k + 1} of {len(op.steps)} ({step.out} = permute of {src}): {how}"]
+                    out += [f"#   {p}" for p in prims]
                 continue
             _, prims = scheduled_nest(op, plan, program, target)
             head = f"# {op.name} (line {op.line}): rules.copy writes its schedule as" if rule == "copy" else \

@@ -414,7 +414,7 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     Y, X = stmt.dst.buf, src.buf
     x_order, y_order = _plain(src.index), _plain(stmt.dst.index)
     if x_order and y_order and x_order != y_order:  # a permute that keeps its last dimension (select_permute)
-        runs = dma_runs(tuple(x_order), tuple(y_order), ext)
+        runs = dma_runs(tuple(x_order), tuple(y_order), ext, target.pmax)
         assert runs is not None, f"{Y} = {X}: a permuted copy must keep its last dimension"
         return _permute_dma(loops, runs, ext, X, Y, target)
     alone = {i.terms[0].var for i in stmt.dst.index if len(i.terms) == 1}  # a dimension of its own in the result
@@ -479,7 +479,8 @@ def _permute_dma(loops: list[str], runs: tuple[tuple[str, ...], tuple[str, ...]]
                  Y: str, target: Target) -> list[Prim]:
     """A permute that keeps its last dimension, HBM -> HBM: per iteration of the outer loops one DMA per block of
     partitions copies X's slice over the inner loops (the same order on both sides) to Y's, in chunks of the
-    dimensions the two share at their ends (`Y[n, h, s, d] = X[s, n, h, d]`: per (n, h), [s, d] slices)."""
+    dimensions the two share at their ends (`Y[n, h, s, d] = X[s, n, h, d]`: per (n, h), [s, d] slices, s on the
+    partitions)."""
     outer, inner = runs
     part = inner[0]
     d = best_divisor(ext[part], target.pmax)

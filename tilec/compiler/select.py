@@ -34,7 +34,7 @@ from tilec.compiler.names import unique
 from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
                                 is_permutation, plain, reject)
 from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
-from tilec.compiler.select_permute import MAX_RANK, chain, dma_permute, one_step
+from tilec.compiler.select_permute import MAX_RANK, plan
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
 from tilec.compiler.select_conv import fold_operand_relu, fuse_epilogues, grouped_conv, select_conv, ungroup
 from tilec.compiler.select_pool import fuse_pool_divide, select_pool
@@ -132,28 +132,37 @@ def select_transpose(comp: Comp, program) -> TransposeOp | EltwiseOp:
     """`Y[j, i] = X[i, j]`, and any permutation that is one swap of two runs of dimensions after leading batch
     dimensions (`Y[b, j, i] = X[b, i, j]`, NCHW -> NHWC `Y[n, h, w, c] = X[n, c, h, w]`): a batch of 2-D
     transposes of X seen as [B, M, N]; or a swap of two single dimensions around dimensions that stay in place
-    (`Y[c, b, a] = X[a, b, c]`): a batch of 2-D transposes of strided slices. Any other permutation is a chain of
-    such steps through HBM intermediates (select_permute.py)."""
+    (`Y[c, b, a] = X[a, b, c]`): a batch of 2-D transposes of strided slices; or, keeping the last dimension, HBM
+    -> HBM DMAs of slices (a copy op). Any other permutation, or one these would move slowly, is a chain of such
+    steps through HBM intermediates (select_permute.py): an op whose `steps` are the steps' ops."""
     acc = comp.init
     assert isinstance(acc, sx.Access)  # _select_one checked it is a permuted read
     # a permutation of the output's loop variables: no None among them (is_permutation checked it)
     names = tuple(cast(list[str], [plain(m) for m in index_maps(acc, comp, program)]))
     out = tuple(comp.out_vars)
     ext = {v: comp.extent(v) for v in out}
-    if dma_permute(names, out, ext, DTYPE_BYTES[program.tensors[acc.tensor].dtype]):
-        return EltwiseOp(comp.target, comp.target, acc, (acc.tensor,), math.prod(ext.values()),
-                         tuple((f"d{i}", v) for i, v in enumerate(out)), comp.line, comp.span, loop_lines=comp.lines,
-                         copy=True, loops=tuple(ext.items()))
-    if one_step(names, out):
-        return _permute_step(comp, acc.tensor, comp.target, names, out)
-    orders = chain(names, out, ext)
-    if orders is None:
+    steps = plan(names, out, ext, DTYPE_BYTES[program.tensors[acc.tensor].dtype])
+    if steps is None:
         raise reject(comp, f"`{fmt_expr(acc)}` permutes {len(out)} dimensions; the compiler chains permutes of at "
                            f"most {MAX_RANK}", acc.span, "write it as two statements, each permuting fewer dimensions")
     taken = set(program.tensors)
-    bufs = [acc.tensor] + [unique(f"{comp.target}_perm", taken) for _ in orders[2:]] + [comp.target]
-    steps = tuple(_permute_step(comp, a, b, x, y) for a, b, x, y in zip(bufs, bufs[1:], orders, orders[1:]))
-    return replace(steps[0], name=comp.target, out=comp.target, steps=steps)
+    bufs = [acc.tensor] + [unique(f"{comp.target}_perm", taken) for _ in steps[1:]] + [comp.target]
+    orders = [names] + [order for _, order in steps]
+    ops = [_permute_dma(comp, a, b, x, y) if kind == "dma" else _permute_step(comp, a, b, x, y)
+           for (kind, _), a, b, x, y in zip(steps, bufs, bufs[1:], orders, orders[1:])]
+    if len(ops) == 1:
+        return ops[0]
+    first = next(op for op in ops if isinstance(op, TransposeOp))  # two DMA steps are never chained
+    return replace(first, name=comp.target, out=comp.target, src=acc.tensor, steps=tuple(ops))
+
+
+def _permute_dma(comp: Comp, src: str, dst: str, names: tuple[str, ...], out: tuple[str, ...]) -> EltwiseOp:
+    """The op of a DMA step `dst[out] = src[names]` that keeps the last dimension: a copy (rules.copy)."""
+    read = sx.Access(src, tuple(sx.Name(v, comp.span) for v in names), comp.span)
+    loops = tuple((v, comp.extent(v)) for v in out)
+    return EltwiseOp(dst, dst, read, (src,), math.prod(n for _, n in loops),
+                     tuple((f"d{i}", v) for i, v in enumerate(out)), comp.line, comp.span, loop_lines=comp.lines,
+                     copy=True, loops=loops)
 
 
 def _permute_step(comp: Comp, src: str, dst: str, names: tuple[str, ...], out: tuple[str, ...]) -> TransposeOp:
