@@ -213,7 +213,9 @@ def _scheduled(program, target: Target):
     applied, then lowered to level B (rules.py, lower_tiles.py)."""
     def build(op, plan, hbm: dict, fresh) -> tuple[list, list]:
         nest, prims = scheduled_nest(op, plan, program, target)
-        return lower_tiles(rules.apply(nest, prims, target), prims, hbm, fresh, target)
+        scheduled = rules.apply(nest, prims, target)
+        verify_nest(scheduled, f"the schedule of {op.name}")
+        return lower_tiles(scheduled, prims, hbm, fresh, target)
     return build
 
 
@@ -225,7 +227,9 @@ def _build_steps(op: TransposeOp, plan, program, target: Target, hbm: dict, fres
     consts: list = []
     stmts: list = [ir.Alloc(hbm[n], line=op.line) for n in between]
     for k, (nest, prims) in enumerate(step_nests(op, plan, program, target)):
-        step_consts, step_stmts = lower_tiles(rules.apply(nest, prims, target), prims, hbm, fresh(k), target)
+        scheduled = rules.apply(nest, prims, target)
+        verify_nest(scheduled, f"the schedule of step {k + 1} of {op.name}")
+        step_consts, step_stmts = lower_tiles(scheduled, prims, hbm, fresh(k), target)
         if k:
             step_stmts = passes.rename_consts(step_stmts, f"STEP{k + 1}_")
             step_consts = [(f"STEP{k + 1}_{n}", v) for n, v in step_consts]

@@ -13,14 +13,16 @@ intermediates in the source's dtype (exact: a permute only moves values), e.g.
     Y[n, w, h, c] = X[n, c, h, w]     ->   X[n, c, h, w] -> T[n, h, w, c]    runs: [c] and [h, w] swap
     (NCHW -> NWHC)                          T[n, h, w, c] -> Y[n, w, h, c]    dma: per (w, n), [h, c] slices
 
-Costs are in passes over the data, from the model (f32, `benchmarks/families.py` and the measurements below): a
-swap of runs is one pass, more when its blocks are small (min(M, N, 128) wide); a DMA step moves bytes once (HBM ->
-HBM) but pays per contiguous run when runs are short; a pair swap pays both ways (short rows, strided slices).
-Dimensions of extent 1 move nothing and are left out of the run lengths; a DMA runs on the engines of its
-partitions (8 per engine, 16 engines). Measured (model µs, start-up included):
-`Y[b, a, c] = X[a, b, c]` 256x256xC: dma 71-87 for C = 1..64, pair 17 at C = 1, 474 at C = 4, 7356 at C = 64;
-`Y[b, c, a, d] = X[a, b, c, d]` 64x32x28x28 (112-byte runs): dma 299, runs + runs 206; NCHW -> NWHC 2x256x28x28:
-pair 97, runs + dma 45; [S, N, H, D] -> [N, H, S, D] 512x1x8x64: dma 18.2, runs + runs 37.2.
+A step's estimated time (step_us) is its passes over the data at the DMA byte floor, plus a fixed time per step
+and per strided slice, calibrated on the model (f32): a swap of runs is one pass, more when its blocks are small
+(min(M, N, 128) wide); a DMA step moves bytes once (HBM -> HBM) but pays per contiguous run when runs are short and
+runs on the engines of its partitions only (8 per engine, 16 engines); a pair swap pays short rows and its slices.
+Dimensions of extent 1 move nothing and are left out of the run lengths. Measured (model µs, start-up included,
+each plan forced): `Y[b, a, c] = X[a, b, c]` 256x256xC: dma 71-87 for C = 1..64, pair 17 at C = 1, 474 at C = 4,
+7356 at C = 64, the chosen chain 47 at C = 4; `Y[b, c, a, d] = X[a, b, c, d]` 64x32x28x28 (112-byte runs): dma 299,
+runs + runs 206; NCHW -> NWHC 2x256x28x28: pair 97, runs + dma 48; [S, N, H, D] -> [N, H, S, D] 512x1x8x64: dma
+18.2, runs + runs 37.2. Below ~10 µs of data the estimate can miss by the start-up noise (`Y[c, b, a] = X[a, b,
+c]` 200x3x150: the chosen dma + runs 22.2, pair 19.4).
 """
 from __future__ import annotations
 
@@ -28,11 +30,15 @@ import heapq
 import itertools
 import math
 
+from tilec.target import TRN2
+
 MAX_RANK = 5  # 120 orders: the search takes ~0.1 s (rank 6: seconds); beyond it a permute is one step or an error
 TRANSPOSE_COST = 1.1  # passes of a swap of runs in 128 x 128 blocks (smaller blocks cost in proportion)
 DMA_COST = 0.6  # passes of an HBM -> HBM DMA with long runs (the model counts its bytes once)
 DMA_RUN = 256  # bytes x passes: a DMA of shorter runs is descriptor-bound, its cost grows as 1 / run
-STEP_COST = 0.5  # passes: each further step's start and its HBM intermediate (4 cheap steps lose to 2 dearer)
+STEP_PASSES = 0.5  # passes a step costs beyond its data (its HBM intermediate): 4 cheap steps lose to 2 dearer
+STEP_US = 2.5  # µs each step takes whatever its size: a load -> transpose -> store chain's latencies
+SLICE_US = 0.6  # µs per strided 2-D slice of a pair swap (one per combination of the staying dimensions)
 
 Order = tuple[str, ...]
 
@@ -90,6 +96,14 @@ def step_cost(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: 
     return 2 * TRANSPOSE_COST + DMA_RUN / run  # pair: short strided rows, then transposes
 
 
+def step_us(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: int) -> float:
+    """A step's estimated time: its passes over the data at the DMA byte floor (read and write at the default
+    target's DMA bandwidth), its fixed latency, and a pair swap's slices."""
+    floor = 2 * math.prod(ext.values()) * itemsize / (TRN2.dma_engines * TRN2.dma_engine_bw * 1000)
+    slices = math.prod(ext[v] for v, w in zip(src, out) if v == w) if kind == "pair" else 0
+    return (step_cost(kind, src, out, ext, itemsize) + STEP_PASSES) * floor + STEP_US + slices * SLICE_US
+
+
 def _moves(s: Order):
     """Every order one step away from `s`."""
     n = len(s)
@@ -125,7 +139,7 @@ def chain(src: Order, out: Order, ext: dict[str, int], itemsize: int = 4) -> lis
             for kind in step_kinds(here, nxt):
                 if kind == "dma" and last == "dma":
                     continue
-                total = cost + step_cost(kind, here, nxt, ext, itemsize) + (STEP_COST if len(path) > 1 else 0)
+                total = cost + step_us(kind, here, nxt, ext, itemsize)
                 if total < best.get((nxt, kind == "dma"), math.inf):
                     best[(nxt, kind == "dma")] = total
                     heapq.heappush(heap, (total, len(path), path + [(kind, nxt)]))
