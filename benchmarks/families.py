@@ -64,6 +64,7 @@ FAMILIES = (
     Family("shift.tl", "crop / shift", dict(C=4, H=6, W=5)),
     Family("upsample2x.tl", "nearest upsample 2x", dict(C=4, H=3, W=4)),
     Family("concat.tl", "channel concat", dict(C1=4, C2=2, H=3, W=4)),
+    Family("heads_permute.tl", "permute [S, N, H, D] -> [N, H, S, D]", dict(S=6, H=3, D=5)),
     Family("global_avgpool.tl", "global average pool 7x7", dict(C=8)),
     Family("conv_c3.tl", "first layer conv 3x3, C=3", dict(K=8, H=8, W=7)),
     Family("conv_residual.tl", "conv 3x3 + residual add", dict(C=8, K=8, H=6, W=5)),

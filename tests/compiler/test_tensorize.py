@@ -45,3 +45,27 @@ def test_matches(name: str, kind, want: str) -> None:
     k = lower_nest(program(name))
     stmt = next(s for s in walk(k.body) if isinstance(s, kind) and not type(s.expr).__name__ == "Const")
     assert str(match(stmt)) == want
+
+
+def test_block_statements_match_with_their_roles() -> None:
+    """A depthwise tap is a per-partition multiply-accumulate; a function of one operand (relu6 of the expanded
+    activations, relu of a padded read) stays a matmul operand."""
+    k = lower_nest(program("mobilenet_block"))
+    got = [str(match(s)) for s in walk(k.body) if isinstance(s, Update)]
+    assert got == ["nc_matmul(k: c; m: e; n: n, y, x)", "scalar_tensor_tensor(p: e; f: n, y, x; taps: r, s)",
+                   "nc_matmul(k: e; m: k; n: n, y, x)"]
+    k = lower_nest(program("resnet_block"))
+    assert [str(match(s)) for s in walk(k.body) if isinstance(s, Update)] == \
+        ["nc_matmul(k: c, r, s; m: k; n: n, y, x)"] * 2
+
+
+def test_a_function_of_the_loop_index_is_no_matmul_operand() -> None:
+    text = """kernel k(A: f32[M, K], B: f32[K, N]) -> C
+  default M = 4, K = 4, N = 4
+  C: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = 0
+    for k in 0..K:
+      C[i, j] += (A[i, k] + k) * B[k, j]
+"""
+    assert not _first_match(text).startswith("nc_matmul")

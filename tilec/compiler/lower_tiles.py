@@ -45,11 +45,14 @@ def eltwise_nest(op: EltwiseOp, program) -> Kernel:
     return Kernel(op.name, tuple(bufs[n] for n in reads), (bufs[op.out],), (body,))
 
 
-def copy_nest(op: EltwiseOp, program) -> Kernel:
-    """The level-A nest of a data copy (select_copy.py): its loops, one assignment; a loop read divided by k is
-    split in two the way nest.lower_nest does it (`i / 2` -> i_q, and i = 2*i_q + i_r elsewhere)."""
+def copy_nest(op: EltwiseOp, program, between: dict[str, Buffer] | None = None) -> Kernel:
+    """The level-A nest of a data copy (select_copy.py, or a permute's DMA step with its HBM intermediates
+    `between`): its loops, one assignment; a loop read divided by k is split in two the way nest.lower_nest does it
+    (`i / 2` -> i_q, and i = 2*i_q + i_r elsewhere)."""
     assert isinstance(op.expr, sx.Access) and op.span is not None
-    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, tuple(program.tensors[n].shape)) for n in (*op.inputs, op.out)}
+    known = between or {}
+    bufs = {n: known.get(n) or Buffer(n, "hbm", program.tensors[n].dtype, tuple(program.tensors[n].shape))
+            for n in (*op.inputs, op.out)}
     lines = dict(op.loop_lines)
     dst = sx.Access(op.out, op.out_index or tuple(sx.Name(v) for v, _ in op.loops), op.span)
     stmt: sx.Stmt = sx.Assign(dst, "=", op.expr, op.span)
@@ -58,10 +61,12 @@ def copy_nest(op: EltwiseOp, program) -> Kernel:
     return Kernel(op.name, tuple(bufs[n] for n in op.inputs), (bufs[op.out],), (lower_stmt(stmt, program.sizes),))
 
 
-def transpose_nest(op: TransposeOp, program) -> Kernel:
-    """The level-A nest of one selected transpose or permute: Y[out order] = X[source order] over the .tl loops."""
-    src, out = program.tensors[op.src], program.tensors[op.out]
-    bufs = {n: Buffer(n, "hbm", t.dtype, tuple(t.shape)) for n, t in ((op.src, src), (op.out, out))}
+def transpose_nest(op: TransposeOp, program, between: dict[str, Buffer] | None = None) -> Kernel:
+    """The level-A nest of one selected transpose or permute: Y[out order] = X[source order] over the .tl loops
+    (`between`: the HBM intermediates of a permute of several steps, by name)."""
+    known = between or {}
+    bufs = {n: known.get(n) or Buffer(n, "hbm", program.tensors[n].dtype, tuple(program.tensors[n].shape))
+            for n in (op.src, op.out)}
     lines = dict(op.loop_lines)
     out_vars = tuple(_out_order(op))
     idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
@@ -69,6 +74,18 @@ def transpose_nest(op: TransposeOp, program) -> Kernel:
     for v, n in reversed(op.loops):
         body = Loop(v, n, (body,), "serial", lines.get(v, op.line))
     return Kernel(op.name, (bufs[op.src],), (bufs[op.out],), (body,))
+
+
+def permute_between(op: TransposeOp, program) -> dict[str, Buffer]:
+    """The HBM intermediates of a permute of several steps: each step's output but the last, in the source's dtype
+    (a permute moves values: no rounding on the way), shaped by its order of the loops."""
+    ext = dict(op.loops)
+    dtype = program.tensors[op.src].dtype
+    return {s.out: Buffer(s.out, "hbm", dtype, tuple(ext[v] for v in _step_order(s))) for s in op.steps[:-1]}
+
+
+def _step_order(step: TransposeOp | EltwiseOp) -> list[str]:
+    return [v for v, _ in step.loops] if isinstance(step, EltwiseOp) else _out_order(step)
 
 
 def _out_order(op: TransposeOp) -> list[str]:

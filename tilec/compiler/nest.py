@@ -3,7 +3,8 @@
 Term grammar (small frozen records; `print_nest` prints them the way they are written here):
 
     Buffer = name, memory in hbm|sbuf|psum, dtype, shape
-    Access = buf[Aff, ...]                     one element; Aff as in ir.py (sum of coef*var terms + const)
+    Access = buf[Aff, ...] (?? fill)           one element; Aff as in ir.py (sum of coef*var terms + const); a
+                                               padded read `?? fill` means np.pad: an index outside buf reads fill
     Expr   = Const(value)                      a number (sizes are already numbers)
            | Index(Aff)                        a loop variable used as a value
            | Load(Access)                      a buffer element
@@ -16,16 +17,18 @@ Term grammar (small frozen records; `print_nest` prints them the way they are wr
 
 `lower_nest` produces it from a checked program one to one: each `.tl` loop is a Loop, each statement an Assign or
 Update with affine indices, each intermediate tensor an Alloc in HBM. `evaluate_nest` gives it a meaning on NumPy,
-so a scheduling primitive is tested by evaluating before and after.
+so a scheduling primitive is tested by evaluating before and after; `verify_nest` checks that every access stays
+inside its buffer (a padded read may leave it: that is what its fill is for).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Union
 
 from tilec.compiler.ir import Aff, Term, fmt_aff
 from tilec.compiler.lower import affine_index, size_value
-from tilec.errors import Span, TilecError
+from tilec.errors import InternalError, Span, TilecError
 from tilec.lang import syntax as sx
 
 UNARY = ("neg",)
@@ -45,6 +48,7 @@ class Buffer:
 class Access:
     buf: str
     index: tuple[Aff, ...]
+    fill: float | None = None  # a padded read `X[i - 1] ?? 0`: where an index falls outside buf, the value is fill
 
 
 @dataclass(frozen=True)
@@ -259,7 +263,7 @@ def _aff(e: sx.Expr, loops: tuple[str, ...], sizes: dict[str, int]) -> Aff:
 
 
 def _access(a: sx.Access, loops: tuple[str, ...], sizes: dict[str, int]) -> Access:
-    return Access(a.tensor, tuple(_aff(i, loops, sizes) for i in a.indices))
+    return Access(a.tensor, tuple(_aff(i, loops, sizes) for i in a.indices), a.fill)
 
 
 def lower_expr(e: sx.Expr, loops: tuple[str, ...], sizes: dict[str, int]) -> Expr:
@@ -294,9 +298,12 @@ _PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
 def fmt_expr(e: Expr, prec: int = 0) -> str:
     """Parentheses only where precedence needs them (`a - (b - c)`, `(a + b) * c`)."""
     if isinstance(e, Const):
-        return repr(int(e.value)) if float(e.value).is_integer() else repr(e.value)
+        return _num(e.value)
     if isinstance(e, Index):
         return fmt_aff(e.aff)
+    if isinstance(e, Load) and e.access.fill is not None:  # a padded read is a whole expression (the grammar's rule)
+        text = f"{fmt_access(e.access)} ?? {_num(e.access.fill)}"
+        return f"({text})" if prec else text
     if isinstance(e, Load):
         return fmt_access(e.access)
     if e.name == "neg":
@@ -306,6 +313,12 @@ def fmt_expr(e: Expr, prec: int = 0) -> str:
         text = f"{fmt_expr(e.args[0], p)} {e.name} {fmt_expr(e.args[1], p + 1)}"
         return f"({text})" if p < prec else text
     return f"{e.name}({', '.join(fmt_expr(a) for a in e.args)})"
+
+
+def _num(value: float) -> str:
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return repr(int(value)) if float(value).is_integer() else repr(value)
 
 
 def fmt_buffer(b: Buffer) -> str:
@@ -346,3 +359,39 @@ def print_nest(k: Kernel, note: Note | None = None) -> str:
     out += [f"  out {fmt_buffer(b)}" for b in k.outputs]
     _print(k.body, 1, out, note)
     return "\n".join(out) + "\n"
+
+
+# ---- verifier ------------------------------------------------------------------------------------------------------
+
+
+def verify_nest(k: Kernel, stage: str = "nest") -> None:
+    """Every index variable is bound by an enclosing loop and every access stays inside its buffer over the loops'
+    whole ranges, except a padded read's (outside its buffer it reads its fill). A failure is a compiler bug."""
+    shapes = {name: b.shape for name, b in k.buffers().items()}
+
+    def check(a: Access, loops: dict[str, int], line: int) -> None:
+        if a.buf not in shapes or len(a.index) != len(shapes[a.buf]):
+            raise InternalError(f"level-A verifier after `{stage}`: {fmt_access(a)} (tl:{line}) names no buffer of "
+                                f"rank {len(a.index)}")
+        for d, (i, n) in enumerate(zip(a.index, shapes[a.buf])):
+            free = [t.var for t in i.terms if t.var not in loops]
+            if free:
+                raise InternalError(f"level-A verifier after `{stage}`: {fmt_access(a)} (tl:{line}) uses "
+                                    f"{free[0]} outside its loop")
+            lo = i.const + sum(min(0, t.coef * (loops[t.var] - 1)) for t in i.terms)
+            hi = i.const + sum(max(0, t.coef * (loops[t.var] - 1)) for t in i.terms)
+            if a.fill is None and (lo < 0 or hi >= n):
+                raise InternalError(f"level-A verifier after `{stage}`: {fmt_access(a)} (tl:{line}) reaches "
+                                    f"{lo}..{hi} in dimension {d} of {a.buf}, whose extent is {n}")
+
+    def visit(body: tuple[Stmt, ...], loops: dict[str, int]) -> None:
+        for s in body:
+            if isinstance(s, Loop):
+                visit(s.body, {**loops, s.var: s.extent})
+            elif isinstance(s, (Assign, Update)):
+                if s.dst.fill is not None:
+                    raise InternalError(f"level-A verifier after `{stage}`: a store through a padded access "
+                                        f"{fmt_access(s.dst)} (tl:{s.line})")
+                for a in (s.dst, *loads(s.expr)):
+                    check(a, loops, s.line)
+    visit(k.body, {})

@@ -4,8 +4,9 @@ Statements run in program order, a loop's iterations in order, exactly like the 
 is run for all its iterations at once (its variable becomes an array axis) when that cannot change the result:
 every buffer its body writes is accessed in that body through one and the same index tuple (so an iteration only
 touches its own elements: the body can be distributed and each statement vectorised). Otherwise the loop runs one
-iteration at a time. Arithmetic is float32; an Assign rounds to its buffer's dtype; an Update accumulates in float32
-(as PSUM does) and the buffer is rounded to its dtype when the kernel ends, as the reference evaluator does.
+iteration at a time. A padded read (`Access.fill`) gives its fill where an index falls outside the buffer.
+Arithmetic is float32; an Assign rounds to its buffer's dtype; an Update accumulates in float32 (as PSUM does) and
+the buffer is rounded to its dtype when the kernel ends, as the reference evaluator does.
 """
 from __future__ import annotations
 
@@ -71,6 +72,21 @@ class _Run:
     def where(self, a: Access, axes: tuple[tuple[str, int], ...]) -> tuple:
         return tuple(self.index(i, axes) for i in a.index)
 
+    def load(self, a: Access, axes: tuple[tuple[str, int], ...]) -> np.ndarray:
+        """A buffer's elements; a padded read gives its fill (rounded to the buffer's dtype, as the reference does)
+        where an index falls outside the buffer: np.pad's meaning, without a padded copy."""
+        buf, where = self.mem[a.buf], self.where(a, axes)
+        if a.fill is None:
+            return buf[where]
+        inside: np.ndarray | bool = True
+        clipped = []
+        for w, n in zip(where, buf.shape):
+            ok = (np.asarray(w) >= 0) & (np.asarray(w) < n)
+            inside = inside & ok
+            clipped.append(np.where(ok, w, 0))
+        fill = round_to(self.dtypes[a.buf], np.asarray(a.fill, F32))
+        return np.where(inside, buf[tuple(clipped)], fill).astype(F32)
+
     def full(self, x: np.ndarray | F32, axes: tuple[tuple[str, int], ...]) -> np.ndarray:
         return np.broadcast_to(np.asarray(x, F32), tuple(n for _, n in axes))
 
@@ -89,7 +105,7 @@ class _Run:
         if isinstance(e, Index):
             return np.asarray(self.index(e.aff, axes), F32)
         if isinstance(e, Load):
-            return self.mem[e.access.buf][self.where(e.access, axes)]
+            return self.load(e.access, axes)
         args = [self.expr(a, axes) for a in e.args]
         with np.errstate(all="ignore"):
             if e.name == "neg":

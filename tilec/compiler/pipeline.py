@@ -12,7 +12,7 @@ from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
-from tilec.compiler.lower_tiles import copy_nest, eltwise_nest, lower_tiles, transpose_nest
+from tilec.compiler.lower_tiles import copy_nest, eltwise_nest, lower_tiles, permute_between, transpose_nest
 from tilec.compiler.build_reduce import build_reduce
 from tilec.compiler.build_colreduce import build_column_reduce
 from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
@@ -20,10 +20,12 @@ from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.names import NameAllocator, program_names, sanitised, unique
-from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest
+from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.tensorize import match
 from tilec.compiler.directives import apply_schedule
-from tilec.compiler.schedule import ConvPlan, default_plan, plan_directives, print_plans, print_schedule
+from tilec.compiler.ir import DTYPE_BYTES
+from tilec.compiler.schedule import (ConvPlan, default_plan, default_transpose, plan_directives, print_plans,
+                                     print_schedule)
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
@@ -61,6 +63,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     # nest: the program as loops over buffers (level A), one to one, with a NumPy meaning (nest_eval.py); each
     # statement shows the instruction of the target's table it matches (tensorize.py)
     nest = lower_nest(program)
+    verify_nest(nest)
     stages["nest"] = print_nest(nest, lambda s: str(match(s, tgt) or ""))
     # lower: loop nests -> tensor computations with concrete extents (what each statement computes)
     comps = lower(program.kernel, program.sizes)
@@ -197,8 +200,11 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         builders: dict[type, Callable[..., tuple]] = {
             ConvOp: build_conv, PoolOp: build_pool, TransposeOp: _scheduled(program, target),
             EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}
-        builder = builders[type(op)]
-        out.append(_named({op.out}, builder(op, plan, hbm, _fresh(names, op)), op.out, len(ops), prefixes))
+        if isinstance(op, TransposeOp) and op.steps:  # each step names its buffers apart (a view per step)
+            built = _build_steps(op, plan, program, target, hbm, lambda k, op=op: _fresh(names, op, k))
+        else:
+            built = builders[type(op)](op, plan, hbm, _fresh(names, op))
+        out.append(_named({op.out}, built, op.out, len(ops), prefixes))
     return out
 
 
@@ -207,12 +213,56 @@ def _scheduled(program, target: Target):
     applied, then lowered to level B (rules.py, lower_tiles.py)."""
     def build(op, plan, hbm: dict, fresh) -> tuple[list, list]:
         nest, prims = scheduled_nest(op, plan, program, target)
-        return lower_tiles(rules.apply(nest, prims, target), prims, hbm, fresh, target)
+        scheduled = rules.apply(nest, prims, target)
+        verify_nest(scheduled, f"the schedule of {op.name}")
+        return lower_tiles(scheduled, prims, hbm, fresh, target)
     return build
 
 
+def _build_steps(op: TransposeOp, plan, program, target: Target, hbm: dict, fresh: Callable) -> tuple[list, list]:
+    """A permute of several steps: its HBM intermediates allocated, then each step scheduled by the transpose rule
+    and lowered; a later step's constants carry its number (STEP2_TILE), as the steps' blocks may differ."""
+    between = permute_between(op, program)
+    hbm = {**hbm, **{n: ir.Buf(n, "hbm", b.dtype, b.shape) for n, b in between.items()}}
+    consts: list = []
+    stmts: list = [ir.Alloc(hbm[n], line=op.line) for n in between]
+    for k, (nest, prims) in enumerate(step_nests(op, plan, program, target)):
+        scheduled = rules.apply(nest, prims, target)
+        verify_nest(scheduled, f"the schedule of step {k + 1} of {op.name}")
+        step_consts, step_stmts = lower_tiles(scheduled, prims, hbm, fresh(k), target)
+        if k:
+            step_stmts = passes.rename_consts(step_stmts, f"STEP{k + 1}_")
+            step_consts = [(f"STEP{k + 1}_{n}", v) for n, v in step_consts]
+        consts += step_consts
+        stmts += step_stmts
+    return consts, stmts
+
+
+def step_nests(op: TransposeOp, plan, program, target: Target) -> list[tuple[Nest, list]]:
+    """Each step's level-A nest and its primitives: the first transpose follows `plan` (the op's directives), the
+    other transposes their default plans with the same method; a DMA step is a copy (rules.copy)."""
+    between = permute_between(op, program)
+    elem = DTYPE_BYTES[program.tensors[op.src].dtype]
+    out: list[tuple[Nest, list]] = []
+    first = True
+    for k, step in enumerate(op.steps):
+        if isinstance(step, EltwiseOp):
+            nest = copy_nest(step, program, between)
+            prims = rules.copy(nest, target)
+        else:
+            nest = transpose_nest(step, program, between)
+            p = plan if first else replace(default_transpose(step.dim("M"), step.dim("N"), elem), method=plan.method)
+            prims, first = rules.transpose(nest, target, p), False
+        assert prims is not None, f"no rule applies to step {k + 1} of {op.name}"
+        out.append((nest, prims))
+    return out
+
+
 def scheduled_nest(op, plan, program, target: Target) -> tuple[Nest, list]:
-    """An op's level-A nest and the primitives its rule writes for `plan`."""
+    """An op's level-A nest and the primitives its rule writes for `plan` (of a permute of several steps: its
+    first step's; step_nests gives them all)."""
+    if isinstance(op, TransposeOp) and op.steps:
+        return step_nests(op, plan, program, target)[0]
     if isinstance(op, TransposeOp):
         nest, prims = transpose_nest(op, program), rules.transpose(transpose_nest(op, program), target, plan)
     elif op.copy:  # crop, shift, a part of a concatenation, nearest upsampling (select_copy.py)
@@ -231,6 +281,15 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
     for op, plan in zip(ops, plans):
         if isinstance(op, (EltwiseOp, TransposeOp)) and op.name not in in_chain:
             rule = "transpose" if isinstance(op, TransposeOp) else "copy" if op.copy else "eltwise"
+            if isinstance(op, TransposeOp) and op.steps:
+                first = next(s for s in op.steps if isinstance(s, TransposeOp))
+                for k, (step, (_, prims)) in enumerate(zip(op.steps, step_nests(op, plan, program, target))):
+                    src = step.inputs[0] if isinstance(step, EltwiseOp) else step.src
+                    how = "rules.copy writes its DMAs as" if isinstance(step, EltwiseOp) else \
+                        f"rules.transpose expands {'its plan' if step is first else 'its default plan'} into"
+                    out += [f"# {op.name}, step {k + 1} of {len(op.steps)} ({step.out} = permute of {src}): {how}"]
+                    out += [f"#   {p}" for p in prims]
+                continue
             _, prims = scheduled_nest(op, plan, program, target)
             head = f"# {op.name} (line {op.line}): rules.copy writes its schedule as" if rule == "copy" else \
                 f"# {op.name}: rules.{rule} expands its plan into"  # a copy has no plan (no parameters)
@@ -260,9 +319,10 @@ def _const_prefix(out: str, taken: set[str]) -> str:
     return unique(base, taken) + "_"
 
 
-def _fresh(names: NameAllocator, op):
-    """The name allocator as seen by one op: its own derived names are stable, other ops get other ones."""
-    owner = f"{type(op).__name__}:{op.out}"
+def _fresh(names: NameAllocator, op, step: int = 0):
+    """The name allocator as seen by one op (or one step of a permute of several): its own derived names are
+    stable, other ops get other ones."""
+    owner = f"{type(op).__name__}:{op.out}" + (f":{step}" if step else "")
     return lambda base: names.fresh(base, owner)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from tilec.compiler.ir import Aff, Term
 from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Expr, Index, Kernel, Load, Loop, Op, Stmt, Update,
-                                 loads, map_loads, walk)
+                                 fmt_access, loads, map_loads, walk)
 from tilec.errors import Span, TilecError
 from tilec.target import Target, target as get_target
 
@@ -84,7 +84,7 @@ def _subst_aff(a: Aff, var: str, by: Aff) -> Aff:
 
 
 def _subst_access(a: Access, var: str, by: Aff) -> Access:
-    return Access(a.buf, tuple(_subst_aff(i, var, by) for i in a.index))
+    return replace(a, index=tuple(_subst_aff(i, var, by) for i in a.index))  # a padded read keeps its fill
 
 
 def _subst_expr(e: Expr, var: str, by: Aff) -> Expr:
@@ -274,6 +274,10 @@ class Region:
 def region(accesses: list[Access], inner: dict[str, int], what: str, span: Span | None) -> Region:
     """The Region the accesses cover over the loops `inner`. All accesses must move alike with the outer loops."""
     dims = len(accesses[0].index)
+    padded = next((a for a in accesses if a.fill is not None), None)
+    if padded is not None:
+        raise _fail(f"{what}: {fmt_access(padded)} is a padded read; a staged region of it (a halo filled with "
+                    f"{padded.fill:g}) is not built yet", span, "stage a buffer that is read without padding")
     for d in range(dims):
         outside = {tuple(t_ for t_ in a.index[d].terms if t_.var not in inner) for a in accesses}
         if len(outside) != 1:

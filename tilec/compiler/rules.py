@@ -27,6 +27,7 @@ from tilec.compiler import layout, primitives as pr
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, loads
 from tilec.compiler.schedule import PMAX, EltwisePlan, TransposePlan, best_divisor, eltwise_plan
+from tilec.compiler.select_permute import dma_runs
 from tilec.target import Target
 
 WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
@@ -448,6 +449,11 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     read = {t.var for i in src.index for t in i.terms}
     ext = {lp.var: lp.extent for lp in chain}
     Y, X = stmt.dst.buf, src.buf
+    x_order, y_order = _plain(src.index), _plain(stmt.dst.index)
+    if x_order and y_order and x_order != y_order:  # a permute that keeps its last dimension (select_permute)
+        runs = dma_runs(tuple(x_order), tuple(y_order), ext, target.pmax)
+        assert runs is not None, f"{Y} = {X}: a permuted copy must keep its last dimension"
+        return _permute_dma(loops, runs, ext, X, Y, target)
     alone = {i.terms[0].var for i in stmt.dst.index if len(i.terms) == 1}  # a dimension of its own in the result
     itemsize = 4 if k.buffers()[Y].dtype == "f32" else 2
     plan = _replication(loops, read, alone, ext, itemsize, target)
@@ -504,6 +510,28 @@ def _replication(loops: list[str], read: set[str], alone: set[str], ext: dict[st
     if per_row > COPY_TILE_BYTES:
         return None
     return part, best_divisor(ext[rows], max(1, COPY_TILE_BYTES // per_row))
+
+
+def _permute_dma(loops: list[str], runs: tuple[tuple[str, ...], tuple[str, ...]], ext: dict[str, int], X: str,
+                 Y: str, target: Target) -> list[Prim]:
+    """A permute that keeps its last dimension, HBM -> HBM: per iteration of the outer loops one DMA per block of
+    partitions copies X's slice over the inner loops (the same order on both sides) to Y's, in chunks of the
+    dimensions the two share at their ends (`Y[n, h, s, d] = X[s, n, h, d]`: per (n, h), [s, d] slices, s on the
+    partitions)."""
+    outer, inner = runs
+    part = inner[0]
+    d = best_divisor(ext[part], target.pmax)
+    p_in, split = part, []
+    if d < ext[part]:
+        p_in = f"{part}_p"
+        split = [prim("split", part, d, outer=f"{part}_o", inner=p_in,
+                      note=f"for {part} (blocks of {d} partitions)")]
+    blocks = [f"{part}_o", p_in] if split else [p_in]
+    order = list(outer) + blocks + list(inner[1:])
+    now = [x for v in loops for x in (blocks if v == part else [v])]  # the loops after the split
+    prims = split + ([prim("reorder", *order)] if order != now else [])
+    label = f"{Y} = permute of {X} (HBM -> HBM, {d} partitions, {' x '.join(inner)} slices)"
+    return prims + [prim("partition", p_in), prim("tensorize", p_in), prim("block", order[0], label)]
 
 
 def _hbm_copy(loops: list[str], read: set[str], ext: dict[str, int], X: str, Y: str, target: Target) -> list[Prim]:

@@ -24,13 +24,17 @@ Each op keeps `vars`: role -> the .tl loop variable, so schedule directives can 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import cast
 
 from tilec.compiler.exprs import accesses, fmt_expr
+from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.lower import Comp
+from tilec.compiler.names import unique
 from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
                                 is_permutation, plain, reject)
 from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
+from tilec.compiler.select_permute import MAX_RANK, plan
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
 from tilec.compiler.select_conv import fold_operand_relu, fuse_epilogues, grouped_conv, select_conv, ungroup
 from tilec.compiler.select_pool import fuse_pool_divide, select_pool
@@ -124,40 +128,61 @@ def _check_read(comp: Comp, acc: sx.Access, program) -> None:
 # ---- transpose ---------------------------------------------------------------------------------------------
 
 
-def select_transpose(comp: Comp, program) -> TransposeOp:
+def select_transpose(comp: Comp, program) -> TransposeOp | EltwiseOp:
     """`Y[j, i] = X[i, j]`, and any permutation that is one swap of two runs of dimensions after leading batch
     dimensions (`Y[b, j, i] = X[b, i, j]`, NCHW -> NHWC `Y[n, h, w, c] = X[n, c, h, w]`): a batch of 2-D
     transposes of X seen as [B, M, N]; or a swap of two single dimensions around dimensions that stay in place
-    (`Y[c, b, a] = X[a, b, c]`): a batch of 2-D transposes of strided slices."""
+    (`Y[c, b, a] = X[a, b, c]`): a batch of 2-D transposes of strided slices; or, keeping the last dimension, HBM
+    -> HBM DMAs of slices (a copy op). Any other permutation, or one these would move slowly, is a chain of such
+    steps through HBM intermediates (select_permute.py): an op whose `steps` are the steps' ops."""
     acc = comp.init
     assert isinstance(acc, sx.Access)  # _select_one checked it is a permuted read
-    names = [plain(m) for m in index_maps(acc, comp, program)]
-    out = list(comp.out_vars)
+    # a permutation of the output's loop variables: no None among them (is_permutation checked it)
+    names = tuple(cast(list[str], [plain(m) for m in index_maps(acc, comp, program)]))
+    out = tuple(comp.out_vars)
+    ext = {v: comp.extent(v) for v in out}
+    steps = plan(names, out, ext, DTYPE_BYTES[program.tensors[acc.tensor].dtype])
+    if steps is None:
+        raise reject(comp, f"`{fmt_expr(acc)}` permutes {len(out)} dimensions; the compiler chains permutes of at "
+                           f"most {MAX_RANK}", acc.span, "write it as two statements, each permuting fewer dimensions")
+    taken = set(program.tensors)
+    bufs = [acc.tensor] + [unique(f"{comp.target}_perm", taken) for _ in steps[1:]] + [comp.target]
+    orders = [names] + [order for _, order in steps]
+    ops = [_permute_dma(comp, a, b, x, y) if kind == "dma" else _permute_step(comp, a, b, x, y)
+           for (kind, _), a, b, x, y in zip(steps, bufs, bufs[1:], orders, orders[1:])]
+    if len(ops) == 1:
+        return ops[0]
+    first = next(op for op in ops if isinstance(op, TransposeOp))  # two DMA steps are never chained
+    return replace(first, name=comp.target, out=comp.target, src=acc.tensor, steps=tuple(ops))
+
+
+def _permute_dma(comp: Comp, src: str, dst: str, names: tuple[str, ...], out: tuple[str, ...]) -> EltwiseOp:
+    """The op of a DMA step `dst[out] = src[names]` that keeps the last dimension: a copy (rules.copy)."""
+    read = sx.Access(src, tuple(sx.Name(v, comp.span) for v in names), comp.span)
+    loops = tuple((v, comp.extent(v)) for v in out)
+    return EltwiseOp(dst, dst, read, (src,), math.prod(n for _, n in loops),
+                     tuple((f"d{i}", v) for i, v in enumerate(out)), comp.line, comp.span, loop_lines=comp.lines,
+                     copy=True, loops=loops)
+
+
+def _permute_step(comp: Comp, src: str, dst: str, names: tuple[str, ...], out: tuple[str, ...]) -> TransposeOp:
+    """The op of one step `dst[out] = src[names]` (select_permute.one_step holds)."""
+    ext = comp.extent
     k = next((i for i, (x, y) in enumerate(zip(names, out)) if x != y), len(out))
     rest, want = names[k:], out[k:]
     cut = next((c for c in range(1, len(rest)) if rest[c:] + rest[:c] == want), None)
-    swap = [p for p, (x, y) in enumerate(zip(names, out)) if x != y]
-    if cut is None and len(swap) == 2:  # two single dimensions swap, the others stay: a batch of 2-D transposes
-        ext = comp.extent
-        a, c = cast(str, names[swap[0]]), cast(str, names[swap[1]])
-        batch = [v for v in out if v not in (a, c)]
-        B = math.prod(ext(v) for v in batch)
-        dims = (("M", ext(a)), ("N", ext(c))) + ((("B", B),) if batch else ())
-        roles = (("i", a), ("j", c)) + ((("b", batch[0]),) if batch else ())
-        return TransposeOp(comp.target, comp.target, acc.tensor, dims, roles, comp.line, comp.span, comp.lines,
-                           tuple(str(n) for n in names), comp.extents, tuple(out))
-    if cut is None:
-        raise reject(comp, f"`{fmt_expr(acc)}` permutes its dimensions in a way that is not one swap of two runs "
-                           f"of dimensions after leading batch dimensions (e.g. Y[b, j, i] = X[b, i, j])", acc.span,
-                     "write it as two statements, each swapping two runs of dimensions")
-    ext = comp.extent
+    if cut is None:  # two single dimensions swap, the others stay: a batch of 2-D transposes
+        swap = [p for p, (x, y) in enumerate(zip(names, out)) if x != y]
+        a, c = names[swap[0]], names[swap[1]]
+        around = [v for v in out if v not in (a, c)]
+        dims = (("M", ext(a)), ("N", ext(c))) + ((("B", math.prod(ext(v) for v in around)),) if around else ())
+        roles = (("i", a), ("j", c)) + ((("b", around[0]),) if around else ())
+        return TransposeOp(dst, dst, src, dims, roles, comp.line, comp.span, comp.lines, names, comp.extents, out)
     size = lambda vs: math.prod(ext(v) for v in vs)  # noqa: E731
-    # a permutation of the output's loop variables: no None among them (is_permutation checked it)
-    batch, first, second = cast(list[str], names[:k]), cast(list[str], rest[:cut]), cast(list[str], rest[cut:])
+    batch, first, second = names[:k], rest[:cut], rest[cut:]
     roles = (("i", first[0]), ("j", second[0])) + ((("b", batch[0]),) if batch else ())
     dims = (("M", size(first)), ("N", size(second))) + ((("B", size(batch)),) if batch else ())
-    return TransposeOp(comp.target, comp.target, acc.tensor, dims, roles, comp.line, comp.span, comp.lines,
-                       tuple(str(n) for n in names), comp.extents)
+    return TransposeOp(dst, dst, src, dims, roles, comp.line, comp.span, comp.lines, names, comp.extents)
 
 
 def print_ops(ops: tuple[Op, ...]) -> str:

@@ -7,6 +7,8 @@ returns the instruction and how the statement's loop variables bind to the instr
     conv[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
                                                  nc_matmul      k: c, r, s   m: k   n: n, y, x
     s[i] max= A[i, j]                            tensor_reduce  p: i    f: j
+    B[e, y, x] += (A[e, y + r - 1, x + s - 1] ?? 0) * Wd[e, r, s]
+                                                 scalar_tensor_tensor  p: e   f: y, x   taps: r, s
     Y[j, i] = X[i, j]                            nc_transpose   p: i    f: j
     Y[i, j] = exp(X[i, j] - m[i])                activation     (FN from tilec/lang/functions.py)
     Y[i, j] = A[i, j] / B[i, j]                  tensor_tensor
@@ -66,20 +68,53 @@ def match(s: Stmt, target: Target | str | None = None) -> Match | None:
 def _match_update(s: Update, t: Target) -> Match | None:
     out = _vars(s.dst)
     e = s.expr
-    operands = [x for x in e.args if isinstance(x, Load)] if isinstance(e, Op) else []
+    operands = [a for a in map(_operand, e.args) if a is not None] if isinstance(e, Op) else []
     if s.op == "+=" and isinstance(e, Op) and e.name == "*" and len(operands) == len(e.args) \
-            and len({x.access.buf for x in operands}) == 2:  # a contraction of two different tensors
-        a, b = (x.access for x in operands)
+            and len({a.buf for a in operands}) == 2:  # a contraction of two different tensors
+        a, b = operands
         va, vb = _vars(a), _vars(b)
         k = tuple(v for v in va if v in vb and v not in out)
         fa, fb = [v for v in va if v not in k], [v for v in vb if v not in k]
         if k and set(fa) | set(fb) == set(out) and not set(fa) & set(fb):
             stat, mov = (fa, fb) if _leads(fa, fb, out) else (fb, fa)
             return Match(t.instr("nc_matmul"), (("k", k), ("m", tuple(stat)), ("n", tuple(mov))))
+    mac = _multiply_accumulate(s, t)
+    if mac is not None:
+        return mac
     reads = loads(e)
     if reads and all(set(out) < set(_vars(r)) for r in reads):  # whole dimensions reduced
         free = tuple(v for v in _vars(reads[0]) if v not in out)
         return Match(t.instr("tensor_reduce"), (("p", tuple(out)), ("f", free)))
+    return None
+
+
+def _operand(x: Expr) -> Access | None:
+    """The one access a contraction operand reads: a load, or a function of one load and constants
+    (`relu(T[..] ?? 0)`, `min(relu(B[..]), 6)`: applied to the operand as it is staged, before the matmul)."""
+    reads = loads(x)
+    return reads[0] if len(reads) == 1 and not _uses_index(x) else None
+
+
+def _uses_index(x: Expr) -> bool:
+    return isinstance(x, Index) or (isinstance(x, Op) and any(_uses_index(a) for a in x.args))
+
+
+def _multiply_accumulate(s: Update, t: Target) -> Match | None:
+    """`dst[.., p, ..] += data[..] * col[p, taps]`: a per-partition multiply-accumulate, one instruction per tap
+    (a depthwise conv: no sum over channels, the weights a column per tap). `data` may be any expression whose reads
+    cover the output's loops."""
+    out, e = _vars(s.dst), s.expr
+    if s.op != "+=" or not isinstance(e, Op) or e.name != "*" or len(e.args) != 2:
+        return None
+    for data, col in (e.args, e.args[::-1]):
+        reads = loads(data)
+        if not isinstance(col, Load) or not reads or not all(set(out) <= set(_vars(r)) for r in reads):
+            continue
+        p = tuple(v for v in _vars(col.access) if v in out)
+        taps = tuple(v for v in _vars(col.access) if v not in out)
+        if p and set(p) < set(out) and taps:
+            return Match(t.instr("scalar_tensor_tensor"), (("p", p), ("f", tuple(v for v in out if v not in p)),
+                                                          ("taps", taps)))
     return None
 
 
@@ -175,6 +210,8 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
     m = match(local(s, set(nest)), target)
     if m is None:
         raise InternalError(f"tensorize: no instruction of {target.name} computes {s}")
+    if any(a.fill is not None for a in loads(s.expr)):  # a rule stages a padded read's halo before it gets here
+        raise InternalError(f"tensorize: a padded read reaches instruction emission unstaged: {s}")
     dst = e.view(s.dst)
     if m.instr.name == "dma_copy" and isinstance(s.expr, Load):
         src = e.view(s.expr.access)

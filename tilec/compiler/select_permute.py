@@ -1,0 +1,178 @@
+"""Permutes of any rank as chains of steps the compiler schedules directly (issue 13: N-D permutes).
+
+A step is one of
+    runs   a swap of two runs of dimensions after leading batch dimensions (`[b, i.., j..] -> [b, j.., i..]`): X seen
+           as [B, M, N], blocks transposed on TensorE (or by DMA transposes) by rules.transpose;
+    pair   a swap of two single dimensions around dimensions that stay (`[a, b, c] -> [c, b, a]`): 2-D transposes
+           of strided slices, rules.transpose;
+    dma    any permute that keeps the last dimension: per iteration of some outer loops, one HBM -> HBM DMA copies a
+           slice whose other dimensions come in the same order on both sides (rules.copy).
+A swap of runs is always one step (today's transposes). Anything else is the cheapest chain of steps through HBM
+intermediates in the source's dtype (exact: a permute only moves values), e.g.
+
+    Y[n, w, h, c] = X[n, c, h, w]     ->   X[n, c, h, w] -> T[n, h, w, c]    runs: [c] and [h, w] swap
+    (NCHW -> NWHC)                          T[n, h, w, c] -> Y[n, w, h, c]    dma: per (w, n), [h, c] slices
+
+A step's estimated time (step_us) is its passes over the data at the DMA byte floor, plus a fixed time per step
+and per strided slice, calibrated on the model (f32): a swap of runs is one pass, more when its blocks are small
+(min(M, N, 128) wide); a DMA step moves bytes once (HBM -> HBM) but pays per contiguous run when runs are short and
+runs on the engines of its partitions only (8 per engine, 16 engines); a pair swap pays short rows and its slices.
+Dimensions of extent 1 move nothing and are left out of the run lengths. Measured (model µs, start-up included,
+each plan forced): `Y[b, a, c] = X[a, b, c]` 256x256xC: dma 71-87 for C = 1..64, pair 17 at C = 1, 474 at C = 4,
+7356 at C = 64, the chosen chain 47 at C = 4; `Y[b, c, a, d] = X[a, b, c, d]` 64x32x28x28 (112-byte runs): dma 299,
+runs + runs 206; NCHW -> NWHC 2x256x28x28: pair 97, runs + dma 48; [S, N, H, D] -> [N, H, S, D] 512x1x8x64: dma
+18.2, runs + runs 37.2. Below ~10 µs of data the estimate can miss by the start-up noise (`Y[c, b, a] = X[a, b,
+c]` 200x3x150: the chosen dma + runs 22.2, pair 19.4).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+
+from tilec.target import TRN2
+
+MAX_RANK = 5  # 120 orders: the search takes ~0.1 s (rank 6: seconds); beyond it a permute is one step or an error
+TRANSPOSE_COST = 1.1  # passes of a swap of runs in 128 x 128 blocks (smaller blocks cost in proportion)
+DMA_COST = 0.6  # passes of an HBM -> HBM DMA with long runs (the model counts its bytes once)
+DMA_RUN = 256  # bytes x passes: a DMA of shorter runs is descriptor-bound, its cost grows as 1 / run
+STEP_PASSES = 0.5  # passes a step costs beyond its data (its HBM intermediate): 4 cheap steps lose to 2 dearer
+STEP_US = 2.5  # µs each step takes whatever its size: a load -> transpose -> store chain's latencies
+SLICE_US = 0.6  # µs per strided 2-D slice of a pair swap (one per combination of the staying dimensions)
+
+Order = tuple[str, ...]
+
+
+def one_step(src: Order, out: Order) -> str:
+    """"runs" (a swap of two runs after a batch), "pair" (two single dimensions swap around staying ones), "dma" (any
+    other permute keeping the last dimension), or "" (the permute needs a chain)."""
+    kinds = step_kinds(src, out)
+    return kinds[0] if kinds else ""
+
+
+def step_kinds(src: Order, out: Order) -> list[str]:
+    """The kinds of step that do the permute at once: a swap of runs only as such; a pair swap that keeps the last
+    dimension is also a DMA step."""
+    if sorted(src) != sorted(out) or src == out:
+        return []
+    k = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
+    rest, want = src[k:], out[k:]
+    if any(rest[c:] + rest[:c] == want for c in range(1, len(rest))):
+        return ["runs"]
+    dma = ["dma"] if src[-1] == out[-1] else []
+    return (["pair"] if sum(x != y for x, y in zip(src, out)) == 2 else []) + dma
+
+
+def _run_bytes(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: int) -> int:
+    """Bytes of the contiguous runs a step moves: a DMA, the dimensions (of extent > 1) both sides end with in
+    common, else single elements; a pair swap, rows of min(extent, 128) when it swaps the last dimension, else
+    single elements (its 2-D slices are strided)."""
+    s, t = [v for v in src if ext[v] > 1], [v for v in out if ext[v] > 1]
+    common = 0
+    while common < min(len(s), len(t)) and s[len(s) - 1 - common] == t[len(t) - 1 - common]:
+        common += 1
+    if common and kind == "pair":  # the swapped dimensions are strided: single elements
+        return itemsize
+    if common:
+        return itemsize * math.prod(ext[v] for v in s[len(s) - common:])
+    if kind == "dma" or not s:
+        return itemsize
+    return itemsize * min(ext[s[-1]], ext[t[-1]], 128)
+
+
+def step_cost(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: int) -> float:
+    """The cost of one step in passes over the data (see the module's measurements)."""
+    if kind == "runs":
+        k = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
+        c = next(c for c in range(1, len(src) - k) if src[k + c:] + src[k:k + c] == out[k:])
+        m, n = math.prod(ext[v] for v in src[k:k + c]), math.prod(ext[v] for v in src[k + c:])
+        return TRANSPOSE_COST * 128 / min(m, n, 128)
+    run = _run_bytes(kind, src, out, ext, itemsize)
+    if kind == "dma":  # the engines of its partitions (8 each, of 16) share the work
+        runs = dma_runs(src, out, ext)
+        assert runs is not None
+        engines = min(16, -(-_divisor(ext[runs[1][0]], 128) // 8))
+        return max(DMA_COST, DMA_RUN / run) * 16 / engines
+    return 2 * TRANSPOSE_COST + DMA_RUN / run  # pair: short strided rows, then transposes
+
+
+def step_us(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: int) -> float:
+    """A step's estimated time: its passes over the data at the DMA byte floor (read and write at the default
+    target's DMA bandwidth), its fixed latency, and a pair swap's slices."""
+    floor = 2 * math.prod(ext.values()) * itemsize / (TRN2.dma_engines * TRN2.dma_engine_bw * 1000)
+    slices = math.prod(ext[v] for v, w in zip(src, out) if v == w) if kind == "pair" else 0
+    return (step_cost(kind, src, out, ext, itemsize) + STEP_PASSES) * floor + STEP_US + slices * SLICE_US
+
+
+def _moves(s: Order):
+    """Every order one step away from `s`."""
+    n = len(s)
+    for k in range(n - 1):  # a batch of k leading dimensions, then two runs swapped
+        for c in range(1, n - k):
+            yield s[:k] + s[k + c:] + s[k:k + c]
+    for i, j in itertools.combinations(range(n), 2):
+        swapped = list(s)
+        swapped[i], swapped[j] = swapped[j], swapped[i]
+        yield tuple(swapped)
+    for kept in itertools.permutations(s[:-1]):  # the last dimension stays: one DMA step
+        yield kept + s[-1:]
+
+
+Step = tuple[str, Order]  # (kind, the order after the step)
+
+
+def chain(src: Order, out: Order, ext: dict[str, int], itemsize: int = 4) -> list[Step] | None:
+    """The steps from `src` to `out` of the cheapest chain (`ext`: each dimension's extent); two DMA steps never
+    follow each other (they are one). None when the rank is above MAX_RANK."""
+    if len(src) > MAX_RANK:
+        return None
+    best: dict[tuple[Order, bool], float] = {(src, False): 0}
+    heap: list[tuple[float, int, list[Step]]] = [(0, 0, [("", src)])]
+    while heap:
+        cost, _, path = heapq.heappop(heap)
+        last, here = path[-1]
+        if here == out:
+            return path[1:]
+        if cost > best.get((here, last == "dma"), cost):
+            continue
+        for nxt in set(_moves(here)):
+            for kind in step_kinds(here, nxt):
+                if kind == "dma" and last == "dma":
+                    continue
+                total = cost + step_us(kind, here, nxt, ext, itemsize)
+                if total < best.get((nxt, kind == "dma"), math.inf):
+                    best[(nxt, kind == "dma")] = total
+                    heapq.heappush(heap, (total, len(path), path + [(kind, nxt)]))
+    return None
+
+
+def plan(src: Order, out: Order, ext: dict[str, int], itemsize: int) -> list[Step] | None:
+    """The permute's steps: a swap of runs is always one (today's transposes), anything else the cheapest chain
+    (possibly of one step); above MAX_RANK only a permute of one step, else None."""
+    kind = one_step(src, out)
+    if kind == "runs" or (kind and len(src) > MAX_RANK):
+        return [(kind, out)]
+    return chain(src, out, ext, itemsize)
+
+
+def dma_runs(src: Order, out: Order, ext: dict[str, int], pmax: int = 128) -> tuple[Order, Order] | None:
+    """(outer, inner) of a DMA step (the last dimension stays): for each iteration of `outer` one DMA per block of
+    partitions copies X's slice over `inner` to Y's slice of the same shape. `inner` comes in the same order on both
+    sides (the largest such set, in elements) and starts at its loop with the largest divisor <= pmax, not the last
+    (whose elements are the contiguous runs): the partitions spread a DMA over the engines. None when the last
+    dimension moves."""
+    if src[-1] != out[-1] or sorted(src) != sorted(out):
+        return None
+    best: Order = (src[-1],)
+    for r in range(2, len(src) + 1):
+        for inner in itertools.combinations(src, r):  # in src's order
+            if inner[-1] == src[-1] and tuple(v for v in out if v in inner) == inner and \
+                    math.prod(ext[v] for v in inner) > math.prod(ext[v] for v in best):
+                best = inner
+    part = max(best[:-1] or best, key=lambda v: (_divisor(ext[v], pmax), -best.index(v)))
+    inner = best[best.index(part):]
+    return tuple(v for v in out if v not in inner), inner
+
+
+def _divisor(n: int, limit: int) -> int:
+    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
