@@ -122,13 +122,13 @@ def mobilenet_block(X, We, Wd, Wp):
         nisa.dma_copy(dst=B_band2[:, e_t3], src=B[0, e_t3 * Y_TILE_E3:e_t3 * Y_TILE_E3 + Y_TILE_E3])  # tl:21
 
     # ---- X: the band added on the eviction
-    X_band2 = nl.ndarray((24, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-    nisa.dma_copy(dst=X_band2, src=X[0])  # tl:19
+    X_skip = nl.ndarray((24, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    nisa.dma_copy(dst=X_skip, src=X[0])  # tl:19
     Y_band = nl.ndarray((24, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     Y_acc = nl.zeros((24, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
     for e_t3 in nl.affine_range(2):  # tl:20  for e in 0..E (tiles of TILE_E3)
         Y_acc += nisa.nc_matmul(Wp_T[:, e_t3], B_band2[:, e_t3])  # tl:21
-    Y_band[...] = nisa.tensor_tensor(Y_acc, X_band2, op=nl.add, dtype=nl.float32)  # tl:19
+    Y_band[...] = nisa.tensor_tensor(Y_acc, X_skip, op=nl.add, dtype=nl.float32)  # tl:19
     nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:19
 
     return Y

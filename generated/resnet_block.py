@@ -108,8 +108,8 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.dma_copy(dst=T_band2[64:128, 1:17, 0:16], src=T[0])  # tl:18
 
     # ---- X: the band added on the eviction
-    X_band2 = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
-    nisa.dma_copy(dst=X_band2, src=X[0])  # tl:20
+    X_skip = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
+    nisa.dma_copy(dst=X_skip, src=X[0])  # tl:20
     Y_band = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     U_acc = nl.zeros((64, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:16
     U_acc += nisa.nc_matmul(W2_T[:, 0], T_band2[:, 0:16, 0:16])  # tl:18
@@ -120,7 +120,7 @@ def resnet_block(X, W1, b1, W2, b2):
     U_acc += nisa.nc_matmul(W2_T[0:64, 5], T_band2[0:64, 2:18, 2:18])  # tl:18
     U_act = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     U_act[...] = nisa.activation(op=nl.copy, data=U_acc, bias=b2_col, dtype=nl.float32)  # tl:16
-    Y_band[...] = nisa.tensor_tensor(U_act, X_band2, op=nl.add, dtype=nl.float32)  # tl:20
+    Y_band[...] = nisa.tensor_tensor(U_act, X_skip, op=nl.add, dtype=nl.float32)  # tl:20
     Y_band[...] = nisa.activation(op=nl.relu, data=Y_band, dtype=nl.float32)  # tl:16
     nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:16
 

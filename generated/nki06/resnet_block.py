@@ -111,8 +111,8 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.dma_copy(dst=T_band2[64:128, 1:17, 0:16], src=T[0])  # tl:18
 
     # ---- X: the band added on the eviction
-    X_band2 = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
-    nisa.dma_copy(dst=X_band2, src=X[0])  # tl:20
+    X_skip = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
+    nisa.dma_copy(dst=X_skip, src=X[0])  # tl:20
     Y_band = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     U_acc = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:16
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 0], moving=T_band2[:, 0:16, 0:16], accumulate=False)  # tl:18
@@ -123,7 +123,7 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[0:64, 5], moving=T_band2[0:64, 2:18, 2:18], accumulate=True)  # tl:18
     U_act = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     nisa.activation(dst=U_act, op=nl.copy, data=U_acc, bias=b2_col)  # tl:16
-    nisa.tensor_tensor(dst=Y_band, data1=U_act, data2=X_band2, op=nl.add)  # tl:20
+    nisa.tensor_tensor(dst=Y_band, data1=U_act, data2=X_skip, op=nl.add)  # tl:20
     nisa.activation(dst=Y_band, op=nl.relu, data=Y_band)  # tl:16
     nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:16
 

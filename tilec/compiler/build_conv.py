@@ -620,7 +620,7 @@ class _ConvBuilder:
     def residual_band(self) -> list[Stmt]:
         op, p = self.op, self.p
         assert op.residual is not None
-        rb = Buf(self.fresh(f"{op.residual}_band"), "sbuf", self.hbm[op.residual].dtype, self.o_band.shape)
+        rb = Buf(self.fresh(f"{op.residual}_skip"), "sbuf", self.hbm[op.residual].dtype, self.o_band.shape)
         self.r_band = rb
         line = self.L["residual"]
         return [Alloc(rb, line=line),
