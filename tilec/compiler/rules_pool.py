@@ -238,8 +238,8 @@ class _WindowPool:
                 for lo, hi in ((0, first.start), (first.start + first.size, n)):  # t0 alone at the borders
                     if hi > lo:
                         edge = Segment(lo, hi - lo, (t0,))
-                        out.append(Copy(self._view(whole(dst), axis, edge, 0, 1),
-                                        self._view(src, axis, edge, t0 + shift, stride), line))
+                        out.append(self.edge_copy(self._view(whole(dst), axis, edge, 0, 1),
+                                                  self._view(src, axis, edge, t0 + shift, stride)))
                 for t in order[1:]:
                     out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride))
             else:
@@ -249,6 +249,13 @@ class _WindowPool:
             for seg in segs:
                 out += self.combine(src, dst, axis, seg, stride, shift)
         return out
+
+    def edge_copy(self, dst: View, src: View) -> Stmt:
+        """A border's lone tap: on ScalarE, which has room (it only scales each tile once) unless the per-region
+        counts of count_include_pad=False keep it busy; else VectorE."""
+        if self.w.count == "inside":
+            return Copy(dst, src, self.op.line)
+        return Act(dst, src, "copy", None, 1.0, self.op.line)
 
     def _tap(self, src: View, axis: int, t: int, shift: int, stride: int) -> Callable[[Segment, tuple[int, int] | None], View]:
         return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
