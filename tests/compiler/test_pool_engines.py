@@ -129,3 +129,33 @@ kernel rs(A: bf16[M, F]) -> s
 """
     source = run_text(text, lambda x: x["A"].sum(axis=1))
     assert "A_tile = nl.ndarray(" in source and "A_all" not in source
+
+
+# ---- few channel rows: blocks of rows interleaved with the channel rows ------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("kind,r,s,pad,h", [("max", 3, 2, 1, 32), ("avg", 3, 1, 1, 24), ("avgx", 3, 1, 1, 24),
+                                            ("max", 2, 2, 0, 24), ("avg", 3, 3, 1, 36), ("max", 5, 1, 2, 28)])
+def test_few_channel_rows_interleave_blocks_and_compute_seams_apart(dtype, kind, r, s, pad, h):
+    """N*C = 48 channel rows, Ho even: partition b * 2 + g holds block g of row b (a plain reshape of X and Y, one
+    DMA per band for both blocks); output rows whose window crosses a block edge or reaches the padding (the seams)
+    are computed on the 48 channel rows alone, so count_include_pad=False's counts stay right too. Signed inputs,
+    so a padding or another block's row winning a max would show."""
+    prog, c = compiled_pool(kind, r, s, pad, dtype, h=h, w=19, n=1, c=48)
+    assert "partition b * 2 + g" in c.source
+    check_pool(kind, r, s, pad, dtype, h=h, w=19, n=1, c=48)
+
+
+def test_interleaved_pool_honours_a_band_directive():
+    text = pool_program("max", 3, 2, 1, "f32", h=40, w=16, n=1, c=64)
+    prog = lang.load(text)
+    c = compile_loaded(prog, lang.parse_schedule("split Y.i, 3", "<s>"))
+    assert "BAND = 3" in c.source and "partition b * 2 + g" in c.source
+    x = np.random.default_rng(2).standard_normal(prog.tensors["X"].shape).astype(np.float32)
+    assert_matches(prog, "Y", c.run(X=x)["Y"], reference(x, "max", 3, 2, 1))
+
+
+def test_rows_that_do_not_split_evenly_keep_the_row_blocks():
+    """Ho = 23 rows do not split into 2 blocks: the blocks are loaded one DMA each, as before."""
+    source = check_pool("max", 2, 1, 0, "f32", h=24, w=19, n=1, c=48)
+    assert "blocks of" in source and "partition b * 2 + g" not in source
