@@ -132,7 +132,14 @@ def build_interleaved(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fr
     Ho, Wo = w.out
     out: list[Stmt] = []
     shared = _Shared()
-    for start, stop in split.seams:
+    lengths = {stop - start for start, stop in split.seams}
+    if len(lengths) == 1 and w.count == "window" and B * len(split.seams) <= PMAX:
+        # seams of one length side by side as blocks: one load each on its own DMA engines, one set of instructions
+        pool = _WindowPool(op, PoolPlan(B, lengths.pop()), hbm, fresh, None, shared,
+                           tuple(start for start, _ in split.seams))
+        pool.note = " (the seams between blocks)"
+        out += pool.build()
+    for start, stop in split.seams if not out else ():
         seam = replace(op, window=replace(w, offset=(oy + start * sy, ox), out=(stop - start, Wo)))
         pool = _WindowPool(seam, PoolPlan(B, stop - start), hbm, fresh, (Ho, start), shared)
         pool.note = f"; output rows {start}..{stop} (a seam between blocks)"
@@ -155,25 +162,27 @@ class _Shared:
 
 class _WindowPool:
     def __init__(self, op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh,
-                 out_rows: tuple[int, int] | None = None, shared: "_Shared | None" = None) -> None:
+                 out_rows: tuple[int, int] | None = None, shared: "_Shared | None" = None,
+                 starts: tuple[int, ...] = ()) -> None:
         """out_rows: (rows of Y per channel row, the first of them this pool writes) when the pool computes only
         some of Y's rows (a seam or the interleaved part of an Interleave); shared: what the pools of one
-        Interleave share (the kernel names given so far, the turn of small combines)."""
+        Interleave share (the kernel names given so far, the turn of small combines); starts: the first output
+        row of each block of plan.band rows, when the blocks are given (an Interleave's seams)."""
         assert op.window is not None
         self.op, self.plan, self.fresh, self.w = op, plan, fresh, op.window
         self.shared = _Shared() if shared is None else shared
         self.names = self.shared.names
         self.B, self.H, self.W = op.dim("B"), op.dim("H"), op.dim("W")
         self.Ho, self.Wo = op.window.out
-        self.G = plan.blocks if plan.tile_b == self.B and op.window.count == "window" else 1
+        self.G = len(starts) or (plan.blocks if plan.tile_b == self.B and op.window.count == "window" else 1)
         y_rows, self.row0 = out_rows or (self.Ho, 0)
         xs, ys = (self.B, self.H, self.W), (self.B, y_rows, self.Wo)
         self.x3, s1 = hbm_view(hbm[op.src], xs, self.name(f"{op.src}_v", xs), op.line)
         self.o3, s2 = hbm_view(hbm[op.out], ys, self.name(f"{op.out}_v", ys), op.line)
         self.views = s1 + s2
-        self.Rb = -(-self.Ho // self.G)  # output rows per block
+        self.Rb = plan.band if starts else -(-self.Ho // self.G)  # output rows per block
         # block g's first output row; the last block ends with the output (it may redo a few rows of the one before)
-        self.starts = [min(g * self.Rb, self.Ho - self.Rb) for g in range(self.G)]
+        self.starts = list(starts) or [min(g * self.Rb, self.Ho - self.Rb) for g in range(self.G)]
         self.overlap = self.starts[-2] + self.Rb - self.starts[-1] if self.G > 1 else 0  # rows it must not store
         self.OB = min(plan.band, self.Rb)
         self.note = ""  # more of the block's label
