@@ -149,6 +149,7 @@ def build_interleaved(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fr
                    window=replace(w, offset=(oy + split.first * sy, ox), out=(rows, Wo)))
     band = min(plan.band, max(1, -(-rows // INTERLEAVED_BANDS)))  # a `split` directive's band when smaller
     pool = _WindowPool(main, PoolPlan(B * G, band), hbm, fresh, (Ho // G, split.first), shared)
+    pool.split_loads = True
     pool.note = f"; rows {split.first}..{split.end} of {G} blocks of {Ho // G} output rows, block g of row b on " \
         f"partition b * {G} + g"
     return [("TILE_P", B * G), ("BAND", pool.OB)], out + pool.build()
@@ -186,6 +187,7 @@ class _WindowPool:
         self.overlap = self.starts[-2] + self.Rb - self.starts[-1] if self.G > 1 else 0  # rows it must not store
         self.OB = min(plan.band, self.Rb)
         self.note = ""  # more of the block's label
+        self.split_loads = False  # a band's input rows in two loads (load_parts)
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
         key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions
@@ -244,8 +246,10 @@ class _WindowPool:
         out: list[Stmt] = []
         if G == 1:
             out += [Alloc(xb, line=line)]
-            out.append(Dma(whole(xb), View(self.x3, (pb, Sl(lo_aff if lo_aff is not None else a(lo), rows),
-                                                     full(self.W))), line))
+            start = lo_aff if lo_aff is not None else a(lo)
+            for r0, r1 in self.load_parts(rows):  # VectorE's rows of the pass along x first: it starts sooner
+                out.append(Dma(View(xb, (full(P), sl(r0, r1 - r0), full(self.W))) if (r0, r1) != (0, rows) else
+                               whole(xb), View(self.x3, (pb, Sl(start.plus(r0), r1 - r0), full(self.W))), line))
         else:
             out += self.block_loads(xb, first, rows, lo_aff)
         out.append(Alloc(ob, line=line))
@@ -283,6 +287,19 @@ class _WindowPool:
         return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.starts[g] + skip[g]), n - skip[g]), full(self.Wo))),
                           View(ob, (sl(g * B, B), sl(skip[g], n - skip[g]), full(self.Wo))), line)
                       for g in range(G) if skip[g] < n]
+
+    def load_parts(self, rows: int) -> list[tuple[int, int]]:
+        """A band's input rows in two loads, cut where the pass along x splits them between VectorE and GpSimdE
+        (combine_shared), so each engine waits only for its own rows: in an Interleave (few channel rows, so
+        one partition tile, whose first band's load the engines otherwise wait for whole); one load when that pass
+        is not shared."""
+        op = self.op
+        if (op.pool.wx, self.w.stride[1], self.w.offset[1], self.Wo) == (1, 1, 0, self.W) or \
+                rows * self.Wo < SHARE_MIN or op.relu or not self.split_loads:
+            return [(0, rows)]
+        tmp = "f32" if op.pool.op == "add" else self.x3.dtype
+        cut = round(rows * _vector_share(self.x3.dtype, tmp))
+        return [(0, cut), (cut, rows)] if 0 < cut < rows else [(0, rows)]
 
     def block_loads(self, xb: Buf, first: int, rows: int, lo_aff: Aff | None) -> list[Stmt]:
         """Block g's band rows onto partitions g*B..: one DMA each; a row outside X (only in a peeled band) holds
