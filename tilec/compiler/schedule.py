@@ -167,7 +167,7 @@ def window_pool_plan(op: PoolOp) -> PoolPlan:
     rows, parts = op.dim("B"), best_divisor(op.dim("B"), PMAX)
     ho, sy = op.window.out[0], op.window.stride[0]
     blocks = 1
-    if rows <= PMAX // 2:  # few channel rows: blocks of output rows fill the rest (rules_pool.py)
+    if rows <= PMAX // 2 and op.window.count == "window":  # few channel rows: blocks of output rows fill the rest
         blocks = min(PMAX // rows, max(1, ho // 4))  # blocks of at least 4 rows
     ho = -(-ho // blocks)
     band = max(1, 16384 // (sy * op.dim("W") * 4))
