@@ -15,6 +15,12 @@ window that reaches outside X simply has fewer taps. Each pass splits its output
 of valid taps (the border columns, the interior), one instruction per tap and segment. An average that excludes the
 padding (count_include_pad=False) multiplies each border segment by window / taps inside, then scales by
 1 / (wy * wx) like the others.
+
+With few channel rows (n*c <= 64, batch 1), blocks of output rows fill the other partitions. When X's and Y's rows
+split evenly into the blocks, the blocks are interleaved with the channel rows (`Interleave`: partition b * G + g
+holds block g of row b, a plain reshape of X and Y): a band is then one DMA over all 128 partitions each way, and
+the model's stores to Y, which it orders one DMA latency apart (their HBM byte ranges interleave), are one per band
+rather than one per block per band; the few output rows whose window crosses a block edge are computed apart.
 """
 from __future__ import annotations
 
@@ -61,10 +67,14 @@ def pool(op: PoolOp, plan: PoolPlan) -> list[Prim]:
     w = op.window
     assert w is not None
     (sy, sx), (oy, ox) = w.stride, w.offset
-    rows = (plan.band - 1) * sy + op.pool.wy
+    split = interleaved(op, plan)
+    band = plan.band if split is None else interleaved_band(plan, split)
+    rows = (band - 1) * sy + op.pool.wy
     scale = op.pool.scale / (op.pool.wy * op.pool.wx if w.count == "inside" else 1)
-    prims = [prim("partition", "b", plan.tile_b), prim("split", "i", plan.band, name="BAND"),
-             prim("stage", op.src, rows=rows, halo=(oy, oy + rows - sy * plan.band))]
+    prims = [prim("partition", "b", plan.tile_b), prim("split", "i", band, name="BAND"),
+             prim("stage", op.src, rows=rows, halo=(oy, oy + rows - sy * band))]
+    if split is not None:
+        prims.insert(1, prim("interleave", "i", split.blocks, rows=(split.first, split.end), seams=len(split.seams)))
     if (op.pool.wx, sx, ox) != (1, 1, 0):
         prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op))
     if (op.pool.wy, sy, oy) != (1, 1, 0):
@@ -122,6 +132,11 @@ def interleaved(op: PoolOp, plan: PoolPlan) -> Interleave | None:
     return Interleave(G, first, end, tuple(seams))
 
 
+def interleaved_band(plan: PoolPlan, split: Interleave) -> int:
+    """Output rows per band of an Interleave: INTERLEAVED_BANDS bands, or a `split` directive's band if smaller."""
+    return min(plan.band, max(1, -(-(split.end - split.first) // INTERLEAVED_BANDS)))
+
+
 def build_interleaved(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh, split: Interleave) -> Built:
     """The seams first (small: their stores join the ordered chain of stores to Y early), then the interleaved
     bands."""
@@ -147,8 +162,8 @@ def build_interleaved(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fr
     rows = split.end - split.first
     main = replace(op, dims=(("B", B * G), ("H", H // G), ("W", op.dim("W"))),
                    window=replace(w, offset=(oy + split.first * sy, ox), out=(rows, Wo)))
-    band = min(plan.band, max(1, -(-rows // INTERLEAVED_BANDS)))  # a `split` directive's band when smaller
-    pool = _WindowPool(main, PoolPlan(B * G, band), hbm, fresh, (Ho // G, split.first), shared)
+    pool = _WindowPool(main, PoolPlan(B * G, interleaved_band(plan, split)), hbm, fresh, (Ho // G, split.first),
+                       shared)
     pool.split_loads = True
     pool.note = f"; rows {split.first}..{split.end} of {G} blocks of {Ho // G} output rows, block g of row b on " \
         f"partition b * {G} + g"
