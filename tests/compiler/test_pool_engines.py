@@ -160,3 +160,15 @@ def test_rows_that_do_not_split_evenly_keep_the_row_blocks():
     """Ho = 23 rows do not split into 2 blocks: the blocks are loaded one DMA each, as before."""
     source = check_pool("max", 2, 1, 0, "f32", h=24, w=19, n=1, c=48)
     assert "blocks of" in source and "partition b * 2 + g" not in source
+
+
+@pytest.mark.parametrize("kind,c,h,interleaved", [("max", 32, 64, True), ("avg", 40, 48, True), ("max", 24, 80, True),
+                                                  ("max", 32, 32, False)])
+def test_interleave_of_three_to_five_blocks(kind, c, h, interleaved):
+    """Fewer channel rows, more blocks (128 // C of them, at least 4 output rows each): 32 rows -> 4 blocks, 40 -> 3,
+    24 -> 5; the seams of every block edge computed side by side. With 4 output rows per block (32 x 32) only 3
+    have their window inside the block: too few to interleave (MIN_INTERLEAVED), the blocks stay."""
+    prog, comp = compiled_pool(kind, 3, 2, 1, "f32", h=h, w=15, n=1, c=c)
+    blocks = min(128 // c, (h // 2) // 4)
+    assert (f"partition b * {blocks} + g" in comp.source) == interleaved
+    check_pool(kind, 3, 2, 1, "f32", h=h, w=15, n=1, c=c)
