@@ -130,6 +130,9 @@ SHORT_ROW = 128  # elements: a row this short makes a (TILE_P, F) tile too small
 GROUP_FREE = 1568  # elements per partition of one grouped tile (6 KiB of fp32): large DMAs, still several in flight
 MAX_GROUP = 4096  # rows per partition: a (P, G) fp32 result tile stays within 16 KiB per partition
 MIN_TILES = 2  # ...and at least two tiles, so the second tile's load overlaps the first tile's reduce
+RESIDENT_BYTES = 64 * 1024  # per partition: inputs this small stay in SBUF whole, each tile loaded into its own part
+RESIDENT_FREE = 784  # elements per partition of a tile of a resident input: its loads never wait, so smaller tiles
+#                      only shorten the last tile's reduce (global avg pool 2048x7x7 batch 8: 12.7 -> 11.9 us)
 
 
 def short_rows(ops: list, plan: ReducePlan | None = None) -> tuple[int, int, int] | None:
@@ -153,9 +156,18 @@ def short_rows(ops: list, plan: ReducePlan | None = None) -> tuple[int, int, int
     G = R // P
     if G == 1 or G > MAX_GROUP:
         return None
-    cap = max(1, min(GROUP_FREE // F, -(-G // MIN_TILES)))
+    free = RESIDENT_FREE if _resident(reds, G * F) else GROUP_FREE
+    cap = max(1, min(free // F, -(-G // MIN_TILES)))
     GB = best_divisor(G, cap)
-    return P, G, G if 2 * GB <= cap and G * F <= GROUP_FREE else GB  # G with no divisor near cap: one tile
+    return P, G, G if 2 * GB <= cap and G * F <= free else GB  # G with no divisor near cap: one tile
+
+
+def _resident(reds: list, per_partition: int) -> bool:
+    """Whether the reduced inputs stay whole in SBUF (each tile loaded into its own part, so the loads stream back
+    to back and never wait for a reduce to free a rotating buffer): at most RESIDENT_BYTES per partition, counting
+    every input as fp32."""
+    inputs = {n for op in reds for n in (op.inputs or (op.src,))}
+    return 4 * per_partition * len(inputs) <= RESIDENT_BYTES
 
 
 def build_short_rows(ops: list, hbm: dict[str, Buf], fresh_for, keep: set[str], shape: tuple[int, int, int]
@@ -197,11 +209,20 @@ def build_short_rows(ops: list, hbm: dict[str, Buf], fresh_for, keep: set[str], 
         if type(op) is ReduceOp:
             F = op.dim("F")
             loaded: dict[str, View] = {}
-            for name in op.inputs or (op.src,):
-                tile = Buf(fresh(f"{name}_tile"), "sbuf", hbm[name].dtype, (P, GB, F))
+            names = op.inputs or (op.src,)
+            resident = _resident([op for op in ops if type(op) is ReduceOp], G * F)
+            for name in names:
                 src_v = view(name, (P, G, F), fresh)
-                body += [Alloc(tile, line=ln), Dma(whole(tile), View(src_v, (full(P), cols, full(F))), ln)]
-                loaded[name] = whole(tile)
+                if resident:  # every tile's load its own region: no load waits for a reduce to free a buffer
+                    tile = Buf(fresh(f"{name}_all"), "sbuf", hbm[name].dtype, (P, G, F))
+                    before.append(Alloc(tile, line=ln))
+                    dst = View(tile, (full(P), cols, full(F)))
+                else:
+                    tile = Buf(fresh(f"{name}_tile"), "sbuf", hbm[name].dtype, (P, GB, F))
+                    body.append(Alloc(tile, line=ln))
+                    dst = whole(tile)
+                body.append(Dma(dst, View(src_v, (full(P), cols, full(F))), ln))
+                loaded[name] = dst
             src = loaded[op.src]
             if op.expr is not None:  # the element-wise expression of the loaded tiles, then its reduction
                 src = whole(Buf(fresh(f"{op.out}_terms"), "sbuf", "f32", (P, GB, F)))

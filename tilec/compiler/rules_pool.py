@@ -15,10 +15,16 @@ window that reaches outside X simply has fewer taps. Each pass splits its output
 of valid taps (the border columns, the interior), one instruction per tap and segment. An average that excludes the
 padding (count_include_pad=False) multiplies each border segment by window / taps inside, then scales by
 1 / (wy * wx) like the others.
+
+With few channel rows (n*c <= 64, batch 1), blocks of output rows fill the other partitions. When X's and Y's rows
+split evenly into the blocks, the blocks are interleaved with the channel rows (`Interleave`: partition b * G + g
+holds block g of row b, a plain reshape of X and Y): a band is then one DMA over all 128 partitions each way, and
+the model's stores to Y, which it orders one DMA latency apart (their HBM byte ranges interleave), are one per band
+rather than one per block per band; the few output rows whose window crosses a block edge are computed apart.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from tilec.compiler import ir
@@ -27,11 +33,14 @@ from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import Act, Aff, Alloc, Binary, Buf, Copy, Dma, Sl, Stmt, View, full, whole
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.rules import Prim, prim
-from tilec.compiler.schedule import PoolPlan
+from tilec.compiler.schedule import PMAX, PoolPlan
 from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 SHARE_MIN = 100  # elements per partition below which one engine does a whole combine
+MIN_INTERLEAVED = 4  # block-local output rows an Interleave computes interleaved (fewer: the seams dominate)
+INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
+#                        are ordered, each one DMA latency after the last, so few and large)
 
 
 @dataclass(frozen=True)
@@ -58,10 +67,14 @@ def pool(op: PoolOp, plan: PoolPlan) -> list[Prim]:
     w = op.window
     assert w is not None
     (sy, sx), (oy, ox) = w.stride, w.offset
-    rows = (plan.band - 1) * sy + op.pool.wy
+    split = interleaved(op, plan)
+    band = plan.band if split is None else interleaved_band(plan, split)
+    rows = (band - 1) * sy + op.pool.wy
     scale = op.pool.scale / (op.pool.wy * op.pool.wx if w.count == "inside" else 1)
-    prims = [prim("partition", "b", plan.tile_b), prim("split", "i", plan.band, name="BAND"),
-             prim("stage", op.src, rows=rows, halo=(oy, oy + rows - sy * plan.band))]
+    prims = [prim("partition", "b", plan.tile_b), prim("split", "i", band, name="BAND"),
+             prim("stage", op.src, rows=rows, halo=(oy, oy + rows - sy * band))]
+    if split is not None:
+        prims.insert(1, prim("interleave", "i", split.blocks, rows=(split.first, split.end), seams=len(split.seams)))
     if (op.pool.wx, sx, ox) != (1, 1, 0):
         prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op))
     if (op.pool.wy, sy, oy) != (1, 1, 0):
@@ -79,29 +92,120 @@ def build_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) ->
 
 
 def build_window_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    split = interleaved(op, plan)
+    if split is not None:
+        return build_interleaved(op, plan, hbm, fresh, split)
     pool = _WindowPool(op, plan, hbm, fresh)
     return [("TILE_P", plan.tile_b), ("BAND", pool.OB)], pool.build()
 
 
+@dataclass(frozen=True)
+class Interleave:
+    """Blocks of rows interleaved with the channel rows: partition b * G + g holds rows g*H/G.. of channel row b,
+    a plain reshape of X (and of Y), so each band is one DMA in and one out over all partitions (16 DMA engines)
+    instead of one per block. Output rows whose window leaves their block (the seams: at the blocks' edges,
+    including the padding) are computed apart, on the channel rows alone."""
+    blocks: int
+    first: int  # block-local output rows first..end have their windows inside the block
+    end: int
+    seams: tuple[tuple[int, int], ...]  # runs of output rows [start, stop) computed apart
+
+
+def interleaved(op: PoolOp, plan: PoolPlan) -> Interleave | None:
+    """The interleaved form of a pool planned in row blocks (few channel rows), when X's and Y's rows split evenly
+    into the blocks (G * H/G input rows, H/G = Ho/G * stride)."""
+    w, G = op.window, plan.blocks
+    assert w is not None
+    B, H = op.dim("B"), op.dim("H")
+    (sy, _), (oy, _) = w.stride, w.offset
+    Ho, wy = w.out[0], op.pool.wy
+    if G < 2 or plan.tile_b != B or B * G > PMAX or H % G or Ho % G or H // G != Ho // G * sy:
+        return None
+    first = -(oy // sy) if oy < 0 else 0
+    end = min(Ho // G, (H // G - wy - oy) // sy + 1)
+    if end - first < MIN_INTERLEAVED:
+        return None
+    rows = [g * (Ho // G) + r for g in range(G) for r in range(Ho // G) if not first <= r < end]
+    seams: list[tuple[int, int]] = []
+    for r in rows:
+        seams = seams[:-1] + [(seams[-1][0], r + 1)] if seams and seams[-1][1] == r else seams + [(r, r + 1)]
+    return Interleave(G, first, end, tuple(seams))
+
+
+def interleaved_band(plan: PoolPlan, split: Interleave) -> int:
+    """Output rows per band of an Interleave: INTERLEAVED_BANDS bands, or a `split` directive's band if smaller."""
+    return min(plan.band, max(1, -(-(split.end - split.first) // INTERLEAVED_BANDS)))
+
+
+def build_interleaved(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh, split: Interleave) -> Built:
+    """The seams first (small: their stores join the ordered chain of stores to Y early), then the interleaved
+    bands."""
+    w = op.window
+    assert w is not None
+    G, B, H = split.blocks, op.dim("B"), op.dim("H")
+    (sy, sx), (oy, ox) = w.stride, w.offset
+    Ho, Wo = w.out
+    out: list[Stmt] = []
+    shared = _Shared()
+    lengths = {stop - start for start, stop in split.seams}
+    if len(lengths) == 1 and w.count == "window" and B * len(split.seams) <= PMAX:
+        # seams of one length side by side as blocks: one load each on its own DMA engines, one set of instructions
+        pool = _WindowPool(op, PoolPlan(B, lengths.pop()), hbm, fresh, None, shared,
+                           tuple(start for start, _ in split.seams))
+        pool.note = " (the seams between blocks)"
+        out += pool.build()
+    for start, stop in split.seams if not out else ():
+        seam = replace(op, window=replace(w, offset=(oy + start * sy, ox), out=(stop - start, Wo)))
+        pool = _WindowPool(seam, PoolPlan(B, stop - start), hbm, fresh, (Ho, start), shared)
+        pool.note = f"; output rows {start}..{stop} (a seam between blocks)"
+        out += pool.build()
+    rows = split.end - split.first
+    main = replace(op, dims=(("B", B * G), ("H", H // G), ("W", op.dim("W"))),
+                   window=replace(w, offset=(oy + split.first * sy, ox), out=(rows, Wo)))
+    pool = _WindowPool(main, PoolPlan(B * G, interleaved_band(plan, split)), hbm, fresh, (Ho // G, split.first),
+                       shared)
+    pool.split_loads = True
+    pool.note = f"; rows {split.first}..{split.end} of {G} blocks of {Ho // G} output rows, block g of row b on " \
+        f"partition b * {G} + g"
+    return [("TILE_P", B * G), ("BAND", pool.OB)], out + pool.build()
+
+
+@dataclass
+class _Shared:
+    names: dict[str, str] = field(default_factory=dict)  # role and shape -> kernel name
+    small: int = 0  # combines too small to share, so far
+
+
 class _WindowPool:
-    def __init__(self, op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
+    def __init__(self, op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh,
+                 out_rows: tuple[int, int] | None = None, shared: "_Shared | None" = None,
+                 starts: tuple[int, ...] = ()) -> None:
+        """out_rows: (rows of Y per channel row, the first of them this pool writes) when the pool computes only
+        some of Y's rows (a seam or the interleaved part of an Interleave); shared: what the pools of one
+        Interleave share (the kernel names given so far, the turn of small combines); starts: the first output
+        row of each block of plan.band rows, when the blocks are given (an Interleave's seams)."""
         assert op.window is not None
         self.op, self.plan, self.fresh, self.w = op, plan, fresh, op.window
+        self.shared = _Shared() if shared is None else shared
+        self.names = self.shared.names
         self.B, self.H, self.W = op.dim("B"), op.dim("H"), op.dim("W")
         self.Ho, self.Wo = op.window.out
-        self.x3, s1 = hbm_view(hbm[op.src], (self.B, self.H, self.W), fresh(f"{op.src}_v"), op.line)
-        self.o3, s2 = hbm_view(hbm[op.out], (self.B, self.Ho, self.Wo), fresh(f"{op.out}_v"), op.line)
+        self.G = len(starts) or (plan.blocks if plan.tile_b == self.B and op.window.count == "window" else 1)
+        y_rows, self.row0 = out_rows or (self.Ho, 0)
+        xs, ys = (self.B, self.H, self.W), (self.B, y_rows, self.Wo)
+        self.x3, s1 = hbm_view(hbm[op.src], xs, self.name(f"{op.src}_v", xs), op.line)
+        self.o3, s2 = hbm_view(hbm[op.out], ys, self.name(f"{op.out}_v", ys), op.line)
         self.views = s1 + s2
-        self.G = plan.blocks if plan.tile_b == self.B and op.window.count == "window" else 1
-        self.Rb = -(-self.Ho // self.G)  # output rows per block
+        self.Rb = plan.band if starts else -(-self.Ho // self.G)  # output rows per block
         # block g's first output row; the last block ends with the output (it may redo a few rows of the one before)
-        self.starts = [min(g * self.Rb, self.Ho - self.Rb) for g in range(self.G)]
+        self.starts = list(starts) or [min(g * self.Rb, self.Ho - self.Rb) for g in range(self.G)]
         self.overlap = self.starts[-2] + self.Rb - self.starts[-1] if self.G > 1 else 0  # rows it must not store
         self.OB = min(plan.band, self.Rb)
-        self.names: dict[str, str] = {}
+        self.note = ""  # more of the block's label
+        self.split_loads = False  # a band's input rows in two loads (load_parts)
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
-        key = f"{base}{shape}"
+        key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions
         if key not in self.names:
             n = sum(k.startswith(base + "(") for k in self.names)
             self.names[key] = self.fresh(base if not n else f"{base}{n + 1}")
@@ -136,6 +240,7 @@ class _WindowPool:
                 f"{self.w.stride[0]}x{self.w.stride[1]}, offset {self.w.offset[0]},{self.w.offset[1]}"
         if G > 1:
             label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
+        label += self.note
         return self.views + [ir.Block(label, tuple(nest), op.line)]
 
     def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
@@ -156,8 +261,10 @@ class _WindowPool:
         out: list[Stmt] = []
         if G == 1:
             out += [Alloc(xb, line=line)]
-            out.append(Dma(whole(xb), View(self.x3, (pb, Sl(lo_aff if lo_aff is not None else a(lo), rows),
-                                                     full(self.W))), line))
+            start = lo_aff if lo_aff is not None else a(lo)
+            for r0, r1 in self.load_parts(rows):  # VectorE's rows of the pass along x first: it starts sooner
+                out.append(Dma(View(xb, (full(P), sl(r0, r1 - r0), full(self.W))) if (r0, r1) != (0, rows) else
+                               whole(xb), View(self.x3, (pb, Sl(start.plus(r0), r1 - r0), full(self.W))), line))
         else:
             out += self.block_loads(xb, first, rows, lo_aff)
         out.append(Alloc(ob, line=line))
@@ -190,11 +297,24 @@ class _WindowPool:
         elif cur.buf != ob:
             out.append(Act(whole(ob), cur, "copy", None, scale, line) if scale != 1.0 else Copy(whole(ob), cur, line))
         if G == 1:
-            return out + [Dma(View(self.o3, (pb, Sl(o0, n), full(self.Wo))), whole(ob), line)]
+            return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.row0), n), full(self.Wo))), whole(ob), line)]
         skip = [0] * (G - 1) + [max(0, self.overlap - k * self.OB) if lo_aff is None else 0]
         return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.starts[g] + skip[g]), n - skip[g]), full(self.Wo))),
                           View(ob, (sl(g * B, B), sl(skip[g], n - skip[g]), full(self.Wo))), line)
                       for g in range(G) if skip[g] < n]
+
+    def load_parts(self, rows: int) -> list[tuple[int, int]]:
+        """A band's input rows in two loads, cut where the pass along x splits them between VectorE and GpSimdE
+        (combine_shared), so each engine waits only for its own rows: in an Interleave (few channel rows, so
+        one partition tile, whose first band's load the engines otherwise wait for whole); one load when that pass
+        is not shared."""
+        op = self.op
+        if (op.pool.wx, self.w.stride[1], self.w.offset[1], self.Wo) == (1, 1, 0, self.W) or \
+                rows * self.Wo < SHARE_MIN or op.relu or not self.split_loads:
+            return [(0, rows)]
+        tmp = "f32" if op.pool.op == "add" else self.x3.dtype
+        cut = round(rows * _vector_share(self.x3.dtype, tmp))
+        return [(0, cut), (cut, rows)] if 0 < cut < rows else [(0, rows)]
 
     def block_loads(self, xb: Buf, first: int, rows: int, lo_aff: Aff | None) -> list[Stmt]:
         """Block g's band rows onto partitions g*B..: one DMA each; a row outside X (only in a peeled band) holds
@@ -238,8 +358,8 @@ class _WindowPool:
                 for lo, hi in ((0, first.start), (first.start + first.size, n)):  # t0 alone at the borders
                     if hi > lo:
                         edge = Segment(lo, hi - lo, (t0,))
-                        out.append(Copy(self._view(whole(dst), axis, edge, 0, 1),
-                                        self._view(src, axis, edge, t0 + shift, stride), line))
+                        out.append(self.edge_copy(self._view(whole(dst), axis, edge, 0, 1),
+                                                  self._view(src, axis, edge, t0 + shift, stride)))
                 for t in order[1:]:
                     out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride))
             else:
@@ -250,6 +370,13 @@ class _WindowPool:
                 out += self.combine(src, dst, axis, seg, stride, shift)
         return out
 
+    def edge_copy(self, dst: View, src: View) -> Stmt:
+        """A border's lone tap: on ScalarE, which has room (it only scales each tile once) unless the per-region
+        counts of count_include_pad=False keep it busy; else VectorE."""
+        if self.w.count == "inside":
+            return Copy(dst, src, self.op.line)
+        return Act(dst, src, "copy", None, 1.0, self.op.line)
+
     def _tap(self, src: View, axis: int, t: int, shift: int, stride: int) -> Callable[[Segment, tuple[int, int] | None], View]:
         return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
 
@@ -258,24 +385,32 @@ class _WindowPool:
         the other free axis of a pass along x, the pass's own axis along y: either way each engine writes whole
         rows, which the dependence tracking sees as disjoint)."""
         share = _vector_share(self.x3.dtype if a_tap is not None else dst.dtype, dst.dtype)
+        alone = ""
         if seg.size * dst.shape[3 - axis] < SHARE_MIN:  # small: a second instruction's fixed cost outweighs it
-            share = 1.0
+            share, alone = 1.0, self.small_engine()
         jobs: list[tuple[Segment, tuple[int, int] | None, str]] = []
         if axis == 2:
             rows = dst.shape[1]
             cut = round(rows * share)
-            jobs = [(seg, (0, cut), ""), (seg, (cut, rows - cut), "gpsimd")] if 0 < cut < rows else [(seg, None, "")]
+            jobs = [(seg, (0, cut), ""), (seg, (cut, rows - cut), "gpsimd")] if 0 < cut < rows else \
+                [(seg, None, alone)]
         else:
             cut = round(seg.size * share)
             jobs = [(Segment(seg.start, cut, seg.taps), None, ""),
                     (Segment(seg.start + cut, seg.size - cut, seg.taps), None, "gpsimd")] \
-                if 0 < cut < seg.size else [(seg, None, "")]
+                if 0 < cut < seg.size else [(seg, None, alone)]
         out: list[Stmt] = []
         for part_seg, part, engine in jobs:
             target = self._view(whole(dst), axis, part_seg, 0, 1, part)
             first = a_tap(part_seg, part) if a_tap is not None else target
             out.append(Binary(target, first, b_tap(part_seg, part), self.op.pool.op, self.op.line, engine))
         return out
+
+    def small_engine(self) -> str:
+        """The engine of a combine too small to share: VectorE and GpSimdE in turn (within an Interleave's pools
+        too), so neither collects them all."""
+        self.shared.small += 1
+        return "gpsimd" if self.shared.small % 2 == 0 else ""
 
     def count_regions(self, src: View, ob: Buf, ysegs: list[list[Segment]], xsegs: list[list[Segment]],
                       scale: float) -> list[Stmt]:

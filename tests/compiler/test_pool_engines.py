@@ -1,0 +1,174 @@
+"""Where a pool's work runs (issue 13, pool speed): a window pool's lone border taps copied on ScalarE, and short-row
+reductions (global average pools) whose inputs stay whole in SBUF with every tile loaded into its own part. Each
+kernel runs on the NKI interpreter and is compared with NumPy (np.pad + sliding windows, np.sum), f32/f16/bf16, at
+sizes of several partition tiles, bands or row tiles."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from compiler_helpers import assert_matches
+from test_pool_window import pool_program, reference
+from tilec.compiler import build_reduce
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
+
+NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+def compiled_pool(kind: str, r: int, s: int, pad: int, dtype: str, **sizes: int):
+    prog = lang.load(pool_program(kind, r, s, pad, dtype, **sizes))
+    return prog, compile_loaded(prog, None)
+
+
+def check_pool(kind: str, r: int, s: int, pad: int, dtype: str, **sizes: int) -> str:
+    prog, c = compiled_pool(kind, r, s, pad, dtype, **sizes)
+    x = np.random.default_rng(5).standard_normal(prog.tensors["X"].shape).astype(NP[dtype])
+    got = c.run(X=x)["Y"]
+    want = reference(x.astype(np.float32), kind, r, s, pad)
+    assert np.shape(got) == want.shape
+    assert_matches(prog, "Y", got, want)
+    return c.source
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("r,s,pad", [(3, 1, 1), (3, 2, 1), (2, 2, 1), (5, 1, 2)])
+def test_padded_average_copies_its_border_taps_on_scalar_engine(dtype, r, s, pad):
+    """count_include_pad=True: the outputs whose window reaches the padding start from their lone inside tap, copied
+    by ScalarE (nisa.activation with the copy function); N*C = 192 rows: two partition tiles of 96."""
+    source = check_pool("avg", r, s, pad, dtype, h=21, w=17, n=2, c=96)
+    copies = [ln for ln in source.splitlines() if "nisa.activation(" in ln and "op=nl.copy" in ln and "scale=" not in ln]
+    assert copies and "nisa.tensor_copy(" not in source
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_padded_max_pool_across_bands(dtype):
+    """A max pool's border taps go the same way; 130 rows of 80 columns make several bands per partition tile."""
+    check_pool("max", 3, 1, 1, dtype, h=130, w=80, n=1, c=128)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_average_without_the_padding_keeps_scalar_engine_for_its_counts(dtype):
+    """count_include_pad=False: ScalarE scales each border region by its own count; the border copies stay on
+    VectorE (nisa.tensor_copy) so ScalarE's in-order queue is not lengthened."""
+    source = check_pool("avgx", 3, 1, 1, dtype, h=21, w=17, n=2, c=96)
+    assert "nisa.tensor_copy(" in source
+
+
+def test_unpadded_pool_has_no_border_copies():
+    source = check_pool("max", 2, 1, 0, "f32", h=20, w=18, n=2, c=64)
+    assert "op=nl.copy" not in source and "nisa.tensor_copy(" not in source
+
+
+# ---- short rows: inputs whole in SBUF ---------------------------------------------------------------------------
+
+def gpool(dtype: str, n: int, c: int, h: int, w: int) -> str:
+    return f"""\
+kernel gpool(X: {dtype}[N, C, H, W]) -> Y
+  default N = {n}, C = {c}, H = {h}, W = {w}
+  S: f32[N, C]
+  Y: {dtype}[N, C]
+  for n in 0..N, c in 0..C:
+    S[n, c] = 0
+    for i in 0..H, j in 0..W:
+      S[n, c] += X[n, c, i, j]
+  for n in 0..N, c in 0..C:
+    Y[n, c] = S[n, c] / {h * w}
+"""
+
+
+def run_text(text: str, fn) -> str:
+    prog = lang.load(text)
+    c = compile_loaded(prog, None)
+    rng = np.random.default_rng(7)
+    inputs = {t.name: rng.standard_normal(t.shape).astype(NP[t.dtype]) for t in prog.tensors.values()
+              if t.kind == "input"}
+    out = next(t.name for t in prog.tensors.values() if t.kind == "output")
+    got = np.asarray(c.run(**inputs)[out], np.float32)
+    want = fn({k: v.astype(np.float64) for k, v in inputs.items()})
+    assert got.shape == want.shape
+    assert_matches(prog, out, got, want)
+    return c.source
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("shape", [(8, 256, 7, 7), (3, 200, 5, 5), (2, 130, 7, 3)])
+def test_global_average_pool_with_its_input_whole_in_sbuf(dtype, shape):
+    """Several row tiles per partition (8 x 256 x 7 x 7: 16 rows of 49 per partition, tiles of 16), each loaded into
+    its own part of one (P, G, F) buffer; C not a multiple of 128; odd H * W."""
+    source = run_text(gpool(dtype, *shape), lambda x: x["X"].sum(axis=(2, 3)) / (shape[2] * shape[3]))
+    assert "X_all = nl.ndarray(" in source
+
+
+def test_expression_of_two_inputs_whole_in_sbuf():
+    text = """\
+kernel sq(A: f32[M, F], B: f32[M, F]) -> s
+  default M = 4096, F = 49
+  s: f32[M]
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..F:
+      s[i] += (A[i, j] - B[i, j]) * (A[i, j] - B[i, j])
+"""
+    source = run_text(text, lambda x: ((x["A"] - x["B"]) ** 2).sum(axis=1))
+    assert "A_all" in source and "B_all" in source
+
+
+def test_large_input_falls_back_to_rotating_tiles():
+    """More than RESIDENT_BYTES per partition (counted as fp32): a (P, TILE_G, F) tile per loop iteration."""
+    rows = 128 * (build_reduce.RESIDENT_BYTES // (4 * 49) + 4)
+    text = f"""\
+kernel rs(A: bf16[M, F]) -> s
+  default M = {rows}, F = 49
+  s: f32[M]
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..F:
+      s[i] += A[i, j]
+"""
+    source = run_text(text, lambda x: x["A"].sum(axis=1))
+    assert "A_tile = nl.ndarray(" in source and "A_all" not in source
+
+
+# ---- few channel rows: blocks of rows interleaved with the channel rows ------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("kind,r,s,pad,h", [("max", 3, 2, 1, 32), ("avg", 3, 1, 1, 24), ("avgx", 3, 1, 1, 24),
+                                            ("max", 2, 2, 0, 24), ("avg", 3, 3, 1, 36), ("max", 5, 1, 2, 28)])
+def test_few_channel_rows_interleave_blocks_and_compute_seams_apart(dtype, kind, r, s, pad, h):
+    """N*C = 48 channel rows, Ho even: partition b * 2 + g holds block g of row b (a plain reshape of X and Y, one
+    DMA per band for both blocks); output rows whose window crosses a block edge or reaches the padding (the seams)
+    are computed on the 48 channel rows alone. Signed inputs, so a padding or another block's row winning a max
+    would show."""
+    prog, c = compiled_pool(kind, r, s, pad, dtype, h=h, w=19, n=1, c=48)
+    interleaved = "partition b * 2 + g" in c.source
+    assert interleaved == (kind != "avgx")  # count_include_pad=False: one block (counts differ per block)
+    check_pool(kind, r, s, pad, dtype, h=h, w=19, n=1, c=48)
+
+
+def test_interleaved_pool_honours_a_band_directive():
+    text = pool_program("max", 3, 2, 1, "f32", h=40, w=16, n=1, c=64)
+    prog = lang.load(text)
+    c = compile_loaded(prog, lang.parse_schedule("split Y.i, 3", "<s>"))
+    assert "BAND = 3" in c.source and "partition b * 2 + g" in c.source
+    x = np.random.default_rng(2).standard_normal(prog.tensors["X"].shape).astype(np.float32)
+    assert_matches(prog, "Y", c.run(X=x)["Y"], reference(x, "max", 3, 2, 1))
+
+
+def test_rows_that_do_not_split_evenly_keep_the_row_blocks():
+    """Ho = 23 rows do not split into 2 blocks: the blocks are loaded one DMA each, as before."""
+    source = check_pool("max", 2, 1, 0, "f32", h=24, w=19, n=1, c=48)
+    assert "blocks of" in source and "partition b * 2 + g" not in source
+
+
+@pytest.mark.parametrize("kind,c,h,interleaved", [("max", 32, 64, True), ("avg", 40, 48, True), ("max", 24, 80, True),
+                                                  ("max", 32, 32, False)])
+def test_interleave_of_three_to_five_blocks(kind, c, h, interleaved):
+    """Fewer channel rows, more blocks (128 // C of them, at least 4 output rows each): 32 rows -> 4 blocks, 40 -> 3,
+    24 -> 5; the seams of every block edge computed side by side. With 4 output rows per block (32 x 32) only 3
+    have their window inside the block: too few to interleave (MIN_INTERLEAVED), the blocks stay."""
+    prog, comp = compiled_pool(kind, 3, 2, 1, "f32", h=h, w=15, n=1, c=c)
+    blocks = min(128 // c, (h // 2) // 4)
+    assert (f"partition b * {blocks} + g" in comp.source) == interleaved
+    check_pool(kind, 3, 2, 1, "f32", h=h, w=15, n=1, c=c)
