@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from tilec.compiler import ir
+from tilec.compiler import build_depthwise, ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
@@ -49,6 +49,8 @@ Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (n
 
 def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
                ) -> tuple[list[tuple[str, int]], list[Stmt]]:
+    if build_depthwise.fast_path(op, plan, hbm):  # a depthwise conv's default schedule: build_depthwise.py
+        return build_depthwise.build_depthwise(op, hbm, fresh)
     b = _ConvBuilder(op, plan, hbm, fresh)
     return b.consts(), b.build()
 

@@ -1,0 +1,373 @@
+"""Loop-nest builder for a depthwise convolution `Y[n, c, y, x] += X[n, c, sy*y + dy*r + oy, sx*x + dx*s + ox] *
+W[c, r, s]` (no channel contraction: every product stays in its channel's partition).
+
+The default kernel fills the partitions with (slot, channel) pairs, a slot being one image, or one block of output
+rows of an image when the batch alone cannot fill them (144 channels at batch 1: 4 row blocks of 32 channels), and
+splits the taps over the three engines that can multiply and add:
+
+    for each group of CG channels:         W[c, :, :] (and the bias) as one fp32 column per tap, copied to every
+                                           slot's partitions (one small DMA per slot, once per group)
+      for each tile of IMAGES images:
+        band[slot*CG + c, rows, cols] = X[n, c, the slot's input rows, cols]     one DMA per slot (whole rows;
+                                           a padded read's halo is zeroed, never loaded)
+        for each chunk of CHUNK output rows (an fp32 PSUM bank):
+          per tap (r, s), the shifted window of the band times the tap's weight column:
+            ScalarE  activation(copy, scale=column) -> product   or   VectorE  tensor_scalar(multiply) -> product
+            VectorE  adds it into an fp32 PSUM accumulator (one PSUM input: N cycles, spec §1.10.4)
+            or GpSimdE adds it into an fp32 SBUF accumulator (tensor_tensor: 2N cycles)
+          VectorE adds the GpSimdE sum into PSUM; ScalarE evicts (bias, relu), VectorE clamps (relu6)
+        out band -> Y, one DMA per slot
+
+How many taps take each route comes from the performance model's instruction costs (spec §2.4: activation and
+tensor_scalar max(64, N), tensor_tensor 2N or N with a PSUM input, each plus the ~100-cycle static overhead), so that
+ScalarE, VectorE and GpSimdE finish together; the layout (channels per group, row blocks, images per tile) from the
+same costs and from the stores: the row blocks of one image are stores into overlapping HBM ranges, which the
+model (and the DMA queues) run one after another, a DMA latency apart.
+
+`depthwise_taps` is the general path under any other schedule (channels on partitions as the plan tiles them, every
+tap a ScalarE product and a VectorE add into SBUF), with the plan's bands, pools and residuals.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from tilec.compiler import ir
+from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full
+from tilec.compiler.ops import ConvOp
+from tilec.compiler.schedule import PMAX, ConvPlan, default_plan
+from tilec.target import target as get_target
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
+
+PSUM_FP32 = 512  # fp32 elements per partition in one 2 KiB PSUM bank: a chunk's accumulator
+MIN_II, STATIC = 64, 100  # the model's instruction floor and static overhead in engine cycles (spec §2.4, §2.3)
+STORE_CHAIN_NS = 1600.0  # one store after another into overlapping HBM ranges: a DMA latency (~1.15 us) + transfer
+SBUF_BUDGET = 96 * 1024  # bytes per partition for the band and the output band (two of each in flight)
+
+
+@dataclass(frozen=True)
+class Layout:
+    cg: int  # channels per group (the partitions of one slot)
+    nb: int  # row blocks per image
+    rb: int  # output rows per block
+    k: int  # images per tile
+    rc: int  # output rows per chunk (one PSUM accumulator)
+
+    @property
+    def slots(self) -> int:
+        return self.k * self.nb
+
+
+@dataclass(frozen=True)
+class Routes:
+    """How the taps are computed: `first` starts the PSUM sum ("s": ScalarE product, "v": VectorE product),
+    then sv taps (ScalarE product, VectorE add), v taps (VectorE product and add), g taps (ScalarE product, GpSimdE
+    add; the first one starts the GpSimdE sum)."""
+    first: str
+    sv: int
+    v: int
+    g: int
+    ns: float  # busiest engine's time per chunk (model estimate)
+
+
+def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
+    """The slot layout serves the default schedule of a plain depthwise conv (with bias, relu, relu6); a user's
+    schedule, a fused pool or residual keep the general path that follows the plan."""
+    if op.w_layout != "dw" or op.pool or op.residual or op.w_batch or op.bias_role != "k":
+        return False
+    if op.dim("Wo") > PSUM_FP32 or op.dim("Ho") * op.dim("Wo") == 0:
+        return False
+    dtypes = {name: buf.dtype for name, buf in hbm.items()}
+    return plan == default_plan(op, dtypes) and choose_layout(op, DTYPE[dtypes[op.x]]) is not None
+
+
+DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+def choose_routes(taps: int, n: int, clamp: bool) -> Routes:
+    """The split of the taps over the engines with the smallest busiest-engine time per chunk (model costs)."""
+    t = get_target()
+    act = (max(MIN_II, n) + STATIC) / t.scalar_ghz
+    vec = (max(MIN_II, n) + STATIC) / t.vector_ghz
+    gps = (max(MIN_II, 2 * n) + STATIC) / t.gpsimd_ghz
+    best: tuple[float, int, Routes] | None = None
+    for first in ("s", "v"):
+        for g in range(taps):
+            for v in range(taps - g):
+                sv = taps - 1 - g - v
+                scalar = act * (1 + sv + g + (first == "s"))  # + the eviction
+                vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp)
+                gpsimd = gps * max(0, g - 1)
+                busiest = max(scalar, vector, gpsimd)
+                instrs = 2 * taps - (first == "s") - (g > 0)
+                key = (busiest, instrs, Routes(first, sv, v, g, busiest))
+                if best is None or key[:2] < best[:2]:
+                    best = key
+    assert best is not None
+    return best[2]
+
+
+def choose_layout(op: ConvOp, elem: int, clamp: bool = False) -> Layout | None:
+    """The layout with the smallest estimated time: per tile, the busiest engine over its chunks or the chain of
+    its row blocks' stores, whichever is longer; None when not even one output row per partition fits SBUF."""
+    n_img, c, ho, wo = op.dim("N"), op.dim("C"), op.dim("Ho"), op.dim("Wo")
+    sy, dy, sx, dx = op.stride[0], op.dilation[0], op.stride[1], op.dilation[1]
+    taps = op.dim("R") * op.dim("S")
+    ic = (wo - 1) * sx + (op.dim("S") - 1) * dx + 1
+    rc_max = PSUM_FP32 // wo
+    best: tuple[float, int, Layout] | None = None
+    for nb in range(1, min(ho, PMAX) + 1):
+        rb = -(-ho // nb)
+        if -(-ho // rb) != nb:
+            continue  # the same blocks as a smaller nb
+        ir_rows = (rb - 1) * sy + (op.dim("R") - 1) * dy + 1
+        if 2 * (ir_rows * ic * elem + rb * wo * 4) > SBUF_BUDGET:
+            continue
+        rc = min(rb, rc_max)
+        chunks = [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])
+        compute = sum(choose_routes(taps, r * wo, clamp).ns for r in chunks)
+        tile_ns = max(compute, nb * STORE_CHAIN_NS)
+        for cg in range(1, min(c, PMAX // nb) + 1):
+            k = max(1, min(n_img, PMAX // (nb * cg)))
+            tiles = -(-c // cg) * -(-n_img // k)
+            key = (tiles * tile_ns, nb, Layout(cg, nb, rb, k, rc))
+            if best is None or key[:2] < best[:2]:
+                best = key
+    return best[2] if best else None
+
+
+class DepthwiseBuilder:
+    def __init__(self, op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str]) -> None:
+        from tilec.compiler.build_conv import conv_loop_vars
+        self.op, self.hbm, self.fresh, self.line = op, hbm, fresh, op.line
+        d = dict(op.dims)
+        self.N, self.C, self.H, self.W = d["N"], d["C"], d["H"], d["W"]
+        self.Ho, self.Wo, self.R, self.S = d["Ho"], d["Wo"], d["R"], d["S"]
+        self.sy, self.sx = op.stride
+        self.dy, self.dx = op.dilation
+        self.oy, self.ox = op.offset
+        lay = choose_layout(op, DTYPE[hbm[op.x].dtype], op.clamp is not None)
+        assert lay is not None  # fast_path checked it
+        self.lay = lay
+        self.G, self.CR = self.C // lay.cg, self.C % lay.cg
+        self.NT, self.NR = self.N // lay.k, self.N % lay.k  # whole tiles of images, images left over
+        self.IR = (lay.rb - 1) * self.sy + (self.R - 1) * self.dy + 1  # input rows behind a row block
+        self.IC = (self.Wo - 1) * self.sx + (self.S - 1) * self.dx + 1  # input columns behind a row
+        self.var = conv_loop_vars(op, fresh)
+        v = dict(op.vars)
+        self.names = {"c": v.get("k", "c"), "n": v.get("n", "n"), "y": v.get("y", "y")}
+        self.gv, self.nv = fresh(f"{self.names['c']}_g"), fresh(f"{self.names['n']}_t")
+        lines = dict(op.lines)
+        self.L = {role: lines.get(role, op.line) for role in ("n", "k", "y", "update", "relu")}
+        self.cn = {"cg": fresh("GROUP"), "k": fresh("IMAGES")}
+
+    def consts(self) -> list[tuple[str, int]]:
+        return [(self.cn["cg"], self.lay.cg), (self.cn["k"], self.lay.k)]
+
+    def build(self) -> list[Stmt]:
+        from tilec.compiler.build_conv import hbm_view
+        op, fresh, line, lay = self.op, self.fresh, self.line, self.lay
+        self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
+        self.w4, s2 = hbm_view(self.hbm[op.w], (self.C, self.R, self.S), fresh(f"{op.w}_v"), line)
+        self.o4, s3 = hbm_view(self.hbm[op.out], (self.N, self.C, self.Ho, self.Wo), fresh(f"{op.out}_v"), line)
+        stmts: list[Stmt] = s1 + s2 + s3
+        if op.bias:
+            self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C, 1), fresh(f"{op.bias}_v"), line)
+            stmts += s4
+        blocks = f", {lay.nb} blocks of {lay.rb} rows per image" if lay.nb > 1 else ""
+        note = f"for {self.names['c']} (groups of {self.cn['cg']} channels{blocks})"
+        body = loop(self.gv, self.G, self.group(a(term(self.gv, lay.cg, self.cn["cg"])), lay.cg, ""), note=note,
+                    line=self.L["k"])
+        if self.CR:
+            body += self.group(a(self.G * lay.cg), self.CR, "_rest")
+        label = f"main: depthwise {op.name}, (image or row block, channel) on the partitions"
+        return stmts + [ir.Block(label, tuple(body), line)]
+
+    # ---- one channel group: its weights, then the images ------------------------------------------------------------
+
+    def slots(self, images: int) -> list[tuple[int, int]]:
+        """(image in the tile, row block) of each slot, in partition order."""
+        return [(i, b) for i in range(images) for b in range(self.lay.nb)]
+
+    def group(self, c0: ir.Aff, cg: int, tag: str) -> list[Stmt]:
+        """`tag` names the buffers of a part whose shapes differ (the remainder group, images, chunk)."""
+        op, line, lay = self.op, self.L["update"], self.lay
+        images = min(lay.k, self.N)
+        parts = images * lay.nb * cg
+        wcol = Buf(self.fresh(f"{op.w}_col{tag}"), "sbuf", "f32", (parts, self.R, self.S))
+        out: list[Stmt] = [Alloc(wcol, line=line)]
+        for j in range(images * lay.nb):  # every slot's partitions hold the group's weights
+            out.append(Dma(View(wcol, (sl(j * cg, cg), full(self.R), full(self.S))),
+                           View(self.w4, (sl(c0, cg), full(self.R), full(self.S))), line))
+        bias = None
+        if op.bias:
+            bcol = Buf(self.fresh(f"{op.bias}_col{tag}"), "sbuf", "f32", (parts, 1))
+            out.append(Alloc(bcol, line=line))
+            out += [Dma(View(bcol, (sl(j * cg, cg), full(1))), View(self.b2, (sl(c0, cg), full(1))), line)
+                    for j in range(images * lay.nb)]
+            bias = View(bcol, (sl(0, parts), full(1)))
+        note = f"for {self.names['n']} (tiles of {self.cn['k']} images)"
+        n0 = a(term(self.nv, lay.k, self.cn["k"]))
+        out += loop(self.nv, self.NT, self.tile(c0, cg, n0, lay.k, wcol, bias, tag), note=note, line=self.L["n"])
+        if self.NR:
+            out += self.tile(c0, cg, a(self.NT * lay.k), self.NR, wcol, bias, tag + "_last")
+        return out
+
+    def block_rows(self, b: int) -> tuple[int, int, int]:
+        """(first input row, halo rows before, halo rows after) of row block b."""
+        start = b * self.lay.rb * self.sy + self.oy
+        return start, max(0, -start), max(0, start + self.IR - self.H)
+
+    def tile(self, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, wcol: Buf, bias: View | None, tag: str
+             ) -> list[Stmt]:
+        op, line, lay = self.op, self.L["update"], self.lay
+        parts = images * lay.nb * cg
+        band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype, (parts, self.IR, self.IC))
+        left, right = max(0, -self.ox), max(0, self.ox + self.IC - self.W)
+        halo = left or right or any(self.block_rows(b)[1:] != (0, 0) for b in range(lay.nb))
+        out: list[Stmt] = [Alloc(band, zero=bool(halo), line=line)]
+        cols_src = sl(self.ox + left, self.IC - left - right)
+        cols_dst = full(self.IC) if not (left or right) else sl(left, self.IC - left - right)
+        for j, (i, b) in enumerate(self.slots(images)):
+            start, top, bottom = self.block_rows(b)
+            rows = self.IR - top - bottom
+            if rows <= 0:
+                continue
+            out.append(Dma(View(band, (sl(j * cg, cg), sl(top, rows) if (top or bottom) else full(self.IR),
+                                       cols_dst)),
+                           View(self.x4, (n0.plus(i), sl(c0, cg), sl(start + top, rows), cols_src)), line))
+        ob = Buf(self.fresh(f"{op.out}_band{tag}"), "sbuf", self.hbm[op.out].dtype, (parts, lay.rb, self.Wo))
+        out.append(Alloc(ob, line=line))
+        # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-1's final add and
+        # eviction, so no engine's in-order stream waits on the end of a chunk's GpSimdE sum
+        starts = list(range(0, lay.rb, lay.rc))
+        pending: list[Stmt] = []
+        for i, y0 in enumerate(starts):
+            rows = min(lay.rc, lay.rb - y0)
+            ctag = f"{tag}_{'ab'[i % 2]}" + ("" if rows == lay.rc else "_end")
+            taps, finish = self.chunk(band, wcol, parts, y0, rows, ctag)
+            dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
+            out += taps + pending
+            pending = finish + self.evict(dst, self.acc_view, bias, ctag)
+        out += pending
+        for j, (i, b) in enumerate(self.slots(images)):
+            valid = min(lay.rb, self.Ho - b * lay.rb)
+            out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg), sl(b * lay.rb, valid), full(self.Wo))),
+                           View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
+                                     full(self.Wo))), line))
+        return out
+
+    # ---- one chunk of output rows: the taps, then the final add -------------------------------------------------------
+
+    def chunk(self, band: Buf, wcol: Buf, parts: int, y0: int, rows: int, tag: str
+              ) -> tuple[list[Stmt], list[Stmt]]:
+        """(the taps into the PSUM accumulator self.acc_view, the add of the GpSimdE sum into it)."""
+        op, line = self.op, self.L["update"]
+        rt = choose_routes(self.R * self.S, rows * self.Wo, op.clamp is not None)
+        # the band's first reader picks the DMA queue its loads go on, the output's last writer the stores' queue:
+        # keep them apart (a load waits behind the stores issued before it on its queue)
+        first = "s" if op.clamp is not None or self.narrow() else "v"
+        shape = (parts, rows, self.Wo)
+        whole = (full(parts), full(rows), full(self.Wo))
+        acc = Buf(self.fresh(f"{op.name}_acc{tag}"), "psum", "f32", shape)
+        accv = self.acc_view = View(acc, whole)
+        taps = [(r, s) for r in range(self.R) for s in range(self.S)]
+        # issue order (each engine runs its stream in order): VectorE's own taps first, then ScalarE's products
+        # alternating between the GpSimdE and the VectorE sums, so that both adders are fed from the start
+        g, sv = ["g"] * rt.g, ["sv"] * rt.sv
+        mixed = [route for pair in zip(g, sv) for route in pair] + g[len(sv):] + sv[len(g):]
+        routes = [first] + ["vv"] * rt.v + mixed
+        out: list[Stmt] = [Alloc(acc, line=line)]
+        gacc: View | None = None
+        for (r, s), route in zip(taps, routes):
+            window = View(band, (full(parts), sl(y0 * self.sy + r * self.dy, rows, self.sy),
+                                 sl(s * self.dx, self.Wo, self.sx)))
+            w = View(wcol, (full(parts), a(r), sl(s, 1)))
+            if route in ("s", "v"):  # the first tap starts the PSUM sum
+                out.append(Act(accv, window, "copy", None, w, line) if route == "s" else
+                           Scalar(accv, window, "multiply", w, line))
+                continue
+            if route == "g" and gacc is None:  # the first GpSimdE tap starts its SBUF sum
+                gbuf = Buf(self.fresh(f"{op.name}_gacc{tag}"), "sbuf", "f32", shape)
+                gacc = View(gbuf, whole)
+                out += [Alloc(gbuf, line=line), Act(gacc, window, "copy", None, w, line)]
+                continue
+            prod = Buf(self.fresh(f"{op.name}_tap{r}{s}{tag}"), "sbuf", "f32", shape)
+            pv = View(prod, whole)
+            make = Scalar(pv, window, "multiply", w, line) if route == "vv" else Act(pv, window, "copy", None, w, line)
+            out += [Alloc(prod, line=line), make]
+            if route == "g":
+                assert gacc is not None
+                out.append(Binary(gacc, gacc, pv, "add", line, engine="gpsimd"))
+            else:
+                out.append(Binary(accv, accv, pv, "add", line))
+        finish = [Binary(accv, accv, gacc, "add", line)] if gacc is not None else []
+        return out, finish
+
+    def narrow(self) -> list[tuple[str, str]]:
+        """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores, in program order."""
+        op = self.op
+        chain = [nm for nm in (op.name,) + tuple(op.fused) if nm != op.out]
+        return [(nm, self.hbm[nm].dtype) for nm in dict.fromkeys(chain) if nm in self.hbm and self.hbm[nm].dtype != "f32"]
+
+    def evict(self, dst: View, acc: View, bias: View | None, tag: str) -> list[Stmt]:
+        """PSUM -> the output band: bias and relu on ScalarE, relu6's upper clamp on VectorE; f16/bf16 tensors the
+        fusion never stores still round to their dtype in between (the program's meaning)."""
+        op, line = self.op, self.line
+        func = "relu" if op.relu else "copy"
+        narrow = self.narrow()
+        if not narrow:
+            clamp: list[Stmt] = [Scalar(dst, dst, "minimum", op.clamp, line)] if op.clamp is not None else []
+            return [Act(dst, acc, func, bias, 1.0, line)] + clamp
+        ev = Buf(self.fresh(f"{op.name}_act{tag}"), "sbuf", "f32", acc.buf.shape)
+        src = View(ev, acc.idx)
+        out: list[Stmt] = [Alloc(ev, line=line), Act(src, acc, func, bias, 1.0, line)]
+        if op.clamp is not None:
+            out.append(Scalar(src, src, "minimum", op.clamp, line))
+        for name, dtype in narrow:
+            tile = Buf(self.fresh(f"{name}_{dtype}{tag}"), "sbuf", dtype, ev.shape)
+            out += [Alloc(tile, line=line), ir.Copy(View(tile, acc.idx), src, line)]
+            src = View(tile, acc.idx)
+        return out + [ir.Copy(dst, src, line)]
+
+
+def build_depthwise(op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str]
+                    ) -> tuple[list[tuple[str, int]], list[Stmt]]:
+    b = DepthwiseBuilder(op, hbm, fresh)
+    stmts = b.build()
+    return b.consts(), stmts
+
+
+# ---- the general path (any schedule): channels on partitions as the plan tiles them -------------------------------
+
+def depthwise_taps(cb: "_ConvBuilder") -> list[Stmt]:
+    """No contraction: acc[k] = sum over taps of w[k, tap] * band[k, shifted], the products on ScalarE (an
+    activation with a per-partition scale column) and the sums on VectorE, in an fp32 SBUF accumulator that the
+    epilogue reads as it would read PSUM."""
+    p, line, V, op = cb.p, cb.line, cb.var, cb.op
+    kp, ci = cb.part(cb.ks, p.tile_k), cb.tile_index(cb.kv, cb.KT)
+    acc = Buf(cb.fresh(f"{op.name}_acc"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
+    tmps = [Buf(cb.fresh(f"{op.name}_tap{i}"), "sbuf", "f32", acc.shape) for i in range(2)]
+    used = lambda buf: View(buf, (kp, full(p.rows), full(p.tile_x)))  # noqa: E731
+    wt = cb.wt_buf(p.hoist_w == "k")
+    wi = a(0) if p.hoist_w == "k" else ci
+    out: list[Stmt] = [Alloc(acc, line=line)]
+    out += [Alloc(t, line=line) for t in tmps] if cb.R * cb.S > 1 else []
+    for t, (r, s) in enumerate((r, s) for r in range(cb.R) for s in range(cb.S)):
+        rows = sl(a(cb.step(V["g"], p.rows, cb.cn["rows"], cb.sy), r * cb.dy), p.rows, cb.sy,
+                  cb.cn["rows"] if cb.sy == 1 else "")
+        cols = sl(a(cb.step(V["x"], p.tile_x, cb.cn["x"], cb.sx), s * cb.dx), p.tile_x, cb.sx,
+                  cb.cn["x"] if cb.sx == 1 else "")
+        band = View(cb.x_band_buf(), (kp, ci, rows, cols))
+        w = View(wt, (kp, wi, a(r), sl(s, 1)))
+        if t == 0:
+            out.append(Act(used(acc), band, "copy", None, w, cb.L["update"]))
+            continue
+        tmp = used(tmps[t % 2])
+        out += [Act(tmp, band, "copy", None, w, cb.L["update"]),
+                Binary(used(acc), used(acc), tmp, "add", cb.L["update"])]
+    return out + cb.epilogue(used(acc))
+
