@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, loop, sl, term
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX, ConvPlan, default_plan
 from tilec.target import target as get_target
@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 PSUM_FP32 = 512  # fp32 elements per partition in one 2 KiB PSUM bank: a chunk's accumulator
 MIN_II, STATIC = 64, 100  # the model's instruction floor and static overhead in engine cycles (spec §2.4, §2.3)
 STORE_CHAIN_NS = 1600.0  # one store after another into overlapping HBM ranges: a DMA latency (~1.15 us) + transfer
-SBUF_BUDGET = 96 * 1024  # bytes per partition for the band and the output band (two of each in flight)
+FP32_MATMUL = 4  # TensorE runs fp32 at a quarter of its 16-bit rate (spec §2.4)
+SBUF_BUDGET = 96 * 1024
+DEPTH = 2  # chunks whose taps are issued before a chunk's final add and eviction  # bytes per partition for the band and the output band (two of each in flight)
 
 
 @dataclass(frozen=True)
@@ -63,9 +65,11 @@ class Layout:
 
 @dataclass(frozen=True)
 class Routes:
-    """How the taps are computed: `first` starts the PSUM sum ("s": ScalarE product, "v": VectorE product),
-    then sv taps (ScalarE product, VectorE add), v taps (VectorE product and add), g taps (ScalarE product, GpSimdE
-    add; the first one starts the GpSimdE sum)."""
+    """How the taps are computed, in issue order: pe taps as matmuls of a diagonal weight matrix on TensorE
+    (accumulating into the PSUM sum and starting it), else `first` starts the PSUM sum ("s": ScalarE product, "v":
+    VectorE product); then v taps (VectorE product and add), sv taps (ScalarE product, VectorE add), g taps (ScalarE
+    product, GpSimdE add; the first one starts the GpSimdE sum)."""
+    pe: int
     first: str
     sv: int
     v: int
@@ -87,30 +91,34 @@ def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
 DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
 
 
-def choose_routes(taps: int, n: int, clamp: bool) -> Routes:
-    """The split of the taps over the engines with the smallest busiest-engine time per chunk (model costs)."""
+def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True) -> Routes:
+    """The split of the taps over the engines with the smallest busiest-engine time per chunk of n elements per
+    partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls, 4x slower in fp32)."""
     t = get_target()
     act = (max(MIN_II, n) + STATIC) / t.scalar_ghz
     vec = (max(MIN_II, n) + STATIC) / t.vector_ghz
     gps = (max(MIN_II, 2 * n) + STATIC) / t.gpsimd_ghz
+    mm = max(MIN_II, n) * (FP32_MATMUL if fp32 else 1) / t.tensor_ghz
     best: tuple[float, int, Routes] | None = None
-    for first in ("s", "v"):
-        for g in range(taps):
-            for v in range(taps - g):
-                sv = taps - 1 - g - v
-                scalar = act * (1 + sv + g + (first == "s"))  # + the eviction
-                vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp)
-                gpsimd = gps * max(0, g - 1)
-                busiest = max(scalar, vector, gpsimd)
-                instrs = 2 * taps - (first == "s") - (g > 0)
-                key = (busiest, instrs, Routes(first, sv, v, g, busiest))
-                if best is None or key[:2] < best[:2]:
-                    best = key
+    for k in range(taps + 1 if pe else 1):
+        for first in ("s", "v") if k == 0 else ("",):
+            rest = taps - k - (k == 0)  # the taps after the one that starts the PSUM sum
+            for g in range(rest + 1):
+                for v in range(rest - g + 1):
+                    sv = rest - g - v
+                    scalar = act * (1 + sv + g + (first == "s"))  # + the eviction
+                    vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp)
+                    gpsimd = gps * max(0, g - 1)
+                    busiest = max(scalar, vector, gpsimd, mm * k)
+                    instrs = 2 * taps - k - (first == "s") - (g > 0)
+                    key = (busiest, instrs, Routes(k, first, sv, v, g, busiest))
+                    if best is None or key[:2] < best[:2]:
+                        best = key
     assert best is not None
     return best[2]
 
 
-def choose_layout(op: ConvOp, elem: int, clamp: bool = False) -> Layout | None:
+def choose_layout(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> Layout | None:
     """The layout with the smallest estimated time: per tile, the busiest engine over its chunks or the chain of
     its row blocks' stores, whichever is longer; None when not even one output row per partition fits SBUF."""
     n_img, c, ho, wo = op.dim("N"), op.dim("C"), op.dim("Ho"), op.dim("Wo")
@@ -128,7 +136,7 @@ def choose_layout(op: ConvOp, elem: int, clamp: bool = False) -> Layout | None:
             continue
         rc = min(rb, rc_max)
         chunks = [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])
-        compute = sum(choose_routes(taps, r * wo, clamp).ns for r in chunks)
+        compute = sum(choose_routes(taps, r * wo, clamp, pe, elem == 4).ns for r in chunks)
         tile_ns = max(compute, nb * STORE_CHAIN_NS)
         for cg in range(1, min(c, PMAX // nb) + 1):
             k = max(1, min(n_img, PMAX // (nb * cg)))
@@ -149,11 +157,16 @@ class DepthwiseBuilder:
         self.sy, self.sx = op.stride
         self.dy, self.dx = op.dilation
         self.oy, self.ox = op.offset
-        lay = choose_layout(op, DTYPE[hbm[op.x].dtype], op.clamp is not None)
+        # TensorE takes taps as diagonal matmuls when the weights can be its operand in X's dtype
+        self.pe = hbm[op.w].dtype == hbm[op.x].dtype
+        self.fp32 = hbm[op.x].dtype == "f32"
+        lay = choose_layout(op, DTYPE[hbm[op.x].dtype], op.clamp is not None, self.pe)
         assert lay is not None  # fast_path checked it
         self.lay = lay
         self.G, self.CR = self.C // lay.cg, self.C % lay.cg
         self.NT, self.NR = self.N // lay.k, self.N % lay.k  # whole tiles of images, images left over
+        chunk_rows = {min(lay.rc, lay.rb - y0) for y0 in range(0, lay.rb, lay.rc)}
+        self.pe_taps = max(self.routes(rows).pe for rows in chunk_rows)
         self.IR = (lay.rb - 1) * self.sy + (self.R - 1) * self.dy + 1  # input rows behind a row block
         self.IC = (self.Wo - 1) * self.sx + (self.S - 1) * self.dx + 1  # input columns behind a row
         self.var = conv_loop_vars(op, fresh)
@@ -163,6 +176,9 @@ class DepthwiseBuilder:
         lines = dict(op.lines)
         self.L = {role: lines.get(role, op.line) for role in ("n", "k", "y", "update", "relu")}
         self.cn = {"cg": fresh("GROUP"), "k": fresh("IMAGES")}
+
+    def routes(self, rows: int) -> Routes:
+        return choose_routes(self.R * self.S, rows * self.Wo, self.op.clamp is not None, self.pe, self.fp32)
 
     def consts(self) -> list[tuple[str, int]]:
         return [(self.cn["cg"], self.lay.cg), (self.cn["k"], self.lay.k)]
@@ -177,14 +193,69 @@ class DepthwiseBuilder:
         if op.bias:
             self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C, 1), fresh(f"{op.bias}_v"), line)
             stmts += s4
+        if self.has_halo():  # zeros for the bands' halos, copied in by DMA (zero_halo)
+            self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype, (PMAX, self.IR, self.IC))
+            stmts.append(Alloc(self.zeros, zero=True, line=line))
+        stmts.append(ir.Block(f"{op.w}" + (f" and {op.bias}" if op.bias else "") + ": one fp32 column per tap (and "
+                              "bias) on every slot's partitions, for every channel group", tuple(self.weights()), line))
+        if self.pe_taps:
+            stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
+                                  tuple(self.identity()), line))
         blocks = f", {lay.nb} blocks of {lay.rb} rows per image" if lay.nb > 1 else ""
         note = f"for {self.names['c']} (groups of {self.cn['cg']} channels{blocks})"
-        body = loop(self.gv, self.G, self.group(a(term(self.gv, lay.cg, self.cn["cg"])), lay.cg, ""), note=note,
+        body = loop(self.gv, self.G, self.group(a(term(self.gv, lay.cg, self.cn["cg"])), lay.cg, "", a(self.gv)),
+                    note=note,
                     line=self.L["k"])
         if self.CR:
-            body += self.group(a(self.G * lay.cg), self.CR, "_rest")
+            body += self.group(a(self.G * lay.cg), self.CR, "_rest", a(self.G))
         label = f"main: depthwise {op.name}, (image or row block, channel) on the partitions"
         return stmts + [ir.Block(label, tuple(body), line)]
+
+    def identity(self) -> list[Stmt]:
+        """I[p, q] = (p == q) without iota: a [128, 129] tile whose column 0 is one, stored to HBM and read back as
+        [129, 128] rows (element p*129 of the flat copy is row p, column p); once per kernel."""
+        line = self.line
+        ones = Buf(self.fresh("ident_rows"), "sbuf", "f32", (PMAX, PMAX + 1))
+        flat = Buf(self.fresh("ident_hbm"), "hbm", "f32", (PMAX, PMAX + 1))
+        rows = Buf(self.fresh("ident_hbm_rows"), "hbm", "f32", (PMAX + 1, PMAX))
+        self.ident = Buf(self.fresh("ident"), "sbuf", "f32", (PMAX, PMAX))
+        col = View(ones, (full(PMAX), sl(0, 1)))
+        return [Alloc(ones, zero=True, line=line), Scalar(col, col, "add", 1.0, line), Alloc(flat, line=line),
+                Dma(ir.whole(flat), ir.whole(ones), line), Reshape(rows, flat, line), Alloc(self.ident, line=line),
+                Dma(ir.whole(self.ident), View(rows, (sl(0, PMAX), full(PMAX))), line)]
+
+    def weights(self) -> list[Stmt]:
+        """w_all[slot*CG + c, group, r, s] = W[group*CG + c, r, s] (the remainder group: its own slot width), all
+        loaded before the main loop: small DMAs that lead their queues instead of waiting behind stores."""
+        op, line, lay = self.op, self.line, self.lay
+        images = min(lay.k, self.N)
+        groups = self.G + (1 if self.CR else 0)
+        self.w_all = Buf(self.fresh(f"{op.w}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups, self.R, self.S))
+        out: list[Stmt] = [Alloc(self.w_all, line=line)]
+        if op.bias:
+            self.b_all = Buf(self.fresh(f"{op.bias}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups))
+            out.append(Alloc(self.b_all, line=line))
+        gw = self.fresh(f"{self.names['c']}_w")
+
+        def part(gi: ir.Aff, c0: ir.Aff, cg: int) -> list[Stmt]:
+            body: list[Stmt] = []
+            for j in range(images * lay.nb):  # every slot's partitions hold the group's weights
+                body.append(Dma(View(self.w_all, (sl(j * cg, cg), gi, full(self.R), full(self.S))),
+                                View(self.w4, (sl(c0, cg), full(self.R), full(self.S))), line))
+                if op.bias:
+                    body.append(Dma(View(self.b_all, (sl(j * cg, cg), sl(gi, 1))), View(self.b2, (sl(c0, cg), full(1))),
+                                    line))
+            return body
+        out += loop(gw, self.G, part(a(gw), a(term(gw, lay.cg, self.cn["cg"])), lay.cg),
+                    note=f"for {self.names['c']} (groups of {self.cn['cg']} channels)", line=line)
+        if self.CR:
+            out += part(a(self.G), a(self.G * lay.cg), self.CR)
+        return out
+
+    def w_col(self, parts: int, r: int, s: int) -> View:
+        """The current group's weight column of tap (r, s): the per-partition scale of a product."""
+        wall, gi = self.wsel
+        return View(wall, (sl(0, parts), gi, a(r), sl(s, 1)))
 
     # ---- one channel group: its weights, then the images ------------------------------------------------------------
 
@@ -192,23 +263,21 @@ class DepthwiseBuilder:
         """(image in the tile, row block) of each slot, in partition order."""
         return [(i, b) for i in range(images) for b in range(self.lay.nb)]
 
-    def group(self, c0: ir.Aff, cg: int, tag: str) -> list[Stmt]:
+    def group(self, c0: ir.Aff, cg: int, tag: str, gi: ir.Aff) -> list[Stmt]:
         """`tag` names the buffers of a part whose shapes differ (the remainder group, images, chunk)."""
         op, line, lay = self.op, self.L["update"], self.lay
         images = min(lay.k, self.N)
         parts = images * lay.nb * cg
-        wcol = Buf(self.fresh(f"{op.w}_col{tag}"), "sbuf", "f32", (parts, self.R, self.S))
-        out: list[Stmt] = [Alloc(wcol, line=line)]
-        for j in range(images * lay.nb):  # every slot's partitions hold the group's weights
-            out.append(Dma(View(wcol, (sl(j * cg, cg), full(self.R), full(self.S))),
-                           View(self.w4, (sl(c0, cg), full(self.R), full(self.S))), line))
-        bias = None
-        if op.bias:
-            bcol = Buf(self.fresh(f"{op.bias}_col{tag}"), "sbuf", "f32", (parts, 1))
-            out.append(Alloc(bcol, line=line))
-            out += [Dma(View(bcol, (sl(j * cg, cg), full(1))), View(self.b2, (sl(c0, cg), full(1))), line)
-                    for j in range(images * lay.nb)]
-            bias = View(bcol, (sl(0, parts), full(1)))
+        wcol = self.wsel = (self.w_all, gi)
+        out: list[Stmt] = []
+        bias = View(self.b_all, (sl(0, parts), sl(gi, 1))) if op.bias else None
+        self.diags = []
+        for t in range(self.pe_taps):  # diag(w[:, r, s]) per TensorE tap: the identity scaled per partition
+            r, s = divmod(t, self.S)
+            dg = Buf(self.fresh(f"{op.w}_diag{r}{s}{tag}"), "sbuf", self.hbm[op.x].dtype, (parts, parts))
+            self.diags.append(View(dg, (full(parts), full(parts))))
+            out += [Alloc(dg, line=line), Act(self.diags[-1], View(self.ident, (sl(0, parts), sl(0, parts))), "copy",
+                                              None, self.w_col(parts, r, s), line)]
         note = f"for {self.names['n']} (tiles of {self.cn['k']} images)"
         n0 = a(term(self.nv, lay.k, self.cn["k"]))
         out += loop(self.nv, self.NT, self.tile(c0, cg, n0, lay.k, wcol, bias, tag), note=note, line=self.L["n"])
@@ -221,14 +290,37 @@ class DepthwiseBuilder:
         start = b * self.lay.rb * self.sy + self.oy
         return start, max(0, -start), max(0, start + self.IR - self.H)
 
-    def tile(self, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, wcol: Buf, bias: View | None, tag: str
+    def cols_halo(self) -> tuple[int, int]:
+        return max(0, -self.ox), max(0, self.ox + self.IC - self.W)
+
+    def has_halo(self) -> bool:
+        return any(self.cols_halo()) or any(self.block_rows(b)[1:] != (0, 0) for b in range(self.lay.nb))
+
+    def zero_halo(self, band: Buf, cg: int, images: int) -> list[Stmt]:
+        """The band's halo (rows and columns outside X) copied from the zero tile by DMA: a memset would wait in
+        VectorE's or GpSimdE's in-order stream behind the previous tile's taps, and the loads behind it."""
+        if not self.has_halo():
+            return []
+        line, parts, z = self.L["update"], band.shape[0], self.zeros
+        regions: list[tuple] = []
+        left, right = self.cols_halo()
+        for start, size in ((0, left), (self.IC - right, right)):
+            if size:
+                regions.append((sl(0, parts), full(self.IR), sl(start, size)))
+        for j, (_, b) in enumerate(self.slots(images)):
+            _, top, bottom = self.block_rows(b)
+            for start, size in ((0, min(top, self.IR)), (self.IR - min(bottom, self.IR), min(bottom, self.IR))):
+                if size:
+                    regions.append((sl(j * cg, cg), sl(start, size), full(self.IC)))
+        return [Dma(View(band, idx), View(z, idx), line) for idx in regions]
+
+    def tile(self, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, wcol: object, bias: View | None, tag: str
              ) -> list[Stmt]:
         op, line, lay = self.op, self.L["update"], self.lay
         parts = images * lay.nb * cg
         band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype, (parts, self.IR, self.IC))
-        left, right = max(0, -self.ox), max(0, self.ox + self.IC - self.W)
-        halo = left or right or any(self.block_rows(b)[1:] != (0, 0) for b in range(lay.nb))
-        out: list[Stmt] = [Alloc(band, zero=bool(halo), line=line)]
+        left, right = self.cols_halo()
+        out: list[Stmt] = [Alloc(band, line=line)] + self.zero_halo(band, cg, images)
         cols_src = sl(self.ox + left, self.IC - left - right)
         cols_dst = full(self.IC) if not (left or right) else sl(left, self.IC - left - right)
         for j, (i, b) in enumerate(self.slots(images)):
@@ -244,15 +336,15 @@ class DepthwiseBuilder:
         # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-1's final add and
         # eviction, so no engine's in-order stream waits on the end of a chunk's GpSimdE sum
         starts = list(range(0, lay.rb, lay.rc))
-        pending: list[Stmt] = []
+        pending: list[list[Stmt]] = []
         for i, y0 in enumerate(starts):
             rows = min(lay.rc, lay.rb - y0)
-            ctag = f"{tag}_{'ab'[i % 2]}" + ("" if rows == lay.rc else "_end")
+            ctag = f"{tag}_{'abc'[i % (DEPTH + 1)]}" + ("" if rows == lay.rc else "_end")
             taps, finish = self.chunk(band, wcol, parts, y0, rows, ctag)
             dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
-            out += taps + pending
-            pending = finish + self.evict(dst, self.acc_view, bias, ctag)
-        out += pending
+            out += taps + (pending.pop(0) if len(pending) == DEPTH else [])
+            pending.append(finish + self.evict(dst, self.acc_view, bias, ctag))
+        out += [s for p in pending for s in p]
         for j, (i, b) in enumerate(self.slots(images)):
             valid = min(lay.rb, self.Ho - b * lay.rb)
             out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg), sl(b * lay.rb, valid), full(self.Wo))),
@@ -262,11 +354,11 @@ class DepthwiseBuilder:
 
     # ---- one chunk of output rows: the taps, then the final add -------------------------------------------------------
 
-    def chunk(self, band: Buf, wcol: Buf, parts: int, y0: int, rows: int, tag: str
+    def chunk(self, band: Buf, wcol: object, parts: int, y0: int, rows: int, tag: str
               ) -> tuple[list[Stmt], list[Stmt]]:
         """(the taps into the PSUM accumulator self.acc_view, the add of the GpSimdE sum into it)."""
         op, line = self.op, self.L["update"]
-        rt = choose_routes(self.R * self.S, rows * self.Wo, op.clamp is not None)
+        rt = self.routes(rows)
         # the band's first reader picks the DMA queue its loads go on, the output's last writer the stores' queue:
         # keep them apart (a load waits behind the stores issued before it on its queue)
         first = "s" if op.clamp is not None or self.narrow() else "v"
@@ -279,13 +371,16 @@ class DepthwiseBuilder:
         # alternating between the GpSimdE and the VectorE sums, so that both adders are fed from the start
         g, sv = ["g"] * rt.g, ["sv"] * rt.sv
         mixed = [route for pair in zip(g, sv) for route in pair] + g[len(sv):] + sv[len(g):]
-        routes = [first] + ["vv"] * rt.v + mixed
-        out: list[Stmt] = [Alloc(acc, line=line)]
+        routes = ["pe"] * rt.pe + ([first] if not rt.pe else []) + ["vv"] * rt.v + mixed
+        out: list[Stmt] = [Alloc(acc, zero=rt.pe > 0, line=line)]
         gacc: View | None = None
         for (r, s), route in zip(taps, routes):
             window = View(band, (full(parts), sl(y0 * self.sy + r * self.dy, rows, self.sy),
                                  sl(s * self.dx, self.Wo, self.sx)))
-            w = View(wcol, (full(parts), a(r), sl(s, 1)))
+            w = self.w_col(parts, r, s)
+            if route == "pe":  # acc[p] += diag(w)[p, p] * window[p]
+                out.append(Matmul(accv, self.diags[r * self.S + s], window, line))
+                continue
             if route in ("s", "v"):  # the first tap starts the PSUM sum
                 out.append(Act(accv, window, "copy", None, w, line) if route == "s" else
                            Scalar(accv, window, "multiply", w, line))
