@@ -169,6 +169,13 @@ class DepthwiseBuilder:
         self.pe_taps = max(self.routes(rows).pe for rows in chunk_rows)
         self.IR = (lay.rb - 1) * self.sy + (self.R - 1) * self.dy + 1  # input rows behind a row block
         self.IC = (self.Wo - 1) * self.sx + (self.S - 1) * self.dx + 1  # input columns behind a row
+        # a padded read's column halo: skipped by the taps when two taps (the two sums' first) read no halo column
+        self.clip = False
+        if any(self.cols_halo()):
+            self.clip = True
+            full_taps = sum(1 for s in range(self.S) if self.tap_cols(s)[1] == self.Wo) * self.R
+            self.clip = full_taps >= 2
+        self.BC = min(self.W, self.ox + self.IC) - max(0, self.ox) if self.clip else self.IC
         self.var = conv_loop_vars(op, fresh)
         v = dict(op.vars)
         self.names = {"c": v.get("k", "c"), "n": v.get("n", "n"), "y": v.get("y", "y")}
@@ -194,7 +201,7 @@ class DepthwiseBuilder:
             self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C, 1), fresh(f"{op.bias}_v"), line)
             stmts += s4
         if self.has_halo():  # zeros for the bands' halos, copied in by DMA (zero_halo)
-            self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype, (PMAX, self.IR, self.IC))
+            self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype, (PMAX, self.IR, self.BC))
             stmts.append(Alloc(self.zeros, zero=True, line=line))
         stmts.append(ir.Block(f"{op.w}" + (f" and {op.bias}" if op.bias else "") + ": one fp32 column per tap (and "
                               "bias) on every slot's partitions, for every channel group", tuple(self.weights()), line))
@@ -252,6 +259,20 @@ class DepthwiseBuilder:
             out += part(a(self.G), a(self.G * lay.cg), self.CR)
         return out
 
+    def tap_order(self, routes: list[str]) -> list[tuple[int, int]]:
+        """The tap each route computes: the PSUM sum's first (route 0) and the GpSimdE sum's first write every
+        output column (taps reading no halo column); the others in a fixed order, so that TensorE's taps are the
+        same prefix in every chunk (their diagonal matrices are built once per group)."""
+        taps = [(r, s) for r in range(self.R) for s in range(self.S)]
+        whole = [t for t in taps if self.tap_cols(t[1])[1] == self.Wo][:2]
+        rest = iter([t for t in taps if t not in whole] + whole[1:])
+        g = routes.index("g") if "g" in routes and len(whole) > 1 else -1
+        order = [whole[0] if i == 0 else whole[1] if i == g else next(rest) for i in range(len(routes))]
+        return order
+
+    def pe_taps_list(self) -> list[tuple[int, int]]:
+        return self.tap_order(["pe"] * self.pe_taps + ["sv"] * (self.R * self.S - self.pe_taps))[:self.pe_taps]
+
     def w_col(self, parts: int, r: int, s: int) -> View:
         """The current group's weight column of tap (r, s): the per-partition scale of a product."""
         wall, gi = self.wsel
@@ -271,13 +292,12 @@ class DepthwiseBuilder:
         wcol = self.wsel = (self.w_all, gi)
         out: list[Stmt] = []
         bias = View(self.b_all, (sl(0, parts), sl(gi, 1))) if op.bias else None
-        self.diags = []
-        for t in range(self.pe_taps):  # diag(w[:, r, s]) per TensorE tap: the identity scaled per partition
-            r, s = divmod(t, self.S)
+        self.diags = {}
+        for r, s in self.pe_taps_list():  # diag(w[:, r, s]) per TensorE tap: the identity scaled per partition
             dg = Buf(self.fresh(f"{op.w}_diag{r}{s}{tag}"), "sbuf", self.hbm[op.x].dtype, (parts, parts))
-            self.diags.append(View(dg, (full(parts), full(parts))))
-            out += [Alloc(dg, line=line), Act(self.diags[-1], View(self.ident, (sl(0, parts), sl(0, parts))), "copy",
-                                              None, self.w_col(parts, r, s), line)]
+            self.diags[(r, s)] = View(dg, (full(parts), full(parts)))
+            out += [Alloc(dg, line=line), Act(self.diags[(r, s)], View(self.ident, (sl(0, parts), sl(0, parts))),
+                                              "copy", None, self.w_col(parts, r, s), line)]
         note = f"for {self.names['n']} (tiles of {self.cn['k']} images)"
         n0 = a(term(self.nv, lay.k, self.cn["k"]))
         out += loop(self.nv, self.NT, self.tile(c0, cg, n0, lay.k, wcol, bias, tag), note=note, line=self.L["n"])
@@ -294,7 +314,22 @@ class DepthwiseBuilder:
         return max(0, -self.ox), max(0, self.ox + self.IC - self.W)
 
     def has_halo(self) -> bool:
-        return any(self.cols_halo()) or any(self.block_rows(b)[1:] != (0, 0) for b in range(self.lay.nb))
+        cols = any(self.cols_halo()) and not self.clip
+        return cols or any(self.block_rows(b)[1:] != (0, 0) for b in range(self.lay.nb))
+
+    def tap_cols(self, s: int) -> tuple[int, int, int]:
+        """(first output column, output columns, first band column) tap column s reaches inside X: a padded read's
+        taps skip the output columns whose input column is outside X (`clip`), instead of reading a zeroed halo."""
+        col0 = s * self.dx + self.ox  # input column of output column 0
+        if not self.clip:
+            return 0, self.Wo, s * self.dx
+        xa = max(0, -(col0 // self.sx)) if col0 < 0 else 0
+        while xa < self.Wo and xa * self.sx + col0 < 0:
+            xa += 1
+        xb = self.Wo
+        while xb > xa and (xb - 1) * self.sx + col0 > self.W - 1:
+            xb -= 1
+        return xa, xb - xa, xa * self.sx + col0 - max(0, self.ox)
 
     def zero_halo(self, band: Buf, cg: int, images: int) -> list[Stmt]:
         """The band's halo (rows and columns outside X) copied from the zero tile by DMA: a memset would wait in
@@ -303,7 +338,7 @@ class DepthwiseBuilder:
             return []
         line, parts, z = self.L["update"], band.shape[0], self.zeros
         regions: list[tuple] = []
-        left, right = self.cols_halo()
+        left, right = self.cols_halo() if not self.clip else (0, 0)
         for start, size in ((0, left), (self.IC - right, right)):
             if size:
                 regions.append((sl(0, parts), full(self.IR), sl(start, size)))
@@ -311,18 +346,18 @@ class DepthwiseBuilder:
             _, top, bottom = self.block_rows(b)
             for start, size in ((0, min(top, self.IR)), (self.IR - min(bottom, self.IR), min(bottom, self.IR))):
                 if size:
-                    regions.append((sl(j * cg, cg), sl(start, size), full(self.IC)))
+                    regions.append((sl(j * cg, cg), sl(start, size), full(self.BC)))
         return [Dma(View(band, idx), View(z, idx), line) for idx in regions]
 
     def tile(self, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, wcol: object, bias: View | None, tag: str
              ) -> list[Stmt]:
         op, line, lay = self.op, self.L["update"], self.lay
         parts = images * lay.nb * cg
-        band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype, (parts, self.IR, self.IC))
+        band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype, (parts, self.IR, self.BC))
         left, right = self.cols_halo()
         out: list[Stmt] = [Alloc(band, line=line)] + self.zero_halo(band, cg, images)
         cols_src = sl(self.ox + left, self.IC - left - right)
-        cols_dst = full(self.IC) if not (left or right) else sl(left, self.IC - left - right)
+        cols_dst = full(self.BC) if not (left or right) or self.clip else sl(left, self.IC - left - right)
         for j, (i, b) in enumerate(self.slots(images)):
             start, top, bottom = self.block_rows(b)
             rows = self.IR - top - bottom
@@ -366,20 +401,23 @@ class DepthwiseBuilder:
         whole = (full(parts), full(rows), full(self.Wo))
         acc = Buf(self.fresh(f"{op.name}_acc{tag}"), "psum", "f32", shape)
         accv = self.acc_view = View(acc, whole)
-        taps = [(r, s) for r in range(self.R) for s in range(self.S)]
         # issue order (each engine runs its stream in order): VectorE's own taps first, then ScalarE's products
         # alternating between the GpSimdE and the VectorE sums, so that both adders are fed from the start
         g, sv = ["g"] * rt.g, ["sv"] * rt.sv
         mixed = [route for pair in zip(g, sv) for route in pair] + g[len(sv):] + sv[len(g):]
         routes = ["pe"] * rt.pe + ([first] if not rt.pe else []) + ["vv"] * rt.v + mixed
+        # the two sums' first taps must write every output column: they take taps that read no halo column
+        order = self.tap_order(routes)
         out: list[Stmt] = [Alloc(acc, zero=rt.pe > 0, line=line)]
         gacc: View | None = None
-        for (r, s), route in zip(taps, routes):
-            window = View(band, (full(parts), sl(y0 * self.sy + r * self.dy, rows, self.sy),
-                                 sl(s * self.dx, self.Wo, self.sx)))
+        for (r, s), route in zip(order, routes):
+            xa, nx, bc = self.tap_cols(s)
+            part = (full(parts), full(rows), full(self.Wo) if nx == self.Wo else sl(xa, nx))
+            window = View(band, (full(parts), sl(y0 * self.sy + r * self.dy, rows, self.sy), sl(bc, nx, self.sx)))
             w = self.w_col(parts, r, s)
+            accp = View(acc, part)
             if route == "pe":  # acc[p] += diag(w)[p, p] * window[p]
-                out.append(Matmul(accv, self.diags[r * self.S + s], window, line))
+                out.append(Matmul(accp, self.diags[(r, s)], window, line))
                 continue
             if route in ("s", "v"):  # the first tap starts the PSUM sum
                 out.append(Act(accv, window, "copy", None, w, line) if route == "s" else
@@ -391,14 +429,15 @@ class DepthwiseBuilder:
                 out += [Alloc(gbuf, line=line), Act(gacc, window, "copy", None, w, line)]
                 continue
             prod = Buf(self.fresh(f"{op.name}_tap{r}{s}{tag}"), "sbuf", "f32", shape)
-            pv = View(prod, whole)
+            pv = View(prod, part)
             make = Scalar(pv, window, "multiply", w, line) if route == "vv" else Act(pv, window, "copy", None, w, line)
             out += [Alloc(prod, line=line), make]
             if route == "g":
                 assert gacc is not None
-                out.append(Binary(gacc, gacc, pv, "add", line, engine="gpsimd"))
+                gp = View(gacc.buf, part)
+                out.append(Binary(gp, gp, pv, "add", line, engine="gpsimd"))
             else:
-                out.append(Binary(accv, accv, pv, "add", line))
+                out.append(Binary(accp, accp, pv, "add", line))
         finish = [Binary(accv, accv, gacc, "add", line)] if gacc is not None else []
         return out, finish
 
