@@ -396,7 +396,7 @@ class DepthwiseBuilder:
         rt = self.routes(rows)
         # the band's first reader picks the DMA queue its loads go on, the output's last writer the stores' queue:
         # keep them apart (a load waits behind the stores issued before it on its queue)
-        first = "s" if op.clamp is not None or self.narrow() else "v"
+        first = "v" if self.evicts_on_scalar() else "s"
         shape = (parts, rows, self.Wo)
         whole = (full(parts), full(rows), full(self.Wo))
         acc = Buf(self.fresh(f"{op.name}_acc{tag}"), "psum", "f32", shape)
@@ -441,6 +441,10 @@ class DepthwiseBuilder:
         finish = [Binary(accv, accv, gacc, "add", line)] if gacc is not None else []
         return out, finish
 
+    def evicts_on_scalar(self) -> bool:
+        """Whether ScalarE writes the output band last (its stores then go on ScalarE's DMA queue)."""
+        return not self.narrow() and (self.op.clamp is None or self.op.bias is None)
+
     def narrow(self) -> list[tuple[str, str]]:
         """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores, in program order."""
         op = self.op
@@ -453,9 +457,11 @@ class DepthwiseBuilder:
         op, line = self.op, self.line
         func = "relu" if op.relu else "copy"
         narrow = self.narrow()
+        if self.evicts_on_scalar():  # relu6 without a bias: min(relu(z), 6) = relu(min(z, 6)), clamped in PSUM
+            clamp: list[Stmt] = [Scalar(acc, acc, "minimum", op.clamp, line)] if op.clamp is not None else []
+            return clamp + [Act(dst, acc, func, bias, 1.0, line)]
         if not narrow:
-            clamp: list[Stmt] = [Scalar(dst, dst, "minimum", op.clamp, line)] if op.clamp is not None else []
-            return [Act(dst, acc, func, bias, 1.0, line)] + clamp
+            return [Act(dst, acc, func, bias, 1.0, line), Scalar(dst, dst, "minimum", op.clamp, line)]
         ev = Buf(self.fresh(f"{op.name}_act{tag}"), "sbuf", "f32", acc.buf.shape)
         src = View(ev, acc.idx)
         out: list[Stmt] = [Alloc(ev, line=line), Act(src, acc, func, bias, 1.0, line)]
