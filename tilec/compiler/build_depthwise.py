@@ -43,10 +43,9 @@ if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
 
 PSUM_FP32 = 512  # fp32 elements per partition in one 2 KiB PSUM bank: a chunk's accumulator
-MIN_II, STATIC = 64, 100  # the model's instruction floor and static overhead in engine cycles (spec §2.4, §2.3)
 STORE_CHAIN_NS = 1600.0  # one store after another into overlapping HBM ranges: a DMA latency (~1.15 us) + transfer
-FP32_MATMUL = 4  # TensorE runs fp32 at a quarter of its 16-bit rate (spec §2.4)
 SBUF_BUDGET = 96 * 1024
+DIAG_BUDGET = 48 * 1024  # bytes per partition for TensorE's diagonal weights (all taps of all groups, at most)
 DEPTH = 2  # chunks whose taps are issued before a chunk's final add and eviction  # bytes per partition for the band and the output band (two of each in flight)
 
 
@@ -94,11 +93,14 @@ DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
 def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True) -> Routes:
     """The split of the taps over the engines with the smallest busiest-engine time per chunk of n elements per
     partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls, 4x slower in fp32)."""
+    from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
     t = get_target()
-    act = (max(MIN_II, n) + STATIC) / t.scalar_ghz
-    vec = (max(MIN_II, n) + STATIC) / t.vector_ghz
-    gps = (max(MIN_II, 2 * n) + STATIC) / t.gpsimd_ghz
-    mm = max(MIN_II, n) * (FP32_MATMUL if fp32 else 1) / t.tensor_ghz
+    v = {name: value for name, value, _ in target_params(t.name).table()}
+    mn = v["min_ii_cycles"]
+    act = (max(mn, n) + v["scalar_static_cycles"]) / v["scalar_ghz"]
+    vec = (max(mn, n) + v["vector_static_cycles"]) / v["vector_ghz"]
+    gps = (max(mn, 2 * n) + v["gpsimd_static_cycles"]) / v["gpsimd_ghz"]
+    mm = (max(v["mm_min_cycles"], n) + v["mm_fixed_cycles"]) * (v["mm_fp32_factor"] if fp32 else 1) / v["tensor_ghz"]
     best: tuple[float, int, Routes] | None = None
     for k in range(taps + 1 if pe else 1):
         for first in ("s", "v") if k == 0 else ("",):
@@ -162,6 +164,12 @@ class DepthwiseBuilder:
         self.fp32 = hbm[op.x].dtype == "f32"
         lay = choose_layout(op, DTYPE[hbm[op.x].dtype], op.clamp is not None, self.pe)
         assert lay is not None  # fast_path checked it
+        groups = -(-self.C // lay.cg)
+        if self.pe and groups * self.R * self.S * (lay.k * lay.nb * lay.cg) ** 2 * DTYPE[hbm[op.x].dtype] \
+                > DIAG_BUDGET * lay.k * lay.nb * lay.cg:  # every group's diagonal weights stay resident in SBUF
+            self.pe = False
+            lay = choose_layout(op, DTYPE[hbm[op.x].dtype], op.clamp is not None, False)
+            assert lay is not None
         self.lay = lay
         self.G, self.CR = self.C // lay.cg, self.C % lay.cg
         self.NT, self.NR = self.N // lay.k, self.N % lay.k  # whole tiles of images, images left over
@@ -203,11 +211,12 @@ class DepthwiseBuilder:
         if self.has_halo():  # zeros for the bands' halos, copied in by DMA (zero_halo)
             self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype, (PMAX, self.IR, self.BC))
             stmts.append(Alloc(self.zeros, zero=True, line=line))
-        stmts.append(ir.Block(f"{op.w}" + (f" and {op.bias}" if op.bias else "") + ": one fp32 column per tap (and "
-                              "bias) on every slot's partitions, for every channel group", tuple(self.weights()), line))
         if self.pe_taps:
             stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
                                   tuple(self.identity()), line))
+        stmts.append(ir.Block(f"{op.w}" + (f" and {op.bias}" if op.bias else "") + ": one fp32 column per tap (and "
+                              "bias) on every slot's partitions, for every channel group; TensorE's diagonal weights",
+                              tuple(self.weights()), line))
         blocks = f", {lay.nb} blocks of {lay.rb} rows per image" if lay.nb > 1 else ""
         note = f"for {self.names['c']} (groups of {self.cn['cg']} channels{blocks})"
         body = loop(self.gv, self.G, self.group(a(term(self.gv, lay.cg, self.cn["cg"])), lay.cg, "", a(self.gv)),
@@ -257,6 +266,27 @@ class DepthwiseBuilder:
                     note=f"for {self.names['c']} (groups of {self.cn['cg']} channels)", line=line)
         if self.CR:
             out += part(a(self.G), a(self.G * lay.cg), self.CR)
+        return out + self.diagonals(groups, gw)
+
+    def diagonals(self, groups: int, gw: str) -> list[Stmt]:
+        """d_all[:, group, i, :] = diag(w[:, tap i]) for TensorE's taps: the identity scaled per partition by the
+        weight column (ScalarE), every group's before the main loop, off the main loop's ScalarE stream."""
+        taps = self.pe_taps_list()
+        if not taps:
+            return []
+        op, line, lay = self.op, self.line, self.lay
+        parts = min(lay.k, self.N) * lay.nb * lay.cg
+        self.d_all = Buf(self.fresh(f"{op.w}_diags"), "sbuf", self.hbm[op.x].dtype, (parts, groups, len(taps), parts))
+
+        def part(gi: ir.Aff, p: int) -> list[Stmt]:
+            return [Act(View(self.d_all, (sl(0, p), gi, a(i), sl(0, p))), View(self.ident, (sl(0, p), sl(0, p))),
+                        "copy", None, View(self.w_all, (sl(0, p), gi, a(r), sl(s, 1))), line)
+                    for i, (r, s) in enumerate(taps)]
+        out: list[Stmt] = [Alloc(self.d_all, line=line)]
+        out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['c']} (groups of {self.cn['cg']} channels)",
+                    line=line)
+        if self.CR:
+            out += part(a(self.G), min(lay.k, self.N) * lay.nb * self.CR)
         return out
 
     def tap_order(self, routes: list[str]) -> list[tuple[int, int]]:
@@ -292,12 +322,8 @@ class DepthwiseBuilder:
         wcol = self.wsel = (self.w_all, gi)
         out: list[Stmt] = []
         bias = View(self.b_all, (sl(0, parts), sl(gi, 1))) if op.bias else None
-        self.diags = {}
-        for r, s in self.pe_taps_list():  # diag(w[:, r, s]) per TensorE tap: the identity scaled per partition
-            dg = Buf(self.fresh(f"{op.w}_diag{r}{s}{tag}"), "sbuf", self.hbm[op.x].dtype, (parts, parts))
-            self.diags[(r, s)] = View(dg, (full(parts), full(parts)))
-            out += [Alloc(dg, line=line), Act(self.diags[(r, s)], View(self.ident, (sl(0, parts), sl(0, parts))),
-                                              "copy", None, self.w_col(parts, r, s), line)]
+        self.diags = {t: View(self.d_all, (sl(0, parts), gi, a(i), sl(0, parts)))
+                      for i, t in enumerate(self.pe_taps_list())}
         note = f"for {self.names['n']} (tiles of {self.cn['k']} images)"
         n0 = a(term(self.nv, lay.k, self.cn["k"]))
         out += loop(self.nv, self.NT, self.tile(c0, cg, n0, lay.k, wcol, bias, tag), note=note, line=self.L["n"])
@@ -374,7 +400,7 @@ class DepthwiseBuilder:
         pending: list[list[Stmt]] = []
         for i, y0 in enumerate(starts):
             rows = min(lay.rc, lay.rb - y0)
-            ctag = f"{tag}_{'abc'[i % (DEPTH + 1)]}" + ("" if rows == lay.rc else "_end")
+            ctag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == lay.rc else "_end")
             taps, finish = self.chunk(band, wcol, parts, y0, rows, ctag)
             dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
             out += taps + (pending.pop(0) if len(pending) == DEPTH else [])
