@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
 
 PSUM_FP32 = 512  # fp32 elements per partition in one 2 KiB PSUM bank: a chunk's accumulator
-STORE_CHAIN_NS = 1600.0  # one store after another into overlapping HBM ranges: a DMA latency (~1.15 us) + transfer
+STORE_CHAIN_NS = 2000.0  # one store after another into overlapping HBM ranges: a DMA latency (~1.15 us) + transfer
 SBUF_BUDGET = 96 * 1024
 DIAG_BUDGET = 48 * 1024  # bytes per partition for TensorE's diagonal weights (all taps of all groups, at most)
 DEPTH = 2  # chunks whose taps are issued before a chunk's final add and eviction  # bytes per partition for the band and the output band (two of each in flight)
@@ -136,14 +136,16 @@ def choose_layout(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) 
         ir_rows = (rb - 1) * sy + (op.dim("R") - 1) * dy + 1
         if 2 * (ir_rows * ic * elem + rb * wo * 4) > SBUF_BUDGET:
             continue
+        # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its stores' chain;
+        # the last tile's stores (its row blocks' chain) come after everything
         rc = min(rb, rc_max)
-        chunks = [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])
-        compute = sum(choose_routes(taps, r * wo, clamp, pe, elem == 4).ns for r in chunks)
-        tile_ns = max(compute, nb * STORE_CHAIN_NS)
+        times = [choose_routes(taps, r * wo, clamp, pe, elem == 4).ns
+                 for r in [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])]
+        tile_ns = max(sum(times) + max(times), nb * STORE_CHAIN_NS)
         for cg in range(1, min(c, PMAX // nb) + 1):
             k = max(1, min(n_img, PMAX // (nb * cg)))
             tiles = -(-c // cg) * -(-n_img // k)
-            key = (tiles * tile_ns, nb, Layout(cg, nb, rb, k, rc))
+            key = (tiles * tile_ns + nb * STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc))
             if best is None or key[:2] < best[:2]:
                 best = key
     return best[2] if best else None
@@ -279,8 +281,8 @@ class DepthwiseBuilder:
         self.d_all = Buf(self.fresh(f"{op.w}_diags"), "sbuf", self.hbm[op.x].dtype, (parts, groups, len(taps), parts))
 
         def part(gi: ir.Aff, p: int) -> list[Stmt]:
-            return [Act(View(self.d_all, (sl(0, p), gi, a(i), sl(0, p))), View(self.ident, (sl(0, p), sl(0, p))),
-                        "copy", None, View(self.w_all, (sl(0, p), gi, a(r), sl(s, 1))), line)
+            return [Scalar(View(self.d_all, (sl(0, p), gi, a(i), sl(0, p))), View(self.ident, (sl(0, p), sl(0, p))),
+                           "multiply", View(self.w_all, (sl(0, p), gi, a(r), sl(s, 1))), line)
                     for i, (r, s) in enumerate(taps)]
         out: list[Stmt] = [Alloc(self.d_all, line=line)]
         out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['c']} (groups of {self.cn['cg']} channels)",
