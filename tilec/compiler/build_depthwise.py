@@ -2,27 +2,29 @@
 W[c, r, s]` (no channel contraction: every product stays in its channel's partition).
 
 The default kernel fills the partitions with (slot, channel) pairs, a slot being one image, or one block of output
-rows of an image when the batch alone cannot fill them (144 channels at batch 1: 4 row blocks of 32 channels), and
-splits the taps over the three engines that can multiply and add:
+rows of an image when the batch alone cannot fill them (144 channels at batch 1: 2 row blocks of 48 channels; at
+batch 8: 8 images of 16 channels), and splits the taps over all four compute engines:
 
-    for each group of CG channels:         W[c, :, :] (and the bias) as one fp32 column per tap, copied to every
-                                           slot's partitions (one small DMA per slot, once per group)
-      for each tile of IMAGES images:
-        band[slot*CG + c, rows, cols] = X[n, c, the slot's input rows, cols]     one DMA per slot (whole rows;
-                                           a padded read's halo is zeroed, never loaded)
-        for each chunk of CHUNK output rows (an fp32 PSUM bank):
-          per tap (r, s), the shifted window of the band times the tap's weight column:
-            ScalarE  activation(copy, scale=column) -> product   or   VectorE  tensor_scalar(multiply) -> product
-            VectorE  adds it into an fp32 PSUM accumulator (one PSUM input: N cycles, spec §1.10.4)
-            or GpSimdE adds it into an fp32 SBUF accumulator (tensor_tensor: 2N cycles)
-          VectorE adds the GpSimdE sum into PSUM; ScalarE evicts (bias, relu), VectorE clamps (relu6)
-        out band -> Y, one DMA per slot
+    identity I (once; no iota at level B: a [128, 129] tile with a column of ones, through HBM and back)
+    W[c, :, :] (and the bias) as one fp32 column per tap on every slot's partitions, for every group of GROUP
+    channels; TensorE's taps as diagonal matrices diag(W[:, r, s]) = I scaled per partition (once)
+    for each group of GROUP channels, for each tile of IMAGES images:
+      band[slot*GROUP + c, rows, cols] = X[n, c, the slot's input rows, columns inside X]    one DMA per slot;
+                               halo rows (a padded read's) are copied from a zero tile by DMA, never loaded
+      for each chunk of output rows (one fp32 PSUM bank), software-pipelined two chunks deep:
+        per tap (r, s), the shifted window of the band times the tap's weight column, by one of
+          TensorE  acc += diag(w) @ window (fp32 matmul, accumulating in PSUM)
+          ScalarE  activation(copy, scale=column) -> product, added by VectorE into the PSUM sum (one PSUM input:
+                   N cycles, spec §1.10.4) or by GpSimdE into an SBUF sum (tensor_tensor: 2N cycles)
+          VectorE  tensor_scalar(multiply) -> product, and its add
+        a tap whose columns reach a padded read's halo covers only the output columns inside X
+        VectorE adds the GpSimdE sum into PSUM; ScalarE evicts (bias, relu; relu6 clamps in PSUM first)
+      out band -> Y, one DMA per slot
 
-How many taps take each route comes from the performance model's instruction costs (spec §2.4: activation and
-tensor_scalar max(64, N), tensor_tensor 2N or N with a PSUM input, each plus the ~100-cycle static overhead), so that
-ScalarE, VectorE and GpSimdE finish together; the layout (channels per group, row blocks, images per tile) from the
-same costs and from the stores: the row blocks of one image are stores into overlapping HBM ranges, which the
-model (and the DMA queues) run one after another, a DMA latency apart.
+How many taps take each route comes from the performance model's own instruction costs (spec §2.4, the parameters
+of tilec/perf/params.py), so that the engines finish a chunk together; the layout (channels per group, row blocks,
+images per tile) from the same costs and from the stores: the row blocks of one image are stores into overlapping
+HBM ranges, which run one after another, a DMA latency apart.
 
 `depthwise_taps` is the general path under any other schedule (channels on partitions as the plan tiles them, every
 tap a ScalarE product and a VectorE add into SBUF), with the plan's bands, pools and residuals.
@@ -44,9 +46,10 @@ if TYPE_CHECKING:
 
 PSUM_FP32 = 512  # fp32 elements per partition in one 2 KiB PSUM bank: a chunk's accumulator
 STORE_CHAIN_NS = 2000.0  # one store after another into overlapping HBM ranges: a DMA latency (~1.15 us) + transfer
-SBUF_BUDGET = 96 * 1024
+SBUF_BUDGET = 96 * 1024  # bytes per partition for the band and the output band (two of each in flight)
 DIAG_BUDGET = 48 * 1024  # bytes per partition for TensorE's diagonal weights (all taps of all groups, at most)
-DEPTH = 2  # chunks whose taps are issued before a chunk's final add and eviction  # bytes per partition for the band and the output band (two of each in flight)
+DEPTH = 2  # chunks whose taps are issued before a chunk's final add and eviction
+DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,6 @@ class Layout:
     k: int  # images per tile
     rc: int  # output rows per chunk (one PSUM accumulator)
 
-    @property
-    def slots(self) -> int:
-        return self.k * self.nb
 
 
 @dataclass(frozen=True)
@@ -87,20 +87,19 @@ def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
     return plan == default_plan(op, dtypes) and choose_layout(op, DTYPE[dtypes[op.x]]) is not None
 
 
-DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
-
 
 def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True) -> Routes:
     """The split of the taps over the engines with the smallest busiest-engine time per chunk of n elements per
     partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls, 4x slower in fp32)."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
     t = get_target()
-    v = {name: value for name, value, _ in target_params(t.name).table()}
-    mn = v["min_ii_cycles"]
-    act = (max(mn, n) + v["scalar_static_cycles"]) / v["scalar_ghz"]
-    vec = (max(mn, n) + v["vector_static_cycles"]) / v["vector_ghz"]
-    gps = (max(mn, 2 * n) + v["gpsimd_static_cycles"]) / v["gpsimd_ghz"]
-    mm = (max(v["mm_min_cycles"], n) + v["mm_fixed_cycles"]) * (v["mm_fp32_factor"] if fp32 else 1) / v["tensor_ghz"]
+    prm = {name: value for name, value, _ in target_params(t.name).table()}
+    mn = prm["min_ii_cycles"]
+    act = (max(mn, n) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
+    vec = (max(mn, n) + prm["vector_static_cycles"]) / prm["vector_ghz"]
+    gps = (max(mn, 2 * n) + prm["gpsimd_static_cycles"]) / prm["gpsimd_ghz"]
+    mm = (max(prm["mm_min_cycles"], n) + prm["mm_fixed_cycles"]) * (prm["mm_fp32_factor"] if fp32 else 1) \
+        / prm["tensor_ghz"]
     best: tuple[float, int, Routes] | None = None
     for k in range(taps + 1 if pe else 1):
         for first in ("s", "v") if k == 0 else ("",):
@@ -321,16 +320,16 @@ class DepthwiseBuilder:
         op, line, lay = self.op, self.L["update"], self.lay
         images = min(lay.k, self.N)
         parts = images * lay.nb * cg
-        wcol = self.wsel = (self.w_all, gi)
+        self.wsel = (self.w_all, gi)
         out: list[Stmt] = []
         bias = View(self.b_all, (sl(0, parts), sl(gi, 1))) if op.bias else None
         self.diags = {t: View(self.d_all, (sl(0, parts), gi, a(i), sl(0, parts)))
                       for i, t in enumerate(self.pe_taps_list())}
         note = f"for {self.names['n']} (tiles of {self.cn['k']} images)"
         n0 = a(term(self.nv, lay.k, self.cn["k"]))
-        out += loop(self.nv, self.NT, self.tile(c0, cg, n0, lay.k, wcol, bias, tag), note=note, line=self.L["n"])
+        out += loop(self.nv, self.NT, self.tile(c0, cg, n0, lay.k, bias, tag), note=note, line=self.L["n"])
         if self.NR:
-            out += self.tile(c0, cg, a(self.NT * lay.k), self.NR, wcol, bias, tag + "_last")
+            out += self.tile(c0, cg, a(self.NT * lay.k), self.NR, bias, tag + "_last")
         return out
 
     def block_rows(self, b: int) -> tuple[int, int, int]:
@@ -377,7 +376,7 @@ class DepthwiseBuilder:
                     regions.append((sl(j * cg, cg), sl(start, size), full(self.BC)))
         return [Dma(View(band, idx), View(z, idx), line) for idx in regions]
 
-    def tile(self, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, wcol: object, bias: View | None, tag: str
+    def tile(self, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, bias: View | None, tag: str
              ) -> list[Stmt]:
         op, line, lay = self.op, self.L["update"], self.lay
         parts = images * lay.nb * cg
@@ -403,7 +402,7 @@ class DepthwiseBuilder:
         for i, y0 in enumerate(starts):
             rows = min(lay.rc, lay.rb - y0)
             ctag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == lay.rc else "_end")
-            taps, finish = self.chunk(band, wcol, parts, y0, rows, ctag)
+            taps, finish = self.chunk(band, parts, y0, rows, ctag)
             dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
             out += taps + (pending.pop(0) if len(pending) == DEPTH else [])
             pending.append(finish + self.evict(dst, self.acc_view, bias, ctag))
@@ -417,7 +416,7 @@ class DepthwiseBuilder:
 
     # ---- one chunk of output rows: the taps, then the final add -------------------------------------------------------
 
-    def chunk(self, band: Buf, wcol: object, parts: int, y0: int, rows: int, tag: str
+    def chunk(self, band: Buf, parts: int, y0: int, rows: int, tag: str
               ) -> tuple[list[Stmt], list[Stmt]]:
         """(the taps into the PSUM accumulator self.acc_view, the add of the GpSimdE sum into it)."""
         op, line = self.op, self.L["update"]
@@ -466,7 +465,7 @@ class DepthwiseBuilder:
                 out.append(Binary(gp, gp, pv, "add", line, engine="gpsimd"))
             else:
                 out.append(Binary(accp, accp, pv, "add", line))
-        finish = [Binary(accv, accv, gacc, "add", line)] if gacc is not None else []
+        finish: list[Stmt] = [Binary(accv, accv, gacc, "add", line)] if gacc is not None else []
         return out, finish
 
     def evicts_on_scalar(self) -> bool:
@@ -488,7 +487,8 @@ class DepthwiseBuilder:
         if self.evicts_on_scalar():  # relu6 without a bias: min(relu(z), 6) = relu(min(z, 6)), clamped in PSUM
             clamp: list[Stmt] = [Scalar(acc, acc, "minimum", op.clamp, line)] if op.clamp is not None else []
             return clamp + [Act(dst, acc, func, bias, 1.0, line)]
-        if not narrow:
+        if not narrow:  # relu6 with a bias: the clamp after the eviction (VectorE)
+            assert op.clamp is not None  # evicts_on_scalar() covers every op without a clamp
             return [Act(dst, acc, func, bias, 1.0, line), Scalar(dst, dst, "minimum", op.clamp, line)]
         ev = Buf(self.fresh(f"{op.name}_act{tag}"), "sbuf", "f32", acc.buf.shape)
         src = View(ev, acc.idx)
