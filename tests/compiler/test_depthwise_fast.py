@@ -8,10 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches
+from compiler_helpers import assert_matches, inputs_for
 from test_conv_padded import rounded, run
+from tilec.compiler.api import compile_loaded
 from tilec.compiler import build_depthwise
 from tilec.compiler.ops import ConvOp
+from tilec.lang import api as lang
 
 
 def reference(x, w, stride=1, pad=0, dilation=1, bias=None):
@@ -159,3 +161,28 @@ def test_layout_fills_the_partitions():
 def test_routes_use_every_engine_and_cover_every_tap():
     rt = build_depthwise.choose_routes(9, 448, False)
     assert 1 + rt.sv + rt.v + rt.g == 9 and rt.g > 0 and rt.sv + rt.v > 0
+
+
+RELU6_BIAS = """\
+kernel dwb6(X: f32[N, C, H, W], Wd: f32[C, 3, 3], b: f32[C]) -> Z
+  default N = 1, C = 100, H = 12, W = 13
+  T: f32[N, C, H, W]
+  Z: f32[N, C, H, W]
+  for n in 0..N, c in 0..C, y in 0..H, x in 0..W:
+    T[n, c, y, x] = b[c]
+    for r in 0..3, s in 0..3:
+      T[n, c, y, x] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * Wd[c, r, s]
+  for n in 0..N, c in 0..C, y in 0..H, x in 0..W:
+    Z[n, c, y, x] = min(relu(T[n, c, y, x]), 6)
+"""
+
+
+def test_relu6_with_bias_clamps_after_the_eviction():
+    prog = lang.load(RELU6_BIAS)
+    c = compile_loaded(prog)
+    assert fast(c)
+    inputs = {name: 4 * v for name, v in inputs_for(prog).items()}  # outputs well above 6: the clamp bites
+    out = c.run(**inputs)
+    want = np.minimum(np.maximum(reference(inputs["X"], inputs["Wd"], pad=1, bias=inputs["b"]), 0), 6)
+    assert (want == 6).mean() > 0.05
+    assert_matches(prog, "Z", out["Z"], want)
