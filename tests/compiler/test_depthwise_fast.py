@@ -186,3 +186,28 @@ def test_relu6_with_bias_clamps_after_the_eviction():
     want = np.minimum(np.maximum(reference(inputs["X"], inputs["Wd"], pad=1, bias=inputs["b"]), 0), 6)
     assert (want == 6).mean() > 0.05
     assert_matches(prog, "Z", out["Z"], want)
+
+
+ANY = """\
+kernel dwk(X: f32[N, C, H, W], Wd: f32[C, {r}, {s}]) -> Y
+  default N = {n}, C = {c}, H = {h}, W = {w}
+  Y: f32[N, C, {ho}, {wo}]
+  for n in 0..N, c in 0..C, y in 0..{ho}, x in 0..{wo}:
+    Y[n, c, y, x] = 0
+    for r in 0..{r}, s in 0..{s}:
+      Y[n, c, y, x] += (X[n, c, y + r - {p}, x + s - {p}] ?? 0) * Wd[c, r, s]
+"""
+
+
+@pytest.mark.parametrize("n, c, h, w, r, s, p", [
+    (1, 10, 6, 9, 1, 3, 1),  # one tap per row covers every column: the column halo is zeroed by DMA instead
+    (2, 70, 7, 8, 3, 1, 1),  # no tap covers every column (a 3x1 window padded on all sides)
+    (1, 20, 12, 11, 5, 5, 2),  # 25 taps
+    (1, 4, 120, 130, 3, 3, 1),  # several row blocks and chunks of one image
+])
+def test_window_shapes_and_halos(n, c, h, w, r, s, p):
+    ho, wo = h + 2 * p - r + 1, w + 2 * p - s + 1
+    prog, comp, inputs, out = run(ANY.format(n=n, c=c, h=h, w=w, r=r, s=s, p=p, ho=ho, wo=wo))
+    assert fast(comp)
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], reference(x["X"], x["Wd"], pad=p))
