@@ -211,3 +211,13 @@ def test_window_shapes_and_halos(n, c, h, w, r, s, p):
     assert fast(comp)
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], reference(x["X"], x["Wd"], pad=p))
+
+
+@pytest.mark.parametrize("n, c, h, w, r", [(1, 16, 64, 64, 11), (1, 64, 200, 120, 5)])
+def test_big_windows_and_tall_images_fit_sbuf(n, c, h, w, r):
+    """121 taps; an image of 200 rows in many PSUM chunks (every chunk's temporaries once counted against SBUF:
+    320 KiB, a capacity error)."""
+    prog, comp, inputs, out = run(ANY.format(n=n, c=c, h=h, w=w, r=r, s=r, p=r // 2, ho=h, wo=w))
+    assert fast(comp)
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], reference(x["X"], x["Wd"], pad=r // 2))

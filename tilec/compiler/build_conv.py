@@ -49,8 +49,9 @@ Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (n
 
 def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
                ) -> tuple[list[tuple[str, int]], list[Stmt]]:
-    if build_depthwise.fast_path(op, plan, hbm):  # a depthwise conv's default schedule: build_depthwise.py
-        return build_depthwise.build_depthwise(op, hbm, fresh)
+    built = build_depthwise.build_depthwise(op, plan, hbm, fresh)  # a depthwise conv's default schedule
+    if built is not None:
+        return built
     b = _ConvBuilder(op, plan, hbm, fresh)
     return b.consts(), b.build()
 

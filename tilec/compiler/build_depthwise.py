@@ -31,6 +31,7 @@ tap a ScalarE product and a VectorE add into SBUF), with the plan's bands, pools
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -48,7 +49,10 @@ PSUM_FP32 = 512  # fp32 elements per partition in one 2 KiB PSUM bank: a chunk's
 STORE_CHAIN_NS = 2000.0  # one store after another into overlapping HBM ranges: a DMA latency (~1.15 us) + transfer
 SBUF_BUDGET = 96 * 1024  # bytes per partition for the band and the output band (two of each in flight)
 DIAG_BUDGET = 48 * 1024  # bytes per partition for TensorE's diagonal weights (all taps of all groups, at most)
+LAYOUT_TRIES = 8  # candidate layouts (best estimate first) tried against the SBUF and PSUM budgets
+SBUF_SHARE = 0.5  # of the kernel's SBUF budget: the peak of a kernel adds its ops' top-level buffers
 DEPTH = 2  # chunks whose taps are issued before a chunk's final add and eviction
+PRODUCTS = 4  # product buffers per chunk
 DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
 
 
@@ -59,7 +63,6 @@ class Layout:
     rb: int  # output rows per block
     k: int  # images per tile
     rc: int  # output rows per chunk (one PSUM accumulator)
-
 
 
 @dataclass(frozen=True)
@@ -84,13 +87,14 @@ def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
     if op.dim("Wo") > PSUM_FP32 or op.dim("Ho") * op.dim("Wo") == 0:
         return False
     dtypes = {name: buf.dtype for name, buf in hbm.items()}
-    return plan == default_plan(op, dtypes) and choose_layout(op, DTYPE[dtypes[op.x]]) is not None
+    return plan == default_plan(op, dtypes)
 
 
-
+@functools.lru_cache(maxsize=None)
 def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True) -> Routes:
     """The split of the taps over the engines with the smallest busiest-engine time per chunk of n elements per
-    partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls, 4x slower in fp32)."""
+    partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls; fp32 at the model's
+    fp32 factor)."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
     t = get_target()
     prm = {name: value for name, value, _ in target_params(t.name).table()}
@@ -101,11 +105,12 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
     mm = (max(prm["mm_min_cycles"], n) + prm["mm_fixed_cycles"]) * (prm["mm_fp32_factor"] if fp32 else 1) \
         / prm["tensor_ghz"]
     best: tuple[float, int, Routes] | None = None
-    for k in range(taps + 1 if pe else 1):
+    step = max(1, taps // 12)  # big windows (11x11) search a coarser grid: the search is cubic in the taps
+    for k in range(0, taps + 1 if pe else 1, step):
         for first in ("s", "v") if k == 0 else ("",):
             rest = taps - k - (k == 0)  # the taps after the one that starts the PSUM sum
-            for g in range(rest + 1):
-                for v in range(rest - g + 1):
+            for g in range(0, rest + 1, step):
+                for v in range(0, rest - g + 1, step):
                     sv = rest - g - v
                     scalar = act * (1 + sv + g + (first == "s"))  # + the eviction
                     vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp)
@@ -120,14 +125,20 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
 
 
 def choose_layout(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> Layout | None:
-    """The layout with the smallest estimated time: per tile, the busiest engine over its chunks or the chain of
-    its row blocks' stores, whichever is longer; None when not even one output row per partition fits SBUF."""
+    ranked = rank_layouts(op, elem, clamp, pe)
+    return ranked[0] if ranked else None
+
+
+def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[Layout]:
+    """The layout with the smallest estimated time: per tile, its chunks' busiest engine plus one chunk of pipeline
+    fill, or the chain of its row blocks' stores, whichever is longer, and the last tile's store chain; None when not
+    even one output row per partition fits SBUF (best first)."""
     n_img, c, ho, wo = op.dim("N"), op.dim("C"), op.dim("Ho"), op.dim("Wo")
     sy, dy, sx, dx = op.stride[0], op.dilation[0], op.stride[1], op.dilation[1]
     taps = op.dim("R") * op.dim("S")
     ic = (wo - 1) * sx + (op.dim("S") - 1) * dx + 1
     rc_max = PSUM_FP32 // wo
-    best: tuple[float, int, Layout] | None = None
+    found: list[tuple[float, int, Layout]] = []
     for nb in range(1, min(ho, PMAX) + 1):
         rb = -(-ho // nb)
         if -(-ho // rb) != nb:
@@ -144,14 +155,14 @@ def choose_layout(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) 
         for cg in range(1, min(c, PMAX // nb) + 1):
             k = max(1, min(n_img, PMAX // (nb * cg)))
             tiles = -(-c // cg) * -(-n_img // k)
-            key = (tiles * tile_ns + nb * STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc))
-            if best is None or key[:2] < best[:2]:
-                best = key
-    return best[2] if best else None
+            found.append((tiles * tile_ns + nb * STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc)))
+    found.sort(key=lambda f: f[:2])
+    return [f[2] for f in found]
 
 
 class DepthwiseBuilder:
-    def __init__(self, op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str]) -> None:
+    def __init__(self, op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str], lay: Layout, pe: bool
+                 ) -> None:
         from tilec.compiler.build_conv import conv_loop_vars
         self.op, self.hbm, self.fresh, self.line = op, hbm, fresh, op.line
         d = dict(op.dims)
@@ -160,18 +171,7 @@ class DepthwiseBuilder:
         self.sy, self.sx = op.stride
         self.dy, self.dx = op.dilation
         self.oy, self.ox = op.offset
-        # TensorE takes taps as diagonal matmuls when the weights can be its operand in X's dtype
-        self.pe = hbm[op.w].dtype == hbm[op.x].dtype
-        self.fp32 = hbm[op.x].dtype == "f32"
-        lay = choose_layout(op, DTYPE[hbm[op.x].dtype], op.clamp is not None, self.pe)
-        assert lay is not None  # fast_path checked it
-        groups = -(-self.C // lay.cg)
-        if self.pe and groups * self.R * self.S * (lay.k * lay.nb * lay.cg) ** 2 * DTYPE[hbm[op.x].dtype] \
-                > DIAG_BUDGET * lay.k * lay.nb * lay.cg:  # every group's diagonal weights stay resident in SBUF
-            self.pe = False
-            lay = choose_layout(op, DTYPE[hbm[op.x].dtype], op.clamp is not None, False)
-            assert lay is not None
-        self.lay = lay
+        self.pe, self.fp32, self.lay = pe, hbm[op.x].dtype == "f32", lay
         self.G, self.CR = self.C // lay.cg, self.C % lay.cg
         self.NT, self.NR = self.N // lay.k, self.N % lay.k  # whole tiles of images, images left over
         chunk_rows = {min(lay.rc, lay.rb - y0) for y0 in range(0, lay.rb, lay.rc)}
@@ -395,6 +395,7 @@ class DepthwiseBuilder:
                            View(self.x4, (n0.plus(i), sl(c0, cg), sl(start + top, rows), cols_src)), line))
         ob = Buf(self.fresh(f"{op.out}_band{tag}"), "sbuf", self.hbm[op.out].dtype, (parts, lay.rb, self.Wo))
         out.append(Alloc(ob, line=line))
+        self.allocated: set[Buf] = set()
         # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-1's final add and
         # eviction, so no engine's in-order stream waits on the end of a chunk's GpSimdE sum
         starts = list(range(0, lay.rb, lay.rc))
@@ -437,6 +438,7 @@ class DepthwiseBuilder:
         order = self.tap_order(routes)
         out: list[Stmt] = [Alloc(acc, zero=rt.pe > 0, line=line)]
         gacc: View | None = None
+        products = 0
         for (r, s), route in zip(order, routes):
             xa, nx, bc = self.tap_cols(s)
             part = (full(parts), full(rows), full(self.Wo) if nx == self.Wo else sl(xa, nx))
@@ -453,12 +455,16 @@ class DepthwiseBuilder:
             if route == "g" and gacc is None:  # the first GpSimdE tap starts its SBUF sum
                 gbuf = Buf(self.fresh(f"{op.name}_gacc{tag}"), "sbuf", "f32", shape)
                 gacc = View(gbuf, whole)
-                out += [Alloc(gbuf, line=line), Act(gacc, window, "copy", None, w, line)]
+                out += self.alloc_once(gbuf) + [Act(gacc, window, "copy", None, w, line)]
                 continue
-            prod = Buf(self.fresh(f"{op.name}_tap{r}{s}{tag}"), "sbuf", "f32", shape)
+            # products rotate through PRODUCTS buffers, shared by the tile's chunks of one tag (each product is
+            # added before its buffer is written again)
+            prod = Buf(self.fresh(f"{op.name}_prod{products % PRODUCTS}{tag}"), "sbuf", "f32", shape)
+            out += self.alloc_once(prod)
+            products += 1
             pv = View(prod, part)
-            make = Scalar(pv, window, "multiply", w, line) if route == "vv" else Act(pv, window, "copy", None, w, line)
-            out += [Alloc(prod, line=line), make]
+            out.append(Scalar(pv, window, "multiply", w, line) if route == "vv" else
+                       Act(pv, window, "copy", None, w, line))
             if route == "g":
                 assert gacc is not None
                 gp = View(gacc.buf, part)
@@ -471,6 +477,14 @@ class DepthwiseBuilder:
     def evicts_on_scalar(self) -> bool:
         """Whether ScalarE writes the output band last (its stores then go on ScalarE's DMA queue)."""
         return not self.narrow() and (self.op.clamp is None or self.op.bias is None)
+
+    def alloc_once(self, buf: Buf) -> list[Stmt]:
+        """The tile's SBUF temporaries are allocated at their first use in the tile and reused by its later chunks
+        of the same tag (the SBUF budget counts every allocation statement)."""
+        if buf in self.allocated:
+            return []
+        self.allocated.add(buf)
+        return [Alloc(buf, line=self.L["update"])]
 
     def narrow(self) -> list[tuple[str, str]]:
         """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores, in program order."""
@@ -492,21 +506,38 @@ class DepthwiseBuilder:
             return [Act(dst, acc, func, bias, 1.0, line), Scalar(dst, dst, "minimum", op.clamp, line)]
         ev = Buf(self.fresh(f"{op.name}_act{tag}"), "sbuf", "f32", acc.buf.shape)
         src = View(ev, acc.idx)
-        out: list[Stmt] = [Alloc(ev, line=line), Act(src, acc, func, bias, 1.0, line)]
+        out: list[Stmt] = self.alloc_once(ev) + [Act(src, acc, func, bias, 1.0, line)]
         if op.clamp is not None:
             out.append(Scalar(src, src, "minimum", op.clamp, line))
         for name, dtype in narrow:
             tile = Buf(self.fresh(f"{name}_{dtype}{tag}"), "sbuf", dtype, ev.shape)
-            out += [Alloc(tile, line=line), ir.Copy(View(tile, acc.idx), src, line)]
+            out += self.alloc_once(tile) + [ir.Copy(View(tile, acc.idx), src, line)]
             src = View(tile, acc.idx)
         return out + [ir.Copy(dst, src, line)]
 
 
-def build_depthwise(op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str]
-                    ) -> tuple[list[tuple[str, int]], list[Stmt]]:
-    b = DepthwiseBuilder(op, hbm, fresh)
-    stmts = b.build()
-    return b.consts(), stmts
+def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Callable[[str], str]
+                    ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
+    """The default kernel of a depthwise conv (None: not a case for it, or no layout fits the target's SBUF and
+    PSUM next to the rest of the kernel; the general path then builds it from the plan)."""
+    if not fast_path(op, plan, hbm):
+        return None
+    from tilec.compiler import passes  # late: passes imports the builders' modules
+    from tilec.compiler.schedule import sbuf_budget
+    t = get_target()
+    elem = DTYPE[hbm[op.x].dtype]
+    # TensorE takes taps as diagonal matmuls when the weights can be its operand in X's dtype
+    for pe in dict.fromkeys((hbm[op.w].dtype == hbm[op.x].dtype, False)):
+        for lay in rank_layouts(op, elem, op.clamp is not None, pe)[:LAYOUT_TRIES]:
+            groups = -(-op.dim("C") // lay.cg)
+            if pe and groups * op.dim("R") * op.dim("S") * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
+                continue  # every group's diagonal weights stay resident in SBUF
+            sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()))
+            if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
+                b = DepthwiseBuilder(op, hbm, fresh, lay, pe)
+                stmts = b.build()
+                return b.consts(), stmts
+    return None
 
 
 # ---- the general path (any schedule): channels on partitions as the plan tiles them -------------------------------
