@@ -271,7 +271,7 @@ class DepthwiseBuilder:
 
     def diagonals(self, groups: int, gw: str) -> list[Stmt]:
         """d_all[:, group, i, :] = diag(w[:, tap i]) for TensorE's taps: the identity scaled per partition by the
-        weight column (ScalarE), every group's before the main loop, off the main loop's ScalarE stream."""
+        weight column (VectorE), every group's before the main loop, off the main loop's engine streams."""
         taps = self.pe_taps_list()
         if not taps:
             return []
@@ -396,7 +396,7 @@ class DepthwiseBuilder:
         ob = Buf(self.fresh(f"{op.out}_band{tag}"), "sbuf", self.hbm[op.out].dtype, (parts, lay.rb, self.Wo))
         out.append(Alloc(ob, line=line))
         self.allocated: set[Buf] = set()
-        # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-1's final add and
+        # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-DEPTH's final add and
         # eviction, so no engine's in-order stream waits on the end of a chunk's GpSimdE sum
         starts = list(range(0, lay.rb, lay.rc))
         pending: list[list[Stmt]] = []
