@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from tilec.compiler import ir
+from tilec.compiler import build_depthwise, ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
@@ -49,6 +49,9 @@ Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (n
 
 def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
                ) -> tuple[list[tuple[str, int]], list[Stmt]]:
+    built = build_depthwise.build_depthwise(op, plan, hbm, fresh)  # a depthwise conv's default schedule
+    if built is not None:
+        return built
     b = _ConvBuilder(op, plan, hbm, fresh)
     return b.consts(), b.build()
 
@@ -658,38 +661,10 @@ class _ConvBuilder:
                 return self.over_c(V["c"], lambda cv, cs: taps(level + 1, (cv, cs)), self.L["c"])
             return loop(V[role], extents[role], taps(level + 1, cpart), "affine", note=notes[role], line=self.L[role])
         if op.w_layout == "dw":
-            return self.depthwise()
+            return build_depthwise.depthwise_taps(self)
         if self.fold > 1:
             return [Alloc(acc, zero=True, line=line)] + self.matmuls_folded(accv, wt, kidx) + self.epilogue(accv)
         return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
-
-    def depthwise(self) -> list[Stmt]:
-        """No contraction: acc[k] = sum over taps of w[k, tap] * band[k, shifted], the products on ScalarE (an
-        activation with a per-partition scale column) and the sums on VectorE, in an fp32 SBUF accumulator that the
-        epilogue reads as it would read PSUM."""
-        p, line, V, op = self.p, self.line, self.var, self.op
-        kp, ci = self.part(self.ks, p.tile_k), self.tile_index(self.kv, self.KT)
-        acc = Buf(self.fresh(f"{op.name}_acc"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
-        tmps = [Buf(self.fresh(f"{op.name}_tap{i}"), "sbuf", "f32", acc.shape) for i in range(2)]
-        used = lambda buf: View(buf, (kp, full(p.rows), full(p.tile_x)))  # noqa: E731
-        wt = self.wt_buf(p.hoist_w == "k")
-        wi = a(0) if p.hoist_w == "k" else ci
-        out: list[Stmt] = [Alloc(acc, line=line)]
-        out += [Alloc(t, line=line) for t in tmps] if self.R * self.S > 1 else []
-        for t, (r, s) in enumerate((r, s) for r in range(self.R) for s in range(self.S)):
-            rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], self.sy), r * self.dy), p.rows, self.sy,
-                      self.cn["rows"] if self.sy == 1 else "")
-            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx), s * self.dx), p.tile_x, self.sx,
-                      self.cn["x"] if self.sx == 1 else "")
-            band = View(self.x_band_buf(), (kp, ci, rows, cols))
-            w = View(wt, (kp, wi, a(r), sl(s, 1)))
-            if t == 0:
-                out.append(Act(used(acc), band, "copy", None, w, self.L["update"]))
-                continue
-            tmp = used(tmps[t % 2])
-            out += [Act(tmp, band, "copy", None, w, self.L["update"]),
-                    Binary(used(acc), used(acc), tmp, "add", self.L["update"])]
-        return out + self.epilogue(used(acc))
 
     def matmuls_folded(self, accv: View, wt: Buf, kidx) -> list[Stmt]:
         """One matmul per tap group: its base tap shifts every copy of the band (copy j then reads tap base + j)."""

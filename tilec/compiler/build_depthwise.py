@@ -1,0 +1,572 @@
+"""Loop-nest builder for a depthwise convolution `Y[n, c, y, x] += X[n, c, sy*y + dy*r + oy, sx*x + dx*s + ox] *
+W[c, r, s]` (no channel contraction: every product stays in its channel's partition).
+
+The default kernel fills the partitions with (slot, channel) pairs, a slot being one image, or one block of output
+rows of an image when the batch alone cannot fill them (144 channels at batch 1: 2 row blocks of 48 channels; at
+batch 8: 8 images of 16 channels), and splits the taps over all four compute engines:
+
+    identity I (once; no iota at level B: a [128, 129] tile with a column of ones, through HBM and back)
+    W[c, :, :] (and the bias) as one fp32 column per tap on every slot's partitions, for every group of GROUP
+    channels; TensorE's taps as diagonal matrices diag(W[:, r, s]) = I scaled per partition (once)
+    for each group of GROUP channels, for each tile of IMAGES images:
+      band[slot*GROUP + c, rows, cols] = X[n, c, the slot's input rows, columns inside X]    one DMA per slot;
+                               halo rows (a padded read's) are copied from a zero tile by DMA, never loaded
+      for each chunk of output rows (one fp32 PSUM bank), software-pipelined two chunks deep:
+        per tap (r, s), the shifted window of the band times the tap's weight column, by one of
+          TensorE  acc += diag(w) @ window (fp32 matmul, accumulating in PSUM)
+          ScalarE  activation(copy, scale=column) -> product, added by VectorE into the PSUM sum (one PSUM input:
+                   N cycles, spec §1.10.4) or by GpSimdE into an SBUF sum (tensor_tensor: 2N cycles)
+          VectorE  tensor_scalar(multiply) -> product, and its add
+        a tap whose columns reach a padded read's halo covers only the output columns inside X
+        VectorE adds the GpSimdE sum into PSUM; ScalarE evicts (bias, relu; relu6 clamps in PSUM first)
+      out band -> Y, one DMA per slot
+
+How many taps take each route comes from the performance model's own instruction costs (spec §2.4, the parameters
+of tilec/perf/params.py), so that the engines finish a chunk together; the layout (channels per group, row blocks,
+images per tile) from the same costs and from the stores: the row blocks of one image are stores into overlapping
+HBM ranges, which run one after another, a DMA latency apart.
+
+`depthwise_taps` is the general path under any other schedule (channels on partitions as the plan tiles them, every
+tap a ScalarE product and a VectorE add into SBUF), with the plan's bands, pools and residuals.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from tilec.compiler import ir
+from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full
+from tilec.compiler.ops import ConvOp
+from tilec.compiler.schedule import PMAX, ConvPlan, default_plan
+from tilec.target import target as get_target
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
+
+PSUM_FP32 = 512  # fp32 elements per partition in one 2 KiB PSUM bank: a chunk's accumulator
+STORE_CHAIN_NS = 2000.0  # one store after another into overlapping HBM ranges: a DMA latency (~1.15 us) + transfer
+SBUF_BUDGET = 96 * 1024  # bytes per partition for the band and the output band (two of each in flight)
+DIAG_BUDGET = 48 * 1024  # bytes per partition for TensorE's diagonal weights (all taps of all groups, at most)
+LAYOUT_TRIES = 8  # candidate layouts (best estimate first) tried against the SBUF and PSUM budgets
+SBUF_SHARE = 0.5  # of the kernel's SBUF budget: the peak of a kernel adds its ops' top-level buffers
+DEPTH = 2  # chunks whose taps are issued before a chunk's final add and eviction
+PRODUCTS = 4  # product buffers per chunk
+DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class Layout:
+    cg: int  # channels per group (the partitions of one slot)
+    nb: int  # row blocks per image
+    rb: int  # output rows per block
+    k: int  # images per tile
+    rc: int  # output rows per chunk (one PSUM accumulator)
+
+
+@dataclass(frozen=True)
+class Routes:
+    """How the taps are computed, in issue order: pe taps as matmuls of a diagonal weight matrix on TensorE
+    (accumulating into the PSUM sum and starting it), else `first` starts the PSUM sum ("s": ScalarE product, "v":
+    VectorE product); then v taps (VectorE product and add), sv taps (ScalarE product, VectorE add), g taps (ScalarE
+    product, GpSimdE add; the first one starts the GpSimdE sum)."""
+    pe: int
+    first: str
+    sv: int
+    v: int
+    g: int
+    ns: float  # busiest engine's time per chunk (model estimate)
+
+
+def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
+    """The slot layout serves the default schedule of a plain depthwise conv (with bias, relu, relu6); a user's
+    schedule, a fused pool or residual keep the general path that follows the plan."""
+    if op.w_layout != "dw" or op.pool or op.residual or op.w_batch or op.bias_role != "k":
+        return False
+    if op.dim("Wo") > PSUM_FP32 or op.dim("Ho") * op.dim("Wo") == 0:
+        return False
+    dtypes = {name: buf.dtype for name, buf in hbm.items()}
+    return plan == default_plan(op, dtypes)
+
+
+@functools.lru_cache(maxsize=None)
+def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True) -> Routes:
+    """The split of the taps over the engines with the smallest busiest-engine time per chunk of n elements per
+    partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls; fp32 at the model's
+    fp32 factor)."""
+    from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
+    t = get_target()
+    prm = {name: value for name, value, _ in target_params(t.name).table()}
+    mn = prm["min_ii_cycles"]
+    act = (max(mn, n) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
+    vec = (max(mn, n) + prm["vector_static_cycles"]) / prm["vector_ghz"]
+    gps = (max(mn, 2 * n) + prm["gpsimd_static_cycles"]) / prm["gpsimd_ghz"]
+    mm = (max(prm["mm_min_cycles"], n) + prm["mm_fixed_cycles"]) * (prm["mm_fp32_factor"] if fp32 else 1) \
+        / prm["tensor_ghz"]
+    best: tuple[float, int, Routes] | None = None
+    step = max(1, taps // 12)  # big windows (11x11) search a coarser grid: the search is cubic in the taps
+    for k in range(0, taps + 1 if pe else 1, step):
+        for first in ("s", "v") if k == 0 else ("",):
+            rest = taps - k - (k == 0)  # the taps after the one that starts the PSUM sum
+            for g in range(0, rest + 1, step):
+                for v in range(0, rest - g + 1, step):
+                    sv = rest - g - v
+                    scalar = act * (1 + sv + g + (first == "s"))  # + the eviction
+                    vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp)
+                    gpsimd = gps * max(0, g - 1)
+                    busiest = max(scalar, vector, gpsimd, mm * k)
+                    instrs = 2 * taps - k - (first == "s") - (g > 0)
+                    key = (busiest, instrs, Routes(k, first, sv, v, g, busiest))
+                    if best is None or key[:2] < best[:2]:
+                        best = key
+    assert best is not None
+    return best[2]
+
+
+def choose_layout(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> Layout | None:
+    ranked = rank_layouts(op, elem, clamp, pe)
+    return ranked[0] if ranked else None
+
+
+def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[Layout]:
+    """The layout with the smallest estimated time: per tile, its chunks' busiest engine plus one chunk of pipeline
+    fill, or the chain of its row blocks' stores, whichever is longer, and the last tile's store chain; None when not
+    even one output row per partition fits SBUF (best first)."""
+    n_img, c, ho, wo = op.dim("N"), op.dim("C"), op.dim("Ho"), op.dim("Wo")
+    sy, dy, sx, dx = op.stride[0], op.dilation[0], op.stride[1], op.dilation[1]
+    taps = op.dim("R") * op.dim("S")
+    ic = (wo - 1) * sx + (op.dim("S") - 1) * dx + 1
+    rc_max = PSUM_FP32 // wo
+    found: list[tuple[float, int, Layout]] = []
+    for nb in range(1, min(ho, PMAX) + 1):
+        rb = -(-ho // nb)
+        if -(-ho // rb) != nb:
+            continue  # the same blocks as a smaller nb
+        ir_rows = (rb - 1) * sy + (op.dim("R") - 1) * dy + 1
+        if 2 * (ir_rows * ic * elem + rb * wo * 4) > SBUF_BUDGET:
+            continue
+        # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its stores' chain;
+        # the last tile's stores (its row blocks' chain) come after everything
+        rc = min(rb, rc_max)
+        times = [choose_routes(taps, r * wo, clamp, pe, elem == 4).ns
+                 for r in [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])]
+        tile_ns = max(sum(times) + max(times), nb * STORE_CHAIN_NS)
+        for cg in range(1, min(c, PMAX // nb) + 1):
+            k = max(1, min(n_img, PMAX // (nb * cg)))
+            tiles = -(-c // cg) * -(-n_img // k)
+            found.append((tiles * tile_ns + nb * STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc)))
+    found.sort(key=lambda f: f[:2])
+    return [f[2] for f in found]
+
+
+class DepthwiseBuilder:
+    def __init__(self, op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str], lay: Layout, pe: bool
+                 ) -> None:
+        from tilec.compiler.build_conv import conv_loop_vars
+        self.op, self.hbm, self.fresh, self.line = op, hbm, fresh, op.line
+        d = dict(op.dims)
+        self.N, self.C, self.H, self.W = d["N"], d["C"], d["H"], d["W"]
+        self.Ho, self.Wo, self.R, self.S = d["Ho"], d["Wo"], d["R"], d["S"]
+        self.sy, self.sx = op.stride
+        self.dy, self.dx = op.dilation
+        self.oy, self.ox = op.offset
+        self.pe, self.fp32, self.lay = pe, hbm[op.x].dtype == "f32", lay
+        self.G, self.CR = self.C // lay.cg, self.C % lay.cg
+        self.NT, self.NR = self.N // lay.k, self.N % lay.k  # whole tiles of images, images left over
+        chunk_rows = {min(lay.rc, lay.rb - y0) for y0 in range(0, lay.rb, lay.rc)}
+        self.pe_taps = max(self.routes(rows).pe for rows in chunk_rows)
+        self.IR = (lay.rb - 1) * self.sy + (self.R - 1) * self.dy + 1  # input rows behind a row block
+        self.IC = (self.Wo - 1) * self.sx + (self.S - 1) * self.dx + 1  # input columns behind a row
+        # a padded read's column halo: skipped by the taps when two taps (the two sums' first) read no halo column
+        self.clip = False
+        if any(self.cols_halo()):
+            self.clip = True
+            full_taps = sum(1 for s in range(self.S) if self.tap_cols(s)[1] == self.Wo) * self.R
+            self.clip = full_taps >= 2
+        self.BC = min(self.W, self.ox + self.IC) - max(0, self.ox) if self.clip else self.IC
+        self.var = conv_loop_vars(op, fresh)
+        v = dict(op.vars)
+        self.names = {"c": v.get("k", "c"), "n": v.get("n", "n"), "y": v.get("y", "y")}
+        self.gv, self.nv = fresh(f"{self.names['c']}_g"), fresh(f"{self.names['n']}_t")
+        lines = dict(op.lines)
+        self.L = {role: lines.get(role, op.line) for role in ("n", "k", "y", "update", "relu")}
+        self.cn = {"cg": fresh("GROUP"), "k": fresh("IMAGES")}
+
+    def routes(self, rows: int) -> Routes:
+        return choose_routes(self.R * self.S, rows * self.Wo, self.op.clamp is not None, self.pe, self.fp32)
+
+    def consts(self) -> list[tuple[str, int]]:
+        return [(self.cn["cg"], self.lay.cg), (self.cn["k"], self.lay.k)]
+
+    def build(self) -> list[Stmt]:
+        from tilec.compiler.build_conv import hbm_view
+        op, fresh, line, lay = self.op, self.fresh, self.line, self.lay
+        self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
+        self.w4, s2 = hbm_view(self.hbm[op.w], (self.C, self.R, self.S), fresh(f"{op.w}_v"), line)
+        self.o4, s3 = hbm_view(self.hbm[op.out], (self.N, self.C, self.Ho, self.Wo), fresh(f"{op.out}_v"), line)
+        stmts: list[Stmt] = s1 + s2 + s3
+        if op.bias:
+            self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C, 1), fresh(f"{op.bias}_v"), line)
+            stmts += s4
+        if self.has_halo():  # zeros for the bands' halos, copied in by DMA (zero_halo)
+            self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype, (PMAX, self.IR, self.BC))
+            stmts.append(Alloc(self.zeros, zero=True, line=line))
+        if self.pe_taps:
+            stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
+                                  tuple(self.identity()), line))
+        stmts.append(ir.Block(f"{op.w}" + (f" and {op.bias}" if op.bias else "") + ": one fp32 column per tap (and "
+                              "bias) on every slot's partitions, for every channel group; TensorE's diagonal weights",
+                              tuple(self.weights()), line))
+        blocks = f", {lay.nb} blocks of {lay.rb} rows per image" if lay.nb > 1 else ""
+        note = f"for {self.names['c']} (groups of {self.cn['cg']} channels{blocks})"
+        body = loop(self.gv, self.G, self.group(a(term(self.gv, lay.cg, self.cn["cg"])), lay.cg, "", a(self.gv)),
+                    note=note,
+                    line=self.L["k"])
+        if self.CR:
+            body += self.group(a(self.G * lay.cg), self.CR, "_rest", a(self.G))
+        label = f"main: depthwise {op.name}, (image or row block, channel) on the partitions"
+        return stmts + [ir.Block(label, tuple(body), line)]
+
+    def identity(self) -> list[Stmt]:
+        """I[p, q] = (p == q) without iota: a [128, 129] tile whose column 0 is one, stored to HBM and read back as
+        [129, 128] rows (element p*129 of the flat copy is row p, column p); once per kernel."""
+        line = self.line
+        ones = Buf(self.fresh("ident_rows"), "sbuf", "f32", (PMAX, PMAX + 1))
+        flat = Buf(self.fresh("ident_hbm"), "hbm", "f32", (PMAX, PMAX + 1))
+        rows = Buf(self.fresh("ident_hbm_rows"), "hbm", "f32", (PMAX + 1, PMAX))
+        self.ident = Buf(self.fresh("ident"), "sbuf", "f32", (PMAX, PMAX))
+        col = View(ones, (full(PMAX), sl(0, 1)))
+        return [Alloc(ones, zero=True, line=line), Scalar(col, col, "add", 1.0, line), Alloc(flat, line=line),
+                Dma(ir.whole(flat), ir.whole(ones), line), Reshape(rows, flat, line), Alloc(self.ident, line=line),
+                Dma(ir.whole(self.ident), View(rows, (sl(0, PMAX), full(PMAX))), line)]
+
+    def weights(self) -> list[Stmt]:
+        """w_all[slot*CG + c, group, r, s] = W[group*CG + c, r, s] (the remainder group: its own slot width), all
+        loaded before the main loop: small DMAs that lead their queues instead of waiting behind stores."""
+        op, line, lay = self.op, self.line, self.lay
+        images = min(lay.k, self.N)
+        groups = self.G + (1 if self.CR else 0)
+        self.w_all = Buf(self.fresh(f"{op.w}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups, self.R, self.S))
+        out: list[Stmt] = [Alloc(self.w_all, line=line)]
+        if op.bias:
+            self.b_all = Buf(self.fresh(f"{op.bias}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups))
+            out.append(Alloc(self.b_all, line=line))
+        gw = self.fresh(f"{self.names['c']}_w")
+
+        def part(gi: ir.Aff, c0: ir.Aff, cg: int) -> list[Stmt]:
+            body: list[Stmt] = []
+            for j in range(images * lay.nb):  # every slot's partitions hold the group's weights
+                body.append(Dma(View(self.w_all, (sl(j * cg, cg), gi, full(self.R), full(self.S))),
+                                View(self.w4, (sl(c0, cg), full(self.R), full(self.S))), line))
+                if op.bias:
+                    body.append(Dma(View(self.b_all, (sl(j * cg, cg), sl(gi, 1))), View(self.b2, (sl(c0, cg), full(1))),
+                                    line))
+            return body
+        out += loop(gw, self.G, part(a(gw), a(term(gw, lay.cg, self.cn["cg"])), lay.cg),
+                    note=f"for {self.names['c']} (groups of {self.cn['cg']} channels)", line=line)
+        if self.CR:
+            out += part(a(self.G), a(self.G * lay.cg), self.CR)
+        return out + self.diagonals(groups, gw)
+
+    def diagonals(self, groups: int, gw: str) -> list[Stmt]:
+        """d_all[:, group, i, :] = diag(w[:, tap i]) for TensorE's taps: the identity scaled per partition by the
+        weight column (VectorE), every group's before the main loop, off the main loop's engine streams."""
+        taps = self.pe_taps_list()
+        if not taps:
+            return []
+        op, line, lay = self.op, self.line, self.lay
+        parts = min(lay.k, self.N) * lay.nb * lay.cg
+        self.d_all = Buf(self.fresh(f"{op.w}_diags"), "sbuf", self.hbm[op.x].dtype, (parts, groups, len(taps), parts))
+
+        def part(gi: ir.Aff, p: int) -> list[Stmt]:
+            return [Scalar(View(self.d_all, (sl(0, p), gi, a(i), sl(0, p))), View(self.ident, (sl(0, p), sl(0, p))),
+                           "multiply", View(self.w_all, (sl(0, p), gi, a(r), sl(s, 1))), line)
+                    for i, (r, s) in enumerate(taps)]
+        out: list[Stmt] = [Alloc(self.d_all, line=line)]
+        out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['c']} (groups of {self.cn['cg']} channels)",
+                    line=line)
+        if self.CR:
+            out += part(a(self.G), min(lay.k, self.N) * lay.nb * self.CR)
+        return out
+
+    def tap_order(self, routes: list[str]) -> list[tuple[int, int]]:
+        """The tap each route computes: the PSUM sum's first (route 0) and the GpSimdE sum's first write every
+        output column (taps reading no halo column); the others in a fixed order, so that TensorE's taps are the
+        same prefix in every chunk (their diagonal matrices are built once per group)."""
+        taps = [(r, s) for r in range(self.R) for s in range(self.S)]
+        whole = [t for t in taps if self.tap_cols(t[1])[1] == self.Wo][:2]
+        rest = iter([t for t in taps if t not in whole] + whole[1:])
+        g = routes.index("g") if "g" in routes and len(whole) > 1 else -1
+        order = [whole[0] if i == 0 else whole[1] if i == g else next(rest) for i in range(len(routes))]
+        return order
+
+    def pe_taps_list(self) -> list[tuple[int, int]]:
+        return self.tap_order(["pe"] * self.pe_taps + ["sv"] * (self.R * self.S - self.pe_taps))[:self.pe_taps]
+
+    def w_col(self, parts: int, r: int, s: int) -> View:
+        """The current group's weight column of tap (r, s): the per-partition scale of a product."""
+        wall, gi = self.wsel
+        return View(wall, (sl(0, parts), gi, a(r), sl(s, 1)))
+
+    # ---- one channel group: its weights, then the images ------------------------------------------------------------
+
+    def slots(self, images: int) -> list[tuple[int, int]]:
+        """(image in the tile, row block) of each slot, in partition order."""
+        return [(i, b) for i in range(images) for b in range(self.lay.nb)]
+
+    def group(self, c0: ir.Aff, cg: int, tag: str, gi: ir.Aff) -> list[Stmt]:
+        """`tag` names the buffers of a part whose shapes differ (the remainder group, images, chunk)."""
+        op, line, lay = self.op, self.L["update"], self.lay
+        images = min(lay.k, self.N)
+        parts = images * lay.nb * cg
+        self.wsel = (self.w_all, gi)
+        out: list[Stmt] = []
+        bias = View(self.b_all, (sl(0, parts), sl(gi, 1))) if op.bias else None
+        self.diags = {t: View(self.d_all, (sl(0, parts), gi, a(i), sl(0, parts)))
+                      for i, t in enumerate(self.pe_taps_list())}
+        note = f"for {self.names['n']} (tiles of {self.cn['k']} images)"
+        n0 = a(term(self.nv, lay.k, self.cn["k"]))
+        out += loop(self.nv, self.NT, self.tile(c0, cg, n0, lay.k, bias, tag), note=note, line=self.L["n"])
+        if self.NR:
+            out += self.tile(c0, cg, a(self.NT * lay.k), self.NR, bias, tag + "_last")
+        return out
+
+    def block_rows(self, b: int) -> tuple[int, int, int]:
+        """(first input row, halo rows before, halo rows after) of row block b."""
+        start = b * self.lay.rb * self.sy + self.oy
+        return start, max(0, -start), max(0, start + self.IR - self.H)
+
+    def cols_halo(self) -> tuple[int, int]:
+        return max(0, -self.ox), max(0, self.ox + self.IC - self.W)
+
+    def has_halo(self) -> bool:
+        cols = any(self.cols_halo()) and not self.clip
+        return cols or any(self.block_rows(b)[1:] != (0, 0) for b in range(self.lay.nb))
+
+    def tap_cols(self, s: int) -> tuple[int, int, int]:
+        """(first output column, output columns, first band column) tap column s reaches inside X: a padded read's
+        taps skip the output columns whose input column is outside X (`clip`), instead of reading a zeroed halo."""
+        col0 = s * self.dx + self.ox  # input column of output column 0
+        if not self.clip:
+            return 0, self.Wo, s * self.dx
+        xa = max(0, -(col0 // self.sx)) if col0 < 0 else 0
+        while xa < self.Wo and xa * self.sx + col0 < 0:
+            xa += 1
+        xb = self.Wo
+        while xb > xa and (xb - 1) * self.sx + col0 > self.W - 1:
+            xb -= 1
+        return xa, xb - xa, xa * self.sx + col0 - max(0, self.ox)
+
+    def zero_halo(self, band: Buf, cg: int, images: int) -> list[Stmt]:
+        """The band's halo (rows and columns outside X) copied from the zero tile by DMA: a memset would wait in
+        VectorE's or GpSimdE's in-order stream behind the previous tile's taps, and the loads behind it."""
+        if not self.has_halo():
+            return []
+        line, parts, z = self.L["update"], band.shape[0], self.zeros
+        regions: list[tuple] = []
+        left, right = self.cols_halo() if not self.clip else (0, 0)
+        for start, size in ((0, left), (self.IC - right, right)):
+            if size:
+                regions.append((sl(0, parts), full(self.IR), sl(start, size)))
+        for j, (_, b) in enumerate(self.slots(images)):
+            _, top, bottom = self.block_rows(b)
+            for start, size in ((0, min(top, self.IR)), (self.IR - min(bottom, self.IR), min(bottom, self.IR))):
+                if size:
+                    regions.append((sl(j * cg, cg), sl(start, size), full(self.BC)))
+        return [Dma(View(band, idx), View(z, idx), line) for idx in regions]
+
+    def tile(self, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, bias: View | None, tag: str
+             ) -> list[Stmt]:
+        op, line, lay = self.op, self.L["update"], self.lay
+        parts = images * lay.nb * cg
+        band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype, (parts, self.IR, self.BC))
+        left, right = self.cols_halo()
+        out: list[Stmt] = [Alloc(band, line=line)] + self.zero_halo(band, cg, images)
+        cols_src = sl(self.ox + left, self.IC - left - right)
+        cols_dst = full(self.BC) if not (left or right) or self.clip else sl(left, self.IC - left - right)
+        for j, (i, b) in enumerate(self.slots(images)):
+            start, top, bottom = self.block_rows(b)
+            rows = self.IR - top - bottom
+            if rows <= 0:
+                continue
+            out.append(Dma(View(band, (sl(j * cg, cg), sl(top, rows) if (top or bottom) else full(self.IR),
+                                       cols_dst)),
+                           View(self.x4, (n0.plus(i), sl(c0, cg), sl(start + top, rows), cols_src)), line))
+        ob = Buf(self.fresh(f"{op.out}_band{tag}"), "sbuf", self.hbm[op.out].dtype, (parts, lay.rb, self.Wo))
+        out.append(Alloc(ob, line=line))
+        self.allocated: set[Buf] = set()
+        # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-DEPTH's final add and
+        # eviction, so no engine's in-order stream waits on the end of a chunk's GpSimdE sum
+        starts = list(range(0, lay.rb, lay.rc))
+        pending: list[list[Stmt]] = []
+        for i, y0 in enumerate(starts):
+            rows = min(lay.rc, lay.rb - y0)
+            ctag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == lay.rc else "_end")
+            taps, finish = self.chunk(band, parts, y0, rows, ctag)
+            dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
+            out += taps + (pending.pop(0) if len(pending) == DEPTH else [])
+            pending.append(finish + self.evict(dst, self.acc_view, bias, ctag))
+        out += [s for p in pending for s in p]
+        for j, (i, b) in enumerate(self.slots(images)):
+            valid = min(lay.rb, self.Ho - b * lay.rb)
+            out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg), sl(b * lay.rb, valid), full(self.Wo))),
+                           View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
+                                     full(self.Wo))), line))
+        return out
+
+    # ---- one chunk of output rows: the taps, then the final add -------------------------------------------------------
+
+    def chunk(self, band: Buf, parts: int, y0: int, rows: int, tag: str
+              ) -> tuple[list[Stmt], list[Stmt]]:
+        """(the taps into the PSUM accumulator self.acc_view, the add of the GpSimdE sum into it)."""
+        op, line = self.op, self.L["update"]
+        rt = self.routes(rows)
+        # the band's first reader picks the DMA queue its loads go on, the output's last writer the stores' queue:
+        # keep them apart (a load waits behind the stores issued before it on its queue)
+        first = "v" if self.evicts_on_scalar() else "s"
+        shape = (parts, rows, self.Wo)
+        whole = (full(parts), full(rows), full(self.Wo))
+        acc = Buf(self.fresh(f"{op.name}_acc{tag}"), "psum", "f32", shape)
+        accv = self.acc_view = View(acc, whole)
+        # issue order (each engine runs its stream in order): VectorE's own taps first, then ScalarE's products
+        # alternating between the GpSimdE and the VectorE sums, so that both adders are fed from the start
+        g, sv = ["g"] * rt.g, ["sv"] * rt.sv
+        mixed = [route for pair in zip(g, sv) for route in pair] + g[len(sv):] + sv[len(g):]
+        routes = ["pe"] * rt.pe + ([first] if not rt.pe else []) + ["vv"] * rt.v + mixed
+        # the two sums' first taps must write every output column: they take taps that read no halo column
+        order = self.tap_order(routes)
+        out: list[Stmt] = [Alloc(acc, zero=rt.pe > 0, line=line)]
+        gacc: View | None = None
+        products = 0
+        for (r, s), route in zip(order, routes):
+            xa, nx, bc = self.tap_cols(s)
+            part = (full(parts), full(rows), full(self.Wo) if nx == self.Wo else sl(xa, nx))
+            window = View(band, (full(parts), sl(y0 * self.sy + r * self.dy, rows, self.sy), sl(bc, nx, self.sx)))
+            w = self.w_col(parts, r, s)
+            accp = View(acc, part)
+            if route == "pe":  # acc[p] += diag(w)[p, p] * window[p]
+                out.append(Matmul(accp, self.diags[(r, s)], window, line))
+                continue
+            if route in ("s", "v"):  # the first tap starts the PSUM sum
+                out.append(Act(accv, window, "copy", None, w, line) if route == "s" else
+                           Scalar(accv, window, "multiply", w, line))
+                continue
+            if route == "g" and gacc is None:  # the first GpSimdE tap starts its SBUF sum
+                gbuf = Buf(self.fresh(f"{op.name}_gacc{tag}"), "sbuf", "f32", shape)
+                gacc = View(gbuf, whole)
+                out += self.alloc_once(gbuf) + [Act(gacc, window, "copy", None, w, line)]
+                continue
+            # products rotate through PRODUCTS buffers, shared by the tile's chunks of one tag (each product is
+            # added before its buffer is written again)
+            prod = Buf(self.fresh(f"{op.name}_prod{products % PRODUCTS}{tag}"), "sbuf", "f32", shape)
+            out += self.alloc_once(prod)
+            products += 1
+            pv = View(prod, part)
+            out.append(Scalar(pv, window, "multiply", w, line) if route == "vv" else
+                       Act(pv, window, "copy", None, w, line))
+            if route == "g":
+                assert gacc is not None
+                gp = View(gacc.buf, part)
+                out.append(Binary(gp, gp, pv, "add", line, engine="gpsimd"))
+            else:
+                out.append(Binary(accp, accp, pv, "add", line))
+        finish: list[Stmt] = [Binary(accv, accv, gacc, "add", line)] if gacc is not None else []
+        return out, finish
+
+    def evicts_on_scalar(self) -> bool:
+        """Whether ScalarE writes the output band last (its stores then go on ScalarE's DMA queue)."""
+        return not self.narrow() and (self.op.clamp is None or self.op.bias is None)
+
+    def alloc_once(self, buf: Buf) -> list[Stmt]:
+        """The tile's SBUF temporaries are allocated at their first use in the tile and reused by its later chunks
+        of the same tag (the SBUF budget counts every allocation statement)."""
+        if buf in self.allocated:
+            return []
+        self.allocated.add(buf)
+        return [Alloc(buf, line=self.L["update"])]
+
+    def narrow(self) -> list[tuple[str, str]]:
+        """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores, in program order."""
+        op = self.op
+        chain = [nm for nm in (op.name,) + tuple(op.fused) if nm != op.out]
+        return [(nm, self.hbm[nm].dtype) for nm in dict.fromkeys(chain) if nm in self.hbm and self.hbm[nm].dtype != "f32"]
+
+    def evict(self, dst: View, acc: View, bias: View | None, tag: str) -> list[Stmt]:
+        """PSUM -> the output band: bias and relu on ScalarE, relu6's upper clamp on VectorE; f16/bf16 tensors the
+        fusion never stores still round to their dtype in between (the program's meaning)."""
+        op, line = self.op, self.line
+        func = "relu" if op.relu else "copy"
+        narrow = self.narrow()
+        if self.evicts_on_scalar():  # relu6 without a bias: min(relu(z), 6) = relu(min(z, 6)), clamped in PSUM
+            clamp: list[Stmt] = [Scalar(acc, acc, "minimum", op.clamp, line)] if op.clamp is not None else []
+            return clamp + [Act(dst, acc, func, bias, 1.0, line)]
+        if not narrow:  # relu6 with a bias: the clamp after the eviction (VectorE)
+            assert op.clamp is not None  # evicts_on_scalar() covers every op without a clamp
+            return [Act(dst, acc, func, bias, 1.0, line), Scalar(dst, dst, "minimum", op.clamp, line)]
+        ev = Buf(self.fresh(f"{op.name}_act{tag}"), "sbuf", "f32", acc.buf.shape)
+        src = View(ev, acc.idx)
+        out: list[Stmt] = self.alloc_once(ev) + [Act(src, acc, func, bias, 1.0, line)]
+        if op.clamp is not None:
+            out.append(Scalar(src, src, "minimum", op.clamp, line))
+        for name, dtype in narrow:
+            tile = Buf(self.fresh(f"{name}_{dtype}{tag}"), "sbuf", dtype, ev.shape)
+            out += self.alloc_once(tile) + [ir.Copy(View(tile, acc.idx), src, line)]
+            src = View(tile, acc.idx)
+        return out + [ir.Copy(dst, src, line)]
+
+
+def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Callable[[str], str]
+                    ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
+    """The default kernel of a depthwise conv (None: not a case for it, or no layout fits the target's SBUF and
+    PSUM next to the rest of the kernel; the general path then builds it from the plan)."""
+    if not fast_path(op, plan, hbm):
+        return None
+    from tilec.compiler import passes  # late: passes imports the builders' modules
+    from tilec.compiler.schedule import sbuf_budget
+    t = get_target()
+    elem = DTYPE[hbm[op.x].dtype]
+    # TensorE takes taps as diagonal matmuls when the weights can be its operand in X's dtype
+    for pe in dict.fromkeys((hbm[op.w].dtype == hbm[op.x].dtype, False)):
+        for lay in rank_layouts(op, elem, op.clamp is not None, pe)[:LAYOUT_TRIES]:
+            groups = -(-op.dim("C") // lay.cg)
+            if pe and groups * op.dim("R") * op.dim("S") * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
+                continue  # every group's diagonal weights stay resident in SBUF
+            sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()))
+            if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
+                b = DepthwiseBuilder(op, hbm, fresh, lay, pe)
+                stmts = b.build()
+                return b.consts(), stmts
+    return None
+
+
+# ---- the general path (any schedule): channels on partitions as the plan tiles them -------------------------------
+
+def depthwise_taps(cb: "_ConvBuilder") -> list[Stmt]:
+    """No contraction: acc[k] = sum over taps of w[k, tap] * band[k, shifted], the products on ScalarE (an
+    activation with a per-partition scale column) and the sums on VectorE, in an fp32 SBUF accumulator that the
+    epilogue reads as it would read PSUM."""
+    p, line, V, op = cb.p, cb.line, cb.var, cb.op
+    kp, ci = cb.part(cb.ks, p.tile_k), cb.tile_index(cb.kv, cb.KT)
+    acc = Buf(cb.fresh(f"{op.name}_acc"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
+    tmps = [Buf(cb.fresh(f"{op.name}_tap{i}"), "sbuf", "f32", acc.shape) for i in range(2)]
+    used = lambda buf: View(buf, (kp, full(p.rows), full(p.tile_x)))  # noqa: E731
+    wt = cb.wt_buf(p.hoist_w == "k")
+    wi = a(0) if p.hoist_w == "k" else ci
+    out: list[Stmt] = [Alloc(acc, line=line)]
+    out += [Alloc(t, line=line) for t in tmps] if cb.R * cb.S > 1 else []
+    for t, (r, s) in enumerate((r, s) for r in range(cb.R) for s in range(cb.S)):
+        rows = sl(a(cb.step(V["g"], p.rows, cb.cn["rows"], cb.sy), r * cb.dy), p.rows, cb.sy,
+                  cb.cn["rows"] if cb.sy == 1 else "")
+        cols = sl(a(cb.step(V["x"], p.tile_x, cb.cn["x"], cb.sx), s * cb.dx), p.tile_x, cb.sx,
+                  cb.cn["x"] if cb.sx == 1 else "")
+        band = View(cb.x_band_buf(), (kp, ci, rows, cols))
+        w = View(wt, (kp, wi, a(r), sl(s, 1)))
+        if t == 0:
+            out.append(Act(used(acc), band, "copy", None, w, cb.L["update"]))
+            continue
+        tmp = used(tmps[t % 2])
+        out += [Act(tmp, band, "copy", None, w, cb.L["update"]),
+                Binary(used(acc), used(acc), tmp, "add", cb.L["update"])]
+    return out + cb.epilogue(used(acc))
+
