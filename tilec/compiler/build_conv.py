@@ -31,7 +31,7 @@ from tilec.compiler import ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
-from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor
+from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
 
@@ -129,6 +129,18 @@ def fold_groups(r: int, s: int, fold: int) -> list[list[tuple[int, int]]]:
     return groups
 
 
+def pair_groups(r: int, s: int) -> list[tuple[int, int]]:
+    """Row pairs: (u, s) per matmul, u = 0, 2, .. up to R. Copy j of the band (X shifted by j rows) read from band row
+    u feeds the even output rows with tap row u + j and the odd ones with tap row u + j - 1, so R + 1 input row
+    offsets cover both phases in ceil((R + 1) / 2) matmuls per column tap (3x3: 6 matmuls per 2 output rows)."""
+    return [(u, j) for j in range(s) for u in range(0, r + 1, 2)]
+
+
+def pair_blocks(u: int, r: int) -> list[tuple[int, int, int]]:
+    """(copy j, row phase h, tap row) of the stationary blocks a row pair based at u fills (the others stay 0)."""
+    return [(j, h, u + j - h) for j in range(2) for h in range(2) if 0 <= u + j - h < r]
+
+
 class _ConvBuilder:
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
         if op.w_layout == "dw":  # depthwise: an out-channel tile reads the in-channel tile of the same channels
@@ -175,6 +187,17 @@ class _ConvBuilder:
         self.fold = plan.fold if (plan.fold > 1 and self.CT == 1 and not self.CR and self.NXB == 1
                                   and not op.x_transposed) else 1
         self.groups = fold_groups(self.R, self.S, self.fold)
+        self.deltas = self.groups[0]  # the band copies' shifts (rows, columns)
+        # row pairs (ConvPlan.pair): copy 1 holds X one row down, and the stationary's column half h computes the
+        # output rows of parity h of a group (the 128 x 128 array in 4 blocks, for C and K of at most 64)
+        self.pair = 2 if (plan.pair == 2 and self.fold == 2 and pairable(op) and self.KT == 1 and not self.KR
+                          and plan.band % (2 * plan.rows) == 0 and op.w_layout == "kc") else 1
+        if self.pair > 1:
+            self.deltas = [(0, 0), (1, 0)]
+            self.pairs = pair_groups(self.R, self.S)
+            self.G = plan.band // (2 * plan.rows)
+        self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
+        self.PK = self.pair * plan.tile_k  # partitions of the accumulator and the output band
         self.ks = plan.tile_k  # and its channel count
         self.cn = const_names(op, fresh)
         self.words = operand_words(op)
@@ -257,7 +280,7 @@ class _ConvBuilder:
         if self.fold > 1:  # one stationary block of (taps of the group) x C partitions per tap group
             name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
             return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype,
-                       (self.fold * self.C, len(self.groups), k))
+                       (self.fold * self.C, self.n_groups, self.pair * k))
         # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
         name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
         shape = (self.p.tile_c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
@@ -329,6 +352,8 @@ class _ConvBuilder:
                 return out + prep_notes(load(self.kv, self.ks), f"prepare {op.w}")
             return out + prep_notes(self.over_k(V["kw"], load, f"{self.T['k']} (tiles of {self.cn['k']})", line),
                                     f"prepare {op.w}")
+        if self.pair > 1:
+            return out + prep_notes(self.weights_paired(wt), f"prepare {op.w}")
         if self.fold > 1:
             if local:
                 return out + prep_notes(self.weights_folded(wt, self.kv, self.ks, True), f"prepare {op.w}")
@@ -418,6 +443,27 @@ class _ConvBuilder:
                             ir.Copy(View(wt, (full(self.fold * C), a(gv), kdst)), tpv, line)]
         return out + loop(gv, len(self.groups), body, note="tap groups", line=line)
 
+    def weights_paired(self, wt: Buf) -> list[Stmt]:
+        """The stationary of each row pair (u, s): block (copy j, phase h), rows j*C + c and columns h*K + k, holds
+        W[k, c, u + j - h, s] (zero where that is no tap). W's rows are loaded onto both partition halves, gathered
+        per block on chip and transposed on TensorE once per pair (a [2K, 2C] -> [2C, 2K] transpose)."""
+        op, line, C, K = self.op, self.L["update"], self.C, self.K
+        rows = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (2 * K, C, self.R, self.S))
+        raw = Buf(self.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, self.n_groups, 2 * C))
+        tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (2 * C, 2 * K))
+        whole_w = (full(C), full(self.R), full(self.S))
+        out: list[Stmt] = [Alloc(rows, line=line)]
+        out += [Dma(View(rows, (sl(h * K, K),) + whole_w), self.w_view((full(K),) + whole_w), line) for h in range(2)]
+        out.append(Alloc(raw, zero=True, line=line))
+        out += [ir.Copy(View(raw, (sl(h * K, K), a(g), sl(j * C, C))), View(rows, (sl(h * K, K), full(C), a(r), a(s))),
+                        line)
+                for g, (u, s) in enumerate(self.pairs) for j, h, r in pair_blocks(u, self.R)]
+        gv = self.fresh("tap_g")
+        body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), full(2 * C))),
+                                                               "pe", line),
+                            ir.Copy(View(wt, (full(2 * C), a(gv), full(2 * K))), whole(tp), line)]
+        return out + loop(gv, self.n_groups, body, note="row pairs", line=line)
+
     def w_view(self, idx: tuple) -> View:
         """A region of the stationary operand in HBM (of the current batch index's matrix when batched)."""
         return View(self.w4, ((a(self.var["n"]),) if self.op.w_batch else ()) + idx)
@@ -426,7 +472,11 @@ class _ConvBuilder:
         op, p, line = self.op, self.p, self.line
         assert op.bias is not None  # built only for an op with a bias
         b2, st = hbm_view(self.hbm[op.bias], (self.K, 1), self.fresh(f"{op.bias}_v"), line)
-        col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (p.tile_k, self.KTB))
+        col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (self.PK, self.KTB))
+        self.bias_col = col
+        if self.pair > 1:  # one copy per row phase (the output band's partition halves)
+            return st + [Alloc(col, line=line)] + [Dma(View(col, (sl(h * self.K, self.K), full(1))), whole(b2), line)
+                                                   for h in range(2)]
 
         def body(kv: str | None, ks: int) -> list[Stmt]:
             return [Dma(View(col, (self.part(ks, p.tile_k), sl(self.tile_index(kv, self.KT), 1))),
@@ -511,7 +561,7 @@ class _ConvBuilder:
         """The band copies (j, tap delta) in the order their loads are issued: round robin over the DMA engines
         their partitions belong to (8 partitions each), so consecutive loads of a few partitions run side by side
         instead of queueing behind each other on one engine."""
-        copies = list(enumerate(self.groups[0]))
+        copies = list(enumerate(self.deltas))
         engine = lambda j: j * self.C // 8  # noqa: E731
         rank = {j: sum(1 for i, _ in copies[:j] if engine(i) == engine(j)) for j, _ in copies}
         return sorted(copies, key=lambda c: (rank[c[0]], engine(c[0])))
@@ -595,7 +645,7 @@ class _ConvBuilder:
         loads.append(ir.Block(f"{self.words['x']}: all contraction tiles, shared by every output tile",
                               tuple(self.x_band()), line, hoist=True, pin=pin))
         ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
-                 (p.tile_k, p.band // self.wy, self.BX // self.wx))
+                 (self.PK, p.band // self.wy // self.pair, self.BX // self.wx))
         self.o_band = ob
         if op.residual:
             loads.append(ir.Block(f"{op.residual}: the band added on the eviction", tuple(self.residual_band()),
@@ -605,16 +655,23 @@ class _ConvBuilder:
                                           line=self.L["x"]),
                      note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
+        if self.pair > 1:  # each row phase's half of the band to every other row of the output
+            stores = [Dma(View(self.o4, self.out_region(h)), View(ob, (sl(h * self.K, self.K), full(ob.shape[1]),
+                                                                         full(ob.shape[2]))), line)
+                      for h in range(2)]
+            return loads + [Alloc(ob, line=line)] + group + stores
         store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks),
                                    sl(self.y_at(p.band // self.wy), p.band // self.wy),
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
                     View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
 
-    def out_region(self) -> tuple:
-        """The output band's region of an [N, K, rows, columns] HBM tensor."""
+    def out_region(self, phase: int = 0) -> tuple:
+        """The output band's region of an [N, K, rows, columns] HBM tensor (with row pairs: the rows of one phase)."""
         p, V = self.p, self.var
-        return (a(V["n"]), sl(self.k_start(self.kv), self.ks), sl(self.y_at(p.band // self.wy), p.band // self.wy),
+        rows = sl(self.y_at(p.band // self.wy), p.band // self.wy) if self.pair == 1 else \
+            sl(self.y_at(p.band).plus(phase), p.band // 2, 2)
+        return (a(V["n"]), sl(self.k_start(self.kv), self.ks), rows,
                 sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))
 
     def residual_band(self) -> list[Stmt]:
@@ -623,14 +680,19 @@ class _ConvBuilder:
         rb = Buf(self.fresh(f"{op.residual}_band"), "sbuf", self.hbm[op.residual].dtype, self.o_band.shape)
         self.r_band = rb
         line = self.L["residual"]
+        if self.pair > 1:
+            return [Alloc(rb, line=line)] + [Dma(View(rb, (sl(h * self.K, self.K), full(rb.shape[1]),
+                                                            full(rb.shape[2]))), View(self.s4, self.out_region(h)), line)
+                                             for h in range(2)]
         return [Alloc(rb, line=line),
                 Dma(View(rb, (self.part(self.ks, p.tile_k), full(rb.shape[1]), full(rb.shape[2]))),
                     View(self.s4, self.out_region()), line)]
 
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
-        acc = Buf(self.fresh(f"{op.name}_acc"), "psum", "f32", (p.tile_k, p.rows, p.tile_x))
-        accv = View(acc, (self.part(self.ks, p.tile_k), full(p.rows), full(p.tile_x)))
+        acc = Buf(self.fresh(f"{op.name}_acc"), "psum", "f32", (self.PK, p.rows, p.tile_x))
+        accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == 1 else full(self.PK), full(p.rows),
+                          full(p.tile_x)))
         r, s = V["r"], V["s"]
         wt = self.wt_buf(p.hoist_w == "k")
         kidx = self.part(self.ks, p.tile_k) if p.hoist_w == "k" else sl(self.k_start(self.kv), self.ks)
@@ -659,6 +721,8 @@ class _ConvBuilder:
             return loop(V[role], extents[role], taps(level + 1, cpart), "affine", note=notes[role], line=self.L[role])
         if op.w_layout == "dw":
             return self.depthwise()
+        if self.pair > 1:
+            return [Alloc(acc, zero=True, line=line)] + self.matmuls_paired(accv, wt) + self.epilogue(accv)
         if self.fold > 1:
             return [Alloc(acc, zero=True, line=line)] + self.matmuls_folded(accv, wt, kidx) + self.epilogue(accv)
         return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
@@ -706,10 +770,25 @@ class _ConvBuilder:
                               self.L["update"]))
         return out
 
+    def matmuls_paired(self, accv: View, wt: Buf) -> list[Stmt]:
+        """One matmul per row pair (u, s): the band copies read from row u of the group's row pairs, every other row
+        (the even output rows' rows; the odd ones read the same data one row up through their blocks)."""
+        p, V, C = self.p, self.var, self.C
+        out: list[Stmt] = []
+        for g, (u, s) in enumerate(self.pairs):
+            copies = 2 if any(j == 1 for j, _, _ in pair_blocks(u, self.R)) else 1  # a copy with no tap stays out
+            parts = sl(0, copies * C)
+            rows = sl(a(term(V["g"], 2 * p.rows), u), p.rows, 2)
+            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx), s * self.dx), p.tile_x, self.sx,
+                      self.cn["x"] if self.sx == 1 else "")
+            out.append(Matmul(accv, View(wt, (parts, a(g), full(self.PK))),
+                              View(self.x_band_buf(), (parts, a(0), rows, cols)), self.L["update"]))
+        return out
+
     def epilogue(self, acc: View) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
         func = "relu" if op.relu else "copy"
-        kp = self.part(self.ks, p.tile_k)
+        kp = self.part(self.ks, p.tile_k) if self.pair == 1 else full(self.PK)
         bias = View(self.bias_col, (kp, sl(self.tile_index(self.kv, self.KT), 1))) \
             if op.bias and op.bias_role == "k" else None
         rows_o, cols_o = p.rows // self.wy, p.tile_x // self.wx
@@ -721,7 +800,7 @@ class _ConvBuilder:
             return self.add_residual(dst, acc, func, bias, narrow)
         if not op.pool and not narrow:
             return self.evict(dst, acc, func, bias)
-        ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
+        ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (self.PK, p.rows, p.tile_x))
         used = lambda buf: View(buf, (kp, full(p.rows), full(p.tile_x)))  # noqa: E731
         out: list[Stmt] = [Alloc(ev, line=line)] + self.evict(used(ev), acc, func, bias)
         src = used(ev)

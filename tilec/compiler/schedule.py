@@ -72,6 +72,7 @@ class ConvPlan:
     x_bufs: int = 2
     unroll: tuple[str, ...] = ()
     fold: int = 1  # filter taps per matmul, folded into the contraction partitions (in-channels x taps <= 128)
+    pair: int = 1  # output row phases on the stationary's columns (2: even and odd rows, K <= 64; build_conv)
 
 
 @dataclass(frozen=True)
@@ -247,8 +248,21 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed and op.groups == 1:
         # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups)
         fold = min(taps, PMAX // op.dim("C"))
-        return replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
+        plan = replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
+        if fold == 2 and pairable(op) and band % 2 == 0:
+            # two copies of the band and at most 64 output channels: even and odd output rows share each matmul
+            # (the stationary's two column halves), a matmul per 2 rows covers 4 blocks of the 128 x 128 array
+            return replace(plan, pair=2, rows=best_divisor(band // 2, max_rows))
+        return plan
     return _plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights)
+
+
+def pairable(op: ConvOp) -> bool:
+    """Whether a folded convolution can put even and odd output rows on the two column halves of its stationary
+    (build_conv's row pairs): unit row stride and dilation, out-channel-major weights, at most 64 output channels,
+    no pool over rows (its windows would span both halves) and no bias row."""
+    return (op.stride[0] == 1 and op.dilation[0] == 1 and op.w_layout == "kc" and 2 * op.dim("K") <= PMAX
+            and not op.pool and not op.w_batch and op.groups == 1 and not (op.bias and op.bias_role == "x"))
 
 
 def _plan(op: ConvOp, tile_k: int, tile_c: int, tile_x: int, rows: int, band: int, band_x: int,
