@@ -31,7 +31,7 @@ from tilec.compiler import ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
-from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, pairable
+from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
 
@@ -187,13 +187,24 @@ class _ConvBuilder:
         self.fold = plan.fold if (plan.fold > 1 and self.CT == 1 and not self.CR and self.NXB == 1
                                   and not op.x_transposed) else 1
         self.groups = fold_groups(self.R, self.S, self.fold)
-        self.deltas = self.groups[0]  # the band copies' shifts (rows, columns)
-        # row pairs (ConvPlan.pair): copy 1 holds X one row down, and the stationary's column half h computes the
-        # output rows of parity h of a group (the 128 x 128 array in 4 blocks, for C and K of at most 64)
-        self.pair = 2 if (plan.pair == 2 and self.fold == 2 and pairable(op) and self.KT == 1 and not self.KR
-                          and plan.band % (2 * plan.rows) == 0 and op.w_layout == "kc") else 1
-        if self.pair > 1:
-            self.deltas = [(0, 0), (1, 0)]
+        # the band copies' shifts in input rows and columns (tap delta times the dilation)
+        self.shifts = [(dr * self.dy, ds * self.dx) for dr, ds in self.groups[0]]
+        # row phases (ConvPlan.pair): the stationary's column half h computes part h of the output rows, either the
+        # rows of parity h (row pairs: copy 1 holds X one row down; the 128 x 128 array in 4 blocks for C and K of
+        # at most 64) or, with few input channels, half h of the band (a band copy per tap and half, one matmul)
+        self.halves = plan.pair == 2 and self.fold > 1 and halves(op)
+        self.pair = 2 if (plan.pair == 2 and (self.fold == 2 or self.halves) and pairable(op) and self.KT == 1
+                          and not self.KR and plan.band % (2 * plan.rows) == 0) else 1
+        self.halves = self.halves and self.pair == 2
+        self.pairs: list[tuple[int, int]] = []
+        if self.halves:  # copy (h, tap) holds X shifted by the tap and by half the band's output rows
+            taps = [(r, s) for r in range(self.R) for s in range(self.S)]
+            self.shifts = [(r * self.dy + h * plan.band // 2 * self.sy, s * self.dx) for h in range(2)
+                           for r, s in taps]
+            self.pairs = [(0, 0)]
+            self.G = plan.band // (2 * plan.rows)
+        elif self.pair > 1:
+            self.shifts = [(0, 0), (1, 0)]
             self.pairs = pair_groups(self.R, self.S)
             self.G = plan.band // (2 * plan.rows)
         self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
@@ -280,7 +291,7 @@ class _ConvBuilder:
         if self.fold > 1:  # one stationary block of (taps of the group) x C partitions per tap group
             name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
             return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype,
-                       (self.fold * self.C, self.n_groups, self.pair * k))
+                       (len(self.shifts) * self.C, self.n_groups, self.pair * k))
         # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
         name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
         shape = (self.p.tile_c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
@@ -288,13 +299,18 @@ class _ConvBuilder:
         return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype, shape)
 
     def x_band_buf(self) -> Buf:
-        parts = self.fold * self.C if self.fold > 1 else self.p.tile_c
+        parts = len(self.shifts) * self.C if self.fold > 1 else self.p.tile_c
+        rows = self.copy_rows() if self.fold > 1 else self.in_rows()
         return Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}"), "sbuf", self.hbm[self.op.x].dtype,
-                   (parts, self.CTB, self.in_rows(), self.in_cols()))
+                   (parts, self.CTB, rows, self.in_cols()))
 
     def in_rows(self) -> int:
         """Input rows behind one band of output rows: (BAND - 1) * stride + (R - 1) * dilation + 1."""
         return (self.p.band - 1) * self.sy + (self.R - 1) * self.dy + 1
+
+    def copy_rows(self) -> int:
+        """Rows of each band copy: the band's input rows, or with band halves those one tap of half the band reads."""
+        return (self.p.band // 2 - 1) * self.sy + 1 if self.halves else self.in_rows()
 
     def in_cols(self) -> int:
         """Input columns of a band: whole rows of X (from the window's offset on: a padded read's band includes
@@ -448,20 +464,23 @@ class _ConvBuilder:
         W[k, c, u + j - h, s] (zero where that is no tap). W's rows are loaded onto both partition halves, gathered
         per block on chip and transposed on TensorE once per pair (a [2K, 2C] -> [2C, 2K] transpose)."""
         op, line, C, K = self.op, self.L["update"], self.C, self.K
+        parts = len(self.shifts) * C  # the contraction rows: the band copies
         rows = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (2 * K, C, self.R, self.S))
-        raw = Buf(self.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, self.n_groups, 2 * C))
-        tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (2 * C, 2 * K))
+        raw = Buf(self.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, self.n_groups, parts))
+        tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (parts, 2 * K))
         whole_w = (full(C), full(self.R), full(self.S))
         out: list[Stmt] = [Alloc(rows, line=line)]
         out += [Dma(View(rows, (sl(h * K, K),) + whole_w), self.w_view((full(K),) + whole_w), line) for h in range(2)]
         out.append(Alloc(raw, zero=True, line=line))
+        taps = [(r, s) for r in range(self.R) for s in range(self.S)]
+        blocks = [(0, j, h, r, s) for h in range(2) for j, (r, s) in enumerate(taps, h * len(taps))] if self.halves \
+            else [(g, j, h, r, s) for g, (u, s) in enumerate(self.pairs) for j, h, r in pair_blocks(u, self.R)]
         out += [ir.Copy(View(raw, (sl(h * K, K), a(g), sl(j * C, C))), View(rows, (sl(h * K, K), full(C), a(r), a(s))),
-                        line)
-                for g, (u, s) in enumerate(self.pairs) for j, h, r in pair_blocks(u, self.R)]
+                        line) for g, j, h, r, s in blocks]
         gv = self.fresh("tap_g")
-        body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), full(2 * C))),
+        body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), full(parts))),
                                                                "pe", line),
-                            ir.Copy(View(wt, (full(2 * C), a(gv), full(2 * K))), whole(tp), line)]
+                            ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line)]
         return out + loop(gv, self.n_groups, body, note="row pairs", line=line)
 
     def w_view(self, idx: tuple) -> View:
@@ -544,11 +563,11 @@ class _ConvBuilder:
         band = self.yb[1] * p.band * self.sy + self.oy  # a peeled band's first input row (static)
         out: list[Stmt] = []
         halo = False
-        for j, (dr, ds) in self.copy_order():
-            r0, c0 = dr * self.dy, ds * self.dx
-            top, bottom = self.clip(band + r0, rows - r0, self.H) if self.yb[0] is None else (0, 0)
+        for j, (r0, c0) in self.copy_order():
+            need = self.copy_rows() if self.halves else rows - r0  # the rows of X this copy holds
+            top, bottom = self.clip(band + r0, need, self.H) if self.yb[0] is None else (0, 0)
             left, right = self.clip(self.ox + c0, cols - c0, self.W)
-            n_rows, n_cols = rows - r0 - top - bottom, cols - c0 - left - right
+            n_rows, n_cols = need - top - bottom, cols - c0 - left - right
             halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
             if n_rows <= 0 or n_cols <= 0:
                 continue
@@ -561,7 +580,7 @@ class _ConvBuilder:
         """The band copies (j, tap delta) in the order their loads are issued: round robin over the DMA engines
         their partitions belong to (8 partitions each), so consecutive loads of a few partitions run side by side
         instead of queueing behind each other on one engine."""
-        copies = list(enumerate(self.deltas))
+        copies = list(enumerate(self.shifts))
         engine = lambda j: j * self.C // 8  # noqa: E731
         rank = {j: sum(1 for i, _ in copies[:j] if engine(i) == engine(j)) for j, _ in copies}
         return sorted(copies, key=lambda c: (rank[c[0]], engine(c[0])))
@@ -670,6 +689,7 @@ class _ConvBuilder:
         """The output band's region of an [N, K, rows, columns] HBM tensor (with row pairs: the rows of one phase)."""
         p, V = self.p, self.var
         rows = sl(self.y_at(p.band // self.wy), p.band // self.wy) if self.pair == 1 else \
+            sl(self.y_at(p.band).plus(phase * p.band // 2), p.band // 2) if self.halves else \
             sl(self.y_at(p.band).plus(phase), p.band // 2, 2)
         return (a(V["n"]), sl(self.k_start(self.kv), self.ks), rows,
                 sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))
@@ -721,6 +741,8 @@ class _ConvBuilder:
             return loop(V[role], extents[role], taps(level + 1, cpart), "affine", note=notes[role], line=self.L[role])
         if op.w_layout == "dw":
             return self.depthwise()
+        if self.halves:
+            return [Alloc(acc, zero=True, line=line)] + self.matmul_halves(accv, wt) + self.epilogue(accv)
         if self.pair > 1:
             return [Alloc(acc, zero=True, line=line)] + self.matmuls_paired(accv, wt) + self.epilogue(accv)
         if self.fold > 1:
@@ -784,6 +806,17 @@ class _ConvBuilder:
             out.append(Matmul(accv, View(wt, (parts, a(g), full(self.PK))),
                               View(self.x_band_buf(), (parts, a(0), rows, cols)), self.L["update"]))
         return out
+
+    def matmul_halves(self, accv: View, wt: Buf) -> list[Stmt]:
+        """One matmul for the group's rows of both band halves: every copy read at the group's rows."""
+        p, V = self.p, self.var
+        rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], self.sy)), p.rows, self.sy,
+                  self.cn["rows"] if self.sy == 1 else "")
+        cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx)), p.tile_x, self.sx,
+                  self.cn["x"] if self.sx == 1 else "")
+        parts = full(len(self.shifts) * self.C)
+        return [Matmul(accv, View(wt, (parts, a(0), full(self.PK))), View(self.x_band_buf(), (parts, a(0), rows, cols)),
+                       self.L["update"])]
 
     def epilogue(self, acc: View) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op

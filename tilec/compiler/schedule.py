@@ -249,20 +249,29 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
         # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups)
         fold = min(taps, PMAX // op.dim("C"))
         plan = replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
-        if fold == 2 and pairable(op) and band % 2 == 0:
-            # two copies of the band and at most 64 output channels: even and odd output rows share each matmul
-            # (the stationary's two column halves), a matmul per 2 rows covers 4 blocks of the 128 x 128 array
+        if (fold == 2 or halves(op)) and pairable(op) and band % 2 == 0:
+            # at most 64 output channels: two parts of the output rows share each matmul (the stationary's two
+            # column halves): even and odd rows from two band copies (a matmul per 2 rows covers 4 blocks of the
+            # 128 x 128 array), or with few input channels the two halves of the band (a copy per tap and half)
             return replace(plan, pair=2, rows=best_divisor(band // 2, max_rows))
         return plan
     return _plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights)
 
 
 def pairable(op: ConvOp) -> bool:
-    """Whether a folded convolution can put even and odd output rows on the two column halves of its stationary
-    (build_conv's row pairs): unit row stride and dilation, out-channel-major weights, at most 64 output channels,
-    no pool over rows (its windows would span both halves) and no bias row."""
-    return (op.stride[0] == 1 and op.dilation[0] == 1 and op.w_layout == "kc" and 2 * op.dim("K") <= PMAX
-            and not op.pool and not op.w_batch and op.groups == 1 and not (op.bias and op.bias_role == "x"))
+    """Whether a folded convolution can put two parts of its output rows on the two column halves of its
+    stationary (build_conv's row phases): out-channel-major weights, at most 64 output channels, no pool over rows
+    (its windows would span both halves) and no bias row; even and odd rows (two band copies) also need unit row
+    stride and dilation, the two halves of a band (a copy per tap and half) need 2 x taps x C <= 128."""
+    if not (op.w_layout == "kc" and 2 * op.dim("K") <= PMAX and not op.pool and not op.w_batch and op.groups == 1
+            and not (op.bias and op.bias_role == "x")):
+        return False
+    return halves(op) or (op.stride[0] == 1 and op.dilation[0] == 1)
+
+
+def halves(op: ConvOp) -> bool:
+    """Few enough input channels for a band copy per filter tap and band half (2 x taps x C <= 128)."""
+    return 2 * op.dim("R") * op.dim("S") * op.dim("C") <= PMAX
 
 
 def _plan(op: ConvOp, tile_k: int, tile_c: int, tile_x: int, rows: int, band: int, band_x: int,
