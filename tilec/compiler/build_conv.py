@@ -194,14 +194,19 @@ class _ConvBuilder:
         # at most 64) or, with few input channels, half h of the band (a band copy per tap and half, one matmul)
         self.halves = plan.pair == 2 and self.fold > 1 and halves(op)
         self.pair = 2 if (plan.pair == 2 and (self.fold == 2 or self.halves) and pairable(op) and self.KT == 1
-                          and not self.KR and plan.band % (2 * plan.rows) == 0) else 1
+                          and not self.KR and plan.band % 2 == 0) else 1
         self.halves = self.halves and self.pair == 2
+        if self.pair > 1:  # rows per phase: a divisor of half the band (`split conv.y` may have set the band's rows)
+            plan = self.p = replace(plan, rows=best_divisor(plan.band // 2, plan.rows))
         self.pairs: list[tuple[int, int]] = []
-        if self.halves:  # copy (h, tap) holds X shifted by the tap and by half the band's output rows
-            taps = [(r, s) for r in range(self.R) for s in range(self.S)]
-            self.shifts = [(r * self.dy + h * plan.band // 2 * self.sy, s * self.dx) for h in range(2)
-                           for r, s in taps]
-            self.pairs = [(0, 0)]
+        if self.halves:
+            # copy (c, h, r) holds X shifted by tap row r, by c tap columns and by half the band's output rows;
+            # the matmul of group g reads the copies g * M tap columns further (M copies per tap row; a last group
+            # reaching past the taps leaves the trailing copies out)
+            self.M = min(self.S, PMAX // (2 * self.R * self.C))
+            self.shifts = [(r * self.dy + h * plan.band // 2 * self.sy, c * self.dx) for c in range(self.M)
+                           for h in range(2) for r in range(self.R)]
+            self.pairs = [(0, g * self.M) for g in range(-(-self.S // self.M))]
             self.G = plan.band // (2 * plan.rows)
         elif self.pair > 1:
             self.shifts = [(0, 0), (1, 0)]
@@ -472,9 +477,8 @@ class _ConvBuilder:
         out: list[Stmt] = [Alloc(rows, line=line)]
         out += [Dma(View(rows, (sl(h * K, K),) + whole_w), self.w_view((full(K),) + whole_w), line) for h in range(2)]
         out.append(Alloc(raw, zero=True, line=line))
-        taps = [(r, s) for r in range(self.R) for s in range(self.S)]
-        blocks = [(0, j, h, r, s) for h in range(2) for j, (r, s) in enumerate(taps, h * len(taps))] if self.halves \
-            else [(g, j, h, r, s) for g, (u, s) in enumerate(self.pairs) for j, h, r in pair_blocks(u, self.R)]
+        blocks = self.half_blocks() if self.halves else \
+            [(g, j, h, r, s) for g, (u, s) in enumerate(self.pairs) for j, h, r in pair_blocks(u, self.R)]
         out += [ir.Copy(View(raw, (sl(h * K, K), a(g), sl(j * C, C))), View(rows, (sl(h * K, K), full(C), a(r), a(s))),
                         line) for g, j, h, r, s in blocks]
         gv = self.fresh("tap_g")
@@ -482,6 +486,13 @@ class _ConvBuilder:
                                                                "pe", line),
                             ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line)]
         return out + loop(gv, self.n_groups, body, note="row pairs", line=line)
+
+    def half_blocks(self) -> list[tuple[int, int, int, int, int]]:
+        """(group, copy, half, tap row, tap column) of the band halves' stationary blocks: copy (h, r, c) in group g
+        holds tap (r, g * M + c) of half h, if there is such a tap."""
+        rows = [(h, r, c) for c in range(self.M) for h in range(2) for r in range(self.R)]
+        return [(g, j, h, r, c + s0) for g, (_, s0) in enumerate(self.pairs) for j, (h, r, c) in enumerate(rows)
+                if c + s0 < self.S]
 
     def w_view(self, idx: tuple) -> View:
         """A region of the stationary operand in HBM (of the current batch index's matrix when batched)."""
@@ -808,15 +819,19 @@ class _ConvBuilder:
         return out
 
     def matmul_halves(self, accv: View, wt: Buf) -> list[Stmt]:
-        """One matmul for the group's rows of both band halves: every copy read at the group's rows."""
+        """A matmul per M tap columns for the group's rows of both band halves: every copy read at the group's
+        rows, g * M tap columns to the right."""
         p, V = self.p, self.var
         rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], self.sy)), p.rows, self.sy,
                   self.cn["rows"] if self.sy == 1 else "")
-        cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx)), p.tile_x, self.sx,
-                  self.cn["x"] if self.sx == 1 else "")
-        parts = full(len(self.shifts) * self.C)
-        return [Matmul(accv, View(wt, (parts, a(0), full(self.PK))), View(self.x_band_buf(), (parts, a(0), rows, cols)),
-                       self.L["update"])]
+        out: list[Stmt] = []
+        for g, (_, s0) in enumerate(self.pairs):
+            parts = sl(0, min(self.M, self.S - s0) * 2 * self.R * self.C)
+            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx), s0 * self.dx), p.tile_x, self.sx,
+                      self.cn["x"] if self.sx == 1 else "")
+            out.append(Matmul(accv, View(wt, (parts, a(g), full(self.PK))),
+                              View(self.x_band_buf(), (parts, a(0), rows, cols)), self.L["update"]))
+        return out
 
     def epilogue(self, acc: View) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op

@@ -72,7 +72,7 @@ class ConvPlan:
     x_bufs: int = 2
     unroll: tuple[str, ...] = ()
     fold: int = 1  # filter taps per matmul, folded into the contraction partitions (in-channels x taps <= 128)
-    pair: int = 1  # output row phases on the stationary's columns (2: even and odd rows, K <= 64; build_conv)
+    pair: int = 1  # output row phases on the stationary's column halves (2: K = 32 or 64, folded taps; build_conv)
 
 
 @dataclass(frozen=True)
@@ -262,16 +262,19 @@ def pairable(op: ConvOp) -> bool:
     """Whether a folded convolution can put two parts of its output rows on the two column halves of its
     stationary (build_conv's row phases): out-channel-major weights, at most 64 output channels, no pool over rows
     (its windows would span both halves) and no bias row; even and odd rows (two band copies) also need unit row
-    stride and dilation, the two halves of a band (a copy per tap and half) need 2 x taps x C <= 128."""
-    if not (op.w_layout == "kc" and 2 * op.dim("K") <= PMAX and not op.pool and not op.w_batch and op.groups == 1
+    stride and dilation, the two halves of a band (copies per tap row and half) need 2 x R x C <= 128."""
+    # the second half starts at partition K: engines reach 32 or 64 partitions only from aligned starts (nki-spec
+    # §1.6), so K is 32 or 64
+    if not (op.w_layout == "kc" and op.dim("K") in (32, 64) and not op.pool and not op.w_batch and op.groups == 1
             and not (op.bias and op.bias_role == "x")):
         return False
     return halves(op) or (op.stride[0] == 1 and op.dilation[0] == 1)
 
 
 def halves(op: ConvOp) -> bool:
-    """Few enough input channels for a band copy per filter tap and band half (2 x taps x C <= 128)."""
-    return 2 * op.dim("R") * op.dim("S") * op.dim("C") <= PMAX
+    """Few enough input channels for band copies per filter row and band half (2 x R x C <= 128; the columns
+    of the taps come from as many column-shifted copies as fit, the rest from the matmuls' column offsets)."""
+    return 2 * op.dim("R") * op.dim("C") <= PMAX
 
 
 def _plan(op: ConvOp, tile_k: int, tile_c: int, tile_x: int, rows: int, band: int, band_x: int,
