@@ -314,8 +314,9 @@ class _ConvBuilder:
         return (self.p.band - 1) * self.sy + (self.R - 1) * self.dy + 1
 
     def copy_rows(self) -> int:
-        """Rows of each band copy: the band's input rows, or with band halves those one tap of half the band reads."""
-        return (self.p.band // 2 - 1) * self.sy + 1 if self.halves else self.in_rows()
+        """Rows of each band copy: the band's input rows, or with band halves the rows one tap of half the band
+        reads (every stride-th row of X: a strided window's copies hold only the rows it reads)."""
+        return self.p.band // 2 if self.halves else self.in_rows()
 
     def in_cols(self) -> int:
         """Input columns of a band: whole rows of X (from the window's offset on: a padded read's band includes
@@ -574,18 +575,24 @@ class _ConvBuilder:
         band = self.yb[1] * p.band * self.sy + self.oy  # a peeled band's first input row (static)
         out: list[Stmt] = []
         halo = False
+        step = self.sy if self.halves else 1  # copy row t holds X row r0 + step * t of the band
         for j, (r0, c0) in self.copy_order():
             need = self.copy_rows() if self.halves else rows - r0  # the rows of X this copy holds
-            top, bottom = self.clip(band + r0, need, self.H) if self.yb[0] is None else (0, 0)
+            top, bottom = self.clip_rows(band + r0, need, step) if self.yb[0] is None else (0, 0)
             left, right = self.clip(self.ox + c0, cols - c0, self.W)
             n_rows, n_cols = need - top - bottom, cols - c0 - left - right
             halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
             if n_rows <= 0 or n_cols <= 0:
                 continue
             out.append(Dma(View(xb, (sl(j * C, C), a(0), sl(top, n_rows), sl(left, n_cols))),
-                           View(self.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top), n_rows),
+                           View(self.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top * step), n_rows, step),
                                           sl(self.ox + c0 + left, n_cols))), line))
         return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []) + out
+
+    def clip_rows(self, first: int, count: int, step: int) -> tuple[int, int]:
+        """(rows before X, rows after X) of the rows first + step * t, t < count: a copy's halo rows."""
+        inside = [t for t in range(count) if 0 <= first + step * t < self.H]
+        return (inside[0], count - 1 - inside[-1]) if inside else (count, 0)
 
     def copy_order(self) -> list[tuple[int, tuple[int, int]]]:
         """The band copies (j, tap delta) in the order their loads are issued: round robin over the DMA engines
@@ -822,8 +829,7 @@ class _ConvBuilder:
         """A matmul per M tap columns for the group's rows of both band halves: every copy read at the group's
         rows, g * M tap columns to the right."""
         p, V = self.p, self.var
-        rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], self.sy)), p.rows, self.sy,
-                  self.cn["rows"] if self.sy == 1 else "")
+        rows = sl(a(term(V["g"], p.rows, self.cn["rows"])), p.rows, 1, self.cn["rows"])  # copies hold strided rows
         out: list[Stmt] = []
         for g, (_, s0) in enumerate(self.pairs):
             parts = sl(0, min(self.M, self.S - s0) * 2 * self.R * self.C)
