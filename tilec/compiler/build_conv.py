@@ -480,8 +480,12 @@ class _ConvBuilder:
         out.append(Alloc(raw, zero=True, line=line))
         blocks = self.half_blocks() if self.halves else \
             [(g, j, h, r, s) for g, (u, s) in enumerate(self.pairs) for j, h, r in pair_blocks(u, self.R)]
-        out += [ir.Copy(View(raw, (sl(h * K, K), a(g), sl(j * C, C))), View(rows, (sl(h * K, K), full(C), a(r), a(s))),
-                        line) for g, j, h, r, s in blocks]
+        # band halves gather many small blocks: they alternate between VectorE and ScalarE (an exact copy: fp32 holds
+        # every f16/bf16 value); row pairs' few blocks stay on VectorE (ScalarE there made the 3x3 C = 64 conv slower)
+        for i, (g, j, h, r, s) in enumerate(blocks):
+            dst, src = View(raw, (sl(h * K, K), a(g), sl(j * C, C))), View(rows, (sl(h * K, K), full(C), a(r), a(s)))
+            scalar = self.halves and i % 2 == 1
+            out.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
         gv = self.fresh("tap_g")
         body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), full(parts))),
                                                                "pe", line),
