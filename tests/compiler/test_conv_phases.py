@@ -123,3 +123,31 @@ def test_band_halves_padded_stride_2_stem(dt):
     assert "(126, " in code and "X_band[0:42" in code
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], stride=2, pad=(3, 3)))
+
+
+C3_EPILOGUE = """\
+kernel c3r(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K], S: {dt}[N, K, H - 2, W - 2]) -> Y
+  default N = 2, C = 3, H = 26, W = 15, K = 64
+  conv: {dt}[N, K, H - 2, W - 2]
+  Y: {dt}[N, K, H - 2, W - 2]
+  for n in 0..N, k in 0..K, y in 0..H - 2, x in 0..W - 2:
+    conv[n, k, y, x] = b[k]
+    for c in 0..C, r in 0..3, s in 0..3:
+      conv[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
+  for n in 0..N, k in 0..K, y in 0..H - 2, x in 0..W - 2:
+    Y[n, k, y, x] = relu(conv[n, k, y, x] + S[n, k, y, x])
+"""
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_band_halves_bias_and_residual_on_interleaved_partitions(dt):
+    # the halves' output channels interleave (partition 2k + h): the bias column and the residual band follow, and
+    # the output band leaves in one DMA
+    prog, c, inputs, out = run(C3_EPILOGUE.format(dt=dt), "split Y.y, 8\n")
+    code = c.source
+    assert "b_twice" in code and code.count("dst=Y_halves") == 1
+    x = rounded(inputs, dt)
+    conv = conv_ref(x["X"], x["Wt"], pad=(0, 0), bias=x["b"])
+    if dt != "f32":  # conv is rounded to the program's dtype before the add
+        conv = rounded({"c": conv}, dt)["c"]
+    assert_matches(prog, "Y", out["Y"], (conv + x["S"]).clip(min=0))

@@ -274,6 +274,13 @@ class _ConvBuilder:
         if op.residual:
             self.s4, s4 = hbm_view(self.hbm[op.residual], oshape, fresh(f"{op.residual}_v"), line)
             stmts += s4
+        if self.halves:  # a band's rows as (half, row): its output band (partition 2k + h) moves in one DMA
+            hshape = (self.N, self.K, self.NB, 2, self.p.band // 2, self.Wo)
+            self.o6, s5 = hbm_view(self.hbm[op.out], hshape, fresh(f"{op.out}_halves"), line)
+            stmts += s5
+            if op.residual:
+                self.s6, s6 = hbm_view(self.hbm[op.residual], hshape, fresh(f"{op.residual}_halves"), line)
+                stmts += s6
         if self.p.hoist_w == "root":
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF", tuple(self.weights(False)),
                                   line))
@@ -483,13 +490,18 @@ class _ConvBuilder:
         # band halves gather many small blocks: they alternate between VectorE and ScalarE (an exact copy: fp32 holds
         # every f16/bf16 value); row pairs' few blocks stay on VectorE (ScalarE there made the 3x3 C = 64 conv slower)
         for i, (g, j, h, r, s) in enumerate(blocks):
-            dst, src = View(raw, (sl(h * K, K), a(g), sl(j * C, C))), View(rows, (sl(h * K, K), full(C), a(r), a(s)))
+            dst = View(raw, (sl(h * K, K), a(g), sl(j * C, C)))
+            src = View(rows, (sl(h * K, K), full(C), a(r), a(s)))
             scalar = self.halves and i % 2 == 1
             out.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
         gv = self.fresh("tap_g")
         body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), full(parts))),
-                                                               "pe", line),
-                            ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line)]
+                                                               "pe", line)]
+        if self.halves:  # band halves interleave the halves' output channels: stationary column 2k + h
+            body += [ir.Copy(View(wt, (full(parts), a(gv), sl(h, K, 2))), View(tp, (full(parts), sl(h * K, K))), line)
+                     for h in range(2)]
+        else:
+            body.append(ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line))
         return out + loop(gv, self.n_groups, body, note="row pairs", line=line)
 
     def half_blocks(self) -> list[tuple[int, int, int, int, int]]:
@@ -509,6 +521,11 @@ class _ConvBuilder:
         b2, st = hbm_view(self.hbm[op.bias], (self.K, 1), self.fresh(f"{op.bias}_v"), line)
         col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (self.PK, self.KTB))
         self.bias_col = col
+        if self.halves:  # b[k] on partitions 2k and 2k + 1: b twice side by side, moved to the partitions in order
+            pairs = Buf(self.fresh(f"{op.bias}_twice"), "sbuf", "f32", (self.K, 2))
+            return st + [Alloc(pairs, line=line), Alloc(col, line=line)] + \
+                [Dma(View(pairs, (full(self.K), sl(h, 1))), whole(b2), line) for h in range(2)] + \
+                [Dma(whole(col), whole(pairs), line)]
         if self.pair > 1:  # one copy per row phase (the output band's partition halves)
             return st + [Alloc(col, line=line)] + [Dma(View(col, (sl(h * self.K, self.K), full(1))), whole(b2), line)
                                                    for h in range(2)]
@@ -696,6 +713,8 @@ class _ConvBuilder:
                                           line=self.L["x"]),
                      note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
+        if self.halves:  # partition 2k + h, row i of the band: row h * BAND / 2 + i of the output (one DMA)
+            return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, self.halves_region()), whole(ob), line)]
         if self.pair > 1:  # each row phase's half of the band to every other row of the output
             stores = [Dma(View(self.o4, self.out_region(h)), View(ob, (sl(h * self.K, self.K), full(ob.shape[1]),
                                                                          full(ob.shape[2]))), line)
@@ -706,6 +725,10 @@ class _ConvBuilder:
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
                     View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
+
+    def halves_region(self) -> tuple:
+        """The output band of band halves in the [N, K, bands, 2, BAND / 2, columns] view of an output tensor."""
+        return (a(self.var["n"]), full(self.K), self.y_at(1), full(2), full(self.p.band // 2), full(self.Wo))
 
     def out_region(self, phase: int = 0) -> tuple:
         """The output band's region of an [N, K, rows, columns] HBM tensor (with row pairs: the rows of one phase)."""
@@ -722,6 +745,8 @@ class _ConvBuilder:
         rb = Buf(self.fresh(f"{op.residual}_band"), "sbuf", self.hbm[op.residual].dtype, self.o_band.shape)
         self.r_band = rb
         line = self.L["residual"]
+        if self.halves:
+            return [Alloc(rb, line=line), Dma(whole(rb), View(self.s6, self.halves_region()), line)]
         if self.pair > 1:
             return [Alloc(rb, line=line)] + [Dma(View(rb, (sl(h * self.K, self.K), full(rb.shape[1]),
                                                             full(rb.shape[2]))), View(self.s4, self.out_region(h)), line)
