@@ -249,7 +249,10 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
         # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups)
         fold = min(taps, PMAX // op.dim("C"))
         plan = replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
-        if (fold == 2 or halves(op)) and pairable(op) and band % 2 == 0:
+        # (row pairs only in fp32: with 16-bit operands TensorE is 4.7x faster and these convs are bound by their
+        # DMAs, which the pairs' stores of every other row make slower: families --dtype bf16 conv3x3same 3.39x ->
+        # 3.93x at batch 8 with them)
+        if (halves(op) or (fold == 2 and elem == 4)) and pairable(op) and band % 2 == 0:
             # at most 64 output channels: two parts of the output rows share each matmul (the stationary's two
             # column halves): even and odd rows from two band copies (a matmul per 2 rows covers 4 blocks of the
             # 128 x 128 array), or with few input channels the two halves of the band (a copy per tap and half)
