@@ -252,11 +252,18 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
         # (row pairs only in fp32: with 16-bit operands TensorE is 4.7x faster and these convs are bound by their
         # DMAs, which the pairs' stores of every other row make slower: families --dtype bf16 conv3x3same 3.39x ->
         # 3.93x at batch 8 with them)
+        if halves(op) and pairable(op):
+            # band halves: bands whose output half-rows take at most 4 KiB per partition (where a DMA's efficiency
+            # saturates, nki-spec §2.5), so each band's output store, on all 16 DMA engines, pipelines with the next
+            # bands' matmuls (conv_c3: 32-row bands 2.68x/2.45x -> 8-row bands ~2.3x/2.2x)
+            out_elem = DTYPE_BYTES[dtypes[op.out]]
+            fits = [d for d in divisors(ho) if d % 2 == 0 and d <= band and d // 2 * wo * out_elem <= 4096]
+            band = max(fits) if fits else band
         if (halves(op) or (fold == 2 and elem == 4)) and pairable(op) and band % 2 == 0:
             # at most 64 output channels: two parts of the output rows share each matmul (the stationary's two
             # column halves): even and odd rows from two band copies (a matmul per 2 rows covers 4 blocks of the
             # 128 x 128 array), or with few input channels the two halves of the band (a copy per tap and half)
-            return replace(plan, pair=2, rows=best_divisor(band // 2, max_rows))
+            return replace(plan, pair=2, band=band, rows=best_divisor(band // 2, max_rows))
         return plan
     return _plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights)
 
