@@ -748,9 +748,9 @@ class _ConvBuilder:
         if self.halves:
             return [Alloc(rb, line=line), Dma(whole(rb), View(self.s6, self.halves_region()), line)]
         if self.pair > 1:
-            return [Alloc(rb, line=line)] + [Dma(View(rb, (sl(h * self.K, self.K), full(rb.shape[1]),
-                                                            full(rb.shape[2]))), View(self.s4, self.out_region(h)), line)
-                                             for h in range(2)]
+            out: list[Stmt] = [Alloc(rb, line=line)]
+            return out + [Dma(View(rb, (sl(h * self.K, self.K), full(rb.shape[1]), full(rb.shape[2]))),
+                              View(self.s4, self.out_region(h)), line) for h in range(2)]
         return [Alloc(rb, line=line),
                 Dma(View(rb, (self.part(self.ks, p.tile_k), full(rb.shape[1]), full(rb.shape[2]))),
                     View(self.s4, self.out_region()), line)]
