@@ -17,6 +17,11 @@ Channel counts without a good divisor (C = 257, K = 251: primes above 128) get a
 the loops above plus one remainder tile after them (`over_k`, `over_c`), kept in the first KR (CR) partitions of one
 more tile of the same buffers; the remainder's loads and matmuls use constant offsets instead of a loop variable.
 
+Row phases (ConvPlan.pair = 2, 32 or 64 output channels, folded taps): the stationary's two column halves compute
+two parts of the output rows, so each matmul fills twice the output partitions: row pairs (C <= 64, fp32) put the
+even and odd output rows there (copy 1 of the band one row down: the input rows between serve both), band halves
+(2 R C <= 128: first layers, the stem) the two halves of a row band (a band copy per tap row, tap column and half).
+
 A matmul's bias along its output columns (C[i, j] = b[j] + ...) is a row, not a per-partition column: it is copied
 to every partition once before the nest (b_bc = ones[1, TILE_I].T @ b[1, tile of j], a contraction of 1 on TensorE)
 and added by the eviction (tensor_tensor acc + b_bc, then relu in place), so the accumulation keeps one moving
@@ -190,8 +195,9 @@ class _ConvBuilder:
         # the band copies' shifts in input rows and columns (tap delta times the dilation)
         self.shifts = [(dr * self.dy, ds * self.dx) for dr, ds in self.groups[0]]
         # row phases (ConvPlan.pair): the stationary's column half h computes part h of the output rows, either the
-        # rows of parity h (row pairs: copy 1 holds X one row down; the 128 x 128 array in 4 blocks for C and K of
-        # at most 64) or, with few input channels, half h of the band (a band copy per tap and half, one matmul)
+        # rows of parity h (row pairs: copy 1 holds X one row down; the 128 x 128 array in 4 blocks for C <= 64) or,
+        # with few input channels, half h of the band (band halves: copies per tap row, tap column and half; their
+        # output channels interleave on the partitions, 2k + h)
         self.halves = plan.pair == 2 and self.fold > 1 and halves(op)
         self.pair = 2 if (plan.pair == 2 and (self.fold == 2 or self.halves) and pairable(op) and self.KT == 1
                           and not self.KR and plan.band % 2 == 0) else 1
@@ -475,7 +481,9 @@ class _ConvBuilder:
     def weights_paired(self, wt: Buf) -> list[Stmt]:
         """The stationary of each row pair (u, s): block (copy j, phase h), rows j*C + c and columns h*K + k, holds
         W[k, c, u + j - h, s] (zero where that is no tap). W's rows are loaded onto both partition halves, gathered
-        per block on chip and transposed on TensorE once per pair (a [2K, 2C] -> [2C, 2K] transpose)."""
+        per block on chip and transposed on TensorE once per pair (a [2K, 2C] -> [2C, 2K] transpose). Band halves:
+        group g's block (copy (c, h, r), half h) holds W[k, :, r, g * M + c] and the transposed columns interleave
+        (column 2k + h)."""
         op, line, C, K = self.op, self.L["update"], self.C, self.K
         parts = len(self.shifts) * C  # the contraction rows: the band copies
         rows = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (2 * K, C, self.R, self.S))
@@ -502,7 +510,7 @@ class _ConvBuilder:
                      for h in range(2)]
         else:
             body.append(ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line))
-        return out + loop(gv, self.n_groups, body, note="row pairs", line=line)
+        return out + loop(gv, self.n_groups, body, note="tap columns" if self.halves else "row pairs", line=line)
 
     def half_blocks(self) -> list[tuple[int, int, int, int, int]]:
         """(group, copy, half, tap row, tap column) of the band halves' stationary blocks: copy (h, r, c) in group g
@@ -734,7 +742,6 @@ class _ConvBuilder:
         """The output band's region of an [N, K, rows, columns] HBM tensor (with row pairs: the rows of one phase)."""
         p, V = self.p, self.var
         rows = sl(self.y_at(p.band // self.wy), p.band // self.wy) if self.pair == 1 else \
-            sl(self.y_at(p.band).plus(phase * p.band // 2), p.band // 2) if self.halves else \
             sl(self.y_at(p.band).plus(phase), p.band // 2, 2)
         return (a(V["n"]), sl(self.k_start(self.kv), self.ks), rows,
                 sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))
