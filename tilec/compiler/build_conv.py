@@ -17,6 +17,11 @@ Channel counts without a good divisor (C = 257, K = 251: primes above 128) get a
 the loops above plus one remainder tile after them (`over_k`, `over_c`), kept in the first KR (CR) partitions of one
 more tile of the same buffers; the remainder's loads and matmuls use constant offsets instead of a loop variable.
 
+Row phases (ConvPlan.pair = 2, 32 or 64 output channels, folded taps): the stationary's two column halves compute
+two parts of the output rows, so each matmul fills twice the output partitions: row pairs (C <= 64, fp32) put the
+even and odd output rows there (copy 1 of the band one row down: the input rows between serve both), band halves
+(2 R C <= 128: first layers, the stem) the two halves of a row band (a band copy per tap row, tap column and half).
+
 A matmul's bias along its output columns (C[i, j] = b[j] + ...) is a row, not a per-partition column: it is copied
 to every partition once before the nest (b_bc = ones[1, TILE_I].T @ b[1, tile of j], a contraction of 1 on TensorE)
 and added by the eviction (tensor_tensor acc + b_bc, then relu in place), so the accumulation keeps one moving
@@ -31,7 +36,7 @@ from tilec.compiler import build_depthwise, ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
-from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor
+from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
 
@@ -132,6 +137,18 @@ def fold_groups(r: int, s: int, fold: int) -> list[list[tuple[int, int]]]:
     return groups
 
 
+def pair_groups(r: int, s: int) -> list[tuple[int, int]]:
+    """Row pairs: (u, s) per matmul, u = 0, 2, .. up to R. Copy j of the band (X shifted by j rows) read from band row
+    u feeds the even output rows with tap row u + j and the odd ones with tap row u + j - 1, so R + 1 input row
+    offsets cover both phases in ceil((R + 1) / 2) matmuls per column tap (3x3: 6 matmuls per 2 output rows)."""
+    return [(u, j) for j in range(s) for u in range(0, r + 1, 2)]
+
+
+def pair_blocks(u: int, r: int) -> list[tuple[int, int, int]]:
+    """(copy j, row phase h, tap row) of the stationary blocks a row pair based at u fills (the others stay 0)."""
+    return [(j, h, u + j - h) for j in range(2) for h in range(2) if 0 <= u + j - h < r]
+
+
 class _ConvBuilder:
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
         if op.w_layout == "dw":  # depthwise: an out-channel tile reads the in-channel tile of the same channels
@@ -178,6 +195,34 @@ class _ConvBuilder:
         self.fold = plan.fold if (plan.fold > 1 and self.CT == 1 and not self.CR and self.NXB == 1
                                   and not op.x_transposed) else 1
         self.groups = fold_groups(self.R, self.S, self.fold)
+        # the band copies' shifts in input rows and columns (tap delta times the dilation)
+        self.shifts = [(dr * self.dy, ds * self.dx) for dr, ds in self.groups[0]]
+        # row phases (ConvPlan.pair): the stationary's column half h computes part h of the output rows, either the
+        # rows of parity h (row pairs: copy 1 holds X one row down; the 128 x 128 array in 4 blocks for C <= 64) or,
+        # with few input channels, half h of the band (band halves: copies per tap row, tap column and half; their
+        # output channels interleave on the partitions, 2k + h)
+        self.halves = plan.pair == 2 and self.fold > 1 and halves(op)
+        self.pair = 2 if (plan.pair == 2 and (self.fold == 2 or self.halves) and pairable(op) and self.KT == 1
+                          and not self.KR and plan.band % 2 == 0) else 1
+        self.halves = self.halves and self.pair == 2
+        if self.pair > 1:  # rows per phase: a divisor of half the band (`split conv.y` may have set the band's rows)
+            plan = self.p = replace(plan, rows=best_divisor(plan.band // 2, plan.rows))
+        self.pairs: list[tuple[int, int]] = []
+        if self.halves:
+            # copy (c, h, r) holds X shifted by tap row r, by c tap columns and by half the band's output rows;
+            # the matmul of group g reads the copies g * M tap columns further (M copies per tap row; a last group
+            # reaching past the taps leaves the trailing copies out)
+            self.M = min(self.S, PMAX // (2 * self.R * self.C))
+            self.shifts = [(r * self.dy + h * plan.band // 2 * self.sy, c * self.dx) for c in range(self.M)
+                           for h in range(2) for r in range(self.R)]
+            self.pairs = [(0, g * self.M) for g in range(-(-self.S // self.M))]
+            self.G = plan.band // (2 * plan.rows)
+        elif self.pair > 1:
+            self.shifts = [(0, 0), (1, 0)]
+            self.pairs = pair_groups(self.R, self.S)
+            self.G = plan.band // (2 * plan.rows)
+        self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
+        self.PK = self.pair * plan.tile_k  # partitions of the accumulator and the output band
         self.ks = plan.tile_k  # and its channel count
         self.cn = const_names(op, fresh)
         self.words = operand_words(op)
@@ -238,6 +283,13 @@ class _ConvBuilder:
         if op.residual:
             self.s4, s4 = hbm_view(self.hbm[op.residual], oshape, fresh(f"{op.residual}_v"), line)
             stmts += s4
+        if self.halves:  # a band's rows as (half, row): its output band (partition 2k + h) moves in one DMA
+            hshape = (self.N, self.K, self.NB, 2, self.p.band // 2, self.Wo)
+            self.o6, s5 = hbm_view(self.hbm[op.out], hshape, fresh(f"{op.out}_halves"), line)
+            stmts += s5
+            if op.residual:
+                self.s6, s6 = hbm_view(self.hbm[op.residual], hshape, fresh(f"{op.residual}_halves"), line)
+                stmts += s6
         if self.p.hoist_w == "root":
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF", tuple(self.weights(False)),
                                   line))
@@ -260,7 +312,7 @@ class _ConvBuilder:
         if self.fold > 1:  # one stationary block of (taps of the group) x C partitions per tap group
             name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
             return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype,
-                       (self.fold * self.C, len(self.groups), k))
+                       (len(self.shifts) * self.C, self.n_groups, self.pair * k))
         # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
         name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
         shape = (self.p.tile_c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
@@ -268,13 +320,19 @@ class _ConvBuilder:
         return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype, shape)
 
     def x_band_buf(self) -> Buf:
-        parts = self.fold * self.C if self.fold > 1 else self.p.tile_c
+        parts = len(self.shifts) * self.C if self.fold > 1 else self.p.tile_c
+        rows = self.copy_rows() if self.fold > 1 else self.in_rows()
         return Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}"), "sbuf", self.hbm[self.op.x].dtype,
-                   (parts, self.CTB, self.in_rows(), self.in_cols()))
+                   (parts, self.CTB, rows, self.in_cols()))
 
     def in_rows(self) -> int:
         """Input rows behind one band of output rows: (BAND - 1) * stride + (R - 1) * dilation + 1."""
         return (self.p.band - 1) * self.sy + (self.R - 1) * self.dy + 1
+
+    def copy_rows(self) -> int:
+        """Rows of each band copy: the band's input rows, or with band halves the rows one tap of half the band
+        reads (every stride-th row of X: a strided window's copies hold only the rows it reads)."""
+        return self.p.band // 2 if self.halves else self.in_rows()
 
     def in_cols(self) -> int:
         """Input columns of a band: whole rows of X (from the window's offset on: a padded read's band includes
@@ -332,6 +390,8 @@ class _ConvBuilder:
                 return out + prep_notes(load(self.kv, self.ks), f"prepare {op.w}")
             return out + prep_notes(self.over_k(V["kw"], load, f"{self.T['k']} (tiles of {self.cn['k']})", line),
                                     f"prepare {op.w}")
+        if self.pair > 1:
+            return out + prep_notes(self.weights_paired(wt), f"prepare {op.w}")
         if self.fold > 1:
             if local:
                 return out + prep_notes(self.weights_folded(wt, self.kv, self.ks, True), f"prepare {op.w}")
@@ -421,6 +481,47 @@ class _ConvBuilder:
                             ir.Copy(View(wt, (full(self.fold * C), a(gv), kdst)), tpv, line)]
         return out + loop(gv, len(self.groups), body, note="tap groups", line=line)
 
+    def weights_paired(self, wt: Buf) -> list[Stmt]:
+        """The stationary of each row pair (u, s): block (copy j, phase h), rows j*C + c and columns h*K + k, holds
+        W[k, c, u + j - h, s] (zero where that is no tap). W's rows are loaded onto both partition halves, gathered
+        per block on chip and transposed on TensorE once per pair (a [2K, 2C] -> [2C, 2K] transpose). Band halves:
+        group g's block (copy (c, h, r), half h) holds W[k, :, r, g * M + c] and the transposed columns interleave
+        (column 2k + h)."""
+        op, line, C, K = self.op, self.L["update"], self.C, self.K
+        parts = len(self.shifts) * C  # the contraction rows: the band copies
+        rows = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (2 * K, C, self.R, self.S))
+        raw = Buf(self.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, self.n_groups, parts))
+        tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (parts, 2 * K))
+        whole_w = (full(C), full(self.R), full(self.S))
+        out: list[Stmt] = [Alloc(rows, line=line)]
+        out += [Dma(View(rows, (sl(h * K, K),) + whole_w), self.w_view((full(K),) + whole_w), line) for h in range(2)]
+        out.append(Alloc(raw, zero=True, line=line))
+        blocks = self.half_blocks() if self.halves else \
+            [(g, j, h, r, s) for g, (u, s) in enumerate(self.pairs) for j, h, r in pair_blocks(u, self.R)]
+        # the gathers alternate between VectorE and ScalarE (an exact copy: fp32 holds every f16/bf16 value): the
+        # first matmuls wait for them (conv3x3same 2.70x -> 2.42x, the stem's 98 blocks 5.5x -> 4.7x at batch 1)
+        for i, (g, j, h, r, s) in enumerate(blocks):
+            dst = View(raw, (sl(h * K, K), a(g), sl(j * C, C)))
+            src = View(rows, (sl(h * K, K), full(C), a(r), a(s)))
+            scalar = i % 2 == 1
+            out.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
+        gv = self.fresh("tap_g")
+        body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), full(parts))),
+                                                               "pe", line)]
+        if self.halves:  # band halves interleave the halves' output channels: stationary column 2k + h
+            body += [ir.Copy(View(wt, (full(parts), a(gv), sl(h, K, 2))), View(tp, (full(parts), sl(h * K, K))), line)
+                     for h in range(2)]
+        else:
+            body.append(ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line))
+        return out + loop(gv, self.n_groups, body, note="tap columns" if self.halves else "row pairs", line=line)
+
+    def half_blocks(self) -> list[tuple[int, int, int, int, int]]:
+        """(group, copy, half, tap row, tap column) of the band halves' stationary blocks: copy (h, r, c) in group g
+        holds tap (r, g * M + c) of half h, if there is such a tap."""
+        rows = [(h, r, c) for c in range(self.M) for h in range(2) for r in range(self.R)]
+        return [(g, j, h, r, c + s0) for g, (_, s0) in enumerate(self.pairs) for j, (h, r, c) in enumerate(rows)
+                if c + s0 < self.S]
+
     def w_view(self, idx: tuple) -> View:
         """A region of the stationary operand in HBM (of the current batch index's matrix when batched)."""
         return View(self.w4, ((a(self.var["n"]),) if self.op.w_batch else ()) + idx)
@@ -429,7 +530,16 @@ class _ConvBuilder:
         op, p, line = self.op, self.p, self.line
         assert op.bias is not None  # built only for an op with a bias
         b2, st = hbm_view(self.hbm[op.bias], (self.K, 1), self.fresh(f"{op.bias}_v"), line)
-        col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (p.tile_k, self.KTB))
+        col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (self.PK, self.KTB))
+        self.bias_col = col
+        if self.halves:  # b[k] on partitions 2k and 2k + 1: b twice side by side, moved to the partitions in order
+            pairs = Buf(self.fresh(f"{op.bias}_twice"), "sbuf", "f32", (self.K, 2))
+            return st + [Alloc(pairs, line=line), Alloc(col, line=line)] + \
+                [Dma(View(pairs, (full(self.K), sl(h, 1))), whole(b2), line) for h in range(2)] + \
+                [Dma(whole(col), whole(pairs), line)]
+        if self.pair > 1:  # one copy per row phase (the output band's partition halves)
+            return st + [Alloc(col, line=line)] + [Dma(View(col, (sl(h * self.K, self.K), full(1))), whole(b2), line)
+                                                   for h in range(2)]
 
         def body(kv: str | None, ks: int) -> list[Stmt]:
             return [Dma(View(col, (self.part(ks, p.tile_k), sl(self.tile_index(kv, self.KT), 1))),
@@ -497,24 +607,30 @@ class _ConvBuilder:
         band = self.yb[1] * p.band * self.sy + self.oy  # a peeled band's first input row (static)
         out: list[Stmt] = []
         halo = False
-        for j, (dr, ds) in self.copy_order():
-            r0, c0 = dr * self.dy, ds * self.dx
-            top, bottom = self.clip(band + r0, rows - r0, self.H) if self.yb[0] is None else (0, 0)
+        step = self.sy if self.halves else 1  # copy row t holds X row r0 + step * t of the band
+        for j, (r0, c0) in self.copy_order():
+            need = self.copy_rows() if self.halves else rows - r0  # the rows of X this copy holds
+            top, bottom = self.clip_rows(band + r0, need, step) if self.yb[0] is None else (0, 0)
             left, right = self.clip(self.ox + c0, cols - c0, self.W)
-            n_rows, n_cols = rows - r0 - top - bottom, cols - c0 - left - right
+            n_rows, n_cols = need - top - bottom, cols - c0 - left - right
             halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
             if n_rows <= 0 or n_cols <= 0:
                 continue
             out.append(Dma(View(xb, (sl(j * C, C), a(0), sl(top, n_rows), sl(left, n_cols))),
-                           View(self.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top), n_rows),
+                           View(self.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top * step), n_rows, step),
                                           sl(self.ox + c0 + left, n_cols))), line))
         return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []) + out
+
+    def clip_rows(self, first: int, count: int, step: int) -> tuple[int, int]:
+        """(rows before X, rows after X) of the rows first + step * t, t < count: a copy's halo rows."""
+        inside = [t for t in range(count) if 0 <= first + step * t < self.H]
+        return (inside[0], count - 1 - inside[-1]) if inside else (count, 0)
 
     def copy_order(self) -> list[tuple[int, tuple[int, int]]]:
         """The band copies (j, tap delta) in the order their loads are issued: round robin over the DMA engines
         their partitions belong to (8 partitions each), so consecutive loads of a few partitions run side by side
         instead of queueing behind each other on one engine."""
-        copies = list(enumerate(self.groups[0]))
+        copies = list(enumerate(self.shifts))
         engine = lambda j: j * self.C // 8  # noqa: E731
         rank = {j: sum(1 for i, _ in copies[:j] if engine(i) == engine(j)) for j, _ in copies}
         return sorted(copies, key=lambda c: (rank[c[0]], engine(c[0])))
@@ -598,7 +714,7 @@ class _ConvBuilder:
         loads.append(ir.Block(f"{self.words['x']}: all contraction tiles, shared by every output tile",
                               tuple(self.x_band()), line, hoist=True, pin=pin))
         ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
-                 (p.tile_k, p.band // self.wy, self.BX // self.wx))
+                 (self.PK, p.band // self.wy // self.pair, self.BX // self.wx))
         self.o_band = ob
         if op.residual:
             loads.append(ir.Block(f"{op.residual}: the band added on the eviction", tuple(self.residual_band()),
@@ -608,16 +724,29 @@ class _ConvBuilder:
                                           line=self.L["x"]),
                      note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
+        if self.halves:  # partition 2k + h, row i of the band: row h * BAND / 2 + i of the output (one DMA)
+            return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, self.halves_region()), whole(ob), line)]
+        if self.pair > 1:  # each row phase's half of the band to every other row of the output
+            stores = [Dma(View(self.o4, self.out_region(h)), View(ob, (sl(h * self.K, self.K), full(ob.shape[1]),
+                                                                         full(ob.shape[2]))), line)
+                      for h in range(2)]
+            return loads + [Alloc(ob, line=line)] + group + stores
         store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks),
                                    sl(self.y_at(p.band // self.wy), p.band // self.wy),
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
                     View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
 
-    def out_region(self) -> tuple:
-        """The output band's region of an [N, K, rows, columns] HBM tensor."""
+    def halves_region(self) -> tuple:
+        """The output band of band halves in the [N, K, bands, 2, BAND / 2, columns] view of an output tensor."""
+        return (a(self.var["n"]), full(self.K), self.y_at(1), full(2), full(self.p.band // 2), full(self.Wo))
+
+    def out_region(self, phase: int = 0) -> tuple:
+        """The output band's region of an [N, K, rows, columns] HBM tensor (with row pairs: the rows of one phase)."""
         p, V = self.p, self.var
-        return (a(V["n"]), sl(self.k_start(self.kv), self.ks), sl(self.y_at(p.band // self.wy), p.band // self.wy),
+        rows = sl(self.y_at(p.band // self.wy), p.band // self.wy) if self.pair == 1 else \
+            sl(self.y_at(p.band).plus(phase), p.band // 2, 2)
+        return (a(V["n"]), sl(self.k_start(self.kv), self.ks), rows,
                 sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))
 
     def residual_band(self) -> list[Stmt]:
@@ -626,14 +755,21 @@ class _ConvBuilder:
         rb = Buf(self.fresh(f"{op.residual}_skip"), "sbuf", self.hbm[op.residual].dtype, self.o_band.shape)
         self.r_band = rb
         line = self.L["residual"]
+        if self.halves:
+            return [Alloc(rb, line=line), Dma(whole(rb), View(self.s6, self.halves_region()), line)]
+        if self.pair > 1:
+            out: list[Stmt] = [Alloc(rb, line=line)]
+            return out + [Dma(View(rb, (sl(h * self.K, self.K), full(rb.shape[1]), full(rb.shape[2]))),
+                              View(self.s4, self.out_region(h)), line) for h in range(2)]
         return [Alloc(rb, line=line),
                 Dma(View(rb, (self.part(self.ks, p.tile_k), full(rb.shape[1]), full(rb.shape[2]))),
                     View(self.s4, self.out_region()), line)]
 
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
-        acc = Buf(self.fresh(f"{op.name}_acc"), "psum", "f32", (p.tile_k, p.rows, p.tile_x))
-        accv = View(acc, (self.part(self.ks, p.tile_k), full(p.rows), full(p.tile_x)))
+        acc = Buf(self.fresh(f"{op.name}_acc"), "psum", "f32", (self.PK, p.rows, p.tile_x))
+        accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == 1 else full(self.PK), full(p.rows),
+                          full(p.tile_x)))
         r, s = V["r"], V["s"]
         wt = self.wt_buf(p.hoist_w == "k")
         kidx = self.part(self.ks, p.tile_k) if p.hoist_w == "k" else sl(self.k_start(self.kv), self.ks)
@@ -662,6 +798,10 @@ class _ConvBuilder:
             return loop(V[role], extents[role], taps(level + 1, cpart), "affine", note=notes[role], line=self.L[role])
         if op.w_layout == "dw":
             return build_depthwise.depthwise_taps(self)
+        if self.halves:
+            return [Alloc(acc, zero=True, line=line)] + self.matmul_halves(accv, wt) + self.epilogue(accv)
+        if self.pair > 1:
+            return [Alloc(acc, zero=True, line=line)] + self.matmuls_paired(accv, wt) + self.epilogue(accv)
         if self.fold > 1:
             return [Alloc(acc, zero=True, line=line)] + self.matmuls_folded(accv, wt, kidx) + self.epilogue(accv)
         return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
@@ -681,10 +821,39 @@ class _ConvBuilder:
                               self.L["update"]))
         return out
 
+    def matmuls_paired(self, accv: View, wt: Buf) -> list[Stmt]:
+        """One matmul per row pair (u, s): the band copies read from row u of the group's row pairs, every other row
+        (the even output rows' rows; the odd ones read the same data one row up through their blocks)."""
+        p, V, C = self.p, self.var, self.C
+        out: list[Stmt] = []
+        for g, (u, s) in enumerate(self.pairs):
+            copies = 2 if any(j == 1 for j, _, _ in pair_blocks(u, self.R)) else 1  # a copy with no tap stays out
+            parts = sl(0, copies * C)
+            rows = sl(a(term(V["g"], 2 * p.rows), u), p.rows, 2)
+            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx), s * self.dx), p.tile_x, self.sx,
+                      self.cn["x"] if self.sx == 1 else "")
+            out.append(Matmul(accv, View(wt, (parts, a(g), full(self.PK))),
+                              View(self.x_band_buf(), (parts, a(0), rows, cols)), self.L["update"]))
+        return out
+
+    def matmul_halves(self, accv: View, wt: Buf) -> list[Stmt]:
+        """A matmul per M tap columns for the group's rows of both band halves: every copy read at the group's
+        rows, g * M tap columns to the right."""
+        p, V = self.p, self.var
+        rows = sl(a(term(V["g"], p.rows, self.cn["rows"])), p.rows, 1, self.cn["rows"])  # copies hold strided rows
+        out: list[Stmt] = []
+        for g, (_, s0) in enumerate(self.pairs):
+            parts = sl(0, min(self.M, self.S - s0) * 2 * self.R * self.C)
+            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx), s0 * self.dx), p.tile_x, self.sx,
+                      self.cn["x"] if self.sx == 1 else "")
+            out.append(Matmul(accv, View(wt, (parts, a(g), full(self.PK))),
+                              View(self.x_band_buf(), (parts, a(0), rows, cols)), self.L["update"]))
+        return out
+
     def epilogue(self, acc: View) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
         func = "relu" if op.relu else "copy"
-        kp = self.part(self.ks, p.tile_k)
+        kp = self.part(self.ks, p.tile_k) if self.pair == 1 else full(self.PK)
         bias = View(self.bias_col, (kp, sl(self.tile_index(self.kv, self.KT), 1))) \
             if op.bias and op.bias_role == "k" else None
         rows_o, cols_o = p.rows // self.wy, p.tile_x // self.wx
@@ -696,7 +865,7 @@ class _ConvBuilder:
             return self.add_residual(dst, acc, func, bias, narrow)
         if not op.pool and not narrow:
             return self.evict(dst, acc, func, bias)
-        ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (p.tile_k, p.rows, p.tile_x))
+        ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (self.PK, p.rows, p.tile_x))
         used = lambda buf: View(buf, (kp, full(p.rows), full(p.tile_x)))  # noqa: E731
         out: list[Stmt] = [Alloc(ev, line=line)] + self.evict(used(ev), acc, func, bias)
         src = used(ev)

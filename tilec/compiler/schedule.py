@@ -72,6 +72,7 @@ class ConvPlan:
     x_bufs: int = 2
     unroll: tuple[str, ...] = ()
     fold: int = 1  # filter taps per matmul, folded into the contraction partitions (in-channels x taps <= 128)
+    pair: int = 1  # output row phases on the stationary's column halves (2: K = 32 or 64, folded taps; build_conv)
 
 
 @dataclass(frozen=True)
@@ -267,8 +268,46 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed and op.groups == 1:
         # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups)
         fold = min(taps, PMAX // op.dim("C"))
-        return replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
+        plan = replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
+        # (row pairs only in fp32: with 16-bit operands TensorE is 4.7x faster and these convs are bound by their
+        # DMAs, which the pairs' stores of every other row make slower: families --dtype bf16 conv3x3same 3.39x ->
+        # 3.93x at batch 8 with them)
+        if halves(op) and pairable(op):
+            # band halves: bands whose output half-rows take at most 4 KiB per partition (where a DMA's efficiency
+            # saturates, nki-spec §2.5), so each band's output store, on all 16 DMA engines, pipelines with the next
+            # bands' matmuls (conv_c3: 32-row bands 2.68x/2.45x -> 8-row bands ~2.3x/2.2x)
+            out_elem = DTYPE_BYTES[dtypes[op.out]]
+            fits = [d for d in divisors(ho) if d % 2 == 0 and d <= band and d // 2 * wo * out_elem <= 4096]
+            band = max(fits) if fits else band
+        if (halves(op) or (fold == 2 and elem == 4)) and pairable(op) and band % 2 == 0:
+            # 32 or 64 output channels: two parts of the output rows share each matmul (the stationary's two
+            # column halves): even and odd rows from two band copies (a matmul per 2 rows covers 4 blocks of the
+            # 128 x 128 array), or with few input channels the two halves of the band (copies per tap and half)
+            rows = best_divisor(band // 2, max_rows)
+            if not halves(op):  # row pairs: one matmul group per band, so each band's stores follow its matmuls
+                band = 2 * rows  # (conv3x3same 2.86x/1.76x -> 2.69x/1.74x, resnet_block 2.84x -> 2.60x at batch 1)
+            return replace(plan, pair=2, band=band, rows=rows)
+        return plan
     return _plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights)
+
+
+def pairable(op: ConvOp) -> bool:
+    """Whether a folded convolution can put two parts of its output rows on the two column halves of its
+    stationary (build_conv's row phases): out-channel-major weights, at most 64 output channels, no pool over rows
+    (its windows would span both halves) and no bias row; even and odd rows (two band copies) also need unit row
+    stride and dilation, the two halves of a band (copies per tap row and half) need 2 x R x C <= 128."""
+    # the second half starts at partition K: engines reach 32 or 64 partitions only from aligned starts (nki-spec
+    # §1.6), so K is 32 or 64
+    if not (op.w_layout == "kc" and op.dim("K") in (32, 64) and not op.pool and not op.w_batch and op.groups == 1
+            and not (op.bias and op.bias_role == "x")):
+        return False
+    return halves(op) or (op.stride[0] == 1 and op.dilation[0] == 1)
+
+
+def halves(op: ConvOp) -> bool:
+    """Few enough input channels for band copies per filter row and band half (2 x R x C <= 128; the columns
+    of the taps come from as many column-shifted copies as fit, the rest from the matmuls' column offsets)."""
+    return 2 * op.dim("R") * op.dim("C") <= PMAX
 
 
 def _plan(op: ConvOp, tile_k: int, tile_c: int, tile_x: int, rows: int, band: int, band_x: int,

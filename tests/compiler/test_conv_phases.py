@@ -1,0 +1,157 @@
+"""Row phases of folded convolutions (ConvPlan.pair = 2, build_conv): with 32 or 64 output channels the
+stationary's two column halves compute two parts of the output rows (the second half starts at partition K, an
+aligned start), so a matmul fills twice as many output partitions:
+  * row pairs (two band copies, 64 or fewer input channels; fp32, where these convs are TensorE-bound): even and
+    odd output rows; copy 1 of the band holds X one row down, so the input rows between two output rows serve both
+    phases (a 3x3 conv: 6 matmuls of the whole 128 x 128 array per 2 output rows instead of 12 of a quarter of it);
+  * band halves (few input channels, 2 x R x C <= 128): the two halves of a row band, from a band copy per tap row,
+    tap column and half (the C = 3 first layer and the 7x7 stride-2 stem).
+Checked against an independent NumPy formula (np.pad + one einsum per tap) on the NKI interpreter for f32, f16 and
+bf16, with padding, several row bands (peeled edge bands), bias, relu, residual adds and strides."""
+from __future__ import annotations
+
+import pytest
+
+from compiler_helpers import assert_matches
+from test_conv_padded import conv_ref, rounded, run
+
+SAME64 = """\
+kernel same(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K]) -> Y
+  default N = 2, C = 48, H = 20, W = 13, K = 32
+  Y: {dt}[N, K, H, W]
+  for n in 0..N, k in 0..K, y in 0..H, x in 0..W:
+    Y[n, k, y, x] = b[k]
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * Wt[k, c, r, s]
+"""
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_row_pairs_padded_conv_with_bias_several_bands(dt):
+    prog, c, inputs, out = run(SAME64.format(dt=dt), "split Y.y, 4\n")
+    code = c.source
+    if dt == "f32":
+        # 6 matmuls per row group (pairs of tap rows x 3 tap columns), each over both copies' partitions and all 2K
+        # output partitions; the even and odd rows of a band leave in two stores
+        assert code.count("nisa.nc_matmul(") % 6 == 0 and "(64, 2, 13)" in code
+        assert ":2]" in code or ":2," in code  # every other row
+    else:  # 16-bit convs are bound by their DMAs, which row pairs make slower: the default keeps one phase
+        assert "(64, " not in code
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
+
+
+def test_row_pairs_default_schedule_matches():
+    prog, c, inputs, out = run(SAME64.format(dt="f32").replace("H = 20", "H = 30"))
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
+
+
+def test_row_pairs_fall_back_when_a_band_holds_an_odd_number_of_rows():
+    prog, c, inputs, out = run(SAME64.format(dt="f32"), "split Y.y, 5\n")
+    assert "(32, " in c.source and "(64, " not in c.source  # one phase: K output partitions
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
+
+
+RESNET = """\
+kernel block(X: {dt}[N, C, H, W], W1: {dt}[C, C, 3, 3], b1: {dt}[C], W2: {dt}[C, C, 3, 3], b2: {dt}[C]) -> Y
+  default N = 2, C = 64, H = 12, W = 10
+  T: {dt}[N, C, H, W]
+  U: {dt}[N, C, H, W]
+  Y: {dt}[N, C, H, W]
+  for n in 0..N, k in 0..C, y in 0..H, x in 0..W:
+    T[n, k, y, x] = b1[k]
+    for c in 0..C, r in 0..3, s in 0..3:
+      T[n, k, y, x] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * W1[k, c, r, s]
+  for n in 0..N, k in 0..C, y in 0..H, x in 0..W:
+    U[n, k, y, x] = b2[k]
+    for c in 0..C, r in 0..3, s in 0..3:
+      U[n, k, y, x] += relu(T[n, c, y + r - 1, x + s - 1] ?? 0) * W2[k, c, r, s]
+  for n in 0..N, k in 0..C, y in 0..H, x in 0..W:
+    Y[n, k, y, x] = relu(U[n, k, y, x] + X[n, k, y, x])
+"""
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_row_pairs_resnet_block_bias_relu_residual(dt):
+    prog, c, inputs, out = run(RESNET.format(dt=dt))
+    # fp32: row pairs, the even and odd output rows leave in stores of every other row
+    assert ("src=Y_band[0:64]" in c.source) == (dt == "f32")
+    x = rounded(inputs, dt)
+    t = conv_ref(x["X"], x["W1"], bias=x["b1"])
+    if dt != "f32":  # T is stored in the program's dtype before the second conv reads it
+        t = rounded({"t": t}, dt)["t"]
+    u = conv_ref(t.clip(min=0), x["W2"], bias=x["b2"])
+    assert_matches(prog, "Y", out["Y"], (u + x["X"]).clip(min=0))
+
+
+C3 = """\
+kernel c3(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3]) -> Y
+  default N = 2, C = 3, H = 38, W = 21, K = 32
+  Y: {dt}[N, K, H - 2, W - 2]
+  for n in 0..N, k in 0..K, y in 0..H - 2, x in 0..W - 2:
+    Y[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
+"""
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_band_halves_first_layer_one_matmul_per_group(dt):
+    prog, c, inputs, out = run(C3.format(dt=dt), "split Y.y, 12\n")
+    code = c.source
+    assert code.count("nisa.nc_matmul(") == 1 and "(54, " in code  # 2 halves x 9 taps x 3 channels
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))
+
+
+STEM = """\
+kernel stem(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 7, 7]) -> Y
+  default N = 1, C = 3, H = 40, W = 37, K = 64
+  let Ho = (H + 6 - 7) / 2 + 1, Wo = (W + 6 - 7) / 2 + 1
+  Y: {dt}[N, K, Ho, Wo]
+  for n in 0..N, k in 0..K, y in 0..Ho, x in 0..Wo:
+    Y[n, k, y, x] = 0
+    for c in 0..C, r in 0..7, s in 0..7:
+      Y[n, k, y, x] += (X[n, c, 2*y + r - 3, 2*x + s - 3] ?? 0) * Wt[k, c, r, s]
+"""
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_band_halves_padded_stride_2_stem(dt):
+    prog, c, inputs, out = run(STEM.format(dt=dt), "split Y.y, 4\n")
+    code = c.source
+    # 7 tap rows x 3 tap columns x 2 halves x 3 channels = 126 partitions; 3 matmuls per group (tap columns 0-2,
+    # 3-5, 6), the last over the copies of one tap column only (42 partitions)
+    assert "(126, " in code and "X_band[0:42" in code
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], stride=2, pad=(3, 3)))
+
+
+C3_EPILOGUE = """\
+kernel c3r(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K], S: {dt}[N, K, H - 2, W - 2]) -> Y
+  default N = 2, C = 3, H = 26, W = 15, K = 64
+  conv: {dt}[N, K, H - 2, W - 2]
+  Y: {dt}[N, K, H - 2, W - 2]
+  for n in 0..N, k in 0..K, y in 0..H - 2, x in 0..W - 2:
+    conv[n, k, y, x] = b[k]
+    for c in 0..C, r in 0..3, s in 0..3:
+      conv[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
+  for n in 0..N, k in 0..K, y in 0..H - 2, x in 0..W - 2:
+    Y[n, k, y, x] = relu(conv[n, k, y, x] + S[n, k, y, x])
+"""
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_band_halves_bias_and_residual_on_interleaved_partitions(dt):
+    # the halves' output channels interleave (partition 2k + h): the bias column and the residual band follow, and
+    # the output band leaves in one DMA
+    prog, c, inputs, out = run(C3_EPILOGUE.format(dt=dt), "split Y.y, 8\n")
+    code = c.source
+    assert "b_twice" in code and code.count("dst=Y_halves") == 1
+    x = rounded(inputs, dt)
+    conv = conv_ref(x["X"], x["Wt"], pad=(0, 0), bias=x["b"])
+    if dt != "f32":  # conv is rounded to the program's dtype before the add
+        conv = rounded({"c": conv}, dt)["c"]
+    assert_matches(prog, "Y", out["Y"], (conv + x["S"]).clip(min=0))
