@@ -30,9 +30,8 @@ import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
 A_TILE_E = 72
-B_TILE_E2 = 72
-B_TILE_C2 = 72
-Y_TILE_E3 = 72
+B_GROUP = 72
+Y_TILE_E2 = 72
 
 
 @nki.compiler.skip_middle_end_transformations
@@ -67,66 +66,81 @@ def mobilenet_block(X, We, Wd, Wp):
         A_band[...] = nisa.activation(op=nl.relu, data=A_acc, dtype=nl.float32)  # tl:11
         A_band[...] = nisa.tensor_scalar(A_band, nl.minimum, 6.0, dtype=nl.float32)  # tl:11
         nisa.dma_copy(dst=A[0, e_t * A_TILE_E:e_t * A_TILE_E + A_TILE_E], src=A_band)  # tl:11
+    A_zeros = nl.zeros((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
 
-    # ---- weights Wd: contraction-major, resident in SBUF
-    Wd_col = nl.ndarray((72, 2, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    for e_t2 in nl.affine_range(2):  # tl:17  prepare Wd: for e in 0..E (tiles of TILE_E2)
-        nisa.dma_copy(dst=Wd_col[:, e_t2], src=Wd[e_t2 * B_TILE_E2:e_t2 * B_TILE_E2 + B_TILE_E2])  # tl:17
+    # ---- identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)
+    ident_rows = nl.zeros((128, 129), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    ident_rows[:, 0:1] = nisa.tensor_scalar(ident_rows[:, 0:1], nl.add, 1.0, dtype=nl.float32)  # tl:15
+    ident_hbm = nl.ndarray((128, 129), dtype=nl.float32, buffer=nl.hbm)  # tl:15
+    nisa.dma_copy(dst=ident_hbm, src=ident_rows)  # tl:15
+    ident_hbm_rows = ident_hbm.reshape((129, 128))  # tl:15
+    ident = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    nisa.dma_copy(dst=ident, src=ident_hbm_rows[0:128])  # tl:15
 
-    # ---- main: B by row bands
+    # ---- Wd: one fp32 column per tap (and bias) on every slot's partitions, for every channel group; TensorE's diagonal weights
+    Wd_cols = nl.ndarray((72, 2, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    for e_w in nl.affine_range(2):  # tl:15  for e (groups of GROUP channels)
+        nisa.dma_copy(dst=Wd_cols[:, e_w], src=Wd[e_w * B_GROUP:e_w * B_GROUP + B_GROUP])  # tl:15
+    Wd_diags = nl.ndarray((72, 2, 3, 72), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    for e_w in nl.affine_range(2):  # tl:15  for e (groups of GROUP channels)
+        Wd_diags[:, e_w, 0] = nisa.tensor_scalar(ident[0:72, 0:72], nl.multiply, Wd_cols[:, e_w, 0, 1:2], dtype=nl.float32)  # tl:15
+        Wd_diags[:, e_w, 1] = nisa.tensor_scalar(ident[0:72, 0:72], nl.multiply, Wd_cols[:, e_w, 0, 0:1], dtype=nl.float32)  # tl:15
+        Wd_diags[:, e_w, 2] = nisa.tensor_scalar(ident[0:72, 0:72], nl.multiply, Wd_cols[:, e_w, 0, 2:3], dtype=nl.float32)  # tl:15
 
-    # ---- input band A: all contraction tiles, shared by every output tile
-    A_band2 = nl.zeros((72, 2, 18, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    for c_t2 in nl.affine_range(2):  # tl:17  for c (tiles of TILE_C2)
-        nisa.dma_copy(dst=A_band2[:, c_t2, 1:17, 1:17], src=A[0, c_t2 * B_TILE_C2:c_t2 * B_TILE_C2 + B_TILE_C2])  # tl:17
-    for e_t2 in nl.affine_range(2):  # tl:14  for e in 0..E (tiles of TILE_E2)
-        B_band = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        B_acc = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        B_tap0 = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        B_tap1 = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        B_acc[...] = nisa.activation(op=nl.copy, data=A_band2[:, e_t2, 0:16, 0:16], scale=Wd_col[:, e_t2, 0, 0:1], dtype=nl.float32)  # tl:17
-        B_tap1[...] = nisa.activation(op=nl.copy, data=A_band2[:, e_t2, 0:16, 1:17], scale=Wd_col[:, e_t2, 0, 1:2], dtype=nl.float32)  # tl:17
-        B_acc[...] = nisa.tensor_tensor(B_acc, B_tap1, op=nl.add, dtype=nl.float32)  # tl:17
-        B_tap0[...] = nisa.activation(op=nl.copy, data=A_band2[:, e_t2, 0:16, 2:18], scale=Wd_col[:, e_t2, 0, 2:3], dtype=nl.float32)  # tl:17
-        B_acc[...] = nisa.tensor_tensor(B_acc, B_tap0, op=nl.add, dtype=nl.float32)  # tl:17
-        B_tap1[...] = nisa.activation(op=nl.copy, data=A_band2[:, e_t2, 1:17, 0:16], scale=Wd_col[:, e_t2, 1, 0:1], dtype=nl.float32)  # tl:17
-        B_acc[...] = nisa.tensor_tensor(B_acc, B_tap1, op=nl.add, dtype=nl.float32)  # tl:17
-        B_tap0[...] = nisa.activation(op=nl.copy, data=A_band2[:, e_t2, 1:17, 1:17], scale=Wd_col[:, e_t2, 1, 1:2], dtype=nl.float32)  # tl:17
-        B_acc[...] = nisa.tensor_tensor(B_acc, B_tap0, op=nl.add, dtype=nl.float32)  # tl:17
-        B_tap1[...] = nisa.activation(op=nl.copy, data=A_band2[:, e_t2, 1:17, 2:18], scale=Wd_col[:, e_t2, 1, 2:3], dtype=nl.float32)  # tl:17
-        B_acc[...] = nisa.tensor_tensor(B_acc, B_tap1, op=nl.add, dtype=nl.float32)  # tl:17
-        B_tap0[...] = nisa.activation(op=nl.copy, data=A_band2[:, e_t2, 2:18, 0:16], scale=Wd_col[:, e_t2, 2, 0:1], dtype=nl.float32)  # tl:17
-        B_acc[...] = nisa.tensor_tensor(B_acc, B_tap0, op=nl.add, dtype=nl.float32)  # tl:17
-        B_tap1[...] = nisa.activation(op=nl.copy, data=A_band2[:, e_t2, 2:18, 1:17], scale=Wd_col[:, e_t2, 2, 1:2], dtype=nl.float32)  # tl:17
-        B_acc[...] = nisa.tensor_tensor(B_acc, B_tap1, op=nl.add, dtype=nl.float32)  # tl:17
-        B_tap0[...] = nisa.activation(op=nl.copy, data=A_band2[:, e_t2, 2:18, 2:18], scale=Wd_col[:, e_t2, 2, 2:3], dtype=nl.float32)  # tl:17
-        B_acc[...] = nisa.tensor_tensor(B_acc, B_tap0, op=nl.add, dtype=nl.float32)  # tl:17
-        B_band[...] = nisa.activation(op=nl.relu, data=B_acc, dtype=nl.float32)  # tl:15
-        B_band[...] = nisa.tensor_scalar(B_band, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
-        nisa.dma_copy(dst=B[0, e_t2 * B_TILE_E2:e_t2 * B_TILE_E2 + B_TILE_E2], src=B_band)  # tl:15
+    # ---- main: depthwise B, (image or row block, channel) on the partitions
+    for e_g in nl.affine_range(2):  # tl:14  for e (groups of GROUP channels)
+        A_band2 = nl.ndarray((72, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        nisa.dma_copy(dst=A_band2[:, 0], src=A_zeros[0:72, 0])  # tl:17
+        nisa.dma_copy(dst=A_band2[:, 17], src=A_zeros[0:72, 17])  # tl:17
+        nisa.dma_copy(dst=A_band2[:, 1:17], src=A[0, e_g * B_GROUP:e_g * B_GROUP + B_GROUP])  # tl:17
+        B_band = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        B_acc_a = nl.zeros((72, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+        B_acc_a += nisa.nc_matmul(Wd_diags[:, e_g, 0], A_band2[:, 0:16])  # tl:17
+        B_acc_a[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, e_g, 1], A_band2[:, 0:16, 0:15])  # tl:17
+        B_acc_a[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, e_g, 2], A_band2[:, 0:16, 1:16])  # tl:17
+        B_prod0_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        B_prod0_a[:, :, 1:16] = nisa.tensor_scalar(A_band2[:, 1:17, 0:15], nl.multiply, Wd_cols[:, e_g, 1, 0:1], dtype=nl.float32)  # tl:17
+        B_acc_a[:, :, 1:16] = nisa.tensor_tensor(B_acc_a[:, :, 1:16], B_prod0_a[:, :, 1:16], op=nl.add, dtype=nl.float32)  # tl:17
+        B_gacc_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        B_gacc_a[...] = nisa.activation(op=nl.copy, data=A_band2[:, 1:17], scale=Wd_cols[:, e_g, 1, 1:2], dtype=nl.float32)  # tl:17
+        B_prod1_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        B_prod1_a[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_band2[:, 1:17, 1:16], scale=Wd_cols[:, e_g, 1, 2:3], dtype=nl.float32)  # tl:17
+        B_acc_a[:, :, 0:15] = nisa.tensor_tensor(B_acc_a[:, :, 0:15], B_prod1_a[:, :, 0:15], op=nl.add, dtype=nl.float32)  # tl:17
+        B_prod2_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        B_prod2_a[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_band2[:, 2:18, 0:15], scale=Wd_cols[:, e_g, 2, 0:1], dtype=nl.float32)  # tl:17
+        B_gacc_a[:, :, 1:16] = nisa.tensor_tensor(B_gacc_a[:, :, 1:16], B_prod2_a[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+        B_prod3_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        B_prod3_a[...] = nisa.activation(op=nl.copy, data=A_band2[:, 2:18], scale=Wd_cols[:, e_g, 2, 1:2], dtype=nl.float32)  # tl:17
+        B_gacc_a[...] = nisa.tensor_tensor(B_gacc_a, B_prod3_a, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+        B_prod0_a[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_band2[:, 2:18, 1:16], scale=Wd_cols[:, e_g, 2, 2:3], dtype=nl.float32)  # tl:17
+        B_gacc_a[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a[:, :, 0:15], B_prod0_a[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+        B_acc_a[...] = nisa.tensor_tensor(B_acc_a, B_gacc_a, op=nl.add, dtype=nl.float32)  # tl:17
+        B_acc_a[...] = nisa.tensor_scalar(B_acc_a, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
+        B_band[...] = nisa.activation(op=nl.relu, data=B_acc_a, dtype=nl.float32)  # tl:15
+        nisa.dma_copy(dst=B[0, e_g * B_GROUP:e_g * B_GROUP + B_GROUP], src=B_band)  # tl:17
 
     # ---- weights Wp: contraction-major, resident in SBUF
     Wp_T = nl.ndarray((72, 2, 24), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
     Wp_rows = nl.ndarray((24, 144), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
     nisa.dma_copy(dst=Wp_rows, src=Wp)  # tl:21
-    for e_t3 in nl.affine_range(2):  # tl:21  prepare Wp: for e in 0..E (tiles of TILE_E3)
+    for e_t3 in nl.affine_range(2):  # tl:21  prepare Wp: for e in 0..E (tiles of TILE_E2)
         Wp_tp = nl.ndarray((72, 24), dtype=nl.float32, buffer=nl.psum)  # tl:21
-        Wp_tp[...] = nisa.nc_transpose(Wp_rows[:, e_t3 * Y_TILE_E3:e_t3 * Y_TILE_E3 + Y_TILE_E3])  # tl:21
+        Wp_tp[...] = nisa.nc_transpose(Wp_rows[:, e_t3 * Y_TILE_E2:e_t3 * Y_TILE_E2 + Y_TILE_E2])  # tl:21
         Wp_T[:, e_t3] = nisa.tensor_copy(Wp_tp, dtype=nl.float32)  # tl:21
 
     # ---- main: Y by row bands
 
     # ---- input band B: all contraction tiles, shared by every output tile
     B_band2 = nl.ndarray((72, 2, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
-    for e_t3 in nl.affine_range(2):  # tl:21  for e in 0..E (tiles of TILE_E3)
-        nisa.dma_copy(dst=B_band2[:, e_t3], src=B[0, e_t3 * Y_TILE_E3:e_t3 * Y_TILE_E3 + Y_TILE_E3])  # tl:21
+    for e_t3 in nl.affine_range(2):  # tl:21  for e in 0..E (tiles of TILE_E2)
+        nisa.dma_copy(dst=B_band2[:, e_t3], src=B[0, e_t3 * Y_TILE_E2:e_t3 * Y_TILE_E2 + Y_TILE_E2])  # tl:21
 
     # ---- X: the band added on the eviction
     X_skip = nl.ndarray((24, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     nisa.dma_copy(dst=X_skip, src=X[0])  # tl:19
     Y_band = nl.ndarray((24, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     Y_acc = nl.zeros((24, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
-    for e_t3 in nl.affine_range(2):  # tl:20  for e in 0..E (tiles of TILE_E3)
+    for e_t3 in nl.affine_range(2):  # tl:20  for e in 0..E (tiles of TILE_E2)
         Y_acc += nisa.nc_matmul(Wp_T[:, e_t3], B_band2[:, e_t3])  # tl:21
     Y_band[...] = nisa.tensor_tensor(Y_acc, X_skip, op=nl.add, dtype=nl.float32)  # tl:19
     nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:19

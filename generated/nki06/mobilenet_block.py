@@ -30,9 +30,8 @@ import nki.isa as nisa
 import nki.language as nl
 
 A_TILE_E = 72
-B_TILE_E2 = 72
-B_TILE_C2 = 72
-Y_TILE_E3 = 72
+B_GROUP = 72
+Y_TILE_E2 = 72
 
 
 @nki.jit
@@ -66,67 +65,83 @@ def mobilenet_block(X, We, Wd, Wp):
         nisa.activation(dst=A_band, op=nl.relu, data=A_acc)  # tl:11
         nisa.tensor_scalar(dst=A_band, data=A_band, op0=nl.minimum, operand0=6.0)  # tl:11
         nisa.dma_copy(dst=A[0, e_t * A_TILE_E:e_t * A_TILE_E + A_TILE_E], src=A_band)  # tl:11
+    A_zeros = nl.ndarray((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    nisa.memset(dst=A_zeros, value=0.0)  # tl:15
 
-    # ---- weights Wd: contraction-major, resident in SBUF
-    Wd_col = nl.ndarray((72, 2, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    for e_t2 in range(2):  # tl:17  prepare Wd: for e in 0..E (tiles of TILE_E2)
-        nisa.dma_copy(dst=Wd_col[:, e_t2], src=Wd[e_t2 * B_TILE_E2:e_t2 * B_TILE_E2 + B_TILE_E2])  # tl:17
+    # ---- identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)
+    ident_rows = nl.ndarray((128, 129), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    nisa.memset(dst=ident_rows, value=0.0)  # tl:15
+    nisa.tensor_scalar(dst=ident_rows[:, 0:1], data=ident_rows[:, 0:1], op0=nl.add, operand0=1.0)  # tl:15
+    ident_hbm = nl.ndarray((128, 129), dtype=nl.float32, buffer=nl.hbm)  # tl:15
+    nisa.dma_copy(dst=ident_hbm, src=ident_rows)  # tl:15
+    ident_hbm_rows = ident_hbm.reshape((129, 128))  # tl:15
+    ident = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    nisa.dma_copy(dst=ident, src=ident_hbm_rows[0:128])  # tl:15
 
-    # ---- main: B by row bands
+    # ---- Wd: one fp32 column per tap (and bias) on every slot's partitions, for every channel group; TensorE's diagonal weights
+    Wd_cols = nl.ndarray((72, 2, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    for e_w in range(2):  # tl:15  for e (groups of GROUP channels)
+        nisa.dma_copy(dst=Wd_cols[:, e_w], src=Wd[e_w * B_GROUP:e_w * B_GROUP + B_GROUP])  # tl:15
+    Wd_diags = nl.ndarray((72, 2, 3, 72), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    for e_w in range(2):  # tl:15  for e (groups of GROUP channels)
+        nisa.tensor_scalar(dst=Wd_diags[:, e_w, 0], data=ident[0:72, 0:72], op0=nl.multiply, operand0=Wd_cols[:, e_w, 0, 1:2])  # tl:15
+        nisa.tensor_scalar(dst=Wd_diags[:, e_w, 1], data=ident[0:72, 0:72], op0=nl.multiply, operand0=Wd_cols[:, e_w, 0, 0:1])  # tl:15
+        nisa.tensor_scalar(dst=Wd_diags[:, e_w, 2], data=ident[0:72, 0:72], op0=nl.multiply, operand0=Wd_cols[:, e_w, 0, 2:3])  # tl:15
 
-    # ---- input band A: all contraction tiles, shared by every output tile
-    A_band2 = nl.ndarray((72, 2, 18, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.memset(dst=A_band2, value=0.0)  # tl:17
-    for c_t2 in range(2):  # tl:17  for c (tiles of TILE_C2)
-        nisa.dma_copy(dst=A_band2[:, c_t2, 1:17, 1:17], src=A[0, c_t2 * B_TILE_C2:c_t2 * B_TILE_C2 + B_TILE_C2])  # tl:17
-    for e_t2 in range(2):  # tl:14  for e in 0..E (tiles of TILE_E2)
-        B_band = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        B_acc = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        B_tap0 = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        B_tap1 = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-        nisa.activation(dst=B_acc, op=nl.copy, data=A_band2[:, e_t2, 0:16, 0:16], scale=Wd_col[:, e_t2, 0, 0:1])  # tl:17
-        nisa.activation(dst=B_tap1, op=nl.copy, data=A_band2[:, e_t2, 0:16, 1:17], scale=Wd_col[:, e_t2, 0, 1:2])  # tl:17
-        nisa.tensor_tensor(dst=B_acc, data1=B_acc, data2=B_tap1, op=nl.add)  # tl:17
-        nisa.activation(dst=B_tap0, op=nl.copy, data=A_band2[:, e_t2, 0:16, 2:18], scale=Wd_col[:, e_t2, 0, 2:3])  # tl:17
-        nisa.tensor_tensor(dst=B_acc, data1=B_acc, data2=B_tap0, op=nl.add)  # tl:17
-        nisa.activation(dst=B_tap1, op=nl.copy, data=A_band2[:, e_t2, 1:17, 0:16], scale=Wd_col[:, e_t2, 1, 0:1])  # tl:17
-        nisa.tensor_tensor(dst=B_acc, data1=B_acc, data2=B_tap1, op=nl.add)  # tl:17
-        nisa.activation(dst=B_tap0, op=nl.copy, data=A_band2[:, e_t2, 1:17, 1:17], scale=Wd_col[:, e_t2, 1, 1:2])  # tl:17
-        nisa.tensor_tensor(dst=B_acc, data1=B_acc, data2=B_tap0, op=nl.add)  # tl:17
-        nisa.activation(dst=B_tap1, op=nl.copy, data=A_band2[:, e_t2, 1:17, 2:18], scale=Wd_col[:, e_t2, 1, 2:3])  # tl:17
-        nisa.tensor_tensor(dst=B_acc, data1=B_acc, data2=B_tap1, op=nl.add)  # tl:17
-        nisa.activation(dst=B_tap0, op=nl.copy, data=A_band2[:, e_t2, 2:18, 0:16], scale=Wd_col[:, e_t2, 2, 0:1])  # tl:17
-        nisa.tensor_tensor(dst=B_acc, data1=B_acc, data2=B_tap0, op=nl.add)  # tl:17
-        nisa.activation(dst=B_tap1, op=nl.copy, data=A_band2[:, e_t2, 2:18, 1:17], scale=Wd_col[:, e_t2, 2, 1:2])  # tl:17
-        nisa.tensor_tensor(dst=B_acc, data1=B_acc, data2=B_tap1, op=nl.add)  # tl:17
-        nisa.activation(dst=B_tap0, op=nl.copy, data=A_band2[:, e_t2, 2:18, 2:18], scale=Wd_col[:, e_t2, 2, 2:3])  # tl:17
-        nisa.tensor_tensor(dst=B_acc, data1=B_acc, data2=B_tap0, op=nl.add)  # tl:17
-        nisa.activation(dst=B_band, op=nl.relu, data=B_acc)  # tl:15
-        nisa.tensor_scalar(dst=B_band, data=B_band, op0=nl.minimum, operand0=6.0)  # tl:15
-        nisa.dma_copy(dst=B[0, e_t2 * B_TILE_E2:e_t2 * B_TILE_E2 + B_TILE_E2], src=B_band)  # tl:15
+    # ---- main: depthwise B, (image or row block, channel) on the partitions
+    for e_g in range(2):  # tl:14  for e (groups of GROUP channels)
+        A_band2 = nl.ndarray((72, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        nisa.dma_copy(dst=A_band2[:, 0], src=A_zeros[0:72, 0])  # tl:17
+        nisa.dma_copy(dst=A_band2[:, 17], src=A_zeros[0:72, 17])  # tl:17
+        nisa.dma_copy(dst=A_band2[:, 1:17], src=A[0, e_g * B_GROUP:e_g * B_GROUP + B_GROUP])  # tl:17
+        B_band = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        B_acc_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+        nisa.nc_matmul(dst=B_acc_a, stationary=Wd_diags[:, e_g, 0], moving=A_band2[:, 0:16], accumulate=False)  # tl:17
+        nisa.nc_matmul(dst=B_acc_a[:, :, 1:16], stationary=Wd_diags[:, e_g, 1], moving=A_band2[:, 0:16, 0:15], accumulate=True)  # tl:17
+        nisa.nc_matmul(dst=B_acc_a[:, :, 0:15], stationary=Wd_diags[:, e_g, 2], moving=A_band2[:, 0:16, 1:16], accumulate=True)  # tl:17
+        B_prod0_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        nisa.tensor_scalar(dst=B_prod0_a[:, :, 1:16], data=A_band2[:, 1:17, 0:15], op0=nl.multiply, operand0=Wd_cols[:, e_g, 1, 0:1])  # tl:17
+        nisa.tensor_tensor(dst=B_acc_a[:, :, 1:16], data1=B_acc_a[:, :, 1:16], data2=B_prod0_a[:, :, 1:16], op=nl.add)  # tl:17
+        B_gacc_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        nisa.activation(dst=B_gacc_a, op=nl.copy, data=A_band2[:, 1:17], scale=Wd_cols[:, e_g, 1, 1:2])  # tl:17
+        B_prod1_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        nisa.activation(dst=B_prod1_a[:, :, 0:15], op=nl.copy, data=A_band2[:, 1:17, 1:16], scale=Wd_cols[:, e_g, 1, 2:3])  # tl:17
+        nisa.tensor_tensor(dst=B_acc_a[:, :, 0:15], data1=B_acc_a[:, :, 0:15], data2=B_prod1_a[:, :, 0:15], op=nl.add)  # tl:17
+        B_prod2_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        nisa.activation(dst=B_prod2_a[:, :, 1:16], op=nl.copy, data=A_band2[:, 2:18, 0:15], scale=Wd_cols[:, e_g, 2, 0:1])  # tl:17
+        nisa.tensor_tensor(dst=B_gacc_a[:, :, 1:16], data1=B_gacc_a[:, :, 1:16], data2=B_prod2_a[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+        B_prod3_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        nisa.activation(dst=B_prod3_a, op=nl.copy, data=A_band2[:, 2:18], scale=Wd_cols[:, e_g, 2, 1:2])  # tl:17
+        nisa.tensor_tensor(dst=B_gacc_a, data1=B_gacc_a, data2=B_prod3_a, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+        nisa.activation(dst=B_prod0_a[:, :, 0:15], op=nl.copy, data=A_band2[:, 2:18, 1:16], scale=Wd_cols[:, e_g, 2, 2:3])  # tl:17
+        nisa.tensor_tensor(dst=B_gacc_a[:, :, 0:15], data1=B_gacc_a[:, :, 0:15], data2=B_prod0_a[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+        nisa.tensor_tensor(dst=B_acc_a, data1=B_acc_a, data2=B_gacc_a, op=nl.add)  # tl:17
+        nisa.tensor_scalar(dst=B_acc_a, data=B_acc_a, op0=nl.minimum, operand0=6.0)  # tl:15
+        nisa.activation(dst=B_band, op=nl.relu, data=B_acc_a)  # tl:15
+        nisa.dma_copy(dst=B[0, e_g * B_GROUP:e_g * B_GROUP + B_GROUP], src=B_band)  # tl:17
 
     # ---- weights Wp: contraction-major, resident in SBUF
     Wp_T = nl.ndarray((72, 2, 24), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
     Wp_rows = nl.ndarray((24, 144), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
     nisa.dma_copy(dst=Wp_rows, src=Wp)  # tl:21
-    for e_t3 in range(2):  # tl:21  prepare Wp: for e in 0..E (tiles of TILE_E3)
+    for e_t3 in range(2):  # tl:21  prepare Wp: for e in 0..E (tiles of TILE_E2)
         Wp_tp = nl.ndarray((72, 24), dtype=nl.float32, buffer=nl.psum)  # tl:21
-        nisa.nc_transpose(dst=Wp_tp, data=Wp_rows[:, e_t3 * Y_TILE_E3:e_t3 * Y_TILE_E3 + Y_TILE_E3])  # tl:21
+        nisa.nc_transpose(dst=Wp_tp, data=Wp_rows[:, e_t3 * Y_TILE_E2:e_t3 * Y_TILE_E2 + Y_TILE_E2])  # tl:21
         nisa.tensor_copy(dst=Wp_T[:, e_t3], src=Wp_tp)  # tl:21
 
     # ---- main: Y by row bands
 
     # ---- input band B: all contraction tiles, shared by every output tile
     B_band2 = nl.ndarray((72, 2, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
-    for e_t3 in range(2):  # tl:21  for e in 0..E (tiles of TILE_E3)
-        nisa.dma_copy(dst=B_band2[:, e_t3], src=B[0, e_t3 * Y_TILE_E3:e_t3 * Y_TILE_E3 + Y_TILE_E3])  # tl:21
+    for e_t3 in range(2):  # tl:21  for e in 0..E (tiles of TILE_E2)
+        nisa.dma_copy(dst=B_band2[:, e_t3], src=B[0, e_t3 * Y_TILE_E2:e_t3 * Y_TILE_E2 + Y_TILE_E2])  # tl:21
 
     # ---- X: the band added on the eviction
     X_skip = nl.ndarray((24, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     nisa.dma_copy(dst=X_skip, src=X[0])  # tl:19
     Y_band = nl.ndarray((24, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     Y_acc = nl.ndarray((24, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
-    for e_t3 in range(2):  # tl:20  for e in 0..E (tiles of TILE_E3)
+    for e_t3 in range(2):  # tl:20  for e in 0..E (tiles of TILE_E2)
         nisa.nc_matmul(dst=Y_acc, stationary=Wp_T[:, e_t3], moving=B_band2[:, e_t3], accumulate=e_t3 > 0)  # tl:21
     nisa.tensor_tensor(dst=Y_band, data1=Y_acc, data2=X_skip, op=nl.add)  # tl:19
     nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:19

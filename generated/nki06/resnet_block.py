@@ -7,14 +7,14 @@ Schedule (directives; `tilec explain` shows the plan):
     tile T.k, 64
     tile T.c, 64
     tile T.x, 16
-    tile T.y, 16
+    tile T.y, 8
     split T.y, 16
     reorder T, n, y, k
     reorder T, c, r, s
     tile U.k, 64
     tile U.c, 64
     tile U.x, 16
-    tile U.y, 16
+    tile U.y, 8
     split U.y, 16
     reorder U, n, y, k
     reorder U, c, r, s
@@ -37,28 +37,39 @@ def resnet_block(X, W1, b1, W2, b2):
     T = nl.ndarray((1, 64, 16, 16), dtype=nl.float32, buffer=nl.hbm)  # tl:8
 
     # ---- weights W1: contraction-major, resident in SBUF
-    W1_T = nl.ndarray((128, 6, 64), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    W1_rows = nl.ndarray((64, 64, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    nisa.dma_copy(dst=W1_rows, src=W1)  # tl:14
-    W1_taps = nl.ndarray((64, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    W1_T = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    W1_rows = nl.ndarray((128, 64, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    nisa.dma_copy(dst=W1_rows[0:64], src=W1)  # tl:14
+    nisa.dma_copy(dst=W1_rows[64:128], src=W1)  # tl:14
+    W1_taps = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     nisa.memset(dst=W1_taps, value=0.0)  # tl:14
-    nisa.tensor_copy(dst=W1_taps[:, 0, 0:64], src=W1_rows[:, :, 0, 0])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[:, 0, 64:128], src=W1_rows[:, :, 0, 1])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[:, 1, 0:64], src=W1_rows[:, :, 0, 2])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[:, 2, 0:64], src=W1_rows[:, :, 1, 0])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[:, 2, 64:128], src=W1_rows[:, :, 1, 1])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[:, 3, 0:64], src=W1_rows[:, :, 1, 2])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[:, 4, 0:64], src=W1_rows[:, :, 2, 0])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[:, 4, 64:128], src=W1_rows[:, :, 2, 1])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[:, 5, 0:64], src=W1_rows[:, :, 2, 2])  # tl:14
-    for tap_g in range(6):  # tl:14  prepare W1: tap groups
-        W1_tp = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)  # tl:14
+    nisa.tensor_copy(dst=W1_taps[0:64, 0, 0:64], src=W1_rows[0:64, :, 0, 0])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 0, 64:128], op=nl.copy, data=W1_rows[0:64, :, 1, 0])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 0, 64:128], src=W1_rows[64:128, :, 0, 0])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 1, 0:64], op=nl.copy, data=W1_rows[0:64, :, 2, 0])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 1, 0:64], src=W1_rows[64:128, :, 1, 0])  # tl:14
+    nisa.activation(dst=W1_taps[64:128, 1, 64:128], op=nl.copy, data=W1_rows[64:128, :, 2, 0])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[0:64, 2, 0:64], src=W1_rows[0:64, :, 0, 1])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 2, 64:128], op=nl.copy, data=W1_rows[0:64, :, 1, 1])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 2, 64:128], src=W1_rows[64:128, :, 0, 1])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 3, 0:64], op=nl.copy, data=W1_rows[0:64, :, 2, 1])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 3, 0:64], src=W1_rows[64:128, :, 1, 1])  # tl:14
+    nisa.activation(dst=W1_taps[64:128, 3, 64:128], op=nl.copy, data=W1_rows[64:128, :, 2, 1])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[0:64, 4, 0:64], src=W1_rows[0:64, :, 0, 2])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 4, 64:128], op=nl.copy, data=W1_rows[0:64, :, 1, 2])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 4, 64:128], src=W1_rows[64:128, :, 0, 2])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 5, 0:64], op=nl.copy, data=W1_rows[0:64, :, 2, 2])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 5, 0:64], src=W1_rows[64:128, :, 1, 2])  # tl:14
+    nisa.activation(dst=W1_taps[64:128, 5, 64:128], op=nl.copy, data=W1_rows[64:128, :, 2, 2])  # tl:14
+    for tap_g in range(6):  # tl:14  prepare W1: row pairs
+        W1_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
         nisa.nc_transpose(dst=W1_tp, data=W1_taps[:, tap_g])  # tl:14
         nisa.tensor_copy(dst=W1_T[:, tap_g], src=W1_tp)  # tl:14
 
     # ---- bias b1: one column per out-channel tile
-    b1_col = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    nisa.dma_copy(dst=b1_col, src=b1)  # tl:12
+    b1_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    nisa.dma_copy(dst=b1_col[0:64], src=b1)  # tl:12
+    nisa.dma_copy(dst=b1_col[64:128], src=b1)  # tl:12
 
     # ---- main: T by row bands
 
@@ -66,41 +77,53 @@ def resnet_block(X, W1, b1, W2, b2):
     X_band = nl.ndarray((128, 18, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     nisa.memset(dst=X_band, value=0.0)  # tl:14
     nisa.dma_copy(dst=X_band[0:64, 1:17, 1:17], src=X[0])  # tl:14
-    nisa.dma_copy(dst=X_band[64:128, 1:17, 0:16], src=X[0])  # tl:14
-    T_band = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    T_acc = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 0], moving=X_band[:, 0:16, 0:16], accumulate=False)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[0:64, 1], moving=X_band[0:64, 0:16, 2:18], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 2], moving=X_band[:, 1:17, 0:16], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[0:64, 3], moving=X_band[0:64, 1:17, 2:18], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 4], moving=X_band[:, 2:18, 0:16], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[0:64, 5], moving=X_band[0:64, 2:18, 2:18], accumulate=True)  # tl:14
+    nisa.dma_copy(dst=X_band[64:128, 0:16, 1:17], src=X[0])  # tl:14
+    T_band = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    T_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 0], moving=X_band[:, 0:15:2, 0:16], accumulate=False)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 1], moving=X_band[:, 2:17:2, 0:16], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 2], moving=X_band[:, 0:15:2, 1:17], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 3], moving=X_band[:, 2:17:2, 1:17], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 4], moving=X_band[:, 0:15:2, 2:18], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 5], moving=X_band[:, 2:17:2, 2:18], accumulate=True)  # tl:14
     nisa.activation(dst=T_band, op=nl.relu, data=T_acc, bias=b1_col)  # tl:12
-    nisa.dma_copy(dst=T[0], src=T_band)  # tl:12
+    nisa.dma_copy(dst=T[0, :, 0:15:2], src=T_band[0:64])  # tl:12
+    nisa.dma_copy(dst=T[0, :, 1:16:2], src=T_band[64:128])  # tl:12
 
     # ---- weights W2: contraction-major, resident in SBUF
-    W2_T = nl.ndarray((128, 6, 64), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-    W2_rows = nl.ndarray((64, 64, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-    nisa.dma_copy(dst=W2_rows, src=W2)  # tl:18
-    W2_taps = nl.ndarray((64, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+    W2_T = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+    W2_rows = nl.ndarray((128, 64, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+    nisa.dma_copy(dst=W2_rows[0:64], src=W2)  # tl:18
+    nisa.dma_copy(dst=W2_rows[64:128], src=W2)  # tl:18
+    W2_taps = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
     nisa.memset(dst=W2_taps, value=0.0)  # tl:18
-    nisa.tensor_copy(dst=W2_taps[:, 0, 0:64], src=W2_rows[:, :, 0, 0])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[:, 0, 64:128], src=W2_rows[:, :, 0, 1])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[:, 1, 0:64], src=W2_rows[:, :, 0, 2])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[:, 2, 0:64], src=W2_rows[:, :, 1, 0])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[:, 2, 64:128], src=W2_rows[:, :, 1, 1])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[:, 3, 0:64], src=W2_rows[:, :, 1, 2])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[:, 4, 0:64], src=W2_rows[:, :, 2, 0])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[:, 4, 64:128], src=W2_rows[:, :, 2, 1])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[:, 5, 0:64], src=W2_rows[:, :, 2, 2])  # tl:18
-    for tap_g2 in range(6):  # tl:18  prepare W2: tap groups
-        W2_tp = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)  # tl:18
+    nisa.tensor_copy(dst=W2_taps[0:64, 0, 0:64], src=W2_rows[0:64, :, 0, 0])  # tl:18
+    nisa.activation(dst=W2_taps[0:64, 0, 64:128], op=nl.copy, data=W2_rows[0:64, :, 1, 0])  # tl:18
+    nisa.tensor_copy(dst=W2_taps[64:128, 0, 64:128], src=W2_rows[64:128, :, 0, 0])  # tl:18
+    nisa.activation(dst=W2_taps[0:64, 1, 0:64], op=nl.copy, data=W2_rows[0:64, :, 2, 0])  # tl:18
+    nisa.tensor_copy(dst=W2_taps[64:128, 1, 0:64], src=W2_rows[64:128, :, 1, 0])  # tl:18
+    nisa.activation(dst=W2_taps[64:128, 1, 64:128], op=nl.copy, data=W2_rows[64:128, :, 2, 0])  # tl:18
+    nisa.tensor_copy(dst=W2_taps[0:64, 2, 0:64], src=W2_rows[0:64, :, 0, 1])  # tl:18
+    nisa.activation(dst=W2_taps[0:64, 2, 64:128], op=nl.copy, data=W2_rows[0:64, :, 1, 1])  # tl:18
+    nisa.tensor_copy(dst=W2_taps[64:128, 2, 64:128], src=W2_rows[64:128, :, 0, 1])  # tl:18
+    nisa.activation(dst=W2_taps[0:64, 3, 0:64], op=nl.copy, data=W2_rows[0:64, :, 2, 1])  # tl:18
+    nisa.tensor_copy(dst=W2_taps[64:128, 3, 0:64], src=W2_rows[64:128, :, 1, 1])  # tl:18
+    nisa.activation(dst=W2_taps[64:128, 3, 64:128], op=nl.copy, data=W2_rows[64:128, :, 2, 1])  # tl:18
+    nisa.tensor_copy(dst=W2_taps[0:64, 4, 0:64], src=W2_rows[0:64, :, 0, 2])  # tl:18
+    nisa.activation(dst=W2_taps[0:64, 4, 64:128], op=nl.copy, data=W2_rows[0:64, :, 1, 2])  # tl:18
+    nisa.tensor_copy(dst=W2_taps[64:128, 4, 64:128], src=W2_rows[64:128, :, 0, 2])  # tl:18
+    nisa.activation(dst=W2_taps[0:64, 5, 0:64], op=nl.copy, data=W2_rows[0:64, :, 2, 2])  # tl:18
+    nisa.tensor_copy(dst=W2_taps[64:128, 5, 0:64], src=W2_rows[64:128, :, 1, 2])  # tl:18
+    nisa.activation(dst=W2_taps[64:128, 5, 64:128], op=nl.copy, data=W2_rows[64:128, :, 2, 2])  # tl:18
+    for tap_g2 in range(6):  # tl:18  prepare W2: row pairs
+        W2_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:18
         nisa.nc_transpose(dst=W2_tp, data=W2_taps[:, tap_g2])  # tl:18
         nisa.tensor_copy(dst=W2_T[:, tap_g2], src=W2_tp)  # tl:18
 
     # ---- bias b2: one column per out-channel tile
-    b2_col = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
-    nisa.dma_copy(dst=b2_col, src=b2)  # tl:16
+    b2_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
+    nisa.dma_copy(dst=b2_col[0:64], src=b2)  # tl:16
+    nisa.dma_copy(dst=b2_col[64:128], src=b2)  # tl:16
 
     # ---- main: U by row bands, fused into Y
 
@@ -108,23 +131,25 @@ def resnet_block(X, W1, b1, W2, b2):
     T_band2 = nl.ndarray((128, 18, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
     nisa.memset(dst=T_band2, value=0.0)  # tl:18
     nisa.dma_copy(dst=T_band2[0:64, 1:17, 1:17], src=T[0])  # tl:18
-    nisa.dma_copy(dst=T_band2[64:128, 1:17, 0:16], src=T[0])  # tl:18
+    nisa.dma_copy(dst=T_band2[64:128, 0:16, 1:17], src=T[0])  # tl:18
 
     # ---- X: the band added on the eviction
-    X_skip = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
-    nisa.dma_copy(dst=X_skip, src=X[0])  # tl:20
-    Y_band = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
-    U_acc = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:16
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 0], moving=T_band2[:, 0:16, 0:16], accumulate=False)  # tl:18
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[0:64, 1], moving=T_band2[0:64, 0:16, 2:18], accumulate=True)  # tl:18
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 2], moving=T_band2[:, 1:17, 0:16], accumulate=True)  # tl:18
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[0:64, 3], moving=T_band2[0:64, 1:17, 2:18], accumulate=True)  # tl:18
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 4], moving=T_band2[:, 2:18, 0:16], accumulate=True)  # tl:18
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[0:64, 5], moving=T_band2[0:64, 2:18, 2:18], accumulate=True)  # tl:18
-    U_act = nl.ndarray((64, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
+    X_skip = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
+    nisa.dma_copy(dst=X_skip[0:64], src=X[0, :, 0:15:2])  # tl:20
+    nisa.dma_copy(dst=X_skip[64:128], src=X[0, :, 1:16:2])  # tl:20
+    Y_band = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
+    U_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:16
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 0], moving=T_band2[:, 0:15:2, 0:16], accumulate=False)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 1], moving=T_band2[:, 2:17:2, 0:16], accumulate=True)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 2], moving=T_band2[:, 0:15:2, 1:17], accumulate=True)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 3], moving=T_band2[:, 2:17:2, 1:17], accumulate=True)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 4], moving=T_band2[:, 0:15:2, 2:18], accumulate=True)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 5], moving=T_band2[:, 2:17:2, 2:18], accumulate=True)  # tl:18
+    U_act = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     nisa.activation(dst=U_act, op=nl.copy, data=U_acc, bias=b2_col)  # tl:16
     nisa.tensor_tensor(dst=Y_band, data1=U_act, data2=X_skip, op=nl.add)  # tl:20
     nisa.activation(dst=Y_band, op=nl.relu, data=Y_band)  # tl:16
-    nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:16
+    nisa.dma_copy(dst=Y[0, :, 0:15:2], src=Y_band[0:64])  # tl:16
+    nisa.dma_copy(dst=Y[0, :, 1:16:2], src=Y_band[64:128])  # tl:16
 
     return Y
