@@ -242,8 +242,8 @@ def error_bounds(program, inputs: dict, against: str = "kernel") -> dict[str, np
     from tilec.lang import evaluator
 
     bound = api.bind_inputs(program, inputs)
-    if not _narrow(bound):  # all float32: `tolerance` alone (the order of sums at the output's scale) bounds it
-        return {o: np.zeros(bound.tensors[o].shape) for o in bound.kernel.outputs}
+    if not _narrow(bound) and not _amplifies(bound):  # float32 without gains: `tolerance` alone (the order of sums
+        return {o: np.zeros(bound.tensors[o].shape) for o in bound.kernel.outputs}  # at the output's scale) bounds it
     analysis = _Analysis(bound, against)
     for stmt in bound.kernel.body:  # counts the error terms of every statement, then builds them
         analysis.statements(stmt, [])
@@ -274,6 +274,39 @@ def _narrow(program) -> bool:
 
     return (any(t.dtype != "f32" for t in program.tensors.values() if t.kind != "input")
             or any(calls(st) for st in program.kernel.body))
+
+
+def _amplifies(program) -> bool:
+    """Whether a computed value's error may grow on its way to an output: a computed tensor read inside a function
+    other than relu/abs (rsqrt of a variance), as a divisor, or in a product with another computed tensor (a
+    layernorm's `d * r`: the mean's roundoff in d times rsqrt(var + eps), large under cancellation)."""
+    from tilec.lang import syntax as sx
+
+    computed = {n for n, t in program.tensors.items() if t.kind != "input"}
+
+    def reads(e) -> bool:
+        if isinstance(e, sx.Access):
+            return e.tensor in computed
+        kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
+        return any(reads(k) for k in kids)
+
+    def gains(e) -> bool:
+        if isinstance(e, sx.Call) and e.fn not in EXACT_FUNCTIONS and e.fn not in ("max", "min", "f32") \
+                and any(reads(a) for a in e.args):
+            return True
+        if isinstance(e, sx.BinOp) and e.op == "/" and reads(e.rhs):
+            return True
+        if isinstance(e, sx.BinOp) and e.op == "*" and sum(reads(f) for f in _factors(e, sx)) > 1:
+            return True
+        kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
+        return any(gains(k) for k in kids)
+
+    def walk(st) -> bool:
+        if isinstance(st, sx.Loop):
+            return any(walk(s) for s in st.body)
+        return gains(st.value)
+
+    return any(walk(st) for st in program.kernel.body)
 
 
 def _part(tensor: str, k: int) -> str:

@@ -116,3 +116,30 @@ def test_a_missing_rounding_of_an_exact_narrow_intermediate_is_far_outside():
         warnings.simplefilter("ignore")
         got = compile_loaded(program, None).run(**inputs)
     assert not mismatches(program, got, ref, inputs)  # while the compiled kernel (which rounds h) passes
+
+
+LAYERNORM_F32 = REGRESSIONS / "l27_wrong-f32-layernorm-mean-roundoff-times-rsqrt.tl"  # f32, N = 3: rsqrt gain ~31
+
+
+def test_an_all_f32_layernorm_gets_the_gain_of_its_rsqrt_and_wrong_ones_stay_far_outside():
+    """All f32: the mean's roundoff times rsqrt(var + eps) is legitimate (the kernel's 2.19e-06 passes), a mean
+    missing a term or another row's r is not."""
+    text, program, inputs, ref = _setup(LAYERNORM_F32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = compile_loaded(program, None).run(**inputs)
+    assert ratio(program, got, ref, inputs) < 1.0
+    dropped = mutated(text, "for j8 in 0..N6:", "for j8 in 0..N6 - 1:", inputs)
+    assert ratio(program, dropped, ref, inputs) > 5
+    shifted = mutated(text, "d[ι, len] * r[ι]", "d[ι, len] * r[(ι + 1) % 299]", inputs)
+    assert ratio(program, shifted, ref, inputs) > 5
+
+
+def test_plain_f32_programs_skip_the_error_analysis():
+    """A matmul of inputs has no gain beyond its summation order: its bound is zero (tolerance alone), and the
+    reference evaluator does not run the analysis again."""
+    text = ("kernel k(A: f32[M, K], B: f32[K, N]) -> C\n  default M = 8, K = 16, N = 4\n  C: f32[M, N]\n"
+            "  for i in 0..M, j in 0..N:\n    C[i, j] = 0\n    for k in 0..K:\n      C[i, j] += A[i, k] * B[k, j]\n")
+    program = lang.load(text)
+    inputs = lang.random_inputs(program, 0)
+    assert not error_bounds(program, inputs)["C"].any()
