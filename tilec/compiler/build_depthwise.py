@@ -441,6 +441,8 @@ class DepthwiseBuilder:
         products = 0
         for (r, s), route in zip(order, routes):
             xa, nx, bc = self.tap_cols(s)
+            if nx == 0:  # a tap whose every input column is in the halo adds nothing (a 3x3 tap beside W = 1)
+                continue
             part = (full(parts), full(rows), full(self.Wo) if nx == self.Wo else sl(xa, nx))
             window = View(band, (full(parts), sl(y0 * self.sy + r * self.dy, rows, self.sy), sl(bc, nx, self.sx)))
             w = self.w_col(parts, r, s)
