@@ -216,6 +216,8 @@ def reads(c: Comp) -> list[sx.Access]:
 
 def is_permutation(comp: Comp, acc: sx.Access, program) -> bool:
     names = [plain(m) for m in index_maps(acc, comp, program)]
-    return sorted(map(str, names)) == sorted(comp.out_vars) and names != list(comp.out_vars)
+    if any(n is None for n in names):  # an index that is not a plain loop variable (a loop may be called `None`)
+        return False
+    return sorted(str(n) for n in names) == sorted(comp.out_vars) and names != list(comp.out_vars)
 
 
