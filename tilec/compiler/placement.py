@@ -1,0 +1,82 @@
+"""Where an intermediate tensor lives between the op that writes it and the ops that read it, and why.
+
+`tilec explain` prints one line per tensor (HBM input/output, HBM scratch, or fused on chip); for an HBM scratch
+tensor it says which op writes it, which reads it, and why it is not kept on chip. `place T, sbuf|hbm` on a conv
+whose output feeds a second conv (conv -> relu -> conv) checks against the same facts (directives.apply_fusion).
+"""
+from __future__ import annotations
+
+import math
+
+from tilec.compiler.ir import DTYPE_BYTES
+from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
+
+PMAX = 128  # SBUF partitions: an intermediate's channels spread over them in tiles of 128
+
+
+def reads(op) -> tuple[str, ...]:
+    """The tensors an op reads from HBM (its operands)."""
+    if isinstance(op, ConvOp):
+        return tuple(t for t in (op.x, op.w, op.bias, op.residual) if t)
+    if isinstance(op, (PoolOp, TransposeOp)):
+        return (op.src,)
+    if isinstance(op, EltwiseOp):
+        return op.inputs
+    if isinstance(op, ReduceOp):
+        return op.inputs or (op.src,)
+    return ()
+
+
+def writer(ops: tuple, name: str):
+    return next((op for op in ops if op.out == name), None)
+
+
+def chain_consumer(ops: tuple, name: str) -> ConvOp | None:
+    """The conv reading `name` as its moving operand (a conv -> [relu ->] conv chain), if any."""
+    return next((op for op in ops if isinstance(op, ConvOp) and op.x == name), None)
+
+
+def kind(op) -> str:
+    if isinstance(op, ConvOp):
+        return "depthwise conv" if op.w_layout == "dw" else "matmul" if "R" not in dict(op.dims) else "conv"
+    return {PoolOp: "pool", TransposeOp: "transpose", EltwiseOp: "element-wise", ReduceOp: "reduction"}.get(
+        type(op), type(op).__name__)
+
+
+def label(op) -> str:
+    return f"{kind(op)} {op.name} (tl:{op.line})"
+
+
+def on_chip_bytes(op: ConvOp, dtype: str) -> int:
+    """SBUF bytes per partition to hold a conv's whole output (every image, channel tiles of 128 partitions)."""
+    d = dict(op.dims)
+    return d.get("N", 1) * math.ceil(d["K"] / PMAX) * d["Ho"] * d["Wo"] * DTYPE_BYTES[dtype]
+
+
+def chain_reason(producer: ConvOp, consumer: ConvOp, name: str, dtype: str, budget: int) -> str:
+    """Why a conv's output goes through HBM to the conv that reads it (the same text for explain and the error)."""
+    d = dict(consumer.dims)
+    r, s = d.get("R", 1), d.get("S", 1)
+    need = on_chip_bytes(producer, dtype)
+    fits = "would fit" if need <= budget // 2 else "would not fit"
+    channels = (f"each channel reading its own channel of {name}" if consumer.w_layout == "dw"
+                else f"across all {d['C']} channels of {name}")
+    window = (f"its {r}x{s} window reads {(r - 1) * consumer.dilation[0]} rows of {name} beyond each band of "
+              f"output rows, {channels}" if r > 1 else f"a 1x1 window, {channels}")
+    return (f"{label(consumer)} reads {name} as its moving operand in row bands ({window}); tilec does not yet keep "
+            f"a conv's output on chip for a second conv, so {label(producer)} stores {name} and the second conv "
+            f"loads its bands back. Kept whole in SBUF, {name} would take {need} bytes per partition "
+            f"({d.get('N', 1)} x {math.ceil(d['C'] / PMAX)} channel tile(s) x {producer.dim('Ho')} x "
+            f"{producer.dim('Wo')} {dtype}): it {fits} in half of the {budget // 1024} KiB SBUF budget")
+
+
+def hbm_reason(ops: tuple, name: str, dtype: str, budget: int) -> str:
+    """Why an intermediate that is written to HBM and read back is not kept on chip."""
+    producer, consumer = writer(ops, name), chain_consumer(ops, name)
+    if isinstance(producer, ConvOp) and consumer is not None:
+        return (chain_reason(producer, consumer, name, dtype, budget) + f". `place {name}, hbm` states this "
+                f"placement; `place {name}, sbuf` is an error until such a chain can stay on chip")
+    by = f" by {label(producer)}" if producer is not None else ""
+    users = [label(op) for op in ops if name in reads(op)]
+    to = f", read back by {', '.join(users)}" if users else ""
+    return f"written{by}{to}: each is built as its own loop nest that loads its operands from HBM"
