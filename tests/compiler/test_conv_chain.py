@@ -84,7 +84,7 @@ def test_chain_through_hbm_matches_numpy_16_bit(dt):
 
 @pytest.mark.parametrize("schedule, message, hint", [
     ("place T, sbuf", "T cannot stay in SBUF yet: conv Y (tl:11) reads T", "write `place T, hbm`"),
-    ("compute_at T, Y.y", "`compute_at T, ...` of a conv feeding a second conv takes only root", "place T, hbm"),
+    ("compute_at T, Y.y", "`compute_at T, ...` of a conv read back by a separate op takes only root", "place T, hbm"),
 ])
 def test_on_chip_placement_is_a_located_error(schedule, message, hint):
     with pytest.raises(TilecError) as e:
@@ -102,3 +102,45 @@ def test_place_of_a_conv_fused_into_its_residual_add_is_a_located_error():
         compile_loaded(lang.load(text))
     assert "U is computed into Y on the PSUM eviction" in str(e.value)
     assert "hint: remove the directive" in str(e.value)
+
+
+OVERLAPPING_POOL = """\
+kernel cpool(X: f32[N, C, H, W], Wt: f32[K, C, 3, 3]) -> Y
+  default N = 2, C = 136, H = 17, W = 13, K = 130
+  conv: f32[N, K, H - 2, W - 2]
+  Y: f32[N, K, (H - 5) / 2 + 1, (W - 5) / 2 + 1]
+  for n in 0..N, k in 0..K, y in 0..H - 2, x in 0..W - 2:
+    conv[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      conv[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
+  for n in 0..N, k in 0..K, i in 0..(H - 5) / 2 + 1, j in 0..(W - 5) / 2 + 1:
+    Y[n, k, i, j] = -inf
+    for p in 0..3, q in 0..3:
+      Y[n, k, i, j] max= conv[n, k, 2*i + p, 2*j + q]
+"""
+
+
+def test_conv_then_overlapping_pool_explains_and_places():
+    """A 3x3 stride-2 max pool (ResNet's) is not fused into the conv: explain says so, `place conv, hbm` states it
+    (same kernel, matches NumPy), `place conv, sbuf` is a located error with the same reason."""
+    reason = " ".join(explain(compile_loaded(lang.load(OVERLAPPING_POOL))).split())
+    assert "conv HBM scratch (not fused: written, then read back) written by conv conv (tl:6), read back by pool Y " \
+           "(tl:10): the pool's windows overlap" in reason
+    prog, c, inputs, out = run(OVERLAPPING_POOL, "place conv, hbm\n")
+    assert c.source == compile_loaded(lang.load(OVERLAPPING_POOL)).source
+    conv = conv_ref(rounded(inputs, "f32")["X"], rounded(inputs, "f32")["Wt"], pad=(0, 0))
+    want = np.max([conv[:, :, p:p + 13:2, q:q + 9:2] for p in range(3) for q in range(3)], axis=0)
+    assert_matches(prog, "Y", out["Y"], want)
+    with pytest.raises(TilecError) as e:
+        compile_loaded(lang.load(OVERLAPPING_POOL + "  schedule:\n    place conv, sbuf\n"))
+    assert "<string>:14:5: error: conv cannot stay in SBUF yet: written by conv conv (tl:6), read back by pool Y" \
+           in str(e.value)
+
+
+def test_explain_says_the_schedule_put_a_pooled_conv_in_hbm():
+    from compiler_helpers import compile_example
+
+    reason = " ".join(explain(compile_example("conv_bias_maxpool", schedule="place conv, hbm")).split())
+    assert "the schedule places conv in HBM (`place conv, hbm` or `compute_at conv, root`)" in reason
+    default = explain(compile_example("conv_bias_maxpool"))
+    assert "conv         never in HBM: fused into Y" in default

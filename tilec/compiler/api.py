@@ -176,7 +176,7 @@ def _placement(c: Compiled) -> list[str]:
         if t.kind != "temp":
             where = f"HBM ({t.kind})"
         elif name in in_hbm:
-            why = hbm_reason(c.result.ops, name, t.dtype, sbuf_budget(c.result.target))
+            why = hbm_reason(c.result.ops, name, t.dtype, sbuf_budget(c.result.target), c.result.unfused)
             where = "HBM scratch (not fused: written, then read back)\n" + _wrap(why)
         else:
             where = f"never in HBM: fused into {fused_into.get(name, '?')} (on-chip PSUM/SBUF tiles only)"

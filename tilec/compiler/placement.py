@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import math
 
+from tilec.compiler.build_rowchain import reads_of
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 
 PMAX = 128  # SBUF partitions: an intermediate's channels spread over them in tiles of 128
 
 
-def reads(op) -> tuple[str, ...]:
-    """The tensors an op reads from HBM (its operands)."""
-    if isinstance(op, ConvOp):
-        return tuple(t for t in (op.x, op.w, op.bias, op.residual) if t)
-    if isinstance(op, (PoolOp, TransposeOp)):
-        return (op.src,)
-    if isinstance(op, EltwiseOp):
-        return op.inputs
-    if isinstance(op, ReduceOp):
-        return op.inputs or (op.src,)
-    return ()
+def reads(op) -> list[str]:
+    """The tensors an op reads (its operands; a conv's residual too)."""
+    return reads_of(op) + ([op.residual] if isinstance(op, ConvOp) and op.residual else [])
 
 
 def writer(ops: tuple, name: str):
@@ -70,13 +63,20 @@ def chain_reason(producer: ConvOp, consumer: ConvOp, name: str, dtype: str, budg
             f"{producer.dim('Wo')} {dtype}): it {fits} in half of the {budget // 1024} KiB SBUF budget")
 
 
-def hbm_reason(ops: tuple, name: str, dtype: str, budget: int) -> str:
-    """Why an intermediate that is written to HBM and read back is not kept on chip."""
+def hbm_reason(ops: tuple, name: str, dtype: str, budget: int, unfused: tuple[str, ...] = ()) -> str:
+    """Why an intermediate that is written to HBM and read back is not kept on chip. unfused: the convs whose pool
+    the schedule separated (`place conv, hbm`, pipeline.Result.unfused)."""
     producer, consumer = writer(ops, name), chain_consumer(ops, name)
     if isinstance(producer, ConvOp) and consumer is not None:
         return (chain_reason(producer, consumer, name, dtype, budget) + f". `place {name}, hbm` states this "
                 f"placement; `place {name}, sbuf` is an error until such a chain can stay on chip")
     by = f" by {label(producer)}" if producer is not None else ""
-    users = [label(op) for op in ops if name in reads(op)]
-    to = f", read back by {', '.join(users)}" if users else ""
+    users = [op for op in ops if name in reads(op)]
+    to = f", read back by {', '.join(label(op) for op in users)}" if users else ""
+    if name in unfused:
+        return (f"written{by}{to}: the schedule places {name} in HBM (`place {name}, hbm` or `compute_at {name}, "
+                f"root`); by default the pool runs on {name}'s PSUM eviction and {name} never reaches HBM")
+    if isinstance(producer, ConvOp) and any(isinstance(op, PoolOp) and op.window is not None for op in users):
+        return (f"written{by}{to}: the pool's windows overlap, leave gaps or reach into padding, so it is not "
+                f"fused into the conv's eviction (only windows that tile the conv's rows are) and reads {name} back")
     return f"written{by}{to}: each is built as its own loop nest that loads its operands from HBM"
