@@ -144,3 +144,29 @@ def test_explain_says_the_schedule_put_a_pooled_conv_in_hbm():
     assert "the schedule places conv in HBM (`place conv, hbm` or `compute_at conv, root`)" in reason
     default = explain(compile_example("conv_bias_maxpool"))
     assert "conv         never in HBM: fused into Y" in default
+
+
+def test_matmul_chain_through_hbm():
+    """T = A @ B, Y = T @ C: T is the second matmul's stationary operand; explain names both matmuls and `place T,
+    hbm` is the default kernel (matches NumPy)."""
+    text = """\
+kernel mm2(A: f32[M, K], B: f32[K, P], C: f32[P, Q]) -> Y
+  default M = 200, K = 150, P = 140, Q = 96
+  T: f32[M, P]
+  Y: f32[M, Q]
+  for i in 0..M, j in 0..P:
+    T[i, j] = 0
+    for k in 0..K:
+      T[i, j] += A[i, k] * B[k, j]
+  for i in 0..M, j in 0..Q:
+    Y[i, j] = 0
+    for k in 0..P:
+      Y[i, j] += T[i, k] * C[k, j]
+"""
+    reason = " ".join(explain(compile_loaded(lang.load(text))).split())
+    assert "T HBM scratch (not fused: written, then read back) written by matmul T (tl:6), read back by matmul Y " \
+           "(tl:10)" in reason
+    prog, c, inputs, out = run(text, "place T, hbm\n")
+    assert c.source == compile_loaded(lang.load(text)).source
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], x["A"] @ x["B"] @ x["C"])

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 
+from tilec.compiler.build_conv import is_convolution
 from tilec.compiler.build_rowchain import reads_of
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
-
-PMAX = 128  # SBUF partitions: an intermediate's channels spread over them in tiles of 128
+from tilec.compiler.schedule import PMAX  # an intermediate's channels spread over the partitions in tiles of PMAX
 
 
 def reads(op) -> list[str]:
@@ -26,12 +26,12 @@ def writer(ops: tuple, name: str):
 
 def chain_consumer(ops: tuple, name: str) -> ConvOp | None:
     """The conv reading `name` as its moving operand (a conv -> [relu ->] conv chain), if any."""
-    return next((op for op in ops if isinstance(op, ConvOp) and op.x == name), None)
+    return next((op for op in ops if isinstance(op, ConvOp) and op.x == name and is_convolution(op)), None)
 
 
 def kind(op) -> str:
     if isinstance(op, ConvOp):
-        return "depthwise conv" if op.w_layout == "dw" else "matmul" if "R" not in dict(op.dims) else "conv"
+        return "depthwise conv" if op.w_layout == "dw" else "conv" if is_convolution(op) else "matmul"
     return {PoolOp: "pool", TransposeOp: "transpose", EltwiseOp: "element-wise", ReduceOp: "reduction"}.get(
         type(op), type(op).__name__)
 
