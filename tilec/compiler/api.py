@@ -162,6 +162,8 @@ def explain(c: Compiled) -> str:
 
 def _placement(c: Compiled) -> list[str]:
     from tilec.compiler.ir import Alloc, walk
+    from tilec.compiler.placement import hbm_reason
+    from tilec.compiler.schedule import sbuf_budget
 
     in_hbm = {s.buf.name for s in walk(c.result.kernel.body) if isinstance(s, Alloc) and s.buf.memory == "hbm"}
     fused_into = {name: op.out for op in c.result.ops for name in getattr(op, "fused", ()) if name != op.out}
@@ -174,11 +176,19 @@ def _placement(c: Compiled) -> list[str]:
         if t.kind != "temp":
             where = f"HBM ({t.kind})"
         elif name in in_hbm:
-            where = "HBM scratch (not fused: written, then read back)"
+            why = hbm_reason(c.result.ops, name, t.dtype, sbuf_budget(c.result.target), c.result.unfused)
+            where = "HBM scratch (not fused: written, then read back)\n" + _wrap(why)
         else:
             where = f"never in HBM: fused into {fused_into.get(name, '?')} (on-chip PSUM/SBUF tiles only)"
         lines.append(f"{name:<12} {where}")
     return lines
+
+
+def _wrap(text: str, indent: int = 15, width: int = 116) -> str:
+    """A reason under its tensor's line, indented past the name column."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width - indent, initial_indent=" " * indent, subsequent_indent=" " * indent))
 
 
 __all__ = ["Compiled", "STAGES", "compile_file", "compile_loaded", "explain"]

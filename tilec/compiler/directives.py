@@ -14,6 +14,7 @@ from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, 
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
                                      eltwise_free, fmt_arg, fmt_directive, sbuf_budget, var_of)
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp
+from tilec.compiler.placement import chain_consumer, chain_reason, hbm_reason, kind, reads
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 from tilec.target import Target, target as get_target
@@ -309,7 +310,8 @@ def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     return plan
 
 
-def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int) -> Plan:
+def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int, ops: tuple = (),
+                 dtypes: dict[str, str] | None = None) -> Plan:
     """`compute_at conv, Y.i | Y.j | Y.n | root` and `place conv, sbuf | hbm`. Fused (the
     default), the conv output only lives in PSUM/SBUF tiles; at `root` or in `hbm` it is stored and a separate pool
     reads it back (golden excerpt: tests/golden/compiler/directives/place_hbm.txt):
@@ -324,7 +326,14 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int) -> Plan:
         +  alloc conv: hbm f32[2, 256, 8, 6]  # tl:9
         +  view conv_v2: hbm f32[512, 8, 6] = conv  # tl:12
     sbuf is the compiler's SBUF budget per partition on the target (schedule.sbuf_budget).
+    A conv without a pool whose output another op reads (conv -> relu -> conv, a pool with overlapping windows)
+    stores it in HBM: `place T, hbm` (or `compute_at T, root`) says so and is accepted, `place T, sbuf` is a
+    located error saying why (placement.py).
     """
+    if isinstance(op, ConvOp) and not op.pool and isinstance(plan, ConvPlan):
+        _check_chain_fusion(op, d, sbuf, ops, dtypes or {})
+        if any(op.out in reads(o) for o in ops if o is not op):
+            return plan  # already where it goes: in HBM, read back by the consumer
     if not isinstance(plan, ConvPlan) or not isinstance(op, ConvOp) or not op.pool:  # a ConvPlan is a ConvOp's
         raise bad(d, f"{op.name} has no consumer to fuse into")
     target = d.args[1] if len(d.args) > 1 else None
@@ -343,6 +352,29 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int) -> Plan:
         if role in ("pool_b", "n"):
             return _fuse_whole_image(op, plan, d, sbuf)
     raise bad(d, f"`{d.name}` takes sbuf|hbm, root, or a loop of the consumer (e.g. {op.out}.i)")
+
+
+def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtypes: dict[str, str]) -> None:
+    """`place`/`compute_at` of a conv without a pool: only the HBM placement of a conv -> conv intermediate."""
+    target = d.args[1] if len(d.args) > 1 else None
+    parts = target.parts if isinstance(target, sx.Ref) else ()
+    if op.name != op.out:  # an element-wise consumer (residual add, relu) folded into the eviction
+        raise bad(d, f"{op.name} is computed into {op.out} on the PSUM eviction (an element-wise consumer fused into "
+                     f"the {kind(op)}): it never goes to HBM, and a directive cannot separate them yet",
+                  "remove the directive")
+    if not any(op.out in reads(o) for o in ops if o is not op):
+        return  # no consumer to fuse into: the caller's error
+    if (d.name, parts) in (("place", ("hbm",)), ("compute_at", ("root",))):
+        return
+    consumer = chain_consumer(ops, op.out)
+    why = chain_reason(op, consumer, op.out, dtypes.get(op.out, "f32"), sbuf) if consumer else \
+        hbm_reason(ops, op.out, dtypes.get(op.out, "f32"), sbuf)
+    if parts == ("sbuf",):
+        raise bad(d, f"{op.out} cannot stay in SBUF yet: {why}",
+                  f"remove the directive, or write `place {op.out}, hbm` (where {op.out} goes today)")
+    raise bad(d, f"`{d.name} {op.out}, ...` of a conv read back by a separate op takes only "
+                 f"{'hbm' if d.name == 'place' else 'root'}: {why}",
+              f"write `place {op.out}, hbm` or remove the directive")
 
 
 def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive, sbuf: int) -> ConvPlan:
@@ -502,7 +534,7 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
             raise bad(d, f"`{op.name}` is a copy (crop, shift, part of a concatenation, upsampling): its schedule "
                          "is chosen by the copy rule and takes no directives yet", "remove the directive")
         if d.name in ("compute_at", "place"):
-            plans[op.name] = apply_fusion(op, plans[op.name], d, sbuf)
+            plans[op.name] = apply_fusion(op, plans[op.name], d, sbuf, ops, dtypes)
         else:
             plans[op.name] = APPLY[d.name](op, plans[op.name], d)
     return tuple(plans[op.name] for op in ops)

@@ -50,6 +50,7 @@ class Result:
     target: Target
     nest: Nest  # level A, before instruction selection
     chains: tuple[tuple[str, ...], ...] = ()  # the row chains built fused (op names, in order)
+    unfused: tuple[str, ...] = ()  # convs the schedule placed in HBM (`place conv, hbm`): their pool reads it back
 
 
 def compile_program(program, directives: tuple[sx.Directive, ...] | None = None, nki: str | None = None,
@@ -76,6 +77,8 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     plans = apply_schedule(ops, tuple(directives), dtypes, tgt)
     stages["schedule"] = print_plans(ops, plans)
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
+    unfused = tuple(op.name for op, plan in zip(ops, plans) if isinstance(op, ConvOp) and op.pool and
+                    isinstance(plan, ConvPlan) and not plan.fused)
     ops, plans = unfuse(ops, plans, program)
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
@@ -107,7 +110,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     stages["schedule"] += "".join(_chain_note(c) + "\n" for c in chains)
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
-    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(map(tuple, chains)))
+    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(map(tuple, chains)), unfused)
 
 
 def _check_capacity(kernel: ir.Kernel, target: Target, program) -> None:

@@ -1,0 +1,172 @@
+"""conv -> relu -> conv chains (issue 13 item 6): where the intermediate T lives and why (`tilec explain`), and the
+`place T, hbm|sbuf` directive on it. T goes through HBM today: `place T, hbm` (and `compute_at T, root`) say so and
+compile to the default kernel, `place T, sbuf` is a located error saying why. Checked against NumPy (one einsum per
+tap) on the NKI interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler_helpers import assert_matches
+from test_conv_padded import NARROW, conv_ref, rounded, run
+from tilec.lang import api as lang
+from tilec.compiler.api import compile_loaded, explain
+from tilec.errors import TilecError
+
+CHAIN = """\
+kernel chain(X: {dt}[N, C, H, W], W1: {dt}[C, C, 3, 3], W2: {dt}[C, C, 3, 3]) -> Y
+  default N = 2, C = 136, H = 12, W = 10
+  T: {dt}[N, C, H - 2, W - 2]
+  Y: {dt}[N, C, H - 4, W - 4]
+  for n in 0..N, k in 0..C, y in 0..H - 2, x in 0..W - 2:
+    T[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      T[n, k, y, x] += X[n, c, y + r, x + s] * W1[k, c, r, s]
+    T[n, k, y, x] = relu(T[n, k, y, x])
+  for n in 0..N, k in 0..C, y in 0..H - 4, x in 0..W - 4:
+    Y[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += T[n, c, y + r, x + s] * W2[k, c, r, s]
+"""
+LINES = CHAIN.count("\n")  # a schedule section starts after the kernel's last line
+
+
+def compiled(schedule: str | None = None, dt: str = "f32"):
+    text = CHAIN.format(dt=dt) + (f"  schedule:\n    {schedule}\n" if schedule else "")
+    return compile_loaded(lang.load(text))
+
+
+def test_explain_says_where_the_intermediate_goes_and_why():
+    text = explain(compiled())
+    block = text[text.index("tensor placement:"):text.index("buffers (allocate):")]
+    assert "T            HBM scratch (not fused: written, then read back)" in block
+    reason = " ".join(block.split())
+    assert "conv Y (tl:11) reads T as its moving operand in row bands" in reason
+    assert "its 3x3 window reads 2 rows of T beyond each band of output rows, across all 136 channels of T" in reason
+    assert "conv T (tl:6) stores T" in reason
+    # 2 images x 2 channel tiles (136 channels) x 10 x 8 rows/columns x 4 bytes
+    assert "T would take 1280 bytes per partition (2 x 2 channel tile(s) x 10 x 8 f32)" in reason
+    assert "`place T, sbuf` is an error" in reason
+
+
+def test_explain_depthwise_and_pointwise_consumers():
+    """The MobileNet block: a 1x1 expand feeds a depthwise conv, which feeds a 1x1 project (both through HBM)."""
+    from compiler_helpers import compile_example
+
+    reason = " ".join(explain(compile_example("mobilenet_block")).split())
+    assert "depthwise conv B (tl:15) reads A as its moving operand" in reason
+    assert "each channel reading its own channel of A" in reason
+    assert "conv Y (tl:19) reads B as its moving operand in row bands (a 1x1 window, across all" in reason
+
+
+@pytest.mark.parametrize("schedule", ["place T, hbm", "compute_at T, root"])
+def test_place_hbm_is_the_default_kernel_and_matches_numpy(schedule):
+    c = compiled(schedule)
+    assert c.source == compiled().source
+    prog, c, inputs, out = run(CHAIN.format(dt="f32"), schedule + "\n")
+    x = rounded(inputs, "f32")
+    t = np.maximum(conv_ref(x["X"], x["W1"], pad=(0, 0)), 0)
+    assert_matches(prog, "Y", out["Y"], conv_ref(t, x["W2"], pad=(0, 0)))
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_chain_through_hbm_matches_numpy_16_bit(dt):
+    prog = lang.load(CHAIN.format(dt=dt) + "  schedule:\n    place T, hbm\n")
+    rng = np.random.default_rng(6)
+    scale = 1 / np.sqrt(136 * 9)  # keeps T and Y near 1: f16 holds them (the shared inputs overflow it)
+    inputs = {"X": rng.uniform(-1, 1, (2, 136, 12, 10)), "W1": rng.uniform(-scale, scale, (136, 136, 3, 3)),
+              "W2": rng.uniform(-scale, scale, (136, 136, 3, 3))}
+    out = compile_loaded(prog).run(**inputs)
+    x = rounded(inputs, dt)
+    t = np.maximum(conv_ref(x["X"], x["W1"], pad=(0, 0)), 0).astype(NARROW[dt]).astype(np.float64)
+    assert_matches(prog, "Y", out["Y"], conv_ref(t, x["W2"], pad=(0, 0)))
+
+
+@pytest.mark.parametrize("schedule, message, hint", [
+    ("place T, sbuf", "T cannot stay in SBUF yet: conv Y (tl:11) reads T", "write `place T, hbm`"),
+    ("compute_at T, Y.y", "`compute_at T, ...` of a conv read back by a separate op takes only root", "place T, hbm"),
+])
+def test_on_chip_placement_is_a_located_error(schedule, message, hint):
+    with pytest.raises(TilecError) as e:
+        compiled(schedule)
+    text = str(e.value)
+    assert f"<string>:{LINES + 2}:5: error: {message}" in text
+    assert "1280 bytes per partition" in text
+    assert "^" * len(schedule) in text and hint in text
+
+
+def test_place_of_a_conv_fused_into_its_residual_add_is_a_located_error():
+    """The ResNet block's second conv U is computed into Y on the eviction (the residual add and relu)."""
+    text = open("examples/resnet_block.tl").read() + "  schedule:\n    place U, hbm\n"
+    with pytest.raises(TilecError) as e:
+        compile_loaded(lang.load(text))
+    assert "U is computed into Y on the PSUM eviction" in str(e.value)
+    assert "hint: remove the directive" in str(e.value)
+
+
+OVERLAPPING_POOL = """\
+kernel cpool(X: f32[N, C, H, W], Wt: f32[K, C, 3, 3]) -> Y
+  default N = 2, C = 136, H = 17, W = 13, K = 130
+  conv: f32[N, K, H - 2, W - 2]
+  Y: f32[N, K, (H - 5) / 2 + 1, (W - 5) / 2 + 1]
+  for n in 0..N, k in 0..K, y in 0..H - 2, x in 0..W - 2:
+    conv[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      conv[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
+  for n in 0..N, k in 0..K, i in 0..(H - 5) / 2 + 1, j in 0..(W - 5) / 2 + 1:
+    Y[n, k, i, j] = -inf
+    for p in 0..3, q in 0..3:
+      Y[n, k, i, j] max= conv[n, k, 2*i + p, 2*j + q]
+"""
+
+
+def test_conv_then_overlapping_pool_explains_and_places():
+    """A 3x3 stride-2 max pool (ResNet's) is not fused into the conv: explain says so, `place conv, hbm` states it
+    (same kernel, matches NumPy), `place conv, sbuf` is a located error with the same reason."""
+    reason = " ".join(explain(compile_loaded(lang.load(OVERLAPPING_POOL))).split())
+    assert "conv HBM scratch (not fused: written, then read back) written by conv conv (tl:6), read back by pool Y " \
+           "(tl:10): the pool's windows overlap" in reason
+    prog, c, inputs, out = run(OVERLAPPING_POOL, "place conv, hbm\n")
+    assert c.source == compile_loaded(lang.load(OVERLAPPING_POOL)).source
+    conv = conv_ref(rounded(inputs, "f32")["X"], rounded(inputs, "f32")["Wt"], pad=(0, 0))
+    want = np.max([conv[:, :, p:p + 13:2, q:q + 9:2] for p in range(3) for q in range(3)], axis=0)
+    assert_matches(prog, "Y", out["Y"], want)
+    with pytest.raises(TilecError) as e:
+        compile_loaded(lang.load(OVERLAPPING_POOL + "  schedule:\n    place conv, sbuf\n"))
+    assert "<string>:14:5: error: conv cannot stay in SBUF yet: written by conv conv (tl:6), read back by pool Y" \
+           in str(e.value)
+
+
+def test_explain_says_the_schedule_put_a_pooled_conv_in_hbm():
+    from compiler_helpers import compile_example
+
+    reason = " ".join(explain(compile_example("conv_bias_maxpool", schedule="place conv, hbm")).split())
+    assert "the schedule places conv in HBM (`place conv, hbm` or `compute_at conv, root`)" in reason
+    default = explain(compile_example("conv_bias_maxpool"))
+    assert "conv         never in HBM: fused into Y" in default
+
+
+def test_matmul_chain_through_hbm():
+    """T = A @ B, Y = T @ C: T is the second matmul's stationary operand; explain names both matmuls and `place T,
+    hbm` is the default kernel (matches NumPy)."""
+    text = """\
+kernel mm2(A: f32[M, K], B: f32[K, P], C: f32[P, Q]) -> Y
+  default M = 200, K = 150, P = 140, Q = 96
+  T: f32[M, P]
+  Y: f32[M, Q]
+  for i in 0..M, j in 0..P:
+    T[i, j] = 0
+    for k in 0..K:
+      T[i, j] += A[i, k] * B[k, j]
+  for i in 0..M, j in 0..Q:
+    Y[i, j] = 0
+    for k in 0..P:
+      Y[i, j] += T[i, k] * C[k, j]
+"""
+    reason = " ".join(explain(compile_loaded(lang.load(text))).split())
+    assert "T HBM scratch (not fused: written, then read back) written by matmul T (tl:6), read back by matmul Y " \
+           "(tl:10)" in reason
+    prog, c, inputs, out = run(text, "place T, hbm\n")
+    assert c.source == compile_loaded(lang.load(text)).source
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], x["A"] @ x["B"] @ x["C"])
