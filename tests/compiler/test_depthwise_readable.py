@@ -11,6 +11,7 @@ import numpy as np
 from compiler_helpers import assert_matches
 from test_conv_padded import run
 from test_depthwise_fast import reference
+from tilec.compiler.api import explain
 
 # the channel loop is `e` and the image loop `m`, as in a MobileNet block's depthwise stage
 PROGRAM = """\
@@ -53,3 +54,41 @@ def test_row_blocks_are_named_in_the_comments():
     notes = comments(c.source)
     assert any("every row block's partitions" in n for n in notes), notes
     assert any("partitions hold (row block, e) pairs" in n for n in notes), notes
+
+
+def plan_of(schedule: str, op: str) -> list[str]:
+    """The lines of `op`'s plan in the schedule stage (its comment lines, up to its first directive)."""
+    lines = schedule.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"# {op}: "))
+    end = next((i for i in range(at + 1, len(lines)) if not lines[i].startswith("#   ")), len(lines))
+    return lines[at:end]
+
+
+def test_explain_shows_the_depthwise_kernels_plan():
+    """Three images of 40 channels fill 120 partitions; 64 rows of 20 take PSUM chunks of 25 (500 fp32) and 14."""
+    prog, c, _, _ = run(PROGRAM.format(m=3, e=40, h=64))
+    text = explain(c)
+    plan = plan_of(c.stages["schedule"], "B")
+    assert plan[0] == "# B: the depthwise kernel (build_depthwise), its plan:", plan
+    assert "#   partitions: (image, e) pairs, 120 of 128: 40 e channels per group x 3 images per tile" in plan
+    assert any(line.startswith("#   loops: 1 group x 1 tile of 3 images;") for line in plan), plan
+    assert "#   PSUM chunks of 25 output rows (500 fp32 per partition), pipelined 2 deep" in plan
+    taps = [line for line in plan if line.startswith("#   taps of a ")]
+    assert [line.split("(")[0] for line in taps] == ["#   taps of a 25-row chunk ", "#   taps of a 14-row chunk "]
+    assert "#   eviction from PSUM: + bd, into the output band" in plan
+    assert any("the general path's plan: ConvPlan(" in line for line in plan), plan
+    assert "# B: the depthwise kernel" in text and "tile B.e, 40" in text  # the report carries it, directives too
+    # the taps per chunk match the kernel: as many matmuls on TensorE as the plan says, in each of the 3 chunks
+    pe = int(re.search(r"TensorE (\d+)", taps[0]).group(1))
+    assert c.source.count("nisa.nc_matmul(") == 3 * pe, c.source.count("nisa.nc_matmul(")
+
+
+def test_explain_row_blocks_and_the_general_path():
+    _, c, _, _ = run(PROGRAM.format(m=1, e=40, h=64))
+    plan = plan_of(c.stages["schedule"], "B")
+    assert any(line.startswith("#   partitions: (row block, e) pairs") and "row blocks of" in line
+               for line in plan), plan
+    # a schedule that changes B's plan takes the general path: explain then shows the ConvPlan itself
+    _, g, _, _ = run(PROGRAM.format(m=1, e=40, h=64), "tile B.e, 20")
+    assert plan_of(g.stages["schedule"], "B")[0].startswith("# B: ConvPlan(tile_k=20")
+    assert "depthwise kernel" not in explain(g)

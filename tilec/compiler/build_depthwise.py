@@ -419,7 +419,8 @@ class DepthwiseBuilder:
             out += [ir.Block(f"{span}, {self.R * self.S} taps: {self.taps_note(rows)}", tuple(taps), line)]
             out += pending.pop(0) if len(pending) == DEPTH else []
             done = "the GpSimdE sum added into PSUM, " if finish else ""
-            pending.append([ir.Block(f"{span}: {done}evicted{self.epilogue_note()}", tuple(
+            epilogue = f" ({self.epilogue_note()})" if self.epilogue_note() else ""
+            pending.append([ir.Block(f"{span}: {done}evicted{epilogue}", tuple(
                 finish + self.evict(dst, self.acc_view, bias, ctag)), line)])
         out += [s for p in pending for s in p]
         for j, (i, b) in enumerate(self.slots(images)):
@@ -503,10 +504,11 @@ class DepthwiseBuilder:
                          [f"adds {' + '.join(adds)}"] * bool(adds))
 
     def epilogue_note(self) -> str:
+        """What the eviction applies to the sum, in the program's terms ("" for a plain copy)."""
         op = self.op
         words = ([f"+ {op.bias}"] if op.bias else []) + (["relu"] if op.relu else []) + \
             ([f"min(., {op.clamp:g})"] if op.clamp is not None else [])
-        return f" ({', '.join(words)})" if words else ""
+        return ", ".join(words)
 
     def evicts_on_scalar(self) -> bool:
         """Whether ScalarE writes the output band last (its stores then go on ScalarE's DMA queue)."""
@@ -551,10 +553,9 @@ class DepthwiseBuilder:
         return out + [ir.Copy(dst, src, line)]
 
 
-def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Callable[[str], str]
-                    ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
-    """The default kernel of a depthwise conv (None: not a case for it, or no layout fits the target's SBUF and
-    PSUM next to the rest of the kernel; the general path then builds it from the plan)."""
+def choose(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[Layout, bool] | None:
+    """(the layout, whether TensorE takes taps) of the default kernel: the best-ranked layout whose dry build fits
+    the SBUF and PSUM budgets (None: not a case for it, or no layout fits; the general path then follows the plan)."""
     if not fast_path(op, plan, hbm):
         return None
     from tilec.compiler import passes  # late: passes imports the builders' modules
@@ -569,10 +570,55 @@ def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Call
                 continue  # every group's diagonal weights stay resident in SBUF
             sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()))
             if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
-                b = DepthwiseBuilder(op, hbm, fresh, lay, pe)
-                stmts = b.build()
-                return b.consts(), stmts
+                return lay, pe
     return None
+
+
+def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Callable[[str], str]
+                    ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
+    """The default kernel of a depthwise conv (None: the general path builds it from the plan, see `choose`)."""
+    chosen = choose(op, plan, hbm)
+    if chosen is None:
+        return None
+    b = DepthwiseBuilder(op, hbm, fresh, *chosen)
+    stmts = b.build()
+    return b.consts(), stmts
+
+
+def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
+    """The plan the default kernel uses, for `tilec explain` (no lines: the op takes the general path)."""
+    chosen = choose(op, plan, hbm)
+    if chosen is None:
+        return []
+    lay, pe = chosen
+    b = DepthwiseBuilder(op, hbm, lambda name: name, lay, pe)
+    k = b.names["k"]
+    images = min(lay.k, b.N)
+    parts = images * lay.nb * lay.cg
+    rest = f" + a last group of {b.CR}" if b.CR else ""
+    last = f" + a last tile of {plural(b.NR, 'image')}" if b.NR else ""
+    blocks = f" x {lay.nb} row blocks of {lay.rb} output rows" if lay.nb > 1 else ""
+    chunks = sorted({min(lay.rc, lay.rb - y0) for y0 in range(0, lay.rb, lay.rc)}, reverse=True)
+    out = [f"# {op.name}: the depthwise kernel (build_depthwise), its plan:",
+           f"#   partitions: ({'image' if lay.nb == 1 else 'row block'}, {k}) pairs, {parts} of {PMAX}: "
+           f"{lay.cg} {k} channels per group x {plural(images, 'image')} per tile{blocks}",
+           f"#   loops: {plural(b.G, 'group')}{rest} x {plural(b.NT, 'tile')} of {plural(lay.k, 'image')}{last}; "
+           "one load and one store DMA per slot"
+           + ("; halo rows copied from a zero tile" if b.has_halo() else "")
+           + ("; taps skip the column halo" if b.clip else ""),
+           f"#   PSUM chunks of {lay.rc} output rows ({lay.rc * b.Wo} fp32 per partition), pipelined {DEPTH} deep"]
+    for rows in chunks:
+        out.append(f"#   taps of a {rows}-row chunk ({b.R * b.S}): {b.taps_note(rows)}")
+    if pe:
+        out.append(f"#   TensorE's taps: diag({op.w}[{k}, r, s]) matrices built once per group before the main loop")
+    out.append(f"#   eviction from PSUM: {b.epilogue_note() or 'a copy'}, into the output band")
+    out.append(f"#   the directives below are the general path's: a schedule that changes {op.name}'s plan takes that "
+               "path")
+    return out
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 # ---- the general path (any schedule): channels on partitions as the plan tiles them -------------------------------
