@@ -58,6 +58,8 @@ FAMILIES = (
     Family("stem7x7s2.tl", "stem conv 7x7 s2, C=3", dict(K=8, H=16, W=15)),
     Family("depthwise3x3.tl", "depthwise conv 3x3", dict(C=8, H=6, W=5)),
     Family("grouped3x3.tl", "grouped conv 3x3 (32 x 4)", dict(G=4, Cg=2, Kg=2, H=6, W=5)),
+    Family("depthwise_mult3x3.tl", "depthwise conv 3x3, multiplier 2", dict(C=4, M=2, H=6, W=5)),
+    Family("grouped_kg1.tl", "grouped conv 3x3 (128 x 4 -> 1)", dict(G=4, Cg=2, H=6, W=5)),
     Family("dilated3x3.tl", "dilated conv 3x3 (d=2)", dict(C=8, K=8, H=8, W=7)),
     Family("bmm.tl", "batched matmul", dict(M=8, K=16, P=8)),
     Family("matvec.tl", "matrix-vector (1-D vector)", dict(M=8, K=16)),

@@ -77,23 +77,27 @@ def mobilenet_block(X, We, Wd, Wp):
     ident = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     nisa.dma_copy(dst=ident, src=ident_hbm_rows[0:128])  # tl:15
 
-    # ---- Wd: one fp32 column per tap (and bias) on every slot's partitions, for every channel group; TensorE's diagonal weights
+    # ---- Wd: each e's weights as fp32 columns (one per tap) on every image's partitions
     Wd_cols = nl.ndarray((72, 2, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     for e_w in nl.affine_range(2):  # tl:15  for e (groups of GROUP channels)
         nisa.dma_copy(dst=Wd_cols[:, e_w], src=Wd[e_w * B_GROUP:e_w * B_GROUP + B_GROUP])  # tl:15
+
+    # ---- diag(Wd[e, r, s]) for the taps TensorE runs: the identity scaled per partition
     Wd_diags = nl.ndarray((72, 2, 3, 72), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     for e_w in nl.affine_range(2):  # tl:15  for e (groups of GROUP channels)
         Wd_diags[:, e_w, 0] = nisa.tensor_scalar(ident[0:72, 0:72], nl.multiply, Wd_cols[:, e_w, 0, 1:2], dtype=nl.float32)  # tl:15
         Wd_diags[:, e_w, 1] = nisa.tensor_scalar(ident[0:72, 0:72], nl.multiply, Wd_cols[:, e_w, 0, 0:1], dtype=nl.float32)  # tl:15
         Wd_diags[:, e_w, 2] = nisa.tensor_scalar(ident[0:72, 0:72], nl.multiply, Wd_cols[:, e_w, 0, 2:3], dtype=nl.float32)  # tl:15
 
-    # ---- main: depthwise B, (image or row block, channel) on the partitions
+    # ---- main: depthwise B (no sum over e), partitions hold (image, e) pairs
     for e_g in nl.affine_range(2):  # tl:14  for e (groups of GROUP channels)
         A_band2 = nl.ndarray((72, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
         nisa.dma_copy(dst=A_band2[:, 0], src=A_zeros[0:72, 0])  # tl:17
         nisa.dma_copy(dst=A_band2[:, 17], src=A_zeros[0:72, 17])  # tl:17
         nisa.dma_copy(dst=A_band2[:, 1:17], src=A[0, e_g * B_GROUP:e_g * B_GROUP + B_GROUP])  # tl:17
         B_band = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+
+        # ---- B rows 0..16, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 2 + GpSimdE 3
         B_acc_a = nl.zeros((72, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
         B_acc_a += nisa.nc_matmul(Wd_diags[:, e_g, 0], A_band2[:, 0:16])  # tl:17
         B_acc_a[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, e_g, 1], A_band2[:, 0:16, 0:15])  # tl:17
@@ -114,6 +118,8 @@ def mobilenet_block(X, We, Wd, Wp):
         B_gacc_a[...] = nisa.tensor_tensor(B_gacc_a, B_prod3_a, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
         B_prod0_a[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_band2[:, 2:18, 1:16], scale=Wd_cols[:, e_g, 2, 2:3], dtype=nl.float32)  # tl:17
         B_gacc_a[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a[:, :, 0:15], B_prod0_a[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+
+        # ---- B rows 0..16: the GpSimdE sum added into PSUM, evicted (relu, min(., 6))
         B_acc_a[...] = nisa.tensor_tensor(B_acc_a, B_gacc_a, op=nl.add, dtype=nl.float32)  # tl:17
         B_acc_a[...] = nisa.tensor_scalar(B_acc_a, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
         B_band[...] = nisa.activation(op=nl.relu, data=B_acc_a, dtype=nl.float32)  # tl:15

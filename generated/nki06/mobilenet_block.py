@@ -78,23 +78,27 @@ def mobilenet_block(X, We, Wd, Wp):
     ident = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     nisa.dma_copy(dst=ident, src=ident_hbm_rows[0:128])  # tl:15
 
-    # ---- Wd: one fp32 column per tap (and bias) on every slot's partitions, for every channel group; TensorE's diagonal weights
+    # ---- Wd: each e's weights as fp32 columns (one per tap) on every image's partitions
     Wd_cols = nl.ndarray((72, 2, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     for e_w in range(2):  # tl:15  for e (groups of GROUP channels)
         nisa.dma_copy(dst=Wd_cols[:, e_w], src=Wd[e_w * B_GROUP:e_w * B_GROUP + B_GROUP])  # tl:15
+
+    # ---- diag(Wd[e, r, s]) for the taps TensorE runs: the identity scaled per partition
     Wd_diags = nl.ndarray((72, 2, 3, 72), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     for e_w in range(2):  # tl:15  for e (groups of GROUP channels)
         nisa.tensor_scalar(dst=Wd_diags[:, e_w, 0], data=ident[0:72, 0:72], op0=nl.multiply, operand0=Wd_cols[:, e_w, 0, 1:2])  # tl:15
         nisa.tensor_scalar(dst=Wd_diags[:, e_w, 1], data=ident[0:72, 0:72], op0=nl.multiply, operand0=Wd_cols[:, e_w, 0, 0:1])  # tl:15
         nisa.tensor_scalar(dst=Wd_diags[:, e_w, 2], data=ident[0:72, 0:72], op0=nl.multiply, operand0=Wd_cols[:, e_w, 0, 2:3])  # tl:15
 
-    # ---- main: depthwise B, (image or row block, channel) on the partitions
+    # ---- main: depthwise B (no sum over e), partitions hold (image, e) pairs
     for e_g in range(2):  # tl:14  for e (groups of GROUP channels)
         A_band2 = nl.ndarray((72, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
         nisa.dma_copy(dst=A_band2[:, 0], src=A_zeros[0:72, 0])  # tl:17
         nisa.dma_copy(dst=A_band2[:, 17], src=A_zeros[0:72, 17])  # tl:17
         nisa.dma_copy(dst=A_band2[:, 1:17], src=A[0, e_g * B_GROUP:e_g * B_GROUP + B_GROUP])  # tl:17
         B_band = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+
+        # ---- B rows 0..16, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 2 + GpSimdE 3
         B_acc_a = nl.ndarray((72, 16, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
         nisa.nc_matmul(dst=B_acc_a, stationary=Wd_diags[:, e_g, 0], moving=A_band2[:, 0:16], accumulate=False)  # tl:17
         nisa.nc_matmul(dst=B_acc_a[:, :, 1:16], stationary=Wd_diags[:, e_g, 1], moving=A_band2[:, 0:16, 0:15], accumulate=True)  # tl:17
@@ -115,6 +119,8 @@ def mobilenet_block(X, We, Wd, Wp):
         nisa.tensor_tensor(dst=B_gacc_a, data1=B_gacc_a, data2=B_prod3_a, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
         nisa.activation(dst=B_prod0_a[:, :, 0:15], op=nl.copy, data=A_band2[:, 2:18, 1:16], scale=Wd_cols[:, e_g, 2, 2:3])  # tl:17
         nisa.tensor_tensor(dst=B_gacc_a[:, :, 0:15], data1=B_gacc_a[:, :, 0:15], data2=B_prod0_a[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+
+        # ---- B rows 0..16: the GpSimdE sum added into PSUM, evicted (relu, min(., 6))
         nisa.tensor_tensor(dst=B_acc_a, data1=B_acc_a, data2=B_gacc_a, op=nl.add)  # tl:17
         nisa.tensor_scalar(dst=B_acc_a, data=B_acc_a, op0=nl.minimum, operand0=6.0)  # tl:15
         nisa.activation(dst=B_band, op=nl.relu, data=B_acc_a)  # tl:15

@@ -87,14 +87,14 @@ def test_out_channel_tile_splitting_a_group_is_a_located_error():
     assert "whole groups" in str(e.value) and e.value.span is not None
 
 
-MULTIPLIER = """\
-kernel dwm(X: f32[N, G, H, W], Wt: f32[G * Kg, 3, 3]) -> Y
+SHIFTED = """\
+kernel dwm(X: f32[N, G + 1, H, W], Wt: f32[G * Kg, 3, 3]) -> Y
   default N = 1, G = 8, Kg = 2, H = 10, W = 10
   Y: f32[N, G * Kg, H - 2, W - 2]
   for n in 0..N, g in 0..G, k in 0..Kg, y in 0..H - 2, x in 0..W - 2:
     Y[n, g*Kg + k, y, x] = 0
     for r in 0..3, s in 0..3:
-      Y[n, g*Kg + k, y, x] += X[n, g, y + r, x + s] * Wt[g*Kg + k, r, s]
+      Y[n, g*Kg + k, y, x] += X[n, g + 1, y + r, x + s] * Wt[g*Kg + k, r, s]
 """
 
 WIDE = RESNEXT.format(dt="f32", G=2, Cg=8, Kg=130)
@@ -104,7 +104,7 @@ CK = PADDED.format(dt="f32").replace("Wt: f32[G * Kg, Cg, 3, 3]", "Wt: f32[Cg, G
 
 
 @pytest.mark.parametrize("text, line, words", [
-    (MULTIPLIER, 7, "group variable `g`"),  # a depthwise multiplier: X read at channel g alone
+    (SHIFTED, 7, "group variable `g`"),  # X read at channel g + 1 (a multiplier's X[n, g]: test_grouped_single)
     (WIDE, 6, "more than 128"),
     (CK, 7, "must be indexed Wt[g*Kg + k, c, taps...]"),
 ])

@@ -187,8 +187,8 @@ class DepthwiseBuilder:
         self.BC = min(self.W, self.ox + self.IC) - max(0, self.ox) if self.clip else self.IC
         self.var = conv_loop_vars(op, fresh)
         v = dict(op.vars)
-        self.names = {"c": v.get("k", "c"), "n": v.get("n", "n"), "y": v.get("y", "y")}
-        self.gv, self.nv = fresh(f"{self.names['c']}_g"), fresh(f"{self.names['n']}_t")
+        self.names = {"k": v.get("k", "c"), "n": v.get("n", "n"), "y": v.get("y", "y")}
+        self.gv, self.nv = fresh(f"{self.names['k']}_g"), fresh(f"{self.names['n']}_t")
         lines = dict(op.lines)
         self.L = {role: lines.get(role, op.line) for role in ("n", "k", "y", "update", "relu")}
         self.cn = {"cg": fresh("GROUP"), "k": fresh("IMAGES")}
@@ -215,18 +215,27 @@ class DepthwiseBuilder:
         if self.pe_taps:
             stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
                                   tuple(self.identity()), line))
-        stmts.append(ir.Block(f"{op.w}" + (f" and {op.bias}" if op.bias else "") + ": one fp32 column per tap (and "
-                              "bias) on every slot's partitions, for every channel group; TensorE's diagonal weights",
-                              tuple(self.weights()), line))
+        k = self.names["k"]
+        tensors = op.w + (f" and {op.bias}" if op.bias else "")
+        stmts.append(ir.Block(f"{tensors}: each {k}'s weights as fp32 columns (one per tap) on every "
+                              f"{self.slot_word()}'s partitions", tuple(self.weights()), line))
+        diags = self.diagonals()
+        if diags:
+            stmts.append(ir.Block(f"diag({op.w}[{k}, r, s]) for the taps TensorE runs: the identity scaled per "
+                                  "partition", tuple(diags), line))
         blocks = f", {lay.nb} blocks of {lay.rb} rows per image" if lay.nb > 1 else ""
-        note = f"for {self.names['c']} (groups of {self.cn['cg']} channels{blocks})"
+        note = f"for {k} (groups of {self.cn['cg']} channels{blocks})"
         body = loop(self.gv, self.G, self.group(a(term(self.gv, lay.cg, self.cn["cg"])), lay.cg, "", a(self.gv)),
                     note=note,
                     line=self.L["k"])
         if self.CR:
             body += self.group(a(self.G * lay.cg), self.CR, "_rest", a(self.G))
-        label = f"main: depthwise {op.name}, (image or row block, channel) on the partitions"
+        label = f"main: depthwise {op.name} (no sum over {k}), partitions hold ({self.slot_word()}, {k}) pairs"
         return stmts + [ir.Block(label, tuple(body), line)]
+
+    def slot_word(self) -> str:
+        """What one slot of partitions holds: an image, or a block of output rows of one."""
+        return "row block" if self.lay.nb > 1 else "image"
 
     def identity(self) -> list[Stmt]:
         """I[p, q] = (p == q) without iota: a [128, 129] tile whose column 0 is one, stored to HBM and read back as
@@ -252,7 +261,7 @@ class DepthwiseBuilder:
         if op.bias:
             self.b_all = Buf(self.fresh(f"{op.bias}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups))
             out.append(Alloc(self.b_all, line=line))
-        gw = self.fresh(f"{self.names['c']}_w")
+        gw = self.gw = self.fresh(f"{self.names['k']}_w")
 
         def part(gi: ir.Aff, c0: ir.Aff, cg: int) -> list[Stmt]:
             body: list[Stmt] = []
@@ -264,18 +273,19 @@ class DepthwiseBuilder:
                                     line))
             return body
         out += loop(gw, self.G, part(a(gw), a(term(gw, lay.cg, self.cn["cg"])), lay.cg),
-                    note=f"for {self.names['c']} (groups of {self.cn['cg']} channels)", line=line)
+                    note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)", line=line)
         if self.CR:
             out += part(a(self.G), a(self.G * lay.cg), self.CR)
-        return out + self.diagonals(groups, gw)
+        return out
 
-    def diagonals(self, groups: int, gw: str) -> list[Stmt]:
+    def diagonals(self) -> list[Stmt]:
         """d_all[:, group, i, :] = diag(w[:, tap i]) for TensorE's taps: the identity scaled per partition by the
         weight column (VectorE), every group's before the main loop, off the main loop's engine streams."""
         taps = self.pe_taps_list()
         if not taps:
             return []
-        op, line, lay = self.op, self.line, self.lay
+        op, line, lay, gw = self.op, self.line, self.lay, self.gw
+        groups = self.G + (1 if self.CR else 0)
         parts = min(lay.k, self.N) * lay.nb * lay.cg
         self.d_all = Buf(self.fresh(f"{op.w}_diags"), "sbuf", self.hbm[op.x].dtype, (parts, groups, len(taps), parts))
 
@@ -284,7 +294,7 @@ class DepthwiseBuilder:
                            "multiply", View(self.w_all, (sl(0, p), gi, a(r), sl(s, 1))), line)
                     for i, (r, s) in enumerate(taps)]
         out: list[Stmt] = [Alloc(self.d_all, line=line)]
-        out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['c']} (groups of {self.cn['cg']} channels)",
+        out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)",
                     line=line)
         if self.CR:
             out += part(a(self.G), min(lay.k, self.N) * lay.nb * self.CR)
@@ -405,8 +415,13 @@ class DepthwiseBuilder:
             ctag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == lay.rc else "_end")
             taps, finish = self.chunk(band, parts, y0, rows, ctag)
             dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
-            out += taps + (pending.pop(0) if len(pending) == DEPTH else [])
-            pending.append(finish + self.evict(dst, self.acc_view, bias, ctag))
+            span = f"{op.name} rows {y0}..{y0 + rows}"
+            out += [ir.Block(f"{span}, {self.R * self.S} taps: {self.taps_note(rows)}", tuple(taps), line)]
+            out += pending.pop(0) if len(pending) == DEPTH else []
+            done = "the GpSimdE sum added into PSUM, " if finish else ""
+            epilogue = f" ({self.epilogue_note()})" if self.epilogue_note() else ""
+            pending.append([ir.Block(f"{span}: {done}evicted{epilogue}", tuple(
+                finish + self.evict(dst, self.acc_view, bias, ctag)), line)])
         out += [s for p in pending for s in p]
         for j, (i, b) in enumerate(self.slots(images)):
             valid = min(lay.rb, self.Ho - b * lay.rb)
@@ -415,7 +430,7 @@ class DepthwiseBuilder:
                                      full(self.Wo))), line))
         return out
 
-    # ---- one chunk of output rows: the taps, then the final add -------------------------------------------------------
+    # ---- one chunk of output rows: the taps, then the final add ----------------------------------------------------
 
     def chunk(self, band: Buf, parts: int, y0: int, rows: int, tag: str
               ) -> tuple[list[Stmt], list[Stmt]]:
@@ -476,6 +491,27 @@ class DepthwiseBuilder:
         finish: list[Stmt] = [Binary(accv, accv, gacc, "add", line)] if gacc is not None else []
         return out, finish
 
+    def taps_note(self, rows: int) -> str:
+        """Which engine computes how many of the chunk's taps (a comment for the kernel's reader): a sum's first tap
+        writes it, every other product is added (VectorE into the PSUM sum, GpSimdE into its SBUF sum)."""
+        rt = self.routes(rows)
+        first = ("v" if self.evicts_on_scalar() else "s") if not rt.pe else ""
+        scalar, vector = rt.sv + rt.g + (first == "s"), rt.v + (first == "v")
+        engines = [f"TensorE {rt.pe}"] if rt.pe else []
+        products = [f"ScalarE {scalar}"] if scalar else []
+        products += [f"VectorE {vector}"] if vector else []
+        adds = [f"VectorE {rt.sv + rt.v}"] if rt.sv + rt.v else []
+        adds += [f"GpSimdE {rt.g - 1}"] if rt.g > 1 else []
+        return ", ".join(engines + [f"products {' + '.join(products)}"] * bool(products) +
+                         [f"adds {' + '.join(adds)}"] * bool(adds))
+
+    def epilogue_note(self) -> str:
+        """What the eviction applies to the sum, in the program's terms ("" for a plain copy)."""
+        op = self.op
+        words = ([f"+ {op.bias}"] if op.bias else []) + (["relu"] if op.relu else []) + \
+            ([f"min(., {op.clamp:g})"] if op.clamp is not None else [])
+        return ", ".join(words)
+
     def evicts_on_scalar(self) -> bool:
         """Whether ScalarE writes the output band last (its stores then go on ScalarE's DMA queue)."""
         return not self.narrow() and (self.op.clamp is None or self.op.bias is None)
@@ -492,7 +528,8 @@ class DepthwiseBuilder:
         """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores, in program order."""
         op = self.op
         chain = [nm for nm in (op.name,) + tuple(op.fused) if nm != op.out]
-        return [(nm, self.hbm[nm].dtype) for nm in dict.fromkeys(chain) if nm in self.hbm and self.hbm[nm].dtype != "f32"]
+        return [(nm, self.hbm[nm].dtype) for nm in dict.fromkeys(chain)
+                if nm in self.hbm and self.hbm[nm].dtype != "f32"]
 
     def evict(self, dst: View, acc: View, bias: View | None, tag: str) -> list[Stmt]:
         """PSUM -> the output band: bias and relu on ScalarE, relu6's upper clamp on VectorE; f16/bf16 tensors the
@@ -518,10 +555,9 @@ class DepthwiseBuilder:
         return out + [ir.Copy(dst, src, line)]
 
 
-def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Callable[[str], str]
-                    ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
-    """The default kernel of a depthwise conv (None: not a case for it, or no layout fits the target's SBUF and
-    PSUM next to the rest of the kernel; the general path then builds it from the plan)."""
+def choose(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[Layout, bool] | None:
+    """(the layout, whether TensorE takes taps) of the default kernel: the best-ranked layout whose dry build fits
+    the SBUF and PSUM budgets (None: not a case for it, or no layout fits; the general path then follows the plan)."""
     if not fast_path(op, plan, hbm):
         return None
     from tilec.compiler import passes  # late: passes imports the builders' modules
@@ -536,10 +572,55 @@ def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Call
                 continue  # every group's diagonal weights stay resident in SBUF
             sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()))
             if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
-                b = DepthwiseBuilder(op, hbm, fresh, lay, pe)
-                stmts = b.build()
-                return b.consts(), stmts
+                return lay, pe
     return None
+
+
+def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Callable[[str], str]
+                    ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
+    """The default kernel of a depthwise conv (None: the general path builds it from the plan, see `choose`)."""
+    chosen = choose(op, plan, hbm)
+    if chosen is None:
+        return None
+    b = DepthwiseBuilder(op, hbm, fresh, *chosen)
+    stmts = b.build()
+    return b.consts(), stmts
+
+
+def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
+    """The plan the default kernel uses, for `tilec explain` (no lines: the op takes the general path)."""
+    chosen = choose(op, plan, hbm)
+    if chosen is None:
+        return []
+    lay, pe = chosen
+    b = DepthwiseBuilder(op, hbm, lambda name: name, lay, pe)
+    k = b.names["k"]
+    images = min(lay.k, b.N)
+    parts = images * lay.nb * lay.cg
+    rest = f" + a last group of {b.CR}" if b.CR else ""
+    last = f" + a last tile of {plural(b.NR, 'image')}" if b.NR else ""
+    blocks = f" x {lay.nb} row blocks of {lay.rb} output rows" if lay.nb > 1 else ""
+    chunks = sorted({min(lay.rc, lay.rb - y0) for y0 in range(0, lay.rb, lay.rc)}, reverse=True)
+    out = [f"# {op.name}: the depthwise kernel (build_depthwise), its plan:",
+           f"#   partitions: ({'image' if lay.nb == 1 else 'row block'}, {k}) pairs, {parts} of {PMAX}: "
+           f"{lay.cg} {k} channels per group x {plural(images, 'image')} per tile{blocks}",
+           f"#   loops: {plural(b.G, 'group')}{rest} x {plural(b.NT, 'tile')} of {plural(lay.k, 'image')}{last}; "
+           "one load and one store DMA per slot"
+           + ("; halo rows copied from a zero tile" if b.has_halo() else "")
+           + ("; taps skip the column halo" if b.clip else ""),
+           f"#   PSUM chunks of {lay.rc} output rows ({lay.rc * b.Wo} fp32 per partition), pipelined {DEPTH} deep"]
+    for rows in chunks:
+        out.append(f"#   taps of a {rows}-row chunk ({b.R * b.S}): {b.taps_note(rows)}")
+    if pe:
+        out.append(f"#   TensorE's taps: diag({op.w}[{k}, r, s]) matrices built once per group before the main loop")
+    out.append(f"#   eviction from PSUM: {b.epilogue_note() or 'a copy'}, into the output band")
+    out.append(f"#   the directives below are the general path's: a schedule that changes {op.name}'s plan takes that "
+               "path")
+    return out
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 # ---- the general path (any schedule): channels on partitions as the plan tiles them -------------------------------

@@ -8,7 +8,7 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable
 
-from tilec.compiler import ir, passes
+from tilec.compiler import build_depthwise, ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
@@ -75,7 +75,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     # schedule: the default plan per op, then every directive folded in (tile, split, reorder, partition,
     # compute_at/place, hoist, buffers, unroll, method), each checked for legality
     plans = apply_schedule(ops, tuple(directives), dtypes, tgt)
-    stages["schedule"] = print_plans(ops, plans)
+    stages["schedule"] = _depthwise_plans(program, ops, plans, print_plans(ops, plans))
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
     unfused = tuple(op.name for op, plan in zip(ops, plans) if isinstance(op, ConvOp) and op.pool and
                     isinstance(plan, ConvPlan) and not plan.fused)
@@ -111,6 +111,20 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(map(tuple, chains)), unfused)
+
+
+def _depthwise_plans(program, ops: tuple, plans: tuple, printed: str) -> str:
+    """The printed plans, with the plan line of each depthwise conv that the default depthwise kernel builds replaced
+    by the plan that kernel uses (build_depthwise.describe); its directives stay (they select that kernel)."""
+    hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+    lines = printed.splitlines()
+    for op, plan in zip(ops, plans):
+        if isinstance(op, ConvOp) and isinstance(plan, ConvPlan) and op.w_layout == "dw":
+            described = build_depthwise.describe(op, plan, hbm)
+            at = next((i for i, line in enumerate(lines) if line.startswith(f"# {op.name}: ")), None)
+            if described and at is not None:
+                lines[at:at + 1] = described + [f"#   (the general path's plan: {lines[at][len(op.name) + 4:]})"]
+    return "\n".join(lines) + "\n"
 
 
 def _check_capacity(kernel: ir.Kernel, target: Target, program) -> None:

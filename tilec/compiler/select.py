@@ -36,7 +36,8 @@ from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceO
 from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
 from tilec.compiler.select_permute import MAX_RANK, plan
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
-from tilec.compiler.select_conv import fold_operand_relu, fuse_epilogues, grouped_conv, select_conv, ungroup
+from tilec.compiler.select_conv import (fold_operand_relu, fuse_epilogues, grouped_conv, select_conv, ungroup,
+                                         ungroup_single)
 from tilec.compiler.select_pool import fuse_pool_divide, select_pool
 from tilec.compiler.select_reduce import is_row_reduction, select_reduce
 from tilec.errors import TilecError
@@ -62,6 +63,8 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
             e = next(e for e in comp.out_index if not isinstance(e, sx.Name))
             raise reject(comp, f"the compiler needs each index of {comp.target} to be a plain loop variable (a "
                                "shifted index is compiled in a copy only, `Y[C1 + c] = B[c]`)", e.span)
+        elif comp.red_op is not None:  # a grouped convolution with one output channel per group (Kg = 1)?
+            comp, groups = ungroup_single(comp, program)
         if comp.red_op is None and not is_copy(comp, program):
             comp = fuse_chain(comps, i, program, consumed)
         op = _select_one(comp, program) if groups == 1 else grouped_conv(comp, groups, program)

@@ -140,6 +140,8 @@ def ungroup(comp: Comp, program) -> tuple[Comp, int]:
     g = next(v for v in coefs if v != k)
     kg, G = coefs[g], comp.extent(g)
     found: dict[str, int] = {}  # the input-channel variable c -> Cg
+    # a depthwise multiplier reads input channel g itself (Cg = 1): a summed variable of extent 1 stands for c
+    one = next(v for v in ("c", "c1", "c_in", "c_one") if v not in names)
 
     def index(e: sx.Expr) -> sx.Expr:
         cf, const = affine_index(e, names, program.sizes)
@@ -147,6 +149,9 @@ def ungroup(comp: Comp, program) -> tuple[Comp, int]:
             return e
         if (cf, const) == ({g: kg, k: 1}, 0):
             return sx.Name(k, e.span)
+        if (cf, const) == ({g: 1}, 0) and found.get(one, 1) == 1 and kg > 1:
+            found[one] = 1
+            return sx.Name(one, e.span)
         c = next((v for v, n in cf.items() if v != g and n == 1 and v in comp.red_vars), None)
         if const == 0 and len(cf) == 2 and c is not None and cf[g] == comp.extent(c) \
                 and found.get(c, cf[g]) == cf[g]:
@@ -161,16 +166,76 @@ def ungroup(comp: Comp, program) -> tuple[Comp, int]:
         raise reject(comp, f"no operand is read at an input channel `{g}*Cg + c` (c summed): not a grouped "
                            "convolution", update.span, hint)
     (c, cg), = found.items()
+    if c == one:  # W[g*Kg + k, taps...] is W[k, c, taps...] with c in 0..1: its channel index is inserted
+        new_update = _multiplier_weights(new_update, k, one, update.span)
     if _shape(comp.target, program)[pos[0]] != G * kg:
         raise reject(comp, f"`{fmt_expr(comp.out_index[pos[0]])}` writes {G * kg} channels of {comp.target}, not "
                            "all of them", comp.out_index[pos[0]].span, hint)
     ext = {k: G * kg, c: G * cg}
     stops = dict(comp.stops)
+    extents, red_vars, stop_list = comp.extents, comp.red_vars, comp.stops
+    if c == one:
+        extents, red_vars, stop_list = extents + ((one, 1),), red_vars + (one,), stop_list + ((one, "1"),)
     return replace(comp, out_index=(), update=new_update, init=init,
-                   extents=tuple((v, ext.get(v, n)) for v, n in comp.extents if v != g),
-                   red_vars=tuple(v for v in comp.red_vars if v != g),
+                   extents=tuple((v, ext.get(v, n)) for v, n in extents if v != g),
+                   red_vars=tuple(v for v in red_vars if v != g),
                    stops=tuple((v, f"{stops.get(g, G)}*{stops.get(v, n)}" if v in ext else s)
-                               for v, s in comp.stops if v != g for n in [comp.extent(v)])), G
+                               for v, s in stop_list if v != g for n in [dict(extents)[v]])), G
+
+
+def _multiplier_weights(update: sx.Expr, k: str, c: str, span) -> sx.Expr:
+    """The product with its weights' read `W[k, taps...]` (the read without the input channel c) as `W[k, c,
+    taps...]`: the block-diagonal builder views W as [G*Kg, 1, taps...] (the same elements)."""
+    def widen(e: sx.Expr) -> sx.Expr:
+        first = e.indices[0] if isinstance(e, sx.Access) and e.indices else None
+        if isinstance(e, sx.Access) and isinstance(first, sx.Name) and first.id == k \
+                and not any(isinstance(i, sx.Name) and i.id == c for i in e.indices):
+            return replace(e, indices=(e.indices[0], sx.Name(c, span)) + tuple(e.indices[1:]))
+        if isinstance(e, sx.Call):
+            return replace(e, args=tuple(widen(x) for x in e.args))
+        return e
+    assert isinstance(update, sx.BinOp)
+    return replace(update, lhs=widen(update.lhs), rhs=widen(update.rhs))
+
+
+def ungroup_single(comp: Comp, program) -> tuple[Comp, int]:
+    """A grouped convolution whose groups have one output channel, `Y[n, g, ..] += X[n, g*Cg + c, ..] * W[g, c, ..]`
+    (Kg = 1, so the output index is the plain group variable g): as `ungroup`, one contraction of all G*Cg input
+    channels into the G output channels, g in the role of k and `g*Cg + c` read as c. Returns (the comp, G); (comp,
+    1) unchanged when no read has such an index."""
+    update = comp.update
+    if comp.red_op != "+=" or not (isinstance(update, sx.BinOp) and update.op == "*"
+                                   and len(accesses(update)) == 2):
+        return comp, 1
+    names = {v for v, _ in comp.extents}
+    merged: set[tuple[str, str]] = set()  # (g, c) of every read index g*Cg + c
+    for acc in accesses(update):
+        for e in acc.indices:
+            if isinstance(e, sx.Name):
+                continue
+            try:
+                cf, const = affine_index(e, names, program.sizes)
+            except TilecError:
+                return comp, 1
+            gs = [v for v in cf if v in comp.out_vars]
+            cs = [v for v in cf if v in comp.red_vars]
+            if const == 0 and len(cf) == 2 and len(gs) == 1 and len(cs) == 1 and cf[cs[0]] == 1 \
+                    and cf[gs[0]] == comp.extent(cs[0]) > 1:
+                merged.add((gs[0], cs[0]))
+    if len(merged) != 1:
+        return comp, 1
+    (g, c), = merged
+    cg, G = comp.extent(c), comp.extent(g)
+
+    def index(e: sx.Expr) -> sx.Expr:
+        if isinstance(e, sx.Name):
+            return e
+        cf, const = affine_index(e, names, program.sizes)
+        return sx.Name(c, e.span) if (cf, const) == ({g: cg, c: 1}, 0) else e
+    stops = dict(comp.stops)
+    return replace(comp, update=_map_indices(update, index),
+                   extents=tuple((v, G * cg if v == c else n) for v, n in comp.extents),
+                   stops=tuple((v, f"{stops.get(g, G)}*{s}" if v == c else s) for v, s in comp.stops)), G
 
 
 def _shape(tensor: str, program) -> list[int]:
@@ -204,8 +269,11 @@ def grouped_conv(comp: Comp, groups: int, program) -> ConvOp:
     if _shape(op.x, program)[1 if "n" in dict(op.vars) else 0] != op.dim("C"):
         raise reject(comp, f"the groups read {op.dim('C')} channels of {op.x}, not all of them", x_acc.span,
                      f"declare {op.x} with G*Cg = {op.dim('C')} channels")
-    if _shape(op.w, program)[1] != cg:
-        raise reject(comp, f"{op.w}'s dimension 1 has {_shape(op.w, program)[1]} elements, one group has {cg} "
+    w_dims = _shape(op.w, program)
+    if len(w_dims) == len(w_acc.indices) - 1:  # a depthwise multiplier's W[g*Kg + k, taps...] (see ungroup)
+        w_dims = w_dims[:1] + [1] + w_dims[1:]
+    if w_dims[1] != cg:
+        raise reject(comp, f"{op.w}'s dimension 1 has {w_dims[1]} elements, one group has {cg} "
                            "input channels",
                      w_acc.span)
     if kg > PMAX:  # a group's output channels on one partition tile (the builder's block-diagonal stationary)

@@ -1,0 +1,73 @@
+"""Grouped convolutions whose groups have one output channel (Kg = 1: `Y[n, g, ..] += X[n, g*Cg + c, ..] * W[g, c,
+..]`) or one input channel (Cg = 1, a depthwise multiplier: `Y[n, g*Kg + k, ..] += X[n, g, ..] * W[g*Kg + k, ..]`):
+selection maps both onto the grouped convolution's single contraction (select_conv.ungroup_single, ungroup), the
+builder's block-diagonal stationary does the rest. Checked against NumPy (test_conv_grouped.grouped_ref: np.pad, a
+reshape to groups, one einsum per tap) on the NKI interpreter for f32, f16 and bf16, at sizes of several channel
+tiles (more than 128 groups or output channels), with padding, bias, relu and two images."""
+from __future__ import annotations
+
+import pytest
+
+from compiler_helpers import assert_matches
+from test_conv_grouped import grouped_ref
+from test_conv_padded import rounded, run
+
+ONE_OUTPUT = """\
+kernel kg1(X: {dt}[N, G * Cg, H, W], Wg: {dt}[G, Cg, 3, 3], b: {dt}[G]) -> Y
+  default N = 2, G = 150, Cg = 4, H = 12, W = 10
+  Y: {dt}[N, G, H, W]
+  for n in 0..N, g in 0..G, y in 0..H, x in 0..W:
+    Y[n, g, y, x] = b[g]
+    for c in 0..Cg, r in 0..3, s in 0..3:
+      Y[n, g, y, x] += (X[n, g*Cg + c, y + r - 1, x + s - 1] ?? 0) * Wg[g, c, r, s]
+"""
+
+MULTIPLIER = """\
+kernel dwm(X: {dt}[N, G, H, W], Wm: {dt}[G * Kg, 3, 3], b: {dt}[G * Kg]) -> Y
+  default N = 2, G = {G}, Kg = {Kg}, H = 12, W = 10
+  Y: {dt}[N, G * Kg, H, W]
+  for n in 0..N, g in 0..G, k in 0..Kg, y in 0..H, x in 0..W:
+    Y[n, g*Kg + k, y, x] = b[g*Kg + k]
+    for r in 0..3, s in 0..3:
+      Y[n, g*Kg + k, y, x] += (X[n, g, y + r - 1, x + s - 1] ?? 0) * Wm[g*Kg + k, r, s]
+"""
+
+RELU = """\
+kernel kg1r(X: {dt}[N, G * Cg, H, W], Wg: {dt}[G, Cg, 3, 3]) -> Y
+  default N = 1, G = 40, Cg = 8, H = 14, W = 9
+  T: {dt}[N, G, H - 2, W - 2]
+  Y: {dt}[N, G, H - 2, W - 2]
+  for n in 0..N, g in 0..G, y in 0..H - 2, x in 0..W - 2:
+    T[n, g, y, x] = 0
+    for c in 0..Cg, r in 0..3, s in 0..3:
+      T[n, g, y, x] += X[n, g*Cg + c, y + r, x + s] * Wg[g, c, r, s]
+  for n in 0..N, g in 0..G, y in 0..H - 2, x in 0..W - 2:
+    Y[n, g, y, x] = relu(T[n, g, y, x])
+"""
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_one_output_channel_per_group(dt):
+    """150 groups of 4 input channels: 600 input channels (5 tiles), 150 outputs (2 tiles)."""
+    prog, c, inputs, out = run(ONE_OUTPUT.format(dt=dt))
+    assert "groups of the tile" in c.source  # each group's row of Wg placed on the block diagonal
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], x["Wg"], 150, pad=1, bias=x["b"]))
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("G,Kg", [(70, 2), (30, 6)])
+def test_depthwise_multiplier(dt, G, Kg):
+    """Each input channel feeds Kg output channels: 140 (two tiles of 70) or 180 (tiles of whole groups)."""
+    prog, c, inputs, out = run(MULTIPLIER.format(dt=dt, G=G, Kg=Kg))
+    assert "groups of the tile" in c.source
+    x = rounded(inputs, dt)
+    w = x["Wm"].reshape(G * Kg, 1, 3, 3)
+    assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], w, G, pad=1, bias=x["b"]))
+
+
+def test_one_output_channel_per_group_with_relu_and_a_schedule():
+    prog, c, inputs, out = run(RELU.format(dt="f32"), "split Y.y, 4\n")
+    x = rounded(inputs, "f32")
+    want = grouped_ref(x["X"], x["Wg"], 40)
+    assert_matches(prog, "Y", out["Y"], want * (want > 0))
