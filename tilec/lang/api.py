@@ -168,7 +168,7 @@ def bind_inputs(program: Program, inputs: dict[str, np.ndarray]) -> Program:
     origin: dict[str, str] = {}
     for p in program.kernel.params:
         if p.name not in inputs:
-            raise TilecError(f"missing input `{p.name}`", p.span, f"pass an array for every parameter")
+            raise TilecError(f"missing input `{p.name}`", p.span, "pass an array for every parameter")
         _check_real(p, inputs[p.name])
         _bind_param(p, np.shape(inputs[p.name]), program.defines, bound, origin)
     result = _resolve(program.kernel, program.path, program.source, program.facts, program.pending,
