@@ -4,6 +4,10 @@ The source is seen as [R, F] (kept indices flattened onto rows, reduced ones ont
 as [R, 1]. Per partition tile of TILE_P rows: one fp32 (TILE_P, 1) accumulator column; per free tile of TILE_F
 elements: load, tensor_reduce on VectorE into a (TILE_P, 1) column, combine it into the accumulator (tensor_tensor);
 then the constant factor and the initial value once, a cast to the output dtype, one store.
+
+A reduction of one tensor into an fp32 output from its identity, a whole row in one free tile, is scheduled by
+rules.reduce on level A instead (the same kernel); this builder keeps several free tiles, scales, other initial
+values, reduced expressions, narrower outputs and short rows.
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def _suffix(extents: list[int]) -> list[int]:
 
 def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple[str, ...] = (),
             lines: tuple[int, ...] = (), views: tuple[tuple[str, str], ...] = (), span: Span | None = None,
-            groups: tuple[tuple[str, ...], ...] = ()) -> Kernel:
+            groups: tuple[tuple[str, ...], ...] = (), view_line: int = 0) -> Kernel:
     """The perfect nest at loop `at` iterated by `loops` (name, extent), outermost first, over the same elements in
     the same order; every buffer it accesses is seen through an HBM view `BUF_v` (golden: layout/reshape.txt):
 
@@ -62,14 +62,15 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
     comments and .tl lines (default: the line of the loop each starts in); `views` names the views (buffer, view;
     default BUF_v, or BUF_v2.. when that name is taken). `groups` says which old loops each new loop iterates
     (consecutive, outermost first; loops of extent 1 may be left out): with loops of extent 1 the extents alone
-    can leave that open (`[200, 1, 1]` -> `[200, 1]`: which unit loop remains?)."""
+    can leave that open (`[200, 1, 1]` -> `[200, 1]`: which unit loop remains?). `view_line`: the .tl line of
+    the views (default the first statement's)."""
     chain = perfect_chain(find_loop(k, at, span))
     old = [lp.extent for lp in chain]
     new = [n for _, n in loops]
     if math.prod(old) != math.prod(new):
         raise _fail(f"reshape {at}: {' x '.join(map(str, new))} iterations are not the nest's "
                     f"{' x '.join(map(str, old))}", span, "keep the product of the extents")
-    body = tuple(s for s in chain[-1].body if isinstance(s, Assign))
+    body = tuple(s for s in chain[-1].body if isinstance(s, (Assign, Update)))  # an update: a reduction nest
     if len(body) != len(chain[-1].body):
         raise _fail(f"reshape {at}: the nest holds more than assignments", span, "reshape an element-wise nest")
     bufs = k.buffers()
@@ -83,7 +84,7 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
         note = notes[j] if j < len(notes) else ""
         line = lines[j] if j < len(lines) else chain[_source(old, new, j)].line
         new_body = (Loop(names[j], new[j], new_body, "serial", line, note),)
-    allocs = tuple(Alloc(Buffer(called[b], "hbm", bufs[b].dtype, shape, view_of=b), body[0].line)
+    allocs = tuple(Alloc(Buffer(called[b], "hbm", bufs[b].dtype, shape, view_of=b), view_line or body[0].line)
                    for b, (shape, _) in shapes.items())
     top = next(i for i, s in enumerate(k.body) if s is chain[0] or any(x is chain[0] for x in walk((s,))))
     k = _with_loop(k, chain[0], lambda _: new_body[0])
@@ -206,7 +207,8 @@ def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer]
     return runs or [(0, 0)]
 
 
-def _rewrite(s: Assign, views: dict[str, View], called: dict[str, str], names: list[str]) -> Assign:
+def _rewrite(s: Assign | Update, views: dict[str, View], called: dict[str, str], names: list[str]
+             ) -> Assign | Update:
     def access(a: Access) -> Access:
         _, loops = views[a.buf]
         return Access(called[a.buf], tuple(Aff() if j is None else Aff((Term(names[j]),)) for j in loops))
@@ -217,10 +219,11 @@ def _rewrite(s: Assign, views: dict[str, View], called: dict[str, str], names: l
 
 
 def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
-              span: Span | None = None, name: str = "") -> Kernel:
+              span: Span | None = None, name: str = "", line: int = 0) -> Kernel:
     """TVM's cache_write: inside loop `at`, the statements write the region of `buf` they cover into a new on-chip
     buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop does not read
-    `buf` (it would see the old values) and the region fits the target."""
+    `buf` (it would see the old values) and the region fits the target. `line`: the .tl line of the store (default
+    the first write's; a reduction's store is tagged with its initial value's statement)."""
     t = get_target(target)
     loop = find_loop(k, at, span)
     writes = [s.dst for s in _stores(loop.body) if s.dst.buf == buf]
@@ -233,10 +236,10 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     source = k.buffers()[buf]
     _check_fits(box.shape, source.dtype, t, f"stage_out {buf} at {at}", span)
     staged = Buffer(name or f"{buf}_{memory}", memory, source.dtype, box.shape)
-    line = next(s.line for s in _stores(loop.body) if s.dst.buf == buf)
-    back = copy_nest(staged.name, buf, box, line, into=False)
+    first = next(s.line for s in _stores(loop.body) if s.dst.buf == buf)
+    back = copy_nest(staged.name, buf, box, line or first, into=False)
     body = relocate(loop.body, buf, staged.name, box, reads=False, writes=True)
-    return _with_loop(k, loop, lambda s: replace(s, body=(Alloc(staged, line),) + body + (back,)))
+    return _with_loop(k, loop, lambda s: replace(s, body=(Alloc(staged, first),) + body + (back,)))
 
 
 # ---- broadcast -----------------------------------------------------------------------------------------------------

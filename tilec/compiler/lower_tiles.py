@@ -20,11 +20,12 @@ from tilec.compiler.build_util import loop, ones_row
 from tilec.compiler.ir import Aff, Sl, View
 from tilec.compiler.layout import perfect_chain
 from tilec.compiler.lower import size_value
-from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Kernel, Load, Loop, Stmt, lower_expr, lower_stmt, walk
+from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Const, Kernel, Load, Loop, Stmt, Update, lower_expr,
+                                 lower_stmt, walk)
 from tilec.lang import syntax as sx
-from tilec.compiler.ops import EltwiseOp, TransposeOp
+from tilec.compiler.ops import EltwiseOp, ReduceOp, TransposeOp
 from tilec.compiler.rules import Prim
-from tilec.compiler.tensorize import Emit, emit
+from tilec.compiler.tensorize import Emit, emit, emit_update
 from tilec.target import Target
 
 Built = tuple[list[tuple[str, int]], list[ir.Stmt]]
@@ -43,6 +44,39 @@ def eltwise_nest(op: EltwiseOp, program) -> Kernel:
         body = Loop(v, size_value(n, program.sizes) if not isinstance(n, int) else n, (body,), "serial",
                     dict(op.loop_lines).get(v, op.line))
     return Kernel(op.name, tuple(bufs[n] for n in reads), (bufs[op.out],), (body,))
+
+
+_UPDATE = {"add": "+=", "maximum": "max=", "minimum": "min="}
+
+
+def reduce_nest(op: ReduceOp, program) -> Kernel | None:
+    """The level-A nest of a row reduction of one tensor, `s[i] += A[i, j]` over the .tl loops (kept, then reduced),
+    after its initial value, the op's identity (rules.reduce folds it into the reduce); None when the op
+    reads an expression, starts from another value, scales, or its tensors are not indexed by the loops plainly
+    (build_reduce keeps those)."""
+    if op.expr is not None or op.scale != 1.0 or isinstance(op.init, str) or op.init != _IDENTITY[op.op]:
+        return None
+    kept = [v for role, v in op.vars if role.startswith("k")]
+    red = [v for role, v in op.vars if role.startswith("r")]
+    src, out = program.tensors[op.src], program.tensors[op.out]
+    if len(src.shape) != len(kept) + len(red) or len(out.shape) != len(kept) or not kept:
+        return None
+    ext = [size_value(n, program.sizes) if not isinstance(n, int) else n for n in src.shape]
+    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, tuple(ext[:len(kept)] if n == op.out else ext))
+            for n in (op.src, op.out)}
+    idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
+    lines = dict(op.loop_lines)
+
+    def nest(stmt: Stmt, loops: list[str]) -> Stmt:
+        for v, n in reversed(list(zip(loops, ext))):
+            stmt = Loop(v, n, (stmt,), "serial", lines.get(v, op.line))
+        return stmt
+    init = nest(Assign(Access(op.out, idx(kept)), Const(_IDENTITY[op.op]), op.line), kept)
+    update = Update(Access(op.out, idx(kept)), _UPDATE[op.op], Load(Access(op.src, idx(kept + red))), op.update_line)
+    return Kernel(op.name, (bufs[op.src],), (bufs[op.out],), (init, nest(update, kept + red)))
+
+
+_IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
 
 def copy_nest(op: EltwiseOp, program, between: dict[str, Buffer] | None = None) -> Kernel:
@@ -157,9 +191,12 @@ class _Lowering:
     def instructions(self, s: Loop) -> list[ir.Stmt]:
         chain = perfect_chain(s)
         body = chain[-1].body
-        assert len(body) == 1 and isinstance(body[0], Assign), f"tensorize: not one assignment under {s.var}"
+        assert len(body) == 1 and isinstance(body[0], (Assign, Update)), \
+            f"tensorize: not one assignment or update under {s.var}"
         nest = {lp.var: lp.extent for lp in chain}
         e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory)
+        if isinstance(body[0], Update):
+            return emit_update(body[0], nest, self.target, e)
         how = self.tensorize.get(s.var, {})
         return emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")),
                     psum=str(how.get("psum", "")), engine=str(how.get("engine", "")),
@@ -193,8 +230,9 @@ class _Lowering:
         if len(stmts) < 4 or not all(isinstance(x, Alloc) for x in stmts[0::2]):
             return False
         copy, fill = stmts[1], stmts[3]
-        if not (isinstance(copy, Loop) and isinstance(fill, Loop)):
-            return False
+        if not (isinstance(copy, Loop) and isinstance(fill, Loop)) or \
+                not all(isinstance(x, Assign) for x in walk((copy, fill)) if isinstance(x, (Assign, Update))):
+            return False  # (an update: a reduction, not a broadcast)
         c, f = _assign(copy), _assign(fill)
         row = stmts[0].buf.name  # type: ignore[union-attr]
         broadcast = fill.kind == "partition" and isinstance(f.expr, Load) and \

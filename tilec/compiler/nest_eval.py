@@ -6,7 +6,10 @@ every buffer its body writes is accessed in that body through one and the same i
 touches its own elements: the body can be distributed and each statement vectorised). Otherwise the loop runs one
 iteration at a time. A padded read (`Access.fill`) gives its fill where an index falls outside the buffer.
 Arithmetic is float32; an Assign rounds to its buffer's dtype; an Update accumulates in float32 (as PSUM does) and
-the buffer is rounded to its dtype when the kernel ends, as the reference evaluator does.
+the buffer is rounded to its dtype when the kernel ends, as the reference evaluator does. A buffer first written
+by an update starts at that update's identity (0 for +=, -inf for max=, inf for min=): a reduction whose initial
+value is its identity may leave the initial value out (primitives.fold_init; the reduce instruction writes its first
+result), and an accumulator it fills is read only after it.
 """
 from __future__ import annotations
 
@@ -26,18 +29,36 @@ _REDUCE = {"+=": np.add, "max=": np.maximum, "min=": np.minimum}
 def evaluate_nest(k: Kernel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     bufs = k.buffers()
     mem = {name: np.zeros(b.shape, F32) for name, b in bufs.items()}
+    first = _first_writes(k.body)
+    for name, op in first.items():
+        if op in _IDENTITY:
+            mem[bufs[name].view_of or name].fill(_IDENTITY[op])
     for b in k.params:
         mem[b.name] = round_to(b.dtype, np.asarray(inputs[b.name], F32)).reshape(b.shape).copy()
     for b in bufs.values():  # a view shares its base's storage: writes through it land in the base
         if b.view_of:
             mem[b.name] = mem[b.view_of].reshape(b.shape)
-    _Run(mem, {n: b.dtype for n, b in bufs.items()}).body(k.body, ())
+    _Run(mem, {n: b.dtype for n, b in bufs.items()}, first).body(k.body, ())
     return {b.name: round_to(b.dtype, mem[b.name]) for b in k.outputs}
 
 
+_IDENTITY = {"+=": 0.0, "max=": -np.inf, "min=": np.inf}
+
+
+def _first_writes(body: tuple[Stmt, ...]) -> dict[str, str]:
+    """Buffer -> how the nest first writes it: "=" or the update's operator."""
+    out: dict[str, str] = {}
+    for s in walk(body):
+        if isinstance(s, Assign):
+            out.setdefault(s.dst.buf, "=")
+        elif isinstance(s, Update):
+            out.setdefault(s.dst.buf, s.op)
+    return out
+
+
 class _Run:
-    def __init__(self, mem: dict[str, np.ndarray], dtypes: dict[str, str]) -> None:
-        self.mem, self.dtypes = mem, dtypes
+    def __init__(self, mem: dict[str, np.ndarray], dtypes: dict[str, str], first: dict[str, str]) -> None:
+        self.mem, self.dtypes, self.first = mem, dtypes, first
         self.scalars: dict[str, int] = {}  # loops run one iteration at a time
 
     def body(self, stmts: tuple[Stmt, ...], axes: tuple[tuple[str, int], ...]) -> None:
@@ -46,6 +67,8 @@ class _Run:
                 self.loop(s, axes)
             elif isinstance(s, (Assign, Update)):
                 self.store(s, axes)
+            elif isinstance(s, Alloc) and not s.buf.view_of:  # a fresh buffer (each iteration of its loop)
+                self.mem[s.buf.name].fill(_IDENTITY.get(self.first.get(s.buf.name, "="), 0.0))
 
     def loop(self, s: Loop, axes: tuple[tuple[str, int], ...]) -> None:
         if _independent(s.body):
@@ -126,7 +149,10 @@ def _accesses(s: Stmt) -> list[Access]:
 
 
 def _independent(body: tuple[Stmt, ...]) -> bool:
-    """Every buffer written in the body is accessed there through one index tuple only."""
+    """Every buffer written in the body is accessed there through one index tuple only, and the body allocates
+    nothing (an allocation is each iteration's own: run one iteration at a time, it starts afresh each time)."""
+    if any(isinstance(s, Alloc) for s in walk(body)):
+        return False
     stmts = [s for s in walk(body) if not isinstance(s, (Loop, Alloc))]
     written = {s.dst.buf for s in stmts}
     seen: dict[str, Access] = {}

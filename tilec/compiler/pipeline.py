@@ -12,8 +12,9 @@ from tilec.compiler import build_depthwise, ir, passes
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
-from tilec.compiler.lower_tiles import copy_nest, eltwise_nest, lower_tiles, permute_between, transpose_nest
-from tilec.compiler.build_reduce import build_reduce
+from tilec.compiler.lower_tiles import (copy_nest, eltwise_nest, lower_tiles, permute_between, reduce_nest,
+                                       transpose_nest)
+from tilec.compiler.build_reduce import build_reduce, short_rows
 from tilec.compiler.build_colreduce import build_column_reduce
 from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
@@ -217,7 +218,9 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         builders: dict[type, Callable[..., tuple]] = {
             ConvOp: build_conv, PoolOp: build_pool, TransposeOp: _scheduled(program, target),
             EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}
-        if isinstance(op, TransposeOp) and op.steps:  # each step names its buffers apart (a view per step)
+        if type(op) is ReduceOp and reduce_rule(op, plan, program, target) is not None:
+            built = _scheduled(program, target)(op, plan, hbm, _fresh(names, op))
+        elif isinstance(op, TransposeOp) and op.steps:  # each step names its buffers apart (a view per step)
             built = _build_steps(op, plan, program, target, hbm, lambda k, op=op: _fresh(names, op, k))
         else:
             built = builders[type(op)](op, plan, hbm, _fresh(names, op))
@@ -275,9 +278,23 @@ def step_nests(op: TransposeOp, plan, program, target: Target) -> list[tuple[Nes
     return out
 
 
+def reduce_rule(op: ReduceOp, plan, program, target: Target) -> tuple[Nest, list] | None:
+    """A row reduction's nest and the reduce rule's primitives, when the rule covers it (rules.reduce); short rows
+    (several per partition) stay with build_reduce."""
+    nest = reduce_nest(op, program)
+    if nest is None or short_rows([op], plan) is not None:
+        return None
+    prims = rules.reduce(nest, target, plan)
+    return None if prims is None else (nest, prims)
+
+
 def scheduled_nest(op, plan, program, target: Target) -> tuple[Nest, list]:
     """An op's level-A nest and the primitives its rule writes for `plan` (of a permute of several steps: its
     first step's; step_nests gives them all)."""
+    if type(op) is ReduceOp:
+        found = reduce_rule(op, plan, program, target)
+        assert found is not None, f"no rule applies to {op.name}"
+        return found
     if isinstance(op, TransposeOp) and op.steps:
         return step_nests(op, plan, program, target)[0]
     if isinstance(op, TransposeOp):
@@ -311,6 +328,9 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
             head = f"# {op.name} (line {op.line}): rules.copy writes its schedule as" if rule == "copy" else \
                 f"# {op.name}: rules.{rule} expands its plan into"  # a copy has no plan (no parameters)
             out += [head] + [f"#   {p}" for p in prims]
+        elif type(op) is ReduceOp and op.name not in in_chain and reduce_rule(op, plan, program, target):
+            out += [f"# {op.name}: rules.reduce expands its plan into"]
+            out += [f"#   {p}" for p in scheduled_nest(op, plan, program, target)[1]]
         elif isinstance(op, PoolOp):  # (a pool fused into a conv is part of its ConvOp, not an op here)
             out += [f"# {op.name}: rules_pool.pool expands its plan into"]
             out += [f"#   {p}" for p in pool_prims(op.windowed(), plan)]

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tilec.compiler.ir import Aff, Term
-from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Expr, Index, Kernel, Load, Loop, Op, Stmt, Update,
-                                 fmt_access, loads, map_loads, walk)
+from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Const, Expr, Index, Kernel, Load, Loop, Op, Stmt,
+                                 Update, fmt_access, loads, map_loads, walk)
 from tilec.errors import Span, TilecError
 from tilec.target import Target, target as get_target
 
@@ -191,6 +191,34 @@ def reorder(k: Kernel, *order: str, span: Span | None = None) -> Kernel:
     for var in reversed(order):
         inner_body = (replace(by_var[var], body=inner_body),)
     return _with_loop(k, chain[0], lambda _: inner_body[0])
+
+
+IDENTITY = {"+=": 0.0, "max=": float("-inf"), "min=": float("inf")}
+
+
+def fold_init(k: Kernel, buf: str, span: Span | None = None) -> Kernel:
+    """A reduction's initial value folded into its reduce: the top-level nest `for i: s[i] = c` goes when the next
+    nest updates s (`s[i] += ...`) and c is the update's identity (0 for +=, -inf for max=, inf for min=); the
+    reduce instruction then writes its first result instead of combining it (tensorize's tensor_reduce):
+
+        for i in serial(256):                       for i in serial(256):
+          s[i] = 0                                    for j in serial(384):
+        for i in serial(256):                           s[i] += A[i, j]
+          for j in serial(384):
+            s[i] += A[i, j]
+    """
+    for n, (init, nxt) in enumerate(zip(k.body, k.body[1:])):
+        if not (isinstance(init, Loop) and isinstance(nxt, Loop)):
+            continue
+        sets = [s for s in walk((init,)) if isinstance(s, Assign)]
+        ups = [s for s in walk((nxt,)) if isinstance(s, Update) and s.dst.buf == buf]
+        if len(sets) == 1 and sets[0].dst.buf == buf and ups:
+            value = sets[0].expr
+            if not (isinstance(value, Const) and all(value.value == IDENTITY[u.op] for u in ups)):
+                raise _fail(f"fold_init {buf}: its initial value is not the identity of {ups[0].op}", span,
+                            "fold only an initial value the reduction starts from anyway")
+            return replace(k, body=k.body[:n] + k.body[n + 1:])
+    raise _fail(f"fold_init {buf}: no nest initialising {buf} before a nest updating it", span)
 
 
 def unroll(k: Kernel, var: str, span: Span | None = None) -> Kernel:

@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, loads
-from tilec.compiler.schedule import PMAX, EltwisePlan, TransposePlan, best_divisor, eltwise_plan
+from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, Update, loads
+from tilec.compiler.schedule import PMAX, EltwisePlan, ReducePlan, TransposePlan, best_divisor, eltwise_plan
 from tilec.compiler.select_permute import dma_runs
 from tilec.target import Target
 
@@ -64,8 +64,8 @@ def _lowering_only(k: Kernel, *args: Any, **kw: Any) -> Kernel:
 _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
-    "buffers": pr.buffers, "stage_grouped": layout.stage_grouped, "cut": layout.cut, "tensorize": _lowering_only,
-    "block": _lowering_only,
+    "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
+    "tensorize": _lowering_only, "block": _lowering_only,
 }
 _TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped")  # check capacity against the target
 
@@ -426,6 +426,65 @@ def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, na
                           name=strips[0] + tag))
     part = f"rows {r0}..{r0 + M} x columns {c0}..{c0 + N} by {TI}x{TJ} blocks"
     return prims + [prim("tensorize", at("i_i"), psum=f"{n.stmt.dst.buf}_tp{tag}"), prim("block", at("bi"), part)]
+
+
+# ---- row reductions -----------------------------------------------------------------------------------------------
+
+_OP = {"+=": "add", "max=": "maximum", "min=": "minimum"}
+
+
+def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
+    """The row-reduction rule, `s[i] = c; s[i] OP= A[i, j]` over trailing dimensions, c OP's identity
+    (lower_tiles.reduce_nest), when one free tile holds a whole row (params.free = F):
+
+        fold_init(s)                           `s[i] = 0` goes: the first reduce writes the column
+        reshape(i, (r, R), (f, F))             rows (kept indices) x reduced elements, HBM views A_v, s_v[r, 0]
+        split(r, 128, outer=pt, inner=p, name=TILE_P)
+        split(f, F, outer=ft, inner=f_i, name=TILE_F)
+        reorder(pt, ft, p, f_i)                the reduction's tiles outside the partitions
+        partition(p)
+        stage_out(s_v, ft, name=s_acc, line=L)  the (TILE_P, 1) accumulator column, stored after the reduce
+        stage(A_v, ft, name=A_tile)            the row tile loaded into SBUF
+        tensorize(p)                           one tensor_reduce into the column (the identity init folded)
+        block(pt, "s = add over the last dims of A")
+
+    Several free tiles (a combine per tile), a scale, another initial value, a reduced expression, an output
+    narrower than fp32: None (build_reduce)."""
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    if len(tops) != 2:
+        return None
+    init = layout.perfect_chain(tops[0])[-1].body
+    chain = layout.perfect_chain(tops[1])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Update) or not isinstance(body[0].expr, Load):
+        return None
+    if len(init) != 1 or not isinstance(init[0], Assign) or init[0].dst != body[0].dst:
+        return None
+    upd, src = body[0], body[0].expr.access
+    kept = _plain(upd.dst.index)
+    names = [lp.var for lp in chain]
+    if kept is None or _plain(src.index) != names or kept != names[:len(kept)] or len(kept) == len(names):
+        return None
+    R = math.prod(lp.extent for lp in chain[:len(kept)])
+    F = math.prod(lp.extent for lp in chain[len(kept):])
+    if params.free != F or R % params.parts or params.parts > target.pmax or k.buffers()[upd.dst.buf].dtype != "f32":
+        return None  # (a narrower output needs an fp32 accumulator and a cast: build_reduce)
+    S, A = upd.dst.buf, src.buf
+    taken = {S, A}
+    v = {A: unique(f"{A}_v", taken), S: unique(f"{S}_v", taken)}
+    red = names[len(kept):]
+    notes = (f"for {', '.join(kept)}", f"for {', '.join(red)}")
+    return [prim("fold_init", S),
+            prim("reshape", chain[0].var, (("r", R), ("f", F)), notes=notes,
+                 lines=(chain[0].line, chain[len(kept)].line), views=tuple(v.items()), view_line=init[0].line),
+            prim("split", "r", params.parts, outer="pt", inner="p", name="TILE_P"),
+            prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+            prim("reorder", "pt", "ft", "p", "f_i"),
+            prim("partition", "p"),
+            prim("stage_out", v[S], "ft", name=unique(f"{S}_acc", taken), line=init[0].line),
+            prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken)),
+            prim("tensorize", "p"),
+            prim("block", "pt", f"{S} = {_OP[upd.op]} over the last dims of {A}")]
 
 
 # ---- data movement -------------------------------------------------------------------------------------------------

@@ -251,3 +251,22 @@ def _transpose(s: Assign, dst: View, e: Emit, psum: str) -> list[ir.Stmt]:
         return [ir.Transpose(dst, src, "dma", s.line)]
     tp = ir.Buf(e.fresh(psum or f"{s.dst.buf}_tp"), "psum", src.buf.dtype, dst.shape())
     return [ir.Alloc(tp, line=s.line), ir.Transpose(ir.whole(tp), src, "pe", s.line), ir.Copy(dst, ir.whole(tp), s.line)]
+
+
+_ALU = {"+=": "add", "max=": "maximum", "min=": "minimum"}
+
+
+def emit_update(s: Update, nest: dict[str, int], target: Target, e: Emit) -> list[ir.Stmt]:
+    """`acc[p, 0] OP= src[p, f..]` over the nest (partition loop first): one tensor_reduce over the free loops into
+    the (P, 1) accumulator column. It writes the column rather than combining into it: the rule folds the
+    reduction's identity initial value into the first (here the only) free tile."""
+    m = match(local_update(s, set(nest)), target)
+    if m is None or m.instr.name != "tensor_reduce" or not isinstance(s.expr, Load):
+        raise InternalError(f"tensorize: no reduce instruction of {target.name} computes {s}")
+    return [ir.Reduce(e.view(s.dst), e.view(s.expr.access), _ALU[s.op], s.line)]
+
+
+def local_update(s: Update, nest: set[str]) -> Update:
+    def acc(a: Access) -> Access:
+        return Access(a.buf, tuple(Aff(tuple(t for t in i.terms if t.var in nest)) for i in a.index))
+    return replace(s, dst=acc(s.dst), expr=map_loads(s.expr, acc))
