@@ -77,6 +77,7 @@ def reduce_nest(op: ReduceOp, program) -> Kernel | None:
 
 
 _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
+_ALU = {v: k for k, v in _UPDATE.items()}
 
 
 def copy_nest(op: EltwiseOp, program, between: dict[str, Buffer] | None = None) -> Kernel:
@@ -155,6 +156,9 @@ class _Lowering:
         self.bufs: dict[str, ir.Buf] = {b.name: hbm[b.name] for b in (*k.params, *k.outputs)}
         self.blocks = {p.args[0]: p.args[1] for p in prims if p.name == "block"}
         self.tensorize = {p.args[0]: dict(p.kw) for p in prims if p.name == "tensorize"}
+        self.accumulators = {u.dst.buf: u.op for lp in walk(k.body) if isinstance(lp, Loop)
+                             and self.tensorize.get(lp.var, {}).get("accumulate")
+                             for u in walk(lp.body) if isinstance(u, Update)}  # buffer -> its update
         self.ones: dict[str, ir.Buf] = {}
         self.pending: list[ir.Stmt] = []
 
@@ -179,7 +183,11 @@ class _Lowering:
             return list(made)
         if isinstance(s, Alloc):
             b = self.bufs[s.buf.name] = ir.Buf(self.fresh(s.buf.name), s.buf.memory, s.buf.dtype, s.buf.shape)
-            return [ir.Alloc(b, line=s.line)]
+            if s.buf.name not in self.accumulators:
+                return [ir.Alloc(b, line=s.line)]
+            start = _IDENTITY[_ALU[self.accumulators[s.buf.name]]]  # an accumulator starts at its identity
+            zeroed: list[ir.Stmt] = [ir.Alloc(b, zero=True, line=s.line)]
+            return zeroed + ([ir.Scalar(ir.whole(b), ir.whole(b), "add", start, s.line)] if start else [])
         assert isinstance(s, Loop), f"a statement outside any tensorized nest: {s}"
         if s.kind == "partition":
             return self.instructions(s)
@@ -196,7 +204,7 @@ class _Lowering:
         nest = {lp.var: lp.extent for lp in chain}
         e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory)
         if isinstance(body[0], Update):
-            return emit_update(body[0], nest, self.target, e)
+            return emit_update(body[0], nest, self.target, e, bool(self.tensorize.get(s.var, {}).get("accumulate")))
         how = self.tensorize.get(s.var, {})
         return emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")),
                     psum=str(how.get("psum", "")), engine=str(how.get("engine", "")),

@@ -435,7 +435,7 @@ _OP = {"+=": "add", "max=": "maximum", "min=": "minimum"}
 
 def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     """The row-reduction rule, `s[i] = c; s[i] OP= A[i, j]` over trailing dimensions, c OP's identity
-    (lower_tiles.reduce_nest), when one free tile holds a whole row (params.free = F):
+    (lower_tiles.reduce_nest); rowsum 256 x 384, one free tile holding a whole row:
 
         fold_init(s)                           `s[i] = 0` goes: the first reduce writes the column
         reshape(i, (r, R), (f, F))             rows (kept indices) x reduced elements, HBM views A_v, s_v[r, 0]
@@ -448,8 +448,10 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
         tensorize(p)                           one tensor_reduce into the column (the identity init folded)
         block(pt, "s = add over the last dims of A")
 
-    Several free tiles (a combine per tile), a scale, another initial value, a reduced expression, an output
-    narrower than fp32: None (build_reduce)."""
+    With several free tiles the accumulator is staged at the row tile (`stage_out(s_v, pt)`) and tensorized with
+    `accumulate=True`: it starts at the identity (a zeroed tile, plus -inf/inf for max/min), each tile's
+    tensor_reduce goes into a column `s_part` combined into it. A scale, another initial value, a reduced
+    expression, an output narrower than fp32: None (build_reduce)."""
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) != 2:
         return None
@@ -467,8 +469,9 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
         return None
     R = math.prod(lp.extent for lp in chain[:len(kept)])
     F = math.prod(lp.extent for lp in chain[len(kept):])
-    if params.free != F or R % params.parts or params.parts > target.pmax or k.buffers()[upd.dst.buf].dtype != "f32":
+    if F % params.free or R % params.parts or params.parts > target.pmax or k.buffers()[upd.dst.buf].dtype != "f32":
         return None  # (a narrower output needs an fp32 accumulator and a cast: build_reduce)
+    tiles = F // params.free
     S, A = upd.dst.buf, src.buf
     taken = {S, A}
     v = {A: unique(f"{A}_v", taken), S: unique(f"{S}_v", taken)}
@@ -481,9 +484,9 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
             prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
             prim("reorder", "pt", "ft", "p", "f_i"),
             prim("partition", "p"),
-            prim("stage_out", v[S], "ft", name=unique(f"{S}_acc", taken), line=init[0].line),
+            prim("stage_out", v[S], "ft" if tiles == 1 else "pt", name=unique(f"{S}_acc", taken), line=init[0].line),
             prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken)),
-            prim("tensorize", "p"),
+            prim("tensorize", "p") if tiles == 1 else prim("tensorize", "p", accumulate=True),
             prim("block", "pt", f"{S} = {_OP[upd.op]} over the last dims of {A}")]
 
 

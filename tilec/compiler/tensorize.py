@@ -256,14 +256,21 @@ def _transpose(s: Assign, dst: View, e: Emit, psum: str) -> list[ir.Stmt]:
 _ALU = {"+=": "add", "max=": "maximum", "min=": "minimum"}
 
 
-def emit_update(s: Update, nest: dict[str, int], target: Target, e: Emit) -> list[ir.Stmt]:
+def emit_update(s: Update, nest: dict[str, int], target: Target, e: Emit, accumulate: bool = False
+                ) -> list[ir.Stmt]:
     """`acc[p, 0] OP= src[p, f..]` over the nest (partition loop first): one tensor_reduce over the free loops into
-    the (P, 1) accumulator column. It writes the column rather than combining into it: the rule folds the
-    reduction's identity initial value into the first (here the only) free tile."""
+    the (P, 1) accumulator column. Without `accumulate` it writes the column rather than combining into it (the
+    rule folded the reduction's identity initial value into the only free tile); with it, the reduce goes into a
+    new column `BASE_part` combined into the accumulator (tensor_tensor OP), which starts at the identity."""
     m = match(local_update(s, set(nest)), target)
     if m is None or m.instr.name != "tensor_reduce" or not isinstance(s.expr, Load):
         raise InternalError(f"tensorize: no reduce instruction of {target.name} computes {s}")
-    return [ir.Reduce(e.view(s.dst), e.view(s.expr.access), _ALU[s.op], s.line)]
+    acc, src, op = e.view(s.dst), e.view(s.expr.access), _ALU[s.op]
+    if not accumulate:
+        return [ir.Reduce(acc, src, op, s.line)]
+    part = ir.Buf(e.fresh(f"{s.dst.buf.removesuffix('_acc')}_part"), "sbuf", "f32", acc.shape())
+    return [ir.Alloc(part, line=s.line), ir.Reduce(ir.whole(part), src, op, s.line),
+            ir.Binary(acc, acc, ir.whole(part), op, s.line)]
 
 
 def local_update(s: Update, nest: set[str]) -> Update:
