@@ -65,14 +65,16 @@ class ExprCompiler:
     def value(self, e: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
         if isinstance(e, sx.Access):
             return [], self.tiles[e.tensor]
-        key = fmt_expr(e)
-        if dst is None and key in self.done:  # a subexpression seen before (an inlined temporary read twice)
+        shape = self.cur
+        here = (self.shape[0], 1) if dst is None and self.is_column(e) else shape
+        # a subexpression seen before (an inlined temporary read twice), computed at the same shape: a constant
+        # may be needed as a (P, 1) column in one place and as a whole tile in another (`c[i] - 1`, `abs(1) * X`)
+        key = f"{fmt_expr(e)} @ {here}"
+        if dst is None and key in self.done:
             return [], self.done[key]
         # instructions carry the line of the statement their expression was written in (a fused chain spans several)
         outer, self.line = self.line, getattr(getattr(e, "span", None), "line", 0) or self.line
-        shape = self.cur
-        if dst is None and self.is_column(e):
-            self.cur = (self.shape[0], 1)
+        self.cur = here
         stmts, view = self.compute(e, dst)
         self.line, self.cur = outer, shape
         self.done[key] = view
