@@ -471,6 +471,8 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     F = math.prod(lp.extent for lp in chain[len(kept):])
     if F % params.free or R % params.parts or params.parts > target.pmax or k.buffers()[upd.dst.buf].dtype != "f32":
         return None  # (a narrower output needs an fp32 accumulator and a cast: build_reduce)
+    if any(lp.extent == 1 for lp in chain):  # a unit loop leaves reshape's views ambiguous (s[0] of one row)
+        return None
     tiles = F // params.free
     S, A = upd.dst.buf, src.buf
     taken = {S, A}
