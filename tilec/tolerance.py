@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from tilec.lang.checker import children
+
 # unit roundoff (half the spacing of numbers in [1, 2)) per dtype name, both spellings
 UNIT = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
 UNIT.update({"float32": UNIT["f32"], "float16": UNIT["f16"], "bfloat16": UNIT["bf16"]})
@@ -82,20 +84,11 @@ def program_budget(program) -> dict[str, tuple[int, str | None]]:
     def reads(e) -> set[str]:
         if isinstance(e, sx.Access):
             return {e.tensor}.union(*(reads(i) for i in e.indices))
-        kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
-        return set().union(*(reads(k) for k in kids)) if kids else set()
-
-    def names(e) -> set[str]:
-        if isinstance(e, sx.Name):
-            return {e.id}
-        kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
-        kids += list(getattr(e, "indices", ()))
-        return set().union(*(names(k) for k in kids)) if kids else set()
+        return set().union(*(reads(k) for k in children(e)))
 
     def conversions(e) -> set[str]:
         own = {e.fn} if isinstance(e, sx.Call) and e.fn in UNIT else set()
-        kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
-        return own.union(*(conversions(k) for k in kids)) if kids else own
+        return own.union(*(conversions(k) for k in children(e)))
 
     def approximate(e) -> bool:
         """An engine function other than relu/abs (exp, log, rsqrt, ...): an approximation on the engines, so the two
@@ -103,8 +96,7 @@ def program_budget(program) -> dict[str, tuple[int, str | None]]:
         fn = function(e.fn) if isinstance(e, sx.Call) else None
         if fn is not None and fn.instr == "activation" and fn.name not in EXACT_FUNCTIONS:
             return True
-        kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
-        return any(approximate(k) for k in kids)
+        return any(approximate(k) for k in children(e))
 
     def narrower(a: str | None, b: str | None) -> str | None:
         if a is None or b is None:
@@ -121,7 +113,7 @@ def program_budget(program) -> dict[str, tuple[int, str | None]]:
         srcs = reads(stmt.value) | ({target} if stmt.op != "=" else set())
         own = 1
         if stmt.op != "=":
-            indexed = set().union(*(names(i) for i in stmt.target.indices)) if stmt.target.indices else set()
+            indexed = set().union(*(_names(i) for i in stmt.target.indices)) if stmt.target.indices else set()
             own = math.prod(n for v, n in loops if v not in indexed)
         before = max((acc.get(r, 1) for r in srcs if r != target), default=1)
         acc[target] = max(acc.get(target, 1), own + before - 1 if own > 1 else before)
@@ -268,12 +260,21 @@ def _narrow(program) -> bool:
     def calls(e) -> bool:
         if isinstance(e, sx.Call) and e.fn in ("f16", "bf16"):
             return True
-        kids = [getattr(e, a) for a in ("x", "lhs", "rhs", "value") if hasattr(e, a)] + list(getattr(e, "args", ()))
-        kids += list(getattr(e, "body", ()))
-        return any(calls(k) for k in kids)
+        return any(calls(k) for k in children(e))
 
     return (any(t.dtype != "f32" for t in program.tensors.values() if t.kind != "input")
-            or any(calls(st) for st in program.kernel.body))
+            or any(calls(v) for v in _values(program.kernel.body)))
+
+
+def _values(body):
+    """The value expression of every statement under `body`, in program order."""
+    from tilec.lang import syntax as sx
+
+    for st in body:
+        if isinstance(st, sx.Loop):
+            yield from _values(st.body)
+        else:
+            yield st.value
 
 
 def _amplifies(program) -> bool:
@@ -287,8 +288,7 @@ def _amplifies(program) -> bool:
     def reads(e) -> bool:
         if isinstance(e, sx.Access):
             return e.tensor in computed
-        kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
-        return any(reads(k) for k in kids)
+        return any(reads(k) for k in children(e))
 
     def gains(e) -> bool:
         if isinstance(e, sx.Call) and e.fn not in EXACT_FUNCTIONS and e.fn not in ("max", "min", "f32") \
@@ -298,15 +298,9 @@ def _amplifies(program) -> bool:
             return True
         if isinstance(e, sx.BinOp) and e.op == "*" and sum(reads(f) for f in _factors(e, sx)) > 1:
             return True
-        kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
-        return any(gains(k) for k in kids)
+        return any(gains(k) for k in children(e))
 
-    def walk(st) -> bool:
-        if isinstance(st, sx.Loop):
-            return any(walk(s) for s in st.body)
-        return gains(st.value)
-
-    return any(walk(st) for st in program.kernel.body)
+    return any(gains(v) for v in _values(program.kernel.body))
 
 
 def _part(tensor: str, k: int) -> str:
@@ -482,6 +476,4 @@ def _names(e) -> set[str]:
 
     if isinstance(e, sx.Name):
         return {e.id}
-    kids = [getattr(e, a) for a in ("x", "lhs", "rhs") if hasattr(e, a)] + list(getattr(e, "args", ()))
-    kids += list(getattr(e, "indices", ()))
-    return set().union(*(_names(k) for k in kids)) if kids else set()
+    return set().union(*(_names(k) for k in children(e)))
