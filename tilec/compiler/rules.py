@@ -26,8 +26,9 @@ from typing import Any, Callable
 from tilec.compiler import layout, primitives as pr
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, Update, loads
-from tilec.compiler.schedule import PMAX, EltwisePlan, ReducePlan, TransposePlan, best_divisor, eltwise_plan
+from tilec.compiler.schedule import EltwisePlan, ReducePlan, TransposePlan, best_divisor, eltwise_plan
 from tilec.compiler.select_permute import dma_runs
+from tilec.lang.functions import ACCUMULATE
 from tilec.target import Target
 
 WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
@@ -430,7 +431,6 @@ def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, na
 
 # ---- row reductions -----------------------------------------------------------------------------------------------
 
-_OP = {"+=": "add", "max=": "maximum", "min=": "minimum"}
 
 
 def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
@@ -489,7 +489,7 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
             prim("stage_out", v[S], "ft" if tiles == 1 else "pt", name=unique(f"{S}_acc", taken), line=init[0].line),
             prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken)),
             prim("tensorize", "p") if tiles == 1 else prim("tensorize", "p", accumulate=True),
-            prim("block", "pt", f"{S} = {_OP[upd.op]} over the last dims of {A}")]
+            prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {A}")]
 
 
 # ---- data movement -------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu, st
 from tilec.compiler.lower import Comp
 from tilec.compiler.ops import PoolOp, PoolSpec, Window, index_maps, plain, reads, reject
 from tilec.lang import syntax as sx
+from tilec.lang.functions import ACCUMULATE
 
 
 def select_pool(comp: Comp, program) -> PoolOp:
@@ -51,7 +52,7 @@ def select_pool(comp: Comp, program) -> PoolOp:
     for d in shape[:-2]:
         rows *= d
     assert comp.red_op is not None  # a pool is a reduction
-    op = {"max=": "maximum", "min=": "minimum", "+=": "add"}[comp.red_op]
+    op = ACCUMULATE[comp.red_op]
     pool = PoolSpec(windows[-2], windows[-1], op, scale)
     dims: tuple[tuple[str, int], ...] = (("B", rows), ("H", shape[-2]), ("W", shape[-1]))
     roles = tuple(zip(("b", "i", "j"), (comp.out_vars[0], comp.out_vars[-2], comp.out_vars[-1])))

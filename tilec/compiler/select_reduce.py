@@ -18,8 +18,8 @@ from tilec.compiler.ops import ColumnReduceOp, ReduceOp, index_maps, plain, reje
 from tilec.compiler.select_eltwise import check_expr as _check_expr
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
+from tilec.lang.functions import ACCUMULATE
 
-_ALU = {"+=": "add", "max=": "maximum", "min=": "minimum"}
 _HINT = ("supported: a reduction of a run of indices of tensors into an output indexed by the others in order, "
          "`s[i] += A[i, j]` or a column sum `s[j] += A[i, j]`, with a constant factor `A[i, j] / N` or an "
          "element-wise expression of tensors read at the same element, `(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])`; "
@@ -28,7 +28,7 @@ _HINT = ("supported: a reduction of a run of indices of tensors into an output i
 
 def is_row_reduction(comp: Comp, program) -> bool:
     """A reduction whose one read has more indices than the output: it reduces whole dimensions (not windows)."""
-    if comp.red_op not in _ALU or comp.update is None:
+    if comp.red_op not in ACCUMULATE or comp.update is None:
         return False
     reads = accesses(comp.update)
     # a contraction's moving operand (X in conv, B in a matmul) always has the output's rank: when every read has
@@ -69,7 +69,7 @@ def select_reduce(comp: Comp, program) -> ReduceOp:
     if not after:  # the reduced dimensions are the trailing ones: rows on the partitions
         roles = tuple((f"k{i}", v) for i, v in enumerate(before)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
         return ReduceOp(comp.target, comp.target, reads[0].tensor, (("R", size(before)), ("F", size(reduced))),
-                        _ALU[comp.red_op], roles, *rest)
+                        ACCUMULATE[comp.red_op], roles, *rest)
     roles = (tuple((f"o{i}", v) for i, v in enumerate(before)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
              + tuple((f"k{i}", v) for i, v in enumerate(after)))
     dims = (("O", size(before)), ("R", size(reduced)), ("F", size(after)))

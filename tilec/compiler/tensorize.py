@@ -34,7 +34,7 @@ from tilec.compiler.ir import Aff, View
 from tilec.compiler.nest import Access, Assign, Const, Expr, Index, Load, Op, Stmt, Update, loads, map_loads
 from tilec.errors import InternalError, Span
 from tilec.lang import syntax as sx
-from tilec.lang.functions import FUNCTIONS
+from tilec.lang.functions import ACCUMULATE, FUNCTIONS
 from tilec.target import Instr, Target, target as get_target
 
 
@@ -253,7 +253,6 @@ def _transpose(s: Assign, dst: View, e: Emit, psum: str) -> list[ir.Stmt]:
     return [ir.Alloc(tp, line=s.line), ir.Transpose(ir.whole(tp), src, "pe", s.line), ir.Copy(dst, ir.whole(tp), s.line)]
 
 
-_ALU = {"+=": "add", "max=": "maximum", "min=": "minimum"}
 
 
 def emit_update(s: Update, nest: dict[str, int], target: Target, e: Emit, accumulate: bool = False
@@ -265,7 +264,7 @@ def emit_update(s: Update, nest: dict[str, int], target: Target, e: Emit, accumu
     m = match(local_update(s, set(nest)), target)
     if m is None or m.instr.name != "tensor_reduce" or not isinstance(s.expr, Load):
         raise InternalError(f"tensorize: no reduce instruction of {target.name} computes {s}")
-    acc, src, op = e.view(s.dst), e.view(s.expr.access), _ALU[s.op]
+    acc, src, op = e.view(s.dst), e.view(s.expr.access), ACCUMULATE[s.op]
     if not accumulate:
         return [ir.Reduce(acc, src, op, s.line)]
     part = ir.Buf(e.fresh(f"{s.dst.buf.removesuffix('_acc')}_part"), "sbuf", "f32", acc.shape())

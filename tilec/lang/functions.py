@@ -65,6 +65,8 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
 )}
 
 ACTIVATIONS = tuple(name for name, f in FUNCTIONS.items() if f.instr == "activation")
+# an accumulating statement's operator -> the ALU op its reduction runs on the engines (tensor_reduce, tensor_tensor)
+ACCUMULATE = {"+=": "add", "max=": "maximum", "min=": "minimum"}
 
 
 def function(name: str) -> Function | None:
