@@ -212,7 +212,7 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
             built = build_row_chain(members, hbm, lambda o: _fresh(names, o), keep)
             if passes.peak_usage(tuple(built[1]))[0] > budget:  # long rows: tiles of disjoint lives share space
-                built = (built[0], list(share_tiles(tuple(built[1]))))
+                built = (built[0], list(share_tiles(tuple(built[1]), budget)))
             if passes.peak_usage(tuple(built[1]))[0] <= budget:
                 out.append(_named({m.out for m in members} & keep, built, members[-1].out, len(ops), prefixes))
                 skip |= set(chains[i])

@@ -1,66 +1,91 @@
 """Tile sharing: a tile whose life starts after another tile's has ended takes that tile's SBUF space.
 
 A row chain keeps whole rows in SBUF (build_rowchain.py); at long rows its tiles stop fitting: a layernorm over rows
-of 8192 fp32 values holds X, the activations' discarded output, the centred rows and Y, 32 KiB per partition each.
-But the discarded squares are dead once the variance is summed, and X is dead once the centred rows are made, so the
-centred rows can live where the squares were and Y where X was. `share_tiles` does that within each loop body:
+of 8192 fp32 values holds X, the activations' discarded output, the centred rows and Y, 32 KiB per partition each,
+528 bytes over the budget. But the discarded output is dead once the variance is summed, before the centred rows
+are made, so they can live in one tile:
 
-    X_tile = alloc; load X_tile            X_Y_tile = alloc; load X_Y_tile
-    discard = alloc; act(discard, X_tile)  discard_Y_centred = alloc; act(discard_Y_centred, X_Y_tile)
-    Y_centred = alloc; act(Y_centred, X)   act(discard_Y_centred, X_Y_tile)
-    Y_tile = alloc; ... (Y_centred)        ... (discard_Y_centred) -> X_Y_tile
-    store Y_tile                           store X_Y_tile
+    discard = alloc                          discard_Y_centred = alloc
+    act(discard, X_tile) -> mean             act(discard_Y_centred, X_tile) -> mean
+    act(discard, X_tile) -> variance         act(discard_Y_centred, X_tile) -> variance
+    Y_centred = alloc; act(Y_centred, X)     act(discard_Y_centred, X_tile)
+    act(Y_tile, Y_centred)                   act(Y_tile, discard_Y_centred)
 
 Two tiles share when they have the same shape and dtype (columns, one value per partition, never: they save
-nothing worth a name that no longer says what the column holds), are allocated in the same loop body, and every statement
-that touches the first comes strictly before every statement that touches the second (a statement that reads one
-and writes the other keeps them apart: no in-place reasoning). Each iteration of the loop still has its own tiles,
-as before, so the sharing adds only in-iteration order, which the statements already have. The pipeline applies it
-only to a chain that does not fit without it, so kernels that fit are unchanged.
+nothing worth a name that no longer says what the column holds), are allocated in the same loop body, and every
+statement that touches the first comes strictly before every statement that touches the second (a statement that
+reads one and writes the other keeps them apart: no in-place reasoning). Each iteration of the loop still has its
+own tiles, so the sharing adds only in-iteration order, which the statements already have. Pairs are merged one at
+a time until the body fits the budget; the pipeline calls it only for a chain that does not fit without it, so
+kernels that fit are unchanged.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from tilec.compiler import ir
+from tilec.compiler import ir, passes
 from tilec.compiler.ir import Alloc, Block, Buf, Loop, Stmt, View
 
 
-def share_tiles(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
-    """`body` with tiles of disjoint lives merged, loop body by loop body (see the module docstring)."""
+def share_tiles(body: tuple[Stmt, ...], budget: int) -> tuple[Stmt, ...]:
+    """`body` with pairs of tiles of disjoint lives merged (see the module docstring) until its peak SBUF use per
+    partition fits `budget`, or no pair is left. The pair merged first is the one whose merged life is shortest:
+    merging the tile loaded first in an iteration with the tile stored last would make the next iteration's load
+    wait for this one's store, so that pair comes last."""
     fixed = {s.buf.name for s in ir.walk(body) if isinstance(s, ir.Reshape)} | \
         {s.base.name for s in ir.walk(body) if isinstance(s, ir.Reshape)}
     taken = {v.buf.name for s in ir.walk(body) for v in ir.views(s)} | \
         {s.buf.name for s in ir.walk(body) if isinstance(s, Alloc)}
-    return _share(body, fixed, taken)
+    while passes.peak_usage(body)[0] > budget:
+        best = min(_pairs(body, (), fixed), default=None)
+        if best is None:
+            break
+        _, _, path, a, b = best
+        body = _at(body, path, lambda stmts: _merge(stmts, a, b, taken))
+    return body
 
 
-def _share(body: tuple[Stmt, ...], fixed: set[str], taken: set[str]) -> tuple[Stmt, ...]:
-    body = tuple(dataclasses.replace(s, body=_share(s.body, fixed, taken)) if isinstance(s, (Loop, Block)) else s
-                 for s in body)
+def _pairs(body: tuple[Stmt, ...], path: tuple[int, ...], fixed: set[str]):
+    """(merged span, -bytes, path of the loop body, earlier tile, later tile) for every pair that may share, in
+    every loop body."""
+    for i, s in enumerate(body):
+        if isinstance(s, (Loop, Block)):
+            yield from _pairs(s.body, path + (i,), fixed)
     spans = _spans(body)
-    kept: list[tuple[Buf, int]] = []  # (tile, index of its last use so far)
-    into: dict[str, Buf] = {}  # a tile's name -> the tile whose space it takes (before the final names)
-    for s in body:
-        if not (isinstance(s, Alloc) and s.buf.memory == "sbuf" and not s.zero and s.buf.name not in fixed
-                and s.buf.name in spans and s.buf.bytes_per_partition() > ir.DTYPE_BYTES[s.buf.dtype]):
-            continue
-        first, last = spans[s.buf.name]
-        for i, (host, end) in enumerate(kept):
-            if (host.shape, host.dtype) == (s.buf.shape, s.buf.dtype) and end < first:
-                into[s.buf.name] = host
-                kept[i] = (host, last)
-                break
-        else:
-            kept.append((s.buf, last))
-    if not into:
-        return body
-    final = _final_names(into, taken)
-    renamed = {name: final[host.name] for name, host in into.items()}
-    renamed.update({host.name: final[host.name] for host in into.values()})
-    out = [_rename(s, renamed) for s in body if not (isinstance(s, Alloc) and s.buf.name in into)]
-    return tuple(out)
+    tiles = [s.buf for s in body if isinstance(s, Alloc) and s.buf.memory == "sbuf" and not s.zero
+             and s.buf.name not in fixed and s.buf.name in spans
+             and s.buf.bytes_per_partition() > ir.DTYPE_BYTES[s.buf.dtype]]
+    for k, a in enumerate(tiles):
+        for b in tiles[k + 1:]:
+            if (a.shape, a.dtype) == (b.shape, b.dtype) and spans[a.name][1] < spans[b.name][0]:
+                yield spans[b.name][1] - spans[a.name][0], -a.bytes_per_partition(), path, a.name, b.name
+
+
+def _at(body: tuple[Stmt, ...], path: tuple[int, ...], fn) -> tuple[Stmt, ...]:
+    """`body` with the statement list at `path` (indices of nested loops and blocks) replaced by fn(list)."""
+    if not path:
+        return fn(body)
+    i = path[0]
+    inner = body[i]
+    assert isinstance(inner, (Loop, Block))
+    return body[:i] + (dataclasses.replace(inner, body=_at(inner.body, path[1:], fn)),) + body[i + 1:]
+
+
+def _merge(body: tuple[Stmt, ...], a: str, b: str, taken: set[str]) -> tuple[Stmt, ...]:
+    """Tile `b` takes tile `a`'s space; the shared tile is named after both (`X_tile` + `Y_tile` -> `X_Y_tile`),
+    unique in the kernel."""
+    host = next(s.buf for s in body if isinstance(s, Alloc) and s.buf.name == a)
+    suffix = "_tile" if a.endswith("_tile") and b.endswith("_tile") else ""
+    stem = f"{a[:len(a) - len(suffix)]}_{b}" if suffix else f"{a}_{b}"
+    name, k = stem, 1
+    while name in taken:
+        k += 1
+        name = f"{stem}{k}"
+    taken.add(name)
+    shared = dataclasses.replace(host, name=name)
+    renamed = {a: shared, b: shared}
+    return tuple(_rename(s, renamed) for s in body if not (isinstance(s, Alloc) and s.buf.name == b))
 
 
 def _spans(body: tuple[Stmt, ...]) -> dict[str, tuple[int, int]]:
@@ -73,26 +98,6 @@ def _spans(body: tuple[Stmt, ...]) -> dict[str, tuple[int, int]]:
                 first, _ = spans.get(v.buf.name, (i, i))
                 spans[v.buf.name] = (first, i)
     return spans
-
-
-def _final_names(into: dict[str, Buf], taken: set[str]) -> dict[str, Buf]:
-    """A shared tile is named after every tile it holds (`X_tile` + `Y_tile` -> `X_Y_tile`), unique in the
-    kernel."""
-    members: dict[str, list[str]] = {}
-    for name, host in into.items():
-        members.setdefault(host.name, [host.name]).append(name)
-    final: dict[str, Buf] = {}
-    for host_name, names in members.items():
-        suffix = "_tile" if all(n.endswith("_tile") for n in names) else ""
-        stem = "_".join(n[: len(n) - len(suffix)] if suffix else n for n in names) + suffix
-        name, k = stem, 1
-        while name in taken:
-            k += 1
-            name = f"{stem}{k}"
-        taken.add(name)
-        host = next(h for h in into.values() if h.name == host_name)
-        final[host_name] = dataclasses.replace(host, name=name)
-    return final
 
 
 def _rename(s: Stmt, renamed: dict[str, Buf]) -> Stmt:
