@@ -8,10 +8,15 @@ documentation does not settle it).
                                                              # check each kernel's output, then time it
     python benchmarks/trn2_hbm_order.py --hardware --profile DIR
                                                              # also write NEFF + NTFF profiles of rows_* / blocks_*
+    python benchmarks/trn2_hbm_order.py --nki06 [--hardware] # the NKI 0.6 kernels (SDK 2.29+, `import nki`):
+                                                             # hardware timing is the median wall time of --iters
+                                                             # calls (host overhead included; no nki.benchmark in
+                                                             # 0.6): profile with `neuron-explorer capture` instead
     options: --bands N (default 16) --free F (default 128: x is (128, 2F) fp32) --iters N (default 100)
              --kernels one_affine,rows_affine,...
 
-The kernels are benchmarks/kernels/hbm_order.py (its docstring says what each one stores). Reading the hardware
+The kernels are benchmarks/kernels/hbm_order.py (its docstring says what each one stores) and, for --nki06,
+hbm_order_nki06.py (the same stores, Python range loops: one row per kind, no _affine/_seq). Reading the hardware
 table (p50 of nc_latency, us; compare the _affine rows with each other, then the _seq rows):
 
     rows ~ blocks, both well below overwrite   DMAs are ordered by the elements they touch (per access pattern):
@@ -43,6 +48,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 KERNEL_FILE = ROOT / "benchmarks" / "kernels" / "hbm_order.py"
+KERNEL_FILE06 = ROOT / "benchmarks" / "kernels" / "hbm_order_nki06.py"
 KINDS = ("one", "rows", "blocks", "tensors", "overwrite", "roundtrip")
 NAMES = tuple(f"{k}_{loop}" for loop in ("affine", "seq") for k in KINDS)
 
@@ -50,7 +56,7 @@ NAMES = tuple(f"{k}_{loop}" for loop in ("affine", "seq") for k in KINDS)
 def expected(name: str, x: np.ndarray, bands: int) -> tuple[np.ndarray, ...]:
     """The NumPy result of kernel `name` (benchmarks/kernels/hbm_order.py docstring)."""
     f = x.shape[1] // 2
-    kind = name.rsplit("_", 1)[0]
+    kind = name.split("_")[0]
     if kind == "blocks":
         return (np.stack([np.stack([x[:, :f], x[:, f:]])] * bands),)
     if kind == "tensors":
@@ -68,7 +74,7 @@ def _check(name: str, result: object, x: np.ndarray, bands: int) -> str:
     return "ok" if ok else "WRONG"
 
 
-def run_model(names: list[str], bands: int, free: int) -> int:
+def run_model(names: list[str], bands: int, free: int, path: pathlib.Path = KERNEL_FILE) -> int:
     """Every kernel on tilec's interpreter (checked against NumPy) and on the model under both HBM rules."""
     from tilec.nki.api import load_kernel_file, simulate_traced
     from tilec.perf.api import estimate
@@ -78,8 +84,8 @@ def run_model(names: list[str], bands: int, free: int) -> int:
     print(f"{'kernel':<20} {'result':>6} {'DMAs':>5} {'model us (range)':>17} {'model us (pattern)':>19}")
     bad = 0
     for name in names:
-        kernel = load_kernel_file(KERNEL_FILE, name, force_interpreter=True)
-        kernel.func.__globals__["BANDS"] = bands  # the kernel file's global, read when the kernel is traced
+        kernel = load_kernel_file(path, name, force_interpreter=True)
+        sys.modules[kernel.func.__module__].BANDS = bands  # the kernel file's global, read when it is traced
         result, trace = simulate_traced(kernel, x)
         status = _check(name, result, x, bands)
         bad += status != "ok"
@@ -89,8 +95,8 @@ def run_model(names: list[str], bands: int, free: int) -> int:
     return 1 if bad else 0
 
 
-def _hardware_module(bands: int) -> object:
-    spec = importlib.util.spec_from_file_location("hbm_order", KERNEL_FILE)
+def _hardware_module(bands: int, path: pathlib.Path = KERNEL_FILE) -> object:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.BANDS = bands
@@ -123,6 +129,29 @@ def run_hardware(names: list[str], bands: int, free: int, iters: int, profile: s
     return 1 if bad else 0
 
 
+def run_hardware06(names: list[str], bands: int, free: int, iters: int) -> int:
+    """NKI 0.6 on a Trn2: each kernel's output against NumPy, then the median wall time of `iters` calls."""
+    import time
+
+    module = _hardware_module(bands, KERNEL_FILE06)
+    x = np.random.default_rng(7).random((128, 2 * free)).astype(np.float32)
+    print(f"Trn2 (NKI 0.6), x = (128, {2 * free}) fp32, {bands} bands, median wall time of {iters} calls "
+          f"(host overhead included)")
+    print(f"{'kernel':<20} {'result':>6} {'median us':>10}")
+    bad = 0
+    for name in names:
+        kernel = getattr(module, name)
+        status = _check(name, kernel(x), x, bands)  # numpy arguments: compiled and run standalone on the device
+        bad += status != "ok"
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            kernel(x)
+            times.append(time.perf_counter() - t0)
+        print(f"{name:<20} {status:>6} {1e6 * float(np.median(times)):>10.1f}", flush=True)
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hardware", action="store_true", help="run on the local Trn2 with neuronxcc (not tilec)")
@@ -131,14 +160,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--free", type=int, default=128, help="F: x is (128, 2F) fp32, each store (128, F)")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--kernels", help="comma-separated kernel names (default: all)")
+    ap.add_argument("--nki06", action="store_true", help="the NKI 0.6 kernels (hbm_order_nki06.py)")
     args = ap.parse_args(argv)
-    names = args.kernels.split(",") if args.kernels else list(NAMES)
-    unknown = [n for n in names if n not in NAMES]
+    known = KINDS if args.nki06 else NAMES
+    names = args.kernels.split(",") if args.kernels else list(known)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        ap.error(f"unknown kernels {', '.join(unknown)}; choose from {', '.join(NAMES)}")
+        ap.error(f"unknown kernels {', '.join(unknown)}; choose from {', '.join(known)}")
     if args.hardware:
+        if args.nki06:
+            return run_hardware06(names, args.bands, args.free, args.iters)
         return run_hardware(names, args.bands, args.free, args.iters, args.profile)
-    return run_model(names, args.bands, args.free)
+    return run_model(names, args.bands, args.free, KERNEL_FILE06 if args.nki06 else KERNEL_FILE)
 
 
 if __name__ == "__main__":

@@ -171,3 +171,16 @@ def test_the_hardware_kernel_set_runs_and_matches_numpy(capsys):
     assert range_us["rows_affine"] > range_us["blocks_affine"]
     assert pattern_us["rows_affine"] == pytest.approx(pattern_us["blocks_affine"])
     assert pattern_us["rows_affine"] < pattern_us["overwrite_affine"]
+
+
+def test_the_nki06_kernel_set_runs_and_matches_numpy(capsys):
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import trn2_hbm_order as bench
+    finally:
+        sys.path.pop(0)
+    assert bench.main(["--nki06", "--bands", "2", "--free", "8"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert set(rows) == set(bench.KINDS) and all(r[1] == "ok" and int(r[2]) > 1 for r in rows.values())
+    assert float(rows["rows"][3]) > float(rows["blocks"][3])
+    assert float(rows["rows"][4]) == pytest.approx(float(rows["blocks"][4]))
