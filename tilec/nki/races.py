@@ -4,8 +4,9 @@ Every read and write inside an affine loop of a buffer allocated outside it is l
 an affine access pattern (offset, shape, strides in elements). When the loop ends, two accesses from different
 iterations conflict if they touch a common element and at least one writes, except two PSUM matmul accumulations
 (`acc += nc_matmul(...)`), which the hardware performs in any order. The search is a sort-and-sweep over flat
-bounding intervals (vectorised), then an exact test on the few overlapping pairs: an O(depth) lattice test when the
-two patterns have the same geometry, else an intersection of the materialised element sets. Accesses then move to
+bounding intervals (vectorised), then an exact test on the few overlapping pairs (tilec.patterns.common_element: an
+O(depth) lattice test when the two patterns have the same geometry, else per storage dimension or an intersection of
+the materialised element sets; the performance model's per-pattern HBM rule uses the same test). Accesses then move to
 the enclosing affine loop, tagged with its iteration, unless the buffer is private to that loop's body.
 """
 from __future__ import annotations

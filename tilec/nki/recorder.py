@@ -27,7 +27,8 @@ def access(t: object) -> Access:
     if t.oob is not None:  # an index leaving the tensor (legal under mask=): clamp to the buffer
         lo, hi = max(lo, 0), min(hi, buf.data.size - 1)
     if buf.memory == "hbm":
-        pattern = () if t.oob is not None else (isz, t.off, tuple(t.shape), tuple(t.strides), storage_dims(tuple(buf.shape)))
+        pattern = () if t.oob is not None else (isz, t.off, tuple(t.shape), tuple(t.strides),
+                                                storage_dims(tuple(buf.shape)))
         return Access(buf.id, buf.name, "hbm", 0, 1, lo * isz, (hi + 1) * isz, 0, pattern)
     ps = buf.pstride
     p0, p1 = lo // ps, hi // ps + 1

@@ -48,6 +48,7 @@ How the model reasons
 Left out: HBM bank effects, PSUM bank conflicts, strides of other than the innermost free dimension, the real
 allocator's placement (rotation per allocation site and per whole-buffer load stands in for it), cross-engine
 semaphore latency beyond the DMA latency (not documented). Assumed, not documented: the HBM write acknowledgement
-(650 ns), the 2-buffer rotation, the byte-range HBM dependence rule, and that the compiler leads a stream with the DMAs that depend on nothing; row 8's
-measured kernel is known only by description (calibration.md §1), ours follows it.
+(650 ns), the 2-buffer rotation, the byte-range HBM dependence rule, and that the compiler leads a stream with the
+DMAs that depend on nothing; row 8's measured kernel is known only by description (calibration.md §1), ours follows
+it.
 """
