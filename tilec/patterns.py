@@ -24,6 +24,20 @@ def storage_dims(shape: tuple) -> tuple:
     return tuple(reversed(out))
 
 
+def canonical(shape: tuple, strides: tuple) -> tuple[tuple, tuple]:
+    """The same element set with unit dimensions dropped and contiguous neighbours merged, so that two views of one
+    access (a squeezed and an unsqueezed one, say) record the same pattern."""
+    dims: list[list[int]] = []
+    for n, s in zip(shape, strides):
+        if n == 1:
+            continue
+        if dims and dims[-1][1] == n * s:  # the outer dimension steps exactly over this one: merge them
+            dims[-1] = [dims[-1][0] * n, s]
+        else:
+            dims.append([int(n), int(s)])
+    return tuple(d[0] for d in dims), tuple(d[1] for d in dims)
+
+
 def meet(a: tuple, b: tuple, dims: tuple = ()) -> bool:
     """Whether two access patterns (element offset, shape, strides) of one buffer touch a common element."""
     return common_element(a[0], a[1], a[2], b[0], b[1], b[2], dims) is not None

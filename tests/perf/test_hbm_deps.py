@@ -129,14 +129,16 @@ def test_the_race_check_uses_the_same_rule():
         run("bands_affine_clash")
 
 
+def _elements(p: tuple) -> list:
+    off, shape, strides = p
+    grid = np.array([off])
+    for n, s in zip(shape, strides):
+        grid = (grid[:, None] + s * np.arange(n)[None, :]).ravel()
+    return sorted(grid.tolist())
+
+
 def _brute(a: tuple, b: tuple) -> bool:
-    def elements(p):
-        off, shape, strides = p
-        grid = np.array([off])
-        for n, s in zip(shape, strides):
-            grid = (grid[:, None] + s * np.arange(n)[None, :]).ravel()
-        return set(grid.tolist())
-    return bool(elements(a) & elements(b))
+    return bool(set(_elements(a)) & set(_elements(b)))
 
 
 def test_common_element_matches_a_brute_force_intersection():
@@ -151,6 +153,8 @@ def test_common_element_matches_a_brute_force_intersection():
         a, b = pats
         assert patterns.meet(a, b, dims) == _brute(a, b), (a, b)
         assert patterns.meet(a, b) == _brute(a, b), (a, b)
+        ca = (a[0], *patterns.canonical(a[1], a[2]))  # what the recorder stores: the same elements
+        assert _elements(ca) == _elements(a) and len(ca[1]) <= len(a[1]), (a, ca)
 
 
 def test_the_hardware_kernel_set_runs_and_matches_numpy(capsys):
