@@ -161,3 +161,14 @@ def test_other_padded_reads_are_located_errors(body: str, message: str) -> None:
     with pytest.raises(TilecError, match=message) as info:
         compile_loaded(lang.load(text))
     assert info.value.span is not None and info.value.hint
+
+
+def test_rows_padded_at_their_ends_are_made_in_sbuf_and_stored_whole() -> None:
+    """pad3d: 12-column rows become 14-column rows; per block of 100 channels one DMA loads X's rows into the middle
+    of a tile whose end columns VectorE sets to the fill, and one DMA stores the tile as whole rows of Y."""
+    c = compile_loaded(lang.load(program(CASES["pad3d"][0], "0")))
+    src = c.source
+    assert "Y_tile = nl.ndarray((100, 10, 14)" in src
+    assert "dst=Y_tile[:, :, 1:13], src=X[" in src.replace("\n", "")
+    assert "dst=Y[c_o * 100:c_o * 100 + 100, 1:11], src=Y_tile)" in src
+    assert src.count("src=X[") == 1  # inside the loop over the two blocks

@@ -31,6 +31,7 @@ from tilec.lang.evaluator import round_to
 from tilec.target import Target
 
 FILL_TILE_BYTES = 16 * 1024  # SBUF per partition a constant fill tile may take; larger fill boxes are stored in parts
+STAGE_TILE_BYTES = 64 * 1024  # SBUF per partition of a block of padded rows made on chip (larger: HBM -> HBM)
 
 
 # ---- primitives ----------------------------------------------------------------------------------------------------
@@ -160,8 +161,14 @@ def padded_copy(k: Kernel, target: Target, chain: list[Loop], src: Access) -> li
     prims: list = []
     boxes: list[tuple[list[str], dict[str, int]]] = []  # the fill boxes: loop names, extents
     names, now = {v: v for v in loops}, dict(ext)
+    Y = k.outputs[0].name
+    box_rule = _Boxes(target, 4 if k.buffers()[Y].dtype == "f32" else 2, set(k.buffers()), src, Y)
+    last = loops[-1]
+    inside = {v: hi - lo for v, (lo, hi) in bounds.items()}
+    staged = all(lo < hi for lo, hi in bounds.values()) and inside[last] < ext[last] and \
+        box_rule.staged_part(loops, {**inside, last: ext[last]}) is not None
     if all(lo < hi for lo, hi in bounds.values()):
-        for v in loops:
+        for v in loops[:-1] if staged else loops:
             lo, hi = bounds[v]
             for at, fill_first in ((lo, True), (hi - lo, False)):
                 if not 0 < at < now[v]:
@@ -177,24 +184,25 @@ def padded_copy(k: Kernel, target: Target, chain: list[Loop], src: Access) -> li
     else:  # a read wholly outside X (a shift by more than the size): the result is all fill
         copy_box = None
         boxes.append((loops, dict(ext)))
-    prims.append(_prim("resolve_fill"))
-    Y = k.outputs[0].name
-    box_rule = _Boxes(target, 4 if k.buffers()[Y].dtype == "f32" else 2, set(k.buffers()), src, Y)
-    if copy_box is not None:
-        prims += box_rule.schedule(*copy_box, fill=False)
+    if copy_box is not None and staged:  # rows padded at both ends in SBUF: whole rows stored
+        prims += box_rule.stage(*copy_box, bounds[last])
+    else:
+        prims.append(_prim("resolve_fill"))
+        if copy_box is not None:
+            prims += box_rule.schedule(*copy_box, fill=False)
     for box_loops, box_ext in boxes:
         prims += box_rule.schedule(box_loops, box_ext, fill=True)
     return prims
 
 
-def _prim(name: str, *args, **kw):
+def _prim(primitive: str, /, *args, **kw):
     from tilec.compiler.rules import prim  # (rules imports this module)
-    return prim(name, *args, **kw)
+    return prim(primitive, *args, **kw)
 
 
 class _Boxes:
-    """The DMAs of one box of a padded copy: a block of partitions each (the loop that gives the fewest DMAs, in
-    blocks of up to pmax rows, a ragged last block cut off), the loops inside the partitions in one descriptor
+    """The DMAs of one box of a padded copy: a block of partitions each (the loop whose blocks keep the most DMA
+    engines busy, then the fewest DMAs; blocks of up to pmax rows, a ragged last block cut off), the loops inside the partitions in one descriptor
     stream. An interior box moves X -> Y in HBM; a fill box stores a constant tile of at most FILL_TILE_BYTES per
     partition (loops that would make it larger are DMAs of their own)."""
 
@@ -218,13 +226,70 @@ class _Boxes:
                 free.pop(0)
         return moved, free
 
+    def staged_part(self, loops: list[str], ext: dict[str, int]) -> str | None:
+        """The partition loop of a box staged in SBUF (`stage`), or None when it cannot be: a loop before the last
+        whose blocks keep the most DMA engines busy and divide it, with a tile of at most STAGE_TILE_BYTES."""
+        pmax, per_engine = self.target.pmax, self.target.pmax // self.target.dma_engines
+        best = None
+        for pos, v in enumerate(loops[:-1]):
+            d = best_divisor(ext[v], pmax)
+            if ext[v] // d > -(-ext[v] // pmax) or math.prod(ext[u] for u in loops[pos + 1:]) * self.itemsize \
+                    > STAGE_TILE_BYTES:
+                continue
+            engines = min(self.target.dma_engines, -(-d // per_engine))
+            key = (-engines, math.prod(ext[u] for u in loops[:pos]) * (ext[v] // d), pos)
+            if best is None or key < best[0]:
+                best = (key, v)
+        return None if best is None else best[1]
+
+    def stage(self, loops: list[str], ext: dict[str, int], inside: tuple[int, int]) -> list:
+        """A box whose rows (its last loop) are padded at either end: per block of partitions, the result's rows
+        are made in an SBUF tile (the read rows loaded into its middle, the ends set to the fill on VectorE) and
+        stored whole: both DMAs move whole rows, where HBM -> HBM DMAs would write the padded ends as one short
+        chunk per row."""
+        part = self.staged_part(loops, ext)
+        assert part is not None
+        pos, last = loops.index(part), loops[-1]
+        d = best_divisor(ext[part], self.target.pmax)
+        prims = []
+        p_in = part
+        if d < ext[part] or pos == 0:  # the tile is staged at the block loop
+            p_in, at = sub(part, "_p"), sub(part, "_o")
+            prims.append(_prim("split", part, d, outer=at, inner=p_in,
+                               note=f"for {part.split('@')[0]} (blocks of {d} partitions)"))
+        else:
+            at = loops[pos - 1]
+        prims.append(_prim("partition", p_in))
+        lo, hi = inside
+        root, row, parts = p_in, last, []  # the row's boxes under the block: (partition loop, fill or read)
+        for cut_at, fill_first in ((lo, True), (hi - lo, False)):
+            n = ext[last] - lo if not fill_first else ext[last]
+            if not 0 < cut_at < n:
+                continue
+            prims.append(_prim("cut", row, cut_at, root=root))
+            box, rest = ("a", "b") if fill_first else ("b", "a")
+            parts.append(_tag(root, box))
+            root, row = _tag(root, rest), _tag(row, rest)
+        parts.append(root)
+        tile = unique(f"{self.out}_tile", self.taken)
+        self.taken.add(tile)
+        prims += [_prim("resolve_fill"), _prim("stage_out", self.out, at, name=tile)]
+        for n, p in enumerate(parts):
+            prims.append(_prim("tensorize", p) if p == root else _prim("tensorize", p, temps=f"{tile}_fill{n + 1}"))
+        value = self.src.fill
+        shown = "-inf" if value == -math.inf else "inf" if value == math.inf else f"{value:g}"
+        return prims + [_prim("block", at, f"{self.out} = {self.src.buf} with its rows padded ({shown}) in SBUF "
+                                           f"({d} partitions), stored whole")]
+
     def schedule(self, loops: list[str], ext: dict[str, int], fill: bool) -> list:
         pmax = self.target.pmax
         best = None
         for pos, v in enumerate(loops):
             moved, _ = self.moved([(u, ext[u]) for u in loops[pos + 1:]], fill)
             dmas = math.prod(ext[u] for u in loops[:pos]) * -(-ext[v] // pmax) * math.prod(o for _, o, _ in moved)
-            key = (dmas, -min(ext[v], pmax), pos)
+            per_engine = pmax // self.target.dma_engines  # partitions each DMA engine serves
+            engines = min(self.target.dma_engines, -(-min(ext[v], pmax) // per_engine))
+            key = (-engines, dmas, pos)  # every DMA engine busy first, then the fewest DMAs
             if best is None or key < best[0]:
                 best = (key, v)
         assert best is not None
