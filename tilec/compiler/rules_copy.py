@@ -228,16 +228,15 @@ class _Boxes:
 
     def staged_part(self, loops: list[str], ext: dict[str, int]) -> str | None:
         """The partition loop of a box staged in SBUF (`stage`), or None when it cannot be: a loop before the last
-        whose blocks keep the most DMA engines busy and divide it, with a tile of at most STAGE_TILE_BYTES."""
+        whose blocks (of up to pmax rows, a ragged last one cut off) keep the most DMA engines busy, with a tile of
+        at most STAGE_TILE_BYTES per partition."""
         pmax, per_engine = self.target.pmax, self.target.pmax // self.target.dma_engines
         best = None
         for pos, v in enumerate(loops[:-1]):
-            d = best_divisor(ext[v], pmax)
-            if ext[v] // d > -(-ext[v] // pmax) or math.prod(ext[u] for u in loops[pos + 1:]) * self.itemsize \
-                    > STAGE_TILE_BYTES:
+            if math.prod(ext[u] for u in loops[pos + 1:]) * self.itemsize > STAGE_TILE_BYTES:
                 continue
-            engines = min(self.target.dma_engines, -(-d // per_engine))
-            key = (-engines, math.prod(ext[u] for u in loops[:pos]) * (ext[v] // d), pos)
+            engines = min(self.target.dma_engines, -(-min(ext[v], pmax) // per_engine))
+            key = (-engines, math.prod(ext[u] for u in loops[:pos]) * -(-ext[v] // pmax), pos)
             if best is None or key < best[0]:
                 best = (key, v)
         return None if best is None else best[1]
@@ -246,9 +245,27 @@ class _Boxes:
         """A box whose rows (its last loop) are padded at either end: per block of partitions, the result's rows
         are made in an SBUF tile (the read rows loaded into its middle, the ends set to the fill on VectorE) and
         stored whole: both DMAs move whole rows, where HBM -> HBM DMAs would write the padded ends as one short
-        chunk per row."""
+        chunk per row. Blocks of pmax rows, and a ragged last block cut off when no divisor does as well."""
         part = self.staged_part(loops, ext)
         assert part is not None
+        n, pmax = ext[part], self.target.pmax
+        boxes = [(loops, ext, part)]
+        cut = []
+        if n // best_divisor(n, pmax) > -(-n // pmax):
+            m = n // pmax * pmax
+            cut = [_prim("cut", part, m, root=loops[0])]
+            boxes = [([_tag(u, t) for u in loops], {_tag(u, t): (size if u == part else ext[u]) for u in loops},
+                      _tag(part, t)) for t, size in (("a", m), ("b", n - m))]
+        heads, tails = [], []
+        for box_loops, box_ext, box_part in boxes:
+            head, tail = self._staged(box_loops, box_ext, box_part, inside)
+            heads += head
+            tails += tail
+        return cut + heads + [_prim("resolve_fill")] + tails
+
+    def _staged(self, loops: list[str], ext: dict[str, int], part: str, inside: tuple[int, int]
+                ) -> tuple[list, list]:
+        """One staged box: (its splits and cuts, its staging and tensorize after resolve_fill)."""
         pos, last = loops.index(part), loops[-1]
         d = best_divisor(ext[part], self.target.pmax)
         prims = []
@@ -273,13 +290,13 @@ class _Boxes:
         parts.append(root)
         tile = unique(f"{self.out}_tile", self.taken)
         self.taken.add(tile)
-        prims += [_prim("resolve_fill"), _prim("stage_out", self.out, at, name=tile)]
+        tail = [_prim("stage_out", self.out, at, name=tile)]
         for n, p in enumerate(parts):
-            prims.append(_prim("tensorize", p) if p == root else _prim("tensorize", p, temps=f"{tile}_fill{n + 1}"))
+            tail.append(_prim("tensorize", p) if p == root else _prim("tensorize", p, temps=f"{tile}_fill{n + 1}"))
         value = self.src.fill
         shown = "-inf" if value == -math.inf else "inf" if value == math.inf else f"{value:g}"
-        return prims + [_prim("block", at, f"{self.out} = {self.src.buf} with its rows padded ({shown}) in SBUF "
-                                           f"({d} partitions), stored whole")]
+        return prims, tail + [_prim("block", at, f"{self.out} = {self.src.buf} with its rows padded ({shown}) in "
+                                                 f"SBUF ({d} partitions), stored whole")]
 
     def schedule(self, loops: list[str], ext: dict[str, int], fill: bool) -> list:
         pmax = self.target.pmax
