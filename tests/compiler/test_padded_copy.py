@@ -5,6 +5,7 @@ output is compared exactly with np.pad + slicing of the (dtype-rounded) input, a
 from __future__ import annotations
 
 import math
+import pathlib
 
 import ml_dtypes
 import numpy as np
@@ -180,3 +181,17 @@ def test_rows_padded_at_their_ends_are_made_in_sbuf_and_stored_whole() -> None:
     assert "dst=Y_tile[:, :, 1:13], src=X[" in src.replace("\n", "")
     assert "dst=Y[c_o * 100:c_o * 100 + 100, 1:11], src=Y_tile)" in src
     assert src.count("src=X[") == 1  # inside the loop over the two blocks
+
+
+@pytest.mark.parametrize("name, sizes, want", [
+    ("shift_padded", {"N": 2, "C": 130, "H": 6, "W": 5},
+     lambda x: np.pad(x, [(0, 0), (0, 0), (2, 0), (0, 1)])[:, :, :6, 1:]),
+    ("pad1", {"N": 2, "C": 3, "H": 6, "W": 5}, lambda x: np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])),
+])
+def test_the_benchmark_families_match_numpy(name: str, sizes: dict[str, int], want) -> None:
+    """benchmarks/families/{shift_padded,pad1}.tl (issue 13's table) compiled at small sizes."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "families" / f"{name}.tl"
+    c = compile_loaded(lang.load(str(path), sizes))
+    inputs = inputs_for(c.program)
+    (got,) = c.run(**inputs).values()
+    np.testing.assert_array_equal(np.asarray(got, np.float32), want(np.asarray(inputs["X"], np.float32)))
