@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from tilec.compiler import layout, primitives as pr
+from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, Update, loads
 from tilec.compiler.schedule import EltwisePlan, ReducePlan, TransposePlan, best_divisor, eltwise_plan
@@ -67,8 +67,9 @@ _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
     "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
     "tensorize": _lowering_only, "block": _lowering_only,
+    "resolve_fill": rules_copy.resolve_fill, "fill_from": rules_copy.fill_from,
 }
-_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped")  # check capacity against the target
+_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped", "fill_from")  # check capacity against the target
 
 
 def apply(k: Kernel, prims: list[Prim], target: Target) -> Kernel:
@@ -518,6 +519,8 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     read = {t.var for i in src.index for t in i.terms}
     ext = {lp.var: lp.extent for lp in chain}
     Y, X = stmt.dst.buf, src.buf
+    if src.fill is not None:  # a padded read: an interior box copied HBM -> HBM, fill boxes from a constant tile
+        return rules_copy.padded_copy(k, target, chain, src)
     x_order, y_order = _plain(src.index), _plain(stmt.dst.index)
     if x_order and y_order and x_order != y_order:  # a permute that keeps its last dimension (select_permute)
         runs = dma_runs(tuple(x_order), tuple(y_order), ext, target.pmax)
