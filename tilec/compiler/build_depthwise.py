@@ -432,9 +432,11 @@ class DepthwiseBuilder:
 
     # ---- one chunk of output rows: the taps, then the final add ----------------------------------------------------
 
-    def chunk(self, band: Buf, parts: int, y0: int, rows: int, tag: str
+    def chunk(self, band: Buf, parts: int, y0: int, rows: int, tag: str, psum: tuple[str, int] | None = None
               ) -> tuple[list[Stmt], list[Stmt]]:
-        """(the taps into the PSUM accumulator self.acc_view, the add of the GpSimdE sum into it)."""
+        """(the taps into the PSUM accumulator self.acc_view, the add of the GpSimdE sum into it); `psum`: (tag,
+        partitions) of a PSUM accumulator shared with chunks of more partitions (a group of fewer channels uses its
+        first `parts` partitions)."""
         op, line = self.op, self.L["update"]
         rt = self.routes(rows)
         # the band's first reader picks the DMA queue its loads go on, the output's last writer the stores' queue:
@@ -442,8 +444,9 @@ class DepthwiseBuilder:
         first = "v" if self.evicts_on_scalar() else "s"
         shape = (parts, rows, self.Wo)
         whole = (full(parts), full(rows), full(self.Wo))
-        acc = Buf(self.fresh(f"{op.name}_acc{tag}"), "psum", "f32", shape)
-        accv = self.acc_view = View(acc, whole)
+        ptag, pparts = psum if psum is not None else (tag, parts)
+        acc = Buf(self.fresh(f"{op.name}_acc{ptag}"), "psum", "f32", (pparts, rows, self.Wo))
+        accv = self.acc_view = View(acc, whole if pparts == parts else (sl(0, parts),) + whole[1:])
         # issue order (each engine runs its stream in order): VectorE's own taps first, then ScalarE's products
         # alternating between the GpSimdE and the VectorE sums, so that both adders are fed from the start
         g, sv = ["g"] * rt.g, ["sv"] * rt.sv
@@ -461,7 +464,7 @@ class DepthwiseBuilder:
             part = (full(parts), full(rows), full(self.Wo) if nx == self.Wo else sl(xa, nx))
             window = View(band, (full(parts), sl(y0 * self.sy + r * self.dy, rows, self.sy), sl(bc, nx, self.sx)))
             w = self.w_col(parts, r, s)
-            accp = View(acc, part)
+            accp = View(acc, part if pparts == parts else (sl(0, parts),) + part[1:])
             if route == "pe":  # acc[p] += diag(w)[p, p] * window[p]
                 out.append(Matmul(accp, self.diags[(r, s)], window, line))
                 continue

@@ -8,7 +8,7 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable
 
-from tilec.compiler import build_depthwise, ir, passes
+from tilec.compiler import build_depthwise, build_mbblock, ir, passes, placement
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
@@ -215,6 +215,14 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
                 skip |= set(chains[i])
                 fused.append([m.name for m in members])
                 continue
+        block = build_mbblock.build_block(ops, i, hbm, lambda base: names.fresh(base, f"block:{ops[i + 2].out}"),
+                                          target, scheduled, set(program.kernel.outputs), placement.reads) \
+            if isinstance(op, ConvOp) else None
+        if block is not None:  # expand 1x1 -> depthwise -> project 1x1 kept on chip (build_mbblock.py)
+            out.append(_named({ops[i + 2].out}, block, ops[i + 2].out, len(ops), prefixes))
+            skip |= {i + 1, i + 2}
+            fused.append([o.name for o in ops[i:i + 3]])
+            continue
         builders: dict[type, Callable[..., tuple]] = {
             ConvOp: build_conv, PoolOp: build_pool, TransposeOp: _scheduled(program, target),
             EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}
