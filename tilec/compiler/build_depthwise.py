@@ -91,10 +91,12 @@ def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True) -> Routes:
+def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True,
+                  extra: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> Routes:
     """The split of the taps over the engines with the smallest busiest-engine time per chunk of n elements per
     partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls; fp32 at the model's
-    fp32 factor)."""
+    fp32 factor); `extra`: ns per chunk TensorE, ScalarE and VectorE spend on other work (a fused block's 1x1
+    convs and their evictions)."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
     t = get_target()
     prm = {name: value for name, value, _ in target_params(t.name).table()}
@@ -112,10 +114,10 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
             for g in range(0, rest + 1, step):
                 for v in range(0, rest - g + 1, step):
                     sv = rest - g - v
-                    scalar = act * (1 + sv + g + (first == "s"))  # + the eviction
-                    vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp)
+                    scalar = act * (1 + sv + g + (first == "s")) + extra[1]  # + the eviction
+                    vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp) + extra[2]
                     gpsimd = gps * max(0, g - 1)
-                    busiest = max(scalar, vector, gpsimd, mm * k)
+                    busiest = max(scalar, vector, gpsimd, mm * k + extra[0])
                     instrs = 2 * taps - k - (first == "s") - (g > 0)
                     key = (busiest, instrs, Routes(k, first, sv, v, g, busiest))
                     if best is None or key[:2] < best[:2]:
@@ -161,8 +163,9 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
 
 
 class DepthwiseBuilder:
-    def __init__(self, op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str], lay: Layout, pe: bool
-                 ) -> None:
+    def __init__(self, op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str], lay: Layout, pe: bool,
+                 extra: Callable[[int], tuple[float, float, float]] | None = None) -> None:
+        self.extra = extra  # rows of a chunk -> the engines' other work per chunk (choose_routes)
         from tilec.compiler.build_conv import conv_loop_vars
         self.op, self.hbm, self.fresh, self.line = op, hbm, fresh, op.line
         d = dict(op.dims)
@@ -194,7 +197,8 @@ class DepthwiseBuilder:
         self.cn = {"cg": fresh("GROUP"), "k": fresh("IMAGES")}
 
     def routes(self, rows: int) -> Routes:
-        return choose_routes(self.R * self.S, rows * self.Wo, self.op.clamp is not None, self.pe, self.fp32)
+        return choose_routes(self.R * self.S, rows * self.Wo, self.op.clamp is not None, self.pe, self.fp32,
+                             self.extra(rows) if self.extra else (0.0, 0.0, 0.0))
 
     def consts(self) -> list[tuple[str, int]]:
         return [(self.cn["cg"], self.lay.cg), (self.cn["k"], self.lay.k)]

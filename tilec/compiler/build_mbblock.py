@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
 from tilec.compiler import ir
+from tilec.compiler.build_conv import hbm_view
 from tilec.compiler.build_depthwise import DEPTH, PSUM_FP32, DepthwiseBuilder, Layout, choose_routes, plural
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
@@ -40,6 +41,7 @@ from tilec.target import Target
 
 SBUF_SHARE = 0.75  # of the kernel's SBUF budget: the block's bands, A, every group's B and the weights
 LAYOUT_TRIES = 6
+UNROLL_GROUPS = 8  # at most this many channel groups are unrolled as a software pipeline (else a loop of pairs)
 
 
 @dataclass(frozen=True)
@@ -104,9 +106,9 @@ def layouts(e: ConvOp, d: ConvOp, p: ConvOp, elem: int) -> list[BlockLayout]:
     mm = prm["mm_fp32_factor"] if elem == 4 else 1
     found = []
     for nb in range(1, min(H, PMAX // max(C, K)) + 1):
-        rb = -(-H // nb)
-        if -(-H // rb) != nb:
-            continue
+        if H % nb:
+            continue  # (Y's rows in HBM order on the partitions: one store)
+        rb = H // nb
         cg_max = min(E, PMAX // nb)
         groups = -(-E // cg_max)
         cg = -(-E // groups)
@@ -127,7 +129,7 @@ def layouts(e: ConvOp, d: ConvOp, p: ConvOp, elem: int) -> list[BlockLayout]:
 
 class BlockBuilder:
     def __init__(self, e: ConvOp, d: ConvOp, p: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str],
-                 lay: BlockLayout) -> None:
+                 lay: BlockLayout, pe: bool = False) -> None:
         self.e, self.d, self.p, self.hbm, self.fresh, self.lay = e, d, p, hbm, fresh, lay
         self.N, self.C, self.E, self.H, self.W = e.dim("N"), e.dim("C"), e.dim("K"), d.dim("H"), d.dim("W")
         self.K = p.dim("K")
@@ -136,12 +138,29 @@ class BlockBuilder:
         self.G, self.CR = self.E // lay.cg, self.E % lay.cg
         self.rc = max(1, PSUM_FP32 // self.W)
         self.dtype = hbm[e.x].dtype
-        self.dw = DepthwiseBuilder(d, hbm, fresh, Layout(lay.cg, lay.nb, lay.rb, 1, self.rc), False)
+        self.dw = DepthwiseBuilder(d, hbm, fresh, Layout(lay.cg, lay.nb, lay.rb, 1, self.rc), pe, self.other_work)
         assert self.dw.clip and self.dw.BC == self.W and self.dw.IR == self.IR
         v = dict(d.vars)
         self.ename, self.nname = v.get("k", "e"), dict(e.vars).get("n", "n")
         self.gv, self.nv = fresh(f"{self.ename}_g"), fresh(f"{self.nname}_i")
         self.cn = fresh("GROUP")
+
+    def other_work(self, rows: int) -> tuple[float, float, float]:
+        """ns that TensorE, ScalarE and VectorE spend beside the depthwise taps per chunk of `rows` output rows (a
+        share of the group's expand matmuls and eviction, the project matmuls; the model's costs)."""
+        from tilec.perf.params import target_params
+        prm = {name: value for name, value, _ in target_params("trn2").table()}
+        mm = prm["mm_fp32_factor"] if self.dtype == "f32" else 1
+        xchunks = [min(self.rc, self.IR - y0) for y0 in range(0, self.IR, self.rc)]
+        chunks = [min(self.rc, self.lay.rb - y0) for y0 in range(0, self.lay.rb, self.rc)]
+        share = rows / self.lay.rb
+
+        def cost(rs: list[int], fixed: str, ghz: str, lo: str = "min_ii_cycles", factor: float = 1.0) -> float:
+            return sum((max(prm[lo], r * self.W) + prm[fixed]) * factor / prm[ghz] for r in rs)
+        pe = cost(xchunks + chunks, "mm_fixed_cycles", "tensor_ghz", "mm_min_cycles", mm)
+        act = cost(xchunks, "scalar_static_cycles", "scalar_ghz")
+        vec = cost(xchunks, "vector_static_cycles", "vector_ghz") if self.e.clamp is not None else 0.0
+        return pe * share, act * share, vec * share
 
     def consts(self) -> list[tuple[str, int]]:
         return [(self.cn, self.lay.cg)]
@@ -161,7 +180,7 @@ class BlockBuilder:
         bd = Buf(self.fresh(f"{w.buf.name}_bd"), "sbuf", w.buf.dtype, (nb * k_max, groups, nb * m_max))
         src = Buf(self.fresh(f"{w.buf.name}_blocks"), "sbuf", w.buf.dtype, (nb * m_max, nb * k_max))
         # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
-        tp = Buf(self.fresh(f"{w.buf.name}_tp"), "psum", w.buf.dtype, (nb * k_max, nb * m_max))
+        tp = Buf(self.fresh(f"{w.buf.name}_tp"), "psum", w.buf.dtype, (PMAX, PMAX))  # one PSUM bank for both
 
         def part(gi: ir.Aff, e0: ir.Aff, cg: int) -> list[Stmt]:
             m, k = dims(cg)
@@ -171,8 +190,13 @@ class BlockBuilder:
             return body + [Alloc(tp, line=line),
                            Transpose(View(tp, (sl(0, nb * k), sl(0, nb * m))),
                                      View(src, (sl(0, nb * m), sl(0, nb * k))), "pe", line),
-                           ir.Copy(View(bd, (sl(0, nb * k), gi, sl(0, nb * m))),
-                                   View(tp, (sl(0, nb * k), sl(0, nb * m))), line)]
+                           ] + (
+                [ir.Copy(View(bd, (sl(0, nb * k), gi, sl(0, nb * m))), View(tp, (sl(0, nb * k), sl(0, nb * m))),
+                         line)] if expand else
+                # the project's output columns in (k, block) order: Y's partitions k*nb + b are then its rows in
+                # HBM order (one load of the residual, one store)
+                [ir.Copy(View(bd, (sl(0, nb * k), gi, sl(b, m, nb))), View(tp, (sl(0, nb * k), sl(b * m, m))),
+                         line) for b in range(nb)])
         out: list[Stmt] = [Alloc(bd, line=line)]
         wv = self.fresh(f"{self.ename}_w")
         out += loop(wv, self.G, part(a(wv), a(term(wv, lay.cg, self.cn)), lay.cg), line=line,
@@ -182,7 +206,6 @@ class BlockBuilder:
         return bd, out
 
     def build(self) -> list[Stmt]:
-        from tilec.compiler.build_conv import hbm_view
         e, d, p, fresh, lay = self.e, self.d, self.p, self.fresh, self.lay
         nb, line = lay.nb, e.line
         self.x4, s1 = hbm_view(self.hbm[e.x], (self.N, self.C, self.H, self.W), fresh(f"{e.x}_v"), line)
@@ -194,15 +217,26 @@ class BlockBuilder:
         if d.bias:
             self.dw.b2, s6 = hbm_view(self.hbm[d.bias], (self.E, 1), fresh(f"{d.bias}_v"), d.line)
             stmts += s6
+        if self.dw.pe_taps:  # first: a round trip through HBM
+            stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
+                                  tuple(self.dw.identity()), d.line))
         self.we_bd, prep = self.block_diag(ir.whole(we), e.line, True)
         stmts.append(ir.Block(f"{e.w} as block-diagonal stationaries (one {self.C} x {self.cn} block per row block)",
                               tuple(prep), e.line))
         stmts.append(ir.Block(f"{d.w}: each {self.ename}'s taps as fp32 columns on every row block's partitions",
                               tuple(self.dw.weights()), d.line))
+        diags = self.dw.diagonals()
+        if diags:
+            stmts.append(ir.Block(f"diag({d.w}[{self.ename}, r, s]) for the taps TensorE runs: the identity scaled "
+                                  "per partition", tuple(diags), d.line))
         self.wp_bd, prep = self.block_diag(ir.whole(wp), p.line, False)
-        stmts.append(ir.Block(f"{p.w} as block-diagonal stationaries (one {self.cn} x {self.K} block per row block)",
-                              tuple(prep), p.line))
-        self.zeros = Buf(fresh(f"{e.x}_zeros"), "sbuf", self.dtype, (nb * self.C, self.IR, self.W))
+        self.wp_prep: list[Stmt] = [ir.Block(f"{p.w} as block-diagonal stationaries (one {self.cn} x {self.K} block "
+                                             "per row block)", tuple(prep), p.line)]
+        if self.N > 1:
+            stmts += self.wp_prep
+        top = self.R // 2  # rows of zeros above block 0 and below the last block (a full-size last block)
+        self.zeros = Buf(fresh(f"{e.x}_zeros"), "sbuf", self.dtype,
+                         (nb * self.C, max(top, nb * lay.rb - self.H + top), self.W))
         stmts.append(Alloc(self.zeros, zero=True, line=line))
         note = f"for {self.nname} in 0..{self.N}"
         body = loop(self.nv, self.N, self.image(a(self.nv)), note=note, line=dict(e.lines).get("n", line))
@@ -227,57 +261,92 @@ class BlockBuilder:
             if hi < start + self.IR:
                 rest = start + self.IR - hi
                 out.append(Dma(View(xe, (sl(b * C, C), sl(self.IR - rest, rest), full(self.W))),
-                               View(self.zeros, (sl(b * C, C), sl(self.IR - rest, rest), full(self.W))), line))
+                               View(self.zeros, (sl(b * C, C), sl(0, rest), full(self.W))), line))
             if hi > lo:
                 out.append(Dma(View(xe, (sl(b * C, C), sl(lo - start, hi - lo), full(self.W))),
                                View(self.x4, (n, full(C), sl(lo, hi - lo), full(self.W))), line))
+        out += self.residual(n)
         groups = self.G + (1 if self.CR else 0)
         b_all = Buf(self.fresh(f"{d.name}_all"), "sbuf", self.hbm[d.out].dtype, (nb * lay.cg, groups, lay.rb, self.W))
         out.append(Alloc(b_all, line=d.line))
-        out += loop(self.gv, self.G, self.group(xe, b_all, a(self.gv), lay.cg, ""), line=d.line,
-                    note=f"for {self.ename} (groups of {self.cn} channels)")
-        if self.CR:
-            out += self.group(xe, b_all, a(self.G), self.CR, "_rest")
+        seq = [(a(g), lay.cg) for g in range(self.G)] + ([(a(self.G), self.CR)] if self.CR else [])
+        if len(seq) <= UNROLL_GROUPS:
+            out += self.pipelined(xe, b_all, seq)
+        else:  # groups in pairs: the two A bands alternate
+            pair = [s for part in self.group(xe, b_all, a(term(self.gv, 2)), lay.cg, "_a") +
+                    self.group(xe, b_all, a(term(self.gv, 2), 1), lay.cg, "_b") for s in part]
+            out += loop(self.gv, self.G // 2, pair, line=d.line,
+                        note=f"for {self.ename} (pairs of groups of {self.cn} channels)")
+            for k, (gi, cg) in enumerate(seq[self.G // 2 * 2:]):
+                out += [s for part in self.group(xe, b_all, gi, cg, "_ab"[k]) for s in part]
+        if self.N == 1:  # TensorE runs in order: the project's weights after the expands it must not delay
+            out += self.wp_prep
         out += self.project(xe, b_all, n)
         return out
 
-    def group(self, xe: Buf, b_all: Buf, gi: ir.Aff, cg: int, tag: str) -> list[Stmt]:
+    def group(self, xe: Buf, b_all: Buf, gi: ir.Aff, cg: int, tag: str
+              ) -> tuple[list[Stmt], list[Stmt], list[Stmt]]:
+        """One group of expanded channels: its expand into a band of A, the depthwise taps over it into B_all[:, g];
+        `tag` ("_a" | "_b") picks the band (and the PSUM sums) of alternate groups. (expand, taps, evictions)."""
         e, d, lay, nb = self.e, self.d, self.lay, self.lay.nb
         parts = nb * cg
-        apad = Buf(self.fresh(f"{e.out}_pad{tag}"), "sbuf", self.hbm[e.out].dtype, (parts, self.IR, self.W))
-        out: list[Stmt] = [Alloc(apad, line=e.line)]
+        # the band of A (the depthwise input with its halo rows): a full group's size, a smaller group uses its
+        # first partitions
+        apad = Buf(self.fresh(f"{e.out}_pad{tag}"), "sbuf", self.hbm[e.out].dtype, (nb * lay.cg, self.IR, self.W))
+        expand: list[Stmt] = [Alloc(apad, line=e.line)]
         # expand: A rows of every block at once (rows outside X read zeros: A is 0 there, the depthwise halo)
         ex: list[Stmt] = []
         for i, y0 in enumerate(range(0, self.IR, self.rc)):
             rows = min(self.rc, self.IR - y0)
-            acc = Buf(self.fresh(f"{e.name}_acc{'ab'[i % 2]}"), "psum", "f32", (nb * lay.cg, rows, self.W))
-            av = View(acc, (sl(0, parts) if parts < nb * lay.cg else full(parts), full(rows), full(self.W)))
+            acc, av = self.mm_acc(i, parts, rows)
             ex += [Alloc(acc, zero=True, line=e.line),
                    Matmul(av, View(self.we_bd, (full(nb * self.C), gi, sl(0, parts))),
                           View(xe, (full(nb * self.C), sl(y0, rows), full(self.W))), e.line)]
             ex += self.evict_expand(View(apad, (full(parts), sl(y0, rows), full(self.W))), av)
-        out.append(ir.Block(f"{e.name} = {e.w} . {e.x} (1x1, all row blocks in one matmul per chunk), "
-                            f"{self.epilogue(e)} on the eviction, into the depthwise band", tuple(ex), e.line))
+        expand.append(ir.Block(f"{e.name} = {e.w} . {e.x} for {self.ename} group {gi} (1x1, all row blocks in "
+                               f"one matmul per chunk), {self.epilogue(e)} on the eviction, into the depthwise band",
+                               tuple(ex), e.line))
+        out: list[Stmt] = []
         # depthwise: the depthwise kernel's chunks over the band, evicted into B_all[:, g]
         dw = self.dw
         dw.wsel = (dw.w_all, gi)
-        dw.diags = {}
+        dw.diags = {t: View(dw.d_all, (sl(0, parts), gi, a(i), sl(0, parts)))
+                    for i, t in enumerate(dw.pe_taps_list())}
         dw.allocated = set()
         bias = View(dw.b_all, (sl(0, parts), sl(gi, 1))) if d.bias else None
-        pending: list[list[Stmt]] = []
+        evicts: list[Stmt] = []
         for i, y0 in enumerate(range(0, lay.rb, self.rc)):
             rows = min(self.rc, lay.rb - y0)
-            ctag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == self.rc else "_end")
-            ptag = f"_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == self.rc else "_end")
+            ptag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == self.rc else "_end")
+            ctag = ptag + ("_rest" if cg < lay.cg else "")  # the SBUF products have the group's partitions
             taps, finish = dw.chunk(apad, parts, y0, rows, ctag, (ptag, nb * lay.cg))
-            span = f"{d.name} rows {y0}..{y0 + rows} of each block"
+            span = f"{d.name} rows {y0}..{y0 + rows} of each block, {self.ename} group {gi}"
             out.append(ir.Block(f"{span}, {self.R * self.S} taps: {dw.taps_note(rows)}", tuple(taps), d.line))
-            out += pending.pop(0) if len(pending) == DEPTH else []
             dst = View(b_all, (sl(0, parts), gi, sl(y0, rows), full(self.W)))
-            pending.append([ir.Block(f"{span}: evicted ({dw.epilogue_note() or 'a copy'})", tuple(
-                finish + dw.evict(dst, dw.acc_view, bias, ctag)), d.line)])
-        out += [s for pend in pending for s in pend]
-        return out
+            evicts.append(ir.Block(f"{span}: evicted ({dw.epilogue_note() or 'a copy'}) into {b_all.name}", tuple(
+                finish + dw.evict(dst, dw.acc_view, bias, ctag)), d.line))
+        return expand, out, evicts
+
+    def pipelined(self, xe: Buf, b_all: Buf, seq: list[tuple[ir.Aff, int]]) -> list[Stmt]:
+        """The groups unrolled as a software pipeline: group g+1's expand and taps are issued before group g's
+        evictions (each engine runs its stream in order; the evictions wait for the GpSimdE sums), the A bands
+        and PSUM sums alternate between even and odd groups."""
+        parts = [self.group(xe, b_all, gi, cg, "_ab"[k % 2]) for k, (gi, cg) in enumerate(seq)]
+        out: list[Stmt] = list(parts[0][0])
+        for k, (_, taps, _) in enumerate(parts):
+            out += taps
+            if k + 1 < len(parts):
+                out += parts[k + 1][0]
+            if k:
+                out += parts[k - 1][2]
+        return out + list(parts[-1][2])
+
+    def mm_acc(self, i: int, parts: int, rows: int) -> tuple[Buf, View]:
+        """The PSUM accumulators of the 1x1 convs' chunks (two, alternating; the expand and the project share them)."""
+        shape = (self.lay.nb * max(self.lay.cg, self.K), self.rc, self.W)
+        acc = Buf(self.fresh(f"mm_acc{'ab'[i % 2]}"), "psum", "f32", shape)
+        part = full(parts) if parts == shape[0] else sl(0, parts)
+        return acc, View(acc, (part, full(rows) if rows == self.rc else sl(0, rows), full(self.W)))
 
     def evict_expand(self, dst: View, acc: View) -> list[Stmt]:
         e, line = self.e, self.e.line
@@ -295,12 +364,13 @@ class BlockBuilder:
     def project(self, xe: Buf, b_all: Buf, n: ir.Aff) -> list[Stmt]:
         p, lay, nb, line = self.p, self.lay, self.lay.nb, self.p.line
         K, top = self.K, self.R // 2
-        yb = Buf(self.fresh(f"{p.out}_band"), "sbuf", self.hbm[p.out].dtype, (nb * K, lay.rb, self.W))
-        out: list[Stmt] = [Alloc(yb, line=line)]
+        yb = Buf(self.fresh(f"{p.out}_band"), "sbuf", self.hbm[p.out].dtype, (K * nb, lay.rb, self.W))
+        # Y and its residual seen as [K * nb, RB, W]: partition k*nb + b holds row block b of channel k
+        o6, s1 = hbm_view(self.hbm[p.out], (self.N, K * nb, lay.rb, self.W), self.fresh(f"{p.out}_blocks"), line)
+        out: list[Stmt] = s1 + [Alloc(yb, line=line)]
         for i, y0 in enumerate(range(0, lay.rb, self.rc)):
             rows = min(self.rc, lay.rb - y0)
-            acc = Buf(self.fresh(f"{p.name}_acc{'ab'[i % 2]}"), "psum", "f32", (nb * K, rows, self.W))
-            av = ir.whole(acc)
+            acc, av = self.mm_acc(i, nb * K, rows)
             body: list[Stmt] = [Alloc(acc, zero=True, line=line)]
 
             def mm(gi: ir.Aff, cg: int) -> list[Stmt]:
@@ -311,31 +381,44 @@ class BlockBuilder:
             if self.CR:
                 body += mm(a(self.G), self.CR)
             dst = View(yb, (full(nb * K), sl(y0, rows), full(self.W)))
-            if p.residual:
-                body.append(Binary(dst, av, View(xe, (full(nb * K), sl(top + y0, rows), full(self.W))), "add", line))
+            if self.res is not None:
+                body.append(Binary(dst, av, View(self.res, (full(nb * K), sl(y0, rows), full(self.W))), "add", line))
             else:
                 body.append(Act(dst, av, "copy", None, 1.0, line))
             what = f" + {p.residual}" if p.residual else ""
             out.append(ir.Block(f"{p.name} rows {y0}..{y0 + rows} of each block = {p.w} . {self.d.name}{what}",
                                 tuple(body), line))
-        for b in range(nb):
-            valid = min(lay.rb, self.H - b * lay.rb)
-            if valid > 0:
-                out.append(Dma(View(self.o4, (n, full(K), sl(b * lay.rb, valid), full(self.W))),
-                               View(yb, (sl(b * K, K), sl(0, valid), full(self.W))), line))
-        return out
+        return out + [Dma(View(o6, (n, full(K * nb), full(lay.rb), full(self.W))), ir.whole(yb), line)]
+
+    def residual(self, n: ir.Aff) -> list[Stmt]:
+        """The project's residual (the block's input) in the project's (channel, row block) partition order: one
+        DMA at the start of the image."""
+        p, nb, line = self.p, self.lay.nb, self.p.line
+        self.res: Buf | None = None
+        if not p.residual:
+            return []
+        self.res = Buf(self.fresh(f"{p.residual}_skip"), "sbuf", self.hbm[p.residual].dtype,
+                       (self.K * nb, self.lay.rb, self.W))
+        r6, s1 = hbm_view(self.hbm[p.residual], (self.N, self.K * nb, self.lay.rb, self.W),
+                          self.fresh(f"{p.residual}_blocks"), line)
+        return s1 + [Alloc(self.res, line=line), Dma(ir.whole(self.res), View(r6, (n, full(self.K * nb),
+                                                                                      full(self.lay.rb),
+                                                                                      full(self.W))), line)]
 
 
-def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target) -> BlockLayout | None:
+def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target) -> tuple[BlockLayout, bool] | None:
     """The best-estimated layout whose dry build fits the SBUF and PSUM budgets (None: none does)."""
     from tilec.compiler import passes
     from tilec.compiler.schedule import sbuf_budget
     e, d, p = ops[i:i + 3]
     elem = ir.DTYPE_BYTES[hbm[e.x].dtype]
-    for lay in layouts(e, d, p, elem)[:LAYOUT_TRIES]:
-        sbuf, psum = passes.peak_usage(tuple(BlockBuilder(e, d, p, hbm, lambda name: name, lay).build()))
-        if sbuf <= sbuf_budget(target) * SBUF_SHARE and psum <= target.psum_banks:
-            return lay
+    for pe in (True, False):
+        for lay in layouts(e, d, p, elem)[:LAYOUT_TRIES]:
+            built = tuple(BlockBuilder(e, d, p, hbm, lambda name: name, lay, pe).build())
+            sbuf = passes.peak_usage(built)[0]
+            psum = {s.buf.name for s in ir.walk(built) if isinstance(s, Alloc) and s.buf.memory == "psum"}
+            if sbuf <= sbuf_budget(target) * SBUF_SHARE and len(psum) <= target.psum_banks:
+                return lay, pe
     return None
 
 
@@ -346,9 +429,9 @@ def build_block(ops: tuple, i: int, hbm: dict[str, Buf], fresh: Callable[[str], 
     builder)."""
     if why_not(ops, i, hbm, scheduled, outputs, reads):
         return None
-    lay = choose(ops, i, hbm, target)
-    if lay is None:
+    chosen = choose(ops, i, hbm, target)
+    if chosen is None:
         return None
-    b = BlockBuilder(*ops[i:i + 3], hbm, fresh, lay)
+    b = BlockBuilder(*ops[i:i + 3], hbm, fresh, *chosen)
     stmts = b.build()
     return b.consts(), stmts
