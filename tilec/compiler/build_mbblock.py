@@ -180,7 +180,7 @@ class BlockBuilder:
         bd = Buf(self.fresh(f"{w.buf.name}_bd"), "sbuf", w.buf.dtype, (nb * k_max, groups, nb * m_max))
         src = Buf(self.fresh(f"{w.buf.name}_blocks"), "sbuf", w.buf.dtype, (nb * m_max, nb * k_max))
         # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
-        tp = Buf(self.fresh(f"{w.buf.name}_tp"), "psum", w.buf.dtype, (PMAX, PMAX))  # one PSUM bank for both
+        tp = Buf(self.fresh("weights_tp"), "psum", w.buf.dtype, (PMAX, PMAX))  # one PSUM bank for both
 
         def part(gi: ir.Aff, e0: ir.Aff, cg: int) -> list[Stmt]:
             m, k = dims(cg)
@@ -230,10 +230,8 @@ class BlockBuilder:
             stmts.append(ir.Block(f"diag({d.w}[{self.ename}, r, s]) for the taps TensorE runs: the identity scaled "
                                   "per partition", tuple(diags), d.line))
         self.wp_bd, prep = self.block_diag(ir.whole(wp), p.line, False)
-        self.wp_prep: list[Stmt] = [ir.Block(f"{p.w} as block-diagonal stationaries (one {self.cn} x {self.K} block "
-                                             "per row block)", tuple(prep), p.line)]
-        if self.N > 1:
-            stmts += self.wp_prep
+        stmts.append(ir.Block(f"{p.w} as block-diagonal stationaries (one {self.cn} x {self.K} block per row "
+                              "block)", tuple(prep), p.line))
         top = self.R // 2  # rows of zeros above block 0 and below the last block (a full-size last block)
         self.zeros = Buf(fresh(f"{e.x}_zeros"), "sbuf", self.dtype,
                          (nb * self.C, max(top, nb * lay.rb - self.H + top), self.W))
@@ -266,6 +264,13 @@ class BlockBuilder:
                 out.append(Dma(View(xe, (sl(b * C, C), sl(lo - start, hi - lo), full(self.W))),
                                View(self.x4, (n, full(C), sl(lo, hi - lo), full(self.W))), line))
         out += self.residual(n)
+        # the project's PSUM sums, one per chunk of rows, accumulated over the groups as their B is evicted
+        self.yacc = []
+        for i, y0 in enumerate(range(0, lay.rb, self.rc)):
+            rows = min(self.rc, lay.rb - y0)
+            acc = Buf(self.fresh(f"{p.name}_acc{'ab'[i % 2]}"), "psum", "f32", (self.K * nb, rows, self.W))
+            self.yacc.append((acc, y0, rows))
+            out.append(Alloc(acc, zero=True, line=p.line))
         groups = self.G + (1 if self.CR else 0)
         b_all = Buf(self.fresh(f"{d.name}_all"), "sbuf", self.hbm[d.out].dtype, (nb * lay.cg, groups, lay.rb, self.W))
         out.append(Alloc(b_all, line=d.line))
@@ -273,15 +278,14 @@ class BlockBuilder:
         if len(seq) <= UNROLL_GROUPS:
             out += self.pipelined(xe, b_all, seq)
         else:  # groups in pairs: the two A bands alternate
-            pair = [s for part in self.group(xe, b_all, a(term(self.gv, 2)), lay.cg, "_a") +
-                    self.group(xe, b_all, a(term(self.gv, 2), 1), lay.cg, "_b") for s in part]
+            ga = self.group(xe, b_all, a(term(self.gv, 2)), lay.cg, "_a")
+            gb = self.group(xe, b_all, a(term(self.gv, 2), 1), lay.cg, "_b")
+            pair = ga[0] + ga[1] + gb[0] + gb[1] + ga[2] + ga[3] + gb[2] + gb[3]
             out += loop(self.gv, self.G // 2, pair, line=d.line,
                         note=f"for {self.ename} (pairs of groups of {self.cn} channels)")
             for k, (gi, cg) in enumerate(seq[self.G // 2 * 2:]):
                 out += [s for part in self.group(xe, b_all, gi, cg, "_ab"[k]) for s in part]
-        if self.N == 1:  # TensorE runs in order: the project's weights after the expands it must not delay
-            out += self.wp_prep
-        out += self.project(xe, b_all, n)
+        out += self.project(n)
         return out
 
     def group(self, xe: Buf, b_all: Buf, gi: ir.Aff, cg: int, tag: str
@@ -325,7 +329,13 @@ class BlockBuilder:
             dst = View(b_all, (sl(0, parts), gi, sl(y0, rows), full(self.W)))
             evicts.append(ir.Block(f"{span}: evicted ({dw.epilogue_note() or 'a copy'}) into {b_all.name}", tuple(
                 finish + dw.evict(dst, dw.acc_view, bias, ctag)), d.line))
-        return expand, out, evicts
+        p = self.p
+        what = f"{p.name} += {p.w}[:, {self.ename} group] . {d.name}[{self.ename} group]"
+        proj = [ir.Block(what, tuple(
+            Matmul(ir.whole(acc), View(self.wp_bd, (sl(0, parts), gi, full(nb * self.K))),
+                   View(b_all, (sl(0, parts), gi, sl(y0, rows), full(self.W))), p.line)
+            for acc, y0, rows in self.yacc), p.line)]
+        return expand, out, evicts, proj
 
     def pipelined(self, xe: Buf, b_all: Buf, seq: list[tuple[ir.Aff, int]]) -> list[Stmt]:
         """The groups unrolled as a software pipeline: group g+1's expand and taps are issued before group g's
@@ -333,18 +343,22 @@ class BlockBuilder:
         and PSUM sums alternate between even and odd groups."""
         parts = [self.group(xe, b_all, gi, cg, "_ab"[k % 2]) for k, (gi, cg) in enumerate(seq)]
         out: list[Stmt] = list(parts[0][0])
-        for k, (_, taps, _) in enumerate(parts):
+        for k, (_, taps, _, _) in enumerate(parts):
             out += taps
             if k + 1 < len(parts):
                 out += parts[k + 1][0]
             if k:
                 out += parts[k - 1][2]
-        return out + list(parts[-1][2])
+            if k > 1:  # the project's matmuls of a group two behind: TensorE never waits for an eviction
+                out += parts[k - 2][3]
+        for k in range(max(0, len(parts) - 2), len(parts)):
+            out += (parts[k][2] if k == len(parts) - 1 else []) + parts[k][3]
+        return out
 
     def mm_acc(self, i: int, parts: int, rows: int) -> tuple[Buf, View]:
-        """The PSUM accumulators of the 1x1 convs' chunks (two, alternating; the expand and the project share them)."""
-        shape = (self.lay.nb * max(self.lay.cg, self.K), self.rc, self.W)
-        acc = Buf(self.fresh(f"mm_acc{'ab'[i % 2]}"), "psum", "f32", shape)
+        """The PSUM accumulator of the expand's chunks (one: PSUM holds the depthwise and project sums too)."""
+        shape = (self.lay.nb * self.lay.cg, self.rc, self.W)
+        acc = Buf(self.fresh(f"{self.e.name}_acc"), "psum", "f32", shape)
         part = full(parts) if parts == shape[0] else sl(0, parts)
         return acc, View(acc, (part, full(rows) if rows == self.rc else sl(0, rows), full(self.W)))
 
@@ -361,33 +375,23 @@ class BlockBuilder:
             return f"min(relu(.), {op.clamp:g})" if op.relu else f"min(., {op.clamp:g})"
         return "relu" if op.relu else "a copy"
 
-    def project(self, xe: Buf, b_all: Buf, n: ir.Aff) -> list[Stmt]:
+    def project(self, n: ir.Aff) -> list[Stmt]:
+        """The project's sums evicted (+ the residual) into the Y band, one store."""
         p, lay, nb, line = self.p, self.lay, self.lay.nb, self.p.line
-        K, top = self.K, self.R // 2
+        K = self.K
         yb = Buf(self.fresh(f"{p.out}_band"), "sbuf", self.hbm[p.out].dtype, (K * nb, lay.rb, self.W))
         # Y and its residual seen as [K * nb, RB, W]: partition k*nb + b holds row block b of channel k
         o6, s1 = hbm_view(self.hbm[p.out], (self.N, K * nb, lay.rb, self.W), self.fresh(f"{p.out}_blocks"), line)
         out: list[Stmt] = s1 + [Alloc(yb, line=line)]
-        for i, y0 in enumerate(range(0, lay.rb, self.rc)):
-            rows = min(self.rc, lay.rb - y0)
-            acc, av = self.mm_acc(i, nb * K, rows)
-            body: list[Stmt] = [Alloc(acc, zero=True, line=line)]
-
-            def mm(gi: ir.Aff, cg: int) -> list[Stmt]:
-                return [Matmul(av, View(self.wp_bd, (sl(0, nb * cg), gi, full(nb * K))),
-                               View(b_all, (sl(0, nb * cg), gi, sl(y0, rows), full(self.W))), line)]
-            body += loop(self.gv, self.G, mm(a(self.gv), lay.cg), line=line,
-                         note=f"for {self.ename} (groups of {self.cn} channels)")
-            if self.CR:
-                body += mm(a(self.G), self.CR)
+        for acc, y0, rows in self.yacc:
             dst = View(yb, (full(nb * K), sl(y0, rows), full(self.W)))
             if self.res is not None:
-                body.append(Binary(dst, av, View(self.res, (full(nb * K), sl(y0, rows), full(self.W))), "add", line))
+                ev: Stmt = Binary(dst, ir.whole(acc), View(self.res, (full(nb * K), sl(y0, rows), full(self.W))),
+                                  "add", line)
             else:
-                body.append(Act(dst, av, "copy", None, 1.0, line))
+                ev = Act(dst, ir.whole(acc), "copy", None, 1.0, line)
             what = f" + {p.residual}" if p.residual else ""
-            out.append(ir.Block(f"{p.name} rows {y0}..{y0 + rows} of each block = {p.w} . {self.d.name}{what}",
-                                tuple(body), line))
+            out.append(ir.Block(f"{p.name} rows {y0}..{y0 + rows} of each block: evicted{what}", (ev,), line))
         return out + [Dma(View(o6, (n, full(K * nb), full(lay.rb), full(self.W))), ir.whole(yb), line)]
 
     def residual(self, n: ir.Aff) -> list[Stmt]:
