@@ -282,7 +282,7 @@ class DepthwiseBuilder:
             out += part(a(self.G), a(self.G * lay.cg), self.CR)
         return out
 
-    def diagonals(self) -> list[Stmt]:
+    def diagonals(self, scalar: bool = False) -> list[Stmt]:
         """d_all[:, group, i, :] = diag(w[:, tap i]) for TensorE's taps: the identity scaled per partition by the
         weight column (VectorE), every group's before the main loop, off the main loop's engine streams."""
         taps = self.pe_taps_list()
@@ -294,9 +294,10 @@ class DepthwiseBuilder:
         self.d_all = Buf(self.fresh(f"{op.w}_diags"), "sbuf", self.hbm[op.x].dtype, (parts, groups, len(taps), parts))
 
         def part(gi: ir.Aff, p: int) -> list[Stmt]:
-            return [Scalar(View(self.d_all, (sl(0, p), gi, a(i), sl(0, p))), View(self.ident, (sl(0, p), sl(0, p))),
-                           "multiply", View(self.w_all, (sl(0, p), gi, a(r), sl(s, 1))), line)
-                    for i, (r, s) in enumerate(taps)]
+            def diag(dst: View, ident: View, w: View) -> Stmt:  # `scalar`: on ScalarE (a copy scaled per partition)
+                return Act(dst, ident, "copy", None, w, line) if scalar else Scalar(dst, ident, "multiply", w, line)
+            return [diag(View(self.d_all, (sl(0, p), gi, a(i), sl(0, p))), View(self.ident, (sl(0, p), sl(0, p))),
+                         View(self.w_all, (sl(0, p), gi, a(r), sl(s, 1)))) for i, (r, s) in enumerate(taps)]
         out: list[Stmt] = [Alloc(self.d_all, line=line)]
         out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)",
                     line=line)

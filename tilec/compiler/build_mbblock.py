@@ -191,12 +191,12 @@ class BlockBuilder:
                            Transpose(View(tp, (sl(0, nb * k), sl(0, nb * m))),
                                      View(src, (sl(0, nb * m), sl(0, nb * k))), "pe", line),
                            ] + (
-                [ir.Copy(View(bd, (sl(0, nb * k), gi, sl(0, nb * m))), View(tp, (sl(0, nb * k), sl(0, nb * m))),
-                         line)] if expand else
+                [Act(View(bd, (sl(0, nb * k), gi, sl(0, nb * m))), View(tp, (sl(0, nb * k), sl(0, nb * m))),
+                     "copy", None, 1.0, line)] if expand else
                 # the project's output columns in (k, block) order: Y's partitions k*nb + b are then its rows in
                 # HBM order (one load of the residual, one store)
-                [ir.Copy(View(bd, (sl(0, nb * k), gi, sl(b, m, nb))), View(tp, (sl(0, nb * k), sl(b * m, m))),
-                         line) for b in range(nb)])
+                [Act(View(bd, (sl(0, nb * k), gi, sl(b, m, nb))), View(tp, (sl(0, nb * k), sl(b * m, m))),
+                     "copy", None, 1.0, line) for b in range(nb)])
         out: list[Stmt] = [Alloc(bd, line=line)]
         wv = self.fresh(f"{self.ename}_w")
         out += loop(wv, self.G, part(a(wv), a(term(wv, lay.cg, self.cn)), lay.cg), line=line,
@@ -225,13 +225,15 @@ class BlockBuilder:
                               tuple(prep), e.line))
         stmts.append(ir.Block(f"{d.w}: each {self.ename}'s taps as fp32 columns on every row block's partitions",
                               tuple(self.dw.weights()), d.line))
-        diags = self.dw.diagonals()
+        diags = self.dw.diagonals(scalar=True)  # ScalarE: VectorE evicts the expand's first chunk meanwhile
         if diags:
             stmts.append(ir.Block(f"diag({d.w}[{self.ename}, r, s]) for the taps TensorE runs: the identity scaled "
                                   "per partition", tuple(diags), d.line))
         self.wp_bd, prep = self.block_diag(ir.whole(wp), p.line, False)
-        stmts.append(ir.Block(f"{p.w} as block-diagonal stationaries (one {self.cn} x {self.K} block per row "
-                              "block)", tuple(prep), p.line))
+        self.wp_prep: list[Stmt] = [ir.Block(f"{p.w} as block-diagonal stationaries (one {self.cn} x {self.K} "
+                                             "block per row block)", tuple(prep), p.line)]
+        if self.N > 1:
+            stmts += self.wp_prep
         top = self.R // 2  # rows of zeros above block 0 and below the last block (a full-size last block)
         self.zeros = Buf(fresh(f"{e.x}_zeros"), "sbuf", self.dtype,
                          (nb * self.C, max(top, nb * lay.rb - self.H + top), self.W))
@@ -281,6 +283,8 @@ class BlockBuilder:
             ga = self.group(xe, b_all, a(term(self.gv, 2)), lay.cg, "_a")
             gb = self.group(xe, b_all, a(term(self.gv, 2), 1), lay.cg, "_b")
             pair = ga[0] + ga[1] + gb[0] + gb[1] + ga[2] + ga[3] + gb[2] + gb[3]
+            if self.N == 1:
+                out += self.wp_prep
             out += loop(self.gv, self.G // 2, pair, line=d.line,
                         note=f"for {self.ename} (pairs of groups of {self.cn} channels)")
             for k, (gi, cg) in enumerate(seq[self.G // 2 * 2:]):
@@ -345,6 +349,8 @@ class BlockBuilder:
         out: list[Stmt] = list(parts[0][0])
         for k, (_, taps, _, _) in enumerate(parts):
             out += taps
+            if k == 0 and self.N == 1:  # TensorE runs in order: the project's weights after the first taps
+                out += self.wp_prep
             if k + 1 < len(parts):
                 out += parts[k + 1][0]
             if k:
