@@ -293,9 +293,10 @@ class BlockBuilder:
         return out
 
     def group(self, xe: Buf, b_all: Buf, gi: ir.Aff, cg: int, tag: str
-              ) -> tuple[list[Stmt], list[Stmt], list[Stmt]]:
+              ) -> tuple[list[Stmt], list[Stmt], list[Stmt], list[Stmt]]:
         """One group of expanded channels: its expand into a band of A, the depthwise taps over it into B_all[:, g];
-        `tag` ("_a" | "_b") picks the band (and the PSUM sums) of alternate groups. (expand, taps, evictions)."""
+        `tag` ("_a" | "_b") picks the band (and the PSUM sums) of alternate groups. (expand, taps, evictions, the
+        project's matmuls)."""
         e, d, lay, nb = self.e, self.d, self.lay, self.lay.nb
         parts = nb * cg
         # the band of A (the depthwise input with its halo rows): a full group's size, a smaller group uses its
@@ -335,7 +336,7 @@ class BlockBuilder:
                 finish + dw.evict(dst, dw.acc_view, bias, ctag)), d.line))
         p = self.p
         what = f"{p.name} += {p.w}[:, {self.ename} group] . {d.name}[{self.ename} group]"
-        proj = [ir.Block(what, tuple(
+        proj: list[Stmt] = [ir.Block(what, tuple(
             Matmul(ir.whole(acc), View(self.wp_bd, (sl(0, parts), gi, full(nb * self.K))),
                    View(b_all, (sl(0, parts), gi, sl(y0, rows), full(self.W))), p.line)
             for acc, y0, rows in self.yacc), p.line)]
@@ -442,6 +443,48 @@ def build_block(ops: tuple, i: int, hbm: dict[str, Buf], fresh: Callable[[str], 
     chosen = choose(ops, i, hbm, target)
     if chosen is None:
         return None
-    b = BlockBuilder(*ops[i:i + 3], hbm, fresh, *chosen)
+    e, d, p = ops[i:i + 3]
+    b = BlockBuilder(e, d, p, hbm, fresh, *chosen)
     stmts = b.build()
     return b.consts(), stmts
+
+
+def is_block(ops: tuple, chain) -> bool:
+    """Whether a fused chain (op names) is such a block (else a row chain)."""
+    convs = [o for o in ops if isinstance(o, ConvOp)]
+    names = [o.name for o in convs]
+    return len(chain) == 3 and any(names[i:i + 3] == list(chain) for i in range(len(names)))
+
+
+def note(ops: tuple, chain, hbm: dict[str, Buf], target: Target) -> str:
+    """The schedule line of a block kept on chip (`tilec explain`, the kernel's docstring)."""
+    i = next(i for i, o in enumerate(ops) if o.name == chain[0])
+    chosen = choose(ops, i, hbm, target)
+    e, d, p = ops[i:i + 3]
+    how = ""
+    if chosen is not None:
+        lay, pe = chosen
+        groups = -(-e.dim("K") // lay.cg)
+        how = (f": {lay.nb} x {lay.rb} rows by {lay.cg} {dict(d.vars).get('k', 'e')} on the partitions, "
+               f"{plural(groups, 'group')}" + (", TensorE taps" if pe else ""))
+    return f"# block {' -> '.join(chain)} on chip ({e.out}, {d.out} never in HBM){how}"
+
+
+def refusals(program, ops: tuple, scheduled: AbstractSet[str], chains: list, target: Target,
+             reads: Callable[[object], list[str]]) -> str:
+    """Schedule lines for the expand -> depthwise -> project chains that go through HBM, and why (`tilec explain`)."""
+    hbm = {name: Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+    fused = {tuple(c) for c in chains}
+    out = []
+    for i in range(len(ops) - 2):
+        trio = ops[i:i + 3]
+        if not all(isinstance(o, ConvOp) for o in trio) or tuple(o.name for o in trio) in fused:
+            continue
+        e, d, p = trio
+        if not (_plain_1x1(e) and d.w_layout == "dw" and _plain_1x1(p) and d.x == e.out and p.x == d.out):
+            continue
+        why = why_not(ops, i, hbm, scheduled, set(program.kernel.outputs), reads) or \
+            "no layout of its bands fits SBUF and PSUM"
+        out.append(f"# block {e.name} -> {d.name} -> {p.name} not kept on chip ({e.out} and {d.out} go through "
+                   f"HBM): {why}")
+    return "".join(line + "\n" for line in out)

@@ -107,8 +107,9 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     kernels["squeeze"] = kernel
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the target's limits)
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
-    doc = _doc_lines(program, ops, plans, chains)
-    stages["schedule"] += "".join(_chain_note(c) + "\n" for c in chains)
+    doc = _doc_lines(program, ops, plans, chains, tgt)
+    stages["schedule"] += "".join(_chain_note(c, ops, program, tgt) + "\n" for c in chains)
+    stages["schedule"] += build_mbblock.refusals(program, ops, scheduled, chains, tgt, placement.reads)
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(map(tuple, chains)), unfused)
@@ -399,16 +400,19 @@ def _recompile_commands(program) -> dict[str, str]:
     return commands
 
 
-def _chain_note(chain: list[str]) -> str:
+def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
+    if build_mbblock.is_block(ops, chain):
+        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+        return build_mbblock.note(ops, chain, hbm, target)
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
 
-def _doc_lines(program, ops, plans, chains: list[list[str]]) -> list[str]:
+def _doc_lines(program, ops, plans, chains: list[list[str]], target: Target | None = None) -> list[str]:
     lines = ["Schedule (directives; `tilec explain` shows the plan):", ""]
     in_chain = {name for c in chains for name in c}
     for op, plan in zip(ops, plans):
         if op.name not in in_chain:
             lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
-    lines += ["    " + _chain_note(c) for c in chains]
+    lines += ["    " + _chain_note(c, ops, program, get_target(target)) for c in chains]
     sizes = ", ".join(f"{k}={v}" for k, v in sorted(program.sizes.items()))
     return lines + ["", f"Sizes: {sizes}"]
