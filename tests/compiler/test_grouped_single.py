@@ -6,6 +6,8 @@ reshape to groups, one einsum per tap) on the NKI interpreter for f32, f16 and b
 tiles (more than 128 groups or output channels), with padding, bias, relu and two images."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from compiler_helpers import assert_matches
@@ -56,11 +58,17 @@ def test_one_output_channel_per_group(dt):
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
-@pytest.mark.parametrize("G,Kg", [(70, 2), (30, 6)])
+@pytest.mark.parametrize("G,Kg", [(70, 2), (40, 3), (30, 6)])
 def test_depthwise_multiplier(dt, G, Kg):
-    """Each input channel feeds Kg output channels: 140 (two tiles of 70) or 180 (tiles of whole groups)."""
+    """Each input channel feeds Kg output channels: 140 (two tiles of 70) or 180 (tiles of whole groups). Up to
+    build_depthwise.MULTIPLIER_MAX outputs per input channel, the depthwise kernel computes them from one band of the
+    input (output m of each channel after another); more take the block-diagonal matmul."""
+    from tilec.compiler.build_depthwise import MULTIPLIER_MAX
     prog, c, inputs, out = run(MULTIPLIER.format(dt=dt, G=G, Kg=Kg))
-    assert "groups of the tile" in c.source
+    if Kg <= MULTIPLIER_MAX:
+        assert re.search(rf"\(output {Kg - 1} of each \w+\)", c.source) and "groups of the tile" not in c.source
+    else:
+        assert "groups of the tile" in c.source
     x = rounded(inputs, dt)
     w = x["Wm"].reshape(G * Kg, 1, 3, 3)
     assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], w, G, pad=1, bias=x["b"]))

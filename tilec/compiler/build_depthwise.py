@@ -79,10 +79,25 @@ class Routes:
     ns: float  # busiest engine's time per chunk (model estimate)
 
 
+MULTIPLIER_MAX = 4  # a channel multiplier up to this many outputs per input channel takes the depthwise kernel
+
+
+def multiplier(op: ConvOp) -> int:
+    """Output channels per input channel: 1 for a depthwise conv (`dw` weights), M for a grouped conv of one input
+    channel per group (`Y[n, c*M + m] += X[n, c] * W[c*M + m]`: depthwise with a channel multiplier), 0 otherwise."""
+    if op.w_layout == "dw":
+        return 1
+    c, k = op.dim("C"), op.dim("K")
+    if op.w_layout == "kc" and op.groups == c > 0 and k % c == 0 and k // c <= MULTIPLIER_MAX:
+        return k // c
+    return 0
+
+
 def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
-    """The slot layout serves the default schedule of a plain depthwise conv (with bias, relu, relu6); a user's
-    schedule, a fused pool or residual keep the general path that follows the plan."""
-    if op.w_layout != "dw" or op.pool or op.residual or op.w_batch or op.bias_role != "k":
+    """The slot layout serves the default schedule of a plain depthwise conv (with bias, relu, relu6), with a
+    channel multiplier too; a user's schedule, a fused pool or residual keep the general path that follows the
+    plan."""
+    if not multiplier(op) or op.pool or op.residual or op.w_batch or op.bias_role != "k":
         return False
     if op.dim("Wo") > PSUM_FP32 or op.dim("Ho") * op.dim("Wo") == 0:
         return False
@@ -146,14 +161,14 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
         if -(-ho // rb) != nb:
             continue  # the same blocks as a smaller nb
         ir_rows = (rb - 1) * sy + (op.dim("R") - 1) * dy + 1
-        if 2 * (ir_rows * ic * elem + rb * wo * 4) > SBUF_BUDGET:
+        if 2 * (ir_rows * ic * elem + multiplier(op) * rb * wo * 4) > SBUF_BUDGET:
             continue
         # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its stores' chain;
         # the last tile's stores (its row blocks' chain) come after everything
         rc = min(rb, rc_max)
         times = [choose_routes(taps, r * wo, clamp, pe, elem == 4).ns
                  for r in [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])]
-        tile_ns = max(sum(times) + max(times), nb * STORE_CHAIN_NS)
+        tile_ns = max(multiplier(op) * sum(times) + max(times), nb * STORE_CHAIN_NS)
         for cg in range(1, min(c, PMAX // nb) + 1):
             k = max(1, min(n_img, PMAX // (nb * cg)))
             tiles = -(-c // cg) * -(-n_img // k)
@@ -175,6 +190,8 @@ class DepthwiseBuilder:
         self.dy, self.dx = op.dilation
         self.oy, self.ox = op.offset
         self.pe, self.fp32, self.lay = pe, hbm[op.x].dtype == "f32", lay
+        self.M = multiplier(op)  # outputs per input channel (each partition computes M output channels)
+        self.m = 0  # the output channel of its input channel being built (M > 1)
         self.G, self.CR = self.C // lay.cg, self.C % lay.cg
         self.NT, self.NR = self.N // lay.k, self.N % lay.k  # whole tiles of images, images left over
         chunk_rows = {min(lay.rc, lay.rb - y0) for y0 in range(0, lay.rb, lay.rc)}
@@ -190,7 +207,8 @@ class DepthwiseBuilder:
         self.BC = min(self.W, self.ox + self.IC) - max(0, self.ox) if self.clip else self.IC
         self.var = conv_loop_vars(op, fresh)
         v = dict(op.vars)
-        self.names = {"k": v.get("k", "c"), "n": v.get("n", "n"), "y": v.get("y", "y")}
+        k = v.get("k" if multiplier(op) == 1 else "c", "c")  # the channel on the partitions (the input's)
+        self.names = {"k": k, "n": v.get("n", "n"), "y": v.get("y", "y")}
         self.gv, self.nv = fresh(f"{self.names['k']}_g"), fresh(f"{self.names['n']}_t")
         lines = dict(op.lines)
         self.L = {role: lines.get(role, op.line) for role in ("n", "k", "y", "update", "relu")}
@@ -207,11 +225,13 @@ class DepthwiseBuilder:
         from tilec.compiler.build_conv import hbm_view
         op, fresh, line, lay = self.op, self.fresh, self.line, self.lay
         self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
-        self.w4, s2 = hbm_view(self.hbm[op.w], (self.C, self.R, self.S), fresh(f"{op.w}_v"), line)
-        self.o4, s3 = hbm_view(self.hbm[op.out], (self.N, self.C, self.Ho, self.Wo), fresh(f"{op.out}_v"), line)
+        mult = (self.M,) if self.M > 1 else ()  # output channel c*M + m seen as [c, m]
+        self.w4, s2 = hbm_view(self.hbm[op.w], (self.C,) + mult + (self.R, self.S), fresh(f"{op.w}_v"), line)
+        self.o4, s3 = hbm_view(self.hbm[op.out], (self.N, self.C) + mult + (self.Ho, self.Wo), fresh(f"{op.out}_v"),
+                               line)
         stmts: list[Stmt] = s1 + s2 + s3
         if op.bias:
-            self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C, 1), fresh(f"{op.bias}_v"), line)
+            self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C, self.M if mult else 1), fresh(f"{op.bias}_v"), line)
             stmts += s4
         if self.has_halo():  # zeros for the bands' halos, copied in by DMA (zero_halo)
             self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype, (PMAX, self.IR, self.BC))
@@ -260,20 +280,24 @@ class DepthwiseBuilder:
         op, line, lay = self.op, self.line, self.lay
         images = min(lay.k, self.N)
         groups = self.G + (1 if self.CR else 0)
-        self.w_all = Buf(self.fresh(f"{op.w}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups, self.R, self.S))
+        mult = (self.M,) if self.M > 1 else ()  # a channel multiplier: every output channel of the input channel
+        self.w_all = Buf(self.fresh(f"{op.w}_cols"), "sbuf", "f32",
+                         (images * lay.nb * lay.cg, groups) + mult + (self.R, self.S))
         out: list[Stmt] = [Alloc(self.w_all, line=line)]
         if op.bias:
-            self.b_all = Buf(self.fresh(f"{op.bias}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups))
+            self.b_all = Buf(self.fresh(f"{op.bias}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups) + mult)
             out.append(Alloc(self.b_all, line=line))
         gw = self.gw = self.fresh(f"{self.names['k']}_w")
 
         def part(gi: ir.Aff, c0: ir.Aff, cg: int) -> list[Stmt]:
             body: list[Stmt] = []
             for j in range(images * lay.nb):  # every slot's partitions hold the group's weights
-                body.append(Dma(View(self.w_all, (sl(j * cg, cg), gi, full(self.R), full(self.S))),
-                                View(self.w4, (sl(c0, cg), full(self.R), full(self.S))), line))
+                ms = (full(self.M),) if mult else ()
+                body.append(Dma(View(self.w_all, (sl(j * cg, cg), gi) + ms + (full(self.R), full(self.S))),
+                                View(self.w4, (sl(c0, cg),) + ms + (full(self.R), full(self.S))), line))
                 if op.bias:
-                    body.append(Dma(View(self.b_all, (sl(j * cg, cg), sl(gi, 1))), View(self.b2, (sl(c0, cg), full(1))),
+                    body.append(Dma(View(self.b_all, (sl(j * cg, cg), gi, full(self.M)) if mult else
+                                         (sl(j * cg, cg), sl(gi, 1))), View(self.b2, (sl(c0, cg), full(self.M))),
                                     line))
             return body
         out += loop(gw, self.G, part(a(gw), a(term(gw, lay.cg, self.cn["cg"])), lay.cg),
@@ -291,13 +315,19 @@ class DepthwiseBuilder:
         op, line, lay, gw = self.op, self.line, self.lay, self.gw
         groups = self.G + (1 if self.CR else 0)
         parts = min(lay.k, self.N) * lay.nb * lay.cg
-        self.d_all = Buf(self.fresh(f"{op.w}_diags"), "sbuf", self.hbm[op.x].dtype, (parts, groups, len(taps), parts))
+        self.d_all = Buf(self.fresh(f"{op.w}_diags"), "sbuf", self.hbm[op.x].dtype,
+                         (parts, groups, self.M * len(taps), parts))
 
         def part(gi: ir.Aff, p: int) -> list[Stmt]:
             def diag(dst: View, ident: View, w: View) -> Stmt:  # `scalar`: on ScalarE (a copy scaled per partition)
                 return Act(dst, ident, "copy", None, w, line) if scalar else Scalar(dst, ident, "multiply", w, line)
-            return [diag(View(self.d_all, (sl(0, p), gi, a(i), sl(0, p))), View(self.ident, (sl(0, p), sl(0, p))),
-                         View(self.w_all, (sl(0, p), gi, a(r), sl(s, 1)))) for i, (r, s) in enumerate(taps)]
+            out = []
+            for m in range(self.M):  # (a channel multiplier: each output channel's taps, m-major)
+                self.m = m
+                out += [diag(View(self.d_all, (sl(0, p), gi, a(m * len(taps) + i), sl(0, p))),
+                             View(self.ident, (sl(0, p), sl(0, p))), self.w_col(p, r, s, gi))
+                        for i, (r, s) in enumerate(taps)]
+            return out
         out: list[Stmt] = [Alloc(self.d_all, line=line)]
         out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)",
                     line=line)
@@ -319,10 +349,11 @@ class DepthwiseBuilder:
     def pe_taps_list(self) -> list[tuple[int, int]]:
         return self.tap_order(["pe"] * self.pe_taps + ["sv"] * (self.R * self.S - self.pe_taps))[:self.pe_taps]
 
-    def w_col(self, parts: int, r: int, s: int) -> View:
-        """The current group's weight column of tap (r, s): the per-partition scale of a product."""
-        wall, gi = self.wsel
-        return View(wall, (sl(0, parts), gi, a(r), sl(s, 1)))
+    def w_col(self, parts: int, r: int, s: int, gi: ir.Aff | None = None) -> View:
+        """The current group's weight column of tap (r, s) (of output channel m of each input channel, for a
+        multiplier): the per-partition scale of a product."""
+        wall, g = self.wsel if gi is None else (self.w_all, gi)
+        return View(wall, (sl(0, parts), g) + ((a(self.m),) if self.M > 1 else ()) + (a(r), sl(s, 1)))
 
     # ---- one channel group: its weights, then the images ------------------------------------------------------------
 
@@ -408,19 +439,36 @@ class DepthwiseBuilder:
             out.append(Dma(View(band, (sl(j * cg, cg), sl(top, rows) if (top or bottom) else full(self.IR),
                                        cols_dst)),
                            View(self.x4, (n0.plus(i), sl(c0, cg), sl(start + top, rows), cols_src)), line))
-        ob = Buf(self.fresh(f"{op.out}_band{tag}"), "sbuf", self.hbm[op.out].dtype, (parts, lay.rb, self.Wo))
-        out.append(Alloc(ob, line=line))
         self.allocated: set[Buf] = set()
+        for m in range(self.M):  # a channel multiplier: the band's M output channels, one after another
+            self.m = m
+            if self.M > 1:
+                gi = self.wsel[1]
+                bias = View(self.b_all, (sl(0, parts), gi, sl(m, 1))) if op.bias else None
+                taps = self.pe_taps_list()
+                self.diags = {t: View(self.d_all, (sl(0, parts), gi, a(m * len(taps) + i), sl(0, parts)))
+                              for i, t in enumerate(taps)}
+            out += self.outputs(band, c0, cg, n0, images, bias, tag + (f"_m{m}" if self.M > 1 else ""))
+        return out
+
+    def outputs(self, band: Buf, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, bias: View | None, tag: str
+                ) -> list[Stmt]:
+        """The band's output channel (of each input channel: self.m) computed chunk by chunk and stored."""
+        op, line, lay = self.op, self.L["update"], self.lay
+        parts = images * lay.nb * cg
+        ob = Buf(self.fresh(f"{op.out}_band{tag}"), "sbuf", self.hbm[op.out].dtype, (parts, lay.rb, self.Wo))
+        out: list[Stmt] = [Alloc(ob, line=line)]
         # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-DEPTH's final add and
         # eviction, so no engine's in-order stream waits on the end of a chunk's GpSimdE sum
         starts = list(range(0, lay.rb, lay.rc))
         pending: list[list[Stmt]] = []
+        name = op.name + (f" (output {self.m} of each {self.names['k']})" if self.M > 1 else "")
         for i, y0 in enumerate(starts):
             rows = min(lay.rc, lay.rb - y0)
             ctag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == lay.rc else "_end")
             taps, finish = self.chunk(band, parts, y0, rows, ctag)
             dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
-            span = f"{op.name} rows {y0}..{y0 + rows}"
+            span = f"{name} rows {y0}..{y0 + rows}"
             out += [ir.Block(f"{span}, {self.R * self.S} taps: {self.taps_note(rows)}", tuple(taps), line)]
             out += pending.pop(0) if len(pending) == DEPTH else []
             done = "the GpSimdE sum added into PSUM, " if finish else ""
@@ -428,9 +476,10 @@ class DepthwiseBuilder:
             pending.append([ir.Block(f"{span}: {done}evicted{epilogue}", tuple(
                 finish + self.evict(dst, self.acc_view, bias, ctag)), line)])
         out += [s for p in pending for s in p]
+        ms = (a(self.m),) if self.M > 1 else ()
         for j, (i, b) in enumerate(self.slots(images)):
             valid = min(lay.rb, self.Ho - b * lay.rb)
-            out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg), sl(b * lay.rb, valid), full(self.Wo))),
+            out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
                            View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
                                      full(self.Wo))), line))
         return out
@@ -576,7 +625,7 @@ def choose(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[Layout, boo
     for pe in dict.fromkeys((hbm[op.w].dtype == hbm[op.x].dtype, False)):
         for lay in rank_layouts(op, elem, op.clamp is not None, pe)[:LAYOUT_TRIES]:
             groups = -(-op.dim("C") // lay.cg)
-            if pe and groups * op.dim("R") * op.dim("S") * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
+            if pe and groups * multiplier(op) * op.dim("R") * op.dim("S") * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
                 continue  # every group's diagonal weights stay resident in SBUF
             sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()))
             if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
