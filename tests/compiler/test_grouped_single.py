@@ -50,9 +50,10 @@ kernel kg1r(X: {dt}[N, G * Cg, H, W], Wg: {dt}[G, Cg, 3, 3]) -> Y
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_one_output_channel_per_group(dt):
-    """150 groups of 4 input channels: 600 input channels (5 tiles), 150 outputs (2 tiles)."""
+    """150 groups of 4 input channels: 600 input channels (5 tiles), 150 outputs (2 tiles). The depthwise kernel
+    sums each group's 4 input channels in its output channel's partition (36 taps, padded rows and columns)."""
     prog, c, inputs, out = run(ONE_OUTPUT.format(dt=dt))
-    assert "groups of the tile" in c.source  # each group's row of Wg placed on the block diagonal
+    assert "36 taps" in c.source and "groups of the tile" not in c.source
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], x["Wg"], 150, pad=1, bias=x["b"]))
 
@@ -72,6 +73,18 @@ def test_depthwise_multiplier(dt, G, Kg):
     x = rounded(inputs, dt)
     w = x["Wm"].reshape(G * Kg, 1, 3, 3)
     assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], w, G, pad=1, bias=x["b"]))
+
+
+@pytest.mark.parametrize("cg", [2, 9])
+def test_one_output_channel_per_group_fan_in(cg):
+    """Up to build_depthwise.FAN_IN_MAX input channels per group the depthwise kernel sums them (2: 18 taps), more
+    take the block-diagonal matmul (9)."""
+    from tilec.compiler.build_depthwise import FAN_IN_MAX
+    text = ONE_OUTPUT.format(dt="f32").replace("G = 150, Cg = 4, H = 12, W = 10", f"G = 70, Cg = {cg}, H = 7, W = 6")
+    prog, c, inputs, out = run(text)
+    assert ("groups of the tile" in c.source) == (cg > FAN_IN_MAX)
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], x["Wg"], 70, pad=1, bias=x["b"]))
 
 
 def test_one_output_channel_per_group_with_relu_and_a_schedule():

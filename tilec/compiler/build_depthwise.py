@@ -93,11 +93,23 @@ def multiplier(op: ConvOp) -> int:
     return 0
 
 
+FAN_IN_MAX = 8  # a grouped conv of one output channel per group and up to this many inputs takes the depthwise kernel
+
+
+def fan_in(op: ConvOp) -> int:
+    """Input channels summed per output channel inside its partition: Cg for a grouped conv whose groups have one
+    output channel (`Y[n, g] += X[n, g*Cg + c] * W[g, c]`: the taps run over (c, r, s)), 1 for a depthwise conv."""
+    c, k = op.dim("C"), op.dim("K")
+    if op.w_layout == "kc" and op.groups == k > 0 and c % k == 0 and 1 < c // k <= FAN_IN_MAX:
+        return c // k
+    return 1
+
+
 def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
     """The slot layout serves the default schedule of a plain depthwise conv (with bias, relu, relu6), with a
     channel multiplier too; a user's schedule, a fused pool or residual keep the general path that follows the
     plan."""
-    if not multiplier(op) or op.pool or op.residual or op.w_batch or op.bias_role != "k":
+    if not (multiplier(op) or fan_in(op) > 1) or op.pool or op.residual or op.w_batch or op.bias_role != "k":
         return False
     if op.dim("Wo") > PSUM_FP32 or op.dim("Ho") * op.dim("Wo") == 0:
         return False
@@ -150,9 +162,9 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
     """The layout with the smallest estimated time: per tile, its chunks' busiest engine plus one chunk of pipeline
     fill, or the chain of its row blocks' stores, whichever is longer, and the last tile's store chain; None when not
     even one output row per partition fits SBUF (best first)."""
-    n_img, c, ho, wo = op.dim("N"), op.dim("C"), op.dim("Ho"), op.dim("Wo")
+    n_img, c, ho, wo = op.dim("N"), op.dim("C") // fan_in(op), op.dim("Ho"), op.dim("Wo")
     sy, dy, sx, dx = op.stride[0], op.dilation[0], op.stride[1], op.dilation[1]
-    taps = op.dim("R") * op.dim("S")
+    taps = op.dim("R") * op.dim("S") * fan_in(op)
     ic = (wo - 1) * sx + (op.dim("S") - 1) * dx + 1
     rc_max = PSUM_FP32 // wo
     found: list[tuple[float, int, Layout]] = []
@@ -161,14 +173,14 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
         if -(-ho // rb) != nb:
             continue  # the same blocks as a smaller nb
         ir_rows = (rb - 1) * sy + (op.dim("R") - 1) * dy + 1
-        if 2 * (ir_rows * ic * elem + multiplier(op) * rb * wo * 4) > SBUF_BUDGET:
+        if 2 * (ir_rows * ic * elem * fan_in(op) + max(1, multiplier(op)) * rb * wo * 4) > SBUF_BUDGET:
             continue
         # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its stores' chain;
         # the last tile's stores (its row blocks' chain) come after everything
         rc = min(rb, rc_max)
         times = [choose_routes(taps, r * wo, clamp, pe, elem == 4).ns
                  for r in [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])]
-        tile_ns = max(multiplier(op) * sum(times) + max(times), nb * STORE_CHAIN_NS)
+        tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), nb * STORE_CHAIN_NS)
         for cg in range(1, min(c, PMAX // nb) + 1):
             k = max(1, min(n_img, PMAX // (nb * cg)))
             tiles = -(-c // cg) * -(-n_img // k)
@@ -190,7 +202,9 @@ class DepthwiseBuilder:
         self.dy, self.dx = op.dilation
         self.oy, self.ox = op.offset
         self.pe, self.fp32, self.lay = pe, hbm[op.x].dtype == "f32", lay
-        self.M = multiplier(op)  # outputs per input channel (each partition computes M output channels)
+        self.M = max(1, multiplier(op))  # outputs per input channel (each partition computes M output channels)
+        self.CI = fan_in(op)  # inputs per output channel (each partition sums CI input channels' taps)
+        self.C = self.C // self.CI  # the channels on the partitions
         self.m = 0  # the output channel of its input channel being built (M > 1)
         self.G, self.CR = self.C // lay.cg, self.C % lay.cg
         self.NT, self.NR = self.N // lay.k, self.N % lay.k  # whole tiles of images, images left over
@@ -207,7 +221,7 @@ class DepthwiseBuilder:
         self.BC = min(self.W, self.ox + self.IC) - max(0, self.ox) if self.clip else self.IC
         self.var = conv_loop_vars(op, fresh)
         v = dict(op.vars)
-        k = v.get("k" if multiplier(op) == 1 else "c", "c")  # the channel on the partitions (the input's)
+        k = v.get("c" if multiplier(op) > 1 else "k", "c")  # the channel on the partitions
         self.names = {"k": k, "n": v.get("n", "n"), "y": v.get("y", "y")}
         self.gv, self.nv = fresh(f"{self.names['k']}_g"), fresh(f"{self.names['n']}_t")
         lines = dict(op.lines)
@@ -215,8 +229,8 @@ class DepthwiseBuilder:
         self.cn = {"cg": fresh("GROUP"), "k": fresh("IMAGES")}
 
     def routes(self, rows: int) -> Routes:
-        return choose_routes(self.R * self.S, rows * self.Wo, self.op.clamp is not None, self.pe, self.fp32,
-                             self.extra(rows) if self.extra else (0.0, 0.0, 0.0))
+        return choose_routes(self.R * self.S * self.CI, rows * self.Wo, self.op.clamp is not None, self.pe,
+                             self.fp32, self.extra(rows) if self.extra else (0.0, 0.0, 0.0))
 
     def consts(self) -> list[tuple[str, int]]:
         return [(self.cn["cg"], self.lay.cg), (self.cn["k"], self.lay.k)]
@@ -226,7 +240,9 @@ class DepthwiseBuilder:
         op, fresh, line, lay = self.op, self.fresh, self.line, self.lay
         self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
         mult = (self.M,) if self.M > 1 else ()  # output channel c*M + m seen as [c, m]
-        self.w4, s2 = hbm_view(self.hbm[op.w], (self.C,) + mult + (self.R, self.S), fresh(f"{op.w}_v"), line)
+        fan = (self.CI,) if self.CI > 1 else ()  # input channel k*CI + c of output channel k seen as [k, c]
+        self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C) + fan + (self.H, self.W), fresh(f"{op.x}_v"), line)
+        self.w4, s2 = hbm_view(self.hbm[op.w], (self.C,) + mult + fan + (self.R, self.S), fresh(f"{op.w}_v"), line)
         self.o4, s3 = hbm_view(self.hbm[op.out], (self.N, self.C) + mult + (self.Ho, self.Wo), fresh(f"{op.out}_v"),
                                line)
         stmts: list[Stmt] = s1 + s2 + s3
@@ -234,7 +250,9 @@ class DepthwiseBuilder:
             self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C, self.M if mult else 1), fresh(f"{op.bias}_v"), line)
             stmts += s4
         if self.has_halo():  # zeros for the bands' halos, copied in by DMA (zero_halo)
-            self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype, (PMAX, self.IR, self.BC))
+            fan = (self.CI,) if self.CI > 1 else ()
+            self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype,
+                             (PMAX,) + fan + (self.IR, self.BC))
             stmts.append(Alloc(self.zeros, zero=True, line=line))
         if self.pe_taps:
             stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
@@ -281,8 +299,9 @@ class DepthwiseBuilder:
         images = min(lay.k, self.N)
         groups = self.G + (1 if self.CR else 0)
         mult = (self.M,) if self.M > 1 else ()  # a channel multiplier: every output channel of the input channel
+        axis = mult or ((self.CI,) if self.CI > 1 else ())  # ... or every input channel of the output channel
         self.w_all = Buf(self.fresh(f"{op.w}_cols"), "sbuf", "f32",
-                         (images * lay.nb * lay.cg, groups) + mult + (self.R, self.S))
+                         (images * lay.nb * lay.cg, groups) + axis + (self.R, self.S))
         out: list[Stmt] = [Alloc(self.w_all, line=line)]
         if op.bias:
             self.b_all = Buf(self.fresh(f"{op.bias}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups) + mult)
@@ -292,7 +311,7 @@ class DepthwiseBuilder:
         def part(gi: ir.Aff, c0: ir.Aff, cg: int) -> list[Stmt]:
             body: list[Stmt] = []
             for j in range(images * lay.nb):  # every slot's partitions hold the group's weights
-                ms = (full(self.M),) if mult else ()
+                ms = (full(axis[0]),) if axis else ()
                 body.append(Dma(View(self.w_all, (sl(j * cg, cg), gi) + ms + (full(self.R), full(self.S))),
                                 View(self.w4, (sl(c0, cg),) + ms + (full(self.R), full(self.S))), line))
                 if op.bias:
@@ -325,8 +344,8 @@ class DepthwiseBuilder:
             for m in range(self.M):  # (a channel multiplier: each output channel's taps, m-major)
                 self.m = m
                 out += [diag(View(self.d_all, (sl(0, p), gi, a(m * len(taps) + i), sl(0, p))),
-                             View(self.ident, (sl(0, p), sl(0, p))), self.w_col(p, r, s, gi))
-                        for i, (r, s) in enumerate(taps)]
+                             View(self.ident, (sl(0, p), sl(0, p))), self.w_col(p, r, s, gi, c))
+                        for i, (c, r, s) in enumerate(taps)]
             return out
         out: list[Stmt] = [Alloc(self.d_all, line=line)]
         out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)",
@@ -335,25 +354,27 @@ class DepthwiseBuilder:
             out += part(a(self.G), min(lay.k, self.N) * lay.nb * self.CR)
         return out
 
-    def tap_order(self, routes: list[str]) -> list[tuple[int, int]]:
+    def tap_order(self, routes: list[str]) -> list[tuple[int, int, int]]:
         """The tap each route computes: the PSUM sum's first (route 0) and the GpSimdE sum's first write every
         output column (taps reading no halo column); the others in a fixed order, so that TensorE's taps are the
         same prefix in every chunk (their diagonal matrices are built once per group)."""
-        taps = [(r, s) for r in range(self.R) for s in range(self.S)]
-        whole = [t for t in taps if self.tap_cols(t[1])[1] == self.Wo][:2]
+        taps = [(c, r, s) for c in range(self.CI) for r in range(self.R) for s in range(self.S)]  # c: fan_in
+        whole = [t for t in taps if self.tap_cols(t[2])[1] == self.Wo][:2]
         rest = iter([t for t in taps if t not in whole] + whole[1:])
         g = routes.index("g") if "g" in routes and len(whole) > 1 else -1
         order = [whole[0] if i == 0 else whole[1] if i == g else next(rest) for i in range(len(routes))]
         return order
 
-    def pe_taps_list(self) -> list[tuple[int, int]]:
-        return self.tap_order(["pe"] * self.pe_taps + ["sv"] * (self.R * self.S - self.pe_taps))[:self.pe_taps]
+    def pe_taps_list(self) -> list[tuple[int, int, int]]:
+        taps = self.R * self.S * self.CI
+        return self.tap_order(["pe"] * self.pe_taps + ["sv"] * (taps - self.pe_taps))[:self.pe_taps]
 
-    def w_col(self, parts: int, r: int, s: int, gi: ir.Aff | None = None) -> View:
+    def w_col(self, parts: int, r: int, s: int, gi: ir.Aff | None = None, c: int = 0) -> View:
         """The current group's weight column of tap (r, s) (of output channel m of each input channel, for a
-        multiplier): the per-partition scale of a product."""
+        multiplier; of input channel c, for a fan-in): the per-partition scale of a product."""
         wall, g = self.wsel if gi is None else (self.w_all, gi)
-        return View(wall, (sl(0, parts), g) + ((a(self.m),) if self.M > 1 else ()) + (a(r), sl(s, 1)))
+        axis = (a(self.m),) if self.M > 1 else (a(c),) if self.CI > 1 else ()
+        return View(wall, (sl(0, parts), g) + axis + (a(r), sl(s, 1)))
 
     # ---- one channel group: its weights, then the images ------------------------------------------------------------
 
@@ -420,13 +441,16 @@ class DepthwiseBuilder:
             for start, size in ((0, min(top, self.IR)), (self.IR - min(bottom, self.IR), min(bottom, self.IR))):
                 if size:
                     regions.append((sl(j * cg, cg), sl(start, size), full(self.BC)))
-        return [Dma(View(band, idx), View(z, idx), line) for idx in regions]
+        fan = (full(self.CI),) if self.CI > 1 else ()  # (every input channel of a fan-in)
+        return [Dma(View(band, idx[:1] + fan + idx[1:]), View(z, idx[:1] + fan + idx[1:]), line) for idx in regions]
 
     def tile(self, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, bias: View | None, tag: str
              ) -> list[Stmt]:
         op, line, lay = self.op, self.L["update"], self.lay
         parts = images * lay.nb * cg
-        band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype, (parts, self.IR, self.BC))
+        fan = (self.CI,) if self.CI > 1 else ()  # a fan-in: the input channels of each output channel
+        band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype, (parts,) + fan + (self.IR, self.BC))
+        fs = tuple(full(f) for f in fan)
         left, right = self.cols_halo()
         out: list[Stmt] = [Alloc(band, line=line)] + self.zero_halo(band, cg, images)
         cols_src = sl(self.ox + left, self.IC - left - right)
@@ -436,9 +460,9 @@ class DepthwiseBuilder:
             rows = self.IR - top - bottom
             if rows <= 0:
                 continue
-            out.append(Dma(View(band, (sl(j * cg, cg), sl(top, rows) if (top or bottom) else full(self.IR),
-                                       cols_dst)),
-                           View(self.x4, (n0.plus(i), sl(c0, cg), sl(start + top, rows), cols_src)), line))
+            out.append(Dma(View(band, (sl(j * cg, cg),) + fs + (sl(top, rows) if (top or bottom) else full(self.IR),
+                                                                 cols_dst)),
+                           View(self.x4, (n0.plus(i), sl(c0, cg)) + fs + (sl(start + top, rows), cols_src)), line))
         self.allocated: set[Buf] = set()
         for m in range(self.M):  # a channel multiplier: the band's M output channels, one after another
             self.m = m
@@ -469,7 +493,7 @@ class DepthwiseBuilder:
             taps, finish = self.chunk(band, parts, y0, rows, ctag)
             dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
             span = f"{name} rows {y0}..{y0 + rows}"
-            out += [ir.Block(f"{span}, {self.R * self.S} taps: {self.taps_note(rows)}", tuple(taps), line)]
+            out += [ir.Block(f"{span}, {self.R * self.S * self.CI} taps: {self.taps_note(rows)}", tuple(taps), line)]
             out += pending.pop(0) if len(pending) == DEPTH else []
             done = "the GpSimdE sum added into PSUM, " if finish else ""
             epilogue = f" ({self.epilogue_note()})" if self.epilogue_note() else ""
@@ -511,16 +535,17 @@ class DepthwiseBuilder:
         out: list[Stmt] = [Alloc(acc, zero=rt.pe > 0, line=line)]
         gacc: View | None = None
         products = 0
-        for (r, s), route in zip(order, routes):
+        for (c, r, s), route in zip(order, routes):
             xa, nx, bc = self.tap_cols(s)
             if nx == 0:  # a tap whose every input column is in the halo adds nothing (a 3x3 tap beside W = 1)
                 continue
             part = (full(parts), full(rows), full(self.Wo) if nx == self.Wo else sl(xa, nx))
-            window = View(band, (full(parts), sl(y0 * self.sy + r * self.dy, rows, self.sy), sl(bc, nx, self.sx)))
-            w = self.w_col(parts, r, s)
+            window = View(band, (full(parts),) + ((a(c),) if self.CI > 1 else ()) +
+                          (sl(y0 * self.sy + r * self.dy, rows, self.sy), sl(bc, nx, self.sx)))
+            w = self.w_col(parts, r, s, None, c)
             accp = View(acc, part if pparts == parts else (sl(0, parts),) + part[1:])
             if route == "pe":  # acc[p] += diag(w)[p, p] * window[p]
-                out.append(Matmul(accp, self.diags[(r, s)], window, line))
+                out.append(Matmul(accp, self.diags[(c, r, s)], window, line))
                 continue
             if route in ("s", "v"):  # the first tap starts the PSUM sum
                 out.append(Act(accv, window, "copy", None, w, line) if route == "s" else
@@ -624,8 +649,9 @@ def choose(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[Layout, boo
     # TensorE takes taps as diagonal matmuls when the weights can be its operand in X's dtype
     for pe in dict.fromkeys((hbm[op.w].dtype == hbm[op.x].dtype, False)):
         for lay in rank_layouts(op, elem, op.clamp is not None, pe)[:LAYOUT_TRIES]:
-            groups = -(-op.dim("C") // lay.cg)
-            if pe and groups * multiplier(op) * op.dim("R") * op.dim("S") * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
+            groups = -(-op.dim("C") // fan_in(op) // lay.cg)
+            taps = max(1, multiplier(op)) * fan_in(op) * op.dim("R") * op.dim("S")
+            if pe and groups * taps * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
                 continue  # every group's diagonal weights stay resident in SBUF
             sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()))
             if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
@@ -667,7 +693,7 @@ def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
            + ("; taps skip the column halo" if b.clip else ""),
            f"#   PSUM chunks of {lay.rc} output rows ({lay.rc * b.Wo} fp32 per partition), pipelined {DEPTH} deep"]
     for rows in chunks:
-        out.append(f"#   taps of a {rows}-row chunk ({b.R * b.S}): {b.taps_note(rows)}")
+        out.append(f"#   taps of a {rows}-row chunk ({b.R * b.S * b.CI}): {b.taps_note(rows)}")
     if pe:
         out.append(f"#   TensorE's taps: diag({op.w}[{k}, r, s]) matrices built once per group before the main loop")
     out.append(f"#   eviction from PSUM: {b.epilogue_note() or 'a copy'}, into the output band")
