@@ -178,3 +178,21 @@ def test_generated_kernel_keeps_a_and_b_on_chip():
     """generated/mobilenet_block.py (the example at its default sizes) allocates no HBM scratch."""
     kernel = (FAMILY.parents[2] / "generated" / "mobilenet_block.py").read_text()
     assert "nl.hbm)" not in kernel.replace("ident_hbm = nl.ndarray((128, 129), dtype=nl.float32, buffer=nl.hbm)", "")
+
+
+def test_block_with_a_short_last_row_chunk(monkeypatch):
+    """Rows of 100 columns: PSUM chunks of 5 rows, a 6-row block is a chunk of 5 rows and one of 1; each chunk's
+    project sum has its own PSUM bank while every group's B is added (the layout forced: 2 row blocks)."""
+    from tilec.compiler import build_mbblock
+
+    monkeypatch.setattr(build_mbblock, "layouts", lambda e, d, p, elem: [build_mbblock.BlockLayout(2, 6, 24)])
+    prog, c, inputs, out = run(block_text("f32", 2, 8, 40, 12, 100))
+    assert on_chip(c) and "Y_acc1 = " in c.source and "4 taps" not in c.source
+    assert_matches(prog, "Y", out["Y"], block_ref(rounded(inputs, "f32"), "f32"))
+
+
+def test_block_that_does_not_fit_says_why():
+    from tilec.compiler.api import explain
+    prog, c, inputs, out = run(block_text("f32", 1, 16, 96, 112, 112))
+    assert not on_chip(c)
+    assert "no layout of its bands fits SBUF and PSUM (the smallest" in explain(c)

@@ -92,3 +92,11 @@ def test_one_output_channel_per_group_with_relu_and_a_schedule():
     x = rounded(inputs, "f32")
     want = grouped_ref(x["X"], x["Wg"], 40)
     assert_matches(prog, "Y", out["Y"], want * (want > 0))
+
+
+def test_explain_shows_the_depthwise_kernels_plan_for_grouped_convs():
+    from tilec.compiler.api import explain
+    _, c, _, _ = run(ONE_OUTPUT.format(dt="f32"))
+    assert "fan-in 4: each partition sums its group's 4 input channels" in explain(c)
+    _, c, _, _ = run(MULTIPLIER.format(dt="f32", G=70, Kg=2))
+    assert "channel multiplier 2: each partition computes" in explain(c)

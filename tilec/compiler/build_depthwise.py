@@ -692,6 +692,11 @@ def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
            + ("; halo rows copied from a zero tile" if b.has_halo() else "")
            + ("; taps skip the column halo" if b.clip else ""),
            f"#   PSUM chunks of {lay.rc} output rows ({lay.rc * b.Wo} fp32 per partition), pipelined {DEPTH} deep"]
+    if b.M > 1:
+        out.append(f"#   channel multiplier {b.M}: each partition computes its {k} channel's {b.M} output channels, "
+                   "one after another, from one band")
+    if b.CI > 1:
+        out.append(f"#   fan-in {b.CI}: each partition sums its group's {b.CI} input channels (taps over (c, r, s))")
     for rows in chunks:
         out.append(f"#   taps of a {rows}-row chunk ({b.R * b.S * b.CI}): {b.taps_note(rows)}")
     if pe:

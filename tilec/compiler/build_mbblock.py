@@ -270,7 +270,8 @@ class BlockBuilder:
         self.yacc = []
         for i, y0 in enumerate(range(0, lay.rb, self.rc)):
             rows = min(self.rc, lay.rb - y0)
-            acc = Buf(self.fresh(f"{p.name}_acc{'ab'[i % 2]}"), "psum", "f32", (self.K * nb, rows, self.W))
+            # (one PSUM bank per chunk: every chunk's sum stays live while the groups' B are evicted)
+            acc = Buf(self.fresh(f"{p.name}_acc{i}"), "psum", "f32", (self.K * nb, rows, self.W))
             self.yacc.append((acc, y0, rows))
             out.append(Alloc(acc, zero=True, line=p.line))
         groups = self.G + (1 if self.CR else 0)
@@ -417,8 +418,10 @@ class BlockBuilder:
                                                                                       full(self.W))), line)]
 
 
-def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target) -> tuple[BlockLayout, bool] | None:
-    """The best-estimated layout whose dry build fits the SBUF and PSUM budgets (None: none does)."""
+def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target, usage: list | None = None
+           ) -> tuple[BlockLayout, bool] | None:
+    """The best-estimated layout whose dry build fits the SBUF and PSUM budgets (None: none does; `usage` gets
+    (layout, SBUF bytes, PSUM banks) of each layout tried)."""
     from tilec.compiler import passes
     from tilec.compiler.schedule import sbuf_budget
     e, d, p = ops[i:i + 3]
@@ -428,6 +431,8 @@ def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target) -> tuple[Blo
             built = tuple(BlockBuilder(e, d, p, hbm, lambda name: name, lay, pe).build())
             sbuf = passes.peak_usage(built)[0]
             psum = {s.buf.name for s in ir.walk(built) if isinstance(s, Alloc) and s.buf.memory == "psum"}
+            if usage is not None:
+                usage.append((lay, sbuf, len(psum)))
             if sbuf <= sbuf_budget(target) * SBUF_SHARE and len(psum) <= target.psum_banks:
                 return lay, pe
     return None
@@ -483,8 +488,16 @@ def refusals(program, ops: tuple, scheduled: AbstractSet[str], chains: list, tar
         e, d, p = trio
         if not (_plain_1x1(e) and d.w_layout == "dw" and _plain_1x1(p) and d.x == e.out and p.x == d.out):
             continue
-        why = why_not(ops, i, hbm, scheduled, set(program.kernel.outputs), reads) or \
-            "no layout of its bands fits SBUF and PSUM"
+        why = why_not(ops, i, hbm, scheduled, set(program.kernel.outputs), reads)
+        if not why:
+            from tilec.compiler.schedule import sbuf_budget
+            tried: list = []
+            choose(ops, i, hbm, target, tried)
+            lay, sbuf, banks = min(tried, key=lambda t: (t[1], t[2])) if tried else (None, 0, 0)
+            why = "no layout of its bands fits SBUF and PSUM" + (
+                f" (the smallest, {lay.nb} row blocks x {lay.cg} channels, needs {sbuf // 1024} KiB per partition of "
+                f"{int(sbuf_budget(target) * SBUF_SHARE) // 1024} and {banks} PSUM banks of {target.psum_banks})"
+                if lay else "")
         out.append(f"# block {e.name} -> {d.name} -> {p.name} not kept on chip ({e.out} and {d.out} go through "
                    f"HBM): {why}")
     return "".join(line + "\n" for line in out)

@@ -121,7 +121,7 @@ def _depthwise_plans(program, ops: tuple, plans: tuple, printed: str) -> str:
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     lines = printed.splitlines()
     for op, plan in zip(ops, plans):
-        if isinstance(op, ConvOp) and isinstance(plan, ConvPlan) and build_depthwise.multiplier(op):
+        if isinstance(op, ConvOp) and isinstance(plan, ConvPlan):  # (describe: [] unless the depthwise kernel)
             described = build_depthwise.describe(op, plan, hbm)
             at = next((i for i, line in enumerate(lines) if line.startswith(f"# {op.name}: ")), None)
             if described and at is not None:
