@@ -66,7 +66,7 @@ def mobilenet_block(X, We, Wd, Wp):
     X_blocks = X.reshape((48, 8, 16))  # tl:19
     X_skip = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     nisa.dma_copy(dst=X_skip, src=X_blocks)  # tl:19
-    Y_acca = nl.zeros((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
+    Y_acc0 = nl.zeros((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
     B_all = nl.ndarray((96, 3, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     A_pad_ = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
@@ -178,10 +178,10 @@ def mobilenet_block(X, We, Wd, Wp):
     B_all[:, 1] = nisa.activation(op=nl.relu, data=B_acca_a_end, dtype=nl.float32)  # tl:15
 
     # ---- Y += Wp[:, e group] . B[e group]
-    Y_acca += nisa.nc_matmul(Wp_bd[:, 0], B_all[:, 0])  # tl:19
+    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 0], B_all[:, 0])  # tl:19
 
     # ---- Y += Wp[:, e group] . B[e group]
-    Y_acca += nisa.nc_matmul(Wp_bd[:, 1], B_all[:, 1])  # tl:19
+    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 1], B_all[:, 1])  # tl:19
 
     # ---- B rows 0..8 of each block, e group Aff(terms=(), const=2): evicted (relu, min(., 6)) into B_all
     B_acc__a_end[...] = nisa.tensor_tensor(B_acc__a_end, B_gacc__a_end, op=nl.add, dtype=nl.float32)  # tl:17
@@ -189,12 +189,12 @@ def mobilenet_block(X, We, Wd, Wp):
     B_all[:, 2] = nisa.activation(op=nl.relu, data=B_acc__a_end, dtype=nl.float32)  # tl:15
 
     # ---- Y += Wp[:, e group] . B[e group]
-    Y_acca += nisa.nc_matmul(Wp_bd[:, 2], B_all[:, 2])  # tl:19
+    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 2], B_all[:, 2])  # tl:19
     Y_blocks = Y.reshape((48, 8, 16))  # tl:19
     Y_band = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
 
     # ---- Y rows 0..8 of each block: evicted + X
-    Y_band[...] = nisa.tensor_tensor(Y_acca, X_skip, op=nl.add, dtype=nl.float32)  # tl:19
+    Y_band[...] = nisa.tensor_tensor(Y_acc0, X_skip, op=nl.add, dtype=nl.float32)  # tl:19
     nisa.dma_copy(dst=Y_blocks, src=Y_band)  # tl:19
 
     return Y

@@ -68,7 +68,7 @@ def mobilenet_block(X, We, Wd, Wp):
     X_blocks = X.reshape((48, 8, 16))  # tl:19
     X_skip = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     nisa.dma_copy(dst=X_skip, src=X_blocks)  # tl:19
-    Y_acca = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
+    Y_acc0 = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
     B_all = nl.ndarray((96, 3, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     A_pad_ = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
@@ -181,10 +181,10 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=B_all[:, 1], op=nl.relu, data=B_acca_a_end)  # tl:15
 
     # ---- Y += Wp[:, e group] . B[e group]
-    nisa.nc_matmul(dst=Y_acca, stationary=Wp_bd[:, 0], moving=B_all[:, 0], accumulate=False)  # tl:19
+    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 0], moving=B_all[:, 0], accumulate=False)  # tl:19
 
     # ---- Y += Wp[:, e group] . B[e group]
-    nisa.nc_matmul(dst=Y_acca, stationary=Wp_bd[:, 1], moving=B_all[:, 1], accumulate=True)  # tl:19
+    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 1], moving=B_all[:, 1], accumulate=True)  # tl:19
 
     # ---- B rows 0..8 of each block, e group Aff(terms=(), const=2): evicted (relu, min(., 6)) into B_all
     nisa.tensor_tensor(dst=B_acc__a_end, data1=B_acc__a_end, data2=B_gacc__a_end, op=nl.add)  # tl:17
@@ -192,12 +192,12 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=B_all[:, 2], op=nl.relu, data=B_acc__a_end)  # tl:15
 
     # ---- Y += Wp[:, e group] . B[e group]
-    nisa.nc_matmul(dst=Y_acca, stationary=Wp_bd[:, 2], moving=B_all[:, 2], accumulate=True)  # tl:19
+    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 2], moving=B_all[:, 2], accumulate=True)  # tl:19
     Y_blocks = Y.reshape((48, 8, 16))  # tl:19
     Y_band = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
 
     # ---- Y rows 0..8 of each block: evicted + X
-    nisa.tensor_tensor(dst=Y_band, data1=Y_acca, data2=X_skip, op=nl.add)  # tl:19
+    nisa.tensor_tensor(dst=Y_band, data1=Y_acc0, data2=X_skip, op=nl.add)  # tl:19
     nisa.dma_copy(dst=Y_blocks, src=Y_band)  # tl:19
 
     return Y
