@@ -158,6 +158,14 @@ def choose_layout(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) 
     return ranked[0] if ranked else None
 
 
+def _matmul_ns(n: int, fp32: bool) -> float:
+    """The model's time of one matmul streaming n columns (spec §2.4, tilec/perf/params.py)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    return (max(prm["mm_min_cycles"], n) + prm["mm_fixed_cycles"]) * (prm["mm_fp32_factor"] if fp32 else 1) \
+        / prm["tensor_ghz"]
+
+
 def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[Layout]:
     """The layout with the smallest estimated time: per tile, its chunks' busiest engine plus one chunk of pipeline
     fill, or the chain of its row blocks' stores, whichever is longer, and the last tile's store chain; None when not
@@ -177,14 +185,20 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
             continue
         # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its stores' chain;
         # the last tile's stores (its row blocks' chain) come after everything
-        rc = min(rb, rc_max)
-        times = [choose_routes(taps, r * wo, clamp, pe, elem == 4).ns
-                 for r in [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])]
-        tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), nb * STORE_CHAIN_NS)
-        for cg in range(1, min(c, PMAX // nb) + 1):
-            k = max(1, min(n_img, PMAX // (nb * cg)))
-            tiles = -(-c // cg) * -(-n_img // k)
-            found.append((tiles * tile_ns + nb * STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc)))
+        # a fan-in's TensorE taps come before a chunk's other taps (they lead by one chunk): the first chunk's
+        # matmuls fill the pipeline (once: later tiles overlap), smaller chunks fill it sooner
+        least = -(-rb // rc_max)  # chunks per block, at the least (balanced sizes for a fan-in: no 1-row chunk)
+        for rc in sorted({min(rb, rc_max)} | ({-(-rb // m) for m in (least, least + 1, 2 * least)}
+                                               if fan_in(op) > 1 else set())):
+            rows = [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])
+            routes = [choose_routes(taps, r * wo, clamp, pe, elem == 4) for r in rows]
+            times = [rt.ns for rt in routes]
+            fill = routes[0].pe * _matmul_ns(rows[0] * wo, elem == 4) if fan_in(op) > 1 else 0.0
+            tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), nb * STORE_CHAIN_NS)
+            for cg in range(1, min(c, PMAX // nb) + 1):
+                k = max(1, min(n_img, PMAX // (nb * cg)))
+                tiles = -(-c // cg) * -(-n_img // k)
+                found.append((tiles * tile_ns + fill + nb * STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc)))
     found.sort(key=lambda f: f[:2])
     return [f[2] for f in found]
 
@@ -487,18 +501,30 @@ class DepthwiseBuilder:
         starts = list(range(0, lay.rb, lay.rc))
         pending: list[list[Stmt]] = []
         name = op.name + (f" (output {self.m} of each {self.names['k']})" if self.M > 1 else "")
+        # a fan-in's many TensorE taps lead by one chunk: chunk i+1's matmuls are issued before chunk i's other
+        # taps (a matmul cannot accumulate onto a sum VectorE wrote, so within a chunk they come first)
+        lead = self.CI > 1
+        chunks = []
         for i, y0 in enumerate(starts):
             rows = min(lay.rc, lay.rb - y0)
-            ctag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == lay.rc else "_end")
+            ctag = f"{tag}_{'abcde'[i % (DEPTH + 1 + lead)]}" + ("" if rows == lay.rc else "_end")
             taps, finish = self.chunk(band, parts, y0, rows, ctag)
+            head = 1 + next((k for k, st in enumerate(taps[1:]) if not isinstance(st, Matmul)), len(taps) - 1)
+            chunks.append((y0, rows, ctag, taps[:head] if lead else [], taps[head:] if lead else taps, finish,
+                           self.acc_view))
+        for i, (y0, rows, ctag, head_taps, taps, finish, accv) in enumerate(chunks):
             dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
             span = f"{name} rows {y0}..{y0 + rows}"
+            for k in ((0, 1) if i == 0 else (i + 1,)) if lead else ():
+                if k < len(chunks):
+                    y, r = chunks[k][:2]
+                    out.append(ir.Block(f"{name} rows {y}..{y + r}: TensorE's taps", tuple(chunks[k][3]), line))
             out += [ir.Block(f"{span}, {self.R * self.S * self.CI} taps: {self.taps_note(rows)}", tuple(taps), line)]
             out += pending.pop(0) if len(pending) == DEPTH else []
             done = "the GpSimdE sum added into PSUM, " if finish else ""
             epilogue = f" ({self.epilogue_note()})" if self.epilogue_note() else ""
             pending.append([ir.Block(f"{span}: {done}evicted{epilogue}", tuple(
-                finish + self.evict(dst, self.acc_view, bias, ctag)), line)])
+                finish + self.evict(dst, accv, bias, ctag)), line)])
         out += [s for p in pending for s in p]
         ms = (a(self.m),) if self.M > 1 else ()
         for j, (i, b) in enumerate(self.slots(images)):
