@@ -23,6 +23,8 @@ def mobilenet_block(X, We, Wd, Wp):
     assert Wd.shape == (144, 3, 3), 'mobilenet_block was compiled for Wd of shape (144, 3, 3); recompile with tilec compile -D E=...'
     assert Wp.shape == (24, 144), 'mobilenet_block was compiled for Wp of shape (24, 144); recompile with tilec compile -D C=... -D E=...'
     Y = nl.ndarray((1, 24, 16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+    Y_blocks = Y.reshape((48, 8, 16))  # tl:11
+    X_blocks = X.reshape((48, 8, 16))  # tl:11
 
     # ---- identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)
     ident_rows = nl.zeros((128, 129), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
@@ -58,45 +60,43 @@ def mobilenet_block(X, We, Wd, Wp):
     X_zeros = nl.zeros((48, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- main: A -> B -> Y on chip, partitions hold (row block, channel) pairs: 2 blocks of 8 rows
-    X_ext = nl.ndarray((48, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    nisa.dma_copy(dst=X_ext[0:24, 0], src=X_zeros[0:24])  # tl:11
-    nisa.dma_copy(dst=X_ext[0:24, 1:10], src=X[0, :, 0:9])  # tl:11
-    nisa.dma_copy(dst=X_ext[24:48, 9], src=X_zeros[24:48])  # tl:11
-    nisa.dma_copy(dst=X_ext[24:48, 0:9], src=X[0, :, 7:16])  # tl:11
-    X_blocks = X.reshape((48, 8, 16))  # tl:19
-    X_skip = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-    nisa.dma_copy(dst=X_skip, src=X_blocks)  # tl:19
-    Y_acc0 = nl.zeros((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
-    B_all = nl.ndarray((96, 3, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-    A_pad_ = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    X_ext_a = nl.ndarray((48, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    nisa.dma_copy(dst=X_ext_a[0:24, 0], src=X_zeros[0:24])  # tl:11
+    nisa.dma_copy(dst=X_ext_a[0:24, 1:10], src=X[0, :, 0:9])  # tl:11
+    nisa.dma_copy(dst=X_ext_a[24:48, 9], src=X_zeros[24:48])  # tl:11
+    nisa.dma_copy(dst=X_ext_a[24:48, 0:9], src=X[0, :, 7:16])  # tl:11
+    X_skip_a = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    nisa.dma_copy(dst=X_skip_a, src=X_blocks)  # tl:19
+    B_all_a = nl.ndarray((96, 3, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group Aff(terms=(), const=0) (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    # ---- A = We . X for e group 0 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
     A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 0], X_ext)  # tl:11
+    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 0], X_ext_a)  # tl:11
     A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pad_[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
+    A_pad_a[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=0), 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
-    B_acc__a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    B_acc__a_end += nisa.nc_matmul(Wd_diags[:, 0, 0], A_pad_[:, 0:8])  # tl:17
-    B_acc__a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 0, 1], A_pad_[:, 0:8, 0:15])  # tl:17
-    B_acc__a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 0, 2], A_pad_[:, 0:8, 1:16])  # tl:17
-    B_prod0__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod0__a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 0, 1, 0:1], dtype=nl.float32)  # tl:17
-    B_acc__a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc__a_end[:, :, 1:16], B_prod0__a_end[:, :, 1:16], op=nl.add, dtype=nl.float32)  # tl:17
-    B_gacc__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_gacc__a_end[...] = nisa.activation(op=nl.copy, data=A_pad_[:, 1:9], scale=Wd_cols[:, 0, 1, 1:2], dtype=nl.float32)  # tl:17
-    B_prod1__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod1__a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_[:, 1:9, 1:16], scale=Wd_cols[:, 0, 1, 2:3], dtype=nl.float32)  # tl:17
-    B_gacc__a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc__a_end[:, :, 0:15], B_prod1__a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod2__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod2__a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_[:, 2:10, 0:15], scale=Wd_cols[:, 0, 2, 0:1], dtype=nl.float32)  # tl:17
-    B_gacc__a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc__a_end[:, :, 1:16], B_prod2__a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod3__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod3__a_end[...] = nisa.activation(op=nl.copy, data=A_pad_[:, 2:10], scale=Wd_cols[:, 0, 2, 1:2], dtype=nl.float32)  # tl:17
-    B_gacc__a_end[...] = nisa.tensor_tensor(B_gacc__a_end, B_prod3__a_end, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod0__a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_[:, 2:10, 1:16], scale=Wd_cols[:, 0, 2, 2:3], dtype=nl.float32)  # tl:17
-    B_gacc__a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc__a_end[:, :, 0:15], B_prod0__a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    # ---- B rows 0..8 of each block, e group 0, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
+    B_acc_a_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    B_acc_a_a_end += nisa.nc_matmul(Wd_diags[:, 0, 0], A_pad_a[:, 0:8])  # tl:17
+    B_acc_a_a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 0, 1], A_pad_a[:, 0:8, 0:15])  # tl:17
+    B_acc_a_a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 0, 2], A_pad_a[:, 0:8, 1:16])  # tl:17
+    B_prod0_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod0_a_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_a[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 0, 1, 0:1], dtype=nl.float32)  # tl:17
+    B_acc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_a_a_end[:, :, 1:16], B_prod0_a_a_end[:, :, 1:16], op=nl.add, dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_gacc_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 0, 1, 1:2], dtype=nl.float32)  # tl:17
+    B_prod1_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod1_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9, 1:16], scale=Wd_cols[:, 0, 1, 2:3], dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod1_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod2_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod2_a_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 0:15], scale=Wd_cols[:, 0, 2, 0:1], dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 1:16], B_prod2_a_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod3_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod3_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 0, 2, 1:2], dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end[...] = nisa.tensor_tensor(B_gacc_a_a_end, B_prod3_a_a_end, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod0_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16], scale=Wd_cols[:, 0, 2, 2:3], dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block)
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -108,93 +108,88 @@ def mobilenet_block(X, We, Wd, Wp):
         weights_tp[0:96, 0:48] = nisa.nc_transpose(Wp_blocks)  # tl:19
         Wp_bd[:, e_w, 0:47:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 0:24], dtype=nl.float32)  # tl:19
         Wp_bd[:, e_w, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
-    A_pada = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group Aff(terms=(), const=1) (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
     A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 1], X_ext)  # tl:11
+    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 1], X_ext_a)  # tl:11
     A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pada[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
+    A_pad_b[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=1), 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
-    B_acca_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    B_acca_a_end += nisa.nc_matmul(Wd_diags[:, 1, 0], A_pada[:, 0:8])  # tl:17
-    B_acca_a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 1, 1], A_pada[:, 0:8, 0:15])  # tl:17
-    B_acca_a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 1, 2], A_pada[:, 0:8, 1:16])  # tl:17
-    B_prod0a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod0a_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pada[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 1, 1, 0:1], dtype=nl.float32)  # tl:17
-    B_acca_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acca_a_end[:, :, 1:16], B_prod0a_a_end[:, :, 1:16], op=nl.add, dtype=nl.float32)  # tl:17
-    B_gacca_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_gacca_a_end[...] = nisa.activation(op=nl.copy, data=A_pada[:, 1:9], scale=Wd_cols[:, 1, 1, 1:2], dtype=nl.float32)  # tl:17
-    B_prod1a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod1a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pada[:, 1:9, 1:16], scale=Wd_cols[:, 1, 1, 2:3], dtype=nl.float32)  # tl:17
-    B_gacca_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacca_a_end[:, :, 0:15], B_prod1a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod2a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod2a_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pada[:, 2:10, 0:15], scale=Wd_cols[:, 1, 2, 0:1], dtype=nl.float32)  # tl:17
-    B_gacca_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacca_a_end[:, :, 1:16], B_prod2a_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod3a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod3a_a_end[...] = nisa.activation(op=nl.copy, data=A_pada[:, 2:10], scale=Wd_cols[:, 1, 2, 1:2], dtype=nl.float32)  # tl:17
-    B_gacca_a_end[...] = nisa.tensor_tensor(B_gacca_a_end, B_prod3a_a_end, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod0a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pada[:, 2:10, 1:16], scale=Wd_cols[:, 1, 2, 2:3], dtype=nl.float32)  # tl:17
-    B_gacca_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacca_a_end[:, :, 0:15], B_prod0a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    A_pad_ = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
+    B_acc_b_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    B_acc_b_a_end += nisa.nc_matmul(Wd_diags[:, 1, 0], A_pad_b[:, 0:8])  # tl:17
+    B_acc_b_a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 1, 1], A_pad_b[:, 0:8, 0:15])  # tl:17
+    B_acc_b_a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 1, 2], A_pad_b[:, 0:8, 1:16])  # tl:17
+    B_prod0_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod0_b_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_b[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 1, 1, 0:1], dtype=nl.float32)  # tl:17
+    B_acc_b_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_b_a_end[:, :, 1:16], B_prod0_b_a_end[:, :, 1:16], op=nl.add, dtype=nl.float32)  # tl:17
+    B_gacc_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_gacc_b_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_b[:, 1:9], scale=Wd_cols[:, 1, 1, 1:2], dtype=nl.float32)  # tl:17
+    B_prod1_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod1_b_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_b[:, 1:9, 1:16], scale=Wd_cols[:, 1, 1, 2:3], dtype=nl.float32)  # tl:17
+    B_gacc_b_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 0:15], B_prod1_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod2_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod2_b_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10, 0:15], scale=Wd_cols[:, 1, 2, 0:1], dtype=nl.float32)  # tl:17
+    B_gacc_b_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 1:16], B_prod2_b_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod3_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod3_b_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10], scale=Wd_cols[:, 1, 2, 1:2], dtype=nl.float32)  # tl:17
+    B_gacc_b_a_end[...] = nisa.tensor_tensor(B_gacc_b_a_end, B_prod3_b_a_end, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod0_b_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10, 1:16], scale=Wd_cols[:, 1, 2, 2:3], dtype=nl.float32)  # tl:17
+    B_gacc_b_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 0:15], B_prod0_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group Aff(terms=(), const=2) (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    # ---- A = We . X for e group 2 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
     A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 2], X_ext)  # tl:11
+    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 2], X_ext_a)  # tl:11
     A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pad_[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
+    A_pad_a[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=0): evicted (relu, min(., 6)) into B_all
-    B_acc__a_end[...] = nisa.tensor_tensor(B_acc__a_end, B_gacc__a_end, op=nl.add, dtype=nl.float32)  # tl:17
-    B_acc__a_end[...] = nisa.tensor_scalar(B_acc__a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
-    B_all[:, 0] = nisa.activation(op=nl.relu, data=B_acc__a_end, dtype=nl.float32)  # tl:15
+    # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
+    B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
+    B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
+    B_all_a[:, 0] = nisa.activation(op=nl.relu, data=B_acc_a_a_end, dtype=nl.float32)  # tl:15
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=2), 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
-    B_acc__a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    B_acc__a_end += nisa.nc_matmul(Wd_diags[:, 2, 0], A_pad_[:, 0:8])  # tl:17
-    B_acc__a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 2, 1], A_pad_[:, 0:8, 0:15])  # tl:17
-    B_acc__a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 2, 2], A_pad_[:, 0:8, 1:16])  # tl:17
-    B_prod0__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod0__a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 2, 1, 0:1], dtype=nl.float32)  # tl:17
-    B_acc__a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc__a_end[:, :, 1:16], B_prod0__a_end[:, :, 1:16], op=nl.add, dtype=nl.float32)  # tl:17
-    B_gacc__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_gacc__a_end[...] = nisa.activation(op=nl.copy, data=A_pad_[:, 1:9], scale=Wd_cols[:, 2, 1, 1:2], dtype=nl.float32)  # tl:17
-    B_prod1__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod1__a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_[:, 1:9, 1:16], scale=Wd_cols[:, 2, 1, 2:3], dtype=nl.float32)  # tl:17
-    B_gacc__a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc__a_end[:, :, 0:15], B_prod1__a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod2__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod2__a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_[:, 2:10, 0:15], scale=Wd_cols[:, 2, 2, 0:1], dtype=nl.float32)  # tl:17
-    B_gacc__a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc__a_end[:, :, 1:16], B_prod2__a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod3__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod3__a_end[...] = nisa.activation(op=nl.copy, data=A_pad_[:, 2:10], scale=Wd_cols[:, 2, 2, 1:2], dtype=nl.float32)  # tl:17
-    B_gacc__a_end[...] = nisa.tensor_tensor(B_gacc__a_end, B_prod3__a_end, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod0__a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_[:, 2:10, 1:16], scale=Wd_cols[:, 2, 2, 2:3], dtype=nl.float32)  # tl:17
-    B_gacc__a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc__a_end[:, :, 0:15], B_prod0__a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
+    B_acc_a_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    B_acc_a_a_end += nisa.nc_matmul(Wd_diags[:, 2, 0], A_pad_a[:, 0:8])  # tl:17
+    B_acc_a_a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 2, 1], A_pad_a[:, 0:8, 0:15])  # tl:17
+    B_acc_a_a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 2, 2], A_pad_a[:, 0:8, 1:16])  # tl:17
+    B_prod0_a_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_a[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 2, 1, 0:1], dtype=nl.float32)  # tl:17
+    B_acc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_a_a_end[:, :, 1:16], B_prod0_a_a_end[:, :, 1:16], op=nl.add, dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 2, 1, 1:2], dtype=nl.float32)  # tl:17
+    B_prod1_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9, 1:16], scale=Wd_cols[:, 2, 1, 2:3], dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod1_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod2_a_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 0:15], scale=Wd_cols[:, 2, 2, 0:1], dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 1:16], B_prod2_a_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod3_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 2, 2, 1:2], dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end[...] = nisa.tensor_tensor(B_gacc_a_a_end, B_prod3_a_a_end, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod0_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16], scale=Wd_cols[:, 2, 2, 2:3], dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=1): evicted (relu, min(., 6)) into B_all
-    B_acca_a_end[...] = nisa.tensor_tensor(B_acca_a_end, B_gacca_a_end, op=nl.add, dtype=nl.float32)  # tl:17
-    B_acca_a_end[...] = nisa.tensor_scalar(B_acca_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
-    B_all[:, 1] = nisa.activation(op=nl.relu, data=B_acca_a_end, dtype=nl.float32)  # tl:15
+    # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
+    B_acc_b_a_end[...] = nisa.tensor_tensor(B_acc_b_a_end, B_gacc_b_a_end, op=nl.add, dtype=nl.float32)  # tl:17
+    B_acc_b_a_end[...] = nisa.tensor_scalar(B_acc_b_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
+    B_all_a[:, 1] = nisa.activation(op=nl.relu, data=B_acc_b_a_end, dtype=nl.float32)  # tl:15
+    Y_acc0 = nl.zeros((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
 
     # ---- Y += Wp[:, e group] . B[e group]
-    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 0], B_all[:, 0])  # tl:19
+    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 0], B_all_a[:, 0])  # tl:19
 
     # ---- Y += Wp[:, e group] . B[e group]
-    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 1], B_all[:, 1])  # tl:19
+    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 1], B_all_a[:, 1])  # tl:19
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=2): evicted (relu, min(., 6)) into B_all
-    B_acc__a_end[...] = nisa.tensor_tensor(B_acc__a_end, B_gacc__a_end, op=nl.add, dtype=nl.float32)  # tl:17
-    B_acc__a_end[...] = nisa.tensor_scalar(B_acc__a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
-    B_all[:, 2] = nisa.activation(op=nl.relu, data=B_acc__a_end, dtype=nl.float32)  # tl:15
+    # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
+    B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
+    B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
+    B_all_a[:, 2] = nisa.activation(op=nl.relu, data=B_acc_a_a_end, dtype=nl.float32)  # tl:15
 
     # ---- Y += Wp[:, e group] . B[e group]
-    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 2], B_all[:, 2])  # tl:19
-    Y_blocks = Y.reshape((48, 8, 16))  # tl:19
-    Y_band = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 2], B_all_a[:, 2])  # tl:19
+    Y_band_a = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
 
     # ---- Y rows 0..8 of each block: evicted + X
-    Y_band[...] = nisa.tensor_tensor(Y_acc0, X_skip, op=nl.add, dtype=nl.float32)  # tl:19
-    nisa.dma_copy(dst=Y_blocks, src=Y_band)  # tl:19
+    Y_band_a[...] = nisa.tensor_tensor(Y_acc0, X_skip_a, op=nl.add, dtype=nl.float32)  # tl:19
+    nisa.dma_copy(dst=Y_blocks, src=Y_band_a)  # tl:19
 
     return Y

@@ -22,6 +22,8 @@ def mobilenet_block(X, We, Wd, Wp):
     assert Wd.shape == (144, 3, 3), 'mobilenet_block was compiled for Wd of shape (144, 3, 3); recompile with tilec compile -D E=...'
     assert Wp.shape == (24, 144), 'mobilenet_block was compiled for Wp of shape (24, 144); recompile with tilec compile -D C=... -D E=...'
     Y = nl.ndarray((1, 24, 16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+    Y_blocks = Y.reshape((48, 8, 16))  # tl:11
+    X_blocks = X.reshape((48, 8, 16))  # tl:11
 
     # ---- identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)
     ident_rows = nl.ndarray((128, 129), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
@@ -60,45 +62,43 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.memset(dst=X_zeros, value=0.0)  # tl:11
 
     # ---- main: A -> B -> Y on chip, partitions hold (row block, channel) pairs: 2 blocks of 8 rows
-    X_ext = nl.ndarray((48, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    nisa.dma_copy(dst=X_ext[0:24, 0], src=X_zeros[0:24])  # tl:11
-    nisa.dma_copy(dst=X_ext[0:24, 1:10], src=X[0, :, 0:9])  # tl:11
-    nisa.dma_copy(dst=X_ext[24:48, 9], src=X_zeros[24:48])  # tl:11
-    nisa.dma_copy(dst=X_ext[24:48, 0:9], src=X[0, :, 7:16])  # tl:11
-    X_blocks = X.reshape((48, 8, 16))  # tl:19
-    X_skip = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-    nisa.dma_copy(dst=X_skip, src=X_blocks)  # tl:19
-    Y_acc0 = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
-    B_all = nl.ndarray((96, 3, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-    A_pad_ = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    X_ext_a = nl.ndarray((48, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    nisa.dma_copy(dst=X_ext_a[0:24, 0], src=X_zeros[0:24])  # tl:11
+    nisa.dma_copy(dst=X_ext_a[0:24, 1:10], src=X[0, :, 0:9])  # tl:11
+    nisa.dma_copy(dst=X_ext_a[24:48, 9], src=X_zeros[24:48])  # tl:11
+    nisa.dma_copy(dst=X_ext_a[24:48, 0:9], src=X[0, :, 7:16])  # tl:11
+    X_skip_a = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    nisa.dma_copy(dst=X_skip_a, src=X_blocks)  # tl:19
+    B_all_a = nl.ndarray((96, 3, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group Aff(terms=(), const=0) (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    # ---- A = We . X for e group 0 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
     A_acc = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 0], moving=X_ext, accumulate=False)  # tl:11
+    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 0], moving=X_ext_a, accumulate=False)  # tl:11
     nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pad_, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
+    nisa.activation(dst=A_pad_a, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=0), 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
-    B_acc__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    nisa.nc_matmul(dst=B_acc__a_end, stationary=Wd_diags[:, 0, 0], moving=A_pad_[:, 0:8], accumulate=False)  # tl:17
-    nisa.nc_matmul(dst=B_acc__a_end[:, :, 1:16], stationary=Wd_diags[:, 0, 1], moving=A_pad_[:, 0:8, 0:15], accumulate=True)  # tl:17
-    nisa.nc_matmul(dst=B_acc__a_end[:, :, 0:15], stationary=Wd_diags[:, 0, 2], moving=A_pad_[:, 0:8, 1:16], accumulate=True)  # tl:17
-    B_prod0__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.tensor_scalar(dst=B_prod0__a_end[:, :, 1:16], data=A_pad_[:, 1:9, 0:15], op0=nl.multiply, operand0=Wd_cols[:, 0, 1, 0:1])  # tl:17
-    nisa.tensor_tensor(dst=B_acc__a_end[:, :, 1:16], data1=B_acc__a_end[:, :, 1:16], data2=B_prod0__a_end[:, :, 1:16], op=nl.add)  # tl:17
-    B_gacc__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_gacc__a_end, op=nl.copy, data=A_pad_[:, 1:9], scale=Wd_cols[:, 0, 1, 1:2])  # tl:17
-    B_prod1__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_prod1__a_end[:, :, 0:15], op=nl.copy, data=A_pad_[:, 1:9, 1:16], scale=Wd_cols[:, 0, 1, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc__a_end[:, :, 0:15], data1=B_gacc__a_end[:, :, 0:15], data2=B_prod1__a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
-    B_prod2__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_prod2__a_end[:, :, 1:16], op=nl.copy, data=A_pad_[:, 2:10, 0:15], scale=Wd_cols[:, 0, 2, 0:1])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc__a_end[:, :, 1:16], data1=B_gacc__a_end[:, :, 1:16], data2=B_prod2__a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
-    B_prod3__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_prod3__a_end, op=nl.copy, data=A_pad_[:, 2:10], scale=Wd_cols[:, 0, 2, 1:2])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc__a_end, data1=B_gacc__a_end, data2=B_prod3__a_end, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
-    nisa.activation(dst=B_prod0__a_end[:, :, 0:15], op=nl.copy, data=A_pad_[:, 2:10, 1:16], scale=Wd_cols[:, 0, 2, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc__a_end[:, :, 0:15], data1=B_gacc__a_end[:, :, 0:15], data2=B_prod0__a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    # ---- B rows 0..8 of each block, e group 0, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
+    B_acc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    nisa.nc_matmul(dst=B_acc_a_a_end, stationary=Wd_diags[:, 0, 0], moving=A_pad_a[:, 0:8], accumulate=False)  # tl:17
+    nisa.nc_matmul(dst=B_acc_a_a_end[:, :, 1:16], stationary=Wd_diags[:, 0, 1], moving=A_pad_a[:, 0:8, 0:15], accumulate=True)  # tl:17
+    nisa.nc_matmul(dst=B_acc_a_a_end[:, :, 0:15], stationary=Wd_diags[:, 0, 2], moving=A_pad_a[:, 0:8, 1:16], accumulate=True)  # tl:17
+    B_prod0_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.tensor_scalar(dst=B_prod0_a_a_end[:, :, 1:16], data=A_pad_a[:, 1:9, 0:15], op0=nl.multiply, operand0=Wd_cols[:, 0, 1, 0:1])  # tl:17
+    nisa.tensor_tensor(dst=B_acc_a_a_end[:, :, 1:16], data1=B_acc_a_a_end[:, :, 1:16], data2=B_prod0_a_a_end[:, :, 1:16], op=nl.add)  # tl:17
+    B_gacc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.activation(dst=B_gacc_a_a_end, op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 0, 1, 1:2])  # tl:17
+    B_prod1_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.activation(dst=B_prod1_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 1:9, 1:16], scale=Wd_cols[:, 0, 1, 2:3])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod1_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    B_prod2_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.activation(dst=B_prod2_a_a_end[:, :, 1:16], op=nl.copy, data=A_pad_a[:, 2:10, 0:15], scale=Wd_cols[:, 0, 2, 0:1])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 1:16], data1=B_gacc_a_a_end[:, :, 1:16], data2=B_prod2_a_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    B_prod3_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.activation(dst=B_prod3_a_a_end, op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 0, 2, 1:2])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end, data1=B_gacc_a_a_end, data2=B_prod3_a_a_end, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.activation(dst=B_prod0_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 2:10, 1:16], scale=Wd_cols[:, 0, 2, 2:3])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block)
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -111,93 +111,88 @@ def mobilenet_block(X, We, Wd, Wp):
         nisa.nc_transpose(dst=weights_tp[0:96, 0:48], data=Wp_blocks)  # tl:19
         nisa.activation(dst=Wp_bd[:, e_w, 0:47:2], op=nl.copy, data=weights_tp[0:96, 0:24])  # tl:19
         nisa.activation(dst=Wp_bd[:, e_w, 1:48:2], op=nl.copy, data=weights_tp[0:96, 24:48])  # tl:19
-    A_pada = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group Aff(terms=(), const=1) (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
     A_acc = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 1], moving=X_ext, accumulate=False)  # tl:11
+    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 1], moving=X_ext_a, accumulate=False)  # tl:11
     nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pada, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
+    nisa.activation(dst=A_pad_b, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=1), 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
-    B_acca_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    nisa.nc_matmul(dst=B_acca_a_end, stationary=Wd_diags[:, 1, 0], moving=A_pada[:, 0:8], accumulate=False)  # tl:17
-    nisa.nc_matmul(dst=B_acca_a_end[:, :, 1:16], stationary=Wd_diags[:, 1, 1], moving=A_pada[:, 0:8, 0:15], accumulate=True)  # tl:17
-    nisa.nc_matmul(dst=B_acca_a_end[:, :, 0:15], stationary=Wd_diags[:, 1, 2], moving=A_pada[:, 0:8, 1:16], accumulate=True)  # tl:17
-    B_prod0a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.tensor_scalar(dst=B_prod0a_a_end[:, :, 1:16], data=A_pada[:, 1:9, 0:15], op0=nl.multiply, operand0=Wd_cols[:, 1, 1, 0:1])  # tl:17
-    nisa.tensor_tensor(dst=B_acca_a_end[:, :, 1:16], data1=B_acca_a_end[:, :, 1:16], data2=B_prod0a_a_end[:, :, 1:16], op=nl.add)  # tl:17
-    B_gacca_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_gacca_a_end, op=nl.copy, data=A_pada[:, 1:9], scale=Wd_cols[:, 1, 1, 1:2])  # tl:17
-    B_prod1a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_prod1a_a_end[:, :, 0:15], op=nl.copy, data=A_pada[:, 1:9, 1:16], scale=Wd_cols[:, 1, 1, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacca_a_end[:, :, 0:15], data1=B_gacca_a_end[:, :, 0:15], data2=B_prod1a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
-    B_prod2a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_prod2a_a_end[:, :, 1:16], op=nl.copy, data=A_pada[:, 2:10, 0:15], scale=Wd_cols[:, 1, 2, 0:1])  # tl:17
-    nisa.tensor_tensor(dst=B_gacca_a_end[:, :, 1:16], data1=B_gacca_a_end[:, :, 1:16], data2=B_prod2a_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
-    B_prod3a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_prod3a_a_end, op=nl.copy, data=A_pada[:, 2:10], scale=Wd_cols[:, 1, 2, 1:2])  # tl:17
-    nisa.tensor_tensor(dst=B_gacca_a_end, data1=B_gacca_a_end, data2=B_prod3a_a_end, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
-    nisa.activation(dst=B_prod0a_a_end[:, :, 0:15], op=nl.copy, data=A_pada[:, 2:10, 1:16], scale=Wd_cols[:, 1, 2, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacca_a_end[:, :, 0:15], data1=B_gacca_a_end[:, :, 0:15], data2=B_prod0a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
-    A_pad_ = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
+    B_acc_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    nisa.nc_matmul(dst=B_acc_b_a_end, stationary=Wd_diags[:, 1, 0], moving=A_pad_b[:, 0:8], accumulate=False)  # tl:17
+    nisa.nc_matmul(dst=B_acc_b_a_end[:, :, 1:16], stationary=Wd_diags[:, 1, 1], moving=A_pad_b[:, 0:8, 0:15], accumulate=True)  # tl:17
+    nisa.nc_matmul(dst=B_acc_b_a_end[:, :, 0:15], stationary=Wd_diags[:, 1, 2], moving=A_pad_b[:, 0:8, 1:16], accumulate=True)  # tl:17
+    B_prod0_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.tensor_scalar(dst=B_prod0_b_a_end[:, :, 1:16], data=A_pad_b[:, 1:9, 0:15], op0=nl.multiply, operand0=Wd_cols[:, 1, 1, 0:1])  # tl:17
+    nisa.tensor_tensor(dst=B_acc_b_a_end[:, :, 1:16], data1=B_acc_b_a_end[:, :, 1:16], data2=B_prod0_b_a_end[:, :, 1:16], op=nl.add)  # tl:17
+    B_gacc_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.activation(dst=B_gacc_b_a_end, op=nl.copy, data=A_pad_b[:, 1:9], scale=Wd_cols[:, 1, 1, 1:2])  # tl:17
+    B_prod1_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.activation(dst=B_prod1_b_a_end[:, :, 0:15], op=nl.copy, data=A_pad_b[:, 1:9, 1:16], scale=Wd_cols[:, 1, 1, 2:3])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_b_a_end[:, :, 0:15], data1=B_gacc_b_a_end[:, :, 0:15], data2=B_prod1_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    B_prod2_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.activation(dst=B_prod2_b_a_end[:, :, 1:16], op=nl.copy, data=A_pad_b[:, 2:10, 0:15], scale=Wd_cols[:, 1, 2, 0:1])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_b_a_end[:, :, 1:16], data1=B_gacc_b_a_end[:, :, 1:16], data2=B_prod2_b_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    B_prod3_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.activation(dst=B_prod3_b_a_end, op=nl.copy, data=A_pad_b[:, 2:10], scale=Wd_cols[:, 1, 2, 1:2])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_b_a_end, data1=B_gacc_b_a_end, data2=B_prod3_b_a_end, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.activation(dst=B_prod0_b_a_end[:, :, 0:15], op=nl.copy, data=A_pad_b[:, 2:10, 1:16], scale=Wd_cols[:, 1, 2, 2:3])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_b_a_end[:, :, 0:15], data1=B_gacc_b_a_end[:, :, 0:15], data2=B_prod0_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group Aff(terms=(), const=2) (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    # ---- A = We . X for e group 2 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
     A_acc = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 2], moving=X_ext, accumulate=False)  # tl:11
+    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 2], moving=X_ext_a, accumulate=False)  # tl:11
     nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pad_, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
+    nisa.activation(dst=A_pad_a, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=0): evicted (relu, min(., 6)) into B_all
-    nisa.tensor_tensor(dst=B_acc__a_end, data1=B_acc__a_end, data2=B_gacc__a_end, op=nl.add)  # tl:17
-    nisa.tensor_scalar(dst=B_acc__a_end, data=B_acc__a_end, op0=nl.minimum, operand0=6.0)  # tl:15
-    nisa.activation(dst=B_all[:, 0], op=nl.relu, data=B_acc__a_end)  # tl:15
+    # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
+    nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
+    nisa.tensor_scalar(dst=B_acc_a_a_end, data=B_acc_a_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
+    nisa.activation(dst=B_all_a[:, 0], op=nl.relu, data=B_acc_a_a_end)  # tl:15
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=2), 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
-    B_acc__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    nisa.nc_matmul(dst=B_acc__a_end, stationary=Wd_diags[:, 2, 0], moving=A_pad_[:, 0:8], accumulate=False)  # tl:17
-    nisa.nc_matmul(dst=B_acc__a_end[:, :, 1:16], stationary=Wd_diags[:, 2, 1], moving=A_pad_[:, 0:8, 0:15], accumulate=True)  # tl:17
-    nisa.nc_matmul(dst=B_acc__a_end[:, :, 0:15], stationary=Wd_diags[:, 2, 2], moving=A_pad_[:, 0:8, 1:16], accumulate=True)  # tl:17
-    B_prod0__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.tensor_scalar(dst=B_prod0__a_end[:, :, 1:16], data=A_pad_[:, 1:9, 0:15], op0=nl.multiply, operand0=Wd_cols[:, 2, 1, 0:1])  # tl:17
-    nisa.tensor_tensor(dst=B_acc__a_end[:, :, 1:16], data1=B_acc__a_end[:, :, 1:16], data2=B_prod0__a_end[:, :, 1:16], op=nl.add)  # tl:17
-    B_gacc__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_gacc__a_end, op=nl.copy, data=A_pad_[:, 1:9], scale=Wd_cols[:, 2, 1, 1:2])  # tl:17
-    B_prod1__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_prod1__a_end[:, :, 0:15], op=nl.copy, data=A_pad_[:, 1:9, 1:16], scale=Wd_cols[:, 2, 1, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc__a_end[:, :, 0:15], data1=B_gacc__a_end[:, :, 0:15], data2=B_prod1__a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
-    B_prod2__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_prod2__a_end[:, :, 1:16], op=nl.copy, data=A_pad_[:, 2:10, 0:15], scale=Wd_cols[:, 2, 2, 0:1])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc__a_end[:, :, 1:16], data1=B_gacc__a_end[:, :, 1:16], data2=B_prod2__a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
-    B_prod3__a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    nisa.activation(dst=B_prod3__a_end, op=nl.copy, data=A_pad_[:, 2:10], scale=Wd_cols[:, 2, 2, 1:2])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc__a_end, data1=B_gacc__a_end, data2=B_prod3__a_end, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
-    nisa.activation(dst=B_prod0__a_end[:, :, 0:15], op=nl.copy, data=A_pad_[:, 2:10, 1:16], scale=Wd_cols[:, 2, 2, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc__a_end[:, :, 0:15], data1=B_gacc__a_end[:, :, 0:15], data2=B_prod0__a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
+    B_acc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    nisa.nc_matmul(dst=B_acc_a_a_end, stationary=Wd_diags[:, 2, 0], moving=A_pad_a[:, 0:8], accumulate=False)  # tl:17
+    nisa.nc_matmul(dst=B_acc_a_a_end[:, :, 1:16], stationary=Wd_diags[:, 2, 1], moving=A_pad_a[:, 0:8, 0:15], accumulate=True)  # tl:17
+    nisa.nc_matmul(dst=B_acc_a_a_end[:, :, 0:15], stationary=Wd_diags[:, 2, 2], moving=A_pad_a[:, 0:8, 1:16], accumulate=True)  # tl:17
+    nisa.tensor_scalar(dst=B_prod0_a_a_end[:, :, 1:16], data=A_pad_a[:, 1:9, 0:15], op0=nl.multiply, operand0=Wd_cols[:, 2, 1, 0:1])  # tl:17
+    nisa.tensor_tensor(dst=B_acc_a_a_end[:, :, 1:16], data1=B_acc_a_a_end[:, :, 1:16], data2=B_prod0_a_a_end[:, :, 1:16], op=nl.add)  # tl:17
+    nisa.activation(dst=B_gacc_a_a_end, op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 2, 1, 1:2])  # tl:17
+    nisa.activation(dst=B_prod1_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 1:9, 1:16], scale=Wd_cols[:, 2, 1, 2:3])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod1_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.activation(dst=B_prod2_a_a_end[:, :, 1:16], op=nl.copy, data=A_pad_a[:, 2:10, 0:15], scale=Wd_cols[:, 2, 2, 0:1])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 1:16], data1=B_gacc_a_a_end[:, :, 1:16], data2=B_prod2_a_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.activation(dst=B_prod3_a_a_end, op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 2, 2, 1:2])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end, data1=B_gacc_a_a_end, data2=B_prod3_a_a_end, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.activation(dst=B_prod0_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 2:10, 1:16], scale=Wd_cols[:, 2, 2, 2:3])  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=1): evicted (relu, min(., 6)) into B_all
-    nisa.tensor_tensor(dst=B_acca_a_end, data1=B_acca_a_end, data2=B_gacca_a_end, op=nl.add)  # tl:17
-    nisa.tensor_scalar(dst=B_acca_a_end, data=B_acca_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
-    nisa.activation(dst=B_all[:, 1], op=nl.relu, data=B_acca_a_end)  # tl:15
+    # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
+    nisa.tensor_tensor(dst=B_acc_b_a_end, data1=B_acc_b_a_end, data2=B_gacc_b_a_end, op=nl.add)  # tl:17
+    nisa.tensor_scalar(dst=B_acc_b_a_end, data=B_acc_b_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
+    nisa.activation(dst=B_all_a[:, 1], op=nl.relu, data=B_acc_b_a_end)  # tl:15
+    Y_acc0 = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
 
     # ---- Y += Wp[:, e group] . B[e group]
-    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 0], moving=B_all[:, 0], accumulate=False)  # tl:19
+    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 0], moving=B_all_a[:, 0], accumulate=False)  # tl:19
 
     # ---- Y += Wp[:, e group] . B[e group]
-    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 1], moving=B_all[:, 1], accumulate=True)  # tl:19
+    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 1], moving=B_all_a[:, 1], accumulate=True)  # tl:19
 
-    # ---- B rows 0..8 of each block, e group Aff(terms=(), const=2): evicted (relu, min(., 6)) into B_all
-    nisa.tensor_tensor(dst=B_acc__a_end, data1=B_acc__a_end, data2=B_gacc__a_end, op=nl.add)  # tl:17
-    nisa.tensor_scalar(dst=B_acc__a_end, data=B_acc__a_end, op0=nl.minimum, operand0=6.0)  # tl:15
-    nisa.activation(dst=B_all[:, 2], op=nl.relu, data=B_acc__a_end)  # tl:15
+    # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
+    nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
+    nisa.tensor_scalar(dst=B_acc_a_a_end, data=B_acc_a_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
+    nisa.activation(dst=B_all_a[:, 2], op=nl.relu, data=B_acc_a_a_end)  # tl:15
 
     # ---- Y += Wp[:, e group] . B[e group]
-    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 2], moving=B_all[:, 2], accumulate=True)  # tl:19
-    Y_blocks = Y.reshape((48, 8, 16))  # tl:19
-    Y_band = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 2], moving=B_all_a[:, 2], accumulate=True)  # tl:19
+    Y_band_a = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
 
     # ---- Y rows 0..8 of each block: evicted + X
-    nisa.tensor_tensor(dst=Y_band, data1=Y_acc0, data2=X_skip, op=nl.add)  # tl:19
-    nisa.dma_copy(dst=Y_blocks, src=Y_band)  # tl:19
+    nisa.tensor_tensor(dst=Y_band_a, data1=Y_acc0, data2=X_skip_a, op=nl.add)  # tl:19
+    nisa.dma_copy(dst=Y_blocks, src=Y_band_a)  # tl:19
 
     return Y

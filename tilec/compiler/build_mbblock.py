@@ -39,7 +39,7 @@ from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX
 from tilec.target import Target
 
-SBUF_SHARE = 0.75  # of the kernel's SBUF budget: the block's bands, A, every group's B and the weights
+SBUF_SHARE = 0.9  # of the kernel's SBUF budget (as counted by every allocation): the bands, A, B, the weights
 LAYOUT_TRIES = 6
 UNROLL_GROUPS = 8  # at most this many channel groups are unrolled as a software pipeline (else a loop of pairs)
 
@@ -139,6 +139,7 @@ class BlockBuilder:
         self.rc = max(1, PSUM_FP32 // self.W)
         self.dtype = hbm[e.x].dtype
         self.dw = DepthwiseBuilder(d, hbm, fresh, Layout(lay.cg, lay.nb, lay.rb, 1, self.rc), pe, self.other_work)
+        self.dw.allocated = set()  # the taps' SBUF products, allocated once, shared by the groups of a parity
         assert self.dw.clip and self.dw.BC == self.W and self.dw.IR == self.IR
         v = dict(d.vars)
         self.ename, self.nname = v.get("k", "e"), dict(e.vars).get("n", "n")
@@ -202,7 +203,10 @@ class BlockBuilder:
         out += loop(wv, self.G, part(a(wv), a(term(wv, lay.cg, self.cn)), lay.cg), line=line,
                     note=f"for {self.ename} (groups of {self.cn} channels)")
         if self.CR:
-            out += part(a(self.G), a(self.G * lay.cg), self.CR)
+            # a loop of one iteration: its PSUM tile dies with it (PSUM holds the main loop's sums)
+            rv = self.fresh(f"{self.ename}_r")
+            out.append(ir.Loop(rv, 1, tuple(part(a(self.G), a(self.G * lay.cg), self.CR)), "static", line=line,
+                               note=f"the last group of {self.CR} {self.ename} channels"))
         return bd, out
 
     def build(self) -> list[Stmt]:
@@ -214,6 +218,15 @@ class BlockBuilder:
         wp, s4 = hbm_view(self.hbm[p.w], (self.K, self.E), fresh(f"{p.w}_v"), line)
         self.dw.w4, s5 = hbm_view(self.hbm[d.w], (self.E, self.R, self.S), fresh(f"{d.w}_v"), d.line)
         stmts: list[Stmt] = s1 + s2 + s3 + s4 + s5
+        # Y and the residual seen as [K * nb, RB, W]: partition k*nb + b holds row block b of channel k
+        self.o6, s6 = hbm_view(self.hbm[p.out], (self.N, self.K * nb, lay.rb, self.W), fresh(f"{p.out}_blocks"),
+                               line)
+        stmts += s6
+        self.res: dict[str, Buf] = {}
+        if p.residual:
+            self.r6, s7 = hbm_view(self.hbm[p.residual], (self.N, self.K * nb, lay.rb, self.W),
+                                   fresh(f"{p.residual}_blocks"), line)
+            stmts += s7
         if d.bias:
             self.dw.b2, s6 = hbm_view(self.hbm[d.bias], (self.E, 1), fresh(f"{d.bias}_v"), d.line)
             stmts += s6
@@ -238,19 +251,37 @@ class BlockBuilder:
         self.zeros = Buf(fresh(f"{e.x}_zeros"), "sbuf", self.dtype,
                          (nb * self.C, max(top, nb * lay.rb - self.H + top), self.W))
         stmts.append(Alloc(self.zeros, zero=True, line=line))
-        note = f"for {self.nname} in 0..{self.N}"
-        body = loop(self.nv, self.N, self.image(a(self.nv)), note=note, line=dict(e.lines).get("n", line))
+        # the project's PSUM sums, one per chunk of rows (one PSUM bank each)
+        self.yacc = []
+        for i, y0 in enumerate(range(0, lay.rb, self.rc)):
+            rows = min(self.rc, lay.rb - y0)
+            acc = Buf(fresh(f"{p.name}_acc{i}"), "psum", "f32", (self.K * nb, rows, self.W))
+            self.yacc.append((acc, y0, rows))
+        body = self.images()
         label = (f"main: {e.name} -> {d.name} -> {p.name} on chip, partitions hold (row block, channel) pairs: "
                  f"{plural(nb, 'block')} of {lay.rb} rows")
         return stmts + [ir.Block(label, tuple(body), line)]
 
     # ---- per image ------------------------------------------------------------------------------------------------
 
-    def image(self, n: ir.Aff) -> list[Stmt]:
-        e, d, p, lay, nb = self.e, self.d, self.p, self.lay, self.lay.nb
+    def images(self) -> list[Stmt]:
+        """Every image: one software pipeline over the groups of two images at a time (the second image's loads,
+        expands and taps overlap the first's last evictions); one image at a time when the groups are many."""
+        seq = [(a(g), self.lay.cg) for g in range(self.G)] + ([(a(self.G), self.CR)] if self.CR else [])
+        note = f"for {self.nname} in 0..{self.N}"
+        line = dict(self.e.lines).get("n", self.e.line)
+        if len(seq) > UNROLL_GROUPS:
+            return loop(self.nv, self.N, self.image(a(self.nv), seq), note=note, line=line)
+        pair = self.pipelined([(a(term(self.nv, 2)), "_a"), (a(term(self.nv, 2), 1), "_b")], seq)
+        out = loop(self.nv, self.N // 2, pair, note=f"{note} (pairs of images)", line=line) if self.N > 1 else []
+        return out + (self.pipelined([(a(self.N - 1), "_a")], seq) if self.N % 2 else [])
+
+    def image_start(self, n: ir.Aff, it: str) -> tuple[list[Stmt], Buf, Buf]:
+        """The image's input band (with its zero halo rows), its residual, its B: (statements, X_ext, B_all)."""
+        e, d, lay, nb = self.e, self.d, self.lay, self.lay.nb
         C, top = self.C, self.R // 2
         line = e.line
-        xe = Buf(self.fresh(f"{e.x}_ext"), "sbuf", self.dtype, (nb * C, self.IR, self.W))
+        xe = Buf(self.fresh(f"{e.x}_ext{it}"), "sbuf", self.dtype, (nb * C, self.IR, self.W))
         out: list[Stmt] = [Alloc(xe, line=line)]
         for b in range(nb):
             start = b * lay.rb - top
@@ -265,33 +296,33 @@ class BlockBuilder:
             if hi > lo:
                 out.append(Dma(View(xe, (sl(b * C, C), sl(lo - start, hi - lo), full(self.W))),
                                View(self.x4, (n, full(C), sl(lo, hi - lo), full(self.W))), line))
-        out += self.residual(n)
-        # the project's PSUM sums, one per chunk of rows, accumulated over the groups as their B is evicted
-        self.yacc = []
-        for i, y0 in enumerate(range(0, lay.rb, self.rc)):
-            rows = min(self.rc, lay.rb - y0)
-            # (one PSUM bank per chunk: every chunk's sum stays live while the groups' B are evicted)
-            acc = Buf(self.fresh(f"{p.name}_acc{i}"), "psum", "f32", (self.K * nb, rows, self.W))
-            self.yacc.append((acc, y0, rows))
-            out.append(Alloc(acc, zero=True, line=p.line))
+        out += self.residual(n, it)
         groups = self.G + (1 if self.CR else 0)
-        b_all = Buf(self.fresh(f"{d.name}_all"), "sbuf", self.hbm[d.out].dtype, (nb * lay.cg, groups, lay.rb, self.W))
+        b_all = Buf(self.fresh(f"{d.name}_all{it}"), "sbuf", self.hbm[d.out].dtype,
+                    (nb * lay.cg, groups, lay.rb, self.W))
         out.append(Alloc(b_all, line=d.line))
-        seq = [(a(g), lay.cg) for g in range(self.G)] + ([(a(self.G), self.CR)] if self.CR else [])
-        if len(seq) <= UNROLL_GROUPS:
-            out += self.pipelined(xe, b_all, seq)
-        else:  # groups in pairs: the two A bands alternate
-            ga = self.group(xe, b_all, a(term(self.gv, 2)), lay.cg, "_a")
-            gb = self.group(xe, b_all, a(term(self.gv, 2), 1), lay.cg, "_b")
-            pair = ga[0] + ga[1] + gb[0] + gb[1] + ga[2] + ga[3] + gb[2] + gb[3]
-            if self.N == 1:
-                out += self.wp_prep
-            out += loop(self.gv, self.G // 2, pair, line=d.line,
-                        note=f"for {self.ename} (pairs of groups of {self.cn} channels)")
-            for k, (gi, cg) in enumerate(seq[self.G // 2 * 2:]):
-                out += [s for part in self.group(xe, b_all, gi, cg, "_ab"[k]) for s in part]
-        out += self.project(n)
-        return out
+        return out, xe, b_all
+
+    def project_sums(self) -> list[Stmt]:
+        """The project's PSUM sums, one per chunk of rows (each stays live while every group's B is added)."""
+        return [Alloc(acc, zero=True, line=self.p.line) for acc, _, _ in self.yacc]
+
+    def image(self, n: ir.Aff, seq: list[tuple[ir.Aff, int]]) -> list[Stmt]:
+        """One image, its groups in a loop of pairs (the two A bands alternate)."""
+        d, lay = self.d, self.lay
+        out, xe, b_all = self.image_start(n, "")
+        self.dw.allocated = set()
+        out += self.project_sums()
+        ga = self.group(xe, b_all, a(term(self.gv, 2)), lay.cg, "_a")
+        gb = self.group(xe, b_all, a(term(self.gv, 2), 1), lay.cg, "_b")
+        pair = ga[0] + ga[1] + gb[0] + gb[1] + ga[2] + ga[3] + gb[2] + gb[3]
+        if self.N == 1:
+            out += self.wp_prep
+        out += loop(self.gv, self.G // 2, pair, line=d.line,
+                    note=f"for {self.ename} (pairs of groups of {self.cn} channels)")
+        for k, (gi, cg) in enumerate(seq[self.G // 2 * 2:]):
+            out += [s for part in self.group(xe, b_all, gi, cg, ("_a", "_b")[k]) for s in part]
+        return out + self.project(n, "")
 
     def group(self, xe: Buf, b_all: Buf, gi: ir.Aff, cg: int, tag: str
               ) -> tuple[list[Stmt], list[Stmt], list[Stmt], list[Stmt]]:
@@ -313,7 +344,7 @@ class BlockBuilder:
                    Matmul(av, View(self.we_bd, (full(nb * self.C), gi, sl(0, parts))),
                           View(xe, (full(nb * self.C), sl(y0, rows), full(self.W))), e.line)]
             ex += self.evict_expand(View(apad, (full(parts), sl(y0, rows), full(self.W))), av)
-        expand.append(ir.Block(f"{e.name} = {e.w} . {e.x} for {self.ename} group {gi} (1x1, all row blocks in "
+        expand.append(ir.Block(f"{e.name} = {e.w} . {e.x} for {self.ename} group {ir.fmt_aff(gi)} (1x1, all row blocks in "
                                f"one matmul per chunk), {self.epilogue(e)} on the eviction, into the depthwise band",
                                tuple(ex), e.line))
         out: list[Stmt] = []
@@ -322,7 +353,6 @@ class BlockBuilder:
         dw.wsel = (dw.w_all, gi)
         dw.diags = {t: View(dw.d_all, (sl(0, parts), gi, a(i), sl(0, parts)))
                     for i, t in enumerate(dw.pe_taps_list())}
-        dw.allocated = set()
         bias = View(dw.b_all, (sl(0, parts), sl(gi, 1))) if d.bias else None
         evicts: list[Stmt] = []
         for i, y0 in enumerate(range(0, lay.rb, self.rc)):
@@ -330,7 +360,7 @@ class BlockBuilder:
             ptag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == self.rc else "_end")
             ctag = ptag + ("_rest" if cg < lay.cg else "")  # the SBUF products have the group's partitions
             taps, finish = dw.chunk(apad, parts, y0, rows, ctag, (ptag, nb * lay.cg))
-            span = f"{d.name} rows {y0}..{y0 + rows} of each block, {self.ename} group {gi}"
+            span = f"{d.name} rows {y0}..{y0 + rows} of each block, {self.ename} group {ir.fmt_aff(gi)}"
             out.append(ir.Block(f"{span}, {self.R * self.S} taps: {dw.taps_note(rows)}", tuple(taps), d.line))
             dst = View(b_all, (sl(0, parts), gi, sl(y0, rows), full(self.W)))
             evicts.append(ir.Block(f"{span}: evicted ({dw.epilogue_note() or 'a copy'}) into {b_all.name}", tuple(
@@ -343,24 +373,39 @@ class BlockBuilder:
             for acc, y0, rows in self.yacc), p.line)]
         return expand, out, evicts, proj
 
-    def pipelined(self, xe: Buf, b_all: Buf, seq: list[tuple[ir.Aff, int]]) -> list[Stmt]:
-        """The groups unrolled as a software pipeline: group g+1's expand and taps are issued before group g's
-        evictions (each engine runs its stream in order; the evictions wait for the GpSimdE sums), the A bands
-        and PSUM sums alternate between even and odd groups."""
-        parts = [self.group(xe, b_all, gi, cg, "_ab"[k % 2]) for k, (gi, cg) in enumerate(seq)]
-        out: list[Stmt] = list(parts[0][0])
-        for k, (_, taps, _, _) in enumerate(parts):
-            out += taps
+    def pipelined(self, images: list[tuple[ir.Aff, str]], seq: list[tuple[ir.Aff, int]]) -> list[Stmt]:
+        """The groups of the images unrolled as one software pipeline: group g+1's expand and taps are issued before
+        group g's evictions (each engine runs its stream in order; the evictions wait for the GpSimdE sums), the
+        project's matmuls of a group two behind (TensorE never waits for an eviction); the A bands and PSUM sums
+        alternate between even and odd groups. An image's project sums start at its first project matmuls, its
+        eviction and store follow its last."""
+        out: list[Stmt] = []
+        self.dw.allocated = set()  # (a section of its own: its first groups allocate the products)
+        parts: list[tuple[list[Stmt], list[Stmt], list[Stmt], list[Stmt]]] = []
+        first, last = {}, {}
+        for n, it in images:
+            pre, xe, b_all = self.image_start(n, it)
+            out += pre  # every image's loads first (their own buffers)
+            first[len(parts)] = self.project_sums()
+            parts += [self.group(xe, b_all, gi, cg, ("_a", "_b")[(len(parts) + k) % 2])
+                      for k, (gi, cg) in enumerate(seq)]
+            last[len(parts) - 1] = self.project(n, it)
+
+        def project(k: int) -> list[Stmt]:
+            return first.get(k, []) + parts[k][3] + last.get(k, [])
+        out += parts[0][0]
+        for k in range(len(parts)):
+            out += parts[k][1]
             if k == 0 and self.N == 1:  # TensorE runs in order: the project's weights after the first taps
                 out += self.wp_prep
             if k + 1 < len(parts):
                 out += parts[k + 1][0]
             if k:
                 out += parts[k - 1][2]
-            if k > 1:  # the project's matmuls of a group two behind: TensorE never waits for an eviction
-                out += parts[k - 2][3]
+            if k > 1:
+                out += project(k - 2)
         for k in range(max(0, len(parts) - 2), len(parts)):
-            out += (parts[k][2] if k == len(parts) - 1 else []) + parts[k][3]
+            out += (parts[k][2] if k == len(parts) - 1 else []) + project(k)
         return out
 
     def mm_acc(self, i: int, parts: int, rows: int) -> tuple[Buf, View]:
@@ -383,39 +428,34 @@ class BlockBuilder:
             return f"min(relu(.), {op.clamp:g})" if op.relu else f"min(., {op.clamp:g})"
         return "relu" if op.relu else "a copy"
 
-    def project(self, n: ir.Aff) -> list[Stmt]:
+    def project(self, n: ir.Aff, it: str) -> list[Stmt]:
         """The project's sums evicted (+ the residual) into the Y band, one store."""
         p, lay, nb, line = self.p, self.lay, self.lay.nb, self.p.line
         K = self.K
-        yb = Buf(self.fresh(f"{p.out}_band"), "sbuf", self.hbm[p.out].dtype, (K * nb, lay.rb, self.W))
-        # Y and its residual seen as [K * nb, RB, W]: partition k*nb + b holds row block b of channel k
-        o6, s1 = hbm_view(self.hbm[p.out], (self.N, K * nb, lay.rb, self.W), self.fresh(f"{p.out}_blocks"), line)
-        out: list[Stmt] = s1 + [Alloc(yb, line=line)]
+        yb = Buf(self.fresh(f"{p.out}_band{it}"), "sbuf", self.hbm[p.out].dtype, (K * nb, lay.rb, self.W))
+        out: list[Stmt] = [Alloc(yb, line=line)]
+        res = self.res.get(it)
         for acc, y0, rows in self.yacc:
             dst = View(yb, (full(nb * K), sl(y0, rows), full(self.W)))
-            if self.res is not None:
-                ev: Stmt = Binary(dst, ir.whole(acc), View(self.res, (full(nb * K), sl(y0, rows), full(self.W))),
-                                  "add", line)
+            if res is not None:
+                ev: Stmt = Binary(dst, ir.whole(acc), View(res, (full(nb * K), sl(y0, rows), full(self.W))), "add",
+                                  line)
             else:
                 ev = Act(dst, ir.whole(acc), "copy", None, 1.0, line)
             what = f" + {p.residual}" if p.residual else ""
             out.append(ir.Block(f"{p.name} rows {y0}..{y0 + rows} of each block: evicted{what}", (ev,), line))
-        return out + [Dma(View(o6, (n, full(K * nb), full(lay.rb), full(self.W))), ir.whole(yb), line)]
+        return out + [Dma(View(self.o6, (n, full(K * nb), full(lay.rb), full(self.W))), ir.whole(yb), line)]
 
-    def residual(self, n: ir.Aff) -> list[Stmt]:
+    def residual(self, n: ir.Aff, it: str) -> list[Stmt]:
         """The project's residual (the block's input) in the project's (channel, row block) partition order: one
         DMA at the start of the image."""
         p, nb, line = self.p, self.lay.nb, self.p.line
-        self.res: Buf | None = None
         if not p.residual:
             return []
-        self.res = Buf(self.fresh(f"{p.residual}_skip"), "sbuf", self.hbm[p.residual].dtype,
-                       (self.K * nb, self.lay.rb, self.W))
-        r6, s1 = hbm_view(self.hbm[p.residual], (self.N, self.K * nb, self.lay.rb, self.W),
-                          self.fresh(f"{p.residual}_blocks"), line)
-        return s1 + [Alloc(self.res, line=line), Dma(ir.whole(self.res), View(r6, (n, full(self.K * nb),
-                                                                                      full(self.lay.rb),
-                                                                                      full(self.W))), line)]
+        res = self.res[it] = Buf(self.fresh(f"{p.residual}_skip{it}"), "sbuf", self.hbm[p.residual].dtype,
+                                 (self.K * nb, self.lay.rb, self.W))
+        return [Alloc(res, line=line),
+                Dma(ir.whole(res), View(self.r6, (n, full(self.K * nb), full(self.lay.rb), full(self.W))), line)]
 
 
 def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target, usage: list | None = None
@@ -429,8 +469,12 @@ def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target, usage: list 
     for pe in (True, False):
         for lay in layouts(e, d, p, elem)[:LAYOUT_TRIES]:
             built = tuple(BlockBuilder(e, d, p, hbm, lambda name: name, lay, pe).build())
-            sbuf = passes.peak_usage(built)[0]
-            psum = {s.buf.name for s in ir.walk(built) if isinstance(s, Alloc) and s.buf.memory == "psum"}
+            # each buffer name holds one tile at a time (an allocation of the name again releases it, as the IR
+            # verifier counts): the distinct names bound what is live
+            tiles = {s.buf.name: s.buf for s in ir.walk(built) if isinstance(s, Alloc) and s.buf.memory != "hbm"}
+            sbuf = passes.peak_usage(built)[0]  # (the kernel's capacity check counts every allocation)
+            # the main loop's PSUM sums, and one bank for a sum allocated again while its previous tile is live
+            psum = {name for name, b in tiles.items() if b.memory == "psum" and name != "weights_tp"} | {"(again)"}
             if usage is not None:
                 usage.append((lay, sbuf, len(psum)))
             if sbuf <= sbuf_budget(target) * SBUF_SHARE and len(psum) <= target.psum_banks:
