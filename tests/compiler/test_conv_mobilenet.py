@@ -196,3 +196,16 @@ def test_block_that_does_not_fit_says_why():
     prog, c, inputs, out = run(block_text("f32", 1, 16, 96, 112, 112))
     assert not on_chip(c)
     assert "no layout of its bands fits SBUF and PSUM (the smallest" in explain(c)
+
+
+def test_block_of_five_images_and_many_groups():
+    """Five images: a loop over pairs of images (one pipeline each), then the last image; 1100 expanded channels:
+    more groups than the pipeline unrolls (a loop over pairs of groups per image)."""
+    from tilec.compiler.build_mbblock import UNROLL_GROUPS
+
+    for e in (200, 1100):
+        prog, c, inputs, out = run(block_text("f32", 5, 8, e, 4, 5))
+        assert on_chip(c)
+        assert ("pairs of groups" in c.source) == (e > UNROLL_GROUPS * 128)
+        assert ("pairs of images" in c.source) == (e <= UNROLL_GROUPS * 128)
+        assert_matches(prog, "Y", out["Y"], block_ref(rounded(inputs, "f32"), "f32"))
