@@ -209,3 +209,40 @@ def test_block_of_five_images_and_many_groups():
         assert ("pairs of groups" in c.source) == (e > UNROLL_GROUPS * 128)
         assert ("pairs of images" in c.source) == (e <= UNROLL_GROUPS * 128)
         assert_matches(prog, "Y", out["Y"], block_ref(rounded(inputs, "f32"), "f32"))
+
+
+BIASED = """\
+kernel mb_bias(X: {dt}[N, C, H, W], We: {dt}[E, C], be: {dt}[E], Wd: {dt}[E, 3, 3], bd: {dt}[E], Wp: {dt}[C, E]) -> Y
+  default N = 2, C = 16, E = 200, H = 12, W = 10
+  A: {dt}[N, E, H, W]
+  B: {dt}[N, E, H, W]
+  Y: {dt}[N, C, H, W]
+  for n in 0..N, e in 0..E, y in 0..H, x in 0..W:
+    A[n, e, y, x] = be[e]
+    for c in 0..C:
+      A[n, e, y, x] += X[n, c, y, x] * We[e, c]
+  for n in 0..N, e in 0..E, y in 0..H, x in 0..W:
+    B[n, e, y, x] = bd[e]
+    for r in 0..3, s in 0..3:
+      B[n, e, y, x] += min(relu(A[n, e, y + r - 1, x + s - 1] ?? 0), 6) * Wd[e, r, s]
+  for n in 0..N, k in 0..C, y in 0..H, x in 0..W:
+    Y[n, k, y, x] = X[n, k, y, x]
+    for e in 0..E:
+      Y[n, k, y, x] += min(relu(B[n, e, y, x]), 6) * Wp[k, e]
+"""
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_block_with_batch_norm_biases(dt):
+    """Batch norm folded into the expand and depthwise convs as biases: the expand's bias makes the rows outside X
+    nonzero before the padding is restored (zeros copied over them), the depthwise's is added on its eviction."""
+    prog, c, inputs, out = run(BIASED.format(dt=dt))
+    assert on_chip(c)
+    x = rounded(inputs, dt)
+    narrow = lambda v: v.astype(NARROW[dt]).astype(np.float64)  # noqa: E731
+    relu6 = lambda v: np.minimum(np.maximum(v, 0), 6)  # noqa: E731
+    e, ch = x["We"].shape
+    a = narrow(conv2d(x["X"], x["We"].reshape(e, ch, 1, 1)) + x["be"][None, :, None, None])
+    b = narrow(conv2d(relu6(a), x["Wd"].reshape(e, 1, 3, 3), groups=e, pad=1) + x["bd"][None, :, None, None])
+    want = conv2d(relu6(b), x["Wp"].reshape(-1, e, 1, 1)) + x["X"]
+    assert_matches(prog, "Y", out["Y"], want)

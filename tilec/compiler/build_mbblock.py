@@ -73,8 +73,8 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
         return "the depthwise conv is not a stride-1 'same' conv of odd window"
     if d.pool or d.residual or d.w_batch or d.bias_role != "k":
         return "the depthwise conv has a fused pool or residual"
-    if e.bias or e.residual or p.bias or p.relu or p.clamp is not None or p.post_relu:
-        return "the expand conv has a bias or residual, or the project conv an epilogue other than a residual add"
+    if e.residual or e.bias_role != "k" or p.bias or p.relu or p.clamp is not None or p.post_relu:
+        return "the expand conv has a residual, or the project conv a bias or an epilogue other than a residual add"
     if p.residual is not None and (p.residual != e.x or p.dim("K") != e.dim("C")):
         return "the project conv's residual is not the block's input"
     if e.dim("K") != d.dim("C") or d.dim("C") != p.dim("C") or d.dim("W") > PSUM_FP32:
@@ -209,6 +209,20 @@ class BlockBuilder:
                                note=f"the last group of {self.CR} {self.ename} channels"))
         return bd, out
 
+    def expand_bias(self) -> list[Stmt]:
+        """be_all[b*cg + e, g] = bias[g*cg + e]: the expand's bias as a column on every row block's partitions."""
+        e, lay, nb, line = self.e, self.lay, self.lay.nb, self.e.line
+        assert e.bias
+        groups = self.G + (1 if self.CR else 0)
+        b2, out = hbm_view(self.hbm[e.bias], (self.E, 1), self.fresh(f"{e.bias}_v"), line)
+        self.be_all = Buf(self.fresh(f"{e.bias}_cols"), "sbuf", "f32", (nb * lay.cg, groups))
+        out.append(Alloc(self.be_all, line=line))
+        for g in range(groups):
+            cg = lay.cg if g < self.G else self.CR
+            out += [Dma(View(self.be_all, (sl(b * cg, cg), sl(g, 1))), View(b2, (sl(g * lay.cg, cg), full(1))), line)
+                    for b in range(nb)]
+        return out
+
     def build(self) -> list[Stmt]:
         e, d, p, fresh, lay = self.e, self.d, self.p, self.fresh, self.lay
         nb, line = lay.nb, e.line
@@ -234,6 +248,8 @@ class BlockBuilder:
             stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
                                   tuple(self.dw.identity()), d.line))
         self.we_bd, prep = self.block_diag(ir.whole(we), e.line, True)
+        if e.bias:
+            prep += self.expand_bias()
         stmts.append(ir.Block(f"{e.w} as block-diagonal stationaries (one {self.C} x {self.cn} block per row block)",
                               tuple(prep), e.line))
         stmts.append(ir.Block(f"{d.w}: each {self.ename}'s taps as fp32 columns on every row block's partitions",
@@ -249,7 +265,8 @@ class BlockBuilder:
             stmts += self.wp_prep
         top = self.R // 2  # rows of zeros above block 0 and below the last block (a full-size last block)
         self.zeros = Buf(fresh(f"{e.x}_zeros"), "sbuf", self.dtype,
-                         (nb * self.C, max(top, nb * lay.rb - self.H + top), self.W))
+                         (nb * (max(self.C, lay.cg) if e.bias else self.C), max(top, nb * lay.rb - self.H + top),
+                          self.W))
         stmts.append(Alloc(self.zeros, zero=True, line=line))
         # the project's PSUM sums, one per chunk of rows (one PSUM bank each)
         self.yacc = []
@@ -343,10 +360,19 @@ class BlockBuilder:
             ex += [Alloc(acc, zero=True, line=e.line),
                    Matmul(av, View(self.we_bd, (full(nb * self.C), gi, sl(0, parts))),
                           View(xe, (full(nb * self.C), sl(y0, rows), full(self.W))), e.line)]
-            ex += self.evict_expand(View(apad, (full(parts), sl(y0, rows), full(self.W))), av)
-        expand.append(ir.Block(f"{e.name} = {e.w} . {e.x} for {self.ename} group {ir.fmt_aff(gi)} (1x1, all row blocks in "
-                               f"one matmul per chunk), {self.epilogue(e)} on the eviction, into the depthwise band",
-                               tuple(ex), e.line))
+            bias = View(self.be_all, (sl(0, parts), sl(gi, 1))) if e.bias else None
+            ex += self.evict_expand(View(apad, (full(parts), sl(y0, rows), full(self.W))), av, bias)
+        if e.bias:  # the bias made the rows outside X nonzero: the padding is 0 (from the zero tile, by DMA)
+            for b in range(nb):
+                start = b * lay.rb - self.R // 2
+                for j0, j1 in ((0, min(self.IR, -start)), (max(0, self.H - start), self.IR)):
+                    if j1 > j0:
+                        idx = (sl(b * cg, cg), sl(j0, j1 - j0), full(self.W))
+                        ex.append(Dma(View(apad, idx), View(self.zeros, (sl(b * cg, cg), sl(0, j1 - j0), full(self.W))),
+                                      e.line))
+        expand.append(ir.Block(f"{e.name} = {e.w} . {e.x} for {self.ename} group {ir.fmt_aff(gi)} (1x1, all row "
+                               f"blocks in one matmul per chunk), {self.epilogue(e)} on the eviction, into the "
+                               "depthwise band", tuple(ex), e.line))
         out: list[Stmt] = []
         # depthwise: the depthwise kernel's chunks over the band, evicted into B_all[:, g]
         dw = self.dw
@@ -415,8 +441,12 @@ class BlockBuilder:
         part = full(parts) if parts == shape[0] else sl(0, parts)
         return acc, View(acc, (part, full(rows) if rows == self.rc else sl(0, rows), full(self.W)))
 
-    def evict_expand(self, dst: View, acc: View) -> list[Stmt]:
+    def evict_expand(self, dst: View, acc: View, bias: View | None) -> list[Stmt]:
         e, line = self.e, self.e.line
+        func = "relu" if e.relu else "copy"
+        if bias is not None:  # min(relu(z + b), c): the bias and relu on the eviction, the clamp after it
+            clamp: list[Stmt] = [Scalar(dst, dst, "minimum", e.clamp, line)] if e.clamp is not None else []
+            return [Act(dst, acc, func, bias, 1.0, line)] + clamp
         if e.clamp is not None:  # min(relu(z), c) = relu(min(z, c)): the clamp in PSUM, relu on the eviction
             return [Scalar(acc, acc, "minimum", e.clamp, line), Act(dst, acc, "relu" if e.relu else "copy", None,
                                                                      1.0, line)]
