@@ -392,7 +392,8 @@ class BlockBuilder:
             evicts.append(ir.Block(f"{span}: evicted ({dw.epilogue_note() or 'a copy'}) into {b_all.name}", tuple(
                 finish + dw.evict(dst, dw.acc_view, bias, ctag)), d.line))
         p = self.p
-        what = f"{p.name} += {p.w}[:, {self.ename} group] . {d.name}[{self.ename} group]"
+        grp = f"{self.ename} group {ir.fmt_aff(gi)}"
+        what = f"{p.name} += {p.w}[:, {grp}] . {d.name}[{grp}]"
         proj: list[Stmt] = [ir.Block(what, tuple(
             Matmul(ir.whole(acc), View(self.wp_bd, (sl(0, parts), gi, full(nb * self.K))),
                    View(b_all, (sl(0, parts), gi, sl(y0, rows), full(self.W))), p.line)
