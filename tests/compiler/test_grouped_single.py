@@ -6,6 +6,8 @@ reshape to groups, one einsum per tap) on the NKI interpreter for f32, f16 and b
 tiles (more than 128 groups or output channels), with padding, bias, relu and two images."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from compiler_helpers import assert_matches
@@ -48,22 +50,41 @@ kernel kg1r(X: {dt}[N, G * Cg, H, W], Wg: {dt}[G, Cg, 3, 3]) -> Y
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_one_output_channel_per_group(dt):
-    """150 groups of 4 input channels: 600 input channels (5 tiles), 150 outputs (2 tiles)."""
+    """150 groups of 4 input channels: 600 input channels (5 tiles), 150 outputs (2 tiles). The depthwise kernel
+    sums each group's 4 input channels in its output channel's partition (36 taps, padded rows and columns)."""
     prog, c, inputs, out = run(ONE_OUTPUT.format(dt=dt))
-    assert "groups of the tile" in c.source  # each group's row of Wg placed on the block diagonal
+    assert "36 taps" in c.source and "groups of the tile" not in c.source
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], x["Wg"], 150, pad=1, bias=x["b"]))
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
-@pytest.mark.parametrize("G,Kg", [(70, 2), (30, 6)])
+@pytest.mark.parametrize("G,Kg", [(70, 2), (40, 3), (30, 6)])
 def test_depthwise_multiplier(dt, G, Kg):
-    """Each input channel feeds Kg output channels: 140 (two tiles of 70) or 180 (tiles of whole groups)."""
+    """Each input channel feeds Kg output channels: 140 (two tiles of 70) or 180 (tiles of whole groups). Up to
+    build_depthwise.MULTIPLIER_MAX outputs per input channel, the depthwise kernel computes them from one band of the
+    input (output m of each channel after another); more take the block-diagonal matmul."""
+    from tilec.compiler.build_depthwise import MULTIPLIER_MAX
     prog, c, inputs, out = run(MULTIPLIER.format(dt=dt, G=G, Kg=Kg))
-    assert "groups of the tile" in c.source
+    if Kg <= MULTIPLIER_MAX:
+        assert re.search(rf"\(output {Kg - 1} of each \w+\)", c.source) and "groups of the tile" not in c.source
+    else:
+        assert "groups of the tile" in c.source
     x = rounded(inputs, dt)
     w = x["Wm"].reshape(G * Kg, 1, 3, 3)
     assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], w, G, pad=1, bias=x["b"]))
+
+
+@pytest.mark.parametrize("cg", [2, 9])
+def test_one_output_channel_per_group_fan_in(cg):
+    """Up to build_depthwise.FAN_IN_MAX input channels per group the depthwise kernel sums them (2: 18 taps), more
+    take the block-diagonal matmul (9)."""
+    from tilec.compiler.build_depthwise import FAN_IN_MAX
+    text = ONE_OUTPUT.format(dt="f32").replace("G = 150, Cg = 4, H = 12, W = 10", f"G = 70, Cg = {cg}, H = 7, W = 6")
+    prog, c, inputs, out = run(text)
+    assert ("groups of the tile" in c.source) == (cg > FAN_IN_MAX)
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], x["Wg"], 70, pad=1, bias=x["b"]))
 
 
 def test_one_output_channel_per_group_with_relu_and_a_schedule():
@@ -71,3 +92,11 @@ def test_one_output_channel_per_group_with_relu_and_a_schedule():
     x = rounded(inputs, "f32")
     want = grouped_ref(x["X"], x["Wg"], 40)
     assert_matches(prog, "Y", out["Y"], want * (want > 0))
+
+
+def test_explain_shows_the_depthwise_kernels_plan_for_grouped_convs():
+    from tilec.compiler.api import explain
+    _, c, _, _ = run(ONE_OUTPUT.format(dt="f32"))
+    assert "fan-in 4: each partition sums its group's 4 input channels" in explain(c)
+    _, c, _, _ = run(MULTIPLIER.format(dt="f32", G=70, Kg=2))
+    assert "channel multiplier 2: each partition computes" in explain(c)

@@ -79,10 +79,37 @@ class Routes:
     ns: float  # busiest engine's time per chunk (model estimate)
 
 
+MULTIPLIER_MAX = 4  # a channel multiplier up to this many outputs per input channel takes the depthwise kernel
+
+
+def multiplier(op: ConvOp) -> int:
+    """Output channels per input channel: 1 for a depthwise conv (`dw` weights), M for a grouped conv of one input
+    channel per group (`Y[n, c*M + m] += X[n, c] * W[c*M + m]`: depthwise with a channel multiplier), 0 otherwise."""
+    if op.w_layout == "dw":
+        return 1
+    c, k = op.dim("C"), op.dim("K")
+    if op.w_layout == "kc" and op.groups == c > 0 and k % c == 0 and k // c <= MULTIPLIER_MAX:
+        return k // c
+    return 0
+
+
+FAN_IN_MAX = 8  # a grouped conv of one output channel per group and up to this many inputs takes the depthwise kernel
+
+
+def fan_in(op: ConvOp) -> int:
+    """Input channels summed per output channel inside its partition: Cg for a grouped conv whose groups have one
+    output channel (`Y[n, g] += X[n, g*Cg + c] * W[g, c]`: the taps run over (c, r, s)), 1 for a depthwise conv."""
+    c, k = op.dim("C"), op.dim("K")
+    if op.w_layout == "kc" and op.groups == k > 0 and c % k == 0 and 1 < c // k <= FAN_IN_MAX:
+        return c // k
+    return 1
+
+
 def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
-    """The slot layout serves the default schedule of a plain depthwise conv (with bias, relu, relu6); a user's
-    schedule, a fused pool or residual keep the general path that follows the plan."""
-    if op.w_layout != "dw" or op.pool or op.residual or op.w_batch or op.bias_role != "k":
+    """The slot layout serves the default schedule of a plain depthwise conv (with bias, relu, relu6), with a
+    channel multiplier too; a user's schedule, a fused pool or residual keep the general path that follows the
+    plan."""
+    if not (multiplier(op) or fan_in(op) > 1) or op.pool or op.residual or op.w_batch or op.bias_role != "k":
         return False
     if op.dim("Wo") > PSUM_FP32 or op.dim("Ho") * op.dim("Wo") == 0:
         return False
@@ -91,10 +118,12 @@ def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True) -> Routes:
+def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True,
+                  extra: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> Routes:
     """The split of the taps over the engines with the smallest busiest-engine time per chunk of n elements per
     partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls; fp32 at the model's
-    fp32 factor)."""
+    fp32 factor); `extra`: ns per chunk TensorE, ScalarE and VectorE spend on other work (a fused block's 1x1
+    convs and their evictions)."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
     t = get_target()
     prm = {name: value for name, value, _ in target_params(t.name).table()}
@@ -112,10 +141,10 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
             for g in range(0, rest + 1, step):
                 for v in range(0, rest - g + 1, step):
                     sv = rest - g - v
-                    scalar = act * (1 + sv + g + (first == "s"))  # + the eviction
-                    vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp)
+                    scalar = act * (1 + sv + g + (first == "s")) + extra[1]  # + the eviction
+                    vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp) + extra[2]
                     gpsimd = gps * max(0, g - 1)
-                    busiest = max(scalar, vector, gpsimd, mm * k)
+                    busiest = max(scalar, vector, gpsimd, mm * k + extra[0])
                     instrs = 2 * taps - k - (first == "s") - (g > 0)
                     key = (busiest, instrs, Routes(k, first, sv, v, g, busiest))
                     if best is None or key[:2] < best[:2]:
@@ -129,13 +158,21 @@ def choose_layout(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) 
     return ranked[0] if ranked else None
 
 
+def _matmul_ns(n: int, fp32: bool) -> float:
+    """The model's time of one matmul streaming n columns (spec §2.4, tilec/perf/params.py)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    return (max(prm["mm_min_cycles"], n) + prm["mm_fixed_cycles"]) * (prm["mm_fp32_factor"] if fp32 else 1) \
+        / prm["tensor_ghz"]
+
+
 def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[Layout]:
     """The layout with the smallest estimated time: per tile, its chunks' busiest engine plus one chunk of pipeline
     fill, or the chain of its row blocks' stores, whichever is longer, and the last tile's store chain; None when not
     even one output row per partition fits SBUF (best first)."""
-    n_img, c, ho, wo = op.dim("N"), op.dim("C"), op.dim("Ho"), op.dim("Wo")
+    n_img, c, ho, wo = op.dim("N"), op.dim("C") // fan_in(op), op.dim("Ho"), op.dim("Wo")
     sy, dy, sx, dx = op.stride[0], op.dilation[0], op.stride[1], op.dilation[1]
-    taps = op.dim("R") * op.dim("S")
+    taps = op.dim("R") * op.dim("S") * fan_in(op)
     ic = (wo - 1) * sx + (op.dim("S") - 1) * dx + 1
     rc_max = PSUM_FP32 // wo
     found: list[tuple[float, int, Layout]] = []
@@ -144,25 +181,32 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
         if -(-ho // rb) != nb:
             continue  # the same blocks as a smaller nb
         ir_rows = (rb - 1) * sy + (op.dim("R") - 1) * dy + 1
-        if 2 * (ir_rows * ic * elem + rb * wo * 4) > SBUF_BUDGET:
+        if 2 * (ir_rows * ic * elem * fan_in(op) + max(1, multiplier(op)) * rb * wo * 4) > SBUF_BUDGET:
             continue
         # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its stores' chain;
         # the last tile's stores (its row blocks' chain) come after everything
-        rc = min(rb, rc_max)
-        times = [choose_routes(taps, r * wo, clamp, pe, elem == 4).ns
-                 for r in [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])]
-        tile_ns = max(sum(times) + max(times), nb * STORE_CHAIN_NS)
-        for cg in range(1, min(c, PMAX // nb) + 1):
-            k = max(1, min(n_img, PMAX // (nb * cg)))
-            tiles = -(-c // cg) * -(-n_img // k)
-            found.append((tiles * tile_ns + nb * STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc)))
+        # a fan-in's TensorE taps come before a chunk's other taps (they lead by one chunk): the first chunk's
+        # matmuls fill the pipeline (once: later tiles overlap), smaller chunks fill it sooner
+        least = -(-rb // rc_max)  # chunks per block, at the least (balanced sizes for a fan-in: no 1-row chunk)
+        for rc in sorted({min(rb, rc_max)} | ({-(-rb // m) for m in (least, least + 1, 2 * least)}
+                                               if fan_in(op) > 1 else set())):
+            rows = [rc] * (rb // rc) + ([rb % rc] if rb % rc else [])
+            routes = [choose_routes(taps, r * wo, clamp, pe, elem == 4) for r in rows]
+            times = [rt.ns for rt in routes]
+            fill = routes[0].pe * _matmul_ns(rows[0] * wo, elem == 4) if fan_in(op) > 1 else 0.0
+            tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), nb * STORE_CHAIN_NS)
+            for cg in range(1, min(c, PMAX // nb) + 1):
+                k = max(1, min(n_img, PMAX // (nb * cg)))
+                tiles = -(-c // cg) * -(-n_img // k)
+                found.append((tiles * tile_ns + fill + nb * STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc)))
     found.sort(key=lambda f: f[:2])
     return [f[2] for f in found]
 
 
 class DepthwiseBuilder:
-    def __init__(self, op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str], lay: Layout, pe: bool
-                 ) -> None:
+    def __init__(self, op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str], lay: Layout, pe: bool,
+                 extra: Callable[[int], tuple[float, float, float]] | None = None) -> None:
+        self.extra = extra  # rows of a chunk -> the engines' other work per chunk (choose_routes)
         from tilec.compiler.build_conv import conv_loop_vars
         self.op, self.hbm, self.fresh, self.line = op, hbm, fresh, op.line
         d = dict(op.dims)
@@ -172,6 +216,10 @@ class DepthwiseBuilder:
         self.dy, self.dx = op.dilation
         self.oy, self.ox = op.offset
         self.pe, self.fp32, self.lay = pe, hbm[op.x].dtype == "f32", lay
+        self.M = max(1, multiplier(op))  # outputs per input channel (each partition computes M output channels)
+        self.CI = fan_in(op)  # inputs per output channel (each partition sums CI input channels' taps)
+        self.C = self.C // self.CI  # the channels on the partitions
+        self.m = 0  # the output channel of its input channel being built (M > 1)
         self.G, self.CR = self.C // lay.cg, self.C % lay.cg
         self.NT, self.NR = self.N // lay.k, self.N % lay.k  # whole tiles of images, images left over
         chunk_rows = {min(lay.rc, lay.rb - y0) for y0 in range(0, lay.rb, lay.rc)}
@@ -187,14 +235,16 @@ class DepthwiseBuilder:
         self.BC = min(self.W, self.ox + self.IC) - max(0, self.ox) if self.clip else self.IC
         self.var = conv_loop_vars(op, fresh)
         v = dict(op.vars)
-        self.names = {"k": v.get("k", "c"), "n": v.get("n", "n"), "y": v.get("y", "y")}
+        k = v.get("c" if multiplier(op) > 1 else "k", "c")  # the channel on the partitions
+        self.names = {"k": k, "n": v.get("n", "n"), "y": v.get("y", "y")}
         self.gv, self.nv = fresh(f"{self.names['k']}_g"), fresh(f"{self.names['n']}_t")
         lines = dict(op.lines)
         self.L = {role: lines.get(role, op.line) for role in ("n", "k", "y", "update", "relu")}
         self.cn = {"cg": fresh("GROUP"), "k": fresh("IMAGES")}
 
     def routes(self, rows: int) -> Routes:
-        return choose_routes(self.R * self.S, rows * self.Wo, self.op.clamp is not None, self.pe, self.fp32)
+        return choose_routes(self.R * self.S * self.CI, rows * self.Wo, self.op.clamp is not None, self.pe,
+                             self.fp32, self.extra(rows) if self.extra else (0.0, 0.0, 0.0))
 
     def consts(self) -> list[tuple[str, int]]:
         return [(self.cn["cg"], self.lay.cg), (self.cn["k"], self.lay.k)]
@@ -203,14 +253,20 @@ class DepthwiseBuilder:
         from tilec.compiler.build_conv import hbm_view
         op, fresh, line, lay = self.op, self.fresh, self.line, self.lay
         self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
-        self.w4, s2 = hbm_view(self.hbm[op.w], (self.C, self.R, self.S), fresh(f"{op.w}_v"), line)
-        self.o4, s3 = hbm_view(self.hbm[op.out], (self.N, self.C, self.Ho, self.Wo), fresh(f"{op.out}_v"), line)
+        mult = (self.M,) if self.M > 1 else ()  # output channel c*M + m seen as [c, m]
+        fan = (self.CI,) if self.CI > 1 else ()  # input channel k*CI + c of output channel k seen as [k, c]
+        self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C) + fan + (self.H, self.W), fresh(f"{op.x}_v"), line)
+        self.w4, s2 = hbm_view(self.hbm[op.w], (self.C,) + mult + fan + (self.R, self.S), fresh(f"{op.w}_v"), line)
+        self.o4, s3 = hbm_view(self.hbm[op.out], (self.N, self.C) + mult + (self.Ho, self.Wo), fresh(f"{op.out}_v"),
+                               line)
         stmts: list[Stmt] = s1 + s2 + s3
         if op.bias:
-            self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C, 1), fresh(f"{op.bias}_v"), line)
+            self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C, self.M if mult else 1), fresh(f"{op.bias}_v"), line)
             stmts += s4
         if self.has_halo():  # zeros for the bands' halos, copied in by DMA (zero_halo)
-            self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype, (PMAX, self.IR, self.BC))
+            fan = (self.CI,) if self.CI > 1 else ()
+            self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype,
+                             (PMAX,) + fan + (self.IR, self.BC))
             stmts.append(Alloc(self.zeros, zero=True, line=line))
         if self.pe_taps:
             stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
@@ -256,20 +312,25 @@ class DepthwiseBuilder:
         op, line, lay = self.op, self.line, self.lay
         images = min(lay.k, self.N)
         groups = self.G + (1 if self.CR else 0)
-        self.w_all = Buf(self.fresh(f"{op.w}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups, self.R, self.S))
+        mult = (self.M,) if self.M > 1 else ()  # a channel multiplier: every output channel of the input channel
+        axis = mult or ((self.CI,) if self.CI > 1 else ())  # ... or every input channel of the output channel
+        self.w_all = Buf(self.fresh(f"{op.w}_cols"), "sbuf", "f32",
+                         (images * lay.nb * lay.cg, groups) + axis + (self.R, self.S))
         out: list[Stmt] = [Alloc(self.w_all, line=line)]
         if op.bias:
-            self.b_all = Buf(self.fresh(f"{op.bias}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups))
+            self.b_all = Buf(self.fresh(f"{op.bias}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups) + mult)
             out.append(Alloc(self.b_all, line=line))
         gw = self.gw = self.fresh(f"{self.names['k']}_w")
 
         def part(gi: ir.Aff, c0: ir.Aff, cg: int) -> list[Stmt]:
             body: list[Stmt] = []
             for j in range(images * lay.nb):  # every slot's partitions hold the group's weights
-                body.append(Dma(View(self.w_all, (sl(j * cg, cg), gi, full(self.R), full(self.S))),
-                                View(self.w4, (sl(c0, cg), full(self.R), full(self.S))), line))
+                ms = (full(axis[0]),) if axis else ()
+                body.append(Dma(View(self.w_all, (sl(j * cg, cg), gi) + ms + (full(self.R), full(self.S))),
+                                View(self.w4, (sl(c0, cg),) + ms + (full(self.R), full(self.S))), line))
                 if op.bias:
-                    body.append(Dma(View(self.b_all, (sl(j * cg, cg), sl(gi, 1))), View(self.b2, (sl(c0, cg), full(1))),
+                    body.append(Dma(View(self.b_all, (sl(j * cg, cg), gi, full(self.M)) if mult else
+                                         (sl(j * cg, cg), sl(gi, 1))), View(self.b2, (sl(c0, cg), full(self.M))),
                                     line))
             return body
         out += loop(gw, self.G, part(a(gw), a(term(gw, lay.cg, self.cn["cg"])), lay.cg),
@@ -278,7 +339,7 @@ class DepthwiseBuilder:
             out += part(a(self.G), a(self.G * lay.cg), self.CR)
         return out
 
-    def diagonals(self) -> list[Stmt]:
+    def diagonals(self, scalar: bool = False) -> list[Stmt]:
         """d_all[:, group, i, :] = diag(w[:, tap i]) for TensorE's taps: the identity scaled per partition by the
         weight column (VectorE), every group's before the main loop, off the main loop's engine streams."""
         taps = self.pe_taps_list()
@@ -287,12 +348,19 @@ class DepthwiseBuilder:
         op, line, lay, gw = self.op, self.line, self.lay, self.gw
         groups = self.G + (1 if self.CR else 0)
         parts = min(lay.k, self.N) * lay.nb * lay.cg
-        self.d_all = Buf(self.fresh(f"{op.w}_diags"), "sbuf", self.hbm[op.x].dtype, (parts, groups, len(taps), parts))
+        self.d_all = Buf(self.fresh(f"{op.w}_diags"), "sbuf", self.hbm[op.x].dtype,
+                         (parts, groups, self.M * len(taps), parts))
 
         def part(gi: ir.Aff, p: int) -> list[Stmt]:
-            return [Scalar(View(self.d_all, (sl(0, p), gi, a(i), sl(0, p))), View(self.ident, (sl(0, p), sl(0, p))),
-                           "multiply", View(self.w_all, (sl(0, p), gi, a(r), sl(s, 1))), line)
-                    for i, (r, s) in enumerate(taps)]
+            def diag(dst: View, ident: View, w: View) -> Stmt:  # `scalar`: on ScalarE (a copy scaled per partition)
+                return Act(dst, ident, "copy", None, w, line) if scalar else Scalar(dst, ident, "multiply", w, line)
+            out = []
+            for m in range(self.M):  # (a channel multiplier: each output channel's taps, m-major)
+                self.m = m
+                out += [diag(View(self.d_all, (sl(0, p), gi, a(m * len(taps) + i), sl(0, p))),
+                             View(self.ident, (sl(0, p), sl(0, p))), self.w_col(p, r, s, gi, c))
+                        for i, (c, r, s) in enumerate(taps)]
+            return out
         out: list[Stmt] = [Alloc(self.d_all, line=line)]
         out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)",
                     line=line)
@@ -300,24 +368,27 @@ class DepthwiseBuilder:
             out += part(a(self.G), min(lay.k, self.N) * lay.nb * self.CR)
         return out
 
-    def tap_order(self, routes: list[str]) -> list[tuple[int, int]]:
+    def tap_order(self, routes: list[str]) -> list[tuple[int, int, int]]:
         """The tap each route computes: the PSUM sum's first (route 0) and the GpSimdE sum's first write every
         output column (taps reading no halo column); the others in a fixed order, so that TensorE's taps are the
         same prefix in every chunk (their diagonal matrices are built once per group)."""
-        taps = [(r, s) for r in range(self.R) for s in range(self.S)]
-        whole = [t for t in taps if self.tap_cols(t[1])[1] == self.Wo][:2]
+        taps = [(c, r, s) for c in range(self.CI) for r in range(self.R) for s in range(self.S)]  # c: fan_in
+        whole = [t for t in taps if self.tap_cols(t[2])[1] == self.Wo][:2]
         rest = iter([t for t in taps if t not in whole] + whole[1:])
         g = routes.index("g") if "g" in routes and len(whole) > 1 else -1
         order = [whole[0] if i == 0 else whole[1] if i == g else next(rest) for i in range(len(routes))]
         return order
 
-    def pe_taps_list(self) -> list[tuple[int, int]]:
-        return self.tap_order(["pe"] * self.pe_taps + ["sv"] * (self.R * self.S - self.pe_taps))[:self.pe_taps]
+    def pe_taps_list(self) -> list[tuple[int, int, int]]:
+        taps = self.R * self.S * self.CI
+        return self.tap_order(["pe"] * self.pe_taps + ["sv"] * (taps - self.pe_taps))[:self.pe_taps]
 
-    def w_col(self, parts: int, r: int, s: int) -> View:
-        """The current group's weight column of tap (r, s): the per-partition scale of a product."""
-        wall, gi = self.wsel
-        return View(wall, (sl(0, parts), gi, a(r), sl(s, 1)))
+    def w_col(self, parts: int, r: int, s: int, gi: ir.Aff | None = None, c: int = 0) -> View:
+        """The current group's weight column of tap (r, s) (of output channel m of each input channel, for a
+        multiplier; of input channel c, for a fan-in): the per-partition scale of a product."""
+        wall, g = self.wsel if gi is None else (self.w_all, gi)
+        axis = (a(self.m),) if self.M > 1 else (a(c),) if self.CI > 1 else ()
+        return View(wall, (sl(0, parts), g) + axis + (a(r), sl(s, 1)))
 
     # ---- one channel group: its weights, then the images ------------------------------------------------------------
 
@@ -384,13 +455,16 @@ class DepthwiseBuilder:
             for start, size in ((0, min(top, self.IR)), (self.IR - min(bottom, self.IR), min(bottom, self.IR))):
                 if size:
                     regions.append((sl(j * cg, cg), sl(start, size), full(self.BC)))
-        return [Dma(View(band, idx), View(z, idx), line) for idx in regions]
+        fan = (full(self.CI),) if self.CI > 1 else ()  # (every input channel of a fan-in)
+        return [Dma(View(band, idx[:1] + fan + idx[1:]), View(z, idx[:1] + fan + idx[1:]), line) for idx in regions]
 
     def tile(self, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, bias: View | None, tag: str
              ) -> list[Stmt]:
         op, line, lay = self.op, self.L["update"], self.lay
         parts = images * lay.nb * cg
-        band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype, (parts, self.IR, self.BC))
+        fan = (self.CI,) if self.CI > 1 else ()  # a fan-in: the input channels of each output channel
+        band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype, (parts,) + fan + (self.IR, self.BC))
+        fs = tuple(full(f) for f in fan)
         left, right = self.cols_halo()
         out: list[Stmt] = [Alloc(band, line=line)] + self.zero_halo(band, cg, images)
         cols_src = sl(self.ox + left, self.IC - left - right)
@@ -400,41 +474,73 @@ class DepthwiseBuilder:
             rows = self.IR - top - bottom
             if rows <= 0:
                 continue
-            out.append(Dma(View(band, (sl(j * cg, cg), sl(top, rows) if (top or bottom) else full(self.IR),
-                                       cols_dst)),
-                           View(self.x4, (n0.plus(i), sl(c0, cg), sl(start + top, rows), cols_src)), line))
-        ob = Buf(self.fresh(f"{op.out}_band{tag}"), "sbuf", self.hbm[op.out].dtype, (parts, lay.rb, self.Wo))
-        out.append(Alloc(ob, line=line))
+            out.append(Dma(View(band, (sl(j * cg, cg),) + fs + (sl(top, rows) if (top or bottom) else full(self.IR),
+                                                                 cols_dst)),
+                           View(self.x4, (n0.plus(i), sl(c0, cg)) + fs + (sl(start + top, rows), cols_src)), line))
         self.allocated: set[Buf] = set()
+        for m in range(self.M):  # a channel multiplier: the band's M output channels, one after another
+            self.m = m
+            if self.M > 1:
+                gi = self.wsel[1]
+                bias = View(self.b_all, (sl(0, parts), gi, sl(m, 1))) if op.bias else None
+                taps = self.pe_taps_list()
+                self.diags = {t: View(self.d_all, (sl(0, parts), gi, a(m * len(taps) + i), sl(0, parts)))
+                              for i, t in enumerate(taps)}
+            out += self.outputs(band, c0, cg, n0, images, bias, tag + (f"_m{m}" if self.M > 1 else ""))
+        return out
+
+    def outputs(self, band: Buf, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, bias: View | None, tag: str
+                ) -> list[Stmt]:
+        """The band's output channel (of each input channel: self.m) computed chunk by chunk and stored."""
+        op, line, lay = self.op, self.L["update"], self.lay
+        parts = images * lay.nb * cg
+        ob = Buf(self.fresh(f"{op.out}_band{tag}"), "sbuf", self.hbm[op.out].dtype, (parts, lay.rb, self.Wo))
+        out: list[Stmt] = [Alloc(ob, line=line)]
         # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-DEPTH's final add and
         # eviction, so no engine's in-order stream waits on the end of a chunk's GpSimdE sum
         starts = list(range(0, lay.rb, lay.rc))
         pending: list[list[Stmt]] = []
+        name = op.name + (f" (output {self.m} of each {self.names['k']})" if self.M > 1 else "")
+        # a fan-in's many TensorE taps lead by one chunk: chunk i+1's matmuls are issued before chunk i's other
+        # taps (a matmul cannot accumulate onto a sum VectorE wrote, so within a chunk they come first)
+        lead = self.CI > 1
+        chunks = []
         for i, y0 in enumerate(starts):
             rows = min(lay.rc, lay.rb - y0)
-            ctag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == lay.rc else "_end")
+            ctag = f"{tag}_{'abcde'[i % (DEPTH + 1 + lead)]}" + ("" if rows == lay.rc else "_end")
             taps, finish = self.chunk(band, parts, y0, rows, ctag)
+            head = 1 + next((k for k, st in enumerate(taps[1:]) if not isinstance(st, Matmul)), len(taps) - 1)
+            chunks.append((y0, rows, ctag, taps[:head] if lead else [], taps[head:] if lead else taps, finish,
+                           self.acc_view))
+        for i, (y0, rows, ctag, head_taps, taps, finish, accv) in enumerate(chunks):
             dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
-            span = f"{op.name} rows {y0}..{y0 + rows}"
-            out += [ir.Block(f"{span}, {self.R * self.S} taps: {self.taps_note(rows)}", tuple(taps), line)]
+            span = f"{name} rows {y0}..{y0 + rows}"
+            for k in ((0, 1) if i == 0 else (i + 1,)) if lead else ():
+                if k < len(chunks):
+                    y, r = chunks[k][:2]
+                    out.append(ir.Block(f"{name} rows {y}..{y + r}: TensorE's taps", tuple(chunks[k][3]), line))
+            out += [ir.Block(f"{span}, {self.R * self.S * self.CI} taps: {self.taps_note(rows)}", tuple(taps), line)]
             out += pending.pop(0) if len(pending) == DEPTH else []
             done = "the GpSimdE sum added into PSUM, " if finish else ""
             epilogue = f" ({self.epilogue_note()})" if self.epilogue_note() else ""
             pending.append([ir.Block(f"{span}: {done}evicted{epilogue}", tuple(
-                finish + self.evict(dst, self.acc_view, bias, ctag)), line)])
+                finish + self.evict(dst, accv, bias, ctag)), line)])
         out += [s for p in pending for s in p]
+        ms = (a(self.m),) if self.M > 1 else ()
         for j, (i, b) in enumerate(self.slots(images)):
             valid = min(lay.rb, self.Ho - b * lay.rb)
-            out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg), sl(b * lay.rb, valid), full(self.Wo))),
+            out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
                            View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
                                      full(self.Wo))), line))
         return out
 
     # ---- one chunk of output rows: the taps, then the final add ----------------------------------------------------
 
-    def chunk(self, band: Buf, parts: int, y0: int, rows: int, tag: str
+    def chunk(self, band: Buf, parts: int, y0: int, rows: int, tag: str, psum: tuple[str, int] | None = None
               ) -> tuple[list[Stmt], list[Stmt]]:
-        """(the taps into the PSUM accumulator self.acc_view, the add of the GpSimdE sum into it)."""
+        """(the taps into the PSUM accumulator self.acc_view, the add of the GpSimdE sum into it); `psum`: (tag,
+        partitions) of a PSUM accumulator shared with chunks of more partitions (a group of fewer channels uses its
+        first `parts` partitions)."""
         op, line = self.op, self.L["update"]
         rt = self.routes(rows)
         # the band's first reader picks the DMA queue its loads go on, the output's last writer the stores' queue:
@@ -442,8 +548,9 @@ class DepthwiseBuilder:
         first = "v" if self.evicts_on_scalar() else "s"
         shape = (parts, rows, self.Wo)
         whole = (full(parts), full(rows), full(self.Wo))
-        acc = Buf(self.fresh(f"{op.name}_acc{tag}"), "psum", "f32", shape)
-        accv = self.acc_view = View(acc, whole)
+        ptag, pparts = psum if psum is not None else (tag, parts)
+        acc = Buf(self.fresh(f"{op.name}_acc{ptag}"), "psum", "f32", (pparts, rows, self.Wo))
+        accv = self.acc_view = View(acc, whole if pparts == parts else (sl(0, parts),) + whole[1:])
         # issue order (each engine runs its stream in order): VectorE's own taps first, then ScalarE's products
         # alternating between the GpSimdE and the VectorE sums, so that both adders are fed from the start
         g, sv = ["g"] * rt.g, ["sv"] * rt.sv
@@ -454,16 +561,17 @@ class DepthwiseBuilder:
         out: list[Stmt] = [Alloc(acc, zero=rt.pe > 0, line=line)]
         gacc: View | None = None
         products = 0
-        for (r, s), route in zip(order, routes):
+        for (c, r, s), route in zip(order, routes):
             xa, nx, bc = self.tap_cols(s)
             if nx == 0:  # a tap whose every input column is in the halo adds nothing (a 3x3 tap beside W = 1)
                 continue
             part = (full(parts), full(rows), full(self.Wo) if nx == self.Wo else sl(xa, nx))
-            window = View(band, (full(parts), sl(y0 * self.sy + r * self.dy, rows, self.sy), sl(bc, nx, self.sx)))
-            w = self.w_col(parts, r, s)
-            accp = View(acc, part)
+            window = View(band, (full(parts),) + ((a(c),) if self.CI > 1 else ()) +
+                          (sl(y0 * self.sy + r * self.dy, rows, self.sy), sl(bc, nx, self.sx)))
+            w = self.w_col(parts, r, s, None, c)
+            accp = View(acc, part if pparts == parts else (sl(0, parts),) + part[1:])
             if route == "pe":  # acc[p] += diag(w)[p, p] * window[p]
-                out.append(Matmul(accp, self.diags[(r, s)], window, line))
+                out.append(Matmul(accp, self.diags[(c, r, s)], window, line))
                 continue
             if route in ("s", "v"):  # the first tap starts the PSUM sum
                 out.append(Act(accv, window, "copy", None, w, line) if route == "s" else
@@ -567,8 +675,9 @@ def choose(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[Layout, boo
     # TensorE takes taps as diagonal matmuls when the weights can be its operand in X's dtype
     for pe in dict.fromkeys((hbm[op.w].dtype == hbm[op.x].dtype, False)):
         for lay in rank_layouts(op, elem, op.clamp is not None, pe)[:LAYOUT_TRIES]:
-            groups = -(-op.dim("C") // lay.cg)
-            if pe and groups * op.dim("R") * op.dim("S") * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
+            groups = -(-op.dim("C") // fan_in(op) // lay.cg)
+            taps = max(1, multiplier(op)) * fan_in(op) * op.dim("R") * op.dim("S")
+            if pe and groups * taps * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
                 continue  # every group's diagonal weights stay resident in SBUF
             sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()))
             if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
@@ -609,8 +718,13 @@ def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
            + ("; halo rows copied from a zero tile" if b.has_halo() else "")
            + ("; taps skip the column halo" if b.clip else ""),
            f"#   PSUM chunks of {lay.rc} output rows ({lay.rc * b.Wo} fp32 per partition), pipelined {DEPTH} deep"]
+    if b.M > 1:
+        out.append(f"#   channel multiplier {b.M}: each partition computes its {k} channel's {b.M} output channels, "
+                   "one after another, from one band")
+    if b.CI > 1:
+        out.append(f"#   fan-in {b.CI}: each partition sums its group's {b.CI} input channels (taps over (c, r, s))")
     for rows in chunks:
-        out.append(f"#   taps of a {rows}-row chunk ({b.R * b.S}): {b.taps_note(rows)}")
+        out.append(f"#   taps of a {rows}-row chunk ({b.R * b.S * b.CI}): {b.taps_note(rows)}")
     if pe:
         out.append(f"#   TensorE's taps: diag({op.w}[{k}, r, s]) matrices built once per group before the main loop")
     out.append(f"#   eviction from PSUM: {b.epilogue_note() or 'a copy'}, into the output band")

@@ -8,7 +8,7 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable
 
-from tilec.compiler import build_depthwise, ir, passes
+from tilec.compiler import build_depthwise, build_mbblock, ir, passes, placement
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
@@ -108,8 +108,9 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     kernels["squeeze"] = kernel
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the target's limits)
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
-    doc = _doc_lines(program, ops, plans, chains)
-    stages["schedule"] += "".join(_chain_note(c) + "\n" for c in chains)
+    doc = _doc_lines(program, ops, plans, chains, tgt)
+    stages["schedule"] += "".join(_chain_note(c, ops, program, tgt) + "\n" for c in chains)
+    stages["schedule"] += build_mbblock.refusals(program, ops, scheduled, chains, tgt, placement.reads)
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(map(tuple, chains)), unfused)
@@ -121,7 +122,7 @@ def _depthwise_plans(program, ops: tuple, plans: tuple, printed: str) -> str:
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     lines = printed.splitlines()
     for op, plan in zip(ops, plans):
-        if isinstance(op, ConvOp) and isinstance(plan, ConvPlan) and op.w_layout == "dw":
+        if isinstance(op, ConvOp) and isinstance(plan, ConvPlan):  # (describe: [] unless the depthwise kernel)
             described = build_depthwise.describe(op, plan, hbm)
             at = next((i for i, line in enumerate(lines) if line.startswith(f"# {op.name}: ")), None)
             if described and at is not None:
@@ -218,6 +219,14 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
                 skip |= set(chains[i])
                 fused.append([m.name for m in members])
                 continue
+        block = build_mbblock.build_block(ops, i, hbm, lambda base: names.fresh(base, f"block:{ops[i + 2].out}"),
+                                          target, scheduled, set(program.kernel.outputs), placement.reads) \
+            if isinstance(op, ConvOp) else None
+        if block is not None:  # expand 1x1 -> depthwise -> project 1x1 kept on chip (build_mbblock.py)
+            out.append(_named({ops[i + 2].out}, block, ops[i + 2].out, len(ops), prefixes))
+            skip |= {i + 1, i + 2}
+            fused.append([o.name for o in ops[i:i + 3]])
+            continue
         builders: dict[type, Callable[..., tuple]] = {
             ConvOp: build_conv, PoolOp: build_pool, TransposeOp: _scheduled(program, target),
             EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}
@@ -394,16 +403,19 @@ def _recompile_commands(program) -> dict[str, str]:
     return commands
 
 
-def _chain_note(chain: list[str]) -> str:
+def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
+    if build_mbblock.is_block(ops, chain):
+        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+        return build_mbblock.note(ops, chain, hbm, target)
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
 
-def _doc_lines(program, ops, plans, chains: list[list[str]]) -> list[str]:
+def _doc_lines(program, ops, plans, chains: list[list[str]], target: Target | None = None) -> list[str]:
     lines = ["Schedule (directives; `tilec explain` shows the plan):", ""]
     in_chain = {name for c in chains for name in c}
     for op, plan in zip(ops, plans):
         if op.name not in in_chain:
             lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
-    lines += ["    " + _chain_note(c) for c in chains]
+    lines += ["    " + _chain_note(c, ops, program, get_target(target)) for c in chains]
     sizes = ", ".join(f"{k}={v}" for k, v in sorted(program.sizes.items()))
     return lines + ["", f"Sizes: {sizes}"]
