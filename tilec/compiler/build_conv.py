@@ -30,7 +30,7 @@ pass per contraction tile.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_depthwise, ir
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
@@ -39,6 +39,9 @@ from tilec.compiler.names import sanitised, unique
 from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
+
+if TYPE_CHECKING:
+    from tilec.compiler.conv_chain import OnChip
 
 
 def hbm_view(base: Buf, shape: tuple[int, ...], name: str, line: int) -> tuple[Buf, list[Stmt]]:
@@ -150,7 +153,11 @@ def pair_blocks(u: int, r: int) -> list[tuple[int, int, int]]:
 
 
 class _ConvBuilder:
-    def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
+    def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh,
+                 src_chip: "OnChip | None" = None, dst_chip: "OnChip | None" = None) -> None:
+        # a conv -> conv chain kept in SBUF (conv_chain.py): src_chip is this conv's moving operand already on chip
+        # (its matmuls read it in place, no band loads), dst_chip the buffer its eviction writes (no output band)
+        self.src_chip, self.dst_chip = src_chip, dst_chip
         if op.w_layout == "dw":  # depthwise: an out-channel tile reads the in-channel tile of the same channels
             plan = replace(plan, tile_c=plan.tile_k, fold=1)
         self.KG = dict(op.dims)["K"] // op.groups  # output channels per group (all of K unless grouped)
@@ -269,6 +276,17 @@ class _ConvBuilder:
     # ---- buffers -------------------------------------------------------------------------------------------------
 
     def build(self) -> list[Stmt]:
+        fused = f", fused into {self.op.out}" if self.op.fused else ""
+        return self.prelude() + [ir.Block(f"main: {self.op.name} by {self.words['bands']}{fused}",
+                                          tuple(self.nest(0)), self.line)]
+
+    def per_image(self) -> list[Stmt]:
+        """The nest inside the loop over images (the plan's order starts with n): a chain's two convs share it."""
+        assert self.p.order[0] == "n", self.p.order
+        return self.nest(1)
+
+    def prelude(self) -> list[Stmt]:
+        """HBM views, weights, bias: everything before the main nest."""
         op, line, fresh = self.op, self.line, self.fresh
         xshape = (self.N, self.W, self.C) if op.x_transposed else (self.N, self.C, self.H, self.W)
         x4, s1 = hbm_view(self.hbm[op.x], xshape, fresh(f"{op.x}_v"), line)
@@ -298,10 +316,8 @@ class _ConvBuilder:
             stmts.append(ir.Block(label, tuple(self.bias_row()), line))
         elif op.bias:
             stmts.append(ir.Block(f"bias {op.bias}: one column per {self.words['k_tile']}", tuple(self.bias()), line))
-        if self.p.x_bufs == 1:
+        if self.p.x_bufs == 1 and self.src_chip is None:
             stmts.append(Alloc(self.x_band_buf(), line=line))
-        fused = f", fused into {op.out}" if op.fused else ""
-        stmts.append(ir.Block(f"main: {op.name} by {self.words['bands']}{fused}", tuple(self.nest(0)), line))
         return stmts
 
     def wt_buf(self, local: bool) -> Buf:
@@ -320,6 +336,8 @@ class _ConvBuilder:
         return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype, shape)
 
     def x_band_buf(self) -> Buf:
+        if self.src_chip is not None:  # the whole image, already in SBUF (with its zero halo)
+            return self.src_chip.buf
         parts = len(self.shifts) * self.C if self.fold > 1 else self.p.tile_c
         rows = self.copy_rows() if self.fold > 1 else self.in_rows()
         return Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}"), "sbuf", self.hbm[self.op.x].dtype,
@@ -347,6 +365,8 @@ class _ConvBuilder:
         return max(0, -start), max(0, start + size - extent)
 
     def band_clip(self, band: int) -> tuple[int, int]:
+        if self.src_chip is not None:  # the on-chip image holds its halo: no band is peeled
+            return (0, 0)
         return self.clip(band * self.p.band * self.sy + self.oy, self.in_rows(), self.H)
 
     def _check_halo(self) -> None:
@@ -359,7 +379,7 @@ class _ConvBuilder:
         if self.op.w_batch and self.p.hoist_w == "root":
             raise TilecError(f"{self.op.w} has one matrix per batch index: it cannot be loaded once for all of them",
                              self.op.span, f"drop `hoist {self.op.w}, root`")
-        if self.p.x_bufs == 1 and (self.ox or any(self.band_clip(b) != (0, 0) for b in range(self.NB))):
+        if self.p.x_bufs == 1 and self.src_chip is None and (self.ox or any(self.band_clip(b) != (0, 0) for b in range(self.NB))):
             raise TilecError(f"one buffer for the input bands of the zero-padded read of {self.op.x} is not "
                              "compiled yet (each band zeroes its halo)", self.op.span,
                              f"drop `buffers {self.op.x}, 1`")
@@ -711,8 +731,9 @@ class _ConvBuilder:
             loads.append(ir.Block(label, tuple(self.weights(True)), line, hoist=True))
         extents = {"n": self.N, "y": self.NB, "k": self.KT if self.kv else 1}  # the remainder has no k loop
         pin = V[p.x_pin] if p.x_pin and extents[p.x_pin] > 1 else ""
-        loads.append(ir.Block(f"{self.words['x']}: all contraction tiles, shared by every output tile",
-                              tuple(self.x_band()), line, hoist=True, pin=pin))
+        if self.src_chip is None:
+            loads.append(ir.Block(f"{self.words['x']}: all contraction tiles, shared by every output tile",
+                                  tuple(self.x_band()), line, hoist=True, pin=pin))
         ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
                  (self.PK, p.band // self.wy // self.pair, self.BX // self.wx))
         self.o_band = ob
@@ -724,6 +745,8 @@ class _ConvBuilder:
                                           line=self.L["x"]),
                      note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
+        if self.dst_chip is not None:  # the eviction writes the on-chip image; a store only if T is read elsewhere
+            return loads + group + self.chip_store()
         if self.halves:  # partition 2k + h, row i of the band: row h * BAND / 2 + i of the output (one DMA)
             return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, self.halves_region()), whole(ob), line)]
         if self.pair > 1:  # each row phase's half of the band to every other row of the output
@@ -736,6 +759,21 @@ class _ConvBuilder:
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
                     View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
+
+    def chip_rows(self, first: "ir.Aff", size: int) -> tuple:
+        """The on-chip image's region (this out-channel part; output rows first.. and every column) of dst_chip."""
+        chip = self.dst_chip
+        assert chip is not None and self.pair == 1 and self.wy == self.wx == 1
+        return (self.part(self.ks, self.p.tile_k), self.tile_index(self.kv, self.KT), sl(first.plus(-chip.row0), size))
+
+    def chip_store(self) -> list[Stmt]:
+        """The band of T also stored to HBM from the on-chip image (T is an output or read by another op)."""
+        chip = self.dst_chip
+        assert chip is not None
+        if not chip.store:
+            return []
+        band = self.chip_rows(self.y_at(self.p.band), self.p.band) + (sl(-chip.col0, self.Wo),)
+        return [Dma(View(self.o4, self.out_region()), View(chip.buf, band), self.line)]
 
     def halves_region(self) -> tuple:
         """The output band of band halves in the [N, K, bands, 2, BAND / 2, columns] view of an output tensor."""
@@ -775,8 +813,10 @@ class _ConvBuilder:
         kidx = self.part(self.ks, p.tile_k) if p.hoist_w == "k" else sl(self.k_start(self.kv), self.ks)
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
         tap_r, tap_s = term(r, self.dy), term(s, self.dx)  # a dilated window steps its taps by the dilation
-        rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r), p.rows, sy,
-                  self.cn["rows"] if sy == 1 else "")
+        first = a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r)
+        if self.src_chip is not None:  # the image in SBUF is read at the band's rows (a loaded band starts at 0)
+            first = first.plus(self.y_at(p.band * sy, self.cn["band"] if sy == 1 else ""))
+        rows = sl(first, p.rows, sy, self.cn["rows"] if sy == 1 else "")
         cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), tap_s), p.tile_x, sx,
                   self.cn["x"] if sx == 1 else "")
 
@@ -860,6 +900,10 @@ class _ConvBuilder:
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
         dst = View(self.o_band, (kp, sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
+        if self.dst_chip is not None:  # straight into the next conv's input image, at its halo offset
+            first = a(term(V["g"], rows_o, rname)).plus(self.y_at(p.band, self.cn["band"]))
+            dst = View(self.dst_chip.buf, self.chip_rows(first, rows_o) +
+                       (sl(a(term(V["x"], cols_o, cname), -self.dst_chip.col0), cols_o),))
         narrow = self.narrow_intermediates()
         if op.residual:
             return self.add_residual(dst, acc, func, bias, narrow)

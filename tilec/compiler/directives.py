@@ -367,6 +367,8 @@ def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtyp
     if (d.name, parts) in (("place", ("hbm",)), ("compute_at", ("root",))):
         return
     consumer = chain_consumer(ops, op.out)
+    if parts == ("sbuf",) and consumer is not None:
+        return  # the pipeline keeps the chain on chip or raises why it cannot (placement.chain_choices)
     why = chain_reason(op, consumer, op.out, dtypes.get(op.out, "f32"), sbuf) if consumer else \
         hbm_reason(ops, op.out, dtypes.get(op.out, "f32"), sbuf)
     if parts == ("sbuf",):
@@ -374,7 +376,9 @@ def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtyp
                   f"remove the directive, or write `place {op.out}, hbm` (where {op.out} goes today)")
     raise bad(d, f"`{d.name} {op.out}, ...` of a conv read back by a separate op takes only "
                  f"{'hbm' if d.name == 'place' else 'root'}: {why}",
-              f"write `place {op.out}, hbm` or remove the directive")
+              f"write `place {op.out}, hbm`" + (f" or `place {op.out}, sbuf` (kept on chip image by image when the "
+                                                 f"second conv directly follows)" if consumer else "") +
+              " or remove the directive")
 
 
 def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive, sbuf: int) -> ConvPlan:
