@@ -174,7 +174,9 @@ def _placement(c: Compiled) -> list[str]:
     lines = []
     placed = {name: (on_chip, why) for name, on_chip, why in c.result.placed}  # conv -> conv chains
     for name, t in c.program.tensors.items():
-        if t.kind != "temp":
+        if t.kind != "temp" and name in placed and placed[name][0]:
+            where = f"HBM ({t.kind}) and SBUF, one image at a time (conv -> conv chain)\n" + _wrap(placed[name][1])
+        elif t.kind != "temp":
             where = f"HBM ({t.kind})"
         elif name in placed and placed[name][0]:
             where = ("SBUF, one image at a time (conv -> conv chain)" + (" and HBM" if name in in_hbm else "") +

@@ -87,7 +87,8 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
     chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-    choices = placement.chain_choices(ops, plans, program.kernel.outputs, tuple(directives), hbm, tgt.name)
+    choices = placement.chain_choices(ops, plans, program.kernel.outputs, tuple(directives), hbm, tgt.name,
+                                         sbuf_budget(tgt))
     kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt, choices)
     _check_capacity(kernel, tgt, program)
     stages["loops"] = _checked(kernel, "loops", tgt)

@@ -50,8 +50,10 @@ def on_chip_bytes(op: ConvOp, dtype: str) -> int:
     return d.get("N", 1) * math.ceil(d["K"] / PMAX) * d["Ho"] * d["Wo"] * DTYPE_BYTES[dtype]
 
 
-def chain_reason(producer: ConvOp, consumer: ConvOp, name: str, dtype: str, budget: int) -> str:
-    """Why a conv's output goes through HBM to the conv that reads it (the same text for explain and the error)."""
+def chain_reason(producer: ConvOp, consumer: ConvOp, name: str, dtype: str, budget: int, why_not: str = "") -> str:
+    """Why a conv's output goes through HBM to the conv that reads it (the same text for explain and the error).
+    why_not: why the chain is not kept on chip (default: the second conv does not directly follow the first)."""
+    why_not = why_not or "a conv's output stays on chip only for a conv that directly follows it (conv_chain.py)"
     d = dict(consumer.dims)
     r, s = d.get("R", 1), d.get("S", 1)
     need = on_chip_bytes(producer, dtype)
@@ -60,9 +62,8 @@ def chain_reason(producer: ConvOp, consumer: ConvOp, name: str, dtype: str, budg
                 else f"across all {d['C']} channels of {name}")
     window = (f"its {r}x{s} window reads {(r - 1) * consumer.dilation[0]} rows of {name} beyond each band of "
               f"output rows, {channels}" if r > 1 else f"a 1x1 window, {channels}")
-    return (f"{label(consumer)} reads {name} as its moving operand in row bands ({window}); a conv's output stays "
-            f"on chip only for a conv that directly follows it (conv_chain.py), so {label(producer)} stores {name} "
-            f"and the second conv loads its bands back. Kept whole in SBUF, {name} would take {need} bytes per partition "
+    return (f"{label(consumer)} reads {name} as its moving operand in row bands ({window}); {why_not}, so "
+            f"{label(producer)} stores {name} and the second conv loads its bands back. Kept whole in SBUF, {name} would take {need} bytes per partition "
             f"({d.get('N', 1)} x {math.ceil(d['C'] / PMAX)} channel tile(s) x {producer.dim('Ho')} x "
             f"{producer.dim('Wo')} {dtype}): it {fits} in half of the {budget // 1024} KiB SBUF budget")
 
@@ -115,7 +116,7 @@ def forced_placement(directives: tuple, name: str) -> tuple[str, Span | None]:
 
 
 def chain_choices(ops: tuple, plans: tuple, outputs: tuple[str, ...], directives: tuple, hbm: dict,
-                  target: str) -> dict[int, ChainChoice]:
+                  target: str, budget: int) -> dict[int, ChainChoice]:
     """For each conv whose output the next op reads as its moving operand (a conv): on chip or through HBM, and
     why. Forced `sbuf` is returned even when ineligible (why says so); pipeline raises it at the directive."""
     out: dict[int, ChainChoice] = {}
@@ -132,8 +133,8 @@ def chain_choices(ops: tuple, plans: tuple, outputs: tuple[str, ...], directives
             if store else ""
         reason = conv_chain.ineligible(op, nxt)
         if reason:
-            out[i] = ChainChoice(i, name, False, store, forced, f"{label(op)} -> {label(nxt)} cannot stay on chip: "
-                                 f"{reason}", span)
+            why = chain_reason(op, nxt, name, hbm[name].dtype, budget, f"it cannot stay on chip: {reason}")
+            out[i] = ChainChoice(i, name, False, store, forced, why, span)
             continue
         pair = (plan, plans[i + 1])
         hbm_ns, chip_ns = conv_chain.estimate(op, pair, nxt, conv_chain.chain_plans(*pair), hbm, target)
