@@ -130,8 +130,29 @@ def test_conv_relu_conv_on_chip_matches_numpy(dt, n):
         assert_matches(prog, "Y", out["Y"], conv_ref(t, x["W2"], pad=(0, 0)))
 
 
-def test_t_also_an_output_is_stored_from_the_on_chip_image():
-    prog, comp, x, out = run(chain(outs="Y, T"), "place T, sbuf")
+@pytest.mark.parametrize("text, swapped", [
+    (RESNET.format(dt="f32", n=2, c=64, h=20, w=12), True),  # padded: the copies start at row -1
+    (chain("f32", 2, 64, 16, 12), False), (chain("f32", 1, 64, 12, 9), False)])  # unpadded: at row 0 (odd rows)
+def test_row_pairs_stay_paired_on_chip(text, swapped):
+    """64 channels in fp32: both convs keep their row pairs. The producer's two partition halves (even and odd
+    rows) are evicted into the two copies of T the consumer's pairs read, only the rows they read (one in two):
+    no store, no reload; with a padded read the halves land one index apart (two evictions)."""
+    prog, comp, x, out = run(text)
+    c = prog.tensors["T"].shape[1]
+    assert on_chip(comp.source) and re.search(rf"T_img = nl\.(ndarray|zeros)\(\({2 * c}, ", comp.source)
+    evictions = [ln for ln in comp.source.splitlines() if "nisa.activation" in ln and "T_img[" in ln]
+    assert len(evictions) == (2 if swapped else 1), evictions
+    if "b1" in x:
+        want = resnet_ref(x, "f32")
+    else:
+        want = conv_ref(np.maximum(conv_ref(x["X"], x["W1"], pad=(0, 0)), 0), x["W2"], pad=(0, 0))
+    assert_matches(prog, "Y", out["Y"], want)
+
+
+@pytest.mark.parametrize("c", [136, 64])
+def test_t_also_an_output_is_stored_from_the_on_chip_image(c):
+    """T also a kernel output: stored from the image (plain layout at 136 channels, paired at 64)."""
+    prog, comp, x, out = run(chain(outs="Y, T", c=c), "place T, sbuf")
     assert "T_img" in comp.source and re.search(r"nisa\.dma_copy\(dst=T\[[^\n]*src=T_img", comp.source)
     t = np.maximum(conv_ref(x["X"], x["W1"], pad=(0, 0)), 0)
     assert_matches(prog, "T", out["T"], t)

@@ -158,6 +158,8 @@ class _ConvBuilder:
         # a conv -> conv chain kept in SBUF (conv_chain.py): src_chip is this conv's moving operand already on chip
         # (its matmuls read it in place, no band loads), dst_chip the buffer its eviction writes (no output band)
         self.src_chip, self.dst_chip = src_chip, dst_chip
+        # row pairs evicted into a paired image whose copies start at an odd row: odd rows on the first half
+        self.swap = int(dst_chip is not None and dst_chip.paired and dst_chip.row0 % 2 == 1)
         if op.w_layout == "dw":  # depthwise: an out-channel tile reads the in-channel tile of the same channels
             plan = replace(plan, tile_c=plan.tile_k, fold=1)
         self.KG = dict(op.dims)["K"] // op.groups  # output channels per group (all of K unless grouped)
@@ -521,8 +523,9 @@ class _ConvBuilder:
         # the gathers alternate between VectorE and ScalarE (an exact copy: fp32 holds every f16/bf16 value): the
         # first matmuls wait for them (conv3x3same 2.70x -> 2.42x, the stem's 98 blocks 5.5x -> 4.7x at batch 1)
         for i, (g, j, h, r, s) in enumerate(blocks):
-            dst = View(raw, (sl(h * K, K), a(g), sl(j * C, C)))
-            src = View(rows, (sl(h * K, K), full(C), a(r), a(s)))
+            half = h ^ self.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
+            dst = View(raw, (sl(half * K, K), a(g), sl(j * C, C)))
+            src = View(rows, (sl(half * K, K), full(C), a(r), a(s)))
             scalar = i % 2 == 1
             out.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
         gv = self.fresh("tap_g")
@@ -766,12 +769,40 @@ class _ConvBuilder:
         assert chip is not None and self.pair == 1 and self.wy == self.wx == 1
         return (self.part(self.ks, self.p.tile_k), self.tile_index(self.kv, self.KT), sl(first.plus(-chip.row0), size))
 
+    def chip_halves(self) -> list[tuple[View, ir.Sl]]:
+        """Row pairs into a paired image (conv_chain.OnChip.paired): (destination, acc partitions) per partition
+        half. Half p holds output rows of phase p ^ swap (2i + h, i the pair), which go to copy p of the image at
+        its index (2i + h - row0 - p) / 2: one eviction when the halves line up (row0 even), else one per half."""
+        chip, p, V = self.dst_chip, self.p, self.var
+        assert chip is not None and self.pair == 2
+        cols = sl(a(term(V["x"], p.tile_x, self.cn["x"]), -chip.col0), p.tile_x)
+        first = a(term(V["g"], p.rows, self.cn["rows"])).plus(self.y_at(p.band // 2))  # the group's first pair
+        if not self.swap:
+            return [(View(chip.buf, (full(self.PK), a(0), sl(first.plus(-chip.row0 // 2), p.rows), cols)),
+                     full(self.PK))]
+        out = []
+        for half in range(2):
+            h = half ^ 1
+            at = first.plus((h - chip.row0 - half) // 2)
+            out.append((View(chip.buf, (sl(half * self.K, self.K), a(0), sl(at, p.rows), cols)),
+                        sl(half * self.K, self.K)))
+        return out
+
     def chip_store(self) -> list[Stmt]:
         """The band of T also stored to HBM from the on-chip image (T is an output or read by another op)."""
         chip = self.dst_chip
         assert chip is not None
         if not chip.store:
             return []
+        if chip.paired:  # each row phase from its copy of the image to every other row of the output
+            out: list[Stmt] = []
+            for half in range(2):
+                h = half ^ self.swap
+                at = self.y_at(self.p.band // 2).plus((h - chip.row0 - half) // 2)
+                src = View(chip.buf, (sl(half * self.K, self.K), a(0), sl(at, self.p.band // 2),
+                                      sl(-chip.col0, self.Wo)))
+                out.append(Dma(View(self.o4, self.out_region(h)), src, self.line))
+            return out
         band = self.chip_rows(self.y_at(self.p.band), self.p.band) + (sl(-chip.col0, self.Wo),)
         return [Dma(View(self.o4, self.out_region()), View(chip.buf, band), self.line)]
 
@@ -870,6 +901,9 @@ class _ConvBuilder:
             copies = 2 if any(j == 1 for j, _, _ in pair_blocks(u, self.R)) else 1  # a copy with no tap stays out
             parts = sl(0, copies * C)
             rows = sl(a(term(V["g"], 2 * p.rows), u), p.rows, 2)
+            if self.src_chip is not None:  # a paired image holds only the rows the pairs read: index b / 2
+                assert self.src_chip.paired and u % 2 == 0
+                rows = sl(a(term(V["g"], p.rows), u // 2).plus(self.y_at(p.band // 2)), p.rows)
             cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx), s * self.dx), p.tile_x, self.sx,
                       self.cn["x"] if self.sx == 1 else "")
             out.append(Matmul(accv, View(wt, (parts, a(g), full(self.PK))),
@@ -891,19 +925,27 @@ class _ConvBuilder:
         return out
 
     def epilogue(self, acc: View) -> list[Stmt]:
-        p, line, V, op = self.p, self.line, self.var, self.op
-        func = "relu" if op.relu else "copy"
+        p, V = self.p, self.var
         kp = self.part(self.ks, p.tile_k) if self.pair == 1 else full(self.PK)
-        bias = View(self.bias_col, (kp, sl(self.tile_index(self.kv, self.KT), 1))) \
-            if op.bias and op.bias_role == "k" else None
         rows_o, cols_o = p.rows // self.wy, p.tile_x // self.wx
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
         dst = View(self.o_band, (kp, sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
+        if self.dst_chip is not None and self.dst_chip.paired:  # each partition half to its copy of the image
+            return [st for dst, kp in self.chip_halves() for st in self.epilogue_to(dst, View(acc.buf, (kp,) +
+                                                                                             acc.idx[1:]), kp)]
         if self.dst_chip is not None:  # straight into the next conv's input image, at its halo offset
             first = a(term(V["g"], rows_o, rname)).plus(self.y_at(p.band, self.cn["band"]))
             dst = View(self.dst_chip.buf, self.chip_rows(first, rows_o) +
                        (sl(a(term(V["x"], cols_o, cname), -self.dst_chip.col0), cols_o),))
+        return self.epilogue_to(dst, acc, kp)
+
+    def epilogue_to(self, dst: View, acc: View, kp) -> list[Stmt]:
+        """acc's partitions kp evicted (bias, relu, narrow roundings, pool or residual) into dst."""
+        p, line, op = self.p, self.line, self.op
+        func = "relu" if op.relu else "copy"
+        bias = View(self.bias_col, (kp, sl(self.tile_index(self.kv, self.KT), 1))) \
+            if op.bias and op.bias_role == "k" else None
         narrow = self.narrow_intermediates()
         if op.residual:
             return self.add_residual(dst, acc, func, bias, narrow)

@@ -17,7 +17,9 @@ peak SBUF, checked against the Target), and the performance model's own costs (`
 HBM round trip with each conv's best plan; `place T, sbuf` forces it (a located error with the reason when it
 cannot), `place T, hbm` keeps the HBM path. The on-chip layout is the plain one (one copy of T per channel tile):
 the row pairs and folded taps of 32/64-channel convs want a second, shifted copy of T on the other partition half,
-which an eviction cannot write (engines keep their partitions), so such convs take their plain plan on chip.
+which an eviction cannot write (engines keep their partitions), so such convs take their plain plan on chip;
+row pairs on both sides (64 channels, fp32) are the exception: the producer's two partition halves hold even and
+odd rows, exactly the two copies the consumer's pairs read (OnChip.paired).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from tilec.compiler.build_util import loop
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Stmt
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import ConvPlan
+from tilec.errors import TilecError
 
 
 @dataclass(frozen=True)
@@ -43,12 +46,17 @@ class OnChip:
     height: int  # the tensor's own rows and columns (the producer writes exactly those)
     width: int
     store: bool  # the tensor is also an output or read by another op: the producer stores it from the buffer too
+    # paired: the layout of row pairs (32/64 channels): copy 0 of the channels on the first partition half, copy 1
+    # (one row further) on the second, and only the rows the pairs read: index m of copy c holds row 2m + row0 + c
+    paired: bool = False
+    reach: int = 0  # rows from row0 the consumer's window reaches (halo included)
 
     @property
     def halo(self) -> bool:
         """Whether the buffer has positions outside the tensor (zeroed once per image)."""
-        _, _, rows, cols = self.buf.shape
-        return self.row0 < 0 or self.col0 < 0 or rows + self.row0 > self.height or cols + self.col0 > self.width
+        cols = self.buf.shape[-1]
+        return self.row0 < 0 or self.col0 < 0 or self.reach + self.row0 > self.height or \
+            cols + self.col0 > self.width
 
 
 def ineligible(producer: ConvOp, consumer: ConvOp) -> str:
@@ -85,26 +93,49 @@ def extent(consumer: ConvOp) -> tuple[int, int]:
             (d["Wo"] - 1) * consumer.stride[1] + (d["S"] - 1) * consumer.dilation[1] + 1)
 
 
-def chain_plans(pplan: ConvPlan, cplan: ConvPlan) -> tuple[ConvPlan, ConvPlan]:
-    """The plans the chain is built with: images outermost in both, whole rows, no row pairs (their eviction lands
-    on two partition halves), the consumer's in-channel tiles those of the producer's out-channels, and its taps
-    unfolded (folded taps read shifted copies of T that the eviction does not write)."""
+def chain_plans(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: ConvPlan, hbm: dict
+                ) -> tuple[ConvPlan, ConvPlan, bool]:
+    """The plans the chain is built with, and whether the image is paired: images outermost in both, whole rows.
+    When both convs use row pairs (64 channels, fp32) they keep them: the producer's two partition halves hold
+    even and odd rows, which are exactly the two copies the consumer's pairs read (the producer swaps its halves
+    when the copies start at an odd row). Otherwise no row pairs (their halves would hold rows the plain layout
+    wants on one half), the consumer's in-channel tiles those of the producer's out-channels, and its taps unfolded
+    (folded taps read column-shifted copies of T that the eviction does not write)."""
+    from tilec.compiler.build_conv import _ConvBuilder
+
     def n_first(order: tuple[str, ...]) -> tuple[str, ...]:
         return ("n",) + tuple(r for r in order if r != "n")
-    p = replace(pplan, pair=1, band_x=0, order=n_first(pplan.order))
-    c = replace(cplan, pair=1, fold=1, band_x=0, order=n_first(cplan.order), tile_c=pplan.tile_k)
-    return p, c
+    p = replace(pplan, band_x=0, order=n_first(pplan.order))
+    c = replace(cplan, band_x=0, order=n_first(cplan.order))
+    try:
+        pb, cb = _ConvBuilder(producer, p, hbm, _unnamed), _ConvBuilder(consumer, c, hbm, _unnamed)
+        paired = pb.pair == cb.pair == 2 and not pb.halves and not cb.halves and pb.NXB == cb.NXB == 1
+    except TilecError:  # a plan the builders refuse: the plain layout (their error, if any, comes later)
+        paired = False
+    if paired:
+        return p, c, True
+    return replace(p, pair=1), replace(c, pair=1, fold=1, tile_c=pplan.tile_k), False
 
 
-def layout(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, dtype: str, name: str, store: bool) -> OnChip:
-    """T's buffer: the consumer's whole-image input (its padded rows and columns), channel tiles of the producer."""
+def _unnamed(base: str) -> str:
+    return base  # (a builder made only to read its plan's structure names nothing)
+
+
+def layout(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, dtype: str, name: str, store: bool,
+           paired: bool) -> OnChip:
+    """T's buffer: the consumer's whole-image input (its padded rows and columns), channel tiles of the producer;
+    paired: both copies of row pairs, the rows they read (one in two)."""
     dims = shape(producer)
     rows, cols = extent(consumer)
     row0, col0 = consumer.offset
     rows, cols = max(rows, dims[2] - row0), max(cols, dims[3] - col0)
-    tiles = math.ceil(producer.dim("K") / pplan.tile_k)
-    buf = Buf(name, "sbuf", dtype, (pplan.tile_k, tiles, rows, cols))
-    return OnChip(producer.out, buf, row0, col0, dims[2], dims[3], store)
+    if paired:  # copy c, index m: row 2m + row0 + c; the producer writes every row of T into one copy
+        k = producer.dim("K")
+        buf = Buf(name, "sbuf", dtype, (2 * k, 1, (rows + 1) // 2, cols))
+    else:
+        tiles = math.ceil(producer.dim("K") / pplan.tile_k)
+        buf = Buf(name, "sbuf", dtype, (pplan.tile_k, tiles, rows, cols))
+    return OnChip(producer.out, buf, row0, col0, dims[2], dims[3], store, paired, rows)
 
 
 def image_bytes(chip: OnChip) -> int:
@@ -114,15 +145,15 @@ def image_bytes(chip: OnChip) -> int:
 Rename = Callable[[list, list, str], tuple[list, list]]  # (consts, stmts, op's output) -> prefixed (pipeline)
 
 
-def build_chain(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: ConvPlan, hbm: dict[str, Buf],
-                fresh_p: Callable[[str], str], fresh_c: Callable[[str], str], store: bool, rename: Rename
-                ) -> tuple[list[tuple[str, int]], list[Stmt]]:
+def build_chain(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: ConvPlan, paired: bool,
+                hbm: dict[str, Buf], fresh_p: Callable[[str], str], fresh_c: Callable[[str], str], store: bool,
+                rename: Rename) -> tuple[list[tuple[str, int]], list[Stmt]]:
     """Both convs' preparation, then one loop over images: T's buffer (halo zeroed), the producer's nest evicting
     into it, the consumer's nest reading it. `plans`: chain_plans's."""
     from tilec.compiler.build_conv import _ConvBuilder  # late: build_conv's type hints name OnChip
     name = producer.out
     t = hbm[name]
-    chip = layout(producer, pplan, consumer, t.dtype, fresh_p(f"{name}_img"), store)
+    chip = layout(producer, pplan, consumer, t.dtype, fresh_p(f"{name}_img"), store, paired)
     pb = _ConvBuilder(producer, pplan, hbm, fresh_p, dst_chip=chip)
     cb = _ConvBuilder(consumer, cplan, hbm, fresh_c, src_chip=chip)
     n = pb.var["n"]
@@ -142,34 +173,38 @@ def build_chain(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: Conv
     return p_consts + c_consts, p_pre + c_pre + [main]
 
 
-def estimate(producer: ConvOp, plans: tuple[ConvPlan, ConvPlan], consumer: ConvOp, chip_plans: tuple, hbm: dict,
-             target: str) -> tuple[float, float]:
+def estimate(producer: ConvOp, plans: tuple[ConvPlan, ConvPlan], consumer: ConvOp,
+             chip: tuple[ConvPlan, ConvPlan, bool], hbm: dict, target: str) -> tuple[float, float]:
     """(HBM path, on-chip path) in ns, from the performance model's own constants: each conv's TensorE time under
-    its plan (matmuls x max(min cycles, moving columns) + fixed, x the fp32 factor), plus for the HBM path T's
-    store and reload (bytes over all DMA engines, and one store -> load round trip of latency) and for the on-chip
-    path the zeroing of each image's halo."""
+    its plan (matmuls x (max(min cycles, moving columns) + fixed), x the fp32 factor); the HBM path adds T's store
+    and reload (bytes over all DMA engines, and one store -> load round trip of latency), the on-chip path the
+    zeroing of each image's buffer and, for row pairs whose halves go to two rows, the second eviction. `chip`:
+    chain_plans's."""
     from tilec.compiler.build_conv import _ConvBuilder
     from tilec.perf.params import target_params  # the model's constants, late: perf reads kernels
     prm = {name: value for name, value, _ in target_params(target).table()}
-    none = lambda _: "_"  # noqa: E731  (names are not needed to count)
 
     def pe(op: ConvOp, plan: ConvPlan) -> float:
-        b = _ConvBuilder(op, plan, hbm, none)
+        b = _ConvBuilder(op, plan, hbm, _unnamed)
         per_group = b.n_groups if (b.fold > 1 or b.pair > 1) else b.CTB * b.R * b.S
         groups = b.N * b.KTB * b.NXB * b.NB * b.G * b.XT
-        cols = b.p.rows * b.p.tile_x
         factor = prm["mm_fp32_factor"] if hbm[op.x].dtype == "f32" else 1
-        return groups * per_group * (max(prm["mm_min_cycles"], cols) + prm["mm_fixed_cycles"]) * factor \
-            / prm["tensor_ghz"]
+        return groups * per_group * (max(prm["mm_min_cycles"], b.p.rows * b.p.tile_x) + prm["mm_fixed_cycles"]) \
+            * factor / prm["tensor_ghz"]
     t = hbm[producer.out]
     size = math.prod(shape(producer)) * DTYPE_BYTES[t.dtype]
-    cb = _ConvBuilder(consumer, plans[1], hbm, none)
+    cb = _ConvBuilder(consumer, plans[1], hbm, _unnamed)
     copies = len(cb.shifts) if cb.fold > 1 else 1  # band copies of T the consumer loads
     bw = prm["dma_engines"] * prm["dma_engine_bw"]
     trip = size * (1 + copies) / bw + 2 * prm["dma_latency_ns"] + prm["dma_write_ack_ns"]
     hbm_ns = pe(producer, plans[0]) + pe(consumer, plans[1]) + trip
-    _, k_tiles, rows, cols = (plans[0].tile_k, math.ceil(producer.dim("K") / plans[0].tile_k),
-                              *extent(consumer))
-    zero = producer.dim("N") * k_tiles * rows * cols / prm["vector_ghz"]
-    chip_ns = pe(producer, chip_plans[0]) + pe(consumer, chip_plans[1]) + zero
-    return hbm_ns, chip_ns
+    pplan, cplan, paired = chip
+    image = layout(producer, pplan, consumer, t.dtype, "", False, paired)
+    _, tiles, rows, cols = image.buf.shape
+    zero = producer.dim("N") * tiles * rows * cols / prm["vector_ghz"]
+    second = 0.0
+    if paired and image.row0 % 2:
+        pb = _ConvBuilder(producer, pplan, hbm, _unnamed)
+        evictions = pb.N * pb.NB * pb.G * pb.XT
+        second = evictions * (pplan.rows * pplan.tile_x + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
+    return hbm_ns, pe(producer, pplan) + pe(consumer, cplan) + zero + second

@@ -137,8 +137,11 @@ def chain_choices(ops: tuple, plans: tuple, outputs: tuple[str, ...], directives
             out[i] = ChainChoice(i, name, False, store, forced, why, span)
             continue
         pair = (plan, plans[i + 1])
-        hbm_ns, chip_ns = conv_chain.estimate(op, pair, nxt, conv_chain.chain_plans(*pair), hbm, target)
-        numbers = (f"the model's costs give {chip_ns / 1000:.1f} us on chip (plain plans, halo zeroed per image) "
+        hbm_ns, chip_ns = conv_chain.estimate(op, pair, nxt, conv_chain.chain_plans(op, plan, nxt, plans[i + 1], hbm),
+                                              hbm, target)
+        paired = conv_chain.chain_plans(op, plan, nxt, plans[i + 1], hbm)[2]
+        how = "both convs' row pairs kept" if paired else "plain plans"
+        numbers = (f"the model's costs give {chip_ns / 1000:.1f} us on chip ({how}, halo zeroed per image) "
                    f"vs {hbm_ns / 1000:.1f} us through HBM (each conv's own plan, {name} stored and reloaded)")
         if forced == "hbm":
             out[i] = ChainChoice(i, name, False, store, forced, f"`place {name}, hbm`: stored by {label(op)} and "
