@@ -149,6 +149,28 @@ def test_row_pairs_stay_paired_on_chip(text, swapped):
     assert_matches(prog, "Y", out["Y"], want)
 
 
+@pytest.mark.parametrize("dt, text, copies", [
+    ("bf16", RESNET.format(dt="bf16", n=1, c=64, h=20, w=12), 2), ("f16", RESNET.format(dt="f16", n=2, c=64, h=10,
+                                                                                       w=8), 2),
+    ("bf16", chain("bf16", 2, 64, 14, 10), 2),  # unpadded: copy 1 (one column left) drops T's first column
+    ("f32", RESNET.format(dt="f32", n=2, c=32, h=12, w=10), 4), ("f16", RESNET.format(dt="f16", n=1, c=32, h=9,
+                                                                                       w=11), 4)])
+def test_folded_taps_read_copies_the_producer_writes(dt, text, copies):
+    """The consumer folds filter taps into its contraction (64 channels in 16 bits: 2 taps, 32 channels: 4): the
+    producer's stationary repeats its output channels once per copy and its eviction writes each copy of T at its
+    tap shift, so the consumer keeps its folded matmuls."""
+    prog, comp, x, out = run(text)
+    c = prog.tensors["T"].shape[1]
+    assert on_chip(comp.source) and re.search(rf"T_img = nl\.(ndarray|zeros)\(\({copies * c}, ", comp.source)
+    evictions = [ln for ln in comp.source.splitlines() if "nisa.activation" in ln and "T_img[" in ln]
+    assert len(evictions) == copies, evictions
+    if "b1" in x:
+        want = resnet_ref(x, dt)
+    else:
+        want = conv_ref(narrow(np.maximum(conv_ref(x["X"], x["W1"], pad=(0, 0)), 0), dt), x["W2"], pad=(0, 0))
+    assert_matches(prog, "Y", out["Y"], want)
+
+
 @pytest.mark.parametrize("c", [136, 64])
 def test_t_also_an_output_is_stored_from_the_on_chip_image(c):
     """T also a kernel output: stored from the image (plain layout at 136 channels, paired at 64)."""

@@ -231,7 +231,10 @@ class _ConvBuilder:
             self.pairs = pair_groups(self.R, self.S)
             self.G = plan.band // (2 * plan.rows)
         self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
-        self.PK = self.pair * plan.tile_k  # partitions of the accumulator and the output band
+        # a chain's producer writing a folded image (conv_chain.OnChip.copies): its stationary repeats the output
+        # channels once per copy (free on TensorE), so each copy's partitions of the accumulator hold all of them
+        self.dup = len(dst_chip.copies) if dst_chip is not None else 1
+        self.PK = self.pair * plan.tile_k * self.dup  # partitions of the accumulator and the output band
         self.ks = plan.tile_k  # and its channel count
         self.cn = const_names(op, fresh)
         self.words = operand_words(op)
@@ -292,12 +295,16 @@ class _ConvBuilder:
         op, line, fresh = self.op, self.line, self.fresh
         xshape = (self.N, self.W, self.C) if op.x_transposed else (self.N, self.C, self.H, self.W)
         x4, s1 = hbm_view(self.hbm[op.x], xshape, fresh(f"{op.x}_v"), line)
+        if self.src_chip is not None:
+            s1 = []  # the input is already in SBUF: no HBM tensor to view
         wshape: tuple[int, ...] = (self.K, self.C // op.groups, self.R, self.S) if op.w_layout == "kc" else \
             (self.K, self.R, self.S) if op.w_layout == "dw" else (self.C, self.K, self.R, self.S)
         wshape = (self.N,) * op.w_batch + wshape  # a batched matmul: one stationary matrix per batch index
         w4, s2 = hbm_view(self.hbm[op.w], wshape, fresh(f"{op.w}_v"), line)
         oshape = (self.N, self.K, self.Ho // self.wy, self.Wo // self.wx)
         o4, s3 = hbm_view(self.hbm[op.out], oshape, fresh(f"{op.out}_v"), line)
+        if self.dst_chip is not None and not self.dst_chip.store:
+            s3 = []  # the output stays in SBUF: no HBM tensor to view
         self.x4, self.w4, self.o4 = x4, w4, o4
         stmts: list[Stmt] = s1 + s2 + s3
         if op.residual:
@@ -323,7 +330,7 @@ class _ConvBuilder:
         return stmts
 
     def wt_buf(self, local: bool) -> Buf:
-        k = self.p.tile_k if local else self.K
+        k = (self.p.tile_k if local else self.K) * self.dup
         if self.op.w_layout == "dw":  # one fp32 column per tap and channel: the per-partition scale of ScalarE
             name = f"{self.op.w}_col" if not local or self.kv else f"{self.op.w}_col_rest"
             return Buf(self.fresh(name), "sbuf", "f32", (self.p.tile_k, 1 if local else self.KTB, self.R, self.S))
@@ -398,6 +405,20 @@ class _ConvBuilder:
     # ---- phases --------------------------------------------------------------------------------------------------
 
     def weights(self, local: bool) -> list[Stmt]:
+        """The stationary operand prepared (weights_once); for a folded image's producer, its K output-channel
+        columns copied once per further copy of the image (one k-tile: conv_chain checks it)."""
+        out = self.weights_once(local)
+        if self.dup == 1:
+            return out
+        wt, K, line = self.wt_buf(local), self.K, self.L["update"]
+        at = wt.shape.index(K * self.dup, 2)  # the out-channel dimension (last for kc, after the tiles for ck)
+        for j in range(1, self.dup):
+            def cols(start: int) -> View:
+                return View(wt, tuple(sl(start, K) if i == at else full(n) for i, n in enumerate(wt.shape)))
+            out.append(ir.Copy(cols(j * K), cols(0), line))
+        return out
+
+    def weights_once(self, local: bool) -> list[Stmt]:
         """Load W k-major and transpose each (c-tile, tap) block on TensorE; `local`: only the current out-channel
         part (self.kv, self.ks), into a buffer of one out-channel tile."""
         op, p, line, V = self.op, self.p, self.L["update"], self.var
@@ -565,6 +586,8 @@ class _ConvBuilder:
                                                    for h in range(2)]
 
         def body(kv: str | None, ks: int) -> list[Stmt]:
+            if self.dup > 1:  # a folded image's producer: b on each copy's partitions
+                return [Dma(View(col, (sl(j * self.K, self.K), full(1))), whole(b2), line) for j in range(self.dup)]
             return [Dma(View(col, (self.part(ks, p.tile_k), sl(self.tile_index(kv, self.KT), 1))),
                         View(b2, (sl(self.k_start(kv), ks), full(1))), line)]
         self.bias_col = col
@@ -788,6 +811,23 @@ class _ConvBuilder:
                         sl(half * self.K, self.K)))
         return out
 
+    def chip_copies(self, acc: View) -> list[tuple[View, View, ir.Sl]]:
+        """A folded image (conv_chain.OnChip.copies): (destination, accumulator part, its partitions) per copy j,
+        which holds T shifted by (dr, dc): output row y, column x at (y - row0 - dr, x - col0 - dc); a column that
+        would land left of the image is left out (one column tile per row, so the clip is static)."""
+        chip, p, V = self.dst_chip, self.p, self.var
+        assert chip is not None and self.pair == 1 and self.KT == 1 and not self.KR
+        first = a(term(V["g"], p.rows, self.cn["rows"])).plus(self.y_at(p.band, self.cn["band"]))
+        out = []
+        for j, (dr, dc) in enumerate(chip.copies):
+            kp = sl(j * self.K, self.K)
+            skip = max(0, chip.col0 + dc) if self.XT == 1 else 0
+            assert self.XT == 1 or chip.col0 + dc <= 0
+            cols = sl(a(term(V["x"], p.tile_x, self.cn["x"]), skip - chip.col0 - dc), p.tile_x - skip)
+            dst = View(chip.buf, (kp, a(0), sl(first.plus(-chip.row0 - dr), p.rows), cols))
+            out.append((dst, View(acc.buf, (kp, full(p.rows), sl(skip, p.tile_x - skip))), kp))
+        return out
+
     def chip_store(self) -> list[Stmt]:
         """The band of T also stored to HBM from the on-chip image (T is an output or read by another op)."""
         chip = self.dst_chip
@@ -803,6 +843,10 @@ class _ConvBuilder:
                                       sl(-chip.col0, self.Wo)))
                 out.append(Dma(View(self.o4, self.out_region(h)), src, self.line))
             return out
+        if self.dup > 1:  # copy 0 holds T unshifted
+            first = self.y_at(self.p.band).plus(-chip.row0)
+            return [Dma(View(self.o4, self.out_region()), View(chip.buf, (sl(0, self.K), a(0), sl(first, self.p.band),
+                                                                          sl(-chip.col0, self.Wo))), self.line)]
         band = self.chip_rows(self.y_at(self.p.band), self.p.band) + (sl(-chip.col0, self.Wo),)
         return [Dma(View(self.o4, self.out_region()), View(chip.buf, band), self.line)]
 
@@ -837,11 +881,13 @@ class _ConvBuilder:
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
         acc = Buf(self.fresh(f"{op.name}_acc"), "psum", "f32", (self.PK, p.rows, p.tile_x))
-        accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == 1 else full(self.PK), full(p.rows),
+        accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == self.dup == 1 else full(self.PK), full(p.rows),
                           full(p.tile_x)))
         r, s = V["r"], V["s"]
         wt = self.wt_buf(p.hoist_w == "k")
         kidx = self.part(self.ks, p.tile_k) if p.hoist_w == "k" else sl(self.k_start(self.kv), self.ks)
+        if self.dup > 1:  # every copy of the output channels (one k-tile)
+            kidx = full(self.PK)
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
         tap_r, tap_s = term(r, self.dy), term(s, self.dx)  # a dilated window steps its taps by the dilation
         first = a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r)
@@ -884,8 +930,10 @@ class _ConvBuilder:
         for g, taps in enumerate(self.groups):
             br, bs = taps[0]
             parts = sl(0, len(taps) * C)
-            rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), br * self.dy), p.rows, sy,
-                      self.cn["rows"] if sy == 1 else "")
+            first = a(self.step(V["g"], p.rows, self.cn["rows"], sy), br * self.dy)
+            if self.src_chip is not None:  # the image in SBUF is read at the band's rows
+                first = first.plus(self.y_at(p.band * sy, self.cn["band"] if sy == 1 else ""))
+            rows = sl(first, p.rows, sy, self.cn["rows"] if sy == 1 else "")
             cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), bs * self.dx), p.tile_x, sx,
                       self.cn["x"] if sx == 1 else "")
             out.append(Matmul(accv, View(wt, (parts, a(g), kidx)), View(self.x_band_buf(), (parts, a(0), rows, cols)),
@@ -931,6 +979,10 @@ class _ConvBuilder:
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
         dst = View(self.o_band, (kp, sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
+        if self.dup > 1:  # each copy of the output channels to its copy of the image, at its shift
+            return [st for dst, src, kp in self.chip_copies(acc) for st in self.evict(
+                dst, src, "relu" if self.op.relu else "copy",
+                View(self.bias_col, (kp, sl(0, 1))) if self.op.bias else None)]
         if self.dst_chip is not None and self.dst_chip.paired:  # each partition half to its copy of the image
             return [st for dst, kp in self.chip_halves() for st in self.epilogue_to(dst, View(acc.buf, (kp,) +
                                                                                              acc.idx[1:]), kp)]

@@ -50,6 +50,9 @@ class OnChip:
     # (one row further) on the second, and only the rows the pairs read: index m of copy c holds row 2m + row0 + c
     paired: bool = False
     reach: int = 0  # rows from row0 the consumer's window reaches (halo included)
+    # folded: the consumer's band copies (its taps folded into the contraction partitions): copy j, on partitions
+    # [j*K, (j+1)*K), holds the tensor shifted by (rows, columns) copies[j]; the producer writes each copy
+    copies: tuple[tuple[int, int], ...] = ((0, 0),)
 
     @property
     def halo(self) -> bool:
@@ -94,13 +97,18 @@ def extent(consumer: ConvOp) -> tuple[int, int]:
 
 
 def chain_plans(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: ConvPlan, hbm: dict
-                ) -> tuple[ConvPlan, ConvPlan, bool]:
+                ) -> tuple[ConvPlan, ConvPlan, str]:
     """The plans the chain is built with, and whether the image is paired: images outermost in both, whole rows.
     When both convs use row pairs (64 channels, fp32) they keep them: the producer's two partition halves hold
     even and odd rows, which are exactly the two copies the consumer's pairs read (the producer swaps its halves
     when the copies start at an odd row). Otherwise no row pairs (their halves would hold rows the plain layout
     wants on one half), the consumer's in-channel tiles those of the producer's out-channels, and its taps unfolded
-    (folded taps read column-shifted copies of T that the eviction does not write)."""
+    (folded taps read column-shifted copies of T that the eviction does not write)... unless the producer can
+    write them: one out-channel tile of 32 or 64 channels (each copy on a 32-aligned partition start), as many
+    copies as fit 128 partitions, none reaching before the image (the consumer's padding covers the shifts, or a
+    column shift is clipped statically on one column tile per row): then the image is folded, the producer's
+    stationary repeats its channels once per copy and its eviction writes each copy at its shift.
+    Returns (producer plan, consumer plan, layout: plain | paired | folded)."""
     from tilec.compiler.build_conv import _ConvBuilder
 
     def n_first(order: tuple[str, ...]) -> tuple[str, ...]:
@@ -109,33 +117,42 @@ def chain_plans(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: Conv
     c = replace(cplan, band_x=0, order=n_first(cplan.order))
     try:
         pb, cb = _ConvBuilder(producer, p, hbm, _unnamed), _ConvBuilder(consumer, c, hbm, _unnamed)
-        paired = pb.pair == cb.pair == 2 and not pb.halves and not cb.halves and pb.NXB == cb.NXB == 1
+        if pb.pair == cb.pair == 2 and not pb.halves and not cb.halves and pb.NXB == cb.NXB == 1:
+            return p, c, "paired"
+        pb = _ConvBuilder(producer, replace(p, pair=1), hbm, _unnamed)
+        k, row0, col0 = producer.dim("K"), consumer.offset[0], consumer.offset[1]
+        if cb.fold > 1 and cb.pair == 1 and not cb.halves and pb.KT == 1 and not pb.KR and k in (32, 64) \
+                and k * len(cb.shifts) <= pb.p.tile_k * 4 and pb.NXB == 1 \
+                and all(dr <= -row0 and (dc <= -col0 or pb.XT == 1) for dr, dc in cb.shifts):
+            return replace(p, pair=1), c, "folded"
     except TilecError:  # a plan the builders refuse: the plain layout (their error, if any, comes later)
-        paired = False
-    if paired:
-        return p, c, True
-    return replace(p, pair=1), replace(c, pair=1, fold=1, tile_c=pplan.tile_k), False
+        pass
+    return replace(p, pair=1), replace(c, pair=1, fold=1, tile_c=pplan.tile_k), "plain"
 
 
 def _unnamed(base: str) -> str:
     return base  # (a builder made only to read its plan's structure names nothing)
 
 
-def layout(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, dtype: str, name: str, store: bool,
-           paired: bool) -> OnChip:
+def layout(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: ConvPlan, dtype: str, name: str,
+           store: bool, kind: str, hbm: dict) -> OnChip:
     """T's buffer: the consumer's whole-image input (its padded rows and columns), channel tiles of the producer;
     paired: both copies of row pairs, the rows they read (one in two)."""
     dims = shape(producer)
     rows, cols = extent(consumer)
     row0, col0 = consumer.offset
     rows, cols = max(rows, dims[2] - row0), max(cols, dims[3] - col0)
-    if paired:  # copy c, index m: row 2m + row0 + c; the producer writes every row of T into one copy
-        k = producer.dim("K")
+    k = producer.dim("K")
+    copies: tuple[tuple[int, int], ...] = ((0, 0),)
+    if kind == "paired":  # copy c, index m: row 2m + row0 + c; the producer writes every row of T into one copy
         buf = Buf(name, "sbuf", dtype, (2 * k, 1, (rows + 1) // 2, cols))
+    elif kind == "folded":  # the consumer's band copies, each shifted by its tap delta
+        from tilec.compiler.build_conv import _ConvBuilder
+        copies = tuple(_ConvBuilder(consumer, cplan, hbm, _unnamed).shifts)
+        buf = Buf(name, "sbuf", dtype, (len(copies) * k, 1, rows, cols))
     else:
-        tiles = math.ceil(producer.dim("K") / pplan.tile_k)
-        buf = Buf(name, "sbuf", dtype, (pplan.tile_k, tiles, rows, cols))
-    return OnChip(producer.out, buf, row0, col0, dims[2], dims[3], store, paired, rows)
+        buf = Buf(name, "sbuf", dtype, (pplan.tile_k, math.ceil(k / pplan.tile_k), rows, cols))
+    return OnChip(producer.out, buf, row0, col0, dims[2], dims[3], store, kind == "paired", rows, copies)
 
 
 def image_bytes(chip: OnChip) -> int:
@@ -145,7 +162,7 @@ def image_bytes(chip: OnChip) -> int:
 Rename = Callable[[list, list, str], tuple[list, list]]  # (consts, stmts, op's output) -> prefixed (pipeline)
 
 
-def build_chain(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: ConvPlan, paired: bool,
+def build_chain(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: ConvPlan, kind: str,
                 hbm: dict[str, Buf], fresh_p: Callable[[str], str], fresh_c: Callable[[str], str], store: bool,
                 rename: Rename) -> tuple[list[tuple[str, int]], list[Stmt]]:
     """Both convs' preparation, then one loop over images: T's buffer (halo zeroed), the producer's nest evicting
@@ -153,7 +170,7 @@ def build_chain(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: Conv
     from tilec.compiler.build_conv import _ConvBuilder  # late: build_conv's type hints name OnChip
     name = producer.out
     t = hbm[name]
-    chip = layout(producer, pplan, consumer, t.dtype, fresh_p(f"{name}_img"), store, paired)
+    chip = layout(producer, pplan, consumer, cplan, t.dtype, fresh_p(f"{name}_img"), store, kind, hbm)
     pb = _ConvBuilder(producer, pplan, hbm, fresh_p, dst_chip=chip)
     cb = _ConvBuilder(consumer, cplan, hbm, fresh_c, src_chip=chip)
     n = pb.var["n"]
@@ -174,7 +191,7 @@ def build_chain(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: Conv
 
 
 def estimate(producer: ConvOp, plans: tuple[ConvPlan, ConvPlan], consumer: ConvOp,
-             chip: tuple[ConvPlan, ConvPlan, bool], hbm: dict, target: str) -> tuple[float, float]:
+             chip: tuple[ConvPlan, ConvPlan, str], hbm: dict, target: str) -> tuple[float, float]:
     """(HBM path, on-chip path) in ns, from the performance model's own constants: each conv's TensorE time under
     its plan (matmuls x (max(min cycles, moving columns) + fixed), x the fp32 factor); the HBM path adds T's store
     and reload (bytes over all DMA engines, and one store -> load round trip of latency), the on-chip path the
@@ -198,13 +215,12 @@ def estimate(producer: ConvOp, plans: tuple[ConvPlan, ConvPlan], consumer: ConvO
     bw = prm["dma_engines"] * prm["dma_engine_bw"]
     trip = size * (1 + copies) / bw + 2 * prm["dma_latency_ns"] + prm["dma_write_ack_ns"]
     hbm_ns = pe(producer, plans[0]) + pe(consumer, plans[1]) + trip
-    pplan, cplan, paired = chip
-    image = layout(producer, pplan, consumer, t.dtype, "", False, paired)
+    pplan, cplan, kind = chip
+    image = layout(producer, pplan, consumer, cplan, t.dtype, "", False, kind, hbm)
     _, tiles, rows, cols = image.buf.shape
     zero = producer.dim("N") * tiles * rows * cols / prm["vector_ghz"]
-    second = 0.0
-    if paired and image.row0 % 2:
-        pb = _ConvBuilder(producer, pplan, hbm, _unnamed)
-        evictions = pb.N * pb.NB * pb.G * pb.XT
-        second = evictions * (pplan.rows * pplan.tile_x + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
+    more = len(image.copies) - 1 + (1 if image.paired and image.row0 % 2 else 0)  # evictions beyond one a group
+    pb = _ConvBuilder(producer, pplan, hbm, _unnamed)
+    evictions = pb.N * pb.NB * pb.G * pb.XT * more
+    second = evictions * (pplan.rows * pplan.tile_x + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
     return hbm_ns, pe(producer, pplan) + pe(consumer, cplan) + zero + second

@@ -253,13 +253,13 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
                          f"remove the directive, or write `place {name}, hbm`")
     if not choice.on_chip:
         return None
-    pplan, cplan, paired = conv_chain.chain_plans(producer, plans[i], consumer, plans[i + 1], hbm)
+    pplan, cplan, kind = conv_chain.chain_plans(producer, plans[i], consumer, plans[i + 1], hbm)
     taken = set(prefixes)
 
     def rename(consts: list, stmts: list, out: str) -> tuple[list, list]:
         _, named_consts, named_stmts = _named(set(), (consts, stmts), out, len(ops), taken)
         return named_consts, named_stmts
-    consts, stmts = conv_chain.build_chain(producer, pplan, consumer, cplan, paired, hbm, _fresh(names, producer),
+    consts, stmts = conv_chain.build_chain(producer, pplan, consumer, cplan, kind, hbm, _fresh(names, producer),
                                            _fresh(names, consumer), choice.store, rename)
     need = passes.peak_usage(tuple(stmts))[0]
     if need > budget:

@@ -139,8 +139,9 @@ def chain_choices(ops: tuple, plans: tuple, outputs: tuple[str, ...], directives
         pair = (plan, plans[i + 1])
         hbm_ns, chip_ns = conv_chain.estimate(op, pair, nxt, conv_chain.chain_plans(op, plan, nxt, plans[i + 1], hbm),
                                               hbm, target)
-        paired = conv_chain.chain_plans(op, plan, nxt, plans[i + 1], hbm)[2]
-        how = "both convs' row pairs kept" if paired else "plain plans"
+        kind = conv_chain.chain_plans(op, plan, nxt, plans[i + 1], hbm)[2]
+        how = {"paired": "both convs' row pairs kept", "folded": f"{name} written in the second conv's folded copies",
+               "plain": "plain plans"}[kind]
         numbers = (f"the model's costs give {chip_ns / 1000:.1f} us on chip ({how}, halo zeroed per image) "
                    f"vs {hbm_ns / 1000:.1f} us through HBM (each conv's own plan, {name} stored and reloaded)")
         if forced == "hbm":
