@@ -326,9 +326,10 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int, ops: tuple = ()
         +  alloc conv: hbm f32[2, 256, 8, 6]  # tl:9
         +  view conv_v2: hbm f32[512, 8, 6] = conv  # tl:12
     sbuf is the compiler's SBUF budget per partition on the target (schedule.sbuf_budget).
-    A conv without a pool whose output another op reads (conv -> relu -> conv, a pool with overlapping windows)
-    stores it in HBM: `place T, hbm` (or `compute_at T, root`) says so and is accepted, `place T, sbuf` is a
-    located error saying why (placement.py).
+    A conv without a pool whose output another op reads (a pool with overlapping windows) stores it in HBM: `place
+    T, hbm` (or `compute_at T, root`) says so and is accepted, `place T, sbuf` is a located error saying why
+    (placement.py). Read by a conv that directly follows (conv -> relu -> conv), `place T, sbuf|hbm` is accepted
+    here and chooses where T goes (placement.chain_choices; the pipeline raises when sbuf cannot be honoured).
     """
     if isinstance(op, ConvOp) and not op.pool and isinstance(plan, ConvPlan):
         _check_chain_fusion(op, d, sbuf, ops, dtypes or {})
