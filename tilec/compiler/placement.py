@@ -63,7 +63,8 @@ def chain_reason(producer: ConvOp, consumer: ConvOp, name: str, dtype: str, budg
     window = (f"its {r}x{s} window reads {(r - 1) * consumer.dilation[0]} rows of {name} beyond each band of "
               f"output rows, {channels}" if r > 1 else f"a 1x1 window, {channels}")
     return (f"{label(consumer)} reads {name} as its moving operand in row bands ({window}); {why_not}, so "
-            f"{label(producer)} stores {name} and the second conv loads its bands back. Kept whole in SBUF, {name} would take {need} bytes per partition "
+            f"{label(producer)} stores {name} and the second conv loads its bands back. Kept whole in SBUF, {name} "
+            f"would take {need} bytes per partition "
             f"({d.get('N', 1)} x {math.ceil(d['C'] / PMAX)} channel tile(s) x {producer.dim('Ho')} x "
             f"{producer.dim('Wo')} {dtype}): it {fits} in half of the {budget // 1024} KiB SBUF budget")
 
