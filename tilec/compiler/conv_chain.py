@@ -155,10 +155,6 @@ def layout(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: ConvPlan,
     return OnChip(producer.out, buf, row0, col0, dims[2], dims[3], store, kind == "paired", rows, copies)
 
 
-def image_bytes(chip: OnChip) -> int:
-    return chip.buf.bytes_per_partition()
-
-
 Rename = Callable[[list, list, str], tuple[list, list]]  # (consts, stmts, op's output) -> prefixed (pipeline)
 
 
