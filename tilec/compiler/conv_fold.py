@@ -136,6 +136,8 @@ def chip_copies(b: _ConvBuilder, acc: View) -> list[tuple[View, View, ir.Sl]]:
         kp = sl(j * b.K, b.K)
         skip = max(0, chip.col0 + dc) if b.XT == 1 else 0
         assert b.XT == 1 or chip.col0 + dc <= 0
+        if skip >= p.tile_x:  # every column lands left of the copy (it holds only halo: stays zero)
+            continue
         cols = sl(a(term(V["x"], p.tile_x, b.cn["x"]), skip - chip.col0 - dc), p.tile_x - skip)
         dst = View(chip.buf, (kp, a(0), sl(first.plus(-chip.row0 - dr), p.rows), cols))
         out.append((dst, View(acc.buf, (kp, full(p.rows), sl(skip, p.tile_x - skip))), kp))
