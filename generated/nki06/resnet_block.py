@@ -34,7 +34,6 @@ def resnet_block(X, W1, b1, W2, b2):
     assert W2.shape == (64, 64, 3, 3), 'resnet_block was compiled for W2 of shape (64, 64, 3, 3); recompile with tilec compile -D C=...'
     assert b2.shape == (64,), 'resnet_block was compiled for b2 of shape (64,); recompile with tilec compile -D C=...'
     Y = nl.ndarray((1, 64, 16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
-    T = nl.ndarray((1, 64, 16, 16), dtype=nl.float32, buffer=nl.hbm)  # tl:8
 
     # ---- weights W1: contraction-major, resident in SBUF
     W1_T = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
@@ -43,24 +42,24 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.dma_copy(dst=W1_rows[64:128], src=W1)  # tl:14
     W1_taps = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     nisa.memset(dst=W1_taps, value=0.0)  # tl:14
-    nisa.tensor_copy(dst=W1_taps[0:64, 0, 0:64], src=W1_rows[0:64, :, 0, 0])  # tl:14
-    nisa.activation(dst=W1_taps[0:64, 0, 64:128], op=nl.copy, data=W1_rows[0:64, :, 1, 0])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[64:128, 0, 64:128], src=W1_rows[64:128, :, 0, 0])  # tl:14
-    nisa.activation(dst=W1_taps[0:64, 1, 0:64], op=nl.copy, data=W1_rows[0:64, :, 2, 0])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[64:128, 1, 0:64], src=W1_rows[64:128, :, 1, 0])  # tl:14
-    nisa.activation(dst=W1_taps[64:128, 1, 64:128], op=nl.copy, data=W1_rows[64:128, :, 2, 0])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[0:64, 2, 0:64], src=W1_rows[0:64, :, 0, 1])  # tl:14
-    nisa.activation(dst=W1_taps[0:64, 2, 64:128], op=nl.copy, data=W1_rows[0:64, :, 1, 1])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[64:128, 2, 64:128], src=W1_rows[64:128, :, 0, 1])  # tl:14
-    nisa.activation(dst=W1_taps[0:64, 3, 0:64], op=nl.copy, data=W1_rows[0:64, :, 2, 1])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[64:128, 3, 0:64], src=W1_rows[64:128, :, 1, 1])  # tl:14
-    nisa.activation(dst=W1_taps[64:128, 3, 64:128], op=nl.copy, data=W1_rows[64:128, :, 2, 1])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[0:64, 4, 0:64], src=W1_rows[0:64, :, 0, 2])  # tl:14
-    nisa.activation(dst=W1_taps[0:64, 4, 64:128], op=nl.copy, data=W1_rows[0:64, :, 1, 2])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[64:128, 4, 64:128], src=W1_rows[64:128, :, 0, 2])  # tl:14
-    nisa.activation(dst=W1_taps[0:64, 5, 0:64], op=nl.copy, data=W1_rows[0:64, :, 2, 2])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[64:128, 5, 0:64], src=W1_rows[64:128, :, 1, 2])  # tl:14
-    nisa.activation(dst=W1_taps[64:128, 5, 64:128], op=nl.copy, data=W1_rows[64:128, :, 2, 2])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 0, 0:64], src=W1_rows[64:128, :, 0, 0])  # tl:14
+    nisa.activation(dst=W1_taps[64:128, 0, 64:128], op=nl.copy, data=W1_rows[64:128, :, 1, 0])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[0:64, 0, 64:128], src=W1_rows[0:64, :, 0, 0])  # tl:14
+    nisa.activation(dst=W1_taps[64:128, 1, 0:64], op=nl.copy, data=W1_rows[64:128, :, 2, 0])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[0:64, 1, 0:64], src=W1_rows[0:64, :, 1, 0])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 1, 64:128], op=nl.copy, data=W1_rows[0:64, :, 2, 0])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 2, 0:64], src=W1_rows[64:128, :, 0, 1])  # tl:14
+    nisa.activation(dst=W1_taps[64:128, 2, 64:128], op=nl.copy, data=W1_rows[64:128, :, 1, 1])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[0:64, 2, 64:128], src=W1_rows[0:64, :, 0, 1])  # tl:14
+    nisa.activation(dst=W1_taps[64:128, 3, 0:64], op=nl.copy, data=W1_rows[64:128, :, 2, 1])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[0:64, 3, 0:64], src=W1_rows[0:64, :, 1, 1])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 3, 64:128], op=nl.copy, data=W1_rows[0:64, :, 2, 1])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 4, 0:64], src=W1_rows[64:128, :, 0, 2])  # tl:14
+    nisa.activation(dst=W1_taps[64:128, 4, 64:128], op=nl.copy, data=W1_rows[64:128, :, 1, 2])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[0:64, 4, 64:128], src=W1_rows[0:64, :, 0, 2])  # tl:14
+    nisa.activation(dst=W1_taps[64:128, 5, 0:64], op=nl.copy, data=W1_rows[64:128, :, 2, 2])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[0:64, 5, 0:64], src=W1_rows[0:64, :, 1, 2])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 5, 64:128], op=nl.copy, data=W1_rows[0:64, :, 2, 2])  # tl:14
     for tap_g in range(6):  # tl:14  prepare W1: row pairs
         W1_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
         nisa.nc_transpose(dst=W1_tp, data=W1_taps[:, tap_g])  # tl:14
@@ -70,25 +69,6 @@ def resnet_block(X, W1, b1, W2, b2):
     b1_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     nisa.dma_copy(dst=b1_col[0:64], src=b1)  # tl:12
     nisa.dma_copy(dst=b1_col[64:128], src=b1)  # tl:12
-
-    # ---- main: T by row bands
-
-    # ---- input band X: all contraction tiles, shared by every output tile
-    X_band = nl.ndarray((128, 18, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    nisa.memset(dst=X_band, value=0.0)  # tl:14
-    nisa.dma_copy(dst=X_band[0:64, 1:17, 1:17], src=X[0])  # tl:14
-    nisa.dma_copy(dst=X_band[64:128, 0:16, 1:17], src=X[0])  # tl:14
-    T_band = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    T_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 0], moving=X_band[:, 0:15:2, 0:16], accumulate=False)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 1], moving=X_band[:, 2:17:2, 0:16], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 2], moving=X_band[:, 0:15:2, 1:17], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 3], moving=X_band[:, 2:17:2, 1:17], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 4], moving=X_band[:, 0:15:2, 2:18], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 5], moving=X_band[:, 2:17:2, 2:18], accumulate=True)  # tl:14
-    nisa.activation(dst=T_band, op=nl.relu, data=T_acc, bias=b1_col)  # tl:12
-    nisa.dma_copy(dst=T[0, :, 0:15:2], src=T_band[0:64])  # tl:12
-    nisa.dma_copy(dst=T[0, :, 1:16:2], src=T_band[64:128])  # tl:12
 
     # ---- weights W2: contraction-major, resident in SBUF
     W2_T = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
@@ -125,13 +105,24 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.dma_copy(dst=b2_col[0:64], src=b2)  # tl:16
     nisa.dma_copy(dst=b2_col[64:128], src=b2)  # tl:16
 
-    # ---- main: U by row bands, fused into Y
+    # ---- main: T then U image by image, T kept in SBUF, fused into Y
+    T_img = nl.ndarray((128, 9, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    nisa.memset(dst=T_img, value=0.0)  # tl:12
 
-    # ---- input band T: all contraction tiles, shared by every output tile
-    T_band2 = nl.ndarray((128, 18, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-    nisa.memset(dst=T_band2, value=0.0)  # tl:18
-    nisa.dma_copy(dst=T_band2[0:64, 1:17, 1:17], src=T[0])  # tl:18
-    nisa.dma_copy(dst=T_band2[64:128, 0:16, 1:17], src=T[0])  # tl:18
+    # ---- input band X: all contraction tiles, shared by every output tile
+    X_band = nl.ndarray((128, 18, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    nisa.memset(dst=X_band, value=0.0)  # tl:14
+    nisa.dma_copy(dst=X_band[0:64, 1:17, 1:17], src=X[0])  # tl:14
+    nisa.dma_copy(dst=X_band[64:128, 0:16, 1:17], src=X[0])  # tl:14
+    T_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 0], moving=X_band[:, 0:15:2, 0:16], accumulate=False)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 1], moving=X_band[:, 2:17:2, 0:16], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 2], moving=X_band[:, 0:15:2, 1:17], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 3], moving=X_band[:, 2:17:2, 1:17], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 4], moving=X_band[:, 0:15:2, 2:18], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 5], moving=X_band[:, 2:17:2, 2:18], accumulate=True)  # tl:14
+    nisa.activation(dst=T_img[0:64, 1:9, 1:17], op=nl.relu, data=T_acc[0:64], bias=b1_col[0:64])  # tl:12
+    nisa.activation(dst=T_img[64:128, 0:8, 1:17], op=nl.relu, data=T_acc[64:128], bias=b1_col[64:128])  # tl:12
 
     # ---- X: the band added on the eviction
     X_skip = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
@@ -139,12 +130,12 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.dma_copy(dst=X_skip[64:128], src=X[0, :, 1:16:2])  # tl:20
     Y_band = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     U_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:16
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 0], moving=T_band2[:, 0:15:2, 0:16], accumulate=False)  # tl:18
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 1], moving=T_band2[:, 2:17:2, 0:16], accumulate=True)  # tl:18
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 2], moving=T_band2[:, 0:15:2, 1:17], accumulate=True)  # tl:18
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 3], moving=T_band2[:, 2:17:2, 1:17], accumulate=True)  # tl:18
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 4], moving=T_band2[:, 0:15:2, 2:18], accumulate=True)  # tl:18
-    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 5], moving=T_band2[:, 2:17:2, 2:18], accumulate=True)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 0], moving=T_img[:, 0:8, 0:16], accumulate=False)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 1], moving=T_img[:, 1:9, 0:16], accumulate=True)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 2], moving=T_img[:, 0:8, 1:17], accumulate=True)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 3], moving=T_img[:, 1:9, 1:17], accumulate=True)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 4], moving=T_img[:, 0:8, 2:18], accumulate=True)  # tl:18
+    nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 5], moving=T_img[:, 1:9, 2:18], accumulate=True)  # tl:18
     U_act = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     nisa.activation(dst=U_act, op=nl.copy, data=U_acc, bias=b2_col)  # tl:16
     nisa.tensor_tensor(dst=Y_band, data1=U_act, data2=X_skip, op=nl.add)  # tl:20

@@ -172,9 +172,17 @@ def _placement(c: Compiled) -> list[str]:
     for chain in c.result.chains:  # a row chain's temporaries live in its row tiles; it stores its last op's output
         fused_into.update({outs[name]: f"the row chain writing {outs[chain[-1]]}" for name in chain[:-1]})
     lines = []
+    placed = {name: (on_chip, why) for name, on_chip, why in c.result.placed}  # conv -> conv chains
     for name, t in c.program.tensors.items():
-        if t.kind != "temp":
+        if t.kind != "temp" and name in placed and placed[name][0]:
+            where = f"HBM ({t.kind}) and SBUF, one image at a time (conv -> conv chain)\n" + _wrap(placed[name][1])
+        elif t.kind != "temp":
             where = f"HBM ({t.kind})"
+        elif name in placed and placed[name][0]:
+            where = ("SBUF, one image at a time (conv -> conv chain)" + (" and HBM" if name in in_hbm else "") +
+                     "\n" + _wrap(placed[name][1]))
+        elif name in in_hbm and name in placed:
+            where = "HBM scratch (not fused: written, then read back)\n" + _wrap(placed[name][1])
         elif name in in_hbm:
             why = hbm_reason(c.result.ops, name, t.dtype, sbuf_budget(c.result.target), c.result.unfused)
             where = "HBM scratch (not fused: written, then read back)\n" + _wrap(why)

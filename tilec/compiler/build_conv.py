@@ -13,14 +13,16 @@ The kernel it builds is the assignment's shifted-matmul convolution:
         epilogue: activation(acc + bias) [relu] -> pool (vector engine) -> out band (SBUF)
       out band -> HBM, one DMA
 
+The builder's features live in their own files: conv_weights.py (the stationary operand and bias), conv_fold.py
+(filter taps folded into the contraction partitions), conv_pairs.py (row pairs and band halves); conv_chain.py keeps
+a conv -> conv intermediate on chip (the builder's src_chip / dst_chip).
+
 Channel counts without a good divisor (C = 257, K = 251: primes above 128) get a ragged plan: 128-channel tiles in
 the loops above plus one remainder tile after them (`over_k`, `over_c`), kept in the first KR (CR) partitions of one
 more tile of the same buffers; the remainder's loads and matmuls use constant offsets instead of a loop variable.
 
-Row phases (ConvPlan.pair = 2, 32 or 64 output channels, folded taps): the stationary's two column halves compute
-two parts of the output rows, so each matmul fills twice the output partitions: row pairs (C <= 64, fp32) put the
-even and odd output rows there (copy 1 of the band one row down: the input rows between serve both), band halves
-(2 R C <= 128: first layers, the stem) the two halves of a row band (a band copy per tap row, tap column and half).
+Row phases (ConvPlan.pair = 2: conv_pairs.py) and folded taps (ConvPlan.fold: conv_fold.py) use band copies on more
+partitions; their files say how.
 
 A matmul's bias along its output columns (C[i, j] = b[j] + ...) is a row, not a per-partition column: it is copied
 to every partition once before the nest (b_bc = ones[1, TILE_I].T @ b[1, tile of j], a contraction of 1 on TensorE)
@@ -30,23 +32,21 @@ pass per contraction tile.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_depthwise, ir
-from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, pool_epilogue, sl, term
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full, whole
+from tilec.compiler import conv_fold, conv_pairs, conv_weights
+from tilec.compiler.build_util import a, hbm_view, loop, pool_epilogue, prep_notes, sl, term
+from tilec.compiler.conv_fold import fold_groups
+from tilec.compiler.conv_pairs import pair_groups
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
 from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
 
-
-def hbm_view(base: Buf, shape: tuple[int, ...], name: str, line: int) -> tuple[Buf, list[Stmt]]:
-    """`base` seen with `shape` (a free reshape of contiguous HBM), or base itself if the shapes agree."""
-    if base.shape == shape:
-        return base, []
-    view = Buf(name, "hbm", base.dtype, shape)
-    return view, [Reshape(view, base, line)]
+if TYPE_CHECKING:
+    from tilec.compiler.conv_chain import OnChip
 
 
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
@@ -92,12 +92,6 @@ def operand_words(op: ConvOp) -> dict[str, str]:
             "bands": f"tiles of {rows}", "x_buf": "tiles", "out_buf": "rows"}
 
 
-def prep_notes(stmts: list[Stmt], what: str) -> list[Stmt]:
-    """Loops that prepare an operand carry the line of the statement using it; the note says they only prepare it."""
-    return [replace(s, note=f"{what}: {s.note}", body=tuple(prep_notes(list(s.body), what)))
-            if isinstance(s, ir.Loop) else s for s in stmts]
-
-
 def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
     """role -> loop variable of the built nest: the user's own for n, r, s; derived from the user's loop for tiles
     (`i_t`: tile index of i, `y_b`: row band of y, `y_g`: row group in the band, `x_b`: column band of x)."""
@@ -115,42 +109,17 @@ def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
     return {**out, **own, "kw": out["k"], "kb": out["k"]}
 
 
-def fold_groups(r: int, s: int, fold: int) -> list[list[tuple[int, int]]]:
-    """Tap groups for `fold` taps per matmul: the deltas are the first `fold` taps (row-major); each group is a
-    base tap plus the longest prefix of the deltas that lands on taps not yet covered (3x3 taps 2 at a time:
-    [(r, 0), (r, 1)], [(r, 2)] for each r; 9 at a time: one group)."""
-    taps = [(i, j) for i in range(r) for j in range(s)]
-    deltas = taps[:fold]
-    covered: set[tuple[int, int]] = set()
-    groups = []
-    for base in taps:
-        if base in covered:
-            continue
-        group = []
-        for dr, ds in deltas:
-            tap = (base[0] + dr, base[1] + ds)
-            if tap[0] >= r or tap[1] >= s or tap in covered:
-                break
-            group.append(tap)
-        covered.update(group)
-        groups.append(group)
-    return groups
-
-
-def pair_groups(r: int, s: int) -> list[tuple[int, int]]:
-    """Row pairs: (u, s) per matmul, u = 0, 2, .. up to R. Copy j of the band (X shifted by j rows) read from band row
-    u feeds the even output rows with tap row u + j and the odd ones with tap row u + j - 1, so R + 1 input row
-    offsets cover both phases in ceil((R + 1) / 2) matmuls per column tap (3x3: 6 matmuls per 2 output rows)."""
-    return [(u, j) for j in range(s) for u in range(0, r + 1, 2)]
-
-
-def pair_blocks(u: int, r: int) -> list[tuple[int, int, int]]:
-    """(copy j, row phase h, tap row) of the stationary blocks a row pair based at u fills (the others stay 0)."""
-    return [(j, h, u + j - h) for j in range(2) for h in range(2) if 0 <= u + j - h < r]
-
-
 class _ConvBuilder:
-    def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh) -> None:
+    bias_col: Buf  # the bias as one column per out-channel tile (conv_weights.bias)
+    bias_bc: Buf  # a matmul's row bias on every partition (conv_weights.bias_row)
+
+    def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh,
+                 src_chip: "OnChip | None" = None, dst_chip: "OnChip | None" = None) -> None:
+        # a conv -> conv chain kept in SBUF (conv_chain.py): src_chip is this conv's moving operand already on chip
+        # (its matmuls read it in place, no band loads), dst_chip the buffer its eviction writes (no output band)
+        self.src_chip, self.dst_chip = src_chip, dst_chip
+        # row pairs evicted into a paired image whose copies start at an odd row: odd rows on the first half
+        self.swap = int(dst_chip is not None and dst_chip.paired and dst_chip.row0 % 2 == 1)
         if op.w_layout == "dw":  # depthwise: an out-channel tile reads the in-channel tile of the same channels
             plan = replace(plan, tile_c=plan.tile_k, fold=1)
         self.KG = dict(op.dims)["K"] // op.groups  # output channels per group (all of K unless grouped)
@@ -222,7 +191,10 @@ class _ConvBuilder:
             self.pairs = pair_groups(self.R, self.S)
             self.G = plan.band // (2 * plan.rows)
         self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
-        self.PK = self.pair * plan.tile_k  # partitions of the accumulator and the output band
+        # a chain's producer writing a folded image (conv_chain.OnChip.copies): its stationary repeats the output
+        # channels once per copy (free on TensorE), so each copy's partitions of the accumulator hold all of them
+        self.dup = len(dst_chip.copies) if dst_chip is not None else 1
+        self.PK = self.pair * plan.tile_k * self.dup  # partitions of the accumulator and the output band
         self.ks = plan.tile_k  # and its channel count
         self.cn = const_names(op, fresh)
         self.words = operand_words(op)
@@ -269,15 +241,30 @@ class _ConvBuilder:
     # ---- buffers -------------------------------------------------------------------------------------------------
 
     def build(self) -> list[Stmt]:
+        fused = f", fused into {self.op.out}" if self.op.fused else ""
+        return self.prelude() + [ir.Block(f"main: {self.op.name} by {self.words['bands']}{fused}",
+                                          tuple(self.nest(0)), self.line)]
+
+    def per_image(self) -> list[Stmt]:
+        """The nest inside the loop over images (the plan's order starts with n): a chain's two convs share it."""
+        assert self.p.order[0] == "n", self.p.order
+        return self.nest(1)
+
+    def prelude(self) -> list[Stmt]:
+        """HBM views, weights, bias: everything before the main nest."""
         op, line, fresh = self.op, self.line, self.fresh
         xshape = (self.N, self.W, self.C) if op.x_transposed else (self.N, self.C, self.H, self.W)
         x4, s1 = hbm_view(self.hbm[op.x], xshape, fresh(f"{op.x}_v"), line)
+        if self.src_chip is not None:
+            s1 = []  # the input is already in SBUF: no HBM tensor to view
         wshape: tuple[int, ...] = (self.K, self.C // op.groups, self.R, self.S) if op.w_layout == "kc" else \
             (self.K, self.R, self.S) if op.w_layout == "dw" else (self.C, self.K, self.R, self.S)
         wshape = (self.N,) * op.w_batch + wshape  # a batched matmul: one stationary matrix per batch index
         w4, s2 = hbm_view(self.hbm[op.w], wshape, fresh(f"{op.w}_v"), line)
         oshape = (self.N, self.K, self.Ho // self.wy, self.Wo // self.wx)
         o4, s3 = hbm_view(self.hbm[op.out], oshape, fresh(f"{op.out}_v"), line)
+        if self.dst_chip is not None and not self.dst_chip.store:
+            s3 = []  # the output stays in SBUF: no HBM tensor to view
         self.x4, self.w4, self.o4 = x4, w4, o4
         stmts: list[Stmt] = s1 + s2 + s3
         if op.residual:
@@ -291,21 +278,21 @@ class _ConvBuilder:
                 self.s6, s6 = hbm_view(self.hbm[op.residual], hshape, fresh(f"{op.residual}_halves"), line)
                 stmts += s6
         if self.p.hoist_w == "root":
-            stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF", tuple(self.weights(False)),
+            stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF",
+                                  tuple(conv_weights.weights(self, False)),
                                   line))
         if op.bias and op.bias_role == "x":
             label = f"bias {op.bias}: a row along {dict(op.vars)['x']}, copied to every partition once"
-            stmts.append(ir.Block(label, tuple(self.bias_row()), line))
+            stmts.append(ir.Block(label, tuple(conv_weights.bias_row(self)), line))
         elif op.bias:
-            stmts.append(ir.Block(f"bias {op.bias}: one column per {self.words['k_tile']}", tuple(self.bias()), line))
-        if self.p.x_bufs == 1:
+            stmts.append(ir.Block(f"bias {op.bias}: one column per {self.words['k_tile']}",
+                                  tuple(conv_weights.bias(self)), line))
+        if self.p.x_bufs == 1 and self.src_chip is None:
             stmts.append(Alloc(self.x_band_buf(), line=line))
-        fused = f", fused into {op.out}" if op.fused else ""
-        stmts.append(ir.Block(f"main: {op.name} by {self.words['bands']}{fused}", tuple(self.nest(0)), line))
         return stmts
 
     def wt_buf(self, local: bool) -> Buf:
-        k = self.p.tile_k if local else self.K
+        k = (self.p.tile_k if local else self.K) * self.dup
         if self.op.w_layout == "dw":  # one fp32 column per tap and channel: the per-partition scale of ScalarE
             name = f"{self.op.w}_col" if not local or self.kv else f"{self.op.w}_col_rest"
             return Buf(self.fresh(name), "sbuf", "f32", (self.p.tile_k, 1 if local else self.KTB, self.R, self.S))
@@ -320,6 +307,8 @@ class _ConvBuilder:
         return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype, shape)
 
     def x_band_buf(self) -> Buf:
+        if self.src_chip is not None:  # the whole image, already in SBUF (with its zero halo)
+            return self.src_chip.buf
         parts = len(self.shifts) * self.C if self.fold > 1 else self.p.tile_c
         rows = self.copy_rows() if self.fold > 1 else self.in_rows()
         return Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}"), "sbuf", self.hbm[self.op.x].dtype,
@@ -347,6 +336,8 @@ class _ConvBuilder:
         return max(0, -start), max(0, start + size - extent)
 
     def band_clip(self, band: int) -> tuple[int, int]:
+        if self.src_chip is not None:  # the on-chip image holds its halo: no band is peeled
+            return (0, 0)
         return self.clip(band * self.p.band * self.sy + self.oy, self.in_rows(), self.H)
 
     def _check_halo(self) -> None:
@@ -359,7 +350,8 @@ class _ConvBuilder:
         if self.op.w_batch and self.p.hoist_w == "root":
             raise TilecError(f"{self.op.w} has one matrix per batch index: it cannot be loaded once for all of them",
                              self.op.span, f"drop `hoist {self.op.w}, root`")
-        if self.p.x_bufs == 1 and (self.ox or any(self.band_clip(b) != (0, 0) for b in range(self.NB))):
+        if self.p.x_bufs == 1 and self.src_chip is None and (
+                self.ox or any(self.band_clip(b) != (0, 0) for b in range(self.NB))):
             raise TilecError(f"one buffer for the input bands of the zero-padded read of {self.op.x} is not "
                              "compiled yet (each band zeroes its halo)", self.op.span,
                              f"drop `buffers {self.op.x}, 1`")
@@ -374,200 +366,6 @@ class _ConvBuilder:
         return term(var, size, name) if stride == 1 else term(var, size * stride)
 
     # ---- phases --------------------------------------------------------------------------------------------------
-
-    def weights(self, local: bool) -> list[Stmt]:
-        """Load W k-major and transpose each (c-tile, tap) block on TensorE; `local`: only the current out-channel
-        part (self.kv, self.ks), into a buffer of one out-channel tile."""
-        op, p, line, V = self.op, self.p, self.L["update"], self.var
-        wt = self.wt_buf(local)
-        out: list[Stmt] = [Alloc(wt, line=line)]
-        if op.w_layout == "dw":
-            def load(kv: str | None, ks: int) -> list[Stmt]:
-                ti = a(0) if local else self.tile_index(kv, self.KT)
-                return [Dma(View(wt, (self.part(ks, p.tile_k), ti, full(self.R), full(self.S))),
-                            self.w_view((sl(self.k_start(kv), ks), full(self.R), full(self.S))), line)]
-            if local:
-                return out + prep_notes(load(self.kv, self.ks), f"prepare {op.w}")
-            return out + prep_notes(self.over_k(V["kw"], load, f"{self.T['k']} (tiles of {self.cn['k']})", line),
-                                    f"prepare {op.w}")
-        if self.pair > 1:
-            return out + prep_notes(self.weights_paired(wt), f"prepare {op.w}")
-        if self.fold > 1:
-            if local:
-                return out + prep_notes(self.weights_folded(wt, self.kv, self.ks, True), f"prepare {op.w}")
-            return out + prep_notes(self.over_k(V["kw"], lambda kv, ks: self.weights_folded(wt, kv, ks, False),
-                                                f"{self.T['k']} (tiles of {self.cn['k']})", line), f"prepare {op.w}")
-        r, s = V["r"], V["s"]
-        pt = self.part
-        if op.w_layout == "ck":
-            kslice = sl(self.k_start(self.kv), self.ks) if local else full(self.K)
-            kdst = pt(self.ks, p.tile_k) if local else full(self.K)
-
-            def load_c(cv: str | None, cs: int) -> list[Stmt]:
-                return [Dma(View(wt, (pt(cs, p.tile_c), self.tile_index(cv, self.CT), kdst, full(self.R),
-                                      full(self.S))),
-                            self.w_view((sl(self.c_start(cv), cs), kslice, full(self.R), full(self.S))), line)]
-            return out + prep_notes(self.over_c(V["c"], load_c, line), f"prepare {op.w}")
-        per_c = p.w_split == "c"  # one DMA per (k-tile, c-tile) block: the first transposes wait for less data
-        raw = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else self.C,
-                                                                 self.R, self.S))
-        # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
-        tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
-
-        def per_k(kv: str | None, ks: int) -> list[Stmt]:
-            def load(cv: str | None, cs: int) -> list[Stmt]:
-                if op.groups > 1:
-                    return self.weights_grouped(raw, kv, ks)
-                csrc = sl(self.c_start(cv), cs) if per_c else full(self.C)
-                return [Alloc(raw, line=line),
-                        Dma(View(raw, (pt(ks, p.tile_k), pt(cs, p.tile_c) if per_c else full(self.C), full(self.R),
-                                       full(self.S))),
-                            self.w_view((sl(self.k_start(kv), ks), csrc, full(self.R), full(self.S))), line)]
-            kdst = pt(ks, p.tile_k) if local else sl(self.k_start(kv), ks)
-
-            def taps(cv: str | None, cs: int) -> list[Stmt]:
-                tpv = View(tp, (pt(cs, p.tile_c), pt(ks, p.tile_k)))
-                src_c = pt(cs, p.tile_c) if per_c else sl(self.c_start(cv), cs)
-                tap: list[Stmt] = [Alloc(tp, line=line),
-                                   ir.Transpose(tpv, View(raw, (pt(ks, p.tile_k), src_c, a(r), a(s))), "pe", line),
-                                   ir.Copy(View(wt, (pt(cs, p.tile_c), self.tile_index(cv, self.CT), a(r), a(s),
-                                                     kdst)), tpv, line)]
-                per_tap = loop(r, self.R, loop(s, self.S, tap, note=self.T["s"], line=line), note=self.T["r"],
-                               line=line)
-                return (load(cv, cs) if per_c else []) + per_tap
-            return ([] if per_c else load(None, 0)) + self.over_c(V["c"], taps, line)
-        if local:
-            return out + prep_notes(per_k(self.kv, self.ks), f"prepare {op.w}")
-        return out + prep_notes(self.over_k(V["kw"], per_k, f"{self.T['k']} (tiles of {self.cn['k']})", line),
-                                f"prepare {op.w}")
-
-    def weights_grouped(self, raw: Buf, kv: str | None, ks: int) -> list[Stmt]:
-        """A grouped convolution's rows of W for one out-channel tile, placed block-diagonally: the rows of group j
-        of the tile (partitions j*Kg..) hold W[k, 0..Cg] at the group's input channels, zeros elsewhere, so the
-        per-tap PE transposes give a stationary that covers all the tile's groups in one matmul."""
-        line, kg, cg = self.L["update"], self.KG, self.C // self.op.groups
-        jv = self.fresh("grp")
-        # the tile's first group: k_start / Kg, times Cg input channels per group
-        first = a(term(kv, self.p.tile_k // kg * cg)) if kv else a(self.KT * self.p.tile_k // kg * cg)
-        rows = (sl(a(term(jv, kg)), kg), sl(first.plus(a(term(jv, cg))), cg), full(self.R), full(self.S))
-        load = Dma(View(raw, rows), self.w_view((sl(self.k_start(kv).plus(a(term(jv, kg))), kg), full(cg),
-                                                   full(self.R), full(self.S))), line)
-        return [Alloc(raw, zero=True, line=line)] + loop(jv, ks // kg, [load], note="groups of the tile", line=line)
-
-    def weights_folded(self, wt: Buf, kv: str | None, ks: int, local: bool) -> list[Stmt]:
-        """The stationary block of each tap group: rows j*C + c hold W[k, c, tap j of the group]; k-major weights
-        are gathered per tap into rows [k, j*C + c] and transposed on TensorE once per group."""
-        op, p, line, C = self.op, self.p, self.L["update"], self.C
-        kslice = sl(self.k_start(kv), ks)
-        kdst = self.part(ks, p.tile_k) if local else kslice
-        if op.w_layout == "ck":
-            return [Dma(View(wt, (sl(j * C, C), a(g), kdst)), self.w_view((full(C), kslice, a(r), a(s))), line)
-                    for g, taps in enumerate(self.groups) for j, (r, s) in enumerate(taps)]
-        rows = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, C, self.R, self.S))
-        raw = Buf(self.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (p.tile_k, len(self.groups), self.fold * C))
-        tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (self.fold * C, p.tile_k))
-        kp = self.part(ks, p.tile_k)
-        # W's rows in one contiguous DMA, regrouped by tap on chip; zeroed: a last group of fewer taps transposes
-        # zeros into its unused rows (one loop over the groups)
-        out: list[Stmt] = [Alloc(rows, line=line), Dma(View(rows, (kp, full(C), full(self.R), full(self.S))),
-                                                      self.w_view((kslice, full(C), full(self.R), full(self.S))), line),
-                           Alloc(raw, zero=len(self.groups[-1]) < self.fold, line=line)]
-        out += [ir.Copy(View(raw, (kp, a(g), sl(j * C, C))), View(rows, (kp, full(C), a(r), a(s))), line)
-                for g, taps in enumerate(self.groups) for j, (r, s) in enumerate(taps)]
-        gv = self.fresh("tap_g")
-        tpv = View(tp, (full(self.fold * C), kp))
-        body: list[Stmt] = [Alloc(tp, line=line),
-                            ir.Transpose(tpv, View(raw, (kp, a(gv), full(self.fold * C))), "pe", line),
-                            ir.Copy(View(wt, (full(self.fold * C), a(gv), kdst)), tpv, line)]
-        return out + loop(gv, len(self.groups), body, note="tap groups", line=line)
-
-    def weights_paired(self, wt: Buf) -> list[Stmt]:
-        """The stationary of each row pair (u, s): block (copy j, phase h), rows j*C + c and columns h*K + k, holds
-        W[k, c, u + j - h, s] (zero where that is no tap). W's rows are loaded onto both partition halves, gathered
-        per block on chip and transposed on TensorE once per pair (a [2K, 2C] -> [2C, 2K] transpose). Band halves:
-        group g's block (copy (c, h, r), half h) holds W[k, :, r, g * M + c] and the transposed columns interleave
-        (column 2k + h)."""
-        op, line, C, K = self.op, self.L["update"], self.C, self.K
-        parts = len(self.shifts) * C  # the contraction rows: the band copies
-        rows = Buf(self.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (2 * K, C, self.R, self.S))
-        raw = Buf(self.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, self.n_groups, parts))
-        tp = Buf(self.fresh(f"{op.w}_tp"), "psum", wt.dtype, (parts, 2 * K))
-        whole_w = (full(C), full(self.R), full(self.S))
-        out: list[Stmt] = [Alloc(rows, line=line)]
-        out += [Dma(View(rows, (sl(h * K, K),) + whole_w), self.w_view((full(K),) + whole_w), line) for h in range(2)]
-        out.append(Alloc(raw, zero=True, line=line))
-        blocks = self.half_blocks() if self.halves else \
-            [(g, j, h, r, s) for g, (u, s) in enumerate(self.pairs) for j, h, r in pair_blocks(u, self.R)]
-        # the gathers alternate between VectorE and ScalarE (an exact copy: fp32 holds every f16/bf16 value): the
-        # first matmuls wait for them (conv3x3same 2.70x -> 2.42x, the stem's 98 blocks 5.5x -> 4.7x at batch 1)
-        for i, (g, j, h, r, s) in enumerate(blocks):
-            dst = View(raw, (sl(h * K, K), a(g), sl(j * C, C)))
-            src = View(rows, (sl(h * K, K), full(C), a(r), a(s)))
-            scalar = i % 2 == 1
-            out.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
-        gv = self.fresh("tap_g")
-        body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), full(parts))),
-                                                               "pe", line)]
-        if self.halves:  # band halves interleave the halves' output channels: stationary column 2k + h
-            body += [ir.Copy(View(wt, (full(parts), a(gv), sl(h, K, 2))), View(tp, (full(parts), sl(h * K, K))), line)
-                     for h in range(2)]
-        else:
-            body.append(ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line))
-        return out + loop(gv, self.n_groups, body, note="tap columns" if self.halves else "row pairs", line=line)
-
-    def half_blocks(self) -> list[tuple[int, int, int, int, int]]:
-        """(group, copy, half, tap row, tap column) of the band halves' stationary blocks: copy (h, r, c) in group g
-        holds tap (r, g * M + c) of half h, if there is such a tap."""
-        rows = [(h, r, c) for c in range(self.M) for h in range(2) for r in range(self.R)]
-        return [(g, j, h, r, c + s0) for g, (_, s0) in enumerate(self.pairs) for j, (h, r, c) in enumerate(rows)
-                if c + s0 < self.S]
-
-    def w_view(self, idx: tuple) -> View:
-        """A region of the stationary operand in HBM (of the current batch index's matrix when batched)."""
-        return View(self.w4, ((a(self.var["n"]),) if self.op.w_batch else ()) + idx)
-
-    def bias(self) -> list[Stmt]:
-        op, p, line = self.op, self.p, self.line
-        assert op.bias is not None  # built only for an op with a bias
-        b2, st = hbm_view(self.hbm[op.bias], (self.K, 1), self.fresh(f"{op.bias}_v"), line)
-        col = Buf(self.fresh(f"{op.bias}_col"), "sbuf", "f32", (self.PK, self.KTB))
-        self.bias_col = col
-        if self.halves:  # b[k] on partitions 2k and 2k + 1: b twice side by side, moved to the partitions in order
-            pairs = Buf(self.fresh(f"{op.bias}_twice"), "sbuf", "f32", (self.K, 2))
-            return st + [Alloc(pairs, line=line), Alloc(col, line=line)] + \
-                [Dma(View(pairs, (full(self.K), sl(h, 1))), whole(b2), line) for h in range(2)] + \
-                [Dma(whole(col), whole(pairs), line)]
-        if self.pair > 1:  # one copy per row phase (the output band's partition halves)
-            return st + [Alloc(col, line=line)] + [Dma(View(col, (sl(h * self.K, self.K), full(1))), whole(b2), line)
-                                                   for h in range(2)]
-
-        def body(kv: str | None, ks: int) -> list[Stmt]:
-            return [Dma(View(col, (self.part(ks, p.tile_k), sl(self.tile_index(kv, self.KT), 1))),
-                        View(b2, (sl(self.k_start(kv), ks), full(1))), line)]
-        self.bias_col = col
-        note = f"{self.T['k']} (tiles of {self.cn['k']})"
-        return st + [Alloc(col, line=line)] + prep_notes(self.over_k(self.var["kb"], body, note, line),
-                                                         f"load {op.bias} as columns")
-
-    def bias_row(self) -> list[Stmt]:
-        """b[x] on every partition: b_bc[p, x] = b[x], one broadcast matmul per column tile (TILE_X moving columns,
-        contraction 1) before the nest, instead of a K=1 matmul per output tile inside the accumulation."""
-        op, p, line = self.op, self.p, self.line
-        assert op.bias is not None
-        dt = self.hbm[op.bias].dtype
-        row_v, st = hbm_view(self.hbm[op.bias], (1, self.Wo), self.fresh(f"{op.bias}_v"), line)
-        row = Buf(self.fresh(f"{op.bias}_row"), "sbuf", dt, (1, self.Wo))
-        ones, made = ones_row(self.fresh(f"ones_{dt}"), dt, p.tile_k, line)
-        bc = Buf(self.fresh(f"{op.bias}_bc"), "sbuf", "f32", (p.tile_k, self.Wo))
-        acc = Buf(self.fresh(f"{op.bias}_bcast"), "psum", "f32", (p.tile_k, p.tile_x))
-        xt = self.var["x"]
-        cols = sl(a(term(xt, p.tile_x, self.cn["x"])), p.tile_x)
-        body = broadcast_row(acc, ones, View(row, (full(1), cols)), line) + \
-            [ir.Copy(View(bc, (full(p.tile_k), cols)), whole(acc), line)]
-        self.bias_bc = bc
-        note = f"{self.T['x']} (tiles of {self.cn['x']})"
-        return st + made + [Alloc(row, line=line), Dma(whole(row), whole(row_v), line), Alloc(bc, line=line)] + \
-            prep_notes(loop(xt, self.Wo // p.tile_x, body, note=note, line=line), f"broadcast {op.bias}")
 
     def x_band(self) -> list[Stmt]:
         """The input band: one DMA per in-channel tile; a padded read's halo (rows or columns outside X) is zeroed
@@ -593,47 +391,10 @@ class _ConvBuilder:
             return [Dma(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), dst_rows, dst_cols)),
                         View(self.x4, (a(V["n"]), sl(self.c_start(cv), cs), src_rows, src_cols)), line)]
         if self.fold > 1:
-            return self.x_band_folded(xb)
+            return conv_fold.x_band_folded(self, xb)
         halo = (top, bottom, left, right) != (0, 0, 0, 0)
         alloc = [Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []
         return alloc + self.over_c(ct, body, line)
-
-    def x_band_folded(self, xb: Buf) -> list[Stmt]:
-        """Copy j of the band (partitions j*C..) holds X shifted by tap delta j (the first group's taps): the rows
-        and columns it needs, [0, band - delta), clipped to X (the rest of a padded read's halo stays zero)."""
-        p, line, V, C = self.p, self.L["update"], self.var, self.C
-        rows, cols = self.in_rows(), self.in_cols()
-        start = self.y_at(p.band * self.sy, self.cn["band"] if self.sy == 1 else "").plus(self.oy)
-        band = self.yb[1] * p.band * self.sy + self.oy  # a peeled band's first input row (static)
-        out: list[Stmt] = []
-        halo = False
-        step = self.sy if self.halves else 1  # copy row t holds X row r0 + step * t of the band
-        for j, (r0, c0) in self.copy_order():
-            need = self.copy_rows() if self.halves else rows - r0  # the rows of X this copy holds
-            top, bottom = self.clip_rows(band + r0, need, step) if self.yb[0] is None else (0, 0)
-            left, right = self.clip(self.ox + c0, cols - c0, self.W)
-            n_rows, n_cols = need - top - bottom, cols - c0 - left - right
-            halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
-            if n_rows <= 0 or n_cols <= 0:
-                continue
-            out.append(Dma(View(xb, (sl(j * C, C), a(0), sl(top, n_rows), sl(left, n_cols))),
-                           View(self.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top * step), n_rows, step),
-                                          sl(self.ox + c0 + left, n_cols))), line))
-        return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []) + out
-
-    def clip_rows(self, first: int, count: int, step: int) -> tuple[int, int]:
-        """(rows before X, rows after X) of the rows first + step * t, t < count: a copy's halo rows."""
-        inside = [t for t in range(count) if 0 <= first + step * t < self.H]
-        return (inside[0], count - 1 - inside[-1]) if inside else (count, 0)
-
-    def copy_order(self) -> list[tuple[int, tuple[int, int]]]:
-        """The band copies (j, tap delta) in the order their loads are issued: round robin over the DMA engines
-        their partitions belong to (8 partitions each), so consecutive loads of a few partitions run side by side
-        instead of queueing behind each other on one engine."""
-        copies = list(enumerate(self.shifts))
-        engine = lambda j: j * self.C // 8  # noqa: E731
-        rank = {j: sum(1 for i, _ in copies[:j] if engine(i) == engine(j)) for j, _ in copies}
-        return sorted(copies, key=lambda c: (rank[c[0]], engine(c[0])))
 
     def x_transposed(self) -> list[Stmt]:
         """A matmul's moving operand stored [j, k] (A B^T): its rows are loaded onto the partitions in blocks of up
@@ -708,11 +469,12 @@ class _ConvBuilder:
         loads: list[Stmt] = []
         if p.hoist_w == "k":
             label = f"{self.words['w']} for this {self.words['k_tile']}"
-            loads.append(ir.Block(label, tuple(self.weights(True)), line, hoist=True))
+            loads.append(ir.Block(label, tuple(conv_weights.weights(self, True)), line, hoist=True))
         extents = {"n": self.N, "y": self.NB, "k": self.KT if self.kv else 1}  # the remainder has no k loop
         pin = V[p.x_pin] if p.x_pin and extents[p.x_pin] > 1 else ""
-        loads.append(ir.Block(f"{self.words['x']}: all contraction tiles, shared by every output tile",
-                              tuple(self.x_band()), line, hoist=True, pin=pin))
+        if self.src_chip is None:
+            loads.append(ir.Block(f"{self.words['x']}: all contraction tiles, shared by every output tile",
+                                  tuple(self.x_band()), line, hoist=True, pin=pin))
         ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
                  (self.PK, p.band // self.wy // self.pair, self.BX // self.wx))
         self.o_band = ob
@@ -724,8 +486,11 @@ class _ConvBuilder:
                                           line=self.L["x"]),
                      note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
+        if self.dst_chip is not None:  # the eviction writes the on-chip image; a store only if T is read elsewhere
+            return loads + group + self.chip_store()
         if self.halves:  # partition 2k + h, row i of the band: row h * BAND / 2 + i of the output (one DMA)
-            return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, self.halves_region()), whole(ob), line)]
+            return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, conv_pairs.halves_region(self)),
+                                                                 whole(ob), line)]
         if self.pair > 1:  # each row phase's half of the band to every other row of the output
             stores = [Dma(View(self.o4, self.out_region(h)), View(ob, (sl(h * self.K, self.K), full(ob.shape[1]),
                                                                          full(ob.shape[2]))), line)
@@ -737,9 +502,33 @@ class _ConvBuilder:
                     View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
 
-    def halves_region(self) -> tuple:
-        """The output band of band halves in the [N, K, bands, 2, BAND / 2, columns] view of an output tensor."""
-        return (a(self.var["n"]), full(self.K), self.y_at(1), full(2), full(self.p.band // 2), full(self.Wo))
+    def chip_rows(self, first: "ir.Aff", size: int) -> tuple:
+        """The on-chip image's region (this out-channel part; output rows first.. and every column) of dst_chip."""
+        chip = self.dst_chip
+        assert chip is not None and self.pair == 1 and self.wy == self.wx == 1
+        return (self.part(self.ks, self.p.tile_k), self.tile_index(self.kv, self.KT), sl(first.plus(-chip.row0), size))
+
+    def chip_store(self) -> list[Stmt]:
+        """The band of T also stored to HBM from the on-chip image (T is an output or read by another op)."""
+        chip = self.dst_chip
+        assert chip is not None
+        if not chip.store:
+            return []
+        if chip.paired:  # each row phase from its copy of the image to every other row of the output
+            out: list[Stmt] = []
+            for half in range(2):
+                h = half ^ self.swap
+                at = self.y_at(self.p.band // 2).plus((h - chip.row0 - half) // 2)
+                src = View(chip.buf, (sl(half * self.K, self.K), a(0), sl(at, self.p.band // 2),
+                                      sl(-chip.col0, self.Wo)))
+                out.append(Dma(View(self.o4, self.out_region(h)), src, self.line))
+            return out
+        if self.dup > 1:  # copy 0 holds T unshifted
+            first = self.y_at(self.p.band).plus(-chip.row0)
+            return [Dma(View(self.o4, self.out_region()), View(chip.buf, (sl(0, self.K), a(0), sl(first, self.p.band),
+                                                                          sl(-chip.col0, self.Wo))), self.line)]
+        band = self.chip_rows(self.y_at(self.p.band), self.p.band) + (sl(-chip.col0, self.Wo),)
+        return [Dma(View(self.o4, self.out_region()), View(chip.buf, band), self.line)]
 
     def out_region(self, phase: int = 0) -> tuple:
         """The output band's region of an [N, K, rows, columns] HBM tensor (with row pairs: the rows of one phase)."""
@@ -756,7 +545,7 @@ class _ConvBuilder:
         self.r_band = rb
         line = self.L["residual"]
         if self.halves:
-            return [Alloc(rb, line=line), Dma(whole(rb), View(self.s6, self.halves_region()), line)]
+            return [Alloc(rb, line=line), Dma(whole(rb), View(self.s6, conv_pairs.halves_region(self)), line)]
         if self.pair > 1:
             out: list[Stmt] = [Alloc(rb, line=line)]
             return out + [Dma(View(rb, (sl(h * self.K, self.K), full(rb.shape[1]), full(rb.shape[2]))),
@@ -768,15 +557,19 @@ class _ConvBuilder:
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
         acc = Buf(self.fresh(f"{op.name}_acc"), "psum", "f32", (self.PK, p.rows, p.tile_x))
-        accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == 1 else full(self.PK), full(p.rows),
+        accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == self.dup == 1 else full(self.PK), full(p.rows),
                           full(p.tile_x)))
         r, s = V["r"], V["s"]
         wt = self.wt_buf(p.hoist_w == "k")
         kidx = self.part(self.ks, p.tile_k) if p.hoist_w == "k" else sl(self.k_start(self.kv), self.ks)
+        if self.dup > 1:  # every copy of the output channels (one k-tile)
+            kidx = full(self.PK)
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
         tap_r, tap_s = term(r, self.dy), term(s, self.dx)  # a dilated window steps its taps by the dilation
-        rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r), p.rows, sy,
-                  self.cn["rows"] if sy == 1 else "")
+        first = a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r)
+        if self.src_chip is not None:  # the image in SBUF is read at the band's rows (a loaded band starts at 0)
+            first = first.plus(self.y_at(p.band * sy, self.cn["band"] if sy == 1 else ""))
+        rows = sl(first, p.rows, sy, self.cn["rows"] if sy == 1 else "")
         cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), tap_s), p.tile_x, sx,
                   self.cn["x"] if sx == 1 else "")
 
@@ -799,67 +592,40 @@ class _ConvBuilder:
         if op.w_layout == "dw":
             return build_depthwise.depthwise_taps(self)
         if self.halves:
-            return [Alloc(acc, zero=True, line=line)] + self.matmul_halves(accv, wt) + self.epilogue(accv)
+            return [Alloc(acc, zero=True, line=line)] + conv_pairs.matmul_halves(self, accv, wt) + self.epilogue(accv)
         if self.pair > 1:
-            return [Alloc(acc, zero=True, line=line)] + self.matmuls_paired(accv, wt) + self.epilogue(accv)
+            return [Alloc(acc, zero=True, line=line)] + conv_pairs.matmuls_paired(self, accv, wt) + self.epilogue(accv)
         if self.fold > 1:
-            return [Alloc(acc, zero=True, line=line)] + self.matmuls_folded(accv, wt, kidx) + self.epilogue(accv)
+            return [Alloc(acc, zero=True, line=line)] + conv_fold.matmuls_folded(self, accv, wt, kidx) + \
+                self.epilogue(accv)
         return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
 
-    def matmuls_folded(self, accv: View, wt: Buf, kidx) -> list[Stmt]:
-        """One matmul per tap group: its base tap shifts every copy of the band (copy j then reads tap base + j)."""
-        p, V, C, sy, sx = self.p, self.var, self.C, self.sy, self.sx
-        out: list[Stmt] = []
-        for g, taps in enumerate(self.groups):
-            br, bs = taps[0]
-            parts = sl(0, len(taps) * C)
-            rows = sl(a(self.step(V["g"], p.rows, self.cn["rows"], sy), br * self.dy), p.rows, sy,
-                      self.cn["rows"] if sy == 1 else "")
-            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), bs * self.dx), p.tile_x, sx,
-                      self.cn["x"] if sx == 1 else "")
-            out.append(Matmul(accv, View(wt, (parts, a(g), kidx)), View(self.x_band_buf(), (parts, a(0), rows, cols)),
-                              self.L["update"]))
-        return out
-
-    def matmuls_paired(self, accv: View, wt: Buf) -> list[Stmt]:
-        """One matmul per row pair (u, s): the band copies read from row u of the group's row pairs, every other row
-        (the even output rows' rows; the odd ones read the same data one row up through their blocks)."""
-        p, V, C = self.p, self.var, self.C
-        out: list[Stmt] = []
-        for g, (u, s) in enumerate(self.pairs):
-            copies = 2 if any(j == 1 for j, _, _ in pair_blocks(u, self.R)) else 1  # a copy with no tap stays out
-            parts = sl(0, copies * C)
-            rows = sl(a(term(V["g"], 2 * p.rows), u), p.rows, 2)
-            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx), s * self.dx), p.tile_x, self.sx,
-                      self.cn["x"] if self.sx == 1 else "")
-            out.append(Matmul(accv, View(wt, (parts, a(g), full(self.PK))),
-                              View(self.x_band_buf(), (parts, a(0), rows, cols)), self.L["update"]))
-        return out
-
-    def matmul_halves(self, accv: View, wt: Buf) -> list[Stmt]:
-        """A matmul per M tap columns for the group's rows of both band halves: every copy read at the group's
-        rows, g * M tap columns to the right."""
-        p, V = self.p, self.var
-        rows = sl(a(term(V["g"], p.rows, self.cn["rows"])), p.rows, 1, self.cn["rows"])  # copies hold strided rows
-        out: list[Stmt] = []
-        for g, (_, s0) in enumerate(self.pairs):
-            parts = sl(0, min(self.M, self.S - s0) * 2 * self.R * self.C)
-            cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], self.sx), s0 * self.dx), p.tile_x, self.sx,
-                      self.cn["x"] if self.sx == 1 else "")
-            out.append(Matmul(accv, View(wt, (parts, a(g), full(self.PK))),
-                              View(self.x_band_buf(), (parts, a(0), rows, cols)), self.L["update"]))
-        return out
-
     def epilogue(self, acc: View) -> list[Stmt]:
-        p, line, V, op = self.p, self.line, self.var, self.op
-        func = "relu" if op.relu else "copy"
+        p, V = self.p, self.var
         kp = self.part(self.ks, p.tile_k) if self.pair == 1 else full(self.PK)
-        bias = View(self.bias_col, (kp, sl(self.tile_index(self.kv, self.KT), 1))) \
-            if op.bias and op.bias_role == "k" else None
         rows_o, cols_o = p.rows // self.wy, p.tile_x // self.wx
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
         dst = View(self.o_band, (kp, sl(a(term(V["g"], rows_o, rname)), rows_o),
                                  sl(a(term(V["x"], cols_o, cname)), cols_o)))
+        if self.dup > 1:  # each copy of the output channels to its copy of the image, at its shift
+            return [st for dst, src, kp in conv_fold.chip_copies(self, acc) for st in self.evict(
+                dst, src, "relu" if self.op.relu else "copy",
+                View(self.bias_col, (kp, sl(0, 1))) if self.op.bias else None)]
+        if self.dst_chip is not None and self.dst_chip.paired:  # each partition half to its copy of the image
+            return [st for dst, kp in conv_pairs.chip_halves(self) for st in self.epilogue_to(dst, View(acc.buf, (kp,) +
+                                                                                             acc.idx[1:]), kp)]
+        if self.dst_chip is not None:  # straight into the next conv's input image, at its halo offset
+            first = a(term(V["g"], rows_o, rname)).plus(self.y_at(p.band, self.cn["band"]))
+            dst = View(self.dst_chip.buf, self.chip_rows(first, rows_o) +
+                       (sl(a(term(V["x"], cols_o, cname), -self.dst_chip.col0), cols_o),))
+        return self.epilogue_to(dst, acc, kp)
+
+    def epilogue_to(self, dst: View, acc: View, kp) -> list[Stmt]:
+        """acc's partitions kp evicted (bias, relu, narrow roundings, pool or residual) into dst."""
+        p, line, op = self.p, self.line, self.op
+        func = "relu" if op.relu else "copy"
+        bias = View(self.bias_col, (kp, sl(self.tile_index(self.kv, self.KT), 1))) \
+            if op.bias and op.bias_role == "k" else None
         narrow = self.narrow_intermediates()
         if op.residual:
             return self.add_residual(dst, acc, func, bias, narrow)

@@ -7,7 +7,7 @@ import re
 from typing import Callable, Sequence
 
 from tilec.compiler import ir
-from tilec.compiler.ir import Aff, Alloc, Binary, Buf, Loop, Matmul, Scalar, Sl, Stmt, Term, View, full, whole
+from tilec.compiler.ir import Aff, Alloc, Binary, Buf, Loop, Matmul, Reshape, Scalar, Sl, Stmt, Term, View, full, whole
 
 
 def term(var: str, coef: int = 1, name: str = "") -> Term:
@@ -127,3 +127,17 @@ def broadcast_row(acc: Buf, ones: Buf, row: View, line: int) -> list[Stmt]:
     """acc[p, f] = row[0, f] for every partition p: ones[1, P].T @ row[1, F] on TensorE, a contraction of 1 into
     PSUM (acc is (P, F) fp32); the caller copies acc out to SBUF."""
     return [Alloc(acc, zero=True, line=line), Matmul(whole(acc), View(ones, (full(1), full(acc.shape[0]))), row, line)]
+
+
+def prep_notes(stmts: list[Stmt], what: str) -> list[Stmt]:
+    """Loops that prepare an operand carry the line of the statement using it; the note says they only prepare it."""
+    return [dataclasses.replace(s, note=f"{what}: {s.note}", body=tuple(prep_notes(list(s.body), what)))
+            if isinstance(s, ir.Loop) else s for s in stmts]
+
+
+def hbm_view(base: Buf, shape: tuple[int, ...], name: str, line: int) -> tuple[Buf, list[Stmt]]:
+    """`base` seen with `shape` (a free reshape of contiguous HBM), or base itself if the shapes agree."""
+    if base.shape == shape:
+        return base, []
+    view = Buf(name, "hbm", base.dtype, shape)
+    return view, [Reshape(view, base, line)]

@@ -326,9 +326,10 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int, ops: tuple = ()
         +  alloc conv: hbm f32[2, 256, 8, 6]  # tl:9
         +  view conv_v2: hbm f32[512, 8, 6] = conv  # tl:12
     sbuf is the compiler's SBUF budget per partition on the target (schedule.sbuf_budget).
-    A conv without a pool whose output another op reads (conv -> relu -> conv, a pool with overlapping windows)
-    stores it in HBM: `place T, hbm` (or `compute_at T, root`) says so and is accepted, `place T, sbuf` is a
-    located error saying why (placement.py).
+    A conv without a pool whose output another op reads (a pool with overlapping windows) stores it in HBM: `place
+    T, hbm` (or `compute_at T, root`) says so and is accepted, `place T, sbuf` is a located error saying why
+    (placement.py). Read by a conv that directly follows (conv -> relu -> conv), `place T, sbuf|hbm` is accepted
+    here and chooses where T goes (placement.chain_choices; the pipeline raises when sbuf cannot be honoured).
     """
     if isinstance(op, ConvOp) and not op.pool and isinstance(plan, ConvPlan):
         _check_chain_fusion(op, d, sbuf, ops, dtypes or {})
@@ -367,6 +368,8 @@ def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtyp
     if (d.name, parts) in (("place", ("hbm",)), ("compute_at", ("root",))):
         return
     consumer = chain_consumer(ops, op.out)
+    if parts == ("sbuf",) and consumer is not None:
+        return  # the pipeline keeps the chain on chip or raises why it cannot (placement.chain_choices)
     why = chain_reason(op, consumer, op.out, dtypes.get(op.out, "f32"), sbuf) if consumer else \
         hbm_reason(ops, op.out, dtypes.get(op.out, "f32"), sbuf)
     if parts == ("sbuf",):
@@ -374,7 +377,9 @@ def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtyp
                   f"remove the directive, or write `place {op.out}, hbm` (where {op.out} goes today)")
     raise bad(d, f"`{d.name} {op.out}, ...` of a conv read back by a separate op takes only "
                  f"{'hbm' if d.name == 'place' else 'root'}: {why}",
-              f"write `place {op.out}, hbm` or remove the directive")
+              f"write `place {op.out}, hbm`" + (f" or `place {op.out}, sbuf` (kept on chip image by image when the "
+                                                 f"second conv directly follows)" if consumer else "") +
+              " or remove the directive")
 
 
 def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive, sbuf: int) -> ConvPlan:

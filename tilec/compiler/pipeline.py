@@ -8,7 +8,7 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable
 
-from tilec.compiler import build_depthwise, build_mbblock, ir, passes, placement
+from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passes, placement
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
@@ -53,6 +53,7 @@ class Result:
     nest: Nest  # level A, before instruction selection
     chains: tuple[tuple[str, ...], ...] = ()  # the row chains built fused (op names, in order)
     unfused: tuple[str, ...] = ()  # convs the schedule placed in HBM (`place conv, hbm`): their pool reads it back
+    placed: tuple[tuple[str, bool, str], ...] = ()  # conv -> conv intermediates: (tensor, on chip, why)
 
 
 def compile_program(program, directives: tuple[sx.Directive, ...] | None = None, nki: str | None = None,
@@ -86,7 +87,10 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
     scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
     chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
-    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt)
+    hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+    choices = placement.chain_choices(ops, plans, program.kernel.outputs, tuple(directives), hbm, tgt.name,
+                                         sbuf_budget(tgt))
+    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt, choices)
     _check_capacity(kernel, tgt, program)
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
@@ -113,7 +117,8 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     stages["schedule"] += build_mbblock.refusals(program, ops, scheduled, chains, tgt, placement.reads)
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
-    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(map(tuple, chains)), unfused)
+    placed = tuple((c.tensor, c.on_chip, c.why) for c in choices.values())
+    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(map(tuple, chains)), unfused, placed)
 
 
 def _depthwise_plans(program, ops: tuple, plans: tuple, printed: str) -> str:
@@ -177,14 +182,15 @@ def unfuse(ops: tuple, plans: tuple, program) -> tuple[tuple, tuple]:
 
 
 def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, scheduled: AbstractSet[str] = frozenset(),
-                 budget: int = 0, chains: list | None = None, target: Target | None = None) -> ir.Kernel:
+                 budget: int = 0, chains: list | None = None, target: Target | None = None,
+                 choices: dict[int, placement.ChainChoice] | None = None) -> ir.Kernel:
     """Each op by its builder; a run of row ops with the default schedule (softmax, layernorm, ...) as one fused
     row chain when its tiles fit `budget` (build_rowchain.py)."""
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     params = tuple(hbm[p.name] for p in program.kernel.params)
     outputs = tuple(hbm[o] for o in program.kernel.outputs)
     parts = _parts(program, ops, plans, names, hbm, scheduled, budget, chains if chains is not None else [],
-                   get_target(target))
+                   get_target(target), {} if choices is None else choices)
     stored = {n for group, _, _ in parts for n in group}
     body: list[ir.Stmt] = []
     for name, t in program.tensors.items():
@@ -198,7 +204,7 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, schedu
 
 
 def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, scheduled: AbstractSet[str], budget: int,
-           fused: list, target: Target) -> list[tuple[set[str], list, list]]:
+           fused: list, target: Target, choices: dict) -> list[tuple[set[str], list, list]]:
     """(tensors written to HBM, consts, statements) per op or fused row chain, in program order."""
     chains = {c[0]: c for c in row_chains(ops, scheduled)} if budget else {}
     out: list[tuple[set[str], list, list]] = []
@@ -227,6 +233,12 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             skip |= {i + 1, i + 2}
             fused.append([o.name for o in ops[i:i + 3]])
             continue
+        if i in choices:
+            chained = _conv_chain(choices, i, ops, plans, hbm, names, prefixes, budget, program)
+            if chained is not None:
+                out.append(chained)
+                skip.add(i + 1)
+                continue
         builders: dict[type, Callable[..., tuple]] = {
             ConvOp: build_conv, PoolOp: build_pool, TransposeOp: _scheduled(program, target),
             EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}
@@ -238,6 +250,41 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             built = builders[type(op)](op, plan, hbm, _fresh(names, op))
         out.append(_named({op.out}, built, op.out, len(ops), prefixes))
     return out
+
+
+def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, names: NameAllocator,
+                prefixes: set[str], budget: int, program) -> tuple[set[str], list, list] | None:
+    """A conv -> conv chain built with its intermediate in SBUF (conv_chain.py), if placement chose (or the
+    schedule forced) it and the built chain fits the SBUF budget; None: built op by op through HBM (the choice
+    then says why). A forced placement that cannot be honoured is the schedule's located error."""
+    choice: placement.ChainChoice = choices[i]
+    producer, consumer = ops[i], ops[i + 1]
+    name = choice.tensor
+    if choice.forced == "sbuf" and not choice.on_chip:
+        raise TilecError(f"{name} cannot stay in SBUF: {choice.why}", choice.span,
+                         f"remove the directive, or write `place {name}, hbm`")
+    if not choice.on_chip:
+        return None
+    pplan, cplan, kind = conv_chain.chain_plans(producer, plans[i], consumer, plans[i + 1], hbm)
+    taken = set(prefixes)
+
+    def rename(consts: list, stmts: list, out: str) -> tuple[list, list]:
+        _, named_consts, named_stmts = _named(set(), (consts, stmts), out, len(ops), taken)
+        return named_consts, named_stmts
+    consts, stmts = conv_chain.build_chain(producer, pplan, consumer, cplan, kind, hbm, _fresh(names, producer),
+                                           _fresh(names, consumer), choice.store, rename)
+    need = passes.peak_usage(tuple(stmts))[0]
+    if need > budget:
+        why = (f"{choice.why}; but the chain needs {need // 1024} KiB of SBUF per partition with one image of "
+               f"{name} on chip (two in flight), more than the {budget // 1024} KiB budget")
+        if choice.forced == "sbuf":
+            raise TilecError(f"{name} cannot stay in SBUF: {why}", choice.span,
+                             f"remove the directive, or write `place {name}, hbm`")
+        choices[i] = replace(choice, on_chip=False, why=why + f": {name} goes through HBM")
+        return None
+    prefixes |= taken
+    stored = ({name} if choice.store else set()) | {consumer.out}
+    return stored, consts, stmts
 
 
 def _scheduled(program, target: Target):

@@ -7,12 +7,16 @@ whose output feeds a second conv (conv -> relu -> conv) checks against the same 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+from tilec.compiler import conv_chain
 from tilec.compiler.build_conv import is_convolution
 from tilec.compiler.build_rowchain import reads_of
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
-from tilec.compiler.schedule import PMAX  # an intermediate's channels spread over the partitions in tiles of PMAX
+from tilec.compiler.schedule import PMAX, ConvPlan  # an intermediate's channels spread over partitions (PMAX)
+from tilec.errors import Span
+from tilec.lang import syntax as sx
 
 
 def reads(op) -> list[str]:
@@ -46,8 +50,10 @@ def on_chip_bytes(op: ConvOp, dtype: str) -> int:
     return d.get("N", 1) * math.ceil(d["K"] / PMAX) * d["Ho"] * d["Wo"] * DTYPE_BYTES[dtype]
 
 
-def chain_reason(producer: ConvOp, consumer: ConvOp, name: str, dtype: str, budget: int) -> str:
-    """Why a conv's output goes through HBM to the conv that reads it (the same text for explain and the error)."""
+def chain_reason(producer: ConvOp, consumer: ConvOp, name: str, dtype: str, budget: int, why_not: str = "") -> str:
+    """Why a conv's output goes through HBM to the conv that reads it (the same text for explain and the error).
+    why_not: why the chain is not kept on chip (default: the second conv does not directly follow the first)."""
+    why_not = why_not or "a conv's output stays on chip only for a conv that directly follows it (conv_chain.py)"
     d = dict(consumer.dims)
     r, s = d.get("R", 1), d.get("S", 1)
     need = on_chip_bytes(producer, dtype)
@@ -56,9 +62,9 @@ def chain_reason(producer: ConvOp, consumer: ConvOp, name: str, dtype: str, budg
                 else f"across all {d['C']} channels of {name}")
     window = (f"its {r}x{s} window reads {(r - 1) * consumer.dilation[0]} rows of {name} beyond each band of "
               f"output rows, {channels}" if r > 1 else f"a 1x1 window, {channels}")
-    return (f"{label(consumer)} reads {name} as its moving operand in row bands ({window}); tilec does not yet keep "
-            f"a conv's output on chip for a second conv, so {label(producer)} stores {name} and the second conv "
-            f"loads its bands back. Kept whole in SBUF, {name} would take {need} bytes per partition "
+    return (f"{label(consumer)} reads {name} as its moving operand in row bands ({window}); {why_not}, so "
+            f"{label(producer)} stores {name} and the second conv loads its bands back. Kept whole in SBUF, {name} "
+            f"would take {need} bytes per partition "
             f"({d.get('N', 1)} x {math.ceil(d['C'] / PMAX)} channel tile(s) x {producer.dim('Ho')} x "
             f"{producer.dim('Wo')} {dtype}): it {fits} in half of the {budget // 1024} KiB SBUF budget")
 
@@ -69,7 +75,7 @@ def hbm_reason(ops: tuple, name: str, dtype: str, budget: int, unfused: tuple[st
     producer, consumer = writer(ops, name), chain_consumer(ops, name)
     if isinstance(producer, ConvOp) and consumer is not None:
         return (chain_reason(producer, consumer, name, dtype, budget) + f". `place {name}, hbm` states this "
-                f"placement; `place {name}, sbuf` is an error until such a chain can stay on chip")
+                f"placement; `place {name}, sbuf` is an error here")
     by = f" by {label(producer)}" if producer is not None else ""
     users = [op for op in ops if name in reads(op)]
     to = f", read back by {', '.join(label(op) for op in users)}" if users else ""
@@ -80,3 +86,74 @@ def hbm_reason(ops: tuple, name: str, dtype: str, budget: int, unfused: tuple[st
         return (f"written{by}{to}: the pool's windows overlap, leave gaps or reach into padding, so it is not "
                 f"fused into the conv's eviction (only windows that tile the conv's rows are) and reads {name} back")
     return f"written{by}{to}: each is built as its own loop nest that loads its operands from HBM"
+
+
+# ---- conv -> conv chains kept on chip (conv_chain.py) --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChainChoice:
+    """Where the intermediate of a conv -> conv chain goes (ops[producer] writes it, ops[producer + 1] reads it)."""
+    producer: int
+    tensor: str
+    on_chip: bool
+    store: bool  # also stored to HBM (an output, or read by another op)
+    forced: str  # "" (the compiler's choice) | "sbuf" | "hbm" (a `place` directive)
+    why: str  # for explain
+    span: Span | None = None  # the directive's, for errors
+
+
+def forced_placement(directives: tuple, name: str) -> tuple[str, Span | None]:
+    """`place T, sbuf|hbm` (or `compute_at T, root`: hbm) among the directives: ("sbuf"|"hbm"|"", its span)."""
+    for d in directives:
+        if d.name in ("place", "compute_at") and len(d.args) == 2 and isinstance(d.args[0], sx.Ref) \
+                and d.args[0].parts[0] == name and isinstance(d.args[1], sx.Ref):
+            where = d.args[1].parts
+            if where in (("sbuf",), ("hbm",)):
+                return where[0], d.span
+            if where == ("root",):
+                return "hbm", d.span
+    return "", None
+
+
+def chain_choices(ops: tuple, plans: tuple, outputs: tuple[str, ...], directives: tuple, hbm: dict,
+                  target: str, budget: int) -> dict[int, ChainChoice]:
+    """For each conv whose output the next op reads as its moving operand (a conv): on chip or through HBM, and
+    why. Forced `sbuf` is returned even when ineligible (why says so); pipeline raises it at the directive."""
+    out: dict[int, ChainChoice] = {}
+    for i, (op, plan) in enumerate(zip(ops, plans)):
+        nxt = ops[i + 1] if i + 1 < len(ops) else None
+        if not (isinstance(op, ConvOp) and isinstance(nxt, ConvOp) and isinstance(plan, ConvPlan)
+                and isinstance(plans[i + 1], ConvPlan) and nxt.x == op.out and is_convolution(op)
+                and is_convolution(nxt)):
+            continue
+        name = op.out
+        forced, span = forced_placement(directives, op.name)
+        store = name in outputs or nxt.residual == name or any(name in reads(o) for o in ops if o is not nxt)
+        also = f" (and stored: {name} is also {'an output' if name in outputs else 'read by another op'})" \
+            if store else ""
+        reason = conv_chain.ineligible(op, nxt)
+        if reason:
+            why = chain_reason(op, nxt, name, hbm[name].dtype, budget, f"it cannot stay on chip: {reason}")
+            out[i] = ChainChoice(i, name, False, store, forced, why, span)
+            continue
+        pair = (plan, plans[i + 1])
+        hbm_ns, chip_ns = conv_chain.estimate(op, pair, nxt, conv_chain.chain_plans(op, plan, nxt, plans[i + 1], hbm),
+                                              hbm, target)
+        kind = conv_chain.chain_plans(op, plan, nxt, plans[i + 1], hbm)[2]
+        how = {"paired": "both convs' row pairs kept", "folded": f"{name} written in the second conv's folded copies",
+               "plain": "plain plans"}[kind]
+        numbers = (f"the model's costs give {chip_ns / 1000:.1f} us on chip ({how}, halo zeroed per image) "
+                   f"vs {hbm_ns / 1000:.1f} us through HBM (each conv's own plan, {name} stored and reloaded)")
+        if forced == "hbm":
+            out[i] = ChainChoice(i, name, False, store, forced, f"`place {name}, hbm`: stored by {label(op)} and "
+                                 f"loaded back in bands by {label(nxt)} ({numbers})", span)
+        elif forced == "sbuf" or chip_ns < hbm_ns:
+            how = f"`place {name}, sbuf`" if forced else "on chip by default"
+            out[i] = ChainChoice(i, name, True, store, forced, f"{how}: {label(op)} evicts each image of {name} "
+                                 f"into an SBUF buffer laid out as {label(nxt)}'s input, which its matmuls read in "
+                                 f"place{also}; {numbers}", span)
+        else:
+            out[i] = ChainChoice(i, name, False, store, forced, f"through HBM by default: {numbers}; `place {name}, "
+                                 f"sbuf` forces the on-chip chain", span)
+    return out

@@ -1,0 +1,144 @@
+"""Filter taps folded into the contraction partitions (few input channels: C = 3 uses 3 of 128): copy j of the input
+band, on partitions [j*C, (j+1)*C), holds X shifted by tap delta j, so one matmul covers a group of taps (the C = 3
+first layer: 9 taps in one matmul over 27 partitions instead of 9 over 3). Also the eviction into a folded on-chip
+image (conv_chain.OnChip.copies), where a chain's producer writes each copy itself.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tilec.compiler import conv_weights, ir
+from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.ir import Alloc, Buf, Dma, Matmul, Stmt, View, full
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
+
+
+def fold_groups(r: int, s: int, fold: int) -> list[list[tuple[int, int]]]:
+    """Tap groups for `fold` taps per matmul: the deltas are the first `fold` taps (row-major); each group is a
+    base tap plus the longest prefix of the deltas that lands on taps not yet covered (3x3 taps 2 at a time:
+    [(r, 0), (r, 1)], [(r, 2)] for each r; 9 at a time: one group)."""
+    taps = [(i, j) for i in range(r) for j in range(s)]
+    deltas = taps[:fold]
+    covered: set[tuple[int, int]] = set()
+    groups = []
+    for base in taps:
+        if base in covered:
+            continue
+        group = []
+        for dr, ds in deltas:
+            tap = (base[0] + dr, base[1] + ds)
+            if tap[0] >= r or tap[1] >= s or tap in covered:
+                break
+            group.append(tap)
+        covered.update(group)
+        groups.append(group)
+    return groups
+
+
+def weights_folded(b: _ConvBuilder, wt: Buf, kv: str | None, ks: int, local: bool) -> list[Stmt]:
+    """The stationary block of each tap group: rows j*C + c hold W[k, c, tap j of the group]; k-major weights
+    are gathered per tap into rows [k, j*C + c] and transposed on TensorE once per group."""
+    op, p, line, C = b.op, b.p, b.L["update"], b.C
+    kslice = sl(b.k_start(kv), ks)
+    kdst = b.part(ks, p.tile_k) if local else kslice
+    if op.w_layout == "ck":
+        return [Dma(View(wt, (sl(j * C, C), a(g), kdst)), conv_weights.w_view(b, (full(C), kslice, a(r), a(s))), line)
+                for g, taps in enumerate(b.groups) for j, (r, s) in enumerate(taps)]
+    rows = Buf(b.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, C, b.R, b.S))
+    raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (p.tile_k, len(b.groups), b.fold * C))
+    tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (b.fold * C, p.tile_k))
+    kp = b.part(ks, p.tile_k)
+    # W's rows in one contiguous DMA, regrouped by tap on chip; zeroed: a last group of fewer taps transposes
+    # zeros into its unused rows (one loop over the groups)
+    whole_w = (full(C), full(b.R), full(b.S))
+    out: list[Stmt] = [Alloc(rows, line=line),
+                       Dma(View(rows, (kp,) + whole_w), conv_weights.w_view(b, (kslice,) + whole_w), line),
+                       Alloc(raw, zero=len(b.groups[-1]) < b.fold, line=line)]
+    out += [ir.Copy(View(raw, (kp, a(g), sl(j * C, C))), View(rows, (kp, full(C), a(r), a(s))), line)
+            for g, taps in enumerate(b.groups) for j, (r, s) in enumerate(taps)]
+    gv = b.fresh("tap_g")
+    tpv = View(tp, (full(b.fold * C), kp))
+    body: list[Stmt] = [Alloc(tp, line=line),
+                        ir.Transpose(tpv, View(raw, (kp, a(gv), full(b.fold * C))), "pe", line),
+                        ir.Copy(View(wt, (full(b.fold * C), a(gv), kdst)), tpv, line)]
+    return out + loop(gv, len(b.groups), body, note="tap groups", line=line)
+
+
+def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
+    """Copy j of the band (partitions j*C..) holds X shifted by tap delta j (the first group's taps): the rows
+    and columns it needs, [0, band - delta), clipped to X (the rest of a padded read's halo stays zero)."""
+    p, line, V, C = b.p, b.L["update"], b.var, b.C
+    rows, cols = b.in_rows(), b.in_cols()
+    start = b.y_at(p.band * b.sy, b.cn["band"] if b.sy == 1 else "").plus(b.oy)
+    band = b.yb[1] * p.band * b.sy + b.oy  # a peeled band's first input row (static)
+    out: list[Stmt] = []
+    halo = False
+    step = b.sy if b.halves else 1  # copy row t holds X row r0 + step * t of the band
+    for j, (r0, c0) in copy_order(b):
+        need = b.copy_rows() if b.halves else rows - r0  # the rows of X this copy holds
+        top, bottom = clip_rows(b, band + r0, need, step) if b.yb[0] is None else (0, 0)
+        left, right = b.clip(b.ox + c0, cols - c0, b.W)
+        n_rows, n_cols = need - top - bottom, cols - c0 - left - right
+        halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
+        if n_rows <= 0 or n_cols <= 0:
+            continue
+        out.append(Dma(View(xb, (sl(j * C, C), a(0), sl(top, n_rows), sl(left, n_cols))),
+                       View(b.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top * step), n_rows, step),
+                                      sl(b.ox + c0 + left, n_cols))), line))
+    return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []) + out
+
+
+def clip_rows(b: _ConvBuilder, first: int, count: int, step: int) -> tuple[int, int]:
+    """(rows before X, rows after X) of the rows first + step * t, t < count: a copy's halo rows."""
+    inside = [t for t in range(count) if 0 <= first + step * t < b.H]
+    return (inside[0], count - 1 - inside[-1]) if inside else (count, 0)
+
+
+def copy_order(b: _ConvBuilder) -> list[tuple[int, tuple[int, int]]]:
+    """The band copies (j, tap delta) in the order their loads are issued: round robin over the DMA engines
+    their partitions belong to (8 partitions each), so consecutive loads of a few partitions run side by side
+    instead of queueing behind each other on one engine."""
+    copies = list(enumerate(b.shifts))
+    engine = lambda j: j * b.C // 8  # noqa: E731
+    rank = {j: sum(1 for i, _ in copies[:j] if engine(i) == engine(j)) for j, _ in copies}
+    return sorted(copies, key=lambda c: (rank[c[0]], engine(c[0])))
+
+
+def matmuls_folded(b: _ConvBuilder, accv: View, wt: Buf, kidx) -> list[Stmt]:
+    """One matmul per tap group: its base tap shifts every copy of the band (copy j then reads tap base + j)."""
+    p, V, C, sy, sx = b.p, b.var, b.C, b.sy, b.sx
+    out: list[Stmt] = []
+    for g, taps in enumerate(b.groups):
+        br, bs = taps[0]
+        parts = sl(0, len(taps) * C)
+        first = a(b.step(V["g"], p.rows, b.cn["rows"], sy), br * b.dy)
+        if b.src_chip is not None:  # the image in SBUF is read at the band's rows
+            first = first.plus(b.y_at(p.band * sy, b.cn["band"] if sy == 1 else ""))
+        rows = sl(first, p.rows, sy, b.cn["rows"] if sy == 1 else "")
+        cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], sx), bs * b.dx), p.tile_x, sx,
+                  b.cn["x"] if sx == 1 else "")
+        out.append(Matmul(accv, View(wt, (parts, a(g), kidx)), View(b.x_band_buf(), (parts, a(0), rows, cols)),
+                          b.L["update"]))
+    return out
+
+
+def chip_copies(b: _ConvBuilder, acc: View) -> list[tuple[View, View, ir.Sl]]:
+    """A folded image (conv_chain.OnChip.copies): (destination, accumulator part, its partitions) per copy j,
+    which holds T shifted by (dr, dc): output row y, column x at (y - row0 - dr, x - col0 - dc); a column that
+    would land left of the image is left out (one column tile per row, so the clip is static)."""
+    chip, p, V = b.dst_chip, b.p, b.var
+    assert chip is not None and b.pair == 1 and b.KT == 1 and not b.KR
+    first = a(term(V["g"], p.rows, b.cn["rows"])).plus(b.y_at(p.band, b.cn["band"]))
+    out = []
+    for j, (dr, dc) in enumerate(chip.copies):
+        kp = sl(j * b.K, b.K)
+        skip = max(0, chip.col0 + dc) if b.XT == 1 else 0
+        assert b.XT == 1 or chip.col0 + dc <= 0
+        if skip >= p.tile_x:  # every column lands left of the copy (it holds only halo: stays zero)
+            continue
+        cols = sl(a(term(V["x"], p.tile_x, b.cn["x"]), skip - chip.col0 - dc), p.tile_x - skip)
+        dst = View(chip.buf, (kp, a(0), sl(first.plus(-chip.row0 - dr), p.rows), cols))
+        out.append((dst, View(acc.buf, (kp, full(p.rows), sl(skip, p.tile_x - skip))), kp))
+    return out

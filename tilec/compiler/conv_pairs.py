@@ -1,0 +1,132 @@
+"""Row phases of a convolution (build_conv's ConvPlan.pair = 2, 32 or 64 output channels): the stationary's two
+column halves compute two parts of the output rows, so each matmul fills twice the output partitions. Row pairs
+(C <= 64, fp32) put the even and odd output rows there (copy 1 of the band one row down: the input rows between serve
+both); band halves (2 R C <= 128: first layers, the stem) the two halves of a row band (a band copy per tap row, tap
+column and half). Also the eviction of row pairs into a paired on-chip image (conv_chain.OnChip.paired).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tilec.compiler import conv_weights, ir
+from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Stmt, View, full, whole
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
+
+
+def pair_groups(r: int, s: int) -> list[tuple[int, int]]:
+    """Row pairs: (u, s) per matmul, u = 0, 2, .. up to R. Copy j of the band (X shifted by j rows) read from band row
+    u feeds the even output rows with tap row u + j and the odd ones with tap row u + j - 1, so R + 1 input row
+    offsets cover both phases in ceil((R + 1) / 2) matmuls per column tap (3x3: 6 matmuls per 2 output rows)."""
+    return [(u, j) for j in range(s) for u in range(0, r + 1, 2)]
+
+
+def pair_blocks(u: int, r: int) -> list[tuple[int, int, int]]:
+    """(copy j, row phase h, tap row) of the stationary blocks a row pair based at u fills (the others stay 0)."""
+    return [(j, h, u + j - h) for j in range(2) for h in range(2) if 0 <= u + j - h < r]
+
+
+def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
+    """The stationary of each row pair (u, s): block (copy j, phase h), rows j*C + c and columns h*K + k, holds
+    W[k, c, u + j - h, s] (zero where that is no tap). W's rows are loaded onto both partition halves, gathered
+    per block on chip and transposed on TensorE once per pair (a [2K, 2C] -> [2C, 2K] transpose). Band halves:
+    group g's block (copy (c, h, r), half h) holds W[k, :, r, g * M + c] and the transposed columns interleave
+    (column 2k + h)."""
+    op, line, C, K = b.op, b.L["update"], b.C, b.K
+    parts = len(b.shifts) * C  # the contraction rows: the band copies
+    rows = Buf(b.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (2 * K, C, b.R, b.S))
+    raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, b.n_groups, parts))
+    tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (parts, 2 * K))
+    whole_w = (full(C), full(b.R), full(b.S))
+    out: list[Stmt] = [Alloc(rows, line=line)]
+    out += [Dma(View(rows, (sl(h * K, K),) + whole_w), conv_weights.w_view(b, (full(K),) + whole_w), line)
+            for h in range(2)]
+    out.append(Alloc(raw, zero=True, line=line))
+    blocks = half_blocks(b) if b.halves else \
+        [(g, j, h, r, s) for g, (u, s) in enumerate(b.pairs) for j, h, r in pair_blocks(u, b.R)]
+    # the gathers alternate between VectorE and ScalarE (an exact copy: fp32 holds every f16/bf16 value): the
+    # first matmuls wait for them (conv3x3same 2.70x -> 2.42x, the stem's 98 blocks 5.5x -> 4.7x at batch 1)
+    for i, (g, j, h, r, s) in enumerate(blocks):
+        half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
+        dst = View(raw, (sl(half * K, K), a(g), sl(j * C, C)))
+        src = View(rows, (sl(half * K, K), full(C), a(r), a(s)))
+        scalar = i % 2 == 1
+        out.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
+    gv = b.fresh("tap_g")
+    body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), full(parts))),
+                                                           "pe", line)]
+    if b.halves:  # band halves interleave the halves' output channels: stationary column 2k + h
+        body += [ir.Copy(View(wt, (full(parts), a(gv), sl(h, K, 2))), View(tp, (full(parts), sl(h * K, K))), line)
+                 for h in range(2)]
+    else:
+        body.append(ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line))
+    return out + loop(gv, b.n_groups, body, note="tap columns" if b.halves else "row pairs", line=line)
+
+
+def half_blocks(b: _ConvBuilder) -> list[tuple[int, int, int, int, int]]:
+    """(group, copy, half, tap row, tap column) of the band halves' stationary blocks: copy (h, r, c) in group g
+    holds tap (r, g * M + c) of half h, if there is such a tap."""
+    rows = [(h, r, c) for c in range(b.M) for h in range(2) for r in range(b.R)]
+    return [(g, j, h, r, c + s0) for g, (_, s0) in enumerate(b.pairs) for j, (h, r, c) in enumerate(rows)
+            if c + s0 < b.S]
+
+
+def matmuls_paired(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
+    """One matmul per row pair (u, s): the band copies read from row u of the group's row pairs, every other row
+    (the even output rows' rows; the odd ones read the same data one row up through their blocks)."""
+    p, V, C = b.p, b.var, b.C
+    out: list[Stmt] = []
+    for g, (u, s) in enumerate(b.pairs):
+        copies = 2 if any(j == 1 for j, _, _ in pair_blocks(u, b.R)) else 1  # a copy with no tap stays out
+        parts = sl(0, copies * C)
+        rows = sl(a(term(V["g"], 2 * p.rows), u), p.rows, 2)
+        if b.src_chip is not None:  # a paired image holds only the rows the pairs read: index b / 2
+            assert b.src_chip.paired and u % 2 == 0
+            rows = sl(a(term(V["g"], p.rows), u // 2).plus(b.y_at(p.band // 2)), p.rows)
+        cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], b.sx), s * b.dx), p.tile_x, b.sx,
+                  b.cn["x"] if b.sx == 1 else "")
+        out.append(Matmul(accv, View(wt, (parts, a(g), full(b.PK))),
+                          View(b.x_band_buf(), (parts, a(0), rows, cols)), b.L["update"]))
+    return out
+
+
+def matmul_halves(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
+    """A matmul per M tap columns for the group's rows of both band halves: every copy read at the group's
+    rows, g * M tap columns to the right."""
+    p, V = b.p, b.var
+    rows = sl(a(term(V["g"], p.rows, b.cn["rows"])), p.rows, 1, b.cn["rows"])  # copies hold strided rows
+    out: list[Stmt] = []
+    for g, (_, s0) in enumerate(b.pairs):
+        parts = sl(0, min(b.M, b.S - s0) * 2 * b.R * b.C)
+        cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], b.sx), s0 * b.dx), p.tile_x, b.sx,
+                  b.cn["x"] if b.sx == 1 else "")
+        out.append(Matmul(accv, View(wt, (parts, a(g), full(b.PK))),
+                          View(b.x_band_buf(), (parts, a(0), rows, cols)), b.L["update"]))
+    return out
+
+
+def halves_region(b: _ConvBuilder) -> tuple:
+    """The output band of band halves in the [N, K, bands, 2, BAND / 2, columns] view of an output tensor."""
+    return (a(b.var["n"]), full(b.K), b.y_at(1), full(2), full(b.p.band // 2), full(b.Wo))
+
+
+def chip_halves(b: _ConvBuilder) -> list[tuple[View, ir.Sl]]:
+    """Row pairs into a paired image (conv_chain.OnChip.paired): (destination, acc partitions) per partition
+    half. Half p holds output rows of phase p ^ swap (2i + h, i the pair), which go to copy p of the image at
+    its index (2i + h - row0 - p) / 2: one eviction when the halves line up (row0 even), else one per half."""
+    chip, p, V = b.dst_chip, b.p, b.var
+    assert chip is not None and b.pair == 2
+    cols = sl(a(term(V["x"], p.tile_x, b.cn["x"]), -chip.col0), p.tile_x)
+    first = a(term(V["g"], p.rows, b.cn["rows"])).plus(b.y_at(p.band // 2))  # the group's first pair
+    if not b.swap:
+        return [(View(chip.buf, (full(b.PK), a(0), sl(first.plus(-chip.row0 // 2), p.rows), cols)),
+                 full(b.PK))]
+    out = []
+    for half in range(2):
+        h = half ^ 1
+        at = first.plus((h - chip.row0 - half) // 2)
+        out.append((View(chip.buf, (sl(half * b.K, b.K), a(0), sl(at, p.rows), cols)),
+                    sl(half * b.K, b.K)))
+    return out

@@ -1,0 +1,163 @@
+"""A convolution's stationary operand and bias prepared before (or per out-channel tile inside) its nest: W loaded
+k-major and transposed per (c-tile, tap) on TensorE, contraction-major W loaded as it is, grouped convs' rows placed
+block-diagonally, depthwise columns; the bias as one column per out-channel tile, or a matmul's row bias copied to
+every partition. Folded taps and row pairs prepare theirs in conv_fold.py and conv_pairs.py.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tilec.compiler import conv_fold, conv_pairs, ir
+from tilec.compiler.build_util import a, broadcast_row, hbm_view, loop, ones_row, prep_notes, sl, term
+from tilec.compiler.ir import Alloc, Buf, Dma, Stmt, View, full, whole
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
+
+
+def weights(b: _ConvBuilder, local: bool) -> list[Stmt]:
+    """The stationary operand prepared (weights_once); for a folded image's producer, its K output-channel
+    columns copied once per further copy of the image (one k-tile: conv_chain checks it)."""
+    out = weights_once(b, local)
+    if b.dup == 1:
+        return out
+    wt, K, line = b.wt_buf(local), b.K, b.L["update"]
+    at = wt.shape.index(K * b.dup, 2)  # the out-channel dimension (last for kc, after the tiles for ck)
+    for j in range(1, b.dup):
+        def cols(start: int) -> View:
+            return View(wt, tuple(sl(start, K) if i == at else full(n) for i, n in enumerate(wt.shape)))
+        out.append(ir.Copy(cols(j * K), cols(0), line))
+    return out
+
+
+def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
+    """Load W k-major and transpose each (c-tile, tap) block on TensorE; `local`: only the current out-channel
+    part (b.kv, b.ks), into a buffer of one out-channel tile."""
+    op, p, line, V = b.op, b.p, b.L["update"], b.var
+    wt = b.wt_buf(local)
+    out: list[Stmt] = [Alloc(wt, line=line)]
+    if op.w_layout == "dw":
+        def load(kv: str | None, ks: int) -> list[Stmt]:
+            ti = a(0) if local else b.tile_index(kv, b.KT)
+            return [Dma(View(wt, (b.part(ks, p.tile_k), ti, full(b.R), full(b.S))),
+                        w_view(b, (sl(b.k_start(kv), ks), full(b.R), full(b.S))), line)]
+        if local:
+            return out + prep_notes(load(b.kv, b.ks), f"prepare {op.w}")
+        return out + prep_notes(b.over_k(V["kw"], load, f"{b.T['k']} (tiles of {b.cn['k']})", line),
+                                f"prepare {op.w}")
+    if b.pair > 1:
+        return out + prep_notes(conv_pairs.weights_paired(b, wt), f"prepare {op.w}")
+    if b.fold > 1:
+        if local:
+            return out + prep_notes(conv_fold.weights_folded(b, wt, b.kv, b.ks, True), f"prepare {op.w}")
+        return out + prep_notes(b.over_k(V["kw"], lambda kv, ks: conv_fold.weights_folded(b, wt, kv, ks, False),
+                                            f"{b.T['k']} (tiles of {b.cn['k']})", line), f"prepare {op.w}")
+    r, s = V["r"], V["s"]
+    pt = b.part
+    if op.w_layout == "ck":
+        kslice = sl(b.k_start(b.kv), b.ks) if local else full(b.K)
+        kdst = pt(b.ks, p.tile_k) if local else full(b.K)
+
+        def load_c(cv: str | None, cs: int) -> list[Stmt]:
+            return [Dma(View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), kdst, full(b.R),
+                                  full(b.S))),
+                        w_view(b, (sl(b.c_start(cv), cs), kslice, full(b.R), full(b.S))), line)]
+        return out + prep_notes(b.over_c(V["c"], load_c, line), f"prepare {op.w}")
+    per_c = p.w_split == "c"  # one DMA per (k-tile, c-tile) block: the first transposes wait for less data
+    raw = Buf(b.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else b.C,
+                                                             b.R, b.S))
+    # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
+    tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
+
+    def per_k(kv: str | None, ks: int) -> list[Stmt]:
+        def load(cv: str | None, cs: int) -> list[Stmt]:
+            if op.groups > 1:
+                return weights_grouped(b, raw, kv, ks)
+            csrc = sl(b.c_start(cv), cs) if per_c else full(b.C)
+            return [Alloc(raw, line=line),
+                    Dma(View(raw, (pt(ks, p.tile_k), pt(cs, p.tile_c) if per_c else full(b.C), full(b.R),
+                                   full(b.S))),
+                        w_view(b, (sl(b.k_start(kv), ks), csrc, full(b.R), full(b.S))), line)]
+        kdst = pt(ks, p.tile_k) if local else sl(b.k_start(kv), ks)
+
+        def taps(cv: str | None, cs: int) -> list[Stmt]:
+            tpv = View(tp, (pt(cs, p.tile_c), pt(ks, p.tile_k)))
+            src_c = pt(cs, p.tile_c) if per_c else sl(b.c_start(cv), cs)
+            tap: list[Stmt] = [Alloc(tp, line=line),
+                               ir.Transpose(tpv, View(raw, (pt(ks, p.tile_k), src_c, a(r), a(s))), "pe", line),
+                               ir.Copy(View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), a(r), a(s),
+                                                 kdst)), tpv, line)]
+            per_tap = loop(r, b.R, loop(s, b.S, tap, note=b.T["s"], line=line), note=b.T["r"],
+                           line=line)
+            return (load(cv, cs) if per_c else []) + per_tap
+        return ([] if per_c else load(None, 0)) + b.over_c(V["c"], taps, line)
+    if local:
+        return out + prep_notes(per_k(b.kv, b.ks), f"prepare {op.w}")
+    return out + prep_notes(b.over_k(V["kw"], per_k, f"{b.T['k']} (tiles of {b.cn['k']})", line),
+                            f"prepare {op.w}")
+
+
+def weights_grouped(b: _ConvBuilder, raw: Buf, kv: str | None, ks: int) -> list[Stmt]:
+    """A grouped convolution's rows of W for one out-channel tile, placed block-diagonally: the rows of group j
+    of the tile (partitions j*Kg..) hold W[k, 0..Cg] at the group's input channels, zeros elsewhere, so the
+    per-tap PE transposes give a stationary that covers all the tile's groups in one matmul."""
+    line, kg, cg = b.L["update"], b.KG, b.C // b.op.groups
+    jv = b.fresh("grp")
+    # the tile's first group: k_start / Kg, times Cg input channels per group
+    first = a(term(kv, b.p.tile_k // kg * cg)) if kv else a(b.KT * b.p.tile_k // kg * cg)
+    rows = (sl(a(term(jv, kg)), kg), sl(first.plus(a(term(jv, cg))), cg), full(b.R), full(b.S))
+    load = Dma(View(raw, rows), w_view(b, (sl(b.k_start(kv).plus(a(term(jv, kg))), kg), full(cg),
+                                               full(b.R), full(b.S))), line)
+    return [Alloc(raw, zero=True, line=line)] + loop(jv, ks // kg, [load], note="groups of the tile", line=line)
+
+
+def w_view(b: _ConvBuilder, idx: tuple) -> View:
+    """A region of the stationary operand in HBM (of the current batch index's matrix when batched)."""
+    return View(b.w4, ((a(b.var["n"]),) if b.op.w_batch else ()) + idx)
+
+
+def bias(b: _ConvBuilder) -> list[Stmt]:
+    op, p, line = b.op, b.p, b.line
+    assert op.bias is not None  # built only for an op with a bias
+    b2, st = hbm_view(b.hbm[op.bias], (b.K, 1), b.fresh(f"{op.bias}_v"), line)
+    col = Buf(b.fresh(f"{op.bias}_col"), "sbuf", "f32", (b.PK, b.KTB))
+    b.bias_col = col
+    if b.halves:  # b[k] on partitions 2k and 2k + 1: b twice side by side, moved to the partitions in order
+        pairs = Buf(b.fresh(f"{op.bias}_twice"), "sbuf", "f32", (b.K, 2))
+        return st + [Alloc(pairs, line=line), Alloc(col, line=line)] + \
+            [Dma(View(pairs, (full(b.K), sl(h, 1))), whole(b2), line) for h in range(2)] + \
+            [Dma(whole(col), whole(pairs), line)]
+    if b.pair > 1:  # one copy per row phase (the output band's partition halves)
+        return st + [Alloc(col, line=line)] + [Dma(View(col, (sl(h * b.K, b.K), full(1))), whole(b2), line)
+                                               for h in range(2)]
+
+    def body(kv: str | None, ks: int) -> list[Stmt]:
+        if b.dup > 1:  # a folded image's producer: b on each copy's partitions
+            return [Dma(View(col, (sl(j * b.K, b.K), full(1))), whole(b2), line) for j in range(b.dup)]
+        return [Dma(View(col, (b.part(ks, p.tile_k), sl(b.tile_index(kv, b.KT), 1))),
+                    View(b2, (sl(b.k_start(kv), ks), full(1))), line)]
+    b.bias_col = col
+    note = f"{b.T['k']} (tiles of {b.cn['k']})"
+    return st + [Alloc(col, line=line)] + prep_notes(b.over_k(b.var["kb"], body, note, line),
+                                                     f"load {op.bias} as columns")
+
+
+def bias_row(b: _ConvBuilder) -> list[Stmt]:
+    """b[x] on every partition: b_bc[p, x] = b[x], one broadcast matmul per column tile (TILE_X moving columns,
+    contraction 1) before the nest, instead of a K=1 matmul per output tile inside the accumulation."""
+    op, p, line = b.op, b.p, b.line
+    assert op.bias is not None
+    dt = b.hbm[op.bias].dtype
+    row_v, st = hbm_view(b.hbm[op.bias], (1, b.Wo), b.fresh(f"{op.bias}_v"), line)
+    row = Buf(b.fresh(f"{op.bias}_row"), "sbuf", dt, (1, b.Wo))
+    ones, made = ones_row(b.fresh(f"ones_{dt}"), dt, p.tile_k, line)
+    bc = Buf(b.fresh(f"{op.bias}_bc"), "sbuf", "f32", (p.tile_k, b.Wo))
+    acc = Buf(b.fresh(f"{op.bias}_bcast"), "psum", "f32", (p.tile_k, p.tile_x))
+    xt = b.var["x"]
+    cols = sl(a(term(xt, p.tile_x, b.cn["x"])), p.tile_x)
+    body = broadcast_row(acc, ones, View(row, (full(1), cols)), line) + \
+        [ir.Copy(View(bc, (full(p.tile_k), cols)), whole(acc), line)]
+    b.bias_bc = bc
+    note = f"{b.T['x']} (tiles of {b.cn['x']})"
+    return st + made + [Alloc(row, line=line), Dma(whole(row), whole(row_v), line), Alloc(bc, line=line)] + \
+        prep_notes(loop(xt, b.Wo // p.tile_x, body, note=note, line=line), f"broadcast {op.bias}")
