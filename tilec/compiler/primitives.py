@@ -9,6 +9,8 @@ and error goldens (tests/golden/compiler/primitives/).
     partition(k, "i")         for i in serial(128)  ->  for i in partition(128)     (extent <= target partitions)
     stage(k, "A", "i", "sbuf")  inside loop i: alloc A_sbuf, copy the region of A the body reads, read it instead
     compute_at(k, "T", "i")   the nest computing T moves under loop i, computing the region one iteration reads
+    reverse_compute_at(k, "e", "i")  the consumer nest at loop e moves under loop i of its producer, after it,
+                              computing what one iteration of i has finished (a reduction's epilogue per row tile)
     buffers(k, "A_sbuf", 2)   an on-chip buffer allocated inside a loop gets 2 copies in flight
 """
 from __future__ import annotations
@@ -416,7 +418,8 @@ def buffers(k: Kernel, buf: str, n: int, target: Target | str | None = None, spa
     return replace(k, body=visit(k.body))
 
 
-__all__ = ["split", "reorder", "unroll", "partition", "stage", "compute_at", "buffers", "find_loop"]
+__all__ = ["split", "reorder", "unroll", "partition", "stage", "compute_at", "reverse_compute_at", "buffers",
+           "find_loop"]
 
 
 def compute_at(k: Kernel, buf: str, at: str, span: Span | None = None) -> Kernel:
@@ -489,3 +492,73 @@ def _restrict(prod: Loop, region: dict[str, tuple[Aff, int]]) -> Loop:
         return Loop(local, extent, _subst(body, s.var, by), s.kind, s.line)
 
     return visit(prod)  # type: ignore[return-value]
+
+
+def reverse_compute_at(k: Kernel, nest: str, at: str, span: Span | None = None) -> Kernel:
+    """TVM's reverse_compute_at: the top-level nest at loop `nest` (a consumer) moves under loop `at` of the nest
+    just before it (its producer), after what that loop's body computes, and computes only the part that reads the
+    region one iteration of `at` has finished. Before/after (golden: primitives/reverse_compute_at.txt), a row sum
+    and its scale:
+
+        for i in serial(64):                       for i in serial(64):
+          for j in serial(12):                       for j in serial(12):
+            s[i] += A[i, j]                            s[i] += A[i, j]
+        for i in serial(64):                         for i_r in serial(1):
+          Y[i] = s[i] * 0.5                            Y[i + i_r] = s[i + i_r] * 0.5
+
+    Legal when the consumer directly follows its producer, reads something the producer writes, indexes each
+    dimension of those reads by a plain loop (or a constant where the region is one element), and every loop of
+    the producer from its top down to `at` indexes what the producer writes there (or runs once): an iteration of
+    `at` then finishes its region, no later iteration adds to it (a reduction loop cannot be `at`)."""
+    consumer = find_loop(k, nest, span)
+    loop = find_loop(k, at, span)
+    top = list(k.body)
+    if not any(s is consumer for s in top):
+        raise _fail(f"reverse_compute_at {nest}: loop {nest} is not the top of a nest", span,
+                    "name the outermost loop of the consumer nest")
+    producer = next((s for s in top if isinstance(s, Loop) and (s is loop or any(x is loop for x in walk(s.body)))),
+                    None)
+    where = next(i for i, s in enumerate(top) if s is consumer)
+    if producer is None or producer is consumer or where == 0 or top[where - 1] is not producer:
+        raise _fail(f"reverse_compute_at {nest}, {at}: the nest at {nest} does not directly follow the nest holding "
+                    f"loop {at}", span, "compute a consumer at a loop of the nest just before it")
+    chain = _path(producer, loop)
+    written = {s.dst.buf for s in _stores(loop.body)}
+    for lp in chain:
+        for s in _stores(loop.body):
+            if lp.extent > 1 and not any(t.var == lp.var for i in s.dst.index for t in i.terms):
+                raise _fail(f"reverse_compute_at {nest}, {at}: loop {lp.var} does not index {fmt_access(s.dst)}, so "
+                            f"an iteration of {at} has not finished it (the loops over it still add to it)", span,
+                            "compute the consumer at a loop outside the reduction loops")
+    reads = [a for s in _stores((consumer,)) for a in loads(s.expr) if a.buf in written]
+    if not reads:
+        raise _fail(f"reverse_compute_at {nest}, {at}: the nest at {nest} reads nothing loop {at} computes", span)
+    inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
+    extents = {s.var: s.extent for s in walk((consumer,)) if isinstance(s, Loop)}
+    out: dict[str, tuple[Aff, int]] = {}
+    for a in reads:
+        box = region([w.dst for w in _stores(loop.body) if w.dst.buf == a.buf], inner, f"reverse_compute_at {nest}",
+                     span)
+        for d, idx in enumerate(a.index):
+            first, extent = box.offsets[d], box.extents[d]
+            if not idx.terms and extent == 1 and first == Aff((), idx.const):
+                continue  # a constant index of a dimension the region has one element of
+            if len(idx.terms) != 1 or idx.terms[0].coef != 1 or idx.const or idx.terms[0].var not in extents:
+                raise _fail(f"reverse_compute_at {nest}, {at}: {fmt_access(a)} is not indexed by a plain loop of the "
+                            f"consumer in dimension {d}", span, "compute at a consumer that reads its input plainly")
+            var = idx.terms[0].var
+            if out.setdefault(var, (first, extent)) != (first, extent):
+                raise _fail(f"reverse_compute_at {nest}, {at}: loop {var} reads two regions", span)
+    moved = _restrict(consumer, out)
+    body = tuple(s for s in k.body if s is not consumer)
+    return _with_loop(replace(k, body=body), loop, lambda s: replace(s, body=s.body + (moved,)))
+
+
+def _path(top: Loop, loop: Loop) -> list[Loop]:
+    """The loops from `top` down to `loop`, both included."""
+    if top is loop:
+        return [top]
+    for s in top.body:
+        if isinstance(s, Loop) and (s is loop or any(x is loop for x in walk(s.body))):
+            return [top] + _path(s, loop)
+    return [top]
