@@ -84,8 +84,13 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
         note = notes[j] if j < len(notes) else ""
         line = lines[j] if j < len(lines) else chain[_source(old, new, j)].line
         new_body = (Loop(names[j], new[j], new_body, "serial", line, note),)
+    for b, (shape, _) in shapes.items():  # a view named after one that exists is that one (an epilogue's s_v)
+        have = bufs.get(called[b])
+        if have is not None and (have.view_of != b or have.shape != shape):
+            raise _fail(f"reshape {at}: view {called[b]} exists with another shape or base than {b} as "
+                        f"{list(shape)}", span, "name the view apart")
     allocs = tuple(Alloc(Buffer(called[b], "hbm", bufs[b].dtype, shape, view_of=b), view_line or body[0].line)
-                   for b, (shape, _) in shapes.items())
+                   for b, (shape, _) in shapes.items() if called[b] not in bufs)
     top = next(i for i, s in enumerate(k.body) if s is chain[0] or any(x is chain[0] for x in walk((s,))))
     k = _with_loop(k, chain[0], lambda _: new_body[0])
     return replace(k, body=k.body[:top] + allocs + k.body[top:])
@@ -219,27 +224,41 @@ def _rewrite(s: Assign | Update, views: dict[str, View], called: dict[str, str],
 
 
 def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
-              span: Span | None = None, name: str = "", line: int = 0) -> Kernel:
+              span: Span | None = None, name: str = "", line: int = 0, dtype: str = "", cast: str = "") -> Kernel:
     """TVM's cache_write: inside loop `at`, the statements write the region of `buf` they cover into a new on-chip
-    buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop does not read
-    `buf` (it would see the old values) and the region fits the target. `line`: the .tl line of the store (default
-    the first write's; a reduction's store is tagged with its initial value's statement)."""
+    buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop reads `buf` only
+    after a statement that writes it (an epilogue reading the finished value; reads before would see the old
+    values), inside the region, and the region fits the target. `line`: the .tl line of the store (default the
+    first write's; a reduction's store is tagged with its initial value's statement). `dtype`: the on-chip
+    buffer's (default `buf`'s: an fp32 accumulator of a narrower output); `cast`: the name of a tile of `buf`'s
+    dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA)."""
     t = get_target(target)
     loop = find_loop(k, at, span)
     writes = [s.dst for s in _stores(loop.body) if s.dst.buf == buf]
     if not writes:
         raise _fail(f"stage_out {buf} at {at}: loop {at} does not write {buf}", span)
-    if any(a.buf == buf for s in _stores(loop.body) for a in loads(s.expr)):
-        raise _fail(f"stage_out {buf} at {at}: loop {at} also reads {buf}", span, "stage it where it is only written")
+    first_write = next(n for n, s in enumerate(loop.body) if any(x.dst.buf == buf for x in _stores((s,))))
+    reads = [a for n, s in enumerate(loop.body) for x in _stores((s,)) for a in loads(x.expr) if a.buf == buf]
+    early = [a for s in loop.body[:first_write + 1] for x in _stores((s,)) for a in loads(x.expr) if a.buf == buf]
+    if early:
+        raise _fail(f"stage_out {buf} at {at}: loop {at} reads {buf} before it writes it", span,
+                    "stage it where it is only written, or read only after the statement writing it")
     inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
     box = region(writes, inner, f"stage_out {buf} at {at}", span)
+    if reads and region(writes + reads, inner, f"stage_out {buf} at {at}", span) != box:
+        raise _fail(f"stage_out {buf} at {at}: loop {at} reads {buf} outside the region it writes", span)
     source = k.buffers()[buf]
-    _check_fits(box.shape, source.dtype, t, f"stage_out {buf} at {at}", span)
-    staged = Buffer(name or f"{buf}_{memory}", memory, source.dtype, box.shape)
+    _check_fits(box.shape, dtype or source.dtype, t, f"stage_out {buf} at {at}", span)
+    staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, box.shape)
     first = next(s.line for s in _stores(loop.body) if s.dst.buf == buf)
-    back = copy_nest(staged.name, buf, box, line or first, into=False)
-    body = relocate(loop.body, buf, staged.name, box, reads=False, writes=True)
-    return _with_loop(k, loop, lambda s: replace(s, body=(Alloc(staged, first),) + body + (back,)))
+    back: tuple[Stmt, ...] = (copy_nest(staged.name, buf, box, line or first, into=False),)
+    if cast:  # staged -> a tile of buf's dtype (one copy), stored from there
+        tile = Buffer(cast, memory, source.dtype, box.shape)
+        whole = Region(tuple(Aff() for _ in box.shape), box.shape, tuple(range(len(box.shape))))
+        back = (Alloc(tile, first), copy_nest(cast, staged.name, whole, first, into=True, prefix=cast),
+                copy_nest(cast, buf, box, line or first, into=False))
+    body = relocate(loop.body, buf, staged.name, box, reads=bool(reads), writes=True)
+    return _with_loop(k, loop, lambda s: replace(s, body=(Alloc(staged, first),) + body + back))
 
 
 # ---- broadcast -----------------------------------------------------------------------------------------------------

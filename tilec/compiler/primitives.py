@@ -250,12 +250,13 @@ def partition(k: Kernel, var: str, target: Target | str | None = None, span: Spa
 
 
 def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
-          span: Span | None = None, name: str = "", dtype: str = "") -> Kernel:
+          span: Span | None = None, name: str = "", dtype: str = "", near: bool = False) -> Kernel:
     """Exo's stage_mem / TVM's cache_read: inside loop `at`, copy the region of `buf` its body reads into a new
     on-chip buffer and read that instead (golden: primitives/stage.txt). The region is the box the body's affine
     reads cover over the loops inside `at`; it must fit the target's SBUF per partition. `at` "" stages once for
     the whole kernel (after its views); `name` and `dtype` name the copy and its type (default BUF_sbuf, BUF's
-    type: a DMA converts on the way)."""
+    type: a DMA converts on the way). `near`: the copy goes just before the first statement of the loop's body
+    that reads `buf` rather than first (an epilogue's operand, loaded after the reduction before it)."""
     t = get_target(target)
     loop = find_loop(k, at, span) if at else Loop("", 1, k.body)
     where = f"loop {at}" if at else "the kernel"
@@ -271,7 +272,10 @@ def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | s
     staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, box.shape)
     line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in loads(s.expr)))
     copy = copy_nest(staged.name, buf, box, line, into=True)
-    new_body = (Alloc(staged, line), copy) + relocate(loop.body, buf, staged.name, box)
+    moved = relocate(loop.body, buf, staged.name, box)
+    at_n = next(n for n, s in enumerate(loop.body) if any(a.buf == buf for x in _stores((s,)) for a in loads(x.expr))) \
+        if near else 0
+    new_body = moved[:at_n] + (Alloc(staged, line), copy) + moved[at_n:]
     if not at:  # after the kernel's views: the copy reads through them
         views = tuple(s for s in k.body if isinstance(s, Alloc) and s.buf.view_of)
         return replace(k, body=views + new_body[:2] + new_body[2 + len(views):])
@@ -512,6 +516,7 @@ def reverse_compute_at(k: Kernel, nest: str, at: str, span: Span | None = None) 
     `at` then finishes its region, no later iteration adds to it (a reduction loop cannot be `at`)."""
     consumer = find_loop(k, nest, span)
     loop = find_loop(k, at, span)
+    k = _views_first(k, consumer)
     top = list(k.body)
     if not any(s is consumer for s in top):
         raise _fail(f"reverse_compute_at {nest}: loop {nest} is not the top of a nest", span,
@@ -552,6 +557,23 @@ def reverse_compute_at(k: Kernel, nest: str, at: str, span: Span | None = None) 
     moved = _restrict(consumer, out)
     body = tuple(s for s in k.body if s is not consumer)
     return _with_loop(replace(k, body=body), loop, lambda s: replace(s, body=s.body + (moved,)))
+
+
+def _views_first(k: Kernel, consumer: Loop) -> Kernel:
+    """The HBM views declared just before the consumer moved before the nest ahead of them (a view is a name for
+    storage that exists anyway: the consumer may read it inside that nest)."""
+    body = list(k.body)
+    at = next(i for i, s in enumerate(body) if s is consumer) if any(s is consumer for s in body) else 0
+    start = at
+    while start > 0 and _is_view(body[start - 1]):
+        start -= 1
+    if start == at or start == 0 or not isinstance(body[start - 1], Loop):
+        return k
+    return replace(k, body=tuple(body[:start - 1] + body[start:at] + [body[start - 1]] + body[at:]))
+
+
+def _is_view(s: Stmt) -> bool:
+    return isinstance(s, Alloc) and bool(s.buf.view_of)
 
 
 def _path(top: Loop, loop: Loop) -> list[Loop]:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, Update, loads
+from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, loads
 from tilec.compiler.schedule import EltwisePlan, ReducePlan, TransposePlan, best_divisor, eltwise_plan
 from tilec.compiler.select_permute import dma_runs
 from tilec.lang.functions import ACCUMULATE
@@ -66,7 +66,7 @@ _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
     "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
-    "tensorize": _lowering_only, "block": _lowering_only,
+    "reverse_compute_at": pr.reverse_compute_at, "tensorize": _lowering_only, "block": _lowering_only,
 }
 _TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped")  # check capacity against the target
 
@@ -450,10 +450,16 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
 
     With several free tiles the accumulator is staged at the row tile (`stage_out(s_v, pt)`) and tensorized with
     `accumulate=True`: it starts at the identity (a zeroed tile, plus -inf/inf for max/min), each tile's
-    tensor_reduce goes into a column `s_part` combined into it. A scale, another initial value, a reduced
-    expression, an output narrower than fp32: None (build_reduce)."""
+    tensor_reduce goes into a column `s_part` combined into it.
+
+    The epilogue nests after the reduction (a constant factor `s[i] = s[i] * 0.5`, an initial value `s[i] = s[i] +
+    b[i]`) are each reshaped onto the rows (`e, e_u`: R x 1, the same view s_v), computed at the loop holding the
+    accumulator (`reverse_compute_at(e, ft)`: after the reduce of each row tile), bound to the partitions and
+    tensorized in place on the accumulator; a tensor's column is staged just before its step (`stage(b_v, ft,
+    near=True)`). An output narrower than fp32 keeps an fp32 accumulator and is cast into a tile of its dtype
+    before the store (`stage_out(.., dtype=f32, cast=s_tile)`)."""
     tops = [s for s in k.body if isinstance(s, Loop)]
-    if len(tops) != 2:
+    if len(tops) < 2:
         return None
     init = layout.perfect_chain(tops[0])[-1].body
     chain = layout.perfect_chain(tops[1])
@@ -467,29 +473,64 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     names = [lp.var for lp in chain]
     if kept is None or _plain(src.index) != names or kept != names[:len(kept)] or len(kept) == len(names):
         return None
+    epilogue = [_epilogue_step(t, upd.dst) for t in tops[2:]]
+    if None in epilogue or len(tops) != len(k.body):
+        return None
     R = math.prod(lp.extent for lp in chain[:len(kept)])
     F = math.prod(lp.extent for lp in chain[len(kept):])
-    if F % params.free or R % params.parts or params.parts > target.pmax or k.buffers()[upd.dst.buf].dtype != "f32":
-        return None  # (a narrower output needs an fp32 accumulator and a cast: build_reduce)
+    if F % params.free or R % params.parts or params.parts > target.pmax:
+        return None
     if any(lp.extent == 1 for lp in chain):  # a unit loop leaves reshape's views ambiguous (s[0] of one row)
         return None
     tiles = F // params.free
     S, A = upd.dst.buf, src.buf
-    taken = {S, A}
+    columns = [c for c in epilogue if c]
+    taken = {S, A, *columns}
     v = {A: unique(f"{A}_v", taken), S: unique(f"{S}_v", taken)}
+    v.update({c: unique(f"{c}_v", taken) for c in columns})
     red = names[len(kept):]
     notes = (f"for {', '.join(kept)}", f"for {', '.join(red)}")
-    return [prim("fold_init", S),
-            prim("reshape", chain[0].var, (("r", R), ("f", F)), notes=notes,
-                 lines=(chain[0].line, chain[len(kept)].line), views=tuple(v.items()), view_line=init[0].line),
-            prim("split", "r", params.parts, outer="pt", inner="p", name="TILE_P"),
-            prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
-            prim("reorder", "pt", "ft", "p", "f_i"),
-            prim("partition", "p"),
-            prim("stage_out", v[S], "ft" if tiles == 1 else "pt", name=unique(f"{S}_acc", taken), line=init[0].line),
-            prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken)),
-            prim("tensorize", "p") if tiles == 1 else prim("tensorize", "p", accumulate=True),
-            prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {A}")]
+    at = "ft" if tiles == 1 else "pt"
+    top = chain[0].var + ("#0" if epilogue else "")
+    prims = [prim("fold_init", S),
+             prim("reshape", top, (("r", R), ("f", F)), notes=notes,
+                  lines=(chain[0].line, chain[len(kept)].line), views=((A, v[A]), (S, v[S])), view_line=init[0].line)]
+    loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
+    for n, (e, c) in enumerate(zip(loops, epilogue)):  # after the reduction's reshape its loops are the only ones
+        ref = chain[0].var + ("#0" if len(epilogue) - n > 1 else "")
+        views = ((S, v[S]),) + (((c, v[c]),) if c else ())
+        prims.append(prim("reshape", ref, ((e, R), (f"{e}_u", 1)), views=views))
+    prims += [prim("split", "r", params.parts, outer="pt", inner="p", name="TILE_P"),
+              prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+              prim("reorder", "pt", "ft", "p", "f_i"),
+              prim("partition", "p")]
+    for e in loops:
+        prims += [prim("reverse_compute_at", e, at), prim("partition", f"{e}_r")]
+    narrow = k.buffers()[S].dtype != "f32"
+    cast = {"dtype": "f32", "cast": unique(f"{S}_tile", taken)} if narrow else {}
+    prims += [prim("stage_out", v[S], at, name=unique(f"{S}_acc", taken), line=init[0].line, **cast),
+              prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken))]
+    prims += [prim("stage", v[c], at, name=unique(f"{c}_col", taken), near=True) for c in columns]
+    prims.append(prim("tensorize", "p") if tiles == 1 else prim("tensorize", "p", accumulate=True))
+    prims += [prim("tensorize", f"{e}_r") for e in loops]
+    return prims + [prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {A}")]
+
+
+def _epilogue_step(top: Loop, dst: Access) -> str | None:
+    """"" or the column tensor it reads, when the nest is one step of a reduction's epilogue, `s[i] = s[i] * c` or
+    `s[i] = s[i] OP (c | b[i])`, over the kept loops; None otherwise."""
+    body = layout.perfect_chain(top)[-1].body
+    if len(body) != 1 or not isinstance(body[0], Assign) or body[0].dst != dst:
+        return None
+    e = body[0].expr
+    if not isinstance(e, Op) or len(e.args) != 2 or e.args[0] != Load(dst):
+        return None
+    other = e.args[1]
+    if isinstance(other, Const):
+        return ""
+    if isinstance(other, Load) and other.access.index == dst.index and other.access.buf != dst.buf:
+        return other.access.buf
+    return None
 
 
 # ---- data movement -------------------------------------------------------------------------------------------------
