@@ -231,7 +231,8 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     values), inside the region, and the region fits the target. `line`: the .tl line of the store (default the
     first write's; a reduction's store is tagged with its initial value's statement). `dtype`: the on-chip
     buffer's (default `buf`'s: an fp32 accumulator of a narrower output); `cast`: the name of a tile of `buf`'s
-    dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA)."""
+    dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA). The on-chip
+    buffer is allocated just before the first statement that writes it."""
     t = get_target(target)
     loop = find_loop(k, at, span)
     writes = [s.dst for s in _stores(loop.body) if s.dst.buf == buf]
@@ -258,7 +259,8 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
         back = (Alloc(tile, first), copy_nest(cast, staged.name, whole, first, into=True, prefix=cast),
                 copy_nest(cast, buf, box, line or first, into=False))
     body = relocate(loop.body, buf, staged.name, box, reads=bool(reads), writes=True)
-    return _with_loop(k, loop, lambda s: replace(s, body=(Alloc(staged, first),) + body + back))
+    body = body[:first_write] + (Alloc(staged, first),) + body[first_write:]  # allocated just before it is written
+    return _with_loop(k, loop, lambda s: replace(s, body=body + back))
 
 
 # ---- broadcast -----------------------------------------------------------------------------------------------------

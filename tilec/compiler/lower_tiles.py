@@ -55,9 +55,8 @@ def reduce_nest(op: ReduceOp, program) -> Kernel | None:
     computes them at the row tile): the constant factor (`s[i] = s[i] * 0.5`, a mean) and an initial value other
     than the identity (`s[i] = s[i] + b[i]`, `s[i] = max(s[i], 1)`). The reduction is associative, so starting from
     the initial value or adding it last is the same sum (up to rounding). None when the op reads an expression or
-    its tensors are not indexed by the loops plainly (build_reduce keeps those)."""
-    if op.expr is not None:
-        return None
+    its tensors are not indexed by the loops plainly (build_reduce keeps those). A reduced expression is the update's
+    value (`s[i] += A[i, j] * B[i, j]`), its tensors the nest's parameters."""
     kept = [v for role, v in op.vars if role.startswith("k")]
     red = [v for role, v in op.vars if role.startswith("r")]
     src, out = program.tensors[op.src], program.tensors[op.out]
@@ -65,8 +64,9 @@ def reduce_nest(op: ReduceOp, program) -> Kernel | None:
         return None
     ext = [size_value(n, program.sizes) if not isinstance(n, int) else n for n in src.shape]
     col = [op.init] if isinstance(op.init, str) else []
-    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, tuple(ext[:len(kept)] if n != op.src else ext))
-            for n in (op.src, *col, op.out)}
+    reads = list(op.inputs or (op.src,))
+    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, tuple(ext if n in reads else ext[:len(kept)]))
+            for n in (*reads, *col, op.out)}
     idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
     lines = dict(op.loop_lines)
 
@@ -76,7 +76,9 @@ def reduce_nest(op: ReduceOp, program) -> Kernel | None:
         return stmt
     S = Access(op.out, idx(kept))
     init = nest(Assign(S, Const(_IDENTITY[op.op]), op.line), kept)
-    update = Update(S, _UPDATE[op.op], Load(Access(op.src, idx(kept + red))), op.update_line)
+    value = Load(Access(op.src, idx(kept + red))) if op.expr is None else \
+        lower_expr(op.expr, tuple(kept + red), program.sizes)
+    update = Update(S, _UPDATE[op.op], value, op.update_line)
     epilogue: list[Stmt] = []
     if op.scale != 1.0:
         epilogue.append(nest(Assign(S, Op("*", (Load(S), Const(op.scale))), op.update_line), kept))
@@ -84,7 +86,7 @@ def reduce_nest(op: ReduceOp, program) -> Kernel | None:
         None if op.init == _IDENTITY[op.op] else Const(op.init)
     if start is not None:
         epilogue.append(nest(Assign(S, Op(_COMBINE[op.op], (Load(S), start)), op.line), kept))
-    return Kernel(op.name, (bufs[op.src], *(bufs[c] for c in col)), (bufs[op.out],),
+    return Kernel(op.name, tuple(bufs[n] for n in (*reads, *col)), (bufs[op.out],),
                   (init, nest(update, kept + red), *epilogue))
 
 

@@ -12,6 +12,8 @@ and error goldens (tests/golden/compiler/primitives/).
     reverse_compute_at(k, "e", "i")  the consumer nest at loop e moves under loop i of its producer, after it,
                               computing what one iteration of i has finished (a reduction's epilogue per row tile)
     buffers(k, "A_sbuf", 2)   an on-chip buffer allocated inside a loop gets 2 copies in flight
+    bind_expr(k, "s", "p", "T")  a reduction's expression computed into an on-chip tile T over the nest at p first,
+                              then reduced from T (Exo's bind_expr: the tile the reduce instruction reads)
 """
 from __future__ import annotations
 
@@ -422,8 +424,8 @@ def buffers(k: Kernel, buf: str, n: int, target: Target | str | None = None, spa
     return replace(k, body=visit(k.body))
 
 
-__all__ = ["split", "reorder", "unroll", "partition", "stage", "compute_at", "reverse_compute_at", "buffers",
-           "find_loop"]
+__all__ = ["split", "reorder", "unroll", "partition", "stage", "compute_at", "reverse_compute_at", "bind_expr",
+           "buffers", "find_loop"]
 
 
 def compute_at(k: Kernel, buf: str, at: str, span: Span | None = None) -> Kernel:
@@ -584,3 +586,60 @@ def _path(top: Loop, loop: Loop) -> list[Loop]:
         if isinstance(s, Loop) and (s is loop or any(x is loop for x in walk(s.body))):
             return [top] + _path(s, loop)
     return [top]
+
+
+def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | None = None,
+              span: Span | None = None) -> Kernel:
+    """Exo's bind_expr for a reduction: the perfect nest at loop `at` whose one statement updates `buf` with an
+    expression becomes a nest computing the expression into a new fp32 on-chip buffer `name` (over the nest's
+    loops, renamed V_x) and the same nest reducing that buffer (golden: primitives/bind_expr.txt):
+
+        for i in serial(64):                        alloc T: sbuf f32[64, 12]
+          for j in serial(12):                      for i_x in serial(64):
+            s[i] += A[i, j] * B[i, j]                 for j_x in serial(12):
+                                                        T[i_x, j_x] = A[i_x, j_x] * B[i_x, j_x]
+                                                    for i in serial(64):
+                                                      for j in serial(12):
+                                                        s[i] += T[i, j]
+
+    Legal when the nest is perfect with one update of `buf` whose value is not a plain read, the expression reads
+    nothing the nest writes, and the buffer fits the target."""
+    t = get_target(target)
+    loop = find_loop(k, at, span)
+    chain = [loop]
+    while len(chain[-1].body) == 1 and isinstance(chain[-1].body[0], Loop):
+        chain.append(chain[-1].body[0])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Update) or body[0].dst.buf != buf:
+        raise _fail(f"bind_expr {buf} at {at}: the nest at {at} is not one update of {buf}", span,
+                    "bind the expression of a reduction's innermost nest")
+    upd = body[0]
+    if isinstance(upd.expr, Load):
+        raise _fail(f"bind_expr {buf} at {at}: the update reads {fmt_access(upd.expr.access)} already; there is no "
+                    f"expression to compute first", span)
+    if any(a.buf == buf for a in loads(upd.expr)):
+        raise _fail(f"bind_expr {buf} at {at}: the expression reads {buf}, which the nest updates", span)
+    taken = {s.var for s in walk(k.body) if isinstance(s, Loop)}
+    if name in k.buffers() or any(f"{lp.var}_x" in taken for lp in chain):
+        raise _fail(f"bind_expr {buf} at {at}: the name {name} or a loop V_x is taken", span)
+    shape = tuple(lp.extent for lp in chain)
+    _check_fits(shape, "f32", t, f"bind_expr {buf} at {at}", span)
+    tile = Buffer(name, "sbuf", "f32", shape)
+    expr: Expr = upd.expr
+    for lp in chain:
+        expr = _subst_expr(expr, lp.var, Aff((Term(f"{lp.var}_x"),)))
+    compute: Stmt = Assign(Access(name, tuple(Aff((Term(f"{lp.var}_x"),)) for lp in chain)), expr, upd.line)
+    reduce: Stmt = replace(upd, expr=Load(Access(name, tuple(Aff((Term(lp.var),)) for lp in chain))))
+    for lp in reversed(chain):
+        compute = replace(lp, var=f"{lp.var}_x", body=(compute,))
+        reduce = replace(lp, body=(reduce,))
+
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if s is loop:
+                out += [Alloc(tile, upd.line), compute, reduce]
+            else:
+                out.append(replace(s, body=visit(s.body)) if isinstance(s, Loop) else s)
+        return tuple(out)
+    return replace(k, body=visit(k.body))

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, loads
+from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, fmt_expr, loads
 from tilec.compiler.schedule import EltwisePlan, ReducePlan, TransposePlan, best_divisor, eltwise_plan
 from tilec.compiler.select_permute import dma_runs
 from tilec.lang.functions import ACCUMULATE
@@ -66,9 +66,11 @@ _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
     "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
+    "bind_expr": pr.bind_expr,
     "reverse_compute_at": pr.reverse_compute_at, "tensorize": _lowering_only, "block": _lowering_only,
 }
-_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped")  # check capacity against the target
+# these check capacity against the target
+_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped", "bind_expr")
 
 
 def apply(k: Kernel, prims: list[Prim], target: Target) -> Kernel:
@@ -464,14 +466,16 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     init = layout.perfect_chain(tops[0])[-1].body
     chain = layout.perfect_chain(tops[1])
     body = chain[-1].body
-    if len(body) != 1 or not isinstance(body[0], Update) or not isinstance(body[0].expr, Load):
+    if len(body) != 1 or not isinstance(body[0], Update) or not loads(body[0].expr):
         return None
     if len(init) != 1 or not isinstance(init[0], Assign) or init[0].dst != body[0].dst:
         return None
-    upd, src = body[0], body[0].expr.access
+    upd = body[0]
     kept = _plain(upd.dst.index)
     names = [lp.var for lp in chain]
-    if kept is None or _plain(src.index) != names or kept != names[:len(kept)] or len(kept) == len(names):
+    reads = list(dict.fromkeys(a.buf for a in loads(upd.expr)))  # every tensor of the expression, at one element
+    if kept is None or any(_plain(a.index) != names for a in loads(upd.expr)) or kept != names[:len(kept)] or \
+            len(kept) == len(names) or upd.dst.buf in reads:
         return None
     epilogue = [_epilogue_step(t, upd.dst) for t in tops[2:]]
     if None in epilogue or len(tops) != len(k.body):
@@ -483,10 +487,11 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     if any(lp.extent == 1 for lp in chain):  # a unit loop leaves reshape's views ambiguous (s[0] of one row)
         return None
     tiles = F // params.free
-    S, A = upd.dst.buf, src.buf
+    S = upd.dst.buf
     columns = [c for c in epilogue if c]
-    taken = {S, A, *columns}
-    v = {A: unique(f"{A}_v", taken), S: unique(f"{S}_v", taken)}
+    taken = {S, *reads, *columns}
+    v = {A: unique(f"{A}_v", taken) for A in reads}
+    v[S] = unique(f"{S}_v", taken)
     v.update({c: unique(f"{c}_v", taken) for c in columns})
     red = names[len(kept):]
     notes = (f"for {', '.join(kept)}", f"for {', '.join(red)}")
@@ -494,7 +499,8 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     top = chain[0].var + ("#0" if epilogue else "")
     prims = [prim("fold_init", S),
              prim("reshape", top, (("r", R), ("f", F)), notes=notes,
-                  lines=(chain[0].line, chain[len(kept)].line), views=((A, v[A]), (S, v[S])), view_line=init[0].line)]
+                  lines=(chain[0].line, chain[len(kept)].line), views=tuple((b, v[b]) for b in (*reads, S)),
+                  view_line=init[0].line)]
     loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
     for n, (e, c) in enumerate(zip(loops, epilogue)):  # after the reduction's reshape its loops are the only ones
         ref = chain[0].var + ("#0" if len(epilogue) - n > 1 else "")
@@ -506,14 +512,19 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
               prim("partition", "p")]
     for e in loops:
         prims += [prim("reverse_compute_at", e, at), prim("partition", f"{e}_r")]
+    expr = not isinstance(upd.expr, Load)
+    if expr:  # the expression of the staged tiles computed into a tile first, then reduced from it
+        prims.append(prim("bind_expr", v[S], "p", unique(f"{S}_terms", taken)))
     narrow = k.buffers()[S].dtype != "f32"
     cast = {"dtype": "f32", "cast": unique(f"{S}_tile", taken)} if narrow else {}
-    prims += [prim("stage_out", v[S], at, name=unique(f"{S}_acc", taken), line=init[0].line, **cast),
-              prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken))]
+    prims.append(prim("stage_out", v[S], at, name=unique(f"{S}_acc", taken), line=init[0].line, **cast))
+    prims += [prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken)) for A in reversed(reads)]
     prims += [prim("stage", v[c], at, name=unique(f"{c}_col", taken), near=True) for c in columns]
+    prims += [prim("tensorize", "p_x")] if expr else []
     prims.append(prim("tensorize", "p") if tiles == 1 else prim("tensorize", "p", accumulate=True))
     prims += [prim("tensorize", f"{e}_r") for e in loops]
-    return prims + [prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {A}")]
+    what = fmt_expr(upd.expr) if expr else reads[0]
+    return prims + [prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {what}")]
 
 
 def _epilogue_step(top: Loop, dst: Access) -> str | None:
