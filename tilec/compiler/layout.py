@@ -61,8 +61,9 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
     b[i] of Y[i, j] -> b_v[p, 0] (a column), s[j] -> s_v[0, f] (a row). `notes` and `lines` give the new loops'
     comments and .tl lines (default: the line of the loop each starts in); `views` names the views (buffer, view;
     default BUF_v, or BUF_v2.. when that name is taken). `groups` says which old loops each new loop iterates
-    (consecutive, outermost first; loops of extent 1 may be left out): with loops of extent 1 the extents alone
-    can leave that open (`[200, 1, 1]` -> `[200, 1]`: which unit loop remains?). `view_line`: the .tl line of
+    (consecutive, outermost first; loops of extent 1 may be left out, and a new loop of extent 1 may iterate none:
+    a unit dimension of every view, `s[i]` -> `s_v[e, 0]`): with loops of extent 1 the extents alone can leave
+    that open (`[200, 1, 1]` -> `[200, 1]`: which unit loop remains?). `view_line`: the .tl line of
     the views (default the first statement's)."""
     chain = perfect_chain(find_loop(k, at, span))
     old = [lp.extent for lp in chain]
@@ -112,6 +113,8 @@ def _bounds(chain: list[str], old: list[int], new: list[int], groups: tuple[tupl
     if len(groups) != len(new):
         raise _fail(f"reshape: {len(groups)} groups of loops for {len(new)} new loops", span)
     for g, group in enumerate(groups):
+        if not group and new[g] == 1:  # a new unit loop iterating no old loop (an epilogue's column: s_v[e, 0])
+            continue
         pos = [chain.index(v) if v in chain else -1 for v in group]
         if not pos or -1 in pos or pos != list(range(pos[0], pos[0] + len(pos))) or \
                 math.prod(old[p] for p in pos) != new[g]:
@@ -161,7 +164,7 @@ def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int],
     loop keeps them all."""
     spans: list[int] = []
     for a, b in runs:
-        if full and bounds is not None:
+        if bounds is not None:  # the groups say which new loops each run spans (unit loops included)
             a2, b2 = bounds[a], bounds[b]
         elif full:
             a2, b2 = _boundary(a, so, sn), _boundary(b, so, sn)
@@ -171,6 +174,8 @@ def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int],
     if not spans:  # a broadcast run of one element (b[i], i < 1): a (1, 1) column
         return (1, 1), (None, None)
     loops: list[int | None] = list(spans)
+    if full and bounds is not None:  # new unit loops after the runs (groups of no old loop): unit dimensions
+        loops += [None] * (len(new) - 1 - max(spans))
     if len(runs) == 1 and not full:
         if spans[-1] + 1 < len(new):
             loops.append(None)

@@ -54,9 +54,9 @@ def reduce_nest(op: ReduceOp, program) -> Kernel | None:
     its identity, `s[i] = 0; s[i] += A[i, j]`, then its epilogue, one nest per step over the kept loops (rules.reduce
     computes them at the row tile): the constant factor (`s[i] = s[i] * 0.5`, a mean) and an initial value other
     than the identity (`s[i] = s[i] + b[i]`, `s[i] = max(s[i], 1)`). The reduction is associative, so starting from
-    the initial value or adding it last is the same sum (up to rounding). None when the op reads an expression or
-    its tensors are not indexed by the loops plainly (build_reduce keeps those). A reduced expression is the update's
-    value (`s[i] += A[i, j] * B[i, j]`), its tensors the nest's parameters."""
+    the initial value or adding it last is the same sum (up to rounding). A reduced expression is the update's value
+    (`s[i] += A[i, j] * B[i, j]`), its tensors the nest's parameters. None when the tensors are not indexed by the
+    loops plainly."""
     kept = [v for role, v in op.vars if role.startswith("k")]
     red = [v for role, v in op.vars if role.startswith("r")]
     src, out = program.tensors[op.src], program.tensors[op.out]

@@ -279,8 +279,8 @@ def step_nests(op: TransposeOp, plan, program, target: Target) -> list[tuple[Nes
 
 
 def reduce_rule(op: ReduceOp, plan, program, target: Target) -> tuple[Nest, list] | None:
-    """A row reduction's nest and the reduce rule's primitives, when the rule covers it (rules.reduce); short rows
-    (several per partition) stay with build_reduce."""
+    """A row reduction's nest and the reduce rule's primitives (rules.reduce), except for short rows (several per
+    partition: build_reduce)."""
     nest = reduce_nest(op, program)
     if nest is None or short_rows([op], plan) is not None:
         return None

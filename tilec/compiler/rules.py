@@ -484,8 +484,9 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     F = math.prod(lp.extent for lp in chain[len(kept):])
     if F % params.free or R % params.parts or params.parts > target.pmax:
         return None
-    if any(lp.extent == 1 for lp in chain):  # a unit loop leaves reshape's views ambiguous (s[0] of one row)
-        return None
+    # with unit loops the extents alone leave reshape's views ambiguous (s[0] of one row): the groups say it
+    units = any(lp.extent == 1 for lp in chain)
+    groups = {"groups": (tuple(kept), tuple(names[len(kept):]))} if units else {}
     tiles = F // params.free
     S = upd.dst.buf
     columns = [c for c in epilogue if c]
@@ -500,12 +501,13 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     prims = [prim("fold_init", S),
              prim("reshape", top, (("r", R), ("f", F)), notes=notes,
                   lines=(chain[0].line, chain[len(kept)].line), views=tuple((b, v[b]) for b in (*reads, S)),
-                  view_line=init[0].line)]
+                  view_line=init[0].line, **groups)]
     loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
     for n, (e, c) in enumerate(zip(loops, epilogue)):  # after the reduction's reshape its loops are the only ones
         ref = chain[0].var + ("#0" if len(epilogue) - n > 1 else "")
         views = ((S, v[S]),) + (((c, v[c]),) if c else ())
-        prims.append(prim("reshape", ref, ((e, R), (f"{e}_u", 1)), views=views))
+        prims.append(prim("reshape", ref, ((e, R), (f"{e}_u", 1)), views=views,
+                          **({"groups": (tuple(kept), ())} if units else {})))
     prims += [prim("split", "r", params.parts, outer="pt", inner="p", name="TILE_P"),
               prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
               prim("reorder", "pt", "ft", "p", "f_i"),
