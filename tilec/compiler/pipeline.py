@@ -31,6 +31,7 @@ from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, Reduce
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import sbuf_budget
+from tilec.compiler.share import share_tiles
 from tilec.compiler.unsupported import reject_unsupported
 from tilec.compiler.verify import verify
 from tilec.errors import Span, TilecError
@@ -210,6 +211,8 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             outside = [o for j, o in enumerate(ops) if j not in chains[i]]
             keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
             built = build_row_chain(members, hbm, lambda o: _fresh(names, o), keep)
+            if passes.peak_usage(tuple(built[1]))[0] > budget:  # long rows: tiles of disjoint lives share space
+                built = (built[0], list(share_tiles(tuple(built[1]), budget)))
             if passes.peak_usage(tuple(built[1]))[0] <= budget:
                 out.append(_named({m.out for m in members} & keep, built, members[-1].out, len(ops), prefixes))
                 skip |= set(chains[i])

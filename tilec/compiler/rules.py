@@ -256,13 +256,18 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     at = lambda x: x + sfx  # noqa: E731
     tag = f"_{sfx[1:]}" if sfx else ""
     out = n.stmt.dst.buf
+    whole = not sfx and bool(n.rows) and lay["F"] // p.free > 1 and lay["F"] * 4 * len(n.rows) <= WHOLE_ROWS_BYTES
+    # rows too long to broadcast whole: the free tiles go outside the partition tiles, so each tile of a row is
+    # copied to every partition once, not once per partition tile
+    per_tile = bool(n.rows) and not whole and lay["F"] // p.free > 1
+    order = (at("t"), at("o"), at("pt")) if per_tile else (at("pt"), at("o"), at("t"))
     prims = [prim("split", at("p"), p.parts, outer=at("pt"), inner=at("p_i"), name=_const(p.parts, plan.parts, "P")),
              prim("split", at("f"), p.free, outer=at("t"), inner=at("f_i"), name=_const(p.free, plan.free, "F")),
-             prim("reorder", at("pt"), at("o"), at("t"), at("p_i"), at("f_i")),
+             prim("reorder", *order, at("p_i"), at("f_i")),
              prim("partition", at("p_i")),
-             prim("stage_out", v[out], at("t"), name=name(f"{out}_tile{tag}"))]
-    prims += [prim("stage", v[x], at("t"), name=name(f"{x}_tile{tag}")) for x in reversed(n.full)]
-    whole = not sfx and bool(n.rows) and lay["F"] // p.free > 1 and lay["F"] * 4 * len(n.rows) <= WHOLE_ROWS_BYTES
+             prim("stage_out", v[out], at("pt") if per_tile else at("t"), name=name(f"{out}_tile{tag}"))]
+    prims += [prim("stage", v[x], at("pt") if per_tile else at("t"), name=name(f"{x}_tile{tag}"))
+              for x in reversed(n.full)]
     for i, r in reversed(list(enumerate(n.rows))):
         where, row, tile = "" if whole else at("t"), name(f"{r}_row{tag}"), name(f"{r}_tile{tag}")
         prims += [prim("stage", v[r], where, name=row), prim("broadcast", row, where, at("p_i"), name=tile)]
@@ -273,7 +278,7 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
                       prim("reorder", chunk, f"{tile}_c0")]
     prims += [prim("stage", v[c], at("pt"), name=name(f"{c}_col{tag}"), dtype="f32") for c in reversed(n.columns)]
     # with whole broadcast rows VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
-    fold = whole and bool(n.columns)
+    fold = (whole or per_tile) and bool(n.columns)
     label = f"{out} = element-wise" + (f", broadcasting {', '.join(n.columns + n.rows)}" if n.run[1] else "")
     temps = {"temps": f"tmp{tag}_"} if tag else {}  # a region's temporaries have its own shape
     return prims + [prim("tensorize", at("p_i"), fold=fold, regroup=fold, **temps),

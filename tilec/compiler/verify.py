@@ -9,7 +9,7 @@ Target (tilec/target.py) the kernel is compiled for.
 from __future__ import annotations
 
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Buf, Copy, Dma, Kernel, Loop, Matmul, Reduce, Reshape,
-                               Scalar, Sl, Stmt, Transpose, View, views)
+                               Scalar, Sl, Stmt, Transpose, View, views, walk)
 from tilec.compiler.schedule import sbuf_budget
 from tilec.errors import InternalError
 from tilec.target import Target, target as get_target
@@ -39,7 +39,10 @@ class _Verifier:
     def body(self, stmts: tuple[Stmt, ...], loops: dict[str, int], scope: dict[str, Buf], sbuf: int, psum: int
              ) -> None:
         scope = dict(scope)
-        for s in _inline(stmts):
+        flat = list(_inline(stmts))
+        last = _last_uses(flat)
+        live_psum: set[str] = set()  # PSUM tiles allocated here and still used later in this body
+        for i, s in enumerate(flat):
             if isinstance(s, Loop):
                 if s.var in loops:
                     self.fail(f"loop variable {s.var} shadows an enclosing loop")
@@ -47,17 +50,25 @@ class _Verifier:
                     self.fail(f"loop {s.var} has extent {s.extent}")
                 self.body(s.body, {**loops, s.var: s.extent}, scope, sbuf, psum)
             elif isinstance(s, Alloc):
-                if s.buf.name in scope:  # the name is rebound: the tile it named is unreachable from here on
-                    sbuf, psum = self.release(scope[s.buf.name], sbuf, psum)
+                rebound = scope.get(s.buf.name)
+                if rebound is not None and (rebound.memory != "psum" or s.buf.name in live_psum):
+                    # the name is rebound: the tile it named is unreachable from here on
+                    sbuf, psum = self.release(rebound, sbuf, psum)
+                    live_psum.discard(s.buf.name)
                 sbuf, psum = self.alloc(s.buf, sbuf, psum)
                 self.define(s.buf)
                 scope[s.buf.name] = s.buf
+                if s.buf.memory == "psum":
+                    live_psum.add(s.buf.name)
             elif isinstance(s, Reshape):
                 self.reshape(s, scope)
                 self.define(s.buf)
                 scope[s.buf.name] = s.buf
             else:
                 self.op(s, loops, scope)
+            for name in [n for n in live_psum if last.get(n, -1) <= i]:  # a PSUM tile dies at its last use, as
+                live_psum.discard(name)  # the NKI allocator (and the interpreter's capacity check) free it
+                sbuf, psum = self.release(scope[name], sbuf, psum)
 
     def release(self, b: Buf, sbuf: int, psum: int) -> tuple[int, int]:
         if b.memory == "psum":
@@ -176,6 +187,17 @@ class _Verifier:
         return lo, hi
 
 
+def _last_uses(flat: list[Stmt]) -> dict[str, int]:
+    """Each buffer's index of the last statement of `flat` that reads or writes it (nested ones count as their
+    enclosing loop)."""
+    last: dict[str, int] = {}
+    for i, s in enumerate(flat):
+        for x in walk((s,)):
+            for v in views(x):
+                last[v.buf.name] = i
+    return last
+
+
 def _inline(stmts: tuple[Stmt, ...]):
     """Blocks only group statements for reading; they are not scopes (loops are)."""
     for s in stmts:
@@ -198,7 +220,6 @@ def _count(v: View) -> int:
 
 def memory_summary(k: Kernel) -> list[tuple[str, str, str, int]]:
     """(buffer, memory, shape, bytes per partition) for every on-chip buffer, in program order."""
-    from tilec.compiler.ir import walk
     seen, out = set(), []
     for s in walk(k.body):
         if isinstance(s, Alloc) and s.buf.name not in seen:

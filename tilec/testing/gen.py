@@ -663,6 +663,8 @@ def row_chain(rng: random.Random, nm: Names) -> Case:
     (a max or sum per row, a broadcast use, a reduction of that, rsqrt of a row vector, a scale by columns)."""
     kind = rng.choice(["softmax", "layernorm", "rmsnorm", "logsumexp"])
     m, n = size(rng, 300), size(rng, 600)
+    if rng.random() < 0.08:  # long rows: a chain that fits SBUF only with tiles sharing space (compiler/share.py)
+        m, n = size(rng, 160), rng.choice([6000, 8192, 8193, 12289, 16384])
     sm, sn = nm("M"), nm("N")
     b = Builder(nm(kind))
     b.defaults = [(sm, m), (sn, n)]

@@ -1,0 +1,78 @@
+"""Issue 10's programs (the scheduling core's proof set) at 4096-class sizes: how far the default schedule is from
+the floor.
+
+    python benchmarks/core.py                 # every program
+    python benchmarks/core.py softmax         # some programs
+    python benchmarks/core.py --tiny          # small sizes (seconds: a check that every row runs)
+
+The programs are benchmarks/core/*.tl: softmax, layernorm and rmsnorm written as several statements, an element-wise
+op whose broadcast operands carry constants, a batched transpose, a column sum, a mean over a middle axis and an
+NCHW -> NHWC permute, at 4096 x 4096 elements (16 Mi) and, for some, at other realistic shapes (long rows, a short
+middle axis). The columns are those of benchmarks/families.py (whose floor and model functions this reuses):
+floor = max(TensorE FLOP floor, DMA byte floor) without start-up, run = the model's latency without its start-up,
+ratio = run / floor (issue 10's goal: <= 1.5 for each row). Model estimates, never measurements.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from families import Family, Row, floor_us, model_us, table  # noqa: E402
+from tilec.lang import api as lang  # noqa: E402
+from tilec.target import target as get_target  # noqa: E402
+
+FOLDER = ROOT / "benchmarks" / "core"
+ROW_TINY, LONG = dict(M=8, N=24), dict(M=1024, N=16384)
+PROGRAMS: tuple[tuple[Family, dict[str, int]], ...] = (  # (program, sizes other than its default line's)
+    (Family("softmax.tl", "softmax over rows (4 statements)", ROW_TINY), {}),
+    (Family("softmax.tl", "softmax, rows of 16384", ROW_TINY), LONG),
+    (Family("layernorm.tl", "layernorm (5 statements)", ROW_TINY), {}),
+    (Family("layernorm.tl", "layernorm, rows of 8192", ROW_TINY), dict(M=2048, N=8192)),
+    (Family("layernorm.tl", "layernorm, rows of 16384", ROW_TINY), LONG),
+    (Family("rmsnorm.tl", "rmsnorm (3 statements)", ROW_TINY), {}),
+    (Family("rmsnorm.tl", "rmsnorm, rows of 16384", ROW_TINY), LONG),
+    (Family("broadcast.tl", "2*X[i, j] + b[j] - 0.5*c[i]", ROW_TINY), {}),
+    (Family("broadcast.tl", "the same, rows of 16384", ROW_TINY), LONG),
+    (Family("batched_transpose.tl", "batched transpose", dict(B=2, M=8, N=12)), {}),
+    (Family("column_sum.tl", "column sum", ROW_TINY), {}),
+    (Family("middle_mean.tl", "mean over a middle axis", dict(A=2, B=8, C=24)), {}),
+    (Family("middle_mean.tl", "the same, 64 x 64 x 4096", dict(A=2, B=8, C=24)), dict(A=64, B=64, C=4096)),
+    (Family("nchw_to_nhwc.tl", "permute NCHW -> NHWC", dict(N=1, C=8, H=3, W=5)), {}),
+)
+
+
+def measure(program: Family, sizes: dict[str, int], tiny: bool, tgt) -> Row:
+    path = FOLDER / program.program
+    sizes = dict(program.tiny) if tiny else sizes
+    loaded = lang.load(path, sizes)
+    floor, bound = floor_us(loaded, tgt)
+    return Row(program, 1, loaded.sizes, floor, bound, *model_us(path, sizes, tgt))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("programs", nargs="*", help="program names (default: all), e.g. softmax")
+    parser.add_argument("--tiny", action="store_true", help="small sizes, for a quick check that every row runs")
+    parser.add_argument("--target", default="trn2", help="the modelled NeuronCore (tilec.target.TARGETS)")
+    args = parser.parse_args(argv)
+    names = [p.program[:-3] for p, _ in PROGRAMS]
+    unknown = set(args.programs) - set(names)
+    if unknown:
+        parser.error(f"unknown programs {sorted(unknown)}; known: {', '.join(names)}")
+    tgt = get_target(args.target)
+    start = time.time()
+    rows = [measure(p, sizes, args.tiny, tgt) for p, sizes in PROGRAMS
+            if not args.programs or p.program[:-3] in args.programs]
+    print(f"issue-10 programs on the {tgt.name} model{', tiny sizes' if args.tiny else ''} ({time.time() - start:.0f} s)")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
