@@ -83,13 +83,13 @@ def short_rows(ops: list, plan: ReducePlan | None = None) -> tuple[int, int, int
     G = R // P
     if G == 1 or G > MAX_GROUP:
         return None
-    free = RESIDENT_FREE if _resident(reds, G * F) else GROUP_FREE
+    free = RESIDENT_FREE if resident(reds, G * F) else GROUP_FREE
     cap = max(1, min(free // F, -(-G // MIN_TILES)))
     GB = best_divisor(G, cap)
     return P, G, G if 2 * GB <= cap and G * F <= free else GB  # G with no divisor near cap: one tile
 
 
-def _resident(reds: list, per_partition: int) -> bool:
+def resident(reds: list, per_partition: int) -> bool:
     """Whether the reduced inputs stay whole in SBUF (each tile loaded into its own part, so the loads stream back
     to back and never wait for a reduce to free a rotating buffer): at most RESIDENT_BYTES per partition, counting
     every input as fp32."""
@@ -137,10 +137,10 @@ def build_short_rows(ops: list, hbm: dict[str, Buf], fresh_for, keep: set[str], 
             F = op.dim("F")
             loaded: dict[str, View] = {}
             names = op.inputs or (op.src,)
-            resident = _resident([op for op in ops if type(op) is ReduceOp], G * F)
+            in_sbuf = resident([op for op in ops if type(op) is ReduceOp], G * F)
             for name in names:
                 src_v = view(name, (P, G, F), fresh)
-                if resident:  # every tile's load its own region: no load waits for a reduce to free a buffer
+                if in_sbuf:  # every tile's load its own region: no load waits for a reduce to free a buffer
                     tile = Buf(fresh(f"{name}_all"), "sbuf", hbm[name].dtype, (P, G, F))
                     before.append(Alloc(tile, line=ln))
                     dst = View(tile, (full(P), cols, full(F)))

@@ -46,7 +46,7 @@ def _suffix(extents: list[int]) -> list[int]:
 
 def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple[str, ...] = (),
             lines: tuple[int, ...] = (), views: tuple[tuple[str, str], ...] = (), span: Span | None = None,
-            groups: tuple[tuple[str, ...], ...] = (), view_line: int = 0) -> Kernel:
+            groups: tuple[tuple[str, ...], ...] = (), view_line: int = 0, unit: bool = True) -> Kernel:
     """The perfect nest at loop `at` iterated by `loops` (name, extent), outermost first, over the same elements in
     the same order; every buffer it accesses is seen through an HBM view `BUF_v` (golden: layout/reshape.txt):
 
@@ -64,7 +64,8 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
     (consecutive, outermost first; loops of extent 1 may be left out, and a new loop of extent 1 may iterate none:
     a unit dimension of every view, `s[i]` -> `s_v[e, 0]`): with loops of extent 1 the extents alone can leave
     that open (`[200, 1, 1]` -> `[200, 1]`: which unit loop remains?). `view_line`: the .tl line of
-    the views (default the first statement's)."""
+    the views (default the first statement's). `unit=False`: a broadcast operand's view gets no unit dimension
+    (short rows: s[i] of A[i, j] over (p, g, f) is s_v[p, g], the result tile's own shape)."""
     chain = perfect_chain(find_loop(k, at, span))
     old = [lp.extent for lp in chain]
     new = [n for _, n in loops]
@@ -76,7 +77,7 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
         raise _fail(f"reshape {at}: the nest holds more than assignments", span, "reshape an element-wise nest")
     bufs = k.buffers()
     bounds = _bounds([lp.var for lp in chain], old, new, groups, span) if groups else None
-    shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span, bounds)
+    shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span, bounds, unit)
     taken, given = set(bufs), dict(views)
     called = {b: given.get(b) or unique(f"{b}_v", taken) for b in shapes}
     names = [v for v, _ in loops]
@@ -134,7 +135,7 @@ def _bounds(chain: list[str], old: list[int], new: list[int], groups: tuple[tupl
 
 
 def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[str, Buffer], span,
-           bounds: list[int] | None = None) -> dict[str, View]:
+           bounds: list[int] | None = None, unit: bool = True) -> dict[str, View]:
     """Buffer -> its view, ordered: operands indexed like the whole nest, the written buffers, then broadcast
     operands (columns, then rows). An access is a sequence of runs of the nest's loops (one run: an element-wise
     operand or a broadcast; several: a permute, Y[j, i] = X[i, j]); each run becomes the new loops it spans."""
@@ -149,7 +150,7 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
                     raise _fail(f"reshape: `{acc.buf}` reads loops {', '.join(chain[a:b])}, which do not map onto "
                                 f"whole loops of the new nest", span, "choose extents whose products meet at its run")
             full = sum(b - a for a, b in runs) == len(chain)  # every loop (in order, or permuted)
-            view = _view(runs, full, so, sn, new, bounds)
+            view = _view(runs, full, so, sn, new, bounds, unit)
             if found.setdefault(acc.buf, view) != view:
                 raise _fail(f"reshape: `{acc.buf}` is accessed through different loops", span)
             last = max(b for _, b in runs)
@@ -158,7 +159,7 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
 
 
 def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int], new: list[int],
-          bounds: list[int] | None = None) -> View:
+          bounds: list[int] | None = None, unit: bool = True) -> View:
     """New loops of extent 1 at a broadcast run's edges stay out of its view (b[i] -> b_v[p, 0], not b_v[o, p, 0]
     with o of extent 1), and it gets a unit dimension on the side the other loops are; an operand indexed by every
     loop keeps them all."""
@@ -176,7 +177,7 @@ def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int],
     loops: list[int | None] = list(spans)
     if full and bounds is not None:  # new unit loops after the runs (groups of no old loop): unit dimensions
         loops += [None] * (len(new) - 1 - max(spans))
-    if len(runs) == 1 and not full:
+    if len(runs) == 1 and not full and unit:
         if spans[-1] + 1 < len(new):
             loops.append(None)
         elif spans[0] > 0:
@@ -239,7 +240,7 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA). The on-chip
     buffer is allocated just before the first statement that writes it."""
     t = get_target(target)
-    loop = find_loop(k, at, span)
+    loop = find_loop(k, at, span) if at else Loop("", 1, k.body)  # "": the whole kernel (stored at its end)
     writes = [s.dst for s in _stores(loop.body) if s.dst.buf == buf]
     if not writes:
         raise _fail(f"stage_out {buf} at {at}: loop {at} does not write {buf}", span)
@@ -265,6 +266,8 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
                 copy_nest(cast, buf, box, line or first, into=False))
     body = relocate(loop.body, buf, staged.name, box, reads=bool(reads), writes=True)
     body = body[:first_write] + (Alloc(staged, first),) + body[first_write:]  # allocated just before it is written
+    if not at:
+        return replace(k, body=body + back)
     return _with_loop(k, loop, lambda s: replace(s, body=body + back))
 
 

@@ -252,13 +252,16 @@ def partition(k: Kernel, var: str, target: Target | str | None = None, span: Spa
 
 
 def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
-          span: Span | None = None, name: str = "", dtype: str = "", near: bool = False) -> Kernel:
+          span: Span | None = None, name: str = "", dtype: str = "", near: bool = False,
+          resident: bool = False) -> Kernel:
     """Exo's stage_mem / TVM's cache_read: inside loop `at`, copy the region of `buf` its body reads into a new
     on-chip buffer and read that instead (golden: primitives/stage.txt). The region is the box the body's affine
     reads cover over the loops inside `at`; it must fit the target's SBUF per partition. `at` "" stages once for
     the whole kernel (after its views); `name` and `dtype` name the copy and its type (default BUF_sbuf, BUF's
     type: a DMA converts on the way). `near`: the copy goes just before the first statement of the loop's body
-    that reads `buf` rather than first (an epilogue's operand, loaded after the reduction before it)."""
+    that reads `buf` rather than first (an epilogue's operand, loaded after the reduction before it).
+    `resident`: the copy is allocated once for the whole kernel over everything the kernel reads of `buf` (after
+    its views), and each iteration of `at` copies its region into its own part (loads never wait for a buffer)."""
     t = get_target(target)
     loop = find_loop(k, at, span) if at else Loop("", 1, k.body)
     where = f"loop {at}" if at else "the kernel"
@@ -273,15 +276,45 @@ def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | s
     _check_fits(box.shape, dtype or source.dtype, t, f"stage {buf} at {at}", span)
     staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, box.shape)
     line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in loads(s.expr)))
+    if resident and at:
+        return _stage_resident(k, buf, loop, box, staged, line, t, span)
     copy = copy_nest(staged.name, buf, box, line, into=True)
     moved = relocate(loop.body, buf, staged.name, box)
     at_n = next(n for n, s in enumerate(loop.body) if any(a.buf == buf for x in _stores((s,)) for a in loads(x.expr))) \
         if near else 0
     new_body = moved[:at_n] + (Alloc(staged, line), copy) + moved[at_n:]
-    if not at:  # after the kernel's views: the copy reads through them
-        views = tuple(s for s in k.body if isinstance(s, Alloc) and s.buf.view_of)
-        return replace(k, body=views + new_body[:2] + new_body[2 + len(views):])
+    if not at:  # after the kernel's views (all of them first: a view is a name, not a copy): the copy reads them
+        views = tuple(s for s in k.body if _is_view(s))
+        rest = tuple(s for s in new_body[2:] if not _is_view(s))
+        return replace(k, body=views + new_body[:2] + rest)
     return _with_loop(k, loop, lambda s: replace(s, body=new_body))
+
+
+def _stage_resident(k: Kernel, buf: str, loop: Loop, box: "Region", staged: Buffer, line: int, t: Target,
+                    span: Span | None) -> Kernel:
+    """stage(.., resident=True): one buffer over the kernel's whole region of `buf`, each iteration of `loop`
+    copying its own box into its part."""
+    every = [a for s in _stores(k.body) for a in loads(s.expr) if a.buf == buf]
+    loops = {s.var: s.extent for s in walk(k.body) if isinstance(s, Loop)}
+    whole = region(every, loops, f"stage {buf} at {loop.var}", span)
+    if whole.kept != box.kept or any(off.terms for off in whole.offsets):
+        raise _fail(f"stage {buf} at {loop.var}, resident: the kernel's region of {buf} and the loop's keep other "
+                    f"dimensions", span, "stage it per iteration instead")
+    _check_fits(whole.shape, staged.dtype, t, f"stage {buf} at {loop.var}", span)
+    staged = replace(staged, shape=whole.shape)
+    part = Region(tuple(Aff(off.terms, off.const - w.const) for off, w in zip(box.offsets, whole.offsets)),
+                  box.extents, box.kept)  # where the loop's box sits in the resident buffer
+    names = {d: f"{buf}_c{n}" for n, d in enumerate(box.kept)}
+    dst = Access(staged.name, tuple(part.offsets[d].plus(Aff((Term(names[d]),))) for d in box.kept))
+    src = Access(buf, tuple(off.plus(Aff((Term(names[d]),))) if d in names else off
+                            for d, off in enumerate(box.offsets)))
+    copy: Stmt = Assign(dst, Load(src), line)
+    for n, d in reversed(list(enumerate(box.kept))):
+        copy = Loop(names[d], box.extents[d], (copy,), "partition" if n == 0 else "serial", line)
+    k = _with_loop(k, loop, lambda s: replace(s, body=(copy,) + relocate(s.body, buf, staged.name, whole)))
+    views = [n for n, s in enumerate(k.body) if isinstance(s, Alloc) and s.buf.view_of and s.buf.name == buf]
+    at = views[0] + 1 if views else 0
+    return replace(k, body=k.body[:at] + (Alloc(staged, line),) + k.body[at:])
 
 
 @dataclass(frozen=True)

@@ -440,7 +440,8 @@ def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, na
 
 
 
-def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
+def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int, int] | None = None,
+           resident: bool = False) -> list[Prim] | None:
     """The row-reduction rule, `s[i] = c; s[i] OP= A[i, j]` over trailing dimensions, c OP's identity
     (lower_tiles.reduce_nest); rowsum 256 x 384, one free tile holding a whole row:
 
@@ -464,7 +465,13 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     accumulator (`reverse_compute_at(e, ft)`: after the reduce of each row tile), bound to the partitions and
     tensorized in place on the accumulator; a tensor's column is staged just before its step (`stage(b_v, ft,
     near=True)`). An output narrower than fp32 keeps an fp32 accumulator and is cast into a tile of its dtype
-    before the store (`stage_out(.., dtype=f32, cast=s_tile)`)."""
+    before the store (`stage_out(.., dtype=f32, cast=s_tile)`).
+
+    `short` = (P, G, GB): rows short enough that one per partition wastes the DMAs (build_reduce.short_rows) go G
+    per partition, row p * G + g on partition p: the rows reshaped to (p, P) x (g, G), g split into tiles of GB
+    (TILE_G), a (P, GB, F) tile staged per tile (or, `resident`, one tile of the whole input with each tile's
+    load into its own part) and one last-axis tensor_reduce into a (P, G) result tile staged for the whole kernel;
+    the epilogue runs once on the whole (P, G) tile after the loop."""
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) < 2:
         return None
@@ -491,6 +498,8 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
         return None
     # with unit loops the extents alone leave reshape's views ambiguous (s[0] of one row): the groups say it
     units = any(lp.extent == 1 for lp in chain)
+    if short is not None:
+        return None if units else _short_rows(k, upd, init[0], chain, kept, reads, epilogue, short, resident)
     groups = {"groups": (tuple(kept), tuple(names[len(kept):]))} if units else {}
     tiles = F // params.free
     S = upd.dst.buf
@@ -532,6 +541,49 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     prims += [prim("tensorize", f"{e}_r") for e in loops]
     what = fmt_expr(upd.expr) if expr else reads[0]
     return prims + [prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {what}")]
+
+
+def _short_rows(k: Kernel, upd: Update, init: Assign, chain: list[Loop], kept: list[str], reads: list[str],
+                epilogue: list[str | None], short: tuple[int, int, int], resident: bool) -> list[Prim]:
+    """rules.reduce for short rows (G per partition); see its docstring."""
+    P, G, GB = short
+    F = math.prod(lp.extent for lp in chain[len(kept):])
+    names = [lp.var for lp in chain]
+    S = upd.dst.buf
+    columns = [c for c in epilogue if c]
+    taken = {S, *reads, *columns}
+    v = {A: unique(f"{A}_v", taken) for A in reads}
+    v[S] = unique(f"{S}_v", taken)
+    v.update({c: unique(f"{c}_v", taken) for c in columns})
+    top = chain[0].var + ("#0" if epilogue else "")
+    prims = [prim("fold_init", S),
+             prim("reshape", top, (("p", P), ("g", G), ("f", F)), notes=(f"for {', '.join(kept)}",) * 2 +
+                  (f"for {', '.join(names[len(kept):])}",), lines=(chain[0].line,) * 2 + (chain[len(kept)].line,),
+                  views=tuple((b, v[b]) for b in (*reads, S)), view_line=init.line, unit=False)]
+    loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
+    for n, (e, c) in enumerate(zip(loops, epilogue)):
+        ref = chain[0].var + ("#0" if len(epilogue) - n > 1 else "")
+        views = ((S, v[S]),) + (((c, v[c]),) if c else ())
+        prims.append(prim("reshape", ref, ((e, P), (f"{e}_g", G)), views=views))
+    prims += [prim("split", "g", GB, outer="gt", inner="g_i", name="TILE_G",
+                   note=f"for the rows, TILE_G at a time on each partition ({G} per partition)"),
+              prim("reorder", "gt", "p", "g_i", "f"),
+              prim("partition", "p")]
+    prims += [prim("partition", e) for e in loops]
+    expr = not isinstance(upd.expr, Load)
+    if expr:
+        prims.append(prim("bind_expr", v[S], "p", unique(f"{S}_terms", taken)))
+    narrow = k.buffers()[S].dtype != "f32"
+    cast = {"cast": unique(f"{S}_tile", taken)} if narrow else {}
+    prims.append(prim("stage_out", v[S], "", name=unique(f"{S}_col", taken), line=init.line, dtype="f32", **cast))
+    how = {"name": "", "resident": True} if resident else {"name": ""}
+    for A in reversed(reads):
+        prims.append(prim("stage", v[A], "gt", **{**how, "name": unique(f"{A}_all" if resident else f"{A}_tile",
+                                                                         taken)}))
+    prims += [prim("stage", v[c], "", name=unique(f"{c}_tile", taken), dtype="f32") for c in columns]
+    prims += [prim("tensorize", "p_x")] if expr else []
+    prims += [prim("tensorize", "p")] + [prim("tensorize", e) for e in loops]
+    return prims + [prim("block", "", f"{S}: short rows, {G} per partition (row p * {G} + g on partition p)")]
 
 
 def _epilogue_step(top: Loop, dst: Access) -> str | None:
