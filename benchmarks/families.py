@@ -64,6 +64,8 @@ FAMILIES = (
     Family("bmm.tl", "batched matmul", dict(M=8, K=16, P=8)),
     Family("matvec.tl", "matrix-vector (1-D vector)", dict(M=8, K=16)),
     Family("shift.tl", "crop / shift", dict(C=4, H=6, W=5)),
+    Family("shift_padded.tl", "zero-filled shift (F.pad + crop)", dict(C=4, H=6, W=5)),
+    Family("pad1.tl", "padded copy 56x56 -> 58x58", dict(C=4, H=6, W=5)),
     Family("upsample2x.tl", "nearest upsample 2x", dict(C=4, H=3, W=4)),
     Family("concat.tl", "channel concat", dict(C1=4, C2=2, H=3, W=4)),
     Family("heads_permute.tl", "permute [S, N, H, D] -> [N, H, S, D]", dict(S=6, H=3, D=5)),

@@ -5,7 +5,8 @@ order. Memory regions are coarse bounding boxes, enough for true/anti/output dep
 
     Access  = buffer id, buffer name, memory, partition range [p0, p1), byte range [lo, hi) within each partition
               (for HBM: byte range within the tensor's flat storage, p0 = 0, p1 = 1), and for SBUF/PSUM the
-              innermost free stride in bytes (optional, 0 = unknown; the model's SBUF stride penalty reads it)
+              innermost free stride in bytes (optional, 0 = unknown; the model's SBUF stride penalty reads it);
+              for HBM optionally the exact access pattern (`pattern`)
     Instr   = seq, engine, op, shapes and dtypes, bytes moved, reads, writes, kernel file:line, attrs
     Alloc   = one on-chip or HBM buffer with its size per partition and the seq range during which it is live
     Trace   = kernel name, instrs, allocs, totals
@@ -29,6 +30,8 @@ class Access:
     hi: int
     stride_bytes: int = 0  # SBUF/PSUM: innermost free-dimension stride of the access pattern in bytes (the last free
     #                        dimension with more than one element); 0 = unknown, broadcast, one element, or HBM
+    pattern: tuple = ()  # HBM: the access pattern (itemsize, offset, shape, strides, storage dims) in elements, for
+    #                      the model's optional per-pattern dependence rule (tilec/perf/deps.py); () = unknown
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from tilec.compiler import layout, primitives as pr
+from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, fmt_expr, loads
 from tilec.compiler.schedule import EltwisePlan, ReducePlan, TransposePlan, best_divisor, eltwise_plan
@@ -66,11 +66,12 @@ _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
     "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
-    "bind_expr": pr.bind_expr,
-    "reverse_compute_at": pr.reverse_compute_at, "tensorize": _lowering_only, "block": _lowering_only,
+    "bind_expr": pr.bind_expr, "reverse_compute_at": pr.reverse_compute_at,
+    "tensorize": _lowering_only, "block": _lowering_only,
+    "resolve_fill": rules_copy.resolve_fill, "fill_from": rules_copy.fill_from,
 }
 # these check capacity against the target
-_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped", "bind_expr")
+_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped", "fill_from", "bind_expr")
 
 
 def apply(k: Kernel, prims: list[Prim], target: Target) -> Kernel:
@@ -624,6 +625,8 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     read = {t.var for i in src.index for t in i.terms}
     ext = {lp.var: lp.extent for lp in chain}
     Y, X = stmt.dst.buf, src.buf
+    if src.fill is not None:  # a padded read: an interior box copied HBM -> HBM, fill boxes from a constant tile
+        return rules_copy.padded_copy(k, target, chain, src)
     x_order, y_order = _plain(src.index), _plain(stmt.dst.index)
     if x_order and y_order and x_order != y_order:  # a permute that keeps its last dimension (select_permute)
         runs = dma_runs(tuple(x_order), tuple(y_order), ext, target.pmax)

@@ -1,5 +1,6 @@
 """Data movement: a statement that copies one tensor into another with each index a loop variable shifted by a
-constant (crop, shift, `Y[n, C1 + c, i, j] = B[n, c, i, j]`: one part of a concatenation) or divided by a
+constant (crop, shift, `Y[n, C1 + c, i, j] = B[n, c, i, j]`: one part of a concatenation), possibly padded
+(`X[i - 2, j + 1] ?? 0`: a constant where the index leaves X, rules_copy.py) or divided by a
 constant (nearest upsampling, `X[n, c, i / 2, j / 2]`, floor division). Selected as an element-wise op marked
 `copy`; rules.copy schedules its level-A nest (large DMAs, replication on chip)."""
 from __future__ import annotations
@@ -50,7 +51,7 @@ def is_data_copy(comp: Comp, program) -> bool:
     src = [size_value(d, program.sizes) if not isinstance(d, int) else d
            for d in program.tensors[comp.init.tensor].shape]
     reads_part = any(c != 0 or comp.extent(v) // k != n for (v, k, c), n in zip(idx, src))  # a crop
-    return is_part(comp, program) or reads_part or any(k != 1 for _, k, _ in idx)
+    return is_part(comp, program) or reads_part or any(k != 1 for _, k, _ in idx) or comp.init.fill is not None
 
 
 def is_part(comp: Comp, program) -> bool:
@@ -63,6 +64,9 @@ def select_copy(comp: Comp, program) -> EltwiseOp:
     idx = copy_indices(comp, program)
     assert idx is not None and isinstance(comp.init, sx.Access)
     for (v, k, _), e in zip(idx, comp.init.indices):
+        if k != 1 and comp.init.fill is not None:
+            raise reject(comp, f"a padded upsampling read (`{fmt_expr(e)}` with `?? fill`) is not compiled yet",
+                         e.span, "upsample in one copy and pad in another (`P[i] = U[i - 1] ?? 0`)")
         if comp.extent(v) % k:
             raise reject(comp, f"`{fmt_expr(e)}` divides a loop of {comp.extent(v)} iterations by {k}", e.span,
                          f"make the loop's extent a multiple of {k}")

@@ -1,6 +1,6 @@
 """Language constructs the reference evaluator defines but the compiler does not compile yet (issue 13): padded
-reads (`X[y + r - 1, x + s - 1] ?? 0`) other than a window pool's (rules_pool.py) or a contraction operand's
-(build_conv.py), modulo of loop variables in indices, and floor division except a loop variable divided by a
+reads (`X[y + r - 1, x + s - 1] ?? 0`) other than a window pool's (rules_pool.py), a contraction operand's
+(build_conv.py) or a copy's (`Y[i, j] = X[i - 2, j + 1] ?? 0`, rules_copy.py), modulo of loop variables in indices, and floor division except a loop variable divided by a
 constant in a copy's read (`Y[i, j] = X[i / 2, j / 2]`: nearest upsampling, select_copy.py).
 `compile_program` calls `reject_unsupported` first, so such a program gets a located TilecError saying so and
 what to do, never a traceback from a builder that does not know the construct. Delete a rule here when the
@@ -27,9 +27,17 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
             _stmt(child, loop_vars | {st.var})
         return
     for acc in accesses(st.value):
-        if acc.fill is not None and not (_pooled(st, acc) or _contraction_padding(st, acc)):
-            raise TilecError("zero padding (a padded read `... ?? constant`) is not compiled yet", acc.span,
-                             "pad the input in a separate tensor (written with a larger shape), or " + REFERENCE)
+        if acc.fill is not None and not (_pooled(st, acc) or _contraction_padding(st, acc)
+                                         or _padded_copy(st, acc, loop_vars)):
+            if st.value is acc and st.op == "=":
+                raise TilecError("zero padding of this read is not compiled yet: a padded copy's indices are each "
+                                 "a loop variable plus a constant (`Y[i, j] = X[i - 2, j + 1] ?? 0`)", acc.span,
+                                 "write each index of the read as one loop variable plus or minus a constant, "
+                                 "or " + REFERENCE)
+            raise TilecError("zero padding (a padded read `... ?? constant`) is not compiled yet inside an expression "
+                             "or a reduction (a copy, a window pool and a conv's operand are)", acc.span,
+                             "copy the padded read into a tensor of its own first (`P[i, j] = X[i - 1, j] ?? 0`) "
+                             "and compute with P, or " + REFERENCE)
         for index in acc.indices:
             div = _loop_division(index, loop_vars)
             if div is not None and not _copy_division(st, div):
@@ -43,6 +51,23 @@ def _pooled(st: sx.Assign, acc: sx.Access) -> bool:
     inner, _ = strip_scale(st.value)
     return st.op in ("max=", "min=", "+=") and strip_relu(inner)[0] is acc \
         and len(acc.indices) == len(st.target.indices)  # a window keeps every dimension; a padded row sum does not
+
+
+def _padded_copy(st: sx.Assign, acc: sx.Access, loop_vars: frozenset[str]) -> bool:
+    """A copy of a padded read, `Y[i, j] = X[i - 2, j + 1] ?? 0`, each index one loop variable plus a constant:
+    compiled by the copy rule (rules_copy.py: an interior box HBM -> HBM, the fill stored from a constant tile)."""
+    return st.op == "=" and st.value is acc and all(_shifted(i, loop_vars) for i in acc.indices)
+
+
+def _shifted(e: sx.Expr, loop_vars: frozenset[str]) -> bool:
+    """`v`, `v + c`, `v - c` or `c + v` with v a loop variable and c free of loop variables."""
+    if isinstance(e, sx.Name):
+        return e.id in loop_vars
+    if isinstance(e, sx.BinOp) and e.op in "+-":
+        if _shifted(e.lhs, loop_vars) and not uses_names(e.rhs, loop_vars):
+            return True
+        return e.op == "+" and _shifted(e.rhs, loop_vars) and not uses_names(e.lhs, loop_vars)
+    return False
 
 
 def _contraction_padding(st: sx.Assign, acc: sx.Access) -> bool:

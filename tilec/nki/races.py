@@ -4,16 +4,16 @@ Every read and write inside an affine loop of a buffer allocated outside it is l
 an affine access pattern (offset, shape, strides in elements). When the loop ends, two accesses from different
 iterations conflict if they touch a common element and at least one writes, except two PSUM matmul accumulations
 (`acc += nc_matmul(...)`), which the hardware performs in any order. The search is a sort-and-sweep over flat
-bounding intervals (vectorised), then an exact test on the few overlapping pairs: an O(depth) lattice test when the
-two patterns have the same geometry, else an intersection of the materialised element sets. Accesses then move to
+bounding intervals (vectorised), then an exact test on the few overlapping pairs (tilec.patterns.common_element: an
+O(depth) lattice test when the two patterns have the same geometry, else per storage dimension or an intersection of
+the materialised element sets; the performance model's per-pattern HBM rule uses the same test). Accesses then move to
 the enclosing affine loop, tagged with its iteration, unless the buffer is private to that loop's body.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
+from tilec import patterns
 from tilec.nki import rules
 
 READ, WRITE, ACC = 0, 1, 2
@@ -97,20 +97,11 @@ def _check_buffer(recs: list, ref: _BufRef, frame: object) -> None:
         lo[i], hi[i] = _extent(r[2], r[3], r[4])
     it = np.fromiter((r[0] for r in recs), np.int64, n)
     kind = np.fromiter((r[1] for r in recs), np.int64, n)
-    dims = _dim_strides(tuple(ref.shape))
+    dims = patterns.storage_dims(tuple(ref.shape))
     for a, b in _candidate_pairs(lo, hi, it, kind):
         common = _common_element(recs[a], recs[b], dims)
         if common is not None:
             _raise(recs[a], recs[b], common, ref, frame)
-
-
-def _dim_strides(shape: tuple) -> tuple:
-    """(size, stride) of each dimension of a buffer's storage, outermost first."""
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append((int(n), acc))
-        acc *= int(n)
-    return tuple(reversed(out))
 
 
 def _candidate_pairs(lo: np.ndarray, hi: np.ndarray, it: np.ndarray, kind: np.ndarray):
@@ -137,111 +128,7 @@ def _candidate_pairs(lo: np.ndarray, hi: np.ndarray, it: np.ndarray, kind: np.nd
 
 def _common_element(ra: tuple, rb: tuple, dims: tuple = ()) -> int | None:
     (_, _, oa, sha, sta, _), (_, _, ob, shb, stb, _) = ra, rb
-    if sha == shb and sta == stb:
-        rel = _same_geometry(ob - oa, sha, sta)
-        if rel is not _NOT_NESTED:
-            return None if rel is None else oa + rel
-    ba, bb = _box(oa, sha, sta, dims), _box(ob, shb, stb, dims)
-    if ba is not None and bb is not None:
-        return _box_meet(ba, bb, dims)
-    ea, eb = _elements(oa, sha, sta), _elements(ob, shb, stb)
-    both = np.intersect1d(ea, eb)
-    return int(both[0]) if both.size else None
-
-
-_NOT_NESTED = -1  # (a common element's offset relative to the first pattern is never negative)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _same_geometry(d: int, shape: tuple, strides: tuple) -> int | None:
-    """Offset, relative to the first, of an element two patterns of one geometry `d` elements apart share; None if
-    they share none; _NOT_NESTED if the lattice test does not apply. Cached: a loop nest checks the same few
-    (distance, geometry) pairs over and over."""
-    dims = sorted(((s, n) for n, s in zip(shape, strides) if n > 1 and s != 0), reverse=True)
-    if not _nested(dims):
-        return _NOT_NESTED
-    ks = _lattice(d, dims)
-    return None if ks is None else sum(max(k, 0) * s for k, (s, _) in zip(ks, dims))
-
-
-def _nested(dims: list) -> bool:
-    """Each stride exceeds the span of all smaller-stride dims: coordinates decompose uniquely."""
-    span = 0
-    for s, n in reversed(dims):
-        if s <= span:
-            return False
-        span += (n - 1) * s
-    return True
-
-
-def _lattice(d: int, dims: list) -> list | None:
-    """Coefficients k with |k_j| < n_j and sum k_j s_j == d, or None (dims sorted by stride, descending)."""
-    if not dims:
-        return [] if d == 0 else None
-    (s, n), rest = dims[0], dims[1:]
-    span = sum((m - 1) * t for t, m in rest)
-    for k in {d // s, -((-d) // s)}:
-        if abs(k) < n and abs(d - k * s) <= span:
-            tail = _lattice(d - k * s, rest)
-            if tail is not None:
-                return [k] + tail
-    return None
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _box(off: int, shape: tuple, strides: tuple, dims: tuple) -> tuple | None:
-    """The access as one arithmetic progression (start, step, count) per storage dimension, when each of its
-    dimensions walks exactly one storage dimension without leaving it (tiles of a block-dimension buffer, slices of
-    a tile: the common case); None otherwise. Two such accesses meet iff they meet in every storage dimension,
-    which is cheap where materialising both element sets of differently shaped accesses is not."""
-    if not dims or off < 0:
-        return None
-    start, rest = [], off
-    for n, s in dims:
-        start.append(rest // s % n)
-        rest -= (rest // s % n) * s
-    if rest or off >= dims[0][0] * dims[0][1]:
-        return None
-    prog = [(x, 0, 1) for x in start]
-    for n, s in zip(shape, strides):
-        if n == 1 or s == 0:
-            continue
-        d = next((i for i, (_, ds) in enumerate(dims) if s % ds == 0 and s // ds < dims[i][0]), None)
-        if d is None or s < 0 or prog[d][2] != 1:
-            return None
-        k = s // dims[d][1]
-        if start[d] + (n - 1) * k >= dims[d][0]:
-            return None
-        prog[d] = (start[d], k, n)
-    return tuple(prog)
-
-
-def _box_meet(ba: tuple, bb: tuple, dims: tuple) -> int | None:
-    """A flat element both boxes contain, or None."""
-    flat = 0
-    for (a0, ka, na), (b0, kb, nb), (_, s) in zip(ba, bb, dims):
-        x = _progressions_meet(a0, ka, na, b0, kb, nb)
-        if x is None:
-            return None
-        flat += x * s
-    return flat
-
-
-def _progressions_meet(a0: int, ka: int, na: int, b0: int, kb: int, nb: int) -> int | None:
-    """The smallest common value of {a0 + ka*i, i < na} and {b0 + kb*j, j < nb}, or None."""
-    if max(ka, 1) == 1 and max(kb, 1) == 1:
-        lo, hi = max(a0, b0), min(a0 + na - 1, b0 + nb - 1)
-        return lo if lo <= hi else None
-    common = np.intersect1d(a0 + ka * np.arange(na), b0 + kb * np.arange(nb))
-    return int(common[0]) if common.size else None
-
-
-def _elements(off: int, shape: tuple, strides: tuple) -> np.ndarray:
-    out = np.array([off], dtype=np.int64)
-    for n, s in zip(shape, strides):
-        if n > 1 and s != 0:
-            out = (out[:, None] + s * np.arange(n, dtype=np.int64)[None, :]).ravel()
-    return np.unique(out)
+    return patterns.common_element(oa, sha, sta, ob, shb, stb, dims)
 
 
 def _raise(ra: tuple, rb: tuple, element: int, ref: _BufRef, frame: object) -> None:

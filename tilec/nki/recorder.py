@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from math import gcd
 
+from tilec.patterns import canonical, storage_dims
 from tilec.trace import Access
 
 
@@ -26,7 +27,9 @@ def access(t: object) -> Access:
     if t.oob is not None:  # an index leaving the tensor (legal under mask=): clamp to the buffer
         lo, hi = max(lo, 0), min(hi, buf.data.size - 1)
     if buf.memory == "hbm":
-        return Access(buf.id, buf.name, "hbm", 0, 1, lo * isz, (hi + 1) * isz)
+        pattern = () if t.oob is not None else (isz, t.off, *canonical(t.shape, t.strides),
+                                                storage_dims(tuple(buf.shape)))
+        return Access(buf.id, buf.name, "hbm", 0, 1, lo * isz, (hi + 1) * isz, 0, pattern)
     ps = buf.pstride
     p0, p1 = lo // ps, hi // ps + 1
     stride = free_stride(t) * isz

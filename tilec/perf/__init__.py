@@ -29,6 +29,11 @@ How the model reasons
   the public kernel behind them) streams thousands of DMAs beside the matmuls. schedule.py's docstring says why one
   model fits the three. Tiles allocated in a loop body rotate through 2 buffers per allocation site; a buffer
   refilled whole by DMA gets a new copy per load (16 deep).
+* Dependences through HBM are tracked per byte range: an HBM access is the span [lo, hi) of its access pattern, so
+  two DMAs writing disjoint but interleaved rows of one tensor wait for each other. Whether neuronxcc orders such
+  DMAs is not documented (docs/notes/model8.md); benchmarks/trn2_hbm_order.py is the Trn2 measurement that decides
+  it, and TILEC_MODEL_HBM_DEPS=pattern runs the other outcome (conflict only on a common element, the interpreter's
+  race rule, tilec/patterns.py) for what-if numbers.
 * The kernel starts 13 µs before anything moves (calibration.md: ~14 µs before the first DMA when profiled; the
   fitted value also has to serve the unprofiled rows 1-5, row 5 being a single 15 µs iteration).
 * The big convolution (rows 9-12) is TensorE-bound: 7,992 matmuls with a 128 x 222 moving operand. The public
@@ -43,6 +48,7 @@ How the model reasons
 Left out: HBM bank effects, PSUM bank conflicts, strides of other than the innermost free dimension, the real
 allocator's placement (rotation per allocation site and per whole-buffer load stands in for it), cross-engine
 semaphore latency beyond the DMA latency (not documented). Assumed, not documented: the HBM write acknowledgement
-(650 ns), the 2-buffer rotation, and that the compiler leads a stream with the DMAs that depend on nothing; row 8's
-measured kernel is known only by description (calibration.md §1), ours follows it.
+(650 ns), the 2-buffer rotation, the byte-range HBM dependence rule, and that the compiler leads a stream with the
+DMAs that depend on nothing; row 8's measured kernel is known only by description (calibration.md §1), ours follows
+it.
 """

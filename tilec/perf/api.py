@@ -106,13 +106,16 @@ class Estimate:
         return summary_text(self)
 
 
-def estimate(trace: Trace, target: str = "trn2", params: Params | None = None) -> Estimate:
+def estimate(trace: Trace, target: str = "trn2", params: Params | None = None,
+             hbm_rule: str | None = None) -> Estimate:
     """Schedule `trace` on the modelled NeuronCore of `target` and compute the profiler's figures.
 
-    `params` replaces the target's parameter table (the calibration fit tries candidate tables this way)."""
+    `params` replaces the target's parameter table (the calibration fit tries candidate tables this way).
+    `hbm_rule`: "range" or "pattern", how DMAs touching one HBM tensor are ordered (tilec/perf/deps.py; default
+    the environment's TILEC_MODEL_HBM_DEPS, else "range")."""
     costs = _costs(target) if params is None else Costs(params)
     params = costs.p
-    sched = schedule(trace, costs)
+    sched = schedule(trace, costs, hbm_rule)
     instrs = trace.instrs
     busy = {e: 0.0 for e in ENGINE_NAMES}
     dma_intervals = []

@@ -6,24 +6,50 @@ instruction ends. An instruction may start only after
     every earlier writer overlapping one of its reads or writes has ended (true, output dependence), and
     every earlier reader overlapping one of its writes has ended (anti dependence).
 
+HBM rule. By default (`HBM_RULE = "range"`) an HBM access is the one byte range [lo, hi) its access pattern spans,
+so two DMAs writing disjoint but interleaved rows of one tensor wait for each other. Whether neuronxcc orders such
+DMAs is not documented (docs/notes/model8.md lists what was searched); benchmarks/trn2_hbm_order.py is the hardware
+measurement that decides it. `by_pattern=True` (environment TILEC_MODEL_HBM_DEPS=pattern, or `estimate(...,
+hbm_rule="pattern")`) is the other outcome, for what-if runs: two HBM accesses conflict only if their access patterns
+(Access.pattern) share an element, by tilec.patterns.common_element, the rule the interpreter's race check uses.
+
 The lists stay short by two sound simplifications:
   * a new write drops the writers and readers it covers completely: it ends after all of them (it waited for them),
-    so anyone who would have waited for them now waits for it, at least as long;
+    so anyone who would have waited for them now waits for it, at least as long (under the pattern rule a write
+    covers only what its own elements cover: a dense pattern its whole range, a strided one only its own pattern);
   * a reader with the same box as a kept one only raises that entry's end; when a list grows past `MAX_ENTRIES`,
     its oldest half (by end time) is merged into one bounding box with the latest end, which can only add waits.
 """
 from __future__ import annotations
 
+import functools
+import os
+
+from tilec import patterns
+from tilec.errors import TilecError
 from tilec.trace import Access
 
 MAX_ENTRIES = 48
+HBM_RULES = ("range", "pattern")
+HBM_RULE = os.environ.get("TILEC_MODEL_HBM_DEPS", "range")
 
-Boxes = dict  # (p0, p1, lo, hi) -> end time of the latest instruction with that box
+Boxes = dict  # (p0, p1, lo, hi, pattern) -> end time of the latest instruction with that box; pattern () = the box
+
+
+def hbm_rule(rule: str | None = None) -> str:
+    """The HBM dependence rule to use: `rule`, else TILEC_MODEL_HBM_DEPS, else "range"."""
+    rule = HBM_RULE if rule is None else rule
+    if rule not in HBM_RULES:
+        raise TilecError(f"unknown HBM dependence rule {rule!r} (TILEC_MODEL_HBM_DEPS)",
+                         hint=f"use one of {', '.join(HBM_RULES)}")
+    return rule
 
 
 class DepTracker:
-    def __init__(self, written: set[int] | None = None) -> None:
-        """`written`: the buffers some instruction writes (None: all). Readers of the others need no tracking."""
+    def __init__(self, written: set[int] | None = None, by_pattern: bool = False) -> None:
+        """`written`: the buffers some instruction writes (None: all). Readers of the others need no tracking.
+        `by_pattern`: HBM accesses conflict only where their access patterns share an element (module docstring)."""
+        self.by_pattern = by_pattern
         self.writers: dict[int, Boxes] = {}
         self.readers: dict[int, Boxes] = {}
         self.w_end: dict[int, float] = {}  # per buffer, an upper bound of its writers' ends (never lowered)
@@ -35,15 +61,19 @@ class DepTracker:
         bound is skipped without looking at its boxes (the common case: an engine's own earlier work)."""
         t = floor
         writers, readers, w_end, r_end = self.writers, self.readers, self.w_end, self.r_end
+        pat = self._pattern
         for a in reads:
             if w_end.get(a.buffer, 0.0) > t:
-                t = _latest(writers[a.buffer], a, t)
+                t = _latest(writers[a.buffer], a, t, pat(a))
         for a in writes:
             if w_end.get(a.buffer, 0.0) > t:
-                t = _latest(writers[a.buffer], a, t)
+                t = _latest(writers[a.buffer], a, t, pat(a))
             if r_end.get(a.buffer, 0.0) > t:
-                t = _latest(readers[a.buffer], a, t)
+                t = _latest(readers[a.buffer], a, t, pat(a))
         return t
+
+    def _pattern(self, a: Access) -> tuple:
+        return a.pattern if self.by_pattern and a.memory == "hbm" else ()
 
     def record(self, reads: tuple[Access, ...], writes: tuple[Access, ...], end: float) -> None:
         written, readers, writers = self.written, self.readers, self.writers
@@ -52,7 +82,7 @@ class DepTracker:
                 boxes = readers.get(a.buffer)
                 if boxes is None:
                     boxes = readers[a.buffer] = {}
-                key = (a.p0, a.p1, a.lo, a.hi)
+                key = (a.p0, a.p1, a.lo, a.hi, self._pattern(a))
                 if boxes.get(key, -1.0) < end:
                     boxes[key] = end
                     if self.r_end.get(a.buffer, 0.0) < end:
@@ -60,32 +90,54 @@ class DepTracker:
                     if len(boxes) > MAX_ENTRIES:
                         _merge_oldest(boxes)
         for a in writes:
-            p0, p1, lo, hi = a.p0, a.p1, a.lo, a.hi
+            p0, p1, lo, hi, pat = a.p0, a.p1, a.lo, a.hi, self._pattern(a)
             w = writers.get(a.buffer)
             if w is None:
                 w = writers[a.buffer] = {}
             elif w:
-                _drop_covered(w, p0, p1, lo, hi)
+                _drop_covered(w, p0, p1, lo, hi, pat)
             r = readers.get(a.buffer)
             if r:
-                _drop_covered(r, p0, p1, lo, hi)
-            w[(p0, p1, lo, hi)] = end
+                _drop_covered(r, p0, p1, lo, hi, pat)
+            w[(p0, p1, lo, hi, pat)] = end
             if self.w_end.get(a.buffer, 0.0) < end:
                 self.w_end[a.buffer] = end
             if len(w) > MAX_ENTRIES:
                 _merge_oldest(w)
 
 
-def _latest(boxes: Boxes, a: Access, t: float) -> float:
+def _latest(boxes: Boxes, a: Access, t: float, pat: tuple) -> float:
     p0, p1, lo, hi = a.p0, a.p1, a.lo, a.hi
-    for (b0, b1, blo, bhi), end in boxes.items():
-        if end > t and b0 < p1 and p0 < b1 and blo < hi and lo < bhi:
+    for (b0, b1, blo, bhi, bpat), end in boxes.items():
+        if end > t and b0 < p1 and p0 < b1 and blo < hi and lo < bhi and (not pat or not bpat or _meet(pat, bpat)):
             t = end
     return t
 
 
-def _drop_covered(boxes: Boxes, p0: int, p1: int, lo: int, hi: int) -> None:
-    covered = [k for k in boxes if p0 <= k[0] and k[1] <= p1 and lo <= k[2] and k[3] <= hi]
+@functools.lru_cache(maxsize=1 << 16)
+def _meet(a: tuple, b: tuple) -> bool:
+    """Whether two HBM access patterns (itemsize, offset, shape, strides, storage dims) share an element."""
+    if a[0] != b[0] or a[4] != b[4]:  # other element sizes or storage shapes (views of one tensor): the byte ranges
+        return True  #                  overlap, which is all that is known
+    return patterns.meet(a[1:4], b[1:4], a[4])
+
+
+def _dense(pat: tuple) -> bool:
+    """Whether an access pattern touches every element between its first and last (a contiguous block)."""
+    dims = sorted((s, n) for n, s in zip(pat[2], pat[3]) if n > 1)
+    span = 1
+    for s, n in dims:
+        if s != span:
+            return False
+        span *= n
+    return True
+
+
+def _drop_covered(boxes: Boxes, p0: int, p1: int, lo: int, hi: int, pat: tuple = ()) -> None:
+    if pat and not _dense(pat):  # a strided write covers only entries with its own pattern
+        covered = [k for k in boxes if k[4] == pat]
+    else:
+        covered = [k for k in boxes if p0 <= k[0] and k[1] <= p1 and lo <= k[2] and k[3] <= hi]
     for k in covered:
         del boxes[k]
 
@@ -95,7 +147,7 @@ def _merge_oldest(boxes: Boxes) -> None:
     ordered = sorted(boxes.items(), key=lambda kv: kv[1])
     old = ordered[:len(ordered) // 2]
     merged = (min(k[0] for k, _ in old), max(k[1] for k, _ in old), min(k[2] for k, _ in old),
-              max(k[3] for k, _ in old))
+              max(k[3] for k, _ in old), ())  # the bounding box: its pattern is unknown
     for k, _ in old:
         del boxes[k]
     boxes[merged] = max(boxes.get(merged, 0.0), old[-1][1])

@@ -59,7 +59,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from tilec.perf.costs import Costs
-from tilec.perf.deps import DepTracker
+from tilec.perf.deps import DepTracker, hbm_rule as _hbm_rule
 from tilec.perf.throttle import TensorThrottle
 from tilec.trace import Access, Instr, Trace
 
@@ -245,7 +245,8 @@ def dma_streams(instrs: list[Instr]) -> dict[int, str]:
     return out
 
 
-def schedule(trace: Trace, costs: Costs) -> Schedule:
+def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None) -> Schedule:
+    """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py)."""
     n = len(trace.instrs)
     start, end, lane = [0.0] * n, [0.0] * n, [""] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
@@ -258,7 +259,7 @@ def schedule(trace: Trace, costs: Costs) -> Schedule:
     instrs, versions = renamed(trace, costs.load_versions)
     streams = dma_streams(instrs)
     reuses.update(versions)
-    deps = DepTracker({a.buffer for ins in instrs for a in ins.writes})
+    deps = DepTracker({a.buffer for ins in instrs for a in ins.writes}, by_pattern=_hbm_rule(hbm_rule) == "pattern")
     last_end: dict[int, float] = {}  # per buffer, the latest end of an instruction touching it
     throttle = TensorThrottle(*costs.throttle)
     for i, ins in enumerate(instrs):

@@ -1,0 +1,368 @@
+"""Padded copies (issue 13 item 5): `Y[i, j] = X[i - 2, j + 1] ?? 0` (torch's F.pad then a crop, a shifted image
+with zeros entering, a padded copy into a larger tensor, any constant fill). The copy rule's schedule for them:
+
+    cut each loop where its read index enters and leaves X      the nest as boxes: one interior box, whose read
+                                                                stays inside X, and fill boxes, each wholly outside
+    resolve_fill()                                              the interior read loses its `?? fill`; a read
+                                                                wholly outside becomes the constant
+    the interior box: HBM -> HBM DMAs (rules._hbm_copy)         as a crop or shift
+    each fill box: split/reorder/partition, then                a constant tile in SBUF, set once at the start of
+    fill_from(p, tile)                                          the kernel, stored into the box (one DMA per block
+                                                                of partitions)
+
+X is never padded in HBM, and no element of X goes through SBUF. The primitives here (`resolve_fill`, `fill_from`)
+keep the nest's meaning (evaluate before, evaluate after: tests/compiler/test_padded_copy.py).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from tilec.compiler import layout
+from tilec.compiler.ir import Aff, Term
+from tilec.compiler.names import unique
+from tilec.compiler.nest import Access, Alloc, Assign, Buffer, Const, Expr, Kernel, Load, Loop, Op, Stmt
+from tilec.compiler.primitives import _fail, find_loop
+from tilec.compiler.schedule import best_divisor
+from tilec.errors import Span
+from tilec.lang.evaluator import round_to
+from tilec.target import Target
+
+FILL_TILE_BYTES = 16 * 1024  # SBUF per partition a constant fill tile may take; larger fill boxes are stored in parts
+STAGE_TILE_BYTES = 64 * 1024  # SBUF per partition of a block of padded rows made on chip (larger: HBM -> HBM)
+
+
+# ---- primitives ----------------------------------------------------------------------------------------------------
+
+
+def _range(a: Aff, ext: dict[str, int]) -> tuple[int, int]:
+    """[lowest, highest] value of an affine index over the loops' extents."""
+    lo = hi = a.const
+    for t in a.terms:
+        lo += min(0, t.coef * (ext[t.var] - 1))
+        hi += max(0, t.coef * (ext[t.var] - 1))
+    return lo, hi
+
+
+def resolve_fill(k: Kernel, span: Span | None = None) -> Kernel:
+    """Each padded read (`X[i - 2] ?? 0`) whose indices stay inside X over its loops loses its fill; one with an
+    index wholly outside X becomes the fill (rounded to X's dtype, as the reference does). A read that is partly
+    inside and partly outside is an error: cut its loops first (golden: tests/compiler/test_padded_copy.py)."""
+    bufs = k.buffers()
+
+    def expr(e: Expr, ext: dict[str, int]) -> Expr:
+        if isinstance(e, Load) and e.access.fill is not None:
+            a = e.access
+            ranges = [_range(i, ext) for i in a.index]
+            shape = bufs[a.buf].shape
+            if all(0 <= lo and hi < n for (lo, hi), n in zip(ranges, shape)):
+                return replace(e, access=replace(a, fill=None))
+            if any(hi < 0 or lo >= n for (lo, hi), n in zip(ranges, shape)):
+                value = float(round_to(bufs[a.buf].dtype, np.asarray(a.fill, np.float32)))
+                return Const(value, e.span)
+            raise _fail(f"resolve_fill: the padded read of {a.buf} is partly inside it over these loops", span,
+                        "cut the loops where the read index enters and leaves the buffer first")
+        if isinstance(e, Op):
+            return replace(e, args=tuple(expr(x, ext) for x in e.args))
+        return e
+
+    def visit(s: Stmt, ext: dict[str, int]) -> Stmt:
+        if isinstance(s, Loop):
+            inner = {**ext, s.var: s.extent}
+            return replace(s, body=tuple(visit(x, inner) for x in s.body))
+        if isinstance(s, Assign):
+            return replace(s, expr=expr(s.expr, ext))
+        return s
+    return replace(k, body=tuple(visit(s, {}) for s in k.body))
+
+
+def fill_from(k: Kernel, part: str, tile: str, target: Target | str | None = None, span: Span | None = None
+              ) -> Kernel:
+    """The constant store under partition loop `part` (`Y[.., p, f..] = c`) reads a constant tile instead:
+    `tile[p, f..]`, an SBUF buffer of the partitions x the free loops' extents set to c once at the start of the
+    kernel (its nest `tile_p`, `tile_f1`..: tensorize `tile_p`). A tile of that name already made (of the dtype and
+    value, at least as large in every dimension) is reused: the store reads its first elements."""
+    loop = find_loop(k, part, span)
+    if loop.kind != "partition":
+        raise _fail(f"fill_from {part}: the loop is not on the partitions (partition it first)", span)
+    chain = layout.perfect_chain(loop)
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Const):
+        raise _fail(f"fill_from {part}: the nest does not store one constant", span)
+    store, value = body[0], body[0].expr.value
+    dtype = k.buffers()[store.dst.buf].dtype
+    shape = tuple(lp.extent for lp in chain)
+    if isinstance(target, Target):
+        per_partition = (4 if dtype == "f32" else 2) * math.prod(shape[1:])
+        if shape[0] > target.pmax or per_partition > target.sbuf_usable:
+            raise _fail(f"fill_from {part}: a tile {list(shape)} of {dtype} does not fit {target.name}'s SBUF", span)
+    names = [f"{tile}_p"] + [f"{tile}_f{n + 1}" for n in range(len(shape) - 1)]
+    unit = (Aff(()),) if len(shape) == 1 else ()  # a tile has a free dimension: (P, 1) for a store of columns
+    read = Load(Access(tile, tuple(Aff((Term(lp.var),)) for lp in chain) + unit))
+    made = k.buffers().get(tile)
+    if made is None:
+        buf = Buffer(tile, "sbuf", dtype, shape + (1,) * len(unit))
+        fill: Stmt = Assign(Access(tile, tuple(Aff((Term(v),)) for v in names) + unit), Const(value), store.line)
+        for v, n in reversed(list(zip(names[1:], shape[1:]))):
+            fill = Loop(v, n, (fill,), "serial", store.line)
+        start: tuple[Stmt, ...] = (Alloc(buf, store.line), Loop(names[0], shape[0], (fill,), "partition", store.line,
+                                                                   note=f"{tile}: the fill value {value:g}, set once"))
+        k = replace(k, body=start + k.body)
+    elif len(made.shape) != len(shape) + len(unit) or any(m < n for m, n in zip(made.shape, shape)) or made.dtype != dtype \
+            or _tile_value(k, tile) != value:
+        raise _fail(f"fill_from {part}: {tile} is not a constant tile of {value:g} covering {list(shape)}", span)
+    new = replace(store, expr=read)
+    return _replace_stmt(k, store, new)
+
+
+def _tile_value(k: Kernel, tile: str) -> float | None:
+    for s in k.body:
+        if isinstance(s, Loop) and s.var == f"{tile}_p":
+            found = [x for x in layout.walk((s,)) if isinstance(x, Assign)]
+            return found[0].expr.value if found and isinstance(found[0].expr, Const) else None
+    return None
+
+
+def _replace_stmt(k: Kernel, old: Stmt, new: Stmt) -> Kernel:
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        return tuple(new if s is old else replace(s, body=visit(s.body)) if isinstance(s, Loop) else s for s in body)
+    return replace(k, body=visit(k.body))
+
+
+# ---- the rule ------------------------------------------------------------------------------------------------------
+
+
+def _tag(v: str, tag: str) -> str:
+    """A loop's name in a box made by `cut` (layout.cut's convention: NAME@a, then NAME@ab ...)."""
+    return v + ("" if "@" in v else "@") + tag
+
+
+def sub(v: str, suffix: str) -> str:
+    """A loop made from v by a split, named so that the kernel shows it as BASE_suffix (`i@b` -> `i_o@b`)."""
+    base, at, tag = v.partition("@")
+    return f"{base}{suffix}{at}{tag}"
+
+
+def interior(index: Aff, n: int, extent: int) -> tuple[int, int]:
+    """[lo, hi) of the loop (index = v + c) where the read X[.., v + c, ..] is inside X's n elements."""
+    c = index.const
+    return max(0, -c), min(extent, n - c)
+
+
+def padded_copy(k: Kernel, target: Target, chain: list[Loop], src: Access) -> list:
+    """The copy rule's schedule for a padded read (see the module's docstring)."""
+    loops = [lp.var for lp in chain]
+    ext = {lp.var: lp.extent for lp in chain}
+    shape = k.buffers()[src.buf].shape
+    by_var = {i.terms[0].var: (i, n) for i, n in zip(src.index, shape) if i.terms}
+    bounds = {v: interior(by_var[v][0], by_var[v][1], ext[v]) if v in by_var else (0, ext[v]) for v in loops}
+    prims: list = []
+    boxes: list[tuple[list[str], dict[str, int]]] = []  # the fill boxes: loop names, extents
+    names, now = {v: v for v in loops}, dict(ext)
+    Y = k.outputs[0].name
+    box_rule = _Boxes(target, 4 if k.buffers()[Y].dtype == "f32" else 2, set(k.buffers()), src, Y)
+    last = loops[-1]
+    inside = {v: hi - lo for v, (lo, hi) in bounds.items()}
+    staged = all(lo < hi for lo, hi in bounds.values()) and inside[last] < ext[last] and \
+        box_rule.staged_part(loops, {**inside, last: ext[last]}) is not None
+    if all(lo < hi for lo, hi in bounds.values()):
+        for v in loops[:-1] if staged else loops:
+            lo, hi = bounds[v]
+            for at, fill_first in ((lo, True), (hi - lo, False)):
+                if not 0 < at < now[v]:
+                    continue
+                prims.append(_prim("cut", names[v], at, root=names[loops[0]]))
+                a = {u: _tag(names[u], "a") for u in loops}
+                b = {u: _tag(names[u], "b") for u in loops}
+                box, rest = (a, b) if fill_first else (b, a)
+                box_ext = {**now, v: at if fill_first else now[v] - at}
+                boxes.append(([box[u] for u in loops], {box[u]: box_ext[u] for u in loops}))
+                names, now = rest, {**now, v: now[v] - at if fill_first else at}
+        copy_box: tuple[list[str], dict[str, int]] | None = ([names[u] for u in loops], {names[u]: now[u] for u in loops})
+    else:  # a read wholly outside X (a shift by more than the size): the result is all fill
+        copy_box = None
+        boxes.append((loops, dict(ext)))
+    if copy_box is not None and staged:  # rows padded at both ends in SBUF: whole rows stored
+        prims += box_rule.stage(*copy_box, bounds[last])
+    else:
+        prims.append(_prim("resolve_fill"))
+        if copy_box is not None:
+            prims += box_rule.schedule(*copy_box, fill=False)
+    for box_loops, box_ext in boxes:
+        prims += box_rule.schedule(box_loops, box_ext, fill=True)
+    return prims
+
+
+def _prim(primitive: str, /, *args, **kw):
+    from tilec.compiler.rules import prim  # (rules imports this module)
+    return prim(primitive, *args, **kw)
+
+
+class _Boxes:
+    """The DMAs of one box of a padded copy: a block of partitions each (the loop whose blocks keep the most DMA
+    engines busy, then the fewest DMAs; blocks of up to pmax rows, a ragged last block cut off), the loops inside the partitions in one descriptor
+    stream. An interior box moves X -> Y in HBM; a fill box stores a constant tile of at most FILL_TILE_BYTES per
+    partition (loops that would make it larger are DMAs of their own)."""
+
+    def __init__(self, target: Target, itemsize: int, taken: set[str], src: Access, out: str) -> None:
+        self.target, self.itemsize, self.taken, self.src, self.out = target, itemsize, taken, src, out
+        self.tiles: list[tuple[str, tuple[int, ...]]] = []
+
+    def moved(self, free: list[tuple[str, int]], fill: bool) -> tuple[list[tuple[str, int, int]], list[tuple[str, int]]]:
+        """The free loops a fill tile cannot hold: (loop, iterations outside, inside), and the loops it keeps."""
+        moved: list[tuple[str, int, int]] = []
+        free = list(free)
+        while fill and free and math.prod(n for _, n in free) * self.itemsize > FILL_TILE_BYTES:
+            u, n = free[0]
+            inner = math.prod(m for _, m in free[1:]) * self.itemsize
+            if inner <= FILL_TILE_BYTES:
+                part = best_divisor(n, max(1, FILL_TILE_BYTES // inner))
+                moved.append((u, n // part, part))
+                free[0] = (sub(u, "_i"), part)
+            else:
+                moved.append((u, n, 1))
+                free.pop(0)
+        return moved, free
+
+    def staged_part(self, loops: list[str], ext: dict[str, int]) -> str | None:
+        """The partition loop of a box staged in SBUF (`stage`), or None when it cannot be: a loop before the last
+        whose blocks (of up to pmax rows, a ragged last one cut off) keep the most DMA engines busy, with a tile of
+        at most STAGE_TILE_BYTES per partition."""
+        pmax, per_engine = self.target.pmax, self.target.pmax // self.target.dma_engines
+        best = None
+        for pos, v in enumerate(loops[:-1]):
+            if math.prod(ext[u] for u in loops[pos + 1:]) * self.itemsize > STAGE_TILE_BYTES:
+                continue
+            engines = min(self.target.dma_engines, -(-min(ext[v], pmax) // per_engine))
+            key = (-engines, math.prod(ext[u] for u in loops[:pos]) * -(-ext[v] // pmax), pos)
+            if best is None or key < best[0]:
+                best = (key, v)
+        return None if best is None else best[1]
+
+    def stage(self, loops: list[str], ext: dict[str, int], inside: tuple[int, int]) -> list:
+        """A box whose rows (its last loop) are padded at either end: per block of partitions, the result's rows
+        are made in an SBUF tile (the read rows loaded into its middle, the ends set to the fill on VectorE) and
+        stored whole: both DMAs move whole rows, where HBM -> HBM DMAs would write the padded ends as one short
+        chunk per row. Blocks of pmax rows, and a ragged last block cut off when no divisor does as well."""
+        part = self.staged_part(loops, ext)
+        assert part is not None
+        n, pmax = ext[part], self.target.pmax
+        boxes = [(loops, ext, part)]
+        cut = []
+        if n // best_divisor(n, pmax) > -(-n // pmax):
+            m = n // pmax * pmax
+            cut = [_prim("cut", part, m, root=loops[0])]
+            boxes = [([_tag(u, t) for u in loops], {_tag(u, t): (size if u == part else ext[u]) for u in loops},
+                      _tag(part, t)) for t, size in (("a", m), ("b", n - m))]
+        heads, tails = [], []
+        for box_loops, box_ext, box_part in boxes:
+            head, tail = self._staged(box_loops, box_ext, box_part, inside)
+            heads += head
+            tails += tail
+        return cut + heads + [_prim("resolve_fill")] + tails
+
+    def _staged(self, loops: list[str], ext: dict[str, int], part: str, inside: tuple[int, int]
+                ) -> tuple[list, list]:
+        """One staged box: (its splits and cuts, its staging and tensorize after resolve_fill)."""
+        pos, last = loops.index(part), loops[-1]
+        d = best_divisor(ext[part], self.target.pmax)
+        prims = []
+        p_in = part
+        if d < ext[part] or pos == 0:  # the tile is staged at the block loop
+            p_in, at = sub(part, "_p"), sub(part, "_o")
+            prims.append(_prim("split", part, d, outer=at, inner=p_in,
+                               note=f"for {part.split('@')[0]} (blocks of {d} partitions)"))
+        else:
+            at = loops[pos - 1]
+        prims.append(_prim("partition", p_in))
+        lo, hi = inside
+        root, row, parts = p_in, last, []  # the row's boxes under the block: (partition loop, fill or read)
+        for cut_at, fill_first in ((lo, True), (hi - lo, False)):
+            n = ext[last] - lo if not fill_first else ext[last]
+            if not 0 < cut_at < n:
+                continue
+            prims.append(_prim("cut", row, cut_at, root=root))
+            box, rest = ("a", "b") if fill_first else ("b", "a")
+            parts.append(_tag(root, box))
+            root, row = _tag(root, rest), _tag(row, rest)
+        parts.append(root)
+        tile = unique(f"{self.out}_tile", self.taken)
+        self.taken.add(tile)
+        tail = [_prim("stage_out", self.out, at, name=tile)]
+        for n, p in enumerate(parts):
+            tail.append(_prim("tensorize", p) if p == root else _prim("tensorize", p, temps=f"{tile}_fill{n + 1}"))
+        value = self.src.fill
+        shown = "-inf" if value == -math.inf else "inf" if value == math.inf else f"{value:g}"
+        return prims, tail + [_prim("block", at, f"{self.out} = {self.src.buf} with its rows padded ({shown}) in "
+                                                 f"SBUF ({d} partitions), stored whole")]
+
+    def schedule(self, loops: list[str], ext: dict[str, int], fill: bool) -> list:
+        pmax = self.target.pmax
+        best = None
+        for pos, v in enumerate(loops):
+            moved, _ = self.moved([(u, ext[u]) for u in loops[pos + 1:]], fill)
+            dmas = math.prod(ext[u] for u in loops[:pos]) * -(-ext[v] // pmax) * math.prod(o for _, o, _ in moved)
+            per_engine = pmax // self.target.dma_engines  # partitions each DMA engine serves
+            engines = min(self.target.dma_engines, -(-min(ext[v], pmax) // per_engine))
+            key = (-engines, dmas, pos)  # every DMA engine busy first, then the fewest DMAs
+            if best is None or key < best[0]:
+                best = (key, v)
+        assert best is not None
+        part = best[1]
+        n = ext[part]
+        d = best_divisor(n, pmax)
+        if n // d > -(-n // pmax):  # no divisor makes the fewest blocks: full blocks, and the rest cut off
+            m = n // pmax * pmax
+            a = [_tag(u, "a") for u in loops]
+            b = [_tag(u, "b") for u in loops]
+            return [_prim("cut", part, m, root=loops[0])] + \
+                self.place(a, {_tag(u, "a"): m if u == part else ext[u] for u in loops}, _tag(part, "a"), fill) + \
+                self.place(b, {_tag(u, "b"): n - m if u == part else ext[u] for u in loops}, _tag(part, "b"), fill)
+        return self.place(loops, ext, part, fill)
+
+    def place(self, loops: list[str], ext: dict[str, int], part: str, fill: bool) -> list:
+        pos = loops.index(part)
+        d = best_divisor(ext[part], self.target.pmax)
+        moved, free = self.moved([(u, ext[u]) for u in loops[pos + 1:]], fill)
+        prims = []
+        p_in, blocks = part, [part]
+        if d < ext[part]:
+            p_in = sub(part, "_p")
+            blocks = [sub(part, "_o"), p_in]
+            prims.append(_prim("split", part, d, outer=blocks[0], inner=p_in,
+                               note=f"for {part.split('@')[0]} (blocks of {d} partitions)"))
+        outside, split = [], set()
+        for u, o, i in moved:
+            if i > 1:
+                prims.append(_prim("split", u, i, outer=sub(u, "_o"), inner=sub(u, "_i"),
+                                   note=f"for {u.split('@')[0]} (parts of {i})"))
+                outside.append(sub(u, "_o"))
+                split.add(u)
+            else:
+                outside.append(u)
+        order = loops[:pos] + blocks[:-1] + outside + [p_in] + [u for u, _ in free]
+        now = [x for u in loops for x in (blocks if u == part else [sub(u, "_o"), sub(u, "_i")] if u in split
+                                          else [u])]
+        if order != now:
+            prims.append(_prim("reorder", *order))
+        prims.append(_prim("partition", p_in))
+        X, Y = self.src.buf, self.out
+        if not fill:
+            return prims + [_prim("tensorize", p_in),
+                            _prim("block", order[0], f"{Y} = copy of {X} (HBM -> HBM, {d} partitions)")]
+        shape = (d, *(n for _, n in free))
+        tile = next((t for t, s in self.tiles if len(s) == len(shape) and all(a >= b for a, b in zip(s, shape))),
+                    None)
+        if tile is None:
+            tile = unique("fill", self.taken)
+            self.taken.add(tile)
+            self.tiles.append((tile, shape))
+            prims += [_prim("fill_from", p_in, tile), _prim("tensorize", f"{tile}_p", temps=f"{tile}_zero")]
+        else:
+            prims.append(_prim("fill_from", p_in, tile))
+        value = self.src.fill
+        shown = "-inf" if value == -math.inf else "inf" if value == math.inf else f"{value:g}"
+        return prims + [_prim("tensorize", p_in),
+                        _prim("block", order[0], f"{Y} where {X} is padded: {shown} ({d} partitions)")]
