@@ -82,3 +82,19 @@ def test_16bit_column_sums_stream_every_tile_through_tensore(dtype):
     assert "in pairs on VectorE" not in c.source
     assert "groups of 4 TILE_P tiles" in c.source and c.source.count("nc_matmul(") == 4  # 4 loads in flight
     check_against_reference(c)
+
+
+@pytest.mark.parametrize("dtype,m,act", [("bf16", 512, True), ("f16", 200, True), ("f32", 64, True),
+                                         ("f32", 384, False)])
+def test_a_mean_is_evicted_by_scalare_unless_fp32_matmuls_bound_it(dtype, m, act):
+    """The factor of a mean rides on ScalarE's eviction (one instruction instead of VectorE's copy and multiply)
+    for 16-bit sources and for one row tile per eviction; three fp32 row tiles (TensorE-bound) keep VectorE's."""
+    text = colsum(m=m, n=1024, term="A[i, j] / M").replace("f32[", f"{dtype}[")
+    c = compile_text(text)
+    evictions = [ln for ln in c.source.splitlines() if "s_row" in ln and "s_acc" in ln]
+    assert len(evictions) == 1 and ("activation" in evictions[0]) == act
+    check_against_reference(c)
+    inputs = inputs_for(c.program)
+    want = inputs["A"].astype(np.float64).mean(axis=0)
+    got = np.asarray(c.run(**inputs)["s"], np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-2 if dtype != "f32" else 1e-5, atol=1e-2 if dtype != "f32" else 1e-6)

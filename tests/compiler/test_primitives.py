@@ -11,7 +11,7 @@ from compiler_helpers import inputs_for, program
 from tilec.compiler import primitives as pr
 from tilec.compiler.nest import lower_nest, print_nest
 from tilec.compiler.nest_eval import evaluate_nest
-from tilec.errors import TilecError
+from tilec.errors import Span, TilecError
 from tilec.lang import api as lang
 
 ELTWISE = """kernel add1(X: f32[M, N]) -> Y
@@ -51,6 +51,25 @@ CHAIN = """kernel chain(X: f32[M, N], b: f32[N]) -> Y
   for i in 0..M, j in 0..N:
     Y[i, j] = T[i, j] + b[j]
 """
+MEAN = """kernel mean(A: f32[M, N]) -> Y
+  default M = 64, N = 12
+  s: f32[M]
+  Y: f32[M]
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += A[i, j]
+  for i in 0..M:
+    Y[i] = s[i] / N
+"""
+DOT = """kernel dot(A: f32[M, N], B: f32[M, N]) -> s
+  default M = 64, N = 12
+  s: f32[M]
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += A[i, j] * B[i, j]
+"""
 CONV = ("conv_relu", {"N": 1, "C": 128, "H": 6, "W": 6, "K": 128})
 
 
@@ -70,6 +89,10 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
     "buffers": (MATMUL, lambda k: pr.buffers(pr.stage(k, "B", "j#1", "sbuf"), "B_sbuf", 2)),
     "compute_at": (CHAIN, lambda k: pr.compute_at(k, "T", "i#1")),
     "compute_at_inner": (CHAIN, lambda k: pr.compute_at(k, "T", "j#1")),
+    "reverse_compute_at": (MEAN, lambda k: pr.reverse_compute_at(k, "i#1", "i#0")),
+    "reverse_compute_at_tile": (MEAN, lambda k: pr.reverse_compute_at(pr.split(pr.split(k, "i#0", 16), "j", 4),
+                                                                      "i", "i_o")),
+    "bind_expr": (DOT, lambda k: pr.bind_expr(k, "s", "j", "T")),
     "split_reorder_stage": (ELTWISE, lambda k: pr.stage(pr.reorder(pr.split(k, "i", 128), "i_o", "i_i", "j"),
                                                         "X", "i_i", "sbuf")),
 }
@@ -127,6 +150,10 @@ ERRORS = {
     "buffers_too_many": (MATMUL, lambda k: pr.buffers(pr.stage(k, "B", "j#1", "sbuf"), "B_sbuf", 8)),
     "compute_at_output": (CHAIN, lambda k: pr.compute_at(k, "Y", "i#1")),
     "compute_at_before_producer": (CHAIN, lambda k: pr.compute_at(k, "T", "i#0")),
+    "bind_expr_plain_read": (ROWSUM, lambda k: pr.bind_expr(k, "s", "j", "T")),
+    "bind_expr_not_one_update": (DOT, lambda k: pr.bind_expr(k, "s", "i", "T")),
+    "reverse_compute_at_reduction_loop": (MEAN, lambda k: pr.reverse_compute_at(k, "i#1", "j")),
+    "reverse_compute_at_not_next": (CHAIN, lambda k: pr.reverse_compute_at(k, "i#0", "j#1")),
 }
 
 
@@ -136,3 +163,11 @@ def test_illegal_primitives_are_user_errors(name: str, golden) -> None:
     with pytest.raises(TilecError) as info:
         apply(kernel_of(text)[1])
     golden.check(f"compiler/primitives/errors/{name}.txt", info.value.render() + "\n")
+
+
+def test_reverse_compute_at_errors_are_located() -> None:
+    """The span a directive gives comes back on the error (the caret under the directive's line)."""
+    span = Span("<schedule>", 3, 1, 3, 20)
+    with pytest.raises(TilecError) as info:
+        pr.reverse_compute_at(kernel_of(MEAN)[1], "i#1", "j", span=span)
+    assert info.value.span == span and "does not index s[i]" in str(info.value)

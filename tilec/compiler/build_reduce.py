@@ -1,13 +1,8 @@
-"""Loop-nest builder for reductions along the trailing dimensions (`s[i] += A[i, j]`, max=, min=).
+"""Short rows (several rows per partition) of reductions along the trailing dimensions, and of the fused row chains
+(build_rowchain.py): rows grouped G per partition, one tensor_reduce over the last axis of a (P, TILE_G, F) tile.
 
-The source is seen as [R, F] (kept indices flattened onto rows, reduced ones onto the free dimension), the output
-as [R, 1]. Per partition tile of TILE_P rows: one fp32 (TILE_P, 1) accumulator column; per free tile of TILE_F
-elements: load, tensor_reduce on VectorE into a (TILE_P, 1) column, combine it into the accumulator (tensor_tensor);
-then the constant factor and the initial value once, a cast to the output dtype, one store.
-
-A reduction of one tensor into an fp32 output from its identity, a whole row in one free tile, is scheduled by
-rules.reduce on level A instead (the same kernel); this builder keeps several free tiles, scales, other initial
-values, reduced expressions, narrower outputs and short rows.
+Every other row reduction (`s[i] += A[i, j]`, max=, min=; a scale, an initial value, a reduced expression, a
+narrower output) is scheduled by the level-A rule rules.reduce and lowered by lower_tiles.
 """
 from __future__ import annotations
 
@@ -15,94 +10,22 @@ from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_util import a, loop, sl, term
-from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, ReduceOp
 from tilec.compiler.schedule import PMAX, ReducePlan, best_divisor
+from tilec.errors import InternalError
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
 
 def build_reduce(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    """A row reduction the reduce rule leaves here: short rows."""
     grouped = short_rows([op], plan)
-    if grouped is not None:
-        return build_short_rows([op], hbm, lambda _: fresh, {op.out}, grouped)
-    line, TP, TF = op.line, plan.parts, plan.free
-    R, F = op.dim("R"), op.dim("F")
-    src_v: dict[str, Buf] = {}  # [R, F] views of what is read: the source, or each input of the expression
-    stmts: list[Stmt] = []
-    for name in op.inputs or (op.src,):
-        src_v[name], st = hbm_view(hbm[name], (R, F), fresh(f"{name}_v"), line)
-        stmts += st
-    out_v, st = hbm_view(hbm[op.out], (R, 1), fresh(f"{op.out}_v"), line)
-    stmts += st
-    init_v = None
-    if isinstance(op.init, str):
-        init_v, st = hbm_view(hbm[op.init], (R, 1), fresh(f"{op.init}_v"), line)
-        stmts += st
-    rows = sl(a(term("pt", TP, "TILE_P")), TP)
-    acc = Buf(fresh(f"{op.out}_acc"), "sbuf", "f32", (TP, 1))
-    tiles = F // TF
-    body = _accumulate(op, plan, hbm, fresh, acc, src_v, rows) if tiles > 1 else \
-        _single(op, plan, hbm, fresh, acc, src_v, rows)
-    body += _finish(op, hbm, fresh, acc, init_v, rows, TP)
-    body.append(Dma(View(out_v, (rows, full(1))), whole(result_tile(op, hbm, fresh, acc, body)), line))
-    var = ", ".join(v for role, v in op.vars if role.startswith("k"))
-    nest = loop("pt", R // TP, body, note=f"for {var} (tiles of TILE_P)", line=op.line_of("k0"))
-    what = f"{op.out} = {op.op} over the last dims of {op.src if op.expr is None else fmt_expr(op.expr)}"
-    return [("TILE_P", TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
-
-
-def _load(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh, views: dict[str, Buf], rows
-          ) -> tuple[list, Buf]:
-    """One [TILE_P, TILE_F] tile of what is reduced: the source loaded, or the expression of the loaded inputs."""
-    cols = sl(a(term("ft", plan.free, "TILE_F")), plan.free)
-    out, tiles = [], {}
-    for name in (op.src,) if op.expr is None else op.inputs:
-        tile = Buf(fresh(f"{name}_tile"), "sbuf", hbm[name].dtype, (plan.parts, plan.free))
-        out += [Alloc(tile, line=op.update_line), Dma(whole(tile), View(views[name], (rows, cols)), op.update_line)]
-        tiles[name] = whole(tile)
-    if op.expr is None:
-        return out, tiles[op.src].buf
-    value = Buf(fresh(f"{op.out}_terms"), "sbuf", "f32", (plan.parts, plan.free))
-    out.append(Alloc(value, line=op.update_line))
-    out += ExprCompiler(tiles, value.shape, op.update_line, fresh, set()).emit(op.expr, whole(value))
-    return out, value
-
-
-def _single(op: ReduceOp, plan: ReducePlan, hbm, fresh: Fresh, acc: Buf, src_v: dict[str, Buf], rows
-            ) -> list[Stmt]:
-    """One free tile: its tensor_reduce is the whole row's value."""
-    load, tile = _load(op, plan, hbm, fresh, src_v, rows)
-    return loop("ft", 1, load + [Alloc(acc, line=op.update_line),  # extent 1: the free index becomes 0
-                                 Reduce(whole(acc), whole(tile), op.op, op.update_line)])
-
-
-def _accumulate(op: ReduceOp, plan: ReducePlan, hbm, fresh: Fresh, acc: Buf, src_v: dict[str, Buf], rows
-                ) -> list[Stmt]:
-    """Several free tiles: the accumulator starts at the op's identity; each tile's column folds into it."""
-    ln = op.update_line
-    start: list[Stmt] = [Alloc(acc, zero=True, line=ln)]
-    if _IDENTITY[op.op]:  # max/min: zeros + (-)inf
-        start.append(Scalar(whole(acc), whole(acc), "add", _IDENTITY[op.op], ln))
-    load, tile = _load(op, plan, hbm, fresh, src_v, rows)
-    part = Buf(fresh(f"{op.out}_part"), "sbuf", "f32", (plan.parts, 1))
-    step = load + [Alloc(part, line=ln), Reduce(whole(part), whole(tile), op.op, ln),
-                   Binary(whole(acc), whole(acc), whole(part), op.op, ln)]
-    var = ", ".join(v for role, v in op.vars if role.startswith("r"))
-    return start + loop("ft", op.dim("F") // plan.free, step, note=f"for {var} (tiles of TILE_F)",
-                        line=op.line_of("r0"))
-
-
-def _finish(op: ReduceOp, hbm, fresh: Fresh, acc: Buf, init_v: Buf | None, rows, TP: int) -> list[Stmt]:
-    """The constant factor (a mean), then the initial value, once per row tile (the sum starts from it)."""
-    init: tuple[list[Stmt], View] | None = None
-    if init_v is not None:
-        col = Buf(fresh(f"{op.init}_col"), "sbuf", hbm[op.init].dtype, (TP, 1))
-        load: list[Stmt] = [Alloc(col, line=op.line), Dma(whole(col), View(init_v, (rows, full(1))), op.line)]
-        init = (load, whole(col))
-    return _scale_and_init(op, whole(acc), init, op.update_line)
+    if grouped is None:
+        raise InternalError(f"no schedule for the reduction {op.name}: rules.reduce does not apply and its rows "
+                            f"are not short")
+    return build_short_rows([op], hbm, lambda _: fresh, {op.out}, grouped)
 
 
 def _scale_and_init(op: ReduceOp, acc: View, init: tuple[list[Stmt], View] | None, ln: int) -> list[Stmt]:
@@ -160,13 +83,13 @@ def short_rows(ops: list, plan: ReducePlan | None = None) -> tuple[int, int, int
     G = R // P
     if G == 1 or G > MAX_GROUP:
         return None
-    free = RESIDENT_FREE if _resident(reds, G * F) else GROUP_FREE
+    free = RESIDENT_FREE if resident(reds, G * F) else GROUP_FREE
     cap = max(1, min(free // F, -(-G // MIN_TILES)))
     GB = best_divisor(G, cap)
     return P, G, G if 2 * GB <= cap and G * F <= free else GB  # G with no divisor near cap: one tile
 
 
-def _resident(reds: list, per_partition: int) -> bool:
+def resident(reds: list, per_partition: int) -> bool:
     """Whether the reduced inputs stay whole in SBUF (each tile loaded into its own part, so the loads stream back
     to back and never wait for a reduce to free a rotating buffer): at most RESIDENT_BYTES per partition, counting
     every input as fp32."""
@@ -214,10 +137,10 @@ def build_short_rows(ops: list, hbm: dict[str, Buf], fresh_for, keep: set[str], 
             F = op.dim("F")
             loaded: dict[str, View] = {}
             names = op.inputs or (op.src,)
-            resident = _resident([op for op in ops if type(op) is ReduceOp], G * F)
+            in_sbuf = resident([op for op in ops if type(op) is ReduceOp], G * F)
             for name in names:
                 src_v = view(name, (P, G, F), fresh)
-                if resident:  # every tile's load its own region: no load waits for a reduce to free a buffer
+                if in_sbuf:  # every tile's load its own region: no load waits for a reduce to free a buffer
                     tile = Buf(fresh(f"{name}_all"), "sbuf", hbm[name].dtype, (P, G, F))
                     before.append(Alloc(tile, line=ln))
                     dst = View(tile, (full(P), cols, full(F)))

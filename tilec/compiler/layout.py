@@ -46,7 +46,7 @@ def _suffix(extents: list[int]) -> list[int]:
 
 def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple[str, ...] = (),
             lines: tuple[int, ...] = (), views: tuple[tuple[str, str], ...] = (), span: Span | None = None,
-            groups: tuple[tuple[str, ...], ...] = (), view_line: int = 0) -> Kernel:
+            groups: tuple[tuple[str, ...], ...] = (), view_line: int = 0, unit: bool = True) -> Kernel:
     """The perfect nest at loop `at` iterated by `loops` (name, extent), outermost first, over the same elements in
     the same order; every buffer it accesses is seen through an HBM view `BUF_v` (golden: layout/reshape.txt):
 
@@ -61,9 +61,11 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
     b[i] of Y[i, j] -> b_v[p, 0] (a column), s[j] -> s_v[0, f] (a row). `notes` and `lines` give the new loops'
     comments and .tl lines (default: the line of the loop each starts in); `views` names the views (buffer, view;
     default BUF_v, or BUF_v2.. when that name is taken). `groups` says which old loops each new loop iterates
-    (consecutive, outermost first; loops of extent 1 may be left out): with loops of extent 1 the extents alone
-    can leave that open (`[200, 1, 1]` -> `[200, 1]`: which unit loop remains?). `view_line`: the .tl line of
-    the views (default the first statement's)."""
+    (consecutive, outermost first; loops of extent 1 may be left out, and a new loop of extent 1 may iterate none:
+    a unit dimension of every view, `s[i]` -> `s_v[e, 0]`): with loops of extent 1 the extents alone can leave
+    that open (`[200, 1, 1]` -> `[200, 1]`: which unit loop remains?). `view_line`: the .tl line of
+    the views (default the first statement's). `unit=False`: a broadcast operand's view gets no unit dimension
+    (short rows: s[i] of A[i, j] over (p, g, f) is s_v[p, g], the result tile's own shape)."""
     chain = perfect_chain(find_loop(k, at, span))
     old = [lp.extent for lp in chain]
     new = [n for _, n in loops]
@@ -75,7 +77,7 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
         raise _fail(f"reshape {at}: the nest holds more than assignments", span, "reshape an element-wise nest")
     bufs = k.buffers()
     bounds = _bounds([lp.var for lp in chain], old, new, groups, span) if groups else None
-    shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span, bounds)
+    shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span, bounds, unit)
     taken, given = set(bufs), dict(views)
     called = {b: given.get(b) or unique(f"{b}_v", taken) for b in shapes}
     names = [v for v, _ in loops]
@@ -84,8 +86,13 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
         note = notes[j] if j < len(notes) else ""
         line = lines[j] if j < len(lines) else chain[_source(old, new, j)].line
         new_body = (Loop(names[j], new[j], new_body, "serial", line, note),)
+    for b, (shape, _) in shapes.items():  # a view named after one that exists is that one (an epilogue's s_v)
+        have = bufs.get(called[b])
+        if have is not None and (have.view_of != b or have.shape != shape):
+            raise _fail(f"reshape {at}: view {called[b]} exists with another shape or base than {b} as "
+                        f"{list(shape)}", span, "name the view apart")
     allocs = tuple(Alloc(Buffer(called[b], "hbm", bufs[b].dtype, shape, view_of=b), view_line or body[0].line)
-                   for b, (shape, _) in shapes.items())
+                   for b, (shape, _) in shapes.items() if called[b] not in bufs)
     top = next(i for i, s in enumerate(k.body) if s is chain[0] or any(x is chain[0] for x in walk((s,))))
     k = _with_loop(k, chain[0], lambda _: new_body[0])
     return replace(k, body=k.body[:top] + allocs + k.body[top:])
@@ -107,6 +114,8 @@ def _bounds(chain: list[str], old: list[int], new: list[int], groups: tuple[tupl
     if len(groups) != len(new):
         raise _fail(f"reshape: {len(groups)} groups of loops for {len(new)} new loops", span)
     for g, group in enumerate(groups):
+        if not group and new[g] == 1:  # a new unit loop iterating no old loop (an epilogue's column: s_v[e, 0])
+            continue
         pos = [chain.index(v) if v in chain else -1 for v in group]
         if not pos or -1 in pos or pos != list(range(pos[0], pos[0] + len(pos))) or \
                 math.prod(old[p] for p in pos) != new[g]:
@@ -126,7 +135,7 @@ def _bounds(chain: list[str], old: list[int], new: list[int], groups: tuple[tupl
 
 
 def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[str, Buffer], span,
-           bounds: list[int] | None = None) -> dict[str, View]:
+           bounds: list[int] | None = None, unit: bool = True) -> dict[str, View]:
     """Buffer -> its view, ordered: operands indexed like the whole nest, the written buffers, then broadcast
     operands (columns, then rows). An access is a sequence of runs of the nest's loops (one run: an element-wise
     operand or a broadcast; several: a permute, Y[j, i] = X[i, j]); each run becomes the new loops it spans."""
@@ -141,7 +150,7 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
                     raise _fail(f"reshape: `{acc.buf}` reads loops {', '.join(chain[a:b])}, which do not map onto "
                                 f"whole loops of the new nest", span, "choose extents whose products meet at its run")
             full = sum(b - a for a, b in runs) == len(chain)  # every loop (in order, or permuted)
-            view = _view(runs, full, so, sn, new, bounds)
+            view = _view(runs, full, so, sn, new, bounds, unit)
             if found.setdefault(acc.buf, view) != view:
                 raise _fail(f"reshape: `{acc.buf}` is accessed through different loops", span)
             last = max(b for _, b in runs)
@@ -150,13 +159,13 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
 
 
 def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int], new: list[int],
-          bounds: list[int] | None = None) -> View:
+          bounds: list[int] | None = None, unit: bool = True) -> View:
     """New loops of extent 1 at a broadcast run's edges stay out of its view (b[i] -> b_v[p, 0], not b_v[o, p, 0]
     with o of extent 1), and it gets a unit dimension on the side the other loops are; an operand indexed by every
     loop keeps them all."""
     spans: list[int] = []
     for a, b in runs:
-        if full and bounds is not None:
+        if bounds is not None:  # the groups say which new loops each run spans (unit loops included)
             a2, b2 = bounds[a], bounds[b]
         elif full:
             a2, b2 = _boundary(a, so, sn), _boundary(b, so, sn)
@@ -166,7 +175,9 @@ def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int],
     if not spans:  # a broadcast run of one element (b[i], i < 1): a (1, 1) column
         return (1, 1), (None, None)
     loops: list[int | None] = list(spans)
-    if len(runs) == 1 and not full:
+    if full and bounds is not None:  # new unit loops after the runs (groups of no old loop): unit dimensions
+        loops += [None] * (len(new) - 1 - max(spans))
+    if len(runs) == 1 and not full and unit:
         if spans[-1] + 1 < len(new):
             loops.append(None)
         elif spans[0] > 0:
@@ -219,27 +230,45 @@ def _rewrite(s: Assign | Update, views: dict[str, View], called: dict[str, str],
 
 
 def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
-              span: Span | None = None, name: str = "", line: int = 0) -> Kernel:
+              span: Span | None = None, name: str = "", line: int = 0, dtype: str = "", cast: str = "") -> Kernel:
     """TVM's cache_write: inside loop `at`, the statements write the region of `buf` they cover into a new on-chip
-    buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop does not read
-    `buf` (it would see the old values) and the region fits the target. `line`: the .tl line of the store (default
-    the first write's; a reduction's store is tagged with its initial value's statement)."""
+    buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop reads `buf` only
+    after a statement that writes it (an epilogue reading the finished value; reads before would see the old
+    values), inside the region, and the region fits the target. `line`: the .tl line of the store (default the
+    first write's; a reduction's store is tagged with its initial value's statement). `dtype`: the on-chip
+    buffer's (default `buf`'s: an fp32 accumulator of a narrower output); `cast`: the name of a tile of `buf`'s
+    dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA). The on-chip
+    buffer is allocated just before the first statement that writes it."""
     t = get_target(target)
-    loop = find_loop(k, at, span)
+    loop = find_loop(k, at, span) if at else Loop("", 1, k.body)  # "": the whole kernel (stored at its end)
     writes = [s.dst for s in _stores(loop.body) if s.dst.buf == buf]
     if not writes:
         raise _fail(f"stage_out {buf} at {at}: loop {at} does not write {buf}", span)
-    if any(a.buf == buf for s in _stores(loop.body) for a in loads(s.expr)):
-        raise _fail(f"stage_out {buf} at {at}: loop {at} also reads {buf}", span, "stage it where it is only written")
+    first_write = next(n for n, s in enumerate(loop.body) if any(x.dst.buf == buf for x in _stores((s,))))
+    reads = [a for n, s in enumerate(loop.body) for x in _stores((s,)) for a in loads(x.expr) if a.buf == buf]
+    early = [a for s in loop.body[:first_write + 1] for x in _stores((s,)) for a in loads(x.expr) if a.buf == buf]
+    if early:
+        raise _fail(f"stage_out {buf} at {at}: loop {at} reads {buf} before it writes it", span,
+                    "stage it where it is only written, or read only after the statement writing it")
     inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
     box = region(writes, inner, f"stage_out {buf} at {at}", span)
+    if reads and region(writes + reads, inner, f"stage_out {buf} at {at}", span) != box:
+        raise _fail(f"stage_out {buf} at {at}: loop {at} reads {buf} outside the region it writes", span)
     source = k.buffers()[buf]
-    _check_fits(box.shape, source.dtype, t, f"stage_out {buf} at {at}", span)
-    staged = Buffer(name or f"{buf}_{memory}", memory, source.dtype, box.shape)
+    _check_fits(box.shape, dtype or source.dtype, t, f"stage_out {buf} at {at}", span)
+    staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, box.shape)
     first = next(s.line for s in _stores(loop.body) if s.dst.buf == buf)
-    back = copy_nest(staged.name, buf, box, line or first, into=False)
-    body = relocate(loop.body, buf, staged.name, box, reads=False, writes=True)
-    return _with_loop(k, loop, lambda s: replace(s, body=(Alloc(staged, first),) + body + (back,)))
+    back: tuple[Stmt, ...] = (copy_nest(staged.name, buf, box, line or first, into=False),)
+    if cast:  # staged -> a tile of buf's dtype (one copy), stored from there
+        tile = Buffer(cast, memory, source.dtype, box.shape)
+        whole = Region(tuple(Aff() for _ in box.shape), box.shape, tuple(range(len(box.shape))))
+        back = (Alloc(tile, first), copy_nest(cast, staged.name, whole, first, into=True, prefix=cast),
+                copy_nest(cast, buf, box, line or first, into=False))
+    body = relocate(loop.body, buf, staged.name, box, reads=bool(reads), writes=True)
+    body = body[:first_write] + (Alloc(staged, first),) + body[first_write:]  # allocated just before it is written
+    if not at:
+        return replace(k, body=body + back)
+    return _with_loop(k, loop, lambda s: replace(s, body=body + back))
 
 
 # ---- broadcast -----------------------------------------------------------------------------------------------------

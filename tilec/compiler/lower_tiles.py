@@ -20,8 +20,8 @@ from tilec.compiler.build_util import loop, ones_row
 from tilec.compiler.ir import Aff, Sl, View
 from tilec.compiler.layout import perfect_chain
 from tilec.compiler.lower import size_value
-from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Const, Kernel, Load, Loop, Stmt, Update, lower_expr,
-                                 lower_stmt, walk)
+from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Const, Kernel, Load, Loop, Op, Stmt, Update,
+                                 lower_expr, lower_stmt, walk)
 from tilec.lang import syntax as sx
 from tilec.compiler.ops import EltwiseOp, ReduceOp, TransposeOp
 from tilec.compiler.rules import Prim
@@ -50,20 +50,23 @@ _UPDATE = {"add": "+=", "maximum": "max=", "minimum": "min="}
 
 
 def reduce_nest(op: ReduceOp, program) -> Kernel | None:
-    """The level-A nest of a row reduction of one tensor, `s[i] += A[i, j]` over the .tl loops (kept, then reduced),
-    after its initial value, the op's identity (rules.reduce folds it into the reduce); None when the op
-    reads an expression, starts from another value, scales, or its tensors are not indexed by the loops plainly
-    (build_reduce keeps those)."""
-    if op.expr is not None or op.scale != 1.0 or isinstance(op.init, str) or op.init != _IDENTITY[op.op]:
-        return None
+    """The level-A nest of a row reduction of one tensor over the .tl loops (kept, then reduced): the reduction from
+    its identity, `s[i] = 0; s[i] += A[i, j]`, then its epilogue, one nest per step over the kept loops (rules.reduce
+    computes them at the row tile): the constant factor (`s[i] = s[i] * 0.5`, a mean) and an initial value other
+    than the identity (`s[i] = s[i] + b[i]`, `s[i] = max(s[i], 1)`). The reduction is associative, so starting from
+    the initial value or adding it last is the same sum (up to rounding). A reduced expression is the update's value
+    (`s[i] += A[i, j] * B[i, j]`), its tensors the nest's parameters. None when the tensors are not indexed by the
+    loops plainly."""
     kept = [v for role, v in op.vars if role.startswith("k")]
     red = [v for role, v in op.vars if role.startswith("r")]
     src, out = program.tensors[op.src], program.tensors[op.out]
     if len(src.shape) != len(kept) + len(red) or len(out.shape) != len(kept) or not kept:
         return None
     ext = [size_value(n, program.sizes) if not isinstance(n, int) else n for n in src.shape]
-    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, tuple(ext[:len(kept)] if n == op.out else ext))
-            for n in (op.src, op.out)}
+    col = [op.init] if isinstance(op.init, str) else []
+    reads = list(op.inputs or (op.src,))
+    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, tuple(ext if n in reads else ext[:len(kept)]))
+            for n in (*reads, *col, op.out)}
     idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
     lines = dict(op.loop_lines)
 
@@ -71,11 +74,23 @@ def reduce_nest(op: ReduceOp, program) -> Kernel | None:
         for v, n in reversed(list(zip(loops, ext))):
             stmt = Loop(v, n, (stmt,), "serial", lines.get(v, op.line))
         return stmt
-    init = nest(Assign(Access(op.out, idx(kept)), Const(_IDENTITY[op.op]), op.line), kept)
-    update = Update(Access(op.out, idx(kept)), _UPDATE[op.op], Load(Access(op.src, idx(kept + red))), op.update_line)
-    return Kernel(op.name, (bufs[op.src],), (bufs[op.out],), (init, nest(update, kept + red)))
+    S = Access(op.out, idx(kept))
+    init = nest(Assign(S, Const(_IDENTITY[op.op]), op.line), kept)
+    value = Load(Access(op.src, idx(kept + red))) if op.expr is None else \
+        lower_expr(op.expr, tuple(kept + red), program.sizes)
+    update = Update(S, _UPDATE[op.op], value, op.update_line)
+    epilogue: list[Stmt] = []
+    if op.scale != 1.0:
+        epilogue.append(nest(Assign(S, Op("*", (Load(S), Const(op.scale))), op.update_line), kept))
+    start = Load(Access(op.init, idx(kept))) if isinstance(op.init, str) else \
+        None if op.init == _IDENTITY[op.op] else Const(op.init)
+    if start is not None:
+        epilogue.append(nest(Assign(S, Op(_COMBINE[op.op], (Load(S), start)), op.line), kept))
+    return Kernel(op.name, tuple(bufs[n] for n in (*reads, *col)), (bufs[op.out],),
+                  (init, nest(update, kept + red), *epilogue))
 
 
+_COMBINE = {"add": "+", "maximum": "max", "minimum": "min"}  # an initial value combined with the reduced value
 _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 _ALU = {v: k for k, v in _UPDATE.items()}
 

@@ -14,7 +14,7 @@ from tilec.compiler import rules
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (copy_nest, eltwise_nest, lower_tiles, permute_between, reduce_nest,
                                        transpose_nest)
-from tilec.compiler.build_reduce import build_reduce, short_rows
+from tilec.compiler.build_reduce import build_reduce, resident, short_rows
 from tilec.compiler.build_colreduce import build_column_reduce
 from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
@@ -338,12 +338,13 @@ def step_nests(op: TransposeOp, plan, program, target: Target) -> list[tuple[Nes
 
 
 def reduce_rule(op: ReduceOp, plan, program, target: Target) -> tuple[Nest, list] | None:
-    """A row reduction's nest and the reduce rule's primitives, when the rule covers it (rules.reduce); short rows
-    (several per partition) stay with build_reduce."""
+    """A row reduction's nest and the reduce rule's primitives (rules.reduce), except for short rows (several per
+    partition: build_reduce)."""
     nest = reduce_nest(op, program)
-    if nest is None or short_rows([op], plan) is not None:
+    if nest is None:
         return None
-    prims = rules.reduce(nest, target, plan)
+    grouped = short_rows([op], plan)
+    prims = rules.reduce(nest, target, plan, grouped, grouped is not None and resident([op], grouped[1] * op.dim("F")))
     return None if prims is None else (nest, prims)
 
 

@@ -9,7 +9,11 @@ and error goldens (tests/golden/compiler/primitives/).
     partition(k, "i")         for i in serial(128)  ->  for i in partition(128)     (extent <= target partitions)
     stage(k, "A", "i", "sbuf")  inside loop i: alloc A_sbuf, copy the region of A the body reads, read it instead
     compute_at(k, "T", "i")   the nest computing T moves under loop i, computing the region one iteration reads
+    reverse_compute_at(k, "e", "i")  the consumer nest at loop e moves under loop i of its producer, after it,
+                              computing what one iteration of i has finished (a reduction's epilogue per row tile)
     buffers(k, "A_sbuf", 2)   an on-chip buffer allocated inside a loop gets 2 copies in flight
+    bind_expr(k, "s", "p", "T")  a reduction's expression computed into an on-chip tile T over the nest at p first,
+                              then reduced from T (Exo's bind_expr: the tile the reduce instruction reads)
 """
 from __future__ import annotations
 
@@ -248,12 +252,16 @@ def partition(k: Kernel, var: str, target: Target | str | None = None, span: Spa
 
 
 def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
-          span: Span | None = None, name: str = "", dtype: str = "") -> Kernel:
+          span: Span | None = None, name: str = "", dtype: str = "", near: bool = False,
+          resident: bool = False) -> Kernel:
     """Exo's stage_mem / TVM's cache_read: inside loop `at`, copy the region of `buf` its body reads into a new
     on-chip buffer and read that instead (golden: primitives/stage.txt). The region is the box the body's affine
     reads cover over the loops inside `at`; it must fit the target's SBUF per partition. `at` "" stages once for
     the whole kernel (after its views); `name` and `dtype` name the copy and its type (default BUF_sbuf, BUF's
-    type: a DMA converts on the way)."""
+    type: a DMA converts on the way). `near`: the copy goes just before the first statement of the loop's body
+    that reads `buf` rather than first (an epilogue's operand, loaded after the reduction before it).
+    `resident`: the copy is allocated once for the whole kernel over everything the kernel reads of `buf` (after
+    its views), and each iteration of `at` copies its region into its own part (loads never wait for a buffer)."""
     t = get_target(target)
     loop = find_loop(k, at, span) if at else Loop("", 1, k.body)
     where = f"loop {at}" if at else "the kernel"
@@ -268,12 +276,45 @@ def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | s
     _check_fits(box.shape, dtype or source.dtype, t, f"stage {buf} at {at}", span)
     staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, box.shape)
     line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in loads(s.expr)))
+    if resident and at:
+        return _stage_resident(k, buf, loop, box, staged, line, t, span)
     copy = copy_nest(staged.name, buf, box, line, into=True)
-    new_body = (Alloc(staged, line), copy) + relocate(loop.body, buf, staged.name, box)
-    if not at:  # after the kernel's views: the copy reads through them
-        views = tuple(s for s in k.body if isinstance(s, Alloc) and s.buf.view_of)
-        return replace(k, body=views + new_body[:2] + new_body[2 + len(views):])
+    moved = relocate(loop.body, buf, staged.name, box)
+    at_n = next(n for n, s in enumerate(loop.body) if any(a.buf == buf for x in _stores((s,)) for a in loads(x.expr))) \
+        if near else 0
+    new_body = moved[:at_n] + (Alloc(staged, line), copy) + moved[at_n:]
+    if not at:  # after the kernel's views (all of them first: a view is a name, not a copy): the copy reads them
+        views = tuple(s for s in k.body if _is_view(s))
+        rest = tuple(s for s in new_body[2:] if not _is_view(s))
+        return replace(k, body=views + new_body[:2] + rest)
     return _with_loop(k, loop, lambda s: replace(s, body=new_body))
+
+
+def _stage_resident(k: Kernel, buf: str, loop: Loop, box: "Region", staged: Buffer, line: int, t: Target,
+                    span: Span | None) -> Kernel:
+    """stage(.., resident=True): one buffer over the kernel's whole region of `buf`, each iteration of `loop`
+    copying its own box into its part."""
+    every = [a for s in _stores(k.body) for a in loads(s.expr) if a.buf == buf]
+    loops = {s.var: s.extent for s in walk(k.body) if isinstance(s, Loop)}
+    whole = region(every, loops, f"stage {buf} at {loop.var}", span)
+    if whole.kept != box.kept or any(off.terms for off in whole.offsets):
+        raise _fail(f"stage {buf} at {loop.var}, resident: the kernel's region of {buf} and the loop's keep other "
+                    f"dimensions", span, "stage it per iteration instead")
+    _check_fits(whole.shape, staged.dtype, t, f"stage {buf} at {loop.var}", span)
+    staged = replace(staged, shape=whole.shape)
+    part = Region(tuple(Aff(off.terms, off.const - w.const) for off, w in zip(box.offsets, whole.offsets)),
+                  box.extents, box.kept)  # where the loop's box sits in the resident buffer
+    names = {d: f"{buf}_c{n}" for n, d in enumerate(box.kept)}
+    dst = Access(staged.name, tuple(part.offsets[d].plus(Aff((Term(names[d]),))) for d in box.kept))
+    src = Access(buf, tuple(off.plus(Aff((Term(names[d]),))) if d in names else off
+                            for d, off in enumerate(box.offsets)))
+    copy: Stmt = Assign(dst, Load(src), line)
+    for n, d in reversed(list(enumerate(box.kept))):
+        copy = Loop(names[d], box.extents[d], (copy,), "partition" if n == 0 else "serial", line)
+    k = _with_loop(k, loop, lambda s: replace(s, body=(copy,) + relocate(s.body, buf, staged.name, whole)))
+    views = [n for n, s in enumerate(k.body) if isinstance(s, Alloc) and s.buf.view_of and s.buf.name == buf]
+    at = views[0] + 1 if views else 0
+    return replace(k, body=k.body[:at] + (Alloc(staged, line),) + k.body[at:])
 
 
 @dataclass(frozen=True)
@@ -416,7 +457,8 @@ def buffers(k: Kernel, buf: str, n: int, target: Target | str | None = None, spa
     return replace(k, body=visit(k.body))
 
 
-__all__ = ["split", "reorder", "unroll", "partition", "stage", "compute_at", "buffers", "find_loop"]
+__all__ = ["split", "reorder", "unroll", "partition", "stage", "compute_at", "reverse_compute_at", "bind_expr",
+           "buffers", "find_loop"]
 
 
 def compute_at(k: Kernel, buf: str, at: str, span: Span | None = None) -> Kernel:
@@ -489,3 +531,148 @@ def _restrict(prod: Loop, region: dict[str, tuple[Aff, int]]) -> Loop:
         return Loop(local, extent, _subst(body, s.var, by), s.kind, s.line)
 
     return visit(prod)  # type: ignore[return-value]
+
+
+def reverse_compute_at(k: Kernel, nest: str, at: str, span: Span | None = None) -> Kernel:
+    """TVM's reverse_compute_at: the top-level nest at loop `nest` (a consumer) moves under loop `at` of the nest
+    just before it (its producer), after what that loop's body computes, and computes only the part that reads the
+    region one iteration of `at` has finished. Before/after (golden: primitives/reverse_compute_at.txt), a row sum
+    and its scale:
+
+        for i in serial(64):                       for i in serial(64):
+          for j in serial(12):                       for j in serial(12):
+            s[i] += A[i, j]                            s[i] += A[i, j]
+        for i in serial(64):                         for i_r in serial(1):
+          Y[i] = s[i] * 0.5                            Y[i + i_r] = s[i + i_r] * 0.5
+
+    Legal when the consumer directly follows its producer, reads something the producer writes, indexes each
+    dimension of those reads by a plain loop (or a constant where the region is one element), and every loop of
+    the producer from its top down to `at` indexes what the producer writes there (or runs once): an iteration of
+    `at` then finishes its region, no later iteration adds to it (a reduction loop cannot be `at`)."""
+    consumer = find_loop(k, nest, span)
+    loop = find_loop(k, at, span)
+    k = _views_first(k, consumer)
+    top = list(k.body)
+    if not any(s is consumer for s in top):
+        raise _fail(f"reverse_compute_at {nest}: loop {nest} is not the top of a nest", span,
+                    "name the outermost loop of the consumer nest")
+    producer = next((s for s in top if isinstance(s, Loop) and (s is loop or any(x is loop for x in walk(s.body)))),
+                    None)
+    where = next(i for i, s in enumerate(top) if s is consumer)
+    if producer is None or producer is consumer or where == 0 or top[where - 1] is not producer:
+        raise _fail(f"reverse_compute_at {nest}, {at}: the nest at {nest} does not directly follow the nest holding "
+                    f"loop {at}", span, "compute a consumer at a loop of the nest just before it")
+    chain = _path(producer, loop)
+    written = {s.dst.buf for s in _stores(loop.body)}
+    for lp in chain:
+        for s in _stores(loop.body):
+            if lp.extent > 1 and not any(t.var == lp.var for i in s.dst.index for t in i.terms):
+                raise _fail(f"reverse_compute_at {nest}, {at}: loop {lp.var} does not index {fmt_access(s.dst)}, so "
+                            f"an iteration of {at} has not finished it (the loops over it still add to it)", span,
+                            "compute the consumer at a loop outside the reduction loops")
+    reads = [a for s in _stores((consumer,)) for a in loads(s.expr) if a.buf in written]
+    if not reads:
+        raise _fail(f"reverse_compute_at {nest}, {at}: the nest at {nest} reads nothing loop {at} computes", span)
+    inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
+    extents = {s.var: s.extent for s in walk((consumer,)) if isinstance(s, Loop)}
+    out: dict[str, tuple[Aff, int]] = {}
+    for a in reads:
+        box = region([w.dst for w in _stores(loop.body) if w.dst.buf == a.buf], inner, f"reverse_compute_at {nest}",
+                     span)
+        for d, idx in enumerate(a.index):
+            first, extent = box.offsets[d], box.extents[d]
+            if not idx.terms and extent == 1 and first == Aff((), idx.const):
+                continue  # a constant index of a dimension the region has one element of
+            if len(idx.terms) != 1 or idx.terms[0].coef != 1 or idx.const or idx.terms[0].var not in extents:
+                raise _fail(f"reverse_compute_at {nest}, {at}: {fmt_access(a)} is not indexed by a plain loop of the "
+                            f"consumer in dimension {d}", span, "compute at a consumer that reads its input plainly")
+            var = idx.terms[0].var
+            if out.setdefault(var, (first, extent)) != (first, extent):
+                raise _fail(f"reverse_compute_at {nest}, {at}: loop {var} reads two regions", span)
+    moved = _restrict(consumer, out)
+    body = tuple(s for s in k.body if s is not consumer)
+    return _with_loop(replace(k, body=body), loop, lambda s: replace(s, body=s.body + (moved,)))
+
+
+def _views_first(k: Kernel, consumer: Loop) -> Kernel:
+    """The HBM views declared just before the consumer moved before the nest ahead of them (a view is a name for
+    storage that exists anyway: the consumer may read it inside that nest)."""
+    body = list(k.body)
+    at = next(i for i, s in enumerate(body) if s is consumer) if any(s is consumer for s in body) else 0
+    start = at
+    while start > 0 and _is_view(body[start - 1]):
+        start -= 1
+    if start == at or start == 0 or not isinstance(body[start - 1], Loop):
+        return k
+    return replace(k, body=tuple(body[:start - 1] + body[start:at] + [body[start - 1]] + body[at:]))
+
+
+def _is_view(s: Stmt) -> bool:
+    return isinstance(s, Alloc) and bool(s.buf.view_of)
+
+
+def _path(top: Loop, loop: Loop) -> list[Loop]:
+    """The loops from `top` down to `loop`, both included."""
+    if top is loop:
+        return [top]
+    for s in top.body:
+        if isinstance(s, Loop) and (s is loop or any(x is loop for x in walk(s.body))):
+            return [top] + _path(s, loop)
+    return [top]
+
+
+def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | None = None,
+              span: Span | None = None) -> Kernel:
+    """Exo's bind_expr for a reduction: the perfect nest at loop `at` whose one statement updates `buf` with an
+    expression becomes a nest computing the expression into a new fp32 on-chip buffer `name` (over the nest's
+    loops, renamed V_x) and the same nest reducing that buffer (golden: primitives/bind_expr.txt):
+
+        for i in serial(64):                        alloc T: sbuf f32[64, 12]
+          for j in serial(12):                      for i_x in serial(64):
+            s[i] += A[i, j] * B[i, j]                 for j_x in serial(12):
+                                                        T[i_x, j_x] = A[i_x, j_x] * B[i_x, j_x]
+                                                    for i in serial(64):
+                                                      for j in serial(12):
+                                                        s[i] += T[i, j]
+
+    Legal when the nest is perfect with one update of `buf` whose value is not a plain read, the expression reads
+    nothing the nest writes, and the buffer fits the target."""
+    t = get_target(target)
+    loop = find_loop(k, at, span)
+    chain = [loop]
+    while len(chain[-1].body) == 1 and isinstance(chain[-1].body[0], Loop):
+        chain.append(chain[-1].body[0])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Update) or body[0].dst.buf != buf:
+        raise _fail(f"bind_expr {buf} at {at}: the nest at {at} is not one update of {buf}", span,
+                    "bind the expression of a reduction's innermost nest")
+    upd = body[0]
+    if isinstance(upd.expr, Load):
+        raise _fail(f"bind_expr {buf} at {at}: the update reads {fmt_access(upd.expr.access)} already; there is no "
+                    f"expression to compute first", span)
+    if any(a.buf == buf for a in loads(upd.expr)):
+        raise _fail(f"bind_expr {buf} at {at}: the expression reads {buf}, which the nest updates", span)
+    taken = {s.var for s in walk(k.body) if isinstance(s, Loop)}
+    if name in k.buffers() or any(f"{lp.var}_x" in taken for lp in chain):
+        raise _fail(f"bind_expr {buf} at {at}: the name {name} or a loop V_x is taken", span)
+    shape = tuple(lp.extent for lp in chain)
+    _check_fits(shape, "f32", t, f"bind_expr {buf} at {at}", span)
+    tile = Buffer(name, "sbuf", "f32", shape)
+    expr: Expr = upd.expr
+    for lp in chain:
+        expr = _subst_expr(expr, lp.var, Aff((Term(f"{lp.var}_x"),)))
+    compute: Stmt = Assign(Access(name, tuple(Aff((Term(f"{lp.var}_x"),)) for lp in chain)), expr, upd.line)
+    reduce: Stmt = replace(upd, expr=Load(Access(name, tuple(Aff((Term(lp.var),)) for lp in chain))))
+    for lp in reversed(chain):
+        compute = replace(lp, var=f"{lp.var}_x", body=(compute,))
+        reduce = replace(lp, body=(reduce,))
+
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if s is loop:
+                out += [Alloc(tile, upd.line), compute, reduce]
+            else:
+                out.append(replace(s, body=visit(s.body)) if isinstance(s, Loop) else s)
+        return tuple(out)
+    return replace(k, body=visit(k.body))

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, Update, loads
+from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, fmt_expr, loads
 from tilec.compiler.schedule import EltwisePlan, ReducePlan, TransposePlan, best_divisor, eltwise_plan
 from tilec.compiler.select_permute import dma_runs
 from tilec.lang.functions import ACCUMULATE
@@ -66,10 +66,12 @@ _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
     "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
+    "bind_expr": pr.bind_expr, "reverse_compute_at": pr.reverse_compute_at,
     "tensorize": _lowering_only, "block": _lowering_only,
     "resolve_fill": rules_copy.resolve_fill, "fill_from": rules_copy.fill_from,
 }
-_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped", "fill_from")  # check capacity against the target
+# these check capacity against the target
+_TARGETED = ("partition", "stage", "stage_out", "broadcast", "buffers", "stage_grouped", "fill_from", "bind_expr")
 
 
 def apply(k: Kernel, prims: list[Prim], target: Target) -> Kernel:
@@ -439,7 +441,8 @@ def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, na
 
 
 
-def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
+def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int, int] | None = None,
+           resident: bool = False) -> list[Prim] | None:
     """The row-reduction rule, `s[i] = c; s[i] OP= A[i, j]` over trailing dimensions, c OP's identity
     (lower_tiles.reduce_nest); rowsum 256 x 384, one free tile holding a whole row:
 
@@ -456,46 +459,149 @@ def reduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
 
     With several free tiles the accumulator is staged at the row tile (`stage_out(s_v, pt)`) and tensorized with
     `accumulate=True`: it starts at the identity (a zeroed tile, plus -inf/inf for max/min), each tile's
-    tensor_reduce goes into a column `s_part` combined into it. A scale, another initial value, a reduced
-    expression, an output narrower than fp32: None (build_reduce)."""
+    tensor_reduce goes into a column `s_part` combined into it.
+
+    The epilogue nests after the reduction (a constant factor `s[i] = s[i] * 0.5`, an initial value `s[i] = s[i] +
+    b[i]`) are each reshaped onto the rows (`e, e_u`: R x 1, the same view s_v), computed at the loop holding the
+    accumulator (`reverse_compute_at(e, ft)`: after the reduce of each row tile), bound to the partitions and
+    tensorized in place on the accumulator; a tensor's column is staged just before its step (`stage(b_v, ft,
+    near=True)`). An output narrower than fp32 keeps an fp32 accumulator and is cast into a tile of its dtype
+    before the store (`stage_out(.., dtype=f32, cast=s_tile)`).
+
+    `short` = (P, G, GB): rows short enough that one per partition wastes the DMAs (build_reduce.short_rows) go G
+    per partition, row p * G + g on partition p: the rows reshaped to (p, P) x (g, G), g split into tiles of GB
+    (TILE_G), a (P, GB, F) tile staged per tile (or, `resident`, one tile of the whole input with each tile's
+    load into its own part) and one last-axis tensor_reduce into a (P, G) result tile staged for the whole kernel;
+    the epilogue runs once on the whole (P, G) tile after the loop."""
     tops = [s for s in k.body if isinstance(s, Loop)]
-    if len(tops) != 2:
+    if len(tops) < 2:
         return None
     init = layout.perfect_chain(tops[0])[-1].body
     chain = layout.perfect_chain(tops[1])
     body = chain[-1].body
-    if len(body) != 1 or not isinstance(body[0], Update) or not isinstance(body[0].expr, Load):
+    if len(body) != 1 or not isinstance(body[0], Update) or not loads(body[0].expr):
         return None
     if len(init) != 1 or not isinstance(init[0], Assign) or init[0].dst != body[0].dst:
         return None
-    upd, src = body[0], body[0].expr.access
+    upd = body[0]
     kept = _plain(upd.dst.index)
     names = [lp.var for lp in chain]
-    if kept is None or _plain(src.index) != names or kept != names[:len(kept)] or len(kept) == len(names):
+    reads = list(dict.fromkeys(a.buf for a in loads(upd.expr)))  # every tensor of the expression, at one element
+    if kept is None or any(_plain(a.index) != names for a in loads(upd.expr)) or kept != names[:len(kept)] or \
+            len(kept) == len(names) or upd.dst.buf in reads:
+        return None
+    epilogue = [_epilogue_step(t, upd.dst) for t in tops[2:]]
+    if None in epilogue or len(tops) != len(k.body):
         return None
     R = math.prod(lp.extent for lp in chain[:len(kept)])
     F = math.prod(lp.extent for lp in chain[len(kept):])
-    if F % params.free or R % params.parts or params.parts > target.pmax or k.buffers()[upd.dst.buf].dtype != "f32":
-        return None  # (a narrower output needs an fp32 accumulator and a cast: build_reduce)
-    if any(lp.extent == 1 for lp in chain):  # a unit loop leaves reshape's views ambiguous (s[0] of one row)
+    if F % params.free or R % params.parts or params.parts > target.pmax:
         return None
+    # with unit loops the extents alone leave reshape's views ambiguous (s[0] of one row): the groups say it
+    units = any(lp.extent == 1 for lp in chain)
+    if short is not None:
+        return None if units else _short_rows(k, upd, init[0], chain, kept, reads, epilogue, short, resident)
+    groups = {"groups": (tuple(kept), tuple(names[len(kept):]))} if units else {}
     tiles = F // params.free
-    S, A = upd.dst.buf, src.buf
-    taken = {S, A}
-    v = {A: unique(f"{A}_v", taken), S: unique(f"{S}_v", taken)}
+    S = upd.dst.buf
+    columns = [c for c in epilogue if c]
+    taken = {S, *reads, *columns}
+    v = {A: unique(f"{A}_v", taken) for A in reads}
+    v[S] = unique(f"{S}_v", taken)
+    v.update({c: unique(f"{c}_v", taken) for c in columns})
     red = names[len(kept):]
     notes = (f"for {', '.join(kept)}", f"for {', '.join(red)}")
-    return [prim("fold_init", S),
-            prim("reshape", chain[0].var, (("r", R), ("f", F)), notes=notes,
-                 lines=(chain[0].line, chain[len(kept)].line), views=tuple(v.items()), view_line=init[0].line),
-            prim("split", "r", params.parts, outer="pt", inner="p", name="TILE_P"),
-            prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
-            prim("reorder", "pt", "ft", "p", "f_i"),
-            prim("partition", "p"),
-            prim("stage_out", v[S], "ft" if tiles == 1 else "pt", name=unique(f"{S}_acc", taken), line=init[0].line),
-            prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken)),
-            prim("tensorize", "p") if tiles == 1 else prim("tensorize", "p", accumulate=True),
-            prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {A}")]
+    at = "ft" if tiles == 1 else "pt"
+    top = chain[0].var + ("#0" if epilogue else "")
+    prims = [prim("fold_init", S),
+             prim("reshape", top, (("r", R), ("f", F)), notes=notes,
+                  lines=(chain[0].line, chain[len(kept)].line), views=tuple((b, v[b]) for b in (*reads, S)),
+                  view_line=init[0].line, **groups)]
+    loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
+    for n, (e, c) in enumerate(zip(loops, epilogue)):  # after the reduction's reshape its loops are the only ones
+        ref = chain[0].var + ("#0" if len(epilogue) - n > 1 else "")
+        views = ((S, v[S]),) + (((c, v[c]),) if c else ())
+        prims.append(prim("reshape", ref, ((e, R), (f"{e}_u", 1)), views=views,
+                          **({"groups": (tuple(kept), ())} if units else {})))
+    prims += [prim("split", "r", params.parts, outer="pt", inner="p", name="TILE_P"),
+              prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+              prim("reorder", "pt", "ft", "p", "f_i"),
+              prim("partition", "p")]
+    for e in loops:
+        prims += [prim("reverse_compute_at", e, at), prim("partition", f"{e}_r")]
+    expr = not isinstance(upd.expr, Load)
+    if expr:  # the expression of the staged tiles computed into a tile first, then reduced from it
+        prims.append(prim("bind_expr", v[S], "p", unique(f"{S}_terms", taken)))
+    narrow = k.buffers()[S].dtype != "f32"
+    cast = {"dtype": "f32", "cast": unique(f"{S}_tile", taken)} if narrow else {}
+    prims.append(prim("stage_out", v[S], at, name=unique(f"{S}_acc", taken), line=init[0].line, **cast))
+    prims += [prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken)) for A in reversed(reads)]
+    prims += [prim("stage", v[c], at, name=unique(f"{c}_col", taken), near=True) for c in columns]
+    prims += [prim("tensorize", "p_x")] if expr else []
+    prims.append(prim("tensorize", "p") if tiles == 1 else prim("tensorize", "p", accumulate=True))
+    prims += [prim("tensorize", f"{e}_r") for e in loops]
+    what = fmt_expr(upd.expr) if expr else reads[0]
+    return prims + [prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {what}")]
+
+
+def _short_rows(k: Kernel, upd: Update, init: Assign, chain: list[Loop], kept: list[str], reads: list[str],
+                epilogue: list[str | None], short: tuple[int, int, int], resident: bool) -> list[Prim]:
+    """rules.reduce for short rows (G per partition); see its docstring."""
+    P, G, GB = short
+    F = math.prod(lp.extent for lp in chain[len(kept):])
+    names = [lp.var for lp in chain]
+    S = upd.dst.buf
+    columns = [c for c in epilogue if c]
+    taken = {S, *reads, *columns}
+    v = {A: unique(f"{A}_v", taken) for A in reads}
+    v[S] = unique(f"{S}_v", taken)
+    v.update({c: unique(f"{c}_v", taken) for c in columns})
+    top = chain[0].var + ("#0" if epilogue else "")
+    prims = [prim("fold_init", S),
+             prim("reshape", top, (("p", P), ("g", G), ("f", F)), notes=(f"for {', '.join(kept)}",) * 2 +
+                  (f"for {', '.join(names[len(kept):])}",), lines=(chain[0].line,) * 2 + (chain[len(kept)].line,),
+                  views=tuple((b, v[b]) for b in (*reads, S)), view_line=init.line, unit=False)]
+    loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
+    for n, (e, c) in enumerate(zip(loops, epilogue)):
+        ref = chain[0].var + ("#0" if len(epilogue) - n > 1 else "")
+        views = ((S, v[S]),) + (((c, v[c]),) if c else ())
+        prims.append(prim("reshape", ref, ((e, P), (f"{e}_g", G)), views=views))
+    prims += [prim("split", "g", GB, outer="gt", inner="g_i", name="TILE_G",
+                   note=f"for the rows, TILE_G at a time on each partition ({G} per partition)"),
+              prim("reorder", "gt", "p", "g_i", "f"),
+              prim("partition", "p")]
+    prims += [prim("partition", e) for e in loops]
+    expr = not isinstance(upd.expr, Load)
+    if expr:
+        prims.append(prim("bind_expr", v[S], "p", unique(f"{S}_terms", taken)))
+    narrow = k.buffers()[S].dtype != "f32"
+    cast = {"cast": unique(f"{S}_tile", taken)} if narrow else {}
+    prims.append(prim("stage_out", v[S], "", name=unique(f"{S}_col", taken), line=init.line, dtype="f32", **cast))
+    how = {"name": "", "resident": True} if resident else {"name": ""}
+    for A in reversed(reads):
+        prims.append(prim("stage", v[A], "gt", **{**how, "name": unique(f"{A}_all" if resident else f"{A}_tile",
+                                                                         taken)}))
+    prims += [prim("stage", v[c], "", name=unique(f"{c}_tile", taken), dtype="f32") for c in columns]
+    prims += [prim("tensorize", "p_x")] if expr else []
+    prims += [prim("tensorize", "p")] + [prim("tensorize", e) for e in loops]
+    return prims + [prim("block", "", f"{S}: short rows, {G} per partition (row p * {G} + g on partition p)")]
+
+
+def _epilogue_step(top: Loop, dst: Access) -> str | None:
+    """"" or the column tensor it reads, when the nest is one step of a reduction's epilogue, `s[i] = s[i] * c` or
+    `s[i] = s[i] OP (c | b[i])`, over the kept loops; None otherwise."""
+    body = layout.perfect_chain(top)[-1].body
+    if len(body) != 1 or not isinstance(body[0], Assign) or body[0].dst != dst:
+        return None
+    e = body[0].expr
+    if not isinstance(e, Op) or len(e.args) != 2 or e.args[0] != Load(dst):
+        return None
+    other = e.args[1]
+    if isinstance(other, Const):
+        return ""
+    if isinstance(other, Load) and other.access.index == dst.index and other.access.buf != dst.buf:
+        return other.access.buf
+    return None
 
 
 # ---- data movement -------------------------------------------------------------------------------------------------
