@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from typing import AbstractSet, Union
 
@@ -35,6 +36,8 @@ from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_reduce import build_short_rows, short_rows
 from tilec.compiler.expr_instrs import ExprCompiler
+from tilec.compiler.chunk_cols import chunk_columns
+from tilec.compiler.share import share_tiles
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
@@ -750,6 +753,17 @@ def build_row_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str
     return consts, getattr(chain, "views", []) + stmts
 
 
+def fit_long_rows(ops: list[Op], built: Built, budget: int, fresh_for) -> Built:
+    """A chain whose whole-row tiles do not fit `budget`: its columns chunked (chunk_cols.py: X stays in SBUF, the
+    rest goes chunk by chunk), else its tiles of disjoint lives sharing space (share.py). The caller checks the
+    result fits."""
+    free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
+    chunked = None if os.environ.get("TILEC_NO_CHUNK") else chunk_columns(built[0], built[1], free, budget, fresh_for(ops[-1]))
+    if chunked is not None:
+        return chunked
+    return built[0], list(share_tiles(tuple(built[1]), budget))
+
+
 def reads_of(op: Op) -> list[str]:
     """Every tensor an op reads (for deciding what a chain must store)."""
     names = _reads(op) + list(getattr(op, "rows", ()))
@@ -760,4 +774,4 @@ def reads_of(op: Op) -> list[str]:
     return names
 
 
-__all__ = ["row_chains", "build_row_chain", "reads_of", "ColumnReduceOp"]
+__all__ = ["row_chains", "build_row_chain", "fit_long_rows", "reads_of", "ColumnReduceOp"]
