@@ -186,13 +186,18 @@ class _Chain:
         fp32 (the chain reads values as fp32 operands; a (P, 1) column must be one [ISA6 tensor_scalar]). Folding
         stops at a narrow tensor: the program says its value is rounded."""
         dt = self.hbm[op.out].dtype
-        if dt == "f32":
+        if dt == "f32" or not self.readers.get(op.out, 0):  # read by no op of the chain: the store's cast rounds it
             return
         try:
             tile = self.view(self.values[op.out], f"{op.out}_tile")
         except _Unsupported:  # a constant: the expression compiler's tile (fallback) rounds as it stores
             return
         narrow = Buf(self.fresh(f"{op.out}_{dt}"), "sbuf", dt, tile.buf.shape)
+        if tile.buf.shape[1] > 1:  # a tile is read as it is (instructions take f16/bf16 operands), no copy back
+            self.body += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), tile, op.line)]
+            self.engine_of[narrow.name] = "vector"
+            self.values[op.out] = Lin(whole(narrow))
+            return
         back = Buf(self.fresh(f"{op.out}_rounded"), "sbuf", "f32", tile.buf.shape)
         self.body += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), tile, op.line),
                       Alloc(back, line=op.line), ir.Copy(whole(back), whole(narrow), op.line)]
