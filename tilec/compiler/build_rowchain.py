@@ -174,6 +174,7 @@ class _Chain:
             self.cur_line = self.op.line
             view = self.view(self.values[name], f"{name}_tile")
             self.body += self.store(name, view)
+        self.body = _narrow_writes(self.body)
         outs = ", ".join(op.out for op in self.ops)
         nest = loop("pt", self.R // self.TP, self.body, note="for the rows (tiles of TILE_P), every op of the chain",
                     line=self.line)
@@ -718,6 +719,31 @@ class _Chain:
             tile = whole(cast)
         rows = sl(a(term("pt", self.TP, "TILE_P")), self.TP)
         return out + [Dma(View(view, (rows, full(free))), tile, self.line)]
+
+
+def _narrow_writes(body: list[Stmt]) -> list[Stmt]:
+    """An fp32 tile written by one instruction and read only by its conversion to f16/bf16 (the rounding of a narrow
+    tensor, the cast before a store): the instruction writes the narrow tile itself (its output conversion rounds
+    once, as the copy did) and the fp32 tile and the copy are gone."""
+    out = list(body)
+    for copy in [s for s in body if isinstance(s, ir.Copy)]:
+        narrow, tile = copy.dst.buf, copy.src.buf
+        if copy.dst != whole(narrow) or copy.src != whole(tile) or tile.memory != "sbuf" or tile.dtype != "f32" \
+                or narrow.dtype == "f32":
+            continue
+        touching = [s for s in out if any(v.buf == tile for x in ir.walk((s,)) for v in ir.views(x))]
+        writers = [s for s in touching if s is not copy]
+        if len(writers) != 1 or not isinstance(writers[0], (Act, Binary, Scalar)) or writers[0].dst != whole(tile):
+            continue
+        writer = writers[0]
+        if isinstance(writer, Act) and writer.total is not None or sum(v.buf == tile for v in ir.views(writer)) != 1:
+            continue
+        alloc_t = next(i for i, s in enumerate(out) if isinstance(s, Alloc) and s.buf == tile)
+        alloc_n = next(s for s in out if isinstance(s, Alloc) and s.buf == narrow)
+        out = [s for s in out if s is not copy and s is not alloc_n]
+        out[alloc_t] = alloc_n
+        out[out.index(writer)] = dataclasses.replace(writer, dst=whole(narrow))
+    return out
 
 
 def _read_signs(e: sx.Expr, name: str, neg: bool = False) -> list[bool]:
