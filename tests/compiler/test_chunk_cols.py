@@ -96,7 +96,7 @@ def compiled(name: str, dtype: str, rows: int, cols: int):
 # (form, dtype, rows, columns): each is chunked (checked below); rows not a multiple of 128, several row tiles
 CASES = [("rmsnorm", "f32", 300, 16384), ("layernorm", "f32", 300, 16384), ("layernorm", "bf16", 300, 16384),
          ("layernorm", "f16", 200, 16384), ("softmax", "bf16", 150, 32768), ("softmax", "f16", 150, 32768),
-         ("rmsnorm", "f32", 150, 32768), ("rmsnorm", "bf16", 150, 32768)]
+         ("rmsnorm", "f32", 150, 32768), ("rmsnorm", "bf16", 150, 32768), ("softmax", "f32", 150, 32768)]
 
 
 @pytest.mark.parametrize("name,dtype,rows,cols", CASES)
@@ -136,3 +136,12 @@ def test_row_reductions_fold_their_partials() -> None:
     assert re.search(r"reduce_res=mu_neg_parts\[:, cc:cc \+ 1\]", src)
     assert "nisa.tensor_reduce(dst=mu_neg, op=nl.add, data=mu_neg_parts" in src
     assert re.search(r"g_chunk = nl.ndarray\(\(1, \d+\)", src)  # g's row is loaded chunk by chunk, not whole
+
+
+def test_a_tile_too_long_to_keep_is_made_again() -> None:
+    """Softmax over rows of 32768 fp32: X (128 KiB per partition) stays, e does not fit beside it, so exp(X - m) is
+    computed again in the output phase (without its row sums) instead of being kept."""
+    src = compiled("softmax", "f32", 256, 32768).source
+    exps = [line for line in src.splitlines() if "op=nl.exp" in line]
+    assert len(exps) == 2 and "reduce_res=s_parts" in exps[0] and "reduce_res" not in exps[1]
+    assert "buffer=nl.hbm" not in src and re.search(r"e_tile = nl.ndarray\(\(128, \d+\)", src)

@@ -47,19 +47,21 @@ def chunk_columns(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, b
     largest chunk that fits `budget`, or None when no chunking fits or applies."""
     tile_f = dict(consts).get("TILE_F", 1)
     sizes = [c for c in range(CHUNK_MAX, 0, -1) if free % c == 0 and c % tile_f == 0 and c < free and c >= 128]
-    for size in sizes:
-        try:
-            out = _Chunker(stmts, free, size, tile_f, fresh).run()
-        except _NoChunk:
-            return None
-        if passes.peak_usage(tuple(out))[0] <= budget:
-            return consts + [("TILE_C", size)], out
+    for remake in (False, True):  # tiles read in later phases kept whole, else made again there
+        for size in sizes:
+            try:
+                out = _Chunker(stmts, free, size, tile_f, fresh, remake).run()
+            except _NoChunk:
+                return None
+            if passes.peak_usage(tuple(out))[0] <= budget:
+                return consts + [("TILE_C", size)], out
     return None
 
 
 class _Chunker:
-    def __init__(self, stmts: list[Stmt], free: int, size: int, tile_f: int, fresh) -> None:
+    def __init__(self, stmts: list[Stmt], free: int, size: int, tile_f: int, fresh, remake: bool = False) -> None:
         self.stmts, self.F, self.C, self.TF, self.fresh = stmts, free, size, tile_f, fresh
+        self.remake = remake  # a tile made by one instruction and read in later phases is made again in each
         self.names: dict[str, str] = {}
 
     def run(self) -> list[Stmt]:
@@ -79,6 +81,7 @@ class _Chunker:
                 continue
             setup.append(s)  # a whole-row tile made here (a row on every partition) stays whole: read at the chunk
         phases = self.phases(outer.body)
+        remade = self.remade(phases) if self.remake else set()
         touched: dict[str, set[int]] = {}
         for n, phase in enumerate(phases):
             if isinstance(phase, list):
@@ -89,7 +92,7 @@ class _Chunker:
         inside = {s.buf.name for s in outer.body if isinstance(s, Alloc)}
         read = {v.buf.name for p in phases if isinstance(p, list) for s in p for x in ir.walk((s,)) for v in _reads(x)}
         # a tile of one phase, or one only ever written (the activations' discarded output), is made chunk by chunk
-        self.local = {name for name, ns in touched.items() if name in inside and (len(ns) == 1 or name not in read)}
+        self.local = {name for name, ns in touched.items() if name in inside and (len(ns) == 1 or name not in read or name in remade)}
         body: list[Stmt] = []
         allocs: dict[str, Alloc] = {}
         for n, phase in enumerate(phases):
@@ -147,6 +150,31 @@ class _Chunker:
         if cur:
             out.append(cur)
         return out
+
+    def remade(self, phases: list["Stmt | list[Stmt]"]) -> set[str]:
+        """Whole-row tiles written by one element-wise instruction (of tiles that stay whole and columns) and read
+        in later phases: the instruction (without its row sums) is repeated at the start of each later phase that
+        reads the tile (softmax over rows of 32768 fp32: exp(X - m) again in the output phase instead of a 128 KiB
+        tile of it). `phases` is updated in place; returns the tiles' names."""
+        lists = [p for p in phases if isinstance(p, list)]
+        names: set[str] = set()
+        for k, phase in enumerate(lists):
+            for w in phase:
+                if not isinstance(w, (Act, ir.Binary, ir.Scalar)) or w.dst != whole(w.dst.buf) \
+                        or not self.tile(w.dst.buf):
+                    continue
+                tile = w.dst.buf
+                later = [p for p in lists[k + 1:] if any(v.buf == tile for s in p for x in ir.walk((s,))
+                                                         for v in ir.views(x))]
+                writes = [s for p in lists for s in p if not isinstance(s, Alloc) and s is not w
+                          and any(getattr(s, "dst", None) is not None and s.dst.buf == tile for _ in (0,))]
+                if not later or writes or any(v.buf == tile for v in _reads(w)):
+                    continue
+                again = dataclasses.replace(w, total=None) if isinstance(w, Act) else w
+                for p in later:
+                    p.insert(0, again)
+                names.add(tile.name)
+        return names
 
     def chunkable(self, s: Stmt) -> bool:
         if isinstance(s, Loop):
