@@ -47,10 +47,12 @@ def chunk_columns(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, b
     largest chunk that fits `budget`, or None when no chunking fits or applies."""
     tile_f = dict(consts).get("TILE_F", 1)
     sizes = [c for c in range(CHUNK_MAX, 0, -1) if free % c == 0 and c % tile_f == 0 and c < free and c >= 128]
-    for remake in (False, True):  # tiles read in later phases kept whole, else made again there
+    # tiles read in later phases kept whole, else made again there; rows on every partition made before the loop,
+    # else broadcast again chunk by chunk where they are read
+    for remake, rebuild in ((False, False), (True, False), (True, True)):
         for size in sizes:
             try:
-                out = _Chunker(stmts, free, size, tile_f, fresh, remake).run()
+                out = _Chunker(stmts, free, size, tile_f, fresh, remake, rebuild).run()
             except _NoChunk:
                 return None
             if passes.peak_usage(tuple(out))[0] <= budget:
@@ -59,9 +61,13 @@ def chunk_columns(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, b
 
 
 class _Chunker:
-    def __init__(self, stmts: list[Stmt], free: int, size: int, tile_f: int, fresh, remake: bool = False) -> None:
+    def __init__(self, stmts: list[Stmt], free: int, size: int, tile_f: int, fresh, remake: bool = False,
+                 rebuild: bool = False) -> None:
         self.stmts, self.F, self.C, self.TF, self.fresh = stmts, free, size, tile_f, fresh
         self.remake = remake  # a tile made by one instruction and read in later phases is made again in each
+        self.rebuild = rebuild  # a whole-row tile made before the loop (a row on every partition) made per chunk
+        self.built: dict[str, tuple[Alloc, Loop]] = {}
+        self.inner = {"ct"}  # loops over a row's columns inside the chunk loop
         self.names: dict[str, str] = {}
 
     def run(self) -> list[Stmt]:
@@ -76,8 +82,16 @@ class _Chunker:
         for i, s in enumerate(self.stmts[:k]):
             if isinstance(s, Dma) and self.is_row(s.dst.buf) and s.dst == whole(s.dst.buf):
                 self.rows[s.dst.buf.name] = s.src
-        for s in self.stmts[:k]:
+        before = self.stmts[:k]
+        for i, s in enumerate(before):
+            if self.rebuild and isinstance(s, Alloc) and self.tile(s.buf) and i + 1 < len(before) \
+                    and isinstance(before[i + 1], Loop):
+                self.built[s.buf.name] = (s, before[i + 1])  # type: ignore[assignment]
+        skip = {id(x) for pair in self.built.values() for x in pair}
+        for s in before:
             if isinstance(s, Alloc) and s.buf.name in self.rows or isinstance(s, Dma) and s.dst.buf.name in self.rows:
+                continue
+            if id(s) in skip:
                 continue
             setup.append(s)  # a whole-row tile made here (a row on every partition) stays whole: read at the chunk
         phases = self.phases(outer.body)
@@ -93,6 +107,7 @@ class _Chunker:
         read = {v.buf.name for p in phases if isinstance(p, list) for s in p for x in ir.walk((s,)) for v in _reads(x)}
         # a tile of one phase, or one only ever written (the activations' discarded output), is made chunk by chunk
         self.local = {name for name, ns in touched.items() if name in inside and (len(ns) == 1 or name not in read or name in remade)}
+        self.local |= set(self.built)
         body: list[Stmt] = []
         allocs: dict[str, Alloc] = {}
         for n, phase in enumerate(phases):
@@ -198,6 +213,11 @@ class _Chunker:
             if name in used:
                 buf = alloc.buf
                 inner.append(dataclasses.replace(alloc, buf=dataclasses.replace(buf, shape=(buf.shape[0], self.C))))
+        for name, (alloc, made) in self.built.items():
+            if name in used:
+                buf = alloc.buf
+                inner += [dataclasses.replace(alloc, buf=dataclasses.replace(buf, shape=(buf.shape[0], self.C))),
+                          self.stmt(made, cc)]
         for name in self.rows:
             if name in used:
                 part = self.part(name)
@@ -230,9 +250,11 @@ class _Chunker:
 
     def stmt(self, s: Stmt, cc: Term) -> Stmt:
         if isinstance(s, Loop):
-            if s.extent * self.TF != self.F:
+            step = self.F // s.extent
+            if s.extent * step != self.F or self.C % step:
                 raise _NoChunk
-            return dataclasses.replace(s, extent=self.C // self.TF, body=tuple(self.stmt(x, cc) for x in s.body))
+            self.inner.add(s.var)
+            return dataclasses.replace(s, extent=self.C // step, body=tuple(self.stmt(x, cc) for x in s.body))
         if isinstance(s, Alloc):
             return s
         changes = {f.name: self.view(getattr(s, f.name), cc) for f in dataclasses.fields(s)
@@ -259,7 +281,7 @@ class _Chunker:
             if local:
                 return View(buf, v.idx[:-1] + (ir.full(self.C),))
             return View(buf, v.idx[:-1] + (sl,))
-        if col.size > self.C or col.start.const or any(t.var != "ct" for t in col.start.terms):
+        if col.size > self.C or col.start.const or any(t.var not in self.inner for t in col.start.terms):
             raise _NoChunk
         return View(buf, v.idx[:-1] + (col if local else Sl(Aff((cc,) + col.start.terms), col.size, 1, col.name),))
 
