@@ -30,6 +30,7 @@ the chain's VectorE steps (TILE_F, one PSUM bank) runs inside, over the chunk's 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from tilec.compiler import ir, passes
 from tilec.compiler.ir import Act, Aff, Alloc, Block, Buf, Dma, Loop, Reduce, Sl, Stmt, Term, View, whole
@@ -79,7 +80,7 @@ class _Chunker:
         # rows (1, F) loaded before the loop: loaded chunk by chunk where they are read
         self.rows: dict[str, View] = {}
         setup: list[Stmt] = []
-        for i, s in enumerate(self.stmts[:k]):
+        for s in self.stmts[:k]:
             if isinstance(s, Dma) and self.is_row(s.dst.buf) and s.dst == whole(s.dst.buf):
                 self.rows[s.dst.buf.name] = s.src
         before = self.stmts[:k]
@@ -106,7 +107,8 @@ class _Chunker:
         inside = {s.buf.name for s in outer.body if isinstance(s, Alloc)}
         read = {v.buf.name for p in phases if isinstance(p, list) for s in p for x in ir.walk((s,)) for v in _reads(x)}
         # a tile of one phase, or one only ever written (the activations' discarded output), is made chunk by chunk
-        self.local = {name for name, ns in touched.items() if name in inside and (len(ns) == 1 or name not in read or name in remade)}
+        self.local = {name for name, ns in touched.items()
+                      if name in inside and (len(ns) == 1 or name not in read or name in remade)}
         self.local |= set(self.built)
         body: list[Stmt] = []
         allocs: dict[str, Alloc] = {}
@@ -181,8 +183,7 @@ class _Chunker:
                 tile = w.dst.buf
                 later = [p for p in lists[k + 1:] if any(v.buf == tile for s in p for x in ir.walk((s,))
                                                          for v in ir.views(x))]
-                writes = [s for p in lists for s in p if not isinstance(s, Alloc) and s is not w
-                          and any(getattr(s, "dst", None) is not None and s.dst.buf == tile for _ in (0,))]
+                writes = [s for p in lists for s in p if s is not w and _writes(s, tile)]
                 if not later or writes or any(v.buf == tile for v in _reads(w)):
                     continue
                 again = dataclasses.replace(w, total=None) if isinstance(w, Act) else w
@@ -230,11 +231,13 @@ class _Chunker:
                 partial = Buf(self.fresh(f"{_stem(col.buf.name)}_parts"), "sbuf", "f32", (col.buf.shape[0], parts))
                 before.append(Alloc(partial, line=s.line))
                 at = View(partial, (ir.full(col.buf.shape[0]), Sl(Aff((Term("cc"),)), 1)))
-                if isinstance(s, Act):
-                    inner.append(dataclasses.replace(self.stmt(s, cc), total=at))
+                one = self.stmt(s, cc)
+                if isinstance(one, Act):
+                    inner.append(dataclasses.replace(one, total=at))
                     after.append(Reduce(col, whole(partial), "add", s.line))
                 else:
-                    inner.append(dataclasses.replace(self.stmt(s, cc), dst=at))
+                    assert isinstance(s, Reduce) and isinstance(one, Reduce)
+                    inner.append(dataclasses.replace(one, dst=at))
                     after.append(Reduce(col, whole(partial), s.op, s.line))
             else:
                 inner.append(self.stmt(s, cc))
@@ -257,8 +260,8 @@ class _Chunker:
             return dataclasses.replace(s, extent=self.C // step, body=tuple(self.stmt(x, cc) for x in s.body))
         if isinstance(s, Alloc):
             return s
-        changes = {f.name: self.view(getattr(s, f.name), cc) for f in dataclasses.fields(s)
-                   if isinstance(getattr(s, f.name), View)}
+        changes: dict[str, Any] = {f.name: self.view(getattr(s, f.name), cc) for f in dataclasses.fields(s)
+                                   if isinstance(getattr(s, f.name), View)}
         return dataclasses.replace(s, **changes)
 
     def view(self, v: View, cc: Term) -> View:
@@ -293,6 +296,15 @@ def _total(s: Stmt) -> str:
     if isinstance(s, Reduce) and s.dst.buf.shape[1] == 1 and len(s.src.buf.shape) == 2 and s.src.buf.shape[1] > 1:
         return s.dst.buf.name
     return ""
+
+
+def _writes(s: Stmt, buf: Buf) -> bool:
+    """Whether a statement (or one nested in it) writes `buf`."""
+    for x in ir.walk((s,)):
+        dst = getattr(x, "acc", None) if isinstance(x, ir.Matmul) else getattr(x, "dst", None)
+        if isinstance(dst, View) and dst.buf == buf:
+            return True
+    return False
 
 
 def _reads(s: Stmt) -> list[View]:
