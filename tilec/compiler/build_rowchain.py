@@ -40,7 +40,7 @@ from tilec.compiler.passes import peak_usage
 from tilec.compiler.share import share_tiles
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx
@@ -733,6 +733,9 @@ def _narrow_writes(body: list[Stmt]) -> list[Stmt]:
             continue
         touching = [s for s in out if any(v.buf == tile for x in ir.walk((s,)) for v in ir.views(x))]
         writers = [s for s in touching if s is not copy]
+        if writers and isinstance(writers[-1], ir.Loop):
+            out = _narrow_last_step(out, copy, writers[-1])
+            continue
         if len(writers) != 1 or not isinstance(writers[0], (Act, Binary, Scalar)) or writers[0].dst != whole(tile):
             continue
         writer = writers[0]
@@ -744,6 +747,26 @@ def _narrow_writes(body: list[Stmt]) -> list[Stmt]:
         out[alloc_t] = alloc_n
         out[out.index(writer)] = dataclasses.replace(writer, dst=whole(narrow))
     return out
+
+
+def _narrow_last_step(out: list[Stmt], copy: ir.Copy, chunks: ir.Loop) -> list[Stmt]:
+    """The conversion of a tile whose last writer is a loop of VectorE steps over its column chunks, each chunk read
+    and written at one slice: the chunk's last step writes the narrow tile at that slice (one rounding, no copy)."""
+    tile, narrow = copy.src.buf, copy.dst.buf
+    body = list(chunks.body)
+    at = [i for i, s in enumerate(body) if any(v.buf == tile for v in ir.views(s))]
+    if not at or any(isinstance(s, (ir.Loop, Block)) for s in body):
+        return out
+    last = body[at[-1]]
+    if not isinstance(last, (Binary, Scalar)) or last.dst.buf != tile:
+        return out
+    if any(v != last.dst for i in at for v in ir.views(body[i]) if v.buf == tile):
+        return out  # a chunk reads another chunk's columns
+    body[at[-1]] = dataclasses.replace(last, dst=View(narrow, last.dst.idx))
+    alloc_n = next(s for s in out if isinstance(s, Alloc) and s.buf == narrow)
+    out = [s for s in out if s is not copy and s is not alloc_n]
+    i = out.index(chunks)
+    return out[:i] + [alloc_n, dataclasses.replace(chunks, body=tuple(body))] + out[i + 1:]
 
 
 def _read_signs(e: sx.Expr, name: str, neg: bool = False) -> list[bool]:
