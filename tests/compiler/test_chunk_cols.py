@@ -145,3 +145,31 @@ def test_a_tile_too_long_to_keep_is_made_again() -> None:
     exps = [line for line in src.splitlines() if "op=nl.exp" in line]
     assert len(exps) == 2 and "reduce_res=s_parts" in exps[0] and "reduce_res" not in exps[1]
     assert "buffer=nl.hbm" not in src and re.search(r"e_tile = nl.ndarray\(\(128, \d+\)", src)
+
+
+def test_narrow_tensors_are_written_narrow() -> None:
+    """bf16 softmax: exp writes the rounded e itself (no fp32 e tile and no copy to bf16 and back), and the quotient
+    writes the bf16 tile the store reads (no fp32 Y tile and cast)."""
+    src = compiled("softmax", "bf16", 256, 4096).source
+    assert re.search(r"nisa.activation\(dst=e_bf16, op=nl.exp", src)
+    assert "e_tile" not in src and "e_rounded" not in src and "Y_tile" not in src
+    assert "dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_cast)" in src
+
+
+def test_the_last_step_of_a_chunk_writes_the_narrow_output() -> None:
+    """bf16 rmsnorm: the chunk loop's multiply by g's broadcast writes the bf16 tile the store reads, no cast after."""
+    src = compiled("rmsnorm", "bf16", 256, 4096).source
+    assert re.search(r"tensor_tensor\(dst=Y_cast\[:, ct \* Y_TILE_F:ct \* Y_TILE_F \+ Y_TILE_F\], "
+                     r"data1=Y_tile\[:, ct \* Y_TILE_F", src)
+    assert "tensor_copy(dst=Y_cast" not in src and "Y_rounded" not in src
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_narrow_chains_match_numpy(name: str, dtype: str) -> None:
+    c = compiled(name, dtype, 200, 1000)
+    inputs = lang.random_inputs(c.program, seed=3)
+    got = np.asarray(c.run(**inputs)["Y"], np.float64)
+    want = FORMS[name][1](*(np.asarray(inputs[p.name], np.float64) for p in c.program.inputs))
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * scale)

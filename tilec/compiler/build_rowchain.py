@@ -23,6 +23,13 @@ Inside the loop the values are folded before they are computed (`Lin`, `Steps` b
 Rows read whole from SBUF (g[j] * r[i]) are copied to every partition once, before the loop. A chain is fused only
 with the default schedule (no directive names its ops) and when its tiles fit the SBUF budget; what the folding does
 not cover (conversions, `%`) goes through the element-wise expression compiler (expr_instrs.ExprCompiler).
+
+An f16/bf16 tensor is rounded where the program says so, with as few instructions as that takes: a tile written by
+one instruction and only converted is written narrow by that instruction, the last VectorE step of a chunk writes
+the narrow output tile the store reads, and a tensor no op of the chain reads is rounded by its store alone.
+
+At long rows (whole-row tiles that do not fit the budget), fit_long_rows first lets tiles of disjoint lives share
+space (share.py), then chunks the columns (chunk_cols.py): X stays in SBUF, everything else goes chunk by chunk.
 """
 from __future__ import annotations
 
