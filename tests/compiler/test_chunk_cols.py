@@ -124,10 +124,13 @@ def test_one_pass_over_hbm(name: str) -> None:
     assert "fused row chain" in src
 
 
-def test_a_chain_that_fits_shared_is_not_chunked() -> None:
-    """Layernorm over rows of 8192 fits with shared tiles (1.35x the floor on the model, 1.60x chunked)."""
+def test_a_chain_keeping_a_broadcast_whole_is_shared_when_that_fits() -> None:
+    """Layernorm over rows of 8192 fits with shared tiles, and chunked it would keep b's broadcast whole (1.35x the
+    floor on the model shared, 1.60x chunked): shared. Softmax over rows of 16384 keeps no broadcast: chunked (1.05x,
+    1.29x shared)."""
     src = compiled("layernorm", "f32", 256, 8192).source
     assert "fused row chain" in src and "for cc in range(" not in src
+    assert "for cc in range(" in compiled("softmax", "f32", 256, 16384).source
 
 
 def test_row_reductions_fold_their_partials() -> None:

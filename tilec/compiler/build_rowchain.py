@@ -815,17 +815,27 @@ def build_row_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str
 
 
 def fit_long_rows(ops: list[Op], built: Built, budget: int, fresh_for) -> Built:
-    """A chain whose whole-row tiles do not fit `budget`: its tiles of disjoint lives sharing space (share.py), or,
-    when that does not fit either, its columns chunked (chunk_cols.py: the rows read twice stay in SBUF, the rest
-    goes chunk by chunk). Sharing first: it keeps the whole-row kernel (on the model, layernorm over rows of 8192 is
-    1.35x the floor shared, 1.60x chunked; softmax over rows of 16384 1.29x shared, 1.05x chunked). The caller
-    checks the result fits."""
-    shared: Built = (built[0], list(share_tiles(tuple(built[1]), budget)))
-    if peak_usage(tuple(shared[1]))[0] <= budget:
-        return shared
+    """A chain whose whole-row tiles do not fit `budget`: its columns chunked (chunk_cols.py: the rows read in
+    several phases stay in SBUF, the rest goes chunk by chunk), or its tiles of disjoint lives sharing space
+    (share.py). Chunked unless the chunked kernel must keep a row broadcast to every partition whole (layernorm's b)
+    and the shared one fits: it then has no more room than the shared one for the next row tile's load, and its
+    phases cost (on the model: layernorm over rows of 8192 is 1.35x the floor shared, 1.60x chunked; softmax over
+    rows of 16384 1.29x shared, 1.05x chunked; bf16 rmsnorm over rows of 16384 1.74x shared, 1.47x chunked). The
+    caller checks the result fits."""
     free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
     chunked = chunk_columns(built[0], built[1], free, budget, fresh_for(ops[-1]))
-    return chunked if chunked is not None else shared
+    if chunked is not None and not _whole_broadcast(chunked[1], free):
+        return chunked
+    shared: Built = (built[0], list(share_tiles(tuple(built[1]), budget)))
+    if chunked is None or peak_usage(tuple(shared[1]))[0] <= budget:
+        return shared
+    return chunked
+
+
+def _whole_broadcast(stmts: list[Stmt], free: int) -> bool:
+    """A whole-row tile on every partition made before the chain's loop (a row broadcast, b_tile)."""
+    return any(isinstance(s, Alloc) and s.buf.memory == "sbuf" and len(s.buf.shape) == 2 and s.buf.shape[0] > 1
+               and s.buf.shape[1] == free for s in stmts)
 
 
 def reads_of(op: Op) -> list[str]:
