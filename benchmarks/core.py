@@ -29,14 +29,23 @@ from tilec.target import target as get_target  # noqa: E402
 
 FOLDER = ROOT / "benchmarks" / "core"
 ROW_TINY, LONG = dict(M=8, N=24), dict(M=1024, N=16384)
-PROGRAMS: tuple[tuple[Family, dict[str, int]], ...] = (  # (program, sizes other than its default line's)
-    (Family("softmax.tl", "softmax over rows (4 statements)", ROW_TINY), {}),
-    (Family("softmax.tl", "softmax, rows of 16384", ROW_TINY), LONG),
-    (Family("layernorm.tl", "layernorm (5 statements)", ROW_TINY), {}),
-    (Family("layernorm.tl", "layernorm, rows of 8192", ROW_TINY), dict(M=2048, N=8192)),
-    (Family("layernorm.tl", "layernorm, rows of 16384", ROW_TINY), LONG),
-    (Family("rmsnorm.tl", "rmsnorm (3 statements)", ROW_TINY), {}),
-    (Family("rmsnorm.tl", "rmsnorm, rows of 16384", ROW_TINY), LONG),
+ROWS = (dict(M=2048, N=8192), dict(M=1024, N=16384), dict(M=512, N=32768))  # hidden sizes LLMs run (16 Mi each)
+NORMS = (("softmax", "softmax over rows (4 statements)"), ("layernorm", "layernorm (5 statements)"),
+         ("rmsnorm", "rmsnorm (3 statements)"))
+
+
+def _rows() -> tuple[tuple[Family, dict[str, int]], ...]:
+    """Each row chain at 4096 x 4096 and at long rows (8192, 16384, 32768), in f32 and in bf16."""
+    out: list[tuple[Family, dict[str, int]]] = []
+    for name, what in NORMS:
+        for dtype, suffix in (("f32", ""), ("bf16", "_bf16")):
+            out.append((Family(f"{name}{suffix}.tl", f"{what}, {dtype}", ROW_TINY), {}))
+            out += [(Family(f"{name}{suffix}.tl", f"{name}, rows of {sizes['N']}, {dtype}", ROW_TINY), sizes)
+                    for sizes in ROWS]
+    return tuple(out)
+
+
+PROGRAMS: tuple[tuple[Family, dict[str, int]], ...] = _rows() + (  # (program, sizes other than its default line's)
     (Family("broadcast.tl", "2*X[i, j] + b[j] - 0.5*c[i]", ROW_TINY), {}),
     (Family("broadcast.tl", "the same, rows of 16384", ROW_TINY), LONG),
     (Family("batched_transpose.tl", "batched transpose", dict(B=2, M=8, N=12)), {}),

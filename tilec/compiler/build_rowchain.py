@@ -23,6 +23,13 @@ Inside the loop the values are folded before they are computed (`Lin`, `Steps` b
 Rows read whole from SBUF (g[j] * r[i]) are copied to every partition once, before the loop. A chain is fused only
 with the default schedule (no directive names its ops) and when its tiles fit the SBUF budget; what the folding does
 not cover (conversions, `%`) goes through the element-wise expression compiler (expr_instrs.ExprCompiler).
+
+An f16/bf16 tensor is rounded where the program says so, with as few instructions as that takes: a tile written by
+one instruction and only converted is written narrow by that instruction, the last VectorE step of a chunk writes
+the narrow output tile the store reads, and a tensor no op of the chain reads is rounded by its store alone.
+
+At long rows (whole-row tiles that do not fit the budget), fit_long_rows first lets tiles of disjoint lives share
+space (share.py), then chunks the columns (chunk_cols.py): X stays in SBUF, everything else goes chunk by chunk.
 """
 from __future__ import annotations
 
@@ -35,9 +42,12 @@ from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_reduce import build_short_rows, short_rows
 from tilec.compiler.expr_instrs import ExprCompiler
+from tilec.compiler.chunk_cols import chunk_columns
+from tilec.compiler.passes import peak_usage
+from tilec.compiler.share import share_tiles
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx
@@ -171,6 +181,7 @@ class _Chain:
             self.cur_line = self.op.line
             view = self.view(self.values[name], f"{name}_tile")
             self.body += self.store(name, view)
+        self.body = _narrow_writes(self.body)
         outs = ", ".join(op.out for op in self.ops)
         nest = loop("pt", self.R // self.TP, self.body, note="for the rows (tiles of TILE_P), every op of the chain",
                     line=self.line)
@@ -183,13 +194,18 @@ class _Chain:
         fp32 (the chain reads values as fp32 operands; a (P, 1) column must be one [ISA6 tensor_scalar]). Folding
         stops at a narrow tensor: the program says its value is rounded."""
         dt = self.hbm[op.out].dtype
-        if dt == "f32":
+        if dt == "f32" or not self.readers.get(op.out, 0):  # read by no op of the chain: the store's cast rounds it
             return
         try:
             tile = self.view(self.values[op.out], f"{op.out}_tile")
         except _Unsupported:  # a constant: the expression compiler's tile (fallback) rounds as it stores
             return
         narrow = Buf(self.fresh(f"{op.out}_{dt}"), "sbuf", dt, tile.buf.shape)
+        if tile.buf.shape[1] > 1:  # a tile is read as it is (instructions take f16/bf16 operands), no copy back
+            self.body += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), tile, op.line)]
+            self.engine_of[narrow.name] = "vector"
+            self.values[op.out] = Lin(whole(narrow))
+            return
         back = Buf(self.fresh(f"{op.out}_rounded"), "sbuf", "f32", tile.buf.shape)
         self.body += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), tile, op.line),
                       Alloc(back, line=op.line), ir.Copy(whole(back), whole(narrow), op.line)]
@@ -712,6 +728,54 @@ class _Chain:
         return out + [Dma(View(view, (rows, full(free))), tile, self.line)]
 
 
+def _narrow_writes(body: list[Stmt]) -> list[Stmt]:
+    """An fp32 tile written by one instruction and read only by its conversion to f16/bf16 (the rounding of a narrow
+    tensor, the cast before a store): the instruction writes the narrow tile itself (its output conversion rounds
+    once, as the copy did) and the fp32 tile and the copy are gone."""
+    out = list(body)
+    for copy in [s for s in body if isinstance(s, ir.Copy)]:
+        narrow, tile = copy.dst.buf, copy.src.buf
+        if copy.dst != whole(narrow) or copy.src != whole(tile) or tile.memory != "sbuf" or tile.dtype != "f32" \
+                or narrow.dtype == "f32":
+            continue
+        touching = [s for s in out if any(v.buf == tile for x in ir.walk((s,)) for v in ir.views(x))]
+        writers = [s for s in touching if s is not copy]
+        if writers and isinstance(writers[-1], ir.Loop):
+            out = _narrow_last_step(out, copy, writers[-1])
+            continue
+        if len(writers) != 1 or not isinstance(writers[0], (Act, Binary, Scalar)) or writers[0].dst != whole(tile):
+            continue
+        writer = writers[0]
+        if isinstance(writer, Act) and writer.total is not None or sum(v.buf == tile for v in ir.views(writer)) != 1:
+            continue
+        alloc_t = next(i for i, s in enumerate(out) if isinstance(s, Alloc) and s.buf == tile)
+        alloc_n = next(s for s in out if isinstance(s, Alloc) and s.buf == narrow)
+        out = [s for s in out if s is not copy and s is not alloc_n]
+        out[alloc_t] = alloc_n
+        out[out.index(writer)] = dataclasses.replace(writer, dst=whole(narrow))
+    return out
+
+
+def _narrow_last_step(out: list[Stmt], copy: ir.Copy, chunks: ir.Loop) -> list[Stmt]:
+    """The conversion of a tile whose last writer is a loop of VectorE steps over its column chunks, each chunk read
+    and written at one slice: the chunk's last step writes the narrow tile at that slice (one rounding, no copy)."""
+    tile, narrow = copy.src.buf, copy.dst.buf
+    body = list(chunks.body)
+    at = [i for i, s in enumerate(body) if any(v.buf == tile for v in ir.views(s))]
+    if not at or any(isinstance(s, (ir.Loop, Block)) for s in body):
+        return out
+    last = body[at[-1]]
+    if not isinstance(last, (Binary, Scalar)) or last.dst.buf != tile:
+        return out
+    if any(v != last.dst for i in at for v in ir.views(body[i]) if v.buf == tile):
+        return out  # a chunk reads another chunk's columns
+    body[at[-1]] = dataclasses.replace(last, dst=View(narrow, last.dst.idx))
+    alloc_n = next(s for s in out if isinstance(s, Alloc) and s.buf == narrow)
+    out = [s for s in out if s is not copy and s is not alloc_n]
+    i = out.index(chunks)
+    return out[:i] + [alloc_n, dataclasses.replace(chunks, body=tuple(body))] + out[i + 1:]
+
+
 def _read_signs(e: sx.Expr, name: str, neg: bool = False) -> list[bool]:
     """Per read of `name` in e: whether it is the right operand of a subtraction."""
     if isinstance(e, sx.Access):
@@ -750,6 +814,30 @@ def build_row_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str
     return consts, getattr(chain, "views", []) + stmts
 
 
+def fit_long_rows(ops: list[Op], built: Built, budget: int, fresh_for) -> Built:
+    """A chain whose whole-row tiles do not fit `budget`: its columns chunked (chunk_cols.py: the rows read in
+    several phases stay in SBUF, the rest goes chunk by chunk), or its tiles of disjoint lives sharing space
+    (share.py). Chunked unless the chunked kernel must keep a row broadcast to every partition whole (layernorm's b)
+    and the shared one fits: it then has no more room than the shared one for the next row tile's load, and its
+    phases cost (on the model: layernorm over rows of 8192 is 1.35x the floor shared, 1.60x chunked; softmax over
+    rows of 16384 1.29x shared, 1.05x chunked; bf16 rmsnorm over rows of 16384 1.74x shared, 1.47x chunked). The
+    caller checks the result fits."""
+    free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
+    chunked = chunk_columns(built[0], built[1], free, budget, fresh_for(ops[-1]))
+    if chunked is not None and not _whole_broadcast(chunked[1], free):
+        return chunked
+    shared: Built = (built[0], list(share_tiles(tuple(built[1]), budget)))
+    if chunked is None or peak_usage(tuple(shared[1]))[0] <= budget:
+        return shared
+    return chunked
+
+
+def _whole_broadcast(stmts: list[Stmt], free: int) -> bool:
+    """A whole-row tile on every partition made before the chain's loop (a row broadcast, b_tile)."""
+    return any(isinstance(s, Alloc) and s.buf.memory == "sbuf" and len(s.buf.shape) == 2 and s.buf.shape[0] > 1
+               and s.buf.shape[1] == free for s in stmts)
+
+
 def reads_of(op: Op) -> list[str]:
     """Every tensor an op reads (for deciding what a chain must store)."""
     names = _reads(op) + list(getattr(op, "rows", ()))
@@ -760,4 +848,4 @@ def reads_of(op: Op) -> list[str]:
     return names
 
 
-__all__ = ["row_chains", "build_row_chain", "reads_of", "ColumnReduceOp"]
+__all__ = ["row_chains", "build_row_chain", "fit_long_rows", "reads_of", "ColumnReduceOp"]

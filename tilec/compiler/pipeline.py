@@ -16,7 +16,7 @@ from tilec.compiler.lower_tiles import (copy_nest, eltwise_nest, lower_tiles, pe
                                        transpose_nest)
 from tilec.compiler.build_reduce import build_reduce, resident, short_rows
 from tilec.compiler.build_colreduce import build_column_reduce
-from tilec.compiler.build_rowchain import build_row_chain, reads_of, row_chains
+from tilec.compiler.build_rowchain import build_row_chain, fit_long_rows, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
@@ -31,7 +31,6 @@ from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, Reduce
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import sbuf_budget
-from tilec.compiler.share import share_tiles
 from tilec.compiler.unsupported import reject_unsupported
 from tilec.compiler.verify import verify
 from tilec.errors import Span, TilecError
@@ -218,8 +217,8 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             outside = [o for j, o in enumerate(ops) if j not in chains[i]]
             keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
             built = build_row_chain(members, hbm, lambda o: _fresh(names, o), keep)
-            if passes.peak_usage(tuple(built[1]))[0] > budget:  # long rows: tiles of disjoint lives share space
-                built = (built[0], list(share_tiles(tuple(built[1]), budget)))
+            if passes.peak_usage(tuple(built[1]))[0] > budget:  # long rows: chunked columns, or shared tiles
+                built = fit_long_rows(members, built, budget, lambda o: _fresh(names, o))
             if passes.peak_usage(tuple(built[1]))[0] <= budget:
                 out.append(_named({m.out for m in members} & keep, built, members[-1].out, len(ops), prefixes))
                 skip |= set(chains[i])

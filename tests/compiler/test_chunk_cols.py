@@ -1,0 +1,178 @@
+"""Row chains at long rows (chunk_cols.py): softmax, layernorm and rmsnorm whose whole-row tiles do not fit SBUF even
+with shared tiles keep their one pass over HBM, X resident in SBUF and the rest column chunk by column chunk.
+
+Each program is checked on the interpreter against its formula written in NumPy (float64, from the same inputs), at
+row counts that are not a multiple of 128 (several row tiles), in f32, f16 and bf16; the structure is checked on the
+kernel: a chunk loop, no intermediate through HBM, X loaded once per row tile (one DMA, chunk by chunk)."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
+
+SOFTMAX = """kernel softmax(X: f32[M, N]) -> Y
+  m: f32[M]
+  e: f32[M, N]
+  s: f32[M]
+  Y: f32[M, N]
+  for i in 0..M:
+    m[i] = -inf
+    for j in 0..N:
+      m[i] max= X[i, j]
+  for i in 0..M, j in 0..N:
+    e[i, j] = exp(X[i, j] - m[i])
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += e[i, j]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = e[i, j] / s[i]
+"""
+
+LAYERNORM = """kernel layernorm(X: f32[M, N], g: f32[N], b: f32[N]) -> Y
+  mu: f32[M]
+  d: f32[M, N]
+  v: f32[M]
+  r: f32[M]
+  Y: f32[M, N]
+  for i in 0..M:
+    mu[i] = 0
+    for j in 0..N:
+      mu[i] += X[i, j] / N
+  for i in 0..M, j in 0..N:
+    d[i, j] = X[i, j] - mu[i]
+  for i in 0..M:
+    v[i] = 0
+    for j in 0..N:
+      v[i] += d[i, j] * d[i, j] / N
+  for i in 0..M:
+    r[i] = rsqrt(v[i] + 1e-05)
+  for i in 0..M, j in 0..N:
+    Y[i, j] = d[i, j] * r[i] * g[j] + b[j]
+"""
+
+RMSNORM = """kernel rmsnorm(X: f32[M, N], g: f32[N]) -> Y
+  ms: f32[M]
+  r: f32[M]
+  Y: f32[M, N]
+  for i in 0..M:
+    ms[i] = 0
+    for j in 0..N:
+      ms[i] += X[i, j] * X[i, j] / N
+  for i in 0..M:
+    r[i] = rsqrt(ms[i] + 1e-06)
+  for i in 0..M, j in 0..N:
+    Y[i, j] = X[i, j] * r[i] * g[j]
+"""
+
+
+def softmax(X):
+    e = np.exp(X - X.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def layernorm(X, g, b):
+    d = X - X.mean(axis=1, keepdims=True)
+    return d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5) * g + b
+
+
+def rmsnorm(X, g):
+    return X / np.sqrt((X * X).mean(axis=1, keepdims=True) + 1e-6) * g
+
+
+FORMS = {"softmax": (SOFTMAX, softmax), "layernorm": (LAYERNORM, layernorm), "rmsnorm": (RMSNORM, rmsnorm)}
+# relative to the largest output: every tensor of a narrow program is rounded (e, s, d, r, ... are f16/bf16 too)
+TOLERANCE = {"f32": 2e-6, "f16": 4e-3, "bf16": 3e-2}
+
+
+def compiled(name: str, dtype: str, rows: int, cols: int):
+    return compile_loaded(lang.load(FORMS[name][0].replace("f32", dtype), {"M": rows, "N": cols}), nki="0.6")
+
+
+# (form, dtype, rows, columns): each is chunked (checked below); rows not a multiple of 128, several row tiles
+CASES = [("rmsnorm", "f32", 300, 16384), ("layernorm", "f32", 300, 16384), ("layernorm", "bf16", 300, 16384),
+         ("layernorm", "f16", 200, 16384), ("softmax", "bf16", 150, 32768), ("softmax", "f16", 150, 32768),
+         ("rmsnorm", "f32", 150, 32768), ("rmsnorm", "bf16", 150, 32768), ("softmax", "f32", 150, 32768)]
+
+
+@pytest.mark.parametrize("name,dtype,rows,cols", CASES)
+def test_long_rows_match_numpy(name: str, dtype: str, rows: int, cols: int) -> None:
+    c = compiled(name, dtype, rows, cols)
+    assert "for cc in range(" in c.source  # the columns are chunked
+    inputs = lang.random_inputs(c.program, seed=7)
+    got = np.asarray(c.run(**inputs)["Y"], np.float64)
+    want = FORMS[name][1](*(np.asarray(inputs[p.name], np.float64) for p in c.program.inputs))
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * scale)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "layernorm"])
+def test_one_pass_over_hbm(name: str) -> None:
+    """No intermediate through HBM; X read by one DMA (chunk by chunk, each chunk once per row tile), Y written by
+    one; the chunk loop reads X's rows from the whole-row tile that stays in SBUF."""
+    c = compiled(name, "f32", 300, 16384)
+    src = c.source
+    assert src.count("buffer=nl.shared_hbm") == 1 and "buffer=nl.hbm" not in src
+    loads = [line for line in src.splitlines() if "dma_copy" in line and "src=X[" in line]
+    assert len(loads) == 1 and "cc * " in loads[0]
+    assert len([line for line in src.splitlines() if "dma_copy(dst=Y[" in line]) == 1
+    assert re.search(r"X_tile = nl.ndarray\(\(100, 16384\)", src)  # resident: the output pass reads it again
+    assert "fused row chain" in src
+
+
+def test_a_chain_keeping_a_broadcast_whole_is_shared_when_that_fits() -> None:
+    """Layernorm over rows of 8192 fits with shared tiles, and chunked it would keep b's broadcast whole (1.35x the
+    floor on the model shared, 1.60x chunked): shared. Softmax over rows of 16384 keeps no broadcast: chunked (1.05x,
+    1.29x shared)."""
+    src = compiled("layernorm", "f32", 256, 8192).source
+    assert "fused row chain" in src and "for cc in range(" not in src
+    assert "for cc in range(" in compiled("softmax", "f32", 256, 16384).source
+
+
+def test_row_reductions_fold_their_partials() -> None:
+    """Each row reduction of a chunked phase writes one partial per chunk, folded by one tensor_reduce."""
+    src = compiled("layernorm", "f32", 256, 16384).source
+    assert re.search(r"reduce_res=mu_neg_parts\[:, cc:cc \+ 1\]", src)
+    assert "nisa.tensor_reduce(dst=mu_neg, op=nl.add, data=mu_neg_parts" in src
+    assert re.search(r"g_chunk = nl.ndarray\(\(1, \d+\)", src)  # g's row is loaded chunk by chunk, not whole
+
+
+def test_a_tile_too_long_to_keep_is_made_again() -> None:
+    """Softmax over rows of 32768 fp32: X (128 KiB per partition) stays, e does not fit beside it, so exp(X - m) is
+    computed again in the output phase (without its row sums) instead of being kept."""
+    src = compiled("softmax", "f32", 256, 32768).source
+    exps = [line for line in src.splitlines() if "op=nl.exp" in line]
+    assert len(exps) == 2 and "reduce_res=s_parts" in exps[0] and "reduce_res" not in exps[1]
+    assert "buffer=nl.hbm" not in src and re.search(r"e_tile = nl.ndarray\(\(128, \d+\)", src)
+
+
+def test_narrow_tensors_are_written_narrow() -> None:
+    """bf16 softmax: exp writes the rounded e itself (no fp32 e tile and no copy to bf16 and back), and the quotient
+    writes the bf16 tile the store reads (no fp32 Y tile and cast)."""
+    src = compiled("softmax", "bf16", 256, 4096).source
+    assert re.search(r"nisa.activation\(dst=e_bf16, op=nl.exp", src)
+    assert "e_tile" not in src and "e_rounded" not in src and "Y_tile" not in src
+    assert "dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_cast)" in src
+
+
+def test_the_last_step_of_a_chunk_writes_the_narrow_output() -> None:
+    """bf16 rmsnorm: the chunk loop's multiply by g's broadcast writes the bf16 tile the store reads, no cast after."""
+    src = compiled("rmsnorm", "bf16", 256, 4096).source
+    assert re.search(r"tensor_tensor\(dst=Y_cast\[:, ct \* Y_TILE_F:ct \* Y_TILE_F \+ Y_TILE_F\], "
+                     r"data1=Y_tile\[:, ct \* Y_TILE_F", src)
+    assert "tensor_copy(dst=Y_cast" not in src and "Y_rounded" not in src
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_narrow_chains_match_numpy(name: str, dtype: str) -> None:
+    c = compiled(name, dtype, 200, 1000)
+    inputs = lang.random_inputs(c.program, seed=3)
+    got = np.asarray(c.run(**inputs)["Y"], np.float64)
+    want = FORMS[name][1](*(np.asarray(inputs[p.name], np.float64) for p in c.program.inputs))
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * scale)
