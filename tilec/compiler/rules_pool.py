@@ -329,8 +329,9 @@ class _WindowPool:
         rows = (self.OB - 1) * w.stride[0] + op.pool.wy
         tmp = "f32" if op.pool.op == "add" else self.x3.dtype
         y_pass = (op.pool.wy, w.stride[0], w.offset[0]) != (1, 1, 0)
+        edges = border_copies(segments(self.Wo, w.offset[1], w.stride[1], op.pool.wx, self.W), op.pool.wx)
         sbuf, psum, share = psum_costs(self.x3.dtype, tmp, self.o3.dtype, rows, self.OB, self.Wo, self.W,
-                                       op.pool.wx, op.pool.wy if y_pass else 1, chunk)
+                                       op.pool.wx, op.pool.wy if y_pass else 1, chunk, edges)
         bands = self.B // self.plan.tile_b * -(-self.Rb // self.OB)
         if bands * (sbuf - psum) > identity_ns() or PSUM == "on":  # the identity's round trip through HBM is paid once
             self.psum, self.y_share = chunk, share
@@ -444,9 +445,9 @@ class _WindowPool:
 
     def edge_copy(self, dst: View, src: View) -> Stmt:
         """A border's lone tap: on ScalarE, which has room (it only scales each tile once) unless the per-region
-        counts of count_include_pad=False keep it busy, or the pass along x runs from PSUM (ScalarE, in order, would
-        hold the next band's pass behind this band's scale); else VectorE."""
-        if self.w.count == "inside" or self.psum is not None:
+        counts of count_include_pad=False keep it busy, or the tap is in PSUM (the pass along x from PSUM: ScalarE,
+        in order, would hold the next band's pass behind this band's scale); else VectorE."""
+        if self.w.count == "inside" or src.buf.memory == "psum":
             return Copy(dst, src, self.op.line)
         return Act(dst, src, "copy", None, 1.0, self.op.line)
 
@@ -543,13 +544,29 @@ def identity_ns() -> float:
     return 2 * prm["dma_latency_ns"] + prm["dma_write_ack_ns"]
 
 
+def border_copies(segs: list[Segment], window: int) -> int:
+    """The lone-tap copies `window_pass` makes at the borders of a pass over these segments."""
+    n = sum(g.size for g in segs)
+    every = [t for t in range(window) if all(t in g.taps for g in segs)]
+    if not every:
+        return 0
+    t0 = every[len(every) // 2]
+    ranges = [(gs[0].start, sum(g.size for g in gs)) for gs in
+              ([g for g in segs if t in g.taps] for t in range(window) if t != t0) if gs]
+    if not ranges:
+        return 0
+    start, size = max(ranges, key=lambda r: r[1])
+    return (start > 0) + (start + size < n)
+
+
 def psum_costs(x: str, tmp: str, out: str, rows: int, n: int, wo: int, w: int, wx: int, wy: int,
-               chunk: int) -> tuple[float, float, float]:
+               chunk: int, edges: int = 2) -> tuple[float, float, float]:
     """A band's two passes (wx - 1 combines of rows x wo elements along x, wy - 1 of n x wo along y, and a border
     copy at each end of each pass) as the busiest engine's time (ns) in both forms, from the model's costs
     (tilec/perf/costs.py, params.py): (both passes shared between VectorE and GpSimdE from SBUF; the pass along x
     on VectorE from PSUM after TensorE's copies, per chunk of rows; VectorE's part of the pass along y in that form,
-    the rest on GpSimdE). tensor_tensor streams 2 cycles per element on both engines, 1 on VectorE with a PSUM
+    the rest on GpSimdE; edges: the pass along x's border copies per chunk, on VectorE from PSUM, those of the pass
+    along y on ScalarE). tensor_tensor streams 2 cycles per element on both engines, 1 on VectorE with a PSUM
     input or all 16-bit data, each instruction pays its engine's static cycles; a fp32 matmul costs mm_fp32_factor
     times its columns."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
@@ -564,8 +581,7 @@ def psum_costs(x: str, tmp: str, out: str, rows: int, n: int, wo: int, w: int, w
     sbuf = work_x / rate_x + work_y / rate_y + ((wx - 1) + (wy - 1)) * sv / vghz + (2 * (max(mn, rows) + sv)
                                                                                     if wx > 1 else 0) / vghz
     chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
-    vec_x = sum((wx - 1) * (c * wo + sv) + (2 * (max(mn, c) + sv) if wx > 1 else 0) for c in chunks) / vghz
-    vec_x += (2 * (max(mn, wo) + sv) if wy > 1 else 0) / vghz  # the pass along y's border copies
+    vec_x = sum((wx - 1) * (c * wo + sv) + edges * (max(mn, c) + sv) for c in chunks) / vghz
     best = (float("inf"), 0)
     for rv in range(n + 1):  # output rows of the pass along y on VectorE
         vec = vec_x + ((wy - 1) * (cy * rv * wo + sv) / vghz if rv else 0)
