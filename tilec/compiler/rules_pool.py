@@ -333,7 +333,8 @@ class _WindowPool:
         sbuf, psum, share = psum_costs(self.x3.dtype, tmp, self.o3.dtype, rows, self.OB, self.Wo, self.W,
                                        op.pool.wx, op.pool.wy if y_pass else 1, chunk, edges)
         bands = self.B // self.plan.tile_b * -(-self.Rb // self.OB)
-        if bands * (sbuf - psum) > identity_ns() or PSUM == "on":  # the identity's round trip through HBM is paid once
+        setup = identity_ns(2 if self.x3.dtype in ("f16", "bf16") else 4)  # the identity's round trip, paid once
+        if bands * (sbuf - psum) > setup or PSUM == "on":
             self.psum, self.y_share = chunk, share
 
     def identity(self) -> list[Stmt]:
@@ -536,12 +537,14 @@ def _vector_share(src: str, dst: str) -> float:
     return vector / (vector + t.gpsimd_ghz)
 
 
-def identity_ns() -> float:
+def identity_ns(itemsize: int) -> float:
     """The set-up of the identity matrix in the model: a store to HBM, its write acknowledgement and a load back,
-    each DMA after its semaphore latency (tilec/perf/params.py)."""
+    each DMA after its semaphore latency, each moving a [128, 129] tile over the DMA engines (tilec/perf/params.py)."""
     from tilec.perf.params import target_params
     prm = {name: value for name, value, _ in target_params(get_target().name).table()}
-    return 2 * prm["dma_latency_ns"] + prm["dma_write_ack_ns"]
+    pmax = get_target().pmax
+    move = pmax * (pmax + 1) * itemsize / (prm["dma_engines"] * prm["dma_engine_bw"])
+    return 2 * (prm["dma_latency_ns"] + move) + prm["dma_write_ack_ns"]
 
 
 def border_copies(segs: list[Segment], window: int) -> int:
@@ -578,8 +581,7 @@ def psum_costs(x: str, tmp: str, out: str, rows: int, n: int, wo: int, w: int, w
     cy = 1 if tmp in half and out in half else 2
     work_x, work_y = (wx - 1) * rows * wo, (wy - 1) * n * wo
     rate_x, rate_y = vghz / cx + gghz / 2, vghz / cy + gghz / 2
-    sbuf = work_x / rate_x + work_y / rate_y + ((wx - 1) + (wy - 1)) * sv / vghz + (2 * (max(mn, rows) + sv)
-                                                                                    if wx > 1 else 0) / vghz
+    sbuf = work_x / rate_x + work_y / rate_y + ((wx - 1) + (wy - 1)) * sv / vghz  # (border copies on ScalarE)
     chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
     vec_x = sum((wx - 1) * (c * wo + sv) + edges * (max(mn, c) + sv) for c in chunks) / vghz
     best = (float("inf"), 0)
