@@ -70,3 +70,13 @@ def test_costs_prefer_psum_only_when_vector_engine_is_the_slow_one():
     assert psum < sbuf and 0 <= share <= 1
     sbuf, psum, _ = rules_pool.psum_costs("bf16", "bf16", "bf16", 29, 14, 56, 112, 3, 3, 4)
     assert psum > sbuf
+
+
+def test_explain_says_when_the_pass_along_x_reads_psum():
+    """The schedule record (`explain`) names the PSUM copies when the kernel has them, and only then."""
+    for n, expect in ((8, True), (1, False)):
+        c = compile_loaded(lang.load(pool_program("avg", 3, 1, 1, "f32", h=28, w=28, n=n, c=128)), None)
+        text = c.stages["schedule"]
+        assert ("psum(X, rows=18" in text) is expect
+        assert ("engine='VectorE from PSUM'" in text) is expect
+        assert ("nisa.nc_matmul(" in c.source) is expect

@@ -64,8 +64,9 @@ def segments(n_out: int, first: int, stride: int, window: int, extent: int) -> l
     return out
 
 
-def pool(op: PoolOp, plan: PoolPlan) -> list[Prim]:
-    """The schedule of a window pool as primitives (printable; `build_window_pool` lowers it)."""
+def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> list[Prim]:
+    """The schedule of a window pool as primitives (printable; `build_window_pool` lowers it); dtypes: X's and Y's,
+    to say whether the pass along x reads X through PSUM."""
     w = op.window
     assert w is not None
     (sy, sx), (oy, ox) = w.stride, w.offset
@@ -77,8 +78,16 @@ def pool(op: PoolOp, plan: PoolPlan) -> list[Prim]:
              prim("stage", op.src, rows=rows, halo=(oy, oy + rows - sy * band))]
     if split is not None:
         prims.insert(1, prim("interleave", "i", split.blocks, rows=(split.first, split.end), seams=len(split.seams)))
+    G = plan.blocks if plan.tile_b == op.dim("B") and w.count == "window" else 1
+    choice = None
+    if dtypes is not None and split is None and G == 1:
+        ob = min(band, w.out[0])
+        choice = psum_choice(op, ob, op.dim("B") // plan.tile_b * -(-w.out[0] // ob), *dtypes)
+    if choice is not None:
+        prims.append(prim("psum", op.src, rows=choice[0], copy="TensorE identity matmul"))
     if (op.pool.wx, sx, ox) != (1, 1, 0):
-        prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op))
+        prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op,
+                          **({"engine": "VectorE from PSUM"} if choice is not None else {})))
     if (op.pool.wy, sy, oy) != (1, 1, 0):
         prims.append(prim("window", "i", taps=op.pool.wy, stride=sy, offset=oy, op=op.pool.op))
     if w.count == "inside":
@@ -314,28 +323,12 @@ class _WindowPool:
                       for g in range(G) if skip[g] < n]
 
     def choose_psum(self) -> None:
-        """Whether the pass along x reads X through PSUM (TensorE, idle in a pool, copies each chunk of the band's
-        input rows there with an identity matmul; VectorE's tensor_tensor then streams 1 cycle per element instead of
-        2, but GpSimdE, which cannot read PSUM, leaves that pass to VectorE and takes more of the pass along y):
-        chosen when the model's costs (psum_costs) make the bands' busiest engine faster that way by more than the
-        identity matrix's set-up (identity_ns)."""
-        op, w = self.op, self.w
-        if self.G != 1 or op.relu or (op.pool.wx, w.stride[1], w.offset[1], self.Wo) == (1, 1, 0, self.W) or \
-                PSUM == "off":
-            return
-        chunk = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // self.W
-        if chunk < 1:
-            return
-        rows = (self.OB - 1) * w.stride[0] + op.pool.wy
-        tmp = "f32" if op.pool.op == "add" else self.x3.dtype
-        y_pass = (op.pool.wy, w.stride[0], w.offset[0]) != (1, 1, 0)
-        edges = border_copies(segments(self.Wo, w.offset[1], w.stride[1], op.pool.wx, self.W), op.pool.wx)
-        sbuf, psum, share = psum_costs(self.x3.dtype, tmp, self.o3.dtype, rows, self.OB, self.Wo, self.W,
-                                       op.pool.wx, op.pool.wy if y_pass else 1, chunk, edges)
-        bands = self.B // self.plan.tile_b * -(-self.Rb // self.OB)
-        setup = identity_ns(2 if self.x3.dtype in ("f16", "bf16") else 4)  # the identity's round trip, paid once
-        if bands * (sbuf - psum) > setup or PSUM == "on":
-            self.psum, self.y_share = chunk, share
+        """Whether the pass along x reads X through PSUM (psum_choice)."""
+        if self.G == 1:
+            choice = psum_choice(self.op, self.OB, self.B // self.plan.tile_b * -(-self.Rb // self.OB), self.x3.dtype,
+                                 self.o3.dtype)
+            if choice is not None:
+                self.psum, self.y_share = choice
 
     def identity(self) -> list[Stmt]:
         """The identity matrix of TensorE's copies (X's dtype), once per kernel: a [128, 129] tile whose column 0
@@ -527,6 +520,31 @@ class _WindowPool:
             return [Copy(target, taps[0], line)]
         out: list[Stmt] = [Binary(target, taps[0], taps[1], op.pool.op, line)]
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
+
+
+def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> tuple[int, float] | None:
+    """(input rows per PSUM copy, VectorE's part of the pass along y) when the pass along x of a pool computed in
+    `bands` bands of `band` output rows should read X through PSUM, else None. TensorE, idle in a pool, copies each
+    chunk of a band's input rows there with an identity matmul; VectorE's tensor_tensor then streams 1 cycle per
+    element instead of 2, but GpSimdE, which cannot read PSUM, leaves that pass to VectorE and takes more of the
+    pass along y: chosen when the model's costs (psum_costs) make the bands' busiest engine faster that way by more
+    than the identity matrix's set-up (identity_ns)."""
+    w = op.window
+    assert w is not None
+    W, Wo = op.dim("W"), w.out[1]
+    if op.relu or (op.pool.wx, w.stride[1], w.offset[1], Wo) == (1, 1, 0, W) or PSUM == "off":
+        return None
+    chunk = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // W
+    if chunk < 1:
+        return None
+    rows = (band - 1) * w.stride[0] + op.pool.wy
+    tmp = "f32" if op.pool.op == "add" else x
+    y_pass = (op.pool.wy, w.stride[0], w.offset[0]) != (1, 1, 0)
+    edges = border_copies(segments(Wo, w.offset[1], w.stride[1], op.pool.wx, W), op.pool.wx)
+    sbuf, psum, share = psum_costs(x, tmp, out, rows, band, Wo, W, op.pool.wx, op.pool.wy if y_pass else 1, chunk,
+                                   edges)
+    setup = identity_ns(2 if x in ("f16", "bf16") else 4)  # the identity's round trip, paid once
+    return (chunk, share) if bands * (sbuf - psum) > setup or PSUM == "on" else None
 
 
 def _vector_share(src: str, dst: str) -> float:
