@@ -392,7 +392,8 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
             out += [f"#   {p}" for p in scheduled_nest(op, plan, program, target)[1]]
         elif isinstance(op, PoolOp):  # (a pool fused into a conv is part of its ConvOp, not an op here)
             out += [f"# {op.name}: rules_pool.pool expands its plan into"]
-            out += [f"#   {p}" for p in pool_prims(op.windowed(), plan)]
+            dts = (program.tensors[op.src].dtype, program.tensors[op.out].dtype)  # (PSUM or not: rules_pool)
+            out += [f"#   {p}" for p in pool_prims(op.windowed(), plan, dts)]
     return "".join(line + "\n" for line in out)
 
 

@@ -30,7 +30,8 @@ from typing import Callable
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import a, loop, sl, term
-from tilec.compiler.ir import Act, Aff, Alloc, Binary, Buf, Copy, Dma, Sl, Stmt, View, full, whole
+from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Buf, Copy, Dma, Matmul, Reshape, Scalar, Sl, Stmt, View, full,
+                              whole)
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.rules import Prim, prim
 from tilec.compiler.schedule import PMAX, PoolPlan
@@ -39,6 +40,7 @@ from tilec.target import target as get_target
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 SHARE_MIN = 100  # elements per partition below which one engine does a whole combine
 MIN_INTERLEAVED = 4  # block-local output rows an Interleave computes interleaved (fewer: the seams dominate)
+PSUM = "auto"  # the pass along x from PSUM: "auto" (the model's costs decide), "on" where possible, "off" (tests)
 INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
 #                        are ordered, each one DMA latency after the last, so few and large)
 
@@ -62,8 +64,9 @@ def segments(n_out: int, first: int, stride: int, window: int, extent: int) -> l
     return out
 
 
-def pool(op: PoolOp, plan: PoolPlan) -> list[Prim]:
-    """The schedule of a window pool as primitives (printable; `build_window_pool` lowers it)."""
+def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> list[Prim]:
+    """The schedule of a window pool as primitives (printable; `build_window_pool` lowers it); dtypes: X's and Y's,
+    to say whether the pass along x reads X through PSUM."""
     w = op.window
     assert w is not None
     (sy, sx), (oy, ox) = w.stride, w.offset
@@ -75,8 +78,16 @@ def pool(op: PoolOp, plan: PoolPlan) -> list[Prim]:
              prim("stage", op.src, rows=rows, halo=(oy, oy + rows - sy * band))]
     if split is not None:
         prims.insert(1, prim("interleave", "i", split.blocks, rows=(split.first, split.end), seams=len(split.seams)))
+    G = plan.blocks if plan.tile_b == op.dim("B") and w.count == "window" else 1
+    choice = None
+    if dtypes is not None and split is None and G == 1:
+        ob = min(band, w.out[0])
+        choice = psum_choice(op, ob, op.dim("B") // plan.tile_b * -(-w.out[0] // ob), *dtypes)
+    if choice is not None:
+        prims.append(prim("psum", op.src, rows=choice[0], copy="TensorE identity matmul"))
     if (op.pool.wx, sx, ox) != (1, 1, 0):
-        prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op))
+        prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op,
+                          **({"engine": "VectorE from PSUM"} if choice is not None else {})))
     if (op.pool.wy, sy, oy) != (1, 1, 0):
         prims.append(prim("window", "i", taps=op.pool.wy, stride=sy, offset=oy, op=op.pool.op))
     if w.count == "inside":
@@ -174,6 +185,7 @@ def build_interleaved(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fr
 class _Shared:
     names: dict[str, str] = field(default_factory=dict)  # role and shape -> kernel name
     small: int = 0  # combines too small to share, so far
+    ident: Buf | None = None  # the identity matrix of TensorE's copies into PSUM, once made
 
 
 class _WindowPool:
@@ -203,6 +215,8 @@ class _WindowPool:
         self.OB = min(plan.band, self.Rb)
         self.note = ""  # more of the block's label
         self.split_loads = False  # a band's input rows in two loads (load_parts)
+        self.psum: int | None = None  # input rows per PSUM copy when the pass along x reads X through PSUM
+        self.y_share: float | None = None  # VectorE's part of the pass along y then (the rest on GpSimdE)
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
         key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions
@@ -214,6 +228,8 @@ class _WindowPool:
     def build(self) -> list[Stmt]:
         op, G = self.op, self.G
         OB = self.OB
+        self.choose_psum()
+        ident = self.identity() if self.psum is not None else []
         sy, oy = self.w.stride[0], self.w.offset[0]
         wy = op.pool.wy
         nb = -(-self.Rb // OB)
@@ -241,7 +257,7 @@ class _WindowPool:
         if G > 1:
             label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
         label += self.note
-        return self.views + [ir.Block(label, tuple(nest), op.line)]
+        return self.views + ident + [ir.Block(label, tuple(nest), op.line)]
 
     def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
         """Output rows o0..o0+n of every partition tile (of every block): the input rows they read (lo_aff: a
@@ -289,7 +305,10 @@ class _WindowPool:
             out += [] if last else [Alloc(dst, line=line)]
             shift = ox if axis == 2 else first - lo
             stride, window = (sx, op.pool.wx) if axis == 2 else (sy, op.pool.wy)
-            out += self.window_pass(cur, dst, axis, segs, stride, shift, window)
+            if axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
+                out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window)
+            else:
+                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window)
             cur = whole(dst)
         if cur.buf != ob and self.w.count == "inside":  # each region of the tile by its own count (ScalarE)
             out += self.count_regions(cur, ob, [g for axis, g in passes if axis == 1], [g for axis, g in passes
@@ -303,12 +322,57 @@ class _WindowPool:
                           View(ob, (sl(g * B, B), sl(skip[g], n - skip[g]), full(self.Wo))), line)
                       for g in range(G) if skip[g] < n]
 
+    def choose_psum(self) -> None:
+        """Whether the pass along x reads X through PSUM (psum_choice)."""
+        if self.G == 1:
+            choice = psum_choice(self.op, self.OB, self.B // self.plan.tile_b * -(-self.Rb // self.OB), self.x3.dtype,
+                                 self.o3.dtype)
+            if choice is not None:
+                self.psum, self.y_share = choice
+
+    def identity(self) -> list[Stmt]:
+        """The identity matrix of TensorE's copies (X's dtype), once per kernel: a [128, 129] tile whose column 0
+        is one, stored to HBM and read back as [129, 128] rows (element p*129 of the flat copy is row p, column p)."""
+        if self.shared.ident is not None:
+            return []
+        line, dt, P = self.op.line, self.x3.dtype, get_target().pmax
+        ones = Buf(self.fresh("ident_rows"), "sbuf", dt, (P, P + 1))
+        flat = Buf(self.fresh("ident_hbm"), "hbm", dt, (P, P + 1))
+        rows = Buf(self.fresh("ident_hbm_rows"), "hbm", dt, (P + 1, P))
+        ident = self.shared.ident = Buf(self.fresh("ident"), "sbuf", dt, (P, P))
+        col = View(ones, (full(P), sl(0, 1)))
+        body: list[Stmt] = [Alloc(ones, zero=True, line=line), Scalar(col, col, "add", 1.0, line),
+                            Alloc(flat, line=line), Dma(whole(flat), whole(ones), line), Reshape(rows, flat, line),
+                            Alloc(ident, line=line), Dma(whole(ident), View(rows, (sl(0, P), full(P))), line)]
+        return [ir.Block("identity matrix (TensorE copies X's rows into PSUM with it)", tuple(body), line)]
+
+    def psum_x_pass(self, xb: Buf, src: View, dst: Buf, segs: list[Segment], stride: int, shift: int,
+                    window: int) -> list[Stmt]:
+        """The pass along x with X read through PSUM: per chunk of the band's input rows (one PSUM bank), an
+        identity matmul copies them (exact: each output is one input times 1), then the pass combines them on
+        VectorE at 1 cycle per element into the same rows of dst."""
+        line, P, rows = self.op.line, xb.shape[0], xb.shape[1]
+        ident = self.shared.ident
+        assert self.psum is not None and ident is not None and src.buf == xb
+        out: list[Stmt] = []
+        for r0 in range(0, rows, self.psum):
+            cr = min(self.psum, rows - r0)
+            ps = Buf(self.name(f"{self.op.src}_psum", (cr,)), "psum", "f32", (P, cr, self.W))
+            out += [Alloc(ps, zero=True, line=line),
+                    Matmul(whole(ps), View(ident, (sl(0, P), sl(0, P))), View(xb, (full(P), sl(r0, cr), full(self.W))),
+                           line)]
+            out += self.window_pass(whole(ps), View(dst, (full(P), sl(r0, cr), full(self.Wo))), 2, segs, stride,
+                                    shift, window, View(xb, (full(P), sl(r0, cr), full(self.W))))
+        return out
+
     def load_parts(self, rows: int) -> list[tuple[int, int]]:
         """A band's input rows in two loads, cut where the pass along x splits them between VectorE and GpSimdE
         (combine_shared), so each engine waits only for its own rows: in an Interleave (few channel rows, so
         one partition tile, whose first band's load the engines otherwise wait for whole); one load when that pass
         is not shared."""
         op = self.op
+        if self.psum is not None:  # each PSUM copy waits only for its own rows
+            return [(r0, min(r0 + self.psum, rows)) for r0 in range(0, rows, self.psum)]
         if (op.pool.wx, self.w.stride[1], self.w.offset[1], self.Wo) == (1, 1, 0, self.W) or \
                 rows * self.Wo < SHARE_MIN or op.relu or not self.split_loads:
             return [(0, rows)]
@@ -336,13 +400,14 @@ class _WindowPool:
         return [Alloc(xb, line=line)] + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))), View(self.x3, (pb, sl(src_row, 1), full(self.W))),
                           line) for part, r, src_row in pad]
 
-    def window_pass(self, src: View, dst: Buf, axis: int, segs: list[Segment], stride: int, shift: int,
-                    window: int) -> list[Stmt]:
+    def window_pass(self, src: View, dst: View, axis: int, segs: list[Segment], stride: int, shift: int,
+                    window: int, alone: View | None = None) -> list[Stmt]:
         """dst = op over the window taps of src along `axis` (1: rows, 2: columns). With a tap t0 inside the input
         for every output: dst = op(t0, t1) where t1 reaches, t0 alone elsewhere (the border), then each other tap
         combined into the outputs it reaches; the large instructions are cut in row ranges between VectorE and
         GpSimdE so both finish together. Without such a tap (a 2-wide window padded on both sides), each segment
-        is combined on its own."""
+        is combined on its own. alone: src is in PSUM, which GpSimdE cannot read, and alone the same rows in SBUF:
+        every combine on VectorE, the first one's second tap read from SBUF (at most one PSUM operand)."""
         line, n = self.op.line, sum(g.size for g in segs)
         every = [t for t in range(window) if all(t in g.taps for g in segs)]
         out: list[Stmt] = []
@@ -354,56 +419,64 @@ class _WindowPool:
             if order:
                 first = ranges[order[0]]
                 out += self.combine_shared(dst, axis, first, self._tap(src, axis, t0, shift, stride),
-                                           self._tap(src, axis, order[0], shift, stride))
+                                           self._tap(src if alone is None else alone, axis, order[0], shift, stride),
+                                           alone is not None)
                 for lo, hi in ((0, first.start), (first.start + first.size, n)):  # t0 alone at the borders
                     if hi > lo:
                         edge = Segment(lo, hi - lo, (t0,))
-                        out.append(self.edge_copy(self._view(whole(dst), axis, edge, 0, 1),
+                        out.append(self.edge_copy(self._view(dst, axis, edge, 0, 1),
                                                   self._view(src, axis, edge, t0 + shift, stride)))
                 for t in order[1:]:
-                    out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride))
+                    out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride),
+                                               alone is not None)
             else:
-                out.append(Copy(self._view(whole(dst), axis, Segment(0, n, (t0,)), 0, 1),
+                out.append(Copy(self._view(dst, axis, Segment(0, n, (t0,)), 0, 1),
                                 self._view(src, axis, Segment(0, n, (t0,)), t0 + shift, stride), line))
         else:
             for seg in segs:
-                out += self.combine(src, dst, axis, seg, stride, shift)
+                out += self.combine(src if alone is None else alone, dst, axis, seg, stride, shift)
         return out
 
     def edge_copy(self, dst: View, src: View) -> Stmt:
         """A border's lone tap: on ScalarE, which has room (it only scales each tile once) unless the per-region
-        counts of count_include_pad=False keep it busy; else VectorE."""
-        if self.w.count == "inside":
+        counts of count_include_pad=False keep it busy, or the tap is in PSUM (the pass along x from PSUM: ScalarE,
+        in order, would hold the next band's pass behind this band's scale); else VectorE."""
+        if self.w.count == "inside" or src.buf.memory == "psum":
             return Copy(dst, src, self.op.line)
         return Act(dst, src, "copy", None, 1.0, self.op.line)
 
     def _tap(self, src: View, axis: int, t: int, shift: int, stride: int) -> Callable[[Segment, tuple[int, int] | None], View]:
         return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
 
-    def combine_shared(self, dst: Buf, axis: int, seg: Segment, a_tap: Callable | None, b_tap: Callable) -> list[Stmt]:
+    def combine_shared(self, dst: View, axis: int, seg: Segment, a_tap: Callable | None, b_tap: Callable,
+                       alone: bool = False) -> list[Stmt]:
         """dst[seg] = op(a_tap or dst, b_tap) over seg, in row ranges: VectorE the first, GpSimdE the rest (rows are
         the other free axis of a pass along x, the pass's own axis along y: either way each engine writes whole
         rows, which the dependence tracking sees as disjoint)."""
-        share = _vector_share(self.x3.dtype if a_tap is not None else dst.dtype, dst.dtype)
-        alone = ""
-        if seg.size * dst.shape[3 - axis] < SHARE_MIN:  # small: a second instruction's fixed cost outweighs it
-            share, alone = 1.0, self.small_engine()
+        share = _vector_share(self.x3.dtype if a_tap is not None else dst.buf.dtype, dst.buf.dtype)
+        if axis == 1 and self.y_share is not None:  # VectorE also runs the pass along x (psum_x_pass)
+            share = self.y_share
+        engine = ""
+        if alone:
+            share = 1.0
+        elif seg.size * dst.shape()[3 - axis] < SHARE_MIN:  # small: a second instruction's fixed cost outweighs it
+            share, engine = 1.0, self.small_engine()
         jobs: list[tuple[Segment, tuple[int, int] | None, str]] = []
         if axis == 2:
-            rows = dst.shape[1]
+            rows = dst.shape()[1]
             cut = round(rows * share)
             jobs = [(seg, (0, cut), ""), (seg, (cut, rows - cut), "gpsimd")] if 0 < cut < rows else \
-                [(seg, None, alone)]
+                [(seg, None, engine)]
         else:
             cut = round(seg.size * share)
             jobs = [(Segment(seg.start, cut, seg.taps), None, ""),
                     (Segment(seg.start + cut, seg.size - cut, seg.taps), None, "gpsimd")] \
-                if 0 < cut < seg.size else [(seg, None, alone)]
+                if 0 < cut < seg.size else [(seg, None, "gpsimd" if cut == 0 and share == 0 else engine)]
         out: list[Stmt] = []
-        for part_seg, part, engine in jobs:
-            target = self._view(whole(dst), axis, part_seg, 0, 1, part)
+        for part_seg, part, eng in jobs:
+            target = self._view(dst, axis, part_seg, 0, 1, part)
             first = a_tap(part_seg, part) if a_tap is not None else target
-            out.append(Binary(target, first, b_tap(part_seg, part), self.op.pool.op, self.op.line, engine))
+            out.append(Binary(target, first, b_tap(part_seg, part), self.op.pool.op, self.op.line, eng))
         return out
 
     def small_engine(self) -> str:
@@ -438,15 +511,40 @@ class _WindowPool:
             idx[3 - axis] = Sl(a(part[0]), part[1])
         return View(v.buf, tuple(idx))
 
-    def combine(self, src: View, dst: Buf, axis: int, seg: Segment, stride: int, shift: int) -> list[Stmt]:
+    def combine(self, src: View, dst: View, axis: int, seg: Segment, stride: int, shift: int) -> list[Stmt]:
         """dst's outputs of one segment = op over its taps (VectorE)."""
         op, line = self.op, self.op.line
-        target = self._view(whole(dst), axis, seg, 0, 1)
+        target = self._view(dst, axis, seg, 0, 1)
         taps = [self._view(src, axis, seg, t + shift, stride) for t in seg.taps]
         if len(taps) == 1:
             return [Copy(target, taps[0], line)]
         out: list[Stmt] = [Binary(target, taps[0], taps[1], op.pool.op, line)]
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
+
+
+def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> tuple[int, float] | None:
+    """(input rows per PSUM copy, VectorE's part of the pass along y) when the pass along x of a pool computed in
+    `bands` bands of `band` output rows should read X through PSUM, else None. TensorE, idle in a pool, copies each
+    chunk of a band's input rows there with an identity matmul; VectorE's tensor_tensor then streams 1 cycle per
+    element instead of 2, but GpSimdE, which cannot read PSUM, leaves that pass to VectorE and takes more of the
+    pass along y: chosen when the model's costs (psum_costs) make the bands' busiest engine faster that way by more
+    than the identity matrix's set-up (identity_ns)."""
+    w = op.window
+    assert w is not None
+    W, Wo = op.dim("W"), w.out[1]
+    if op.relu or (op.pool.wx, w.stride[1], w.offset[1], Wo) == (1, 1, 0, W) or PSUM == "off":
+        return None
+    chunk = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // W
+    if chunk < 1:
+        return None
+    rows = (band - 1) * w.stride[0] + op.pool.wy
+    tmp = "f32" if op.pool.op == "add" else x
+    y_pass = (op.pool.wy, w.stride[0], w.offset[0]) != (1, 1, 0)
+    edges = border_copies(segments(Wo, w.offset[1], w.stride[1], op.pool.wx, W), op.pool.wx)
+    sbuf, psum, share = psum_costs(x, tmp, out, rows, band, Wo, W, op.pool.wx, op.pool.wy if y_pass else 1, chunk,
+                                   edges)
+    setup = identity_ns(2 if x in ("f16", "bf16") else 4)  # the identity's round trip, paid once
+    return (chunk, share) if bands * (sbuf - psum) > setup or PSUM == "on" else None
 
 
 def _vector_share(src: str, dst: str) -> float:
@@ -455,3 +553,60 @@ def _vector_share(src: str, dst: str) -> float:
     t = get_target()
     vector = t.vector_ghz * (2 if src in ("f16", "bf16") and dst in ("f16", "bf16") else 1)
     return vector / (vector + t.gpsimd_ghz)
+
+
+def identity_ns(itemsize: int) -> float:
+    """The set-up of the identity matrix in the model: a store to HBM, its write acknowledgement and a load back,
+    each DMA after its semaphore latency, each moving a [128, 129] tile over the DMA engines (tilec/perf/params.py)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    pmax = get_target().pmax
+    move = pmax * (pmax + 1) * itemsize / (prm["dma_engines"] * prm["dma_engine_bw"])
+    return 2 * (prm["dma_latency_ns"] + move) + prm["dma_write_ack_ns"]
+
+
+def border_copies(segs: list[Segment], window: int) -> int:
+    """The lone-tap copies `window_pass` makes at the borders of a pass over these segments."""
+    n = sum(g.size for g in segs)
+    every = [t for t in range(window) if all(t in g.taps for g in segs)]
+    if not every:
+        return 0
+    t0 = every[len(every) // 2]
+    ranges = [(gs[0].start, sum(g.size for g in gs)) for gs in
+              ([g for g in segs if t in g.taps] for t in range(window) if t != t0) if gs]
+    if not ranges:
+        return 0
+    start, size = max(ranges, key=lambda r: r[1])
+    return (start > 0) + (start + size < n)
+
+
+def psum_costs(x: str, tmp: str, out: str, rows: int, n: int, wo: int, w: int, wx: int, wy: int,
+               chunk: int, edges: int = 2) -> tuple[float, float, float]:
+    """A band's two passes (wx - 1 combines of rows x wo elements along x, wy - 1 of n x wo along y, and a border
+    copy at each end of each pass) as the busiest engine's time (ns) in both forms, from the model's costs
+    (tilec/perf/costs.py, params.py): (both passes shared between VectorE and GpSimdE from SBUF; the pass along x
+    on VectorE from PSUM after TensorE's copies, per chunk of rows; VectorE's part of the pass along y in that form,
+    the rest on GpSimdE; edges: the pass along x's border copies per chunk, on VectorE from PSUM, those of the pass
+    along y on ScalarE). tensor_tensor streams 2 cycles per element on both engines, 1 on VectorE with a PSUM
+    input or all 16-bit data, each instruction pays its engine's static cycles; a fp32 matmul costs mm_fp32_factor
+    times its columns."""
+    from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    half = ("f16", "bf16")
+    vghz, gghz, mn = prm["vector_ghz"], prm["gpsimd_ghz"], prm["min_ii_cycles"]
+    sv, sg = prm["vector_static_cycles"], prm["gpsimd_static_cycles"]
+    cx = 1 if x in half and tmp in half else 2  # VectorE cycles per element of a pass from SBUF
+    cy = 1 if tmp in half and out in half else 2
+    work_x, work_y = (wx - 1) * rows * wo, (wy - 1) * n * wo
+    rate_x, rate_y = vghz / cx + gghz / 2, vghz / cy + gghz / 2
+    sbuf = work_x / rate_x + work_y / rate_y + ((wx - 1) + (wy - 1)) * sv / vghz  # (border copies on ScalarE)
+    chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
+    vec_x = sum((wx - 1) * (c * wo + sv) + edges * (max(mn, c) + sv) for c in chunks) / vghz
+    best = (float("inf"), 0)
+    for rv in range(n + 1):  # output rows of the pass along y on VectorE
+        vec = vec_x + ((wy - 1) * (cy * rv * wo + sv) / vghz if rv else 0)
+        gps = (wy - 1) * (2 * (n - rv) * wo + sg) / gghz if rv < n and wy > 1 else 0
+        best = min(best, (max(vec, gps), rv))
+    factor = prm["mm_fp32_factor"] if x == "f32" else 1.0
+    mm = sum(max(prm["mm_min_cycles"], c * w) + prm["mm_fixed_cycles"] for c in chunks) * factor / prm["tensor_ghz"]
+    return sbuf, max(best[0], mm), best[1] / n

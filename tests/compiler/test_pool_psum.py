@@ -1,0 +1,82 @@
+"""A window pool's pass along x read through PSUM (rules_pool.py, `psum_x_pass`): TensorE copies each chunk of a
+band's input rows into a PSUM bank with an identity matmul, VectorE combines from there at 1 cycle per element and
+GpSimdE takes the pass along y. Every kernel runs on the NKI interpreter and is compared with NumPy (np.pad with
+-inf / 0 and sliding windows, count_include_pad both ways; `test_pool_window.reference`), f32/f16/bf16, several
+partition tiles, bands and PSUM chunks, batch > 1."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler_helpers import assert_matches
+from test_pool_window import NP, pool_program, reference
+from tilec.compiler import rules_pool
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
+
+
+def run(kind: str, r: int, s: int, pad: int, dtype: str, seed: int = 11, **sizes: int) -> str:
+    prog = lang.load(pool_program(kind, r, s, pad, dtype, **sizes))
+    compiled = compile_loaded(prog, None)
+    x = np.random.default_rng(seed).standard_normal(prog.tensors["X"].shape).astype(NP[dtype])
+    got = compiled.run(X=x)["Y"]
+    want = reference(x.astype(np.float32), kind, r, s, pad)
+    assert np.shape(got) == want.shape
+    assert_matches(prog, "Y", got, want)
+    return compiled.source
+
+
+@pytest.fixture
+def psum_on(monkeypatch):
+    monkeypatch.setattr(rules_pool, "PSUM", "on")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("kind,r,s,pad", [("avg", 3, 1, 1), ("avgx", 3, 1, 1), ("max", 3, 2, 1), ("max", 2, 1, 0),
+                                          ("avg", 2, 2, 1), ("max", 5, 1, 2), ("avgx", 3, 2, 0)])
+def test_pass_along_x_from_psum_matches_numpy(psum_on, dtype, kind, r, s, pad):
+    """Forced on: N*C = 192 rows (two partition tiles of 96, batch 2), 40 x 30 inputs: each band's rows in two or
+    more PSUM chunks of 512 // 30 = 17 rows (the last one ragged)."""
+    source = run(kind, r, s, pad, dtype, h=40, w=30, n=2, c=96)
+    assert "nisa.nc_matmul(" in source and "buffer=nl.psum" in source
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_several_bands_per_partition_tile(psum_on, dtype):
+    """130 rows of 80 columns: several bands per tile (the peeled first and last and the band loop), PSUM chunks of
+    6 rows."""
+    source = run("avg", 3, 1, 1, dtype, h=130, w=80, n=1, c=128)
+    assert source.count("nisa.nc_matmul(") >= 2
+
+
+def test_off_keeps_both_passes_in_sbuf(monkeypatch):
+    monkeypatch.setattr(rules_pool, "PSUM", "off")
+    source = run("avg", 3, 1, 1, "f32", h=28, w=28, n=8, c=128)
+    assert "nc_matmul" not in source and "psum" not in source
+
+
+def test_model_chooses_psum_for_many_tiles_not_for_few():
+    """The default: at 8 partition tiles of 28 x 28 the bands' saving outweighs the identity's set-up; at one tile it
+    does not (the model's costs, psum_costs and identity_ns)."""
+    many = run("avg", 3, 1, 1, "f32", h=28, w=28, n=8, c=128)
+    few = run("avg", 3, 1, 1, "f32", h=28, w=28, n=1, c=128)
+    assert "nisa.nc_matmul(" in many and "nc_matmul" not in few
+
+
+def test_costs_prefer_psum_only_when_vector_engine_is_the_slow_one():
+    """f32 sums stream 2 cycles per element from SBUF: reading PSUM pays; 16-bit max pools already stream 1 cycle
+    per element on VectorE and GpSimdE shares the pass along x, so PSUM does not."""
+    sbuf, psum, share = rules_pool.psum_costs("f32", "f32", "f32", 30, 28, 28, 28, 3, 3, 18)
+    assert psum < sbuf and 0 <= share <= 1
+    sbuf, psum, _ = rules_pool.psum_costs("bf16", "bf16", "bf16", 29, 14, 56, 112, 3, 3, 4)
+    assert psum > sbuf
+
+
+def test_explain_says_when_the_pass_along_x_reads_psum():
+    """The schedule record (`explain`) names the PSUM copies when the kernel has them, and only then."""
+    for n, expect in ((8, True), (1, False)):
+        c = compile_loaded(lang.load(pool_program("avg", 3, 1, 1, "f32", h=28, w=28, n=n, c=128)), None)
+        text = c.stages["schedule"]
+        assert ("psum(X, rows=18" in text) is expect
+        assert ("engine='VectorE from PSUM'" in text) is expect
+        assert ("nisa.nc_matmul(" in c.source) is expect
