@@ -84,11 +84,13 @@ MULTIPLIER_MAX = 4  # a channel multiplier up to this many outputs per input cha
 
 def multiplier(op: ConvOp) -> int:
     """Output channels per input channel: 1 for a depthwise conv (`dw` weights), M for a grouped conv of one input
-    channel per group (`Y[n, c*M + m] += X[n, c] * W[c*M + m]`: depthwise with a channel multiplier), 0 otherwise."""
+    channel per group (`Y[n, c*M + m] += X[n, c] * W[c*M + m]`: depthwise with a channel multiplier), 0 otherwise
+    (one group is a dense contraction: a matmul or a conv of one input channel keeps the general path)."""
     if op.w_layout == "dw":
         return 1
     c, k = op.dim("C"), op.dim("K")
-    if op.w_layout == "kc" and op.groups == c > 0 and k % c == 0 and k // c <= MULTIPLIER_MAX:
+    if op.w_layout == "kc" and op.groups == c > 1 and k % c == 0 and k // c <= MULTIPLIER_MAX \
+            and not op.x_transposed:
         return k // c
     return 0
 
@@ -98,9 +100,11 @@ FAN_IN_MAX = 8  # a grouped conv of one output channel per group and up to this 
 
 def fan_in(op: ConvOp) -> int:
     """Input channels summed per output channel inside its partition: Cg for a grouped conv whose groups have one
-    output channel (`Y[n, g] += X[n, g*Cg + c] * W[g, c]`: the taps run over (c, r, s)), 1 for a depthwise conv."""
+    output channel (`Y[n, g] += X[n, g*Cg + c] * W[g, c]`: the taps run over (c, r, s)), 1 for a depthwise conv and
+    for one group (a dense contraction with one output, e.g. a matrix-vector product, keeps the general path)."""
     c, k = op.dim("C"), op.dim("K")
-    if op.w_layout == "kc" and op.groups == k > 0 and c % k == 0 and 1 < c // k <= FAN_IN_MAX:
+    if op.w_layout == "kc" and op.groups == k > 1 and c % k == 0 and 1 < c // k <= FAN_IN_MAX \
+            and not op.x_transposed:
         return c // k
     return 1
 
