@@ -499,8 +499,8 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
         return None
     # with unit loops the extents alone leave reshape's views ambiguous (s[0] of one row): the groups say it
     units = any(lp.extent == 1 for lp in chain)
-    if short is not None:
-        return None if units else _short_rows(k, upd, init[0], chain, kept, reads, epilogue, short, resident)
+    if short is not None:  # one partition of short rows (a prime row count): build_reduce's short-row builder
+        return None if units or short[0] == 1 else _short_rows(k, upd, init[0], chain, kept, reads, epilogue, short, resident)
     groups = {"groups": (tuple(kept), tuple(names[len(kept):]))} if units else {}
     tiles = F // params.free
     S = upd.dst.buf

@@ -111,6 +111,14 @@ class ReducePlan:
 Plan = ConvPlan | PoolPlan | TransposePlan | EltwisePlan | ReducePlan
 ELTWISE_FREE = 1024  # elements per partition of one element-wise tile: ~1000 keeps DMAs efficient
 REDUCE_FREE = 4096  # elements per partition of one reduced tile: 16 KiB of fp32, two in flight well inside SBUF
+WHOLE_ROW_FREE = 16384  # ... or a whole row up to this many (64 KiB of fp32) when no divisor near REDUCE_FREE exists
+
+
+def reduce_free(F: int) -> int:
+    """Elements per free tile of a row reduction: the largest divisor of F up to REDUCE_FREE, or the whole row when
+    that divisor is poor (F = 12289, a prime: 1, i.e. 12289 one-element tiles per row tile) and the row fits."""
+    tile = best_divisor(F, REDUCE_FREE)
+    return F if 4 * tile < min(F, REDUCE_FREE) and F <= WHOLE_ROW_FREE else tile
 
 
 def directive(name: str, *args: "str | int | tuple") -> sx.Directive:
@@ -210,7 +218,7 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, ColumnReduceOp):  # reduced rows on the partitions, one PSUM bank of sums per free tile
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
-        return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), REDUCE_FREE))
+        return ReducePlan(best_divisor(op.dim("R"), PMAX), reduce_free(op.dim("F")))
     return eltwise_plan(op.size, dict(op.layout), bool(op.rows))
 
 
