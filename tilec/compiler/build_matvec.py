@@ -89,7 +89,9 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
     def rows(start, n: int) -> list[Stmt]:
         w_rows = Buf(fresh(f"{op.w}_rows"), "sbuf", wdt, (tile, K))
         prod = Buf(fresh(f"{op.out}_prod"), "sbuf", "f32", (tile, K))
-        col = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (tile, 1))
+        # the sum written in the output dtype by ScalarE itself: its store then issues on ScalarE's DMA stream, so
+        # the next tile's load (on VectorE's, the engine reading it first) does not queue behind it
+        col = Buf(fresh(f"{op.out}_col"), "sbuf", odt, (tile, 1))
         part = sl(0, n) if n < tile else full(tile)
         body: list[Stmt] = [
             Alloc(w_rows, line=line), Dma(View(w_rows, (part, full(K))), View(w2, (sl(start, n), full(K))), line),
@@ -98,11 +100,7 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
                         View(acc, (part, full(n_c))), "multiply", line) for (c0, n_c), acc in zip(chunks, v_all)],
             ir.Act(View(prod, (part, full(K))), View(prod, (part, full(K))), "copy", line=line,
                    total=View(col, (part, full(1))))]
-        out = col
-        if odt != "f32":
-            out = Buf(fresh(f"{op.out}_rows"), "sbuf", odt, (tile, 1))
-            body += [Alloc(out, line=line), ir.Copy(View(out, (part, full(1))), View(col, (part, full(1))), line)]
-        body.append(Dma(View(o2, (sl(start, n), full(1))), View(out, (part, full(1))), line))
+        body.append(Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line))
         return body
 
     whole_tiles, rest = divmod(M, tile)
