@@ -73,7 +73,7 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
     from tilec.compiler.build_conv import const_names  # late: build_conv dispatches here
     iv = dict(op.vars).get("k", "i")
     tile_name = const_names(op, fresh)["k"]
-    tile = min(P, M)
+    tile = min(plan.tile_k, P, M)  # the rows per tile: the plan's out-channel tile (`tile y.i, N`)
 
     # v on every partition: ones[1, P].T @ v[1, K] into PSUM, one bank of columns per matmul
     ones, prep = ones_row(fresh("ones_row"), xdt, P, line)
