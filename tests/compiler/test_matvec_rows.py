@@ -70,7 +70,7 @@ def test_estimate_prefers_the_rows_for_fp32_and_large_matrices():
 
 
 def test_tile_directive_sets_the_rows_per_tile():
-    prog, c, inputs, out = run(MATVEC.format(dt="f32", M=300, K=600), "tile y.i, 64\n")
+    prog, c, inputs, out = run(MATVEC.format(dt="f32", M=320, K=600), "tile y.i, 64\n")
     assert rows_path(c.source) and "(64, 600)" in c.source
     x = rounded(inputs, "f32")
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
