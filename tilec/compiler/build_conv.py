@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
-from tilec.compiler import build_depthwise, ir
+from tilec.compiler import build_depthwise, build_matvec, ir
 from tilec.compiler import conv_fold, conv_pairs, conv_weights
 from tilec.compiler.build_util import a, hbm_view, loop, pool_epilogue, prep_notes, sl, term
 from tilec.compiler.conv_fold import fold_groups
@@ -55,6 +55,9 @@ Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (n
 def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
                ) -> tuple[list[tuple[str, int]], list[Stmt]]:
     built = build_depthwise.build_depthwise(op, plan, hbm, fresh)  # a depthwise conv's default schedule
+    if built is not None:
+        return built
+    built = build_matvec.build_matvec(op, plan, hbm, fresh)  # W[i, k] v[k]: rows on partitions, no transposes
     if built is not None:
         return built
     b = _ConvBuilder(op, plan, hbm, fresh)

@@ -1,0 +1,76 @@
+"""Matrix-vector products `y[i] += W[i, k] * v[k]` built with W's rows on the partitions (build_matvec.py: v
+broadcast into PSUM once, VectorE multiply, ScalarE sum along the free axis; no transposes), checked against NumPy
+(W @ v) on the NKI interpreter for f32, f16 and bf16, with M and K not multiples of 128 (a remainder tile of rows,
+a ragged last PSUM bank of v), the vector 1-D and as [K, 1]."""
+from __future__ import annotations
+
+import pytest
+
+from compiler_helpers import assert_matches
+from test_conv_padded import rounded, run
+from tilec.compiler import build_matvec
+
+MATVEC = """\
+kernel mv(Wt: {dt}[M, K], v: {dt}[K]) -> y
+  default M = {M}, K = {K}
+  y: {dt}[M]
+  for i in 0..M:
+    y[i] = 0
+    for k in 0..K:
+      y[i] += Wt[i, k] * v[k]
+"""
+
+MATVEC_2D = """\
+kernel mv2(Wt: {dt}[M, K], v: {dt}[K, 1]) -> y
+  default M = {M}, K = {K}
+  y: {dt}[M, 1]
+  for i in 0..M, j in 0..1:
+    y[i, j] = 0
+    for k in 0..K:
+      y[i, j] += Wt[i, k] * v[k, j]
+"""
+
+
+def rows_path(source: str) -> bool:
+    return "_bcast" in source and "nc_transpose" not in source
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_matrix_vector_rows_on_partitions(dt):
+    prog, c, inputs, out = run(MATVEC.format(dt=dt, M=300, K=1100))
+    assert rows_path(c.source)
+    x = rounded(inputs, dt)
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_matrix_vector_with_a_column_vector(dt):
+    prog, c, inputs, out = run(MATVEC_2D.format(dt=dt, M=200, K=700))
+    assert rows_path(c.source)
+    x = rounded(inputs, dt)
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+def test_single_partial_tile_of_rows():
+    prog, c, inputs, out = run(MATVEC.format(dt="f32", M=40, K=600))
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+def test_vector_too_long_for_psum_keeps_the_transposes():
+    prog, c, inputs, out = run(MATVEC.format(dt="f32", M=130, K=4100))
+    assert not rows_path(c.source)
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+def test_estimate_prefers_the_rows_for_fp32_and_large_matrices():
+    pe, ve = build_matvec.estimates(1000, 2048, True)
+    assert ve < pe
+
+
+def test_tile_directive_sets_the_rows_per_tile():
+    prog, c, inputs, out = run(MATVEC.format(dt="f32", M=320, K=600), "tile y.i, 64\n")
+    assert rows_path(c.source) and "(64, 600)" in c.source
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
