@@ -114,3 +114,25 @@ def test_a_padded_read_with_a_scaled_index_stays_a_located_rejection() -> None:
     with pytest.raises(TilecError) as e:
         compile_loaded(lang.load(src))
     assert "not compiled yet" in str(e.value) and e.value.span is not None and e.value.span.line == 5
+
+
+def test_a_view_that_would_drop_a_loop_is_an_internal_error(monkeypatch) -> None:
+    """A schedule that puts two loops of one tensorized nest into one dimension of a 1-D buffer (the interior box
+    as 128 rows x n/128 without a reshaped view) once produced `Y[1:..:8192]`, the free loop silently dropped; it
+    is now an internal error at lowering (lower_tiles.view), never a wrong kernel."""
+    from tilec.compiler import rules_copy
+    from tilec.errors import InternalError
+    original = rules_copy._Boxes.schedule
+
+    def rows(self, loops, ext, fill):
+        n = ext[loops[-1]]
+        if fill or len(loops) > 1 or n % 128:
+            return original(self, loops, ext, fill)
+        p, f = rules_copy.sub(loops[-1], "_p"), rules_copy.sub(loops[-1], "_f")
+        return [rules_copy._prim("split", loops[-1], n // 128, outer=p, inner=f), rules_copy._prim("partition", p),
+                rules_copy._prim("tensorize", p)]
+
+    monkeypatch.setattr(rules_copy._Boxes, "schedule", rows)
+    src = "kernel k(X: f32[N]) -> Y\n  default N = 1025\n  Y: f32[N]\n  for i in 0..N:\n    Y[i] = X[i - 1] ?? 0\n"
+    with pytest.raises(InternalError, match="several loops of one tensorized nest"):
+        compile_loaded(lang.load(src))
