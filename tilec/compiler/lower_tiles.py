@@ -26,6 +26,7 @@ from tilec.lang import syntax as sx
 from tilec.compiler.ops import EltwiseOp, ReduceOp, TransposeOp
 from tilec.compiler.rules import Prim
 from tilec.compiler.tensorize import Emit, emit, emit_update
+from tilec.errors import InternalError
 from tilec.target import Target
 
 Built = tuple[list[tuple[str, int]], list[ir.Stmt]]
@@ -233,6 +234,9 @@ class _Lowering:
         idx: list[ir.Idx] = []
         for i, n in zip(a.index, buf.shape):
             inner = [t for t in i.terms if t.var in nest]
+            if sum(nest[t.var] > 1 for t in inner) > 1:  # a view slices one loop per dimension: reshape first
+                raise InternalError(f"lower_tiles: {a.buf}'s index {i} uses several loops of one tensorized nest "
+                                    f"({', '.join(t.var for t in inner)}); a view of it would drop all but one")
             start = Aff(tuple(replace(t, var=shown(t.var)) for t in i.terms if t.var not in nest), i.const)
             if inner:
                 idx.append(Sl(start, nest[inner[0].var], inner[0].coef))

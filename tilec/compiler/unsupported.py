@@ -1,6 +1,7 @@
 """Language constructs the reference evaluator defines but the compiler does not compile yet (issue 13): padded
 reads (`X[y + r - 1, x + s - 1] ?? 0`) other than a window pool's (rules_pool.py), a contraction operand's
-(build_conv.py) or a copy's (`Y[i, j] = X[i - 2, j + 1] ?? 0`, rules_copy.py), modulo of loop variables in indices, and floor division except a loop variable divided by a
+(build_conv.py), a copy's (`Y[i, j] = X[i - 2, j + 1] ?? 0`, rules_copy.py) or an element-wise statement's with
+such indices (copied first: pad_split.py, which runs before this check), modulo of loop variables in indices, and floor division except a loop variable divided by a
 constant in a copy's read (`Y[i, j] = X[i / 2, j / 2]`: nearest upsampling, select_copy.py).
 `compile_program` calls `reject_unsupported` first, so such a program gets a located TilecError saying so and
 what to do, never a traceback from a builder that does not know the construct. Delete a rule here when the
@@ -34,8 +35,9 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
                                  "a loop variable plus a constant (`Y[i, j] = X[i - 2, j + 1] ?? 0`)", acc.span,
                                  "write each index of the read as one loop variable plus or minus a constant, "
                                  "or " + REFERENCE)
-            raise TilecError("zero padding (a padded read `... ?? constant`) is not compiled yet inside an expression "
-                             "or a reduction (a copy, a window pool and a conv's operand are)", acc.span,
+            raise TilecError("zero padding (a padded read `... ?? constant`) is not compiled yet inside a reduction, "
+                             "or in an expression where an index is not one loop variable plus a constant (a copy, "
+                             "an element-wise statement, a window pool and a conv's operand are)", acc.span,
                              "copy the padded read into a tensor of its own first (`P[i, j] = X[i - 1, j] ?? 0`) "
                              "and compute with P, or " + REFERENCE)
         for index in acc.indices:

@@ -1,0 +1,113 @@
+"""Padded reads inside an element-wise expression (`Y[i, j] = (X[i - 1, j] ?? 0) + Z[i, j]`, a 3-tap stencil
+`(X[i - 1] ?? 0) + X[i] + (X[i + 1] ?? 0)`): each such read becomes a padded copy into a tensor of its own,
+
+    for i, j:  X_pad[i, j] = X[i - 1, j] ?? 0       (the copy rule: interior box HBM -> HBM, fill boxes, rules_copy)
+    for i, j:  Y[i, j] = X_pad[i, j] + Z[i, j]      (the element-wise rule)
+
+the rewrite the rejection's hint asked users to write themselves (issue 10). Meaning is kept exactly: the copy
+stores the fill rounded to X's dtype, as the reference does, and the temporary has X's dtype. Cost: one HBM round
+trip of the read's region per padded read; cutting the element-wise nest into boxes (the copy rule's way) would
+avoid it (docs/notes/core9.md). A read is split only when each of its indices is one loop variable plus or minus a
+constant, each loop variable at most once, over loops that start at 0; other padded reads stay rejected
+(unsupported.py)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tilec.compiler.exprs import accesses
+from tilec.compiler.lower import uses_names
+from tilec.lang import syntax as sx
+
+
+def split_padded_reads(program):
+    """The program with every splittable padded read of an element-wise statement copied first; the same object
+    when there is none."""
+    from tilec.lang import api, bounds, checker
+    kernel = program.kernel
+    taken = {p.name for p in kernel.params} | {d.name for d in kernel.decls} | {lt.name for lt in kernel.lets}
+    decls: list[sx.Decl] = []
+    dtypes = {name: t.dtype for name, t in program.tensors.items()}
+
+    def stmt(st: sx.Stmt, loops: tuple[sx.Loop, ...]) -> list[sx.Stmt]:
+        if isinstance(st, sx.Loop):
+            before: list[sx.Stmt] = []
+            body: list[sx.Stmt] = []
+            for child in st.body:
+                out = stmt(child, loops + (st,))
+                body.append(out[-1])
+                before += out[:-1]
+            return before + [replace(st, body=tuple(body))]
+        if not isinstance(st, sx.Assign) or st.op != "=" or isinstance(st.value, sx.Access):
+            return [st]
+        by_var = {lp.var: lp for lp in loops}
+        new: dict[int, sx.Access] = {}
+        copies: list[sx.Stmt] = []
+        for acc in accesses(st.value):
+            if acc.fill is None:
+                continue
+            used = [_var(i, frozenset(by_var)) for i in acc.indices]
+            if any(v is None for v in used) or len(set(used)) != len(used) or \
+                    any(not _zero(by_var[v].start) for v in used if v is not None):
+                continue
+            vs = [v for v in used if v is not None]
+            name = _unique(f"{acc.tensor}_pad", taken)
+            taken.add(name)
+            decls.append(sx.Decl(name, sx.TensorType(dtypes[acc.tensor], tuple(by_var[v].stop for v in vs),
+                                                     acc.span), acc.span))
+            idx = tuple(sx.Name(v, acc.span) for v in vs)
+            copy: sx.Stmt = sx.Assign(sx.Access(name, idx, acc.span), "=", acc, st.span)
+            for v in reversed(vs):
+                lp = by_var[v]
+                copy = sx.Loop(v, lp.start, lp.stop, (copy,), lp.span)
+            copies.append(copy)
+            new[id(acc)] = sx.Access(name, idx, acc.span)
+        if not new:
+            return [st]
+        return copies + [replace(st, value=_subst(st.value, new))]
+
+    body: list[sx.Stmt] = []
+    for st in kernel.body:
+        body += stmt(st, ())
+    if not decls:
+        return program
+    kernel = replace(kernel, decls=kernel.decls + tuple(decls), body=tuple(body))
+    facts = checker.check(kernel)
+    pending = bounds.prove(facts)
+    bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
+    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+
+
+def _zero(e: sx.Expr) -> bool:
+    return isinstance(e, sx.Num) and e.value == 0
+
+
+def _var(e: sx.Expr, loop_vars: frozenset[str]) -> str | None:
+    """v for `v`, `v + c`, `v - c`, `c + v` (v a loop variable, c free of loop variables), else None."""
+    if isinstance(e, sx.Name):
+        return e.id if e.id in loop_vars else None
+    if isinstance(e, sx.BinOp) and e.op in "+-":
+        if not uses_names(e.rhs, loop_vars):
+            return _var(e.lhs, loop_vars)
+        if e.op == "+" and not uses_names(e.lhs, loop_vars):
+            return _var(e.rhs, loop_vars)
+    return None
+
+
+def _unique(base: str, taken: set[str]) -> str:
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}{n}"
+    return name
+
+
+def _subst(e: sx.Expr, new: dict[int, sx.Access]) -> sx.Expr:
+    if isinstance(e, sx.Access):
+        return new.get(id(e), e)
+    if isinstance(e, sx.Neg):
+        return replace(e, x=_subst(e.x, new))
+    if isinstance(e, sx.BinOp):
+        return replace(e, lhs=_subst(e.lhs, new), rhs=_subst(e.rhs, new))
+    if isinstance(e, sx.Call):
+        return replace(e, args=tuple(_subst(a, new) for a in e.args))
+    return e
