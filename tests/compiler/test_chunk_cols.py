@@ -11,63 +11,12 @@ import re
 import numpy as np
 import pytest
 
+from compiler_helpers import EXAMPLES
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
-SOFTMAX = """kernel softmax(X: f32[M, N]) -> Y
-  m: f32[M]
-  e: f32[M, N]
-  s: f32[M]
-  Y: f32[M, N]
-  for i in 0..M:
-    m[i] = -inf
-    for j in 0..N:
-      m[i] max= X[i, j]
-  for i in 0..M, j in 0..N:
-    e[i, j] = exp(X[i, j] - m[i])
-  for i in 0..M:
-    s[i] = 0
-    for j in 0..N:
-      s[i] += e[i, j]
-  for i in 0..M, j in 0..N:
-    Y[i, j] = e[i, j] / s[i]
-"""
-
-LAYERNORM = """kernel layernorm(X: f32[M, N], g: f32[N], b: f32[N]) -> Y
-  mu: f32[M]
-  d: f32[M, N]
-  v: f32[M]
-  r: f32[M]
-  Y: f32[M, N]
-  for i in 0..M:
-    mu[i] = 0
-    for j in 0..N:
-      mu[i] += X[i, j] / N
-  for i in 0..M, j in 0..N:
-    d[i, j] = X[i, j] - mu[i]
-  for i in 0..M:
-    v[i] = 0
-    for j in 0..N:
-      v[i] += d[i, j] * d[i, j] / N
-  for i in 0..M:
-    r[i] = rsqrt(v[i] + 1e-05)
-  for i in 0..M, j in 0..N:
-    Y[i, j] = d[i, j] * r[i] * g[j] + b[j]
-"""
-
-RMSNORM = """kernel rmsnorm(X: f32[M, N], g: f32[N]) -> Y
-  ms: f32[M]
-  r: f32[M]
-  Y: f32[M, N]
-  for i in 0..M:
-    ms[i] = 0
-    for j in 0..N:
-      ms[i] += X[i, j] * X[i, j] / N
-  for i in 0..M:
-    r[i] = rsqrt(ms[i] + 1e-06)
-  for i in 0..M, j in 0..N:
-    Y[i, j] = X[i, j] * r[i] * g[j]
-"""
+# the examples' programs (their default sizes are replaced by each test's)
+SOFTMAX, LAYERNORM, RMSNORM = ((EXAMPLES / f"{name}.tl").read_text() for name in ("softmax", "layernorm", "rmsnorm"))
 
 
 def softmax(X):
