@@ -500,15 +500,14 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
     # with unit loops the extents alone leave reshape's views ambiguous (s[0] of one row): the groups say it
     units = any(lp.extent == 1 for lp in chain)
     if short is not None:  # one partition of short rows (a prime row count): build_reduce's short-row builder
-        return None if units or short[0] == 1 else _short_rows(k, upd, init[0], chain, kept, reads, epilogue, short, resident)
+        if units or short[0] == 1:
+            return None
+        return _short_rows(k, upd, init[0], chain, kept, reads, epilogue, short, resident)
     groups = {"groups": (tuple(kept), tuple(names[len(kept):]))} if units else {}
     tiles = F // params.free
     S = upd.dst.buf
     columns = [c for c in epilogue if c]
-    taken = {S, *reads, *columns}
-    v = {A: unique(f"{A}_v", taken) for A in reads}
-    v[S] = unique(f"{S}_v", taken)
-    v.update({c: unique(f"{c}_v", taken) for c in columns})
+    v, taken = _reduce_views(S, reads, columns)
     red = names[len(kept):]
     notes = (f"for {', '.join(kept)}", f"for {', '.join(red)}")
     at = "ft" if tiles == 1 else "pt"
@@ -544,6 +543,16 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
     return prims + [prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {what}")]
 
 
+def _reduce_views(S: str, reads: list[str], columns: list[str]) -> tuple[dict[str, str], set[str]]:
+    """The HBM view names of a reduction's inputs, its result and its epilogue's columns, unique in the nest, and
+    the names taken so far (the rule's buffers are named after them)."""
+    taken = {S, *reads, *columns}
+    v = {A: unique(f"{A}_v", taken) for A in reads}
+    v[S] = unique(f"{S}_v", taken)
+    v.update({c: unique(f"{c}_v", taken) for c in columns})
+    return v, taken
+
+
 def _short_rows(k: Kernel, upd: Update, init: Assign, chain: list[Loop], kept: list[str], reads: list[str],
                 epilogue: list[str | None], short: tuple[int, int, int], resident: bool) -> list[Prim]:
     """rules.reduce for short rows (G per partition); see its docstring."""
@@ -552,10 +561,7 @@ def _short_rows(k: Kernel, upd: Update, init: Assign, chain: list[Loop], kept: l
     names = [lp.var for lp in chain]
     S = upd.dst.buf
     columns = [c for c in epilogue if c]
-    taken = {S, *reads, *columns}
-    v = {A: unique(f"{A}_v", taken) for A in reads}
-    v[S] = unique(f"{S}_v", taken)
-    v.update({c: unique(f"{c}_v", taken) for c in columns})
+    v, taken = _reduce_views(S, reads, columns)
     top = chain[0].var + ("#0" if epilogue else "")
     prims = [prim("fold_init", S),
              prim("reshape", top, (("p", P), ("g", G), ("f", F)), notes=(f"for {', '.join(kept)}",) * 2 +
