@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time()
     rows = [measure(p, sizes, args.tiny, tgt) for p, sizes in PROGRAMS
             if not args.programs or p.program[:-3] in args.programs]
-    print(f"issue-10 programs on the {tgt.name} model{', tiny sizes' if args.tiny else ''} ({time.time() - start:.0f} s)")
+    tiny = ", tiny sizes" if args.tiny else ""
+    print(f"issue-10 programs on the {tgt.name} model{tiny} ({time.time() - start:.0f} s)")
     print(table(rows))
     return 0
 

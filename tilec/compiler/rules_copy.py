@@ -110,8 +110,8 @@ def fill_from(k: Kernel, part: str, tile: str, target: Target | str | None = Non
         start: tuple[Stmt, ...] = (Alloc(buf, store.line), Loop(names[0], shape[0], (fill,), "partition", store.line,
                                                                    note=f"{tile}: the fill value {value:g}, set once"))
         k = replace(k, body=start + k.body)
-    elif len(made.shape) != len(shape) + len(unit) or any(m < n for m, n in zip(made.shape, shape)) or made.dtype != dtype \
-            or _tile_value(k, tile) != value:
+    elif len(made.shape) != len(shape) + len(unit) or any(m < n for m, n in zip(made.shape, shape)) \
+            or made.dtype != dtype or _tile_value(k, tile) != value:
         raise _fail(f"fill_from {part}: {tile} is not a constant tile of {value:g} covering {list(shape)}", span)
     new = replace(store, expr=read)
     return _replace_stmt(k, store, new)
@@ -180,7 +180,8 @@ def padded_copy(k: Kernel, target: Target, chain: list[Loop], src: Access) -> li
                 box_ext = {**now, v: at if fill_first else now[v] - at}
                 boxes.append(([box[u] for u in loops], {box[u]: box_ext[u] for u in loops}))
                 names, now = rest, {**now, v: now[v] - at if fill_first else at}
-        copy_box: tuple[list[str], dict[str, int]] | None = ([names[u] for u in loops], {names[u]: now[u] for u in loops})
+        copy_box: tuple[list[str], dict[str, int]] | None = ([names[u] for u in loops],
+                                                             {names[u]: now[u] for u in loops})
     else:  # a read wholly outside X (a shift by more than the size): the result is all fill
         copy_box = None
         boxes.append((loops, dict(ext)))
@@ -202,15 +203,16 @@ def _prim(primitive: str, /, *args, **kw):
 
 class _Boxes:
     """The DMAs of one box of a padded copy: a block of partitions each (the loop whose blocks keep the most DMA
-    engines busy, then the fewest DMAs; blocks of up to pmax rows, a ragged last block cut off), the loops inside the partitions in one descriptor
-    stream. An interior box moves X -> Y in HBM; a fill box stores a constant tile of at most FILL_TILE_BYTES per
-    partition (loops that would make it larger are DMAs of their own)."""
+    engines busy, then the fewest DMAs; blocks of up to pmax rows, a ragged last block cut off), the loops inside
+    the partitions in one descriptor stream. An interior box moves X -> Y in HBM; a fill box stores a constant tile of
+    at most FILL_TILE_BYTES per partition (loops that would make it larger are DMAs of their own)."""
 
     def __init__(self, target: Target, itemsize: int, taken: set[str], src: Access, out: str) -> None:
         self.target, self.itemsize, self.taken, self.src, self.out = target, itemsize, taken, src, out
         self.tiles: list[tuple[str, tuple[int, ...]]] = []
 
-    def moved(self, free: list[tuple[str, int]], fill: bool) -> tuple[list[tuple[str, int, int]], list[tuple[str, int]]]:
+    def moved(self, free: list[tuple[str, int]], fill: bool
+              ) -> tuple[list[tuple[str, int, int]], list[tuple[str, int]]]:
         """The free loops a fill tile cannot hold: (loop, iterations outside, inside), and the loops it keeps."""
         moved: list[tuple[str, int, int]] = []
         free = list(free)

@@ -1,8 +1,9 @@
 """Language constructs the reference evaluator defines but the compiler does not compile yet (issue 13): padded
 reads (`X[y + r - 1, x + s - 1] ?? 0`) other than a window pool's (rules_pool.py), a contraction operand's
 (build_conv.py), a copy's (`Y[i, j] = X[i - 2, j + 1] ?? 0`, rules_copy.py) or an element-wise statement's with
-such indices (copied first: pad_split.py, which runs before this check), modulo of loop variables in indices, and floor division except a loop variable divided by a
-constant in a copy's read (`Y[i, j] = X[i / 2, j / 2]`: nearest upsampling, select_copy.py).
+such indices (copied first: pad_split.py, which runs before this check), modulo of loop variables in indices, and
+floor division except a loop variable divided by a constant in a copy's read (`Y[i, j] = X[i / 2, j / 2]`: nearest
+upsampling, select_copy.py).
 `compile_program` calls `reject_unsupported` first, so such a program gets a located TilecError saying so and
 what to do, never a traceback from a builder that does not know the construct. Delete a rule here when the
 compiler learns its construct."""
