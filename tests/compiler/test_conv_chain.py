@@ -7,26 +7,13 @@ import numpy as np
 import pytest
 
 from compiler_helpers import assert_matches
+from test_conv_onchip import chain
 from test_conv_padded import NARROW, conv_ref, rounded, run
 from tilec.lang import api as lang
 from tilec.compiler.api import compile_loaded, explain
 from tilec.errors import TilecError
 
-CHAIN = """\
-kernel chain(X: {dt}[N, C, H, W], W1: {dt}[C, C, 3, 3], W2: {dt}[C, C, 3, 3]) -> Y
-  default N = 2, C = 136, H = 12, W = 10
-  T: {dt}[N, C, H - 2, W - 2]
-  Y: {dt}[N, C, H - 4, W - 4]
-  for n in 0..N, k in 0..C, y in 0..H - 2, x in 0..W - 2:
-    T[n, k, y, x] = 0
-    for c in 0..C, r in 0..3, s in 0..3:
-      T[n, k, y, x] += X[n, c, y + r, x + s] * W1[k, c, r, s]
-    T[n, k, y, x] = relu(T[n, k, y, x])
-  for n in 0..N, k in 0..C, y in 0..H - 4, x in 0..W - 4:
-    Y[n, k, y, x] = 0
-    for c in 0..C, r in 0..3, s in 0..3:
-      Y[n, k, y, x] += T[n, c, y + r, x + s] * W2[k, c, r, s]
-"""
+CHAIN = chain(dt="{dt}")  # two unpadded 3x3 convs with a relu between, 136 channels (test_conv_onchip.py)
 LINES = CHAIN.count("\n")  # a schedule section starts after the kernel's last line
 
 

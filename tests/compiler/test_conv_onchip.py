@@ -9,29 +9,16 @@ import re
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches
+from compiler_helpers import EXAMPLES, assert_matches
 from test_conv_padded import NARROW, conv_ref
 from tilec.compiler.api import compile_loaded, explain
 from tilec.errors import TilecError
 from tilec.lang import api as lang
 
-RESNET = """\
-kernel block(X: {dt}[N, C, H, W], W1: {dt}[C, C, 3, 3], b1: {dt}[C], W2: {dt}[C, C, 3, 3], b2: {dt}[C]) -> Y
-  default N = {n}, C = {c}, H = {h}, W = {w}
-  T: {dt}[N, C, H, W]
-  U: {dt}[N, C, H, W]
-  Y: {dt}[N, C, H, W]
-  for n in 0..N, k in 0..C, y in 0..H, x in 0..W:
-    T[n, k, y, x] = b1[k]
-    for c in 0..C, r in 0..3, s in 0..3:
-      T[n, k, y, x] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * W1[k, c, r, s]
-  for n in 0..N, k in 0..C, y in 0..H, x in 0..W:
-    U[n, k, y, x] = b2[k]
-    for c in 0..C, r in 0..3, s in 0..3:
-      U[n, k, y, x] += relu(T[n, c, y + r - 1, x + s - 1] ?? 0) * W2[k, c, r, s]
-  for n in 0..N, k in 0..C, y in 0..H, x in 0..W:
-    Y[n, k, y, x] = relu(U[n, k, y, x] + X[n, k, y, x])
-"""
+# the example's ResNet basic block (padded 3x3 conv + bias -> relu -> conv + bias + residual -> relu), with the
+# dtype and sizes as format fields
+RESNET = re.sub(r"  default .*", "  default N = {n}, C = {c}, H = {h}, W = {w}",
+                (EXAMPLES / "resnet_block.tl").read_text()).replace("f32", "{dt}")
 
 CHAIN = """\
 kernel chain(X: {dt}[N, C, H, W], W1: {dt}[C, C, 3, 3], W2: {dt}[C, C, 3, 3]) -> {outs}
