@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+import test_matmul_batched
+
 from compiler_helpers import assert_matches
 from test_conv_padded import rounded, run
 from tilec.compiler import build_matvec
 
-MATVEC = """\
-kernel mv(Wt: {dt}[M, K], v: {dt}[K]) -> y
-  default M = {M}, K = {K}
-  y: {dt}[M]
-  for i in 0..M:
-    y[i] = 0
-    for k in 0..K:
-      y[i] += Wt[i, k] * v[k]
-"""
+# the matrix-vector program of test_matmul_batched.py, its sizes as format fields
+MATVEC = test_matmul_batched.MATVEC.replace("default M = 300, K = 520", "default M = {M}, K = {K}")
+assert "{M}" in MATVEC
 
 MATVEC_2D = """\
 kernel mv2(Wt: {dt}[M, K], v: {dt}[K, 1]) -> y
