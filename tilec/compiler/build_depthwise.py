@@ -402,7 +402,7 @@ class DepthwiseBuilder:
 
     def group(self, c0: ir.Aff, cg: int, tag: str, gi: ir.Aff) -> list[Stmt]:
         """`tag` names the buffers of a part whose shapes differ (the remainder group, images, chunk)."""
-        op, line, lay = self.op, self.L["update"], self.lay
+        op, lay = self.op, self.lay
         images = min(lay.k, self.N)
         parts = images * lay.nb * cg
         self.wsel = (self.w_all, gi)

@@ -181,7 +181,7 @@ def build_chain(producer: ConvOp, pplan: ConvPlan, consumer: ConvOp, cplan: Conv
     line = producer.line
     body = [Alloc(chip.buf, zero=chip.halo, line=line)] + p_body + c_body
     label = (f"main: {producer.name} then {consumer.name} image by image, {name} kept in SBUF"
-             + (f" (and stored)" if store else "") + (f", fused into {consumer.out}" if consumer.fused else ""))
+             + (" (and stored)" if store else "") + (f", fused into {consumer.out}" if consumer.fused else ""))
     main = ir.Block(label, tuple(loop(n, producer.dim("N"), body, note=pb.T["n"], line=pb.L["n"])), line)
     return p_consts + c_consts, p_pre + c_pre + [main]
 
