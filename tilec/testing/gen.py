@@ -493,14 +493,14 @@ def conv(rng: random.Random, nm: Names) -> Case:
     b.loops([(v["n"], names["N"]), (v["k"], names["K"])] + list(zip(oy, out_sp)), lines)
     ho = (h + 2 * pad_y - dil * (r - 1) - 1) // sy + 1
     wo = (w + 2 * pad_x - dil * (s - 1) - 1) // sx + 1
-    stage, stage_name, stage_dt = "conv", conv_name, conv_dt
+    stage_name, stage_dt = conv_name, conv_dt
     if relu == "stmt":
         rl, rl_dt = nm("Y"), rng.choice(DTYPES)
         b.decl(rl, rl_dt, [names["N"], names["K"]] + out_sp, out=not pool)
         iv = [nm("n"), nm("k")] + [nm("y") for _ in out_sp]
         b.loops(list(zip(iv, [names["N"], names["K"]] + out_sp)),
                 [f"{rl}[{', '.join(iv)}] = relu({conv_name}[{', '.join(iv)}])"])
-        stage, stage_name, stage_dt = "relu", rl, rl_dt
+        stage_name, stage_dt = rl, rl_dt
     py = rng.choice([d for d in (1, 2, 3) if ho % d == 0]) if two_d else 1  # sizes must divide exactly
     px = rng.choice([d for d in (1, 2, 3) if wo % d == 0])
     y_name = None
