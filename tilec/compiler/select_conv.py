@@ -225,6 +225,10 @@ def ungroup_single(comp: Comp, program) -> tuple[Comp, int]:
     if len(merged) != 1:
         return comp, 1
     (g, c), = merged
+    # the weights read the group plainly (W[g, c, ..]); a strided window whose stride equals its taps
+    # (`X[.., 2*y + r, ..] * W[k, c, r, ..]`, a patchify conv) has the same form but no read of `y`
+    if not any(isinstance(i, sx.Name) and i.id == g for acc in accesses(update) for i in acc.indices):
+        return comp, 1
     cg, G = comp.extent(c), comp.extent(g)
 
     def index(e: sx.Expr) -> sx.Expr:
