@@ -9,7 +9,6 @@ from tilec.compiler import ir
 from tilec.compiler.exprs import const_value, fmt_expr, strip_scale
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Scalar, Stmt, View, whole
 from tilec.compiler.select_eltwise import column_only
-from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
 from typing import Callable
@@ -213,9 +212,6 @@ class ExprCompiler:
         pre, x = self.value(e.args[0], None)
         if e.fn == "f32":
             return pre, x
-        if isinstance(e.args[0], sx.Access) and e.args[0].tensor in self.columns:
-            raise TilecError(f"converting the broadcast operand `{fmt_expr(e.args[0])}` to {e.fn} is not supported "
-                             f"inside an element-wise statement", e.span, f"declare {e.args[0].tensor} as {e.fn}")
         self.n += 1
         buf = Buf(self.fresh(f"{self.prefix}{self.n}"), "sbuf", e.fn, self.cur)  # (P, 1) when it rounds a column
         return pre + [Alloc(buf, line=self.line), ir.Copy(whole(buf), x, self.line)], whole(buf)
