@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
 
 PSUM_FP32 = 512  # fp32 elements per partition in one 2 KiB PSUM bank: a chunk's accumulator
-STORE_CHAIN_NS = 2000.0  # one store after another into overlapping HBM ranges: a DMA latency (~1.15 us) + transfer
+STORE_CHAIN_NS = 2000.0  # the last stores after the last taps: a DMA latency (~1.15 us) + transfer
 SBUF_BUDGET = 96 * 1024  # bytes per partition for the band and the output band (two of each in flight)
 DIAG_BUDGET = 48 * 1024  # bytes per partition for TensorE's diagonal weights (all taps of all groups, at most)
 LAYOUT_TRIES = 8  # candidate layouts (best estimate first) tried against the SBUF and PSUM budgets
@@ -172,13 +172,14 @@ def _matmul_ns(n: int, fp32: bool) -> float:
 
 def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[Layout]:
     """The layout with the smallest estimated time: per tile, its chunks' busiest engine plus one chunk of pipeline
-    fill, or the chain of its row blocks' stores, whichever is longer, and the last tile's store chain; None when not
-    even one output row per partition fits SBUF (best first)."""
+    fill, or its DMA time, whichever is longer, and the last tile's stores; None when not even one output row per
+    partition fits SBUF (best first)."""
     n_img, c, ho, wo = op.dim("N"), op.dim("C") // fan_in(op), op.dim("Ho"), op.dim("Wo")
     sy, dy, sx, dx = op.stride[0], op.dilation[0], op.stride[1], op.dilation[1]
     taps = op.dim("R") * op.dim("S") * fan_in(op)
     ic = (wo - 1) * sx + (op.dim("S") - 1) * dx + 1
     rc_max = PSUM_FP32 // wo
+    t = get_target()
     found: list[tuple[float, int, Layout]] = []
     for nb in range(1, min(ho, PMAX) + 1):
         rb = -(-ho // nb)
@@ -187,8 +188,11 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
         ir_rows = (rb - 1) * sy + (op.dim("R") - 1) * dy + 1
         if 2 * (ir_rows * ic * elem * fan_in(op) + max(1, multiplier(op)) * rb * wo * 4) > SBUF_BUDGET:
             continue
-        # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its stores' chain;
-        # the last tile's stores (its row blocks' chain) come after everything
+        # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its loads and stores
+        # (the bytes of a DMA engine's 8 partitions at its bandwidth), whichever is longer; the last tile's stores
+        # (one DMA latency and transfer) come after everything
+        dma_ns = PMAX // t.dma_engines * (ir_rows * ic * fan_in(op) + max(1, multiplier(op)) * rb * wo) * elem \
+            / t.dma_engine_bw
         # a fan-in's TensorE taps come before a chunk's other taps (they lead by one chunk): the first chunk's
         # matmuls fill the pipeline (once: later tiles overlap), smaller chunks fill it sooner
         least = -(-rb // rc_max)  # chunks per block, at the least (balanced sizes for a fan-in: no 1-row chunk)
@@ -198,11 +202,14 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
             routes = [choose_routes(taps, r * wo, clamp, pe, elem == 4) for r in rows]
             times = [rt.ns for rt in routes]
             fill = routes[0].pe * _matmul_ns(rows[0] * wo, elem == 4) if fan_in(op) > 1 else 0.0
-            tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), nb * STORE_CHAIN_NS)
             for cg in range(1, min(c, PMAX // nb) + 1):
                 k = max(1, min(n_img, PMAX // (nb * cg)))
                 tiles = -(-c // cg) * -(-n_img // k)
-                found.append((tiles * tile_ns + fill + nb * STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc)))
+                # row blocks of a group not a multiple of 8 channels: one store after another on one DMA engine
+                serial = nb * cg * max(1, multiplier(op)) * rb * wo * elem / t.dma_engine_bw \
+                    if nb > 1 and cg % (PMAX // t.dma_engines) else 0.0
+                tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), dma_ns, serial)
+                found.append((tiles * tile_ns + fill + STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc)))
     found.sort(key=lambda f: f[:2])
     return [f[2] for f in found]
 
@@ -531,11 +538,33 @@ class DepthwiseBuilder:
                 finish + self.evict(dst, accv, bias, ctag)), line)])
         out += [s for p in pending for s in p]
         ms = (a(self.m),) if self.M > 1 else ()
+        # one row block's store of several channels spans the other blocks' rows of those channels in HBM (a DMA
+        # writes the range its pattern spans, and such ranges are written one after another): with row blocks,
+        # each (row block, channel) pair is its own store, a contiguous range of Y disjoint from every other; the
+        # stores issue in order, so consecutive ones go to different DMA engines (8 partitions each): channel
+        # e*8 + q of every block for e, then the next q
+        if lay.nb == 1:
+            for j, (i, b) in enumerate(self.slots(images)):
+                valid = min(lay.rb, self.Ho - b * lay.rb)
+                out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
+                               View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
+                                         full(self.Wo))), line))
+            return out
+        ppe = PMAX // get_target().dma_engines
+        qv, ev = self.fresh(f"{self.names['k']}_q"), self.fresh(f"{self.names['k']}_e")
+        engines, q = (cg // ppe, a(qv)) if cg % ppe == 0 else (cg, a())
+        body: list[Stmt] = []
         for j, (i, b) in enumerate(self.slots(images)):
             valid = min(lay.rb, self.Ho - b * lay.rb)
-            out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
-                           View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
-                                     full(self.Wo))), line))
+            c = a(term(ev, ppe)).plus(q) if cg % ppe == 0 else a(ev)
+            store = Dma(View(self.o4, (n0.plus(i), sl(c0.plus(c), 1)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
+                        View(ob, (sl(c.plus(j * cg), 1), full(lay.rb) if valid == lay.rb else sl(0, valid),
+                                  full(self.Wo))), line)
+            body += loop(ev, engines, [store], note=f"one store per channel of row block {b}", line=line)
+        if cg % ppe == 0:
+            body = loop(qv, ppe, body, note=f"channel {self.names['k']}_e*{ppe} + {qv}: consecutive stores on "
+                        "different DMA engines", line=line)
+        out += body
         return out
 
     # ---- one chunk of output rows: the taps, then the final add ----------------------------------------------------
