@@ -172,8 +172,8 @@ def _matmul_ns(n: int, fp32: bool) -> float:
 
 def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[Layout]:
     """The layout with the smallest estimated time: per tile, its chunks' busiest engine plus one chunk of pipeline
-    fill, or its DMA time, whichever is longer, and the last tile's stores; None when not even one output row per
-    partition fits SBUF (best first)."""
+    fill, or its DMA time, whichever is longer, plus the first band's load and the last tile's stores; None when not
+    even one output row per partition fits SBUF (best first)."""
     n_img, c, ho, wo = op.dim("N"), op.dim("C") // fan_in(op), op.dim("Ho"), op.dim("Wo")
     sy, dy, sx, dx = op.stride[0], op.dilation[0], op.stride[1], op.dilation[1]
     taps = op.dim("R") * op.dim("S") * fan_in(op)
@@ -191,8 +191,10 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
         # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its loads and stores
         # (the bytes of a DMA engine's 8 partitions at its bandwidth), whichever is longer; the last tile's stores
         # (one DMA latency and transfer) come after everything
-        dma_ns = PMAX // t.dma_engines * (ir_rows * ic * fan_in(op) + max(1, multiplier(op)) * rb * wo) * elem \
-            / t.dma_engine_bw
+        ppe = PMAX // t.dma_engines
+        load_ns = ppe * ir_rows * ic * fan_in(op) * elem / t.dma_engine_bw  # a band: 8 partitions per DMA engine
+        store_ns = ppe * rb * wo * elem / t.dma_engine_bw  # one output channel of each partition
+        dma_ns = load_ns + max(1, multiplier(op)) * store_ns
         # a fan-in's TensorE taps come before a chunk's other taps (they lead by one chunk): the first chunk's
         # matmuls fill the pipeline (once: later tiles overlap), smaller chunks fill it sooner
         least = -(-rb // rc_max)  # chunks per block, at the least (balanced sizes for a fan-in: no 1-row chunk)
@@ -209,7 +211,9 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
                 serial = nb * cg * max(1, multiplier(op)) * rb * wo * elem / t.dma_engine_bw \
                     if nb > 1 and cg % (PMAX // t.dma_engines) else 0.0
                 tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), dma_ns, serial)
-                found.append((tiles * tile_ns + fill + STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc)))
+                # before the first taps: the first band's load; after the last: the last tile's stores
+                edges = load_ns + store_ns + STORE_CHAIN_NS
+                found.append((tiles * tile_ns + fill + edges, nb, Layout(cg, nb, rb, k, rc)))
     found.sort(key=lambda f: f[:2])
     return [f[2] for f in found]
 
@@ -286,7 +290,7 @@ class DepthwiseBuilder:
         tensors = op.w + (f" and {op.bias}" if op.bias else "")
         stmts.append(ir.Block(f"{tensors}: each {k}'s weights as fp32 columns (one per tap) on every "
                               f"{self.slot_word()}'s partitions", tuple(self.weights()), line))
-        diags = self.diagonals()
+        diags = self.diagonals(scalar=None)  # VectorE and ScalarE by turns: the first taps wait for half
         if diags:
             stmts.append(ir.Block(f"diag({op.w}[{k}, r, s]) for the taps TensorE runs: the identity scaled per "
                                   "partition", tuple(diags), line))
@@ -350,9 +354,10 @@ class DepthwiseBuilder:
             out += part(a(self.G), a(self.G * lay.cg), self.CR)
         return out
 
-    def diagonals(self, scalar: bool = False) -> list[Stmt]:
+    def diagonals(self, scalar: bool | None = False) -> list[Stmt]:
         """d_all[:, group, i, :] = diag(w[:, tap i]) for TensorE's taps: the identity scaled per partition by the
-        weight column (VectorE), every group's before the main loop, off the main loop's engine streams."""
+        weight column, every group's before the main loop; `scalar`: on ScalarE (True), VectorE (False), or the two
+        by turns (None: the first taps wait for half of them on each engine)."""
         taps = self.pe_taps_list()
         if not taps:
             return []
@@ -363,13 +368,14 @@ class DepthwiseBuilder:
                          (parts, groups, self.M * len(taps), parts))
 
         def part(gi: ir.Aff, p: int) -> list[Stmt]:
-            def diag(dst: View, ident: View, w: View) -> Stmt:  # `scalar`: on ScalarE (a copy scaled per partition)
-                return Act(dst, ident, "copy", None, w, line) if scalar else Scalar(dst, ident, "multiply", w, line)
+            def diag(dst: View, ident: View, w: View, on_scalar: bool) -> Stmt:  # ScalarE: a copy scaled per partition
+                return Act(dst, ident, "copy", None, w, line) if on_scalar else Scalar(dst, ident, "multiply", w, line)
             out = []
             for m in range(self.M):  # (a channel multiplier: each output channel's taps, m-major)
                 self.m = m
                 out += [diag(View(self.d_all, (sl(0, p), gi, a(m * len(taps) + i), sl(0, p))),
-                             View(self.ident, (sl(0, p), sl(0, p))), self.w_col(p, r, s, gi, c))
+                             View(self.ident, (sl(0, p), sl(0, p))), self.w_col(p, r, s, gi, c),
+                             i % 2 == 1 if scalar is None else scalar)
                         for i, (c, r, s) in enumerate(taps)]
             return out
         out: list[Stmt] = [Alloc(self.d_all, line=line)]
