@@ -486,14 +486,24 @@ class DepthwiseBuilder:
         out: list[Stmt] = [Alloc(band, line=line)] + self.zero_halo(band, cg, images)
         cols_src = sl(self.ox + left, self.IC - left - right)
         cols_dst = full(self.BC) if not (left or right) or self.clip else sl(left, self.IC - left - right)
-        for j, (i, b) in enumerate(self.slots(images)):
-            start, top, bottom = self.block_rows(b)
-            rows = self.IR - top - bottom
-            if rows <= 0:
-                continue
-            out.append(Dma(View(band, (sl(j * cg, cg),) + fs + (sl(top, rows) if (top or bottom) else full(self.IR),
-                                                                 cols_dst)),
-                           View(self.x4, (n0.plus(i), sl(c0, cg)) + fs + (sl(start + top, rows), cols_src)), line))
+        # the band's rows in pieces, one per chunk of output rows (the rows it reads first): a chunk's taps wait for
+        # its own rows only, so the first chunk starts before the whole band is in (not a fan-in's band: a piece of
+        # rows of every input channel spans the others' bytes of the partition, so the pieces would wait on each
+        # other)
+        ends = sorted({min(self.IR, (y0 + min(lay.rc, lay.rb - y0) - 1) * self.sy + (self.R - 1) * self.dy + 1)
+                       for y0 in range(0, lay.rb, lay.rc)} if self.CI == 1 else {self.IR})
+        pieces = list(zip([0] + ends[:-1], ends))
+        for lo, hi in pieces:
+            for j, (i, b) in enumerate(self.slots(images)):
+                start, top, bottom = self.block_rows(b)
+                lo2, hi2 = max(lo, top), min(hi, self.IR - bottom)  # the piece's rows inside X
+                if hi2 <= lo2:
+                    continue
+                whole = (lo2, hi2) == (0, self.IR)
+                out.append(Dma(View(band, (sl(j * cg, cg),) + fs + (full(self.IR) if whole else sl(lo2, hi2 - lo2),
+                                                                     cols_dst)),
+                               View(self.x4, (n0.plus(i), sl(c0, cg)) + fs + (sl(start + lo2, hi2 - lo2), cols_src)),
+                               line))
         self.allocated: set[Buf] = set()
         for m in range(self.M):  # a channel multiplier: the band's M output channels, one after another
             self.m = m
