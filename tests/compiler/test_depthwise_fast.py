@@ -221,3 +221,32 @@ def test_big_windows_and_tall_images_fit_sbuf(n, c, h, w, r):
     assert fast(comp)
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], reference(x["X"], x["Wd"], pad=r // 2))
+
+
+def _hbm_writes(c, inputs, tensor):
+    """(lo, hi) byte ranges of the DMAs writing `tensor` in HBM, from the interpreter's trace."""
+    _, trace = c.run_traced(numerics=False, **inputs)
+    return [(acc.lo, acc.hi) for ins in trace.instrs if ins.engine == "dma"
+            for acc in ins.writes if acc.memory == "hbm" and acc.name == tensor]
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("cg, nb, rc", [(16, 4, 3), (12, 4, 8), (8, 5, 2)])
+def test_row_blocks_store_disjoint_ranges(monkeypatch, dt, cg, nb, rc):
+    """Row blocks store each (block, channel) pair by its own DMA, a contiguous range of Y disjoint from every other
+    store's (a block's store of several channels would span the other blocks' rows, which the model runs one after
+    another): 16 channels per group (the stores interleaved over DMA engines), 12 (one after another), a last block
+    shorter than the others (30 rows in blocks of 8), several chunks per block, a remainder group of channels, two
+    images."""
+    ho = 30
+    rb = -(-ho // nb)
+    lay = build_depthwise.Layout(cg, nb, rb, 1, rc)
+    monkeypatch.setattr(build_depthwise, "rank_layouts", lambda *args, **kw: [lay])
+    prog, c, inputs, out = run(PADDED.format(dt=dt, n=2, c=40, h=ho, w=20))
+    assert fast(c) and f"{nb} blocks of {rb} rows" in c.source
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], reference(x["X"], x["Wd"], pad=1, bias=x["b"]))
+    writes = sorted(_hbm_writes(c, inputs, "Y"))
+    assert len(writes) == 2 * 40 * nb  # one per (image, channel, row block)
+    assert all(hi <= lo2 for (_, hi), (lo2, _) in zip(writes, writes[1:]))  # disjoint ranges
+    assert sum(hi - lo for lo, hi in writes) == 2 * 40 * ho * 20 * (4 if dt == "f32" else 2)  # all of Y, once

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
 
 PSUM_FP32 = 512  # fp32 elements per partition in one 2 KiB PSUM bank: a chunk's accumulator
-STORE_CHAIN_NS = 2000.0  # one store after another into overlapping HBM ranges: a DMA latency (~1.15 us) + transfer
+STORE_CHAIN_NS = 2000.0  # the last stores after the last taps: a DMA latency (~1.15 us) + transfer
 SBUF_BUDGET = 96 * 1024  # bytes per partition for the band and the output band (two of each in flight)
 DIAG_BUDGET = 48 * 1024  # bytes per partition for TensorE's diagonal weights (all taps of all groups, at most)
 LAYOUT_TRIES = 8  # candidate layouts (best estimate first) tried against the SBUF and PSUM budgets
@@ -172,13 +172,14 @@ def _matmul_ns(n: int, fp32: bool) -> float:
 
 def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[Layout]:
     """The layout with the smallest estimated time: per tile, its chunks' busiest engine plus one chunk of pipeline
-    fill, or the chain of its row blocks' stores, whichever is longer, and the last tile's store chain; None when not
+    fill, or its DMA time, whichever is longer, plus the first band's load and the last tile's stores; None when not
     even one output row per partition fits SBUF (best first)."""
     n_img, c, ho, wo = op.dim("N"), op.dim("C") // fan_in(op), op.dim("Ho"), op.dim("Wo")
     sy, dy, sx, dx = op.stride[0], op.dilation[0], op.stride[1], op.dilation[1]
     taps = op.dim("R") * op.dim("S") * fan_in(op)
     ic = (wo - 1) * sx + (op.dim("S") - 1) * dx + 1
     rc_max = PSUM_FP32 // wo
+    t = get_target()
     found: list[tuple[float, int, Layout]] = []
     for nb in range(1, min(ho, PMAX) + 1):
         rb = -(-ho // nb)
@@ -187,8 +188,13 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
         ir_rows = (rb - 1) * sy + (op.dim("R") - 1) * dy + 1
         if 2 * (ir_rows * ic * elem * fan_in(op) + max(1, multiplier(op)) * rb * wo * 4) > SBUF_BUDGET:
             continue
-        # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its stores' chain;
-        # the last tile's stores (its row blocks' chain) come after everything
+        # a tile: its PSUM-sized chunks after one chunk of filling the engines' pipeline, or its loads and stores
+        # (the bytes of a DMA engine's 8 partitions at its bandwidth), whichever is longer; the last tile's stores
+        # (one DMA latency and transfer) come after everything
+        ppe = PMAX // t.dma_engines
+        load_ns = ppe * ir_rows * ic * fan_in(op) * elem / t.dma_engine_bw  # a band: 8 partitions per DMA engine
+        store_ns = ppe * rb * wo * elem / t.dma_engine_bw  # one output channel of each partition
+        dma_ns = load_ns + max(1, multiplier(op)) * store_ns
         # a fan-in's TensorE taps come before a chunk's other taps (they lead by one chunk): the first chunk's
         # matmuls fill the pipeline (once: later tiles overlap), smaller chunks fill it sooner
         least = -(-rb // rc_max)  # chunks per block, at the least (balanced sizes for a fan-in: no 1-row chunk)
@@ -198,11 +204,16 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
             routes = [choose_routes(taps, r * wo, clamp, pe, elem == 4) for r in rows]
             times = [rt.ns for rt in routes]
             fill = routes[0].pe * _matmul_ns(rows[0] * wo, elem == 4) if fan_in(op) > 1 else 0.0
-            tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), nb * STORE_CHAIN_NS)
             for cg in range(1, min(c, PMAX // nb) + 1):
                 k = max(1, min(n_img, PMAX // (nb * cg)))
                 tiles = -(-c // cg) * -(-n_img // k)
-                found.append((tiles * tile_ns + fill + nb * STORE_CHAIN_NS, nb, Layout(cg, nb, rb, k, rc)))
+                # row blocks of a group not a multiple of 8 channels: one store after another on one DMA engine
+                serial = nb * cg * max(1, multiplier(op)) * rb * wo * elem / t.dma_engine_bw \
+                    if nb > 1 and cg % (PMAX // t.dma_engines) else 0.0
+                tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), dma_ns, serial)
+                # before the first taps: the first band's load; after the last: the last tile's stores
+                edges = load_ns + store_ns + STORE_CHAIN_NS
+                found.append((tiles * tile_ns + fill + edges, nb, Layout(cg, nb, rb, k, rc)))
     found.sort(key=lambda f: f[:2])
     return [f[2] for f in found]
 
@@ -279,7 +290,7 @@ class DepthwiseBuilder:
         tensors = op.w + (f" and {op.bias}" if op.bias else "")
         stmts.append(ir.Block(f"{tensors}: each {k}'s weights as fp32 columns (one per tap) on every "
                               f"{self.slot_word()}'s partitions", tuple(self.weights()), line))
-        diags = self.diagonals()
+        diags = self.diagonals(scalar=None)  # VectorE and ScalarE by turns: the first taps wait for half
         if diags:
             stmts.append(ir.Block(f"diag({op.w}[{k}, r, s]) for the taps TensorE runs: the identity scaled per "
                                   "partition", tuple(diags), line))
@@ -343,9 +354,10 @@ class DepthwiseBuilder:
             out += part(a(self.G), a(self.G * lay.cg), self.CR)
         return out
 
-    def diagonals(self, scalar: bool = False) -> list[Stmt]:
+    def diagonals(self, scalar: bool | None = False) -> list[Stmt]:
         """d_all[:, group, i, :] = diag(w[:, tap i]) for TensorE's taps: the identity scaled per partition by the
-        weight column (VectorE), every group's before the main loop, off the main loop's engine streams."""
+        weight column, every group's before the main loop; `scalar`: on ScalarE (True), VectorE (False), or the two
+        by turns (None: the first taps wait for half of them on each engine)."""
         taps = self.pe_taps_list()
         if not taps:
             return []
@@ -356,13 +368,14 @@ class DepthwiseBuilder:
                          (parts, groups, self.M * len(taps), parts))
 
         def part(gi: ir.Aff, p: int) -> list[Stmt]:
-            def diag(dst: View, ident: View, w: View) -> Stmt:  # `scalar`: on ScalarE (a copy scaled per partition)
-                return Act(dst, ident, "copy", None, w, line) if scalar else Scalar(dst, ident, "multiply", w, line)
+            def diag(dst: View, ident: View, w: View, on_scalar: bool) -> Stmt:  # ScalarE: a copy scaled per partition
+                return Act(dst, ident, "copy", None, w, line) if on_scalar else Scalar(dst, ident, "multiply", w, line)
             out = []
             for m in range(self.M):  # (a channel multiplier: each output channel's taps, m-major)
                 self.m = m
                 out += [diag(View(self.d_all, (sl(0, p), gi, a(m * len(taps) + i), sl(0, p))),
-                             View(self.ident, (sl(0, p), sl(0, p))), self.w_col(p, r, s, gi, c))
+                             View(self.ident, (sl(0, p), sl(0, p))), self.w_col(p, r, s, gi, c),
+                             i % 2 == 1 if scalar is None else scalar)
                         for i, (c, r, s) in enumerate(taps)]
             return out
         out: list[Stmt] = [Alloc(self.d_all, line=line)]
@@ -473,14 +486,24 @@ class DepthwiseBuilder:
         out: list[Stmt] = [Alloc(band, line=line)] + self.zero_halo(band, cg, images)
         cols_src = sl(self.ox + left, self.IC - left - right)
         cols_dst = full(self.BC) if not (left or right) or self.clip else sl(left, self.IC - left - right)
-        for j, (i, b) in enumerate(self.slots(images)):
-            start, top, bottom = self.block_rows(b)
-            rows = self.IR - top - bottom
-            if rows <= 0:
-                continue
-            out.append(Dma(View(band, (sl(j * cg, cg),) + fs + (sl(top, rows) if (top or bottom) else full(self.IR),
-                                                                 cols_dst)),
-                           View(self.x4, (n0.plus(i), sl(c0, cg)) + fs + (sl(start + top, rows), cols_src)), line))
+        # the band's rows in pieces, one per chunk of output rows (the rows it reads first): a chunk's taps wait for
+        # its own rows only, so the first chunk starts before the whole band is in (not a fan-in's band: a piece of
+        # rows of every input channel spans the others' bytes of the partition, so the pieces would wait on each
+        # other)
+        ends = sorted({min(self.IR, (y0 + min(lay.rc, lay.rb - y0) - 1) * self.sy + (self.R - 1) * self.dy + 1)
+                       for y0 in range(0, lay.rb, lay.rc)} if self.CI == 1 else {self.IR})
+        pieces = list(zip([0] + ends[:-1], ends))
+        for lo, hi in pieces:
+            for j, (i, b) in enumerate(self.slots(images)):
+                start, top, bottom = self.block_rows(b)
+                lo2, hi2 = max(lo, top), min(hi, self.IR - bottom)  # the piece's rows inside X
+                if hi2 <= lo2:
+                    continue
+                whole = (lo2, hi2) == (0, self.IR)
+                out.append(Dma(View(band, (sl(j * cg, cg),) + fs + (full(self.IR) if whole else sl(lo2, hi2 - lo2),
+                                                                     cols_dst)),
+                               View(self.x4, (n0.plus(i), sl(c0, cg)) + fs + (sl(start + lo2, hi2 - lo2), cols_src)),
+                               line))
         self.allocated: set[Buf] = set()
         for m in range(self.M):  # a channel multiplier: the band's M output channels, one after another
             self.m = m
@@ -531,11 +554,33 @@ class DepthwiseBuilder:
                 finish + self.evict(dst, accv, bias, ctag)), line)])
         out += [s for p in pending for s in p]
         ms = (a(self.m),) if self.M > 1 else ()
+        # one row block's store of several channels spans the other blocks' rows of those channels in HBM (a DMA
+        # writes the range its pattern spans, and such ranges are written one after another): with row blocks,
+        # each (row block, channel) pair is its own store, a contiguous range of Y disjoint from every other; the
+        # stores issue in order, so consecutive ones go to different DMA engines (8 partitions each): channel
+        # e*8 + q of every block for e, then the next q
+        if lay.nb == 1:
+            for j, (i, b) in enumerate(self.slots(images)):
+                valid = min(lay.rb, self.Ho - b * lay.rb)
+                out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
+                               View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
+                                         full(self.Wo))), line))
+            return out
+        ppe = PMAX // get_target().dma_engines
+        qv, ev = self.fresh(f"{self.names['k']}_q"), self.fresh(f"{self.names['k']}_e")
+        engines, q = (cg // ppe, a(qv)) if cg % ppe == 0 else (cg, a())
+        body: list[Stmt] = []
         for j, (i, b) in enumerate(self.slots(images)):
             valid = min(lay.rb, self.Ho - b * lay.rb)
-            out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
-                           View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
-                                     full(self.Wo))), line))
+            c = a(term(ev, ppe)).plus(q) if cg % ppe == 0 else a(ev)
+            store = Dma(View(self.o4, (n0.plus(i), sl(c0.plus(c), 1)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
+                        View(ob, (sl(c.plus(j * cg), 1), full(lay.rb) if valid == lay.rb else sl(0, valid),
+                                  full(self.Wo))), line)
+            body += loop(ev, engines, [store], note=f"one store per channel of row block {b}", line=line)
+        if cg % ppe == 0:
+            body = loop(qv, ppe, body, note=f"channel {self.names['k']}_e*{ppe} + {qv}: consecutive stores on "
+                        "different DMA engines", line=line)
+        out += body
         return out
 
     # ---- one chunk of output rows: the taps, then the final add ----------------------------------------------------
