@@ -101,7 +101,23 @@ kernel c3(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3]) -> Y
 def test_band_halves_first_layer_one_matmul_per_group(dt):
     prog, c, inputs, out = run(C3.format(dt=dt), "split Y.y, 12\n")
     code = c.source
-    assert code.count("nisa.nc_matmul(") == 1 and "(54, " in code  # 2 halves x 9 taps x 3 channels
+    # 2 halves x 9 taps x 3 channels: 18 copies, 7 partitions apart (their loads on all 16 DMA engines), 122
+    # partitions; one matmul per band (3 bands, each in its own slot of the band buffer)
+    assert code.count("nisa.nc_matmul(") == 3 and "(122, " in code and "X_band0[7:10]" in code
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("band", [4, 2])
+def test_band_halves_slots_loop_and_remainder(dt, band):
+    # more bands (36 rows: 9 or 18) than slots: the band loop unrolled 4 times (band 4 * y_b + j in slot j), the
+    # remaining bands after it; the gaps between the copies are zeroed once, before the images' loop (batch 2)
+    prog, c, inputs, out = run(C3.format(dt=dt), f"split Y.y, {band}\n")
+    code = c.source
+    bands = 36 // band
+    assert "4 at a time" in code and code.count("nisa.nc_matmul(") == 4 + bands % 4
+    assert code.index("X_band3") < code.index("# ---- main")  # the slots are allocated before the images
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))
 
@@ -146,10 +162,10 @@ kernel c3r(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K], S: {dt}[N, K, 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_band_halves_bias_and_residual_on_interleaved_partitions(dt):
     # the halves' output channels interleave (partition 2k + h): the bias column and the residual band follow, and
-    # the output band leaves in one DMA
+    # the output band leaves in one DMA (3 bands of 8 rows, each in its band slot: 3 stores)
     prog, c, inputs, out = run(C3_EPILOGUE.format(dt=dt), "split Y.y, 8\n")
     code = c.source
-    assert "b_twice" in code and code.count("dst=Y_halves") == 1
+    assert "b_twice" in code and code.count("dst=Y_halves") == 3
     x = rounded(inputs, dt)
     conv = conv_ref(x["X"], x["Wt"], pad=(0, 0), bias=x["b"])
     if dt != "f32":  # conv is rounded to the program's dtype before the add

@@ -35,7 +35,7 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     group g's block (copy (c, h, r), half h) holds W[k, :, r, g * M + c] and the transposed columns interleave
     (column 2k + h)."""
     op, line, C, K = b.op, b.L["update"], b.C, b.K
-    parts = len(b.shifts) * C  # the contraction rows: the band copies
+    parts = b.copy_parts(len(b.shifts))  # the contraction rows: the band copies (and the zero gaps between)
     rows = Buf(b.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (2 * K, C, b.R, b.S))
     raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, b.n_groups, parts))
     tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (parts, 2 * K))
@@ -50,7 +50,7 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     # first matmuls wait for them (conv3x3same 2.70x -> 2.42x, the stem's 98 blocks 5.5x -> 4.7x at batch 1)
     for i, (g, j, h, r, s) in enumerate(blocks):
         half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
-        dst = View(raw, (sl(half * K, K), a(g), sl(j * C, C)))
+        dst = View(raw, (sl(half * K, K), a(g), sl(j * b.Q, C)))
         src = View(rows, (sl(half * K, K), full(C), a(r), a(s)))
         scalar = i % 2 == 1
         out.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
@@ -99,7 +99,7 @@ def matmul_halves(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
     rows = sl(a(term(V["g"], p.rows, b.cn["rows"])), p.rows, 1, b.cn["rows"])  # copies hold strided rows
     out: list[Stmt] = []
     for g, (_, s0) in enumerate(b.pairs):
-        parts = sl(0, min(b.M, b.S - s0) * 2 * b.R * b.C)
+        parts = sl(0, b.copy_parts(min(b.M, b.S - s0) * 2 * b.R))
         cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], b.sx), s0 * b.dx), p.tile_x, b.sx,
                   b.cn["x"] if b.sx == 1 else "")
         out.append(Matmul(accv, View(wt, (parts, a(g), full(b.PK))),
