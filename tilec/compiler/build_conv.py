@@ -39,7 +39,7 @@ from tilec.compiler import conv_fold, conv_pairs, conv_weights
 from tilec.compiler.build_util import a, hbm_view, loop, pool_epilogue, prep_notes, sl, term
 from tilec.compiler.conv_fold import fold_groups
 from tilec.compiler.conv_pairs import pair_groups
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
 from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 
 SLOTS = 4  # band slots of a folded band with gaps between its copies (conv_c3: 2 slots 95 us, 3 or 4: 87 us)
+SLOT_BYTES = 96 * 1024  # at most this much of each partition for the slots (schedule.py's band budget, twice)
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
 
 
@@ -203,8 +204,10 @@ class _ConvBuilder:
         self.Q, self.slots, self.slot, self.ymul = self.C, 1, 0, 1
         if self.halves and src_chip is None and plan.x_bufs != 1 and self.ox == 0 and self.NB >= 2 \
                 and all(self.band_clip(b) == (0, 0) for b in range(self.NB)):
-            self.Q = max(self.C, PMAX // len(self.shifts))
-            self.slots = min(SLOTS, self.NB)
+            per_slot = self.copy_rows() * self.in_cols() * DTYPE_BYTES[self.hbm[op.x].dtype]
+            self.slots = min(SLOTS, self.NB, SLOT_BYTES // per_slot)  # (as much SBUF as two bands in flight)
+            self.Q = max(self.C, PMAX // len(self.shifts)) if self.slots > 1 else self.C
+            self.slots = max(self.slots, 1)
         # a chain's producer writing a folded image (conv_chain.OnChip.copies): its stationary repeats the output
         # channels once per copy (free on TensorE), so each copy's partitions of the accumulator hold all of them
         self.dup = len(dst_chip.copies) if dst_chip is not None else 1
