@@ -13,6 +13,8 @@ from __future__ import annotations
 import pytest
 
 from compiler_helpers import assert_matches
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
 from test_conv_padded import conv_ref, rounded, run
 
 SAME64 = """\
@@ -138,9 +140,11 @@ kernel stem(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 7, 7]) -> Y
 def test_band_halves_padded_stride_2_stem(dt):
     prog, c, inputs, out = run(STEM.format(dt=dt), "split Y.y, 4\n")
     code = c.source
-    # 7 tap rows x 3 tap columns x 2 halves x 3 channels = 126 partitions; 3 matmuls per group (tap columns 0-2,
-    # 3-5, 6), the last over the copies of one tap column only (42 partitions)
-    assert "(126, " in code and "X_band[0:42" in code
+    # f32: 7 tap rows x 3 tap columns x 2 halves x 3 channels = 126 partitions; 3 matmuls per group (tap columns
+    # 0-2, 3-5, 6), the last over the copies of one tap column only (42 partitions). 16-bit: TensorE has time to
+    # spare, so 2 tap columns per copy (84 partitions, 4 matmuls: columns 0-1, 2-3, 4-5, 6) and a third fewer loads
+    parts, matmuls = (126, 3) if dt == "f32" else (84, 4)
+    assert f"Wt_T = nl.ndarray(({parts}, {matmuls}, " in code and "X_band[0:42" in code
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], stride=2, pad=(3, 3)))
 
@@ -171,3 +175,14 @@ def test_band_halves_bias_and_residual_on_interleaved_partitions(dt):
     if dt != "f32":  # conv is rounded to the program's dtype before the add
         conv = rounded({"c": conv}, dt)["c"]
     assert_matches(prog, "Y", out["Y"], (conv + x["S"]).clip(min=0))
+
+
+@pytest.mark.parametrize("dt, copies", [("f32", 18), ("f16", 12), ("bf16", 12)])
+def test_band_halves_tap_columns_per_copy_follow_the_dtype(dt, copies):
+    # the first layer at its ResNet shape (224 x 224 out, compiled only): in fp32 TensorE is the tighter engine and
+    # all 3 tap columns go into the copies (18 copies); with 16-bit operands the loads are, and 2 tap columns per
+    # copy (12 copies, 2 matmuls per group) move a third fewer bytes. Copies sit 128 // copies partitions apart.
+    text = C3.format(dt=dt).replace("N = 2, C = 3, H = 38, W = 21, K = 32", "N = 1, C = 3, H = 226, W = 226, K = 64")
+    c = compile_loaded(lang.load(text), None)
+    parts = (copies - 1) * (128 // copies) + 3
+    assert f"Wt_T = nl.ndarray(({parts}, " in c.source

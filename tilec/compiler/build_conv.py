@@ -186,7 +186,7 @@ class _ConvBuilder:
             # copy (c, h, r) holds X shifted by tap row r, by c tap columns and by half the band's output rows;
             # the matmul of group g reads the copies g * M tap columns further (M copies per tap row; a last group
             # reaching past the taps leaves the trailing copies out)
-            self.M = min(self.S, PMAX // (2 * self.R * self.C))
+            self.M = conv_pairs.columns_per_copy(self, plan)
             self.shifts = [(r * self.dy + h * plan.band // 2 * self.sy, c * self.dx) for c in range(self.M)
                            for h in range(2) for r in range(self.R)]
             self.pairs = [(0, g * self.M) for g in range(-(-self.S // self.M))]

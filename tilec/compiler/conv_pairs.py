@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING
 
 from tilec.compiler import conv_weights, ir
 from tilec.compiler.build_util import a, loop, sl, term
-from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
+from tilec.compiler.schedule import PMAX
+from tilec.target import TRN2
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
+    from tilec.compiler.schedule import ConvPlan
 
 
 def pair_groups(r: int, s: int) -> list[tuple[int, int]]:
@@ -67,6 +70,26 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     else:
         body.append(ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line))
     return out + loop(gv, b.n_groups, body, note="tap columns" if b.halves else "row pairs", line=line)
+
+
+def columns_per_copy(b: _ConvBuilder, plan: ConvPlan) -> int:
+    """Band halves' M, the tap columns folded into the copies: the most that fit 128 partitions, unless fewer
+    balance TensorE against the DMAs better. Per band, M copies per tap row and half cost their loads (M x 2R x C
+    rows of the band's width), and each matmul group ceil(S / M) matmuls; with 16-bit operands TensorE has time to
+    spare and fewer copies shorten the loads (conv_c3 f16: M = 2, batch 8 257 -> 228 us; the stem f16 150 -> 120).
+    The rates are the default target's (tilec.target.TRN2; fp32 matmuls at a quarter rate, nki-spec §2.4)."""
+    top = min(b.S, PMAX // (2 * b.R * b.C))
+    x_bytes, y_bytes = DTYPE_BYTES[b.hbm[b.op.x].dtype], DTYPE_BYTES[b.hbm[b.op.out].dtype]
+    groups = plan.band // (2 * plan.rows) * -(-b.Wo // plan.tile_x)
+    factor = 4 if x_bytes == 4 else 1
+    bw = TRN2.dma_engines * TRN2.dma_engine_bw
+    store = b.K * plan.band * b.Wo * y_bytes
+
+    def band_ns(m: int) -> float:
+        pe = groups * -(-b.S // m) * (plan.rows * plan.tile_x + 9) * factor / TRN2.tensor_ghz
+        dma = (m * 2 * b.R * b.C * (plan.band // 2) * b.in_cols() * x_bytes + store) / bw
+        return max(pe, dma)
+    return min(range(top, 0, -1), key=band_ns)  # (the largest M of the best)
 
 
 def gather_halves(b: _ConvBuilder, rows: Buf, raw: Buf) -> list[Stmt]:
