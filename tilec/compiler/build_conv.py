@@ -305,9 +305,13 @@ class _ConvBuilder:
             stmts.append(ir.Block(f"bias {op.bias}: one column per {self.words['k_tile']}",
                                   tuple(conv_weights.bias(self)), line))
         if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
+            allocs = []
             for self.slot in range(self.slots):
-                stmts.append(Alloc(self.x_band_buf(), zero=self.Q > self.C, line=line))
+                allocs.append(Alloc(self.x_band_buf(), zero=self.Q > self.C, line=line))
             self.slot = 0
+            gaps = ", gaps zeroed once" if self.Q > self.C else ""
+            stmts.append(ir.Block(f"band slots of {op.x} (band {self.slots}*y_b + j in slot j), copies {self.Q} "
+                                  f"partitions apart{gaps}", tuple(allocs), line))
         elif self.p.x_bufs == 1 and self.src_chip is None:
             stmts.append(Alloc(self.x_band_buf(), line=line))
         return stmts
