@@ -13,6 +13,8 @@ from __future__ import annotations
 import pytest
 
 from compiler_helpers import assert_matches
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
 from test_conv_padded import conv_ref, rounded, run
 
 SAME64 = """\
@@ -76,8 +78,9 @@ kernel block(X: {dt}[N, C, H, W], W1: {dt}[C, C, 3, 3], b1: {dt}[C], W2: {dt}[C,
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_row_pairs_resnet_block_bias_relu_residual(dt):
     prog, c, inputs, out = run(RESNET.format(dt=dt))
-    # fp32: row pairs, the even and odd output rows leave in stores of every other row
-    assert ("src=Y_band[0:64]" in c.source) == (dt == "f32")
+    # row pairs, the even and odd output rows leave in stores of every other row (16-bit: a conv on its own has
+    # no row pairs, but the two convs here are a chain kept on chip, which takes them: conv_chain.pairs_16)
+    assert "src=Y_band[0:64]" in c.source
     x = rounded(inputs, dt)
     t = conv_ref(x["X"], x["W1"], bias=x["b1"])
     if dt != "f32":  # T is stored in the program's dtype before the second conv reads it
@@ -101,7 +104,23 @@ kernel c3(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3]) -> Y
 def test_band_halves_first_layer_one_matmul_per_group(dt):
     prog, c, inputs, out = run(C3.format(dt=dt), "split Y.y, 12\n")
     code = c.source
-    assert code.count("nisa.nc_matmul(") == 1 and "(54, " in code  # 2 halves x 9 taps x 3 channels
+    # 2 halves x 9 taps x 3 channels: 18 copies, 7 partitions apart (their loads on all 16 DMA engines), 122
+    # partitions; one matmul per band (3 bands, each in its own slot of the band buffer)
+    assert code.count("nisa.nc_matmul(") == 3 and "(122, " in code and "X_band0[7:10]" in code
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("band", [4, 2])
+def test_band_halves_slots_loop_and_remainder(dt, band):
+    # more bands (36 rows: 9 or 18) than slots: the band loop unrolled 4 times (band 4 * y_b + j in slot j), the
+    # remaining bands after it; the gaps between the copies are zeroed once, before the images' loop (batch 2)
+    prog, c, inputs, out = run(C3.format(dt=dt), f"split Y.y, {band}\n")
+    code = c.source
+    bands = 36 // band
+    assert "4 at a time" in code and code.count("nisa.nc_matmul(") == 4 + bands % 4
+    assert code.index("X_band3") < code.index("# ---- main")  # the slots are allocated before the images
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))
 
@@ -122,9 +141,11 @@ kernel stem(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 7, 7]) -> Y
 def test_band_halves_padded_stride_2_stem(dt):
     prog, c, inputs, out = run(STEM.format(dt=dt), "split Y.y, 4\n")
     code = c.source
-    # 7 tap rows x 3 tap columns x 2 halves x 3 channels = 126 partitions; 3 matmuls per group (tap columns 0-2,
-    # 3-5, 6), the last over the copies of one tap column only (42 partitions)
-    assert "(126, " in code and "X_band[0:42" in code
+    # f32: 7 tap rows x 3 tap columns x 2 halves x 3 channels = 126 partitions; 3 matmuls per group (tap columns
+    # 0-2, 3-5, 6), the last over the copies of one tap column only (42 partitions). 16-bit: TensorE has time to
+    # spare, so 2 tap columns per copy (84 partitions, 4 matmuls: columns 0-1, 2-3, 4-5, 6) and a third fewer loads
+    parts, matmuls = (126, 3) if dt == "f32" else (84, 4)
+    assert f"Wt_T = nl.ndarray(({parts}, {matmuls}, " in code and "X_band[0:42" in code
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], stride=2, pad=(3, 3)))
 
@@ -146,12 +167,23 @@ kernel c3r(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K], S: {dt}[N, K, 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_band_halves_bias_and_residual_on_interleaved_partitions(dt):
     # the halves' output channels interleave (partition 2k + h): the bias column and the residual band follow, and
-    # the output band leaves in one DMA
+    # the output band leaves in one DMA (3 bands of 8 rows, each in its band slot: 3 stores)
     prog, c, inputs, out = run(C3_EPILOGUE.format(dt=dt), "split Y.y, 8\n")
     code = c.source
-    assert "b_twice" in code and code.count("dst=Y_halves") == 1
+    assert "b_twice" in code and code.count("dst=Y_halves") == 3
     x = rounded(inputs, dt)
     conv = conv_ref(x["X"], x["Wt"], pad=(0, 0), bias=x["b"])
     if dt != "f32":  # conv is rounded to the program's dtype before the add
         conv = rounded({"c": conv}, dt)["c"]
     assert_matches(prog, "Y", out["Y"], (conv + x["S"]).clip(min=0))
+
+
+@pytest.mark.parametrize("dt, copies", [("f32", 18), ("f16", 12), ("bf16", 12)])
+def test_band_halves_tap_columns_per_copy_follow_the_dtype(dt, copies):
+    # the first layer at its ResNet shape (224 x 224 out, compiled only): in fp32 TensorE is the tighter engine and
+    # all 3 tap columns go into the copies (18 copies); with 16-bit operands the loads are, and 2 tap columns per
+    # copy (12 copies, 2 matmuls per group) move a third fewer bytes. Copies sit 128 // copies partitions apart.
+    text = C3.format(dt=dt).replace("N = 2, C = 3, H = 38, W = 21, K = 32", "N = 1, C = 3, H = 226, W = 226, K = 64")
+    c = compile_loaded(lang.load(text), None)
+    parts = (copies - 1) * (128 // copies) + 3
+    assert f"Wt_T = nl.ndarray(({parts}, " in c.source

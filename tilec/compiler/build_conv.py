@@ -39,7 +39,7 @@ from tilec.compiler import conv_fold, conv_pairs, conv_weights
 from tilec.compiler.build_util import a, hbm_view, loop, pool_epilogue, prep_notes, sl, term
 from tilec.compiler.conv_fold import fold_groups
 from tilec.compiler.conv_pairs import pair_groups
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
 from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from tilec.compiler.conv_chain import OnChip
 
 
+SLOTS = 4  # band slots of a folded band with gaps between its copies (conv_c3: 2 slots 95 us, 3 or 4: 87 us)
+SLOT_BYTES = 96 * 1024  # at most this much of each partition for the slots (schedule.py's band budget, twice)
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
 
 
@@ -184,7 +186,7 @@ class _ConvBuilder:
             # copy (c, h, r) holds X shifted by tap row r, by c tap columns and by half the band's output rows;
             # the matmul of group g reads the copies g * M tap columns further (M copies per tap row; a last group
             # reaching past the taps leaves the trailing copies out)
-            self.M = min(self.S, PMAX // (2 * self.R * self.C))
+            self.M = conv_pairs.columns_per_copy(self, plan)
             self.shifts = [(r * self.dy + h * plan.band // 2 * self.sy, c * self.dx) for c in range(self.M)
                            for h in range(2) for r in range(self.R)]
             self.pairs = [(0, g * self.M) for g in range(-(-self.S // self.M))]
@@ -194,6 +196,18 @@ class _ConvBuilder:
             self.pairs = pair_groups(self.R, self.S)
             self.G = plan.band // (2 * plan.rows)
         self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
+        # copy j of a folded band sits on partitions [j*Q, j*Q + C): with few copies of few channels (the C = 3
+        # first layer's 18 copies, 54 partitions) they are spread over the 128 partitions so that their loads use
+        # all 16 DMA engines (8 partitions each) instead of the first 7; the gaps must read as zeros, so the band
+        # is then one buffer of SLOTS slots zeroed once before the loops (band b in slot b % SLOTS, the band loop
+        # unrolled SLOTS times): only for bands without a halo (no padded read), whose copies are loaded whole
+        self.Q, self.slots, self.slot, self.ymul = self.C, 1, 0, 1
+        if self.halves and src_chip is None and plan.x_bufs != 1 and self.ox == 0 and self.NB >= 2 \
+                and all(self.band_clip(b) == (0, 0) for b in range(self.NB)):
+            per_slot = self.copy_rows() * self.in_cols() * DTYPE_BYTES[self.hbm[op.x].dtype]
+            self.slots = min(SLOTS, self.NB, SLOT_BYTES // per_slot)  # (as much SBUF as two bands in flight)
+            self.Q = max(self.C, PMAX // len(self.shifts)) if self.slots > 1 else self.C
+            self.slots = max(self.slots, 1)
         # a chain's producer writing a folded image (conv_chain.OnChip.copies): its stationary repeats the output
         # channels once per copy (free on TensorE), so each copy's partitions of the accumulator hold all of them
         self.dup = len(dst_chip.copies) if dst_chip is not None else 1
@@ -290,7 +304,15 @@ class _ConvBuilder:
         elif op.bias:
             stmts.append(ir.Block(f"bias {op.bias}: one column per {self.words['k_tile']}",
                                   tuple(conv_weights.bias(self)), line))
-        if self.p.x_bufs == 1 and self.src_chip is None:
+        if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
+            allocs = []
+            for self.slot in range(self.slots):
+                allocs.append(Alloc(self.x_band_buf(), zero=self.Q > self.C, line=line))
+            self.slot = 0
+            gaps = ", gaps zeroed once" if self.Q > self.C else ""
+            stmts.append(ir.Block(f"band slots of {op.x} (band {self.slots}*y_b + j in slot j), copies {self.Q} "
+                                  f"partitions apart{gaps}", tuple(allocs), line))
+        elif self.p.x_bufs == 1 and self.src_chip is None:
             stmts.append(Alloc(self.x_band_buf(), line=line))
         return stmts
 
@@ -302,7 +324,7 @@ class _ConvBuilder:
         if self.fold > 1:  # one stationary block of (taps of the group) x C partitions per tap group
             name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
             return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype,
-                       (len(self.shifts) * self.C, self.n_groups, self.pair * k))
+                       (self.copy_parts(len(self.shifts)), self.n_groups, self.pair * k))
         # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
         name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
         shape = (self.p.tile_c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
@@ -312,10 +334,15 @@ class _ConvBuilder:
     def x_band_buf(self) -> Buf:
         if self.src_chip is not None:  # the whole image, already in SBUF (with its zero halo)
             return self.src_chip.buf
-        parts = len(self.shifts) * self.C if self.fold > 1 else self.p.tile_c
+        parts = self.copy_parts(len(self.shifts)) if self.fold > 1 else self.p.tile_c
         rows = self.copy_rows() if self.fold > 1 else self.in_rows()
-        return Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}"), "sbuf", self.hbm[self.op.x].dtype,
+        slot = str(self.slot) if self.slots > 1 else ""  # band slot j: band slots * y_b + j
+        return Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}{slot}"), "sbuf", self.hbm[self.op.x].dtype,
                    (parts, self.CTB, rows, self.in_cols()))
+
+    def copy_parts(self, copies: int) -> int:
+        """Partitions of the first `copies` band copies (the last one's C partitions included)."""
+        return (copies - 1) * self.Q + self.C
 
     def in_rows(self) -> int:
         """Input rows behind one band of output rows: (BAND - 1) * stride + (R - 1) * dilation + 1."""
@@ -362,6 +389,8 @@ class _ConvBuilder:
     def y_at(self, coef: int, name: str = "") -> "ir.Aff":
         """The current row band's index times coef: y_b*coef (+ its first band's), or a peeled band's constant."""
         var, base = self.yb
+        if var and self.ymul > 1:  # an unrolled band loop (band slots): band ymul * y_b + base
+            return a(term(var, coef * self.ymul), base * coef)
         return a(term(var, coef, name), base * coef) if var else a(base * coef)
 
     def step(self, var: str, size: int, name: str, stride: int):
@@ -458,6 +487,19 @@ class _ConvBuilder:
         out: list[Stmt] = []
         for b in range(lo):
             out += part(None, b)
+        if hi > lo and self.slots > 1:  # band slots: the loop unrolled, band slots * y_b + j in slot j
+            ns, whole = self.slots, (hi - lo) // self.slots * self.slots
+            body: list[Stmt] = []
+            for j in range(ns):
+                self.slot, self.ymul = j, ns
+                body += part(V["y"], lo + j)
+            self.ymul = 1
+            out += loop(V["y"], whole // ns, body, note=f"{note}, {ns} at a time (slots of {self.op.x}'s band buffer)",
+                        line=self.L["y"])
+            for b in range(lo + whole, hi):
+                self.slot = (b - lo) % ns
+                out += part(None, b)
+            self.slot, lo = 0, hi
         if hi > lo:
             note_mid = note if (lo, hi) == (0, self.NB) else f"{note}, bands {lo}..{hi - 1}"
             out += loop(V["y"], hi - lo, part(V["y"], lo), note=note_mid, line=self.L["y"])

@@ -84,10 +84,10 @@ def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
         halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
         if n_rows <= 0 or n_cols <= 0:
             continue
-        out.append(Dma(View(xb, (sl(j * C, C), a(0), sl(top, n_rows), sl(left, n_cols))),
+        out.append(Dma(View(xb, (sl(j * b.Q, C), a(0), sl(top, n_rows), sl(left, n_cols))),
                        View(b.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top * step), n_rows, step),
                                       sl(b.ox + c0 + left, n_cols))), line))
-    return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []) + out
+    return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 and b.slots == 1 else []) + out
 
 
 def clip_rows(b: _ConvBuilder, first: int, count: int, step: int) -> tuple[int, int]:
@@ -101,7 +101,7 @@ def copy_order(b: _ConvBuilder) -> list[tuple[int, tuple[int, int]]]:
     their partitions belong to (8 partitions each), so consecutive loads of a few partitions run side by side
     instead of queueing behind each other on one engine."""
     copies = list(enumerate(b.shifts))
-    engine = lambda j: j * b.C // 8  # noqa: E731
+    engine = lambda j: j * b.Q // 8  # noqa: E731
     rank = {j: sum(1 for i, _ in copies[:j] if engine(i) == engine(j)) for j, _ in copies}
     return sorted(copies, key=lambda c: (rank[c[0]], engine(c[0])))
 

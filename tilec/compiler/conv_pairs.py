@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING
 
 from tilec.compiler import conv_weights, ir
 from tilec.compiler.build_util import a, loop, sl, term
-from tilec.compiler.ir import Act, Alloc, Buf, Dma, Matmul, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
+from tilec.compiler.schedule import PMAX
+from tilec.target import TRN2
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
+    from tilec.compiler.schedule import ConvPlan
 
 
 def pair_groups(r: int, s: int) -> list[tuple[int, int]]:
@@ -35,27 +38,31 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     group g's block (copy (c, h, r), half h) holds W[k, :, r, g * M + c] and the transposed columns interleave
     (column 2k + h)."""
     op, line, C, K = b.op, b.L["update"], b.C, b.K
-    parts = len(b.shifts) * C  # the contraction rows: the band copies
+    parts = b.copy_parts(len(b.shifts))  # the contraction rows: the band copies (and the zero gaps between)
     rows = Buf(b.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (2 * K, C, b.R, b.S))
-    raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, b.n_groups, parts))
+    width = len(b.shifts) * b.Q if b.halves else parts  # (halves: whole copies, gathered as [copies, Q])
+    raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, b.n_groups, width))
     tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (parts, 2 * K))
     whole_w = (full(C), full(b.R), full(b.S))
     out: list[Stmt] = [Alloc(rows, line=line)]
     out += [Dma(View(rows, (sl(h * K, K),) + whole_w), conv_weights.w_view(b, (full(K),) + whole_w), line)
             for h in range(2)]
     out.append(Alloc(raw, zero=True, line=line))
-    blocks = half_blocks(b) if b.halves else \
-        [(g, j, h, r, s) for g, (u, s) in enumerate(b.pairs) for j, h, r in pair_blocks(u, b.R)]
+    if b.halves:
+        out += gather_halves(b, rows, raw)
+        blocks = []
+    else:
+        blocks = [(g, j, h, r, s) for g, (u, s) in enumerate(b.pairs) for j, h, r in pair_blocks(u, b.R)]
     # the gathers alternate between VectorE and ScalarE (an exact copy: fp32 holds every f16/bf16 value): the
     # first matmuls wait for them (conv3x3same 2.70x -> 2.42x, the stem's 98 blocks 5.5x -> 4.7x at batch 1)
     for i, (g, j, h, r, s) in enumerate(blocks):
         half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
-        dst = View(raw, (sl(half * K, K), a(g), sl(j * C, C)))
+        dst = View(raw, (sl(half * K, K), a(g), sl(j * b.Q, C)))
         src = View(rows, (sl(half * K, K), full(C), a(r), a(s)))
         scalar = i % 2 == 1
         out.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
     gv = b.fresh("tap_g")
-    body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), full(parts))),
+    body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), sl(0, parts) if width > parts else full(parts))),
                                                            "pe", line)]
     if b.halves:  # band halves interleave the halves' output channels: stationary column 2k + h
         body += [ir.Copy(View(wt, (full(parts), a(gv), sl(h, K, 2))), View(tp, (full(parts), sl(h * K, K))), line)
@@ -65,12 +72,54 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     return out + loop(gv, b.n_groups, body, note="tap columns" if b.halves else "row pairs", line=line)
 
 
-def half_blocks(b: _ConvBuilder) -> list[tuple[int, int, int, int, int]]:
-    """(group, copy, half, tap row, tap column) of the band halves' stationary blocks: copy (h, r, c) in group g
-    holds tap (r, g * M + c) of half h, if there is such a tap."""
-    rows = [(h, r, c) for c in range(b.M) for h in range(2) for r in range(b.R)]
-    return [(g, j, h, r, c + s0) for g, (_, s0) in enumerate(b.pairs) for j, (h, r, c) in enumerate(rows)
-            if c + s0 < b.S]
+def columns_per_copy(b: _ConvBuilder, plan: ConvPlan) -> int:
+    """Band halves' M, the tap columns folded into the copies: the most that fit 128 partitions, unless fewer
+    balance TensorE against the DMAs better. Per band, M copies per tap row and half cost their loads (M x 2R x C
+    rows of the band's width), and each matmul group ceil(S / M) matmuls; with 16-bit operands TensorE has time to
+    spare and fewer copies shorten the loads (conv_c3 f16: M = 2, batch 8 257 -> 228 us; the stem f16 150 -> 120).
+    The rates are the default target's (tilec.target.TRN2; fp32 matmuls at a quarter rate, nki-spec §2.4)."""
+    top = min(b.S, PMAX // (2 * b.R * b.C))
+    x_bytes, y_bytes = DTYPE_BYTES[b.hbm[b.op.x].dtype], DTYPE_BYTES[b.hbm[b.op.out].dtype]
+    groups = plan.band // (2 * plan.rows) * -(-b.Wo // plan.tile_x)
+    factor = 4 if x_bytes == 4 else 1
+    bw = TRN2.dma_engines * TRN2.dma_engine_bw
+    store = b.K * plan.band * b.Wo * y_bytes
+
+    def band_ns(m: int) -> float:
+        pe = groups * -(-b.S // m) * (plan.rows * plan.tile_x + 9) * factor / TRN2.tensor_ghz
+        dma = (m * 2 * b.R * b.C * (plan.band // 2) * b.in_cols() * x_bytes + store) / bw
+        return max(pe, dma)
+    return min(range(top, 0, -1), key=band_ns)  # (the largest M of the best)
+
+
+def gather_halves(b: _ConvBuilder, rows: Buf, raw: Buf) -> list[Stmt]:
+    """The band halves' stationary blocks, one gather per (group, tap column, half): its R copies (h, r, c),
+    consecutive, hold W[k, :, r, g * M + c] for every tap row r. W's rows are first put tap-major ([2K, R, S, C],
+    a copy per channel), so each gather moves an [K, R, C] block (the stem: 3 + 14 copies instead of 98 blocks)."""
+    op, line, C, K, R, S = b.op, b.L["update"], b.C, b.K, b.R, b.S
+    tapmajor = Buf(b.fresh(f"{op.w}_rsc"), "sbuf", rows.dtype, (2 * K, R, S, C))
+    slots = Buf(b.fresh(f"{op.w}_copies"), "sbuf", raw.dtype, (2 * K, b.n_groups, len(b.shifts), b.Q))
+    out: list[Stmt] = [Alloc(tapmajor, line=line)]
+    moves: list[tuple[View, View]] = [(View(tapmajor, (full(2 * K), full(R), full(S), a(ch))),
+                                       View(rows, (full(2 * K), a(ch), full(R), full(S)))) for ch in range(C)]
+    out += _alternate(moves, line)
+    out.append(Reshape(slots, raw, line))
+    gathers = []
+    for g, (_, s0) in enumerate(b.pairs):
+        for c in range(b.M):
+            if c + s0 >= S:
+                continue
+            for h in range(2):
+                half, j0 = h ^ b.swap, c * 2 * R + h * R  # copies (h, r, c), r = 0..R-1, are j0..j0+R-1
+                gathers.append((View(slots, (sl(half * K, K), a(g), sl(j0, R), sl(0, C))),
+                                View(tapmajor, (sl(half * K, K), full(R), a(c + s0), full(C)))))
+    return out + _alternate(gathers, line)
+
+
+def _alternate(moves: list[tuple[View, View]], line: int) -> list[Stmt]:
+    """Copies alternating between VectorE and ScalarE (exact: fp32 holds every f16/bf16 value)."""
+    return [Act(dst, src, "copy", None, 1.0, line) if i % 2 else ir.Copy(dst, src, line)
+            for i, (dst, src) in enumerate(moves)]
 
 
 def matmuls_paired(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
@@ -99,7 +148,7 @@ def matmul_halves(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
     rows = sl(a(term(V["g"], p.rows, b.cn["rows"])), p.rows, 1, b.cn["rows"])  # copies hold strided rows
     out: list[Stmt] = []
     for g, (_, s0) in enumerate(b.pairs):
-        parts = sl(0, min(b.M, b.S - s0) * 2 * b.R * b.C)
+        parts = sl(0, b.copy_parts(min(b.M, b.S - s0) * 2 * b.R))
         cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], b.sx), s0 * b.dx), p.tile_x, b.sx,
                   b.cn["x"] if b.sx == 1 else "")
         out.append(Matmul(accv, View(wt, (parts, a(g), full(b.PK))),

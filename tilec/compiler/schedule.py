@@ -281,11 +281,12 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
         # DMAs, which the pairs' stores of every other row make slower: families --dtype bf16 conv3x3same 3.39x ->
         # 3.93x at batch 8 with them)
         if halves(op) and pairable(op):
-            # band halves: bands whose output half-rows take at most 4 KiB per partition (where a DMA's efficiency
-            # saturates, nki-spec §2.5), so each band's output store, on all 16 DMA engines, pipelines with the next
-            # bands' matmuls (conv_c3: 32-row bands 2.68x/2.45x -> 8-row bands ~2.3x/2.2x)
+            # band halves: bands whose output half-rows take at most 8 KiB per partition (a DMA's efficiency
+            # saturates at 4 KiB, nki-spec §2.5), so each band's output store, on all 16 DMA engines, pipelines with
+            # the next bands' matmuls (conv_c3: 32-row bands 2.68x/2.45x -> 8-row bands ~2.3x/2.2x; with the band
+            # slots of build_conv, 16-row bands: 2.01x -> 1.80x at batch 1, f16 32-row bands 1.99x -> 1.84x)
             out_elem = DTYPE_BYTES[dtypes[op.out]]
-            fits = [d for d in divisors(ho) if d % 2 == 0 and d <= band and d // 2 * wo * out_elem <= 4096]
+            fits = [d for d in divisors(ho) if d % 2 == 0 and d <= band and d // 2 * wo * out_elem <= 8192]
             band = max(fits) if fits else band
         if (halves(op) or (fold == 2 and elem == 4)) and pairable(op) and band % 2 == 0:
             # 32 or 64 output channels: two parts of the output rows share each matmul (the stationary's two
