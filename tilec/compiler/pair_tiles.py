@@ -75,8 +75,7 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
     body: list[Stmt] = copy(a_part, (2, 1), 1) + copy(b_part, (2, 0), 0) + copy(a_part, (2, 2), 0) + \
         copy(b_part, (2, 1), 1)
     loops = [Loop(VAR, T // 2 - 1, tuple(body), "sequential", "", loop.line,
-                  "for pairs of row tiles, software-pipelined: a tile's VectorE steps after the next tile's loads and "
-                  "ScalarE passes")]
+                  "pairs of row tiles, software-pipelined: a tile's steps after the next one's ScalarE passes")]
     prologue = _scoped("p0", copy(a_part, 0, 0), loop.line)
     epilogue = _scoped("p1", copy(a_part, T - 1, 1) + copy(b_part, T - 2, 0) + copy(b_part, T - 1, 1), loop.line)
     out = list(stmts)
