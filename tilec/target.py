@@ -30,13 +30,24 @@ class Instr:
     writes: tuple[str, ...]  # memories the result may be written to
     limits: tuple[tuple[str, int], ...] = ()
     source: str = ""
+    # the engines its `engine=` argument may name on this generation (NKI spelling: vector | scalar | gpsimd), the
+    # first the default; () = it takes no engine= (it runs on `engine` only)
+    engines: tuple[str, ...] = ()
+    engine_ops: tuple[tuple[str, tuple[str, ...]], ...] = ()  # an engine that runs only these ALU ops of it
+
+    def ops_on(self, engine: str) -> tuple[str, ...] | None:
+        """The only ALU ops this instruction runs on `engine` (None: all of them)."""
+        return dict(self.engine_ops).get(engine)
 
     def limit(self, var: str) -> int:
         return dict(self.limits)[var]
 
 
-def _instructions(pmax: int, stationary: int, moving: int, vector_sbuf: int, vector_psum: int) -> tuple[Instr, ...]:
+def _instructions(pmax: int, stationary: int, moving: int, vector_sbuf: int, vector_psum: int,
+                  v3: bool = True) -> tuple[Instr, ...]:
+    """`v3`: NeuronCore-v3 and later, whose ScalarE also runs tensor_copy and the (multiply, add) tensor_scalar."""
     onchip = ("sbuf", "psum")
+    act = ("scalar",) if v3 else ()
     return (
         Instr("nc_matmul", "acc[m, n] += stat[k, m] * mov[k, n]", "pe", ("sbuf",), ("psum",),
               (("k", pmax), ("m", stationary), ("n", moving)), "§1.8 NISA gemm_*_fmax; acc fp32, one PSUM bank"),
@@ -47,16 +58,20 @@ def _instructions(pmax: int, stationary: int, moving: int, vector_sbuf: int, vec
         Instr("activation", "dst[p, f] = FN(src[p, f] * scale + bias[p])", "act", onchip, ("sbuf",),
               (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA activation; FN from tilec.lang.functions"),
         Instr("tensor_tensor", "dst[p, f] = OP(a[p, f], b[p, f])", "dve", onchip, ("sbuf",),
-              (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA tensor_tensor; at most one operand in PSUM"),
+              (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA tensor_tensor; at most one operand in PSUM; §1.10.4 "
+              "engine= VectorE or GpSimdE (which cannot touch PSUM)", ("vector", "gpsimd")),
         Instr("tensor_scalar", "dst[p, f] = OP(src[p, f], c | col[p])", "dve", onchip, ("sbuf",),
-              (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA tensor_scalar"),
+              (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA tensor_scalar; §1.10.5 engine= VectorE, ScalarE "
+              "(v3: multiply/add only), GpSimdE (rsqrt only)", ("vector", *act, "gpsimd"),
+              (("scalar", ("multiply", "add")), ("gpsimd", ("rsqrt",)))),
         Instr("scalar_tensor_tensor", "dst[p, f] = OP1(OP0(src[p, f], c | col[p]), b[p, f])", "dve", onchip,
               ("sbuf",), (("p", pmax), ("f", vector_sbuf)),
               "NISA scalar_tensor_tensor (a per-partition multiply-accumulate: one tap of a depthwise conv)"),
         Instr("tensor_reduce", "dst[p] OP= src[p, f]", "dve", onchip, ("sbuf",),
               (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA tensor_reduce (trailing free axes)"),
         Instr("tensor_copy", "dst[p, f] = cast(src[p, f])", "dve", onchip, ("sbuf",),
-              (("p", pmax), ("f", vector_psum)), "§2.4 NISA tensor_copy (PSUM eviction)"),
+              (("p", pmax), ("f", vector_psum)), "§2.4 NISA tensor_copy (PSUM eviction); §1.10.7 engine= VectorE, "
+              "GpSimdE (SBUF only), ScalarE from v3", ("vector", *act, "gpsimd")),
         Instr("dma_copy", "dst = src", "dma", ("hbm", "sbuf"), ("hbm", "sbuf"), (("p", pmax),),
               "§2.5 DMAINTRO (never PSUM)"),
     )
@@ -129,7 +144,7 @@ TRN1 = Target(
     stationary_fmax=128, moving_fmax=512, vector_sbuf_fmax=65536, vector_psum_fmax=4096,
     tensor_ghz=2.8, vector_ghz=1.12, scalar_ghz=1.4, gpsimd_ghz=1.4,
     dma_engines=16, dma_engine_bw=17.0,
-    instructions=_instructions(128, 128, 512, 65536, 4096),
+    instructions=_instructions(128, 128, 512, 65536, 4096, v3=False),
     sources="§2.2 ARCH2: 192 KiB SBUF per partition, usable 0..176 KiB [ALLOC]; PSUM 8 x 2 KiB; §2.3 ARCH2 clocks; "
             "§2.5 DMAINTRO 16 engines x 17 B/ns")
 

@@ -30,10 +30,10 @@ def avgpool(X):
         Y_band = nl.ndarray((128, 16, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         Y_cols = nl.ndarray((128, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         nisa.tensor_tensor(dst=Y_cols[:, 0:14], data1=X_band[:, 0:14, 1:64:2], data2=X_band[:, 0:14, 0:63:2], op=nl.add)  # tl:8
-        nisa.tensor_tensor(dst=Y_cols[:, 14:32], data1=X_band[:, 14:32, 1:64:2], data2=X_band[:, 14:32, 0:63:2], op=nl.add, engine=nisa.gpsimd_engine)  # tl:8
+        nisa.tensor_tensor(dst=Y_cols[:, 14:32], data1=X_band[:, 14:32, 1:64:2], data2=X_band[:, 14:32, 0:63:2], op=nl.add, engine=nisa.engine.gpsimd)  # tl:8
         Y_rows = nl.ndarray((128, 16, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         nisa.tensor_tensor(dst=Y_rows[:, 0:7], data1=Y_cols[:, 1:14:2], data2=Y_cols[:, 0:13:2], op=nl.add)  # tl:8
-        nisa.tensor_tensor(dst=Y_rows[:, 7:16], data1=Y_cols[:, 15:32:2], data2=Y_cols[:, 14:31:2], op=nl.add, engine=nisa.gpsimd_engine)  # tl:8
+        nisa.tensor_tensor(dst=Y_rows[:, 7:16], data1=Y_cols[:, 15:32:2], data2=Y_cols[:, 14:31:2], op=nl.add, engine=nisa.engine.gpsimd)  # tl:8
         nisa.activation(dst=Y_band, op=nl.copy, data=Y_rows, scale=0.25)  # tl:8
         nisa.dma_copy(dst=Y_v[:, yb * BAND:yb * BAND + BAND], src=Y_band)  # tl:8
 

@@ -90,15 +90,15 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=B_gacc_a_a_end, op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 0, 1, 1:2])  # tl:17
     B_prod1_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     nisa.activation(dst=B_prod1_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 1:9, 1:16], scale=Wd_cols[:, 0, 1, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod1_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod1_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     B_prod2_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     nisa.activation(dst=B_prod2_a_a_end[:, :, 1:16], op=nl.copy, data=A_pad_a[:, 2:10, 0:15], scale=Wd_cols[:, 0, 2, 0:1])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 1:16], data1=B_gacc_a_a_end[:, :, 1:16], data2=B_prod2_a_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 1:16], data1=B_gacc_a_a_end[:, :, 1:16], data2=B_prod2_a_a_end[:, :, 1:16], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     B_prod3_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     nisa.activation(dst=B_prod3_a_a_end, op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 0, 2, 1:2])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_a_a_end, data1=B_gacc_a_a_end, data2=B_prod3_a_a_end, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end, data1=B_gacc_a_a_end, data2=B_prod3_a_a_end, op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     nisa.activation(dst=B_prod0_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 2:10, 1:16], scale=Wd_cols[:, 0, 2, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block)
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -131,15 +131,15 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=B_gacc_b_a_end, op=nl.copy, data=A_pad_b[:, 1:9], scale=Wd_cols[:, 1, 1, 1:2])  # tl:17
     B_prod1_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     nisa.activation(dst=B_prod1_b_a_end[:, :, 0:15], op=nl.copy, data=A_pad_b[:, 1:9, 1:16], scale=Wd_cols[:, 1, 1, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_b_a_end[:, :, 0:15], data1=B_gacc_b_a_end[:, :, 0:15], data2=B_prod1_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_b_a_end[:, :, 0:15], data1=B_gacc_b_a_end[:, :, 0:15], data2=B_prod1_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     B_prod2_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     nisa.activation(dst=B_prod2_b_a_end[:, :, 1:16], op=nl.copy, data=A_pad_b[:, 2:10, 0:15], scale=Wd_cols[:, 1, 2, 0:1])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_b_a_end[:, :, 1:16], data1=B_gacc_b_a_end[:, :, 1:16], data2=B_prod2_b_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_b_a_end[:, :, 1:16], data1=B_gacc_b_a_end[:, :, 1:16], data2=B_prod2_b_a_end[:, :, 1:16], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     B_prod3_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     nisa.activation(dst=B_prod3_b_a_end, op=nl.copy, data=A_pad_b[:, 2:10], scale=Wd_cols[:, 1, 2, 1:2])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_b_a_end, data1=B_gacc_b_a_end, data2=B_prod3_b_a_end, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_b_a_end, data1=B_gacc_b_a_end, data2=B_prod3_b_a_end, op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     nisa.activation(dst=B_prod0_b_a_end[:, :, 0:15], op=nl.copy, data=A_pad_b[:, 2:10, 1:16], scale=Wd_cols[:, 1, 2, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_b_a_end[:, :, 0:15], data1=B_gacc_b_a_end[:, :, 0:15], data2=B_prod0_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_b_a_end[:, :, 0:15], data1=B_gacc_b_a_end[:, :, 0:15], data2=B_prod0_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- A = We . X for e group 2 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
@@ -162,13 +162,13 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.tensor_tensor(dst=B_acc_a_a_end[:, :, 1:16], data1=B_acc_a_a_end[:, :, 1:16], data2=B_prod0_a_a_end[:, :, 1:16], op=nl.add)  # tl:17
     nisa.activation(dst=B_gacc_a_a_end, op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 2, 1, 1:2])  # tl:17
     nisa.activation(dst=B_prod1_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 1:9, 1:16], scale=Wd_cols[:, 2, 1, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod1_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod1_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     nisa.activation(dst=B_prod2_a_a_end[:, :, 1:16], op=nl.copy, data=A_pad_a[:, 2:10, 0:15], scale=Wd_cols[:, 2, 2, 0:1])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 1:16], data1=B_gacc_a_a_end[:, :, 1:16], data2=B_prod2_a_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 1:16], data1=B_gacc_a_a_end[:, :, 1:16], data2=B_prod2_a_a_end[:, :, 1:16], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     nisa.activation(dst=B_prod3_a_a_end, op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 2, 2, 1:2])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_a_a_end, data1=B_gacc_a_a_end, data2=B_prod3_a_a_end, op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end, data1=B_gacc_a_a_end, data2=B_prod3_a_a_end, op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     nisa.activation(dst=B_prod0_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 2:10, 1:16], scale=Wd_cols[:, 2, 2, 2:3])  # tl:17
-    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine)  # tl:17
+    nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
     nisa.tensor_tensor(dst=B_acc_b_a_end, data1=B_acc_b_a_end, data2=B_gacc_b_a_end, op=nl.add)  # tl:17

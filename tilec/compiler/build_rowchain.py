@@ -54,6 +54,7 @@ from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
+_HALF = ("f16", "bf16")
 _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
 
@@ -136,7 +137,7 @@ class _Unsupported(Exception):
 
 
 class _Chain:
-    def __init__(self, ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str]) -> None:
+    def __init__(self, ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False) -> None:
         self.ops, self.hbm, self.keep = ops, hbm, keep
         self.fresh_for = fresh_for  # op -> its name allocator: each op's temporaries keep their own names
         self.fresh: Fresh = fresh_for(ops[-1])
@@ -154,6 +155,8 @@ class _Chain:
         self.counts: dict[str, int] = {}
         self.readers = {n: sum(n in _reads(o) for o in ops) for n in self.made}
         self.chunked = False  # a chain of VectorE steps built chunk by chunk (TILE_F)
+        self.skewed = skewed  # built to be software-pipelined (pair_tiles.skew_row_tiles): work moves off ScalarE
+        self.exact: set[str] = set()  # 16-bit tensors whose value is exactly one of their dtype (no rounding)
         self.discarded: View | None = None
         self.top: sx.Expr | None = None  # the expression whose value is the op's own tile (named `{out}_tile`)
 
@@ -182,6 +185,8 @@ class _Chain:
             view = self.view(self.values[name], f"{name}_tile")
             self.body += self.store(name, view)
         self.body = _narrow_writes(self.body)
+        if self.skewed:
+            self.body = _offload(self.body)
         outs = ", ".join(op.out for op in self.ops)
         nest = loop("pt", self.R // self.TP, self.body, note="for the rows (tiles of TILE_P), every op of the chain",
                     line=self.line)
@@ -194,8 +199,8 @@ class _Chain:
         fp32 (the chain reads values as fp32 operands; a (P, 1) column must be one [ISA6 tensor_scalar]). Folding
         stops at a narrow tensor: the program says its value is rounded."""
         dt = self.hbm[op.out].dtype
-        if dt == "f32" or not self.readers.get(op.out, 0):  # read by no op of the chain: the store's cast rounds it
-            return
+        if dt == "f32" or not self.readers.get(op.out, 0) or op.out in self.exact:
+            return  # read by no op of the chain: the store's cast rounds it
         try:
             tile = self.view(self.values[op.out], f"{op.out}_tile")
         except _Unsupported:  # a constant: the expression compiler's tile (fallback) rounds as it stores
@@ -206,10 +211,21 @@ class _Chain:
             self.engine_of[narrow.name] = "vector"
             self.values[op.out] = Lin(whole(narrow))
             return
+        # a column's rounding runs on GpSimdE, idle in a row chain: on VectorE it would queue behind the previous
+        # row tile's steps, and ScalarE's next pass waits for it (GpSimdE reads the SBUF column; PSUM it cannot)
+        # (software-pipelined, GpSimdE runs the steps against rows of the previous tile: ScalarE copies, in its
+        # own chain of column ops)
         back = Buf(self.fresh(f"{op.out}_rounded"), "sbuf", "f32", tile.buf.shape)
-        self.body += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), tile, op.line),
-                      Alloc(back, line=op.line), ir.Copy(whole(back), whole(narrow), op.line)]
-        self.engine_of[back.name] = "vector"
+        if self.skewed:
+            self.body += [Alloc(narrow, line=op.line), Act(whole(narrow), tile, "copy", line=op.line),
+                          Alloc(back, line=op.line), Act(whole(back), whole(narrow), "copy", line=op.line)]
+            self.engine_of[back.name] = "scalar"
+            self.values[op.out] = Lin(whole(back))
+            return
+        on = "gpsimd" if tile.buf.memory == "sbuf" else ""
+        self.body += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), tile, op.line, on),
+                      Alloc(back, line=op.line), ir.Copy(whole(back), whole(narrow), op.line, on)]
+        self.engine_of[back.name] = on or "vector"
         self.values[op.out] = Lin(whole(back))
 
     def inputs(self) -> list[str]:
@@ -327,6 +343,17 @@ class _Chain:
             scale = self.vmul(x.scale, math.sqrt(factor)) if inside else x.scale
             self.act_into(self.discard(), "square", x.base, scale, x.bias, col)
             total = Col(whole(col), 1.0 if inside else factor)
+        elif self.skewed and x.scale == 1.0 and x.bias == 0.0 and x.base.buf.dtype in _HALF \
+                and self.hbm[op.out].dtype == x.base.buf.dtype and self.F & (self.F - 1) == 0 and factor > 0.0:
+            # a 16-bit chain, software-pipelined: the sum of a 16-bit tile on VectorE (N/2 cycles into a 16-bit
+            # column, nki-spec 2.4), ScalarE keeps its passes for what only it can fuse. The column rounds the
+            # fp32 sum once to the tensor's dtype; times 1/N (a power of two) that is the rounded mean exactly
+            narrow = Buf(self.name(f"{op.out}_sum", numbered=False), "sbuf", x.base.buf.dtype, (self.TP, 1))
+            self.emit(Alloc(narrow, line=self.cur_line), Reduce(whole(narrow), x.base, "add", self.cur_line),
+                      engine="vector")
+            total = Col(whole(narrow), factor)
+            if op.init == 0.0 and math.frexp(factor)[0] == 0.5:  # rounded already: no copies through the dtype
+                self.exact.add(op.out)
         else:
             sign = -1.0 if self.subtracted(op.out) else 1.0  # sum -x / N: the readers' `X - mu` is a bias as it is
             if sign < 0:
@@ -707,6 +734,13 @@ class _Chain:
         stmts = self.body
         for i in range(len(stmts) - 1, -1, -1):
             s = stmts[i]
+            if isinstance(s, ir.Copy) and s.dst == src and s.src == whole(s.src.buf) and s.src.buf.dtype == "f32" \
+                    and src.buf.dtype != "f32":
+                # the rounding of an activation's result to f16/bf16 (softmax's e): the activation sums its fp32
+                # values, one ScalarE pass fewer; the sum differs from the rounded values' by at most one unit of
+                # the narrow dtype per term, relatively (2^-9 for bf16), and s is rounded to that dtype itself
+                src = s.src
+                continue
             if isinstance(s, Act) and s.dst == src and s.total is None:
                 stmts[i] = dataclasses.replace(s, total=whole(col))
                 stmts.insert(i, Alloc(col, line=self.cur_line))
@@ -746,7 +780,7 @@ def _narrow_writes(body: list[Stmt]) -> list[Stmt]:
         if len(writers) != 1 or not isinstance(writers[0], (Act, Binary, Scalar)) or writers[0].dst != whole(tile):
             continue
         writer = writers[0]
-        if isinstance(writer, Act) and writer.total is not None or sum(v.buf == tile for v in ir.views(writer)) != 1:
+        if sum(v.buf == tile for v in ir.views(writer)) != 1:  # an activation's row sums are of its fp32 values
             continue
         alloc_t = next(i for i, s in enumerate(out) if isinstance(s, Alloc) and s.buf == tile)
         alloc_n = next(s for s in out if isinstance(s, Alloc) and s.buf == narrow)
@@ -754,6 +788,52 @@ def _narrow_writes(body: list[Stmt]) -> list[Stmt]:
         out[alloc_t] = alloc_n
         out[out.index(writer)] = dataclasses.replace(writer, dst=whole(narrow))
     return out
+
+
+def _offload(body: list[Stmt]) -> list[Stmt]:
+    """Work of a software-pipelined 16-bit chain moved off ScalarE:
+    * a 16-bit tile's copy plus a per-partition bias into a 16-bit tile (bf16 layernorm's d = X - mu) is one
+      VectorE tensor_scalar (16-bit performance mode: 4 elements a cycle, nki-spec 2.3);
+    * in a loop of VectorE steps over column chunks, a last step adding a broadcast row held in SBUF (b) runs on
+      GpSimdE (idle), the step before it writing SBUF instead of PSUM (GpSimdE cannot read PSUM)."""
+    out: list[Stmt] = []
+    for s in body:
+        if isinstance(s, Act) and s.func == "copy" and s.total is None and s.scale == 1.0 and s.bias is not None \
+                and s.dst.buf.dtype in _HALF and s.src.buf.dtype in _HALF and s.dst.shape()[1:] != (1,):
+            s = Scalar(s.dst, s.src, "add", s.bias, s.line)
+        elif isinstance(s, ir.Loop) and s.var == "ct":
+            out += _last_step_on_gpsimd(s)
+            continue
+        out.append(s)
+    return out
+
+
+def _last_step_on_gpsimd(chunks: ir.Loop) -> list[Stmt]:
+    """The chunk loop with its last step on GpSimdE; the step before it writes a whole-row SBUF tile (allocated
+    before the loop, so VectorE runs ahead of GpSimdE instead of waiting for a chunk buffer to come free)."""
+    body = list(chunks.body)
+    last = body[-1] if body else None
+    if not isinstance(last, Binary) or last.engine or any(v.buf.memory == "psum" for v in (last.dst, last.b)):
+        return [chunks]
+    prev = last.a.buf
+    if prev.memory != "psum" or not any(isinstance(s, Alloc) and s.buf == prev for s in body) \
+            or last.a != whole(prev):
+        return [chunks]
+    moved = Buf(prev.name, "sbuf", prev.dtype, last.dst.buf.shape)
+
+    def swap(v: View) -> View:
+        return View(moved, last.dst.idx) if v.buf == prev else v
+    new: list[Stmt] = []
+    for s in body:
+        if isinstance(s, Alloc) and s.buf == prev:
+            continue
+        if isinstance(s, (Binary, Scalar)) and prev in (v.buf for v in ir.views(s)):
+            fields = {f.name: swap(getattr(s, f.name)) for f in dataclasses.fields(s)
+                      if isinstance(getattr(s, f.name), View)}
+            s = dataclasses.replace(s, **fields)  # type: ignore[arg-type]
+        new.append(s)
+    new[-1] = dataclasses.replace(last, a=swap(last.a), engine="gpsimd")
+    return [Alloc(moved, line=chunks.line), dataclasses.replace(chunks, body=tuple(new))]
 
 
 def _narrow_last_step(out: list[Stmt], copy: ir.Copy, chunks: ir.Loop) -> list[Stmt]:
@@ -803,13 +883,13 @@ def _reads(op: Op) -> list[str]:
     return names
 
 
-def build_row_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str]) -> Built:
+def build_row_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False) -> Built:
     """fresh_for(op): the name allocator of each op of the chain. Short rows (a reduction and element-wise ops of
     its columns) are grouped several per partition instead (build_reduce.short_rows)."""
     grouped = short_rows(ops)
     if grouped is not None:
         return build_short_rows(ops, hbm, fresh_for, keep, grouped)
-    chain = _Chain(ops, hbm, fresh_for, keep)
+    chain = _Chain(ops, hbm, fresh_for, keep, skewed)
     consts, stmts = chain.build()
     return consts, getattr(chain, "views", []) + stmts
 
@@ -849,3 +929,23 @@ def reads_of(op: Op) -> list[str]:
 
 
 __all__ = ["row_chains", "build_row_chain", "fit_long_rows", "reads_of", "ColumnReduceOp"]
+
+
+def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], built: Built, budget: int) -> Built:
+    """A chain that fits whole, built again for software pipelining (pair_tiles.skew_row_tiles: a row tile's
+    VectorE steps after the next tile's ScalarE passes, and in a 16-bit chain work moved off ScalarE), when that
+    applies and fits; else `built`."""
+    from tilec.compiler.pair_tiles import skew_row_tiles
+
+    if short_rows(ops) is not None:
+        return built
+    chain = _Chain(ops, hbm, fresh_for, keep, skewed=True)
+    consts, stmts = chain.build()
+    if _scalar_passes(stmts) >= _scalar_passes(built[1]):
+        return built  # nothing moved off ScalarE: its passes bound the chain either way (rmsnorm, softmax)
+    return skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1])) or built
+
+
+def _scalar_passes(stmts: list[Stmt]) -> int:
+    """ScalarE passes over whole-row tiles per row tile."""
+    return sum(1 for s in ir.walk(tuple(stmts)) if isinstance(s, Act) and s.dst.shape()[1:] != (1,))

@@ -145,7 +145,7 @@ class _ViewModel:
     def compute(self, s: Compute, tag: str) -> dict:
         base = {"dst": self.view(s.dst, True), "dtype": DTYPES[s.dst.buf.dtype], "tag": tag}
         if isinstance(s, Copy):
-            return {**base, "kind": "copy", "src": self.view(s.src)}
+            return {**base, "kind": "copy", "src": self.view(s.src), "extra": self.engine(s.engine)}
         if isinstance(s, Act):
             extra = f", bias={self.view(s.bias)}" if s.bias is not None else ""
             extra += f", scale={self.view(s.scale)}" if isinstance(s.scale, View) else \
@@ -154,16 +154,20 @@ class _ViewModel:
             return {**base, "kind": "act", "func": FUNCS[s.func], "src": self.view(s.src), "extra": extra}
         if isinstance(s, Binary):
             return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op],
-                    "extra": f", engine=nisa.{s.engine}_engine" if s.engine else ""}
+                    "extra": self.engine(s.engine)}
         if isinstance(s, Scalar):
             value = self.view(s.value) if isinstance(s.value, View) else _number(s.value)
             return {**base, "kind": "scalar", "src": self.view(s.src), "op": ALU[s.op], "value": value,
-                    "extra": ", reverse0=True" if s.reverse else ""}
+                    "extra": (", reverse0=True" if s.reverse else "") + self.engine(s.engine)}
         if isinstance(s, Reduce):  # the free axes of a 2-D tile (keepdims leaves the (P, 1) column), or the last
             last = len(s.dst.shape()) == len(s.src.shape()) - 1  # axis of a (P, G, F) tile into (P, G)
             return {**base, "kind": "reduce", "src": self.view(s.src), "op": ALU[s.op],
                     "axis": "2" if last else "1", "keepdims": str(not last)}
         raise TypeError(type(s).__name__)
+
+    def engine(self, name: str) -> str:
+        """The engine= argument of an instruction the IR puts on a named engine ("" = the instruction's default)."""
+        return f", engine=nisa.{name}_engine" if name else ""
 
     # ---- index expressions ---------------------------------------------------------------------------------------
 

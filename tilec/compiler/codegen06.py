@@ -9,6 +9,7 @@ The same scheduled IR renders through `tilec/templates/nki06/`; what changes is 
     an SBUF buffer that starts at zero is nl.ndarray + nisa.memset(dst, 0.0) (0.6's memset writes a destination)
     loops are Python `range` (every NKI 0.6 loop but fori_loop/while_loop is unrolled at specialisation)
     tensor_reduce names the trailing free axes of its source (axis=1 only for 2-D tiles) [MIG 0.3 tensor_reduce]
+    an instruction on a named engine says engine=nisa.engine.gpsimd (0.1: engine=nisa.gpsimd_engine) [ISA6]
 """
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ class ViewModel06(_ViewModel):
             axes = tuple(range(1, rank)) if out["keepdims"] == "True" else (rank - 1,)
             out["axis"] = str(axes[0]) if len(axes) == 1 else repr(axes)
         return out
+
+    def engine(self, name: str) -> str:
+        return f", engine=nisa.engine.{name}" if name else ""  # 0.6 spells engines as members of nisa.engine [ISA6]
 
     def view(self, v: View, dst: bool = False) -> str:
         return super().view(v, False)  # a destination is an argument here, not an assignment target: no [...]

@@ -13,17 +13,22 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
            | Dma(dst, src)                           HBM <-> SBUF copy
            | Matmul(acc, stationary, moving)         acc (PSUM) += stationary.T @ moving
            | Transpose(dst, src)                     PE transpose of src (SBUF) into dst (PSUM); or DMA transpose
-           | Copy(dst, src)                          PSUM/SBUF -> SBUF copy with a dtype cast
+           | Copy(dst, src, engine)                  PSUM/SBUF -> SBUF copy with a dtype cast
            | Act(dst, src, func, bias, scale, total)  dst = func(src * scale + bias), bias per partition;
                                                      total (P, 1) = the sum of dst along the free dims
-           | Binary(dst, a, b, op)                   dst = a op b element-wise (tensor_tensor)
-           | Scalar(dst, src, op, value, reverse)    dst = src op value (tensor_scalar); value: a constant or a
-                                                     (P, 1) column, one scalar per partition; reverse: value op src
+           | Binary(dst, a, b, op, engine)           dst = a op b element-wise (tensor_tensor)
+           | Scalar(dst, src, op, value, reverse, engine)  dst = src op value (tensor_scalar); value: a constant or
+                                                     a (P, 1) column, one scalar per partition; reverse: value op src
            | Reduce(dst, src, op)                     dst (P, 1) = op over the free elements of src (tensor_reduce)
            | Block(label, body, hoist, pin)          a named group of statements (one phase of a kernel); a
                                                      hoistable block is a load the `hoist` pass may lift out
                                                      of loops it does not use (never out of loop `pin`)
     Kernel = name, params: Buf..., outputs: Buf..., consts: (name, value)..., body: Stmt...
+
+`engine` on Copy, Binary and Scalar names the engine the instruction runs on, in NKI's spelling (vector | scalar |
+gpsimd; printed as `copy.gpsimd`, `add.scalar`, ...): "" is the instruction's default (VectorE). Which engines each
+instruction accepts on a generation is `Instr.engines` of tilec/target.py; the verifier checks it, codegen writes
+`engine=nisa.<name>_engine`, and the interpreter and the performance model run the instruction on that engine.
 
 Every statement may carry `line`, the .tl line it comes from (printed as `# tl:LINE`), so generated code and the
 performance model can attribute work to the user's program.
@@ -166,6 +171,7 @@ class Copy:
     dst: View
     src: View
     line: int = 0
+    engine: str = ""  # "": the default (VectorE) | scalar | gpsimd (SBUF only)
 
 
 @dataclass(frozen=True)
@@ -186,7 +192,7 @@ class Binary:
     b: View
     op: str  # add | subtract | multiply | divide | maximum | minimum
     line: int = 0
-    engine: str = ""  # "": the default (VectorE) | gpsimd (a second engine sharing the work, rules_pool.py)
+    engine: str = ""  # "": the default (VectorE) | gpsimd (SBUF only; a second engine sharing the work)
 
 
 @dataclass(frozen=True)
@@ -197,6 +203,7 @@ class Scalar:
     value: "float | View"  # a constant, or a (P, 1) view: one scalar per partition, broadcast along the free dims
     line: int = 0
     reverse: bool = False  # value op src (for the non-commutative subtract)
+    engine: str = ""  # "": the default (VectorE) | scalar (multiply or add only)
 
 
 @dataclass(frozen=True)
@@ -271,21 +278,25 @@ def _stmt_head(s: Stmt) -> str:
     if isinstance(s, Transpose):
         return f"transpose.{s.engine} {fmt_view(s.dst)} <- {fmt_view(s.src)}"
     if isinstance(s, Copy):
-        return f"copy {fmt_view(s.dst)} <- {fmt_view(s.src)}"
+        return f"copy{_on(s.engine)} {fmt_view(s.dst)} <- {fmt_view(s.src)}"
     if isinstance(s, Act):
         bias = f" + {fmt_view(s.bias)}" if s.bias else ""
         scale = f" * {fmt_view(s.scale)}" if isinstance(s.scale, View) else f" * {s.scale:g}" if s.scale != 1.0 else ""
         total = f", sum -> {fmt_view(s.total)}" if s.total is not None else ""
         return f"act {fmt_view(s.dst)} <- {s.func}({fmt_view(s.src)}{scale}{bias}){total}"
     if isinstance(s, Binary):
-        return f"{s.op} {fmt_view(s.dst)} <- {fmt_view(s.a)}, {fmt_view(s.b)}"
+        return f"{s.op}{_on(s.engine)} {fmt_view(s.dst)} <- {fmt_view(s.a)}, {fmt_view(s.b)}"
     if isinstance(s, Scalar):
         value = fmt_view(s.value) if isinstance(s.value, View) else f"{s.value:g}"
         args = f"{value}, {fmt_view(s.src)}" if s.reverse else f"{fmt_view(s.src)}, {value}"
-        return f"{s.op} {fmt_view(s.dst)} <- {args}"
+        return f"{s.op}{_on(s.engine)} {fmt_view(s.dst)} <- {args}"
     if isinstance(s, Reduce):
         return f"reduce.{s.op} {fmt_view(s.dst)} <- {fmt_view(s.src)}"
     raise TypeError(type(s).__name__)
+
+
+def _on(engine: str) -> str:
+    return f".{engine}" if engine else ""
 
 
 def _lines(body: tuple[Stmt, ...], depth: int, out: list[str]) -> None:

@@ -154,6 +154,21 @@ class _Verifier:
             self.fail(f"{type(s).__name__} reads or writes HBM")
         if isinstance(s, Binary) and s.a.buf.memory == "psum" and s.b.buf.memory == "psum":
             self.fail("tensor_tensor with two PSUM operands")
+        if isinstance(s, (Copy, Binary, Scalar)) and s.engine:
+            self.engine(s, views)
+
+    def engine(self, s: "Copy | Binary | Scalar", views: list[View]) -> None:
+        """An instruction put on a named engine: one its engine= accepts on this target, with an ALU op that engine
+        runs, and operands that engine can reach (GpSimdE: SBUF only)."""
+        name = {Copy: "tensor_copy", Binary: "tensor_tensor", Scalar: "tensor_scalar"}[type(s)]
+        ins = self.t.instr(name)
+        if s.engine not in ins.engines:
+            self.fail(f"{name} on the {s.engine} engine; {self.t.name} runs it on {', '.join(ins.engines)}")
+        ops = ins.ops_on(s.engine)
+        if ops is not None and not isinstance(s, Copy) and s.op not in ops:
+            self.fail(f"{name} {s.op} on the {s.engine} engine, which runs only {', '.join(ops)}")
+        if s.engine == "gpsimd" and any(v.buf.memory == "psum" for v in views):
+            self.fail(f"{name} on the gpsimd engine touches PSUM")
 
     def view(self, v: View, loops: dict[str, int], scope: dict[str, Buf]) -> None:
         if v.buf.name not in scope or scope[v.buf.name] != v.buf:

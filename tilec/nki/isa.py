@@ -316,12 +316,31 @@ def nc_transpose(data: Tensor, *, mask: object = None, dtype: object = None, eng
 
 # ---- VectorE / ScalarE / GpSimdE ----
 def _elementwise_engine(requested: object, default: str, operands: tuple, api: str, run, where: tuple) -> str:
+    _engine_allowed(requested, api, run, where)
     eng = _engine(requested, default)
     for role, t in operands:
         checks.tile(t, api, role, where)
         checks.engine_reads(eng, t, api, role, where)
         checks.free_limit(t, eng, api, role, run, where)
     return eng
+
+
+def _engine_allowed(requested: object, api: str, run, where: tuple) -> None:
+    """An explicit engine= must be one the instruction runs on for this target (tilec/target.py `engines`):
+    tensor_tensor on VectorE or GpSimdE; tensor_scalar and tensor_copy also on ScalarE from NeuronCore-v3 [NISA,
+    nki-spec §1.10.4-7]. engine.unknown (or None) lets the instruction choose."""
+    if requested is None or requested == engine.unknown or run is None:
+        return
+    try:
+        allowed = run.target.instr(api).engines
+    except KeyError:
+        return
+    name = _ENGINE_NAMES.get(requested, getattr(requested, "name", str(requested)))
+    if allowed and name not in allowed:
+        raise rules.NkiSyntaxError(
+            f"{api} cannot run on the {name} engine of {run.target.core} ({run.target.name}); it runs on "
+            f"{', '.join(allowed)}", "engine_choice", where,
+            hint=f"pass engine=nisa.{allowed[0]}_engine, or leave engine= out to let the instruction choose")
 
 
 def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = None, mask: object = None,

@@ -114,6 +114,9 @@ class Costs:
             return max(mn, n if fast else 2 * n)
         if op in ("tensor_scalar", "tensor_copy"):
             perf = 1.0
+            # the streamed data and the output decide (ARCH3); a (P, 1) operand is one value per partition, not a
+            # stream, and fp32 by the API's rule [ISA6 tensor_scalar], so it does not turn the mode off
+            half = bool(ins.in_dtypes) and ins.in_dtypes[0] in HALF and ins.out_dtype in HALF
             if vector and half:  # ARCH3: 4x needs SBUF on both sides and a contiguous innermost dim, else 2x
                 contiguous = stride <= itemsize(ins.out_dtype)
                 perf = self.pm_half if psum or not contiguous else self.pm_copy

@@ -1,0 +1,124 @@
+"""A row chain software-pipelined by one row tile (unrolled by 2), so that engines overlap instead of taking turns.
+
+Each engine runs its instructions in program order. A chain's loop body over row tiles puts one tile's work on
+several engines in turn; in a 16-bit layernorm built for pipelining (build_rowchain `skewed`): VectorE the mean
+and the centring, ScalarE the squares and the scaling by r, then VectorE and GpSimdE the steps against g and b.
+Issued in that order, VectorE's first step on row tile i + 1 queues behind its steps on tile i, which wait for
+ScalarE: each engine idles while the others work. Here the body splits at its first loop of VectorE steps
+(stage A: loads, reductions, ScalarE passes; stage B: the steps and the stores) and stage B of tile i is issued
+after stage A of tile i + 1. The tiles A hands to B (r-scaled rows) alternate between two buffers by parity,
+allocated before the loop; the loop is unrolled by 2 so that the parity is static:
+
+    A(0)                                                                   prologue (a loop of one iteration)
+    for pt in range(R / TILE_PAIR - 1): A(2pt+1) B(2pt) A(2pt+2) B(2pt+1)  sequential: B reads what A wrote
+    A(last) B(last - 1) B(last)                                            epilogue
+
+The odd copies' buffers are the even ones' under other names (`X_tile_2`). Applied by build_rowchain.pipelined
+when the chain fits whole, has an even number (>= 4) of row tiles, and everything fits the SBUF budget.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tilec.compiler import ir
+from tilec.compiler.ir import Aff, Alloc, Block, Buf, Loop, Sl, Stmt, Term, View
+from tilec.compiler.passes import peak_usage
+
+Built = tuple[list[tuple[str, int]], list[Stmt]]
+VAR = "pt"  # the chain's row-tile loop (build_rowchain._Chain.build)
+
+
+def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
+    """The chain software-pipelined by one row tile: its body splits at its first loop of VectorE steps (stage A:
+    the loads, the reductions and ScalarE's passes; stage B: the steps and the stores), and stage B of row tile i
+    is issued after stage A of tile i + 1, so VectorE's steps on tile i never hold up its first work on tile i + 1.
+    Unrolled by 2 so that the tiles A hands to B (by parity, allocated before the loop) need no modular index:
+
+        A(0)                                                  prologue
+        for pt in range(R / TILE_PAIR - 1): A(2pt+1) B(2pt) A(2pt+2) B(2pt+1)
+        A(last) B(last - 1) B(last)                           epilogue
+
+    None when the chain has no such split, an odd number of row tiles, or does not fit the budget."""
+    consts, stmts = built
+    tp = dict(consts).get("TILE_P")
+    at = [i for i, s in enumerate(stmts) if isinstance(s, Block) and len(s.body) == 1
+          and isinstance(s.body[0], Loop) and s.body[0].var == VAR]
+    if tp is None or len(at) != 1:
+        return None
+    block = stmts[at[0]]
+    assert isinstance(block, Block)
+    loop = block.body[0]
+    assert isinstance(loop, Loop)
+    T = loop.extent
+    split = next((i for i, s in enumerate(loop.body) if isinstance(s, Loop)), None)
+    if T % 2 or T < 4 or not split:
+        return None
+    a_part, b_part = list(loop.body[:split]), list(loop.body[split:])
+    allocs_a = {s.buf.name: s for s in a_part if isinstance(s, Alloc)}
+    used_a = {v.buf.name for s in a_part if not isinstance(s, Alloc) for x in ir.walk((s,)) for v in ir.views(x)}
+    used_b = {v.buf.name for s in b_part for x in ir.walk((s,)) for v in ir.views(x)}
+    crossing = [n for n in allocs_a if n in used_a and n in used_b]
+    late = [allocs_a[n] for n in allocs_a if n not in used_a]  # allocated early, first used in B
+    a_part = [s for s in a_part if not (isinstance(s, Alloc) and (s.buf.name in crossing or s in late))]
+    b_part = late + b_part
+    inner = {s.buf.name: s.buf for s in ir.walk(tuple(a_part + b_part)) if isinstance(s, Alloc)}
+    odd = {name: dataclasses.replace(buf, name=fresh(f"{name}_2")) for name, buf in inner.items()}
+    for n in crossing:
+        odd[n] = dataclasses.replace(allocs_a[n].buf, name=fresh(f"{n}_2"))
+
+    def copy(part: list[Stmt], tile: "int | tuple[int, int]", parity: int) -> list[Stmt]:
+        """`part` for row tile `tile`: a constant, or (2, k) for 2 * pt + k inside the loop."""
+        names = odd if parity else {}
+        return [_at(s, tile, names) for s in part]
+
+    hoisted = [allocs_a[n] for n in crossing] + [Alloc(odd[n], line=allocs_a[n].line) for n in crossing]
+    body: list[Stmt] = copy(a_part, (2, 1), 1) + copy(b_part, (2, 0), 0) + copy(a_part, (2, 2), 0) + \
+        copy(b_part, (2, 1), 1)
+    loops = [Loop(VAR, T // 2 - 1, tuple(body), "sequential", "", loop.line,
+                  "pairs of row tiles, software-pipelined: a tile's steps after the next one's ScalarE passes")]
+    prologue = _scoped("p0", copy(a_part, 0, 0), loop.line)
+    epilogue = _scoped("p1", copy(a_part, T - 1, 1) + copy(b_part, T - 2, 0) + copy(b_part, T - 1, 1), loop.line)
+    out = list(stmts)
+    out[at[0]] = dataclasses.replace(block, body=tuple(hoisted + prologue + loops + epilogue))
+    if peak_usage(tuple(out))[0] > budget:
+        return None
+    return consts + [("TILE_PAIR", 2 * tp)], out
+
+
+def _scoped(var: str, stmts: list[Stmt], line: int) -> list[Stmt]:
+    """Statements in a loop of one iteration: their tiles are released after it (as the loop's are)."""
+    return [Loop(var, 1, tuple(stmts), "static", "", line, "")]
+
+
+def _at(s: Stmt, tile: "int | tuple[int, int]", renamed: dict[str, Buf]) -> Stmt:
+    if isinstance(s, (Loop, Block)):
+        return dataclasses.replace(s, body=tuple(_at(x, tile, renamed) for x in s.body))
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        value = getattr(s, f.name)
+        if isinstance(value, View):
+            changes[f.name] = View(renamed.get(value.buf.name, value.buf),
+                                   tuple(_tile_idx(i, tile) for i in value.idx))
+        elif isinstance(value, Buf) and f.name == "buf":
+            changes[f.name] = renamed.get(value.name, value)
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
+
+
+def _tile_idx(i: "Aff | Sl", tile: "int | tuple[int, int]") -> "Aff | Sl":
+    if isinstance(i, Sl):
+        named = [t.name for t in i.start.terms if t.var == VAR and t.coef == i.size and t.name]
+        return dataclasses.replace(i, start=_tile_aff(i.start, tile), name=i.name or (named or [""])[0])
+    return _tile_aff(i, tile)
+
+
+def _tile_aff(a: Aff, tile: "int | tuple[int, int]") -> Aff:
+    if VAR not in a.vars():
+        return a
+    per_tile = sum(t.coef for t in a.terms if t.var == VAR)
+    rest = tuple(t for t in a.terms if t.var != VAR)
+    if isinstance(tile, int):
+        return Aff(rest, a.const + per_tile * tile)
+    mult, k = tile
+    terms = tuple(Term(t.var, mult * t.coef, "TILE_PAIR" if t.name == "TILE_P" else "") for t in a.terms
+                  if t.var == VAR)
+    return Aff(rest + terms, a.const + per_tile * k)
