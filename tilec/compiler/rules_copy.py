@@ -368,3 +368,178 @@ class _Boxes:
         shown = "-inf" if value == -math.inf else "inf" if value == math.inf else f"{value:g}"
         return prims + [_prim("tensorize", p_in),
                         _prim("block", order[0], f"{Y} where {X} is padded: {shown} ({d} partitions)")]
+
+
+# ---- whole rows on the partitions: (outer unit, row block) pairs (level B) -----------------------------------------
+
+STEP_BYTES = 8192  # SBUF per partition one step of a row-block copy moves: small steps let the first store start
+# early (batch 1 is the first load's and the last store's latency otherwise)
+
+
+def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list] | None:
+    """A padded copy whose rows are padded at either end (`P[n, c, y, x] = X[n, c, y - 1, x - 1] ?? 0`, a zero-filled
+    shift), built on level B with every DMA moving long contiguous runs on every DMA engine:
+
+        partitions   (outer unit, row block) pairs: the outer dimensions fused (n, c), and when they are fewer than
+                     128, the rows inside X cut into blocks so that the pairs fill the partitions (a partition index
+                     of two loops: one DMA per row block, each on its own partitions' engines)
+        per step     X's rows loaded whole and contiguous into a load tile; the rows copied on chip into the
+                     middle of a tile of whole result rows (VectorE and ScalarE share the rows); the ends of the
+                     rows copied from a constant tile; the tile stored whole (one contiguous run per partition)
+        fill rows    the result's rows wholly outside X stored from a constant tile
+
+    None when the copy is not of that form (the outer dimensions shifted or cropped, rows not padded, a tile that
+    does not fit): the box schedule (`padded_copy`) takes it."""
+    from tilec.compiler import ir
+    from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+    from tilec.compiler.rules import _one_copy  # (rules imports this module)
+    found = _one_copy(k)
+    if found is None:
+        return None
+    chain, stmt, src = found
+    loops = [lp.var for lp in chain]
+    r = len(loops)
+    if src.fill is None or r < 2 or len(src.index) != r or len(stmt.dst.index) != r:
+        return None
+    if any(i.terms != (Term(v),) or i.const for i, v in zip(stmt.dst.index, loops)):
+        return None
+    if any(i.terms != (Term(v),) for i, v in zip(src.index, loops)):
+        return None
+    X, Y = hbm[src.buf], hbm[stmt.dst.buf]
+    ext = [lp.extent for lp in chain]
+    if tuple(ext) != Y.shape:
+        return None
+    if any(i.const or X.shape[d] != ext[d] for d, i in enumerate(src.index[:-2])):
+        return None  # an outer dimension shifted or cropped
+    (Hy, Wy), (Hx, Wx) = Y.shape[-2:], X.shape[-2:]
+    cy, cx = src.index[-2].const, src.index[-1].const
+    lo, hi = interior(src.index[-2], Hx, Hy)
+    xlo, xhi = interior(src.index[-1], Wx, Wy)
+    if lo >= hi or xlo >= xhi or (xlo == 0 and xhi == Wy):
+        return None  # all fill, or rows not padded (HBM -> HBM is the box schedule's)
+    O = math.prod(ext[:-2])
+    if O < target.pmax // target.dma_engines:  # a row block's DMAs would touch fewer partitions than one DMA engine
+        return None  # serves: the box schedule's blocks of rows do better
+    Hi, w = hi - lo, xhi - xlo
+    xb, yb_ = 4 if X.dtype == "f32" else 2, 4 if Y.dtype == "f32" else 2
+    pmax = target.pmax
+    # the load tile holds X's rows whole when the copy reads most of them (one contiguous run per partition)
+    x0, wl = (0, Wx) if 2 * w >= Wx else (xlo + cx, w)
+    if O >= pmax:
+        ob = best_divisor(O, pmax)
+        if O // ob > -(-O // pmax):
+            ob = pmax  # full blocks and a ragged last one
+        regions = [(lo, 1, Hi)]  # (first row, row blocks, rows per block)
+    else:  # row blocks fill the partitions; the rows left over are blocks of one row
+        ob = O
+        nb = min(pmax // O, Hi)
+        R = Hi // nb
+        regions = [(lo, nb, R)] + ([(lo + nb * R, Hi - nb * R, 1)] if Hi - nb * R else [])
+    per_row = max(Wy * yb_, wl * xb)
+
+    def rows_per_step(R: int) -> int:
+        return max([d for d in range(1, R + 1) if R % d == 0 and d * per_row <= STEP_BYTES] or [1])
+    rt_max = max(rows_per_step(R) for _, _, R in regions)
+    fill_rows = max(lo, Hy - hi)
+    if fill_rows * Wy * yb_ > FILL_TILE_BYTES or rt_max * (Wy * yb_ + wl * xb) > STAGE_TILE_BYTES:
+        return None
+    value = float(round_to(X.dtype, np.asarray(src.fill, np.float32)))
+    line = stmt.line
+    xv, s1 = hbm_view(X, (O, Hx, Wx), fresh(f"{X.name}_v"), line)
+    yv, s2 = hbm_view(Y, (O, Hy, Wy), fresh(f"{Y.name}_v"), line)
+    P = max(ob * nb for _, nb, _ in regions)  # partitions used
+    shown = "-inf" if value == -math.inf else "inf" if value == math.inf else f"{value:g}"
+    # constant tiles, set once: the row ends (per partition, rt rows of the widest end) and the fill rows
+    ends = max(xlo, Wy - xhi)
+    cols = ir.Buf(fresh(f"{Y.name}_ends"), "sbuf", Y.dtype, (P, rt_max, ends))
+    prep: list = [ir.Alloc(cols, zero=True, line=line)]
+    if value != 0:
+        prep.append(ir.Scalar(ir.whole(cols), ir.whole(cols), "add", value, line))
+    rows_tile = None
+    if fill_rows:
+        rows_tile = ir.Buf(fresh(f"{Y.name}_fill"), "sbuf", Y.dtype, (min(O, pmax), fill_rows, Wy))
+        prep.append(ir.Alloc(rows_tile, zero=True, line=line))
+        if value != 0:
+            prep.append(ir.Scalar(ir.whole(rows_tile), ir.whole(rows_tile), "add", value, line))
+    consts: list[tuple[str, int]] = []
+    made: list[str] = []
+    ov = fresh("o_t")
+    vec = target.vector_ghz * (2 if xb == yb_ == 2 else 1)  # elements per ns of an on-chip copy
+    act = target.scalar_ghz
+
+    def step(o0: Aff, n_o: int, r_lo: int, nb: int, R: int) -> list:
+        """Rows [r_lo, r_lo + nb * R) of the result, in nb blocks of R rows, for the outer units [o0, o0 + n_o):
+        per step rows [t*rt, (t+1)*rt) of every block."""
+        rt = rows_per_step(R)
+        k = str(len(made) + 1) if made else ""  # each step's names apart (a fresh name is stable per base)
+        made.append(k)
+        rows_name = fresh(f"ROWS{k}").upper()
+        if rt > 1 and rows_name not in dict(consts):
+            consts.append((rows_name, rt))
+        rows_name = rows_name if rt > 1 else ""
+        bv, tv = fresh(f"rb{k}"), fresh(f"r_t{k}")
+        split = round(rt * vec / (vec + act))
+        p_n = n_o * nb
+        load = ir.Buf(fresh(f"{X.name}_rows{k}"), "sbuf", X.dtype, (p_n, rt, wl))
+        tile = ir.Buf(fresh(f"{Y.name}_tile{k}"), "sbuf", Y.dtype, (p_n, rt, Wy))
+        row0 = a(term(tv, rt, rows_name))
+        blk = term(bv, R)
+        part = sl(a(term(bv, n_o)), n_o)
+        body: list = [ir.Alloc(load, line=line), ir.Alloc(tile, line=line)]
+        body += loop(bv, nb, [ir.Dma(ir.View(load, (part, ir.full(rt), ir.full(wl))),
+                                     ir.View(xv, (sl(o0, n_o), sl(row0.plus(a(blk, r_lo + cy)), rt, name=rows_name),
+                                                  sl(x0, wl))), line)], note=f"blocks of {R} rows")
+        every = ir.full(p_n)
+        if xlo:
+            body.append(ir.Copy(ir.View(tile, (every, ir.full(rt), sl(0, xlo))),
+                                ir.View(cols, (sl(0, p_n), sl(0, rt), sl(0, xlo))), line))
+        if xhi < Wy:
+            body.append(ir.Copy(ir.View(tile, (every, ir.full(rt), sl(xhi, Wy - xhi))),
+                                ir.View(cols, (sl(0, p_n), sl(0, rt), sl(0, Wy - xhi))), line))
+        for r0, n, eng in ((0, split, "vector"), (split, rt - split, "scalar")):
+            if n <= 0:
+                continue
+            dst = ir.View(tile, (every, sl(r0, n), sl(xlo, w)))
+            srcv = ir.View(load, (every, sl(r0, n), sl(xlo + cx - x0, w)))
+            body.append(ir.Copy(dst, srcv, line) if eng == "vector" else ir.Act(dst, srcv, "copy", line=line))
+        body += loop(bv, nb, [ir.Dma(ir.View(yv, (sl(o0, n_o), sl(row0.plus(a(blk, r_lo)), rt, name=rows_name),
+                                                  ir.full(Wy))),
+                                     ir.View(tile, (part, ir.full(rt), ir.full(Wy))), line)],
+                     note=f"blocks of {R} rows")
+        return loop(tv, R // rt, body, note=f"rows in steps of {rows_name or rt}")
+
+    def fills(o0: Aff, n_o: int) -> list:
+        out = []
+        if rows_tile is None:
+            return out
+        for r0, n in ((0, lo), (hi, Hy - hi)):
+            if n:
+                out.append(ir.Dma(ir.View(yv, (sl(o0, n_o), sl(r0, n), ir.full(Wy))),
+                                  ir.View(rows_tile, (sl(0, n_o), sl(0, n), ir.full(Wy))), line))
+        return out
+
+    def units(o0: Aff, n_o: int) -> list:
+        return fills(o0, n_o) + [s for r_lo, nb, R in regions for s in step(o0, n_o, r_lo, nb, R)]
+
+    full_blocks, rest = divmod(O, ob)
+    main = loop(ov, full_blocks, units(a(term(ov, ob)), ob), note=f"outer units in blocks of {ob}")
+    if rest:
+        main += units(a(full_blocks * ob), rest)
+    R = regions[0][2]
+    label = (f"{Y.name} = {X.name} with its rows padded ({shown}) in SBUF: (unit, block of {R} rows) pairs on "
+             f"{P} partitions, stored whole")
+    return consts, s1 + s2 + [ir.Block(f"{Y.name}: the fill value {shown} on chip, set once", tuple(prep), line),
+                              ir.Block(label, tuple(main), line)]
+
+
+def row_blocks_note(k: Kernel, target: Target) -> str | None:
+    """What `row_blocks` builds for the copy nest k (the label of its main block, for `explain`), or None when the
+    box schedule takes it."""
+    from tilec.compiler import ir
+    hbm = {b.name: ir.Buf(b.name, "hbm", b.dtype, b.shape) for b in (*k.params, *k.outputs)}
+    built = row_blocks(k, hbm, lambda base: base, target)
+    if built is None:
+        return None
+    label = built[1][-1].label
+    steps = ", ".join(f"{n} = {v}" for n, v in built[0])
+    return label + (f" (steps of {steps} rows)" if steps else "")
