@@ -457,7 +457,7 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
         prep.append(ir.Scalar(ir.whole(cols), ir.whole(cols), "add", value, line))
     rows_tile = None
     if fill_rows:
-        rows_tile = ir.Buf(fresh(f"{Y.name}_fill"), "sbuf", Y.dtype, (min(O, pmax), fill_rows, Wy))
+        rows_tile = ir.Buf(fresh(f"{Y.name}_fill"), "sbuf", Y.dtype, (ob, fill_rows, Wy))
         prep.append(ir.Alloc(rows_tile, zero=True, line=line))
         if value != 0:
             prep.append(ir.Scalar(ir.whole(rows_tile), ir.whole(rows_tile), "add", value, line))
@@ -525,9 +525,11 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     main = loop(ov, full_blocks, units(a(term(ov, ob)), ob), note=f"outer units in blocks of {ob}")
     if rest:
         main += units(a(full_blocks * ob), rest)
-    R = regions[0][2]
-    label = (f"{Y.name} = {X.name} with its rows padded ({shown}) in SBUF: (unit, block of {R} rows) pairs on "
-             f"{P} partitions, stored whole")
+    nb, R = regions[0][1:]
+    units_of = "(" + ", ".join(v.split("@")[0] for v in loops[:-2]) + ")"
+    how = (f"(unit, block of {R} rows) pairs on {P} partitions" if nb > 1 else
+           f"one unit of {units_of} per partition, blocks of {ob}")
+    label = f"{Y.name} = {X.name} with its rows padded ({shown}) in SBUF: {how}, stored whole"
     return consts, s1 + s2 + [ir.Block(f"{Y.name}: the fill value {shown} on chip, set once", tuple(prep), line),
                               ir.Block(label, tuple(main), line)]
 
