@@ -527,7 +527,7 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
         main += units(a(full_blocks * ob), rest)
     nb, R = regions[0][1:]
     units_of = "(" + ", ".join(v.split("@")[0] for v in loops[:-2]) + ")"
-    how = (f"(unit, block of {R} rows) pairs on {P} partitions" if nb > 1 else
+    how = (f"(unit, block of {R} row{'s' if R > 1 else ''}) pairs on {P} partitions" if nb > 1 else
            f"one unit of {units_of} per partition, blocks of {ob}")
     label = f"{Y.name} = {X.name} with its rows padded ({shown}) in SBUF: {how}, stored whole"
     return consts, s1 + s2 + [ir.Block(f"{Y.name}: the fill value {shown} on chip, set once", tuple(prep), line),
