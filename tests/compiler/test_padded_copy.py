@@ -56,7 +56,7 @@ CASES = {
     "fill_many_rows": ([("i", 400, 400, -300), ("j", 24, 24, 0)], "0"),
     "fill_wide": ([("c", 128, 128, 0), ("y", 64, 64, -40), ("x", 128, 128, 0)], "-2"),
 }
-ROW_BLOCKS = {"pad3d", "pad4d_neg_inf"}  # the cases whose rows are padded at their ends
+ROW_BLOCKS = {"pad3d", "pad4d_neg_inf", "shift1d"}  # the cases whose rows are padded at their ends
 ALL_FILL = [("i", 300, 300, 500), ("j", 8, 8, 0)]  # a shift entirely out of range: the checker refuses it
 
 

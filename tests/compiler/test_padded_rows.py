@@ -109,3 +109,40 @@ def test_few_outer_units_keep_the_box_schedule() -> None:
     """One outer unit (a 2-D shift): row blocks would give each DMA one partition; the box schedule stays."""
     c = compile_loaded(lang.load(program([("i", 300, 300, -2), ("j", 70, 70, 1)], "0")))
     assert "rules.copy writes its schedule as" in c.stages["schedule"] and "row_blocks" not in c.stages["schedule"]
+
+
+FLAT = {
+    # (X's size, Y's size, offset): Y[i] = X[i + offset] ?? fill, both seen as rows of a common divisor
+    "shift_right_4096": (4096, 4096, -1),
+    "shift_left_1000": (1000, 1000, 3),
+    "wider_1024_1152": (1024, 1152, -64),  # a padded copy into a larger vector: fill on both sides
+    "narrower_1536_1024": (1536, 1024, 200),
+    "beyond_a_row_2048": (2048, 2048, -37),  # rows of 16: the offset crosses two rows
+    "back_2048": (2048, 2048, 45),
+}
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("fill", ["0", "-inf", "1.5"])
+@pytest.mark.parametrize("case", sorted(FLAT))
+def test_a_1d_padded_copy_as_rows_matches_np_pad(case: str, fill: str, dtype: str) -> None:
+    n, m, c = FLAT[case]
+    got, want, src = run_case([("i", n, m, c)], fill, dtype)
+    np.testing.assert_array_equal(got, want)
+    assert src.count("dma_copy") <= 6  # two copies and the fill's pieces, never a DMA per block of 128 elements
+
+
+def test_a_million_element_shift_is_two_dmas_of_128_rows() -> None:
+    c = compile_loaded(lang.load(program([("i", 1 << 20, 1 << 20, -1)], "0")))
+    src = c.source
+    assert "X_v = X.reshape((128, 8192))" in src and "dst=Y_v[:, 1:8192], src=X_v[:, 0:8191])" in src
+    assert "dst=Y_v[1:128, 0:1], src=X_v[0:127, 8191:8192])" in src
+
+
+def test_a_1d_copy_of_a_prime_size_keeps_the_box_schedule() -> None:
+    """1009 elements: no divisor gives rows for a DMA engine's partitions; the box schedule stays."""
+    c = compile_loaded(lang.load(program([("i", 1009, 1009, 2)], "0")))
+    assert "rules.copy writes its schedule as" in c.stages["schedule"]
+    inputs = inputs_for(c.program)
+    got = np.asarray(c.run(**inputs)["Y"], np.float32)
+    np.testing.assert_array_equal(got, expected(np.asarray(inputs["X"], np.float32), [("i", 1009, 1009, 2)], 0.0))

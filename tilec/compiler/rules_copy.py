@@ -399,6 +399,9 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     chain, stmt, src = found
     loops = [lp.var for lp in chain]
     r = len(loops)
+    if r == 1 and src.fill is not None and len(src.index) == 1 and stmt.dst.index == (Aff((Term(loops[0]),)),) \
+            and src.index[0].terms == (Term(loops[0]),):
+        return flat_rows(hbm[src.buf], hbm[stmt.dst.buf], src.index[0].const, src.fill, stmt.line, fresh, target)
     if src.fill is None or r < 2 or len(src.index) != r or len(stmt.dst.index) != r:
         return None
     if any(i.terms != (Term(v),) or i.const for i, v in zip(stmt.dst.index, loops)):
@@ -545,3 +548,59 @@ def row_blocks_note(k: Kernel, target: Target) -> str | None:
     label = built[1][-1].label
     steps = ", ".join(f"{n} = {v}" for n, v in built[0])
     return label + (f" (steps of {steps} rows)" if steps else "")
+
+
+def flat_rows(X, Y, c: int, fill: float, line: int, fresh, target: Target) -> tuple[list, list] | None:
+    """A 1-D padded copy `Y[i] = X[i + c] ?? fill` as rows: X and Y seen as [rows, B] (B a divisor of both sizes,
+    Y's rows at most pmax and at least one DMA engine's partitions). With c = q*B + s (0 <= s < B), Y_v[r, f] reads
+    X_v[r + q, f + s] for f < B - s and X_v[r + q + 1, f + s - B] for the others: two column ranges, each copied
+    HBM -> HBM in one DMA for the rows whose source row is inside X (a contiguous run per row, every DMA engine),
+    the other rows of the range stored from a constant tile. (The box schedule moves such a copy as one DMA of 128
+    elements per block: 8,191 DMAs for a million elements.) None when no such B exists."""
+    from tilec.compiler import ir
+    from tilec.compiler.build_util import hbm_view, sl
+    n, m, pmax = X.shape[0], Y.shape[0], target.pmax
+    g = math.gcd(n, m)
+    widths = [b for b in range(1, g + 1) if g % b == 0 and m // b <= pmax]
+    if not widths or m // widths[0] < pmax // target.dma_engines:
+        return None
+    B = widths[0]
+    A, Ax = m // B, n // B
+    xv, s1 = hbm_view(X, (Ax, B), fresh(f"{X.name}_v"), line)
+    yv, s2 = hbm_view(Y, (A, B), fresh(f"{Y.name}_v"), line)
+    q, s = divmod(c, B)
+    value = float(round_to(X.dtype, np.asarray(fill, np.float32)))
+    itemsize = 4 if Y.dtype == "f32" else 2
+    copies: list = []
+    fills: list[tuple[int, int, int, int]] = []  # rows [r0, r1) x columns [f0, f1) of fill
+    for f0, f1, shift in ((0, B - s, q), (B - s, B, q + 1)):
+        if f0 >= f1:
+            continue
+        r0, r1 = max(0, -shift), min(A, Ax - shift)  # rows whose source row r + shift is inside X
+        if r0 < r1:
+            copies.append(ir.Dma(ir.View(yv, (sl(r0, r1 - r0), sl(f0, f1 - f0))),
+                                 ir.View(xv, (sl(r0 + shift, r1 - r0), sl(f0 + s - (B if shift > q else 0),
+                                                                         f1 - f0))), line))
+        else:
+            r0 = r1 = A if shift >= 0 else 0
+        fills += [(a, b, f0, f1) for a, b in ((0, min(r0, A)), (max(r1, 0), A)) if a < b]
+    body: list = list(s1 + s2)
+    shown = "-inf" if value == -math.inf else "inf" if value == math.inf else f"{value:g}"
+    if fills:
+        cols = min(max(f1 - f0 for _, _, f0, f1 in fills), max(1, FILL_TILE_BYTES // itemsize))
+        rows = max(b - a for a, b, _, _ in fills)
+        tile = ir.Buf(fresh(f"{Y.name}_fill"), "sbuf", Y.dtype, (rows, cols))
+        prep: list = [ir.Alloc(tile, zero=True, line=line)]
+        if value != 0:
+            prep.append(ir.Scalar(ir.whole(tile), ir.whole(tile), "add", value, line))
+        for a, b, f0, f1 in fills:
+            for c0 in range(f0, f1, cols):
+                w = min(cols, f1 - c0)
+                prep.append(ir.Dma(ir.View(yv, (sl(a, b - a), sl(c0, w))), ir.View(tile, (sl(0, b - a), sl(0, w))),
+                                   line))
+        body.append(ir.Block(f"{Y.name} where {X.name} is padded: {shown}, from a constant tile", tuple(prep), line))
+    if copies:
+        body.append(ir.Block(f"{Y.name} = {X.name} shifted by {c}: both seen as rows of {B}, HBM -> HBM "
+                             f"({len(copies)} DMA{'s' if len(copies) > 1 else ''} of up to {A} rows)",
+                             tuple(copies), line))
+    return [], body
