@@ -372,8 +372,9 @@ class _Boxes:
 
 # ---- whole rows on the partitions: (outer unit, row block) pairs (level B) -----------------------------------------
 
-STEP_BYTES = 8192  # SBUF per partition one step of a row-block copy moves: small steps let the first store start
-# early (batch 1 is the first load's and the last store's latency otherwise)
+STEP_BYTES = 8192  # SBUF per partition one step of a row-block copy moves at most: several steps pipeline the loads,
+# copies and stores of many units; few large stores suit batch 1, where the model orders stores whose HBM byte ranges
+# interleave one DMA latency apart (tilec/perf/deps.py): 4 KiB steps made pad1 at batch 1 25.5 µs, 8 KiB 23.6 µs
 
 
 def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list] | None:
@@ -512,7 +513,7 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
         return loop(tv, R // rt, body, note=f"rows in steps of {rows_name or rt}")
 
     def fills(o0: Aff, n_o: int) -> list:
-        out = []
+        out: list = []
         if rows_tile is None:
             return out
         for r0, n in ((0, lo), (hi, Hy - hi)):
