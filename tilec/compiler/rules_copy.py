@@ -422,8 +422,10 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     if lo >= hi or xlo >= xhi or (xlo == 0 and xhi == Wy):
         return None  # all fill, or rows not padded (HBM -> HBM is the box schedule's)
     O = math.prod(ext[:-2])
-    if O < target.pmax // target.dma_engines:  # a row block's DMAs would touch fewer partitions than one DMA engine
-        return None  # serves: the box schedule's blocks of rows do better
+    # with fewer units than one DMA engine's partitions, a row block's DMAs would leave engines idle: the box
+    # schedule's blocks of rows (one unit, many rows per DMA) do better
+    if O < target.pmax // target.dma_engines:
+        return None
     Hi, w = hi - lo, xhi - xlo
     xb, yb_ = 4 if X.dtype == "f32" else 2, 4 if Y.dtype == "f32" else 2
     pmax = target.pmax
