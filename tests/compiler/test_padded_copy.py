@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 
 import ml_dtypes
 import numpy as np
@@ -55,6 +56,7 @@ CASES = {
     "fill_many_rows": ([("i", 400, 400, -300), ("j", 24, 24, 0)], "0"),
     "fill_wide": ([("c", 128, 128, 0), ("y", 64, 64, -40), ("x", 128, 128, 0)], "-2"),
 }
+ROW_BLOCKS = {"pad3d", "pad4d_neg_inf", "shift1d"}  # the cases whose rows are padded at their ends
 ALL_FILL = [("i", 300, 300, 500), ("j", 8, 8, 0)]  # a shift entirely out of range: the checker refuses it
 
 
@@ -67,7 +69,9 @@ def _value(fill: str) -> float:
 def test_padded_copy_matches_np_pad(case: str, dtype: str) -> None:
     dims, fill = CASES[case]
     c = compile_loaded(lang.load(program(dims, fill, dtype)))
-    assert "resolve_fill" in c.stages["schedule"] and "fill_from" in c.stages["schedule"]
+    rows = case in ROW_BLOCKS  # rows padded at their ends: whole rows on the partitions (test_padded_rows.py)
+    assert ("rules_copy.row_blocks builds it" in c.stages["schedule"]) == rows
+    assert rows or ("resolve_fill" in c.stages["schedule"] and "fill_from" in c.stages["schedule"])
     inputs = inputs_for(c.program)
     got = np.asarray(c.run(**inputs)["Y"], np.float32)
     x = np.asarray(inputs["X"]).astype(NP[dtype]).astype(np.float32)
@@ -102,7 +106,8 @@ def test_interior_moves_hbm_to_hbm_and_the_fill_tile_is_set_once() -> None:
 
 def test_a_ragged_block_of_padded_rows_is_staged_apart() -> None:
     """shift2d: 298 rows read (the 2 first are fill), 69 columns read and 1 of fill at the end of each row: blocks
-    of 128 rows and a last one of 42 (298 has no good divisor), each made in SBUF and stored as whole rows."""
+    of 128 rows and a last one of 42 (298 has no good divisor), each made in SBUF and stored as whole rows. (One
+    outer unit: row_blocks leaves it to the box schedule, whose blocks of rows fill the partitions in one DMA.)"""
     c = compile_loaded(lang.load(program(CASES["shift2d"][0], "0")))
     src = c.source
     assert "Y_tile = nl.ndarray((128, 70)" in src and "Y_tile2 = nl.ndarray((42, 70)" in src
@@ -156,7 +161,7 @@ def test_a_read_wholly_outside_is_all_fill() -> None:
 
 def test_explain_shows_the_primitives() -> None:
     from tilec.compiler.api import explain
-    text = explain(compile_loaded(lang.load(program(CASES["pad3d"][0], "0"))))
+    text = explain(compile_loaded(lang.load(program(CASES["shift2d"][0], "0"))))
     assert "rules.copy writes its schedule as" in text and "fill_from(" in text and "resolve_fill()" in text
 
 
@@ -175,14 +180,16 @@ def test_other_padded_reads_are_located_errors(body: str, message: str) -> None:
 
 
 def test_rows_padded_at_their_ends_are_made_in_sbuf_and_stored_whole() -> None:
-    """pad3d: 12-column rows become 14-column rows; per block of 100 channels one DMA loads X's rows into the middle
-    of a tile whose end columns VectorE sets to the fill, and one DMA stores the tile as whole rows of Y."""
+    """pad3d: 12-column rows become 14-column rows, 200 channels: blocks of 100 channels, X's rows loaded whole into
+    a load tile, copied on chip into the middle of a tile of whole rows, the tile stored as whole rows."""
     c = compile_loaded(lang.load(program(CASES["pad3d"][0], "0")))
     src = c.source
-    assert "Y_tile = nl.ndarray((100, 10, 14)" in src
-    assert "dst=Y_tile[:, :, 1:13], src=X[" in src.replace("\n", "")
-    assert "dst=Y[c_o * 100:c_o * 100 + 100, 1:11], src=Y_tile)" in src
-    assert src.count("src=X[") == 1  # inside the loop over the two blocks
+    assert "Y_tile = nl.ndarray((100, 10, 14)" in src and "X_rows = nl.ndarray((100, 10, 12)" in src
+    assert "dst=X_rows, src=X[o_t * 100:o_t * 100 + 100])" in src
+    # the middle of the rows copied on chip, VectorE and ScalarE each taking some rows
+    middle = [line for line in src.splitlines() if re.search(r"Y_tile\[:, \d+:\d+, 1:13\]", line)]
+    assert len(middle) == 2 and "tensor_copy" in middle[0] and "activation" in middle[1]
+    assert "dst=Y[o_t * 100:o_t * 100 + 100, 1:11], src=Y_tile)" in src
 
 
 @pytest.mark.parametrize("name, sizes, want", [

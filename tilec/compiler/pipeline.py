@@ -10,7 +10,7 @@ from typing import AbstractSet, Callable
 
 from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passes, placement
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
-from tilec.compiler import rules
+from tilec.compiler import rules, rules_copy
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (copy_nest, eltwise_nest, lower_tiles, permute_between, reduce_nest,
                                        transpose_nest)
@@ -295,6 +295,9 @@ def _scheduled(program, target: Target):
     applied, then lowered to level B (rules.py, lower_tiles.py)."""
     def build(op, plan, hbm: dict, fresh) -> tuple[list, list]:
         nest, prims = scheduled_nest(op, plan, program, target)
+        rows = rules_copy.row_blocks(nest, hbm, fresh, target) if getattr(op, "copy", False) else None
+        if rows is not None:  # a padded copy with whole rows on the partitions (level B, rules_copy.py)
+            return rows
         scheduled = rules.apply(nest, prims, target)
         verify_nest(scheduled, f"the schedule of {op.name}")
         return lower_tiles(scheduled, prims, hbm, fresh, target)
@@ -387,7 +390,11 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
                     out += [f"# {op.name}, step {k + 1} of {len(op.steps)} ({step.out} = permute of {src}): {how}"]
                     out += [f"#   {p}" for p in prims]
                 continue
-            _, prims = scheduled_nest(op, plan, program, target)
+            nest, prims = scheduled_nest(op, plan, program, target)
+            rows = rules_copy.row_blocks_note(nest, target) if rule == "copy" else None
+            if rows is not None:  # built on level B (rules_copy.row_blocks), not by these primitives
+                out += [f"# {op.name} (line {op.line}): rules_copy.row_blocks builds it: {rows}"]
+                continue
             head = f"# {op.name} (line {op.line}): rules.copy writes its schedule as" if rule == "copy" else \
                 f"# {op.name}: rules.{rule} expands its plan into"  # a copy has no plan (no parameters)
             out += [head] + [f"#   {p}" for p in prims]

@@ -368,3 +368,242 @@ class _Boxes:
         shown = "-inf" if value == -math.inf else "inf" if value == math.inf else f"{value:g}"
         return prims + [_prim("tensorize", p_in),
                         _prim("block", order[0], f"{Y} where {X} is padded: {shown} ({d} partitions)")]
+
+
+# ---- whole rows on the partitions: (outer unit, row block) pairs (level B) -----------------------------------------
+
+STEP_BYTES = 8192  # SBUF per partition one step of a row-block copy moves at most: several steps pipeline the loads,
+# copies and stores of many units; few large stores suit batch 1, where the model orders stores whose HBM byte ranges
+# interleave one DMA latency apart (tilec/perf/deps.py): 4 KiB steps made pad1 at batch 1 25.5 µs, 8 KiB 23.6 µs
+
+
+def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list] | None:
+    """A padded copy whose rows are padded at either end (`P[n, c, y, x] = X[n, c, y - 1, x - 1] ?? 0`, a zero-filled
+    shift), built on level B with every DMA moving long contiguous runs on every DMA engine:
+
+        partitions   (outer unit, row block) pairs: the outer dimensions fused (n, c), and when they are fewer than
+                     128, the rows inside X cut into blocks so that the pairs fill the partitions (a partition index
+                     of two loops: one DMA per row block, each on its own partitions' engines)
+        per step     X's rows loaded whole and contiguous into a load tile; the rows copied on chip into the
+                     middle of a tile of whole result rows (VectorE and ScalarE share the rows); the ends of the
+                     rows copied from a constant tile; the tile stored whole (one contiguous run per partition)
+        fill rows    the result's rows wholly outside X stored from a constant tile
+
+    None when the copy is not of that form (the outer dimensions shifted or cropped, rows not padded, a tile that
+    does not fit): the box schedule (`padded_copy`) takes it."""
+    from tilec.compiler import ir
+    from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+    from tilec.compiler.rules import _one_copy  # (rules imports this module)
+    found = _one_copy(k)
+    if found is None:
+        return None
+    chain, stmt, src = found
+    loops = [lp.var for lp in chain]
+    r = len(loops)
+    if r == 1 and src.fill is not None and len(src.index) == 1 and stmt.dst.index == (Aff((Term(loops[0]),)),) \
+            and src.index[0].terms == (Term(loops[0]),):
+        return flat_rows(hbm[src.buf], hbm[stmt.dst.buf], src.index[0].const, src.fill, stmt.line, fresh, target)
+    if src.fill is None or r < 2 or len(src.index) != r or len(stmt.dst.index) != r:
+        return None
+    if any(i.terms != (Term(v),) or i.const for i, v in zip(stmt.dst.index, loops)):
+        return None
+    if any(i.terms != (Term(v),) for i, v in zip(src.index, loops)):
+        return None
+    X, Y = hbm[src.buf], hbm[stmt.dst.buf]
+    ext = [lp.extent for lp in chain]
+    if tuple(ext) != Y.shape:
+        return None
+    if any(i.const or X.shape[d] != ext[d] for d, i in enumerate(src.index[:-2])):
+        return None  # an outer dimension shifted or cropped
+    (Hy, Wy), (Hx, Wx) = Y.shape[-2:], X.shape[-2:]
+    cy, cx = src.index[-2].const, src.index[-1].const
+    lo, hi = interior(src.index[-2], Hx, Hy)
+    xlo, xhi = interior(src.index[-1], Wx, Wy)
+    if lo >= hi or xlo >= xhi or (xlo == 0 and xhi == Wy):
+        return None  # all fill, or rows not padded (HBM -> HBM is the box schedule's)
+    O = math.prod(ext[:-2])
+    # with fewer units than one DMA engine's partitions, a row block's DMAs would leave engines idle: the box
+    # schedule's blocks of rows (one unit, many rows per DMA) do better
+    if O < target.pmax // target.dma_engines:
+        return None
+    Hi, w = hi - lo, xhi - xlo
+    xb, yb_ = 4 if X.dtype == "f32" else 2, 4 if Y.dtype == "f32" else 2
+    pmax = target.pmax
+    # the load tile holds X's rows whole when the copy reads most of them (one contiguous run per partition)
+    x0, wl = (0, Wx) if 2 * w >= Wx else (xlo + cx, w)
+    if O >= pmax:
+        ob = best_divisor(O, pmax)
+        if O // ob > -(-O // pmax):
+            ob = pmax  # full blocks and a ragged last one
+        regions = [(lo, 1, Hi)]  # (first row, row blocks, rows per block)
+    else:  # row blocks fill the partitions; the rows left over are blocks of one row
+        ob = O
+        nb = min(pmax // O, Hi)
+        R = Hi // nb
+        regions = [(lo, nb, R)] + ([(lo + nb * R, Hi - nb * R, 1)] if Hi - nb * R else [])
+    per_row = max(Wy * yb_, wl * xb)
+
+    def rows_per_step(R: int) -> int:
+        return max([d for d in range(1, R + 1) if R % d == 0 and d * per_row <= STEP_BYTES] or [1])
+    rt_max = max(rows_per_step(R) for _, _, R in regions)
+    fill_rows = max(lo, Hy - hi)
+    if fill_rows * Wy * yb_ > FILL_TILE_BYTES or rt_max * (Wy * yb_ + wl * xb) > STAGE_TILE_BYTES:
+        return None
+    value = float(round_to(X.dtype, np.asarray(src.fill, np.float32)))
+    line = stmt.line
+    xv, s1 = hbm_view(X, (O, Hx, Wx), fresh(f"{X.name}_v"), line)
+    yv, s2 = hbm_view(Y, (O, Hy, Wy), fresh(f"{Y.name}_v"), line)
+    P = max(ob * nb for _, nb, _ in regions)  # partitions used
+    shown = "-inf" if value == -math.inf else "inf" if value == math.inf else f"{value:g}"
+    # constant tiles, set once: the row ends (per partition, rt rows of the widest end) and the fill rows
+    ends = max(xlo, Wy - xhi)
+    cols = ir.Buf(fresh(f"{Y.name}_ends"), "sbuf", Y.dtype, (P, rt_max, ends))
+    prep: list = [ir.Alloc(cols, zero=True, line=line)]
+    if value != 0:
+        prep.append(ir.Scalar(ir.whole(cols), ir.whole(cols), "add", value, line))
+    rows_tile = None
+    if fill_rows:
+        rows_tile = ir.Buf(fresh(f"{Y.name}_fill"), "sbuf", Y.dtype, (ob, fill_rows, Wy))
+        prep.append(ir.Alloc(rows_tile, zero=True, line=line))
+        if value != 0:
+            prep.append(ir.Scalar(ir.whole(rows_tile), ir.whole(rows_tile), "add", value, line))
+    consts: list[tuple[str, int]] = []
+    made: list[str] = []
+    ov = fresh("o_t")
+    vec = target.vector_ghz * (2 if xb == yb_ == 2 else 1)  # elements per ns of an on-chip copy
+    act = target.scalar_ghz
+
+    def step(o0: Aff, n_o: int, r_lo: int, nb: int, R: int) -> list:
+        """Rows [r_lo, r_lo + nb * R) of the result, in nb blocks of R rows, for the outer units [o0, o0 + n_o):
+        per step rows [t*rt, (t+1)*rt) of every block."""
+        rt = rows_per_step(R)
+        k = str(len(made) + 1) if made else ""  # each step's names apart (a fresh name is stable per base)
+        made.append(k)
+        rows_name = fresh(f"ROWS{k}").upper()
+        if rt > 1 and rows_name not in dict(consts):
+            consts.append((rows_name, rt))
+        rows_name = rows_name if rt > 1 else ""
+        bv, tv = fresh(f"rb{k}"), fresh(f"r_t{k}")
+        split = round(rt * vec / (vec + act))
+        p_n = n_o * nb
+        load = ir.Buf(fresh(f"{X.name}_rows{k}"), "sbuf", X.dtype, (p_n, rt, wl))
+        tile = ir.Buf(fresh(f"{Y.name}_tile{k}"), "sbuf", Y.dtype, (p_n, rt, Wy))
+        row0 = a(term(tv, rt, rows_name))
+        blk = term(bv, R)
+        part = sl(a(term(bv, n_o)), n_o)
+        body: list = [ir.Alloc(load, line=line), ir.Alloc(tile, line=line)]
+        body += loop(bv, nb, [ir.Dma(ir.View(load, (part, ir.full(rt), ir.full(wl))),
+                                     ir.View(xv, (sl(o0, n_o), sl(row0.plus(a(blk, r_lo + cy)), rt, name=rows_name),
+                                                  sl(x0, wl))), line)], note=f"blocks of {R} rows")
+        every = ir.full(p_n)
+        if xlo:
+            body.append(ir.Copy(ir.View(tile, (every, ir.full(rt), sl(0, xlo))),
+                                ir.View(cols, (sl(0, p_n), sl(0, rt), sl(0, xlo))), line))
+        if xhi < Wy:
+            body.append(ir.Copy(ir.View(tile, (every, ir.full(rt), sl(xhi, Wy - xhi))),
+                                ir.View(cols, (sl(0, p_n), sl(0, rt), sl(0, Wy - xhi))), line))
+        for r0, n, eng in ((0, split, "vector"), (split, rt - split, "scalar")):
+            if n <= 0:
+                continue
+            dst = ir.View(tile, (every, sl(r0, n), sl(xlo, w)))
+            srcv = ir.View(load, (every, sl(r0, n), sl(xlo + cx - x0, w)))
+            body.append(ir.Copy(dst, srcv, line) if eng == "vector" else ir.Act(dst, srcv, "copy", line=line))
+        body += loop(bv, nb, [ir.Dma(ir.View(yv, (sl(o0, n_o), sl(row0.plus(a(blk, r_lo)), rt, name=rows_name),
+                                                  ir.full(Wy))),
+                                     ir.View(tile, (part, ir.full(rt), ir.full(Wy))), line)],
+                     note=f"blocks of {R} rows")
+        return loop(tv, R // rt, body, note=f"rows in steps of {rows_name or rt}")
+
+    def fills(o0: Aff, n_o: int) -> list:
+        out: list = []
+        if rows_tile is None:
+            return out
+        for r0, n in ((0, lo), (hi, Hy - hi)):
+            if n:
+                out.append(ir.Dma(ir.View(yv, (sl(o0, n_o), sl(r0, n), ir.full(Wy))),
+                                  ir.View(rows_tile, (sl(0, n_o), sl(0, n), ir.full(Wy))), line))
+        return out
+
+    def units(o0: Aff, n_o: int) -> list:
+        return fills(o0, n_o) + [s for r_lo, nb, R in regions for s in step(o0, n_o, r_lo, nb, R)]
+
+    full_blocks, rest = divmod(O, ob)
+    main = loop(ov, full_blocks, units(a(term(ov, ob)), ob), note=f"outer units in blocks of {ob}")
+    if rest:
+        main += units(a(full_blocks * ob), rest)
+    nb, R = regions[0][1:]
+    units_of = "(" + ", ".join(v.split("@")[0] for v in loops[:-2]) + ")"
+    how = (f"(unit, block of {R} row{'s' if R > 1 else ''}) pairs on {P} partitions" if nb > 1 else
+           f"one unit of {units_of} per partition, blocks of {ob}")
+    label = f"{Y.name} = {X.name} with its rows padded ({shown}) in SBUF: {how}, stored whole"
+    return consts, s1 + s2 + [ir.Block(f"{Y.name}: the fill value {shown} on chip, set once", tuple(prep), line),
+                              ir.Block(label, tuple(main), line)]
+
+
+def row_blocks_note(k: Kernel, target: Target) -> str | None:
+    """What `row_blocks` builds for the copy nest k (the label of its main block, for `explain`), or None when the
+    box schedule takes it."""
+    from tilec.compiler import ir
+    hbm = {b.name: ir.Buf(b.name, "hbm", b.dtype, b.shape) for b in (*k.params, *k.outputs)}
+    built = row_blocks(k, hbm, lambda base: base, target)
+    if built is None:
+        return None
+    label = built[1][-1].label
+    steps = ", ".join(f"{n} = {v}" for n, v in built[0])
+    return label + (f" (steps of {steps} rows)" if steps else "")
+
+
+def flat_rows(X, Y, c: int, fill: float, line: int, fresh, target: Target) -> tuple[list, list] | None:
+    """A 1-D padded copy `Y[i] = X[i + c] ?? fill` as rows: X and Y seen as [rows, B] (B a divisor of both sizes,
+    Y's rows at most pmax and at least one DMA engine's partitions). With c = q*B + s (0 <= s < B), Y_v[r, f] reads
+    X_v[r + q, f + s] for f < B - s and X_v[r + q + 1, f + s - B] for the others: two column ranges, each copied
+    HBM -> HBM in one DMA for the rows whose source row is inside X (a contiguous run per row, every DMA engine),
+    the other rows of the range stored from a constant tile. (The box schedule moves such a copy as one DMA of 128
+    elements per block: 8,191 DMAs for a million elements.) None when no such B exists."""
+    from tilec.compiler import ir
+    from tilec.compiler.build_util import hbm_view, sl
+    n, m, pmax = X.shape[0], Y.shape[0], target.pmax
+    g = math.gcd(n, m)
+    widths = [b for b in range(1, g + 1) if g % b == 0 and m // b <= pmax]
+    if not widths or m // widths[0] < pmax // target.dma_engines:
+        return None
+    B = widths[0]
+    A, Ax = m // B, n // B
+    xv, s1 = hbm_view(X, (Ax, B), fresh(f"{X.name}_v"), line)
+    yv, s2 = hbm_view(Y, (A, B), fresh(f"{Y.name}_v"), line)
+    q, s = divmod(c, B)
+    value = float(round_to(X.dtype, np.asarray(fill, np.float32)))
+    itemsize = 4 if Y.dtype == "f32" else 2
+    copies: list = []
+    fills: list[tuple[int, int, int, int]] = []  # rows [r0, r1) x columns [f0, f1) of fill
+    for f0, f1, shift in ((0, B - s, q), (B - s, B, q + 1)):
+        if f0 >= f1:
+            continue
+        r0, r1 = max(0, -shift), min(A, Ax - shift)  # rows whose source row r + shift is inside X
+        if r0 < r1:
+            copies.append(ir.Dma(ir.View(yv, (sl(r0, r1 - r0), sl(f0, f1 - f0))),
+                                 ir.View(xv, (sl(r0 + shift, r1 - r0), sl(f0 + s - (B if shift > q else 0),
+                                                                         f1 - f0))), line))
+        else:
+            r0 = r1 = A if shift >= 0 else 0
+        fills += [(a, b, f0, f1) for a, b in ((0, min(r0, A)), (max(r1, 0), A)) if a < b]
+    body: list = list(s1 + s2)
+    shown = "-inf" if value == -math.inf else "inf" if value == math.inf else f"{value:g}"
+    if fills:
+        cols = min(max(f1 - f0 for _, _, f0, f1 in fills), max(1, FILL_TILE_BYTES // itemsize))
+        rows = max(b - a for a, b, _, _ in fills)
+        tile = ir.Buf(fresh(f"{Y.name}_fill"), "sbuf", Y.dtype, (rows, cols))
+        prep: list = [ir.Alloc(tile, zero=True, line=line)]
+        if value != 0:
+            prep.append(ir.Scalar(ir.whole(tile), ir.whole(tile), "add", value, line))
+        for a, b, f0, f1 in fills:
+            for c0 in range(f0, f1, cols):
+                w = min(cols, f1 - c0)
+                prep.append(ir.Dma(ir.View(yv, (sl(a, b - a), sl(c0, w))), ir.View(tile, (sl(0, b - a), sl(0, w))),
+                                   line))
+        body.append(ir.Block(f"{Y.name} where {X.name} is padded: {shown}, from a constant tile", tuple(prep), line))
+    if copies:
+        body.append(ir.Block(f"{Y.name} = {X.name} shifted by {c}: both seen as rows of {B}, HBM -> HBM "
+                             f"({len(copies)} DMA{'s' if len(copies) > 1 else ''} of up to {A} rows)",
+                             tuple(copies), line))
+    return [], body
