@@ -41,7 +41,7 @@ from tilec.compiler.conv_fold import fold_groups
 from tilec.compiler.conv_pairs import pair_groups
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
-from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
+from tilec.compiler.schedule import PMAX, PSUM_BANK, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
 from tilec.target import TARGETS
@@ -120,6 +120,7 @@ class _ConvBuilder:
     bias_bc: Buf  # a matmul's row bias on every partition (conv_weights.bias_row)
     w_rows: Buf | None = None  # a batched matmul's stationary rows, one buffer declared once (rows_once)
     o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
+    x_rows: Buf | None = None  # a batched A B^T's rows of B, one buffer declared once (prelude)
 
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh,
                  src_chip: "OnChip | None" = None, dst_chip: "OnChip | None" = None) -> None:
@@ -300,6 +301,10 @@ class _ConvBuilder:
         self.w_rows = conv_weights.rows_once(self)
         if self.w_rows is not None:
             stmts.append(Alloc(self.w_rows, line=self.L["update"]))
+        if op.x_transposed and op.w_batch and self.src_chip is None:  # B's rows too (A B^T), as rows_once says
+            jb = best_divisor(self.in_cols(), PMAX)
+            self.x_rows = Buf(fresh(f"{op.x}_block_rows"), "sbuf", self.hbm[op.x].dtype, (jb, self.C))
+            stmts.append(Alloc(self.x_rows, line=self.L["update"]))
         return stmts
 
     def wt_buf(self, local: bool) -> Buf:
@@ -415,12 +420,18 @@ class _ConvBuilder:
         cols = self.in_cols()
         jb = best_divisor(cols, PMAX)  # columns of the band per transposed block
         dt = self.hbm[op.x].dtype
-        raw = Buf(self.fresh(f"{op.x}_rows"), "sbuf", dt, (jb, self.C))
-        tp = Buf(self.fresh(f"{op.x}_tp"), "psum", dt, (p.tile_c, jb))
+        raw = self.x_rows or Buf(self.fresh(f"{op.x}_rows"), "sbuf", dt, (jb, self.C))
         jv = self.fresh(f"{dict(op.vars).get('x', 'x')}_blk")
         first = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(jv, jb))
-        load: list[Stmt] = [Alloc(raw, line=line),
-                            Dma(whole(raw), View(self.x4, (a(V["n"]), sl(first, jb), full(self.C))), line)]
+        load: list[Stmt] = [] if self.x_rows else [Alloc(raw, line=line)]
+        load.append(Dma(whole(raw), View(self.x4, (a(V["n"]), sl(first, jb), full(self.C))), line))
+        g = self.tp_group(jb, dt)
+        if g > 1:  # g contraction tiles transposed into one PSUM tile, evicted by one copy
+            body = load + self.x_transposed_grouped(raw, jv, jb, g)
+            alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
+            return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
+                                      f"transpose {op.x}")
+        tp = Buf(self.fresh(f"{op.x}_tp"), "psum", dt, (p.tile_c, jb))
 
         def block(cv: str | None, cs: int) -> list[Stmt]:
             tpv = View(tp, (self.part(cs, p.tile_c), full(jb)))
@@ -432,6 +443,33 @@ class _ConvBuilder:
         alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
         return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
                                   f"transpose {op.x}")
+
+    def tp_group(self, jb: int, dt: str) -> int:
+        """Contraction tiles of a batched A B^T's moving operand transposed into one PSUM tile (a bank holds
+        PSUM_BANK bytes per partition) and evicted by one copy: a copy of 128 columns is mostly the engine's fixed
+        cost (~100 of its ~164 cycles at 16-bit), so per-block evictions made VectorE the bound (bmm_bt f16 batch 8:
+        41.0 -> 37.9 us). 1: one block per PSUM tile (a ragged contraction, a plain matmul, a single tile; fp32,
+        where TensorE is the bound and the matmuls would wait for a whole group's copy: 85.1 -> 87.8 us)."""
+        if not self.op.w_batch or self.CR or self.p.tile_c != PMAX or DTYPE_BYTES[dt] > 2:
+            return 1
+        return best_divisor(self.CT, PSUM_BANK // (jb * DTYPE_BYTES[dt]))
+
+    def x_transposed_grouped(self, raw: Buf, jv: str, jb: int, g: int) -> list[Stmt]:
+        """The j-block's contraction tiles in groups of g: g PE transposes into the tiles of one PSUM tile, then one
+        copy of all of them into the band."""
+        p, line, op = self.p, self.L["update"], self.op
+        tp = Buf(self.fresh(f"{op.x}_tp"), "psum", raw.dtype, (p.tile_c, g, jb))
+        cname = dict(op.vars).get("c", "c")
+        gv, tv = self.fresh(f"{cname}_grp"), self.fresh(f"{cname}_in")
+        first = a(term(gv, g * p.tile_c), term(tv, p.tile_c, self.cn["c"]))
+        block = ir.Transpose(View(tp, (full(p.tile_c), a(tv), full(jb))),
+                             View(raw, (full(jb), sl(first, p.tile_c, 1, self.cn["c"]))), "pe", line)
+        evict = ir.Copy(View(self.x_band_buf(), (full(p.tile_c), sl(a(term(gv, g)), g), full(1),
+                                                 sl(a(term(jv, jb)), jb))), whole(tp), line)
+        note = f"{self.T['c']} (groups of {g} tiles of {self.cn['c']})"
+        body = [Alloc(tp, line=line)] + loop(tv, g, [block], note=f"{self.T['c']} (tiles of the group)",
+                                             line=line) + [evict]
+        return loop(gv, self.CT // g, body, note=note, line=line)
 
     def nest(self, i: int) -> list[Stmt]:
         order, V = self.p.order, self.var

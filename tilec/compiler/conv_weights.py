@@ -112,7 +112,7 @@ def rows_once(b: _ConvBuilder) -> Buf | None:
     if not (op.w_batch and p.hoist_w == "k" and op.w_layout == "kc" and op.groups == 1 and b.fold == 1
             and b.pair == 1 and p.w_split != "c" and b.KT > 0):
         return None
-    return Buf(b.fresh(f"{op.w}_rows"), "sbuf", b.hbm[op.w].dtype, (p.tile_k, b.C, b.R, b.S))
+    return Buf(b.fresh(f"{op.w}_tile_rows"), "sbuf", b.hbm[op.w].dtype, (p.tile_k, b.C, b.R, b.S))
 
 
 def weights_grouped(b: _ConvBuilder, raw: Buf, kv: str | None, ks: int) -> list[Stmt]:
