@@ -579,8 +579,8 @@ class _ConvBuilder:
         (tiles_band), then the slot stored: one store per tile, issued as soon as the tile is evicted."""
         p, V, ob = self.p, self.var, self.o_tiles
         assert ob is not None
-        group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(), note=f"{self.T['x']} (tiles of {self.cn['x']})",
-                                          line=self.L["x"]),
+        group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
+                                          note=f"{self.T['x']} (tiles of {self.cn['x']})", line=self.L["x"]),
                      note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks), full(p.band), full(self.BX))),
                     View(ob, (self.part(self.ks, p.tile_k), self.tile_index(self.kv, self.KT), full(p.band),
