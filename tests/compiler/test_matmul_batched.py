@@ -143,3 +143,15 @@ def test_batched_a_b_transposed_with_narrow_contraction_tiles_keeps_one_copy_per
     assert "B_tp = nl.ndarray((100, 72)" in c.source
     x = rounded(inputs, "bf16")
     assert_matches(prog, "C", out["C"], np.einsum("nik,njk->nij", x["A"], x["B"]))
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_batched_matmul_evicts_transposed_pairs_on_two_engines(dt):
+    """K = 512 (four whole contraction tiles): A's blocks are transposed two at a time into one PSUM tile, the
+    first evicted by VectorE (tensor_copy), the second by ScalarE (activation copy); the remainder tile of M = 263
+    (7 rows) keeps a PSUM tile and a VectorE copy per block."""
+    prog, c, inputs, out = run(BMM.format(dt=dt).replace("M = 160, K = 300", "M = 263, K = 512"))
+    assert "A_pair_tp = nl.ndarray((128, 2, 128)" in c.source
+    assert "op=nl.copy, data=A_pair_tp[:, 1]" in c.source  # the activation (ScalarE) evicting the second
+    x = rounded(inputs, dt)
+    assert_matches(prog, "C", out["C"], np.einsum("nik,nkj->nij", x["A"], x["B"]))

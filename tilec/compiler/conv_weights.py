@@ -94,6 +94,8 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
             per_tap = loop(r, b.R, loop(s, b.S, tap, note=b.T["s"], line=line), note=b.T["r"],
                            line=line)
             return (load(cv, cs) if per_c else []) + per_tap
+        if once is not None and b.R == b.S == 1 and not b.CR and b.CT % 2 == 0 and b.CT > 2:
+            return load(None, 0) + rows_two_engines(b, once, wt, kdst)
         return ([] if per_c else load(None, 0)) + b.over_c(V["c"], taps, line)
     if local:
         return out + prep_notes(per_k(b.kv, b.ks), f"prepare {op.w}")
@@ -113,6 +115,26 @@ def rows_once(b: _ConvBuilder) -> Buf | None:
             and b.pair == 1 and p.w_split != "c" and b.KT > 0):
         return None
     return Buf(b.fresh(f"{op.w}_tile_rows"), "sbuf", b.hbm[op.w].dtype, (p.tile_k, b.C, b.R, b.S))
+
+
+def rows_two_engines(b: _ConvBuilder, rows: Buf, wt: Buf, kdst) -> list[Stmt]:
+    """A batched matmul's stationary rows (one out-channel tile) transposed two contraction tiles at a time into
+    one PSUM tile, the first evicted by VectorE, the second by ScalarE: VectorE alone evicting every block (and
+    B's, in A B^T) paced the transposes through the two-deep PSUM rotation."""
+    op, p, line = b.op, b.p, b.L["update"]
+    tp = Buf(b.fresh(f"{op.w}_pair_tp"), "psum", wt.dtype, (p.tile_c, 2, p.tile_k))
+    cname = dict(op.vars).get("c", "c")
+    hv = b.fresh(f"{cname}_pair")
+    body: list[Stmt] = [Alloc(tp, line=line)]
+    for j in range(2):
+        first = a(term(hv, 2 * p.tile_c), j * p.tile_c)
+        src = View(rows, (full(p.tile_k), sl(first, p.tile_c, 1, b.cn["c"]), a(0), a(0)))
+        body.append(ir.Transpose(View(tp, (full(p.tile_c), a(j), full(p.tile_k))), src, "pe", line))
+    for j in range(2):
+        dst = View(wt, (full(p.tile_c), a(term(hv, 2), j), a(0), a(0), kdst))
+        src = View(tp, (full(p.tile_c), a(j), full(p.tile_k)))
+        body.append(ir.Copy(dst, src, line) if j == 0 else ir.Act(dst, src, "copy", line=line))
+    return loop(hv, b.CT // 2, body, note=f"{b.T['c']} (pairs of tiles of {b.cn['c']})", line=line)
 
 
 def weights_grouped(b: _ConvBuilder, raw: Buf, kv: str | None, ks: int) -> list[Stmt]:
