@@ -91,3 +91,24 @@ def test_short_rows_keep_the_multiply_on_vectore():
     assert "gpsimd" not in c.source
     x = rounded(inputs, "f32")
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_16_bit_whole_blocks_transpose_in_groups(dt):
+    """16-bit W with K a multiple of 128 (K = 1024: 8 blocks, groups of 4): the blocks are transposed on TensorE
+    four to a PSUM tile, evicted half by VectorE and half by ScalarE, and the matmuls accumulate the tile's outputs;
+    M = 263 leaves a remainder tile of 7 rows."""
+    assert build_matvec.grouped_is_faster(263, 1024, 128, dt)
+    prog, c, inputs, out = run(MATVEC.format(dt=dt, M=263, K=1024))
+    assert "Wt_tp = nl.ndarray((128, 4, 128)" in c.source and "v_cols" in c.source
+    x = rounded(inputs, dt)
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+def test_16_bit_column_vector_and_fp32_choices():
+    assert not build_matvec.grouped_is_faster(1000, 2048, 125, "f32")  # fp32 transposes: 4.7x, the rows path
+    assert not build_matvec.grouped_is_faster(300, 1100, 100, "f16")  # a partial block: the rows path
+    prog, c, inputs, out = run(MATVEC_2D.format(dt="bf16", M=200, K=512))
+    assert "nc_transpose" in c.source
+    x = rounded(inputs, "bf16")
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
