@@ -426,7 +426,7 @@ class _ConvBuilder:
         load: list[Stmt] = [] if self.x_rows else [Alloc(raw, line=line)]
         load.append(Dma(whole(raw), View(self.x4, (a(V["n"]), sl(first, jb), full(self.C))), line))
         g = self.tp_group(jb, dt)
-        if g > 1:  # g contraction tiles transposed into one PSUM tile, evicted by one copy
+        if g > 1:  # g contraction tiles transposed into one PSUM tile, evicted by two copies
             body = load + self.x_transposed_grouped(raw, jv, jb, g)
             alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
             return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
