@@ -62,6 +62,8 @@ FAMILIES = (
     Family("grouped_kg1.tl", "grouped conv 3x3 (128 x 4 -> 1)", dict(G=4, Cg=2, H=6, W=5)),
     Family("dilated3x3.tl", "dilated conv 3x3 (d=2)", dict(C=8, K=8, H=8, W=7)),
     Family("bmm.tl", "batched matmul", dict(M=8, K=16, P=8)),
+    Family("bmm_at.tl", "batched matmul A^T B", dict(M=8, K=16, P=8)),
+    Family("bmm_bt.tl", "batched matmul A B^T", dict(M=8, K=16, P=8)),
     Family("matvec.tl", "matrix-vector (1-D vector)", dict(M=8, K=16)),
     Family("shift.tl", "crop / shift", dict(C=4, H=6, W=5)),
     Family("shift_padded.tl", "zero-filled shift (F.pad + crop)", dict(C=4, H=6, W=5)),

@@ -102,3 +102,58 @@ kernel bad(A: f32[N, M, K], B: f32[K, P]) -> C
     with pytest.raises(TilecError) as e:
         compile_loaded(lang.load(text))
     assert e.value.span is not None and e.value.span.line in (5, 7)
+
+
+BMM_BT = """\
+kernel bmmbt(A: {dt}[N, M, K], B: {dt}[N, P, K]) -> C
+  default N = {n}, M = {m}, K = {k}, P = {p}
+  C: {dt}[N, M, P]
+  for n in 0..N, i in 0..M, j in 0..P:
+    C[n, i, j] = 0
+    for k in 0..K:
+      C[n, i, j] += A[n, i, k] * B[n, j, k]
+"""
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_batched_matmul_rows_loaded_once_and_a_band_per_batch_index(dt):
+    """Whole row tiles and a remainder (M = 263: two tiles of 128 and one of 7): A's rows go through one buffer
+    declared before the nest, the output of all row tiles of a batch index through one band with a slot per tile."""
+    prog, c, inputs, out = run(BMM.format(dt=dt).replace("M = 160", "M = 263").replace("N = 3", "N = 2"))
+    assert c.source.index("A_tile_rows = nl.ndarray") < c.source.index("for n in")  # declared once, before the nest
+    assert "C_band[:, i_t]" in c.source  # the row tile's slot of the batch index's band
+    x = rounded(inputs, dt)
+    assert_matches(prog, "C", out["C"], np.einsum("nik,nkj->nij", x["A"], x["B"]))
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_batched_a_b_transposed_groups_its_transposes_at_16_bit(dt):
+    """A B^T with whole contraction tiles (K = 384, P = 200: a ragged j block): at 16 bits B's three transposed tiles
+    share one PSUM tile, evicted by two copies (tiles 0..1 on VectorE, tile 2 on ScalarE); fp32 keeps a copy per
+    tile."""
+    prog, c, inputs, out = run(BMM_BT.format(dt=dt, n=2, m=136, k=384, p=200))
+    grouped = "B_tp = nl.ndarray((128, 3," in c.source
+    assert grouped == (dt != "f32")
+    assert ("op=nl.copy, data=B_tp[:, 2]" in c.source) == grouped  # the activation (ScalarE) evicting tile 2
+    x = rounded(inputs, dt)
+    assert_matches(prog, "C", out["C"], np.einsum("nik,njk->nij", x["A"], x["B"]))
+
+
+def test_batched_a_b_transposed_with_narrow_contraction_tiles_keeps_one_copy_per_tile():
+    """K = 300 is planned as 3 tiles of 100 (not whole 128-partition tiles): one PSUM tile and copy per tile."""
+    prog, c, inputs, out = run(BMM_BT.format(dt="bf16", n=2, m=40, k=300, p=72))
+    assert "B_tp = nl.ndarray((100, 72)" in c.source
+    x = rounded(inputs, "bf16")
+    assert_matches(prog, "C", out["C"], np.einsum("nik,njk->nij", x["A"], x["B"]))
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_batched_matmul_evicts_transposed_pairs_on_two_engines(dt):
+    """K = 512 (four whole contraction tiles): A's blocks are transposed two at a time into one PSUM tile, the
+    first evicted by VectorE (tensor_copy), the second by ScalarE (activation copy); the remainder tile of M = 263
+    (7 rows) keeps a PSUM tile and a VectorE copy per block."""
+    prog, c, inputs, out = run(BMM.format(dt=dt).replace("M = 160, K = 300", "M = 263, K = 512"))
+    assert "A_pair_tp = nl.ndarray((128, 2, 128)" in c.source
+    assert "op=nl.copy, data=A_pair_tp[:, 1]" in c.source  # the activation (ScalarE) evicting the second
+    x = rounded(inputs, dt)
+    assert_matches(prog, "C", out["C"], np.einsum("nik,nkj->nij", x["A"], x["B"]))

@@ -70,3 +70,45 @@ def test_tile_directive_sets_the_rows_per_tile():
     assert rows_path(c.source) and "(64, 600)" in c.source
     x = rounded(inputs, "f32")
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_long_rows_share_the_multiply_with_gpsimd(dt):
+    """K = 1100: GpSimdE multiplies the last columns of every tile from an SBUF copy of v (the split falls inside
+    the second PSUM bank of v), VectorE the first ones; M = 300 has a remainder tile with its own rows buffer."""
+    prog, c, inputs, out = run(MATVEC.format(dt=dt, M=300, K=1100))
+    g = build_matvec.gpsimd_columns(1100, [(0, 512), (512, 512), (1024, 76)])
+    assert 512 < 1100 - g < 1024 and g % build_matvec.MATVEC_SPLIT_STEP == 0
+    assert f"v_sbuf = nl.ndarray((128, {g})" in c.source and "engine=nisa.gpsimd_engine" in c.source
+    assert c.source.index("Wt_tile_rows = nl.ndarray") < c.source.index("for i_t in")  # declared once
+    x = rounded(inputs, dt)
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+def test_short_rows_keep_the_multiply_on_vectore():
+    assert build_matvec.gpsimd_columns(100, [(0, 100)]) == 0
+    prog, c, inputs, out = run(MATVEC.format(dt="f32", M=300, K=100))
+    assert "gpsimd" not in c.source
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_16_bit_whole_blocks_transpose_in_groups(dt):
+    """16-bit W with K a multiple of 128 (K = 1024: 8 blocks, groups of 4): the blocks are transposed on TensorE
+    four to a PSUM tile, evicted half by VectorE and half by ScalarE, and the matmuls accumulate the tile's outputs;
+    M = 263 leaves a remainder tile of 7 rows."""
+    assert build_matvec.grouped_is_faster(263, 1024, 128, dt)
+    prog, c, inputs, out = run(MATVEC.format(dt=dt, M=263, K=1024))
+    assert "Wt_tp = nl.ndarray((128, 4, 128)" in c.source and "v_cols" in c.source
+    x = rounded(inputs, dt)
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+def test_16_bit_column_vector_and_fp32_choices():
+    assert not build_matvec.grouped_is_faster(1000, 2048, 125, "f32")  # fp32 transposes: 4.7x, the rows path
+    assert not build_matvec.grouped_is_faster(300, 1100, 100, "f16")  # a partial block: the rows path
+    prog, c, inputs, out = run(MATVEC_2D.format(dt="bf16", M=200, K=512))
+    assert "nc_transpose" in c.source
+    x = rounded(inputs, "bf16")
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])

@@ -41,9 +41,10 @@ from tilec.compiler.conv_fold import fold_groups
 from tilec.compiler.conv_pairs import pair_groups
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
-from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
+from tilec.compiler.schedule import PMAX, PSUM_BANK, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
+from tilec.target import TARGETS
 
 if TYPE_CHECKING:
     from tilec.compiler.conv_chain import OnChip
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 
 SLOTS = 4  # band slots of a folded band with gaps between its copies (conv_c3: 2 slots 95 us, 3 or 4: 87 us)
 SLOT_BYTES = 96 * 1024  # at most this much of each partition for the slots (schedule.py's band budget, twice)
+# a batched matmul's output band of every out-channel tile (tiles_band) stays within an eighth of the smallest SBUF
+BAND_BUDGET = min(t.sbuf_usable for t in TARGETS.values()) // 8
+
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
 
 
@@ -117,6 +121,9 @@ def conv_loop_vars(op: ConvOp, fresh: Fresh) -> dict[str, str]:
 class _ConvBuilder:
     bias_col: Buf  # the bias as one column per out-channel tile (conv_weights.bias)
     bias_bc: Buf  # a matmul's row bias on every partition (conv_weights.bias_row)
+    w_rows: Buf | None = None  # a batched matmul's stationary rows, one buffer declared once (rows_once)
+    o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
+    x_rows: Buf | None = None  # a batched A B^T's rows of B, one buffer declared once (prelude)
 
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh,
                  src_chip: "OnChip | None" = None, dst_chip: "OnChip | None" = None) -> None:
@@ -314,6 +321,13 @@ class _ConvBuilder:
                                   f"partitions apart{gaps}", tuple(allocs), line))
         elif self.p.x_bufs == 1 and self.src_chip is None:
             stmts.append(Alloc(self.x_band_buf(), line=line))
+        self.w_rows = conv_weights.rows_once(self)
+        if self.w_rows is not None:
+            stmts.append(Alloc(self.w_rows, line=self.L["update"]))
+        if op.x_transposed and op.w_batch and self.src_chip is None:  # B's rows too (A B^T), as rows_once says
+            jb = best_divisor(self.in_cols(), PMAX)
+            self.x_rows = Buf(fresh(f"{op.x}_block_rows"), "sbuf", self.hbm[op.x].dtype, (jb, self.C))
+            stmts.append(Alloc(self.x_rows, line=self.L["update"]))
         return stmts
 
     def wt_buf(self, local: bool) -> Buf:
@@ -436,12 +450,18 @@ class _ConvBuilder:
         cols = self.in_cols()
         jb = best_divisor(cols, PMAX)  # columns of the band per transposed block
         dt = self.hbm[op.x].dtype
-        raw = Buf(self.fresh(f"{op.x}_rows"), "sbuf", dt, (jb, self.C))
-        tp = Buf(self.fresh(f"{op.x}_tp"), "psum", dt, (p.tile_c, jb))
+        raw = self.x_rows or Buf(self.fresh(f"{op.x}_rows"), "sbuf", dt, (jb, self.C))
         jv = self.fresh(f"{dict(op.vars).get('x', 'x')}_blk")
         first = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(jv, jb))
-        load: list[Stmt] = [Alloc(raw, line=line),
-                            Dma(whole(raw), View(self.x4, (a(V["n"]), sl(first, jb), full(self.C))), line)]
+        load: list[Stmt] = [] if self.x_rows else [Alloc(raw, line=line)]
+        load.append(Dma(whole(raw), View(self.x4, (a(V["n"]), sl(first, jb), full(self.C))), line))
+        g = self.tp_group(jb, dt)
+        if g > 1:  # g contraction tiles transposed into one PSUM tile, evicted by two copies
+            body = load + self.x_transposed_grouped(raw, jv, jb, g)
+            alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
+            return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
+                                      f"transpose {op.x}")
+        tp = Buf(self.fresh(f"{op.x}_tp"), "psum", dt, (p.tile_c, jb))
 
         def block(cv: str | None, cs: int) -> list[Stmt]:
             tpv = View(tp, (self.part(cs, p.tile_c), full(jb)))
@@ -454,6 +474,39 @@ class _ConvBuilder:
         return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
                                   f"transpose {op.x}")
 
+    def tp_group(self, jb: int, dt: str) -> int:
+        """Contraction tiles of a batched A B^T's moving operand transposed into one PSUM tile (a bank holds
+        PSUM_BANK bytes per partition) and evicted by two copies: a copy of 128 columns is mostly the engine's fixed
+        cost (~100 of its ~164 cycles at 16-bit), so per-block evictions made VectorE the bound (bmm_bt f16 batch 8:
+        41.0 -> 37.9 us). 1: one block per PSUM tile (a ragged contraction, a plain matmul, a single tile; fp32,
+        where TensorE is the bound and the matmuls would wait for a whole group's copy: 85.1 -> 87.8 us)."""
+        if not self.op.w_batch or self.CR or self.p.tile_c != PMAX or DTYPE_BYTES[dt] > 2:
+            return 1
+        return best_divisor(self.CT, PSUM_BANK // (jb * DTYPE_BYTES[dt]))
+
+    def x_transposed_grouped(self, raw: Buf, jv: str, jb: int, g: int) -> list[Stmt]:
+        """The j-block's contraction tiles in groups of g: g PE transposes into the tiles of one PSUM tile, then two
+        copies into the band, the first half on VectorE and the rest on ScalarE (VectorE alone held up the
+        evictions of A's transposes behind it: bmm_bt f16 batch 8 35.70 -> 34.5 us)."""
+        p, line, op = self.p, self.L["update"], self.op
+        tp = Buf(self.fresh(f"{op.x}_tp"), "psum", raw.dtype, (p.tile_c, g, jb))
+        cname = dict(op.vars).get("c", "c")
+        gv, tv = self.fresh(f"{cname}_grp"), self.fresh(f"{cname}_in")
+        first = a(term(gv, g * p.tile_c), term(tv, p.tile_c, self.cn["c"]))
+        block = ir.Transpose(View(tp, (full(p.tile_c), a(tv), full(jb))),
+                             View(raw, (full(jb), sl(first, p.tile_c, 1, self.cn["c"]))), "pe", line)
+        h = (g + 1) // 2  # the first h tiles evicted by VectorE, the rest by ScalarE (A's odd tiles' engine too)
+
+        def part(lo: int, n: int) -> tuple[View, View]:
+            return (View(self.x_band_buf(), (full(p.tile_c), sl(a(term(gv, g), lo), n), full(1),
+                                             sl(a(term(jv, jb)), jb))),
+                    View(tp, (full(p.tile_c), sl(lo, n), full(jb))))
+        evict: list[Stmt] = [ir.Copy(*part(0, h), line), ir.Act(*part(h, g - h), "copy", line=line)]
+        note = f"{self.T['c']} (groups of {g} tiles of {self.cn['c']})"
+        body = [Alloc(tp, line=line)] + loop(tv, g, [block], note=f"{self.T['c']} (tiles of the group)",
+                                             line=line) + evict
+        return loop(gv, self.CT // g, body, note=note, line=line)
+
     def nest(self, i: int) -> list[Stmt]:
         order, V = self.p.order, self.var
         if i == len(order):
@@ -465,12 +518,33 @@ class _ConvBuilder:
             def part(kv: str | None, ks: int) -> list[Stmt]:
                 self.kv, self.ks = kv, ks
                 return self.nest(i + 1)
+            self.o_tiles = self.tiles_band(i)
             out = self.over_k(V["k"], part, notes["k"], self.L["k"])
             self.kv, self.ks = V["k"], self.p.tile_k
+            if self.o_tiles is not None:
+                out = [Alloc(self.o_tiles, line=self.line)] + out
             return out
         if role == "y":
             return self.row_bands(i, notes["y"])
         return loop(V[role], self.N, self.nest(i + 1), note=notes[role], line=self.L[role])
+
+    def tiles_band(self, i: int) -> Buf | None:
+        """A batched matmul's output band for every out-channel tile of one batch index, allocated outside the loop
+        over tiles (level i of the plan's order), each tile evicted into its slot and stored from it. One band per
+        tile instead rotates through two buffers, and a band is rewritten only once its store is acknowledged
+        (DMA latency + transfer + HBM write acknowledgement, ~2 us on the model): at 16-bit that cycle, not the
+        DMA bytes, set the pace (batch 8: 34.8 -> 31.7 us). None for anything else (convolutions, fused epilogues,
+        several row or column bands, k outside n, bands over an eighth of SBUF)."""
+        op, p = self.op, self.p
+        if not (op.w_batch and self.NB == 1 and self.NXB == 1 and self.pair == 1 and not self.halves
+                and self.dup == 1 and self.dst_chip is None and not op.pool and not op.residual
+                and "n" in p.order[:i] and self.wy == self.wx == 1):
+            return None
+        dt = self.hbm[op.out].dtype
+        shape = (self.PK, self.KTB, p.band, self.BX)
+        if self.KTB * p.band * self.BX * DTYPE_BYTES[dt] > BAND_BUDGET:
+            return None
+        return Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", dt, shape)
 
     def row_bands(self, i: int, note: str) -> list[Stmt]:
         """The loop over row bands; bands whose input rows run past X's edge (a padded read's first and last bands)
@@ -520,6 +594,8 @@ class _ConvBuilder:
         if self.src_chip is None:
             loads.append(ir.Block(f"{self.words['x']}: all contraction tiles, shared by every output tile",
                                   tuple(self.x_band()), line, hoist=True, pin=pin))
+        if self.o_tiles is not None:  # this tile's slot of the batch index's band (tiles_band)
+            return loads + self.tile_slot_body(line)
         ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
                  (self.PK, p.band // self.wy // self.pair, self.BX // self.wx))
         self.o_band = ob
@@ -546,6 +622,19 @@ class _ConvBuilder:
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
                     View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
+
+    def tile_slot_body(self, line: int) -> list[Stmt]:
+        """The accumulation groups of one out-channel tile evicted into its slot of the batch index's band
+        (tiles_band), then the slot stored: one store per tile, issued as soon as the tile is evicted."""
+        p, V, ob = self.p, self.var, self.o_tiles
+        assert ob is not None
+        group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
+                                          note=f"{self.T['x']} (tiles of {self.cn['x']})", line=self.L["x"]),
+                     note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
+        store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks), full(p.band), full(self.BX))),
+                    View(ob, (self.part(self.ks, p.tile_k), self.tile_index(self.kv, self.KT), full(p.band),
+                              full(self.BX))), line)
+        return group + [store]
 
     def chip_rows(self, first: "ir.Aff", size: int) -> tuple:
         """The on-chip image's region (this out-channel part; output rows first.. and every column) of dst_chip."""
@@ -650,8 +739,10 @@ class _ConvBuilder:
         kp = self.part(self.ks, p.tile_k) if self.pair == 1 else full(self.PK)
         rows_o, cols_o = p.rows // self.wy, p.tile_x // self.wx
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
-        dst = View(self.o_band, (kp, sl(a(term(V["g"], rows_o, rname)), rows_o),
-                                 sl(a(term(V["x"], cols_o, cname)), cols_o)))
+        band, slot = (self.o_tiles, (self.tile_index(self.kv, self.KT),)) if self.o_tiles is not None else \
+            (self.o_band, ())  # a batched matmul's band holds a slot per out-channel tile (tiles_band)
+        dst = View(band, (kp,) + slot + (sl(a(term(V["g"], rows_o, rname)), rows_o),
+                                         sl(a(term(V["x"], cols_o, cname)), cols_o)))
         if self.dup > 1:  # each copy of the output channels to its copy of the image, at its shift
             return [st for dst, src, kp in conv_fold.chip_copies(self, acc) for st in self.evict(
                 dst, src, "relu" if self.op.relu else "copy",

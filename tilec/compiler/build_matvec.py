@@ -9,9 +9,20 @@ contiguous DMA per tile of rows) and the contraction runs along the free axis:
     per tile of rows: W_rows * v on VectorE (PSUM input: the 1x rate), summed along the free axis on ScalarE
     (activation copy with its reduce result), the column stored
 
-VectorE and ScalarE then each spend about one cycle per element of W, below the DMA time of reading W once.
+VectorE and ScalarE then each spend about one cycle per element of W, below the DMA time of reading W once. Long
+rows share the multiply with GpSimdE (`gpsimd_columns`: the last columns of every tile, from an SBUF copy of v made
+once on ScalarE; GpSimdE cannot read PSUM), and whole tiles of rows go through one buffer declared before the loop
+(each tile's DMA refills it whole, so the next loads need not wait for the last tile's readers). matvec f16
+(1000 x 2048): 23.82 -> 18.23 us run, 2.14x -> 1.64x of the DMA floor, now ScalarE's sums (1.84 us per tile) set
+the pace; f32 30.24 -> 26.84 us, 1.36x -> 1.20x.
 Chosen when the performance model's constants say it is faster than the transposes (`estimates`) and v fits in
 half of PSUM.
+
+16-bit W whose K is whole 128-column blocks goes back to TensorE when the model says so (`grouped_is_faster`,
+`transposed_rows`): at the 16-bit rate a block's transpose is 57 ns, and what made the contraction path slow was
+one VectorE copy per block out of PSUM. Here a tile's blocks are transposed MATVEC_TP_GROUP to a PSUM tile, each
+group evicted by two copies (VectorE, ScalarE), then one matmul per block accumulates the tile's outputs (v's
+blocks as columns, made once by one-row matmuls). matvec f16 1000 x 2048: 18.23 -> 16.37 us run, 1.64x -> 1.47x.
 """
 from __future__ import annotations
 
@@ -19,12 +30,16 @@ from typing import Callable
 
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, hbm_view, loop, ones_row, sl, term
-from tilec.compiler.ir import Alloc, Buf, Dma, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import ConvPlan
 from tilec.target import target as get_target
 
 Fresh = Callable[[str], str]  # as build_conv.Fresh
+MATVEC_SPLIT_STEP = 64  # granularity of the VectorE / GpSimdE split of a tile's columns
+# blocks per PSUM tile of the 16-bit transposed path (a bank holds 8 of 125 rows): smaller groups let the first
+# matmuls start while later groups are still evicted; matvec f16 1000 x 2048: 2 -> 1.68x, 4 -> 1.47x, 8 -> 1.50x
+MATVEC_TP_GROUP = 4
 
 
 def is_matvec(op: ConvOp, hbm: dict[str, Buf]) -> bool:
@@ -54,6 +69,25 @@ def estimates(M: int, K: int, fp32: bool) -> tuple[float, float]:
     return max(pe, evict), max(vec, act)
 
 
+def gpsimd_columns(K: int, chunks: list[tuple[int, int]]) -> int:
+    """Columns of each tile's multiply given to GpSimdE (the last ones), balancing it against VectorE with the
+    model's constants: VectorE streams one element per cycle with v read from PSUM (one instruction per bank it
+    touches), GpSimdE two cycles per element from an SBUF copy of v (one instruction); each pays its static
+    overhead per instruction. 0 when VectorE alone is as fast (short rows)."""
+    from tilec.perf.params import target_params  # the performance model's own constants (as estimates)
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    mn = prm["min_ii_cycles"]
+
+    def cost(g: int) -> float:
+        split = K - g
+        banks = sum(1 for c0, n in chunks if c0 < split)
+        vec = (max(mn, split) + banks * prm["vector_static_cycles"]) / prm["vector_ghz"] if split else 0.0
+        gps = (max(mn, 2 * g) + prm["gpsimd_static_cycles"]) / prm["gpsimd_ghz"] if g else 0.0
+        return max(vec, gps)
+    step = MATVEC_SPLIT_STEP
+    return min(range(0, K - K % step if K > step else 0, step), key=lambda g: (cost(g), g), default=0)
+
+
 def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
                  ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
     if not is_matvec(op, hbm):
@@ -74,6 +108,11 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
     iv = dict(op.vars).get("k", "i")
     tile_name = const_names(op, fresh)["k"]
     tile = min(plan.tile_k, P, M)  # the rows per tile: the plan's out-channel tile (`tile y.i, N`)
+    if grouped_is_faster(M, K, tile, wdt):
+        nest, prep = transposed_rows(op, hbm, fresh, w2, x2, o2, tile, tile_name)
+        label = f"main: {op.name} by tiles of rows of {op.w}, transposed on TensorE in groups of blocks"
+        blocks = [ir.Block(f"{op.x} as contraction columns", tuple(prep), line), ir.Block(label, tuple(nest), line)]
+        return [(tile_name, tile), (const_names(op, fresh)["c"], P)], s1 + s2 + s3 + blocks
 
     # v on every partition: ones[1, P].T @ v[1, K] into PSUM, one bank of columns per matmul
     ones, prep = ones_row(fresh("ones_row"), xdt, P, line)
@@ -85,19 +124,38 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
     for (c0, n), acc in zip(chunks, v_all):
         prep += [Alloc(acc, zero=True, line=line),
                  ir.Matmul(whole(acc), View(ones, (full(1), full(P))), View(v_row, (full(1), sl(c0, n))), line)]
+    # the last g columns of every tile are multiplied on GpSimdE, which reads SBUF only: v's copy there, once
+    g = gpsimd_columns(K, chunks)
+    split = K - g
+    v_sb = Buf(fresh(f"{op.x}_sbuf"), "sbuf", "f32", (P, max(g, 1)))
+    if g:
+        prep.append(Alloc(v_sb, line=line))
+        for (c0, n), acc in zip(chunks, v_all):
+            lo, hi = max(c0, split), c0 + n
+            if lo < hi:
+                prep.append(ir.Act(View(v_sb, (full(P), sl(lo - split, hi - lo))),  # on ScalarE: idle until the
+                                   View(acc, (full(P), sl(lo - c0, hi - lo))), "copy", line=line))  # first sum
+    # whole tiles of rows go through one buffer declared here, refilled whole by each tile's DMA: a new value the
+    # allocator places in a fresh copy, so tile t + 2's load does not wait (one DMA latency) for tile t's readers
+    w_once = Buf(fresh(f"{op.w}_tile_rows"), "sbuf", wdt, (tile, K))
+    prep.append(Alloc(w_once, line=line))
 
     def rows(start, n: int) -> list[Stmt]:
-        w_rows = Buf(fresh(f"{op.w}_rows"), "sbuf", wdt, (tile, K))
+        w_rows = w_once if n == tile else Buf(fresh(f"{op.w}_rows"), "sbuf", wdt, (tile, K))
         prod = Buf(fresh(f"{op.out}_prod"), "sbuf", "f32", (tile, K))
         # the sum written in the output dtype by ScalarE itself: its store then issues on ScalarE's DMA stream, so
         # the next tile's load (on VectorE's, the engine reading it first) does not queue behind it
         col = Buf(fresh(f"{op.out}_col"), "sbuf", odt, (tile, 1))
         part = sl(0, n) if n < tile else full(tile)
         body: list[Stmt] = [
-            Alloc(w_rows, line=line), Dma(View(w_rows, (part, full(K))), View(w2, (sl(start, n), full(K))), line),
+            *([] if w_rows is w_once else [Alloc(w_rows, line=line)]),
+            Dma(View(w_rows, (part, full(K))), View(w2, (sl(start, n), full(K))), line),
             Alloc(prod, line=line), Alloc(col, line=line),
-            *[ir.Binary(View(prod, (part, sl(c0, n_c))), View(w_rows, (part, sl(c0, n_c))),
-                        View(acc, (part, full(n_c))), "multiply", line) for (c0, n_c), acc in zip(chunks, v_all)],
+            *[ir.Binary(View(prod, (part, sl(c0, m))), View(w_rows, (part, sl(c0, m))),
+                        View(acc, (part, sl(0, m))), "multiply", line)
+              for (c0, n_c), acc in zip(chunks, v_all) if c0 < split for m in (min(n_c, split - c0),)],
+            *([ir.Binary(View(prod, (part, sl(split, g))), View(w_rows, (part, sl(split, g))),
+                         View(v_sb, (part, full(g))), "multiply", line, engine="gpsimd")] if g else []),
             ir.Act(View(prod, (part, full(K))), View(prod, (part, full(K))), "copy", line=line,
                    total=View(col, (part, full(1))))]
         body.append(Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line))
@@ -112,3 +170,99 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
     label = f"main: {op.name} by tiles of rows of {op.w}, summed along the free axis (no transposes)"
     return [(tile_name, tile)], s1 + s2 + s3 + [ir.Block(f"{op.x} on every partition", tuple(prep), line),
                                               ir.Block(label, tuple(nest), line)]
+
+
+def tp_group(K: int, tile: int, dtype: str) -> int:
+    """128-column blocks of one tile of rows transposed into one PSUM tile (within a bank) and evicted together."""
+    t = get_target()
+    kt = K // t.pmax
+    fit = min(MATVEC_TP_GROUP, t.psum_bank_bytes // (tile * DTYPE_BYTES[dtype]))
+    return max(g for g in range(1, kt + 1) if kt % g == 0 and g <= fit)
+
+
+def grouped_is_faster(M: int, K: int, tile: int, dtype: str) -> bool:
+    """16-bit W with whole 128-column blocks: whether the transposes (at the 16-bit rate, evicted a PSUM bank at a
+    time, half of each group's copy on VectorE and half on ScalarE) beat the rows path's busiest engine, by the
+    model's constants. fp32 transposes cost 4.7x and stay on the rows path."""
+    from tilec.perf.params import target_params
+    t = get_target()
+    if dtype == "f32" or K % t.pmax or K // t.pmax < 2:
+        return False
+    prm = {name: value for name, value, _ in target_params(t.name).table()}
+    P, mn, fixed = t.pmax, prm["min_ii_cycles"], prm["mm_fixed_cycles"]
+    tiles, kt = -(-M // tile), K // P
+    g = tp_group(K, tile, dtype)
+    pe = tiles * kt * ((P + fixed) + (mn + fixed)) / prm["tensor_ghz"]
+    n = g * tile // 2  # columns of each half of a group's copy
+    vec = tiles * kt // g * (max(mn, n / prm["perf_mode_half"]) + prm["vector_static_cycles"]) / prm["vector_ghz"]
+    act = tiles * kt // g * (max(mn, n) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
+    rows_act = tiles * (K + mn + prm["scalar_static_cycles"]) / prm["scalar_ghz"]  # the rows path's sums
+    return max(pe, vec, act) < rows_act
+
+
+def transposed_rows(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, w2: Buf, x2: Buf, o2: Buf, tile: int,
+                    tile_name: str) -> tuple[list[Stmt], list[Stmt]]:
+    """16-bit W: per tile of rows, its 128-column blocks transposed on TensorE g at a time into one PSUM tile,
+    each group evicted by two copies (VectorE, ScalarE) into the contraction-major W_T, then one matmul per block
+    (W_T block stationary, v's column of that block moving) accumulating the tile's outputs in PSUM. v's columns
+    come from one-row matmuls (v_row[0, 128 block].T @ 1), so no element-wise DMA. (nest, v preparation)"""
+    t = get_target()
+    P, line = t.pmax, op.line
+    d = dict(op.dims)
+    M, K = d["K"], d["C"]
+    kt_n = K // P
+    wdt, xdt, odt = hbm[op.w].dtype, hbm[op.x].dtype, hbm[op.out].dtype
+    g = tp_group(K, tile, wdt)
+    h = (g + 1) // 2
+    from tilec.compiler.build_conv import const_names  # late: build_conv dispatches here
+    blk = const_names(op, fresh)["c"]  # TILE_<contraction loop>: the 128 columns of a block
+    ones, prep = ones_row(fresh("ones_row"), xdt, P, line)
+    v_row = Buf(fresh(f"{op.x}_row"), "sbuf", xdt, (1, K))
+    v_ps = Buf(fresh(f"{op.x}_cols_acc"), "psum", "f32", (P, kt_n))
+    v_col = Buf(fresh(f"{op.x}_cols"), "sbuf", xdt, (P, kt_n))
+    kv = fresh("k_t")
+    prep += [Alloc(v_row, line=line), Dma(whole(v_row), whole(x2), line), Alloc(v_ps, zero=True, line=line)]
+    block = View(v_row, (full(1), sl(a(term(kv, P, blk)), P, 1, blk)))
+    prep += loop(kv, kt_n, [ir.Matmul(View(v_ps, (full(P), sl(a(kv), 1))), block, View(ones, (full(1), sl(0, 1))),
+                                      line)], note="v's blocks as columns", line=line)
+    prep += [Alloc(v_col, line=line), ir.Copy(whole(v_col), whole(v_ps), line)]
+    w_once = Buf(fresh(f"{op.w}_tile_rows"), "sbuf", wdt, (tile, K))
+    prep.append(Alloc(w_once, line=line))
+
+    def rows(start, n: int) -> list[Stmt]:
+        w_rows = w_once if n == tile else Buf(fresh(f"{op.w}_rows"), "sbuf", wdt, (tile, K))
+        part = sl(0, n) if n < tile else full(tile)
+        w_t = Buf(fresh(f"{op.w}_T"), "sbuf", wdt, (P, kt_n, tile))
+        tp = Buf(fresh(f"{op.w}_tp"), "psum", wdt, (P, g, tile))
+        acc = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (tile, 1))
+        col = Buf(fresh(f"{op.out}_col"), "sbuf", odt, (tile, 1))
+        gv, jv, mv = fresh("k_grp"), fresh("k_in"), fresh("k_t")
+
+        def slot(buf: Buf, lo, m: int) -> View:
+            return View(buf, (full(P), sl(lo, m), part))
+        src = View(w_rows, (part, sl(a(term(gv, g * P), term(jv, P, blk)), P, 1, blk)))
+        group = [Alloc(tp, line=line)] + loop(jv, g, [ir.Transpose(View(tp, (full(P), a(jv), part)), src, "pe", line)],
+                                              note="blocks of the group", line=line)
+        group += [ir.Copy(slot(w_t, a(term(gv, g)), h), slot(tp, a(0), h), line)]
+        if g > h:
+            group.append(ir.Act(slot(w_t, a(term(gv, g), h), g - h), slot(tp, a(h), g - h), "copy", line=line))
+        body: list[Stmt] = [] if w_rows is w_once else [Alloc(w_rows, line=line)]
+        body += [Dma(View(w_rows, (part, full(K))), View(w2, (sl(start, n), full(K))), line), Alloc(w_t, line=line)]
+        body += loop(gv, kt_n // g, group, note=f"transpose {op.w}: groups of {g} blocks", line=line)
+        body += [Alloc(acc, zero=True, line=line)]
+        body += loop(mv, kt_n, [ir.Matmul(View(acc, (part, full(1))), View(w_t, (full(P), a(mv), part)),
+                                          View(v_col, (full(P), sl(a(mv), 1))), line)],
+                     note="for k in blocks of 128", line=line)
+        body += [Alloc(col, line=line), ir.Act(View(col, (part, full(1))), View(acc, (part, full(1))), "copy",
+                                                 line=line),
+                 Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line)]
+        return body
+
+    whole_tiles, rest = divmod(M, tile)
+    iv = dict(op.vars).get("k", "i")
+    tv = fresh(f"{iv}_t")
+    nest = loop(tv, whole_tiles, rows(a(term(tv, tile, tile_name)), tile),
+                note=f"for {iv} in 0..{M} (tiles of {tile_name})", line=line)
+    if rest:
+        nest += rows(whole_tiles * tile, rest)
+    return nest, prep

@@ -66,6 +66,7 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
     per_c = p.w_split == "c"  # one DMA per (k-tile, c-tile) block: the first transposes wait for less data
     raw = Buf(b.fresh(f"{op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, p.tile_c if per_c else b.C,
                                                              b.R, b.S))
+    once = b.w_rows if local and b.kv is not None else None  # a batched matmul's rows buffer, declared once
     # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
     tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
 
@@ -74,6 +75,8 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
             if op.groups > 1:
                 return weights_grouped(b, raw, kv, ks)
             csrc = sl(b.c_start(cv), cs) if per_c else full(b.C)
+            if once is not None:
+                return [Dma(whole(once), w_view(b, (sl(b.k_start(kv), ks), full(b.C), full(b.R), full(b.S))), line)]
             return [Alloc(raw, line=line),
                     Dma(View(raw, (pt(ks, p.tile_k), pt(cs, p.tile_c) if per_c else full(b.C), full(b.R),
                                    full(b.S))),
@@ -84,17 +87,54 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
             tpv = View(tp, (pt(cs, p.tile_c), pt(ks, p.tile_k)))
             src_c = pt(cs, p.tile_c) if per_c else sl(b.c_start(cv), cs)
             tap: list[Stmt] = [Alloc(tp, line=line),
-                               ir.Transpose(tpv, View(raw, (pt(ks, p.tile_k), src_c, a(r), a(s))), "pe", line),
+                               ir.Transpose(tpv, View(once or raw, (pt(ks, p.tile_k), src_c, a(r), a(s))), "pe",
+                                            line),
                                ir.Copy(View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), a(r), a(s),
                                                  kdst)), tpv, line)]
             per_tap = loop(r, b.R, loop(s, b.S, tap, note=b.T["s"], line=line), note=b.T["r"],
                            line=line)
             return (load(cv, cs) if per_c else []) + per_tap
+        if once is not None and b.R == b.S == 1 and not b.CR and b.CT % 2 == 0 and b.CT > 2:
+            return load(None, 0) + rows_two_engines(b, once, wt, kdst)
         return ([] if per_c else load(None, 0)) + b.over_c(V["c"], taps, line)
     if local:
         return out + prep_notes(per_k(b.kv, b.ks), f"prepare {op.w}")
     return out + prep_notes(b.over_k(V["kw"], per_k, f"{b.T['k']} (tiles of {b.cn['k']})", line),
                             f"prepare {op.w}")
+
+
+def rows_once(b: _ConvBuilder) -> Buf | None:
+    """A batched matmul's buffer for the rows of its stationary matrix (one out-channel tile, every contraction
+    column), declared once before the nest and refilled whole by one DMA per (batch index, tile) instead of one
+    buffer per iteration: each refill is a new value the allocator places in a fresh copy, so the next tile's rows
+    load while this tile's transposes still read (perf model: `load_versions`); tiles in a loop body rotate through
+    two copies and their load waits one DMA latency after the transposes two tiles back. None when the stationary
+    is not loaded that way (contraction-major, grouped, folded, split per contraction tile)."""
+    op, p = b.op, b.p
+    if not (op.w_batch and p.hoist_w == "k" and op.w_layout == "kc" and op.groups == 1 and b.fold == 1
+            and b.pair == 1 and p.w_split != "c" and b.KT > 0):
+        return None
+    return Buf(b.fresh(f"{op.w}_tile_rows"), "sbuf", b.hbm[op.w].dtype, (p.tile_k, b.C, b.R, b.S))
+
+
+def rows_two_engines(b: _ConvBuilder, rows: Buf, wt: Buf, kdst) -> list[Stmt]:
+    """A batched matmul's stationary rows (one out-channel tile) transposed two contraction tiles at a time into
+    one PSUM tile, the first evicted by VectorE, the second by ScalarE: VectorE alone evicting every block (and
+    B's, in A B^T) paced the transposes through the two-deep PSUM rotation."""
+    op, p, line = b.op, b.p, b.L["update"]
+    tp = Buf(b.fresh(f"{op.w}_pair_tp"), "psum", wt.dtype, (p.tile_c, 2, p.tile_k))
+    cname = dict(op.vars).get("c", "c")
+    hv = b.fresh(f"{cname}_pair")
+    body: list[Stmt] = [Alloc(tp, line=line)]
+    for j in range(2):
+        first = a(term(hv, 2 * p.tile_c), j * p.tile_c)
+        src = View(rows, (full(p.tile_k), sl(first, p.tile_c, 1, b.cn["c"]), a(0), a(0)))
+        body.append(ir.Transpose(View(tp, (full(p.tile_c), a(j), full(p.tile_k))), src, "pe", line))
+    for j in range(2):
+        dst = View(wt, (full(p.tile_c), a(term(hv, 2), j), a(0), a(0), kdst))
+        src = View(tp, (full(p.tile_c), a(j), full(p.tile_k)))
+        body.append(ir.Copy(dst, src, line) if j == 0 else ir.Act(dst, src, "copy", line=line))
+    return loop(hv, b.CT // 2, body, note=f"{b.T['c']} (pairs of tiles of {b.cn['c']})", line=line)
 
 
 def weights_grouped(b: _ConvBuilder, raw: Buf, kv: str | None, ks: int) -> list[Stmt]:
