@@ -425,8 +425,9 @@ def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) 
     """Index-set splitting with distribution: the perfect nest from loop `root` (default: `var` itself) down to
     `var` becomes two nests, the first over var < at, the second over the rest (var = at + var'); every loop of the
     first is renamed NAME@a, of the second NAME@b (golden: layout/cut.txt). A transpose of 521 rows is 512 rows in
-    blocks of 128 and one block of 9. Legal when the nest is injective (every iteration writes its own elements)
-    and 0 < at < the extent."""
+    blocks of 128 and one block of 9. Legal when 0 < at < the extent and either `var` is the root (the iterations
+    keep their order: a reduction's loop may be cut) or the nest is injective (every iteration writes its own
+    elements)."""
     loop = find_loop(k, var, span)
     top = find_loop(k, root, span) if root else loop
     chain = perfect_chain(top)
@@ -434,7 +435,9 @@ def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) 
         raise _fail(f"cut {var}: loop {var} is not in the perfect nest under {root}", span)
     if not 0 < at < loop.extent:
         raise _fail(f"cut {var}, {at}: cut inside the loop's extent 1..{loop.extent - 1}", span)
-    for s in _stores((top,)):
+    # cutting the root loop itself keeps the order of every iteration (index-set splitting): always legal, a
+    # reduction's too; cutting a loop inside it distributes the loops above it, legal for an injective nest
+    for s in _stores((top,)) if top is not loop else []:
         used = {t.var for i in s.dst.index for t in i.terms}
         if isinstance(s, Update) or not {lp.var for lp in chain} <= used:
             raise _fail(f"cut {var}: `{s.dst.buf}` is not written once per iteration of the nest", span,

@@ -495,12 +495,12 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
         return None
     R = math.prod(lp.extent for lp in chain[:len(kept)])
     F = math.prod(lp.extent for lp in chain[len(kept):])
-    if F % params.free or R % params.parts or params.parts > target.pmax:
+    if F % params.free or params.parts > target.pmax or (R % params.parts and R < params.parts):
         return None
     # with unit loops the extents alone leave reshape's views ambiguous (s[0] of one row): the groups say it
     units = any(lp.extent == 1 for lp in chain)
-    if short is not None:  # one partition of short rows (a prime row count): build_reduce's short-row builder
-        if units or short[0] == 1:
+    if short is not None and short[0] > 1:
+        if units:
             return None
         return _short_rows(k, upd, init[0], chain, kept, reads, epilogue, short, resident)
     groups = {"groups": (tuple(kept), tuple(names[len(kept):]))} if units else {}
@@ -510,7 +510,6 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
     v, taken = _reduce_views(S, reads, columns)
     red = names[len(kept):]
     notes = (f"for {', '.join(kept)}", f"for {', '.join(red)}")
-    at = "ft" if tiles == 1 else "pt"
     top = chain[0].var + ("#0" if epilogue else "")
     prims = [prim("fold_init", S),
              prim("reshape", top, (("r", R), ("f", F)), notes=notes,
@@ -522,25 +521,37 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
         views = ((S, v[S]),) + (((c, v[c]),) if c else ())
         prims.append(prim("reshape", ref, ((e, R), (f"{e}_u", 1)), views=views,
                           **({"groups": (tuple(kept), ())} if units else {})))
-    prims += [prim("split", "r", params.parts, outer="pt", inner="p", name="TILE_P"),
-              prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
-              prim("reorder", "pt", "ft", "p", "f_i"),
-              prim("partition", "p")]
-    for e in loops:
-        prims += [prim("reverse_compute_at", e, at), prim("partition", f"{e}_r")]
+    # a row count the row tiles do not divide: the whole tiles, then one tile of the remaining rows (139 rows: 128
+    # and 11), the reduction and each epilogue step cut alike
+    rows = _ragged_parts(R, params.parts, 1)
+    if len(rows) > 1:
+        prims += [prim("cut", x, rows[1][0]) for x in ["r", *loops]]
     expr = not isinstance(upd.expr, Load)
-    if expr:  # the expression of the staged tiles computed into a tile first, then reduced from it
-        prims.append(prim("bind_expr", v[S], "p", unique(f"{S}_terms", taken)))
     narrow = k.buffers()[S].dtype != "f32"
-    cast = {"dtype": "f32", "cast": unique(f"{S}_tile", taken)} if narrow else {}
-    prims.append(prim("stage_out", v[S], at, name=unique(f"{S}_acc", taken), line=init[0].line, **cast))
-    prims += [prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken)) for A in reversed(reads)]
-    prims += [prim("stage", v[c], at, name=unique(f"{c}_col", taken), near=True) for c in columns]
-    prims += [prim("tensorize", "p_x")] if expr else []
-    prims.append(prim("tensorize", "p") if tiles == 1 else prim("tensorize", "p", accumulate=True))
-    prims += [prim("tensorize", f"{e}_r") for e in loops]
     what = fmt_expr(upd.expr) if expr else reads[0]
-    return prims + [prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {what}")]
+    for r, (r0, size, tp, _) in enumerate(rows):
+        sfx = _at(len(rows), r)
+        x = lambda name: name + sfx  # noqa: E731
+        tag = f"_{sfx[1:]}" if sfx else ""
+        at = x("ft") if tiles == 1 else x("pt")
+        prims += [prim("split", x("r"), tp, outer=x("pt"), inner=x("p"), name=_const(tp, params.parts, "P")),
+                  prim("split", x("f"), params.free, outer=x("ft"), inner=x("f_i"), name="TILE_F"),
+                  prim("reorder", x("pt"), x("ft"), x("p"), x("f_i")),
+                  prim("partition", x("p"))]
+        for e in loops:
+            prims += [prim("reverse_compute_at", x(e), at), prim("partition", f"{x(e)}_r")]
+        if expr:  # the expression of the staged tiles computed into a tile first, then reduced from it
+            prims.append(prim("bind_expr", v[S], x("p"), unique(f"{S}_terms{tag}", taken)))
+        cast = {"dtype": "f32", "cast": unique(f"{S}_tile{tag}", taken)} if narrow else {}
+        prims.append(prim("stage_out", v[S], at, name=unique(f"{S}_acc{tag}", taken), line=init[0].line, **cast))
+        prims += [prim("stage", v[A], x("ft"), name=unique(f"{A}_tile{tag}", taken)) for A in reversed(reads)]
+        prims += [prim("stage", v[c], at, name=unique(f"{c}_col{tag}", taken), near=True) for c in columns]
+        prims += [prim("tensorize", f"{x('p')}_x")] if expr else []
+        prims.append(prim("tensorize", x("p")) if tiles == 1 else prim("tensorize", x("p"), accumulate=True))
+        prims += [prim("tensorize", f"{x(e)}_r") for e in loops]
+        part = f", rows {r0}..{r0 + size}" if sfx else ""
+        prims.append(prim("block", x("pt"), f"{S} = {ACCUMULATE[upd.op]} over the last dims of {what}{part}"))
+    return prims
 
 
 def _reduce_views(S: str, reads: list[str], columns: list[str]) -> tuple[dict[str, str], set[str]]:

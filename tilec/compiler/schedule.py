@@ -218,7 +218,7 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, ColumnReduceOp):  # reduced rows on the partitions, one PSUM bank of sums per free tile
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
-        return ReducePlan(best_divisor(op.dim("R"), PMAX), reduce_free(op.dim("F")))
+        return ReducePlan(ragged_tile(op.dim("R")), reduce_free(op.dim("F")))
     return eltwise_plan(op.size, dict(op.layout), bool(op.rows))
 
 
@@ -228,7 +228,7 @@ def eltwise_free(op: EltwiseOp, parts: int) -> int:
 
 
 def ragged_tile(channels: int) -> int:
-    """Channels per conv tile: the largest divisor up to 128, or, when that is small for a large count (257: 1), 128
+    """Channels per conv tile (rows per tile of a row reduction): the largest divisor up to 128, or, when that is small for a large count (257: 1), 128
     channels per tile plus one remainder tile (a ragged plan: 3 tiles, not 257 tiles of one channel)."""
     tile = best_divisor(channels, PMAX)
     return PMAX if channels > PMAX and tile < 32 else tile
