@@ -73,7 +73,11 @@ CASES = {"sum": (program(), None), "max_batched": (BATCHED_MAX, None), "min": (p
          "ragged_rows_mean_from_column": (program(m=139, n=96, init="b[i]", term="A[i, j] / N", extra=B),
                                           ReducePlan(128, 32)),
          "ragged_rows_squares_bf16": (program(m=257, n=64, term="(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])",
-                                              extra=", B: f32[M, N]", out="bf16"), None)}
+                                              extra=", B: f32[M, N]", out="bf16"), None),
+         # ragged free tiles: whole free tiles, then one of the rest, both reduced into the row tile's accumulator
+         "ragged_free_max": (program("max=", "-inf", m=139, n=97), ReducePlan(128, 32)),
+         "ragged_free_squares_from_column": (program(init="b[i]", term="(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])",
+                                                     extra=", B: f32[M, N]" + B, n=96), ReducePlan(128, 40))}
 NUMPY = {"+=": np.sum, "max=": np.max, "min=": np.min}
 
 

@@ -560,9 +560,9 @@ def reverse_compute_at(k: Kernel, nest: str, at: str, span: Span | None = None) 
         raise _fail(f"reverse_compute_at {nest}: loop {nest} is not the top of a nest", span,
                     "name the outermost loop of the consumer nest")
     where = next(i for i, s in enumerate(top) if s is consumer)
-    first = next((i for i, s in enumerate(top) if s is producer), where)
-    between = [s for s in top[first + 1:where] if not _is_view(s)]
-    if producer is None or producer is consumer or first >= where or \
+    pos = next((i for i, s in enumerate(top) if s is producer), where)
+    between = [s for s in top[pos + 1:where] if not _is_view(s)]
+    if producer is None or producer is consumer or pos >= where or \
             not all(isinstance(s, Loop) and _apart(s, consumer) for s in between):
         raise _fail(f"reverse_compute_at {nest}, {at}: the nest at {nest} does not follow the nest holding loop {at} "
                     f"(only nests touching other elements may come between)", span,

@@ -495,7 +495,7 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
         return None
     R = math.prod(lp.extent for lp in chain[:len(kept)])
     F = math.prod(lp.extent for lp in chain[len(kept):])
-    if F % params.free or params.parts > target.pmax or (R % params.parts and R < params.parts):
+    if params.free > F or params.parts > target.pmax or params.parts > R:
         return None
     # with unit loops the extents alone leave reshape's views ambiguous (s[0] of one row): the groups say it
     units = any(lp.extent == 1 for lp in chain)
@@ -529,25 +529,43 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
     expr = not isinstance(upd.expr, Load)
     narrow = k.buffers()[S].dtype != "f32"
     what = fmt_expr(upd.expr) if expr else reads[0]
+    # a reduced size the free tiles do not divide: whole free tiles, then one tile of the rest (12289: 3 x 4096 and
+    # 1), each reduced into the row tile's accumulator
+    cols = _ragged_parts(F, params.free, 1)
     for r, (r0, size, tp, _) in enumerate(rows):
         sfx = _at(len(rows), r)
         x = lambda name: name + sfx  # noqa: E731
         tag = f"_{sfx[1:]}" if sfx else ""
-        at = x("ft") if tiles == 1 else x("pt")
-        prims += [prim("split", x("r"), tp, outer=x("pt"), inner=x("p"), name=_const(tp, params.parts, "P")),
-                  prim("split", x("f"), params.free, outer=x("ft"), inner=x("f_i"), name="TILE_F"),
-                  prim("reorder", x("pt"), x("ft"), x("p"), x("f_i")),
-                  prim("partition", x("p"))]
+        at = x("ft") if tiles == 1 and len(cols) == 1 else x("pt")
+        prims += [prim("split", x("r"), tp, outer=x("pt"), inner=x("p"), name=_const(tp, params.parts, "P"))]
+        if len(cols) == 1:
+            ps = [x("p")]
+            prims += [prim("split", x("f"), params.free, outer=x("ft"), inner=x("f_i"), name="TILE_F"),
+                      prim("reorder", x("pt"), x("ft"), x("p"), x("f_i")),
+                      prim("partition", x("p"))]
+        else:  # the reduced loop cut inside the row tile: both parts reduce into its accumulator
+            y = lambda name, c: name + (sfx or "@") + "ab"[c]  # noqa: E731
+            ps = [y("p", q) for q in range(2)]
+            prims += [prim("reorder", x("pt"), x("f"), x("p")), prim("cut", x("f"), cols[1][0])]
+            for q, (_, _, tf, _) in enumerate(cols):
+                prims += [prim("split", y("f", q), tf, outer=y("ft", q), inner=y("f_i", q),
+                               name=_const(tf, params.free, "F")),
+                          prim("reorder", y("ft", q), y("p", q), y("f_i", q)),
+                          prim("partition", y("p", q))]
         for e in loops:
             prims += [prim("reverse_compute_at", x(e), at), prim("partition", f"{x(e)}_r")]
+        ctag = lambda q: tag + ("" if len(cols) == 1 else "_" + "ab"[q])  # noqa: E731
         if expr:  # the expression of the staged tiles computed into a tile first, then reduced from it
-            prims.append(prim("bind_expr", v[S], x("p"), unique(f"{S}_terms{tag}", taken)))
+            prims += [prim("bind_expr", v[S], p, unique(f"{S}_terms{ctag(q)}", taken)) for q, p in enumerate(ps)]
         cast = {"dtype": "f32", "cast": unique(f"{S}_tile{tag}", taken)} if narrow else {}
         prims.append(prim("stage_out", v[S], at, name=unique(f"{S}_acc{tag}", taken), line=init[0].line, **cast))
-        prims += [prim("stage", v[A], x("ft"), name=unique(f"{A}_tile{tag}", taken)) for A in reversed(reads)]
+        for q, p in enumerate(ps):
+            ft = p.replace("p", "ft", 1)
+            prims += [prim("stage", v[A], ft, name=unique(f"{A}_tile{ctag(q)}", taken)) for A in reversed(reads)]
         prims += [prim("stage", v[c], at, name=unique(f"{c}_col{tag}", taken), near=True) for c in columns]
-        prims += [prim("tensorize", f"{x('p')}_x")] if expr else []
-        prims.append(prim("tensorize", x("p")) if tiles == 1 else prim("tensorize", x("p"), accumulate=True))
+        for p in ps:
+            prims += [prim("tensorize", f"{p}_x")] if expr else []
+            prims.append(prim("tensorize", p) if at != x("pt") else prim("tensorize", p, accumulate=True))
         prims += [prim("tensorize", f"{x(e)}_r") for e in loops]
         part = f", rows {r0}..{r0 + size}" if sfx else ""
         prims.append(prim("block", x("pt"), f"{S} = {ACCUMULATE[upd.op]} over the last dims of {what}{part}"))
