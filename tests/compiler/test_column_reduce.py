@@ -2,6 +2,8 @@
 partitions and a ones-matmul on TensorE adds them up in PSUM. Checked against NumPy and the reference evaluator."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,32 @@ def test_a_mean_is_evicted_by_scalare_unless_fp32_matmuls_bound_it(dtype, m, act
     want = inputs["A"].astype(np.float64).mean(axis=0)
     got = np.asarray(c.run(**inputs)["s"], np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-2 if dtype != "f32" else 1e-5, atol=1e-2 if dtype != "f32" else 1e-6)
+
+
+STACKED = """kernel midmean(A: {dtype}[B, M, N]{extra}) -> s
+  default B = {b}, M = {m}, N = {n}
+  s: {out}[B, N]
+  for b in 0..B, n in 0..N:
+    s[b, n] = {init}
+    for m in 0..M:
+      s[b, n] += A[b, m, n] / M
+"""
+
+
+@pytest.mark.parametrize("b,m,n,dtype,out,init,k", [
+    (4, 64, 1024, "f32", "f32", "0", 2), (6, 32, 512, "bf16", "f32", "0", 3), (8, 32, 96, "f32", "bf16", "c[b, n]", 4),
+    (3, 64, 512, "f32", "f32", "0", 1), (4, 48, 512, "f32", "f32", "0", 1)])
+def test_middle_means_stack_several_os_on_the_partitions(b, m, n, dtype, out, init, k):
+    """A middle mean whose reduced rows fill at most half the partitions (M = 64, 32) sums K o's per step: K * M
+    partitions, a block-diagonal (K * M, K) ones matrix, one (K, TILE_F) store; O = 3 (no divisor) and M = 48
+    (blocks would start off a multiple of 32) keep one o per step."""
+    extra = ", c: f32[B, N]" if init != "0" else ""
+    c = compile_text(STACKED.format(b=b, m=m, n=n, dtype=dtype, out=out, init=init, extra=extra))
+    assert re.search(rf"s_acc = nl\.\w+\(\({k}, ", c.source), c.source
+    assert ("stacked on the partitions" in c.source) == (k > 1)
+    check_against_reference(c)
+    inputs = inputs_for(c.program)
+    want = inputs["A"].astype(np.float64).mean(axis=1) + (inputs["c"] if init != "0" else 0)
+    got = np.asarray(c.run(**inputs)["s"], np.float64)
+    tol = 1e-2 if "bf16" in (dtype, out) else 1e-5
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
