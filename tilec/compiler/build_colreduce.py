@@ -26,7 +26,7 @@ from tilec.compiler.schedule import MOVING_FMAX, PMAX, ReducePlan, best_divisor
 
 GROUP = 4  # fp32 row tiles loaded per step (two pairs)
 STACK_ALIGN = 32  # partitions: an engine instruction starts at partition 0, 32, 64 or 96
-WIDE = 4  # PSUM banks of sums per load of a stacked middle mean (half of PSUM's 8)
+WIDE = 4  # PSUM banks of sums per load when a step has one row tile (half of PSUM's 8)
 PAIRS = "; row tiles added in pairs on VectorE first"
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
@@ -35,7 +35,7 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     K = stacked(op, plan)
     if K > 1:  # K o's per step on K * R partitions: the plan's row tile is the stacked one
         plan = ReducePlan(K * plan.parts, plan.free)
-    W = wide(op, plan, K)
+    W = wide(op, plan, K, hbm[op.src].dtype)
     MF = plan.free  # the sums of one matmul (one PSUM bank)
     plan = ReducePlan(plan.parts, W * plan.free)
     line, ln, TP, TF = op.line, op.update_line, plan.parts, plan.free
@@ -155,12 +155,14 @@ def stacked(op: ColumnReduceOp, plan: ReducePlan) -> int:
     return best_divisor(O, PMAX // R)
 
 
-def wide(op: ColumnReduceOp, plan: ReducePlan, K: int) -> int:
-    """Free tiles (PSUM banks of sums) per load when K o's are stacked (one row tile per step, no rows loop): WIDE
-    banks' worth of columns per DMA, each summed by a matmul of its own (64 x 64 x 4096 f32 mean: 408.7 -> 300.7
-    us on the model, bf16 350.2 -> 162.4 us: 8 KiB loads instead of 2 KiB)."""
+def wide(op: ColumnReduceOp, plan: ReducePlan, K: int, dtype: str) -> int:
+    """Free tiles (PSUM banks of sums) per load when one row tile holds all the reduced rows of a step (no rows
+    loop): WIDE banks' worth of columns per DMA, each summed by a matmul of its own and evicted into its part of
+    the row (model: 64 x 64 x 4096 f32 mean, 2 o's stacked, 408.7 -> 300.7 us; bf16 350.2 -> 162.4; 16 x 128 x 4096
+    f32 206.0 -> 154.2, bf16 167.7 -> 83.8; 128 x 8192 bf16 column mean 33.3 -> 25.1). Not for one fp32 o
+    (64 x 4096 f32: 27.1 -> 27.6 us, its matmuls bound it)."""
     tiles = op.dim("F") // plan.free
-    if K == 1 or plan.free != MOVING_FMAX:
+    if op.dim("R") * K != plan.parts or plan.free != MOVING_FMAX or (dtype == "f32" and op.dim("O") == K):
         return 1
     return next((w for w in (WIDE, 2) if tiles % w == 0), 1)
 
