@@ -88,6 +88,24 @@ def _ragged_rows(k):
     return pr.reverse_compute_at(pr.reverse_compute_at(k, "i@a#1", "i@a#0"), "i@b#1", "i@b#0")
 
 
+MIDSUM = """kernel midsum(A: f32[B, M, N]) -> s
+  default B = 3, M = 8, N = 6
+  s: f32[B, N]
+  for b in 0..B, n in 0..N:
+    s[b, n] = 0
+  for b in 0..B, m in 0..M, n in 0..N:
+    s[b, n] += A[b, m, n]
+"""
+
+
+def _column_rows(k):
+    """A middle sum over (o, r, f): s[b, n] skips the reduced loop, so its view gets a unit dimension there
+    (s_v[o, 0, f], a row per o); the row of sums staged in PSUM per o and evicted to SBUF before the store."""
+    k = layout.reshape(pr.fold_init(k, "s"), "b", (("o", 3), ("r", 8), ("f", 6)))
+    k = pr.partition(pr.reorder(k, "o", "f", "r"), "r", summed=True)
+    return layout.stage_out(k, "s_v", "o", memory="psum", name="s_acc", dtype="f32", cast="s_row")
+
+
 def _whole_kernel(k):
     """The same epilogue once over all rows after the reduction: the result staged for the whole kernel."""
     return layout.stage_out(pr.fold_init(k, "s"), "s", "", name="s_col", dtype="f32")
@@ -108,6 +126,7 @@ def _rows_as_columns(k):
 CASES = {  # name -> (program, primitives applied to the level-A kernel)
     "stage_out_epilogue": (MEAN_F16, _epilogue_at_rows),
     "stage_out_whole_kernel": (MEAN_F16, _whole_kernel),
+    "reshape_stage_out_psum_column_rows": (MIDSUM, _column_rows),
     "cut_reduction_rows": (MEAN_F16, _ragged_rows),
     "stage_resident": (ADD, _resident),
     "reshape_rows_as_columns": (MEAN_F16, _rows_as_columns),

@@ -32,10 +32,10 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 
 
 def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    K = stacked(op, plan)
+    K = stacked(op.dim("O"), op.dim("R"), plan)
     if K > 1:  # K o's per step on K * R partitions: the plan's row tile is the stacked one
         plan = ReducePlan(K * plan.parts, plan.free)
-    W = wide(op, plan, K, hbm[op.src].dtype)
+    W = wide(op.dim("O"), op.dim("R"), op.dim("F"), plan, K, hbm[op.src].dtype)
     MF = plan.free  # the sums of one matmul (one PSUM bank)
     plan = ReducePlan(plan.parts, W * plan.free)
     line, ln, TP, TF = op.line, op.update_line, plan.parts, plan.free
@@ -144,27 +144,32 @@ def _group(tiles: int) -> int:
     return next((g for g in (GROUP, 2) if tiles % g == 0), 1)
 
 
-def stacked(op: ColumnReduceOp, plan: ReducePlan) -> int:
+def stacked(O: int, R: int, plan: ReducePlan) -> int:
     """How many o's one step sums (K): one row tile holds all R reduced rows of an o and leaves partitions idle, so
     K o's go on K * R partitions (a contiguous block of A) and a (K * R, K) block-diagonal ones matrix sums each
     o's rows into its own row of a (K, TILE_F) PSUM tile: K times fewer loads, each K times larger, and one store
     of K rows. Each block starts at a multiple of 32 partitions (where engine instructions may start)."""
-    O, R = op.dim("O"), op.dim("R")
     if plan.parts != R or R % STACK_ALIGN or 2 * R > PMAX:
         return 1
     return best_divisor(O, PMAX // R)
 
 
-def wide(op: ColumnReduceOp, plan: ReducePlan, K: int, dtype: str) -> int:
+def wide(O: int, R: int, F: int, plan: ReducePlan, K: int, dtype: str) -> int:
     """Free tiles (PSUM banks of sums) per load when one row tile holds all the reduced rows of a step (no rows
     loop): WIDE banks' worth of columns per DMA, each summed by a matmul of its own and evicted into its part of
     the row (model: 64 x 64 x 4096 f32 mean, 2 o's stacked, 408.7 -> 300.7 us; bf16 350.2 -> 162.4; 16 x 128 x 4096
     f32 206.0 -> 154.2, bf16 167.7 -> 83.8; 128 x 8192 bf16 column mean 33.3 -> 25.1). Not for one fp32 o
     (64 x 4096 f32: 27.1 -> 27.6 us, its matmuls bound it)."""
-    tiles = op.dim("F") // plan.free
-    if op.dim("R") * K != plan.parts or plan.free != MOVING_FMAX or (dtype == "f32" and op.dim("O") == K):
+    tiles = F // plan.free
+    if R * K != plan.parts or plan.free != MOVING_FMAX or (dtype == "f32" and O == K):
         return 1
     return next((w for w in (WIDE, 2) if tiles % w == 0), 1)
+
+
+def plain_steps(O: int, R: int, F: int, plan: ReducePlan, dtype: str) -> bool:
+    """Whether a column sum's steps are the plain form rules.colreduce schedules: one row tile per matmul (no
+    groups), one o per step (not stacked), one PSUM bank per load (not wide)."""
+    return _group(R // plan.parts) == 1 and stacked(O, R, plan) == 1 and wide(O, R, F, plan, 1, dtype) == 1
 
 
 def _plain(op: ColumnReduceOp, hbm: dict[str, Buf]) -> bool:

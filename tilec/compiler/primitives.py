@@ -235,9 +235,11 @@ def unroll(k: Kernel, var: str, span: Span | None = None) -> Kernel:
     return _with_loop(k, loop, lambda s: replace(s, kind="unrolled"))
 
 
-def partition(k: Kernel, var: str, target: Target | str | None = None, span: Span | None = None) -> Kernel:
+def partition(k: Kernel, var: str, target: Target | str | None = None, span: Span | None = None,
+              summed: bool = False) -> Kernel:
     """Bind loop `var` to the partitions (golden: primitives/partition.txt). Its extent must fit the target's
-    partitions, and every store under it must use it (each partition computes its own elements)."""
+    partitions, and every store under it must use it (each partition computes its own elements), or, `summed`,
+    every store is a `+=` update the partitions add up (a column sum: a ones matmul contracts them)."""
     t = get_target(target)
     loop = find_loop(k, var, span)
     var = loop.var
@@ -245,6 +247,11 @@ def partition(k: Kernel, var: str, target: Target | str | None = None, span: Spa
         raise _fail(f"partition {var}: {loop.extent} iterations exceed the {t.pmax} partitions of {t.name}", span,
                     f"split {var}, {t.pmax} first and bind the inner loop")
     for s in _stores(loop.body):
+        if summed and isinstance(s, Update) and s.op == "+=":
+            continue
+        if summed and not any(t_.var == var for i in s.dst.index for t_ in i.terms):
+            raise _fail(f"partition {var}: the partitions of `{s.dst.buf}` are summed only by a `+=` update (a ones "
+                        f"matmul adds them)", span, "bind a loop that indexes what the nest writes")
         if not any(t_.var == var for i in s.dst.index for t_ in i.terms):
             raise _fail(f"partition {var}: `{s.dst.buf}` is written by every partition (its index does not use "
                         f"{var})", span, "bind a loop that indexes what the nest writes")

@@ -639,6 +639,70 @@ def _epilogue_step(top: Loop, dst: Access) -> str | None:
     return None
 
 
+# ---- column reductions --------------------------------------------------------------------------------------------
+
+
+def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
+    """The column-reduction rule, `s[o, f] = 0; s[o, f] += A[o, r, f]` (lower_tiles.colreduce_nest: the kept
+    indices before the reduced run, the reduced ones, the kept ones after); a column sum 384 x 1024:
+
+        fold_init(s)                         the first matmul writes the sums
+        reshape(j, (o, 1), (r, 384), (f, 1024))   A_v[o, r, f], s_v[o, 0, f] (a row per o)
+        split(r, 128, outer=rt, inner=p, name=TILE_P)
+        split(f, 512, outer=ft, inner=f_i, name=TILE_F)
+        reorder(o, ft, rt, p, f_i)           the reduced row tiles inside a free tile
+        partition(p)
+        stage_out(s_v, ft, memory=psum, name=s_acc, cast=s_row)   a (1, TILE_F) PSUM row, evicted to SBUF
+        stage(A_v, rt, name=A_tile)
+        tensorize(p)                         the update over the partitions: ones[TILE_P, 1].T @ A_tile
+        block(o, "s = sum over i of A (ones matmul)")
+
+    Takes plain sums whose row tiles are not grouped (build_colreduce groups 2 or 4 row tiles per step, stacks
+    o's on the partitions and widens loads: those stay there), None otherwise."""
+    from tilec.compiler.build_colreduce import plain_steps  # the builder's own choice of the cases it improves
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    if len(tops) != 2 or len(k.body) != 2:
+        return None
+    init = layout.perfect_chain(tops[0])[-1].body
+    chain = layout.perfect_chain(tops[1])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Update) or body[0].op != "+=" or not isinstance(body[0].expr, Load):
+        return None
+    upd, names = body[0], [lp.var for lp in chain]
+    out, src = _plain(upd.dst.index), _plain(body[0].expr.access.index)
+    if len(init) != 1 or not isinstance(init[0], Assign) or init[0].dst != upd.dst or out is None or src != names:
+        return None
+    red = [v for v in names if v not in out]
+    first = names.index(red[0]) if red else 0
+    if not red or names[first:first + len(red)] != red or names[:first] + names[first + len(red):] != out:
+        return None
+    ext = {lp.var: lp.extent for lp in chain}
+    O, R, F = (math.prod(ext[v] for v in vs) for vs in (names[:first], red, names[first + len(red):]))
+    S, A = upd.dst.buf, body[0].expr.access.buf
+    if R % params.parts or F % params.free or not plain_steps(O, R, F, params, k.buffers()[A].dtype):
+        return None
+    v, taken = _reduce_views(S, [A], [])
+    before, after = names[:first], names[first + len(red):]
+    groups = (tuple(before), tuple(red), tuple(after))
+    line = lambda vs: chain[names.index(vs[0])].line if vs else init[0].line  # noqa: E731
+    prims = [prim("fold_init", S),
+             prim("reshape", chain[0].var, (("o", O), ("r", R), ("f", F)),
+                  notes=(f"for {', '.join(before)}" if before else "", f"for {', '.join(red)}",
+                         f"for {', '.join(after)}"),
+                  lines=(line(before), line(red), line(after)), views=((A, v[A]), (S, v[S])),
+                  view_line=init[0].line, groups=groups),
+             prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
+                  note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
+             prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+             prim("reorder", "o", "ft", "rt", "p", "f_i"),
+             prim("partition", "p", summed=True),
+             prim("stage_out", v[S], "ft", memory="psum", name=unique(f"{S}_acc", taken), line=upd.line,
+                  dtype="f32", cast=unique(f"{S}_row", taken)),
+             prim("stage", v[A], "rt", name=unique(f"{A}_tile", taken)),
+             prim("tensorize", "p", line=init[0].line)]
+    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul)")]
+
+
 # ---- data movement -------------------------------------------------------------------------------------------------
 
 
