@@ -1,14 +1,26 @@
 """Sums over leading or middle dimensions (column sums, a mean over a middle axis): the reduced rows go on the
-partitions and a ones-matmul on TensorE adds them up in PSUM. Checked against NumPy and the reference evaluator."""
+partitions and a ones-matmul on TensorE adds them up in PSUM. Plain sums (one row tile per matmul) are scheduled
+by the level-A rule rules.colreduce; grouped, stacked and wide steps and epilogues by build_colreduce. Checked
+against NumPy and the reference evaluator."""
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
 
 from compiler_helpers import check_against_reference, inputs_for
+from tilec.compiler import rules
 from tilec.compiler.api import compile_loaded
+from tilec.compiler.lower import lower
+from tilec.compiler.lower_tiles import colreduce_nest
+from tilec.compiler.nest import lower_nest, print_nest
+from tilec.compiler.nest_eval import evaluate_nest
+from tilec.compiler.schedule import default_plan
+from tilec.compiler.select import select
 from tilec.errors import TilecError
 from tilec.lang import api as lang
+from tilec.target import target
 
 COLSUM = """kernel colsum(A: f32[M, N]{extra}) -> s
   default M = {m}, N = {n}
@@ -98,3 +110,108 @@ def test_a_mean_is_evicted_by_scalare_unless_fp32_matmuls_bound_it(dtype, m, act
     want = inputs["A"].astype(np.float64).mean(axis=0)
     got = np.asarray(c.run(**inputs)["s"], np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-2 if dtype != "f32" else 1e-5, atol=1e-2 if dtype != "f32" else 1e-6)
+
+
+STACKED = """kernel midmean(A: {dtype}[B, M, N]{extra}) -> s
+  default B = {b}, M = {m}, N = {n}
+  s: {out}[B, N]
+  for b in 0..B, n in 0..N:
+    s[b, n] = {init}
+    for m in 0..M:
+      s[b, n] += A[b, m, n] / M
+"""
+
+
+@pytest.mark.parametrize("b,m,n,dtype,out,init,k,w", [
+    (4, 64, 1024, "f32", "f32", "0", 2, 2), (4, 64, 4096, "bf16", "bf16", "0", 2, 4),
+    (6, 32, 512, "bf16", "f32", "0", 3, 1), (8, 32, 96, "f32", "bf16", "c[b, n]", 4, 1),
+    (3, 64, 512, "f32", "f32", "0", 1, 1), (4, 48, 512, "f32", "f32", "0", 1, 1),
+    (4, 128, 2048, "bf16", "f32", "0", 1, 4), (1, 128, 2048, "f32", "f32", "0", 1, 1)])
+def test_middle_means_stack_several_os_on_the_partitions(b, m, n, dtype, out, init, k, w):
+    """A middle mean whose reduced rows fill at most half the partitions (M = 64, 32) sums K o's per step: K * M
+    partitions, a block-diagonal (K * M, K) ones matrix, one (K, TILE_F) store, and loads W PSUM banks' worth of
+    columns at once (one matmul per bank); O = 3 (no divisor) and M = 48 (blocks would start off a multiple of 32)
+    keep one o per step. M = 128 fills the partitions alone: wide loads still (not for one fp32 o)."""
+    extra = ", c: f32[B, N]" if init != "0" else ""
+    c = compile_text(STACKED.format(b=b, m=m, n=n, dtype=dtype, out=out, init=init, extra=extra))
+    assert re.search(rf"s_acc = nl\.\w+\(\({k}, ", c.source), c.source
+    assert ("stacked on the partitions" in c.source) == (k > 1) and c.source.count("nc_matmul(") == w
+    check_against_reference(c)
+    inputs = inputs_for(c.program)
+    want = inputs["A"].astype(np.float64).mean(axis=1) + (inputs["c"] if init != "0" else 0)
+    got = np.asarray(c.run(**inputs)["s"], np.float64)
+    tol = 1e-2 if "bf16" in (dtype, out) else 1e-5
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+MIDSUM = """kernel midsum(A: {dtype}[B, M, N]) -> s
+  default B = {b}, M = {m}, N = {n}
+  s: {out}[B, N]
+  for b in 0..B, n in 0..N:
+    s[b, n] = 0
+    for m in 0..M:
+      s[b, n] += A[b, m, n]
+"""
+MID4D = """kernel mid4d(A: f32[B, C, H, W]) -> s
+  default B = 2, C = 3, H = 100, W = 50
+  s: f32[B, W]
+  for b in 0..B, w in 0..W:
+    s[b, w] = 0
+    for c in 0..C, h in 0..H:
+      s[b, w] += A[b, c, h, w]
+"""
+RULE = {"colsum_three_tiles": colsum(384, 1024), "colsum_bf16": colsum(384, 96).replace("f32", "bf16"),
+        "colsum_ragged_divisor": colsum(129, 33),
+        "midsum_bf16": MIDSUM.format(dtype="bf16", out="f32", b=3, m=300, n=96), "midsum_two_dims": MID4D}
+
+
+def _rule(text: str):
+    prog = lang.load(text)
+    op = select(lower(prog.kernel, prog.sizes), prog)[0]
+    nest = colreduce_nest(op, prog)
+    assert nest is not None
+    return prog, nest, rules.colreduce(nest, target("trn2"), default_plan(op, {}))
+
+
+def _numpy_sum(text: str, a: np.ndarray) -> np.ndarray:
+    """The program's value by NumPy: the reduced axes are the ones the output's indices skip."""
+    if "mid4d" in text:
+        return a.astype(np.float64).sum(axis=(1, 2))
+    return a.astype(np.float64).sum(axis=0 if "colsum" in text else 1)
+
+
+@pytest.mark.parametrize("name", sorted(RULE))
+def test_column_rule_keeps_the_meaning(name, golden):
+    """rules.colreduce on the nest in (o, r, f) order: the scheduled nest evaluates like the program and NumPy."""
+    prog, nest, prims = _rule(RULE[name])
+    assert prims is not None
+    scheduled = rules.apply(nest, prims, target("trn2"))
+    inputs = inputs_for(prog)
+    got = evaluate_nest(scheduled, inputs)["s"]
+    np.testing.assert_allclose(got, evaluate_nest(lower_nest(prog), inputs)["s"], rtol=1e-5)
+    tol = 8e-3 if "bf16" in RULE[name] else 1e-4  # bf16 inputs or output: 8 bits
+    np.testing.assert_allclose(got, _numpy_sum(RULE[name], inputs["A"]), rtol=tol, atol=tol)
+    golden.check(f"compiler/rules/colreduce_{name}.txt", rules.print_prims(prims) + "\n" + print_nest(scheduled))
+
+
+@pytest.mark.parametrize("name", sorted(RULE))
+def test_column_rule_kernels_match_numpy(name):
+    c = compile_text(RULE[name])
+    assert "rules.colreduce expands its plan into" in c.stages["schedule"]
+    inputs = inputs_for(c.program)
+    got = np.asarray(c.run(**inputs)["s"], np.float64)
+    tol = 8e-3 if "bf16" in RULE[name] else 1e-4
+    np.testing.assert_allclose(got, _numpy_sum(RULE[name], inputs["A"]), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("text", [colsum(1024, 1024), colsum(256, 1024), colsum(init="b[j]", extra=", b: f32[N]"),
+                                  colsum(term="A[i, j] / M", m=384), colsum(term="A[i, j] * A[i, j]", m=384),
+                                  MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=1024)])
+def test_the_column_rule_leaves_grouped_stacked_and_epilogue_forms_to_the_builder(text):
+    """Row tiles grouped per step (4 or 2), o's stacked on the partitions, a factor, an initial value, a reduced
+    expression: build_colreduce still writes these (the rule declines, and the kernel says so)."""
+    prog = lang.load(text)
+    op = select(lower(prog.kernel, prog.sizes), prog)[0]
+    nest = colreduce_nest(op, prog)
+    assert nest is None or rules.colreduce(nest, target("trn2"), default_plan(op, {})) is None
+    assert "rules.colreduce" not in compile_text(text).stages["schedule"]

@@ -80,6 +80,32 @@ def _epilogue_at_rows(k):
     return layout.stage_out(k, "s", "i", name="s_acc", dtype="f32", cast="s_tile")
 
 
+def _ragged_rows(k):
+    """Ragged row tiles (rules.reduce): the reduction cut into rows 0..10 and 10..16 (cutting its own loop keeps
+    the order), its first epilogue step cut alike and computed at each part's rows (the second part's reduction
+    sits between the first part and its epilogue, on other rows); the second step stays after them."""
+    k = layout.cut(layout.cut(pr.fold_init(k, "s"), "i#0", 10), "i#0", 10)
+    return pr.reverse_compute_at(pr.reverse_compute_at(k, "i@a#1", "i@a#0"), "i@b#1", "i@b#0")
+
+
+MIDSUM = """kernel midsum(A: f32[B, M, N]) -> s
+  default B = 3, M = 8, N = 6
+  s: f32[B, N]
+  for b in 0..B, n in 0..N:
+    s[b, n] = 0
+  for b in 0..B, m in 0..M, n in 0..N:
+    s[b, n] += A[b, m, n]
+"""
+
+
+def _column_rows(k):
+    """A middle sum over (o, r, f): s[b, n] skips the reduced loop, so its view gets a unit dimension there
+    (s_v[o, 0, f], a row per o); the row of sums staged in PSUM per o and evicted to SBUF before the store."""
+    k = layout.reshape(pr.fold_init(k, "s"), "b", (("o", 3), ("r", 8), ("f", 6)))
+    k = pr.partition(pr.reorder(k, "o", "f", "r"), "r", summed=True)
+    return layout.stage_out(k, "s_v", "o", memory="psum", name="s_acc", dtype="f32", cast="s_row")
+
+
 def _whole_kernel(k):
     """The same epilogue once over all rows after the reduction: the result staged for the whole kernel."""
     return layout.stage_out(pr.fold_init(k, "s"), "s", "", name="s_col", dtype="f32")
@@ -100,6 +126,8 @@ def _rows_as_columns(k):
 CASES = {  # name -> (program, primitives applied to the level-A kernel)
     "stage_out_epilogue": (MEAN_F16, _epilogue_at_rows),
     "stage_out_whole_kernel": (MEAN_F16, _whole_kernel),
+    "reshape_stage_out_psum_column_rows": (MIDSUM, _column_rows),
+    "cut_reduction_rows": (MEAN_F16, _ragged_rows),
     "stage_resident": (ADD, _resident),
     "reshape_rows_as_columns": (MEAN_F16, _rows_as_columns),
     "reshape": (ADD, lambda k: layout.reshape(k, "i", (("p", 8), ("f", 128)))),
@@ -147,6 +175,9 @@ ERRORS = {
     "stage_out_read_first": (MEAN_F16, lambda k: layout.stage_out(k, "s", "i#2")),  # s = s * c reads the old s
     "broadcast_not_a_row": (ADD, lambda k: layout.broadcast(k, "X", "i", "j")),
     "cut_outside": (TRANS, lambda k: layout.cut(k, "i", 16)),
+    "cut_distributes_a_reduction": (MEAN_F16, lambda k: layout.cut(k, "j", 6, root="i#1")),
+    "reverse_compute_at_past_its_rows": (MEAN_F16, lambda k: pr.reverse_compute_at(
+        layout.cut(pr.fold_init(k, "s"), "i#0", 10), "i#0", "i@a")),
     "stage_grouped_not_contiguous": (TRANS, lambda k: layout.stage_grouped(
         pr.split(k, "i", 4, outer="i_o", inner="i_i"), "X", "i_o", (("j", "i_i"),))),
 }

@@ -28,6 +28,15 @@ ROWSUM = """kernel rowsum(A: f32[M, N]) -> s
     for j in 0..N:
       s[i] += A[i, j]
 """
+COLSUM = """kernel colsum(A: f32[M, N]) -> s
+  default M = 16, N = 12
+  s: f32[N]
+  for j in 0..N:
+    s[j] = 0
+  for i in 0..M, j in 0..N:
+    s[j] += A[i, j]
+"""
+COLMAX = COLSUM.replace("+=", "max=")
 MATMUL = """kernel mm(A: f32[M, K], B: f32[K, N]) -> C
   default M = 16, K = 12, N = 8
   C: f32[M, N]
@@ -85,6 +94,7 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
     "reorder_reduction": (MATMUL, lambda k: pr.reorder(k, "k", "i#1", "j#1")),
     "unroll": (ROWSUM, lambda k: pr.unroll(k, "j")),
     "partition": (ELTWISE, lambda k: pr.partition(pr.split(k, "i", 128), "i_i")),
+    "partition_summed": (COLSUM, lambda k: pr.partition(k, "i", summed=True)),  # a column sum: a ones matmul
     "stage": (MATMUL, lambda k: pr.stage(k, "B", "j#1", "sbuf")),
     "buffers": (MATMUL, lambda k: pr.buffers(pr.stage(k, "B", "j#1", "sbuf"), "B_sbuf", 2)),
     "compute_at": (CHAIN, lambda k: pr.compute_at(k, "T", "i#1")),
@@ -138,6 +148,8 @@ def test_stage_on_a_convolution_keeps_the_meaning() -> None:
 
 ERRORS = {
     "split_not_dividing": (ELTWISE, lambda k: pr.split(k, "i", 100)),
+    "partition_reduced_loop": (COLSUM, lambda k: pr.partition(k, "i")),
+    "partition_summed_max": (COLMAX, lambda k: pr.partition(k, "i", summed=True)),  # no engine adds maxima so
     "split_unknown_loop": (ELTWISE, lambda k: pr.split(k, "q", 2)),
     "reorder_not_perfect": (ROWSUM, lambda k: pr.reorder(k, "i", "j")),
     "reorder_ambiguous_loop": (MATMUL, lambda k: pr.reorder(k, "j", "i")),

@@ -8,6 +8,7 @@ the scheduled nest, end to end on the interpreter against NumPy, and by which fo
 build_reduce."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -67,7 +68,16 @@ CASES = {"sum": (program(), None), "max_batched": (BATCHED_MAX, None), "min": (p
                                           extra=", B: f32[M, N]"), ReducePlan(128, 96)),
          # short rows: 8 per partition, in tiles of 4 rows (TILE_G)
          "short_rows": (program(m=1024, n=64, init="b[i]", term="A[i, j] * 0.5", extra=B, out="bf16"), (128, 8, 4)),
-         "short_rows_resident": (program("max=", "-inf", m=1024, n=64), (128, 8, 8, True))}
+         "short_rows_resident": (program("max=", "-inf", m=1024, n=64), (128, 8, 8, True)),
+         # ragged rows: whole row tiles, then one tile of the rest (cut), the epilogue cut alike
+         "ragged_rows_mean_from_column": (program(m=139, n=96, init="b[i]", term="A[i, j] / N", extra=B),
+                                          ReducePlan(128, 32)),
+         "ragged_rows_squares_bf16": (program(m=257, n=64, term="(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])",
+                                              extra=", B: f32[M, N]", out="bf16"), None),
+         # ragged free tiles: whole free tiles, then one of the rest, both reduced into the row tile's accumulator
+         "ragged_free_max": (program("max=", "-inf", m=139, n=97), ReducePlan(128, 32)),
+         "ragged_free_squares_from_column": (program(init="b[i]", term="(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])",
+                                                     extra=", B: f32[M, N]" + B, n=96), ReducePlan(128, 40))}
 NUMPY = {"+=": np.sum, "max=": np.max, "min=": np.min}
 
 
@@ -136,6 +146,32 @@ def test_reduce_rule_compiles_to_a_kernel_that_matches_numpy(text: str) -> None:
     if "max=" in text and "b[i]" in text:
         want = np.maximum(inputs["A"].astype(np.float64).max(axis=-1), inputs["b"].astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=8e-3 if "bf16[M]" in text else 2e-3, atol=1e-2)  # bf16: 8 bits
+
+
+RAGGED = [program(m=139, n=12289), program(m=139, n=12289, dtype="bf16", out="bf16"), program(m=257, n=1000),
+          program(m=257, n=1000, dtype="bf16"), program(m=1, n=7), program(m=1, n=7, dtype="bf16", out="bf16"),
+          program(m=129, n=129), program("max=", "-inf", m=129, n=129, dtype="bf16", out="bf16"),
+          program(m=157, n=3, out="bf16"), program("min=", "inf", m=131, n=8192),
+          program(init="b[i]", term="A[i, j] / N", extra=B, m=263, n=8192, dtype="bf16", out="bf16"),
+          program(term="A[i, j] * B[i, j]", extra=", B: f32[M, N]", m=131, n=4099)]
+
+
+@pytest.mark.parametrize("text", RAGGED)
+def test_ragged_rows_compile_to_kernels_that_match_numpy(text: str) -> None:
+    """A row count that 128-row tiles do not divide: whole tiles and one tile of the rest, never tiles of one
+    partition (139 rows: 128 + 11; a prime count of short rows, 157 x 3, too)."""
+    c = compile_loaded(lang.load(text))
+    assert "rules.reduce expands its plan into" in c.stages["schedule"]
+    m = c.program.sizes["M"]
+    rows = [int(x) for x in re.findall(r"ndarray\(\((\d+), 1\), dtype=nl.float32", c.source)]
+    assert len(set(rows)) <= 2 and max(rows) >= min(m, 32), rows  # whole tiles, then the rest
+    inputs = inputs_for(c.program)
+    got = np.asarray(c.run(**inputs)["s"], np.float64)
+    want = numpy_reduction(text, inputs)
+    if "min=" in text:
+        want = inputs["A"].astype(np.float64).min(axis=-1)
+    narrow = "bf16" in text  # inputs or output rounded to 8 bits
+    np.testing.assert_allclose(got, want, rtol=8e-3 if narrow else 1e-4, atol=1e-2 if narrow else 1e-3)
 
 
 def test_short_rows_are_a_parameter_of_the_rule() -> None:

@@ -22,31 +22,44 @@ from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp
-from tilec.compiler.schedule import ReducePlan
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, ReducePlan, best_divisor
 
 GROUP = 4  # fp32 row tiles loaded per step (two pairs)
+STACK_ALIGN = 32  # partitions: an engine instruction starts at partition 0, 32, 64 or 96
+WIDE = 4  # PSUM banks of sums per load when a step has one row tile (half of PSUM's 8)
 PAIRS = "; row tiles added in pairs on VectorE first"
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
 
 def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    K = stacked(op.dim("O"), op.dim("R"), plan)
+    if K > 1:  # K o's per step on K * R partitions: the plan's row tile is the stacked one
+        plan = ReducePlan(K * plan.parts, plan.free)
+    W = wide(op.dim("O"), op.dim("R"), op.dim("F"), plan, K, hbm[op.src].dtype)
+    MF = plan.free  # the sums of one matmul (one PSUM bank)
+    plan = ReducePlan(plan.parts, W * plan.free)
     line, ln, TP, TF = op.line, op.update_line, plan.parts, plan.free
-    O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
+    O, R, F = op.dim("O") // K, op.dim("R") * K, op.dim("F")
     views: dict[str, Buf] = {}
     stmts: list[Stmt] = []
     for name in op.inputs or (op.src,):
         views[name], st = hbm_view(hbm[name], (O, R, F), fresh(f"{name}_v"), line)
         stmts += st
-    out_v, st = hbm_view(hbm[op.out], (O, 1, F), fresh(f"{op.out}_v"), line)
+    out_v, st = hbm_view(hbm[op.out], (O, K, F), fresh(f"{op.out}_v"), line)
     stmts += st
     dtype = hbm[op.src].dtype  # nc_matmul wants both operands fp32 or neither: ones in the source's dtype
-    ones = Buf(fresh(f"ones_{dtype}"), "sbuf", dtype, (TP, 1))
-    stmts += [Alloc(ones, zero=True, line=line), Scalar(whole(ones), whole(ones), "add", 1.0, line)]
-    acc = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (1, TF))
+    ones = Buf(fresh(f"ones_{dtype}"), "sbuf", dtype, (TP, K))
+    stmts.append(Alloc(ones, zero=True, line=line))
+    if K == 1:
+        stmts.append(Scalar(whole(ones), whole(ones), "add", 1.0, line))
+    else:  # block-diagonal: column k sums the rows of the k-th o (partitions k*R/K .. (k+1)*R/K)
+        n = R // K
+        stmts += [Scalar(v, v, "add", 1.0, line) for v in (View(ones, (sl(k * n, n), sl(k, 1))) for k in range(K))]
+    acc = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (K, MF))
     cols = sl(a(term("ft", TF, "TILE_F")), TF)
     red = ", ".join(v for role, v in op.vars if role.startswith("r"))
-    body: list[Stmt] = [Alloc(acc, zero=True, line=ln)]
-    group = _group(op, plan, hbm)
+    body: list[Stmt] = [Alloc(acc, zero=True, line=ln)] if W == 1 else []
+    group = _group(R // TP)
     paired = group > 1 and hbm[op.src].dtype == "f32"
     if group > 1:
         step: list[Stmt] = []
@@ -70,27 +83,37 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     else:
         rows = sl(a(term("rt", TP, "TILE_P")), TP)
         tile, load = _load(op, plan, hbm, fresh, views, rows, cols)
-        step = load + [Matmul(whole(acc), whole(ones), whole(tile), ln)]
+        step = load + [Matmul(whole(acc), whole(ones), whole(tile), ln)] if W == 1 else load
         body += loop("rt", R // TP, step, note=f"for {red} (tiles of TILE_P, summed in PSUM)", line=op.line_of("r0"))
-    res = Buf(fresh(f"{op.out}_row"), "sbuf", hbm[op.out].dtype if _plain(op, hbm) else "f32", (1, TF))
+    res = Buf(fresh(f"{op.out}_row"), "sbuf", hbm[op.out].dtype if _plain(op, hbm) else "f32", (K, TF))
     # ScalarE evicts, applying the constant factor on the way, when VectorE adds the pairs, or when a factor would
     # cost VectorE a second instruction per eviction and the matmuls do not bound the step anyway (16-bit sources,
     # or one row tile per eviction): a 64 x 64 x 4096 fp32 mean 826 -> 779 us, 16 x 256 x 4096 bf16 261 -> 174 us
     # on the model. Several fp32 row tiles per eviction are TensorE's (4.7x the 16-bit rate): VectorE stays.
     scaled = paired or (op.scale != 1.0 and (hbm[op.src].dtype != "f32" or R // TP == 1))
-    if scaled:
+    if W > 1:  # the wide tile's matmuls, each into a PSUM bank of its own, evicted into its part of the row
+        body.append(Alloc(res, line=ln))
+        for w in range(W):
+            bank = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (K, MF))
+            cut = lambda b: View(b, (full(b.shape[0]), sl(w * MF, MF)))  # noqa: E731
+            body += [Alloc(bank, zero=True, line=ln), Matmul(whole(bank), whole(ones), cut(tile), ln),
+                     ir.Act(cut(res), whole(bank), "copy", scale=op.scale, line=ln) if scaled else
+                     ir.Copy(cut(res), whole(bank), ln)]
+    elif scaled:
         body += [Alloc(res, line=ln), ir.Act(whole(res), whole(acc), "copy", scale=op.scale, line=ln)]
     else:
         body += [Alloc(res, line=ln), ir.Copy(whole(res), whole(acc), ln)]
-    body += _finish(op, hbm, fresh, res, views, cols, scaled=scaled)
+    body += _finish(op, hbm, fresh, res, views, cols, K, scaled=scaled)
     result = result_tile(op, hbm, fresh, res, body)
-    body.append(Dma(View(out_v, (a("o"), full(1), cols)), whole(result), ln))
+    body.append(Dma(View(out_v, (a("o"), full(K), cols)), whole(result), ln))
     kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
     nest = loop("ft", F // TF, body, note=f"for {kept} (tiles of TILE_F)", line=op.line_of("k0"))
     outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
-    nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
+    note = (f"for {outer}" + (f" ({K} at a time, stacked on the partitions)" if K > 1 else "")) if outer else ""
+    nest = loop("o", O, nest, note=note, line=op.line_of("o0") if outer else line)
     summed = op.src if op.expr is None else fmt_expr(op.expr)
-    what = f"{op.out} = sum over {red} of {summed} (ones matmul{PAIRS if paired else ''})"
+    how = PAIRS if paired else "; a block-diagonal ones matrix sums each o's rows apart" if K > 1 else ""
+    what = f"{op.out} = sum over {red} of {summed} (ones matmul{how})"
     return [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
 
 
@@ -112,14 +135,41 @@ def _load(op: ColumnReduceOp, plan: ReducePlan, hbm, fresh: Fresh, views: dict[s
     return value, out
 
 
-def _group(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf]) -> int:
+def _group(tiles: int) -> int:
     """Row tiles loaded per step: GROUP (or 2) tiles per step are that many loads in flight per buffer rotation,
     which hides the DMA latency (16-bit 4096x4096 column sum: 224 -> 99 us). fp32 tiles of a step are then added
     in pairs: VectorE adds a pair (2N cycles) while TensorE sums the previous one, so each engine does half the
     work of an fp32 ones-matmul per tile (4.7x the 16-bit rate); 16-bit tiles stream through TensorE faster than
     VectorE could add them, so each goes straight into its matmul."""
-    tiles = op.dim("R") // plan.parts
     return next((g for g in (GROUP, 2) if tiles % g == 0), 1)
+
+
+def stacked(O: int, R: int, plan: ReducePlan) -> int:
+    """How many o's one step sums (K): one row tile holds all R reduced rows of an o and leaves partitions idle, so
+    K o's go on K * R partitions (a contiguous block of A) and a (K * R, K) block-diagonal ones matrix sums each
+    o's rows into its own row of a (K, TILE_F) PSUM tile: K times fewer loads, each K times larger, and one store
+    of K rows. Each block starts at a multiple of 32 partitions (where engine instructions may start)."""
+    if plan.parts != R or R % STACK_ALIGN or 2 * R > PMAX:
+        return 1
+    return best_divisor(O, PMAX // R)
+
+
+def wide(O: int, R: int, F: int, plan: ReducePlan, K: int, dtype: str) -> int:
+    """Free tiles (PSUM banks of sums) per load when one row tile holds all the reduced rows of a step (no rows
+    loop): WIDE banks' worth of columns per DMA, each summed by a matmul of its own and evicted into its part of
+    the row (model: 64 x 64 x 4096 f32 mean, 2 o's stacked, 408.7 -> 300.7 us; bf16 350.2 -> 162.4; 16 x 128 x 4096
+    f32 206.0 -> 154.2, bf16 167.7 -> 83.8; 128 x 8192 bf16 column mean 33.3 -> 25.1). Not for one fp32 o
+    (64 x 4096 f32: 27.1 -> 27.6 us, its matmuls bound it)."""
+    tiles = F // plan.free
+    if R * K != plan.parts or plan.free != MOVING_FMAX or (dtype == "f32" and O == K):
+        return 1
+    return next((w for w in (WIDE, 2) if tiles % w == 0), 1)
+
+
+def plain_steps(O: int, R: int, F: int, plan: ReducePlan, dtype: str) -> bool:
+    """Whether a column sum's steps are the plain form rules.colreduce schedules: one row tile per matmul (no
+    groups), one o per step (not stacked), one PSUM bank per load (not wide)."""
+    return _group(R // plan.parts) == 1 and stacked(O, R, plan) == 1 and wide(O, R, F, plan, 1, dtype) == 1
 
 
 def _plain(op: ColumnReduceOp, hbm: dict[str, Buf]) -> bool:
@@ -127,17 +177,17 @@ def _plain(op: ColumnReduceOp, hbm: dict[str, Buf]) -> bool:
     return op.scale == 1.0 and op.init == 0.0
 
 
-def _finish(op: ColumnReduceOp, hbm, fresh: Fresh, res: Buf, views: dict[str, Buf], cols, scaled: bool = False
-            ) -> list[Stmt]:
+def _finish(op: ColumnReduceOp, hbm, fresh: Fresh, res: Buf, views: dict[str, Buf], cols, K: int = 1,
+            scaled: bool = False) -> list[Stmt]:
     """The constant factor (unless the eviction `scaled` already) and the initial value, on the row of sums."""
     ln = op.update_line
     out: list[Stmt] = []
     if op.scale != 1.0 and not scaled:
         out.append(Scalar(whole(res), whole(res), "multiply", op.scale, ln))
     if isinstance(op.init, str):
-        init_v, st = hbm_view(hbm[op.init], (op.dim("O"), 1, op.dim("F")), fresh(f"{op.init}_v"), op.line)
+        init_v, st = hbm_view(hbm[op.init], (op.dim("O") // K, K, op.dim("F")), fresh(f"{op.init}_v"), op.line)
         row = Buf(fresh(f"{op.init}_row"), "sbuf", hbm[op.init].dtype, res.shape)
-        out += st + [Alloc(row, line=op.line), Dma(whole(row), View(init_v, (a("o"), full(1), cols)), op.line),
+        out += st + [Alloc(row, line=op.line), Dma(whole(row), View(init_v, (a("o"), full(K), cols)), op.line),
                      Binary(whole(res), whole(res), whole(row), "add", op.line)]
     elif op.init != 0.0:
         out.append(Scalar(whole(res), whole(res), "add", op.init, op.line))

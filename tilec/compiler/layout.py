@@ -175,6 +175,10 @@ def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int],
     if not spans:  # a broadcast run of one element (b[i], i < 1): a (1, 1) column
         return (1, 1), (None, None)
     loops: list[int | None] = list(spans)
+    if len(runs) > 1 and not full and unit:  # new loops skipped between runs: a unit dimension there (s[o, f]
+        loops = [spans[0]]                    # of A[o, r, f] -> s_v[o, 0, f], a row per o)
+        for j in spans[1:]:
+            loops += [None, j] if j > spans[spans.index(j) - 1] + 1 else [j]
     if full and bounds is not None:  # new unit loops after the runs (groups of no old loop): unit dimensions
         loops += [None] * (len(new) - 1 - max(spans))
     if len(runs) == 1 and not full and unit:
@@ -237,8 +241,9 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     values), inside the region, and the region fits the target. `line`: the .tl line of the store (default the
     first write's; a reduction's store is tagged with its initial value's statement). `dtype`: the on-chip
     buffer's (default `buf`'s: an fp32 accumulator of a narrower output); `cast`: the name of a tile of `buf`'s
-    dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA). The on-chip
-    buffer is allocated just before the first statement that writes it."""
+    dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA; in SBUF: from
+    PSUM, `memory="psum"`, it is the eviction). The on-chip buffer is allocated just before the first statement
+    that writes it."""
     t = get_target(target)
     loop = find_loop(k, at, span) if at else Loop("", 1, k.body)  # "": the whole kernel (stored at its end)
     writes = [s.dst for s in _stores(loop.body) if s.dst.buf == buf]
@@ -260,7 +265,7 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     first = next(s.line for s in _stores(loop.body) if s.dst.buf == buf)
     back: tuple[Stmt, ...] = (copy_nest(staged.name, buf, box, line or first, into=False),)
     if cast:  # staged -> a tile of buf's dtype (one copy), stored from there
-        tile = Buffer(cast, memory, source.dtype, box.shape)
+        tile = Buffer(cast, "sbuf", source.dtype, box.shape)  # (out of PSUM: the eviction)
         whole = Region(tuple(Aff() for _ in box.shape), box.shape, tuple(range(len(box.shape))))
         back = (Alloc(tile, first), copy_nest(cast, staged.name, whole, first, into=True, prefix=cast),
                 copy_nest(cast, buf, box, line or first, into=False))
@@ -425,8 +430,9 @@ def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) 
     """Index-set splitting with distribution: the perfect nest from loop `root` (default: `var` itself) down to
     `var` becomes two nests, the first over var < at, the second over the rest (var = at + var'); every loop of the
     first is renamed NAME@a, of the second NAME@b (golden: layout/cut.txt). A transpose of 521 rows is 512 rows in
-    blocks of 128 and one block of 9. Legal when the nest is injective (every iteration writes its own elements)
-    and 0 < at < the extent."""
+    blocks of 128 and one block of 9. Legal when 0 < at < the extent and either `var` is the root (the iterations
+    keep their order: a reduction's loop may be cut) or the nest is injective (every iteration writes its own
+    elements)."""
     loop = find_loop(k, var, span)
     top = find_loop(k, root, span) if root else loop
     chain = perfect_chain(top)
@@ -434,7 +440,9 @@ def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) 
         raise _fail(f"cut {var}: loop {var} is not in the perfect nest under {root}", span)
     if not 0 < at < loop.extent:
         raise _fail(f"cut {var}, {at}: cut inside the loop's extent 1..{loop.extent - 1}", span)
-    for s in _stores((top,)):
+    # cutting the root loop itself keeps the order of every iteration (index-set splitting): always legal, a
+    # reduction's too; cutting a loop inside it distributes the loops above it, legal for an injective nest
+    for s in _stores((top,)) if top is not loop else []:
         used = {t.var for i in s.dst.index for t in i.terms}
         if isinstance(s, Update) or not {lp.var for lp in chain} <= used:
             raise _fail(f"cut {var}: `{s.dst.buf}` is not written once per iteration of the nest", span,

@@ -23,7 +23,7 @@ from tilec.compiler.lower import size_value
 from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Const, Kernel, Load, Loop, Op, Stmt, Update,
                                  lower_expr, lower_stmt, walk)
 from tilec.lang import syntax as sx
-from tilec.compiler.ops import EltwiseOp, ReduceOp, TransposeOp
+from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, ReduceOp, TransposeOp
 from tilec.compiler.rules import Prim
 from tilec.compiler.tensorize import Emit, emit, emit_update
 from tilec.errors import InternalError
@@ -89,6 +89,35 @@ def reduce_nest(op: ReduceOp, program) -> Kernel | None:
         epilogue.append(nest(Assign(S, Op(_COMBINE[op.op], (Load(S), start)), op.line), kept))
     return Kernel(op.name, tuple(bufs[n] for n in (*reads, *col)), (bufs[op.out],),
                   (init, nest(update, kept + red), *epilogue))
+
+
+def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
+    """The level-A nest of a sum over leading or middle dimensions in the data's loop order (o, r, f): the kept
+    indices before the reduced run, the reduced ones, the kept ones after (`s[b, n] = 0; s[b, n] += A[b, m, n]`).
+    None for what the column rule does not take yet (a reduced expression, a factor, an initial value other than
+    0)."""
+    outer = [v for role, v in op.vars if role.startswith("o")]
+    red = [v for role, v in op.vars if role.startswith("r")]
+    kept = [v for role, v in op.vars if role.startswith("k")]
+    src, out = program.tensors[op.src], program.tensors[op.out]
+    if op.expr is not None or op.scale != 1.0 or op.init != 0.0 or len(src.shape) != len(outer + red + kept):
+        return None
+    ext = dict(zip(outer + red + kept, (size_value(n, program.sizes) if not isinstance(n, int) else n
+                                        for n in src.shape)))
+    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype,
+                      tuple(ext[v] for v in (outer + red + kept if n == op.src else outer + kept)))
+            for n in (op.src, op.out)}
+    idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
+    lines = dict(op.loop_lines)
+
+    def nest(stmt: Stmt, loops: list[str]) -> Stmt:
+        for v in reversed(loops):
+            stmt = Loop(v, ext[v], (stmt,), "serial", lines.get(v, op.line))
+        return stmt
+    S = Access(op.out, idx(outer + kept))
+    init = nest(Assign(S, Const(0.0), op.line), outer + kept)
+    update = Update(S, "+=", Load(Access(op.src, idx(outer + red + kept))), op.update_line)
+    return Kernel(op.name, (bufs[op.src],), (bufs[op.out],), (init, nest(update, outer + red + kept)))
 
 
 _COMBINE = {"add": "+", "maximum": "max", "minimum": "min"}  # an initial value combined with the reduced value
@@ -199,6 +228,8 @@ class _Lowering:
             return list(made)
         if isinstance(s, Alloc):
             b = self.bufs[s.buf.name] = ir.Buf(self.fresh(s.buf.name), s.buf.memory, s.buf.dtype, s.buf.shape)
+            if s.buf.memory == "psum":  # a matmul's accumulator: its first matmul writes, the rest add
+                return [ir.Alloc(b, zero=True, line=s.line)]
             if s.buf.name not in self.accumulators:
                 return [ir.Alloc(b, line=s.line)]
             start = _IDENTITY[_ALU[self.accumulators[s.buf.name]]]  # an accumulator starts at its identity
@@ -218,7 +249,9 @@ class _Lowering:
         assert len(body) == 1 and isinstance(body[0], (Assign, Update)), \
             f"tensorize: not one assignment or update under {s.var}"
         nest = {lp.var: lp.extent for lp in chain}
-        e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory)
+        line = int(self.tensorize.get(s.var, {}).get("line", s.line))
+        e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory,
+                 lambda b, parts: self.ones_col(self.nest[b].dtype, parts, line))
         if isinstance(body[0], Update):
             return emit_update(body[0], nest, self.target, e, bool(self.tensorize.get(s.var, {}).get("accumulate")))
         how = self.tensorize.get(s.var, {})
@@ -251,6 +284,16 @@ class _Lowering:
             self.ones[dtype], made = ones_row(self.fresh(f"ones_{dtype}"), dtype, parts, line)
             self.pending += made
         return self.ones[dtype]
+
+    def ones_col(self, dtype: str, parts: int, line: int) -> ir.Buf:
+        """A (parts, 1) column of ones in SBUF, the stationary side of a column sum (made before the statement)."""
+        key = f"col:{dtype}"
+        if key not in self.ones:
+            ones = ir.Buf(self.fresh(f"ones_{dtype}"), "sbuf", dtype, (parts, 1))
+            self.ones[key] = ones
+            self.pending += [ir.Alloc(ones, zero=True, line=line),
+                             ir.Scalar(ir.whole(ones), ir.whole(ones), "add", 1.0, line)]
+        return self.ones[key]
 
     def _row_block(self, stmts: tuple[Stmt, ...]) -> bool:
         """alloc ROW; copy into ROW; alloc TILE; broadcast ROW into TILE: a row made ready inside a loop."""

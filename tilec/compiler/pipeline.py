@@ -12,8 +12,8 @@ from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passe
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules, rules_copy
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
-from tilec.compiler.lower_tiles import (copy_nest, eltwise_nest, lower_tiles, permute_between, reduce_nest,
-                                       transpose_nest)
+from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
+                                       reduce_nest, transpose_nest)
 from tilec.compiler.build_reduce import build_reduce, resident, short_rows
 from tilec.compiler.build_colreduce import build_column_reduce
 from tilec.compiler.build_rowchain import build_row_chain, fit_long_rows, pipelined, reads_of, row_chains
@@ -245,7 +245,8 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         builders: dict[type, Callable[..., tuple]] = {
             ConvOp: build_conv, PoolOp: build_pool, TransposeOp: _scheduled(program, target),
             EltwiseOp: _scheduled(program, target), ReduceOp: build_reduce, ColumnReduceOp: build_column_reduce}
-        if type(op) is ReduceOp and reduce_rule(op, plan, program, target) is not None:
+        if type(op) is ReduceOp and reduce_rule(op, plan, program, target) is not None or \
+                type(op) is ColumnReduceOp and colreduce_rule(op, plan, program, target) is not None:
             built = _scheduled(program, target)(op, plan, hbm, _fresh(names, op))
         elif isinstance(op, TransposeOp) and op.steps:  # each step names its buffers apart (a view per step)
             built = _build_steps(op, plan, program, target, hbm, lambda k, op=op: _fresh(names, op, k))
@@ -354,11 +355,19 @@ def reduce_rule(op: ReduceOp, plan, program, target: Target) -> tuple[Nest, list
     return None if prims is None else (nest, prims)
 
 
+def colreduce_rule(op: ColumnReduceOp, plan, program, target: Target) -> tuple[Nest, list] | None:
+    """A column sum's nest and the column rule's primitives (rules.colreduce), for the plain steps it takes."""
+    nest = colreduce_nest(op, program)
+    prims = None if nest is None else rules.colreduce(nest, target, plan)
+    return None if nest is None or prims is None else (nest, prims)
+
+
 def scheduled_nest(op, plan, program, target: Target) -> tuple[Nest, list]:
     """An op's level-A nest and the primitives its rule writes for `plan` (of a permute of several steps: its
     first step's; step_nests gives them all)."""
-    if type(op) is ReduceOp:
-        found = reduce_rule(op, plan, program, target)
+    if type(op) is ReduceOp or isinstance(op, ColumnReduceOp):
+        found = colreduce_rule(op, plan, program, target) if isinstance(op, ColumnReduceOp) else \
+            reduce_rule(op, plan, program, target)
         assert found is not None, f"no rule applies to {op.name}"
         return found
     if isinstance(op, TransposeOp) and op.steps:
@@ -398,8 +407,9 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
             head = f"# {op.name} (line {op.line}): rules.copy writes its schedule as" if rule == "copy" else \
                 f"# {op.name}: rules.{rule} expands its plan into"  # a copy has no plan (no parameters)
             out += [head] + [f"#   {p}" for p in prims]
-        elif type(op) is ReduceOp and op.name not in in_chain and reduce_rule(op, plan, program, target):
-            out += [f"# {op.name}: rules.reduce expands its plan into"]
+        elif type(op) is ReduceOp and op.name not in in_chain and reduce_rule(op, plan, program, target) or \
+                type(op) is ColumnReduceOp and colreduce_rule(op, plan, program, target):
+            out += [f"# {op.name}: rules.{'reduce' if type(op) is ReduceOp else 'colreduce'} expands its plan into"]
             out += [f"#   {p}" for p in scheduled_nest(op, plan, program, target)[1]]
         elif isinstance(op, PoolOp):  # (a pool fused into a conv is part of its ConvOp, not an op here)
             out += [f"# {op.name}: rules_pool.pool expands its plan into"]

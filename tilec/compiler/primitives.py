@@ -235,9 +235,11 @@ def unroll(k: Kernel, var: str, span: Span | None = None) -> Kernel:
     return _with_loop(k, loop, lambda s: replace(s, kind="unrolled"))
 
 
-def partition(k: Kernel, var: str, target: Target | str | None = None, span: Span | None = None) -> Kernel:
+def partition(k: Kernel, var: str, target: Target | str | None = None, span: Span | None = None,
+              summed: bool = False) -> Kernel:
     """Bind loop `var` to the partitions (golden: primitives/partition.txt). Its extent must fit the target's
-    partitions, and every store under it must use it (each partition computes its own elements)."""
+    partitions, and every store under it must use it (each partition computes its own elements), or, `summed`,
+    every store is a `+=` update the partitions add up (a column sum: a ones matmul contracts them)."""
     t = get_target(target)
     loop = find_loop(k, var, span)
     var = loop.var
@@ -245,6 +247,11 @@ def partition(k: Kernel, var: str, target: Target | str | None = None, span: Spa
         raise _fail(f"partition {var}: {loop.extent} iterations exceed the {t.pmax} partitions of {t.name}", span,
                     f"split {var}, {t.pmax} first and bind the inner loop")
     for s in _stores(loop.body):
+        if summed and isinstance(s, Update) and s.op == "+=":
+            continue
+        if summed and not any(t_.var == var for i in s.dst.index for t_ in i.terms):
+            raise _fail(f"partition {var}: the partitions of `{s.dst.buf}` are summed only by a `+=` update (a ones "
+                        f"matmul adds them)", span, "bind a loop that indexes what the nest writes")
         if not any(t_.var == var for i in s.dst.index for t_ in i.terms):
             raise _fail(f"partition {var}: `{s.dst.buf}` is written by every partition (its index does not use "
                         f"{var})", span, "bind a loop that indexes what the nest writes")
@@ -545,23 +552,28 @@ def reverse_compute_at(k: Kernel, nest: str, at: str, span: Span | None = None) 
         for i in serial(64):                         for i_r in serial(1):
           Y[i] = s[i] * 0.5                            Y[i + i_r] = s[i + i_r] * 0.5
 
-    Legal when the consumer directly follows its producer, reads something the producer writes, indexes each
-    dimension of those reads by a plain loop (or a constant where the region is one element), and every loop of
-    the producer from its top down to `at` indexes what the producer writes there (or runs once): an iteration of
-    `at` then finishes its region, no later iteration adds to it (a reduction loop cannot be `at`)."""
+    Legal when the consumer follows its producer (only nests touching other elements between them: the ragged last
+    rows of a reduction cut apart), reads something the producer writes, indexes each dimension of those reads by a
+    plain loop plus a constant (or a constant where the region is one element), and every loop of the producer from
+    its top down to `at` indexes what the producer writes there (or runs once): an iteration of `at` then finishes
+    its region, no later iteration adds to it (a reduction loop cannot be `at`)."""
     consumer = find_loop(k, nest, span)
     loop = find_loop(k, at, span)
-    k = _views_first(k, consumer)
+    producer = next((s for s in k.body if isinstance(s, Loop) and (s is loop or any(x is loop for x in walk(s.body)))),
+                    None)
+    k = _views_first(k, consumer, producer)
     top = list(k.body)
     if not any(s is consumer for s in top):
         raise _fail(f"reverse_compute_at {nest}: loop {nest} is not the top of a nest", span,
                     "name the outermost loop of the consumer nest")
-    producer = next((s for s in top if isinstance(s, Loop) and (s is loop or any(x is loop for x in walk(s.body)))),
-                    None)
     where = next(i for i, s in enumerate(top) if s is consumer)
-    if producer is None or producer is consumer or where == 0 or top[where - 1] is not producer:
-        raise _fail(f"reverse_compute_at {nest}, {at}: the nest at {nest} does not directly follow the nest holding "
-                    f"loop {at}", span, "compute a consumer at a loop of the nest just before it")
+    pos = next((i for i, s in enumerate(top) if s is producer), where)
+    between = [s for s in top[pos + 1:where] if not _is_view(s)]
+    if producer is None or producer is consumer or pos >= where or \
+            not all(isinstance(s, Loop) and _apart(s, consumer) for s in between):
+        raise _fail(f"reverse_compute_at {nest}, {at}: the nest at {nest} does not follow the nest holding loop {at} "
+                    f"(only nests touching other elements may come between)", span,
+                    "compute a consumer at a loop of the nest just before it")
     chain = _path(producer, loop)
     written = {s.dst.buf for s in _stores(loop.body)}
     for lp in chain:
@@ -583,10 +595,11 @@ def reverse_compute_at(k: Kernel, nest: str, at: str, span: Span | None = None) 
             first, extent = box.offsets[d], box.extents[d]
             if not idx.terms and extent == 1 and first == Aff((), idx.const):
                 continue  # a constant index of a dimension the region has one element of
-            if len(idx.terms) != 1 or idx.terms[0].coef != 1 or idx.const or idx.terms[0].var not in extents:
+            if len(idx.terms) != 1 or idx.terms[0].coef != 1 or idx.terms[0].var not in extents:
                 raise _fail(f"reverse_compute_at {nest}, {at}: {fmt_access(a)} is not indexed by a plain loop of the "
                             f"consumer in dimension {d}", span, "compute at a consumer that reads its input plainly")
-            var = idx.terms[0].var
+            var = idx.terms[0].var  # reads var + c: var runs from the region's first index - c
+            first = Aff(first.terms, first.const - idx.const)
             if out.setdefault(var, (first, extent)) != (first, extent):
                 raise _fail(f"reverse_compute_at {nest}, {at}: loop {var} reads two regions", span)
     moved = _restrict(consumer, out)
@@ -594,17 +607,45 @@ def reverse_compute_at(k: Kernel, nest: str, at: str, span: Span | None = None) 
     return _with_loop(replace(k, body=body), loop, lambda s: replace(s, body=s.body + (moved,)))
 
 
-def _views_first(k: Kernel, consumer: Loop) -> Kernel:
-    """The HBM views declared just before the consumer moved before the nest ahead of them (a view is a name for
-    storage that exists anyway: the consumer may read it inside that nest)."""
+def _apart(a: Loop, b: Loop) -> bool:
+    """Whether nests a and b touch disjoint elements wherever one of them writes (so their order may change): for
+    every buffer one writes and the other accesses, the boxes their accesses cover over all their loops are apart in
+    some dimension (a reduction's whole rows and its ragged last rows, cut apart)."""
+    def boxes(n: Loop) -> tuple[dict[str, list[Access]], dict[str, list[Access]]]:
+        ext = {s.var: s.extent for s in walk((n,)) if isinstance(s, Loop)}
+        writes: dict[str, list] = {}
+        reads: dict[str, list] = {}
+        for s in _stores((n,)):
+            writes.setdefault(s.dst.buf, []).append(_box(s.dst, ext))
+            for r in loads(s.expr) + ([s.dst] if isinstance(s, Update) else []):
+                reads.setdefault(r.buf, []).append(_box(r, ext))
+        return writes, reads
+
+    def meet(x: dict, y: dict) -> bool:
+        return any(not any(hi1 < lo2 or hi2 < lo1 for (lo1, hi1), (lo2, hi2) in zip(p, q))
+                   for buf in x.keys() & y.keys() for p in x[buf] for q in y[buf])
+
+    (wa, ra), (wb, rb) = boxes(a), boxes(b)
+    return not (meet(wa, wb) or meet(wa, rb) or meet(ra, wb))
+
+
+def _box(a: Access, ext: dict[str, int]) -> list[tuple[int, int]]:
+    """Per dimension, the lowest and highest index the access reaches over the loops `ext` (all of its loops)."""
+    return [(_bound(i, ext, min), _bound(i, ext, max)) for i in a.index]
+
+
+def _views_first(k: Kernel, consumer: Loop, producer: Loop | None) -> Kernel:
+    """The HBM views declared just before the consumer moved before its producer nest (a view is a name for storage
+    that exists anyway: the consumer may read it inside that nest)."""
     body = list(k.body)
     at = next(i for i, s in enumerate(body) if s is consumer) if any(s is consumer for s in body) else 0
     start = at
     while start > 0 and _is_view(body[start - 1]):
         start -= 1
-    if start == at or start == 0 or not isinstance(body[start - 1], Loop):
+    dest = next((i for i, s in enumerate(body[:start]) if s is producer), -1)
+    if start == at or dest < 0:
         return k
-    return replace(k, body=tuple(body[:start - 1] + body[start:at] + [body[start - 1]] + body[at:]))
+    return replace(k, body=tuple(body[:dest] + body[start:at] + body[dest:start] + body[at:]))
 
 
 def _is_view(s: Stmt) -> bool:

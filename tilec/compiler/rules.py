@@ -495,12 +495,12 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
         return None
     R = math.prod(lp.extent for lp in chain[:len(kept)])
     F = math.prod(lp.extent for lp in chain[len(kept):])
-    if F % params.free or R % params.parts or params.parts > target.pmax:
+    if params.free > F or params.parts > target.pmax or params.parts > R:
         return None
     # with unit loops the extents alone leave reshape's views ambiguous (s[0] of one row): the groups say it
     units = any(lp.extent == 1 for lp in chain)
-    if short is not None:  # one partition of short rows (a prime row count): build_reduce's short-row builder
-        if units or short[0] == 1:
+    if short is not None and short[0] > 1:
+        if units:
             return None
         return _short_rows(k, upd, init[0], chain, kept, reads, epilogue, short, resident)
     groups = {"groups": (tuple(kept), tuple(names[len(kept):]))} if units else {}
@@ -510,7 +510,6 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
     v, taken = _reduce_views(S, reads, columns)
     red = names[len(kept):]
     notes = (f"for {', '.join(kept)}", f"for {', '.join(red)}")
-    at = "ft" if tiles == 1 else "pt"
     top = chain[0].var + ("#0" if epilogue else "")
     prims = [prim("fold_init", S),
              prim("reshape", top, (("r", R), ("f", F)), notes=notes,
@@ -522,25 +521,55 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
         views = ((S, v[S]),) + (((c, v[c]),) if c else ())
         prims.append(prim("reshape", ref, ((e, R), (f"{e}_u", 1)), views=views,
                           **({"groups": (tuple(kept), ())} if units else {})))
-    prims += [prim("split", "r", params.parts, outer="pt", inner="p", name="TILE_P"),
-              prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
-              prim("reorder", "pt", "ft", "p", "f_i"),
-              prim("partition", "p")]
-    for e in loops:
-        prims += [prim("reverse_compute_at", e, at), prim("partition", f"{e}_r")]
+    # a row count the row tiles do not divide: the whole tiles, then one tile of the remaining rows (139 rows: 128
+    # and 11), the reduction and each epilogue step cut alike
+    rows = _ragged_parts(R, params.parts, 1)
+    if len(rows) > 1:
+        prims += [prim("cut", x, rows[1][0]) for x in ["r", *loops]]
     expr = not isinstance(upd.expr, Load)
-    if expr:  # the expression of the staged tiles computed into a tile first, then reduced from it
-        prims.append(prim("bind_expr", v[S], "p", unique(f"{S}_terms", taken)))
     narrow = k.buffers()[S].dtype != "f32"
-    cast = {"dtype": "f32", "cast": unique(f"{S}_tile", taken)} if narrow else {}
-    prims.append(prim("stage_out", v[S], at, name=unique(f"{S}_acc", taken), line=init[0].line, **cast))
-    prims += [prim("stage", v[A], "ft", name=unique(f"{A}_tile", taken)) for A in reversed(reads)]
-    prims += [prim("stage", v[c], at, name=unique(f"{c}_col", taken), near=True) for c in columns]
-    prims += [prim("tensorize", "p_x")] if expr else []
-    prims.append(prim("tensorize", "p") if tiles == 1 else prim("tensorize", "p", accumulate=True))
-    prims += [prim("tensorize", f"{e}_r") for e in loops]
     what = fmt_expr(upd.expr) if expr else reads[0]
-    return prims + [prim("block", "pt", f"{S} = {ACCUMULATE[upd.op]} over the last dims of {what}")]
+    # a reduced size the free tiles do not divide: whole free tiles, then one tile of the rest (12289: 3 x 4096 and
+    # 1), each reduced into the row tile's accumulator
+    cols = _ragged_parts(F, params.free, 1)
+    for r, (r0, size, tp, _) in enumerate(rows):
+        sfx = _at(len(rows), r)
+        x = lambda name: name + sfx  # noqa: E731
+        tag = f"_{sfx[1:]}" if sfx else ""
+        at = x("ft") if tiles == 1 and len(cols) == 1 else x("pt")
+        prims += [prim("split", x("r"), tp, outer=x("pt"), inner=x("p"), name=_const(tp, params.parts, "P"))]
+        if len(cols) == 1:
+            ps = [x("p")]
+            prims += [prim("split", x("f"), params.free, outer=x("ft"), inner=x("f_i"), name="TILE_F"),
+                      prim("reorder", x("pt"), x("ft"), x("p"), x("f_i")),
+                      prim("partition", x("p"))]
+        else:  # the reduced loop cut inside the row tile: both parts reduce into its accumulator
+            y = lambda name, c: name + (sfx or "@") + "ab"[c]  # noqa: E731
+            ps = [y("p", q) for q in range(2)]
+            prims += [prim("reorder", x("pt"), x("f"), x("p")), prim("cut", x("f"), cols[1][0])]
+            for q, (_, _, tf, _) in enumerate(cols):
+                prims += [prim("split", y("f", q), tf, outer=y("ft", q), inner=y("f_i", q),
+                               name=_const(tf, params.free, "F")),
+                          prim("reorder", y("ft", q), y("p", q), y("f_i", q)),
+                          prim("partition", y("p", q))]
+        for e in loops:
+            prims += [prim("reverse_compute_at", x(e), at), prim("partition", f"{x(e)}_r")]
+        ctag = lambda q: tag + ("" if len(cols) == 1 else "_" + "ab"[q])  # noqa: E731
+        if expr:  # the expression of the staged tiles computed into a tile first, then reduced from it
+            prims += [prim("bind_expr", v[S], p, unique(f"{S}_terms{ctag(q)}", taken)) for q, p in enumerate(ps)]
+        cast = {"dtype": "f32", "cast": unique(f"{S}_tile{tag}", taken)} if narrow else {}
+        prims.append(prim("stage_out", v[S], at, name=unique(f"{S}_acc{tag}", taken), line=init[0].line, **cast))
+        for q, p in enumerate(ps):
+            ft = p.replace("p", "ft", 1)
+            prims += [prim("stage", v[A], ft, name=unique(f"{A}_tile{ctag(q)}", taken)) for A in reversed(reads)]
+        prims += [prim("stage", v[c], at, name=unique(f"{c}_col{tag}", taken), near=True) for c in columns]
+        for p in ps:
+            prims += [prim("tensorize", f"{p}_x")] if expr else []
+            prims.append(prim("tensorize", p) if at != x("pt") else prim("tensorize", p, accumulate=True))
+        prims += [prim("tensorize", f"{x(e)}_r") for e in loops]
+        part = f", rows {r0}..{r0 + size}" if sfx else ""
+        prims.append(prim("block", x("pt"), f"{S} = {ACCUMULATE[upd.op]} over the last dims of {what}{part}"))
+    return prims
 
 
 def _reduce_views(S: str, reads: list[str], columns: list[str]) -> tuple[dict[str, str], set[str]]:
@@ -608,6 +637,70 @@ def _epilogue_step(top: Loop, dst: Access) -> str | None:
     if isinstance(other, Load) and other.access.index == dst.index and other.access.buf != dst.buf:
         return other.access.buf
     return None
+
+
+# ---- column reductions --------------------------------------------------------------------------------------------
+
+
+def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
+    """The column-reduction rule, `s[o, f] = 0; s[o, f] += A[o, r, f]` (lower_tiles.colreduce_nest: the kept
+    indices before the reduced run, the reduced ones, the kept ones after); a column sum 384 x 1024:
+
+        fold_init(s)                         the first matmul writes the sums
+        reshape(j, (o, 1), (r, 384), (f, 1024))   A_v[o, r, f], s_v[o, 0, f] (a row per o)
+        split(r, 128, outer=rt, inner=p, name=TILE_P)
+        split(f, 512, outer=ft, inner=f_i, name=TILE_F)
+        reorder(o, ft, rt, p, f_i)           the reduced row tiles inside a free tile
+        partition(p)
+        stage_out(s_v, ft, memory=psum, name=s_acc, cast=s_row)   a (1, TILE_F) PSUM row, evicted to SBUF
+        stage(A_v, rt, name=A_tile)
+        tensorize(p)                         the update over the partitions: ones[TILE_P, 1].T @ A_tile
+        block(o, "s = sum over i of A (ones matmul)")
+
+    Takes plain sums whose row tiles are not grouped (build_colreduce groups 2 or 4 row tiles per step, stacks
+    o's on the partitions and widens loads: those stay there), None otherwise."""
+    from tilec.compiler.build_colreduce import plain_steps  # the builder's own choice of the cases it improves
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    if len(tops) != 2 or len(k.body) != 2:
+        return None
+    init = layout.perfect_chain(tops[0])[-1].body
+    chain = layout.perfect_chain(tops[1])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Update) or body[0].op != "+=" or not isinstance(body[0].expr, Load):
+        return None
+    upd, names = body[0], [lp.var for lp in chain]
+    out, src = _plain(upd.dst.index), _plain(body[0].expr.access.index)
+    if len(init) != 1 or not isinstance(init[0], Assign) or init[0].dst != upd.dst or out is None or src != names:
+        return None
+    red = [v for v in names if v not in out]
+    first = names.index(red[0]) if red else 0
+    if not red or names[first:first + len(red)] != red or names[:first] + names[first + len(red):] != out:
+        return None
+    ext = {lp.var: lp.extent for lp in chain}
+    O, R, F = (math.prod(ext[v] for v in vs) for vs in (names[:first], red, names[first + len(red):]))
+    S, A = upd.dst.buf, body[0].expr.access.buf
+    if R % params.parts or F % params.free or not plain_steps(O, R, F, params, k.buffers()[A].dtype):
+        return None
+    v, taken = _reduce_views(S, [A], [])
+    before, after = names[:first], names[first + len(red):]
+    groups = (tuple(before), tuple(red), tuple(after))
+    line = lambda vs: chain[names.index(vs[0])].line if vs else init[0].line  # noqa: E731
+    prims = [prim("fold_init", S),
+             prim("reshape", chain[0].var, (("o", O), ("r", R), ("f", F)),
+                  notes=(f"for {', '.join(before)}" if before else "", f"for {', '.join(red)}",
+                         f"for {', '.join(after)}"),
+                  lines=(line(before), line(red), line(after)), views=((A, v[A]), (S, v[S])),
+                  view_line=init[0].line, groups=groups),
+             prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
+                  note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
+             prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+             prim("reorder", "o", "ft", "rt", "p", "f_i"),
+             prim("partition", "p", summed=True),
+             prim("stage_out", v[S], "ft", memory="psum", name=unique(f"{S}_acc", taken), line=upd.line,
+                  dtype="f32", cast=unique(f"{S}_row", taken)),
+             prim("stage", v[A], "rt", name=unique(f"{A}_tile", taken)),
+             prim("tensorize", "p", line=init[0].line)]
+    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul)")]
 
 
 # ---- data movement -------------------------------------------------------------------------------------------------

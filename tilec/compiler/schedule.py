@@ -111,14 +111,14 @@ class ReducePlan:
 Plan = ConvPlan | PoolPlan | TransposePlan | EltwisePlan | ReducePlan
 ELTWISE_FREE = 1024  # elements per partition of one element-wise tile: ~1000 keeps DMAs efficient
 REDUCE_FREE = 4096  # elements per partition of one reduced tile: 16 KiB of fp32, two in flight well inside SBUF
-WHOLE_ROW_FREE = 16384  # ... or a whole row up to this many (64 KiB of fp32) when no divisor near REDUCE_FREE exists
 
 
 def reduce_free(F: int) -> int:
-    """Elements per free tile of a row reduction: the largest divisor of F up to REDUCE_FREE, or the whole row when
-    that divisor is poor (F = 12289, a prime: 1, i.e. 12289 one-element tiles per row tile) and the row fits."""
+    """Elements per free tile of a row reduction: the largest divisor of F up to REDUCE_FREE, or, when that divisor
+    is poor (F = 12289, a prime: 1, i.e. 12289 one-element tiles per row tile), REDUCE_FREE with one ragged tile of
+    the rest (rules.reduce cuts it: 3 x 4096 + 1)."""
     tile = best_divisor(F, REDUCE_FREE)
-    return F if 4 * tile < min(F, REDUCE_FREE) and F <= WHOLE_ROW_FREE else tile
+    return REDUCE_FREE if 4 * tile < min(F, REDUCE_FREE) and F > REDUCE_FREE else tile
 
 
 def directive(name: str, *args: "str | int | tuple") -> sx.Directive:
@@ -218,7 +218,7 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, ColumnReduceOp):  # reduced rows on the partitions, one PSUM bank of sums per free tile
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
-        return ReducePlan(best_divisor(op.dim("R"), PMAX), reduce_free(op.dim("F")))
+        return ReducePlan(ragged_tile(op.dim("R")), reduce_free(op.dim("F")))
     return eltwise_plan(op.size, dict(op.layout), bool(op.rows))
 
 
@@ -228,8 +228,9 @@ def eltwise_free(op: EltwiseOp, parts: int) -> int:
 
 
 def ragged_tile(channels: int) -> int:
-    """Channels per conv tile: the largest divisor up to 128, or, when that is small for a large count (257: 1), 128
-    channels per tile plus one remainder tile (a ragged plan: 3 tiles, not 257 tiles of one channel)."""
+    """Channels per conv tile (rows per tile of a row reduction): the largest divisor up to 128, or, when that is
+    small for a large count (257: 1), 128 channels per tile plus one remainder tile (a ragged plan: 3 tiles, not 257
+    tiles of one channel)."""
     tile = best_divisor(channels, PMAX)
     return PMAX if channels > PMAX and tile < 32 else tile
 

@@ -199,6 +199,7 @@ class Emit:
     fresh: Callable[[str], str]
     ones: Callable[[str, int, int], ir.Buf]  # (dtype, partitions, .tl line)
     memory: Callable[[str], str]
+    ones_col: Callable[[str, int], ir.Buf] | None = None  # (buffer summed, partitions): a column of its dtype
 
 
 def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = False,
@@ -260,7 +261,14 @@ def emit_update(s: Update, nest: dict[str, int], target: Target, e: Emit, accumu
     """`acc[p, 0] OP= src[p, f..]` over the nest (partition loop first): one tensor_reduce over the free loops into
     the (P, 1) accumulator column. Without `accumulate` it writes the column rather than combining into it (the
     rule folded the reduction's identity initial value into the only free tile); with it, the reduce goes into a
-    new column `BASE_part` combined into the accumulator (tensor_tensor OP), which starts at the identity."""
+    new column `BASE_part` combined into the accumulator (tensor_tensor OP), which starts at the identity. An
+    update that the partition loop does not index sums the partitions: ones[P, 1].T @ src on TensorE into the PSUM
+    row (`s_acc[0, f] += A_tile[p, f]`, a column sum; the ones column in src's dtype, made once)."""
+    pvar = next(iter(nest))
+    if s.op == "+=" and isinstance(s.expr, Load) and e.ones_col is not None and \
+            not any(t.var == pvar for i in s.dst.index for t in i.terms):  # the partitions summed (a column sum)
+        ones = e.ones_col(s.expr.access.buf, nest[pvar])
+        return [ir.Matmul(e.view(s.dst), ir.whole(ones), e.view(s.expr.access), s.line)]
     m = match(local_update(s, set(nest)), target)
     if m is None or m.instr.name != "tensor_reduce" or not isinstance(s.expr, Load):
         raise InternalError(f"tensorize: no reduce instruction of {target.name} computes {s}")
