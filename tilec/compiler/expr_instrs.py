@@ -214,7 +214,10 @@ class ExprCompiler:
             return pre, x
         self.n += 1
         buf = Buf(self.fresh(f"{self.prefix}{self.n}"), "sbuf", e.fn, self.cur)  # (P, 1) when it rounds a column
-        return pre + [Alloc(buf, line=self.line), ir.Copy(whole(buf), x, self.line)], whole(buf)
+        rounded = pre + [Alloc(buf, line=self.line), ir.Copy(whole(buf), x, self.line)]
+        if self.is_column(e):  # a per-partition operand (an activation's scale or bias, a tensor_scalar operand)
+            return self.fp32_column(rounded, whole(buf))  # must be fp32: widened back, exactly
+        return rounded, whole(buf)
 
     def target(self, dst: View | None) -> tuple[list[Stmt], View]:
         return ([], dst) if dst is not None else self.temp()
