@@ -52,6 +52,7 @@ DIAG_BUDGET = 48 * 1024  # bytes per partition for TensorE's diagonal weights (a
 LAYOUT_TRIES = 8  # candidate layouts (best estimate first) tried against the SBUF and PSUM budgets
 SBUF_SHARE = 0.5  # of the kernel's SBUF budget: the peak of a kernel adds its ops' top-level buffers
 HYBRID_SBUF_SHARE = 0.6  # the hybrid's band holds Kg channels per partition: a 56x56 f32 band of 4 is 53 KiB
+STORE_SPLIT = 3  # the hybrid stores the rows evicted before its last STORE_SPLIT chunks' taps, then the rest
 DEPTH = 2  # chunks whose taps are issued before a chunk's final add and eviction
 PRODUCTS = 4  # product buffers per chunk
 DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
@@ -733,6 +734,8 @@ class DepthwiseBuilder:
                     out.append(ir.Block(f"{name} rows {y}..{y + r}: TensorE's taps", tuple(chunks[k][3]), line))
             out += [ir.Block(f"{span}, {self.R * self.S * self.CI} taps: {self.taps_note(rows)}", tuple(taps), line)]
             out += pending.pop(0) if len(pending) == DEPTH else []
+            if self.HY and i == len(chunks) - STORE_SPLIT and i >= DEPTH:  # the rows evicted so far are stored
+                out += self.hybrid_stores(ob, c0, n0, images, 0, chunks[i - DEPTH + 1][0])  # while the last run
             done = "the GpSimdE sum added into PSUM, " if finish else ""
             epilogue = f" ({self.epilogue_note()})" if self.epilogue_note() else ""
             pending.append([ir.Block(f"{span}: {done}evicted{epilogue}", tuple(
@@ -745,7 +748,9 @@ class DepthwiseBuilder:
         # stores issue in order, so consecutive ones go to different DMA engines (8 partitions each): channel
         # e*8 + q of every block for e, then the next q
         if self.HY:
-            return out + self.hybrid_stores(ob, c0, n0, images, 0, lay.rb)
+            first = len(chunks) - STORE_SPLIT - DEPTH + 1  # the first chunk stored at the end
+            split = chunks[first][0] if len(chunks) - STORE_SPLIT >= DEPTH else 0
+            return out + self.hybrid_stores(ob, c0, n0, images, split, lay.rb)
         if lay.nb == 1:
             for j, (i, b) in enumerate(self.slots(images)):
                 valid = min(lay.rb, self.Ho - b * lay.rb)
