@@ -26,6 +26,13 @@ of tilec/perf/params.py), so that the engines finish a chunk together; the layou
 images per tile) from the same costs and from the stores: the row blocks of one image are stores into overlapping
 HBM ranges, which run one after another, a DMA latency apart.
 
+The same kernel serves a grouped conv of Cg == Kg channels per group (2..8) as a TensorE + vector-engine hybrid
+(`hybrid`), where the model's costs say it beats the grouped builder's block-diagonal matmuls (f32): partition
+(m, g) computes output channel g*Kg + m, its band holds the group's input channels rotated by m (band slot j =
+input channel (m + j) % Kg, so slot 0 over all partitions is every input channel once); TensorE takes whole window
+positions (r, s) of all input channels as block-diagonal matmuls of slot 0 (the matrices: a stacked identity
+scaled per partition), the vector engines the other positions channel by channel; one store per output channel.
+
 `depthwise_taps` is the general path under any other schedule (channels on partitions as the plan tiles them, every
 tap a ScalarE product and a VectorE add into SBUF), with the plan's bands, pools and residuals.
 """
@@ -989,18 +996,26 @@ def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
            f"#   partitions: ({'image' if lay.nb == 1 else 'row block'}, {k}) pairs, {parts} of {PMAX}: "
            f"{lay.cg} {k} channels per group x {plural(images, 'image')} per tile{blocks}",
            f"#   loops: {plural(b.G, 'group')}{rest} x {plural(b.NT, 'tile')} of {plural(lay.k, 'image')}{last}; "
-           "one load and one store DMA per slot"
+           + ("a load DMA per (m, band slot) and piece of rows, a store per output channel" if b.HY else
+            "one load and one store DMA per slot")
            + ("; halo rows copied from a zero tile" if b.has_halo() else "")
            + ("; taps skip the column halo" if b.clip else ""),
            f"#   PSUM chunks of {lay.rc} output rows ({lay.rc * b.Wo} fp32 per partition), pipelined {DEPTH} deep"]
     if b.M > 1:
         out.append(f"#   channel multiplier {b.M}: each partition computes its {k} channel's {b.M} output channels, "
                    "one after another, from one band")
-    if b.CI > 1:
+    if b.HY:
+        out.append(f"#   grouped conv, {b.HY} -> {b.HY} channels per group: partition (m, group) computes output "
+                   f"channel group*{b.HY} + m from its group's {b.HY} input channels, rotated by m in the band; "
+                   "TensorE takes whole positions (r, s) as block-diagonal matmuls of band slot 0 (every input channel once)")
+    elif b.CI > 1:
         out.append(f"#   fan-in {b.CI}: each partition sums its group's {b.CI} input channels (taps over (c, r, s))")
     for rows in chunks:
         out.append(f"#   taps of a {rows}-row chunk ({b.R * b.S * b.CI}): {b.taps_note(rows)}")
-    if pe:
+    if pe and b.HY:
+        out.append("#   TensorE's taps: block-diagonal matrices (a stacked identity scaled per partition) built once "
+                   "per group before the main loop")
+    elif pe:
         out.append(f"#   TensorE's taps: diag({op.w}[{k}, r, s]) matrices built once per group before the main loop")
     out.append(f"#   eviction from PSUM: {b.epilogue_note() or 'a copy'}, into the output band")
     out.append(f"#   the directives below are the general path's: a schedule that changes {op.name}'s plan takes that "
