@@ -1007,7 +1007,8 @@ def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
     if b.HY:
         out.append(f"#   grouped conv, {b.HY} -> {b.HY} channels per group: partition (m, group) computes output "
                    f"channel group*{b.HY} + m from its group's {b.HY} input channels, rotated by m in the band; "
-                   "TensorE takes whole positions (r, s) as block-diagonal matmuls of band slot 0 (every input channel once)")
+                   "TensorE takes whole positions (r, s) as block-diagonal matmuls of band slot 0 (every input channel "
+                   "once)")
     elif b.CI > 1:
         out.append(f"#   fan-in {b.CI}: each partition sums its group's {b.CI} input channels (taps over (c, r, s))")
     for rows in chunks:
