@@ -356,7 +356,10 @@ class DepthwiseBuilder:
         stmts.append(ir.Block(f"{tensors}: each {k}'s weights as fp32 columns (one per tap) on every "
                               f"{self.slot_word()}'s partitions", tuple(self.weights()), line))
         diags = self.diagonals(scalar=None)  # VectorE and ScalarE by turns: the first taps wait for half
-        if diags:
+        if diags and self.HY:
+            stmts.append(ir.Block(f"{op.w}[g*{self.HY} + m, m', r, s] at row m'*{self.NG} + g, column m*{self.NG} + g "
+                                  "(TensorE's positions): identity blocks summed, scaled", tuple(diags), line))
+        elif diags:
             stmts.append(ir.Block(f"diag({op.w}[{k}, r, s]) for the taps TensorE runs: the identity scaled per "
                                   "partition", tuple(diags), line))
         blocks = f", {lay.nb} blocks of {lay.rb} rows per image" if lay.nb > 1 else ""
