@@ -26,6 +26,13 @@ of tilec/perf/params.py), so that the engines finish a chunk together; the layou
 images per tile) from the same costs and from the stores: the row blocks of one image are stores into overlapping
 HBM ranges, which run one after another, a DMA latency apart.
 
+The same kernel serves a grouped conv of Cg == Kg channels per group (2..8) as a TensorE + vector-engine hybrid
+(`hybrid`), where the model's costs say it beats the grouped builder's block-diagonal matmuls (f32): partition
+(m, g) computes output channel g*Kg + m, its band holds the group's input channels rotated by m (band slot j =
+input channel (m + j) % Kg, so slot 0 over all partitions is every input channel once); TensorE takes whole window
+positions (r, s) of all input channels as block-diagonal matmuls of slot 0 (the matrices: a stacked identity
+scaled per partition), the vector engines the other positions channel by channel; one store per output channel.
+
 `depthwise_taps` is the general path under any other schedule (channels on partitions as the plan tiles them, every
 tap a ScalarE product and a VectorE add into SBUF), with the plan's bands, pools and residuals.
 """
@@ -51,6 +58,8 @@ SBUF_BUDGET = 96 * 1024  # bytes per partition for the band and the output band 
 DIAG_BUDGET = 48 * 1024  # bytes per partition for TensorE's diagonal weights (all taps of all groups, at most)
 LAYOUT_TRIES = 8  # candidate layouts (best estimate first) tried against the SBUF and PSUM budgets
 SBUF_SHARE = 0.5  # of the kernel's SBUF budget: the peak of a kernel adds its ops' top-level buffers
+HYBRID_SBUF_SHARE = 0.6  # the hybrid's band holds Kg channels per partition: a 56x56 f32 band of 4 is 53 KiB
+STORE_SPLIT = 3  # the hybrid stores the rows evicted before its last STORE_SPLIT chunks' taps, then the rest
 DEPTH = 2  # chunks whose taps are issued before a chunk's final add and eviction
 PRODUCTS = 4  # product buffers per chunk
 DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
@@ -107,6 +116,39 @@ def fan_in(op: ConvOp) -> int:
             and not op.x_transposed:
         return c // k
     return 1
+
+
+HYBRID_SIZES = (2, 8)  # channels per group (in and out, equal) of a grouped conv the TensorE + vector hybrid takes
+
+
+def hybrid(op: ConvOp) -> int:
+    """Kg for a grouped conv of several groups of Cg == Kg channels (in and out, 2..8): the hybrid kernel, where
+    TensorE takes some taps (r, s) of all of a group's input channels as block-diagonal matmuls and the vector
+    engines the other taps of each input channel; 0 otherwise."""
+    if op.w_layout != "kc" or op.groups <= 1 or op.x_transposed or multiplier(op) or fan_in(op) > 1:
+        return 0
+    c, k, g = op.dim("C"), op.dim("K"), op.groups
+    if c % g or k % g or c // g != k // g:
+        return 0
+    return k // g if HYBRID_SIZES[0] <= k // g <= HYBRID_SIZES[1] else 0
+
+
+@functools.lru_cache(maxsize=None)
+def hybrid_routes(positions: int, kg: int, n: int, clamp: bool, fp32: bool) -> Routes:
+    """The hybrid's split of a chunk of n elements per partition: pe of the window's positions (r, s) on TensorE
+    (one block-diagonal matmul each, all kg input channels of a group at once), the kg channel-taps of every other
+    position on the vector engines (`choose_routes`, without TensorE); the smallest busiest-engine time."""
+    best: Routes | None = None
+    for pe in range(positions):  # all positions on TensorE is the grouped builder's matmul kernel
+        if pe == 0:
+            rt = choose_routes(kg * positions, n, clamp)
+        else:  # the matmuls start the PSUM sum: the vector taps' split counts one product more (a bound)
+            vt = choose_routes(kg * (positions - pe) + 1, n, clamp)
+            rt = Routes(pe, "", vt.sv, vt.v, vt.g, max(vt.ns, pe * _matmul_ns(n, fp32)))
+        if best is None or rt.ns < best.ns:
+            best = rt
+    assert best is not None
+    return best
 
 
 def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
@@ -234,6 +276,13 @@ class DepthwiseBuilder:
         self.M = max(1, multiplier(op))  # outputs per input channel (each partition computes M output channels)
         self.CI = fan_in(op)  # inputs per output channel (each partition sums CI input channels' taps)
         self.C = self.C // self.CI  # the channels on the partitions
+        # the hybrid (grouped conv, Cg == Kg): partitions hold output channels in (m, group) order per slot, the band
+        # holds each one's group's input channels rotated, band[(m, g), j] = X[g*Kg + (m + j) % Kg], so that band
+        # slot 0 over all partitions is every input channel once (TensorE's operand)
+        self.HY = hybrid(op)
+        if self.HY:
+            self.CI, self.C = self.HY, d["K"]
+            self.NG = lay.cg // self.HY  # conv groups per channel group
         self.m = 0  # the output channel of its input channel being built (M > 1)
         self.G, self.CR = self.C // lay.cg, self.C % lay.cg
         self.NT, self.NR = self.N // lay.k, self.N % lay.k  # whole tiles of images, images left over
@@ -256,32 +305,48 @@ class DepthwiseBuilder:
         lines = dict(op.lines)
         self.L = {role: lines.get(role, op.line) for role in ("n", "k", "y", "update", "relu")}
         self.cn = {"cg": fresh("GROUP"), "k": fresh("IMAGES")}
+        if self.HY:
+            self.cn["ng"] = fresh("CONV_GROUPS")
 
     def routes(self, rows: int) -> Routes:
+        if self.HY:
+            return hybrid_routes(self.R * self.S, self.HY, rows * self.Wo, self.op.clamp is not None, self.fp32)
         return choose_routes(self.R * self.S * self.CI, rows * self.Wo, self.op.clamp is not None, self.pe,
                              self.fp32, self.extra(rows) if self.extra else (0.0, 0.0, 0.0))
 
     def consts(self) -> list[tuple[str, int]]:
-        return [(self.cn["cg"], self.lay.cg), (self.cn["k"], self.lay.k)]
+        ng = [(self.cn["ng"], self.NG)] if self.HY else []
+        return [(self.cn["cg"], self.lay.cg), (self.cn["k"], self.lay.k)] + ng
 
     def build(self) -> list[Stmt]:
         from tilec.compiler.build_conv import hbm_view
         op, fresh, line, lay = self.op, self.fresh, self.line, self.lay
-        self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
         mult = (self.M,) if self.M > 1 else ()  # output channel c*M + m seen as [c, m]
-        fan = (self.CI,) if self.CI > 1 else ()  # input channel k*CI + c of output channel k seen as [k, c]
-        self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C) + fan + (self.H, self.W), fresh(f"{op.x}_v"), line)
-        self.w4, s2 = hbm_view(self.hbm[op.w], (self.C,) + mult + fan + (self.R, self.S), fresh(f"{op.w}_v"), line)
-        self.o4, s3 = hbm_view(self.hbm[op.out], (self.N, self.C) + mult + (self.Ho, self.Wo), fresh(f"{op.out}_v"),
-                               line)
+        if self.HY:  # channel g*Kg + j of X, W (output channel) and Y seen as [g, j]
+            G, kg = self.C // self.HY, self.HY
+            self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, G, kg, self.H, self.W), fresh(f"{op.x}_v"), line)
+            self.w4, s2 = hbm_view(self.hbm[op.w], (G, kg, kg, self.R, self.S), fresh(f"{op.w}_v"), line)
+            self.o4, s3 = hbm_view(self.hbm[op.out], (self.N, G, kg, self.Ho, self.Wo), fresh(f"{op.out}_v"), line)
+        else:
+            self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C, self.H, self.W), fresh(f"{op.x}_v"), line)
+            fan = (self.CI,) if self.CI > 1 else ()  # input channel k*CI + c of output channel k seen as [k, c]
+            self.x4, s1 = hbm_view(self.hbm[op.x], (self.N, self.C) + fan + (self.H, self.W), fresh(f"{op.x}_v"),
+                                   line)
+            self.w4, s2 = hbm_view(self.hbm[op.w], (self.C,) + mult + fan + (self.R, self.S), fresh(f"{op.w}_v"),
+                                   line)
+            self.o4, s3 = hbm_view(self.hbm[op.out], (self.N, self.C) + mult + (self.Ho, self.Wo),
+                                   fresh(f"{op.out}_v"), line)
         stmts: list[Stmt] = s1 + s2 + s3
-        if op.bias:
+        if op.bias and self.HY:
+            self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C // self.HY, self.HY), fresh(f"{op.bias}_v"), line)
+            stmts += s4
+        elif op.bias:
             self.b2, s4 = hbm_view(self.hbm[op.bias], (self.C, self.M if mult else 1), fresh(f"{op.bias}_v"), line)
             stmts += s4
         if self.has_halo():  # zeros for the bands' halos, copied in by DMA (zero_halo)
             fan = (self.CI,) if self.CI > 1 else ()
             self.zeros = Buf(self.fresh(f"{op.x}_zeros"), "sbuf", self.hbm[op.x].dtype,
-                             (PMAX,) + fan + (self.IR, self.BC))
+                             self.band_idx(PMAX, fan, self.IR, self.BC))
             stmts.append(Alloc(self.zeros, zero=True, line=line))
         if self.pe_taps:
             stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
@@ -291,12 +356,16 @@ class DepthwiseBuilder:
         stmts.append(ir.Block(f"{tensors}: each {k}'s weights as fp32 columns (one per tap) on every "
                               f"{self.slot_word()}'s partitions", tuple(self.weights()), line))
         diags = self.diagonals(scalar=None)  # VectorE and ScalarE by turns: the first taps wait for half
-        if diags:
+        if diags and self.HY:
+            stmts.append(ir.Block(f"{op.w}[g*{self.HY} + m, m', r, s] at row m'*{self.NG} + g, column m*{self.NG} + g "
+                                  "(TensorE's positions): identity blocks summed, scaled", tuple(diags), line))
+        elif diags:
             stmts.append(ir.Block(f"diag({op.w}[{k}, r, s]) for the taps TensorE runs: the identity scaled per "
                                   "partition", tuple(diags), line))
         blocks = f", {lay.nb} blocks of {lay.rb} rows per image" if lay.nb > 1 else ""
         note = f"for {k} (groups of {self.cn['cg']} channels{blocks})"
-        body = loop(self.gv, self.G, self.group(a(term(self.gv, lay.cg, self.cn["cg"])), lay.cg, "", a(self.gv)),
+        c0 = a(term(self.gv, self.NG, self.cn["ng"])) if self.HY else a(term(self.gv, lay.cg, self.cn["cg"]))
+        body = loop(self.gv, self.G, self.group(c0, lay.cg, "", a(self.gv)),
                     note=note,
                     line=self.L["k"])
         if self.CR:
@@ -336,6 +405,13 @@ class DepthwiseBuilder:
             self.b_all = Buf(self.fresh(f"{op.bias}_cols"), "sbuf", "f32", (images * lay.nb * lay.cg, groups) + mult)
             out.append(Alloc(self.b_all, line=line))
         gw = self.gw = self.fresh(f"{self.names['k']}_w")
+        if self.HY and self.pe_taps:
+            self.w_pe = Buf(self.fresh(f"{op.w}_pe_cols"), "sbuf", "f32",
+                            (images * lay.nb * lay.cg, groups, self.HY, self.R, self.S))
+            out.append(Alloc(self.w_pe, line=line))
+        if self.HY:
+            return out + loop(gw, self.G, self.hybrid_weights(a(gw), a(term(gw, self.NG, self.cn["ng"]))),
+                              note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)", line=line)
 
         def part(gi: ir.Aff, c0: ir.Aff, cg: int) -> list[Stmt]:
             body: list[Stmt] = []
@@ -366,6 +442,8 @@ class DepthwiseBuilder:
         parts = min(lay.k, self.N) * lay.nb * lay.cg
         self.d_all = Buf(self.fresh(f"{op.w}_diags"), "sbuf", self.hbm[op.x].dtype,
                          (parts, groups, self.M * len(taps), parts))
+        if self.HY:
+            return self.hybrid_diagonals(taps, parts, scalar)
 
         def part(gi: ir.Aff, p: int) -> list[Stmt]:
             def diag(dst: View, ident: View, w: View, on_scalar: bool) -> Stmt:  # ScalarE: a copy scaled per partition
@@ -390,15 +468,112 @@ class DepthwiseBuilder:
         output column (taps reading no halo column); the others in a fixed order, so that TensorE's taps are the
         same prefix in every chunk (their diagonal matrices are built once per group)."""
         taps = [(c, r, s) for c in range(self.CI) for r in range(self.R) for s in range(self.S)]  # c: fan_in
+        if self.HY:  # TensorE's positions first (all input channels at once: c = -1), then the vector taps
+            pe = routes.count("pe")
+            head, taps = self.hybrid_taps(pe)
+            routes = routes[pe:]
+            if not routes:
+                return head
+        else:
+            head = []
         whole = [t for t in taps if self.tap_cols(t[2])[1] == self.Wo][:2]
         rest = iter([t for t in taps if t not in whole] + whole[1:])
         g = routes.index("g") if "g" in routes and len(whole) > 1 else -1
         order = [whole[0] if i == 0 else whole[1] if i == g else next(rest) for i in range(len(routes))]
-        return order
+        return head + order
 
     def pe_taps_list(self) -> list[tuple[int, int, int]]:
+        if self.HY:
+            return self.hybrid_taps(self.pe_taps)[0]
         taps = self.R * self.S * self.CI
         return self.tap_order(["pe"] * self.pe_taps + ["sv"] * (taps - self.pe_taps))[:self.pe_taps]
+
+    # ---- the grouped hybrid (Cg == Kg): partition (slot, m, g) computes output channel g*Kg + m -------------------
+
+    def hybrid_taps(self, pe: int) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+        """(TensorE's positions as (-1, r, s), the vector engines' taps (j, r, s) of the other positions, j the band
+        slot): TensorE takes the positions whose taps skip halo columns first, so the vector sums' first taps can
+        write every output column."""
+        pos = [(r, s) for r in range(self.R) for s in range(self.S)]
+        pos = sorted(pos, key=lambda p: self.tap_cols(p[1])[1] == self.Wo)  # stable: clipped positions first
+        return [(-1, r, s) for r, s in pos[:pe]], [(j, r, s) for r, s in pos[pe:] for j in range(self.HY)]
+
+    def rotated(self, m: int) -> list[tuple[int, int, int]]:
+        """(first band slot, first input channel of the group, count): band slot j of output m holds input channel
+        (m + j) % Kg, two runs of consecutive channels."""
+        kg = self.HY
+        return [(0, m, kg - m)] + ([(kg - m, 0, m)] if m else [])
+
+    def hybrid_stores(self, ob: Buf, c0: ir.Aff, n0: ir.Aff, images: int, y0: int, y1: int) -> list[Stmt]:
+        """One store per output channel (partition (slot, m, g) -> Y[n, g*Kg + m]): each a contiguous range of Y
+        disjoint from the others (a store of the ng channels of one m would span the other m's channels, and such
+        stores run one after another); consecutive stores on different DMA engines (8 partitions each): channel
+        e*8 + q of each m, for e, then the next q. Output rows y0..y1."""
+        line, lay, ng, kg = self.L["update"], self.lay, self.NG, self.HY
+        ppe = PMAX // get_target().dma_engines
+        k = self.names["k"]
+        qv, ev = self.fresh(f"{k}_q"), self.fresh(f"{k}_e")
+        stride, inner, q = (ppe, ng // ppe, a(qv)) if ng % ppe == 0 else (1, ng, a())
+        g = a(term(ev, stride)).plus(q)
+        body: list[Stmt] = []
+        for j, (i, _) in enumerate(self.slots(images)):
+            for m in range(kg):
+                rows = full(self.Ho) if (y0, y1) == (0, self.Ho) else sl(y0, y1 - y0)
+                body.append(Dma(View(self.o4, (n0.plus(i), sl(c0.plus(g), 1), a(m), rows, full(self.Wo))),
+                                View(ob, (sl(g.plus(j * lay.cg + m * ng), 1), rows, full(self.Wo))), line))
+        out = loop(ev, inner, body, note=f"output channel ({k}_e*{stride} + {k}_q)*{kg} + m of every m", line=line)
+        return loop(qv, ppe, out, note="consecutive stores on different DMA engines", line=line) if stride > 1 else out
+
+    def hybrid_weights(self, gi: ir.Aff, g0: ir.Aff) -> list[Stmt]:
+        """w_all[(slot, m, g), group, j, r, s] = W[g*Kg + m, (m + j) % Kg, r, s] (the vector taps' columns), the bias
+        b_all[(slot, m, g), group] = B[g*Kg + m], and for TensorE's taps w_pe[(slot, m', g), group, m, r, s] =
+        W[g*Kg + m, m', r, s] (the block-diagonal matrices' scale columns)."""
+        op, line, lay, ng, kg = self.op, self.line, self.lay, self.NG, self.HY
+        slots = min(lay.k, self.N) * lay.nb
+        rs = (full(self.R), full(self.S))
+        out: list[Stmt] = []
+        for j in range(slots):
+            for m in range(kg):
+                p = sl(j * lay.cg + m * ng, ng)
+                for j0, ch0, cnt in self.rotated(m):
+                    out.append(Dma(View(self.w_all, (p, gi, sl(j0, cnt)) + rs),
+                                   View(self.w4, (sl(g0, ng), a(m), sl(ch0, cnt)) + rs), line))
+                if op.bias:
+                    out.append(Dma(View(self.b_all, (p, sl(gi, 1))), View(self.b2, (sl(g0, ng), sl(m, 1))), line))
+                if self.pe_taps:
+                    out.append(Dma(View(self.w_pe, (p, gi, full(kg)) + rs),
+                                   View(self.w4, (sl(g0, ng), full(kg), a(m)) + rs), line))
+        return out
+
+    def hybrid_diagonals(self, taps: list[tuple[int, int, int]], parts: int, scalar: bool | None) -> list[Stmt]:
+        """d_all[(slot, m', g), group, i, (slot, m, g)] = W[g*Kg + m, m', tap i]: a block of ng columns per (slot, m)
+        is the slot's stacked identity (ones at rows (slot, m', g) of column g, every m') scaled per partition."""
+        line, lay, ng, kg = self.line, self.lay, self.NG, self.HY
+        slots = parts // lay.cg
+        stack = Buf(self.fresh("ident_stack"), "sbuf", "f32", (parts, slots, ng))
+        out: list[Stmt] = [Alloc(stack, line=line)]
+        for j in range(slots):
+            dst = View(stack, (full(parts), a(j), full(ng)))
+            out.append(ir.Copy(dst, View(self.ident, (sl(0, parts), sl(j * lay.cg, ng))), line))
+            for m in range(1, kg):
+                out.append(Binary(dst, dst, View(self.ident, (sl(0, parts), sl(j * lay.cg + m * ng, ng))), "add",
+                                  line))
+        body: list[Stmt] = []
+        gi = a(self.gw)
+        k = 0
+        for i, (_, r, s) in enumerate(taps):
+            for j in range(slots):
+                for m in range(kg):
+                    dst = View(self.d_all, (sl(0, parts), gi, a(i), sl(j * lay.cg + m * ng, ng)))
+                    src = View(stack, (full(parts), a(j), full(ng)))
+                    w = View(self.w_pe, (sl(0, parts), gi, a(m), a(r), sl(s, 1)))
+                    on_scalar = k % 2 == 1 if scalar is None else scalar
+                    body.append(Act(dst, src, "copy", None, w, line) if on_scalar else
+                                Scalar(dst, src, "multiply", w, line))
+                    k += 1
+        out.append(Alloc(self.d_all, line=line))
+        return out + loop(self.gw, self.G, body, note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)",
+                          line=line)
 
     def w_col(self, parts: int, r: int, s: int, gi: ir.Aff | None = None, c: int = 0) -> View:
         """The current group's weight column of tap (r, s) (of output channel m of each input channel, for a
@@ -473,14 +648,20 @@ class DepthwiseBuilder:
                 if size:
                     regions.append((sl(j * cg, cg), sl(start, size), full(self.BC)))
         fan = (full(self.CI),) if self.CI > 1 else ()  # (every input channel of a fan-in)
-        return [Dma(View(band, idx[:1] + fan + idx[1:]), View(z, idx[:1] + fan + idx[1:]), line) for idx in regions]
+        return [Dma(View(band, self.band_idx(idx[0], fan, *idx[1:])), View(z, self.band_idx(idx[0], fan, *idx[1:])),
+                    line) for idx in regions]
+
+    def band_idx(self, p, c: tuple, rows, cols) -> tuple:
+        """A band's index (or shape) in its axis order: [partition, c (a fan-in's input channels), rows, cols]."""
+        return (p,) + c + (rows, cols)
 
     def tile(self, c0: ir.Aff, cg: int, n0: ir.Aff, images: int, bias: View | None, tag: str
              ) -> list[Stmt]:
         op, line, lay = self.op, self.L["update"], self.lay
         parts = images * lay.nb * cg
         fan = (self.CI,) if self.CI > 1 else ()  # a fan-in: the input channels of each output channel
-        band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype, (parts,) + fan + (self.IR, self.BC))
+        band = Buf(self.fresh(f"{op.x}_band{tag}"), "sbuf", self.hbm[op.x].dtype,
+                   self.band_idx(parts, fan, self.IR, self.BC))
         fs = tuple(full(f) for f in fan)
         left, right = self.cols_halo()
         out: list[Stmt] = [Alloc(band, line=line)] + self.zero_halo(band, cg, images)
@@ -491,19 +672,32 @@ class DepthwiseBuilder:
         # rows of every input channel spans the others' bytes of the partition, so the pieces would wait on each
         # other)
         ends = sorted({min(self.IR, (y0 + min(lay.rc, lay.rb - y0) - 1) * self.sy + (self.R - 1) * self.dy + 1)
-                       for y0 in range(0, lay.rb, lay.rc)} if self.CI == 1 else {self.IR})
+                       for y0 in range(0, lay.rb, lay.rc)} if self.CI == 1 or self.HY else {self.IR})
         pieces = list(zip([0] + ends[:-1], ends))
-        for lo, hi in pieces:
+        self.late: list[list[Stmt]] = []  # the hybrid's pieces after the first two, issued one per chunk (below)
+        for k, (lo, hi) in enumerate(pieces):
+            if self.HY and k >= 2:
+                out, self.late = [], self.late + [out]
             for j, (i, b) in enumerate(self.slots(images)):
                 start, top, bottom = self.block_rows(b)
                 lo2, hi2 = max(lo, top), min(hi, self.IR - bottom)  # the piece's rows inside X
                 if hi2 <= lo2:
                     continue
                 whole = (lo2, hi2) == (0, self.IR)
+                if self.HY:  # band[(m, g), j] = X[g*Kg + (m + j) % Kg]: a DMA per (m, j), so that a piece of rows
+                    rows = full(self.IR) if whole else sl(lo2, hi2 - lo2)  # is one range of each partition's bytes
+                    for m in range(self.HY):
+                        for jj in range(self.HY):
+                            out.append(Dma(View(band, (sl(j * cg + m * self.NG, self.NG), a(jj), rows, cols_dst)),
+                                           View(self.x4, (n0.plus(i), sl(c0, self.NG), a((m + jj) % self.HY),
+                                                          sl(start + lo2, hi2 - lo2), cols_src)), line))
+                    continue
                 out.append(Dma(View(band, (sl(j * cg, cg),) + fs + (full(self.IR) if whole else sl(lo2, hi2 - lo2),
                                                                      cols_dst)),
                                View(self.x4, (n0.plus(i), sl(c0, cg)) + fs + (sl(start + lo2, hi2 - lo2), cols_src)),
                                line))
+        if self.late:  # the hybrid: its 16 DMAs a piece are issued just ahead of the chunk reading them
+            out, self.late = self.late[0], self.late[1:] + [out]
         self.allocated: set[Buf] = set()
         for m in range(self.M):  # a channel multiplier: the band's M output channels, one after another
             self.m = m
@@ -542,12 +736,16 @@ class DepthwiseBuilder:
         for i, (y0, rows, ctag, head_taps, taps, finish, accv) in enumerate(chunks):
             dst = View(ob, (full(parts), sl(y0, rows), full(self.Wo)))
             span = f"{name} rows {y0}..{y0 + rows}"
+            if i and self.late:  # the hybrid's band: chunk i+1's first rows, before its TensorE taps
+                out.append(ir.Block(f"{op.x}: the band's rows for chunk {i + 1}", tuple(self.late.pop(0)), line))
             for k in ((0, 1) if i == 0 else (i + 1,)) if lead else ():
                 if k < len(chunks):
                     y, r = chunks[k][:2]
                     out.append(ir.Block(f"{name} rows {y}..{y + r}: TensorE's taps", tuple(chunks[k][3]), line))
             out += [ir.Block(f"{span}, {self.R * self.S * self.CI} taps: {self.taps_note(rows)}", tuple(taps), line)]
             out += pending.pop(0) if len(pending) == DEPTH else []
+            if self.HY and i == len(chunks) - STORE_SPLIT and i >= DEPTH:  # the rows evicted so far are stored
+                out += self.hybrid_stores(ob, c0, n0, images, 0, chunks[i - DEPTH + 1][0])  # while the last run
             done = "the GpSimdE sum added into PSUM, " if finish else ""
             epilogue = f" ({self.epilogue_note()})" if self.epilogue_note() else ""
             pending.append([ir.Block(f"{span}: {done}evicted{epilogue}", tuple(
@@ -559,6 +757,10 @@ class DepthwiseBuilder:
         # each (row block, channel) pair is its own store, a contiguous range of Y disjoint from every other; the
         # stores issue in order, so consecutive ones go to different DMA engines (8 partitions each): channel
         # e*8 + q of every block for e, then the next q
+        if self.HY:
+            first = len(chunks) - STORE_SPLIT - DEPTH + 1  # the first chunk stored at the end
+            split = chunks[first][0] if len(chunks) - STORE_SPLIT >= DEPTH else 0
+            return out + self.hybrid_stores(ob, c0, n0, images, split, lay.rb)
         if lay.nb == 1:
             for j, (i, b) in enumerate(self.slots(images)):
                 valid = min(lay.rb, self.Ho - b * lay.rb)
@@ -615,8 +817,8 @@ class DepthwiseBuilder:
             if nx == 0:  # a tap whose every input column is in the halo adds nothing (a 3x3 tap beside W = 1)
                 continue
             part = (full(parts), full(rows), full(self.Wo) if nx == self.Wo else sl(xa, nx))
-            window = View(band, (full(parts),) + ((a(c),) if self.CI > 1 else ()) +
-                          (sl(y0 * self.sy + r * self.dy, rows, self.sy), sl(bc, nx, self.sx)))
+            window = View(band, self.band_idx(full(parts), (a(max(c, 0)),) if self.CI > 1 else (),
+                                              sl(y0 * self.sy + r * self.dy, rows, self.sy), sl(bc, nx, self.sx)))
             w = self.w_col(parts, r, s, None, c)
             accp = View(acc, part if pparts == parts else (sl(0, parts),) + part[1:])
             if route == "pe":  # acc[p] += diag(w)[p, p] * window[p]
@@ -715,11 +917,14 @@ class DepthwiseBuilder:
 def choose(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[Layout, bool] | None:
     """(the layout, whether TensorE takes taps) of the default kernel: the best-ranked layout whose dry build fits
     the SBUF and PSUM budgets (None: not a case for it, or no layout fits; the general path then follows the plan)."""
-    if not fast_path(op, plan, hbm):
-        return None
     from tilec.compiler import passes  # late: passes imports the builders' modules
     from tilec.compiler.schedule import sbuf_budget
     t = get_target()
+    if hybrid(op):
+        lay = choose_hybrid(op, plan, hbm)
+        return (lay, True) if lay else None
+    if not fast_path(op, plan, hbm):
+        return None
     elem = DTYPE[hbm[op.x].dtype]
     # TensorE takes taps as diagonal matmuls when the weights can be its operand in X's dtype
     for pe in dict.fromkeys((hbm[op.w].dtype == hbm[op.x].dtype, False)):
@@ -731,6 +936,37 @@ def choose(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[Layout, boo
             sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()))
             if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
                 return lay, pe
+    return None
+
+
+def hybrid_faster(op: ConvOp, n: int, fp32: bool) -> bool:
+    """Whether the hybrid's busiest engine per chunk of n elements per partition beats today's grouped kernel (one
+    block-diagonal matmul per tap (r, s), all of TensorE's), on the model's costs."""
+    rt = hybrid_routes(op.dim("R") * op.dim("S"), hybrid(op), n, op.clamp is not None, fp32)
+    return rt.pe > 0 and rt.ns < op.dim("R") * op.dim("S") * _matmul_ns(n, fp32)
+
+
+def choose_hybrid(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> Layout | None:
+    """The hybrid's layout (whole conv groups per channel group, whole images per tile, chunks of PSUM rows) when
+    it is faster than the grouped kernel on the model's costs and fits the SBUF and PSUM budgets; else None."""
+    from tilec.compiler import passes
+    from tilec.compiler.schedule import sbuf_budget
+    kg = hybrid(op)
+    if op.pool or op.residual or op.w_batch or op.bias_role != "k" or hbm[op.w].dtype != hbm[op.x].dtype:
+        return None
+    ho, wo, n_img = op.dim("Ho"), op.dim("Wo"), op.dim("N")
+    if wo > PSUM_FP32 or ho * wo == 0 or plan != default_plan(op, {k: b.dtype for k, b in hbm.items()}):
+        return None
+    rc = min(ho, PSUM_FP32 // wo)
+    fp32 = hbm[op.x].dtype == "f32"
+    if not hybrid_faster(op, rc * wo, fp32):
+        return None
+    t, groups = get_target(), op.dim("K") // kg
+    for d in sorted((d for d in range(1, groups + 1) if groups % d == 0 and d * kg <= PMAX), reverse=True):
+        lay = Layout(d * kg, 1, ho, max(1, min(n_img, PMAX // (d * kg))), rc)
+        sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, True).build()))
+        if sbuf <= sbuf_budget(t) * HYBRID_SBUF_SHARE and psum <= t.psum_banks:
+            return lay
     return None
 
 
@@ -763,18 +999,27 @@ def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
            f"#   partitions: ({'image' if lay.nb == 1 else 'row block'}, {k}) pairs, {parts} of {PMAX}: "
            f"{lay.cg} {k} channels per group x {plural(images, 'image')} per tile{blocks}",
            f"#   loops: {plural(b.G, 'group')}{rest} x {plural(b.NT, 'tile')} of {plural(lay.k, 'image')}{last}; "
-           "one load and one store DMA per slot"
+           + ("a load DMA per (m, band slot) and piece of rows, a store per output channel" if b.HY else
+            "one load and one store DMA per slot")
            + ("; halo rows copied from a zero tile" if b.has_halo() else "")
            + ("; taps skip the column halo" if b.clip else ""),
            f"#   PSUM chunks of {lay.rc} output rows ({lay.rc * b.Wo} fp32 per partition), pipelined {DEPTH} deep"]
     if b.M > 1:
         out.append(f"#   channel multiplier {b.M}: each partition computes its {k} channel's {b.M} output channels, "
                    "one after another, from one band")
-    if b.CI > 1:
+    if b.HY:
+        out.append(f"#   grouped conv, {b.HY} -> {b.HY} channels per group: partition (m, group) computes output "
+                   f"channel group*{b.HY} + m from its group's {b.HY} input channels, rotated by m in the band; "
+                   "TensorE takes whole positions (r, s) as block-diagonal matmuls of band slot 0 (every input channel "
+                   "once)")
+    elif b.CI > 1:
         out.append(f"#   fan-in {b.CI}: each partition sums its group's {b.CI} input channels (taps over (c, r, s))")
     for rows in chunks:
         out.append(f"#   taps of a {rows}-row chunk ({b.R * b.S * b.CI}): {b.taps_note(rows)}")
-    if pe:
+    if pe and b.HY:
+        out.append("#   TensorE's taps: block-diagonal matrices (a stacked identity scaled per partition) built once "
+                   "per group before the main loop")
+    elif pe:
         out.append(f"#   TensorE's taps: diag({op.w}[{k}, r, s]) matrices built once per group before the main loop")
     out.append(f"#   eviction from PSUM: {b.epilogue_note() or 'a copy'}, into the output band")
     out.append(f"#   the directives below are the general path's: a schedule that changes {op.name}'s plan takes that "
