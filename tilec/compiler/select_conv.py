@@ -120,6 +120,26 @@ def select_conv(comp: Comp, program) -> ConvOp:
     return replace(conv, stride=(stride_y, stride_x), offset=(off_y, off_x), dilation=(dil_y, dil_x))
 
 
+def split_sign(comp: Comp) -> tuple[Comp, float]:
+    """A negated contraction, `-(A[i, k] * B[k, j])` or a negated factor `A[i, k] * (-B[k, j])` (either one, or
+    both), as the product of the reads and its sign: the builders scale the PSUM eviction by the sign (before the
+    bias). (comp, 1.0) unchanged when the update is not such a product."""
+    update, sign = comp.update, 1.0
+    if comp.red_op != "+=" or update is None:
+        return comp, 1.0
+    while isinstance(update, sx.Neg):
+        update, sign = update.x, -sign
+    if not (isinstance(update, sx.BinOp) and update.op == "*" and len(accesses(update)) == 2):
+        return comp, 1.0
+    factors = []
+    for f in (update.lhs, update.rhs):
+        while isinstance(f, sx.Neg):
+            f, sign = f.x, -sign
+        factors.append(f)
+    product = replace(update, lhs=factors[0], rhs=factors[1])
+    return (comp, 1.0) if product == comp.update else (replace(comp, update=product), sign)
+
+
 def ungroup(comp: Comp, program) -> tuple[Comp, int]:
     """A grouped convolution `Y[n, g*Kg + k, ..] += X[n, g*Cg + c, ..] * W[g*Kg + k, c, ..]` as one contraction of
     all G*Cg input channels into all G*Kg output channels: the merged indices become the plain variables k (now
