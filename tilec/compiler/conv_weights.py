@@ -5,6 +5,7 @@ every partition. Folded taps and row pairs prepare theirs in conv_fold.py and co
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from tilec.compiler import conv_fold, conv_pairs, ir
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 def weights(b: _ConvBuilder, local: bool) -> list[Stmt]:
     """The stationary operand prepared (weights_once); for a folded image's producer, its K output-channel
     columns copied once per further copy of the image (one k-tile: conv_chain checks it)."""
-    out = weights_once(b, local)
+    out = weights_once(b, local) + rectified(b, local)
     if b.dup == 1:
         return out
     wt, K, line = b.wt_buf(local), b.K, b.L["update"]
@@ -28,6 +29,17 @@ def weights(b: _ConvBuilder, local: bool) -> list[Stmt]:
             return View(wt, tuple(sl(start, K) if i == at else full(n) for i, n in enumerate(wt.shape)))
         out.append(ir.Copy(cols(j * K), cols(0), line))
     return out
+
+
+def rectified(b: _ConvBuilder, local: bool) -> list[Stmt]:
+    """`relu(A[i, k]) * B[k, j]` (ConvOp.w_relu): the prepared stationary rectified in place, once per load (relu on
+    ScalarE, then relu6's upper bound on VectorE); relu and the minimum commute with the PE transposes."""
+    op = b.op
+    if op.w_relu is None:
+        return []
+    wt, line = whole(b.wt_buf(local)), b.L["update"]
+    clamp: list[Stmt] = [ir.Scalar(wt, wt, "minimum", op.w_relu, line)] if not math.isinf(op.w_relu) else []
+    return [ir.Act(wt, wt, "relu", line=line)] + clamp
 
 
 def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:

@@ -77,7 +77,7 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
             op = fuse_pool_divide(op, comps, i, program, consumed)
         if isinstance(op, ConvOp):
             op = replace(op, scale=sign)
-            fold_operand_relu(ops, comps, comp, program)
+            fold_operand_relu(ops, comps, comp, program, op)
             op = fuse_epilogues(op, comps, i, program, consumed)
         ops.append(op)
     parts = part_targets(comps, program)
@@ -207,7 +207,8 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             groups = f", {op.groups} groups (block diagonal)" if op.groups > 1 else ""
             lines.append(f"  stationary {op.w} (layout {op.w_layout}{groups}), moving {op.x}{stride}, "
                          f"bias {op.bias or '-'}{row}")
-            epi = ["negated" if op.scale == -1.0 else ""] + ["relu" if op.relu else ""] + \
+            epi = ([f"stationary {'relu' if math.isinf(op.w_relu) else f'min(relu, {op.w_relu:g})'} after load"]
+                   if op.w_relu is not None else []) + ["negated" if op.scale == -1.0 else ""] + ["relu" if op.relu else ""] + \
                 ([f"+ {op.residual}"] if op.residual else []) + \
                 (["relu"] if op.post_relu else []) + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
                                                    f"scale {op.pool.scale:g}"] if op.pool else [])

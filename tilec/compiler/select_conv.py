@@ -36,10 +36,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
         raise reject(comp, "no operand can be the matmul's stationary side (indexed by plain loop variables, "
                            "with exactly one output variable after the batch indices)", comp.update.span)
     _, p, s_acc, m_acc = min(candidates, key=lambda t: t[0])
-    relu_acc = (_relu_operand(comp) or (None, None))[0]
-    if relu_acc is not None and relu_acc is not m_acc:
-        raise reject(comp, f"relu of the stationary operand `{fmt_expr(relu_acc)}` is not compiled", relu_acc.span,
-                     "compute it into a tensor first (`T[..] = relu(...)`), then contract T")
+    w_relu = next((upper for inner, upper in _relu_operands(comp) if inner is s_acc), None)
     if s_acc.fill is not None:
         raise reject(comp, f"the stationary operand `{s_acc.tensor}` may not be a padded read", s_acc.span,
                      "pad the input (the operand indexed by output rows/columns plus filter taps) instead")
@@ -102,6 +99,9 @@ def select_conv(comp: Comp, program) -> ConvOp:
             raise reject(comp, f"a depthwise convolution's weights must be indexed {s_acc.tensor}[{p}, taps...]",
                          s_acc.span)
         w_layout = "dw"
+        if w_relu is not None:
+            raise reject(comp, f"relu of a depthwise convolution's weights `{fmt_expr(s_acc)}` is not compiled",
+                         s_acc.span, "compute it into a tensor first (`T[..] = relu(...)`), then contract T")
     elif s_vars == [p, roles["c"], *tap_vars]:
         w_layout = "kc"
     elif s_vars == [roles["c"], p, *tap_vars]:
@@ -117,7 +117,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
     stride_y, stride_x = [1] * pad + strides
     off_y, off_x = [0] * pad + offsets
     dil_y, dil_x = [1] * pad + dilations
-    return replace(conv, stride=(stride_y, stride_x), offset=(off_y, off_x), dilation=(dil_y, dil_x))
+    return replace(conv, stride=(stride_y, stride_x), offset=(off_y, off_x), dilation=(dil_y, dil_x), w_relu=w_relu)
 
 
 def split_sign(comp: Comp) -> tuple[Comp, float]:
@@ -348,16 +348,27 @@ def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
                          f"write `{acc.tensor}[...] ?? 0`")
 
 
-def _relu_operand(comp: Comp) -> tuple[sx.Access, float] | None:
-    """The read a contraction takes the relu (or relu6) of, `relu(T[..] ?? 0) * W[..]`, and its upper bound."""
+def _relu_operands(comp: Comp) -> list[tuple[sx.Access, float]]:
+    """The reads a contraction takes the relu (or relu6) of, `relu(T[..] ?? 0) * W[..]`, with their upper bounds."""
     update = comp.update
     if not isinstance(update, sx.BinOp):
-        return None
+        return []
+    found = []
     for factor in (update.lhs, update.rhs):
         inner, upper = strip_activation(factor)
         if upper is not None and isinstance(inner, sx.Access):
-            return inner, upper
-    return None
+            found.append((inner, upper))
+    return found
+
+
+def _relu_operand(comp: Comp, op: ConvOp) -> tuple[sx.Access, float] | None:
+    """The moving operand's relu (or relu6), `relu(T[..] ?? 0) * W[..]`, and its upper bound: a relu'd factor left
+    once the stationary operand's (ConvOp.w_relu, applied after its load) is set aside."""
+    found = _relu_operands(comp)
+    if op.w_relu is not None:
+        mine = next(i for i, (inner, upper) in enumerate(found) if inner.tensor == op.w and upper == op.w_relu)
+        found = found[:mine] + found[mine + 1:]
+    return found[0] if found else None
 
 
 def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: list, spatial: list,
@@ -466,11 +477,11 @@ def fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> Co
     return op
 
 
-def fold_operand_relu(ops: list[Op], comps, comp: Comp, program) -> None:
+def fold_operand_relu(ops: list[Op], comps, comp: Comp, program, op: ConvOp) -> None:
     """`Y[..] += relu(T[..] ?? 0) * W[..]` (or `min(relu(T[..]), 6)`) where T is a temporary written by an earlier
     contraction and read only under that function: T is stored rectified (relu, then the minimum, on T's PSUM
     eviction; both keep 0 at 0, so the padding is unchanged)."""
-    found = _relu_operand(comp)
+    found = _relu_operand(comp, op)
     if found is None:
         return
     acc, upper = found
