@@ -37,10 +37,22 @@ class ExprCompiler:
     def emit(self, e: sx.Expr, dst: View) -> list[Stmt]:
         if self.regroup:
             e = self.regrouped(e)
+        if self.is_column(e) and self.columns:  # broadcast columns alone: the (P, 1) value expanded over the tile
+            return self.expand(e, dst)
         stmts, val = self.value(e, dst)
         if val != dst:
             stmts.append(ir.Copy(dst, val, self.line))
         return stmts
+
+    def expand(self, e: sx.Expr, dst: View) -> list[Stmt]:
+        """`Y[i, j] = 2 * c[i] + 1`: the value computed on the (P, 1) column, then one ScalarE activation writes the
+        tile as 1 * zeros + column (a zeroed tile, set once: never the column times 0 over some tile, 0 * inf is NaN)."""
+        pre, col = self.value(e, None)
+        pre, col = self.fp32_column(pre, col)
+        zero = Buf(self.fresh("zeros"), "sbuf", "f32", self.shape)
+        made = ir.Block("a zeroed tile the broadcast column is added to", (Alloc(zero, zero=True, line=self.line),),
+                        self.line, hoist=True)
+        return pre + [made, Act(dst, whole(zero), "copy", col, 1.0, self.line)]
 
     def regrouped(self, e: sx.Expr) -> sx.Expr:
         """`2*X + b - 0.5*c` (c a column) -> `(2*X - 0.5*c) + b`: the column terms join the first scaled operand

@@ -321,7 +321,8 @@ def strip_activation(e: sx.Expr) -> tuple[sx.Expr, float | None]:
 
 def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
     """Each factor of the product is a read, f32() of one (exact: a product of two 16-bit floats fits in fp32), or
-    relu / relu6 of the moving operand (folded into its producer: see `_relu_operand`); both reads have one dtype;
+    relu / relu6 of one (the moving operand's folded into its producer, `_relu_operand`; the stationary's applied
+    after its load, ConvOp.w_relu); a negation was taken off by `split_sign`; both reads have one dtype;
     a zero-padded read (`?? 0`) is the moving operand (its halo is zeroed in SBUF). The builders multiply the
     operand tiles as loaded, so anything else around a factor would be dropped (a scale, a function, a negation,
     a narrowing conversion: `relu(X) * W` of an input once ran as `X * W`, found by the fuzzer and by tests)."""
@@ -333,7 +334,7 @@ def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
         inner, _ = strip_activation(widened)
         if not isinstance(inner, sx.Access):
             raise reject(comp, f"`{fmt_expr(factor)}` is not a tensor read: a contraction multiplies two reads "
-                               f"(one may be under relu or `min(relu(..), c)`)", factor.span,
+                               f"(each may be under relu or `min(relu(..), c)`, or negated)", factor.span,
                          "compute the operand into a tensor first (`T[..] = ...`), then contract T; apply a scale "
                          "to the result")
         reads.append(inner)
