@@ -119,10 +119,11 @@ def test_conv_with_rectified_weights(dtype):
     assert_matches(prog, "Y", out["Y"], want)
 
 
-def test_batched_matmul_rectified_stationary():
-    src = """\
+@pytest.mark.parametrize("K", [96, 512])  # 512: the rows transposed two contraction tiles at a time
+def test_batched_matmul_rectified_stationary(K):
+    src = f"""\
 kernel st(A: f32[G, M, K], B: f32[G, K, N]) -> C
-  default G = 3, M = 140, K = 96, N = 64
+  default G = 3, M = 140, K = {K}, N = 64
   C: f32[G, M, N]
   for g in 0..G, i in 0..M, j in 0..N:
     C[g, i, j] = 0
@@ -151,3 +152,37 @@ kernel st(X: f32[C, H, W], Wd: f32[C, R, S]) -> Y
     with pytest.raises(TilecError, match="relu of a depthwise convolution's weights") as err:
         compile_loaded(lang.load(src))
     assert err.value.span is not None and err.value.span.line == 7
+
+
+def test_contraction_major_stationary_rectified_after_its_load():
+    """A^T B: the stationary A[k, i] is loaded as it is (no transposes to fold the relu into): one pass per load."""
+    src = """\
+kernel st(A: f32[K, M], B: f32[K, N]) -> C
+  default K = 200, M = 150, N = 100
+  C: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = 0
+    for k in 0..K:
+      C[i, j] += min(relu(A[k, i]), 0.2) * B[k, j]
+"""
+    prog, c, out, x = _run(src, "f32")
+    assert _conv(prog).w_layout == "ck"
+    assert_matches(prog, "C", out["C"], np.minimum(np.maximum(x["A"], 0), 0.2).T @ x["B"])
+
+
+def test_first_layer_conv_with_rectified_weights():
+    """C = 3 input channels: the filter taps folded into the contraction partitions (conv_fold)."""
+    src = """\
+kernel st(X: f32[N, C, H, W], Wt: f32[K, C, R, S]) -> Y
+  default N = 1, C = 3, H = 20, W = 18, K = 24, R = 3, S = 3
+  Y: f32[N, K, H - R + 1, W - S + 1]
+  for n in 0..N, k in 0..K, y in 0..H - R + 1, x in 0..W - S + 1:
+    Y[n, k, y, x] = 0
+    for c in 0..C, r in 0..R, s in 0..S:
+      Y[n, k, y, x] += X[n, c, y + r, x + s] * relu(Wt[k, c, r, s])
+"""
+    prog, c, out, x = _run(src, "f32")
+    w = np.maximum(x["Wt"], 0)
+    want = sum(np.einsum("nchw,kc->nkhw", x["X"][:, :, r:r + 18, s:s + 16], w[:, :, r, s])
+               for r in range(3) for s in range(3))
+    assert_matches(prog, "Y", out["Y"], want)

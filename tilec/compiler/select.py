@@ -207,8 +207,9 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             groups = f", {op.groups} groups (block diagonal)" if op.groups > 1 else ""
             lines.append(f"  stationary {op.w} (layout {op.w_layout}{groups}), moving {op.x}{stride}, "
                          f"bias {op.bias or '-'}{row}")
-            epi = ([f"stationary {'relu' if math.isinf(op.w_relu) else f'min(relu, {op.w_relu:g})'} after load"]
-                   if op.w_relu is not None else []) + ["negated" if op.scale == -1.0 else ""] + ["relu" if op.relu else ""] + \
+            w_fn = "relu" if op.w_relu is None or math.isinf(op.w_relu) else f"min(relu, {op.w_relu:g})"
+            epi = ([f"stationary {w_fn} after load"] if op.w_relu is not None else []) + \
+                ["negated" if op.scale == -1.0 else ""] + ["relu" if op.relu else ""] + \
                 ([f"+ {op.residual}"] if op.residual else []) + \
                 (["relu"] if op.post_relu else []) + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
                                                    f"scale {op.pool.scale:g}"] if op.pool else [])
