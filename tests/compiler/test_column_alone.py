@@ -116,3 +116,14 @@ kernel col(c: f32[M], d: f32[N]) -> Y
     inputs = _inputs(prog, "f32")
     want = np.broadcast_to(np.maximum(inputs["c"].astype(np.float64) * 3, 0)[:, None], (130, 40))
     assert_matches(prog, "Y", c.run(**inputs)["Y"], want)
+
+
+@pytest.mark.parametrize("M, N", [(521, 7), (521, 1), (7, 3)])
+def test_ragged_rows_and_a_single_column(M, N):
+    """521 rows: 128-row tiles plus a 9-row remainder, each with its own zeroed tile; N = 1: the tile is the column
+    itself (no expansion)."""
+    prog = lang.load(MATRIX.format(expr="2 * c[i] - 1"), dict(M=M, N=N))
+    c = compile_loaded(prog)
+    inputs = _inputs(prog, "f32")
+    want = np.broadcast_to(2 * inputs["c"].astype(np.float64)[:, None] - 1, (M, N))
+    assert_matches(prog, "Y", c.run(**inputs)["Y"], want)

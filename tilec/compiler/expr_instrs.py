@@ -37,7 +37,8 @@ class ExprCompiler:
     def emit(self, e: sx.Expr, dst: View) -> list[Stmt]:
         if self.regroup:
             e = self.regrouped(e)
-        if self.is_column(e) and self.columns:  # broadcast columns alone: the (P, 1) value expanded over the tile
+        # broadcast columns alone: the (P, 1) value expanded over the tile (a tile of one column is that value)
+        if self.is_column(e) and self.columns and math.prod(self.shape[1:]) > 1:
             return self.expand(e, dst)
         stmts, val = self.value(e, dst)
         if val != dst:
@@ -57,7 +58,8 @@ class ExprCompiler:
             self.n += 1
             buf = Buf(self.fresh(f"{self.prefix}{self.n}"), "sbuf", "f32", col.shape())
             pre, col = pre + [Alloc(buf, line=self.line), ir.Copy(whole(buf), col, self.line)], whole(buf)
-        zero = Buf(self.fresh("zeros"), "sbuf", "f32", self.shape)
+        name = "zeros" if self.prefix == "tmp" else f"{self.prefix.rstrip('_')}_zeros"  # a ragged nest's own
+        zero = Buf(self.fresh(name), "sbuf", "f32", self.shape)
         made = ir.Block("a zeroed tile the broadcast column is added to", (Alloc(zero, zero=True, line=self.line),),
                         self.line, hoist=True)
         return pre + [made, Act(dst, whole(zero), "copy", col, 1.0, self.line)]
