@@ -178,3 +178,42 @@ def test_selection_names_the_sign():
     c = compile_loaded(prog)
     assert "epilogue negated, relu" in c.stages["select"]
     assert "scale=-1.0" in c.source  # one activation: -acc + b, relu
+
+
+def test_negated_conv_then_fused_max_pool():
+    """The pool runs after the eviction, on the negated values (max of -conv, not -max of conv)."""
+    src = """\
+kernel neg(X: f32[N, C, H, W], Wt: f32[K, C, R, S]) -> P
+  default N = 1, C = 16, H = 10, W = 10, K = 24, R = 3, S = 3
+  T: f32[N, K, 8, 8]
+  P: f32[N, K, 4, 4]
+  for n in 0..N, k in 0..K, y in 0..8, x in 0..8:
+    T[n, k, y, x] = 0
+    for c in 0..C, r in 0..R, s in 0..S:
+      T[n, k, y, x] += -(X[n, c, y + r, x + s] * Wt[k, c, r, s])
+  for n in 0..N, k in 0..K, y in 0..4, x in 0..4:
+    P[n, k, y, x] = -inf
+    for i in 0..2, j in 0..2:
+      P[n, k, y, x] max= T[n, k, 2 * y + i, 2 * x + j]
+"""
+    prog, c, out, x = _run(src, "f32")
+    conv = -_conv_np(x["X"], x["Wt"])
+    want = conv.reshape(1, 24, 4, 2, 4, 2).max(axis=(3, 5))
+    assert _scale(prog, "P") == -1
+    assert_matches(prog, "P", out["P"], want)
+
+
+def test_negated_grouped_conv():
+    src = """\
+kernel neg(X: f32[N, G * Cg, H, W], Wt: f32[G * Kg, Cg, R, S]) -> Y
+  default N = 1, G = 4, Cg = 8, Kg = 6, H = 9, W = 9, R = 3, S = 3
+  Y: f32[N, G * Kg, H - R + 1, W - S + 1]
+  for n in 0..N, g in 0..G, k in 0..Kg, y in 0..H - R + 1, x in 0..W - S + 1:
+    Y[n, g * Kg + k, y, x] = 0
+    for c in 0..Cg, r in 0..R, s in 0..S:
+      Y[n, g * Kg + k, y, x] += X[n, g * Cg + c, y + r, x + s] * (-Wt[g * Kg + k, c, r, s])
+"""
+    prog, c, out, x = _run(src, "f32")
+    want = np.concatenate([-_conv_np(x["X"][:, g * 8:(g + 1) * 8], x["Wt"][g * 6:(g + 1) * 6]) for g in range(4)],
+                          axis=1)
+    assert_matches(prog, "Y", out["Y"], want)
