@@ -10,7 +10,6 @@ from compiler_helpers import assert_matches
 from tilec.compiler.api import compile_loaded
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.pipeline import compile_program
-from tilec.errors import TilecError
 from tilec.lang import api as lang
 
 
@@ -139,19 +138,22 @@ def test_selection_says_where_the_relu_runs():
     assert "stationary relu after load" in compile_loaded(prog).stages["select"]
 
 
-def test_relu_of_depthwise_weights_is_a_located_error():
-    src = """\
-kernel st(X: f32[C, H, W], Wd: f32[C, R, S]) -> Y
-  default C = 16, H = 10, W = 10, R = 3, S = 3
-  Y: f32[C, H - R + 1, W - S + 1]
-  for c in 0..C, y in 0..H - R + 1, x in 0..W - S + 1:
-    Y[c, y, x] = 0
+@pytest.mark.parametrize("C, upper", [(16, "relu(Wd[c, r, s])"), (150, "min(relu(Wd[c, r, s]), 0.3)")])
+def test_depthwise_weights_rectified_after_their_load(C, upper):
+    src = f"""\
+kernel st(X: f32[N, C, H, W], Wd: f32[C, R, S]) -> Y
+  default N = 2, C = {C}, H = 10, W = 10, R = 3, S = 3
+  Y: f32[N, C, H - R + 1, W - S + 1]
+  for n in 0..N, c in 0..C, y in 0..H - R + 1, x in 0..W - S + 1:
+    Y[n, c, y, x] = 0
     for r in 0..R, s in 0..S:
-      Y[c, y, x] += X[c, y + r, x + s] * relu(Wd[c, r, s])
+      Y[n, c, y, x] += X[n, c, y + r, x + s] * {upper}
 """
-    with pytest.raises(TilecError, match="relu of a depthwise convolution's weights") as err:
-        compile_loaded(lang.load(src))
-    assert err.value.span is not None and err.value.span.line == 7
+    prog, c, out, x = _run(src, "f32")
+    assert _conv(prog).w_layout == "dw"
+    w = np.minimum(np.maximum(x["Wd"], 0), 0.3 if "min" in upper else np.inf)
+    want = sum(x["X"][:, :, r:r + 8, s:s + 8] * w[None, :, r, s, None, None] for r in range(3) for s in range(3))
+    assert_matches(prog, "Y", out["Y"], want)
 
 
 def test_contraction_major_stationary_rectified_after_its_load():

@@ -352,6 +352,10 @@ class DepthwiseBuilder:
                     note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)", line=line)
         if self.CR:
             out += part(a(self.G), a(self.G * lay.cg), self.CR)
+        if op.w_relu is not None:  # `X * relu(Wd[c, r, s])`: the weight columns rectified once, after their loads
+            wv = ir.whole(self.w_all)
+            out.append(Act(wv, wv, "relu", line=line))
+            out += [Scalar(wv, wv, "minimum", op.w_relu, line)] if op.w_relu != float("inf") else []
         return out
 
     def diagonals(self, scalar: bool | None = False) -> list[Stmt]:

@@ -99,9 +99,6 @@ def select_conv(comp: Comp, program) -> ConvOp:
             raise reject(comp, f"a depthwise convolution's weights must be indexed {s_acc.tensor}[{p}, taps...]",
                          s_acc.span)
         w_layout = "dw"
-        if w_relu is not None:
-            raise reject(comp, f"relu of a depthwise convolution's weights `{fmt_expr(s_acc)}` is not compiled",
-                         s_acc.span, "compute it into a tensor first (`T[..] = relu(...)`), then contract T")
     elif s_vars == [p, roles["c"], *tap_vars]:
         w_layout = "kc"
     elif s_vars == [roles["c"], p, *tap_vars]:
