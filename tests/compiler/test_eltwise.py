@@ -161,7 +161,6 @@ def test_chain_with_a_broadcast():
 
 
 REJECTED = {
-    "column_alone": ("Y[i, j] = b[i] * 2", "broadcast columns alone are not supported"),
     "permuted_column": ("Y[i, j] = A[i, j] + c[j, i]", "consecutive output indices in order"),
 }
 

@@ -788,7 +788,7 @@ class _ConvBuilder:
         line = self.L["residual"]
         res = View(self.r_band, dst.idx)
         out: list[Stmt] = []
-        if func == "copy" and bias is None and not narrow:
+        if func == "copy" and bias is None and not narrow and self.op.scale == 1.0:
             src = acc
         else:
             ev = Buf(self.fresh(f"{self.op.name}_act"), "sbuf", "f32", acc.buf.shape)
@@ -813,9 +813,11 @@ class _ConvBuilder:
         add reading PSUM instead (activation only adds columns), followed by the relu in place."""
         p, V, op, line = self.p, self.var, self.op, self.line
         clamp: list[Stmt] = [Scalar(dst, dst, "minimum", op.clamp, line)] if op.clamp is not None else []  # relu6
-        if not (op.bias and op.bias_role == "x"):
-            return [Act(dst, acc, func, bias, 1.0, line)] + clamp
+        if not (op.bias and op.bias_role == "x"):  # func(scale * acc + bias): a negated product's sign first
+            return [Act(dst, acc, func, bias, op.scale, line)] + clamp
         col = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(V["x"], p.tile_x, self.cn["x"]))
         bc = View(self.bias_bc, (self.part(self.ks, p.tile_k), sl(col, p.tile_x)))
-        out: list[Stmt] = [Binary(dst, acc, bc, "add", line)]
+        assert op.scale in (1.0, -1.0)  # split_sign: a sign
+        out: list[Stmt] = [Binary(dst, acc, bc, "add", line) if op.scale == 1.0 else
+                           Binary(dst, bc, acc, "subtract", line)]  # b - acc: the sign before the bias
         return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if op.relu else []) + clamp

@@ -428,6 +428,10 @@ class DepthwiseBuilder:
                     note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)", line=line)
         if self.CR:
             out += part(a(self.G), a(self.G * lay.cg), self.CR)
+        if op.w_relu is not None:  # `X * relu(Wd[c, r, s])`: the weight columns rectified once, after their loads
+            wv = ir.whole(self.w_all)
+            out.append(Act(wv, wv, "relu", line=line))
+            out += [Scalar(wv, wv, "minimum", op.w_relu, line)] if op.w_relu != float("inf") else []
         return out
 
     def diagonals(self, scalar: bool | None = False) -> list[Stmt]:
@@ -873,7 +877,8 @@ class DepthwiseBuilder:
 
     def evicts_on_scalar(self) -> bool:
         """Whether ScalarE writes the output band last (its stores then go on ScalarE's DMA queue)."""
-        return not self.narrow() and (self.op.clamp is None or self.op.bias is None)
+        # (a clamp in PSUM before the eviction: not before a negated product's sign)
+        return not self.narrow() and (self.op.clamp is None or (self.op.bias is None and self.op.scale == 1.0))
 
     def alloc_once(self, buf: Buf) -> list[Stmt]:
         """The tile's SBUF temporaries are allocated at their first use in the tile and reused by its later chunks
@@ -898,13 +903,13 @@ class DepthwiseBuilder:
         narrow = self.narrow()
         if self.evicts_on_scalar():  # relu6 without a bias: min(relu(z), 6) = relu(min(z, 6)), clamped in PSUM
             clamp: list[Stmt] = [Scalar(acc, acc, "minimum", op.clamp, line)] if op.clamp is not None else []
-            return clamp + [Act(dst, acc, func, bias, 1.0, line)]
+            return clamp + [Act(dst, acc, func, bias, op.scale, line)]
         if not narrow:  # relu6 with a bias: the clamp after the eviction (VectorE)
             assert op.clamp is not None  # evicts_on_scalar() covers every op without a clamp
-            return [Act(dst, acc, func, bias, 1.0, line), Scalar(dst, dst, "minimum", op.clamp, line)]
+            return [Act(dst, acc, func, bias, op.scale, line), Scalar(dst, dst, "minimum", op.clamp, line)]
         ev = Buf(self.fresh(f"{op.name}_act{tag}"), "sbuf", "f32", acc.buf.shape)
         src = View(ev, acc.idx)
-        out: list[Stmt] = self.alloc_once(ev) + [Act(src, acc, func, bias, 1.0, line)]
+        out: list[Stmt] = self.alloc_once(ev) + [Act(src, acc, func, bias, op.scale, line)]
         if op.clamp is not None:
             out.append(Scalar(src, src, "minimum", op.clamp, line))
         for name, dtype in narrow:

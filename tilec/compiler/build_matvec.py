@@ -47,7 +47,7 @@ def is_matvec(op: ConvOp, hbm: dict[str, Buf]) -> bool:
     d = dict(op.dims)
     plain = (op.w_layout == "kc" and op.groups == 1 and not op.w_batch and not op.x_transposed and op.bias is None
              and op.residual is None and op.pool is None and not op.relu and not op.post_relu and op.clamp is None
-             and not op.fused)
+             and not op.fused and op.scale == 1.0 and op.w_relu is None)
     return plain and d["N"] * d["Ho"] * d["Wo"] * d["H"] * d["W"] * d["R"] * d["S"] == 1
 
 

@@ -5,6 +5,7 @@ every partition. Folded taps and row pairs prepare theirs in conv_fold.py and co
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from tilec.compiler import conv_fold, conv_pairs, ir
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 def weights(b: _ConvBuilder, local: bool) -> list[Stmt]:
     """The stationary operand prepared (weights_once); for a folded image's producer, its K output-channel
     columns copied once per further copy of the image (one k-tile: conv_chain checks it)."""
-    out = weights_once(b, local)
+    out = weights_once(b, local) + rectified(b, local)
     if b.dup == 1:
         return out
     wt, K, line = b.wt_buf(local), b.K, b.L["update"]
@@ -28,6 +29,33 @@ def weights(b: _ConvBuilder, local: bool) -> list[Stmt]:
             return View(wt, tuple(sl(start, K) if i == at else full(n) for i, n in enumerate(wt.shape)))
         out.append(ir.Copy(cols(j * K), cols(0), line))
     return out
+
+
+def rectified(b: _ConvBuilder, local: bool) -> list[Stmt]:
+    """`relu(A[i, k]) * B[k, j]` (ConvOp.w_relu): the prepared stationary rectified in place, once per load (relu on
+    ScalarE, then relu6's upper bound on VectorE); relu and the minimum commute with the PE transposes."""
+    op = b.op
+    if op.w_relu is None or transposed_rows(b):  # rectified by the transposes' evictions (evict_transposed)
+        return []
+    wt, line = whole(b.wt_buf(local)), b.L["update"]
+    clamp: list[Stmt] = [ir.Scalar(wt, wt, "minimum", op.w_relu, line)] if not math.isinf(op.w_relu) else []
+    return [ir.Act(wt, wt, "relu", line=line)] + clamp
+
+
+def transposed_rows(b: _ConvBuilder) -> bool:
+    """The stationary is loaded k-major and transposed block by block on TensorE (weights_once's last path)."""
+    return b.op.w_layout == "kc" and b.pair == 1 and b.fold == 1
+
+
+def evict_transposed(b: _ConvBuilder, dst: View, src: View, scalar: bool = False) -> list[Stmt]:
+    """A transposed block PSUM -> SBUF: a copy (VectorE, or ScalarE when `scalar`), or with ConvOp.w_relu the relu
+    itself on the same engine (max(x, 0) on VectorE; relu6's bound after it on VectorE): the stationary's relu costs
+    no pass of its own."""
+    op, line = b.op, b.L["update"]
+    if op.w_relu is None:
+        return [ir.Act(dst, src, "copy", line=line) if scalar else ir.Copy(dst, src, line)]
+    clamp: list[Stmt] = [ir.Scalar(dst, dst, "minimum", op.w_relu, line)] if not math.isinf(op.w_relu) else []
+    return [ir.Act(dst, src, "relu", line=line) if scalar else ir.Scalar(dst, src, "maximum", 0.0, line)] + clamp
 
 
 def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
@@ -89,8 +117,8 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
             tap: list[Stmt] = [Alloc(tp, line=line),
                                ir.Transpose(tpv, View(once or raw, (pt(ks, p.tile_k), src_c, a(r), a(s))), "pe",
                                             line),
-                               ir.Copy(View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), a(r), a(s),
-                                                 kdst)), tpv, line)]
+                               *evict_transposed(b, View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), a(r), a(s),
+                                                               kdst)), tpv)]
             per_tap = loop(r, b.R, loop(s, b.S, tap, note=b.T["s"], line=line), note=b.T["r"],
                            line=line)
             return (load(cv, cs) if per_c else []) + per_tap
@@ -133,7 +161,7 @@ def rows_two_engines(b: _ConvBuilder, rows: Buf, wt: Buf, kdst) -> list[Stmt]:
     for j in range(2):
         dst = View(wt, (full(p.tile_c), a(term(hv, 2), j), a(0), a(0), kdst))
         src = View(tp, (full(p.tile_c), a(j), full(p.tile_k)))
-        body.append(ir.Copy(dst, src, line) if j == 0 else ir.Act(dst, src, "copy", line=line))
+        body += evict_transposed(b, dst, src, scalar=j == 1)
     return loop(hv, b.CT // 2, body, note=f"{b.T['c']} (pairs of tiles of {b.cn['c']})", line=line)
 
 

@@ -37,10 +37,32 @@ class ExprCompiler:
     def emit(self, e: sx.Expr, dst: View) -> list[Stmt]:
         if self.regroup:
             e = self.regrouped(e)
+        # broadcast columns alone: the (P, 1) value expanded over the tile (a tile of one column is that value)
+        if self.is_column(e) and self.columns and math.prod(self.shape[1:]) > 1:
+            return self.expand(e, dst)
         stmts, val = self.value(e, dst)
         if val != dst:
             stmts.append(ir.Copy(dst, val, self.line))
         return stmts
+
+    def expand(self, e: sx.Expr, dst: View) -> list[Stmt]:
+        """`Y[i, j] = 2 * c[i] + 1`: the value computed on the (P, 1) column, then one ScalarE activation writes the
+        tile as 1 * zeros + column (a zeroed tile, set once; never the column times 0 over some tile: 0 * inf is
+        NaN)."""
+        pre, col = self.value(e, None)
+        pre, col = self.fp32_column(pre, col)
+        # a column read as it is goes through a (P, 1) VectorE copy first: the perf model puts `Y = c[i]` at 62.3 us
+        # reading the loaded column directly, 50.2 us with the copy (1024 x 2048 f32; like `2 * c[i] + 1`, whose
+        # column is computed on VectorE too; why the direct read is slower there was not examined)
+        if isinstance(e, sx.Access):
+            self.n += 1
+            buf = Buf(self.fresh(f"{self.prefix}{self.n}"), "sbuf", "f32", col.shape())
+            pre, col = pre + [Alloc(buf, line=self.line), ir.Copy(whole(buf), col, self.line)], whole(buf)
+        name = "zeros" if self.prefix == "tmp" else f"{self.prefix.rstrip('_')}_zeros"  # a ragged nest's own
+        zero = Buf(self.fresh(name), "sbuf", "f32", self.shape)
+        made = ir.Block("a zeroed tile the broadcast column is added to", (Alloc(zero, zero=True, line=self.line),),
+                        self.line, hoist=True)
+        return pre + [made, Act(dst, whole(zero), "copy", col, 1.0, self.line)]
 
     def regrouped(self, e: sx.Expr) -> sx.Expr:
         """`2*X + b - 0.5*c` (c a column) -> `(2*X - 0.5*c) + b`: the column terms join the first scaled operand

@@ -81,6 +81,10 @@ class ConvOp:
     clamp: float | None = None  # with relu: the upper bound of a relu6-style `min(relu(..), 6)` on the eviction
     bias_role: str = "k"  # the role indexing the bias: k (a column per out channel) | x (a matmul's row along x)
     groups: int = 1  # a grouped convolution: C and K are G groups each, W[k, c of k's group, ..] (block diagonal)
+    # relu of the stationary operand (`relu(A[i, k]) * B[k, j]`): its upper bound (inf: relu, c: `min(relu(.), c)`),
+    # applied in place to the stationary tiles after each load; None: none
+    w_relu: float | None = None
+    scale: float = 1.0  # -1: a negated product (`A * (-B)`, `-(A * B)`), applied on the eviction before the bias
 
     def dim(self, d: str) -> int:
         return dict(self.dims)[d]

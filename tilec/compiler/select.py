@@ -36,8 +36,8 @@ from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceO
 from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
 from tilec.compiler.select_permute import MAX_RANK, plan
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
-from tilec.compiler.select_conv import (fold_operand_relu, fuse_epilogues, grouped_conv, select_conv, ungroup,
-                                         ungroup_single)
+from tilec.compiler.select_conv import (fold_operand_relu, fuse_epilogues, grouped_conv, select_conv, split_sign,
+                                         ungroup, ungroup_single)
 from tilec.compiler.select_pool import fuse_pool_divide, select_pool
 from tilec.compiler.select_reduce import is_row_reduction, select_reduce
 from tilec.errors import TilecError
@@ -57,6 +57,8 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
             ops.append(select_copy(comp, program))
             continue
         groups = 1
+        written = comp
+        comp, sign = split_sign(comp)  # `-(A * B)`, `A * (-B)`: the product, its sign on the eviction (ConvOp.scale)
         if comp.out_index and comp.red_op is not None:  # a merged channel index: a grouped convolution
             comp, groups = ungroup(comp, program)
         elif comp.out_index:
@@ -68,10 +70,14 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
         if comp.red_op is None and not is_copy(comp, program):
             comp = fuse_chain(comps, i, program, consumed)
         op = _select_one(comp, program) if groups == 1 else grouped_conv(comp, groups, program)
+        if sign != 1.0 and not isinstance(op, ConvOp):  # only a contraction carries the sign: the statement as written
+            comp = written
+            op = _select_one(comp, program)
         if isinstance(op, PoolOp) and op.window is not None:
             op = fuse_pool_divide(op, comps, i, program, consumed)
         if isinstance(op, ConvOp):
-            fold_operand_relu(ops, comps, comp, program)
+            op = replace(op, scale=sign)
+            fold_operand_relu(ops, comps, comp, program, op)
             op = fuse_epilogues(op, comps, i, program, consumed)
         ops.append(op)
     parts = part_targets(comps, program)
@@ -201,7 +207,10 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             groups = f", {op.groups} groups (block diagonal)" if op.groups > 1 else ""
             lines.append(f"  stationary {op.w} (layout {op.w_layout}{groups}), moving {op.x}{stride}, "
                          f"bias {op.bias or '-'}{row}")
-            epi = ["relu" if op.relu else ""] + ([f"+ {op.residual}"] if op.residual else []) + \
+            w_fn = "relu" if op.w_relu is None or math.isinf(op.w_relu) else f"min(relu, {op.w_relu:g})"
+            epi = ([f"stationary {w_fn} after load"] if op.w_relu is not None else []) + \
+                ["negated" if op.scale == -1.0 else ""] + ["relu" if op.relu else ""] + \
+                ([f"+ {op.residual}"] if op.residual else []) + \
                 (["relu"] if op.post_relu else []) + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
                                                    f"scale {op.pool.scale:g}"] if op.pool else [])
             lines.append("  epilogue " + (", ".join(e for e in epi if e) or "-") +

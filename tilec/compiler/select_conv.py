@@ -36,10 +36,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
         raise reject(comp, "no operand can be the matmul's stationary side (indexed by plain loop variables, "
                            "with exactly one output variable after the batch indices)", comp.update.span)
     _, p, s_acc, m_acc = min(candidates, key=lambda t: t[0])
-    relu_acc = (_relu_operand(comp) or (None, None))[0]
-    if relu_acc is not None and relu_acc is not m_acc:
-        raise reject(comp, f"relu of the stationary operand `{fmt_expr(relu_acc)}` is not compiled", relu_acc.span,
-                     "compute it into a tensor first (`T[..] = relu(...)`), then contract T")
+    w_relu = next((upper for inner, upper in _relu_operands(comp) if inner is s_acc), None)
     if s_acc.fill is not None:
         raise reject(comp, f"the stationary operand `{s_acc.tensor}` may not be a padded read", s_acc.span,
                      "pad the input (the operand indexed by output rows/columns plus filter taps) instead")
@@ -117,7 +114,27 @@ def select_conv(comp: Comp, program) -> ConvOp:
     stride_y, stride_x = [1] * pad + strides
     off_y, off_x = [0] * pad + offsets
     dil_y, dil_x = [1] * pad + dilations
-    return replace(conv, stride=(stride_y, stride_x), offset=(off_y, off_x), dilation=(dil_y, dil_x))
+    return replace(conv, stride=(stride_y, stride_x), offset=(off_y, off_x), dilation=(dil_y, dil_x), w_relu=w_relu)
+
+
+def split_sign(comp: Comp) -> tuple[Comp, float]:
+    """A negated contraction, `-(A[i, k] * B[k, j])` or a negated factor `A[i, k] * (-B[k, j])` (either one, or
+    both), as the product of the reads and its sign: the builders scale the PSUM eviction by the sign (before the
+    bias). (comp, 1.0) unchanged when the update is not such a product."""
+    update, sign = comp.update, 1.0
+    if comp.red_op != "+=" or update is None:
+        return comp, 1.0
+    while isinstance(update, sx.Neg):
+        update, sign = update.x, -sign
+    if not (isinstance(update, sx.BinOp) and update.op == "*" and len(accesses(update)) == 2):
+        return comp, 1.0
+    factors = []
+    for f in (update.lhs, update.rhs):
+        while isinstance(f, sx.Neg):
+            f, sign = f.x, -sign
+        factors.append(f)
+    product = replace(update, lhs=factors[0], rhs=factors[1])
+    return (comp, 1.0) if product == comp.update else (replace(comp, update=product), sign)
 
 
 def ungroup(comp: Comp, program) -> tuple[Comp, int]:
@@ -301,7 +318,8 @@ def strip_activation(e: sx.Expr) -> tuple[sx.Expr, float | None]:
 
 def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
     """Each factor of the product is a read, f32() of one (exact: a product of two 16-bit floats fits in fp32), or
-    relu / relu6 of the moving operand (folded into its producer: see `_relu_operand`); both reads have one dtype;
+    relu / relu6 of one (the moving operand's folded into its producer, `_relu_operand`; the stationary's applied
+    after its load, ConvOp.w_relu); a negation was taken off by `split_sign`; both reads have one dtype;
     a zero-padded read (`?? 0`) is the moving operand (its halo is zeroed in SBUF). The builders multiply the
     operand tiles as loaded, so anything else around a factor would be dropped (a scale, a function, a negation,
     a narrowing conversion: `relu(X) * W` of an input once ran as `X * W`, found by the fuzzer and by tests)."""
@@ -313,7 +331,7 @@ def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
         inner, _ = strip_activation(widened)
         if not isinstance(inner, sx.Access):
             raise reject(comp, f"`{fmt_expr(factor)}` is not a tensor read: a contraction multiplies two reads "
-                               f"(one may be under relu or `min(relu(..), c)`)", factor.span,
+                               f"(each may be under relu or `min(relu(..), c)`, or negated)", factor.span,
                          "compute the operand into a tensor first (`T[..] = ...`), then contract T; apply a scale "
                          "to the result")
         reads.append(inner)
@@ -328,16 +346,27 @@ def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
                          f"write `{acc.tensor}[...] ?? 0`")
 
 
-def _relu_operand(comp: Comp) -> tuple[sx.Access, float] | None:
-    """The read a contraction takes the relu (or relu6) of, `relu(T[..] ?? 0) * W[..]`, and its upper bound."""
+def _relu_operands(comp: Comp) -> list[tuple[sx.Access, float]]:
+    """The reads a contraction takes the relu (or relu6) of, `relu(T[..] ?? 0) * W[..]`, with their upper bounds."""
     update = comp.update
     if not isinstance(update, sx.BinOp):
-        return None
+        return []
+    found = []
     for factor in (update.lhs, update.rhs):
         inner, upper = strip_activation(factor)
         if upper is not None and isinstance(inner, sx.Access):
-            return inner, upper
-    return None
+            found.append((inner, upper))
+    return found
+
+
+def _relu_operand(comp: Comp, op: ConvOp) -> tuple[sx.Access, float] | None:
+    """The moving operand's relu (or relu6), `relu(T[..] ?? 0) * W[..]`, and its upper bound: a relu'd factor left
+    once the stationary operand's (ConvOp.w_relu, applied after its load) is set aside."""
+    found = _relu_operands(comp)
+    if op.w_relu is not None:
+        mine = next(i for i, (inner, upper) in enumerate(found) if inner.tensor == op.w and upper == op.w_relu)
+        found = found[:mine] + found[mine + 1:]
+    return found[0] if found else None
 
 
 def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: list, spatial: list,
@@ -446,11 +475,11 @@ def fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> Co
     return op
 
 
-def fold_operand_relu(ops: list[Op], comps, comp: Comp, program) -> None:
+def fold_operand_relu(ops: list[Op], comps, comp: Comp, program, op: ConvOp) -> None:
     """`Y[..] += relu(T[..] ?? 0) * W[..]` (or `min(relu(T[..]), 6)`) where T is a temporary written by an earlier
     contraction and read only under that function: T is stored rectified (relu, then the minimum, on T's PSUM
     eviction; both keep 0 at 0, so the padding is unchanged)."""
-    found = _relu_operand(comp)
+    found = _relu_operand(comp, op)
     if found is None:
         return
     acc, upper = found

@@ -96,13 +96,8 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
         group += [acc.tensor] if acc.tensor not in group else []
     check_expr(comp, comp.init)
     # an expression of columns and constants (`0.5 * c[i]`) is computed on the (P, 1) columns and meets full tiles in
-    # tensor_scalar (one scalar per partition); it cannot be the whole result
-    if columns and column_only(comp.init, set(columns)):
-        assert runs["column"] is not None  # set with the first column
-        raise reject(comp, "an element-wise result must read at least one operand indexed like the output "
-                           "(or a broadcast row); broadcast columns alone are not supported", comp.init.span,
-                     f"compute the per-{'/'.join(comp.out_vars[a] for a in range(*runs['column']))} values as a "
-                     "tensor of their own shape, or read an operand indexed like the output in the same statement")
+    # tensor_scalar (one scalar per partition); as the whole result (`Y[i, j] = 2 * c[i] + 1`) the column is expanded
+    # over the tile (expr_instrs.ExprCompiler.emit)
     run = _partition_run(comp, runs)
     roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))
     layout = _broadcast_layout(comp, run) if run else ()

@@ -1,0 +1,75 @@
+"""Issue 10's forms (gaps10) beside the plain kernels they sit next to: model latency of each default schedule.
+
+    python benchmarks/gaps10.py            # f32 and bf16
+    python benchmarks/gaps10.py --dtype bf16
+
+Each row pairs a program the compiler refused before session 10 with its plain twin (same sizes, the sign, the relu
+of the stationary or the broadcast column replaced by the ordinary form; a column's twin is a constant fill of the same output: both only store): the new form should cost about what the
+twin costs (the sign on the eviction is free; the stationary's relu is one pass over it per load; a column alone is
+one activation per tile after the (P, 1) column). µs from tilec's performance model (never measured).
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from families import model_us  # noqa: E402
+from tilec.target import target as get_target  # noqa: E402
+
+MATMUL = """\
+kernel mm(A: f32[M, K], B: f32[K, N], b: f32[M]) -> Y
+  default M = 512, K = 1024, N = 512
+  C: f32[M, N]
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = b[i]
+    for k in 0..K:
+      C[i, j] += {update}
+  for i in 0..M, j in 0..N:
+    Y[i, j] = relu(C[i, j])
+"""
+COLUMN = """\
+kernel col(A: f32[M, N], c: f32[M]) -> Y
+  default M = 1024, N = 2048
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = {expr}
+"""
+PAIRS = (
+    ("relu(b - A.B) (negated product)", MATMUL.format(update="-(A[i, k] * B[k, j])"),
+     MATMUL.format(update="A[i, k] * B[k, j]")),
+    ("relu(A) . B (stationary relu)", MATMUL.format(update="relu(A[i, k]) * B[k, j]"),
+     MATMUL.format(update="A[i, k] * B[k, j]")),
+    ("Y = 2 * c[i] + 1 (column alone)", COLUMN.format(expr="2 * c[i] + 1"), COLUMN.format(expr="2.5")),
+    ("Y = c[i] (column alone)", COLUMN.format(expr="c[i]"), COLUMN.format(expr="2.5")),
+)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtype", choices=("f32", "bf16"), action="append")
+    args = ap.parse_args()
+    tgt = get_target(None)
+    print(f"{'form':34} {'dtype':5} {'new µs':>9} {'twin µs':>9} {'ratio':>6}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype in args.dtype or ["f32", "bf16"]:
+            for what, new, twin in PAIRS:
+                got = []
+                for i, text in enumerate((new, twin)):
+                    path = pathlib.Path(tmp) / f"p{i}.tl"
+                    path.write_text(text.replace("f32[", f"{dtype}["))
+                    got.append(model_us(path, {}, tgt)[0])
+                a, b = got
+                ratio = f"{a / b:6.2f}" if isinstance(a, float) and isinstance(b, float) else "     -"
+                show = [f"{x:9.1f}" if isinstance(x, float) else x[:40] for x in got]
+                print(f"{what:34} {dtype:5} {show[0]:>9} {show[1]:>9} {ratio}")
+
+
+if __name__ == "__main__":
+    main()
