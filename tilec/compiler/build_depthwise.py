@@ -500,7 +500,15 @@ class DepthwiseBuilder:
         write every output column."""
         pos = [(r, s) for r in range(self.R) for s in range(self.S)]
         pos = sorted(pos, key=lambda p: self.tap_cols(p[1])[1] == self.Wo)  # stable: clipped positions first
-        return [(-1, r, s) for r, s in pos[:pe]], [(j, r, s) for r, s in pos[pe:] for j in range(self.HY)]
+        # TensorE's first matmul starts the PSUM sum (accumulate=False writes only its own columns): a whole one first
+        head = sorted(pos[:pe], key=lambda p: self.tap_cols(p[1])[1] != self.Wo)
+        return [(-1, r, s) for r, s in head], [(j, r, s) for r, s in pos[pe:] for j in range(self.HY)]
+
+    def pe_starts_whole(self) -> bool:
+        """Whether TensorE's first tap writes every output column of the PSUM sum (else the hybrid cannot start
+        it: a clipped first matmul would leave columns that later matmuls accumulate onto uninitialised)."""
+        head = self.hybrid_taps(self.pe_taps)[0]
+        return not head or self.tap_cols(head[0][2])[1] == self.Wo
 
     def rotated(self, m: int) -> list[tuple[int, int, int]]:
         """(first band slot, first input channel of the group, count): band slot j of output m holds input channel
@@ -969,7 +977,10 @@ def choose_hybrid(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> Layout | N
     t, groups = get_target(), op.dim("K") // kg
     for d in sorted((d for d in range(1, groups + 1) if groups % d == 0 and d * kg <= PMAX), reverse=True):
         lay = Layout(d * kg, 1, ho, max(1, min(n_img, PMAX // (d * kg))), rc)
-        sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, True).build()))
+        trial = DepthwiseBuilder(op, hbm, lambda name: name, lay, True)
+        if not trial.pe_starts_whole():  # a padded conv whose TensorE taps are all clipped (f32: 6 of 3x3's 9)
+            return None
+        sbuf, psum = passes.peak_usage(tuple(trial.build()))
         if sbuf <= sbuf_budget(t) * HYBRID_SBUF_SHARE and psum <= t.psum_banks:
             return lay
     return None
