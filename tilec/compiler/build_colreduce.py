@@ -32,6 +32,8 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 
 
 def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    if op.op != "add":
+        return build_column_extreme(op, plan, hbm, fresh)
     K = stacked(op.dim("O"), op.dim("R"), plan)
     if K > 1:  # K o's per step on K * R partitions: the plan's row tile is the stacked one
         plan = ReducePlan(K * plan.parts, plan.free)
@@ -192,3 +194,77 @@ def _finish(op: ColumnReduceOp, hbm, fresh: Fresh, res: Buf, views: dict[str, Bu
     elif op.init != 0.0:
         out.append(Scalar(whole(res), whole(res), "add", op.init, op.line))
     return out
+
+
+# ---- max= / min= over leading or middle dimensions ------------------------------------------------------------------
+
+def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    """`s[j] max= A[i, j]`, `s[o, f] min= A[o, r, f]`: TensorE only adds, so the row tiles are folded element-wise
+    on VectorE first, then the one (TILE_P, TILE_F) tile left is turned on its side and folded along its rows:
+
+        run[TILE_P, TILE_F] = max(A[o, 0:TILE_P, ft], A[o, TILE_P:2*TILE_P, ft]); run = max(run, A[o, rt, ft])...
+        per chunk of COL_CHUNK columns: nc_transpose(run[:, chunk]) -> PSUM [COL_CHUNK, TILE_P]
+                                        tensor_reduce max along its free axis -> the chunk's column of maxima
+        the initial value (a constant, or b's chunk loaded as a column), one store of the column
+
+    The element-wise folds read every element once (VectorE, behind the loads); the transposes and reduces touch
+    one tile per (o, free tile), not one per row tile."""
+    O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
+    TP, TF = plan.parts, plan.free
+    CB = best_divisor(TF, PMAX)  # columns per transpose: at most 128 (the partitions of the transposed tile)
+    line, ln = op.line, op.update_line
+    views: dict[str, Buf] = {}
+    stmts: list[Stmt] = []
+    for name in op.inputs or (op.src,):
+        views[name], st = hbm_view(hbm[name], (O, R, F), fresh(f"{name}_v"), line)
+        stmts += st
+    out_v, st = hbm_view(hbm[op.out], (O, F, 1), fresh(f"{op.out}_v"), line)
+    stmts += st
+    word = "max" if op.op == "maximum" else "min"
+    red = ", ".join(v for role, v in op.vars if role.startswith("r"))
+    cols = sl(a(term("ft", TF, "TILE_F")), TF)
+    tiles = R // TP
+    body: list[Stmt] = []
+    first, load = _load(op, plan, hbm, fresh, views, sl(0, TP, name="TILE_P"), cols, "r0")
+    body += load
+    run = first
+    if tiles > 1:
+        second, load = _load(op, plan, hbm, fresh, views, sl(TP, TP, name="TILE_P"), cols, "r1")
+        run = Buf(fresh(f"{op.out}_run"), "sbuf", first.dtype, (TP, TF))
+        body += load + [Alloc(run, line=ln), Binary(whole(run), whole(first), whole(second), op.op, ln)]
+    if tiles > 2:
+        rows = sl(a(term("rt", TP, "TILE_P"), 2 * TP), TP, name="TILE_P")
+        tile, load = _load(op, plan, hbm, fresh, views, rows, cols)
+        step = load + [Binary(whole(run), whole(run), whole(tile), op.op, ln)]
+        body += loop("rt", tiles - 2, step, note=f"for {red} (the row tiles after the first two, "
+                                                   f"{word} on VectorE)", line=op.line_of("r0"))
+    chunk = sl(a(term("ct", CB, "COL_CHUNK")), CB)
+    side = Buf(fresh(f"{op.out}_T"), "psum", run.dtype, (CB, TP))
+    col = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (CB, 1))
+    inner: list[Stmt] = [Alloc(side, line=ln), ir.Transpose(whole(side), View(run, (full(TP), chunk)), "pe", ln),
+                         Alloc(col, line=ln), ir.Reduce(whole(col), whole(side), op.op, ln)]
+    where = View(out_v, (a("o"), sl(a(term("ft", TF, "TILE_F"), term("ct", CB, "COL_CHUNK")), CB), full(1)))
+    if isinstance(op.init, str):
+        init_v, st = hbm_view(hbm[op.init], (O, F, 1), fresh(f"{op.init}_v"), line)
+        stmts += st
+        start = Buf(fresh(f"{op.init}_col"), "sbuf", hbm[op.init].dtype, (CB, 1))
+        inner += [Alloc(start, line=line), Dma(whole(start), View(init_v, where.idx), line),
+                  Binary(whole(col), whole(col), whole(start), op.op, line)]
+    elif op.init != _IDENTITY[op.op]:
+        inner.append(Scalar(whole(col), whole(col), op.op, op.init, line))
+    result = result_tile(op, hbm, fresh, col, inner)
+    inner.append(Dma(where, whole(result), ln))
+    body += loop("ct", TF // CB, inner, note=f"chunks of COL_CHUNK columns: transposed, {word} along the free axis",
+                 line=ln)
+    kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
+    nest = loop("ft", F // TF, body, note=f"for {kept} (tiles of TILE_F)", line=op.line_of("k0"))
+    outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
+    nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
+    folded = op.src if op.expr is None else fmt_expr(op.expr)
+    what = (f"{op.out} = {word} over {red} of {folded} ({word} of the row tiles on VectorE, then per chunk of "
+            f"columns a TensorE transpose and a {word} along the free axis)")
+    consts = [("TILE_P", TP), ("TILE_F", TF), ("COL_CHUNK", CB)]
+    return consts, stmts + [ir.Block(what, tuple(nest), line)]
+
+
+_IDENTITY = {"maximum": float("-inf"), "minimum": float("inf")}
