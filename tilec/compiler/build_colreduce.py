@@ -23,6 +23,7 @@ from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, ReducePlan, best_divisor
+from tilec.target import target as get_target
 
 GROUP = 4  # fp32 row tiles loaded per step (two pairs)
 STACK_ALIGN = 32  # partitions: an engine instruction starts at partition 0, 32, 64 or 96
@@ -224,20 +225,30 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
     red = ", ".join(v for role, v in op.vars if role.startswith("r"))
     cols = sl(a(term("ft", TF, "TILE_F")), TF)
     tiles = R // TP
+    group = _group(tiles)
+    peel = group if group > 1 else min(tiles, 2)  # the first step's tiles: the first fold writes the running tile
+    cut = _vector_columns(TF, hbm[op.src].dtype)
     body: list[Stmt] = []
-    first, load = _load(op, plan, hbm, fresh, views, sl(0, TP, name="TILE_P"), cols, "r0")
-    body += load
-    run = first
-    if tiles > 1:
-        second, load = _load(op, plan, hbm, fresh, views, sl(TP, TP, name="TILE_P"), cols, "r1")
-        run = Buf(fresh(f"{op.out}_run"), "sbuf", first.dtype, (TP, TF))
-        body += load + [Alloc(run, line=ln), Binary(whole(run), whole(first), whole(second), op.op, ln)]
-    if tiles > 2:
-        rows = sl(a(term("rt", TP, "TILE_P"), 2 * TP), TP, name="TILE_P")
-        tile, load = _load(op, plan, hbm, fresh, views, rows, cols)
-        step = load + [Binary(whole(run), whole(run), whole(tile), op.op, ln)]
-        body += loop("rt", tiles - 2, step, note=f"for {red} (the row tiles after the first two, "
-                                                   f"{word} on VectorE)", line=op.line_of("r0"))
+    first: list[Buf] = []
+    for k in range(peel):
+        t, load = _load(op, plan, hbm, fresh, views, sl(k * TP, TP, name="TILE_P"), cols, f"r{k}")
+        first.append(t)
+        body += load
+    run = first[0]
+    if peel > 1:
+        run = Buf(fresh(f"{op.out}_run"), "sbuf", first[0].dtype, (TP, TF))
+        body += [Alloc(run, line=ln)] + _fold(run, first[0], first[1], op.op, cut, ln)
+        for t in first[2:]:
+            body += _fold(run, run, t, op.op, cut, ln)
+    if tiles > peel:
+        step: list[Stmt] = []
+        for k in range(group):
+            rows = sl(a(term("rt", group * TP, "GROUP_ROWS"), (peel + k) * TP), TP, name="TILE_P")
+            t, load = _load(op, plan, hbm, fresh, views, rows, cols, f"r{k}" if group > 1 else "tile")
+            step += load + _fold(run, run, t, op.op, cut, ln)
+        how = f"groups of {group} TILE_P tiles" if group > 1 else "tiles of TILE_P"
+        body += loop("rt", (tiles - peel) // group, step, note=f"for {red} (after the first {peel * TP} rows, "
+                     f"{how}: {word} on VectorE and GpSimdE, each its part of the columns)", line=op.line_of("r0"))
     chunk = sl(a(term("ct", CB, "COL_CHUNK")), CB)
     side = Buf(fresh(f"{op.out}_T"), "psum", run.dtype, (CB, TP))
     col = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (CB, 1))
@@ -263,8 +274,31 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
     folded = op.src if op.expr is None else fmt_expr(op.expr)
     what = (f"{op.out} = {word} over {red} of {folded} ({word} of the row tiles on VectorE, then per chunk of "
             f"columns a TensorE transpose and a {word} along the free axis)")
-    consts = [("TILE_P", TP), ("TILE_F", TF), ("COL_CHUNK", CB)]
+    consts = [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF), ("COL_CHUNK", CB)]
     return consts, stmts + [ir.Block(what, tuple(nest), line)]
 
 
 _IDENTITY = {"maximum": float("-inf"), "minimum": float("inf")}
+SHARE_MIN = 128  # columns: a narrower tile is folded on VectorE alone (a second instruction's fixed cost outweighs it)
+
+
+def _vector_columns(cols: int, dtype: str) -> int:
+    """The columns of a fold VectorE takes (GpSimdE the rest) so that both finish together: tensor_tensor streams
+    2 cycles per element on both engines, 1 on VectorE when every operand is 16-bit (tilec/perf/costs.py), at
+    the clocks of tilec/target.py. 4096 x 4096 column max on the model: f32 425.6 -> see the note, bf16 309.7."""
+    if cols < SHARE_MIN:
+        return cols
+    t = get_target()
+    vector = t.vector_ghz * (2 if dtype in ("f16", "bf16") else 1)
+    return min(cols, max(1, round(cols * vector / (vector + t.gpsimd_ghz))))
+
+
+def _fold(dst: Buf, x: Buf, y: Buf, alu: str, cut: int, line: int) -> list[Stmt]:
+    """dst = alu(x, y) element-wise: columns [0, cut) on VectorE, the rest on GpSimdE."""
+    rows, cols = dst.shape
+    part = lambda b, lo, n: View(b, (full(rows), sl(lo, n)))  # noqa: E731
+    out: list[Stmt] = [Binary(part(dst, 0, cut), part(x, 0, cut), part(y, 0, cut), alu, line)]
+    if cut < cols:
+        rest = cols - cut
+        out.append(Binary(part(dst, cut, rest), part(x, cut, rest), part(y, cut, rest), alu, line, engine="gpsimd"))
+    return out
