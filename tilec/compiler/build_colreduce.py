@@ -211,7 +211,8 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
     The element-wise folds read every element once (VectorE, behind the loads); the transposes and reduces touch
     one tile per (o, free tile), not one per row tile."""
     O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
-    TP, TF = plan.parts, plan.free
+    plan = ReducePlan(plan.parts, plan.free * next(w for w in (WIDE, 2, 1) if F // plan.free % w == 0))
+    TP, TF = plan.parts, plan.free  # (no PSUM bank bounds the free tile here: WIDE banks' worth per load)
     CB = best_divisor(TF, PMAX)  # columns per transpose: at most 128 (the partitions of the transposed tile)
     line, ln = op.line, op.update_line
     views: dict[str, Buf] = {}
