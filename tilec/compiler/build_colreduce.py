@@ -252,7 +252,8 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
                      f"{how}: {word} on VectorE and GpSimdE, each its part of the columns)", line=op.line_of("r0"))
     chunk = sl(a(term("ct", CB, "COL_CHUNK")), CB)
     side = Buf(fresh(f"{op.out}_T"), "psum", run.dtype, (CB, TP))
-    col = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (CB, 1))
+    exact = op.init == _IDENTITY[op.op]  # nothing to combine: the reduce writes the output's dtype (max is exact)
+    col = Buf(fresh(f"{op.out}_col"), "sbuf", hbm[op.out].dtype if exact else "f32", (CB, 1))
     inner: list[Stmt] = [Alloc(side, line=ln), ir.Transpose(whole(side), View(run, (full(TP), chunk)), "pe", ln),
                          Alloc(col, line=ln), ir.Reduce(whole(col), whole(side), op.op, ln)]
     where = View(out_v, (a("o"), sl(a(term("ft", TF, "TILE_F"), term("ct", CB, "COL_CHUNK")), CB), full(1)))
@@ -273,13 +274,26 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
     outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
     nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
     folded = op.src if op.expr is None else fmt_expr(op.expr)
-    what = (f"{op.out} = {word} over {red} of {folded} ({word} of the row tiles on VectorE, then per chunk of "
+    what = (f"{op.out} = {word} over {red} of {folded} ({word} of the row tiles on VectorE/GpSimdE, then per chunk of "
             f"columns a TensorE transpose and a {word} along the free axis)")
     consts = [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF), ("COL_CHUNK", CB)]
     return consts, stmts + [ir.Block(what, tuple(nest), line)]
 
 
 _IDENTITY = {"maximum": float("-inf"), "minimum": float("inf")}
+
+
+def extreme_note(op: ColumnReduceOp, plan: ReducePlan, dtype: str) -> list[str]:
+    """What `tilec explain` says of a column max/min (build_column_extreme, for this plan and source dtype)."""
+    F = op.dim("F")
+    TP, TF = plan.parts, plan.free * next(w for w in (WIDE, 2, 1) if F // plan.free % w == 0)
+    word, group, cut = ("max" if op.op == "maximum" else "min"), _group(op.dim("R") // TP), _vector_columns(TF, dtype)
+    split = f"VectorE columns 0..{cut}, GpSimdE the other {TF - cut}" if cut < TF else "VectorE alone"
+    return [f"# {op.name}: build_colreduce.build_column_extreme (TensorE only adds, so no ones-matmul):",
+            f"#   per o and free tile of {TF} columns: {word} of the row tiles of {TP} rows into one running tile "
+            f"({group} loads per step; {split})",
+            f"#   then per chunk of {best_divisor(TF, PMAX)} columns: nc_transpose into PSUM, tensor_reduce {word} "
+            f"along the free axis, the initial value, one store of the column"]
 SHARE_MIN = 128  # columns: a narrower tile is folded on VectorE alone (a second instruction's fixed cost outweighs it)
 
 

@@ -23,7 +23,7 @@ from tilec.lang.functions import ACCUMULATE
 _HINT = ("supported: a reduction of a run of indices of tensors into an output indexed by the others in order, "
          "`s[i] += A[i, j]` or a column sum `s[j] += A[i, j]`, with a constant factor `A[i, j] / N` or an "
          "element-wise expression of tensors read at the same element, `(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])`; "
-         "max= and min= over the last indices; starting from a constant or a tensor indexed like the output")
+         "max= and min= likewise; starting from a constant or a tensor indexed like the output")
 
 
 def is_row_reduction(comp: Comp, program) -> bool:
