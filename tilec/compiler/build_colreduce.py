@@ -20,9 +20,9 @@ from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_reduce import result_tile
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.exprs import fmt_expr
-from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp
-from tilec.compiler.schedule import MOVING_FMAX, PMAX, ReducePlan, best_divisor
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, ReducePlan, best_divisor
 from tilec.target import target as get_target
 
 GROUP = 4  # fp32 row tiles loaded per step (two pairs)
@@ -220,8 +220,6 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
     for name in op.inputs or (op.src,):
         views[name], st = hbm_view(hbm[name], (O, R, F), fresh(f"{name}_v"), line)
         stmts += st
-    out_v, st = hbm_view(hbm[op.out], (O, F, 1), fresh(f"{op.out}_v"), line)
-    stmts += st
     word = "max" if op.op == "maximum" else "min"
     red = ", ".join(v for role, v in op.vars if role.startswith("r"))
     cols = sl(a(term("ft", TF, "TILE_F")), TF)
@@ -250,25 +248,28 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
         how = f"groups of {group} TILE_P tiles" if group > 1 else "tiles of TILE_P"
         body += loop("rt", (tiles - peel) // group, step, note=f"for {red} (after the first {peel * TP} rows, "
                      f"{how}: {word} on VectorE and GpSimdE, each its part of the columns)", line=op.line_of("r0"))
-    chunk = sl(a(term("ct", CB, "COL_CHUNK")), CB)
-    side = Buf(fresh(f"{op.out}_T"), "psum", run.dtype, (CB, TP))
-    exact = op.init == _IDENTITY[op.op]  # nothing to combine: the reduce writes the output's dtype (max is exact)
-    col = Buf(fresh(f"{op.out}_col"), "sbuf", hbm[op.out].dtype if exact else "f32", (CB, 1))
-    inner: list[Stmt] = [Alloc(side, line=ln), ir.Transpose(whole(side), View(run, (full(TP), chunk)), "pe", ln),
-                         Alloc(col, line=ln), ir.Reduce(whole(col), whole(side), op.op, ln)]
-    where = View(out_v, (a("o"), sl(a(term("ft", TF, "TILE_F"), term("ct", CB, "COL_CHUNK")), CB), full(1)))
+    NC = TF // CB  # chunks of the free tile
+    G = best_divisor(NC, max(1, PSUM_BANK // (TP * DTYPE_BYTES[run.dtype])))  # chunks transposed into one bank
+    if TP == 1:  # one row: the running tile is the result already, laid out as the output
+        NC, CB, back = 1, TF, run
+    else:
+        back = _fold_columns(op, run, CB, NC, G, body, fresh, word)
+    res = Buf(fresh(f"{op.out}_res"), "sbuf", hbm[op.out].dtype, (NC, CB))
+    body.append(Alloc(res, line=ln))
+    out_v, st = hbm_view(hbm[op.out], (O, F // CB, CB), fresh(f"{op.out}_v"), line)
+    stmts += st
+    where = (a("o"), sl(a(term("ft", NC, "TILE_CHUNKS")), NC), full(CB))
     if isinstance(op.init, str):
-        init_v, st = hbm_view(hbm[op.init], (O, F, 1), fresh(f"{op.init}_v"), line)
+        init_v, st = hbm_view(hbm[op.init], (O, F // CB, CB), fresh(f"{op.init}_v"), line)
         stmts += st
-        start = Buf(fresh(f"{op.init}_col"), "sbuf", hbm[op.init].dtype, (CB, 1))
-        inner += [Alloc(start, line=line), Dma(whole(start), View(init_v, where.idx), line),
-                  Binary(whole(col), whole(col), whole(start), op.op, line)]
+        start = Buf(fresh(f"{op.init}_row"), "sbuf", hbm[op.init].dtype, (NC, CB))
+        body += [Alloc(start, line=line), Dma(whole(start), View(init_v, where), line),
+                 Binary(whole(res), whole(back), whole(start), op.op, line)]
     elif op.init != _IDENTITY[op.op]:
-        inner.append(Scalar(whole(col), whole(col), op.op, op.init, line))
-    result = result_tile(op, hbm, fresh, col, inner)
-    inner.append(Dma(where, whole(result), ln))
-    body += loop("ct", TF // CB, inner, note=f"chunks of COL_CHUNK columns: transposed, {word} along the free axis",
-                 line=ln)
+        body.append(Scalar(whole(res), whole(back), op.op, op.init, line))
+    else:
+        body.append(ir.Copy(whole(res), whole(back), ln))
+    body.append(Dma(View(out_v, where), whole(res), ln))
     kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
     nest = loop("ft", F // TF, body, note=f"for {kept} (tiles of TILE_F)", line=op.line_of("k0"))
     outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
@@ -276,8 +277,32 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
     folded = op.src if op.expr is None else fmt_expr(op.expr)
     what = (f"{op.out} = {word} over {red} of {folded} ({word} of the row tiles on VectorE/GpSimdE, then per chunk of "
             f"columns a TensorE transpose and a {word} along the free axis)")
-    consts = [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF), ("COL_CHUNK", CB)]
+    consts = [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF), ("COL_CHUNK", CB), ("TILE_CHUNKS", NC),
+              ("BANK_CHUNKS", G), ("BANK_COLS", G * CB)]
     return consts, stmts + [ir.Block(what, tuple(nest), line)]
+
+
+def _fold_columns(op: ColumnReduceOp, run: Buf, CB: int, NC: int, G: int, body: list[Stmt], fresh: Fresh,
+                  word: str) -> Buf:
+    """The running tile's columns folded across its partitions, appended to body: G chunks of CB columns at a time
+    transposed into one PSUM bank and folded along the free axis by one tensor_reduce into column c of a (CB, NC)
+    tile, which one more transpose turns back into a (NC, CB) PSUM tile whose row c holds columns c*CB .. c*CB+CB
+    (a contiguous run of the output: one store of the free tile)."""
+    ln, TP = op.update_line, run.shape[0]
+    folded_cols = Buf(fresh(f"{op.out}_cols"), "sbuf", run.dtype, (CB, NC))  # column c*CB + p at [p, c]
+    side = Buf(fresh(f"{op.out}_T"), "psum", run.dtype, (CB, G, TP))
+    inner: list[Stmt] = [Alloc(side, line=ln)]
+    for g in range(G):
+        chunk = sl(a(term("ct", G * CB, "BANK_COLS"), g * CB), CB, name="COL_CHUNK")
+        inner.append(ir.Transpose(View(side, (full(CB), a(g), full(TP))), View(run, (full(TP), chunk)), "pe", ln))
+    inner.append(ir.Reduce(View(folded_cols, (full(CB), sl(a(term("ct", G, "BANK_CHUNKS")), G))), whole(side),
+                           op.op, ln))
+    body += [Alloc(folded_cols, line=ln)]
+    body += loop("ct", NC // G, inner, note=f"chunks of COL_CHUNK columns, BANK_CHUNKS per PSUM bank: transposed, "
+                 f"{word} along the free axis", line=ln)
+    back = Buf(fresh(f"{op.out}_back"), "psum", run.dtype, (NC, CB))
+    body += [Alloc(back, line=ln), ir.Transpose(whole(back), whole(folded_cols), "pe", ln)]
+    return back
 
 
 _IDENTITY = {"maximum": float("-inf"), "minimum": float("inf")}
