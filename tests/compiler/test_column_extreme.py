@@ -71,10 +71,12 @@ def test_column_max_and_min_match_numpy(m, n, src, out, op, init):
 
 @pytest.mark.parametrize("b,m,n,src,op,init", [
     (3, 200, 96, "f32", "max=", "-inf"), (2, 512, 256, "bf16", "min=", "b[o, n]"), (4, 1, 130, "f32", "max=", "0"),
+    (2, 130, 4000, "f32", "min=", "b[o, n]"),  # 65-row tiles; two free tiles of 2000 per step (interleaved)
 ])
 def test_middle_axis_of_a_3d_tensor(b, m, n, src, op, init):
     extra = f", b: {src}[B, N]" if init.startswith("b[") else ""
-    check(MIDDLE.format(src=src, out=src, b=b, m=m, n=n, op=op, init=init, extra=extra), 1, op, init, src)
+    c = check(MIDDLE.format(src=src, out=src, b=b, m=m, n=n, op=op, init=init, extra=extra), 1, op, init, src)
+    assert ("s_run1 = " in c.source) == (n == 4000)  # the pair's second running tile, named apart
 
 
 def test_an_expression_of_same_indexed_tensors():

@@ -213,7 +213,7 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
     O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
     plan = ReducePlan(plan.parts, plan.free * next(w for w in (WIDE, 2, 1) if F // plan.free % w == 0))
     TP, TF = plan.parts, plan.free  # (no PSUM bank bounds the free tile here: WIDE banks' worth per load)
-    CB = best_divisor(TF, PMAX)  # columns per transpose: at most 128 (the partitions of the transposed tile)
+    CB = best_divisor(TF, PMAX) if TP > 1 else TF  # columns per transpose: at most 128 (its partitions)
     line, ln = op.line, op.update_line
     views: dict[str, Buf] = {}
     stmts: list[Stmt] = []
@@ -222,20 +222,62 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
         stmts += st
     word = "max" if op.op == "maximum" else "min"
     red = ", ".join(v for role, v in op.vars if role.startswith("r"))
-    cols = sl(a(term("ft", TF, "TILE_F")), TF)
     tiles = R // TP
     group = _group(tiles)
+    NC = TF // CB  # chunks of the free tile
+    # two free tiles per step when there are more than two: the second one's loads and folds go before the first
+    # one's transposes, so VectorE/GpSimdE fold one while TensorE turns the other (16 x 256 x 4096 f32 min model:
+    # 502.1 -> 393.9 us); with two free tiles in all it only delays the first tail (4096 x 4096: 193.5 -> 198.5)
+    pair = 2 if F // TF % 2 == 0 and TP > 1 and O * F // TF > 2 else 1
+    out_v, st = hbm_view(hbm[op.out], (O, F // CB, CB), fresh(f"{op.out}_v"), line)
+    stmts += st
+    init_v = None
+    if isinstance(op.init, str):
+        init_v, st = hbm_view(hbm[op.init], (O, F // CB, CB), fresh(f"{op.init}_v"), line)
+        stmts += st
+    heads: list[Stmt] = []
+    tails: list[Stmt] = []
+    for j in range(pair):
+        cols = sl(a(term("ft", pair * TF, "STEP_F" if pair > 1 else "TILE_F"), j * TF), TF, name="TILE_F")
+        tag = f"{j}" if pair > 1 else ""  # the pair's buffers named apart (both are live at once)
+        run, head = _fold_rows(op, plan, hbm, fresh, views, cols, tiles, group, word, red, tag)
+        heads += head
+        where = (a("o"), sl(a(term("ft", pair * NC, "STEP_CHUNKS" if pair > 1 else "TILE_CHUNKS"), j * NC), NC,
+                             name="TILE_CHUNKS"), full(CB))
+        tails += _tail(op, hbm, fresh, run, CB, NC, word, out_v, init_v, where, tag)
+    body = heads + tails
+    kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
+    nest = loop("ft", F // (pair * TF), body, note=f"for {kept} (" + (
+        "two tiles of TILE_F per step, the second one's loads and folds before the first one's transposes)"
+        if pair > 1 else "tiles of TILE_F)"), line=op.line_of("k0"))
+    outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
+    nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
+    folded = op.src if op.expr is None else fmt_expr(op.expr)
+    what = (f"{op.out} = {word} over {red} of {folded} ({word} of the row tiles on VectorE/GpSimdE, then per chunk of "
+            f"columns a TensorE transpose and a {word} along the free axis)")
+    G = best_divisor(NC, max(1, PSUM_BANK // (TP * DTYPE_BYTES[hbm[op.src].dtype])))
+    consts = [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF), ("STEP_F", pair * TF), ("COL_CHUNK", CB),
+              ("TILE_CHUNKS", NC), ("STEP_CHUNKS", pair * NC), ("BANK_CHUNKS", G), ("BANK_COLS", G * CB)]
+    return consts, stmts + [ir.Block(what, tuple(nest), line)]
+
+
+def _fold_rows(op: ColumnReduceOp, plan: ReducePlan, hbm, fresh: Fresh, views: dict[str, Buf], cols, tiles: int,
+               group: int, word: str, red: str, tag: str = "") -> tuple[Buf, list[Stmt]]:
+    """The loads of one free tile's row tiles and their element-wise folds into one running (TILE_P, TILE_F)
+    tile (the first tile itself when there is one): `group` loads per step, each fold split by columns between
+    VectorE and GpSimdE."""
+    TP, TF, ln = plan.parts, plan.free, op.update_line
     peel = group if group > 1 else min(tiles, 2)  # the first step's tiles: the first fold writes the running tile
     cut = _vector_columns(TF, hbm[op.src].dtype)
     body: list[Stmt] = []
     first: list[Buf] = []
     for k in range(peel):
-        t, load = _load(op, plan, hbm, fresh, views, sl(k * TP, TP, name="TILE_P"), cols, f"r{k}")
+        t, load = _load(op, plan, hbm, fresh, views, sl(k * TP, TP, name="TILE_P"), cols, f"r{k}{tag}")
         first.append(t)
         body += load
     run = first[0]
     if peel > 1:
-        run = Buf(fresh(f"{op.out}_run"), "sbuf", first[0].dtype, (TP, TF))
+        run = Buf(fresh(f"{op.out}_run{tag}"), "sbuf", first[0].dtype, (TP, TF))
         body += [Alloc(run, line=ln)] + _fold(run, first[0], first[1], op.op, cut, ln)
         for t in first[2:]:
             body += _fold(run, run, t, op.op, cut, ln)
@@ -243,54 +285,48 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
         step: list[Stmt] = []
         for k in range(group):
             rows = sl(a(term("rt", group * TP, "GROUP_ROWS"), (peel + k) * TP), TP, name="TILE_P")
-            t, load = _load(op, plan, hbm, fresh, views, rows, cols, f"r{k}" if group > 1 else "tile")
+            t, load = _load(op, plan, hbm, fresh, views, rows, cols, f"r{k}{tag}" if group > 1 else f"tile{tag}")
             step += load + _fold(run, run, t, op.op, cut, ln)
         how = f"groups of {group} TILE_P tiles" if group > 1 else "tiles of TILE_P"
         body += loop("rt", (tiles - peel) // group, step, note=f"for {red} (after the first {peel * TP} rows, "
                      f"{how}: {word} on VectorE and GpSimdE, each its part of the columns)", line=op.line_of("r0"))
-    NC = TF // CB  # chunks of the free tile
-    G = best_divisor(NC, max(1, PSUM_BANK // (TP * DTYPE_BYTES[run.dtype])))  # chunks transposed into one bank
-    if TP == 1:  # one row: the running tile is the result already, laid out as the output
-        NC, CB, back = 1, TF, run
+    return run, body
+
+
+def _tail(op: ColumnReduceOp, hbm, fresh: Fresh, run: Buf, CB: int, NC: int, word: str, out_v: Buf,
+          init_v: Buf | None, where: tuple, tag: str = "") -> list[Stmt]:
+    """One free tile's running tile folded across its partitions (_fold_columns), the initial value, one store."""
+    ln, line, TP, TF = op.update_line, op.line, run.shape[0], run.shape[1]
+    body: list[Stmt] = []
+    if TP == 1:  # one row: the running tile is the result already, laid out as the output (CB = TF, NC = 1)
+        back = run
     else:
-        back = _fold_columns(op, run, CB, NC, G, body, fresh, word)
-    res = Buf(fresh(f"{op.out}_res"), "sbuf", hbm[op.out].dtype, (NC, CB))
+        G = best_divisor(NC, max(1, PSUM_BANK // (TP * DTYPE_BYTES[run.dtype])))  # chunks transposed into one bank
+        back = _fold_columns(op, run, CB, NC, G, body, fresh, word, tag)
+    res = Buf(fresh(f"{op.out}_res{tag}"), "sbuf", hbm[op.out].dtype, (NC, CB))
     body.append(Alloc(res, line=ln))
-    out_v, st = hbm_view(hbm[op.out], (O, F // CB, CB), fresh(f"{op.out}_v"), line)
-    stmts += st
-    where = (a("o"), sl(a(term("ft", NC, "TILE_CHUNKS")), NC), full(CB))
-    if isinstance(op.init, str):
-        init_v, st = hbm_view(hbm[op.init], (O, F // CB, CB), fresh(f"{op.init}_v"), line)
-        stmts += st
-        start = Buf(fresh(f"{op.init}_row"), "sbuf", hbm[op.init].dtype, (NC, CB))
+    if init_v is not None:
+        assert isinstance(op.init, str)
+        start = Buf(fresh(f"{op.init}_row{tag}"), "sbuf", hbm[op.init].dtype, (NC, CB))
         body += [Alloc(start, line=line), Dma(whole(start), View(init_v, where), line),
                  Binary(whole(res), whole(back), whole(start), op.op, line)]
-    elif op.init != _IDENTITY[op.op]:
+    elif not isinstance(op.init, str) and op.init != _IDENTITY[op.op]:
         body.append(Scalar(whole(res), whole(back), op.op, op.init, line))
     else:
         body.append(ir.Copy(whole(res), whole(back), ln))
     body.append(Dma(View(out_v, where), whole(res), ln))
-    kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
-    nest = loop("ft", F // TF, body, note=f"for {kept} (tiles of TILE_F)", line=op.line_of("k0"))
-    outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
-    nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
-    folded = op.src if op.expr is None else fmt_expr(op.expr)
-    what = (f"{op.out} = {word} over {red} of {folded} ({word} of the row tiles on VectorE/GpSimdE, then per chunk of "
-            f"columns a TensorE transpose and a {word} along the free axis)")
-    consts = [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF), ("COL_CHUNK", CB), ("TILE_CHUNKS", NC),
-              ("BANK_CHUNKS", G), ("BANK_COLS", G * CB)]
-    return consts, stmts + [ir.Block(what, tuple(nest), line)]
+    return body
 
 
 def _fold_columns(op: ColumnReduceOp, run: Buf, CB: int, NC: int, G: int, body: list[Stmt], fresh: Fresh,
-                  word: str) -> Buf:
+                  word: str, tag: str = "") -> Buf:
     """The running tile's columns folded across its partitions, appended to body: G chunks of CB columns at a time
     transposed into one PSUM bank and folded along the free axis by one tensor_reduce into column c of a (CB, NC)
     tile, which one more transpose turns back into a (NC, CB) PSUM tile whose row c holds columns c*CB .. c*CB+CB
     (a contiguous run of the output: one store of the free tile)."""
     ln, TP = op.update_line, run.shape[0]
-    folded_cols = Buf(fresh(f"{op.out}_cols"), "sbuf", run.dtype, (CB, NC))  # column c*CB + p at [p, c]
-    side = Buf(fresh(f"{op.out}_T"), "psum", run.dtype, (CB, G, TP))
+    folded_cols = Buf(fresh(f"{op.out}_cols{tag}"), "sbuf", run.dtype, (CB, NC))  # column c*CB + p at [p, c]
+    side = Buf(fresh(f"{op.out}_T{tag}"), "psum", run.dtype, (CB, G, TP))
     inner: list[Stmt] = [Alloc(side, line=ln)]
     for g in range(G):
         chunk = sl(a(term("ct", G * CB, "BANK_COLS"), g * CB), CB, name="COL_CHUNK")
@@ -300,7 +336,7 @@ def _fold_columns(op: ColumnReduceOp, run: Buf, CB: int, NC: int, G: int, body: 
     body += [Alloc(folded_cols, line=ln)]
     body += loop("ct", NC // G, inner, note=f"chunks of COL_CHUNK columns, BANK_CHUNKS per PSUM bank: transposed, "
                  f"{word} along the free axis", line=ln)
-    back = Buf(fresh(f"{op.out}_back"), "psum", run.dtype, (NC, CB))
+    back = Buf(fresh(f"{op.out}_back{tag}"), "psum", run.dtype, (NC, CB))
     body += [Alloc(back, line=ln), ir.Transpose(whole(back), whole(folded_cols), "pe", ln)]
     return back
 
