@@ -268,7 +268,7 @@ def _fold_rows(op: ColumnReduceOp, plan: ReducePlan, hbm, fresh: Fresh, views: d
     VectorE and GpSimdE."""
     TP, TF, ln = plan.parts, plan.free, op.update_line
     peel = group if group > 1 else min(tiles, 2)  # the first step's tiles: the first fold writes the running tile
-    cut = _vector_columns(TF, hbm[op.src].dtype)
+    cut = _vector_columns(TF, hbm[op.src].dtype, tiles - 1, TF * TP / best_divisor(TF, PMAX) if TP > 1 else 0)
     body: list[Stmt] = []
     first: list[Buf] = []
     for k in range(peel):
@@ -348,7 +348,8 @@ def extreme_note(op: ColumnReduceOp, plan: ReducePlan, dtype: str) -> list[str]:
     """What `tilec explain` says of a column max/min (build_column_extreme, for this plan and source dtype)."""
     F = op.dim("F")
     TP, TF = plan.parts, plan.free * next(w for w in (WIDE, 2, 1) if F // plan.free % w == 0)
-    word, group, cut = ("max" if op.op == "maximum" else "min"), _group(op.dim("R") // TP), _vector_columns(TF, dtype)
+    word, group, cut = ("max" if op.op == "maximum" else "min"), _group(op.dim("R") // TP), \
+        _vector_columns(TF, dtype, op.dim("R") // TP - 1, TF * TP / best_divisor(TF, PMAX) if TP > 1 else 0)
     split = f"VectorE columns 0..{cut}, GpSimdE the other {TF - cut}" if cut < TF else "VectorE alone"
     return [f"# {op.name}: build_colreduce.build_column_extreme (TensorE only adds, so no ones-matmul):",
             f"#   per o and free tile of {TF} columns: {word} of the row tiles of {TP} rows into one running tile "
@@ -358,22 +359,26 @@ def extreme_note(op: ColumnReduceOp, plan: ReducePlan, dtype: str) -> list[str]:
 SHARE_MIN = 128  # columns: a narrower tile is folded on VectorE alone (a second instruction's fixed cost outweighs it)
 
 
-def _vector_columns(cols: int, dtype: str) -> int:
-    """The columns of a fold VectorE takes (GpSimdE the rest) so that both finish together: tensor_tensor streams
-    2 cycles per element on both engines, 1 on VectorE when every operand is 16-bit (tilec/perf/costs.py), at
-    the clocks of tilec/target.py. 4096 x 4096 column max on the model: f32 425.6 -> see the note, bf16 309.7."""
-    if cols < SHARE_MIN:
+def _vector_columns(cols: int, dtype: str, folds: int = 1, tail: float = 0.0) -> int:
+    """The columns of a fold VectorE takes (GpSimdE the rest) so that both finish together over a free tile's
+    `folds` folds, VectorE also running `tail` elements per partition of reduces (the transposed chunks):
+    tensor_tensor streams 2 cycles per element on both engines, 1 on VectorE when every operand is 16-bit, a
+    reduce 1 per element read (tilec/perf/costs.py), at the clocks of tilec/target.py. 16 x 256 x 4096 f32 min:
+    VectorE 889 -> 320 of 2000 columns (see docs/notes/colmax10.md)."""
+    if cols < SHARE_MIN or folds < 1:
         return cols
     t = get_target()
-    vector = t.vector_ghz * (2 if dtype in ("f16", "bf16") else 1)
-    return min(cols, max(1, round(cols * vector / (vector + t.gpsimd_ghz))))
+    v, g = t.vector_ghz, t.gpsimd_ghz
+    rate = 1 if dtype in ("f16", "bf16") else 2  # VectorE cycles per element of a fold
+    cut = (2 * folds * cols / g - tail / v) / (folds * rate / v + 2 * folds / g)
+    return min(cols, max(0, round(cut)))
 
 
 def _fold(dst: Buf, x: Buf, y: Buf, alu: str, cut: int, line: int) -> list[Stmt]:
     """dst = alu(x, y) element-wise: columns [0, cut) on VectorE, the rest on GpSimdE."""
     rows, cols = dst.shape
     part = lambda b, lo, n: View(b, (full(rows), sl(lo, n)))  # noqa: E731
-    out: list[Stmt] = [Binary(part(dst, 0, cut), part(x, 0, cut), part(y, 0, cut), alu, line)]
+    out: list[Stmt] = [Binary(part(dst, 0, cut), part(x, 0, cut), part(y, 0, cut), alu, line)] if cut else []
     if cut < cols:
         rest = cols - cut
         out.append(Binary(part(dst, cut, rest), part(x, cut, rest), part(y, cut, rest), alu, line, engine="gpsimd"))
