@@ -200,16 +200,20 @@ def _finish(op: ColumnReduceOp, hbm, fresh: Fresh, res: Buf, views: dict[str, Bu
 # ---- max= / min= over leading or middle dimensions ------------------------------------------------------------------
 
 def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    """`s[j] max= A[i, j]`, `s[o, f] min= A[o, r, f]`: TensorE only adds, so the row tiles are folded element-wise
-    on VectorE first, then the one (TILE_P, TILE_F) tile left is turned on its side and folded along its rows:
+    """`s[j] max= A[i, j]`, `s[o, f] min= A[o, r, f]`: TensorE only adds, so per o and free tile the row tiles
+    are folded element-wise into one running tile first, then that tile is turned on its side and folded along
+    its free axis:
 
         run[TILE_P, TILE_F] = max(A[o, 0:TILE_P, ft], A[o, TILE_P:2*TILE_P, ft]); run = max(run, A[o, rt, ft])...
-        per chunk of COL_CHUNK columns: nc_transpose(run[:, chunk]) -> PSUM [COL_CHUNK, TILE_P]
-                                        tensor_reduce max along its free axis -> the chunk's column of maxima
-        the initial value (a constant, or b's chunk loaded as a column), one store of the column
+            (GROUP_ROWS loaded per step; each fold split by columns between VectorE and GpSimdE)
+        per BANK_CHUNKS chunks of COL_CHUNK columns: nc_transpose of each into one PSUM bank [COL_CHUNK, k, TILE_P],
+            one tensor_reduce max along the last axis -> columns k of cols[COL_CHUNK, TILE_CHUNKS]
+        nc_transpose(cols) -> back[TILE_CHUNKS, COL_CHUNK]: row c holds the maxima of columns c*COL_CHUNK.. (a
+            contiguous run of the output), combined with the initial value on the way to SBUF, one store
 
-    The element-wise folds read every element once (VectorE, behind the loads); the transposes and reduces touch
-    one tile per (o, free tile), not one per row tile."""
+    Every element is read once by a fold (behind the loads); the transposes and reduces touch one tile per (o,
+    free tile), not one per row tile. One row (a unit reduced axis) needs no transposes: the row is the result.
+    4096 x 4096 on the model: f32 193.5 us (floor 182.4), bf16 96.9 us (floor 91.2)."""
     O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
     plan = ReducePlan(plan.parts, plan.free * next(w for w in (WIDE, 2, 1) if F // plan.free % w == 0))
     TP, TF = plan.parts, plan.free  # (no PSUM bank bounds the free tile here: WIDE banks' worth per load)
@@ -341,21 +345,23 @@ def _fold_columns(op: ColumnReduceOp, run: Buf, CB: int, NC: int, G: int, body: 
     return back
 
 
-_IDENTITY = {"maximum": float("-inf"), "minimum": float("inf")}
-
-
 def extreme_note(op: ColumnReduceOp, plan: ReducePlan, dtype: str) -> list[str]:
     """What `tilec explain` says of a column max/min (build_column_extreme, for this plan and source dtype)."""
-    F = op.dim("F")
+    F, R = op.dim("F"), op.dim("R")
     TP, TF = plan.parts, plan.free * next(w for w in (WIDE, 2, 1) if F // plan.free % w == 0)
-    word, group, cut = ("max" if op.op == "maximum" else "min"), _group(op.dim("R") // TP), \
-        _vector_columns(TF, dtype, op.dim("R") // TP - 1, TF * TP / best_divisor(TF, PMAX) if TP > 1 else 0)
+    CB = best_divisor(TF, PMAX)
+    word, group = ("max" if op.op == "maximum" else "min"), _group(R // TP)
+    cut = _vector_columns(TF, dtype, R // TP - 1, TF * TP / CB if TP > 1 else 0)
     split = f"VectorE columns 0..{cut}, GpSimdE the other {TF - cut}" if cut < TF else "VectorE alone"
+    tail = (f"#   then per free tile: chunks of {CB} columns transposed into PSUM (several per bank), tensor_reduce "
+            f"{word} along the free axis, one transpose back, the initial value, one store of the row"
+            if TP > 1 else "#   one row: the row is the result (the initial value, one store)")
     return [f"# {op.name}: build_colreduce.build_column_extreme (TensorE only adds, so no ones-matmul):",
-            f"#   per o and free tile of {TF} columns: {word} of the row tiles of {TP} rows into one running tile "
-            f"({group} loads per step; {split})",
-            f"#   then per chunk of {best_divisor(TF, PMAX)} columns: nc_transpose into PSUM, tensor_reduce {word} "
-            f"along the free axis, the initial value, one store of the column"]
+            f"#   per o and free tile of {TF} columns: {word} of the {R // TP} row tiles of {TP} rows into one "
+            f"running tile ({group} loads per step; {split})", tail]
+
+
+_IDENTITY = {"maximum": float("-inf"), "minimum": float("inf")}
 SHARE_MIN = 128  # columns: a narrower tile is folded on VectorE alone (a second instruction's fixed cost outweighs it)
 
 
