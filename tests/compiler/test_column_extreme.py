@@ -101,3 +101,13 @@ def test_same_program_same_bytes():
     text = COLUMN.format(src="f32", out="f32", m=768, n=512, op="min=", init="b[j]", term="A[i, j]",
                          extra=", b: f32[N]")
     assert compile_loaded(lang.load(text)).source == compile_loaded(lang.load(text)).source
+
+
+@pytest.mark.parametrize("m,n,schedule", [(257, 300, None), (256, 1024, "tile s.i, 64\ntile s.j, 128")])
+def test_prime_row_count_and_directives(m, n, schedule):
+    """257 rows: tiles of one row (the running row is the result, no transposes); directives set the tiles."""
+    text = COLUMN.format(src="f32", out="f32", m=m, n=n, op="max=", init="-inf", term="A[i, j]", extra="")
+    c = compile_loaded(lang.load(text), lang.parse_schedule(schedule, "<test>") if schedule else None)
+    ins = signed_inputs(c.program)
+    np.testing.assert_array_equal(np.asarray(c.run(**ins)["s"]), ins["A"].max(axis=0))
+    assert ("nl.ndarray((64, " in c.source) == (schedule is not None)  # tile s.i, 64: 64-row tiles
