@@ -63,6 +63,8 @@ def check(text: str, reduce_axis: int, op: str, init: str, out: str, term=None):
     (384, 640, "f32", "bf16", "max=", "0"),        # three row tiles (a loop of one), a narrower output
     (1024, 1536, "bf16", "f32", "min=", "inf"),    # groups of four row tiles, wide loads, both engines
     (100, 97, "f32", "f32", "max=", "-inf"),       # one row tile; a prime column count (one chunk of 97)
+    (2, 302, "bf16", "f16", "max=", "-inf"),       # fuzz seed 10000452: 151 chunks of 2 columns > 128 partitions
+    (400, 257, "f32", "f32", "max=", "-inf"),      # fuzz seed 10001316: 257 chunks of one column
 ])
 def test_column_max_and_min_match_numpy(m, n, src, out, op, init):
     extra = f", b: {out}[N]" if init.startswith("b[") else ""

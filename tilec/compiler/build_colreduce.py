@@ -215,7 +215,7 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
     free tile), not one per row tile. One row (a unit reduced axis) needs no transposes: the row is the result.
     4096 x 4096 on the model: f32 193.5 us (floor 182.4), bf16 96.9 us (floor 91.2)."""
     O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
-    plan = ReducePlan(plan.parts, plan.free * next(w for w in (WIDE, 2, 1) if F // plan.free % w == 0))
+    plan = ReducePlan(plan.parts, _extreme_free(F, plan))
     TP, TF = plan.parts, plan.free  # (no PSUM bank bounds the free tile here: WIDE banks' worth per load)
     CB = best_divisor(TF, PMAX) if TP > 1 else TF  # columns per transpose: at most 128 (its partitions)
     line, ln = op.line, op.update_line
@@ -345,10 +345,20 @@ def _fold_columns(op: ColumnReduceOp, run: Buf, CB: int, NC: int, G: int, body: 
     return back
 
 
+def _extreme_free(F: int, plan: ReducePlan) -> int:
+    """A column max's free tile: WIDE of the plan's tiles per load, but at most PMAX chunks of COL_CHUNK columns
+    (the transpose back puts the chunks on the partitions): a width whose largest divisor up to 128 is small
+    (302 = 2 x 151: chunks of 2) takes the largest divisor of the plan's tile that keeps the chunks within PMAX."""
+    TF = plan.free * next(w for w in (WIDE, 2, 1) if F // plan.free % w == 0)
+    if TF // best_divisor(TF, PMAX) <= PMAX:
+        return TF
+    return max(d for d in range(1, plan.free + 1) if plan.free % d == 0 and d // best_divisor(d, PMAX) <= PMAX)
+
+
 def extreme_note(op: ColumnReduceOp, plan: ReducePlan, dtype: str) -> list[str]:
     """What `tilec explain` says of a column max/min (build_column_extreme, for this plan and source dtype)."""
     F, R = op.dim("F"), op.dim("R")
-    TP, TF = plan.parts, plan.free * next(w for w in (WIDE, 2, 1) if F // plan.free % w == 0)
+    TP, TF = plan.parts, _extreme_free(F, plan)
     CB = best_divisor(TF, PMAX)
     word, group = ("max" if op.op == "maximum" else "min"), _group(R // TP)
     cut = _vector_columns(TF, dtype, R // TP - 1, TF * TP / CB if TP > 1 else 0)
