@@ -6,7 +6,7 @@ the floor.
     python benchmarks/core.py --tiny          # small sizes (seconds: a check that every row runs)
 
 The programs are benchmarks/core/*.tl: softmax, layernorm and rmsnorm written as several statements, an element-wise
-op whose broadcast operands carry constants, a batched transpose, a column sum, a mean over a middle axis and an
+op whose broadcast operands carry constants, a batched transpose, a column sum and max, a mean and a min over a middle axis and an
 NCHW -> NHWC permute, at 4096 x 4096 elements (16 Mi) and, for some, at other realistic shapes (long rows, a short
 middle axis). The columns are those of benchmarks/families.py (whose floor and model functions this reuses):
 floor = max(TensorE FLOP floor, DMA byte floor) without start-up, run = the model's latency without its start-up,
@@ -50,7 +50,10 @@ PROGRAMS: tuple[tuple[Family, dict[str, int]], ...] = _rows() + (  # (program, s
     (Family("broadcast.tl", "the same, rows of 16384", ROW_TINY), LONG),
     (Family("batched_transpose.tl", "batched transpose", dict(B=2, M=8, N=12)), {}),
     (Family("column_sum.tl", "column sum", ROW_TINY), {}),
+    (Family("column_max.tl", "column max", ROW_TINY), {}),
+    (Family("column_max_bf16.tl", "column max, bf16", ROW_TINY), {}),
     (Family("middle_mean.tl", "mean over a middle axis", dict(A=2, B=8, C=24)), {}),
+    (Family("middle_min.tl", "min over a middle axis from Y0", dict(A=2, B=8, C=24)), {}),
     (Family("middle_mean.tl", "the same, 64 x 64 x 4096", dict(A=2, B=8, C=24)), dict(A=64, B=64, C=4096)),
     (Family("nchw_to_nhwc.tl", "permute NCHW -> NHWC", dict(N=1, C=8, H=3, W=5)), {}),
 )

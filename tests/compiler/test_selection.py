@@ -99,15 +99,6 @@ kernel mm(A: f32[M, K], B: f32[K, N]) -> C
     for k in 0..K / 2:
       C[i, j] += A[i, k] * B[k, j]
 """,
-    "column_max": """\
-kernel colmax(A: f32[M, N]) -> s
-  default M = 256, N = 384
-  s: f32[N]
-  for j in 0..N:
-    s[j] = -inf
-    for i in 0..M:
-      s[j] max= A[i, j]
-""",
     "partial_pool": """\
 kernel cbm(X: f32[N, C, H, W], Wt: f32[K, C, R, R]) -> Y
   default N = 1, C = 128, H = 6, W = 6, K = 128, R = 3

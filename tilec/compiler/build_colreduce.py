@@ -20,9 +20,10 @@ from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_reduce import result_tile
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.exprs import fmt_expr
-from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp
-from tilec.compiler.schedule import MOVING_FMAX, PMAX, ReducePlan, best_divisor
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, ReducePlan, best_divisor
+from tilec.target import target as get_target
 
 GROUP = 4  # fp32 row tiles loaded per step (two pairs)
 STACK_ALIGN = 32  # partitions: an engine instruction starts at partition 0, 32, 64 or 96
@@ -32,6 +33,8 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 
 
 def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    if op.op != "add":
+        return build_column_extreme(op, plan, hbm, fresh)
     K = stacked(op.dim("O"), op.dim("R"), plan)
     if K > 1:  # K o's per step on K * R partitions: the plan's row tile is the stacked one
         plan = ReducePlan(K * plan.parts, plan.free)
@@ -191,4 +194,208 @@ def _finish(op: ColumnReduceOp, hbm, fresh: Fresh, res: Buf, views: dict[str, Bu
                      Binary(whole(res), whole(res), whole(row), "add", op.line)]
     elif op.init != 0.0:
         out.append(Scalar(whole(res), whole(res), "add", op.init, op.line))
+    return out
+
+
+# ---- max= / min= over leading or middle dimensions ------------------------------------------------------------------
+
+def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    """`s[j] max= A[i, j]`, `s[o, f] min= A[o, r, f]`: TensorE only adds, so per o and free tile the row tiles
+    are folded element-wise into one running tile first, then that tile is turned on its side and folded along
+    its free axis:
+
+        run[TILE_P, TILE_F] = max(A[o, 0:TILE_P, ft], A[o, TILE_P:2*TILE_P, ft]); run = max(run, A[o, rt, ft])...
+            (GROUP_ROWS loaded per step; each fold split by columns between VectorE and GpSimdE)
+        per BANK_CHUNKS chunks of COL_CHUNK columns: nc_transpose of each into one PSUM bank [COL_CHUNK, k, TILE_P],
+            one tensor_reduce max along the last axis -> columns k of cols[COL_CHUNK, TILE_CHUNKS]
+        nc_transpose(cols) -> back[TILE_CHUNKS, COL_CHUNK]: row c holds the maxima of columns c*COL_CHUNK.. (a
+            contiguous run of the output), combined with the initial value on the way to SBUF, one store
+
+    Every element is read once by a fold (behind the loads); the transposes and reduces touch one tile per (o,
+    free tile), not one per row tile. One row (a unit reduced axis) needs no transposes: the row is the result.
+    4096 x 4096 on the model: f32 193.5 us (floor 182.4), bf16 96.9 us (floor 91.2)."""
+    O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
+    plan = ReducePlan(plan.parts, _extreme_free(F, plan))
+    TP, TF = plan.parts, plan.free  # (no PSUM bank bounds the free tile here: WIDE banks' worth per load)
+    CB = best_divisor(TF, PMAX) if TP > 1 else TF  # columns per transpose: at most 128 (its partitions)
+    line, ln = op.line, op.update_line
+    views: dict[str, Buf] = {}
+    stmts: list[Stmt] = []
+    for name in op.inputs or (op.src,):
+        views[name], st = hbm_view(hbm[name], (O, R, F), fresh(f"{name}_v"), line)
+        stmts += st
+    word = "max" if op.op == "maximum" else "min"
+    red = ", ".join(v for role, v in op.vars if role.startswith("r"))
+    tiles = R // TP
+    group = _group(tiles)
+    NC = TF // CB  # chunks of the free tile
+    # two free tiles per step when there are more than two: the second one's loads and folds go before the first
+    # one's transposes, so VectorE/GpSimdE fold one while TensorE turns the other (16 x 256 x 4096 f32 min model:
+    # 502.1 -> 393.9 us); with two free tiles in all it only delays the first tail (4096 x 4096: 193.5 -> 198.5)
+    pair = 2 if F // TF % 2 == 0 and TP > 1 and O * F // TF > 2 else 1
+    out_v, st = hbm_view(hbm[op.out], (O, F // CB, CB), fresh(f"{op.out}_v"), line)
+    stmts += st
+    init_v = None
+    if isinstance(op.init, str):
+        init_v, st = hbm_view(hbm[op.init], (O, F // CB, CB), fresh(f"{op.init}_v"), line)
+        stmts += st
+    heads: list[Stmt] = []
+    tails: list[Stmt] = []
+    for j in range(pair):
+        cols = sl(a(term("ft", pair * TF, "STEP_F" if pair > 1 else "TILE_F"), j * TF), TF, name="TILE_F")
+        tag = f"{j}" if pair > 1 else ""  # the pair's buffers named apart (both are live at once)
+        run, head = _fold_rows(op, plan, hbm, fresh, views, cols, tiles, group, word, red, tag)
+        heads += head
+        where = (a("o"), sl(a(term("ft", pair * NC, "STEP_CHUNKS" if pair > 1 else "TILE_CHUNKS"), j * NC), NC,
+                             name="TILE_CHUNKS"), full(CB))
+        tails += _tail(op, hbm, fresh, run, CB, NC, word, out_v, init_v, where, tag)
+    body = heads + tails
+    kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
+    nest = loop("ft", F // (pair * TF), body, note=f"for {kept} (" + (
+        "two tiles of TILE_F per step, the second one's loads and folds before the first one's transposes)"
+        if pair > 1 else "tiles of TILE_F)"), line=op.line_of("k0"))
+    outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
+    nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
+    folded = op.src if op.expr is None else fmt_expr(op.expr)
+    what = (f"{op.out} = {word} over {red} of {folded} ({word} of the row tiles on VectorE/GpSimdE, then per chunk of "
+            f"columns a TensorE transpose and a {word} along the free axis)")
+    G = best_divisor(NC, max(1, PSUM_BANK // (TP * DTYPE_BYTES[hbm[op.src].dtype])))
+    consts = [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF), ("STEP_F", pair * TF), ("COL_CHUNK", CB),
+              ("TILE_CHUNKS", NC), ("STEP_CHUNKS", pair * NC), ("BANK_CHUNKS", G), ("BANK_COLS", G * CB)]
+    return consts, stmts + [ir.Block(what, tuple(nest), line)]
+
+
+def _fold_rows(op: ColumnReduceOp, plan: ReducePlan, hbm, fresh: Fresh, views: dict[str, Buf], cols, tiles: int,
+               group: int, word: str, red: str, tag: str = "") -> tuple[Buf, list[Stmt]]:
+    """The loads of one free tile's row tiles and their element-wise folds into one running (TILE_P, TILE_F)
+    tile (the first tile itself when there is one): `group` loads per step, each fold split by columns between
+    VectorE and GpSimdE."""
+    TP, TF, ln = plan.parts, plan.free, op.update_line
+    peel = group if group > 1 else min(tiles, 2)  # the first step's tiles: the first fold writes the running tile
+    cut = _vector_columns(TF, hbm[op.src].dtype, tiles - 1, TF * TP / best_divisor(TF, PMAX) if TP > 1 else 0)
+    body: list[Stmt] = []
+    first: list[Buf] = []
+    for k in range(peel):
+        t, load = _load(op, plan, hbm, fresh, views, sl(k * TP, TP, name="TILE_P"), cols, f"r{k}{tag}")
+        first.append(t)
+        body += load
+    run = first[0]
+    if peel > 1:
+        run = Buf(fresh(f"{op.out}_run{tag}"), "sbuf", first[0].dtype, (TP, TF))
+        body += [Alloc(run, line=ln)] + _fold(run, first[0], first[1], op.op, cut, ln)
+        for t in first[2:]:
+            body += _fold(run, run, t, op.op, cut, ln)
+    if tiles > peel:
+        step: list[Stmt] = []
+        for k in range(group):
+            rows = sl(a(term("rt", group * TP, "GROUP_ROWS"), (peel + k) * TP), TP, name="TILE_P")
+            t, load = _load(op, plan, hbm, fresh, views, rows, cols, f"r{k}{tag}" if group > 1 else f"tile{tag}")
+            step += load + _fold(run, run, t, op.op, cut, ln)
+        how = f"groups of {group} TILE_P tiles" if group > 1 else "tiles of TILE_P"
+        body += loop("rt", (tiles - peel) // group, step, note=f"for {red} (after the first {peel * TP} rows, "
+                     f"{how}: {word} on VectorE and GpSimdE, each its part of the columns)", line=op.line_of("r0"))
+    return run, body
+
+
+def _tail(op: ColumnReduceOp, hbm, fresh: Fresh, run: Buf, CB: int, NC: int, word: str, out_v: Buf,
+          init_v: Buf | None, where: tuple, tag: str = "") -> list[Stmt]:
+    """One free tile's running tile folded across its partitions (_fold_columns), the initial value, one store."""
+    ln, line, TP, TF = op.update_line, op.line, run.shape[0], run.shape[1]
+    body: list[Stmt] = []
+    if TP == 1:  # one row: the running tile is the result already, laid out as the output (CB = TF, NC = 1)
+        back = run
+    else:
+        G = best_divisor(NC, max(1, PSUM_BANK // (TP * DTYPE_BYTES[run.dtype])))  # chunks transposed into one bank
+        back = _fold_columns(op, run, CB, NC, G, body, fresh, word, tag)
+    res = Buf(fresh(f"{op.out}_res{tag}"), "sbuf", hbm[op.out].dtype, (NC, CB))
+    body.append(Alloc(res, line=ln))
+    if init_v is not None:
+        assert isinstance(op.init, str)
+        start = Buf(fresh(f"{op.init}_row{tag}"), "sbuf", hbm[op.init].dtype, (NC, CB))
+        body += [Alloc(start, line=line), Dma(whole(start), View(init_v, where), line),
+                 Binary(whole(res), whole(back), whole(start), op.op, line)]
+    elif not isinstance(op.init, str) and op.init != _IDENTITY[op.op]:
+        body.append(Scalar(whole(res), whole(back), op.op, op.init, line))
+    else:
+        body.append(ir.Copy(whole(res), whole(back), ln))
+    body.append(Dma(View(out_v, where), whole(res), ln))
+    return body
+
+
+def _fold_columns(op: ColumnReduceOp, run: Buf, CB: int, NC: int, G: int, body: list[Stmt], fresh: Fresh,
+                  word: str, tag: str = "") -> Buf:
+    """The running tile's columns folded across its partitions, appended to body: G chunks of CB columns at a time
+    transposed into one PSUM bank and folded along the free axis by one tensor_reduce into column c of a (CB, NC)
+    tile, which one more transpose turns back into a (NC, CB) PSUM tile whose row c holds columns c*CB .. c*CB+CB
+    (a contiguous run of the output: one store of the free tile)."""
+    ln, TP = op.update_line, run.shape[0]
+    folded_cols = Buf(fresh(f"{op.out}_cols{tag}"), "sbuf", run.dtype, (CB, NC))  # column c*CB + p at [p, c]
+    side = Buf(fresh(f"{op.out}_T{tag}"), "psum", run.dtype, (CB, G, TP))
+    inner: list[Stmt] = [Alloc(side, line=ln)]
+    for g in range(G):
+        chunk = sl(a(term("ct", G * CB, "BANK_COLS"), g * CB), CB, name="COL_CHUNK")
+        inner.append(ir.Transpose(View(side, (full(CB), a(g), full(TP))), View(run, (full(TP), chunk)), "pe", ln))
+    inner.append(ir.Reduce(View(folded_cols, (full(CB), sl(a(term("ct", G, "BANK_CHUNKS")), G))), whole(side),
+                           op.op, ln))
+    body += [Alloc(folded_cols, line=ln)]
+    body += loop("ct", NC // G, inner, note=f"chunks of COL_CHUNK columns, BANK_CHUNKS per PSUM bank: transposed, "
+                 f"{word} along the free axis", line=ln)
+    back = Buf(fresh(f"{op.out}_back{tag}"), "psum", run.dtype, (NC, CB))
+    body += [Alloc(back, line=ln), ir.Transpose(whole(back), whole(folded_cols), "pe", ln)]
+    return back
+
+
+def _extreme_free(F: int, plan: ReducePlan) -> int:
+    """A column max's free tile: WIDE of the plan's tiles per load, but at most PMAX chunks of COL_CHUNK columns
+    (the transpose back puts the chunks on the partitions): a width whose largest divisor up to 128 is small
+    (302 = 2 x 151: chunks of 2) takes the largest divisor of the plan's tile that keeps the chunks within PMAX."""
+    TF = plan.free * next(w for w in (WIDE, 2, 1) if F // plan.free % w == 0)
+    if TF // best_divisor(TF, PMAX) <= PMAX:
+        return TF
+    return max(d for d in range(1, plan.free + 1) if plan.free % d == 0 and d // best_divisor(d, PMAX) <= PMAX)
+
+
+def extreme_note(op: ColumnReduceOp, plan: ReducePlan, dtype: str) -> list[str]:
+    """What `tilec explain` says of a column max/min (build_column_extreme, for this plan and source dtype)."""
+    F, R = op.dim("F"), op.dim("R")
+    TP, TF = plan.parts, _extreme_free(F, plan)
+    CB = best_divisor(TF, PMAX)
+    word, group = ("max" if op.op == "maximum" else "min"), _group(R // TP)
+    cut = _vector_columns(TF, dtype, R // TP - 1, TF * TP / CB if TP > 1 else 0)
+    split = f"VectorE columns 0..{cut}, GpSimdE the other {TF - cut}" if cut < TF else "VectorE alone"
+    tail = (f"#   then per free tile: chunks of {CB} columns transposed into PSUM (several per bank), tensor_reduce "
+            f"{word} along the free axis, one transpose back, the initial value, one store of the row"
+            if TP > 1 else "#   one row: the row is the result (the initial value, one store)")
+    return [f"# {op.name}: build_colreduce.build_column_extreme (TensorE only adds, so no ones-matmul):",
+            f"#   per o and free tile of {TF} columns: {word} of the {R // TP} row tiles of {TP} rows into one "
+            f"running tile ({group} loads per step; {split})", tail]
+
+
+_IDENTITY = {"maximum": float("-inf"), "minimum": float("inf")}
+SHARE_MIN = 128  # columns: a narrower tile is folded on VectorE alone (a second instruction's fixed cost outweighs it)
+
+
+def _vector_columns(cols: int, dtype: str, folds: int = 1, tail: float = 0.0) -> int:
+    """The columns of a fold VectorE takes (GpSimdE the rest) so that both finish together over a free tile's
+    `folds` folds, VectorE also running `tail` elements per partition of reduces (the transposed chunks):
+    tensor_tensor streams 2 cycles per element on both engines, 1 on VectorE when every operand is 16-bit, a
+    reduce 1 per element read (tilec/perf/costs.py), at the clocks of tilec/target.py. 16 x 256 x 4096 f32 min:
+    VectorE 889 -> 320 of 2000 columns (see docs/notes/colmax10.md)."""
+    if cols < SHARE_MIN or folds < 1:
+        return cols
+    t = get_target()
+    v, g = t.vector_ghz, t.gpsimd_ghz
+    rate = 1 if dtype in ("f16", "bf16") else 2  # VectorE cycles per element of a fold
+    cut = (2 * folds * cols / g - tail / v) / (folds * rate / v + 2 * folds / g)
+    return min(cols, max(0, round(cut)))
+
+
+def _fold(dst: Buf, x: Buf, y: Buf, alu: str, cut: int, line: int) -> list[Stmt]:
+    """dst = alu(x, y) element-wise: columns [0, cut) on VectorE, the rest on GpSimdE."""
+    rows, cols = dst.shape
+    part = lambda b, lo, n: View(b, (full(rows), sl(lo, n)))  # noqa: E731
+    out: list[Stmt] = [Binary(part(dst, 0, cut), part(x, 0, cut), part(y, 0, cut), alu, line)] if cut else []
+    if cut < cols:
+        rest = cols - cut
+        out.append(Binary(part(dst, cut, rest), part(x, cut, rest), part(y, cut, rest), alu, line, engine="gpsimd"))
     return out

@@ -100,7 +100,8 @@ def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
     red = [v for role, v in op.vars if role.startswith("r")]
     kept = [v for role, v in op.vars if role.startswith("k")]
     src, out = program.tensors[op.src], program.tensors[op.out]
-    if op.expr is not None or op.scale != 1.0 or op.init != 0.0 or len(src.shape) != len(outer + red + kept):
+    if op.op != "add" or op.expr is not None or op.scale != 1.0 or op.init != 0.0 or \
+            len(src.shape) != len(outer + red + kept):
         return None
     ext = dict(zip(outer + red + kept, (size_value(n, program.sizes) if not isinstance(n, int) else n
                                         for n in src.shape)))

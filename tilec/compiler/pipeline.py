@@ -15,7 +15,7 @@ from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
                                        reduce_nest, transpose_nest)
 from tilec.compiler.build_reduce import build_reduce, resident, short_rows
-from tilec.compiler.build_colreduce import build_column_reduce
+from tilec.compiler.build_colreduce import build_column_reduce, extreme_note
 from tilec.compiler.build_rowchain import build_row_chain, fit_long_rows, pipelined, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
@@ -411,6 +411,8 @@ def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], targ
                 type(op) is ColumnReduceOp and colreduce_rule(op, plan, program, target):
             out += [f"# {op.name}: rules.{'reduce' if type(op) is ReduceOp else 'colreduce'} expands its plan into"]
             out += [f"#   {p}" for p in scheduled_nest(op, plan, program, target)[1]]
+        elif type(op) is ColumnReduceOp and op.op != "add":
+            out += extreme_note(op, plan, program.tensors[op.src].dtype)
         elif isinstance(op, PoolOp):  # (a pool fused into a conv is part of its ConvOp, not an op here)
             out += [f"# {op.name}: rules_pool.pool expands its plan into"]
             dts = (program.tensors[op.src].dtype, program.tensors[op.out].dtype)  # (PSUM or not: rules_pool)

@@ -23,7 +23,7 @@ from tilec.lang.functions import ACCUMULATE
 _HINT = ("supported: a reduction of a run of indices of tensors into an output indexed by the others in order, "
          "`s[i] += A[i, j]` or a column sum `s[j] += A[i, j]`, with a constant factor `A[i, j] / N` or an "
          "element-wise expression of tensors read at the same element, `(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])`; "
-         "max= and min= over the last indices; starting from a constant or a tensor indexed like the output")
+         "max= and min= likewise; starting from a constant or a tensor indexed like the output")
 
 
 def is_row_reduction(comp: Comp, program) -> bool:
@@ -56,10 +56,6 @@ def select_reduce(comp: Comp, program) -> ReduceOp:
         if _split_indices(comp, other, program) != (before, reduced, after):
             raise _reject(comp, f"`{fmt_expr(other)}` must be indexed like `{fmt_expr(reads[0])}`: every tensor "
                                 f"of a reduced expression is read at the same element", other.span)
-    if after and comp.red_op != "+=":
-        raise reject(comp, f"`{comp.red_op}` over leading or middle dimensions has no engine instruction here (the "
-                           f"column sums run as a matmul, which only adds)", reads[0].span,
-                     "reduce the last dimensions instead (transpose the input first), or use +=")
     init, ext = _init(comp, program), comp.extent
     size = lambda vs: math.prod(ext(v) for v in vs)  # noqa: E731
     inputs = tuple(dict.fromkeys(a.tensor for a in reads))
@@ -73,7 +69,7 @@ def select_reduce(comp: Comp, program) -> ReduceOp:
     roles = (tuple((f"o{i}", v) for i, v in enumerate(before)) + tuple((f"r{i}", v) for i, v in enumerate(reduced))
              + tuple((f"k{i}", v) for i, v in enumerate(after)))
     dims = (("O", size(before)), ("R", size(reduced)), ("F", size(after)))
-    return ColumnReduceOp(comp.target, comp.target, reads[0].tensor, dims, "add", roles, *rest)
+    return ColumnReduceOp(comp.target, comp.target, reads[0].tensor, dims, ACCUMULATE[comp.red_op], roles, *rest)
 
 
 def _split_indices(comp: Comp, src: sx.Access, program) -> tuple[list[str], list[str], list[str]]:
