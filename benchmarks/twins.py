@@ -1,12 +1,13 @@
-"""Issue 10's forms (gaps10) beside the plain kernels they sit next to: model latency of each default schedule.
+"""Forms the compiler refused until session 9 beside their plain twins: model latency of each default schedule.
 
-    python benchmarks/gaps10.py            # f32 and bf16
-    python benchmarks/gaps10.py --dtype bf16
+    python benchmarks/twins.py            # f32 and bf16
+    python benchmarks/twins.py --dtype bf16
 
-Each row pairs a program the compiler refused before session 10 with its plain twin (same sizes, the sign, the relu
-of the stationary or the broadcast column replaced by the ordinary form; a column's twin is a constant fill of the same output: both only store): the new form should cost about what the
-twin costs (the sign on the eviction is free; the stationary's relu is one pass over it per load; a column alone is
-one activation per tile after the (P, 1) column). µs from tilec's performance model (never measured).
+Each row pairs such a program (a negated contraction, relu of the stationary operand, a broadcast column alone)
+with its plain twin (same sizes, the sign, the relu of the stationary or the broadcast column replaced by the
+ordinary form; a column's twin is a constant fill of the same output: both only store): the new form should cost
+about what the twin costs (the sign on the eviction is free; the stationary's relu is one pass over it per load; a
+column alone is one activation per tile after the (P, 1) column). µs from tilec's performance model (never measured).
 """
 from __future__ import annotations
 
