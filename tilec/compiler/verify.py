@@ -3,8 +3,9 @@
 Checks: every index variable is bound by an enclosing loop; every buffer is defined before use and in scope, and
 no two different buffers share a name; every index stays inside its buffer; on-chip tiles have <= 128 partitions;
 matmul stationary <= 128x128, moving free size <= 512, the accumulator fits one 2 KiB PSUM bank; DMAs never touch
-PSUM; <= 8 PSUM banks live; SBUF bytes per partition within the compiler's budget. All limits come from the
-Target (tilec/target.py) the kernel is compiled for.
+PSUM; <= 8 PSUM banks live; SBUF bytes per partition within the compiler's budget; a PSUM accumulator's first
+matmul (NKI 0.6: accumulate=False) covers what the later matmuls of its chain add to, where their views are static.
+All limits come from the Target (tilec/target.py) the kernel is compiled for.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class _Verifier:
         scope = {b.name: b for b in (*self.k.params, *self.k.outputs)}
         self.named = dict(scope)  # every buffer name of the kernel: one name, one buffer (names.py)
         self.body(self.k.body, {}, scope, 0, 0)
+        self.chain_starts()
 
     def define(self, b: Buf) -> None:
         if self.named.setdefault(b.name, b) != b:
@@ -132,6 +134,26 @@ class _Verifier:
             self.fail(f"tensor_reduce {s.src.buf.name} {s.src.shape()} -> {s.dst.buf.name} {s.dst.shape()} must "
                       f"fold a 2-D tile into a (P, 1) column, or the last axis of a (P, G, F) tile into (P, G)")
 
+    def chain_starts(self) -> None:
+        """The first matmul into a PSUM allocation overwrites (accumulate=False: NKI 0.6, and zeroed PSUM accumulated
+        onto is undefined on NeuronCore-v2/v3); a later matmul of the chain adding outside its region would add onto
+        uninitialised PSUM. Checked for views without loop variables (a region placed by a loop starts afresh)."""
+        first: dict[str, tuple[tuple[int, int], ...] | None] = {}
+        for s in walk(self.k.body):
+            if isinstance(s, Alloc) and s.buf.memory == "psum":
+                first.pop(s.buf.name, None)  # a new allocation starts a new chain
+            elif isinstance(s, Matmul):
+                box = _static_box(s.acc)
+                name = s.acc.buf.name
+                if name not in first:
+                    first[name] = box
+                    continue
+                start = first[name]
+                if box is not None and start is not None and any(
+                        lo < s_lo or hi > s_hi for (lo, hi), (s_lo, s_hi) in zip(box, start)):
+                    self.fail(f"a matmul adds to {name}{list(box)} outside the region its chain's first matmul "
+                              f"overwrites {list(start)}: uninitialised PSUM")
+
     def matmul(self, s: Matmul) -> None:
         mm = self.t.instr("nc_matmul")  # acc[m, n] += stat[k, m] * mov[k, n]
         st, mv, acc = s.stationary.shape(), s.moving.shape(), s.acc.shape()
@@ -200,6 +222,18 @@ class _Verifier:
             span = t.coef * (loops[t.var] - 1)
             lo, hi = lo + min(0, span), hi + max(0, span)
         return lo, hi
+
+
+def _static_box(v: View) -> tuple[tuple[int, int], ...] | None:
+    """[lo, hi) per dimension of a view whose indices use no loop variable (None otherwise)."""
+    box = []
+    for i in v.idx:
+        start = i.start if isinstance(i, Sl) else i
+        if start.terms:
+            return None
+        size = (i.size - 1) * i.step + 1 if isinstance(i, Sl) else 1
+        box.append((start.const, start.const + size))
+    return tuple(box)
 
 
 def _last_uses(flat: list[Stmt]) -> dict[str, int]:

@@ -1,0 +1,41 @@
+"""The IR verifier's check of a PSUM accumulation chain's start: its first matmul overwrites (NKI 0.6's
+accumulate=False), so a later matmul of the chain that adds outside the first one's region adds onto uninitialised
+PSUM (l37: the grouped hybrid's clipped first tap). Checked where the views use no loop variable."""
+from __future__ import annotations
+
+import pytest
+
+from tilec.compiler.ir import Aff, Alloc, Buf, Dma, Kernel, Loop, Matmul, Sl, Term, View, full, whole
+from tilec.compiler.verify import verify
+from tilec.errors import InternalError
+
+X = Buf("X", "hbm", "f32", (64, 8))
+W = Buf("W", "hbm", "f32", (64, 32))
+Y = Buf("Y", "hbm", "f32", (32, 8))
+XS, WS = Buf("xs", "sbuf", "f32", (64, 8)), Buf("ws", "sbuf", "f32", (64, 32))
+ACC = Buf("acc", "psum", "f32", (32, 8))
+LOADS = (Alloc(XS), Dma(whole(XS), whole(X)), Alloc(WS), Dma(whole(WS), whole(W)), Alloc(ACC))
+
+
+def cols(buf: Buf, start: int, n: int) -> View:
+    return View(buf, (full(buf.shape[0]), Sl(Aff((), start), n)))
+
+
+def test_a_chain_adding_inside_its_start_passes() -> None:
+    body = LOADS + (Matmul(whole(ACC), whole(WS), whole(XS)), Matmul(cols(ACC, 2, 4), whole(WS), cols(XS, 0, 4)))
+    verify(Kernel("k", (X, W), (Y,), body), "test")
+
+
+def test_a_chain_adding_outside_its_clipped_start_fails() -> None:
+    body = LOADS + (Matmul(cols(ACC, 1, 7), whole(WS), cols(XS, 0, 7)),  # column 0 not written
+                    Matmul(cols(ACC, 0, 7), whole(WS), cols(XS, 1, 7)))
+    with pytest.raises(InternalError, match=r"adds to acc.*outside the region.*uninitialised PSUM"):
+        verify(Kernel("k", (X, W), (Y,), body), "test")
+
+
+def test_a_new_allocation_starts_a_new_chain_and_loop_placed_regions_are_not_judged() -> None:
+    again = (Alloc(ACC), Matmul(cols(ACC, 0, 4), whole(WS), cols(XS, 0, 4)))
+    verify(Kernel("k", (X, W), (Y,), LOADS + (Matmul(whole(ACC), whole(WS), whole(XS)),) + again), "test")
+    j = Aff((Term("j", 4),), 0)
+    placed = Loop("j", 2, (Matmul(View(ACC, (full(32), Sl(j, 4))), whole(WS), View(XS, (full(64), Sl(j, 4)))),))
+    verify(Kernel("k", (X, W), (Y,), LOADS + (placed,)), "test")
