@@ -11,6 +11,7 @@ from tilec.compiler.api import compile_loaded
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.pipeline import compile_program
 from tilec.lang import api as lang
+from tilec.errors import TilecError
 
 
 def _run(src: str, dtype: str, seed: int = 5):
@@ -156,8 +157,9 @@ kernel st(X: f32[N, C, H, W], Wd: f32[C, R, S]) -> Y
     assert_matches(prog, "Y", out["Y"], want)
 
 
-def test_contraction_major_stationary_rectified_after_its_load():
-    """A^T B: the stationary A[k, i] is loaded as it is (no transposes to fold the relu into): one pass per load."""
+def test_contraction_major_stationary_relu_is_refused_with_a_hint():
+    """A^T B with relu(A[k, i]): rectified in place after its load, it read rows the load never wrote at M = 1
+    (l38), so it is refused again, at the operand, with the way around it."""
     src = """\
 kernel st(A: f32[K, M], B: f32[K, N]) -> C
   default K = 200, M = 150, N = 100
@@ -167,9 +169,9 @@ kernel st(A: f32[K, M], B: f32[K, N]) -> C
     for k in 0..K:
       C[i, j] += min(relu(A[k, i]), 0.2) * B[k, j]
 """
-    prog, c, out, x = _run(src, "f32")
-    assert _conv(prog).w_layout == "ck"
-    assert_matches(prog, "C", out["C"], np.minimum(np.maximum(x["A"], 0), 0.2).T @ x["B"])
+    with pytest.raises(TilecError, match="relu of the contraction-major stationary operand `A`") as err:
+        compile_loaded(lang.load(src))
+    assert err.value.span.line == 7 and "compute it into a tensor first" in str(err.value)
 
 
 def test_first_layer_conv_with_rectified_weights():
