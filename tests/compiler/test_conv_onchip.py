@@ -94,7 +94,7 @@ def test_resnet_block_on_chip_matches_numpy(dt, n, c, h, w):
     prog, comp, x, out = run(RESNET.format(dt=dt, n=n, c=c, h=h, w=w), "place T, sbuf")
     assert on_chip(comp.source)
     assert "src=T[" not in comp.source and "src=T," not in comp.source
-    assert f"T_img = nl.zeros" in comp.source or "nisa.memset(dst=T_img" in comp.source  # the halo is zero
+    assert "T_img = nl.zeros" in comp.source or "nisa.memset(dst=T_img" in comp.source  # the halo is zero
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
 
 

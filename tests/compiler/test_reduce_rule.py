@@ -22,7 +22,6 @@ from tilec.compiler.lower import lower
 from tilec.compiler.lower_tiles import reduce_nest
 from tilec.compiler.nest import Const, lower_nest, print_nest
 from tilec.compiler.nest_eval import evaluate_nest
-from tilec.compiler.pipeline import reduce_rule
 from tilec.compiler.schedule import ReducePlan, default_plan
 from tilec.compiler.select import select
 from tilec.errors import TilecError

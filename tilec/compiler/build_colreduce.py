@@ -218,7 +218,7 @@ def build_column_extreme(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Bu
     plan = ReducePlan(plan.parts, _extreme_free(F, plan))
     TP, TF = plan.parts, plan.free  # (no PSUM bank bounds the free tile here: WIDE banks' worth per load)
     CB = best_divisor(TF, PMAX) if TP > 1 else TF  # columns per transpose: at most 128 (its partitions)
-    line, ln = op.line, op.update_line
+    line = op.line
     views: dict[str, Buf] = {}
     stmts: list[Stmt] = []
     for name in op.inputs or (op.src,):
@@ -300,7 +300,7 @@ def _fold_rows(op: ColumnReduceOp, plan: ReducePlan, hbm, fresh: Fresh, views: d
 def _tail(op: ColumnReduceOp, hbm, fresh: Fresh, run: Buf, CB: int, NC: int, word: str, out_v: Buf,
           init_v: Buf | None, where: tuple, tag: str = "") -> list[Stmt]:
     """One free tile's running tile folded across its partitions (_fold_columns), the initial value, one store."""
-    ln, line, TP, TF = op.update_line, op.line, run.shape[0], run.shape[1]
+    ln, line, TP = op.update_line, op.line, run.shape[0]
     body: list[Stmt] = []
     if TP == 1:  # one row: the running tile is the result already, laid out as the output (CB = TF, NC = 1)
         back = run

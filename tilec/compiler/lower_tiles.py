@@ -99,7 +99,7 @@ def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
     outer = [v for role, v in op.vars if role.startswith("o")]
     red = [v for role, v in op.vars if role.startswith("r")]
     kept = [v for role, v in op.vars if role.startswith("k")]
-    src, out = program.tensors[op.src], program.tensors[op.out]
+    src = program.tensors[op.src]
     if op.op != "add" or op.expr is not None or op.scale != 1.0 or op.init != 0.0 or \
             len(src.shape) != len(outer + red + kept):
         return None
