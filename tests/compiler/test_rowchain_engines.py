@@ -11,36 +11,12 @@ import re
 import numpy as np
 import pytest
 
-from compiler_helpers import EXAMPLES, check_against_reference
-from tilec.compiler.api import compile_loaded
+from compiler_helpers import check_against_reference
+from test_chunk_cols import FORMS, TOLERANCE, compiled
 from tilec.lang import api as lang
 from tilec.perf.api import estimate
 from tilec.perf.params import TRN2
 from tilec.perf.tracebuild import TraceBuilder
-
-SOFTMAX, LAYERNORM, RMSNORM = ((EXAMPLES / f"{name}.tl").read_text() for name in ("softmax", "layernorm", "rmsnorm"))
-TOLERANCE = {"f32": 2e-6, "f16": 4e-3, "bf16": 3e-2}  # relative to the largest output (every tensor is rounded)
-
-
-def softmax(X):
-    e = np.exp(X - X.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def layernorm(X, g, b):
-    d = X - X.mean(axis=1, keepdims=True)
-    return d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5) * g + b
-
-
-def rmsnorm(X, g):
-    return X / np.sqrt((X * X).mean(axis=1, keepdims=True) + 1e-6) * g
-
-
-FORMS = {"softmax": (SOFTMAX, softmax), "layernorm": (LAYERNORM, layernorm), "rmsnorm": (RMSNORM, rmsnorm)}
-
-
-def compiled(name: str, dtype: str, rows: int, cols: int):
-    return compile_loaded(lang.load(FORMS[name][0].replace("f32", dtype), {"M": rows, "N": cols}), nki="0.6")
 
 
 def check_numbers(c, name: str, dtype: str) -> None:
