@@ -34,6 +34,30 @@ def inputs_for(prog, seed: int = 42) -> dict[str, np.ndarray]:
     return {t.name: rng.random(t.shape, dtype=np.float32) for t in prog.inputs}
 
 
+def run_signed(src: str, dtype: str, seed: int):
+    """Compile `src` with its f32 tensors in `dtype` and run it on inputs in [-0.5, 0.5) (signed: a relu or a sign
+    changes the result), exact in `dtype` (the interpreter rounds bf16 inputs). Returns (program, compiled, outputs,
+    the inputs in float64 for the NumPy formula)."""
+    prog = lang.load(src.replace("f32", dtype))
+    c = compile_loaded(prog)
+    rng = np.random.default_rng(seed)
+    inputs = {t.name: (rng.random(t.shape, dtype=np.float32) - 0.5) for t in prog.inputs}
+    if dtype == "f16":
+        inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
+    if dtype == "bf16":
+        inputs = {k: (v.view(np.uint32) & 0xFFFF0000).view(np.float32) for k, v in inputs.items()}
+    out = c.run(**inputs)
+    return prog, c, out, {k: np.asarray(v, np.float64) for k, v in inputs.items()}
+
+
+def only_conv(prog):
+    """The program's one contraction (ConvOp) as selection made it."""
+    from tilec.compiler.ops import ConvOp
+    from tilec.compiler.pipeline import compile_program
+    conv, = [op for op in compile_program(prog).ops if isinstance(op, ConvOp)]
+    return conv
+
+
 def assert_matches(program, name: str, got, want) -> None:
     """One output against its expected values within the project's one tolerance policy (tilec/tolerance.py, as
     `tilec run`, the tuner and the fuzzer): the accumulation length and narrow intermediates of `name` are read from

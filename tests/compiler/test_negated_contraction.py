@@ -6,31 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches
+from compiler_helpers import assert_matches, only_conv, run_signed
 from tilec.compiler.api import compile_loaded
-from tilec.compiler.ops import ConvOp
-from tilec.compiler.pipeline import compile_program
 from tilec.lang import api as lang
 
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": np.float32}
 
 
-def _run(src: str, dtype: str, seed: int = 3):
-    prog = lang.load(src.replace("f32", dtype))
-    c = compile_loaded(prog)
-    rng = np.random.default_rng(seed)
-    inputs = {t.name: (rng.random(t.shape, dtype=np.float32) - 0.5) for t in prog.inputs}  # signed: relu clips
-    if dtype == "f16":
-        inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
-    if dtype == "bf16":  # values exact in bf16 (the interpreter rounds bf16 inputs)
-        inputs = {k: (v.view(np.uint32) & 0xFFFF0000).view(np.float32) for k, v in inputs.items()}
-    out = c.run(**inputs)
-    f64 = {k: np.asarray(v, np.float64) for k, v in inputs.items()}
-    return prog, c, out, f64
+def _run(src: str, dtype: str):
+    return run_signed(src, dtype, seed=3)
 
 
 def _scale(prog, name: str) -> float:
-    conv, = [op for op in compile_program(prog).ops if isinstance(op, ConvOp)]
+    conv = only_conv(prog)
     assert conv.out == name
     return conv.scale
 

@@ -6,30 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches
+from compiler_helpers import assert_matches, only_conv, run_signed
 from tilec.compiler.api import compile_loaded
-from tilec.compiler.ops import ConvOp
-from tilec.compiler.pipeline import compile_program
 from tilec.lang import api as lang
 from tilec.errors import TilecError
 
 
-def _run(src: str, dtype: str, seed: int = 5):
-    prog = lang.load(src.replace("f32", dtype))
-    c = compile_loaded(prog)
-    rng = np.random.default_rng(seed)
-    inputs = {t.name: (rng.random(t.shape, dtype=np.float32) - 0.5) for t in prog.inputs}  # signed: relu clips
-    if dtype == "f16":
-        inputs = {k: v.astype(np.float16) for k, v in inputs.items()}
-    if dtype == "bf16":  # values exact in bf16
-        inputs = {k: (v.view(np.uint32) & 0xFFFF0000).view(np.float32) for k, v in inputs.items()}
-    out = c.run(**inputs)
-    return prog, c, out, {k: np.asarray(v, np.float64) for k, v in inputs.items()}
-
-
-def _conv(prog) -> ConvOp:
-    conv, = [op for op in compile_program(prog).ops if isinstance(op, ConvOp)]
-    return conv
+def _run(src: str, dtype: str):
+    return run_signed(src, dtype, seed=5)
 
 
 MATMUL = """\
@@ -50,7 +34,7 @@ kernel st(A: f32[M, K], B: f32[K, N]) -> C
 @pytest.mark.parametrize("M, K", [(200, 300), (130, 100)])
 def test_relu_of_stationary(dtype, update, upper, M, K):
     prog, c, out, x = _run(MATMUL.format(update=update, M=M, K=K), dtype)
-    assert _conv(prog).w_relu == upper
+    assert only_conv(prog).w_relu == upper
     a = np.minimum(np.maximum(x["A"], 0.0), upper)
     assert (a == 0).mean() > 0.3
     assert_matches(prog, "C", out["C"], a @ x["B"])
@@ -151,7 +135,7 @@ kernel st(X: f32[N, C, H, W], Wd: f32[C, R, S]) -> Y
       Y[n, c, y, x] += X[n, c, y + r, x + s] * {upper}
 """
     prog, c, out, x = _run(src, "f32")
-    assert _conv(prog).w_layout == "dw"
+    assert only_conv(prog).w_layout == "dw"
     w = np.minimum(np.maximum(x["Wd"], 0), 0.3 if "min" in upper else np.inf)
     want = sum(x["X"][:, :, r:r + 8, s:s + 8] * w[None, :, r, s, None, None] for r in range(3) for s in range(3))
     assert_matches(prog, "Y", out["Y"], want)
