@@ -19,7 +19,8 @@ BAND = 16
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def avgpool(X):
-    assert X.shape == (1, 128, 64, 64), 'avgpool was compiled for X of shape (1, 128, 64, 64); recompile with tilec compile -D N=... -D C=... -D H=... -D W=...'
+    assert X.shape == (1, 128, 64, 64), ('avgpool was compiled for X of shape (1, 128, 64, 64); '
+                                         'recompile with tilec compile -D N=... -D C=... -D H=... -D W=...')
     Y = nl.ndarray((1, 128, 32, 32), dtype=nl.float32, buffer=nl.shared_hbm)
     X_v = X.reshape((128, 64, 64))  # tl:8
     Y_v = Y.reshape((128, 32, 32))  # tl:8
@@ -30,11 +31,14 @@ def avgpool(X):
         nisa.dma_copy(dst=X_band, src=X_v[:, yb * 32:yb * 32 + 32])  # tl:8
         Y_band = nl.ndarray((128, 16, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         Y_cols = nl.ndarray((128, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
-        Y_cols[:, 0:14] = nisa.tensor_tensor(X_band[:, 0:14, 1:64:2], X_band[:, 0:14, 0:63:2], op=nl.add, dtype=nl.float32)  # tl:8
-        Y_cols[:, 14:32] = nisa.tensor_tensor(X_band[:, 14:32, 1:64:2], X_band[:, 14:32, 0:63:2], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:8
+        Y_cols[:, 0:14] = nisa.tensor_tensor(X_band[:, 0:14, 1:64:2], X_band[:, 0:14, 0:63:2], op=nl.add,  # tl:8
+                                             dtype=nl.float32)
+        Y_cols[:, 14:32] = nisa.tensor_tensor(X_band[:, 14:32, 1:64:2], X_band[:, 14:32, 0:63:2], op=nl.add,  # tl:8
+                                              engine=nisa.gpsimd_engine, dtype=nl.float32)
         Y_rows = nl.ndarray((128, 16, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         Y_rows[:, 0:7] = nisa.tensor_tensor(Y_cols[:, 1:14:2], Y_cols[:, 0:13:2], op=nl.add, dtype=nl.float32)  # tl:8
-        Y_rows[:, 7:16] = nisa.tensor_tensor(Y_cols[:, 15:32:2], Y_cols[:, 14:31:2], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:8
+        Y_rows[:, 7:16] = nisa.tensor_tensor(Y_cols[:, 15:32:2], Y_cols[:, 14:31:2], op=nl.add,  # tl:8
+                                             engine=nisa.gpsimd_engine, dtype=nl.float32)
         Y_band[...] = nisa.activation(op=nl.copy, data=Y_rows, scale=0.25, dtype=nl.float32)  # tl:8
         nisa.dma_copy(dst=Y_v[:, yb * BAND:yb * BAND + BAND], src=Y_band)  # tl:8
 

@@ -28,8 +28,10 @@ BAND = 6
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def conv2d(X, Wt):
-    assert X.shape == (4, 256, 224, 224), 'conv2d was compiled for X of shape (4, 256, 224, 224); recompile with tilec compile -D N=... -D C=... -D H=... -D W=...'
-    assert Wt.shape == (256, 256, 3, 3), 'conv2d was compiled for Wt of shape (256, 256, 3, 3); recompile with tilec compile -D K=... -D C=... -D R=...'
+    assert X.shape == (4, 256, 224, 224), ('conv2d was compiled for X of shape (4, 256, 224, 224); '
+                                           'recompile with tilec compile -D N=... -D C=... -D H=... -D W=...')
+    assert Wt.shape == (256, 256, 3, 3), ('conv2d was compiled for Wt of shape (256, 256, 3, 3); '
+                                          'recompile with tilec compile -D K=... -D C=... -D R=...')
     Y = nl.ndarray((4, 256, 222, 222), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- weights Wt: contraction-major, resident in SBUF
@@ -42,7 +44,8 @@ def conv2d(X, Wt):
                 for s in nl.affine_range(3):  # tl:12  prepare Wt: for s in 0..R
                     Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:12
                     Wt_tp[...] = nisa.nc_transpose(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, r, s])  # tl:12
-                    Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:12
+                    Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K] = nisa.tensor_copy(Wt_tp,  # tl:12
+                                                                                              dtype=nl.float32)
 
     # ---- main: Y by row bands
     for n in nl.affine_range(4):  # tl:9  for n in 0..N
@@ -51,7 +54,8 @@ def conv2d(X, Wt):
             # ---- input band X: all contraction tiles, shared by every output tile
             X_band = nl.ndarray((128, 2, 8, 224), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
             for c_t in nl.affine_range(2):  # tl:12  for c in 0..C (tiles of TILE_C)
-                nisa.dma_copy(dst=X_band[:, c_t], src=X[n, c_t * TILE_C:c_t * TILE_C + TILE_C, y_b * BAND:y_b * BAND + 8])  # tl:12
+                nisa.dma_copy(dst=X_band[:, c_t],  # tl:12
+                              src=X[n, c_t * TILE_C:c_t * TILE_C + TILE_C, y_b * BAND:y_b * BAND + 8])
             for k_t in nl.affine_range(2):  # tl:9  for k in 0..K (tiles of TILE_K)
                 Y_band = nl.ndarray((128, 6, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
                 for y_g in nl.affine_range(3):  # tl:9  for y in 0..Ho (groups of ROWS rows in the band)
@@ -59,8 +63,11 @@ def conv2d(X, Wt):
                     for c_t in nl.affine_range(2):  # tl:11  for c in 0..C (tiles of TILE_C)
                         for r in nl.affine_range(3):  # tl:11  for r in 0..R
                             for s in nl.affine_range(3):  # tl:11  for s in 0..R
-                                Y_acc += nisa.nc_matmul(Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K], X_band[:, c_t, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])  # tl:12
-                    Y_band[:, y_g * ROWS:y_g * ROWS + ROWS] = nisa.activation(op=nl.copy, data=Y_acc, dtype=nl.float32)  # tl:10
+                                Y_acc += nisa.nc_matmul(  # tl:12
+                                        Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K],
+                                        X_band[:, c_t, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])
+                    Y_band[:, y_g * ROWS:y_g * ROWS + ROWS] = nisa.activation(op=nl.copy, data=Y_acc,  # tl:10
+                                                                              dtype=nl.float32)
                 nisa.dma_copy(dst=Y[n, k_t * TILE_K:k_t * TILE_K + TILE_K, y_b * 6:y_b * 6 + 6], src=Y_band)  # tl:10
 
     return Y

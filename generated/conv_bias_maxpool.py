@@ -28,9 +28,12 @@ BAND = 6
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def conv_bias_maxpool(X, Wt, b):
-    assert X.shape == (4, 256, 224, 224), 'conv_bias_maxpool was compiled for X of shape (4, 256, 224, 224); recompile with tilec compile -D N=... -D C=... -D H=... -D W=...'
-    assert Wt.shape == (256, 256, 3, 3), 'conv_bias_maxpool was compiled for Wt of shape (256, 256, 3, 3); recompile with tilec compile -D K=... -D C=... -D R=...'
-    assert b.shape == (256,), 'conv_bias_maxpool was compiled for b of shape (256,); recompile with tilec compile -D K=...'
+    assert X.shape == (4, 256, 224, 224), ('conv_bias_maxpool was compiled for X of shape (4, 256, 224, 224); '
+                                           'recompile with tilec compile -D N=... -D C=... -D H=... -D W=...')
+    assert Wt.shape == (256, 256, 3, 3), ('conv_bias_maxpool was compiled for Wt of shape (256, 256, 3, 3); '
+                                          'recompile with tilec compile -D K=... -D C=... -D R=...')
+    assert b.shape == (256,), ('conv_bias_maxpool was compiled for b of shape (256,); '
+                               'recompile with tilec compile -D K=...')
     Y = nl.ndarray((4, 256, 111, 111), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- weights Wt: contraction-major, resident in SBUF
@@ -43,7 +46,8 @@ def conv_bias_maxpool(X, Wt, b):
                 for s in nl.affine_range(3):  # tl:14  prepare Wt: for s in 0..R
                     Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
                     Wt_tp[...] = nisa.nc_transpose(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, r, s])  # tl:14
-                    Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:14
+                    Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K] = nisa.tensor_copy(Wt_tp,  # tl:14
+                                                                                              dtype=nl.float32)
 
     # ---- bias b: one column per out-channel tile
     b_col = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
@@ -57,7 +61,8 @@ def conv_bias_maxpool(X, Wt, b):
             # ---- input band X: all contraction tiles, shared by every output tile
             X_band = nl.ndarray((128, 2, 8, 224), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
             for c_t in nl.affine_range(2):  # tl:14  for c in 0..C (tiles of TILE_C)
-                nisa.dma_copy(dst=X_band[:, c_t], src=X[n, c_t * TILE_C:c_t * TILE_C + TILE_C, y_b * BAND:y_b * BAND + 8])  # tl:14
+                nisa.dma_copy(dst=X_band[:, c_t],  # tl:14
+                              src=X[n, c_t * TILE_C:c_t * TILE_C + TILE_C, y_b * BAND:y_b * BAND + 8])
             for k_t in nl.affine_range(2):  # tl:11  for k in 0..K (tiles of TILE_K)
                 Y_band = nl.ndarray((128, 3, 111), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
                 for y_g in nl.affine_range(3):  # tl:11  for y in 0..Ho (groups of ROWS rows in the band)
@@ -65,12 +70,17 @@ def conv_bias_maxpool(X, Wt, b):
                     for c_t in nl.affine_range(2):  # tl:13  for c in 0..C (tiles of TILE_C)
                         for r in nl.affine_range(3):  # tl:13  for r in 0..R
                             for s in nl.affine_range(3):  # tl:13  for s in 0..R
-                                conv_acc += nisa.nc_matmul(Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K], X_band[:, c_t, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])  # tl:14
+                                conv_acc += nisa.nc_matmul(  # tl:14
+                                        Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K],
+                                        X_band[:, c_t, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])
                     conv_act = nl.ndarray((128, 2, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-                    conv_act[...] = nisa.activation(op=nl.copy, data=conv_acc, bias=b_col[:, k_t:k_t + 1], dtype=nl.float32)  # tl:12
+                    conv_act[...] = nisa.activation(op=nl.copy, data=conv_acc, bias=b_col[:, k_t:k_t + 1],  # tl:12
+                                                    dtype=nl.float32)
                     Y_pool_rows = nl.ndarray((128, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-                    Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0], conv_act[:, 1], op=nl.maximum, dtype=nl.float32)  # tl:18
-                    Y_band[:, y_g] = nisa.tensor_tensor(Y_pool_rows[:, 0:221:2], Y_pool_rows[:, 1:222:2], op=nl.maximum, dtype=nl.float32)  # tl:18
+                    Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0], conv_act[:, 1], op=nl.maximum,  # tl:18
+                                                          dtype=nl.float32)
+                    Y_band[:, y_g] = nisa.tensor_tensor(Y_pool_rows[:, 0:221:2], Y_pool_rows[:, 1:222:2],  # tl:18
+                                                        op=nl.maximum, dtype=nl.float32)
                 nisa.dma_copy(dst=Y[n, k_t * TILE_K:k_t * TILE_K + TILE_K, y_b * 3:y_b * 3 + 3], src=Y_band)  # tl:18
 
     return Y

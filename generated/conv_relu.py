@@ -25,8 +25,10 @@ ROWS = 10
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def conv_relu(X, Wt, b):
-    assert X.shape == (1, 128, 32, 32), 'conv_relu was compiled for X of shape (1, 128, 32, 32); recompile with tilec compile -D N=... -D C=... -D H=... -D W=...'
-    assert Wt.shape == (128, 128, 3, 3), 'conv_relu was compiled for Wt of shape (128, 128, 3, 3); recompile with tilec compile -D K=... -D C=... -D R=...'
+    assert X.shape == (1, 128, 32, 32), ('conv_relu was compiled for X of shape (1, 128, 32, 32); '
+                                         'recompile with tilec compile -D N=... -D C=... -D H=... -D W=...')
+    assert Wt.shape == (128, 128, 3, 3), ('conv_relu was compiled for Wt of shape (128, 128, 3, 3); '
+                                          'recompile with tilec compile -D K=... -D C=... -D R=...')
     assert b.shape == (128,), 'conv_relu was compiled for b of shape (128,); recompile with tilec compile -D K=...'
     Y = nl.ndarray((1, 128, 15, 15), dtype=nl.float32, buffer=nl.shared_hbm)
 
@@ -54,12 +56,15 @@ def conv_relu(X, Wt, b):
         conv_acc = nl.zeros((128, 10, 30), dtype=nl.float32, buffer=nl.psum)  # tl:11
         for r in nl.affine_range(3):  # tl:12  for r in 0..R
             for s in nl.affine_range(3):  # tl:12  for s in 0..R
-                conv_acc += nisa.nc_matmul(Wt_T[:, r, s], X_band[:, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])  # tl:13
+                conv_acc += nisa.nc_matmul(Wt_T[:, r, s],  # tl:13
+                                           X_band[:, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])
         conv_act = nl.ndarray((128, 10, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         conv_act[...] = nisa.activation(op=nl.relu, data=conv_acc, bias=b_col, dtype=nl.float32)  # tl:11
         Y_pool_rows = nl.ndarray((128, 5, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-        Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0:9:2], conv_act[:, 1:10:2], op=nl.maximum, dtype=nl.float32)  # tl:18
-        Y_band[:, y_g * 5:y_g * 5 + 5] = nisa.tensor_tensor(Y_pool_rows[:, :, 0:29:2], Y_pool_rows[:, :, 1:30:2], op=nl.maximum, dtype=nl.float32)  # tl:18
+        Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0:9:2], conv_act[:, 1:10:2], op=nl.maximum,  # tl:18
+                                              dtype=nl.float32)
+        Y_band[:, y_g * 5:y_g * 5 + 5] = nisa.tensor_tensor(Y_pool_rows[:, :, 0:29:2],  # tl:18
+                                                            Y_pool_rows[:, :, 1:30:2], op=nl.maximum, dtype=nl.float32)
     nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:18
 
     return Y

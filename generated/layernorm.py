@@ -18,7 +18,8 @@ Y_TILE_P = 128
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def layernorm(X, g, b):
-    assert X.shape == (256, 512), 'layernorm was compiled for X of shape (256, 512); recompile with tilec compile -D M=... -D N=...'
+    assert X.shape == (256, 512), ('layernorm was compiled for X of shape (256, 512); '
+                                   'recompile with tilec compile -D M=... -D N=...')
     assert g.shape == (512,), 'layernorm was compiled for g of shape (512,); recompile with tilec compile -D N=...'
     assert b.shape == (512,), 'layernorm was compiled for b of shape (512,); recompile with tilec compile -D N=...'
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -41,11 +42,14 @@ def layernorm(X, g, b):
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:11
         discard = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         mu_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        discard[...] = nisa.activation(op=nl.copy, data=X_tile, scale=-0.001953125, reduce_op=nl.add, reduce_res=mu_neg, dtype=nl.float32)  # tl:13
+        discard[...] = nisa.activation(op=nl.copy, data=X_tile, scale=-0.001953125, reduce_op=nl.add,  # tl:13
+                                       reduce_res=mu_neg, dtype=nl.float32)
         v_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        discard[...] = nisa.activation(op=nl.square, data=X_tile, bias=mu_neg, reduce_op=nl.add, reduce_res=v_col, dtype=nl.float32)  # tl:19
+        discard[...] = nisa.activation(op=nl.square, data=X_tile, bias=mu_neg, reduce_op=nl.add,  # tl:19
+                                       reduce_res=v_col, dtype=nl.float32)
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
-        r_tile[...] = nisa.activation(op=nl.rsqrt, data=v_col, bias=r_const, scale=0.001953125, dtype=nl.float32)  # tl:21
+        r_tile[...] = nisa.activation(op=nl.rsqrt, data=v_col, bias=r_const, scale=0.001953125,  # tl:21
+                                      dtype=nl.float32)
         Y_centred = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
         Y_centred[...] = nisa.activation(op=nl.copy, data=X_tile, bias=mu_neg, dtype=nl.float32)  # tl:23
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23

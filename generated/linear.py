@@ -21,8 +21,10 @@ TILE_K = 128
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def linear(X, W, b):
-    assert X.shape == (256, 512), 'linear was compiled for X of shape (256, 512); recompile with tilec compile -D M=... -D K=...'
-    assert W.shape == (512, 384), 'linear was compiled for W of shape (512, 384); recompile with tilec compile -D K=... -D N=...'
+    assert X.shape == (256, 512), ('linear was compiled for X of shape (256, 512); '
+                                   'recompile with tilec compile -D M=... -D K=...')
+    assert W.shape == (512, 384), ('linear was compiled for W of shape (512, 384); '
+                                   'recompile with tilec compile -D K=... -D N=...')
     assert b.shape == (384,), 'linear was compiled for b of shape (384,); recompile with tilec compile -D N=...'
     Y = nl.ndarray((256, 384), dtype=nl.float32, buffer=nl.shared_hbm)
 

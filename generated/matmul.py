@@ -22,8 +22,10 @@ TILE_J = 384
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def matmul(A, B):
-    assert A.shape == (512, 1024), 'matmul was compiled for A of shape (512, 1024); recompile with tilec compile -D M=... -D K=...'
-    assert B.shape == (1024, 768), 'matmul was compiled for B of shape (1024, 768); recompile with tilec compile -D K=... -D N=...'
+    assert A.shape == (512, 1024), ('matmul was compiled for A of shape (512, 1024); '
+                                    'recompile with tilec compile -D M=... -D K=...')
+    assert B.shape == (1024, 768), ('matmul was compiled for B of shape (1024, 768); '
+                                    'recompile with tilec compile -D K=... -D N=...')
     C = nl.ndarray((512, 768), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- stationary operand A: contraction-major, resident in SBUF
@@ -47,8 +49,10 @@ def matmul(A, B):
         for j_t in nl.affine_range(2):  # tl:6  for j in 0..N (tiles of TILE_J)
             C_acc = nl.zeros((128, 384), dtype=nl.float32, buffer=nl.psum)  # tl:7
             for k_t in nl.affine_range(8):  # tl:8  for k in 0..K (tiles of TILE_K)
-                C_acc += nisa.nc_matmul(A_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I], B_tiles[:, k_t, j_t * TILE_J:j_t * TILE_J + TILE_J])  # tl:9
-            C_rows[:, j_t * TILE_J:j_t * TILE_J + TILE_J] = nisa.activation(op=nl.copy, data=C_acc, dtype=nl.float32)  # tl:7
+                C_acc += nisa.nc_matmul(A_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I],  # tl:9
+                                        B_tiles[:, k_t, j_t * TILE_J:j_t * TILE_J + TILE_J])
+            C_rows[:, j_t * TILE_J:j_t * TILE_J + TILE_J] = nisa.activation(op=nl.copy, data=C_acc,  # tl:7
+                                                                            dtype=nl.float32)
         nisa.dma_copy(dst=C[i_t * TILE_I:i_t * TILE_I + TILE_I], src=C_rows)  # tl:7
 
     return C

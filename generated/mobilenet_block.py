@@ -18,10 +18,14 @@ Y_GROUP = 48
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def mobilenet_block(X, We, Wd, Wp):
-    assert X.shape == (1, 24, 16, 16), 'mobilenet_block was compiled for X of shape (1, 24, 16, 16); recompile with tilec compile -D N=... -D C=... -D H=... -D W=...'
-    assert We.shape == (144, 24), 'mobilenet_block was compiled for We of shape (144, 24); recompile with tilec compile -D E=... -D C=...'
-    assert Wd.shape == (144, 3, 3), 'mobilenet_block was compiled for Wd of shape (144, 3, 3); recompile with tilec compile -D E=...'
-    assert Wp.shape == (24, 144), 'mobilenet_block was compiled for Wp of shape (24, 144); recompile with tilec compile -D C=... -D E=...'
+    assert X.shape == (1, 24, 16, 16), ('mobilenet_block was compiled for X of shape (1, 24, 16, 16); '
+                                        'recompile with tilec compile -D N=... -D C=... -D H=... -D W=...')
+    assert We.shape == (144, 24), ('mobilenet_block was compiled for We of shape (144, 24); '
+                                   'recompile with tilec compile -D E=... -D C=...')
+    assert Wd.shape == (144, 3, 3), ('mobilenet_block was compiled for Wd of shape (144, 3, 3); '
+                                     'recompile with tilec compile -D E=...')
+    assert Wp.shape == (24, 144), ('mobilenet_block was compiled for Wp of shape (24, 144); '
+                                   'recompile with tilec compile -D C=... -D E=...')
     Y = nl.ndarray((1, 24, 16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
     Y_blocks = Y.reshape((48, 8, 16))  # tl:11
     X_blocks = X.reshape((48, 8, 16))  # tl:11
@@ -54,9 +58,12 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- diag(Wd[e, r, s]) for the taps TensorE runs: the identity scaled per partition
     Wd_diags = nl.ndarray((96, 3, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     for e_w in nl.affine_range(3):  # tl:15  for e (groups of GROUP channels)
-        Wd_diags[:, e_w, 0] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96], scale=Wd_cols[:, e_w, 0, 1:2], dtype=nl.float32)  # tl:15
-        Wd_diags[:, e_w, 1] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96], scale=Wd_cols[:, e_w, 0, 0:1], dtype=nl.float32)  # tl:15
-        Wd_diags[:, e_w, 2] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96], scale=Wd_cols[:, e_w, 0, 2:3], dtype=nl.float32)  # tl:15
+        Wd_diags[:, e_w, 0] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96],  # tl:15
+                                              scale=Wd_cols[:, e_w, 0, 1:2], dtype=nl.float32)
+        Wd_diags[:, e_w, 1] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96],  # tl:15
+                                              scale=Wd_cols[:, e_w, 0, 0:1], dtype=nl.float32)
+        Wd_diags[:, e_w, 2] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96],  # tl:15
+                                              scale=Wd_cols[:, e_w, 0, 2:3], dtype=nl.float32)
     X_zeros = nl.zeros((48, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- main: A -> B -> Y on chip, partitions hold (row block, channel) pairs: 2 blocks of 8 rows
@@ -70,33 +77,46 @@ def mobilenet_block(X, We, Wd, Wp):
     B_all_a = nl.ndarray((96, 3, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group 0 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    # ---- A = We . X for e group 0 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
+    #      the depthwise band
     A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
     A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 0], X_ext_a)  # tl:11
     A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
     A_pad_a[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
-    # ---- B rows 0..8 of each block, e group 0, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
+    # ---- B rows 0..8 of each block, e group 0, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
+    #      GpSimdE 4
     B_acc_a_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
     B_acc_a_a_end += nisa.nc_matmul(Wd_diags[:, 0, 0], A_pad_a[:, 0:8])  # tl:17
     B_acc_a_a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 0, 1], A_pad_a[:, 0:8, 0:15])  # tl:17
     B_acc_a_a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 0, 2], A_pad_a[:, 0:8, 1:16])  # tl:17
     B_prod0_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod0_a_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_a[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 0, 1, 0:1], dtype=nl.float32)  # tl:17
-    B_acc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_a_a_end[:, :, 1:16], B_prod0_a_a_end[:, :, 1:16], op=nl.add, dtype=nl.float32)  # tl:17
+    B_prod0_a_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_a[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 0, 1, 0:1],  # tl:17
+                                                     dtype=nl.float32)
+    B_acc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_a_a_end[:, :, 1:16], B_prod0_a_a_end[:, :, 1:16],  # tl:17
+                                                   op=nl.add, dtype=nl.float32)
     B_gacc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_gacc_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 0, 1, 1:2], dtype=nl.float32)  # tl:17
+    B_gacc_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 0, 1, 1:2],  # tl:17
+                                          dtype=nl.float32)
     B_prod1_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod1_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9, 1:16], scale=Wd_cols[:, 0, 1, 2:3], dtype=nl.float32)  # tl:17
-    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod1_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod1_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9, 1:16],  # tl:17
+                                                  scale=Wd_cols[:, 0, 1, 2:3], dtype=nl.float32)
+    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod1_a_a_end[:, :, 0:15],  # tl:17
+                                                    op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
     B_prod2_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod2_a_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 0:15], scale=Wd_cols[:, 0, 2, 0:1], dtype=nl.float32)  # tl:17
-    B_gacc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 1:16], B_prod2_a_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod2_a_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 0:15],  # tl:17
+                                                  scale=Wd_cols[:, 0, 2, 0:1], dtype=nl.float32)
+    B_gacc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 1:16], B_prod2_a_a_end[:, :, 1:16],  # tl:17
+                                                    op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
     B_prod3_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod3_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 0, 2, 1:2], dtype=nl.float32)  # tl:17
-    B_gacc_a_a_end[...] = nisa.tensor_tensor(B_gacc_a_a_end, B_prod3_a_a_end, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod0_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16], scale=Wd_cols[:, 0, 2, 2:3], dtype=nl.float32)  # tl:17
-    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod3_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 0, 2, 1:2],  # tl:17
+                                           dtype=nl.float32)
+    B_gacc_a_a_end[...] = nisa.tensor_tensor(B_gacc_a_a_end, B_prod3_a_a_end, op=nl.add,  # tl:17
+                                             engine=nisa.gpsimd_engine, dtype=nl.float32)
+    B_prod0_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
+                                                  scale=Wd_cols[:, 0, 2, 2:3], dtype=nl.float32)
+    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15],  # tl:17
+                                                    op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block)
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -110,36 +130,50 @@ def mobilenet_block(X, We, Wd, Wp):
         Wp_bd[:, e_w, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
     A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
+    #      the depthwise band
     A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
     A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 1], X_ext_a)  # tl:11
     A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
     A_pad_b[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
-    # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
+    # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
+    #      GpSimdE 4
     B_acc_b_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
     B_acc_b_a_end += nisa.nc_matmul(Wd_diags[:, 1, 0], A_pad_b[:, 0:8])  # tl:17
     B_acc_b_a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 1, 1], A_pad_b[:, 0:8, 0:15])  # tl:17
     B_acc_b_a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 1, 2], A_pad_b[:, 0:8, 1:16])  # tl:17
     B_prod0_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod0_b_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_b[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 1, 1, 0:1], dtype=nl.float32)  # tl:17
-    B_acc_b_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_b_a_end[:, :, 1:16], B_prod0_b_a_end[:, :, 1:16], op=nl.add, dtype=nl.float32)  # tl:17
+    B_prod0_b_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_b[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 1, 1, 0:1],  # tl:17
+                                                     dtype=nl.float32)
+    B_acc_b_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_b_a_end[:, :, 1:16], B_prod0_b_a_end[:, :, 1:16],  # tl:17
+                                                   op=nl.add, dtype=nl.float32)
     B_gacc_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_gacc_b_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_b[:, 1:9], scale=Wd_cols[:, 1, 1, 1:2], dtype=nl.float32)  # tl:17
+    B_gacc_b_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_b[:, 1:9], scale=Wd_cols[:, 1, 1, 1:2],  # tl:17
+                                          dtype=nl.float32)
     B_prod1_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod1_b_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_b[:, 1:9, 1:16], scale=Wd_cols[:, 1, 1, 2:3], dtype=nl.float32)  # tl:17
-    B_gacc_b_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 0:15], B_prod1_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod1_b_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_b[:, 1:9, 1:16],  # tl:17
+                                                  scale=Wd_cols[:, 1, 1, 2:3], dtype=nl.float32)
+    B_gacc_b_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 0:15], B_prod1_b_a_end[:, :, 0:15],  # tl:17
+                                                    op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
     B_prod2_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod2_b_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10, 0:15], scale=Wd_cols[:, 1, 2, 0:1], dtype=nl.float32)  # tl:17
-    B_gacc_b_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 1:16], B_prod2_b_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod2_b_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10, 0:15],  # tl:17
+                                                  scale=Wd_cols[:, 1, 2, 0:1], dtype=nl.float32)
+    B_gacc_b_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 1:16], B_prod2_b_a_end[:, :, 1:16],  # tl:17
+                                                    op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
     B_prod3_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-    B_prod3_b_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10], scale=Wd_cols[:, 1, 2, 1:2], dtype=nl.float32)  # tl:17
-    B_gacc_b_a_end[...] = nisa.tensor_tensor(B_gacc_b_a_end, B_prod3_b_a_end, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod0_b_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10, 1:16], scale=Wd_cols[:, 1, 2, 2:3], dtype=nl.float32)  # tl:17
-    B_gacc_b_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 0:15], B_prod0_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod3_b_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10], scale=Wd_cols[:, 1, 2, 1:2],  # tl:17
+                                           dtype=nl.float32)
+    B_gacc_b_a_end[...] = nisa.tensor_tensor(B_gacc_b_a_end, B_prod3_b_a_end, op=nl.add,  # tl:17
+                                             engine=nisa.gpsimd_engine, dtype=nl.float32)
+    B_prod0_b_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10, 1:16],  # tl:17
+                                                  scale=Wd_cols[:, 1, 2, 2:3], dtype=nl.float32)
+    B_gacc_b_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 0:15], B_prod0_b_a_end[:, :, 0:15],  # tl:17
+                                                    op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
     A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group 2 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    # ---- A = We . X for e group 2 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
+    #      the depthwise band
     A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
     A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 2], X_ext_a)  # tl:11
     A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
@@ -150,22 +184,34 @@ def mobilenet_block(X, We, Wd, Wp):
     B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
     B_all_a[:, 0] = nisa.activation(op=nl.relu, data=B_acc_a_a_end, dtype=nl.float32)  # tl:15
 
-    # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
+    # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
+    #      GpSimdE 4
     B_acc_a_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
     B_acc_a_a_end += nisa.nc_matmul(Wd_diags[:, 2, 0], A_pad_a[:, 0:8])  # tl:17
     B_acc_a_a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 2, 1], A_pad_a[:, 0:8, 0:15])  # tl:17
     B_acc_a_a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 2, 2], A_pad_a[:, 0:8, 1:16])  # tl:17
-    B_prod0_a_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_a[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 2, 1, 0:1], dtype=nl.float32)  # tl:17
-    B_acc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_a_a_end[:, :, 1:16], B_prod0_a_a_end[:, :, 1:16], op=nl.add, dtype=nl.float32)  # tl:17
-    B_gacc_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 2, 1, 1:2], dtype=nl.float32)  # tl:17
-    B_prod1_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9, 1:16], scale=Wd_cols[:, 2, 1, 2:3], dtype=nl.float32)  # tl:17
-    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod1_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod2_a_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 0:15], scale=Wd_cols[:, 2, 2, 0:1], dtype=nl.float32)  # tl:17
-    B_gacc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 1:16], B_prod2_a_a_end[:, :, 1:16], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod3_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 2, 2, 1:2], dtype=nl.float32)  # tl:17
-    B_gacc_a_a_end[...] = nisa.tensor_tensor(B_gacc_a_a_end, B_prod3_a_a_end, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
-    B_prod0_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16], scale=Wd_cols[:, 2, 2, 2:3], dtype=nl.float32)  # tl:17
-    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    B_prod0_a_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_a[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 2, 1, 0:1],  # tl:17
+                                                     dtype=nl.float32)
+    B_acc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_a_a_end[:, :, 1:16], B_prod0_a_a_end[:, :, 1:16],  # tl:17
+                                                   op=nl.add, dtype=nl.float32)
+    B_gacc_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 2, 1, 1:2],  # tl:17
+                                          dtype=nl.float32)
+    B_prod1_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9, 1:16],  # tl:17
+                                                  scale=Wd_cols[:, 2, 1, 2:3], dtype=nl.float32)
+    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod1_a_a_end[:, :, 0:15],  # tl:17
+                                                    op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
+    B_prod2_a_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 0:15],  # tl:17
+                                                  scale=Wd_cols[:, 2, 2, 0:1], dtype=nl.float32)
+    B_gacc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 1:16], B_prod2_a_a_end[:, :, 1:16],  # tl:17
+                                                    op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
+    B_prod3_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 2, 2, 1:2],  # tl:17
+                                           dtype=nl.float32)
+    B_gacc_a_a_end[...] = nisa.tensor_tensor(B_gacc_a_a_end, B_prod3_a_a_end, op=nl.add,  # tl:17
+                                             engine=nisa.gpsimd_engine, dtype=nl.float32)
+    B_prod0_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
+                                                  scale=Wd_cols[:, 2, 2, 2:3], dtype=nl.float32)
+    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15],  # tl:17
+                                                    op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
     B_acc_b_a_end[...] = nisa.tensor_tensor(B_acc_b_a_end, B_gacc_b_a_end, op=nl.add, dtype=nl.float32)  # tl:17

@@ -29,10 +29,13 @@ import neuronxcc.nki.language as nl
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def resnet_block(X, W1, b1, W2, b2):
-    assert X.shape == (1, 64, 16, 16), 'resnet_block was compiled for X of shape (1, 64, 16, 16); recompile with tilec compile -D N=... -D C=... -D H=... -D W=...'
-    assert W1.shape == (64, 64, 3, 3), 'resnet_block was compiled for W1 of shape (64, 64, 3, 3); recompile with tilec compile -D C=...'
+    assert X.shape == (1, 64, 16, 16), ('resnet_block was compiled for X of shape (1, 64, 16, 16); '
+                                        'recompile with tilec compile -D N=... -D C=... -D H=... -D W=...')
+    assert W1.shape == (64, 64, 3, 3), ('resnet_block was compiled for W1 of shape (64, 64, 3, 3); '
+                                        'recompile with tilec compile -D C=...')
     assert b1.shape == (64,), 'resnet_block was compiled for b1 of shape (64,); recompile with tilec compile -D C=...'
-    assert W2.shape == (64, 64, 3, 3), 'resnet_block was compiled for W2 of shape (64, 64, 3, 3); recompile with tilec compile -D C=...'
+    assert W2.shape == (64, 64, 3, 3), ('resnet_block was compiled for W2 of shape (64, 64, 3, 3); '
+                                        'recompile with tilec compile -D C=...')
     assert b2.shape == (64,), 'resnet_block was compiled for b2 of shape (64,); recompile with tilec compile -D C=...'
     Y = nl.ndarray((1, 64, 16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
 
@@ -119,7 +122,8 @@ def resnet_block(X, W1, b1, W2, b2):
     T_acc += nisa.nc_matmul(W1_T[:, 4], X_band[:, 0:15:2, 2:18])  # tl:14
     T_acc += nisa.nc_matmul(W1_T[:, 5], X_band[:, 2:17:2, 2:18])  # tl:14
     T_img[0:64, 1:9, 1:17] = nisa.activation(op=nl.relu, data=T_acc[0:64], bias=b1_col[0:64], dtype=nl.float32)  # tl:12
-    T_img[64:128, 0:8, 1:17] = nisa.activation(op=nl.relu, data=T_acc[64:128], bias=b1_col[64:128], dtype=nl.float32)  # tl:12
+    T_img[64:128, 0:8, 1:17] = nisa.activation(op=nl.relu, data=T_acc[64:128], bias=b1_col[64:128],  # tl:12
+                                               dtype=nl.float32)
 
     # ---- X: the band added on the eviction
     X_skip = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20

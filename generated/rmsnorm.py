@@ -18,7 +18,8 @@ Y_TILE_P = 128
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def rmsnorm(X, g):
-    assert X.shape == (256, 512), 'rmsnorm was compiled for X of shape (256, 512); recompile with tilec compile -D M=... -D N=...'
+    assert X.shape == (256, 512), ('rmsnorm was compiled for X of shape (256, 512); '
+                                   'recompile with tilec compile -D M=... -D N=...')
     assert g.shape == (512,), 'rmsnorm was compiled for g of shape (512,); recompile with tilec compile -D N=...'
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
     ones_f32 = nl.zeros((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
@@ -34,7 +35,8 @@ def rmsnorm(X, g):
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:8
         discard = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
         ms_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        discard[...] = nisa.activation(op=nl.square, data=X_tile, scale=0.04419417382415922, reduce_op=nl.add, reduce_res=ms_col, dtype=nl.float32)  # tl:10
+        discard[...] = nisa.activation(op=nl.square, data=X_tile, scale=0.04419417382415922, reduce_op=nl.add,  # tl:10
+                                       reduce_res=ms_col, dtype=nl.float32)
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         r_tile[...] = nisa.activation(op=nl.rsqrt, data=ms_col, bias=r_const, dtype=nl.float32)  # tl:12
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:14

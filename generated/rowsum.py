@@ -19,7 +19,8 @@ TILE_P = 128
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def rowsum(A):
-    assert A.shape == (256, 384), 'rowsum was compiled for A of shape (256, 384); recompile with tilec compile -D M=... -D N=...'
+    assert A.shape == (256, 384), ('rowsum was compiled for A of shape (256, 384); '
+                                   'recompile with tilec compile -D M=... -D N=...')
     s = nl.ndarray((256,), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- s = add over the last dims of A

@@ -18,7 +18,8 @@ Y_TILE_P = 128
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def softmax(X):
-    assert X.shape == (256, 512), 'softmax was compiled for X of shape (256, 512); recompile with tilec compile -D M=... -D N=...'
+    assert X.shape == (256, 512), ('softmax was compiled for X of shape (256, 512); '
+                                   'recompile with tilec compile -D M=... -D N=...')
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- m, e, s, Y: one pass over row tiles (fused row chain)
@@ -31,7 +32,8 @@ def softmax(X):
         m_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         m_neg[...] = nisa.tensor_scalar(m_col, nl.multiply, -1.0, dtype=nl.float32)  # tl:13
         s_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
-        e_tile[...] = nisa.activation(op=nl.exp, data=X_tile, bias=m_neg, reduce_op=nl.add, reduce_res=s_col, dtype=nl.float32)  # tl:13
+        e_tile[...] = nisa.activation(op=nl.exp, data=X_tile, bias=m_neg, reduce_op=nl.add, reduce_res=s_col,  # tl:13
+                                      dtype=nl.float32)
         s_inv = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
         s_inv[...] = nisa.activation(op=nl.reciprocal, data=s_col, dtype=nl.float32)  # tl:19
         Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19

@@ -20,7 +20,8 @@ TILE = 128
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def transpose(X):
-    assert X.shape == (1024, 1024), 'transpose was compiled for X of shape (1024, 1024); recompile with tilec compile -D M=... -D N=...'
+    assert X.shape == (1024, 1024), ('transpose was compiled for X of shape (1024, 1024); '
+                                     'recompile with tilec compile -D M=... -D N=...')
     Y = nl.ndarray((1024, 1024), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- Y = transpose of X by 128x128 blocks

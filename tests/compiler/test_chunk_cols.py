@@ -14,6 +14,7 @@ import pytest
 from compiler_helpers import EXAMPLES
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
+from tilec.compiler.wrap import unwrap
 
 # the examples' programs (their default sizes are replaced by each test's)
 SOFTMAX, LAYERNORM, RMSNORM = ((EXAMPLES / f"{name}.tl").read_text() for name in ("softmax", "layernorm", "rmsnorm"))
@@ -64,7 +65,7 @@ def test_one_pass_over_hbm(name: str) -> None:
     """No intermediate through HBM; X read by one DMA (chunk by chunk, each chunk once per row tile), Y written by
     one; the chunk loop reads X's rows from the whole-row tile that stays in SBUF."""
     c = compiled(name, "f32", 300, 16384)
-    src = c.source
+    src = unwrap(c.source)
     assert src.count("buffer=nl.shared_hbm") == 1 and "buffer=nl.hbm" not in src
     loads = [line for line in src.splitlines() if "dma_copy" in line and "src=X[" in line]
     assert len(loads) == 1 and "cc * " in loads[0]
@@ -77,14 +78,14 @@ def test_a_chain_keeping_a_broadcast_whole_is_shared_when_that_fits() -> None:
     """Layernorm over rows of 8192 fits with shared tiles, and chunked it would keep b's broadcast whole (1.35x the
     floor on the model shared, 1.60x chunked): shared. Softmax over rows of 16384 keeps no broadcast: chunked (1.05x,
     1.29x shared)."""
-    src = compiled("layernorm", "f32", 256, 8192).source
+    src = unwrap(compiled("layernorm", "f32", 256, 8192).source)
     assert "fused row chain" in src and "for cc in range(" not in src
     assert "for cc in range(" in compiled("softmax", "f32", 256, 16384).source
 
 
 def test_row_reductions_fold_their_partials() -> None:
     """Each row reduction of a chunked phase writes one partial per chunk, folded by one tensor_reduce."""
-    src = compiled("layernorm", "f32", 256, 16384).source
+    src = unwrap(compiled("layernorm", "f32", 256, 16384).source)
     assert re.search(r"reduce_res=mu_neg_parts\[:, cc:cc \+ 1\]", src)
     assert "nisa.tensor_reduce(dst=mu_neg, op=nl.add, data=mu_neg_parts" in src
     assert re.search(r"g_chunk = nl.ndarray\(\(1, \d+\)", src)  # g's row is loaded chunk by chunk, not whole
@@ -93,7 +94,7 @@ def test_row_reductions_fold_their_partials() -> None:
 def test_a_tile_too_long_to_keep_is_made_again() -> None:
     """Softmax over rows of 32768 fp32: X (128 KiB per partition) stays, e does not fit beside it, so exp(X - m) is
     computed again in the output phase (without its row sums) instead of being kept."""
-    src = compiled("softmax", "f32", 256, 32768).source
+    src = unwrap(compiled("softmax", "f32", 256, 32768).source)
     exps = [line for line in src.splitlines() if "op=nl.exp" in line]
     assert len(exps) == 2 and "reduce_res=s_parts" in exps[0] and "reduce_res" not in exps[1]
     assert "buffer=nl.hbm" not in src and re.search(r"e_tile = nl.ndarray\(\(128, \d+\)", src)
@@ -102,7 +103,7 @@ def test_a_tile_too_long_to_keep_is_made_again() -> None:
 def test_narrow_tensors_are_written_narrow() -> None:
     """bf16 softmax: exp writes the rounded e itself (no fp32 e tile and no copy to bf16 and back), and the quotient
     writes the bf16 tile the store reads (no fp32 Y tile and cast)."""
-    src = compiled("softmax", "bf16", 256, 4096).source
+    src = unwrap(compiled("softmax", "bf16", 256, 4096).source)
     assert re.search(r"nisa.activation\(dst=e_bf16, op=nl.exp", src)
     assert "e_tile" not in src and "e_rounded" not in src and "Y_tile" not in src
     assert "dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_cast)" in src
@@ -110,7 +111,7 @@ def test_narrow_tensors_are_written_narrow() -> None:
 
 def test_the_last_step_of_a_chunk_writes_the_narrow_output() -> None:
     """bf16 rmsnorm: the chunk loop's multiply by g's broadcast writes the bf16 tile the store reads, no cast after."""
-    src = compiled("rmsnorm", "bf16", 256, 4096).source
+    src = unwrap(compiled("rmsnorm", "bf16", 256, 4096).source)
     assert re.search(r"tensor_tensor\(dst=Y_cast\[:, ct \* Y_TILE_F:ct \* Y_TILE_F \+ Y_TILE_F\], "
                      r"data1=Y_tile\[:, ct \* Y_TILE_F", src)
     assert "tensor_copy(dst=Y_cast" not in src and "Y_rounded" not in src

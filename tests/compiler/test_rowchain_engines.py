@@ -17,6 +17,7 @@ from tilec.lang import api as lang
 from tilec.perf.api import estimate
 from tilec.perf.params import TRN2
 from tilec.perf.tracebuild import TraceBuilder
+from tilec.compiler.wrap import unwrap
 
 
 def check_numbers(c, name: str, dtype: str) -> None:
@@ -31,7 +32,7 @@ def check_numbers(c, name: str, dtype: str) -> None:
 @pytest.mark.parametrize("dtype,rows,cols", [("bf16", 512, 1024), ("f16", 768, 1024), ("bf16", 512, 1536)])
 def test_layernorm_16bit_is_software_pipelined(dtype: str, rows: int, cols: int) -> None:
     c = compiled("layernorm", dtype, rows, cols)
-    src = c.source
+    src = unwrap(c.source)
     assert "software-pipelined" in src and src.count("for pt in range(") == 1
     assert "engine=nisa.engine.gpsimd" in src  # the shift by b
     passes = [line for line in src.splitlines() if re.search(r"nisa\.activation\(dst=(discard|Y_tile)", line)]
@@ -58,7 +59,7 @@ def test_chains_without_work_to_move_are_not_pipelined(name: str) -> None:
 
 def test_softmax_16bit_sums_on_its_exp() -> None:
     c = compiled("softmax", "bf16", 256, 2048)
-    src = c.source
+    src = unwrap(c.source)
     exp = [line for line in src.splitlines() if "op=nl.exp" in line]
     assert len(exp) == 1 and "reduce_res=s_col" in exp[0] and "dst=e_bf16" in exp[0]
     assert "tensor_copy(dst=m_rounded, src=m_bf16, engine=nisa.engine.gpsimd)" in src  # a column rounding
@@ -67,7 +68,7 @@ def test_softmax_16bit_sums_on_its_exp() -> None:
 
 def test_f32_chains_are_unchanged_in_form() -> None:
     for name in FORMS:
-        src = compiled(name, "f32", 512, 1024).source
+        src = unwrap(compiled(name, "f32", 512, 1024).source)
         assert "software-pipelined" not in src and "gpsimd" not in src
 
 

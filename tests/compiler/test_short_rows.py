@@ -11,6 +11,7 @@ import pytest
 from compiler_helpers import assert_matches, check_against_reference, inputs_for
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
+from tilec.compiler.wrap import unwrap
 
 _NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
@@ -66,7 +67,7 @@ def test_global_average_pool_matches_numpy(dtype, n, c, h, w):
 
 
 def test_resnet_pool_is_two_loads_and_reduces_then_one_store():
-    src = compile_text(gpool("f32", 1, 2048, 7, 7)).source
+    src = unwrap(compile_text(gpool("f32", 1, 2048, 7, 7)).source)
     assert "X_v = X.reshape((128, 16, 49))" in src and "Y_v = Y.reshape((128, 16))" in src
     assert src.count("tensor_reduce") == 1 and "for gt in nl.affine_range(2)" in src and "for pt in" not in src
 
@@ -116,7 +117,7 @@ def test_long_rows_keep_one_row_per_partition():
 def test_nki_06_kernel_matches_numpy(dtype):
     """NKI 0.6 spells the last-axis reduction with dst= and axis=2; its kernel runs on the 0.6 interpreter."""
     k = compile_loaded(lang.load(gpool(dtype, 2, 640, 7, 7)), None, "0.6")
-    assert "op=nl.add, data=X_all[:, gt * Y_TILE_G:gt * Y_TILE_G + Y_TILE_G], axis=2, keepdims=False)" in k.source
+    assert "op=nl.add, data=X_all[:, gt * Y_TILE_G:gt * Y_TILE_G + Y_TILE_G], axis=2, keepdims=False)" in unwrap(k.source)
     against_numpy(k, "Y", lambda x: x["X"].mean(axis=(2, 3)))
 
 

@@ -17,6 +17,7 @@ from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Kernel
                                Scalar, Sl, Stmt, Transpose, View)
 from tilec.compiler.names import sanitised, unique
 from tilec.lang.functions import ACTIVATIONS, FUNCTIONS
+from tilec.compiler.wrap import wrap_text
 from tilec.resources import resource_dir
 
 TEMPLATES = resource_dir("templates")
@@ -97,7 +98,7 @@ def emit(k: Kernel, source: str, doc_lines: list[str], recompile: dict[str, str]
     text = _env(nki).get_template("kernel.py.jinja").render(
         doc_title=f"NKI kernel `{kernel_name}`", source=source, doc_lines=doc_lines, consts=k.consts,
         kernel=kernel_name, params=params, checks=checks, outputs=outputs, body=body, returns=returns)
-    text = re.sub(r"\n\n\n+(?= )", "\n\n", text)
+    text = re.sub(r"\n\n\n+(?= )", "\n\n", wrap_text(text))
     return re.sub(r"\n\n\n\n+", "\n\n\n", text).rstrip() + "\n"  # a kernel without constants: still two blank lines
 
 
