@@ -15,9 +15,9 @@ from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
 
-def run(kind: str, r: int, s: int, pad: int, dtype: str, seed: int = 11, **sizes: int) -> str:
+def run(kind: str, r: int, s: int, pad: int, dtype: str, seed: int = 11, nki: str | None = None, **sizes: int) -> str:
     prog = lang.load(pool_program(kind, r, s, pad, dtype, **sizes))
-    compiled = compile_loaded(prog, None)
+    compiled = compile_loaded(prog, None, nki=nki)
     x = np.random.default_rng(seed).standard_normal(prog.tensors["X"].shape).astype(NP[dtype])
     got = compiled.run(X=x)["Y"]
     want = reference(x.astype(np.float32), kind, r, s, pad)
@@ -80,3 +80,44 @@ def test_explain_says_when_the_pass_along_x_reads_psum():
         assert ("psum(X, rows=18" in text) is expect
         assert ("engine='VectorE from PSUM'" in text) is expect
         assert ("nisa.nc_matmul(" in c.source) is expect
+
+
+FIRST, LAST = "the first channel-row tile from SBUF", "the last channel-row tile, its pass along y"
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("kind,r,s,pad", [("avg", 3, 1, 1), ("avgx", 3, 1, 1), ("max", 3, 2, 1), ("max", 2, 1, 0),
+                                          ("avgx", 3, 2, 0)])
+def test_peeled_first_and_last_tiles_match_numpy(psum_on, dtype, kind, r, s, pad):
+    """Three partition tiles (N*C = 384, batch 3): the first tile from SBUF (both passes shared), the middle one in
+    the loop through PSUM, the last with its pass along y shared and its border copies on VectorE; 40 x 30 inputs,
+    PSUM chunks of 17 rows."""
+    source = run(kind, r, s, pad, dtype, h=40, w=30, n=3, c=128)
+    assert FIRST in source and LAST in source and "range(1)" not in source
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+def test_peeled_tiles_with_several_bands_both_dialects(psum_on, nki):
+    """Four tiles of 100 rows of 30 columns in bands of 16 (`split S.i, 16`): each peeled tile has its own bands
+    (the peeled first and last and the band loop; PSUM chunks of 17 rows); the loop over the two middle tiles
+    starts at the second; both NKI dialects."""
+    prog = lang.load(pool_program("avg", 3, 1, 1, "bf16", h=100, w=30, n=4, c=128))
+    compiled = compile_loaded(prog, lang.parse_schedule("split S.i, 16", "<test>"), nki=nki)
+    x = np.random.default_rng(5).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
+    assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x.astype(np.float32), "avg", 3, 1, 1))
+    source = compiled.source
+    assert FIRST in source and LAST in source and "range(2)" in source and source.count("for yb in ") == 3
+
+
+def test_large_bodies_are_not_peeled(psum_on):
+    """Bands of 51 rows of 80 columns: three bodies' buffers would take more than half of SBUF, so the tiles stay
+    in one loop (every tile through PSUM)."""
+    source = run("avg", 3, 1, 1, "bf16", h=130, w=80, n=4, c=128)
+    assert FIRST not in source and "for pb in nl.affine_range(4)" in source
+
+
+def test_two_tiles_are_not_peeled(psum_on):
+    """With fewer than PEEL_TILES tiles every tile goes through PSUM."""
+    source = run("avg", 3, 1, 1, "f32", h=28, w=28, n=2, c=128)
+    assert FIRST not in source and source.count("nisa.nc_matmul(") == 2
+

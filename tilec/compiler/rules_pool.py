@@ -27,20 +27,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from tilec.compiler import ir
+from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import Fresh, hbm_view
-from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.build_util import a, loop, map_aff, sl, term
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Buf, Copy, Dma, Matmul, Reshape, Scalar, Sl, Stmt, View, full,
                               whole)
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.rules import Prim, prim
-from tilec.compiler.schedule import PMAX, PoolPlan
+from tilec.compiler.schedule import PMAX, PoolPlan, sbuf_budget
 from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 SHARE_MIN = 100  # elements per partition below which one engine does a whole combine
 MIN_INTERLEAVED = 4  # block-local output rows an Interleave computes interleaved (fewer: the seams dominate)
 PSUM = "auto"  # the pass along x from PSUM: "auto" (the model's costs decide), "on" where possible, "off" (tests)
+PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`)
+PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
 INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
 #                        are ordered, each one DMA latency after the last, so few and large)
 
@@ -217,6 +219,7 @@ class _WindowPool:
         self.split_loads = False  # a band's input rows in two loads (load_parts)
         self.psum: int | None = None  # input rows per PSUM copy when the pass along x reads X through PSUM
         self.y_share: float | None = None  # VectorE's part of the pass along y then (the rest on GpSimdE)
+        self.last_tile = False  # building the peeled last tile of a pool through PSUM (edge copies on VectorE)
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
         key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions
@@ -227,9 +230,45 @@ class _WindowPool:
 
     def build(self) -> list[Stmt]:
         op, G = self.op, self.G
-        OB = self.OB
         self.choose_psum()
         ident = self.identity() if self.psum is not None else []
+        tiles = self.B // self.plan.tile_b
+        note, line = f"for {dict(op.vars)['b']} (channel rows, tiles of TILE_P)", op.line_of("b")
+        nest = loop("pb", tiles, self.tile_body(), note=note, line=line)
+        if self.psum is not None and tiles >= PEEL_TILES:
+            # the first tile from SBUF while the identity is made, the last with its pass along y shared: kept when
+            # the three bodies' buffers fit (the capacity check counts a straight-line block's buffers as all live)
+            nest = self.peeled(tiles, note, line) or nest
+        label = f"{op.out} = {op.pool.op} pool {op.pool.wy}x{op.pool.wx} of {op.src}, stride " \
+                f"{self.w.stride[0]}x{self.w.stride[1]}, offset {self.w.offset[0]},{self.w.offset[1]}"
+        if G > 1:
+            label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
+        label += self.note
+        return self.views + ident + [ir.Block(label, tuple(nest), op.line)]
+
+    def peeled(self, tiles: int, note: str, line: int) -> list[Stmt]:
+        """The partition-tile loop of a pool through PSUM with its first tile from SBUF (both passes shared between
+        VectorE and GpSimdE: they start as soon as its rows arrive, while TensorE's identity makes its round trip
+        through HBM) and its last tile's pass along y shared (GpSimdE alone takes it in the other tiles, and VectorE
+        would idle at the end); [] when the three bodies' buffers take more than 1 / PEEL_SBUF_PART of SBUF (the rest
+        is left to the kernel's other operations)."""
+        chosen = self.psum, self.y_share
+        self.psum = self.y_share = None
+        first = at_value(self.tile_body(), "pb", 0)
+        self.psum, self.y_share = chosen
+        middle = loop("pb", tiles - 2, shifted(self.tile_body(), "pb", 1), note=note + ", from the second", line=line)
+        self.y_share, self.last_tile = None, True
+        last = at_value(self.tile_body(), "pb", tiles - 1)
+        self.y_share, self.last_tile = chosen[1], False
+        nest = [ir.Block("the first channel-row tile from SBUF (TensorE's identity is not ready yet)", tuple(first),
+                         line), *middle,
+                ir.Block("the last channel-row tile, its pass along y on VectorE and GpSimdE (both free by then)",
+                         tuple(last), line)]
+        return nest if passes.peak_usage(tuple(nest))[0] <= sbuf_budget(get_target()) // PEEL_SBUF_PART else []
+
+    def tile_body(self) -> list[Stmt]:
+        """Every band of one partition tile (loop variable pb), in the form self.psum / self.y_share say."""
+        op, OB = self.op, self.OB
         sy, oy = self.w.stride[0], self.w.offset[0]
         wy = op.pool.wy
         nb = -(-self.Rb // OB)
@@ -250,14 +289,7 @@ class _WindowPool:
                          "rows)", line=op.line_of("i"))
         for k in range(k1, nb):
             body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
-        nest = loop("pb", self.B // self.plan.tile_b, body, note=f"for {dict(op.vars)['b']} (channel rows, tiles "
-                    "of TILE_P)", line=op.line_of("b"))
-        label = f"{op.out} = {op.pool.op} pool {op.pool.wy}x{op.pool.wx} of {op.src}, stride " \
-                f"{self.w.stride[0]}x{self.w.stride[1]}, offset {self.w.offset[0]},{self.w.offset[1]}"
-        if G > 1:
-            label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
-        label += self.note
-        return self.views + ident + [ir.Block(label, tuple(nest), op.line)]
+        return body
 
     def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
         """Output rows o0..o0+n of every partition tile (of every block): the input rows they read (lo_aff: a
@@ -440,8 +472,9 @@ class _WindowPool:
     def edge_copy(self, dst: View, src: View) -> Stmt:
         """A border's lone tap: on ScalarE, which has room (it only scales each tile once) unless the per-region
         counts of count_include_pad=False keep it busy, or the tap is in PSUM (the pass along x from PSUM: ScalarE,
-        in order, would hold the next band's pass behind this band's scale); else VectorE."""
-        if self.w.count == "inside" or src.buf.memory == "psum":
+        in order, would hold the next band's pass behind this band's scale) or the tile is the last of a peeled
+        pool (its pass along y would wait behind the tile before's scale); else VectorE."""
+        if self.w.count == "inside" or src.buf.memory == "psum" or self.last_tile:
             return Copy(dst, src, self.op.line)
         return Act(dst, src, "copy", None, 1.0, self.op.line)
 
@@ -520,6 +553,21 @@ class _WindowPool:
             return [Copy(target, taps[0], line)]
         out: list[Stmt] = [Binary(target, taps[0], taps[1], op.pool.op, line)]
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
+
+
+def at_value(stmts: list[Stmt], var: str, value: int) -> list[Stmt]:
+    """stmts with the loop variable var replaced by the constant value (a peeled iteration)."""
+    def fn(x: Aff) -> Aff:
+        return Aff(tuple(t for t in x.terms if t.var != var), x.const + sum(t.coef for t in x.terms if t.var == var)
+                   * value)
+    return list(map_aff(tuple(stmts), fn))
+
+
+def shifted(stmts: list[Stmt], var: str, offset: int) -> list[Stmt]:
+    """stmts with the loop variable var replaced by var + offset (a loop that starts after peeled iterations)."""
+    def fn(x: Aff) -> Aff:
+        return x.plus(sum(t.coef for t in x.terms if t.var == var) * offset)
+    return list(map_aff(tuple(stmts), fn))
 
 
 def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> tuple[int, float] | None:
