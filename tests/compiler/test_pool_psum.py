@@ -121,3 +121,47 @@ def test_two_tiles_are_not_peeled(psum_on):
     source = run("avg", 3, 1, 1, "f32", h=28, w=28, n=2, c=128)
     assert FIRST not in source and source.count("nisa.nc_matmul(") == 2
 
+
+
+@pytest.mark.parametrize("taps", ["on", "off"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("r,s,pad", [(3, 1, 1), (2, 2, 1), (5, 1, 2), (3, 2, 0), (2, 1, 0)])
+def test_tensor_engine_sums_the_taps_of_16_bit_sums(psum_on, monkeypatch, taps, dtype, r, s, pad):
+    """16-bit sums (count_include_pad=True) through PSUM, TensorE summing the pass along x's taps (one accumulating
+    identity matmul per tap, strided moving views for stride 2, partial column ranges at the padding) and ScalarE
+    evicting with the 1 / count folded in ("on"; a 2x2 window padded on both sides has no tap that every output
+    has to start the accumulation, so it keeps the copies), or TensorE copying X for VectorE ("off"): two tiles of
+    96 channel rows, 40 x 30 inputs, PSUM chunks of 17 rows or more (Wo columns each)."""
+    monkeypatch.setattr(rules_pool, "TAPS", taps)
+    source = run("avg", r, s, pad, dtype, h=40, w=30, n=2, c=96)
+    summed = taps == "on" and (r, pad) != (2, 1)  # 2x2 padded on both sides: no tap every output has, copies
+    chunks = source.count("buffer=nl.psum")  # one PSUM accumulator per chunk of a band's rows
+    assert chunks > 0 and ("X_taps" in source) is summed and ("X_psum" in source) is not summed
+    assert source.count("nisa.nc_matmul(") == (r if summed else 1) * chunks  # one matmul per tap, or a copy
+
+
+@pytest.mark.parametrize("taps", ["on", "off"])
+def test_taps_with_peeled_tiles_and_a_sum_without_division(psum_on, monkeypatch, taps):
+    """A plain 3x3 sum (no division) of bf16 into bf16 over three tiles: the peeled first tile from SBUF, then
+    TensorE's taps."""
+    monkeypatch.setattr(rules_pool, "TAPS", taps)
+    text = pool_program("avg", 3, 1, 1, "bf16", h=20, w=24, n=3, c=128).replace(" / 9", "")
+    prog = lang.load(text)
+    compiled = compile_loaded(prog, None)
+    x = np.random.default_rng(2).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
+    want = reference(x.astype(np.float32), "avg", 3, 1, 1) * 9
+    assert_matches(prog, "Y", compiled.run(X=x)["Y"], want)
+    assert FIRST in compiled.source
+
+
+def test_model_chooses_taps_for_many_16_bit_tiles_only():
+    """The default: a bf16 average at 8 tiles of 28 x 28 sums its taps on TensorE; at 2 tiles (the identity's set-up
+    on the critical path) and for f32 (TensorE's quarter rate) it does not; count_include_pad=False keeps the
+    copies (ScalarE's per-region counts)."""
+    def kernel(dtype: str, n: int, kind: str = "avg") -> str:
+        return compile_loaded(lang.load(pool_program(kind, 3, 1, 1, dtype, h=28, w=28, n=n, c=128)), None).source
+    many = kernel("bf16", 16)
+    assert many.count("nisa.nc_matmul(") == 3 * 2 * 2  # 3 taps x 2 chunks, in the loop and the peeled last tile
+    assert "nc_matmul" not in kernel("bf16", 2)
+    assert kernel("f32", 16).count("nisa.nc_matmul(") == 2 * 2  # the copies, one per chunk
+    assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 2 * 2

@@ -41,6 +41,7 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 SHARE_MIN = 100  # elements per partition below which one engine does a whole combine
 MIN_INTERLEAVED = 4  # block-local output rows an Interleave computes interleaved (fewer: the seams dominate)
 PSUM = "auto"  # the pass along x from PSUM: "auto" (the model's costs decide), "on" where possible, "off" (tests)
+TAPS = "auto"  # through PSUM, TensorE sums the taps of 16-bit sums: "auto" (the costs), "on", "off" (tests)
 PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`)
 PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
 INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
@@ -86,10 +87,12 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
         ob = min(band, w.out[0])
         choice = psum_choice(op, ob, op.dim("B") // plan.tile_b * -(-w.out[0] // ob), *dtypes)
     if choice is not None:
-        prims.append(prim("psum", op.src, rows=choice[0], copy="TensorE identity matmul"))
+        prims.append(prim("psum", op.src, rows=choice.rows, copy="TensorE identity matmul" + (", one per tap" if
+                                                                                              choice.taps else "")))
+    engine = {} if choice is None else {"engine": "TensorE into PSUM, ScalarE evicts" if choice.taps else
+                                        "VectorE from PSUM"}
     if (op.pool.wx, sx, ox) != (1, 1, 0):
-        prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op,
-                          **({"engine": "VectorE from PSUM"} if choice is not None else {})))
+        prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op, **engine))
     if (op.pool.wy, sy, oy) != (1, 1, 0):
         prims.append(prim("window", "i", taps=op.pool.wy, stride=sy, offset=oy, op=op.pool.op))
     if w.count == "inside":
@@ -220,6 +223,7 @@ class _WindowPool:
         self.psum: int | None = None  # input rows per PSUM copy when the pass along x reads X through PSUM
         self.y_share: float | None = None  # VectorE's part of the pass along y then (the rest on GpSimdE)
         self.last_tile = False  # building the peeled last tile of a pool through PSUM (edge copies on VectorE)
+        self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
         key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions
@@ -252,10 +256,10 @@ class _WindowPool:
         through HBM) and its last tile's pass along y shared (GpSimdE alone takes it in the other tiles, and VectorE
         would idle at the end); [] when the three bodies' buffers take more than 1 / PEEL_SBUF_PART of SBUF (the rest
         is left to the kernel's other operations)."""
-        chosen = self.psum, self.y_share
-        self.psum = self.y_share = None
+        chosen = self.psum, self.y_share, self.taps
+        self.psum, self.y_share, self.taps = None, None, False
         first = at_value(self.tile_body(), "pb", 0)
-        self.psum, self.y_share = chosen
+        self.psum, self.y_share, self.taps = chosen
         middle = loop("pb", tiles - 2, shifted(self.tile_body(), "pb", 1), note=note + ", from the second", line=line)
         self.y_share, self.last_tile = None, True
         last = at_value(self.tile_body(), "pb", tiles - 1)
@@ -329,6 +333,9 @@ class _WindowPool:
         if (op.pool.wy, sy, first - lo, n) != (1, 1, 0, rows):
             passes.append((1, segments(n, first, sy, op.pool.wy, self.H) if G == 1 else
                            [Segment(0, n, tuple(range(op.pool.wy)))]))
+        folded = 1.0  # the scale TensorE's evictions apply (then none after the passes)
+        if self.psum is not None and self.taps and self.w.count != "inside":
+            folded, scale = scale, 1.0
         for i, (axis, segs) in enumerate(passes):
             shape = (P * G, rows, self.Wo) if axis == 2 else (P * G, n, self.Wo)
             last = i == len(passes) - 1 and scale == 1.0 and self.w.count != "inside"
@@ -337,7 +344,9 @@ class _WindowPool:
             out += [] if last else [Alloc(dst, line=line)]
             shift = ox if axis == 2 else first - lo
             stride, window = (sx, op.pool.wx) if axis == 2 else (sy, op.pool.wy)
-            if axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
+            if axis == 2 and self.psum is not None and self.taps:  # TensorE sums the taps, ScalarE evicts
+                out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded)
+            elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
                 out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window)
             else:
                 out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window)
@@ -360,7 +369,7 @@ class _WindowPool:
             choice = psum_choice(self.op, self.OB, self.B // self.plan.tile_b * -(-self.Rb // self.OB), self.x3.dtype,
                                  self.o3.dtype)
             if choice is not None:
-                self.psum, self.y_share = choice
+                self.psum, self.y_share, self.taps = choice.rows, choice.y_share, choice.taps
 
     def identity(self) -> list[Stmt]:
         """The identity matrix of TensorE's copies (X's dtype), once per kernel: a [128, 129] tile whose column 0
@@ -395,6 +404,32 @@ class _WindowPool:
                            line)]
             out += self.window_pass(whole(ps), View(dst, (full(P), sl(r0, cr), full(self.Wo))), 2, segs, stride,
                                     shift, window, View(xb, (full(P), sl(r0, cr), full(self.W))))
+        return out
+
+    def tensor_x_pass(self, xb: Buf, dst: Buf, segs: list[Segment], stride: int, shift: int, window: int,
+                      scale: float) -> list[Stmt]:
+        """The pass along x of a sum on TensorE: per chunk of the band's input rows (one PSUM bank), one identity
+        matmul per tap accumulates the tap's strided view of the rows into the outputs it reaches (the tap every
+        output has first, over all of them: it starts the accumulation), exact in fp32 PSUM; ScalarE evicts the
+        chunk into the same rows of dst times `scale` (the average's 1 / count, when it is folded here)."""
+        line, P, rows, n = self.op.line, xb.shape[0], xb.shape[1], sum(g.size for g in segs)
+        ident = self.shared.ident
+        assert self.psum is not None and ident is not None
+        every = [t for t in range(window) if all(t in g.taps for g in segs)]
+        first = every[len(every) // 2]
+        reach = {t: [g for g in segs if t in g.taps] for t in range(window) if t != first}
+        spans = [(first, 0, n)] + [(t, gs[0].start, sum(g.size for g in gs)) for t, gs in reach.items() if gs]
+        out: list[Stmt] = []
+        for r0 in range(0, rows, self.psum):
+            cr = min(self.psum, rows - r0)
+            ps = Buf(self.name(f"{self.op.src}_taps", (cr,)), "psum", "f32", (P, cr, n))
+            out.append(Alloc(ps, zero=True, line=line))
+            for t, o0, size in spans:
+                step = stride if size > 1 else 1
+                moving = View(xb, (full(P), sl(r0, cr), Sl(a(o0 * stride + t + shift), size, step)))
+                out.append(Matmul(View(ps, (full(P), full(cr), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
+                                  moving, line))
+            out.append(Act(View(dst, (full(P), sl(r0, cr), full(n))), whole(ps), "copy", None, scale, line))
         return out
 
     def load_parts(self, rows: int) -> list[tuple[int, int]]:
@@ -452,7 +487,7 @@ class _WindowPool:
                 first = ranges[order[0]]
                 out += self.combine_shared(dst, axis, first, self._tap(src, axis, t0, shift, stride),
                                            self._tap(src if alone is None else alone, axis, order[0], shift, stride),
-                                           alone is not None)
+                                           alone is not None, src.buf.dtype)
                 for lo, hi in ((0, first.start), (first.start + first.size, n)):  # t0 alone at the borders
                     if hi > lo:
                         edge = Segment(lo, hi - lo, (t0,))
@@ -460,7 +495,7 @@ class _WindowPool:
                                                   self._view(src, axis, edge, t0 + shift, stride)))
                 for t in order[1:]:
                     out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride),
-                                               alone is not None)
+                                               alone is not None, src.buf.dtype)
             else:
                 out.append(Copy(self._view(dst, axis, Segment(0, n, (t0,)), 0, 1),
                                 self._view(src, axis, Segment(0, n, (t0,)), t0 + shift, stride), line))
@@ -482,11 +517,12 @@ class _WindowPool:
         return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
 
     def combine_shared(self, dst: View, axis: int, seg: Segment, a_tap: Callable | None, b_tap: Callable,
-                       alone: bool = False) -> list[Stmt]:
+                       alone: bool = False, src: str = "") -> list[Stmt]:
         """dst[seg] = op(a_tap or dst, b_tap) over seg, in row ranges: VectorE the first, GpSimdE the rest (rows are
         the other free axis of a pass along x, the pass's own axis along y: either way each engine writes whole
-        rows, which the dependence tracking sees as disjoint)."""
-        share = _vector_share(self.x3.dtype if a_tap is not None else dst.buf.dtype, dst.buf.dtype)
+        rows, which the dependence tracking sees as disjoint); src: the taps' dtype (VectorE's rate doubles when it
+        and dst's are 16-bit)."""
+        share = _vector_share(src or dst.buf.dtype, dst.buf.dtype)
         if axis == 1 and self.y_share is not None:  # VectorE also runs the pass along x (psum_x_pass)
             share = self.y_share
         engine = ""
@@ -570,13 +606,22 @@ def shifted(stmts: list[Stmt], var: str, offset: int) -> list[Stmt]:
     return list(map_aff(tuple(stmts), fn))
 
 
-def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> tuple[int, float] | None:
-    """(input rows per PSUM copy, VectorE's part of the pass along y) when the pass along x of a pool computed in
-    `bands` bands of `band` output rows should read X through PSUM, else None. TensorE, idle in a pool, copies each
-    chunk of a band's input rows there with an identity matmul; VectorE's tensor_tensor then streams 1 cycle per
-    element instead of 2, but GpSimdE, which cannot read PSUM, leaves that pass to VectorE and takes more of the
-    pass along y: chosen when the model's costs (psum_costs) make the bands' busiest engine faster that way by more
-    than the identity matrix's set-up (identity_ns)."""
+@dataclass(frozen=True)
+class PsumChoice:
+    rows: int  # input rows per PSUM chunk (one bank)
+    y_share: float | None  # VectorE's part of the pass along y (None: the SBUF form's share)
+    taps: bool  # TensorE sums the pass along x's taps (16-bit sums) rather than copying X for VectorE
+
+
+def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoice | None:
+    """How the pass along x of a pool computed in `bands` bands of `band` output rows uses PSUM, or None. TensorE,
+    idle in a pool, either copies each chunk of a band's input rows there with an identity matmul (VectorE's
+    tensor_tensor then streams 1 cycle per element instead of 2, but GpSimdE, which cannot read PSUM, leaves that
+    pass to VectorE and takes more of the pass along y), or, for a sum of 16-bit data, sums the taps there itself
+    (one accumulating identity matmul per tap: 16-bit matmuls stream 2.4 columns per ns, faster than any other
+    engine) for ScalarE to evict, leaving VectorE and GpSimdE only the pass along y: chosen when the model's costs
+    (psum_costs, taps_costs) make the bands' busiest engine faster that way by more than the identity matrix's
+    set-up (identity_ns)."""
     w = op.window
     assert w is not None
     W, Wo = op.dim("W"), w.out[1]
@@ -592,7 +637,38 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> tuple[in
     sbuf, psum, share = psum_costs(x, tmp, out, rows, band, Wo, W, op.pool.wx, op.pool.wy if y_pass else 1, chunk,
                                    edges)
     setup = identity_ns(2 if x in ("f16", "bf16") else 4)  # the identity's round trip, paid once
-    return (chunk, share) if bands * (sbuf - psum) > setup or PSUM == "on" else None
+    segs = segments(Wo, w.offset[1], w.stride[1], op.pool.wx, W)
+    reach = [sum(g.size for g in segs if t in g.taps) for t in range(op.pool.wx)]
+    taps = None
+    if x in ("f16", "bf16") and op.pool.op == "add" and w.count == "window" and any(r == Wo for r in reach) and \
+            TAPS != "off":  # (count_include_pad=False: ScalarE's per-region counts would make it the bound)
+        chunk_t = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // Wo
+        if chunk_t >= 1:
+            taps = chunk_t, taps_costs(rows, band, Wo, [r for r in reach if r], op.pool.wy if y_pass else 1, chunk_t)
+    # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
+    # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest)
+    if taps is not None and (taps[1] < psum or TAPS == "on") and (bands * (sbuf - taps[1]) > 2 * setup or
+                                                                    PSUM == "on"):
+        return PsumChoice(taps[0], None, True)
+    return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup or PSUM == "on" else None
+
+
+def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int) -> float:
+    """A band's busiest engine (ns) when TensorE sums the pass along x's taps (16-bit moving data; reach: the
+    outputs each tap reaches) over chunks of `chunk` input rows, ScalarE evicts each chunk (and copies the pass
+    along y's two border rows), VectorE and GpSimdE share the pass along y's wy - 1 combines of n x wo elements
+    from SBUF (fp32: 2 cycles per element on both), from the model's costs (tilec/perf/costs.py, params.py)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    mn, sv, ss = prm["min_ii_cycles"], prm["vector_static_cycles"], prm["scalar_static_cycles"]
+    chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
+    tensor = sum(max(prm["mm_min_cycles"], c * r) + prm["mm_fixed_cycles"] for c in chunks for r in reach) / \
+        prm["tensor_ghz"]
+    scalar = (sum(max(mn, c * wo) + ss for c in chunks) + (2 * (max(mn, wo) + ss) if wy > 1 else 0)) / \
+        prm["scalar_ghz"]
+    vghz, gghz = prm["vector_ghz"], prm["gpsimd_ghz"]
+    vector = (wy - 1) * (n * wo / (vghz / 2 + gghz / 2) + sv / vghz)
+    return max(tensor, scalar, vector)
 
 
 def _vector_share(src: str, dst: str) -> float:
