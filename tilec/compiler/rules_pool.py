@@ -42,7 +42,7 @@ SHARE_MIN = 100  # elements per partition below which one engine does a whole co
 MIN_INTERLEAVED = 4  # block-local output rows an Interleave computes interleaved (fewer: the seams dominate)
 PSUM = "auto"  # the pass along x from PSUM: "auto" (the model's costs decide), "on" where possible, "off" (tests)
 TAPS = "auto"  # through PSUM, TensorE sums the taps of 16-bit sums: "auto" (the costs), "on", "off" (tests)
-PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`)
+PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`; >= 3)
 PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
 INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
 #                        are ordered, each one DMA latency after the last, so few and large)
@@ -98,7 +98,8 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
     if w.count == "inside":
         prims.append(prim("count", "inside"))
     if scale != 1.0:
-        prims.append(prim("scale", float(f"{scale:.6g}")))
+        prims.append(prim("scale", float(f"{scale:.6g}"), **({"on": "ScalarE's evictions"} if choice is not None and
+                                                              choice.taps else {})))
     return prims + [prim("stage_out", op.out)]
 
 
