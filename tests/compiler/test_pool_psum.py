@@ -167,4 +167,5 @@ def test_model_chooses_taps_for_many_16_bit_tiles_only():
     assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 2 * 2
     text = compile_loaded(lang.load(pool_program("avg", 3, 1, 1, "bf16", h=28, w=28, n=16, c=128)), None) \
         .stages["schedule"]
-    assert "copy='TensorE identity matmul, one per tap'" in text and "scale(0.111111, on=\"ScalarE's evictions\")" in text
+    assert "copy='TensorE identity matmul, one per tap'" in text
+    assert "scale(0.111111, on=\"ScalarE's evictions\")" in text
