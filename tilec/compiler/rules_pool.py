@@ -38,6 +38,7 @@ from tilec.compiler.schedule import PMAX, PoolPlan, sbuf_budget
 from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
+HALF = ("f16", "bf16")
 SHARE_MIN = 100  # elements per partition below which one engine does a whole combine
 MIN_INTERLEAVED = 4  # block-local output rows an Interleave computes interleaved (fewer: the seams dominate)
 PSUM = "auto"  # the pass along x from PSUM: "auto" (the model's costs decide), "on" where possible, "off" (tests)
@@ -340,18 +341,22 @@ class _WindowPool:
         for i, (axis, segs) in enumerate(passes):
             shape = (P * G, rows, self.Wo) if axis == 2 else (P * G, n, self.Wo)
             last = i == len(passes) - 1 and scale == 1.0 and self.w.count != "inside"
-            dst = ob if last else Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp,
-                                      shape)
-            out += [] if last else [Alloc(dst, line=line)]
             shift = ox if axis == 2 else first - lo
             stride, window = (sx, op.pool.wx) if axis == 2 else (sy, op.pool.wy)
-            if axis == 2 and self.psum is not None and self.taps:  # TensorE sums the taps, ScalarE evicts
+            taps = axis == 2 and self.psum is not None and self.taps
+            # a sum into 16-bit Y: the pass's partial sums stay fp32, only its last combine rounds (into Y's band)
+            final = whole(ob) if last and op.pool.op == "add" and ob.dtype in HALF and window > 2 and not taps \
+                else None
+            dst = ob if last and final is None else \
+                Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp, shape)
+            out += [] if dst == ob else [Alloc(dst, line=line)]
+            if taps:  # TensorE sums the taps, ScalarE evicts
                 out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded)
             elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
-                out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window)
+                out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window, final)
             else:
-                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window)
-            cur = whole(dst)
+                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window, final=final)
+            cur = final or whole(dst)
         if cur.buf != ob and self.w.count == "inside":  # each region of the tile by its own count (ScalarE)
             out += self.count_regions(cur, ob, [g for axis, g in passes if axis == 1], [g for axis, g in passes
                                                                                        if axis == 2], scale)
@@ -389,7 +394,7 @@ class _WindowPool:
         return [ir.Block("identity matrix (TensorE copies X's rows into PSUM with it)", tuple(body), line)]
 
     def psum_x_pass(self, xb: Buf, src: View, dst: Buf, segs: list[Segment], stride: int, shift: int,
-                    window: int) -> list[Stmt]:
+                    window: int, final: View | None = None) -> list[Stmt]:
         """The pass along x with X read through PSUM: per chunk of the band's input rows (one PSUM bank), an
         identity matmul copies them (exact: each output is one input times 1), then the pass combines them on
         VectorE at 1 cycle per element into the same rows of dst."""
@@ -403,8 +408,10 @@ class _WindowPool:
             out += [Alloc(ps, zero=True, line=line),
                     Matmul(whole(ps), View(ident, (sl(0, P), sl(0, P))), View(xb, (full(P), sl(r0, cr), full(self.W))),
                            line)]
-            out += self.window_pass(whole(ps), View(dst, (full(P), sl(r0, cr), full(self.Wo))), 2, segs, stride,
-                                    shift, window, View(xb, (full(P), sl(r0, cr), full(self.W))))
+            rows_of = (full(P), sl(r0, cr), full(self.Wo))
+            out += self.window_pass(whole(ps), View(dst, rows_of), 2, segs, stride, shift, window,
+                                    View(xb, (full(P), sl(r0, cr), full(self.W))),
+                                    View(final.buf, rows_of) if final is not None else None)
         return out
 
     def tensor_x_pass(self, xb: Buf, dst: Buf, segs: list[Segment], stride: int, shift: int, window: int,
@@ -469,13 +476,15 @@ class _WindowPool:
                           line) for part, r, src_row in pad]
 
     def window_pass(self, src: View, dst: View, axis: int, segs: list[Segment], stride: int, shift: int,
-                    window: int, alone: View | None = None) -> list[Stmt]:
+                    window: int, alone: View | None = None, final: View | None = None) -> list[Stmt]:
         """dst = op over the window taps of src along `axis` (1: rows, 2: columns). With a tap t0 inside the input
         for every output: dst = op(t0, t1) where t1 reaches, t0 alone elsewhere (the border), then each other tap
         combined into the outputs it reaches; the large instructions are cut in row ranges between VectorE and
         GpSimdE so both finish together. Without such a tap (a 2-wide window padded on both sides), each segment
         is combined on its own. alone: src is in PSUM, which GpSimdE cannot read, and alone the same rows in SBUF:
-        every combine on VectorE, the first one's second tap read from SBUF (at most one PSUM operand)."""
+        every combine on VectorE, the first one's second tap read from SBUF (at most one PSUM operand). final: the
+        pass's result goes there (a 16-bit tile) and dst holds the partial sums (fp32): only the last combine, and
+        copies of the outputs it does not reach, write final, so each output is rounded once."""
         line, n = self.op.line, sum(g.size for g in segs)
         every = [t for t in range(window) if all(t in g.taps for g in segs)]
         out: list[Stmt] = []
@@ -486,23 +495,38 @@ class _WindowPool:
             order = sorted(ranges, key=lambda t: -ranges[t].size)
             if order:
                 first = ranges[order[0]]
-                out += self.combine_shared(dst, axis, first, self._tap(src, axis, t0, shift, stride),
+                into = final if final is not None and len(order) == 1 else dst
+                out += self.combine_shared(into, axis, first, self._tap(src, axis, t0, shift, stride),
                                            self._tap(src if alone is None else alone, axis, order[0], shift, stride),
                                            alone is not None, src.buf.dtype)
                 for lo, hi in ((0, first.start), (first.start + first.size, n)):  # t0 alone at the borders
                     if hi > lo:
                         edge = Segment(lo, hi - lo, (t0,))
-                        out.append(self.edge_copy(self._view(dst, axis, edge, 0, 1),
+                        out.append(self.edge_copy(self._view(into, axis, edge, 0, 1),
                                                   self._view(src, axis, edge, t0 + shift, stride)))
                 for t in order[1:]:
-                    out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride),
-                                               alone is not None, src.buf.dtype)
+                    if final is not None and t == order[-1]:  # the last combine: partial sums + tap t into final
+                        partial = self._tap(dst, axis, 0, 0, 1)
+                        out += self.combine_shared(final, axis, ranges[t], partial,
+                                                   self._tap(src, axis, t, shift, stride), alone is not None,
+                                                   src.buf.dtype)
+                        r = ranges[t]
+                        for lo, hi in ((0, r.start), (r.start + r.size, n)):  # the outputs tap t does not reach
+                            if hi > lo:
+                                edge = Segment(lo, hi - lo, ())
+                                out.append(self.edge_copy(self._view(final, axis, edge, 0, 1),
+                                                          self._view(dst, axis, edge, 0, 1)))
+                    else:
+                        out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride),
+                                                   alone is not None, src.buf.dtype)
             else:
-                out.append(Copy(self._view(dst, axis, Segment(0, n, (t0,)), 0, 1),
+                out.append(Copy(self._view(final or dst, axis, Segment(0, n, (t0,)), 0, 1),
                                 self._view(src, axis, Segment(0, n, (t0,)), t0 + shift, stride), line))
         else:
             for seg in segs:
                 out += self.combine(src if alone is None else alone, dst, axis, seg, stride, shift)
+            if final is not None:
+                out.append(Copy(final, dst, line))
         return out
 
     def edge_copy(self, dst: View, src: View) -> Stmt:
