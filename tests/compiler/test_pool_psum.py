@@ -15,9 +15,9 @@ from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
 
-def run(kind: str, r: int, s: int, pad: int, dtype: str, seed: int = 11, **sizes: int) -> str:
+def run(kind: str, r: int, s: int, pad: int, dtype: str, seed: int = 11, nki: str | None = None, **sizes: int) -> str:
     prog = lang.load(pool_program(kind, r, s, pad, dtype, **sizes))
-    compiled = compile_loaded(prog, None)
+    compiled = compile_loaded(prog, None, nki=nki)
     x = np.random.default_rng(seed).standard_normal(prog.tensors["X"].shape).astype(NP[dtype])
     got = compiled.run(X=x)["Y"]
     want = reference(x.astype(np.float32), kind, r, s, pad)
@@ -80,3 +80,105 @@ def test_explain_says_when_the_pass_along_x_reads_psum():
         assert ("psum(X, rows=18" in text) is expect
         assert ("engine='VectorE from PSUM'" in text) is expect
         assert ("nisa.nc_matmul(" in c.source) is expect
+
+
+FIRST, LAST = "the first channel-row tile from SBUF", "the last channel-row tile, its pass along y"
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("kind,r,s,pad", [("avg", 3, 1, 1), ("avgx", 3, 1, 1), ("max", 3, 2, 1), ("max", 2, 1, 0),
+                                          ("avgx", 3, 2, 0)])
+def test_peeled_first_and_last_tiles_match_numpy(psum_on, dtype, kind, r, s, pad):
+    """Three partition tiles (N*C = 384, batch 3): the first tile from SBUF (both passes shared), the middle one in
+    the loop through PSUM, the last with its pass along y shared and its border copies on VectorE; 40 x 30 inputs,
+    PSUM chunks of 17 rows."""
+    source = run(kind, r, s, pad, dtype, h=40, w=30, n=3, c=128)
+    assert FIRST in source and LAST in source and "range(1)" not in source
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+def test_peeled_tiles_with_several_bands_both_dialects(psum_on, nki):
+    """Four tiles of 100 rows of 30 columns in bands of 16 (`split S.i, 16`): each peeled tile has its own bands
+    (the peeled first and last and the band loop; PSUM chunks of 17 rows); the loop over the two middle tiles
+    starts at the second; both NKI dialects."""
+    prog = lang.load(pool_program("avg", 3, 1, 1, "bf16", h=100, w=30, n=4, c=128))
+    compiled = compile_loaded(prog, lang.parse_schedule("split S.i, 16", "<test>"), nki=nki)
+    x = np.random.default_rng(5).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
+    assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x.astype(np.float32), "avg", 3, 1, 1))
+    source = compiled.source
+    assert FIRST in source and LAST in source and "range(2)" in source and source.count("for yb in ") == 3
+
+
+def test_large_bodies_are_not_peeled(psum_on):
+    """Bands of 51 rows of 80 columns: three bodies' buffers would take more than half of SBUF, so the tiles stay
+    in one loop (every tile through PSUM)."""
+    source = run("avg", 3, 1, 1, "bf16", h=130, w=80, n=4, c=128)
+    assert FIRST not in source and "for pb in nl.affine_range(4)" in source
+
+
+def test_two_tiles_are_not_peeled(psum_on):
+    """With fewer than PEEL_TILES tiles every tile goes through PSUM."""
+    source = run("avg", 3, 1, 1, "f32", h=28, w=28, n=2, c=128)
+    assert FIRST not in source and source.count("nisa.nc_matmul(") == 2
+
+
+
+@pytest.mark.parametrize("taps", ["on", "off"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("r,s,pad", [(3, 1, 1), (2, 2, 1), (5, 1, 2), (3, 2, 0), (2, 1, 0)])
+def test_tensor_engine_sums_the_taps_of_16_bit_sums(psum_on, monkeypatch, taps, dtype, r, s, pad):
+    """16-bit sums (count_include_pad=True) through PSUM, TensorE summing the pass along x's taps (one accumulating
+    identity matmul per tap, strided moving views for stride 2, partial column ranges at the padding) and ScalarE
+    evicting with the 1 / count folded in ("on"; a 2x2 window padded on both sides has no tap that every output
+    has to start the accumulation, so it keeps the copies), or TensorE copying X for VectorE ("off"): two tiles of
+    96 channel rows, 40 x 30 inputs, PSUM chunks of 17 rows or more (Wo columns each)."""
+    monkeypatch.setattr(rules_pool, "TAPS", taps)
+    source = run("avg", r, s, pad, dtype, h=40, w=30, n=2, c=96)
+    summed = taps == "on" and (r, pad) != (2, 1)  # 2x2 padded on both sides: no tap every output has, copies
+    chunks = source.count("buffer=nl.psum")  # one PSUM accumulator per chunk of a band's rows
+    assert chunks > 0 and ("X_taps" in source) is summed and ("X_psum" in source) is not summed
+    assert source.count("nisa.nc_matmul(") == (r if summed else 1) * chunks  # one matmul per tap, or a copy
+
+
+@pytest.mark.parametrize("taps", ["on", "off"])
+def test_taps_with_peeled_tiles_and_a_sum_without_division(psum_on, monkeypatch, taps):
+    """A plain 3x3 sum (no division) of bf16 into bf16 over three tiles: the peeled first tile from SBUF, then
+    TensorE's taps."""
+    monkeypatch.setattr(rules_pool, "TAPS", taps)
+    text = pool_program("avg", 3, 1, 1, "bf16", h=20, w=24, n=3, c=128).replace(" / 9", "")
+    prog = lang.load(text)
+    compiled = compile_loaded(prog, None)
+    x = np.random.default_rng(2).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
+    want = reference(x.astype(np.float32), "avg", 3, 1, 1) * 9
+    assert_matches(prog, "Y", compiled.run(X=x)["Y"], want)
+    assert FIRST in compiled.source
+
+
+def test_model_chooses_taps_for_many_16_bit_tiles_only():
+    """The default: a bf16 average at 8 tiles of 28 x 28 sums its taps on TensorE; at 2 tiles (the identity's set-up
+    on the critical path) and for f32 (TensorE's quarter rate) it does not; count_include_pad=False keeps the
+    copies (ScalarE's per-region counts)."""
+    def kernel(dtype: str, n: int, kind: str = "avg") -> str:
+        return compile_loaded(lang.load(pool_program(kind, 3, 1, 1, dtype, h=28, w=28, n=n, c=128)), None).source
+    many = kernel("bf16", 16)
+    assert many.count("nisa.nc_matmul(") == 3 * 2 * 2  # 3 taps x 2 chunks, in the loop and the peeled last tile
+    assert "nc_matmul" not in kernel("bf16", 2)
+    assert kernel("f32", 16).count("nisa.nc_matmul(") == 2 * 2  # the copies, one per chunk
+    assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 2 * 2
+    text = compile_loaded(lang.load(pool_program("avg", 3, 1, 1, "bf16", h=28, w=28, n=16, c=128)), None) \
+        .stages["schedule"]
+    assert "copy='TensorE identity matmul, one per tap'" in text
+    assert "scale(0.111111, on=\"ScalarE's evictions\")" in text
+
+
+def test_16_bit_sums_round_each_output_once(psum_on):
+    """A 4x4 average of bf16 through PSUM (TensorE sums the taps along x, the 1/16 folded into the evictions): the
+    pass along y keeps its partial sums in fp32 (Y_rows) and only its last combine writes the bf16 band. Writing
+    every combine into the band rounded each output three times: seed 34 then missed the tolerance (0.0095 >
+    0.0085)."""
+    prog = lang.load(pool_program("avg", 4, 1, 0, "bf16", h=22, w=7, n=5, c=100))
+    compiled = compile_loaded(prog, None)
+    x = np.random.default_rng(34).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
+    assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x.astype(np.float32), "avg", 4, 1, 0))
+    assert "X_taps" in compiled.source
+    assert "dtype=nl.float32" in compiled.source.split("Y_rows = ")[1].split("\n")[0]  # the partial sums

@@ -81,9 +81,17 @@ CASES = [(kind, r, s, pad) for kind in ("max", "avg", "avgx") for r, s, pad in
 
 @pytest.mark.parametrize("kind, r, s, pad", CASES)
 def test_window_pool_matches_numpy_f32(kind, r, s, pad):
-    if kind == "avgx" and pad == 0:
-        pytest.skip("without padding every window is whole: the same as avg")
+    """(avgx without padding: every window is whole, its count written with min/max is the constant r * r.)"""
     run_pool(pool_program(kind, r, s, pad), kind, r, s, pad, "f32")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("r,h,w", [(2, 7, 23), (3, 32, 25), (2, 36, 6)])
+def test_count_written_with_min_max_when_window_equals_stride(dtype, r, h, w):
+    """count_include_pad=False written with min/max for a pool whose window is its stride (no padding; odd sizes:
+    the last rows and columns of X are not read): the count is r * r everywhere, fused as the pool's scale (it
+    was refused: the pool had no explicit window, so the division stayed an element-wise statement of min/max)."""
+    run_pool(pool_program("avgx", r, r, 0, dtype, h=h, w=w, n=2, c=96), "avgx", r, r, 0, dtype)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

@@ -27,20 +27,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from tilec.compiler import ir
+from tilec.compiler import ir, passes
 from tilec.compiler.build_conv import Fresh, hbm_view
-from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.build_util import a, loop, map_aff, sl, term
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Buf, Copy, Dma, Matmul, Reshape, Scalar, Sl, Stmt, View, full,
                               whole)
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.rules import Prim, prim
-from tilec.compiler.schedule import PMAX, PoolPlan
+from tilec.compiler.schedule import PMAX, PoolPlan, sbuf_budget
 from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
+HALF = ("f16", "bf16")
 SHARE_MIN = 100  # elements per partition below which one engine does a whole combine
 MIN_INTERLEAVED = 4  # block-local output rows an Interleave computes interleaved (fewer: the seams dominate)
 PSUM = "auto"  # the pass along x from PSUM: "auto" (the model's costs decide), "on" where possible, "off" (tests)
+TAPS = "auto"  # through PSUM, TensorE sums the taps of 16-bit sums: "auto" (the costs), "on", "off" (tests)
+PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`; >= 3)
+PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
 INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
 #                        are ordered, each one DMA latency after the last, so few and large)
 
@@ -84,16 +88,19 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
         ob = min(band, w.out[0])
         choice = psum_choice(op, ob, op.dim("B") // plan.tile_b * -(-w.out[0] // ob), *dtypes)
     if choice is not None:
-        prims.append(prim("psum", op.src, rows=choice[0], copy="TensorE identity matmul"))
+        prims.append(prim("psum", op.src, rows=choice.rows, copy="TensorE identity matmul" + (", one per tap" if
+                                                                                              choice.taps else "")))
+    engine = {} if choice is None else {"engine": "TensorE into PSUM, ScalarE evicts" if choice.taps else
+                                        "VectorE from PSUM"}
     if (op.pool.wx, sx, ox) != (1, 1, 0):
-        prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op,
-                          **({"engine": "VectorE from PSUM"} if choice is not None else {})))
+        prims.append(prim("window", "j", taps=op.pool.wx, stride=sx, offset=ox, op=op.pool.op, **engine))
     if (op.pool.wy, sy, oy) != (1, 1, 0):
         prims.append(prim("window", "i", taps=op.pool.wy, stride=sy, offset=oy, op=op.pool.op))
     if w.count == "inside":
         prims.append(prim("count", "inside"))
     if scale != 1.0:
-        prims.append(prim("scale", float(f"{scale:.6g}")))
+        prims.append(prim("scale", float(f"{scale:.6g}"), **({"on": "ScalarE's evictions"} if choice is not None and
+                                                              choice.taps else {})))
     return prims + [prim("stage_out", op.out)]
 
 
@@ -217,6 +224,8 @@ class _WindowPool:
         self.split_loads = False  # a band's input rows in two loads (load_parts)
         self.psum: int | None = None  # input rows per PSUM copy when the pass along x reads X through PSUM
         self.y_share: float | None = None  # VectorE's part of the pass along y then (the rest on GpSimdE)
+        self.last_tile = False  # building the peeled last tile of a pool through PSUM (edge copies on VectorE)
+        self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
         key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions
@@ -227,9 +236,45 @@ class _WindowPool:
 
     def build(self) -> list[Stmt]:
         op, G = self.op, self.G
-        OB = self.OB
         self.choose_psum()
         ident = self.identity() if self.psum is not None else []
+        tiles = self.B // self.plan.tile_b
+        note, line = f"for {dict(op.vars)['b']} (channel rows, tiles of TILE_P)", op.line_of("b")
+        nest = loop("pb", tiles, self.tile_body(), note=note, line=line)
+        if self.psum is not None and tiles >= PEEL_TILES:
+            # the first tile from SBUF while the identity is made, the last with its pass along y shared: kept when
+            # the three bodies' buffers fit (the capacity check counts a straight-line block's buffers as all live)
+            nest = self.peeled(tiles, note, line) or nest
+        label = f"{op.out} = {op.pool.op} pool {op.pool.wy}x{op.pool.wx} of {op.src}, stride " \
+                f"{self.w.stride[0]}x{self.w.stride[1]}, offset {self.w.offset[0]},{self.w.offset[1]}"
+        if G > 1:
+            label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
+        label += self.note
+        return self.views + ident + [ir.Block(label, tuple(nest), op.line)]
+
+    def peeled(self, tiles: int, note: str, line: int) -> list[Stmt]:
+        """The partition-tile loop of a pool through PSUM with its first tile from SBUF (both passes shared between
+        VectorE and GpSimdE: they start as soon as its rows arrive, while TensorE's identity makes its round trip
+        through HBM) and its last tile's pass along y shared (GpSimdE alone takes it in the other tiles, and VectorE
+        would idle at the end); [] when the three bodies' buffers take more than 1 / PEEL_SBUF_PART of SBUF (the rest
+        is left to the kernel's other operations)."""
+        chosen = self.psum, self.y_share, self.taps
+        self.psum, self.y_share, self.taps = None, None, False
+        first = at_value(self.tile_body(), "pb", 0)
+        self.psum, self.y_share, self.taps = chosen
+        middle = loop("pb", tiles - 2, shifted(self.tile_body(), "pb", 1), note=note + ", from the second", line=line)
+        self.y_share, self.last_tile = None, True
+        last = at_value(self.tile_body(), "pb", tiles - 1)
+        self.y_share, self.last_tile = chosen[1], False
+        nest = [ir.Block("the first channel-row tile from SBUF (TensorE's identity is not ready yet)", tuple(first),
+                         line), *middle,
+                ir.Block("the last channel-row tile, its pass along y on VectorE and GpSimdE (both free by then)",
+                         tuple(last), line)]
+        return nest if passes.peak_usage(tuple(nest))[0] <= sbuf_budget(get_target()) // PEEL_SBUF_PART else []
+
+    def tile_body(self) -> list[Stmt]:
+        """Every band of one partition tile (loop variable pb), in the form self.psum / self.y_share say."""
+        op, OB = self.op, self.OB
         sy, oy = self.w.stride[0], self.w.offset[0]
         wy = op.pool.wy
         nb = -(-self.Rb // OB)
@@ -250,14 +295,7 @@ class _WindowPool:
                          "rows)", line=op.line_of("i"))
         for k in range(k1, nb):
             body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
-        nest = loop("pb", self.B // self.plan.tile_b, body, note=f"for {dict(op.vars)['b']} (channel rows, tiles "
-                    "of TILE_P)", line=op.line_of("b"))
-        label = f"{op.out} = {op.pool.op} pool {op.pool.wy}x{op.pool.wx} of {op.src}, stride " \
-                f"{self.w.stride[0]}x{self.w.stride[1]}, offset {self.w.offset[0]},{self.w.offset[1]}"
-        if G > 1:
-            label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
-        label += self.note
-        return self.views + ident + [ir.Block(label, tuple(nest), op.line)]
+        return body
 
     def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
         """Output rows o0..o0+n of every partition tile (of every block): the input rows they read (lo_aff: a
@@ -297,19 +335,28 @@ class _WindowPool:
         if (op.pool.wy, sy, first - lo, n) != (1, 1, 0, rows):
             passes.append((1, segments(n, first, sy, op.pool.wy, self.H) if G == 1 else
                            [Segment(0, n, tuple(range(op.pool.wy)))]))
+        folded = 1.0  # the scale TensorE's evictions apply (then none after the passes)
+        if self.psum is not None and self.taps and self.w.count != "inside":
+            folded, scale = scale, 1.0
         for i, (axis, segs) in enumerate(passes):
             shape = (P * G, rows, self.Wo) if axis == 2 else (P * G, n, self.Wo)
             last = i == len(passes) - 1 and scale == 1.0 and self.w.count != "inside"
-            dst = ob if last else Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp,
-                                      shape)
-            out += [] if last else [Alloc(dst, line=line)]
             shift = ox if axis == 2 else first - lo
             stride, window = (sx, op.pool.wx) if axis == 2 else (sy, op.pool.wy)
-            if axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
-                out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window)
+            taps = axis == 2 and self.psum is not None and self.taps
+            # a sum into 16-bit Y: the pass's partial sums stay fp32, only its last combine rounds (into Y's band)
+            final = whole(ob) if last and op.pool.op == "add" and ob.dtype in HALF and window > 2 and not taps \
+                else None
+            dst = ob if last and final is None else \
+                Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp, shape)
+            out += [] if dst == ob else [Alloc(dst, line=line)]
+            if taps:  # TensorE sums the taps, ScalarE evicts
+                out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded)
+            elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
+                out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window, final)
             else:
-                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window)
-            cur = whole(dst)
+                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window, final=final)
+            cur = final or whole(dst)
         if cur.buf != ob and self.w.count == "inside":  # each region of the tile by its own count (ScalarE)
             out += self.count_regions(cur, ob, [g for axis, g in passes if axis == 1], [g for axis, g in passes
                                                                                        if axis == 2], scale)
@@ -328,7 +375,7 @@ class _WindowPool:
             choice = psum_choice(self.op, self.OB, self.B // self.plan.tile_b * -(-self.Rb // self.OB), self.x3.dtype,
                                  self.o3.dtype)
             if choice is not None:
-                self.psum, self.y_share = choice
+                self.psum, self.y_share, self.taps = choice.rows, choice.y_share, choice.taps
 
     def identity(self) -> list[Stmt]:
         """The identity matrix of TensorE's copies (X's dtype), once per kernel: a [128, 129] tile whose column 0
@@ -347,7 +394,7 @@ class _WindowPool:
         return [ir.Block("identity matrix (TensorE copies X's rows into PSUM with it)", tuple(body), line)]
 
     def psum_x_pass(self, xb: Buf, src: View, dst: Buf, segs: list[Segment], stride: int, shift: int,
-                    window: int) -> list[Stmt]:
+                    window: int, final: View | None = None) -> list[Stmt]:
         """The pass along x with X read through PSUM: per chunk of the band's input rows (one PSUM bank), an
         identity matmul copies them (exact: each output is one input times 1), then the pass combines them on
         VectorE at 1 cycle per element into the same rows of dst."""
@@ -361,8 +408,36 @@ class _WindowPool:
             out += [Alloc(ps, zero=True, line=line),
                     Matmul(whole(ps), View(ident, (sl(0, P), sl(0, P))), View(xb, (full(P), sl(r0, cr), full(self.W))),
                            line)]
-            out += self.window_pass(whole(ps), View(dst, (full(P), sl(r0, cr), full(self.Wo))), 2, segs, stride,
-                                    shift, window, View(xb, (full(P), sl(r0, cr), full(self.W))))
+            rows_of = (full(P), sl(r0, cr), full(self.Wo))
+            out += self.window_pass(whole(ps), View(dst, rows_of), 2, segs, stride, shift, window,
+                                    View(xb, (full(P), sl(r0, cr), full(self.W))),
+                                    View(final.buf, rows_of) if final is not None else None)
+        return out
+
+    def tensor_x_pass(self, xb: Buf, dst: Buf, segs: list[Segment], stride: int, shift: int, window: int,
+                      scale: float) -> list[Stmt]:
+        """The pass along x of a sum on TensorE: per chunk of the band's input rows (one PSUM bank), one identity
+        matmul per tap accumulates the tap's strided view of the rows into the outputs it reaches (the tap every
+        output has first, over all of them: it starts the accumulation), exact in fp32 PSUM; ScalarE evicts the
+        chunk into the same rows of dst times `scale` (the average's 1 / count, when it is folded here)."""
+        line, P, rows, n = self.op.line, xb.shape[0], xb.shape[1], sum(g.size for g in segs)
+        ident = self.shared.ident
+        assert self.psum is not None and ident is not None
+        every = [t for t in range(window) if all(t in g.taps for g in segs)]
+        first = every[len(every) // 2]
+        reach = {t: [g for g in segs if t in g.taps] for t in range(window) if t != first}
+        spans = [(first, 0, n)] + [(t, gs[0].start, sum(g.size for g in gs)) for t, gs in reach.items() if gs]
+        out: list[Stmt] = []
+        for r0 in range(0, rows, self.psum):
+            cr = min(self.psum, rows - r0)
+            ps = Buf(self.name(f"{self.op.src}_taps", (cr,)), "psum", "f32", (P, cr, n))
+            out.append(Alloc(ps, zero=True, line=line))
+            for t, o0, size in spans:
+                step = stride if size > 1 else 1
+                moving = View(xb, (full(P), sl(r0, cr), Sl(a(o0 * stride + t + shift), size, step)))
+                out.append(Matmul(View(ps, (full(P), full(cr), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
+                                  moving, line))
+            out.append(Act(View(dst, (full(P), sl(r0, cr), full(n))), whole(ps), "copy", None, scale, line))
         return out
 
     def load_parts(self, rows: int) -> list[tuple[int, int]]:
@@ -401,13 +476,15 @@ class _WindowPool:
                           line) for part, r, src_row in pad]
 
     def window_pass(self, src: View, dst: View, axis: int, segs: list[Segment], stride: int, shift: int,
-                    window: int, alone: View | None = None) -> list[Stmt]:
+                    window: int, alone: View | None = None, final: View | None = None) -> list[Stmt]:
         """dst = op over the window taps of src along `axis` (1: rows, 2: columns). With a tap t0 inside the input
         for every output: dst = op(t0, t1) where t1 reaches, t0 alone elsewhere (the border), then each other tap
         combined into the outputs it reaches; the large instructions are cut in row ranges between VectorE and
         GpSimdE so both finish together. Without such a tap (a 2-wide window padded on both sides), each segment
         is combined on its own. alone: src is in PSUM, which GpSimdE cannot read, and alone the same rows in SBUF:
-        every combine on VectorE, the first one's second tap read from SBUF (at most one PSUM operand)."""
+        every combine on VectorE, the first one's second tap read from SBUF (at most one PSUM operand). final: the
+        pass's result goes there (a 16-bit tile) and dst holds the partial sums (fp32): only the last combine, and
+        copies of the outputs it does not reach, write final, so each output is rounded once."""
         line, n = self.op.line, sum(g.size for g in segs)
         every = [t for t in range(window) if all(t in g.taps for g in segs)]
         out: list[Stmt] = []
@@ -418,30 +495,46 @@ class _WindowPool:
             order = sorted(ranges, key=lambda t: -ranges[t].size)
             if order:
                 first = ranges[order[0]]
-                out += self.combine_shared(dst, axis, first, self._tap(src, axis, t0, shift, stride),
+                into = final if final is not None and len(order) == 1 else dst
+                out += self.combine_shared(into, axis, first, self._tap(src, axis, t0, shift, stride),
                                            self._tap(src if alone is None else alone, axis, order[0], shift, stride),
-                                           alone is not None)
+                                           alone is not None, src.buf.dtype)
                 for lo, hi in ((0, first.start), (first.start + first.size, n)):  # t0 alone at the borders
                     if hi > lo:
                         edge = Segment(lo, hi - lo, (t0,))
-                        out.append(self.edge_copy(self._view(dst, axis, edge, 0, 1),
+                        out.append(self.edge_copy(self._view(into, axis, edge, 0, 1),
                                                   self._view(src, axis, edge, t0 + shift, stride)))
                 for t in order[1:]:
-                    out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride),
-                                               alone is not None)
+                    if final is not None and t == order[-1]:  # the last combine: partial sums + tap t into final
+                        partial = self._tap(dst, axis, 0, 0, 1)
+                        out += self.combine_shared(final, axis, ranges[t], partial,
+                                                   self._tap(src, axis, t, shift, stride), alone is not None,
+                                                   src.buf.dtype)
+                        r = ranges[t]
+                        for lo, hi in ((0, r.start), (r.start + r.size, n)):  # the outputs tap t does not reach
+                            if hi > lo:
+                                edge = Segment(lo, hi - lo, ())
+                                out.append(self.edge_copy(self._view(final, axis, edge, 0, 1),
+                                                          self._view(dst, axis, edge, 0, 1)))
+                    else:
+                        out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride),
+                                                   alone is not None, src.buf.dtype)
             else:
-                out.append(Copy(self._view(dst, axis, Segment(0, n, (t0,)), 0, 1),
+                out.append(Copy(self._view(final or dst, axis, Segment(0, n, (t0,)), 0, 1),
                                 self._view(src, axis, Segment(0, n, (t0,)), t0 + shift, stride), line))
         else:
             for seg in segs:
                 out += self.combine(src if alone is None else alone, dst, axis, seg, stride, shift)
+            if final is not None:
+                out.append(Copy(final, dst, line))
         return out
 
     def edge_copy(self, dst: View, src: View) -> Stmt:
         """A border's lone tap: on ScalarE, which has room (it only scales each tile once) unless the per-region
         counts of count_include_pad=False keep it busy, or the tap is in PSUM (the pass along x from PSUM: ScalarE,
-        in order, would hold the next band's pass behind this band's scale); else VectorE."""
-        if self.w.count == "inside" or src.buf.memory == "psum":
+        in order, would hold the next band's pass behind this band's scale) or the tile is the last of a peeled
+        pool (its pass along y would wait behind the tile before's scale); else VectorE."""
+        if self.w.count == "inside" or src.buf.memory == "psum" or self.last_tile:
             return Copy(dst, src, self.op.line)
         return Act(dst, src, "copy", None, 1.0, self.op.line)
 
@@ -449,11 +542,12 @@ class _WindowPool:
         return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
 
     def combine_shared(self, dst: View, axis: int, seg: Segment, a_tap: Callable | None, b_tap: Callable,
-                       alone: bool = False) -> list[Stmt]:
+                       alone: bool = False, src: str = "") -> list[Stmt]:
         """dst[seg] = op(a_tap or dst, b_tap) over seg, in row ranges: VectorE the first, GpSimdE the rest (rows are
         the other free axis of a pass along x, the pass's own axis along y: either way each engine writes whole
-        rows, which the dependence tracking sees as disjoint)."""
-        share = _vector_share(self.x3.dtype if a_tap is not None else dst.buf.dtype, dst.buf.dtype)
+        rows, which the dependence tracking sees as disjoint); src: the taps' dtype (VectorE's rate doubles when it
+        and dst's are 16-bit)."""
+        share = _vector_share(src or dst.buf.dtype, dst.buf.dtype)
         if axis == 1 and self.y_share is not None:  # VectorE also runs the pass along x (psum_x_pass)
             share = self.y_share
         engine = ""
@@ -522,13 +616,37 @@ class _WindowPool:
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
 
 
-def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> tuple[int, float] | None:
-    """(input rows per PSUM copy, VectorE's part of the pass along y) when the pass along x of a pool computed in
-    `bands` bands of `band` output rows should read X through PSUM, else None. TensorE, idle in a pool, copies each
-    chunk of a band's input rows there with an identity matmul; VectorE's tensor_tensor then streams 1 cycle per
-    element instead of 2, but GpSimdE, which cannot read PSUM, leaves that pass to VectorE and takes more of the
-    pass along y: chosen when the model's costs (psum_costs) make the bands' busiest engine faster that way by more
-    than the identity matrix's set-up (identity_ns)."""
+def at_value(stmts: list[Stmt], var: str, value: int) -> list[Stmt]:
+    """stmts with the loop variable var replaced by the constant value (a peeled iteration)."""
+    def fn(x: Aff) -> Aff:
+        return Aff(tuple(t for t in x.terms if t.var != var), x.const + sum(t.coef for t in x.terms if t.var == var)
+                   * value)
+    return list(map_aff(tuple(stmts), fn))
+
+
+def shifted(stmts: list[Stmt], var: str, offset: int) -> list[Stmt]:
+    """stmts with the loop variable var replaced by var + offset (a loop that starts after peeled iterations)."""
+    def fn(x: Aff) -> Aff:
+        return x.plus(sum(t.coef for t in x.terms if t.var == var) * offset)
+    return list(map_aff(tuple(stmts), fn))
+
+
+@dataclass(frozen=True)
+class PsumChoice:
+    rows: int  # input rows per PSUM chunk (one bank)
+    y_share: float | None  # VectorE's part of the pass along y (None: the SBUF form's share)
+    taps: bool  # TensorE sums the pass along x's taps (16-bit sums) rather than copying X for VectorE
+
+
+def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoice | None:
+    """How the pass along x of a pool computed in `bands` bands of `band` output rows uses PSUM, or None. TensorE,
+    idle in a pool, either copies each chunk of a band's input rows there with an identity matmul (VectorE's
+    tensor_tensor then streams 1 cycle per element instead of 2, but GpSimdE, which cannot read PSUM, leaves that
+    pass to VectorE and takes more of the pass along y), or, for a sum of 16-bit data, sums the taps there itself
+    (one accumulating identity matmul per tap: 16-bit matmuls stream 2.4 columns per ns, faster than any other
+    engine) for ScalarE to evict, leaving VectorE and GpSimdE only the pass along y: chosen when the model's costs
+    (psum_costs, taps_costs) make the bands' busiest engine faster that way by more than the identity matrix's
+    set-up (identity_ns)."""
     w = op.window
     assert w is not None
     W, Wo = op.dim("W"), w.out[1]
@@ -544,7 +662,38 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> tuple[in
     sbuf, psum, share = psum_costs(x, tmp, out, rows, band, Wo, W, op.pool.wx, op.pool.wy if y_pass else 1, chunk,
                                    edges)
     setup = identity_ns(2 if x in ("f16", "bf16") else 4)  # the identity's round trip, paid once
-    return (chunk, share) if bands * (sbuf - psum) > setup or PSUM == "on" else None
+    segs = segments(Wo, w.offset[1], w.stride[1], op.pool.wx, W)
+    reach = [sum(g.size for g in segs if t in g.taps) for t in range(op.pool.wx)]
+    taps = None
+    if x in ("f16", "bf16") and op.pool.op == "add" and w.count == "window" and any(r == Wo for r in reach) and \
+            TAPS != "off":  # (count_include_pad=False: ScalarE's per-region counts would make it the bound)
+        chunk_t = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // Wo
+        if chunk_t >= 1:
+            taps = chunk_t, taps_costs(rows, band, Wo, [r for r in reach if r], op.pool.wy if y_pass else 1, chunk_t)
+    # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
+    # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest)
+    if taps is not None and (taps[1] < psum or TAPS == "on") and (bands * (sbuf - taps[1]) > 2 * setup or
+                                                                    PSUM == "on"):
+        return PsumChoice(taps[0], None, True)
+    return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup or PSUM == "on" else None
+
+
+def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int) -> float:
+    """A band's busiest engine (ns) when TensorE sums the pass along x's taps (16-bit moving data; reach: the
+    outputs each tap reaches) over chunks of `chunk` input rows, ScalarE evicts each chunk (and copies the pass
+    along y's two border rows), VectorE and GpSimdE share the pass along y's wy - 1 combines of n x wo elements
+    from SBUF (fp32: 2 cycles per element on both), from the model's costs (tilec/perf/costs.py, params.py)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    mn, sv, ss = prm["min_ii_cycles"], prm["vector_static_cycles"], prm["scalar_static_cycles"]
+    chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
+    tensor = sum(max(prm["mm_min_cycles"], c * r) + prm["mm_fixed_cycles"] for c in chunks for r in reach) / \
+        prm["tensor_ghz"]
+    scalar = (sum(max(mn, c * wo) + ss for c in chunks) + (2 * (max(mn, wo) + ss) if wy > 1 else 0)) / \
+        prm["scalar_ghz"]
+    vghz, gghz = prm["vector_ghz"], prm["gpsimd_ghz"]
+    vector = (wy - 1) * (n * wo / (vghz / 2 + gghz / 2) + sv / vghz)
+    return max(tensor, scalar, vector)
 
 
 def _vector_share(src: str, dst: str) -> float:

@@ -73,7 +73,7 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
         if sign != 1.0 and not isinstance(op, ConvOp):  # only a contraction carries the sign: the statement as written
             comp = written
             op = _select_one(comp, program)
-        if isinstance(op, PoolOp) and op.window is not None:
+        if isinstance(op, PoolOp):
             op = fuse_pool_divide(op, comps, i, program, consumed)
         if isinstance(op, ConvOp):
             op = replace(op, scale=sign)

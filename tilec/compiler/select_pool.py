@@ -105,18 +105,20 @@ def fuse_pool_divide(op: PoolOp, comps: tuple[Comp, ...], i: int, program, consu
     acc, d = found[0]
     if [plain(m) for m in index_maps(acc, nxt, program)] != list(nxt.out_vars):
         return op
+    written = op
+    op = op.windowed()  # (window == stride: the window made explicit, the count evaluated over its outputs)
     assert op.window is not None
     ho, wo = op.window.out
     grid = _grid(d, nxt.out_vars[-2], nxt.out_vars[-1], ho, wo, program.sizes)
     if grid is None or not np.all(grid != 0):
-        return op
+        return written
     scale, count = op.pool.scale, op.window.count
     if np.all(grid == grid.flat[0]):
         scale *= float(grid.flat[0]) if e.op == "*" else 1.0 / float(grid.flat[0])
     elif e.op == "/" and op.pool.op == "add" and np.array_equal(grid, _inside(op)):
         count = "inside"
     else:
-        return op
+        return written
     consumed.add(i + 1)
     return replace(op, out=nxt.target, pool=replace(op.pool, scale=scale), window=replace(op.window, count=count))
 
