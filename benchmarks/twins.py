@@ -35,6 +35,27 @@ kernel mm(A: f32[M, K], B: f32[K, N], b: f32[M]) -> Y
   for i in 0..M, j in 0..N:
     Y[i, j] = relu(C[i, j])
 """
+MATMUL_T = """\
+kernel mt(A: f32[K, M], B: f32[K, N], b: f32[M]) -> Y
+  default M = 512, K = 1024, N = 512
+  C: f32[M, N]
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = b[i]
+    for k in 0..K:
+      C[i, j] += {update}
+  for i in 0..M, j in 0..N:
+    Y[i, j] = relu(C[i, j])
+"""
+ROW_BIAS = """\
+kernel mr(A: f32[M, K], B: f32[K, N], b: f32[N]) -> C
+  default M = 512, K = 1024, N = 512
+  C: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = b[j]
+    for k in 0..K:
+      C[i, j] += {update}
+"""
 COLUMN = """\
 kernel col(A: f32[M, N], c: f32[M]) -> Y
   default M = 1024, N = 2048
@@ -47,6 +68,12 @@ PAIRS = (
      MATMUL.format(update="A[i, k] * B[k, j]")),
     ("relu(A) . B (stationary relu)", MATMUL.format(update="relu(A[i, k]) * B[k, j]"),
      MATMUL.format(update="A[i, k] * B[k, j]")),
+    ("relu(A[k, i]) . B (contraction-major)", MATMUL_T.format(update="relu(A[k, i]) * B[k, j]"),
+     MATMUL_T.format(update="A[k, i] * B[k, j]")),
+    ("0.5 * A.B + b[i] (constant factor)", MATMUL.format(update="0.5 * A[i, k] * B[k, j]"),
+     MATMUL.format(update="A[i, k] * B[k, j]")),
+    ("A.B * 2 + b[j] (factor, row bias)", ROW_BIAS.format(update="A[i, k] * B[k, j] * 2"),
+     ROW_BIAS.format(update="A[i, k] * B[k, j]")),
     ("Y = 2 * c[i] + 1 (column alone)", COLUMN.format(expr="2 * c[i] + 1"), COLUMN.format(expr="2.5")),
     ("Y = c[i] (column alone)", COLUMN.format(expr="c[i]"), COLUMN.format(expr="2.5")),
 )
@@ -57,7 +84,7 @@ def main() -> None:
     ap.add_argument("--dtype", choices=("f32", "bf16"), action="append")
     args = ap.parse_args()
     tgt = get_target(None)
-    print(f"{'form':34} {'dtype':5} {'new µs':>9} {'twin µs':>9} {'ratio':>6}")
+    print(f"{'form':38} {'dtype':5} {'new µs':>9} {'twin µs':>9} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in args.dtype or ["f32", "bf16"]:
             for what, new, twin in PAIRS:
@@ -69,7 +96,7 @@ def main() -> None:
                 a, b = got
                 ratio = f"{a / b:6.2f}" if isinstance(a, float) and isinstance(b, float) else "     -"
                 show = [f"{x:9.1f}" if isinstance(x, float) else x[:40] for x in got]
-                print(f"{what:34} {dtype:5} {show[0]:>9} {show[1]:>9} {ratio}")
+                print(f"{what:38} {dtype:5} {show[0]:>9} {show[1]:>9} {ratio}")
 
 
 if __name__ == "__main__":

@@ -103,9 +103,6 @@ def select_conv(comp: Comp, program) -> ConvOp:
         w_layout = "kc"
     elif s_vars == [roles["c"], p, *tap_vars]:
         w_layout = "ck"
-        if w_relu is not None and not tap_vars:  # rectified in place after its load: wrong rows read (fuzz seed 93)
-            raise reject(comp, f"relu of the contraction-major stationary operand `{s_acc.tensor}` is not compiled",
-                         s_acc.span, "compute it into a tensor first (`T[..] = relu(...)`), then contract T")
     else:
         raise reject(comp, f"{s_acc.tensor} must be indexed [{p}, {roles['c']}, taps...] or "
                            f"[{roles['c']}, {p}, taps...]", s_acc.span)
