@@ -98,12 +98,6 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
     # an expression of columns and constants (`0.5 * c[i]`) is computed on the (P, 1) columns and meets full tiles in
     # tensor_scalar (one scalar per partition); as the whole result (`Y[i, j] = 2 * c[i] + 1`) the column is expanded
     # over the tile (expr_instrs.ExprCompiler.emit)
-    if columns and column_only(comp.init, set(columns)) and runs["column"] is not None \
-            and math.prod(comp.extent(comp.out_vars[a]) for a in range(*runs["column"])) == 1:
-        raise reject(comp, "a broadcast column of one element alone as the whole result is not supported (its "
-                           "expansion takes a matmul of the wrong shape)", comp.init.span,
-                     "read an operand indexed like the output in the same statement, or give the column more than "
-                     "one element")
     run = _partition_run(comp, runs)
     roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))
     layout = _broadcast_layout(comp, run) if run else ()
