@@ -58,7 +58,7 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
             continue
         groups = 1
         written = comp
-        comp, sign = split_sign(comp)  # `-(A * B)`, `A * (-B)`: the product, its sign on the eviction (ConvOp.scale)
+        comp, sign = split_sign(comp)  # `-(A * B)`, `0.5 * A * B`: the product, the constant on the eviction (scale)
         if comp.out_index and comp.red_op is not None:  # a merged channel index: a grouped convolution
             comp, groups = ungroup(comp, program)
         elif comp.out_index:
@@ -209,7 +209,8 @@ def print_ops(ops: tuple[Op, ...]) -> str:
                          f"bias {op.bias or '-'}{row}")
             w_fn = "relu" if op.w_relu is None or math.isinf(op.w_relu) else f"min(relu, {op.w_relu:g})"
             epi = ([f"stationary {w_fn} after load"] if op.w_relu is not None else []) + \
-                ["negated" if op.scale == -1.0 else ""] + ["relu" if op.relu else ""] + \
+                ["negated" if op.scale == -1.0 else f"scaled by {op.scale:g}" if op.scale != 1.0 else ""] + \
+                ["relu" if op.relu else ""] + \
                 ([f"+ {op.residual}"] if op.residual else []) + \
                 (["relu"] if op.post_relu else []) + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
                                                    f"scale {op.pool.scale:g}"] if op.pool else [])

@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 from typing import cast
 
-from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu
+from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors, strip_relu
 from tilec.compiler.lower import Comp, affine_index, size_value
 from tilec.compiler.schedule import PMAX
 from tilec.compiler.ops import ConvOp, Op, index_maps, plain, reads, reject
@@ -118,23 +118,18 @@ def select_conv(comp: Comp, program) -> ConvOp:
 
 
 def split_sign(comp: Comp) -> tuple[Comp, float]:
-    """A negated contraction, `-(A[i, k] * B[k, j])` or a negated factor `A[i, k] * (-B[k, j])` (either one, or
-    both), as the product of the reads and its sign: the builders scale the PSUM eviction by the sign (before the
-    bias). (comp, 1.0) unchanged when the update is not such a product."""
-    update, sign = comp.update, 1.0
-    if comp.red_op != "+=" or update is None:
+    """A contraction with a constant factor or a sign, `-(A[i, k] * B[k, j])`, `A[i, k] * (-B[k, j])`, `0.5 * A[i, k]
+    * B[k, j]`, `A[i, k] * B[k, j] / 4`, as the product of the two reads and the constant: the builders scale the
+    PSUM eviction by it (ConvOp.scale, before the bias). (comp, 1.0) unchanged when the update is not such a
+    product."""
+    update = comp.update
+    if comp.red_op != "+=" or update is None or len(accesses(update)) != 2:
         return comp, 1.0
-    while isinstance(update, sx.Neg):
-        update, sign = update.x, -sign
-    if not (isinstance(update, sx.BinOp) and update.op == "*" and len(accesses(update)) == 2):
+    factors, scale = product_factors(update)
+    if len(factors) != 2 or scale == 0.0 or not math.isfinite(scale):
         return comp, 1.0
-    factors = []
-    for f in (update.lhs, update.rhs):
-        while isinstance(f, sx.Neg):
-            f, sign = f.x, -sign
-        factors.append(f)
-    product = replace(update, lhs=factors[0], rhs=factors[1])
-    return (comp, 1.0) if product == comp.update else (replace(comp, update=product), sign)
+    product = sx.BinOp("*", factors[0], factors[1], update.span)
+    return (comp, 1.0) if product == comp.update else (replace(comp, update=product), scale)
 
 
 def ungroup(comp: Comp, program) -> tuple[Comp, int]:
