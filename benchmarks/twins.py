@@ -56,6 +56,15 @@ kernel mr(A: f32[M, K], B: f32[K, N], b: f32[N]) -> C
     for k in 0..K:
       C[i, j] += {update}
 """
+DW_MULT = """\
+kernel dm(X: f32[N, C, H, W], Wt: f32[{wshape}]) -> Y
+  default N = 1, C = 64, M = 2, H = 58, W = 58
+  Y: f32[N, C * M, H - 2, W - 2]
+  for n in 0..N, c in 0..C, m in 0..M, y in 0..H - 2, x in 0..W - 2:
+    Y[n, c*M + m, y, x] = 0
+    for r in 0..3, s in 0..3:
+      Y[n, c*M + m, y, x] += X[n, c, y + r, x + s] * Wt[{widx}]
+"""
 COLUMN = """\
 kernel col(A: f32[M, N], c: f32[M]) -> Y
   default M = 1024, N = 2048
@@ -74,6 +83,8 @@ PAIRS = (
      MATMUL.format(update="A[i, k] * B[k, j]")),
     ("A.B * 2 + b[j] (factor, row bias)", ROW_BIAS.format(update="A[i, k] * B[k, j] * 2"),
      ROW_BIAS.format(update="A[i, k] * B[k, j]")),
+    ("depthwise x2, W[C*M, 1, 3, 3] (torch)", DW_MULT.format(wshape="C * M, 1, 3, 3", widx="c*M + m, 0, r, s"),
+     DW_MULT.format(wshape="C * M, 3, 3", widx="c*M + m, r, s")),
     ("Y = 2 * c[i] + 1 (column alone)", COLUMN.format(expr="2 * c[i] + 1"), COLUMN.format(expr="2.5")),
     ("Y = c[i] (column alone)", COLUMN.format(expr="c[i]"), COLUMN.format(expr="2.5")),
 )
