@@ -218,4 +218,21 @@ def test_a_function_of_an_operand_is_still_refused_at_the_operand():
     src = MATMUL.format(update="0.5 * exp(A[i, k]) * B[k, j]")
     with pytest.raises(TilecError, match="is not a tensor read") as err:
         compile_loaded(lang.load(src))
-    assert err.value.span.line == 7 and "compute the operand into a tensor first" in str(err.value)
+    assert err.value.span.line == 7 and "compute the operand into a tensor first" in err.value.hint
+
+
+@pytest.mark.parametrize("dtype, update", [("bf16", "bf16(A[i, k]) * B[k, j]"), ("f16", "A[i, k] * f16(B[k, j])"),
+                                           ("f32", "f32(A[i, k]) * B[k, j] * 0.5")])
+def test_conversion_of_an_operand_to_its_own_dtype(dtype, update):
+    """`bf16(A[i, k])` of a bf16 A is A (the survey's f16(W)/bf16(A) operands): the read as loaded."""
+    prog, c, out, x = _run(MATMUL.format(update=update.replace("f16(", "F16(")).replace("f32", dtype)
+                           .replace("F16(", "f16("), "f32")
+    factor = 0.5 if "0.5" in update else 1.0
+    assert_matches(prog, "C", out["C"], factor * (x["A"] @ x["B"]))
+
+
+def test_a_narrowing_conversion_of_an_operand_is_still_refused():
+    """`bf16(A[i, k])` of an f32 A rounds each element: not the operand as loaded, so refused at the factor."""
+    with pytest.raises(TilecError, match="is not a tensor read") as err:
+        compile_loaded(lang.load(MATMUL.format(update="bf16(A[i, k]) * bf16(B[k, j])")))
+    assert err.value.span.line == 7

@@ -312,7 +312,8 @@ def strip_activation(e: sx.Expr) -> tuple[sx.Expr, float | None]:
 
 
 def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
-    """Each factor of the product is a read, f32() of one (exact: a product of two 16-bit floats fits in fp32), or
+    """Each factor of the product is a read, f32() of one (exact: a product of two 16-bit floats fits in fp32) or a
+    conversion of one to its own dtype (the identity), or
     relu / relu6 of one (the moving operand's folded into its producer, `_relu_operand`; the stationary's applied
     after its load, ConvOp.w_relu); a negation was taken off by `split_sign`; both reads have one dtype;
     a zero-padded read (`?? 0`) is the moving operand (its halo is zeroed in SBUF). The builders multiply the
@@ -322,13 +323,13 @@ def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
     assert isinstance(update, sx.BinOp)
     reads = []
     for factor in (update.lhs, update.rhs):
-        widened = factor.args[0] if isinstance(factor, sx.Call) and factor.fn == "f32" else factor
+        widened = factor.args[0] if isinstance(factor, sx.Call) and _exact_conversion(factor, program) else factor
         inner, _ = strip_activation(widened)
         if not isinstance(inner, sx.Access):
             raise reject(comp, f"`{fmt_expr(factor)}` is not a tensor read: a contraction multiplies two reads "
-                               f"(each may be under relu or `min(relu(..), c)`, or negated)", factor.span,
-                         "compute the operand into a tensor first (`T[..] = ...`), then contract T; apply a scale "
-                         "to the result")
+                               f"(each may be under relu or `min(relu(..), c)`; a constant factor or a sign goes "
+                               f"on the result)", factor.span,
+                         "compute the operand into a tensor first (`T[..] = ...`), then contract T")
         reads.append(inner)
     dtypes = [program.tensors[r.tensor].dtype for r in reads]
     if dtypes[0] != dtypes[1]:
@@ -339,6 +340,15 @@ def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
         if acc.fill is not None and acc.fill != 0:
             raise reject(comp, f"a contraction's padded read fills with 0, not {acc.fill:g}", acc.span,
                          f"write `{acc.tensor}[...] ?? 0`")
+
+
+def _exact_conversion(call: sx.Call, program) -> bool:
+    """`f32(x)` (a widening) or a conversion of a read to its own dtype (`bf16(A[i, k])` of a bf16 A): the value is
+    unchanged, so the operand is the read as loaded."""
+    if call.fn == "f32":
+        return True
+    arg = call.args[0] if len(call.args) == 1 else None
+    return isinstance(arg, sx.Access) and call.fn == program.tensors[arg.tensor].dtype
 
 
 def _relu_operands(comp: Comp) -> list[tuple[sx.Access, float]]:

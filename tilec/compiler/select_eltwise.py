@@ -87,7 +87,7 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
         if idx == list(comp.out_vars):
             inputs += [acc.tensor] if acc.tensor not in inputs else []
             continue
-        here = _broadcast_run(comp, acc, idx)
+        here = _broadcast_run(comp, acc, idx, program)
         kind = "row" if here[1] == len(comp.out_vars) else "column"
         if runs[kind] is not None and here != runs[kind]:
             raise reject(comp, f"all broadcast {kind}s must be indexed by the same output indices", acc.span)
@@ -116,10 +116,17 @@ def _partition_run(comp: Comp, runs: dict[str, tuple[int, int] | None]) -> tuple
     return col or ((0, row[0]) if row else None)
 
 
-def _broadcast_run(comp: Comp, acc: sx.Access, idx: list) -> tuple[int, int]:
+def _broadcast_run(comp: Comp, acc: sx.Access, idx: list, program) -> tuple[int, int]:
     """(a, b): the read is indexed by out_vars[a:b], a run of consecutive output indices."""
     out = list(comp.out_vars)
     shown = f"`{fmt_expr(acc)}`"
+    maps = index_maps(acc, comp, program)
+    if any(c < 0 for coefs, _ in maps for c in coefs.values()):
+        e = next(e for e, (coefs, _) in zip(acc.indices, maps) if any(c < 0 for c in coefs.values()))
+        raise reject(comp, f"the reversed index `{fmt_expr(e)}` of {shown} is not compiled yet (an element-wise read "
+                           "is indexed by the output's loop variables, or a run of them)", e.span,
+                     "pass the operand already reversed, or run the program on the reference evaluator meanwhile: "
+                     "`tilec run PROGRAM.tl --backend ref`")
     if None in idx or any(v not in out for v in idx) or not idx:
         raise reject(comp, f"element-wise reads must use the output's indices [{', '.join(out)}] or a run of "
                            f"them (a broadcast); {shown} does not (shifts and permutations are not supported)",
