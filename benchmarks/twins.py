@@ -3,11 +3,14 @@
     python benchmarks/twins.py            # f32 and bf16
     python benchmarks/twins.py --dtype bf16
 
-Each row pairs such a program (a negated contraction, relu of the stationary operand, a broadcast column alone)
-with its plain twin (same sizes, the sign, the relu of the stationary or the broadcast column replaced by the
+Each row pairs such a program (a negated contraction, relu of the stationary operand, also contraction-major, a
+constant factor on a contraction with a column or a row bias, torch's depthwise weights [C*M, 1, 3, 3], a broadcast
+column alone) with its plain twin (same sizes, the sign, the relu, the factor or the unit index replaced by the
 ordinary form; a column's twin is a constant fill of the same output: both only store): the new form should cost
-about what the twin costs (the sign on the eviction is free; the stationary's relu is one pass over it per load; a
-column alone is one activation per tile after the (P, 1) column). µs from tilec's performance model (never measured).
+about what the twin costs (the sign or factor on the eviction is free, but a row bias after a factor takes a ScalarE
+eviction before its VectorE add; the stationary's relu runs on the regions each load writes or in the transposes'
+evictions; a column alone is one activation per tile after the (P, 1) column). µs from tilec's performance model
+(never measured).
 """
 from __future__ import annotations
 
