@@ -225,8 +225,7 @@ def test_a_function_of_an_operand_is_still_refused_at_the_operand():
                                            ("f32", "f32(A[i, k]) * B[k, j] * 0.5")])
 def test_conversion_of_an_operand_to_its_own_dtype(dtype, update):
     """`bf16(A[i, k])` of a bf16 A is A (the survey's f16(W)/bf16(A) operands): the read as loaded."""
-    prog, c, out, x = _run(MATMUL.format(update=update.replace("f16(", "F16(")).replace("f32", dtype)
-                           .replace("F16(", "f16("), "f32")
+    prog, c, out, x = _run(MATMUL.format(update=update), dtype)  # every tensor in dtype
     factor = 0.5 if "0.5" in update else 1.0
     assert_matches(prog, "C", out["C"], factor * (x["A"] @ x["B"]))
 
