@@ -3,11 +3,14 @@
     python benchmarks/twins.py            # f32 and bf16
     python benchmarks/twins.py --dtype bf16
 
-Each row pairs such a program (a negated contraction, relu of the stationary operand, a broadcast column alone)
-with its plain twin (same sizes, the sign, the relu of the stationary or the broadcast column replaced by the
+Each row pairs such a program (a negated contraction, relu of the stationary operand, also contraction-major, a
+constant factor on a contraction with a column or a row bias, torch's depthwise weights [C*M, 1, 3, 3], a broadcast
+column alone) with its plain twin (same sizes, the sign, the relu, the factor or the unit index replaced by the
 ordinary form; a column's twin is a constant fill of the same output: both only store): the new form should cost
-about what the twin costs (the sign on the eviction is free; the stationary's relu is one pass over it per load; a
-column alone is one activation per tile after the (P, 1) column). µs from tilec's performance model (never measured).
+about what the twin costs (the sign or factor on the eviction is free, but a row bias after a factor takes a ScalarE
+eviction before its VectorE add; the stationary's relu runs on the regions each load writes or in the transposes'
+evictions; a column alone is one activation per tile after the (P, 1) column). µs from tilec's performance model
+(never measured).
 """
 from __future__ import annotations
 
@@ -35,6 +38,36 @@ kernel mm(A: f32[M, K], B: f32[K, N], b: f32[M]) -> Y
   for i in 0..M, j in 0..N:
     Y[i, j] = relu(C[i, j])
 """
+MATMUL_T = """\
+kernel mt(A: f32[K, M], B: f32[K, N], b: f32[M]) -> Y
+  default M = 512, K = 1024, N = 512
+  C: f32[M, N]
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = b[i]
+    for k in 0..K:
+      C[i, j] += {update}
+  for i in 0..M, j in 0..N:
+    Y[i, j] = relu(C[i, j])
+"""
+ROW_BIAS = """\
+kernel mr(A: f32[M, K], B: f32[K, N], b: f32[N]) -> C
+  default M = 512, K = 1024, N = 512
+  C: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = b[j]
+    for k in 0..K:
+      C[i, j] += {update}
+"""
+DW_MULT = """\
+kernel dm(X: f32[N, C, H, W], Wt: f32[{wshape}]) -> Y
+  default N = 1, C = 64, M = 2, H = 58, W = 58
+  Y: f32[N, C * M, H - 2, W - 2]
+  for n in 0..N, c in 0..C, m in 0..M, y in 0..H - 2, x in 0..W - 2:
+    Y[n, c*M + m, y, x] = 0
+    for r in 0..3, s in 0..3:
+      Y[n, c*M + m, y, x] += X[n, c, y + r, x + s] * Wt[{widx}]
+"""
 COLUMN = """\
 kernel col(A: f32[M, N], c: f32[M]) -> Y
   default M = 1024, N = 2048
@@ -47,6 +80,14 @@ PAIRS = (
      MATMUL.format(update="A[i, k] * B[k, j]")),
     ("relu(A) . B (stationary relu)", MATMUL.format(update="relu(A[i, k]) * B[k, j]"),
      MATMUL.format(update="A[i, k] * B[k, j]")),
+    ("relu(A[k, i]) . B (contraction-major)", MATMUL_T.format(update="relu(A[k, i]) * B[k, j]"),
+     MATMUL_T.format(update="A[k, i] * B[k, j]")),
+    ("0.5 * A.B + b[i] (constant factor)", MATMUL.format(update="0.5 * A[i, k] * B[k, j]"),
+     MATMUL.format(update="A[i, k] * B[k, j]")),
+    ("A.B * 2 + b[j] (factor, row bias)", ROW_BIAS.format(update="A[i, k] * B[k, j] * 2"),
+     ROW_BIAS.format(update="A[i, k] * B[k, j]")),
+    ("depthwise x2, W[C*M, 1, 3, 3] (torch)", DW_MULT.format(wshape="C * M, 1, 3, 3", widx="c*M + m, 0, r, s"),
+     DW_MULT.format(wshape="C * M, 3, 3", widx="c*M + m, r, s")),
     ("Y = 2 * c[i] + 1 (column alone)", COLUMN.format(expr="2 * c[i] + 1"), COLUMN.format(expr="2.5")),
     ("Y = c[i] (column alone)", COLUMN.format(expr="c[i]"), COLUMN.format(expr="2.5")),
 )
@@ -57,7 +98,7 @@ def main() -> None:
     ap.add_argument("--dtype", choices=("f32", "bf16"), action="append")
     args = ap.parse_args()
     tgt = get_target(None)
-    print(f"{'form':34} {'dtype':5} {'new µs':>9} {'twin µs':>9} {'ratio':>6}")
+    print(f"{'form':38} {'dtype':5} {'new µs':>9} {'twin µs':>9} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in args.dtype or ["f32", "bf16"]:
             for what, new, twin in PAIRS:
@@ -69,7 +110,7 @@ def main() -> None:
                 a, b = got
                 ratio = f"{a / b:6.2f}" if isinstance(a, float) and isinstance(b, float) else "     -"
                 show = [f"{x:9.1f}" if isinstance(x, float) else x[:40] for x in got]
-                print(f"{what:34} {dtype:5} {show[0]:>9} {show[1]:>9} {ratio}")
+                print(f"{what:38} {dtype:5} {show[0]:>9} {show[1]:>9} {ratio}")
 
 
 if __name__ == "__main__":

@@ -127,3 +127,55 @@ def test_ragged_rows_and_a_single_column(M, N):
     inputs = _inputs(prog, "f32")
     want = np.broadcast_to(2 * inputs["c"].astype(np.float64)[:, None] - 1, (M, N))
     assert_matches(prog, "Y", c.run(**inputs)["Y"], want)
+
+
+UNIT = """\
+kernel col(A: f32[N, M, P], c: f32[M]) -> Y
+  default N = {N}, M = 1, P = {P}
+  Y: f32[N, M, P]
+  for n in 0..N, m in 0..M, p in 0..P:
+    Y[n, m, p] = {expr}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("expr, formula", [("c[m]", lambda c: c), ("2 * c[m] + 1", lambda c: 2 * c + 1),
+                                           ("relu(c[m] - 0.5)", lambda c: np.maximum(c - 0.5, 0))])
+@pytest.mark.parametrize("N, P", [(26, 64), (3, 700), (1, 1)])
+def test_one_element_column_alone(dtype, expr, formula, N, P):
+    """`Y[n, m, p] = c[m]` with M = 1 (l39): a column of one element, so one partition per tile; its value read with
+    no loop variable left in the nest is a column (expanded over the tile), not a row to copy to every partition
+    (that matmul had the wrong shape)."""
+    prog = lang.load(UNIT.format(N=N, P=P, expr=expr).replace("f32", dtype))
+    c = compile_loaded(prog)
+    inputs = _inputs(prog, dtype)
+    want = np.broadcast_to(formula(np.asarray(inputs["c"], np.float64))[None, :, None], (N, 1, P))
+    if dtype == "bf16":
+        want = _bf16(want)
+    assert_matches(prog, "Y", c.run(**inputs)["Y"], want)
+
+
+def test_one_element_column_keeps_inf_and_nan():
+    prog = lang.load(UNIT.format(N=4, P=30, expr="c[m]"))
+    c = compile_loaded(prog)
+    for v in (np.inf, -np.inf, np.nan):
+        got = np.asarray(c.run(A=np.zeros((4, 1, 30), np.float32), c=np.array([v], np.float32))["Y"])
+        assert np.array_equal(got, np.full((4, 1, 30), v, np.float32), equal_nan=True)
+
+
+@pytest.mark.parametrize("expr, formula", [("s[j]", lambda a, s: np.broadcast_to(s, a.shape)),
+                                           ("A[i, j] - 3 * s[j]", lambda a, s: a - 3 * s)])
+def test_one_element_row_still_copied_to_every_partition(expr, formula):
+    """The twin: `Y[i, j] = s[j]` with N = 1 (a row of one element on every partition)."""
+    src = f"""\
+kernel row(A: f32[M, N], s: f32[N]) -> Y
+  default M = 200, N = 1
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = {expr}
+"""
+    prog = lang.load(src)
+    c = compile_loaded(prog)
+    inputs = _inputs(prog, "f32")
+    want = formula(inputs["A"].astype(np.float64), inputs["s"].astype(np.float64)[None, :])
+    assert_matches(prog, "Y", c.run(**inputs)["Y"], want)

@@ -9,7 +9,6 @@ import pytest
 from compiler_helpers import assert_matches, only_conv, run_signed
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
-from tilec.errors import TilecError
 
 
 def _run(src: str, dtype: str):
@@ -141,21 +140,50 @@ kernel st(X: f32[N, C, H, W], Wd: f32[C, R, S]) -> Y
     assert_matches(prog, "Y", out["Y"], want)
 
 
-def test_contraction_major_stationary_relu_is_refused_with_a_hint():
-    """A^T B with relu(A[k, i]): rectified in place after its load, it read rows the load never wrote at M = 1
-    (l38), so it is refused again, at the operand, with the way around it."""
-    src = """\
+CMAJOR = """\
 kernel st(A: f32[K, M], B: f32[K, N]) -> C
-  default K = 200, M = 150, N = 100
+  default K = {K}, M = {M}, N = 100
   C: f32[M, N]
   for i in 0..M, j in 0..N:
     C[i, j] = 0
     for k in 0..K:
-      C[i, j] += min(relu(A[k, i]), 0.2) * B[k, j]
+      C[i, j] += {update}
 """
-    with pytest.raises(TilecError, match="relu of the contraction-major stationary operand `A`") as err:
-        compile_loaded(lang.load(src))
-    assert err.value.span.line == 7 and "compute it into a tensor first" in str(err.value)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("K, M", [(200, 150), (145, 1), (1, 150), (1, 1), (300, 260)])
+@pytest.mark.parametrize("update, upper", [("min(relu(A[k, i]), 0.2) * B[k, j]", 0.2),
+                                           ("B[k, j] * relu(A[k, i])", np.inf)])
+def test_contraction_major_stationary_rectified_where_loaded(dtype, K, M, update, upper):
+    """A^T B with relu(A[k, i]): A is loaded as it is (no transposes to fold the relu into), and each region its
+    loads write is rectified right after it: a ragged contraction tile (K = 145) or a one-column stationary (M = 1)
+    leaves rows and columns of the buffer unwritten, which a whole-buffer pass read (l38)."""
+    prog, c, out, x = _run(CMAJOR.format(K=K, M=M, update=update), dtype)
+    assert only_conv(prog).w_layout == "ck" and only_conv(prog).w_relu == upper
+    a = np.minimum(np.maximum(x["A"], 0), upper)
+    assert (a == 0).mean() > 0.3 or a.size == 1
+    assert_matches(prog, "C", out["C"], a.T @ x["B"])
+
+
+@pytest.mark.parametrize("C", [150, 3])  # 150: a ragged contraction tile; 3: taps folded into the partitions
+def test_contraction_major_conv_weights_rectified(C):
+    """Y += X * relu(W[c, k, r, s]): contraction-major filters, rectified region by region after their loads."""
+    src = f"""\
+kernel st(X: f32[N, C, H, W], Wt: f32[C, K, R, S]) -> Y
+  default N = 1, C = {C}, H = 9, W = 11, K = 40, R = 3, S = 3
+  Y: f32[N, K, H - R + 1, W - S + 1]
+  for n in 0..N, k in 0..K, y in 0..H - R + 1, x in 0..W - S + 1:
+    Y[n, k, y, x] = 0
+    for c in 0..C, r in 0..R, s in 0..S:
+      Y[n, k, y, x] += X[n, c, y + r, x + s] * relu(Wt[c, k, r, s])
+"""
+    prog, c, out, x = _run(src, "f32")
+    assert only_conv(prog).w_layout == "ck"
+    w = np.maximum(x["Wt"], 0)
+    want = sum(np.einsum("nchw,ck->nkhw", x["X"][:, :, r:r + 7, s:s + 9], w[:, :, r, s])
+               for r in range(3) for s in range(3))
+    assert_matches(prog, "Y", out["Y"], want)
 
 
 def test_first_layer_conv_with_rectified_weights():

@@ -817,7 +817,7 @@ class _ConvBuilder:
             return [Act(dst, acc, func, bias, op.scale, line)] + clamp
         col = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(V["x"], p.tile_x, self.cn["x"]))
         bc = View(self.bias_bc, (self.part(self.ks, p.tile_k), sl(col, p.tile_x)))
-        assert op.scale in (1.0, -1.0)  # split_sign: a sign
-        out: list[Stmt] = [Binary(dst, acc, bc, "add", line) if op.scale == 1.0 else
-                           Binary(dst, bc, acc, "subtract", line)]  # b - acc: the sign before the bias
+        out: list[Stmt] = [Binary(dst, acc, bc, "add", line)] if op.scale == 1.0 else \
+            [Binary(dst, bc, acc, "subtract", line)] if op.scale == -1.0 else \
+            [Act(dst, acc, "copy", None, op.scale, line), Binary(dst, dst, bc, "add", line)]  # the factor first
         return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if op.relu else []) + clamp

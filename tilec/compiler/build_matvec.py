@@ -47,7 +47,7 @@ def is_matvec(op: ConvOp, hbm: dict[str, Buf]) -> bool:
     d = dict(op.dims)
     plain = (op.w_layout == "kc" and op.groups == 1 and not op.w_batch and not op.x_transposed and op.bias is None
              and op.residual is None and op.pool is None and not op.relu and not op.post_relu and op.clamp is None
-             and not op.fused and op.scale == 1.0 and op.w_relu is None)
+             and not op.fused and op.w_relu is None)  # a constant factor (op.scale) scales the sum's activation
     return plain and d["N"] * d["Ho"] * d["Wo"] * d["H"] * d["W"] * d["R"] * d["S"] == 1
 
 
@@ -156,7 +156,7 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
               for (c0, n_c), acc in zip(chunks, v_all) if c0 < split for m in (min(n_c, split - c0),)],
             *([ir.Binary(View(prod, (part, sl(split, g))), View(w_rows, (part, sl(split, g))),
                          View(v_sb, (part, full(g))), "multiply", line, engine="gpsimd")] if g else []),
-            ir.Act(View(prod, (part, full(K))), View(prod, (part, full(K))), "copy", line=line,
+            ir.Act(View(prod, (part, full(K))), View(prod, (part, full(K))), "copy", scale=op.scale, line=line,
                    total=View(col, (part, full(1))))]
         body.append(Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line))
         return body
@@ -254,7 +254,7 @@ def transposed_rows(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, w2: Buf, x2: 
                                           View(v_col, (full(P), sl(a(mv), 1))), line)],
                      note="for k in blocks of 128", line=line)
         body += [Alloc(col, line=line), ir.Act(View(col, (part, full(1))), View(acc, (part, full(1))), "copy",
-                                                 line=line),
+                                                 scale=op.scale, line=line),
                  Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line)]
         return body
 

@@ -5,8 +5,9 @@ every partition. Folded taps and row pairs prepare theirs in conv_fold.py and co
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from tilec.compiler import conv_fold, conv_pairs, ir
 from tilec.compiler.build_util import a, broadcast_row, hbm_view, loop, ones_row, prep_notes, sl, term
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 def weights(b: _ConvBuilder, local: bool) -> list[Stmt]:
     """The stationary operand prepared (weights_once); for a folded image's producer, its K output-channel
     columns copied once per further copy of the image (one k-tile: conv_chain checks it)."""
-    out = weights_once(b, local) + rectified(b, local)
+    out = rectified(b, local, weights_once(b, local))
     if b.dup == 1:
         return out
     wt, K, line = b.wt_buf(local), b.K, b.L["update"]
@@ -31,15 +32,72 @@ def weights(b: _ConvBuilder, local: bool) -> list[Stmt]:
     return out
 
 
-def rectified(b: _ConvBuilder, local: bool) -> list[Stmt]:
-    """`relu(A[i, k]) * B[k, j]` (ConvOp.w_relu): the prepared stationary rectified in place, once per load (relu on
-    ScalarE, then relu6's upper bound on VectorE); relu and the minimum commute with the PE transposes."""
+def rectified(b: _ConvBuilder, local: bool, prepared: list[Stmt]) -> list[Stmt]:
+    """`relu(A[i, k]) * B[k, j]` (ConvOp.w_relu): `prepared` (the stationary's preparation) with the regions written
+    into the stationary rectified in place after their writes (relu on ScalarE, then relu6's upper bound on VectorE;
+    relu and the minimum commute with the PE transposes). Only the written regions: a ragged contraction tile, a
+    one-column stationary or a short last tap group leaves parts of the buffer unwritten, which a whole-buffer pass
+    read (fuzz seed 93, l38). A run of writes that tile one region (a folded group's taps, partitions j*C..) is
+    rectified once, from its first partition; each loop iteration's region is rectified in the loop, overlapping
+    the next iteration's load."""
     op = b.op
     if op.w_relu is None or transposed_rows(b):  # rectified by the transposes' evictions (evict_transposed)
-        return []
-    wt, line = whole(b.wt_buf(local)), b.L["update"]
-    clamp: list[Stmt] = [ir.Scalar(wt, wt, "minimum", op.w_relu, line)] if not math.isinf(op.w_relu) else []
-    return [ir.Act(wt, wt, "relu", line=line)] + clamp
+        return prepared
+    wt, line, upper = b.wt_buf(local), b.L["update"], op.w_relu
+
+    def rectify(regions: list[View]) -> list[Stmt]:
+        out: list[Stmt] = []
+        for v in _merged(regions):
+            out.append(ir.Act(v, v, "relu", line=line))
+            if not math.isinf(upper):
+                out.append(ir.Scalar(v, v, "minimum", upper, line))
+        return out
+
+    def after_writes(body: Sequence[Stmt]) -> list[Stmt]:
+        out: list[Stmt] = []
+        run: list[View] = []  # the regions of wt written by the statements just before
+        for s in body:
+            dst = getattr(s, "dst", None)
+            if isinstance(dst, View) and dst.buf == wt:
+                out.append(s)
+                run.append(dst)
+                continue
+            out += rectify(run)
+            run = []
+            if isinstance(s, (ir.Loop, ir.Block)):
+                s = dataclasses.replace(s, body=tuple(after_writes(s.body)))
+            out.append(s)
+        return out + rectify(run)
+    return after_writes(prepared)
+
+
+def _merged(regions: list[View]) -> list[View]:
+    """Views of one buffer with adjacent ones joined where they differ in one static slice and abut (partitions
+    0..C and C..2C): the union as one view."""
+    out: list[View] = []
+    for v in regions:
+        out.append(v)
+        while len(out) > 1 and (joined := _join(out[-2], out[-1])) is not None:
+            out[-2:] = [joined]
+    return out
+
+
+def _join(u: View, v: View) -> View | None:
+    diff = [d for d, (x, y) in enumerate(zip(u.idx, v.idx)) if x != y]
+    if u.buf != v.buf or len(u.idx) != len(v.idx):
+        return None
+    if not diff:
+        return u
+    if len(diff) > 1:
+        return None
+    d = diff[0]
+    x, y = u.idx[d], v.idx[d]
+
+    # static slices of step 1 that abut (elements never join: the view would change its rank)
+    if not (isinstance(x, ir.Sl) and isinstance(y, ir.Sl)) or x.start.terms or y.start.terms or x.step != 1 \
+            or y.step != 1 or x.start.const + x.size != y.start.const:
+        return None
+    return View(u.buf, u.idx[:d] + (ir.Sl(x.start, x.size + y.size),) + u.idx[d + 1:])
 
 
 def transposed_rows(b: _ConvBuilder) -> bool:

@@ -87,3 +87,23 @@ def strip_relu(e: sx.Expr) -> tuple[sx.Expr, bool]:
             if const_value(b) == 0.0:
                 return a, True
     return e, False
+
+
+def product_factors(e: sx.Expr) -> tuple[list[sx.Expr], float]:
+    """A product as its factors that are not constants and the product of those that are: `-(0.5 * A[..] * B[..])`
+    -> ([A[..], B[..]], -0.5); `A[..] * B[..] / 4` -> ([A[..], B[..]], 0.25); negations anywhere in the product count
+    as -1. Anything else is one factor: `A[..] + B[..]` -> ([A[..] + B[..]], 1.0)."""
+    c = const_value(e)
+    if c is not None:
+        return [], c
+    if isinstance(e, sx.Neg):
+        fs, k = product_factors(e.x)
+        return fs, -k
+    if isinstance(e, sx.BinOp) and e.op == "*":
+        (fa, ka), (fb, kb) = product_factors(e.lhs), product_factors(e.rhs)
+        return fa + fb, ka * kb
+    divisor = const_value(e.rhs) if isinstance(e, sx.BinOp) and e.op == "/" else None
+    if isinstance(e, sx.BinOp) and divisor:
+        fs, k = product_factors(e.lhs)
+        return fs, k / divisor
+    return [e], 1.0

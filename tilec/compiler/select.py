@@ -27,9 +27,9 @@ import math
 from dataclasses import replace
 from typing import cast
 
-from tilec.compiler.exprs import accesses, fmt_expr
+from tilec.compiler.exprs import accesses, const_value, fmt_expr
 from tilec.compiler.ir import DTYPE_BYTES
-from tilec.compiler.lower import Comp
+from tilec.compiler.lower import Comp, size_value
 from tilec.compiler.names import unique
 from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
                                 is_permutation, plain, reject)
@@ -56,27 +56,21 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
         if is_data_copy(comp, program):  # crop, shift, a part of a concatenation, nearest upsampling
             ops.append(select_copy(comp, program))
             continue
-        groups = 1
-        written = comp
-        comp, sign = split_sign(comp)  # `-(A * B)`, `A * (-B)`: the product, its sign on the eviction (ConvOp.scale)
-        if comp.out_index and comp.red_op is not None:  # a merged channel index: a grouped convolution
-            comp, groups = ungroup(comp, program)
-        elif comp.out_index:
-            e = next(e for e in comp.out_index if not isinstance(e, sx.Name))
-            raise reject(comp, f"the compiler needs each index of {comp.target} to be a plain loop variable (a "
-                               "shifted index is compiled in a copy only, `Y[C1 + c] = B[c]`)", e.span)
-        elif comp.red_op is not None:  # a grouped convolution with one output channel per group (Kg = 1)?
-            comp, groups = ungroup_single(comp, program)
-        if comp.red_op is None and not is_copy(comp, program):
-            comp = fuse_chain(comps, i, program, consumed)
-        op = _select_one(comp, program) if groups == 1 else grouped_conv(comp, groups, program)
-        if sign != 1.0 and not isinstance(op, ConvOp):  # only a contraction carries the sign: the statement as written
-            comp = written
-            op = _select_one(comp, program)
+        try:
+            comp, op = _select_at(comps, i, comp, program, consumed)
+        except TilecError as err:  # `W[k, 0, r, s]` of a unit dimension (torch's [C, 1, R, S] depthwise weights)?
+            alt = drop_unit_indices(comp, program)
+            if alt is comp:
+                raise
+            try:
+                comp, op = _select_at(comps, i, alt, program, consumed)
+            except TilecError:
+                raise err from None
+            if not isinstance(op, ConvOp):  # only a contraction reads its operands through reshaped views
+                raise err from None
         if isinstance(op, PoolOp):
             op = fuse_pool_divide(op, comps, i, program, consumed)
         if isinstance(op, ConvOp):
-            op = replace(op, scale=sign)
             fold_operand_relu(ops, comps, comp, program, op)
             op = fuse_epilogues(op, comps, i, program, consumed)
         ops.append(op)
@@ -86,6 +80,54 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
         _check_coverage(comp, program, comp.target in parts or bool(comp.out_index and comp.red_op))
     check_parts(comps, program, parts)
     return tuple(ops)
+
+
+def _select_at(comps: tuple[Comp, ...], i: int, comp: Comp, program, consumed: set[int]) -> tuple[Comp, Op]:
+    """The op of comps[i] (given as `comp`) and the comp it was selected from (a contraction's product without its
+    constant factor, a grouped convolution's merged indices taken apart, a fused chain)."""
+    groups = 1
+    written = comp
+    comp, sign = split_sign(comp)  # `-(A * B)`, `0.5 * A * B`: the product, the constant on the eviction (scale)
+    if comp.out_index and comp.red_op is not None:  # a merged channel index: a grouped convolution
+        comp, groups = ungroup(comp, program)
+    elif comp.out_index:
+        e = next(e for e in comp.out_index if not isinstance(e, sx.Name))
+        raise reject(comp, f"the compiler needs each index of {comp.target} to be a plain loop variable (a "
+                           "shifted index is compiled in a copy only, `Y[C1 + c] = B[c]`)", e.span)
+    elif comp.red_op is not None:  # a grouped convolution with one output channel per group (Kg = 1)?
+        comp, groups = ungroup_single(comp, program)
+    if comp.red_op is None and not is_copy(comp, program):
+        comp = fuse_chain(comps, i, program, consumed)
+    op = _select_one(comp, program) if groups == 1 else grouped_conv(comp, groups, program)
+    if sign != 1.0 and not isinstance(op, ConvOp):  # only a contraction carries the sign: the statement as written
+        comp = written
+        op = _select_one(comp, program)
+    return comp, (replace(op, scale=sign) if isinstance(op, ConvOp) else op)
+
+
+def drop_unit_indices(comp: Comp, program) -> Comp:
+    """A contraction whose operand reads a dimension of one element at the constant 0, `Y[n, g*M + m, y, x] +=
+    X[n, g, y + r, x + s] * W[g*M + m, 0, r, s]` (torch's depthwise weights [C*M, 1, R, S]), with those indices
+    left out (`W[g*M + m, r, s]`): the builders read the operands through views reshaped to their own dimensions,
+    which hold the same elements. `comp` itself when there is no such index."""
+    update = comp.update
+    if comp.red_op != "+=" or update is None or len(accesses(update)) != 2:
+        return comp
+
+    def drop(e: sx.Expr) -> sx.Expr:
+        if isinstance(e, sx.Access):
+            shape = [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[e.tensor].shape]
+            kept = tuple(ix for ix, d in zip(e.indices, shape) if not (const_value(ix) == 0.0 and d == 1))
+            return replace(e, indices=kept) if kept and kept != e.indices else e
+        if isinstance(e, sx.BinOp):
+            return replace(e, lhs=drop(e.lhs), rhs=drop(e.rhs))
+        if isinstance(e, sx.Call):
+            return replace(e, args=tuple(drop(x) for x in e.args))
+        if isinstance(e, sx.Neg):
+            return replace(e, x=drop(e.x))
+        return e
+    new = drop(update)
+    return comp if new == update else replace(comp, update=new)
 
 
 def _select_one(comp: Comp, program) -> Op:
@@ -209,7 +251,8 @@ def print_ops(ops: tuple[Op, ...]) -> str:
                          f"bias {op.bias or '-'}{row}")
             w_fn = "relu" if op.w_relu is None or math.isinf(op.w_relu) else f"min(relu, {op.w_relu:g})"
             epi = ([f"stationary {w_fn} after load"] if op.w_relu is not None else []) + \
-                ["negated" if op.scale == -1.0 else ""] + ["relu" if op.relu else ""] + \
+                ["negated" if op.scale == -1.0 else f"scaled by {op.scale:g}" if op.scale != 1.0 else ""] + \
+                ["relu" if op.relu else ""] + \
                 ([f"+ {op.residual}"] if op.residual else []) + \
                 (["relu"] if op.post_relu else []) + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
                                                    f"scale {op.pool.scale:g}"] if op.pool else [])

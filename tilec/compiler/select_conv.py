@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 from typing import cast
 
-from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_relu
+from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors, strip_relu
 from tilec.compiler.lower import Comp, affine_index, size_value
 from tilec.compiler.schedule import PMAX
 from tilec.compiler.ops import ConvOp, Op, index_maps, plain, reads, reject
@@ -103,9 +103,6 @@ def select_conv(comp: Comp, program) -> ConvOp:
         w_layout = "kc"
     elif s_vars == [roles["c"], p, *tap_vars]:
         w_layout = "ck"
-        if w_relu is not None and not tap_vars:  # rectified in place after its load: wrong rows read (fuzz seed 93)
-            raise reject(comp, f"relu of the contraction-major stationary operand `{s_acc.tensor}` is not compiled",
-                         s_acc.span, "compute it into a tensor first (`T[..] = relu(...)`), then contract T")
     else:
         raise reject(comp, f"{s_acc.tensor} must be indexed [{p}, {roles['c']}, taps...] or "
                            f"[{roles['c']}, {p}, taps...]", s_acc.span)
@@ -121,23 +118,18 @@ def select_conv(comp: Comp, program) -> ConvOp:
 
 
 def split_sign(comp: Comp) -> tuple[Comp, float]:
-    """A negated contraction, `-(A[i, k] * B[k, j])` or a negated factor `A[i, k] * (-B[k, j])` (either one, or
-    both), as the product of the reads and its sign: the builders scale the PSUM eviction by the sign (before the
-    bias). (comp, 1.0) unchanged when the update is not such a product."""
-    update, sign = comp.update, 1.0
-    if comp.red_op != "+=" or update is None:
+    """A contraction with a constant factor or a sign, `-(A[i, k] * B[k, j])`, `A[i, k] * (-B[k, j])`, `0.5 * A[i, k]
+    * B[k, j]`, `A[i, k] * B[k, j] / 4`, as the product of the two reads and the constant: the builders scale the
+    PSUM eviction by it (ConvOp.scale, before the bias). (comp, 1.0) unchanged when the update is not such a
+    product."""
+    update = comp.update
+    if comp.red_op != "+=" or update is None or len(accesses(update)) != 2:
         return comp, 1.0
-    while isinstance(update, sx.Neg):
-        update, sign = update.x, -sign
-    if not (isinstance(update, sx.BinOp) and update.op == "*" and len(accesses(update)) == 2):
+    factors, scale = product_factors(update)
+    if len(factors) != 2 or scale == 0.0 or not math.isfinite(scale):
         return comp, 1.0
-    factors = []
-    for f in (update.lhs, update.rhs):
-        while isinstance(f, sx.Neg):
-            f, sign = f.x, -sign
-        factors.append(f)
-    product = replace(update, lhs=factors[0], rhs=factors[1])
-    return (comp, 1.0) if product == comp.update else (replace(comp, update=product), sign)
+    product = sx.BinOp("*", factors[0], factors[1], update.span)
+    return (comp, 1.0) if product == comp.update else (replace(comp, update=product), scale)
 
 
 def ungroup(comp: Comp, program) -> tuple[Comp, int]:
@@ -320,7 +312,8 @@ def strip_activation(e: sx.Expr) -> tuple[sx.Expr, float | None]:
 
 
 def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
-    """Each factor of the product is a read, f32() of one (exact: a product of two 16-bit floats fits in fp32), or
+    """Each factor of the product is a read, f32() of one (exact: a product of two 16-bit floats fits in fp32) or a
+    conversion of one to its own dtype (the identity), or
     relu / relu6 of one (the moving operand's folded into its producer, `_relu_operand`; the stationary's applied
     after its load, ConvOp.w_relu); a negation was taken off by `split_sign`; both reads have one dtype;
     a zero-padded read (`?? 0`) is the moving operand (its halo is zeroed in SBUF). The builders multiply the
@@ -330,13 +323,13 @@ def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
     assert isinstance(update, sx.BinOp)
     reads = []
     for factor in (update.lhs, update.rhs):
-        widened = factor.args[0] if isinstance(factor, sx.Call) and factor.fn == "f32" else factor
+        widened = factor.args[0] if isinstance(factor, sx.Call) and _exact_conversion(factor, program) else factor
         inner, _ = strip_activation(widened)
         if not isinstance(inner, sx.Access):
             raise reject(comp, f"`{fmt_expr(factor)}` is not a tensor read: a contraction multiplies two reads "
-                               f"(each may be under relu or `min(relu(..), c)`, or negated)", factor.span,
-                         "compute the operand into a tensor first (`T[..] = ...`), then contract T; apply a scale "
-                         "to the result")
+                               f"(each may be under relu or `min(relu(..), c)`; a constant factor or a sign goes "
+                               f"on the result)", factor.span,
+                         "compute the operand into a tensor first (`T[..] = ...`), then contract T")
         reads.append(inner)
     dtypes = [program.tensors[r.tensor].dtype for r in reads]
     if dtypes[0] != dtypes[1]:
@@ -347,6 +340,15 @@ def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
         if acc.fill is not None and acc.fill != 0:
             raise reject(comp, f"a contraction's padded read fills with 0, not {acc.fill:g}", acc.span,
                          f"write `{acc.tensor}[...] ?? 0`")
+
+
+def _exact_conversion(call: sx.Call, program) -> bool:
+    """`f32(x)` (a widening) or a conversion of a read to its own dtype (`bf16(A[i, k])` of a bf16 A): the value is
+    unchanged, so the operand is the read as loaded."""
+    if call.fn == "f32":
+        return True
+    arg = call.args[0] if len(call.args) == 1 else None
+    return isinstance(arg, sx.Access) and call.fn == program.tensors[arg.tensor].dtype
 
 
 def _relu_operands(comp: Comp) -> list[tuple[sx.Access, float]]:

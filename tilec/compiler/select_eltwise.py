@@ -87,7 +87,7 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
         if idx == list(comp.out_vars):
             inputs += [acc.tensor] if acc.tensor not in inputs else []
             continue
-        here = _broadcast_run(comp, acc, idx)
+        here = _broadcast_run(comp, acc, idx, program)
         kind = "row" if here[1] == len(comp.out_vars) else "column"
         if runs[kind] is not None and here != runs[kind]:
             raise reject(comp, f"all broadcast {kind}s must be indexed by the same output indices", acc.span)
@@ -98,12 +98,6 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
     # an expression of columns and constants (`0.5 * c[i]`) is computed on the (P, 1) columns and meets full tiles in
     # tensor_scalar (one scalar per partition); as the whole result (`Y[i, j] = 2 * c[i] + 1`) the column is expanded
     # over the tile (expr_instrs.ExprCompiler.emit)
-    if columns and column_only(comp.init, set(columns)) and runs["column"] is not None \
-            and math.prod(comp.extent(comp.out_vars[a]) for a in range(*runs["column"])) == 1:
-        raise reject(comp, "a broadcast column of one element alone as the whole result is not supported (its "
-                           "expansion takes a matmul of the wrong shape)", comp.init.span,
-                     "read an operand indexed like the output in the same statement, or give the column more than "
-                     "one element")
     run = _partition_run(comp, runs)
     roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))
     layout = _broadcast_layout(comp, run) if run else ()
@@ -122,10 +116,17 @@ def _partition_run(comp: Comp, runs: dict[str, tuple[int, int] | None]) -> tuple
     return col or ((0, row[0]) if row else None)
 
 
-def _broadcast_run(comp: Comp, acc: sx.Access, idx: list) -> tuple[int, int]:
+def _broadcast_run(comp: Comp, acc: sx.Access, idx: list, program) -> tuple[int, int]:
     """(a, b): the read is indexed by out_vars[a:b], a run of consecutive output indices."""
     out = list(comp.out_vars)
     shown = f"`{fmt_expr(acc)}`"
+    maps = index_maps(acc, comp, program)
+    if any(c < 0 for coefs, _ in maps for c in coefs.values()):
+        e = next(e for e, (coefs, _) in zip(acc.indices, maps) if any(c < 0 for c in coefs.values()))
+        raise reject(comp, f"the reversed index `{fmt_expr(e)}` of {shown} is not compiled yet (an element-wise read "
+                           "is indexed by the output's loop variables, or a run of them)", e.span,
+                     "pass the operand already reversed, or run the program on the reference evaluator meanwhile: "
+                     "`tilec run PROGRAM.tl --backend ref`")
     if None in idx or any(v not in out for v in idx) or not idx:
         raise reject(comp, f"element-wise reads must use the output's indices [{', '.join(out)}] or a run of "
                            f"them (a broadcast); {shown} does not (shifts and permutations are not supported)",

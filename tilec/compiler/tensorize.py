@@ -132,7 +132,7 @@ def _match_assign(s: Assign, t: Target) -> Match | None:
         src = _vars(e.access)
         if src == out:
             return Match(t.instr("dma_copy"), ())
-        if set(src) < set(out) and src == out[len(out) - len(src):]:  # a row, copied to every partition
+        if src and set(src) < set(out) and src == out[len(out) - len(src):]:  # a row, copied to every partition
             return Match(t.instr("nc_matmul"), (("k", ()), ("m", ("ones",)), ("n", tuple(src))))
         if set(src) < set(out):  # a per-partition column: the bias of an activation (a copy)
             return Match(t.instr("activation"), (("FN", ("copy",)), ("bias", tuple(src))))

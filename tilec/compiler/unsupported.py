@@ -9,7 +9,7 @@ what to do, never a traceback from a builder that does not know the construct. D
 compiler learns its construct."""
 from __future__ import annotations
 
-from tilec.compiler.exprs import accesses, strip_relu, strip_scale
+from tilec.compiler.exprs import accesses, product_factors, strip_relu, strip_scale
 from tilec.compiler.lower import uses_names
 from tilec.compiler.select_conv import strip_activation
 from tilec.errors import TilecError
@@ -76,18 +76,10 @@ def _shifted(e: sx.Expr, loop_vars: frozenset[str]) -> bool:
 def _contraction_padding(st: sx.Assign, acc: sx.Access) -> bool:
     """A zero-padded operand of a contraction, `Y[..] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * W[..]` (also under
     relu): compiled with the halo zeroed in SBUF around the input band (build_conv), never a padded copy in HBM."""
-    value = _unsigned(st.value)  # a negated product or factor: its sign goes on the eviction (select_conv.split_sign)
-    if st.op != "+=" or acc.fill != 0 or not isinstance(value, sx.BinOp) or value.op != "*":
-        return False
-    factors = [strip_activation(_unsigned(f))[0] for f in (value.lhs, value.rhs)]
-    return acc in factors and all(isinstance(f, sx.Access) for f in factors) \
-        and len(acc.indices) == len(st.target.indices)
-
-
-def _unsigned(e: sx.Expr) -> sx.Expr:
-    while isinstance(e, sx.Neg):
-        e = e.x
-    return e
+    # a sign or a constant factor goes on the eviction (select_conv.split_sign)
+    factors = [strip_activation(f)[0] for f in product_factors(st.value)[0]]
+    return st.op == "+=" and acc.fill == 0 and len(factors) == 2 and acc in factors \
+        and all(isinstance(f, sx.Access) for f in factors) and len(acc.indices) == len(st.target.indices)
 
 
 def _copy_division(st: sx.Stmt, div: sx.BinOp) -> bool:
