@@ -161,11 +161,14 @@ class _Chunker:
                 if _total(s):
                     pending.add(_total(s))
                 continue
+            if any(self.wide(v.buf) for x in ir.walk((s,)) for v in ir.views(x)):
+                raise _NoChunk
+            if cur and _independent(s, cur, pending):
+                out.append(s)  # runs before the phase (a column turned into a row): the phase goes on
+                continue
             if cur:
                 out.append(cur)
                 cur, pending = [], set()
-            if any(self.wide(v.buf) for x in ir.walk((s,)) for v in ir.views(x)):
-                raise _NoChunk
             out.append(s)
         if cur:
             out.append(cur)
@@ -299,6 +302,20 @@ def _total(s: Stmt) -> str:
     if isinstance(s, Reduce) and s.dst.buf.shape[1] == 1 and len(s.src.buf.shape) == 2 and s.src.buf.shape[1] > 1:
         return s.dst.buf.name
     return ""
+
+
+def _independent(s: Stmt, phase: list[Stmt], totals: set[str]) -> bool:
+    """Whether `s` (after the phase's statements) may run before them: it reads nothing they write (their row
+    reductions' columns included) and touches nothing they touch."""
+    touched = {v.buf.name for p in phase for x in ir.walk((p,)) for v in ir.views(x)}
+    written = {b.name for b in touched_bufs(phase) if any(_writes(p, b) for p in phase)} | totals
+    mine = {v.buf.name for x in ir.walk((s,)) for v in ir.views(x)}
+    reads = {v.buf.name for x in ir.walk((s,)) for v in _reads(x)}
+    return not (reads & written) and not ((mine - reads) & touched) and not (mine & written)
+
+
+def touched_bufs(stmts: list[Stmt]) -> list[Buf]:
+    return list({v.buf.name: v.buf for p in stmts for x in ir.walk((p,)) for v in ir.views(x)}.values())
 
 
 def _writes(s: Stmt, buf: Buf) -> bool:

@@ -50,7 +50,12 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
     loop = block.body[0]
     assert isinstance(loop, Loop)
     T = loop.extent
-    split = next((i for i, s in enumerate(loop.body) if isinstance(s, Loop)), None)
+    # stage B starts at the first loop of steps, or at the TensorE transpose feeding its broadcasts (a column turned
+    # into a row): in A it would hold TensorE's in-order queue, and the previous tile's broadcasts, behind this
+    # tile's ScalarE passes
+    split = next((i for i, s in enumerate(loop.body) if isinstance(s, (Loop, ir.Transpose))), None)
+    while split and isinstance(loop.body[split - 1], Alloc) and loop.body[split - 1].buf.memory == "psum":
+        split -= 1
     if T % 2 or T < 4 or not split:
         return None
     a_part, b_part = list(loop.body[:split]), list(loop.body[split:])
