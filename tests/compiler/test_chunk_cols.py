@@ -109,10 +109,11 @@ def test_narrow_tensors_are_written_narrow() -> None:
 
 
 def test_the_last_step_of_a_chunk_writes_the_narrow_output() -> None:
-    """bf16 rmsnorm: the chunk loop's multiply by g's broadcast writes the bf16 tile the store reads, no cast after."""
+    """bf16 rmsnorm: the chunk loop's multiply by the broadcast of r x g writes the bf16 tile the store reads, no
+    cast after."""
     src = compiled("rmsnorm", "bf16", 256, 4096).source
     assert re.search(r"tensor_tensor\(dst=Y_cast\[:, ct \* Y_TILE_F:ct \* Y_TILE_F \+ Y_TILE_F\], "
-                     r"data1=Y_tile\[:, ct \* Y_TILE_F", src)
+                     r"data1=X_tile\[:, ct \* Y_TILE_F", src)
     assert "tensor_copy(dst=Y_cast" not in src and "Y_rounded" not in src
 
 
