@@ -31,6 +31,24 @@ def check_numbers(c, name: str, dtype: str) -> None:
 
 @pytest.mark.parametrize("dtype,rows,cols", [("bf16", 512, 1024), ("f16", 768, 1024), ("bf16", 512, 1536)])
 def test_layernorm_16bit_is_software_pipelined(dtype: str, rows: int, cols: int) -> None:
+    """Rows shorter than TURN_MIN_F: r scales d on ScalarE, the centring moves to VectorE."""
+    c = compiled("layernorm", dtype, rows, cols)
+    src = c.source
+    assert "software-pipelined" in src and src.count("for pt in range(") == 1
+    assert "engine=nisa.engine.gpsimd" in src  # the shift by b
+    passes = [line for line in src.splitlines() if re.search(r"nisa\.activation\(dst=(discard|Y_tile)", line)]
+    # stage A is written out four times (prologue, twice in the loop, epilogue): ScalarE's squares and scaling by
+    # r, and the mean unless it is on VectorE (a mean over a power of two of 16-bit values: rounded exactly)
+    pow2 = cols & (cols - 1) == 0
+    assert len(passes) == 4 * (2 if pow2 else 3)
+    assert ("nisa.tensor_reduce(dst=mu_sum" in src) == pow2
+    assert "nc_transpose" not in src
+    check_numbers(c, "layernorm", dtype)
+
+
+@pytest.mark.parametrize("dtype,rows,cols", [("bf16", 512, 2048), ("f16", 768, 2048), ("bf16", 512, 3072)])
+def test_layernorm_16bit_pipelined_scales_on_the_broadcast(dtype: str, rows: int, cols: int) -> None:
+    """Rows of TURN_MIN_F or more: r scales g's broadcast (r x g in PSUM), the centring stays on ScalarE."""
     c = compiled("layernorm", dtype, rows, cols)
     src = c.source
     assert "software-pipelined" in src and src.count("for pt in range(") == 1
@@ -41,7 +59,7 @@ def test_layernorm_16bit_is_software_pipelined(dtype: str, rows: int, cols: int)
     pow2 = cols & (cols - 1) == 0
     assert len(passes) == 4 * (2 if pow2 else 3)
     assert ("nisa.tensor_reduce(dst=mu_sum" in src) == pow2
-    # the scaling by r rides on g's broadcast: r (rounded to the dtype) turned into a row, r x g in PSUM
+    # r (rounded to the dtype) turned into a row, the stationary of the broadcast: r x g in PSUM
     assert f"nc_transpose(dst=r_{dtype}_turned, data=r_{dtype})" in src and f"stationary=r_{dtype}_row" in src
     assert not re.search(r"activation\(dst=\w+, op=nl.copy, data=d_\w+, scale=", src)
     check_numbers(c, "layernorm", dtype)
@@ -51,7 +69,7 @@ def test_layernorm_16bit_is_software_pipelined(dtype: str, rows: int, cols: int)
 def test_rmsnorm_scales_by_r_on_the_broadcast_of_g(dtype: str) -> None:
     """rmsnorm's X * r * g: one ScalarE pass per row tile (the squares), X times the PSUM broadcast of r x g on
     VectorE; pipelined (four row tiles); in f32 the row of r is fp32 and so is the broadcast's stationary."""
-    c = compiled("rmsnorm", dtype, 512, 1024)
+    c = compiled("rmsnorm", dtype, 512, 2048)
     src = c.source
     assert "software-pipelined" in src
     whole = [line for line in src.splitlines() if re.search(r"nisa\.activation\(dst=\w+, op=", line)
@@ -70,7 +88,7 @@ def test_a_column_not_exact_in_the_row_dtype_is_not_turned() -> None:
     in bf16 would round it, so the column scales X on ScalarE as before (the broadcast is of g alone)."""
     text = FORMS["rmsnorm"][0].replace("f32", "bf16").replace("X[i, j] * r[i] * g[j]", "X[i, j] * r[i] * 0.3 * g[j]")
     assert "* 0.3 *" in text
-    c = compile_loaded(lang.load(text, {"M": 512, "N": 1024}), nki="0.6")
+    c = compile_loaded(lang.load(text, {"M": 512, "N": 2048}), nki="0.6")
     assert "nc_transpose" not in c.source and "stationary=ones_bf16" in c.source
     inputs = lang.random_inputs(c.program, seed=11)
     got = np.asarray(c.run(**inputs)["Y"], np.float64)
@@ -133,8 +151,8 @@ def test_vector_tensor_scalar_16bit_mode_with_an_fp32_column() -> None:
 
 
 # (form, dtype, rows, columns): pipelined (four row tiles); an odd tile count (five) and a row length that is not a
-# multiple of the PSUM chunk (1000 = 2 x 500); chunked columns (rows of 16384) with three row tiles of 100 rows
-TURNED = [("layernorm", "bf16", 512, 1024), ("rmsnorm", "f16", 640, 1000), ("layernorm", "f32", 640, 1000),
+# multiple of the PSUM chunk (3000 = 6 x 500); chunked columns (rows of 16384) with three row tiles of 100 rows
+TURNED = [("layernorm", "bf16", 512, 2048), ("rmsnorm", "f16", 640, 3000), ("layernorm", "f32", 640, 3000),
           ("rmsnorm", "bf16", 300, 16384), ("layernorm", "f32", 200, 16384)]
 
 

@@ -130,6 +130,10 @@ class Steps:
 Value = Union[Lin, Steps]
 _ALU = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
 PSUM_F32 = 512  # fp32 elements of one 2 KiB PSUM bank: the column chunk of a chain of VectorE steps
+# rows at least this long scale by a column on the broadcast of a row (Steps, scale_row): the ScalarE pass it saves
+# (F cycles) then outweighs the ~0.5 us the transpose and the row's copy add to each row tile's path (on the model,
+# layernorm 256 x 512 f32: 22.5 us with the pass, 23.3 without; 256 x 2048: 41.0 with, 38.7 without)
+TURN_MIN_F = 2048
 
 
 class _Unsupported(Exception):
@@ -640,6 +644,8 @@ class _Chain:
         for 16-bit operands). None when the steps do not start so, or c is not exactly a value of a 16-bit row's
         dtype (its row would round it)."""
         first = x.first
+        if self.F < TURN_MIN_F:
+            return None
         if not isinstance(first, Lin) or not isinstance(first.scale, Col) or first.bias != 0.0 \
                 or x.steps[0][0] != "multiply" or not isinstance(row, View):
             return None
