@@ -126,3 +126,13 @@ def test_narrow_chains_match_numpy(name: str, dtype: str) -> None:
     want = FORMS[name][1](*(np.asarray(inputs[p.name], np.float64) for p in c.program.inputs))
     scale = float(np.abs(want).max())
     np.testing.assert_allclose(got, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * scale)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_chunked_max_keeps_16bit_partials(dtype: str) -> None:
+    """softmax over rows of 32768: the per-chunk maxima of 16-bit X are 16-bit values, kept in a 16-bit partials
+    tile (exact; VectorE's 16-bit reduce streams at N/2); the sums' partials stay fp32."""
+    c = compiled("softmax", dtype, 150, 32768)
+    nl_dtype = {"bf16": "bfloat16", "f16": "float16"}[dtype]
+    assert re.search(rf"m_\w*parts = nl.ndarray\(\(\d+, 8\), dtype=nl.{nl_dtype}", c.source)
+    assert re.search(r"s_parts = nl.ndarray\(\(\d+, 8\), dtype=nl.float32", c.source)

@@ -338,6 +338,11 @@ class _Chain:
         col = Buf(self.name(f"{op.out}_col", numbered=False), "sbuf", "f32", (self.TP, 1))
         if op.op != "add":
             src = self.view(self.value(expr), f"{op.out}_terms")
+            if src.buf.dtype in _HALF and self.hbm[op.out].dtype == src.buf.dtype and op.init == _IDENTITY[op.op]:
+                # the max of f16/bf16 values is one of them: reduced into a column of their dtype it is exact (no
+                # rounding copies), and VectorE streams a 16-bit reduce into a 16-bit result at N/2 (nki-spec 2.4)
+                col = Buf(self.name(f"{op.out}_{src.buf.dtype}", numbered=False), "sbuf", src.buf.dtype, (self.TP, 1))
+                self.exact.add(op.out)
             self.emit(Alloc(col, line=self.cur_line), Reduce(whole(col), src, op.op, self.cur_line), engine="vector")
             result: Lin = Lin(whole(col))
             if op.init != _IDENTITY[op.op]:

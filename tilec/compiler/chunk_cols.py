@@ -234,7 +234,11 @@ class _Chunker:
             if isinstance(s, (Act, Reduce)) and _total(s):
                 col = s.total if isinstance(s, Act) else s.dst
                 assert col is not None
-                partial = Buf(self.fresh(f"{_stem(col.buf.name)}_parts"), "sbuf", "f32", (col.buf.shape[0], parts))
+                # a max/min of f16/bf16 values is one of them: its partials keep the dtype (exact), and a VectorE
+                # tensor_reduce with 16-bit input and output streams at N/2 cycles (nki-spec 2.4), N with fp32 out
+                narrow = isinstance(s, Reduce) and s.op in ("maximum", "minimum") and s.src.buf.dtype in ("f16", "bf16")
+                dt = s.src.buf.dtype if narrow else "f32"
+                partial = Buf(self.fresh(f"{_stem(col.buf.name)}_parts"), "sbuf", dt, (col.buf.shape[0], parts))
                 before.append(Alloc(partial, line=s.line))
                 at = View(partial, (ir.full(col.buf.shape[0]), Sl(Aff((Term("cc"),)), 1)))
                 one = self.stmt(s, cc)
