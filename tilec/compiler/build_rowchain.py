@@ -141,7 +141,8 @@ class _Unsupported(Exception):
 
 
 class _Chain:
-    def __init__(self, ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False) -> None:
+    def __init__(self, ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False,
+                 turn: bool = True) -> None:
         self.ops, self.hbm, self.keep = ops, hbm, keep
         self.fresh_for = fresh_for  # op -> its name allocator: each op's temporaries keep their own names
         self.fresh: Fresh = fresh_for(ops[-1])
@@ -160,6 +161,7 @@ class _Chain:
         self.readers = {n: sum(n in _reads(o) for o in ops) for n in self.made}
         self.chunked = False  # a chain of VectorE steps built chunk by chunk (TILE_F)
         self.skewed = skewed  # built to be software-pipelined (pair_tiles.skew_row_tiles): work moves off ScalarE
+        self.turn = turn  # a column scaling a broadcast row may ride on the broadcast (scale_row)
         self.exact: set[str] = set()  # 16-bit tensors whose value is exactly one of their dtype (no rounding)
         self.exact_in: dict[str, str] = {}  # an fp32 buffer -> the 16-bit dtype all its values are exactly of
         self.narrow_of: dict[str, View] = {}  # a rounded column (fp32) -> the f16/bf16 column it was copied from
@@ -649,7 +651,7 @@ class _Chain:
         for 16-bit operands). None when the steps do not start so, or c is not exactly a value of a 16-bit row's
         dtype (its row would round it)."""
         first = x.first
-        if self.F < TURN_MIN_F:
+        if self.F < TURN_MIN_F or not self.turn:
             return None
         if not isinstance(first, Lin) or not isinstance(first.scale, Col) or first.bias != 0.0 \
                 or x.steps[0][0] != "multiply" or not isinstance(row, View):
@@ -833,7 +835,7 @@ def _narrow_writes(body: list[Stmt]) -> list[Stmt]:
             continue
         touching = [s for s in out if any(v.buf == tile for x in ir.walk((s,)) for v in ir.views(x))]
         writers = [s for s in touching if s is not copy]
-        if writers and isinstance(writers[-1], ir.Loop):
+        if writers and isinstance(writers[-1], ir.Loop) and isinstance(copy, ir.Copy):
             out = _narrow_last_step(out, copy, writers[-1])
             continue
         if len(writers) != 1 or not isinstance(writers[0], (Act, Binary, Scalar)) or writers[0].dst != whole(tile):
@@ -866,9 +868,13 @@ def _narrow_read_as_data(body: list[Stmt]) -> list[Stmt]:
         if not readers or not all(isinstance(r, Act) and r.src == whole(back)
                                   and sum(v.buf == back for v in ir.views(r)) == 1 for r in readers):
             continue
-        out = [dataclasses.replace(r, src=whole(narrow)) if any(r is x for x in readers) else r
-               for r in out if r is not copy]
+        out = [_read_from(r, whole(narrow)) if any(r is x for x in readers) else r for r in out if r is not copy]
     return out
+
+
+def _read_from(s: Stmt, src: View) -> Stmt:
+    assert isinstance(s, Act)
+    return dataclasses.replace(s, src=src)
 
 
 def _unused_dropped(body: list[Stmt]) -> list[Stmt]:
@@ -910,7 +916,8 @@ def _offload(body: list[Stmt]) -> list[Stmt]:
     turned = any(isinstance(s, ir.Transpose) for s in body)  # the scaling by r rides on the broadcast of g
     for s in body:
         if not turned and isinstance(s, Act) and s.func == "copy" and s.total is None and s.scale == 1.0 \
-                and s.bias is not None and s.dst.buf.dtype in _HALF and s.src.buf.dtype in _HALF and s.dst.shape()[1:] != (1,):
+                and s.bias is not None and s.dst.buf.dtype in _HALF and s.src.buf.dtype in _HALF \
+                and s.dst.shape()[1:] != (1,):
             s = Scalar(s.dst, s.src, "add", s.bias, s.line)
         elif isinstance(s, ir.Loop) and s.var == "ct":
             out += _last_step_on_gpsimd(s)
@@ -994,15 +1001,44 @@ def _reads(op: Op) -> list[str]:
     return names
 
 
-def build_row_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False) -> Built:
+def build_row_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False,
+                    turn: bool = True) -> Built:
     """fresh_for(op): the name allocator of each op of the chain. Short rows (a reduction and element-wise ops of
     its columns) are grouped several per partition instead (build_reduce.short_rows)."""
     grouped = short_rows(ops)
     if grouped is not None:
         return build_short_rows(ops, hbm, fresh_for, keep, grouped)
-    chain = _Chain(ops, hbm, fresh_for, keep, skewed)
+    chain = _Chain(ops, hbm, fresh_for, keep, skewed, turn)
     consts, stmts = chain.build()
     return consts, getattr(chain, "views", []) + stmts
+
+
+def fit_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int) -> Built:
+    """The row chain as it fits `budget` best (the caller checks it fits): whole and software-pipelined when that
+    fits (pipelined), else chunked or shared (fit_long_rows). A chunked chain that broadcasts a row again chunk by
+    chunk in fp32 (layernorm's b over rows of 32768 fp32) keeps the scaling by r on ScalarE: its TensorE is busy
+    with fp32 broadcasts, and the transpose that turns r into a row only adds to each row tile's path (on the model
+    2.14x the floor turned, 2.13x not)."""
+    built = build_row_chain(ops, hbm, fresh_for, keep)
+    if peak_usage(tuple(built[1]))[0] <= budget:
+        return pipelined(ops, hbm, fresh_for, keep, built, budget)
+    fitted = fit_long_rows(ops, built, budget, fresh_for)
+    if _turned(fitted[1]) and _rebroadcast(fitted[1]):
+        return fit_long_rows(ops, build_row_chain(ops, hbm, fresh_for, keep, turn=False), budget, fresh_for)
+    return fitted
+
+
+def _turned(stmts: list[Stmt]) -> bool:
+    return any(isinstance(s, ir.Transpose) for s in ir.walk(tuple(stmts)))
+
+
+def _rebroadcast(stmts: list[Stmt]) -> bool:
+    """An fp32 row broadcast to every partition again inside the chunk loop (chunk_cols' `rebuild`): fp32 matmuls,
+    four times the cost of 16-bit ones."""
+    def again(loop: ir.Loop) -> bool:
+        return any(isinstance(x, ir.Matmul) and x.stationary.buf.name.startswith("ones_f32")
+                   for x in ir.walk(loop.body))
+    return any(isinstance(s, ir.Loop) and s.var == "cc" and again(s) for s in ir.walk(tuple(stmts)))
 
 
 def fit_long_rows(ops: list[Op], built: Built, budget: int, fresh_for) -> Built:
@@ -1039,13 +1075,15 @@ def reads_of(op: Op) -> list[str]:
     return names
 
 
-__all__ = ["row_chains", "build_row_chain", "fit_long_rows", "reads_of", "ColumnReduceOp"]
+__all__ = ["row_chains", "build_row_chain", "fit_chain", "fit_long_rows", "reads_of", "ColumnReduceOp"]
 
 
 def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], built: Built, budget: int) -> Built:
     """A chain that fits whole, built again for software pipelining (pair_tiles.skew_row_tiles: a row tile's
     VectorE steps after the next tile's ScalarE passes, and in a 16-bit chain work moved off ScalarE), when that
-    applies and fits; else `built`."""
+    applies and fits; else, for a chain of steps too big to fit twice, its columns chunked; else `built`. Every
+    chain with a loop of steps is pipelined when it fits (rows10 pipelined only those with ScalarE passes to move:
+    now the scaling by r rides on g's broadcast, rmsnorm bf16 over rows of 4096 is 1.04x pipelined, 1.71x not)."""
     from tilec.compiler.pair_tiles import skew_row_tiles
 
     if short_rows(ops) is not None:
@@ -1067,8 +1105,3 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
     if chunked is not None and not _whole_broadcast(chunked[1], free):
         return chunked
     return built
-
-
-def _scalar_passes(stmts: list[Stmt]) -> int:
-    """ScalarE passes over whole-row tiles per row tile."""
-    return sum(1 for s in ir.walk(tuple(stmts)) if isinstance(s, Act) and s.dst.shape()[1:] != (1,))

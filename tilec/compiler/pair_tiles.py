@@ -54,7 +54,7 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
     # into a row): in A it would hold TensorE's in-order queue, and the previous tile's broadcasts, behind this
     # tile's ScalarE passes
     split = next((i for i, s in enumerate(loop.body) if isinstance(s, (Loop, ir.Transpose))), None)
-    while split and isinstance(loop.body[split - 1], Alloc) and loop.body[split - 1].buf.memory == "psum":
+    while split and _psum_alloc(loop.body[split - 1]):
         split -= 1
     if T % 2 or T < 4 or not split:
         return None
@@ -88,6 +88,10 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
     if peak_usage(tuple(out))[0] > budget:
         return None
     return consts + [("TILE_PAIR", 2 * tp)], out
+
+
+def _psum_alloc(s: Stmt) -> bool:
+    return isinstance(s, Alloc) and s.buf.memory == "psum"
 
 
 def _scoped(var: str, stmts: list[Stmt], line: int) -> list[Stmt]:
