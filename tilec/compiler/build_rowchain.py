@@ -47,11 +47,12 @@ from tilec.compiler.passes import peak_usage
 from tilec.compiler.share import share_tiles
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
-from tilec.compiler.ir import Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
+from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 _HALF = ("f16", "bf16")
@@ -651,7 +652,7 @@ class _Chain:
         for 16-bit operands). None when the steps do not start so, or c is not exactly a value of a 16-bit row's
         dtype (its row would round it)."""
         first = x.first
-        if self.F < TURN_MIN_F or not self.turn:
+        if self.F < TURN_MIN_F or not self.turn or not self.scalar_bound():
             return None
         if not isinstance(first, Lin) or not isinstance(first.scale, Col) or first.bias != 0.0 \
                 or x.steps[0][0] != "multiply" or not isinstance(row, View):
@@ -676,6 +677,19 @@ class _Chain:
                           Alloc(out, line=line), ir.Copy(whole(out), whole(turned), line)]
             self.memo[key] = whole(out)
         return self.memo[key].buf
+
+    def scalar_bound(self) -> bool:
+        """Whether ScalarE's whole-row passes so far, plus the scaling pass a turned column would save, take longer
+        than the row tile's DMA (its full-row loads and stores at the target's DMA bandwidth): the pass is then
+        worth saving. An f32 rmsnorm (2 passes; ScalarE fits 3.3 in an f32 tile's DMA time on trn2) is not
+        (rows of 8192: 1.08x the floor with its pass, 1.14x turned); layernorm (4) and every 16-bit chain (1.7
+        fit) are."""
+        t = get_target()
+        full = [n for n in self.inputs() if self.kind(n) == "full"]
+        full += [n for n in self.keep & self.made if self.kind(n) == "full"]
+        dma_ns = self.TP * sum(DTYPE_BYTES[self.hbm[n].dtype] for n in full) / (t.dma_engines * t.dma_engine_bw)
+        passes = sum(1 for s in self.body if isinstance(s, Act) and s.dst.shape()[1:] != (1,)) + 1
+        return passes / t.scalar_ghz > dma_ns
 
     def step_stmt(self, dst: View, cur: View, op: str, other: "View | float", left: bool) -> Stmt:
         if isinstance(other, float) or other.buf.shape[1] == 1:
@@ -1093,13 +1107,13 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
     skewed = skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1]))
     if skewed is not None:
         return skewed
-    if 2 * peak_usage(tuple(built[1]))[0] <= budget or "TILE_F" not in dict(built[0]):
+    if 2 * peak_usage(tuple(built[1]))[0] <= budget or not _turned(built[1]):
         return built
-    # a chain with steps against a broadcast row (its row tile is read until the tile's last step) that fits once
-    # but not twice: its columns chunked as at long rows, so that the next row tile's load and this tile's store go
-    # chunk by chunk beside the work (on the model: rmsnorm over rows of 8192 f32 1.35x -> 1.14x, bf16 over rows of
-    # 16384 1.61x -> 1.22x; softmax, without steps, gains or loses a little: rows of 8192 f32 1.15x -> 1.06x, rows
-    # of 16384 bf16 1.45x -> 1.46x, and at 4096 bf16 1.35x -> 1.38x if chains under half the budget were chunked)
+    # a chain whose column rides on a row's broadcast (its row tile is then read until the tile's last step) that
+    # fits once but not twice: its columns chunked as at long rows, so that the next row tile's load and this tile's
+    # store go chunk by chunk beside the work (on the model: bf16 rmsnorm over rows of 16384 1.61x -> 1.22x; chains
+    # without a turned column gain or lose a little: softmax over rows of 8192 f32 1.15x -> 1.06x, of 16384 bf16
+    # 1.45x -> 1.46x, f32 rmsnorm over rows of 8192 1.08x -> 1.10x)
     free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
     chunked = chunk_columns(built[0], built[1], free, budget, fresh_for(ops[-1]))
     if chunked is not None and not _whole_broadcast(chunked[1], free):
