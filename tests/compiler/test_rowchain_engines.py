@@ -178,3 +178,16 @@ def test_turned_columns_in_both_nki_forms(name: str, dtype: str, rows: int, cols
     assert ("software-pipelined" in c.source) == (rows == 512)
     assert ("for cc in " in c.source) == (cols == 16384)
     check_numbers(c, name, dtype)
+
+
+def test_pipelined_tiles_written_only_or_not_stored_are_shared() -> None:
+    """In the pipelined layernorm the discarded squares (written only, by ScalarE) and the products GpSimdE adds b
+    to (never stored) are one buffer each for both parities, allocated once before the loop; the tiles handed from
+    one stage to the next (d) and the stored result keep one buffer per parity."""
+    c = compiled("layernorm", "bf16", 512, 2048)
+    src = c.source
+    allocs = re.findall(r"^\s*(\w+) = nl\.ndarray\(\(128, 2048\)", src, re.M)
+    assert len([a for a in allocs if a.startswith("discard")]) == 1
+    assert allocs.count("Y_prod1") == 1 and "Y_psum1" not in src
+    assert "d_bf16" in allocs and "d_bf16_2" in allocs
+    check_numbers(c, "layernorm", "bf16")

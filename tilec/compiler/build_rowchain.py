@@ -278,7 +278,8 @@ class _Chain:
             ones = ones_of[dt]
             view, st = self.rows_view(name, (1, self.F), "v")
             self.views = getattr(self, "views", []) + st
-            tile = Buf(self.fresh(f"{name}_tile"), "sbuf", "f32", (self.TP, self.F))
+            # in the row's dtype: a 16-bit row's broadcast is exact in it, and takes half the space of fp32
+            tile = Buf(self.fresh(f"{name}_tile"), "sbuf", dt, (self.TP, self.F))
             row = Buf(self.fresh(f"{name}_row"), "sbuf", dt, (1, self.F))
             self.row_setup[row.name] = [Alloc(row, line=self.line), Dma(whole(row), whole(view), self.line)]
             # the SBUF copy loads the row chunk by chunk: a whole row would take F * 4 bytes of every partition
@@ -401,6 +402,15 @@ class _Chain:
         """The one tile every activation kept only for its row sums writes (mean and variance passes share it)."""
         if self.discarded is None:
             self.discarded = self.temp("discard", False)
+            dts = {self.hbm[n].dtype for n in self.hbm if n in self.made or n in self.inputs()}
+            if len(dts) == 1 and dts <= set(_HALF):
+                # a 16-bit chain (every tensor f16/bf16): the discarded output in that dtype, half the space. Whether
+                # ScalarE sums its values before or after the output's rounding is not documented; after, each
+                # (positive) term differs by at most one unit of the dtype, relatively, and the sum is rounded to
+                # the dtype itself
+                narrow = dataclasses.replace(self.discarded.buf, dtype=dts.pop())
+                self.body[-1] = Alloc(narrow, line=self.cur_line)
+                self.discarded = whole(narrow)
         return self.discarded
 
     def fallback(self, op: Op) -> None:
@@ -951,7 +961,10 @@ def _last_step_on_gpsimd(chunks: ir.Loop) -> list[Stmt]:
     if prev.memory != "psum" or not any(isinstance(s, Alloc) and s.buf == prev for s in body) \
             or last.a != whole(prev):
         return [chunks]
-    moved = Buf(prev.name, "sbuf", prev.dtype, last.dst.buf.shape)
+    name = prev.name.replace("_psum", "_prod")  # no longer in PSUM: named for what it holds (the products)
+    if any(v.buf.name == name for x in ir.walk((chunks,)) for v in ir.views(x)):
+        name = prev.name
+    moved = Buf(name, "sbuf", prev.dtype, last.dst.buf.shape)
 
     def swap(v: View) -> View:
         return View(moved, last.dst.idx) if v.buf == prev else v
