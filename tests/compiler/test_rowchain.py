@@ -53,7 +53,7 @@ def test_layernorm_centring_is_folded_into_the_activations() -> None:
     tile of d kept as a tensor; no VectorE column op inside the loop (ScalarE would wait for it behind VectorE's
     work on the previous row tile); the multiply reads its PSUM operand (r x g broadcast by TensorE per chunk).
     Software-pipelined (pair_tiles.py), the loop over pairs of row tiles holds two of each stage; the shift by b
-    is on GpSimdE, reading the product from SBUF."""
+    is on GpSimdE, reading the product from SBUF; each row tile is stored in two halves."""
     c = compile_example("layernorm", {"M": 512, "N": 2048})
     assert "software-pipelined" in c.source
     stmts = chain_stmts(c)
@@ -67,7 +67,10 @@ def test_layernorm_centring_is_folded_into_the_activations() -> None:
     matmuls = [s for s in stmts if isinstance(s, ir.Matmul)]
     assert matmuls and all(s.stationary.buf.name.startswith("r_row") for s in matmuls)
     binaries = [s for s in stmts if isinstance(s, ir.Binary)]
-    assert len(binaries) == 4 and {s.engine for s in binaries} == {"", "gpsimd"}
+    # two stages B per loop iteration, each over two halves of the columns (each half stored after its steps)
+    assert len(binaries) == 8 and {s.engine for s in binaries} == {"", "gpsimd"}
+    stores = [s for s in stmts if isinstance(s, ir.Dma) and s.dst.buf.memory == "hbm"]
+    assert len(stores) == 4 and {s.src.shape()[1] for s in stores} == {1024}
     assert all("psum" in (s.a.buf.memory, s.b.buf.memory) for s in binaries if not s.engine)
     assert "Y_TILE_F = 512" in c.source and "# tl:23" in c.source
     check(c)

@@ -47,7 +47,7 @@ from tilec.compiler.passes import peak_usage
 from tilec.compiler.share import share_tiles
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
-from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Sl, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx
@@ -935,7 +935,9 @@ def _offload(body: list[Stmt]) -> list[Stmt]:
       on the model bf16 layernorm over rows of 4096 is 1.48x the floor with the centring on ScalarE, 1.69x on
       VectorE);
     * in a loop of VectorE steps over column chunks, a last step adding a broadcast row held in SBUF (b) runs on
-      GpSimdE (idle), the step before it writing SBUF instead of PSUM (GpSimdE cannot read PSUM)."""
+      GpSimdE (idle), the step before it writing SBUF instead of PSUM (GpSimdE cannot read PSUM);
+    * the row tile is stored in two halves, each after the steps over its columns (_halved_stores: on the model
+      bf16 layernorm over rows of 8192 1.51x -> 1.50x, the last tile's store no longer all after its last step)."""
     out: list[Stmt] = []
     turned = any(isinstance(s, ir.Transpose) for s in body)  # the scaling by r rides on the broadcast of g
     for s in body:
@@ -947,7 +949,54 @@ def _offload(body: list[Stmt]) -> list[Stmt]:
             out += _last_step_on_gpsimd(s)
             continue
         out.append(s)
+    return _halved_stores(out)
+
+
+def _halved_stores(body: list[Stmt]) -> list[Stmt]:
+    """A loop of steps over column chunks followed by the store of the tile it writes: two loops over the two
+    halves of the columns, each followed by the store of its half (the first half leaves while the second is
+    computed)."""
+    out: list[Stmt] = []
+    i = 0
+    while i < len(body):
+        s = body[i]
+        nxt = body[i + 1] if i + 1 < len(body) else None
+        if isinstance(s, ir.Loop) and s.var == "ct" and s.extent % 2 == 0 and isinstance(nxt, Dma) \
+                and nxt.src == whole(nxt.src.buf) and any(_writes_buf(x, nxt.src.buf) for x in ir.walk(s.body)):
+            half, width = s.extent // 2, nxt.src.buf.shape[1] // 2
+            first = dataclasses.replace(s, extent=half)
+            second = dataclasses.replace(s, extent=half, body=tuple(_shifted(x, "ct", half) for x in s.body))
+            for k, loop_ in enumerate((first, second)):
+                cols = Sl(ir.Aff((), k * width), width)
+                dst = View(nxt.dst.buf, nxt.dst.idx[:-1] + (cols,))
+                out += [loop_, Dma(dst, View(nxt.src.buf, (nxt.src.idx[0], cols)), nxt.line)]
+            i += 2
+            continue
+        out.append(s)
+        i += 1
     return out
+
+
+def _writes_buf(s: Stmt, buf: Buf) -> bool:
+    dst = getattr(s, "acc", None) if isinstance(s, ir.Matmul) else getattr(s, "dst", None)
+    return isinstance(dst, View) and dst.buf == buf
+
+
+def _shifted(s: Stmt, var: str, by: int) -> Stmt:
+    """`s` with loop variable `var` replaced by `var + by`."""
+    if isinstance(s, (ir.Loop, Block)):
+        return dataclasses.replace(s, body=tuple(_shifted(x, var, by) for x in s.body))
+
+    def aff(x: ir.Aff) -> ir.Aff:
+        return ir.Aff(x.terms, x.const + by * sum(t.coef for t in x.terms if t.var == var))
+
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, View):
+            changes[f.name] = View(v.buf, tuple(dataclasses.replace(i, start=aff(i.start)) if isinstance(i, Sl)
+                                                else aff(i) for i in v.idx))
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
 
 
 def _last_step_on_gpsimd(chunks: ir.Loop) -> list[Stmt]:
