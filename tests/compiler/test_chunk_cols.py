@@ -44,8 +44,8 @@ def compiled(name: str, dtype: str, rows: int, cols: int):
 
 
 # (form, dtype, rows, columns): each is chunked (checked below); rows not a multiple of 128, several row tiles
-CASES = [("rmsnorm", "f32", 300, 16384), ("layernorm", "f32", 300, 16384), ("layernorm", "bf16", 300, 16384),
-         ("layernorm", "f16", 200, 16384), ("softmax", "bf16", 150, 32768), ("softmax", "f16", 150, 32768),
+CASES = [("rmsnorm", "f32", 300, 16384), ("layernorm", "f32", 300, 16384), ("layernorm", "bf16", 300, 32768),
+         ("layernorm", "f16", 150, 32768), ("softmax", "bf16", 150, 32768), ("softmax", "f16", 150, 32768),
          ("rmsnorm", "f32", 150, 32768), ("rmsnorm", "bf16", 150, 32768), ("softmax", "f32", 150, 32768)]
 
 
@@ -110,10 +110,11 @@ def test_narrow_tensors_are_written_narrow() -> None:
 
 
 def test_the_last_step_of_a_chunk_writes_the_narrow_output() -> None:
-    """bf16 rmsnorm: the chunk loop's multiply by g's broadcast writes the bf16 tile the store reads, no cast after."""
+    """bf16 rmsnorm: the chunk loop's multiply by the broadcast of r x g writes the bf16 tile the store reads, no
+    cast after."""
     src = unwrap(compiled("rmsnorm", "bf16", 256, 4096).source)
     assert re.search(r"tensor_tensor\(dst=Y_cast\[:, ct \* Y_TILE_F:ct \* Y_TILE_F \+ Y_TILE_F\], "
-                     r"data1=Y_tile\[:, ct \* Y_TILE_F", src)
+                     r"data1=X_tile\[:, ct \* Y_TILE_F", src)
     assert "tensor_copy(dst=Y_cast" not in src and "Y_rounded" not in src
 
 
@@ -126,3 +127,27 @@ def test_narrow_chains_match_numpy(name: str, dtype: str) -> None:
     want = FORMS[name][1](*(np.asarray(inputs[p.name], np.float64) for p in c.program.inputs))
     scale = float(np.abs(want).max())
     np.testing.assert_allclose(got, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * scale)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_chunked_max_keeps_16bit_partials(dtype: str) -> None:
+    """softmax over rows of 32768: the per-chunk maxima of 16-bit X are 16-bit values, kept in a 16-bit partials
+    tile (exact; VectorE's 16-bit reduce streams at N/2); the sums' partials stay fp32."""
+    c = compiled("softmax", dtype, 150, 32768)
+    nl_dtype = {"bf16": "bfloat16", "f16": "float16"}[dtype]
+    assert re.search(rf"m_\w*parts = nl.ndarray\(\(\d+, 8\), dtype=nl.{nl_dtype}", c.source)
+    assert re.search(r"s_parts = nl.ndarray\(\(\d+, 8\), dtype=nl.float32", c.source)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_16bit_layernorm_over_rows_of_16384_shares_tiles(dtype: str) -> None:
+    """A 16-bit chain's discarded activation output is in its dtype (half of fp32's space): 16-bit layernorm over
+    rows of 16384 then fits whole with tiles of disjoint lives sharing space (share.py), no chunks."""
+    c = compiled("layernorm", dtype, 300, 16384)
+    assert "for cc in range(" not in c.source
+    nl_dtype = {"bf16": "bfloat16", "f16": "float16"}[dtype]
+    assert re.search(rf"discard\w* = nl.ndarray\(\(\d+, 16384\), dtype=nl.{nl_dtype}", c.source)
+    inputs = lang.random_inputs(c.program, seed=7)
+    got = np.asarray(c.run(**inputs)["Y"], np.float64)
+    want = layernorm(*(np.asarray(inputs[p.name], np.float64) for p in c.program.inputs))
+    np.testing.assert_allclose(got, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * float(np.abs(want).max()))

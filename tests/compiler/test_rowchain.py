@@ -47,21 +47,31 @@ def test_layernorm_in_both_nki_forms(nki: str) -> None:
 
 
 def test_layernorm_centring_is_folded_into_the_activations() -> None:
-    """Four ScalarE passes over a row tile (the mean; the squares of X - mu with bias -mu; X - mu, centred before
-    it is scaled, because `X*r - mu*r` cancels after scaling (see the near-equal-values test); that times r); no
+    """Three ScalarE passes over a row tile (the mean; the squares of X - mu with bias -mu; X - mu, centred before
+    it is scaled, because `X*r - mu*r` cancels after scaling (see the near-equal-values test)); the scaling by r
+    rides on g's broadcast (r turned into a row on TensorE, the stationary of the broadcast: r x g in PSUM); no
     tile of d kept as a tensor; no VectorE column op inside the loop (ScalarE would wait for it behind VectorE's
-    work on the previous row tile); both tensor_tensor steps read a PSUM operand (g broadcast by TensorE per
-    chunk, then the PSUM intermediate)."""
+    work on the previous row tile); the multiply reads its PSUM operand (r x g broadcast by TensorE per chunk).
+    Software-pipelined (pair_tiles.py), the loop over pairs of row tiles holds two of each stage; the shift by b
+    is on GpSimdE, reading the product from SBUF; each row tile is stored in two halves."""
     c = compile_example("layernorm", {"M": 512, "N": 2048})
+    assert "software-pipelined" in c.source
     stmts = chain_stmts(c)
     full = [s for s in stmts if isinstance(s, ir.Act) and s.dst.shape()[1] > 1]
-    assert [s.func for s in full] == ["copy", "square", "copy", "copy"]
-    assert [s.src.buf.name for s in full] == ["X_tile", "X_tile", "X_tile", "Y_centred"]
+    assert [s.func for s in full] == ["copy", "square", "copy"] * 2
+    assert {s.src.buf.name for s in full} == {"X_tile", "X_tile_2"}
     assert not any(isinstance(s, ir.Alloc) and s.buf.name.startswith("d_") for s in stmts)
     assert not any(isinstance(s, (ir.Scalar, ir.Binary)) and s.dst.shape()[1] == 1 for s in stmts)
+    turns = [s for s in stmts if isinstance(s, ir.Transpose)]
+    assert len(turns) == 2 and all(s.src.buf.name.startswith("r_tile") for s in turns)
+    matmuls = [s for s in stmts if isinstance(s, ir.Matmul)]
+    assert matmuls and all(s.stationary.buf.name.startswith("r_row") for s in matmuls)
     binaries = [s for s in stmts if isinstance(s, ir.Binary)]
-    assert len(binaries) == 2 and all("psum" in (s.a.buf.memory, s.b.buf.memory) for s in binaries)
-    assert any(isinstance(s, ir.Matmul) for s in stmts)  # g's chunk broadcast into PSUM
+    # two stages B per loop iteration, each over two halves of the columns (each half stored after its steps)
+    assert len(binaries) == 8 and {s.engine for s in binaries} == {"", "gpsimd"}
+    stores = [s for s in stmts if isinstance(s, ir.Dma) and s.dst.buf.memory == "hbm"]
+    assert len(stores) == 4 and {s.src.shape()[1] for s in stores} == {1024}
+    assert all("psum" in (s.a.buf.memory, s.b.buf.memory) for s in binaries if not s.engine)
     assert "Y_TILE_F = 512" in c.source and "# tl:23" in c.source
     check(c)
 

@@ -47,11 +47,12 @@ from tilec.compiler.passes import peak_usage
 from tilec.compiler.share import share_tiles
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
-from tilec.compiler.ir import Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Sl, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
+from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 _HALF = ("f16", "bf16")
@@ -130,6 +131,10 @@ class Steps:
 Value = Union[Lin, Steps]
 _ALU = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
 PSUM_F32 = 512  # fp32 elements of one 2 KiB PSUM bank: the column chunk of a chain of VectorE steps
+# rows at least this long scale by a column on the broadcast of a row (Steps, scale_row): the ScalarE pass it saves
+# (F cycles) then outweighs the ~0.5 us the transpose and the row's copy add to each row tile's path (on the model,
+# layernorm 256 x 512 f32: 22.5 us with the pass, 23.3 without; 256 x 2048: 41.0 with, 38.7 without)
+TURN_MIN_F = 2048
 
 
 class _Unsupported(Exception):
@@ -137,7 +142,8 @@ class _Unsupported(Exception):
 
 
 class _Chain:
-    def __init__(self, ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False) -> None:
+    def __init__(self, ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False,
+                 turn: bool = True) -> None:
         self.ops, self.hbm, self.keep = ops, hbm, keep
         self.fresh_for = fresh_for  # op -> its name allocator: each op's temporaries keep their own names
         self.fresh: Fresh = fresh_for(ops[-1])
@@ -156,7 +162,10 @@ class _Chain:
         self.readers = {n: sum(n in _reads(o) for o in ops) for n in self.made}
         self.chunked = False  # a chain of VectorE steps built chunk by chunk (TILE_F)
         self.skewed = skewed  # built to be software-pipelined (pair_tiles.skew_row_tiles): work moves off ScalarE
+        self.turn = turn  # a column scaling a broadcast row may ride on the broadcast (scale_row)
         self.exact: set[str] = set()  # 16-bit tensors whose value is exactly one of their dtype (no rounding)
+        self.exact_in: dict[str, str] = {}  # an fp32 buffer -> the 16-bit dtype all its values are exactly of
+        self.narrow_of: dict[str, View] = {}  # a rounded column (fp32) -> the f16/bf16 column it was copied from
         self.discarded: View | None = None
         self.top: sx.Expr | None = None  # the expression whose value is the op's own tile (named `{out}_tile`)
 
@@ -184,7 +193,7 @@ class _Chain:
             self.cur_line = self.op.line
             view = self.view(self.values[name], f"{name}_tile")
             self.body += self.store(name, view)
-        self.body = _narrow_writes(self.body)
+        self.body = _unused_dropped(_narrow_read_as_data(_narrow_writes(self.body)))
         if self.skewed:
             self.body = _offload(self.body)
         outs = ", ".join(op.out for op in self.ops)
@@ -216,6 +225,8 @@ class _Chain:
         # (software-pipelined, GpSimdE runs the steps against rows of the previous tile: ScalarE copies, in its
         # own chain of column ops)
         back = Buf(self.fresh(f"{op.out}_rounded"), "sbuf", "f32", tile.buf.shape)
+        self.exact_in[back.name] = dt  # an fp32 column holding values of dt
+        self.narrow_of[back.name] = whole(narrow)
         if self.skewed:
             self.body += [Alloc(narrow, line=op.line), Act(whole(narrow), tile, "copy", line=op.line),
                           Alloc(back, line=op.line), Act(whole(back), whole(narrow), "copy", line=op.line)]
@@ -267,7 +278,8 @@ class _Chain:
             ones = ones_of[dt]
             view, st = self.rows_view(name, (1, self.F), "v")
             self.views = getattr(self, "views", []) + st
-            tile = Buf(self.fresh(f"{name}_tile"), "sbuf", "f32", (self.TP, self.F))
+            # in the row's dtype: a 16-bit row's broadcast is exact in it, and takes half the space of fp32
+            tile = Buf(self.fresh(f"{name}_tile"), "sbuf", dt, (self.TP, self.F))
             row = Buf(self.fresh(f"{name}_row"), "sbuf", dt, (1, self.F))
             self.row_setup[row.name] = [Alloc(row, line=self.line), Dma(whole(row), whole(view), self.line)]
             # the SBUF copy loads the row chunk by chunk: a whole row would take F * 4 bytes of every partition
@@ -278,9 +290,16 @@ class _Chain:
             self.row_setup[tile.name] = [Alloc(tile, line=self.line)] + loop("c", self.F // chunk, [
                 Alloc(part, line=self.line), Dma(whole(part), View(view, (full(1), cols)), self.line),
                 *broadcast_row(acc, ones, whole(part), self.line),
-                ir.Copy(View(tile, (full(self.TP), cols)), whole(acc), self.line)], line=self.line)
+                self.evicted(View(tile, (full(self.TP), cols)), whole(acc))], line=self.line)
             self.row_tiles[name] = whole(tile)
             self.row_of[tile.name] = (row, ones, name)
+
+    def evicted(self, dst: View, acc: View) -> Stmt:
+        """The copy of a broadcast row's chunk out of PSUM: by ScalarE in a software-pipelined chain, whose first
+        row tile starts on VectorE (the mean), else by VectorE."""
+        if self.skewed:
+            return Act(dst, acc, "copy", line=self.line)
+        return ir.Copy(dst, acc, self.line)
 
     def setup(self) -> list[Stmt]:
         """The row loads and broadcasts the loop reads, in the order they were planned."""
@@ -323,6 +342,11 @@ class _Chain:
         col = Buf(self.name(f"{op.out}_col", numbered=False), "sbuf", "f32", (self.TP, 1))
         if op.op != "add":
             src = self.view(self.value(expr), f"{op.out}_terms")
+            if src.buf.dtype in _HALF and self.hbm[op.out].dtype == src.buf.dtype and op.init == _IDENTITY[op.op]:
+                # the max of f16/bf16 values is one of them: reduced into a column of their dtype it is exact (no
+                # rounding copies), and VectorE streams a 16-bit reduce into a 16-bit result at N/2 (nki-spec 2.4)
+                col = Buf(self.name(f"{op.out}_{src.buf.dtype}", numbered=False), "sbuf", src.buf.dtype, (self.TP, 1))
+                self.exact.add(op.out)
             self.emit(Alloc(col, line=self.cur_line), Reduce(whole(col), src, op.op, self.cur_line), engine="vector")
             result: Lin = Lin(whole(col))
             if op.init != _IDENTITY[op.op]:
@@ -378,6 +402,15 @@ class _Chain:
         """The one tile every activation kept only for its row sums writes (mean and variance passes share it)."""
         if self.discarded is None:
             self.discarded = self.temp("discard", False)
+            dts = {self.hbm[n].dtype for n in self.hbm if n in self.made or n in self.inputs()}
+            if len(dts) == 1 and dts <= set(_HALF):
+                # a 16-bit chain (every tensor f16/bf16): the discarded output in that dtype, half the space. Whether
+                # ScalarE sums its values before or after the output's rounding is not documented; after, each
+                # (positive) term differs by at most one unit of the dtype, relatively, and the sum is rounded to
+                # the dtype itself
+                narrow = dataclasses.replace(self.discarded.buf, dtype=dts.pop())
+                self.body[-1] = Alloc(narrow, line=self.cur_line)
+                self.discarded = whole(narrow)
         return self.discarded
 
     def fallback(self, op: Op) -> None:
@@ -579,11 +612,15 @@ class _Chain:
         assert first is not None
         shape = first.shape()
         out = dst if dst is not None else self.temp(name, shape[1] == 1)
-        if isinstance(x.first, Lin):
-            first = self.act_into(out, "copy", first, x.first.scale, x.first.bias, None)
         chunk = self.chunk() if shape[1] == self.F else 0
         row = x.steps[0][1]
         from_row = isinstance(row, View) and row.buf.name in self.row_of
+        # (base * column) * row: TensorE broadcasts column x row (an outer product) instead of the row alone, and
+        # the scaling by the column is no ScalarE pass of its own (rmsnorm's X * r * g, layernorm's d * r * g)
+        stationary = self.scale_row(x, row) if chunk and from_row and self.whole_tile(first) \
+            and self.whole_tile(out) else None
+        if isinstance(x.first, Lin) and stationary is None:
+            first = self.act_into(out, "copy", first, x.first.scale, x.first.bias, None)
         if (len(x.steps) >= 2 or from_row) and chunk and all(self.whole_tile(v) for v in [first, out]):
             self.chunked = True
             body: list[Stmt] = []
@@ -600,8 +637,9 @@ class _Chain:
                 operand = at(other)
                 if i == 0 and from_row and isinstance(row, View):
                     src, ones, tensor = self.row_of[row.buf.name]
-                    bcast = Buf(self.name(f"{tensor}_psum", numbered=False), "psum", "f32", (self.TP, chunk))
-                    body += broadcast_row(bcast, ones, View(src, (full(1), cols)), self.cur_line)
+                    what = f"{tensor}_psum" if stationary is None else f"{tensor}_scaled_psum"
+                    bcast = Buf(self.name(what, numbered=False), "psum", "f32", (self.TP, chunk))
+                    body += broadcast_row(bcast, stationary or ones, View(src, (full(1), cols)), self.cur_line)
                     operand = whole(bcast)
                 body.append(self.step_stmt(d, cur, op, operand, left))
                 cur = d
@@ -617,6 +655,51 @@ class _Chain:
         if dst is None:
             self.memo[key] = out
         return out
+
+    def scale_row(self, x: Steps, row: "View | float") -> Buf | None:
+        """For steps `(base * c) * row ...` (c a column, the row broadcast by TensorE): c as a (1, TILE_P) row in the
+        row's dtype, the stationary of the broadcast, whose PSUM result is then c[p] * row[f] (one product, exact
+        for 16-bit operands). None when the steps do not start so, or c is not exactly a value of a 16-bit row's
+        dtype (its row would round it)."""
+        first = x.first
+        if self.F < TURN_MIN_F or not self.turn or not self.scalar_bound():
+            return None
+        if not isinstance(first, Lin) or not isinstance(first.scale, Col) or first.bias != 0.0 \
+                or x.steps[0][0] != "multiply" or not isinstance(row, View):
+            return None
+        col = self.known(first.scale)
+        dt = self.row_of[row.buf.name][0].dtype
+        if dt != "f32" and (col.coef != 1.0 or self.exact_in.get(col.view.buf.name, col.view.buf.dtype) != dt):
+            return None
+        view = self.col_view(col)
+        key = ("row", view, dt)
+        if key not in self.memo:
+            line = self.cur_line
+            # a rounded column is turned from its f16/bf16 copy (a transpose keeps its dtype); a row of that dtype
+            # receives it exactly
+            view = self.narrow_of.get(view.buf.name, view) if col.coef == 1.0 else view
+            turned = Buf(self.name(f"{_stem(view)}_turned", numbered=False), "psum", view.buf.dtype, (1, self.TP))
+            out = Buf(self.name(f"{_stem(view)}_row", numbered=False), "sbuf", dt, (1, self.TP))
+            # the column turned into a row on TensorE (a transpose through PSUM), copied to SBUF (a matmul reads its
+            # stationary from SBUF) by VectorE, whose next instructions are the steps that wait for this row anyway
+            # (ScalarE's queue may hold the next row tile's passes by then; GpSimdE cannot read PSUM)
+            self.body += [Alloc(turned, line=line), ir.Transpose(whole(turned), view, "pe", line),
+                          Alloc(out, line=line), ir.Copy(whole(out), whole(turned), line)]
+            self.memo[key] = whole(out)
+        return self.memo[key].buf
+
+    def scalar_bound(self) -> bool:
+        """Whether ScalarE's whole-row passes so far, plus the scaling pass a turned column would save, take longer
+        than the row tile's DMA (its full-row loads and stores at the target's DMA bandwidth): the pass is then
+        worth saving. An f32 rmsnorm (2 passes; ScalarE fits 3.3 in an f32 tile's DMA time on trn2) is not
+        (rows of 8192: 1.08x the floor with its pass, 1.14x turned); layernorm (4) and every 16-bit chain (1.7
+        fit) are."""
+        t = get_target()
+        full = [n for n in self.inputs() if self.kind(n) == "full"]
+        full += [n for n in self.keep & self.made if self.kind(n) == "full"]
+        dma_ns = self.TP * sum(DTYPE_BYTES[self.hbm[n].dtype] for n in full) / (t.dma_engines * t.dma_engine_bw)
+        passes = sum(1 for s in self.body if isinstance(s, Act) and s.dst.shape()[1:] != (1,)) + 1
+        return passes / t.scalar_ghz > dma_ns
 
     def step_stmt(self, dst: View, cur: View, op: str, other: "View | float", left: bool) -> Stmt:
         if isinstance(other, float) or other.buf.shape[1] == 1:
@@ -767,14 +850,16 @@ def _narrow_writes(body: list[Stmt]) -> list[Stmt]:
     tensor, the cast before a store): the instruction writes the narrow tile itself (its output conversion rounds
     once, as the copy did) and the fp32 tile and the copy are gone."""
     out = list(body)
-    for copy in [s for s in body if isinstance(s, ir.Copy)]:
+    # (a software-pipelined chain rounds its columns with ScalarE copies: activations without scale, bias or sums)
+    for copy in [s for s in body if isinstance(s, ir.Copy) or isinstance(s, Act) and s.func == "copy"
+                 and s.bias is None and s.total is None and isinstance(s.scale, float) and s.scale == 1.0]:
         narrow, tile = copy.dst.buf, copy.src.buf
         if copy.dst != whole(narrow) or copy.src != whole(tile) or tile.memory != "sbuf" or tile.dtype != "f32" \
                 or narrow.dtype == "f32":
             continue
         touching = [s for s in out if any(v.buf == tile for x in ir.walk((s,)) for v in ir.views(x))]
         writers = [s for s in touching if s is not copy]
-        if writers and isinstance(writers[-1], ir.Loop):
+        if writers and isinstance(writers[-1], ir.Loop) and isinstance(copy, ir.Copy):
             out = _narrow_last_step(out, copy, writers[-1])
             continue
         if len(writers) != 1 or not isinstance(writers[0], (Act, Binary, Scalar)) or writers[0].dst != whole(tile):
@@ -790,22 +875,128 @@ def _narrow_writes(body: list[Stmt]) -> list[Stmt]:
     return out
 
 
+def _narrow_read_as_data(body: list[Stmt]) -> list[Stmt]:
+    """A rounded column copied back to fp32 (f16/bf16 -> fp32, exact) and read only as the data of activations
+    (`rsqrt(v + eps)` reading the rounded variance): they read the narrow column itself (an activation's data may be
+    f16/bf16; only its scale and bias columns must be fp32), and the copy is gone."""
+    out = list(body)
+    for copy in [s for s in body if isinstance(s, (ir.Copy, Act))]:
+        back, narrow = copy.dst.buf, copy.src.buf
+        if isinstance(copy, Act) and (copy.func != "copy" or copy.bias is not None or copy.total is not None
+                                      or not isinstance(copy.scale, float) or copy.scale != 1.0):
+            continue
+        if back.dtype != "f32" or narrow.dtype not in _HALF or back.shape[1:] != (1,) or copy.dst != whole(back) \
+                or copy.src != whole(narrow):
+            continue
+        readers = [s for s in out if s is not copy and any(v.buf == back for x in ir.walk((s,)) for v in ir.views(x))]
+        if not readers or not all(isinstance(r, Act) and r.src == whole(back)
+                                  and sum(v.buf == back for v in ir.views(r)) == 1 for r in readers):
+            continue
+        out = [_read_from(r, whole(narrow)) if any(r is x for x in readers) else r for r in out if r is not copy]
+    return out
+
+
+def _read_from(s: Stmt, src: View) -> Stmt:
+    assert isinstance(s, Act)
+    return dataclasses.replace(s, src=src)
+
+
+def _unused_dropped(body: list[Stmt]) -> list[Stmt]:
+    """The body without the instructions whose on-chip result nothing reads (a rounded column whose readers read
+    its f16/bf16 copy instead) and the allocations of tiles no instruction touches (a steps' output tile whose last
+    step writes the narrow tile the store reads instead)."""
+    while True:
+        read = {v.buf.name for s in ir.walk(tuple(body)) for v in _views_read(s)}
+        dead = [s for s in body if isinstance(s, (Act, ir.Copy, Scalar, Binary)) and s.dst.buf.memory != "hbm"
+                and s.dst.buf.name not in read and not (isinstance(s, Act) and s.total is not None)]
+        if not dead:
+            break
+        body = [s for s in body if not any(s is d for d in dead)]
+    used = {v.buf.name for s in ir.walk(tuple(body)) for v in ir.views(s)}
+    return [s for s in body if not (isinstance(s, Alloc) and s.buf.name not in used)]
+
+
+def _views_read(s: Stmt) -> list[View]:
+    """The views an instruction reads (its destination counts when a view of the same buffer is also read)."""
+    if isinstance(s, (ir.Loop, Block, Alloc, ir.Reshape)):
+        return []
+    if isinstance(s, ir.Matmul):
+        return [s.stationary, s.moving]
+    written = {id(getattr(s, f, None)) for f in ("dst", "total")}
+    return [getattr(s, f.name) for f in dataclasses.fields(s)
+            if isinstance(getattr(s, f.name), View) and id(getattr(s, f.name)) not in written]
+
+
 def _offload(body: list[Stmt]) -> list[Stmt]:
     """Work of a software-pipelined 16-bit chain moved off ScalarE:
     * a 16-bit tile's copy plus a per-partition bias into a 16-bit tile (bf16 layernorm's d = X - mu) is one
-      VectorE tensor_scalar (16-bit performance mode: 4 elements a cycle, nki-spec 2.3);
+      VectorE tensor_scalar (16-bit performance mode: 4 elements a cycle, nki-spec 2.3), unless the scaling by a
+      column rides on a row's broadcast (a column turned into a row: ScalarE then has room for it and VectorE none:
+      on the model bf16 layernorm over rows of 4096 is 1.48x the floor with the centring on ScalarE, 1.69x on
+      VectorE);
     * in a loop of VectorE steps over column chunks, a last step adding a broadcast row held in SBUF (b) runs on
-      GpSimdE (idle), the step before it writing SBUF instead of PSUM (GpSimdE cannot read PSUM)."""
+      GpSimdE (idle), the step before it writing SBUF instead of PSUM (GpSimdE cannot read PSUM);
+    * the row tile is stored in two halves, each after the steps over its columns (_halved_stores: on the model
+      bf16 layernorm over rows of 8192 1.51x -> 1.50x, the last tile's store no longer all after its last step)."""
     out: list[Stmt] = []
+    turned = any(isinstance(s, ir.Transpose) for s in body)  # the scaling by r rides on the broadcast of g
     for s in body:
-        if isinstance(s, Act) and s.func == "copy" and s.total is None and s.scale == 1.0 and s.bias is not None \
-                and s.dst.buf.dtype in _HALF and s.src.buf.dtype in _HALF and s.dst.shape()[1:] != (1,):
+        if not turned and isinstance(s, Act) and s.func == "copy" and s.total is None and s.scale == 1.0 \
+                and s.bias is not None and s.dst.buf.dtype in _HALF and s.src.buf.dtype in _HALF \
+                and s.dst.shape()[1:] != (1,):
             s = Scalar(s.dst, s.src, "add", s.bias, s.line)
         elif isinstance(s, ir.Loop) and s.var == "ct":
             out += _last_step_on_gpsimd(s)
             continue
         out.append(s)
+    return _halved_stores(out)
+
+
+def _halved_stores(body: list[Stmt]) -> list[Stmt]:
+    """A loop of steps over column chunks followed by the store of the tile it writes: two loops over the two
+    halves of the columns, each followed by the store of its half (the first half leaves while the second is
+    computed)."""
+    out: list[Stmt] = []
+    i = 0
+    while i < len(body):
+        s = body[i]
+        nxt = body[i + 1] if i + 1 < len(body) else None
+        if isinstance(s, ir.Loop) and s.var == "ct" and s.extent % 2 == 0 and isinstance(nxt, Dma) \
+                and nxt.src == whole(nxt.src.buf) and any(_writes_buf(x, nxt.src.buf) for x in ir.walk(s.body)):
+            half, width = s.extent // 2, nxt.src.buf.shape[1] // 2
+            first = dataclasses.replace(s, extent=half)
+            second = dataclasses.replace(s, extent=half, body=tuple(_shifted(x, "ct", half) for x in s.body))
+            for k, loop_ in enumerate((first, second)):
+                cols = Sl(ir.Aff((), k * width), width)
+                dst = View(nxt.dst.buf, nxt.dst.idx[:-1] + (cols,))
+                out += [loop_, Dma(dst, View(nxt.src.buf, (nxt.src.idx[0], cols)), nxt.line)]
+            i += 2
+            continue
+        out.append(s)
+        i += 1
     return out
+
+
+def _writes_buf(s: Stmt, buf: Buf) -> bool:
+    dst = getattr(s, "acc", None) if isinstance(s, ir.Matmul) else getattr(s, "dst", None)
+    return isinstance(dst, View) and dst.buf == buf
+
+
+def _shifted(s: Stmt, var: str, by: int) -> Stmt:
+    """`s` with loop variable `var` replaced by `var + by`."""
+    if isinstance(s, (ir.Loop, Block)):
+        return dataclasses.replace(s, body=tuple(_shifted(x, var, by) for x in s.body))
+
+    def aff(x: ir.Aff) -> ir.Aff:
+        return ir.Aff(x.terms, x.const + by * sum(t.coef for t in x.terms if t.var == var))
+
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, View):
+            changes[f.name] = View(v.buf, tuple(dataclasses.replace(i, start=aff(i.start)) if isinstance(i, Sl)
+                                                else aff(i) for i in v.idx))
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
 
 
 def _last_step_on_gpsimd(chunks: ir.Loop) -> list[Stmt]:
@@ -819,7 +1010,10 @@ def _last_step_on_gpsimd(chunks: ir.Loop) -> list[Stmt]:
     if prev.memory != "psum" or not any(isinstance(s, Alloc) and s.buf == prev for s in body) \
             or last.a != whole(prev):
         return [chunks]
-    moved = Buf(prev.name, "sbuf", prev.dtype, last.dst.buf.shape)
+    name = prev.name.replace("_psum", "_prod")  # no longer in PSUM: named for what it holds (the products)
+    if any(v.buf.name == name for x in ir.walk((chunks,)) for v in ir.views(x)):
+        name = prev.name
+    moved = Buf(name, "sbuf", prev.dtype, last.dst.buf.shape)
 
     def swap(v: View) -> View:
         return View(moved, last.dst.idx) if v.buf == prev else v
@@ -883,15 +1077,44 @@ def _reads(op: Op) -> list[str]:
     return names
 
 
-def build_row_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False) -> Built:
+def build_row_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False,
+                    turn: bool = True) -> Built:
     """fresh_for(op): the name allocator of each op of the chain. Short rows (a reduction and element-wise ops of
     its columns) are grouped several per partition instead (build_reduce.short_rows)."""
     grouped = short_rows(ops)
     if grouped is not None:
         return build_short_rows(ops, hbm, fresh_for, keep, grouped)
-    chain = _Chain(ops, hbm, fresh_for, keep, skewed)
+    chain = _Chain(ops, hbm, fresh_for, keep, skewed, turn)
     consts, stmts = chain.build()
     return consts, getattr(chain, "views", []) + stmts
+
+
+def fit_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int) -> Built:
+    """The row chain as it fits `budget` best (the caller checks it fits): whole and software-pipelined when that
+    fits (pipelined), else chunked or shared (fit_long_rows). A chunked chain that broadcasts a row again chunk by
+    chunk in fp32 (layernorm's b over rows of 32768 fp32) keeps the scaling by r on ScalarE: its TensorE is busy
+    with fp32 broadcasts, and the transpose that turns r into a row only adds to each row tile's path (on the model
+    2.14x the floor turned, 2.13x not)."""
+    built = build_row_chain(ops, hbm, fresh_for, keep)
+    if peak_usage(tuple(built[1]))[0] <= budget:
+        return pipelined(ops, hbm, fresh_for, keep, built, budget)
+    fitted = fit_long_rows(ops, built, budget, fresh_for)
+    if _turned(fitted[1]) and _rebroadcast(fitted[1]):
+        return fit_long_rows(ops, build_row_chain(ops, hbm, fresh_for, keep, turn=False), budget, fresh_for)
+    return fitted
+
+
+def _turned(stmts: list[Stmt]) -> bool:
+    return any(isinstance(s, ir.Transpose) for s in ir.walk(tuple(stmts)))
+
+
+def _rebroadcast(stmts: list[Stmt]) -> bool:
+    """An fp32 row broadcast to every partition again inside the chunk loop (chunk_cols' `rebuild`): fp32 matmuls,
+    four times the cost of 16-bit ones."""
+    def again(loop: ir.Loop) -> bool:
+        return any(isinstance(x, ir.Matmul) and x.stationary.buf.name.startswith("ones_f32")
+                   for x in ir.walk(loop.body))
+    return any(isinstance(s, ir.Loop) and s.var == "cc" and again(s) for s in ir.walk(tuple(stmts)))
 
 
 def fit_long_rows(ops: list[Op], built: Built, budget: int, fresh_for) -> Built:
@@ -928,24 +1151,33 @@ def reads_of(op: Op) -> list[str]:
     return names
 
 
-__all__ = ["row_chains", "build_row_chain", "fit_long_rows", "reads_of", "ColumnReduceOp"]
+__all__ = ["row_chains", "build_row_chain", "fit_chain", "fit_long_rows", "reads_of", "ColumnReduceOp"]
 
 
 def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], built: Built, budget: int) -> Built:
     """A chain that fits whole, built again for software pipelining (pair_tiles.skew_row_tiles: a row tile's
     VectorE steps after the next tile's ScalarE passes, and in a 16-bit chain work moved off ScalarE), when that
-    applies and fits; else `built`."""
+    applies and fits; else, for a chain of steps too big to fit twice, its columns chunked; else `built`. Every
+    chain with a loop of steps is pipelined when it fits (rows10 pipelined only those with ScalarE passes to move:
+    now the scaling by r rides on g's broadcast, rmsnorm bf16 over rows of 4096 is 1.04x pipelined, 1.71x not)."""
     from tilec.compiler.pair_tiles import skew_row_tiles
 
     if short_rows(ops) is not None:
         return built
     chain = _Chain(ops, hbm, fresh_for, keep, skewed=True)
     consts, stmts = chain.build()
-    if _scalar_passes(stmts) >= _scalar_passes(built[1]):
-        return built  # nothing moved off ScalarE: its passes bound the chain either way (rmsnorm, softmax)
-    return skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1])) or built
-
-
-def _scalar_passes(stmts: list[Stmt]) -> int:
-    """ScalarE passes over whole-row tiles per row tile."""
-    return sum(1 for s in ir.walk(tuple(stmts)) if isinstance(s, Act) and s.dst.shape()[1:] != (1,))
+    skewed = skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1]))
+    if skewed is not None:
+        return skewed
+    if 2 * peak_usage(tuple(built[1]))[0] <= budget or not _turned(built[1]):
+        return built
+    # a chain whose column rides on a row's broadcast (its row tile is then read until the tile's last step) that
+    # fits once but not twice: its columns chunked as at long rows, so that the next row tile's load and this tile's
+    # store go chunk by chunk beside the work (on the model: bf16 rmsnorm over rows of 16384 1.61x -> 1.22x; chains
+    # without a turned column gain or lose a little: softmax over rows of 8192 f32 1.15x -> 1.06x, of 16384 bf16
+    # 1.45x -> 1.46x, f32 rmsnorm over rows of 8192 1.08x -> 1.10x)
+    free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
+    chunked = chunk_columns(built[0], built[1], free, budget, fresh_for(ops[-1]))
+    if chunked is not None and not _whole_broadcast(chunked[1], free):
+        return chunked
+    return built

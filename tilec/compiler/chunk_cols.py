@@ -161,11 +161,14 @@ class _Chunker:
                 if _total(s):
                     pending.add(_total(s))
                 continue
+            if any(self.wide(v.buf) for x in ir.walk((s,)) for v in ir.views(x)):
+                raise _NoChunk
+            if cur and _independent(s, cur, pending):
+                out.append(s)  # runs before the phase (a column turned into a row): the phase goes on
+                continue
             if cur:
                 out.append(cur)
                 cur, pending = [], set()
-            if any(self.wide(v.buf) for x in ir.walk((s,)) for v in ir.views(x)):
-                raise _NoChunk
             out.append(s)
         if cur:
             out.append(cur)
@@ -231,7 +234,11 @@ class _Chunker:
             if isinstance(s, (Act, Reduce)) and _total(s):
                 col = s.total if isinstance(s, Act) else s.dst
                 assert col is not None
-                partial = Buf(self.fresh(f"{_stem(col.buf.name)}_parts"), "sbuf", "f32", (col.buf.shape[0], parts))
+                # a max/min of f16/bf16 values is one of them: its partials keep the dtype (exact), and a VectorE
+                # tensor_reduce with 16-bit input and output streams at N/2 cycles (nki-spec 2.4), N with fp32 out
+                narrow = isinstance(s, Reduce) and s.op in ("maximum", "minimum") and s.src.buf.dtype in ("f16", "bf16")
+                dt = s.src.buf.dtype if narrow else "f32"
+                partial = Buf(self.fresh(f"{_stem(col.buf.name)}_parts"), "sbuf", dt, (col.buf.shape[0], parts))
                 before.append(Alloc(partial, line=s.line))
                 at = View(partial, (ir.full(col.buf.shape[0]), Sl(Aff((Term("cc"),)), 1)))
                 one = self.stmt(s, cc)
@@ -299,6 +306,20 @@ def _total(s: Stmt) -> str:
     if isinstance(s, Reduce) and s.dst.buf.shape[1] == 1 and len(s.src.buf.shape) == 2 and s.src.buf.shape[1] > 1:
         return s.dst.buf.name
     return ""
+
+
+def _independent(s: Stmt, phase: list[Stmt], totals: set[str]) -> bool:
+    """Whether `s` (after the phase's statements) may run before them: it reads nothing they write (their row
+    reductions' columns included) and touches nothing they touch."""
+    touched = {v.buf.name for p in phase for x in ir.walk((p,)) for v in ir.views(x)}
+    written = {b.name for b in touched_bufs(phase) if any(_writes(p, b) for p in phase)} | totals
+    mine = {v.buf.name for x in ir.walk((s,)) for v in ir.views(x)}
+    reads = {v.buf.name for x in ir.walk((s,)) for v in _reads(x)}
+    return not (reads & written) and not ((mine - reads) & touched) and not (mine & written)
+
+
+def touched_bufs(stmts: list[Stmt]) -> list[Buf]:
+    return list({v.buf.name: v.buf for p in stmts for x in ir.walk((p,)) for v in ir.views(x)}.values())
 
 
 def _writes(s: Stmt, buf: Buf) -> bool:

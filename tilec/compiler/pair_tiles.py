@@ -50,7 +50,12 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
     loop = block.body[0]
     assert isinstance(loop, Loop)
     T = loop.extent
-    split = next((i for i, s in enumerate(loop.body) if isinstance(s, Loop)), None)
+    # stage B starts at the first loop of steps, or at the TensorE transpose feeding its broadcasts (a column turned
+    # into a row): in A it would hold TensorE's in-order queue, and the previous tile's broadcasts, behind this
+    # tile's ScalarE passes
+    split = next((i for i, s in enumerate(loop.body) if isinstance(s, (Loop, ir.Transpose))), None)
+    while split and _psum_alloc(loop.body[split - 1]):
+        split -= 1
     if T % 2 or T < 4 or not split:
         return None
     a_part, b_part = list(loop.body[:split]), list(loop.body[split:])
@@ -59,9 +64,23 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
     used_b = {v.buf.name for s in b_part for x in ir.walk((s,)) for v in ir.views(x)}
     crossing = [n for n in allocs_a if n in used_a and n in used_b]
     late = [allocs_a[n] for n in allocs_a if n not in used_a]  # allocated early, first used in B
-    a_part = [s for s in a_part if not (isinstance(s, Alloc) and (s.buf.name in crossing or s in late))]
+    # a tile only ever written (an activation's discarded output, kept for its row sums): one buffer for both
+    # parities, allocated once (its writers are in-order on one engine: sharing it makes nothing wait)
+    read = {v.buf.name for s in a_part + b_part for x in ir.walk((s,)) for v in _views_read(x)}
+    discarded = [n for n in allocs_a if n in used_a and n not in read and n not in crossing]
+    a_part = [s for s in a_part if not (isinstance(s, Alloc) and (s.buf.name in crossing + discarded or s in late))]
     b_part = late + b_part
+    # a tile of stage B that no store reads (the steps' products GpSimdE adds b to): one buffer for both parities,
+    # allocated once. Its writer (VectorE) and reader (GpSimdE) run in order on every row tile, chunk by chunk:
+    # tile i + 1's chunk k is written after tile i's chunk k is read, which its steps wait for anyway
+    stored = {v.buf.name for x in ir.walk(tuple(b_part)) if isinstance(x, ir.Dma) for v in _views_read(x)}
+    passed = [s for s in b_part if isinstance(s, Alloc) and s.buf.memory == "sbuf" and s.buf.name not in stored
+              and s not in late]
+    b_part = [s for s in b_part if not any(s is x for x in passed)]
     inner = {s.buf.name: s.buf for s in ir.walk(tuple(a_part + b_part)) if isinstance(s, Alloc)}
+    writers = {ir_engine(s) for s in ir.walk(tuple(a_part)) for v in ir.views(s) if v.buf.name in discarded}
+    if len(writers) > 1:  # written by several engines: each parity keeps its own
+        return None
     odd = {name: dataclasses.replace(buf, name=fresh(f"{name}_2")) for name, buf in inner.items()}
     for n in crossing:
         odd[n] = dataclasses.replace(allocs_a[n].buf, name=fresh(f"{n}_2"))
@@ -71,7 +90,8 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
         names = odd if parity else {}
         return [_at(s, tile, names) for s in part]
 
-    hoisted = [allocs_a[n] for n in crossing] + [Alloc(odd[n], line=allocs_a[n].line) for n in crossing]
+    hoisted = [allocs_a[n] for n in crossing + discarded] + [Alloc(odd[n], line=allocs_a[n].line) for n in crossing]
+    hoisted += passed
     body: list[Stmt] = copy(a_part, (2, 1), 1) + copy(b_part, (2, 0), 0) + copy(a_part, (2, 2), 0) + \
         copy(b_part, (2, 1), 1)
     loops = [Loop(VAR, T // 2 - 1, tuple(body), "sequential", "", loop.line,
@@ -83,6 +103,26 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
     if peak_usage(tuple(out))[0] > budget:
         return None
     return consts + [("TILE_PAIR", 2 * tp)], out
+
+
+def _views_read(s: Stmt) -> list[View]:
+    """The views an instruction reads (not its destination, nor an activation's row sums)."""
+    if isinstance(s, (Loop, Block, Alloc, ir.Reshape)):
+        return []
+    written = {id(getattr(s, f, None)) for f in ("dst", "acc", "total")}
+    return [getattr(s, f.name) for f in dataclasses.fields(s)
+            if isinstance(getattr(s, f.name), View) and id(getattr(s, f.name)) not in written]
+
+
+def ir_engine(s: Stmt) -> str:
+    """The engine an instruction runs on, as far as sharing a written-only tile goes."""
+    if isinstance(s, ir.Act):
+        return "scalar"
+    return f"{type(s).__name__}:{getattr(s, 'engine', '')}"
+
+
+def _psum_alloc(s: Stmt) -> bool:
+    return isinstance(s, Alloc) and s.buf.memory == "psum"
 
 
 def _scoped(var: str, stmts: list[Stmt], line: int) -> list[Stmt]:

@@ -16,7 +16,7 @@ from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest,
                                        reduce_nest, transpose_nest)
 from tilec.compiler.build_reduce import build_reduce, resident, short_rows
 from tilec.compiler.build_colreduce import build_column_reduce, extreme_note
-from tilec.compiler.build_rowchain import build_row_chain, fit_long_rows, pipelined, reads_of, row_chains
+from tilec.compiler.build_rowchain import fit_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.lower import lower, print_comps
@@ -218,11 +218,8 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             members = [ops[j] for j in chains[i]]
             outside = [o for j, o in enumerate(ops) if j not in chains[i]]
             keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
-            built = build_row_chain(members, hbm, lambda o: _fresh(names, o), keep)
-            if passes.peak_usage(tuple(built[1]))[0] > budget:  # long rows: chunked columns, or shared tiles
-                built = fit_long_rows(members, built, budget, lambda o: _fresh(names, o))
-            else:  # fits whole: software-pipelined when that moves work off ScalarE (pair_tiles.py)
-                built = pipelined(members, hbm, lambda o: _fresh(names, o), keep, built, budget)
+            # whole and software-pipelined (pair_tiles.py), or at long rows chunked columns or shared tiles
+            built = fit_chain(members, hbm, lambda o: _fresh(names, o), keep, budget)
             if passes.peak_usage(tuple(built[1]))[0] <= budget:
                 out.append(_named({m.out for m in members} & keep, built, members[-1].out, len(ops), prefixes))
                 skip |= set(chains[i])
