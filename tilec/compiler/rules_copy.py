@@ -377,6 +377,19 @@ STEP_BYTES = 8192  # SBUF per partition one step of a row-block copy moves at mo
 # interleave one DMA latency apart (tilec/perf/deps.py): 4 KiB steps made pad1 at batch 1 25.5 µs, 8 KiB 23.6 µs
 
 
+STAGE_RUN_BYTES = 160  # a crop whose rows are shorter goes through SBUF (row_blocks), a longer one HBM -> HBM. On the
+# model's DMA engines (tilec/perf/costs.py) an HBM -> HBM row of b bytes costs hypot(14 ns, b / 23 B/ns) (one
+# descriptor per row) and staging moves each row twice at the byte rate, (b_in + b_out) / 23 B/ns (one run per
+# partition): they cross near 160 B. The bf16 shift's 110-byte rows: 13.9 µs HBM -> HBM, the f32 one's 220 B: 15.8.
+
+
+def short_rows(X, Y, Wy: int, cx: int) -> bool:
+    """Whether a crop of the last dimension (rows of Wy of X's elements from column cx) moves rows shorter than
+    STAGE_RUN_BYTES HBM -> HBM, so that loading X's rows whole and cutting them on chip is cheaper."""
+    cropped = X.shape[-1] != Wy or cx != 0  # (a crop keeping less than half of X's rows loads them in pieces)
+    return cropped and 2 * Wy >= X.shape[-1] and Wy * (4 if Y.dtype == "f32" else 2) < STAGE_RUN_BYTES
+
+
 def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list] | None:
     """A padded copy whose rows are padded at either end (`P[n, c, y, x] = X[n, c, y - 1, x - 1] ?? 0`, a zero-filled
     shift), built on level B with every DMA moving long contiguous runs on every DMA engine:
@@ -403,7 +416,7 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     if r == 1 and src.fill is not None and len(src.index) == 1 and stmt.dst.index == (Aff((Term(loops[0]),)),) \
             and src.index[0].terms == (Term(loops[0]),):
         return flat_rows(hbm[src.buf], hbm[stmt.dst.buf], src.index[0].const, src.fill, stmt.line, fresh, target)
-    if src.fill is None or r < 2 or len(src.index) != r or len(stmt.dst.index) != r:
+    if r < 2 or len(src.index) != r or len(stmt.dst.index) != r:
         return None
     if any(i.terms != (Term(v),) or i.const for i, v in zip(stmt.dst.index, loops)):
         return None
@@ -419,8 +432,10 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     cy, cx = src.index[-2].const, src.index[-1].const
     lo, hi = interior(src.index[-2], Hx, Hy)
     xlo, xhi = interior(src.index[-1], Wx, Wy)
-    if lo >= hi or xlo >= xhi or (xlo == 0 and xhi == Wy):
-        return None  # all fill, or rows not padded (HBM -> HBM is the box schedule's)
+    if lo >= hi or xlo >= xhi:
+        return None  # all fill
+    if xlo == 0 and xhi == Wy and (src.fill is not None or not short_rows(X, Y, Wy, cx)):
+        return None  # rows not padded, and long enough for HBM -> HBM (the box schedule's, rules._hbm_copy)
     O = math.prod(ext[:-2])
     # with fewer units than one DMA engine's partitions, a row block's DMAs would leave engines idle: the box
     # schedule's blocks of rows (one unit, many rows per DMA) do better
@@ -449,7 +464,7 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     fill_rows = max(lo, Hy - hi)
     if fill_rows * Wy * yb_ > FILL_TILE_BYTES or rt_max * (Wy * yb_ + wl * xb) > STAGE_TILE_BYTES:
         return None
-    value = float(round_to(X.dtype, np.asarray(src.fill, np.float32)))
+    value = float(round_to(X.dtype, np.asarray(src.fill or 0, np.float32)))
     line = stmt.line
     xv, s1 = hbm_view(X, (O, Hx, Wx), fresh(f"{X.name}_v"), line)
     yv, s2 = hbm_view(Y, (O, Hy, Wy), fresh(f"{Y.name}_v"), line)
@@ -458,8 +473,8 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     # constant tiles, set once: the row ends (per partition, rt rows of the widest end) and the fill rows
     ends = max(xlo, Wy - xhi)
     cols = ir.Buf(fresh(f"{Y.name}_ends"), "sbuf", Y.dtype, (P, rt_max, ends))
-    prep: list = [ir.Alloc(cols, zero=True, line=line)]
-    if value != 0:
+    prep: list = [ir.Alloc(cols, zero=True, line=line)] if ends else []
+    if value != 0 and ends:
         prep.append(ir.Scalar(ir.whole(cols), ir.whole(cols), "add", value, line))
     rows_tile = None
     if fill_rows:
@@ -535,9 +550,12 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     units_of = "(" + ", ".join(v.split("@")[0] for v in loops[:-2]) + ")"
     how = (f"(unit, block of {R} row{'s' if R > 1 else ''}) pairs on {P} partitions" if nb > 1 else
            f"one unit of {units_of} per partition, blocks of {ob}")
-    label = f"{Y.name} = {X.name} with its rows padded ({shown}) in SBUF: {how}, stored whole"
-    return consts, s1 + s2 + [ir.Block(f"{Y.name}: the fill value {shown} on chip, set once", tuple(prep), line),
-                              ir.Block(label, tuple(main), line)]
+    if src.fill is None:  # a crop of short rows: no fill, X's rows loaded whole and cut on chip
+        label = f"{Y.name} = {X.name} cropped in SBUF (rows of {w} of {Wx}): {how}"
+    else:
+        label = f"{Y.name} = {X.name} with its rows padded ({shown}) in SBUF: {how}, stored whole"
+    fill_block = [ir.Block(f"{Y.name}: the fill value {shown} on chip, set once", tuple(prep), line)] if prep else []
+    return consts, s1 + s2 + fill_block + [ir.Block(label, tuple(main), line)]
 
 
 def row_blocks_note(k: Kernel, target: Target) -> str | None:
