@@ -103,3 +103,65 @@ def test_a_crop_keeping_less_than_half_the_row_stays_hbm_to_hbm() -> None:
     c = compile_loaded(lang.load(text, sizes))
     assert "cropped in SBUF" not in c.source and "nl.sbuf" not in c.source
     check_against_reference(c)
+
+
+# ---- nearest upsampling (rules_copy.upsampled_rows) ----------------------------------------------------------------
+
+def upsample_program(dtype: str, ki: int, kj: int, out_dtype: str = "") -> str:
+    rows, cols = (f"i / {ki}" if ki > 1 else "i"), (f"j / {kj}" if kj > 1 else "j")
+    return (f"kernel up(X: {dtype}[N, C, H, W]) -> Y\n"
+            f"  Y: {out_dtype or dtype}[N, C, {ki}*H, {kj}*W]\n"
+            f"  for n in 0..N, c in 0..C, i in 0..{ki}*H, j in 0..{kj}*W:\n"
+            f"    Y[n, c, i, j] = X[n, c, {rows}, {cols}]\n")
+
+
+def run_upsample(dtype: str, nki: str, ki: int, kj: int, out_dtype: str = "", **sizes: int):
+    c = compile_loaded(lang.load(upsample_program(dtype, ki, kj, out_dtype), sizes), nki=nki)
+    inputs = inputs_for(c.program)
+    got = np.asarray(c.run(**inputs)["Y"], np.float32)
+    x = np.asarray(inputs["X"]).astype(NP[dtype]).astype(np.float32)
+    want = x.repeat(ki, axis=2).repeat(kj, axis=3)
+    if out_dtype:
+        want = want.astype(NP[out_dtype]).astype(np.float32)
+    return c, got, want
+
+
+UPSAMPLES = {
+    "2x2_batch1": (2, 2, dict(N=1, C=128, H=5, W=7)),
+    "3x2_ragged": (3, 2, dict(N=3, C=50, H=3, W=5)),  # 150 units: a block of 128 and one of 22
+    "1x2_cols": (1, 2, dict(N=2, C=70, H=4, W=9)),
+    "2x1_rows": (2, 1, dict(N=1, C=131, H=3, W=6)),
+    "steps_2x2": (2, 2, dict(N=1, C=128, H=40, W=60)),  # several steps of rows (UPSAMPLE_STEP_BYTES)
+}
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("case", sorted(UPSAMPLES))
+def test_upsampled_rows_match_numpy_repeat(case: str, dtype: str, nki: str) -> None:
+    ki, kj, sizes = UPSAMPLES[case]
+    c, got, want = run_upsample(dtype, nki, ki, kj, **sizes)
+    assert f"upsampled {ki}x{kj} in SBUF" in c.source
+    np.testing.assert_array_equal(got, want)
+
+
+def test_upsampled_rows_take_steps_of_rows_that_fit() -> None:
+    c, _, _ = run_upsample("f32", "0.6", 2, 2, N=1, C=128, H=40, W=60)
+    per_row = 2 * 120 * 4  # result bytes per row of X
+    rows = max(d for d in range(1, 41) if 40 % d == 0 and d * per_row <= rules_copy.UPSAMPLE_STEP_BYTES)
+    assert rows < 40 and f"for r_t in range({40 // rows}):" in c.source
+    assert f"Y_tile = nl.ndarray((128, {2 * rows}, 120)" in c.source
+
+
+@pytest.mark.parametrize("dtype, out_dtype", [("f32", "bf16"), ("bf16", "f32")])
+def test_a_converting_upsample_rounds_as_numpy(dtype: str, out_dtype: str) -> None:
+    c, got, want = run_upsample(dtype, "0.6", 2, 2, out_dtype, N=2, C=64, H=3, W=4)
+    np.testing.assert_array_equal(got, want)
+    check_against_reference(c)
+
+
+def test_an_upsample_of_few_units_keeps_the_replication_rule() -> None:
+    """Fewer units than partitions: the copy rule's replication (channels on the partitions) takes it."""
+    c, got, want = run_upsample("bf16", "0.6", 2, 2, N=1, C=40, H=4, W=5)
+    assert "upsampled" not in c.source and "replicated" in c.source
+    np.testing.assert_array_equal(got, want)
