@@ -165,3 +165,18 @@ def test_an_upsample_of_few_units_keeps_the_replication_rule() -> None:
     c, got, want = run_upsample("bf16", "0.6", 2, 2, N=1, C=40, H=4, W=5)
     assert "upsampled" not in c.source and "replicated" in c.source
     np.testing.assert_array_equal(got, want)
+
+
+# ---- a "same" pad's two fill rows in one DMA (rules_copy.row_blocks) -----------------------------------------------
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_both_fill_rows_are_one_dma_and_exact(dtype: str, nki: str) -> None:
+    from test_padded_copy import expected, program
+    dims = [("n", 3, 3, 0), ("c", 50, 50, 0), ("y", 7, 9, -1), ("x", 5, 7, -1)]  # 150 units: 2 blocks of 75
+    c = compile_loaded(lang.load(program(dims, "-2", dtype)), nki=nki)
+    assert "dma_copy(dst=Y_v[o_t * 75:o_t * 75 + 75, 0:9:8]" in c.source  # rows 0 and 8, blocks of 75 units
+    inputs = inputs_for(c.program)
+    got = np.asarray(c.run(**inputs)["Y"], np.float32)
+    x = np.asarray(inputs["X"]).astype(NP[dtype]).astype(np.float32)
+    np.testing.assert_array_equal(got, expected(x, dims, -2.0))

@@ -461,7 +461,10 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     def rows_per_step(R: int) -> int:
         return max([d for d in range(1, R + 1) if R % d == 0 and d * per_row <= STEP_BYTES] or [1])
     rt_max = max(rows_per_step(R) for _, _, R in regions)
-    fill_rows = max(lo, Hy - hi)
+    # one fill row at each end (a "same" pad) is stored by one DMA of row step Hy - 1: the model orders stores whose
+    # HBM ranges interleave one DMA latency apart (tilec/perf/deps.py), so each store saved is a latency saved
+    both_ends = lo == 1 and Hy - hi == 1
+    fill_rows = 2 if both_ends else max(lo, Hy - hi)
     if fill_rows * Wy * yb_ > FILL_TILE_BYTES or rt_max * (Wy * yb_ + wl * xb) > STAGE_TILE_BYTES:
         return None
     value = float(round_to(X.dtype, np.asarray(src.fill or 0, np.float32)))
@@ -533,6 +536,9 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
         out: list = []
         if rows_tile is None:
             return out
+        if both_ends:
+            return [ir.Dma(ir.View(yv, (sl(o0, n_o), sl(0, 2, Hy - 1), ir.full(Wy))),
+                           ir.View(rows_tile, (sl(0, n_o), ir.full(2), ir.full(Wy))), line)]
         for r0, n in ((0, lo), (hi, Hy - hi)):
             if n:
                 out.append(ir.Dma(ir.View(yv, (sl(o0, n_o), sl(r0, n), ir.full(Wy))),
