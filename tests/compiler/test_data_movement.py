@@ -66,17 +66,23 @@ def test_data_movement_matches_numpy(text: str, dtype: str) -> None:
 
 
 def test_shift_is_one_hbm_to_hbm_dma_per_block_of_partitions() -> None:
-    c = compile_loaded(lang.load(SHIFT))
+    """Rows of 64 f32 (256 bytes) move HBM -> HBM; shorter ones go through SBUF (test_staged_copies.py)."""
+    c = compile_loaded(lang.load(SHIFT, {"W": 65}))
     assert c.source.count("nisa.dma_copy(") == 1 and "nl.sbuf" not in c.source
-    assert "X[n, c_o * 100:c_o * 100 + 100, 2:5, 1:9]" in c.source.replace("\n", "")
+    assert "X[n, c_o * 100:c_o * 100 + 100, 2:5, 1:65]" in c.source.replace("\n", "")
 
 
 def test_upsample_replicates_in_sbuf_and_stores_whole_rows() -> None:
-    c = compile_loaded(lang.load(UPSAMPLE))
-    assert c.source.count("nisa.dma_copy(") == 2  # the block loaded whole, its replicated tile stored whole
-    # the strided positions of the replicated tile, shared between ScalarE (even rows) and VectorE (odd rows)
-    assert c.source.count("nisa.tensor_copy(") == 1 and c.source.count("nisa.activation(") == 1
-    assert ":2]" in c.source
+    """rules_copy.upsampled_rows: per block of units X's rows loaded whole, written to the strided positions of the
+    result's rows (one copy per column phase, then the other row of each pair copied whole), stored whole; VectorE
+    and ScalarE take disjoint rows (2 x 160 units: a block of 128 and a ragged one of 64)."""
+    c = compile_loaded(lang.load(UPSAMPLE), nki="0.6")
+    src = c.source
+    assert src.count("nisa.dma_copy(") == 4  # per block (the loop's and the ragged one) one load and one store
+    assert src.count("nisa.tensor_copy(") == 6 and src.count("nisa.activation(") == 6
+    assert "nisa.tensor_copy(dst=Y_tile[:, 0, 1:10:2], src=X_rows[:, 0])" in src  # row 0 of X on VectorE
+    assert "nisa.activation(dst=Y_tile[:, 3:6:2], op=nl.copy, data=Y_tile[:, 2:5:2])" in src  # rows 1, 2 on ScalarE
+    assert "nisa.dma_copy(dst=Y_v[256:320], src=Y_tile2)" in src
 
 
 @pytest.mark.parametrize("body, message", [
@@ -94,9 +100,10 @@ def test_parts_that_overlap_leave_gaps_or_compute_are_located_errors(body: str, 
 
 
 def test_a_large_upsampled_tile_is_made_in_row_chunks_that_fit() -> None:
-    c = compile_loaded(lang.load(UPSAMPLE, {"N": 1, "C": 130, "H": 112, "W": 112}))
-    assert "i_q_t" in c.source and "(65, 56, 224)" in c.source  # 65 partitions x 56 of the 224 result rows
-    assert "dma_copy" in c.source
+    c = compile_loaded(lang.load(UPSAMPLE, {"N": 1, "C": 130, "H": 112, "W": 112}), nki="0.6")
+    # 65 partitions x 32 of the 224 result rows (16 of X's 112 rows per step: rules_copy.UPSAMPLE_STEP_BYTES)
+    assert "for r_t in range(7):" in c.source and "Y_tile = nl.ndarray((65, 32, 224)" in c.source
+    assert "src=X_v[o_t * 65:o_t * 65 + 65, r_t * ROWS:r_t * ROWS + ROWS]" in c.source
 
 
 def test_a_copy_takes_no_directives_and_explain_shows_it() -> None:

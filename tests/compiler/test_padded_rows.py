@@ -74,7 +74,8 @@ def test_row_blocks_fill_the_partitions_at_batch_1() -> None:
     src = c.source
     assert "X_rows = nl.ndarray((128, 28, 56)" in src and "P_tile = nl.ndarray((128, 28, 58)" in src
     dmas = [line for line in src.splitlines() if "dma_copy" in line]
-    assert len(dmas) == 4  # the two fill rows, one load and one store in the loop over the two row blocks
+    assert len(dmas) == 3  # the two fill rows (one DMA, rows 0 and 57), one load and one store per row block
+    assert "nisa.dma_copy(dst=P_v[:, 0:58:57], src=P_fill)" in src
     assert "dst=X_rows[rb * 64:rb * 64 + 64], src=X_v[:, rb * 28:rb * 28 + ROWS])" in src
     assert "dst=P_v[:, rb * 28 + 1:rb * 28 + 1 + ROWS], src=P_tile[rb * 64:rb * 64 + 64])" in src
 

@@ -377,6 +377,19 @@ STEP_BYTES = 8192  # SBUF per partition one step of a row-block copy moves at mo
 # interleave one DMA latency apart (tilec/perf/deps.py): 4 KiB steps made pad1 at batch 1 25.5 µs, 8 KiB 23.6 µs
 
 
+STAGE_RUN_BYTES = 160  # a crop whose rows are shorter goes through SBUF (row_blocks), a longer one HBM -> HBM. On the
+# model's DMA engines (tilec/perf/costs.py) an HBM -> HBM row of b bytes costs hypot(14 ns, b / 23 B/ns) (one
+# descriptor per row) and staging moves each row twice at the byte rate, (b_in + b_out) / 23 B/ns (one run per
+# partition): they cross near 160 B. The bf16 shift's 110-byte rows: 13.9 µs HBM -> HBM, the f32 one's 220 B: 15.8.
+
+
+def short_rows(X, Y, Wy: int, cx: int) -> bool:
+    """Whether a crop of the last dimension (rows of Wy of X's elements from column cx) moves rows shorter than
+    STAGE_RUN_BYTES HBM -> HBM, so that loading X's rows whole and cutting them on chip is cheaper."""
+    cropped = X.shape[-1] != Wy or cx != 0  # (a crop keeping less than half of X's rows loads them in pieces)
+    return cropped and 2 * Wy >= X.shape[-1] and Wy * (4 if Y.dtype == "f32" else 2) < STAGE_RUN_BYTES
+
+
 def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list] | None:
     """A padded copy whose rows are padded at either end (`P[n, c, y, x] = X[n, c, y - 1, x - 1] ?? 0`, a zero-filled
     shift), built on level B with every DMA moving long contiguous runs on every DMA engine:
@@ -403,8 +416,8 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     if r == 1 and src.fill is not None and len(src.index) == 1 and stmt.dst.index == (Aff((Term(loops[0]),)),) \
             and src.index[0].terms == (Term(loops[0]),):
         return flat_rows(hbm[src.buf], hbm[stmt.dst.buf], src.index[0].const, src.fill, stmt.line, fresh, target)
-    if src.fill is None or r < 2 or len(src.index) != r or len(stmt.dst.index) != r:
-        return None
+    if r < 2 or len(src.index) != r or len(stmt.dst.index) != r:
+        return upsampled_rows(stmt, src, {lp.var: lp.extent for lp in chain}, hbm, fresh, target)
     if any(i.terms != (Term(v),) or i.const for i, v in zip(stmt.dst.index, loops)):
         return None
     if any(i.terms != (Term(v),) for i, v in zip(src.index, loops)):
@@ -419,8 +432,10 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     cy, cx = src.index[-2].const, src.index[-1].const
     lo, hi = interior(src.index[-2], Hx, Hy)
     xlo, xhi = interior(src.index[-1], Wx, Wy)
-    if lo >= hi or xlo >= xhi or (xlo == 0 and xhi == Wy):
-        return None  # all fill, or rows not padded (HBM -> HBM is the box schedule's)
+    if lo >= hi or xlo >= xhi:
+        return None  # all fill
+    if xlo == 0 and xhi == Wy and (src.fill is not None or not short_rows(X, Y, Wy, cx)):
+        return None  # rows not padded, and long enough for HBM -> HBM (the box schedule's, rules._hbm_copy)
     O = math.prod(ext[:-2])
     # with fewer units than one DMA engine's partitions, a row block's DMAs would leave engines idle: the box
     # schedule's blocks of rows (one unit, many rows per DMA) do better
@@ -446,10 +461,13 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     def rows_per_step(R: int) -> int:
         return max([d for d in range(1, R + 1) if R % d == 0 and d * per_row <= STEP_BYTES] or [1])
     rt_max = max(rows_per_step(R) for _, _, R in regions)
-    fill_rows = max(lo, Hy - hi)
+    # one fill row at each end (a "same" pad) is stored by one DMA of row step Hy - 1: the model orders stores whose
+    # HBM ranges interleave one DMA latency apart (tilec/perf/deps.py), so each store saved is a latency saved
+    both_ends = lo == 1 and Hy - hi == 1
+    fill_rows = 2 if both_ends else max(lo, Hy - hi)
     if fill_rows * Wy * yb_ > FILL_TILE_BYTES or rt_max * (Wy * yb_ + wl * xb) > STAGE_TILE_BYTES:
         return None
-    value = float(round_to(X.dtype, np.asarray(src.fill, np.float32)))
+    value = float(round_to(X.dtype, np.asarray(src.fill or 0, np.float32)))
     line = stmt.line
     xv, s1 = hbm_view(X, (O, Hx, Wx), fresh(f"{X.name}_v"), line)
     yv, s2 = hbm_view(Y, (O, Hy, Wy), fresh(f"{Y.name}_v"), line)
@@ -458,8 +476,8 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     # constant tiles, set once: the row ends (per partition, rt rows of the widest end) and the fill rows
     ends = max(xlo, Wy - xhi)
     cols = ir.Buf(fresh(f"{Y.name}_ends"), "sbuf", Y.dtype, (P, rt_max, ends))
-    prep: list = [ir.Alloc(cols, zero=True, line=line)]
-    if value != 0:
+    prep: list = [ir.Alloc(cols, zero=True, line=line)] if ends else []
+    if value != 0 and ends:
         prep.append(ir.Scalar(ir.whole(cols), ir.whole(cols), "add", value, line))
     rows_tile = None
     if fill_rows:
@@ -518,6 +536,9 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
         out: list = []
         if rows_tile is None:
             return out
+        if both_ends:
+            return [ir.Dma(ir.View(yv, (sl(o0, n_o), sl(0, 2, Hy - 1), ir.full(Wy))),
+                           ir.View(rows_tile, (sl(0, n_o), ir.full(2), ir.full(Wy))), line)]
         for r0, n in ((0, lo), (hi, Hy - hi)):
             if n:
                 out.append(ir.Dma(ir.View(yv, (sl(o0, n_o), sl(r0, n), ir.full(Wy))),
@@ -535,9 +556,115 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     units_of = "(" + ", ".join(v.split("@")[0] for v in loops[:-2]) + ")"
     how = (f"(unit, block of {R} row{'s' if R > 1 else ''}) pairs on {P} partitions" if nb > 1 else
            f"one unit of {units_of} per partition, blocks of {ob}")
-    label = f"{Y.name} = {X.name} with its rows padded ({shown}) in SBUF: {how}, stored whole"
-    return consts, s1 + s2 + [ir.Block(f"{Y.name}: the fill value {shown} on chip, set once", tuple(prep), line),
-                              ir.Block(label, tuple(main), line)]
+    if src.fill is None:  # a crop of short rows: no fill, X's rows loaded whole and cut on chip
+        label = f"{Y.name} = {X.name} cropped in SBUF (rows of {w} of {Wx}): {how}"
+    else:
+        label = f"{Y.name} = {X.name} with its rows padded ({shown}) in SBUF: {how}, stored whole"
+    fill_block = [ir.Block(f"{Y.name}: the fill value {shown} on chip, set once", tuple(prep), line)] if prep else []
+    return consts, s1 + s2 + fill_block + [ir.Block(label, tuple(main), line)]
+
+
+UPSAMPLE_STEP_BYTES = 32 * 1024  # SBUF per partition of one step's result rows in an upsampled copy (upsampled_rows)
+
+
+def upsampled_rows(stmt: Assign, src: Access, ext: dict[str, int], hbm: dict, fresh, target: Target
+                   ) -> tuple[list, list] | None:
+    """Nearest upsampling of the last two dimensions (`Y[n, c, i, j] = X[n, c, i / 2, j / 2]`, each divided loop
+    arriving split: i = 2*i_q + i_r) built on level B, every DMA moving one contiguous run per partition:
+
+        partitions   the outer dimensions fused into units (n, c), in blocks of 128 (a ragged last block)
+        per step     X's rows loaded whole into a load tile; ki x kj on-chip copies write them to the strided
+                     positions of a tile of whole result rows (`tile[:, i_r::ki, j_r::kj]`), VectorE taking the
+                     first rows and ScalarE the others (disjoint row ranges: the engines never wait on each other);
+                     the tile stored whole
+
+    None when the copy is not of that form (an outer dimension divided or shifted, a read of a shifted index, fewer
+    units than partitions): the copy rule's replication (rules.copy) takes it."""
+    from tilec.compiler import ir
+    from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+    X, Y = hbm[src.buf], hbm[stmt.dst.buf]
+    D = len(Y.shape)
+    if src.fill is not None or D < 3 or len(X.shape) != D or len(src.index) != D or len(stmt.dst.index) != D:
+        return None
+    if any(i.const for i in (*src.index, *stmt.dst.index)):
+        return None
+    ks = []
+    for d, (di, si) in enumerate(zip(stmt.dst.index, src.index)):
+        if len(si.terms) != 1 or si.terms[0].coef != 1:
+            return None
+        q = si.terms[0].var
+        if di.terms == (Term(q),):
+            k = 1
+        elif len(di.terms) == 2 and di.terms[0].var == q and di.terms[1].coef == 1 \
+                and di.terms[0].coef == ext.get(di.terms[1].var):
+            k = di.terms[0].coef
+        else:
+            return None
+        if ext.get(q) != X.shape[d] or Y.shape[d] != k * X.shape[d] or (k > 1 and d < D - 2):
+            return None
+        ks.append(k)
+    ki, kj = ks[-2:]
+    if ki * kj == 1:
+        return None
+    O = math.prod(X.shape[:-2])
+    pmax = target.pmax
+    if O < pmax:
+        return None
+    (Hx, Wx), Wy = X.shape[-2:], Y.shape[-1]
+    xb, yb_ = 4 if X.dtype == "f32" else 2, 4 if Y.dtype == "f32" else 2
+    per_row = ki * Wy * yb_  # result bytes per row of X
+    rt = max([d for d in range(1, Hx + 1) if Hx % d == 0 and d * per_row <= UPSAMPLE_STEP_BYTES] or [1])
+    if rt * (per_row + Wx * xb) > STAGE_TILE_BYTES:
+        return None
+    line = stmt.line
+    xv, s1 = hbm_view(X, (O, Hx, Wx), fresh(f"{X.name}_v"), line)
+    yv, s2 = hbm_view(Y, (O, ki * Hx, Wy), fresh(f"{Y.name}_v"), line)
+    ob = best_divisor(O, pmax)
+    if O // ob > -(-O // pmax):
+        ob = pmax  # full blocks and a ragged last one
+    consts: list[tuple[str, int]] = []
+    rows_name = ""
+    if rt > 1 and rt < Hx:
+        rows_name = fresh("ROWS").upper()
+        consts.append((rows_name, rt))
+    # VectorE's share of the rows in proportion to the clocks, its 16-bit copies counted at 2x (strided). Measured
+    # (bf16 upsample2x, VectorE rows of 28 at batch 1 / 8): 14: 8.28 / 47.07 µs, 16: 8.10 / 50.56, 18: 7.91 / 55.57
+    # (the balance of the copies alone): at batch 8 the DMA queues decide (a block's load waits behind stores)
+    vec = target.vector_ghz * (2 if xb == yb_ == 2 else 1)
+    split = round(rt * vec / (vec + target.scalar_ghz))
+    ov, tv = fresh("o_t"), fresh("r_t")
+
+    made: list[str] = []
+
+    def units(o0, n_o: int) -> list:
+        k = str(len(made) + 1) if made else ""  # the ragged block's tiles named apart (a fresh name is stable per base)
+        made.append(k)
+        load = ir.Buf(fresh(f"{X.name}_rows{k}"), "sbuf", X.dtype, (n_o, rt, Wx))
+        tile = ir.Buf(fresh(f"{Y.name}_tile{k}"), "sbuf", Y.dtype, (n_o, ki * rt, Wy))
+        row0 = a(term(tv, rt, rows_name))
+        body: list = [ir.Alloc(load, line=line), ir.Alloc(tile, line=line),
+                      ir.Dma(ir.whole(load), ir.View(xv, (sl(o0, n_o), sl(row0, rt, name=rows_name), ir.full(Wx))),
+                             line)]
+        every = ir.full(n_o)
+        for r0, n, eng in ((0, split, "vector"), (split, rt - split, "scalar")):
+            copies = [(ir.View(tile, (every, sl(r0 * ki, n, ki), sl(j_r, Wx, kj))),
+                       ir.View(load, (every, sl(r0, n), ir.full(Wx)))) for j_r in range(kj)]
+            # the other rows of each group of ki: copies of the first one's whole (contiguous) rows
+            copies += [(ir.View(tile, (every, sl(r0 * ki + i_r, n, ki), ir.full(Wy))),
+                        ir.View(tile, (every, sl(r0 * ki, n, ki), ir.full(Wy)))) for i_r in range(1, ki)]
+            for dst, srcv in copies if n > 0 else []:
+                body.append(ir.Copy(dst, srcv, line) if eng == "vector" else ir.Act(dst, srcv, "copy", line=line))
+        rows_out = sl(a(term(tv, ki * rt)), ki * rt)
+        body.append(ir.Dma(ir.View(yv, (sl(o0, n_o), rows_out, ir.full(Wy))), ir.whole(tile), line))
+        return loop(tv, Hx // rt, body, note=f"rows of {X.name} in steps of {rows_name or rt}")
+
+    full_blocks, rest = divmod(O, ob)
+    main = loop(ov, full_blocks, units(a(term(ov, ob)), ob), note=f"outer units in blocks of {ob}")
+    if rest:
+        main += units(a(full_blocks * ob), rest)
+    label = (f"{Y.name} = {X.name} upsampled {ki}x{kj} in SBUF: one unit per partition, blocks of {ob}, rows "
+             "loaded and stored whole")
+    return consts, s1 + s2 + [ir.Block(label, tuple(main), line)]
 
 
 def row_blocks_note(k: Kernel, target: Target) -> str | None:
