@@ -69,6 +69,8 @@ def resnet_block(X, W1, b1, W2, b2):
     b1_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     nisa.dma_copy(dst=b1_col[0:64], src=b1)  # tl:12
     nisa.dma_copy(dst=b1_col[64:128], src=b1)  # tl:12
+    Y_pairs = Y.reshape((64, 8, 2, 16))  # tl:16
+    X_pairs = X.reshape((64, 8, 2, 16))  # tl:16
 
     # ---- weights W2: contraction-major, resident in SBUF
     W2_T = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
@@ -123,8 +125,8 @@ def resnet_block(X, W1, b1, W2, b2):
 
     # ---- X: the band added on the eviction
     X_skip = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
-    nisa.dma_copy(dst=X_skip[0:64], src=X[0, :, 0:15:2])  # tl:20
-    nisa.dma_copy(dst=X_skip[64:128], src=X[0, :, 1:16:2])  # tl:20
+    i0, i1, i2, i3 = nl.mgrid[0:2, 0:64, 0:8, 0:16]  # tl:20
+    nisa.dma_copy(dst=X_skip, src=X_pairs[i1, i2, i0, i3])  # tl:20
     Y_band = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     U_acc = nl.zeros((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:16
     U_acc += nisa.nc_matmul(W2_T[:, 0], T_img[:, 0:8, 0:16])  # tl:18
@@ -137,7 +139,7 @@ def resnet_block(X, W1, b1, W2, b2):
     U_act[...] = nisa.activation(op=nl.copy, data=U_acc, bias=b2_col, dtype=nl.float32)  # tl:16
     Y_band[...] = nisa.tensor_tensor(U_act, X_skip, op=nl.add, dtype=nl.float32)  # tl:20
     Y_band[...] = nisa.activation(op=nl.relu, data=Y_band, dtype=nl.float32)  # tl:16
-    nisa.dma_copy(dst=Y[0, :, 0:15:2], src=Y_band[0:64])  # tl:16
-    nisa.dma_copy(dst=Y[0, :, 1:16:2], src=Y_band[64:128])  # tl:16
+    i0, i1, i2, i3 = nl.mgrid[0:2, 0:64, 0:8, 0:16]  # tl:16
+    nisa.dma_copy(dst=Y_pairs[i1, i2, i0, i3], src=Y_band)  # tl:16
 
     return Y

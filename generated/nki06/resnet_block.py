@@ -69,6 +69,8 @@ def resnet_block(X, W1, b1, W2, b2):
     b1_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     nisa.dma_copy(dst=b1_col[0:64], src=b1)  # tl:12
     nisa.dma_copy(dst=b1_col[64:128], src=b1)  # tl:12
+    Y_pairs = Y.reshape((64, 8, 2, 16))  # tl:16
+    X_pairs = X.reshape((64, 8, 2, 16))  # tl:16
 
     # ---- weights W2: contraction-major, resident in SBUF
     W2_T = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
@@ -126,8 +128,9 @@ def resnet_block(X, W1, b1, W2, b2):
 
     # ---- X: the band added on the eviction
     X_skip = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
-    nisa.dma_copy(dst=X_skip[0:64], src=X[0, :, 0:15:2])  # tl:20
-    nisa.dma_copy(dst=X_skip[64:128], src=X[0, :, 1:16:2])  # tl:20
+    X_pairs_view = X_pairs.ap(pattern=[[16, 2], [256, 64], [32, 8], [1, 16]],
+                              offset=0)  # tl:20
+    nisa.dma_copy(dst=X_skip, src=X_pairs_view)  # tl:20
     Y_band = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     U_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:16
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 0], moving=T_img[:, 0:8, 0:16], accumulate=False)  # tl:18
@@ -140,7 +143,8 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.activation(dst=U_act, op=nl.copy, data=U_acc, bias=b2_col)  # tl:16
     nisa.tensor_tensor(dst=Y_band, data1=U_act, data2=X_skip, op=nl.add)  # tl:20
     nisa.activation(dst=Y_band, op=nl.relu, data=Y_band)  # tl:16
-    nisa.dma_copy(dst=Y[0, :, 0:15:2], src=Y_band[0:64])  # tl:16
-    nisa.dma_copy(dst=Y[0, :, 1:16:2], src=Y_band[64:128])  # tl:16
+    Y_pairs_view = Y_pairs.ap(pattern=[[16, 2], [256, 64], [32, 8], [1, 16]],
+                              offset=0)  # tl:16
+    nisa.dma_copy(dst=Y_pairs_view, src=Y_band)  # tl:16
 
     return Y

@@ -301,6 +301,14 @@ class _ConvBuilder:
             if op.residual:
                 self.s6, s6 = hbm_view(self.hbm[op.residual], hshape, fresh(f"{op.residual}_halves"), line)
                 stmts += s6
+        elif self.pair > 1 and self.dst_chip is None:
+            # row pairs: output rows as (pair, phase), so a band's two phases move in one DMA (conv_pairs.rows_view)
+            pshape = (self.N, self.K, self.Ho // 2, 2, self.Wo)
+            self.o5, s5 = hbm_view(self.hbm[op.out], pshape, fresh(f"{op.out}_pairs"), line)
+            stmts += s5
+            if op.residual:
+                self.s5, s5 = hbm_view(self.hbm[op.residual], pshape, fresh(f"{op.residual}_pairs"), line)
+                stmts += s5
         if self.p.hoist_w == "root":
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF",
                                   tuple(conv_weights.weights(self, False)),
@@ -612,11 +620,8 @@ class _ConvBuilder:
         if self.halves:  # partition 2k + h, row i of the band: row h * BAND / 2 + i of the output (one DMA)
             return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, conv_pairs.halves_region(self)),
                                                                  whole(ob), line)]
-        if self.pair > 1:  # each row phase's half of the band to every other row of the output
-            stores = [Dma(View(self.o4, self.out_region(h)), View(ob, (sl(h * self.K, self.K), full(ob.shape[1]),
-                                                                         full(ob.shape[2]))), line)
-                      for h in range(2)]
-            return loads + [Alloc(ob, line=line)] + group + stores
+        if self.pair > 1:  # partition h*K + k, row i of the band: row 2i + h of the output (one DMA)
+            return loads + [Alloc(ob, line=line)] + group + [Dma(conv_pairs.rows_view(self, self.o5), whole(ob), line)]
         store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks),
                                    sl(self.y_at(p.band // self.wy), p.band // self.wy),
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
@@ -681,9 +686,7 @@ class _ConvBuilder:
         if self.halves:
             return [Alloc(rb, line=line), Dma(whole(rb), View(self.s6, conv_pairs.halves_region(self)), line)]
         if self.pair > 1:
-            out: list[Stmt] = [Alloc(rb, line=line)]
-            return out + [Dma(View(rb, (sl(h * self.K, self.K), full(rb.shape[1]), full(rb.shape[2]))),
-                              View(self.s4, self.out_region(h)), line) for h in range(2)]
+            return [Alloc(rb, line=line), Dma(whole(rb), conv_pairs.rows_view(self, self.s5), line)]
         return [Alloc(rb, line=line),
                 Dma(View(rb, (self.part(self.ks, p.tile_k), full(rb.shape[1]), full(rb.shape[2]))),
                     View(self.s4, self.out_region()), line)]

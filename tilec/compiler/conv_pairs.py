@@ -156,6 +156,14 @@ def matmul_halves(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
     return out
 
 
+def rows_view(b: _ConvBuilder, pairs: Buf) -> View:
+    """The band's rows of an output-shaped tensor seen as [N, K, rows / 2, 2, columns] (`pairs`), in the order of
+    a row-pair band on chip: phase h, channel k, pair i, column (partition h*K + k holds rows 2i + h), so one DMA
+    moves both phases (a permuted view: ir.View.perm)."""
+    region = (a(b.var["n"]), full(b.K), sl(b.y_at(b.p.band // 2), b.p.band // 2), full(2), full(b.Wo))
+    return View(pairs, region, perm=(2, 0, 1, 3))
+
+
 def halves_region(b: _ConvBuilder) -> tuple:
     """The output band of band halves in the [N, K, bands, 2, BAND / 2, columns] view of an output tensor."""
     return (a(b.var["n"]), full(b.K), b.y_at(1), full(2), full(b.p.band // 2), full(b.Wo))
