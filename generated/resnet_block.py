@@ -110,16 +110,16 @@ def resnet_block(X, W1, b1, W2, b2):
     T_img = nl.zeros((128, 9, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
 
     # ---- input band X: all contraction tiles, shared by every output tile
-    X_band = nl.zeros((128, 18, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    nisa.dma_copy(dst=X_band[0:64, 1:17, 1:17], src=X[0])  # tl:14
-    nisa.dma_copy(dst=X_band[64:128, 0:16, 1:17], src=X[0])  # tl:14
+    X_band = nl.zeros((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    nisa.dma_copy(dst=X_band[0:64, 1:17], src=X[0])  # tl:14
+    nisa.dma_copy(dst=X_band[64:128, 0:16], src=X[0])  # tl:14
     T_acc = nl.zeros((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12
-    T_acc += nisa.nc_matmul(W1_T[:, 0], X_band[:, 0:15:2, 0:16])  # tl:14
-    T_acc += nisa.nc_matmul(W1_T[:, 1], X_band[:, 2:17:2, 0:16])  # tl:14
-    T_acc += nisa.nc_matmul(W1_T[:, 2], X_band[:, 0:15:2, 1:17])  # tl:14
-    T_acc += nisa.nc_matmul(W1_T[:, 3], X_band[:, 2:17:2, 1:17])  # tl:14
-    T_acc += nisa.nc_matmul(W1_T[:, 4], X_band[:, 0:15:2, 2:18])  # tl:14
-    T_acc += nisa.nc_matmul(W1_T[:, 5], X_band[:, 2:17:2, 2:18])  # tl:14
+    T_acc += nisa.nc_matmul(W1_T[:, 2], X_band[:, 0:15:2])  # tl:14
+    T_acc += nisa.nc_matmul(W1_T[:, 3], X_band[:, 2:17:2])  # tl:14
+    T_acc[:, :, 1:16] += nisa.nc_matmul(W1_T[:, 0], X_band[:, 0:15:2, 0:15])  # tl:14
+    T_acc[:, :, 1:16] += nisa.nc_matmul(W1_T[:, 1], X_band[:, 2:17:2, 0:15])  # tl:14
+    T_acc[:, :, 0:15] += nisa.nc_matmul(W1_T[:, 4], X_band[:, 0:15:2, 1:16])  # tl:14
+    T_acc[:, :, 0:15] += nisa.nc_matmul(W1_T[:, 5], X_band[:, 2:17:2, 1:16])  # tl:14
     T_img[0:64, 1:9, 1:17] = nisa.activation(op=nl.relu, data=T_acc[0:64], bias=b1_col[0:64], dtype=nl.float32)  # tl:12
     T_img[64:128, 0:8, 1:17] = nisa.activation(op=nl.relu, data=T_acc[64:128], bias=b1_col[64:128], dtype=nl.float32)  # tl:12
 

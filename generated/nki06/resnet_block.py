@@ -112,17 +112,17 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.memset(dst=T_img, value=0.0)  # tl:12
 
     # ---- input band X: all contraction tiles, shared by every output tile
-    X_band = nl.ndarray((128, 18, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    X_band = nl.ndarray((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     nisa.memset(dst=X_band, value=0.0)  # tl:14
-    nisa.dma_copy(dst=X_band[0:64, 1:17, 1:17], src=X[0])  # tl:14
-    nisa.dma_copy(dst=X_band[64:128, 0:16, 1:17], src=X[0])  # tl:14
+    nisa.dma_copy(dst=X_band[0:64, 1:17], src=X[0])  # tl:14
+    nisa.dma_copy(dst=X_band[64:128, 0:16], src=X[0])  # tl:14
     T_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 0], moving=X_band[:, 0:15:2, 0:16], accumulate=False)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 1], moving=X_band[:, 2:17:2, 0:16], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 2], moving=X_band[:, 0:15:2, 1:17], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 3], moving=X_band[:, 2:17:2, 1:17], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 4], moving=X_band[:, 0:15:2, 2:18], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 5], moving=X_band[:, 2:17:2, 2:18], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 2], moving=X_band[:, 0:15:2], accumulate=False)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 3], moving=X_band[:, 2:17:2], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 0], moving=X_band[:, 0:15:2, 0:15], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 1], moving=X_band[:, 2:17:2, 0:15], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc[:, :, 0:15], stationary=W1_T[:, 4], moving=X_band[:, 0:15:2, 1:16], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc[:, :, 0:15], stationary=W1_T[:, 5], moving=X_band[:, 2:17:2, 1:16], accumulate=True)  # tl:14
     nisa.activation(dst=T_img[0:64, 1:9, 1:17], op=nl.relu, data=T_acc[0:64], bias=b1_col[0:64])  # tl:12
     nisa.activation(dst=T_img[64:128, 0:8, 1:17], op=nl.relu, data=T_acc[64:128], bias=b1_col[64:128])  # tl:12
 

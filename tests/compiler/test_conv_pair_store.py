@@ -8,6 +8,7 @@ and the verifier's and the codegen's refusals of a permuted view anywhere but th
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -59,7 +60,8 @@ def compiled(text: str, nki: str, schedule: str | None = None):
 def test_row_pairs_store_each_band_once(nki, n, c, h, w, k, split):
     prog, comp, inputs, out = compiled(SAME.format(dt="f32", n=n, c=c, h=h, w=w, k=k), nki, split)
     code = comp.source
-    assert code.count("nisa.nc_matmul(") % 6 == 0 and f"({2 * k}, " in code  # row pairs: both phases per matmul
+    # row pairs: both phases per matmul, 2 per tap column; a single column skips the taps reading past X's edges
+    assert code.count("nisa.nc_matmul(") % (6 if w > 1 else 2) == 0 and f"({2 * k}, " in code
     stores = code.count("src=Y_band)")
     assert stores == code.count("Y_band = nl.ndarray") and stores >= 1 and "Y_band[0:" not in code
     assert ("nl.mgrid[0:2, " in code) if nki == "0.1" else (".ap(pattern=[[" in code)
@@ -72,10 +74,23 @@ def test_row_pairs_store_each_band_once(nki, n, c, h, w, k, split):
 def test_residual_band_arrives_in_one_load(nki, dt):
     prog, comp, inputs, out = compiled(RESIDUAL.format(dt=dt, n=2, c=48, h=12, w=11, k=32), nki)
     x = rounded(inputs, dt)
-    if dt == "f32":  # row pairs: one load of the residual band, one store of the output band
-        assert "S_skip = nl.ndarray((64, " in comp.source
-        assert comp.source.count("(dst=S_skip") == comp.source.count("S_skip = nl.ndarray") >= 1
+    # row pairs (every dtype): one load of the residual band, one store of the output band
+    assert "S_skip = nl.ndarray((64, " in comp.source
+    assert comp.source.count("(dst=S_skip") == comp.source.count("S_skip = nl.ndarray") >= 1
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]) + x["S"])
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_16_bit_row_pairs_load_whole_rows(nki, dt):
+    # the band holds X's own columns (no zero halo columns): each copy loads as one run per partition, and the
+    # outer tap columns compute the output columns that read inside X only, after the middle one
+    prog, comp, inputs, out = compiled(SAME.format(dt=dt, n=2, c=64, h=12, w=11, k=64), nki)
+    code = comp.source
+    assert re.search(r"X_band = nl\.(zeros|ndarray)\(\(128, \d+, 11\)", code)  # 11 columns: X's own
+    assert "Y_acc[:, :, 1:11]" in code and "Y_acc[:, :, 0:10]" in code
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]))
 
 
 def test_odd_row_count_keeps_one_phase():

@@ -32,14 +32,12 @@ kernel same(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K]) -> Y
 def test_row_pairs_padded_conv_with_bias_several_bands(dt):
     prog, c, inputs, out = run(SAME64.format(dt=dt), "split Y.y, 4\n")
     code = c.source
-    if dt == "f32":
-        # 6 matmuls per row group (pairs of tap rows x 3 tap columns), each over both copies' partitions and all 2K
-        # output partitions, reading every other row of the band; the even and odd rows of a band leave in one store
-        assert code.count("nisa.nc_matmul(") % 6 == 0 and "(64, 2, 13)" in code
-        assert ":2]" in code or ":2," in code  # every other row
-        assert code.count("src=Y_band)") == code.count("Y_band = nl.ndarray") and "Y_band[0:32]" not in code
-    else:  # 16-bit convs are bound by their DMAs, which row pairs make slower: the default keeps one phase
-        assert "(64, " not in code
+    # 6 matmuls per row group (pairs of tap rows x 3 tap columns), each over both copies' partitions and all 2K
+    # output partitions, reading every other row of the band; the even and odd rows of a band leave in one store
+    # (16-bit too: with one store per band and copies loaded as one run per partition, pairs pay there as well)
+    assert code.count("nisa.nc_matmul(") % 6 == 0 and "(64, 2, 13)" in code
+    assert ":2]" in code or ":2," in code  # every other row
+    assert code.count("src=Y_band)") == code.count("Y_band = nl.ndarray") and "Y_band[0:32]" not in code
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
 

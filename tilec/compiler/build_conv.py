@@ -154,6 +154,7 @@ class _ConvBuilder:
         self.sy, self.sx = op.stride
         self.dy, self.dx = op.dilation
         self.oy, self.ox = op.offset  # input row (column) of band row (column) 0 of the first band
+        self.col0 = self.ox  # X's column at band column 0 (below: 0 for row pairs over X's own columns)
         # channel counts without a good divisor (257) take 128-channel tiles plus one remainder tile (a ragged plan):
         # the remainder sits in the first KR (CR) partitions of one more tile of the same buffers
         self.KT, self.CT = self.K // plan.tile_k, self.C // plan.tile_c
@@ -202,6 +203,14 @@ class _ConvBuilder:
             self.shifts = [(0, 0), (1, 0)]
             self.pairs = pair_groups(self.R, self.S)
             self.G = plan.band // (2 * plan.rows)
+        # X's column at band column 0: the read's offset (a padded read's band starts with zero halo columns), or 0
+        # for row pairs of a padded read, whose band holds X's own columns: each copy's rows are then one run per
+        # partition in HBM and SBUF alike (one DMA descriptor, not one per row: 1,920 descriptors of 112 B per band
+        # of bf16 conv3x3same), and a column tap reaching past X's edge computes the output columns it reaches only,
+        # after a tap reaching all of them (conv_pairs.tap_columns)
+        if self.pair > 1 and not self.halves and src_chip is None and self.NXB == 1 and self.BX == plan.tile_x \
+                and self.ox < 0 and any(conv_pairs.tap_columns(self, s) == (0, self.Wo) for _, s in self.pairs):
+            self.col0 = 0
         self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
         # copy j of a folded band sits on partitions [j*Q, j*Q + C): with few copies of few channels (the C = 3
         # first layer's 18 copies, 54 partitions) they are spread over the 128 partitions so that their loads use
@@ -379,7 +388,7 @@ class _ConvBuilder:
         """Input columns of a band: whole rows of X (from the window's offset on: a padded read's band includes
         its left and right halo), or the columns behind one column band."""
         reach = (self.BX - 1) * self.sx + (self.S - 1) * self.dx + 1
-        if self.NXB == 1 and self.ox == 0 and reach <= self.W:
+        if self.NXB == 1 and self.col0 == 0 and (reach <= self.W or self.ox < 0):
             return self.W
         return reach
 

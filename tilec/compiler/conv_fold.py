@@ -79,14 +79,14 @@ def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
     for j, (r0, c0) in copy_order(b):
         need = b.copy_rows() if b.halves else rows - r0  # the rows of X this copy holds
         top, bottom = clip_rows(b, band + r0, need, step) if b.yb[0] is None else (0, 0)
-        left, right = b.clip(b.ox + c0, cols - c0, b.W)
+        left, right = b.clip(b.col0 + c0, cols - c0, b.W)
         n_rows, n_cols = need - top - bottom, cols - c0 - left - right
         halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
         if n_rows <= 0 or n_cols <= 0:
             continue
         out.append(Dma(View(xb, (sl(j * b.Q, C), a(0), sl(top, n_rows), sl(left, n_cols))),
                        View(b.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top * step), n_rows, step),
-                                      sl(b.ox + c0 + left, n_cols))), line))
+                                      sl(b.col0 + c0 + left, n_cols))), line))
     return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 and b.slots == 1 else []) + out
 
 

@@ -127,7 +127,10 @@ def matmuls_paired(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
     (the even output rows' rows; the odd ones read the same data one row up through their blocks)."""
     p, V, C = b.p, b.var, b.C
     out: list[Stmt] = []
-    for g, (u, s) in enumerate(b.pairs):
+    order = list(enumerate(b.pairs))
+    if b.col0 != b.ox:  # the accumulator's first matmul writes every column (NKI 0.6: the others add to it)
+        order.sort(key=lambda gs: tap_columns(b, gs[1][1]) != (0, b.Wo))
+    for g, (u, s) in order:
         copies = 2 if any(j == 1 for j, _, _ in pair_blocks(u, b.R)) else 1  # a copy with no tap stays out
         parts = sl(0, copies * C)
         rows = sl(a(term(V["g"], 2 * p.rows), u), p.rows, 2)
@@ -136,9 +139,25 @@ def matmuls_paired(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
             rows = sl(a(term(V["g"], p.rows), u // 2).plus(b.y_at(p.band // 2)), p.rows)
         cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], b.sx), s * b.dx), p.tile_x, b.sx,
                   b.cn["x"] if b.sx == 1 else "")
-        out.append(Matmul(accv, View(wt, (parts, a(g), full(b.PK))),
+        acc = accv
+        if b.col0 != b.ox:  # a band of X's own columns: the tap's output columns that read inside X
+            first, n = tap_columns(b, s)
+            if n == 0:
+                continue
+            cols = sl(first * b.sx + s * b.dx + b.ox, n, b.sx)
+            acc = View(accv.buf, accv.idx[:-1] + (sl(first, n),))
+        out.append(Matmul(acc, View(wt, (parts, a(g), full(b.PK))),
                           View(b.x_band_buf(), (parts, a(0), rows, cols)), b.L["update"]))
     return out
+
+
+def tap_columns(b: _ConvBuilder, s: int) -> tuple[int, int]:
+    """(first output column, count) whose input column under tap column s lies inside X (a padded read reaches
+    past X's edges with its outer taps: 3x3 "same" tap 0 reads X's column -1 for output column 0)."""
+    first = s * b.dx + b.ox  # the input column of output column 0
+    lo = max(0, -(first // b.sx))  # ceil(-first / sx)
+    hi = min(b.Wo - 1, (b.W - 1 - first) // b.sx)
+    return lo, max(0, hi - lo + 1)
 
 
 def matmul_halves(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
