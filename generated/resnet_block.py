@@ -69,6 +69,7 @@ def resnet_block(X, W1, b1, W2, b2):
     b1_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     nisa.dma_copy(dst=b1_col[0:64], src=b1)  # tl:12
     nisa.dma_copy(dst=b1_col[64:128], src=b1)  # tl:12
+    X_zero_rows = nl.zeros((128, 2, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     Y_pairs = Y.reshape((64, 8, 2, 16))  # tl:16
     X_pairs = X.reshape((64, 8, 2, 16))  # tl:16
 
@@ -110,7 +111,9 @@ def resnet_block(X, W1, b1, W2, b2):
     T_img = nl.zeros((128, 9, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
 
     # ---- input band X: all contraction tiles, shared by every output tile
-    X_band = nl.zeros((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    X_band = nl.ndarray((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    X_band[:, 0] = nisa.tensor_copy(X_zero_rows[:, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
+    X_band[:, 16:18] = nisa.tensor_copy(X_zero_rows, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
     nisa.dma_copy(dst=X_band[0:64, 1:17], src=X[0])  # tl:14
     nisa.dma_copy(dst=X_band[64:128, 0:16], src=X[0])  # tl:14
     T_acc = nl.zeros((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12

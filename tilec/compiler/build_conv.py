@@ -224,6 +224,15 @@ class _ConvBuilder:
             self.slots = min(SLOTS, self.NB, SLOT_BYTES // per_slot)  # (as much SBUF as two bands in flight)
             self.Q = max(self.C, PMAX // len(self.shifts)) if self.slots > 1 else self.C
             self.slots = max(self.slots, 1)
+        # a band of X's own columns (row pairs, above) has no halo but its edge rows is its edge rows: they are copied from a small zero tile made once (zero_rows)
+        # instead of zeroing the whole band, so the band's loads (other rows) do not wait for a memset (bf16
+        # conv3x3same batch 1: the first load waited 1 us for the GpSimdE memset of its band)
+        self.zero_rows: Buf | None = None
+        if self.col0 != self.ox:
+            halo = max(count for b in range(self.NB) for _, count in conv_fold.halo_spans(self, b) + [(0, 0)])
+            if halo:
+                self.zero_rows = Buf(fresh(f"{op.x}_zero_rows"), "sbuf", self.hbm[op.x].dtype,
+                                     (self.copy_parts(len(self.shifts)), halo, self.W))
         # a chain's producer writing a folded image (conv_chain.OnChip.copies): its stationary repeats the output
         # channels once per copy (free on TensorE), so each copy's partitions of the accumulator hold all of them
         self.dup = len(dst_chip.copies) if dst_chip is not None else 1
@@ -328,6 +337,8 @@ class _ConvBuilder:
         elif op.bias:
             stmts.append(ir.Block(f"bias {op.bias}: one column per {self.words['k_tile']}",
                                   tuple(conv_weights.bias(self)), line))
+        if self.zero_rows is not None:
+            stmts.append(Alloc(self.zero_rows, zero=True, line=line))
         if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
             allocs = []
             for self.slot in range(self.slots):

@@ -47,6 +47,8 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     out: list[Stmt] = [Alloc(rows, line=line)]
     out += [Dma(View(rows, (sl(h * K, K),) + whole_w), conv_weights.w_view(b, (full(K),) + whole_w), line)
             for h in range(2)]
+    if not b.halves and DTYPE_BYTES[wt.dtype] < 4:
+        return out + _pair_stationaries(b, wt, rows, tp)
     out.append(Alloc(raw, zero=True, line=line))
     if b.halves:
         out += gather_halves(b, rows, raw)
@@ -70,6 +72,35 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     else:
         body.append(ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line))
     return out + loop(gv, b.n_groups, body, note="tap columns" if b.halves else "row pairs", line=line)
+
+
+def _pair_stationaries(b: _ConvBuilder, wt: Buf, rows: Buf, tp: Buf) -> list[Stmt]:
+    """16-bit row pairs' blocks gathered as [2K, 2C, U, S] (U = the pair offsets u = 0, 2, ..): block (j, h) of
+    pair (u, s) holds tap row u + j - h, so at a fixed block position the pairs take W's rows j - h, j - h + 2, ..
+    for every s: one copy per block position (4 instead of 24 [64 x 64] gathers, which held the first matmul back
+    at batch 1: bf16 conv3x3same ...), then one TensorE transpose per pair (group g = s * U + u / 2, b.pairs'
+    order). Its source is strided (U * S elements), which doubles a transpose's streaming: cheap in 16 bits, but
+    fp32 transposes take 4.7 times as long and the early TensorE work meets the warm-up throttle (conv3x3same f32
+    batch 1 39.2 -> 41.1 us), so fp32 keeps one gather per block."""
+    op, line, C, K, R, S = b.op, b.L["update"], b.C, b.K, b.R, b.S
+    U = len(range(0, R + 1, 2))
+    raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, 2 * C, U, S))
+    moves = []
+    for j in range(2):
+        for h in range(2):
+            lo, hi = -((j - h) // 2), (R - 1 + h - j) // 2  # the u / 2 whose tap row u + j - h is one of W's
+            if hi < lo:
+                continue
+            half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
+            moves.append((View(raw, (sl(half * K, K), sl(j * C, C), sl(lo, hi - lo + 1), full(S))),
+                          View(rows, (sl(half * K, K), full(C), sl(2 * lo + j - h, hi - lo + 1, 2), full(S)))))
+    out: list[Stmt] = [Alloc(raw, zero=True, line=line)] + _alternate(moves, line)
+    sv, uv = b.fresh("tap_s"), b.fresh("tap_u")
+    body: list[Stmt] = [Alloc(tp, line=line),
+                        ir.Transpose(whole(tp), View(raw, (full(2 * K), full(2 * C), a(uv), a(sv))), "pe", line),
+                        ir.Copy(View(wt, (full(2 * C), a(term(sv, U), uv), full(2 * K))), whole(tp), line)]
+    return out + loop(sv, S, loop(uv, U, body, note="row pairs: tap row offsets", line=line),
+                      note="row pairs: tap columns", line=line)
 
 
 def columns_per_copy(b: _ConvBuilder, plan: ConvPlan) -> int:
