@@ -790,14 +790,8 @@ class _ConvBuilder:
             return self.add_residual(dst, acc, func, bias, narrow)
         if not op.pool and not narrow:
             return self.evict(dst, acc, func, bias)
-        ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (self.PK, p.rows, p.tile_x))
-        used = lambda buf: View(buf, (kp, full(p.rows), full(p.tile_x)))  # noqa: E731
-        out: list[Stmt] = [Alloc(ev, line=line)] + self.evict(used(ev), acc, func, bias)
-        src = used(ev)
-        for name, dtype in narrow:  # the stores the fusion skips round to their dtypes (relu commutes with it)
-            tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, ev.shape)
-            out += [Alloc(tile, line=line), ir.Copy(used(tile), src, line)]
-            src = used(tile)
+        assert acc.idx == (kp, full(p.rows), full(p.tile_x)) and acc.buf.shape == (self.PK, p.rows, p.tile_x)
+        out, src = self.evict_rounded(acc, func, bias, narrow)  # (relu commutes with the roundings)
         if not op.pool:
             return out + [ir.Copy(dst, src, line)]
         return out + pool_epilogue(src, dst, self.wy, self.wx, op.pool.op, op.pool.scale,
@@ -814,15 +808,27 @@ class _ConvBuilder:
         if func == "copy" and bias is None and not narrow and self.op.scale == 1.0:
             src = acc
         else:
-            ev = Buf(self.fresh(f"{self.op.name}_act"), "sbuf", "f32", acc.buf.shape)
-            src = View(ev, acc.idx)
-            out += [Alloc(ev, line=self.line)] + self.evict(src, acc, func, bias)
-            for name, dtype in narrow:  # the stores the fusion skips round to their dtypes
-                tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, ev.shape)
-                out += [Alloc(tile, line=self.line), ir.Copy(View(tile, acc.idx), src, self.line)]
-                src = View(tile, acc.idx)
+            out, src = self.evict_rounded(acc, func, bias, narrow)
         out.append(Binary(dst, src, res, "add", line))
         return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if self.op.post_relu else [])
+
+    def evict_rounded(self, acc: View, func: str, bias: View | None, narrow: list[tuple[str, str]]
+                      ) -> tuple[list[Stmt], View]:
+        """acc evicted (func, bias) into an SBUF tile and rounded to each skipped store's dtype in turn; the first
+        rounding is the eviction's own output conversion (the activation computes in fp32 and rounds once as it
+        writes: the same value as an fp32 tile copied to that dtype; bf16 ResNet block: one VectorE pass fewer per
+        group), except where the eviction goes on in place (a clamp, a row bias), which keeps an fp32 tile."""
+        shape = acc.buf.shape
+        direct = narrow and self.op.clamp is None and not (self.op.bias and self.op.bias_role == "x")
+        name, dtype = narrow[0] if direct else (f"{self.op.name}_act", "f32")
+        ev = Buf(self.fresh(f"{name}_{dtype}" if direct else name), "sbuf", dtype, shape)
+        src = View(ev, acc.idx)
+        out: list[Stmt] = [Alloc(ev, line=self.line)] + self.evict(src, acc, func, bias)
+        for name, dtype in narrow[1:] if direct else narrow:  # the stores the fusion skips round to their dtypes
+            tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, shape)
+            out += [Alloc(tile, line=self.line), ir.Copy(View(tile, acc.idx), src, self.line)]
+            src = View(tile, acc.idx)
+        return out, src
 
     def narrow_intermediates(self) -> list[tuple[str, str]]:
         """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores (the conv's own tensor,
