@@ -143,3 +143,20 @@ def test_codegen_writes_the_permuted_view_of_a_dma_only(nki):
     bad = kernel(Copy(whole(T), dataclasses.replace(whole(T), perm=(0, 1))))
     with pytest.raises(InternalError, match="permuted view of T outside a DMA"):
         codegen.emit(bad, "", [], nki=nki)
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_resnet_block_chain_in_the_06_form(dt):
+    # the chain's producer evicts into the paired image (odd rows on the first half: its stationary's halves
+    # swapped, 16-bit: gathered in 4 copies), the consumer rounds U on its eviction (bf16: U is a narrow
+    # intermediate) and adds X's band, which arrives in one load through the permuted view
+    from test_conv_phases import RESNET
+
+    prog, comp, inputs, out = compiled(RESNET.format(dt=dt), "0.6")
+    assert "X_pairs_view = X_pairs.ap(pattern=[[10, 2], [120, 64], [20, 6], [1, 10]]," in comp.source
+    x = rounded(inputs, dt)
+    t = conv_ref(x["X"], x["W1"], bias=x["b1"])
+    if dt != "f32":
+        t = rounded({"t": t}, dt)["t"]
+    u = conv_ref(t.clip(min=0), x["W2"], bias=x["b2"])
+    assert_matches(prog, "Y", out["Y"], (u + x["X"]).clip(min=0))
