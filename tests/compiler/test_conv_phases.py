@@ -32,13 +32,12 @@ kernel same(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K]) -> Y
 def test_row_pairs_padded_conv_with_bias_several_bands(dt):
     prog, c, inputs, out = run(SAME64.format(dt=dt), "split Y.y, 4\n")
     code = c.source
-    if dt == "f32":
-        # 6 matmuls per row group (pairs of tap rows x 3 tap columns), each over both copies' partitions and all 2K
-        # output partitions; the even and odd rows of a band leave in two stores
-        assert code.count("nisa.nc_matmul(") % 6 == 0 and "(64, 2, 13)" in code
-        assert ":2]" in code or ":2," in code  # every other row
-    else:  # 16-bit convs are bound by their DMAs, which row pairs make slower: the default keeps one phase
-        assert "(64, " not in code
+    # 6 matmuls per row group (pairs of tap rows x 3 tap columns), each over both copies' partitions and all 2K
+    # output partitions, reading every other row of the band; the even and odd rows of a band leave in one store
+    # (16-bit too: with one store per band and copies loaded as one run per partition, pairs pay there as well)
+    assert code.count("nisa.nc_matmul(") % 6 == 0 and "(64, 2, 13)" in code
+    assert ":2]" in code or ":2," in code  # every other row
+    assert code.count("src=Y_band)") == code.count("Y_band = nl.ndarray") and "Y_band[0:32]" not in code
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
 
@@ -78,9 +77,12 @@ kernel block(X: {dt}[N, C, H, W], W1: {dt}[C, C, 3, 3], b1: {dt}[C], W2: {dt}[C,
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_row_pairs_resnet_block_bias_relu_residual(dt):
     prog, c, inputs, out = run(RESNET.format(dt=dt))
-    # row pairs, the even and odd output rows leave in stores of every other row (16-bit: a conv on its own has
-    # no row pairs, but the two convs here are a chain kept on chip, which takes them: conv_chain.pairs_16)
-    assert "src=Y_band[0:64]" in c.source
+    # row pairs (16-bit: a conv on its own has no row pairs, but the two convs here are a chain kept on chip, which
+    # takes them: conv_chain.pairs_16): a band's even and odd output rows leave in one store, and the residual band
+    # arrives in one load, through Y and X seen as [N, K, pairs, 2, W] with the phase axis first (partition h*K + k)
+    assert "nisa.dma_copy(dst=Y_pairs[n, i1, i2, i0, i3], src=Y_band)" in c.source
+    assert "nisa.dma_copy(dst=X_skip, src=X_pairs[n, i1, i2, i0, i3])" in c.source
+    assert c.source.count("i0, i1, i2, i3 = nl.mgrid[0:2, 0:64, 0:6, 0:10]") == 2
     x = rounded(inputs, dt)
     t = conv_ref(x["X"], x["W1"], bias=x["b1"])
     if dt != "f32":  # T is stored in the program's dtype before the second conv reads it

@@ -154,6 +154,7 @@ class _ConvBuilder:
         self.sy, self.sx = op.stride
         self.dy, self.dx = op.dilation
         self.oy, self.ox = op.offset  # input row (column) of band row (column) 0 of the first band
+        self.col0 = self.ox  # X's column at band column 0 (below: 0 for row pairs over X's own columns)
         # channel counts without a good divisor (257) take 128-channel tiles plus one remainder tile (a ragged plan):
         # the remainder sits in the first KR (CR) partitions of one more tile of the same buffers
         self.KT, self.CT = self.K // plan.tile_k, self.C // plan.tile_c
@@ -202,6 +203,14 @@ class _ConvBuilder:
             self.shifts = [(0, 0), (1, 0)]
             self.pairs = pair_groups(self.R, self.S)
             self.G = plan.band // (2 * plan.rows)
+        # X's column at band column 0: the read's offset (a padded read's band starts with zero halo columns), or 0
+        # for row pairs of a padded read, whose band holds X's own columns: each copy's rows are then one run per
+        # partition in HBM and SBUF alike (one DMA descriptor, not one per row: 1,920 descriptors of 112 B per band
+        # of bf16 conv3x3same), and a column tap reaching past X's edge computes the output columns it reaches only,
+        # after a tap reaching all of them (conv_pairs.tap_columns)
+        if self.pair > 1 and not self.halves and src_chip is None and self.NXB == 1 and self.BX == plan.tile_x \
+                and self.ox < 0 and any(conv_pairs.tap_columns(self, s) == (0, self.Wo) for _, s in self.pairs):
+            self.col0 = 0
         self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
         # copy j of a folded band sits on partitions [j*Q, j*Q + C): with few copies of few channels (the C = 3
         # first layer's 18 copies, 54 partitions) they are spread over the 128 partitions so that their loads use
@@ -215,6 +224,15 @@ class _ConvBuilder:
             self.slots = min(SLOTS, self.NB, SLOT_BYTES // per_slot)  # (as much SBUF as two bands in flight)
             self.Q = max(self.C, PMAX // len(self.shifts)) if self.slots > 1 else self.C
             self.slots = max(self.slots, 1)
+        # a band of X's own columns (row pairs, above) has no halo but its edge rows is its edge rows: they are copied from a small zero tile made once (zero_rows)
+        # instead of zeroing the whole band, so the band's loads (other rows) do not wait for a memset (bf16
+        # conv3x3same batch 1: the first load waited 1 us for the GpSimdE memset of its band)
+        self.zero_rows: Buf | None = None
+        if self.col0 != self.ox:
+            halo = max(count for b in range(self.NB) for _, count in conv_fold.halo_spans(self, b) + [(0, 0)])
+            if halo:
+                self.zero_rows = Buf(fresh(f"{op.x}_zero_rows"), "sbuf", self.hbm[op.x].dtype,
+                                     (self.copy_parts(len(self.shifts)), halo, self.W))
         # a chain's producer writing a folded image (conv_chain.OnChip.copies): its stationary repeats the output
         # channels once per copy (free on TensorE), so each copy's partitions of the accumulator hold all of them
         self.dup = len(dst_chip.copies) if dst_chip is not None else 1
@@ -301,6 +319,14 @@ class _ConvBuilder:
             if op.residual:
                 self.s6, s6 = hbm_view(self.hbm[op.residual], hshape, fresh(f"{op.residual}_halves"), line)
                 stmts += s6
+        elif self.pair > 1 and self.dst_chip is None:
+            # row pairs: output rows as (pair, phase), so a band's two phases move in one DMA (conv_pairs.rows_view)
+            pshape = (self.N, self.K, self.Ho // 2, 2, self.Wo)
+            self.o5, s5 = hbm_view(self.hbm[op.out], pshape, fresh(f"{op.out}_pairs"), line)
+            stmts += s5
+            if op.residual:
+                self.s5, s5 = hbm_view(self.hbm[op.residual], pshape, fresh(f"{op.residual}_pairs"), line)
+                stmts += s5
         if self.p.hoist_w == "root":
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF",
                                   tuple(conv_weights.weights(self, False)),
@@ -311,6 +337,8 @@ class _ConvBuilder:
         elif op.bias:
             stmts.append(ir.Block(f"bias {op.bias}: one column per {self.words['k_tile']}",
                                   tuple(conv_weights.bias(self)), line))
+        if self.zero_rows is not None:
+            stmts.append(Alloc(self.zero_rows, zero=True, line=line))
         if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
             allocs = []
             for self.slot in range(self.slots):
@@ -371,7 +399,7 @@ class _ConvBuilder:
         """Input columns of a band: whole rows of X (from the window's offset on: a padded read's band includes
         its left and right halo), or the columns behind one column band."""
         reach = (self.BX - 1) * self.sx + (self.S - 1) * self.dx + 1
-        if self.NXB == 1 and self.ox == 0 and reach <= self.W:
+        if self.NXB == 1 and self.col0 == 0 and (reach <= self.W or self.ox < 0):
             return self.W
         return reach
 
@@ -612,11 +640,8 @@ class _ConvBuilder:
         if self.halves:  # partition 2k + h, row i of the band: row h * BAND / 2 + i of the output (one DMA)
             return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, conv_pairs.halves_region(self)),
                                                                  whole(ob), line)]
-        if self.pair > 1:  # each row phase's half of the band to every other row of the output
-            stores = [Dma(View(self.o4, self.out_region(h)), View(ob, (sl(h * self.K, self.K), full(ob.shape[1]),
-                                                                         full(ob.shape[2]))), line)
-                      for h in range(2)]
-            return loads + [Alloc(ob, line=line)] + group + stores
+        if self.pair > 1:  # partition h*K + k, row i of the band: row 2i + h of the output (one DMA)
+            return loads + [Alloc(ob, line=line)] + group + [Dma(conv_pairs.rows_view(self, self.o5), whole(ob), line)]
         store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks),
                                    sl(self.y_at(p.band // self.wy), p.band // self.wy),
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
@@ -681,9 +706,7 @@ class _ConvBuilder:
         if self.halves:
             return [Alloc(rb, line=line), Dma(whole(rb), View(self.s6, conv_pairs.halves_region(self)), line)]
         if self.pair > 1:
-            out: list[Stmt] = [Alloc(rb, line=line)]
-            return out + [Dma(View(rb, (sl(h * self.K, self.K), full(rb.shape[1]), full(rb.shape[2]))),
-                              View(self.s4, self.out_region(h)), line) for h in range(2)]
+            return [Alloc(rb, line=line), Dma(whole(rb), conv_pairs.rows_view(self, self.s5), line)]
         return [Alloc(rb, line=line),
                 Dma(View(rb, (self.part(self.ks, p.tile_k), full(rb.shape[1]), full(rb.shape[2]))),
                     View(self.s4, self.out_region()), line)]
@@ -767,14 +790,8 @@ class _ConvBuilder:
             return self.add_residual(dst, acc, func, bias, narrow)
         if not op.pool and not narrow:
             return self.evict(dst, acc, func, bias)
-        ev = Buf(self.fresh(f"{op.name}_act"), "sbuf", "f32", (self.PK, p.rows, p.tile_x))
-        used = lambda buf: View(buf, (kp, full(p.rows), full(p.tile_x)))  # noqa: E731
-        out: list[Stmt] = [Alloc(ev, line=line)] + self.evict(used(ev), acc, func, bias)
-        src = used(ev)
-        for name, dtype in narrow:  # the stores the fusion skips round to their dtypes (relu commutes with it)
-            tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, ev.shape)
-            out += [Alloc(tile, line=line), ir.Copy(used(tile), src, line)]
-            src = used(tile)
+        assert acc.idx == (kp, full(p.rows), full(p.tile_x)) and acc.buf.shape == (self.PK, p.rows, p.tile_x)
+        out, src = self.evict_rounded(acc, func, bias, narrow)  # (relu commutes with the roundings)
         if not op.pool:
             return out + [ir.Copy(dst, src, line)]
         return out + pool_epilogue(src, dst, self.wy, self.wx, op.pool.op, op.pool.scale,
@@ -791,15 +808,27 @@ class _ConvBuilder:
         if func == "copy" and bias is None and not narrow and self.op.scale == 1.0:
             src = acc
         else:
-            ev = Buf(self.fresh(f"{self.op.name}_act"), "sbuf", "f32", acc.buf.shape)
-            src = View(ev, acc.idx)
-            out += [Alloc(ev, line=self.line)] + self.evict(src, acc, func, bias)
-            for name, dtype in narrow:  # the stores the fusion skips round to their dtypes
-                tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, ev.shape)
-                out += [Alloc(tile, line=self.line), ir.Copy(View(tile, acc.idx), src, self.line)]
-                src = View(tile, acc.idx)
+            out, src = self.evict_rounded(acc, func, bias, narrow)
         out.append(Binary(dst, src, res, "add", line))
         return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if self.op.post_relu else [])
+
+    def evict_rounded(self, acc: View, func: str, bias: View | None, narrow: list[tuple[str, str]]
+                      ) -> tuple[list[Stmt], View]:
+        """acc evicted (func, bias) into an SBUF tile and rounded to each skipped store's dtype in turn; the first
+        rounding is the eviction's own output conversion (the activation computes in fp32 and rounds once as it
+        writes: the same value as an fp32 tile copied to that dtype; bf16 ResNet block: one VectorE pass fewer per
+        group), except where the eviction goes on in place (a clamp, a row bias), which keeps an fp32 tile."""
+        shape = acc.buf.shape
+        direct = narrow and self.op.clamp is None and not (self.op.bias and self.op.bias_role == "x")
+        name, dtype = narrow[0] if direct else (f"{self.op.name}_act", "f32")
+        ev = Buf(self.fresh(f"{name}_{dtype}" if direct else name), "sbuf", dtype, shape)
+        src = View(ev, acc.idx)
+        out: list[Stmt] = [Alloc(ev, line=self.line)] + self.evict(src, acc, func, bias)
+        for name, dtype in narrow[1:] if direct else narrow:  # the stores the fusion skips round to their dtypes
+            tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, shape)
+            out += [Alloc(tile, line=self.line), ir.Copy(View(tile, acc.idx), src, self.line)]
+            src = View(tile, acc.idx)
+        return out, src
 
     def narrow_intermediates(self) -> list[tuple[str, str]]:
         """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores (the conv's own tensor,

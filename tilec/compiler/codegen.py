@@ -16,6 +16,7 @@ import jinja2
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Kernel, Loop, Matmul, Reduce, Reshape,
                                Scalar, Sl, Stmt, Transpose, View)
 from tilec.compiler.names import sanitised, unique
+from tilec.errors import InternalError
 from tilec.lang.functions import ACTIVATIONS, FUNCTIONS
 from tilec.compiler.wrap import wrap_text
 from tilec.resources import resource_dir
@@ -134,7 +135,9 @@ class _ViewModel:
             return {"kind": "reshape", "name": self.names(s.buf.name), "base": self.names(s.base.name),
                     "shape": _shape(s.buf.shape), "tag": tag}
         if isinstance(s, Dma):
-            return {"kind": "dma", "dst": self.view(s.dst), "src": self.view(s.src), "tag": tag}
+            pre: list[str] = []  # lines the DMA needs first (the index grid of a permuted view)
+            dst, src = self.dma_view(s.dst, pre), self.dma_view(s.src, pre)
+            return {"kind": "dma", "dst": dst, "src": src, "pre": pre, "tag": tag}
         if isinstance(s, Matmul):
             return {"kind": "matmul", "acc": self.view(s.acc), "stationary": self.view(s.stationary),
                     "moving": self.view(s.moving), "tag": tag}
@@ -204,7 +207,31 @@ class _ViewModel:
                 return t.name
         return str(i.size)
 
+    def dma_view(self, v: View, pre: list[str]) -> str:
+        """A DMA operand; a permuted HBM view (ir.View.perm) is an advanced index over an nl.mgrid of the view's
+        shape (NKI 0.1 spec §1.6): grid axis a walks the view's axis a, i.e. the region's slice perm[a], so
+        `Y_v[n, i0, y_b, i2, i1, i3]` over `i0, i1, i2, i3 = nl.mgrid[0:64, 0:2, 0:7, 0:56]` is the region
+        [n, :, y_b, :, :, :] with its two middle axes swapped."""
+        if not v.perm:
+            return self.view(v)
+        slices = [i for i in v.idx if isinstance(i, Sl)]
+        grid = [self.names(f"i{a}", "grid") for a in range(len(v.perm))]
+        pre.append(f"{', '.join(grid)} = nl.mgrid[{', '.join(f'0:{slices[q].size}' for q in v.perm)}]")
+        axis_of = {q: a for a, q in enumerate(v.perm)}  # slice q of the region is walked by grid axis axis_of[q]
+        idx, q = [], 0
+        for i in v.idx:
+            if isinstance(i, Aff):
+                idx.append(self.aff(i))
+                continue
+            g = grid[axis_of[q]]
+            walk = g if i.step == 1 else f"{i.step} * {g}"
+            idx.append(walk if not i.start.terms and i.start.const == 0 else f"{self.aff(i.start)} + {walk}")
+            q += 1
+        return f"{self.names(v.buf.name)}[{', '.join(idx)}]"
+
     def view(self, v: View, dst: bool = False) -> str:
+        if v.perm:
+            raise InternalError(f"a permuted view of {v.buf.name} outside a DMA")
         name = self.names(v.buf.name)
         idx = [self.idx(i, n) for i, n in zip(v.idx, v.buf.shape)]
         if all(x == ":" for x in idx):

@@ -10,6 +10,8 @@ The same scheduled IR renders through `tilec/templates/nki06/`; what changes is 
     loops are Python `range` (every NKI 0.6 loop but fori_loop/while_loop is unrolled at specialisation)
     tensor_reduce names the trailing free axes of its source (axis=1 only for 2-D tiles) [MIG 0.3 tensor_reduce]
     an instruction on a named engine says engine=nisa.engine.gpsimd (0.1: engine=nisa.gpsimd_engine) [ISA6]
+    a permuted HBM view of a DMA is an access pattern on its tensor, `.ap(pattern=[[stride, count], ..], offset=)`
+        (0.1: an advanced index over nl.mgrid, which 0.6 removed) [MIG, spec §1.12]
 """
 from __future__ import annotations
 
@@ -72,6 +74,31 @@ class ViewModel06(_ViewModel):
 
     def engine(self, name: str) -> str:
         return f", engine=nisa.engine.{name}" if name else ""  # 0.6 spells engines as members of nisa.engine [ISA6]
+
+    def dma_view(self, v: View, pre: list[str]) -> str:
+        """A permuted HBM view (ir.View.perm) as `.ap()` over its tensor's row-major storage: one [stride, count]
+        pair per view axis (the region's slice perm[a]), the offset of the region's first element; the view is
+        named on the lines before the DMA (`pre`)."""
+        if not v.perm:
+            return self.view(v)
+        strides: list[int] = []
+        n = 1
+        for d in reversed(v.buf.shape):
+            strides.insert(0, n)
+            n *= d
+        sliced = [(i, st) for i, st in zip(v.idx, strides) if isinstance(i, Sl)]
+        pattern = [[sliced[q][1] * sliced[q][0].step, sliced[q][0].size] for q in v.perm]
+        offset = []
+        for i, st in zip(v.idx, strides):
+            start = i.start if isinstance(i, Sl) else i
+            if start.terms or start.const:
+                text = self.aff(start)
+                offset.append(text if st == 1 else f"{text} * {st}" if len(start.terms) + bool(start.const) == 1
+                              else f"({text}) * {st}")
+        name = self.names(f"{v.buf.name}_view", "view")  # named on a line of its own: kernel lines stay short
+        head = f"{name} = {self.names(v.buf.name)}.ap("
+        pre.append(f"{head}pattern={pattern},\n{' ' * len(head)}offset={' + '.join(offset) or 0})")
+        return name
 
     def view(self, v: View, dst: bool = False) -> str:
         return super().view(v, False)  # a destination is an argument here, not an assignment target: no [...]

@@ -79,15 +79,44 @@ def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
     for j, (r0, c0) in copy_order(b):
         need = b.copy_rows() if b.halves else rows - r0  # the rows of X this copy holds
         top, bottom = clip_rows(b, band + r0, need, step) if b.yb[0] is None else (0, 0)
-        left, right = b.clip(b.ox + c0, cols - c0, b.W)
+        left, right = b.clip(b.col0 + c0, cols - c0, b.W)
         n_rows, n_cols = need - top - bottom, cols - c0 - left - right
         halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
         if n_rows <= 0 or n_cols <= 0:
             continue
         out.append(Dma(View(xb, (sl(j * b.Q, C), a(0), sl(top, n_rows), sl(left, n_cols))),
                        View(b.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top * step), n_rows, step),
-                                      sl(b.ox + c0 + left, n_cols))), line))
+                                      sl(b.col0 + c0 + left, n_cols))), line))
+    if b.zero_rows is not None:  # halo rows (no halo columns): copied from the zero tile before the loads
+        zeros: list[Stmt] = [ir.Copy(View(xb, (sl(0, b.zero_rows.shape[0]), a(0), sl(first, count), full(cols))),
+                                     View(b.zero_rows, (full(b.zero_rows.shape[0]), sl(0, count), full(cols))),
+                                     line, "gpsimd") for first, count in halo_spans(b, b.yb[1])
+                             if b.yb[0] is None]
+        return [Alloc(xb, line=line)] + zeros + out
     return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 and b.slots == 1 else []) + out
+
+
+def halo_spans(b: _ConvBuilder, index: int) -> list[tuple[int, int]]:
+    """(first row, count) of the band buffer to zero for band `index` of a band without halo columns (row pairs
+    over X's own columns): the rows some copy holds outside X, above and below, each span over every copy's
+    partitions (an engine access of C partitions may not start at partition C when C is not 64 or 32: the
+    loads come after the copy and rewrite what another copy holds there). The copies run on GpSimdE, idle
+    while VectorE prepares the weights."""
+    band = index * b.p.band * b.sy + b.oy
+    spans = []
+    tops, bottoms = [], []
+    for r0, _ in b.shifts:
+        need = b.in_rows() - r0
+        top, bottom = clip_rows(b, band + r0, need, 1)
+        tops.append(min(top, need))
+        if bottom and top < need:
+            bottoms.append((need - bottom, need))
+    if max(tops):
+        spans.append((0, max(tops)))
+    if bottoms:
+        lo, hi = min(f for f, _ in bottoms), max(e for _, e in bottoms)
+        spans.append((lo, hi - lo))
+    return spans
 
 
 def clip_rows(b: _ConvBuilder, first: int, count: int, step: int) -> tuple[int, int]:

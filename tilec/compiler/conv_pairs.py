@@ -47,6 +47,8 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     out: list[Stmt] = [Alloc(rows, line=line)]
     out += [Dma(View(rows, (sl(h * K, K),) + whole_w), conv_weights.w_view(b, (full(K),) + whole_w), line)
             for h in range(2)]
+    if not b.halves and DTYPE_BYTES[wt.dtype] < 4:
+        return out + _pair_stationaries(b, wt, rows, tp)
     out.append(Alloc(raw, zero=True, line=line))
     if b.halves:
         out += gather_halves(b, rows, raw)
@@ -70,6 +72,35 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     else:
         body.append(ir.Copy(View(wt, (full(parts), a(gv), full(2 * K))), whole(tp), line))
     return out + loop(gv, b.n_groups, body, note="tap columns" if b.halves else "row pairs", line=line)
+
+
+def _pair_stationaries(b: _ConvBuilder, wt: Buf, rows: Buf, tp: Buf) -> list[Stmt]:
+    """16-bit row pairs' blocks gathered as [2K, 2C, U, S] (U = the pair offsets u = 0, 2, ..): block (j, h) of
+    pair (u, s) holds tap row u + j - h, so at a fixed block position the pairs take W's rows j - h, j - h + 2, ..
+    for every s: one copy per block position (4 instead of 24 [64 x 64] gathers: the weights are ready at 15.2 us
+    instead of 16.1 in bf16 conv3x3same at batch 1, which with the edge bands' zero rows took it 25.9 -> 24.7 us),
+    then one TensorE transpose per pair (group g = s * U + u / 2, b.pairs' order). Its source is strided (U * S elements), which doubles a transpose's streaming: cheap in 16 bits, but
+    fp32 transposes take 4.7 times as long and the early TensorE work meets the warm-up throttle (conv3x3same f32
+    batch 1 39.2 -> 41.1 us), so fp32 keeps one gather per block."""
+    op, line, C, K, R, S = b.op, b.L["update"], b.C, b.K, b.R, b.S
+    U = len(range(0, R + 1, 2))
+    raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, 2 * C, U, S))
+    moves = []
+    for j in range(2):
+        for h in range(2):
+            lo, hi = -((j - h) // 2), (R - 1 + h - j) // 2  # the u / 2 whose tap row u + j - h is one of W's
+            if hi < lo:
+                continue
+            half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
+            moves.append((View(raw, (sl(half * K, K), sl(j * C, C), sl(lo, hi - lo + 1), full(S))),
+                          View(rows, (sl(half * K, K), full(C), sl(2 * lo + j - h, hi - lo + 1, 2), full(S)))))
+    out: list[Stmt] = [Alloc(raw, zero=True, line=line)] + _alternate(moves, line)
+    sv, uv = b.fresh("tap_s"), b.fresh("tap_u")
+    body: list[Stmt] = [Alloc(tp, line=line),
+                        ir.Transpose(whole(tp), View(raw, (full(2 * K), full(2 * C), a(uv), a(sv))), "pe", line),
+                        ir.Copy(View(wt, (full(2 * C), a(term(sv, U), uv), full(2 * K))), whole(tp), line)]
+    return out + loop(sv, S, loop(uv, U, body, note="row pairs: tap row offsets", line=line),
+                      note="row pairs: tap columns", line=line)
 
 
 def columns_per_copy(b: _ConvBuilder, plan: ConvPlan) -> int:
@@ -127,7 +158,10 @@ def matmuls_paired(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
     (the even output rows' rows; the odd ones read the same data one row up through their blocks)."""
     p, V, C = b.p, b.var, b.C
     out: list[Stmt] = []
-    for g, (u, s) in enumerate(b.pairs):
+    order = list(enumerate(b.pairs))
+    if b.col0 != b.ox:  # the accumulator's first matmul writes every column (NKI 0.6: the others add to it)
+        order.sort(key=lambda gs: tap_columns(b, gs[1][1]) != (0, b.Wo))
+    for g, (u, s) in order:
         copies = 2 if any(j == 1 for j, _, _ in pair_blocks(u, b.R)) else 1  # a copy with no tap stays out
         parts = sl(0, copies * C)
         rows = sl(a(term(V["g"], 2 * p.rows), u), p.rows, 2)
@@ -136,9 +170,25 @@ def matmuls_paired(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
             rows = sl(a(term(V["g"], p.rows), u // 2).plus(b.y_at(p.band // 2)), p.rows)
         cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], b.sx), s * b.dx), p.tile_x, b.sx,
                   b.cn["x"] if b.sx == 1 else "")
-        out.append(Matmul(accv, View(wt, (parts, a(g), full(b.PK))),
+        acc = accv
+        if b.col0 != b.ox:  # a band of X's own columns: the tap's output columns that read inside X
+            first, n = tap_columns(b, s)
+            if n == 0:
+                continue
+            cols = sl(first * b.sx + s * b.dx + b.ox, n, b.sx)
+            acc = View(accv.buf, accv.idx[:-1] + (sl(first, n),))
+        out.append(Matmul(acc, View(wt, (parts, a(g), full(b.PK))),
                           View(b.x_band_buf(), (parts, a(0), rows, cols)), b.L["update"]))
     return out
+
+
+def tap_columns(b: _ConvBuilder, s: int) -> tuple[int, int]:
+    """(first output column, count) whose input column under tap column s lies inside X (a padded read reaches
+    past X's edges with its outer taps: 3x3 "same" tap 0 reads X's column -1 for output column 0)."""
+    first = s * b.dx + b.ox  # the input column of output column 0
+    lo = max(0, -(first // b.sx))  # ceil(-first / sx)
+    hi = min(b.Wo - 1, (b.W - 1 - first) // b.sx)
+    return lo, max(0, hi - lo + 1)
 
 
 def matmul_halves(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
@@ -154,6 +204,14 @@ def matmul_halves(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
         out.append(Matmul(accv, View(wt, (parts, a(g), full(b.PK))),
                           View(b.x_band_buf(), (parts, a(0), rows, cols)), b.L["update"]))
     return out
+
+
+def rows_view(b: _ConvBuilder, pairs: Buf) -> View:
+    """The band's rows of an output-shaped tensor seen as [N, K, rows / 2, 2, columns] (`pairs`), in the order of
+    a row-pair band on chip: phase h, channel k, pair i, column (partition h*K + k holds rows 2i + h), so one DMA
+    moves both phases (a permuted view: ir.View.perm)."""
+    region = (a(b.var["n"]), full(b.K), sl(b.y_at(b.p.band // 2), b.p.band // 2), full(2), full(b.Wo))
+    return View(pairs, region, perm=(2, 0, 1, 3))
 
 
 def halves_region(b: _ConvBuilder) -> tuple:

@@ -6,6 +6,8 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
     Idx    = Aff                                     a single element of a dimension (drops it)
            | Sl(start: Aff, size, step)              `start:start+size` (step > 1: `start:start+size*step:step`)
     View   = buf[Idx, ...]                           a rectangular (possibly strided) region of a buffer
+           | buf[Idx, ...].permute(p0, p1, ..)       its slices' axes reordered (numpy's transpose of the region):
+                                                     HBM views moved by a DMA only (one store of row pairs' band)
     Buf    = name, memory in hbm|sbuf|psum, dtype, shape      on-chip shapes put the partition dimension first
     Stmt   = Loop(var, extent, kind, body)           kind in affine|sequential|static
            | Alloc(buf, zero)                        an on-chip buffer (zero: PSUM accumulator set to 0)
@@ -109,9 +111,15 @@ class Buf:
 class View:
     buf: Buf
     idx: tuple[Idx, ...]
+    # the region's axes (its slices, in index order) in this order: element [j0, j1, ..] of the view is the region's
+    # element whose axis perm[a] index is j_a (numpy's `region.transpose(perm)`); () = as indexed. A DMA moves
+    # elements in row-major order of both views' shapes, so an HBM side permuted this way meets an on-chip side laid
+    # out in another order (verify.py: HBM views of a DMA only)
+    perm: tuple[int, ...] = ()
 
     def shape(self) -> tuple[int, ...]:
-        return tuple(i.size for i in self.idx if isinstance(i, Sl))
+        dims = tuple(i.size for i in self.idx if isinstance(i, Sl))
+        return tuple(dims[p] for p in self.perm) if self.perm else dims
 
 
 def whole(buf: Buf) -> View:
@@ -259,7 +267,8 @@ def fmt_idx(i: Idx) -> str:
 
 
 def fmt_view(v: View) -> str:
-    return f"{v.buf.name}[{', '.join(fmt_idx(i) for i in v.idx)}]"
+    perm = f".permute({', '.join(map(str, v.perm))})" if v.perm else ""
+    return f"{v.buf.name}[{', '.join(fmt_idx(i) for i in v.idx)}]{perm}"
 
 
 def fmt_buf(b: Buf) -> str:

@@ -278,9 +278,8 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
         # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups)
         fold = min(taps, PMAX // op.dim("C"))
         plan = replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
-        # (row pairs only in fp32: with 16-bit operands TensorE is 4.7x faster and these convs are bound by their
-        # DMAs, which the pairs' stores of every other row make slower: families --dtype bf16 conv3x3same 3.39x ->
-        # 3.93x at batch 8 with them)
+        # (row pairs in 16 bits too since a band's two phases leave in one store and its copies load as one run
+        # per partition (build_conv, conv10): families --dtype bf16 conv3x3same 3.39x -> 2.20x at batch 8)
         if halves(op) and pairable(op):
             # band halves: bands whose output half-rows take at most 8 KiB per partition (a DMA's efficiency
             # saturates at 4 KiB, nki-spec §2.5), so each band's output store, on all 16 DMA engines, pipelines with
@@ -289,13 +288,17 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
             out_elem = DTYPE_BYTES[dtypes[op.out]]
             fits = [d for d in divisors(ho) if d % 2 == 0 and d <= band and d // 2 * wo * out_elem <= 8192]
             band = max(fits) if fits else band
-        if (halves(op) or (fold == 2 and elem == 4)) and pairable(op) and band % 2 == 0:
+        if (halves(op) or fold == 2) and pairable(op) and band % 2 == 0:
             # 32 or 64 output channels: two parts of the output rows share each matmul (the stationary's two
             # column halves): even and odd rows from two band copies (a matmul per 2 rows covers 4 blocks of the
             # 128 x 128 array), or with few input channels the two halves of the band (copies per tap and half)
             rows = best_divisor(band // 2, max_rows)
-            if not halves(op):  # row pairs: one matmul group per band, so each band's stores follow its matmuls
-                band = 2 * rows  # (conv3x3same 2.86x/1.76x -> 2.69x/1.74x, resnet_block 2.84x -> 2.60x at batch 1)
+            if not halves(op):  # row pairs: one matmul group per band, so each band's store follows its matmuls
+                # (conv3x3same 2.86x/1.76x -> 2.69x/1.74x, resnet_block 2.84x -> 2.60x at batch 1); with 16-bit
+                # operands, whose matmuls take a quarter of the time, two groups: fewer, larger DMAs (bf16
+                # conv3x3same batch 8: 60.6 -> 51.9 us)
+                groups = 2 if elem < 4 and band % (4 * rows) == 0 else 1
+                band = 2 * groups * rows
             return replace(plan, pair=2, band=band, rows=rows)
         return plan
     return _plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights)

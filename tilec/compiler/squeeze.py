@@ -121,10 +121,17 @@ def _stmt(s: Stmt, plan: Plan, fixed: set[str]) -> Stmt:
 def _view(v: View, plan: Plan, fixed: set[str]) -> View:
     if v.buf.name in plan:
         buf, keep = plan[v.buf.name]
-        v = View(buf, tuple(v.idx[d] for d in keep))
+        v = dataclasses.replace(v, buf=buf, idx=tuple(v.idx[d] for d in keep), perm=_kept_axes(v, keep))
     if v.buf.memory == "hbm" or v.buf.name in fixed:
         return v
     return View(v.buf, _points(v.idx))
+
+
+def _kept_axes(v: View, keep: tuple[int, ...]) -> tuple[int, ...]:
+    """A permuted view's order of its slices (ir.View.perm) once the slices at removed dims (1 long) are gone."""
+    sliced = [d for d, i in enumerate(v.idx) if isinstance(i, Sl)]
+    kept = [q for q, d in enumerate(sliced) if d in keep]
+    return tuple(kept.index(q) for q in v.perm if q in kept)
 
 
 def _points(idx: tuple) -> tuple:

@@ -3,8 +3,9 @@
 Checks: every index variable is bound by an enclosing loop; every buffer is defined before use and in scope, and
 no two different buffers share a name; every index stays inside its buffer; on-chip tiles have <= 128 partitions;
 matmul stationary <= 128x128, moving free size <= 512, the accumulator fits one 2 KiB PSUM bank; DMAs never touch
-PSUM; <= 8 PSUM banks live; SBUF bytes per partition within the compiler's budget; a PSUM accumulator's first
-matmul (NKI 0.6: accumulate=False) covers what the later matmuls of its chain add to, where their views are static.
+PSUM; only the HBM side of a DMA is permuted (by an order of its sliced axes); <= 8 PSUM banks live; SBUF bytes per
+partition within the compiler's budget; a PSUM accumulator's first matmul (NKI 0.6: accumulate=False) covers what
+the later matmuls of its chain add to, where their views are static.
 All limits come from the Target (tilec/target.py) the kernel is compiled for.
 """
 from __future__ import annotations
@@ -113,6 +114,9 @@ class _Verifier:
         operands = views(s)
         for v in operands:
             self.view(v, loops, scope)
+            if v.perm and not (isinstance(s, Dma) and v.buf.memory == "hbm"):
+                self.fail(f"{type(s).__name__} operand {v.buf.name} ({v.buf.memory}) is permuted: only the HBM side "
+                          "of a DMA may be")
         if isinstance(s, Dma):
             if "psum" in (s.dst.buf.memory, s.src.buf.memory):
                 self.fail("a DMA touches PSUM")
@@ -197,6 +201,9 @@ class _Verifier:
             self.fail(f"buffer {v.buf.name} used out of scope")
         if len(v.idx) != len(v.buf.shape):
             self.fail(f"{v.buf.name} indexed with {len(v.idx)} indices, has {len(v.buf.shape)} dims")
+        slices = sum(isinstance(i, Sl) for i in v.idx)
+        if v.perm and sorted(v.perm) != list(range(slices)):
+            self.fail(f"{v.buf.name} permuted by {v.perm}, not an order of its {slices} sliced axes")
         for dim, (i, n) in enumerate(zip(v.idx, v.buf.shape)):
             start = i.start if isinstance(i, Sl) else i
             self.names(start, i)

@@ -1,0 +1,162 @@
+"""One store per row-pair band (conv10): a row-pair band holds output row 2i + h of channel k on partition h*K + k,
+which is the output seen as [N, K, rows / 2, 2, W] with its phase axis moved before the channels: a permuted HBM
+view (ir.View.perm), written by NKI 0.1 as an advanced index over nl.mgrid and by NKI 0.6 as an `.ap()` access
+pattern. Checked against an independent NumPy formula (np.pad + one einsum per tap) on the interpreter in both NKI
+forms, with batch 1 and 2, odd widths, a single pair of rows and a single column (dimensions the `squeeze` pass
+removes from the permuted view), residual adds (the residual band arrives through the same view) and f32/f16/bf16;
+and the verifier's and the codegen's refusals of a permuted view anywhere but the HBM side of a DMA."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from compiler_helpers import assert_matches, inputs_for
+from test_conv_padded import conv_ref, rounded
+from tilec.compiler import codegen, ir
+from tilec.compiler.api import compile_loaded
+from tilec.compiler.build_util import a, sl
+from tilec.compiler.ir import Buf, Copy, Dma, Kernel, Reshape, View, full, whole
+from tilec.compiler.verify import verify
+from tilec.errors import InternalError
+from tilec.lang import api as lang
+
+SAME = """\
+kernel same(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3]) -> Y
+  default N = {n}, C = {c}, H = {h}, W = {w}, K = {k}
+  Y: {dt}[N, K, H, W]
+  for n in 0..N, k in 0..K, y in 0..H, x in 0..W:
+    Y[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * Wt[k, c, r, s]
+"""
+
+RESIDUAL = """\
+kernel res(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], S: {dt}[N, K, H, W]) -> Y
+  default N = {n}, C = {c}, H = {h}, W = {w}, K = {k}
+  Y: {dt}[N, K, H, W]
+  for n in 0..N, k in 0..K, y in 0..H, x in 0..W:
+    Y[n, k, y, x] = S[n, k, y, x]
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * Wt[k, c, r, s]
+"""
+
+
+def compiled(text: str, nki: str, schedule: str | None = None):
+    prog = lang.load(text)
+    c = compile_loaded(prog, lang.parse_schedule(schedule, "<test>") if schedule else None, nki)
+    inputs = inputs_for(prog)
+    return prog, c, inputs, c.run(**inputs)
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("n, c, h, w, k, split", [
+    (1, 64, 20, 13, 64, "split Y.y, 4\n"),  # several bands, peeled edge bands, an odd width
+    (2, 48, 14, 9, 32, None),  # batch 2, the default bands
+    (1, 64, 2, 7, 32, None),  # one pair of rows: the view's pair axis has extent 1 (squeezed away)
+    (2, 48, 8, 1, 64, "split Y.y, 4\n"),  # one column: the view's column axis has extent 1 (squeezed away)
+])
+def test_row_pairs_store_each_band_once(nki, n, c, h, w, k, split):
+    prog, comp, inputs, out = compiled(SAME.format(dt="f32", n=n, c=c, h=h, w=w, k=k), nki, split)
+    code = comp.source
+    # row pairs: both phases per matmul, 2 per tap column; a single column skips the taps reading past X's edges
+    assert code.count("nisa.nc_matmul(") % (6 if w > 1 else 2) == 0 and f"({2 * k}, " in code
+    stores = code.count("src=Y_band)")
+    assert stores == code.count("Y_band = nl.ndarray") and stores >= 1 and "Y_band[0:" not in code
+    assert ("nl.mgrid[0:2, " in code) if nki == "0.1" else (".ap(pattern=[[" in code)
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]))
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_residual_band_arrives_in_one_load(nki, dt):
+    prog, comp, inputs, out = compiled(RESIDUAL.format(dt=dt, n=2, c=48, h=12, w=11, k=32), nki)
+    x = rounded(inputs, dt)
+    # row pairs (every dtype): one load of the residual band, one store of the output band
+    assert "S_skip = nl.ndarray((64, " in comp.source
+    assert comp.source.count("(dst=S_skip") == comp.source.count("S_skip = nl.ndarray") >= 1
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]) + x["S"])
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_16_bit_row_pairs_load_whole_rows(nki, dt):
+    # the band holds X's own columns (no zero halo columns): each copy loads as one run per partition, and the
+    # outer tap columns compute the output columns that read inside X only, after the middle one
+    prog, comp, inputs, out = compiled(SAME.format(dt=dt, n=2, c=64, h=12, w=11, k=64), nki)
+    code = comp.source
+    assert re.search(r"X_band = nl\.(zeros|ndarray)\(\(128, \d+, 11\)", code)  # 11 columns: X's own
+    assert "Y_acc[:, :, 1:11]" in code and "Y_acc[:, :, 0:10]" in code
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]))
+
+
+def test_odd_row_count_keeps_one_phase():
+    prog, comp, inputs, out = compiled(SAME.format(dt="f32", n=1, c=64, h=15, w=6, k=64), "0.1")
+    assert "nl.mgrid" not in comp.source and "Y_band = nl.ndarray((64, 15, 6)" in comp.source  # K partitions
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]))
+
+
+# ---- the IR: a permuted view is only the HBM side of a DMA ---------------------------------------------------------
+
+Y = Buf("Y", "hbm", "f32", (4, 6))
+Y3 = Buf("Y3", "hbm", "f32", (2, 2, 6))  # Y's rows as (pair, phase)
+T = Buf("T", "sbuf", "f32", (4, 6))
+
+
+def kernel(*body) -> Kernel:
+    return Kernel("k", (), (Y,), (Reshape(Y3, Y), ir.Alloc(T)) + tuple(body))
+
+
+def rows(perm=(1, 0, 2)) -> View:
+    return View(Y3, (full(2), full(2), full(6)), perm)
+
+
+def test_verifier_accepts_a_permuted_hbm_side_of_a_dma():
+    k = kernel(Dma(rows(), whole(T)))
+    verify(k, "test")
+    assert rows().shape() == (2, 2, 6)
+    assert "Y3[:2, :2, :6].permute(1, 0, 2)" in ir.print_ir(k)
+
+
+@pytest.mark.parametrize("stmt, message", [
+    (Dma(rows((0, 0, 2)), whole(T)), "not an order of its 3 sliced axes"),
+    (Dma(View(Y3, (a(0), full(2), full(6)), (0, 1, 2)), View(T, (sl(0, 2), full(6)))), "not an order"),
+    (Dma(rows(), View(T, (full(4), full(6)), (1, 0))), "only the HBM side of a DMA"),
+    (Copy(View(T, (full(4), full(6)), (0, 1)), whole(T)), "only the HBM side of a DMA"),
+])
+def test_verifier_refuses_other_permuted_views(stmt, message):
+    with pytest.raises(InternalError, match=message):
+        verify(kernel(stmt), "test")
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+def test_codegen_writes_the_permuted_view_of_a_dma_only(nki):
+    text = codegen.emit(kernel(Dma(rows(), whole(T))), "", [], nki=nki)
+    if nki == "0.1":
+        assert "i0, i1, i2 = nl.mgrid[0:2, 0:2, 0:6]" in text and "dst=Y3[i1, i0, i2]" in text
+    else:
+        assert "Y3_view = Y3.ap(pattern=[[6, 2], [12, 2], [1, 6]]," in text and "offset=0)" in text
+    bad = kernel(Copy(whole(T), dataclasses.replace(whole(T), perm=(0, 1))))
+    with pytest.raises(InternalError, match="permuted view of T outside a DMA"):
+        codegen.emit(bad, "", [], nki=nki)
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_resnet_block_chain_in_the_06_form(dt):
+    # the chain's producer evicts into the paired image (odd rows on the first half: its stationary's halves
+    # swapped, 16-bit: gathered in 4 copies), the consumer rounds U on its eviction (bf16: U is a narrow
+    # intermediate) and adds X's band, which arrives in one load through the permuted view
+    from test_conv_phases import RESNET
+
+    prog, comp, inputs, out = compiled(RESNET.format(dt=dt), "0.6")
+    assert "X_pairs_view = X_pairs.ap(pattern=[[10, 2], [120, 64], [20, 6], [1, 10]]," in comp.source
+    x = rounded(inputs, dt)
+    t = conv_ref(x["X"], x["W1"], bias=x["b1"])
+    if dt != "f32":
+        t = rounded({"t": t}, dt)["t"]
+    u = conv_ref(t.clip(min=0), x["W2"], bias=x["b2"])
+    assert_matches(prog, "Y", out["Y"], (u + x["X"]).clip(min=0))
