@@ -126,10 +126,14 @@ def resnet_block(X, W1, b1, W2, b2):
     T_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12
     nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 2], moving=X_band[:, 0:15:2], accumulate=False)  # tl:14
     nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 3], moving=X_band[:, 2:17:2], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 0], moving=X_band[:, 0:15:2, 0:15], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 1], moving=X_band[:, 2:17:2, 0:15], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc[:, :, 0:15], stationary=W1_T[:, 4], moving=X_band[:, 0:15:2, 1:16], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc[:, :, 0:15], stationary=W1_T[:, 5], moving=X_band[:, 2:17:2, 1:16], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 0], moving=X_band[:, 0:15:2, 0:15],  # tl:14
+                   accumulate=True)
+    nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 1], moving=X_band[:, 2:17:2, 0:15],  # tl:14
+                   accumulate=True)
+    nisa.nc_matmul(dst=T_acc[:, :, 0:15], stationary=W1_T[:, 4], moving=X_band[:, 0:15:2, 1:16],  # tl:14
+                   accumulate=True)
+    nisa.nc_matmul(dst=T_acc[:, :, 0:15], stationary=W1_T[:, 5], moving=X_band[:, 2:17:2, 1:16],  # tl:14
+                   accumulate=True)
     nisa.activation(dst=T_img[0:64, 1:9, 1:17], op=nl.relu, data=T_acc[0:64], bias=b1_col[0:64])  # tl:12
     nisa.activation(dst=T_img[64:128, 0:8, 1:17], op=nl.relu, data=T_acc[64:128], bias=b1_col[64:128])  # tl:12
 
