@@ -328,7 +328,8 @@ def _stage_resident(k: Kernel, buf: str, loop: Loop, box: "Region", staged: Buff
 class Region:
     """The box of a buffer some accesses cover inside a loop: per dimension its first index (an affine function of
     the loops outside) and extent; `kept` are the dimensions a staged copy has (leading dimensions the inner loops
-    do not move are left out while more than two remain: the copy's first dimension goes on the partitions)."""
+    do not move, or only loops of one iteration, are left out while more than two remain: the copy's first
+    dimension goes on the partitions)."""
     offsets: tuple[Aff, ...]
     extents: tuple[int, ...]
     kept: tuple[int, ...]
@@ -363,7 +364,7 @@ def region(accesses: list[Access], inner: dict[str, int], what: str, span: Span 
     hi = [max(_bound(a.index[d], inner, max) for a in accesses) for d in range(dims)]
     extents = tuple(h - l_ + 1 for l_, h in zip(lo, hi))
     kept = list(range(dims))
-    while len(kept) > 2 and extents[kept[0]] == 1 and not any(t.var in inner for a in accesses
+    while len(kept) > 2 and extents[kept[0]] == 1 and not any(inner.get(t.var, 1) > 1 for a in accesses
                                                               for t in a.index[kept[0]].terms):
         kept.pop(0)
     return Region(tuple(lo_affs(accesses, inner)), extents, tuple(kept))
