@@ -280,8 +280,8 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
         raise _fail(f"stage_out {buf} at {at}: loop {at} reads {buf} before it writes it", span,
                     "stage it where it is only written, or read only after the statement writing it")
     inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
-    box = region(writes, inner, f"stage_out {buf} at {at}", span)
-    if reads and region(writes + reads, inner, f"stage_out {buf} at {at}", span) != box:
+    box = region(writes, inner, f"stage_out {buf} at {at}", span, unit_loops=bool(reads))
+    if reads and region(writes + reads, inner, f"stage_out {buf} at {at}", span, unit_loops=True) != box:
         raise _fail(f"stage_out {buf} at {at}: loop {at} reads {buf} outside the region it writes", span)
     source = k.buffers()[buf]
     _check_fits(box.shape, dtype or source.dtype, t, f"stage_out {buf} at {at}", span)
