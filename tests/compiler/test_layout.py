@@ -11,9 +11,13 @@ from compiler_helpers import inputs_for
 from test_primitives import _diff, kernel_of
 from test_reduce_rule import _nest, program
 from tilec.compiler import layout, primitives as pr
+from tilec.compiler.lower import lower
+from tilec.compiler.lower_tiles import colreduce_nest
 from tilec.compiler.nest import print_nest
 from tilec.compiler.nest_eval import evaluate_nest
+from tilec.compiler.select import select
 from tilec.errors import TilecError
+from tilec.lang import api as lang
 
 ADD = """kernel add(X: f32[M, N], Z: f32[M, N]) -> Y
   default M = 16, N = 64
@@ -106,6 +110,44 @@ def _column_rows(k):
     return layout.stage_out(k, "s_v", "o", memory="psum", name="s_acc", dtype="f32", cast="s_row")
 
 
+MIDMEAN = """kernel midmean(A: f32[B, M, N]) -> s
+  default B = 3, M = 8, N = 6
+  s: f32[B, N]
+  for b in 0..B, n in 0..N:
+    s[b, n] = 0
+    for m in 0..M:
+      s[b, n] += A[b, m, n] / M
+"""
+COLMEAN = """kernel colmean(A: f32[M, N]) -> s
+  default M = 8, N = 6
+  s: f32[N]
+  for j in 0..N:
+    s[j] = 0
+  for i in 0..M, j in 0..N:
+    s[j] += A[i, j] / M
+"""
+
+
+def _column_nest(text: str):
+    """A column sum's nest as the column rule sees it (lower_tiles.colreduce_nest: the sum, then its epilogue)."""
+    prog = lang.load(text)
+    nest = colreduce_nest(select(lower(prog.kernel, prog.sizes), prog)[0], prog)
+    assert nest is not None
+    return prog, nest
+
+
+def _column_epilogue(k):
+    """A middle mean (the sum, then `s = s * 1/8`): the epilogue reshaped onto the rows of sums with e_u naming the
+    unit dimension of s_v the sum writes (`units`), computed at o; the row of each o staged in fp32 SBUF, and the
+    sum alone (`of=f`) staged in PSUM, copied into that row after it: the epilogue works on the copy."""
+    k = layout.reshape(pr.fold_init(k, "s"), "b#0", (("o", 3), ("r", 8), ("f", 6)), groups=(("b",), ("m",), ("n",)))
+    k = layout.reshape(k, "b", (("e", 3), ("e_u", 1), ("e_f", 6)), groups=(("b",), (), ("n",)), units=("e_u",),
+                       views=(("s", "s_v"),))
+    k = pr.partition(pr.reorder(k, "o", "f", "r"), "r", summed=True)
+    k = layout.stage_out(pr.reverse_compute_at(k, "e", "o"), "s_v", "o", name="s_row")
+    return layout.stage_out(k, "s_row", "o", memory="psum", name="s_acc", of="f")
+
+
 def _whole_kernel(k):
     """The same epilogue once over all rows after the reduction: the result staged for the whole kernel."""
     return layout.stage_out(pr.fold_init(k, "s"), "s", "", name="s_col", dtype="f32")
@@ -135,6 +177,9 @@ CASES = {  # name -> (program, primitives applied to the level-A kernel)
     "reshape_unit_loops": (UNIT, lambda k: layout.reshape(k, "b", (("bt", 3), ("i", 1), ("j", 4)),
                                                            groups=(("b",), ("c",), ("h", "w")))),
     "stage_out": (ADD, _flat_tiles),
+    "stage_out_of_nest": (MIDMEAN, _column_epilogue),
+    "reshape_units": (COLMEAN, lambda k: layout.reshape(k, "j#2", (("e_u", 1), ("e_f", 6)), groups=((), ("j",)),
+                                                        units=("e_u",))),
     "broadcast": (BCAST, _row_broadcast),
     "stage_grouped": (TRANS, _strips),
     "cut": (TRANS, lambda k: layout.cut(layout.cut(k, "i", 12), "j@a", 8, root="i@a")),
@@ -144,10 +189,17 @@ CASES = {  # name -> (program, primitives applied to the level-A kernel)
 }
 
 
+def _before(text: str):
+    """(program, the level-A nest a case starts from): the reduction's own nest for reductions."""
+    if text is MEAN_F16:
+        return _nest(text)[::2]
+    return _column_nest(text) if text in (MIDMEAN, COLMEAN) else kernel_of(text)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_layout_primitive_keeps_the_meaning(name: str, golden) -> None:
     text, apply = CASES[name]
-    prog, before = kernel_of(text) if text is not MEAN_F16 else _nest(text)[::2]  # the reduction's own nest
+    prog, before = _before(text)
     after = apply(before)
     inputs = inputs_for(prog)
     want, got = evaluate_nest(before, inputs), evaluate_nest(after, inputs)
@@ -178,6 +230,10 @@ ERRORS = {
     "cut_distributes_a_reduction": (MEAN_F16, lambda k: layout.cut(k, "j", 6, root="i#1")),
     "reverse_compute_at_past_its_rows": (MEAN_F16, lambda k: pr.reverse_compute_at(
         layout.cut(pr.fold_init(k, "s"), "i#0", 10), "i#0", "i@a")),
+    "stage_out_of_not_a_nest": (MIDMEAN, lambda k: layout.stage_out(k, "s", "b#1", of="n")),
+    "stage_out_of_reads": (MIDMEAN, lambda k: layout.stage_out(k, "s", "b#2", of="n")),  # s = s * c reads s
+    "reshape_units_not_unit": (COLMEAN, lambda k: layout.reshape(k, "j#2", (("e_u", 1), ("e_f", 6)),
+                                                                 groups=((), ("j",)), units=("e_f",))),
     "stage_grouped_not_contiguous": (TRANS, lambda k: layout.stage_grouped(
         pr.split(k, "i", 4, outer="i_o", inner="i_i"), "X", "i_o", (("j", "i_i"),))),
 }
@@ -187,5 +243,5 @@ ERRORS = {
 def test_illegal_layout_primitives_are_user_errors(name: str, golden) -> None:
     text, apply = ERRORS[name]
     with pytest.raises(TilecError) as info:
-        apply(kernel_of(text)[1] if text is not MEAN_F16 else _nest(text)[2])
+        apply(_before(text)[1] if text is not MEAN_F16 else _nest(text)[2])
     golden.check(f"compiler/layout/errors/{name}.txt", info.value.render() + "\n")

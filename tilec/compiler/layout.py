@@ -46,7 +46,8 @@ def _suffix(extents: list[int]) -> list[int]:
 
 def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple[str, ...] = (),
             lines: tuple[int, ...] = (), views: tuple[tuple[str, str], ...] = (), span: Span | None = None,
-            groups: tuple[tuple[str, ...], ...] = (), view_line: int = 0, unit: bool = True) -> Kernel:
+            groups: tuple[tuple[str, ...], ...] = (), view_line: int = 0, unit: bool = True,
+            units: tuple[str, ...] = ()) -> Kernel:
     """The perfect nest at loop `at` iterated by `loops` (name, extent), outermost first, over the same elements in
     the same order; every buffer it accesses is seen through an HBM view `BUF_v` (golden: layout/reshape.txt):
 
@@ -65,7 +66,10 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
     a unit dimension of every view, `s[i]` -> `s_v[e, 0]`): with loops of extent 1 the extents alone can leave
     that open (`[200, 1, 1]` -> `[200, 1]`: which unit loop remains?). `view_line`: the .tl line of
     the views (default the first statement's). `unit=False`: a broadcast operand's view gets no unit dimension
-    (short rows: s[i] of A[i, j] over (p, g, f) is s_v[p, g], the result tile's own shape)."""
+    (short rows: s[i] of A[i, j] over (p, g, f) is s_v[p, g], the result tile's own shape). `units`: new loops of
+    extent 1 (of no old loop, with `groups`) that index a unit dimension of every view, in loop order (a column
+    sum's epilogue over its row of sums: s[j] -> s_v[e_u, e_f], the view the reduction writes as s_v[0, f]; golden
+    layout/reshape_units.txt)."""
     chain = perfect_chain(find_loop(k, at, span))
     old = [lp.extent for lp in chain]
     new = [n for _, n in loops]
@@ -78,9 +82,15 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
     bufs = k.buffers()
     bounds = _bounds([lp.var for lp in chain], old, new, groups, span) if groups else None
     shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span, bounds, unit)
+    names = [v for v, _ in loops]
+    for u in units:
+        if u not in names or new[names.index(u)] != 1 or (bounds is not None and groups[names.index(u)]):
+            raise _fail(f"reshape {at}: units names {u}, not a new loop of extent 1 iterating no old loop", span,
+                        "name a new loop of extent 1 whose group of old loops is empty")
+        j = names.index(u)
+        shapes = {b: (shape, lps) if j in lps else _with_unit(shape, lps, j) for b, (shape, lps) in shapes.items()}
     taken, given = set(bufs), dict(views)
     called = {b: given.get(b) or unique(f"{b}_v", taken) for b in shapes}
-    names = [v for v, _ in loops]
     new_body: tuple[Stmt, ...] = tuple(_rewrite(s, shapes, called, names) for s in body)
     for j in reversed(range(len(loops))):
         note = notes[j] if j < len(notes) else ""
@@ -96,6 +106,12 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
     top = next(i for i, s in enumerate(k.body) if s is chain[0] or any(x is chain[0] for x in walk((s,))))
     k = _with_loop(k, chain[0], lambda _: new_body[0])
     return replace(k, body=k.body[:top] + allocs + k.body[top:])
+
+
+def _with_unit(shape: tuple[int, ...], loops: tuple["int | None", ...], j: int) -> "View":
+    """A view with a unit dimension indexed by new loop j, placed in loop order among the dimensions."""
+    at = next((n for n, x in enumerate(loops) if x is not None and x > j), len(loops))
+    return shape[:at] + (1,) + shape[at:], loops[:at] + (j,) + loops[at:]
 
 
 def _source(old: list[int], new: list[int], j: int) -> int:
@@ -234,7 +250,8 @@ def _rewrite(s: Assign | Update, views: dict[str, View], called: dict[str, str],
 
 
 def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | str | None = None,
-              span: Span | None = None, name: str = "", line: int = 0, dtype: str = "", cast: str = "") -> Kernel:
+              span: Span | None = None, name: str = "", line: int = 0, dtype: str = "", cast: str = "",
+              of: str = "") -> Kernel:
     """TVM's cache_write: inside loop `at`, the statements write the region of `buf` they cover into a new on-chip
     buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop reads `buf` only
     after a statement that writes it (an epilogue reading the finished value; reads before would see the old
@@ -243,7 +260,14 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     buffer's (default `buf`'s: an fp32 accumulator of a narrower output); `cast`: the name of a tile of `buf`'s
     dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA; in SBUF: from
     PSUM, `memory="psum"`, it is the eviction). The on-chip buffer is allocated just before the first statement
-    that writes it."""
+    that writes it.
+
+    `of`: only the nest at loop `of` (a statement of loop `at`'s body) is staged, its copy back right after it; the
+    statements after it read `buf` itself (TVM's cache_write of one block). A column sum in PSUM copied into the
+    SBUF row its epilogue works on (golden: layout/stage_out_of_nest.txt); `buf`'s own alloc, when it is the
+    statement just before the nest, moves after it (it is first written by the copy back)."""
+    if of:
+        return _stage_out_of(k, buf, at, of, memory, target, span, name, line, dtype)
     t = get_target(target)
     loop = find_loop(k, at, span) if at else Loop("", 1, k.body)  # "": the whole kernel (stored at its end)
     writes = [s.dst for s in _stores(loop.body) if s.dst.buf == buf]
@@ -256,8 +280,8 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
         raise _fail(f"stage_out {buf} at {at}: loop {at} reads {buf} before it writes it", span,
                     "stage it where it is only written, or read only after the statement writing it")
     inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
-    box = region(writes, inner, f"stage_out {buf} at {at}", span)
-    if reads and region(writes + reads, inner, f"stage_out {buf} at {at}", span) != box:
+    box = region(writes, inner, f"stage_out {buf} at {at}", span, unit_loops=bool(reads))
+    if reads and region(writes + reads, inner, f"stage_out {buf} at {at}", span, unit_loops=True) != box:
         raise _fail(f"stage_out {buf} at {at}: loop {at} reads {buf} outside the region it writes", span)
     source = k.buffers()[buf]
     _check_fits(box.shape, dtype or source.dtype, t, f"stage_out {buf} at {at}", span)
@@ -274,6 +298,37 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     if not at:
         return replace(k, body=body + back)
     return _with_loop(k, loop, lambda s: replace(s, body=body + back))
+
+
+def _stage_out_of(k: Kernel, buf: str, at: str, of: str, memory: str, target: Target | str | None, span: Span | None,
+                  name: str, line: int, dtype: str) -> Kernel:
+    """stage_out(.., of=nest): see stage_out."""
+    t = get_target(target)
+    loop = find_loop(k, at, span)
+    pos = next((n for n, s in enumerate(loop.body) if isinstance(s, Loop) and s.var == of), None)
+    if pos is None:
+        raise _fail(f"stage_out {buf} at {at}, of {of}: {of} is not a loop directly in the body of {at}", span,
+                    f"name a nest inside loop {at}")
+    nest = loop.body[pos]
+    writes = [s.dst for s in _stores((nest,)) if s.dst.buf == buf]
+    if not writes:
+        raise _fail(f"stage_out {buf} at {at}, of {of}: the nest at {of} does not write {buf}", span)
+    if any(a.buf == buf for s in _stores((nest,)) for a in loads(s.expr)):
+        raise _fail(f"stage_out {buf} at {at}, of {of}: the nest at {of} reads {buf} (other than accumulating into "
+                    f"it)", span, "stage a nest that only writes or accumulates into it")
+    inner = {s.var: s.extent for s in walk((nest,)) if isinstance(s, Loop)}
+    box = region(writes, inner, f"stage_out {buf} at {at}", span)
+    source = k.buffers()[buf]
+    _check_fits(box.shape, dtype or source.dtype, t, f"stage_out {buf} at {at}", span)
+    staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, box.shape)
+    first = next(s.line for s in _stores((nest,)) if s.dst.buf == buf)
+    back = copy_nest(staged.name, buf, box, line or first, into=False)
+    moved = relocate((nest,), buf, staged.name, box, reads=False, writes=True)
+    before = list(loop.body[:pos])
+    own = before[-1:] if before and isinstance(before[-1], Alloc) and before[-1].buf.name == buf else []
+    body = tuple(before[:len(before) - len(own)]) + (Alloc(staged, first),) + moved + tuple(own) + (back,) + \
+        loop.body[pos + 1:]
+    return _with_loop(k, loop, lambda s: replace(s, body=body))
 
 
 # ---- broadcast -----------------------------------------------------------------------------------------------------
@@ -416,7 +471,7 @@ def _replace_access(body: tuple[Stmt, ...], old: Access, new: Access) -> tuple[S
     for s in body:
         if isinstance(s, Loop):
             out.append(replace(s, body=_replace_access(s.body, old, new)))
-        elif isinstance(s, Assign):
+        elif isinstance(s, (Assign, Update)):  # (an update's value: a column sum's matmul reads the staged tile)
             out.append(replace(s, dst=swap(s.dst), expr=map_loads(s.expr, swap)))
         else:
             out.append(s)

@@ -94,20 +94,21 @@ def reduce_nest(op: ReduceOp, program) -> Kernel | None:
 def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
     """The level-A nest of a sum over leading or middle dimensions in the data's loop order (o, r, f): the kept
     indices before the reduced run, the reduced ones, the kept ones after (`s[b, n] = 0; s[b, n] += A[b, m, n]`).
-    None for what the column rule does not take yet (a reduced expression, a factor, an initial value other than
-    0)."""
+    Its epilogue, one nest per step over the kept loops as in reduce_nest: the constant factor (`s[b, n] = s[b, n] *
+    0.01`, a mean), then an initial value other than 0 (`s[j] = s[j] + b[j]`, `s[j] = s[j] + 0.5`). None for what
+    the column rule does not take (a reduced expression, max/min)."""
     outer = [v for role, v in op.vars if role.startswith("o")]
     red = [v for role, v in op.vars if role.startswith("r")]
     kept = [v for role, v in op.vars if role.startswith("k")]
     src = program.tensors[op.src]
-    if op.op != "add" or op.expr is not None or op.scale != 1.0 or op.init != 0.0 or \
-            len(src.shape) != len(outer + red + kept):
+    if op.op != "add" or op.expr is not None or len(src.shape) != len(outer + red + kept):
         return None
     ext = dict(zip(outer + red + kept, (size_value(n, program.sizes) if not isinstance(n, int) else n
                                         for n in src.shape)))
+    col = [op.init] if isinstance(op.init, str) else []
     bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype,
                       tuple(ext[v] for v in (outer + red + kept if n == op.src else outer + kept)))
-            for n in (op.src, op.out)}
+            for n in (op.src, *col, op.out)}
     idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
     lines = dict(op.loop_lines)
 
@@ -118,7 +119,15 @@ def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
     S = Access(op.out, idx(outer + kept))
     init = nest(Assign(S, Const(0.0), op.line), outer + kept)
     update = Update(S, "+=", Load(Access(op.src, idx(outer + red + kept))), op.update_line)
-    return Kernel(op.name, (bufs[op.src],), (bufs[op.out],), (init, nest(update, outer + red + kept)))
+    epilogue: list[Stmt] = []
+    if op.scale != 1.0:
+        epilogue.append(nest(Assign(S, Op("*", (Load(S), Const(op.scale))), op.update_line), outer + kept))
+    start = Load(Access(op.init, idx(outer + kept))) if isinstance(op.init, str) else \
+        None if op.init == 0.0 else Const(op.init)
+    if start is not None:
+        epilogue.append(nest(Assign(S, Op("+", (Load(S), start)), op.line), outer + kept))
+    return Kernel(op.name, tuple(bufs[n] for n in (op.src, *col)), (bufs[op.out],),
+                  (init, nest(update, outer + red + kept), *epilogue))
 
 
 _COMBINE = {"add": "+", "maximum": "max", "minimum": "min"}  # an initial value combined with the reduced value
@@ -218,9 +227,33 @@ class _Lowering:
                 out.append(ir.Block(label, tuple(group), _line(body[i + 3]), hoist=True))
                 i += 4
                 continue
+            scaled = self._evicted_scale(body[i + 1]) if i + 1 < len(body) else None
+            if scaled is not None:  # the next step multiplies what this copy evicts: one ScalarE activation
+                made = self.stmt(body[i])
+                if len(made) != 1 or not isinstance(made[0], ir.Copy) or made[0].src.buf.memory != "psum" or \
+                        made[0].dst.buf != self.bufs[scaled[1]]:
+                    raise InternalError(f"lower_tiles: tensorize(evict=True) follows no eviction of {scaled[1]} "
+                                        f"from PSUM: {made}")
+                out += [ir.Act(made[0].dst, made[0].src, "copy", scale=scaled[0], line=made[0].line)]
+                i += 2
+                continue
             out += self.stmt(body[i])
             i += 1
         return out
+
+    def _evicted_scale(self, s: Stmt) -> tuple[float, str] | None:
+        """(c, X), when `s` is a nest `X[..] = X[..] * c` tensorized with `evict=True` (the rule folds it into the PSUM
+        eviction just before it); None for any other statement."""
+        while isinstance(s, Loop) and s.kind != "partition" and s.extent == 1 and len(s.body) == 1:
+            s = s.body[0]
+        if not isinstance(s, Loop) or not self.tensorize.get(s.var, {}).get("evict"):
+            return None
+        body = perfect_chain(s)[-1].body
+        x = body[0] if len(body) == 1 else None
+        if not isinstance(x, Assign) or not isinstance(x.expr, Op) or x.expr.name != "*" or \
+                x.expr.args[0] != Load(x.dst) or not isinstance(x.expr.args[1], Const):
+            raise InternalError(f"lower_tiles: tensorize({s.var}, evict=True) is not `X = X * c`")
+        return float(x.expr.args[1].value), x.dst.buf
 
     def stmt(self, s: Stmt) -> list[ir.Stmt]:
         if isinstance(s, Alloc) and s.buf.view_of:

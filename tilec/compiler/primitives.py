@@ -278,7 +278,7 @@ def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | s
     if any(s.dst.buf == buf for s in _stores(loop.body)):
         raise _fail(f"stage {buf} at {at}: {where} also writes {buf}; a staged copy would go stale", span)
     inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
-    box = region(reads, inner, f"stage {buf} at {at}", span)
+    box = region(reads, inner, f"stage {buf} at {at}", span, unit_loops=near)
     source = k.buffers()[buf]
     _check_fits(box.shape, dtype or source.dtype, t, f"stage {buf} at {at}", span)
     staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, box.shape)
@@ -347,8 +347,11 @@ class Region:
         return tuple(out)
 
 
-def region(accesses: list[Access], inner: dict[str, int], what: str, span: Span | None) -> Region:
-    """The Region the accesses cover over the loops `inner`. All accesses must move alike with the outer loops."""
+def region(accesses: list[Access], inner: dict[str, int], what: str, span: Span | None,
+           unit_loops: bool = False) -> Region:
+    """The Region the accesses cover over the loops `inner`. All accesses must move alike with the outer loops.
+    `unit_loops`: a leading dimension moved only by inner loops of one iteration is left out too (an epilogue
+    computed at a free tile reads its row of sums through such loops: stage_out)."""
     dims = len(accesses[0].index)
     padded = next((a for a in accesses if a.fill is not None), None)
     if padded is not None:
@@ -363,7 +366,8 @@ def region(accesses: list[Access], inner: dict[str, int], what: str, span: Span 
     hi = [max(_bound(a.index[d], inner, max) for a in accesses) for d in range(dims)]
     extents = tuple(h - l_ + 1 for l_, h in zip(lo, hi))
     kept = list(range(dims))
-    while len(kept) > 2 and extents[kept[0]] == 1 and not any(t.var in inner for a in accesses
+    moves = (lambda v: inner.get(v, 1) > 1) if unit_loops else (lambda v: v in inner)  # noqa: E731
+    while len(kept) > 2 and extents[kept[0]] == 1 and not any(moves(t.var) for a in accesses
                                                               for t in a.index[kept[0]].terms):
         kept.pop(0)
     return Region(tuple(lo_affs(accesses, inner)), extents, tuple(kept))

@@ -657,16 +657,28 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
         tensorize(p)                         the update over the partitions: ones[TILE_P, 1].T @ A_tile
         block(o, "s = sum over i of A (ones matmul)")
 
-    Takes plain sums whose row tiles are not grouped (build_colreduce groups 2 or 4 row tiles per step, stacks
-    o's on the partitions and widens loads: those stay there), None otherwise."""
+    The epilogue nests after the sum (lower_tiles.colreduce_nest: a constant factor `s = s * c`, a mean; then an
+    initial value, `s = s + 0.5` or `s = s + b`) are reshaped onto the rows of sums (e, e_u, e_f: the same view
+    s_v, e_u its unit dimension), computed at the free tile and bound to its one partition. The row of a free tile
+    is then staged in fp32 SBUF (`stage_out(s_v, ft, name=s_row)`, cast into s_tile for a narrower output) and the
+    sum alone in PSUM (`stage_out(s_row, ft, memory=psum, name=s_acc, of=rt)`): the copy out of PSUM is the
+    eviction, the steps work on the row, a column's row is loaded just before its step (`stage(b_v, ft, near=True)`).
+    A factor rides on the eviction (`tensorize(e_u_r, evict=True)`: one ScalarE activation with its scale) when the
+    matmuls do not bound the step; otherwise VectorE multiplies after a plain copy.
+
+    Takes sums whose row tiles are not grouped (build_colreduce groups 2 or 4 row tiles per step, stacks o's on
+    the partitions, widens loads and sums expressions: those stay there), None otherwise."""
     from tilec.compiler.build_colreduce import plain_steps  # the builder's own choice of the cases it improves
     tops = [s for s in k.body if isinstance(s, Loop)]
-    if len(tops) != 2 or len(k.body) != 2:
+    if len(tops) < 2 or len(tops) != len(k.body):
         return None
     init = layout.perfect_chain(tops[0])[-1].body
     chain = layout.perfect_chain(tops[1])
     body = chain[-1].body
     if len(body) != 1 or not isinstance(body[0], Update) or body[0].op != "+=" or not isinstance(body[0].expr, Load):
+        return None
+    epilogue = [_epilogue_step(t, body[0].dst) for t in tops[2:]]
+    if None in epilogue:
         return None
     upd, names = body[0], [lp.var for lp in chain]
     out, src = _plain(upd.dst.index), _plain(body[0].expr.access.index)
@@ -681,25 +693,53 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     S, A = upd.dst.buf, body[0].expr.access.buf
     if R % params.parts or F % params.free or not plain_steps(O, R, F, params, k.buffers()[A].dtype):
         return None
-    v, taken = _reduce_views(S, [A], [])
+    columns = [c for c in epilogue if c]
+    v, taken = _reduce_views(S, [A], columns)
     before, after = names[:first], names[first + len(red):]
     groups = (tuple(before), tuple(red), tuple(after))
     line = lambda vs: chain[names.index(vs[0])].line if vs else init[0].line  # noqa: E731
+    top = chain[0].var + ("#0" if epilogue else "")
     prims = [prim("fold_init", S),
-             prim("reshape", chain[0].var, (("o", O), ("r", R), ("f", F)),
+             prim("reshape", top, (("o", O), ("r", R), ("f", F)),
                   notes=(f"for {', '.join(before)}" if before else "", f"for {', '.join(red)}",
                          f"for {', '.join(after)}"),
                   lines=(line(before), line(red), line(after)), views=((A, v[A]), (S, v[S])),
-                  view_line=init[0].line, groups=groups),
-             prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
-                  note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
-             prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
-             prim("reorder", "o", "ft", "rt", "p", "f_i"),
-             prim("partition", "p", summed=True),
-             prim("stage_out", v[S], "ft", memory="psum", name=unique(f"{S}_acc", taken), line=upd.line,
-                  dtype="f32", cast=unique(f"{S}_row", taken)),
-             prim("stage", v[A], "rt", name=unique(f"{A}_tile", taken)),
-             prim("tensorize", "p", line=init[0].line)]
+                  view_line=init[0].line, groups=groups)]
+    loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
+    for n, (e, c) in enumerate(zip(loops, epilogue)):  # each step over the same rows of sums: s_v[o, 0, f]
+        ref = tops[2 + n].var + ("#0" if len(epilogue) - n > 1 else "")
+        views = ((S, v[S]),) + (((c, v[c]),) if c else ())
+        lead = ((e, O),) if before else ()  # (no kept index before the reduced run: the rows are s_v[0, f])
+        prims.append(prim("reshape", ref, lead + ((f"{e}_u", 1), (f"{e}_f", F)), views=views,
+                          groups=((tuple(before),) if before else ()) + ((), tuple(after)), units=(f"{e}_u",)))
+    prims += [prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
+                   note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
+              prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+              prim("reorder", "o", "ft", "rt", "p", "f_i"),
+              prim("partition", "p", summed=True)]
+    for e in loops:  # each step on the row of sums of a free tile, once it is evicted
+        prims += [prim("reverse_compute_at", e if before else f"{e}_u", "ft"), prim("partition", f"{e}_u_r")]
+    if not epilogue:  # the eviction writes the output's dtype
+        prims.append(prim("stage_out", v[S], "ft", memory="psum", name=unique(f"{S}_acc", taken), line=upd.line,
+                          dtype="f32", cast=unique(f"{S}_row", taken)))
+    else:  # an fp32 row in SBUF the epilogue works on (cast for a narrower output), the sums in PSUM before it
+        narrow = k.buffers()[S].dtype != "f32"
+        row = unique(f"{S}_row", taken)
+        cast = {"cast": unique(f"{S}_tile", taken)} if narrow else {}
+        prims += [prim("stage_out", v[S], "ft", name=row, line=upd.line, dtype="f32", **cast),
+                  prim("stage_out", row, "ft", memory="psum", name=unique(f"{S}_acc", taken), line=upd.line,
+                       of="rt")]
+    prims.append(prim("stage", v[A], "rt", name=unique(f"{A}_tile", taken)))
+    prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
+    prims.append(prim("tensorize", "p", line=init[0].line))
+    # ScalarE evicts, applying a constant factor on the way, when the matmuls do not bound the step (16-bit
+    # sources, or one row tile per eviction); fp32 row tiles are TensorE's (4.7x the 16-bit rate): VectorE
+    # multiplies after a plain copy (build_colreduce measured it: 16 x 256 x 4096 bf16 mean 261 -> 174 us)
+    step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
+    factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
+    evict = factor and (k.buffers()[A].dtype != "f32" or R == params.parts)
+    prims += [prim("tensorize", f"{e}_u_r", **({"evict": True} if evict and n == 0 else {}))
+              for n, e in enumerate(loops)]
     return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul)")]
 
 
