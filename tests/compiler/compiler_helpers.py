@@ -34,6 +34,22 @@ def inputs_for(prog, seed: int = 42) -> dict[str, np.ndarray]:
     return {t.name: rng.random(t.shape, dtype=np.float32) for t in prog.inputs}
 
 
+MATMUL_UPDATE = """\
+kernel mm(A: f32[M, K], B: f32[K, N]) -> C
+  default M = {M}, K = {K}, N = 260
+  C: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = 0
+    for k in 0..K:
+      C[i, j] += {update}
+"""
+
+
+def matmul_update(update: str, M: int = 200, K: int = 300) -> str:
+    """A matmul written with `update` as its contraction's term (a sign, a factor, a relu of an operand)."""
+    return MATMUL_UPDATE.format(update=update, M=M, K=K)
+
+
 def run_signed(src: str, dtype: str, seed: int):
     """Compile `src` with its f32 tensors in `dtype` and run it on inputs in [-0.5, 0.5) (signed: a relu or a sign
     changes the result), exact in `dtype` (the interpreter rounds bf16 inputs). Returns (program, compiled, outputs,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches, only_conv, run_signed
+from compiler_helpers import assert_matches, matmul_update, only_conv, run_signed
 from tilec.compiler.api import compile_loaded
 from tilec.errors import TilecError
 from tilec.lang import api as lang
@@ -17,24 +17,13 @@ def _run(src: str, dtype: str):
     return run_signed(src, dtype, seed=7)
 
 
-MATMUL = """\
-kernel cf(A: f32[M, K], B: f32[K, N]) -> C
-  default M = 200, K = 300, N = 260
-  C: f32[M, N]
-  for i in 0..M, j in 0..N:
-    C[i, j] = 0
-    for k in 0..K:
-      C[i, j] += {update}
-"""
-
-
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("update, factor", [("0.5 * A[i, k] * B[k, j]", 0.5), ("A[i, k] * B[k, j] * 2", 2.0),
                                             ("A[i, k] * B[k, j] / 4", 0.25), ("-(0.25 * A[i, k]) * B[k, j]", -0.25),
                                             ("A[i, k] * (3 * B[k, j])", 3.0), ("(-A[i, k]) * B[k, j] * -1.5", 1.5),
                                             ("A[i, k] * B[k, j] / 3", 1 / 3)])
 def test_scaled_matmul(dtype, update, factor):
-    prog, c, out, x = _run(MATMUL.format(update=update), dtype)
+    prog, c, out, x = _run(matmul_update(update), dtype)
     assert only_conv(prog).scale == pytest.approx(factor)
     assert_matches(prog, "C", out["C"], factor * (x["A"] @ x["B"]))
 
@@ -215,7 +204,7 @@ kernel cf(A: f32[M, N], B: f32[M, N]) -> s
 def test_a_function_of_an_operand_is_still_refused_at_the_operand():
     """A factor that is neither a constant nor a read (`exp(A)`) is not a contraction's operand: the error points at
     it and says to compute it first."""
-    src = MATMUL.format(update="0.5 * exp(A[i, k]) * B[k, j]")
+    src = matmul_update("0.5 * exp(A[i, k]) * B[k, j]")
     with pytest.raises(TilecError, match="is not a tensor read") as err:
         compile_loaded(lang.load(src))
     assert err.value.span.line == 7 and "compute the operand into a tensor first" in err.value.hint
@@ -225,7 +214,7 @@ def test_a_function_of_an_operand_is_still_refused_at_the_operand():
                                            ("f32", "f32(A[i, k]) * B[k, j] * 0.5")])
 def test_conversion_of_an_operand_to_its_own_dtype(dtype, update):
     """`bf16(A[i, k])` of a bf16 A is A (the survey's f16(W)/bf16(A) operands): the read as loaded."""
-    prog, c, out, x = _run(MATMUL.format(update=update), dtype)  # every tensor in dtype
+    prog, c, out, x = _run(matmul_update(update), dtype)  # every tensor in dtype
     factor = 0.5 if "0.5" in update else 1.0
     assert_matches(prog, "C", out["C"], factor * (x["A"] @ x["B"]))
 
@@ -233,5 +222,5 @@ def test_conversion_of_an_operand_to_its_own_dtype(dtype, update):
 def test_a_narrowing_conversion_of_an_operand_is_still_refused():
     """`bf16(A[i, k])` of an f32 A rounds each element: not the operand as loaded, so refused at the factor."""
     with pytest.raises(TilecError, match="is not a tensor read") as err:
-        compile_loaded(lang.load(MATMUL.format(update="bf16(A[i, k]) * bf16(B[k, j])")))
+        compile_loaded(lang.load(matmul_update("bf16(A[i, k]) * bf16(B[k, j])")))
     assert err.value.span.line == 7

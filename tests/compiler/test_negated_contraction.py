@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches, only_conv, run_signed
+from compiler_helpers import assert_matches, matmul_update, only_conv, run_signed
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
@@ -23,22 +23,11 @@ def _scale(prog, name: str) -> float:
     return conv.scale
 
 
-MATMUL = """\
-kernel neg(A: f32[M, K], B: f32[K, N]) -> C
-  default M = 200, K = 300, N = 260
-  C: f32[M, N]
-  for i in 0..M, j in 0..N:
-    C[i, j] = 0
-    for k in 0..K:
-      C[i, j] += {update}
-"""
-
-
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("update, sign", [("A[i, k] * (-B[k, j])", -1), ("-(A[i, k] * B[k, j])", -1),
                                           ("(-A[i, k]) * B[k, j]", -1), ("(-A[i, k]) * (-B[k, j])", 1)])
 def test_negated_matmul(dtype, update, sign):
-    prog, c, out, x = _run(MATMUL.format(update=update), dtype)
+    prog, c, out, x = _run(matmul_update(update), dtype)
     assert _scale(prog, "C") == sign
     assert_matches(prog, "C", out["C"], sign * (x["A"] @ x["B"]))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches, only_conv, run_signed
+from compiler_helpers import assert_matches, matmul_update, only_conv, run_signed
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
@@ -15,24 +15,13 @@ def _run(src: str, dtype: str):
     return run_signed(src, dtype, seed=5)
 
 
-MATMUL = """\
-kernel st(A: f32[M, K], B: f32[K, N]) -> C
-  default M = {M}, K = {K}, N = 260
-  C: f32[M, N]
-  for i in 0..M, j in 0..N:
-    C[i, j] = 0
-    for k in 0..K:
-      C[i, j] += {update}
-"""
-
-
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("update, upper", [("relu(A[i, k]) * B[k, j]", np.inf),
                                            ("B[k, j] * min(relu(A[i, k]), 0.25)", 0.25),
                                            ("min(0.25, relu(A[i, k])) * B[k, j]", 0.25)])
 @pytest.mark.parametrize("M, K", [(200, 300), (130, 100)])
 def test_relu_of_stationary(dtype, update, upper, M, K):
-    prog, c, out, x = _run(MATMUL.format(update=update, M=M, K=K), dtype)
+    prog, c, out, x = _run(matmul_update(update, M, K), dtype)
     assert only_conv(prog).w_relu == upper
     a = np.minimum(np.maximum(x["A"], 0.0), upper)
     assert (a == 0).mean() > 0.3
@@ -118,7 +107,7 @@ kernel st(A: f32[G, M, K], B: f32[G, K, N]) -> C
 
 
 def test_selection_says_where_the_relu_runs():
-    prog = lang.load(MATMUL.format(update="relu(A[i, k]) * B[k, j]", M=128, K=128))
+    prog = lang.load(matmul_update("relu(A[i, k]) * B[k, j]", M=128, K=128))
     assert "stationary relu after load" in compile_loaded(prog).stages["select"]
 
 
