@@ -32,8 +32,10 @@ from typing import AbstractSet, Callable
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import hbm_view
-from tilec.compiler.build_depthwise import DEPTH, PSUM_FP32, DepthwiseBuilder, Layout, choose_routes, plural
 from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.depthwise_explain import plural
+from tilec.compiler.depthwise_kernel import DepthwiseBuilder
+from tilec.compiler.depthwise_layout import DEPTH, PSUM_FP32, Layout, choose_routes
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX
