@@ -70,7 +70,12 @@ class DepthwiseBuilder:
         if self.HY:
             return hybrid_routes(self.R * self.S, self.HY, rows * self.Wo, self.op.clamp is not None, self.fp32)
         return choose_routes(self.R * self.S * self.CI, rows * self.Wo, self.op.clamp is not None, self.pe,
-                             self.fp32, self.extra(rows) if self.extra else (0.0, 0.0, 0.0))
+                             self.fp32, self.extra(rows) if self.extra else (0.0, 0.0, 0.0), self.drain())
+
+    def drain(self) -> float:
+        """The share of chunks whose ScalarE -> VectorE -> ScalarE chain is not hidden (choose_routes): the last of
+        each output's pipeline (the MobileNet block pipelines its groups into each other: 0)."""
+        return 0.0 if self.extra or self.CI > 1 else 1 / -(-self.lay.rb // self.lay.rc)
 
     def consts(self) -> list[tuple[str, int]]:
         ng = [(self.cn["ng"], self.NG)] if self.HY else []
@@ -392,14 +397,17 @@ class DepthwiseBuilder:
         parts = images * lay.nb * cg
         ob = Buf(self.fresh(f"{op.out}_band{tag}"), "sbuf", self.hbm[op.out].dtype, (parts, lay.rb, self.Wo))
         out: list[Stmt] = [Alloc(ob, line=line)]
-        # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-DEPTH's final add and
-        # eviction, so no engine's in-order stream waits on the end of a chunk's GpSimdE sum
+        # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-DEPTH's eviction, so no
+        # engine's in-order stream waits on the end of a chunk's GpSimdE sum; that chunk's final add (VectorE) comes
+        # before chunk i's taps, so that VectorE does not hold it behind adds of products ScalarE has yet to make
+        # while ScalarE waits for it to evict (not a fan-in's: its TensorE taps lead, see below)
         starts = list(range(0, lay.rb, lay.rc))
-        pending: list[list[Stmt]] = []
+        pending: list[tuple[list[Stmt], list[Stmt]]] = []
         name = op.name + (f" (output {self.m} of each {self.names['k']})" if self.M > 1 else "")
         # a fan-in's many TensorE taps lead by one chunk: chunk i+1's matmuls are issued before chunk i's other
         # taps (a matmul cannot accumulate onto a sum VectorE wrote, so within a chunk they come first)
         lead = self.CI > 1
+        early = self.CI == 1
         chunks = []
         for i, y0 in enumerate(starts):
             rows = min(lay.rc, lay.rb - y0)
@@ -417,15 +425,18 @@ class DepthwiseBuilder:
                 if k < len(chunks):
                     y, r = chunks[k][:2]
                     out.append(ir.Block(f"{name} rows {y}..{y + r}: TensorE's taps", tuple(chunks[k][3]), line))
+            due = pending.pop(0) if len(pending) == DEPTH else ([], [])
+            out += due[0] if early else []
             out += [ir.Block(f"{span}, {self.R * self.S * self.CI} taps: {self.taps_note(rows)}", tuple(taps), line)]
-            out += pending.pop(0) if len(pending) == DEPTH else []
+            out += due[1] if early else due[0] + due[1]
             if self.HY and i == len(chunks) - STORE_SPLIT and i >= DEPTH:  # the rows evicted so far are stored
                 out += hy.stores(self, ob, c0, n0, images, 0, chunks[i - DEPTH + 1][0])  # while the last run
-            done = "the GpSimdE sum added into PSUM, " if finish else ""
             epilogue = f" ({self.epilogue_note()})" if self.epilogue_note() else ""
-            pending.append([ir.Block(f"{span}: {done}evicted{epilogue}", tuple(
-                finish + self.evict(dst, accv, bias, ctag)), line)])
-        out += [s for p in pending for s in p]
+            added: list[Stmt] = [ir.Block(f"{span}: the GpSimdE sum added into PSUM", tuple(finish), line)] \
+                if finish else []
+            pending.append((added, [ir.Block(f"{span}: evicted{epilogue}", tuple(self.evict(dst, accv, bias, ctag)),
+                                             line)]))
+        out += [s for p in pending for s in p[0] + p[1]]
         ms = (a(self.m),) if self.M > 1 else ()
         # one row block's store of several channels spans the other blocks' rows of those channels in HBM (a DMA
         # writes the range its pattern spans, and such ranges are written one after another): with row blocks,

@@ -126,11 +126,14 @@ def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True,
-                  extra: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> Routes:
+                  extra: tuple[float, float, float] = (0.0, 0.0, 0.0), drain: float = 0.0) -> Routes:
     """The split of the taps over the engines with the smallest busiest-engine time per chunk of n elements per
     partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls; fp32 at the model's
     fp32 factor); `extra`: ns per chunk TensorE, ScalarE and VectorE spend on other work (a fused block's 1x1
-    convs and their evictions)."""
+    convs and their evictions); `drain`: the share of chunks whose chain runs alone (1 / chunks per pipeline: the
+    last one's). A chunk's ScalarE products feed VectorE's adds, whose final add feeds ScalarE's eviction: one
+    engine waits for the other along that chain, hidden behind the next chunks' taps except at a pipeline's end,
+    so the choice weighs busiest + drain * (chain - busiest)."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
     t = get_target()
     prm = {name: value for name, value, _ in target_params(t.name).table()}
@@ -153,7 +156,10 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
                     gpsimd = gps * max(0, g - 1)
                     busiest = max(scalar, vector, gpsimd, mm * k + extra[0])
                     instrs = 2 * taps - k - (first == "s") - (g > 0)
-                    key = (busiest, instrs, Routes(k, first, sv, v, g, busiest))
+                    # ScalarE's products, then VectorE's adds (and GpSimdE's, in parallel), then the eviction
+                    chain = act * (sv + g + (first == "s")) + max(vector, gpsimd) + act
+                    cost = busiest + drain * max(0.0, chain - busiest)
+                    key = (cost, instrs, Routes(k, first, sv, v, g, busiest))
                     if best is None or key[:2] < best[:2]:
                         best = key
     assert best is not None
