@@ -116,6 +116,9 @@ def mobilenet_block(X, We, Wd, Wp):
     A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
     A_pad_b[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
+    # ---- B rows 0..8 of each block, e group 0: the GpSimdE sum added into PSUM
+    B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
+
     # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
     B_acc_b_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
     B_acc_b_a_end += nisa.nc_matmul(Wd_diags[:, 1, 0], A_pad_b[:, 0:8])  # tl:17
@@ -146,9 +149,11 @@ def mobilenet_block(X, We, Wd, Wp):
     A_pad_a[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
     # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
-    B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
     B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
     B_all_a[:, 0] = nisa.activation(op=nl.relu, data=B_acc_a_a_end, dtype=nl.float32)  # tl:15
+
+    # ---- B rows 0..8 of each block, e group 1: the GpSimdE sum added into PSUM
+    B_acc_b_a_end[...] = nisa.tensor_tensor(B_acc_b_a_end, B_gacc_b_a_end, op=nl.add, dtype=nl.float32)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
     B_acc_a_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
@@ -168,7 +173,6 @@ def mobilenet_block(X, We, Wd, Wp):
     B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
-    B_acc_b_a_end[...] = nisa.tensor_tensor(B_acc_b_a_end, B_gacc_b_a_end, op=nl.add, dtype=nl.float32)  # tl:17
     B_acc_b_a_end[...] = nisa.tensor_scalar(B_acc_b_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
     B_all_a[:, 1] = nisa.activation(op=nl.relu, data=B_acc_b_a_end, dtype=nl.float32)  # tl:15
     Y_acc0 = nl.zeros((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
@@ -179,8 +183,10 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- Y += Wp[:, e group 1] . B[e group 1]
     Y_acc0 += nisa.nc_matmul(Wp_bd[:, 1], B_all_a[:, 1])  # tl:19
 
-    # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
+    # ---- B rows 0..8 of each block, e group 2: the GpSimdE sum added into PSUM
     B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
+
+    # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
     B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
     B_all_a[:, 2] = nisa.activation(op=nl.relu, data=B_acc_a_a_end, dtype=nl.float32)  # tl:15
 

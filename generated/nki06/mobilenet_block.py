@@ -119,6 +119,9 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
     nisa.activation(dst=A_pad_b, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
 
+    # ---- B rows 0..8 of each block, e group 0: the GpSimdE sum added into PSUM
+    nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
+
     # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
     B_acc_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
     nisa.nc_matmul(dst=B_acc_b_a_end, stationary=Wd_diags[:, 1, 0], moving=A_pad_b[:, 0:8], accumulate=False)  # tl:17
@@ -149,9 +152,11 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=A_pad_a, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
 
     # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
-    nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
     nisa.tensor_scalar(dst=B_acc_a_a_end, data=B_acc_a_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
     nisa.activation(dst=B_all_a[:, 0], op=nl.relu, data=B_acc_a_a_end)  # tl:15
+
+    # ---- B rows 0..8 of each block, e group 1: the GpSimdE sum added into PSUM
+    nisa.tensor_tensor(dst=B_acc_b_a_end, data1=B_acc_b_a_end, data2=B_gacc_b_a_end, op=nl.add)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 + GpSimdE 4
     B_acc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
@@ -171,7 +176,6 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
-    nisa.tensor_tensor(dst=B_acc_b_a_end, data1=B_acc_b_a_end, data2=B_gacc_b_a_end, op=nl.add)  # tl:17
     nisa.tensor_scalar(dst=B_acc_b_a_end, data=B_acc_b_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
     nisa.activation(dst=B_all_a[:, 1], op=nl.relu, data=B_acc_b_a_end)  # tl:15
     Y_acc0 = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
@@ -182,8 +186,10 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- Y += Wp[:, e group 1] . B[e group 1]
     nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 1], moving=B_all_a[:, 1], accumulate=True)  # tl:19
 
-    # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
+    # ---- B rows 0..8 of each block, e group 2: the GpSimdE sum added into PSUM
     nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
+
+    # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
     nisa.tensor_scalar(dst=B_acc_a_a_end, data=B_acc_a_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
     nisa.activation(dst=B_all_a[:, 2], op=nl.relu, data=B_acc_a_a_end)  # tl:15
 

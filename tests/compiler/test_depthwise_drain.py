@@ -67,3 +67,16 @@ def test_relu6_bf16_batch(monkeypatch, nki):
     want = reference(x["X"], x["Wd"], pad=1)
     want = want.astype(NARROW["bf16"]).astype(np.float64)  # T is stored (rounded) before the relu6
     assert_matches(prog, "Z", out["Z"], np.minimum(np.maximum(want, 0), 6))
+
+
+def test_mobilenet_block_adds_before_the_next_groups_taps():
+    """The MobileNet block's group pipeline: group 0's final adds before group 1's taps, its evictions after them
+    (the example, 144 channels in groups; its numbers are test_conv_mobilenet's)."""
+    from pathlib import Path
+
+    from tilec.compiler.api import compile_file
+    src = compile_file(str(Path(__file__).parents[2] / "examples" / "mobilenet_block.tl"), {}).source
+    added = src.index("e group 0: the GpSimdE sum added into PSUM")
+    taps = src.index("e group 1, 9 taps")
+    evicted = src.index("e group 0: evicted")
+    assert added < taps < evicted
