@@ -54,9 +54,9 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- diag(Wd[e, r, s]) for the taps TensorE runs: the identity scaled per partition
     Wd_diags = nl.ndarray((96, 3, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     for e_w in nl.affine_range(3):  # tl:15  for e (groups of GROUP channels)
-        Wd_diags[:, e_w, 0] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96], scale=Wd_cols[:, e_w, 0, 1:2], dtype=nl.float32)  # tl:15
+        Wd_diags[:, e_w, 0] = nisa.tensor_scalar(ident[0:96, 0:96], nl.multiply, Wd_cols[:, e_w, 0, 1:2], dtype=nl.float32)  # tl:15
         Wd_diags[:, e_w, 1] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96], scale=Wd_cols[:, e_w, 0, 0:1], dtype=nl.float32)  # tl:15
-        Wd_diags[:, e_w, 2] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96], scale=Wd_cols[:, e_w, 0, 2:3], dtype=nl.float32)  # tl:15
+        Wd_diags[:, e_w, 2] = nisa.tensor_scalar(ident[0:96, 0:96], nl.multiply, Wd_cols[:, e_w, 0, 2:3], dtype=nl.float32)  # tl:15
     X_zeros = nl.zeros((48, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- main: A -> B -> Y on chip, partitions hold (row block, channel) pairs: 2 blocks of 8 rows
@@ -97,6 +97,13 @@ def mobilenet_block(X, We, Wd, Wp):
     B_gacc_a_a_end[...] = nisa.tensor_tensor(B_gacc_a_a_end, B_prod3_a_a_end, op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
     B_prod0_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16], scale=Wd_cols[:, 0, 2, 2:3], dtype=nl.float32)  # tl:17
     B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:17
+    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+
+    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 1], X_ext_a)  # tl:11
+    A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
+    A_pad_b[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block)
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -108,13 +115,6 @@ def mobilenet_block(X, We, Wd, Wp):
         weights_tp[0:96, 0:48] = nisa.nc_transpose(Wp_blocks)  # tl:19
         Wp_bd[:, e_w, 0:47:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 0:24], dtype=nl.float32)  # tl:19
         Wp_bd[:, e_w, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
-    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-
-    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
-    A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 1], X_ext_a)  # tl:11
-    A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pad_b[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
     # ---- B rows 0..8 of each block, e group 0: the GpSimdE sum added into PSUM
     B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17

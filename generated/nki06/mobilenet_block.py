@@ -55,9 +55,9 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- diag(Wd[e, r, s]) for the taps TensorE runs: the identity scaled per partition
     Wd_diags = nl.ndarray((96, 3, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     for e_w in range(3):  # tl:15  for e (groups of GROUP channels)
-        nisa.activation(dst=Wd_diags[:, e_w, 0], op=nl.copy, data=ident[0:96, 0:96], scale=Wd_cols[:, e_w, 0, 1:2])  # tl:15
+        nisa.tensor_scalar(dst=Wd_diags[:, e_w, 0], data=ident[0:96, 0:96], op0=nl.multiply, operand0=Wd_cols[:, e_w, 0, 1:2])  # tl:15
         nisa.activation(dst=Wd_diags[:, e_w, 1], op=nl.copy, data=ident[0:96, 0:96], scale=Wd_cols[:, e_w, 0, 0:1])  # tl:15
-        nisa.activation(dst=Wd_diags[:, e_w, 2], op=nl.copy, data=ident[0:96, 0:96], scale=Wd_cols[:, e_w, 0, 2:3])  # tl:15
+        nisa.tensor_scalar(dst=Wd_diags[:, e_w, 2], data=ident[0:96, 0:96], op0=nl.multiply, operand0=Wd_cols[:, e_w, 0, 2:3])  # tl:15
     X_zeros = nl.ndarray((48, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.memset(dst=X_zeros, value=0.0)  # tl:11
 
@@ -99,6 +99,13 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.tensor_tensor(dst=B_gacc_a_a_end, data1=B_gacc_a_a_end, data2=B_prod3_a_a_end, op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
     nisa.activation(dst=B_prod0_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 2:10, 1:16], scale=Wd_cols[:, 0, 2, 2:3])  # tl:17
     nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15], data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)  # tl:17
+    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+
+    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
+    A_acc = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 1], moving=X_ext_a, accumulate=False)  # tl:11
+    nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
+    nisa.activation(dst=A_pad_b, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block)
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -111,13 +118,6 @@ def mobilenet_block(X, We, Wd, Wp):
         nisa.nc_transpose(dst=weights_tp[0:96, 0:48], data=Wp_blocks)  # tl:19
         nisa.activation(dst=Wp_bd[:, e_w, 0:47:2], op=nl.copy, data=weights_tp[0:96, 0:24])  # tl:19
         nisa.activation(dst=Wp_bd[:, e_w, 1:48:2], op=nl.copy, data=weights_tp[0:96, 24:48])  # tl:19
-    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-
-    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into the depthwise band
-    A_acc = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 1], moving=X_ext_a, accumulate=False)  # tl:11
-    nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pad_b, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
 
     # ---- B rows 0..8 of each block, e group 0: the GpSimdE sum added into PSUM
     nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
