@@ -58,12 +58,12 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- diag(Wd[e, r, s]) for the taps TensorE runs: the identity scaled per partition
     Wd_diags = nl.ndarray((96, 3, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     for e_w in nl.affine_range(3):  # tl:15  for e (groups of GROUP channels)
-        Wd_diags[:, e_w, 0] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96],  # tl:15
-                                              scale=Wd_cols[:, e_w, 0, 1:2], dtype=nl.float32)
+        Wd_diags[:, e_w, 0] = nisa.tensor_scalar(ident[0:96, 0:96], nl.multiply, Wd_cols[:, e_w, 0, 1:2],  # tl:15
+                                                 dtype=nl.float32)
         Wd_diags[:, e_w, 1] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96],  # tl:15
                                               scale=Wd_cols[:, e_w, 0, 0:1], dtype=nl.float32)
-        Wd_diags[:, e_w, 2] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96],  # tl:15
-                                              scale=Wd_cols[:, e_w, 0, 2:3], dtype=nl.float32)
+        Wd_diags[:, e_w, 2] = nisa.tensor_scalar(ident[0:96, 0:96], nl.multiply, Wd_cols[:, e_w, 0, 2:3],  # tl:15
+                                                 dtype=nl.float32)
     X_zeros = nl.zeros((48, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- main: A -> B -> Y on chip, partitions hold (row block, channel) pairs: 2 blocks of 8 rows
@@ -117,6 +117,14 @@ def mobilenet_block(X, We, Wd, Wp):
                                                   scale=Wd_cols[:, 0, 2, 2:3], dtype=nl.float32)
     B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15],  # tl:17
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
+    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+
+    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
+    #      the depthwise band
+    A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 1], X_ext_a)  # tl:11
+    A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
+    A_pad_b[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block)
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -128,14 +136,9 @@ def mobilenet_block(X, We, Wd, Wp):
         weights_tp[0:96, 0:48] = nisa.nc_transpose(Wp_blocks)  # tl:19
         Wp_bd[:, e_w, 0:47:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 0:24], dtype=nl.float32)  # tl:19
         Wp_bd[:, e_w, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
-    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
-    #      the depthwise band
-    A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 1], X_ext_a)  # tl:11
-    A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pad_b[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
+    # ---- B rows 0..8 of each block, e group 0: the GpSimdE sum added into PSUM
+    B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
@@ -180,9 +183,11 @@ def mobilenet_block(X, We, Wd, Wp):
     A_pad_a[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
     # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
-    B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
     B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
     B_all_a[:, 0] = nisa.activation(op=nl.relu, data=B_acc_a_a_end, dtype=nl.float32)  # tl:15
+
+    # ---- B rows 0..8 of each block, e group 1: the GpSimdE sum added into PSUM
+    B_acc_b_a_end[...] = nisa.tensor_tensor(B_acc_b_a_end, B_gacc_b_a_end, op=nl.add, dtype=nl.float32)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
@@ -214,7 +219,6 @@ def mobilenet_block(X, We, Wd, Wp):
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
-    B_acc_b_a_end[...] = nisa.tensor_tensor(B_acc_b_a_end, B_gacc_b_a_end, op=nl.add, dtype=nl.float32)  # tl:17
     B_acc_b_a_end[...] = nisa.tensor_scalar(B_acc_b_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
     B_all_a[:, 1] = nisa.activation(op=nl.relu, data=B_acc_b_a_end, dtype=nl.float32)  # tl:15
     Y_acc0 = nl.zeros((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
@@ -225,8 +229,10 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- Y += Wp[:, e group 1] . B[e group 1]
     Y_acc0 += nisa.nc_matmul(Wp_bd[:, 1], B_all_a[:, 1])  # tl:19
 
-    # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
+    # ---- B rows 0..8 of each block, e group 2: the GpSimdE sum added into PSUM
     B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
+
+    # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
     B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
     B_all_a[:, 2] = nisa.activation(op=nl.relu, data=B_acc_a_a_end, dtype=nl.float32)  # tl:15
 

@@ -60,12 +60,12 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- diag(Wd[e, r, s]) for the taps TensorE runs: the identity scaled per partition
     Wd_diags = nl.ndarray((96, 3, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     for e_w in range(3):  # tl:15  for e (groups of GROUP channels)
-        nisa.activation(dst=Wd_diags[:, e_w, 0], op=nl.copy, data=ident[0:96, 0:96],  # tl:15
-                        scale=Wd_cols[:, e_w, 0, 1:2])
+        nisa.tensor_scalar(dst=Wd_diags[:, e_w, 0], data=ident[0:96, 0:96], op0=nl.multiply,  # tl:15
+                           operand0=Wd_cols[:, e_w, 0, 1:2])
         nisa.activation(dst=Wd_diags[:, e_w, 1], op=nl.copy, data=ident[0:96, 0:96],  # tl:15
                         scale=Wd_cols[:, e_w, 0, 0:1])
-        nisa.activation(dst=Wd_diags[:, e_w, 2], op=nl.copy, data=ident[0:96, 0:96],  # tl:15
-                        scale=Wd_cols[:, e_w, 0, 2:3])
+        nisa.tensor_scalar(dst=Wd_diags[:, e_w, 2], data=ident[0:96, 0:96], op0=nl.multiply,  # tl:15
+                           operand0=Wd_cols[:, e_w, 0, 2:3])
     X_zeros = nl.ndarray((48, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.memset(dst=X_zeros, value=0.0)  # tl:11
 
@@ -120,6 +120,14 @@ def mobilenet_block(X, We, Wd, Wp):
                     scale=Wd_cols[:, 0, 2, 2:3])
     nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15],  # tl:17
                        data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)
+    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+
+    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
+    #      the depthwise band
+    A_acc = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 1], moving=X_ext_a, accumulate=False)  # tl:11
+    nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
+    nisa.activation(dst=A_pad_b, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block)
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -132,14 +140,9 @@ def mobilenet_block(X, We, Wd, Wp):
         nisa.nc_transpose(dst=weights_tp[0:96, 0:48], data=Wp_blocks)  # tl:19
         nisa.activation(dst=Wp_bd[:, e_w, 0:47:2], op=nl.copy, data=weights_tp[0:96, 0:24])  # tl:19
         nisa.activation(dst=Wp_bd[:, e_w, 1:48:2], op=nl.copy, data=weights_tp[0:96, 24:48])  # tl:19
-    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
-    # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
-    #      the depthwise band
-    A_acc = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 1], moving=X_ext_a, accumulate=False)  # tl:11
-    nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pad_b, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
+    # ---- B rows 0..8 of each block, e group 0: the GpSimdE sum added into PSUM
+    nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
@@ -184,9 +187,11 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=A_pad_a, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
 
     # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
-    nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
     nisa.tensor_scalar(dst=B_acc_a_a_end, data=B_acc_a_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
     nisa.activation(dst=B_all_a[:, 0], op=nl.relu, data=B_acc_a_a_end)  # tl:15
+
+    # ---- B rows 0..8 of each block, e group 1: the GpSimdE sum added into PSUM
+    nisa.tensor_tensor(dst=B_acc_b_a_end, data1=B_acc_b_a_end, data2=B_gacc_b_a_end, op=nl.add)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
@@ -218,7 +223,6 @@ def mobilenet_block(X, We, Wd, Wp):
                        data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
-    nisa.tensor_tensor(dst=B_acc_b_a_end, data1=B_acc_b_a_end, data2=B_gacc_b_a_end, op=nl.add)  # tl:17
     nisa.tensor_scalar(dst=B_acc_b_a_end, data=B_acc_b_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
     nisa.activation(dst=B_all_a[:, 1], op=nl.relu, data=B_acc_b_a_end)  # tl:15
     Y_acc0 = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
@@ -229,8 +233,10 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- Y += Wp[:, e group 1] . B[e group 1]
     nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 1], moving=B_all_a[:, 1], accumulate=True)  # tl:19
 
-    # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
+    # ---- B rows 0..8 of each block, e group 2: the GpSimdE sum added into PSUM
     nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
+
+    # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
     nisa.tensor_scalar(dst=B_acc_a_a_end, data=B_acc_a_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
     nisa.activation(dst=B_all_a[:, 2], op=nl.relu, data=B_acc_a_a_end)  # tl:15
 
