@@ -142,6 +142,19 @@ class Costs:
             return max(mn, n)
         return max(mn, n)  # also tensor_partition_reduce on GpSimdE: NISA gives no cost for it
 
+    def gpsimd_bus(self, ins: Instr) -> bool:
+        """A VectorE instruction in NC-v3 performance mode, which borrows GpSimdE's SBUF bus (ARCH3): a 16-bit
+        tensor_copy or tensor_scalar (4x, or 2x with a PSUM side or a strided innermost dim), a tensor_tensor whose
+        inputs are in SBUF and whose data are all 16-bit (2x). Used by the "exclusive" bus rule (params.py)."""
+        if ins.engine != "vector" or self.pm_copy <= 1:
+            return False
+        if ins.op in ("tensor_scalar", "tensor_copy"):
+            return bool(ins.in_dtypes) and ins.in_dtypes[0] in HALF and ins.out_dtype in HALF
+        if ins.op == "tensor_tensor":
+            return all(d in HALF for d in ins.in_dtypes) and ins.out_dtype in HALF and \
+                all(a.memory == "sbuf" for a in ins.reads)
+        return False
+
     # ---- DMA -------------------------------------------------------------------------------------------------------
 
     def dma_engines(self, ins: Instr) -> tuple[int, int]:

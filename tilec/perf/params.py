@@ -8,6 +8,7 @@ Units: clocks in GHz (cycles per ns), times in ns, bandwidth in bytes per ns (= 
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 
 from tilec.errors import TilecError
@@ -161,3 +162,24 @@ def target_params(target: str) -> Params:
     if target not in TARGETS:
         raise TilecError(f"unknown performance-model target {target!r}", hint=f"use one of {', '.join(TARGETS)}")
     return TARGETS[target]
+
+
+# VectorE's NC-v3 performance mode and GpSimdE share an SBUF bus (ARCH3, v2.32.0 trainium2_arch.rst, Data Movement
+# Updates 1b: "VectorE's performance mode leverages a shared memory bus between the VectorE and GpsimdE engines ...
+# The hardware automatically coordinates access between engines to optimize bus utilization, including arbitrating
+# between GpsimdE and relevant VectorE instructions"). What the arbitration costs is not documented, so the model's
+# default is "off" (the engines overlap freely, as NC-v3 allows VectorE and GpSimdE to access SBUF in parallel);
+# "exclusive" is the pessimistic reading: a VectorE instruction in performance mode (16-bit tensor_copy /
+# tensor_scalar, 16-bit tensor_tensor from SBUF) and a GpSimdE instruction never run at the same time.
+# benchmarks/trn2_shared_bus.py is the Trn2 measurement that decides it; docs/notes/fid11.md the what-if numbers.
+SHARED_BUS_RULES = ("off", "exclusive")
+SHARED_BUS = os.environ.get("TILEC_MODEL_SHARED_BUS", "off")
+
+
+def shared_bus(rule: str | None = None) -> str:
+    """The VectorE/GpSimdE bus rule to use: `rule`, else TILEC_MODEL_SHARED_BUS, else "off"."""
+    rule = SHARED_BUS if rule is None else rule
+    if rule not in SHARED_BUS_RULES:
+        raise TilecError(f"unknown VectorE/GpSimdE bus rule {rule!r} (TILEC_MODEL_SHARED_BUS)",
+                         hint=f"use one of {', '.join(SHARED_BUS_RULES)}")
+    return rule
