@@ -110,3 +110,24 @@ def test_trn1_has_no_performance_mode_to_arbitrate():
     trace = pair("bfloat16").trace
     s = spans(estimate(trace, target="trn1", shared_bus="exclusive"))
     assert s["vector"][0] == s["gpsimd"][0]
+
+
+@pytest.mark.parametrize("nki06", [False, True])
+def test_the_hardware_probe_runs_and_separates_the_rules(capsys, nki06):
+    """benchmarks/trn2_shared_bus.py: every kernel matches NumPy on the interpreter; under "off" each pair overlaps
+    fully, under "exclusive" the 16-bit pairs do not and the fp32 control still does."""
+    import pathlib
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import trn2_shared_bus as bench
+    finally:
+        sys.path.pop(0)
+    assert bench.main(["--reps", "4", "--fv", "256", "--fg", "64"] + (["--nki06"] if nki06 else [])) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[2:2 + len(bench.NAMES)]}
+    assert set(rows) == set(bench.NAMES) and all(r[1] == "ok" for r in rows.values())
+    off, ex = ({k: float(r[i]) for k, r in rows.items()} for i in (2, 3))
+    assert bench.overlaps(off) == pytest.approx({"both16": 1, "bothtt16": 1, "both32": 1}, abs=0.05)
+    ov = bench.overlaps(ex)
+    assert ov["both16"] < 0.1 and ov["bothtt16"] < 0.1 and ov["both32"] == pytest.approx(1, abs=0.05)
