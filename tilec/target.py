@@ -103,6 +103,9 @@ class Target:
     dma_engine_bw: float  # achievable bytes per ns per engine
     instructions: tuple[Instr, ...]
     sources: str = ""
+    # TensorE transpose mode (NC-v3+): nc_transpose on TensorE and nc_matmul(is_transpose=True) move the data
+    # bit-exactly (NaN/Inf kept), 16-bit input stays 16-bit in PSUM, fp32 runs 2x faster than an fp32 matmul [ARCH3]
+    transpose_mode: bool = False
 
     @property
     def sbuf_usable(self) -> int:
@@ -136,7 +139,9 @@ TRN2 = Target(
             "conv kernel with 215,572 bytes per partition live passed on Trn2 under SDK 2.21: "
             "fidelity-cases/sbuf_215k.py), PSUM 8 x 2 KiB [ARCH2]; "
             "§1.8/§2.3 TensorE 128x128, moving <= 512 [NISA, PM]; VectorE free <= 64K SBUF / 4K PSUM [ARCH2]; "
-            "§2.3 ARCH3 clocks; §2.5 DMAINTRO/DMABW 16 engines x 23 B/ns")
+            "§2.3 ARCH3 clocks; §2.5 DMAINTRO/DMABW 16 engines x 23 B/ns; transpose mode: v2.32.0 "
+            "trainium2_arch.rst (Built-in Transpose Support), ISA6 nc_matmul / nc_transpose",
+    transpose_mode=True)
 
 TRN1 = Target(
     "trn1", "NeuronCore-v2",

@@ -506,9 +506,9 @@ class _ConvBuilder:
         """Contraction tiles of a batched A B^T's moving operand transposed into one PSUM tile (a bank holds
         PSUM_BANK bytes per partition) and evicted by two copies: a copy of 128 columns is mostly the engine's fixed
         cost (~100 of its ~164 cycles at 16-bit), so per-block evictions made VectorE the bound (bmm_bt f16 batch 8:
-        41.0 -> 37.9 us). 1: one block per PSUM tile (a ragged contraction, a plain matmul, a single tile; fp32,
-        where TensorE is the bound and the matmuls would wait for a whole group's copy: 85.1 -> 87.8 us)."""
-        if not self.op.w_batch or self.CR or self.p.tile_c != PMAX or DTYPE_BYTES[dt] > 2:
+        41.0 -> 37.9 us; fp32, with the transposes at transpose mode's fp32 rate (ARCH3): 72.60 -> 67.97 us). 1: one
+        block per PSUM tile (a ragged contraction, a plain matmul, a single tile)."""
+        if not self.op.w_batch or self.CR or self.p.tile_c != PMAX:
             return 1
         return best_divisor(self.CT, PSUM_BANK // (jb * DTYPE_BYTES[dt]))
 

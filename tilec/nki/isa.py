@@ -186,21 +186,68 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
     for role, t in (("stationary", stationary), ("moving", moving)):
         checks.engine_reads("tensor", t, "nc_matmul", role, where)
     if kwargs.get("perf_mode") == "double_row_gen3":
+        if is_transpose:
+            raise rules.NkiSyntaxError(
+                "nc_matmul: the FP8 double-row performance mode cannot be combined with transpose mode",
+                "matmul_double_row_transpose", where, f"stationary {stationary.describe()}",
+                hint="transpose with is_transpose=True and no perf_mode, or nisa.nc_transpose")
         return _double_row(run, stationary, moving, where)
     checks.matmul(run, stationary, moving, where)
     k, m, n = stationary.shape[0], stationary.free_size, moving.free_size
     out_shape = (m,) + tuple(moving.shape[1:])
+    if is_transpose:
+        _transpose_operands(run, stationary, moving, where)
     rows, out_mask = _matmul_mask(mask, k, out_shape, where)
     if out_mask is None:
         keeps = [_read_rows(run, t, rows, where) for t in (stationary, moving)]
     else:
         keeps = _read_for_outputs(run, stationary, moving, out_mask, where)
-    value = core.compute(run, lambda: _matmul_value(stationary, moving, keeps, out_shape))
+    if is_transpose:
+        _identity_moving(run, moving, keeps[1], where)
+    if is_transpose:  # moving is the identity: transpose mode moves the data, NC-v2 sums products with it
+        rows_of = (lambda x: x.T) if run.target.transpose_mode else _identity_matmul
+        value = core.compute(run, lambda: rows_of(_contraction_rows(stationary, keeps[0]).reshape(k, -1))
+                             .reshape(out_shape))
+    else:
+        value = core.compute(run, lambda: _matmul_value(stationary, moving, keeps, out_shape))
     out = core.result(run, value, out_shape, F32, "psum", where, "matmul", mask=out_mask)
     attrs = (("is_transpose", True),) if is_transpose else ()
     core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=m, free=n, k=k, m=m,
               attrs=attrs)
     return out
+
+
+def _transpose_operands(run, stationary: Tensor, moving: Tensor, where: tuple) -> None:
+    """is_transpose=True: `moving` is an identity matrix and `stationary` the tile transposed [ISA1, ISA6 nc_matmul],
+    so moving is [K, K]. On NeuronCore-v3 this is TensorE's transpose mode (ARCH3, v2.32.0 trainium2_arch.rst,
+    Built-in Transpose Support): the data moves bit-exactly and an fp8 input comes out as 16-bit PSUM elements with
+    the upper 8 bits zero, a layout no NKI dtype describes, so the interpreter does not take fp8 here."""
+    k = stationary.shape[0]
+    if moving.free_size != k:
+        raise rules.NkiSyntaxError(
+            f"nc_matmul(is_transpose=True) transposes stationary with an identity matrix as moving: moving must be "
+            f"[{k}, {k}] (stationary has {k} partitions), got {tuple(moving.shape)}", "matmul_transpose_identity",
+            where, f"stationary {stationary.describe()}; moving {moving.describe()}",
+            hint=f"pass a [{k}, {k}] identity (e.g. nl.shared_identity_matrix) as moving")
+    if run.target.transpose_mode and stationary.itemsize == 1:
+        raise rules.NkiTypeError(
+            "nc_matmul(is_transpose=True) of an fp8 tile writes 16-bit PSUM elements with the upper 8 bits zero "
+            "(ARCH3), which the interpreter does not model", "matmul_transpose_fp8", where,
+            f"stationary {stationary.describe()}", hint="transpose a 16-bit copy of the tile, or use dma_transpose")
+
+
+def _identity_moving(run, moving: Tensor, keep: np.ndarray | None, where: tuple) -> None:
+    """The values of an is_transpose=True moving operand: the identity (checked when values are computed)."""
+    if not run.numerics:
+        return
+    k = moving.shape[0]
+    got = _contraction_rows(moving, keep).reshape(k, k)
+    if not np.array_equal(got, np.eye(k, dtype=F32)):
+        bad = [int(i) for i in np.argwhere(got != np.eye(k, dtype=F32))[0]]
+        raise rules.NkiValueError(
+            f"nc_matmul(is_transpose=True) needs moving to be an identity matrix: element {bad} is "
+            f"{float(got[tuple(bad)])!r}", "matmul_transpose_identity", where, f"moving {moving.describe()}",
+            hint="transpose mode streams an identity; for a general product leave is_transpose=False")
 
 
 def _to_sbuf(run, t: Tensor, role: str, where: tuple) -> Tensor:
@@ -306,12 +353,23 @@ def nc_transpose(data: Tensor, *, mask: object = None, dtype: object = None, eng
             hint="transpose 128x128 tiles on the tensor engine, 32x32 on the vector engine")
     checks.engine_reads(eng, data, "nc_transpose", "data", where)
     core.read(run, data, where)
-    value = core.compute(run, lambda: data.arr.reshape(p, f).T)
+    if eng == "tensor" and not run.target.transpose_mode:
+        value = core.compute(run, lambda: _identity_matmul(core.f32(data).reshape(p, f)))
+    else:  # VectorE, and TensorE's transpose mode (NC-v3): bit-exact [ISA6 nc_transpose, ARCH3]
+        value = core.compute(run, lambda: data.arr.reshape(p, f).T)
     memory = "psum" if eng == "tensor" else "sbuf"
     out = _finish(run, mask, value, (f, p), dtype, data.dtype, memory, where, "transpose")
     core.emit(run, eng, "nc_transpose", out, (data,), where, k=p, attrs=(("is_transpose", True),))
     out.buf.result_of = "nc_transpose"
     return out
+
+
+def _identity_matmul(x: np.ndarray) -> np.ndarray:
+    """x.T as a TensorE matmul with an identity computes it without transpose mode (NeuronCore-v2): every product
+    x[k, i] * I[k, j] is summed, so a NaN or Inf in column i of x makes row i of the result NaN where it is not the
+    element itself ("not bit-accurate if the input data contains NaN/Inf" [ISA1, ISA6 nc_transpose])."""
+    with np.errstate(invalid="ignore"):  # Inf * 0 is NaN, as on the hardware
+        return np.einsum("ki,kj->ij", x, np.eye(x.shape[0], dtype=F32))
 
 
 # ---- VectorE / ScalarE / GpSimdE ----

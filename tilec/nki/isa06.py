@@ -195,11 +195,20 @@ def nc_matmul(dst: Tensor, stationary: Tensor, moving: Tensor, is_stationary_one
     _no_legacy(kwargs, "nc_matmul")
     where = runtime.callsite()
     _tile(dst, "nc_matmul", "dst", where)
-    if dst.buf.memory != "psum" or dst.dtype != F32:
+    # ARCH3 transpose mode: "FP16/BF16 PSUM output for FP16/BF16 transpose" (as nc_transpose's dst keeps the dtype)
+    half = is_transpose and runtime.current().target.transpose_mode and dst.dtype == stationary.dtype and \
+        dst.itemsize == 2
+    if dst.buf.memory != "psum" or (dst.dtype != F32 and not half):
         raise rules.MemoryRuleError("The dst tile of nc_matmul must be a float32 tile in PSUM on NeuronCore-v2 and "
                                     "NeuronCore-v3", "matmul_dst", where, f"dst {dst.describe()}",
-                                    hint="allocate it with nl.ndarray(shape, nl.float32, buffer=nl.psum)")
+                                    hint="allocate it with nl.ndarray(shape, nl.float32, buffer=nl.psum)" +
+                                    (" (or, with is_transpose=True, of the 16-bit input's dtype)"
+                                     if is_transpose and stationary.itemsize == 2 else ""))
     add = _accumulate_flag(dst, accumulate, where)
+    if add and half:
+        raise rules.NkiValueError("nc_matmul(is_transpose=True) into a 16-bit PSUM tile cannot accumulate: PSUM "
+                                  "accumulates in float32 only", "matmul_accumulate_16bit", where,
+                                  f"dst {dst.describe()}", hint="pass accumulate=False (a transpose overwrites)")
     value = isa.nc_matmul(stationary, moving, is_stationary_onezero=is_stationary_onezero,
                           is_moving_onezero=is_moving_onezero, is_transpose=is_transpose,
                           tile_position=tile_position, tile_size=tile_size)

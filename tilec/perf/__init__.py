@@ -34,6 +34,13 @@ How the model reasons
   DMAs is not documented (docs/notes/model8.md); benchmarks/trn2_hbm_order.py is the Trn2 measurement that decides
   it, and TILEC_MODEL_HBM_DEPS=pattern runs the other outcome (conflict only on a common element, the interpreter's
   race rule, tilec/patterns.py) for what-if numbers.
+* TensorE transposes on trn2 run in transpose mode (ARCH3, v2.32.0 trainium2_arch.rst "Built-in Transpose
+  Support": `nc_transpose` on TensorE and `nc_matmul(is_transpose=True)` alike): an fp32 transpose costs half the
+  fp32 matmul factor (2.35x a 16-bit one instead of 4.7x). trn1 has no transpose mode.
+* VectorE's 16-bit performance mode borrows GpSimdE's SBUF bus and the hardware arbitrates (ARCH3); the cost is not
+  documented, so by default the two engines overlap freely. TILEC_MODEL_SHARED_BUS=exclusive (or `estimate(...,
+  shared_bus="exclusive")`) runs the pessimistic reading, where a performance-mode VectorE instruction and a GpSimdE
+  instruction never overlap; benchmarks/trn2_shared_bus.py is the Trn2 measurement that decides it.
 * The kernel starts 13 µs before anything moves (calibration.md: ~14 µs before the first DMA when profiled; the
   fitted value also has to serve the unprofiled rows 1-5, row 5 being a single 15 µs iteration).
 * The big convolution (rows 9-12) is TensorE-bound: 7,992 matmuls with a 128 x 222 moving operand. The public

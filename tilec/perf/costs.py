@@ -4,7 +4,8 @@ Compute instructions follow the cost table of nki-spec §2.4 (cycles, N = elemen
 engine's clock, plus a fixed per-instruction overhead:
 
     TensorE  nc_matmul     (max(min(64, N_stat), N_mov) + mm_fixed) * (fp32 factor if an input is fp32)
-             nc_transpose  (max(P_in, min(64, F_in)) + mm_fixed) * (fp32 factor)
+             nc_transpose  (max(P_in, min(64, F_in)) + mm_fixed) * (fp32 factor / transpose-mode speed-up)
+             (an nc_matmul with is_transpose=True is a transpose: ARCH3 transpose mode, 2x for fp32 on NC-v3)
     VectorE  tensor_tensor max(64, 2N), max(64, N) with a PSUM input or all 16-bit (v3 perf mode)
              tensor_scalar / tensor_copy  max(64, N / perf)  perf = 4 (16-bit, SBUF only), 2 (16-bit, PSUM side)
              tensor_reduce N_in (N_in / 2 for 16-bit), memset max(64, N/2) for 16-bit else max(64, N)
@@ -57,6 +58,7 @@ class Costs:
         self.mm_min = v["mm_min_cycles"]
         self.mm_fixed = v["mm_fixed_cycles"]
         self.fp32 = v["mm_fp32_factor"]
+        self.fp32_transpose = v["mm_fp32_factor"] / v["transpose_fp32_speedup"]
         self.min_ii = v["min_ii_cycles"]
         self.iota = v["gpsimd_iota_cycles"]
         self.pm_copy = v["perf_mode_copy"]
@@ -96,7 +98,11 @@ class Costs:
         mov = moving(ins)
         if mov is not None and mov.memory == "sbuf" and mov.stride_bytes > self.stride_limit:
             stream *= self.stride_factor  # ARCH2 stride penalty on the moving stream [inferred for TensorE]
-        factor = self.fp32 if any(d in FP32 for d in ins.in_dtypes) else 1.0
+        factor = 1.0
+        if any(d in FP32 for d in ins.in_dtypes):
+            # ARCH3: nc_transpose on TensorE and nc_matmul(is_transpose=True) run in transpose mode on NC-v3
+            transpose = ins.op == "nc_transpose" or bool(ins.attr("is_transpose"))
+            factor = self.fp32_transpose if transpose else self.fp32
         return (stream + self.mm_fixed) * factor
 
     def engine_cycles(self, ins: Instr) -> float:
@@ -135,6 +141,19 @@ class Costs:
         if op == "nc_transpose":  # on VectorE: 32x32 blocks
             return max(mn, n)
         return max(mn, n)  # also tensor_partition_reduce on GpSimdE: NISA gives no cost for it
+
+    def gpsimd_bus(self, ins: Instr) -> bool:
+        """A VectorE instruction in NC-v3 performance mode, which borrows GpSimdE's SBUF bus (ARCH3): a 16-bit
+        tensor_copy or tensor_scalar (4x, or 2x with a PSUM side or a strided innermost dim), a tensor_tensor whose
+        inputs are in SBUF and whose data are all 16-bit (2x). Used by the "exclusive" bus rule (params.py)."""
+        if ins.engine != "vector" or self.pm_copy <= 1:
+            return False
+        if ins.op in ("tensor_scalar", "tensor_copy"):
+            return bool(ins.in_dtypes) and ins.in_dtypes[0] in HALF and ins.out_dtype in HALF
+        if ins.op == "tensor_tensor":
+            return all(d in HALF for d in ins.in_dtypes) and ins.out_dtype in HALF and \
+                all(a.memory == "sbuf" for a in ins.reads)
+        return False
 
     # ---- DMA -------------------------------------------------------------------------------------------------------
 

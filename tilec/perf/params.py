@@ -8,6 +8,7 @@ Units: clocks in GHz (cycles per ns), times in ns, bandwidth in bytes per ns (= 
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 
 from tilec.errors import TilecError
@@ -36,6 +37,7 @@ class Params:
     mm_min_cycles: Param  # MM_INIT_LATENCY: a matmul never streams fewer columns than this
     mm_fixed_cycles: Param  # per-instruction overhead beyond the streamed columns
     mm_fp32_factor: Param  # fp32 matmul cost multiplier (¼ rate)
+    transpose_fp32_speedup: Param  # TensorE transpose mode: an fp32 transpose costs mm_fp32_factor / this
     throttle_start_fraction: Param  # TensorE utilization allowed when its warm-up throttle engages (1 = no throttle)
     throttle_ramp_ns: Param  # time from engagement to full speed
     throttle_window_ns: Param  # trailing window over which TensorE utilization is watched
@@ -89,6 +91,9 @@ TRN2 = Params(
                               "trainium2 conv2d.py @ d155261: 7,992 matmuls plus a ~70 us weight prologue in 824 us; "
                               "spec cost 222 cycles = 92.5 ns)"),
     mm_fp32_factor=Param(4.7, "fitted to rows 9, 11 (spec §2.4 says x4; calibration.md §3 seed measured ~4.65x)"),
+    transpose_fp32_speedup=Param(2, "§1.10.2 ARCH3 (v2.32.0 trainium2_arch.rst, Built-in Transpose Support): NC-v3 "
+                                    "TensorE transpose mode, 2x speedup in FP32 transpose vs. no transpose mode; "
+                                    "enabled by nc_matmul(is_transpose=True) or nc_transpose(engine=tensor)"),
     throttle_start_fraction=Param(0.5, "§2.3 Throttling (Trn2) EXSUM/EXGLOSS: about 50 % utilization after work "
                                        "begins"),
     throttle_ramp_ns=Param(3000.0, "§2.3 Throttling (Trn2): ramps to full over about 3 us [inferred shape: held to "
@@ -140,6 +145,8 @@ TRN1 = Params(
        "gpsimd_ghz": Param(HW1.gpsimd_ghz, "§2.3 ARCH2 table"),
        "base_ghz": Param(1.4, "§5 EXSCHEMA"),
        "mm_fp32_factor": Param(4.0, "§2.4 NISA fp32 x4 (not calibrated on trn1)"),
+       "transpose_fp32_speedup": Param(1, "§1.10.2 NEWISA/NISA: NC-v2 has no native transpose mode "
+                                          "(is_transpose=True is a profiler hint there)"),
        "throttle_start_fraction": Param(1.0, "§2.3 throttling is documented for Trn2 only (1 = off on NC-v2)"),
        "perf_mode_copy": Param(1, "§2.3 no performance mode on NC-v2"),
        "perf_mode_half": Param(1, "§2.3 no performance mode on NC-v2"),
@@ -155,3 +162,24 @@ def target_params(target: str) -> Params:
     if target not in TARGETS:
         raise TilecError(f"unknown performance-model target {target!r}", hint=f"use one of {', '.join(TARGETS)}")
     return TARGETS[target]
+
+
+# VectorE's NC-v3 performance mode and GpSimdE share an SBUF bus (ARCH3, v2.32.0 trainium2_arch.rst, Data Movement
+# Updates 1b: "VectorE's performance mode leverages a shared memory bus between the VectorE and GpsimdE engines ...
+# The hardware automatically coordinates access between engines to optimize bus utilization, including arbitrating
+# between GpsimdE and relevant VectorE instructions"). What the arbitration costs is not documented, so the model's
+# default is "off" (the engines overlap freely, as NC-v3 allows VectorE and GpSimdE to access SBUF in parallel);
+# "exclusive" is the pessimistic reading: a VectorE instruction in performance mode (16-bit tensor_copy /
+# tensor_scalar, 16-bit tensor_tensor from SBUF) and a GpSimdE instruction never run at the same time.
+# benchmarks/trn2_shared_bus.py is the Trn2 measurement that decides it; docs/notes/fid11.md the what-if numbers.
+SHARED_BUS_RULES = ("off", "exclusive")
+SHARED_BUS = os.environ.get("TILEC_MODEL_SHARED_BUS", "off")
+
+
+def shared_bus(rule: str | None = None) -> str:
+    """The VectorE/GpSimdE bus rule to use: `rule`, else TILEC_MODEL_SHARED_BUS, else "off"."""
+    rule = SHARED_BUS if rule is None else rule
+    if rule not in SHARED_BUS_RULES:
+        raise TilecError(f"unknown VectorE/GpSimdE bus rule {rule!r} (TILEC_MODEL_SHARED_BUS)",
+                         hint=f"use one of {', '.join(SHARED_BUS_RULES)}")
+    return rule

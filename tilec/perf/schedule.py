@@ -48,6 +48,11 @@ instruction touching the older one has finished. A buffer declared once and refi
 buffer reused by many small DMAs of one call site, `renamed`) gets a fresh version per load, rotating through
 `load_versions` copies.
 
+With the "exclusive" VectorE/GpSimdE bus rule (TILEC_MODEL_SHARED_BUS=exclusive, params.py; off by default), a
+VectorE instruction in performance mode (costs.gpsimd_bus) and a GpSimdE instruction never overlap: each starts no
+earlier than the first gap in the other side's busy intervals long enough to hold it (ARCH3: the two share an SBUF
+bus and the hardware arbitrates; its cost is not documented).
+
 TensorE instructions run under the Trn2 warm-up throttle (throttle.py): when TensorE work begins, or after its
 utilization over a trailing 3 us window fell below 50 %, it may be busy at most half of the next 3 us; an instruction
 past that allowance waits for the end of those 3 us.
@@ -60,6 +65,7 @@ from dataclasses import dataclass
 
 from tilec.perf.costs import Costs
 from tilec.perf.deps import DepTracker, hbm_rule as _hbm_rule
+from tilec.perf.params import shared_bus as _shared_bus
 from tilec.perf.throttle import TensorThrottle
 from tilec.trace import Access, Instr, Trace
 
@@ -133,6 +139,26 @@ class DmaEngines:
             half = MAX_INTERVALS // 2
             self.floor[e] = max(self.floor[e], ends[half - 1])
             del starts[:half], ends[:half]
+
+
+class Busy:
+    """Busy intervals of one engine (appended in time order: the engine runs its instructions in order)."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def fit(self, t: float, d: float) -> float:
+        """The earliest start >= t of an interval of length d overlapping none of these."""
+        i = bisect_right(self.ends, t + EPS)
+        while i < len(self.starts) and self.starts[i] < t + d - EPS:
+            t = max(t, self.ends[i])
+            i += 1
+        return t
+
+    def add(self, s: float, f: float) -> None:
+        self.starts.append(s)
+        self.ends.append(f)
 
 
 def folded_memsets(trace: Trace) -> set[int]:
@@ -245,8 +271,9 @@ def dma_streams(instrs: list[Instr]) -> dict[int, str]:
     return out
 
 
-def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None) -> Schedule:
-    """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py)."""
+def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus: str | None = None) -> Schedule:
+    """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py).
+    `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py)."""
     n = len(trace.instrs)
     start, end, lane = [0.0] * n, [0.0] * n, [""] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
@@ -262,6 +289,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None) -> Schedul
     deps = DepTracker({a.buffer for ins in instrs for a in ins.writes}, by_pattern=_hbm_rule(hbm_rule) == "pattern")
     last_end: dict[int, float] = {}  # per buffer, the latest end of an instruction touching it
     throttle = TensorThrottle(*costs.throttle)
+    bus = {"vector": Busy(), "gpsimd": Busy()} if _shared_bus(shared_bus) == "exclusive" else None
     for i, ins in enumerate(instrs):
         engine = ins.engine
         accesses = ins.reads + ins.writes
@@ -295,6 +323,10 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None) -> Schedul
             t = deps.ready(ins.reads, ins.writes, max(reuse, startup, engine_free.get(q, 0.0)))
             if engine == "tensor":
                 t = throttle.start(t, d)
+            elif bus is not None and (q == "gpsimd" or (q == "vector" and costs.gpsimd_bus(ins))):
+                other = bus["vector" if q == "gpsimd" else "gpsimd"]
+                t = other.fit(t, d)
+                bus[q].add(t, t + d)
             engine_free[q] = t + d
         done = t + d + ack
         start[i], end[i], lane[i] = t, done, q
