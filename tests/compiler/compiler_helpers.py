@@ -50,6 +50,17 @@ def matmul_update(update: str, M: int = 200, K: int = 300) -> str:
     return MATMUL_UPDATE.format(update=update, M=M, K=K)
 
 
+def conv_valid(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """NumPy reference of an unpadded, stride-1 conv: x [N, C, H, W], w [K, C, R, S] -> [N, K, H-R+1, W-S+1]."""
+    R, S = w.shape[2:]
+    Ho, Wo = x.shape[2] - R + 1, x.shape[3] - S + 1
+    out = np.zeros((x.shape[0], w.shape[0], Ho, Wo))
+    for r in range(R):
+        for s in range(S):
+            out += np.einsum("nchw,kc->nkhw", x[:, :, r:r + Ho, s:s + Wo], w[:, :, r, s])
+    return out
+
+
 def run_signed(src: str, dtype: str, seed: int):
     """Compile `src` with its f32 tensors in `dtype` and run it on inputs in [-0.5, 0.5) (signed: a relu or a sign
     changes the result), exact in `dtype` (the interpreter rounds bf16 inputs). Returns (program, compiled, outputs,

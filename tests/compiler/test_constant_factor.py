@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches, matmul_update, only_conv, run_signed
+from compiler_helpers import assert_matches, conv_valid, matmul_update, only_conv, run_signed
 from tilec.compiler.api import compile_loaded
 from tilec.errors import TilecError
 from tilec.lang import api as lang
@@ -83,16 +83,6 @@ kernel cf(A: f32[M, K], B: f32[K, N], S: f32[M, N]) -> Y
         assert_matches(prog, "Y", out["Y"], x["S"] + 0.125 * (x["A"] @ x["B"]))
 
 
-def _conv_np(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    R, S = w.shape[2:]
-    Ho, Wo = x.shape[2] - R + 1, x.shape[3] - S + 1
-    out = np.zeros((x.shape[0], w.shape[0], Ho, Wo))
-    for r in range(R):
-        for s in range(S):
-            out += np.einsum("nchw,kc->nkhw", x[:, :, r:r + Ho, s:s + Wo], w[:, :, r, s])
-    return out
-
-
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_scaled_padded_conv_bias_relu6(dtype):
     """A zero-padded conv with a factor on its product: the padded read beside the constant is still the conv's
@@ -111,7 +101,7 @@ kernel cf(X: f32[N, C, H, W], Wt: f32[K, C, R, S], b: f32[K]) -> Y
 """
     prog, c, out, x = _run(src, dtype)
     xp = np.pad(x["X"], ((0, 0), (0, 0), (1, 1), (1, 1)))
-    want = np.minimum(np.maximum(x["b"][None, :, None, None] + 4 * _conv_np(xp, x["Wt"]), 0.0), 1.5)
+    want = np.minimum(np.maximum(x["b"][None, :, None, None] + 4 * conv_valid(xp, x["Wt"]), 0.0), 1.5)
     assert (want == 0).mean() > 0.1 and (want == 1.5).mean() > 0.05
     assert_matches(prog, "Y", out["Y"], want)
 
@@ -174,7 +164,7 @@ kernel cf(X: f32[N, C, H, W], Wt: f32[K, C, R, S]) -> P
       P[n, k, y, x] max= T[n, k, 2 * y + i, 2 * x + j]
 """
     prog, c, out, x = _run(src, "f32")
-    want = (-0.5 * _conv_np(x["X"], x["Wt"])).reshape(1, 24, 4, 2, 4, 2).max(axis=(3, 5))
+    want = (-0.5 * conv_valid(x["X"], x["Wt"])).reshape(1, 24, 4, 2, 4, 2).max(axis=(3, 5))
     assert_matches(prog, "P", out["P"], want)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches, matmul_update, only_conv, run_signed
+from compiler_helpers import assert_matches, conv_valid, matmul_update, only_conv, run_signed
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
@@ -92,20 +92,10 @@ kernel neg(X: f32[N, C, H, W], Wt: f32[K, C, R, S], b: f32[K]) -> Y
 """
 
 
-def _conv_np(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    R, S = w.shape[2:]
-    Ho, Wo = x.shape[2] - R + 1, x.shape[3] - S + 1
-    out = np.zeros((x.shape[0], w.shape[0], Ho, Wo))
-    for r in range(R):
-        for s in range(S):
-            out += np.einsum("nchw,kc->nkhw", x[:, :, r:r + Ho, s:s + Wo], w[:, :, r, s])
-    return out
-
-
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_negated_conv_bias_relu6(dtype):
     prog, c, out, x = _run(CONV, dtype)
-    want = np.minimum(np.maximum(x["b"][None, :, None, None] - _conv_np(x["X"], x["Wt"]), 0.0), 0.25)
+    want = np.minimum(np.maximum(x["b"][None, :, None, None] - conv_valid(x["X"], x["Wt"]), 0.0), 0.25)
     assert (want == 0).mean() > 0.1 and (want == 0.25).mean() > 0.05
     assert_matches(prog, "Y", out["Y"], want)
 
@@ -174,7 +164,7 @@ kernel neg(X: f32[N, C, H, W], Wt: f32[K, C, R, S]) -> P
       P[n, k, y, x] max= T[n, k, 2 * y + i, 2 * x + j]
 """
     prog, c, out, x = _run(src, "f32")
-    conv = -_conv_np(x["X"], x["Wt"])
+    conv = -conv_valid(x["X"], x["Wt"])
     want = conv.reshape(1, 24, 4, 2, 4, 2).max(axis=(3, 5))
     assert _scale(prog, "P") == -1
     assert_matches(prog, "P", out["P"], want)
@@ -191,6 +181,6 @@ kernel neg(X: f32[N, G * Cg, H, W], Wt: f32[G * Kg, Cg, R, S]) -> Y
       Y[n, g * Kg + k, y, x] += X[n, g * Cg + c, y + r, x + s] * (-Wt[g * Kg + k, c, r, s])
 """
     prog, c, out, x = _run(src, "f32")
-    want = np.concatenate([-_conv_np(x["X"][:, g * 8:(g + 1) * 8], x["Wt"][g * 6:(g + 1) * 6]) for g in range(4)],
+    want = np.concatenate([-conv_valid(x["X"][:, g * 8:(g + 1) * 8], x["Wt"][g * 6:(g + 1) * 6]) for g in range(4)],
                           axis=1)
     assert_matches(prog, "Y", out["Y"], want)
