@@ -106,9 +106,27 @@ def test_16_bit_whole_blocks_transpose_in_groups(dt):
 
 
 def test_16_bit_column_vector_and_fp32_choices():
-    assert not build_matvec.grouped_is_faster(1000, 2048, 125, "f32")  # fp32 transposes: 4.7x, the rows path
+    # fp32: transposes at transpose mode's rate, but every block's eviction and one-column matmul at 4.7x
+    assert not build_matvec.grouped_is_faster(1000, 2048, 125, "f32")
     assert not build_matvec.grouped_is_faster(300, 1100, 100, "f16")  # a partial block: the rows path
     prog, c, inputs, out = run(MATVEC_2D.format(dt="bf16", M=200, K=512))
     assert "nc_transpose" in c.source
     x = rounded(inputs, "bf16")
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+def test_path_choice_reads_the_models_transpose_rate(monkeypatch):
+    """The estimates price an fp32 PE transpose at the performance model's rate (transpose mode on trn2: the matmul
+    factor over transpose_fp32_speedup), not at a constant of their own: without transpose mode the transpose path
+    costs more TensorE time by exactly its 128 x 16 blocks' transposes at the full fp32 factor."""
+    import dataclasses
+
+    from tilec.perf import params
+    prm = build_matvec.model_constants()
+    assert prm["fp32_transpose"] == prm["mm_fp32_factor"] / prm["transpose_fp32_speedup"] < prm["fp32_matmul"]
+    base_pe, base_rows = build_matvec.estimates(1000, 2048, True)
+    slow = dataclasses.replace(params.TRN2, transpose_fp32_speedup=params.Param(1, "no transpose mode"))
+    monkeypatch.setitem(params.TARGETS, "trn2", slow)
+    pe, rows = build_matvec.estimates(1000, 2048, True)
+    extra = 8 * 16 * (128 + prm["mm_fixed_cycles"]) * (prm["mm_fp32_factor"] - prm["fp32_transpose"])
+    assert rows == base_rows and pe == pytest.approx(base_pe + extra / prm["tensor_ghz"])

@@ -1,8 +1,8 @@
 """A matrix-vector product `y[i] = sum_k W[i, k] * v[k]` (W stored row-major, [out, in]) without TensorE transposes.
 
 The contraction path (build_conv) puts the contraction on the partitions: W must be transposed block by block on
-TensorE (fp32 at a quarter rate) and every block evicted from PSUM, for matmuls of one moving column each, so the
-kernel is bound by TensorE's transposes, not by reading W. Here W's rows stay on the partitions as loaded (one
+TensorE (fp32 at transpose mode's rate: 2.35x the 16-bit one on trn2) and every block evicted from PSUM, for
+matmuls of one moving column each, so the kernel is bound by TensorE's transposes, not by reading W. Here W's rows stay on the partitions as loaded (one
 contiguous DMA per tile of rows) and the contraction runs along the free axis:
 
     v broadcast to every partition once: a ones row times v on TensorE into PSUM (one matmul per PSUM bank)
@@ -51,17 +51,29 @@ def is_matvec(op: ConvOp, hbm: dict[str, Buf]) -> bool:
     return plain and d["N"] * d["Ho"] * d["Wo"] * d["H"] * d["W"] * d["R"] * d["S"] == 1
 
 
+def model_constants() -> dict[str, float]:
+    """The performance model's constants for the current target, with the TensorE factors it applies to fp32:
+    `fp32_matmul` (a matmul) and `fp32_transpose` (a PE transpose, in transpose mode where the target has it),
+    read from the model's own cost table (one fact, one place)."""
+    from tilec.perf.costs import Costs  # the performance model's own constants, late: perf reads kernels
+    from tilec.perf.params import target_params
+    params = target_params(get_target().name)
+    prm = {name: value for name, value, _ in params.table()}
+    costs = Costs(params)
+    prm["fp32_matmul"], prm["fp32_transpose"] = costs.fp32, costs.fp32_transpose
+    return prm
+
+
 def estimates(M: int, K: int, fp32: bool) -> tuple[float, float]:
     """(ns on TensorE/VectorE of the transpose path, ns of the busiest engine of this one), from the model's
-    constants: per 128 x 128 block a PE transpose, its eviction and a one-column matmul, versus per element of W
-    one VectorE and one ScalarE cycle (plus their static overheads per tile)."""
-    from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
+    constants: per 128 x 128 block a PE transpose (fp32: transpose mode's rate), its eviction and a one-column
+    matmul, versus per element of W one VectorE and one ScalarE cycle (plus their static overheads per tile)."""
     t = get_target()
-    prm = {name: value for name, value, _ in target_params(t.name).table()}
+    prm = model_constants()
     P, mn = t.pmax, prm["min_ii_cycles"]
-    f = prm["mm_fp32_factor"] if fp32 else 1.0
+    f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if fp32 else (1.0, 1.0)
     blocks = -(-M // P) * -(-K // P)
-    pe = blocks * ((P + prm["mm_fixed_cycles"]) * f + (mn + prm["mm_fixed_cycles"]) * f) / prm["tensor_ghz"]
+    pe = blocks * ((P + prm["mm_fixed_cycles"]) * ft + (mn + prm["mm_fixed_cycles"]) * f) / prm["tensor_ghz"]
     evict = blocks * (max(mn, P) + prm["vector_static_cycles"]) / prm["vector_ghz"]
     tiles = -(-M // P)
     vec = tiles * (K + prm["vector_static_cycles"]) / prm["vector_ghz"]
@@ -74,8 +86,7 @@ def gpsimd_columns(K: int, chunks: list[tuple[int, int]]) -> int:
     model's constants: VectorE streams one element per cycle with v read from PSUM (one instruction per bank it
     touches), GpSimdE two cycles per element from an SBUF copy of v (one instruction); each pays its static
     overhead per instruction. 0 when VectorE alone is as fast (short rows)."""
-    from tilec.perf.params import target_params  # the performance model's own constants (as estimates)
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    prm = model_constants()
     mn = prm["min_ii_cycles"]
 
     def cost(g: int) -> float:
@@ -181,20 +192,23 @@ def tp_group(K: int, tile: int, dtype: str) -> int:
 
 
 def grouped_is_faster(M: int, K: int, tile: int, dtype: str) -> bool:
-    """16-bit W with whole 128-column blocks: whether the transposes (at the 16-bit rate, evicted a PSUM bank at a
-    time, half of each group's copy on VectorE and half on ScalarE) beat the rows path's busiest engine, by the
-    model's constants. fp32 transposes cost 4.7x and stay on the rows path."""
-    from tilec.perf.params import target_params
+    """W with whole 128-column blocks: whether the transposes (evicted a PSUM bank at a time, half of each group's
+    copy on VectorE and half on ScalarE) beat the rows path's busiest engine, by the model's constants: TensorE's
+    rate for the dtype (fp32: transpose mode's for the transposes, the matmul factor for the one-column matmuls),
+    VectorE's 16-bit mode out of PSUM for 16-bit copies."""
     t = get_target()
-    if dtype == "f32" or K % t.pmax or K // t.pmax < 2:
+    if K % t.pmax or K // t.pmax < 2:
         return False
-    prm = {name: value for name, value, _ in target_params(t.name).table()}
+    prm = model_constants()
+    fp32 = dtype == "f32"
+    f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if fp32 else (1.0, 1.0)
     P, mn, fixed = t.pmax, prm["min_ii_cycles"], prm["mm_fixed_cycles"]
     tiles, kt = -(-M // tile), K // P
     g = tp_group(K, tile, dtype)
-    pe = tiles * kt * ((P + fixed) + (mn + fixed)) / prm["tensor_ghz"]
+    pe = tiles * kt * ((P + fixed) * ft + (mn + fixed) * f) / prm["tensor_ghz"]
     n = g * tile // 2  # columns of each half of a group's copy
-    vec = tiles * kt // g * (max(mn, n / prm["perf_mode_half"]) + prm["vector_static_cycles"]) / prm["vector_ghz"]
+    rate = 1.0 if fp32 else prm["perf_mode_half"]
+    vec = tiles * kt // g * (max(mn, n / rate) + prm["vector_static_cycles"]) / prm["vector_ghz"]
     act = tiles * kt // g * (max(mn, n) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
     rows_act = tiles * (K + mn + prm["scalar_static_cycles"]) / prm["scalar_ghz"]  # the rows path's sums
     return max(pe, vec, act) < rows_act
