@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches
+from compiler_helpers import assert_matches, inputs_for
 from test_conv_padded import rounded, run
 from tilec.compiler.api import compile_loaded
 from tilec.errors import TilecError
@@ -156,3 +156,34 @@ def test_batched_matmul_evicts_transposed_pairs_on_two_engines(dt):
     assert "op=nl.copy, data=A_pair_tp[:, 1]" in c.source  # the activation (ScalarE) evicting the second
     x = rounded(inputs, dt)
     assert_matches(prog, "C", out["C"], np.einsum("nik,nkj->nij", x["A"], x["B"]))
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_batched_a_b_transposed_16_bit_groups_a_on_vectore(dt, nki):
+    """16-bit A B^T with eight whole contraction tiles (K = 1024): A's blocks are transposed four to a PSUM tile
+    (a bank) and both halves evicted by VectorE, so ScalarE (B's second halves, C's evictions) is not the busiest
+    engine; M = 263 leaves a 7-row remainder tile (one PSUM tile and copy per block), P = 200 a ragged j block."""
+    prog = lang.load(BMM_BT.format(dt=dt, n=2, m=263, k=1024, p=200))
+    c = compile_loaded(prog, nki=nki)
+    assert "A_group_tp = nl.ndarray((128, 4, 128)" in c.source and "A_pair_tp" not in c.source
+    src = c.source[c.source.index("A_group_tp = nl.ndarray"):]
+    src = src[:src.index("C_acc")]
+    assert src.count("tensor_copy(") == 2 and "activation(" not in src  # two VectorE copies per group
+    inputs = inputs_for(prog)
+    out = c.run(**inputs)
+    x = rounded(inputs, dt)
+    assert_matches(prog, "C", out["C"], np.einsum("nik,njk->nij", x["A"], x["B"]))
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+def test_batched_a_b_transposed_fp32_keeps_a_in_pairs(nki):
+    """fp32 A B^T is TensorE-bound: A's transposes stay in pairs on two engines (grouping them by four made the
+    matmuls wait for the whole group)."""
+    prog = lang.load(BMM_BT.format(dt="f32", n=2, m=263, k=512, p=200))
+    c = compile_loaded(prog, nki=nki)
+    assert "A_pair_tp = nl.ndarray((128, 2, 128)" in c.source and "A_group_tp" not in c.source
+    inputs = inputs_for(prog)
+    out = c.run(**inputs)
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "C", out["C"], np.einsum("nik,njk->nij", x["A"], x["B"]))

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from tilec.compiler import conv_fold, conv_pairs, ir
 from tilec.compiler.build_util import a, broadcast_row, hbm_view, loop, ones_row, prep_notes, sl, term
-from tilec.compiler.ir import Alloc, Buf, Dma, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
+from tilec.compiler.schedule import PSUM_BANK, best_divisor
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
@@ -203,24 +204,49 @@ def rows_once(b: _ConvBuilder) -> Buf | None:
     return Buf(b.fresh(f"{op.w}_tile_rows"), "sbuf", b.hbm[op.w].dtype, (p.tile_k, b.C, b.R, b.S))
 
 
+# A B^T at 16 bits: A's contraction tiles per PSUM tile (within a bank), evicted by VectorE alone (rows_two_engines)
+BT_A_GROUP = 4
+
+
 def rows_two_engines(b: _ConvBuilder, rows: Buf, wt: Buf, kdst) -> list[Stmt]:
-    """A batched matmul's stationary rows (one out-channel tile) transposed two contraction tiles at a time into
-    one PSUM tile, the first evicted by VectorE, the second by ScalarE: VectorE alone evicting every block (and
-    B's, in A B^T) paced the transposes through the two-deep PSUM rotation."""
+    """A batched matmul's stationary rows (one out-channel tile) transposed g contraction tiles at a time into one
+    PSUM tile and evicted by two copies. A B and fp32: pairs, the first evicted by VectorE, the second by ScalarE:
+    VectorE alone evicting every block paced the transposes through the two-deep PSUM rotation (grouping fp32 by
+    four: bmm f32 batch 8 60.9 -> 62.4 us, TensorE is the bound and its matmuls then wait for the whole group).
+    A B^T at 16 bits: groups of BT_A_GROUP, both halves evicted by VectorE: there ScalarE also evicts half of B's
+    transposed blocks and every C tile, and A's odd blocks made it the busiest engine per batch index (ScalarE
+    1.95 us, VectorE 1.16 us on the model's rates; grouped 1.19 / 1.42 us): bmm_bt bf16 batch 8 34.5 -> 33.6 us."""
     op, p, line = b.op, b.p, b.L["update"]
-    tp = Buf(b.fresh(f"{op.w}_pair_tp"), "psum", wt.dtype, (p.tile_c, 2, p.tile_k))
+    dt = wt.dtype
+    g = 2
+    if op.x_transposed and DTYPE_BYTES[dt] == 2:
+        g = best_divisor(b.CT, min(BT_A_GROUP, PSUM_BANK // (p.tile_k * DTYPE_BYTES[dt])))
+    scalar = g == 2  # the second copy on ScalarE
+    tp = Buf(b.fresh(f"{op.w}_{'pair' if g == 2 else 'group'}_tp"), "psum", dt, (p.tile_c, g, p.tile_k))
     cname = dict(op.vars).get("c", "c")
-    hv = b.fresh(f"{cname}_pair")
+    hv = b.fresh(f"{cname}_{'pair' if g == 2 else 'grp'}")
     body: list[Stmt] = [Alloc(tp, line=line)]
-    for j in range(2):
-        first = a(term(hv, 2 * p.tile_c), j * p.tile_c)
+    jv = b.fresh(f"{cname}_in") if g > 2 else None
+    if jv is None:
+        for j in range(2):
+            first = a(term(hv, 2 * p.tile_c), j * p.tile_c)
+            src = View(rows, (full(p.tile_k), sl(first, p.tile_c, 1, b.cn["c"]), a(0), a(0)))
+            body.append(ir.Transpose(View(tp, (full(p.tile_c), a(j), full(p.tile_k))), src, "pe", line))
+    else:
+        first = a(term(hv, g * p.tile_c), term(jv, p.tile_c, b.cn["c"]))
         src = View(rows, (full(p.tile_k), sl(first, p.tile_c, 1, b.cn["c"]), a(0), a(0)))
-        body.append(ir.Transpose(View(tp, (full(p.tile_c), a(j), full(p.tile_k))), src, "pe", line))
-    for j in range(2):
-        dst = View(wt, (full(p.tile_c), a(term(hv, 2), j), a(0), a(0), kdst))
-        src = View(tp, (full(p.tile_c), a(j), full(p.tile_k)))
-        body += evict_transposed(b, dst, src, scalar=j == 1)
-    return loop(hv, b.CT // 2, body, note=f"{b.T['c']} (pairs of tiles of {b.cn['c']})", line=line)
+        body += loop(jv, g, [ir.Transpose(View(tp, (full(p.tile_c), a(jv), full(p.tile_k))), src, "pe", line)],
+                     note=f"{b.T['c']} (tiles of the group)", line=line)
+    h = g // 2
+    for j, (lo, n) in enumerate(((0, h), (h, g - h))):
+        dst = View(wt, (full(p.tile_c), sl(a(term(hv, g), lo), n), a(0), a(0), kdst))
+        src_tp = View(tp, (full(p.tile_c), sl(lo, n), full(p.tile_k)))
+        if n == 1:  # a pair: one tile per copy, indexed as before
+            dst = View(wt, (full(p.tile_c), a(term(hv, g), lo), a(0), a(0), kdst))
+            src_tp = View(tp, (full(p.tile_c), a(lo), full(p.tile_k)))
+        body += evict_transposed(b, dst, src_tp, scalar=scalar and j == 1)
+    what = "pairs" if g == 2 else f"groups of {g}"
+    return loop(hv, b.CT // g, body, note=f"{b.T['c']} ({what} of tiles of {b.cn['c']})", line=line)
 
 
 def weights_grouped(b: _ConvBuilder, raw: Buf, kv: str | None, ks: int) -> list[Stmt]:
