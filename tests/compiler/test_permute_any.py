@@ -89,3 +89,23 @@ def test_the_search_and_the_choice():
 
 def test_a_permute_of_five_dimensions():
     run_exact((3, 130, 2, 4, 5), (4, 2, 0, 3, 1))
+
+
+def test_a_swap_of_runs_is_priced_at_the_models_transpose_rate(monkeypatch):
+    """The compute side of a swap of runs comes from the performance model's constants (engine_passes): on trn2 it
+    stays under the DMA passes, so the choices above are the DMA's; with fp32 transposes 16 times dearer (a model
+    without transpose mode and a slower TensorE) the fp32 step costs more and the 16-bit one does not move."""
+    import dataclasses
+
+    from tilec.compiler import select_permute
+    from tilec.perf import params
+    T = tuple
+    ext = dict(b=4, i=512, j=512)
+    src, out = T("bij"), T("bji")
+    f32, f16 = (select_permute.step_cost("runs", src, out, ext, size) for size in (4, 2))
+    assert f32 == f16 == select_permute.TRANSPOSE_COST  # DMA-bound on trn2
+    assert select_permute.engine_passes(512, 512, 4) < select_permute.TRANSPOSE_COST
+    slow = dataclasses.replace(params.TRN2, transpose_fp32_speedup=params.Param(1 / 8, "16x dearer fp32 transposes"))
+    monkeypatch.setitem(params.TARGETS, "trn2", slow)
+    assert select_permute.step_cost("runs", src, out, ext, 4) > 2 * f32
+    assert select_permute.step_cost("runs", src, out, ext, 2) == f16

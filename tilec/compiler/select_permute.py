@@ -18,11 +18,14 @@ and per strided slice, calibrated on the model (f32): a swap of runs is one pass
 (min(M, N, 128) wide); a DMA step moves bytes once (HBM -> HBM) but pays per contiguous run when runs are short and
 runs on the engines of its partitions only (8 per engine, 16 engines); a pair swap pays short rows and its slices.
 Dimensions of extent 1 move nothing and are left out of the run lengths. Measured (model µs, start-up included,
-each plan forced): `Y[b, a, c] = X[a, b, c]` 256x256xC: dma 71-87 for C = 1..64, pair 17 at C = 1, 474 at C = 4,
-7356 at C = 64, the chosen chain 47 at C = 4; `Y[b, c, a, d] = X[a, b, c, d]` 64x32x28x28 (112-byte runs): dma 299,
-runs + runs 206; NCHW -> NWHC 2x256x28x28: pair 97, runs + dma 48; [S, N, H, D] -> [N, H, S, D] 512x1x8x64: dma
-18.2, runs + runs 37.2. Below ~10 µs of data the estimate can miss by the start-up noise (`Y[c, b, a] = X[a, b,
-c]` 200x3x150: the chosen dma + runs 22.2, pair 19.4).
+each plan forced; re-measured with the model's fp32 transpose-mode rate, the chosen plan unchanged in each case):
+`Y[b, a, c] = X[a, b, c]` 256x256xC: dma 71 at C = 4, 87 at C = 64, pair 17 at C = 1, 474 at C = 4, the chosen
+chain 42 at C = 4; `Y[b, c, a, d] = X[a, b, c, d]` 64x32x28x28 (112-byte runs): dma 299, runs + runs 198 (bf16 290,
+148); NCHW -> NWHC 2x256x28x28: pair 97, runs + dma 46 (the other runs + dma 43); [S, N, H, D] -> [N, H, S, D]
+512x1x8x64: dma 18.2, runs + runs 35.1. A swap of runs alone is DMA-bound on the model (B x 512 x N, f32: 1.0 pass
+of the floor at N = 512, 2.4 at 64, 9.7 at 16; bf16 1.1, 3.9, 15.9: its small blocks cost the same time as f32's,
+twice the passes). Below ~10 µs of data the estimate can miss by the start-up noise (`Y[c, b, a] = X[a, b,
+c]` 200x3x150: the chosen dma + runs 20.4, pair 19.3).
 """
 from __future__ import annotations
 
@@ -33,7 +36,9 @@ import math
 from tilec.target import TRN2
 
 MAX_RANK = 5  # 120 orders: the search takes ~0.1 s (rank 6: seconds); beyond it a permute is one step or an error
-TRANSPOSE_COST = 1.1  # passes of a swap of runs in 128 x 128 blocks (smaller blocks cost in proportion)
+# passes of a swap of runs in 128 x 128 blocks (smaller blocks cost in proportion): its DMAs' (fitted on the model);
+# the engines' passes (engine_passes, from the model's constants) count when they are more
+TRANSPOSE_COST = 1.1
 DMA_COST = 0.6  # passes of an HBM -> HBM DMA with long runs (the model counts its bytes once)
 DMA_RUN = 256  # bytes x passes: a DMA of shorter runs is descriptor-bound, its cost grows as 1 / run
 STEP_PASSES = 0.5  # passes a step costs beyond its data (its HBM intermediate): 4 cheap steps lose to 2 dearer
@@ -86,7 +91,7 @@ def step_cost(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: 
         k = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
         c = next(c for c in range(1, len(src) - k) if src[k + c:] + src[k:k + c] == out[k:])
         m, n = math.prod(ext[v] for v in src[k:k + c]), math.prod(ext[v] for v in src[k + c:])
-        return TRANSPOSE_COST * 128 / min(m, n, 128)
+        return max(TRANSPOSE_COST * 128 / min(m, n, 128), engine_passes(m, n, itemsize))
     run = _run_bytes(kind, src, out, ext, itemsize)
     if kind == "dma":  # the engines of its partitions (8 each, of 16) share the work
         runs = dma_runs(src, out, ext)
@@ -94,6 +99,23 @@ def step_cost(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: 
         engines = min(16, -(-_divisor(ext[runs[1][0]], 128) // 8))
         return max(DMA_COST, DMA_RUN / run) * 16 / engines
     return 2 * TRANSPOSE_COST + DMA_RUN / run  # pair: short strided rows, then transposes
+
+
+def engine_passes(m: int, n: int, itemsize: int) -> float:
+    """Passes over the data that TensorE and VectorE need for a swap of runs [B, M, N] -> [B, N, M] by blocks of
+    bm x bn (min(extent, 128)), from the performance model's constants: per block one PE transpose (an fp32 one at
+    the model's fp32 transpose rate: transpose mode's on trn2, the matmul factor without it) and one eviction from
+    PSUM on VectorE (16-bit at its PSUM performance mode), against the block's share of the DMA byte floor. On trn2
+    these stay under TRANSPOSE_COST's DMA passes (a 128 x 128 fp32 block: TensorE 134 ns, VectorE 237 ns, the DMA
+    floor 356 ns; 16-bit: 57, 171 and 178 ns): a swap of runs is DMA-bound on the model (TensorE busy 15-29 %)."""
+    from tilec.compiler.build_matvec import model_constants  # the model's own constants (late: perf reads kernels)
+    prm = model_constants()
+    bm, bn = min(m, TRN2.pmax), min(n, TRN2.pmax)
+    fp32 = itemsize == 4
+    pe = (max(bm, min(prm["mm_min_cycles"], bn)) + prm["mm_fixed_cycles"]) * (prm["fp32_transpose"] if fp32 else 1.0)
+    evict = (max(prm["min_ii_cycles"], bm / (1.0 if fp32 else prm["perf_mode_half"])) + prm["vector_static_cycles"])
+    floor = 2 * bm * bn * itemsize / (prm["dma_engines"] * prm["dma_engine_bw"])
+    return max(pe / prm["tensor_ghz"], evict / prm["vector_ghz"]) / floor
 
 
 def step_us(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: int) -> float:
