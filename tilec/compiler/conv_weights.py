@@ -245,8 +245,8 @@ def rows_two_engines(b: _ConvBuilder, rows: Buf, wt: Buf, kdst) -> list[Stmt]:
             dst = View(wt, (full(p.tile_c), a(term(hv, g), lo), a(0), a(0), kdst))
             src_tp = View(tp, (full(p.tile_c), a(lo), full(p.tile_k)))
         body += evict_transposed(b, dst, src_tp, scalar=scalar and j == 1)
-    what = "pairs" if g == 2 else f"groups of {g}"
-    return loop(hv, b.CT // g, body, note=f"{b.T['c']} ({what} of tiles of {b.cn['c']})", line=line)
+    what = "pairs of tiles" if g == 2 else f"groups of {g} tiles"
+    return loop(hv, b.CT // g, body, note=f"{b.T['c']} ({what} of {b.cn['c']})", line=line)
 
 
 def weights_grouped(b: _ConvBuilder, raw: Buf, kv: str | None, ks: int) -> list[Stmt]:
