@@ -159,14 +159,15 @@ def test_batched_matmul_evicts_transposed_pairs_on_two_engines(dt):
 
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
-@pytest.mark.parametrize("dt", ["f16", "bf16"])
-def test_batched_a_b_transposed_16_bit_groups_a_on_vectore(dt, nki):
-    """16-bit A B^T with eight whole contraction tiles (K = 1024): A's blocks are transposed four to a PSUM tile
-    (a bank) and both halves evicted by VectorE, so ScalarE (B's second halves, C's evictions) is not the busiest
-    engine; M = 263 leaves a 7-row remainder tile (one PSUM tile and copy per block), P = 200 a ragged j block."""
-    prog = lang.load(BMM_BT.format(dt=dt, n=2, m=263, k=1024, p=200))
+@pytest.mark.parametrize("dt, k, g", [("f16", 1024, 4), ("bf16", 1024, 4), ("bf16", 768, 3)])
+def test_batched_a_b_transposed_16_bit_groups_a_on_vectore(dt, k, g, nki):
+    """16-bit A B^T with whole contraction tiles (K = 1024: eight, in groups of four; K = 768: six, in groups of
+    three): A's blocks share a PSUM tile (within a bank) and both parts are evicted by VectorE, so ScalarE (B's
+    second halves, C's evictions) is not the busiest engine; M = 263 leaves a 7-row remainder tile (one PSUM tile and
+    copy per block), P = 200 a ragged j block."""
+    prog = lang.load(BMM_BT.format(dt=dt, n=2, m=263, k=k, p=200))
     c = compile_loaded(prog, nki=nki)
-    assert "A_group_tp = nl.ndarray((128, 4, 128)" in c.source and "A_pair_tp" not in c.source
+    assert f"A_group_tp = nl.ndarray((128, {g}, 128)" in c.source and "A_pair_tp" not in c.source
     src = c.source[c.source.index("A_group_tp = nl.ndarray"):]
     src = src[:src.index("C_acc")]
     assert src.count("tensor_copy(") == 2 and "activation(" not in src  # two VectorE copies per group
