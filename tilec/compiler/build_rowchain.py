@@ -143,7 +143,7 @@ class _Unsupported(Exception):
 
 class _Chain:
     def __init__(self, ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False,
-                 turn: bool = True) -> None:
+                 turn: bool = True, halves: bool = True) -> None:
         self.ops, self.hbm, self.keep = ops, hbm, keep
         self.fresh_for = fresh_for  # op -> its name allocator: each op's temporaries keep their own names
         self.fresh: Fresh = fresh_for(ops[-1])
@@ -163,6 +163,7 @@ class _Chain:
         self.chunked = False  # a chain of VectorE steps built chunk by chunk (TILE_F)
         self.skewed = skewed  # built to be software-pipelined (pair_tiles.skew_row_tiles): work moves off ScalarE
         self.turn = turn  # a column scaling a broadcast row may ride on the broadcast (scale_row)
+        self.halves = halves  # a skewed chain stores each row tile in two halves (_halved_stores)
         self.exact: set[str] = set()  # 16-bit tensors whose value is exactly one of their dtype (no rounding)
         self.exact_in: dict[str, str] = {}  # an fp32 buffer -> the 16-bit dtype all its values are exactly of
         self.narrow_of: dict[str, View] = {}  # a rounded column (fp32) -> the f16/bf16 column it was copied from
@@ -195,7 +196,7 @@ class _Chain:
             self.body += self.store(name, view)
         self.body = _unused_dropped(_narrow_read_as_data(_narrow_writes(self.body)))
         if self.skewed:
-            self.body = _offload(self.body)
+            self.body = _offload(self.body, self.halves)
         outs = ", ".join(op.out for op in self.ops)
         nest = loop("pt", self.R // self.TP, self.body, note="for the rows (tiles of TILE_P), every op of the chain",
                     line=self.line)
@@ -367,7 +368,7 @@ class _Chain:
             scale = self.vmul(x.scale, math.sqrt(factor)) if inside else x.scale
             self.act_into(self.discard(), "square", x.base, scale, x.bias, col)
             total = Col(whole(col), 1.0 if inside else factor)
-        elif self.skewed and x.scale == 1.0 and x.bias == 0.0 and x.base.buf.dtype in _HALF \
+        elif self.skewed and self.halves and x.scale == 1.0 and x.bias == 0.0 and x.base.buf.dtype in _HALF \
                 and self.hbm[op.out].dtype == x.base.buf.dtype and self.F & (self.F - 1) == 0 and factor > 0.0:
             # a 16-bit chain, software-pipelined: the sum of a 16-bit tile on VectorE (N/2 cycles into a 16-bit
             # column, nki-spec 2.4), ScalarE keeps its passes for what only it can fuse. The column rounds the
@@ -927,7 +928,7 @@ def _views_read(s: Stmt) -> list[View]:
             if isinstance(getattr(s, f.name), View) and id(getattr(s, f.name)) not in written]
 
 
-def _offload(body: list[Stmt]) -> list[Stmt]:
+def _offload(body: list[Stmt], halves: bool = True) -> list[Stmt]:
     """Work of a software-pipelined 16-bit chain moved off ScalarE:
     * a 16-bit tile's copy plus a per-partition bias into a 16-bit tile (bf16 layernorm's d = X - mu) is one
       VectorE tensor_scalar (16-bit performance mode: 4 elements a cycle, nki-spec 2.3), unless the scaling by a
@@ -939,7 +940,7 @@ def _offload(body: list[Stmt]) -> list[Stmt]:
     * the row tile is stored in two halves, each after the steps over its columns (_halved_stores: on the model
       bf16 layernorm over rows of 8192 1.51x -> 1.50x, the last tile's store no longer all after its last step)."""
     out: list[Stmt] = []
-    turned = any(isinstance(s, ir.Transpose) for s in body)  # the scaling by r rides on the broadcast of g
+    turned = halves and any(isinstance(s, ir.Transpose) for s in body)  # the scaling by r rides on g's broadcast
     for s in body:
         if not turned and isinstance(s, Act) and s.func == "copy" and s.total is None and s.scale == 1.0 \
                 and s.bias is not None and s.dst.buf.dtype in _HALF and s.src.buf.dtype in _HALF \
@@ -949,7 +950,7 @@ def _offload(body: list[Stmt]) -> list[Stmt]:
             out += _last_step_on_gpsimd(s)
             continue
         out.append(s)
-    return _halved_stores(out)
+    return _halved_stores(out) if halves else out
 
 
 def _halved_stores(body: list[Stmt]) -> list[Stmt]:
@@ -1098,10 +1099,18 @@ def fit_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bud
     built = build_row_chain(ops, hbm, fresh_for, keep)
     if peak_usage(tuple(built[1]))[0] <= budget:
         return pipelined(ops, hbm, fresh_for, keep, built, budget)
+    piped = pipelined_chunks(ops, hbm, fresh_for, keep, budget)
+    if piped is not None:
+        return piped
     fitted = fit_long_rows(ops, built, budget, fresh_for)
     if _turned(fitted[1]) and _rebroadcast(fitted[1]):
         return fit_long_rows(ops, build_row_chain(ops, hbm, fresh_for, keep, turn=False), budget, fresh_for)
     return fitted
+
+
+def _phases(stmts: list[Stmt]) -> int:
+    """The chunk loops (chunk_cols' phases) of a chunked chain's row-tile loop."""
+    return sum(isinstance(s, ir.Loop) and s.var == "cc" for s in ir.walk(tuple(stmts)))
 
 
 def _turned(stmts: list[Stmt]) -> bool:
@@ -1181,3 +1190,28 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
     if chunked is not None and not _whole_broadcast(chunked[1], free):
         return chunked
     return built
+
+
+def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int) -> Built | None:
+    """A 16-bit chain too big to fit whole, built for software pipelining with ScalarE's passes kept (halves=False:
+    its sums on ScalarE, its centring on VectorE), its columns chunked (chunk_cols.py), then skewed by one row tile
+    (pair_tiles.py: stage B is the phase that holds the steps and the stores, the rows it reads alternate between
+    two buffers). None when that does not apply or fit. On the model: bf16 layernorm over rows of 16384 2.41x the
+    floor shared -> 1.80x, of 32768 3.56x chunked -> 2.92x; f32 chains are slower this way (layernorm over rows
+    of 16384 1.41x -> 2.10x: its ScalarE passes do not move), so they keep fit_long_rows."""
+    from tilec.compiler.pair_tiles import skew_row_tiles
+
+    if short_rows(ops) is not None or any(hbm[op.out].dtype not in _HALF for op in ops):
+        return None
+    chain = _Chain(ops, hbm, fresh_for, keep, skewed=True, halves=False)
+    consts, stmts = chain.build()
+    stmts = getattr(chain, "views", []) + stmts
+    free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
+    for part in (1.0, 0.75, 0.6, 0.5):
+        chunked = chunk_columns(consts, stmts, free, int(budget * part), fresh_for(ops[-1]))
+        if chunked is None or _phases(chunked[1]) < 3:
+            continue
+        skewed = skew_row_tiles(chunked, budget, fresh_for(ops[-1]))
+        if skewed is not None:
+            return skewed
+    return None
