@@ -42,6 +42,7 @@ from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_reduce import build_short_rows, short_rows
 from tilec.compiler.expr_instrs import ExprCompiler
+from tilec.compiler import chunk_pipe
 from tilec.compiler.chunk_cols import chunk_columns
 from tilec.compiler.passes import peak_usage
 from tilec.compiler.share import share_tiles
@@ -143,7 +144,7 @@ class _Unsupported(Exception):
 
 class _Chain:
     def __init__(self, ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], skewed: bool = False,
-                 turn: bool = True, halves: bool = True) -> None:
+                 turn: bool = True, long: bool = False) -> None:
         self.ops, self.hbm, self.keep = ops, hbm, keep
         self.fresh_for = fresh_for  # op -> its name allocator: each op's temporaries keep their own names
         self.fresh: Fresh = fresh_for(ops[-1])
@@ -163,7 +164,10 @@ class _Chain:
         self.chunked = False  # a chain of VectorE steps built chunk by chunk (TILE_F)
         self.skewed = skewed  # built to be software-pipelined (pair_tiles.skew_row_tiles): work moves off ScalarE
         self.turn = turn  # a column scaling a broadcast row may ride on the broadcast (scale_row)
-        self.halves = halves  # a skewed chain stores each row tile in two halves (_halved_stores)
+        # built to be chunked, then skewed (chunk_pipe.py): ScalarE keeps the sums, a row sum of a rounded 16-bit
+        # tile reads the value before its rounding, and a tile is made where it is first read
+        self.long = long
+        self.unrounded: dict[str, Value] = {}  # a rounded 16-bit tile -> its value before the rounding (long)
         self.exact: set[str] = set()  # 16-bit tensors whose value is exactly one of their dtype (no rounding)
         self.exact_in: dict[str, str] = {}  # an fp32 buffer -> the 16-bit dtype all its values are exactly of
         self.narrow_of: dict[str, View] = {}  # a rounded column (fp32) -> the f16/bf16 column it was copied from
@@ -196,7 +200,9 @@ class _Chain:
             self.body += self.store(name, view)
         self.body = _unused_dropped(_narrow_read_as_data(_narrow_writes(self.body)))
         if self.skewed:
-            self.body = _offload(self.body, self.halves)
+            self.body = _offload(self.body, not self.long)
+        if self.long:
+            self.body = chunk_pipe.sunk(self.body)
         outs = ", ".join(op.out for op in self.ops)
         nest = loop("pt", self.R // self.TP, self.body, note="for the rows (tiles of TILE_P), every op of the chain",
                     line=self.line)
@@ -216,6 +222,8 @@ class _Chain:
         except _Unsupported:  # a constant: the expression compiler's tile (fallback) rounds as it stores
             return
         narrow = Buf(self.fresh(f"{op.out}_{dt}"), "sbuf", dt, tile.buf.shape)
+        if tile.buf.shape[1] > 1 and self.long:
+            self.unrounded[op.out] = self.values[op.out]
         if tile.buf.shape[1] > 1:  # a tile is read as it is (instructions take f16/bf16 operands), no copy back
             self.body += [Alloc(narrow, line=op.line), ir.Copy(whole(narrow), tile, op.line)]
             self.engine_of[narrow.name] = "vector"
@@ -297,8 +305,9 @@ class _Chain:
 
     def evicted(self, dst: View, acc: View) -> Stmt:
         """The copy of a broadcast row's chunk out of PSUM: by ScalarE in a software-pipelined chain, whose first
-        row tile starts on VectorE (the mean), else by VectorE."""
-        if self.skewed:
+        row tile starts on VectorE (the mean), else by VectorE (also in a chain built for chunk_pipe, whose first
+        row tile starts on ScalarE: bf16 layernorm over rows of 16384 1.61x -> 1.53x)."""
+        if self.skewed and not self.long:
             return Act(dst, acc, "copy", line=self.line)
         return ir.Copy(dst, acc, self.line)
 
@@ -357,7 +366,13 @@ class _Chain:
             self.values[op.out] = result
             return
         square = isinstance(expr, sx.BinOp) and expr.op == "*" and fmt_expr(expr.lhs) == fmt_expr(expr.rhs)
-        x = self.lin(self.value(expr.lhs if isinstance(expr, sx.BinOp) and square else expr))
+        values = self.values
+        if self.long:  # the sum of a rounded tile's values (squared) from its value before the rounding (long)
+            self.values = {**values, **self.unrounded}
+        try:
+            x = self.lin(self.value(expr.lhs if isinstance(expr, sx.BinOp) and square else expr))
+        finally:
+            self.values = values
         if x.base is None or x.base.shape()[1] == 1:
             raise _Unsupported  # a sum along the rows of a constant or a column
         factor = op.scale
@@ -368,7 +383,7 @@ class _Chain:
             scale = self.vmul(x.scale, math.sqrt(factor)) if inside else x.scale
             self.act_into(self.discard(), "square", x.base, scale, x.bias, col)
             total = Col(whole(col), 1.0 if inside else factor)
-        elif self.skewed and self.halves and x.scale == 1.0 and x.bias == 0.0 and x.base.buf.dtype in _HALF \
+        elif self.skewed and not self.long and x.scale == 1.0 and x.bias == 0.0 and x.base.buf.dtype in _HALF \
                 and self.hbm[op.out].dtype == x.base.buf.dtype and self.F & (self.F - 1) == 0 and factor > 0.0:
             # a 16-bit chain, software-pipelined: the sum of a 16-bit tile on VectorE (N/2 cycles into a 16-bit
             # column, nki-spec 2.4), ScalarE keeps its passes for what only it can fuse. The column rounds the
@@ -928,7 +943,7 @@ def _views_read(s: Stmt) -> list[View]:
             if isinstance(getattr(s, f.name), View) and id(getattr(s, f.name)) not in written]
 
 
-def _offload(body: list[Stmt], halves: bool = True) -> list[Stmt]:
+def _offload(body: list[Stmt], halves: bool = True) -> list[Stmt]:  # halves: not chunk_pipe's (long)
     """Work of a software-pipelined 16-bit chain moved off ScalarE:
     * a 16-bit tile's copy plus a per-partition bias into a 16-bit tile (bf16 layernorm's d = X - mu) is one
       VectorE tensor_scalar (16-bit performance mode: 4 elements a cycle, nki-spec 2.3), unless the scaling by a
@@ -1099,6 +1114,8 @@ def fit_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bud
     built = build_row_chain(ops, hbm, fresh_for, keep)
     if peak_usage(tuple(built[1]))[0] <= budget:
         return pipelined(ops, hbm, fresh_for, keep, built, budget)
+    from tilec.compiler.chunk_pipe import pipelined_chunks
+
     piped = pipelined_chunks(ops, hbm, fresh_for, keep, budget)
     if piped is not None:
         return piped
@@ -1191,27 +1208,3 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
         return chunked
     return built
 
-
-def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int) -> Built | None:
-    """A 16-bit chain too big to fit whole, built for software pipelining with ScalarE's passes kept (halves=False:
-    its sums on ScalarE, its centring on VectorE), its columns chunked (chunk_cols.py), then skewed by one row tile
-    (pair_tiles.py: stage B is the phase that holds the steps and the stores, the rows it reads alternate between
-    two buffers). None when that does not apply or fit. On the model: bf16 layernorm over rows of 16384 2.41x the
-    floor shared -> 1.80x, of 32768 3.56x chunked -> 2.92x; f32 chains are slower this way (layernorm over rows
-    of 16384 1.41x -> 2.10x: its ScalarE passes do not move), so they keep fit_long_rows."""
-    from tilec.compiler.pair_tiles import skew_row_tiles
-
-    if short_rows(ops) is not None or any(hbm[op.out].dtype not in _HALF for op in ops):
-        return None
-    chain = _Chain(ops, hbm, fresh_for, keep, skewed=True, halves=False)
-    consts, stmts = chain.build()
-    stmts = getattr(chain, "views", []) + stmts
-    free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
-    for part in (1.0, 0.75, 0.6, 0.5):
-        chunked = chunk_columns(consts, stmts, free, int(budget * part), fresh_for(ops[-1]))
-        if chunked is None or _phases(chunked[1]) < 3:
-            continue
-        skewed = skew_row_tiles(chunked, budget, fresh_for(ops[-1]))
-        if skewed is not None:
-            return skewed
-    return None

@@ -1,0 +1,138 @@
+"""Software pipelining of a chunked row chain: a 16-bit chain whose whole-row tiles do not fit twice.
+
+pair_tiles.skew_row_tiles overlaps one row tile's steps (stage B) with the next tile's statistics (stage A) when the
+chain fits SBUF twice. A 16-bit layernorm over rows of 16384 or 32768 does not; chunked (chunk_cols.py) it keeps the
+rows read in several phases whole and makes everything else chunk by chunk, and each phase is one engine's turn:
+
+    for pt in range(R / TILE_P):
+        for cc: load X chunk; mean partial (ScalarE)                     phase 1
+        for cc: d chunk = X - mu (VectorE); squares' partial (ScalarE)   phase 2
+        for cc: r g on TensorE, d * r g (VectorE), + b (GpSimdE), store  phase 3 (stage B)
+
+Here the chain is built for pipelining (build_rowchain `skewed`, with `halves=False`: its sums stay on ScalarE, its
+centring on VectorE, its stores are chunk by chunk), chunked, and then skewed by pair_tiles: stage B is the phase
+holding the steps and the stores, and the rows it reads (X, d) alternate between two buffers by row-tile parity.
+In stage B, GpSimdE's step over a chunk (`+ b`, reading SBUF only) is one instruction over TILE_C columns instead of
+one per PSUM bank (TILE_F): fewer static overheads on the engine that bounds the chain.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tilec.compiler import ir
+from tilec.compiler.chunk_cols import chunk_columns
+from tilec.compiler.ir import Aff, Binary, Buf, Loop, Sl, Stmt, View
+from tilec.compiler.ops import Op, ReduceOp
+
+Built = tuple[list[tuple[str, int]], list[Stmt]]
+
+
+def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int) -> Built | None:
+    """A 16-bit chain too big to fit whole, built for software pipelining, its columns chunked, then skewed by one
+    row tile (see the module docstring); None when that does not apply or fit. Only for 16-bit chains with at least
+    three phases (two dependent row sums, as layernorm's mean and variance): on the model bf16 layernorm over rows
+    of 16384 is 2.41x the floor shared and 1.80x this way, over rows of 32768 3.56x chunked and 2.92x; f32 chains
+    (layernorm over rows of 16384 1.41x -> 2.10x: their ScalarE passes do not move) and bf16 rmsnorm over rows of
+    32768 (two phases: 1.20x -> 1.32x) keep fit_long_rows."""
+    from tilec.compiler.build_rowchain import _HALF, _Chain, short_rows  # (build_rowchain imports this module)
+    from tilec.compiler.pair_tiles import skew_row_tiles
+
+    if short_rows(ops) is not None or any(hbm[op.out].dtype not in _HALF for op in ops):
+        return None
+    chain = _Chain(ops, hbm, fresh_for, keep, skewed=True, long=True)
+    consts, stmts = chain.build()
+    stmts = getattr(chain, "views", []) + stmts
+    free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
+    for part in (1.0, 0.75, 0.6, 0.5):  # the largest chunks whose skewed chain fits
+        chunked = chunk_columns(consts, stmts, free, int(budget * part), fresh_for(ops[-1]))
+        if chunked is None or phases(chunked[1]) < 3:
+            continue
+        skewed = skew_row_tiles((chunked[0], merged_gpsimd_steps(chunked[1])), budget, fresh_for(ops[-1]))
+        if skewed is not None:
+            return skewed
+    return None
+
+
+def phases(stmts: list[Stmt]) -> int:
+    """The chunk loops (chunk_cols' phases) of a chunked chain."""
+    return sum(isinstance(s, Loop) and s.var == "cc" for s in ir.walk(tuple(stmts)))
+
+
+def merged_gpsimd_steps(stmts: list[Stmt]) -> list[Stmt]:
+    """In each chunk loop (cc) over TILE_C columns, a loop of steps (ct, over PSUM banks of TILE_F) whose last step
+    runs on GpSimdE and reads SBUF only: that step taken out of the loop as one instruction over all its columns
+    (GpSimdE's static overhead once per TILE_C columns, not per TILE_F)."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, (Loop, ir.Block)):
+            body = merged_gpsimd_steps(list(s.body))
+            if isinstance(s, Loop) and s.var == "cc":
+                body = [x for s2 in body for x in _split_last(s2)]
+            s = dataclasses.replace(s, body=tuple(body))
+        out.append(s)
+    return out
+
+
+def _split_last(s: Stmt) -> list[Stmt]:
+    if not (isinstance(s, Loop) and s.var == "ct" and s.body and isinstance(s.body[-1], Binary)
+            and s.body[-1].engine == "gpsimd"):
+        return [s]
+    last = s.body[-1]
+    assert isinstance(last, Binary)
+    views = [_widened(v, s.extent) for v in (last.dst, last.a, last.b)]
+    if any(v is None for v in views):
+        return [s]
+    dst, a, b = views
+    assert dst is not None and a is not None and b is not None
+    return [dataclasses.replace(s, body=s.body[:-1]), dataclasses.replace(last, dst=dst, a=a, b=b)]
+
+
+def _widened(v: View, extent: int) -> View | None:
+    """`v` indexed by ct (columns ct * TILE_F + TILE_F) as the view of all `extent` chunks; None if it is not."""
+    col = v.idx[-1]
+    if not isinstance(col, Sl) or col.step != 1 or any(x.var == "ct" for i in v.idx[:-1] if isinstance(i, Aff)
+                                                         for x in i.terms):
+        return None
+    ct = [t for t in col.start.terms if t.var == "ct"]
+    if len(ct) != 1 or ct[0].coef != col.size:
+        return None
+    start = Aff(tuple(t for t in col.start.terms if t.var != "ct"), col.start.const)
+    return View(v.buf, v.idx[:-1] + (Sl(start, col.size * extent, 1, ""),))
+
+
+def sunk(body: list[Stmt]) -> list[Stmt]:
+    """A whole-row tile made by one instruction moved, with its allocation, to just before its first reader, when
+    nothing in between writes what it reads: a rounded tile whose row sum reads the value before the rounding
+    (bf16 layernorm's d, read by the steps only) is then made in stage B, chunk by chunk, instead of being held whole
+    from stage A."""
+    out = list(body)
+    for made in list(out):
+        if isinstance(made, (Loop, ir.Block, ir.Alloc)) or len(_written(made)) != 1:
+            continue
+        tiles = [v.buf for v in _written(made) if v.buf.memory == "sbuf" and len(v.buf.shape) == 2
+                 and v.buf.shape[1] > 1]
+        w = out.index(made)
+        alloc = next((k for k, x in enumerate(out[:w]) if isinstance(x, ir.Alloc) and tiles and x.buf == tiles[0]),
+                     None)
+        if alloc is None or any(_touches(x, tiles[0]) for x in out[alloc + 1:w]):
+            continue
+        first = next((k for k in range(w + 1, len(out)) if _touches(out[k], tiles[0])), None)
+        reads = {v.buf.name for v in ir.views(made)} - {tiles[0].name}
+        if first is None or first == w + 1 or any(v.buf.name in reads for x in ir.walk(tuple(out[w + 1:first]))
+                                                  for v in _written(x)):
+            continue
+        moved = [out[alloc], made]
+        rest = [x for k, x in enumerate(out) if k not in (alloc, w)]
+        at = rest.index(out[first])
+        out = rest[:at] + moved + rest[at:]
+    return out
+
+
+def _touches(s: Stmt, buf: Buf) -> bool:
+    return any(v.buf == buf for x in ir.walk((s,)) for v in ir.views(x))
+
+
+def _written(s: Stmt) -> list[View]:
+    dst = getattr(s, "acc", None) if isinstance(s, ir.Matmul) else getattr(s, "dst", None)
+    total = getattr(s, "total", None)
+    return [v for v in (dst, total) if isinstance(v, View)]
