@@ -23,6 +23,7 @@ from tilec.compiler import ir
 from tilec.compiler.chunk_cols import chunk_columns
 from tilec.compiler.ir import Aff, Binary, Buf, Loop, Sl, Stmt, View
 from tilec.compiler.ops import Op, ReduceOp
+from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
@@ -47,10 +48,112 @@ def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[st
         chunked = chunk_columns(consts, stmts, free, int(budget * part), fresh_for(ops[-1]))
         if chunked is None or phases(chunked[1]) < 3:
             continue
-        skewed = skew_row_tiles((chunked[0], merged_gpsimd_steps(chunked[1])), budget, fresh_for(ops[-1]))
+        body = folded_on_scalar(merged_gpsimd_steps(chunked[1]), fresh_for(ops[-1]))
+        skewed = skew_row_tiles((chunked[0], body), budget, fresh_for(ops[-1]))
         if skewed is not None:
-            return skewed
+            return skewed[0], last_tile_shared(skewed[1], fresh_for(ops[-1]), get_target())
     return None
+
+
+def last_tile_shared(stmts: list[Stmt], fresh, tgt) -> list[Stmt]:
+    """The last row tile's stage B (in the skewed chain's epilogue) with GpSimdE's `+ b` of its last chunks on
+    VectorE, which has no next tile's products to make: each step's products stay in PSUM and VectorE adds b
+    reading them there (one PSUM input: N cycles). k chunks of E move so that both engines finish together:
+    VectorE makes E chunks of products and k sums at about the same cost each, GpSimdE starts after the first
+    chunk's products and adds E - k chunks at rho times that cost (rho = 2 f_V / f_G, nki-spec 2.4: two inputs
+    at 2N GpSimdE cycles), E + k = 1 + rho (E - k). On the model: bf16 layernorm over rows of 16384 1.53x ->
+    ?x, of 32768 ?x -> ?x."""
+    rho = 2 * tgt.vector_ghz / tgt.gpsimd_ghz
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, ir.Block):
+            s = dataclasses.replace(s, body=tuple(last_tile_shared(list(s.body), fresh, tgt)))
+        elif isinstance(s, Loop) and s.var == "p1":
+            body = list(s.body)
+            at = max((i for i, x in enumerate(body) if isinstance(x, Loop) and x.var == "cc"), default=None)
+            if at is not None:
+                loop = body[at]
+                assert isinstance(loop, Loop)
+                loop = dataclasses.replace(loop, body=tuple(_centred_on_scalar(x) for x in loop.body))
+                k = int((loop.extent * (rho - 1) + 1) / (1 + rho))
+                split = _on_vector(loop, k, fresh) if 0 < k < loop.extent else None
+                body[at:at + 1] = split or [loop]
+                s = dataclasses.replace(s, body=tuple(body))
+        out.append(s)
+    return out
+
+
+def _centred_on_scalar(s: Stmt) -> Stmt:
+    """VectorE's centring (a 16-bit tile plus a per-partition bias) as a ScalarE copy with that bias: in the last
+    row tile's stage B, ScalarE has no next tile's passes to run."""
+    if isinstance(s, ir.Scalar) and s.op == "add" and isinstance(s.value, View) and not s.engine \
+            and s.dst.buf.dtype == s.src.buf.dtype and s.src.buf.dtype in ("f16", "bf16"):
+        return ir.Act(s.dst, s.src, "copy", bias=s.value, line=s.line)
+    return s
+
+
+def _on_vector(loop: Loop, k: int, fresh) -> list[Stmt] | None:
+    """The chunk loop as two loops: its first chunks as they are, its last k with the GpSimdE step on VectorE."""
+    from tilec.compiler.build_rowchain import _shifted
+
+    body = list(loop.body)
+    adds = [i for i, x in enumerate(body) if isinstance(x, Binary) and x.engine == "gpsimd"]
+    steps = [i for i, x in enumerate(body) if isinstance(x, Loop) and x.var == "ct"]
+    if len(adds) != 1 or len(steps) != 1 or steps[0] > adds[0]:
+        return None
+    add, ct = body[adds[0]], body[steps[0]]
+    assert isinstance(add, Binary) and isinstance(ct, Loop)
+    last = ct.body[-1] if ct.body else None
+    prods = add.a.buf
+    if not (isinstance(last, Binary) and last.dst.buf == prods and add.a == ir.whole(prods)):
+        return None
+    tf = prods.shape[1] // ct.extent
+    psum = Buf(fresh(prods.name.replace("_prod", "_psum")), "psum", prods.dtype, (prods.shape[0], tf))
+    narrow = [_narrowed(v, ct.extent) for v in (add.dst, add.b)]
+    if any(v is None for v in narrow):
+        return None
+    dst, b = narrow
+    assert dst is not None and b is not None
+    steps_v = dataclasses.replace(ct, body=ct.body[:-1] + (
+        ir.Alloc(psum, line=last.line), dataclasses.replace(last, dst=ir.whole(psum)),
+        dataclasses.replace(add, dst=dst, a=ir.whole(psum), b=b, engine="")))
+    vbody = [x for i, x in enumerate(body) if i != adds[0] and not (isinstance(x, ir.Alloc) and x.buf == prods)]
+    vbody[vbody.index(ct)] = steps_v
+    # GpSimdE's chunks step by step again (TILE_F): it starts after the first step's products, not the chunk's
+    gbody = [x for i, x in enumerate(body) if i != adds[0]]
+    pa, pb = _narrowed(add.a, ct.extent), _narrowed(add.b, ct.extent)
+    assert pa is not None and pb is not None
+    gbody[gbody.index(ct)] = dataclasses.replace(ct, body=ct.body + (dataclasses.replace(add, dst=dst, a=pa, b=pb),))
+    first = dataclasses.replace(loop, extent=loop.extent - k, body=tuple(gbody))
+    second = dataclasses.replace(loop, extent=k, body=tuple(_shifted(x, "cc", loop.extent - k) for x in vbody))
+    return [first, second]
+
+
+def _narrowed(v: View, extent: int) -> View | None:
+    """The inverse of _widened: a view over all `extent` TILE_F chunks as the view of chunk ct."""
+    col = v.idx[-1]
+    if not isinstance(col, Sl) or col.step != 1 or col.size % extent:
+        return None
+    size = col.size // extent
+    start = Aff(col.start.terms + (ir.Term("ct", size, "TILE_F"),), col.start.const)
+    return View(v.buf, v.idx[:-1] + (Sl(start, size, 1, "TILE_F"),))
+
+
+def folded_on_scalar(stmts: list[Stmt], fresh) -> list[Stmt]:
+    """A row sum's partials (one per chunk) folded into its column by ScalarE (a copy of the partials with its row
+    sum, reduce_res) instead of a VectorE tensor_reduce: stage A then runs on ScalarE alone, and VectorE's steps on
+    the previous row tile never wait behind a fold that waits for this tile's passes."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, (Loop, ir.Block)):
+            s = dataclasses.replace(s, body=tuple(folded_on_scalar(list(s.body), fresh)))
+        elif isinstance(s, ir.Reduce) and s.op == "add" and s.src == ir.whole(s.src.buf) \
+                and s.src.buf.dtype == "f32" and s.src.buf.name.endswith("_parts"):
+            spare = Buf(fresh(s.src.buf.name + "_copy"), "sbuf", "f32", s.src.buf.shape)
+            out += [ir.Alloc(spare, line=s.line), ir.Act(ir.whole(spare), s.src, "copy", line=s.line, total=s.dst)]
+            continue
+        out.append(s)
+    return out
 
 
 def phases(stmts: list[Stmt]) -> int:
