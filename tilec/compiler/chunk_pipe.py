@@ -75,12 +75,41 @@ def last_tile_shared(stmts: list[Stmt], fresh, tgt) -> list[Stmt]:
                 loop = body[at]
                 assert isinstance(loop, Loop)
                 loop = dataclasses.replace(loop, body=tuple(_centred_on_scalar(x) for x in loop.body))
-                k = int((loop.extent * (rho - 1) + 1) / (1 + rho))
+                per_bank = _vector_steps(loop) / (loop.extent * _banks(loop))  # VectorE's work per TILE_F
+                k = int((loop.extent * (rho - per_bank) + per_bank) / (1 + rho))
                 split = _on_vector(loop, k, fresh) if 0 < k < loop.extent else None
                 body[at:at + 1] = split or [loop]
                 s = dataclasses.replace(s, body=tuple(body))
         out.append(s)
     return out
+
+
+def _vector_steps(loop: Loop) -> int:
+    """VectorE instructions run by a chunk loop (all its iterations), its centring not counted."""
+    count = 0
+    for s in ir.walk(loop.body):
+        if isinstance(s, (Binary, ir.Copy)) and not s.engine:
+            count += _trips(loop, s)
+    return count
+
+
+def _trips(loop: Loop, target: Stmt) -> int:
+    """How many times `target` runs in `loop` (the product of the extents of the loops around it)."""
+    def find(body: tuple[Stmt, ...], n: int) -> int:
+        for s in body:
+            if s is target:
+                return n
+            if isinstance(s, (Loop, ir.Block)):
+                got = find(s.body, n * (s.extent if isinstance(s, Loop) else 1))
+                if got:
+                    return got
+        return 0
+    return find(loop.body, loop.extent)
+
+
+def _banks(loop: Loop) -> int:
+    """PSUM banks (TILE_F chunks) per chunk of the loop: its loop of steps' extent."""
+    return next((s.extent for s in loop.body if isinstance(s, Loop) and s.var == "ct"), 1)
 
 
 def _centred_on_scalar(s: Stmt) -> Stmt:
