@@ -105,3 +105,18 @@ def test_widened_and_narrowed_views() -> None:
     assert wide == View(buf, (ir.full(128), Sl(Aff((cc,)), 4096)))
     assert chunk_pipe._narrowed(wide, 8) == per
     assert chunk_pipe._widened(View(buf, (ir.full(128), Sl(Aff((cc,)), 512))), 8) is None  # not indexed by ct
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+def test_last_banks_of_a_whole_pipelined_chain_on_vector_engine(nki: str) -> None:
+    """A chain pipelined whole (rows of 4096: two halves of 4 PSUM banks): in the last row tile's last half, the
+    + b of its last bank on VectorE from PSUM, the others on GpSimdE."""
+    c = compile_loaded(lang.load(FORMS["layernorm"][0].replace("f32", "bf16"), {"M": 512, "N": 4096}), nki=nki)
+    src = unwrap(c.source)
+    tail = src[src.index("for p1 in"):]
+    gpsimd, vector = tail.rsplit("for ct in ", 2)[1:]
+    on_gpsimd = r"engine=nisa\.(engine\.gpsimd|gpsimd_engine)"  # NKI 0.6 and 0.1
+    assert gpsimd.startswith("nl.affine_range(3)" if nki == "0.1" else "range(3)") and re.search(on_gpsimd, gpsimd)
+    assert "engine=" not in vector and re.search(r"Y_psum\w*", vector) and re.search(r"Y_cast_2\[", vector)
+    assert len(re.findall(on_gpsimd, src)) > 4  # every other half row: all banks on GpSimdE
+    check_numbers(c, "layernorm", "bf16")

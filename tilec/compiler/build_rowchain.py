@@ -1194,7 +1194,7 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
     consts, stmts = chain.build()
     skewed = skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1]))
     if skewed is not None:
-        return skewed
+        return skewed[0], chunk_pipe.last_banks_shared(skewed[1], fresh_for(ops[-1]), get_target())
     if 2 * peak_usage(tuple(built[1]))[0] <= budget or not _turned(built[1]):
         return built
     # a chain whose column rides on a row's broadcast (its row tile is then read until the tile's last step) that
