@@ -28,8 +28,9 @@ An f16/bf16 tensor is rounded where the program says so, with as few instruction
 one instruction and only converted is written narrow by that instruction, the last VectorE step of a chunk writes
 the narrow output tile the store reads, and a tensor no op of the chain reads is rounded by its store alone.
 
-At long rows (whole-row tiles that do not fit the budget), fit_long_rows first lets tiles of disjoint lives share
-space (share.py), then chunks the columns (chunk_cols.py): X stays in SBUF, everything else goes chunk by chunk.
+At long rows (whole-row tiles that do not fit the budget), a 16-bit chain of three phases (layernorm) is chunked and
+software-pipelined (chunk_pipe.py); other chains go through fit_long_rows, which lets tiles of disjoint lives share
+space (share.py) or chunks the columns (chunk_cols.py): X stays in SBUF, everything else goes chunk by chunk.
 """
 from __future__ import annotations
 
@@ -943,8 +944,9 @@ def _views_read(s: Stmt) -> list[View]:
             if isinstance(getattr(s, f.name), View) and id(getattr(s, f.name)) not in written]
 
 
-def _offload(body: list[Stmt], halves: bool = True) -> list[Stmt]:  # halves: not chunk_pipe's (long)
-    """Work of a software-pipelined 16-bit chain moved off ScalarE:
+def _offload(body: list[Stmt], halves: bool = True) -> list[Stmt]:
+    """Work of a software-pipelined 16-bit chain moved off ScalarE (halves=False for chunk_pipe's chains: the
+    centring always moves, the stores are per chunk already):
     * a 16-bit tile's copy plus a per-partition bias into a 16-bit tile (bf16 layernorm's d = X - mu) is one
       VectorE tensor_scalar (16-bit performance mode: 4 elements a cycle, nki-spec 2.3), unless the scaling by a
       column rides on a row's broadcast (a column turned into a row: ScalarE then has room for it and VectorE none:

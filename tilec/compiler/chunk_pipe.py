@@ -1,19 +1,33 @@
-"""Software pipelining of a chunked row chain: a 16-bit chain whose whole-row tiles do not fit twice.
+"""Software pipelining of a chunked row chain: a 16-bit chain whose whole-row tiles do not fit SBUF twice (rows12).
 
 pair_tiles.skew_row_tiles overlaps one row tile's steps (stage B) with the next tile's statistics (stage A) when the
-chain fits SBUF twice. A 16-bit layernorm over rows of 16384 or 32768 does not; chunked (chunk_cols.py) it keeps the
-rows read in several phases whole and makes everything else chunk by chunk, and each phase is one engine's turn:
+chain fits SBUF twice. A 16-bit layernorm over rows of 16384 or 32768 does not. Here the chain is built for it
+(build_rowchain `_Chain(long=True)`), chunked (chunk_cols.py: the rows read in several phases stay whole, the rest
+goes chunk by chunk) and skewed by one row tile (pair_tiles: stage B is the phase holding the steps and the stores,
+the rows it reads (X) alternate between two buffers by row-tile parity):
 
-    for pt in range(R / TILE_P):
-        for cc: load X chunk; mean partial (ScalarE)                     phase 1
-        for cc: d chunk = X - mu (VectorE); squares' partial (ScalarE)   phase 2
-        for cc: r g on TensorE, d * r g (VectorE), + b (GpSimdE), store  phase 3 (stage B)
+    A(0); for pt: A(2pt+1) B(2pt) A(2pt+2) B(2pt+1); A(last) B(last-1) B(last)
+    A(i)  for cc: load X chunk; ScalarE: copy with row sum (mean partial)           stage A: ScalarE only
+          ScalarE: fold the partials, round mu; for cc: ScalarE: square(X - mu) with row sum (variance partial)
+          ScalarE: fold, round v, r = rsqrt(v + eps)
+    B(i)  TensorE: r turned into a row; for cc: d = X - mu (VectorE, 16-bit), for each PSUM bank: r x g on
+          TensorE, d * (r x g) on VectorE; + b over the chunk on GpSimdE; store the chunk
 
-Here the chain is built for pipelining (build_rowchain `skewed`, with `halves=False`: its sums stay on ScalarE, its
-centring on VectorE, its stores are chunk by chunk), chunked, and then skewed by pair_tiles: stage B is the phase
-holding the steps and the stores, and the rows it reads (X, d) alternate between two buffers by row-tile parity.
-In stage B, GpSimdE's step over a chunk (`+ b`, reading SBUF only) is one instruction over TILE_C columns instead of
-one per PSUM bank (TILE_F): fewer static overheads on the engine that bounds the chain.
+What makes the stages overlap is that no engine has work in both (each engine runs in program order: a VectorE
+instruction of stage A of tile i + 1 would hold up VectorE's steps on tile i behind ScalarE's passes on tile i + 1):
+  * the squares' sum reads X with bias -mu (the value of d before its rounding to 16 bits: build_rowchain
+    `unrounded`), so d is made only where the steps read it, in stage B, chunk by chunk (`sunk`), and only X
+    crosses from A to B (bf16 at rows of 16384: 2 x 32 KiB);
+  * the partial sums are folded by ScalarE (`folded_on_scalar`), not by a VectorE tensor_reduce;
+  * a row held whole for the steps (b) is evicted from PSUM by VectorE before the loop (build_rowchain `evicted`).
+GpSimdE's `+ b` reads SBUF only, so it is one instruction per TILE_C columns (`merged_gpsimd_steps`: fewer static
+overheads). In the epilogue ScalarE and VectorE have no next tile's work, so the last tile's stage B shares its
+work with them (`last_tile_shared`; `last_banks_shared` does the same for a chain pipelined whole).
+
+Numerics: the variance sums (X - mu)^2 in fp32 where the program squares d rounded to 16 bits. Each term differs
+by at most 2 units of d's dtype relatively (d's rounding, squared), so v, rounded to that dtype, may be its
+neighbour: the tolerance policy's "intermediate rounded to f16/bf16 whose float32 value differs" (tolerance.py), as
+softmax's sum of its fp32 exp values (rows10). Checked against NumPy in tests/compiler/test_chunk_pipe.py.
 """
 from __future__ import annotations
 
@@ -30,11 +44,12 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 
 def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int) -> Built | None:
     """A 16-bit chain too big to fit whole, built for software pipelining, its columns chunked, then skewed by one
-    row tile (see the module docstring); None when that does not apply or fit. Only for 16-bit chains with at least
-    three phases (two dependent row sums, as layernorm's mean and variance): on the model bf16 layernorm over rows
-    of 16384 is 2.41x the floor shared and 1.80x this way, over rows of 32768 3.56x chunked and 2.92x; f32 chains
-    (layernorm over rows of 16384 1.41x -> 2.10x: their ScalarE passes do not move) and bf16 rmsnorm over rows of
-    32768 (two phases: 1.20x -> 1.32x) keep fit_long_rows."""
+    row tile (see the module docstring); None when that does not apply or fit. The chunks are the largest for
+    which the skewed chain fits. Only for 16-bit chains with at least three phases (two dependent row sums, as
+    layernorm's mean and variance): on the model bf16 layernorm over rows of 16384 is 2.41x the floor shared and
+    1.50x this way, over rows of 32768 3.56x chunked and 2.36x; f32 chains (layernorm over rows of 8192 1.22x -> 1.33x,
+    of 16384 1.41x -> 2.00x: no 16-bit VectorE mode for the centring, four bytes a value in every chunk) and bf16
+    rmsnorm over rows of 32768 (two phases: 1.20x -> 1.32x) keep fit_long_rows."""
     from tilec.compiler.build_rowchain import _HALF, _Chain, short_rows  # (build_rowchain imports this module)
     from tilec.compiler.pair_tiles import skew_row_tiles
 
@@ -56,13 +71,15 @@ def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[st
 
 
 def last_tile_shared(stmts: list[Stmt], fresh, tgt) -> list[Stmt]:
-    """The last row tile's stage B (in the skewed chain's epilogue) with GpSimdE's `+ b` of its last chunks on
-    VectorE, which has no next tile's products to make: each step's products stay in PSUM and VectorE adds b
-    reading them there (one PSUM input: N cycles). k chunks of E move so that both engines finish together:
-    VectorE makes E chunks of products and k sums at about the same cost each, GpSimdE starts after the first
-    chunk's products and adds E - k chunks at rho times that cost (rho = 2 f_V / f_G, nki-spec 2.4: two inputs
-    at 2N GpSimdE cycles), E + k = 1 + rho (E - k). On the model: bf16 layernorm over rows of 16384 1.53x ->
-    ?x, of 32768 ?x -> ?x."""
+    """The last row tile's stage B (in the skewed chain's epilogue) shared with the engines that have no next
+    tile's work: its centring on ScalarE, and GpSimdE's `+ b` of its last k chunks on VectorE (each step's
+    products stay in PSUM and VectorE adds b reading them there: one PSUM input, N cycles). k of the E chunks move
+    so that both engines finish together: VectorE runs w instructions per PSUM bank of every chunk (the products,
+    and a rebuilt b's copies) and one more per bank of the k chunks; GpSimdE starts after the first chunk and
+    adds E - k chunks at rho times the cost of one instruction per bank (rho = 2 f_V / f_G, nki-spec 2.4: two
+    inputs at 2N GpSimdE cycles): w E + k = w + rho (E - k). GpSimdE's chunks go step by step again (it starts
+    after one bank's products). On the model: bf16 layernorm over rows of 16384 (w = 1, E = 4: k = 1) 1.53x ->
+    1.50x, over rows of 32768 (w = 2, b rebuilt per chunk: k = 0, the centring only) 2.43x -> 2.36x."""
     rho = 2 * tgt.vector_ghz / tgt.gpsimd_ghz
     out: list[Stmt] = []
     for s in stmts:
