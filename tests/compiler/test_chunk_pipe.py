@@ -20,8 +20,9 @@ from tilec.compiler.wrap import unwrap
 from tilec.lang import api as lang
 
 # (dtype, rows, columns): four row tiles of 100 rows (not a multiple of 128); f16 with four tiles of 128; five
-# chunks of 4096 columns (an odd chunk count: the last tile's chunks split 4 + 1 between GpSimdE and VectorE)
-PIPED = [("bf16", 400, 16384), ("f16", 512, 16384), ("bf16", 400, 20480)]
+# chunks of 4096 columns (an odd chunk count: the last tile's chunks split 4 + 1 between GpSimdE and VectorE);
+# rows of 32768 (b kept whole for its first 25 chunks of 1024 only, the other 7 broadcast again chunk by chunk)
+PIPED = [("bf16", 400, 16384), ("f16", 512, 16384), ("bf16", 400, 20480), ("bf16", 400, 32768)]
 
 
 def stages(src: str) -> tuple[str, str]:
@@ -56,6 +57,21 @@ def test_stage_a_is_on_scalar_engine_alone() -> None:
     assert re.search(r"tensor_tensor\(dst=Y_cast\w*, data1=Y_prod1\w*,\s*data2=b_tile\[:, cc \* Y_TILE_C:cc \* "
                      r"Y_TILE_C \+ Y_TILE_C\], op=nl\.add, engine=nisa\.engine\.gpsimd\)", b)
     assert "Y_TILE_C = 4096" in src
+
+
+def test_row_broadcast_partly_whole() -> None:
+    """Rows of 32768: X twice and b whole do not fit; b is broadcast before the loop for the first chunks only, and
+    the loop over the chunks of stage B splits in two, the second broadcasting b again for each chunk."""
+    src = unwrap(compiled("layernorm", "bf16", 400, 32768).source)
+    assert "Y_TILE_C = 1024" in src
+    assert re.search(r"^    b_tile = nl\.ndarray\(\(100, 25600\), dtype=nl\.bfloat16", src, re.M)
+    _, b = stages(src)
+    loops = re.findall(r"for cc in range\((\d+)\)", b)
+    assert loops == ["25", "7", "32", "32", "25", "7"], loops  # B(2pt), A(2pt + 2), B(2pt + 1)
+    second = b[b.index("for cc in range(7)"):b.index("for cc in range(32)")]  # up to A(2pt + 2)
+    assert re.search(r"b_chunk\w* = nl\.ndarray\(\(100, 1024\)", second)
+    assert re.search(r"dma_copy\(dst=b_part\w*, src=b\[cc \* Y_TILE_C \+ c \* 512 \+ 25600:", second)
+    assert "data2=b_chunk" in second and "b_tile" not in second
 
 
 def test_last_row_tile_shares_its_steps() -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 
 from tilec.compiler import ir
-from tilec.compiler.chunk_cols import chunk_columns
+from tilec.compiler.chunk_cols import chunk_columns, chunked_at
 from tilec.compiler.ir import Aff, Binary, Buf, Loop, Sl, Stmt, View
 from tilec.compiler.ops import Op, ReduceOp
 from tilec.target import target as get_target
@@ -47,7 +47,8 @@ def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[st
     row tile (see the module docstring); None when that does not apply or fit. The chunks are the largest for
     which the skewed chain fits. Only for 16-bit chains with at least three phases (two dependent row sums, as
     layernorm's mean and variance): on the model bf16 layernorm over rows of 16384 is 2.41x the floor shared and
-    1.50x this way, over rows of 32768 3.56x chunked and 2.36x; f32 chains (layernorm over rows of 8192 1.22x -> 1.33x,
+    1.50x this way, over rows of 32768 3.56x chunked and 1.96x (b whole for 25 of its 32 chunks; 2.36x with b
+    broadcast again for every chunk); f32 chains (layernorm over rows of 8192 1.22x -> 1.33x,
     of 16384 1.41x -> 2.00x: no 16-bit VectorE mode for the centring, four bytes a value in every chunk) and bf16
     rmsnorm over rows of 32768 (two phases: 1.20x -> 1.32x) keep fit_long_rows."""
     from tilec.compiler.build_rowchain import _HALF, _Chain, short_rows  # (build_rowchain imports this module)
@@ -59,15 +60,144 @@ def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[st
     consts, stmts = chain.build()
     stmts = getattr(chain, "views", []) + stmts
     free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
-    for part in (1.0, 0.75, 0.6, 0.5):  # the largest chunks whose skewed chain fits
-        chunked = chunk_columns(consts, stmts, free, int(budget * part), fresh_for(ops[-1]))
+    fresh = fresh_for(ops[-1])
+
+    def skewed(chunked: Built | None) -> Built | None:
         if chunked is None or phases(chunked[1]) < 3:
+            return None
+        body = folded_on_scalar(merged_gpsimd_steps(chunked[1]), fresh)
+        out = skew_row_tiles((chunked[0], body), budget, fresh)
+        return None if out is None else (out[0], last_tile_shared(out[1], fresh, get_target()))
+
+    rebuilt: list[Built] = []
+    for part in (1.0, 0.75, 0.6, 0.5):  # the largest chunks whose skewed chain fits
+        chunked = chunk_columns(consts, stmts, free, int(budget * part), fresh)
+        if chunked is not None and not _whole_row(chunked[1], free):
+            rebuilt.append(chunked)  # a row broadcast again chunk by chunk: after the partial broadcasts below
             continue
-        body = folded_on_scalar(merged_gpsimd_steps(chunked[1]), fresh_for(ops[-1]))
-        skewed = skew_row_tiles((chunked[0], body), budget, fresh_for(ops[-1]))
-        if skewed is not None:
-            return skewed[0], last_tile_shared(skewed[1], fresh_for(ops[-1]), get_target())
+        out = skewed(chunked)
+        if out is not None:
+            return out
+    # the row broadcast to every partition (b) kept whole for the first chunks only, the others broadcast again
+    # chunk by chunk (VectorE copies them out of PSUM: at rows of 32768 all of them would be 24 us per row tile)
+    # (the most columns kept whole; then the largest chunks)
+    best: tuple[int, int, Built] | None = None
+    for size in (4096, 2048, 1024):
+        chunked = chunked_at(consts, stmts, free, size, fresh)
+        for head in range(free // size - 1, 0, -1) if chunked is not None else ():
+            assert chunked is not None
+            out = skewed(partly_whole(chunked, head, fresh))
+            if out is not None:
+                if best is None or (head * size, size) > best[:2]:
+                    best = (head * size, size, out)
+                break
+    if best is not None:
+        return best[2]
+    for chunked in rebuilt:
+        out = skewed(chunked)
+        if out is not None:
+            return out
     return None
+
+
+def _whole_row(stmts: list[Stmt], free: int) -> bool:
+    from tilec.compiler.build_rowchain import _whole_broadcast
+    return _whole_broadcast(stmts, free)
+
+
+def partly_whole(chunked: Built, head: int, fresh) -> Built | None:
+    """The chunked chain with its row broadcast to every partition before the loop (b_tile, (P, F)) kept for the
+    first `head` chunks only ((P, head * TILE_C)); the loop over the chunks that read it splits in two, the second
+    broadcasting each of its chunks again (TensorE into PSUM, VectorE out of it) where it reads it."""
+    consts, stmts = chunked
+    size = dict(consts)["TILE_C"]
+    at = next((i for i, s in enumerate(stmts[:-1]) if isinstance(s, ir.Alloc) and s.buf.memory == "sbuf"
+               and len(s.buf.shape) == 2 and s.buf.shape[0] > 1 and isinstance(stmts[i + 1], Loop)
+               and s.buf.shape[1] == size * (s.buf.shape[1] // size) and s.buf.shape[1] > size), None)
+    if at is None:
+        return None
+    alloc, made = stmts[at], stmts[at + 1]
+    assert isinstance(alloc, ir.Alloc) and isinstance(made, Loop)
+    full_buf = alloc.buf
+    per = full_buf.shape[1] // made.extent
+    head_buf = dataclasses.replace(full_buf, shape=(full_buf.shape[0], head * size))
+    setup = [ir.Alloc(head_buf, line=alloc.line),
+             _renamed(dataclasses.replace(made, extent=head * size // per), {full_buf.name: head_buf})]
+    block = stmts[-1]
+    if not (isinstance(block, ir.Block) and len(block.body) == 1 and isinstance(block.body[0], Loop)):
+        return None
+    outer = block.body[0]
+    readers = [i for i, s in enumerate(outer.body) if isinstance(s, Loop) and s.var == "cc"
+               and any(v.buf == full_buf for x in ir.walk((s,)) for v in ir.views(x))]
+    if len(readers) != 1:
+        return None
+    loop = outer.body[readers[0]]
+    assert isinstance(loop, Loop)
+    # the second loop's chunk of the row: made again from the setup's loop, at the chunk's columns
+    chunk_buf = Buf(fresh(f"{full_buf.name.removesuffix('_tile')}_chunk"), "sbuf", full_buf.dtype,
+                    (full_buf.shape[0], size))
+    names = {x.buf.name: dataclasses.replace(x.buf, name=fresh(x.buf.name)) for x in ir.walk(made.body)
+             if isinstance(x, ir.Alloc)}
+    remade = _renamed(dataclasses.replace(made, extent=size // per), {**names, full_buf.name: chunk_buf})
+    remade = _at_chunk(remade, full_buf.name, chunk_buf.name, size)
+    body = [ir.Alloc(chunk_buf, line=alloc.line), remade] + [_local(x, full_buf, chunk_buf) for x in loop.body]
+    first = dataclasses.replace(loop, extent=head, body=tuple(_renamed(x, {full_buf.name: head_buf})
+                                                              for x in loop.body))
+    second = dataclasses.replace(loop, extent=loop.extent - head,
+                                 body=tuple(_shifted_cc(x, head) for x in body))
+    new_outer = dataclasses.replace(outer, body=outer.body[:readers[0]] + (first, second)
+                                    + outer.body[readers[0] + 1:])
+    out = stmts[:at] + setup + stmts[at + 2:-1] + [dataclasses.replace(block, body=(new_outer,))]
+    return consts, out
+
+
+def _renamed(s: Stmt, names: dict[str, Buf]) -> Stmt:
+    """`s` with the buffers named in `names` replaced (allocations and views)."""
+    if isinstance(s, (Loop, ir.Block)):
+        return dataclasses.replace(s, body=tuple(_renamed(x, names) for x in s.body))
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, View) and v.buf.name in names:
+            changes[f.name] = View(names[v.buf.name], v.idx)
+        elif isinstance(v, Buf) and v.name in names:
+            changes[f.name] = names[v.name]
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
+
+
+def _at_chunk(s: Stmt, full: str, chunk: str, size: int) -> Stmt:
+    """The setup's broadcast loop made at chunk cc: its HBM reads at the chunk's columns (+ cc * TILE_C)."""
+    if isinstance(s, (Loop, ir.Block)):
+        return dataclasses.replace(s, body=tuple(_at_chunk(x, full, chunk, size) for x in s.body))
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, View) and v.buf.memory == "hbm":
+            col = v.idx[-1]
+            assert isinstance(col, Sl)
+            start = Aff((ir.Term("cc", size, "TILE_C"),) + col.start.terms, col.start.const)
+            changes[f.name] = View(v.buf, v.idx[:-1] + (dataclasses.replace(col, start=start),))
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
+
+
+def _local(s: Stmt, full: Buf, chunk: Buf) -> Stmt:
+    """Reads of the whole row's tile at chunk cc (cc * TILE_C + x) as reads of the chunk's tile (x)."""
+    if isinstance(s, (Loop, ir.Block)):
+        return dataclasses.replace(s, body=tuple(_local(x, full, chunk) for x in s.body))
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, View) and v.buf == full:
+            col = v.idx[-1]
+            assert isinstance(col, Sl)
+            start = Aff(tuple(t for t in col.start.terms if t.var != "cc"), col.start.const)
+            changes[f.name] = View(chunk, v.idx[:-1] + (dataclasses.replace(col, start=start),))
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
+
+
+def _shifted_cc(s: Stmt, by: int) -> Stmt:
+    from tilec.compiler.build_rowchain import _shifted
+    return _shifted(s, "cc", by)
 
 
 def last_tile_shared(stmts: list[Stmt], fresh, tgt) -> list[Stmt]:
