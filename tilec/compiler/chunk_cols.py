@@ -64,6 +64,19 @@ def chunk_columns(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, b
     return None
 
 
+def chunked_at(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, size: int,
+               fresh) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
+    """The chain with its columns chunked by `size` (TILE_C), its rows on every partition kept whole before the
+    loop, whatever it takes in SBUF (the caller checks); None when the chunking does not apply."""
+    tile_f = dict(consts).get("TILE_F", 1)
+    if free % size or size % tile_f or size >= free:
+        return None
+    try:
+        return consts + [("TILE_C", size)], _Chunker(stmts, free, size, tile_f, fresh).run()
+    except _NoChunk:
+        return None
+
+
 class _Chunker:
     def __init__(self, stmts: list[Stmt], free: int, size: int, tile_f: int, fresh, remake: bool = False,
                  rebuild: bool = False) -> None:

@@ -53,7 +53,7 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
     # stage B starts at the first loop of steps, or at the TensorE transpose feeding its broadcasts (a column turned
     # into a row): in A it would hold TensorE's in-order queue, and the previous tile's broadcasts, behind this
     # tile's ScalarE passes
-    split = next((i for i, s in enumerate(loop.body) if isinstance(s, (Loop, ir.Transpose))), None)
+    split = next((i for i, s in enumerate(loop.body) if isinstance(s, ir.Transpose) or _steps(s)), None)
     while split and _psum_alloc(loop.body[split - 1]):
         split -= 1
     if T % 2 or T < 4 or not split:
@@ -103,6 +103,11 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
     if peak_usage(tuple(out))[0] > budget:
         return None
     return consts + [("TILE_PAIR", 2 * tp)], out
+
+
+def _steps(s: Stmt) -> bool:
+    """A loop of the chain's steps over column chunks (TILE_F), or a loop over column chunks (TILE_C) holding one."""
+    return isinstance(s, Loop) and any(isinstance(x, Loop) and x.var == "ct" for x in ir.walk((s,)))
 
 
 def _views_read(s: Stmt) -> list[View]:

@@ -1,0 +1,138 @@
+"""A chunked 16-bit row chain software-pipelined (chunk_pipe.py, rows12): layernorm over rows too long to fit twice.
+
+Stage A (the loads, the mean and the squares' sums, chunk by chunk) runs on ScalarE alone; stage B (d = X - mu,
+r x g on TensorE, the products on VectorE, + b on GpSimdE over a whole chunk, the stores) of row tile i after stage A
+of tile i + 1. Each kernel is checked on the interpreter against its formula in NumPy (float64, same inputs) and
+against the reference evaluator under the project's tolerance policy, in both NKI forms; the structure on the
+kernel text."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from test_chunk_cols import FORMS, compiled
+from test_rowchain_engines import check_numbers
+from tilec.compiler import chunk_pipe, ir
+from tilec.compiler.api import compile_loaded
+from tilec.compiler.ir import Aff, Alloc, Buf, Sl, Term, View, whole
+from tilec.compiler.wrap import unwrap
+from tilec.lang import api as lang
+
+# (dtype, rows, columns): four row tiles of 100 rows (not a multiple of 128); f16 with four tiles of 128; five
+# chunks of 4096 columns (an odd chunk count: the last tile's chunks split 4 + 1 between GpSimdE and VectorE);
+# rows of 32768 (b kept whole for its first 25 chunks of 1024 only, the other 7 broadcast again chunk by chunk)
+PIPED = [("bf16", 400, 16384), ("f16", 512, 16384), ("bf16", 400, 20480), ("bf16", 400, 32768)]
+
+
+def stages(src: str) -> tuple[str, str]:
+    """The loop over pairs of row tiles, cut at its first TensorE transpose: (stage A of the odd tile, the rest)."""
+    loop = src[src.index("pairs of row tiles"):src.index("for p1 in")]
+    cut = loop.index("nc_transpose")
+    return loop[:cut], loop[cut:]
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dtype,rows,cols", PIPED)
+def test_long_16bit_layernorm_is_chunked_and_pipelined(dtype: str, rows: int, cols: int, nki: str) -> None:
+    c = compile_loaded(lang.load(FORMS["layernorm"][0].replace("f32", dtype), {"M": rows, "N": cols}), nki=nki)
+    src = unwrap(c.source)
+    assert "pairs of row tiles, software-pipelined" in src and re.search(r"for cc in (nl\.affine_)?range\(", src)
+    check_numbers(c, "layernorm", dtype)
+
+
+def test_stage_a_is_on_scalar_engine_alone() -> None:
+    """Stage A: loads and ScalarE activations only (the squares read X with bias -mu, the partial sums are folded
+    by ScalarE); stage B makes d chunk by chunk on VectorE and adds b over a whole chunk on GpSimdE."""
+    src = unwrap(compiled("layernorm", "bf16", 400, 16384).source)
+    a, b = stages(src)
+    calls = set(re.findall(r"nisa\.(\w+)\(", a))
+    assert calls == {"dma_copy", "activation"}, calls
+    assert re.search(r"activation\(dst=discard\w*, op=nl\.square, data=X_tile\w*\[[^]]*\], bias=mu_rounded_neg", a)
+    assert "d_bf16" not in a and "engine=" not in a
+    # d is a chunk made in stage B's chunk loop (never a whole row), by VectorE
+    assert re.search(r"d_bf16\w* = nl\.ndarray\(\(100, 4096\)", b)
+    assert re.search(r"nisa\.tensor_scalar\(dst=d_bf16\w*, data=X_tile", b)
+    # GpSimdE's + b: one instruction per chunk of TILE_C columns, after the loop of steps over PSUM banks
+    assert re.search(r"tensor_tensor\(dst=Y_cast\w*, data1=Y_prod1\w*,\s*data2=b_tile\[:, cc \* Y_TILE_C:cc \* "
+                     r"Y_TILE_C \+ Y_TILE_C\], op=nl\.add, engine=nisa\.engine\.gpsimd\)", b)
+    assert "Y_TILE_C = 4096" in src
+
+
+def test_row_broadcast_partly_whole() -> None:
+    """Rows of 32768: X twice and b whole do not fit; b is broadcast before the loop for the first chunks only, and
+    the loop over the chunks of stage B splits in two, the second broadcasting b again for each chunk."""
+    src = unwrap(compiled("layernorm", "bf16", 400, 32768).source)
+    assert "Y_TILE_C = 1024" in src
+    assert re.search(r"^    b_tile = nl\.ndarray\(\(100, 25600\), dtype=nl\.bfloat16", src, re.M)
+    _, b = stages(src)
+    loops = re.findall(r"for cc in range\((\d+)\)", b)
+    assert loops == ["25", "7", "32", "32", "25", "7"], loops  # B(2pt), A(2pt + 2), B(2pt + 1)
+    second = b[b.index("for cc in range(7)"):b.index("for cc in range(32)")]  # up to A(2pt + 2)
+    assert re.search(r"b_chunk\w* = nl\.ndarray\(\(100, 1024\)", second)
+    assert re.search(r"dma_copy\(dst=b_part\w*, src=b\[cc \* Y_TILE_C \+ c \* 512 \+ 25600:", second)
+    assert "data2=b_chunk" in second and "b_tile" not in second
+
+
+def test_last_row_tile_shares_its_steps() -> None:
+    """The epilogue's last stage B: the centring on ScalarE (no next tile's passes), GpSimdE's first chunks step by
+    step, the last chunk's + b on VectorE reading the products from PSUM."""
+    src = unwrap(compiled("layernorm", "bf16", 400, 16384).source)
+    tail = src[src.index("for p1 in"):]
+    last = tail[tail.rindex("for cc in range(3)"):]
+    assert re.search(r"activation\(dst=d_bf16\w*, op=nl\.copy, data=X_tile", last)
+    assert "for cc in range(1)" in last
+    gpsimd, vector = last.split("for cc in range(1)")
+    assert re.search(r"tensor_tensor\(dst=Y_cast\w*\[:, ct \* Y_TILE_F:[^]]*\], data1=Y_prod1\w*\[", gpsimd)
+    assert "engine=nisa.engine.gpsimd" in gpsimd and "engine=" not in vector
+    assert re.search(r"Y_psum\w* = nl\.ndarray\(\(100, 512\), dtype=nl\.float32, buffer=nl\.psum\)", vector)
+    assert re.search(r"tensor_tensor\(dst=Y_cast\w*\[[^]]*\], data1=Y_psum\w*, data2=b_tile", vector)
+
+
+@pytest.mark.parametrize("name,dtype,rows,cols", [("layernorm", "f32", 400, 16384), ("rmsnorm", "bf16", 400, 32768),
+                                                  ("layernorm", "bf16", 600, 16384)])
+def test_other_long_chains_are_not_chunk_pipelined(name: str, dtype: str, rows: int, cols: int) -> None:
+    """f32 chains (their ScalarE passes do not move), two-phase chains (rmsnorm) and an odd number of row tiles
+    (five) keep their schedules."""
+    src = unwrap(compiled(name, dtype, rows, cols).source)
+    assert "pairs of row tiles" not in src
+
+
+def test_sunk_moves_a_tile_to_its_first_reader() -> None:
+    """A tile made by one instruction moves, with its allocation, to just before its first reader; not past a
+    write of what it reads."""
+    x, m, d, t = (Buf(n, "sbuf", "bf16", (128, 64)) for n in ("x", "m", "d", "t"))
+    col = Buf("c", "sbuf", "f32", (128, 1))
+    make = ir.Scalar(whole(d), whole(x), "add", whole(col))
+    other = ir.Copy(whole(t), whole(x))
+    use = ir.Copy(whole(m), whole(d))
+    body = [Alloc(d), Alloc(t), make, other, use]
+    assert chunk_pipe.sunk(body) == [Alloc(t), other, Alloc(d), make, use]
+    blocked = [Alloc(d), make, ir.Act(whole(col), whole(x), "copy"), use]  # col rewritten before d's reader
+    assert chunk_pipe.sunk(blocked) == blocked
+
+
+def test_widened_and_narrowed_views() -> None:
+    """A view of chunk ct (TILE_F columns) as the view of all the loop's chunks, and back."""
+    buf = Buf("b_tile", "sbuf", "bf16", (128, 16384))
+    cc = Term("cc", 4096, "TILE_C")
+    per = View(buf, (ir.full(128), Sl(Aff((cc, Term("ct", 512, "TILE_F"))), 512, 1, "TILE_F")))
+    wide = chunk_pipe._widened(per, 8)
+    assert wide == View(buf, (ir.full(128), Sl(Aff((cc,)), 4096)))
+    assert chunk_pipe._narrowed(wide, 8) == per
+    assert chunk_pipe._widened(View(buf, (ir.full(128), Sl(Aff((cc,)), 512))), 8) is None  # not indexed by ct
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+def test_last_banks_of_a_whole_pipelined_chain_on_vector_engine(nki: str) -> None:
+    """A chain pipelined whole (rows of 4096: two halves of 4 PSUM banks): in the last row tile's last half, the
+    + b of its last bank on VectorE from PSUM, the others on GpSimdE."""
+    c = compile_loaded(lang.load(FORMS["layernorm"][0].replace("f32", "bf16"), {"M": 512, "N": 4096}), nki=nki)
+    src = unwrap(c.source)
+    tail = src[src.index("for p1 in"):]
+    gpsimd, vector = tail.rsplit("for ct in ", 2)[1:]
+    on_gpsimd = r"engine=nisa\.(engine\.gpsimd|gpsimd_engine)"  # NKI 0.6 and 0.1
+    assert gpsimd.startswith("nl.affine_range(3)" if nki == "0.1" else "range(3)") and re.search(on_gpsimd, gpsimd)
+    assert "engine=" not in vector and re.search(r"Y_psum\w*", vector) and re.search(r"Y_cast_2\[", vector)
+    assert len(re.findall(on_gpsimd, src)) > 4  # every other half row: all banks on GpSimdE
+    check_numbers(c, "layernorm", "bf16")

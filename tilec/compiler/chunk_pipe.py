@@ -1,0 +1,460 @@
+"""Software pipelining of a chunked row chain: a 16-bit chain whose whole-row tiles do not fit SBUF twice (rows12).
+
+pair_tiles.skew_row_tiles overlaps one row tile's steps (stage B) with the next tile's statistics (stage A) when the
+chain fits SBUF twice. A 16-bit layernorm over rows of 16384 or 32768 does not. Here the chain is built for it
+(build_rowchain `_Chain(long=True)`), chunked (chunk_cols.py: the rows read in several phases stay whole, the rest
+goes chunk by chunk) and skewed by one row tile (pair_tiles: stage B is the phase holding the steps and the stores,
+the rows it reads (X) alternate between two buffers by row-tile parity):
+
+    A(0); for pt: A(2pt+1) B(2pt) A(2pt+2) B(2pt+1); A(last) B(last-1) B(last)
+    A(i)  for cc: load X chunk; ScalarE: copy with row sum (mean partial)           stage A: ScalarE only
+          ScalarE: fold the partials, round mu; for cc: ScalarE: square(X - mu) with row sum (variance partial)
+          ScalarE: fold, round v, r = rsqrt(v + eps)
+    B(i)  TensorE: r turned into a row; for cc: d = X - mu (VectorE, 16-bit), for each PSUM bank: r x g on
+          TensorE, d * (r x g) on VectorE; + b over the chunk on GpSimdE; store the chunk
+
+What makes the stages overlap is that no engine has work in both (each engine runs in program order: a VectorE
+instruction of stage A of tile i + 1 would hold up VectorE's steps on tile i behind ScalarE's passes on tile i + 1):
+  * the squares' sum reads X with bias -mu (the value of d before its rounding to 16 bits: build_rowchain
+    `unrounded`), so d is made only where the steps read it, in stage B, chunk by chunk (`sunk`), and only X
+    crosses from A to B (bf16 at rows of 16384: 2 x 32 KiB);
+  * the partial sums are folded by ScalarE (`folded_on_scalar`), not by a VectorE tensor_reduce;
+  * a row held whole for the steps (b) is evicted from PSUM by VectorE before the loop (build_rowchain `evicted`).
+GpSimdE's `+ b` reads SBUF only, so it is one instruction per TILE_C columns (`merged_gpsimd_steps`: fewer static
+overheads). In the epilogue ScalarE and VectorE have no next tile's work, so the last tile's stage B shares its
+work with them (`last_tile_shared`; `last_banks_shared` does the same for a chain pipelined whole).
+
+Numerics: the variance sums (X - mu)^2 in fp32 where the program squares d rounded to 16 bits. Each term differs
+by at most 2 units of d's dtype relatively (d's rounding, squared), so v, rounded to that dtype, may be its
+neighbour: the tolerance policy's "intermediate rounded to f16/bf16 whose float32 value differs" (tolerance.py), as
+softmax's sum of its fp32 exp values (rows10). Checked against NumPy in tests/compiler/test_chunk_pipe.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tilec.compiler import ir
+from tilec.compiler.chunk_cols import chunk_columns, chunked_at
+from tilec.compiler.ir import Aff, Binary, Buf, Loop, Sl, Stmt, View
+from tilec.compiler.ops import Op, ReduceOp
+from tilec.target import target as get_target
+
+Built = tuple[list[tuple[str, int]], list[Stmt]]
+
+
+def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int) -> Built | None:
+    """A 16-bit chain too big to fit whole, built for software pipelining, its columns chunked, then skewed by one
+    row tile (see the module docstring); None when that does not apply or fit. The chunks are the largest for
+    which the skewed chain fits. Only for 16-bit chains with at least three phases (two dependent row sums, as
+    layernorm's mean and variance): on the model bf16 layernorm over rows of 16384 is 2.41x the floor shared and
+    1.50x this way, over rows of 32768 3.56x chunked and 1.96x (b whole for 25 of its 32 chunks; 2.36x with b
+    broadcast again for every chunk); f32 chains (layernorm over rows of 8192 1.22x -> 1.33x,
+    of 16384 1.41x -> 2.00x: no 16-bit VectorE mode for the centring, four bytes a value in every chunk) and bf16
+    rmsnorm over rows of 32768 (two phases: 1.20x -> 1.32x) keep fit_long_rows."""
+    from tilec.compiler.build_rowchain import _HALF, _Chain, short_rows  # (build_rowchain imports this module)
+    from tilec.compiler.pair_tiles import skew_row_tiles
+
+    if short_rows(ops) is not None or any(hbm[op.out].dtype not in _HALF for op in ops):
+        return None
+    chain = _Chain(ops, hbm, fresh_for, keep, skewed=True, long=True)
+    consts, stmts = chain.build()
+    stmts = getattr(chain, "views", []) + stmts
+    free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
+    fresh = fresh_for(ops[-1])
+
+    def skewed(chunked: Built | None) -> Built | None:
+        if chunked is None or phases(chunked[1]) < 3:
+            return None
+        body = folded_on_scalar(merged_gpsimd_steps(chunked[1]), fresh)
+        out = skew_row_tiles((chunked[0], body), budget, fresh)
+        return None if out is None else (out[0], last_tile_shared(out[1], fresh, get_target()))
+
+    rebuilt: list[Built] = []
+    for part in (1.0, 0.75, 0.6, 0.5):  # the largest chunks whose skewed chain fits
+        chunked = chunk_columns(consts, stmts, free, int(budget * part), fresh)
+        if chunked is not None and not _whole_row(chunked[1], free):
+            rebuilt.append(chunked)  # a row broadcast again chunk by chunk: after the partial broadcasts below
+            continue
+        out = skewed(chunked)
+        if out is not None:
+            return out
+    # the row broadcast to every partition (b) kept whole for the first chunks only, the others broadcast again
+    # chunk by chunk (VectorE copies them out of PSUM: at rows of 32768 all of them would be 24 us per row tile)
+    # (the most columns kept whole; then the largest chunks)
+    best: tuple[int, int, Built] | None = None
+    for size in (4096, 2048, 1024):
+        chunked = chunked_at(consts, stmts, free, size, fresh)
+        for head in range(free // size - 1, 0, -1) if chunked is not None else ():
+            assert chunked is not None
+            out = skewed(partly_whole(chunked, head, fresh))
+            if out is not None:
+                if best is None or (head * size, size) > best[:2]:
+                    best = (head * size, size, out)
+                break
+    if best is not None:
+        return best[2]
+    for chunked in rebuilt:
+        out = skewed(chunked)
+        if out is not None:
+            return out
+    return None
+
+
+def _whole_row(stmts: list[Stmt], free: int) -> bool:
+    from tilec.compiler.build_rowchain import _whole_broadcast
+    return _whole_broadcast(stmts, free)
+
+
+def partly_whole(chunked: Built, head: int, fresh) -> Built | None:
+    """The chunked chain with its row broadcast to every partition before the loop (b_tile, (P, F)) kept for the
+    first `head` chunks only ((P, head * TILE_C)); the loop over the chunks that read it splits in two, the second
+    broadcasting each of its chunks again (TensorE into PSUM, VectorE out of it) where it reads it."""
+    consts, stmts = chunked
+    size = dict(consts)["TILE_C"]
+    at = next((i for i, s in enumerate(stmts[:-1]) if isinstance(s, ir.Alloc) and s.buf.memory == "sbuf"
+               and len(s.buf.shape) == 2 and s.buf.shape[0] > 1 and isinstance(stmts[i + 1], Loop)
+               and s.buf.shape[1] == size * (s.buf.shape[1] // size) and s.buf.shape[1] > size), None)
+    if at is None:
+        return None
+    alloc, made = stmts[at], stmts[at + 1]
+    assert isinstance(alloc, ir.Alloc) and isinstance(made, Loop)
+    full_buf = alloc.buf
+    per = full_buf.shape[1] // made.extent
+    head_buf = dataclasses.replace(full_buf, shape=(full_buf.shape[0], head * size))
+    setup = [ir.Alloc(head_buf, line=alloc.line),
+             _renamed(dataclasses.replace(made, extent=head * size // per), {full_buf.name: head_buf})]
+    block = stmts[-1]
+    if not (isinstance(block, ir.Block) and len(block.body) == 1 and isinstance(block.body[0], Loop)):
+        return None
+    outer = block.body[0]
+    readers = [i for i, s in enumerate(outer.body) if isinstance(s, Loop) and s.var == "cc"
+               and any(v.buf == full_buf for x in ir.walk((s,)) for v in ir.views(x))]
+    if len(readers) != 1:
+        return None
+    loop = outer.body[readers[0]]
+    assert isinstance(loop, Loop)
+    # the second loop's chunk of the row: made again from the setup's loop, at the chunk's columns
+    chunk_buf = Buf(fresh(f"{full_buf.name.removesuffix('_tile')}_chunk"), "sbuf", full_buf.dtype,
+                    (full_buf.shape[0], size))
+    names = {x.buf.name: dataclasses.replace(x.buf, name=fresh(x.buf.name)) for x in ir.walk(made.body)
+             if isinstance(x, ir.Alloc)}
+    remade = _renamed(dataclasses.replace(made, extent=size // per), {**names, full_buf.name: chunk_buf})
+    remade = _at_chunk(remade, full_buf.name, chunk_buf.name, size)
+    body = [ir.Alloc(chunk_buf, line=alloc.line), remade] + [_local(x, full_buf, chunk_buf) for x in loop.body]
+    first = dataclasses.replace(loop, extent=head, body=tuple(_renamed(x, {full_buf.name: head_buf})
+                                                              for x in loop.body))
+    second = dataclasses.replace(loop, extent=loop.extent - head,
+                                 body=tuple(_shifted_cc(x, head) for x in body))
+    new_outer = dataclasses.replace(outer, body=outer.body[:readers[0]] + (first, second)
+                                    + outer.body[readers[0] + 1:])
+    out = stmts[:at] + setup + stmts[at + 2:-1] + [dataclasses.replace(block, body=(new_outer,))]
+    return consts, out
+
+
+def _renamed(s: Stmt, names: dict[str, Buf]) -> Stmt:
+    """`s` with the buffers named in `names` replaced (allocations and views)."""
+    if isinstance(s, (Loop, ir.Block)):
+        return dataclasses.replace(s, body=tuple(_renamed(x, names) for x in s.body))
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, View) and v.buf.name in names:
+            changes[f.name] = View(names[v.buf.name], v.idx)
+        elif isinstance(v, Buf) and v.name in names:
+            changes[f.name] = names[v.name]
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
+
+
+def _at_chunk(s: Stmt, full: str, chunk: str, size: int) -> Stmt:
+    """The setup's broadcast loop made at chunk cc: its HBM reads at the chunk's columns (+ cc * TILE_C)."""
+    if isinstance(s, (Loop, ir.Block)):
+        return dataclasses.replace(s, body=tuple(_at_chunk(x, full, chunk, size) for x in s.body))
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, View) and v.buf.memory == "hbm":
+            col = v.idx[-1]
+            assert isinstance(col, Sl)
+            start = Aff((ir.Term("cc", size, "TILE_C"),) + col.start.terms, col.start.const)
+            changes[f.name] = View(v.buf, v.idx[:-1] + (dataclasses.replace(col, start=start),))
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
+
+
+def _local(s: Stmt, full: Buf, chunk: Buf) -> Stmt:
+    """Reads of the whole row's tile at chunk cc (cc * TILE_C + x) as reads of the chunk's tile (x)."""
+    if isinstance(s, (Loop, ir.Block)):
+        return dataclasses.replace(s, body=tuple(_local(x, full, chunk) for x in s.body))
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, View) and v.buf == full:
+            col = v.idx[-1]
+            assert isinstance(col, Sl)
+            start = Aff(tuple(t for t in col.start.terms if t.var != "cc"), col.start.const)
+            changes[f.name] = View(chunk, v.idx[:-1] + (dataclasses.replace(col, start=start),))
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
+
+
+def _shifted_cc(s: Stmt, by: int) -> Stmt:
+    from tilec.compiler.build_rowchain import _shifted
+    return _shifted(s, "cc", by)
+
+
+def last_tile_shared(stmts: list[Stmt], fresh, tgt) -> list[Stmt]:
+    """The last row tile's stage B (in the skewed chain's epilogue) shared with the engines that have no next
+    tile's work: its centring on ScalarE, and GpSimdE's `+ b` of its last k chunks on VectorE (each step's
+    products stay in PSUM and VectorE adds b reading them there: one PSUM input, N cycles). k of the E chunks move
+    so that both engines finish together: VectorE runs w instructions per PSUM bank of every chunk (the products,
+    and a rebuilt b's copies) and one more per bank of the k chunks; GpSimdE starts after the first chunk and
+    adds E - k chunks at rho times the cost of one instruction per bank (rho = 2 f_V / f_G, nki-spec 2.4: two
+    inputs at 2N GpSimdE cycles): w E + k = w + rho (E - k). GpSimdE's chunks go step by step again (it starts
+    after one bank's products). On the model: bf16 layernorm over rows of 16384 (w = 1, E = 4: k = 1) 1.53x ->
+    1.50x, over rows of 32768 (w = 2, b rebuilt per chunk: k = 0, the centring only) 2.43x -> 2.36x."""
+    rho = 2 * tgt.vector_ghz / tgt.gpsimd_ghz
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, ir.Block):
+            s = dataclasses.replace(s, body=tuple(last_tile_shared(list(s.body), fresh, tgt)))
+        elif isinstance(s, Loop) and s.var == "p1":
+            body = list(s.body)
+            at = max((i for i, x in enumerate(body) if isinstance(x, Loop) and x.var == "cc"), default=None)
+            if at is not None:
+                loop = body[at]
+                assert isinstance(loop, Loop)
+                loop = dataclasses.replace(loop, body=tuple(_centred_on_scalar(x) for x in loop.body))
+                per_bank = _vector_steps(loop) / (loop.extent * _banks(loop))  # VectorE's work per TILE_F
+                k = int((loop.extent * (rho - per_bank) + per_bank) / (1 + rho))
+                split = _on_vector(loop, k, fresh) if 0 < k < loop.extent else None
+                body[at:at + 1] = split or [loop]
+                s = dataclasses.replace(s, body=tuple(body))
+        out.append(s)
+    return out
+
+
+def last_banks_shared(stmts: list[Stmt], fresh, tgt) -> list[Stmt]:
+    """The same for a chain pipelined whole (pair_tiles without chunks, build_rowchain.pipelined): in the last row
+    tile's last loop of steps (over PSUM banks, TILE_F), the + b of its last k banks on VectorE from PSUM, with
+    w = 1 (the products) and E the loop's banks: E + k = 1 + rho (E - k). On the model: bf16 layernorm over rows
+    of 4096 1.48x -> 1.47x, of 8192 1.50x -> 1.49x (273.6 -> 271.7 us), f32 layernorm 4096 x 4096 1.04x ->
+    1.03x; the examples' chains (one bank per half row) are unchanged."""
+    rho = 2 * tgt.vector_ghz / tgt.gpsimd_ghz
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, ir.Block):
+            s = dataclasses.replace(s, body=tuple(last_banks_shared(list(s.body), fresh, tgt)))
+        elif isinstance(s, Loop) and s.var == "p1":
+            body = list(s.body)
+            at = max((i for i, x in enumerate(body) if isinstance(x, Loop) and x.var == "ct"), default=None)
+            if at is not None:
+                loop = body[at]
+                assert isinstance(loop, Loop)
+                k = int((loop.extent * (rho - 1) + 1) / (1 + rho))
+                split = _banks_on_vector(loop, k, fresh) if 0 < k < loop.extent else None
+                body[at:at + 1] = split or [loop]
+                s = dataclasses.replace(s, body=tuple(body))
+        out.append(s)
+    return out
+
+
+def _banks_on_vector(ct: Loop, k: int, fresh) -> list[Stmt] | None:
+    """A loop of steps over PSUM banks whose last step (GpSimdE) adds to products in SBUF: two loops, its last k
+    banks with the products kept in PSUM and the last step on VectorE."""
+    from tilec.compiler.build_rowchain import _shifted
+
+    last, prod = (ct.body[-1], ct.body[-2]) if len(ct.body) >= 2 else (None, None)
+    if not (isinstance(last, Binary) and last.engine == "gpsimd" and isinstance(prod, Binary)
+            and prod.dst == last.a and prod.dst.buf.memory == "sbuf"):
+        return None
+    psum = Buf(fresh(prod.dst.buf.name.replace("_prod", "_psum")), "psum", prod.dst.buf.dtype,
+               (prod.dst.buf.shape[0], prod.dst.shape()[-1]))
+    vbody = ct.body[:-2] + (ir.Alloc(psum, line=prod.line), dataclasses.replace(prod, dst=ir.whole(psum)),
+                            dataclasses.replace(last, a=ir.whole(psum), engine=""))
+    first = dataclasses.replace(ct, extent=ct.extent - k)
+    second = dataclasses.replace(ct, extent=k, body=tuple(_shifted(x, "ct", ct.extent - k) for x in vbody))
+    return [first, second]
+
+
+def _vector_steps(loop: Loop) -> int:
+    """VectorE instructions run by a chunk loop (all its iterations), its centring not counted."""
+    count = 0
+    for s in ir.walk(loop.body):
+        if isinstance(s, (Binary, ir.Copy)) and not s.engine:
+            count += _trips(loop, s)
+    return count
+
+
+def _trips(loop: Loop, target: Stmt) -> int:
+    """How many times `target` runs in `loop` (the product of the extents of the loops around it)."""
+    def find(body: tuple[Stmt, ...], n: int) -> int:
+        for s in body:
+            if s is target:
+                return n
+            if isinstance(s, (Loop, ir.Block)):
+                got = find(s.body, n * (s.extent if isinstance(s, Loop) else 1))
+                if got:
+                    return got
+        return 0
+    return find(loop.body, loop.extent)
+
+
+def _banks(loop: Loop) -> int:
+    """PSUM banks (TILE_F chunks) per chunk of the loop: its loop of steps' extent."""
+    return next((s.extent for s in loop.body if isinstance(s, Loop) and s.var == "ct"), 1)
+
+
+def _centred_on_scalar(s: Stmt) -> Stmt:
+    """VectorE's centring (a 16-bit tile plus a per-partition bias) as a ScalarE copy with that bias: in the last
+    row tile's stage B, ScalarE has no next tile's passes to run."""
+    if isinstance(s, ir.Scalar) and s.op == "add" and isinstance(s.value, View) and not s.engine \
+            and s.dst.buf.dtype == s.src.buf.dtype and s.src.buf.dtype in ("f16", "bf16"):
+        return ir.Act(s.dst, s.src, "copy", bias=s.value, line=s.line)
+    return s
+
+
+def _on_vector(loop: Loop, k: int, fresh) -> list[Stmt] | None:
+    """The chunk loop as two loops: its first chunks as they are, its last k with the GpSimdE step on VectorE."""
+    from tilec.compiler.build_rowchain import _shifted
+
+    body = list(loop.body)
+    adds = [i for i, x in enumerate(body) if isinstance(x, Binary) and x.engine == "gpsimd"]
+    steps = [i for i, x in enumerate(body) if isinstance(x, Loop) and x.var == "ct"]
+    if len(adds) != 1 or len(steps) != 1 or steps[0] > adds[0]:
+        return None
+    add, ct = body[adds[0]], body[steps[0]]
+    assert isinstance(add, Binary) and isinstance(ct, Loop)
+    last = ct.body[-1] if ct.body else None
+    prods = add.a.buf
+    if not (isinstance(last, Binary) and last.dst.buf == prods and add.a == ir.whole(prods)):
+        return None
+    tf = prods.shape[1] // ct.extent
+    psum = Buf(fresh(prods.name.replace("_prod", "_psum")), "psum", prods.dtype, (prods.shape[0], tf))
+    narrow = [_narrowed(v, ct.extent) for v in (add.dst, add.b)]
+    if any(v is None for v in narrow):
+        return None
+    dst, b = narrow
+    assert dst is not None and b is not None
+    steps_v = dataclasses.replace(ct, body=ct.body[:-1] + (
+        ir.Alloc(psum, line=last.line), dataclasses.replace(last, dst=ir.whole(psum)),
+        dataclasses.replace(add, dst=dst, a=ir.whole(psum), b=b, engine="")))
+    vbody = [x for i, x in enumerate(body) if i != adds[0] and not (isinstance(x, ir.Alloc) and x.buf == prods)]
+    vbody[vbody.index(ct)] = steps_v
+    # GpSimdE's chunks step by step again (TILE_F): it starts after the first step's products, not the chunk's
+    gbody = [x for i, x in enumerate(body) if i != adds[0]]
+    pa, pb = _narrowed(add.a, ct.extent), _narrowed(add.b, ct.extent)
+    assert pa is not None and pb is not None
+    gbody[gbody.index(ct)] = dataclasses.replace(ct, body=ct.body + (dataclasses.replace(add, dst=dst, a=pa, b=pb),))
+    first = dataclasses.replace(loop, extent=loop.extent - k, body=tuple(gbody))
+    second = dataclasses.replace(loop, extent=k, body=tuple(_shifted(x, "cc", loop.extent - k) for x in vbody))
+    return [first, second]
+
+
+def _narrowed(v: View, extent: int) -> View | None:
+    """The inverse of _widened: a view over all `extent` TILE_F chunks as the view of chunk ct."""
+    col = v.idx[-1]
+    if not isinstance(col, Sl) or col.step != 1 or col.size % extent:
+        return None
+    size = col.size // extent
+    start = Aff(col.start.terms + (ir.Term("ct", size, "TILE_F"),), col.start.const)
+    return View(v.buf, v.idx[:-1] + (Sl(start, size, 1, "TILE_F"),))
+
+
+def folded_on_scalar(stmts: list[Stmt], fresh) -> list[Stmt]:
+    """A row sum's partials (one per chunk) folded into its column by ScalarE (a copy of the partials with its row
+    sum, reduce_res) instead of a VectorE tensor_reduce: stage A then runs on ScalarE alone, and VectorE's steps on
+    the previous row tile never wait behind a fold that waits for this tile's passes."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, (Loop, ir.Block)):
+            s = dataclasses.replace(s, body=tuple(folded_on_scalar(list(s.body), fresh)))
+        elif isinstance(s, ir.Reduce) and s.op == "add" and s.src == ir.whole(s.src.buf) \
+                and s.src.buf.dtype == "f32" and s.src.buf.name.endswith("_parts"):
+            spare = Buf(fresh(s.src.buf.name + "_copy"), "sbuf", "f32", s.src.buf.shape)
+            out += [ir.Alloc(spare, line=s.line), ir.Act(ir.whole(spare), s.src, "copy", line=s.line, total=s.dst)]
+            continue
+        out.append(s)
+    return out
+
+
+def phases(stmts: list[Stmt]) -> int:
+    """The chunk loops (chunk_cols' phases) of a chunked chain."""
+    return sum(isinstance(s, Loop) and s.var == "cc" for s in ir.walk(tuple(stmts)))
+
+
+def merged_gpsimd_steps(stmts: list[Stmt]) -> list[Stmt]:
+    """In each chunk loop (cc) over TILE_C columns, a loop of steps (ct, over PSUM banks of TILE_F) whose last step
+    runs on GpSimdE and reads SBUF only: that step taken out of the loop as one instruction over all its columns
+    (GpSimdE's static overhead once per TILE_C columns, not per TILE_F)."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, (Loop, ir.Block)):
+            body = merged_gpsimd_steps(list(s.body))
+            if isinstance(s, Loop) and s.var == "cc":
+                body = [x for s2 in body for x in _split_last(s2)]
+            s = dataclasses.replace(s, body=tuple(body))
+        out.append(s)
+    return out
+
+
+def _split_last(s: Stmt) -> list[Stmt]:
+    if not (isinstance(s, Loop) and s.var == "ct" and s.body and isinstance(s.body[-1], Binary)
+            and s.body[-1].engine == "gpsimd"):
+        return [s]
+    last = s.body[-1]
+    assert isinstance(last, Binary)
+    views = [_widened(v, s.extent) for v in (last.dst, last.a, last.b)]
+    if any(v is None for v in views):
+        return [s]
+    dst, a, b = views
+    assert dst is not None and a is not None and b is not None
+    return [dataclasses.replace(s, body=s.body[:-1]), dataclasses.replace(last, dst=dst, a=a, b=b)]
+
+
+def _widened(v: View, extent: int) -> View | None:
+    """`v` indexed by ct (columns ct * TILE_F + TILE_F) as the view of all `extent` chunks; None if it is not."""
+    col = v.idx[-1]
+    if not isinstance(col, Sl) or col.step != 1 or any(x.var == "ct" for i in v.idx[:-1] if isinstance(i, Aff)
+                                                         for x in i.terms):
+        return None
+    ct = [t for t in col.start.terms if t.var == "ct"]
+    if len(ct) != 1 or ct[0].coef != col.size:
+        return None
+    start = Aff(tuple(t for t in col.start.terms if t.var != "ct"), col.start.const)
+    return View(v.buf, v.idx[:-1] + (Sl(start, col.size * extent, 1, ""),))
+
+
+def sunk(body: list[Stmt]) -> list[Stmt]:
+    """A whole-row tile made by one instruction moved, with its allocation, to just before its first reader, when
+    nothing in between writes what it reads: a rounded tile whose row sum reads the value before the rounding
+    (bf16 layernorm's d, read by the steps only) is then made in stage B, chunk by chunk, instead of being held whole
+    from stage A."""
+    out = list(body)
+    for made in list(out):
+        if isinstance(made, (Loop, ir.Block, ir.Alloc)) or len(_written(made)) != 1:
+            continue
+        tiles = [v.buf for v in _written(made) if v.buf.memory == "sbuf" and len(v.buf.shape) == 2
+                 and v.buf.shape[1] > 1]
+        w = out.index(made)
+        alloc = next((k for k, x in enumerate(out[:w]) if isinstance(x, ir.Alloc) and tiles and x.buf == tiles[0]),
+                     None)
+        if alloc is None or any(_touches(x, tiles[0]) for x in out[alloc + 1:w]):
+            continue
+        first = next((k for k in range(w + 1, len(out)) if _touches(out[k], tiles[0])), None)
+        reads = {v.buf.name for v in ir.views(made)} - {tiles[0].name}
+        if first is None or first == w + 1 or any(v.buf.name in reads for x in ir.walk(tuple(out[w + 1:first]))
+                                                  for v in _written(x)):
+            continue
+        moved = [out[alloc], made]
+        rest = [x for k, x in enumerate(out) if k not in (alloc, w)]
+        at = rest.index(out[first])
+        out = rest[:at] + moved + rest[at:]
+    return out
+
+
+def _touches(s: Stmt, buf: Buf) -> bool:
+    return any(v.buf == buf for x in ir.walk((s,)) for v in ir.views(x))
+
+
+def _written(s: Stmt) -> list[View]:
+    dst = getattr(s, "acc", None) if isinstance(s, ir.Matmul) else getattr(s, "dst", None)
+    total = getattr(s, "total", None)
+    return [v for v in (dst, total) if isinstance(v, View)]
