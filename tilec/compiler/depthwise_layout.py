@@ -180,9 +180,14 @@ def _matmul_ns(n: int, fp32: bool) -> float:
 
 
 def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[Layout]:
-    """The layout with the smallest estimated time: per tile, its chunks' busiest engine plus one chunk of pipeline
-    fill, or its DMA time, whichever is longer, plus the first band's load and the last tile's stores; None when not
-    even one output row per partition fits SBUF (best first)."""
+    """The layouts, best estimate first (`layout_estimates`)."""
+    return [lay for _, lay in layout_estimates(op, elem, clamp, pe)]
+
+
+def layout_estimates(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[tuple[float, Layout]]:
+    """(estimated ns, layout), smallest first: per tile, its chunks' busiest engine plus one chunk of pipeline
+    fill, or its DMA time, whichever is longer, plus the first band's load and the last tile's stores; none when not
+    even one output row per partition fits SBUF."""
     n_img, c, ho, wo = op.dim("N"), op.dim("C") // fan_in(op), op.dim("Ho"), op.dim("Wo")
     sy, dy, sx, dx = op.stride[0], op.dilation[0], op.stride[1], op.dilation[1]
     taps = op.dim("R") * op.dim("S") * fan_in(op)
@@ -224,4 +229,4 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
                 edges = load_ns + store_ns + STORE_CHAIN_NS
                 found.append((tiles * tile_ns + fill + edges, nb, Layout(cg, nb, rb, k, rc)))
     found.sort(key=lambda f: f[:2])
-    return [f[2] for f in found]
+    return [(f[0], f[2]) for f in found]
