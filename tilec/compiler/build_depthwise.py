@@ -159,7 +159,7 @@ def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
             return []
         versus = f"{dense / 1000:.1f} us against the depthwise kernel's {ns / 1000:.1f} us"
         return [f"# {op.name}: the block-diagonal dense conv (build_conv), faster on the model's estimate: {versus}; "
-                f"{plural(dense_folds(op, plan, hbm), 'tap')} per matmul"]
+                f"{plural(dense_folds(op, hbm), 'tap')} per matmul"]
     lay, pe = chosen
     lines = explain(op, DepthwiseBuilder(op, hbm, lambda name: name, lay, pe), pe)
     if dense is not None and ns is not None:
@@ -209,9 +209,9 @@ def dense_ns(op: ConvOp, hbm: dict[str, Buf]) -> float:
     from tilec.perf.params import target_params
     t = get_target()
     prm = {name: value for name, value, _ in target_params(t.name).table()}
-    plan = default_plan(op, {k: b.dtype for k, b in hbm.items()})
+    plan = default_conv_plan(op, hbm)
     n_img, c, k, ho, wo = op.dim("N"), op.dim("C"), op.dim("K"), op.dim("Ho"), op.dim("Wo")
-    folded = dense_folds(op, plan, hbm) > 1
+    folded = dense_folds(op, hbm) > 1
     taps = len(fold_groups(op.dim("R"), op.dim("S"), plan.fold)) if folded else op.dim("R") * op.dim("S")
     c_tiles = 1 if c == k else -(-c // plan.tile_c)  # equal in and out channels: tile i reads in-channel tile i
     k_tiles = -(-k // plan.tile_k)
@@ -238,8 +238,14 @@ def identity_ns() -> float:
     return 2 * prm["dma_latency_ns"] + prm["dma_write_ack_ns"]
 
 
-def dense_folds(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> int:
+def default_conv_plan(op: ConvOp, hbm: dict[str, Buf]) -> ConvPlan:
+    plan = default_plan(op, {k: b.dtype for k, b in hbm.items()})
+    assert isinstance(plan, ConvPlan)
+    return plan
+
+
+def dense_folds(op: ConvOp, hbm: dict[str, Buf]) -> int:
     """Filter taps per matmul of the general path's kernel under the default plan (build_conv: folded into the
     contraction partitions when all input channels are one tile)."""
-    plan = default_plan(op, {k: b.dtype for k, b in hbm.items()})
+    plan = default_conv_plan(op, hbm)
     return plan.fold if plan.fold > 1 and op.dim("C") <= plan.tile_c else 1

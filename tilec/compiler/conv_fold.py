@@ -54,7 +54,7 @@ def weights_folded(b: _ConvBuilder, wt: Buf, kv: str | None, ks: int, local: boo
     # zeros into its unused rows (one loop over the groups)
     whole_w = (full(C), full(b.R), full(b.S))
     # a grouped conv's rows placed block-diagonally (zeros outside each out-channel's group), then folded alike
-    load = conv_weights.weights_grouped(b, rows, kv, ks) if op.groups > 1 else \
+    load: list[Stmt] = conv_weights.weights_grouped(b, rows, kv, ks) if op.groups > 1 else \
         [Alloc(rows, line=line), Dma(View(rows, (kp,) + whole_w), conv_weights.w_view(b, (kslice,) + whole_w), line)]
     out: list[Stmt] = load + [Alloc(raw, zero=len(b.groups[-1]) < b.fold, line=line)]
     out += [ir.Copy(View(raw, (kp, a(g), sl(j * C, C))), View(rows, (kp, full(C), a(r), a(s))), line)
