@@ -112,6 +112,20 @@ def hybrid_faster(op: ConvOp, n: int, fp32: bool) -> bool:
     return rt.pe > 0 and rt.ns < op.dim("R") * op.dim("S") * _matmul_ns(n, fp32)
 
 
+def hybrid_costs(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[int, float, float] | None:
+    """(columns per chunk, the hybrid's busiest engine ns per chunk, the grouped kernel's matmuls' ns per chunk) of
+    a grouped conv the hybrid could take under the default plan (`choose_hybrid`'s comparison); else None."""
+    if not hybrid(op) or op.pool or op.residual or op.w_batch or op.bias_role != "k" \
+            or hbm[op.w].dtype != hbm[op.x].dtype:
+        return None
+    ho, wo = op.dim("Ho"), op.dim("Wo")
+    if wo > PSUM_FP32 or ho * wo == 0 or plan != default_plan(op, {k: b.dtype for k, b in hbm.items()}):
+        return None
+    n, fp32 = min(ho, PSUM_FP32 // wo) * wo, hbm[op.x].dtype == "f32"
+    rt = hybrid_routes(op.dim("R") * op.dim("S"), hybrid(op), n, op.clamp is not None, fp32)
+    return n, rt.ns, op.dim("R") * op.dim("S") * _matmul_ns(n, fp32)
+
+
 def choose_hybrid(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> Layout | None:
     """The hybrid's layout (whole conv groups per channel group, whole images per tile, chunks of PSUM rows) when
     it is faster than the grouped kernel on the model's costs and fits the SBUF and PSUM budgets; else None."""
@@ -154,6 +168,16 @@ def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Call
 def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
     """The plan the default kernel uses, for `tilec explain` (no lines: the op takes the general path)."""
     chosen, ns, dense = decide(op, plan, hbm)
+    costs = hybrid_costs(op, plan, hbm)
+    if costs is not None:  # the grouped hybrid against the block-diagonal conv, per chunk of n columns
+        n, hyb, mm = costs
+        why = (f"per chunk of {n} columns the hybrid's busiest engine takes {hyb / 1000:.2f} us, the "
+               f"{op.dim('R') * op.dim('S')} block-diagonal matmuls {mm / 1000:.2f} us")
+        if chosen is None:
+            return [f"# {op.name}: the block-diagonal dense conv (build_conv), faster on the model's costs: {why}"]
+        lay, pe = chosen
+        lines = explain(op, DepthwiseBuilder(op, hbm, lambda name: name, lay, pe), pe)
+        return lines[:1] + [f"#   chosen by the model's costs: {why}"] + lines[1:]
     if chosen is None:
         if dense is None or ns is None:
             return []
