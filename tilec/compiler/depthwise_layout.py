@@ -194,6 +194,8 @@ def layout_estimates(op: ConvOp, elem: int, clamp: bool = False, pe: bool = Fals
     ic = (wo - 1) * sx + (op.dim("S") - 1) * dx + 1
     rc_max = PSUM_FP32 // wo
     t = get_target()
+    from tilec.perf.params import target_params  # the model's own constants, late (as choose_routes)
+    desc_ns = next(value for name, value, _ in target_params(t.name).table() if name == "dma_desc_ns")
     found: list[tuple[float, int, Layout]] = []
     for nb in range(1, min(ho, PMAX) + 1):
         rb = -(-ho // nb)
@@ -224,7 +226,10 @@ def layout_estimates(op: ConvOp, elem: int, clamp: bool = False, pe: bool = Fals
                 # row blocks of a group not a multiple of 8 channels: one store after another on one DMA engine
                 serial = nb * cg * max(1, multiplier(op)) * rb * wo * elem / t.dma_engine_bw \
                     if nb > 1 and cg % (PMAX // t.dma_engines) else 0.0
-                tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), dma_ns, serial)
+                # with row blocks, one store per (slot, channel, output of a multiplier): their descriptors are
+                # issued one after another (two each: SBUF and HBM side)
+                issue = k * nb * cg * max(1, multiplier(op)) * 2 * desc_ns if nb > 1 else 0.0
+                tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), dma_ns, serial, issue)
                 # before the first taps: the first band's load; after the last: the last tile's stores
                 edges = load_ns + store_ns + STORE_CHAIN_NS
                 found.append((tiles * tile_ns + fill + edges, nb, Layout(cg, nb, rb, k, rc)))
