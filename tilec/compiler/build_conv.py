@@ -140,7 +140,7 @@ class _ConvBuilder:
                 raise TilecError(f"`{op.name}` is a grouped convolution with {self.KG} output channels per group: "
                                  f"its out-channel tile {plan.tile_k} must hold whole groups", op.span,
                                  f"tile its output channels by a multiple of {self.KG}")
-            plan = replace(plan, fold=1, w_split="k")
+            plan = replace(plan, w_split="k")  # folded taps keep the blocks (conv_fold.weights_folded)
         # groups of as many input as output channels: out-channel tile i holds the groups of in-channel tile i, so
         # its matmuls read that c-tile only (the other blocks of its stationary are zero)
         self.diagonal = op.groups > 1 and dict(op.dims)["C"] == dict(op.dims)["K"]

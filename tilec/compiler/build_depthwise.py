@@ -48,6 +48,7 @@ from tilec.compiler.build_util import a, sl
 from tilec.compiler.depthwise_explain import explain, plural
 from tilec.compiler.depthwise_kernel import DepthwiseBuilder
 from tilec.compiler.depthwise_layout import (DEPTH, DIAG_BUDGET, DTYPE, FAN_IN_MAX, HYBRID_SBUF_SHARE, LAYOUT_TRIES,
+                                             STORE_CHAIN_NS, layout_estimates,
                                              MULTIPLIER_MAX, PSUM_FP32, SBUF_SHARE, Layout, Routes, _matmul_ns,
                                              choose_layout, choose_routes, fan_in, fast_path, hybrid, hybrid_routes,
                                              multiplier, rank_layouts)
@@ -62,33 +63,46 @@ if TYPE_CHECKING:
 # the kernel's parts, by module: depthwise_layout (choices), depthwise_kernel (builder), depthwise_hybrid,
 # depthwise_explain; their names used by the MobileNet block and the tests are this module's too
 __all__ = ["DEPTH", "FAN_IN_MAX", "MULTIPLIER_MAX", "PSUM_FP32", "DepthwiseBuilder", "Layout", "Routes", "_matmul_ns",
-           "build_depthwise", "choose", "choose_hybrid", "choose_layout", "choose_routes", "depthwise_taps", "describe",
-           "hybrid_faster", "hybrid_routes", "plural", "rank_layouts"]
+           "build_depthwise", "choose", "choose_hybrid", "choose_layout", "choose_routes", "decide", "dense_ns",
+           "depthwise_taps", "describe", "hybrid_faster", "hybrid_routes", "plural", "rank_layouts"]
 
 
 def choose(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[Layout, bool] | None:
-    """(the layout, whether TensorE takes taps) of the default kernel: the best-ranked layout whose dry build fits
-    the SBUF and PSUM budgets (None: not a case for it, or no layout fits; the general path then follows the plan)."""
+    """(the layout, whether TensorE takes taps) of the default kernel (None: not a case for it, no layout fits, or
+    the block-diagonal dense conv is faster on the model's estimate; the general path then follows the plan)."""
+    return decide(op, plan, hbm)[0]
+
+
+def decide(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]
+           ) -> tuple[tuple[Layout, bool] | None, float | None, float | None]:
+    """(`choose`'s answer, the depthwise kernel's estimated ns, the block-diagonal dense conv's): the best-ranked
+    layout whose dry build fits the SBUF and PSUM budgets, unless the general path's kernel of a grouped conv (one
+    input channel per group: a channel multiplier; or one output channel per group: a fan-in) is estimated faster
+    (`dense_ns`; the issue: "whichever the model says is faster")."""
     from tilec.compiler import passes  # late: passes imports the builders' modules
     from tilec.compiler.schedule import sbuf_budget
     t = get_target()
     if hybrid(op):
         lay = choose_hybrid(op, plan, hbm)
-        return (lay, True) if lay else None
+        return ((lay, True) if lay else None), None, None
     if not fast_path(op, plan, hbm):
-        return None
+        return None, None, None
     elem = DTYPE[hbm[op.x].dtype]
     # TensorE takes taps as diagonal matmuls when the weights can be its operand in X's dtype
     for pe in dict.fromkeys((hbm[op.w].dtype == hbm[op.x].dtype, False)):
+        estimates = {lay: ns for ns, lay in layout_estimates(op, elem, op.clamp is not None, pe)}
         for lay in rank_layouts(op, elem, op.clamp is not None, pe)[:LAYOUT_TRIES]:
+            ns = estimates.get(lay, 0.0)
             groups = -(-op.dim("C") // fan_in(op) // lay.cg)
             taps = max(1, multiplier(op)) * fan_in(op) * op.dim("R") * op.dim("S")
             if pe and groups * taps * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
                 continue  # every group's diagonal weights stay resident in SBUF
             sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()))
             if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
-                return lay, pe
-    return None
+                dense = dense_ns(op, hbm) if op.groups > 1 else None  # (`dw` weights: no block-diagonal path)
+                ns += identity_ns() if pe else 0.0
+                return (None if dense is not None and dense < ns else (lay, pe)), ns, dense
+    return None, None, None
 
 
 def hybrid_faster(op: ConvOp, n: int, fp32: bool) -> bool:
@@ -96,6 +110,20 @@ def hybrid_faster(op: ConvOp, n: int, fp32: bool) -> bool:
     block-diagonal matmul per tap (r, s), all of TensorE's), on the model's costs."""
     rt = hybrid_routes(op.dim("R") * op.dim("S"), hybrid(op), n, op.clamp is not None, fp32)
     return rt.pe > 0 and rt.ns < op.dim("R") * op.dim("S") * _matmul_ns(n, fp32)
+
+
+def hybrid_costs(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> tuple[int, float, float] | None:
+    """(columns per chunk, the hybrid's busiest engine ns per chunk, the grouped kernel's matmuls' ns per chunk) of
+    a grouped conv the hybrid could take under the default plan (`choose_hybrid`'s comparison); else None."""
+    if not hybrid(op) or op.pool or op.residual or op.w_batch or op.bias_role != "k" \
+            or hbm[op.w].dtype != hbm[op.x].dtype:
+        return None
+    ho, wo = op.dim("Ho"), op.dim("Wo")
+    if wo > PSUM_FP32 or ho * wo == 0 or plan != default_plan(op, {k: b.dtype for k, b in hbm.items()}):
+        return None
+    n, fp32 = min(ho, PSUM_FP32 // wo) * wo, hbm[op.x].dtype == "f32"
+    rt = hybrid_routes(op.dim("R") * op.dim("S"), hybrid(op), n, op.clamp is not None, fp32)
+    return n, rt.ns, op.dim("R") * op.dim("S") * _matmul_ns(n, fp32)
 
 
 def choose_hybrid(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> Layout | None:
@@ -139,11 +167,29 @@ def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Call
 
 def describe(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> list[str]:
     """The plan the default kernel uses, for `tilec explain` (no lines: the op takes the general path)."""
-    chosen = choose(op, plan, hbm)
+    chosen, ns, dense = decide(op, plan, hbm)
+    costs = hybrid_costs(op, plan, hbm)
+    if costs is not None:  # the grouped hybrid against the block-diagonal conv, per chunk of n columns
+        n, hyb, mm = costs
+        why = (f"per chunk of {n} columns the hybrid's busiest engine takes {hyb / 1000:.2f} us, the "
+               f"{op.dim('R') * op.dim('S')} block-diagonal matmuls {mm / 1000:.2f} us")
+        if chosen is None:
+            return [f"# {op.name}: the block-diagonal dense conv (build_conv), faster on the model's costs: {why}"]
+        lay, pe = chosen
+        lines = explain(op, DepthwiseBuilder(op, hbm, lambda name: name, lay, pe), pe)
+        return lines[:1] + [f"#   chosen by the model's costs: {why}"] + lines[1:]
     if chosen is None:
-        return []
+        if dense is None or ns is None:
+            return []
+        versus = f"{dense / 1000:.1f} us against the depthwise kernel's {ns / 1000:.1f} us"
+        return [f"# {op.name}: the block-diagonal dense conv (build_conv), faster on the model's estimate: {versus}; "
+                f"{plural(dense_folds(op, hbm), 'tap')} per matmul"]
     lay, pe = chosen
-    return explain(op, DepthwiseBuilder(op, hbm, lambda name: name, lay, pe), pe)
+    lines = explain(op, DepthwiseBuilder(op, hbm, lambda name: name, lay, pe), pe)
+    if dense is not None and ns is not None:
+        lines.insert(1, f"#   chosen by the model's estimate: {ns / 1000:.1f} us against the block-diagonal "
+                        f"dense conv's {dense / 1000:.1f} us")
+    return lines
 
 
 # ---- the general path (any schedule): channels on partitions as the plan tiles them -------------------------------
@@ -175,3 +221,55 @@ def depthwise_taps(cb: "_ConvBuilder") -> list[Stmt]:
         out += [Act(tmp, band, "copy", None, w, cb.L["update"]),
                 Binary(used(acc), used(acc), tmp, "add", cb.L["update"])]
     return out + cb.epilogue(used(acc))
+
+
+def dense_ns(op: ConvOp, hbm: dict[str, Buf]) -> float:
+    """The model's estimate of the general path's kernel under the default plan (build_conv's block-diagonal
+    stationary, with folded taps when the input channels leave room), counted as `layout_estimates` counts the
+    depthwise kernel: TensorE's matmuls (plus the stationary's PE transposes and the warm-up throttle's half rate
+    over its first window) or the DMA bytes, whichever take longer, plus the first band's load and the last band's
+    store."""
+    from tilec.compiler.conv_fold import fold_groups
+    from tilec.perf.params import target_params
+    t = get_target()
+    prm = {name: value for name, value, _ in target_params(t.name).table()}
+    plan = default_conv_plan(op, hbm)
+    n_img, c, k, ho, wo = op.dim("N"), op.dim("C"), op.dim("K"), op.dim("Ho"), op.dim("Wo")
+    folded = dense_folds(op, hbm) > 1
+    taps = len(fold_groups(op.dim("R"), op.dim("S"), plan.fold)) if folded else op.dim("R") * op.dim("S")
+    c_tiles = 1 if c == k else -(-c // plan.tile_c)  # equal in and out channels: tile i reads in-channel tile i
+    k_tiles = -(-k // plan.tile_k)
+    chunks = n_img * k_tiles * -(-ho // plan.rows) * -(-wo // plan.tile_x)
+    fp32 = hbm[op.x].dtype == "f32"
+    pe = chunks * c_tiles * taps * _matmul_ns(plan.rows * plan.tile_x, fp32) \
+        + k_tiles * c_tiles * taps * _matmul_ns(plan.tile_k, fp32) + prm["throttle_ramp_ns"] / 2
+    elem, bw = DTYPE[hbm[op.x].dtype], t.dma_engines * t.dma_engine_bw
+    copies = plan.fold if folded else 1  # a folded band holds `fold` shifted copies of X
+    in_rows = (plan.band - 1) * op.stride[0] + (op.dim("R") - 1) * op.dilation[0] + 1
+    band_in, band_out = copies * c * in_rows * op.dim("W") * elem, k * plan.band * wo * elem
+    dma = n_img * (copies * c * op.dim("H") * op.dim("W") + k * ho * wo) * elem / bw
+    # before the first matmul: one DMA per group of the stationary's rows (build_conv.weights_grouped: descriptors
+    # issued one after another), then the first band (a DMA latency and its bytes)
+    prep = k * 2 * prm["dma_desc_ns"] // max(1, k // op.groups) + prm["dma_latency_ns"]
+    return prep + max(pe, dma) + (band_in + band_out) / bw + STORE_CHAIN_NS
+
+
+def identity_ns() -> float:
+    """The depthwise kernel's identity before TensorE's first tap (no iota at level B: through HBM and back, a
+    store, its write acknowledgement and a load), which `layout_estimates` leaves out."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    return 2 * prm["dma_latency_ns"] + prm["dma_write_ack_ns"]
+
+
+def default_conv_plan(op: ConvOp, hbm: dict[str, Buf]) -> ConvPlan:
+    plan = default_plan(op, {k: b.dtype for k, b in hbm.items()})
+    assert isinstance(plan, ConvPlan)
+    return plan
+
+
+def dense_folds(op: ConvOp, hbm: dict[str, Buf]) -> int:
+    """Filter taps per matmul of the general path's kernel under the default plan (build_conv: folded into the
+    contraction partitions when all input channels are one tile)."""
+    plan = default_conv_plan(op, hbm)
+    return plan.fold if plan.fold > 1 and op.dim("C") <= plan.tile_c else 1

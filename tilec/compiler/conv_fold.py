@@ -53,9 +53,10 @@ def weights_folded(b: _ConvBuilder, wt: Buf, kv: str | None, ks: int, local: boo
     # W's rows in one contiguous DMA, regrouped by tap on chip; zeroed: a last group of fewer taps transposes
     # zeros into its unused rows (one loop over the groups)
     whole_w = (full(C), full(b.R), full(b.S))
-    out: list[Stmt] = [Alloc(rows, line=line),
-                       Dma(View(rows, (kp,) + whole_w), conv_weights.w_view(b, (kslice,) + whole_w), line),
-                       Alloc(raw, zero=len(b.groups[-1]) < b.fold, line=line)]
+    # a grouped conv's rows placed block-diagonally (zeros outside each out-channel's group), then folded alike
+    load: list[Stmt] = conv_weights.weights_grouped(b, rows, kv, ks) if op.groups > 1 else \
+        [Alloc(rows, line=line), Dma(View(rows, (kp,) + whole_w), conv_weights.w_view(b, (kslice,) + whole_w), line)]
+    out: list[Stmt] = load + [Alloc(raw, zero=len(b.groups[-1]) < b.fold, line=line)]
     out += [ir.Copy(View(raw, (kp, a(g), sl(j * C, C))), View(rows, (kp, full(C), a(r), a(s))), line)
             for g, taps in enumerate(b.groups) for j, (r, s) in enumerate(taps)]
     gv = b.fresh("tap_g")

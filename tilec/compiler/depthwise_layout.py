@@ -180,15 +180,22 @@ def _matmul_ns(n: int, fp32: bool) -> float:
 
 
 def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[Layout]:
-    """The layout with the smallest estimated time: per tile, its chunks' busiest engine plus one chunk of pipeline
-    fill, or its DMA time, whichever is longer, plus the first band's load and the last tile's stores; None when not
-    even one output row per partition fits SBUF (best first)."""
+    """The layouts, best estimate first (`layout_estimates`)."""
+    return [lay for _, lay in layout_estimates(op, elem, clamp, pe)]
+
+
+def layout_estimates(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> list[tuple[float, Layout]]:
+    """(estimated ns, layout), smallest first: per tile, its chunks' busiest engine plus one chunk of pipeline
+    fill, or its DMA time, whichever is longer, plus the first band's load and the last tile's stores; none when not
+    even one output row per partition fits SBUF."""
     n_img, c, ho, wo = op.dim("N"), op.dim("C") // fan_in(op), op.dim("Ho"), op.dim("Wo")
     sy, dy, sx, dx = op.stride[0], op.dilation[0], op.stride[1], op.dilation[1]
     taps = op.dim("R") * op.dim("S") * fan_in(op)
     ic = (wo - 1) * sx + (op.dim("S") - 1) * dx + 1
     rc_max = PSUM_FP32 // wo
     t = get_target()
+    from tilec.perf.params import target_params  # the model's own constants, late (as choose_routes)
+    desc_ns = next(value for name, value, _ in target_params(t.name).table() if name == "dma_desc_ns")
     found: list[tuple[float, int, Layout]] = []
     for nb in range(1, min(ho, PMAX) + 1):
         rb = -(-ho // nb)
@@ -219,9 +226,12 @@ def rank_layouts(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -
                 # row blocks of a group not a multiple of 8 channels: one store after another on one DMA engine
                 serial = nb * cg * max(1, multiplier(op)) * rb * wo * elem / t.dma_engine_bw \
                     if nb > 1 and cg % (PMAX // t.dma_engines) else 0.0
-                tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), dma_ns, serial)
+                # with row blocks, one store per (slot, channel, output of a multiplier): their descriptors are
+                # issued one after another (two each: SBUF and HBM side)
+                issue = k * nb * cg * max(1, multiplier(op)) * 2 * desc_ns if nb > 1 else 0.0
+                tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), dma_ns, serial, issue)
                 # before the first taps: the first band's load; after the last: the last tile's stores
                 edges = load_ns + store_ns + STORE_CHAIN_NS
                 found.append((tiles * tile_ns + fill + edges, nb, Layout(cg, nb, rb, k, rc)))
     found.sort(key=lambda f: f[:2])
-    return [f[2] for f in found]
+    return [(f[0], f[2]) for f in found]

@@ -274,8 +274,9 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     rows = best_divisor(band, max_rows, wy)
     weights = ct * r * s * op.dim("K") * DTYPE_BYTES[dtypes[op.w]]
     taps = op.dim("R") * op.dim("S")
-    if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed and op.groups == 1:
-        # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups)
+    if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed:
+        # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups; a grouped
+        # conv's block-diagonal stationary too)
         fold = min(taps, PMAX // op.dim("C"))
         plan = replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
         # (row pairs in 16 bits too since a band's two phases leave in one store and its copies load as one run
