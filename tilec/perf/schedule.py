@@ -45,8 +45,11 @@ compiler (`nl.zeros`, `nisa.memset` without engine=) runs on whichever of Vector
 Buffers are rotated like the allocator does for tiles declared in a loop body: the k-th buffer allocated at a source
 line reuses the memory of the (k-R)-th (R = `buffer_rotation`), so an instruction touching it waits until every
 instruction touching the older one has finished. A buffer declared once and refilled whole by DMA loads (one load
-buffer reused by many small DMAs of one call site, `renamed`) gets a fresh version per load, rotating through
-`load_versions` copies.
+buffer reused by many small DMAs of one call site, `renamed`) gets a fresh version per load, rotating through at most
+`load_versions` copies, and only through as many as fit (`load_copies`): each copy is a whole buffer of SBUF, so the
+copies, the kernel's other allocations live beside them and the rotation buffers of its loop tiles must fit in the
+usable SBUF per partition (Target.sbuf_usable), as they must for the hardware compiler's allocator [ALLOC: every
+tile is placed in the usable SBUF range; the renaming itself is inferred, see params.load_versions].
 
 With the "exclusive" VectorE/GpSimdE bus rule (TILEC_MODEL_SHARED_BUS=exclusive, params.py; off by default), a
 VectorE instruction in performance mode (costs.gpsimd_bus) and a GpSimdE instruction never overlap: each starts no
@@ -191,7 +194,86 @@ def rotation_predecessors(trace: Trace, depth: int) -> dict[int, int]:
     return out
 
 
-def renamed(trace: Trace, depth: int) -> tuple[list[Instr], dict[int, int]]:
+def _whole_loads(trace: Trace) -> dict[int, int]:
+    """On-chip buffer -> how many DMAs overwrite it whole (reading nothing of it): the buffers `renamed` versions."""
+    whole = {a.buffer: (a.partitions, a.bytes_per_partition) for a in trace.allocs if a.memory != "hbm"}
+    out: dict[int, int] = {}
+    for ins in trace.instrs:
+        if ins.engine == "dma" and len(ins.writes) == 1:
+            w = ins.writes[0]
+            size = whole.get(w.buffer)
+            if size is not None and (w.p0, w.p1, w.lo, w.hi) == (0, size[0], 0, size[1]) and \
+                    all(r.buffer != w.buffer for r in ins.reads):
+                out[w.buffer] = out.get(w.buffer, 0) + 1
+    return out
+
+
+def sbuf_footprint(trace: Trace, rotation: int) -> list[tuple[int, int, int]]:
+    """The SBUF the model's allocation needs, as (first seq, last seq, bytes per partition) spans, one per allocation
+    site (source line): a site whose allocations rotate (`rotation_predecessors`) holds min(allocations, rotation)
+    buffers of its largest size from its first allocation to its last use, or more if more of them are live at once
+    (a list of tiles kept alive together)."""
+    sites: dict[tuple[str, int], list] = {}
+    for a in trace.allocs:
+        if a.memory == "sbuf":
+            sites.setdefault((a.file, a.line), []).append(a)
+    out = []
+    for allocs in sites.values():
+        first = min(a.first_seq for a in allocs)
+        last = max(max(a.last_seq, a.first_seq) for a in allocs)
+        size = max(a.bytes_per_partition for a in allocs)
+        out.append((first, last, max(min(len(allocs), max(1, rotation)) * size, _live_peak(allocs))))
+    return sorted(out)
+
+
+def _live_peak(allocs: list) -> int:
+    events = sorted([(a.first_seq, a.bytes_per_partition) for a in allocs] +
+                    [(max(a.last_seq, a.first_seq) + 1, -a.bytes_per_partition) for a in allocs],
+                    key=lambda e: (e[0], e[1]))
+    peak = cur = 0
+    for _, delta in events:
+        cur += delta
+        peak = max(peak, cur)
+    return peak
+
+
+def load_copies(trace: Trace, depth: int, rotation: int, usable: int) -> dict[int, int]:
+    """Buffer refilled whole by DMA -> the copies `renamed` may rotate it through: up to `depth`, as many as fit.
+
+    The hardware compiler can give a refilled buffer a fresh copy per load only where SBUF has room for it: beside
+    every allocation site's footprint (`sbuf_footprint`, which counts the buffer's own first copy) over the buffer's
+    life, within `usable` bytes per partition. With several such buffers, copies are granted one at a time to each in
+    turn (in allocation order), so they share the room evenly. A buffer that gets 1 copy is not renamed: its next
+    load waits for the readers of the previous value."""
+    loads = _whole_loads(trace)
+    bufs = sorted((a for a in trace.allocs if a.memory == "sbuf" and loads.get(a.buffer, 0) > 1),
+                  key=lambda a: (a.first_seq, a.buffer))
+    if depth <= 1 or not bufs:
+        return {a.buffer: 1 for a in bufs}
+    spans = sbuf_footprint(trace, rotation)
+    cuts = sorted({s for s, _, _ in spans} | {f + 1 for _, f, _ in spans})
+    use = [0] * len(cuts)  # bytes per partition from cuts[i] to cuts[i + 1]
+    for s, f, size in spans:
+        for i in range(bisect_right(cuts, s) - 1, bisect_right(cuts, f)):
+            use[i] += size
+    copies = {a.buffer: 1 for a in bufs}
+    ranges = {a.buffer: (bisect_right(cuts, a.first_seq) - 1, bisect_right(cuts, max(a.last_seq, a.first_seq)))
+              for a in bufs}
+    grew = True
+    while grew:
+        grew = False
+        for a in bufs:
+            i0, i1 = ranges[a.buffer]
+            if copies[a.buffer] < min(depth, loads[a.buffer]) and \
+                    max(use[i0:i1], default=0) + a.bytes_per_partition <= usable:
+                copies[a.buffer] += 1
+                for i in range(i0, i1):
+                    use[i] += a.bytes_per_partition
+                grew = True
+    return copies
+
+
+def renamed(trace: Trace, depth: int, copies: dict[int, int] | None = None) -> tuple[list[Instr], dict[int, int]]:
     """Give each whole-buffer DMA load of an on-chip buffer its own version of the buffer, as the allocator does.
 
     A kernel that loads every input row into one buffer declared before its loops (`X_sbuf`, refilled by one
@@ -200,7 +282,8 @@ def renamed(trace: Trace, depth: int) -> tuple[list[Instr], dict[int, int]]:
     not wait for the previous row's readers: a DMA overwriting the whole buffer starts a new value, which the compiler
     places in a fresh copy (renaming the anti dependence away), rotating through `depth` copies per buffer like tiles
     allocated in a loop body. Returns the instructions with accesses renamed and, per new version, the version whose
-    memory it reuses (the rotation predecessor)."""
+    memory it reuses (the rotation predecessor). `copies` (`load_copies`): per buffer, fewer copies than `depth`
+    where fewer fit in SBUF."""
     if depth < 1:
         return trace.instrs, {}
     whole = {a.buffer: (a.partitions, a.bytes_per_partition) for a in trace.allocs if a.memory != "hbm"}
@@ -224,8 +307,9 @@ def renamed(trace: Trace, depth: int) -> tuple[list[Instr], dict[int, int]]:
                     chain.append(next_id)
                     current[w.buffer] = next_id
                     next_id += 1
-                    if len(chain) > depth:
-                        reuses[chain[-1]] = chain[-1 - depth]
+                    n = depth if copies is None else max(1, min(depth, copies.get(w.buffer, depth)))
+                    if len(chain) > n:
+                        reuses[chain[-1]] = chain[-1 - n]
                 else:
                     current[w.buffer] = w.buffer
         writes = _rename(ins.writes, current)
@@ -283,7 +367,8 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     startup, latency = costs.startup, costs.dma_latency
     folded = folded_memsets(trace)
     reuses = rotation_predecessors(trace, costs.rotation)
-    instrs, versions = renamed(trace, costs.load_versions)
+    instrs, versions = renamed(trace, costs.load_versions,
+                               load_copies(trace, costs.load_versions, costs.rotation, costs.sbuf_usable))
     streams = dma_streams(instrs)
     reuses.update(versions)
     deps = DepTracker({a.buffer for ins in instrs for a in ins.writes}, by_pattern=_hbm_rule(hbm_rule) == "pattern")
