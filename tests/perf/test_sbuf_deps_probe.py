@@ -28,7 +28,8 @@ def test_the_probe_matches_numpy_and_shows_the_model_rule(capsys):
     assert set(rows) == set(bench.NAMES) and all(r[1] == "ok" for r in rows.values())
     ov = bench.overlaps({k: float(r[2]) for k, r in rows.items()})
     assert ov["interleaved"] == pytest.approx(0, abs=0.05) and ov["same"] == pytest.approx(0, abs=0.05)
-    assert ov["halves"] == pytest.approx(1, abs=0.05) and ov["tiles"] == pytest.approx(1, abs=0.15)  # its two loads cost a little more
+    assert ov["halves"] == pytest.approx(1, abs=0.05)
+    assert ov["tiles"] == pytest.approx(1, abs=0.15)  # its two loads and stores cost a little more
 
 
 def test_the_expected_results_are_written_out_by_hand():
