@@ -1,12 +1,16 @@
 """The copies a buffer refilled whole by DMA gets (schedule.load_copies): at most `load_versions`, and only as many as
-fit in the usable SBUF beside the kernel's other allocations (hand-made traces, the arithmetic done by hand)."""
+fit in the usable SBUF beside the kernel's other allocations; and the what-if rule that bounds loop tiles' rotation
+buffers the same way (TILEC_MODEL_SBUF_ROTATION=fit). Hand-made traces, the arithmetic done by hand."""
 from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
+from tilec.errors import TilecError
 from tilec.perf.api import estimate
 from tilec.perf.params import TRN1, TRN2, Param
-from tilec.perf.schedule import load_copies, sbuf_footprint
+from tilec.perf.schedule import load_copies, sbuf_footprint, sbuf_plan
 from tilec.perf.tracebuild import TraceBuilder
 
 KIB = 1024
@@ -119,3 +123,40 @@ def test_the_usable_sbuf_comes_from_the_target():
     small = dataclasses.replace(TRN2, sbuf_usable_bytes=Param(60 * KIB, "test"))  # one copy of the 40 KiB row
     b = refilled(40 * KIB, 10)
     assert estimate(b.trace, params=small).total_ns > estimate(b.trace).total_ns
+
+
+def rotating(tile_bytes: int, iterations: int = 6) -> TraceBuilder:
+    """A loop tile (one source line) loaded and read by VectorE each iteration, written back to HBM."""
+    b = TraceBuilder("k")
+    x = b.buffer("x", "hbm", 1, 1 << 26)
+    y = b.buffer("y", "hbm", 1, 1 << 26)
+    for i in range(iterations):
+        t = b.buffer("t", "sbuf", 128, tile_bytes)
+        b.dma(dst=b.at(t), src=b.at(x, lo=i * 4096, hi=i * 4096 + 4096), partitions=128, nbytes=128 * tile_bytes,
+              line=3)
+        b.compute("vector", "tensor_scalar", reads=[b.at(t)], writes=[b.at(t)], partitions=128, free=4096, line=4)
+        b.dma(dst=b.at(y, lo=i * 4096, hi=i * 4096 + 4096), src=b.at(t), partitions=128, nbytes=128 * tile_bytes,
+              line=5)
+    return at_lines(b, {"t": 9})
+
+
+def test_rotation_buffers_are_bounded_only_under_the_fit_rule():
+    """150 KiB tiles: two rotation buffers (300 KiB) overflow 224 KiB. "free" (the default) rotates through two
+    anyway; "fit" gives the site one, so each load waits for the previous tile's store."""
+    trace = rotating(150 * KIB).trace
+    assert sbuf_plan(trace, 2, 16, 224 * KIB, bound_rotation=False)[0] == {("k.py", 9): 2}
+    assert sbuf_plan(trace, 2, 16, 224 * KIB, bound_rotation=True)[0] == {("k.py", 9): 1}
+    assert sbuf_plan(rotating(100 * KIB).trace, 2, 16, 224 * KIB, bound_rotation=True)[0] == {("k.py", 9): 2}
+    free, fit = (estimate(trace, sbuf_rotation=r) for r in ("free", "fit"))
+    assert fit.total_ns > free.total_ns
+    s = fit._schedule
+    loads = [i for i, ins in enumerate(trace.instrs) if ins.engine == "dma" and ins.line == 3]
+    stores = [i for i, ins in enumerate(trace.instrs) if ins.engine == "dma" and ins.line == 5]
+    assert all(s.start[load] >= s.end[store] for load, store in zip(loads[1:], stores))
+    small = rotating(100 * KIB).trace
+    assert estimate(small, sbuf_rotation="fit").total_ns == estimate(small, sbuf_rotation="free").total_ns
+
+
+def test_an_unknown_rotation_rule_is_a_user_error():
+    with pytest.raises(TilecError, match="unknown SBUF rotation rule 'some'"):
+        estimate(rotating(1024).trace, sbuf_rotation="some")

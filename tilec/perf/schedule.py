@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 from tilec.perf.costs import Costs
 from tilec.perf.deps import DepTracker, hbm_rule as _hbm_rule
-from tilec.perf.params import shared_bus as _shared_bus
+from tilec.perf.params import sbuf_rotation as _sbuf_rotation, shared_bus as _shared_bus
 from tilec.perf.throttle import TensorThrottle
 from tilec.trace import Access, Instr, Trace
 
@@ -179,17 +179,20 @@ def folded_memsets(trace: Trace) -> set[int]:
     return folded
 
 
-def rotation_predecessors(trace: Trace, depth: int) -> dict[int, int]:
+def rotation_predecessors(trace: Trace, depth: int, depths: dict[tuple[str, int], int] | None = None
+                          ) -> dict[int, int]:
     """On-chip buffer -> the buffer whose memory it reuses: the one allocated `depth` allocations earlier at the same
-    source line, if that one is dead (last touched) before the new one is allocated."""
+    source line, if that one is dead (last touched) before the new one is allocated. `depths` (`sbuf_plan`): an SBUF
+    site's own depth where fewer buffers fit."""
     sites: dict[tuple[str, int, str], list] = {}
     out: dict[int, int] = {}
     for a in sorted(trace.allocs, key=lambda a: (a.first_seq, a.buffer)):
         if a.memory == "hbm" or depth < 1:
             continue
         site = sites.setdefault((a.file, a.line, a.memory), [])
-        if len(site) >= depth and 0 <= site[-depth].last_seq < a.first_seq:
-            out[a.buffer] = site[-depth].buffer
+        n = depth if depths is None or a.memory != "sbuf" else max(1, min(depth, depths.get((a.file, a.line), depth)))
+        if len(site) >= n and 0 <= site[-n].last_seq < a.first_seq:
+            out[a.buffer] = site[-n].buffer
         site.append(a)
     return out
 
@@ -208,22 +211,28 @@ def _whole_loads(trace: Trace) -> dict[int, int]:
     return out
 
 
-def sbuf_footprint(trace: Trace, rotation: int) -> list[tuple[int, int, int]]:
-    """The SBUF the model's allocation needs, as (first seq, last seq, bytes per partition) spans, one per allocation
-    site (source line): a site whose allocations rotate (`rotation_predecessors`) holds min(allocations, rotation)
-    buffers of its largest size from its first allocation to its last use, or more if more of them are live at once
-    (a list of tiles kept alive together)."""
-    sites: dict[tuple[str, int], list] = {}
+@dataclass
+class _Site:
+    """One SBUF allocation site (source line): its span [first allocation, last use], its allocations, their
+    largest size, and the most of its bytes live at once in the trace (a list of tiles kept alive together)."""
+    first: int
+    last: int
+    count: int
+    size: int
+    live: int
+
+    def bytes(self, buffers: int) -> int:
+        return max(min(self.count, buffers) * self.size, self.live)
+
+
+def _sites(trace: Trace) -> dict[tuple[str, int], _Site]:
+    groups: dict[tuple[str, int], list] = {}
     for a in trace.allocs:
         if a.memory == "sbuf":
-            sites.setdefault((a.file, a.line), []).append(a)
-    out = []
-    for allocs in sites.values():
-        first = min(a.first_seq for a in allocs)
-        last = max(max(a.last_seq, a.first_seq) for a in allocs)
-        size = max(a.bytes_per_partition for a in allocs)
-        out.append((first, last, max(min(len(allocs), max(1, rotation)) * size, _live_peak(allocs))))
-    return sorted(out)
+            groups.setdefault((a.file, a.line), []).append(a)
+    return {key: _Site(min(a.first_seq for a in allocs), max(max(a.last_seq, a.first_seq) for a in allocs),
+                       len(allocs), max(a.bytes_per_partition for a in allocs), _live_peak(allocs))
+            for key, allocs in sorted(groups.items())}
 
 
 def _live_peak(allocs: list) -> int:
@@ -237,40 +246,83 @@ def _live_peak(allocs: list) -> int:
     return peak
 
 
-def load_copies(trace: Trace, depth: int, rotation: int, usable: int) -> dict[int, int]:
-    """Buffer refilled whole by DMA -> the copies `renamed` may rotate it through: up to `depth`, as many as fit.
+class _Profile:
+    """SBUF bytes per partition over the trace, piecewise constant between the sites' span ends."""
 
-    The hardware compiler can give a refilled buffer a fresh copy per load only where SBUF has room for it: beside
-    every allocation site's footprint (`sbuf_footprint`, which counts the buffer's own first copy) over the buffer's
-    life, within `usable` bytes per partition. With several such buffers, copies are granted one at a time to each in
-    turn (in allocation order), so they share the room evenly. A buffer that gets 1 copy is not renamed: its next
-    load waits for the readers of the previous value."""
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self.cuts = sorted({s for s, _ in spans} | {f + 1 for _, f in spans})
+        self.use = [0] * len(self.cuts)  # from cuts[i] to cuts[i + 1]
+
+    def range(self, first: int, last: int) -> tuple[int, int]:
+        return bisect_right(self.cuts, first) - 1, bisect_right(self.cuts, last)
+
+    def peak(self, first: int, last: int) -> int:
+        i0, i1 = self.range(first, last)
+        return max(self.use[i0:i1], default=0)
+
+    def add(self, first: int, last: int, size: int) -> None:
+        i0, i1 = self.range(first, last)
+        for i in range(i0, i1):
+            self.use[i] += size
+
+
+def sbuf_plan(trace: Trace, rotation: int, depth: int, usable: int, bound_rotation: bool = False
+              ) -> tuple[dict[tuple[str, int], int], dict[int, int]]:
+    """(SBUF site -> rotation buffers, buffer refilled whole by DMA -> copies), within `usable` bytes per partition.
+
+    Every site first gets the buffers its trace needs at once (one per allocation live together: what the kernel
+    itself allocates). With `bound_rotation`, the further buffers of rotating loop tiles (up to `rotation` per site)
+    are then granted one at a time to each site in turn, in allocation order, while they fit over the site's span;
+    without it (the default) every site rotates through `rotation` buffers whether they fit or not (that budget is
+    not checked: docs/notes/fid12.md). Then the copies of each buffer refilled whole by DMA (`renamed`, up to
+    `depth`, never more than its loads) are granted the same way in the room left."""
+    sites = _sites(trace)
     loads = _whole_loads(trace)
     bufs = sorted((a for a in trace.allocs if a.memory == "sbuf" and loads.get(a.buffer, 0) > 1),
                   key=lambda a: (a.first_seq, a.buffer))
-    if depth <= 1 or not bufs:
-        return {a.buffer: 1 for a in bufs}
-    spans = sbuf_footprint(trace, rotation)
-    cuts = sorted({s for s, _, _ in spans} | {f + 1 for _, f, _ in spans})
-    use = [0] * len(cuts)  # bytes per partition from cuts[i] to cuts[i + 1]
-    for s, f, size in spans:
-        for i in range(bisect_right(cuts, s) - 1, bisect_right(cuts, f)):
-            use[i] += size
+    start = 1 if bound_rotation else max(1, rotation)
+    depths = {key: start for key in sites}
+    prof = _Profile([(site.first, site.last) for site in sites.values()])
+    for key, site in sites.items():
+        prof.add(site.first, site.last, site.bytes(start))
+    if bound_rotation:
+        grew = True
+        while grew:
+            grew = False
+            for key, site in sites.items():
+                n = depths[key]
+                extra = site.bytes(n + 1) - site.bytes(n)
+                if n < min(rotation, site.count) and prof.peak(site.first, site.last) + extra <= usable:
+                    depths[key] = n + 1
+                    prof.add(site.first, site.last, extra)
+                    grew = True
     copies = {a.buffer: 1 for a in bufs}
-    ranges = {a.buffer: (bisect_right(cuts, a.first_seq) - 1, bisect_right(cuts, max(a.last_seq, a.first_seq)))
-              for a in bufs}
-    grew = True
-    while grew:
-        grew = False
-        for a in bufs:
-            i0, i1 = ranges[a.buffer]
-            if copies[a.buffer] < min(depth, loads[a.buffer]) and \
-                    max(use[i0:i1], default=0) + a.bytes_per_partition <= usable:
-                copies[a.buffer] += 1
-                for i in range(i0, i1):
-                    use[i] += a.bytes_per_partition
-                grew = True
-    return copies
+    if depth > 1:
+        grew = True
+        while grew:
+            grew = False
+            for a in bufs:
+                last = max(a.last_seq, a.first_seq)
+                if copies[a.buffer] < min(depth, loads[a.buffer]) and \
+                        prof.peak(a.first_seq, last) + a.bytes_per_partition <= usable:
+                    copies[a.buffer] += 1
+                    prof.add(a.first_seq, last, a.bytes_per_partition)
+                    grew = True
+    return depths, copies
+
+
+def sbuf_footprint(trace: Trace, rotation: int) -> list[tuple[int, int, int]]:
+    """(first seq, last seq, bytes per partition) per SBUF allocation site with `rotation` buffers: what the model's
+    rotation needs (a site holds min(allocations, rotation) buffers of its largest size over its span, or more if
+    more of them are live at once)."""
+    return sorted((site.first, site.last, site.bytes(max(1, rotation))) for site in _sites(trace).values())
+
+
+def load_copies(trace: Trace, depth: int, rotation: int, usable: int) -> dict[int, int]:
+    """Buffer refilled whole by DMA -> the copies `renamed` may rotate it through: up to `depth`, as many as fit
+    beside every site's rotation buffers (`sbuf_plan`). A buffer that gets 1 copy is not renamed: its next load
+    waits for the readers of the previous value."""
+    return sbuf_plan(trace, rotation, depth, usable)[1]
 
 
 def renamed(trace: Trace, depth: int, copies: dict[int, int] | None = None) -> tuple[list[Instr], dict[int, int]]:
@@ -355,9 +407,11 @@ def dma_streams(instrs: list[Instr]) -> dict[int, str]:
     return out
 
 
-def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus: str | None = None) -> Schedule:
+def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus: str | None = None,
+             sbuf_rotation: str | None = None) -> Schedule:
     """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py).
-    `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py)."""
+    `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py).
+    `sbuf_rotation`: "free" (the default) or "fit", whether loop tiles' rotation buffers must fit in SBUF (params.py)."""
     n = len(trace.instrs)
     start, end, lane = [0.0] * n, [0.0] * n, [""] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
@@ -366,9 +420,10 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     queue_start: dict[str, float] = {}
     startup, latency = costs.startup, costs.dma_latency
     folded = folded_memsets(trace)
-    reuses = rotation_predecessors(trace, costs.rotation)
-    instrs, versions = renamed(trace, costs.load_versions,
-                               load_copies(trace, costs.load_versions, costs.rotation, costs.sbuf_usable))
+    bound = _sbuf_rotation(sbuf_rotation) == "fit"
+    depths, copies = sbuf_plan(trace, costs.rotation, costs.load_versions, costs.sbuf_usable, bound)
+    reuses = rotation_predecessors(trace, costs.rotation, depths if bound else None)
+    instrs, versions = renamed(trace, costs.load_versions, copies)
     streams = dma_streams(instrs)
     reuses.update(versions)
     deps = DepTracker({a.buffer for ins in instrs for a in ins.writes}, by_pattern=_hbm_rule(hbm_rule) == "pattern")
