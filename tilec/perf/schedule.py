@@ -411,7 +411,8 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
              sbuf_rotation: str | None = None) -> Schedule:
     """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py).
     `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py).
-    `sbuf_rotation`: "free" (the default) or "fit", whether loop tiles' rotation buffers must fit in SBUF (params.py)."""
+    `sbuf_rotation`: "free" (the default) or "fit", whether loop tiles' rotation buffers must fit in SBUF
+    (params.py)."""
     n = len(trace.instrs)
     start, end, lane = [0.0] * n, [0.0] * n, [""] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
