@@ -49,7 +49,10 @@ buffer reused by many small DMAs of one call site, `renamed`) gets a fresh versi
 `load_versions` copies, and only through as many as fit (`load_copies`): each copy is a whole buffer of SBUF, so the
 copies, the kernel's other allocations live beside them and the rotation buffers of its loop tiles must fit in the
 usable SBUF per partition (Target.sbuf_usable), as they must for the hardware compiler's allocator [ALLOC: every
-tile is placed in the usable SBUF range; the renaming itself is inferred, see params.load_versions].
+tile is placed in the usable SBUF range; the renaming itself is inferred, see params.load_versions]. The rotation
+buffers themselves are not bounded by default: every site rotates through R buffers, fitting or not (in 14 benchmark
+kernels they do not, docs/notes/fid12.md); TILEC_MODEL_SBUF_ROTATION=fit grants a site its further buffers only while
+they fit (`sbuf_plan`), a what-if until the allocator's policy is known.
 
 With the "exclusive" VectorE/GpSimdE bus rule (TILEC_MODEL_SHARED_BUS=exclusive, params.py; off by default), a
 VectorE instruction in performance mode (costs.gpsimd_bus) and a GpSimdE instruction never overlap: each starts no
