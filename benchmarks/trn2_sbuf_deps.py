@@ -9,10 +9,14 @@ engines wait for each other, move10's case; docs/notes/fid12.md says why the doc
                                                          # each kernel's output, then time it (nki.benchmark)
     python benchmarks/trn2_sbuf_deps.py --hardware --profile DIR
                                                          # also write NEFF + NTFF profiles of interleaved / halves
+    python benchmarks/trn2_sbuf_deps.py --nki06 [--hardware]
+                                                         # the NKI 0.6 kernels (SDK 2.29+, `import nki`): median
+                                                         # wall time of --iters calls (host overhead included):
+                                                         # profile with `neuron-explorer capture`
     options: --reps N (default 64) --free F (default 1024: xa, xb are (128, F) fp32) --iters N (default 100)
              --kernels none,scalar_i,...
 
-The kernels are benchmarks/kernels/sbuf_deps.py (its docstring says what each one writes). Reading the hardware
+The kernels are benchmarks/kernels/sbuf_deps.py (its docstring says what each one writes) and sbuf_deps_nki06.py. Reading the hardware
 table: for each kind that runs both engines, the printed overlap
 
     overlap = (scalar + vector - both) / min(scalar, vector), each less `none`     1: side by side, 0: in turn
@@ -45,6 +49,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 KERNEL_FILE = ROOT / "benchmarks" / "kernels" / "sbuf_deps.py"
+KERNEL_FILE06 = ROOT / "benchmarks" / "kernels" / "sbuf_deps_nki06.py"
 NAMES = ("none", "scalar_i", "vector_i", "scalar_h", "vector_h", "interleaved", "halves", "tiles", "same")
 PAIRS = {"interleaved": ("scalar_i", "vector_i"), "halves": ("scalar_h", "vector_h"),
          "tiles": ("scalar_h", "vector_h"), "same": ("scalar_h", "vector_h")}
@@ -97,7 +102,7 @@ def _module(path: pathlib.Path, reps: int) -> object:
     return module
 
 
-def run_model(names: list[str], reps: int, free: int) -> int:
+def run_model(names: list[str], reps: int, free: int, path: pathlib.Path = KERNEL_FILE) -> int:
     """Every kernel on tilec's interpreter (checked against NumPy) and on the model."""
     from tilec.nki.api import load_kernel_file, simulate_traced
     from tilec.perf.api import estimate
@@ -110,7 +115,7 @@ def run_model(names: list[str], reps: int, free: int) -> int:
     times: dict[str, float] = {}
     engine: dict[str, dict[str, float]] = {}
     for name in names:
-        kernel = load_kernel_file(KERNEL_FILE, name, force_interpreter=True)
+        kernel = load_kernel_file(path, name, force_interpreter=True)
         sys.modules[kernel.func.__module__].REPS = reps  # the kernel file's global, read when it is traced
         result, trace = simulate_traced(kernel, *args)
         status = _check(name, result, args, reps)
@@ -154,6 +159,32 @@ def run_hardware(names: list[str], reps: int, free: int, iters: int, profile: st
     return 1 if bad else 0
 
 
+def run_hardware06(names: list[str], reps: int, free: int, iters: int) -> int:
+    """NKI 0.6 on a Trn2: each kernel's output against NumPy, then the median wall time of `iters` calls."""
+    import time
+
+    module = _module(KERNEL_FILE06, reps)
+    args = inputs(free)
+    print(f"Trn2 (NKI 0.6), x (128, {2 * free}) fp32, regions of {free} columns, {reps} iterations, median wall "
+          f"time of {iters} calls (host overhead included)")
+    print(f"{'kernel':<12} {'result':>6} {'median us':>10}")
+    bad = 0
+    med: dict[str, float] = {}
+    for name in names:
+        kernel = getattr(module, name)
+        status = _check(name, kernel(*args), args, reps)
+        bad += status != "ok"
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            kernel(*args)
+            times.append(time.perf_counter() - t0)
+        med[name] = 1e6 * float(np.median(times))
+        print(f"{name:<12} {status:>6} {med[name]:>10.1f}", flush=True)
+    print("overlap (median): " + ", ".join(f"{k} {v:.2f}" for k, v in overlaps(med).items()))
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hardware", action="store_true", help="run on the local Trn2 with the Neuron SDK (not tilec)")
@@ -162,14 +193,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--free", type=int, default=1024, help="free size of each engine's region")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--kernels", help="comma-separated kernel names (default: all)")
+    ap.add_argument("--nki06", action="store_true", help="the NKI 0.6 kernels (sbuf_deps_nki06.py)")
     args = ap.parse_args(argv)
     names = args.kernels.split(",") if args.kernels else list(NAMES)
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         ap.error(f"unknown kernels {', '.join(unknown)}; choose from {', '.join(NAMES)}")
     if args.hardware:
+        if args.nki06:
+            return run_hardware06(names, args.reps, args.free, args.iters)
         return run_hardware(names, args.reps, args.free, args.iters, args.profile)
-    return run_model(names, args.reps, args.free)
+    return run_model(names, args.reps, args.free, KERNEL_FILE06 if args.nki06 else KERNEL_FILE)
 
 
 if __name__ == "__main__":

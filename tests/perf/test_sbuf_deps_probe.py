@@ -20,9 +20,10 @@ def bench_module():
     return bench
 
 
-def test_the_probe_matches_numpy_and_shows_the_model_rule(capsys):
+@pytest.mark.parametrize("nki06", [False, True])
+def test_the_probe_matches_numpy_and_shows_the_model_rule(capsys, nki06):
     bench = bench_module()
-    assert bench.main(["--reps", "8", "--free", "256"]) == 0
+    assert bench.main(["--reps", "8", "--free", "256"] + (["--nki06"] if nki06 else [])) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split()[0]: line.split() for line in lines[2:2 + len(bench.NAMES)]}
     assert set(rows) == set(bench.NAMES) and all(r[1] == "ok" for r in rows.values())
