@@ -13,11 +13,11 @@ engines wait for each other, move10's case; docs/notes/fid12.md says why the doc
                                                          # the NKI 0.6 kernels (SDK 2.29+, `import nki`): median
                                                          # wall time of --iters calls (host overhead included):
                                                          # profile with `neuron-explorer capture`
-    options: --reps N (default 64) --free F (default 1024: xa, xb are (128, F) fp32) --iters N (default 100)
-             --kernels none,scalar_i,...
+    options: --reps N (default 64) --free F (default 1024: x is (128, 2F) fp32, each region F columns)
+             --iters N (default 100) --kernels none,scalar_i,...
 
-The kernels are benchmarks/kernels/sbuf_deps.py (its docstring says what each one writes) and sbuf_deps_nki06.py. Reading the hardware
-table: for each kind that runs both engines, the printed overlap
+The kernels are benchmarks/kernels/sbuf_deps.py (its docstring says what each one writes) and sbuf_deps_nki06.py.
+Reading the hardware table: for each kind that runs both engines, the printed overlap
 
     overlap = (scalar + vector - both) / min(scalar, vector), each less `none`     1: side by side, 0: in turn
     (interleaved against scalar_i and vector_i; halves, tiles and same against scalar_h and vector_h)
