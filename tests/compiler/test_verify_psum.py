@@ -45,3 +45,19 @@ def test_a_psum_tile_used_inside_a_later_loop_lives_until_that_loop() -> None:
     early = body[:10] + (Alloc(tiles[8]),) + body[10:11]
     with pytest.raises(InternalError, match="9 PSUM tiles live"):
         verify(Kernel("k", (X,), (Y,), early), "test")
+
+
+def test_a_psum_tile_over_one_bank_fails_and_a_16_bit_one_of_a_whole_bank_passes() -> None:
+    """TC#2 (NKI 0.1 and 0.6) and ALLOC's "A PSUM tile cannot cross bank boundaries": the limit is 2 KiB per
+    partition, whatever the dtype (NKI 0.6's migration guide allocates a (128, 1024) bf16 PSUM tile)."""
+    src = Buf("s", "sbuf", "f32", (128, 128))
+
+    def body(tile: Buf) -> tuple:
+        dst = Buf("d", "sbuf", tile.dtype, tile.shape)
+        return (Alloc(src), Dma(whole(src), whole(X)), Alloc(tile), Transpose(whole(tile), whole(src)),
+                Alloc(dst), Copy(whole(dst), whole(tile)))
+
+    with pytest.raises(InternalError, match="PSUM tile t is 4096 bytes per partition .*cannot cross bank boundaries"):
+        verify(Kernel("k", (X,), (Y,), body(Buf("t", "psum", "f32", (128, 1024)))), "test")
+    verify(Kernel("k", (X,), (Y,), body(Buf("t", "psum", "f32", (128, 512)))), "test")
+    verify(Kernel("k", (X,), (Y,), body(Buf("t", "psum", "bf16", (128, 1024)))), "test")

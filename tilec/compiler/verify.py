@@ -7,6 +7,18 @@ PSUM; only the HBM side of a DMA is permuted (by an order of its sliced axes); <
 partition within the compiler's budget; a PSUM accumulator's first matmul (NKI 0.6: accumulate=False) covers what
 the later matmuls of its chain add to, where their views are static.
 All limits come from the Target (tilec/target.py) the kernel is compiled for.
+
+PSUM tiles over one bank (fid12): both NKI versions forbid them on NeuronCore-v2/v3. NKI 0.1 (v2.26.1):
+programming_model.rst TC#2 ("For tiles in PSUM, the F dimension size must not exceed nki.tile_size.psum_fmax ==
+512"), nki_direct_allocation_guide.rst "Known Limitations" 3 ("A PSUM tile cannot cross bank boundaries"),
+nki.compiler.psum.alloc ("a physical PSUM tile cannot span multiple PSUM banks"). NKI 0.6 (v2.32.0):
+get-started/about/tiling-overview.rst TC#2 (psum_bank_fmax == 512, "per PSUM bank per partition, in FP32
+elements", nki.language tile_size), migration/index.rst ("The allocation for PSUM tensors must start at the
+beginning of each bank"; its example is a (128, 1024) bf16 tile: 2 KiB, one bank). A matmul's output fits one bank
+(ISA6 nc_matmul "Tile size": moving <= 512 on NC-v2/-v3, "matching the maximum number of float32 elements per PSUM
+bank"; only NC-v4 writes up to 8 banks). An engine instruction may stream up to 4K elements per partition from PSUM
+(trainium_inferentia2_arch.rst, Vector/Scalar Engine), i.e. across banks, but its operand is one tile, so NKI
+cannot express that on trn1/trn2: the limit is the tile's bytes (a 1024-column bf16 tile is one bank, legal).
 """
 from __future__ import annotations
 
@@ -89,7 +101,8 @@ class _Verifier:
         size = b.bytes_per_partition()
         if b.memory == "psum":
             if size > t.psum_bank_bytes:
-                self.fail(f"PSUM tile {b.name} is {size} bytes per partition (> one {t.psum_bank_bytes}-byte bank)")
+                self.fail(f"PSUM tile {b.name} is {size} bytes per partition (> one {t.psum_bank_bytes}-byte bank: a "
+                          "PSUM tile cannot cross bank boundaries, see the module docstring)")
             psum += 1
             if psum > t.psum_banks:
                 self.fail(f"{psum} PSUM tiles live at {b.name} (> {t.psum_banks} banks)")

@@ -40,14 +40,32 @@ def new_tile(run: object, shape: tuple, dtype: np.dtype, memory: str, name: str,
             hint="a PSUM tile holds at most 512 fp32 per partition (nl.tile_size.psum_fmax); split the free dim")
 
 
+def psum_banks(tgt: object, stored: tuple, itemsize: int, blocks: int) -> int:
+    """PSUM banks a tensor occupies: a tile never crosses a bank boundary [ALLOC v2.26.1 "Known Limitations" 3: "A
+    PSUM tile cannot cross bank boundaries"; nki.compiler.psum.alloc: "a physical PSUM tile cannot span multiple PSUM
+    banks"], so each block of an NKI 0.1 block tensor (B, par_dim(P), F) is a tile of its own in some bank: as many
+    blocks as fit whole share one bank (direct allocation places one per bank, psum.mod_alloc; automatic allocation
+    is not documented, this is its least)."""
+    if not blocks:
+        return 1
+    n = math.prod(stored[1:1 + blocks])
+    tile = max(1, math.prod(stored[1 + blocks:]) * itemsize)
+    per_bank = max(1, tgt.psum_bank_bytes // tile)
+    return -(-n // per_bank)
+
+
 def psum_capacity(run: object, buf: object) -> None:
     banks = run.target.psum_banks
-    if len(run.psum_live) >= banks:
+    used = sum(run.psum_bank_count.get(i, 1) for i in run.psum_live)
+    need = run.psum_bank_count.get(buf.id, 1)
+    if used + need > banks:
         live = ", ".join(f"'{n}'" for n in run.psum_live.values())
+        what = f"{len(run.psum_live) + 1} PSUM tiles" if used + need == len(run.psum_live) + 1 else \
+            f"{used + need} PSUM banks (its {need} blocks each a tile of their own)"
         raise rules.MemoryRuleError(
             f"PSUM has {banks} banks of {run.target.psum_bank_bytes} bytes per partition; allocating '{buf.name}' "
-            f"would make {len(run.psum_live) + 1} PSUM tiles live at once", "psum_bank_overflow", buf.where,
-            f"live PSUM tiles: {live}",
+            f"would make {what} live at once", "psum_bank_overflow", buf.where,
+            f"live PSUM tiles: {live}" if live else f"'{buf.name}' alone",
             hint="evacuate PSUM to SBUF (tensor_copy) and allocate PSUM tiles inside the loop body so they die "
                  "each iteration")
 

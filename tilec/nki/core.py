@@ -207,6 +207,8 @@ def allocate(run: Run, shape: tuple, dtype: np.dtype, memory: str, name: str, wh
     data = np.empty(stored, dtype)
     compute(run, lambda: _fill(data, fill))
     buf = Buffer(run, name, memory, data, written=fill is not None, where=where)
+    if memory == "psum" and pdim:
+        run.psum_bank_count[buf.id] = checks.psum_banks(run.target, stored, data.dtype.itemsize, pdim)
     run.allocate(buf, temp=temp)
     whole = Tensor.whole(buf)
     if not pdim:

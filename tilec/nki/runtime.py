@@ -124,6 +124,7 @@ class Run:
         self.frames: list[Frame] = []
         self.pending: list[Buffer] = []  # fresh instruction results, not yet known to be kept
         self.psum_live: dict[int, str] = {}
+        self.psum_bank_count: dict[int, int] = {}  # PSUM buffer -> banks it occupies, where more than one (blocks)
         self.sbuf_live: dict[int, int] = {}
         self.sbuf_used = 0
         self.running = True
@@ -196,6 +197,7 @@ class Run:
     def release(self, buf: Buffer) -> None:
         buf.alive = False
         self.psum_live.pop(buf.id, None)
+        self.psum_bank_count.pop(buf.id, None)
         self.sbuf_used -= self.sbuf_live.pop(buf.id, 0)
 
     # ---- loops ----

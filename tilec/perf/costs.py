@@ -72,6 +72,7 @@ class Costs:
         self.dma_bw = v["dma_engine_bw"]
         self.dma_fixed = v["dma_xfer_fixed_ns"]
         self.load_versions = int(v["load_versions"])
+        self.sbuf_usable = int(v["sbuf_usable_bytes"])
         self.dma_desc = v["dma_desc_ns"]
         self.dma_latency = v["dma_latency_ns"]
         self.dma_write_ack = v["dma_write_ack_ns"]

@@ -66,6 +66,7 @@ class Params:
     load_versions: Param  # copies of a buffer refilled whole by DMA loads (schedule.renamed)
     # memories
     sbuf_bytes_per_partition: Param
+    sbuf_usable_bytes: Param  # per partition, what a kernel's buffers (and the renamed copies) may occupy
     psum_bytes_per_partition: Param
     hbm_stack_bw: Param  # bytes per ns, denominator of MBU
 
@@ -133,6 +134,8 @@ TRN2 = Params(
                             "+48 %; 8 and 16 give the same) [inferred: the allocator renames a buffer refilled whole "
                             "by DMA]"),
     sbuf_bytes_per_partition=Param(HW2.sbuf_bytes, "§2.2 ARCH3 224 KiB"),
+    sbuf_usable_bytes=Param(HW2.sbuf_usable, "§2.2 ARCH3 224 KiB, no compiler reserve documented for NC-v3 "
+                                             "(tilec.target TRN2.sbuf_usable; bounds load_versions)"),
     psum_bytes_per_partition=Param(HW2.psum_bytes, "§2.2 ARCH2 16 KiB"),
     hbm_stack_bw=Param(725.0, "§2.1/§5 TRN2CHIP 2.9 TB/s / 4 stacks (MBU denominator = one stack)"),
 )
@@ -153,6 +156,7 @@ TRN1 = Params(
        "sbuf_stride_factor": Param(2.0, "§2.2 ARCH2 SBUF stride penalty: halves the interface bandwidth (v2)"),
        "dma_engine_bw": Param(HW1.dma_engine_bw, "§2.5 DMAINTRO 17 B/ns per engine (TRN1)"),
        "sbuf_bytes_per_partition": Param(HW1.sbuf_bytes, "§2.2 ARCH2 192 KiB"),
+       "sbuf_usable_bytes": Param(HW1.sbuf_usable, "§2.2 ALLOC 0..176 KiB usable (tilec.target TRN1.sbuf_usable)"),
        "hbm_stack_bw": Param(410.0, "§2.1 derived 820 GB/s / 2 stacks")})
 
 TARGETS = {"trn2": TRN2, "trn1": TRN1}
@@ -182,4 +186,23 @@ def shared_bus(rule: str | None = None) -> str:
     if rule not in SHARED_BUS_RULES:
         raise TilecError(f"unknown VectorE/GpSimdE bus rule {rule!r} (TILEC_MODEL_SHARED_BUS)",
                          hint=f"use one of {', '.join(SHARED_BUS_RULES)}")
+    return rule
+
+
+# Loop tiles rotate through `buffer_rotation` buffers per allocation site (schedule.rotation_predecessors), an
+# inference fitted to calibration rows 8-12; whether those buffers fit in SBUF is not checked by default ("free"):
+# the compiler plans one copy of each tile, and where sites' second buffers do not fit, the hardware compiler's
+# allocator cannot give them (its policy is not documented: ALLOC v2.26.1 describes placement, not multi-buffering).
+# "fit" grants the further buffers only while they fit beside every site's first (schedule.sbuf_plan), a what-if
+# for the kernels whose rotation buffers overflow SBUF (docs/notes/fid12.md lists them and what they move).
+SBUF_ROTATION_RULES = ("free", "fit")
+SBUF_ROTATION = os.environ.get("TILEC_MODEL_SBUF_ROTATION", "free")
+
+
+def sbuf_rotation(rule: str | None = None) -> str:
+    """The rotation-buffer rule to use: `rule`, else TILEC_MODEL_SBUF_ROTATION, else "free"."""
+    rule = SBUF_ROTATION if rule is None else rule
+    if rule not in SBUF_ROTATION_RULES:
+        raise TilecError(f"unknown SBUF rotation rule {rule!r} (TILEC_MODEL_SBUF_ROTATION)",
+                         hint=f"use one of {', '.join(SBUF_ROTATION_RULES)}")
     return rule

@@ -45,8 +45,14 @@ compiler (`nl.zeros`, `nisa.memset` without engine=) runs on whichever of Vector
 Buffers are rotated like the allocator does for tiles declared in a loop body: the k-th buffer allocated at a source
 line reuses the memory of the (k-R)-th (R = `buffer_rotation`), so an instruction touching it waits until every
 instruction touching the older one has finished. A buffer declared once and refilled whole by DMA loads (one load
-buffer reused by many small DMAs of one call site, `renamed`) gets a fresh version per load, rotating through
-`load_versions` copies.
+buffer reused by many small DMAs of one call site, `renamed`) gets a fresh version per load, rotating through at most
+`load_versions` copies, and only through as many as fit (`load_copies`): each copy is a whole buffer of SBUF, so the
+copies, the kernel's other allocations live beside them and the rotation buffers of its loop tiles must fit in the
+usable SBUF per partition (Target.sbuf_usable), as they must for the hardware compiler's allocator [ALLOC: every
+tile is placed in the usable SBUF range; the renaming itself is inferred, see params.load_versions]. The rotation
+buffers themselves are not bounded by default: every site rotates through R buffers, fitting or not (in 14 benchmark
+kernels they do not, docs/notes/fid12.md); TILEC_MODEL_SBUF_ROTATION=fit grants a site its further buffers only while
+they fit (`sbuf_plan`), a what-if until the allocator's policy is known.
 
 With the "exclusive" VectorE/GpSimdE bus rule (TILEC_MODEL_SHARED_BUS=exclusive, params.py; off by default), a
 VectorE instruction in performance mode (costs.gpsimd_bus) and a GpSimdE instruction never overlap: each starts no
@@ -65,7 +71,7 @@ from dataclasses import dataclass
 
 from tilec.perf.costs import Costs
 from tilec.perf.deps import DepTracker, hbm_rule as _hbm_rule
-from tilec.perf.params import shared_bus as _shared_bus
+from tilec.perf.params import sbuf_rotation as _sbuf_rotation, shared_bus as _shared_bus
 from tilec.perf.throttle import TensorThrottle
 from tilec.trace import Access, Instr, Trace
 
@@ -176,22 +182,153 @@ def folded_memsets(trace: Trace) -> set[int]:
     return folded
 
 
-def rotation_predecessors(trace: Trace, depth: int) -> dict[int, int]:
+def rotation_predecessors(trace: Trace, depth: int, depths: dict[tuple[str, int], int] | None = None
+                          ) -> dict[int, int]:
     """On-chip buffer -> the buffer whose memory it reuses: the one allocated `depth` allocations earlier at the same
-    source line, if that one is dead (last touched) before the new one is allocated."""
+    source line, if that one is dead (last touched) before the new one is allocated. `depths` (`sbuf_plan`): an SBUF
+    site's own depth where fewer buffers fit."""
     sites: dict[tuple[str, int, str], list] = {}
     out: dict[int, int] = {}
     for a in sorted(trace.allocs, key=lambda a: (a.first_seq, a.buffer)):
         if a.memory == "hbm" or depth < 1:
             continue
         site = sites.setdefault((a.file, a.line, a.memory), [])
-        if len(site) >= depth and 0 <= site[-depth].last_seq < a.first_seq:
-            out[a.buffer] = site[-depth].buffer
+        n = depth if depths is None or a.memory != "sbuf" else max(1, min(depth, depths.get((a.file, a.line), depth)))
+        if len(site) >= n and 0 <= site[-n].last_seq < a.first_seq:
+            out[a.buffer] = site[-n].buffer
         site.append(a)
     return out
 
 
-def renamed(trace: Trace, depth: int) -> tuple[list[Instr], dict[int, int]]:
+def _whole_loads(trace: Trace) -> dict[int, int]:
+    """On-chip buffer -> how many DMAs overwrite it whole (reading nothing of it): the buffers `renamed` versions."""
+    whole = {a.buffer: (a.partitions, a.bytes_per_partition) for a in trace.allocs if a.memory != "hbm"}
+    out: dict[int, int] = {}
+    for ins in trace.instrs:
+        if ins.engine == "dma" and len(ins.writes) == 1:
+            w = ins.writes[0]
+            size = whole.get(w.buffer)
+            if size is not None and (w.p0, w.p1, w.lo, w.hi) == (0, size[0], 0, size[1]) and \
+                    all(r.buffer != w.buffer for r in ins.reads):
+                out[w.buffer] = out.get(w.buffer, 0) + 1
+    return out
+
+
+@dataclass
+class _Site:
+    """One SBUF allocation site (source line): its span [first allocation, last use], its allocations, their
+    largest size, and the most of its bytes live at once in the trace (a list of tiles kept alive together)."""
+    first: int
+    last: int
+    count: int
+    size: int
+    live: int
+
+    def bytes(self, buffers: int) -> int:
+        return max(min(self.count, buffers) * self.size, self.live)
+
+
+def _sites(trace: Trace) -> dict[tuple[str, int], _Site]:
+    groups: dict[tuple[str, int], list] = {}
+    for a in trace.allocs:
+        if a.memory == "sbuf":
+            groups.setdefault((a.file, a.line), []).append(a)
+    return {key: _Site(min(a.first_seq for a in allocs), max(max(a.last_seq, a.first_seq) for a in allocs),
+                       len(allocs), max(a.bytes_per_partition for a in allocs), _live_peak(allocs))
+            for key, allocs in sorted(groups.items())}
+
+
+def _live_peak(allocs: list) -> int:
+    events = sorted([(a.first_seq, a.bytes_per_partition) for a in allocs] +
+                    [(max(a.last_seq, a.first_seq) + 1, -a.bytes_per_partition) for a in allocs],
+                    key=lambda e: (e[0], e[1]))
+    peak = cur = 0
+    for _, delta in events:
+        cur += delta
+        peak = max(peak, cur)
+    return peak
+
+
+class _Profile:
+    """SBUF bytes per partition over the trace, piecewise constant between the sites' span ends."""
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self.cuts = sorted({s for s, _ in spans} | {f + 1 for _, f in spans})
+        self.use = [0] * len(self.cuts)  # from cuts[i] to cuts[i + 1]
+
+    def range(self, first: int, last: int) -> tuple[int, int]:
+        return bisect_right(self.cuts, first) - 1, bisect_right(self.cuts, last)
+
+    def peak(self, first: int, last: int) -> int:
+        i0, i1 = self.range(first, last)
+        return max(self.use[i0:i1], default=0)
+
+    def add(self, first: int, last: int, size: int) -> None:
+        i0, i1 = self.range(first, last)
+        for i in range(i0, i1):
+            self.use[i] += size
+
+
+def sbuf_plan(trace: Trace, rotation: int, depth: int, usable: int, bound_rotation: bool = False
+              ) -> tuple[dict[tuple[str, int], int], dict[int, int]]:
+    """(SBUF site -> rotation buffers, buffer refilled whole by DMA -> copies), within `usable` bytes per partition.
+
+    Every site first gets the buffers its trace needs at once (one per allocation live together: what the kernel
+    itself allocates). With `bound_rotation`, the further buffers of rotating loop tiles (up to `rotation` per site)
+    are then granted one at a time to each site in turn, in allocation order, while they fit over the site's span;
+    without it (the default) every site rotates through `rotation` buffers whether they fit or not (that budget is
+    not checked: docs/notes/fid12.md). Then the copies of each buffer refilled whole by DMA (`renamed`, up to
+    `depth`, never more than its loads) are granted the same way in the room left."""
+    sites = _sites(trace)
+    loads = _whole_loads(trace)
+    bufs = sorted((a for a in trace.allocs if a.memory == "sbuf" and loads.get(a.buffer, 0) > 1),
+                  key=lambda a: (a.first_seq, a.buffer))
+    start = 1 if bound_rotation else max(1, rotation)
+    depths = {key: start for key in sites}
+    prof = _Profile([(site.first, site.last) for site in sites.values()])
+    for key, site in sites.items():
+        prof.add(site.first, site.last, site.bytes(start))
+    if bound_rotation:
+        grew = True
+        while grew:
+            grew = False
+            for key, site in sites.items():
+                n = depths[key]
+                extra = site.bytes(n + 1) - site.bytes(n)
+                if n < min(rotation, site.count) and prof.peak(site.first, site.last) + extra <= usable:
+                    depths[key] = n + 1
+                    prof.add(site.first, site.last, extra)
+                    grew = True
+    copies = {a.buffer: 1 for a in bufs}
+    if depth > 1:
+        grew = True
+        while grew:
+            grew = False
+            for a in bufs:
+                last = max(a.last_seq, a.first_seq)
+                if copies[a.buffer] < min(depth, loads[a.buffer]) and \
+                        prof.peak(a.first_seq, last) + a.bytes_per_partition <= usable:
+                    copies[a.buffer] += 1
+                    prof.add(a.first_seq, last, a.bytes_per_partition)
+                    grew = True
+    return depths, copies
+
+
+def sbuf_footprint(trace: Trace, rotation: int) -> list[tuple[int, int, int]]:
+    """(first seq, last seq, bytes per partition) per SBUF allocation site with `rotation` buffers: what the model's
+    rotation needs (a site holds min(allocations, rotation) buffers of its largest size over its span, or more if
+    more of them are live at once)."""
+    return sorted((site.first, site.last, site.bytes(max(1, rotation))) for site in _sites(trace).values())
+
+
+def load_copies(trace: Trace, depth: int, rotation: int, usable: int) -> dict[int, int]:
+    """Buffer refilled whole by DMA -> the copies `renamed` may rotate it through: up to `depth`, as many as fit
+    beside every site's rotation buffers (`sbuf_plan`). A buffer that gets 1 copy is not renamed: its next load
+    waits for the readers of the previous value."""
+    return sbuf_plan(trace, rotation, depth, usable)[1]
+
+
+def renamed(trace: Trace, depth: int, copies: dict[int, int] | None = None) -> tuple[list[Instr], dict[int, int]]:
     """Give each whole-buffer DMA load of an on-chip buffer its own version of the buffer, as the allocator does.
 
     A kernel that loads every input row into one buffer declared before its loops (`X_sbuf`, refilled by one
@@ -200,7 +337,8 @@ def renamed(trace: Trace, depth: int) -> tuple[list[Instr], dict[int, int]]:
     not wait for the previous row's readers: a DMA overwriting the whole buffer starts a new value, which the compiler
     places in a fresh copy (renaming the anti dependence away), rotating through `depth` copies per buffer like tiles
     allocated in a loop body. Returns the instructions with accesses renamed and, per new version, the version whose
-    memory it reuses (the rotation predecessor)."""
+    memory it reuses (the rotation predecessor). `copies` (`load_copies`): per buffer, fewer copies than `depth`
+    where fewer fit in SBUF."""
     if depth < 1:
         return trace.instrs, {}
     whole = {a.buffer: (a.partitions, a.bytes_per_partition) for a in trace.allocs if a.memory != "hbm"}
@@ -224,8 +362,9 @@ def renamed(trace: Trace, depth: int) -> tuple[list[Instr], dict[int, int]]:
                     chain.append(next_id)
                     current[w.buffer] = next_id
                     next_id += 1
-                    if len(chain) > depth:
-                        reuses[chain[-1]] = chain[-1 - depth]
+                    n = depth if copies is None else max(1, min(depth, copies.get(w.buffer, depth)))
+                    if len(chain) > n:
+                        reuses[chain[-1]] = chain[-1 - n]
                 else:
                     current[w.buffer] = w.buffer
         writes = _rename(ins.writes, current)
@@ -271,9 +410,12 @@ def dma_streams(instrs: list[Instr]) -> dict[int, str]:
     return out
 
 
-def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus: str | None = None) -> Schedule:
+def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus: str | None = None,
+             sbuf_rotation: str | None = None) -> Schedule:
     """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py).
-    `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py)."""
+    `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py).
+    `sbuf_rotation`: "free" (the default) or "fit", whether loop tiles' rotation buffers must fit in SBUF
+    (params.py)."""
     n = len(trace.instrs)
     start, end, lane = [0.0] * n, [0.0] * n, [""] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
@@ -282,8 +424,10 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     queue_start: dict[str, float] = {}
     startup, latency = costs.startup, costs.dma_latency
     folded = folded_memsets(trace)
-    reuses = rotation_predecessors(trace, costs.rotation)
-    instrs, versions = renamed(trace, costs.load_versions)
+    bound = _sbuf_rotation(sbuf_rotation) == "fit"
+    depths, copies = sbuf_plan(trace, costs.rotation, costs.load_versions, costs.sbuf_usable, bound)
+    reuses = rotation_predecessors(trace, costs.rotation, depths if bound else None)
+    instrs, versions = renamed(trace, costs.load_versions, copies)
     streams = dma_streams(instrs)
     reuses.update(versions)
     deps = DepTracker({a.buffer for ins in instrs for a in ins.writes}, by_pattern=_hbm_rule(hbm_rule) == "pattern")
