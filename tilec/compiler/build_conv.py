@@ -190,13 +190,24 @@ class _ConvBuilder:
         if self.pair > 1:  # rows per phase: a divisor of half the band (`split conv.y` may have set the band's rows)
             plan = self.p = replace(plan, rows=best_divisor(plan.band // 2, plan.rows))
         self.pairs: list[tuple[int, int]] = []
+        self.phased = False  # band halves as even and odd output rows (below)
+        self.NR, self.hstep = 0, 0  # band halves: row copies per column copy, first copy of half 1
         if self.halves:
             # copy (c, h, r) holds X shifted by tap row r, by c tap columns and by half the band's output rows;
             # the matmul of group g reads the copies g * M tap columns further (M copies per tap row; a last group
             # reaching past the taps leaves the trailing copies out)
             self.M = conv_pairs.columns_per_copy(self, plan)
+            # (NR row copies per column copy; half h's R taps are copies h * HSTEP.. of each column copy)
+            self.NR, self.hstep = 2 * self.R, self.R
             self.shifts = [(r * self.dy + h * plan.band // 2 * self.sy, c * self.dx) for c in range(self.M)
                            for h in range(2) for r in range(self.R)]
+            # the stem's phases: the two parts are the even and odd output rows of the band instead of its two
+            # halves, so the copies at row offsets sy.. serve both (conv_pairs.phases_pay)
+            self.phased = conv_pairs.phases_pay(self, plan)
+            if self.phased:
+                self.M = conv_pairs.columns_per_copy(self, plan)
+                self.NR, self.hstep = self.R + self.sy, self.sy
+                self.shifts = [(r, c * self.dx) for c in range(self.M) for r in range(self.NR)]
             self.pairs = [(0, g * self.M) for g in range(-(-self.S // self.M))]
             self.G = plan.band // (2 * plan.rows)
         elif self.pair > 1:
@@ -312,7 +323,11 @@ class _ConvBuilder:
         if op.residual:
             self.s4, s4 = hbm_view(self.hbm[op.residual], oshape, fresh(f"{op.residual}_v"), line)
             stmts += s4
-        if self.halves:  # a band's rows as (half, row): its output band (partition 2k + h) moves in one DMA
+        if self.phased:  # output rows as (pair, phase): partition 2k + h holds rows 2i + h (a permuted view)
+            self.o6, s5 = hbm_view(self.hbm[op.out], (self.N, self.K, self.Ho // 2, 2, self.Wo),
+                                   fresh(f"{op.out}_pairs"), line)
+            stmts += s5
+        elif self.halves:  # a band's rows as (half, row): its output band (partition 2k + h) moves in one DMA
             hshape = (self.N, self.K, self.NB, 2, self.p.band // 2, self.Wo)
             self.o6, s5 = hbm_view(self.hbm[op.out], hshape, fresh(f"{op.out}_halves"), line)
             stmts += s5
@@ -637,6 +652,9 @@ class _ConvBuilder:
         line = self.L["pool"] if op.pool else line
         if self.dst_chip is not None:  # the eviction writes the on-chip image; a store only if T is read elsewhere
             return loads + group + self.chip_store()
+        if self.phased:  # partition 2k + h, row i of the band: row 2i + h of the output (one DMA)
+            return loads + [Alloc(ob, line=line)] + group + [
+                Dma(View(self.o6, conv_pairs.phases_region(self), perm=(0, 2, 1, 3)), whole(ob), line)]
         if self.halves:  # partition 2k + h, row i of the band: row h * BAND / 2 + i of the output (one DMA)
             return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, conv_pairs.halves_region(self)),
                                                                  whole(ob), line)]

@@ -75,7 +75,8 @@ def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
     band = b.yb[1] * p.band * b.sy + b.oy  # a peeled band's first input row (static)
     out: list[Stmt] = []
     halo = False
-    step = b.sy if b.halves else 1  # copy row t holds X row r0 + step * t of the band
+    # copy row t holds X row r0 + step * t of the band (phased halves: the even output rows' input rows)
+    step = 2 * b.sy if b.phased else b.sy if b.halves else 1
     for j, (r0, c0) in copy_order(b):
         need = b.copy_rows() if b.halves else rows - r0  # the rows of X this copy holds
         top, bottom = clip_rows(b, band + r0, need, step) if b.yb[0] is None else (0, 0)
