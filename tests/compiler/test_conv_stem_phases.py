@@ -69,11 +69,29 @@ def test_stem_16_bit_default_keeps_band_halves():
     assert "Y_halves" in c.source and "Y_pairs" not in c.source
 
 
-def test_c3_first_layer_keeps_band_halves():
-    # a 3x3 stride-1 first layer takes all its tap columns in one matmul either way: halves keep their contiguous
-    # store
-    text = STEM.format(dt="f32", n=1, h=30, w=30, k=64).replace("7, 7]", "3, 3]").replace("0..7", "0..3") \
-        .replace("2*y + r, 2*x + s", "y + r, x + s").replace("(H - 7) / 2 + 1", "H - 2").replace("(W - 7) / 2 + 1",
-                                                                                                    "W - 2")
-    c = compile_loaded(lang.load(text), None)
+C3 = """\
+kernel c3(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K]) -> Y
+  default N = 2, C = 3, H = 26, W = 19, K = {k}
+  Y: {dt}[N, K, H - 2, W - 2]
+  for n in 0..N, k in 0..K, y in 0..H - 2, x in 0..W - 2:
+    Y[n, k, y, x] = b[k]
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
+"""
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("k", [64, 32])
+def test_c3_first_layer_phases_in_fp32(nki, k):
+    # a 3x3 first layer: 4 row offsets x 3 tap columns = 12 copies (the halves' 18), 10 partitions apart, one matmul
+    # per group; the bias on the interleaved partitions 2k + h; 6 bands of 4 rows (4 slots, then 2)
+    prog, c, inputs, out = compiled(C3.format(dt="f32", k=k), nki, "split Y.y, 4\n")
+    code = c.source
+    assert f"Wt_T = nl.ndarray((113, {2 * k})" in code and "Y_pairs" in code and "Y_halves" not in code
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0), bias=x["b"]))
+
+
+def test_c3_first_layer_16_bit_keeps_band_halves():
+    c = compile_loaded(lang.load(C3.format(dt="bf16", k=64)), None)
     assert "Y_halves" in c.source and "Y_pairs" not in c.source

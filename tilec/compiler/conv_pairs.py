@@ -109,17 +109,18 @@ PHASES_MIN_BYTES = 4  # operand bytes from which phased halves may pay (fp32: Te
 def phases_pay(b: _ConvBuilder, plan: ConvPlan) -> bool:
     """Whether band halves take the output rows' phases instead: part h of the band is its output rows 2i + h,
     whose input rows (2i + h) * sy + r are the copies at row offsets h * sy + r, so R + sy row copies per column
-    copy serve both parts where halves take 2R (the stem: 9 instead of 14). The cost is the store: a partition
-    then holds every other output row, one descriptor per row instead of one run per partition. So only where
-    TensorE is the bound and the freed partitions take more tap columns per matmul: fp32 operands, fewer
-    matmuls per group (the stem f32: 3 -> 2), unit dilation, windows not apart (sy <= R), and no halo, chain or
-    residual (their layouts follow the band halves)."""
-    if DTYPE_BYTES[b.hbm[b.op.x].dtype] < PHASES_MIN_BYTES or b.dy != 1 or b.sy > b.R or b.ox or b.oy or b.op.residual \
-            or b.src_chip is not None or b.dst_chip is not None or b.Ho % 2 \
-            or any(b.band_clip(i) != (0, 0) for i in range(b.NB)):
+    copy serve both parts where halves take 2R (the stem: 9 instead of 14; a 3x3 first layer: 4 instead of 6). The
+    freed partitions take more tap columns per matmul (the stem in fp32: 2 matmuls per group instead of 3) or move
+    fewer bytes (conv_c3: two thirds of the loads). The cost is the store: a partition then holds every other
+    output row, one DMA descriptor per row instead of one run per partition. That pays with fp32 operands (4-byte
+    rows of 448-896 B: families conv_c3 f32 1.80x/1.66x -> 1.73x/1.52x, the stem 3.70x/3.20x -> 3.05x/2.72x), not
+    in 16 bits (rows of half the bytes for as many descriptors: conv_c3 bf16 1.95x/1.47x -> 2.17x/1.69x, the stem
+    2.56x -> 3.16x at batch 8). Also unit dilation, windows not apart (sy < R), and no halo, chain or residual
+    (their layouts follow the band halves)."""
+    if DTYPE_BYTES[b.hbm[b.op.x].dtype] < PHASES_MIN_BYTES or b.dy != 1 or b.sy >= b.R or b.ox or b.oy \
+            or b.op.residual or b.src_chip is not None or b.dst_chip is not None or b.Ho % 2:
         return False
-    m_phases = min(b.S, PMAX // ((b.R + b.sy) * b.C))
-    return -(-b.S // m_phases) < -(-b.S // b.M)
+    return all(b.band_clip(i) == (0, 0) for i in range(b.NB))
 
 
 def columns_per_copy(b: _ConvBuilder, plan: ConvPlan) -> int:
