@@ -117,15 +117,20 @@ def test_band_halves_first_layer_one_matmul_per_group(dt, monkeypatch):
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
-@pytest.mark.parametrize("band", [4, 2])
-def test_band_halves_slots_loop_and_remainder(dt, band):
-    # more bands (36 rows: 9 or 18) than slots: the band loop unrolled 4 times (band 4 * y_b + j in slot j), the
-    # remaining bands after it; the gaps between the copies are zeroed once, before the images' loop (batch 2)
+@pytest.mark.parametrize("band, slots", [(4, 5), (2, 6)])
+def test_band_halves_slots_loop_and_remainder(dt, band, slots):
+    # more bands (36 rows: 9 or 18) than slots: the band loop unrolled once per slot (band slots * y_b + j in slot
+    # j), the remaining bands after it; the gaps between the copies are zeroed once, before the images' loop. With
+    # batch 2 the next image's first bands reuse the slots of this image's last ones: 9 bands take 5 slots (4 left
+    # over: slot 0 is rewritten 4 bands after its last use), 18 bands 6 (none left over), not 4 (1 or 2 bands apart)
     prog, c, inputs, out = run(C3.format(dt=dt), f"split Y.y, {band}\n")
     code = c.source
     bands = 36 // band
-    assert "4 at a time" in code and code.count("nisa.nc_matmul(") == 4 + bands % 4
-    assert code.index("X_band3") < code.index("# ---- main")  # the slots are allocated before the images
+    # (one pass of the unrolled loop is no loop; fp32 takes the phased halves, whose copies use the same slots)
+    assert (f"{slots} at a time" in code) == (bands // slots > 1)
+    assert code.count("nisa.nc_matmul(") == slots + bands % slots
+    assert code.index(f"X_band{slots - 1}") < code.index("# ---- main")  # slots allocated before the images
+    assert f"X_band{slots} " not in code
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))
 

@@ -95,3 +95,17 @@ def test_c3_first_layer_phases_in_fp32(nki, k):
 def test_c3_first_layer_16_bit_keeps_band_halves():
     c = compile_loaded(lang.load(C3.format(dt="bf16", k=64)), None)
     assert "Y_halves" in c.source and "Y_pairs" not in c.source
+
+
+@pytest.mark.parametrize("bands, most, images, slots", [
+    (14, 14, 8, 5),  # conv_c3 f32 at batch 8: 4 slots would leave 2 bands between uses across images
+    (7, 7, 8, 7),  # 7 bands: 4, 5 or 6 slots leave 3, 2 or 1; all 7 none over
+    (16, 16, 8, 4),  # a multiple of 4
+    (14, 14, 1, 4),  # one image: no next image
+    (14, 3, 8, 3),  # the SBUF allows 3
+    (13, 13, 2, 7),  # 13 = 3 x 4 + 1, 2 x 5 + 3, 2 x 6 + 1, 7 + 6: 7 slots are the first that leave 4 or more
+    (11, 11, 2, 6),  # 11 = 2 x 4 + 3, 2 x 5 + 1, 6 + 5: 6 slots
+])
+def test_slot_count_keeps_slots_apart_across_images(bands, most, images, slots):
+    from tilec.compiler.build_conv import slot_count
+    assert slot_count(bands, most, images) == slots

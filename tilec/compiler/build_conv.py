@@ -51,11 +51,26 @@ if TYPE_CHECKING:
 
 
 SLOTS = 4  # band slots of a folded band with gaps between its copies (conv_c3: 2 slots 95 us, 3 or 4: 87 us)
+MAX_SLOTS = 8  # band slots at most (slot_count: the band loop is unrolled once per slot)
 SLOT_BYTES = 96 * 1024  # at most this much of each partition for the slots (schedule.py's band budget, twice)
 # a batched matmul's output band of every out-channel tile (tiles_band) stays within an eighth of the smallest SBUF
 BAND_BUDGET = min(t.sbuf_usable for t in TARGETS.values()) // 8
 
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
+
+
+def slot_count(bands: int, most: int, images: int) -> int:
+    """Band slots for `bands` bands per image (at most `most`: the bands, SLOT_BYTES). The band loop is unrolled
+    once per slot and the bands left over reuse the first slots, so the next image's first bands reuse slots that
+    only `bands % slots` bands ago held data being read: with several images, the fewest slots from SLOTS up to
+    MAX_SLOTS keeping that distance at SLOTS or more (conv_c3 f32, 14 bands: 5 slots, batch 8 443.6 -> 427.5 us;
+    the 4 slots before left 2 bands between an image's last use of slot 0 and the next image's first, and TensorE
+    waited ~4 us per image for the load), else the most distant."""
+    if images == 1 or most <= SLOTS:
+        return min(SLOTS, most)
+    choices = range(SLOTS, min(MAX_SLOTS, most) + 1)
+    reuse = lambda s: bands % s or s  # noqa: E731  (bands between a slot's last use and the next image's first)
+    return next((s for s in choices if reuse(s) >= SLOTS), max(choices, key=reuse))
 
 
 def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
@@ -232,7 +247,7 @@ class _ConvBuilder:
         if self.halves and src_chip is None and plan.x_bufs != 1 and self.ox == 0 and self.NB >= 2 \
                 and all(self.band_clip(b) == (0, 0) for b in range(self.NB)):
             per_slot = self.copy_rows() * self.in_cols() * DTYPE_BYTES[self.hbm[op.x].dtype]
-            self.slots = min(SLOTS, self.NB, SLOT_BYTES // per_slot)  # (as much SBUF as two bands in flight)
+            self.slots = slot_count(self.NB, min(self.NB, SLOT_BYTES // per_slot), self.N)
             self.Q = max(self.C, PMAX // len(self.shifts)) if self.slots > 1 else self.C
             self.slots = max(self.slots, 1)
         # a band of X's own columns (row pairs, above) has no halo but its edge rows is its edge rows: they are copied from a small zero tile made once (zero_rows)
