@@ -216,9 +216,9 @@ class _ConvBuilder:
             self.NR, self.hstep = 2 * self.R, self.R
             self.shifts = [(r * self.dy + h * plan.band // 2 * self.sy, c * self.dx) for c in range(self.M)
                            for h in range(2) for r in range(self.R)]
-            # the stem's phases: the two parts are the even and odd output rows of the band instead of its two
-            # halves, so the copies at row offsets sy.. serve both (conv_pairs.phases_pay)
-            self.phased = conv_pairs.phases_pay(self, plan)
+            # fp32 first layers' phases: the two parts are the even and odd output rows of the band instead of its
+            # two halves, so the copies at row offsets sy.. serve both (conv_pairs.phases_pay)
+            self.phased = conv_pairs.phases_pay(self)
             if self.phased:
                 self.M = conv_pairs.columns_per_copy(self, plan)
                 self.NR, self.hstep = self.R + self.sy, self.sy

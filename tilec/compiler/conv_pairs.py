@@ -106,7 +106,7 @@ def _pair_stationaries(b: _ConvBuilder, wt: Buf, rows: Buf, tp: Buf) -> list[Stm
 PHASES_MIN_BYTES = 4  # operand bytes from which phased halves may pay (fp32: TensorE-bound; tests lower it)
 
 
-def phases_pay(b: _ConvBuilder, plan: ConvPlan) -> bool:
+def phases_pay(b: _ConvBuilder) -> bool:
     """Whether band halves take the output rows' phases instead: part h of the band is its output rows 2i + h,
     whose input rows (2i + h) * sy + r are the copies at row offsets h * sy + r, so R + sy row copies per column
     copy serve both parts where halves take 2R (the stem: 9 instead of 14; a 3x3 first layer: 4 instead of 6). The

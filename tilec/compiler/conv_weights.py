@@ -179,7 +179,7 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
                 # dilated3x3 bf16 batch 1: 36 evictions of 0.17 us, the first matmul at 21.2 us)
                 row = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, b.S, p.tile_k))
                 src = View(once or raw, (pt(ks, p.tile_k), src_c, a(r), a(s)))
-                body = [Alloc(row, line=line)]
+                body: list[Stmt] = [Alloc(row, line=line)]
                 body += loop(s, b.S, [ir.Transpose(View(row, (pt(cs, p.tile_c), a(s), pt(ks, p.tile_k))), src, "pe",
                                                    line)], note=b.T["s"], line=line)
                 body += evict_transposed(b, View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), a(r), full(b.S),
