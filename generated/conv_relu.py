@@ -37,10 +37,10 @@ def conv_relu(X, Wt, b):
     Wt_rows = nl.ndarray((128, 128, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     nisa.dma_copy(dst=Wt_rows, src=Wt)  # tl:13
     for r in nl.affine_range(3):  # tl:13  prepare Wt: for r in 0..R
+        Wt_tp = nl.ndarray((128, 3, 128), dtype=nl.float32, buffer=nl.psum)  # tl:13
         for s in nl.affine_range(3):  # tl:13  prepare Wt: for s in 0..R
-            Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:13
-            Wt_tp[...] = nisa.nc_transpose(Wt_rows[:, :, r, s])  # tl:13
-            Wt_T[:, r, s] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:13
+            Wt_tp[:, s] = nisa.nc_transpose(Wt_rows[:, :, r, s])  # tl:13
+        Wt_T[:, r] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:13
 
     # ---- bias b: one column per out-channel tile
     b_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:11

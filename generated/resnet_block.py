@@ -115,8 +115,9 @@ def resnet_block(X, W1, b1, W2, b2):
 
     # ---- input band X: all contraction tiles, shared by every output tile
     X_band = nl.ndarray((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    X_band[:, 0] = nisa.tensor_copy(X_zero_rows[:, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
-    X_band[:, 16:18] = nisa.tensor_copy(X_zero_rows, engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
+    X_band[0:64, 0] = nisa.tensor_copy(X_zero_rows[0:64, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
+    X_band[0:64, 17] = nisa.tensor_copy(X_zero_rows[0:64, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
+    X_band[64:128, 16] = nisa.tensor_copy(X_zero_rows[64:128, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
     nisa.dma_copy(dst=X_band[0:64, 1:17], src=X[0])  # tl:14
     nisa.dma_copy(dst=X_band[64:128, 0:16], src=X[0])  # tl:14
     T_acc = nl.zeros((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12

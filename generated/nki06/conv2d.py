@@ -41,10 +41,11 @@ def conv2d(X, Wt):
         nisa.dma_copy(dst=Wt_rows, src=Wt[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
         for c_t in range(2):  # tl:12  prepare Wt: for c in 0..C (tiles of TILE_C)
             for r in range(3):  # tl:12  prepare Wt: for r in 0..R
+                Wt_tp = nl.ndarray((128, 3, 128), dtype=nl.float32, buffer=nl.psum)  # tl:12
                 for s in range(3):  # tl:12  prepare Wt: for s in 0..R
-                    Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:12
-                    nisa.nc_transpose(dst=Wt_tp, data=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, r, s])  # tl:12
-                    nisa.tensor_copy(dst=Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K], src=Wt_tp)  # tl:12
+                    nisa.nc_transpose(dst=Wt_tp[:, s],  # tl:12
+                                      data=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, r, s])
+                nisa.tensor_copy(dst=Wt_T[:, c_t, r, :, k_t * TILE_K:k_t * TILE_K + TILE_K], src=Wt_tp)  # tl:12
 
     # ---- main: Y by row bands
     for n in range(4):  # tl:9  for n in 0..N

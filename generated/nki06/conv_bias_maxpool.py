@@ -43,10 +43,11 @@ def conv_bias_maxpool(X, Wt, b):
         nisa.dma_copy(dst=Wt_rows, src=Wt[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:14
         for c_t in range(2):  # tl:14  prepare Wt: for c in 0..C (tiles of TILE_C)
             for r in range(3):  # tl:14  prepare Wt: for r in 0..R
+                Wt_tp = nl.ndarray((128, 3, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
                 for s in range(3):  # tl:14  prepare Wt: for s in 0..R
-                    Wt_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
-                    nisa.nc_transpose(dst=Wt_tp, data=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, r, s])  # tl:14
-                    nisa.tensor_copy(dst=Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K], src=Wt_tp)  # tl:14
+                    nisa.nc_transpose(dst=Wt_tp[:, s],  # tl:14
+                                      data=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, r, s])
+                nisa.tensor_copy(dst=Wt_T[:, c_t, r, :, k_t * TILE_K:k_t * TILE_K + TILE_K], src=Wt_tp)  # tl:14
 
     # ---- bias b: one column per out-channel tile
     b_col = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:12

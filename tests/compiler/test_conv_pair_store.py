@@ -15,6 +15,7 @@ import pytest
 from compiler_helpers import assert_matches, inputs_for
 from test_conv_padded import conv_ref, rounded
 from tilec.compiler import codegen, ir
+from tilec.compiler.wrap import unwrap
 from tilec.compiler.api import compile_loaded
 from tilec.compiler.build_util import a, sl
 from tilec.compiler.ir import Buf, Copy, Dma, Kernel, Reshape, View, full, whole
@@ -160,3 +161,21 @@ def test_resnet_block_chain_in_the_06_form(dt):
         t = rounded({"t": t}, dt)["t"]
     u = conv_ref(t.clip(min=0), x["W2"], bias=x["b2"])
     assert_matches(prog, "Y", out["Y"], (u + x["X"]).clip(min=0))
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt, c, k", [("bf16", 64, 64), ("f16", 64, 32), ("f32", 48, 64)])
+def test_edge_bands_zero_only_the_copies_reaching_outside(nki, dt, c, k):
+    # 64 channels per copy (an aligned partition start): the first band's halo row is copy 0's only, so copy 1's load
+    # does not wait for a zero copy; the last band zeroes each copy's rows below X. 48 channels: copy
+    # 1 cannot be reached on its own (start 48), so each span covers both copies
+    prog, comp, inputs, out = compiled(SAME.format(dt=dt, n=2, c=c, h=12, w=7, k=k), nki, "split Y.y, 4\n")
+    code = unwrap(comp.source)
+    zeros = [line for line in code.splitlines() if "X_zero_rows[" in line]
+    if c == 64:
+        assert len(zeros) == 3 and "X_band[0:64, 0]" in zeros[0] and "X_band[64:128, 4]" in zeros[2]
+    else:
+        assert zeros and all(z.lstrip().startswith(("X_band[:, ", "X_band[0:96, ")) or "dst=X_band[:, " in z
+                             or "dst=X_band[0:96, " in z for z in zeros)
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]))

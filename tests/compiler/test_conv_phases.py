@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from compiler_helpers import assert_matches
+from tilec.compiler import conv_pairs
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 from test_conv_padded import conv_ref, rounded, run
@@ -103,7 +104,9 @@ kernel c3(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3]) -> Y
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
-def test_band_halves_first_layer_one_matmul_per_group(dt):
+def test_band_halves_first_layer_one_matmul_per_group(dt, monkeypatch):
+    # (fp32 takes phased halves by default: test_conv_stem_phases.py; kept to halves here)
+    monkeypatch.setattr(conv_pairs, "PHASES_MIN_BYTES", 8)
     prog, c, inputs, out = run(C3.format(dt=dt), "split Y.y, 12\n")
     code = c.source
     # 2 halves x 9 taps x 3 channels: 18 copies, 7 partitions apart (their loads on all 16 DMA engines), 122
@@ -114,15 +117,20 @@ def test_band_halves_first_layer_one_matmul_per_group(dt):
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
-@pytest.mark.parametrize("band", [4, 2])
-def test_band_halves_slots_loop_and_remainder(dt, band):
-    # more bands (36 rows: 9 or 18) than slots: the band loop unrolled 4 times (band 4 * y_b + j in slot j), the
-    # remaining bands after it; the gaps between the copies are zeroed once, before the images' loop (batch 2)
+@pytest.mark.parametrize("band, slots", [(4, 5), (2, 6)])
+def test_band_halves_slots_loop_and_remainder(dt, band, slots):
+    # more bands (36 rows: 9 or 18) than slots: the band loop unrolled once per slot (band slots * y_b + j in slot
+    # j), the remaining bands after it; the gaps between the copies are zeroed once, before the images' loop. With
+    # batch 2 the next image's first bands reuse the slots of this image's last ones: 9 bands take 5 slots (4 left
+    # over: slot 0 is rewritten 4 bands after its last use), 18 bands 6 (none left over), not 4 (1 or 2 bands apart)
     prog, c, inputs, out = run(C3.format(dt=dt), f"split Y.y, {band}\n")
     code = c.source
     bands = 36 // band
-    assert "4 at a time" in code and code.count("nisa.nc_matmul(") == 4 + bands % 4
-    assert code.index("X_band3") < code.index("# ---- main")  # the slots are allocated before the images
+    # (one pass of the unrolled loop is no loop; fp32 takes the phased halves, whose copies use the same slots)
+    assert (f"{slots} at a time" in code) == (bands // slots > 1)
+    assert code.count("nisa.nc_matmul(") == slots + bands % slots
+    assert code.index(f"X_band{slots - 1}") < code.index("# ---- main")  # slots allocated before the images
+    assert f"X_band{slots} " not in code
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))
 
@@ -180,11 +188,12 @@ def test_band_halves_bias_and_residual_on_interleaved_partitions(dt):
     assert_matches(prog, "Y", out["Y"], (conv + x["S"]).clip(min=0))
 
 
-@pytest.mark.parametrize("dt, copies", [("f32", 18), ("f16", 12), ("bf16", 12)])
+@pytest.mark.parametrize("dt, copies", [("f32", 12), ("f16", 12), ("bf16", 12)])
 def test_band_halves_tap_columns_per_copy_follow_the_dtype(dt, copies):
     # the first layer at its ResNet shape (224 x 224 out, compiled only): in fp32 TensorE is the tighter engine and
-    # all 3 tap columns go into the copies (18 copies); with 16-bit operands the loads are, and 2 tap columns per
-    # copy (12 copies, 2 matmuls per group) move a third fewer bytes. Copies sit 128 // copies partitions apart.
+    # all 3 tap columns go into the copies, of 4 row offsets (phased halves: 12 copies); with 16-bit operands the
+    # loads are, and 2 tap columns per copy of the halves' 6 tap rows (12 copies, 2 matmuls per group) move a third
+    # fewer bytes than 3. Copies sit 128 // copies partitions apart.
     text = C3.format(dt=dt).replace("N = 2, C = 3, H = 38, W = 21, K = 32", "N = 1, C = 3, H = 226, W = 226, K = 64")
     c = compile_loaded(lang.load(text), None)
     parts = (copies - 1) * (128 // copies) + 3

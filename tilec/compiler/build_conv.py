@@ -51,11 +51,26 @@ if TYPE_CHECKING:
 
 
 SLOTS = 4  # band slots of a folded band with gaps between its copies (conv_c3: 2 slots 95 us, 3 or 4: 87 us)
+MAX_SLOTS = 8  # band slots at most (slot_count: the band loop is unrolled once per slot)
 SLOT_BYTES = 96 * 1024  # at most this much of each partition for the slots (schedule.py's band budget, twice)
 # a batched matmul's output band of every out-channel tile (tiles_band) stays within an eighth of the smallest SBUF
 BAND_BUDGET = min(t.sbuf_usable for t in TARGETS.values()) // 8
 
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
+
+
+def slot_count(bands: int, most: int, images: int) -> int:
+    """Band slots for `bands` bands per image (at most `most`: the bands, SLOT_BYTES). The band loop is unrolled
+    once per slot and the bands left over reuse the first slots, so the next image's first bands reuse slots that
+    only `bands % slots` bands ago held data being read: with several images, the fewest slots from SLOTS up to
+    MAX_SLOTS keeping that distance at SLOTS or more (conv_c3 f32, 14 bands: 5 slots, batch 8 443.6 -> 427.5 us;
+    the 4 slots before left 2 bands between an image's last use of slot 0 and the next image's first, and TensorE
+    waited ~4 us per image for the load), else the most distant."""
+    if images == 1 or most <= SLOTS:
+        return min(SLOTS, most)
+    choices = range(SLOTS, min(MAX_SLOTS, most) + 1)
+    reuse = lambda s: bands % s or s  # noqa: E731  (bands between a slot's last use and the next image's first)
+    return next((s for s in choices if reuse(s) >= SLOTS), max(choices, key=reuse))
 
 
 def build_conv(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
@@ -190,13 +205,24 @@ class _ConvBuilder:
         if self.pair > 1:  # rows per phase: a divisor of half the band (`split conv.y` may have set the band's rows)
             plan = self.p = replace(plan, rows=best_divisor(plan.band // 2, plan.rows))
         self.pairs: list[tuple[int, int]] = []
+        self.phased = False  # band halves as even and odd output rows (below)
+        self.NR, self.hstep = 0, 0  # band halves: row copies per column copy, first copy of half 1
         if self.halves:
             # copy (c, h, r) holds X shifted by tap row r, by c tap columns and by half the band's output rows;
             # the matmul of group g reads the copies g * M tap columns further (M copies per tap row; a last group
             # reaching past the taps leaves the trailing copies out)
             self.M = conv_pairs.columns_per_copy(self, plan)
+            # (NR row copies per column copy; half h's R taps are copies h * HSTEP.. of each column copy)
+            self.NR, self.hstep = 2 * self.R, self.R
             self.shifts = [(r * self.dy + h * plan.band // 2 * self.sy, c * self.dx) for c in range(self.M)
                            for h in range(2) for r in range(self.R)]
+            # fp32 first layers' phases: the two parts are the even and odd output rows of the band instead of its
+            # two halves, so the copies at row offsets sy.. serve both (conv_pairs.phases_pay)
+            self.phased = conv_pairs.phases_pay(self)
+            if self.phased:
+                self.M = conv_pairs.columns_per_copy(self, plan)
+                self.NR, self.hstep = self.R + self.sy, self.sy
+                self.shifts = [(r, c * self.dx) for c in range(self.M) for r in range(self.NR)]
             self.pairs = [(0, g * self.M) for g in range(-(-self.S // self.M))]
             self.G = plan.band // (2 * plan.rows)
         elif self.pair > 1:
@@ -221,7 +247,7 @@ class _ConvBuilder:
         if self.halves and src_chip is None and plan.x_bufs != 1 and self.ox == 0 and self.NB >= 2 \
                 and all(self.band_clip(b) == (0, 0) for b in range(self.NB)):
             per_slot = self.copy_rows() * self.in_cols() * DTYPE_BYTES[self.hbm[op.x].dtype]
-            self.slots = min(SLOTS, self.NB, SLOT_BYTES // per_slot)  # (as much SBUF as two bands in flight)
+            self.slots = slot_count(self.NB, min(self.NB, SLOT_BYTES // per_slot), self.N)
             self.Q = max(self.C, PMAX // len(self.shifts)) if self.slots > 1 else self.C
             self.slots = max(self.slots, 1)
         # a band of X's own columns (row pairs, above) has no halo but its edge rows is its edge rows: they are copied from a small zero tile made once (zero_rows)
@@ -312,7 +338,11 @@ class _ConvBuilder:
         if op.residual:
             self.s4, s4 = hbm_view(self.hbm[op.residual], oshape, fresh(f"{op.residual}_v"), line)
             stmts += s4
-        if self.halves:  # a band's rows as (half, row): its output band (partition 2k + h) moves in one DMA
+        if self.phased:  # output rows as (pair, phase): partition 2k + h holds rows 2i + h (a permuted view)
+            self.o6, s5 = hbm_view(self.hbm[op.out], (self.N, self.K, self.Ho // 2, 2, self.Wo),
+                                   fresh(f"{op.out}_pairs"), line)
+            stmts += s5
+        elif self.halves:  # a band's rows as (half, row): its output band (partition 2k + h) moves in one DMA
             hshape = (self.N, self.K, self.NB, 2, self.p.band // 2, self.Wo)
             self.o6, s5 = hbm_view(self.hbm[op.out], hshape, fresh(f"{op.out}_halves"), line)
             stmts += s5
@@ -637,6 +667,9 @@ class _ConvBuilder:
         line = self.L["pool"] if op.pool else line
         if self.dst_chip is not None:  # the eviction writes the on-chip image; a store only if T is read elsewhere
             return loads + group + self.chip_store()
+        if self.phased:  # partition 2k + h, row i of the band: row 2i + h of the output (one DMA)
+            return loads + [Alloc(ob, line=line)] + group + [
+                Dma(View(self.o6, conv_pairs.phases_region(self), perm=(0, 2, 1, 3)), whole(ob), line)]
         if self.halves:  # partition 2k + h, row i of the band: row h * BAND / 2 + i of the output (one DMA)
             return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, conv_pairs.halves_region(self)),
                                                                  whole(ob), line)]

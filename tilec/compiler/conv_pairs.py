@@ -103,13 +103,34 @@ def _pair_stationaries(b: _ConvBuilder, wt: Buf, rows: Buf, tp: Buf) -> list[Stm
                       note="row pairs: tap columns", line=line)
 
 
+PHASES_MIN_BYTES = 4  # operand bytes from which phased halves may pay (fp32: TensorE-bound; tests lower it)
+
+
+def phases_pay(b: _ConvBuilder) -> bool:
+    """Whether band halves take the output rows' phases instead: part h of the band is its output rows 2i + h,
+    whose input rows (2i + h) * sy + r are the copies at row offsets h * sy + r, so R + sy row copies per column
+    copy serve both parts where halves take 2R (the stem: 9 instead of 14; a 3x3 first layer: 4 instead of 6). The
+    freed partitions take more tap columns per matmul (the stem in fp32: 2 matmuls per group instead of 3) or move
+    fewer bytes (conv_c3: two thirds of the loads). The cost is the store: a partition then holds every other
+    output row, one DMA descriptor per row instead of one run per partition. That pays with fp32 operands (4-byte
+    rows of 448-896 B: families conv_c3 f32 1.80x/1.66x -> 1.73x/1.52x, the stem 3.70x/3.20x -> 3.05x/2.72x), not
+    in 16 bits (rows of half the bytes for as many descriptors: conv_c3 bf16 1.95x/1.47x -> 2.17x/1.69x, the stem
+    2.56x -> 3.16x at batch 8). Also unit dilation, windows not apart (sy < R), and no halo, chain or residual
+    (their layouts follow the band halves)."""
+    if DTYPE_BYTES[b.hbm[b.op.x].dtype] < PHASES_MIN_BYTES or b.dy != 1 or b.sy >= b.R or b.ox or b.oy \
+            or b.op.residual or b.src_chip is not None or b.dst_chip is not None or b.Ho % 2:
+        return False
+    return all(b.band_clip(i) == (0, 0) for i in range(b.NB))
+
+
 def columns_per_copy(b: _ConvBuilder, plan: ConvPlan) -> int:
     """Band halves' M, the tap columns folded into the copies: the most that fit 128 partitions, unless fewer
     balance TensorE against the DMAs better. Per band, M copies per tap row and half cost their loads (M x 2R x C
     rows of the band's width), and each matmul group ceil(S / M) matmuls; with 16-bit operands TensorE has time to
     spare and fewer copies shorten the loads (conv_c3 f16: M = 2, batch 8 257 -> 228 us; the stem f16 150 -> 120).
     The rates are the default target's (tilec.target.TRN2; fp32 matmuls at a quarter rate, nki-spec §2.4)."""
-    top = min(b.S, PMAX // (2 * b.R * b.C))
+    nr = b.R + b.sy if b.phased else 2 * b.R  # row copies per column copy
+    top = min(b.S, PMAX // (nr * b.C))
     x_bytes, y_bytes = DTYPE_BYTES[b.hbm[b.op.x].dtype], DTYPE_BYTES[b.hbm[b.op.out].dtype]
     groups = plan.band // (2 * plan.rows) * -(-b.Wo // plan.tile_x)
     factor = 4 if x_bytes == 4 else 1
@@ -118,7 +139,7 @@ def columns_per_copy(b: _ConvBuilder, plan: ConvPlan) -> int:
 
     def band_ns(m: int) -> float:
         pe = groups * -(-b.S // m) * (plan.rows * plan.tile_x + 9) * factor / TRN2.tensor_ghz
-        dma = (m * 2 * b.R * b.C * (plan.band // 2) * b.in_cols() * x_bytes + store) / bw
+        dma = (m * nr * b.C * (plan.band // 2) * b.in_cols() * x_bytes + store) / bw
         return max(pe, dma)
     return min(range(top, 0, -1), key=band_ns)  # (the largest M of the best)
 
@@ -141,7 +162,8 @@ def gather_halves(b: _ConvBuilder, rows: Buf, raw: Buf) -> list[Stmt]:
             if c + s0 >= S:
                 continue
             for h in range(2):
-                half, j0 = h ^ b.swap, c * 2 * R + h * R  # copies (h, r, c), r = 0..R-1, are j0..j0+R-1
+                # copies (h, r, c), r = 0..R-1, are j0..j0+R-1 (phases: copy (r', c) serves both halves' rows)
+                half, j0 = h ^ b.swap, c * b.NR + h * b.hstep
                 gathers.append((View(slots, (sl(half * K, K), a(g), sl(j0, R), sl(0, C))),
                                 View(tapmajor, (sl(half * K, K), full(R), a(c + s0), full(C)))))
     return out + _alternate(gathers, line)
@@ -198,7 +220,7 @@ def matmul_halves(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
     rows = sl(a(term(V["g"], p.rows, b.cn["rows"])), p.rows, 1, b.cn["rows"])  # copies hold strided rows
     out: list[Stmt] = []
     for g, (_, s0) in enumerate(b.pairs):
-        parts = sl(0, b.copy_parts(min(b.M, b.S - s0) * 2 * b.R))
+        parts = sl(0, b.copy_parts(min(b.M, b.S - s0) * b.NR))
         cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], b.sx), s0 * b.dx), p.tile_x, b.sx,
                   b.cn["x"] if b.sx == 1 else "")
         out.append(Matmul(accv, View(wt, (parts, a(g), full(b.PK))),
@@ -217,6 +239,12 @@ def rows_view(b: _ConvBuilder, pairs: Buf) -> View:
 def halves_region(b: _ConvBuilder) -> tuple:
     """The output band of band halves in the [N, K, bands, 2, BAND / 2, columns] view of an output tensor."""
     return (a(b.var["n"]), full(b.K), b.y_at(1), full(2), full(b.p.band // 2), full(b.Wo))
+
+
+def phases_region(b: _ConvBuilder) -> tuple:
+    """The output band of phased band halves in the [N, K, Ho / 2, 2, columns] view of an output tensor, as
+    (channel, phase, pair, column): partition 2k + h holds rows 2i + h of the band (a permuted view)."""
+    return (a(b.var["n"]), full(b.K), sl(b.y_at(b.p.band // 2), b.p.band // 2), full(2), full(b.Wo))
 
 
 def chip_halves(b: _ConvBuilder) -> list[tuple[View, ir.Sl]]:

@@ -78,8 +78,8 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +  const TILE_K = 64
         -    for k_t in affine(2):  # tl:14
         +    for k_t in affine(4):  # tl:14
-        -            alloc Wt_tp: psum f32[128, 128]  # tl:14
-        +            alloc Wt_tp: psum f32[128, 64]  # tl:14
+        -          alloc Wt_tp: psum f32[128, 3, 128]  # tl:14
+        +          alloc Wt_tp: psum f32[128, 3, 64]  # tl:14
     """
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
     if isinstance(plan, ConvPlan):
@@ -205,8 +205,8 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
         -      dma Wt_rows[:128, :256, :3, :3] <- Wt[k_t*TILE_K:+128, :256, :3, :3]  # tl:14
         +        dma Wt_rows[:128, :128, :3, :3] <- Wt[k_t*TILE_K:+128, c_t*TILE_C:+128, :3, :3]  # tl:14
-        -            transpose.pe Wt_tp[:128, :128] <- Wt_rows[:128, c_t*TILE_C:+128, r, s]  # tl:14
-        +            transpose.pe Wt_tp[:128, :128] <- Wt_rows[:128, :128, r, s]  # tl:14
+        -            transpose.pe Wt_tp[:128, s, :128] <- Wt_rows[:128, c_t*TILE_C:+128, r, s]  # tl:14
+        +            transpose.pe Wt_tp[:128, s, :128] <- Wt_rows[:128, :128, r, s]  # tl:14
     """
     if d.args and isinstance(d.args[0], sx.Ref) and len(d.args[0].parts) == 1:
         return _split_weights(op, plan, d)
