@@ -233,3 +233,29 @@ def test_the_column_rule_leaves_grouped_stacked_and_expression_forms_to_the_buil
     nest = colreduce_nest(op, prog)
     assert nest is None or rules.colreduce(nest, target("trn2"), default_plan(op, {})) is None
     assert "rules.colreduce" not in compile_text(text).stages["schedule"]
+
+
+MIDMIN = """kernel midmin(X: f32[A, B, C], Y0: f32[A, C]) -> Y
+  default A = 4, B = 256, C = 1024
+  Y: f32[A, C]
+  for a in 0..A, c in 0..C:
+    Y[a, c] = Y0[a, c]
+    for b in 0..B:
+      Y[a, c] min= X[a, b, c]
+"""
+
+
+def test_a_split_fold_reads_each_loaded_tile_on_gpsimd_first():
+    """A fold split between GpSimdE and VectorE puts GpSimdE's part first: the loads then issue on GpSimdE's DMA
+    stream, apart from the stores of VectorE's results, so an o's loads do not wait behind the last o's store
+    (the model's DMA trigger streams; 16 x 256 x 4096 min from Y0: 330 -> 218 us). Checked against NumPy."""
+    from tilec.compiler import wrap
+    c = compile_text(MIDMIN)
+    lines = wrap.unwrap(c.source).splitlines()
+    folds = [ln for ln in lines if "nisa.tensor_tensor(" in ln and "X_r" in ln]
+    assert folds and any("gpsimd" in ln for ln in folds)
+    for n, ln in enumerate(lines):  # every VectorE fold follows the GpSimdE fold of the same tile pair
+        if ln in folds and "gpsimd" not in ln:
+            assert "gpsimd" in lines[n - 1] and "nisa.tensor_tensor(" in lines[n - 1]
+    ins = inputs_for(c.program)
+    np.testing.assert_array_equal(np.asarray(c.run(**ins)["Y"]), np.minimum(ins["Y0"], ins["X"].min(axis=1)))
