@@ -91,16 +91,16 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
         rows = sl(a(term("rt", TP, "TILE_P")), TP)
         both = Buf(fresh(f"{op.src}_rows"), "sbuf", "f32", (TP, L, TF))
         tile = Buf(fresh(f"{op.out}_pair"), "sbuf", "f32", (TP, TF))
-        cut = _vector_columns(TF, "f32")
+        vc = _vector_columns(TF, "f32")
         part = lambda k, lo, n: View(both, (full(TP), a(k), sl(lo, n)))  # noqa: E731
         into = lambda lo, n: View(tile, (full(TP), sl(lo, n)))  # noqa: E731
         step = [Alloc(both, line=ln), Dma(whole(both), View(views[op.src], (a("o"), rows, full(L), cols)), ln),
                 Alloc(tile, line=ln)]
-        if cut < TF:  # GpSimdE's part first (see _fold)
-            step.append(Binary(into(cut, TF - cut), part(0, cut, TF - cut), part(1, cut, TF - cut), "add", ln,
+        if vc < TF:  # GpSimdE's part first (see _fold)
+            step.append(Binary(into(vc, TF - vc), part(0, vc, TF - vc), part(1, vc, TF - vc), "add", ln,
                                engine="gpsimd"))
-        if cut:
-            step.append(Binary(into(0, cut), part(0, 0, cut), part(1, 0, cut), "add", ln))
+        if vc:
+            step.append(Binary(into(0, vc), part(0, 0, vc), part(1, 0, vc), "add", ln))
         if W == 1:
             step.append(Matmul(whole(acc), whole(ones), whole(tile), ln))
         body += loop("rt", R // TP, step, note=f"for {red} (TILE_P partitions of {L} rows each, summed in PSUM)",
