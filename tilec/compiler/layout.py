@@ -160,6 +160,8 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
     order: dict[str, int] = {}
     for s in body:
         for acc, written in [(s.dst, True)] + [(a, False) for a in loads(s.expr)]:
+            if not written and _constant(acc):  # the same element in every iteration: read as it is
+                continue
             runs = _runs(acc, chain, old, bufs, span)
             for a, b in runs:
                 if so[a] not in sn or so[b] not in sn:
@@ -238,9 +240,16 @@ def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer]
     return runs or [(0, 0)]
 
 
+def _constant(acc: Access) -> bool:
+    """A read of one element (no loop variable in its index: `c_v[0, 0]`, a one-element column laid out away)."""
+    return bool(acc.index) and all(not i.terms for i in acc.index)
+
+
 def _rewrite(s: Assign | Update, views: dict[str, View], called: dict[str, str], names: list[str]
              ) -> Assign | Update:
     def access(a: Access) -> Access:
+        if a.buf not in views and _constant(a):
+            return a
         _, loops = views[a.buf]
         return Access(called[a.buf], tuple(Aff() if j is None else Aff((Term(names[j]),)) for j in loops))
     return replace(s, dst=access(s.dst), expr=map_loads(s.expr, access))
