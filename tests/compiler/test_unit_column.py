@@ -124,3 +124,15 @@ def test_the_rule_keeps_the_meaning(name, golden):
     expr = "A[n, m, p] - 3 * c[m]" if "flat" in name else "2 * c[m] + 1"
     np.testing.assert_allclose(got, _want(expr, inputs, "f32"), rtol=1e-6)
     golden.check(f"compiler/rules/{name}.txt", rules.print_prims(prims) + "\n" + print_nest(scheduled))
+
+
+def test_a_users_tiles_keep_the_column_layout():
+    """Directives (`tile Y.p, 32`: 32 free elements per tile) are kept, not overridden: the tiles stay those of the
+    column layout (one partition each), still matching NumPy; the default schedule is the flattened one."""
+    prog = lang.load(UNIT.format(N=40, P=64, expr="2 * c[m] + 1"))
+    c = compile_loaded(prog, lang.parse_schedule("tile Y.p, 32", "<test>"), "0.6")
+    src = wrap.unwrap(c.source)
+    assert "Y_tile = nl.ndarray((1, 32)" in src and "nc_matmul(" not in src
+    inputs = _inputs(prog, "f32")
+    assert_matches(prog, "Y", c.run(**inputs)["Y"], _want("2 * c[m] + 1", inputs, "f32"))
+    assert "nc_matmul(" in compile_loaded(prog, None, "0.6").source

@@ -169,8 +169,9 @@ def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> lis
     n = injective(k)
     if n is None:
         return None
-    params = params or eltwise_params(n)
-    if _unit_column(n):
+    default = eltwise_params(n)
+    params = params or default
+    if _unit_column(n) and params == default:  # (tiles a user's directives chose keep the column layout)
         return _unit_column_alone(n, params)
     if n.run == (0, 0):
         size = math.prod(lp.extent for lp in n.loops)
@@ -307,7 +308,8 @@ def _unit_column_alone(n: Injective, params: EltwisePlan) -> list[Prim]:
         split(p, 128, ..); split(f, 64, ..); reorder(pt, t, p_i, f_i); partition(p_i); stage_out(Y_v, t); tensorize
 
     Ragged partitions or free elements are cut into whole tiles and the rest, as `_broadcast` does; with a ragged
-    partition part the column is copied to every partition in each partition tile."""
+    partition part the column is copied to every partition in each partition tile. Only the default schedule:
+    tiles a user's directives chose keep the column layout they were chosen for."""
     a, b = n.run
     names, ext = [lp.var for lp in n.loops], [lp.extent for lp in n.loops]
     O, F = math.prod(ext[:a]), math.prod(ext[b:])
