@@ -170,6 +170,10 @@ RULE = {"colsum_three_tiles": colsum(384, 1024), "colsum_bf16": colsum(384, 96).
         "colmean_bf16": colsum(384, 96, term="A[i, j] / M").replace("f32", "bf16"),
         "colmean_one_tile": colsum(100, 1000, term="A[i, j] / M", init="0.5"),
         "colsum_init_column": colsum(129, 33, init="b[j]", extra=", b: f32[N]"),
+        # 16-bit row tiles in groups of 4 (or 2), each tile loaded into a buffer of its own (unroll copies)
+        "colsum_groups_bf16": colsum(1024, 96).replace("f32", "bf16"),
+        "colmean_groups_f16_init": colsum(256, 40, term="A[i, j] / M", init="0.5").replace("A: f32", "A: f16"),
+        "midsum_groups_bf16": MIDSUM.format(dtype="bf16", out="f32", b=2, m=512, n=64),
         "midmean_init_bf16": STACKED.format(dtype="bf16", out="bf16", b=3, m=300, n=96, init="c[b, n]",
                                             extra=", c: f32[B, N]")}
 

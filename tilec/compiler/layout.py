@@ -20,7 +20,7 @@ from tilec.compiler.names import unique
 from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Kernel, Load, Loop, Stmt, Update, loads, map_loads,
                                  walk)
 from tilec.compiler.primitives import (Region, _check_fits, _fail, _stores, _subst, _with_loop, copy_nest, find_loop,
-                                      region, relocate)
+                                      region, relocate, with_loop_many)
 from tilec.errors import Span
 from tilec.target import Target, target as get_target
 
@@ -515,7 +515,7 @@ def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) 
     part = lambda tag: {v: v + ("" if "@" in v else "@") + tag for v in names}  # noqa: E731
     first = _renamed(top, part("a"), {loop.var: (at, 0)})
     second = _renamed(top, part("b"), {loop.var: (loop.extent - at, at)})
-    return _with_loop_many(k, top, (first, second))
+    return with_loop_many(k, top, (first, second))
 
 
 def _renamed(top: Loop, names: dict[str, str], extents: dict[str, tuple[int, int]]) -> Loop:
@@ -532,15 +532,3 @@ def _renamed(top: Loop, names: dict[str, str], extents: dict[str, tuple[int, int
     return out
 
 
-def _with_loop_many(k: Kernel, target: Loop, new: tuple[Stmt, ...]) -> Kernel:
-    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
-        out: list[Stmt] = []
-        for s in body:
-            if s is target:
-                out += new
-            elif isinstance(s, Loop):
-                out.append(replace(s, body=visit(s.body)))
-            else:
-                out.append(s)
-        return tuple(out)
-    return replace(k, body=visit(k.body))

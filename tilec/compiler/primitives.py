@@ -66,6 +66,21 @@ def _replace_loop(body: tuple[Stmt, ...], target: Loop, fn) -> tuple[Stmt, ...]:
     return tuple(out)
 
 
+def with_loop_many(k: Kernel, target: Loop, new: tuple[Stmt, ...]) -> Kernel:
+    """k with loop `target` replaced by the statements `new`."""
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if s is target:
+                out += new
+            elif isinstance(s, Loop):
+                out.append(replace(s, body=visit(s.body)))
+            else:
+                out.append(s)
+        return tuple(out)
+    return replace(k, body=visit(k.body))
+
+
 def _with_loop(k: Kernel, loop: Loop, fn) -> Kernel:
     return replace(k, body=_replace_loop(k.body, loop, fn))
 
@@ -225,14 +240,27 @@ def fold_init(k: Kernel, buf: str, span: Span | None = None) -> Kernel:
     raise _fail(f"fold_init {buf}: no nest initialising {buf} before a nest updating it", span)
 
 
-def unroll(k: Kernel, var: str, span: Span | None = None) -> Kernel:
-    """`for r in serial(3)` -> `for r in unrolled(3)` (golden: primitives/unroll.txt)."""
+def unroll(k: Kernel, var: str, span: Span | None = None, copies: bool = False) -> Kernel:
+    """`for r in serial(3)` -> `for r in unrolled(3)` (golden: primitives/unroll.txt). `copies=True` writes the
+    iterations out: one loop `r` of one iteration per value, its body with r replaced by the value, in order
+    (golden: primitives/unroll_copies.txt); the copies are loops `r#0`, `r#1`, .. for the primitives after it (a
+    buffer staged in each copy is a buffer of its own, as a builder's `A_r0`, `A_r1`)."""
     loop = find_loop(k, var, span)
     var = loop.var
     if loop.extent > UNROLL_MAX:
         raise _fail(f"unroll {var}: {loop.extent} iterations is more than the {UNROLL_MAX} one unrolled loop may "
                     f"have", span, f"split {var} first and unroll the inner loop")
-    return _with_loop(k, loop, lambda s: replace(s, kind="unrolled"))
+    if not copies:
+        return _with_loop(k, loop, lambda s: replace(s, kind="unrolled"))
+    if any(isinstance(s, Loop) and s.var == var and s is not loop for s in walk(k.body)):
+        raise _fail(f"unroll {var}: another loop is named {var}, so its copies could not be told apart", span,
+                    "name the loops apart first (split's outer= and inner=)")
+    if any(isinstance(s, Alloc) for s in walk(loop.body)):
+        raise _fail(f"unroll {var}: its body allocates a buffer; copies would allocate it several times", span,
+                    "unroll before staging")
+    made = tuple(Loop(var, 1, _subst(loop.body, var, Aff((), j)), "serial", loop.line, loop.note)
+                 for j in range(loop.extent))
+    return with_loop_many(k, loop, made)
 
 
 def partition(k: Kernel, var: str, target: Target | str | None = None, span: Span | None = None,

@@ -751,8 +751,16 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     A factor rides on the eviction (`tensorize(e_u_r, evict=True)`: one ScalarE activation with its scale) when the
     matmuls do not bound the step; otherwise VectorE multiplies after a plain copy.
 
-    Takes sums whose row tiles are not grouped (build_colreduce groups 2 or 4 row tiles per step, stacks o's on
-    the partitions, widens loads and sums expressions: those stay there), None otherwise."""
+    16-bit sources of several row tiles take GROUP_ROWS (4 or 2 tiles, build_colreduce._group: that many loads in
+    flight) per step, each tile a buffer of its own (1024 x 384 bf16):
+
+        split(r, 512, outer=rt, inner=r_g, name=GROUP_ROWS); split(r_g, 128, outer=g, inner=p, name=TILE_P)
+        split(f, 384, ..); reorder(o, ft, rt, g, p, f_i); partition(p, summed=True)
+        unroll(g, copies=True)               g#0 .. g#3: the four tiles of a group written out
+        stage(A_v, g#0, name=A_r0) .. stage(A_v, g#3, name=A_r3)   each tile loaded into its own buffer
+
+    Takes sums whose fp32 row tiles are not grouped (build_colreduce adds fp32 tiles in pairs, stacks o's on the
+    partitions, widens loads and sums expressions: those stay there), None otherwise."""
     from tilec.compiler.build_colreduce import plain_steps  # the builder's own choice of the cases it improves
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) < 2 or len(tops) != len(k.body):
@@ -776,7 +784,9 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     ext = {lp.var: lp.extent for lp in chain}
     O, R, F = (math.prod(ext[v] for v in vs) for vs in (names[:first], red, names[first + len(red):]))
     S, A = upd.dst.buf, body[0].expr.access.buf
-    if R % params.parts or F % params.free or not plain_steps(O, R, F, params, k.buffers()[A].dtype):
+    dtype = k.buffers()[A].dtype
+    group = _column_group(O, R, F, params, dtype)
+    if R % params.parts or F % params.free or not (group > 1 or plain_steps(O, R, F, params, dtype)):
         return None
     columns = [c for c in epilogue if c]
     v, taken = _reduce_views(S, [A], columns)
@@ -797,11 +807,21 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
         lead = ((e, O),) if before else ()  # (no kept index before the reduced run: the rows are s_v[0, f])
         prims.append(prim("reshape", ref, lead + ((f"{e}_u", 1), (f"{e}_f", F)), views=views,
                           groups=((tuple(before),) if before else ()) + ((), tuple(after)), units=(f"{e}_u",)))
-    prims += [prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
-                   note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
-              prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
-              prim("reorder", "o", "ft", "rt", "p", "f_i"),
-              prim("partition", "p", summed=True)]
+    if group > 1:  # GROUP row tiles per step: one (TILE_P, GROUP, TILE_F) tile, each part summed by its matmul
+        prims += [prim("split", "r", group * params.parts, outer="rt", inner="r_g", name="GROUP_ROWS",
+                       note=f"for {', '.join(red)} (groups of {group} TILE_P tiles: summed in PSUM)"),
+                  prim("split", "r_g", params.parts, outer="g", inner="p", name="TILE_P",
+                       note="the TILE_P tiles of a group"),
+                  prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+                  prim("reorder", "o", "ft", "rt", "g", "p", "f_i"),
+                  prim("partition", "p", summed=True),
+                  prim("unroll", "g", copies=True)]
+    else:
+        prims += [prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
+                       note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
+                  prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+                  prim("reorder", "o", "ft", "rt", "p", "f_i"),
+                  prim("partition", "p", summed=True)]
     for e in loops:  # each step on the row of sums of a free tile, once it is evicted
         prims += [prim("reverse_compute_at", e if before else f"{e}_u", "ft"), prim("partition", f"{e}_u_r")]
     if not epilogue:  # the eviction writes the output's dtype
@@ -814,7 +834,10 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
         prims += [prim("stage_out", v[S], "ft", name=row, line=upd.line, dtype="f32", **cast),
                   prim("stage_out", row, "ft", memory="psum", name=unique(f"{S}_acc", taken), line=upd.line,
                        of="rt")]
-    prims.append(prim("stage", v[A], "rt", name=unique(f"{A}_tile", taken)))
+    if group > 1:
+        prims += [prim("stage", v[A], f"g#{j}", name=unique(f"{A}_r{j}", taken)) for j in range(group)]
+    else:
+        prims.append(prim("stage", v[A], "rt", name=unique(f"{A}_tile", taken)))
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
     prims.append(prim("tensorize", "p", line=init[0].line))
     # ScalarE evicts, applying a constant factor on the way, when the matmuls do not bound the step (16-bit
@@ -826,6 +849,16 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     prims += [prim("tensorize", f"{e}_u_r", **({"evict": True} if evict and n == 0 else {}))
               for n, e in enumerate(loops)]
     return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul)")]
+
+
+def _column_group(O: int, R: int, F: int, params: ReducePlan, dtype: str) -> int:
+    """Row tiles per step of a 16-bit column sum the rule takes (build_colreduce._group: 4 or 2 loads in flight
+    hide the DMA latency): not stacked, not wide; fp32 groups stay with the builder (its pairs)."""
+    from tilec.compiler.build_colreduce import _group, stacked, wide
+    if dtype not in ("bf16", "f16") or R % params.parts or stacked(O, R, params) > 1 or \
+            wide(O, R, F, params, 1, dtype) > 1:
+        return 1
+    return _group(R // params.parts)
 
 
 # ---- data movement -------------------------------------------------------------------------------------------------
