@@ -98,6 +98,9 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
                                                                      copies=True), "A", "g#0", "sbuf"),
                                                  "A", "g#1", "sbuf", name="A_r1")),
     "partition": (ELTWISE, lambda k: pr.partition(pr.split(k, "i", 128), "i_i")),
+    # two copies' updates of one element as one `+=` of both (rules.colreduce's fp32 pairs, then bind_expr)
+    "pair": (COLSUM, lambda k: pr.pair(pr.unroll(pr.split(k, "i", 8, outer="g", inner="p"), "g", copies=True),
+                                       "g#0", "g#1")),
     "partition_summed": (COLSUM, lambda k: pr.partition(k, "i", summed=True)),  # a column sum: a ones matmul
     "stage": (MATMUL, lambda k: pr.stage(k, "B", "j#1", "sbuf")),
     "buffers": (MATMUL, lambda k: pr.buffers(pr.stage(k, "B", "j#1", "sbuf"), "B_sbuf", 2)),
@@ -159,6 +162,10 @@ ERRORS = {
     "reorder_ambiguous_loop": (MATMUL, lambda k: pr.reorder(k, "j", "i")),
     "reorder_assign_not_spatial": (LAST_WINS, lambda k: pr.reorder(k, "j", "i")),
     "unroll_too_long": (ELTWISE, lambda k: pr.unroll(k, "i")),
+    "pair_not_neighbours": (COLSUM, lambda k: pr.pair(pr.unroll(pr.split(k, "i", 4, outer="g", inner="p"), "g",
+                                                                copies=True), "g#0", "g#2")),
+    "pair_not_updates": (ELTWISE, lambda k: pr.pair(pr.unroll(pr.split(k, "i", 128, outer="g", inner="p"), "g",
+                                                              copies=True), "g#0", "g#1")),
     "unroll_copies_of_a_name_used_twice": (MATMUL, lambda k: pr.unroll(k, "i#1", copies=True)),
     "unroll_copies_of_an_allocation": (ELTWISE, lambda k: pr.unroll(pr.stage(pr.split(k, "i", 128, outer="io"), "X",
                                                                              "io", "sbuf"), "io", copies=True)),

@@ -66,7 +66,7 @@ _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
     "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
-    "bind_expr": pr.bind_expr, "reverse_compute_at": pr.reverse_compute_at,
+    "bind_expr": pr.bind_expr, "reverse_compute_at": pr.reverse_compute_at, "pair": pr.pair,
     "tensorize": _lowering_only, "block": _lowering_only,
     "resolve_fill": rules_copy.resolve_fill, "fill_from": rules_copy.fill_from,
 }
@@ -759,8 +759,15 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
         unroll(g, copies=True)               g#0 .. g#3: the four tiles of a group written out
         stage(A_v, g#0, name=A_r0) .. stage(A_v, g#3, name=A_r3)   each tile loaded into its own buffer
 
-    Takes sums whose fp32 row tiles are not grouped (build_colreduce adds fp32 tiles in pairs, stacks o's on the
-    partitions, widens loads and sums expressions: those stay there), None otherwise."""
+    fp32 tiles of a group are added in pairs first (an fp32 matmul streams at 4.7x the 16-bit cost), ScalarE
+    evicting (with the factor, if any), as build_colreduce did:
+
+        pair(g#0, g#1)                       s_acc[0, f_i] += A_r0[p, f_i] + A_r1[p, f_i]
+        bind_expr(s_acc, p#0, s_pair0, suffix=_x0); tensorize(p_x0)   VectorE: s_pair0 = A_r0 + A_r1
+        (then g#1 .. for a group of 4); tensorize(s_row_c0, engine=scalar)   the eviction on ScalarE
+
+    Takes plain sums (build_colreduce stacks o's on the partitions, widens loads and sums expressions: those stay
+    there), None otherwise."""
     from tilec.compiler.build_colreduce import plain_steps  # the builder's own choice of the cases it improves
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) < 2 or len(tops) != len(k.body):
@@ -809,7 +816,8 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
                           groups=((tuple(before),) if before else ()) + ((), tuple(after)), units=(f"{e}_u",)))
     if group > 1:  # GROUP row tiles per step: one (TILE_P, GROUP, TILE_F) tile, each part summed by its matmul
         prims += [prim("split", "r", group * params.parts, outer="rt", inner="r_g", name="GROUP_ROWS",
-                       note=f"for {', '.join(red)} (groups of {group} TILE_P tiles: summed in PSUM)"),
+                       note=f"for {', '.join(red)} (groups of {group} TILE_P tiles: "
+                            + ("added in pairs on VectorE, " if dtype == "f32" else "") + "summed in PSUM)"),
                   prim("split", "r_g", params.parts, outer="g", inner="p", name="TILE_P",
                        note="the TILE_P tiles of a group"),
                   prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
@@ -825,17 +833,24 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     for e in loops:  # each step on the row of sums of a free tile, once it is evicted
         prims += [prim("reverse_compute_at", e if before else f"{e}_u", "ft"), prim("partition", f"{e}_u_r")]
     if not epilogue:  # the eviction writes the output's dtype
-        prims.append(prim("stage_out", v[S], "ft", memory="psum", name=unique(f"{S}_acc", taken), line=upd.line,
-                          dtype="f32", cast=unique(f"{S}_row", taken)))
+        acc, row = unique(f"{S}_acc", taken), unique(f"{S}_row", taken)
+        prims.append(prim("stage_out", v[S], "ft", memory="psum", name=acc, line=upd.line, dtype="f32", cast=row))
     else:  # an fp32 row in SBUF the epilogue works on (cast for a narrower output), the sums in PSUM before it
         narrow = k.buffers()[S].dtype != "f32"
         row = unique(f"{S}_row", taken)
         cast = {"cast": unique(f"{S}_tile", taken)} if narrow else {}
+        acc = unique(f"{S}_acc", taken)
         prims += [prim("stage_out", v[S], "ft", name=row, line=upd.line, dtype="f32", **cast),
-                  prim("stage_out", row, "ft", memory="psum", name=unique(f"{S}_acc", taken), line=upd.line,
-                       of="rt")]
+                  prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
+    paired = group > 1 and dtype == "f32"
     if group > 1:
         prims += [prim("stage", v[A], f"g#{j}", name=unique(f"{A}_r{j}", taken)) for j in range(group)]
+        # fp32 tiles added in pairs on VectorE first (an fp32 matmul streams at 4.7x the 16-bit cost): each pair
+        # of copies one nest `s += A_r0 + A_r1`, its sum bound to a tile of its own, TensorE sums that
+        for q in range(group // 2 if paired else 0):
+            prims += [prim("pair", f"g#{q}", f"g#{q + 1}"),
+                      prim("bind_expr", acc, f"p#{q}", unique(f"{S}_pair{q}", taken), suffix=f"_x{q}"),
+                      prim("tensorize", f"p_x{q}")]
     else:
         prims.append(prim("stage", v[A], "rt", name=unique(f"{A}_tile", taken)))
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
@@ -845,17 +860,20 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     # multiplies after a plain copy (build_colreduce measured it: 16 x 256 x 4096 bf16 mean 261 -> 174 us)
     step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
     factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
-    evict = factor and (k.buffers()[A].dtype != "f32" or R == params.parts)
+    evict = factor and (k.buffers()[A].dtype != "f32" or R == params.parts or paired)
+    if paired and not (evict and factor):  # VectorE adds the pairs: ScalarE evicts (a factor: evict=True below)
+        prims.append(prim("tensorize", f"{row}_c0", engine="scalar"))
     prims += [prim("tensorize", f"{e}_u_r", **({"evict": True} if evict and n == 0 else {}))
               for n, e in enumerate(loops)]
-    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul)")]
+    how = "; row tiles added in pairs on VectorE first" if paired else ""
+    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul{how})")]
 
 
 def _column_group(O: int, R: int, F: int, params: ReducePlan, dtype: str) -> int:
     """Row tiles per step of a 16-bit column sum the rule takes (build_colreduce._group: 4 or 2 loads in flight
-    hide the DMA latency): not stacked, not wide; fp32 groups stay with the builder (its pairs)."""
+    hide the DMA latency): not stacked, not wide; fp32 tiles are added in pairs first (pair, bind_expr)."""
     from tilec.compiler.build_colreduce import _group, stacked, wide
-    if dtype not in ("bf16", "f16") or R % params.parts or stacked(O, R, params) > 1 or \
+    if dtype not in ("bf16", "f16", "f32") or R % params.parts or stacked(O, R, params) > 1 or \
             wide(O, R, F, params, 1, dtype) > 1:
         return 1
     return _group(R // params.parts)
