@@ -137,7 +137,8 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     note = (f"for {outer}" + (f" ({K} at a time, stacked on the partitions)" if K > 1 else "")) if outer else ""
     nest = loop("o", O, nest, note=note, line=op.line_of("o0") if outer else line)
     summed = op.src if op.expr is None else fmt_expr(op.expr)
-    how = PAIRS if paired else ROW_PAIRS if L > 1 else "; a block-diagonal ones matrix sums each o's rows apart" if K > 1 else ""
+    stack = "; a block-diagonal ones matrix sums each o's rows apart" if K > 1 else ""
+    how = PAIRS if paired else ROW_PAIRS if L > 1 else stack
     what = f"{op.out} = sum over {red} of {summed} (ones matmul{how})"
     return [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
 
