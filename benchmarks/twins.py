@@ -9,8 +9,9 @@ column alone) with its plain twin (same sizes, the sign, the relu, the factor or
 ordinary form; a column's twin is a constant fill of the same output: both only store): the new form should cost
 about what the twin costs (the sign or factor on the eviction is free, but a row bias after a factor takes a ScalarE
 eviction before its VectorE add; the stationary's relu runs on the regions each load writes or in the transposes'
-evictions; a column alone is one activation per tile after the (P, 1) column). µs from tilec's performance model
-(never measured).
+evictions; a column alone is one activation per tile after the (P, 1) column; a one-element column, `c[m]` with
+M = 1, is copied to every partition once and the output flattened onto the partitions). µs from tilec's
+performance model (never measured).
 """
 from __future__ import annotations
 
@@ -75,6 +76,13 @@ kernel col(A: f32[M, N], c: f32[M]) -> Y
   for i in 0..M, j in 0..N:
     Y[i, j] = {expr}
 """
+UNIT = """\
+kernel col(A: f32[N, M, P], c: f32[M]) -> Y
+  default N = 4096, M = 1, P = 64
+  Y: f32[N, M, P]
+  for n in 0..N, m in 0..M, p in 0..P:
+    Y[n, m, p] = {expr}
+"""
 PAIRS = (
     ("relu(b - A.B) (negated product)", MATMUL.format(update="-(A[i, k] * B[k, j])"),
      MATMUL.format(update="A[i, k] * B[k, j]")),
@@ -90,6 +98,7 @@ PAIRS = (
      DW_MULT.format(wshape="C * M, 3, 3", widx="c*M + m, r, s")),
     ("Y = 2 * c[i] + 1 (column alone)", COLUMN.format(expr="2 * c[i] + 1"), COLUMN.format(expr="2.5")),
     ("Y = c[i] (column alone)", COLUMN.format(expr="c[i]"), COLUMN.format(expr="2.5")),
+    ("2*c[m] + 1, M = 1 (1-element column)", UNIT.format(expr="2 * c[m] + 1"), UNIT.format(expr="2.5")),
 )
 
 

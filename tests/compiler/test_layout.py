@@ -44,6 +44,20 @@ UNIT = """kernel u(X: f32[B, C, H, W]) -> Y
     Y[b, h, w, c] = X[b, c, h, w]
 """
 
+ONE = """kernel one(A: f32[N, M, P], c: f32[M]) -> Y
+  default N = 6, M = 1, P = 4
+  Y: f32[N, M, P]
+  for n in 0..N, m in 0..M, p in 0..P:
+    Y[n, m, p] = 2 * c[m] + 1
+"""
+
+
+def _constant_read(k):
+    """A one-element column laid out away (its unit loop in no group: c_v[0, 0]), then the nest flattened: the
+    read of one element is kept as it is (rules._unit_column_alone)."""
+    k = layout.reshape(k, "n", (("q", 6), ("g", 4)), groups=(("n",), ("p",)))
+    return layout.reshape(k, "q", (("p", 3), ("f", 8)), views=(("Y_v", "Y_flat"),))
+
 
 def _flat_tiles(k):
     k = layout.reshape(k, "i", (("p", 8), ("f", 128)))
@@ -181,6 +195,7 @@ CASES = {  # name -> (program, primitives applied to the level-A kernel)
     "reshape_units": (COLMEAN, lambda k: layout.reshape(k, "j#2", (("e_u", 1), ("e_f", 6)), groups=((), ("j",)),
                                                         units=("e_u",))),
     "broadcast": (BCAST, _row_broadcast),
+    "reshape_constant_read": (ONE, _constant_read),
     "stage_grouped": (TRANS, _strips),
     "cut": (TRANS, lambda k: layout.cut(layout.cut(k, "i", 12), "j@a", 8, root="i@a")),
     "broadcast_whole": (BCAST, lambda k: layout.broadcast(
@@ -223,6 +238,7 @@ ERRORS = {
     "reshape_broadcast_split": (BCAST, lambda k: layout.reshape(k, "b", (("p", 4), ("f", 48)))),
     "reshape_groups_out_of_order": (UNIT, lambda k: layout.reshape(k, "b", (("j", 4), ("bt", 3)),
                                                                    groups=(("w",), ("b",)))),
+    "reshape_one_element_column_split": (ONE, lambda k: layout.reshape(k, "n", (("p", 3), ("f", 8)))),
     "stage_out_not_written": (ADD, lambda k: layout.stage_out(k, "X", "i")),
     "stage_out_read_first": (MEAN_F16, lambda k: layout.stage_out(k, "s", "i#2")),  # s = s * c reads the old s
     "broadcast_not_a_row": (ADD, lambda k: layout.broadcast(k, "X", "i", "j")),

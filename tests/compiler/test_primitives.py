@@ -93,7 +93,14 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
     "reorder": (ELTWISE, lambda k: pr.reorder(k, "j", "i")),
     "reorder_reduction": (MATMUL, lambda k: pr.reorder(k, "k", "i#1", "j#1")),
     "unroll": (ROWSUM, lambda k: pr.unroll(k, "j")),
+    # the copies written out, each staged into a buffer of its own (rules.colreduce's 16-bit row groups)
+    "unroll_copies": (COLSUM, lambda k: pr.stage(pr.stage(pr.unroll(pr.split(k, "i", 8, outer="g", inner="p"), "g",
+                                                                     copies=True), "A", "g#0", "sbuf"),
+                                                 "A", "g#1", "sbuf", name="A_r1")),
     "partition": (ELTWISE, lambda k: pr.partition(pr.split(k, "i", 128), "i_i")),
+    # two copies' updates of one element as one `+=` of both (rules.colreduce's fp32 pairs, then bind_expr)
+    "pair": (COLSUM, lambda k: pr.pair(pr.unroll(pr.split(k, "i", 8, outer="g", inner="p"), "g", copies=True),
+                                       "g#0", "g#1")),
     "partition_summed": (COLSUM, lambda k: pr.partition(k, "i", summed=True)),  # a column sum: a ones matmul
     "stage": (MATMUL, lambda k: pr.stage(k, "B", "j#1", "sbuf")),
     "buffers": (MATMUL, lambda k: pr.buffers(pr.stage(k, "B", "j#1", "sbuf"), "B_sbuf", 2)),
@@ -155,6 +162,13 @@ ERRORS = {
     "reorder_ambiguous_loop": (MATMUL, lambda k: pr.reorder(k, "j", "i")),
     "reorder_assign_not_spatial": (LAST_WINS, lambda k: pr.reorder(k, "j", "i")),
     "unroll_too_long": (ELTWISE, lambda k: pr.unroll(k, "i")),
+    "pair_not_neighbours": (COLSUM, lambda k: pr.pair(pr.unroll(pr.split(k, "i", 4, outer="g", inner="p"), "g",
+                                                                copies=True), "g#0", "g#2")),
+    "pair_not_updates": (ELTWISE, lambda k: pr.pair(pr.unroll(pr.split(k, "i", 128, outer="g", inner="p"), "g",
+                                                              copies=True), "g#0", "g#1")),
+    "unroll_copies_of_a_name_used_twice": (MATMUL, lambda k: pr.unroll(k, "i#1", copies=True)),
+    "unroll_copies_of_an_allocation": (ELTWISE, lambda k: pr.unroll(pr.stage(pr.split(k, "i", 128, outer="io"), "X",
+                                                                             "io", "sbuf"), "io", copies=True)),
     "partition_too_many": (ELTWISE, lambda k: pr.partition(k, "i")),
     "partition_not_indexing": (ROWSUM, lambda k: pr.partition(k, "j")),
     "stage_not_read": (MATMUL, lambda k: pr.stage(k, "A", "i#0", "sbuf")),

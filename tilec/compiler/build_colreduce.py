@@ -29,24 +29,28 @@ GROUP = 4  # fp32 row tiles loaded per step (two pairs)
 STACK_ALIGN = 32  # partitions: an engine instruction starts at partition 0, 32, 64 or 96
 WIDE = 4  # PSUM banks of sums per load when a step has one row tile (half of PSUM's 8)
 PAIRS = "; row tiles added in pairs on VectorE first"
+ROW_PAIRS = "; two rows per partition, added on GpSimdE/VectorE first, a block-diagonal ones matrix per o"
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
 
 def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     if op.op != "add":
         return build_column_extreme(op, plan, hbm, fresh)
-    K = stacked(op.dim("O"), op.dim("R"), plan)
+    L = row_pairs(op, plan, hbm[op.src].dtype)
+    if L > 1:  # L reduced rows per partition: the row tile holds R / L partitions
+        plan = ReducePlan(plan.parts // L, plan.free)
+    K = stacked(op.dim("O"), op.dim("R") // L, plan)
     if K > 1:  # K o's per step on K * R partitions: the plan's row tile is the stacked one
         plan = ReducePlan(K * plan.parts, plan.free)
-    W = wide(op.dim("O"), op.dim("R"), op.dim("F"), plan, K, hbm[op.src].dtype)
+    W = wide(op.dim("O"), op.dim("R") // L, op.dim("F"), plan, K, hbm[op.src].dtype)
     MF = plan.free  # the sums of one matmul (one PSUM bank)
     plan = ReducePlan(plan.parts, W * plan.free)
     line, ln, TP, TF = op.line, op.update_line, plan.parts, plan.free
-    O, R, F = op.dim("O") // K, op.dim("R") * K, op.dim("F")
+    O, R, F = op.dim("O") // K, op.dim("R") // L * K, op.dim("F")
     views: dict[str, Buf] = {}
     stmts: list[Stmt] = []
     for name in op.inputs or (op.src,):
-        views[name], st = hbm_view(hbm[name], (O, R, F), fresh(f"{name}_v"), line)
+        views[name], st = hbm_view(hbm[name], (O, R, L, F) if L > 1 else (O, R, F), fresh(f"{name}_v"), line)
         stmts += st
     out_v, st = hbm_view(hbm[op.out], (O, K, F), fresh(f"{op.out}_v"), line)
     stmts += st
@@ -83,6 +87,24 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
             how = "summed in PSUM"
         note = f"for {red} (groups of {group} TILE_P tiles: {how})"
         body += loop("rt", R // (group * TP), step, note=note, line=op.line_of("r0"))
+    elif L > 1:  # one load of the rows, two to a partition, added on GpSimdE/VectorE into the tile TensorE sums
+        rows = sl(a(term("rt", TP, "TILE_P")), TP)
+        both = Buf(fresh(f"{op.src}_rows"), "sbuf", "f32", (TP, L, TF))
+        tile = Buf(fresh(f"{op.out}_pair"), "sbuf", "f32", (TP, TF))
+        vc = _vector_columns(TF, "f32")
+        part = lambda k, lo, n: View(both, (full(TP), a(k), sl(lo, n)))  # noqa: E731
+        into = lambda lo, n: View(tile, (full(TP), sl(lo, n)))  # noqa: E731
+        step = [Alloc(both, line=ln), Dma(whole(both), View(views[op.src], (a("o"), rows, full(L), cols)), ln),
+                Alloc(tile, line=ln)]
+        if vc < TF:  # GpSimdE's part first (see _fold)
+            step.append(Binary(into(vc, TF - vc), part(0, vc, TF - vc), part(1, vc, TF - vc), "add", ln,
+                               engine="gpsimd"))
+        if vc:
+            step.append(Binary(into(0, vc), part(0, 0, vc), part(1, 0, vc), "add", ln))
+        if W == 1:
+            step.append(Matmul(whole(acc), whole(ones), whole(tile), ln))
+        body += loop("rt", R // TP, step, note=f"for {red} (TILE_P partitions of {L} rows each, summed in PSUM)",
+                     line=op.line_of("r0"))
     else:
         rows = sl(a(term("rt", TP, "TILE_P")), TP)
         tile, load = _load(op, plan, hbm, fresh, views, rows, cols)
@@ -93,7 +115,7 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     # cost VectorE a second instruction per eviction and the matmuls do not bound the step anyway (16-bit sources,
     # or one row tile per eviction): a 64 x 64 x 4096 fp32 mean 826 -> 779 us, 16 x 256 x 4096 bf16 261 -> 174 us
     # on the model. Several fp32 row tiles per eviction are TensorE's (4.7x the 16-bit rate): VectorE stays.
-    scaled = paired or (op.scale != 1.0 and (hbm[op.src].dtype != "f32" or R // TP == 1))
+    scaled = paired or L > 1 or (op.scale != 1.0 and (hbm[op.src].dtype != "f32" or R // TP == 1))
     if W > 1:  # the wide tile's matmuls, each into a PSUM bank of its own, evicted into its part of the row
         body.append(Alloc(res, line=ln))
         for w in range(W):
@@ -115,7 +137,8 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     note = (f"for {outer}" + (f" ({K} at a time, stacked on the partitions)" if K > 1 else "")) if outer else ""
     nest = loop("o", O, nest, note=note, line=op.line_of("o0") if outer else line)
     summed = op.src if op.expr is None else fmt_expr(op.expr)
-    how = PAIRS if paired else "; a block-diagonal ones matrix sums each o's rows apart" if K > 1 else ""
+    stack = "; a block-diagonal ones matrix sums each o's rows apart" if K > 1 else ""
+    how = PAIRS if paired else ROW_PAIRS if L > 1 else stack
     what = f"{op.out} = sum over {red} of {summed} (ones matmul{how})"
     return [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
 
@@ -167,6 +190,20 @@ def wide(O: int, R: int, F: int, plan: ReducePlan, K: int, dtype: str) -> int:
     if R * K != plan.parts or plan.free != MOVING_FMAX or (dtype == "f32" and O == K):
         return 1
     return next((w for w in (WIDE, 2) if tiles % w == 0), 1)
+
+
+def row_pairs(op: ColumnReduceOp, plan: ReducePlan, dtype: str) -> int:
+    """Reduced rows per partition (L, 2 or 1): an fp32 step whose one row tile holds all R reduced rows of an o is
+    TensorE's (an fp32 ones-matmul streams at 4.7x the 16-bit cost, and there is no second row tile to pair with),
+    so rows 2q and 2q+1 go on one partition (a free reshape of contiguous rows: A[o, 2q + l, f] at [q, l, f]) and
+    GpSimdE/VectorE add them first; TensorE then sums R / 2 partitions per o, and twice as many o's stack on the
+    partitions (model: 64 x 64 x 4096 f32 mean 300.7 -> 249.1 us, 16 x 128 x 4096 154.2 -> 123.3, 128 x 64 x 512
+    113.5 -> 74.4). Not for expressions (they are computed on the loaded tiles) nor 16-bit sources (TensorE streams
+    them faster than the adds)."""
+    R = op.dim("R")
+    if dtype != "f32" or op.expr is not None or op.inputs or plan.parts != R or R % (2 * STACK_ALIGN):
+        return 1
+    return 2
 
 
 def plain_steps(O: int, R: int, F: int, plan: ReducePlan, dtype: str) -> bool:
@@ -391,11 +428,17 @@ def _vector_columns(cols: int, dtype: str, folds: int = 1, tail: float = 0.0) ->
 
 
 def _fold(dst: Buf, x: Buf, y: Buf, alu: str, cut: int, line: int) -> list[Stmt]:
-    """dst = alu(x, y) element-wise: columns [0, cut) on VectorE, the rest on GpSimdE."""
+    """dst = alu(x, y) element-wise: columns [0, cut) on VectorE, the rest on GpSimdE. GpSimdE's part comes first
+    in program order, so it is the first reader of each loaded tile and the loads issue on GpSimdE's DMA stream,
+    while the stores of results VectorE writes issue on VectorE's: an o's loads no longer queue behind the previous
+    o's stores, which wait for its transposes and reduces (tilec/perf/schedule.py, DMA trigger streams; model:
+    16 x 256 x 4096 f32 min from Y0 330.0 -> 217.6 us, 4096 x 4096 f32 max and bf16 max unchanged)."""
     rows, cols = dst.shape
     part = lambda b, lo, n: View(b, (full(rows), sl(lo, n)))  # noqa: E731
-    out: list[Stmt] = [Binary(part(dst, 0, cut), part(x, 0, cut), part(y, 0, cut), alu, line)] if cut else []
+    out: list[Stmt] = []
     if cut < cols:
         rest = cols - cut
         out.append(Binary(part(dst, cut, rest), part(x, cut, rest), part(y, cut, rest), alu, line, engine="gpsimd"))
+    if cut:
+        out.append(Binary(part(dst, 0, cut), part(x, 0, cut), part(y, 0, cut), alu, line))
     return out

@@ -20,7 +20,7 @@ from tilec.compiler.names import unique
 from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Kernel, Load, Loop, Stmt, Update, loads, map_loads,
                                  walk)
 from tilec.compiler.primitives import (Region, _check_fits, _fail, _stores, _subst, _with_loop, copy_nest, find_loop,
-                                      region, relocate)
+                                      region, relocate, with_loop_many)
 from tilec.errors import Span
 from tilec.target import Target, target as get_target
 
@@ -160,6 +160,8 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
     order: dict[str, int] = {}
     for s in body:
         for acc, written in [(s.dst, True)] + [(a, False) for a in loads(s.expr)]:
+            if not written and _constant(acc):  # the same element in every iteration: read as it is
+                continue
             runs = _runs(acc, chain, old, bufs, span)
             for a, b in runs:
                 if so[a] not in sn or so[b] not in sn:
@@ -238,9 +240,16 @@ def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer]
     return runs or [(0, 0)]
 
 
+def _constant(acc: Access) -> bool:
+    """A read of one element (no loop variable in its index: `c_v[0, 0]`, a one-element column laid out away)."""
+    return bool(acc.index) and all(not i.terms for i in acc.index)
+
+
 def _rewrite(s: Assign | Update, views: dict[str, View], called: dict[str, str], names: list[str]
              ) -> Assign | Update:
     def access(a: Access) -> Access:
+        if a.buf not in views and _constant(a):
+            return a
         _, loops = views[a.buf]
         return Access(called[a.buf], tuple(Aff() if j is None else Aff((Term(names[j]),)) for j in loops))
     return replace(s, dst=access(s.dst), expr=map_loads(s.expr, access))
@@ -506,7 +515,7 @@ def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) 
     part = lambda tag: {v: v + ("" if "@" in v else "@") + tag for v in names}  # noqa: E731
     first = _renamed(top, part("a"), {loop.var: (at, 0)})
     second = _renamed(top, part("b"), {loop.var: (loop.extent - at, at)})
-    return _with_loop_many(k, top, (first, second))
+    return with_loop_many(k, top, (first, second))
 
 
 def _renamed(top: Loop, names: dict[str, str], extents: dict[str, tuple[int, int]]) -> Loop:
@@ -523,15 +532,3 @@ def _renamed(top: Loop, names: dict[str, str], extents: dict[str, tuple[int, int
     return out
 
 
-def _with_loop_many(k: Kernel, target: Loop, new: tuple[Stmt, ...]) -> Kernel:
-    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
-        out: list[Stmt] = []
-        for s in body:
-            if s is target:
-                out += new
-            elif isinstance(s, Loop):
-                out.append(replace(s, body=visit(s.body)))
-            else:
-                out.append(s)
-        return tuple(out)
-    return replace(k, body=visit(k.body))

@@ -210,6 +210,12 @@ class _Lowering:
         self.nest = k.buffers()
         self.bufs: dict[str, ir.Buf] = {b.name: hbm[b.name] for b in (*k.params, *k.outputs)}
         self.blocks = {p.args[0]: p.args[1] for p in prims if p.name == "block"}
+        # the partition tile of a named split (`split(r_g, 128, inner=p, name=TILE_P)`, `partition(p)`): an HBM
+        # slice over a partition loop of that extent prints the name (a staged copy's loop is not `p` itself)
+        parted = {str(p.args[0]) for p in prims if p.name == "partition"}
+        self.part_names = {int(p.args[1]): str(dict(p.kw)["name"]) for p in prims if p.name == "split"
+                           and dict(p.kw).get("name") and dict(p.kw).get("inner") in parted}
+        self.part = ""
         self.tensorize = {p.args[0]: dict(p.kw) for p in prims if p.name == "tensorize"}
         self.accumulators = {u.dst.buf: u.op for lp in walk(k.body) if isinstance(lp, Loop)
                              and self.tensorize.get(lp.var, {}).get("accumulate")
@@ -283,6 +289,7 @@ class _Lowering:
         assert len(body) == 1 and isinstance(body[0], (Assign, Update)), \
             f"tensorize: not one assignment or update under {s.var}"
         nest = {lp.var: lp.extent for lp in chain}
+        self.part = s.var
         line = int(self.tensorize.get(s.var, {}).get("line", s.line))
         e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory,
                  lambda b, parts: self.ones_col(self.nest[b].dtype, parts, line))
@@ -306,7 +313,9 @@ class _Lowering:
                                     f"({', '.join(t.var for t in inner)}); a view of it would drop all but one")
             start = Aff(tuple(replace(t, var=shown(t.var)) for t in i.terms if t.var not in nest), i.const)
             if inner:
-                idx.append(Sl(start, nest[inner[0].var], inner[0].coef))
+                n = nest[inner[0].var]
+                name = self.part_names.get(n, "") if inner[0].var == self.part and buf.memory == "hbm" else ""
+                idx.append(Sl(start, n, inner[0].coef, name))
             elif buf.memory != "hbm" and n == 1 and not i.terms:  # a column's [p, 0]: stays a (P, 1) tile
                 idx.append(Sl(start, 1))
             else:

@@ -66,6 +66,21 @@ def _replace_loop(body: tuple[Stmt, ...], target: Loop, fn) -> tuple[Stmt, ...]:
     return tuple(out)
 
 
+def with_loop_many(k: Kernel, target: Loop, new: tuple[Stmt, ...]) -> Kernel:
+    """k with loop `target` replaced by the statements `new`."""
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if s is target:
+                out += new
+            elif isinstance(s, Loop):
+                out.append(replace(s, body=visit(s.body)))
+            else:
+                out.append(s)
+        return tuple(out)
+    return replace(k, body=visit(k.body))
+
+
 def _with_loop(k: Kernel, loop: Loop, fn) -> Kernel:
     return replace(k, body=_replace_loop(k.body, loop, fn))
 
@@ -225,14 +240,106 @@ def fold_init(k: Kernel, buf: str, span: Span | None = None) -> Kernel:
     raise _fail(f"fold_init {buf}: no nest initialising {buf} before a nest updating it", span)
 
 
-def unroll(k: Kernel, var: str, span: Span | None = None) -> Kernel:
-    """`for r in serial(3)` -> `for r in unrolled(3)` (golden: primitives/unroll.txt)."""
+def unroll(k: Kernel, var: str, span: Span | None = None, copies: bool = False) -> Kernel:
+    """`for r in serial(3)` -> `for r in unrolled(3)` (golden: primitives/unroll.txt). `copies=True` writes the
+    iterations out: one loop `r` of one iteration per value, its body with r replaced by the value, in order
+    (golden: primitives/unroll_copies.txt); the copies are loops `r#0`, `r#1`, .. for the primitives after it (a
+    buffer staged in each copy is a buffer of its own, as a builder's `A_r0`, `A_r1`)."""
     loop = find_loop(k, var, span)
     var = loop.var
     if loop.extent > UNROLL_MAX:
         raise _fail(f"unroll {var}: {loop.extent} iterations is more than the {UNROLL_MAX} one unrolled loop may "
                     f"have", span, f"split {var} first and unroll the inner loop")
-    return _with_loop(k, loop, lambda s: replace(s, kind="unrolled"))
+    if not copies:
+        return _with_loop(k, loop, lambda s: replace(s, kind="unrolled"))
+    if any(isinstance(s, Loop) and s.var == var and s is not loop for s in walk(k.body)):
+        raise _fail(f"unroll {var}: another loop is named {var}, so its copies could not be told apart", span,
+                    "name the loops apart first (split's outer= and inner=)")
+    if any(isinstance(s, Alloc) for s in walk(loop.body)):
+        raise _fail(f"unroll {var}: its body allocates a buffer; copies would allocate it several times", span,
+                    "unroll before staging")
+    made = tuple(Loop(var, 1, _subst(loop.body, var, Aff((), j)), "serial", loop.line, loop.note)
+                 for j in range(loop.extent))
+    return with_loop_many(k, loop, made)
+
+
+def pair(k: Kernel, first: str, second: str, span: Span | None = None) -> Kernel:
+    """Two sibling loops (`g#0`, `g#1`: copies of unroll(g, copies=True)) whose last statements are nests adding
+    into the same element (`s[f] += X[p, f]`, `s[f] += Y[p, f]`, over loops of the same extents) become one loop:
+    the first's statements, the second's before its nest, then one nest adding both, `s[f] += X[p, f] + Y[p, f]`
+    (golden: primitives/pair.txt). Legal by the associativity of `+=`: both updates of the same element happen in
+    the same iteration, and nothing reads it between them (the second loop's other statements are its staged
+    copies); after it, bind_expr puts the pair's sum in a tile of its own (VectorE adds, TensorE sums the pair)."""
+    a, b = find_loop(k, first, span), find_loop(k, second, span)
+    where = _siblings(k.body, a, b)
+    if where is None:
+        raise _fail(f"pair {first}, {second}: the loops are not next to each other in one body", span,
+                    "pair two consecutive copies of an unrolled loop")
+    if a.extent != b.extent or a.var != b.var:
+        raise _fail(f"pair {first}, {second}: the loops differ ({a.var} in {a.extent}, {b.var} in {b.extent})", span)
+    na, nb = a.body[-1] if a.body else None, b.body[-1] if b.body else None
+    ua, ub = _update_nest(na), _update_nest(nb)
+    if ua is None or ub is None or not isinstance(na, Loop) or not isinstance(nb, Loop):
+        raise _fail(f"pair {first}, {second}: each loop must end with a perfect nest of one `+=` update", span,
+                    "pair the copies of a summed loop (a column sum's row tiles)")
+    (chain_a, upd_a), (chain_b, upd_b) = ua, ub
+    if [lp.extent for lp in chain_a] != [lp.extent for lp in chain_b] or upd_a.op != "+=" or upd_b.op != "+=":
+        raise _fail(f"pair {first}, {second}: the nests are not `+=` updates over loops of the same extents", span)
+    rename = dict(zip((lp.var for lp in chain_b), (lp.var for lp in chain_a)))
+    expr_b = upd_b.expr
+    for old, new in rename.items():
+        expr_b = _subst_expr(expr_b, old, Aff((Term(new),)))
+    dst_b = upd_b.dst
+    for old, new in rename.items():
+        dst_b = _subst_access(dst_b, old, Aff((Term(new),)))
+    if dst_b != upd_a.dst:
+        raise _fail(f"pair {first}, {second}: the nests update different elements ({fmt_access(upd_a.dst)}, "
+                    f"{fmt_access(upd_b.dst)})", span)
+    if any(x.buf == upd_a.dst.buf for x in loads(upd_a.expr) + loads(expr_b)) or \
+            any(isinstance(s, (Assign, Update)) and s.dst.buf == upd_a.dst.buf for s in walk(b.body[:-1])):
+        raise _fail(f"pair {first}, {second}: {upd_a.dst.buf} is read or written between the two updates", span)
+    both: Stmt = replace(upd_a, expr=Op("+", (upd_a.expr, expr_b)))
+    for lp in reversed(chain_a):
+        both = replace(lp, body=(both,))
+    merged = replace(a, body=a.body[:-1] + b.body[:-1] + (both,))
+    return _with_pair(k, a, b, merged)
+
+
+def _update_nest(s: Stmt | None) -> tuple[list[Loop], Update] | None:
+    """(the loops, the update) of a perfect nest of one update; None otherwise."""
+    chain: list[Loop] = []
+    while isinstance(s, Loop):
+        chain.append(s)
+        s = s.body[0] if len(s.body) == 1 else None
+    return (chain, s) if chain and isinstance(s, Update) else None
+
+
+def _siblings(body: tuple[Stmt, ...], a: Loop, b: Loop) -> tuple[int, int] | None:
+    for n, (x, y) in enumerate(zip(body, body[1:])):
+        if x is a and y is b:
+            return n, n + 1
+    for s in body:
+        if isinstance(s, Loop):
+            found = _siblings(s.body, a, b)
+            if found is not None:
+                return found
+    return None
+
+
+def _with_pair(k: Kernel, a: Loop, b: Loop, merged: Loop) -> Kernel:
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if s is a:
+                out.append(merged)
+            elif s is b:
+                continue
+            elif isinstance(s, Loop):
+                out.append(replace(s, body=visit(s.body)))
+            else:
+                out.append(s)
+        return tuple(out)
+    return replace(k, body=visit(k.body))
 
 
 def partition(k: Kernel, var: str, target: Target | str | None = None, span: Span | None = None,
@@ -667,7 +774,7 @@ def _path(top: Loop, loop: Loop) -> list[Loop]:
 
 
 def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | None = None,
-              span: Span | None = None) -> Kernel:
+              span: Span | None = None, suffix: str = "_x") -> Kernel:
     """Exo's bind_expr for a reduction: the perfect nest at loop `at` whose one statement updates `buf` with an
     expression becomes a nest computing the expression into a new fp32 on-chip buffer `name` (over the nest's
     loops, renamed V_x) and the same nest reducing that buffer (golden: primitives/bind_expr.txt):
@@ -681,7 +788,8 @@ def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | No
                                                         s[i] += T[i, j]
 
     Legal when the nest is perfect with one update of `buf` whose value is not a plain read, the expression reads
-    nothing the nest writes, and the buffer fits the target."""
+    nothing the nest writes, and the buffer fits the target. `suffix` names the new loops (V_x; another suffix
+    when a kernel binds several nests over loops of the same names: pairs of unrolled copies)."""
     t = get_target(target)
     loop = find_loop(k, at, span)
     chain = [loop]
@@ -698,18 +806,18 @@ def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | No
     if any(a.buf == buf for a in loads(upd.expr)):
         raise _fail(f"bind_expr {buf} at {at}: the expression reads {buf}, which the nest updates", span)
     taken = {s.var for s in walk(k.body) if isinstance(s, Loop)}
-    if name in k.buffers() or any(f"{lp.var}_x" in taken for lp in chain):
-        raise _fail(f"bind_expr {buf} at {at}: the name {name} or a loop V_x is taken", span)
+    if name in k.buffers() or any(f"{lp.var}{suffix}" in taken for lp in chain):
+        raise _fail(f"bind_expr {buf} at {at}: the name {name} or a loop V{suffix} is taken", span)
     shape = tuple(lp.extent for lp in chain)
     _check_fits(shape, "f32", t, f"bind_expr {buf} at {at}", span)
     tile = Buffer(name, "sbuf", "f32", shape)
     expr: Expr = upd.expr
     for lp in chain:
-        expr = _subst_expr(expr, lp.var, Aff((Term(f"{lp.var}_x"),)))
-    compute: Stmt = Assign(Access(name, tuple(Aff((Term(f"{lp.var}_x"),)) for lp in chain)), expr, upd.line)
+        expr = _subst_expr(expr, lp.var, Aff((Term(f"{lp.var}{suffix}"),)))
+    compute: Stmt = Assign(Access(name, tuple(Aff((Term(f"{lp.var}{suffix}"),)) for lp in chain)), expr, upd.line)
     reduce: Stmt = replace(upd, expr=Load(Access(name, tuple(Aff((Term(lp.var),)) for lp in chain))))
     for lp in reversed(chain):
-        compute = replace(lp, var=f"{lp.var}_x", body=(compute,))
+        compute = replace(lp, var=f"{lp.var}{suffix}", body=(compute,))
         reduce = replace(lp, body=(reduce,))
 
     def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:

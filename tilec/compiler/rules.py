@@ -66,7 +66,7 @@ _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
     "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
-    "bind_expr": pr.bind_expr, "reverse_compute_at": pr.reverse_compute_at,
+    "bind_expr": pr.bind_expr, "reverse_compute_at": pr.reverse_compute_at, "pair": pr.pair,
     "tensorize": _lowering_only, "block": _lowering_only,
     "resolve_fill": rules_copy.resolve_fill, "fill_from": rules_copy.fill_from,
 }
@@ -169,7 +169,10 @@ def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> lis
     n = injective(k)
     if n is None:
         return None
-    params = params or eltwise_params(n)
+    default = eltwise_params(n)
+    params = params or default
+    if _unit_column(n) and params == default:  # (tiles a user's directives chose keep the column layout)
+        return _unit_column_alone(n, params)
     if n.run == (0, 0):
         size = math.prod(lp.extent for lp in n.loops)
         if size % params.parts == 0 and (size // params.parts) % params.free == 0:
@@ -284,6 +287,88 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     temps = {"temps": f"tmp{tag}_"} if tag else {}  # a region's temporaries have its own shape
     return prims + [prim("tensorize", at("p_i"), fold=fold, regroup=fold, **temps),
                     prim("block", at("pt"), label + part)]
+
+
+def _unit_column(n: Injective) -> bool:
+    """Broadcast columns of one element (their loops all of extent 1) and no rows, under leading loops: laid out as
+    columns, each tile would have one partition (4096 x 1 x 64 f32: 4016 us against 21 for a fill)."""
+    a, b = n.run
+    ext = [lp.extent for lp in n.loops]
+    return bool(n.columns) and not n.rows and a > 0 and math.prod(ext[a:b]) == 1 and math.prod(ext[:a]) > 1
+
+
+def _unit_column_alone(n: Injective, params: EltwisePlan) -> list[Prim]:
+    """`Y[n, m, p] = 2 * c[m] + 1` with M = 1 (and full operands, `A[n, m, p] - c[m]`): the leading loops go on the
+    partitions, the trailing ones on the free dimension (the unit loops of the columns left out: reshape's groups),
+    each column is loaded once as a (1, 1) row and copied to every partition once (`broadcast`: the row machinery),
+    and the tiles read that (P, 1) column:
+
+        reshape(n, ((p, 4096), (f, 64)), groups=((n,), (p,)))     Y_v[p, f] = 2 * c_v[0, 0] + 1
+        stage(c_v, "", name=c_row); broadcast(c_row, "", p_i, name=c_col)   c_col[p, 0]: the value on each partition
+        split(p, 128, ..); split(f, 64, ..); reorder(pt, t, p_i, f_i); partition(p_i); stage_out(Y_v, t); tensorize
+
+    Ragged partitions or free elements are cut into whole tiles and the rest, as `_broadcast` does; with a ragged
+    partition part the column is copied to every partition in each partition tile. Only the default schedule:
+    tiles a user's directives chose keep the column layout they were chosen for."""
+    a, b = n.run
+    names, ext = [lp.var for lp in n.loops], [lp.extent for lp in n.loops]
+    O, F = math.prod(ext[:a]), math.prod(ext[b:])
+    plan = replace(eltwise_plan(O * F, {"O": 1, "P": O, "F": F}, False), free=params.free)
+    name = _Names(n)
+    v = _views(n, name)
+    before, after = names[:a], names[b:]
+    lines = (n.loops[0].line, n.loops[b].line if b < len(n.loops) else n.top.line)
+    prims = [prim("reshape", n.top.var, (("p", O), ("f", F)), notes=(f"for {', '.join(before)}",
+                                                                      f"for {', '.join(after)}"),
+                  lines=lines, views=tuple(v.items()), groups=(tuple(before), tuple(after)))]
+    out = n.stmt.dst.buf
+    label = f"{out} = element-wise, broadcasting {', '.join(n.columns)} (one value on every partition)"
+    rowname = {c: name(f"{c}_row") for c in n.columns}
+    flat = eltwise_plan(O * F, {}, False)
+    if O * F % flat.parts == 0 and O * F // flat.parts % flat.free == 0:  # every value is one: the data flattened
+        flats = {b: name(f"{b}_flat") for b in (*n.full, out)}
+        prims[0] = replace(prims[0], args=(n.top.var, (("q", O), ("g", F))))
+        prims += [prim("reshape", "q", (("p", flat.parts), ("f", O * F // flat.parts)),
+                       notes=("", f"for {', '.join(before + after)}"), lines=(n.top.line, n.top.line),
+                       views=tuple((v[b], flats[b]) for b in flats)),
+                  prim("split", "f", flat.free, outer="t", inner="f_i", name="TILE_F"),
+                  prim("reorder", "t", "p"),
+                  prim("partition", "p"),
+                  prim("stage_out", flats[out], "t", name=name(f"{out}_tile"))]
+        prims += [prim("stage", flats[b], "t", name=name(f"{b}_tile")) for b in reversed(n.full)]
+        prims += [prim("stage", v[c], "", name=rowname[c]) for c in reversed(n.columns)]
+        prims += [prim("broadcast", rowname[x], "", "p", name=name(f"{x}_col")) for x in reversed(n.columns)]
+        return prims + [prim("tensorize", "p", fold=False, regroup=False),
+                        prim("block", "t", f"{label}, {flat.parts} partitions")]
+    rows = _ragged_parts(O, min(plan.parts, O), 1)
+    cols = _ragged_parts(F, min(plan.free, F), 1)
+    if len(rows) > 1:
+        prims.append(prim("cut", "p", rows[1][0]))
+    if len(cols) > 1:
+        prims += [prim("cut", f"f{_at(len(rows), r)}", cols[1][0], root=f"p{_at(len(rows), r)}")
+                  for r in range(len(rows))]
+    once = len(rows) == 1  # one partition tile size: the column copied to every partition once, before the loops
+    prims += [prim("stage", v[c], "", name=rowname[c]) for c in reversed(n.columns)]
+    for r, (p0, ps, tp, _) in enumerate(rows):
+        for c, (f0, fs, tf, _) in enumerate(cols):
+            sfx = _at(len(rows), r, len(cols), c)
+            at = lambda x: x + sfx  # noqa: E731
+            tag = f"_{sfx[1:]}" if sfx else ""
+            part = f", rows {p0}..{p0 + ps} x columns {f0}..{f0 + fs}" if len(rows) * len(cols) > 1 else ""
+            prims += [prim("split", at("p"), tp, outer=at("pt"), inner=at("p_i"), name=_const(tp, plan.parts, "P")),
+                      prim("split", at("f"), tf, outer=at("t"), inner=at("f_i"), name=_const(tf, plan.free, "F")),
+                      prim("reorder", at("pt"), at("t"), at("p_i"), at("f_i")),
+                      prim("partition", at("p_i")),
+                      prim("stage_out", v[out], at("t"), name=name(f"{out}_tile{tag}"))]
+            prims += [prim("stage", v[x], at("t"), name=name(f"{x}_tile{tag}")) for x in reversed(n.full)]
+            if once and c == 0 or not once:
+                where = "" if once else at("pt")
+                prims += [prim("broadcast", rowname[x], where, at("p_i"), name=name(f"{x}_col{tag}"))
+                          for x in reversed(n.columns)]
+            temps = {"temps": f"tmp{tag}_"} if tag else {}
+            prims += [prim("tensorize", at("p_i"), fold=False, regroup=False, **temps),
+                      prim("block", at("pt"), label + part)]
+    return prims
 
 
 def _const(size: int, planned: int, dim: str) -> str:
@@ -666,8 +751,23 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     A factor rides on the eviction (`tensorize(e_u_r, evict=True)`: one ScalarE activation with its scale) when the
     matmuls do not bound the step; otherwise VectorE multiplies after a plain copy.
 
-    Takes sums whose row tiles are not grouped (build_colreduce groups 2 or 4 row tiles per step, stacks o's on
-    the partitions, widens loads and sums expressions: those stay there), None otherwise."""
+    16-bit sources of several row tiles take GROUP_ROWS (4 or 2 tiles, build_colreduce._group: that many loads in
+    flight) per step, each tile a buffer of its own (1024 x 384 bf16):
+
+        split(r, 512, outer=rt, inner=r_g, name=GROUP_ROWS); split(r_g, 128, outer=g, inner=p, name=TILE_P)
+        split(f, 384, ..); reorder(o, ft, rt, g, p, f_i); partition(p, summed=True)
+        unroll(g, copies=True)               g#0 .. g#3: the four tiles of a group written out
+        stage(A_v, g#0, name=A_r0) .. stage(A_v, g#3, name=A_r3)   each tile loaded into its own buffer
+
+    fp32 tiles of a group are added in pairs first (an fp32 matmul streams at 4.7x the 16-bit cost), ScalarE
+    evicting (with the factor, if any), as build_colreduce did:
+
+        pair(g#0, g#1)                       s_acc[0, f_i] += A_r0[p, f_i] + A_r1[p, f_i]
+        bind_expr(s_acc, p#0, s_pair0, suffix=_x0); tensorize(p_x0)   VectorE: s_pair0 = A_r0 + A_r1
+        (then g#1 .. for a group of 4); tensorize(s_row_c0, engine=scalar)   the eviction on ScalarE
+
+    Takes plain sums (build_colreduce stacks o's on the partitions, widens loads and sums expressions: those stay
+    there), None otherwise."""
     from tilec.compiler.build_colreduce import plain_steps  # the builder's own choice of the cases it improves
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) < 2 or len(tops) != len(k.body):
@@ -691,7 +791,9 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     ext = {lp.var: lp.extent for lp in chain}
     O, R, F = (math.prod(ext[v] for v in vs) for vs in (names[:first], red, names[first + len(red):]))
     S, A = upd.dst.buf, body[0].expr.access.buf
-    if R % params.parts or F % params.free or not plain_steps(O, R, F, params, k.buffers()[A].dtype):
+    dtype = k.buffers()[A].dtype
+    group = _column_group(O, R, F, params, dtype)
+    if R % params.parts or F % params.free or not (group > 1 or plain_steps(O, R, F, params, dtype)):
         return None
     columns = [c for c in epilogue if c]
     v, taken = _reduce_views(S, [A], columns)
@@ -712,24 +814,45 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
         lead = ((e, O),) if before else ()  # (no kept index before the reduced run: the rows are s_v[0, f])
         prims.append(prim("reshape", ref, lead + ((f"{e}_u", 1), (f"{e}_f", F)), views=views,
                           groups=((tuple(before),) if before else ()) + ((), tuple(after)), units=(f"{e}_u",)))
-    prims += [prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
-                   note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
-              prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
-              prim("reorder", "o", "ft", "rt", "p", "f_i"),
-              prim("partition", "p", summed=True)]
+    if group > 1:  # GROUP row tiles per step: one (TILE_P, GROUP, TILE_F) tile, each part summed by its matmul
+        prims += [prim("split", "r", group * params.parts, outer="rt", inner="r_g", name="GROUP_ROWS",
+                       note=f"for {', '.join(red)} (groups of {group} TILE_P tiles: "
+                            + ("added in pairs on VectorE, " if dtype == "f32" else "") + "summed in PSUM)"),
+                  prim("split", "r_g", params.parts, outer="g", inner="p", name="TILE_P",
+                       note="the TILE_P tiles of a group"),
+                  prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+                  prim("reorder", "o", "ft", "rt", "g", "p", "f_i"),
+                  prim("partition", "p", summed=True),
+                  prim("unroll", "g", copies=True)]
+    else:
+        prims += [prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
+                       note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
+                  prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+                  prim("reorder", "o", "ft", "rt", "p", "f_i"),
+                  prim("partition", "p", summed=True)]
     for e in loops:  # each step on the row of sums of a free tile, once it is evicted
         prims += [prim("reverse_compute_at", e if before else f"{e}_u", "ft"), prim("partition", f"{e}_u_r")]
     if not epilogue:  # the eviction writes the output's dtype
-        prims.append(prim("stage_out", v[S], "ft", memory="psum", name=unique(f"{S}_acc", taken), line=upd.line,
-                          dtype="f32", cast=unique(f"{S}_row", taken)))
+        acc, row = unique(f"{S}_acc", taken), unique(f"{S}_row", taken)
+        prims.append(prim("stage_out", v[S], "ft", memory="psum", name=acc, line=upd.line, dtype="f32", cast=row))
     else:  # an fp32 row in SBUF the epilogue works on (cast for a narrower output), the sums in PSUM before it
         narrow = k.buffers()[S].dtype != "f32"
         row = unique(f"{S}_row", taken)
         cast = {"cast": unique(f"{S}_tile", taken)} if narrow else {}
+        acc = unique(f"{S}_acc", taken)
         prims += [prim("stage_out", v[S], "ft", name=row, line=upd.line, dtype="f32", **cast),
-                  prim("stage_out", row, "ft", memory="psum", name=unique(f"{S}_acc", taken), line=upd.line,
-                       of="rt")]
-    prims.append(prim("stage", v[A], "rt", name=unique(f"{A}_tile", taken)))
+                  prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
+    paired = group > 1 and dtype == "f32"
+    if group > 1:
+        prims += [prim("stage", v[A], f"g#{j}", name=unique(f"{A}_r{j}", taken)) for j in range(group)]
+        # fp32 tiles added in pairs on VectorE first (an fp32 matmul streams at 4.7x the 16-bit cost): each pair
+        # of copies one nest `s += A_r0 + A_r1`, its sum bound to a tile of its own, TensorE sums that
+        for q in range(group // 2 if paired else 0):
+            prims += [prim("pair", f"g#{q}", f"g#{q + 1}"),
+                      prim("bind_expr", acc, f"p#{q}", unique(f"{S}_pair{q}", taken), suffix=f"_x{q}"),
+                      prim("tensorize", f"p_x{q}")]
+    else:
+        prims.append(prim("stage", v[A], "rt", name=unique(f"{A}_tile", taken)))
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
     prims.append(prim("tensorize", "p", line=init[0].line))
     # ScalarE evicts, applying a constant factor on the way, when the matmuls do not bound the step (16-bit
@@ -737,10 +860,23 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     # multiplies after a plain copy (build_colreduce measured it: 16 x 256 x 4096 bf16 mean 261 -> 174 us)
     step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
     factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
-    evict = factor and (k.buffers()[A].dtype != "f32" or R == params.parts)
+    evict = factor and (k.buffers()[A].dtype != "f32" or R == params.parts or paired)
+    if paired and not (evict and factor):  # VectorE adds the pairs: ScalarE evicts (a factor: evict=True below)
+        prims.append(prim("tensorize", f"{row}_c0", engine="scalar"))
     prims += [prim("tensorize", f"{e}_u_r", **({"evict": True} if evict and n == 0 else {}))
               for n, e in enumerate(loops)]
-    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul)")]
+    how = "; row tiles added in pairs on VectorE first" if paired else ""
+    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul{how})")]
+
+
+def _column_group(O: int, R: int, F: int, params: ReducePlan, dtype: str) -> int:
+    """Row tiles per step of a 16-bit column sum the rule takes (build_colreduce._group: 4 or 2 loads in flight
+    hide the DMA latency): not stacked, not wide; fp32 tiles are added in pairs first (pair, bind_expr)."""
+    from tilec.compiler.build_colreduce import _group, stacked, wide
+    if dtype not in ("bf16", "f16", "f32") or R % params.parts or stacked(O, R, params) > 1 or \
+            wide(O, R, F, params, 1, dtype) > 1:
+        return 1
+    return _group(R // params.parts)
 
 
 # ---- data movement -------------------------------------------------------------------------------------------------
