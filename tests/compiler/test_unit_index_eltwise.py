@@ -69,3 +69,18 @@ kernel u(A: f32[N, 2, M]) -> Y
         compile_loaded(lang.load(src))
     text = str(err.value)
     assert ":5:19:" in text and "^^^" in text and "`A[i, 1, j]`" in text
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_a_plain_read_of_a_squeezed_dimension_is_exact(dtype, nki):
+    """`Y[n, c, x] = A[n, c, 0, x]` moves bits (no function): exact, in a 3-D nest."""
+    src = """\
+kernel u(A: f32[N, C, 1, M]) -> Y
+  default N = 3, C = 70, M = 45
+  Y: f32[N, C, M]
+  for n in 0..N, c in 0..C, x in 0..M:
+    Y[n, c, x] = A[n, c, 0, x]
+"""
+    prog, c, out, x = _run(src, dtype, nki)
+    np.testing.assert_array_equal(np.asarray(out["Y"], np.float64), x["A"][:, :, 0, :])
