@@ -98,3 +98,13 @@ def test_16_bit_operands_stay_a_located_refusal(dtype):
         compile_loaded(lang.load(src))
     text = str(err.value)
     assert ":7:18:" in text and "^^^" in text and "`exp(A[k, i])` is not a tensor read" in text
+
+
+def test_a_factor_with_no_read_is_not_rewritten():
+    """`exp(i) * (A[i, k] + B[k, j])`: a factor without a read (and one with two) is no function of an operand; the
+    located refusal, not an internal error (the first version of the rewrite unpacked the factor's one read)."""
+    src = MATMUL.format(K=20, M=7, N=9, f="exp(i)").replace("* B[k, j]", "* (A[i, k] + B[k, j])").replace(
+        "A: f32[K, M]", "A: f32[M, K]")
+    with pytest.raises(TilecError) as err:
+        compile_loaded(lang.load(src))
+    assert ":7:18:" in str(err.value) and "`exp(i)` is not a tensor read" in str(err.value)

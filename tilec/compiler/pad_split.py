@@ -87,6 +87,8 @@ def split_padded_reads(program):
             if isinstance(inner, sx.Access) or isinstance(factor, sx.Call) and factor.fn == "f32" and \
                     isinstance(factor.args[0], sx.Access):
                 continue  # a read, relu / relu6 / f32() of one: the contraction's own operand forms
+            if len(accesses(factor)) != 1:
+                continue  # `exp(i) * (A[i, k] + B[k, j])`: not a function of one operand
             acc, = accesses(factor)
             used = [_var(i, frozenset(by_var)) for i in acc.indices]
             if acc.fill is not None or any(not isinstance(i, sx.Name) for i in acc.indices) or \
