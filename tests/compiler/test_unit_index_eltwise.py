@@ -84,3 +84,18 @@ kernel u(A: f32[N, C, 1, M]) -> Y
 """
     prog, c, out, x = _run(src, dtype, nki)
     np.testing.assert_array_equal(np.asarray(out["Y"], np.float64), x["A"][:, :, 0, :])
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_row_of_a_unit_leading_dimension(dtype, nki):
+    """`s[0, j]` of a [1, M] tensor is the row s[j], broadcast to every partition."""
+    src = """\
+kernel u(A: f32[N, M], s: f32[1, M]) -> Y
+  default N = 300, M = 70
+  Y: f32[N, M]
+  for i in 0..N, j in 0..M:
+    Y[i, j] = A[i, j] * s[0, j]
+"""
+    prog, c, out, x = _run(src, dtype, nki)
+    assert_matches(prog, "Y", out["Y"], x["A"] * x["s"])
