@@ -17,6 +17,7 @@ from dataclasses import replace
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import loop, ones_row
+from tilec.compiler.exprs import accesses
 from tilec.compiler.ir import Aff, Sl, View
 from tilec.compiler.layout import perfect_chain
 from tilec.compiler.lower import size_value
@@ -38,13 +39,33 @@ def eltwise_nest(op: EltwiseOp, program) -> Kernel:
     out = program.tensors[op.out]
     names = tuple(v for _, v in op.vars)
     reads = tuple(dict.fromkeys((*op.inputs, *op.columns, *op.rows)))
-    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, tuple(program.tensors[n].shape)) for n in (*reads, op.out)}
+    ext = {v: size_value(n, program.sizes) if not isinstance(n, int) else n for v, n in zip(names, out.shape)}
+    bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype, _read_shape(program, n, op.expr, ext))
+            for n in (*reads, op.out)}
     idx = tuple(Aff((ir.Term(v),)) for v in names)
     body: Stmt = Assign(Access(op.out, idx), lower_expr(op.expr, names, program.sizes), op.line)
     for v, n in reversed(list(zip(names, out.shape))):
         body = Loop(v, size_value(n, program.sizes) if not isinstance(n, int) else n, (body,), "serial",
                     dict(op.loop_lines).get(v, op.line))
     return Kernel(op.name, tuple(bufs[n] for n in reads), (bufs[op.out],), (body,))
+
+
+def _read_shape(program, name: str, expr: sx.Expr, extents: dict[str, int]) -> tuple:
+    """A tensor's shape as the statement reads it: without the one-element dimensions whose constant 0 index
+    selection left out (`A[i, 0, j]` of an [N, 1, M] tensor read as `A[i, j]`, select.drop_unit_indices)."""
+    shape = tuple(program.tensors[name].shape)
+    reads = {a.indices for a in accesses(expr) if a.tensor == name}
+    if len(reads) != 1 or len(idx := reads.pop()) == len(shape) or \
+            not all(isinstance(e, sx.Name) and e.id in extents for e in idx):
+        return shape
+    want = [extents[e.id] for e in idx if isinstance(e, sx.Name)]
+    rest = list(want)
+    for d in (d if isinstance(d, int) else size_value(d, program.sizes) for d in shape):
+        if rest and d == rest[0]:
+            rest.pop(0)
+        elif d != 1:
+            return shape
+    return tuple(want) if not rest else shape
 
 
 _UPDATE = {"add": "+=", "maximum": "max=", "minimum": "min="}

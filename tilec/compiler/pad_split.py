@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler.exprs import accesses
+from tilec.compiler.exprs import accesses, product_factors
 from tilec.compiler.lower import uses_names
 from tilec.lang import syntax as sx
 
@@ -22,6 +22,7 @@ from tilec.lang import syntax as sx
 def split_padded_reads(program):
     """The program with every splittable padded read of an element-wise statement copied first; the same object
     when there is none."""
+    from tilec.compiler.select_conv import strip_activation
     from tilec.lang import api, bounds, checker
     kernel = program.kernel
     taken = {p.name for p in kernel.params} | {d.name for d in kernel.decls} | {lt.name for lt in kernel.lets}
@@ -37,10 +38,12 @@ def split_padded_reads(program):
                 body.append(out[-1])
                 before += out[:-1]
             return before + [replace(st, body=tuple(body))]
+        if isinstance(st, sx.Assign) and st.op == "+=":
+            return operand_functions(st, {lp.var: lp for lp in loops})
         if not isinstance(st, sx.Assign) or st.op != "=" or isinstance(st.value, sx.Access):
             return [st]
         by_var = {lp.var: lp for lp in loops}
-        new: dict[int, sx.Access] = {}
+        new: dict[int, sx.Expr] = {}
         copies: list[sx.Stmt] = []
         for acc in accesses(st.value):
             if acc.fill is None:
@@ -64,6 +67,45 @@ def split_padded_reads(program):
         if not new:
             return [st]
         return copies + [replace(st, value=_subst(st.value, new))]
+
+    def operand_functions(st: sx.Assign, by_var: dict[str, sx.Loop]) -> list[sx.Stmt]:
+        """`Y[i, j] += exp(A[k, i]) * B[k, j]` of fp32 operands: `T[k, i] = exp(A[k, i])` first, then the
+        contraction of T (exact: T holds exp(A) in fp32, as the reference computes it). 16-bit operands stay
+        refused (T would round exp(A) to the operands' dtype, which the program does not do)."""
+        factors, _ = product_factors(st.value)
+        reads = accesses(st.value)
+        if len(factors) != 2 or len(reads) != 2 or any(dtypes[a.tensor] != "f32" for a in reads):
+            return [st]
+        va, vb = ({i.id for i in a.indices if isinstance(i, sx.Name)} for a in reads)
+        out = {i.id for i in st.target.indices if isinstance(i, sx.Name)}
+        if not (va & vb) - out or not va - vb or not vb - va:
+            return [st]  # not a contraction (a row reduction `s[i] += exp(A[i, k]) * B[i, k]` compiles as it is)
+        new: dict[int, sx.Expr] = {}
+        copies: list[sx.Stmt] = []
+        for factor in factors:
+            inner = strip_activation(factor)[0]
+            if isinstance(inner, sx.Access) or isinstance(factor, sx.Call) and factor.fn == "f32" and \
+                    isinstance(factor.args[0], sx.Access):
+                continue  # a read, relu / relu6 / f32() of one: the contraction's own operand forms
+            if len(accesses(factor)) != 1:
+                continue  # `exp(i) * (A[i, k] + B[k, j])`: not a function of one operand
+            acc, = accesses(factor)
+            used = [_var(i, frozenset(by_var)) for i in acc.indices]
+            if acc.fill is not None or any(not isinstance(i, sx.Name) for i in acc.indices) or \
+                    len(set(used)) != len(used) or any(not _zero(by_var[v].start) for v in used if v is not None):
+                continue
+            vs = [v for v in used if v is not None]
+            name = _unique(f"{acc.tensor}_{factor.fn if isinstance(factor, sx.Call) else 'f'}", taken)
+            taken.add(name)
+            decls.append(sx.Decl(name, sx.TensorType("f32", tuple(by_var[v].stop for v in vs), acc.span), acc.span))
+            idx = tuple(sx.Name(v, acc.span) for v in vs)
+            copy: sx.Stmt = sx.Assign(sx.Access(name, idx, acc.span), "=", factor, st.span)
+            for v in reversed(vs):
+                lp = by_var[v]
+                copy = sx.Loop(v, lp.start, lp.stop, (copy,), lp.span)
+            copies.append(copy)
+            new[id(factor)] = sx.Access(name, idx, factor.span)
+        return copies + [replace(st, value=_subst(st.value, new))] if new else [st]
 
     body: list[sx.Stmt] = []
     for st in kernel.body:
@@ -101,9 +143,11 @@ def _unique(base: str, taken: set[str]) -> str:
     return name
 
 
-def _subst(e: sx.Expr, new: dict[int, sx.Access]) -> sx.Expr:
+def _subst(e: sx.Expr, new: dict[int, sx.Expr]) -> sx.Expr:
+    if id(e) in new:
+        return new[id(e)]
     if isinstance(e, sx.Access):
-        return new.get(id(e), e)
+        return e
     if isinstance(e, sx.Neg):
         return replace(e, x=_subst(e.x, new))
     if isinstance(e, sx.BinOp):

@@ -63,11 +63,11 @@ def select(comps: tuple[Comp, ...], program) -> tuple[Op, ...]:
             if alt is comp:
                 raise
             try:
-                comp, op = _select_at(comps, i, alt, program, consumed)
+                comp, op = _select_at(comps[:i] + (alt,) + comps[i + 1:], i, alt, program, consumed)
             except TilecError:
                 raise err from None
-            if not isinstance(op, ConvOp):  # only a contraction reads its operands through reshaped views
-                raise err from None
+            if not isinstance(op, (ConvOp, EltwiseOp)) or isinstance(op, EltwiseOp) and op.copy:
+                raise err from None  # a contraction or an element-wise op reads its operands through reshaped views
         if isinstance(op, PoolOp):
             op = fuse_pool_divide(op, comps, i, program, consumed)
         if isinstance(op, ConvOp):
@@ -109,10 +109,21 @@ def drop_unit_indices(comp: Comp, program) -> Comp:
     """A contraction whose operand reads a dimension of one element at the constant 0, `Y[n, g*M + m, y, x] +=
     X[n, g, y + r, x + s] * W[g*M + m, 0, r, s]` (torch's depthwise weights [C*M, 1, R, S]), with those indices
     left out (`W[g*M + m, r, s]`): the builders read the operands through views reshaped to their own dimensions,
-    which hold the same elements. `comp` itself when there is no such index."""
+    which hold the same elements. An element-wise read (`Y[i, j] = f(A[i, 0, j])`) drops them too: its nest reads
+    the tensor through an HBM view without those dimensions (lower_tiles._read_shape). `comp` itself when there is
+    no such index."""
+    if comp.red_op is None and comp.init is not None:  # an element-wise read, `Y[i, j] = f(A[i, 0, j])`
+        init = _drop_units(comp.init, program)
+        return comp if init == comp.init else replace(comp, init=init)
     update = comp.update
     if comp.red_op != "+=" or update is None or len(accesses(update)) != 2:
         return comp
+    new = _drop_units(update, program)
+    return comp if new == update else replace(comp, update=new)
+
+
+def _drop_units(e: sx.Expr, program) -> sx.Expr:
+    """e with every constant-0 index of a one-element dimension left out of its reads (a read keeps one index)."""
 
     def drop(e: sx.Expr) -> sx.Expr:
         if isinstance(e, sx.Access):
@@ -126,8 +137,7 @@ def drop_unit_indices(comp: Comp, program) -> Comp:
         if isinstance(e, sx.Neg):
             return replace(e, x=drop(e.x))
         return e
-    new = drop(update)
-    return comp if new == update else replace(comp, update=new)
+    return drop(e)
 
 
 def _select_one(comp: Comp, program) -> Op:
