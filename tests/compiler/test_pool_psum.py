@@ -10,7 +10,7 @@ import pytest
 
 from compiler_helpers import assert_matches
 from test_pool_window import NP, pool_program, reference
-from tilec.compiler import rules_pool
+from tilec.compiler import rules_pool, wrap
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
@@ -156,15 +156,15 @@ def test_taps_with_peeled_tiles_and_a_sum_without_division(psum_on, monkeypatch,
 
 def test_model_chooses_taps_for_many_16_bit_tiles_only():
     """The default: a bf16 average at 8 tiles of 28 x 28 sums its taps on TensorE; at 2 tiles (the identity's set-up
-    on the critical path) and for f32 (TensorE's quarter rate) it does not; count_include_pad=False keeps the
-    copies (ScalarE's per-region counts)."""
+    on the critical path) and for f32 (TensorE's quarter rate) it does not; count_include_pad=False sums its taps
+    on TensorE too (the columns' counts in the evictions, the rows' on VectorE)."""
     def kernel(dtype: str, n: int, kind: str = "avg") -> str:
         return compile_loaded(lang.load(pool_program(kind, 3, 1, 1, dtype, h=28, w=28, n=n, c=128)), None).source
     many = kernel("bf16", 16)
     assert many.count("nisa.nc_matmul(") == 3 * 2 * 2  # 3 taps x 2 chunks, in the loop and the peeled last tile
     assert "nc_matmul" not in kernel("bf16", 2)
     assert kernel("f32", 16).count("nisa.nc_matmul(") == 2 * 2  # the copies, one per chunk
-    assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 2 * 2
+    assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 3 * 2 * 2
     text = compile_loaded(lang.load(pool_program("avg", 3, 1, 1, "bf16", h=28, w=28, n=16, c=128)), None) \
         .stages["schedule"]
     assert "copy='TensorE identity matmul, one per tap'" in text
@@ -182,3 +182,31 @@ def test_16_bit_sums_round_each_output_once(psum_on):
     assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x.astype(np.float32), "avg", 4, 1, 0))
     assert "X_taps" in compiled.source
     assert "dtype=nl.float32" in compiled.source.split("Y_rows = ")[1].split("\n")[0]  # the partial sums
+
+
+@pytest.mark.parametrize("nki", [None, "0.1"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("r,s,pad", [(3, 1, 1), (5, 1, 2), (3, 2, 1), (4, 1, 1), (3, 1, 0), (2, 1, 1)])
+def test_tensor_engine_sums_the_taps_of_averages_excluding_the_padding(psum_on, monkeypatch, nki, dtype, r, s, pad):
+    """count_include_pad=False through TensorE's taps: ScalarE evicts each run of columns with its own count folded
+    in (window / its taps inside X), the pass along y completes the rows with fewer taps in fp32 and VectorE writes
+    them to the band times window / their taps (tensor_scalar multiply); the interior rows' last combine writes the
+    band directly. Two tiles of 96 channel rows, 40 x 30 inputs, both NKI dialects. A 2x2 window padded on both
+    sides has no tap that every output has: it keeps the copies."""
+    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    source = run("avgx", r, s, pad, dtype, h=40, w=30, n=2, c=96, nki=nki)
+    summed = (r, pad) != (2, 1)
+    assert ("X_taps" in source) is summed
+    if summed and pad:  # border columns' evictions apart, border rows scaled on VectorE
+        assert source.count("nisa.activation(") > source.count("buffer=nl.psum")
+        assert "nl.multiply" in wrap.unwrap(source)
+
+
+def test_averages_excluding_the_padding_count_once_per_output(psum_on, monkeypatch):
+    """A 3x3 stride-1 average excluding the padding over 5 x 4 bf16 inputs (every row and column is a border or
+    next to one) and a 4x4 one over 22 x 7 (no output row has all its window's rows in the interior of a 3-row
+    image: the whole pass along y in fp32, then scaled)."""
+    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    assert "X_taps" in run("avgx", 3, 1, 1, "bf16", h=5, w=4, n=2, c=70)
+    source = wrap.unwrap(run("avgx", 4, 1, 1, "bf16", h=3, w=9, n=1, c=100))
+    assert "X_taps" in source and source.count("nl.multiply") == 2  # both output rows scaled from fp32 sums

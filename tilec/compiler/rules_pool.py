@@ -336,26 +336,29 @@ class _WindowPool:
             passes.append((1, segments(n, first, sy, op.pool.wy, self.H) if G == 1 else
                            [Segment(0, n, tuple(range(op.pool.wy)))]))
         folded = 1.0  # the scale TensorE's evictions apply (then none after the passes)
-        if self.psum is not None and self.taps and self.w.count != "inside":
+        counted = self.w.count == "inside" and self.psum is not None and self.taps
+        if self.psum is not None and self.taps:
             folded, scale = scale, 1.0
         for i, (axis, segs) in enumerate(passes):
             shape = (P * G, rows, self.Wo) if axis == 2 else (P * G, n, self.Wo)
-            last = i == len(passes) - 1 and scale == 1.0 and self.w.count != "inside"
+            last = i == len(passes) - 1 and scale == 1.0 and (self.w.count != "inside" or counted)
             shift = ox if axis == 2 else first - lo
             stride, window = (sx, op.pool.wx) if axis == 2 else (sy, op.pool.wy)
             taps = axis == 2 and self.psum is not None and self.taps
-            # a sum into 16-bit Y: the pass's partial sums stay fp32, only its last combine rounds (into Y's band)
-            final = whole(ob) if last and op.pool.op == "add" and ob.dtype in HALF and window > 2 and not taps \
-                else None
+            # a sum into 16-bit Y: the pass's partial sums stay fp32, only its last combine rounds (into Y's band);
+            # count_include_pad=False through TensorE's taps: the outputs with fewer taps are scaled on the way there
+            final = whole(ob) if last and op.pool.op == "add" and not taps and \
+                ((ob.dtype in HALF and window > 2) or counted) else None
             dst = ob if last and final is None else \
                 Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp, shape)
             out += [] if dst == ob else [Alloc(dst, line=line)]
             if taps:  # TensorE sums the taps, ScalarE evicts
-                out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded)
+                out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded, counted)
             elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
                 out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window, final)
             else:
-                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window, final=final)
+                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window, final=final,
+                                        counted=counted)
             cur = final or whole(dst)
         if cur.buf != ob and self.w.count == "inside":  # each region of the tile by its own count (ScalarE)
             out += self.count_regions(cur, ob, [g for axis, g in passes if axis == 1], [g for axis, g in passes
@@ -415,11 +418,12 @@ class _WindowPool:
         return out
 
     def tensor_x_pass(self, xb: Buf, dst: Buf, segs: list[Segment], stride: int, shift: int, window: int,
-                      scale: float) -> list[Stmt]:
+                      scale: float, counted: bool = False) -> list[Stmt]:
         """The pass along x of a sum on TensorE: per chunk of the band's input rows (one PSUM bank), one identity
         matmul per tap accumulates the tap's strided view of the rows into the outputs it reaches (the tap every
         output has first, over all of them: it starts the accumulation), exact in fp32 PSUM; ScalarE evicts the
-        chunk into the same rows of dst times `scale` (the average's 1 / count, when it is folded here)."""
+        chunk into the same rows of dst times `scale` (the average's 1 / count, when it is folded here); counted
+        (count_include_pad=False): each run of columns with as many taps inside X times window / its taps."""
         line, P, rows, n = self.op.line, xb.shape[0], xb.shape[1], sum(g.size for g in segs)
         ident = self.shared.ident
         assert self.psum is not None and ident is not None
@@ -437,7 +441,10 @@ class _WindowPool:
                 moving = View(xb, (full(P), sl(r0, cr), Sl(a(o0 * stride + t + shift), size, step)))
                 out.append(Matmul(View(ps, (full(P), full(cr), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
                                   moving, line))
-            out.append(Act(View(dst, (full(P), sl(r0, cr), full(n))), whole(ps), "copy", None, scale, line))
+            for c0, size, factor in eviction_runs(segs, window, counted):
+                out.append(Act(View(dst, (full(P), sl(r0, cr), sl(c0, size) if size < n else full(n))),
+                               View(ps, (full(P), full(cr), sl(c0, size) if size < n else full(n))), "copy", None,
+                               scale * factor, line))
         return out
 
     def load_parts(self, rows: int) -> list[tuple[int, int]]:
@@ -476,7 +483,8 @@ class _WindowPool:
                           line) for part, r, src_row in pad]
 
     def window_pass(self, src: View, dst: View, axis: int, segs: list[Segment], stride: int, shift: int,
-                    window: int, alone: View | None = None, final: View | None = None) -> list[Stmt]:
+                    window: int, alone: View | None = None, final: View | None = None,
+                    counted: bool = False) -> list[Stmt]:
         """dst = op over the window taps of src along `axis` (1: rows, 2: columns). With a tap t0 inside the input
         for every output: dst = op(t0, t1) where t1 reaches, t0 alone elsewhere (the border), then each other tap
         combined into the outputs it reaches; the large instructions are cut in row ranges between VectorE and
@@ -484,10 +492,18 @@ class _WindowPool:
         is combined on its own. alone: src is in PSUM, which GpSimdE cannot read, and alone the same rows in SBUF:
         every combine on VectorE, the first one's second tap read from SBUF (at most one PSUM operand). final: the
         pass's result goes there (a 16-bit tile) and dst holds the partial sums (fp32): only the last combine, and
-        copies of the outputs it does not reach, write final, so each output is rounded once."""
+        copies of the outputs it does not reach, write final, so each output is rounded once. counted
+        (count_include_pad=False, final given): the last combine writes final only for the outputs with every tap
+        inside X; the others are completed in dst and written to final times window / their taps (`scaled_out`)."""
         line, n = self.op.line, sum(g.size for g in segs)
         every = [t for t in range(window) if all(t in g.taps for g in segs)]
+        counted = counted and len(every) < window  # (every output with every tap: nothing to count)
+        whole_seg = next((g for g in segs if len(g.taps) == window), None) if counted else None
         out: list[Stmt] = []
+        if counted and (not every or whole_seg is None):
+            # no output has every tap, or every output has (the counts are all the window): into dst, then scaled
+            out += self.window_pass(src, dst, axis, segs, stride, shift, window, alone)
+            return out + self.scaled_out(final, dst, axis, segs, window, None) if final is not None else out
         if every:
             t0 = every[len(every) // 2]
             reach = {t: [g for g in segs if t in g.taps] for t in range(window) if t != t0}
@@ -495,7 +511,7 @@ class _WindowPool:
             order = sorted(ranges, key=lambda t: -ranges[t].size)
             if order:
                 first = ranges[order[0]]
-                into = final if final is not None and len(order) == 1 else dst
+                into = final if final is not None and len(order) == 1 and not counted else dst
                 out += self.combine_shared(into, axis, first, self._tap(src, axis, t0, shift, stride),
                                            self._tap(src if alone is None else alone, axis, order[0], shift, stride),
                                            alone is not None, src.buf.dtype)
@@ -505,7 +521,19 @@ class _WindowPool:
                         out.append(self.edge_copy(self._view(into, axis, edge, 0, 1),
                                                   self._view(src, axis, edge, t0 + shift, stride)))
                 for t in order[1:]:
-                    if final is not None and t == order[-1]:  # the last combine: partial sums + tap t into final
+                    if final is not None and counted and t == order[-1]:  # the outputs with every tap into final
+                        assert whole_seg is not None
+                        r, wseg = ranges[t], whole_seg
+                        for lo, hi in ((r.start, wseg.start), (wseg.start + wseg.size, r.start + r.size)):
+                            if hi > lo:  # outputs with fewer taps that tap t reaches: completed in dst
+                                out += self.combine_shared(dst, axis, Segment(lo, hi - lo, (t,)), None,
+                                                           self._tap(src, axis, t, shift, stride), alone is not None,
+                                                           src.buf.dtype)
+                        out += self.combine_shared(final, axis, wseg, self._tap(dst, axis, 0, 0, 1),
+                                                   self._tap(src, axis, t, shift, stride), alone is not None,
+                                                   src.buf.dtype)
+                        out += self.scaled_out(final, dst, axis, segs, window, wseg)
+                    elif final is not None and t == order[-1]:  # the last combine: partial sums + tap t into final
                         partial = self._tap(dst, axis, 0, 0, 1)
                         out += self.combine_shared(final, axis, ranges[t], partial,
                                                    self._tap(src, axis, t, shift, stride), alone is not None,
@@ -527,6 +555,21 @@ class _WindowPool:
                 out += self.combine(src if alone is None else alone, dst, axis, seg, stride, shift)
             if final is not None:
                 out.append(Copy(final, dst, line))
+        return out
+
+    def scaled_out(self, final: View, dst: View, axis: int, segs: list[Segment], window: int,
+                   done: Segment | None) -> list[Stmt]:
+        """count_include_pad=False: the outputs of each segment but `done` (already in final) from their sums in
+        dst to final, times window / their taps inside X; small, so each on one engine (VectorE's multiply, the
+        copies on VectorE and GpSimdE in turn)."""
+        out: list[Stmt] = []
+        for g in segs:
+            if done is not None and g.start == done.start:
+                continue
+            target, value = self._view(final, axis, g, 0, 1), self._view(dst, axis, g, 0, 1)
+            factor = window / len(g.taps)
+            out.append(Scalar(target, value, "multiply", factor, self.op.line) if factor != 1.0 else
+                       Copy(target, value, self.op.line, self.small_engine()))
         return out
 
     def edge_copy(self, dst: View, src: View) -> Stmt:
@@ -616,6 +659,22 @@ class _WindowPool:
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
 
 
+def eviction_runs(segs: list[Segment], window: int, counted: bool) -> list[tuple[int, int, float]]:
+    """The evictions of the pass along x's sums: (first column, columns, factor) per run of columns with one factor
+    (window / the taps inside X when counted, count_include_pad=False; else one run of factor 1)."""
+    n = sum(g.size for g in segs)
+    if not counted:
+        return [(0, n, 1.0)]
+    runs: list[tuple[int, int, float]] = []
+    for g in segs:
+        factor = window / len(g.taps)
+        if runs and runs[-1][2] == factor and runs[-1][0] + runs[-1][1] == g.start:
+            runs[-1] = (runs[-1][0], runs[-1][1] + g.size, factor)
+        else:
+            runs.append((g.start, g.size, factor))
+    return runs
+
+
 def at_value(stmts: list[Stmt], var: str, value: int) -> list[Stmt]:
     """stmts with the loop variable var replaced by the constant value (a peeled iteration)."""
     def fn(x: Aff) -> Aff:
@@ -665,11 +724,15 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
     segs = segments(Wo, w.offset[1], w.stride[1], op.pool.wx, W)
     reach = [sum(g.size for g in segs if t in g.taps) for t in range(op.pool.wx)]
     taps = None
-    if x in ("f16", "bf16") and op.pool.op == "add" and w.count == "window" and any(r == Wo for r in reach) and \
-            TAPS != "off":  # (count_include_pad=False: ScalarE's per-region counts would make it the bound)
+    if x in ("f16", "bf16") and op.pool.op == "add" and any(r == Wo for r in reach) and TAPS != "off":
+        # (count_include_pad=False: the columns' counts in the evictions, the rows' on VectorE in the pass along y)
         chunk_t = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // Wo
+        runs = len(eviction_runs(segs, op.pool.wx, w.count == "inside"))
+        ysegs = segments(w.out[0], w.offset[0], w.stride[0], op.pool.wy, op.dim("H")) if y_pass else []
+        counts = sum(len(g.taps) < op.pool.wy for g in ysegs) if w.count == "inside" else 0  # (at most, per band)
         if chunk_t >= 1:
-            taps = chunk_t, taps_costs(rows, band, Wo, [r for r in reach if r], op.pool.wy if y_pass else 1, chunk_t)
+            taps = chunk_t, taps_costs(rows, band, Wo, [r for r in reach if r], op.pool.wy if y_pass else 1, chunk_t,
+                                       runs, counts)
     # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
     # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest)
     if taps is not None and (taps[1] < psum or TAPS == "on") and (bands * (sbuf - taps[1]) > 2 * setup or
@@ -678,21 +741,24 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
     return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup or PSUM == "on" else None
 
 
-def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int) -> float:
+def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int, runs: int = 1,
+               counts: int = 0) -> float:
     """A band's busiest engine (ns) when TensorE sums the pass along x's taps (16-bit moving data; reach: the
-    outputs each tap reaches) over chunks of `chunk` input rows, ScalarE evicts each chunk (and copies the pass
-    along y's two border rows), VectorE and GpSimdE share the pass along y's wy - 1 combines of n x wo elements
-    from SBUF (fp32: 2 cycles per element on both), from the model's costs (tilec/perf/costs.py, params.py)."""
+    outputs each tap reaches) over chunks of `chunk` input rows, ScalarE evicts each chunk in `runs` runs of columns
+    (count_include_pad=False: one per column count; and copies the pass along y's two border rows), VectorE and
+    GpSimdE share the pass along y's wy - 1 combines of n x wo elements from SBUF (fp32: 2 cycles per element on
+    both) and VectorE scales `counts` runs of border rows (count_include_pad=False), from the model's costs
+    (tilec/perf/costs.py, params.py)."""
     from tilec.perf.params import target_params
     prm = {name: value for name, value, _ in target_params(get_target().name).table()}
     mn, sv, ss = prm["min_ii_cycles"], prm["vector_static_cycles"], prm["scalar_static_cycles"]
     chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
     tensor = sum(max(prm["mm_min_cycles"], c * r) + prm["mm_fixed_cycles"] for c in chunks for r in reach) / \
         prm["tensor_ghz"]
-    scalar = (sum(max(mn, c * wo) + ss for c in chunks) + (2 * (max(mn, wo) + ss) if wy > 1 else 0)) / \
-        prm["scalar_ghz"]
+    scalar = (sum(max(mn, c * wo) + ss + (runs - 1) * (max(mn, c) + ss) for c in chunks) +
+              (2 * (max(mn, wo) + ss) if wy > 1 and not counts else 0)) / prm["scalar_ghz"]
     vghz, gghz = prm["vector_ghz"], prm["gpsimd_ghz"]
-    vector = (wy - 1) * (n * wo / (vghz / 2 + gghz / 2) + sv / vghz)
+    vector = (wy - 1) * (n * wo / (vghz / 2 + gghz / 2) + sv / vghz) + counts * 2 * (max(mn, wo) + sv) / vghz
     return max(tensor, scalar, vector)
 
 
