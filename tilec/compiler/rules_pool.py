@@ -493,17 +493,12 @@ class _WindowPool:
         every combine on VectorE, the first one's second tap read from SBUF (at most one PSUM operand). final: the
         pass's result goes there (a 16-bit tile) and dst holds the partial sums (fp32): only the last combine, and
         copies of the outputs it does not reach, write final, so each output is rounded once. counted
-        (count_include_pad=False, final given): the last combine writes final only for the outputs with every tap
-        inside X; the others are completed in dst and written to final times window / their taps (`scaled_out`)."""
-        line, n = self.op.line, sum(g.size for g in segs)
+        (count_include_pad=False, final given): see `counted_pass`. segs: consecutive, from any output on."""
+        line, n, begin = self.op.line, sum(g.size for g in segs), segs[0].start
         every = [t for t in range(window) if all(t in g.taps for g in segs)]
-        counted = counted and len(every) < window  # (every output with every tap: nothing to count)
-        whole_seg = next((g for g in segs if len(g.taps) == window), None) if counted else None
+        if counted and final is not None and len(every) < window:
+            return self.counted_pass(src, dst, final, axis, segs, stride, shift, window, alone)
         out: list[Stmt] = []
-        if counted and (not every or whole_seg is None):
-            # no output has every tap, or every output has (the counts are all the window): into dst, then scaled
-            out += self.window_pass(src, dst, axis, segs, stride, shift, window, alone)
-            return out + self.scaled_out(final, dst, axis, segs, window, None) if final is not None else out
         if every:
             t0 = every[len(every) // 2]
             reach = {t: [g for g in segs if t in g.taps] for t in range(window) if t != t0}
@@ -511,35 +506,23 @@ class _WindowPool:
             order = sorted(ranges, key=lambda t: -ranges[t].size)
             if order:
                 first = ranges[order[0]]
-                into = final if final is not None and len(order) == 1 and not counted else dst
+                into = final if final is not None and len(order) == 1 else dst
                 out += self.combine_shared(into, axis, first, self._tap(src, axis, t0, shift, stride),
                                            self._tap(src if alone is None else alone, axis, order[0], shift, stride),
                                            alone is not None, src.buf.dtype)
-                for lo, hi in ((0, first.start), (first.start + first.size, n)):  # t0 alone at the borders
+                for lo, hi in ((begin, first.start), (first.start + first.size, begin + n)):  # t0 alone at the borders
                     if hi > lo:
                         edge = Segment(lo, hi - lo, (t0,))
                         out.append(self.edge_copy(self._view(into, axis, edge, 0, 1),
                                                   self._view(src, axis, edge, t0 + shift, stride)))
                 for t in order[1:]:
-                    if final is not None and counted and t == order[-1]:  # the outputs with every tap into final
-                        assert whole_seg is not None
-                        r, wseg = ranges[t], whole_seg
-                        for lo, hi in ((r.start, wseg.start), (wseg.start + wseg.size, r.start + r.size)):
-                            if hi > lo:  # outputs with fewer taps that tap t reaches: completed in dst
-                                out += self.combine_shared(dst, axis, Segment(lo, hi - lo, (t,)), None,
-                                                           self._tap(src, axis, t, shift, stride), alone is not None,
-                                                           src.buf.dtype)
-                        out += self.combine_shared(final, axis, wseg, self._tap(dst, axis, 0, 0, 1),
-                                                   self._tap(src, axis, t, shift, stride), alone is not None,
-                                                   src.buf.dtype)
-                        out += self.scaled_out(final, dst, axis, segs, window, wseg)
-                    elif final is not None and t == order[-1]:  # the last combine: partial sums + tap t into final
+                    if final is not None and t == order[-1]:  # the last combine: partial sums + tap t into final
                         partial = self._tap(dst, axis, 0, 0, 1)
                         out += self.combine_shared(final, axis, ranges[t], partial,
                                                    self._tap(src, axis, t, shift, stride), alone is not None,
                                                    src.buf.dtype)
                         r = ranges[t]
-                        for lo, hi in ((0, r.start), (r.start + r.size, n)):  # the outputs tap t does not reach
+                        for lo, hi in ((begin, r.start), (r.start + r.size, begin + n)):  # outputs tap t misses
                             if hi > lo:
                                 edge = Segment(lo, hi - lo, ())
                                 out.append(self.edge_copy(self._view(final, axis, edge, 0, 1),
@@ -548,29 +531,62 @@ class _WindowPool:
                         out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride),
                                                    alone is not None, src.buf.dtype)
             else:
-                out.append(Copy(self._view(final or dst, axis, Segment(0, n, (t0,)), 0, 1),
-                                self._view(src, axis, Segment(0, n, (t0,)), t0 + shift, stride), line))
+                out.append(Copy(self._view(final or dst, axis, Segment(begin, n, (t0,)), 0, 1),
+                                self._view(src, axis, Segment(begin, n, (t0,)), t0 + shift, stride), line))
         else:
             for seg in segs:
                 out += self.combine(src if alone is None else alone, dst, axis, seg, stride, shift)
             if final is not None:
-                out.append(Copy(final, dst, line))
+                out += [Copy(self._view(final, axis, g, 0, 1), self._view(dst, axis, g, 0, 1), line) for g in segs]
         return out
 
-    def scaled_out(self, final: View, dst: View, axis: int, segs: list[Segment], window: int,
-                   done: Segment | None) -> list[Stmt]:
-        """count_include_pad=False: the outputs of each segment but `done` (already in final) from their sums in
-        dst to final, times window / their taps inside X; small, so each on one engine (VectorE's multiply, the
-        copies on VectorE and GpSimdE in turn)."""
-        out: list[Stmt] = []
-        for g in segs:
-            if done is not None and g.start == done.start:
-                continue
-            target, value = self._view(final, axis, g, 0, 1), self._view(dst, axis, g, 0, 1)
-            factor = window / len(g.taps)
-            out.append(Scalar(target, value, "multiply", factor, self.op.line) if factor != 1.0 else
-                       Copy(target, value, self.op.line, self.small_engine()))
-        return out
+    def counted_pass(self, src: View, dst: View, final: View, axis: int, segs: list[Segment], stride: int,
+                     shift: int, window: int, alone: View | None) -> list[Stmt]:
+        """A pass of an average excluding the padding (count_include_pad=False) whose other pass's counts are
+        already folded in (TensorE's taps: the columns' in the evictions): the outputs with every tap inside X
+        (one run, the interior) as `window_pass` makes them, their last combine writing final; each border segment
+        summed apart first (on GpSimdE: small; the two ends of a padding of one as one instruction, into a tile of
+        their own so that their stepped view does not order them with the interior's) and written to final times
+        window / its taps last (VectorE)."""
+        line, engine = self.op.line, "gpsimd" if alone is None else ""
+        inner = [g for g in segs if len(g.taps) == window]
+        borders = [g for g in segs if not inner or g.start != inner[0].start]
+        pair = len(borders) == 2 and all(g.size == 1 for g in borders) and \
+            len(borders[0].taps) == len(borders[1].taps) and all(
+                borders[1].start * stride + t1 > borders[0].start * stride + t0
+                for t0, t1 in zip(borders[0].taps, borders[1].taps))
+        sums: list[Stmt] = []
+        scaled: list[Stmt] = []
+        for g in [None] if pair else borders:
+            if g is None:
+                first, last = borders
+                target = self._pair(final, axis, first.start, last.start)
+                factor = window / len(first.taps)
+                taps = [self._pair(src if alone is None else alone, axis, first.start * stride + t0 + shift,
+                                   last.start * stride + t1 + shift) for t0, t1 in zip(first.taps, last.taps)]
+                shape = tuple(2 if i == axis else n for i, n in enumerate(dst.shape()))
+                ends = Buf(self.name(f"{self.op.out}_ends", shape), "sbuf", dst.buf.dtype, shape)
+                sums.append(Alloc(ends, line=line))
+                acc = whole(ends)
+            else:
+                target, factor = self._view(final, axis, g, 0, 1), window / len(g.taps)
+                taps = [self._view(src if alone is None else alone, axis, g, t + shift, stride) for t in g.taps]
+                acc = self._view(dst, axis, g, 0, 1)
+            if len(taps) > 1:
+                sums.append(Binary(acc, taps[0], taps[1], self.op.pool.op, line, engine))
+                sums += [Binary(acc, acc, t, self.op.pool.op, line, engine) for t in taps[2:]]
+                taps = [acc]
+            scaled.append(Scalar(target, taps[0], "multiply", factor, line) if factor != 1.0 else
+                          Copy(target, taps[0], line))
+        inside = self.window_pass(src, dst, axis, inner[:1], stride, shift, window, alone, final) if inner else []
+        return sums + inside + scaled
+
+    @staticmethod
+    def _pair(v: View, axis: int, p0: int, p1: int) -> View:
+        """Elements p0 and p1 (> p0) of v along `axis` as one view (a step of p1 - p0)."""
+        idx = list(v.idx)
+        idx[axis] = Sl(a(p0), 2, p1 - p0)
+        return View(v.buf, tuple(idx))
 
     def edge_copy(self, dst: View, src: View) -> Stmt:
         """A border's lone tap: on ScalarE, which has room (it only scales each tile once) unless the per-region
