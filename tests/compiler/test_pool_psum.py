@@ -133,6 +133,7 @@ def test_tensor_engine_sums_the_taps_of_16_bit_sums(psum_on, monkeypatch, taps, 
     has to start the accumulation, so it keeps the copies), or TensorE copying X for VectorE ("off"): two tiles of
     96 channel rows, 40 x 30 inputs, PSUM chunks of 17 rows or more (Wo columns each)."""
     monkeypatch.setattr(rules_pool, "TAPS", taps)
+    monkeypatch.setattr(rules_pool, "FULL_ROWS", 0)  # (whole windows on TensorE: test_whole_windows_on_tensor_engine)
     source = run("avg", r, s, pad, dtype, h=40, w=30, n=2, c=96)
     summed = taps == "on" and (r, pad) != (2, 1)  # 2x2 padded on both sides: no tap every output has, copies
     chunks = source.count("buffer=nl.psum")  # one PSUM accumulator per chunk of a band's rows
@@ -161,13 +162,15 @@ def test_model_chooses_taps_for_many_16_bit_tiles_only():
     def kernel(dtype: str, n: int, kind: str = "avg") -> str:
         return compile_loaded(lang.load(pool_program(kind, 3, 1, 1, dtype, h=28, w=28, n=n, c=128)), None).source
     many = kernel("bf16", 16)
-    assert many.count("nisa.nc_matmul(") == 3 * 2 * 2  # 3 taps x 2 chunks, in the loop and the peeled last tile
+    # three bodies (two tiles per step of the loop, the peeled last tile), each 3 taps x 2 chunks and 3 x 3 taps for
+    # the rows TensorE sums whole
+    assert many.count("nisa.nc_matmul(") == 3 * (3 * 2 + 3 * 3)
     assert "nc_matmul" not in kernel("bf16", 2)
     assert kernel("f32", 16).count("nisa.nc_matmul(") == 2 * 2  # the copies, one per chunk
-    assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 3 * 2 * 2
+    assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 3 * (3 * 2 + 3 * 3)
     text = compile_loaded(lang.load(pool_program("avg", 3, 1, 1, "bf16", h=28, w=28, n=16, c=128)), None) \
         .stages["schedule"]
-    assert "copy='TensorE identity matmul, one per tap'" in text
+    assert "copy='TensorE identity matmul, one per tap', whole_rows=3" in text
     assert "scale(0.111111, on=\"ScalarE's evictions\")" in text
 
 
@@ -210,3 +213,29 @@ def test_averages_excluding_the_padding_count_once_per_output(psum_on, monkeypat
     assert "X_taps" in run("avgx", 3, 1, 1, "bf16", h=5, w=4, n=2, c=70)
     source = wrap.unwrap(run("avgx", 4, 1, 1, "bf16", h=3, w=9, n=1, c=100))
     assert "X_taps" in source and source.count("nl.multiply") == 2  # both output rows scaled from fp32 sums
+
+
+@pytest.mark.parametrize("nki", [None, "0.1"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("kind", ["avg", "avgx"])
+@pytest.mark.parametrize("r,s,pad", [(3, 1, 1), (5, 1, 2), (3, 2, 1), (4, 1, 1), (2, 1, 0)])
+def test_whole_windows_on_tensor_engine(psum_on, monkeypatch, nki, dtype, kind, r, s, pad):
+    """With TensorE's taps, a block of each band's interior output rows summed whole on TensorE (one accumulating
+    matmul per window row and column tap, strided along both axes at stride 2; ScalarE evicts into Y's band with
+    the scale and the columns' counts), the pass along y for the rows before and after it; count_include_pad both
+    ways, both NKI dialects, 3 whole rows per band, two tiles of 96 channel rows, 40 x 30 inputs."""
+    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    monkeypatch.setattr(rules_pool, "FULL_ROWS", 3)
+    source = run(kind, r, s, pad, dtype, h=40, w=30, n=2, c=96, nki=nki)
+    assert "X_full" in source and "X_taps" in source
+
+
+@pytest.mark.parametrize("kind", ["avg", "avgx"])
+@pytest.mark.parametrize("c", [96, 112])
+def test_whole_windows_loop_takes_two_tiles_per_step(psum_on, monkeypatch, kind, c):
+    """6 and 7 partition tiles (8 x 96, 8 x 112 channel rows): the peeled first and last, the middle in two halves
+    (tiles pb + 1 and pb + 1 + half per step; an odd one left after the loop), every output written once."""
+    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    monkeypatch.setattr(rules_pool, "FULL_ROWS", 3)
+    source = run(kind, 3, 1, 1, "bf16", h=12, w=10, n=8, c=c)
+    assert "per step" in source and source.count("X_full = ") == 3 + (c == 112)

@@ -43,6 +43,11 @@ SHARE_MIN = 100  # elements per partition below which one engine does a whole co
 MIN_INTERLEAVED = 4  # block-local output rows an Interleave computes interleaved (fewer: the seams dominate)
 PSUM = "auto"  # the pass along x from PSUM: "auto" (the model's costs decide), "on" where possible, "off" (tests)
 TAPS = "auto"  # through PSUM, TensorE sums the taps of 16-bit sums: "auto" (the costs), "on", "off" (tests)
+FULL_ROWS: int | None = None  # output rows per band TensorE sums whole with the taps (None: the costs decide)
+WHOLE_SLACK = 0.02  # the fewest such rows whose estimate is within this part of the best (measured: avgpool 3x3 s1
+#                     bf16 batch 8, 28 x 28: 3 rows 43.65 us, 4 rows 44.77; the estimate 1505 / 1491 ns per band)
+YS = 0.36
+UNROLL = 2  # (experiment)
 PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`; >= 3)
 PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
 INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
@@ -89,7 +94,8 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
         choice = psum_choice(op, ob, op.dim("B") // plan.tile_b * -(-w.out[0] // ob), *dtypes)
     if choice is not None:
         prims.append(prim("psum", op.src, rows=choice.rows, copy="TensorE identity matmul" + (", one per tap" if
-                                                                                              choice.taps else "")))
+                                                                                              choice.taps else ""),
+                          **({"whole_rows": choice.whole} if choice.whole else {})))
     engine = {} if choice is None else {"engine": "TensorE into PSUM, ScalarE evicts" if choice.taps else
                                         "VectorE from PSUM"}
     if (op.pool.wx, sx, ox) != (1, 1, 0):
@@ -226,6 +232,7 @@ class _WindowPool:
         self.y_share: float | None = None  # VectorE's part of the pass along y then (the rest on GpSimdE)
         self.last_tile = False  # building the peeled last tile of a pool through PSUM (edge copies on VectorE)
         self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
+        self.full_rows_n = 0  # output rows per band TensorE sums whole (with the taps; `full_block`)
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
         key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions
@@ -262,7 +269,18 @@ class _WindowPool:
         self.psum, self.y_share, self.taps = None, None, False
         first = at_value(self.tile_body(), "pb", 0)
         self.psum, self.y_share, self.taps = chosen
-        middle = loop("pb", tiles - 2, shifted(self.tile_body(), "pb", 1), note=note + ", from the second", line=line)
+        half = (tiles - 2) // 2
+        if self.full_rows_n and self.taps and half >= 2:
+            # the middle tiles in two halves, a tile of each per step: each body's allocations are their own sites,
+            # so Y's band rotates through four buffers, and a tile's band does not wait for the store of the tile
+            # two before to be acknowledged (with TensorE's whole windows the pass along y no longer sets the pace)
+            body = shifted(self.tile_body(), "pb", 1) + shifted(self.tile_body(), "pb", 1 + half)
+            middle = loop("pb", half, body, line=line,
+                          note=note + f", from the second: tiles 1 + pb and 1 + pb + {half} per step")
+            middle += at_value(self.tile_body(), "pb", tiles - 2) if (tiles - 2) % 2 else []
+        else:
+            middle = loop("pb", tiles - 2, shifted(self.tile_body(), "pb", 1), note=note + ", from the second",
+                          line=line)
         self.y_share, self.last_tile = None, True
         last = at_value(self.tile_body(), "pb", tiles - 1)
         self.y_share, self.last_tile = chosen[1], False
@@ -352,8 +370,16 @@ class _WindowPool:
             dst = ob if last and final is None else \
                 Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp, shape)
             out += [] if dst == ob else [Alloc(dst, line=line)]
+            block = self.full_block(segs, n) if axis == 1 and self.psum is not None and self.taps else None
             if taps:  # TensorE sums the taps, ScalarE evicts
                 out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded, counted)
+            elif block is not None:  # TensorE sums whole windows for a block of rows, the pass along y the others
+                m0, k = block
+                out += self.full_rows(xb, ob, m0, k, shift, passes[0][1], folded, counted)
+                for part in (clip(segs, 0, m0), clip(segs, m0 + k, n)):
+                    if part:
+                        out += self.window_pass(cur, whole(dst), axis, part, stride, shift, window, final=final,
+                                                counted=counted)
             elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
                 out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window, final)
             else:
@@ -379,6 +405,7 @@ class _WindowPool:
                                  self.o3.dtype)
             if choice is not None:
                 self.psum, self.y_share, self.taps = choice.rows, choice.y_share, choice.taps
+                self.full_rows_n = choice.whole
 
     def identity(self) -> list[Stmt]:
         """The identity matrix of TensorE's copies (X's dtype), once per kernel: a [128, 129] tile whose column 0
@@ -447,6 +474,46 @@ class _WindowPool:
                                scale * factor, line))
         return out
 
+    def full_block(self, segs: list[Segment], n: int) -> tuple[int, int] | None:
+        """(first output row, rows) of the band's outputs whose whole window TensorE sums (`full_rows`): the last
+        FULL_ROWS of the run of rows with every tap inside X, as many as one PSUM bank and one matmul's moving
+        columns hold; None without a pass along x through TensorE's taps."""
+        inner = [g for g in segs if len(g.taps) == self.op.pool.wy]
+        if not inner or self.G != 1 or self.w.out[1] * self.op.pool.wy == 0:
+            return None
+        t = get_target()
+        k = min(self.full_rows_n, inner[0].size, min(t.psum_bank_bytes // 4, t.moving_fmax) // self.Wo)
+        return (inner[0].start + inner[0].size - k, k) if k > 0 else None
+
+    def full_rows(self, xb: Buf, ob: Buf, m0: int, k: int, shift_y: int, xsegs: list[Segment], scale: float,
+                  counted: bool) -> list[Stmt]:
+        """Output rows m0..m0+k (every window row inside X) summed whole on TensorE: one accumulating identity
+        matmul per window row and column tap (the tap every output has first, over all of them: it starts the
+        accumulation), the moving data a (row, column) strided view of the band; ScalarE evicts them into Y's band
+        with the scale (and the columns' counts) folded in. TensorE, faster than the vector engines at 16-bit
+        data, so takes rows off the pass along y."""
+        (sy, sx), ox = self.w.stride, self.w.offset[1]
+        line, P, n, wx = self.op.line, xb.shape[0], self.Wo, self.op.pool.wx
+        ident = self.shared.ident
+        assert ident is not None
+        every = [t for t in range(wx) if all(t in g.taps for g in xsegs)]
+        lead = every[len(every) // 2]
+        reach = {t: [g for g in xsegs if t in g.taps] for t in range(wx) if t != lead}
+        spans = [(lead, 0, n)] + [(t, gs[0].start, sum(g.size for g in gs)) for t, gs in reach.items() if gs]
+        ps = Buf(self.name(f"{self.op.src}_full", (k,)), "psum", "f32", (P, k, n))
+        out: list[Stmt] = [Alloc(ps, zero=True, line=line)]
+        for p in range(self.op.pool.wy):
+            for t, o0, size in spans:
+                rows = Sl(a(m0 * sy + p + shift_y), k, sy if k > 1 else 1)
+                moving = View(xb, (full(P), rows, Sl(a(o0 * sx + t + ox), size, sx if size > 1 else 1)))
+                out.append(Matmul(View(ps, (full(P), full(k), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
+                                  moving, line))
+        for c0, size, factor in eviction_runs(xsegs, wx, counted):
+            cols = sl(c0, size) if size < n else full(n)
+            out.append(Act(View(ob, (full(P), sl(m0, k), cols)), View(ps, (full(P), full(k), cols)), "copy", None,
+                           scale * factor, line))
+        return out
+
     def load_parts(self, rows: int) -> list[tuple[int, int]]:
         """A band's input rows in two loads, cut where the pass along x splits them between VectorE and GpSimdE
         (combine_shared), so each engine waits only for its own rows: in an Interleave (few channel rows, so
@@ -479,8 +546,9 @@ class _WindowPool:
             pad += [(part, r, 0 if r + start < 0 else self.H - 1) for r in range(rows) if not lo <= r + start < hi]
         if pad and self.op.pool.op == "add":
             return [Alloc(xb, zero=True, line=line)] + out
-        return [Alloc(xb, line=line)] + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))), View(self.x3, (pb, sl(src_row, 1), full(self.W))),
-                          line) for part, r, src_row in pad]
+        return [Alloc(xb, line=line)] + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))),
+                                                   View(self.x3, (pb, sl(src_row, 1), full(self.W))),
+                                                   line) for part, r, src_row in pad]
 
     def window_pass(self, src: View, dst: View, axis: int, segs: list[Segment], stride: int, shift: int,
                     window: int, alone: View | None = None, final: View | None = None,
@@ -597,7 +665,8 @@ class _WindowPool:
             return Copy(dst, src, self.op.line)
         return Act(dst, src, "copy", None, 1.0, self.op.line)
 
-    def _tap(self, src: View, axis: int, t: int, shift: int, stride: int) -> Callable[[Segment, tuple[int, int] | None], View]:
+    def _tap(self, src: View, axis: int, t: int, shift: int,
+             stride: int) -> Callable[[Segment, tuple[int, int] | None], View]:
         return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
 
     def combine_shared(self, dst: View, axis: int, seg: Segment, a_tap: Callable | None, b_tap: Callable,
@@ -609,6 +678,7 @@ class _WindowPool:
         share = _vector_share(src or dst.buf.dtype, dst.buf.dtype)
         if axis == 1 and self.y_share is not None:  # VectorE also runs the pass along x (psum_x_pass)
             share = self.y_share
+
         engine = ""
         if alone:
             share = 1.0
@@ -675,6 +745,16 @@ class _WindowPool:
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
 
 
+def clip(segs: list[Segment], lo: int, hi: int) -> list[Segment]:
+    """The segments' outputs lo..hi."""
+    out = []
+    for g in segs:
+        start, stop = max(g.start, lo), min(g.start + g.size, hi)
+        if stop > start:
+            out.append(Segment(start, stop - start, g.taps))
+    return out
+
+
 def eviction_runs(segs: list[Segment], window: int, counted: bool) -> list[tuple[int, int, float]]:
     """The evictions of the pass along x's sums: (first column, columns, factor) per run of columns with one factor
     (window / the taps inside X when counted, count_include_pad=False; else one run of factor 1)."""
@@ -711,6 +791,7 @@ class PsumChoice:
     rows: int  # input rows per PSUM chunk (one bank)
     y_share: float | None  # VectorE's part of the pass along y (None: the SBUF form's share)
     taps: bool  # TensorE sums the pass along x's taps (16-bit sums) rather than copying X for VectorE
+    whole: int = 0  # with the taps: output rows per band TensorE sums whole (`full_rows`), off the pass along y
 
 
 def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoice | None:
@@ -747,35 +828,42 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
         ysegs = segments(w.out[0], w.offset[0], w.stride[0], op.pool.wy, op.dim("H")) if y_pass else []
         counts = sum(len(g.taps) < op.pool.wy for g in ysegs) if w.count == "inside" else 0  # (at most, per band)
         if chunk_t >= 1:
-            taps = chunk_t, taps_costs(rows, band, Wo, [r for r in reach if r], op.pool.wy if y_pass else 1, chunk_t,
-                                       runs, counts)
+            wy, taken = op.pool.wy if y_pass else 1, [r for r in reach if r]
+            costs = [taps_costs(rows, band, Wo, taken, wy, chunk_t, runs, counts, k)
+                     for k in range(min(band, chunk_t) + 1 if wy > 1 and FULL_ROWS is None else 1)]
+            # the fewest whole rows within WHOLE_SLACK of the best (each row of them adds wy matmuls per tap)
+            whole = next(k for k, c in enumerate(costs) if c <= min(costs) * (1 + WHOLE_SLACK))
+            taps = chunk_t, costs[whole], whole if FULL_ROWS is None else FULL_ROWS
     # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
     # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest)
     if taps is not None and (taps[1] < psum or TAPS == "on") and (bands * (sbuf - taps[1]) > 2 * setup or
                                                                     PSUM == "on"):
-        return PsumChoice(taps[0], None, True)
+        return PsumChoice(taps[0], None, True, taps[2])
     return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup or PSUM == "on" else None
 
 
 def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int, runs: int = 1,
-               counts: int = 0) -> float:
+               counts: int = 0, whole: int = 0) -> float:
     """A band's busiest engine (ns) when TensorE sums the pass along x's taps (16-bit moving data; reach: the
     outputs each tap reaches) over chunks of `chunk` input rows, ScalarE evicts each chunk in `runs` runs of columns
     (count_include_pad=False: one per column count; and copies the pass along y's two border rows), VectorE and
     GpSimdE share the pass along y's wy - 1 combines of n x wo elements from SBUF (fp32: 2 cycles per element on
     both) and VectorE scales `counts` runs of border rows (count_include_pad=False), from the model's costs
-    (tilec/perf/costs.py, params.py)."""
+    (tilec/perf/costs.py, params.py); whole: output rows TensorE sums whole instead (`full_rows`: wy matmuls per
+    tap, one more eviction per run, those rows off the pass along y)."""
     from tilec.perf.params import target_params
     prm = {name: value for name, value, _ in target_params(get_target().name).table()}
     mn, sv, ss = prm["min_ii_cycles"], prm["vector_static_cycles"], prm["scalar_static_cycles"]
     chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
-    tensor = sum(max(prm["mm_min_cycles"], c * r) + prm["mm_fixed_cycles"] for c in chunks for r in reach) / \
-        prm["tensor_ghz"]
-    scalar = (sum(max(mn, c * wo) + ss + (runs - 1) * (max(mn, c) + ss) for c in chunks) +
-              (2 * (max(mn, wo) + ss) if wy > 1 and not counts else 0)) / prm["scalar_ghz"]
+    tensor = sum(max(prm["mm_min_cycles"], c * r) + prm["mm_fixed_cycles"] for c in chunks for r in reach)
+    tensor += wy * sum(max(prm["mm_min_cycles"], whole * r) + prm["mm_fixed_cycles"] for r in reach) if whole else 0
+    scalar = sum(max(mn, c * wo) + ss + (runs - 1) * (max(mn, c) + ss) for c in chunks) + \
+        (2 * (max(mn, wo) + ss) if wy > 1 and not counts else 0) + \
+        (max(mn, whole * wo) + ss + (runs - 1) * (max(mn, whole) + ss) if whole else 0)
     vghz, gghz = prm["vector_ghz"], prm["gpsimd_ghz"]
-    vector = (wy - 1) * (n * wo / (vghz / 2 + gghz / 2) + sv / vghz) + counts * 2 * (max(mn, wo) + sv) / vghz
-    return max(tensor, scalar, vector)
+    vector = (wy - 1) * ((n - whole) * wo / (vghz / 2 + gghz / 2) + sv / vghz) + \
+        counts * (max(mn, wo) + sv) / vghz
+    return max(tensor / prm["tensor_ghz"], scalar / prm["scalar_ghz"], vector)
 
 
 def _vector_share(src: str, dst: str) -> float:
