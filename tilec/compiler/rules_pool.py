@@ -468,10 +468,10 @@ class _WindowPool:
                 moving = View(xb, (full(P), sl(r0, cr), Sl(a(o0 * stride + t + shift), size, step)))
                 out.append(Matmul(View(ps, (full(P), full(cr), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
                                   moving, line))
-            for c0, size, factor in eviction_runs(segs, window, counted):
-                out.append(Act(View(dst, (full(P), sl(r0, cr), sl(c0, size) if size < n else full(n))),
-                               View(ps, (full(P), full(cr), sl(c0, size) if size < n else full(n))), "copy", None,
-                               scale * factor, line))
+            for cols, factor in eviction_runs(segs, window, counted):
+                cols = cols if cols.size < n else full(n)
+                out.append(Act(View(dst, (full(P), sl(r0, cr), cols)), View(ps, (full(P), full(cr), cols)), "copy",
+                               None, scale * factor, line))
         return out
 
     def full_block(self, segs: list[Segment], n: int) -> tuple[int, int] | None:
@@ -508,8 +508,8 @@ class _WindowPool:
                 moving = View(xb, (full(P), rows, Sl(a(o0 * sx + t + ox), size, sx if size > 1 else 1)))
                 out.append(Matmul(View(ps, (full(P), full(k), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
                                   moving, line))
-        for c0, size, factor in eviction_runs(xsegs, wx, counted):
-            cols = sl(c0, size) if size < n else full(n)
+        for cols, factor in eviction_runs(xsegs, wx, counted):
+            cols = cols if cols.size < n else full(n)
             out.append(Act(View(ob, (full(P), sl(m0, k), cols)), View(ps, (full(P), full(k), cols)), "copy", None,
                            scale * factor, line))
         return out
@@ -755,12 +755,13 @@ def clip(segs: list[Segment], lo: int, hi: int) -> list[Segment]:
     return out
 
 
-def eviction_runs(segs: list[Segment], window: int, counted: bool) -> list[tuple[int, int, float]]:
-    """The evictions of the pass along x's sums: (first column, columns, factor) per run of columns with one factor
-    (window / the taps inside X when counted, count_include_pad=False; else one run of factor 1)."""
+def eviction_runs(segs: list[Segment], window: int, counted: bool) -> list[tuple[Sl, float]]:
+    """The evictions of the pass along x's sums: the columns (a slice) and factor per run of columns with one factor
+    (window / the taps inside X when counted, count_include_pad=False; else one run of factor 1); the two ends of a
+    padding of one, of one factor, one stepped run."""
     n = sum(g.size for g in segs)
     if not counted:
-        return [(0, n, 1.0)]
+        return [(Sl(a(0), n), 1.0)]
     runs: list[tuple[int, int, float]] = []
     for g in segs:
         factor = window / len(g.taps)
@@ -768,7 +769,9 @@ def eviction_runs(segs: list[Segment], window: int, counted: bool) -> list[tuple
             runs[-1] = (runs[-1][0], runs[-1][1] + g.size, factor)
         else:
             runs.append((g.start, g.size, factor))
-    return runs
+    if len(runs) == 3 and runs[0][1] == runs[2][1] == 1 and runs[0][2] == runs[2][2]:
+        return [(Sl(a(runs[0][0]), 2, runs[2][0] - runs[0][0]), runs[0][2]), (Sl(a(runs[1][0]), runs[1][1]), runs[1][2])]
+    return [(Sl(a(c0), size), factor) for c0, size, factor in runs]
 
 
 def at_value(stmts: list[Stmt], var: str, value: int) -> list[Stmt]:
