@@ -239,3 +239,17 @@ def test_whole_windows_loop_takes_two_tiles_per_step(psum_on, monkeypatch, kind,
     monkeypatch.setattr(rules_pool, "FULL_ROWS", 3)
     source = run(kind, 3, 1, 1, "bf16", h=12, w=10, n=8, c=c)
     assert "per step" in source and source.count("X_full = ") == 3 + (c == 112)
+
+
+def test_eviction_runs_pair_the_two_ends_of_a_padding_of_one():
+    """count_include_pad=False: the evictions' runs of columns with one count; a 3x3 stride-1 window padded by one
+    has its two end columns (3 / 2) as one stepped run beside the interior (1); a 5x5 window padded by two keeps
+    its five runs; with the padding counted, one run."""
+    from tilec.compiler.build_util import a
+    from tilec.compiler.ir import Sl
+    segs = rules_pool.segments(28, -1, 1, 3, 28)
+    assert rules_pool.eviction_runs(segs, 3, True) == [(Sl(a(0), 2, 27), 1.5), (Sl(a(1), 26), 1.0)]
+    assert rules_pool.eviction_runs(segs, 3, False) == [(Sl(a(0), 28), 1.0)]
+    wide = rules_pool.eviction_runs(rules_pool.segments(28, -2, 1, 5, 28), 5, True)
+    assert [(r.start.const, r.size, f) for r, f in wide] == [(0, 1, 5 / 3), (1, 1, 5 / 4), (2, 24, 1.0),
+                                                           (26, 1, 5 / 4), (27, 1, 5 / 3)]
