@@ -253,3 +253,13 @@ def test_eviction_runs_pair_the_two_ends_of_a_padding_of_one():
     wide = rules_pool.eviction_runs(rules_pool.segments(28, -2, 1, 5, 28), 5, True)
     assert [(r.start.const, r.size, f) for r, f in wide] == [(0, 1, 5 / 3), (1, 1, 5 / 4), (2, 24, 1.0),
                                                            (26, 1, 5 / 4), (27, 1, 5 / 3)]
+
+
+def test_first_tile_before_the_taps_scales_its_borders_on_vector_engine(psum_on, monkeypatch):
+    """count_include_pad=False, three bf16 tiles through TensorE's taps: the peeled first tile (SBUF form) scales
+    its border regions on VectorE (tensor_scalar multiply) and only its interior on ScalarE, whose next
+    instructions are the second tile's evictions; the tiles through the taps keep theirs in the evictions."""
+    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    source = wrap.unwrap(run("avgx", 3, 1, 1, "bf16", h=20, w=24, n=3, c=128))
+    first = source.split("the first channel-row tile")[1].split("for pb in")[0]
+    assert first.count("nl.multiply") >= 8 and "X_taps" in source

@@ -231,6 +231,7 @@ class _WindowPool:
         self.psum: int | None = None  # input rows per PSUM copy when the pass along x reads X through PSUM
         self.y_share: float | None = None  # VectorE's part of the pass along y then (the rest on GpSimdE)
         self.last_tile = False  # building the peeled last tile of a pool through PSUM (edge copies on VectorE)
+        self.first_tile = False  # building the peeled first tile before TensorE's taps (border counts on VectorE)
         self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
         self.full_rows_n = 0  # output rows per band TensorE sums whole (with the taps; `full_block`)
 
@@ -267,7 +268,9 @@ class _WindowPool:
         is left to the kernel's other operations)."""
         chosen = self.psum, self.y_share, self.taps
         self.psum, self.y_share, self.taps = None, None, False
+        self.first_tile = chosen[2]  # (before TensorE's taps: ScalarE's evictions of the next tile are next)
         first = at_value(self.tile_body(), "pb", 0)
+        self.first_tile = False
         self.psum, self.y_share, self.taps = chosen
         half = (tiles - 2) // 2
         if self.full_rows_n and self.taps and half >= 2:
@@ -712,7 +715,8 @@ class _WindowPool:
                       scale: float) -> list[Stmt]:
         """count_include_pad=False: the result scaled on ScalarE region by region, each (row segment, column
         segment) by scale * (wy / its row taps) * (wx / its column taps): one instruction for the interior, small
-        ones for the borders, none on the vector engines."""
+        ones for the borders, none on the vector engines; in the peeled first tile before TensorE's taps the borders'
+        on VectorE (idle until the next tile's evictions, which ScalarE, in order, would hold behind them)."""
         ys = ysegs[0] if ysegs else [Segment(0, ob.shape[1], (0,))]
         xs = xsegs[0] if xsegs else [Segment(0, ob.shape[2], (0,))]
         wy, wx = (self.op.pool.wy, self.op.pool.wx)
@@ -721,7 +725,10 @@ class _WindowPool:
             for x in xs:
                 idx = (full(ob.shape[0]), Sl(a(y.start), y.size), Sl(a(x.start), x.size))
                 factor = scale * (wy / len(y.taps) if ysegs else 1) * (wx / len(x.taps) if xsegs else 1)
-                out.append(Act(View(ob, idx), View(src.buf, idx), "copy", None, factor, self.op.line))
+                border = len(y.taps) < wy or len(x.taps) < wx
+                out.append(Scalar(View(ob, idx), View(src.buf, idx), "multiply", factor, self.op.line)
+                           if self.first_tile and border else
+                           Act(View(ob, idx), View(src.buf, idx), "copy", None, factor, self.op.line))
         return out
 
     def _view(self, v: View, axis: int, seg: Segment, offset: int, step: int,
