@@ -10,7 +10,7 @@ import pytest
 
 from compiler_helpers import assert_matches
 from test_pool_window import NP, pool_program, reference
-from tilec.compiler import rules_pool
+from tilec.compiler import rules_pool, wrap
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
@@ -133,6 +133,7 @@ def test_tensor_engine_sums_the_taps_of_16_bit_sums(psum_on, monkeypatch, taps, 
     has to start the accumulation, so it keeps the copies), or TensorE copying X for VectorE ("off"): two tiles of
     96 channel rows, 40 x 30 inputs, PSUM chunks of 17 rows or more (Wo columns each)."""
     monkeypatch.setattr(rules_pool, "TAPS", taps)
+    monkeypatch.setattr(rules_pool, "FULL_ROWS", 0)  # (whole windows on TensorE: test_whole_windows_on_tensor_engine)
     source = run("avg", r, s, pad, dtype, h=40, w=30, n=2, c=96)
     summed = taps == "on" and (r, pad) != (2, 1)  # 2x2 padded on both sides: no tap every output has, copies
     chunks = source.count("buffer=nl.psum")  # one PSUM accumulator per chunk of a band's rows
@@ -156,18 +157,20 @@ def test_taps_with_peeled_tiles_and_a_sum_without_division(psum_on, monkeypatch,
 
 def test_model_chooses_taps_for_many_16_bit_tiles_only():
     """The default: a bf16 average at 8 tiles of 28 x 28 sums its taps on TensorE; at 2 tiles (the identity's set-up
-    on the critical path) and for f32 (TensorE's quarter rate) it does not; count_include_pad=False keeps the
-    copies (ScalarE's per-region counts)."""
+    on the critical path) and for f32 (TensorE's quarter rate) it does not; count_include_pad=False sums its taps
+    on TensorE too (the columns' counts in the evictions, the rows' on VectorE)."""
     def kernel(dtype: str, n: int, kind: str = "avg") -> str:
         return compile_loaded(lang.load(pool_program(kind, 3, 1, 1, dtype, h=28, w=28, n=n, c=128)), None).source
     many = kernel("bf16", 16)
-    assert many.count("nisa.nc_matmul(") == 3 * 2 * 2  # 3 taps x 2 chunks, in the loop and the peeled last tile
+    # three bodies (two tiles per step of the loop, the peeled last tile), each 3 taps x 2 chunks and 3 x 3 taps for
+    # the rows TensorE sums whole
+    assert many.count("nisa.nc_matmul(") == 3 * (3 * 2 + 3 * 3)
     assert "nc_matmul" not in kernel("bf16", 2)
     assert kernel("f32", 16).count("nisa.nc_matmul(") == 2 * 2  # the copies, one per chunk
-    assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 2 * 2
+    assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 3 * (3 * 2 + 3 * 3)
     text = compile_loaded(lang.load(pool_program("avg", 3, 1, 1, "bf16", h=28, w=28, n=16, c=128)), None) \
         .stages["schedule"]
-    assert "copy='TensorE identity matmul, one per tap'" in text
+    assert "copy='TensorE identity matmul, one per tap', whole_rows=3" in text
     assert "scale(0.111111, on=\"ScalarE's evictions\")" in text
 
 
@@ -182,3 +185,81 @@ def test_16_bit_sums_round_each_output_once(psum_on):
     assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x.astype(np.float32), "avg", 4, 1, 0))
     assert "X_taps" in compiled.source
     assert "dtype=nl.float32" in compiled.source.split("Y_rows = ")[1].split("\n")[0]  # the partial sums
+
+
+@pytest.mark.parametrize("nki", [None, "0.1"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("r,s,pad", [(3, 1, 1), (5, 1, 2), (3, 2, 1), (4, 1, 1), (3, 1, 0), (2, 1, 1)])
+def test_tensor_engine_sums_the_taps_of_averages_excluding_the_padding(psum_on, monkeypatch, nki, dtype, r, s, pad):
+    """count_include_pad=False through TensorE's taps: ScalarE evicts each run of columns with its own count folded
+    in (window / its taps inside X), the pass along y completes the rows with fewer taps in fp32 and VectorE writes
+    them to the band times window / their taps (tensor_scalar multiply); the interior rows' last combine writes the
+    band directly. Two tiles of 96 channel rows, 40 x 30 inputs, both NKI dialects. A 2x2 window padded on both
+    sides has no tap that every output has: it keeps the copies."""
+    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    source = run("avgx", r, s, pad, dtype, h=40, w=30, n=2, c=96, nki=nki)
+    summed = (r, pad) != (2, 1)
+    assert ("X_taps" in source) is summed
+    if summed and pad:  # border columns' evictions apart, border rows scaled on VectorE
+        assert source.count("nisa.activation(") > source.count("buffer=nl.psum")
+        assert "nl.multiply" in wrap.unwrap(source)
+
+
+def test_averages_excluding_the_padding_count_once_per_output(psum_on, monkeypatch):
+    """A 3x3 stride-1 average excluding the padding over 5 x 4 bf16 inputs (every row and column is a border or
+    next to one) and a 4x4 one over 22 x 7 (no output row has all its window's rows in the interior of a 3-row
+    image: the whole pass along y in fp32, then scaled)."""
+    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    assert "X_taps" in run("avgx", 3, 1, 1, "bf16", h=5, w=4, n=2, c=70)
+    source = wrap.unwrap(run("avgx", 4, 1, 1, "bf16", h=3, w=9, n=1, c=100))
+    assert "X_taps" in source and source.count("nl.multiply") == 2  # both output rows scaled from fp32 sums
+
+
+@pytest.mark.parametrize("nki", [None, "0.1"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("kind", ["avg", "avgx"])
+@pytest.mark.parametrize("r,s,pad", [(3, 1, 1), (5, 1, 2), (3, 2, 1), (4, 1, 1), (2, 1, 0)])
+def test_whole_windows_on_tensor_engine(psum_on, monkeypatch, nki, dtype, kind, r, s, pad):
+    """With TensorE's taps, a block of each band's interior output rows summed whole on TensorE (one accumulating
+    matmul per window row and column tap, strided along both axes at stride 2; ScalarE evicts into Y's band with
+    the scale and the columns' counts), the pass along y for the rows before and after it; count_include_pad both
+    ways, both NKI dialects, 3 whole rows per band, two tiles of 96 channel rows, 40 x 30 inputs."""
+    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    monkeypatch.setattr(rules_pool, "FULL_ROWS", 3)
+    source = run(kind, r, s, pad, dtype, h=40, w=30, n=2, c=96, nki=nki)
+    assert "X_full" in source and "X_taps" in source
+
+
+@pytest.mark.parametrize("kind", ["avg", "avgx"])
+@pytest.mark.parametrize("c", [96, 112])
+def test_whole_windows_loop_takes_two_tiles_per_step(psum_on, monkeypatch, kind, c):
+    """6 and 7 partition tiles (8 x 96, 8 x 112 channel rows): the peeled first and last, the middle in two halves
+    (tiles pb + 1 and pb + 1 + half per step; an odd one left after the loop), every output written once."""
+    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    monkeypatch.setattr(rules_pool, "FULL_ROWS", 3)
+    source = run(kind, 3, 1, 1, "bf16", h=12, w=10, n=8, c=c)
+    assert "per step" in source and source.count("X_full = ") == 3 + (c == 112)
+
+
+def test_eviction_runs_pair_the_two_ends_of_a_padding_of_one():
+    """count_include_pad=False: the evictions' runs of columns with one count; a 3x3 stride-1 window padded by one
+    has its two end columns (3 / 2) as one stepped run beside the interior (1); a 5x5 window padded by two keeps
+    its five runs; with the padding counted, one run."""
+    from tilec.compiler.build_util import a
+    from tilec.compiler.ir import Sl
+    segs = rules_pool.segments(28, -1, 1, 3, 28)
+    assert rules_pool.eviction_runs(segs, 3, True) == [(Sl(a(0), 2, 27), 1.5), (Sl(a(1), 26), 1.0)]
+    assert rules_pool.eviction_runs(segs, 3, False) == [(Sl(a(0), 28), 1.0)]
+    wide = rules_pool.eviction_runs(rules_pool.segments(28, -2, 1, 5, 28), 5, True)
+    assert [(r.start.const, r.size, f) for r, f in wide] == [(0, 1, 5 / 3), (1, 1, 5 / 4), (2, 24, 1.0),
+                                                           (26, 1, 5 / 4), (27, 1, 5 / 3)]
+
+
+def test_first_tile_before_the_taps_scales_its_borders_on_vector_engine(psum_on, monkeypatch):
+    """count_include_pad=False, three bf16 tiles through TensorE's taps: the peeled first tile (SBUF form) scales
+    its border regions on VectorE (tensor_scalar multiply) and only its interior on ScalarE, whose next
+    instructions are the second tile's evictions; the tiles through the taps keep theirs in the evictions."""
+    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    source = wrap.unwrap(run("avgx", 3, 1, 1, "bf16", h=20, w=24, n=3, c=128))
+    first = source.split("the first channel-row tile")[1].split("for pb in")[0]
+    assert first.count("nl.multiply") >= 8 and "X_taps" in source

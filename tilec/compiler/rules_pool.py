@@ -43,6 +43,11 @@ SHARE_MIN = 100  # elements per partition below which one engine does a whole co
 MIN_INTERLEAVED = 4  # block-local output rows an Interleave computes interleaved (fewer: the seams dominate)
 PSUM = "auto"  # the pass along x from PSUM: "auto" (the model's costs decide), "on" where possible, "off" (tests)
 TAPS = "auto"  # through PSUM, TensorE sums the taps of 16-bit sums: "auto" (the costs), "on", "off" (tests)
+FULL_ROWS: int | None = None  # output rows per band TensorE sums whole with the taps (None: the costs decide)
+WHOLE_SLACK = 0.02  # the fewest such rows whose estimate is within this part of the best (measured: avgpool 3x3 s1
+#                     bf16 batch 8, 28 x 28: 3 rows 43.65 us, 4 rows 44.77; the estimate 1505 / 1491 ns per band)
+YS = 0.36
+UNROLL = 2  # (experiment)
 PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`; >= 3)
 PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
 INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
@@ -89,7 +94,8 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
         choice = psum_choice(op, ob, op.dim("B") // plan.tile_b * -(-w.out[0] // ob), *dtypes)
     if choice is not None:
         prims.append(prim("psum", op.src, rows=choice.rows, copy="TensorE identity matmul" + (", one per tap" if
-                                                                                              choice.taps else "")))
+                                                                                              choice.taps else ""),
+                          **({"whole_rows": choice.whole} if choice.whole else {})))
     engine = {} if choice is None else {"engine": "TensorE into PSUM, ScalarE evicts" if choice.taps else
                                         "VectorE from PSUM"}
     if (op.pool.wx, sx, ox) != (1, 1, 0):
@@ -225,7 +231,9 @@ class _WindowPool:
         self.psum: int | None = None  # input rows per PSUM copy when the pass along x reads X through PSUM
         self.y_share: float | None = None  # VectorE's part of the pass along y then (the rest on GpSimdE)
         self.last_tile = False  # building the peeled last tile of a pool through PSUM (edge copies on VectorE)
+        self.first_tile = False  # building the peeled first tile before TensorE's taps (border counts on VectorE)
         self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
+        self.full_rows_n = 0  # output rows per band TensorE sums whole (with the taps; `full_block`)
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
         key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions
@@ -260,9 +268,22 @@ class _WindowPool:
         is left to the kernel's other operations)."""
         chosen = self.psum, self.y_share, self.taps
         self.psum, self.y_share, self.taps = None, None, False
+        self.first_tile = chosen[2]  # (before TensorE's taps: ScalarE's evictions of the next tile are next)
         first = at_value(self.tile_body(), "pb", 0)
+        self.first_tile = False
         self.psum, self.y_share, self.taps = chosen
-        middle = loop("pb", tiles - 2, shifted(self.tile_body(), "pb", 1), note=note + ", from the second", line=line)
+        half = (tiles - 2) // 2
+        if self.full_rows_n and self.taps and half >= 2:
+            # the middle tiles in two halves, a tile of each per step: each body's allocations are their own sites,
+            # so Y's band rotates through four buffers, and a tile's band does not wait for the store of the tile
+            # two before to be acknowledged (with TensorE's whole windows the pass along y no longer sets the pace)
+            body = shifted(self.tile_body(), "pb", 1) + shifted(self.tile_body(), "pb", 1 + half)
+            middle = loop("pb", half, body, line=line,
+                          note=note + f", from the second: tiles 1 + pb and 1 + pb + {half} per step")
+            middle += at_value(self.tile_body(), "pb", tiles - 2) if (tiles - 2) % 2 else []
+        else:
+            middle = loop("pb", tiles - 2, shifted(self.tile_body(), "pb", 1), note=note + ", from the second",
+                          line=line)
         self.y_share, self.last_tile = None, True
         last = at_value(self.tile_body(), "pb", tiles - 1)
         self.y_share, self.last_tile = chosen[1], False
@@ -336,26 +357,37 @@ class _WindowPool:
             passes.append((1, segments(n, first, sy, op.pool.wy, self.H) if G == 1 else
                            [Segment(0, n, tuple(range(op.pool.wy)))]))
         folded = 1.0  # the scale TensorE's evictions apply (then none after the passes)
-        if self.psum is not None and self.taps and self.w.count != "inside":
+        counted = self.w.count == "inside" and self.psum is not None and self.taps
+        if self.psum is not None and self.taps:
             folded, scale = scale, 1.0
         for i, (axis, segs) in enumerate(passes):
             shape = (P * G, rows, self.Wo) if axis == 2 else (P * G, n, self.Wo)
-            last = i == len(passes) - 1 and scale == 1.0 and self.w.count != "inside"
+            last = i == len(passes) - 1 and scale == 1.0 and (self.w.count != "inside" or counted)
             shift = ox if axis == 2 else first - lo
             stride, window = (sx, op.pool.wx) if axis == 2 else (sy, op.pool.wy)
             taps = axis == 2 and self.psum is not None and self.taps
-            # a sum into 16-bit Y: the pass's partial sums stay fp32, only its last combine rounds (into Y's band)
-            final = whole(ob) if last and op.pool.op == "add" and ob.dtype in HALF and window > 2 and not taps \
-                else None
+            # a sum into 16-bit Y: the pass's partial sums stay fp32, only its last combine rounds (into Y's band);
+            # count_include_pad=False through TensorE's taps: the outputs with fewer taps are scaled on the way there
+            final = whole(ob) if last and op.pool.op == "add" and not taps and \
+                ((ob.dtype in HALF and window > 2) or counted) else None
             dst = ob if last and final is None else \
                 Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp, shape)
             out += [] if dst == ob else [Alloc(dst, line=line)]
+            block = self.full_block(segs, n) if axis == 1 and self.psum is not None and self.taps else None
             if taps:  # TensorE sums the taps, ScalarE evicts
-                out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded)
+                out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded, counted)
+            elif block is not None:  # TensorE sums whole windows for a block of rows, the pass along y the others
+                m0, k = block
+                out += self.full_rows(xb, ob, m0, k, shift, passes[0][1], folded, counted)
+                for part in (clip(segs, 0, m0), clip(segs, m0 + k, n)):
+                    if part:
+                        out += self.window_pass(cur, whole(dst), axis, part, stride, shift, window, final=final,
+                                                counted=counted)
             elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
                 out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window, final)
             else:
-                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window, final=final)
+                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window, final=final,
+                                        counted=counted)
             cur = final or whole(dst)
         if cur.buf != ob and self.w.count == "inside":  # each region of the tile by its own count (ScalarE)
             out += self.count_regions(cur, ob, [g for axis, g in passes if axis == 1], [g for axis, g in passes
@@ -376,6 +408,7 @@ class _WindowPool:
                                  self.o3.dtype)
             if choice is not None:
                 self.psum, self.y_share, self.taps = choice.rows, choice.y_share, choice.taps
+                self.full_rows_n = choice.whole
 
     def identity(self) -> list[Stmt]:
         """The identity matrix of TensorE's copies (X's dtype), once per kernel: a [128, 129] tile whose column 0
@@ -415,11 +448,12 @@ class _WindowPool:
         return out
 
     def tensor_x_pass(self, xb: Buf, dst: Buf, segs: list[Segment], stride: int, shift: int, window: int,
-                      scale: float) -> list[Stmt]:
+                      scale: float, counted: bool = False) -> list[Stmt]:
         """The pass along x of a sum on TensorE: per chunk of the band's input rows (one PSUM bank), one identity
         matmul per tap accumulates the tap's strided view of the rows into the outputs it reaches (the tap every
         output has first, over all of them: it starts the accumulation), exact in fp32 PSUM; ScalarE evicts the
-        chunk into the same rows of dst times `scale` (the average's 1 / count, when it is folded here)."""
+        chunk into the same rows of dst times `scale` (the average's 1 / count, when it is folded here); counted
+        (count_include_pad=False): each run of columns with as many taps inside X times window / its taps."""
         line, P, rows, n = self.op.line, xb.shape[0], xb.shape[1], sum(g.size for g in segs)
         ident = self.shared.ident
         assert self.psum is not None and ident is not None
@@ -437,7 +471,50 @@ class _WindowPool:
                 moving = View(xb, (full(P), sl(r0, cr), Sl(a(o0 * stride + t + shift), size, step)))
                 out.append(Matmul(View(ps, (full(P), full(cr), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
                                   moving, line))
-            out.append(Act(View(dst, (full(P), sl(r0, cr), full(n))), whole(ps), "copy", None, scale, line))
+            for cols, factor in eviction_runs(segs, window, counted):
+                cols = cols if cols.size < n else full(n)
+                out.append(Act(View(dst, (full(P), sl(r0, cr), cols)), View(ps, (full(P), full(cr), cols)), "copy",
+                               None, scale * factor, line))
+        return out
+
+    def full_block(self, segs: list[Segment], n: int) -> tuple[int, int] | None:
+        """(first output row, rows) of the band's outputs whose whole window TensorE sums (`full_rows`): the last
+        FULL_ROWS of the run of rows with every tap inside X, as many as one PSUM bank and one matmul's moving
+        columns hold; None without a pass along x through TensorE's taps."""
+        inner = [g for g in segs if len(g.taps) == self.op.pool.wy]
+        if not inner or self.G != 1 or self.w.out[1] * self.op.pool.wy == 0:
+            return None
+        t = get_target()
+        k = min(self.full_rows_n, inner[0].size, min(t.psum_bank_bytes // 4, t.moving_fmax) // self.Wo)
+        return (inner[0].start + inner[0].size - k, k) if k > 0 else None
+
+    def full_rows(self, xb: Buf, ob: Buf, m0: int, k: int, shift_y: int, xsegs: list[Segment], scale: float,
+                  counted: bool) -> list[Stmt]:
+        """Output rows m0..m0+k (every window row inside X) summed whole on TensorE: one accumulating identity
+        matmul per window row and column tap (the tap every output has first, over all of them: it starts the
+        accumulation), the moving data a (row, column) strided view of the band; ScalarE evicts them into Y's band
+        with the scale (and the columns' counts) folded in. TensorE, faster than the vector engines at 16-bit
+        data, so takes rows off the pass along y."""
+        (sy, sx), ox = self.w.stride, self.w.offset[1]
+        line, P, n, wx = self.op.line, xb.shape[0], self.Wo, self.op.pool.wx
+        ident = self.shared.ident
+        assert ident is not None
+        every = [t for t in range(wx) if all(t in g.taps for g in xsegs)]
+        lead = every[len(every) // 2]
+        reach = {t: [g for g in xsegs if t in g.taps] for t in range(wx) if t != lead}
+        spans = [(lead, 0, n)] + [(t, gs[0].start, sum(g.size for g in gs)) for t, gs in reach.items() if gs]
+        ps = Buf(self.name(f"{self.op.src}_full", (k,)), "psum", "f32", (P, k, n))
+        out: list[Stmt] = [Alloc(ps, zero=True, line=line)]
+        for p in range(self.op.pool.wy):
+            for t, o0, size in spans:
+                rows = Sl(a(m0 * sy + p + shift_y), k, sy if k > 1 else 1)
+                moving = View(xb, (full(P), rows, Sl(a(o0 * sx + t + ox), size, sx if size > 1 else 1)))
+                out.append(Matmul(View(ps, (full(P), full(k), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
+                                  moving, line))
+        for cols, factor in eviction_runs(xsegs, wx, counted):
+            cols = cols if cols.size < n else full(n)
+            out.append(Act(View(ob, (full(P), sl(m0, k), cols)), View(ps, (full(P), full(k), cols)), "copy", None,
+                           scale * factor, line))
         return out
 
     def load_parts(self, rows: int) -> list[tuple[int, int]]:
@@ -472,11 +549,13 @@ class _WindowPool:
             pad += [(part, r, 0 if r + start < 0 else self.H - 1) for r in range(rows) if not lo <= r + start < hi]
         if pad and self.op.pool.op == "add":
             return [Alloc(xb, zero=True, line=line)] + out
-        return [Alloc(xb, line=line)] + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))), View(self.x3, (pb, sl(src_row, 1), full(self.W))),
-                          line) for part, r, src_row in pad]
+        return [Alloc(xb, line=line)] + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))),
+                                                   View(self.x3, (pb, sl(src_row, 1), full(self.W))),
+                                                   line) for part, r, src_row in pad]
 
     def window_pass(self, src: View, dst: View, axis: int, segs: list[Segment], stride: int, shift: int,
-                    window: int, alone: View | None = None, final: View | None = None) -> list[Stmt]:
+                    window: int, alone: View | None = None, final: View | None = None,
+                    counted: bool = False) -> list[Stmt]:
         """dst = op over the window taps of src along `axis` (1: rows, 2: columns). With a tap t0 inside the input
         for every output: dst = op(t0, t1) where t1 reaches, t0 alone elsewhere (the border), then each other tap
         combined into the outputs it reaches; the large instructions are cut in row ranges between VectorE and
@@ -484,9 +563,12 @@ class _WindowPool:
         is combined on its own. alone: src is in PSUM, which GpSimdE cannot read, and alone the same rows in SBUF:
         every combine on VectorE, the first one's second tap read from SBUF (at most one PSUM operand). final: the
         pass's result goes there (a 16-bit tile) and dst holds the partial sums (fp32): only the last combine, and
-        copies of the outputs it does not reach, write final, so each output is rounded once."""
-        line, n = self.op.line, sum(g.size for g in segs)
+        copies of the outputs it does not reach, write final, so each output is rounded once. counted
+        (count_include_pad=False, final given): see `counted_pass`. segs: consecutive, from any output on."""
+        line, n, begin = self.op.line, sum(g.size for g in segs), segs[0].start
         every = [t for t in range(window) if all(t in g.taps for g in segs)]
+        if counted and final is not None and len(every) < window:
+            return self.counted_pass(src, dst, final, axis, segs, stride, shift, window, alone)
         out: list[Stmt] = []
         if every:
             t0 = every[len(every) // 2]
@@ -499,7 +581,7 @@ class _WindowPool:
                 out += self.combine_shared(into, axis, first, self._tap(src, axis, t0, shift, stride),
                                            self._tap(src if alone is None else alone, axis, order[0], shift, stride),
                                            alone is not None, src.buf.dtype)
-                for lo, hi in ((0, first.start), (first.start + first.size, n)):  # t0 alone at the borders
+                for lo, hi in ((begin, first.start), (first.start + first.size, begin + n)):  # t0 alone at the borders
                     if hi > lo:
                         edge = Segment(lo, hi - lo, (t0,))
                         out.append(self.edge_copy(self._view(into, axis, edge, 0, 1),
@@ -511,7 +593,7 @@ class _WindowPool:
                                                    self._tap(src, axis, t, shift, stride), alone is not None,
                                                    src.buf.dtype)
                         r = ranges[t]
-                        for lo, hi in ((0, r.start), (r.start + r.size, n)):  # the outputs tap t does not reach
+                        for lo, hi in ((begin, r.start), (r.start + r.size, begin + n)):  # outputs tap t misses
                             if hi > lo:
                                 edge = Segment(lo, hi - lo, ())
                                 out.append(self.edge_copy(self._view(final, axis, edge, 0, 1),
@@ -520,14 +602,62 @@ class _WindowPool:
                         out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride),
                                                    alone is not None, src.buf.dtype)
             else:
-                out.append(Copy(self._view(final or dst, axis, Segment(0, n, (t0,)), 0, 1),
-                                self._view(src, axis, Segment(0, n, (t0,)), t0 + shift, stride), line))
+                out.append(Copy(self._view(final or dst, axis, Segment(begin, n, (t0,)), 0, 1),
+                                self._view(src, axis, Segment(begin, n, (t0,)), t0 + shift, stride), line))
         else:
             for seg in segs:
                 out += self.combine(src if alone is None else alone, dst, axis, seg, stride, shift)
             if final is not None:
-                out.append(Copy(final, dst, line))
+                out += [Copy(self._view(final, axis, g, 0, 1), self._view(dst, axis, g, 0, 1), line) for g in segs]
         return out
+
+    def counted_pass(self, src: View, dst: View, final: View, axis: int, segs: list[Segment], stride: int,
+                     shift: int, window: int, alone: View | None) -> list[Stmt]:
+        """A pass of an average excluding the padding (count_include_pad=False) whose other pass's counts are
+        already folded in (TensorE's taps: the columns' in the evictions): the outputs with every tap inside X
+        (one run, the interior) as `window_pass` makes them, their last combine writing final; each border segment
+        summed apart first (on GpSimdE: small; the two ends of a padding of one as one instruction, into a tile of
+        their own so that their stepped view does not order them with the interior's) and written to final times
+        window / its taps last (VectorE)."""
+        line, engine = self.op.line, "gpsimd" if alone is None else ""
+        inner = [g for g in segs if len(g.taps) == window]
+        borders = [g for g in segs if not inner or g.start != inner[0].start]
+        pair = len(borders) == 2 and all(g.size == 1 for g in borders) and \
+            len(borders[0].taps) == len(borders[1].taps) and all(
+                borders[1].start * stride + t1 > borders[0].start * stride + t0
+                for t0, t1 in zip(borders[0].taps, borders[1].taps))
+        sums: list[Stmt] = []
+        scaled: list[Stmt] = []
+        for g in [None] if pair else borders:
+            if g is None:
+                first, last = borders
+                target = self._pair(final, axis, first.start, last.start)
+                factor = window / len(first.taps)
+                taps = [self._pair(src if alone is None else alone, axis, first.start * stride + t0 + shift,
+                                   last.start * stride + t1 + shift) for t0, t1 in zip(first.taps, last.taps)]
+                shape = tuple(2 if i == axis else n for i, n in enumerate(dst.shape()))
+                ends = Buf(self.name(f"{self.op.out}_ends", shape), "sbuf", dst.buf.dtype, shape)
+                sums.append(Alloc(ends, line=line))
+                acc = whole(ends)
+            else:
+                target, factor = self._view(final, axis, g, 0, 1), window / len(g.taps)
+                taps = [self._view(src if alone is None else alone, axis, g, t + shift, stride) for t in g.taps]
+                acc = self._view(dst, axis, g, 0, 1)
+            if len(taps) > 1:
+                sums.append(Binary(acc, taps[0], taps[1], self.op.pool.op, line, engine))
+                sums += [Binary(acc, acc, t, self.op.pool.op, line, engine) for t in taps[2:]]
+                taps = [acc]
+            scaled.append(Scalar(target, taps[0], "multiply", factor, line) if factor != 1.0 else
+                          Copy(target, taps[0], line))
+        inside = self.window_pass(src, dst, axis, inner[:1], stride, shift, window, alone, final) if inner else []
+        return sums + inside + scaled
+
+    @staticmethod
+    def _pair(v: View, axis: int, p0: int, p1: int) -> View:
+        """Elements p0 and p1 (> p0) of v along `axis` as one view (a step of p1 - p0)."""
+        idx = list(v.idx)
+        idx[axis] = Sl(a(p0), 2, p1 - p0)
+        return View(v.buf, tuple(idx))
 
     def edge_copy(self, dst: View, src: View) -> Stmt:
         """A border's lone tap: on ScalarE, which has room (it only scales each tile once) unless the per-region
@@ -538,7 +668,8 @@ class _WindowPool:
             return Copy(dst, src, self.op.line)
         return Act(dst, src, "copy", None, 1.0, self.op.line)
 
-    def _tap(self, src: View, axis: int, t: int, shift: int, stride: int) -> Callable[[Segment, tuple[int, int] | None], View]:
+    def _tap(self, src: View, axis: int, t: int, shift: int,
+             stride: int) -> Callable[[Segment, tuple[int, int] | None], View]:
         return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
 
     def combine_shared(self, dst: View, axis: int, seg: Segment, a_tap: Callable | None, b_tap: Callable,
@@ -550,6 +681,7 @@ class _WindowPool:
         share = _vector_share(src or dst.buf.dtype, dst.buf.dtype)
         if axis == 1 and self.y_share is not None:  # VectorE also runs the pass along x (psum_x_pass)
             share = self.y_share
+
         engine = ""
         if alone:
             share = 1.0
@@ -583,7 +715,8 @@ class _WindowPool:
                       scale: float) -> list[Stmt]:
         """count_include_pad=False: the result scaled on ScalarE region by region, each (row segment, column
         segment) by scale * (wy / its row taps) * (wx / its column taps): one instruction for the interior, small
-        ones for the borders, none on the vector engines."""
+        ones for the borders, none on the vector engines; in the peeled first tile before TensorE's taps the borders'
+        on VectorE (idle until the next tile's evictions, which ScalarE, in order, would hold behind them)."""
         ys = ysegs[0] if ysegs else [Segment(0, ob.shape[1], (0,))]
         xs = xsegs[0] if xsegs else [Segment(0, ob.shape[2], (0,))]
         wy, wx = (self.op.pool.wy, self.op.pool.wx)
@@ -592,7 +725,10 @@ class _WindowPool:
             for x in xs:
                 idx = (full(ob.shape[0]), Sl(a(y.start), y.size), Sl(a(x.start), x.size))
                 factor = scale * (wy / len(y.taps) if ysegs else 1) * (wx / len(x.taps) if xsegs else 1)
-                out.append(Act(View(ob, idx), View(src.buf, idx), "copy", None, factor, self.op.line))
+                border = len(y.taps) < wy or len(x.taps) < wx
+                out.append(Scalar(View(ob, idx), View(src.buf, idx), "multiply", factor, self.op.line)
+                           if self.first_tile and border else
+                           Act(View(ob, idx), View(src.buf, idx), "copy", None, factor, self.op.line))
         return out
 
     def _view(self, v: View, axis: int, seg: Segment, offset: int, step: int,
@@ -616,6 +752,35 @@ class _WindowPool:
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
 
 
+def clip(segs: list[Segment], lo: int, hi: int) -> list[Segment]:
+    """The segments' outputs lo..hi."""
+    out = []
+    for g in segs:
+        start, stop = max(g.start, lo), min(g.start + g.size, hi)
+        if stop > start:
+            out.append(Segment(start, stop - start, g.taps))
+    return out
+
+
+def eviction_runs(segs: list[Segment], window: int, counted: bool) -> list[tuple[Sl, float]]:
+    """The evictions of the pass along x's sums: the columns (a slice) and factor per run of columns with one factor
+    (window / the taps inside X when counted, count_include_pad=False; else one run of factor 1); the two ends of a
+    padding of one, of one factor, one stepped run."""
+    n = sum(g.size for g in segs)
+    if not counted:
+        return [(Sl(a(0), n), 1.0)]
+    runs: list[tuple[int, int, float]] = []
+    for g in segs:
+        factor = window / len(g.taps)
+        if runs and runs[-1][2] == factor and runs[-1][0] + runs[-1][1] == g.start:
+            runs[-1] = (runs[-1][0], runs[-1][1] + g.size, factor)
+        else:
+            runs.append((g.start, g.size, factor))
+    if len(runs) == 3 and runs[0][1] == runs[2][1] == 1 and runs[0][2] == runs[2][2]:
+        return [(Sl(a(runs[0][0]), 2, runs[2][0] - runs[0][0]), runs[0][2]), (Sl(a(runs[1][0]), runs[1][1]), runs[1][2])]
+    return [(Sl(a(c0), size), factor) for c0, size, factor in runs]
+
+
 def at_value(stmts: list[Stmt], var: str, value: int) -> list[Stmt]:
     """stmts with the loop variable var replaced by the constant value (a peeled iteration)."""
     def fn(x: Aff) -> Aff:
@@ -636,6 +801,7 @@ class PsumChoice:
     rows: int  # input rows per PSUM chunk (one bank)
     y_share: float | None  # VectorE's part of the pass along y (None: the SBUF form's share)
     taps: bool  # TensorE sums the pass along x's taps (16-bit sums) rather than copying X for VectorE
+    whole: int = 0  # with the taps: output rows per band TensorE sums whole (`full_rows`), off the pass along y
 
 
 def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoice | None:
@@ -665,35 +831,49 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
     segs = segments(Wo, w.offset[1], w.stride[1], op.pool.wx, W)
     reach = [sum(g.size for g in segs if t in g.taps) for t in range(op.pool.wx)]
     taps = None
-    if x in ("f16", "bf16") and op.pool.op == "add" and w.count == "window" and any(r == Wo for r in reach) and \
-            TAPS != "off":  # (count_include_pad=False: ScalarE's per-region counts would make it the bound)
+    if x in ("f16", "bf16") and op.pool.op == "add" and any(r == Wo for r in reach) and TAPS != "off":
+        # (count_include_pad=False: the columns' counts in the evictions, the rows' on VectorE in the pass along y)
         chunk_t = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // Wo
+        runs = len(eviction_runs(segs, op.pool.wx, w.count == "inside"))
+        ysegs = segments(w.out[0], w.offset[0], w.stride[0], op.pool.wy, op.dim("H")) if y_pass else []
+        counts = sum(len(g.taps) < op.pool.wy for g in ysegs) if w.count == "inside" else 0  # (at most, per band)
         if chunk_t >= 1:
-            taps = chunk_t, taps_costs(rows, band, Wo, [r for r in reach if r], op.pool.wy if y_pass else 1, chunk_t)
+            wy, taken = op.pool.wy if y_pass else 1, [r for r in reach if r]
+            costs = [taps_costs(rows, band, Wo, taken, wy, chunk_t, runs, counts, k)
+                     for k in range(min(band, chunk_t) + 1 if wy > 1 and FULL_ROWS is None else 1)]
+            # the fewest whole rows within WHOLE_SLACK of the best (each row of them adds wy matmuls per tap)
+            whole = next(k for k, c in enumerate(costs) if c <= min(costs) * (1 + WHOLE_SLACK))
+            taps = chunk_t, costs[whole], whole if FULL_ROWS is None else FULL_ROWS
     # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
     # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest)
     if taps is not None and (taps[1] < psum or TAPS == "on") and (bands * (sbuf - taps[1]) > 2 * setup or
                                                                     PSUM == "on"):
-        return PsumChoice(taps[0], None, True)
+        return PsumChoice(taps[0], None, True, taps[2])
     return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup or PSUM == "on" else None
 
 
-def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int) -> float:
+def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int, runs: int = 1,
+               counts: int = 0, whole: int = 0) -> float:
     """A band's busiest engine (ns) when TensorE sums the pass along x's taps (16-bit moving data; reach: the
-    outputs each tap reaches) over chunks of `chunk` input rows, ScalarE evicts each chunk (and copies the pass
-    along y's two border rows), VectorE and GpSimdE share the pass along y's wy - 1 combines of n x wo elements
-    from SBUF (fp32: 2 cycles per element on both), from the model's costs (tilec/perf/costs.py, params.py)."""
+    outputs each tap reaches) over chunks of `chunk` input rows, ScalarE evicts each chunk in `runs` runs of columns
+    (count_include_pad=False: one per column count; and copies the pass along y's two border rows), VectorE and
+    GpSimdE share the pass along y's wy - 1 combines of n x wo elements from SBUF (fp32: 2 cycles per element on
+    both) and VectorE scales `counts` runs of border rows (count_include_pad=False), from the model's costs
+    (tilec/perf/costs.py, params.py); whole: output rows TensorE sums whole instead (`full_rows`: wy matmuls per
+    tap, one more eviction per run, those rows off the pass along y)."""
     from tilec.perf.params import target_params
     prm = {name: value for name, value, _ in target_params(get_target().name).table()}
     mn, sv, ss = prm["min_ii_cycles"], prm["vector_static_cycles"], prm["scalar_static_cycles"]
     chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
-    tensor = sum(max(prm["mm_min_cycles"], c * r) + prm["mm_fixed_cycles"] for c in chunks for r in reach) / \
-        prm["tensor_ghz"]
-    scalar = (sum(max(mn, c * wo) + ss for c in chunks) + (2 * (max(mn, wo) + ss) if wy > 1 else 0)) / \
-        prm["scalar_ghz"]
+    tensor = sum(max(prm["mm_min_cycles"], c * r) + prm["mm_fixed_cycles"] for c in chunks for r in reach)
+    tensor += wy * sum(max(prm["mm_min_cycles"], whole * r) + prm["mm_fixed_cycles"] for r in reach) if whole else 0
+    scalar = sum(max(mn, c * wo) + ss + (runs - 1) * (max(mn, c) + ss) for c in chunks) + \
+        (2 * (max(mn, wo) + ss) if wy > 1 and not counts else 0) + \
+        (max(mn, whole * wo) + ss + (runs - 1) * (max(mn, whole) + ss) if whole else 0)
     vghz, gghz = prm["vector_ghz"], prm["gpsimd_ghz"]
-    vector = (wy - 1) * (n * wo / (vghz / 2 + gghz / 2) + sv / vghz)
-    return max(tensor, scalar, vector)
+    vector = (wy - 1) * ((n - whole) * wo / (vghz / 2 + gghz / 2) + sv / vghz) + \
+        counts * (max(mn, wo) + sv) / vghz
+    return max(tensor / prm["tensor_ghz"], scalar / prm["scalar_ghz"], vector)
 
 
 def _vector_share(src: str, dst: str) -> float:
