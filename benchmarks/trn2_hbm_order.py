@@ -38,7 +38,6 @@ band wait on the semaphore of the first one's queue?
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import pathlib
 import sys
 
@@ -46,6 +45,9 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import trn2_probe as probe  # noqa: E402
 
 KERNEL_FILE = ROOT / "benchmarks" / "kernels" / "hbm_order.py"
 KERNEL_FILE06 = ROOT / "benchmarks" / "kernels" / "hbm_order_nki06.py"
@@ -95,60 +97,23 @@ def run_model(names: list[str], bands: int, free: int, path: pathlib.Path = KERN
     return 1 if bad else 0
 
 
-def _hardware_module(bands: int, path: pathlib.Path = KERNEL_FILE) -> object:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.BANDS = bands
-    return module
-
-
 def run_hardware(names: list[str], bands: int, free: int, iters: int, profile: str | None) -> int:
     """On a Trn2 with the Neuron SDK: each kernel's output against NumPy, then its latency (nki.benchmark)."""
-    import neuronxcc.nki as nki
-
-    module = _hardware_module(bands)
     x = np.random.default_rng(7).random((128, 2 * free)).astype(np.float32)
     print(f"Trn2, x = (128, {2 * free}) fp32, {bands} bands, {iters} iterations")
-    print(f"{'kernel':<20} {'result':>6} {'p50 us':>9} {'p99 us':>9}")
-    bad = 0
-    for name in names:
-        kernel = getattr(module, name)
-        status = _check(name, kernel(x), x, bands)  # numpy arguments: nki.jit runs it on the device (baremetal)
-        bad += status != "ok"
-        bench = nki.benchmark(warmup=10, iters=iters)(kernel)
-        bench(x)
-        lat = bench.benchmark_result.nc_latency
-        print(f"{name:<20} {status:>6} {lat.get_latency_percentile(50):>9.1f} {lat.get_latency_percentile(99):>9.1f}",
-              flush=True)
-        if profile and name.split("_")[0] in ("rows", "blocks"):
-            folder = pathlib.Path(profile).resolve() / name
-            folder.mkdir(parents=True, exist_ok=True)
-            nki.profile(working_directory=str(folder), save_neff_name="file.neff",
-                        save_trace_name="profile.ntff", overwrite=True)(kernel)(x)
+    bad, _ = probe.time_nki01(probe.load_module(KERNEL_FILE, BANDS=bands), names, (x,),
+                              lambda name, result: _check(name, result, x, bands), iters, profile,
+                              lambda name: name.split("_")[0] in ("rows", "blocks"), width=20)
     return 1 if bad else 0
 
 
 def run_hardware06(names: list[str], bands: int, free: int, iters: int) -> int:
     """NKI 0.6 on a Trn2: each kernel's output against NumPy, then the median wall time of `iters` calls."""
-    import time
-
-    module = _hardware_module(bands, KERNEL_FILE06)
     x = np.random.default_rng(7).random((128, 2 * free)).astype(np.float32)
     print(f"Trn2 (NKI 0.6), x = (128, {2 * free}) fp32, {bands} bands, median wall time of {iters} calls "
           f"(host overhead included)")
-    print(f"{'kernel':<20} {'result':>6} {'median us':>10}")
-    bad = 0
-    for name in names:
-        kernel = getattr(module, name)
-        status = _check(name, kernel(x), x, bands)  # numpy arguments: compiled and run standalone on the device
-        bad += status != "ok"
-        times = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            kernel(x)
-            times.append(time.perf_counter() - t0)
-        print(f"{name:<20} {status:>6} {1e6 * float(np.median(times)):>10.1f}", flush=True)
+    bad, _ = probe.time_nki06(probe.load_module(KERNEL_FILE06, BANDS=bands), names, (x,),
+                              lambda name, result: _check(name, result, x, bands), iters, width=20)
     return 1 if bad else 0
 
 

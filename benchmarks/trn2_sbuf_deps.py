@@ -39,7 +39,6 @@ semaphore (and the other way round)?
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import pathlib
 import sys
 
@@ -47,6 +46,9 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import trn2_probe as probe  # noqa: E402
 
 KERNEL_FILE = ROOT / "benchmarks" / "kernels" / "sbuf_deps.py"
 KERNEL_FILE06 = ROOT / "benchmarks" / "kernels" / "sbuf_deps_nki06.py"
@@ -94,14 +96,6 @@ def overlaps(times: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def _module(path: pathlib.Path, reps: int) -> object:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.REPS = reps
-    return module
-
-
 def run_model(names: list[str], reps: int, free: int, path: pathlib.Path = KERNEL_FILE) -> int:
     """Every kernel on tilec's interpreter (checked against NumPy) and on the model."""
     from tilec.nki.api import load_kernel_file, simulate_traced
@@ -133,55 +127,23 @@ def run_model(names: list[str], reps: int, free: int, path: pathlib.Path = KERNE
 
 def run_hardware(names: list[str], reps: int, free: int, iters: int, profile: str | None) -> int:
     """On a Trn2 with the Neuron SDK (NKI 0.1): each kernel's output against NumPy, then its latency."""
-    import neuronxcc.nki as nki
-
-    module = _module(KERNEL_FILE, reps)
     args = inputs(free)
     print(f"Trn2, x (128, {2 * free}) fp32, regions of {free} columns, {reps} iterations, {iters} runs")
-    print(f"{'kernel':<12} {'result':>6} {'p50 us':>9} {'p99 us':>9}")
-    bad = 0
-    p50: dict[str, float] = {}
-    for name in names:
-        kernel = getattr(module, name)
-        status = _check(name, kernel(*args), args, reps)  # numpy arguments: nki.jit runs it on the device
-        bad += status != "ok"
-        bench = nki.benchmark(warmup=10, iters=iters)(kernel)
-        bench(*args)
-        lat = bench.benchmark_result.nc_latency
-        p50[name] = lat.get_latency_percentile(50)
-        print(f"{name:<12} {status:>6} {p50[name]:>9.1f} {lat.get_latency_percentile(99):>9.1f}", flush=True)
-        if profile and name in ("interleaved", "halves"):
-            folder = pathlib.Path(profile).resolve() / name
-            folder.mkdir(parents=True, exist_ok=True)
-            nki.profile(working_directory=str(folder), save_neff_name="file.neff",
-                        save_trace_name="profile.ntff", overwrite=True)(kernel)(*args)
+    bad, p50 = probe.time_nki01(probe.load_module(KERNEL_FILE, REPS=reps), names, args,
+                                lambda name, result: _check(name, result, args, reps), iters, profile,
+                                lambda name: name in ("interleaved", "halves"))
     print("overlap (p50): " + ", ".join(f"{k} {v:.2f}" for k, v in overlaps(p50).items()))
     return 1 if bad else 0
 
 
 def run_hardware06(names: list[str], reps: int, free: int, iters: int) -> int:
     """NKI 0.6 on a Trn2: each kernel's output against NumPy, then the median wall time of `iters` calls."""
-    import time
-
-    module = _module(KERNEL_FILE06, reps)
     args = inputs(free)
     print(f"Trn2 (NKI 0.6), x (128, {2 * free}) fp32, regions of {free} columns, {reps} iterations, median wall "
           f"time of {iters} calls (host overhead included)")
-    print(f"{'kernel':<12} {'result':>6} {'median us':>10}")
-    bad = 0
-    med: dict[str, float] = {}
-    for name in names:
-        kernel = getattr(module, name)
-        status = _check(name, kernel(*args), args, reps)
-        bad += status != "ok"
-        times = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            kernel(*args)
-            times.append(time.perf_counter() - t0)
-        med[name] = 1e6 * float(np.median(times))
-        print(f"{name:<12} {status:>6} {med[name]:>10.1f}", flush=True)
-    print("overlap (median): " + ", ".join(f"{k} {v:.2f}" for k, v in overlaps(med).items()))
+    bad, median = probe.time_nki06(probe.load_module(KERNEL_FILE06, REPS=reps), names, args,
+                                   lambda name, result: _check(name, result, args, reps), iters)
+    print("overlap (median): " + ", ".join(f"{k} {v:.2f}" for k, v in overlaps(median).items()))
     return 1 if bad else 0
 
 
