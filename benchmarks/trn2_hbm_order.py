@@ -128,10 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nki06", action="store_true", help="the NKI 0.6 kernels (hbm_order_nki06.py)")
     args = ap.parse_args(argv)
     known = KINDS if args.nki06 else NAMES
-    names = args.kernels.split(",") if args.kernels else list(known)
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        ap.error(f"unknown kernels {', '.join(unknown)}; choose from {', '.join(known)}")
+    names = probe.chosen(ap, args.kernels, known)
     if args.hardware:
         if args.nki06:
             return run_hardware06(names, args.bands, args.free, args.iters)

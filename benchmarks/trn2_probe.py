@@ -3,6 +3,7 @@ with its size globals set, and the hardware loop that checks each kernel's outpu
 in either NKI dialect. The probes differ in their kernels, inputs, NumPy results and how they read the times."""
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import pathlib
 import time
@@ -22,6 +23,15 @@ def load_module(path: pathlib.Path, **sizes: int) -> object:
     for name, value in sizes.items():
         setattr(module, name, value)
     return module
+
+
+def chosen(ap: argparse.ArgumentParser, kernels: str | None, known: Sequence[str]) -> list[str]:
+    """The kernels `--kernels` names (comma-separated; default: all of `known`), or the parser's usage error."""
+    names = kernels.split(",") if kernels else list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        ap.error(f"unknown kernels {', '.join(unknown)}; choose from {', '.join(known)}")
+    return names
 
 
 def time_nki01(module: object, names: Sequence[str], args: tuple, check: Check, iters: int,

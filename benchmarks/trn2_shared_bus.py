@@ -148,10 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernels", help="comma-separated kernel names (default: all)")
     ap.add_argument("--nki06", action="store_true", help="the NKI 0.6 kernels (shared_bus_nki06.py)")
     args = ap.parse_args(argv)
-    names = args.kernels.split(",") if args.kernels else list(NAMES)
-    unknown = [n for n in names if n not in NAMES]
-    if unknown:
-        ap.error(f"unknown kernels {', '.join(unknown)}; choose from {', '.join(NAMES)}")
+    names = probe.chosen(ap, args.kernels, NAMES)
     if args.hardware:
         if args.nki06:
             return run_hardware06(names, args.reps, args.fv, args.fg, args.iters)

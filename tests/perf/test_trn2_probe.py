@@ -81,3 +81,13 @@ def test_load_module_sets_the_size_globals(tmp_path):
     path.write_text("REPS = 1\n\ndef reps():\n    return REPS\n")
     module = probe.load_module(path, REPS=9)
     assert module.reps() == 9
+
+
+def test_chosen_kernels_default_to_all_and_refuse_unknown_names(capsys):
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="probe")
+    assert probe.chosen(ap, None, ("a", "b")) == ["a", "b"] and probe.chosen(ap, "b", ("a", "b")) == ["b"]
+    with pytest.raises(SystemExit):
+        probe.chosen(ap, "a,c", ("a", "b"))
+    assert "unknown kernels c; choose from a, b" in capsys.readouterr().err
