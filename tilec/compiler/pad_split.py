@@ -29,6 +29,20 @@ def split_padded_reads(program):
     decls: list[sx.Decl] = []
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
 
+    def temporary(base: str, dtype: str, value: sx.Expr, vs: list[str], by_var: dict[str, sx.Loop],
+                  span) -> tuple[sx.Stmt, sx.Access]:
+        """A new tensor `base`[vs...] (declared, of the loops' extents) filled with `value` by a nest over vs, and
+        the read of it that replaces `value`."""
+        name = _unique(base, taken)
+        taken.add(name)
+        decls.append(sx.Decl(name, sx.TensorType(dtype, tuple(by_var[v].stop for v in vs), value.span), value.span))
+        idx = tuple(sx.Name(v, value.span) for v in vs)
+        fill: sx.Stmt = sx.Assign(sx.Access(name, idx, value.span), "=", value, span)
+        for v in reversed(vs):
+            lp = by_var[v]
+            fill = sx.Loop(v, lp.start, lp.stop, (fill,), lp.span)
+        return fill, sx.Access(name, idx, value.span)
+
     def stmt(st: sx.Stmt, loops: tuple[sx.Loop, ...]) -> list[sx.Stmt]:
         if isinstance(st, sx.Loop):
             before: list[sx.Stmt] = []
@@ -53,17 +67,8 @@ def split_padded_reads(program):
                     any(not _zero(by_var[v].start) for v in used if v is not None):
                 continue
             vs = [v for v in used if v is not None]
-            name = _unique(f"{acc.tensor}_pad", taken)
-            taken.add(name)
-            decls.append(sx.Decl(name, sx.TensorType(dtypes[acc.tensor], tuple(by_var[v].stop for v in vs),
-                                                     acc.span), acc.span))
-            idx = tuple(sx.Name(v, acc.span) for v in vs)
-            copy: sx.Stmt = sx.Assign(sx.Access(name, idx, acc.span), "=", acc, st.span)
-            for v in reversed(vs):
-                lp = by_var[v]
-                copy = sx.Loop(v, lp.start, lp.stop, (copy,), lp.span)
+            copy, new[id(acc)] = temporary(f"{acc.tensor}_pad", dtypes[acc.tensor], acc, vs, by_var, st.span)
             copies.append(copy)
-            new[id(acc)] = sx.Access(name, idx, acc.span)
         if not new:
             return [st]
         return copies + [replace(st, value=_subst(st.value, new))]
@@ -95,16 +100,9 @@ def split_padded_reads(program):
                     len(set(used)) != len(used) or any(not _zero(by_var[v].start) for v in used if v is not None):
                 continue
             vs = [v for v in used if v is not None]
-            name = _unique(f"{acc.tensor}_{factor.fn if isinstance(factor, sx.Call) else 'f'}", taken)
-            taken.add(name)
-            decls.append(sx.Decl(name, sx.TensorType("f32", tuple(by_var[v].stop for v in vs), acc.span), acc.span))
-            idx = tuple(sx.Name(v, acc.span) for v in vs)
-            copy: sx.Stmt = sx.Assign(sx.Access(name, idx, acc.span), "=", factor, st.span)
-            for v in reversed(vs):
-                lp = by_var[v]
-                copy = sx.Loop(v, lp.start, lp.stop, (copy,), lp.span)
+            base = f"{acc.tensor}_{factor.fn if isinstance(factor, sx.Call) else 'f'}"
+            copy, new[id(factor)] = temporary(base, "f32", factor, vs, by_var, st.span)
             copies.append(copy)
-            new[id(factor)] = sx.Access(name, idx, factor.span)
         return copies + [replace(st, value=_subst(st.value, new))] if new else [st]
 
     body: list[sx.Stmt] = []
