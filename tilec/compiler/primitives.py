@@ -18,6 +18,7 @@ and error goldens (tests/golden/compiler/primitives/).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from tilec.compiler.ir import Aff, Term
 from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Const, Expr, Index, Kernel, Load, Loop, Op, Stmt,
@@ -53,32 +54,29 @@ def find_loop(k: Kernel, ref: str, span: Span | None = None) -> Loop:
     return loops[0]
 
 
-def _replace_loop(body: tuple[Stmt, ...], target: Loop, fn) -> tuple[Stmt, ...]:
-    """The body with the loop `target` (found by identity) replaced by fn(target)."""
+def _splice(body: tuple[Stmt, ...], repl: Callable[[Stmt], tuple[Stmt, ...] | None]) -> tuple[Stmt, ...]:
+    """The body with every statement s for which repl(s) gives statements replaced by them (found at any depth;
+    the replacements are not searched again)."""
     out: list[Stmt] = []
     for s in body:
-        if s is target:
-            out.append(fn(s))
+        new = repl(s)
+        if new is not None:
+            out += new
         elif isinstance(s, Loop):
-            out.append(replace(s, body=_replace_loop(s.body, target, fn)))
+            out.append(replace(s, body=_splice(s.body, repl)))
         else:
             out.append(s)
     return tuple(out)
 
 
+def _replace_loop(body: tuple[Stmt, ...], target: Loop, fn) -> tuple[Stmt, ...]:
+    """The body with the loop `target` (found by identity) replaced by fn(target)."""
+    return _splice(body, lambda s: (fn(s),) if s is target else None)
+
+
 def with_loop_many(k: Kernel, target: Loop, new: tuple[Stmt, ...]) -> Kernel:
     """k with loop `target` replaced by the statements `new`."""
-    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
-        out: list[Stmt] = []
-        for s in body:
-            if s is target:
-                out += new
-            elif isinstance(s, Loop):
-                out.append(replace(s, body=visit(s.body)))
-            else:
-                out.append(s)
-        return tuple(out)
-    return replace(k, body=visit(k.body))
+    return replace(k, body=_splice(k.body, lambda s: new if s is target else None))
 
 
 def _with_loop(k: Kernel, loop: Loop, fn) -> Kernel:
@@ -327,19 +325,8 @@ def _siblings(body: tuple[Stmt, ...], a: Loop, b: Loop) -> tuple[int, int] | Non
 
 
 def _with_pair(k: Kernel, a: Loop, b: Loop, merged: Loop) -> Kernel:
-    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
-        out: list[Stmt] = []
-        for s in body:
-            if s is a:
-                out.append(merged)
-            elif s is b:
-                continue
-            elif isinstance(s, Loop):
-                out.append(replace(s, body=visit(s.body)))
-            else:
-                out.append(s)
-        return tuple(out)
-    return replace(k, body=visit(k.body))
+    """k with the loop `a` replaced by `merged` and the loop `b` removed."""
+    return replace(k, body=_splice(k.body, lambda s: (merged,) if s is a else () if s is b else None))
 
 
 def partition(k: Kernel, var: str, target: Target | str | None = None, span: Span | None = None,
