@@ -45,6 +45,15 @@ kernel mm(A: f32[M, K], B: f32[K, N]) -> C
 """
 
 
+def compile_and_run(text: str, nki: str, schedule: str | None = None):
+    """The program in `text` compiled for NKI `nki` (with `schedule`'s directives, if any) and run on its inputs
+    (inputs_for): (program, compiled, inputs, outputs)."""
+    prog = lang.load(text)
+    c = compile_loaded(prog, lang.parse_schedule(schedule, "<test>") if schedule else None, nki)
+    inputs = inputs_for(prog)
+    return prog, c, inputs, c.run(**inputs)
+
+
 def matmul_update(update: str, M: int = 200, K: int = 300) -> str:
     """A matmul written with `update` as its contraction's term (a sign, a factor, a relu of an operand)."""
     return MATMUL_UPDATE.format(update=update, M=M, K=K)

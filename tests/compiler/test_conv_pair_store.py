@@ -12,16 +12,14 @@ import re
 
 import pytest
 
-from compiler_helpers import assert_matches, inputs_for
+from compiler_helpers import assert_matches, compile_and_run
 from test_conv_padded import conv_ref, rounded
 from tilec.compiler import codegen, ir
 from tilec.compiler.wrap import unwrap
-from tilec.compiler.api import compile_loaded
 from tilec.compiler.build_util import a, sl
 from tilec.compiler.ir import Buf, Copy, Dma, Kernel, Reshape, View, full, whole
 from tilec.compiler.verify import verify
 from tilec.errors import InternalError
-from tilec.lang import api as lang
 
 SAME = """\
 kernel same(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3]) -> Y
@@ -44,13 +42,6 @@ kernel res(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], S: {dt}[N, K, H, W]) -> Y
 """
 
 
-def compiled(text: str, nki: str, schedule: str | None = None):
-    prog = lang.load(text)
-    c = compile_loaded(prog, lang.parse_schedule(schedule, "<test>") if schedule else None, nki)
-    inputs = inputs_for(prog)
-    return prog, c, inputs, c.run(**inputs)
-
-
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 @pytest.mark.parametrize("n, c, h, w, k, split", [
     (1, 64, 20, 13, 64, "split Y.y, 4\n"),  # several bands, peeled edge bands, an odd width
@@ -59,7 +50,7 @@ def compiled(text: str, nki: str, schedule: str | None = None):
     (2, 48, 8, 1, 64, "split Y.y, 4\n"),  # one column: the view's column axis has extent 1 (squeezed away)
 ])
 def test_row_pairs_store_each_band_once(nki, n, c, h, w, k, split):
-    prog, comp, inputs, out = compiled(SAME.format(dt="f32", n=n, c=c, h=h, w=w, k=k), nki, split)
+    prog, comp, inputs, out = compile_and_run(SAME.format(dt="f32", n=n, c=c, h=h, w=w, k=k), nki, split)
     code = comp.source
     # row pairs: both phases per matmul, 2 per tap column; a single column skips the taps reading past X's edges
     assert code.count("nisa.nc_matmul(") % (6 if w > 1 else 2) == 0 and f"({2 * k}, " in code
@@ -73,7 +64,7 @@ def test_row_pairs_store_each_band_once(nki, n, c, h, w, k, split):
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_residual_band_arrives_in_one_load(nki, dt):
-    prog, comp, inputs, out = compiled(RESIDUAL.format(dt=dt, n=2, c=48, h=12, w=11, k=32), nki)
+    prog, comp, inputs, out = compile_and_run(RESIDUAL.format(dt=dt, n=2, c=48, h=12, w=11, k=32), nki)
     x = rounded(inputs, dt)
     # row pairs (every dtype): one load of the residual band, one store of the output band
     assert "S_skip = nl.ndarray((64, " in comp.source
@@ -86,7 +77,7 @@ def test_residual_band_arrives_in_one_load(nki, dt):
 def test_16_bit_row_pairs_load_whole_rows(nki, dt):
     # the band holds X's own columns (no zero halo columns): each copy loads as one run per partition, and the
     # outer tap columns compute the output columns that read inside X only, after the middle one
-    prog, comp, inputs, out = compiled(SAME.format(dt=dt, n=2, c=64, h=12, w=11, k=64), nki)
+    prog, comp, inputs, out = compile_and_run(SAME.format(dt=dt, n=2, c=64, h=12, w=11, k=64), nki)
     code = comp.source
     assert re.search(r"X_band = nl\.(zeros|ndarray)\(\(128, \d+, 11\)", code)  # 11 columns: X's own
     assert "Y_acc[:, :, 1:11]" in code and "Y_acc[:, :, 0:10]" in code
@@ -95,7 +86,7 @@ def test_16_bit_row_pairs_load_whole_rows(nki, dt):
 
 
 def test_odd_row_count_keeps_one_phase():
-    prog, comp, inputs, out = compiled(SAME.format(dt="f32", n=1, c=64, h=15, w=6, k=64), "0.1")
+    prog, comp, inputs, out = compile_and_run(SAME.format(dt="f32", n=1, c=64, h=15, w=6, k=64), "0.1")
     assert "nl.mgrid" not in comp.source and "Y_band = nl.ndarray((64, 15, 6)" in comp.source  # K partitions
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]))
@@ -153,7 +144,7 @@ def test_resnet_block_chain_in_the_06_form(dt):
     # intermediate) and adds X's band, which arrives in one load through the permuted view
     from test_conv_phases import RESNET
 
-    prog, comp, inputs, out = compiled(RESNET.format(dt=dt), "0.6")
+    prog, comp, inputs, out = compile_and_run(RESNET.format(dt=dt), "0.6")
     assert "X_pairs_view = X_pairs.ap(pattern=[[10, 2], [120, 64], [20, 6], [1, 10]]," in comp.source
     x = rounded(inputs, dt)
     t = conv_ref(x["X"], x["W1"], bias=x["b1"])
@@ -169,7 +160,7 @@ def test_edge_bands_zero_only_the_copies_reaching_outside(nki, dt, c, k):
     # 64 channels per copy (an aligned partition start): the first band's halo row is copy 0's only, so copy 1's load
     # does not wait for a zero copy; the last band zeroes each copy's rows below X. 48 channels: copy
     # 1 cannot be reached on its own (start 48), so each span covers both copies
-    prog, comp, inputs, out = compiled(SAME.format(dt=dt, n=2, c=c, h=12, w=7, k=k), nki, "split Y.y, 4\n")
+    prog, comp, inputs, out = compile_and_run(SAME.format(dt=dt, n=2, c=c, h=12, w=7, k=k), nki, "split Y.y, 4\n")
     code = unwrap(comp.source)
     zeros = [line for line in code.splitlines() if "X_zero_rows[" in line]
     if c == 64:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler_helpers import assert_matches, inputs_for
+from compiler_helpers import assert_matches, compile_and_run
 from tilec.compiler import conv_pairs
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
@@ -26,13 +26,6 @@ kernel stem(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 7, 7]) -> Y
 """
 
 
-def compiled(text: str, nki: str, schedule: str | None = None):
-    prog = lang.load(text)
-    c = compile_loaded(prog, lang.parse_schedule(schedule, "<test>") if schedule else None, nki)
-    inputs = inputs_for(prog)
-    return prog, c, inputs, c.run(**inputs)
-
-
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 @pytest.mark.parametrize("n, h, w, k, split", [
     (1, 45, 37, 64, "split Y.y, 4\n"),  # 20 output rows: 4 bands of 4 rows in the slots, one more after them
@@ -40,7 +33,7 @@ def compiled(text: str, nki: str, schedule: str | None = None):
     (1, 21, 29, 64, None),  # the default band (one band)
 ])
 def test_stem_phases_f32(nki, n, h, w, k, split):
-    prog, c, inputs, out = compiled(STEM.format(dt="f32", n=n, h=h, w=w, k=k), nki, split)
+    prog, c, inputs, out = compile_and_run(STEM.format(dt="f32", n=n, h=h, w=w, k=k), nki, split)
     code = c.source
     # 9 row offsets x 4 tap columns x 3 channels = 108 partitions, 2 matmuls per group (tap columns 0-3, 4-6: the
     # second over 3 column copies, 81 partitions); each band's two phases leave in one store
@@ -58,7 +51,7 @@ def test_stem_phases_forced_in_16_bits(dt, nki, monkeypatch):
     # 16-bit stems keep the band halves by default (DMA-bound: the phases' row-by-row store costs more than the
     # TensorE time they save); forced here so the layout is checked in every dtype
     monkeypatch.setattr(conv_pairs, "PHASES_MIN_BYTES", 2)
-    prog, c, inputs, out = compiled(STEM.format(dt=dt, n=2, h=41, w=25, k=64), nki, "split Y.y, 6\n")
+    prog, c, inputs, out = compile_and_run(STEM.format(dt=dt, n=2, h=41, w=25, k=64), nki, "split Y.y, 6\n")
     assert "Y_pairs" in c.source and "Y_halves" not in c.source  # the phases' store (its M follows the dtype)
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], stride=2, pad=(0, 0)))
@@ -85,7 +78,7 @@ kernel c3(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K]) -> Y
 def test_c3_first_layer_phases_in_fp32(nki, k):
     # a 3x3 first layer: 4 row offsets x 3 tap columns = 12 copies (the halves' 18), 10 partitions apart, one matmul
     # per group; the bias on the interleaved partitions 2k + h; 6 bands of 4 rows (4 slots, then 2)
-    prog, c, inputs, out = compiled(C3.format(dt="f32", k=k), nki, "split Y.y, 4\n")
+    prog, c, inputs, out = compile_and_run(C3.format(dt="f32", k=k), nki, "split Y.y, 4\n")
     code = c.source
     assert f"Wt_T = nl.ndarray((113, {2 * k})" in code and "Y_pairs" in code and "Y_halves" not in code
     x = rounded(inputs, "f32")
