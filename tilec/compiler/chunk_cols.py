@@ -39,6 +39,12 @@ CHUNK_MAX = 4096  # columns of a chunk at most (16 KiB of fp32 per partition per
 # with rows broadcast again per chunk, smaller chunks leave room for the next row tile's load to overlap: on the
 # model, layernorm over rows of 32768 fp32 is 2.62x the floor with chunks of 2048, 2.13x with 1024, 2.32x with 512
 REBUILT_CHUNK_MAX = 1024
+# with X allocated once (chunk_columns' `rotating`), the next row tile's chunk k loads as soon as this tile's last
+# phase has read chunk k: smaller chunks start the stream sooner. Bytes per partition of a chunk of X at most (on the
+# model under the "fit" rule, fp32 softmax over rows of 16384 1.26x the floor with chunks of 4096, 1.13x with 2048,
+# 1.28x with 1024; rmsnorm over rows of 8192 1.40 / 1.27 / 1.25x, of 16384 1.26 / 1.20 / 1.30x; bf16 softmax over
+# rows of 32768 1.49x with chunks of 4096, 1.69x with 2048)
+ROTATING_CHUNK_BYTES = 8192
 
 
 class _NoChunk(Exception):
@@ -56,6 +62,11 @@ def chunk_columns(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, b
     sizes = [c for c in range(CHUNK_MAX, 0, -1) if free % c == 0 and c % tile_f == 0 and c < free and c >= 128]
     # tiles read in later phases kept whole, else made again there; rows on every partition made before the loop,
     # else broadcast again chunk by chunk where they are read
+    if rotating:
+        loaded = [x.dst.buf for x in ir.walk(tuple(stmts)) if isinstance(x, Dma) and x.dst.buf.memory == "sbuf"
+                  and len(x.dst.buf.shape) == 2 and x.dst.buf.shape[1] == free]
+        most = ROTATING_CHUNK_BYTES // max((ir.DTYPE_BYTES[b.dtype] for b in loaded), default=4)
+        sizes = [c for c in sizes if c <= most]
     for remake, rebuild in ((False, False), (True, False), (True, True)):
         for size in [c for c in sizes if not rebuild or c <= REBUILT_CHUNK_MAX]:
             try:
