@@ -141,8 +141,8 @@ def rotating(tile_bytes: int, iterations: int = 6) -> TraceBuilder:
 
 
 def test_rotation_buffers_are_bounded_only_under_the_fit_rule():
-    """150 KiB tiles: two rotation buffers (300 KiB) overflow 224 KiB. "free" (the default) rotates through two
-    anyway; "fit" gives the site one, so each load waits for the previous tile's store."""
+    """150 KiB tiles: two rotation buffers (300 KiB) overflow 224 KiB. "free" (the what-if) rotates through two
+    anyway; "fit" (the default) gives the site one, so each load waits for the previous tile's store."""
     trace = rotating(150 * KIB).trace
     assert sbuf_plan(trace, 2, 16, 224 * KIB, bound_rotation=False)[0] == {("k.py", 9): 2}
     assert sbuf_plan(trace, 2, 16, 224 * KIB, bound_rotation=True)[0] == {("k.py", 9): 1}
@@ -155,6 +155,13 @@ def test_rotation_buffers_are_bounded_only_under_the_fit_rule():
     assert all(s.start[load] >= s.end[store] for load, store in zip(loads[1:], stores))
     small = rotating(100 * KIB).trace
     assert estimate(small, sbuf_rotation="fit").total_ns == estimate(small, sbuf_rotation="free").total_ns
+
+
+def test_the_default_rotation_rule_is_fit():
+    """Without a rule named, a site whose two buffers overflow SBUF gets one (the "fit" rule, params.sbuf_rotation)."""
+    trace = rotating(150 * KIB).trace
+    assert estimate(trace).total_ns == estimate(trace, sbuf_rotation="fit").total_ns
+    assert estimate(trace).total_ns > estimate(trace, sbuf_rotation="free").total_ns
 
 
 def test_an_unknown_rotation_rule_is_a_user_error():

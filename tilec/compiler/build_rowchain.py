@@ -44,7 +44,7 @@ from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_reduce import build_short_rows, short_rows
 from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler import chunk_pipe
-from tilec.compiler.chunk_cols import chunk_columns
+from tilec.compiler.chunk_cols import chunk_columns, rotation_need
 from tilec.compiler.passes import peak_usage
 from tilec.compiler.share import share_tiles
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
@@ -137,6 +137,9 @@ PSUM_F32 = 512  # fp32 elements of one 2 KiB PSUM bank: the column chunk of a ch
 # (F cycles) then outweighs the ~0.5 us the transpose and the row's copy add to each row tile's path (on the model,
 # layernorm 256 x 512 f32: 22.5 us with the pass, 23.3 without; 256 x 2048: 41.0 with, 38.7 without)
 TURN_MIN_F = 2048
+# tiles of at least this many bytes per partition must fit twice when they rotate across row tiles (fit_chain);
+# smaller ones (columns, partial sums) are left to the planning margin (schedule.SBUF_PLANNING_MARGIN)
+ROTATING_MIN = 1024
 
 
 class _Unsupported(Exception):
@@ -1112,19 +1115,39 @@ def fit_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bud
     fits (pipelined), else chunked or shared (fit_long_rows). A chunked chain that broadcasts a row again chunk by
     chunk in fp32 (layernorm's b over rows of 32768 fp32) keeps the scaling by r on ScalarE: its TensorE is busy
     with fp32 broadcasts, and the transpose that turns r into a row only adds to each row tile's path (on the model
-    2.14x the floor turned, 2.13x not)."""
+    2.14x the floor turned, 2.13x not).
+
+    The tiles allocated inside the row-tile loop rotate through two buffers (this tile's and the next's) only where
+    both fit (the model's "fit" rule, tilec/perf/params.py). A chain that is not software-pipelined (whose pipeline
+    does not hold the two buffers itself) and whose loop tiles of at least ROTATING_MIN bytes do not fit twice in
+    `budget` (chunk_cols.rotation_need) is chunked with X allocated once before the loop instead (chunk_cols
+    `rotating`): the next row tile's chunks stream into X as this tile's last phase releases them (on the model
+    under "fit": softmax over rows of 32768 fp32 1.82x -> 1.44x, rmsnorm over rows of 8192 / 16384 / 32768 fp32
+    1.66 / 1.54 / 1.90x -> 1.40 / 1.26 / 1.22x, layernorm 8192 / 16384 fp32 1.86 / 2.28x -> 1.62 / 1.61x)."""
     built = build_row_chain(ops, hbm, fresh_for, keep)
+    chosen, skewed = _fit_chain(ops, hbm, fresh_for, keep, budget, built)
+    if skewed or rotation_need(chosen[1], least=ROTATING_MIN) <= budget:
+        return chosen
+    free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
+    rotating = chunk_columns(built[0], built[1], free, budget, fresh_for(ops[-1]), rotating=True)
+    return chosen if rotating is None else rotating
+
+
+def _fit_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int, built: Built
+               ) -> tuple[Built, bool]:
+    """The chain as fit_chain chose it before rotation was counted, and whether it is software-pipelined (its row
+    tiles in two buffers by parity, made by the pipeline itself)."""
     if peak_usage(tuple(built[1]))[0] <= budget:
         return pipelined(ops, hbm, fresh_for, keep, built, budget)
     from tilec.compiler.chunk_pipe import pipelined_chunks
 
     piped = pipelined_chunks(ops, hbm, fresh_for, keep, budget)
     if piped is not None:
-        return piped
+        return piped, True
     fitted = fit_long_rows(ops, built, budget, fresh_for)
     if _turned(fitted[1]) and _rebroadcast(fitted[1]):
-        return fit_long_rows(ops, build_row_chain(ops, hbm, fresh_for, keep, turn=False), budget, fresh_for)
-    return fitted
+        return fit_long_rows(ops, build_row_chain(ops, hbm, fresh_for, keep, turn=False), budget, fresh_for), False
+    return fitted, False
 
 
 def _phases(stmts: list[Stmt]) -> int:
@@ -1182,7 +1205,8 @@ def reads_of(op: Op) -> list[str]:
 __all__ = ["row_chains", "build_row_chain", "fit_chain", "fit_long_rows", "reads_of", "ColumnReduceOp"]
 
 
-def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], built: Built, budget: int) -> Built:
+def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], built: Built, budget: int
+              ) -> tuple[Built, bool]:
     """A chain that fits whole, built again for software pipelining (pair_tiles.skew_row_tiles: a row tile's
     VectorE steps after the next tile's ScalarE passes, and in a 16-bit chain work moved off ScalarE), when that
     applies and fits; else, for a chain of steps too big to fit twice, its columns chunked; else `built`. Every
@@ -1191,14 +1215,14 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
     from tilec.compiler.pair_tiles import skew_row_tiles
 
     if short_rows(ops) is not None:
-        return built
+        return built, False
     chain = _Chain(ops, hbm, fresh_for, keep, skewed=True)
     consts, stmts = chain.build()
     skewed = skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1]))
     if skewed is not None:
-        return skewed[0], chunk_pipe.last_banks_shared(skewed[1], fresh_for(ops[-1]), get_target())
+        return (skewed[0], chunk_pipe.last_banks_shared(skewed[1], fresh_for(ops[-1]), get_target())), True
     if 2 * peak_usage(tuple(built[1]))[0] <= budget or not _turned(built[1]):
-        return built
+        return built, False
     # a chain whose column rides on a row's broadcast (its row tile is then read until the tile's last step) that
     # fits once but not twice: its columns chunked as at long rows, so that the next row tile's load and this tile's
     # store go chunk by chunk beside the work (on the model: bf16 rmsnorm over rows of 16384 1.61x -> 1.22x; chains
@@ -1207,6 +1231,5 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
     free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
     chunked = chunk_columns(built[0], built[1], free, budget, fresh_for(ops[-1]))
     if chunked is not None and not _whole_broadcast(chunked[1], free):
-        return chunked
-    return built
-
+        return chunked, False
+    return built, False

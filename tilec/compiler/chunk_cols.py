@@ -39,6 +39,12 @@ CHUNK_MAX = 4096  # columns of a chunk at most (16 KiB of fp32 per partition per
 # with rows broadcast again per chunk, smaller chunks leave room for the next row tile's load to overlap: on the
 # model, layernorm over rows of 32768 fp32 is 2.62x the floor with chunks of 2048, 2.13x with 1024, 2.32x with 512
 REBUILT_CHUNK_MAX = 1024
+# with X allocated once (chunk_columns' `rotating`), the next row tile's chunk k loads as soon as this tile's last
+# phase has read chunk k: smaller chunks start the stream sooner. Bytes per partition of a chunk of X at most (on the
+# model under the "fit" rule, fp32 softmax over rows of 16384 1.26x the floor with chunks of 4096, 1.13x with 2048,
+# 1.28x with 1024; rmsnorm over rows of 8192 1.40 / 1.27 / 1.25x, of 16384 1.26 / 1.20 / 1.30x; bf16 softmax over
+# rows of 32768 1.49x with chunks of 4096, 1.69x with 2048)
+ROTATING_CHUNK_BYTES = 8192
 
 
 class _NoChunk(Exception):
@@ -46,22 +52,50 @@ class _NoChunk(Exception):
 
 
 def chunk_columns(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, budget: int,
-                  fresh) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
+                  fresh, rotating: bool = False) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
     """The chain (consts, stmts from build_rowchain) with its columns chunked (see the module docstring) with the
-    largest chunk that fits `budget`, or None when no chunking fits or applies."""
+    largest chunk that fits `budget`, or None when no chunking fits or applies. `rotating`: the whole-row tiles
+    kept across phases (X) are allocated once before the row-tile loop and every tile allocated in a loop must fit
+    twice (`rotation_need`): the next row tile's loads then stream into X chunk by chunk, each as soon as this
+    tile's last phase has read that chunk, instead of waiting for a second whole X that does not fit."""
     tile_f = dict(consts).get("TILE_F", 1)
     sizes = [c for c in range(CHUNK_MAX, 0, -1) if free % c == 0 and c % tile_f == 0 and c < free and c >= 128]
     # tiles read in later phases kept whole, else made again there; rows on every partition made before the loop,
     # else broadcast again chunk by chunk where they are read
+    if rotating:
+        loaded = [x.dst.buf for x in ir.walk(tuple(stmts)) if isinstance(x, Dma) and x.dst.buf.memory == "sbuf"
+                  and len(x.dst.buf.shape) == 2 and x.dst.buf.shape[1] == free]
+        most = ROTATING_CHUNK_BYTES // max((ir.DTYPE_BYTES[b.dtype] for b in loaded), default=4)
+        sizes = [c for c in sizes if c <= most]
     for remake, rebuild in ((False, False), (True, False), (True, True)):
         for size in [c for c in sizes if not rebuild or c <= REBUILT_CHUNK_MAX]:
             try:
-                out = _Chunker(stmts, free, size, tile_f, fresh, remake, rebuild).run()
+                out = _Chunker(stmts, free, size, tile_f, fresh, remake, rebuild, hoist=rotating).run()
             except _NoChunk:
                 return None
-            if passes.peak_usage(tuple(out))[0] <= budget:
+            need = rotation_need(out) if rotating else passes.peak_usage(tuple(out))[0]
+            if need <= budget:
                 return consts + [("TILE_C", size)], out
     return None
+
+
+def rotation_need(stmts: list[Stmt] | tuple[Stmt, ...], depth: int = 2, least: int = 0) -> int:
+    """SBUF bytes per partition a kernel needs when every tile allocated inside a loop rotates through `depth`
+    buffers (the performance model's buffer_rotation, and what overlapping one row tile's loads with the previous
+    tile's work takes), each allocation site counted over the whole loop (the model's site spans: tiles of two
+    phases of one loop body count together). Tiles allocated outside every loop count once; tiles of fewer than
+    `least` bytes per partition are not counted."""
+    def walk(body: tuple[Stmt, ...], looped: bool) -> int:
+        total = 0
+        for s in body:
+            if isinstance(s, Alloc) and s.buf.memory == "sbuf" and s.buf.bytes_per_partition() >= least:
+                total += s.buf.bytes_per_partition() * (depth if looped else 1)
+            elif isinstance(s, Loop):
+                total += walk(s.body, looped or s.extent > 1)
+            elif isinstance(s, Block):
+                total += walk(s.body, looped)
+        return total
+    return walk(tuple(stmts), False)
 
 
 def chunked_at(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, size: int,
@@ -79,8 +113,9 @@ def chunked_at(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, size
 
 class _Chunker:
     def __init__(self, stmts: list[Stmt], free: int, size: int, tile_f: int, fresh, remake: bool = False,
-                 rebuild: bool = False) -> None:
+                 rebuild: bool = False, hoist: bool = False) -> None:
         self.stmts, self.F, self.C, self.TF, self.fresh = stmts, free, size, tile_f, fresh
+        self.hoist = hoist  # whole-row tiles kept across phases allocated once, before the row-tile loop
         self.remake = remake  # a tile made by one instruction and read in later phases is made again in each
         self.rebuild = rebuild  # a whole-row tile made before the loop (a row on every partition) made per chunk
         self.built: dict[str, tuple[Alloc, Loop]] = {}
@@ -132,6 +167,8 @@ class _Chunker:
             if not isinstance(phase, list):
                 if isinstance(phase, Alloc) and self.tile(phase.buf) and phase.buf.name in self.local:
                     allocs[phase.buf.name] = phase  # allocated inside the chunk loop of its phase
+                elif isinstance(phase, Alloc) and self.hoist and self.tile(phase.buf):
+                    setup.append(phase)
                 else:
                     body.append(phase)
                 continue

@@ -116,7 +116,7 @@ def estimate(trace: Trace, target: str = "trn2", params: Params | None = None,
     the environment's TILEC_MODEL_HBM_DEPS, else "range"). `shared_bus`: "off" or "exclusive", whether VectorE's
     performance mode and GpSimdE may overlap (tilec/perf/params.py; default TILEC_MODEL_SHARED_BUS, else "off").
     `sbuf_rotation`: "free" or "fit", whether loop tiles' rotation buffers must fit in SBUF (params.py; default
-    TILEC_MODEL_SBUF_ROTATION, else "free")."""
+    TILEC_MODEL_SBUF_ROTATION, else "fit")."""
     costs = _costs(target) if params is None else Costs(params)
     params = costs.p
     sched = schedule(trace, costs, hbm_rule, shared_bus, sbuf_rotation)

@@ -190,17 +190,18 @@ def shared_bus(rule: str | None = None) -> str:
 
 
 # Loop tiles rotate through `buffer_rotation` buffers per allocation site (schedule.rotation_predecessors), an
-# inference fitted to calibration rows 8-12; whether those buffers fit in SBUF is not checked by default ("free"):
-# the compiler plans one copy of each tile, and where sites' second buffers do not fit, the hardware compiler's
-# allocator cannot give them (its policy is not documented: ALLOC v2.26.1 describes placement, not multi-buffering).
-# "fit" grants the further buffers only while they fit beside every site's first (schedule.sbuf_plan), a what-if
-# for the kernels whose rotation buffers overflow SBUF (docs/notes/fid12.md lists them and what they move).
+# inference fitted to calibration rows 8-12. "fit" (the default) grants the further buffers only while they fit beside
+# every site's first (schedule.sbuf_plan): the compiler plans one copy of each tile, and where sites' second buffers do
+# not fit, the hardware compiler's allocator cannot give them (its multi-buffering policy is not documented: ALLOC
+# v2.26.1 describes placement). The row chains choose tiles whose rotation buffers fit (docs/notes/rows13.md).
+# "free" (every site rotates whether its buffers fit or not, the default until session 12) stays as a what-if
+# (docs/notes/fid12.md lists the kernels it moves).
 SBUF_ROTATION_RULES = ("free", "fit")
-SBUF_ROTATION = os.environ.get("TILEC_MODEL_SBUF_ROTATION", "free")
+SBUF_ROTATION = os.environ.get("TILEC_MODEL_SBUF_ROTATION", "fit")
 
 
 def sbuf_rotation(rule: str | None = None) -> str:
-    """The rotation-buffer rule to use: `rule`, else TILEC_MODEL_SBUF_ROTATION, else "free"."""
+    """The rotation-buffer rule to use: `rule`, else TILEC_MODEL_SBUF_ROTATION, else "fit"."""
     rule = SBUF_ROTATION if rule is None else rule
     if rule not in SBUF_ROTATION_RULES:
         raise TilecError(f"unknown SBUF rotation rule {rule!r} (TILEC_MODEL_SBUF_ROTATION)",

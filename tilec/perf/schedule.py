@@ -50,9 +50,9 @@ buffer reused by many small DMAs of one call site, `renamed`) gets a fresh versi
 copies, the kernel's other allocations live beside them and the rotation buffers of its loop tiles must fit in the
 usable SBUF per partition (Target.sbuf_usable), as they must for the hardware compiler's allocator [ALLOC: every
 tile is placed in the usable SBUF range; the renaming itself is inferred, see params.load_versions]. The rotation
-buffers themselves are not bounded by default: every site rotates through R buffers, fitting or not (in 14 benchmark
-kernels they do not, docs/notes/fid12.md); TILEC_MODEL_SBUF_ROTATION=fit grants a site its further buffers only while
-they fit (`sbuf_plan`), a what-if until the allocator's policy is known.
+buffers themselves are bounded by default ("fit", since session 13): a site gets its further buffers only while they
+fit (`sbuf_plan`); TILEC_MODEL_SBUF_ROTATION=free (every site rotates through R buffers, fitting or not) is the
+what-if (docs/notes/fid12.md, rows13.md).
 
 With the "exclusive" VectorE/GpSimdE bus rule (TILEC_MODEL_SHARED_BUS=exclusive, params.py; off by default), a
 VectorE instruction in performance mode (costs.gpsimd_bus) and a GpSimdE instruction never overlap: each starts no
@@ -414,7 +414,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
              sbuf_rotation: str | None = None) -> Schedule:
     """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py).
     `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py).
-    `sbuf_rotation`: "free" (the default) or "fit", whether loop tiles' rotation buffers must fit in SBUF
+    `sbuf_rotation`: "fit" (the default) or "free", whether loop tiles' rotation buffers must fit in SBUF
     (params.py)."""
     n = len(trace.instrs)
     start, end, lane = [0.0] * n, [0.0] * n, [""] * n
