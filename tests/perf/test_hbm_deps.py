@@ -110,11 +110,11 @@ def test_the_pattern_rule_shortens_the_schedule_only_where_elements_are_disjoint
 
 def test_the_default_rule_is_the_byte_range_and_an_unknown_rule_is_a_located_error(monkeypatch):
     _, trace = run("halves")
-    monkeypatch.setattr(deps, "HBM_RULE", "range")
+    monkeypatch.setenv("TILEC_MODEL_HBM_DEPS", "range")
     assert estimate(trace).total_ns == estimate(trace, hbm_rule="range").total_ns
-    monkeypatch.setattr(deps, "HBM_RULE", "pattern")
+    monkeypatch.setenv("TILEC_MODEL_HBM_DEPS", "pattern")
     assert estimate(trace).total_ns == estimate(trace, hbm_rule="pattern").total_ns
-    monkeypatch.setattr(deps, "HBM_RULE", "bogus")
+    monkeypatch.setenv("TILEC_MODEL_HBM_DEPS", "bogus")
     with pytest.raises(TilecError, match="TILEC_MODEL_HBM_DEPS"):
         estimate(trace)
 

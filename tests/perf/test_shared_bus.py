@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from tilec.errors import TilecError
-from tilec.perf import params
 from tilec.perf.api import estimate
 from tilec.perf.params import TRN2
 from tilec.perf.tracebuild import TraceBuilder
@@ -100,7 +99,7 @@ def test_a_gpsimd_instruction_uses_a_gap_between_vector_copies():
 def test_the_default_follows_the_environment_and_refuses_unknown_rules(monkeypatch):
     trace = pair("bfloat16").trace
     assert estimate(trace).total_ns == estimate(trace, shared_bus="off").total_ns
-    monkeypatch.setattr(params, "SHARED_BUS", "exclusive")
+    monkeypatch.setenv("TILEC_MODEL_SHARED_BUS", "exclusive")
     assert estimate(trace).total_ns == estimate(trace, shared_bus="exclusive").total_ns
     with pytest.raises(TilecError, match="TILEC_MODEL_SHARED_BUS"):
         estimate(trace, shared_bus="shared")

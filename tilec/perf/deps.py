@@ -6,7 +6,7 @@ instruction ends. An instruction may start only after
     every earlier writer overlapping one of its reads or writes has ended (true, output dependence), and
     every earlier reader overlapping one of its writes has ended (anti dependence).
 
-HBM rule. By default (`HBM_RULE = "range"`) an HBM access is the one byte range [lo, hi) its access pattern spans,
+HBM rule. By default (`HBM_DEPS`, "range") an HBM access is the one byte range [lo, hi) its access pattern spans,
 so two DMAs writing disjoint but interleaved rows of one tensor wait for each other. Whether neuronxcc orders such
 DMAs is not documented (docs/notes/model8.md lists what was searched); benchmarks/trn2_hbm_order.py is the hardware
 measurement that decides it. `by_pattern=True` (environment TILEC_MODEL_HBM_DEPS=pattern, or `estimate(...,
@@ -23,26 +23,18 @@ The lists stay short by two sound simplifications:
 from __future__ import annotations
 
 import functools
-import os
 
 from tilec import patterns
-from tilec.errors import TilecError
+from tilec.perf.params import WhatIf
 from tilec.trace import Access
 
 MAX_ENTRIES = 48
-HBM_RULES = ("range", "pattern")
-HBM_RULE = os.environ.get("TILEC_MODEL_HBM_DEPS", "range")
+HBM_DEPS = WhatIf("HBM dependence rule", "TILEC_MODEL_HBM_DEPS", ("range", "pattern"), "range")
 
 Boxes = dict  # (p0, p1, lo, hi, pattern) -> end time of the latest instruction with that box; pattern () = the box
 
 
-def hbm_rule(rule: str | None = None) -> str:
-    """The HBM dependence rule to use: `rule`, else TILEC_MODEL_HBM_DEPS, else "range"."""
-    rule = HBM_RULE if rule is None else rule
-    if rule not in HBM_RULES:
-        raise TilecError(f"unknown HBM dependence rule {rule!r} (TILEC_MODEL_HBM_DEPS)",
-                         hint=f"use one of {', '.join(HBM_RULES)}")
-    return rule
+hbm_rule = HBM_DEPS.pick
 
 
 class DepTracker:

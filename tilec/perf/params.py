@@ -168,6 +168,23 @@ def target_params(target: str) -> Params:
     return TARGETS[target]
 
 
+@dataclass(frozen=True)
+class WhatIf:
+    """A rule of the model that the docs leave open, with the readings it allows: an estimate names one, else the
+    environment variable `env` does (read at each estimate), else `default` holds. `what` names it in errors."""
+    what: str
+    env: str
+    choices: tuple[str, ...]
+    default: str
+
+    def pick(self, rule: str | None = None) -> str:
+        """The reading to use: `rule`, else $env, else the default; an unknown one is an error naming the variable."""
+        rule = os.environ.get(self.env, self.default) if rule is None else rule
+        if rule not in self.choices:
+            raise TilecError(f"unknown {self.what} {rule!r} ({self.env})", hint=f"use one of {', '.join(self.choices)}")
+        return rule
+
+
 # VectorE's NC-v3 performance mode and GpSimdE share an SBUF bus (ARCH3, v2.32.0 trainium2_arch.rst, Data Movement
 # Updates 1b: "VectorE's performance mode leverages a shared memory bus between the VectorE and GpsimdE engines ...
 # The hardware automatically coordinates access between engines to optimize bus utilization, including arbitrating
@@ -176,17 +193,8 @@ def target_params(target: str) -> Params:
 # "exclusive" is the pessimistic reading: a VectorE instruction in performance mode (16-bit tensor_copy /
 # tensor_scalar, 16-bit tensor_tensor from SBUF) and a GpSimdE instruction never run at the same time.
 # benchmarks/trn2_shared_bus.py is the Trn2 measurement that decides it; docs/notes/fid11.md the what-if numbers.
-SHARED_BUS_RULES = ("off", "exclusive")
-SHARED_BUS = os.environ.get("TILEC_MODEL_SHARED_BUS", "off")
-
-
-def shared_bus(rule: str | None = None) -> str:
-    """The VectorE/GpSimdE bus rule to use: `rule`, else TILEC_MODEL_SHARED_BUS, else "off"."""
-    rule = SHARED_BUS if rule is None else rule
-    if rule not in SHARED_BUS_RULES:
-        raise TilecError(f"unknown VectorE/GpSimdE bus rule {rule!r} (TILEC_MODEL_SHARED_BUS)",
-                         hint=f"use one of {', '.join(SHARED_BUS_RULES)}")
-    return rule
+SHARED_BUS = WhatIf("VectorE/GpSimdE bus rule", "TILEC_MODEL_SHARED_BUS", ("off", "exclusive"), "off")
+shared_bus = SHARED_BUS.pick
 
 
 # Loop tiles rotate through `buffer_rotation` buffers per allocation site (schedule.rotation_predecessors), an
@@ -196,14 +204,5 @@ def shared_bus(rule: str | None = None) -> str:
 # v2.26.1 describes placement). The row chains choose tiles whose rotation buffers fit (docs/notes/rows13.md).
 # "free" (every site rotates whether its buffers fit or not, the default until session 12) stays as a what-if
 # (docs/notes/fid12.md lists the kernels it moves).
-SBUF_ROTATION_RULES = ("free", "fit")
-SBUF_ROTATION = os.environ.get("TILEC_MODEL_SBUF_ROTATION", "fit")
-
-
-def sbuf_rotation(rule: str | None = None) -> str:
-    """The rotation-buffer rule to use: `rule`, else TILEC_MODEL_SBUF_ROTATION, else "fit"."""
-    rule = SBUF_ROTATION if rule is None else rule
-    if rule not in SBUF_ROTATION_RULES:
-        raise TilecError(f"unknown SBUF rotation rule {rule!r} (TILEC_MODEL_SBUF_ROTATION)",
-                         hint=f"use one of {', '.join(SBUF_ROTATION_RULES)}")
-    return rule
+SBUF_ROTATION = WhatIf("SBUF rotation rule", "TILEC_MODEL_SBUF_ROTATION", ("free", "fit"), "fit")
+sbuf_rotation = SBUF_ROTATION.pick
