@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from tilec.compiler import build_util
 from tilec.compiler import depthwise_hybrid as hy
 from tilec.compiler.build_util import a, sl
 from tilec.compiler.depthwise_explain import explain, plural
@@ -255,11 +256,9 @@ def dense_ns(op: ConvOp, hbm: dict[str, Buf]) -> float:
 
 
 def identity_ns() -> float:
-    """The depthwise kernel's identity before TensorE's first tap (no iota at level B: through HBM and back, a
-    store, its write acknowledgement and a load), which `layout_estimates` leaves out."""
-    from tilec.perf.params import target_params
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
-    return 2 * prm["dma_latency_ns"] + prm["dma_write_ack_ns"]
+    """The depthwise kernel's f32 identity before TensorE's first tap, built on chip (build_util.identity_ns), which
+    `layout_estimates` leaves out."""
+    return build_util.identity_ns(4)
 
 
 def default_conv_plan(op: ConvOp, hbm: dict[str, Buf]) -> ConvPlan:
