@@ -5,7 +5,7 @@ The default kernel fills the partitions with (slot, channel) pairs, a slot being
 rows of an image when the batch alone cannot fill them (144 channels at batch 1: 2 row blocks of 48 channels; at
 batch 8: 8 images of 16 channels), and splits the taps over all four compute engines:
 
-    identity I (once; no iota at level B: a [128, 129] tile with a column of ones, through HBM and back)
+    identity I (once, built on chip: ir.Identity, a memset and a GpSimdE affine_select; build_util.identity)
     W[c, :, :] (and the bias) as one fp32 column per tap on every slot's partitions, for every group of GROUP
     channels; TensorE's taps as diagonal matrices diag(W[:, r, s]) = I scaled per partition (once)
     for each group of GROUP channels, for each tile of IMAGES images:

@@ -153,15 +153,17 @@ def identity(name: str, dtype: str, line: int) -> tuple[Buf, list[Stmt]]:
 
 
 def identity_ns(itemsize: int) -> float:
-    """The model's time for `ir.Identity` of a P x P tile before TensorE's first use of it: the memset on VectorE,
-    then the affine_select on GpSimdE, each with its engine's static overhead, priced by the model's own cost
-    functions' facts (tilec/perf/costs.py: memset max(MIN_II, N), N/2 for 16-bit; affine_select 150 + N cycles)."""
+    """The model's time for `ir.Identity` of a P x P tile before TensorE's first use of it: the memset to one on
+    VectorE, then the affine_select on GpSimdE, each with its engine's static overhead, from the model's own cost
+    facts (tilec/perf/costs.py: memset max(MIN_II, N), its half rate being for a 16-bit zero only; affine_select
+    150 + N GpSimdE cycles). Neither depends on the dtype (itemsize) at this size."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
     from tilec.target import target as get_target
+    del itemsize
     t = get_target()
     c = Costs(target_params(t.name))
     n = t.pmax
-    memset = (max(c.min_ii, n / 2 if itemsize == 2 else n) + c.static["vector"]) * c.engine_ns["vector"]
+    memset = (max(c.min_ii, n) + c.static["vector"]) * c.engine_ns["vector"]
     select = (c.iota + n + c.static["gpsimd"]) * c.engine_ns["gpsimd"]
     return memset + select

@@ -262,8 +262,8 @@ class _WindowPool:
 
     def peeled(self, tiles: int, note: str, line: int) -> list[Stmt]:
         """The partition-tile loop of a pool through PSUM with its first tile from SBUF (both passes shared between
-        VectorE and GpSimdE: they start as soon as its rows arrive, while TensorE's identity makes its round trip
-        through HBM) and its last tile's pass along y shared (GpSimdE alone takes it in the other tiles, and VectorE
+        VectorE and GpSimdE: they start as soon as its rows arrive, while TensorE's identity is built and its first
+        chunk is copied) and its last tile's pass along y shared (GpSimdE alone takes it in the other tiles, and VectorE
         would idle at the end); [] when the three bodies' buffers take more than 1 / PEEL_SBUF_PART of SBUF (the rest
         is left to the kernel's other operations)."""
         chosen = self.psum, self.y_share, self.taps
