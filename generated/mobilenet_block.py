@@ -30,15 +30,6 @@ def mobilenet_block(X, We, Wd, Wp):
     Y_blocks = Y.reshape((48, 8, 16))  # tl:11
     X_blocks = X.reshape((48, 8, 16))  # tl:11
 
-    # ---- identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)
-    ident_rows = nl.zeros((128, 129), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-    ident_rows[:, 0:1] = nisa.tensor_scalar(ident_rows[:, 0:1], nl.add, 1.0, dtype=nl.float32)  # tl:15
-    ident_hbm = nl.ndarray((128, 129), dtype=nl.float32, buffer=nl.hbm)  # tl:15
-    nisa.dma_copy(dst=ident_hbm, src=ident_rows)  # tl:15
-    ident_hbm_rows = ident_hbm.reshape((129, 128))  # tl:15
-    ident = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-    nisa.dma_copy(dst=ident, src=ident_hbm_rows[0:128])  # tl:15
-
     # ---- We as block-diagonal stationaries (one 24 x GROUP block per row block)
     We_bd = nl.ndarray((48, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     for e_w in nl.affine_range(3):  # tl:11  for e (groups of GROUP channels)
@@ -54,6 +45,12 @@ def mobilenet_block(X, We, Wd, Wp):
     for e_w in nl.affine_range(3):  # tl:15  for e (groups of GROUP channels)
         nisa.dma_copy(dst=Wd_cols[0:48, e_w], src=Wd[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:15
         nisa.dma_copy(dst=Wd_cols[48:96, e_w], src=Wd[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:15
+
+    # ---- identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)
+    ident = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    ident[...] = nisa.memset((128, 128), 1.0, dtype=nl.float32)  # tl:15
+    ident[...] = nisa.affine_select(nl.arange(128)[:, None] == nl.arange(128)[None, :], ident, 0.0,  # tl:15
+                                    dtype=nl.float32)
 
     # ---- diag(Wd[e, r, s]) for the taps TensorE runs: the identity scaled per partition
     Wd_diags = nl.ndarray((96, 3, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:15

@@ -30,16 +30,6 @@ def mobilenet_block(X, We, Wd, Wp):
     Y_blocks = Y.reshape((48, 8, 16))  # tl:11
     X_blocks = X.reshape((48, 8, 16))  # tl:11
 
-    # ---- identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)
-    ident_rows = nl.ndarray((128, 129), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-    nisa.memset(dst=ident_rows, value=0.0)  # tl:15
-    nisa.tensor_scalar(dst=ident_rows[:, 0:1], data=ident_rows[:, 0:1], op0=nl.add, operand0=1.0)  # tl:15
-    ident_hbm = nl.ndarray((128, 129), dtype=nl.float32, buffer=nl.hbm)  # tl:15
-    nisa.dma_copy(dst=ident_hbm, src=ident_rows)  # tl:15
-    ident_hbm_rows = ident_hbm.reshape((129, 128))  # tl:15
-    ident = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-    nisa.dma_copy(dst=ident, src=ident_hbm_rows[0:128])  # tl:15
-
     # ---- We as block-diagonal stationaries (one 24 x GROUP block per row block)
     We_bd = nl.ndarray((48, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     for e_w in range(3):  # tl:11  for e (groups of GROUP channels)
@@ -56,6 +46,12 @@ def mobilenet_block(X, We, Wd, Wp):
     for e_w in range(3):  # tl:15  for e (groups of GROUP channels)
         nisa.dma_copy(dst=Wd_cols[0:48, e_w], src=Wd[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:15
         nisa.dma_copy(dst=Wd_cols[48:96, e_w], src=Wd[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:15
+
+    # ---- identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)
+    ident = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    nisa.memset(dst=ident, value=1.0)  # tl:15
+    nisa.affine_select(dst=ident, pattern=[[-1, 128]], channel_multiplier=1, on_true_tile=ident,  # tl:15
+                       on_false_value=0.0, cmp_op=nl.equal)
 
     # ---- diag(Wd[e, r, s]) for the taps TensorE runs: the identity scaled per partition
     Wd_diags = nl.ndarray((96, 3, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:15

@@ -156,16 +156,17 @@ def test_taps_with_peeled_tiles_and_a_sum_without_division(psum_on, monkeypatch,
 
 
 def test_model_chooses_taps_for_many_16_bit_tiles_only():
-    """The default: a bf16 average at 8 tiles of 28 x 28 sums its taps on TensorE; at 2 tiles (the identity's set-up
-    on the critical path) and for f32 (TensorE's quarter rate) it does not; count_include_pad=False sums its taps
-    on TensorE too (the columns' counts in the evictions, the rows' on VectorE)."""
+    """The default: a bf16 average at 16 tiles of 28 x 28 sums its taps on TensorE, and at 2 tiles too now that the
+    identity is built on chip (model: 21.46 us against 23.33 from SBUF; through HBM, the set-up kept it in SBUF);
+    for f32 (TensorE's quarter rate) it does not; count_include_pad=False sums its taps on TensorE too (the
+    columns' counts in the evictions, the rows' on VectorE)."""
     def kernel(dtype: str, n: int, kind: str = "avg") -> str:
         return compile_loaded(lang.load(pool_program(kind, 3, 1, 1, dtype, h=28, w=28, n=n, c=128)), None).source
     many = kernel("bf16", 16)
     # three bodies (two tiles per step of the loop, the peeled last tile), each 3 taps x 2 chunks and 3 x 3 taps for
     # the rows TensorE sums whole
     assert many.count("nisa.nc_matmul(") == 3 * (3 * 2 + 3 * 3)
-    assert "nc_matmul" not in kernel("bf16", 2)
+    assert kernel("bf16", 2).count("nisa.nc_matmul(") > 2  # the taps, not the copies (one per chunk)
     assert kernel("f32", 16).count("nisa.nc_matmul(") == 2 * 2  # the copies, one per chunk
     assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 3 * (3 * 2 + 3 * 3)
     text = compile_loaded(lang.load(pool_program("avg", 3, 1, 1, "bf16", h=28, w=28, n=16, c=128)), None) \

@@ -329,3 +329,20 @@ def _affine_loop_sum(x):  # loop_reduce across affine_range iterations is a redu
 def test_loop_reduce_across_affine_iterations() -> None:
     x = RNG.random((4, 128, 32), dtype=F32)
     np.testing.assert_allclose(api.simulate(_affine_loop_sum, x), x.sum(axis=0), rtol=1e-6)
+
+
+@nki.jit
+def _shared_identity(x):  # nl.shared_identity_matrix (SDK 2.21+): an HBM constant loaded by one DMA
+    out = nl.ndarray((128, 64), F32, buffer=nl.shared_hbm)
+    ident = nl.shared_identity_matrix(128, dtype=nl.float32)
+    acc = nisa.nc_matmul(ident, nl.load(x))
+    nl.store(out, nl.copy(acc, dtype=F32))
+    return out
+
+
+def test_shared_identity_matrix_is_an_hbm_constant_loaded_by_dma() -> None:
+    x = RNG.random((128, 64), dtype=F32)
+    got, trace = api.simulate_traced(_shared_identity, x)
+    np.testing.assert_array_equal(got, x)  # I.T @ x, one product by 1.0 per output: exact
+    loads = [i for i in trace.instrs if i.engine == "dma" and [a.memory for a in i.writes] == ["sbuf"]]
+    assert len(loads) == 2 and not any(i.op in ("memset", "affine_select", "iota") for i in trace.instrs)

@@ -5,7 +5,7 @@ The default kernel fills the partitions with (slot, channel) pairs, a slot being
 rows of an image when the batch alone cannot fill them (144 channels at batch 1: 2 row blocks of 48 channels; at
 batch 8: 8 images of 16 channels), and splits the taps over all four compute engines:
 
-    identity I (once; no iota at level B: a [128, 129] tile with a column of ones, through HBM and back)
+    identity I (once, built on chip: ir.Identity, a memset and a GpSimdE affine_select; build_util.identity)
     W[c, :, :] (and the bias) as one fp32 column per tap on every slot's partitions, for every group of GROUP
     channels; TensorE's taps as diagonal matrices diag(W[:, r, s]) = I scaled per partition (once)
     for each group of GROUP channels, for each tile of IMAGES images:
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from tilec.compiler import build_util, ir
 from tilec.compiler import depthwise_hybrid as hy
 from tilec.compiler.build_util import a, sl
 from tilec.compiler.depthwise_explain import explain, plural
@@ -52,7 +53,7 @@ from tilec.compiler.depthwise_layout import (DEPTH, DIAG_BUDGET, DTYPE, FAN_IN_M
                                              MULTIPLIER_MAX, PSUM_FP32, SBUF_SHARE, Layout, Routes, _matmul_ns,
                                              choose_layout, choose_routes, fan_in, fast_path, hybrid, hybrid_routes,
                                              multiplier, rank_layouts)
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Stmt, View, full
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Scalar, Stmt, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX, ConvPlan, default_plan
 from tilec.target import target as get_target
@@ -97,10 +98,11 @@ def decide(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]
             taps = max(1, multiplier(op)) * fan_in(op) * op.dim("R") * op.dim("S")
             if pe and groups * taps * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
                 continue  # every group's diagonal weights stay resident in SBUF
-            sbuf, psum = passes.peak_usage(tuple(DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()))
+            built = DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()
+            sbuf, psum = passes.peak_usage(tuple(built))
             if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
                 dense = dense_ns(op, hbm) if op.groups > 1 else None  # (`dw` weights: no block-diagonal path)
-                ns += identity_ns() if pe else 0.0
+                ns += first_tap_ns(built) if pe else 0.0
                 return (None if dense is not None and dense < ns else (lay, pe)), ns, dense
     return None, None, None
 
@@ -255,11 +257,24 @@ def dense_ns(op: ConvOp, hbm: dict[str, Buf]) -> float:
 
 
 def identity_ns() -> float:
-    """The depthwise kernel's identity before TensorE's first tap (no iota at level B: through HBM and back, a
-    store, its write acknowledgement and a load), which `layout_estimates` leaves out."""
+    """The depthwise kernel's f32 identity, built on chip (build_util.identity_ns)."""
+    return build_util.identity_ns(4)
+
+
+def first_tap_ns(built: list[Stmt]) -> float:
+    """What `layout_estimates` leaves out before TensorE's first tap: the weight columns' load (a DMA latency; the
+    identity, built on chip meanwhile, when it takes longer), then the first group's diagonal matrices
+    (`diagonals`: one scaled copy of the identity per TensorE tap, ScalarE and VectorE by turns; the statements
+    counted once, i.e. one iteration of the groups' loop: the later groups' are built while TensorE runs the
+    first's taps), at the model's costs (tensor_scalar / activation max(MIN_II, N) plus the engine's static
+    cycles). Until the identity was built on chip its HBM round trip (~3 us) stood in for all of this."""
     from tilec.perf.params import target_params
     prm = {name: value for name, value, _ in target_params(get_target().name).table()}
-    return 2 * prm["dma_latency_ns"] + prm["dma_write_ack_ns"]
+    copies = sum(isinstance(s, (Act, Scalar)) and s.src.buf.name.startswith("ident") for s in ir.walk(tuple(built)))
+    n = get_target().pmax
+    vector = (max(prm["min_ii_cycles"], n) + prm["vector_static_cycles"]) / prm["vector_ghz"]
+    scalar = (max(prm["min_ii_cycles"], n) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
+    return max(prm["dma_latency_ns"], identity_ns()) + -(-copies // 2) * max(vector, scalar)
 
 
 def default_conv_plan(op: ConvOp, hbm: dict[str, Buf]) -> ConvPlan:

@@ -248,9 +248,6 @@ class BlockBuilder:
         if d.bias:
             self.dw.b2, s6 = hbm_view(self.hbm[d.bias], (self.E, 1), fresh(f"{d.bias}_v"), d.line)
             stmts += s6
-        if self.dw.pe_taps:  # first: a round trip through HBM
-            stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
-                                  tuple(self.dw.identity()), d.line))
         self.we_bd, prep = self.block_diag(ir.whole(we), e.line, True)
         if e.bias:
             prep += self.expand_bias()
@@ -258,6 +255,9 @@ class BlockBuilder:
                               tuple(prep), e.line))
         stmts.append(ir.Block(f"{d.w}: each {self.ename}'s taps as fp32 columns on every row block's partitions",
                               tuple(self.dw.weights()), d.line))
+        if self.dw.pe_taps:  # built on chip (two instructions), after the loads and stationaries it would delay
+            stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
+                                  tuple(self.dw.identity()), d.line))
         diags = self.dw.diagonals(scalar=None)  # ScalarE and VectorE by turns (bf16 b1: 40.94 -> 38.09 us)
         if diags:
             stmts.append(ir.Block(f"diag({d.w}[{self.ename}, r, s]) for the taps TensorE runs: the identity scaled "

@@ -141,3 +141,29 @@ def hbm_view(base: Buf, shape: tuple[int, ...], name: str, line: int) -> tuple[B
         return base, []
     view = Buf(name, "hbm", base.dtype, shape)
     return view, [Reshape(view, base, line)]
+
+
+def identity(name: str, dtype: str, line: int) -> tuple[Buf, list[Stmt]]:
+    """The P x P identity matrix (P = the target's partitions) that TensorE's copies and taps multiply by, built on
+    chip by one `ir.Identity` (a memset and an affine_select; no HBM round trip). Every builder calls this."""
+    from tilec.target import target as get_target
+    n = get_target().pmax
+    ident = Buf(name, "sbuf", dtype, (n, n))
+    return ident, [Alloc(ident, line=line), ir.Identity(whole(ident), line)]
+
+
+def identity_ns(itemsize: int) -> float:
+    """The model's time for `ir.Identity` of a P x P tile before TensorE's first use of it: the memset to one on
+    VectorE, then the affine_select on GpSimdE, each with its engine's static overhead, from the model's own cost
+    facts (tilec/perf/costs.py: memset max(MIN_II, N), its half rate being for a 16-bit zero only; affine_select
+    150 + N GpSimdE cycles). Neither depends on the dtype (itemsize) at this size."""
+    from tilec.perf.costs import Costs
+    from tilec.perf.params import target_params
+    from tilec.target import target as get_target
+    del itemsize
+    t = get_target()
+    c = Costs(target_params(t.name))
+    n = t.pmax
+    memset = (max(c.min_ii, n) + c.static["vector"]) * c.engine_ns["vector"]
+    select = (c.iota + n + c.static["gpsimd"]) * c.engine_ns["gpsimd"]
+    return memset + select

@@ -13,8 +13,8 @@ import re
 
 import jinja2
 
-from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Kernel, Loop, Matmul, Reduce, Reshape,
-                               Scalar, Sl, Stmt, Transpose, View)
+from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Identity, Kernel, Loop, Matmul, Reduce,
+                               Reshape, Scalar, Sl, Stmt, Transpose, View)
 from tilec.compiler.names import sanitised, unique
 from tilec.errors import InternalError
 from tilec.lang.functions import ACTIVATIONS, FUNCTIONS
@@ -141,6 +141,9 @@ class _ViewModel:
         if isinstance(s, Matmul):
             return {"kind": "matmul", "acc": self.view(s.acc), "stationary": self.view(s.stationary),
                     "moving": self.view(s.moving), "tag": tag}
+        if isinstance(s, Identity):  # ir.Identity: memset to one, then keep the diagonal (p - f == 0)
+            return {"kind": "identity", "dst": self.view(s.dst, True), "read": self.view(s.dst), "n": s.dst.shape()[0],
+                    "dtype": DTYPES[s.dst.buf.dtype], "tag": tag}
         if isinstance(s, Transpose):
             return {"kind": f"transpose_{s.engine}", "dst": self.view(s.dst, True), "src": self.view(s.src),
                     "tag": tag}

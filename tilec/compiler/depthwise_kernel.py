@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tilec.compiler import depthwise_hybrid as hy
-from tilec.compiler import ir
+from tilec.compiler import build_util, ir
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.depthwise_layout import (DEPTH, PRODUCTS, STORE_SPLIT, Layout, Routes, choose_routes, fan_in,
                                              hybrid, hybrid_routes, multiplier)
@@ -141,17 +141,9 @@ class DepthwiseBuilder:
         return "row block" if self.lay.nb > 1 else "image"
 
     def identity(self) -> list[Stmt]:
-        """I[p, q] = (p == q) without iota: a [128, 129] tile whose column 0 is one, stored to HBM and read back as
-        [129, 128] rows (element p*129 of the flat copy is row p, column p); once per kernel."""
-        line = self.line
-        ones = Buf(self.fresh("ident_rows"), "sbuf", "f32", (PMAX, PMAX + 1))
-        flat = Buf(self.fresh("ident_hbm"), "hbm", "f32", (PMAX, PMAX + 1))
-        rows = Buf(self.fresh("ident_hbm_rows"), "hbm", "f32", (PMAX + 1, PMAX))
-        self.ident = Buf(self.fresh("ident"), "sbuf", "f32", (PMAX, PMAX))
-        col = View(ones, (full(PMAX), sl(0, 1)))
-        return [Alloc(ones, zero=True, line=line), Scalar(col, col, "add", 1.0, line), Alloc(flat, line=line),
-                Dma(ir.whole(flat), ir.whole(ones), line), Reshape(rows, flat, line), Alloc(self.ident, line=line),
-                Dma(ir.whole(self.ident), View(rows, (sl(0, PMAX), full(PMAX))), line)]
+        """I[p, q] = (p == q), f32, built on chip once per kernel (build_util.identity)."""
+        self.ident, body = build_util.identity(self.fresh("ident"), "f32", self.line)
+        return body
 
     def weights(self) -> list[Stmt]:
         """w_all[slot*CG + c, group, r, s] = W[group*CG + c, r, s] (the remainder group: its own slot width), all

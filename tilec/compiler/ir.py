@@ -22,6 +22,8 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
            | Scalar(dst, src, op, value, reverse, engine)  dst = src op value (tensor_scalar); value: a constant or
                                                      a (P, 1) column, one scalar per partition; reverse: value op src
            | Reduce(dst, src, op)                     dst (P, 1) = op over the free elements of src (tensor_reduce)
+           | Identity(dst)                           dst (SBUF, n x n) = I, built on chip: a memset to 1, then an
+                                                     affine_select keeping partition p == column f (GpSimdE)
            | Block(label, body, hoist, pin)          a named group of statements (one phase of a kernel); a
                                                      hoistable block is a load the `hoist` pass may lift out
                                                      of loops it does not use (never out of loop `pin`)
@@ -223,6 +225,18 @@ class Reduce:
 
 
 @dataclass(frozen=True)
+class Identity:
+    """dst = the n x n identity matrix, built on chip with no HBM round trip: `memset(dst, 1)` (VectorE), then
+    `affine_select(p - f == 0, dst, 0)` (GpSimdE). Both dialects document both instructions (NKI 0.1: nki-spec
+    §1.10.10 memset, §1.10.11 affine_select with an arange predicate; 0.6: the [[step, num]] pattern with
+    channel_multiplier and cmp_op, nki-spec §3); their costs are nki-spec §2.4 (memset max(64, N), affine_select
+    150 + N GpSimdE cycles). `nl.shared_identity_matrix` is not used: its docs (v2.29.0/v2.30.0) say it behaves as
+    `nl.shared_constant`, a tensor in HBM loaded at model load time, so reading it is still a DMA."""
+    dst: View
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class Block:
     label: str
     body: tuple["Stmt", ...]
@@ -231,7 +245,7 @@ class Block:
     pin: str = ""  # ...but never out of this loop (the schedule's `hoist T, OP.v`)
 
 
-Stmt = Union[Loop, Alloc, Reshape, Dma, Matmul, Transpose, Copy, Act, Binary, Scalar, Reduce, Block]
+Stmt = Union[Loop, Alloc, Reshape, Dma, Matmul, Transpose, Copy, Act, Binary, Scalar, Reduce, Identity, Block]
 
 
 @dataclass(frozen=True)
@@ -301,6 +315,8 @@ def _stmt_head(s: Stmt) -> str:
         return f"{s.op}{_on(s.engine)} {fmt_view(s.dst)} <- {args}"
     if isinstance(s, Reduce):
         return f"reduce.{s.op} {fmt_view(s.dst)} <- {fmt_view(s.src)}"
+    if isinstance(s, Identity):
+        return f"identity {fmt_view(s.dst)}"
     raise TypeError(type(s).__name__)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from tilec.compiler import ir, passes
+from tilec.compiler import build_util, ir, passes
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import a, loop, map_aff, sl, term
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Buf, Copy, Dma, Matmul, Reshape, Scalar, Sl, Stmt, View, full,
@@ -262,8 +262,8 @@ class _WindowPool:
 
     def peeled(self, tiles: int, note: str, line: int) -> list[Stmt]:
         """The partition-tile loop of a pool through PSUM with its first tile from SBUF (both passes shared between
-        VectorE and GpSimdE: they start as soon as its rows arrive, while TensorE's identity makes its round trip
-        through HBM) and its last tile's pass along y shared (GpSimdE alone takes it in the other tiles, and VectorE
+        VectorE and GpSimdE: they start as soon as its rows arrive, while TensorE's identity is built and its first
+        chunk is copied) and its last tile's pass along y shared (GpSimdE alone takes it in the other tiles, and VectorE
         would idle at the end); [] when the three bodies' buffers take more than 1 / PEEL_SBUF_PART of SBUF (the rest
         is left to the kernel's other operations)."""
         chosen = self.psum, self.y_share, self.taps
@@ -411,20 +411,11 @@ class _WindowPool:
                 self.full_rows_n = choice.whole
 
     def identity(self) -> list[Stmt]:
-        """The identity matrix of TensorE's copies (X's dtype), once per kernel: a [128, 129] tile whose column 0
-        is one, stored to HBM and read back as [129, 128] rows (element p*129 of the flat copy is row p, column p)."""
+        """The identity matrix of TensorE's copies (X's dtype), once per kernel, built on chip (build_util.identity)."""
         if self.shared.ident is not None:
             return []
-        line, dt, P = self.op.line, self.x3.dtype, get_target().pmax
-        ones = Buf(self.fresh("ident_rows"), "sbuf", dt, (P, P + 1))
-        flat = Buf(self.fresh("ident_hbm"), "hbm", dt, (P, P + 1))
-        rows = Buf(self.fresh("ident_hbm_rows"), "hbm", dt, (P + 1, P))
-        ident = self.shared.ident = Buf(self.fresh("ident"), "sbuf", dt, (P, P))
-        col = View(ones, (full(P), sl(0, 1)))
-        body: list[Stmt] = [Alloc(ones, zero=True, line=line), Scalar(col, col, "add", 1.0, line),
-                            Alloc(flat, line=line), Dma(whole(flat), whole(ones), line), Reshape(rows, flat, line),
-                            Alloc(ident, line=line), Dma(whole(ident), View(rows, (sl(0, P), full(P))), line)]
-        return [ir.Block("identity matrix (TensorE copies X's rows into PSUM with it)", tuple(body), line)]
+        self.shared.ident, body = build_util.identity(self.fresh("ident"), self.x3.dtype, self.op.line)
+        return [ir.Block("identity matrix (TensorE copies X's rows into PSUM with it)", tuple(body), self.op.line)]
 
     def psum_x_pass(self, xb: Buf, src: View, dst: Buf, segs: list[Segment], stride: int, shift: int,
                     window: int, final: View | None = None) -> list[Stmt]:
@@ -827,7 +818,7 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
     edges = border_copies(segments(Wo, w.offset[1], w.stride[1], op.pool.wx, W), op.pool.wx)
     sbuf, psum, share = psum_costs(x, tmp, out, rows, band, Wo, W, op.pool.wx, op.pool.wy if y_pass else 1, chunk,
                                    edges)
-    setup = identity_ns(2 if x in ("f16", "bf16") else 4)  # the identity's round trip, paid once
+    setup = identity_ns(2 if x in ("f16", "bf16") else 4)  # the identity's on-chip build, paid once
     segs = segments(Wo, w.offset[1], w.stride[1], op.pool.wx, W)
     reach = [sum(g.size for g in segs if t in g.taps) for t in range(op.pool.wx)]
     taps = None
@@ -845,11 +836,13 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
             whole = next(k for k, c in enumerate(costs) if c <= min(costs) * (1 + WHOLE_SLACK))
             taps = chunk_t, costs[whole], whole if FULL_ROWS is None else FULL_ROWS
     # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
-    # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest)
-    if taps is not None and (taps[1] < psum or TAPS == "on") and (bands * (sbuf - taps[1]) > 2 * setup or
-                                                                    PSUM == "on"):
+    # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest.
+    # Both forms also expose one band's time: their engines work in a chain, TensorE -> VectorE -> GpSimdE, which
+    # fills at the first band and drains at the last, where the SBUF form splits each pass between two engines)
+    if taps is not None and (taps[1] < psum or TAPS == "on") and (
+            bands * (sbuf - taps[1]) > 2 * setup + taps[1] or PSUM == "on"):
         return PsumChoice(taps[0], None, True, taps[2])
-    return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup or PSUM == "on" else None
+    return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup + psum or PSUM == "on" else None
 
 
 def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int, runs: int = 1,
@@ -885,13 +878,8 @@ def _vector_share(src: str, dst: str) -> float:
 
 
 def identity_ns(itemsize: int) -> float:
-    """The set-up of the identity matrix in the model: a store to HBM, its write acknowledgement and a load back,
-    each DMA after its semaphore latency, each moving a [128, 129] tile over the DMA engines (tilec/perf/params.py)."""
-    from tilec.perf.params import target_params
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
-    pmax = get_target().pmax
-    move = pmax * (pmax + 1) * itemsize / (prm["dma_engines"] * prm["dma_engine_bw"])
-    return 2 * (prm["dma_latency_ns"] + move) + prm["dma_write_ack_ns"]
+    """The set-up of the identity matrix in the model (build_util.identity_ns: built on chip)."""
+    return build_util.identity_ns(itemsize)
 
 
 def border_copies(segs: list[Segment], window: int) -> int:

@@ -22,8 +22,8 @@ cannot express that on trn1/trn2: the limit is the tile's bytes (a 1024-column b
 """
 from __future__ import annotations
 
-from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Buf, Copy, Dma, Kernel, Loop, Matmul, Reduce, Reshape,
-                               Scalar, Sl, Stmt, Transpose, View, views, walk)
+from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Buf, Copy, Dma, Identity, Kernel, Loop, Matmul, Reduce,
+                               Reshape, Scalar, Sl, Stmt, Transpose, View, views, walk)
 from tilec.compiler.schedule import sbuf_budget
 from tilec.errors import InternalError
 from tilec.target import Target, target as get_target
@@ -146,6 +146,11 @@ class _Verifier:
                           f"{'/'.join(tp.writes)}")
         elif isinstance(s, (Copy, Act, Binary, Scalar, Reduce)):
             self.elementwise(s, operands)
+        elif isinstance(s, Identity):
+            shp = s.dst.shape()
+            if s.dst.buf.memory != "sbuf" or len(shp) != 2 or shp[0] != shp[1] or shp[0] > self.t.pmax:
+                self.fail(f"identity {s.dst.buf.name} {shp} must be a square SBUF tile of at most {self.t.pmax} "
+                          "partitions (affine_select writes SBUF only)")
         if isinstance(s, Reduce) and not (len(s.src.shape()) == 2 and s.dst.shape() == (s.src.shape()[0], 1)
                                           or len(s.src.shape()) == 3 and s.dst.shape() == s.src.shape()[:2]):
             self.fail(f"tensor_reduce {s.src.buf.name} {s.src.shape()} -> {s.dst.buf.name} {s.dst.shape()} must "

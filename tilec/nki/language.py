@@ -370,4 +370,4 @@ for _name, _op in alu.OPS.items():
 
 # The 0.1 APIs AWS's suites use beyond the core set (issue 15); imported last: they build on isa and core.
 from tilec.nki.language_more import (atomic_rmw, dropout, finfo, gather_flattened, loop_reduce, rand,  # noqa: E402,F401
-                                     random_seed, shared_constant, static_cast)
+                                     random_seed, shared_constant, shared_identity_matrix, static_cast)

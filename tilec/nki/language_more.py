@@ -124,6 +124,15 @@ def shared_constant(constant: object, dtype: object = None, **kwargs: object) ->
     return t
 
 
+def shared_identity_matrix(n: int, dtype: object = np.uint8, **kwargs: object) -> Tensor:
+    """An n x n identity matrix in SBUF [NL1 shared_identity_matrix, new in SDK 2.21]. Its docs (v2.29.0) say it
+    behaves as `shared_constant`: a constant in HBM, so here it is one, copied into SBUF by one DMA load (what the
+    trace and the performance model see; tilec's own kernels build theirs on chip instead, ir.Identity)."""
+    from tilec.nki import language as _nl  # late: language imports this module
+
+    return _nl.load(shared_constant(np.eye(int(n)), dtype=dtype))
+
+
 def static_cast(input_data: object, dtype: object) -> object:
     """Cast a scalar or array to dtype (a host-side helper, used outside kernels too) [NL1 static_cast]."""
     dt = dtypes.as_dtype(dtype)

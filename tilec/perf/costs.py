@@ -8,7 +8,7 @@ engine's clock, plus a fixed per-instruction overhead:
              (an nc_matmul with is_transpose=True is a transpose: ARCH3 transpose mode, 2x for fp32 on NC-v3)
     VectorE  tensor_tensor max(64, 2N), max(64, N) with a PSUM input or all 16-bit (v3 perf mode)
              tensor_scalar / tensor_copy  max(64, N / perf)  perf = 4 (16-bit, SBUF only), 2 (16-bit, PSUM side)
-             tensor_reduce N_in (N_in / 2 for 16-bit), memset max(64, N/2) for 16-bit else max(64, N)
+             tensor_reduce N_in (N_in / 2 for 16-bit), memset max(64, N/2) for a 16-bit zero else max(64, N)
     ScalarE  activation    max(64, N) (+64 with a reduce result)
     GpSimdE  iota / affine_select 150 + N
     the less common VectorE instructions (tensor_copy_predicated, scalar_tensor_tensor, tensor_tensor_scan,
@@ -133,8 +133,8 @@ class Costs:
             return n_in / 2 if half else n_in
         if op == "tensor_scalar_reduce":
             return max(mn, n) + mn
-        if op == "memset":
-            return max(mn, n / 2) if half else max(mn, n)
+        if op == "memset":  # nki-spec §2.4 [NISA memset]: the half rate is for a value of 0 in bf16/fp16 only
+            return max(mn, n / 2) if half and ins.attr("value", 0.0) == 0 else max(mn, n)
         if op == "activation":
             return max(mn, n) + (mn if ins.attr("reduce") else 0)
         if op in _EXTRA_CYCLES:
