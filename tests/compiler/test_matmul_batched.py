@@ -118,9 +118,13 @@ kernel bmmbt(A: {dt}[N, M, K], B: {dt}[N, P, K]) -> C
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_batched_matmul_rows_loaded_once_and_a_band_per_batch_index(dt):
     """Whole row tiles and a remainder (M = 263: two tiles of 128 and one of 7): A's rows go through one buffer
-    declared before the nest, the output of all row tiles of a batch index through one band with a slot per tile."""
+    declared before the nest, the output of all row tiles of a batch index through one band with a slot per tile.
+    fp32: the model prefers DMA transposes straight from HBM (conv_weights.rows_by_dma), so no rows buffer."""
     prog, c, inputs, out = run(BMM.format(dt=dt).replace("M = 160", "M = 263").replace("N = 3", "N = 2"))
-    assert c.source.index("A_tile_rows = nl.ndarray") < c.source.index("for n in")  # declared once, before the nest
+    if dt == "f32":
+        assert "A_tile_rows" not in c.source and "nisa.dma_transpose(" in c.source
+    else:
+        assert c.source.index("A_tile_rows = nl.ndarray") < c.source.index("for n in")  # declared once, before the nest
     assert "C_band[:, i_t]" in c.source  # the row tile's slot of the batch index's band
     x = rounded(inputs, dt)
     assert_matches(prog, "C", out["C"], np.einsum("nik,nkj->nij", x["A"], x["B"]))
@@ -146,7 +150,7 @@ def test_batched_a_b_transposed_with_narrow_contraction_tiles_keeps_one_copy_per
     assert_matches(prog, "C", out["C"], np.einsum("nik,njk->nij", x["A"], x["B"]))
 
 
-@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("dt", ["f16", "bf16"])  # fp32 transposes A by DMA (rows_by_dma, test_bmm_dma_rows.py)
 def test_batched_matmul_evicts_transposed_pairs_on_two_engines(dt):
     """K = 512 (four whole contraction tiles): A's blocks are transposed two at a time into one PSUM tile, the
     first evicted by VectorE (tensor_copy), the second by ScalarE (activation copy); the remainder tile of M = 263
@@ -178,12 +182,12 @@ def test_batched_a_b_transposed_16_bit_groups_a_on_vectore(dt, k, g, nki):
 
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
-def test_batched_a_b_transposed_fp32_keeps_a_in_pairs(nki):
-    """fp32 A B^T is TensorE-bound: A's transposes stay in pairs on two engines (grouping them by four made the
-    matmuls wait for the whole group)."""
+def test_batched_a_b_transposed_fp32_transposes_a_by_dma(nki):
+    """fp32 A B^T is TensorE-bound: A's transposes leave TensorE for the DMA engines (conv_weights.rows_by_dma; on
+    TensorE they were in pairs on two engines: grouping them by four made the matmuls wait for the whole group)."""
     prog = lang.load(BMM_BT.format(dt="f32", n=2, m=263, k=512, p=200))
     c = compile_loaded(prog, nki=nki)
-    assert "A_pair_tp = nl.ndarray((128, 2, 128)" in c.source and "A_group_tp" not in c.source
+    assert "dma_transpose(" in c.source and "A_pair_tp" not in c.source and "A_group_tp" not in c.source
     inputs = inputs_for(prog)
     out = c.run(**inputs)
     x = rounded(inputs, "f32")

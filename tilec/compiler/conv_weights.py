@@ -157,7 +157,15 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
     # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
     tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
 
+    by_dma = local and rows_by_dma(b)
+
     def per_k(kv: str | None, ks: int) -> list[Stmt]:
+        if by_dma:  # one DMA transpose per contraction tile, HBM rows -> the stationary's columns
+            kd = pt(ks, p.tile_k) if local else sl(b.k_start(kv), ks)
+            return b.over_c(V["c"], lambda cv, cs: [ir.Transpose(
+                View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), a(0), a(0), kd)),
+                w_view(b, (sl(b.k_start(kv), ks), sl(b.c_start(cv), cs), a(0), a(0))), "dma", line)], line)
+
         def load(cv: str | None, cs: int) -> list[Stmt]:
             if op.groups > 1:
                 return weights_grouped(b, raw, kv, ks)
@@ -203,6 +211,39 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
                             f"prepare {op.w}")
 
 
+def rows_by_dma(b: _ConvBuilder) -> bool:
+    """A batched matmul's stationary rows transposed by the DMA engines straight from HBM (one dma_transpose per
+    contraction tile) instead of loaded and transposed on TensorE, when the model's estimate of the busiest of
+    TensorE and the DMA queues per (batch index, out-channel tile) says so. The model's own rates (one fact, one
+    place: build_matvec.model_constants): a dma_transpose at `dma_transpose_factor` of a copy's throughput [ARCH3],
+    a PE transpose at transpose mode's rate. fp32 A B: TensorE-bound (matmuls at 4.7x plus the transposes), so
+    the DMA path pays (bmm f32 batch 8 47.9 -> 40.1 us); 16-bit: DMA-bound, it does not (18.7 -> 22.3 us)."""
+    op, p = b.op, b.p
+    if not (_rows_loaded_once(b) and b.R == b.S == 1 and not b.CR and op.w_relu is None and b.dup == 1):
+        return False
+    from tilec.compiler.build_matvec import model_constants  # late: the model reads kernels
+    prm = model_constants()
+    item = DTYPE_BYTES[b.hbm[op.w].dtype]
+    fp32 = item == 4
+    f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if fp32 else (1.0, 1.0)
+    ghz, fixed = prm["tensor_ghz"], prm["mm_fixed_cycles"]
+    cols = b.Ho * b.Wo  # the moving operand's columns per batch index
+    matmuls = b.CT * -(-cols // 512) * (min(cols, 512) + fixed) * f / ghz
+    transposes = b.CT * (p.tile_k + fixed) * ft / ghz
+    bw = prm["dma_engines"] * prm["dma_engine_bw"]  # bytes per ns
+    rows = p.tile_k * b.C * item
+    rest = (b.C * b.H * b.W * item) / max(b.KT, 1) + p.tile_k * cols * DTYPE_BYTES[b.hbm[op.out].dtype]
+    pe = max(matmuls + transposes, (rows + rest) / bw)
+    dma = max(matmuls, (rows / prm["dma_transpose_factor"] + rest) / bw)
+    return dma < pe
+
+
+def _rows_loaded_once(b: _ConvBuilder) -> bool:
+    op, p = b.op, b.p
+    return bool(op.w_batch and p.hoist_w == "k" and op.w_layout == "kc" and op.groups == 1 and b.fold == 1
+                and b.pair == 1 and p.w_split != "c" and b.KT > 0)
+
+
 def rows_once(b: _ConvBuilder) -> Buf | None:
     """A batched matmul's buffer for the rows of its stationary matrix (one out-channel tile, every contraction
     column), declared once before the nest and refilled whole by one DMA per (batch index, tile) instead of one
@@ -211,8 +252,7 @@ def rows_once(b: _ConvBuilder) -> Buf | None:
     two copies and their load waits one DMA latency after the transposes two tiles back. None when the stationary
     is not loaded that way (contraction-major, grouped, folded, split per contraction tile)."""
     op, p = b.op, b.p
-    if not (op.w_batch and p.hoist_w == "k" and op.w_layout == "kc" and op.groups == 1 and b.fold == 1
-            and b.pair == 1 and p.w_split != "c" and b.KT > 0):
+    if not _rows_loaded_once(b) or rows_by_dma(b):
         return None
     return Buf(b.fresh(f"{op.w}_tile_rows"), "sbuf", b.hbm[op.w].dtype, (p.tile_k, b.C, b.R, b.S))
 

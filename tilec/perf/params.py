@@ -126,7 +126,10 @@ TRN2 = Params(
                                   "copy -> store -> acknowledged per 2 tiles); the other rows move by <= 4.3 % with it "
                                   "[inferred: a write to HBM completes one HBM round trip after its last byte, a load "
                                   "when its bytes are in SBUF]"),
-    dma_transpose_factor=Param(0.9, "§2.5 ARCH3 (<= 90% of copy throughput HBM->SBUF)"),
+    dma_transpose_factor=Param(0.9, "§2.5 ARCH3 (<= 90% of copy throughput HBM->SBUF; 50% SBUF->SBUF; 2- and "
+                                    "4-byte dtypes; the 16 engines write [128, 16] blocks together, so the recorder "
+                                    "counts the source's contiguous runs as descriptors, as for a copy: "
+                                    "isa._emit_dma)"),
     startup_ns=Param(13000.0, FIT_STARTUP),
     buffer_rotation=Param(2, "fitted to rows 8-12 (1 buffer: rows 8, 10 +83 %, +64 %; 3: row 8 -27 %) [inferred: the "
                              "allocator rotates loop tiles through a few buffers; its policy is not documented]"),
