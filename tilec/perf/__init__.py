@@ -27,8 +27,10 @@ How the model reasons
   compute -> store -> next load on one stream; the 1024x1024 transpose (row 8) by the chain copy -> store ->
   acknowledgement -> copy over its 2 rotating result buffers; a conv whose row loads feed TensorE (rows 9-12, from
   the public kernel behind them) streams thousands of DMAs beside the matmuls. schedule.py's docstring says why one
-  model fits the three. Tiles allocated in a loop body rotate through 2 buffers per allocation site; a buffer
-  refilled whole by DMA gets a new copy per load (16 deep).
+  model fits the three. Tiles allocated in a loop body rotate through 2 buffers per allocation site, and a buffer
+  refilled whole by DMA gets a new copy per load (16 deep), but only while the copies fit in the Target's usable
+  SBUF beside every site's first buffer (the "fit" rule, params.SBUF_ROTATION; the allocator's multi-buffering
+  policy is not documented). TILEC_MODEL_SBUF_ROTATION=free grants them whether they fit or not, as a what-if.
 * Dependences through HBM are tracked per byte range: an HBM access is the span [lo, hi) of its access pattern, so
   two DMAs writing disjoint but interleaved rows of one tensor wait for each other. Whether neuronxcc orders such
   DMAs is not documented (docs/notes/model8.md); benchmarks/trn2_hbm_order.py is the Trn2 measurement that decides
