@@ -8,19 +8,11 @@ import numpy as np
 import pytest
 
 from compiler_helpers import assert_matches, inputs_for
+from test_matmul_batched import BMM, BMM_BT
 from tilec.compiler.api import compile_file
 from tilec.compiler.wrap import unwrap
 
-AB = """\
-kernel bmm(A: {dt}[N, M, K], B: {dt}[N, K, P]) -> C
-  default N = 2, M = 256, K = 384, P = 256
-  C: {dt}[N, M, P]
-  for n in 0..N, i in 0..M, j in 0..P:
-    C[n, i, j] = 0
-    for k in 0..K:
-      C[n, i, j] += A[n, i, k] * B[n, k, j]
-"""
-ABT = AB.replace("B: {dt}[N, K, P]", "B: {dt}[N, P, K]").replace("B[n, k, j]", "B[n, j, k]")
+SIZES = dict(N=2, M=256, K=384, P=256)  # two output-row tiles, three contraction tiles per batch index
 
 
 @pytest.mark.parametrize("nki", ["0.6", "0.1"])
@@ -28,8 +20,9 @@ ABT = AB.replace("B: {dt}[N, K, P]", "B: {dt}[N, P, K]").replace("B[n, k, j]", "
 @pytest.mark.parametrize("form", ["ab", "abt"])
 def test_rows_by_dma_transpose(tmp_path, form, dt, nki):
     path = tmp_path / "bmm.tl"
-    path.write_text((AB if form == "ab" else ABT).format(dt=dt))
-    c = compile_file(str(path), nki=nki)
+    text = BMM.format(dt=dt) if form == "ab" else BMM_BT.format(dt=dt, n=1, m=1, k=1, p=1)
+    path.write_text(text)
+    c = compile_file(str(path), SIZES, nki=nki)
     source = unwrap(c.source)
     assert ("dma_transpose(" in source) == (dt == "f32")
     inputs = inputs_for(c.program, seed=5)
