@@ -12,6 +12,7 @@ import tilec  # noqa: F401  (serves `import nki`)
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from test_isa06 import sbuf_of
 from tilec.nki.rules import NkiError
 from tilec.perf.api import estimate
 from tilec.perf.params import TRN1, TRN2
@@ -22,12 +23,6 @@ F32 = np.float32
 
 def rand(*shape, dtype=F32):
     return RNG.standard_normal(shape).astype(dtype)
-
-
-def sbuf_of(src, dtype=None):
-    t = nl.ndarray(src.shape, dtype=dtype or src.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=src)
-    return t
 
 
 def evict(acc, dtype):
