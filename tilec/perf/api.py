@@ -107,8 +107,8 @@ class Estimate:
 
 
 def estimate(trace: Trace, target: str = "trn2", params: Params | None = None,
-             hbm_rule: str | None = None, shared_bus: str | None = None, sbuf_rotation: str | None = None
-             ) -> Estimate:
+             hbm_rule: str | None = None, shared_bus: str | None = None, sbuf_rotation: str | None = None,
+             psum_rotation: str | None = None) -> Estimate:
     """Schedule `trace` on the modelled NeuronCore of `target` and compute the profiler's figures.
 
     `params` replaces the target's parameter table (the calibration fit tries candidate tables this way).
@@ -116,10 +116,11 @@ def estimate(trace: Trace, target: str = "trn2", params: Params | None = None,
     the environment's TILEC_MODEL_HBM_DEPS, else "range"). `shared_bus`: "off" or "exclusive", whether VectorE's
     performance mode and GpSimdE may overlap (tilec/perf/params.py; default TILEC_MODEL_SHARED_BUS, else "off").
     `sbuf_rotation`: "free" or "fit", whether loop tiles' rotation buffers must fit in SBUF (params.py; default
-    TILEC_MODEL_SBUF_ROTATION, else "fit")."""
+    TILEC_MODEL_SBUF_ROTATION, else "fit"). `psum_rotation`: "free" or "fit", whether PSUM tiles and their
+    rotation buffers must be placed in the 8 PSUM banks (params.py; default TILEC_MODEL_PSUM_ROTATION, else "fit")."""
     costs = _costs(target) if params is None else Costs(params)
     params = costs.p
-    sched = schedule(trace, costs, hbm_rule, shared_bus, sbuf_rotation)
+    sched = schedule(trace, costs, hbm_rule, shared_bus, sbuf_rotation, psum_rotation)
     instrs = trace.instrs
     busy = {e: 0.0 for e in ENGINE_NAMES}
     dma_intervals = []

@@ -73,6 +73,8 @@ class Costs:
         self.dma_fixed = v["dma_xfer_fixed_ns"]
         self.load_versions = int(v["load_versions"])
         self.sbuf_usable = int(v["sbuf_usable_bytes"])
+        self.psum_bank = int(v["psum_bank_bytes"])
+        self.psum_banks = int(v["psum_bytes_per_partition"]) // self.psum_bank
         self.dma_desc = v["dma_desc_ns"]
         self.dma_latency = v["dma_latency_ns"]
         self.dma_write_ack = v["dma_write_ack_ns"]

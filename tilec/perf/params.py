@@ -68,6 +68,7 @@ class Params:
     sbuf_bytes_per_partition: Param
     sbuf_usable_bytes: Param  # per partition, what a kernel's buffers (and the renamed copies) may occupy
     psum_bytes_per_partition: Param
+    psum_bank_bytes: Param  # per partition; a PSUM tile lies in one bank, every PSUM tensor starts a bank
     hbm_stack_bw: Param  # bytes per ns, denominator of MBU
 
     def table(self) -> list[tuple[str, float, str]]:
@@ -140,6 +141,9 @@ TRN2 = Params(
     sbuf_usable_bytes=Param(HW2.sbuf_usable, "§2.2 ARCH3 224 KiB, no compiler reserve documented for NC-v3 "
                                              "(tilec.target TRN2.sbuf_usable; bounds load_versions)"),
     psum_bytes_per_partition=Param(HW2.psum_bytes, "§2.2 ARCH2 16 KiB"),
+    psum_bank_bytes=Param(HW2.psum_bank_bytes, "§2.2 ARCH2 8 banks of 2 KiB per partition; ALLOC Known Limitations 3 "
+                                               "(a PSUM tile cannot cross bank boundaries); MIG v2.32.0 (PSUM "
+                                               "tensors must start at the beginning of a bank): schedule.psum_plan"),
     hbm_stack_bw=Param(725.0, "§2.1/§5 TRN2CHIP 2.9 TB/s / 4 stacks (MBU denominator = one stack)"),
 )
 
@@ -209,3 +213,16 @@ shared_bus = SHARED_BUS.pick
 # (docs/notes/fid12.md lists the kernels it moves).
 SBUF_ROTATION = WhatIf("SBUF rotation rule", "TILEC_MODEL_SBUF_ROTATION", ("free", "fit"), "fit")
 sbuf_rotation = SBUF_ROTATION.pick
+
+
+# PSUM tiles rotate like SBUF ones (`buffer_rotation` per allocation site), but PSUM is 8 banks of 2 KiB per partition
+# and every PSUM tensor takes a bank of its own (a tile cannot cross a bank, ALLOC v2.26.1 Known Limitations 3; "The
+# allocation for PSUM tensors must start at the beginning of each bank", MIG v2.32.0 nki/migration/index.rst; "with 8
+# PSUM banks per partition, TensorE can have up to eight outstanding matmul accumulation groups", v2.32.0
+# trainium_inferentia2_arch.rst). "fit" (the default) places every PSUM tile in one of the banks in program order
+# (schedule.psum_plan): a site's rotation buffer only where a bank is free, and a tile placed in a bank another tile
+# used waits until that tile's last instruction ended. "free" (the model until session 13) gives every site its
+# rotation buffers and never makes one site's tile wait for another's bank: up to 2 banks per site, unchecked
+# against the 8 (docs/notes/fid14.md lists the kernels that needed more).
+PSUM_ROTATION = WhatIf("PSUM rotation rule", "TILEC_MODEL_PSUM_ROTATION", ("free", "fit"), "fit")
+psum_rotation = PSUM_ROTATION.pick

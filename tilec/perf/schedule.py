@@ -71,7 +71,8 @@ from dataclasses import dataclass
 
 from tilec.perf.costs import Costs
 from tilec.perf.deps import DepTracker, hbm_rule as _hbm_rule
-from tilec.perf.params import sbuf_rotation as _sbuf_rotation, shared_bus as _shared_bus
+from tilec.perf.params import psum_rotation as _psum_rotation, sbuf_rotation as _sbuf_rotation, \
+    shared_bus as _shared_bus
 from tilec.perf.throttle import TensorThrottle
 from tilec.trace import Access, Instr, Trace
 
@@ -197,6 +198,64 @@ def rotation_predecessors(trace: Trace, depth: int, depths: dict[tuple[str, int]
         if len(site) >= n and 0 <= site[-n].last_seq < a.first_seq:
             out[a.buffer] = site[-n].buffer
         site.append(a)
+    return out
+
+
+def psum_plan(trace: Trace, rotation: int, banks: int, bank_bytes: int) -> dict[int, tuple[int, ...]]:
+    """PSUM buffer -> the buffers that held its banks before it: its instructions wait until theirs have ended.
+
+    The tiles are placed in program order (allocation order) in the `banks` banks of PSUM, each tile in
+    ceil(bytes / bank_bytes) banks of its own (a tile cannot cross a bank and every PSUM tensor starts a bank:
+    params.PSUM_ROTATION). A bank is free for a new tile once its last tile was last touched earlier in program
+    order. A tile takes, in this order of preference: the banks of the tile `rotation` allocations earlier at its
+    site (the site's rotation, as `rotation_predecessors`); else free banks no site will rotate back to, never used
+    first, then the one whose tile was last touched earliest (the shortest wait); else, in the same order, free
+    banks a site keeps for its rotation (that site loses a rotation buffer there: its next tile goes elsewhere).
+    Where fewer free banks exist than a tile needs (a kernel the interpreter refuses, psum_bank_overflow), it gets
+    banks beyond the `banks` (no wait)."""
+    allocs = sorted((a for a in trace.allocs if a.memory == "psum"), key=lambda a: (a.first_seq, a.buffer))
+    order = {a.buffer: n for n, a in enumerate(allocs)}
+    sites: dict[tuple[str, int], list] = {}
+    index: dict[int, tuple[tuple[str, int], int]] = {}
+    for a in allocs:
+        site = sites.setdefault((a.file, a.line), [])
+        index[a.buffer] = ((a.file, a.line), len(site))
+        site.append(a)
+    occupant: list = [None] * banks
+    held: dict[int, list[int]] = {}
+    out: dict[int, tuple[int, ...]] = {}
+
+    def wanted(b: int) -> int:
+        """Allocation order of the tile that rotates back to bank b (-1: none yet to come)."""
+        occ = occupant[b]
+        if occ is None or rotation < 1:
+            return -1
+        key, i = index[occ.buffer]
+        site = sites[key]
+        return order[site[i + rotation].buffer] if i + rotation < len(site) else -1
+
+    for n, a in enumerate(allocs):
+        need = max(1, -(-a.bytes_per_partition // bank_bytes))
+        free = [b for b in range(len(occupant)) if occupant[b] is None or occupant[b].last_seq < a.first_seq]
+        key, i = index[a.buffer]
+        chosen: list[int] = []
+        if rotation >= 1 and i >= rotation:
+            prev = sites[key][i - rotation]
+            mine = held.get(prev.buffer, [])
+            if len(mine) == need and all(b in free and occupant[b] is prev for b in mine):
+                chosen = list(mine)
+        if not chosen:
+            chosen = sorted(free, key=lambda b: (wanted(b) > n, -1 if occupant[b] is None else occupant[b].last_seq))
+            chosen = chosen[:need]
+            while len(chosen) < need:  # more tiles live than PSUM holds
+                occupant.append(None)
+                chosen.append(len(occupant) - 1)
+        before = tuple(dict.fromkeys(occupant[b].buffer for b in chosen if occupant[b] is not None))
+        if before:
+            out[a.buffer] = before
+        for b in chosen:
+            occupant[b] = a
+        held[a.buffer] = chosen
     return out
 
 
@@ -411,11 +470,12 @@ def dma_streams(instrs: list[Instr]) -> dict[int, str]:
 
 
 def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus: str | None = None,
-             sbuf_rotation: str | None = None) -> Schedule:
+             sbuf_rotation: str | None = None, psum_rotation: str | None = None) -> Schedule:
     """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py).
     `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py).
     `sbuf_rotation`: "fit" (the default) or "free", whether loop tiles' rotation buffers must fit in SBUF
-    (params.py)."""
+    (params.py). `psum_rotation`: "fit" (the default) or "free", whether PSUM tiles and their rotation buffers must
+    be placed in the PSUM banks (`psum_plan`, params.py)."""
     n = len(trace.instrs)
     start, end, lane = [0.0] * n, [0.0] * n, [""] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
@@ -427,6 +487,11 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     bound = _sbuf_rotation(sbuf_rotation) == "fit"
     depths, copies = sbuf_plan(trace, costs.rotation, costs.load_versions, costs.sbuf_usable, bound)
     reuses = rotation_predecessors(trace, costs.rotation, depths if bound else None)
+    banked: dict[int, tuple[int, ...]] = {}
+    if _psum_rotation(psum_rotation) == "fit":
+        banked = psum_plan(trace, costs.rotation, costs.psum_banks, costs.psum_bank)
+        psum = {a.buffer for a in trace.allocs if a.memory == "psum"}
+        reuses = {b: p for b, p in reuses.items() if b not in psum}
     instrs, versions = renamed(trace, costs.load_versions, copies)
     streams = dma_streams(instrs)
     reuses.update(versions)
@@ -442,6 +507,8 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             p = reuses.get(a.buffer)
             if p is not None and last_end.get(p, 0.0) > reuse:
                 reuse = last_end[p]
+            for p in banked.get(a.buffer, ()):  # the PSUM banks it is placed in were another tile's
+                reuse = max(reuse, last_end.get(p, 0.0))
         if i in folded:
             q, d = engine, 0.0
             t = deps.ready(ins.reads, ins.writes, max(reuse, startup))
