@@ -54,6 +54,33 @@ def psum_banks(tgt: object, stored: tuple, itemsize: int, blocks: int) -> int:
     return -(-n // per_bank)
 
 
+def psum_address(run: object, address: object, shape: tuple, name: str, where: tuple) -> None:
+    """NKI 0.6 `nl.ndarray(..., buffer=nl.psum, address=(partition, free))`: "The allocation for PSUM tensors must
+    start at the beginning of each bank — the compiler will throw an error otherwise" (MIG v2.32.0
+    nki/migration/index.rst, "Improved allocation API"). The free offset of a PSUM address is in bytes: the same
+    section's example puts a (128, 1024) bf16 tensor "on bank 3" with address=(0, bank_id * 2048), which in bf16
+    elements would be bank 6. The partition offset is a partition lane, as for SBUF."""
+    tgt = run.target
+    if not (isinstance(address, tuple) and len(address) == 2 and all(isinstance(x, (int, np.integer))
+                                                                       for x in address)):
+        raise rules.NkiTypeError(
+            f"address of PSUM tensor '{name}' must be a (partition offset, free offset) pair of integers, got "
+            f"{address!r}", "psum_address", where, hint="address=(0, bank * 2048) places it at the start of a bank")
+    part, free = (int(x) for x in address)
+    bank = tgt.psum_bank_bytes
+    if free % bank or not 0 <= free < tgt.psum_bytes:
+        raise rules.MemoryRuleError(
+            f"PSUM tensor '{name}' must start at the beginning of a bank: free offset {free} is not one of the "
+            f"{tgt.psum_banks} bank starts 0, {bank}, ..., {tgt.psum_bytes - bank} (bytes)", "psum_address", where,
+            f"address={address!r}, shape {tuple(shape)}",
+            hint=f"use address=(0, bank * {bank}) with bank in 0..{tgt.psum_banks - 1}")
+    if part < 0 or part + (shape[0] if shape else 1) > tgt.pmax:
+        raise rules.MemoryRuleError(
+            f"PSUM tensor '{name}' at partition offset {part} with {shape[0] if shape else 1} partitions exceeds the "
+            f"{tgt.pmax} partitions", "psum_address", where, f"address={address!r}, shape {tuple(shape)}",
+            hint="the partition offset plus the partition dimension must be at most 128")
+
+
 def psum_capacity(run: object, buf: object) -> None:
     banks = run.target.psum_banks
     used = sum(run.psum_bank_count.get(i, 1) for i in run.psum_live)

@@ -17,7 +17,7 @@ import builtins
 
 import numpy as np
 
-from tilec.nki import alu, core, dtypes, language as _l01, rules, runtime
+from tilec.nki import alu, checks, core, dtypes, language as _l01, rules, runtime
 from tilec.nki.dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32,  # noqa: F401
                               int8, int16, int32, tfloat32, uint8, uint16, uint32)
 from tilec.nki.indexing import ds  # noqa: F401
@@ -72,7 +72,12 @@ def _created(shape: object, dtype: object, buffer: object, name: str, fill: obje
 
 # ---- creation ----
 def ndarray(shape: object, dtype: object, buffer: object = sbuf, name: str = "", address: object = None) -> Tensor:
-    return _created(shape, dtype, buffer, name, None, "ndarray")
+    """`address`: checked for PSUM (a bank start, checks.psum_address); the placement itself is not simulated (an
+    SBUF address's unit is ambiguous in MIG, and tilec never emits addresses)."""
+    t = _created(shape, dtype, buffer, name, None, "ndarray")
+    if address is not None and t.buf.memory == "psum":
+        checks.psum_address(runtime.current(), address, tuple(t.shape), t.buf.name, _where())
+    return t
 
 
 def zeros(shape: object, dtype: object, buffer: object = sbuf, name: str = "") -> Tensor:
