@@ -118,7 +118,10 @@ TRN2 = Params(
     dma_xfer_fixed_ns=Param(0.0, "fitted to rows 10, 12 (public kernel): its 2,664 row loads of 128 x 448 B and 888 "
                                   "other DMAs run beside 811 us of matmuls, which leaves no fixed engine time per "
                                   "transfer (450 ns, fitted to rows 1, 2, 4 alone, put it at 2,210 us)"),
-    dma_desc_ns=Param(14.0, FIT_TINY_DMA),
+    dma_desc_ns=Param(14.0, FIT_TINY_DMA + "; not nki-spec's ~105 ns per row (a fit to DMAINTRO's efficiency "
+                            "figure, whose set-up is not given): 105 ns puts rows 2, 4, 8 at +107 %, +113 %, +60 % and "
+                            "rows 2, 4 alone bound it below ~78 ns (3 DMAs of 8 rows per engine in 1.9 us); "
+                            "benchmarks/trn2_dma_desc.py measures it (docs/notes/fid14.md)"),
     dma_latency_ns=Param(1150.0, "fitted to rows 1, 2, 4 (tiny-DMA loops: one store latency + load + compute per "
                                 "iteration on the in-order trigger stream; 1050 ns: row 2 -14 %) and bounded by rows "
                                 "10p, 12p (1250 ns: +13 %); between §2.5's HWDGE ~600 ns + fixed cost and the generic "
