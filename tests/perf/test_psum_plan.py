@@ -123,3 +123,29 @@ def test_the_banks_come_from_the_parameter_table():
     for p in (TRN2, TRN1):
         assert p.psum_bytes_per_partition.value // p.psum_bank_bytes.value == 8
         assert p.psum_bank_bytes.value == 2048
+
+
+def test_a_compiled_kernel_fits_in_the_eight_banks():
+    """mobilenet_block (48 PSUM sites at batch 2): its tiles are placed in 8 banks, each tile's predecessors were
+    last touched before it is allocated, and in the schedule its instructions start after theirs ended."""
+    import pathlib
+
+    from tilec.compiler.api import compile_file
+    from tilec.lang import api as lang
+    from tilec.perf.schedule import place_psum
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "families" / "mobilenet_block.tl"
+    c = compile_file(str(path), {"N": 2}, target="trn2")
+    _, trace = c.run_traced(numerics=False, **lang.random_inputs(c.program, seed=0))
+    plan, used = place_psum(trace, 2, 8, BANK)
+    allocs = {a.buffer: a for a in trace.allocs}
+    assert len({(a.file, a.line) for a in trace.allocs if a.memory == "psum"}) > 4 and used == 8
+    assert all(allocs[p].last_seq < allocs[b].first_seq for b, ps in plan.items() for p in ps)
+    s = estimate(trace)._schedule
+    touching: dict[int, list[int]] = {}
+    for i, ins in enumerate(trace.instrs):
+        for acc in ins.reads + ins.writes:
+            touching.setdefault(acc.buffer, []).append(i)
+    for b, ps in plan.items():
+        first = min(s.start[i] for i in touching[b])
+        assert all(first >= s.end[i] - 1e-6 for p in ps for i in touching.get(p, ()))

@@ -202,7 +202,13 @@ def rotation_predecessors(trace: Trace, depth: int, depths: dict[tuple[str, int]
 
 
 def psum_plan(trace: Trace, rotation: int, banks: int, bank_bytes: int) -> dict[int, tuple[int, ...]]:
-    """PSUM buffer -> the buffers that held its banks before it: its instructions wait until theirs have ended.
+    """PSUM buffer -> the buffers that held its banks before it (`place_psum`)."""
+    return place_psum(trace, rotation, banks, bank_bytes)[0]
+
+
+def place_psum(trace: Trace, rotation: int, banks: int, bank_bytes: int) -> tuple[dict[int, tuple[int, ...]], int]:
+    """(PSUM buffer -> the buffers that held its banks before it: its instructions wait until theirs have ended;
+    the banks used, more than `banks` only for a kernel the interpreter refuses).
 
     The tiles are placed in program order (allocation order) in the `banks` banks of PSUM, each tile in
     ceil(bytes / bank_bytes) banks of its own (a tile cannot cross a bank and every PSUM tensor starts a bank:
@@ -256,7 +262,7 @@ def psum_plan(trace: Trace, rotation: int, banks: int, bank_bytes: int) -> dict[
         for b in chosen:
             occupant[b] = a
         held[a.buffer] = chosen
-    return out
+    return out, sum(occ is not None for occ in occupant)
 
 
 def _whole_loads(trace: Trace) -> dict[int, int]:
