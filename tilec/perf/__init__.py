@@ -31,6 +31,9 @@ How the model reasons
   refilled whole by DMA gets a new copy per load (16 deep), but only while the copies fit in the Target's usable
   SBUF beside every site's first buffer (the "fit" rule, params.SBUF_ROTATION; the allocator's multi-buffering
   policy is not documented). TILEC_MODEL_SBUF_ROTATION=free grants them whether they fit or not, as a what-if.
+  PSUM tiles are placed in the 8 banks of 2 KiB (one tensor per bank, MIG v2.32.0) in program order: a site's
+  rotation buffer only where a bank is free, and a tile in a bank another tile held waits for that tile to end
+  (schedule.place_psum, params.PSUM_ROTATION; TILEC_MODEL_PSUM_ROTATION=free is the old unchecked rule).
 * Dependences through HBM are tracked per byte range: an HBM access is the span [lo, hi) of its access pattern, so
   two DMAs writing disjoint but interleaved rows of one tensor wait for each other. Whether neuronxcc orders such
   DMAs is not documented (docs/notes/model8.md); benchmarks/trn2_hbm_order.py is the Trn2 measurement that decides

@@ -52,7 +52,10 @@ usable SBUF per partition (Target.sbuf_usable), as they must for the hardware co
 tile is placed in the usable SBUF range; the renaming itself is inferred, see params.load_versions]. The rotation
 buffers themselves are bounded by default ("fit", since session 13): a site gets its further buffers only while they
 fit (`sbuf_plan`); TILEC_MODEL_SBUF_ROTATION=free (every site rotates through R buffers, fitting or not) is the
-what-if (docs/notes/fid12.md, rows13.md).
+what-if (docs/notes/fid12.md, rows13.md). PSUM tiles rotate the same way but are placed in the 8 PSUM banks, a
+tile per bank (`place_psum`, "fit" by default since session 14): where the sites' rotation buffers do not all fit,
+a tile takes a free bank another site's tile held and waits until that tile has ended (TILEC_MODEL_PSUM_ROTATION=free
+is the what-if without the banks: docs/notes/fid14.md).
 
 With the "exclusive" VectorE/GpSimdE bus rule (TILEC_MODEL_SHARED_BUS=exclusive, params.py; off by default), a
 VectorE instruction in performance mode (costs.gpsimd_bus) and a GpSimdE instruction never overlap: each starts no
