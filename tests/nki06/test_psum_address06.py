@@ -7,23 +7,13 @@ import numpy as np
 import pytest
 
 import tilec  # noqa: F401  (serves `import nki`)
-import nki
-import nki.isa as nisa
 import nki.language as nl
+from test_psum_banks06 import zero_psum
 from tilec.nki.rules import NkiError
 
 
 def at(address, shape=(128, 1024), dtype=nl.bfloat16):
-    @nki.jit
-    def k(a):
-        t = nl.ndarray(shape, dtype=dtype, buffer=nl.psum, address=address)
-        nisa.memset(dst=t, value=2.0)
-        s = nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=s, src=t)
-        out = nl.ndarray(shape, dtype=dtype, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=s)
-        return out
-    return k
+    return zero_psum(shape, dtype, value=2.0, address=address)
 
 
 @pytest.mark.parametrize("bank", [0, 3, 7])

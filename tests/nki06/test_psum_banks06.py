@@ -13,11 +13,12 @@ import nki.language as nl
 from tilec.nki.rules import NkiError
 
 
-def zero_psum(shape, dtype):
+def zero_psum(shape, dtype, value=0.0, address=None):
+    """A kernel setting a PSUM tile (at `address`, NKI 0.6's placement, if given) to `value` and returning it."""
     @nki.jit
     def k(a):
-        t = nl.ndarray(shape, dtype=dtype, buffer=nl.psum)
-        nisa.memset(dst=t, value=0.0)
+        t = nl.ndarray(shape, dtype=dtype, buffer=nl.psum, address=address)
+        nisa.memset(dst=t, value=value)
         s = nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
         nisa.tensor_copy(dst=s, src=t)
         out = nl.ndarray(shape, dtype=dtype, buffer=nl.shared_hbm)

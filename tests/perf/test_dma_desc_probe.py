@@ -3,19 +3,20 @@ descriptor against nki-spec's ~105 ns fit to the DMA efficiency figure: docs/not
 copies x exactly on the interpreter, and the model's three readings show in the time per small DMA."""
 from __future__ import annotations
 
+import importlib.util
 import pathlib
-import sys
 
 import pytest
 
 
 def bench_module():
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        import trn2_dma_desc as bench
-    finally:
-        sys.path.pop(0)
-    return bench
+    """benchmarks/trn2_dma_desc.py as a module (it puts benchmarks/ on sys.path itself, for trn2_probe)."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "trn2_dma_desc.py"
+    spec = importlib.util.spec_from_file_location("trn2_dma_desc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_the_probe_copies_exactly_and_separates_the_readings(capsys):
