@@ -7,9 +7,12 @@ docs/notes/fid14.md says why the documents and the measured rows do not settle i
                                                       # NumPy, and the model's latency under three readings
     python benchmarks/trn2_dma_desc.py --hardware     # on a trn2 instance with neuronxcc (SDK 2.21-2.26): check
                                                       # each kernel's output, then time it (nki.benchmark)
+    python benchmarks/trn2_dma_desc.py --nki06 [--hardware]
+                                                      # the NKI 0.6 kernels (SDK 2.29+, `import nki`): median
+                                                      # wall time of --iters calls
     options: --total N (default 2048 fp32 per partition) --free F,F,... (default 8,32,128,512,1024) --iters N
 
-The kernels are benchmarks/kernels/dma_desc.py (its docstring says what each copies). Per FREE, the script prints
+The kernels are benchmarks/kernels/dma_desc.py (its docstring says what each copies) and dma_desc_nki06.py. Per FREE, the script prints
 each kernel's time beyond `whole`'s (which moved the same bytes in one DMA) per small DMA per engine (TOTAL /
 FREE of them on each engine in both kernels), d = (t - t_whole) / (TOTAL / FREE):
 
@@ -48,6 +51,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import trn2_probe as probe  # noqa: E402
 
 KERNEL_FILE = ROOT / "benchmarks" / "kernels" / "dma_desc.py"
+KERNEL_FILE06 = ROOT / "benchmarks" / "kernels" / "dma_desc_nki06.py"
 NAMES = ("whole", "rows128", "rows8")
 FREES = (8, 32, 128, 512, 1024)
 
@@ -70,7 +74,7 @@ def readings() -> dict[str, object]:
             "dma840": dataclasses.replace(TRN2, dma_xfer_fixed_ns=Param(840.0, "the same figure, per DMA"))}
 
 
-def run_model(names: list[str], total: int, frees: list[int]) -> int:
+def run_model(names: list[str], total: int, frees: list[int], path: pathlib.Path = KERNEL_FILE) -> int:
     """Every kernel on tilec's interpreter (checked against NumPy) and on the model under the three readings."""
     from tilec.nki.api import load_kernel_file, simulate_traced
     from tilec.perf.api import estimate
@@ -84,7 +88,7 @@ def run_model(names: list[str], total: int, frees: list[int]) -> int:
     for free in frees:
         base: dict[str, float] = {}
         for name in names:
-            kernel = load_kernel_file(KERNEL_FILE, name, force_interpreter=True)
+            kernel = load_kernel_file(path, name, force_interpreter=True)
             module = sys.modules[kernel.func.__module__]
             module.TOTAL, module.FREE = total, free
             result, trace = simulate_traced(kernel, *args)
@@ -103,19 +107,22 @@ def run_model(names: list[str], total: int, frees: list[int]) -> int:
     return 1 if bad else 0
 
 
-def run_hardware(names: list[str], total: int, frees: list[int], iters: int) -> int:
-    """On a Trn2 with the Neuron SDK (NKI 0.1): each kernel's output against NumPy, then its latency."""
+def run_hardware(names: list[str], total: int, frees: list[int], iters: int, nki06: bool = False) -> int:
+    """On a Trn2 with the Neuron SDK: each kernel's output against NumPy, then its latency (NKI 0.1: nki.benchmark
+    p50; NKI 0.6: the median wall time of `iters` calls, host overhead included, which cancels in t - t_whole)."""
     args = inputs(total)
     bad = 0
     for free in frees:
-        print(f"Trn2, x (128, {total}) fp32, small DMAs of {free} fp32 ({4 * free} B) per partition, {iters} runs")
-        nbad, p50 = probe.time_nki01(probe.load_module(KERNEL_FILE, TOTAL=total, FREE=free), names, args,
-                                     lambda name, result: _check(name, result, args), iters)
+        print(f"Trn2{' (NKI 0.6)' if nki06 else ''}, x (128, {total}) fp32, small DMAs of {free} fp32 ({4 * free} B) "
+              f"per partition, {iters} runs")
+        module = probe.load_module(KERNEL_FILE06 if nki06 else KERNEL_FILE, TOTAL=total, FREE=free)
+        timer = probe.time_nki06 if nki06 else probe.time_nki01
+        nbad, times = timer(module, names, args, lambda name, result: _check(name, result, args), iters)
         bad += nbad
-        if "whole" in p50:
+        if "whole" in times:
             for name in names:
                 if name != "whole":
-                    per = 1000 * (p50[name] - p50["whole"]) / (total // free)
+                    per = 1000 * (times[name] - times["whole"]) / (total // free)
                     print(f"  {name}: {per:.0f} ns per small DMA per engine beyond whole")
     return 1 if bad else 0
 
@@ -127,14 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--free", default=",".join(map(str, FREES)), help="fp32 elements per partition per small DMA")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--kernels", help="comma-separated kernel names (default: all)")
+    ap.add_argument("--nki06", action="store_true", help="the NKI 0.6 kernels (dma_desc_nki06.py)")
     args = ap.parse_args(argv)
     names = probe.chosen(ap, args.kernels, NAMES)
     frees = [int(f) for f in args.free.split(",")]
     if any(f <= 0 or args.total % f for f in frees):
         ap.error(f"every --free must divide --total {args.total}")
     if args.hardware:
-        return run_hardware(names, args.total, frees, args.iters)
-    return run_model(names, args.total, frees)
+        return run_hardware(names, args.total, frees, args.iters, args.nki06)
+    return run_model(names, args.total, frees, KERNEL_FILE06 if args.nki06 else KERNEL_FILE)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,10 @@ def bench_module():
     return module
 
 
-def test_the_probe_copies_exactly_and_separates_the_readings(capsys):
+@pytest.mark.parametrize("nki06", [False, True])
+def test_the_probe_copies_exactly_and_separates_the_readings(capsys, nki06):
     bench = bench_module()
-    assert bench.main(["--total", "256", "--free", "8,256"]) == 0
+    assert bench.main(["--total", "256", "--free", "8,256"] + (["--nki06"] if nki06 else [])) == 0
     lines = capsys.readouterr().out.splitlines()[2:]
     rows = {(int(r[0]), r[1]): r for r in (line.split() for line in lines)}
     assert len(rows) == 6 and all(r[2] == "ok" for r in rows.values())
