@@ -32,12 +32,12 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- We as block-diagonal stationaries (one 24 x GROUP block per row block)
     We_bd = nl.ndarray((48, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    We_blocks = nl.zeros((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     for e_w in nl.affine_range(3):  # tl:11  for e (groups of GROUP channels)
-        We_blocks = nl.zeros((96, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-        nisa.dma_copy(dst=We_blocks[0:48, 0:24], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
-        nisa.dma_copy(dst=We_blocks[48:96, 24:48], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
+        nisa.dma_copy(dst=We_blocks[0:48, e_w, 0:24], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
+        nisa.dma_copy(dst=We_blocks[48:96, e_w, 24:48], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
         weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:11
-        weights_tp[0:48, 0:96] = nisa.nc_transpose(We_blocks)  # tl:11
+        weights_tp[0:48, 0:96] = nisa.nc_transpose(We_blocks[:, e_w])  # tl:11
         We_bd[:, e_w] = nisa.activation(op=nl.copy, data=weights_tp[0:48, 0:96], dtype=nl.float32)  # tl:11
 
     # ---- Wd: each e's taps as fp32 columns on every row block's partitions
@@ -125,12 +125,12 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block)
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    Wp_blocks = nl.zeros((48, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     for e_w in nl.affine_range(3):  # tl:19  for e (groups of GROUP channels)
-        Wp_blocks = nl.zeros((48, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        nisa.dma_copy(dst=Wp_blocks[0:24, 0:48], src=Wp[:, e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:19
-        nisa.dma_copy(dst=Wp_blocks[24:48, 48:96], src=Wp[:, e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:19
+        nisa.dma_copy(dst=Wp_blocks[0:24, e_w, 0:48], src=Wp[:, e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:19
+        nisa.dma_copy(dst=Wp_blocks[24:48, e_w, 48:96], src=Wp[:, e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:19
         weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:19
-        weights_tp[0:96, 0:48] = nisa.nc_transpose(Wp_blocks)  # tl:19
+        weights_tp[0:96, 0:48] = nisa.nc_transpose(Wp_blocks[:, e_w])  # tl:19
         Wp_bd[:, e_w, 0:47:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 0:24], dtype=nl.float32)  # tl:19
         Wp_bd[:, e_w, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
 

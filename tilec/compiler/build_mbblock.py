@@ -183,18 +183,18 @@ class BlockBuilder:
             return (cg, self.C) if expand else (self.K, cg)
         m_max, k_max = dims(lay.cg)
         bd = Buf(self.fresh(f"{w.buf.name}_bd"), "sbuf", w.buf.dtype, (nb * k_max, groups, nb * m_max))
-        src = Buf(self.fresh(f"{w.buf.name}_blocks"), "sbuf", w.buf.dtype, (nb * m_max, nb * k_max))
+        # one zeroed tile per group (zeroed once): the groups' DMAs and transposes do not wait for each other
+        src = Buf(self.fresh(f"{w.buf.name}_blocks"), "sbuf", w.buf.dtype, (nb * m_max, groups, nb * k_max))
         # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
         tp = Buf(self.fresh("weights_tp"), "psum", w.buf.dtype, (PMAX, PMAX))  # one PSUM bank for both
 
         def part(gi: ir.Aff, e0: ir.Aff, cg: int) -> list[Stmt]:
             m, k = dims(cg)
             hsrc = View(w.buf, (sl(e0, cg), full(self.C))) if expand else View(w.buf, (full(self.K), sl(e0, cg)))
-            body: list[Stmt] = [Alloc(src, zero=True, line=line)]
-            body += [Dma(View(src, (sl(b * m, m), sl(b * k, k))), hsrc, line) for b in range(nb)]
+            body: list[Stmt] = [Dma(View(src, (sl(b * m, m), gi, sl(b * k, k))), hsrc, line) for b in range(nb)]
             return body + [Alloc(tp, line=line),
                            Transpose(View(tp, (sl(0, nb * k), sl(0, nb * m))),
-                                     View(src, (sl(0, nb * m), sl(0, nb * k))), "pe", line),
+                                     View(src, (sl(0, nb * m), gi, sl(0, nb * k))), "pe", line),
                            ] + (
                 [Act(View(bd, (sl(0, nb * k), gi, sl(0, nb * m))), View(tp, (sl(0, nb * k), sl(0, nb * m))),
                      "copy", None, 1.0, line)] if expand else
@@ -202,7 +202,7 @@ class BlockBuilder:
                 # HBM order (one load of the residual, one store)
                 [Act(View(bd, (sl(0, nb * k), gi, sl(b, m, nb))), View(tp, (sl(0, nb * k), sl(b * m, m))),
                      "copy", None, 1.0, line) for b in range(nb)])
-        out: list[Stmt] = [Alloc(bd, line=line)]
+        out: list[Stmt] = [Alloc(bd, line=line), Alloc(src, zero=True, line=line)]
         wv = self.fresh(f"{self.ename}_w")
         out += loop(wv, self.G, part(a(wv), a(term(wv, lay.cg, self.cn)), lay.cg), line=line,
                     note=f"for {self.ename} (groups of {self.cn} channels)")
