@@ -366,7 +366,8 @@ class DepthwiseBuilder:
                     continue
                 rows = full(self.IR) if whole else sl(lo2, hi2 - lo2)
                 # a fan-in's piece: one DMA per input channel, each a range of the partition's bytes of its own
-                for ci in (tuple((a(c),) for c in range(self.CI)) if self.CI > 1 and not whole else (fs,)):
+                per_c: list[tuple[ir.Aff | ir.Sl, ...]] = [(a(c),) for c in range(self.CI)]
+                for ci in (per_c if self.CI > 1 and not whole else [fs]):
                     out.append(Dma(View(band, (sl(j * cg, cg),) + ci + (rows, cols_dst)),
                                    View(self.x4, (n0.plus(i), sl(c0, cg)) + ci + (sl(start + lo2, hi2 - lo2),
                                                                                   cols_src)), line))
