@@ -35,7 +35,7 @@ from tilec.compiler.build_conv import hbm_view
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.depthwise_explain import plural
 from tilec.compiler.depthwise_kernel import DepthwiseBuilder
-from tilec.compiler.depthwise_layout import DEPTH, PSUM_FP32, Layout, choose_routes
+from tilec.compiler.depthwise_layout import DEPTH, DTYPE, PSUM_FP32, Layout, choose_routes
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX
@@ -262,9 +262,17 @@ class BlockBuilder:
             stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
                                   tuple(self.dw.identity()), d.line))
         diags = self.dw.diagonals(scalar=None)  # ScalarE and VectorE by turns (bf16 b1: 40.94 -> 38.09 us)
+        what = f"diag({d.w}[{self.ename}, r, s]) for the taps TensorE runs: the identity scaled per partition"
+        groups = self.G + (1 if self.CR else 0)
+        self.diag_later: list[list[Stmt]] = []
+        if diags and self.N == 1 and groups <= UNROLL_GROUPS and self.diags_outlast_load(sum(map(len, self.dw.diag_groups))):
+            # one image whose diagonals take longer than its first band's load: each group's just before its
+            # expand, so the first taps wait for group 0's only (bf16 b1: 32.76 -> 31.05 us)
+            self.diag_later = [[ir.Block(f"{what}, {self.ename} group {g}", tuple(part), d.line)]
+                               for g, part in enumerate(self.dw.diag_groups)]
+            diags = diags[:1]  # the allocation
         if diags:
-            stmts.append(ir.Block(f"diag({d.w}[{self.ename}, r, s]) for the taps TensorE runs: the identity scaled "
-                                  "per partition", tuple(diags), d.line))
+            stmts.append(ir.Block(what, tuple(diags), d.line))
         self.wp_bd, prep = self.block_diag(ir.whole(wp), p.line, False)
         what = f"{p.w} as block-diagonal stationaries (one {self.cn} x {self.K} block per row block)"
         self.wp_prep: list[Stmt] = [ir.Block(what, tuple(prep), p.line)]
@@ -288,6 +296,21 @@ class BlockBuilder:
         label = (f"main: {e.name} -> {d.name} -> {p.name} on chip, partitions hold (row block, channel) pairs: "
                  f"{plural(nb, 'block')} of {lay.rb} rows")
         return stmts + [ir.Block(label, tuple(body), line)]
+
+    def diags_outlast_load(self, count: int) -> bool:
+        """Whether building `count` diagonal matrices (ScalarE and VectorE by turns, each one instruction of a
+        partition's width) takes longer than loading the first image's input band (a DMA latency + its bytes over
+        the DMA engines of its partitions): the model's costs (spec §2.4, §2.5)."""
+        from tilec.perf.params import target_params
+        prm = {name: value for name, value, _ in target_params("trn2").table()}
+        parts = self.lay.nb * self.lay.cg
+        act = (max(prm["min_ii_cycles"], parts) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
+        vec = (max(prm["min_ii_cycles"], parts) + prm["vector_static_cycles"]) / prm["vector_ghz"]
+        build = max(act * (count // 2), vec * (count - count // 2))
+        rows = self.lay.nb * self.C
+        engines = min(prm["dma_engines"], -(-rows // prm["dma_partitions_per_engine"]))
+        band = rows * self.IR * self.W * DTYPE[self.dtype]
+        return build > prm["dma_latency_ns"] + band / (engines * prm["dma_engine_bw"])
 
     # ---- per image ------------------------------------------------------------------------------------------------
 
@@ -440,12 +463,13 @@ class BlockBuilder:
         # order: the first taps do not wait for all of them; 34.92 -> 32.76 us at bf16 batch 1, 50.70 -> 49.52
         # at f32, against all of them after the second group's expand)
         wp: list[list[Stmt]] = self.wp_groups if self.N == 1 and len(images) == 1 else [[] for _ in parts]
-        out += parts[0][0] + wp[0]
+        dg: list[list[Stmt]] = self.diag_later if self.diag_later and len(images) == 1 else [[] for _ in parts]
+        out += dg[0] + parts[0][0] + wp[0]
         for k in range(len(parts)):
             out += parts[k - 1][4] if k else []
             out += parts[k][1]
             if k + 1 < len(parts):
-                out += parts[k + 1][0] + wp[k + 1]
+                out += dg[k + 1] + parts[k + 1][0] + wp[k + 1]
             if k:
                 out += parts[k - 1][2]
             if k > 1:

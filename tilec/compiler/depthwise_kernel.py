@@ -216,6 +216,9 @@ class DepthwiseBuilder:
                         for i, (c, r, s) in enumerate(taps)]
             return out
         out: list[Stmt] = [Alloc(self.d_all, line=line)]
+        # the same, group by group (unrolled; the MobileNet block builds each group's before its taps)
+        self.diag_groups = [part(a(g), parts) for g in range(self.G)] + (
+            [part(a(self.G), min(lay.k, self.N) * lay.nb * self.CR)] if self.CR else [])
         out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)",
                     line=line)
         if self.CR:
