@@ -265,7 +265,8 @@ class BlockBuilder:
         what = f"diag({d.w}[{self.ename}, r, s]) for the taps TensorE runs: the identity scaled per partition"
         groups = self.G + (1 if self.CR else 0)
         self.diag_later: list[list[Stmt]] = []
-        if diags and self.N == 1 and groups <= UNROLL_GROUPS and self.diags_outlast_load(sum(map(len, self.dw.diag_groups))):
+        count = sum(map(len, self.dw.diag_groups)) if diags else 0  # diagonal matrices, every group's
+        if diags and self.N == 1 and groups <= UNROLL_GROUPS and self.diags_outlast_load(count):
             # one image whose diagonals take longer than its first band's load: each group's just before its
             # expand, so the first taps wait for group 0's only (bf16 b1: 32.76 -> 31.05 us)
             self.diag_later = [[ir.Block(f"{what}, {self.ename} group {g}", tuple(part), d.line)]
@@ -277,8 +278,9 @@ class BlockBuilder:
         what = f"{p.w} as block-diagonal stationaries (one {self.cn} x {self.K} block per row block)"
         self.wp_prep: list[Stmt] = [ir.Block(what, tuple(prep), p.line)]
         allocs, parts = self.by_group
-        self.wp_groups: list[list[Stmt]] = [[ir.Block(f"{what}, {self.ename} group {g}", tuple((allocs if g == 0 else []) + part),
-                                    p.line)] for g, part in enumerate(parts)]
+        self.wp_groups: list[list[Stmt]] = [
+            [ir.Block(f"{what}, {self.ename} group {g}", tuple((allocs if g == 0 else []) + part), p.line)]
+            for g, part in enumerate(parts)]
         if self.N > 1:
             stmts += self.wp_prep
         top = self.R // 2  # rows of zeros above block 0 and below the last block (a full-size last block)
