@@ -32,12 +32,12 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- We as block-diagonal stationaries (one 24 x GROUP block per row block)
     We_bd = nl.ndarray((48, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    We_blocks = nl.zeros((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     for e_w in nl.affine_range(3):  # tl:11  for e (groups of GROUP channels)
-        We_blocks = nl.zeros((96, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-        nisa.dma_copy(dst=We_blocks[0:48, 0:24], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
-        nisa.dma_copy(dst=We_blocks[48:96, 24:48], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
+        nisa.dma_copy(dst=We_blocks[0:48, e_w, 0:24], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
+        nisa.dma_copy(dst=We_blocks[48:96, e_w, 24:48], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
         weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:11
-        weights_tp[0:48, 0:96] = nisa.nc_transpose(We_blocks)  # tl:11
+        weights_tp[0:48, 0:96] = nisa.nc_transpose(We_blocks[:, e_w])  # tl:11
         We_bd[:, e_w] = nisa.activation(op=nl.copy, data=weights_tp[0:48, 0:96], dtype=nl.float32)  # tl:11
 
     # ---- Wd: each e's taps as fp32 columns on every row block's partitions
@@ -81,6 +81,16 @@ def mobilenet_block(X, We, Wd, Wp):
     A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
     A_pad_a[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
+    # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 0
+    Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    Wp_blocks = nl.zeros((48, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    nisa.dma_copy(dst=Wp_blocks[0:24, 0, 0:48], src=Wp[:, 0:48])  # tl:19
+    nisa.dma_copy(dst=Wp_blocks[24:48, 0, 48:96], src=Wp[:, 0:48])  # tl:19
+    weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:19
+    weights_tp[0:96, 0:48] = nisa.nc_transpose(Wp_blocks[:, 0])  # tl:19
+    Wp_bd[:, 0, 0:47:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 0:24], dtype=nl.float32)  # tl:19
+    Wp_bd[:, 0, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
+
     # ---- B rows 0..8 of each block, e group 0, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
     B_acc_a_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
@@ -123,16 +133,13 @@ def mobilenet_block(X, We, Wd, Wp):
     A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
     A_pad_b[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
 
-    # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block)
-    Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-    for e_w in nl.affine_range(3):  # tl:19  for e (groups of GROUP channels)
-        Wp_blocks = nl.zeros((48, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-        nisa.dma_copy(dst=Wp_blocks[0:24, 0:48], src=Wp[:, e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:19
-        nisa.dma_copy(dst=Wp_blocks[24:48, 48:96], src=Wp[:, e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:19
-        weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:19
-        weights_tp[0:96, 0:48] = nisa.nc_transpose(Wp_blocks)  # tl:19
-        Wp_bd[:, e_w, 0:47:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 0:24], dtype=nl.float32)  # tl:19
-        Wp_bd[:, e_w, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
+    # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 1
+    nisa.dma_copy(dst=Wp_blocks[0:24, 1, 0:48], src=Wp[:, 48:96])  # tl:19
+    nisa.dma_copy(dst=Wp_blocks[24:48, 1, 48:96], src=Wp[:, 48:96])  # tl:19
+    weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:19
+    weights_tp[0:96, 0:48] = nisa.nc_transpose(Wp_blocks[:, 1])  # tl:19
+    Wp_bd[:, 1, 0:47:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 0:24], dtype=nl.float32)  # tl:19
+    Wp_bd[:, 1, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
 
     # ---- B rows 0..8 of each block, e group 0: the GpSimdE sum added into PSUM
     B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
@@ -178,6 +185,14 @@ def mobilenet_block(X, We, Wd, Wp):
     A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 2], X_ext_a)  # tl:11
     A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
     A_pad_a[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
+
+    # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 2
+    nisa.dma_copy(dst=Wp_blocks[0:24, 2, 0:48], src=Wp[:, 96:144])  # tl:19
+    nisa.dma_copy(dst=Wp_blocks[24:48, 2, 48:96], src=Wp[:, 96:144])  # tl:19
+    weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:19
+    weights_tp[0:96, 0:48] = nisa.nc_transpose(Wp_blocks[:, 2])  # tl:19
+    Wp_bd[:, 2, 0:47:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 0:24], dtype=nl.float32)  # tl:19
+    Wp_bd[:, 2, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
 
     # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
     B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15

@@ -35,7 +35,7 @@ from tilec.compiler.build_conv import hbm_view
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.depthwise_explain import plural
 from tilec.compiler.depthwise_kernel import DepthwiseBuilder
-from tilec.compiler.depthwise_layout import DEPTH, PSUM_FP32, Layout, choose_routes
+from tilec.compiler.depthwise_layout import DEPTH, DTYPE, PSUM_FP32, Layout, choose_routes
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX
@@ -183,18 +183,18 @@ class BlockBuilder:
             return (cg, self.C) if expand else (self.K, cg)
         m_max, k_max = dims(lay.cg)
         bd = Buf(self.fresh(f"{w.buf.name}_bd"), "sbuf", w.buf.dtype, (nb * k_max, groups, nb * m_max))
-        src = Buf(self.fresh(f"{w.buf.name}_blocks"), "sbuf", w.buf.dtype, (nb * m_max, nb * k_max))
+        # one zeroed tile per group (zeroed once): the groups' DMAs and transposes do not wait for each other
+        src = Buf(self.fresh(f"{w.buf.name}_blocks"), "sbuf", w.buf.dtype, (nb * m_max, groups, nb * k_max))
         # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
         tp = Buf(self.fresh("weights_tp"), "psum", w.buf.dtype, (PMAX, PMAX))  # one PSUM bank for both
 
         def part(gi: ir.Aff, e0: ir.Aff, cg: int) -> list[Stmt]:
             m, k = dims(cg)
             hsrc = View(w.buf, (sl(e0, cg), full(self.C))) if expand else View(w.buf, (full(self.K), sl(e0, cg)))
-            body: list[Stmt] = [Alloc(src, zero=True, line=line)]
-            body += [Dma(View(src, (sl(b * m, m), sl(b * k, k))), hsrc, line) for b in range(nb)]
+            body: list[Stmt] = [Dma(View(src, (sl(b * m, m), gi, sl(b * k, k))), hsrc, line) for b in range(nb)]
             return body + [Alloc(tp, line=line),
                            Transpose(View(tp, (sl(0, nb * k), sl(0, nb * m))),
-                                     View(src, (sl(0, nb * m), sl(0, nb * k))), "pe", line),
+                                     View(src, (sl(0, nb * m), gi, sl(0, nb * k))), "pe", line),
                            ] + (
                 [Act(View(bd, (sl(0, nb * k), gi, sl(0, nb * m))), View(tp, (sl(0, nb * k), sl(0, nb * m))),
                      "copy", None, 1.0, line)] if expand else
@@ -202,7 +202,10 @@ class BlockBuilder:
                 # HBM order (one load of the residual, one store)
                 [Act(View(bd, (sl(0, nb * k), gi, sl(b, m, nb))), View(tp, (sl(0, nb * k), sl(b * m, m))),
                      "copy", None, 1.0, line) for b in range(nb)])
-        out: list[Stmt] = [Alloc(bd, line=line)]
+        out: list[Stmt] = [Alloc(bd, line=line), Alloc(src, zero=True, line=line)]
+        # the same, group by group (unrolled): the allocations, then each group's part
+        self.by_group = (list(out), [part(a(g), a(g * lay.cg), lay.cg) for g in range(self.G)] + (
+            [part(a(self.G), a(self.G * lay.cg), self.CR)] if self.CR else []))
         wv = self.fresh(f"{self.ename}_w")
         out += loop(wv, self.G, part(a(wv), a(term(wv, lay.cg, self.cn)), lay.cg), line=line,
                     note=f"for {self.ename} (groups of {self.cn} channels)")
@@ -259,12 +262,25 @@ class BlockBuilder:
             stmts.append(ir.Block("identity matrix (the diagonal weights of TensorE's taps are scaled copies of it)",
                                   tuple(self.dw.identity()), d.line))
         diags = self.dw.diagonals(scalar=None)  # ScalarE and VectorE by turns (bf16 b1: 40.94 -> 38.09 us)
+        what = f"diag({d.w}[{self.ename}, r, s]) for the taps TensorE runs: the identity scaled per partition"
+        groups = self.G + (1 if self.CR else 0)
+        self.diag_later: list[list[Stmt]] = []
+        count = sum(map(len, self.dw.diag_groups)) if diags else 0  # diagonal matrices, every group's
+        if diags and self.N == 1 and groups <= UNROLL_GROUPS and self.diags_outlast_load(count):
+            # one image whose diagonals take longer than its first band's load: each group's just before its
+            # expand, so the first taps wait for group 0's only (bf16 b1: 32.76 -> 31.05 us)
+            self.diag_later = [[ir.Block(f"{what}, {self.ename} group {g}", tuple(part), d.line)]
+                               for g, part in enumerate(self.dw.diag_groups)]
+            diags = diags[:1]  # the allocation
         if diags:
-            stmts.append(ir.Block(f"diag({d.w}[{self.ename}, r, s]) for the taps TensorE runs: the identity scaled "
-                                  "per partition", tuple(diags), d.line))
+            stmts.append(ir.Block(what, tuple(diags), d.line))
         self.wp_bd, prep = self.block_diag(ir.whole(wp), p.line, False)
-        self.wp_prep: list[Stmt] = [ir.Block(f"{p.w} as block-diagonal stationaries (one {self.cn} x {self.K} "
-                                             "block per row block)", tuple(prep), p.line)]
+        what = f"{p.w} as block-diagonal stationaries (one {self.cn} x {self.K} block per row block)"
+        self.wp_prep: list[Stmt] = [ir.Block(what, tuple(prep), p.line)]
+        allocs, parts = self.by_group
+        self.wp_groups: list[list[Stmt]] = [
+            [ir.Block(f"{what}, {self.ename} group {g}", tuple((allocs if g == 0 else []) + part), p.line)]
+            for g, part in enumerate(parts)]
         if self.N > 1:
             stmts += self.wp_prep
         top = self.R // 2  # rows of zeros above block 0 and below the last block (a full-size last block)
@@ -282,6 +298,21 @@ class BlockBuilder:
         label = (f"main: {e.name} -> {d.name} -> {p.name} on chip, partitions hold (row block, channel) pairs: "
                  f"{plural(nb, 'block')} of {lay.rb} rows")
         return stmts + [ir.Block(label, tuple(body), line)]
+
+    def diags_outlast_load(self, count: int) -> bool:
+        """Whether building `count` diagonal matrices (ScalarE and VectorE by turns, each one instruction of a
+        partition's width) takes longer than loading the first image's input band (a DMA latency + its bytes over
+        the DMA engines of its partitions): the model's costs (spec §2.4, §2.5)."""
+        from tilec.perf.params import target_params
+        prm = {name: value for name, value, _ in target_params("trn2").table()}
+        parts = self.lay.nb * self.lay.cg
+        act = (max(prm["min_ii_cycles"], parts) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
+        vec = (max(prm["min_ii_cycles"], parts) + prm["vector_static_cycles"]) / prm["vector_ghz"]
+        build = max(act * (count // 2), vec * (count - count // 2))
+        rows = self.lay.nb * self.C
+        engines = min(prm["dma_engines"], -(-rows // prm["dma_partitions_per_engine"]))
+        band = rows * self.IR * self.W * DTYPE[self.dtype]
+        return build > prm["dma_latency_ns"] + band / (engines * prm["dma_engine_bw"])
 
     # ---- per image ------------------------------------------------------------------------------------------------
 
@@ -430,14 +461,17 @@ class BlockBuilder:
 
         def project(k: int) -> list[Stmt]:
             return first.get(k, []) + parts[k][3] + last.get(k, [])
-        out += parts[0][0]
+        # one image: the project's weights group by group, each after its group's expand (every engine runs in
+        # order: the first taps do not wait for all of them; 34.92 -> 32.76 us at bf16 batch 1, 50.70 -> 49.52
+        # at f32, against all of them after the second group's expand)
+        wp: list[list[Stmt]] = self.wp_groups if self.N == 1 and len(images) == 1 else [[] for _ in parts]
+        dg: list[list[Stmt]] = self.diag_later if self.diag_later and len(images) == 1 else [[] for _ in parts]
+        out += dg[0] + parts[0][0] + wp[0]
         for k in range(len(parts)):
             out += parts[k - 1][4] if k else []
             out += parts[k][1]
             if k + 1 < len(parts):
-                out += parts[k + 1][0]
-            if k == 0 and self.N == 1:  # TensorE runs in order: the project's weights after the first taps and
-                out += self.wp_prep  # the second group's expand (bf16 batch 1: 38.09 -> 36.85 us)
+                out += dg[k + 1] + parts[k + 1][0] + wp[k + 1]
             if k:
                 out += parts[k - 1][2]
             if k > 1:

@@ -216,6 +216,9 @@ class DepthwiseBuilder:
                         for i, (c, r, s) in enumerate(taps)]
             return out
         out: list[Stmt] = [Alloc(self.d_all, line=line)]
+        # the same, group by group (unrolled; the MobileNet block builds each group's before its taps)
+        self.diag_groups = [part(a(g), parts) for g in range(self.G)] + (
+            [part(a(self.G), min(lay.k, self.N) * lay.nb * self.CR)] if self.CR else [])
         out += loop(gw, self.G, part(a(gw), parts), note=f"for {self.names['k']} (groups of {self.cn['cg']} channels)",
                     line=line)
         if self.CR:
@@ -340,11 +343,11 @@ class DepthwiseBuilder:
         cols_src = sl(self.ox + left, self.IC - left - right)
         cols_dst = full(self.BC) if not (left or right) or self.clip else sl(left, self.IC - left - right)
         # the band's rows in pieces, one per chunk of output rows (the rows it reads first): a chunk's taps wait for
-        # its own rows only, so the first chunk starts before the whole band is in (not a fan-in's band: a piece of
-        # rows of every input channel spans the others' bytes of the partition, so the pieces would wait on each
-        # other)
+        # its own rows only, so the first chunk starts before the whole band is in (a fan-in's piece is one DMA per
+        # input channel: one piece of rows of every input channel would span the others' bytes of the partition, and
+        # the pieces would wait on each other)
         ends = sorted({min(self.IR, (y0 + min(lay.rc, lay.rb - y0) - 1) * self.sy + (self.R - 1) * self.dy + 1)
-                       for y0 in range(0, lay.rb, lay.rc)} if self.CI == 1 or self.HY else {self.IR})
+                       for y0 in range(0, lay.rb, lay.rc)})
         pieces = list(zip([0] + ends[:-1], ends))
         self.late: list[list[Stmt]] = []  # the hybrid's pieces after the first two, issued one per chunk (below)
         for k, (lo, hi) in enumerate(pieces):
@@ -364,10 +367,13 @@ class DepthwiseBuilder:
                                            View(self.x4, (n0.plus(i), sl(c0, self.NG), a((m + jj) % self.HY),
                                                           sl(start + lo2, hi2 - lo2), cols_src)), line))
                     continue
-                out.append(Dma(View(band, (sl(j * cg, cg),) + fs + (full(self.IR) if whole else sl(lo2, hi2 - lo2),
-                                                                     cols_dst)),
-                               View(self.x4, (n0.plus(i), sl(c0, cg)) + fs + (sl(start + lo2, hi2 - lo2), cols_src)),
-                               line))
+                rows = full(self.IR) if whole else sl(lo2, hi2 - lo2)
+                # a fan-in's piece: one DMA per input channel, each a range of the partition's bytes of its own
+                per_c: list[tuple[ir.Aff | ir.Sl, ...]] = [(a(c),) for c in range(self.CI)]
+                for ci in (per_c if self.CI > 1 and not whole else [fs]):
+                    out.append(Dma(View(band, (sl(j * cg, cg),) + ci + (rows, cols_dst)),
+                                   View(self.x4, (n0.plus(i), sl(c0, cg)) + ci + (sl(start + lo2, hi2 - lo2),
+                                                                                  cols_src)), line))
         if self.late:  # the hybrid: its 16 DMAs a piece are issued just ahead of the chunk reading them
             out, self.late = self.late[0], self.late[1:] + [out]
         self.allocated: set[Buf] = set()
