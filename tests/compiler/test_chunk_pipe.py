@@ -89,13 +89,19 @@ def test_last_row_tile_shares_its_steps() -> None:
     assert re.search(r"tensor_tensor\(dst=Y_cast\w*\[[^]]*\], data1=Y_psum\w*, data2=b_tile", vector)
 
 
-@pytest.mark.parametrize("name,dtype,rows,cols", [("layernorm", "f32", 400, 16384), ("rmsnorm", "bf16", 400, 32768),
-                                                  ("layernorm", "bf16", 600, 16384)])
+@pytest.mark.parametrize("name,dtype,rows,cols", [("rmsnorm", "bf16", 400, 32768), ("layernorm", "bf16", 600, 16384)])
 def test_other_long_chains_are_not_chunk_pipelined(name: str, dtype: str, rows: int, cols: int) -> None:
-    """f32 chains (their ScalarE passes do not move), two-phase chains (rmsnorm) and an odd number of row tiles
-    (five) keep their schedules."""
+    """Two-phase chains (rmsnorm) and an odd number of row tiles (five) keep their schedules (f32 layernorm is
+    pipelined with its statistics on VectorE instead: test_mean_var.py)."""
     src = unwrap(compiled(name, dtype, rows, cols).source)
     assert "pairs of row tiles" not in src
+
+
+def test_f32_layernorm_is_pipelined_with_one_pass_statistics() -> None:
+    """f32 layernorm over long rows: not chunk_pipe's schedule (its ScalarE passes do not move), but pipelined with
+    bn_stats / bn_aggr on VectorE (build_rowchain.stats_pipelined)."""
+    src = unwrap(compiled("layernorm", "f32", 400, 16384).source)
+    assert "pairs of row tiles" in src and "bn_aggr" in src and "reduce_res" not in src
 
 
 def test_sunk_moves_a_tile_to_its_first_reader() -> None:
