@@ -49,7 +49,8 @@ from tilec.compiler.passes import peak_usage
 from tilec.compiler.share import share_tiles
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
 from tilec.compiler.exprs import const_value, fmt_expr
-from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Sl, Stmt, View, full, whole
+from tilec.compiler.ir import (DTYPE_BYTES, Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Sl, Stmt, View, full,
+                               whole)
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx

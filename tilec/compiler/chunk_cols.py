@@ -51,18 +51,20 @@ class _NoChunk(Exception):
     """A statement this pass does not know how to chunk: the chain is left as it was."""
 
 
-def chunk_columns(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, budget: int,
-                  fresh, rotating: bool = False) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
+def chunk_columns(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, budget: int, fresh,
+                  rotating: bool = False, widest: int = CHUNK_MAX) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
     """The chain (consts, stmts from build_rowchain) with its columns chunked (see the module docstring) with the
-    largest chunk that fits `budget`, or None when no chunking fits or applies. `rotating`: the whole-row tiles
-    kept across phases (X) are allocated once before the row-tile loop and every tile allocated in a loop must fit
-    twice (`rotation_need`): the next row tile's loads then stream into X chunk by chunk, each as soon as this
-    tile's last phase has read that chunk, instead of waiting for a second whole X that does not fit. Tried first
-    (any chunk size) with X allocated in the loop like the rest, where its two buffers fit too: the next row tile
-    then loads whole while this one is worked on (on the model under "fit": layernorm over rows of 8192 fp32 1.62x
-    -> 1.37x the floor, rmsnorm over rows of 8192 / 16384 fp32 1.27 / 1.20x -> 1.10 / 1.17x)."""
+    largest chunk (of at most `widest` columns) that fits `budget`, or None when no chunking fits or applies.
+    `rotating`: the whole-row tiles kept across phases (X) are allocated once before the row-tile loop and every
+    tile allocated in a loop must fit twice (`rotation_need`): the next row tile's loads then stream into X chunk by
+    chunk, each as soon as this tile's last phase has read that chunk, instead of waiting for a second whole X that
+    does not fit. Tried first (any chunk size) with X allocated in the loop like the rest, where its two buffers fit
+    too: the next row tile then loads whole while this one is worked on (on the model under "fit": layernorm over
+    rows of 8192 fp32 1.62x -> 1.37x the floor, rmsnorm over rows of 8192 / 16384 fp32 1.27 / 1.20x -> 1.10 /
+    1.17x)."""
     tile_f = dict(consts).get("TILE_F", 1)
-    sizes = [c for c in range(CHUNK_MAX, 0, -1) if free % c == 0 and c % tile_f == 0 and c < free and c >= 128]
+    sizes = [c for c in range(min(CHUNK_MAX, widest), 0, -1)
+             if free % c == 0 and c % tile_f == 0 and c < free and c >= 128]
     # tiles read in later phases kept whole, else made again there; rows on every partition made before the loop,
     # else broadcast again chunk by chunk where they are read
     if rotating:
