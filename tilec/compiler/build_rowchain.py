@@ -1150,11 +1150,13 @@ def stats_pipelined(ops: list[Op], chosen: Built, budget: int, fresh) -> Built |
     if not any(isinstance(s, ir.Loop) and s.var == "cc" for s in ir.walk(tuple(chosen[1]))):
         return None
     free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
-    one = mean_var.one_pass_stats(chosen[1], free, fresh, get_target().instr("bn_stats").limit("f"))
+    fmax = get_target().instr("bn_stats").limit("f")
+    one = mean_var.one_pass_stats(chosen[1], free, fresh, fmax)
     if one is None:
         return None
     body = chunk_pipe.merged_gpsimd_steps(mean_var.last_add_on_gpsimd(one))
-    return skew_row_tiles((chosen[0], body), budget, fresh, fuse=True)
+    consts = chosen[0] + [("TILE_BN", min(fmax, dict(chosen[0])["TILE_C"]))]
+    return skew_row_tiles((consts, body), budget, fresh, fuse=True)
 
 
 def _fit_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int, built: Built

@@ -77,7 +77,7 @@ def _rewritten(body: list[Stmt], free: int, fresh, fmax: int) -> list[Stmt] | No
 
 
 def _mean_like(a: Act, free: int) -> bool:
-    return a.func == "copy" and a.bias is None and isinstance(a.scale, float) and a.scale * free == -1.0 \
+    return a.func == "copy" and a.bias is None and isinstance(a.scale, float) and abs(a.scale * free + 1.0) < 1e-6 \
         and a.dst.buf.memory == "sbuf" and a.src.buf.memory == "sbuf" and a.src.buf.shape[1] == free
 
 
@@ -120,15 +120,16 @@ def _rewrite(body: list[Stmt], i: int, fold: int | None, j: int, sq_fold: int | 
     # the chunk's position (cc * pieces) in units of bn_stats pieces
     col_sl = src.idx[-1]
     assert isinstance(col_sl, Sl)
-    cs = Term("cs", piece, "")
+    cs = Term("cs", piece, "TILE_BN")
     base = Aff(tuple(Term(t.var, t.coef // piece * BN_STATS, "") for t in col_sl.start.terms),
                col_sl.start.const // piece * BN_STATS)
     if any(t.coef % piece for t in col_sl.start.terms) or col_sl.start.const % piece:
         return None
-    data = View(src.buf, src.idx[:-1] + (Sl(Aff(col_sl.start.terms + (cs,), col_sl.start.const), piece, 1, ""),))
+    data = View(src.buf, src.idx[:-1] + (Sl(Aff(col_sl.start.terms + (cs,), col_sl.start.const), piece, 1,
+                                             "TILE_BN"),))
     at = View(stats, (ir.full(rows), Sl(Aff(base.terms + (Term("cs", BN_STATS, ""),), base.const), BN_STATS, 1, "")))
     one = Reduce(at, data, "bn_stats", line)
-    stats_loop: Stmt = Loop("cs", pieces, (one,), "affine", "", line, "for bn_stats' pieces (512 columns at most)")
+    stats_loop: Stmt = Loop("cs", pieces, (one,), "affine", "", line, "for the mean and variance's pieces (TILE_BN columns: one bn_stats each)")
     if pieces == 1:
         stats_loop = Reduce(View(stats, (ir.full(rows), Sl(base, BN_STATS, 1, ""))), src, "bn_stats", line)
     # the mean pass, its activation replaced (its discarded output dropped)
