@@ -129,7 +129,8 @@ def _rewrite(body: list[Stmt], i: int, fold: int | None, j: int, sq_fold: int | 
                                              "TILE_BN"),))
     at = View(stats, (ir.full(rows), Sl(Aff(base.terms + (Term("cs", BN_STATS, ""),), base.const), BN_STATS, 1, "")))
     one = Reduce(at, data, "bn_stats", line)
-    stats_loop: Stmt = Loop("cs", pieces, (one,), "affine", "", line, "for the mean and variance's pieces (TILE_BN columns: one bn_stats each)")
+    note = "for the mean and variance's pieces (TILE_BN columns: one bn_stats each)"
+    stats_loop: Stmt = Loop("cs", pieces, (one,), "affine", "", line, note)
     if pieces == 1:
         stats_loop = Reduce(View(stats, (ir.full(rows), Sl(base, BN_STATS, 1, ""))), src, "bn_stats", line)
     # the mean pass, its activation replaced (its discarded output dropped)
