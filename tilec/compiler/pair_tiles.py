@@ -26,6 +26,7 @@ from tilec.compiler.passes import peak_usage
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 VAR = "pt"  # the chain's row-tile loop (build_rowchain._Chain.build)
+FUSED = "for the columns of two row tiles"  # a fused chunk loop's note (`fused`)
 
 
 def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False) -> Built | None:
@@ -130,9 +131,9 @@ def fused(a: list[Stmt], b: list[Stmt]) -> list[Stmt]:
     if la.extent != lb.extent:
         return a + b
     if _passed_on(a, b):  # B's chunk k, then the next tile's chunk k into the same columns
-        loop = dataclasses.replace(lb, body=lb.body + la.body, note=lb.note + ", then the next row tile's chunk")
+        loop = dataclasses.replace(lb, body=lb.body + la.body, note=FUSED + ": this tile's, then the next one's")
     else:  # the next tile's chunk first: its loads stream ahead of this tile's steps
-        loop = dataclasses.replace(lb, body=la.body + lb.body, note=lb.note + ", after the next row tile's chunk")
+        loop = dataclasses.replace(lb, body=la.body + lb.body, note=FUSED + ": the next tile's, then this one's")
     return a[:ia[0]] + b[:ib[0]] + [loop] + a[ia[0] + 1:] + b[ib[0] + 1:]
 
 
