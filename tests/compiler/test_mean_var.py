@@ -112,3 +112,17 @@ def test_the_verifier_checks_bn_stats_shapes() -> None:
         kernel = ir.Kernel("k", (), (), tuple(ir.Alloc(b) for b in (x, stats, mv)) + body)
         with pytest.raises(InternalError, match=what):
             verify(kernel, "test")
+
+
+def test_a_row_too_long_to_keep_whole_is_kept_for_its_first_chunks() -> None:
+    """Rows of 32768 fp32: X (128 KiB per partition) and b whole do not fit; b is broadcast before the loop for its
+    first chunks only (chunk_pipe.partly_whole), and both halves of the output's chunk loop are fused with the
+    matching chunks of the next tile's statistics (two fused loops per row tile)."""
+    src = unwrap(compiled(400, 32768).source)
+    head, rest = src.split("pairs of row tiles", 1)
+    whole = re.search(r"b_tile = nl\.ndarray\(\(100, (\d+)\)", head)
+    assert whole and 0 < int(whole.group(1)) < 32768
+    first = int(whole.group(1)) // 1024
+    loop = rest.split("for p1 in")[0]
+    assert re.findall(r"for cc in range\((\d+)\)", loop) == [str(first), str(32 - first)] * 2
+    assert loop.count("for the columns of two row tiles: this tile's, then the next one's") == 4

@@ -106,14 +106,15 @@ def rotation_need(stmts: list[Stmt] | tuple[Stmt, ...], depth: int = 2, least: i
 
 
 def chunked_at(consts: list[tuple[str, int]], stmts: list[Stmt], free: int, size: int,
-               fresh) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
+               fresh, hoist: bool = False) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
     """The chain with its columns chunked by `size` (TILE_C), its rows on every partition kept whole before the
-    loop, whatever it takes in SBUF (the caller checks); None when the chunking does not apply."""
+    loop, whatever it takes in SBUF (the caller checks); None when the chunking does not apply. `hoist`: the
+    whole-row tiles kept across phases (X) allocated once before the row-tile loop (chunk_columns' `rotating`)."""
     tile_f = dict(consts).get("TILE_F", 1)
     if free % size or size % tile_f or size >= free:
         return None
     try:
-        return consts + [("TILE_C", size)], _Chunker(stmts, free, size, tile_f, fresh).run()
+        return consts + [("TILE_C", size)], _Chunker(stmts, free, size, tile_f, fresh, hoist=hoist).run()
     except _NoChunk:
         return None
 

@@ -121,9 +121,22 @@ def fused(a: list[Stmt], b: list[Stmt]) -> list[Stmt]:
     fused: A's statements before its loop, B's before its loop, the loop of B's chunk then A's chunk, A's statements
     after its loop, B's after its loop; a + b when the stages do not have such loops. The stages touch different
     row tiles' buffers (by parity), except a whole-row tile allocated once before the loop (X at long rows): B
-    reads this tile's chunk k of it before A loads the next tile's chunk k into it, each chunk once."""
+    reads this tile's chunk k of it before A loads the next tile's chunk k into it, each chunk once. A stage B
+    whose chunk loop is split in two (a row kept whole for its first chunks only, chunk_pipe.partly_whole) has
+    each half fused with the matching chunks of A's loop."""
     ia = [i for i, s in enumerate(a) if isinstance(s, Loop) and s.var == "cc"]
     ib = [i for i, s in enumerate(b) if isinstance(s, Loop) and s.var == "cc"]
+    if len(ia) == 1 and len(ib) == 2 and ib[1] == ib[0] + 1:
+        from tilec.compiler.build_rowchain import _shifted
+        la, l1, l2 = a[ia[0]], b[ib[0]], b[ib[1]]
+        assert isinstance(la, Loop) and isinstance(l1, Loop) and isinstance(l2, Loop)
+        if la.extent == l1.extent + l2.extent:
+            a1 = dataclasses.replace(la, extent=l1.extent, extent_name="")
+            a2 = dataclasses.replace(la, extent=l2.extent, extent_name="",
+                                     body=tuple(_shifted(x, "cc", l1.extent) for x in la.body))
+            first = fused(a[:ia[0]] + [a1], b[:ib[0]] + [l1])
+            second = fused([a2] + a[ia[0] + 1:], [l2] + b[ib[1] + 1:])
+            return first + second
     if len(ia) != 1 or len(ib) != 1:
         return a + b
     la, lb = a[ia[0]], b[ib[0]]
