@@ -69,6 +69,10 @@ def _instructions(pmax: int, stationary: int, moving: int, vector_sbuf: int, vec
               "NISA scalar_tensor_tensor (a per-partition multiply-accumulate: one tap of a depthwise conv)"),
         Instr("tensor_reduce", "dst[p] OP= src[p, f]", "dve", onchip, ("sbuf",),
               (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA tensor_reduce (trailing free axes)"),
+        Instr("bn_stats", "dst[p, 0:6] = (count, mean, var * count) of src[p, even f], then of src[p, odd f]", "dve",
+              onchip, ("sbuf",), (("p", pmax), ("f", 512)), "NISA bn_stats (nl.tile_size.bn_stats_fmax = 512; fp32)"),
+        Instr("bn_aggr", "dst[p, 0:2] = (mean, variance) of the (count, mean, var * count) triples src[p, 3k]",
+              "dve", onchip, ("sbuf",), (("p", pmax),), "NISA bn_aggr (fp32; one per row of bn_stats outputs)"),
         Instr("tensor_copy", "dst[p, f] = cast(src[p, f])", "dve", onchip, ("sbuf",),
               (("p", pmax), ("f", vector_psum)), "§2.4 NISA tensor_copy (PSUM eviction); §1.10.7 engine= VectorE, "
               "GpSimdE (SBUF only), ScalarE from v3", ("vector", *act, "gpsimd")),

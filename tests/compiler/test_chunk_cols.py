@@ -75,19 +75,41 @@ def test_one_pass_over_hbm(name: str) -> None:
 
 
 def test_a_chain_whose_tiles_cannot_rotate_is_chunked_with_x_allocated_once() -> None:
-    """Layernorm over rows of 8192 fits with shared tiles, but their second buffers (the next row tile's) do not fit
-    the budget: chunked instead, X allocated once before the row-tile loop (the next tile's chunks stream into it as
-    this tile's output phase releases them; on the model under the "fit" rule 1.86x -> 1.62x the floor). Softmax
-    over rows of 16384 keeps no broadcast: chunked."""
-    src = unwrap(compiled("layernorm", "f32", 256, 8192).source)
+    """Layernorm over rows of 16384 fits with shared tiles, but their second buffers (the next row tile's) do not
+    fit the budget: chunked instead, X allocated once before the row-tile loop (the next tile's chunks stream into it
+    as this tile's output phase releases them). Softmax over rows of 16384 keeps no broadcast: chunked."""
+    src = unwrap(compiled("layernorm", "f32", 256, 16384).source)
     assert "fused row chain" in src and "for cc in range(" in src
     head, loop = src.split("for pt in ", 1)
-    assert re.search(r"X_tile = nl.ndarray\(\(\d+, 8192\)", head) and "X_tile = nl.ndarray" not in loop
+    assert re.search(r"X_tile = nl.ndarray\(\(\d+, 16384\)", head) and "X_tile = nl.ndarray" not in loop
     assert "for cc in range(" in compiled("softmax", "f32", 256, 16384).source
 
 
+@pytest.mark.parametrize("name,dtype,cols", [("layernorm", "f32", 8192), ("rmsnorm", "f32", 16384),
+                                             ("layernorm", "bf16", 16384)])
+def test_a_chunked_chain_whose_x_fits_twice_rotates_it(name: str, dtype: str, cols: int) -> None:
+    """Layernorm over rows of 8192 fp32: chunked, X (32 KiB per partition) allocated in the row-tile loop, because
+    two of it fit beside b and the chunk tiles' two buffers: the next row tile loads whole into its own buffer
+    while this one is worked on (on the model under "fit" 1.62x -> 1.37x the floor; X allocated once before the
+    loop waits for this tile's output phase chunk by chunk). The same for rmsnorm over rows of 16384 (no b) and
+    16-bit layernorm over rows of 16384 in three row tiles (too few for chunk_pipe)."""
+    from tilec.compiler.build_rowchain import ROTATING_MIN
+    from tilec.compiler.schedule import sbuf_budget
+    from tilec.target import target
+
+    src = unwrap(compiled(name, dtype, 300, cols).source)
+    head, loop = src.split("for pt in ", 1)
+    assert "for cc in range(" in loop and "X_tile = nl.ndarray" not in head
+    assert re.search(rf"X_tile = nl.ndarray\(\(\d+, {cols}\)", loop)
+    sizes = [int(m.group(1)) * {"float32": 4, "bfloat16": 2}[m.group(2)]
+             for m in re.finditer(r"nl.ndarray\(\(\d+, (\d+)\), dtype=nl.(\w+), buffer=nl.sbuf", loop)]
+    whole = [int(m.group(1)) * {"float32": 4, "bfloat16": 2}[m.group(2)]
+             for m in re.finditer(r"nl.ndarray\(\(\d+, (\d+)\), dtype=nl.(\w+), buffer=nl.sbuf", head)]
+    assert 2 * sum(size for size in sizes if size >= ROTATING_MIN) + sum(whole) <= sbuf_budget(target("trn2"))
+
+
 @pytest.mark.parametrize("name,rows,cols", [("softmax", 256, 32768), ("rmsnorm", 256, 32768),
-                                            ("layernorm", 256, 16384), ("rmsnorm", 256, 8192)])
+                                            ("layernorm", 256, 16384)])
 def test_tiles_rotating_across_row_tiles_fit_twice(name: str, rows: int, cols: int) -> None:
     """Every tile allocated inside the row-tile loop fits twice in the compiler's SBUF budget beside X (the second
     buffer is the next row tile's), counting every allocation site over the whole loop as the performance model
@@ -104,15 +126,22 @@ def test_tiles_rotating_across_row_tiles_fit_twice(name: str, rows: int, cols: i
 
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
-@pytest.mark.parametrize("name,dtype,rows,cols", [("softmax", "f32", 150, 32768), ("layernorm", "f32", 150, 8192),
-                                                  ("rmsnorm", "f32", 200, 8192), ("layernorm", "bf16", 150, 16384)])
+@pytest.mark.parametrize("name,dtype,rows,cols,once", [("softmax", "f32", 150, 32768, True),
+                                                       ("layernorm", "f32", 150, 16384, True),
+                                                       ("rmsnorm", "f32", 200, 16384, False),
+                                                       ("layernorm", "bf16", 150, 16384, False),
+                                                       ("layernorm", "f32", 150, 8192, False),
+                                                       ("rmsnorm", "f32", 200, 8192, False)])
 def test_x_allocated_once_matches_numpy_in_both_nki_forms(nki: str, name: str, dtype: str, rows: int,
-                                                          cols: int) -> None:
-    """The chains with X allocated once before the row-tile loop (its chunks refilled row tile by row tile) against
-    NumPy (float64), in both NKI forms, with row tiles that are not 128 rows."""
+                                                          cols: int, once: bool) -> None:
+    """The chunked chains with X allocated once before the row-tile loop (its chunks refilled row tile by row tile),
+    or (`once` false) in the loop, rotating through two buffers, against NumPy (float64), in both NKI forms, with
+    row tiles that are not 128 rows."""
     c = compile_loaded(lang.load(FORMS[name][0].replace("f32", dtype), {"M": rows, "N": cols}), nki=nki)
     head, loop = unwrap(c.source).split("for pt in ", 1)
-    assert re.search(rf"X_tile = nl.ndarray\(\(\d+, {cols}\)", head) and "X_tile = nl.ndarray" not in loop
+    assert re.search(r"for cc in (nl\.\w+_)?range\(", loop)
+    assert bool(re.search(rf"X_tile = nl.ndarray\(\(\d+, {cols}\)", head)) == once
+    assert ("X_tile = nl.ndarray" in loop) != once
     inputs = lang.random_inputs(c.program, seed=3)
     got = np.asarray(c.run(**inputs)["Y"], np.float64)
     want = FORMS[name][1](*(np.asarray(inputs[p.name], np.float64) for p in c.program.inputs))
@@ -180,10 +209,12 @@ def test_chunked_max_keeps_16bit_partials(dtype: str) -> None:
 def test_16bit_layernorm_over_rows_of_16384_in_few_row_tiles_is_chunked(dtype: str) -> None:
     """A 16-bit chain's discarded activation output is in its dtype (half of fp32's space). 16-bit layernorm over
     rows of 16384 in three row tiles (too few for chunk_pipe's pipeline) would fit whole with tiles of disjoint lives
-    sharing space (share.py), but not twice: chunked, X allocated once before the row-tile loop."""
+    sharing space (share.py), but not twice: chunked, X (32 KiB per partition) in the row-tile loop, where it fits
+    twice beside b and the chunk tiles' two buffers."""
     c = compiled("layernorm", dtype, 300, 16384)
     assert "for cc in range(" in c.source
-    assert re.search(r"X_tile = nl.ndarray\(\(\d+, 16384\)", unwrap(c.source).split("for pt in ", 1)[0])
+    head, loop = unwrap(c.source).split("for pt in ", 1)
+    assert "X_tile = nl.ndarray" not in head and re.search(r"X_tile = nl.ndarray\(\(\d+, 16384\)", loop)
     nl_dtype = {"bf16": "bfloat16", "f16": "float16"}[dtype]
     assert re.search(rf"discard\w* = nl.ndarray\(\(\d+, \d+\), dtype=nl.{nl_dtype}", c.source)
     inputs = lang.random_inputs(c.program, seed=7)

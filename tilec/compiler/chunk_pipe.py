@@ -35,22 +35,27 @@ import dataclasses
 
 from tilec.compiler import ir
 from tilec.compiler.chunk_cols import chunk_columns, chunked_at
-from tilec.compiler.ir import Aff, Binary, Buf, Loop, Sl, Stmt, View
+from tilec.compiler.ir import DTYPE_BYTES, Aff, Binary, Buf, Loop, Sl, Stmt, View
 from tilec.compiler.ops import Op, ReduceOp
 from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
+# bytes per partition of a chunk of X at most: the pipeline's chunk tiles are allocated once per parity, and under
+# the model's "fit" rule the larger ones lose their second rotation buffer (bf16 layernorm over rows of 16384:
+# 1.95x the floor with chunks of 4096 columns, 1.52x with 2048, 1.69x with 1024; 1.50 / 1.52 / - under "free")
+PIPE_CHUNK_BYTES = 4096
 
 
 def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int) -> Built | None:
-    """A 16-bit chain too big to fit whole, built for software pipelining, its columns chunked, then skewed by one
-    row tile (see the module docstring); None when that does not apply or fit. The chunks are the largest for
-    which the skewed chain fits. Only for 16-bit chains with at least three phases (two dependent row sums, as
-    layernorm's mean and variance): on the model bf16 layernorm over rows of 16384 is 2.41x the floor shared and
-    1.50x this way, over rows of 32768 3.56x chunked and 1.96x (b whole for 25 of its 32 chunks; 2.36x with b
-    broadcast again for every chunk); f32 chains (layernorm over rows of 8192 1.22x -> 1.33x,
-    of 16384 1.41x -> 2.00x: no 16-bit VectorE mode for the centring, four bytes a value in every chunk) and bf16
-    rmsnorm over rows of 32768 (two phases: 1.20x -> 1.32x) keep fit_long_rows."""
+    """A 16-bit chain too big to fit whole, built for software pipelining, its columns chunked, then skewed by one row
+    tile (see the module docstring); None when that does not apply or fit. The chunks are the largest (of at most
+    PIPE_CHUNK_BYTES of X per partition) for which the skewed chain fits. Only for 16-bit chains with at least three
+    phases (two dependent row sums, as layernorm's mean and variance): on the model bf16 layernorm over rows of
+    16384 is 2.41x the floor shared and 1.50x this way (rows12, "free" rule), over rows of 32768 3.56x chunked and
+    1.96x (b whole for 25 of its 32 chunks; 2.36x with b broadcast again for every chunk); f32 chains (layernorm
+    over rows of 8192 1.22x -> 1.33x, of 16384 1.41x -> 2.00x: no 16-bit VectorE mode for the centring, four bytes a
+    value in every chunk) and bf16 rmsnorm over rows of 32768 (two phases: 1.20x -> 1.32x) keep fit_long_rows (f32
+    layernorm: build_rowchain.stats_pipelined)."""
     from tilec.compiler.build_rowchain import _HALF, _Chain, short_rows  # (build_rowchain imports this module)
     from tilec.compiler.pair_tiles import skew_row_tiles
 
@@ -69,9 +74,10 @@ def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[st
         out = skew_row_tiles((chunked[0], body), budget, fresh)
         return None if out is None else (out[0], last_tile_shared(out[1], fresh, get_target()))
 
+    widest = PIPE_CHUNK_BYTES // max(DTYPE_BYTES[hbm[op.out].dtype] for op in ops)
     rebuilt: list[Built] = []
     for part in (1.0, 0.75, 0.6, 0.5):  # the largest chunks whose skewed chain fits
-        chunked = chunk_columns(consts, stmts, free, int(budget * part), fresh)
+        chunked = chunk_columns(consts, stmts, free, int(budget * part), fresh, widest=widest)
         if chunked is not None and not _whole_row(chunked[1], free):
             rebuilt.append(chunked)  # a row broadcast again chunk by chunk: after the partial broadcasts below
             continue
@@ -82,7 +88,7 @@ def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[st
     # chunk by chunk (VectorE copies them out of PSUM: at rows of 32768 all of them would be 24 us per row tile)
     # (the most columns kept whole; then the largest chunks)
     best: tuple[int, int, Built] | None = None
-    for size in (4096, 2048, 1024):
+    for size in [c for c in (4096, 2048, 1024) if c <= widest]:
         chunked = chunked_at(consts, stmts, free, size, fresh)
         for head in range(free // size - 1, 0, -1) if chunked is not None else ():
             assert chunked is not None
@@ -458,3 +464,4 @@ def _written(s: Stmt) -> list[View]:
     dst = getattr(s, "acc", None) if isinstance(s, ir.Matmul) else getattr(s, "dst", None)
     total = getattr(s, "total", None)
     return [v for v in (dst, total) if isinstance(v, View)]
+

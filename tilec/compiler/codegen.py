@@ -29,6 +29,7 @@ DEFAULT_NKI = "0.6"
 DTYPES = {"f32": "nl.float32", "f16": "nl.float16", "bf16": "nl.bfloat16"}
 BUFFERS = {"sbuf": "nl.sbuf", "psum": "nl.psum", "hbm": "nl.hbm"}
 RANGES = {"affine": "nl.affine_range", "sequential": "nl.sequential_range", "static": "nl.static_range"}
+STATS_OPS = ("bn_stats", "bn_aggr")  # Reduce ops that are NISA's statistics instructions, not a tensor_reduce
 ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "divide": "nl.divide",
        "maximum": "nl.maximum", "minimum": "nl.minimum"}
 # activation functions: copy (an eviction), square (x * x in a row chain) and every activation of the language's
@@ -166,6 +167,8 @@ class _ViewModel:
             value = self.view(s.value) if isinstance(s.value, View) else _number(s.value)
             return {**base, "kind": "scalar", "src": self.view(s.src), "op": ALU[s.op], "value": value,
                     "extra": (", reverse0=True" if s.reverse else "") + self.engine(s.engine)}
+        if isinstance(s, Reduce) and s.op in STATS_OPS:  # VectorE's mean / variance pair (mean_var.py)
+            return {**base, "kind": s.op, "src": self.view(s.src)}
         if isinstance(s, Reduce):  # the free axes of a 2-D tile (keepdims leaves the (P, 1) column), or the last
             last = len(s.dst.shape()) == len(s.src.shape()) - 1  # axis of a (P, G, F) tile into (P, G)
             return {**base, "kind": "reduce", "src": self.view(s.src), "op": ALU[s.op],

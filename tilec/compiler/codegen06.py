@@ -15,7 +15,7 @@ The same scheduled IR renders through `tilec/templates/nki06/`; what changes is 
 """
 from __future__ import annotations
 
-from tilec.compiler.codegen import Compute, _ViewModel
+from tilec.compiler.codegen import STATS_OPS, Compute, _ViewModel
 from tilec.compiler.ir import Alloc, Loop, Matmul, Reduce, Sl, Stmt, Transpose, View
 from tilec.errors import InternalError
 
@@ -64,7 +64,7 @@ class ViewModel06(_ViewModel):
 
     def compute(self, s: Compute, tag: str) -> dict:
         out = super().compute(s, tag)
-        if isinstance(s, Reduce):
+        if isinstance(s, Reduce) and s.op not in STATS_OPS:
             rank = len(_shape(s.src))
             if rank < 2:
                 raise InternalError(f"tensor_reduce of a {rank}-D view of {s.src.buf.name}")

@@ -21,7 +21,8 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
            | Binary(dst, a, b, op, engine)           dst = a op b element-wise (tensor_tensor)
            | Scalar(dst, src, op, value, reverse, engine)  dst = src op value (tensor_scalar); value: a constant or
                                                      a (P, 1) column, one scalar per partition; reverse: value op src
-           | Reduce(dst, src, op)                     dst (P, 1) = op over the free elements of src (tensor_reduce)
+           | Reduce(dst, src, op)                     dst (P, 1) = op over the free elements of src (tensor_reduce);
+                                                     op bn_stats / bn_aggr: VectorE's mean and variance pair
            | Identity(dst)                           dst (SBUF, n x n) = I, built on chip: a memset to 1, then an
                                                      affine_select keeping partition p == column f (GpSimdE)
            | Block(label, body, hoist, pin)          a named group of statements (one phase of a kernel); a
@@ -220,7 +221,10 @@ class Scalar:
 class Reduce:
     dst: View  # a (P, 1) column, or (P, G) for a (P, G, F) src
     src: View  # (P, F): every free element of a partition folds into its one value; (P, G, F): the last axis
-    op: str  # add | maximum | minimum
+    # add | maximum | minimum; or VectorE's statistics pair (mean_var.py): bn_stats (src (P, <= 512) -> dst (P, 6):
+    # count, mean, variance * count of the even then the odd elements), bn_aggr (src (P, 3k) triples -> dst (P, 2):
+    # the mean and the variance)
+    op: str
     line: int = 0
 
 

@@ -26,9 +26,10 @@ from tilec.compiler.passes import peak_usage
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 VAR = "pt"  # the chain's row-tile loop (build_rowchain._Chain.build)
+FUSED = "for the columns of two row tiles"  # a fused chunk loop's note (`fused`)
 
 
-def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
+def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False) -> Built | None:
     """The chain software-pipelined by one row tile: its body splits at its first loop of VectorE steps (stage A:
     the loads, the reductions and ScalarE's passes; stage B: the steps and the stores), and stage B of row tile i
     is issued after stage A of tile i + 1, so VectorE's steps on tile i never hold up its first work on tile i + 1.
@@ -38,7 +39,9 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
         for pt in range(R / TILE_PAIR - 1): A(2pt+1) B(2pt) A(2pt+2) B(2pt+1)
         A(last) B(last - 1) B(last)                           epilogue
 
-    None when the chain has no such split, an odd number of row tiles, or does not fit the budget."""
+    None when the chain has no such split, an odd number of row tiles, or does not fit the budget. `fuse`: stage A
+    of tile i + 1 and stage B of tile i each with one chunk loop (cc) of the same trip count have those loops fused
+    (`fused`), so that an engine with work in both stages interleaves them chunk by chunk."""
     consts, stmts = built
     tp = dict(consts).get("TILE_P")
     at = [i for i, s in enumerate(stmts) if isinstance(s, Block) and len(s.body) == 1
@@ -92,17 +95,67 @@ def skew_row_tiles(built: Built, budget: int, fresh) -> Built | None:
 
     hoisted = [allocs_a[n] for n in crossing + discarded] + [Alloc(odd[n], line=allocs_a[n].line) for n in crossing]
     hoisted += passed
-    body: list[Stmt] = copy(a_part, (2, 1), 1) + copy(b_part, (2, 0), 0) + copy(a_part, (2, 2), 0) + \
-        copy(b_part, (2, 1), 1)
+    pair = fused if fuse else _joined
+    if not fuse and _passed_on(copy(a_part, (2, 1), 1), copy(b_part, (2, 0), 0)):
+        return None  # B would read what the next tile's A wrote over (a whole-row tile allocated once)
+    body: list[Stmt] = pair(copy(a_part, (2, 1), 1), copy(b_part, (2, 0), 0)) + \
+        pair(copy(a_part, (2, 2), 0), copy(b_part, (2, 1), 1))
     loops = [Loop(VAR, T // 2 - 1, tuple(body), "sequential", "", loop.line,
                   "pairs of row tiles, software-pipelined: a tile's steps after the next one's ScalarE passes")]
     prologue = _scoped("p0", copy(a_part, 0, 0), loop.line)
-    epilogue = _scoped("p1", copy(a_part, T - 1, 1) + copy(b_part, T - 2, 0) + copy(b_part, T - 1, 1), loop.line)
+    epilogue = _scoped("p1", pair(copy(a_part, T - 1, 1), copy(b_part, T - 2, 0)) + copy(b_part, T - 1, 1),
+                       loop.line)
     out = list(stmts)
     out[at[0]] = dataclasses.replace(block, body=tuple(hoisted + prologue + loops + epilogue))
     if peak_usage(tuple(out))[0] > budget:
         return None
     return consts + [("TILE_PAIR", 2 * tp)], out
+
+
+def _joined(a: list[Stmt], b: list[Stmt]) -> list[Stmt]:
+    return a + b
+
+
+def fused(a: list[Stmt], b: list[Stmt]) -> list[Stmt]:
+    """Stage A of one row tile then stage B of the previous one, their chunk loops (cc, one each, of one trip count)
+    fused: A's statements before its loop, B's before its loop, the loop of B's chunk then A's chunk, A's statements
+    after its loop, B's after its loop; a + b when the stages do not have such loops. The stages touch different
+    row tiles' buffers (by parity), except a whole-row tile allocated once before the loop (X at long rows): B
+    reads this tile's chunk k of it before A loads the next tile's chunk k into it, each chunk once. A stage B
+    whose chunk loop is split in two (a row kept whole for its first chunks only, chunk_pipe.partly_whole) has
+    each half fused with the matching chunks of A's loop."""
+    ia = [i for i, s in enumerate(a) if isinstance(s, Loop) and s.var == "cc"]
+    ib = [i for i, s in enumerate(b) if isinstance(s, Loop) and s.var == "cc"]
+    if len(ia) == 1 and len(ib) == 2 and ib[1] == ib[0] + 1:
+        from tilec.compiler.build_rowchain import _shifted
+        la, l1, l2 = a[ia[0]], b[ib[0]], b[ib[1]]
+        assert isinstance(la, Loop) and isinstance(l1, Loop) and isinstance(l2, Loop)
+        if la.extent == l1.extent + l2.extent:
+            a1 = dataclasses.replace(la, extent=l1.extent, extent_name="")
+            a2 = dataclasses.replace(la, extent=l2.extent, extent_name="",
+                                     body=tuple(_shifted(x, "cc", l1.extent) for x in la.body))
+            first = fused(a[:ia[0]] + [a1], b[:ib[0]] + [l1])
+            second = fused([a2] + a[ia[0] + 1:], [l2] + b[ib[1] + 1:])
+            return first + second
+    if len(ia) != 1 or len(ib) != 1:
+        return a + b
+    la, lb = a[ia[0]], b[ib[0]]
+    assert isinstance(la, Loop) and isinstance(lb, Loop)
+    if la.extent != lb.extent:
+        return a + b
+    if _passed_on(a, b):  # B's chunk k, then the next tile's chunk k into the same columns
+        loop = dataclasses.replace(lb, body=lb.body + la.body, note=FUSED + ": this tile's, then the next one's")
+    else:  # the next tile's chunk first: its loads stream ahead of this tile's steps
+        loop = dataclasses.replace(lb, body=la.body + lb.body, note=FUSED + ": the next tile's, then this one's")
+    return a[:ia[0]] + b[:ib[0]] + [loop] + a[ia[0] + 1:] + b[ib[0] + 1:]
+
+
+def _passed_on(a: list[Stmt], b: list[Stmt]) -> bool:
+    """Whether stage A (of the next row tile) writes a buffer stage B (of this tile) reads: one buffer for both
+    parities, allocated before the loop."""
+    written = {v.buf.name for x in ir.walk(tuple(a)) for v in ir.views(x) if v not in _views_read(x)}
+    read = {v.buf.name for x in ir.walk(tuple(b)) for v in _views_read(x)}
+    return bool(written & read)
 
 
 def _steps(s: Stmt) -> bool:

@@ -151,10 +151,28 @@ class _Verifier:
             if s.dst.buf.memory != "sbuf" or len(shp) != 2 or shp[0] != shp[1] or shp[0] > self.t.pmax:
                 self.fail(f"identity {s.dst.buf.name} {shp} must be a square SBUF tile of at most {self.t.pmax} "
                           "partitions (affine_select writes SBUF only)")
-        if isinstance(s, Reduce) and not (len(s.src.shape()) == 2 and s.dst.shape() == (s.src.shape()[0], 1)
+        if isinstance(s, Reduce) and s.op in ("bn_stats", "bn_aggr"):
+            self.stats(s)
+        elif isinstance(s, Reduce) and not (len(s.src.shape()) == 2 and s.dst.shape() == (s.src.shape()[0], 1)
                                           or len(s.src.shape()) == 3 and s.dst.shape() == s.src.shape()[:2]):
             self.fail(f"tensor_reduce {s.src.buf.name} {s.src.shape()} -> {s.dst.buf.name} {s.dst.shape()} must "
                       f"fold a 2-D tile into a (P, 1) column, or the last axis of a (P, G, F) tile into (P, G)")
+
+    def stats(self, s: Reduce) -> None:
+        """bn_stats: a (P, <= bn_stats_fmax) tile into the 6 values (P, 6) of its statistics; bn_aggr: (P, 3k)
+        triples into (P, 2), the mean and the variance; both on VectorE, fp32 results [NISA bn_stats, bn_aggr]."""
+        ins = self.t.instr(s.op)
+        src, dst = s.src.shape(), s.dst.shape()
+        if s.dst.buf.memory not in ins.writes or s.src.buf.memory not in ins.reads or len(src) != 2 or len(dst) != 2:
+            self.fail(f"{s.op} reads a 2-D {'/'.join(ins.reads)} tile into a 2-D {'/'.join(ins.writes)} tile")
+        elif s.op == "bn_stats" and (src[1] > ins.limit("f") or dst[1] != 6):
+            self.fail(f"bn_stats of {s.src.buf.name} {src} must read at most {ins.limit('f')} elements per "
+                      f"partition into 6 ({s.dst.buf.name} {dst})")
+        elif s.op == "bn_aggr" and (src[1] % 3 or dst[1] != 2):
+            self.fail(f"bn_aggr of {s.src.buf.name} {src} must read (count, mean, variance * count) triples into "
+                      f"(mean, variance) ({s.dst.buf.name} {dst})")
+        elif s.dst.buf.dtype != "f32":
+            self.fail(f"{s.op} writes fp32 statistics, not {s.dst.buf.dtype} ({s.dst.buf.name})")
 
     def chain_starts(self) -> None:
         """The first matmul into a PSUM allocation overwrites (accumulate=False: NKI 0.6, and zeroed PSUM accumulated
