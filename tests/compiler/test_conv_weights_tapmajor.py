@@ -38,15 +38,16 @@ def tap_major_copies(source: str) -> list[str]:
 @pytest.mark.parametrize("c, k, r, s, parts", [
     (128, 128, 3, 3, 1),  # one tile each way
     (136, 144, 3, 3, 1),  # two tiles each way (of 68 and 72 channels)
-    (257, 251, 3, 3, 2),  # ragged: 128-channel tiles and a remainder tile (its own copies)
+    (257, 251, 3, 3, 4),  # ragged: 128-channel tiles and a remainder tile each way (copies of their own)
     (128, 128, 2, 3, 1),  # a filter that is not square: the copies' taps in (r, s) order
 ])
 def test_fp32_weights_are_transposed_from_a_tap_major_copy(nki, c, k, r, s, parts):
     prog, comp, inputs, out = compile_and_run(program("f32", c, k, r, s), nki)
     code = unwrap(comp.source)
-    assert re.search(rf"Wt_taps = nl\.ndarray\(\(\d+, {r}, {s}, {c}\)", code)
+    assert re.search(rf"Wt_taps = nl\.ndarray\(\(\d+, {r}, {s}, \d+\)", code)
     copies = tap_major_copies(code)
-    # one copy per tap and out-channel part (the tile loop, then the remainder's), GpSimdE and VectorE in turn
+    # one copy per tap and (out-channel part, in-channel part) in the text (the tile loops, then the remainders'),
+    # GpSimdE and VectorE in turn
     assert len(copies) == r * s * parts
     assert sum("gpsimd" in cp for cp in copies) == parts * ((r * s + 1) // 2)
     # every transpose reads the copy; none reads the strided rows
@@ -75,4 +76,13 @@ def test_16_bit_weights_transpose_the_loaded_rows(dt):
     code = unwrap(comp.source)
     assert "Wt_taps" not in code and "nc_transpose(Wt_rows[" in code
     x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))
+
+
+def test_large_filters_keep_transposing_the_loaded_rows():
+    # a 5x5 filter's copy of a 128-channel tile is 12.5 KiB per partition, over TAP_MAJOR_BYTES: no copy (SBUF)
+    prog, comp, inputs, out = compile_and_run(program("f32", 128, 128, 5, 5), "0.1")
+    code = unwrap(comp.source)
+    assert "Wt_taps" not in code and "nc_transpose(Wt_rows[" in code
+    x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))
