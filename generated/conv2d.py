@@ -40,12 +40,31 @@ def conv2d(X, Wt):
         Wt_rows = nl.ndarray((128, 256, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         nisa.dma_copy(dst=Wt_rows, src=Wt[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
         for c_t in nl.affine_range(2):  # tl:12  prepare Wt: for c in 0..C (tiles of TILE_C)
+            Wt_taps = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+            Wt_taps[:, 0, 0] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 0, 0],  # tl:12
+                                                engine=nisa.gpsimd_engine, dtype=nl.float32)
+            Wt_taps[:, 0, 1] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 0, 1],  # tl:12
+                                                dtype=nl.float32)
+            Wt_taps[:, 0, 2] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 0, 2],  # tl:12
+                                                engine=nisa.gpsimd_engine, dtype=nl.float32)
+            Wt_taps[:, 1, 0] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 1, 0],  # tl:12
+                                                dtype=nl.float32)
+            Wt_taps[:, 1, 1] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 1, 1],  # tl:12
+                                                engine=nisa.gpsimd_engine, dtype=nl.float32)
+            Wt_taps[:, 1, 2] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 1, 2],  # tl:12
+                                                dtype=nl.float32)
+            Wt_taps[:, 2, 0] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 2, 0],  # tl:12
+                                                engine=nisa.gpsimd_engine, dtype=nl.float32)
+            Wt_taps[:, 2, 1] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 2, 1],  # tl:12
+                                                dtype=nl.float32)
+            Wt_taps[:, 2, 2] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 2, 2],  # tl:12
+                                                engine=nisa.gpsimd_engine, dtype=nl.float32)
             for r in nl.affine_range(3):  # tl:12  prepare Wt: for r in 0..R
                 Wt_tp = nl.ndarray((128, 3, 128), dtype=nl.float32, buffer=nl.psum)  # tl:12
                 for s in nl.affine_range(3):  # tl:12  prepare Wt: for s in 0..R
-                    Wt_tp[:, s] = nisa.nc_transpose(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, r, s])  # tl:12
-                Wt_T[:, c_t, r, :, k_t * TILE_K:k_t * TILE_K + TILE_K] = nisa.tensor_copy(Wt_tp,  # tl:12
-                                                                                          dtype=nl.float32)
+                    Wt_tp[:, s] = nisa.nc_transpose(Wt_taps[:, r, s])  # tl:12
+                Wt_T[:, c_t, r, :, k_t * TILE_K:k_t * TILE_K + TILE_K] = nisa.activation(op=nl.copy,  # tl:12
+                                                                                         data=Wt_tp, dtype=nl.float32)
 
     # ---- main: Y by row bands
     for n in nl.affine_range(4):  # tl:9  for n in 0..N

@@ -36,11 +36,21 @@ def conv_relu(X, Wt, b):
     Wt_T = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     Wt_rows = nl.ndarray((128, 128, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     nisa.dma_copy(dst=Wt_rows, src=Wt)  # tl:13
+    Wt_taps = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+    Wt_taps[:, 0, 0] = nisa.tensor_copy(Wt_rows[:, :, 0, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:13
+    Wt_taps[:, 0, 1] = nisa.tensor_copy(Wt_rows[:, :, 0, 1], dtype=nl.float32)  # tl:13
+    Wt_taps[:, 0, 2] = nisa.tensor_copy(Wt_rows[:, :, 0, 2], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:13
+    Wt_taps[:, 1, 0] = nisa.tensor_copy(Wt_rows[:, :, 1, 0], dtype=nl.float32)  # tl:13
+    Wt_taps[:, 1, 1] = nisa.tensor_copy(Wt_rows[:, :, 1, 1], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:13
+    Wt_taps[:, 1, 2] = nisa.tensor_copy(Wt_rows[:, :, 1, 2], dtype=nl.float32)  # tl:13
+    Wt_taps[:, 2, 0] = nisa.tensor_copy(Wt_rows[:, :, 2, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:13
+    Wt_taps[:, 2, 1] = nisa.tensor_copy(Wt_rows[:, :, 2, 1], dtype=nl.float32)  # tl:13
+    Wt_taps[:, 2, 2] = nisa.tensor_copy(Wt_rows[:, :, 2, 2], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:13
     for r in nl.affine_range(3):  # tl:13  prepare Wt: for r in 0..R
         Wt_tp = nl.ndarray((128, 3, 128), dtype=nl.float32, buffer=nl.psum)  # tl:13
         for s in nl.affine_range(3):  # tl:13  prepare Wt: for s in 0..R
-            Wt_tp[:, s] = nisa.nc_transpose(Wt_rows[:, :, r, s])  # tl:13
-        Wt_T[:, r] = nisa.tensor_copy(Wt_tp, dtype=nl.float32)  # tl:13
+            Wt_tp[:, s] = nisa.nc_transpose(Wt_taps[:, r, s])  # tl:13
+        Wt_T[:, r] = nisa.activation(op=nl.copy, data=Wt_tp, dtype=nl.float32)  # tl:13
 
     # ---- bias b: one column per out-channel tile
     b_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:11

@@ -42,12 +42,27 @@ def conv_bias_maxpool(X, Wt, b):
         Wt_rows = nl.ndarray((128, 256, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
         nisa.dma_copy(dst=Wt_rows, src=Wt[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:14
         for c_t in range(2):  # tl:14  prepare Wt: for c in 0..C (tiles of TILE_C)
+            Wt_taps = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+            nisa.tensor_copy(dst=Wt_taps[:, 0, 0], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 0, 0],  # tl:14
+                             engine=nisa.engine.gpsimd)
+            nisa.tensor_copy(dst=Wt_taps[:, 0, 1], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 0, 1])  # tl:14
+            nisa.tensor_copy(dst=Wt_taps[:, 0, 2], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 0, 2],  # tl:14
+                             engine=nisa.engine.gpsimd)
+            nisa.tensor_copy(dst=Wt_taps[:, 1, 0], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 1, 0])  # tl:14
+            nisa.tensor_copy(dst=Wt_taps[:, 1, 1], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 1, 1],  # tl:14
+                             engine=nisa.engine.gpsimd)
+            nisa.tensor_copy(dst=Wt_taps[:, 1, 2], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 1, 2])  # tl:14
+            nisa.tensor_copy(dst=Wt_taps[:, 2, 0], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 2, 0],  # tl:14
+                             engine=nisa.engine.gpsimd)
+            nisa.tensor_copy(dst=Wt_taps[:, 2, 1], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 2, 1])  # tl:14
+            nisa.tensor_copy(dst=Wt_taps[:, 2, 2], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 2, 2],  # tl:14
+                             engine=nisa.engine.gpsimd)
             for r in range(3):  # tl:14  prepare Wt: for r in 0..R
                 Wt_tp = nl.ndarray((128, 3, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
                 for s in range(3):  # tl:14  prepare Wt: for s in 0..R
-                    nisa.nc_transpose(dst=Wt_tp[:, s],  # tl:14
-                                      data=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, r, s])
-                nisa.tensor_copy(dst=Wt_T[:, c_t, r, :, k_t * TILE_K:k_t * TILE_K + TILE_K], src=Wt_tp)  # tl:14
+                    nisa.nc_transpose(dst=Wt_tp[:, s], data=Wt_taps[:, r, s])  # tl:14
+                nisa.activation(dst=Wt_T[:, c_t, r, :, k_t * TILE_K:k_t * TILE_K + TILE_K], op=nl.copy,  # tl:14
+                                data=Wt_tp)
 
     # ---- bias b: one column per out-channel tile
     b_col = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:12

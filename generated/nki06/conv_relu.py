@@ -36,11 +36,21 @@ def conv_relu(X, Wt, b):
     Wt_T = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     Wt_rows = nl.ndarray((128, 128, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     nisa.dma_copy(dst=Wt_rows, src=Wt)  # tl:13
+    Wt_taps = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+    nisa.tensor_copy(dst=Wt_taps[:, 0, 0], src=Wt_rows[:, :, 0, 0], engine=nisa.engine.gpsimd)  # tl:13
+    nisa.tensor_copy(dst=Wt_taps[:, 0, 1], src=Wt_rows[:, :, 0, 1])  # tl:13
+    nisa.tensor_copy(dst=Wt_taps[:, 0, 2], src=Wt_rows[:, :, 0, 2], engine=nisa.engine.gpsimd)  # tl:13
+    nisa.tensor_copy(dst=Wt_taps[:, 1, 0], src=Wt_rows[:, :, 1, 0])  # tl:13
+    nisa.tensor_copy(dst=Wt_taps[:, 1, 1], src=Wt_rows[:, :, 1, 1], engine=nisa.engine.gpsimd)  # tl:13
+    nisa.tensor_copy(dst=Wt_taps[:, 1, 2], src=Wt_rows[:, :, 1, 2])  # tl:13
+    nisa.tensor_copy(dst=Wt_taps[:, 2, 0], src=Wt_rows[:, :, 2, 0], engine=nisa.engine.gpsimd)  # tl:13
+    nisa.tensor_copy(dst=Wt_taps[:, 2, 1], src=Wt_rows[:, :, 2, 1])  # tl:13
+    nisa.tensor_copy(dst=Wt_taps[:, 2, 2], src=Wt_rows[:, :, 2, 2], engine=nisa.engine.gpsimd)  # tl:13
     for r in range(3):  # tl:13  prepare Wt: for r in 0..R
         Wt_tp = nl.ndarray((128, 3, 128), dtype=nl.float32, buffer=nl.psum)  # tl:13
         for s in range(3):  # tl:13  prepare Wt: for s in 0..R
-            nisa.nc_transpose(dst=Wt_tp[:, s], data=Wt_rows[:, :, r, s])  # tl:13
-        nisa.tensor_copy(dst=Wt_T[:, r], src=Wt_tp)  # tl:13
+            nisa.nc_transpose(dst=Wt_tp[:, s], data=Wt_taps[:, r, s])  # tl:13
+        nisa.activation(dst=Wt_T[:, r], op=nl.copy, data=Wt_tp)  # tl:13
 
     # ---- bias b: one column per out-channel tile
     b_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:11

@@ -44,30 +44,17 @@ def resnet_block(X, W1, b1, W2, b2):
     W1_rows = nl.ndarray((128, 64, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     nisa.dma_copy(dst=W1_rows[0:64], src=W1)  # tl:14
     nisa.dma_copy(dst=W1_rows[64:128], src=W1)  # tl:14
-    W1_taps = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    W1_taps = nl.ndarray((128, 128, 2, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     nisa.memset(dst=W1_taps, value=0.0)  # tl:14
-    nisa.tensor_copy(dst=W1_taps[64:128, 0, 0:64], src=W1_rows[64:128, :, 0, 0])  # tl:14
-    nisa.activation(dst=W1_taps[64:128, 0, 64:128], op=nl.copy, data=W1_rows[64:128, :, 1, 0])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[0:64, 0, 64:128], src=W1_rows[0:64, :, 0, 0])  # tl:14
-    nisa.activation(dst=W1_taps[64:128, 1, 0:64], op=nl.copy, data=W1_rows[64:128, :, 2, 0])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[0:64, 1, 0:64], src=W1_rows[0:64, :, 1, 0])  # tl:14
-    nisa.activation(dst=W1_taps[0:64, 1, 64:128], op=nl.copy, data=W1_rows[0:64, :, 2, 0])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[64:128, 2, 0:64], src=W1_rows[64:128, :, 0, 1])  # tl:14
-    nisa.activation(dst=W1_taps[64:128, 2, 64:128], op=nl.copy, data=W1_rows[64:128, :, 1, 1])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[0:64, 2, 64:128], src=W1_rows[0:64, :, 0, 1])  # tl:14
-    nisa.activation(dst=W1_taps[64:128, 3, 0:64], op=nl.copy, data=W1_rows[64:128, :, 2, 1])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[0:64, 3, 0:64], src=W1_rows[0:64, :, 1, 1])  # tl:14
-    nisa.activation(dst=W1_taps[0:64, 3, 64:128], op=nl.copy, data=W1_rows[0:64, :, 2, 1])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[64:128, 4, 0:64], src=W1_rows[64:128, :, 0, 2])  # tl:14
-    nisa.activation(dst=W1_taps[64:128, 4, 64:128], op=nl.copy, data=W1_rows[64:128, :, 1, 2])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[0:64, 4, 64:128], src=W1_rows[0:64, :, 0, 2])  # tl:14
-    nisa.activation(dst=W1_taps[64:128, 5, 0:64], op=nl.copy, data=W1_rows[64:128, :, 2, 2])  # tl:14
-    nisa.tensor_copy(dst=W1_taps[0:64, 5, 0:64], src=W1_rows[0:64, :, 1, 2])  # tl:14
-    nisa.activation(dst=W1_taps[0:64, 5, 64:128], op=nl.copy, data=W1_rows[0:64, :, 2, 2])  # tl:14
-    for tap_g in range(6):  # tl:14  prepare W1: row pairs
-        W1_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
-        nisa.nc_transpose(dst=W1_tp, data=W1_taps[:, tap_g])  # tl:14
-        nisa.tensor_copy(dst=W1_T[:, tap_g], src=W1_tp)  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 0:64], src=W1_rows[64:128, :, 0:3:2])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 0:64, 1], op=nl.copy, data=W1_rows[0:64, :, 1])  # tl:14
+    nisa.tensor_copy(dst=W1_taps[64:128, 64:128, 0], src=W1_rows[64:128, :, 1])  # tl:14
+    nisa.activation(dst=W1_taps[0:64, 64:128], op=nl.copy, data=W1_rows[0:64, :, 0:3:2])  # tl:14
+    for tap_s in range(3):  # tl:14  prepare W1: row pairs: tap columns
+        for tap_u in range(2):  # tl:14  prepare W1: row pairs: tap row offsets
+            W1_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
+            nisa.nc_transpose(dst=W1_tp, data=W1_taps[:, :, tap_u, tap_s])  # tl:14
+            nisa.tensor_copy(dst=W1_T[:, tap_s * 2 + tap_u], src=W1_tp)  # tl:14
 
     # ---- bias b1: one column per out-channel tile
     b1_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
@@ -83,30 +70,17 @@ def resnet_block(X, W1, b1, W2, b2):
     W2_rows = nl.ndarray((128, 64, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
     nisa.dma_copy(dst=W2_rows[0:64], src=W2)  # tl:18
     nisa.dma_copy(dst=W2_rows[64:128], src=W2)  # tl:18
-    W2_taps = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+    W2_taps = nl.ndarray((128, 128, 2, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
     nisa.memset(dst=W2_taps, value=0.0)  # tl:18
-    nisa.tensor_copy(dst=W2_taps[0:64, 0, 0:64], src=W2_rows[0:64, :, 0, 0])  # tl:18
-    nisa.activation(dst=W2_taps[0:64, 0, 64:128], op=nl.copy, data=W2_rows[0:64, :, 1, 0])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[64:128, 0, 64:128], src=W2_rows[64:128, :, 0, 0])  # tl:18
-    nisa.activation(dst=W2_taps[0:64, 1, 0:64], op=nl.copy, data=W2_rows[0:64, :, 2, 0])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[64:128, 1, 0:64], src=W2_rows[64:128, :, 1, 0])  # tl:18
-    nisa.activation(dst=W2_taps[64:128, 1, 64:128], op=nl.copy, data=W2_rows[64:128, :, 2, 0])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[0:64, 2, 0:64], src=W2_rows[0:64, :, 0, 1])  # tl:18
-    nisa.activation(dst=W2_taps[0:64, 2, 64:128], op=nl.copy, data=W2_rows[0:64, :, 1, 1])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[64:128, 2, 64:128], src=W2_rows[64:128, :, 0, 1])  # tl:18
-    nisa.activation(dst=W2_taps[0:64, 3, 0:64], op=nl.copy, data=W2_rows[0:64, :, 2, 1])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[64:128, 3, 0:64], src=W2_rows[64:128, :, 1, 1])  # tl:18
-    nisa.activation(dst=W2_taps[64:128, 3, 64:128], op=nl.copy, data=W2_rows[64:128, :, 2, 1])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[0:64, 4, 0:64], src=W2_rows[0:64, :, 0, 2])  # tl:18
-    nisa.activation(dst=W2_taps[0:64, 4, 64:128], op=nl.copy, data=W2_rows[0:64, :, 1, 2])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[64:128, 4, 64:128], src=W2_rows[64:128, :, 0, 2])  # tl:18
-    nisa.activation(dst=W2_taps[0:64, 5, 0:64], op=nl.copy, data=W2_rows[0:64, :, 2, 2])  # tl:18
-    nisa.tensor_copy(dst=W2_taps[64:128, 5, 0:64], src=W2_rows[64:128, :, 1, 2])  # tl:18
-    nisa.activation(dst=W2_taps[64:128, 5, 64:128], op=nl.copy, data=W2_rows[64:128, :, 2, 2])  # tl:18
-    for tap_g2 in range(6):  # tl:18  prepare W2: row pairs
-        W2_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:18
-        nisa.nc_transpose(dst=W2_tp, data=W2_taps[:, tap_g2])  # tl:18
-        nisa.tensor_copy(dst=W2_T[:, tap_g2], src=W2_tp)  # tl:18
+    nisa.tensor_copy(dst=W2_taps[0:64, 0:64], src=W2_rows[0:64, :, 0:3:2])  # tl:18
+    nisa.activation(dst=W2_taps[64:128, 0:64, 1], op=nl.copy, data=W2_rows[64:128, :, 1])  # tl:18
+    nisa.tensor_copy(dst=W2_taps[0:64, 64:128, 0], src=W2_rows[0:64, :, 1])  # tl:18
+    nisa.activation(dst=W2_taps[64:128, 64:128], op=nl.copy, data=W2_rows[64:128, :, 0:3:2])  # tl:18
+    for tap_s2 in range(3):  # tl:18  prepare W2: row pairs: tap columns
+        for tap_u2 in range(2):  # tl:18  prepare W2: row pairs: tap row offsets
+            W2_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:18
+            nisa.nc_transpose(dst=W2_tp, data=W2_taps[:, :, tap_u2, tap_s2])  # tl:18
+            nisa.tensor_copy(dst=W2_T[:, tap_s2 * 2 + tap_u2], src=W2_tp)  # tl:18
 
     # ---- bias b2: one column per out-channel tile
     b2_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:16

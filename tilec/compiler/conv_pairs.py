@@ -47,7 +47,7 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     out: list[Stmt] = [Alloc(rows, line=line)]
     out += [Dma(View(rows, (sl(h * K, K),) + whole_w), conv_weights.w_view(b, (full(K),) + whole_w), line)
             for h in range(2)]
-    if not b.halves and DTYPE_BYTES[wt.dtype] < 4:
+    if not b.halves and (DTYPE_BYTES[wt.dtype] < 4 or chained(b)):
         return out + _pair_stationaries(b, wt, rows, tp)
     out.append(Alloc(raw, zero=True, line=line))
     if b.halves:
@@ -74,14 +74,25 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     return out + loop(gv, b.n_groups, body, note="tap columns" if b.halves else "row pairs", line=line)
 
 
+def chained(b: _ConvBuilder) -> bool:
+    """A conv of a chain kept on chip (conv_chain.py): both convs' weights are prepared before the first matmul,
+    so their gathers queue on VectorE and ScalarE one behind the other. Four copies per weight instead of 18 [64 x 64]
+    gathers take fp32 too (the ResNet block f32 at batch 1: the second weights' transposes ended 1.4 us earlier and the
+    first matmul ran at 19.3 us instead of 20.7; 50.24 -> 48.24 us run, 312.56 -> 310.56 at batch 8). A lone conv
+    keeps the gathers: there the TensorE warm-up throttle, not the gathers, paces the start (conv3x3same f32 26.50 ->
+    26.51)."""
+    return b.src_chip is not None or b.dst_chip is not None
+
+
 def _pair_stationaries(b: _ConvBuilder, wt: Buf, rows: Buf, tp: Buf) -> list[Stmt]:
     """16-bit row pairs' blocks gathered as [2K, 2C, U, S] (U = the pair offsets u = 0, 2, ..): block (j, h) of
     pair (u, s) holds tap row u + j - h, so at a fixed block position the pairs take W's rows j - h, j - h + 2, ..
     for every s: one copy per block position (4 instead of 24 [64 x 64] gathers: the weights are ready at 15.2 us
     instead of 16.1 in bf16 conv3x3same at batch 1, which with the edge bands' zero rows took it 25.9 -> 24.7 us),
-    then one TensorE transpose per pair (group g = s * U + u / 2, b.pairs' order). Its source is strided (U * S elements), which doubles a transpose's streaming: cheap in 16 bits, but
-    fp32 transposes take 4.7 times as long and the early TensorE work meets the warm-up throttle (conv3x3same f32
-    batch 1 39.2 -> 41.1 us), so fp32 keeps one gather per block."""
+    then one TensorE transpose per pair (group g = s * U + u / 2, b.pairs' order). Its source is strided (U * S
+    elements), which doubles a transpose's streaming: cheap in 16 bits, but fp32 transposes take 4.7 times as long
+    and the early TensorE work meets the warm-up throttle (conv3x3same f32 batch 1 39.2 -> 41.1 us in session 10,
+    26.50 -> 26.51 now), so a lone fp32 conv keeps one gather per block (`chained`: a chain's convs take the copies)."""
     op, line, C, K, R, S = b.op, b.L["update"], b.C, b.K, b.R, b.S
     U = len(range(0, R + 1, 2))
     raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, 2 * C, U, S))

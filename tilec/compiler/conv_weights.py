@@ -177,31 +177,37 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
                                    full(b.S))),
                         w_view(b, (sl(b.k_start(kv), ks), csrc, full(b.R), full(b.S))), line)]
         kdst = pt(ks, p.tile_k) if local else sl(b.k_start(kv), ks)
+        tapm = tap_major(b, raw) if once is None else None
+
+        def block(src_c: ir.Sl, cs: int) -> View:
+            """The rows of the transpose of tap (r, s), in-channels src_c: strided in the loaded rows, contiguous in
+            their tap-major copy."""
+            if tapm is not None:
+                return View(tapm, (pt(ks, p.tile_k), a(r), a(s), pt(cs, p.tile_c)))
+            return View(once or raw, (pt(ks, p.tile_k), src_c, a(r), a(s)))
 
         def taps(cv: str | None, cs: int) -> list[Stmt]:
             tpv = View(tp, (pt(cs, p.tile_c), pt(ks, p.tile_k)))
             src_c = pt(cs, p.tile_c) if per_c else sl(b.c_start(cv), cs)
+            first = (load(cv, cs) if per_c else []) + (relayout(b, tapm, raw, ks, src_c, cs) if tapm else [])
             if b.S > 1 and b.S * p.tile_k * DTYPE_BYTES[wt.dtype] <= PSUM_BANK:
                 # a tap row's S blocks transposed into one PSUM tile and evicted by one copy: a copy of 128 columns
                 # is mostly the engine's fixed cost, and VectorE evicting every block paced the transposes (families
                 # dilated3x3 bf16 batch 1: 36 evictions of 0.17 us, the first matmul at 21.2 us)
                 row = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, b.S, p.tile_k))
-                src = View(once or raw, (pt(ks, p.tile_k), src_c, a(r), a(s)))
                 body: list[Stmt] = [Alloc(row, line=line)]
-                body += loop(s, b.S, [ir.Transpose(View(row, (pt(cs, p.tile_c), a(s), pt(ks, p.tile_k))), src, "pe",
-                                                   line)], note=b.T["s"], line=line)
+                body += loop(s, b.S, [ir.Transpose(View(row, (pt(cs, p.tile_c), a(s), pt(ks, p.tile_k))),
+                                                   block(src_c, cs), "pe", line)], note=b.T["s"], line=line)
                 body += evict_transposed(b, View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), a(r), full(b.S),
                                                       kdst)), View(row, (pt(cs, p.tile_c), full(b.S),
-                                                                          pt(ks, p.tile_k))))
-                return (load(cv, cs) if per_c else []) + loop(r, b.R, body, note=b.T["r"], line=line)
-            tap: list[Stmt] = [Alloc(tp, line=line),
-                               ir.Transpose(tpv, View(once or raw, (pt(ks, p.tile_k), src_c, a(r), a(s))), "pe",
-                                            line),
+                                                                          pt(ks, p.tile_k))), tapm is not None)
+                return first + loop(r, b.R, body, note=b.T["r"], line=line)
+            tap: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(tpv, block(src_c, cs), "pe", line),
                                *evict_transposed(b, View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), a(r), a(s),
-                                                               kdst)), tpv)]
+                                                               kdst)), tpv, tapm is not None)]
             per_tap = loop(r, b.R, loop(s, b.S, tap, note=b.T["s"], line=line), note=b.T["r"],
                            line=line)
-            return (load(cv, cs) if per_c else []) + per_tap
+            return first + per_tap
         if once is not None and b.R == b.S == 1 and not b.CR and b.CT % 2 == 0 and b.CT > 2:
             return load(None, 0) + rows_two_engines(b, once, wt, kdst)
         return ([] if per_c else load(None, 0)) + b.over_c(V["c"], taps, line)
@@ -209,6 +215,36 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
         return out + prep_notes(per_k(b.kv, b.ks), f"prepare {op.w}")
     return out + prep_notes(b.over_k(V["kw"], per_k, f"{b.T['k']} (tiles of {b.cn['k']})", line),
                             f"prepare {op.w}")
+
+
+TAP_MAJOR_BYTES = 8 * 1024  # per partition at most for the tap-major copy of one in-channel tile (two in flight)
+
+
+def tap_major(b: _ConvBuilder, raw: Buf) -> Buf | None:
+    """A tap-major copy [k, R, S, c] of one in-channel tile of fp32 weight rows [k, C, R, S] (loaded k-major:
+    contiguous in HBM), from which each tap's transpose reads its in-channels contiguously. A PE transpose streams
+    its source like a matmul's moving operand, and a source stride of R * S elements (36 B in fp32, over the SBUF
+    stride limit) doubles that streaming (costs.py, ARCH2's stride penalty); fp32 transposes run at a quarter rate
+    besides, so the strided transposes were TensorE's first microseconds: families dilated3x3 f32 batch 1 spent
+    9.3 us on 36 of them before its first matmul (73.84 -> 69.58 us with the copies; conv_relu_conv 41.34 -> 39.33,
+    conv_residual 22.93 -> 21.66). The copies run on GpSimdE and VectorE beside the transposes, whose evictions move
+    to ScalarE. None for 16-bit weights (their transposes are cheap: dilated3x3 bf16 batch 1 21.83 -> 23.50 with
+    copies of whole rows), grouped convs (rows gathered per group), 1x1 filters (nothing strided), or copies over
+    TAP_MAJOR_BYTES (large filters: SBUF)."""
+    if b.op.groups > 1 or b.R * b.S == 1 or DTYPE_BYTES[raw.dtype] < 4 or \
+            b.R * b.S * b.p.tile_c * DTYPE_BYTES[raw.dtype] > TAP_MAJOR_BYTES:
+        return None
+    return Buf(b.fresh(f"{b.op.w}_taps"), "sbuf", raw.dtype, (raw.shape[0], b.R, b.S, b.p.tile_c))
+
+
+def relayout(b: _ConvBuilder, tapm: Buf, raw: Buf, ks: int, src_c: ir.Sl, cs: int) -> list[Stmt]:
+    """raw's rows of one in-channel tile (src_c, cs channels; the ks out-channels of this tile) copied into tapm
+    tap by tap, GpSimdE and VectorE in turn."""
+    line, pk, pc = b.L["update"], b.part(ks, b.p.tile_k), b.part(cs, b.p.tile_c)
+    taps = [(r, s) for r in range(b.R) for s in range(b.S)]
+    out: list[Stmt] = [Alloc(tapm, line=line)]
+    return out + [ir.Copy(View(tapm, (pk, a(r), a(s), pc)), View(raw, (pk, src_c, a(r), a(s))), line,
+                          "gpsimd" if i % 2 == 0 else "") for i, (r, s) in enumerate(taps)]
 
 
 def rows_by_dma(b: _ConvBuilder) -> bool:

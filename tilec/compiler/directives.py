@@ -205,8 +205,8 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
         -      dma Wt_rows[:128, :256, :3, :3] <- Wt[k_t*TILE_K:+128, :256, :3, :3]  # tl:14
         +        dma Wt_rows[:128, :128, :3, :3] <- Wt[k_t*TILE_K:+128, c_t*TILE_C:+128, :3, :3]  # tl:14
-        -            transpose.pe Wt_tp[:128, s, :128] <- Wt_rows[:128, c_t*TILE_C:+128, r, s]  # tl:14
-        +            transpose.pe Wt_tp[:128, s, :128] <- Wt_rows[:128, :128, r, s]  # tl:14
+        -        copy.gpsimd Wt_taps[:128, 0, 0, :128] <- Wt_rows[:128, c_t*TILE_C:+128, 0, 0]  # tl:14
+        +        copy.gpsimd Wt_taps[:128, 0, 0, :128] <- Wt_rows[:128, :128, 0, 0]  # tl:14
     """
     if d.args and isinstance(d.args[0], sx.Ref) and len(d.args[0].parts) == 1:
         return _split_weights(op, plan, d)
