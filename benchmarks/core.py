@@ -23,7 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from families import Family, Row, floor_us, model_us, table  # noqa: E402
+from families import Family, Row, engines_us, floor_us, model_us, table  # noqa: E402
 from tilec.lang import api as lang  # noqa: E402
 from tilec.target import target as get_target  # noqa: E402
 
@@ -64,7 +64,9 @@ def measure(program: Family, sizes: dict[str, int], tiny: bool, tgt) -> Row:
     sizes = dict(program.tiny) if tiny else sizes
     loaded = lang.load(path, sizes)
     floor, bound = floor_us(loaded, tgt)
-    return Row(program, 1, loaded.sizes, floor, bound, *model_us(path, sizes, tgt))
+    latency, startup = model_us(path, sizes, tgt)
+    return Row(program, 1, loaded.sizes, floor, bound, engines_us=max(floor, engines_us(loaded, tgt)), tilec=latency,
+               startup_us=startup)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,7 @@ import math
 import pathlib
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -104,6 +104,7 @@ class Row:
     sizes: dict[str, int]
     floor_us: float
     bound: str
+    _: KW_ONLY  # the rest by name: core.py builds rows too, and a new column must not shift its arguments
     engines_us: float  # max(floor, the engines' bound)
     tilec: float | str  # model latency in µs, or the rejection
     startup_us: float = 0.0  # the model's kernel start-up inside `tilec`
@@ -285,7 +286,8 @@ def measure(family: Family, batch: int, tiny: bool, dtype: str, tgt: Target, fol
     program = lang.load(path, sizes)
     floor, bound = floor_us(program, tgt)
     engines = max(floor, engines_us(program, tgt))
-    return Row(family, batch, program.sizes, floor, bound, engines, *model_us(path, sizes, tgt))
+    latency, startup = model_us(path, sizes, tgt)
+    return Row(family, batch, program.sizes, floor, bound, engines_us=engines, tilec=latency, startup_us=startup)
 
 
 def table(rows: list[Row]) -> str:

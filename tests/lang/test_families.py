@@ -107,3 +107,16 @@ def test_engines_bound_of_a_dense_conv_is_below_its_floor() -> None:
     program = api.load(families.FOLDER / "conv3x3same.tl", {"N": 1, "C": 64, "K": 64, "H": 20, "W": 20})
     floor, bound = families.floor_us(program, TRN2)
     assert bound == "TensorE" and families.engines_us(program, TRN2) < floor
+
+
+def test_core_rows_carry_the_model_latency_and_its_start_up() -> None:
+    """benchmarks/core.py builds families.Row too: a column added to the row once shifted its positional arguments,
+    so core.py printed the start-up as the run time and counted every row within 1.5x."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import core  # imported as a script module: core.py itself imports `families` from its own folder
+
+    family, sizes = core.PROGRAMS[0]
+    row = core.measure(family, sizes, True, TRN2)
+    assert isinstance(row.tilec, float) and row.tilec > row.startup_us > 0
+    assert row.engines_us >= row.floor_us > 0
+    assert row.run_us == row.tilec - row.startup_us
