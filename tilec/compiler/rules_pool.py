@@ -92,7 +92,8 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
     choice = None
     if dtypes is not None and split is None and G == 1:
         ob = min(band, w.out[0])
-        choice = psum_choice(op, ob, op.dim("B") // plan.tile_b * -(-w.out[0] // ob), *dtypes)
+        choice = psum_choice(op, ob, op.dim("B") // plan.tile_b * -(-w.out[0] // ob), *dtypes,
+                             tiles=op.dim("B") // plan.tile_b)
     if choice is not None:
         prims.append(prim("psum", op.src, rows=choice.rows, copy="TensorE identity matmul" + (", one per tap" if
                                                                                               choice.taps else ""),
@@ -406,7 +407,7 @@ class _WindowPool:
         """Whether the pass along x reads X through PSUM (psum_choice)."""
         if self.G == 1:
             choice = psum_choice(self.op, self.OB, self.B // self.plan.tile_b * -(-self.Rb // self.OB), self.x3.dtype,
-                                 self.o3.dtype)
+                                 self.o3.dtype, self.B // self.plan.tile_b)
             if choice is not None:
                 self.psum, self.y_share, self.taps = choice.rows, choice.y_share, choice.taps
                 self.full_rows_n = choice.whole
@@ -796,7 +797,7 @@ class PsumChoice:
     whole: int = 0  # with the taps: output rows per band TensorE sums whole (`full_rows`), off the pass along y
 
 
-def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoice | None:
+def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str, tiles: int = PEEL_TILES) -> PsumChoice | None:
     """How the pass along x of a pool computed in `bands` bands of `band` output rows uses PSUM, or None. TensorE,
     idle in a pool, either copies each chunk of a band's input rows there with an identity matmul (VectorE's
     tensor_tensor then streams 1 cycle per element instead of 2, but GpSimdE, which cannot read PSUM, leaves that
@@ -804,7 +805,8 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
     (one accumulating identity matmul per tap: 16-bit matmuls stream 2.4 columns per ns, faster than any other
     engine) for ScalarE to evict, leaving VectorE and GpSimdE only the pass along y: chosen when the model's costs
     (psum_costs, taps_costs) make the bands' busiest engine faster that way by more than the identity matrix's
-    set-up (identity_ns)."""
+    set-up (identity_ns). `tiles`: partition tiles; with fewer than PEEL_TILES (no peeled first tile beside
+    TensorE's warm-up throttle) the taps' whole rows are picked with the throttle's hold counted (`throttled`)."""
     w = op.window
     assert w is not None
     W, Wo = op.dim("W"), w.out[1]
@@ -835,7 +837,15 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
                      for k in range(min(band, chunk_t) + 1 if wy > 1 and FULL_ROWS is None else 1)]
             # the fewest whole rows within WHOLE_SLACK of the best (each row of them adds wy matmuls per tap)
             whole = next(k for k, c in enumerate(costs) if c <= min(costs) * (1 + WHOLE_SLACK))
+            if tiles < PEEL_TILES:  # nothing peeled runs beside TensorE's warm-up throttle: with few bands its
+                # hold can end the kernel (measured, bf16 avgpool 3x3 s1 batch 1: whole rows 3 -> 0, 8.52 -> 8.15 us)
+                totals = [max(bands * c, throttled(bands * taps_costs(rows, band, Wo, taken, wy, chunk_t, runs,
+                                                                       counts, k, "tensor")))
+                          for k, c in enumerate(costs)]
+                fewest = next(k for k, c in enumerate(totals) if c <= min(totals) * (1 + WHOLE_SLACK))
             taps = chunk_t, costs[whole], whole if FULL_ROWS is None else FULL_ROWS
+            if tiles < PEEL_TILES and FULL_ROWS is None:  # (chosen or not with the costs of `whole` rows)
+                taps = chunk_t, costs[whole], fewest
     # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
     # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest.
     # Both forms also expose one band's time: their engines work in a chain, TensorE -> VectorE -> GpSimdE, which
@@ -846,8 +856,19 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
     return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup + psum or PSUM == "on" else None
 
 
+def throttled(busy: float) -> float:
+    """When TensorE finishes `busy` ns of back-to-back work under Trn2's warm-up throttle as the model applies it
+    (tilec/perf/throttle.py: at most start_fraction of the first ramp_ns busy, then full speed)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    f0, ramp = prm["throttle_start_fraction"], prm["throttle_ramp_ns"]
+    if f0 >= 1.0 or ramp <= 0.0 or busy <= f0 * ramp:
+        return busy
+    return ramp + busy - f0 * ramp
+
+
 def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int, runs: int = 1,
-               counts: int = 0, whole: int = 0) -> float:
+               counts: int = 0, whole: int = 0, engine: str = "") -> float:
     """A band's busiest engine (ns) when TensorE sums the pass along x's taps (16-bit moving data; reach: the
     outputs each tap reaches) over chunks of `chunk` input rows, ScalarE evicts each chunk in `runs` runs of columns
     (count_include_pad=False: one per column count; and copies the pass along y's two border rows), VectorE and
@@ -867,7 +888,8 @@ def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int
     vghz, gghz = prm["vector_ghz"], prm["gpsimd_ghz"]
     vector = (wy - 1) * ((n - whole) * wo / (vghz / 2 + gghz / 2) + sv / vghz) + \
         counts * (max(mn, wo) + sv) / vghz
-    return max(tensor / prm["tensor_ghz"], scalar / prm["scalar_ghz"], vector)
+    times = {"tensor": tensor / prm["tensor_ghz"], "scalar": scalar / prm["scalar_ghz"], "vector": vector}
+    return times[engine] if engine else max(times.values())
 
 
 def _vector_share(src: str, dst: str) -> float:
