@@ -76,10 +76,10 @@ def test_global_pool_sizes(n, c, h, w, dtype):
         assert "for gt in " in unwrap(compiled.source)
 
 
-@pytest.mark.parametrize("n, c, h, w", [(1, 131, 7, 7), (2, 64, 16, 16)])
+@pytest.mark.parametrize("n, c, h, w", [(1, 131, 7, 7), (1, 64, 96, 96)])
 def test_declined_shapes_still_match(n, c, h, w):
-    """131 rows (prime: no partition count near 128) and 256-element rows (the row chain splits long rows) are left
-    to the row chain, which still computes them."""
+    """131 rows (prime: no partition count near 128) and rows of 18 KiB (96 x 96 bf16: the row chain splits long
+    rows) are left to the row chain, which still computes them."""
     for kind in ("avg", "max"):
         assert not is_global(run(kind, "bf16", n, c, h, w))
 
@@ -122,3 +122,16 @@ def test_sixteen_bit_sum_reduces_into_its_dtype():
     src = unwrap(run("avg", "bf16", 2, 1024, 7, 7).source)
     assert "S_tile = nl.ndarray((128, 16), dtype=nl.bfloat16" in src
     assert "nisa.activation(" in src and "nisa.tensor_scalar(" not in src
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("kind", ["avg", "max"])
+def test_long_rows_and_streamed_chunks(monkeypatch, kind, dtype, nki):
+    """Maps of 14x14 and 28x28 (rows longer than 128 elements, the row chain's before), and an X too large to stay
+    in SBUF (forced here with a 2 KiB budget): each chunk loads into a tile of its own, the loop's rotating."""
+    monkeypatch.setattr(rules_pool, "GLOBAL_RESIDENT", 2048)
+    monkeypatch.setattr(rules_pool, "GLOBAL_STREAM_BYTES", 2048)
+    for n, c, h in ((2, 512, 14), (1, 384, 28)):
+        compiled = run(kind, dtype, n, c, h, h, nki)
+        assert is_global(compiled) and "X_all" not in compiled.source and "X_rows" in compiled.source

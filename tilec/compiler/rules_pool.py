@@ -956,12 +956,17 @@ def psum_costs(x: str, tmp: str, out: str, rows: int, n: int, wo: int, w: int, w
 
 GLOBAL_CHUNK_BYTES = 2048  # per partition, a middle chunk's load: its 128 descriptors (8 per DMA engine) cost under
 #                            5 % of its transfer (tilec/perf/costs.py: hypot(descriptors x 14 ns, bytes / 23 B/ns))
+GLOBAL_STREAM_BYTES = 16 * 1024  # per partition, a middle chunk's load when X is not resident: each chunk's tile
+#                                   rotates through 2 buffers, so a load waits for the reduce 2 chunks before; one
+#                                   this large takes longer than that wait's DMA latency
 GLOBAL_LAST = 1  # rows per partition of the last chunk: what is left after the last load is its reduce, its scale
 #                  and the store (the load chunks before it halve down to this)
 GLOBAL_RATIOS = (1.25, 1.5, 2.0)  # growth of the chunks before the last, from the end (the best one is taken)
-GLOBAL_RESIDENT = 64 * 1024  # bytes per partition of X kept whole in SBUF (every chunk loads into its own part)
+GLOBAL_RESIDENT = 64 * 1024  # bytes per partition of X kept whole in SBUF (every chunk loads into its own part);
+#                               a larger X loads each chunk into a tile of its own
 GLOBAL_MIN_PARTS = 64  # rows per partition tile below which the rule declines (R with no divisor near 128)
-GLOBAL_MAX_ROW = 128  # elements per row (H * W): longer rows are the row chain's (it splits a row's columns)
+GLOBAL_MAX_ROW = 16 * 1024  # bytes of a row (H * W elements): longer rows are the row chain's (it splits a row)
+GLOBAL_MAX_GROUP = 4096  # rows per partition: the (P, G) tiles of S and Y stay within 16 KiB per partition
 
 
 @dataclass(frozen=True)
@@ -992,11 +997,11 @@ def global_pool(ops: tuple, i: int, hbm: dict[str, Buf], outputs: set[str], sche
         return None
     R, F = op.dim("R"), op.dim("F")
     x = hbm[op.src]
-    if len(x.shape) < 3 or x.shape[-1] * x.shape[-2] > F or not 1 < F <= GLOBAL_MAX_ROW or \
-            R * F != _prod(x.shape) or len(dict(op.vars)) != len(x.shape):
+    if len(x.shape) < 3 or x.shape[-1] * x.shape[-2] > F or not 1 < F <= GLOBAL_MAX_ROW // DTYPE_BYTES[x.dtype] \
+            or R * F != _prod(x.shape) or len(dict(op.vars)) != len(x.shape):
         return None  # a global pool reduces (at least) the two trailing dimensions of a 3-D or larger tensor
     P = best_divisor(R, PMAX)
-    if P < min(R, GLOBAL_MIN_PARTS) or (R // P) * F * DTYPE_BYTES[x.dtype] > GLOBAL_RESIDENT:
+    if P < min(R, GLOBAL_MIN_PARTS) or R // P > GLOBAL_MAX_GROUP:
         return None
     readers = [o for o in ops if op.out in _reads_of(o)]
     if op.out in outputs:
@@ -1042,7 +1047,8 @@ def global_chunks(G: int, F: int, itemsize: int, P: int) -> tuple[int, int, int,
     The last chunk's size and the growth before it are the ones whose simulated end (loads back to back on the DMA
     queue, each reduce after its load and the reduce before) is earliest, from the model's own cost facts
     (`_chunk_costs`)."""
-    m = max(1, min(G, GLOBAL_CHUNK_BYTES // (F * itemsize)))
+    chunk = GLOBAL_CHUNK_BYTES if G * F * itemsize <= GLOBAL_RESIDENT else GLOBAL_STREAM_BYTES
+    m = max(1, min(G, chunk // (F * itemsize)))
     load, red = _chunk_costs(F, itemsize, P)
     best: tuple[float, list[int]] | None = None
     for last in range(1, m + 1):
@@ -1087,7 +1093,7 @@ def _chunk_costs(F: int, itemsize: int, P: int) -> tuple[Callable[[int], float],
 
 
 def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    """Every chunk of rows: one load into its own part of X's resident tile, one tensor_reduce (VectorE) into the
+    """Every chunk of rows: one load into its own part of X's resident tile (or its own tile), one tensor_reduce (VectorE) into the
     (P, G) tile of S in S's dtype (a 16-bit sum streams at N/2 and rounds the fp32 sum once, as S's store would),
     the constant factor on ScalarE into Y's tile (it overlaps the next chunk's reduce); one store at the end."""
     op = g.reduce
@@ -1097,9 +1103,10 @@ def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fr
     ln, yl = op.update_line, (ops[i + 1].line if g.ops == 2 else op.line)
     m, first, k, tail = global_chunks(G, F, DTYPE_BYTES[x.dtype], P)
     xv, body = hbm_view(x, (P, G, F), fresh(f"{op.src}_v"), ln)
+    resident = G * F * DTYPE_BYTES[x.dtype] <= GLOBAL_RESIDENT
     xt = Buf(fresh(f"{op.src}_all"), "sbuf", x.dtype, (P, G, F))
     st = Buf(fresh(f"{op.out}_tile"), "sbuf", s.dtype, (P, G))
-    body += [Alloc(xt, line=ln), Alloc(st, line=ln)]
+    body += [Alloc(xt, line=ln)] * resident + [Alloc(st, line=ln)]
     yt = st
     if g.ops == 2:
         yt = Buf(fresh(f"{y.name}_tile"), "sbuf", y.dtype, (P, G))
@@ -1107,8 +1114,13 @@ def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fr
 
     def chunk(start: Aff, size: int, name: str = "") -> list[Stmt]:
         rows = Sl(start, size, 1, name)
-        out: list[Stmt] = [Dma(View(xt, (full(P), rows, full(F))), View(xv, (full(P), rows, full(F))), ln),
-                           ir.Reduce(View(st, (full(P), rows)), View(xt, (full(P), rows, full(F))), op.op, ln)]
+        out: list[Stmt] = []
+        if resident:  # each chunk into its own part of X's tile: no load waits for a reduce
+            xs = View(xt, (full(P), rows, full(F)))
+        else:  # a tile per chunk (the chunks in the loop rotate through the allocator's buffers)
+            xs = whole(Buf(fresh(f"{op.src}_rows" + (str(size) if size != m else "")), "sbuf", x.dtype, (P, size, F)))
+            out.append(Alloc(xs.buf, line=ln))
+        out += [Dma(xs, View(xv, (full(P), rows, full(F))), ln), ir.Reduce(View(st, (full(P), rows)), xs, op.op, ln)]
         if g.ops == 2:
             assert g.scale is not None
             out.append(Act(View(yt, (full(P), rows)), View(st, (full(P), rows)), "copy", scale=g.scale, line=yl))
