@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import AbstractSet, Callable
 
 from tilec.compiler import build_util, ir, passes
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import a, loop, map_aff, sl, term
 from tilec.compiler.ir import (DTYPE_BYTES, Act, Aff, Alloc, Binary, Buf, Copy, Dma, Matmul, Reshape, Scalar, Sl,
                               Stmt, View, full, whole)
-from tilec.compiler.ops import PoolOp
+from tilec.compiler.ops import EltwiseOp, PoolOp, ReduceOp
 from tilec.compiler.rules import Prim, prim
 from tilec.compiler.schedule import PMAX, PoolPlan, sbuf_budget
 from tilec.target import target as get_target
@@ -974,7 +974,7 @@ class GlobalPool:
     """`S[n, c] += X[n, c, i, j]` (or max=, min=) over X's trailing dimensions, then optionally `Y[n, c] = S[n, c] /
     k` (or `* k`): R = N * C rows of F = H * W elements, row p * G + g on partition p (a reshape: each partition
     reads G * F contiguous elements of X and writes G contiguous values of Y)."""
-    reduce: "object"  # the ReduceOp
+    reduce: ReduceOp
     scale: float | None  # the epilogue's factor (None: no epilogue, S is the output)
     ops: int  # 1 or 2 ops of the program taken
     P: int
@@ -982,12 +982,11 @@ class GlobalPool:
     F: int
 
 
-def global_pool(ops: tuple, i: int, hbm: dict[str, Buf], outputs: set[str], scheduled: set[str] | frozenset
+def global_pool(ops: tuple, i: int, hbm: dict[str, Buf], outputs: AbstractSet[str], scheduled: AbstractSet[str]
                 ) -> GlobalPool | None:
     """ops[i] (and ops[i + 1]) as a global pool, or None: a reduction of a plain tensor over its trailing dimensions
     into a temporary or an output, with no directive on either op, followed (for a temporary) by the one op reading
     it, an element-wise constant factor with the same indices."""
-    from tilec.compiler.ops import EltwiseOp, ReduceOp
     from tilec.compiler.schedule import best_divisor
     from tilec.lang import syntax as sx
     op = ops[i]
