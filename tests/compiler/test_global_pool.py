@@ -96,7 +96,8 @@ def test_a_directive_builds_the_ops_apart():
 def test_sum_read_by_another_op_is_not_a_global_pool():
     """S read twice (Y and Z): the rule takes S only with one reader."""
     text = global_program("avg", "f32", 1, 256, 7, 7).replace("-> Y", "-> Y, Z").replace(
-        "  Y: f32[N, C]\n", "  Y: f32[N, C]\n  Z: f32[N, C]\n") + "  for n in 0..N, c in 0..C:\n    Z[n, c] = S[n, c] + 1\n"
+        "  Y: f32[N, C]\n", "  Y: f32[N, C]\n  Z: f32[N, C]\n")
+    text += "  for n in 0..N, c in 0..C:\n    Z[n, c] = S[n, c] + 1\n"
     prog = lang.load(text)
     compiled = compile_loaded(prog)
     assert not is_global(compiled)

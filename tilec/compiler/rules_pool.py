@@ -959,8 +959,6 @@ GLOBAL_CHUNK_BYTES = 2048  # per partition, a middle chunk's load: its 128 descr
 GLOBAL_STREAM_BYTES = 16 * 1024  # per partition, a middle chunk's load when X is not resident: each chunk's tile
 #                                   rotates through 2 buffers, so a load waits for the reduce 2 chunks before; one
 #                                   this large takes longer than that wait's DMA latency
-GLOBAL_LAST = 1  # rows per partition of the last chunk: what is left after the last load is its reduce, its scale
-#                  and the store (the load chunks before it halve down to this)
 GLOBAL_RATIOS = (1.25, 1.5, 2.0)  # growth of the chunks before the last, from the end (the best one is taken)
 GLOBAL_RESIDENT = 64 * 1024  # bytes per partition of X kept whole in SBUF (every chunk loads into its own part);
 #                               a larger X loads each chunk into a tile of its own
@@ -1023,8 +1021,8 @@ def global_pool(ops: tuple, i: int, hbm: dict[str, Buf], outputs: AbstractSet[st
 
 def global_note(chain: list[str]) -> str:
     """The schedule's line for a global pool (the kernel header and `tilec explain`)."""
-    return f"# global pool {', '.join(chain)}: rows grouped on the partitions, loads in shrinking chunks (a directive " \
-        "on one builds it alone)"
+    return f"# global pool {', '.join(chain)}: rows grouped on the partitions, loads in shrinking chunks " \
+        "(a directive on one builds it alone)"
 
 
 def _prod(shape: tuple[int, ...]) -> int:
@@ -1041,9 +1039,9 @@ def _reads_of(op) -> set[str]:
 
 def global_chunks(G: int, F: int, itemsize: int, P: int) -> tuple[int, int, int, list[int]]:
     """(middle chunk rows m, a first chunk's rows (0: none), middle chunks k, the rows of the chunks after them).
-    Middle chunks are GLOBAL_CHUNK_BYTES per partition. The chunks after them shrink so that each one's reduce
-    (VectorE) ends about as the next chunk's load lands: after the last load only a small reduce is left.
-    The last chunk's size and the growth before it are the ones whose simulated end (loads back to back on the DMA
+    Middle chunks are GLOBAL_CHUNK_BYTES per partition (GLOBAL_STREAM_BYTES when X is not resident). The chunks
+    after them shrink so that each one's reduce (VectorE) ends about as the next chunk's load lands: after the last
+    load only a small reduce is left. The last chunk's size and the growth before it are the ones whose simulated end (loads back to back on the DMA
     queue, each reduce after its load and the reduce before) is earliest, from the model's own cost facts
     (`_chunk_costs`)."""
     chunk = GLOBAL_CHUNK_BYTES if G * F * itemsize <= GLOBAL_RESIDENT else GLOBAL_STREAM_BYTES
@@ -1092,9 +1090,10 @@ def _chunk_costs(F: int, itemsize: int, P: int) -> tuple[Callable[[int], float],
 
 
 def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    """Every chunk of rows: one load into its own part of X's resident tile (or its own tile), one tensor_reduce (VectorE) into the
-    (P, G) tile of S in S's dtype (a 16-bit sum streams at N/2 and rounds the fp32 sum once, as S's store would),
-    the constant factor on ScalarE into Y's tile (it overlaps the next chunk's reduce); one store at the end."""
+    """Every chunk of rows: one load into its own part of X's resident tile (or into a tile of its own), one
+    tensor_reduce (VectorE) into the (P, G) tile of S in S's dtype (a 16-bit sum streams at N/2 and rounds the fp32
+    sum once, as S's store would), the constant factor on ScalarE into Y's tile (it overlaps the next chunk's
+    reduce); one store at the end."""
     op = g.reduce
     P, G, F = g.P, g.G, g.F
     x, s = hbm[op.src], hbm[op.out]
@@ -1103,9 +1102,9 @@ def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fr
     m, first, k, tail = global_chunks(G, F, DTYPE_BYTES[x.dtype], P)
     xv, body = hbm_view(x, (P, G, F), fresh(f"{op.src}_v"), ln)
     resident = G * F * DTYPE_BYTES[x.dtype] <= GLOBAL_RESIDENT
-    xt = Buf(fresh(f"{op.src}_all"), "sbuf", x.dtype, (P, G, F))
+    xt = Buf(fresh(f"{op.src}_all"), "sbuf", x.dtype, (P, G, F)) if resident else None
     st = Buf(fresh(f"{op.out}_tile"), "sbuf", s.dtype, (P, G))
-    body += [Alloc(xt, line=ln)] * resident + [Alloc(st, line=ln)]
+    body += [Alloc(xt, line=ln)] * (xt is not None) + [Alloc(st, line=ln)]
     yt = st
     if g.ops == 2:
         yt = Buf(fresh(f"{y.name}_tile"), "sbuf", y.dtype, (P, G))
@@ -1114,7 +1113,7 @@ def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fr
     def chunk(start: Aff, size: int, name: str = "") -> list[Stmt]:
         rows = Sl(start, size, 1, name)
         out: list[Stmt] = []
-        if resident:  # each chunk into its own part of X's tile: no load waits for a reduce
+        if xt is not None:  # each chunk into its own part of X's tile: no load waits for a reduce
             xs = View(xt, (full(P), rows, full(F)))
         else:  # a tile per chunk (the chunks in the loop rotate through the allocator's buffers)
             xs = whole(Buf(fresh(f"{op.src}_rows" + (str(size) if size != m else "")), "sbuf", x.dtype, (P, size, F)))
