@@ -1041,9 +1041,9 @@ def global_chunks(G: int, F: int, itemsize: int, P: int) -> tuple[int, int, int,
     """(middle chunk rows m, a first chunk's rows (0: none), middle chunks k, the rows of the chunks after them).
     Middle chunks are GLOBAL_CHUNK_BYTES per partition (GLOBAL_STREAM_BYTES when X is not resident). The chunks
     after them shrink so that each one's reduce (VectorE) ends about as the next chunk's load lands: after the last
-    load only a small reduce is left. The last chunk's size and the growth before it are the ones whose simulated end (loads back to back on the DMA
-    queue, each reduce after its load and the reduce before) is earliest, from the model's own cost facts
-    (`_chunk_costs`)."""
+    load only a small reduce is left. The last chunk's size and the growth before it are the ones whose simulated
+    end (loads back to back on the DMA queue, each reduce after its load and the reduce before) is earliest, from
+    the model's own cost facts (`_chunk_costs`)."""
     chunk = GLOBAL_CHUNK_BYTES if G * F * itemsize <= GLOBAL_RESIDENT else GLOBAL_STREAM_BYTES
     m = max(1, min(G, chunk // (F * itemsize)))
     load, red = _chunk_costs(F, itemsize, P)
@@ -1104,7 +1104,7 @@ def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fr
     resident = G * F * DTYPE_BYTES[x.dtype] <= GLOBAL_RESIDENT
     xt = Buf(fresh(f"{op.src}_all"), "sbuf", x.dtype, (P, G, F)) if resident else None
     st = Buf(fresh(f"{op.out}_tile"), "sbuf", s.dtype, (P, G))
-    body += [Alloc(xt, line=ln)] * (xt is not None) + [Alloc(st, line=ln)]
+    body += ([] if xt is None else [Alloc(xt, line=ln)]) + [Alloc(st, line=ln)]
     yt = st
     if g.ops == 2:
         yt = Buf(fresh(f"{y.name}_tile"), "sbuf", y.dtype, (P, G))
