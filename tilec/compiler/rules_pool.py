@@ -770,7 +770,8 @@ def eviction_runs(segs: list[Segment], window: int, counted: bool) -> list[tuple
         else:
             runs.append((g.start, g.size, factor))
     if len(runs) == 3 and runs[0][1] == runs[2][1] == 1 and runs[0][2] == runs[2][2]:
-        return [(Sl(a(runs[0][0]), 2, runs[2][0] - runs[0][0]), runs[0][2]), (Sl(a(runs[1][0]), runs[1][1]), runs[1][2])]
+        return [(Sl(a(runs[0][0]), 2, runs[2][0] - runs[0][0]), runs[0][2]),
+                (Sl(a(runs[1][0]), runs[1][1]), runs[1][2])]
     return [(Sl(a(c0), size), factor) for c0, size, factor in runs]
 
 
