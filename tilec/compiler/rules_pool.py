@@ -51,6 +51,8 @@ YS = 0.36
 UNROLL = 2  # (experiment)
 PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`; >= 3)
 PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
+BLOCK_STORES = True  # blocks of rows stored once per block when the model's costs say so (False: per band; tests)
+BLOCK_STORES_SBUF_PART = 8  # ...when the tile-wide output buffer takes at most this part of SBUF
 INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
 #                        are ordered, each one DMA latency after the last, so few and large)
 
@@ -236,6 +238,9 @@ class _WindowPool:
         self.first_tile = False  # building the peeled first tile before TensorE's taps (border counts on VectorE)
         self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
         self.full_rows_n = 0  # output rows per band TensorE sums whole (with the taps; `full_block`)
+        # blocks of output rows (few channel rows, not interleaved): each band writes its rows of one tile-wide output
+        # buffer, stored once per block after the bands (`block_stores`)
+        self.tile_out: Buf | None = None
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
         key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions
@@ -308,6 +313,11 @@ class _WindowPool:
                 and k * OB >= self.overlap
         regs = [k for k in range(nb) if regular(k)]
         body: list[Stmt] = []
+        self.tile_out = None
+        if self.G > 1 and nb > 1 and not self.row0 and BLOCK_STORES and self.block_stores(nb):
+            self.tile_out = Buf(self.name(f"{op.out}_tile", (self.Rb,)), "sbuf", self.o3.dtype,
+                                (self.plan.tile_b * self.G, self.Rb, self.Wo))
+            body.append(Alloc(self.tile_out, line=op.line))
         k0, k1 = (regs[0], regs[-1] + 1) if regs else (nb, nb)
         for k in range(k0):
             body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
@@ -318,7 +328,32 @@ class _WindowPool:
                          "rows)", line=op.line_of("i"))
         for k in range(k1, nb):
             body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
+        if self.tile_out is not None:  # one store per block (the last block without the rows it redoes)
+            P, G = self.plan.tile_b, self.G
+            pb = sl(a(term("pb", P, "TILE_P")), P)
+            skip = [0] * (G - 1) + [self.overlap]
+            body += [Dma(View(self.o3, (pb, Sl(a(self.starts[g] + skip[g]), self.Rb - skip[g]), full(self.Wo))),
+                         View(self.tile_out, (sl(g * P, P), sl(skip[g], self.Rb - skip[g]), full(self.Wo))), op.line)
+                     for g in range(G)]
         return body
+
+    def block_stores(self, bands: int) -> bool:
+        """Whether the blocks' rows are stored once per block after every band rather than per band. The model
+        orders stores to one tensor whose HBM byte ranges interleave (tilec/perf/deps.py): each starts a DMA latency
+        after the one before has moved its bytes, so per band the G blocks' stores cost bands * G latencies where
+        once per block they cost G, after the last band's compute (the first band's stores would start after its
+        compute instead). Once per block when the latencies it saves exceed the compute it waits for: the passes'
+        combines of the bands after the first on VectorE and GpSimdE (tensor_tensor: 2 cycles per element, 1 on
+        VectorE with every operand 16-bit; tilec/perf/costs.py)."""
+        from tilec.perf.params import target_params
+        prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+        (sy, sx), Wo = self.w.stride, self.Wo
+        per_row = ((self.op.pool.wx - 1) * sy + self.op.pool.wy - 1) * Wo  # combined elements per output row
+        half = self.x3.dtype in HALF and self.o3.dtype in HALF and self.op.pool.op != "add"  # (sums: fp32 partials)
+        rate = prm["vector_ghz"] / (1 if half else 2) + prm["gpsimd_ghz"] / 2  # elements per ns, both engines
+        later = (self.Rb - self.OB) * per_row / rate
+        fits = self.Rb * Wo * DTYPE_BYTES[self.o3.dtype] <= sbuf_budget(get_target()) // BLOCK_STORES_SBUF_PART
+        return fits and (bands - 1) * self.G * prm["dma_latency_ns"] > later
 
     def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
         """Output rows o0..o0+n of every partition tile (of every block): the input rows they read (lo_aff: a
@@ -335,6 +370,10 @@ class _WindowPool:
         pb = sl(a(term("pb", P, "TILE_P")), P)
         xb = Buf(self.name(f"{op.src}_band", (rows,)), "sbuf", self.x3.dtype, (P * G, rows, self.W))
         ob = Buf(self.name(f"{op.out}_band", (n,)), "sbuf", self.o3.dtype, (P * G, n, self.Wo))
+        obv = whole(ob)  # the band's output rows
+        if self.tile_out is not None:
+            ob = self.tile_out
+            obv = View(ob, (full(P * G), Sl(o0, n), full(self.Wo)))
         out: list[Stmt] = []
         if G == 1:
             out += [Alloc(xb, line=line)]
@@ -344,7 +383,7 @@ class _WindowPool:
                                whole(xb), View(self.x3, (pb, Sl(start.plus(r0), r1 - r0), full(self.W))), line))
         else:
             out += self.block_loads(xb, first, rows, lo_aff)
-        out.append(Alloc(ob, line=line))
+        out += [Alloc(ob, line=line)] if self.tile_out is None else []
         cur = whole(xb)
         if op.relu:
             rb = Buf(self.name(f"{op.src}_relu", xb.shape), "sbuf", "f32", xb.shape)
@@ -370,11 +409,12 @@ class _WindowPool:
             taps = axis == 2 and self.psum is not None and self.taps
             # a sum into 16-bit Y: the pass's partial sums stay fp32, only its last combine rounds (into Y's band);
             # count_include_pad=False through TensorE's taps: the outputs with fewer taps are scaled on the way there
-            final = whole(ob) if last and op.pool.op == "add" and not taps and \
+            final = obv if last and op.pool.op == "add" and not taps and \
                 ((ob.dtype in HALF and window > 2) or counted) else None
             dst = ob if last and final is None else \
                 Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp, shape)
             out += [] if dst == ob else [Alloc(dst, line=line)]
+            dview = obv if dst == ob else whole(dst)
             block = self.full_block(segs, n) if axis == 1 and self.psum is not None and self.taps else None
             if taps:  # TensorE sums the taps, ScalarE evicts
                 out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded, counted)
@@ -383,21 +423,23 @@ class _WindowPool:
                 out += self.full_rows(xb, ob, m0, k, shift, passes[0][1], folded, counted)
                 for part in (clip(segs, 0, m0), clip(segs, m0 + k, n)):
                     if part:
-                        out += self.window_pass(cur, whole(dst), axis, part, stride, shift, window, final=final,
+                        out += self.window_pass(cur, dview, axis, part, stride, shift, window, final=final,
                                                 counted=counted)
             elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
                 out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window, final)
             else:
-                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window, final=final,
+                out += self.window_pass(cur, dview, axis, segs, stride, shift, window, final=final,
                                         counted=counted)
-            cur = final or whole(dst)
+            cur = final or dview
         if cur.buf != ob and self.w.count == "inside":  # each region of the tile by its own count (ScalarE)
             out += self.count_regions(cur, ob, [g for axis, g in passes if axis == 1], [g for axis, g in passes
                                                                                        if axis == 2], scale)
         elif cur.buf != ob:
-            out.append(Act(whole(ob), cur, "copy", None, scale, line) if scale != 1.0 else Copy(whole(ob), cur, line))
+            out.append(Act(obv, cur, "copy", None, scale, line) if scale != 1.0 else Copy(obv, cur, line))
         if G == 1:
             return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.row0), n), full(self.Wo))), whole(ob), line)]
+        if self.tile_out is not None:  # stored once per block after the bands (tile_body)
+            return out
         skip = [0] * (G - 1) + [max(0, self.overlap - k * self.OB) if lo_aff is None else 0]
         return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.starts[g] + skip[g]), n - skip[g]), full(self.Wo))),
                           View(ob, (sl(g * B, B), sl(skip[g], n - skip[g]), full(self.Wo))), line)
@@ -727,11 +769,12 @@ class _WindowPool:
     def _view(self, v: View, axis: int, seg: Segment, offset: int, step: int,
               part: tuple[int, int] | None = None) -> View:
         """Outputs seg of a pass as a view of v: along `axis` from seg.start * step + offset by step; along the
-        other free axis `part` (start, size), else all of it."""
+        other free axis `part` (start, size), else all of it. Positions count from v's own slices (a band's rows of
+        a tile-wide output, `tile_out`)."""
         idx = list(v.idx)
-        idx[axis] = Sl(a(seg.start * step + offset), seg.size, step if seg.size > 1 else 1)
+        idx[axis] = _within(idx[axis], seg.start * step + offset, seg.size, step)
         if part is not None:
-            idx[3 - axis] = Sl(a(part[0]), part[1])
+            idx[3 - axis] = _within(idx[3 - axis], part[0], part[1], 1)
         return View(v.buf, tuple(idx))
 
     def combine(self, src: View, dst: View, axis: int, seg: Segment, stride: int, shift: int) -> list[Stmt]:
@@ -743,6 +786,12 @@ class _WindowPool:
             return [Copy(target, taps[0], line)]
         out: list[Stmt] = [Binary(target, taps[0], taps[1], op.pool.op, line)]
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
+
+
+def _within(s: ir.Idx, start: int, size: int, step: int) -> Sl:
+    """Elements start, start + step, ... (size of them) of the slice s."""
+    assert isinstance(s, Sl)
+    return Sl(s.start.plus(start * s.step), size, step * s.step if size > 1 else 1)
 
 
 def clip(segs: list[Segment], lo: int, hi: int) -> list[Segment]:
