@@ -136,3 +136,17 @@ def test_long_rows_and_streamed_chunks(monkeypatch, kind, dtype, nki):
     for n, c, h in ((2, 512, 14), (1, 384, 28)):
         compiled = run(kind, dtype, n, c, h, h, nki)
         assert is_global(compiled) and "X_all" not in compiled.source and "X_rows" in compiled.source
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_mean_written_in_the_sum(dtype, nki):
+    """`Y[n, c] += X[n, c, i, j] / 49`, one statement: summed in fp32, then scaled into Y's tile (one rounding)."""
+    text = (f"kernel gm(X: {dtype}[N, C, H, W]) -> Y\n  default N = 2, C = 1024, H = 7, W = 7\n  Y: {dtype}[N, C]\n"
+            "  for n in 0..N, c in 0..C:\n    Y[n, c] = 0\n    for i in 0..H, j in 0..W:\n"
+            "      Y[n, c] += X[n, c, i, j] / 49\n")
+    prog = lang.load(text)
+    compiled = compile_loaded(prog, None, nki)
+    assert is_global(compiled) and "Y_sum" in compiled.source
+    x = np.random.default_rng(8).random(prog.tensors["X"].shape).astype(NP[dtype])
+    assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x, "avg"))

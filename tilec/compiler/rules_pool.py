@@ -1023,7 +1023,7 @@ class GlobalPool:
     k` (or `* k`): R = N * C rows of F = H * W elements, row p * G + g on partition p (a reshape: each partition
     reads G * F contiguous elements of X and writes G contiguous values of Y)."""
     reduce: ReduceOp
-    scale: float | None  # the epilogue's factor (None: no epilogue, S is the output)
+    scale: float | None  # the epilogue's factor, or the sum's own (S the output); None: neither
     ops: int  # 1 or 2 ops of the program taken
     P: int
     G: int
@@ -1038,7 +1038,7 @@ def global_pool(ops: tuple, i: int, hbm: dict[str, Buf], outputs: AbstractSet[st
     from tilec.compiler.schedule import best_divisor
     from tilec.lang import syntax as sx
     op = ops[i]
-    if type(op) is not ReduceOp or op.expr is not None or op.scale != 1.0 or isinstance(op.init, str) or \
+    if type(op) is not ReduceOp or op.expr is not None or isinstance(op.init, str) or \
             op.init != {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}.get(op.op) or \
             op.name in scheduled or op.out in scheduled:
         return None
@@ -1051,8 +1051,12 @@ def global_pool(ops: tuple, i: int, hbm: dict[str, Buf], outputs: AbstractSet[st
     if P < min(R, GLOBAL_MIN_PARTS) or R // P > GLOBAL_MAX_GROUP:
         return None
     readers = [o for o in ops if op.out in _reads_of(o)]
-    if op.out in outputs:
-        return GlobalPool(op, None, 1, P, R // P, F) if not readers else None
+    if op.scale != 1.0 and op.op != "add":
+        return None  # (max of x * s is a min for s < 0)
+    if op.out in outputs:  # (a factor inside the sum, `S[n, c] += X[n, c, i, j] / 49`: scaled once, after it)
+        return GlobalPool(op, None if op.scale == 1.0 else op.scale, 1, P, R // P, F) if not readers else None
+    if op.scale != 1.0:
+        return None
     nxt = ops[i + 1] if i + 1 < len(ops) else None
     if not isinstance(nxt, EltwiseOp) or readers != [nxt] or nxt.inputs != (op.out,) or nxt.layout or nxt.rows or \
             nxt.columns or nxt.copy or nxt.fused or nxt.size != R or nxt.name in scheduled or nxt.out in scheduled \
@@ -1153,10 +1157,11 @@ def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fr
     xv, body = hbm_view(x, (P, G, F), fresh(f"{op.src}_v"), ln)
     resident = G * F * DTYPE_BYTES[x.dtype] <= GLOBAL_RESIDENT
     xt = Buf(fresh(f"{op.src}_all"), "sbuf", x.dtype, (P, G, F)) if resident else None
-    st = Buf(fresh(f"{op.out}_tile"), "sbuf", s.dtype, (P, G))
+    inner = g.ops == 1 and g.scale is not None  # the sum's own factor: the sum in fp32, scaled into S's tile
+    st = Buf(fresh(f"{op.out}_sum" if inner else f"{op.out}_tile"), "sbuf", "f32" if inner else s.dtype, (P, G))
     body += ([] if xt is None else [Alloc(xt, line=ln)]) + [Alloc(st, line=ln)]
     yt = st
-    if g.ops == 2:
+    if g.scale is not None:
         yt = Buf(fresh(f"{y.name}_tile"), "sbuf", y.dtype, (P, G))
         body.append(Alloc(yt, line=yl))
 
@@ -1169,8 +1174,7 @@ def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fr
             xs = whole(Buf(fresh(f"{op.src}_rows" + (str(size) if size != m else "")), "sbuf", x.dtype, (P, size, F)))
             out.append(Alloc(xs.buf, line=ln))
         out += [Dma(xs, View(xv, (full(P), rows, full(F))), ln), ir.Reduce(View(st, (full(P), rows)), xs, op.op, ln)]
-        if g.ops == 2:
-            assert g.scale is not None
+        if g.scale is not None:
             out.append(Act(View(yt, (full(P), rows)), View(st, (full(P), rows)), "copy", scale=g.scale, line=yl))
         return out
 
