@@ -183,19 +183,22 @@ def test_interleave_of_three_to_five_blocks(kind, c, h, interleaved):
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("kind, r, s, pad, h, w, c", [("max", 2, 1, 0, 56, 56, 64), ("max", 3, 1, 1, 17, 23, 40),
                                                       ("max", 2, 1, 0, 28, 28, 16), ("avg", 2, 1, 1, 22, 21, 48),
-                                                      ("max", 3, 2, 1, 23, 21, 48)])
+                                                      ("max", 3, 2, 1, 23, 21, 48), ("max", 2, 1, 1, 40, 32, 8)])
 def test_row_blocks_store_once_per_block(kind, r, s, pad, h, w, c, dtype, nki):
     """Few channel rows in blocks of output rows that do not interleave: every band writes its rows of one
     tile-wide output buffer, stored once per block after the bands (the model orders stores into Y one DMA latency
     apart: per band they were bands x blocks stores); the last block's rows that redo the block before's are not
-    stored. Against NumPy, both dialects (maxpool2x2s1 batch 1 bf16: 9.25 -> 8.15 us; f32 12.38 -> 11.76)."""
+    stored. Against NumPy, both dialects (maxpool2x2s1 batch 1 bf16: 9.25 -> 8.15 us; f32 12.38 -> 11.76). 8
+    channels of 41 output rows: 10 blocks of 5, the last two both start at row 36, so the last stores nothing (it
+    was an empty DMA the verifier refused: the random sweep found it)."""
     text = pool_program(kind, r, s, pad, dtype, h=h, w=w, n=1, c=c)
     prog = lang.load(text)
     compiled = compile_loaded(prog, None, nki)
     src = wrap.unwrap(compiled.source)
     found = re.search(r"; (\d+) blocks of \d+ output rows", src)
     assert found is not None and "partition b * " not in src and "Y_tile" in src  # blocks, not interleaved
-    assert src.count("dma_copy(dst=Y_v[") == int(found.group(1)) > 1  # one store per block
+    blocks = int(found.group(1))
+    assert src.count("dma_copy(dst=Y_v[") in (blocks, blocks - 1) and blocks > 1  # one store per block
     x = np.random.default_rng(5).standard_normal(prog.tensors["X"].shape).astype(NP[dtype])
     assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x.astype(np.float32), kind, r, s, pad))
 

@@ -334,7 +334,7 @@ class _WindowPool:
             skip = [0] * (G - 1) + [self.overlap]
             body += [Dma(View(self.o3, (pb, Sl(a(self.starts[g] + skip[g]), self.Rb - skip[g]), full(self.Wo))),
                          View(self.tile_out, (sl(g * P, P), sl(skip[g], self.Rb - skip[g]), full(self.Wo))), op.line)
-                     for g in range(G)]
+                     for g in range(G) if skip[g] < self.Rb]
         return body
 
     def block_stores(self, bands: int) -> bool:
