@@ -264,3 +264,30 @@ def test_first_tile_before_the_taps_scales_its_borders_on_vector_engine(psum_on,
     source = wrap.unwrap(run("avgx", 3, 1, 1, "bf16", h=20, w=24, n=3, c=128))
     first = source.split("the first channel-row tile")[1].split("for pb in")[0]
     assert first.count("nl.multiply") >= 8 and "X_taps" in source
+
+
+@pytest.mark.parametrize("nki", [None, "0.1"])
+@pytest.mark.parametrize("kind", ["avg", "avgx"])
+def test_few_tiles_sum_no_whole_rows_under_the_throttle(kind, nki):
+    """Two bf16 tiles of 28 x 28 (batch 1 of avgpool3x3s1): TensorE's warm-up throttle (tilec/perf/throttle.py)
+    holds its work past the first 1.5 us until 3 us after it began, so whole rows, more TensorE work, end the kernel
+    later (model: avg 8.52 -> 8.15 us, exclude pad 9.16 -> 8.52 us without them). The taps stay; the kernel matches
+    NumPy. At 16 tiles (a peeled first tile runs beside the hold) the whole rows stay."""
+    def compiled(n: int):
+        prog = lang.load(pool_program(kind, 3, 1, 1, "bf16", h=28, w=28, n=n, c=128))
+        return prog, compile_loaded(prog, None, nki)
+    prog, few = compiled(2)
+    text = few.stages["schedule"]
+    assert "one per tap'" in text and "whole_rows" not in text
+    assert "X_full" not in few.source
+    x = np.random.default_rng(7).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
+    assert_matches(prog, "Y", few.run(X=x)["Y"], reference(x.astype(np.float32), kind, 3, 1, 1))
+    assert "whole_rows=" in compiled(16)[1].stages["schedule"]
+
+
+def test_throttled_finish_times():
+    """TensorE's finish under the throttle as the model applies it: up to 1.5 us of work unheld, then a hold until
+    3 us after the start (params.py: start fraction 0.5, ramp 3 us)."""
+    assert rules_pool.throttled(1000.0) == 1000.0
+    assert rules_pool.throttled(1500.0) == 1500.0
+    assert rules_pool.throttled(2000.0) == pytest.approx(3500.0)

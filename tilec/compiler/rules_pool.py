@@ -24,15 +24,16 @@ rather than one per block per band; the few output rows whose window crosses a b
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import AbstractSet, Callable
 
 from tilec.compiler import build_util, ir, passes
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import a, loop, map_aff, sl, term
-from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Buf, Copy, Dma, Matmul, Reshape, Scalar, Sl, Stmt, View, full,
-                              whole)
-from tilec.compiler.ops import PoolOp
+from tilec.compiler.ir import (DTYPE_BYTES, Act, Aff, Alloc, Binary, Buf, Copy, Dma, Matmul, Reshape, Scalar, Sl,
+                              Stmt, View, full, whole)
+from tilec.compiler.ops import EltwiseOp, PoolOp, ReduceOp
 from tilec.compiler.rules import Prim, prim
 from tilec.compiler.schedule import PMAX, PoolPlan, sbuf_budget
 from tilec.target import target as get_target
@@ -50,6 +51,8 @@ YS = 0.36
 UNROLL = 2  # (experiment)
 PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`; >= 3)
 PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
+BLOCK_STORES = True  # blocks of rows stored once per block when the model's costs say so (False: per band; tests)
+BLOCK_STORES_SBUF_PART = 8  # ...when the tile-wide output buffer takes at most this part of SBUF
 INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
 #                        are ordered, each one DMA latency after the last, so few and large)
 
@@ -91,7 +94,8 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
     choice = None
     if dtypes is not None and split is None and G == 1:
         ob = min(band, w.out[0])
-        choice = psum_choice(op, ob, op.dim("B") // plan.tile_b * -(-w.out[0] // ob), *dtypes)
+        choice = psum_choice(op, ob, op.dim("B") // plan.tile_b * -(-w.out[0] // ob), *dtypes,
+                             tiles=op.dim("B") // plan.tile_b)
     if choice is not None:
         prims.append(prim("psum", op.src, rows=choice.rows, copy="TensorE identity matmul" + (", one per tap" if
                                                                                               choice.taps else ""),
@@ -234,6 +238,9 @@ class _WindowPool:
         self.first_tile = False  # building the peeled first tile before TensorE's taps (border counts on VectorE)
         self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
         self.full_rows_n = 0  # output rows per band TensorE sums whole (with the taps; `full_block`)
+        # blocks of output rows (few channel rows, not interleaved): each band writes its rows of one tile-wide output
+        # buffer, stored once per block after the bands (`block_stores`)
+        self.tile_out: Buf | None = None
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
         key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions
@@ -306,6 +313,11 @@ class _WindowPool:
                 and k * OB >= self.overlap
         regs = [k for k in range(nb) if regular(k)]
         body: list[Stmt] = []
+        self.tile_out = None
+        if self.G > 1 and nb > 1 and not self.row0 and BLOCK_STORES and self.block_stores(nb):
+            self.tile_out = Buf(self.name(f"{op.out}_tile", (self.Rb,)), "sbuf", self.o3.dtype,
+                                (self.plan.tile_b * self.G, self.Rb, self.Wo))
+            body.append(Alloc(self.tile_out, line=op.line))
         k0, k1 = (regs[0], regs[-1] + 1) if regs else (nb, nb)
         for k in range(k0):
             body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
@@ -316,7 +328,32 @@ class _WindowPool:
                          "rows)", line=op.line_of("i"))
         for k in range(k1, nb):
             body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
+        if self.tile_out is not None:  # one store per block (the last block without the rows it redoes)
+            P, G = self.plan.tile_b, self.G
+            pb = sl(a(term("pb", P, "TILE_P")), P)
+            skip = [0] * (G - 1) + [self.overlap]
+            body += [Dma(View(self.o3, (pb, Sl(a(self.starts[g] + skip[g]), self.Rb - skip[g]), full(self.Wo))),
+                         View(self.tile_out, (sl(g * P, P), sl(skip[g], self.Rb - skip[g]), full(self.Wo))), op.line)
+                     for g in range(G) if skip[g] < self.Rb]
         return body
+
+    def block_stores(self, bands: int) -> bool:
+        """Whether the blocks' rows are stored once per block after every band rather than per band. The model
+        orders stores to one tensor whose HBM byte ranges interleave (tilec/perf/deps.py): each starts a DMA latency
+        after the one before has moved its bytes, so per band the G blocks' stores cost bands * G latencies where
+        once per block they cost G, after the last band's compute (the first band's stores would start after its
+        compute instead). Once per block when the latencies it saves exceed the compute it waits for: the passes'
+        combines of the bands after the first on VectorE and GpSimdE (tensor_tensor: 2 cycles per element, 1 on
+        VectorE with every operand 16-bit; tilec/perf/costs.py)."""
+        from tilec.perf.params import target_params
+        prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+        (sy, sx), Wo = self.w.stride, self.Wo
+        per_row = ((self.op.pool.wx - 1) * sy + self.op.pool.wy - 1) * Wo  # combined elements per output row
+        half = self.x3.dtype in HALF and self.o3.dtype in HALF and self.op.pool.op != "add"  # (sums: fp32 partials)
+        rate = prm["vector_ghz"] / (1 if half else 2) + prm["gpsimd_ghz"] / 2  # elements per ns, both engines
+        later = (self.Rb - self.OB) * per_row / rate
+        fits = self.Rb * Wo * DTYPE_BYTES[self.o3.dtype] <= sbuf_budget(get_target()) // BLOCK_STORES_SBUF_PART
+        return fits and (bands - 1) * self.G * prm["dma_latency_ns"] > later
 
     def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
         """Output rows o0..o0+n of every partition tile (of every block): the input rows they read (lo_aff: a
@@ -333,6 +370,10 @@ class _WindowPool:
         pb = sl(a(term("pb", P, "TILE_P")), P)
         xb = Buf(self.name(f"{op.src}_band", (rows,)), "sbuf", self.x3.dtype, (P * G, rows, self.W))
         ob = Buf(self.name(f"{op.out}_band", (n,)), "sbuf", self.o3.dtype, (P * G, n, self.Wo))
+        obv = whole(ob)  # the band's output rows
+        if self.tile_out is not None:
+            ob = self.tile_out
+            obv = View(ob, (full(P * G), Sl(o0, n), full(self.Wo)))
         out: list[Stmt] = []
         if G == 1:
             out += [Alloc(xb, line=line)]
@@ -342,7 +383,7 @@ class _WindowPool:
                                whole(xb), View(self.x3, (pb, Sl(start.plus(r0), r1 - r0), full(self.W))), line))
         else:
             out += self.block_loads(xb, first, rows, lo_aff)
-        out.append(Alloc(ob, line=line))
+        out += [Alloc(ob, line=line)] if self.tile_out is None else []
         cur = whole(xb)
         if op.relu:
             rb = Buf(self.name(f"{op.src}_relu", xb.shape), "sbuf", "f32", xb.shape)
@@ -368,11 +409,12 @@ class _WindowPool:
             taps = axis == 2 and self.psum is not None and self.taps
             # a sum into 16-bit Y: the pass's partial sums stay fp32, only its last combine rounds (into Y's band);
             # count_include_pad=False through TensorE's taps: the outputs with fewer taps are scaled on the way there
-            final = whole(ob) if last and op.pool.op == "add" and not taps and \
+            final = obv if last and op.pool.op == "add" and not taps and \
                 ((ob.dtype in HALF and window > 2) or counted) else None
             dst = ob if last and final is None else \
                 Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp, shape)
             out += [] if dst == ob else [Alloc(dst, line=line)]
+            dview = obv if dst == ob else whole(dst)
             block = self.full_block(segs, n) if axis == 1 and self.psum is not None and self.taps else None
             if taps:  # TensorE sums the taps, ScalarE evicts
                 out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded, counted)
@@ -381,21 +423,23 @@ class _WindowPool:
                 out += self.full_rows(xb, ob, m0, k, shift, passes[0][1], folded, counted)
                 for part in (clip(segs, 0, m0), clip(segs, m0 + k, n)):
                     if part:
-                        out += self.window_pass(cur, whole(dst), axis, part, stride, shift, window, final=final,
+                        out += self.window_pass(cur, dview, axis, part, stride, shift, window, final=final,
                                                 counted=counted)
             elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
                 out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window, final)
             else:
-                out += self.window_pass(cur, whole(dst), axis, segs, stride, shift, window, final=final,
+                out += self.window_pass(cur, dview, axis, segs, stride, shift, window, final=final,
                                         counted=counted)
-            cur = final or whole(dst)
+            cur = final or dview
         if cur.buf != ob and self.w.count == "inside":  # each region of the tile by its own count (ScalarE)
             out += self.count_regions(cur, ob, [g for axis, g in passes if axis == 1], [g for axis, g in passes
                                                                                        if axis == 2], scale)
         elif cur.buf != ob:
-            out.append(Act(whole(ob), cur, "copy", None, scale, line) if scale != 1.0 else Copy(whole(ob), cur, line))
+            out.append(Act(obv, cur, "copy", None, scale, line) if scale != 1.0 else Copy(obv, cur, line))
         if G == 1:
             return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.row0), n), full(self.Wo))), whole(ob), line)]
+        if self.tile_out is not None:  # stored once per block after the bands (tile_body)
+            return out
         skip = [0] * (G - 1) + [max(0, self.overlap - k * self.OB) if lo_aff is None else 0]
         return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.starts[g] + skip[g]), n - skip[g]), full(self.Wo))),
                           View(ob, (sl(g * B, B), sl(skip[g], n - skip[g]), full(self.Wo))), line)
@@ -405,7 +449,7 @@ class _WindowPool:
         """Whether the pass along x reads X through PSUM (psum_choice)."""
         if self.G == 1:
             choice = psum_choice(self.op, self.OB, self.B // self.plan.tile_b * -(-self.Rb // self.OB), self.x3.dtype,
-                                 self.o3.dtype)
+                                 self.o3.dtype, self.B // self.plan.tile_b)
             if choice is not None:
                 self.psum, self.y_share, self.taps = choice.rows, choice.y_share, choice.taps
                 self.full_rows_n = choice.whole
@@ -725,11 +769,12 @@ class _WindowPool:
     def _view(self, v: View, axis: int, seg: Segment, offset: int, step: int,
               part: tuple[int, int] | None = None) -> View:
         """Outputs seg of a pass as a view of v: along `axis` from seg.start * step + offset by step; along the
-        other free axis `part` (start, size), else all of it."""
+        other free axis `part` (start, size), else all of it. Positions count from v's own slices (a band's rows of
+        a tile-wide output, `tile_out`)."""
         idx = list(v.idx)
-        idx[axis] = Sl(a(seg.start * step + offset), seg.size, step if seg.size > 1 else 1)
+        idx[axis] = _within(idx[axis], seg.start * step + offset, seg.size, step)
         if part is not None:
-            idx[3 - axis] = Sl(a(part[0]), part[1])
+            idx[3 - axis] = _within(idx[3 - axis], part[0], part[1], 1)
         return View(v.buf, tuple(idx))
 
     def combine(self, src: View, dst: View, axis: int, seg: Segment, stride: int, shift: int) -> list[Stmt]:
@@ -741,6 +786,12 @@ class _WindowPool:
             return [Copy(target, taps[0], line)]
         out: list[Stmt] = [Binary(target, taps[0], taps[1], op.pool.op, line)]
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
+
+
+def _within(s: ir.Idx, start: int, size: int, step: int) -> Sl:
+    """Elements start, start + step, ... (size of them) of the slice s."""
+    assert isinstance(s, Sl)
+    return Sl(s.start.plus(start * s.step), size, step * s.step if size > 1 else 1)
 
 
 def clip(segs: list[Segment], lo: int, hi: int) -> list[Segment]:
@@ -768,7 +819,8 @@ def eviction_runs(segs: list[Segment], window: int, counted: bool) -> list[tuple
         else:
             runs.append((g.start, g.size, factor))
     if len(runs) == 3 and runs[0][1] == runs[2][1] == 1 and runs[0][2] == runs[2][2]:
-        return [(Sl(a(runs[0][0]), 2, runs[2][0] - runs[0][0]), runs[0][2]), (Sl(a(runs[1][0]), runs[1][1]), runs[1][2])]
+        return [(Sl(a(runs[0][0]), 2, runs[2][0] - runs[0][0]), runs[0][2]),
+                (Sl(a(runs[1][0]), runs[1][1]), runs[1][2])]
     return [(Sl(a(c0), size), factor) for c0, size, factor in runs]
 
 
@@ -795,7 +847,7 @@ class PsumChoice:
     whole: int = 0  # with the taps: output rows per band TensorE sums whole (`full_rows`), off the pass along y
 
 
-def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoice | None:
+def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str, tiles: int = PEEL_TILES) -> PsumChoice | None:
     """How the pass along x of a pool computed in `bands` bands of `band` output rows uses PSUM, or None. TensorE,
     idle in a pool, either copies each chunk of a band's input rows there with an identity matmul (VectorE's
     tensor_tensor then streams 1 cycle per element instead of 2, but GpSimdE, which cannot read PSUM, leaves that
@@ -803,7 +855,8 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
     (one accumulating identity matmul per tap: 16-bit matmuls stream 2.4 columns per ns, faster than any other
     engine) for ScalarE to evict, leaving VectorE and GpSimdE only the pass along y: chosen when the model's costs
     (psum_costs, taps_costs) make the bands' busiest engine faster that way by more than the identity matrix's
-    set-up (identity_ns)."""
+    set-up (identity_ns). `tiles`: partition tiles; with fewer than PEEL_TILES (no peeled first tile beside
+    TensorE's warm-up throttle) the taps' whole rows are picked with the throttle's hold counted (`throttled`)."""
     w = op.window
     assert w is not None
     W, Wo = op.dim("W"), w.out[1]
@@ -834,7 +887,15 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
                      for k in range(min(band, chunk_t) + 1 if wy > 1 and FULL_ROWS is None else 1)]
             # the fewest whole rows within WHOLE_SLACK of the best (each row of them adds wy matmuls per tap)
             whole = next(k for k, c in enumerate(costs) if c <= min(costs) * (1 + WHOLE_SLACK))
+            if tiles < PEEL_TILES:  # nothing peeled runs beside TensorE's warm-up throttle: with few bands its
+                # hold can end the kernel (measured, bf16 avgpool 3x3 s1 batch 1: whole rows 3 -> 0, 8.52 -> 8.15 us)
+                totals = [max(bands * c, throttled(bands * taps_costs(rows, band, Wo, taken, wy, chunk_t, runs,
+                                                                       counts, k, "tensor")))
+                          for k, c in enumerate(costs)]
+                fewest = next(k for k, c in enumerate(totals) if c <= min(totals) * (1 + WHOLE_SLACK))
             taps = chunk_t, costs[whole], whole if FULL_ROWS is None else FULL_ROWS
+            if tiles < PEEL_TILES and FULL_ROWS is None:  # (chosen or not with the costs of `whole` rows)
+                taps = chunk_t, costs[whole], fewest
     # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
     # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest.
     # Both forms also expose one band's time: their engines work in a chain, TensorE -> VectorE -> GpSimdE, which
@@ -845,8 +906,19 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str) -> PsumChoi
     return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup + psum or PSUM == "on" else None
 
 
+def throttled(busy: float) -> float:
+    """When TensorE finishes `busy` ns of back-to-back work under Trn2's warm-up throttle as the model applies it
+    (tilec/perf/throttle.py: at most start_fraction of the first ramp_ns busy, then full speed)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    f0, ramp = prm["throttle_start_fraction"], prm["throttle_ramp_ns"]
+    if f0 >= 1.0 or ramp <= 0.0 or busy <= f0 * ramp:
+        return busy
+    return ramp + busy - f0 * ramp
+
+
 def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int, runs: int = 1,
-               counts: int = 0, whole: int = 0) -> float:
+               counts: int = 0, whole: int = 0, engine: str = "") -> float:
     """A band's busiest engine (ns) when TensorE sums the pass along x's taps (16-bit moving data; reach: the
     outputs each tap reaches) over chunks of `chunk` input rows, ScalarE evicts each chunk in `runs` runs of columns
     (count_include_pad=False: one per column count; and copies the pass along y's two border rows), VectorE and
@@ -866,7 +938,8 @@ def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int
     vghz, gghz = prm["vector_ghz"], prm["gpsimd_ghz"]
     vector = (wy - 1) * ((n - whole) * wo / (vghz / 2 + gghz / 2) + sv / vghz) + \
         counts * (max(mn, wo) + sv) / vghz
-    return max(tensor / prm["tensor_ghz"], scalar / prm["scalar_ghz"], vector)
+    times = {"tensor": tensor / prm["tensor_ghz"], "scalar": scalar / prm["scalar_ghz"], "vector": vector}
+    return times[engine] if engine else max(times.values())
 
 
 def _vector_share(src: str, dst: str) -> float:
@@ -927,3 +1000,196 @@ def psum_costs(x: str, tmp: str, out: str, rows: int, n: int, wo: int, w: int, w
     factor = prm["mm_fp32_factor"] if x == "f32" else 1.0
     mm = sum(max(prm["mm_min_cycles"], c * w) + prm["mm_fixed_cycles"] for c in chunks) * factor / prm["tensor_ghz"]
     return sbuf, max(best[0], mm), best[1] / n
+
+
+# ---- global pools: one value per channel row ------------------------------------------------------------------------
+
+GLOBAL_CHUNK_BYTES = 2048  # per partition, a middle chunk's load: its 128 descriptors (8 per DMA engine) cost under
+#                            5 % of its transfer (tilec/perf/costs.py: hypot(descriptors x 14 ns, bytes / 23 B/ns))
+GLOBAL_STREAM_BYTES = 16 * 1024  # per partition, a middle chunk's load when X is not resident: each chunk's tile
+#                                   rotates through 2 buffers, so a load waits for the reduce 2 chunks before; one
+#                                   this large takes longer than that wait's DMA latency
+GLOBAL_RATIOS = (1.25, 1.5, 2.0)  # growth of the chunks before the last, from the end (the best one is taken)
+GLOBAL_RESIDENT = 64 * 1024  # bytes per partition of X kept whole in SBUF (every chunk loads into its own part);
+#                               a larger X loads each chunk into a tile of its own
+GLOBAL_MIN_PARTS = 64  # rows per partition tile below which the rule declines (R with no divisor near 128)
+GLOBAL_MAX_ROW = 16 * 1024  # bytes of a row (H * W elements): longer rows are the row chain's (it splits a row)
+GLOBAL_MAX_GROUP = 4096  # rows per partition: the (P, G) tiles of S and Y stay within 16 KiB per partition
+
+
+@dataclass(frozen=True)
+class GlobalPool:
+    """`S[n, c] += X[n, c, i, j]` (or max=, min=) over X's trailing dimensions, then optionally `Y[n, c] = S[n, c] /
+    k` (or `* k`): R = N * C rows of F = H * W elements, row p * G + g on partition p (a reshape: each partition
+    reads G * F contiguous elements of X and writes G contiguous values of Y)."""
+    reduce: ReduceOp
+    scale: float | None  # the epilogue's factor, or the sum's own (S the output); None: neither
+    ops: int  # 1 or 2 ops of the program taken
+    P: int
+    G: int
+    F: int
+
+
+def global_pool(ops: tuple, i: int, hbm: dict[str, Buf], outputs: AbstractSet[str], scheduled: AbstractSet[str]
+                ) -> GlobalPool | None:
+    """ops[i] (and ops[i + 1]) as a global pool, or None: a reduction of a plain tensor over its trailing dimensions
+    into a temporary or an output, with no directive on either op, followed (for a temporary) by the one op reading
+    it, an element-wise constant factor with the same indices."""
+    from tilec.compiler.schedule import best_divisor
+    from tilec.lang import syntax as sx
+    op = ops[i]
+    if type(op) is not ReduceOp or op.expr is not None or isinstance(op.init, str) or \
+            op.init != {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}.get(op.op) or \
+            op.name in scheduled or op.out in scheduled:
+        return None
+    R, F = op.dim("R"), op.dim("F")
+    x = hbm[op.src]
+    if len(x.shape) < 3 or x.shape[-1] * x.shape[-2] > F or not 1 < F <= GLOBAL_MAX_ROW // DTYPE_BYTES[x.dtype] \
+            or R * F != _prod(x.shape) or len(dict(op.vars)) != len(x.shape):
+        return None  # a global pool reduces (at least) the two trailing dimensions of a 3-D or larger tensor
+    P = best_divisor(R, PMAX)
+    if P < min(R, GLOBAL_MIN_PARTS) or R // P > GLOBAL_MAX_GROUP:
+        return None
+    readers = [o for o in ops if op.out in _reads_of(o)]
+    if op.scale != 1.0 and op.op != "add":
+        return None  # (max of x * s is a min for s < 0)
+    if op.out in outputs:  # (a factor inside the sum, `S[n, c] += X[n, c, i, j] / 49`: scaled once, after it)
+        return GlobalPool(op, None if op.scale == 1.0 else op.scale, 1, P, R // P, F) if not readers else None
+    if op.scale != 1.0:
+        return None
+    nxt = ops[i + 1] if i + 1 < len(ops) else None
+    if not isinstance(nxt, EltwiseOp) or readers != [nxt] or nxt.inputs != (op.out,) or nxt.layout or nxt.rows or \
+            nxt.columns or nxt.copy or nxt.fused or nxt.size != R or nxt.name in scheduled or nxt.out in scheduled \
+            or nxt.out not in outputs:
+        return None
+    e = nxt.expr
+    kept = [v for k, v in op.vars if k.startswith("k")]
+    if not (isinstance(e, sx.BinOp) and e.op in ("/", "*") and isinstance(e.lhs, sx.Access) and e.lhs.fill is None
+            and isinstance(e.rhs, sx.Num) and e.rhs.value != 0
+            and [getattr(ix, "id", None) for ix in e.lhs.indices] == [v for _, v in nxt.vars]
+            and len(kept) == len(nxt.vars)):
+        return None
+    k = float(e.rhs.value)
+    return GlobalPool(op, 1.0 / k if e.op == "/" else k, 2, P, R // P, F)
+
+
+def global_note(chain: list[str]) -> str:
+    """The schedule's line for a global pool (the kernel header and `tilec explain`)."""
+    return f"# global pool {', '.join(chain)}: rows grouped on the partitions, loads in shrinking chunks " \
+        "(a directive on one builds it alone)"
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _reads_of(op) -> set[str]:
+    from tilec.compiler.build_rowchain import reads_of
+    return set(reads_of(op))
+
+
+def global_chunks(G: int, F: int, itemsize: int, P: int) -> tuple[int, int, int, list[int]]:
+    """(middle chunk rows m, a first chunk's rows (0: none), middle chunks k, the rows of the chunks after them).
+    Middle chunks are GLOBAL_CHUNK_BYTES per partition (GLOBAL_STREAM_BYTES when X is not resident). The chunks
+    after them shrink so that each one's reduce (VectorE) ends about as the next chunk's load lands: after the last
+    load only a small reduce is left. The last chunk's size and the growth before it are the ones whose simulated
+    end (loads back to back on the DMA queue, each reduce after its load and the reduce before) is earliest, from
+    the model's own cost facts (`_chunk_costs`)."""
+    chunk = GLOBAL_CHUNK_BYTES if G * F * itemsize <= GLOBAL_RESIDENT else GLOBAL_STREAM_BYTES
+    m = max(1, min(G, chunk // (F * itemsize)))
+    load, red = _chunk_costs(F, itemsize, P)
+    best: tuple[float, list[int]] | None = None
+    for last in range(1, m + 1):
+        for ratio in GLOBAL_RATIOS:
+            tail = [min(last, G)]
+            while sum(tail) < G and tail[-1] < m:  # the chunk before: `ratio` larger
+                tail.append(min(m, G - sum(tail), max(tail[-1] + 1, math.ceil(tail[-1] * ratio))))
+            tail.reverse()
+            if tail[0] == m:  # the middle chunks take over from the first tail chunk of their size
+                tail = tail[1:]
+            rest = G - sum(tail)
+            sizes = [rest % m] * bool(rest % m) + [m] * (rest // m) + tail
+            end = done = 0.0
+            for s in sizes:
+                end += load(s)
+                done = max(done, end) + red(s)
+            if best is None or done < best[0] - 1e-9:
+                best = (done, sizes)
+    assert best is not None
+    sizes = best[1]
+    first = sizes[0] if sizes[0] != m and len(sizes) > 1 and sizes[1] == m else 0
+    sizes = sizes[1:] if first else sizes
+    k = next((j for j, s in enumerate(sizes) if s != m), len(sizes))
+    return m, first, k, sizes[k:]
+
+
+def _chunk_costs(F: int, itemsize: int, P: int) -> tuple[Callable[[int], float], Callable[[int], float]]:
+    """(load ns, reduce ns) of a chunk of s rows per partition, as the model prices them (tilec/perf/costs.py: a DMA
+    occupies each of its ceil(P / 8) engines hypot(descriptors x desc_ns, bytes / bw); tensor_reduce streams N_in,
+    half of it for 16-bit data, plus VectorE's static cycles)."""
+    from tilec.perf.costs import Costs
+    from tilec.perf.params import target_params
+    c = Costs(target_params(get_target().name))
+    engines = min(c.n_dma, -(-P // c.ppe))
+
+    def load(s: int) -> float:
+        return math.hypot(c.dma_fixed + -(-P // engines) * c.dma_desc, P * s * F * itemsize / engines / c.dma_bw)
+
+    def red(s: int) -> float:
+        return (s * F / (2 if itemsize == 2 else 1) + c.static["vector"]) * c.engine_ns["vector"]
+    return load, red
+
+
+def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    """Every chunk of rows: one load into its own part of X's resident tile (or into a tile of its own), one
+    tensor_reduce (VectorE) into the (P, G) tile of S in S's dtype (a 16-bit sum streams at N/2 and rounds the fp32
+    sum once, as S's store would), the constant factor on ScalarE into Y's tile (it overlaps the next chunk's
+    reduce); one store at the end."""
+    op = g.reduce
+    P, G, F = g.P, g.G, g.F
+    x, s = hbm[op.src], hbm[op.out]
+    y = hbm[ops[i + 1].out] if g.ops == 2 else s
+    ln, yl = op.update_line, (ops[i + 1].line if g.ops == 2 else op.line)
+    m, first, k, tail = global_chunks(G, F, DTYPE_BYTES[x.dtype], P)
+    xv, body = hbm_view(x, (P, G, F), fresh(f"{op.src}_v"), ln)
+    resident = G * F * DTYPE_BYTES[x.dtype] <= GLOBAL_RESIDENT
+    xt = Buf(fresh(f"{op.src}_all"), "sbuf", x.dtype, (P, G, F)) if resident else None
+    inner = g.ops == 1 and g.scale is not None  # the sum's own factor: the sum in fp32, scaled into S's tile
+    st = Buf(fresh(f"{op.out}_sum" if inner else f"{op.out}_tile"), "sbuf", "f32" if inner else s.dtype, (P, G))
+    body += ([] if xt is None else [Alloc(xt, line=ln)]) + [Alloc(st, line=ln)]
+    yt = st
+    if g.scale is not None:
+        yt = Buf(fresh(f"{y.name}_tile"), "sbuf", y.dtype, (P, G))
+        body.append(Alloc(yt, line=yl))
+
+    def chunk(start: Aff, size: int, name: str = "") -> list[Stmt]:
+        rows = Sl(start, size, 1, name)
+        out: list[Stmt] = []
+        if xt is not None:  # each chunk into its own part of X's tile: no load waits for a reduce
+            xs = View(xt, (full(P), rows, full(F)))
+        else:  # a tile per chunk (the chunks in the loop rotate through the allocator's buffers)
+            xs = whole(Buf(fresh(f"{op.src}_rows" + (str(size) if size != m else "")), "sbuf", x.dtype, (P, size, F)))
+            out.append(Alloc(xs.buf, line=ln))
+        out += [Dma(xs, View(xv, (full(P), rows, full(F))), ln), ir.Reduce(View(st, (full(P), rows)), xs, op.op, ln)]
+        if g.scale is not None:
+            out.append(Act(View(yt, (full(P), rows)), View(st, (full(P), rows)), "copy", scale=g.scale, line=yl))
+        return out
+
+    if first:
+        body += chunk(a(0), first)
+    body += [] if not k else loop("gt", k, chunk(a(term("gt", m, "TILE_G"), first), m, "TILE_G"),
+                                  note="for the rows, TILE_G at a time on each partition (the middle chunks)",
+                                  line=op.line)
+    at = first + k * m
+    for size in tail:
+        body += chunk(a(at), size)
+        at += size
+    yv, view = hbm_view(y, (P, G), fresh(f"{y.name}_v"), yl)
+    body += view + [Dma(whole(yv), whole(yt), yl)]
+    kind = {"maximum": "max", "minimum": "min"}.get(op.op, "average" if g.scale is not None else "sum")
+    block = ir.Block(f"{y.name}: global {kind} pool, {G} rows of {F} elements on each of {P} partitions",
+                     tuple(body), op.line)
+    return [("TILE_G", m)], [block]
