@@ -598,7 +598,8 @@ def _compile_bundle(args: argparse.Namespace) -> int:
     if args.dump_ir:
         raise UsageError("--dump-ir shows one compilation; use it without --shapes/--dtype")
     base = parse_defines(args.defines)
-    sets = [{**base, **parse_defines(s.split(","))} for s in args.shapes or [""] if s is not None]
+    # without --shapes (only --dtype): one specialisation at the program's own sizes and the -D ones
+    sets = [{**base, **parse_defines([d for d in s.split(",") if d])} for s in args.shapes or [""]]
     program = lang.load(args.program, sets[0] or None)
     declared = sorted({t.dtype for t in program.tensors.values()})
     dtypes = args.dtype or declared[:1]
@@ -606,7 +607,7 @@ def _compile_bundle(args: argparse.Namespace) -> int:
     source = bundle(program.kernel.name, [p.name for p in program.kernel.params], cases, args.nki)
     if args.output:
         _write_text(args.output, source)
-        note(f"wrote {args.output} (kernel {program.kernel.name}, {len(cases)} specialisations)")
+        note(f"wrote {args.output} (kernel {program.kernel.name}, {len(cases)} specialisation{'' if len(cases) == 1 else 's'})")
     else:
         print(source, end="")
     return 0

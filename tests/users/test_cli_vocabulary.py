@@ -150,3 +150,20 @@ def test_compile_several_shapes_and_dtypes_into_one_module(tmp_path: pathlib.Pat
             c = simulate(matmul, a, b)
             want = a.astype(np.float64) @ b.astype(np.float64)
             assert c.dtype == dtype and np.abs(c - want).max() <= tol * np.abs(want).max()
+
+
+def test_compile_with_a_dtype_and_no_shapes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
+    """`--dtype bf16` alone once failed with "bad -D option ''" (the missing --shapes read as one empty size)."""
+    out = tmp_path / "mm.py"
+    assert tilec_cli.main(["compile", str(EXAMPLES / "matmul.tl"), "-D", "M=128", "-D", "K=128", "-D", "N=256",
+                           "--dtype", "bf16", "-o", str(out)]) == 0
+    assert capsys.readouterr().err == f"wrote {out} (kernel matmul, 1 specialisation)\n"
+    from ml_dtypes import bfloat16
+    from tilec.nki.api import load_kernel_file, simulate
+
+    matmul = load_kernel_file(str(out), "matmul")
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((128, 128)).astype(bfloat16), rng.standard_normal((128, 256)).astype(bfloat16)
+    c = simulate(matmul, a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert c.dtype == bfloat16 and np.abs(c.astype(np.float64) - want).max() <= 2e-2 * np.abs(want).max()
