@@ -6,6 +6,8 @@ of its own, its readers' activations take the map as scale and bias; a column op
 inputs; a chain of VectorE steps against broadcast rows (`* g + b`) goes column chunk by chunk through PSUM."""
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -222,3 +224,16 @@ def test_explain_places_a_chains_temporaries_in_the_chain():
     for name in ("m", "e", "s"):
         assert f"{name:<12} never in HBM: fused into the row chain writing Y" in text
     assert "fused into ?" not in text
+
+
+def test_explain_names_the_chain_that_keeps_a_temporary():
+    """A global pool's S and a MobileNet block's A and B are kept by those kernels, not by a row chain."""
+    from tilec.compiler.api import compile_file, explain
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    pooled = explain(compile_file(str(root / "benchmarks" / "families" / "global_avgpool.tl"), shapes={"N": 2, "C": 8}))
+    assert f"{'S':<12} never in HBM: fused into the global pool writing Y" in pooled
+    block = explain(compile_example("mobilenet_block"))
+    for name in ("A", "B"):
+        assert f"{name:<12} never in HBM: fused into the MobileNet block writing Y" in block
+    assert "row chain" not in pooled + block

@@ -479,13 +479,22 @@ def _recompile_commands(program) -> dict[str, str]:
     return commands
 
 
-def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
+def chain_kind(chain: list[str], ops: tuple, program) -> str:
+    """What builds a chain of ops kept on chip: "MobileNet block", "global pool" or "row chain"."""
     if build_mbblock.is_block(ops, chain):
-        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-        return build_mbblock.note(ops, chain, hbm, target)
+        return "MobileNet block"
     at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-    if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None:
+    return "global pool" if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None \
+        else "row chain"
+
+
+def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
+    kind = chain_kind(chain, ops, program)
+    if kind == "MobileNet block":
+        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+        return build_mbblock.note(ops, chain, hbm, target)
+    if kind == "global pool":
         return global_note(chain)
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
