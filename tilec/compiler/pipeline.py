@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pathlib
 from dataclasses import dataclass, replace
-from typing import AbstractSet, Callable
+from typing import AbstractSet, Callable, Sequence
 
 from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passes, placement
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
@@ -479,7 +479,7 @@ def _recompile_commands(program) -> dict[str, str]:
     return commands
 
 
-def chain_kind(chain: list[str], ops: tuple, program) -> str:
+def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
     """What builds a chain of ops kept on chip: "MobileNet block", "global pool" or "row chain"."""
     if build_mbblock.is_block(ops, chain):
         return "MobileNet block"
