@@ -75,3 +75,13 @@ def test_bn_stats_and_aggr_count_the_input_elements():
 def test_partition_reduce_keeps_the_default_rule():
     got = one("tensor_partition_reduce", [("sbuf", 300, "float32")], 300, engine="gpsimd")
     assert got == pytest.approx(vector_ns(max(MIN_II, 300), "gpsimd"))
+
+
+@pytest.mark.parametrize("alu, dtype, out_dtype, cycles", [
+    ("add", "bfloat16", "bfloat16", 256), ("maximum", "bfloat16", "bfloat16", 256),
+    ("minimum", "bfloat16", "bfloat16", 512), ("multiply", "bfloat16", "bfloat16", 512),
+    ("add", "float16", "float16", 512), ("add", "bfloat16", "float32", 512), ("add", "float32", "float32", 512)])
+def test_tensor_reduce_halves_only_bf16_to_bf16_add_and_max(alu: str, dtype: str, out_dtype: str, cycles: int):
+    """nki-spec §2.4 [NISA tensor_reduce]: N cycles, N/2 for bf16 -> bf16 add/max (pool14 saw min priced half)."""
+    busy = one("tensor_reduce", [("sbuf", 512, dtype)], 1, out_dtype, (("alu", alu), ("in_free", 512)))
+    assert busy == pytest.approx(vector_ns(cycles))

@@ -8,7 +8,7 @@ engine's clock, plus a fixed per-instruction overhead:
              (an nc_matmul with is_transpose=True is a transpose: ARCH3 transpose mode, 2x for fp32 on NC-v3)
     VectorE  tensor_tensor max(64, 2N), max(64, N) with a PSUM input or all 16-bit (v3 perf mode)
              tensor_scalar / tensor_copy  max(64, N / perf)  perf = 4 (16-bit, SBUF only), 2 (16-bit, PSUM side)
-             tensor_reduce N_in (N_in / 2 for 16-bit), memset max(64, N/2) for a 16-bit zero else max(64, N)
+             tensor_reduce N_in (N_in / 2 for bf16 -> bf16 add / max), memset max(64, N/2) for a 16-bit zero else max(64, N)
     ScalarE  activation    max(64, N) (+64 with a reduce result)
     GpSimdE  iota / affine_select 150 + N
     the less common VectorE instructions (tensor_copy_predicated, scalar_tensor_tensor, tensor_tensor_scan,
@@ -130,9 +130,11 @@ class Costs:
                 contiguous = stride <= itemsize(ins.out_dtype)
                 perf = self.pm_half if psum or not contiguous else self.pm_copy
             return max(mn, n / perf)
-        if op == "tensor_reduce":
+        if op == "tensor_reduce":  # nki-spec §2.4 [NISA tensor_reduce]: N/2 for bf16 -> bf16 add and max only
             n_in = in_free(ins) * slow
-            return n_in / 2 if half else n_in
+            fast = ins.in_dtypes[:1] == ("bfloat16",) and ins.out_dtype == "bfloat16" and \
+                ins.attr("alu") in ("add", "max", "maximum")
+            return n_in / 2 if fast else n_in
         if op == "tensor_scalar_reduce":
             return max(mn, n) + mn
         if op == "memset":  # nki-spec §2.4 [NISA memset]: the half rate is for a value of 0 in bf16/fp16 only
