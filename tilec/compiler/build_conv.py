@@ -31,6 +31,7 @@ pass per contraction tile.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
@@ -41,7 +42,7 @@ from tilec.compiler.conv_fold import fold_groups
 from tilec.compiler.conv_pairs import pair_groups
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
-from tilec.compiler.schedule import PMAX, PSUM_BANK, ConvPlan, best_divisor, halves, pairable
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
 from tilec.target import TARGETS
@@ -57,6 +58,17 @@ SLOT_BYTES = 96 * 1024  # at most this much of each partition for the slots (sch
 BAND_BUDGET = min(t.sbuf_usable for t in TARGETS.values()) // 8
 
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
+
+
+def dma_engine_ns(prm: dict[str, float], parts: int, descriptors: int, nbytes: int, factor: float = 1.0) -> float:
+    """A DMA's time on the whole set of DMA engines by the performance model's formula (perf.costs,
+    dma_occupancy_ns: the engines of its on-chip partitions, each busy hypot(descriptors x dma_desc_ns, bytes /
+    dma_engine_bw) / factor), times the share of the engines it occupies: what it takes from the queues' throughput.
+    `prm`: build_matvec.model_constants()."""
+    engines = min(int(prm["dma_engines"]), -(-parts // int(prm["dma_partitions_per_engine"])))
+    per_engine = -(-max(descriptors, parts) // engines)
+    t = math.hypot(prm["dma_xfer_fixed_ns"] + per_engine * prm["dma_desc_ns"], nbytes / engines / prm["dma_engine_bw"])
+    return t / factor * engines / prm["dma_engines"]
 
 
 def slot_count(bands: int, most: int, images: int) -> int:
@@ -382,7 +394,8 @@ class _ConvBuilder:
         self.w_rows = conv_weights.rows_once(self)
         if self.w_rows is not None:
             stmts.append(Alloc(self.w_rows, line=self.L["update"]))
-        if op.x_transposed and op.w_batch and self.src_chip is None:  # B's rows too (A B^T), as rows_once says
+        if op.x_transposed and op.w_batch and self.src_chip is None and not self.x_by_dma():
+            # B's rows too (A B^T), as rows_once says
             jb = best_divisor(self.in_cols(), PMAX)
             self.x_rows = Buf(fresh(f"{op.x}_block_rows"), "sbuf", self.hbm[op.x].dtype, (jb, self.C))
             stmts.append(Alloc(self.x_rows, line=self.L["update"]))
@@ -476,7 +489,7 @@ class _ConvBuilder:
         by allocating the band with nl.zeros and loading only the interior."""
         p, line, V = self.p, self.L["update"], self.var
         if self.op.x_transposed:
-            return self.x_transposed()
+            return self.x_transposed_by_dma() if self.x_by_dma() else self.x_transposed()
         xb = self.x_band_buf()
         rows, cols = self.in_rows(), self.in_cols()
         ct = V["c"]
@@ -531,6 +544,60 @@ class _ConvBuilder:
         alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
         return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
                                   f"transpose {op.x}")
+
+    def x_by_dma(self) -> bool:
+        """A batched A B^T's moving operand (B stored [j, k]) transposed by the DMA engines straight from HBM into
+        its band, one dma_transpose per contraction tile, instead of loaded in row blocks and transposed on TensorE,
+        when the model's estimate of the busier of TensorE and the DMA queues per batch index says so. The
+        stationary's choice (conv_weights.rows_by_dma) is taken as made; the rates are the model's own, read as
+        rows_by_dma reads them (build_matvec.model_constants): a DMA's engine time by the model's formula
+        (dma_engine_ns: descriptors and bytes; a dma_transpose's descriptors are B's rows, at
+        `dma_transpose_factor` of a copy [ARCH3]), a PE transpose at transpose mode's rate, a matmul at the dtype's
+        factor. fp32: TensorE-bound (its matmuls alone are ~1.2x the DMA floor), so B's 8 PE transposes per batch
+        index move to the DMA queues (bmm_bt f32 batch 8 60.1 -> 54.9 us, batch 2 28.2 -> 27.3); 16-bit: DMA-bound
+        (a transpose's rows of 256 B are twice the descriptors of a copy's), they stay on TensorE. Not for a ragged
+        contraction: its last tile's transpose would sit on the few DMA engines of its partitions, one descriptor
+        per row of B (K = 257: 26.2 -> 27.3 us)."""
+        op, p = self.op, self.p
+        dt = self.hbm[op.x].dtype
+        if not (op.x_transposed and op.w_batch and self.src_chip is None and self.NXB == 1 and self.R == self.S == 1
+                and not self.CR and DTYPE_BYTES[dt] in (2, 4) and self.N > 1):
+            return False
+        from tilec.compiler.build_matvec import model_constants  # late: the model reads kernels
+        prm = model_constants()
+        item, w_item, o_item = (DTYPE_BYTES[self.hbm[name].dtype] for name in (op.x, op.w, op.out))
+        f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if item == 4 else (1.0, 1.0)
+        ghz, fixed, factor = prm["tensor_ghz"], prm["mm_fixed_cycles"], prm["dma_transpose_factor"]
+        cols, tk, tc = self.in_cols(), p.tile_k, p.tile_c
+        jb = best_divisor(cols, PMAX)  # the TensorE path's row blocks
+        tiles = self.KTB * self.CT  # (out-channel tile, contraction tile) pairs per batch index
+        matmuls = tiles * -(-cols // MOVING_FMAX) * (min(cols, MOVING_FMAX) + fixed) * f / ghz
+        a_dma = conv_weights.rows_by_dma(self)
+        a_pe = 0.0 if a_dma else tiles * (tk + fixed) * ft / ghz
+        b_pe = self.CT * (cols // jb) * (jb + fixed) * ft / ghz
+        a_load = tiles * dma_engine_ns(prm, tc, tk, tk * tc * w_item, factor) if a_dma else \
+            self.KTB * dma_engine_ns(prm, tk, tk, tk * self.C * w_item)
+        store = self.KTB * dma_engine_ns(prm, tk, tk, tk * cols * o_item)
+        b_rows = cols // jb * dma_engine_ns(prm, jb, jb, jb * self.C * item)
+        b_transposed = self.CT * dma_engine_ns(prm, tc, cols, cols * tc * item, factor)
+        pe = max(matmuls + a_pe + b_pe, a_load + store + b_rows)
+        dma = max(matmuls + a_pe, a_load + store + b_transposed)
+        # the first batch index gains nothing: its B transposes run while TensorE waits for A's first loads, and its
+        # band arrives later at the DMA transpose's lower rate (bmm_bt f32 batch 1: 22.8 -> 23.2 us by DMA), so the
+        # steady-state saving of the other N - 1 must pay for that
+        return (self.N - 1) * (pe - dma) > b_transposed - b_rows
+
+    def x_transposed_by_dma(self) -> list[Stmt]:
+        """The band of a batched A B^T's moving operand written by one dma_transpose per contraction tile: B's rows
+        (every column of the band) x the tile's contraction columns in HBM -> the tile's [k, j] slice (x_by_dma)."""
+        p, line, V, op = self.p, self.L["update"], self.var, self.op
+        xb, cols = self.x_band_buf(), self.in_cols()
+
+        def tile(cv: str | None, cs: int) -> list[Stmt]:
+            return [ir.Transpose(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), a(0), full(cols))),
+                                 View(self.x4, (a(V["n"]), full(cols), sl(self.c_start(cv), cs))), "dma", line)]
+        alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
+        return alloc + prep_notes(self.over_c(V["c"], tile, line), f"transpose {op.x} by DMA")
 
     def tp_group(self, jb: int, dt: str) -> int:
         """Contraction tiles of a batched A B^T's moving operand transposed into one PSUM tile (a bank holds
