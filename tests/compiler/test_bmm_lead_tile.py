@@ -59,7 +59,7 @@ def test_tile0_and_band_in_one_loop(tmp_path, form, nki):
     one iteration)."""
     c = compiled(tmp_path, form, "f32", dict(N=2, M=256, K=384, P=256), nki)
     source = unwrap(c.source)
-    lead = lines_of(source, "(tile 0), interleaved with")
+    lead = lines_of(source, "tile 0, interleaved with")
     loops = [line for line in lead if line.lstrip().startswith("for ")]
     assert len(loops) == 1 and "and that tile of B" in loops[0], lead
     moves = [line for line in lead if "dma_transpose(" in line or "dma_copy(" in line]
@@ -94,7 +94,7 @@ def test_sixteen_bit_a_first(tmp_path):
     """bf16 A B: A's rows (loaded whole, transposed on TensorE) are not a loop of DMAs, so tile 0's A loads go
     before the band's, in the same block."""
     c = compiled(tmp_path, "ab", "bf16", dict(N=2, M=256, K=512, P=256), "0.6")
-    lead = lines_of(unwrap(c.source), "(tile 0), interleaved with")
+    lead = lines_of(unwrap(c.source), "tile 0, interleaved with")
     first_a = next(i for i, line in enumerate(lead) if "dma_copy(" in line and "A" in line.split("src=")[1])
     first_b = next(i for i, line in enumerate(lead) if "dma_copy(" in line and "B" in line.split("src=")[1])
     assert first_a < first_b, lead

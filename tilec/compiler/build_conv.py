@@ -714,7 +714,7 @@ class _ConvBuilder:
         def parts(b: ir.Block) -> tuple[list[Stmt], list[ir.Loop]]:
             return [s for s in b.body if isinstance(s, Alloc)], [s for s in b.body if isinstance(s, ir.Loop)]
         (wa, wl), (xa, xl) = parts(w), parts(x)
-        label = f"{w.label} (tile 0), interleaved with {x.label}"
+        label = f"{self.words['w']} for {self.words['k_tile']} 0, interleaved with {x.label}"
         if len(wa) + len(wl) != len(w.body) or len(xa) + len(xl) != len(x.body) or len(wl) != 1 or len(xl) != 1 \
                 or (wl[0].var, wl[0].extent) != (xl[0].var, xl[0].extent):
             return ir.Block(label, w.body + x.body, w.line, hoist=True)
