@@ -554,14 +554,17 @@ class _ConvBuilder:
         (dma_engine_ns: descriptors and bytes; a dma_transpose's descriptors are B's rows, at
         `dma_transpose_factor` of a copy [ARCH3]), a PE transpose at transpose mode's rate, a matmul at the dtype's
         factor. fp32: TensorE-bound (its matmuls alone are ~1.2x the DMA floor), so B's 8 PE transposes per batch
-        index move to the DMA queues (bmm_bt f32 batch 8 60.1 -> 54.9 us, batch 2 28.2 -> 27.3); 16-bit: DMA-bound
-        (a transpose's rows of 256 B are twice the descriptors of a copy's), they stay on TensorE. Not for a ragged
-        contraction: its last tile's transpose would sit on the few DMA engines of its partitions, one descriptor
-        per row of B (K = 257: 26.2 -> 27.3 us)."""
+        index move to the DMA queues (bmm_bt f32 batch 8 60.1 -> 52.3 us with lead_tile); 16-bit: DMA-bound (a
+        transpose's rows of 256 B are twice the descriptors of a copy's), they stay on TensorE. The first batch
+        index also counts what the DMA path takes off its critical path when A is transposed by DMA too: B's chain
+        of row loads, PE transposes and evictions before the first matmul, against the band's longer DMA time
+        (bmm_bt f32 batch 1 22.8 -> 21.8 us).
+        Not for a ragged contraction: its last tile's transpose would sit on the few DMA engines of its
+        partitions, one descriptor per row of B (K = 257: 26.2 -> 27.3 us)."""
         op, p = self.op, self.p
         dt = self.hbm[op.x].dtype
         if not (op.x_transposed and op.w_batch and self.src_chip is None and self.NXB == 1 and self.R == self.S == 1
-                and not self.CR and DTYPE_BYTES[dt] in (2, 4) and self.N > 1):
+                and not self.CR and DTYPE_BYTES[dt] in (2, 4)):
             return False
         from tilec.compiler.build_matvec import model_constants  # late: the model reads kernels
         prm = model_constants()
@@ -582,10 +585,14 @@ class _ConvBuilder:
         b_transposed = self.CT * dma_engine_ns(prm, tc, cols, cols * tc * item, factor)
         pe = max(matmuls + a_pe + b_pe, a_load + store + b_rows)
         dma = max(matmuls + a_pe, a_load + store + b_transposed)
-        # the first batch index gains nothing: its B transposes run while TensorE waits for A's first loads, and its
-        # band arrives later at the DMA transpose's lower rate (bmm_bt f32 batch 1: 22.8 -> 23.2 us by DMA), so the
-        # steady-state saving of the other N - 1 must pay for that
-        return (self.N - 1) * (pe - dma) > b_transposed - b_rows
+        # the first batch index: the band's DMA takes longer by the difference of the two loads; when A is
+        # transposed by DMA too, lead_tile zips the two, and B's PE transposes and their evictions (half the band's
+        # columns on VectorE, ScalarE taking the other half at about its pace, plus an instruction's static cost per
+        # row block) leave the path to the first matmul. (With A on TensorE, A's later tiles load behind the whole
+        # band: bf16 1 x 512 x 512 x 512 23.2 -> 23.7 us by DMA, so nothing is counted for it.)
+        evict = (self.CT * cols / 2 + cols // jb * prm["vector_static_cycles"]) / prm["vector_ghz"]
+        first = (b_pe + evict if a_dma else 0.0) - (b_transposed - b_rows)
+        return (self.N - 1) * (pe - dma) + first > 0
 
     def x_transposed_by_dma(self) -> list[Stmt]:
         """The band of a batched A B^T's moving operand written by one dma_transpose per contraction tile: B's rows
