@@ -107,3 +107,26 @@ def test_band_transposed_on_tensor_engine_is_not_peeled(tmp_path):
     source = unwrap(c.source)
     assert "interleaved with" not in source and "for i_t in range(2)" in source
     check(c, "abt", "bf16")
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("m", [256, 131], ids=["tiles", "ragged"])
+def test_at_b_stationary_of_the_batch_index(tmp_path, m, nki):
+    """bf16 A^T B from batch 2 on, at most two out-channel tiles (build_conv.w_per_image): A[n] loaded whole, rows of
+    M elements, with B's band in one loop before the tile loop; M = 131: the 3-row partial tile reads it too."""
+    c = compiled(tmp_path, "atb", "bf16", dict(N=2, M=m, K=384, P=256), nki)
+    source = unwrap(c.source)
+    lead = lines_of(source, "of this batch index, every out-channel tile, interleaved with")
+    assert any(f"A_T = nl.ndarray((128, 3, {m})" in line for line in lead), lead
+    assert sum("A_T = nl.ndarray" in line for line in source.splitlines()) == 1  # no per-tile stationary left
+    check(c, "atb", "bf16")
+
+
+@pytest.mark.parametrize("dt,n,m", [("f32", 2, 256), ("bf16", 1, 256), ("bf16", 2, 384)],
+                         ids=["f32", "batch1", "three_tiles"])
+def test_at_b_stationary_per_tile(tmp_path, dt, n, m):
+    """fp32 (rows of a tile are 512 B already), batch 1 and three tiles (tile 0 would wait for every tile's columns)
+    keep A per out-channel tile."""
+    c = compiled(tmp_path, "atb", dt, dict(N=n, M=m, K=384, P=256), "0.6")
+    assert "of this batch index" not in c.source
+    check(c, "atb", dt)

@@ -56,6 +56,9 @@ MAX_SLOTS = 8  # band slots at most (slot_count: the band loop is unrolled once 
 SLOT_BYTES = 96 * 1024  # at most this much of each partition for the slots (schedule.py's band budget, twice)
 # a batched matmul's output band of every out-channel tile (tiles_band) stays within an eighth of the smallest SBUF
 BAND_BUDGET = min(t.sbuf_usable for t in TARGETS.values()) // 8
+# a DMA's contiguous runs shorter than this cost more in descriptors than in bytes on the model (a descriptor's 14 ns
+# is 322 B at one engine's 23 B/ns): a contraction-major stationary of such tiles is loaded whole (w_per_image)
+DMA_RUN_BYTES = 512
 
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
 
@@ -683,6 +686,12 @@ class _ConvBuilder:
                            for x in ir.walk(blocks[1].body)):
             return None  # (a band transposed on TensorE: its chain, not A's loads, leads; bmm_bt f32 batch 1 +1 us)
         band0 = blocks[1]
+        if kv not in self.block_vars(blocks[0]):  # the stationary of the whole batch index (w_per_image): both
+            # loaded in one block before the tile loop, which the partial tile of a ragged plan follows
+            def others(stmts: list[Stmt]) -> list[Stmt]:
+                return [s for s in stmts if not (isinstance(s, ir.Block) and s.label in (w_label, x_label))]
+            out = [self.with_band(blocks[0], band0)] + loop(kv, self.KT, others(body), note=note, line=self.L["k"])
+            return out + (others(part(None, self.KR)) if self.KR else [])
         first: list[Stmt] = []
         for s in drop_var(tuple(body), kv):
             if isinstance(s, ir.Block) and s.label == x_label:
@@ -701,9 +710,28 @@ class _ConvBuilder:
         return out
 
     def load_labels(self) -> tuple[str, str]:
-        """The labels of out_band's load blocks: the stationary per out-channel tile, the moving band."""
-        return (f"{self.words['w']} for this {self.words['k_tile']}",
-                f"{self.words['x']}: all contraction tiles, shared by every output tile")
+        """The labels of out_band's load blocks: the stationary (per out-channel tile, or of the batch index), the
+        moving band."""
+        w = f"{self.words['w']} of this batch index, every {self.words['k_tile']}" if self.w_per_image() else \
+            f"{self.words['w']} for this {self.words['k_tile']}"
+        return w, f"{self.words['x']}: all contraction tiles, shared by every output tile"
+
+    def w_per_image(self) -> bool:
+        """A batched matmul's contraction-major stationary (A^T B: A[n] stored [k, i]) loaded whole per batch
+        index, in the layout of a resident stationary (`hoist A, root`: every out-channel tile's columns), instead
+        of one out-channel tile at a time: its rows in HBM are then M elements long, not one tile's (bf16 M = 256:
+        512-byte runs instead of 256, half the descriptors: bmm_at bf16 batch 8 34.25 -> 32.1 us). Only within an
+        eighth of SBUF (BAND_BUDGET), for plans with the batch index outside the out-channel tiles (tiles_band), when
+        one tile's rows are shorter than DMA_RUN_BYTES (fp32 tiles of 128 are not: bmm_at f32 batch 8 50.7 -> 50.9
+        us), from batch 2 on and for at most two tiles: tile 0's last matmul waits for every tile's columns of A
+        (bf16 1 x 512 x 1024 x 512: 27.2 -> 28.0 us, batch 2 34.4 -> 35.0)."""
+        op = self.op
+        if not (op.w_batch and op.w_layout == "ck" and self.p.hoist_w == "k" and self.o_tiles is not None
+                and op.groups == 1 and self.fold == 1 and self.pair == 1 and self.dup == 1 and self.N > 1
+                and self.KTB <= 2):
+            return False
+        item = DTYPE_BYTES[self.hbm[op.w].dtype]
+        return self.p.tile_k * item < DMA_RUN_BYTES and self.CTB * self.K * self.R * self.S * item <= BAND_BUDGET
 
     @staticmethod
     def block_vars(b: Stmt) -> set[str]:
@@ -721,7 +749,8 @@ class _ConvBuilder:
         def parts(b: ir.Block) -> tuple[list[Stmt], list[ir.Loop]]:
             return [s for s in b.body if isinstance(s, Alloc)], [s for s in b.body if isinstance(s, ir.Loop)]
         (wa, wl), (xa, xl) = parts(w), parts(x)
-        label = f"{self.words['w']} for {self.words['k_tile']} 0, interleaved with {x.label}"
+        label = f"{w.label}, interleaved with {x.label}" if self.w_per_image() else \
+            f"{self.words['w']} for {self.words['k_tile']} 0, interleaved with {x.label}"
         if len(wa) + len(wl) != len(w.body) or len(xa) + len(xl) != len(x.body) or len(wl) != 1 or len(xl) != 1 \
                 or (wl[0].var, wl[0].extent) != (xl[0].var, xl[0].extent):
             return ir.Block(label, w.body + x.body, w.line, hoist=True)
@@ -788,7 +817,8 @@ class _ConvBuilder:
         loads: list[Stmt] = []
         w_label, x_label = self.load_labels()
         if p.hoist_w == "k":
-            loads.append(ir.Block(w_label, tuple(conv_weights.weights(self, True)), line, hoist=True))
+            local = not self.w_per_image()
+            loads.append(ir.Block(w_label, tuple(conv_weights.weights(self, local)), line, hoist=True))
         extents = {"n": self.N, "y": self.NB, "k": self.KT if self.kv else 1}  # the remainder has no k loop
         pin = V[p.x_pin] if p.x_pin and extents[p.x_pin] > 1 else ""
         if self.src_chip is None:
@@ -891,8 +921,9 @@ class _ConvBuilder:
         accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == self.dup == 1 else full(self.PK), full(p.rows),
                           full(p.tile_x)))
         r, s = V["r"], V["s"]
-        wt = self.wt_buf(p.hoist_w == "k")
-        kidx = self.part(self.ks, p.tile_k) if p.hoist_w == "k" else sl(self.k_start(self.kv), self.ks)
+        local = p.hoist_w == "k" and not self.w_per_image()
+        wt = self.wt_buf(local)
+        kidx = self.part(self.ks, p.tile_k) if local else sl(self.k_start(self.kv), self.ks)
         if self.dup > 1:  # every copy of the output channels (one k-tile)
             kidx = full(self.PK)
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
