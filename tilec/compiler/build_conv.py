@@ -559,9 +559,9 @@ class _ConvBuilder:
         factor. fp32: TensorE-bound (its matmuls alone are ~1.2x the DMA floor), so B's 8 PE transposes per batch
         index move to the DMA queues (bmm_bt f32 batch 8 60.1 -> 52.3 us with lead_tile); 16-bit: DMA-bound (a
         transpose's rows of 256 B are twice the descriptors of a copy's), they stay on TensorE. The first batch
-        index also counts what the DMA path takes off its critical path when A is transposed by DMA too: B's chain
-        of row loads, PE transposes and evictions before the first matmul, against the band's longer DMA time
-        (bmm_bt f32 batch 1 22.8 -> 21.8 us).
+        index also counts what the DMA path takes off its critical path: B's chain of row loads, PE transposes and
+        evictions before the first matmul, against the band's longer DMA time (bmm_bt batch 1 f32 22.8 -> 21.8 us,
+        bf16 18.9 -> 18.1; bf16 batch 2 21.0 -> 20.4, batch 4 25.2 by TensorE against 25.7 by DMA).
         Not for a ragged contraction: its last tile's transpose would sit on the few DMA engines of its
         partitions, one descriptor per row of B (K = 257: 26.2 -> 27.3 us)."""
         op, p = self.op, self.p
@@ -588,13 +588,13 @@ class _ConvBuilder:
         b_transposed = self.CT * dma_engine_ns(prm, tc, cols, cols * tc * item, factor)
         pe = max(matmuls + a_pe + b_pe, a_load + store + b_rows)
         dma = max(matmuls + a_pe, a_load + store + b_transposed)
-        # the first batch index: the band's DMA takes longer by the difference of the two loads; when A is
-        # transposed by DMA too, lead_tile zips the two, and B's PE transposes and their evictions (half the band's
-        # columns on VectorE, ScalarE taking the other half at about its pace, plus an instruction's static cost per
-        # row block) leave the path to the first matmul. (With A on TensorE, A's later tiles load behind the whole
-        # band: bf16 1 x 512 x 512 x 512 23.2 -> 23.7 us by DMA, so nothing is counted for it.)
+        # the first batch index: the band's DMA takes longer by the difference of the two loads, and B's PE
+        # transposes and their evictions (half the band's columns on VectorE, ScalarE taking the other half at about
+        # its pace, plus an instruction's static cost per row block) leave the path to the first matmul, when A is
+        # transposed by DMA too (lead_tile zips the two) or A has at most two tiles: with A on TensorE, A's later
+        # tiles load behind the whole band (bf16 1 x 512 x 512 x 512, four tiles: 23.2 -> 23.7 us by DMA)
         evict = (self.CT * cols / 2 + cols // jb * prm["vector_static_cycles"]) / prm["vector_ghz"]
-        first = (b_pe + evict if a_dma else 0.0) - (b_transposed - b_rows)
+        first = (b_pe + evict if a_dma or self.KTB <= 2 else 0.0) - (b_transposed - b_rows)
         return (self.N - 1) * (pe - dma) + first > 0
 
     def x_transposed_by_dma(self) -> list[Stmt]:
