@@ -561,7 +561,9 @@ class _ConvBuilder:
         transpose's rows of 256 B are twice the descriptors of a copy's), they stay on TensorE. The first batch
         index also counts what the DMA path takes off its critical path: B's chain of row loads, PE transposes and
         evictions before the first matmul, against the band's longer DMA time (bmm_bt batch 1 f32 22.8 -> 21.8 us,
-        bf16 18.9 -> 18.1; bf16 batch 2 21.0 -> 20.4, batch 4 25.2 by TensorE against 25.7 by DMA).
+        bf16 18.9 -> 18.1). Checked against the model with each path forced (28 shapes, batch 1-8, f32 and bf16,
+        docs/notes/lin14.md): the choice is never the slower path; it leaves some 16-bit gains of 0.4-0.8 us
+        (batch 2 and 4) untaken.
         Not for a ragged contraction: its last tile's transpose would sit on the few DMA engines of its
         partitions, one descriptor per row of B (K = 257: 26.2 -> 27.3 us)."""
         op, p = self.op, self.p
@@ -591,11 +593,18 @@ class _ConvBuilder:
         # the first batch index: the band's DMA takes longer by the difference of the two loads, and B's PE
         # transposes and their evictions (half the band's columns on VectorE, ScalarE taking the other half at about
         # its pace, plus an instruction's static cost per row block) leave the path to the first matmul, when A is
-        # transposed by DMA too (lead_tile zips the two) or A has at most two tiles: with A on TensorE, A's later
-        # tiles load behind the whole band (bf16 1 x 512 x 512 x 512, four tiles: 23.2 -> 23.7 us by DMA)
+        # transposed by DMA too (lead_tile zips the two) or A has at most two tiles (with A on TensorE, A's later
+        # tiles load behind the whole band: bf16 1 x 512 x 512 x 512, four tiles, 23.2 -> 23.7 us by DMA), and when
+        # the band's extra DMA time is under one DMA latency: a larger band's DMA transposes delay everything behind
+        # them more than its chain did (bf16 1 x 512 x 1024 x 512: 26.8 -> 28.4 us; 2 x 128 x 640 x 512: 23.2 ->
+        # 23.6; below it, bf16 batch 1 gains 0.5-1.0 us in the shapes tried, benchmarks/families' bmm_bt 0.76).
+        # The steady-state difference counts for every batch index: lead_tile's zipped loads start the first one
+        # as early as the TensorE path would
         evict = (self.CT * cols / 2 + cols // jb * prm["vector_static_cycles"]) / prm["vector_ghz"]
-        first = (b_pe + evict if a_dma or self.KTB <= 2 else 0.0) - (b_transposed - b_rows)
-        return (self.N - 1) * (pe - dma) + first > 0
+        extra = b_transposed - b_rows
+        chain = (a_dma or self.KTB <= 2) and extra < prm["dma_latency_ns"]
+        first = (b_pe + evict if chain else 0.0) - extra
+        return self.N * (pe - dma) + first > 0
 
     def x_transposed_by_dma(self) -> list[Stmt]:
         """The band of a batched A B^T's moving operand written by one dma_transpose per contraction tile: B's rows
