@@ -681,9 +681,11 @@ class _ConvBuilder:
         loads first). When both are one loop over the contraction tiles (A by DMA transposes, B's band by DMA) the
         two loops become one, tile k of A then tile k of B, and the first matmul waits for one of each; otherwise
         A's loads go first (bmm bf16 batch 1 18.0 -> 17.6 us), unless the band is more than DMAs (B^T transposed
-        on TensorE: that chain, not A's loads, leads). The remaining tiles loop from tile 1 and read the band already loaded (as does a ragged
-        plan's last, partial tile, which loaded its own copy before). None when the plan has no whole tile or the
-        stationary is not prepared per tile."""
+        on TensorE: that chain, not A's loads, leads). The remaining tiles loop from tile 1 and read the band
+        already loaded (as does a ragged plan's last, partial tile, which loaded its own copy before). A stationary
+        of the whole batch index (w_per_image) is loaded with the band in one block before the tile loop, nothing
+        peeled. None when the plan has no whole tile, the stationary is not prepared per tile or per batch index, or
+        the band is pinned in the tile loop."""
         kv = self.var["k"]
         if self.KT < 1 or self.p.hoist_w != "k" or self.src_chip is not None:
             return None
