@@ -31,17 +31,18 @@ pass per contraction tile.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_depthwise, build_matvec, ir
 from tilec.compiler import conv_fold, conv_pairs, conv_weights
-from tilec.compiler.build_util import a, hbm_view, loop, pool_epilogue, prep_notes, sl, term
+from tilec.compiler.build_util import a, drop_var, hbm_view, loop, map_aff, pool_epilogue, prep_notes, sl, term
 from tilec.compiler.conv_fold import fold_groups
 from tilec.compiler.conv_pairs import pair_groups
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
-from tilec.compiler.schedule import PMAX, PSUM_BANK, ConvPlan, best_divisor, halves, pairable
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
 from tilec.target import TARGETS
@@ -55,8 +56,22 @@ MAX_SLOTS = 8  # band slots at most (slot_count: the band loop is unrolled once 
 SLOT_BYTES = 96 * 1024  # at most this much of each partition for the slots (schedule.py's band budget, twice)
 # a batched matmul's output band of every out-channel tile (tiles_band) stays within an eighth of the smallest SBUF
 BAND_BUDGET = min(t.sbuf_usable for t in TARGETS.values()) // 8
+# a DMA's contiguous runs shorter than this cost more in descriptors than in bytes on the model (a descriptor's 14 ns
+# is 322 B at one engine's 23 B/ns): a contraction-major stationary of such tiles is loaded whole (w_per_image)
+DMA_RUN_BYTES = 512
 
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
+
+
+def dma_engine_ns(prm: dict[str, float], parts: int, descriptors: int, nbytes: int, factor: float = 1.0) -> float:
+    """A DMA's time on the whole set of DMA engines by the performance model's formula (perf.costs,
+    dma_occupancy_ns: the engines of its on-chip partitions, each busy hypot(descriptors x dma_desc_ns, bytes /
+    dma_engine_bw) / factor), times the share of the engines it occupies: what it takes from the queues' throughput.
+    `prm`: build_matvec.model_constants()."""
+    engines = min(int(prm["dma_engines"]), -(-parts // int(prm["dma_partitions_per_engine"])))
+    per_engine = -(-max(descriptors, parts) // engines)
+    t = math.hypot(prm["dma_xfer_fixed_ns"] + per_engine * prm["dma_desc_ns"], nbytes / engines / prm["dma_engine_bw"])
+    return t / factor * engines / prm["dma_engines"]
 
 
 def slot_count(bands: int, most: int, images: int) -> int:
@@ -382,7 +397,8 @@ class _ConvBuilder:
         self.w_rows = conv_weights.rows_once(self)
         if self.w_rows is not None:
             stmts.append(Alloc(self.w_rows, line=self.L["update"]))
-        if op.x_transposed and op.w_batch and self.src_chip is None:  # B's rows too (A B^T), as rows_once says
+        if op.x_transposed and op.w_batch and self.src_chip is None and not self.x_by_dma():
+            # B's rows too (A B^T), as rows_once says
             jb = best_divisor(self.in_cols(), PMAX)
             self.x_rows = Buf(fresh(f"{op.x}_block_rows"), "sbuf", self.hbm[op.x].dtype, (jb, self.C))
             stmts.append(Alloc(self.x_rows, line=self.L["update"]))
@@ -476,7 +492,7 @@ class _ConvBuilder:
         by allocating the band with nl.zeros and loading only the interior."""
         p, line, V = self.p, self.L["update"], self.var
         if self.op.x_transposed:
-            return self.x_transposed()
+            return self.x_transposed_by_dma() if self.x_by_dma() else self.x_transposed()
         xb = self.x_band_buf()
         rows, cols = self.in_rows(), self.in_cols()
         ct = V["c"]
@@ -532,6 +548,76 @@ class _ConvBuilder:
         return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
                                   f"transpose {op.x}")
 
+    def x_by_dma(self) -> bool:
+        """A batched A B^T's moving operand (B stored [j, k]) transposed by the DMA engines straight from HBM into
+        its band, one dma_transpose per contraction tile, instead of loaded in row blocks and transposed on TensorE,
+        when the model's estimate of the busier of TensorE and the DMA queues per batch index says so. The
+        stationary's choice (conv_weights.rows_by_dma) is taken as made; the rates are the model's own, read as
+        rows_by_dma reads them (build_matvec.model_constants): a DMA's engine time by the model's formula
+        (dma_engine_ns: descriptors and bytes; a dma_transpose's descriptors are B's rows, at
+        `dma_transpose_factor` of a copy [ARCH3]), a PE transpose at transpose mode's rate, a matmul at the dtype's
+        factor. fp32: TensorE-bound (its matmuls alone are ~1.2x the DMA floor), so B's 8 PE transposes per batch
+        index move to the DMA queues (bmm_bt f32 batch 8 60.1 -> 52.3 us with lead_tile); 16-bit: DMA-bound (a
+        transpose's rows of 256 B are twice the descriptors of a copy's), they stay on TensorE. The first batch
+        index also counts what the DMA path takes off its critical path: B's chain of row loads, PE transposes and
+        evictions before the first matmul, against the band's longer DMA time (bmm_bt batch 1 f32 22.8 -> 21.8 us,
+        bf16 18.9 -> 18.1). Checked against the model with each path forced (28 shapes, batch 1-8, f32 and bf16,
+        docs/notes/lin14.md): the choice is never the slower path; it leaves some 16-bit gains of 0.4-0.8 us
+        (batch 2 and 4) untaken.
+        Not for a ragged contraction: its last tile's transpose would sit on the few DMA engines of its
+        partitions, one descriptor per row of B (K = 257: 26.2 -> 27.3 us)."""
+        op, p = self.op, self.p
+        dt = self.hbm[op.x].dtype
+        if not (op.x_transposed and op.w_batch and self.src_chip is None and self.NXB == 1 and self.R == self.S == 1
+                and not self.CR and DTYPE_BYTES[dt] in (2, 4)):
+            return False
+        from tilec.compiler.build_matvec import model_constants  # late: the model reads kernels
+        prm = model_constants()
+        item, w_item, o_item = (DTYPE_BYTES[self.hbm[name].dtype] for name in (op.x, op.w, op.out))
+        f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if item == 4 else (1.0, 1.0)
+        ghz, fixed, factor = prm["tensor_ghz"], prm["mm_fixed_cycles"], prm["dma_transpose_factor"]
+        cols, tk, tc = self.in_cols(), p.tile_k, p.tile_c
+        jb = best_divisor(cols, PMAX)  # the TensorE path's row blocks
+        tiles = self.KTB * self.CT  # (out-channel tile, contraction tile) pairs per batch index
+        matmuls = tiles * -(-cols // MOVING_FMAX) * (min(cols, MOVING_FMAX) + fixed) * f / ghz
+        a_dma = conv_weights.rows_by_dma(self)
+        a_pe = 0.0 if a_dma else tiles * (tk + fixed) * ft / ghz
+        b_pe = self.CT * (cols // jb) * (jb + fixed) * ft / ghz
+        a_load = tiles * dma_engine_ns(prm, tc, tk, tk * tc * w_item, factor) if a_dma else \
+            self.KTB * dma_engine_ns(prm, tk, tk, tk * self.C * w_item)
+        store = self.KTB * dma_engine_ns(prm, tk, tk, tk * cols * o_item)
+        b_rows = cols // jb * dma_engine_ns(prm, jb, jb, jb * self.C * item)
+        b_transposed = self.CT * dma_engine_ns(prm, tc, cols, cols * tc * item, factor)
+        pe = max(matmuls + a_pe + b_pe, a_load + store + b_rows)
+        dma = max(matmuls + a_pe, a_load + store + b_transposed)
+        # the first batch index: the band's DMA takes longer by the difference of the two loads, and B's PE
+        # transposes and their evictions (half the band's columns on VectorE, ScalarE taking the other half at about
+        # its pace, plus an instruction's static cost per row block) leave the path to the first matmul, when A is
+        # transposed by DMA too (lead_tile zips the two) or A has at most two tiles (with A on TensorE, A's later
+        # tiles load behind the whole band: bf16 1 x 512 x 512 x 512, four tiles, 23.2 -> 23.7 us by DMA), and when
+        # the band's extra DMA time is under one DMA latency: a larger band's DMA transposes delay everything behind
+        # them more than its chain did (bf16 1 x 512 x 1024 x 512: 26.8 -> 28.4 us; 2 x 128 x 640 x 512: 23.2 ->
+        # 23.6; below it, bf16 batch 1 gains 0.5-1.0 us in the shapes tried, benchmarks/families' bmm_bt 0.76).
+        # The steady-state difference counts for every batch index: lead_tile's zipped loads start the first one
+        # as early as the TensorE path would
+        evict = (self.CT * cols / 2 + cols // jb * prm["vector_static_cycles"]) / prm["vector_ghz"]
+        extra = b_transposed - b_rows
+        chain = (a_dma or self.KTB <= 2) and extra < prm["dma_latency_ns"]
+        first = (b_pe + evict if chain else 0.0) - extra
+        return self.N * (pe - dma) + first > 0
+
+    def x_transposed_by_dma(self) -> list[Stmt]:
+        """The band of a batched A B^T's moving operand written by one dma_transpose per contraction tile: B's rows
+        (every column of the band) x the tile's contraction columns in HBM -> the tile's [k, j] slice (x_by_dma)."""
+        p, line, V, op = self.p, self.L["update"], self.var, self.op
+        xb, cols = self.x_band_buf(), self.in_cols()
+
+        def tile(cv: str | None, cs: int) -> list[Stmt]:
+            return [ir.Transpose(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), a(0), full(cols))),
+                                 View(self.x4, (a(V["n"]), full(cols), sl(self.c_start(cv), cs))), "dma", line)]
+        alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
+        return alloc + prep_notes(self.over_c(V["c"], tile, line), f"transpose {op.x} by DMA")
+
     def tp_group(self, jb: int, dt: str) -> int:
         """Contraction tiles of a batched A B^T's moving operand transposed into one PSUM tile (a bank holds
         PSUM_BANK bytes per partition) and evicted by two copies: a copy of 128 columns is mostly the engine's fixed
@@ -577,7 +663,8 @@ class _ConvBuilder:
                 self.kv, self.ks = kv, ks
                 return self.nest(i + 1)
             self.o_tiles = self.tiles_band(i)
-            out = self.over_k(V["k"], part, notes["k"], self.L["k"])
+            lead = self.lead_tile(part, notes["k"]) if self.o_tiles is not None else None
+            out = lead if lead is not None else self.over_k(V["k"], part, notes["k"], self.L["k"])
             self.kv, self.ks = V["k"], self.p.tile_k
             if self.o_tiles is not None:
                 out = [Alloc(self.o_tiles, line=self.line)] + out
@@ -585,6 +672,101 @@ class _ConvBuilder:
         if role == "y":
             return self.row_bands(i, notes["y"])
         return loop(V[role], self.N, self.nest(i + 1), note=notes[role], line=self.L[role])
+
+    def lead_tile(self, part: Callable[[str | None, int], list[Stmt]], note: str) -> list[Stmt] | None:
+        """A batched matmul's loop over out-channel tiles with its first tile peeled, so that the stationary's loads
+        for tile 0 are issued with the moving band's instead of after them: the `hoist` pass lifts the band, shared
+        by every tile, out of the tile loop, ahead of tile 0's stationary on the same DMA queues, and TensorE waited
+        for the whole band before its first matmul (bmm f32 batch 1: the first matmul at 1.73 us, B's four band
+        loads first). When both are one loop over the contraction tiles (A by DMA transposes, B's band by DMA) the
+        two loops become one, tile k of A then tile k of B, and the first matmul waits for one of each; otherwise
+        A's loads go first (bmm bf16 batch 1 18.0 -> 17.6 us), unless the band is more than DMAs (B^T transposed
+        on TensorE: that chain, not A's loads, leads). The remaining tiles loop from tile 1 and read the band
+        already loaded (as does a ragged plan's last, partial tile, which loaded its own copy before). A stationary
+        of the whole batch index (w_per_image) is loaded with the band in one block before the tile loop, nothing
+        peeled. None when the plan has no whole tile, the stationary is not prepared per tile or per batch index, or
+        the band is pinned in the tile loop."""
+        kv = self.var["k"]
+        if self.KT < 1 or self.p.hoist_w != "k" or self.src_chip is not None:
+            return None
+        body = part(kv, self.p.tile_k)
+        w_label, x_label = self.load_labels()
+        blocks = [s for s in body if isinstance(s, ir.Block) and s.label in (w_label, x_label)]
+        if [b.label for b in blocks] != [w_label, x_label] or blocks[1].pin or kv in self.block_vars(blocks[1]) \
+                or not all(isinstance(x, (Alloc, ir.Loop, Dma)) or isinstance(x, ir.Transpose) and x.engine == "dma"
+                           for x in ir.walk(blocks[1].body)):
+            return None  # (a band transposed on TensorE: its chain, not A's loads, leads; bmm_bt f32 batch 1 +1 us)
+        band0 = blocks[1]
+        if kv not in self.block_vars(blocks[0]):  # the stationary of the whole batch index (w_per_image): both
+            # loaded in one block before the tile loop, which the partial tile of a ragged plan follows
+            def others(stmts: list[Stmt]) -> list[Stmt]:
+                return [s for s in stmts if not (isinstance(s, ir.Block) and s.label in (w_label, x_label))]
+            out = [self.with_band(blocks[0], band0)] + loop(kv, self.KT, others(body), note=note, line=self.L["k"])
+            return out + (others(part(None, self.KR)) if self.KR else [])
+        first: list[Stmt] = []
+        for s in drop_var(tuple(body), kv):
+            if isinstance(s, ir.Block) and s.label == x_label:
+                continue
+            first.append(self.with_band(s, band0) if isinstance(s, ir.Block) and s.label == w_label else s)
+        rest = [s for s in body if s is not blocks[1]]
+
+        def next_tile(x: ir.Aff) -> ir.Aff:  # tile i_t + 1
+            return ir.Aff(x.terms, x.const + sum(t.coef for t in x.terms if t.var == kv))
+        out = first
+        if self.KT > 1:
+            out += loop(kv, self.KT - 1, map_aff(tuple(rest), next_tile), note=f"{note}, from tile 1",
+                        line=self.L["k"])
+        if self.KR:  # the partial tile reads the band loaded with tile 0
+            out += [s for s in part(None, self.KR) if not (isinstance(s, ir.Block) and s.label == x_label)]
+        return out
+
+    def load_labels(self) -> tuple[str, str]:
+        """The labels of out_band's load blocks: the stationary (per out-channel tile, or of the batch index), the
+        moving band."""
+        w = f"{self.words['w']} of this batch index, every {self.words['k_tile']}" if self.w_per_image() else \
+            f"{self.words['w']} for this {self.words['k_tile']}"
+        return w, f"{self.words['x']}: all contraction tiles, shared by every output tile"
+
+    def w_per_image(self) -> bool:
+        """A batched matmul's contraction-major stationary (A^T B: A[n] stored [k, i]) loaded whole per batch
+        index, in the layout of a resident stationary (`hoist A, root`: every out-channel tile's columns), instead
+        of one out-channel tile at a time: its rows in HBM are then M elements long, not one tile's (bf16 M = 256:
+        512-byte runs instead of 256, half the descriptors: bmm_at bf16 batch 8 34.25 -> 32.1 us). Only within an
+        eighth of SBUF (BAND_BUDGET), for plans with the batch index outside the out-channel tiles (tiles_band), when
+        one tile's rows are shorter than DMA_RUN_BYTES (fp32 tiles of 128 are not: bmm_at f32 batch 8 50.7 -> 50.9
+        us), from batch 2 on and for at most two tiles: tile 0's last matmul waits for every tile's columns of A
+        (bf16 1 x 512 x 1024 x 512: 27.2 -> 28.0 us, batch 2 34.4 -> 35.0)."""
+        op = self.op
+        if not (op.w_batch and op.w_layout == "ck" and self.p.hoist_w == "k" and self.o_tiles is not None
+                and op.groups == 1 and self.fold == 1 and self.pair == 1 and self.dup == 1 and self.N > 1
+                and self.KTB <= 2):
+            return False
+        item = DTYPE_BYTES[self.hbm[op.w].dtype]
+        return self.p.tile_k * item < DMA_RUN_BYTES and self.CTB * self.K * self.R * self.S * item <= BAND_BUDGET
+
+    @staticmethod
+    def block_vars(b: Stmt) -> set[str]:
+        found: set[str] = set()
+
+        def fn(x: ir.Aff) -> ir.Aff:
+            found.update(x.vars())
+            return x
+        map_aff(b, fn)
+        return found - {s.var for s in ir.walk((b,)) if isinstance(s, ir.Loop)}
+
+    def with_band(self, w: ir.Block, x: ir.Block) -> ir.Block:
+        """Tile 0's stationary loads and the band's as one block: the two loops over the contraction tiles zipped
+        when both blocks are allocations and one such loop, else the stationary's loads first."""
+        def parts(b: ir.Block) -> tuple[list[Stmt], list[ir.Loop]]:
+            return [s for s in b.body if isinstance(s, Alloc)], [s for s in b.body if isinstance(s, ir.Loop)]
+        (wa, wl), (xa, xl) = parts(w), parts(x)
+        label = f"{w.label}, interleaved with {x.label}" if self.w_per_image() else \
+            f"{self.words['w']} for {self.words['k_tile']} 0, interleaved with {x.label}"
+        if len(wa) + len(wl) != len(w.body) or len(xa) + len(xl) != len(x.body) or len(wl) != 1 or len(xl) != 1 \
+                or (wl[0].var, wl[0].extent) != (xl[0].var, xl[0].extent):
+            return ir.Block(label, w.body + x.body, w.line, hoist=True)
+        zipped = replace(wl[0], body=wl[0].body + xl[0].body, note=f"{wl[0].note}, and that tile of {self.op.x}")
+        return ir.Block(label, tuple(wa + xa) + (zipped,), w.line, hoist=True)
 
     def tiles_band(self, i: int) -> Buf | None:
         """A batched matmul's output band for every out-channel tile of one batch index, allocated outside the loop
@@ -644,14 +826,14 @@ class _ConvBuilder:
         """The innermost level: loads are placed here and lifted by the `hoist` pass as far as they can go."""
         p, line, V, op = self.p, self.line, self.var, self.op
         loads: list[Stmt] = []
+        w_label, x_label = self.load_labels()
         if p.hoist_w == "k":
-            label = f"{self.words['w']} for this {self.words['k_tile']}"
-            loads.append(ir.Block(label, tuple(conv_weights.weights(self, True)), line, hoist=True))
+            local = not self.w_per_image()
+            loads.append(ir.Block(w_label, tuple(conv_weights.weights(self, local)), line, hoist=True))
         extents = {"n": self.N, "y": self.NB, "k": self.KT if self.kv else 1}  # the remainder has no k loop
         pin = V[p.x_pin] if p.x_pin and extents[p.x_pin] > 1 else ""
         if self.src_chip is None:
-            loads.append(ir.Block(f"{self.words['x']}: all contraction tiles, shared by every output tile",
-                                  tuple(self.x_band()), line, hoist=True, pin=pin))
+            loads.append(ir.Block(x_label, tuple(self.x_band()), line, hoist=True, pin=pin))
         if self.o_tiles is not None:  # this tile's slot of the batch index's band (tiles_band)
             return loads + self.tile_slot_body(line)
         ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
@@ -750,8 +932,9 @@ class _ConvBuilder:
         accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == self.dup == 1 else full(self.PK), full(p.rows),
                           full(p.tile_x)))
         r, s = V["r"], V["s"]
-        wt = self.wt_buf(p.hoist_w == "k")
-        kidx = self.part(self.ks, p.tile_k) if p.hoist_w == "k" else sl(self.k_start(self.kv), self.ks)
+        local = p.hoist_w == "k" and not self.w_per_image()
+        wt = self.wt_buf(local)
+        kidx = self.part(self.ks, p.tile_k) if local else sl(self.k_start(self.kv), self.ks)
         if self.dup > 1:  # every copy of the output channels (one k-tile)
             kidx = full(self.PK)
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
