@@ -210,6 +210,29 @@ class _ViewModel:
                 return t.name
         return str(i.size)
 
+    def reversed_view(self, v: View) -> str:
+        """A view read backwards along a free axis (a flip, `A[i, M - 1 - j]` loaded forward): NKI 0.1 has no
+        negative slice step, so each sliced axis is an affine index of nl.arange (spec §1.6), the reversed one with
+        coefficient -1 from its last element: `A_tile[nl.arange(128)[:, None], 511 - nl.arange(512)[None, :]]`."""
+        name = self.names(v.buf.name)
+        axes = sum(isinstance(i, Sl) for i in v.idx)
+        idx, a = [], 0
+        for i in v.idx:
+            if isinstance(i, Aff):
+                idx.append(self.aff(i))
+                continue
+            shape = ", ".join(":" if b == a else "None" for b in range(axes))
+            walk = f"nl.arange({i.size})[{shape}]"
+            start = "" if not i.start.terms and i.start.const == 0 else self.aff(i.start)
+            if i.step == 1:
+                idx.append(f"{start} + {walk}" if start else walk)
+            elif i.step == -1:
+                idx.append(f"{start or 0} - {walk}")
+            else:
+                idx.append(f"{start} + {i.step} * {walk}" if start else f"{i.step} * {walk}")
+            a += 1
+        return f"{name}[{', '.join(idx)}]"
+
     def dma_view(self, v: View, pre: list[str]) -> str:
         """A DMA operand; a permuted HBM view (ir.View.perm) is an advanced index over an nl.mgrid of the view's
         shape (NKI 0.1 spec §1.6): grid axis a walks the view's axis a, i.e. the region's slice perm[a], so
@@ -235,6 +258,8 @@ class _ViewModel:
     def view(self, v: View, dst: bool = False) -> str:
         if v.perm:
             raise InternalError(f"a permuted view of {v.buf.name} outside a DMA")
+        if any(isinstance(i, Sl) and i.step < 0 and i.size > 1 for i in v.idx):
+            return self.reversed_view(v)
         name = self.names(v.buf.name)
         idx = [self.idx(i, n) for i, n in zip(v.idx, v.buf.shape)]
         if all(x == ":" for x in idx):

@@ -10,7 +10,7 @@ import math
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr
-from tilec.compiler.lower import Comp, rename_vars
+from tilec.compiler.lower import Comp, rename_vars, size_value
 from tilec.compiler.ops import EltwiseOp, index_maps, is_permutation, plain, reads, reject
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
@@ -84,7 +84,7 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
         idx = [plain(m) for m in index_maps(acc, comp, program)]
         if acc.tensor == comp.target:
             raise reject(comp, "an element-wise statement may not read the tensor it writes", acc.span)
-        if idx == list(comp.out_vars):
+        if idx == list(comp.out_vars) or reversed_dims(acc, comp, program) is not None:
             inputs += [acc.tensor] if acc.tensor not in inputs else []
             continue
         here = _broadcast_run(comp, acc, idx, program)
@@ -99,11 +99,55 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
     # tensor_scalar (one scalar per partition); as the whole result (`Y[i, j] = 2 * c[i] + 1`) the column is expanded
     # over the tile (expr_instrs.ExprCompiler.emit)
     run = _partition_run(comp, runs)
+    flips = [f for a in accesses(comp.init) if (f := reversed_dims(a, comp, program))]
+    if flips:
+        run = _reversed_run(comp, run, turns(flips, len(comp.out_vars)))
     roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))
     layout = _broadcast_layout(comp, run) if run else ()
     size = math.prod(comp.extent(v) for v in comp.out_vars)
     return EltwiseOp(comp.target, comp.target, comp.init, tuple(inputs), size, roles, comp.line, comp.span,
                      tuple(columns), layout, run or (0, 0), comp.fused, comp.lines, tuple(rows))
+
+
+def reversed_dims(acc: sx.Access, comp: Comp, program) -> tuple[int, ...] | None:
+    """The dimensions a full-rank read indexes reversed (`A[N - 1 - i, j]` of an [N, M] tensor in Y[i, j]: (0,)),
+    when every other index is the output's own; None for any other read. A reversed index must run over the whole
+    dimension (`N - 1 - i` for i in 0..N, the dimension N long): the tile loads stay whole rows."""
+    out = list(comp.out_vars)
+    maps = index_maps(acc, comp, program)
+    if len(maps) != len(out):
+        return None
+    shape = [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[acc.tensor].shape]
+    flipped = []
+    for d, ((coefs, const), v) in enumerate(zip(maps, out)):
+        if coefs == {v: 1} and const == 0:
+            continue
+        if coefs == {v: -1} and const == comp.extent(v) - 1 and shape[d] == comp.extent(v):
+            flipped.append(d)
+            continue
+        return None
+    return tuple(flipped) if flipped else None
+
+
+def turns(flips: list[tuple[int, ...]], n: int) -> set[int]:
+    """Where reads change direction along the n output indices (0 and n included when a read is reversed there):
+    the layout's groups of indices (outer, partitions, free) must meet there, so each is read one way."""
+    out: set[int] = set()
+    for back in flips:
+        out |= {d for d in range(n + 1) if (d in back) != (d - 1 in back)}
+    return out
+
+
+def turn_run(found: set[int], n: int) -> tuple[int, int] | None:
+    """The output indices [a, b) to put on the partitions so that the groups meet at the reads' turns: (0, t) for
+    one turn inside, (t1, t2) for two; (0, 0) (the data flattened) when every read goes one way over all indices;
+    None for more turns than a layout of three groups has boundaries."""
+    inside = sorted(found - {0, n})
+    if not inside:
+        return (0, 0)
+    if len(inside) == 1:
+        return (0, inside[0])
+    return (inside[0], inside[1]) if len(inside) == 2 else None
 
 
 def _partition_run(comp: Comp, runs: dict[str, tuple[int, int] | None]) -> tuple[int, int] | None:
@@ -114,6 +158,24 @@ def _partition_run(comp: Comp, runs: dict[str, tuple[int, int] | None]) -> tuple
         raise reject(comp, "a statement with both per-partition and per-row broadcasts needs the row operand "
                            "indexed by exactly the output indices after the column operand's", comp.init.span)
     return col or ((0, row[0]) if row else None)
+
+
+def _reversed_run(comp: Comp, run: tuple[int, int] | None, found: set[int]) -> tuple[int, int] | None:
+    """The partition run of a statement with reversed reads: the broadcasts' run when it meets every turn, else
+    the one the turns ask for (None: flattened)."""
+    assert comp.init is not None
+    n = len(comp.out_vars)
+    if run is not None:
+        if found <= {0, *run, n}:
+            return run
+        raise reject(comp, "a reversed read whose direction changes inside the broadcast operands' indices is not "
+                           "compiled yet", comp.init.span, "reverse the broadcast operand's indices alike, or "
+                           "pass the operand already reversed")
+    want = turn_run(found, n)
+    if want is None:
+        raise reject(comp, "a read reversed along more than two separate runs of indices is not compiled yet",
+                     comp.init.span, "pass the operand already reversed along some of them")
+    return want if want != (0, 0) else None
 
 
 def _broadcast_run(comp: Comp, acc: sx.Access, idx: list, program) -> tuple[int, int]:
