@@ -80,7 +80,7 @@ class ViewModel06(_ViewModel):
         pair per view axis (the region's slice perm[a]), the offset of the region's first element; the view is
         named on the lines before the DMA (`pre`)."""
         if not v.perm:
-            return self.view(v)
+            return self.view(v)  # (a reversed HBM view: an .ap() with a negative step, reversed_view)
         strides: list[int] = []
         n = 1
         for d in reversed(v.buf.shape):
