@@ -181,11 +181,17 @@ class _ViewModel:
     def aff(self, x: Aff) -> str:
         parts = []
         for t in x.terms:
+            if t.coef < 0 and not t.name:
+                continue
             var = self.names(t.var, "var")
             coef = t.name or (str(t.coef) if t.coef != 1 else "")
             parts.append(f"{var} * {coef}" if coef else var)
         if x.const or not parts:
             parts.append(str(x.const))
+        for t in x.terms:  # a term going down (a reversed read's tile start): `299 - pt * 100`, after the constant
+            if t.coef < 0 and not t.name:
+                var = self.names(t.var, "var")
+                parts.append(f"-{var}" + (f" * {-t.coef}" if t.coef != -1 else ""))
         return " + ".join(parts).replace("+ -", "- ")
 
     def idx(self, i, dim: int) -> str:

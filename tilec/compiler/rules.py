@@ -311,7 +311,9 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     prims += [prim("stage", v[c], at("pt"), name=name(f"{c}_col{tag}"), dtype="f32") for c in reversed(n.columns)]
     # with whole broadcast rows VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
     fold = (whole or per_tile) and bool(n.columns)
-    label = f"{out} = element-wise" + (f", broadcasting {', '.join(n.columns + n.rows)}" if n.run[1] else "")
+    label = f"{out} = element-wise" + (f", broadcasting {', '.join(n.columns + n.rows)}" if n.columns + n.rows else
+                                       f", {', '.join(lp.var for lp in n.loops[n.run[0]:n.run[1]])} on the partitions"
+                                       if n.run[1] else "")
     temps = {"temps": f"tmp{tag}_"} if tag else {}  # a region's temporaries have its own shape
     return prims + [prim("tensorize", at("p_i"), fold=fold, regroup=fold, **temps),
                     prim("block", at("pt"), label + part)]

@@ -55,7 +55,10 @@ def _inline(prev: Comp, nxt: Comp, program) -> sx.Expr | None:
     dtype = program.tensors[prev.target].dtype
     if dtype != "f32":  # the store to prev's target rounds to its dtype: the fused chain must round there too
         value = sx.Call(dtype, (value,), getattr(value, "span", prev.span))
-    return _substitute(nxt.init, prev.target, value)
+    fused = _substitute(nxt.init, prev.target, value)
+    if _mixed_read(fused, nxt, program) is not None:  # A reversed in one statement, forward in the next: kept apart
+        return None
+    return fused
 
 
 def _substitute(e: sx.Expr, tensor: str, value: sx.Expr) -> sx.Expr:
@@ -101,6 +104,7 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
     run = _partition_run(comp, runs)
     flips = [f for a in accesses(comp.init) if (f := reversed_dims(a, comp, program))]
     if flips:
+        _one_direction(comp, program)
         run = _reversed_run(comp, run, turns(flips, len(comp.out_vars)))
     roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))
     layout = _broadcast_layout(comp, run) if run else ()
@@ -158,6 +162,29 @@ def _partition_run(comp: Comp, runs: dict[str, tuple[int, int] | None]) -> tuple
         raise reject(comp, "a statement with both per-partition and per-row broadcasts needs the row operand "
                            "indexed by exactly the output indices after the column operand's", comp.init.span)
     return col or ((0, row[0]) if row else None)
+
+
+def _one_direction(comp: Comp, program) -> None:
+    """A tensor is read one way in a statement: its tiles are loaded once, forward or reversed."""
+    assert comp.init is not None
+    mixed = _mixed_read(comp.init, comp, program)
+    if mixed is not None:
+        a, first = mixed
+        raise reject(comp, f"`{fmt_expr(a)}` reads {a.tensor} in another direction than `{fmt_expr(first)}` in the "
+                           "same statement; this is not compiled yet", a.span,
+                     f"copy {a.tensor} reversed into a temporary first (`R[...] = {fmt_expr(first)}` or the other "
+                     "read) and read that")
+
+
+def _mixed_read(e: sx.Expr, comp: Comp, program) -> tuple[sx.Access, sx.Access] | None:
+    """A read of a tensor in another direction than an earlier read of it (`A[i, j]` after `A[N - 1 - i, j]`)."""
+    ways: dict[str, tuple[tuple[int, ...], sx.Access]] = {}
+    for a in accesses(e):
+        way = reversed_dims(a, comp, program) or ()
+        first = ways.setdefault(a.tensor, (way, a))
+        if first[0] != way:
+            return a, first[1]
+    return None
 
 
 def _reversed_run(comp: Comp, run: tuple[int, int] | None, found: set[int]) -> tuple[int, int] | None:
