@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler.exprs import accesses, product_factors
-from tilec.compiler.lower import uses_names
+from tilec.compiler.exprs import accesses, fmt_expr, product_factors
+from tilec.compiler.lower import affine_index, size_value, uses_names
+from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
 
@@ -35,6 +36,7 @@ def split_padded_reads(program):
         the read of it that replaces `value`."""
         name = _unique(base, taken)
         taken.add(name)
+        dtypes[name] = dtype
         decls.append(sx.Decl(name, sx.TensorType(dtype, tuple(by_var[v].stop for v in vs), value.span), value.span))
         idx = tuple(sx.Name(v, value.span) for v in vs)
         fill: sx.Stmt = sx.Assign(sx.Access(name, idx, value.span), "=", value, span)
@@ -52,8 +54,11 @@ def split_padded_reads(program):
                 body.append(out[-1])
                 before += out[:-1]
             return before + [replace(st, body=tuple(body))]
-        if isinstance(st, sx.Assign) and st.op == "+=":
-            return operand_functions(st, {lp.var: lp for lp in loops})
+        if isinstance(st, sx.Assign) and st.op in ("+=", "max=", "min="):
+            first = reversed_operands(st, {lp.var: lp for lp in loops})
+            if st.op != "+=":
+                return first
+            return first[:-1] + operand_functions(first[-1], {lp.var: lp for lp in loops})  # type: ignore[arg-type]
         if not isinstance(st, sx.Assign) or st.op != "=" or isinstance(st.value, sx.Access):
             return [st]
         by_var = {lp.var: lp for lp in loops}
@@ -72,6 +77,44 @@ def split_padded_reads(program):
         if not new:
             return [st]
         return copies + [replace(st, value=_subst(st.value, new))]
+
+    def reversed_operands(st: sx.Assign, by_var: dict[str, sx.Loop]) -> list[sx.Stmt]:
+        """`s[i] += A[N - 1 - i, j]`: a reduction (or contraction) operand read backwards along a loop the output
+        keeps is copied reversed first, `A_rev[i, j] = A[N - 1 - i, j]` (the element-wise rule: the DMA reverses
+        the rows), and the reduction reads `A_rev[i, j]`. Exact (a copy in A's dtype); cost: one HBM round trip
+        of A. A loop the reduction sums over is turned around instead (select.forward_reduced: no copy)."""
+        kept = {i.id for i in st.target.indices if isinstance(i, sx.Name)}
+        loop_vars = frozenset(by_var)
+        new: dict[int, sx.Expr] = {}
+        copies: list[sx.Stmt] = []
+        done: dict[str, sx.Access] = {}
+        for acc in accesses(st.value):
+            if acc.fill is not None:
+                continue
+            shape = program.tensors[acc.tensor].shape
+            vs: list[str] = []
+            back = False
+            for ix, dim in zip(acc.indices, shape):
+                coefs, const = _affine(ix, loop_vars, program.sizes)
+                v = next(iter(coefs)) if coefs is not None and len(coefs) == 1 else None
+                if v is None or v in vs or not _zero(by_var[v].start):
+                    break
+                n = size_value(by_var[v].stop, program.sizes)
+                size = dim if isinstance(dim, int) else size_value(dim, program.sizes)
+                if coefs == {v: -1} and const == n - 1 and size == n:
+                    back = back or v in kept
+                elif coefs != {v: 1} or const != 0:
+                    break
+                vs.append(v)
+            else:
+                if not back:
+                    continue
+                key = fmt_expr(acc)
+                if key not in done:
+                    copy, done[key] = temporary(f"{acc.tensor}_rev", dtypes[acc.tensor], acc, vs, by_var, st.span)
+                    copies.append(copy)
+                new[id(acc)] = done[key]
+        return copies + [replace(st, value=_subst(st.value, new))] if new else [st]
 
     def operand_functions(st: sx.Assign, by_var: dict[str, sx.Loop]) -> list[sx.Stmt]:
         """`Y[i, j] += exp(A[k, i]) * B[k, j]` of fp32 operands: `T[k, i] = exp(A[k, i])` first, then the
@@ -115,6 +158,14 @@ def split_padded_reads(program):
     pending = bounds.prove(facts)
     bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
     return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+
+
+def _affine(e: sx.Expr, loop_vars: frozenset[str], sizes: dict[str, int]) -> tuple[dict[str, int] | None, int]:
+    """lower.affine_index of an index, (None, 0) when it is not affine in the loop variables."""
+    try:
+        return affine_index(e, set(loop_vars), sizes)
+    except TilecError:
+        return None, 0
 
 
 def _zero(e: sx.Expr) -> bool:

@@ -133,6 +133,34 @@ def reversed_dims(acc: sx.Access, comp: Comp, program) -> tuple[int, ...] | None
     return tuple(flipped) if flipped else None
 
 
+def has_reversed_read(e: sx.Expr, loop_vars: set[str]) -> bool:
+    """Whether an expression reads a tensor backwards along a loop (`A[N - 1 - i, j]`): an index in which a loop
+    variable has a negative coefficient (names of sizes count as positive constants). The builders that load
+    tiles themselves (row chains) read plainly, so they leave such statements to the element-wise rule."""
+    def coefs(x: sx.Expr) -> dict[str, float] | None:
+        if isinstance(x, sx.Name):
+            return {x.id: 1.0} if x.id in loop_vars else {}
+        if isinstance(x, sx.Num):
+            return {}
+        if isinstance(x, sx.Neg):
+            c = coefs(x.x)
+            return None if c is None else {v: -k for v, k in c.items()}
+        if isinstance(x, sx.BinOp) and x.op in "+-":
+            a, b = coefs(x.lhs), coefs(x.rhs)
+            if a is None or b is None:
+                return None
+            sign = 1 if x.op == "+" else -1
+            return {v: a.get(v, 0) + sign * b.get(v, 0) for v in {*a, *b}}
+        if isinstance(x, sx.BinOp) and x.op == "*":
+            a, b = coefs(x.lhs), coefs(x.rhs)
+            if a is None or b is None or (a and b):
+                return None
+            k = const_value(x.rhs if a else x.lhs)
+            return {v: c * (k if k is not None else 1) for v, c in (a or b).items()}
+        return None
+    return any(any(c < 0 for c in (coefs(ix) or {}).values()) for a in accesses(e) for ix in a.indices)
+
+
 def turns(flips: list[tuple[int, ...]], n: int) -> set[int]:
     """Where reads change direction along the n output indices (0 and n included when a read is reversed there):
     the layout's groups of indices (outer, partitions, free) must meet there, so each is read one way."""
