@@ -107,19 +107,17 @@ def dma(run, dst: object, src: object, where: tuple, skip: bool, op: object = No
 
 def _trace_only(run, ind: Indirect, plain: Tensor, where: tuple) -> None:
     """An indirect DMA in a trace-only run (the performance model's): its cost is one descriptor per row, whatever
-    rows the index tile names, so it is recorded without the index values; the dependences are taken over the
-    whole HBM tensor (any row may be the one), the on-chip side exactly."""
+    rows the index tile names, so it is recorded without the index values, every row taken to be inside the tensor
+    (the full run's record when they are); the HBM side is touched as a whole (any row may be the one)."""
     rows = ind.shape[0]
-    whole = Tensor.whole(ind.base.buf)
     gather = plain.buf.memory != "hbm"
     if gather:
-        core.read(run, whole, where)
+        core.read(run, ind.base, where)
         core.write(run, plain, None, where)
     else:
         core.read(run, plain, where)
-        core.write(run, whole, None, where)
+        core.write(run, ind.base, None, where)
     row_bytes = ind.size // max(rows, 1) * plain.itemsize
-    out = plain if gather else ind.base
-    core.emit(run, "dma", "dma_copy", out, (ind.index, whole if gather else plain), where,
-              partitions=plain.shape[0], free=plain.size // max(plain.shape[0], 1), bytes=rows * row_bytes,
+    core.emit(run, "dma", "dma_copy", plain if gather else ind.base, (ind.index, ind.base if gather else plain),
+              where, partitions=plain.shape[0], free=plain.size // max(plain.shape[0], 1), bytes=rows * row_bytes,
               dma_chunks=rows, dma_chunk_bytes=row_bytes, attrs=(("indirect", True),))
