@@ -222,3 +222,16 @@ def test_what_stays_refused_is_located_with_a_hint(name, golden):
         compile_loaded(lang.load(src))
     assert err.value.span is not None and err.value.span.line == line and err.value.hint
     golden.check(f"compiler/errors/{name}.txt", err.value.render() + "\n")
+
+
+@pytest.mark.parametrize("nki", DIALECTS)
+def test_a_reversed_row_load_costs_one_descriptor_per_row_like_a_forward_one(nki):
+    """The model's descriptor count: the reversed rows of A (0.6: a [-M, P] pair; 0.1: an indirect DMA) move as P
+    rows of M contiguous elements, as B's forward rows do (trace-only run, the model's)."""
+    prog = lang.load(ELTWISE.format(N=256, M=300, expr="A[N - 1 - i, j] * B[i, j]"))
+    c = compile_loaded(prog, nki=nki)
+    x = {t.name: np.zeros(t.shape, np.float32) for t in prog.inputs}
+    _, trace = c.run_traced(numerics=False, **x)
+    dmas = [i for i in trace.instrs if i.engine == "dma"]
+    assert len(dmas) == 6  # per row tile of 128: A's load, B's load, Y's store
+    assert {(i.partitions, i.dma_chunks, i.dma_chunk_bytes) for i in dmas} == {(128, 128, 300 * 4)}
