@@ -142,6 +142,14 @@ kernel flip(A: f32[N, M]) -> Y
     assert_matches(prog, "Y", out["Y"], x["A"][::-1] * 2 - x["A"])
 
 
+@pytest.mark.parametrize("nki", DIALECTS)
+def test_one_tensor_read_both_ways_in_one_statement(nki):
+    """flip(A) - A: a tile is loaded one way, so the reversed read goes through a reversed copy first (pad_split)."""
+    prog, c, out, x = _run(ELTWISE.format(N=300, M=70, expr="A[N - 1 - i, j] - A[i, M - 1 - j] * B[i, j]"), nki)
+    assert_matches(prog, "Y", out["Y"], x["A"][::-1] - x["A"][:, ::-1] * x["B"])
+    assert "A_rev" in c.source
+
+
 REDUCE = """\
 kernel flip(A: f32[N, M], B: f32[N, M]) -> s
   default N = 300, M = 70
@@ -188,13 +196,6 @@ kernel flip(A: f32[N, M], c: f32[N]) -> Y
   Y: f32[N, M]
   for i in 0..N, j in 0..M:
     Y[i, j] = A[i, j] * c[N - 1 - i]
-""", 5),
-    "reversed_both_ways": ("""\
-kernel flip(A: f32[N, M]) -> Y
-  default N = 300, M = 70
-  Y: f32[N, M]
-  for i in 0..N, j in 0..M:
-    Y[i, j] = A[N - 1 - i, j] - A[i, j]
 """, 5),
     "reversed_three_turns": ("""\
 kernel flip(A: f32[B, N, M, Q]) -> Y

@@ -62,6 +62,9 @@ def split_padded_reads(program):
         if not isinstance(st, sx.Assign) or st.op != "=" or isinstance(st.value, sx.Access):
             return [st]
         by_var = {lp.var: lp for lp in loops}
+        both = reversed_operands(st, by_var, mixed=True)  # A[N - 1 - i, j] - A[i, j]: the reversed read copied
+        if len(both) > 1:
+            return both[:-1] + stmt(both[-1], loops)
         new: dict[int, sx.Expr] = {}
         copies: list[sx.Stmt] = []
         for acc in accesses(st.value):
@@ -78,43 +81,57 @@ def split_padded_reads(program):
             return [st]
         return copies + [replace(st, value=_subst(st.value, new))]
 
-    def reversed_operands(st: sx.Assign, by_var: dict[str, sx.Loop]) -> list[sx.Stmt]:
+    def reversed_operands(st: sx.Assign, by_var: dict[str, sx.Loop], mixed: bool = False) -> list[sx.Stmt]:
         """`s[i] += A[N - 1 - i, j]`: a reduction (or contraction) operand read backwards along a loop the output
         keeps is copied reversed first, `A_rev[i, j] = A[N - 1 - i, j]` (the element-wise rule: the DMA reverses
         the rows), and the reduction reads `A_rev[i, j]`. Exact (a copy in A's dtype); cost: one HBM round trip
-        of A. A loop the reduction sums over is turned around instead (select.forward_reduced: no copy)."""
-        kept = {i.id for i in st.target.indices if isinstance(i, sx.Name)}
+        of A. A loop the reduction sums over is turned around instead (select.forward_reduced: no copy).
+        `mixed` (an element-wise statement): only a tensor read in several directions (`A[N - 1 - i, j] - A[i,
+        j]`: its tiles are loaded one way) has its reversed reads copied."""
+        kept = set(by_var) if mixed else {i.id for i in st.target.indices if isinstance(i, sx.Name)}
         loop_vars = frozenset(by_var)
+        ways: dict[int, tuple[list[str], tuple[int, ...]] | None] = {}
+        for acc in accesses(st.value):
+            ways[id(acc)] = None if acc.fill is not None else _way(acc, by_var, loop_vars)
+        seen: dict[str, set] = {}
+        for acc in accesses(st.value):
+            w = ways[id(acc)]
+            seen.setdefault(acc.tensor, set()).add(None if w is None else w[1])
         new: dict[int, sx.Expr] = {}
         copies: list[sx.Stmt] = []
         done: dict[str, sx.Access] = {}
         for acc in accesses(st.value):
-            if acc.fill is not None:
+            w = ways[id(acc)]
+            if w is None or not any(w[0][d] in kept for d in w[1]) or (mixed and len(seen[acc.tensor]) < 2):
                 continue
-            shape = program.tensors[acc.tensor].shape
-            vs: list[str] = []
-            back = False
-            for ix, dim in zip(acc.indices, shape):
-                coefs, const = _affine(ix, loop_vars, program.sizes)
-                v = next(iter(coefs)) if coefs is not None and len(coefs) == 1 else None
-                if v is None or v in vs or not _zero(by_var[v].start):
-                    break
-                n = size_value(by_var[v].stop, program.sizes)
-                size = dim if isinstance(dim, int) else size_value(dim, program.sizes)
-                if coefs == {v: -1} and const == n - 1 and size == n:
-                    back = back or v in kept
-                elif coefs != {v: 1} or const != 0:
-                    break
-                vs.append(v)
-            else:
-                if not back:
-                    continue
-                key = fmt_expr(acc)
-                if key not in done:
-                    copy, done[key] = temporary(f"{acc.tensor}_rev", dtypes[acc.tensor], acc, vs, by_var, st.span)
-                    copies.append(copy)
-                new[id(acc)] = done[key]
+            key = fmt_expr(acc)
+            if key not in done:
+                copy, done[key] = temporary(f"{acc.tensor}_rev", dtypes[acc.tensor], acc, w[0], by_var, st.span)
+                copies.append(copy)
+            new[id(acc)] = done[key]
         return copies + [replace(st, value=_subst(st.value, new))] if new else [st]
+
+    def _way(acc: sx.Access, by_var: dict[str, sx.Loop], loop_vars: frozenset[str]
+             ) -> tuple[list[str], tuple[int, ...]] | None:
+        """(the loop variable of each index, the indices read reversed) of a read indexed by distinct loop
+        variables from 0, each plainly or as `n - 1 - v` over its whole dimension; None for any other read."""
+        if acc.tensor not in program.tensors:  # a temporary made here: read plainly
+            return None
+        vs: list[str] = []
+        back: list[int] = []
+        for d, (ix, dim) in enumerate(zip(acc.indices, program.tensors[acc.tensor].shape)):
+            coefs, const = _affine(ix, loop_vars, program.sizes)
+            v = next(iter(coefs)) if coefs is not None and len(coefs) == 1 else None
+            if v is None or v in vs or not _zero(by_var[v].start):
+                return None
+            n = size_value(by_var[v].stop, program.sizes)
+            size = dim if isinstance(dim, int) else size_value(dim, program.sizes)
+            if coefs == {v: -1} and const == n - 1 and size == n:
+                back.append(d)
+            elif coefs != {v: 1} or const != 0:
+                return None
+            vs.append(v)
+        return vs, tuple(back)
 
     def operand_functions(st: sx.Assign, by_var: dict[str, sx.Loop]) -> list[sx.Stmt]:
         """`Y[i, j] += exp(A[k, i]) * B[k, j]` of fp32 operands: `T[k, i] = exp(A[k, i])` first, then the
