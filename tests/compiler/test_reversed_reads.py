@@ -167,6 +167,7 @@ kernel flip(A: f32[N, M], B: f32[N, M]) -> s
     ("-inf", "max=", "A[i, M - 1 - j]", lambda A, B: A.max(1)),
     ("0", "+=", "A[N - 1 - i, j]", lambda A, B: A[::-1].sum(1)),  # a kept loop: a reversed copy first
     ("inf", "min=", "exp(A[N - 1 - i, M - 1 - j])", lambda A, B: np.exp(A[::-1]).min(1)),
+    ("0", "+=", "A[i, M - 1 - j] * B[i, j]", lambda A, B: (A[:, ::-1] * B).sum(1)),  # j both ways: A copied
 ])
 def test_a_reversed_operand_of_a_row_reduction(init, op, value, formula, nki):
     prog, _, out, x = _run(REDUCE.format(init=init, op=op, value=value), nki)
@@ -204,15 +205,6 @@ kernel flip(A: f32[B, N, M, Q]) -> Y
   for b in 0..B, i in 0..N, j in 0..M, q in 0..Q:
     Y[b, i, j, q] = A[B - 1 - b, i, M - 1 - j, q]
 """, 5),
-    "reversed_and_forward_sum": ("""\
-kernel flip(A: f32[N, M], B: f32[N, M]) -> s
-  default N = 300, M = 70
-  s: f32[N]
-  for i in 0..N:
-    s[i] = 0
-    for j in 0..M:
-      s[i] += A[i, M - 1 - j] * B[i, j]
-""", 7),
 }
 
 

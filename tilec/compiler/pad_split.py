@@ -85,7 +85,8 @@ def split_padded_reads(program):
         """`s[i] += A[N - 1 - i, j]`: a reduction (or contraction) operand read backwards along a loop the output
         keeps is copied reversed first, `A_rev[i, j] = A[N - 1 - i, j]` (the element-wise rule: the DMA reverses
         the rows), and the reduction reads `A_rev[i, j]`. Exact (a copy in A's dtype); cost: one HBM round trip
-        of A. A loop the reduction sums over is turned around instead (select.forward_reduced: no copy).
+        of A. A loop the reduction sums over is turned around instead (select.forward_reduced: no copy), unless
+        another read takes it forward (`A[i, M - 1 - j] * B[i, j]`): then the reversed read is copied too.
         `mixed` (an element-wise statement): only a tensor read in several directions (`A[N - 1 - i, j] - A[i,
         j]`: its tiles are loaded one way) has its reversed reads copied."""
         kept = set(by_var) if mixed else {i.id for i in st.target.indices if isinstance(i, sx.Name)}
@@ -97,6 +98,8 @@ def split_padded_reads(program):
         for acc in accesses(st.value):
             w = ways[id(acc)]
             seen.setdefault(acc.tensor, set()).add(None if w is None else w[1])
+        forward = {v for w in ways.values() if w is not None for d, v in enumerate(w[0]) if d not in w[1]}
+        kept |= {v for w in ways.values() if w is not None for d in w[1] if (v := w[0][d]) in forward}
         new: dict[int, sx.Expr] = {}
         copies: list[sx.Stmt] = []
         done: dict[str, sx.Access] = {}
