@@ -126,6 +126,20 @@ kernel flip(A: f32[N, M], c: f32[N], r: f32[M]) -> Y, Z
 
 
 @pytest.mark.parametrize("nki", DIALECTS)
+def test_reversed_broadcast_operands(nki):
+    """A column c[N - 1 - i] and a row r[M - 1 - j]: each copied reversed first (small copies), then broadcast."""
+    src = """\
+kernel flip(A: f32[N, M], c: f32[N], r: f32[M]) -> Y
+  default N = 300, M = 70
+  Y: f32[N, M]
+  for i in 0..N, j in 0..M:
+    Y[i, j] = A[i, j] * c[N - 1 - i] + r[M - 1 - j]
+"""
+    prog, _, out, x = _run(src, nki)
+    assert_matches(prog, "Y", out["Y"], x["A"] * x["c"][::-1, None] + x["r"][None, ::-1])
+
+
+@pytest.mark.parametrize("nki", DIALECTS)
 def test_a_chain_through_a_temporary_and_a_forward_read_of_the_same_tensor(nki):
     """T = 2 * A reversed, then Y = T - A forward: the chain is not fused (one statement would read A both ways)."""
     src = """\
@@ -191,13 +205,14 @@ kernel mm(A: f32[N, K], B: f32[K, M]) -> C
 
 
 REFUSED = {
-    "reversed_column": ("""\
-kernel flip(A: f32[N, M], c: f32[N]) -> Y
-  default N = 214, M = 127
+    "reversed_part": ("""\
+kernel flip(A: f32[P, M]) -> Y
+  default P = 214, M = 127
+  let N = P - 14
   Y: f32[N, M]
   for i in 0..N, j in 0..M:
-    Y[i, j] = A[i, j] * c[N - 1 - i]
-""", 5),
+    Y[i, j] = A[P - 1 - i, j] * 2
+""", 6),
     "reversed_three_turns": ("""\
 kernel flip(A: f32[B, N, M, Q]) -> Y
   default B = 3, N = 4, M = 5, Q = 6

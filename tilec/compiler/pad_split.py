@@ -88,7 +88,8 @@ def split_padded_reads(program):
         of A. A loop the reduction sums over is turned around instead (select.forward_reduced: no copy), unless
         another read takes it forward (`A[i, M - 1 - j] * B[i, j]`): then the reversed read is copied too.
         `mixed` (an element-wise statement): only a tensor read in several directions (`A[N - 1 - i, j] - A[i,
-        j]`: its tiles are loaded one way) has its reversed reads copied."""
+        j]`: its tiles are loaded one way) and a reversed broadcast operand (`c[N - 1 - i]` of Y[i, j]: the rule
+        stages columns and rows forward) have their reversed reads copied (a small copy for a broadcast)."""
         kept = set(by_var) if mixed else {i.id for i in st.target.indices if isinstance(i, sx.Name)}
         loop_vars = frozenset(by_var)
         ways: dict[int, tuple[list[str], tuple[int, ...]] | None] = {}
@@ -105,7 +106,8 @@ def split_padded_reads(program):
         done: dict[str, sx.Access] = {}
         for acc in accesses(st.value):
             w = ways[id(acc)]
-            if w is None or not any(w[0][d] in kept for d in w[1]) or (mixed and len(seen[acc.tensor]) < 2):
+            if w is None or not any(w[0][d] in kept for d in w[1]) or \
+                    (mixed and len(seen[acc.tensor]) < 2 and len(w[0]) == len(st.target.indices)):
                 continue
             key = fmt_expr(acc)
             if key not in done:

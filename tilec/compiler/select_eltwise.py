@@ -240,9 +240,9 @@ def _broadcast_run(comp: Comp, acc: sx.Access, idx: list, program) -> tuple[int,
     maps = index_maps(acc, comp, program)
     if any(c < 0 for coefs, _ in maps for c in coefs.values()):
         e = next(e for e, (coefs, _) in zip(acc.indices, maps) if any(c < 0 for c in coefs.values()))
-        raise reject(comp, f"the reversed index `{fmt_expr(e)}` of {shown} is not compiled yet (a reversed read is "
-                           "compiled when it reads every output index, each plainly or as `n - 1 - v` over its "
-                           "whole dimension; not in a broadcast operand or a shifted read)", e.span,
+        raise reject(comp, f"the reversed index `{fmt_expr(e)}` of {shown} is not compiled yet (a reversed index "
+                           "compiles when it runs over a whole dimension, `n - 1 - v` for v in 0..n of a dimension "
+                           "of n, each other index a plain loop variable)", e.span,
                      "pass the operand already reversed, or run the program on the reference evaluator meanwhile: "
                      "`tilec run PROGRAM.tl --backend ref`")
     if None in idx or any(v not in out for v in idx) or not idx:
