@@ -113,7 +113,10 @@ def forward_reduced(comp: Comp, program) -> Comp:
     has such an index, or when the loop appears in an index in any other form (`j`, `j + 1`, `2 * j`)."""
     if comp.red_op is None or comp.update is None:
         return comp
-    maps = {a: index_maps(a, comp, program) for a in accesses(comp.update)}
+    try:
+        maps = {a: index_maps(a, comp, program) for a in accesses(comp.update)}
+    except TilecError:  # an index that is not affine: reported where the statement is selected
+        return comp
     turn = {v for m in maps.values() for coefs, const in m for v in comp.red_vars
             if coefs == {v: -1} and const == comp.extent(v) - 1}
     if not turn:
