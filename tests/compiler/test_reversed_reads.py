@@ -75,11 +75,13 @@ def test_the_kernel_reverses_partitions_in_the_dma_and_free_elements_on_the_engi
 
 @pytest.mark.parametrize("nki", DIALECTS)
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_a_one_dimensional_flip(dtype, nki):
-    """Y[i] = A[N - 1 - i] over 2184 elements, flattened as 104 x 21: both new loops are reversed."""
-    src = """\
+@pytest.mark.parametrize("N", [2184, 2003])
+def test_a_one_dimensional_flip(N, dtype, nki):
+    """Y[i] = A[N - 1 - i]: 2184 elements flattened as 104 x 21 (both new loops reversed); 2003 (prime) in ragged
+    partition tiles."""
+    src = f"""\
 kernel flip(A: f32[N]) -> Y
-  default N = 2184
+  default N = {N}
   Y: f32[N]
   for i in 0..N:
     Y[i] = A[N - 1 - i] * 2

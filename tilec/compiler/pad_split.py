@@ -186,7 +186,7 @@ def _affine(e: sx.Expr, loop_vars: frozenset[str], sizes: dict[str, int]) -> tup
     """lower.affine_index of an index, (None, 0) when it is not affine in the loop variables."""
     try:
         return affine_index(e, set(loop_vars), sizes)
-    except TilecError:
+    except (TilecError, KeyError):  # not affine, or a name that is no size: not a reversed index
         return None, 0
 
 
