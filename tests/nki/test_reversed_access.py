@@ -6,7 +6,8 @@
   is refused.
 - A DMA whose HBM pattern walks memory backwards is refused in 0.1: runtimes before Neuron Runtime 2.33 (SDK 2.32
   release notes, runtime fixes) computed negative-stride DMA addresses with an unsigned step. Rows are reversed
-  with an indirect DMA instead (an iota index tile), which a trace-only run prices like the full run."""
+  with an indirect DMA instead (an iota index tile): its rows are index arithmetic, known to a trace-only run too,
+  which therefore records what the full run does (an index tile read from HBM still needs numerics)."""
 from __future__ import annotations
 
 import dataclasses

@@ -66,9 +66,8 @@ def dma(run, dst: object, src: object, where: tuple, skip: bool, op: object = No
     if plain.buf.memory == "psum":
         checks.dma(plain, plain, where)
     core.read(run, ind.index, where)
-    if not run.numerics and mask is None and op is None:
-        return _trace_only(run, ind, plain, where)
-    core.needs_values(run, "indirect DMA (its rows are chosen by the values of an index tile)", where)
+    if ind.index.buf.id not in run.known:  # (an iota's rows are known to a trace-only run too)
+        core.needs_values(run, "indirect DMA (its rows are chosen by the values of an index tile)", where)
     rows = core.values(ind.index).reshape(-1).astype(np.int64)
     n = ind.base.shape[0]
     active = np.ones(rows.shape, bool) if mask is None else mask.reshape(rows.shape[0], -1).any(axis=1)
@@ -103,21 +102,3 @@ def dma(run, dst: object, src: object, where: tuple, skip: bool, op: object = No
     core.emit(run, "dma", "dma_copy", out, reads, where, partitions=plain.shape[0],
               free=plain.size // max(plain.shape[0], 1), bytes=n_rows * row_bytes, dma_chunks=n_rows,
               dma_chunk_bytes=row_bytes, attrs=(("indirect", True),))
-
-
-def _trace_only(run, ind: Indirect, plain: Tensor, where: tuple) -> None:
-    """An indirect DMA in a trace-only run (the performance model's): its cost is one descriptor per row, whatever
-    rows the index tile names, so it is recorded without the index values, every row taken to be inside the tensor
-    (the full run's record when they are); the HBM side is touched as a whole (any row may be the one)."""
-    rows = ind.shape[0]
-    gather = plain.buf.memory != "hbm"
-    if gather:
-        core.read(run, ind.base, where)
-        core.write(run, plain, None, where)
-    else:
-        core.read(run, plain, where)
-        core.write(run, ind.base, None, where)
-    row_bytes = ind.size // max(rows, 1) * plain.itemsize
-    core.emit(run, "dma", "dma_copy", plain if gather else ind.base, (ind.index, ind.base if gather else plain),
-              where, partitions=plain.shape[0], free=plain.size // max(plain.shape[0], 1), bytes=rows * row_bytes,
-              dma_chunks=rows, dma_chunk_bytes=row_bytes, attrs=(("indirect", True),))
