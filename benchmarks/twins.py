@@ -12,7 +12,7 @@ eviction before its VectorE add; the stationary's relu runs on the regions each 
 evictions; a column alone is one activation per tile after the (P, 1) column; a one-element column, `c[m]` with
 M = 1, is copied to every partition once and the output flattened onto the partitions; a reversed read, gaps14,
 costs its twin's DMAs: rows reversed by the load, columns read backwards by the engine, a summed loop turned
-around; a reduction's reversed kept loop pays an HBM copy). µs from tilec's performance model (never measured).
+around; a reduction's reversed kept loop reverses its result, a copy of N elements). µs from tilec's performance model (never measured).
 """
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ PAIRS = (
     ("A[i, M-1-j] + B (flip columns)", FLIP.format(expr="A[i, M - 1 - j] + B[i, j]"),
      FLIP.format(expr="A[i, j] + B[i, j]")),
     ("s[i] += A[i, M-1-j] (summed flip)", ROWSUM.format(read="A[i, M - 1 - j]"), ROWSUM.format(read="A[i, j]")),
-    ("s[i] += A[N-1-i, j] (reversed copy)", ROWSUM.format(read="A[N - 1 - i, j]"), ROWSUM.format(read="A[i, j]")),
+    ("s[i] += A[N-1-i, j] (result reversed)", ROWSUM.format(read="A[N - 1 - i, j]"), ROWSUM.format(read="A[i, j]")),
 )
 
 

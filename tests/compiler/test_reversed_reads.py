@@ -181,13 +181,15 @@ kernel flip(A: f32[N, M], B: f32[N, M]) -> s
 @pytest.mark.parametrize("init, op, value, formula", [
     ("0", "+=", "A[i, M - 1 - j] * B[i, M - 1 - j]", lambda A, B: (A * B).sum(1)),  # summed over j: turned around
     ("-inf", "max=", "A[i, M - 1 - j]", lambda A, B: A.max(1)),
-    ("0", "+=", "A[N - 1 - i, j]", lambda A, B: A[::-1].sum(1)),  # a kept loop: a reversed copy first
+    ("0", "+=", "A[N - 1 - i, j]", lambda A, B: A[::-1].sum(1)),  # a kept loop: the result copied reversed
     ("inf", "min=", "exp(A[N - 1 - i, M - 1 - j])", lambda A, B: np.exp(A[::-1]).min(1)),
     ("0", "+=", "A[i, M - 1 - j] * B[i, j]", lambda A, B: (A[:, ::-1] * B).sum(1)),  # j both ways: A copied
 ])
 def test_a_reversed_operand_of_a_row_reduction(init, op, value, formula, nki):
-    prog, _, out, x = _run(REDUCE.format(init=init, op=op, value=value), nki)
+    prog, c, out, x = _run(REDUCE.format(init=init, op=op, value=value), nki)
     assert_matches(prog, "s", out["s"], formula(x["A"], x["B"]))
+    if "N - 1 - i" in value:  # a kept loop read backwards: the result is reversed (s_fwd), not the operand
+        assert "s_fwd" in c.source and "A_rev" not in c.source
 
 
 @pytest.mark.parametrize("nki", DIALECTS)

@@ -9,12 +9,17 @@ stores the fill rounded to X's dtype, as the reference does, and the temporary h
 trip of the read's region per padded read; cutting the element-wise nest into boxes (the copy rule's way) would
 avoid it (docs/notes/core9.md). A read is split only when each of its indices is one loop variable plus or minus a
 constant, each loop variable at most once, over loops that start at 0; other padded reads stay rejected
-(unsupported.py)."""
+(unsupported.py).
+
+Reversed reads the rules do not load themselves are rewritten here too (gaps14): a reduction reading a loop it keeps
+backwards computes forward into a temporary and copies the result reversed (`reversed_result`); otherwise such an
+operand, a reversed broadcast, and a tensor read both ways in one statement are copied reversed first
+(`reversed_operands`). The element-wise rule compiles the reversed copies (docs/notes/gaps14.md)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler.exprs import accesses, fmt_expr, product_factors
+from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors
 from tilec.compiler.lower import affine_index, size_value, uses_names
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -170,9 +175,85 @@ def split_padded_reads(program):
             copies.append(copy)
         return copies + [replace(st, value=_subst(st.value, new))] if new else [st]
 
+    def reversed_result(top: sx.Stmt) -> list[sx.Stmt]:
+        """`s[i] = 0; s[i] += A[N - 1 - i, j]` (a reduction reading a loop it keeps backwards, in every read that
+        uses it): computed forward into a temporary, `T[i] = 0; T[i] += A[i, j]`, then copied reversed after the
+        nest, `s[i] = T[N - 1 - i]` (the element-wise rule): a copy of the result, not of the operand. Only when
+        the nest writes s in those two statements (the first a constant) and reads it nowhere."""
+        if not isinstance(top, sx.Loop):
+            return [top]
+        found: list[tuple[sx.Assign, tuple[sx.Loop, ...]]] = []
+
+        def walk(st: sx.Stmt, loops: tuple[sx.Loop, ...]) -> None:
+            if isinstance(st, sx.Loop):
+                for child in st.body:
+                    walk(child, loops + (st,))
+            elif isinstance(st, sx.Assign):
+                found.append((st, loops))
+        walk(top, ())
+        for upd, loops in found:
+            if upd.op not in ("+=", "max=", "min=") or upd.target.tensor not in program.tensors:
+                continue
+            out = upd.target.tensor
+            names = [i.id if isinstance(i, sx.Name) else None for i in upd.target.indices]
+            by_var = {lp.var: lp for lp in loops}
+            ways = [_way(a, by_var, frozenset(by_var)) for a in accesses(upd.value)]
+            if None in names or not ways or None in ways:
+                continue
+            flip = {w[0][d] for w in ways if w is not None for d in w[1]} & set(names)  # type: ignore[arg-type]
+            if not flip or any(v in flip for w in ways if w is not None for d, v in enumerate(w[0]) if d not in w[1]):
+                continue  # none, or a kept loop also read forward
+            writes = [st for st, _ in found if st.target.tensor == out]
+            inits = [st for st in writes if st is not upd]
+            if len(inits) != 1 or inits[0].op != "=" or const_value(inits[0].value, program.sizes) is None or \
+                    inits[0].target.indices != upd.target.indices or \
+                    any(a.tensor == out for st, _ in found for a in accesses(st.value)):
+                continue
+            decl = next((d for d in kernel.decls if d.name == out), None)
+            if decl is None:
+                continue
+            name = _unique(f"{out}_fwd", taken)
+            taken.add(name)
+            dtypes[name] = dtypes[out]
+            decls.append(sx.Decl(name, decl.type, decl.span))
+
+            def forward(e: sx.Expr) -> sx.Expr:
+                if isinstance(e, sx.Access):
+                    w = _way(e, by_var, frozenset(by_var))
+                    if w is None:
+                        return e
+                    return replace(e, indices=tuple(sx.Name(v, ix.span) if d in w[1] and v in flip else ix
+                                                    for d, (ix, v) in enumerate(zip(e.indices, w[0]))))
+                if isinstance(e, sx.BinOp):
+                    return replace(e, lhs=forward(e.lhs), rhs=forward(e.rhs))
+                if isinstance(e, sx.Call):
+                    return replace(e, args=tuple(forward(x) for x in e.args))
+                if isinstance(e, sx.Neg):
+                    return replace(e, x=forward(e.x))
+                return e
+
+            def rewrite(st: sx.Stmt) -> sx.Stmt:
+                if isinstance(st, sx.Loop):
+                    return replace(st, body=tuple(rewrite(x) for x in st.body))
+                if isinstance(st, sx.Assign) and st.target.tensor == out:
+                    value = forward(st.value) if st is upd else st.value
+                    return replace(st, target=replace(st.target, tensor=name), value=value)
+                return st
+            span = upd.target.span
+            idx = tuple(sx.BinOp("-", sx.BinOp("-", by_var[v].stop, sx.Num(1, span), span), sx.Name(v, span), span)
+                        if v in flip else sx.Name(v, span) for v in names if v is not None)
+            copy: sx.Stmt = sx.Assign(upd.target, "=", sx.Access(name, idx, span), upd.span)
+            for v in reversed(names):
+                assert v is not None
+                lp = by_var[v]
+                copy = sx.Loop(v, lp.start, lp.stop, (copy,), lp.span)
+            return [rewrite(top), copy]
+        return [top]
+
     body: list[sx.Stmt] = []
-    for st in kernel.body:
-        body += stmt(st, ())
+    for top in kernel.body:
+        for st in reversed_result(top):
+            body += stmt(st, ())
     if not decls:
         return program
     kernel = replace(kernel, decls=kernel.decls + tuple(decls), body=tuple(body))
