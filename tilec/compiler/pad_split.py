@@ -200,7 +200,7 @@ def split_padded_reads(program):
             ways = [_way(a, by_var, frozenset(by_var)) for a in accesses(upd.value)]
             if None in names or not ways or None in ways:
                 continue
-            flip = {w[0][d] for w in ways if w is not None for d in w[1]} & set(names)  # type: ignore[arg-type]
+            flip = {w[0][d] for w in ways if w is not None for d in w[1]} & set(names)
             if not flip or any(v in flip for w in ways if w is not None for d, v in enumerate(w[0]) if d not in w[1]):
                 continue  # none, or a kept loop also read forward
             writes = [st for st, _ in found if st.target.tensor == out]
