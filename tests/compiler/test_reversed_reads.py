@@ -142,6 +142,21 @@ kernel flip(A: f32[N, M], c: f32[N], r: f32[M]) -> Y
 
 
 @pytest.mark.parametrize("nki", DIALECTS)
+def test_a_reversed_read_across_a_columns_run(nki):
+    """c[b] puts b on the partitions and i, j on the free axis, which A[b, N - 1 - i, j] cannot read one way: A is
+    copied reversed first, and the copy is not fused back into the statement."""
+    src = """\
+kernel flip(A: f32[B, N, M], c: f32[B]) -> Y
+  default B = 3, N = 130, M = 50
+  Y: f32[B, N, M]
+  for b in 0..B, i in 0..N, j in 0..M:
+    Y[b, i, j] = A[b, N - 1 - i, j] * c[b]
+"""
+    prog, _, out, x = _run(src, nki)
+    assert_matches(prog, "Y", out["Y"], x["A"][:, ::-1, :] * x["c"][:, None, None])
+
+
+@pytest.mark.parametrize("nki", DIALECTS)
 def test_a_chain_through_a_temporary_and_a_forward_read_of_the_same_tensor(nki):
     """T = 2 * A reversed, then Y = T - A forward: the chain is not fused (one statement would read A both ways)."""
     src = """\

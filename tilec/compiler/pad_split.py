@@ -106,13 +106,14 @@ def split_padded_reads(program):
             seen.setdefault(acc.tensor, set()).add(None if w is None else w[1])
         forward = {v for w in ways.values() if w is not None for d, v in enumerate(w[0]) if d not in w[1]}
         kept |= {v for w in ways.values() if w is not None for d in w[1] if (v := w[0][d]) in forward}
+        clash = mixed and _turns_clash(st, ways)
         new: dict[int, sx.Expr] = {}
         copies: list[sx.Stmt] = []
         done: dict[str, sx.Access] = {}
         for acc in accesses(st.value):
             w = ways[id(acc)]
             if w is None or not any(w[0][d] in kept for d in w[1]) or \
-                    (mixed and len(seen[acc.tensor]) < 2 and len(w[0]) == len(st.target.indices)):
+                    (mixed and not clash and len(seen[acc.tensor]) < 2 and len(w[0]) == len(st.target.indices)):
                 continue
             key = fmt_expr(acc)
             if key not in done:
@@ -120,6 +121,29 @@ def split_padded_reads(program):
                 copies.append(copy)
             new[id(acc)] = done[key]
         return copies + [replace(st, value=_subst(st.value, new))] if new else [st]
+
+    def _turns_clash(st: sx.Assign, ways: dict) -> bool:
+        """Whether the element-wise rule's layout cannot meet both the broadcast operands' run of indices (the
+        partitions: a column's indices, or those before a row's) and the places where full reads turn direction
+        (select_eltwise.turns): `A[b, N - 1 - i, j] * c[b]` puts b on the partitions and i, j together on the free
+        axis, which one direction cannot read. Then the reversed reads are copied."""
+        out = [i.id if isinstance(i, sx.Name) else None for i in st.target.indices]
+        n = len(out)
+        flips, runs = [], []
+        for w in ways.values():
+            if w is None or any(v not in out for v in w[0]):
+                continue
+            pos = [out.index(v) for v in w[0]]
+            if len(pos) == n and pos == list(range(n)):
+                flips.append(w[1])
+            elif pos and pos == list(range(pos[0], pos[0] + len(pos))):
+                runs.append((pos[0], pos[-1] + 1))
+        found = {d for back in flips for d in range(n + 1) if (d in back) != (d - 1 in back)}
+        if not found or not runs:
+            return False
+        col = next((r for r in runs if r[1] < n), None)
+        run = col or (0, next(r for r in runs)[0])
+        return not found <= {0, *run, n}
 
     def _way(acc: sx.Access, by_var: dict[str, sx.Loop], loop_vars: frozenset[str]
              ) -> tuple[list[str], tuple[int, ...]] | None:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from tilec.compiler.exprs import accesses, const_value, fmt_expr
 from tilec.compiler.lower import Comp, rename_vars, size_value
 from tilec.compiler.ops import EltwiseOp, index_maps, is_permutation, plain, reads, reject
+from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
 
@@ -56,7 +57,10 @@ def _inline(prev: Comp, nxt: Comp, program) -> sx.Expr | None:
     if dtype != "f32":  # the store to prev's target rounds to its dtype: the fused chain must round there too
         value = sx.Call(dtype, (value,), getattr(value, "span", prev.span))
     fused = _substitute(nxt.init, prev.target, value)
-    if _mixed_read(fused, nxt, program) is not None:  # A reversed in one statement, forward in the next: kept apart
+    try:  # a reversed read the fused statement could not take (read both ways, turns across a broadcast's run):
+        if any(reversed_dims(a, nxt, program) for a in accesses(fused)):  # the statements stay apart
+            select_eltwise(replace(nxt, init=fused), program)
+    except TilecError:
         return None
     return fused
 
