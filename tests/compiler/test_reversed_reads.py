@@ -157,6 +157,20 @@ kernel flip(A: f32[B, N, M], c: f32[B]) -> Y
 
 
 @pytest.mark.parametrize("nki", DIALECTS)
+def test_a_reversed_transpose(nki):
+    """Y = flip(A, 0).T: A copied reversed first (the element-wise rule), then transposed (TensorE)."""
+    src = """\
+kernel flip(A: f32[M, N]) -> Y
+  default N = 130, M = 70
+  Y: f32[N, M]
+  for i in 0..N, j in 0..M:
+    Y[i, j] = A[M - 1 - j, i]
+"""
+    prog, _, out, x = _run(src, nki)
+    assert_matches(prog, "Y", out["Y"], x["A"][::-1, :].T)
+
+
+@pytest.mark.parametrize("nki", DIALECTS)
 def test_a_chain_through_a_temporary_and_a_forward_read_of_the_same_tensor(nki):
     """T = 2 * A reversed, then Y = T - A forward: the chain is not fused (one statement would read A both ways)."""
     src = """\

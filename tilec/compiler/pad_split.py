@@ -64,12 +64,14 @@ def split_padded_reads(program):
             if st.op != "+=":
                 return first
             return first[:-1] + operand_functions(first[-1], {lp.var: lp for lp in loops})  # type: ignore[arg-type]
-        if not isinstance(st, sx.Assign) or st.op != "=" or isinstance(st.value, sx.Access):
+        if not isinstance(st, sx.Assign) or st.op != "=":
             return [st]
         by_var = {lp.var: lp for lp in loops}
         both = reversed_operands(st, by_var, mixed=True)  # A[N - 1 - i, j] - A[i, j]: the reversed read copied
         if len(both) > 1:
             return both[:-1] + stmt(both[-1], loops)
+        if isinstance(st.value, sx.Access):
+            return [st]
         new: dict[int, sx.Expr] = {}
         copies: list[sx.Stmt] = []
         for acc in accesses(st.value):
@@ -93,8 +95,9 @@ def split_padded_reads(program):
         of A. A loop the reduction sums over is turned around instead (select.forward_reduced: no copy), unless
         another read takes it forward (`A[i, M - 1 - j] * B[i, j]`): then the reversed read is copied too.
         `mixed` (an element-wise statement): only a tensor read in several directions (`A[N - 1 - i, j] - A[i,
-        j]`: its tiles are loaded one way) and a reversed broadcast operand (`c[N - 1 - i]` of Y[i, j]: the rule
-        stages columns and rows forward) have their reversed reads copied (a small copy for a broadcast)."""
+        j]`: its tiles are loaded one way), a reversed broadcast operand (`c[N - 1 - i]` of Y[i, j]: the rule
+        stages columns and rows forward; a small copy), a reversed read in another order than the output's (a
+        transpose, `A[M - 1 - j, i]`), and reversed reads the layout cannot meet (`_turns_clash`) are copied."""
         kept = set(by_var) if mixed else {i.id for i in st.target.indices if isinstance(i, sx.Name)}
         loop_vars = frozenset(by_var)
         ways: dict[int, tuple[list[str], tuple[int, ...]] | None] = {}
@@ -107,14 +110,15 @@ def split_padded_reads(program):
         forward = {v for w in ways.values() if w is not None for d, v in enumerate(w[0]) if d not in w[1]}
         kept |= {v for w in ways.values() if w is not None for d in w[1] if (v := w[0][d]) in forward}
         clash = mixed and _turns_clash(st, ways)
+        order = [i.id if isinstance(i, sx.Name) else None for i in st.target.indices]
         new: dict[int, sx.Expr] = {}
         copies: list[sx.Stmt] = []
         done: dict[str, sx.Access] = {}
         for acc in accesses(st.value):
             w = ways[id(acc)]
             if w is None or not any(w[0][d] in kept for d in w[1]) or \
-                    (mixed and not clash and len(seen[acc.tensor]) < 2 and len(w[0]) == len(st.target.indices)):
-                continue
+                    (mixed and not clash and len(seen[acc.tensor]) < 2 and w[0] == order):
+                continue  # (a read in the output's order that the element-wise rule reverses itself)
             key = fmt_expr(acc)
             if key not in done:
                 copy, done[key] = temporary(f"{acc.tensor}_rev", dtypes[acc.tensor], acc, w[0], by_var, st.span)
