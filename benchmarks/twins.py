@@ -10,8 +10,9 @@ ordinary form; a column's twin is a constant fill of the same output: both only 
 about what the twin costs (the sign or factor on the eviction is free, but a row bias after a factor takes a ScalarE
 eviction before its VectorE add; the stationary's relu runs on the regions each load writes or in the transposes'
 evictions; a column alone is one activation per tile after the (P, 1) column; a one-element column, `c[m]` with
-M = 1, is copied to every partition once and the output flattened onto the partitions). µs from tilec's
-performance model (never measured).
+M = 1, is copied to every partition once and the output flattened onto the partitions; a reversed read, gaps14,
+costs its twin's DMAs: rows reversed by the load, columns read backwards by the engine, a summed loop turned
+around; a reduction's reversed kept loop reverses its result, a copy of N elements). µs from tilec's performance model (never measured).
 """
 from __future__ import annotations
 
@@ -83,6 +84,22 @@ kernel col(A: f32[N, M, P], c: f32[M]) -> Y
   for n in 0..N, m in 0..M, p in 0..P:
     Y[n, m, p] = {expr}
 """
+FLIP = """\
+kernel flip(A: f32[N, M], B: f32[N, M]) -> Y
+  default N = 2048, M = 1024
+  Y: f32[N, M]
+  for i in 0..N, j in 0..M:
+    Y[i, j] = {expr}
+"""
+ROWSUM = """\
+kernel rs(A: f32[N, M]) -> s
+  default N = 2048, M = 1024
+  s: f32[N]
+  for i in 0..N:
+    s[i] = 0
+    for j in 0..M:
+      s[i] += {read}
+"""
 PAIRS = (
     ("relu(b - A.B) (negated product)", MATMUL.format(update="-(A[i, k] * B[k, j])"),
      MATMUL.format(update="A[i, k] * B[k, j]")),
@@ -99,6 +116,12 @@ PAIRS = (
     ("Y = 2 * c[i] + 1 (column alone)", COLUMN.format(expr="2 * c[i] + 1"), COLUMN.format(expr="2.5")),
     ("Y = c[i] (column alone)", COLUMN.format(expr="c[i]"), COLUMN.format(expr="2.5")),
     ("2*c[m] + 1, M = 1 (1-element column)", UNIT.format(expr="2 * c[m] + 1"), UNIT.format(expr="2.5")),
+    ("A[N-1-i, j] + B (flip rows, gaps14)", FLIP.format(expr="A[N - 1 - i, j] + B[i, j]"),
+     FLIP.format(expr="A[i, j] + B[i, j]")),
+    ("A[i, M-1-j] + B (flip columns)", FLIP.format(expr="A[i, M - 1 - j] + B[i, j]"),
+     FLIP.format(expr="A[i, j] + B[i, j]")),
+    ("s[i] += A[i, M-1-j] (summed flip)", ROWSUM.format(read="A[i, M - 1 - j]"), ROWSUM.format(read="A[i, j]")),
+    ("s[i] += A[N-1-i, j] (result reversed)", ROWSUM.format(read="A[N - 1 - i, j]"), ROWSUM.format(read="A[i, j]")),
 )
 
 

@@ -52,6 +52,7 @@ from tilec.compiler.exprs import const_value, fmt_expr
 from tilec.compiler.ir import (DTYPE_BYTES, Act, Alloc, Binary, Block, Buf, Dma, Reduce, Scalar, Sl, Stmt, View, full,
                                whole)
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
+from tilec.compiler.select_eltwise import has_reversed_read
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
@@ -69,6 +70,8 @@ def _fit(op: Op, rows: int) -> tuple[int, int] | None:
         return op.dim("R"), op.dim("F")
     if isinstance(op, EltwiseOp) and op.copy:  # a data copy (shifted indices) has no row structure
         return None
+    if isinstance(op, EltwiseOp) and has_reversed_read(op.expr, {v for _, v in op.vars}):
+        return None  # a reversed read (`A[N - 1 - i, j]`): the element-wise rule reverses its rows, a chain does not
     if isinstance(op, EltwiseOp) and op.layout and op.dim("O") == 1:
         return op.dim("P"), op.dim("F")
     if isinstance(op, EltwiseOp) and not op.layout and rows and op.size == rows:

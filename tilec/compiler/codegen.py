@@ -184,11 +184,17 @@ class _ViewModel:
     def aff(self, x: Aff) -> str:
         parts = []
         for t in x.terms:
+            if t.coef < 0 and not t.name:
+                continue
             var = self.names(t.var, "var")
             coef = t.name or (str(t.coef) if t.coef != 1 else "")
             parts.append(f"{var} * {coef}" if coef else var)
         if x.const or not parts:
             parts.append(str(x.const))
+        for t in x.terms:  # a term going down (a reversed read's tile start): `299 - pt * 100`, after the constant
+            if t.coef < 0 and not t.name:
+                var = self.names(t.var, "var")
+                parts.append(f"-{var}" + (f" * {-t.coef}" if t.coef != -1 else ""))
         return " + ".join(parts).replace("+ -", "- ")
 
     def idx(self, i, dim: int) -> str:
@@ -213,11 +219,64 @@ class _ViewModel:
                 return t.name
         return str(i.size)
 
+    def reversed_view(self, v: View) -> str:
+        """A view read backwards along a free axis (a flip, `A[i, M - 1 - j]` loaded forward): NKI 0.1 has no
+        negative slice step, so each sliced axis is an affine index of nl.arange (spec §1.6), the reversed one with
+        coefficient -1 from its last element: `A_tile[nl.arange(128)[:, None], 511 - nl.arange(512)[None, :]]`."""
+        name = self.names(v.buf.name)
+        axes = sum(isinstance(i, Sl) for i in v.idx)
+        idx, a = [], 0
+        for i in v.idx:
+            if isinstance(i, Aff):
+                idx.append(self.aff(i))
+                continue
+            shape = ", ".join(":" if b == a else "None" for b in range(axes))
+            walk = f"nl.arange({i.size})[{shape}]"
+            start = "" if not i.start.terms and i.start.const == 0 else self.aff(i.start)
+            if i.step == 1:
+                idx.append(f"{start} + {walk}" if start else walk)
+            elif i.step == -1:
+                idx.append(f"{start or 0} - {walk}")
+            else:
+                idx.append(f"{start} + {i.step} * {walk}" if start else f"{i.step} * {walk}")
+            a += 1
+        return f"{name}[{', '.join(idx)}]"
+
+    def gathered_rows(self, v: View, pre: list[str]) -> str:
+        """An HBM view whose rows (its first sliced axis, the tile's partitions) run backwards (a flip on the
+        partition axis): an indirect DMA, each partition's row chosen by an int32 index tile that nisa.iota fills
+        with the descending row numbers (spec §1.6 indirect indexing, §1.10 iota). Not a negative-stride access
+        pattern: runtimes before Neuron Runtime 2.33 computed those addresses with an unsigned step."""
+        sliced = [n for n, i in enumerate(v.idx) if isinstance(i, Sl)]
+        first = v.idx[sliced[0]]
+        assert isinstance(first, Sl)
+        if first.step != -1 or any(isinstance(v.idx[n], Sl) and v.idx[n].step < 0  # type: ignore[union-attr]
+                                   for n in sliced[1:]):
+            raise InternalError(f"a DMA view of {v.buf.name} reversed along an axis other than its rows: {v}")
+        rows = self.names(f"{v.buf.name}_rows", "view")
+        start = self.aff(first.start)
+        pre.append(f"{rows} = nisa.iota({start} - nl.arange({first.size})[:, None], dtype=nl.int32)")
+        idx = []
+        free = len(sliced) - 1
+        for n, i in enumerate(v.idx):
+            if n == sliced[0]:
+                idx.append(rows)
+            elif isinstance(i, Aff):
+                idx.append(self.aff(i))
+            else:
+                a = sliced.index(n)
+                walk = f"nl.arange({i.size})[{', '.join(':' if b == a else 'None' for b in range(free + 1))}]"
+                idx.append(walk if not i.start.terms and i.start.const == 0 else f"{self.aff(i.start)} + {walk}")
+        return f"{self.names(v.buf.name)}[{', '.join(idx)}]"
+
     def dma_view(self, v: View, pre: list[str]) -> str:
         """A DMA operand; a permuted HBM view (ir.View.perm) is an advanced index over an nl.mgrid of the view's
         shape (NKI 0.1 spec §1.6): grid axis a walks the view's axis a, i.e. the region's slice perm[a], so
         `Y_v[n, i0, y_b, i2, i1, i3]` over `i0, i1, i2, i3 = nl.mgrid[0:64, 0:2, 0:7, 0:56]` is the region
         [n, :, y_b, :, :, :] with its two middle axes swapped."""
+        if not v.perm and v.buf.memory == "hbm" and any(isinstance(i, Sl) and i.step < 0 and i.size > 1
+                                                        for i in v.idx):
+            return self.gathered_rows(v, pre)
         if not v.perm:
             return self.view(v)
         slices = [i for i in v.idx if isinstance(i, Sl)]
@@ -238,6 +297,8 @@ class _ViewModel:
     def view(self, v: View, dst: bool = False) -> str:
         if v.perm:
             raise InternalError(f"a permuted view of {v.buf.name} outside a DMA")
+        if any(isinstance(i, Sl) and i.step < 0 and i.size > 1 for i in v.idx):
+            return self.reversed_view(v)
         name = self.names(v.buf.name)
         idx = [self.idx(i, n) for i, n in zip(v.idx, v.buf.shape)]
         if all(x == ":" for x in idx):

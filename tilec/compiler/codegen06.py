@@ -80,7 +80,7 @@ class ViewModel06(_ViewModel):
         pair per view axis (the region's slice perm[a]), the offset of the region's first element; the view is
         named on the lines before the DMA (`pre`)."""
         if not v.perm:
-            return self.view(v)
+            return self.view(v)  # (a reversed HBM view: an .ap() with a negative step, reversed_view)
         strides: list[int] = []
         n = 1
         for d in reversed(v.buf.shape):
@@ -99,6 +99,25 @@ class ViewModel06(_ViewModel):
         head = f"{name} = {self.names(v.buf.name)}.ap("
         pre.append(f"{head}pattern={pattern},\n{' ' * len(head)}offset={' + '.join(offset) or 0})")
         return name
+
+    def reversed_view(self, v: View) -> str:
+        """A view read backwards along a free axis (a flip): an access pattern on the tile, `.ap(pattern=[[F, P],
+        [-1, F]], offset=F - 1)`, the partition pair first and contiguous, a free pair with a negative step (an
+        engine access pattern's free strides are signed [ARCH, nki-aps])."""
+        strides: list[int] = []
+        n = 1
+        for d in reversed(v.buf.shape):
+            strides.insert(0, n)
+            n *= d
+        pattern = [[st * i.step, i.size] for i, st in zip(v.idx, strides) if isinstance(i, Sl)]
+        offset = []
+        for i, st in zip(v.idx, strides):
+            start = i.start if isinstance(i, Sl) else i
+            if start.terms or start.const:
+                text = self.aff(start)
+                offset.append(text if st == 1 else f"{text} * {st}" if len(start.terms) + bool(start.const) == 1
+                              else f"({text}) * {st}")
+        return f"{self.names(v.buf.name)}.ap(pattern={pattern}, offset={' + '.join(offset) or 0})"
 
     def view(self, v: View, dst: bool = False) -> str:
         return super().view(v, False)  # a destination is an argument here, not an assignment target: no [...]

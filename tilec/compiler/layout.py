@@ -81,7 +81,7 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
         raise _fail(f"reshape {at}: the nest holds more than assignments", span, "reshape an element-wise nest")
     bufs = k.buffers()
     bounds = _bounds([lp.var for lp in chain], old, new, groups, span) if groups else None
-    shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span, bounds, unit)
+    shapes = _views(body, [lp.var for lp in chain], old, new, bufs, span, bounds, unit, flip=True)
     names = [v for v, _ in loops]
     for u in units:
         if u not in names or new[names.index(u)] != 1 or (bounds is not None and groups[names.index(u)]):
@@ -91,7 +91,14 @@ def reshape(k: Kernel, at: str, loops: tuple[tuple[str, int], ...], notes: tuple
         shapes = {b: (shape, lps) if j in lps else _with_unit(shape, lps, j) for b, (shape, lps) in shapes.items()}
     taken, given = set(bufs), dict(views)
     called = {b: given.get(b) or unique(f"{b}_v", taken) for b in shapes}
-    new_body: tuple[Stmt, ...] = tuple(_rewrite(s, shapes, called, names) for s in body)
+    chain_vars = [lp.var for lp in chain]
+
+    def flipped(a: Access) -> set[int]:  # the new loops a reversed read indexes reversed (each of its runs')
+        back: set[int] = set()
+        runs = _runs(a, chain_vars, old, bufs, span, back)
+        so, sn = _suffix(old), _suffix(new)
+        return {j for x, y in runs if x in back for j in range(_boundary(x, so, sn), _boundary(y, so, sn))}
+    new_body: tuple[Stmt, ...] = tuple(_rewrite(s, shapes, called, names, flipped, new) for s in body)
     for j in reversed(range(len(loops))):
         note = notes[j] if j < len(notes) else ""
         line = lines[j] if j < len(lines) else chain[_source(old, new, j)].line
@@ -151,7 +158,8 @@ def _bounds(chain: list[str], old: list[int], new: list[int], groups: tuple[tupl
 
 
 def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[str, Buffer], span,
-           bounds: list[int] | None = None, unit: bool = True) -> dict[str, View]:
+           bounds: list[int] | None = None, unit: bool = True,
+           flip: bool = False) -> dict[str, View]:
     """Buffer -> its view, ordered: operands indexed like the whole nest, the written buffers, then broadcast
     operands (columns, then rows). An access is a sequence of runs of the nest's loops (one run: an element-wise
     operand or a broadcast; several: a permute, Y[j, i] = X[i, j]); each run becomes the new loops it spans."""
@@ -162,7 +170,8 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
         for acc, written in [(s.dst, True)] + [(a, False) for a in loads(s.expr)]:
             if not written and _constant(acc):  # the same element in every iteration: read as it is
                 continue
-            runs = _runs(acc, chain, old, bufs, span)
+            back: set[int] = set()
+            runs = _runs(acc, chain, old, bufs, span, back)
             for a, b in runs:
                 if so[a] not in sn or so[b] not in sn:
                     raise _fail(f"reshape: `{acc.buf}` reads loops {', '.join(chain[a:b])}, which do not map onto "
@@ -171,6 +180,11 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
             view = _view(runs, full, so, sn, new, bounds, unit)
             if found.setdefault(acc.buf, view) != view:
                 raise _fail(f"reshape: `{acc.buf}` is accessed through different loops", span)
+            if back:  # the new loops a reversed run maps onto are each reversed: n-1-(p*F+f) = (P-1-p)*F + (F-1-f)
+                if written or bounds is not None or not full:
+                    raise _fail(f"reshape: `{acc.buf}` is reversed where only a full read may be", span)
+                if not flip:
+                    raise _fail(f"reshape: `{acc.buf}` is read reversed", span)
             last = max(b for _, b in runs)
             order.setdefault(acc.buf, 1 if written else 0 if full else 2 if last < len(chain) else 3)
     return {b: found[b] for b in sorted(found, key=lambda b: order[b])}
@@ -220,23 +234,35 @@ def _boundary(m: int, so: list[int], sn: list[int]) -> int:
     return slots[max(0, len(slots) - len(group) + group.index(m))]
 
 
-def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer], span) -> list[tuple[int, int]]:
-    """The access as runs [(a, b), ..] of chain[a:b], one plain loop per dimension, over the whole buffer."""
-    names = []
+def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer], span,
+          flipped: set[int] | None = None) -> list[tuple[int, int]]:
+    """The access as runs [(a, b), ..] of chain[a:b], one plain loop per dimension, over the whole buffer. A loop
+    read reversed (`n - 1 - v`, v of extent n: a flip) goes in `flipped` (positions in the chain), and a run holds
+    loops of one direction only."""
+    names, back = [], set()
     for i in acc.index:
-        if len(i.terms) != 1 or i.terms[0].coef != 1 or i.const or i.terms[0].var not in chain:
+        t = i.terms[0] if len(i.terms) == 1 else None
+        ok = t is not None and t.var in chain and (
+            (t.coef == 1 and not i.const) or (t.coef == -1 and i.const == old[chain.index(t.var)] - 1))
+        if t is None or not ok:
             raise _fail(f"reshape: `{acc.buf}` is not indexed by plain loops of the nest", span,
                         "reshape a nest whose accesses use its loops as indices")
-        names.append(i.terms[0].var)
+        names.append(t.var)
+        if t.coef == -1:
+            back.add(chain.index(t.var))
     pos = [chain.index(v) for v in names]
     if len(set(pos)) != len(pos) or list(bufs[acc.buf].shape) != [old[p] for p in pos]:
         raise _fail(f"reshape: `{acc.buf}` is not indexed by runs of the nest's loops over its whole shape", span)
+    if back and pos != sorted(pos):
+        raise _fail(f"reshape: `{acc.buf}` is read reversed and permuted", span)
     runs: list[tuple[int, int]] = []
     for p in pos:
-        if runs and runs[-1][1] == p:
+        if runs and runs[-1][1] == p and ((p - 1) in back) == (p in back):
             runs[-1] = (runs[-1][0], p + 1)
         else:
             runs.append((p, p + 1))
+    if flipped is not None:
+        flipped |= back
     return runs or [(0, 0)]
 
 
@@ -245,13 +271,22 @@ def _constant(acc: Access) -> bool:
     return bool(acc.index) and all(not i.terms for i in acc.index)
 
 
-def _rewrite(s: Assign | Update, views: dict[str, View], called: dict[str, str], names: list[str]
-             ) -> Assign | Update:
+def _rewrite(s: Assign | Update, views: dict[str, View], called: dict[str, str], names: list[str],
+             flipped=None, new: list[int] | None = None) -> Assign | Update:
+    """`flipped(access)`: the new loops a read indexes reversed (a reshape of a nest with reversed reads)."""
+    def index(j: int | None, back: set[int]) -> Aff:
+        if j is None:
+            return Aff()
+        if new is not None and j in back:
+            return Aff((Term(names[j], -1),), new[j] - 1)
+        return Aff((Term(names[j]),))
+
     def access(a: Access) -> Access:
         if a.buf not in views and _constant(a):
             return a
         _, loops = views[a.buf]
-        return Access(called[a.buf], tuple(Aff() if j is None else Aff((Term(names[j]),)) for j in loops))
+        back = flipped(a) if flipped is not None and any(t.coef < 0 for i in a.index for t in i.terms) else set()
+        return Access(called[a.buf], tuple(index(j, back) for j in loops))
     return replace(s, dst=access(s.dst), expr=map_loads(s.expr, access))
 
 

@@ -373,10 +373,15 @@ def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | s
         raise _fail(f"stage {buf} at {at}: {where} also writes {buf}; a staged copy would go stale", span)
     inner = {s.var: s.extent for s in walk(loop.body) if isinstance(s, Loop)}
     box = region(reads, inner, f"stage {buf} at {at}", span, unit_loops=near)
+    if _reversed_partitions(box, reads, inner):  # engines cannot read partitions backwards: the DMA reverses them
+        box = replace(box, flip=True)
     source = k.buffers()[buf]
     _check_fits(box.shape, dtype or source.dtype, t, f"stage {buf} at {at}", span)
     staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, box.shape)
     line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in loads(s.expr)))
+    if resident and at and box.flip:
+        raise _fail(f"stage {buf} at {at}, resident: {buf} is read with its partitions reversed", span,
+                    "stage it per iteration instead")
     if resident and at:
         return _stage_resident(k, buf, loop, box, staged, line, t, span)
     copy = copy_nest(staged.name, buf, box, line, into=True)
@@ -389,6 +394,14 @@ def stage(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target | s
         rest = tuple(s for s in new_body[2:] if not _is_view(s))
         return replace(k, body=views + new_body[:2] + rest)
     return _with_loop(k, loop, lambda s: replace(s, body=new_body))
+
+
+def _reversed_partitions(box: "Region", reads: list[Access], inner: dict[str, int]) -> bool:
+    """Whether every read indexes the copy's first dimension (its partitions) backwards: one inner loop with
+    coefficient -1 there (`A_v[P - 1 - p, f]`)."""
+    d = box.kept[0]
+    moved = [[t for t in a.index[d].terms if t.var in inner and inner[t.var] > 1] for a in reads]
+    return all(len(m) == 1 and m[0].coef == -1 for m in moved)
 
 
 def _stage_resident(k: Kernel, buf: str, loop: Loop, box: "Region", staged: Buffer, line: int, t: Target,
@@ -426,6 +439,7 @@ class Region:
     offsets: tuple[Aff, ...]
     extents: tuple[int, ...]
     kept: tuple[int, ...]
+    flip: bool = False  # the copy's first (partition) dimension runs backwards over the buffer (a reversed read)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -437,7 +451,10 @@ class Region:
         for d in self.kept:
             i, off = a.index[d], self.offsets[d]
             outer = {t.var for t in off.terms}
-            out.append(Aff(tuple(t for t in i.terms if t.var not in outer), i.const - off.const))
+            at = Aff(tuple(t for t in i.terms if t.var not in outer), i.const - off.const)
+            if self.flip and d == self.kept[0]:  # copy row c holds buffer row lo + n - 1 - c
+                at = Aff(tuple(replace(t, coef=-t.coef) for t in at.terms), self.extents[d] - 1 - at.const)
+            out.append(at)
         return tuple(out)
 
 
@@ -480,7 +497,9 @@ def copy_nest(staged: str, buf: str, box: Region, line: int, into: bool, prefix:
     stage makes: one DMA; its first dimension is the staged copy's partitions); `into=False` copies back."""
     names = {d: f"{prefix or buf}_c{n}" for n, d in enumerate(box.kept)}
     local = Access(staged, tuple(Aff((Term(names[d]),)) for d in box.kept))
-    whole = Access(buf, tuple(off.plus(Aff((Term(names[d]),))) if d in names else off
+    back = box.kept[0] if box.flip else -1  # a reversed copy: row c from buffer row lo + n - 1 - c
+    whole = Access(buf, tuple(off.plus(Aff((Term(names[d], -1),), box.extents[d] - 1)) if d == back else
+                              off.plus(Aff((Term(names[d]),))) if d in names else off
                               for d, off in enumerate(box.offsets)))
     copy: Stmt = Assign(local, Load(whole), line) if into else Assign(whole, Load(local), line)
     for n, d in reversed(list(enumerate(box.kept))):

@@ -27,6 +27,7 @@ from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, fmt_expr, loads
 from tilec.compiler.schedule import EltwisePlan, ReducePlan, TransposePlan, best_divisor, eltwise_plan
+from tilec.compiler.select_eltwise import turn_run, turns
 from tilec.compiler.select_permute import dma_runs
 from tilec.lang.functions import ACCUMULATE
 from tilec.target import Target
@@ -121,6 +122,9 @@ def injective(k: Kernel) -> Injective | None:
     runs: set[tuple[int, int, bool]] = set()
     for a in loads(stmt.expr):
         idx = _plain(a.index)
+        if idx is None and reversed_loops(a, chain) is not None and a.buf != stmt.dst.buf:
+            full += [a.buf] if a.buf not in full else []  # a reversed read of every loop (A[N - 1 - i, j])
+            continue
         if idx is None or a.buf == stmt.dst.buf:
             return None
         if idx == names:
@@ -135,7 +139,31 @@ def injective(k: Kernel) -> Injective | None:
     col = next(((a, b) for a, b, r in runs if not r), None)
     row = next(((a, b) for a, b, r in runs if r), None)
     run = col or ((0, row[0]) if row else (0, 0))
+    found = turns([f for a in loads(stmt.expr) if (f := reversed_loops(a, chain))], len(chain))
+    if found and run == (0, 0):
+        want = turn_run(found, len(chain))
+        if want is None:
+            return None
+        run = want
+    if not found <= {0, *run, len(chain)}:
+        return None
     return Injective(tops[0], stmt, tuple(chain), tuple(full), tuple(columns), tuple(rows), run)
+
+
+def reversed_loops(a: Access, chain: list[Loop]) -> tuple[int, ...] | None:
+    """The loops (positions in the chain) an access indexed by every loop in order reads reversed (`A[N - 1 - i,
+    j]`: the index n - 1 - v of a loop v of extent n), or None when it is not such an access."""
+    if len(a.index) != len(chain):
+        return None
+    out = []
+    for d, (i, lp) in enumerate(zip(a.index, chain)):
+        if len(i.terms) != 1 or i.terms[0].var != lp.var:
+            return None
+        if i.terms[0].coef == -1 and i.const == lp.extent - 1:
+            out.append(d)
+        elif i.terms[0].coef != 1 or i.const:
+            return None
+    return tuple(out)
 
 
 def _plain(index) -> list[str] | None:
@@ -283,7 +311,9 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     prims += [prim("stage", v[c], at("pt"), name=name(f"{c}_col{tag}"), dtype="f32") for c in reversed(n.columns)]
     # with whole broadcast rows VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
     fold = (whole or per_tile) and bool(n.columns)
-    label = f"{out} = element-wise" + (f", broadcasting {', '.join(n.columns + n.rows)}" if n.run[1] else "")
+    label = f"{out} = element-wise" + (f", broadcasting {', '.join(n.columns + n.rows)}" if n.columns + n.rows else
+                                       f", {', '.join(lp.var for lp in n.loops[n.run[0]:n.run[1]])} on the partitions"
+                                       if n.run[1] else "")
     temps = {"temps": f"tmp{tag}_"} if tag else {}  # a region's temporaries have its own shape
     return prims + [prim("tensorize", at("p_i"), fold=fold, regroup=fold, **temps),
                     prim("block", at("pt"), label + part)]

@@ -86,6 +86,7 @@ def _select_at(comps: tuple[Comp, ...], i: int, comp: Comp, program, consumed: s
     """The op of comps[i] (given as `comp`) and the comp it was selected from (a contraction's product without its
     constant factor, a grouped convolution's merged indices taken apart, a fused chain)."""
     groups = 1
+    comp = forward_reduced(comp, program)
     written = comp
     comp, sign = split_sign(comp)  # `-(A * B)`, `0.5 * A * B`: the product, the constant on the eviction (scale)
     if comp.out_index and comp.red_op is not None:  # a merged channel index: a grouped convolution
@@ -103,6 +104,47 @@ def _select_at(comps: tuple[Comp, ...], i: int, comp: Comp, program, consumed: s
         comp = written
         op = _select_one(comp, program)
     return comp, (replace(op, scale=sign) if isinstance(op, ConvOp) else op)
+
+
+def forward_reduced(comp: Comp, program) -> Comp:
+    """A reduction that reads a reduced loop backwards, `s[i] += A[i, M - 1 - j]` (a flipped operand, summed): the
+    same statement over j' = M - 1 - j, which runs over the same values, `s[i] += A[i, j]` (a sum in another order,
+    the same max and min; a contraction `A[i, K - 1 - k] * B[K - 1 - k, j]` likewise). `comp` itself when no read
+    has such an index, or when the loop appears in an index in any other form (`j`, `j + 1`, `2 * j`)."""
+    if comp.red_op is None or comp.update is None:
+        return comp
+    try:
+        maps = {a: index_maps(a, comp, program) for a in accesses(comp.update)}
+    except TilecError:  # an index that is not affine: reported where the statement is selected
+        return comp
+    turn = {v for m in maps.values() for coefs, const in m for v in comp.red_vars
+            if coefs == {v: -1} and const == comp.extent(v) - 1}
+    if not turn:
+        return comp
+    for a, m in maps.items():
+        for coefs, const in m:
+            for v in turn & set(coefs):
+                if not (coefs == {v: -1} and const == comp.extent(v) - 1):
+                    return comp  # read forward too (`A[i, M - 1 - j] * B[i, j]`): not a flipped sum
+
+    def flip(e: sx.Expr) -> sx.Expr:
+        if isinstance(e, sx.Access):
+            out = []
+            for ix, (coefs, const) in zip(e.indices, maps[e]):
+                v = next(iter(coefs)) if len(coefs) == 1 else None
+                if v not in turn:
+                    out.append(ix)
+                else:
+                    out.append(sx.Name(v, ix.span))
+            return replace(e, indices=tuple(out))
+        if isinstance(e, sx.BinOp):
+            return replace(e, lhs=flip(e.lhs), rhs=flip(e.rhs))
+        if isinstance(e, sx.Call):
+            return replace(e, args=tuple(flip(x) for x in e.args))
+        if isinstance(e, sx.Neg):
+            return replace(e, x=flip(e.x))
+        return e
+    return replace(comp, update=flip(comp.update))
 
 
 def drop_unit_indices(comp: Comp, program) -> Comp:

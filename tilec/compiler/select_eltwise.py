@@ -10,8 +10,9 @@ import math
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr
-from tilec.compiler.lower import Comp, rename_vars
+from tilec.compiler.lower import Comp, rename_vars, size_value
 from tilec.compiler.ops import EltwiseOp, index_maps, is_permutation, plain, reads, reject
+from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
 
@@ -55,7 +56,13 @@ def _inline(prev: Comp, nxt: Comp, program) -> sx.Expr | None:
     dtype = program.tensors[prev.target].dtype
     if dtype != "f32":  # the store to prev's target rounds to its dtype: the fused chain must round there too
         value = sx.Call(dtype, (value,), getattr(value, "span", prev.span))
-    return _substitute(nxt.init, prev.target, value)
+    fused = _substitute(nxt.init, prev.target, value)
+    try:  # a reversed read the fused statement could not take (read both ways, turns across a broadcast's run):
+        if any(reversed_dims(a, nxt, program) for a in accesses(fused)):  # the statements stay apart
+            select_eltwise(replace(nxt, init=fused), program)
+    except TilecError:
+        return None
+    return fused
 
 
 def _substitute(e: sx.Expr, tensor: str, value: sx.Expr) -> sx.Expr:
@@ -84,7 +91,7 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
         idx = [plain(m) for m in index_maps(acc, comp, program)]
         if acc.tensor == comp.target:
             raise reject(comp, "an element-wise statement may not read the tensor it writes", acc.span)
-        if idx == list(comp.out_vars):
+        if idx == list(comp.out_vars) or reversed_dims(acc, comp, program) is not None:
             inputs += [acc.tensor] if acc.tensor not in inputs else []
             continue
         here = _broadcast_run(comp, acc, idx, program)
@@ -99,11 +106,84 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
     # tensor_scalar (one scalar per partition); as the whole result (`Y[i, j] = 2 * c[i] + 1`) the column is expanded
     # over the tile (expr_instrs.ExprCompiler.emit)
     run = _partition_run(comp, runs)
+    flips = [f for a in accesses(comp.init) if (f := reversed_dims(a, comp, program))]
+    if flips:
+        _one_direction(comp, program)
+        run = _reversed_run(comp, run, turns(flips, len(comp.out_vars)))
     roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))
     layout = _broadcast_layout(comp, run) if run else ()
     size = math.prod(comp.extent(v) for v in comp.out_vars)
     return EltwiseOp(comp.target, comp.target, comp.init, tuple(inputs), size, roles, comp.line, comp.span,
                      tuple(columns), layout, run or (0, 0), comp.fused, comp.lines, tuple(rows))
+
+
+def reversed_dims(acc: sx.Access, comp: Comp, program) -> tuple[int, ...] | None:
+    """The dimensions a full-rank read indexes reversed (`A[N - 1 - i, j]` of an [N, M] tensor in Y[i, j]: (0,)),
+    when every other index is the output's own; None for any other read. A reversed index must run over the whole
+    dimension (`N - 1 - i` for i in 0..N, the dimension N long): the tile loads stay whole rows."""
+    out = list(comp.out_vars)
+    maps = index_maps(acc, comp, program)
+    if len(maps) != len(out):
+        return None
+    shape = [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[acc.tensor].shape]
+    flipped = []
+    for d, ((coefs, const), v) in enumerate(zip(maps, out)):
+        if coefs == {v: 1} and const == 0:
+            continue
+        if coefs == {v: -1} and const == comp.extent(v) - 1 and shape[d] == comp.extent(v):
+            flipped.append(d)
+            continue
+        return None
+    return tuple(flipped) if flipped else None
+
+
+def has_reversed_read(e: sx.Expr, loop_vars: set[str]) -> bool:
+    """Whether an expression reads a tensor backwards along a loop (`A[N - 1 - i, j]`): an index in which a loop
+    variable has a negative coefficient (names of sizes count as positive constants). The builders that load
+    tiles themselves (row chains) read plainly, so they leave such statements to the element-wise rule."""
+    def coefs(x: sx.Expr) -> dict[str, float] | None:
+        if isinstance(x, sx.Name):
+            return {x.id: 1.0} if x.id in loop_vars else {}
+        if isinstance(x, sx.Num):
+            return {}
+        if isinstance(x, sx.Neg):
+            c = coefs(x.x)
+            return None if c is None else {v: -k for v, k in c.items()}
+        if isinstance(x, sx.BinOp) and x.op in "+-":
+            a, b = coefs(x.lhs), coefs(x.rhs)
+            if a is None or b is None:
+                return None
+            sign = 1 if x.op == "+" else -1
+            return {v: a.get(v, 0) + sign * b.get(v, 0) for v in {*a, *b}}
+        if isinstance(x, sx.BinOp) and x.op == "*":
+            a, b = coefs(x.lhs), coefs(x.rhs)
+            if a is None or b is None or (a and b):
+                return None
+            k = const_value(x.rhs if a else x.lhs)
+            return {v: c * (k if k is not None else 1) for v, c in (a or b).items()}
+        return None
+    return any(any(c < 0 for c in (coefs(ix) or {}).values()) for a in accesses(e) for ix in a.indices)
+
+
+def turns(flips: list[tuple[int, ...]], n: int) -> set[int]:
+    """Where reads change direction along the n output indices (0 and n included when a read is reversed there):
+    the layout's groups of indices (outer, partitions, free) must meet there, so each is read one way."""
+    out: set[int] = set()
+    for back in flips:
+        out |= {d for d in range(n + 1) if (d in back) != (d - 1 in back)}
+    return out
+
+
+def turn_run(found: set[int], n: int) -> tuple[int, int] | None:
+    """The output indices [a, b) to put on the partitions so that the groups meet at the reads' turns: (0, t) for
+    one turn inside, (t1, t2) for two; (0, 0) (the data flattened) when every read goes one way over all indices;
+    None for more turns than a layout of three groups has boundaries."""
+    inside = sorted(found - {0, n})
+    if not inside:
+        return (0, 0)
+    if len(inside) == 1:
+        return (0, inside[0])
+    return (inside[0], inside[1]) if len(inside) == 2 else None
 
 
 def _partition_run(comp: Comp, runs: dict[str, tuple[int, int] | None]) -> tuple[int, int] | None:
@@ -116,6 +196,47 @@ def _partition_run(comp: Comp, runs: dict[str, tuple[int, int] | None]) -> tuple
     return col or ((0, row[0]) if row else None)
 
 
+def _one_direction(comp: Comp, program) -> None:
+    """A tensor is read one way in a statement: its tiles are loaded once, forward or reversed."""
+    assert comp.init is not None
+    mixed = _mixed_read(comp.init, comp, program)
+    if mixed is not None:
+        a, first = mixed
+        raise reject(comp, f"`{fmt_expr(a)}` reads {a.tensor} in another direction than `{fmt_expr(first)}` in the "
+                           "same statement; this is not compiled yet", a.span,
+                     f"copy {a.tensor} reversed into a temporary first (`R[...] = {fmt_expr(first)}` or the other "
+                     "read) and read that")
+
+
+def _mixed_read(e: sx.Expr, comp: Comp, program) -> tuple[sx.Access, sx.Access] | None:
+    """A read of a tensor in another direction than an earlier read of it (`A[i, j]` after `A[N - 1 - i, j]`)."""
+    ways: dict[str, tuple[tuple[int, ...], sx.Access]] = {}
+    for a in accesses(e):
+        way = reversed_dims(a, comp, program) or ()
+        first = ways.setdefault(a.tensor, (way, a))
+        if first[0] != way:
+            return a, first[1]
+    return None
+
+
+def _reversed_run(comp: Comp, run: tuple[int, int] | None, found: set[int]) -> tuple[int, int] | None:
+    """The partition run of a statement with reversed reads: the broadcasts' run when it meets every turn, else
+    the one the turns ask for (None: flattened)."""
+    assert comp.init is not None
+    n = len(comp.out_vars)
+    if run is not None:
+        if found <= {0, *run, n}:
+            return run
+        raise reject(comp, "a reversed read whose direction changes inside the broadcast operands' indices is not "
+                           "compiled yet", comp.init.span, "reverse the broadcast operand's indices alike, or "
+                           "pass the operand already reversed")
+    want = turn_run(found, n)
+    if want is None:
+        raise reject(comp, "a read reversed along more than two separate runs of indices is not compiled yet",
+                     comp.init.span, "pass the operand already reversed along some of them")
+    return want if want != (0, 0) else None
+
+
 def _broadcast_run(comp: Comp, acc: sx.Access, idx: list, program) -> tuple[int, int]:
     """(a, b): the read is indexed by out_vars[a:b], a run of consecutive output indices."""
     out = list(comp.out_vars)
@@ -123,8 +244,9 @@ def _broadcast_run(comp: Comp, acc: sx.Access, idx: list, program) -> tuple[int,
     maps = index_maps(acc, comp, program)
     if any(c < 0 for coefs, _ in maps for c in coefs.values()):
         e = next(e for e, (coefs, _) in zip(acc.indices, maps) if any(c < 0 for c in coefs.values()))
-        raise reject(comp, f"the reversed index `{fmt_expr(e)}` of {shown} is not compiled yet (an element-wise read "
-                           "is indexed by the output's loop variables, or a run of them)", e.span,
+        raise reject(comp, f"the reversed index `{fmt_expr(e)}` of {shown} is not compiled yet (a reversed index "
+                           "compiles when it runs over a whole dimension, `n - 1 - v` for v in 0..n of a dimension "
+                           "of n, each other index a plain loop variable)", e.span,
                      "pass the operand already reversed, or run the program on the reference evaluator meanwhile: "
                      "`tilec run PROGRAM.tl --backend ref`")
     if None in idx or any(v not in out for v in idx) or not idx:

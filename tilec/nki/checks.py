@@ -173,6 +173,11 @@ def partition_first(t: object, api: str, role: str, where: tuple) -> None:
             f"view of shape {tuple(t.shape)} of {_desc(t)}",
             hint="engines have no partition stride: gather the rows into a tile with a DMA (nisa.dma_copy) or "
                  "lay the data out so they are contiguous")
+    if free_ok and shape[0] > 1 and strides[0] < 0 and t.buf.memory != "hbm":
+        raise rules.NkiSyntaxError(
+            f"operand '{role}' of '{api}' walks its partitions backwards; an access covers a contiguous, ascending "
+            "range of partitions", "partition_stride", where, f"view of shape {tuple(t.shape)} of {_desc(t)}",
+            hint="engines have no partition stride: reverse the rows on the way in, in the DMA that loads them")
     bad = not (p_ok and free_ok)
     if bad:
         raise rules.NkiSyntaxError(
@@ -279,6 +284,23 @@ def dma(src: object, dst: object, where: tuple) -> None:
     for role, t in (("src", src), ("dst", dst)):
         if t.buf.memory == "sbuf":
             partition_first(t, "dma_copy", role, where)
+    negative_dma_stride(src, dst, where)
+
+
+def negative_dma_stride(src: object, dst: object, where: tuple) -> None:
+    """NKI 0.1's era (Neuron SDK 2.26) ran DMA access patterns with a negative stride wrongly: Neuron Runtime 2.33
+    (SDK 2.32 release notes, runtime bug fixes) "fixed incorrect data movement for negative-stride DMA access
+    patterns on Trn1 and Trn2, where the descriptor generator previously computed addresses with an unsigned step".
+    A 0.1 kernel that relies on one is refused; a 0.6 kernel (SDK 2.29+, the fixed runtime) may use them."""
+    if getattr(getattr(src.buf, "run", None), "api", "0.1") == "0.6":
+        return
+    for role, t in (("src", src), ("dst", dst)):
+        if any(s < 0 and n > 1 for n, s in zip(t.shape, t.strides)):
+            raise rules.NkiSyntaxError(
+                f"dma_copy operand '{role}' walks memory backwards (a negative stride); runtimes before Neuron "
+                "Runtime 2.33 move such patterns to the wrong addresses", "dma_negative_stride", where,
+                f"view of shape {tuple(t.shape)} strides {tuple(t.strides)} of {_desc(t)}",
+                hint="reverse the rows with an indirect DMA (an index tile from nisa.iota), or reverse on chip")
 
 
 def retarget(run: object, instr: object, dst: object, where: tuple) -> None:

@@ -117,6 +117,8 @@ def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int 
     if not buf.alive:
         checks.dead(t, where)
     buf.f32 = None
+    if value is None:
+        run.known.discard(buf.id)  # (a trace-only write: the values are no longer known)
     if t.oob is not None:
         _write_outside(t, value, where, mask)
         return

@@ -66,7 +66,8 @@ def dma(run, dst: object, src: object, where: tuple, skip: bool, op: object = No
     if plain.buf.memory == "psum":
         checks.dma(plain, plain, where)
     core.read(run, ind.index, where)
-    core.needs_values(run, "indirect DMA (its rows are chosen by the values of an index tile)", where)
+    if ind.index.buf.id not in run.known:  # (an iota's rows are known to a trace-only run too)
+        core.needs_values(run, "indirect DMA (its rows are chosen by the values of an index tile)", where)
     rows = core.values(ind.index).reshape(-1).astype(np.int64)
     n = ind.base.shape[0]
     active = np.ones(rows.shape, bool) if mask is None else mask.reshape(rows.shape[0], -1).any(axis=1)

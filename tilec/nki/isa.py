@@ -685,9 +685,11 @@ def iota(expr: object, dtype: object, *, mask: object = None) -> Tensor:
     run, where = core.begin()
     if not isinstance(expr, IndexExpr):
         raise rules.NkiTypeError("iota takes an affine expression of nl.arange/nl.mgrid", "iota_expr", where)
-    value = core.compute(run, lambda: expr.values().astype(np.int32))
+    value = expr.values().astype(np.int32)  # index arithmetic: computed in a trace-only run too (Run.known)
     out = core.result(run, value, expr.shape, dtypes.as_dtype(dtype), "sbuf", where, "iota",
                       mask=mask_array(mask, expr.shape))
+    if mask is None:
+        run.known.add(out.buf.id)
     core.emit(run, "gpsimd", "iota", out, (), where)
     return out
 

@@ -136,6 +136,9 @@ class Run:
         # trace-only runs too), and their values (a full run only)
         self.vector_acc_defined = False
         self.vector_acc: np.ndarray | None = None
+        # buffers whose values a trace-only run knows: index arithmetic (an iota's tile) is computed in every run,
+        # so an indirect DMA whose rows an iota names has the same trace with and without numerics
+        self.known: set[int] = set()
         self._ids = itertools.count()
 
     def new_id(self) -> int:

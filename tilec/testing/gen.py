@@ -94,7 +94,7 @@ class Leaf:
     dims: tuple[int, ...] = ()  # which loop dims index it (a broadcast reads fewer)
     const: float = 0.0
     convert: str | None = None  # read as f32(A[i]), f16(..), bf16(..): inputs of different dtypes may then meet
-    reverse: bool = False  # read along the first dim backwards: A[N - 1 - i, ...]
+    reverse: tuple[int, ...] = ()  # the axes read backwards: (0,) is A[N - 1 - i, ...], (1,) A[i, M - 1 - j]
 
 
 @dataclass(frozen=True)
@@ -164,8 +164,8 @@ def render(e, idx: list[str]) -> str:
         if e.tensor is None:
             return _num(e.const)
         ix = [idx[d] for d in e.dims]
-        if e.reverse:
-            ix[0] = f"{RANGES[ix[0]]} - 1 - {ix[0]}"
+        for a in e.reverse:
+            ix[a] = f"{RANGES[ix[a]]} - 1 - {ix[a]}"
         text = f"{e.tensor}[{', '.join(ix)}]"
         return f"{e.convert}({text})" if e.convert else text
     a = [render(x, idx) for x in e.args]
@@ -185,7 +185,7 @@ def evaluate(e, env: dict, rank: int) -> np.ndarray:
             return np.float32(e.const)
         arr = np.asarray(env[e.tensor], np.float32)
         if e.reverse:
-            arr = arr[::-1]
+            arr = np.flip(arr, e.reverse)
         if e.convert:
             arr = rounded(arr, e.convert).astype(np.float32)
         shape = [1] * rank
@@ -256,7 +256,9 @@ def eltwise(rng: random.Random, nm: Names, chain: bool = False) -> Case:
     leaves, shapes = [], {}
     for _ in range(rng.randint(1, 3)):
         n = nm("A")
-        leaves.append(Leaf(n, tuple(range(rank)), convert=cvt, reverse=rng.random() < 0.05))
+        flip = rng.random() < 0.05  # a flipped read (torch.flip): the first axis, the last, or both
+        axes = (rng.choice([(0,), (0,), (rank - 1,), (0, rank - 1)]) if rank > 1 else (0,)) if flip else ()
+        leaves.append(Leaf(n, tuple(range(rank)), convert=cvt, reverse=axes))
         shapes[n] = tuple(range(rank))
         dtypes_of[n] = rng.choice(DTYPES) if mixed else in_dtype
     if rank > 1 and rng.random() < 0.6:  # a broadcast operand: one value per row, or per column
