@@ -179,7 +179,18 @@ RULE = {"colsum_three_tiles": colsum(384, 1024), "colsum_bf16": colsum(384, 96).
                                                                                    extra=", b: f32[N]"),
         "colmean_pairs_f32": colsum(512, 64, term="A[i, j] / M", init="0.5"),
         "midmean_init_bf16": STACKED.format(dtype="bf16", out="bf16", b=3, m=300, n=96, init="c[b, n]",
-                                            extra=", c: f32[B, N]")}
+                                            extra=", c: f32[B, N]"),
+        # reduced expressions: the loaded tiles' terms bound to a tile of the source's dtype (bind_expr), then
+        # summed as a source is (one tile per matmul, 16-bit groups, fp32 pairs of terms)
+        "colsq_one_tile": colsum(128, 96, term="A[i, j] * A[i, j]"),
+        "coldot_mean_three_tiles": colsum(384, 96, term="A[i, j] * B[i, j] / M", extra=", B: f32[M, N]"),
+        "colsq_pairs_f32_init": colsum(1024, 96, term="A[i, j] * A[i, j]", init="b[j]", extra=", b: f32[N]"),
+        "colsq_groups_bf16": colsum(512, 64, term="(A[i, j] - 1.5) * A[i, j]").replace("f32", "bf16"),
+        "midabs_bf16": MIDSUM.format(dtype="bf16", out="f32", b=3, m=300, n=96).replace("+= A[b, m, n]",
+                                                                                         "+= abs(A[b, m, n])")}
+# the reduced terms by NumPy (float64), per expression a case sums
+TERMS = {"A[i, j] * A[i, j]": lambda x: x["A"] ** 2, "A[i, j] * B[i, j]": lambda x: x["A"] * x["B"],
+         "(A[i, j] - 1.5) * A[i, j]": lambda x: (x["A"] - 1.5) * x["A"], "abs(A[b, m, n])": lambda x: abs(x["A"])}
 
 
 def _rule(text: str):
@@ -194,6 +205,9 @@ def _numpy_sum(text: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """The program's value by NumPy: the reduced axes are the ones the output's indices skip; a mean divides by
     their size; then the initial value (a constant, or the tensor b or c) is added."""
     a = inputs["A"].astype(np.float64)
+    for term, value in TERMS.items():
+        if f"+= {term}" in text:
+            a = value({n: x.astype(np.float64) for n, x in inputs.items()})
     axes = (1, 2) if "mid4d" in text else 0 if "colsum" in text else 1
     total = a.sum(axis=axes)
     if "/ M" in text:
@@ -231,11 +245,10 @@ def test_column_rule_kernels_match_numpy(name):
     np.testing.assert_allclose(got, _numpy_sum(RULE[name], inputs), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("text", [colsum(term="A[i, j] * A[i, j]", m=384),
-                                  MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=1024)])
-def test_the_column_rule_leaves_stacked_and_expression_forms_to_the_builder(text):
-    """o's stacked on the partitions, a reduced expression: build_colreduce still writes these (the rule
-    declines, and the kernel says so). Grouped row tiles are the rule's (16-bit: a buffer per tile; fp32: pairs)."""
+@pytest.mark.parametrize("text", [MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=1024)])
+def test_the_column_rule_leaves_stacked_forms_to_the_builder(text):
+    """o's stacked on the partitions: build_colreduce still writes these (the rule declines, and the kernel says
+    so). Grouped row tiles are the rule's (16-bit: a buffer per tile; fp32: pairs), and so are expressions."""
     prog = lang.load(text)
     op = select(lower(prog.kernel, prog.sizes), prog)[0]
     nest = colreduce_nest(op, prog)

@@ -116,20 +116,22 @@ def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
     """The level-A nest of a sum over leading or middle dimensions in the data's loop order (o, r, f): the kept
     indices before the reduced run, the reduced ones, the kept ones after (`s[b, n] = 0; s[b, n] += A[b, m, n]`).
     Its epilogue, one nest per step over the kept loops as in reduce_nest: the constant factor (`s[b, n] = s[b, n] *
-    0.01`, a mean), then an initial value other than 0 (`s[j] = s[j] + b[j]`, `s[j] = s[j] + 0.5`). None for what
-    the column rule does not take (a reduced expression, max/min)."""
+    0.01`, a mean), then an initial value other than 0 (`s[j] = s[j] + b[j]`, `s[j] = s[j] + 0.5`). A reduced
+    expression is the update's value (`s[j] += A[i, j] * A[i, j]`), its tensors the nest's parameters. None for what
+    the column rule does not take (max/min)."""
     outer = [v for role, v in op.vars if role.startswith("o")]
     red = [v for role, v in op.vars if role.startswith("r")]
     kept = [v for role, v in op.vars if role.startswith("k")]
     src = program.tensors[op.src]
-    if op.op != "add" or op.expr is not None or len(src.shape) != len(outer + red + kept):
+    if op.op != "add" or len(src.shape) != len(outer + red + kept):
         return None
     ext = dict(zip(outer + red + kept, (size_value(n, program.sizes) if not isinstance(n, int) else n
                                         for n in src.shape)))
     col = [op.init] if isinstance(op.init, str) else []
+    reads = list(op.inputs or (op.src,))
     bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype,
-                      tuple(ext[v] for v in (outer + red + kept if n == op.src else outer + kept)))
-            for n in (op.src, *col, op.out)}
+                      tuple(ext[v] for v in (outer + red + kept if n in reads else outer + kept)))
+            for n in (*reads, *col, op.out)}
     idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
     lines = dict(op.loop_lines)
 
@@ -139,7 +141,9 @@ def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
         return stmt
     S = Access(op.out, idx(outer + kept))
     init = nest(Assign(S, Const(0.0), op.line), outer + kept)
-    update = Update(S, "+=", Load(Access(op.src, idx(outer + red + kept))), op.update_line)
+    value = Load(Access(op.src, idx(outer + red + kept))) if op.expr is None else \
+        lower_expr(op.expr, tuple(outer + red + kept), program.sizes)
+    update = Update(S, "+=", value, op.update_line)
     epilogue: list[Stmt] = []
     if op.scale != 1.0:
         epilogue.append(nest(Assign(S, Op("*", (Load(S), Const(op.scale))), op.update_line), outer + kept))
@@ -147,7 +151,7 @@ def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
         None if op.init == 0.0 else Const(op.init)
     if start is not None:
         epilogue.append(nest(Assign(S, Op("+", (Load(S), start)), op.line), outer + kept))
-    return Kernel(op.name, tuple(bufs[n] for n in (op.src, *col)), (bufs[op.out],),
+    return Kernel(op.name, tuple(bufs[n] for n in (*reads, *col)), (bufs[op.out],),
                   (init, nest(update, outer + red + kept), *epilogue))
 
 

@@ -775,14 +775,16 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     init = layout.perfect_chain(tops[0])[-1].body
     chain = layout.perfect_chain(tops[1])
     body = chain[-1].body
-    if len(body) != 1 or not isinstance(body[0], Update) or body[0].op != "+=" or not isinstance(body[0].expr, Load):
+    if len(body) != 1 or not isinstance(body[0], Update) or body[0].op != "+=" or not loads(body[0].expr):
         return None
     epilogue = [_epilogue_step(t, body[0].dst) for t in tops[2:]]
     if None in epilogue:
         return None
     upd, names = body[0], [lp.var for lp in chain]
-    out, src = _plain(upd.dst.index), _plain(body[0].expr.access.index)
-    if len(init) != 1 or not isinstance(init[0], Assign) or init[0].dst != upd.dst or out is None or src != names:
+    out = _plain(upd.dst.index)
+    reads = list(dict.fromkeys(a.buf for a in loads(upd.expr)))  # every tensor of the expression, at one element
+    if len(init) != 1 or not isinstance(init[0], Assign) or init[0].dst != upd.dst or out is None or \
+            any(_plain(a.index) != names for a in loads(upd.expr)) or upd.dst.buf in reads:
         return None
     red = [v for v in names if v not in out]
     first = names.index(red[0]) if red else 0
@@ -790,13 +792,14 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
         return None
     ext = {lp.var: lp.extent for lp in chain}
     O, R, F = (math.prod(ext[v] for v in vs) for vs in (names[:first], red, names[first + len(red):]))
-    S, A = upd.dst.buf, body[0].expr.access.buf
+    S, A = upd.dst.buf, reads[0]
     dtype = k.buffers()[A].dtype
+    expr = not isinstance(upd.expr, Load)
     group = _column_group(O, R, F, params, dtype)
     if R % params.parts or F % params.free or not (group > 1 or plain_steps(O, R, F, params, dtype)):
         return None
     columns = [c for c in epilogue if c]
-    v, taken = _reduce_views(S, [A], columns)
+    v, taken = _reduce_views(S, reads, columns)
     before, after = names[:first], names[first + len(red):]
     groups = (tuple(before), tuple(red), tuple(after))
     line = lambda vs: chain[names.index(vs[0])].line if vs else init[0].line  # noqa: E731
@@ -805,7 +808,7 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
              prim("reshape", top, (("o", O), ("r", R), ("f", F)),
                   notes=(f"for {', '.join(before)}" if before else "", f"for {', '.join(red)}",
                          f"for {', '.join(after)}"),
-                  lines=(line(before), line(red), line(after)), views=((A, v[A]), (S, v[S])),
+                  lines=(line(before), line(red), line(after)), views=(*((B, v[B]) for B in reads), (S, v[S])),
                   view_line=init[0].line, groups=groups)]
     loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
     for n, (e, c) in enumerate(zip(loops, epilogue)):  # each step over the same rows of sums: s_v[o, 0, f]
@@ -844,7 +847,14 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
                   prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
     paired = group > 1 and dtype == "f32"
     if group > 1:
-        prims += [prim("stage", v[A], f"g#{j}", name=unique(f"{A}_r{j}", taken)) for j in range(group)]
+        for j in range(group):
+            prims += [prim("stage", v[B], f"g#{j}", name=unique(f"{B}_r{j}", taken)) for B in reversed(reads)]
+        # an expression of a copy's tiles computed into a tile of the source's dtype (TensorE sums it as it would
+        # the source), each copy's nest then a sum of that tile
+        for j in range(group if expr else 0):
+            prims += [prim("bind_expr", acc, f"p#{j}", unique(f"{S}_terms_r{j}", taken), suffix=f"_t{j}",
+                           dtype=dtype),
+                      prim("tensorize", f"p_t{j}")]
         # fp32 tiles added in pairs on VectorE first (an fp32 matmul streams at 4.7x the 16-bit cost): each pair
         # of copies one nest `s += A_r0 + A_r1`, its sum bound to a tile of its own, TensorE sums that
         for q in range(group // 2 if paired else 0):
@@ -852,7 +862,10 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
                       prim("bind_expr", acc, f"p#{q}", unique(f"{S}_pair{q}", taken), suffix=f"_x{q}"),
                       prim("tensorize", f"p_x{q}")]
     else:
-        prims.append(prim("stage", v[A], "rt", name=unique(f"{A}_tile", taken)))
+        prims += [prim("stage", v[B], "rt", name=unique(f"{B}_tile", taken)) for B in reversed(reads)]
+        if expr:  # the expression of the staged tiles computed into a tile of the source's dtype, then summed
+            prims += [prim("bind_expr", acc, "p", unique(f"{S}_terms", taken), dtype=dtype),
+                      prim("tensorize", "p_x")]
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
     prims.append(prim("tensorize", "p", line=init[0].line))
     # ScalarE evicts, applying a constant factor on the way, when the matmuls do not bound the step (16-bit
@@ -866,7 +879,8 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     prims += [prim("tensorize", f"{e}_u_r", **({"evict": True} if evict and n == 0 else {}))
               for n, e in enumerate(loops)]
     how = "; row tiles added in pairs on VectorE first" if paired else ""
-    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul{how})")]
+    what = fmt_expr(upd.expr) if expr else A
+    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {what} (ones matmul{how})")]
 
 
 def _column_group(O: int, R: int, F: int, params: ReducePlan, dtype: str) -> int:
