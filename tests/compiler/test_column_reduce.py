@@ -186,10 +186,17 @@ RULE = {"colsum_three_tiles": colsum(384, 1024), "colsum_bf16": colsum(384, 96).
         "coldot_mean_three_tiles": colsum(384, 96, term="A[i, j] * B[i, j] / M", extra=", B: f32[M, N]"),
         "colsq_pairs_f32_init": colsum(1024, 96, term="A[i, j] * A[i, j]", init="b[j]", extra=", b: f32[N]"),
         "colsq_groups_bf16": colsum(512, 64, term="(A[i, j] - 1.5) * A[i, j]").replace("f32", "bf16"),
+        # wide loads (one row tile holds the reduced rows): W PSUM banks' worth of columns per load, each bank a
+        # matmul and an eviction of its own (the factor on it), the terms of an expression over the whole tile
+        "colsum_wide_bf16": colsum(128, 2048).replace("f32", "bf16"),
+        "colmean_wide_init_bf16": colsum(128, 1024, term="A[i, j] / M", init="b[j]", extra=", b: f32[N]").replace(
+            "A: f32", "A: bf16"),
+        "colsq_wide_bf16": colsum(128, 1024, term="A[i, j] * A[i, j] / M").replace("A: f32", "A: bf16"),
+        "midsum_wide_f32": MIDSUM.format(dtype="f32", out="f32", b=2, m=96, n=1024),
         "midabs_bf16": MIDSUM.format(dtype="bf16", out="f32", b=3, m=300, n=96).replace("+= A[b, m, n]",
                                                                                          "+= abs(A[b, m, n])")}
 # the reduced terms by NumPy (float64), per expression a case sums
-TERMS = {"A[i, j] * A[i, j]": lambda x: x["A"] ** 2, "A[i, j] * B[i, j]": lambda x: x["A"] * x["B"],
+TERMS = {"A[i, j] * A[i, j]": lambda x: x["A"] ** 2, "A[i, j] * A[i, j] / M": lambda x: x["A"] ** 2, "A[i, j] * B[i, j]": lambda x: x["A"] * x["B"],
          "(A[i, j] - 1.5) * A[i, j]": lambda x: (x["A"] - 1.5) * x["A"], "abs(A[b, m, n])": lambda x: abs(x["A"])}
 
 

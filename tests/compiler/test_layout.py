@@ -162,6 +162,18 @@ def _column_epilogue(k):
     return layout.stage_out(k, "s_row", "o", memory="psum", name="s_acc", of="f")
 
 
+def _column_banks(k):
+    """The middle mean with its free loop split into banks (w, rules.colreduce's wide loads): the factor computed
+    at each bank, inside the statement that writes the row (a read after the write, in order: not early), the row
+    staged at o, each bank's sum alone in PSUM, copied into the row before the factor reads it."""
+    k = layout.reshape(pr.fold_init(k, "s"), "b#0", (("o", 3), ("r", 8), ("f", 6)), groups=(("b",), ("m",), ("n",)))
+    k = layout.reshape(k, "b", (("e", 3), ("e_u", 1), ("e_f", 6)), groups=(("b",), (), ("n",)), units=("e_u",),
+                       views=(("s", "s_v"),))
+    k = pr.partition(pr.reorder(pr.split(k, "f", 3, outer="w", inner="f_i"), "o", "w", "r", "f_i"), "r", summed=True)
+    k = layout.stage_out(pr.reverse_compute_at(k, "e", "w"), "s_v", "o", name="s_row")
+    return layout.stage_out(k, "s_row", "w", memory="psum", name="s_acc", of="r")
+
+
 def _whole_kernel(k):
     """The same epilogue once over all rows after the reduction: the result staged for the whole kernel."""
     return layout.stage_out(pr.fold_init(k, "s"), "s", "", name="s_col", dtype="f32")
@@ -192,6 +204,7 @@ CASES = {  # name -> (program, primitives applied to the level-A kernel)
                                                            groups=(("b",), ("c",), ("h", "w")))),
     "stage_out": (ADD, _flat_tiles),
     "stage_out_of_nest": (MIDMEAN, _column_epilogue),
+    "stage_out_read_after_write": (MIDMEAN, _column_banks),
     "reshape_units": (COLMEAN, lambda k: layout.reshape(k, "j#2", (("e_u", 1), ("e_f", 6)), groups=((), ("j",)),
                                                         units=("e_u",))),
     "broadcast": (BCAST, _row_broadcast),

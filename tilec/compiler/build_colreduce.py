@@ -200,16 +200,14 @@ def row_pairs(op: ColumnReduceOp, plan: ReducePlan, dtype: str) -> int:
     partitions (model: 64 x 64 x 4096 f32 mean 300.7 -> 249.1 us, 16 x 128 x 4096 154.2 -> 123.3, 128 x 64 x 512
     113.5 -> 74.4). Not for expressions (they are computed on the loaded tiles) nor 16-bit sources (TensorE streams
     them faster than the adds)."""
-    R = op.dim("R")
-    if dtype != "f32" or op.expr is not None or op.inputs or plan.parts != R or R % (2 * STACK_ALIGN):
+    return row_pairs_of(op.dim("R"), plan, dtype, op.expr is not None or bool(op.inputs))
+
+
+def row_pairs_of(R: int, plan: ReducePlan, dtype: str, expr: bool) -> int:
+    """row_pairs for R reduced rows of `dtype` (`expr`: a reduced expression)."""
+    if dtype != "f32" or expr or plan.parts != R or R % (2 * STACK_ALIGN):
         return 1
     return 2
-
-
-def plain_steps(O: int, R: int, F: int, plan: ReducePlan, dtype: str) -> bool:
-    """Whether a column sum's steps are the plain form rules.colreduce schedules: one row tile per matmul (no
-    groups), one o per step (not stacked), one PSUM bank per load (not wide)."""
-    return _group(R // plan.parts) == 1 and stacked(O, R, plan) == 1 and wide(O, R, F, plan, 1, dtype) == 1
 
 
 def _plain(op: ColumnReduceOp, hbm: dict[str, Buf]) -> bool:

@@ -264,7 +264,8 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     """TVM's cache_write: inside loop `at`, the statements write the region of `buf` they cover into a new on-chip
     buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop reads `buf` only
     after a statement that writes it (an epilogue reading the finished value; reads before would see the old
-    values), inside the region, and the region fits the target. `line`: the .tl line of the store (default the
+    values; a read inside the statement of the first write comes after it in order: a column sum's factor on each
+    PSUM bank's eviction), inside the region, and the region fits the target. `line`: the .tl line of the store (default the
     first write's; a reduction's store is tagged with its initial value's statement). `dtype`: the on-chip
     buffer's (default `buf`'s: an fp32 accumulator of a narrower output); `cast`: the name of a tile of `buf`'s
     dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA; in SBUF: from
@@ -284,7 +285,10 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
         raise _fail(f"stage_out {buf} at {at}: loop {at} does not write {buf}", span)
     first_write = next(n for n, s in enumerate(loop.body) if any(x.dst.buf == buf for x in _stores((s,))))
     reads = [a for n, s in enumerate(loop.body) for x in _stores((s,)) for a in loads(x.expr) if a.buf == buf]
-    early = [a for s in loop.body[:first_write + 1] for x in _stores((s,)) for a in loads(x.expr) if a.buf == buf]
+    inside = _stores(loop.body[first_write:first_write + 1])  # (a statement holding the first write: its reads
+    upto = next(n for n, x in enumerate(inside) if x.dst.buf == buf)  # after that write, in order, are not early)
+    early = [a for s in loop.body[:first_write] for x in _stores((s,)) for a in loads(x.expr) if a.buf == buf] + \
+        [a for x in inside[:upto + 1] for a in loads(x.expr) if a.buf == buf]
     if early:
         raise _fail(f"stage_out {buf} at {at}: loop {at} reads {buf} before it writes it", span,
                     "stage it where it is only written, or read only after the statement writing it")

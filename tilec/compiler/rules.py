@@ -768,7 +768,7 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
 
     Takes plain sums (build_colreduce stacks o's on the partitions, widens loads and sums expressions: those stay
     there), None otherwise."""
-    from tilec.compiler.build_colreduce import plain_steps  # the builder's own choice of the cases it improves
+    from tilec.compiler.build_colreduce import _group, row_pairs_of, stacked, wide  # (the builder's own choices)
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) < 2 or len(tops) != len(k.body):
         return None
@@ -795,8 +795,9 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     S, A = upd.dst.buf, reads[0]
     dtype = k.buffers()[A].dtype
     expr = not isinstance(upd.expr, Load)
-    group = _column_group(O, R, F, params, dtype)
-    if R % params.parts or F % params.free or not (group > 1 or plain_steps(O, R, F, params, dtype)):
+    group, W = _group(R // params.parts), wide(O, R, F, params, 1, dtype)
+    if R % params.parts or F % params.free or stacked(O, R, params) > 1 or \
+            W > 1 and row_pairs_of(R, params, dtype, expr) > 1:  # (the builder stacks these: two rows a partition)
         return None
     columns = [c for c in epilogue if c]
     v, taken = _reduce_views(S, reads, columns)
@@ -827,24 +828,50 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
                   prim("reorder", "o", "ft", "rt", "g", "p", "f_i"),
                   prim("partition", "p", summed=True),
                   prim("unroll", "g", copies=True)]
+    elif W > 1:  # one load of W PSUM banks' worth of columns, each bank summed by a matmul of its own
+        prims += [prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
+                       note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
+                  prim("split", "f", W * params.free, outer="ft", inner="f_w", name="TILE_F"),
+                  prim("reorder", "o", "ft", "rt", "p", "f_w"),
+                  prim("partition", "p", summed=True)]
+        if expr:  # the terms of the whole loaded tile (one instruction), before the banks split the sum
+            prims += [prim("bind_expr", v[S], "p", unique(f"{S}_terms", taken), dtype=dtype),
+                      prim("tensorize", "p_x")]
+        prims += [prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
+                       note="the PSUM banks of a free tile: a matmul each, evicted into its part of the row"),
+                  prim("reorder", "w", "p", "f_i")]
     else:
         prims += [prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
                        note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
                   prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
                   prim("reorder", "o", "ft", "rt", "p", "f_i"),
                   prim("partition", "p", summed=True)]
-    for e in loops:  # each step on the row of sums of a free tile, once it is evicted
-        prims += [prim("reverse_compute_at", e if before else f"{e}_u", "ft"), prim("partition", f"{e}_u_r")]
-    if not epilogue:  # the eviction writes the output's dtype
+    step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
+    factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
+    for n, e in enumerate(loops):  # each step on the row of sums of a free tile, once it is evicted (wide: a
+        at = "w" if W > 1 and n == 0 and factor else "ft"  # factor on each bank's eviction, the rest on the row)
+        prims += [prim("reverse_compute_at", e if before else f"{e}_u", at), prim("partition", f"{e}_u_r")]
+    if W > 1:  # the banks written out, each a PSUM tile of its own (as many in flight as banks)
+        prims.append(prim("unroll", "w", copies=True))
+    if not epilogue and W > 1:  # each bank's eviction writes its part of the row, in the output's dtype
+        row = unique(f"{S}_row", taken)
+        accs = [unique(f"{S}_acc", taken) for _ in range(W)]
+        prims += [prim("stage_out", v[S], "ft", name=row, line=upd.line)]
+        prims += [prim("stage_out", row, f"w#{j}", memory="psum", name=acc, line=upd.line, dtype="f32", of="p")
+                  for j, acc in enumerate(accs)]
+    elif not epilogue:  # the eviction writes the output's dtype
         acc, row = unique(f"{S}_acc", taken), unique(f"{S}_row", taken)
         prims.append(prim("stage_out", v[S], "ft", memory="psum", name=acc, line=upd.line, dtype="f32", cast=row))
     else:  # an fp32 row in SBUF the epilogue works on (cast for a narrower output), the sums in PSUM before it
         narrow = k.buffers()[S].dtype != "f32"
         row = unique(f"{S}_row", taken)
         cast = {"cast": unique(f"{S}_tile", taken)} if narrow else {}
-        acc = unique(f"{S}_acc", taken)
-        prims += [prim("stage_out", v[S], "ft", name=row, line=upd.line, dtype="f32", **cast),
-                  prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
+        accs = [unique(f"{S}_acc", taken) for _ in range(W)]
+        acc = accs[0]
+        prims.append(prim("stage_out", v[S], "ft", name=row, line=upd.line, dtype="f32", **cast))
+        prims += [prim("stage_out", row, f"w#{j}", memory="psum", name=a, line=upd.line, of="p")
+                  for j, a in enumerate(accs)] if W > 1 else \
+            [prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
     paired = group > 1 and dtype == "f32"
     if group > 1:
         for j in range(group):
@@ -863,7 +890,7 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
                       prim("tensorize", f"p_x{q}")]
     else:
         prims += [prim("stage", v[B], "rt", name=unique(f"{B}_tile", taken)) for B in reversed(reads)]
-        if expr:  # the expression of the staged tiles computed into a tile of the source's dtype, then summed
+        if expr and W == 1:  # the expression of the staged tiles computed into a tile of the source's dtype, then summed
             prims += [prim("bind_expr", acc, "p", unique(f"{S}_terms", taken), dtype=dtype),
                       prim("tensorize", "p_x")]
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
@@ -871,8 +898,6 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     # ScalarE evicts, applying a constant factor on the way, when the matmuls do not bound the step (16-bit
     # sources, or one row tile per eviction); fp32 row tiles are TensorE's (4.7x the 16-bit rate): VectorE
     # multiplies after a plain copy (build_colreduce measured it: 16 x 256 x 4096 bf16 mean 261 -> 174 us)
-    step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
-    factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
     evict = factor and (k.buffers()[A].dtype != "f32" or R == params.parts or paired)
     if paired and not (evict and factor):  # VectorE adds the pairs: ScalarE evicts (a factor: evict=True below)
         prims.append(prim("tensorize", f"{row}_c0", engine="scalar"))
@@ -881,16 +906,6 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     how = "; row tiles added in pairs on VectorE first" if paired else ""
     what = fmt_expr(upd.expr) if expr else A
     return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {what} (ones matmul{how})")]
-
-
-def _column_group(O: int, R: int, F: int, params: ReducePlan, dtype: str) -> int:
-    """Row tiles per step of a 16-bit column sum the rule takes (build_colreduce._group: 4 or 2 loads in flight
-    hide the DMA latency): not stacked, not wide; fp32 tiles are added in pairs first (pair, bind_expr)."""
-    from tilec.compiler.build_colreduce import _group, stacked, wide
-    if dtype not in ("bf16", "f16", "f32") or R % params.parts or stacked(O, R, params) > 1 or \
-            wide(O, R, F, params, 1, dtype) > 1:
-        return 1
-    return _group(R // params.parts)
 
 
 # ---- data movement -------------------------------------------------------------------------------------------------
