@@ -193,6 +193,14 @@ RULE = {"colsum_three_tiles": colsum(384, 1024), "colsum_bf16": colsum(384, 96).
             "A: f32", "A: bf16"),
         "colsq_wide_bf16": colsum(128, 1024, term="A[i, j] * A[i, j] / M").replace("A: f32", "A: bf16"),
         "midsum_wide_f32": MIDSUM.format(dtype="f32", out="f32", b=2, m=96, n=1024),
+        # o's stacked on the partitions (K * R of them, merge_dims), a block-diagonal ones matrix per step
+        "midsum_stacked_bf16": MIDSUM.format(dtype="bf16", out="f32", b=6, m=32, n=512),
+        "midsum_stacked_f32": MIDSUM.format(dtype="f32", out="f32", b=8, m=32, n=96),
+        "midsum_stacked_once_bf16": MIDSUM.format(dtype="bf16", out="bf16", b=2, m=64, n=512),
+        "midmean_stacked_once_init_bf16": STACKED.format(dtype="bf16", out="f32", b=2, m=64, n=512, init="c[b, n]",
+                                                         extra=", c: f32[B, N]"),
+        "midmean_stacked_init_bf16": STACKED.format(dtype="bf16", out="f32", b=4, m=64, n=512, init="c[b, n]",
+                                                    extra=", c: f32[B, N]"),
         "midabs_bf16": MIDSUM.format(dtype="bf16", out="f32", b=3, m=300, n=96).replace("+= A[b, m, n]",
                                                                                          "+= abs(A[b, m, n])")}
 # the reduced terms by NumPy (float64), per expression a case sums
@@ -252,10 +260,11 @@ def test_column_rule_kernels_match_numpy(name):
     np.testing.assert_allclose(got, _numpy_sum(RULE[name], inputs), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("text", [MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=1024)])
-def test_the_column_rule_leaves_stacked_forms_to_the_builder(text):
-    """o's stacked on the partitions: build_colreduce still writes these (the rule declines, and the kernel says
-    so). Grouped row tiles are the rule's (16-bit: a buffer per tile; fp32: pairs), and so are expressions."""
+@pytest.mark.parametrize("text", [MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=1024),
+                                  MIDSUM.format(dtype="bf16", out="f32", b=8, m=64, n=2048)])
+def test_the_column_rule_leaves_paired_and_wide_stacked_forms_to_the_builder(text):
+    """fp32 rows two to a partition, stacked o's with wide loads: build_colreduce still writes these (the rule
+    declines, and the kernel says so). Grouped row tiles, expressions, plain stacked o's are the rule's."""
     prog = lang.load(text)
     op = select(lower(prog.kernel, prog.sizes), prog)[0]
     nest = colreduce_nest(op, prog)

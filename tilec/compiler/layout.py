@@ -255,6 +255,44 @@ def _rewrite(s: Assign | Update, views: dict[str, View], called: dict[str, str],
     return replace(s, dst=access(s.dst), expr=map_loads(s.expr, access))
 
 
+def merge_dims(k: Kernel, view: str, dim: int, span: Span | None = None) -> Kernel:
+    """Dimensions `dim` and `dim + 1` of the HBM view `view` seen as one (row-major: the same bytes), every access
+    `V[.., x, y, ..]` becoming `V[.., x*n + y, ..]` with n the second one's extent (golden: layout/merge_dims.txt):
+    the view of o's stacked on the partitions, A_v[o, k, r, f] -> A_v[o, R*k + r, f], which a stage loads as one
+    (K*R, TILE_F) tile (rules.colreduce). Legal for an HBM view (not its base: the kernel's signature keeps that)
+    with at least two dimensions from `dim` on."""
+    bufs = k.buffers()
+    buf = bufs.get(view)
+    if buf is None or buf.memory != "hbm" or not buf.view_of:
+        raise _fail(f"merge_dims {view}: not an HBM view (reshape makes them)", span, "merge the dims of a view")
+    if not 0 <= dim < len(buf.shape) - 1:
+        raise _fail(f"merge_dims {view}, {dim}: {view} has {len(buf.shape)} dimensions; dimension {dim} has none "
+                    f"after it", span, f"name a dimension below {len(buf.shape) - 1}")
+    n = buf.shape[dim + 1]
+    merged = replace(buf, shape=buf.shape[:dim] + (buf.shape[dim] * n,) + buf.shape[dim + 2:])
+
+    def access(a: Access) -> Access:
+        if a.buf != view:
+            return a
+        x, y = a.index[dim], a.index[dim + 1]
+        one = Aff(tuple(replace(t, coef=t.coef * n, name="") for t in x.terms) + y.terms, x.const * n + y.const)
+        return replace(a, index=a.index[:dim] + (one,) + a.index[dim + 2:])
+
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if isinstance(s, Loop):
+                out.append(replace(s, body=visit(s.body)))
+            elif isinstance(s, (Assign, Update)):
+                out.append(replace(s, dst=access(s.dst), expr=map_loads(s.expr, access)))
+            elif isinstance(s, Alloc) and s.buf.name == view:
+                out.append(replace(s, buf=merged))
+            else:
+                out.append(s)
+        return tuple(out)
+    return replace(k, body=visit(k.body))
+
+
 # ---- stage_out -----------------------------------------------------------------------------------------------------
 
 

@@ -317,7 +317,8 @@ class _Lowering:
         self.part = s.var
         line = int(self.tensorize.get(s.var, {}).get("line", s.line))
         e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory,
-                 lambda b, parts: self.ones_col(self.nest[b].dtype, parts, line))
+                 lambda b, parts: self.ones_col(self.nest[b].dtype, parts, line),
+                 lambda b, blocks, rows: self.ones_block(self.nest[b].dtype, blocks, rows, line))
         if isinstance(body[0], Update):
             return emit_update(body[0], nest, self.target, e, bool(self.tensorize.get(s.var, {}).get("accumulate")))
         how = self.tensorize.get(s.var, {})
@@ -361,6 +362,19 @@ class _Lowering:
             self.ones[key] = ones
             self.pending += [ir.Alloc(ones, zero=True, line=line),
                              ir.Scalar(ir.whole(ones), ir.whole(ones), "add", 1.0, line)]
+        return self.ones[key]
+
+    def ones_block(self, dtype: str, blocks: int, rows: int, line: int) -> ir.Buf:
+        """A (blocks * rows, blocks) block-diagonal ones matrix in SBUF (column k is 1 on partitions k*rows ..
+        (k+1)*rows): the stationary side of a sum of o's stacked on the partitions, each o's rows into its row."""
+        key = f"block:{dtype}:{blocks}:{rows}"
+        if key not in self.ones:
+            ones = ir.Buf(self.fresh(f"ones_{dtype}"), "sbuf", dtype, (blocks * rows, blocks))
+            self.ones[key] = ones
+            self.pending += [ir.Alloc(ones, zero=True, line=line)]
+            self.pending += [ir.Scalar(v, v, "add", 1.0, line)
+                             for v in (View(ones, (Sl(Aff((), b * rows), rows), Sl(Aff((), b), 1)))
+                                       for b in range(blocks))]
         return self.ones[key]
 
     def _row_block(self, stmts: tuple[Stmt, ...]) -> bool:

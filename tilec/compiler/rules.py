@@ -66,6 +66,7 @@ _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
     "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
+    "merge_dims": layout.merge_dims,
     "bind_expr": pr.bind_expr, "reverse_compute_at": pr.reverse_compute_at, "pair": pr.pair,
     "tensorize": _lowering_only, "block": _lowering_only,
     "resolve_fill": rules_copy.resolve_fill, "fill_from": rules_copy.fill_from,
@@ -795,13 +796,18 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     S, A = upd.dst.buf, reads[0]
     dtype = k.buffers()[A].dtype
     expr = not isinstance(upd.expr, Load)
-    group, W = _group(R // params.parts), wide(O, R, F, params, 1, dtype)
-    if R % params.parts or F % params.free or stacked(O, R, params) > 1 or \
-            W > 1 and row_pairs_of(R, params, dtype, expr) > 1:  # (the builder stacks these: two rows a partition)
+    group, W, K = _group(R // params.parts), wide(O, R, F, params, 1, dtype), stacked(O, R, params)
+    pairs = row_pairs_of(R, params, dtype, expr) > 1
+    if R % params.parts or F % params.free or (K > 1 or W > 1) and pairs:  # (the builder: two rows a partition)
         return None
+    if K > 1 and (expr or wide(O, R, F, ReducePlan(K * R, params.free), K, dtype) > 1 or
+                  any(lp.extent == 1 for lp in chain)):
+        return None  # (the builder stacks these: expressions, wide stacked loads, unit loops)
     columns = [c for c in epilogue if c]
     v, taken = _reduce_views(S, reads, columns)
     before, after = names[:first], names[first + len(red):]
+    if K > 1:
+        return _stacked_sum(k, params, (O, R, F, K), (before, red, after), chain, init[0], upd, epilogue, v, taken)
     groups = (tuple(before), tuple(red), tuple(after))
     line = lambda vs: chain[names.index(vs[0])].line if vs else init[0].line  # noqa: E731
     top = chain[0].var + ("#0" if epilogue else "")
@@ -906,6 +912,70 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     how = "; row tiles added in pairs on VectorE first" if paired else ""
     what = fmt_expr(upd.expr) if expr else A
     return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {what} (ones matmul{how})")]
+
+
+def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int],
+                 names: tuple[list[str], list[str], list[str]], chain: list[Loop], init: Assign, upd: Update,
+                 epilogue: list[str | None], v: dict[str, str], taken: set[str]) -> list[Prim]:
+    """rules.colreduce for K o's stacked on the partitions (build_colreduce.stacked: one row tile holds the R
+    reduced rows of an o, so K o's go on K * R partitions of one load and a (K * R, K) block-diagonal ones matrix
+    sums each o's rows into its own row of a (K, TILE_F) PSUM tile); 6 x 32 x 512, K = 3:
+
+        reshape(b, ((o, 2), (k, 3), (r, 32), (f, 512)), unit=False)   A_v[o, k, r, f], s_v[o, k, f]
+        merge_dims(A_v, 1)                   A_v[o, 32*k + r, f]: one (96, TILE_F) tile per step
+        split(r, 32, outer=rt, inner=p, name=TILE_P); split(f, 512, ..); reorder(o, ft, rt, k, p, f_i)
+        partition(p, summed=True); partition(k)   s_acc[k, f_i] += A_tile[32*k + p, f_i]
+        stage_out(s_v, ft, memory=psum, name=s_acc, cast=s_row); stage(A_v, rt, name=A_tile)
+        tensorize(k)                         one matmul: ones[96, 3] (block-diagonal).T @ A_tile
+
+    The epilogue steps are reshaped onto the same (o, k, f) rows and computed on the (K, TILE_F) row of sums."""
+    O, R, F, K = sizes
+    before, red, after = names
+    S, reads = upd.dst.buf, list(dict.fromkeys(a.buf for a in loads(upd.expr)))
+    A = reads[0]
+    columns = [c for c in epilogue if c]
+    at = {lp.var: lp.line for lp in chain}
+    top = chain[0].var + ("#0" if epilogue else "")
+    prims = [prim("fold_init", S),
+             prim("reshape", top, (("o", O // K), ("k", K), ("r", R), ("f", F)),
+                  notes=(f"for {', '.join(before)} ({K} at a time, stacked on the partitions)", "",
+                         f"for {', '.join(red)}", f"for {', '.join(after)}"),
+                  lines=(at[before[0]], at[before[0]], at[red[0]], at[after[0]] if after else init.line),
+                  views=(*((B, v[B]) for B in reads), (S, v[S])), view_line=init.line, unit=False)]
+    prims += [prim("merge_dims", v[B], 1) for B in reads]
+    loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    for n, (e, c) in enumerate(zip(loops, epilogue)):  # each step over the same rows of sums: s_v[o, k, f]
+        ref = tops[2 + n].var + ("#0" if len(epilogue) - n > 1 else "")
+        views = ((S, v[S]),) + (((c, v[c]),) if c else ())
+        lead = ((e, O // K),) if O > K else ()  # (one step: the reduction's s_v[k, f] has no o, a row it leaves out)
+        prims.append(prim("reshape", ref, lead + ((f"{e}_k", K), (f"{e}_f", F)), views=views, unit=False))
+    prims += [prim("split", "r", R, outer="rt", inner="p", name="TILE_P",
+                   note=f"for {', '.join(red)} (the {R} rows of each of the {K} o's, summed in PSUM)"),
+              prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+              prim("reorder", "o", "ft", "rt", "k", "p", "f_i"),
+              prim("partition", "p", summed=True),
+              prim("partition", "k")]
+    for e in loops:  # each step on the (K, TILE_F) rows of sums of a free tile, once they are evicted
+        prims += [prim("reverse_compute_at", e if O > K else f"{e}_k", "ft"), prim("partition", f"{e}_k_r")]
+    if not epilogue:  # the eviction writes the output's dtype
+        acc, row = unique(f"{S}_acc", taken), unique(f"{S}_row", taken)
+        prims.append(prim("stage_out", v[S], "ft", memory="psum", name=acc, line=upd.line, dtype="f32", cast=row))
+    else:  # fp32 rows in SBUF the epilogue works on (cast for a narrower output), the sums in PSUM before them
+        narrow = k.buffers()[S].dtype != "f32"
+        row, acc = unique(f"{S}_row", taken), unique(f"{S}_acc", taken)
+        cast = {"cast": unique(f"{S}_tile", taken)} if narrow else {}
+        prims += [prim("stage_out", v[S], "ft", name=row, line=upd.line, dtype="f32", **cast),
+                  prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
+    prims += [prim("stage", v[B], "rt", name=unique(f"{B}_tile", taken)) for B in reversed(reads)]
+    prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
+    prims.append(prim("tensorize", "k", line=init.line))
+    step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
+    factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
+    prims += [prim("tensorize", f"{e}_k_r", **({"evict": True} if factor and n == 0 else {}))
+              for n, e in enumerate(loops)]
+    what = f"{S} = sum over {', '.join(red)} of {A} (ones matmul; a block-diagonal ones matrix sums each o's rows apart)"
+    return prims + [prim("block", "o", what)]
 
 
 # ---- data movement -------------------------------------------------------------------------------------------------
