@@ -201,6 +201,9 @@ RULE = {"colsum_three_tiles": colsum(384, 1024), "colsum_bf16": colsum(384, 96).
                                                          extra=", c: f32[B, N]"),
         "midmean_stacked_init_bf16": STACKED.format(dtype="bf16", out="f32", b=4, m=64, n=512, init="c[b, n]",
                                                     extra=", c: f32[B, N]"),
+        "midsum_stacked_wide_init_bf16": STACKED.format(dtype="bf16", out="f32", b=4, m=64, n=1024, init="c[b, n]",
+                                                        extra=", c: f32[B, N]").replace(" / M", ""),
+        "midmean_stacked_wide_bf16": STACKED.format(dtype="bf16", out="bf16", b=4, m=32, n=2048, init="0", extra=""),
         "midabs_bf16": MIDSUM.format(dtype="bf16", out="f32", b=3, m=300, n=96).replace("+= A[b, m, n]",
                                                                                          "+= abs(A[b, m, n])")}
 # the reduced terms by NumPy (float64), per expression a case sums
@@ -261,10 +264,11 @@ def test_column_rule_kernels_match_numpy(name):
 
 
 @pytest.mark.parametrize("text", [MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=1024),
-                                  MIDSUM.format(dtype="bf16", out="f32", b=8, m=64, n=2048)])
-def test_the_column_rule_leaves_paired_and_wide_stacked_forms_to_the_builder(text):
-    """fp32 rows two to a partition, stacked o's with wide loads: build_colreduce still writes these (the rule
-    declines, and the kernel says so). Grouped row tiles, expressions, plain stacked o's are the rule's."""
+                                  MIDSUM.format(dtype="bf16", out="f32", b=4, m=64, n=512).replace(
+                                      "+= A[b, m, n]", "+= A[b, m, n] * A[b, m, n]")])
+def test_the_column_rule_leaves_paired_rows_and_stacked_expressions_to_the_builder(text):
+    """fp32 rows two to a partition, stacked o's summing an expression: build_colreduce still writes these (the
+    rule declines, and the kernel says so). Grouped row tiles, expressions, stacked and wide sums are the rule's."""
     prog = lang.load(text)
     op = select(lower(prog.kernel, prog.sizes), prog)[0]
     nest = colreduce_nest(op, prog)

@@ -800,14 +800,15 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     pairs = row_pairs_of(R, params, dtype, expr) > 1
     if R % params.parts or F % params.free or (K > 1 or W > 1) and pairs:  # (the builder: two rows a partition)
         return None
-    if K > 1 and (expr or wide(O, R, F, ReducePlan(K * R, params.free), K, dtype) > 1 or
-                  any(lp.extent == 1 for lp in chain)):
-        return None  # (the builder stacks these: expressions, wide stacked loads, unit loops)
+    if K > 1 and (expr or any(lp.extent == 1 for lp in chain)):
+        return None  # (the builder stacks these: expressions, unit loops)
     columns = [c for c in epilogue if c]
     v, taken = _reduce_views(S, reads, columns)
     before, after = names[:first], names[first + len(red):]
     if K > 1:
-        return _stacked_sum(k, params, (O, R, F, K), (before, red, after), chain, init[0], upd, epilogue, v, taken)
+        W = wide(O, R, F, ReducePlan(K * R, params.free), K, dtype)
+        return _stacked_sum(k, params, (O, R, F, K, W), (before, red, after), chain, init[0], upd, epilogue, v,
+                            taken)
     groups = (tuple(before), tuple(red), tuple(after))
     line = lambda vs: chain[names.index(vs[0])].line if vs else init[0].line  # noqa: E731
     top = chain[0].var + ("#0" if epilogue else "")
@@ -914,7 +915,7 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {what} (ones matmul{how})")]
 
 
-def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int],
+def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int, int],
                  names: tuple[list[str], list[str], list[str]], chain: list[Loop], init: Assign, upd: Update,
                  epilogue: list[str | None], v: dict[str, str], taken: set[str]) -> list[Prim]:
     """rules.colreduce for K o's stacked on the partitions (build_colreduce.stacked: one row tile holds the R
@@ -928,8 +929,10 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int]
         stage_out(s_v, ft, memory=psum, name=s_acc, cast=s_row); stage(A_v, rt, name=A_tile)
         tensorize(k)                         one matmul: ones[96, 3] (block-diagonal).T @ A_tile
 
-    The epilogue steps are reshaped onto the same (o, k, f) rows and computed on the (K, TILE_F) row of sums."""
-    O, R, F, K = sizes
+    The epilogue steps are reshaped onto the same (o, k, f) rows and computed on the (K, TILE_F) row of sums. W > 1
+    (build_colreduce.wide): a TILE_F of W PSUM banks per load, the banks written out as in rules.colreduce (each a
+    (K, BANK_F) PSUM tile of its own, the factor on its eviction)."""
+    O, R, F, K, W = sizes
     before, red, after = names
     S, reads = upd.dst.buf, list(dict.fromkeys(a.buf for a in loads(upd.expr)))
     A = reads[0]
@@ -951,27 +954,44 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int]
         lead = ((e, O // K),) if O > K else ()  # (one step: the reduction's s_v[k, f] has no o, a row it leaves out)
         prims.append(prim("reshape", ref, lead + ((f"{e}_k", K), (f"{e}_f", F)), views=views, unit=False))
     prims += [prim("split", "r", R, outer="rt", inner="p", name="TILE_P",
-                   note=f"for {', '.join(red)} (the {R} rows of each of the {K} o's, summed in PSUM)"),
-              prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
-              prim("reorder", "o", "ft", "rt", "k", "p", "f_i"),
-              prim("partition", "p", summed=True),
-              prim("partition", "k")]
-    for e in loops:  # each step on the (K, TILE_F) rows of sums of a free tile, once they are evicted
-        prims += [prim("reverse_compute_at", e if O > K else f"{e}_k", "ft"), prim("partition", f"{e}_k_r")]
-    if not epilogue:  # the eviction writes the output's dtype
+                   note=f"for {', '.join(red)} (the {R} rows of each of the {K} o's, summed in PSUM)")]
+    if W > 1:
+        prims += [prim("split", "f", W * params.free, outer="ft", inner="f_w", name="TILE_F"),
+                  prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
+                       note="the PSUM banks of a free tile: a matmul each, evicted into its part of the rows"),
+                  prim("reorder", "o", "ft", "rt", "w", "k", "p", "f_i")]
+    else:
+        prims += [prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+                  prim("reorder", "o", "ft", "rt", "k", "p", "f_i")]
+    prims += [prim("partition", "p", summed=True), prim("partition", "k")]
+    step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
+    factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
+    for n, e in enumerate(loops):  # each step on the (K, TILE_F) rows of sums of a free tile, once they are evicted
+        where = "w" if W > 1 and n == 0 and factor else "ft"  # (wide: the factor on each bank's eviction)
+        prims += [prim("reverse_compute_at", e if O > K else f"{e}_k", where), prim("partition", f"{e}_k_r")]
+    accs = [unique(f"{S}_acc", taken) for _ in range(W)] if W > 1 else []
+    if W > 1:  # the banks written out, each a PSUM tile of its own
+        prims.append(prim("unroll", "w", copies=True))
+    if not epilogue and W > 1:  # each bank's eviction writes its part of the rows, in the output's dtype
+        row = unique(f"{S}_row", taken)
+        prims.append(prim("stage_out", v[S], "ft", name=row, line=upd.line))
+        prims += [prim("stage_out", row, f"w#{j}", memory="psum", name=a, line=upd.line, dtype="f32", of="k")
+                  for j, a in enumerate(accs)]
+    elif not epilogue:  # the eviction writes the output's dtype
         acc, row = unique(f"{S}_acc", taken), unique(f"{S}_row", taken)
         prims.append(prim("stage_out", v[S], "ft", memory="psum", name=acc, line=upd.line, dtype="f32", cast=row))
     else:  # fp32 rows in SBUF the epilogue works on (cast for a narrower output), the sums in PSUM before them
         narrow = k.buffers()[S].dtype != "f32"
-        row, acc = unique(f"{S}_row", taken), unique(f"{S}_acc", taken)
+        row = unique(f"{S}_row", taken)
+        acc = accs[0] if accs else unique(f"{S}_acc", taken)
         cast = {"cast": unique(f"{S}_tile", taken)} if narrow else {}
-        prims += [prim("stage_out", v[S], "ft", name=row, line=upd.line, dtype="f32", **cast),
-                  prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
+        prims.append(prim("stage_out", v[S], "ft", name=row, line=upd.line, dtype="f32", **cast))
+        prims += [prim("stage_out", row, f"w#{j}", memory="psum", name=a, line=upd.line, of="k")
+                  for j, a in enumerate(accs)] if W > 1 else \
+            [prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
     prims += [prim("stage", v[B], "rt", name=unique(f"{B}_tile", taken)) for B in reversed(reads)]
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
     prims.append(prim("tensorize", "k", line=init.line))
-    step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
-    factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
     prims += [prim("tensorize", f"{e}_k_r", **({"evict": True} if factor and n == 0 else {}))
               for n, e in enumerate(loops)]
     what = f"{S} = sum over {', '.join(red)} of {A} (ones matmul; a block-diagonal ones matrix sums each o's rows apart)"
