@@ -303,8 +303,8 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop reads `buf` only
     after a statement that writes it (an epilogue reading the finished value; reads before would see the old
     values; a read inside the statement of the first write comes after it in order: a column sum's factor on each
-    PSUM bank's eviction), inside the region, and the region fits the target. `line`: the .tl line of the store (default the
-    first write's; a reduction's store is tagged with its initial value's statement). `dtype`: the on-chip
+    PSUM bank's eviction), inside the region, and the region fits the target. `line`: the .tl line of the store
+    (default the first write's; a reduction's store is tagged with its initial value's statement). `dtype`: the on-chip
     buffer's (default `buf`'s: an fp32 accumulator of a narrower output); `cast`: the name of a tile of `buf`'s
     dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA; in SBUF: from
     PSUM, `memory="psum"`, it is the eviction). The on-chip buffer is allocated just before the first statement

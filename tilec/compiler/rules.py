@@ -897,7 +897,7 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
                       prim("tensorize", f"p_x{q}")]
     else:
         prims += [prim("stage", v[B], "rt", name=unique(f"{B}_tile", taken)) for B in reversed(reads)]
-        if expr and W == 1:  # the expression of the staged tiles computed into a tile of the source's dtype, then summed
+        if expr and W == 1:  # the staged tiles' expression computed into a tile of the source's dtype, then summed
             prims += [prim("bind_expr", acc, "p", unique(f"{S}_terms", taken), dtype=dtype),
                       prim("tensorize", "p_x")]
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
@@ -994,7 +994,8 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
     prims.append(prim("tensorize", "k", line=init.line))
     prims += [prim("tensorize", f"{e}_k_r", **({"evict": True} if factor and n == 0 else {}))
               for n, e in enumerate(loops)]
-    what = f"{S} = sum over {', '.join(red)} of {A} (ones matmul; a block-diagonal ones matrix sums each o's rows apart)"
+    what = f"{S} = sum over {', '.join(red)} of {A} (ones matmul; a block-diagonal ones matrix sums each o's rows " \
+        "apart)"
     return prims + [prim("block", "o", what)]
 
 
