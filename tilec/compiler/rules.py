@@ -298,6 +298,13 @@ def _unit_column(n: Injective) -> bool:
     return bool(n.columns) and not n.rows and a > 0 and math.prod(ext[a:b]) == 1 and math.prod(ext[:a]) > 1
 
 
+def unit_column_alone(k: Kernel, params: EltwisePlan) -> bool:
+    """Whether rules.eltwise lays `k` out as a one-element column alone (_unit_column_alone) for `params`: the
+    plan's own tiles (one partition) are then not the kernel's, and `tilec explain` says so."""
+    n = injective(k)
+    return n is not None and _unit_column(n) and params == eltwise_params(n)
+
+
 def _unit_column_alone(n: Injective, params: EltwisePlan) -> list[Prim]:
     """`Y[n, m, p] = 2 * c[m] + 1` with M = 1 (and full operands, `A[n, m, p] - c[m]`): the leading loops go on the
     partitions, the trailing ones on the free dimension (the unit loops of the columns left out: reshape's groups),
