@@ -315,3 +315,21 @@ def test_fp32_rows_go_two_to_a_partition_when_one_row_tile_holds_an_o(b, m, n, k
     inputs = inputs_for(c.program)
     got = np.asarray(c.run(**inputs)["s"], np.float64)
     np.testing.assert_allclose(got, inputs["A"].astype(np.float64).mean(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_grouped_sum_reaching_the_builder_is_a_compiler_bug():
+    """rules.colreduce schedules every sum of several row tiles per step (16-bit groups, fp32 pairs): the builder's
+    grouped path is gone, and a grouped sum handed to it is an InternalError, not a kernel. The same program
+    compiles through the rule and matches NumPy."""
+    from tilec.compiler import ir
+    from tilec.compiler.build_colreduce import build_column_reduce
+    from tilec.errors import InternalError
+    text = colsum(1024, 96)
+    prog = lang.load(text)
+    op = select(lower(prog.kernel, prog.sizes), prog)[0]
+    hbm = {n: ir.Buf(n, "hbm", t.dtype, tuple(t.shape)) for n, t in prog.tensors.items()}
+    with pytest.raises(InternalError, match="rules.colreduce schedules those"):
+        build_column_reduce(op, default_plan(op, {}), hbm, lambda name: name)
+    c = compile_text(text)
+    inputs = inputs_for(c.program)
+    np.testing.assert_allclose(np.asarray(c.run(**inputs)["s"], np.float64), _numpy_sum(text, inputs), rtol=1e-4)
