@@ -179,7 +179,37 @@ RULE = {"colsum_three_tiles": colsum(384, 1024), "colsum_bf16": colsum(384, 96).
                                                                                    extra=", b: f32[N]"),
         "colmean_pairs_f32": colsum(512, 64, term="A[i, j] / M", init="0.5"),
         "midmean_init_bf16": STACKED.format(dtype="bf16", out="bf16", b=3, m=300, n=96, init="c[b, n]",
-                                            extra=", c: f32[B, N]")}
+                                            extra=", c: f32[B, N]"),
+        # reduced expressions: the loaded tiles' terms bound to a tile of the source's dtype (bind_expr), then
+        # summed as a source is (one tile per matmul, 16-bit groups, fp32 pairs of terms)
+        "colsq_one_tile": colsum(128, 96, term="A[i, j] * A[i, j]"),
+        "coldot_mean_three_tiles": colsum(384, 96, term="A[i, j] * B[i, j] / M", extra=", B: f32[M, N]"),
+        "colsq_pairs_f32_init": colsum(1024, 96, term="A[i, j] * A[i, j]", init="b[j]", extra=", b: f32[N]"),
+        "colsq_groups_bf16": colsum(512, 64, term="(A[i, j] - 1.5) * A[i, j]").replace("f32", "bf16"),
+        # wide loads (one row tile holds the reduced rows): W PSUM banks' worth of columns per load, each bank a
+        # matmul and an eviction of its own (the factor on it), the terms of an expression over the whole tile
+        "colsum_wide_bf16": colsum(128, 2048).replace("f32", "bf16"),
+        "colmean_wide_init_bf16": colsum(128, 1024, term="A[i, j] / M", init="b[j]", extra=", b: f32[N]").replace(
+            "A: f32", "A: bf16"),
+        "colsq_wide_bf16": colsum(128, 1024, term="A[i, j] * A[i, j] / M").replace("A: f32", "A: bf16"),
+        "midsum_wide_f32": MIDSUM.format(dtype="f32", out="f32", b=2, m=96, n=1024),
+        # o's stacked on the partitions (K * R of them, merge_dims), a block-diagonal ones matrix per step
+        "midsum_stacked_bf16": MIDSUM.format(dtype="bf16", out="f32", b=6, m=32, n=512),
+        "midsum_stacked_f32": MIDSUM.format(dtype="f32", out="f32", b=8, m=32, n=96),
+        "midsum_stacked_once_bf16": MIDSUM.format(dtype="bf16", out="bf16", b=2, m=64, n=512),
+        "midmean_stacked_once_init_bf16": STACKED.format(dtype="bf16", out="f32", b=2, m=64, n=512, init="c[b, n]",
+                                                         extra=", c: f32[B, N]"),
+        "midmean_stacked_init_bf16": STACKED.format(dtype="bf16", out="f32", b=4, m=64, n=512, init="c[b, n]",
+                                                    extra=", c: f32[B, N]"),
+        "midsum_stacked_wide_init_bf16": STACKED.format(dtype="bf16", out="f32", b=4, m=64, n=1024, init="c[b, n]",
+                                                        extra=", c: f32[B, N]").replace(" / M", ""),
+        "midmean_stacked_wide_bf16": STACKED.format(dtype="bf16", out="bf16", b=4, m=32, n=2048, init="0", extra=""),
+        "midabs_bf16": MIDSUM.format(dtype="bf16", out="f32", b=3, m=300, n=96).replace("+= A[b, m, n]",
+                                                                                         "+= abs(A[b, m, n])")}
+# the reduced terms by NumPy (float64), per expression a case sums
+TERMS = {"A[i, j] * A[i, j]": lambda x: x["A"] ** 2, "A[i, j] * A[i, j] / M": lambda x: x["A"] ** 2,
+         "A[i, j] * B[i, j]": lambda x: x["A"] * x["B"],
+         "(A[i, j] - 1.5) * A[i, j]": lambda x: (x["A"] - 1.5) * x["A"], "abs(A[b, m, n])": lambda x: abs(x["A"])}
 
 
 def _rule(text: str):
@@ -194,6 +224,9 @@ def _numpy_sum(text: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """The program's value by NumPy: the reduced axes are the ones the output's indices skip; a mean divides by
     their size; then the initial value (a constant, or the tensor b or c) is added."""
     a = inputs["A"].astype(np.float64)
+    for term, value in TERMS.items():
+        if f"+= {term}" in text:
+            a = value({n: x.astype(np.float64) for n, x in inputs.items()})
     axes = (1, 2) if "mid4d" in text else 0 if "colsum" in text else 1
     total = a.sum(axis=axes)
     if "/ M" in text:
@@ -231,11 +264,12 @@ def test_column_rule_kernels_match_numpy(name):
     np.testing.assert_allclose(got, _numpy_sum(RULE[name], inputs), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("text", [colsum(term="A[i, j] * A[i, j]", m=384),
-                                  MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=1024)])
-def test_the_column_rule_leaves_stacked_and_expression_forms_to_the_builder(text):
-    """o's stacked on the partitions, a reduced expression: build_colreduce still writes these (the rule
-    declines, and the kernel says so). Grouped row tiles are the rule's (16-bit: a buffer per tile; fp32: pairs)."""
+@pytest.mark.parametrize("text", [MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=1024),
+                                  MIDSUM.format(dtype="bf16", out="f32", b=4, m=64, n=512).replace(
+                                      "+= A[b, m, n]", "+= A[b, m, n] * A[b, m, n]")])
+def test_the_column_rule_leaves_paired_rows_and_stacked_expressions_to_the_builder(text):
+    """fp32 rows two to a partition, stacked o's summing an expression: build_colreduce still writes these (the
+    rule declines, and the kernel says so). Grouped row tiles, expressions, stacked and wide sums are the rule's."""
     prog = lang.load(text)
     op = select(lower(prog.kernel, prog.sizes), prog)[0]
     nest = colreduce_nest(op, prog)
@@ -281,3 +315,21 @@ def test_fp32_rows_go_two_to_a_partition_when_one_row_tile_holds_an_o(b, m, n, k
     inputs = inputs_for(c.program)
     got = np.asarray(c.run(**inputs)["s"], np.float64)
     np.testing.assert_allclose(got, inputs["A"].astype(np.float64).mean(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_grouped_sum_reaching_the_builder_is_a_compiler_bug():
+    """rules.colreduce schedules every sum of several row tiles per step (16-bit groups, fp32 pairs): the builder's
+    grouped path is gone, and a grouped sum handed to it is an InternalError, not a kernel. The same program
+    compiles through the rule and matches NumPy."""
+    from tilec.compiler import ir
+    from tilec.compiler.build_colreduce import build_column_reduce
+    from tilec.errors import InternalError
+    text = colsum(1024, 96)
+    prog = lang.load(text)
+    op = select(lower(prog.kernel, prog.sizes), prog)[0]
+    hbm = {n: ir.Buf(n, "hbm", t.dtype, tuple(t.shape)) for n, t in prog.tensors.items()}
+    with pytest.raises(InternalError, match="rules.colreduce schedules those"):
+        build_column_reduce(op, default_plan(op, {}), hbm, lambda name: name)
+    c = compile_text(text)
+    inputs = inputs_for(c.program)
+    np.testing.assert_allclose(np.asarray(c.run(**inputs)["s"], np.float64), _numpy_sum(text, inputs), rtol=1e-4)

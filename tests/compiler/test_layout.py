@@ -162,6 +162,24 @@ def _column_epilogue(k):
     return layout.stage_out(k, "s_row", "o", memory="psum", name="s_acc", of="f")
 
 
+def _column_banks(k):
+    """The middle mean with its free loop split into banks (w, rules.colreduce's wide loads): the factor computed
+    at each bank, inside the statement that writes the row (a read after the write, in order: not early), the row
+    staged at o, each bank's sum alone in PSUM, copied into the row before the factor reads it."""
+    k = layout.reshape(pr.fold_init(k, "s"), "b#0", (("o", 3), ("r", 8), ("f", 6)), groups=(("b",), ("m",), ("n",)))
+    k = layout.reshape(k, "b", (("e", 3), ("e_u", 1), ("e_f", 6)), groups=(("b",), (), ("n",)), units=("e_u",),
+                       views=(("s", "s_v"),))
+    k = pr.partition(pr.reorder(pr.split(k, "f", 3, outer="w", inner="f_i"), "o", "w", "r", "f_i"), "r", summed=True)
+    k = layout.stage_out(pr.reverse_compute_at(k, "e", "w"), "s_v", "o", name="s_row")
+    return layout.stage_out(k, "s_row", "w", memory="psum", name="s_acc", of="r")
+
+
+def _stacked_rows(k):
+    """Three o's of 8 rows stacked (rules.colreduce): the view's (k, r) dimensions merged, A_v[o, 8*k + r, f]."""
+    k = layout.reshape(pr.fold_init(k, "s"), "b#0", (("o", 1), ("k", 3), ("r", 8), ("f", 6)), unit=False)
+    return layout.merge_dims(k, "A_v", 1)
+
+
 def _whole_kernel(k):
     """The same epilogue once over all rows after the reduction: the result staged for the whole kernel."""
     return layout.stage_out(pr.fold_init(k, "s"), "s", "", name="s_col", dtype="f32")
@@ -192,6 +210,8 @@ CASES = {  # name -> (program, primitives applied to the level-A kernel)
                                                            groups=(("b",), ("c",), ("h", "w")))),
     "stage_out": (ADD, _flat_tiles),
     "stage_out_of_nest": (MIDMEAN, _column_epilogue),
+    "stage_out_read_after_write": (MIDMEAN, _column_banks),
+    "merge_dims": (MIDMEAN, _stacked_rows),
     "reshape_units": (COLMEAN, lambda k: layout.reshape(k, "j#2", (("e_u", 1), ("e_f", 6)), groups=((), ("j",)),
                                                         units=("e_u",))),
     "broadcast": (BCAST, _row_broadcast),
@@ -247,6 +267,9 @@ ERRORS = {
     "reverse_compute_at_past_its_rows": (MEAN_F16, lambda k: pr.reverse_compute_at(
         layout.cut(pr.fold_init(k, "s"), "i#0", 10), "i#0", "i@a")),
     "stage_out_of_not_a_nest": (MIDMEAN, lambda k: layout.stage_out(k, "s", "b#1", of="n")),
+    "merge_dims_not_a_view": (MIDMEAN, lambda k: layout.merge_dims(k, "A", 1)),
+    "merge_dims_last_dimension": (MIDMEAN, lambda k: layout.merge_dims(
+        layout.reshape(pr.fold_init(k, "s"), "b#0", (("o", 3), ("r", 8), ("f", 6))), "A_v", 2)),
     "stage_out_of_reads": (MIDMEAN, lambda k: layout.stage_out(k, "s", "b#2", of="n")),  # s = s * c reads s
     "reshape_units_not_unit": (COLMEAN, lambda k: layout.reshape(k, "j#2", (("e_u", 1), ("e_f", 6)),
                                                                  groups=((), ("j",)), units=("e_f",))),

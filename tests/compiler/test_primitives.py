@@ -79,6 +79,14 @@ DOT = """kernel dot(A: f32[M, N], B: f32[M, N]) -> s
     for j in 0..N:
       s[i] += A[i, j] * B[i, j]
 """
+ABSSUM = """kernel abssum(A: bf16[M, N]) -> s
+  default M = 64, N = 12
+  s: f32[M]
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += abs(A[i, j])
+"""
 CONV = ("conv_relu", {"N": 1, "C": 128, "H": 6, "W": 6, "K": 128})
 
 
@@ -110,6 +118,8 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
     "reverse_compute_at_tile": (MEAN, lambda k: pr.reverse_compute_at(pr.split(pr.split(k, "i#0", 16), "j", 4),
                                                                       "i", "i_o")),
     "bind_expr": (DOT, lambda k: pr.bind_expr(k, "s", "j", "T")),
+    # the terms in the source's 16-bit dtype (rules.colreduce's expressions; abs is exact in bf16)
+    "bind_expr_dtype": (ABSSUM, lambda k: pr.bind_expr(k, "s", "j", "T", dtype="bf16")),
     "split_reorder_stage": (ELTWISE, lambda k: pr.stage(pr.reorder(pr.split(k, "i", 128), "i_o", "i_i", "j"),
                                                         "X", "i_i", "sbuf")),
 }
@@ -178,6 +188,7 @@ ERRORS = {
     "compute_at_before_producer": (CHAIN, lambda k: pr.compute_at(k, "T", "i#0")),
     "bind_expr_plain_read": (ROWSUM, lambda k: pr.bind_expr(k, "s", "j", "T")),
     "bind_expr_not_one_update": (DOT, lambda k: pr.bind_expr(k, "s", "i", "T")),
+    "bind_expr_not_an_on_chip_dtype": (DOT, lambda k: pr.bind_expr(k, "s", "j", "T", dtype="f64")),
     "reverse_compute_at_reduction_loop": (MEAN, lambda k: pr.reverse_compute_at(k, "i#1", "j")),
     "reverse_compute_at_not_next": (CHAIN, lambda k: pr.reverse_compute_at(k, "i#0", "j#1")),
 }

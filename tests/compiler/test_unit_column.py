@@ -136,3 +136,15 @@ def test_a_users_tiles_keep_the_column_layout():
     inputs = _inputs(prog, "f32")
     assert_matches(prog, "Y", c.run(**inputs)["Y"], _want("2 * c[m] + 1", inputs, "f32"))
     assert "nc_matmul(" in compile_loaded(prog, None, "0.6").source
+
+
+def test_explain_shows_the_rules_layout_not_the_plans_one_partition():
+    """`tilec explain` of the default schedule: the plan's one-partition tiles (`tile Y.n, 64`) are not the kernel's,
+    so the schedule says the rule lays the column out itself, and its primitives follow; a user's tiles (which the
+    rule keeps) still print as their plan."""
+    prog = lang.load(UNIT.format(N=4096, P=64, expr="2 * c[m] + 1"))
+    text = compile_loaded(prog, None, "0.6").stages["schedule"]
+    assert "a one-element column alone: rules.eltwise lays it out itself" in text, text
+    assert "tile Y.n" not in text and "#   broadcast(c_row" in text
+    users = compile_loaded(prog, lang.parse_schedule("tile Y.p, 32", "<test>"), "0.6").stages["schedule"]
+    assert "one-element column alone" not in users and "EltwisePlan(parts=1, free=32)" in users

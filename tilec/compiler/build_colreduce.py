@@ -1,16 +1,15 @@
-"""Loop-nest builder for sums over leading or middle dimensions (`s[j] += A[i, j]`, `s[b, n] += A[b, m, n] / M`).
+"""Loop-nest builder for the sums over leading or middle dimensions rules.colreduce does not schedule yet, and for
+column max/min (`s[j] max= A[i, j]`, build_column_extreme).
 
 The source is seen as [O, R, F]: O the kept indices before the reduced run, R the reduced ones, F the kept ones
 after. The reduced rows go on the partitions and TensorE adds them up: per O and free tile of TILE_F,
 
-    acc[1, TILE_F] (PSUM) += ones[TILE_P, 1].T @ A[o, rt*TILE_P:+TILE_P, ft*TILE_F:+TILE_F]     over rt
+    acc[K, TILE_F] (PSUM) += ones[TILE_P, K].T @ A[o, rt*TILE_P:+TILE_P, ft*TILE_F:+TILE_F]     over rt
 
-then one eviction to SBUF, the constant factor and the initial value, one store of the row of sums.
-
-fp32 sources load GROUP row tiles per step and VectorE adds them in pairs first (`pair = A[2k] + A[2k+1]`, then
-the ones-matmul of the pair): an fp32 matmul streams at 4.7x the 16-bit cost, so TensorE alone was the bound of a
-4096x4096 column sum (261 us of matmuls beside 190 us of loads, 2.05x of the model's HBM floor); with half the
-matmuls on TensorE, the adds on VectorE and the eviction (with the factor) on ScalarE the loads are the bound (1.04x).
+then one eviction to SBUF, the constant factor and the initial value, one store of the rows of sums. The sums it
+still writes: fp32 rows two to a partition (row_pairs, with K o's stacked or wide loads) and expressions of stacked
+o's (K > 1); rules.colreduce schedules every other sum (grouped row tiles, fp32 pairs, expressions, stacked o's,
+wide loads), and a grouped sum reaching this builder is a compiler bug.
 """
 from __future__ import annotations
 
@@ -23,12 +22,12 @@ from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, ReducePlan, best_divisor
+from tilec.errors import InternalError
 from tilec.target import target as get_target
 
-GROUP = 4  # fp32 row tiles loaded per step (two pairs)
+GROUP = 4  # row tiles loaded per step (rules.colreduce; column max/min: folded into the running tile)
 STACK_ALIGN = 32  # partitions: an engine instruction starts at partition 0, 32, 64 or 96
 WIDE = 4  # PSUM banks of sums per load when a step has one row tile (half of PSUM's 8)
-PAIRS = "; row tiles added in pairs on VectorE first"
 ROW_PAIRS = "; two rows per partition, added on GpSimdE/VectorE first, a block-diagonal ones matrix per o"
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
@@ -66,36 +65,17 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     cols = sl(a(term("ft", TF, "TILE_F")), TF)
     red = ", ".join(v for role, v in op.vars if role.startswith("r"))
     body: list[Stmt] = [Alloc(acc, zero=True, line=ln)] if W == 1 else []
-    group = _group(R // TP)
-    paired = group > 1 and hbm[op.src].dtype == "f32"
-    if group > 1:
-        step: list[Stmt] = []
-        tiles = []
-        for k in range(group):
-            rows = sl(a(term("rt", group * TP, "GROUP_ROWS"), k * TP), TP, name="TILE_P")
-            t, load = _load(op, plan, hbm, fresh, views, rows, cols, f"r{k}")
-            tiles.append(t)
-            step += load
-        if paired:
-            for k in range(0, group, 2):
-                pair = Buf(fresh(f"{op.out}_pair{k // 2}"), "sbuf", "f32", (TP, TF))
-                step += [Alloc(pair, line=ln), Binary(whole(pair), whole(tiles[k]), whole(tiles[k + 1]), "add", ln),
-                         Matmul(whole(acc), whole(ones), whole(pair), ln)]
-            how = "added in pairs on VectorE, summed in PSUM"
-        else:
-            step += [Matmul(whole(acc), whole(ones), whole(t), ln) for t in tiles]
-            how = "summed in PSUM"
-        note = f"for {red} (groups of {group} TILE_P tiles: {how})"
-        body += loop("rt", R // (group * TP), step, note=note, line=op.line_of("r0"))
-    elif L > 1:  # one load of the rows, two to a partition, added on GpSimdE/VectorE into the tile TensorE sums
+    if _group(R // TP) > 1:
+        raise InternalError(f"build_column_reduce: {op.name} has grouped row tiles; rules.colreduce schedules those")
+    if L > 1:  # one load of the rows, two to a partition, added on GpSimdE/VectorE into the tile TensorE sums
         rows = sl(a(term("rt", TP, "TILE_P")), TP)
         both = Buf(fresh(f"{op.src}_rows"), "sbuf", "f32", (TP, L, TF))
         tile = Buf(fresh(f"{op.out}_pair"), "sbuf", "f32", (TP, TF))
         vc = _vector_columns(TF, "f32")
         part = lambda k, lo, n: View(both, (full(TP), a(k), sl(lo, n)))  # noqa: E731
         into = lambda lo, n: View(tile, (full(TP), sl(lo, n)))  # noqa: E731
-        step = [Alloc(both, line=ln), Dma(whole(both), View(views[op.src], (a("o"), rows, full(L), cols)), ln),
-                Alloc(tile, line=ln)]
+        step: list[Stmt] = [Alloc(both, line=ln), Dma(whole(both), View(views[op.src], (a("o"), rows, full(L), cols)),
+                                                    ln), Alloc(tile, line=ln)]
         if vc < TF:  # GpSimdE's part first (see _fold)
             step.append(Binary(into(vc, TF - vc), part(0, vc, TF - vc), part(1, vc, TF - vc), "add", ln,
                                engine="gpsimd"))
@@ -115,7 +95,7 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     # cost VectorE a second instruction per eviction and the matmuls do not bound the step anyway (16-bit sources,
     # or one row tile per eviction): a 64 x 64 x 4096 fp32 mean 826 -> 779 us, 16 x 256 x 4096 bf16 261 -> 174 us
     # on the model. Several fp32 row tiles per eviction are TensorE's (4.7x the 16-bit rate): VectorE stays.
-    scaled = paired or L > 1 or (op.scale != 1.0 and (hbm[op.src].dtype != "f32" or R // TP == 1))
+    scaled = L > 1 or (op.scale != 1.0 and (hbm[op.src].dtype != "f32" or R // TP == 1))
     if W > 1:  # the wide tile's matmuls, each into a PSUM bank of its own, evicted into its part of the row
         body.append(Alloc(res, line=ln))
         for w in range(W):
@@ -138,9 +118,9 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     nest = loop("o", O, nest, note=note, line=op.line_of("o0") if outer else line)
     summed = op.src if op.expr is None else fmt_expr(op.expr)
     stack = "; a block-diagonal ones matrix sums each o's rows apart" if K > 1 else ""
-    how = PAIRS if paired else ROW_PAIRS if L > 1 else stack
+    how = ROW_PAIRS if L > 1 else stack
     what = f"{op.out} = sum over {red} of {summed} (ones matmul{how})"
-    return [("TILE_P", TP), ("GROUP_ROWS", group * TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
+    return [("TILE_P", TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
 
 
 def _load(op: ColumnReduceOp, plan: ReducePlan, hbm, fresh: Fresh, views: dict[str, Buf], rows, cols,
@@ -200,16 +180,14 @@ def row_pairs(op: ColumnReduceOp, plan: ReducePlan, dtype: str) -> int:
     partitions (model: 64 x 64 x 4096 f32 mean 300.7 -> 249.1 us, 16 x 128 x 4096 154.2 -> 123.3, 128 x 64 x 512
     113.5 -> 74.4). Not for expressions (they are computed on the loaded tiles) nor 16-bit sources (TensorE streams
     them faster than the adds)."""
-    R = op.dim("R")
-    if dtype != "f32" or op.expr is not None or op.inputs or plan.parts != R or R % (2 * STACK_ALIGN):
+    return row_pairs_of(op.dim("R"), plan, dtype, op.expr is not None or bool(op.inputs))
+
+
+def row_pairs_of(R: int, plan: ReducePlan, dtype: str, expr: bool) -> int:
+    """row_pairs for R reduced rows of `dtype` (`expr`: a reduced expression)."""
+    if dtype != "f32" or expr or plan.parts != R or R % (2 * STACK_ALIGN):
         return 1
     return 2
-
-
-def plain_steps(O: int, R: int, F: int, plan: ReducePlan, dtype: str) -> bool:
-    """Whether a column sum's steps are the plain form rules.colreduce schedules: one row tile per matmul (no
-    groups), one o per step (not stacked), one PSUM bank per load (not wide)."""
-    return _group(R // plan.parts) == 1 and stacked(O, R, plan) == 1 and wide(O, R, F, plan, 1, dtype) == 1
 
 
 def _plain(op: ColumnReduceOp, hbm: dict[str, Buf]) -> bool:

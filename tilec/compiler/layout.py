@@ -290,6 +290,44 @@ def _rewrite(s: Assign | Update, views: dict[str, View], called: dict[str, str],
     return replace(s, dst=access(s.dst), expr=map_loads(s.expr, access))
 
 
+def merge_dims(k: Kernel, view: str, dim: int, span: Span | None = None) -> Kernel:
+    """Dimensions `dim` and `dim + 1` of the HBM view `view` seen as one (row-major: the same bytes), every access
+    `V[.., x, y, ..]` becoming `V[.., x*n + y, ..]` with n the second one's extent (golden: layout/merge_dims.txt):
+    the view of o's stacked on the partitions, A_v[o, k, r, f] -> A_v[o, R*k + r, f], which a stage loads as one
+    (K*R, TILE_F) tile (rules.colreduce). Legal for an HBM view (not its base: the kernel's signature keeps that)
+    with at least two dimensions from `dim` on."""
+    bufs = k.buffers()
+    buf = bufs.get(view)
+    if buf is None or buf.memory != "hbm" or not buf.view_of:
+        raise _fail(f"merge_dims {view}: not an HBM view (reshape makes them)", span, "merge the dims of a view")
+    if not 0 <= dim < len(buf.shape) - 1:
+        raise _fail(f"merge_dims {view}, {dim}: {view} has {len(buf.shape)} dimensions; dimension {dim} has none "
+                    f"after it", span, f"name a dimension below {len(buf.shape) - 1}")
+    n = buf.shape[dim + 1]
+    merged = replace(buf, shape=buf.shape[:dim] + (buf.shape[dim] * n,) + buf.shape[dim + 2:])
+
+    def access(a: Access) -> Access:
+        if a.buf != view:
+            return a
+        x, y = a.index[dim], a.index[dim + 1]
+        one = Aff(tuple(replace(t, coef=t.coef * n, name="") for t in x.terms) + y.terms, x.const * n + y.const)
+        return replace(a, index=a.index[:dim] + (one,) + a.index[dim + 2:])
+
+    def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if isinstance(s, Loop):
+                out.append(replace(s, body=visit(s.body)))
+            elif isinstance(s, (Assign, Update)):
+                out.append(replace(s, dst=access(s.dst), expr=map_loads(s.expr, access)))
+            elif isinstance(s, Alloc) and s.buf.name == view:
+                out.append(replace(s, buf=merged))
+            else:
+                out.append(s)
+        return tuple(out)
+    return replace(k, body=visit(k.body))
+
+
 # ---- stage_out -----------------------------------------------------------------------------------------------------
 
 
@@ -299,8 +337,9 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     """TVM's cache_write: inside loop `at`, the statements write the region of `buf` they cover into a new on-chip
     buffer, and one copy after them stores it (golden: layout/stage_out.txt). Legal when the loop reads `buf` only
     after a statement that writes it (an epilogue reading the finished value; reads before would see the old
-    values), inside the region, and the region fits the target. `line`: the .tl line of the store (default the
-    first write's; a reduction's store is tagged with its initial value's statement). `dtype`: the on-chip
+    values; a read inside the statement of the first write comes after it in order: a column sum's factor on each
+    PSUM bank's eviction), inside the region, and the region fits the target. `line`: the .tl line of the store
+    (default the first write's; a reduction's store is tagged with its initial value's statement). `dtype`: the on-chip
     buffer's (default `buf`'s: an fp32 accumulator of a narrower output); `cast`: the name of a tile of `buf`'s
     dtype the value is copied into on chip before the store (the rounding on VectorE, not on the DMA; in SBUF: from
     PSUM, `memory="psum"`, it is the eviction). The on-chip buffer is allocated just before the first statement
@@ -319,7 +358,10 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
         raise _fail(f"stage_out {buf} at {at}: loop {at} does not write {buf}", span)
     first_write = next(n for n, s in enumerate(loop.body) if any(x.dst.buf == buf for x in _stores((s,))))
     reads = [a for n, s in enumerate(loop.body) for x in _stores((s,)) for a in loads(x.expr) if a.buf == buf]
-    early = [a for s in loop.body[:first_write + 1] for x in _stores((s,)) for a in loads(x.expr) if a.buf == buf]
+    inside = _stores(loop.body[first_write:first_write + 1])  # (a statement holding the first write: its reads
+    upto = next(n for n, x in enumerate(inside) if x.dst.buf == buf)  # after that write, in order, are not early)
+    early = [a for s in loop.body[:first_write] for x in _stores((s,)) for a in loads(x.expr) if a.buf == buf] + \
+        [a for x in inside[:upto + 1] for a in loads(x.expr) if a.buf == buf]
     if early:
         raise _fail(f"stage_out {buf} at {at}: loop {at} reads {buf} before it writes it", span,
                     "stage it where it is only written, or read only after the statement writing it")

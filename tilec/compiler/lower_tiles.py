@@ -116,20 +116,22 @@ def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
     """The level-A nest of a sum over leading or middle dimensions in the data's loop order (o, r, f): the kept
     indices before the reduced run, the reduced ones, the kept ones after (`s[b, n] = 0; s[b, n] += A[b, m, n]`).
     Its epilogue, one nest per step over the kept loops as in reduce_nest: the constant factor (`s[b, n] = s[b, n] *
-    0.01`, a mean), then an initial value other than 0 (`s[j] = s[j] + b[j]`, `s[j] = s[j] + 0.5`). None for what
-    the column rule does not take (a reduced expression, max/min)."""
+    0.01`, a mean), then an initial value other than 0 (`s[j] = s[j] + b[j]`, `s[j] = s[j] + 0.5`). A reduced
+    expression is the update's value (`s[j] += A[i, j] * A[i, j]`), its tensors the nest's parameters. None for what
+    the column rule does not take (max/min)."""
     outer = [v for role, v in op.vars if role.startswith("o")]
     red = [v for role, v in op.vars if role.startswith("r")]
     kept = [v for role, v in op.vars if role.startswith("k")]
     src = program.tensors[op.src]
-    if op.op != "add" or op.expr is not None or len(src.shape) != len(outer + red + kept):
+    if op.op != "add" or len(src.shape) != len(outer + red + kept):
         return None
     ext = dict(zip(outer + red + kept, (size_value(n, program.sizes) if not isinstance(n, int) else n
                                         for n in src.shape)))
     col = [op.init] if isinstance(op.init, str) else []
+    reads = list(op.inputs or (op.src,))
     bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype,
-                      tuple(ext[v] for v in (outer + red + kept if n == op.src else outer + kept)))
-            for n in (op.src, *col, op.out)}
+                      tuple(ext[v] for v in (outer + red + kept if n in reads else outer + kept)))
+            for n in (*reads, *col, op.out)}
     idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
     lines = dict(op.loop_lines)
 
@@ -139,7 +141,9 @@ def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
         return stmt
     S = Access(op.out, idx(outer + kept))
     init = nest(Assign(S, Const(0.0), op.line), outer + kept)
-    update = Update(S, "+=", Load(Access(op.src, idx(outer + red + kept))), op.update_line)
+    value = Load(Access(op.src, idx(outer + red + kept))) if op.expr is None else \
+        lower_expr(op.expr, tuple(outer + red + kept), program.sizes)
+    update = Update(S, "+=", value, op.update_line)
     epilogue: list[Stmt] = []
     if op.scale != 1.0:
         epilogue.append(nest(Assign(S, Op("*", (Load(S), Const(op.scale))), op.update_line), outer + kept))
@@ -147,7 +151,7 @@ def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
         None if op.init == 0.0 else Const(op.init)
     if start is not None:
         epilogue.append(nest(Assign(S, Op("+", (Load(S), start)), op.line), outer + kept))
-    return Kernel(op.name, tuple(bufs[n] for n in (op.src, *col)), (bufs[op.out],),
+    return Kernel(op.name, tuple(bufs[n] for n in (*reads, *col)), (bufs[op.out],),
                   (init, nest(update, outer + red + kept), *epilogue))
 
 
@@ -313,7 +317,8 @@ class _Lowering:
         self.part = s.var
         line = int(self.tensorize.get(s.var, {}).get("line", s.line))
         e = Emit(lambda a: self.view(a, nest), self.fresh, self.ones_row, lambda b: self.nest[b].memory,
-                 lambda b, parts: self.ones_col(self.nest[b].dtype, parts, line))
+                 lambda b, parts: self.ones_col(self.nest[b].dtype, parts, line),
+                 lambda b, blocks, rows: self.ones_block(self.nest[b].dtype, blocks, rows, line))
         if isinstance(body[0], Update):
             return emit_update(body[0], nest, self.target, e, bool(self.tensorize.get(s.var, {}).get("accumulate")))
         how = self.tensorize.get(s.var, {})
@@ -357,6 +362,19 @@ class _Lowering:
             self.ones[key] = ones
             self.pending += [ir.Alloc(ones, zero=True, line=line),
                              ir.Scalar(ir.whole(ones), ir.whole(ones), "add", 1.0, line)]
+        return self.ones[key]
+
+    def ones_block(self, dtype: str, blocks: int, rows: int, line: int) -> ir.Buf:
+        """A (blocks * rows, blocks) block-diagonal ones matrix in SBUF (column k is 1 on partitions k*rows ..
+        (k+1)*rows): the stationary side of a sum of o's stacked on the partitions, each o's rows into its row."""
+        key = f"block:{dtype}:{blocks}:{rows}"
+        if key not in self.ones:
+            ones = ir.Buf(self.fresh(f"ones_{dtype}"), "sbuf", dtype, (blocks * rows, blocks))
+            self.ones[key] = ones
+            self.pending += [ir.Alloc(ones, zero=True, line=line)]
+            self.pending += [ir.Scalar(v, v, "add", 1.0, line)
+                             for v in (View(ones, (Sl(Aff((), b * rows), rows), Sl(Aff((), b), 1)))
+                                       for b in range(blocks))]
         return self.ones[key]
 
     def _row_block(self, stmts: tuple[Stmt, ...]) -> bool:

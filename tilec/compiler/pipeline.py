@@ -30,7 +30,7 @@ from tilec.compiler.schedule import (ConvPlan, default_plan, default_transpose, 
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
-from tilec.compiler.schedule import sbuf_budget
+from tilec.compiler.schedule import fmt_directive, sbuf_budget
 from tilec.compiler.pad_split import split_padded_reads
 from tilec.compiler.unsupported import reject_unsupported
 from tilec.compiler.verify import verify
@@ -79,7 +79,8 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     # schedule: the default plan per op, then every directive folded in (tile, split, reorder, partition,
     # compute_at/place, hoist, buffers, unroll, method), each checked for legality
     plans = apply_schedule(ops, tuple(directives), dtypes, tgt)
-    stages["schedule"] = _depthwise_plans(program, ops, plans, print_plans(ops, plans))
+    stages["schedule"] = _unit_columns(program, ops, plans, _depthwise_plans(program, ops, plans,
+                                                                             print_plans(ops, plans)))
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
     unfused = tuple(op.name for op, plan in zip(ops, plans) if isinstance(op, ConvOp) and op.pool and
                     isinstance(plan, ConvPlan) and not plan.fused)
@@ -386,6 +387,19 @@ def scheduled_nest(op, plan, program, target: Target) -> tuple[Nest, list]:
         nest, prims = eltwise_nest(op, program), rules.eltwise(eltwise_nest(op, program), target, plan)
     assert prims is not None, f"no rule applies to {op.name}"
     return nest, prims
+
+
+def _unit_columns(program, ops: tuple, plans: tuple, text: str) -> str:
+    """The schedule text with the plan of a one-element column alone (rules.unit_column_alone) replaced by what the
+    rule does instead: its default plan puts the column's one element on one partition; the rule lays the data out
+    itself (its primitives follow, under the rule's line), so no directive reproduces it."""
+    for op, plan in zip(ops, plans):
+        if isinstance(op, EltwiseOp) and not op.copy and rules.unit_column_alone(eltwise_nest(op, program), plan):
+            old = "".join(line + "\n" for line in [f"# {op.name}: {plan}"] +
+                          [fmt_directive(d) for d in plan_directives(op, plan)])
+            text = text.replace(old, f"# {op.name}: a one-element column alone: rules.eltwise lays it out itself "
+                                     f"(the leading loops on the partitions), not by the plan {plan}\n", 1)
+    return text
 
 
 def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], target: Target) -> str:

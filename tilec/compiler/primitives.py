@@ -780,9 +780,9 @@ def _path(top: Loop, loop: Loop) -> list[Loop]:
 
 
 def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | None = None,
-              span: Span | None = None, suffix: str = "_x") -> Kernel:
+              span: Span | None = None, suffix: str = "_x", dtype: str = "f32") -> Kernel:
     """Exo's bind_expr for a reduction: the perfect nest at loop `at` whose one statement updates `buf` with an
-    expression becomes a nest computing the expression into a new fp32 on-chip buffer `name` (over the nest's
+    expression becomes a nest computing the expression into a new on-chip buffer `name` (over the nest's
     loops, renamed V_x) and the same nest reducing that buffer (golden: primitives/bind_expr.txt):
 
         for i in serial(64):                        alloc T: sbuf f32[64, 12]
@@ -795,7 +795,9 @@ def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | No
 
     Legal when the nest is perfect with one update of `buf` whose value is not a plain read, the expression reads
     nothing the nest writes, and the buffer fits the target. `suffix` names the new loops (V_x; another suffix
-    when a kernel binds several nests over loops of the same names: pairs of unrolled copies)."""
+    when a kernel binds several nests over loops of the same names: pairs of unrolled copies). `dtype` is the
+    tile's (fp32 unless told: a column sum's terms keep the source's 16-bit dtype, which TensorE sums at its
+    16-bit rate; golden: primitives/bind_expr_dtype.txt)."""
     t = get_target(target)
     loop = find_loop(k, at, span)
     chain = [loop]
@@ -814,9 +816,12 @@ def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | No
     taken = {s.var for s in walk(k.body) if isinstance(s, Loop)}
     if name in k.buffers() or any(f"{lp.var}{suffix}" in taken for lp in chain):
         raise _fail(f"bind_expr {buf} at {at}: the name {name} or a loop V{suffix} is taken", span)
+    if dtype not in ("f32", "bf16", "f16"):
+        raise _fail(f"bind_expr {buf} at {at}: the tile's dtype {dtype} is not an on-chip dtype", span,
+                    "give dtype=f32, bf16 or f16")
     shape = tuple(lp.extent for lp in chain)
-    _check_fits(shape, "f32", t, f"bind_expr {buf} at {at}", span)
-    tile = Buffer(name, "sbuf", "f32", shape)
+    _check_fits(shape, dtype, t, f"bind_expr {buf} at {at}", span)
+    tile = Buffer(name, "sbuf", dtype, shape)
     expr: Expr = upd.expr
     for lp in chain:
         expr = _subst_expr(expr, lp.var, Aff((Term(f"{lp.var}{suffix}"),)))

@@ -200,6 +200,7 @@ class Emit:
     ones: Callable[[str, int, int], ir.Buf]  # (dtype, partitions, .tl line)
     memory: Callable[[str], str]
     ones_col: Callable[[str, int], ir.Buf] | None = None  # (buffer summed, partitions): a column of its dtype
+    ones_block: Callable[[str, int, int], ir.Buf] | None = None  # (buffer summed, blocks, rows each): block-diagonal
 
 
 def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = False,
@@ -265,6 +266,11 @@ def emit_update(s: Update, nest: dict[str, int], target: Target, e: Emit, accumu
     update that the partition loop does not index sums the partitions: ones[P, 1].T @ src on TensorE into the PSUM
     row (`s_acc[0, f] += A_tile[p, f]`, a column sum; the ones column in src's dtype, made once)."""
     pvar = next(iter(nest))
+    stacked = _stacked(s, nest)
+    if stacked is not None and e.ones_block is not None:  # K blocks of R partitions, each summed into its row
+        K, R, blocks = stacked
+        ones = e.ones_block(s.expr.access.buf, K, R)  # type: ignore[union-attr]
+        return [ir.Matmul(e.view(s.dst), ir.whole(ones), blocks(e), s.line)]
     if s.op == "+=" and isinstance(s.expr, Load) and e.ones_col is not None and \
             not any(t.var == pvar for i in s.dst.index for t in i.terms):  # the partitions summed (a column sum)
         ones = e.ones_col(s.expr.access.buf, nest[pvar])
@@ -278,6 +284,29 @@ def emit_update(s: Update, nest: dict[str, int], target: Target, e: Emit, accumu
     part = ir.Buf(e.fresh(f"{s.dst.buf.removesuffix('_acc')}_part"), "sbuf", "f32", acc.shape())
     return [ir.Alloc(part, line=s.line), ir.Reduce(ir.whole(part), src, op, s.line),
             ir.Binary(acc, acc, ir.whole(part), op, s.line)]
+
+
+def _stacked(s: Update, nest: dict[str, int]) -> tuple[int, int, Callable[[Emit], View]] | None:
+    """(K, R, the summed tile's view) when the update sums K blocks of R partitions into K rows, `acc[k, f] +=
+    A_tile[R*k + p, f]` over k (K partitions) and p (R, summed): o's stacked on the partitions, one matmul by a
+    (K*R, K) block-diagonal ones matrix (rules.colreduce); None otherwise."""
+    loops = list(nest)
+    if s.op != "+=" or not isinstance(s.expr, Load) or len(loops) < 3:
+        return None
+    k, p = loops[0], loops[1]
+    K, R = nest[k], nest[p]
+    first, rest = s.expr.access.index[0], s.expr.access.index[1:]
+    inner = sorted((t.var, t.coef) for t in first.terms if t.var in nest)
+    if inner != sorted([(k, R), (p, 1)]) or s.dst.index[0] != Aff((ir.Term(k),)) or \
+            any(t.var in (k, p) for i in (*rest, *s.dst.index[1:]) for t in i.terms):
+        return None
+    outer = Aff(tuple(t for t in first.terms if t.var not in nest), first.const)
+    plain = replace(s.expr.access, index=(Aff((ir.Term(p),)),) + rest)
+
+    def src(e: Emit) -> View:
+        v = e.view(plain)
+        return View(v.buf, (ir.Sl(outer, K * R),) + v.idx[1:])
+    return K, R, src
 
 
 def local_update(s: Update, nest: set[str]) -> Update:
