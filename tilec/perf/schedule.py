@@ -74,8 +74,8 @@ from dataclasses import dataclass
 
 from tilec.perf.costs import Costs
 from tilec.perf.deps import DepTracker, hbm_rule as _hbm_rule
-from tilec.perf.params import psum_rotation as _psum_rotation, sbuf_rotation as _sbuf_rotation, \
-    shared_bus as _shared_bus
+from tilec.perf.params import dma_queue as _dma_queue, psum_rotation as _psum_rotation, \
+    sbuf_rotation as _sbuf_rotation, shared_bus as _shared_bus
 from tilec.perf.throttle import TensorThrottle
 from tilec.trace import Access, Instr, Trace
 
@@ -100,19 +100,23 @@ class DmaEngines:
         self.ends: list[list[float]] = [[] for _ in range(n)]
         self.floor = [0.0] * n
 
-    def place(self, t: float, d: float, e0: int, e1: int) -> tuple[float, float]:
-        """Run a transfer needing `d` ns on each of engines e0..e1-1, from time t, in their idle gaps.
+    def place(self, t: float, d: float, e0: int, e1: int, after: dict[int, float] | None = None
+              ) -> tuple[float, float, list[float]]:
+        """Run a transfer needing `d` ns on each of engines e0..e1-1, from time t (on engine e no earlier than
+        after[e]: the end of its queue's previous transfer there), in their idle gaps.
 
         Arbitration between queues is per packet, so a transfer may be spread over several gaps of an engine.
-        Returns (first start, last end) and marks the used time busy.
+        Returns (first start, last end, the end on each engine e0..e1-1) and marks the used time busy.
         """
         first, last = float("inf"), t
+        ends = []
         for e in range(e0, e1):
-            pieces = self._fill(e, t, d)
+            pieces = self._fill(e, t if after is None else max(t, after.get(e, 0.0)), d)
             for s, f in pieces:
                 self._insert(e, s, f)
             first, last = min(first, pieces[0][0]), max(last, pieces[-1][1])
-        return first, last
+            ends.append(pieces[-1][1])
+        return first, last, ends
 
     def _fill(self, e: int, t: float, d: float) -> list[tuple[float, float]]:
         t = max(t, self.floor[e])
@@ -479,18 +483,22 @@ def dma_streams(instrs: list[Instr]) -> dict[int, str]:
 
 
 def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus: str | None = None,
-             sbuf_rotation: str | None = None, psum_rotation: str | None = None) -> Schedule:
+             sbuf_rotation: str | None = None, psum_rotation: str | None = None, dma_queue: str | None = None
+             ) -> Schedule:
     """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py).
     `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py).
     `sbuf_rotation`: "fit" (the default) or "free", whether loop tiles' rotation buffers must fit in SBUF
     (params.py). `psum_rotation`: "fit" (the default) or "free", whether PSUM tiles and their rotation buffers must
-    be placed in the PSUM banks (`psum_plan`, params.py)."""
+    be placed in the PSUM banks (`psum_plan`, params.py). `dma_queue`: "engine" (the default) or "stream", how a
+    DMA transfer is ordered behind the earlier ones of its trigger stream (params.DMA_QUEUE, the module docstring)."""
     n = len(trace.instrs)
     start, end, lane = [0.0] * n, [0.0] * n, [""] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
     slots = DmaEngines(costs.n_dma)
     engine_free = {"tensor": 0.0, "vector": 0.0, "scalar": 0.0, "gpsimd": 0.0}
-    queue_start: dict[str, float] = {}
+    queue_start: dict[str, float] = {}  # per trigger stream: its latest trigger ("engine") or transfer start ("stream")
+    queue_end: dict[str, dict[int, float]] = {}  # per trigger stream and DMA engine: the end of its latest transfer
+    by_engine = _dma_queue(dma_queue) == "engine"
     startup, latency = costs.startup, costs.dma_latency
     folded = folded_memsets(trace)
     bound = _sbuf_rotation(sbuf_rotation) == "fit"
@@ -527,13 +535,21 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             d = costs.dma_occupancy_ns(ins, e1 - e0)
             ready = deps.ready(ins.reads, ins.writes, reuse)
             leads = ready <= 0.0  # depends on nothing: the compiler puts it at the head of its stream
-            t = max(ready + latency, startup, 0.0 if leads else queue_start.get(q, 0.0))
-            t, t_end = slots.place(t, d, e0, e1)
+            if by_engine:  # the trigger issues after the stream's previous trigger; each engine runs its queue in order
+                trigger = ready if leads else max(ready, queue_start.get(q, 0.0))
+                after = None if leads else queue_end.setdefault(q, {})
+                t, t_end, ends = slots.place(max(trigger + latency, startup), d, e0, e1, after)
+                if after is not None:
+                    queue_start[q] = trigger
+                    after.update(zip(range(e0, e1), ends))
+            else:  # "stream": no earlier than the start of the stream's previous transfer, on any engine
+                t = max(ready + latency, startup, 0.0 if leads else queue_start.get(q, 0.0))
+                t, t_end, _ = slots.place(t, d, e0, e1)
+                if not leads:
+                    queue_start[q] = t
             d = t_end - t  # spread over gaps, a transfer can take longer than its occupancy
             if any(w.memory == "hbm" for w in ins.writes):
                 ack = costs.dma_write_ack  # complete once HBM acknowledged the writes
-            if not leads:
-                queue_start[q] = t
             dma_engines[i] = (e0, e1)
         else:
             q = engine
