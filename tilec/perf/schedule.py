@@ -90,6 +90,9 @@ class Schedule:
     lane: list[str]  # engine name, or DMA trigger stream "dma <engine>"
     dma_engines: list[tuple[int, int]]  # [first, last) DMA engines, (0, 0) for compute
     total_ns: float
+    trigger: list[float] = dataclasses.field(default_factory=list)  # ns, per instruction: when a DMA's trigger
+    #        issued on its stream (its dependences met, the stream's previous trigger issued; "stream" rule: its start
+    #        less the DMA latency), a compute instruction's start
 
 
 class DmaEngines:
@@ -492,7 +495,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     be placed in the PSUM banks (`psum_plan`, params.py). `dma_queue`: "engine" (the default) or "stream", how a
     DMA transfer is ordered behind the earlier ones of its trigger stream (params.DMA_QUEUE, the module docstring)."""
     n = len(trace.instrs)
-    start, end, lane = [0.0] * n, [0.0] * n, [""] * n
+    start, end, lane, triggers = [0.0] * n, [0.0] * n, [""] * n, [0.0] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
     slots = DmaEngines(costs.n_dma)
     engine_free = {"tensor": 0.0, "vector": 0.0, "scalar": 0.0, "gpsimd": 0.0}
@@ -519,7 +522,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     for i, ins in enumerate(instrs):
         engine = ins.engine
         accesses = ins.reads + ins.writes
-        reuse = ack = 0.0
+        reuse = ack = trigger = 0.0
         for a in accesses:  # a buffer reusing an earlier one's memory waits until that one is done
             p = reuses.get(a.buffer)
             if p is not None and last_end.get(p, 0.0) > reuse:
@@ -536,7 +539,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             ready = deps.ready(ins.reads, ins.writes, reuse)
             leads = ready <= 0.0  # depends on nothing: the compiler puts it at the head of its stream
             if by_engine:  # the trigger issues after the stream's previous trigger; each engine runs its queue in order
-                trigger = ready if leads else max(ready, queue_start.get(q, 0.0))
+                trigger = max(ready, 0.0) if leads else max(ready, queue_start.get(q, 0.0))
                 after = None if leads else queue_end.setdefault(q, {})
                 t, t_end, ends = slots.place(max(trigger + latency, startup), d, e0, e1, after)
                 if after is not None:
@@ -545,6 +548,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             else:  # "stream": no earlier than the start of the stream's previous transfer, on any engine
                 t = max(ready + latency, startup, 0.0 if leads else queue_start.get(q, 0.0))
                 t, t_end, _ = slots.place(t, d, e0, e1)
+                trigger = max(0.0, t - latency)
                 if not leads:
                     queue_start[q] = t
             d = t_end - t  # spread over gaps, a transfer can take longer than its occupancy
@@ -566,6 +570,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             engine_free[q] = t + d
         done = t + d + ack
         start[i], end[i], lane[i] = t, done, q
+        triggers[i] = trigger if engine == "dma" and i not in folded else t
         if ack:  # the SBUF source is released at completion; HBM writes are ordered by the queue, not the ack
             deps.record((), ins.writes, t + d)
             deps.record(ins.reads, (), done)
@@ -575,4 +580,4 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             if last_end.get(a.buffer, 0.0) < done:
                 last_end[a.buffer] = done
     total = max(end, default=0.0)
-    return Schedule(start, end, lane, dma_engines, max(total, startup if n else 0.0))
+    return Schedule(start, end, lane, dma_engines, max(total, startup if n else 0.0), triggers)
