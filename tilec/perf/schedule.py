@@ -1,26 +1,37 @@
 """List scheduling of a trace on the engines of one NeuronCore: one pass over the instructions in program order.
 
     compute instruction:  start = max(engine free, dependences ready, start-up);  the engine runs its stream in order
-    DMA transfer:         start >= dependences ready + DMA latency (semaphore-to-start), >= start-up,
-                          >= the previous transfer's start on the same trigger stream (streams issue in order;
-                          a transfer that depends on nothing leads its stream instead), then it needs its occupancy on
-                          each of its DMA engines (descriptors and bytes), taken from their idle time from there on:
+    DMA transfer:         its trigger issues once its dependences are ready and after the previous trigger of its
+                          stream (a sequencer issues its triggers in program order; a transfer that depends on nothing
+                          leads its stream instead); on each of its DMA engines it starts >= trigger + DMA latency
+                          (semaphore-to-start), >= start-up, and after its queue's previous transfer on that engine
+                          (each engine runs a queue in order; engines run in parallel), then it needs its occupancy
+                          on each of its DMA engines (descriptors and bytes), taken from their idle time from there on:
                           streams share the engines round-robin per packet, so a transfer may use gaps left between
                           transfers placed earlier, split over several gaps; a transfer writing HBM completes (frees
                           its source, counts for the kernel's end) an HBM write acknowledgement after its last byte
 
+DMA issue order (params.DMA_QUEUE, "engine" since session 15): a DMA is triggered by a control instruction in a
+sequencer's instruction stream, issued in program order after its semaphore waits (v2.32.0 trainium_inferentia2_arch
+.rst); a transfer goes to one queue ID on all 16 DMA engines, and "DMA transfers within a queue on the same DMA engine
+are executed in order", queues being served round robin (v2.32.0 nki-dma-overview.rst, DMA Queues). So a trigger
+waits for the stream's previous trigger, not for that transfer to start: a transfer on engines 8-15 does not wait for
+one still queued behind busy engines 0-7. TILEC_MODEL_DMA_QUEUE=stream is the rule until session 14 (start no
+earlier than the stream's previous transfer started, on any engine), kept as a what-if (docs/notes/fid15.md).
+
 DMA trigger streams (`dma_streams`): a load issues on the stream of the engine that first reads what it loaded, a
-store on the stream of the engine that produced what it stores. On a stream a DMA cannot start before the one
-before it: in a tiny loop (calibration rows 1, 2, 4: load, load, compute, store per iteration) the next iteration's
-loads wait behind this iteration's store, which waits for the compute, so an iteration costs one DMA latency plus
-the compute (1.5-1.9 us measured); loads feeding TensorE in a conv (rows 9-12) are not held up by the stores of
-VectorE's results. There is no fixed engine time per transfer: the public kernel behind rows 9-12 moves 3,552 DMAs
-beside 811 us of matmuls (see params.py). A DMA with no dependence at all (its source never written, its
-destination untouched before and reusing no earlier buffer's memory) is ready when the kernel starts, so the
-compiler's scheduler puts it at the head of its stream: it neither waits behind the stream nor holds it up. That is
-why row 7 (two iterations of FREE_DIM 1000, 26 us) beats row 6 (one of 2000, 28 us): its second iteration's loads go
-to the second rotation buffers and move during the first iteration's add; in rows 1, 2 and 4 only the first two
-iterations' loads are that free.
+store on the stream of the engine that produced what it stores [inferred: the queue is the compiler's choice; the
+documents name the Sync engine (queues qSyncIO0...), ScalarE (HWDGE) and GpSimdE (SWDGE) as triggers]. On a stream a
+DMA's trigger cannot issue before the one before it: in a tiny loop (calibration rows 1, 2, 4: load, load, compute,
+store per iteration) the next iteration's loads wait behind this iteration's store, which waits for the compute, so
+an iteration costs one DMA latency plus the compute (1.5-1.9 us measured); loads feeding TensorE in a conv (rows
+9-12) are not held up by the stores of VectorE's results. There is no fixed engine time per transfer: the public
+kernel behind rows 9-12 moves 3,552 DMAs beside 811 us of matmuls (see params.py). A DMA with no dependence at all
+(its source never written, its destination untouched before and reusing no earlier buffer's memory) is ready when
+the kernel starts, so the compiler's scheduler puts it at the head of its stream: it neither waits behind the stream
+nor holds it up. That is why row 7 (two iterations of FREE_DIM 1000, 26 us) beats row 6 (one of 2000, 28 us): its
+second iteration's loads go to the second rotation buffers and move during the first iteration's add; in rows 1, 2
+and 4 only the first two iterations' loads are that free.
 
 Why a DMA costs what it does: row 8 (1024x1024 fp32 transpose, 86 us) moves its 128 x 512 B tiles at 1.14 us per
 tile, while the public conv moves 128 x 448 B row loads, the same shape, at more than 3 per us (2,664 beside its
