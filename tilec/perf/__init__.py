@@ -19,21 +19,23 @@ How the model reasons
   waits for the end of the 3 µs (the step shape is inferred, see throttle.py). A long stream pays ~1.5 µs once; a
   bursty kernel pays it per burst longer than 1.5 µs. trn1 has no throttle.
 * A DMA transfer (one `dma_copy`) waits for its data dependences plus a 1.15 us latency (semaphore-to-start and
-  descriptor generation), issues in order on its trigger stream (the engine that consumes a load, or produced what
-  a store reads; a transfer that depends on nothing leads its stream), then occupies the DMA engines of its
-  partitions (8 partitions per engine, up to 16 engines) for a small time per descriptor and its bytes at 23 B/ns per
-  engine. A transfer writing HBM completes 650 ns after its last byte (the HBM write acknowledgement, fitted to row
-  8); only then is its SBUF source free. Tiny-DMA loops (rows 1, 2, 4) are bound by the latency chain load ->
-  compute -> store -> next load on one stream; the 1024x1024 transpose (row 8) by the chain copy -> store ->
-  acknowledgement -> copy over its 2 rotating result buffers; a conv whose row loads feed TensorE (rows 9-12, from
-  the public kernel behind them) streams thousands of DMAs beside the matmuls. schedule.py's docstring says why one
-  model fits the three. Tiles allocated in a loop body rotate through 2 buffers per allocation site, and a buffer
-  refilled whole by DMA gets a new copy per load (16 deep), but only while the copies fit in the Target's usable
-  SBUF beside every site's first buffer (the "fit" rule, params.SBUF_ROTATION; the allocator's multi-buffering
-  policy is not documented). TILEC_MODEL_SBUF_ROTATION=free grants them whether they fit or not, as a what-if.
-  PSUM tiles are placed in the 8 banks of 2 KiB (one tensor per bank, MIG v2.32.0) in program order: a site's
-  rotation buffer only where a bank is free, and a tile in a bank another tile held waits for that tile to end
-  (schedule.place_psum, params.PSUM_ROTATION; TILEC_MODEL_PSUM_ROTATION=free is the old unchecked rule).
+  descriptor generation), its trigger issues in order on its trigger stream (the engine that consumes a load, or
+  produced what a store reads; a transfer that depends on nothing leads its stream), then occupies the DMA engines
+  of its partitions (8 partitions per engine, up to 16 engines) for a small time per descriptor and its bytes at 23
+  B/ns per engine, each engine running its queue's transfers in order and the engines in parallel (params.DMA_QUEUE;
+  TILEC_MODEL_DMA_QUEUE=stream is the old rule, where a transfer waited for the previous one to start anywhere). A
+  transfer writing HBM completes 650 ns after its last byte (the HBM write acknowledgement, fitted to row 8); only
+  then is its SBUF source free. Tiny-DMA loops (rows 1, 2, 4) are bound by the latency chain load -> compute ->
+  store -> next load on one stream; the 1024x1024 transpose (row 8) by the chain copy -> store -> acknowledgement ->
+  copy over its 2 rotating result buffers; a conv whose row loads feed TensorE (rows 9-12, from the public kernel
+  behind them) streams thousands of DMAs beside the matmuls. schedule.py's docstring says why one model fits the
+  three. Tiles allocated in a loop body rotate through 2 buffers per allocation site, and a buffer refilled whole by
+  DMA gets a new copy per load (16 deep), but only while the copies fit in the Target's usable SBUF beside every
+  site's first buffer (the "fit" rule, params.SBUF_ROTATION; the allocator's multi-buffering policy is not
+  documented). TILEC_MODEL_SBUF_ROTATION=free grants them whether they fit or not, as a what-if. PSUM tiles are
+  placed in the 8 banks of 2 KiB (one tensor per bank, MIG v2.32.0) in program order: a site's rotation buffer only
+  where a bank is free, and a tile in a bank another tile held waits for that tile to end (schedule.place_psum,
+  params.PSUM_ROTATION; TILEC_MODEL_PSUM_ROTATION=free is the old unchecked rule).
 * Dependences through HBM are tracked per byte range: an HBM access is the span [lo, hi) of its access pattern, so
   two DMAs writing disjoint but interleaved rows of one tensor wait for each other. Whether neuronxcc orders such
   DMAs is not documented (docs/notes/model8.md); benchmarks/trn2_hbm_order.py is the Trn2 measurement that decides

@@ -135,11 +135,42 @@ def _drop_covered(boxes: Boxes, p0: int, p1: int, lo: int, hi: int, pat: tuple =
 
 
 def _merge_oldest(boxes: Boxes) -> None:
-    """Replace the older half (by end time) by its bounding box, ending at the latest of their ends."""
+    """Replace the older half (by end time) by fewer boxes ending at the latest of their ends: their exact unions
+    where they tile rectangles (boxes of one partition band with touching column ranges, then such rows of one column
+    range with touching partition bands), if that at least halves them; else their one bounding box.
+
+    Exact unions first, because one bounding box over bands written one after the other (a tile filled by many small
+    DMAs, all of partitions 0-7's columns, then all of partitions 8-15's ...) covers columns the next band has not
+    written yet: every later write there would wait for the box's latest end, a false output dependence that chains
+    independent DMAs (docs/notes/fid15.md: 432 us instead of 46 us for 4,096 DMAs of 8 rows in that order)."""
     ordered = sorted(boxes.items(), key=lambda kv: kv[1])
     old = ordered[:len(ordered) // 2]
-    merged = (min(k[0] for k, _ in old), max(k[1] for k, _ in old), min(k[2] for k, _ in old),
-              max(k[3] for k, _ in old), ())  # the bounding box: its pattern is unknown
     for k, _ in old:
         del boxes[k]
-    boxes[merged] = max(boxes.get(merged, 0.0), old[-1][1])
+    merged = _unions(old) if all(not k[4] for k, _ in old) else []
+    if not merged or len(merged) > len(old) // 2:
+        merged = [((min(k[0] for k, _ in old), max(k[1] for k, _ in old), min(k[2] for k, _ in old),
+                    max(k[3] for k, _ in old), ()), old[-1][1])]  # the bounding box: its pattern is unknown
+    for k, end in merged:
+        boxes[k] = max(boxes.get(k, 0.0), end)
+
+
+def _unions(entries: list) -> list:
+    """Coalesce boxes (pattern-free) whose union is a box: along the columns within a partition band, then along the
+    partitions within a column range. Each result ends at the latest end of the boxes it covers."""
+    def run(items: list, same: tuple[int, int], lo: int, hi: int) -> list:
+        """Join boxes equal in fields `same` whose [lo, hi) fields touch or overlap."""
+        out: list = []
+        for k, end in sorted(items, key=lambda kv: (kv[0][same[0]], kv[0][same[1]], kv[0][lo])):
+            last = out[-1][0] if out else None
+            if last is not None and all(last[f] == k[f] for f in same) and k[lo] <= last[hi]:
+                joined = list(last)
+                joined[hi] = max(last[hi], k[hi])
+                out[-1] = (tuple(joined), max(out[-1][1], end))
+            else:
+                out.append((k, end))
+        return out
+
+    rows = run([(k[:4], end) for k, end in entries], (0, 1), 2, 3)  # columns within a partition band
+    rects = run(rows, (2, 3), 0, 1)  # partition bands within a column range
+    return [((*k, ()), end) for k, end in rects]

@@ -229,3 +229,21 @@ sbuf_rotation = SBUF_ROTATION.pick
 # against the 8 (docs/notes/fid14.md lists the kernels that needed more).
 PSUM_ROTATION = WhatIf("PSUM rotation rule", "TILEC_MODEL_PSUM_ROTATION", ("free", "fit"), "fit")
 psum_rotation = PSUM_ROTATION.pick
+
+
+# The order in which DMA transfers issue (schedule.py). What the documents say: a DMA is triggered by a control
+# instruction in an engine sequencer's own instruction stream, issued in program order after its semaphore waits
+# (v2.32.0 guides/architecture/trainium_inferentia2_arch.rst, "Each compute engine has its own sequencer ...
+# triggering DMA transfers"; the Sync engine "is most commonly used to trigger DMA transfers"); a transfer is
+# submitted to one queue ID across the 16 DMA engines, "DMA transfers within a queue on the same DMA engine are
+# executed in order" and different queues are served round robin (v2.32.0 nki/get-started/about/nki-dma-overview.rst,
+# DMA Triggers / DMA Queues; rings switched at packet boundaries, v2.32.0 neuron-runtime/explore/
+# compute-comm-overlap.rst); each DMA engine processes one transfer at a time and all engines process different
+# transfers in parallel (v2.26.1 nki/arch/trainium_inferentia2_arch.rst, Data movement between HBM and SBUF).
+# "engine" (the default since session 15) follows that: the triggers of one stream issue in order (a trigger waits for
+# its own dependences and for the trigger before it, not for that transfer to start), and each DMA engine runs its
+# part of a queue's transfers in order, so a transfer on engines 8-15 does not wait for one still queued on engines
+# 0-7. "stream" (the model until session 14) starts a transfer no earlier than the previous transfer of its stream
+# started on any engine, which orders the engines behind each other (docs/notes/fid15.md).
+DMA_QUEUE = WhatIf("DMA queue rule", "TILEC_MODEL_DMA_QUEUE", ("stream", "engine"), "engine")
+dma_queue = DMA_QUEUE.pick

@@ -1,26 +1,37 @@
 """List scheduling of a trace on the engines of one NeuronCore: one pass over the instructions in program order.
 
     compute instruction:  start = max(engine free, dependences ready, start-up);  the engine runs its stream in order
-    DMA transfer:         start >= dependences ready + DMA latency (semaphore-to-start), >= start-up,
-                          >= the previous transfer's start on the same trigger stream (streams issue in order;
-                          a transfer that depends on nothing leads its stream instead), then it needs its occupancy on
-                          each of its DMA engines (descriptors and bytes), taken from their idle time from there on:
+    DMA transfer:         its trigger issues once its dependences are ready and after the previous trigger of its
+                          stream (a sequencer issues its triggers in program order; a transfer that depends on nothing
+                          leads its stream instead); on each of its DMA engines it starts >= trigger + DMA latency
+                          (semaphore-to-start), >= start-up, and after its queue's previous transfer on that engine
+                          (each engine runs a queue in order; engines run in parallel), then it needs its occupancy
+                          on each of its DMA engines (descriptors and bytes), taken from their idle time from there on:
                           streams share the engines round-robin per packet, so a transfer may use gaps left between
                           transfers placed earlier, split over several gaps; a transfer writing HBM completes (frees
                           its source, counts for the kernel's end) an HBM write acknowledgement after its last byte
 
+DMA issue order (params.DMA_QUEUE, "engine" since session 15): a DMA is triggered by a control instruction in a
+sequencer's instruction stream, issued in program order after its semaphore waits (v2.32.0 trainium_inferentia2_arch
+.rst); a transfer goes to one queue ID on all 16 DMA engines, and "DMA transfers within a queue on the same DMA engine
+are executed in order", queues being served round robin (v2.32.0 nki-dma-overview.rst, DMA Queues). So a trigger
+waits for the stream's previous trigger, not for that transfer to start: a transfer on engines 8-15 does not wait for
+one still queued behind busy engines 0-7. TILEC_MODEL_DMA_QUEUE=stream is the rule until session 14 (start no
+earlier than the stream's previous transfer started, on any engine), kept as a what-if (docs/notes/fid15.md).
+
 DMA trigger streams (`dma_streams`): a load issues on the stream of the engine that first reads what it loaded, a
-store on the stream of the engine that produced what it stores. On a stream a DMA cannot start before the one
-before it: in a tiny loop (calibration rows 1, 2, 4: load, load, compute, store per iteration) the next iteration's
-loads wait behind this iteration's store, which waits for the compute, so an iteration costs one DMA latency plus
-the compute (1.5-1.9 us measured); loads feeding TensorE in a conv (rows 9-12) are not held up by the stores of
-VectorE's results. There is no fixed engine time per transfer: the public kernel behind rows 9-12 moves 3,552 DMAs
-beside 811 us of matmuls (see params.py). A DMA with no dependence at all (its source never written, its
-destination untouched before and reusing no earlier buffer's memory) is ready when the kernel starts, so the
-compiler's scheduler puts it at the head of its stream: it neither waits behind the stream nor holds it up. That is
-why row 7 (two iterations of FREE_DIM 1000, 26 us) beats row 6 (one of 2000, 28 us): its second iteration's loads go
-to the second rotation buffers and move during the first iteration's add; in rows 1, 2 and 4 only the first two
-iterations' loads are that free.
+store on the stream of the engine that produced what it stores [inferred: the queue is the compiler's choice; the
+documents name the Sync engine (queues qSyncIO0...), ScalarE (HWDGE) and GpSimdE (SWDGE) as triggers]. On a stream a
+DMA's trigger cannot issue before the one before it: in a tiny loop (calibration rows 1, 2, 4: load, load, compute,
+store per iteration) the next iteration's loads wait behind this iteration's store, which waits for the compute, so
+an iteration costs one DMA latency plus the compute (1.5-1.9 us measured); loads feeding TensorE in a conv (rows
+9-12) are not held up by the stores of VectorE's results. There is no fixed engine time per transfer: the public
+kernel behind rows 9-12 moves 3,552 DMAs beside 811 us of matmuls (see params.py). A DMA with no dependence at all
+(its source never written, its destination untouched before and reusing no earlier buffer's memory) is ready when
+the kernel starts, so the compiler's scheduler puts it at the head of its stream: it neither waits behind the stream
+nor holds it up. That is why row 7 (two iterations of FREE_DIM 1000, 26 us) beats row 6 (one of 2000, 28 us): its
+second iteration's loads go to the second rotation buffers and move during the first iteration's add; in rows 1, 2
+and 4 only the first two iterations' loads are that free.
 
 Why a DMA costs what it does: row 8 (1024x1024 fp32 transpose, 86 us) moves its 128 x 512 B tiles at 1.14 us per
 tile, while the public conv moves 128 x 448 B row loads, the same shape, at more than 3 per us (2,664 beside its
@@ -74,8 +85,8 @@ from dataclasses import dataclass
 
 from tilec.perf.costs import Costs
 from tilec.perf.deps import DepTracker, hbm_rule as _hbm_rule
-from tilec.perf.params import psum_rotation as _psum_rotation, sbuf_rotation as _sbuf_rotation, \
-    shared_bus as _shared_bus
+from tilec.perf.params import dma_queue as _dma_queue, psum_rotation as _psum_rotation, \
+    sbuf_rotation as _sbuf_rotation, shared_bus as _shared_bus
 from tilec.perf.throttle import TensorThrottle
 from tilec.trace import Access, Instr, Trace
 
@@ -90,6 +101,9 @@ class Schedule:
     lane: list[str]  # engine name, or DMA trigger stream "dma <engine>"
     dma_engines: list[tuple[int, int]]  # [first, last) DMA engines, (0, 0) for compute
     total_ns: float
+    trigger: list[float] = dataclasses.field(default_factory=list)  # ns, per instruction: when a DMA's trigger
+    #        issued on its stream (its dependences met, the stream's previous trigger issued; "stream" rule: its start
+    #        less the DMA latency), a compute instruction's start
 
 
 class DmaEngines:
@@ -100,19 +114,23 @@ class DmaEngines:
         self.ends: list[list[float]] = [[] for _ in range(n)]
         self.floor = [0.0] * n
 
-    def place(self, t: float, d: float, e0: int, e1: int) -> tuple[float, float]:
-        """Run a transfer needing `d` ns on each of engines e0..e1-1, from time t, in their idle gaps.
+    def place(self, t: float, d: float, e0: int, e1: int, after: dict[int, float] | None = None
+              ) -> tuple[float, float, list[float]]:
+        """Run a transfer needing `d` ns on each of engines e0..e1-1, from time t (on engine e no earlier than
+        after[e]: the end of its queue's previous transfer there), in their idle gaps.
 
         Arbitration between queues is per packet, so a transfer may be spread over several gaps of an engine.
-        Returns (first start, last end) and marks the used time busy.
+        Returns (first start, last end, the end on each engine e0..e1-1) and marks the used time busy.
         """
         first, last = float("inf"), t
+        ends = []
         for e in range(e0, e1):
-            pieces = self._fill(e, t, d)
+            pieces = self._fill(e, t if after is None else max(t, after.get(e, 0.0)), d)
             for s, f in pieces:
                 self._insert(e, s, f)
             first, last = min(first, pieces[0][0]), max(last, pieces[-1][1])
-        return first, last
+            ends.append(pieces[-1][1])
+        return first, last, ends
 
     def _fill(self, e: int, t: float, d: float) -> list[tuple[float, float]]:
         t = max(t, self.floor[e])
@@ -479,18 +497,22 @@ def dma_streams(instrs: list[Instr]) -> dict[int, str]:
 
 
 def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus: str | None = None,
-             sbuf_rotation: str | None = None, psum_rotation: str | None = None) -> Schedule:
+             sbuf_rotation: str | None = None, psum_rotation: str | None = None, dma_queue: str | None = None
+             ) -> Schedule:
     """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py).
     `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py).
     `sbuf_rotation`: "fit" (the default) or "free", whether loop tiles' rotation buffers must fit in SBUF
     (params.py). `psum_rotation`: "fit" (the default) or "free", whether PSUM tiles and their rotation buffers must
-    be placed in the PSUM banks (`psum_plan`, params.py)."""
+    be placed in the PSUM banks (`psum_plan`, params.py). `dma_queue`: "engine" (the default) or "stream", how a
+    DMA transfer is ordered behind the earlier ones of its trigger stream (params.DMA_QUEUE, the module docstring)."""
     n = len(trace.instrs)
-    start, end, lane = [0.0] * n, [0.0] * n, [""] * n
+    start, end, lane, triggers = [0.0] * n, [0.0] * n, [""] * n, [0.0] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
     slots = DmaEngines(costs.n_dma)
     engine_free = {"tensor": 0.0, "vector": 0.0, "scalar": 0.0, "gpsimd": 0.0}
-    queue_start: dict[str, float] = {}
+    queue_start: dict[str, float] = {}  # per trigger stream: its latest trigger ("engine") or transfer start ("stream")
+    queue_end: dict[str, dict[int, float]] = {}  # per trigger stream and DMA engine: the end of its latest transfer
+    by_engine = _dma_queue(dma_queue) == "engine"
     startup, latency = costs.startup, costs.dma_latency
     folded = folded_memsets(trace)
     bound = _sbuf_rotation(sbuf_rotation) == "fit"
@@ -511,7 +533,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     for i, ins in enumerate(instrs):
         engine = ins.engine
         accesses = ins.reads + ins.writes
-        reuse = ack = 0.0
+        reuse = ack = trigger = 0.0
         for a in accesses:  # a buffer reusing an earlier one's memory waits until that one is done
             p = reuses.get(a.buffer)
             if p is not None and last_end.get(p, 0.0) > reuse:
@@ -527,13 +549,22 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             d = costs.dma_occupancy_ns(ins, e1 - e0)
             ready = deps.ready(ins.reads, ins.writes, reuse)
             leads = ready <= 0.0  # depends on nothing: the compiler puts it at the head of its stream
-            t = max(ready + latency, startup, 0.0 if leads else queue_start.get(q, 0.0))
-            t, t_end = slots.place(t, d, e0, e1)
+            if by_engine:  # the trigger issues after the stream's previous trigger; each engine runs its queue in order
+                trigger = max(ready, 0.0) if leads else max(ready, queue_start.get(q, 0.0))
+                after = None if leads else queue_end.setdefault(q, {})
+                t, t_end, ends = slots.place(max(trigger + latency, startup), d, e0, e1, after)
+                if after is not None:
+                    queue_start[q] = trigger
+                    after.update(zip(range(e0, e1), ends))
+            else:  # "stream": no earlier than the start of the stream's previous transfer, on any engine
+                t = max(ready + latency, startup, 0.0 if leads else queue_start.get(q, 0.0))
+                t, t_end, _ = slots.place(t, d, e0, e1)
+                trigger = max(0.0, t - latency)
+                if not leads:
+                    queue_start[q] = t
             d = t_end - t  # spread over gaps, a transfer can take longer than its occupancy
             if any(w.memory == "hbm" for w in ins.writes):
                 ack = costs.dma_write_ack  # complete once HBM acknowledged the writes
-            if not leads:
-                queue_start[q] = t
             dma_engines[i] = (e0, e1)
         else:
             q = engine
@@ -550,6 +581,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             engine_free[q] = t + d
         done = t + d + ack
         start[i], end[i], lane[i] = t, done, q
+        triggers[i] = trigger if engine == "dma" and i not in folded else t
         if ack:  # the SBUF source is released at completion; HBM writes are ordered by the queue, not the ack
             deps.record((), ins.writes, t + d)
             deps.record(ins.reads, (), done)
@@ -559,4 +591,4 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             if last_end.get(a.buffer, 0.0) < done:
                 last_end[a.buffer] = done
     total = max(end, default=0.0)
-    return Schedule(start, end, lane, dma_engines, max(total, startup if n else 0.0))
+    return Schedule(start, end, lane, dma_engines, max(total, startup if n else 0.0), triggers)
