@@ -245,26 +245,18 @@ def split_padded_reads(program):
             dtypes[name] = dtypes[out]
             decls.append(sx.Decl(name, decl.type, decl.span))
 
-            def forward(e: sx.Expr) -> sx.Expr:
-                if isinstance(e, sx.Access):
-                    w = _way(e, by_var, frozenset(by_var))
-                    if w is None:
-                        return e
-                    return replace(e, indices=tuple(sx.Name(v, ix.span) if d in w[1] and v in flip else ix
-                                                    for d, (ix, v) in enumerate(zip(e.indices, w[0]))))
-                if isinstance(e, sx.BinOp):
-                    return replace(e, lhs=forward(e.lhs), rhs=forward(e.rhs))
-                if isinstance(e, sx.Call):
-                    return replace(e, args=tuple(forward(x) for x in e.args))
-                if isinstance(e, sx.Neg):
-                    return replace(e, x=forward(e.x))
-                return e
+            def forward(e: sx.Access) -> sx.Expr:
+                w = _way(e, by_var, frozenset(by_var))
+                if w is None:
+                    return e
+                return replace(e, indices=tuple(sx.Name(v, ix.span) if d in w[1] and v in flip else ix
+                                                for d, (ix, v) in enumerate(zip(e.indices, w[0]))))
 
             def rewrite(st: sx.Stmt) -> sx.Stmt:
                 if isinstance(st, sx.Loop):
                     return replace(st, body=tuple(rewrite(x) for x in st.body))
                 if isinstance(st, sx.Assign) and st.target.tensor == out:
-                    value = forward(st.value) if st is upd else st.value
+                    value = sx.map_reads(st.value, forward) if st is upd else st.value
                     return replace(st, target=replace(st.target, tensor=name), value=value)
                 return st
             span = upd.target.span

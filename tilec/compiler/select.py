@@ -127,24 +127,13 @@ def forward_reduced(comp: Comp, program) -> Comp:
                 if not (coefs == {v: -1} and const == comp.extent(v) - 1):
                     return comp  # read forward too (`A[i, M - 1 - j] * B[i, j]`): not a flipped sum
 
-    def flip(e: sx.Expr) -> sx.Expr:
-        if isinstance(e, sx.Access):
-            out = []
-            for ix, (coefs, const) in zip(e.indices, maps[e]):
-                v = next(iter(coefs)) if len(coefs) == 1 else None
-                if v not in turn:
-                    out.append(ix)
-                else:
-                    out.append(sx.Name(v, ix.span))
-            return replace(e, indices=tuple(out))
-        if isinstance(e, sx.BinOp):
-            return replace(e, lhs=flip(e.lhs), rhs=flip(e.rhs))
-        if isinstance(e, sx.Call):
-            return replace(e, args=tuple(flip(x) for x in e.args))
-        if isinstance(e, sx.Neg):
-            return replace(e, x=flip(e.x))
-        return e
-    return replace(comp, update=flip(comp.update))
+    def flip(e: sx.Access) -> sx.Expr:
+        out = []
+        for ix, (coefs, const) in zip(e.indices, maps[e]):
+            v = next(iter(coefs)) if len(coefs) == 1 else None
+            out.append(sx.Name(v, ix.span) if v in turn else ix)
+        return replace(e, indices=tuple(out))
+    return replace(comp, update=sx.map_reads(comp.update, flip))
 
 
 def drop_unit_indices(comp: Comp, program) -> Comp:
@@ -167,19 +156,11 @@ def drop_unit_indices(comp: Comp, program) -> Comp:
 def _drop_units(e: sx.Expr, program) -> sx.Expr:
     """e with every constant-0 index of a one-element dimension left out of its reads (a read keeps one index)."""
 
-    def drop(e: sx.Expr) -> sx.Expr:
-        if isinstance(e, sx.Access):
-            shape = [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[e.tensor].shape]
-            kept = tuple(ix for ix, d in zip(e.indices, shape) if not (const_value(ix) == 0.0 and d == 1))
-            return replace(e, indices=kept) if kept and kept != e.indices else e
-        if isinstance(e, sx.BinOp):
-            return replace(e, lhs=drop(e.lhs), rhs=drop(e.rhs))
-        if isinstance(e, sx.Call):
-            return replace(e, args=tuple(drop(x) for x in e.args))
-        if isinstance(e, sx.Neg):
-            return replace(e, x=drop(e.x))
-        return e
-    return drop(e)
+    def drop(e: sx.Access) -> sx.Expr:
+        shape = [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[e.tensor].shape]
+        kept = tuple(ix for ix, d in zip(e.indices, shape) if not (const_value(ix) == 0.0 and d == 1))
+        return replace(e, indices=kept) if kept and kept != e.indices else e
+    return sx.map_reads(e, drop)
 
 
 def _select_one(comp: Comp, program) -> Op:

@@ -24,8 +24,8 @@ Every node has `span`; equality ignores spans (compare=False) so parse -> fmt ->
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Union
+from dataclasses import dataclass, field, replace
+from typing import Callable, Union
 
 from tilec.errors import Span
 
@@ -78,6 +78,19 @@ class Access:
 
 
 Expr = Union[Num, Name, Neg, BinOp, Call, Access]
+
+
+def map_reads(e: Expr, fn: Callable[[Access], Expr]) -> Expr:
+    """e with each tensor read replaced by fn(read), through operators, calls and negation (indices untouched)."""
+    if isinstance(e, Access):
+        return fn(e)
+    if isinstance(e, BinOp):
+        return replace(e, lhs=map_reads(e.lhs, fn), rhs=map_reads(e.rhs, fn))
+    if isinstance(e, Call):
+        return replace(e, args=tuple(map_reads(x, fn) for x in e.args))
+    if isinstance(e, Neg):
+        return replace(e, x=map_reads(e.x, fn))
+    return e
 
 
 @dataclass(frozen=True)
