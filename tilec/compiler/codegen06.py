@@ -81,20 +81,8 @@ class ViewModel06(_ViewModel):
         named on the lines before the DMA (`pre`)."""
         if not v.perm:
             return self.view(v)  # (a reversed HBM view: an .ap() with a negative step, reversed_view)
-        strides: list[int] = []
-        n = 1
-        for d in reversed(v.buf.shape):
-            strides.insert(0, n)
-            n *= d
-        sliced = [(i, st) for i, st in zip(v.idx, strides) if isinstance(i, Sl)]
-        pattern = [[sliced[q][1] * sliced[q][0].step, sliced[q][0].size] for q in v.perm]
-        offset = []
-        for i, st in zip(v.idx, strides):
-            start = i.start if isinstance(i, Sl) else i
-            if start.terms or start.const:
-                text = self.aff(start)
-                offset.append(text if st == 1 else f"{text} * {st}" if len(start.terms) + bool(start.const) == 1
-                              else f"({text}) * {st}")
+        pairs, offset = self._ap(v)
+        pattern = [pairs[q] for q in v.perm]
         name = self.names(f"{v.buf.name}_view", "view")  # named on a line of its own: kernel lines stay short
         head = f"{name} = {self.names(v.buf.name)}.ap("
         pre.append(f"{head}pattern={pattern},\n{' ' * len(head)}offset={' + '.join(offset) or 0})")
@@ -104,12 +92,18 @@ class ViewModel06(_ViewModel):
         """A view read backwards along a free axis (a flip): an access pattern on the tile, `.ap(pattern=[[F, P],
         [-1, F]], offset=F - 1)`, the partition pair first and contiguous, a free pair with a negative step (an
         engine access pattern's free strides are signed [ARCH, nki-aps])."""
+        pattern, offset = self._ap(v)
+        return f"{self.names(v.buf.name)}.ap(pattern={pattern}, offset={' + '.join(offset) or 0})"
+
+    def _ap(self, v: View) -> tuple[list[list[int]], list[str]]:
+        """A view's `.ap()` over its buffer's row-major storage: a [step, count] pair per sliced axis, in the
+        buffer's order, and the terms of its first element's offset."""
         strides: list[int] = []
         n = 1
         for d in reversed(v.buf.shape):
             strides.insert(0, n)
             n *= d
-        pattern = [[st * i.step, i.size] for i, st in zip(v.idx, strides) if isinstance(i, Sl)]
+        pairs = [[st * i.step, i.size] for i, st in zip(v.idx, strides) if isinstance(i, Sl)]
         offset = []
         for i, st in zip(v.idx, strides):
             start = i.start if isinstance(i, Sl) else i
@@ -117,7 +111,7 @@ class ViewModel06(_ViewModel):
                 text = self.aff(start)
                 offset.append(text if st == 1 else f"{text} * {st}" if len(start.terms) + bool(start.const) == 1
                               else f"({text}) * {st}")
-        return f"{self.names(v.buf.name)}.ap(pattern={pattern}, offset={' + '.join(offset) or 0})"
+        return pairs, offset
 
     def view(self, v: View, dst: bool = False) -> str:
         return super().view(v, False)  # a destination is an argument here, not an assignment target: no [...]
