@@ -34,14 +34,14 @@ def _blocks(source: str) -> list[str]:
     return [m.group(1) for m in re.finditer(r"# ---- Y (rows \d+\.\.\d+[^\n]*)", source)]
 
 
-def test_final_add_issued_before_the_taps_two_chunks_later():
-    """Chunk i-2's final add comes before chunk i's taps, its eviction after them."""
+def test_final_add_issued_before_the_taps_three_chunks_later():
+    """Chunk i-3's final add comes before chunk i's taps, its eviction after them (several images: DEPTH_BATCH)."""
     _, c, _, _ = run(PADDED.format(dt="bf16", n=5, c=24, h=41, w=37))
     blocks = _blocks(c.source)
     first = [b for b in blocks if b.startswith("rows 0..")]
     assert len(first) == 3, blocks  # taps, final add, eviction of the first chunk
     taps, added, evicted = (blocks.index(b) for b in first)
-    third = next(i for i, b in enumerate(blocks) if re.match(r"rows 26\.\.39, 9 taps", b))
+    third = next(i for i, b in enumerate(blocks) if re.match(r"rows 39\.\.41, 9 taps", b))
     assert taps < added < third < evicted, blocks
 
 

@@ -72,7 +72,7 @@ def test_explain_shows_the_depthwise_kernels_plan():
     assert plan[0] == "# B: the depthwise kernel (build_depthwise), its plan:", plan
     assert "#   partitions: (image, e) pairs, 120 of 128: 40 e channels per group x 3 images per tile" in plan
     assert any(line.startswith("#   loops: 1 group x 1 tile of 3 images;") for line in plan), plan
-    assert "#   PSUM chunks of 25 output rows (500 fp32 per partition), pipelined 2 deep" in plan
+    assert "#   PSUM chunks of 25 output rows (500 fp32 per partition), pipelined 3 deep" in plan  # 3 images
     taps = [line for line in plan if line.startswith("#   taps of a ")]
     assert [line.split("(")[0] for line in taps] == ["#   taps of a 25-row chunk ", "#   taps of a 14-row chunk "]
     assert "#   eviction from PSUM: + bd, into the output band" in plan

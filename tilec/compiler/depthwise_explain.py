@@ -3,7 +3,6 @@ chunks, each engine's taps, TensorE's matrices and the eviction, in the program'
 from __future__ import annotations
 
 from tilec.compiler.depthwise_kernel import DepthwiseBuilder
-from tilec.compiler.depthwise_layout import DEPTH
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX
 
@@ -26,7 +25,7 @@ def explain(op: ConvOp, b: DepthwiseBuilder, pe: bool) -> list[str]:
             "one load and one store DMA per slot")
            + ("; halo rows copied from a zero tile" if b.has_halo() else "")
            + ("; taps skip the column halo" if b.clip else ""),
-           f"#   PSUM chunks of {lay.rc} output rows ({lay.rc * b.Wo} fp32 per partition), pipelined {DEPTH} deep"]
+           f"#   PSUM chunks of {lay.rc} output rows ({lay.rc * b.Wo} fp32 per partition), pipelined {b.depth} deep"]
     if b.M > 1:
         out.append(f"#   channel multiplier {b.M}: each partition computes its {k} channel's {b.M} output channels, "
                    "one after another, from one band")

@@ -10,8 +10,8 @@ from typing import Callable
 from tilec.compiler import depthwise_hybrid as hy
 from tilec.compiler import build_util, ir
 from tilec.compiler.build_util import a, loop, sl, term
-from tilec.compiler.depthwise_layout import (DEPTH, PRODUCTS, STORE_SPLIT, Layout, Routes, choose_routes, fan_in,
-                                             hybrid, hybrid_routes, multiplier)
+from tilec.compiler.depthwise_layout import (DEPTH, DEPTH_BATCH, PRODUCTS, STORE_SPLIT, Layout, Routes, choose_routes,
+                                             fan_in, hybrid, hybrid_routes, multiplier)
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX
@@ -41,6 +41,7 @@ class DepthwiseBuilder:
         if self.HY:
             self.CI, self.C = self.HY, d["K"]
             self.NG = lay.cg // self.HY  # conv groups per channel group
+        self.depth = DEPTH_BATCH if self.N > 1 and not self.HY else DEPTH  # chunks in flight (`chunk`'s pipeline)
         self.m = 0  # the output channel of its input channel being built (M > 1)
         self.G, self.CR = self.C // lay.cg, self.C % lay.cg
         self.NT, self.NR = self.N // lay.k, self.N % lay.k  # whole tiles of images, images left over
@@ -395,7 +396,7 @@ class DepthwiseBuilder:
         parts = images * lay.nb * cg
         ob = Buf(self.fresh(f"{op.out}_band{tag}"), "sbuf", self.hbm[op.out].dtype, (parts, lay.rb, self.Wo))
         out: list[Stmt] = [Alloc(ob, line=line)]
-        # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-DEPTH's eviction, so no
+        # chunks of output rows, software-pipelined: chunk i's taps are issued before chunk i-depth's eviction, so no
         # engine's in-order stream waits on the end of a chunk's GpSimdE sum; that chunk's final add (VectorE) comes
         # before chunk i's taps, so that VectorE does not hold it behind adds of products ScalarE has yet to make
         # while ScalarE waits for it to evict (not a fan-in's: its TensorE taps lead, see below)
@@ -409,7 +410,7 @@ class DepthwiseBuilder:
         chunks = []
         for i, y0 in enumerate(starts):
             rows = min(lay.rc, lay.rb - y0)
-            ctag = f"{tag}_{'abcde'[i % (DEPTH + 1 + lead)]}" + ("" if rows == lay.rc else "_end")
+            ctag = f"{tag}_{'abcde'[i % (self.depth + 1 + lead)]}" + ("" if rows == lay.rc else "_end")
             taps, finish = self.chunk(band, parts, y0, rows, ctag)
             head = 1 + next((k for k, st in enumerate(taps[1:]) if not isinstance(st, Matmul)), len(taps) - 1)
             chunks.append((y0, rows, ctag, taps[:head] if lead else [], taps[head:] if lead else taps, finish,
@@ -423,12 +424,12 @@ class DepthwiseBuilder:
                 if k < len(chunks):
                     y, r = chunks[k][:2]
                     out.append(ir.Block(f"{name} rows {y}..{y + r}: TensorE's taps", tuple(chunks[k][3]), line))
-            due = pending.pop(0) if len(pending) == DEPTH else ([], [])
+            due = pending.pop(0) if len(pending) == self.depth else ([], [])
             out += due[0] if early else []
             out += [ir.Block(f"{span}, {self.R * self.S * self.CI} taps: {self.taps_note(rows)}", tuple(taps), line)]
             out += due[1] if early else due[0] + due[1]
-            if self.HY and i == len(chunks) - STORE_SPLIT and i >= DEPTH:  # the rows evicted so far are stored
-                out += hy.stores(self, ob, c0, n0, images, 0, chunks[i - DEPTH + 1][0])  # while the last run
+            if self.HY and i == len(chunks) - STORE_SPLIT and i >= self.depth:  # the rows evicted so far are stored
+                out += hy.stores(self, ob, c0, n0, images, 0, chunks[i - self.depth + 1][0])  # while the last run
             epilogue = f" ({self.epilogue_note()})" if self.epilogue_note() else ""
             added: list[Stmt] = [ir.Block(f"{span}: the GpSimdE sum added into PSUM", tuple(finish), line)] \
                 if finish else []
@@ -442,8 +443,8 @@ class DepthwiseBuilder:
         # stores issue in order, so consecutive ones go to different DMA engines (8 partitions each): channel
         # e*8 + q of every block for e, then the next q
         if self.HY:
-            first = len(chunks) - STORE_SPLIT - DEPTH + 1  # the first chunk stored at the end
-            split = chunks[first][0] if len(chunks) - STORE_SPLIT >= DEPTH else 0
+            first = len(chunks) - STORE_SPLIT - self.depth + 1  # the first chunk stored at the end
+            split = chunks[first][0] if len(chunks) - STORE_SPLIT >= self.depth else 0
             return out + hy.stores(self, ob, c0, n0, images, split, lay.rb)
         if lay.nb == 1:
             for j, (i, b) in enumerate(self.slots(images)):
