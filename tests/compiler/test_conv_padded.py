@@ -39,6 +39,15 @@ def rounded(inputs: dict, dtype: str) -> dict:
     return {name: v.astype(NARROW[dtype]).astype(np.float64) for name, v in inputs.items()}
 
 
+def resnet_ref(x: dict, dt: str):
+    """The ResNet block in float64: relu(conv2(relu(conv1(X) + b1)) + b2 + X), T rounded to the program's dtype
+    before the second conv reads it (it is stored in that dtype)."""
+    t = conv_ref(x["X"], x["W1"], bias=x["b1"])
+    if dt != "f32":
+        t = rounded({"t": t}, dt)["t"]
+    return (conv_ref(t.clip(min=0), x["W2"], bias=x["b2"]) + x["X"]).clip(min=0)
+
+
 def run(text: str, schedule: str | None = None):
     prog = lang.load(text)
     c = compile_loaded(prog, lang.parse_schedule(schedule, "<test>") if schedule else None)

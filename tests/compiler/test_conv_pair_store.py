@@ -13,7 +13,7 @@ import re
 import pytest
 
 from compiler_helpers import assert_matches, compile_and_run
-from test_conv_padded import conv_ref, rounded
+from test_conv_padded import conv_ref, resnet_ref, rounded
 from tilec.compiler import codegen, ir
 from tilec.compiler.wrap import unwrap
 from tilec.compiler.build_util import a, sl
@@ -147,11 +147,7 @@ def test_resnet_block_chain_in_the_06_form(dt):
     prog, comp, inputs, out = compile_and_run(RESNET.format(dt=dt), "0.6")
     assert "X_pairs_view = X_pairs.ap(pattern=[[10, 2], [120, 64], [20, 6], [1, 10]]," in comp.source
     x = rounded(inputs, dt)
-    t = conv_ref(x["X"], x["W1"], bias=x["b1"])
-    if dt != "f32":
-        t = rounded({"t": t}, dt)["t"]
-    u = conv_ref(t.clip(min=0), x["W2"], bias=x["b2"])
-    assert_matches(prog, "Y", out["Y"], (u + x["X"]).clip(min=0))
+    assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
 
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
