@@ -227,8 +227,17 @@ def test_whole_windows_on_tensor_engine(psum_on, monkeypatch, nki, dtype, kind, 
     ways, both NKI dialects, 3 whole rows per band, two tiles of 96 channel rows, 40 x 30 inputs."""
     monkeypatch.setattr(rules_pool, "TAPS", "on")
     monkeypatch.setattr(rules_pool, "FULL_ROWS", 3)
+    monkeypatch.setattr(rules_pool, "SHARE_BANK", False)
     source = run(kind, r, s, pad, dtype, h=40, w=30, n=2, c=96, nki=nki)
     assert "X_full" in source and "X_taps" in source
+    # the whole rows' sums in the bank of each band's last chunk of taps (17 rows of 30 fp32: room for 3 more):
+    # the same matmuls, one PSUM tile fewer per band, every sum starting with an overwrite of its own rows
+    monkeypatch.setattr(rules_pool, "SHARE_BANK", True)
+    shared = run(kind, r, s, pad, dtype, h=40, w=30, n=2, c=96, nki=nki)
+    assert "X_full" not in shared and shared.count("nc_matmul(") == source.count("nc_matmul(")
+    assert shared.count("buffer=nl.psum") < source.count("buffer=nl.psum")
+    if nki != "0.1":
+        assert shared.count("accumulate=False") == source.count("accumulate=False")
 
 
 @pytest.mark.parametrize("kind", ["avg", "avgx"])
@@ -238,8 +247,12 @@ def test_whole_windows_loop_takes_two_tiles_per_step(psum_on, monkeypatch, kind,
     (tiles pb + 1 and pb + 1 + half per step; an odd one left after the loop), every output written once."""
     monkeypatch.setattr(rules_pool, "TAPS", "on")
     monkeypatch.setattr(rules_pool, "FULL_ROWS", 3)
+    monkeypatch.setattr(rules_pool, "SHARE_BANK", False)
     source = run(kind, 3, 1, 1, "bf16", h=12, w=10, n=8, c=c)
     assert "per step" in source and source.count("X_full = ") == 3 + (c == 112)
+    monkeypatch.setattr(rules_pool, "SHARE_BANK", True)  # each tile's sums in one PSUM tile (one bank) of its own
+    shared = run(kind, 3, 1, 1, "bf16", h=12, w=10, n=8, c=c)
+    assert "per step" in shared and "X_full" not in shared and shared.count("X_taps = ") == 3 + (c == 112)
 
 
 def test_eviction_runs_pair_the_two_ends_of_a_padding_of_one():

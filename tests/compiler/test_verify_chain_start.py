@@ -39,3 +39,16 @@ def test_a_new_allocation_starts_a_new_chain_and_loop_placed_regions_are_not_jud
     j = Aff((Term("j", 4),), 0)
     placed = Loop("j", 2, (Matmul(View(ACC, (full(32), Sl(j, 4))), whole(WS), View(XS, (full(64), Sl(j, 4)))),))
     verify(Kernel("k", (X, W), (Y,), LOADS + (placed,)), "test")
+
+
+def test_a_disjoint_region_starts_a_sum_of_its_own_and_a_straddling_add_fails() -> None:
+    """Two sums in one PSUM tile (rules_pool: the taps' last chunk and the whole rows share a bank): a matmul whose
+    region no earlier matmul of the chain wrote starts its own (codegen06 makes it overwrite); one adding across
+    both regions and the unwritten columns between them fails."""
+    two = LOADS + (Matmul(cols(ACC, 0, 3), whole(WS), cols(XS, 0, 3)),
+                   Matmul(cols(ACC, 5, 3), whole(WS), cols(XS, 5, 3)),
+                   Matmul(cols(ACC, 1, 2), whole(WS), cols(XS, 0, 2)),
+                   Matmul(cols(ACC, 5, 3), whole(WS), cols(XS, 0, 3)))
+    verify(Kernel("k", (X, W), (Y,), two), "test")
+    with pytest.raises(InternalError, match=r"adds to acc.*outside the regions.*uninitialised PSUM"):
+        verify(Kernel("k", (X, W), (Y,), two + (Matmul(cols(ACC, 2, 4), whole(WS), cols(XS, 0, 4)),)), "test")

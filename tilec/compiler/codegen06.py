@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from tilec.compiler.codegen import STATS_OPS, Compute, _ViewModel
 from tilec.compiler.ir import Alloc, Loop, Matmul, Reduce, Sl, Stmt, Transpose, View
+from tilec.compiler.verify import disjoint, static_box
 from tilec.errors import InternalError
 
 
@@ -24,7 +25,7 @@ class ViewModel06(_ViewModel):
     def __init__(self, names, consts: dict[str, int]) -> None:
         super().__init__(names, consts)
         self.loops: list[str] = []  # IR loop variables enclosing the statement being rendered, outermost first
-        self.chains: dict[str, list] = {}  # PSUM accumulator -> [loop depth at its allocation, started?]
+        self.chains: dict[str, list] = {}  # PSUM accumulator -> [loop depth at its allocation, regions started]
 
     def stmt(self, s: Stmt) -> dict:
         if isinstance(s, Loop):
@@ -38,7 +39,7 @@ class ViewModel06(_ViewModel):
         if isinstance(s, Alloc):
             chain = s.zero and s.buf.memory == "psum"
             if chain:
-                self.chains[s.buf.name] = [len(self.loops), False]
+                self.chains[s.buf.name] = [len(self.loops), []]
             return {**out, "memset": s.zero and not chain}
         if isinstance(s, Matmul):
             return {**out, "accumulate": self.accumulate(s)}
@@ -50,14 +51,17 @@ class ViewModel06(_ViewModel):
     def accumulate(self, s: Matmul) -> str:
         """The accumulate= flag of a matmul into a PSUM accumulator: the chain's first matmul statement overwrites
         on the first iteration of the loops it runs in (those not choosing which part of the accumulator it
-        writes) and adds afterwards; later statements of the chain always add."""
+        writes) and adds afterwards; later statements of the chain add, but for one whose region (without loop
+        variables) is disjoint from every region started before: it starts a sum of its own in the same tile (two
+        sums sharing a PSUM bank, rules_pool's taps and whole rows; verify.chain_starts checks the same)."""
         chain = self.chains.get(s.acc.buf.name)
         if chain is None:  # an accumulator that was not zeroed: an IR the 0.1 form could not run either
             raise InternalError(f"matmul into {s.acc.buf.name}, which no zeroed PSUM allocation starts")
         depth, started = chain
-        if started:
+        box = static_box(s.acc)
+        if started and not (box is not None and all(b is not None and disjoint(box, b) for b in started)):
             return "True"
-        chain[1] = True
+        started.append(box)
         placed = {v for i in s.acc.idx for v in (i.start.vars() if isinstance(i, Sl) else i.vars())}
         over = [self.names(v, "var") for v in self.loops[depth:] if v not in placed]
         return " or ".join(f"{v} > 0" for v in over) or "False"

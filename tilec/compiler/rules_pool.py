@@ -50,6 +50,7 @@ WHOLE_SLACK = 0.02  # the fewest such rows whose estimate is within this part of
 YS = 0.36
 UNROLL = 2  # (experiment)
 PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`; >= 3)
+SHARE_BANK = True  # the whole rows' PSUM sums in the last chunk's bank when they fit (tensor_x_pass; False: tests)
 PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
 BLOCK_STORES = True  # blocks of rows stored once per block when the model's costs say so (False: per band; tests)
 BLOCK_STORES_SBUF_PART = 8  # ...when the tile-wide output buffer takes at most this part of SBUF
@@ -236,6 +237,7 @@ class _WindowPool:
         self.y_share: float | None = None  # VectorE's part of the pass along y then (the rest on GpSimdE)
         self.last_tile = False  # building the peeled last tile of a pool through PSUM (edge copies on VectorE)
         self.first_tile = False  # building the peeled first tile before TensorE's taps (border counts on VectorE)
+        self.shared_bank: tuple[Buf, int] | None = None  # (PSUM tile, row): room left for full_rows (tensor_x_pass)
         self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
         self.full_rows_n = 0  # output rows per band TensorE sums whole (with the taps; `full_block`)
         # blocks of output rows (few channel rows, not interleaved): each band writes its rows of one tile-wide output
@@ -417,10 +419,12 @@ class _WindowPool:
             dview = obv if dst == ob else whole(dst)
             block = self.full_block(segs, n) if axis == 1 and self.psum is not None and self.taps else None
             if taps:  # TensorE sums the taps, ScalarE evicts
-                out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded, counted)
+                ahead = self.full_block(passes[1][1], n) if i + 1 < len(passes) and passes[1][0] == 1 else None
+                out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded, counted,
+                                          ahead[1] if ahead is not None else 0)
             elif block is not None:  # TensorE sums whole windows for a block of rows, the pass along y the others
                 m0, k = block
-                out += self.full_rows(xb, ob, m0, k, shift, passes[0][1], folded, counted)
+                out += self.full_rows(xb, ob, m0, k, shift, passes[0][1], folded, counted, self.shared_bank)
                 for part in (clip(segs, 0, m0), clip(segs, m0 + k, n)):
                     if part:
                         out += self.window_pass(cur, dview, axis, part, stride, shift, window, final=final,
@@ -483,12 +487,16 @@ class _WindowPool:
         return out
 
     def tensor_x_pass(self, xb: Buf, dst: Buf, segs: list[Segment], stride: int, shift: int, window: int,
-                      scale: float, counted: bool = False) -> list[Stmt]:
+                      scale: float, counted: bool = False, whole_rows: int = 0) -> list[Stmt]:
         """The pass along x of a sum on TensorE: per chunk of the band's input rows (one PSUM bank), one identity
         matmul per tap accumulates the tap's strided view of the rows into the outputs it reaches (the tap every
         output has first, over all of them: it starts the accumulation), exact in fp32 PSUM; ScalarE evicts the
         chunk into the same rows of dst times `scale` (the average's 1 / count, when it is folded here); counted
-        (count_include_pad=False): each run of columns with as many taps inside X times window / its taps."""
+        (count_include_pad=False): each run of columns with as many taps inside X times window / its taps.
+        whole_rows: the rows `full_rows` sums next; when they fit in the last chunk's bank beside its rows, that
+        chunk's PSUM tile takes them too (self.shared_bank), so a tile's sums take one bank fewer: with two tiles
+        per step (`peeled`) the body's PSUM tiles then fit the 8 banks two buffers each, and no tile waits for the
+        eviction of another site's tile (tilec/perf/schedule.py place_psum)."""
         line, P, rows, n = self.op.line, xb.shape[0], xb.shape[1], sum(g.size for g in segs)
         ident = self.shared.ident
         assert self.psum is not None and ident is not None
@@ -497,18 +505,23 @@ class _WindowPool:
         reach = {t: [g for g in segs if t in g.taps] for t in range(window) if t != first}
         spans = [(first, 0, n)] + [(t, gs[0].start, sum(g.size for g in gs)) for t, gs in reach.items() if gs]
         out: list[Stmt] = []
+        self.shared_bank = None
         for r0 in range(0, rows, self.psum):
             cr = min(self.psum, rows - r0)
-            ps = Buf(self.name(f"{self.op.src}_taps", (cr,)), "psum", "f32", (P, cr, n))
+            extra = whole_rows if SHARE_BANK and r0 + cr == rows and \
+                (cr + whole_rows) * n * 4 <= get_target().psum_bank_bytes else 0
+            ps = Buf(self.name(f"{self.op.src}_taps", (cr + extra,)), "psum", "f32", (P, cr + extra, n))
+            self.shared_bank = (ps, cr) if extra else None
+            mine = full(cr) if not extra else sl(0, cr)  # the chunk's rows of ps
             out.append(Alloc(ps, zero=True, line=line))
             for t, o0, size in spans:
                 step = stride if size > 1 else 1
                 moving = View(xb, (full(P), sl(r0, cr), Sl(a(o0 * stride + t + shift), size, step)))
-                out.append(Matmul(View(ps, (full(P), full(cr), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
+                out.append(Matmul(View(ps, (full(P), mine, sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
                                   moving, line))
             for cols, factor in eviction_runs(segs, window, counted):
                 cols = cols if cols.size < n else full(n)
-                out.append(Act(View(dst, (full(P), sl(r0, cr), cols)), View(ps, (full(P), full(cr), cols)), "copy",
+                out.append(Act(View(dst, (full(P), sl(r0, cr), cols)), View(ps, (full(P), mine, cols)), "copy",
                                None, scale * factor, line))
         return out
 
@@ -524,12 +537,13 @@ class _WindowPool:
         return (inner[0].start + inner[0].size - k, k) if k > 0 else None
 
     def full_rows(self, xb: Buf, ob: Buf, m0: int, k: int, shift_y: int, xsegs: list[Segment], scale: float,
-                  counted: bool) -> list[Stmt]:
+                  counted: bool, bank: tuple[Buf, int] | None = None) -> list[Stmt]:
         """Output rows m0..m0+k (every window row inside X) summed whole on TensorE: one accumulating identity
         matmul per window row and column tap (the tap every output has first, over all of them: it starts the
         accumulation), the moving data a (row, column) strided view of the band; ScalarE evicts them into Y's band
         with the scale (and the columns' counts) folded in. TensorE, faster than the vector engines at 16-bit
-        data, so takes rows off the pass along y."""
+        data, so takes rows off the pass along y. bank: (the PSUM tile, first row) where the pass along x's last
+        chunk left room for them (tensor_x_pass), else a tile of their own."""
         (sy, sx), ox = self.w.stride, self.w.offset[1]
         line, P, n, wx = self.op.line, xb.shape[0], self.Wo, self.op.pool.wx
         ident = self.shared.ident
@@ -538,17 +552,21 @@ class _WindowPool:
         lead = every[len(every) // 2]
         reach = {t: [g for g in xsegs if t in g.taps] for t in range(wx) if t != lead}
         spans = [(lead, 0, n)] + [(t, gs[0].start, sum(g.size for g in gs)) for t, gs in reach.items() if gs]
-        ps = Buf(self.name(f"{self.op.src}_full", (k,)), "psum", "f32", (P, k, n))
-        out: list[Stmt] = [Alloc(ps, zero=True, line=line)]
+        if bank is not None and bank[0].shape[1] - bank[1] == k:
+            ps, mine = bank[0], sl(bank[1], k)
+            out: list[Stmt] = []
+        else:
+            ps, mine = Buf(self.name(f"{self.op.src}_full", (k,)), "psum", "f32", (P, k, n)), full(k)
+            out = [Alloc(ps, zero=True, line=line)]
         for p in range(self.op.pool.wy):
             for t, o0, size in spans:
                 rows = Sl(a(m0 * sy + p + shift_y), k, sy if k > 1 else 1)
                 moving = View(xb, (full(P), rows, Sl(a(o0 * sx + t + ox), size, sx if size > 1 else 1)))
-                out.append(Matmul(View(ps, (full(P), full(k), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
+                out.append(Matmul(View(ps, (full(P), mine, sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
                                   moving, line))
         for cols, factor in eviction_runs(xsegs, wx, counted):
             cols = cols if cols.size < n else full(n)
-            out.append(Act(View(ob, (full(P), sl(m0, k), cols)), View(ps, (full(P), full(k), cols)), "copy", None,
+            out.append(Act(View(ob, (full(P), sl(m0, k), cols)), View(ps, (full(P), mine, cols)), "copy", None,
                            scale * factor, line))
         return out
 

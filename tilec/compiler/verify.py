@@ -177,22 +177,23 @@ class _Verifier:
     def chain_starts(self) -> None:
         """The first matmul into a PSUM allocation overwrites (accumulate=False: NKI 0.6, and zeroed PSUM accumulated
         onto is undefined on NeuronCore-v2/v3); a later matmul of the chain adding outside its region would add onto
-        uninitialised PSUM. Checked for views without loop variables (a region placed by a loop starts afresh)."""
-        first: dict[str, tuple[tuple[int, int], ...] | None] = {}
+        uninitialised PSUM. Checked for views without loop variables (a region placed by a loop starts afresh). A
+        matmul whose region is disjoint from every region started before starts one of its own (codegen06 makes it
+        overwrite: two sums in one PSUM tile)."""
+        first: dict[str, list[tuple[tuple[int, int], ...] | None]] = {}
         for s in walk(self.k.body):
             if isinstance(s, Alloc) and s.buf.memory == "psum":
                 first.pop(s.buf.name, None)  # a new allocation starts a new chain
             elif isinstance(s, Matmul):
-                box = _static_box(s.acc)
+                box = static_box(s.acc)
                 name = s.acc.buf.name
-                if name not in first:
-                    first[name] = box
+                starts = first.setdefault(name, [])
+                if not starts or box is not None and all(b is not None and disjoint(box, b) for b in starts):
+                    starts.append(box)
                     continue
-                start = first[name]
-                if box is not None and start is not None and any(
-                        lo < s_lo or hi > s_hi for (lo, hi), (s_lo, s_hi) in zip(box, start)):
-                    self.fail(f"a matmul adds to {name}{list(box)} outside the region its chain's first matmul "
-                              f"overwrites {list(start)}: uninitialised PSUM")
+                if box is not None and all(b is not None and not _inside(box, b) for b in starts):
+                    self.fail(f"a matmul adds to {name}{list(box)} outside the regions its chain's first matmuls "
+                              f"overwrite {[list(b) for b in starts if b is not None]}: uninitialised PSUM")
 
     def matmul(self, s: Matmul) -> None:
         mm = self.t.instr("nc_matmul")  # acc[m, n] += stat[k, m] * mov[k, n]
@@ -267,7 +268,16 @@ class _Verifier:
         return lo, hi
 
 
-def _static_box(v: View) -> tuple[tuple[int, int], ...] | None:
+def disjoint(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
+    """Whether two boxes ([lo, hi) per dimension) share no element."""
+    return any(hi <= b_lo or b_hi <= lo for (lo, hi), (b_lo, b_hi) in zip(a, b))
+
+
+def _inside(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
+    return all(b_lo <= lo and hi <= b_hi for (lo, hi), (b_lo, b_hi) in zip(a, b))
+
+
+def static_box(v: View) -> tuple[tuple[int, int], ...] | None:
     """[lo, hi) per dimension of a view whose indices use no loop variable (None otherwise)."""
     box = []
     for i in v.idx:
