@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import numpy as np
+import pytest
 
 from tilec.compiler.api import Compiled, compile_loaded
 from tilec.lang import api as lang
@@ -92,6 +93,16 @@ def only_conv(prog):
     from tilec.compiler.pipeline import compile_program
     conv, = [op for op in compile_program(prog).ops if isinstance(op, ConvOp)]
     return conv
+
+
+def assert_located_refusal(src: str, line: int, golden, path: str) -> None:
+    """Compiling src is refused with a TilecError at `line` that has a hint; its rendering is the golden `path`."""
+    from tilec.errors import TilecError
+
+    with pytest.raises(TilecError) as err:
+        compile_loaded(lang.load(src))
+    assert err.value.span is not None and err.value.span.line == line and err.value.hint
+    golden.check(path, err.value.render() + "\n")
 
 
 def assert_matches(program, name: str, got, want) -> None:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches
+from compiler_helpers import assert_located_refusal, assert_matches
 from tilec.compiler import wrap
 from tilec.compiler.api import compile_loaded
-from tilec.errors import TilecError
 from tilec.lang import api as lang
 
 DIALECTS = ["0.1", "0.6"]
@@ -259,10 +258,7 @@ kernel flip(A: f32[B, N, M, Q]) -> Y
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_what_stays_refused_is_located_with_a_hint(name, golden):
     src, line = REFUSED[name]
-    with pytest.raises(TilecError) as err:
-        compile_loaded(lang.load(src))
-    assert err.value.span is not None and err.value.span.line == line and err.value.hint
-    golden.check(f"compiler/errors/{name}.txt", err.value.render() + "\n")
+    assert_located_refusal(src, line, golden, f"compiler/errors/{name}.txt")
 
 
 @pytest.mark.parametrize("nki", DIALECTS)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tilec.compiler.api import compile_loaded
-from tilec.errors import TilecError
-from tilec.lang import api as lang
+from compiler_helpers import assert_located_refusal
 
 REFUSED = {
     "operand_function": ("""\
@@ -28,7 +26,4 @@ kernel mm(A: f16[K, M], B: f16[K, N], b: f16[M]) -> C
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_refusal_is_located_with_a_hint(name, golden):
     src, line = REFUSED[name]
-    with pytest.raises(TilecError) as err:
-        compile_loaded(lang.load(src))
-    assert err.value.span is not None and err.value.span.line == line and err.value.hint
-    golden.check(f"compiler/errors/survey_{name}.txt", err.value.render() + "\n")
+    assert_located_refusal(src, line, golden, f"compiler/errors/survey_{name}.txt")
