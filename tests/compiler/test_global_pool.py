@@ -1,4 +1,4 @@
-"""Global pools (rules_pool.global_pool): `S[n, c] += X[n, c, i, j]` then `Y[n, c] = S[n, c] / k`, or a max/min/sum
+"""Global pools (rules_global.global_pool): `S[n, c] += X[n, c, i, j]` then `Y[n, c] = S[n, c] / k`, or a max/min/sum
 alone, compiled, run on the NKI interpreter (both dialects) and compared with NumPy (float64 means and maxima of
 each channel's map; independent of tilec), f32/f16/bf16, with row counts that split into 128 partitions and ragged
 ones (fewer partitions, or none near 128: the row chain then builds it)."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from compiler_helpers import assert_matches
-from tilec.compiler import rules_pool
+from tilec.compiler import rules_global
 from tilec.compiler.api import compile_loaded
 from tilec.compiler.wrap import unwrap
 from tilec.lang import api as lang
@@ -110,7 +110,7 @@ def test_sum_read_by_another_op_is_not_a_global_pool():
 @pytest.mark.parametrize("G, F, itemsize, P", [(128, 49, 2, 128), (128, 49, 4, 128), (16, 49, 2, 128), (1, 49, 4, 8),
                                                (3, 25, 2, 96), (300, 9, 2, 128), (37, 100, 4, 128)])
 def test_chunks_cover_every_row_once_and_end_small(G, F, itemsize, P):
-    m, first, k, tail = rules_pool.global_chunks(G, F, itemsize, P)
+    m, first, k, tail = rules_global.global_chunks(G, F, itemsize, P)
     sizes = [first] * bool(first) + [m] * k + tail
     assert sum(sizes) == G and all(s >= 1 for s in sizes)
     assert first < m and all(s <= m for s in tail)
@@ -131,8 +131,8 @@ def test_sixteen_bit_sum_reduces_into_its_dtype():
 def test_long_rows_and_streamed_chunks(monkeypatch, kind, dtype, nki):
     """Maps of 14x14 and 28x28 (rows longer than 128 elements, the row chain's before), and an X too large to stay
     in SBUF (forced here with a 2 KiB budget): each chunk loads into a tile of its own, the loop's rotating."""
-    monkeypatch.setattr(rules_pool, "GLOBAL_RESIDENT", 2048)
-    monkeypatch.setattr(rules_pool, "GLOBAL_STREAM_BYTES", 2048)
+    monkeypatch.setattr(rules_global, "GLOBAL_RESIDENT", 2048)
+    monkeypatch.setattr(rules_global, "GLOBAL_STREAM_BYTES", 2048)
     for n, c, h in ((2, 512, 14), (1, 384, 28)):
         compiled = run(kind, dtype, n, c, h, h, nki)
         assert is_global(compiled) and "X_all" not in compiled.source and "X_rows" in compiled.source

@@ -61,7 +61,7 @@ def against_numpy(c, out: str, fn) -> None:
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("n,c,h,w", [(1, 2048, 7, 7), (2, 200, 7, 7), (3, 130, 5, 3), (1, 384, 1, 9)])
 def test_global_average_pool_matches_numpy(dtype, n, c, h, w):
-    k = compile_text(gpool(dtype, n, c, h, w))  # (built by rules_pool.global_pool since pool14, rows grouped as here)
+    k = compile_text(gpool(dtype, n, c, h, w))  # (built by rules_global.global_pool since pool14, rows grouped as here)
     assert ("short rows" in k.source or "global pool" in k.source) and "for pt in" not in k.source
     against_numpy(k, "Y", lambda x: x["X"].mean(axis=(2, 3)))
 

@@ -11,7 +11,8 @@ from typing import AbstractSet, Callable, Sequence
 from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passes, placement
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules, rules_copy
-from tilec.compiler.rules_pool import build_global_pool, build_pool, global_note, global_pool, pool as pool_prims
+from tilec.compiler.rules_global import build_global_pool, global_note, global_pool
+from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
                                        reduce_nest, transpose_nest)
 from tilec.compiler.build_reduce import build_reduce, resident, short_rows
@@ -215,7 +216,7 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
     for i, (op, plan) in enumerate(zip(ops, plans)):
         if i in skip:
             continue
-        pooled = global_pool(ops, i, hbm, set(program.kernel.outputs), scheduled)  # rules_pool.py
+        pooled = global_pool(ops, i, hbm, set(program.kernel.outputs), scheduled)  # rules_global.py
         if pooled is not None:  # a global pool (a reduction of each channel's map, then its constant factor)
             last = ops[i + pooled.ops - 1]
             built = build_global_pool(pooled, ops, i, hbm, lambda base: names.fresh(base, f"global:{last.out}"))
