@@ -233,13 +233,6 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
     B_acc_b_a_end[...] = nisa.tensor_scalar(B_acc_b_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
     B_all_a[:, 1] = nisa.activation(op=nl.relu, data=B_acc_b_a_end, dtype=nl.float32)  # tl:15
-    Y_acc0 = nl.zeros((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
-
-    # ---- Y += Wp[:, e group 0] . B[e group 0]
-    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 0], B_all_a[:, 0])  # tl:19
-
-    # ---- Y += Wp[:, e group 1] . B[e group 1]
-    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 1], B_all_a[:, 1])  # tl:19
 
     # ---- B rows 0..8 of each block, e group 2: the GpSimdE sum added into PSUM
     B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
@@ -247,6 +240,13 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
     B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
     B_all_a[:, 2] = nisa.activation(op=nl.relu, data=B_acc_a_a_end, dtype=nl.float32)  # tl:15
+    Y_acc0 = nl.zeros((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
+
+    # ---- Y += Wp[:, e group 0] . B[e group 0]
+    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 0], B_all_a[:, 0])  # tl:19
+
+    # ---- Y += Wp[:, e group 1] . B[e group 1]
+    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 1], B_all_a[:, 1])  # tl:19
 
     # ---- Y += Wp[:, e group 2] . B[e group 2]
     Y_acc0 += nisa.nc_matmul(Wp_bd[:, 2], B_all_a[:, 2])  # tl:19

@@ -236,13 +236,6 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
     nisa.tensor_scalar(dst=B_acc_b_a_end, data=B_acc_b_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
     nisa.activation(dst=B_all_a[:, 1], op=nl.relu, data=B_acc_b_a_end)  # tl:15
-    Y_acc0 = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
-
-    # ---- Y += Wp[:, e group 0] . B[e group 0]
-    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 0], moving=B_all_a[:, 0], accumulate=False)  # tl:19
-
-    # ---- Y += Wp[:, e group 1] . B[e group 1]
-    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 1], moving=B_all_a[:, 1], accumulate=True)  # tl:19
 
     # ---- B rows 0..8 of each block, e group 2: the GpSimdE sum added into PSUM
     nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
@@ -250,6 +243,13 @@ def mobilenet_block(X, We, Wd, Wp):
     # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
     nisa.tensor_scalar(dst=B_acc_a_a_end, data=B_acc_a_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
     nisa.activation(dst=B_all_a[:, 2], op=nl.relu, data=B_acc_a_a_end)  # tl:15
+    Y_acc0 = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
+
+    # ---- Y += Wp[:, e group 0] . B[e group 0]
+    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 0], moving=B_all_a[:, 0], accumulate=False)  # tl:19
+
+    # ---- Y += Wp[:, e group 1] . B[e group 1]
+    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 1], moving=B_all_a[:, 1], accumulate=True)  # tl:19
 
     # ---- Y += Wp[:, e group 2] . B[e group 2]
     nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 2], moving=B_all_a[:, 2], accumulate=True)  # tl:19

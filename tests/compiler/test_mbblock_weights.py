@@ -83,3 +83,24 @@ def test_family_rule(dt, later):
     c = compile_loaded(lang.load(text))
     grouped = re.search(r"# ---- diag\(Wd\[e, r, s\]\).*, e group 1\b", wrap.unwrap(c.source)) is not None
     assert grouped == later
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_last_image_of_a_pipeline_projects_after_its_evictions(monkeypatch, nki, dt):
+    """Batch 3 (a pipeline of two images, then one of the last image): an earlier image's project sum starts while
+    the next image's groups are evicted (a group behind), the last image's only after its pipeline's last
+    eviction, so its PSUM banks stay free for the expand and depthwise sums until then (dw16)."""
+    monkeypatch.setattr(codegen, "DEFAULT_NKI", nki)
+    prog, c, inputs, out = run(block_text(dt, 3, 16, 200, 12, 10))
+    assert on_chip(c)
+    lines = wrap.unwrap(c.source).splitlines()
+    evicts = [i for i, line in enumerate(lines) if re.search(r"# ---- B rows .*, e group \d+: evicted", line)]
+    sums = [i for i, line in enumerate(lines) if re.match(r"\s*Y_acc0 = nl\.", line)]
+    projects = [i for i, line in enumerate(lines) if re.search(r"# ---- Y \+= Wp\[:, e group \d+\]", line)]
+    assert len(sums) == 3 and len(evicts) == len(projects) >= 6 and len(evicts) % 3 == 0, (sums, evicts, projects)
+    per = len(evicts) // 3  # evictions (and project matmuls) of an image
+    assert sums[0] < evicts[per], (sums, evicts)  # image 0's sum starts before image 1's first eviction
+    assert sums[1] > evicts[2 * per - 1] and all(p > evicts[2 * per - 1] for p in projects[per:2 * per])
+    assert sums[2] > evicts[-1] and all(p > evicts[-1] for p in projects[2 * per:])
+    assert_matches(prog, "Y", out["Y"], block_ref(rounded(inputs, dt), dt))
