@@ -73,3 +73,36 @@ def test_a_product_of_two_tensors_is_not_a_square():
     prog, source, out, x = _run(ROW_DOT.format(M=130, N=300), "f32", "0.6")
     assert_matches(prog, "s", out["s"], (x["A"] * x["B"]).sum(axis=1))
     assert "nl.square" not in source and "tensor_reduce" in source
+
+
+COL_SSD = """\
+kernel col_ssd(A: f32[M, N], B: f32[M, N]) -> s
+  default M = {M}, N = {N}
+  s: f32[N]
+  for j in 0..N:
+    s[j] = 0
+  for i in 0..M, j in 0..N:
+    s[j] += (A[i, j] - B[i, j]) * (A[i, j] - B[i, j])
+"""
+
+COL_SQ = COL_SSD.replace("(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])", "A[i, j] * A[i, j]")
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("M, N", [(1024, 512), (700, 1000), (130, 77)])
+def test_column_sum_of_squared_differences(M, N, dtype, nki):
+    """The squares TensorE sums are ScalarE activations (summed_squares), A - B shared with GpSimdE."""
+    prog, source, out, x = _run(COL_SSD.format(M=M, N=N), dtype, nki)
+    assert_matches(prog, "s", out["s"], ((x["A"] - x["B"]) ** 2).sum(axis=0))
+    assert "nl.square" in source and "gpsimd" in source and "op=nl.multiply" not in source
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_column_sum_of_squares(dtype, nki):
+    """f32: every square on ScalarE; bf16: every other one stays on VectorE (as fast there at 16 bits)."""
+    prog, source, out, x = _run(COL_SQ.format(M=1024, N=600), dtype, nki)
+    assert_matches(prog, "s", out["s"], (x["A"] ** 2).sum(axis=0))
+    squares, products = source.count("nl.square"), source.count("op=nl.multiply")
+    assert squares > 0 and (products == 0 if dtype == "f32" else 0 < products <= squares <= products + 1)
