@@ -6,9 +6,10 @@ the floor.
     python benchmarks/core.py --tiny          # small sizes (seconds: a check that every row runs)
 
 The programs are benchmarks/core/*.tl: softmax, layernorm and rmsnorm written as several statements, an element-wise
-op whose broadcast operands carry constants, a batched transpose, a column sum and max, a mean and a min over a middle axis and an
-NCHW -> NHWC permute, at 4096 x 4096 elements (16 Mi) and, for some, at other realistic shapes (long rows, a short
-middle axis). The columns are those of benchmarks/families.py (whose floor and model functions this reuses):
+op whose broadcast operands carry constants, a batched transpose, a column sum and max, a mean and a min over a
+middle axis, an NCHW -> NHWC permute and sums of squares and of squared differences (one statement each), at
+4096 x 4096 elements (16 Mi) and, for some, at other realistic shapes (long rows, a short middle axis).
+The columns are those of benchmarks/families.py (whose floor and model functions this reuses):
 floor = max(TensorE FLOP floor, DMA byte floor) without start-up, run = the model's latency without its start-up,
 ratio = run / floor (issue 10's goal: <= 1.5 for each row). Model estimates, never measurements.
 """
@@ -56,7 +57,10 @@ PROGRAMS: tuple[tuple[Family, dict[str, int]], ...] = _rows() + (  # (program, s
     (Family("middle_min.tl", "min over a middle axis from Y0", dict(A=2, B=8, C=24)), {}),
     (Family("middle_mean.tl", "the same, 64 x 64 x 4096", dict(A=2, B=8, C=24)), dict(A=64, B=64, C=4096)),
     (Family("nchw_to_nhwc.tl", "permute NCHW -> NHWC", dict(N=1, C=8, H=3, W=5)), {}),
-)
+) + tuple((Family(f"{name}{suffix}.tl", f"{what}, {dtype}", ROW_TINY), {})  # one statement each
+          for name, what in (("row_ssd", "sum of (A - B)^2 over rows"), ("column_ssd", "sum of (A - B)^2 over columns"),
+                             ("column_sumsq", "sum of A^2 over columns"))
+          for dtype, suffix in (("f32", ""), ("bf16", "_bf16")))
 
 
 def measure(program: Family, sizes: dict[str, int], tiny: bool, tgt) -> Row:

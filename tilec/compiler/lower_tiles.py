@@ -12,7 +12,7 @@ staged and broadcast inside a loop becomes a hoistable block (the hoist pass lif
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
@@ -247,6 +247,7 @@ class _Lowering:
                              for u in walk(lp.body) if isinstance(u, Update)}  # buffer -> its update
         self.ones: dict[str, ir.Buf] = {}
         self.pending: list[ir.Stmt] = []
+        self.share = Share()  # 16-bit squares of loaded tiles moved to ScalarE and left on VectorE
 
     def stmts(self, body: tuple[Stmt, ...], top: bool = False) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
@@ -270,7 +271,7 @@ class _Lowering:
                 continue
             out += self.stmt(body[i])
             i += 1
-        return out
+        return summed_squares(square_sums(out, self.target), self.target, self.share)
 
     def _evicted_scale(self, s: Stmt) -> tuple[float, str] | None:
         """(c, X), when `s` is a nest `X[..] = X[..] * c` tensorized with `evict=True` (the rule folds it into the PSUM
@@ -395,6 +396,111 @@ class _Lowering:
         src = _assign(copy).expr
         assert isinstance(src, Load)
         return self.nest[src.access.buf].view_of or src.access.buf
+
+
+def square_sums(out: list[ir.Stmt], target: Target) -> list[ir.Stmt]:
+    """`T = x * x` then `acc = sum(T)` along T's free axis (a row reduction of a square, T read by nothing else) as
+    one ScalarE activation: T = square(x) with acc its sum (reduce_res). VectorE computed both (a multiply and a
+    tensor_reduce), ScalarE sat idle. Model, 4096 x 4096 `s[i] += (A - B) * (A - B)` without start-up: f32
+    1085.8 -> 375.7 us (DMA floor 364.8), bf16 914.7 -> 195.4 us (floor 182.4), with _shared_with_gpsimd and the
+    cast on ScalarE.
+    The sum is of the fp32 squares (T's rounding to its dtype is not summed), as precise as the two steps or more."""
+    for j, red in enumerate(out):
+        if not isinstance(red, ir.Reduce) or red.op != "add" or red.src != ir.whole(red.src.buf) or \
+                red.src.buf.memory != "sbuf" or len(red.src.shape()) != 2 or red.dst.shape() != (red.src.shape()[0], 1):
+            continue
+        terms = red.src.buf
+        users = [i for i, s in enumerate(out)
+                 if not isinstance(s, ir.Alloc) and any(v.buf == terms for v in ir.views(s))]
+        i = users[0]
+        sq = out[i]
+        if users != [i, j] or not isinstance(sq, ir.Binary) or sq.op != "multiply" or sq.a != sq.b or \
+                sq.dst != red.src or sq.engine or not all(isinstance(s, ir.Alloc) for s in out[i + 1:j]):
+            continue
+        act = ir.Act(sq.dst, sq.a, "square", line=sq.line, total=red.dst)  # after the allocations between them
+        # the sum's conversion to the result's dtype (a (P, 1) copy) on ScalarE too: the store that follows then
+        # issues from ScalarE's DMA stream, not VectorE's, where the next tiles' loads would queue behind it
+        rest = [replace(s, engine="scalar") if isinstance(s, ir.Copy) and s.src == red.dst and not s.engine else s
+                for s in out[j + 1:]]
+        made = out[:i] + out[i + 1:j] + [act] + rest
+        x = next((n for n in range(i - 1, -1, -1) if isinstance(made[n], ir.Binary)
+                  and made[n].dst == sq.a), None)  # type: ignore[union-attr]
+        if x is not None:  # an element-wise instruction split by columns computes the same values
+            producer = made[x]
+            assert isinstance(producer, ir.Binary)
+            made[x:x + 1] = _shared_with_gpsimd(producer, target)
+        return square_sums(made, target)
+    return out
+
+
+@dataclass
+class Share:
+    """summed_squares' 16-bit squares of loaded tiles: how many went to ScalarE, which stayed on VectorE."""
+    moved: int = 0
+    kept: set[ir.Binary] = field(default_factory=set)
+
+
+def summed_squares(out: list[ir.Stmt], target: Target, share: Share) -> list[ir.Stmt]:
+    """`T = x * x` whose T only TensorE sums (a column sum's moving operand) or VectorE adds (a column sum's pairs)
+    as a ScalarE activation T = square(x), with x's fp32 producer shared by GpSimdE and VectorE (_shared_with_gpsimd):
+    VectorE computed the subtraction, the square and the pairs while ScalarE and GpSimdE sat idle. Model, 4096 x
+    4096 without start-up: `s[j] += (A - B) * (A - B)` f32 754.2 -> 376.0 us, bf16 622.5 -> 195.3 us; `s[j] +=
+    A * A` f32 453.7 -> 220.9 us, bf16 183.3 -> 104.0 us (DMA floors 364.8, 182.4, 182.4, 91.2)."""
+    made = list(out)
+    for i, sq in enumerate(made):
+        if not isinstance(sq, ir.Binary) or sq.op != "multiply" or sq.a != sq.b or sq.engine or \
+                sq.dst != ir.whole(sq.dst.buf) or sq.dst.buf.memory != "sbuf" or sq.a.buf.memory != "sbuf":
+            continue
+        users = [s for s in made if s is not sq and not isinstance(s, ir.Alloc)
+                 and any(v.buf == sq.dst.buf for v in ir.views(s))]
+        if not users or not all(isinstance(s, ir.Matmul) and s.moving.buf == sq.dst.buf and s.acc.buf != sq.dst.buf
+                                or isinstance(s, ir.Binary) and s.op == "add" and s.dst.buf != sq.dst.buf
+                                for s in users):
+            continue
+        x = next((n for n in range(i - 1, -1, -1) if isinstance(made[n], ir.Binary)
+                  and made[n].dst == sq.a), None)  # type: ignore[union-attr]
+        half = {"bf16", "f16"}
+        if x is None and sq.a.buf.dtype in half and sq.dst.buf.dtype in half:
+            # a 16-bit square of a loaded tile: VectorE's tensor_tensor is at its 1x rate, as fast as ScalarE; every
+            # other one stays there (4096 x 4096 bf16 `s[j] += A * A`: ScalarE alone 133.6 us, alternated 104.0 us)
+            if sq in share.kept:  # met again in an enclosing statement list
+                continue
+            if share.moved > len(share.kept):  # one on ScalarE, the next on VectorE
+                share.kept.add(sq)
+                continue
+            share.moved += 1
+        made[i] = ir.Act(sq.dst, sq.a, "square", line=sq.line)
+        if x is not None:
+            producer = made[x]
+            assert isinstance(producer, ir.Binary)
+            made[x:x + 1] = _shared_with_gpsimd(producer, target)
+            return summed_squares(made, target, share)
+    return made
+
+
+def _shared_with_gpsimd(b: ir.Binary, target: Target) -> list[ir.Stmt]:
+    """The fp32 tile `b` computes (`d = A - B` before a square_sums activation) split by columns: GpSimdE computes
+    the last ones, VectorE the first, in proportion to their speeds (both 2 cycles an element with an fp32 result).
+    VectorE alone was the bound of 4096 x 4096 bf16 `s[i] += (A - B) * (A - B)` (VectorE 276 us, DMA floor 182 us).
+    GpSimdE's part comes first in program order: it is the first reader of the loaded tiles, so their loads issue
+    on its DMA stream (tilec/perf/schedule.py, DMA trigger streams; build_colreduce._fold does the same)."""
+    views = (b.dst, b.a, b.b)
+    if b.engine or b.dst.buf.dtype != "f32" or any(v.buf.memory != "sbuf" or len(v.shape()) != 2 or v.perm or
+                                                   v.shape() != b.dst.shape() or not isinstance(v.idx[-1], ir.Sl) or
+                                                   v.idx[-1].step != 1 for v in views):
+        return [b]
+    cols = b.dst.shape()[1]
+    cut = round(cols * target.vector_ghz / (target.vector_ghz + target.gpsimd_ghz))
+    if not 0 < cut < cols:
+        return [b]
+
+    def part(v: View, lo: int, n: int) -> View:
+        last = v.idx[-1]
+        assert isinstance(last, ir.Sl)
+        return replace(v, idx=v.idx[:-1] + (ir.Sl(last.start.plus(lo), n),))
+    rest = cols - cut
+    return [replace(b, dst=part(b.dst, cut, rest), a=part(b.a, cut, rest), b=part(b.b, cut, rest), engine="gpsimd"),
+            replace(b, dst=part(b.dst, 0, cut), a=part(b.a, 0, cut), b=part(b.b, 0, cut))]
 
 
 def shown(var: str) -> str:
