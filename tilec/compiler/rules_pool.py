@@ -49,7 +49,7 @@ WHOLE_SLACK = 0.02  # the fewest such rows whose estimate is within this part of
 YS = 0.36
 UNROLL = 2  # (experiment)
 PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`; >= 3)
-WHOLE_PEELED = True  # with a peeled first tile, the whole rows from the kernel-long estimate (peeled_whole; False: tests)
+WHOLE_PEELED = True  # with a peeled first tile, the whole rows from a kernel-long estimate (peeled_whole; False: tests)
 ALIGN_CUTS = True  # a pass along y's combines change engines at one row (combine_shared; False: tests, measures)
 SHARE_BANK = True  # the whole rows' PSUM sums in the last chunk's bank when they fit (tensor_x_pass; False: tests)
 PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
@@ -736,7 +736,7 @@ class _WindowPool:
         and dst's are 16-bit). cut_at (a pass along y): the output row where the pass's first combine changed
         engines, so that this one changes there too and each engine reads back only the rows it wrote (a cut of
         its own, from its own segment's size, can give VectorE a row GpSimdE wrote: a wait across the engines
-        every band; measured, bf16 avgpool 3x3 s1 batch 8, 4 whole rows: 44.54 -> 41.39 us). The cut of a pass
+        every band; measured, bf16 avgpool 3x3 s1 batch 8, 4 whole rows: 44.54 -> 42.67 us). The cut of a pass
         along y that splits is left in `self.y_cut` for the pass's later combines."""
         share = _vector_share(src or dst.buf.dtype, dst.buf.dtype)
         if axis == 1 and self.y_share is not None:  # VectorE also runs the pass along x (psum_x_pass)
@@ -754,8 +754,9 @@ class _WindowPool:
             jobs = [(seg, (0, cut), ""), (seg, (cut, rows - cut), "gpsimd")] if 0 < cut < rows else \
                 [(seg, None, engine)]
         else:
-            cut = round(seg.size * share) if cut_at is None or engine or share == 1.0 else \
-                min(max(cut_at - seg.start, 0), seg.size)
+            cut = round(seg.size * share)
+            if cut_at is not None and not engine and share != 1.0 and cut > cut_at - seg.start:
+                cut = min(max(cut_at - seg.start, 0), seg.size)
             self.y_cut = seg.start + cut if 0 < cut < seg.size else None
             jobs = [(Segment(seg.start, cut, seg.taps), None, ""),
                     (Segment(seg.start + cut, seg.size - cut, seg.taps), None, "gpsimd")] \
@@ -914,18 +915,18 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str, tiles: int 
                      for k in range(min(band, chunk_t) + 1 if wy > 1 and FULL_ROWS is None else 1)]
             # the fewest whole rows within WHOLE_SLACK of the best (each row of them adds wy matmuls per tap)
             whole = next(k for k, c in enumerate(costs) if c <= min(costs) * (1 + WHOLE_SLACK))
+            fewest = whole  # (the taps against the SBUF form below: with the band's estimate of `whole` rows)
             if tiles >= PEEL_TILES and len(costs) > 1 and WHOLE_PEELED:
-                whole = peeled_whole(op, rows, band, bands // tiles, bands, Wo, taken, wy, chunk_t, runs, counts,
-                                     sbuf, len(costs))
+                fewest = peeled_whole(op, rows, band, bands // tiles, bands, Wo, taken, wy, chunk_t, runs, counts,
+                                      sbuf, len(costs))
             if tiles < PEEL_TILES:  # nothing peeled runs beside TensorE's warm-up throttle: with few bands its
                 # hold can end the kernel (measured, bf16 avgpool 3x3 s1 batch 1: whole rows 3 -> 0, 8.52 -> 8.15 us)
                 totals = [max(bands * c, throttled(bands * taps_costs(rows, band, Wo, taken, wy, chunk_t, runs,
                                                                        counts, k, "tensor")))
                           for k, c in enumerate(costs)]
                 fewest = next(k for k, c in enumerate(totals) if c <= min(totals) * (1 + WHOLE_SLACK))
-            taps = chunk_t, costs[whole], whole if FULL_ROWS is None else FULL_ROWS
-            if tiles < PEEL_TILES and FULL_ROWS is None:  # (chosen or not with the costs of `whole` rows)
-                taps = chunk_t, costs[whole], fewest
+            taps = chunk_t, costs[whole], fewest if FULL_ROWS is None else FULL_ROWS  # (chosen or not with the
+            # costs of `whole` rows)
     # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
     # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest.
     # Both forms also expose one band's time: their engines work in a chain, TensorE -> VectorE -> GpSimdE, which
