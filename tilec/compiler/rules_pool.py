@@ -736,7 +736,7 @@ class _WindowPool:
         and dst's are 16-bit). cut_at (a pass along y): the output row where the pass's first combine changed
         engines, so that this one changes there too and each engine reads back only the rows it wrote (a cut of
         its own, from its own segment's size, can give VectorE a row GpSimdE wrote: a wait across the engines
-        every band; measured, bf16 avgpool 3x3 s1 batch 8, 4 whole rows: 44.54 -> 42.67 us). The cut of a pass
+        every band; measured, bf16 avgpool 3x3 s1 batch 8, 4 whole rows: 44.54 -> 42.62 us). The cut of a pass
         along y that splits is left in `self.y_cut` for the pass's later combines."""
         share = _vector_share(src or dst.buf.dtype, dst.buf.dtype)
         if axis == 1 and self.y_share is not None:  # VectorE also runs the pass along x (psum_x_pass)
