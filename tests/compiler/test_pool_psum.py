@@ -171,7 +171,9 @@ def test_model_chooses_taps_for_many_16_bit_tiles_only():
     assert kernel("bf16", 16, "avgx").count("nisa.nc_matmul(") == 3 * (3 * 2 + 3 * 3)
     text = compile_loaded(lang.load(pool_program("avg", 3, 1, 1, "bf16", h=28, w=28, n=16, c=128)), None) \
         .stages["schedule"]
-    assert "copy='TensorE identity matmul, one per tap', whole_rows=3" in text
+    # 5 whole rows: the peeled first tile's SBUF passes hold VectorE and GpSimdE while TensorE starts the taps, so
+    # the kernel-long estimate (peeled_whole) moves more rows to TensorE than a band's estimate alone (3)
+    assert "copy='TensorE identity matmul, one per tap', whole_rows=5" in text
     assert "scale(0.111111, on=\"ScalarE's evictions\")" in text
 
 
@@ -304,3 +306,43 @@ def test_throttled_finish_times():
     assert rules_pool.throttled(1000.0) == 1000.0
     assert rules_pool.throttled(1500.0) == 1500.0
     assert rules_pool.throttled(2000.0) == pytest.approx(3500.0)
+
+
+def _own_rows_read_back(source: str) -> list[tuple[int, int]]:
+    """(rows VectorE wrote into Y_rows, the end of the rows it then read back) for each VectorE combine reading
+    Y_rows in a kernel's pass along y."""
+    import re
+    pairs, wrote = [], 0
+    for line in wrap.unwrap(source).splitlines():
+        if "nisa.tensor_tensor(" not in line or "engine=nisa.engine.gpsimd" in line:
+            continue
+        if (m := re.search(r"dst=Y_rows\[:, (\d+):(\d+)\]", line)) and m.group(1) == "0":
+            wrote = int(m.group(2))
+        elif m := re.search(r"data1=Y_rows\[:, (\d+):(\d+)\]", line):
+            pairs.append((wrote, int(m.group(2))))
+    return pairs
+
+
+@pytest.mark.parametrize("rows", [3, 4, 5, 6])
+def test_pass_along_y_changes_engines_at_one_row(monkeypatch, rows):
+    """bf16 average 3x3 s1 pad 1 over 28 x 28 with TensorE's taps and `rows` whole rows: the pass along y's two
+    combines are cut between VectorE and GpSimdE at one row, so VectorE's second combine reads back only rows of
+    Y_rows it wrote itself (cut by its own size, at 4 and 6 whole rows it read one row GpSimdE wrote: a wait
+    across the engines every tile); values against NumPy."""
+    for name, value in (("FULL_ROWS", rows), ("PSUM", "on"), ("TAPS", "on")):
+        monkeypatch.setattr(rules_pool, name, value)
+    kw = dict(h=28, w=28, n=8, c=64)
+    pairs = _own_rows_read_back(run("avg", 3, 1, 1, "bf16", nki="0.6", **kw))  # (the 0.6 form: dst=)
+    assert pairs and all(end <= wrote for wrote, end in pairs)
+    monkeypatch.setattr(rules_pool, "ALIGN_CUTS", False)
+    before = _own_rows_read_back(run("avg", 3, 1, 1, "bf16", nki="0.6", **kw))
+    assert any(end > wrote for wrote, end in before) == (rows % 2 == 0)
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("kind,dtype", [("avg", "bf16"), ("avgx", "bf16"), ("avg", "f32"), ("avgx", "f32")])
+@pytest.mark.parametrize("h,w", [(40, 30), (17, 23)])
+def test_aligned_cuts_match_numpy(psum_on, nki, kind, dtype, h, w):
+    """The pass along y with its combines cut at one row, forced through PSUM (f32: TensorE's copies; bf16: the
+    taps and the whole rows the costs pick), ragged 17-row chunks at 40 x 30, both dialects, against NumPy."""
+    run(kind, 3, 1, 1, dtype, nki=nki, h=h, w=w, n=4, c=96)

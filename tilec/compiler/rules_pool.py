@@ -49,6 +49,8 @@ WHOLE_SLACK = 0.02  # the fewest such rows whose estimate is within this part of
 YS = 0.36
 UNROLL = 2  # (experiment)
 PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`_WindowPool.build`; >= 3)
+WHOLE_PEELED = True  # with a peeled first tile, the whole rows from a kernel-long estimate (peeled_whole; False: tests)
+ALIGN_CUTS = True  # a pass along y's combines change engines at one row (combine_shared; False: tests, measures)
 SHARE_BANK = True  # the whole rows' PSUM sums in the last chunk's bank when they fit (tensor_x_pass; False: tests)
 PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
 BLOCK_STORES = True  # blocks of rows stored once per block when the model's costs say so (False: per band; tests)
@@ -239,6 +241,7 @@ class _WindowPool:
         self.shared_bank: tuple[Buf, int] | None = None  # (PSUM tile, row): room left for full_rows (tensor_x_pass)
         self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
         self.full_rows_n = 0  # output rows per band TensorE sums whole (with the taps; `full_block`)
+        self.y_cut: int | None = None  # where the last split combine along y changed engines (combine_shared)
         # blocks of output rows (few channel rows, not interleaved): each band writes its rows of one tile-wide output
         # buffer, stored once per block after the bands (`block_stores`)
         self.tile_out: Buf | None = None
@@ -633,6 +636,7 @@ class _WindowPool:
                 out += self.combine_shared(into, axis, first, self._tap(src, axis, t0, shift, stride),
                                            self._tap(src if alone is None else alone, axis, order[0], shift, stride),
                                            alone is not None, src.buf.dtype)
+                cut = self.y_cut if axis == 1 and ALIGN_CUTS else None  # the later combines change engines there too
                 for lo, hi in ((begin, first.start), (first.start + first.size, begin + n)):  # t0 alone at the borders
                     if hi > lo:
                         edge = Segment(lo, hi - lo, (t0,))
@@ -643,7 +647,7 @@ class _WindowPool:
                         partial = self._tap(dst, axis, 0, 0, 1)
                         out += self.combine_shared(final, axis, ranges[t], partial,
                                                    self._tap(src, axis, t, shift, stride), alone is not None,
-                                                   src.buf.dtype)
+                                                   src.buf.dtype, cut)
                         r = ranges[t]
                         for lo, hi in ((begin, r.start), (r.start + r.size, begin + n)):  # outputs tap t misses
                             if hi > lo:
@@ -652,7 +656,7 @@ class _WindowPool:
                                                           self._view(dst, axis, edge, 0, 1)))
                     else:
                         out += self.combine_shared(dst, axis, ranges[t], None, self._tap(src, axis, t, shift, stride),
-                                                   alone is not None, src.buf.dtype)
+                                                   alone is not None, src.buf.dtype, cut)
             else:
                 out.append(Copy(self._view(final or dst, axis, Segment(begin, n, (t0,)), 0, 1),
                                 self._view(src, axis, Segment(begin, n, (t0,)), t0 + shift, stride), line))
@@ -725,11 +729,15 @@ class _WindowPool:
         return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
 
     def combine_shared(self, dst: View, axis: int, seg: Segment, a_tap: Callable | None, b_tap: Callable,
-                       alone: bool = False, src: str = "") -> list[Stmt]:
+                       alone: bool = False, src: str = "", cut_at: int | None = None) -> list[Stmt]:
         """dst[seg] = op(a_tap or dst, b_tap) over seg, in row ranges: VectorE the first, GpSimdE the rest (rows are
         the other free axis of a pass along x, the pass's own axis along y: either way each engine writes whole
         rows, which the dependence tracking sees as disjoint); src: the taps' dtype (VectorE's rate doubles when it
-        and dst's are 16-bit)."""
+        and dst's are 16-bit). cut_at (a pass along y): the output row where the pass's first combine changed
+        engines, so that this one changes there too and each engine reads back only the rows it wrote (a cut of
+        its own, from its own segment's size, can give VectorE a row GpSimdE wrote: a wait across the engines
+        every band; measured, bf16 avgpool 3x3 s1 batch 8, 4 whole rows: 44.54 -> 42.62 us). The cut of a pass
+        along y that splits is left in `self.y_cut` for the pass's later combines."""
         share = _vector_share(src or dst.buf.dtype, dst.buf.dtype)
         if axis == 1 and self.y_share is not None:  # VectorE also runs the pass along x (psum_x_pass)
             share = self.y_share
@@ -747,6 +755,9 @@ class _WindowPool:
                 [(seg, None, engine)]
         else:
             cut = round(seg.size * share)
+            if cut_at is not None and not engine and share != 1.0 and cut > cut_at - seg.start:
+                cut = min(max(cut_at - seg.start, 0), seg.size)
+            self.y_cut = seg.start + cut if 0 < cut < seg.size else None
             jobs = [(Segment(seg.start, cut, seg.taps), None, ""),
                     (Segment(seg.start + cut, seg.size - cut, seg.taps), None, "gpsimd")] \
                 if 0 < cut < seg.size else [(seg, None, "gpsimd" if cut == 0 and share == 0 else engine)]
@@ -904,15 +915,18 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str, tiles: int 
                      for k in range(min(band, chunk_t) + 1 if wy > 1 and FULL_ROWS is None else 1)]
             # the fewest whole rows within WHOLE_SLACK of the best (each row of them adds wy matmuls per tap)
             whole = next(k for k, c in enumerate(costs) if c <= min(costs) * (1 + WHOLE_SLACK))
+            fewest = whole  # (the taps against the SBUF form below: with the band's estimate of `whole` rows)
+            if tiles >= PEEL_TILES and len(costs) > 1 and WHOLE_PEELED:
+                fewest = peeled_whole(op, rows, band, bands // tiles, bands, Wo, taken, wy, chunk_t, runs, counts,
+                                      sbuf, len(costs))
             if tiles < PEEL_TILES:  # nothing peeled runs beside TensorE's warm-up throttle: with few bands its
                 # hold can end the kernel (measured, bf16 avgpool 3x3 s1 batch 1: whole rows 3 -> 0, 8.52 -> 8.15 us)
                 totals = [max(bands * c, throttled(bands * taps_costs(rows, band, Wo, taken, wy, chunk_t, runs,
                                                                        counts, k, "tensor")))
                           for k, c in enumerate(costs)]
                 fewest = next(k for k, c in enumerate(totals) if c <= min(totals) * (1 + WHOLE_SLACK))
-            taps = chunk_t, costs[whole], whole if FULL_ROWS is None else FULL_ROWS
-            if tiles < PEEL_TILES and FULL_ROWS is None:  # (chosen or not with the costs of `whole` rows)
-                taps = chunk_t, costs[whole], fewest
+            taps = chunk_t, costs[whole], fewest if FULL_ROWS is None else FULL_ROWS  # (chosen or not with the
+            # costs of `whole` rows)
     # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
     # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest.
     # Both forms also expose one band's time: their engines work in a chain, TensorE -> VectorE -> GpSimdE, which
@@ -921,6 +935,31 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str, tiles: int 
             bands * (sbuf - taps[1]) > 2 * setup + taps[1] or PSUM == "on"):
         return PsumChoice(taps[0], None, True, taps[2])
     return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup + psum or PSUM == "on" else None
+
+
+def peeled_whole(op: PoolOp, rows: int, band: int, per: int, bands: int, wo: int, reach: list[int], wy: int,
+                 chunk: int, runs: int, counts: int, sbuf: float, most: int) -> int:
+    """The whole rows per band (`full_rows`) of a pool whose first partition tile is peeled (PEEL_TILES): that tile's
+    `per` bands run in the SBUF form on VectorE and GpSimdE (`sbuf` ns each, psum_costs) while TensorE starts the
+    others' taps, so the vector engines' pass along y of the other bands comes after them; TensorE's taps, ahead of
+    the chain, leave the last band's pass along y after them; ScalarE evicts. The fewest rows whose kernel-long
+    busiest engine is within WHOLE_SLACK of the best. A band's estimate alone (taps_costs) balances TensorE against
+    the vector engines and misses the peeled tile's head start (measured, bf16 avgpool 3x3 s1 batch 8, 28 x 28:
+    3 whole rows 43.44 us, 4 42.67, 5 41.98, 6 43.39). The taps' input rows: those inside X (the padding is not
+    loaded), averaged over a tile's bands."""
+    w = op.window
+    assert w is not None
+    H, sy, oy = op.dim("H"), w.stride[0], w.offset[0]
+    inside = sum(max(0, min(H, b * band * sy + oy + rows) - max(0, b * band * sy + oy)) for b in range(per))
+    loaded = max(1, round(inside / per))
+    rest = bands - per  # the bands through TensorE's taps
+    totals = []
+    for k in range(most):
+        tensor = taps_costs(loaded, band, wo, reach, wy, chunk, runs, counts, k, "tensor")
+        scalar = taps_costs(loaded, band, wo, reach, wy, chunk, runs, counts, k, "scalar")
+        vector = taps_costs(loaded, band, wo, reach, wy, chunk, runs, counts, k, "vector")
+        totals.append(max(rest * tensor + vector, rest * scalar, per * sbuf + rest * vector))
+    return next(k for k, c in enumerate(totals) if c <= min(totals) * (1 + WHOLE_SLACK))
 
 
 def throttled(busy: float) -> float:
