@@ -212,7 +212,7 @@ shared_bus = SHARED_BUS.pick
 # every site's first (schedule.sbuf_plan): the compiler plans one copy of each tile, and where sites' second buffers do
 # not fit, the hardware compiler's allocator cannot give them (its multi-buffering policy is not documented: ALLOC
 # v2.26.1 describes placement). The row chains choose tiles whose rotation buffers fit (docs/notes/rows13.md).
-# "free" (every site rotates whether its buffers fit or not, the default until session 12) stays as a what-if
+# "free" (every site rotates whether its buffers fit or not, the default before rows13) stays as a what-if
 # (docs/notes/fid12.md lists the kernels it moves).
 SBUF_ROTATION = WhatIf("SBUF rotation rule", "TILEC_MODEL_SBUF_ROTATION", ("free", "fit"), "fit")
 sbuf_rotation = SBUF_ROTATION.pick
@@ -224,7 +224,7 @@ sbuf_rotation = SBUF_ROTATION.pick
 # PSUM banks per partition, TensorE can have up to eight outstanding matmul accumulation groups", v2.32.0
 # trainium_inferentia2_arch.rst). "fit" (the default) places every PSUM tile in one of the banks in program order
 # (schedule.psum_plan): a site's rotation buffer only where a bank is free, and a tile placed in a bank another tile
-# used waits until that tile's last instruction ended. "free" (the model until session 13) gives every site its
+# used waits until that tile's last instruction ended. "free" (the model before fid14) gives every site its
 # rotation buffers and never makes one site's tile wait for another's bank: up to 2 banks per site, unchecked
 # against the 8 (docs/notes/fid14.md lists the kernels that needed more).
 PSUM_ROTATION = WhatIf("PSUM rotation rule", "TILEC_MODEL_PSUM_ROTATION", ("free", "fit"), "fit")
@@ -240,10 +240,10 @@ psum_rotation = PSUM_ROTATION.pick
 # DMA Triggers / DMA Queues; rings switched at packet boundaries, v2.32.0 neuron-runtime/explore/
 # compute-comm-overlap.rst); each DMA engine processes one transfer at a time and all engines process different
 # transfers in parallel (v2.26.1 nki/arch/trainium_inferentia2_arch.rst, Data movement between HBM and SBUF).
-# "engine" (the default since session 15) follows that: the triggers of one stream issue in order (a trigger waits for
+# "engine" (the default since fid15) follows that: the triggers of one stream issue in order (a trigger waits for
 # its own dependences and for the trigger before it, not for that transfer to start), and each DMA engine runs its
 # part of a queue's transfers in order, so a transfer on engines 8-15 does not wait for one still queued on engines
-# 0-7. "stream" (the model until session 14) starts a transfer no earlier than the previous transfer of its stream
+# 0-7. "stream" (the model before fid15) starts a transfer no earlier than the previous transfer of its stream
 # started on any engine, which orders the engines behind each other (docs/notes/fid15.md).
 DMA_QUEUE = WhatIf("DMA queue rule", "TILEC_MODEL_DMA_QUEUE", ("stream", "engine"), "engine")
 dma_queue = DMA_QUEUE.pick

@@ -11,12 +11,12 @@
                           transfers placed earlier, split over several gaps; a transfer writing HBM completes (frees
                           its source, counts for the kernel's end) an HBM write acknowledgement after its last byte
 
-DMA issue order (params.DMA_QUEUE, "engine" since session 15): a DMA is triggered by a control instruction in a
+DMA issue order (params.DMA_QUEUE, "engine" since fid15): a DMA is triggered by a control instruction in a
 sequencer's instruction stream, issued in program order after its semaphore waits (v2.32.0 trainium_inferentia2_arch
 .rst); a transfer goes to one queue ID on all 16 DMA engines, and "DMA transfers within a queue on the same DMA engine
 are executed in order", queues being served round robin (v2.32.0 nki-dma-overview.rst, DMA Queues). So a trigger
 waits for the stream's previous trigger, not for that transfer to start: a transfer on engines 8-15 does not wait for
-one still queued behind busy engines 0-7. TILEC_MODEL_DMA_QUEUE=stream is the rule until session 14 (start no
+one still queued behind busy engines 0-7. TILEC_MODEL_DMA_QUEUE=stream is the rule before fid15 (start no
 earlier than the stream's previous transfer started, on any engine), kept as a what-if (docs/notes/fid15.md).
 
 DMA trigger streams (`dma_streams`): a load issues on the stream of the engine that first reads what it loaded, a
@@ -61,10 +61,10 @@ buffer reused by many small DMAs of one call site, `renamed`) gets a fresh versi
 copies, the kernel's other allocations live beside them and the rotation buffers of its loop tiles must fit in the
 usable SBUF per partition (Target.sbuf_usable), as they must for the hardware compiler's allocator [ALLOC: every
 tile is placed in the usable SBUF range; the renaming itself is inferred, see params.load_versions]. The rotation
-buffers themselves are bounded by default ("fit", since session 13): a site gets its further buffers only while they
+buffers themselves are bounded by default ("fit", since rows13): a site gets its further buffers only while they
 fit (`sbuf_plan`); TILEC_MODEL_SBUF_ROTATION=free (every site rotates through R buffers, fitting or not) is the
 what-if (docs/notes/fid12.md, rows13.md). PSUM tiles rotate the same way but are placed in the 8 PSUM banks, a
-tile per bank (`place_psum`, "fit" by default since session 14): where the sites' rotation buffers do not all fit,
+tile per bank (`place_psum`, "fit" by default since fid14): where the sites' rotation buffers do not all fit,
 a tile takes a free bank another site's tile held and waits until that tile has ended (TILEC_MODEL_PSUM_ROTATION=free
 is the what-if without the banks: docs/notes/fid14.md).
 
