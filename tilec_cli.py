@@ -607,7 +607,8 @@ def _compile_bundle(args: argparse.Namespace) -> int:
     source = bundle(program.kernel.name, [p.name for p in program.kernel.params], cases, args.nki)
     if args.output:
         _write_text(args.output, source)
-        note(f"wrote {args.output} (kernel {program.kernel.name}, {len(cases)} specialisation{'' if len(cases) == 1 else 's'})")
+        plural = "" if len(cases) == 1 else "s"
+        note(f"wrote {args.output} (kernel {program.kernel.name}, {len(cases)} specialisation{plural})")
     else:
         print(source, end="")
     return 0

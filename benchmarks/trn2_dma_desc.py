@@ -12,9 +12,9 @@ docs/notes/fid14.md says why the documents and the measured rows do not settle i
                                                       # wall time of --iters calls
     options: --total N (default 2048 fp32 per partition) --free F,F,... (default 8,32,128,512,1024) --iters N
 
-The kernels are benchmarks/kernels/dma_desc.py (its docstring says what each copies) and dma_desc_nki06.py. Per FREE, the script prints
-each kernel's time beyond `whole`'s (which moved the same bytes in one DMA) per small DMA per engine (TOTAL /
-FREE of them on each engine in both kernels), d = (t - t_whole) / (TOTAL / FREE):
+The kernels are benchmarks/kernels/dma_desc.py (its docstring says what each copies) and dma_desc_nki06.py. Per
+FREE, the script prints each kernel's time beyond `whole`'s (which moved the same bytes in one DMA) per small DMA
+per engine (TOTAL / FREE of them on each engine in both kernels), d = (t - t_whole) / (TOTAL / FREE):
 
     rows128: d128 ~ x + 8 r (+ the bytes' share of the efficiency loss)   per engine, in sequence
     rows8:   d8   ~ d128 + 15 s                                            the other engines' semaphore writes

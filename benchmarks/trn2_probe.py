@@ -39,7 +39,8 @@ def time_nki01(module: object, names: Sequence[str], args: tuple, check: Check, 
                width: int = 12) -> tuple[int, dict[str, float]]:
     """NKI 0.1 (neuronxcc, SDK 2.21-2.26) on a Trn2: each kernel's output against NumPy (with NumPy arguments
     nki.jit runs it on the device), then its latency by nki.benchmark; a kernel `profiled` names also gets a NEFF
-    and an NTFF profile in profile/NAME. Prints a row per kernel; returns the wrong results' count and the p50s (µs)."""
+    and an NTFF profile in profile/NAME. Prints a row per kernel; returns the wrong results' count and the p50s
+    (µs)."""
     import neuronxcc.nki as nki
 
     print(f"{'kernel':<{width}} {'result':>6} {'p50 us':>9} {'p99 us':>9}")

@@ -12,7 +12,8 @@ eviction before its VectorE add; the stationary's relu runs on the regions each 
 evictions; a column alone is one activation per tile after the (P, 1) column; a one-element column, `c[m]` with
 M = 1, is copied to every partition once and the output flattened onto the partitions; a reversed read, gaps14,
 costs its twin's DMAs: rows reversed by the load, columns read backwards by the engine, a summed loop turned
-around; a reduction's reversed kept loop reverses its result, a copy of N elements). µs from tilec's performance model (never measured).
+around; a reduction's reversed kept loop reverses its result, a copy of N elements). µs from tilec's performance
+model (never measured).
 """
 from __future__ import annotations
 

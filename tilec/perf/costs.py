@@ -8,7 +8,8 @@ engine's clock, plus a fixed per-instruction overhead:
              (an nc_matmul with is_transpose=True is a transpose: ARCH3 transpose mode, 2x for fp32 on NC-v3)
     VectorE  tensor_tensor max(64, 2N), max(64, N) with a PSUM input or all 16-bit (v3 perf mode)
              tensor_scalar / tensor_copy  max(64, N / perf)  perf = 4 (16-bit, SBUF only), 2 (16-bit, PSUM side)
-             tensor_reduce N_in (N_in / 2 for bf16 -> bf16 add / max), memset max(64, N/2) for a 16-bit zero else max(64, N)
+             tensor_reduce N_in (N_in / 2 for bf16 -> bf16 add / max)
+             memset max(64, N/2) for a 16-bit zero else max(64, N)
     ScalarE  activation    max(64, N) (+64 with a reduce result)
     GpSimdE  iota / affine_select 150 + N
     the less common VectorE instructions (tensor_copy_predicated, scalar_tensor_tensor, tensor_tensor_scan,
