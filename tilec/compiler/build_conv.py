@@ -31,7 +31,6 @@ pass per contraction tile.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
@@ -49,6 +48,7 @@ from tilec.target import TARGETS
 
 if TYPE_CHECKING:
     from tilec.compiler.conv_chain import OnChip
+    from tilec.perf.costs import Costs
 
 
 SLOTS = 4  # band slots of a folded band with gaps between its copies (conv_c3: 2 slots 95 us, 3 or 4: 87 us)
@@ -63,15 +63,12 @@ DMA_RUN_BYTES = 512
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
 
 
-def dma_engine_ns(prm: dict[str, float], parts: int, descriptors: int, nbytes: int, factor: float = 1.0) -> float:
-    """A DMA's time on the whole set of DMA engines by the performance model's formula (perf.costs,
-    dma_occupancy_ns: the engines of its on-chip partitions, each busy hypot(descriptors x dma_desc_ns, bytes /
-    dma_engine_bw) / factor), times the share of the engines it occupies: what it takes from the queues' throughput.
-    `prm`: build_matvec.model_constants()."""
-    engines = min(int(prm["dma_engines"]), -(-parts // int(prm["dma_partitions_per_engine"])))
-    per_engine = -(-max(descriptors, parts) // engines)
-    t = math.hypot(prm["dma_xfer_fixed_ns"] + per_engine * prm["dma_desc_ns"], nbytes / engines / prm["dma_engine_bw"])
-    return t / factor * engines / prm["dma_engines"]
+def dma_engine_ns(costs: Costs, parts: int, descriptors: int, nbytes: int, factor: float = 1.0) -> float:
+    """A DMA's time on the whole set of DMA engines by the performance model's formula (the engines of its on-chip
+    partitions, each busy Costs.dma_transfer_ns / factor), times the share of the engines it occupies: what it takes
+    from the queues' throughput. `costs`: build_matvec.model_costs()."""
+    engines = min(costs.n_dma, -(-parts // costs.ppe))
+    return costs.dma_transfer_ns(max(descriptors, parts), nbytes, engines) / factor * engines / costs.n_dma
 
 
 def slot_count(bands: int, most: int, images: int) -> int:
@@ -571,8 +568,8 @@ class _ConvBuilder:
         if not (op.x_transposed and op.w_batch and self.src_chip is None and self.NXB == 1 and self.R == self.S == 1
                 and not self.CR and DTYPE_BYTES[dt] in (2, 4)):
             return False
-        from tilec.compiler.build_matvec import model_constants  # late: the model reads kernels
-        prm = model_constants()
+        from tilec.compiler.build_matvec import model_constants, model_costs  # late: the model reads kernels
+        prm, costs = model_constants(), model_costs()
         item, w_item, o_item = (DTYPE_BYTES[self.hbm[name].dtype] for name in (op.x, op.w, op.out))
         f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if item == 4 else (1.0, 1.0)
         ghz, fixed, factor = prm["tensor_ghz"], prm["mm_fixed_cycles"], prm["dma_transpose_factor"]
@@ -583,11 +580,11 @@ class _ConvBuilder:
         a_dma = conv_weights.rows_by_dma(self)
         a_pe = 0.0 if a_dma else tiles * (tk + fixed) * ft / ghz
         b_pe = self.CT * (cols // jb) * (jb + fixed) * ft / ghz
-        a_load = tiles * dma_engine_ns(prm, tc, tk, tk * tc * w_item, factor) if a_dma else \
-            self.KTB * dma_engine_ns(prm, tk, tk, tk * self.C * w_item)
-        store = self.KTB * dma_engine_ns(prm, tk, tk, tk * cols * o_item)
-        b_rows = cols // jb * dma_engine_ns(prm, jb, jb, jb * self.C * item)
-        b_transposed = self.CT * dma_engine_ns(prm, tc, cols, cols * tc * item, factor)
+        a_load = tiles * dma_engine_ns(costs, tc, tk, tk * tc * w_item, factor) if a_dma else \
+            self.KTB * dma_engine_ns(costs, tk, tk, tk * self.C * w_item)
+        store = self.KTB * dma_engine_ns(costs, tk, tk, tk * cols * o_item)
+        b_rows = cols // jb * dma_engine_ns(costs, jb, jb, jb * self.C * item)
+        b_transposed = self.CT * dma_engine_ns(costs, tc, cols, cols * tc * item, factor)
         pe = max(matmuls + a_pe + b_pe, a_load + store + b_rows)
         dma = max(matmuls + a_pe, a_load + store + b_transposed)
         # the first batch index: the band's DMA takes longer by the difference of the two loads, and B's PE

@@ -26,7 +26,7 @@ blocks as columns, made once by one-row matmuls). matvec f16 1000 x 2048: 18.23 
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, hbm_view, loop, ones_row, sl, term
@@ -34,6 +34,9 @@ from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, wh
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import ConvPlan
 from tilec.target import target as get_target
+
+if TYPE_CHECKING:
+    from tilec.perf.costs import Costs
 
 Fresh = Callable[[str], str]  # as build_conv.Fresh
 MATVEC_SPLIT_STEP = 64  # granularity of the VectorE / GpSimdE split of a tile's columns
@@ -55,13 +58,18 @@ def model_constants() -> dict[str, float]:
     """The performance model's constants for the current target, with the TensorE factors it applies to fp32:
     `fp32_matmul` (a matmul) and `fp32_transpose` (a PE transpose, in transpose mode where the target has it),
     read from the model's own cost table (one fact, one place)."""
-    from tilec.perf.costs import Costs  # the performance model's own constants, late: perf reads kernels
-    from tilec.perf.params import target_params
-    params = target_params(get_target().name)
-    prm = {name: value for name, value, _ in params.table()}
-    costs = Costs(params)
+    from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    costs = model_costs()
     prm["fp32_matmul"], prm["fp32_transpose"] = costs.fp32, costs.fp32_transpose
     return prm
+
+
+def model_costs() -> Costs:
+    """The performance model's cost rules for the current target (its DMA formula: Costs.dma_transfer_ns)."""
+    from tilec.perf.costs import Costs  # late: perf reads kernels
+    from tilec.perf.params import target_params
+    return Costs(target_params(get_target().name))
 
 
 def estimates(M: int, K: int, fp32: bool) -> tuple[float, float]:

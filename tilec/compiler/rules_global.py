@@ -152,7 +152,7 @@ def _chunk_costs(F: int, itemsize: int, P: int) -> tuple[Callable[[int], float],
     engines = min(c.n_dma, -(-P // c.ppe))
 
     def load(s: int) -> float:
-        return math.hypot(c.dma_fixed + -(-P // engines) * c.dma_desc, P * s * F * itemsize / engines / c.dma_bw)
+        return c.dma_transfer_ns(P, P * s * F * itemsize, engines)
 
     def red(s: int) -> float:
         return (s * F / (2 if itemsize == 2 else 1) + c.static["vector"]) * c.engine_ns["vector"]

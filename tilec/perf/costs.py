@@ -173,12 +173,15 @@ class Costs:
         rows = max(1, ins.partitions)  # HBM -> HBM: rows spread from engine 0
         return 0, min(self.n_dma, -(-rows // self.ppe))
 
+    def dma_transfer_ns(self, descriptors: int, nbytes: float, n_engines: int) -> float:
+        """Time each of a transfer's `n_engines` DMA engines is busy with its share of `descriptors` and `nbytes`
+        (the compiler's estimates call this too: build_conv.dma_engine_ns, rules_global's chunk costs)."""
+        return math.hypot(self.dma_fixed + -(-descriptors // n_engines) * self.dma_desc,
+                          nbytes / n_engines / self.dma_bw)
+
     def dma_occupancy_ns(self, ins: Instr, n_engines: int) -> float:
         """Time each of the transfer's engines is busy with it."""
-        descriptors = max(ins.dma_chunks, ins.partitions, 1)
-        desc_e = -(-descriptors // n_engines)
-        bytes_e = ins.bytes / n_engines
-        t = math.hypot(self.dma_fixed + desc_e * self.dma_desc, bytes_e / self.dma_bw)
+        t = self.dma_transfer_ns(max(ins.dma_chunks, ins.partitions, 1), ins.bytes, n_engines)
         if ins.op == "dma_transpose":  # ARCH3: <= 90 % of copy throughput from HBM, <= 50 % SBUF -> SBUF
             on_chip = all(a.memory != "hbm" for a in ins.reads + ins.writes)
             t /= 0.5 if on_chip else self.dma_transpose
