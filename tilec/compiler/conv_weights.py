@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 from tilec.compiler import conv_fold, conv_pairs, ir
 from tilec.compiler.build_util import a, broadcast_row, hbm_view, loop, ones_row, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
-from tilec.compiler.schedule import PSUM_BANK, best_divisor
+from tilec.compiler.schedule import MOVING_FMAX, PSUM_BANK, best_divisor
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
@@ -264,7 +264,7 @@ def rows_by_dma(b: _ConvBuilder) -> bool:
     f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if fp32 else (1.0, 1.0)
     ghz, fixed = prm["tensor_ghz"], prm["mm_fixed_cycles"]
     cols = b.Ho * b.Wo  # the moving operand's columns per batch index
-    matmuls = b.CT * -(-cols // 512) * (min(cols, 512) + fixed) * f / ghz
+    matmuls = b.CT * -(-cols // MOVING_FMAX) * (min(cols, MOVING_FMAX) + fixed) * f / ghz
     transposes = b.CT * (p.tile_k + fixed) * ft / ghz
     bw = prm["dma_engines"] * prm["dma_engine_bw"]  # bytes per ns
     rows = p.tile_k * b.C * item
