@@ -35,19 +35,28 @@ def split_padded_reads(program):
     decls: list[sx.Decl] = []
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
 
+    def declare(base: str, dtype: str, type_: sx.TensorType, span) -> str:
+        """A new temporary tensor named after `base`, declared with `type_`."""
+        name = _unique(base, taken)
+        taken.add(name)
+        dtypes[name] = dtype
+        decls.append(sx.Decl(name, type_, span))
+        return name
+
+    def nested(st: sx.Stmt, vs: list[str], by_var: dict[str, sx.Loop]) -> sx.Stmt:
+        """`st` inside loops over vs (outermost first), as the program's loops of those names run."""
+        for v in reversed(vs):
+            lp = by_var[v]
+            st = sx.Loop(v, lp.start, lp.stop, (st,), lp.span)
+        return st
+
     def temporary(base: str, dtype: str, value: sx.Expr, vs: list[str], by_var: dict[str, sx.Loop],
                   span) -> tuple[sx.Stmt, sx.Access]:
         """A new tensor `base`[vs...] (declared, of the loops' extents) filled with `value` by a nest over vs, and
         the read of it that replaces `value`."""
-        name = _unique(base, taken)
-        taken.add(name)
-        dtypes[name] = dtype
-        decls.append(sx.Decl(name, sx.TensorType(dtype, tuple(by_var[v].stop for v in vs), value.span), value.span))
+        name = declare(base, dtype, sx.TensorType(dtype, tuple(by_var[v].stop for v in vs), value.span), value.span)
         idx = tuple(sx.Name(v, value.span) for v in vs)
-        fill: sx.Stmt = sx.Assign(sx.Access(name, idx, value.span), "=", value, span)
-        for v in reversed(vs):
-            lp = by_var[v]
-            fill = sx.Loop(v, lp.start, lp.stop, (fill,), lp.span)
+        fill = nested(sx.Assign(sx.Access(name, idx, value.span), "=", value, span), vs, by_var)
         return fill, sx.Access(name, idx, value.span)
 
     def stmt(st: sx.Stmt, loops: tuple[sx.Loop, ...]) -> list[sx.Stmt]:
@@ -240,10 +249,7 @@ def split_padded_reads(program):
             decl = next((d for d in kernel.decls if d.name == out), None)
             if decl is None:
                 continue
-            name = _unique(f"{out}_fwd", taken)
-            taken.add(name)
-            dtypes[name] = dtypes[out]
-            decls.append(sx.Decl(name, decl.type, decl.span))
+            name = declare(f"{out}_fwd", dtypes[out], decl.type, decl.span)
 
             def forward(e: sx.Access) -> sx.Expr:
                 w = _way(e, by_var, frozenset(by_var))
@@ -262,12 +268,9 @@ def split_padded_reads(program):
             span = upd.target.span
             idx = tuple(sx.BinOp("-", sx.BinOp("-", by_var[v].stop, sx.Num(1, span), span), sx.Name(v, span), span)
                         if v in flip else sx.Name(v, span) for v in names if v is not None)
-            copy: sx.Stmt = sx.Assign(upd.target, "=", sx.Access(name, idx, span), upd.span)
-            for v in reversed(names):
-                assert v is not None
-                lp = by_var[v]
-                copy = sx.Loop(v, lp.start, lp.stop, (copy,), lp.span)
-            return [rewrite(top), copy]
+            kept = [v for v in names if v is not None]  # (every index is a loop variable: checked above)
+            copy = sx.Assign(upd.target, "=", sx.Access(name, idx, span), upd.span)
+            return [rewrite(top), nested(copy, kept, by_var)]
         return [top]
 
     body: list[sx.Stmt] = []
