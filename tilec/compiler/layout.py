@@ -17,8 +17,8 @@ from dataclasses import replace
 
 from tilec.compiler.ir import Aff, Term
 from tilec.compiler.names import unique
-from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Kernel, Load, Loop, Stmt, Update, loads, map_loads,
-                                 walk)
+from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Kernel, Load, Loop, Stmt, Update, loads, loop_index,
+                                 map_loads, walk)
 from tilec.compiler.primitives import (Region, _check_fits, _fail, _stores, _subst, _with_loop, copy_nest, find_loop,
                                       region, relocate, with_loop_many)
 from tilec.errors import Span
@@ -240,16 +240,15 @@ def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer]
     read reversed (`n - 1 - v`, v of extent n: a flip) goes in `flipped` (positions in the chain), and a run holds
     loops of one direction only."""
     names, back = [], set()
+    extents = dict(zip(chain, old))
     for i in acc.index:
-        t = i.terms[0] if len(i.terms) == 1 else None
-        ok = t is not None and t.var in chain and (
-            (t.coef == 1 and not i.const) or (t.coef == -1 and i.const == old[chain.index(t.var)] - 1))
-        if t is None or not ok:
+        way = loop_index(i, extents)
+        if way is None:
             raise _fail(f"reshape: `{acc.buf}` is not indexed by plain loops of the nest", span,
                         "reshape a nest whose accesses use its loops as indices")
-        names.append(t.var)
-        if t.coef == -1:
-            back.add(chain.index(t.var))
+        names.append(way[0])
+        if way[1]:
+            back.add(chain.index(way[0]))
     pos = [chain.index(v) for v in names]
     if len(set(pos)) != len(pos) or list(bufs[acc.buf].shape) != [old[p] for p in pos]:
         raise _fail(f"reshape: `{acc.buf}` is not indexed by runs of the nest's loops over its whole shape", span)

@@ -144,6 +144,19 @@ def map_loads(e: Expr, f: Callable[[Access], Access]) -> Expr:
     return e
 
 
+def loop_index(i: Aff, extents: dict[str, int]) -> tuple[str, bool] | None:
+    """(v, reversed) when the index is a loop variable v of `extents`, plainly or reversed as `n - 1 - v` over its
+    whole extent n (a flip); None for any other index."""
+    if len(i.terms) != 1 or i.terms[0].var not in extents:
+        return None
+    t = i.terms[0]
+    if t.coef == 1 and not i.const:
+        return t.var, False
+    if t.coef == -1 and i.const == extents[t.var] - 1:
+        return t.var, True
+    return None
+
+
 def walk(body: tuple[Stmt, ...]):
     for s in body:
         yield s

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, fmt_expr, loads
+from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, fmt_expr, loads, loop_index
 from tilec.compiler.schedule import EltwisePlan, ReducePlan, TransposePlan, best_divisor, eltwise_plan
 from tilec.compiler.select_eltwise import turn_run, turns
 from tilec.compiler.select_permute import dma_runs
@@ -158,12 +158,11 @@ def reversed_loops(a: Access, chain: list[Loop]) -> tuple[int, ...] | None:
         return None
     out = []
     for d, (i, lp) in enumerate(zip(a.index, chain)):
-        if len(i.terms) != 1 or i.terms[0].var != lp.var:
+        way = loop_index(i, {lp.var: lp.extent})
+        if way is None:
             return None
-        if i.terms[0].coef == -1 and i.const == lp.extent - 1:
+        if way[1]:
             out.append(d)
-        elif i.terms[0].coef != 1 or i.const:
-            return None
     return tuple(out)
 
 
