@@ -64,6 +64,10 @@ def mobilenet_block(X, We, Wd, Wp):
     X_zeros = nl.zeros((48, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- main: A -> B -> Y on chip, partitions hold (row block, channel) pairs: 2 blocks of 8 rows
+
+    # ---- PSUM: the sums below (expand, depthwise, project) take the tiles psum0, psum1, psum2, psum3, psum4, psum5 in
+    #      turn, a new sum's first instruction overwriting its tile
+
     X_ext_a = nl.ndarray((48, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=X_ext_a[0:24, 0], src=X_zeros[0:24])  # tl:11
     nisa.dma_copy(dst=X_ext_a[0:24, 1:10], src=X[0, :, 0:9])  # tl:11
@@ -76,10 +80,10 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- A = We . X for e group 0 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
     #      the depthwise band
-    A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 0], X_ext_a)  # tl:11
-    A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pad_a[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
+    psum0 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    psum0[:, 0:10] = nisa.nc_matmul(We_bd[:, 0], X_ext_a)  # tl:11
+    psum0[:, 0:10] = nisa.tensor_scalar(psum0[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
+    A_pad_a[...] = nisa.activation(op=nl.relu, data=psum0[:, 0:10], dtype=nl.float32)  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 0
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -93,15 +97,15 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- B rows 0..8 of each block, e group 0, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
-    B_acc_a_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    B_acc_a_a_end += nisa.nc_matmul(Wd_diags[:, 0, 0], A_pad_a[:, 0:8])  # tl:17
-    B_acc_a_a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 0, 1], A_pad_a[:, 0:8, 0:15])  # tl:17
-    B_acc_a_a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 0, 2], A_pad_a[:, 0:8, 1:16])  # tl:17
+    psum1 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    psum1[:, 0:8] = nisa.nc_matmul(Wd_diags[:, 0, 0], A_pad_a[:, 0:8])  # tl:17
+    psum1[:, 0:8, 1:16] += nisa.nc_matmul(Wd_diags[:, 0, 1], A_pad_a[:, 0:8, 0:15])  # tl:17
+    psum1[:, 0:8, 0:15] += nisa.nc_matmul(Wd_diags[:, 0, 2], A_pad_a[:, 0:8, 1:16])  # tl:17
     B_prod0_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod0_a_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_a[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 0, 1, 0:1],  # tl:17
                                                      dtype=nl.float32)
-    B_acc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_a_a_end[:, :, 1:16], B_prod0_a_a_end[:, :, 1:16],  # tl:17
-                                                   op=nl.add, dtype=nl.float32)
+    psum1[:, 0:8, 1:16] = nisa.tensor_tensor(psum1[:, 0:8, 1:16], B_prod0_a_a_end[:, :, 1:16], op=nl.add,  # tl:17
+                                             dtype=nl.float32)
     B_gacc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_gacc_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 0, 1, 1:2],  # tl:17
                                           dtype=nl.float32)
@@ -128,10 +132,10 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
     #      the depthwise band
-    A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 1], X_ext_a)  # tl:11
-    A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pad_b[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
+    psum2 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    psum2[:, 0:10] = nisa.nc_matmul(We_bd[:, 1], X_ext_a)  # tl:11
+    psum2[:, 0:10] = nisa.tensor_scalar(psum2[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
+    A_pad_b[...] = nisa.activation(op=nl.relu, data=psum2[:, 0:10], dtype=nl.float32)  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 1
     nisa.dma_copy(dst=Wp_blocks[0:24, 1, 0:48], src=Wp[:, 48:96])  # tl:19
@@ -142,19 +146,19 @@ def mobilenet_block(X, We, Wd, Wp):
     Wp_bd[:, 1, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
 
     # ---- B rows 0..8 of each block, e group 0: the GpSimdE sum added into PSUM
-    B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
+    psum1[:, 0:8] = nisa.tensor_tensor(psum1[:, 0:8], B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
-    B_acc_b_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    B_acc_b_a_end += nisa.nc_matmul(Wd_diags[:, 1, 0], A_pad_b[:, 0:8])  # tl:17
-    B_acc_b_a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 1, 1], A_pad_b[:, 0:8, 0:15])  # tl:17
-    B_acc_b_a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 1, 2], A_pad_b[:, 0:8, 1:16])  # tl:17
+    psum3 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    psum3[:, 0:8] = nisa.nc_matmul(Wd_diags[:, 1, 0], A_pad_b[:, 0:8])  # tl:17
+    psum3[:, 0:8, 1:16] += nisa.nc_matmul(Wd_diags[:, 1, 1], A_pad_b[:, 0:8, 0:15])  # tl:17
+    psum3[:, 0:8, 0:15] += nisa.nc_matmul(Wd_diags[:, 1, 2], A_pad_b[:, 0:8, 1:16])  # tl:17
     B_prod0_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod0_b_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_b[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 1, 1, 0:1],  # tl:17
                                                      dtype=nl.float32)
-    B_acc_b_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_b_a_end[:, :, 1:16], B_prod0_b_a_end[:, :, 1:16],  # tl:17
-                                                   op=nl.add, dtype=nl.float32)
+    psum3[:, 0:8, 1:16] = nisa.tensor_tensor(psum3[:, 0:8, 1:16], B_prod0_b_a_end[:, :, 1:16], op=nl.add,  # tl:17
+                                             dtype=nl.float32)
     B_gacc_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_gacc_b_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_b[:, 1:9], scale=Wd_cols[:, 1, 1, 1:2],  # tl:17
                                           dtype=nl.float32)
@@ -181,10 +185,10 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- A = We . X for e group 2 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
     #      the depthwise band
-    A_acc = nl.zeros((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    A_acc[:, 0:10] += nisa.nc_matmul(We_bd[:, 2], X_ext_a)  # tl:11
-    A_acc[:, 0:10] = nisa.tensor_scalar(A_acc[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pad_a[...] = nisa.activation(op=nl.relu, data=A_acc[:, 0:10], dtype=nl.float32)  # tl:11
+    psum4 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    psum4[:, 0:10] = nisa.nc_matmul(We_bd[:, 2], X_ext_a)  # tl:11
+    psum4[:, 0:10] = nisa.tensor_scalar(psum4[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
+    A_pad_a[...] = nisa.activation(op=nl.relu, data=psum4[:, 0:10], dtype=nl.float32)  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 2
     nisa.dma_copy(dst=Wp_blocks[0:24, 2, 0:48], src=Wp[:, 96:144])  # tl:19
@@ -195,22 +199,22 @@ def mobilenet_block(X, We, Wd, Wp):
     Wp_bd[:, 2, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
 
     # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
-    B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
-    B_all_a[:, 0] = nisa.activation(op=nl.relu, data=B_acc_a_a_end, dtype=nl.float32)  # tl:15
+    psum1[:, 0:8] = nisa.tensor_scalar(psum1[:, 0:8], nl.minimum, 6.0, dtype=nl.float32)  # tl:15
+    B_all_a[:, 0] = nisa.activation(op=nl.relu, data=psum1[:, 0:8], dtype=nl.float32)  # tl:15
 
     # ---- B rows 0..8 of each block, e group 1: the GpSimdE sum added into PSUM
-    B_acc_b_a_end[...] = nisa.tensor_tensor(B_acc_b_a_end, B_gacc_b_a_end, op=nl.add, dtype=nl.float32)  # tl:17
+    psum3[:, 0:8] = nisa.tensor_tensor(psum3[:, 0:8], B_gacc_b_a_end, op=nl.add, dtype=nl.float32)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
-    B_acc_a_a_end = nl.zeros((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    B_acc_a_a_end += nisa.nc_matmul(Wd_diags[:, 2, 0], A_pad_a[:, 0:8])  # tl:17
-    B_acc_a_a_end[:, :, 1:16] += nisa.nc_matmul(Wd_diags[:, 2, 1], A_pad_a[:, 0:8, 0:15])  # tl:17
-    B_acc_a_a_end[:, :, 0:15] += nisa.nc_matmul(Wd_diags[:, 2, 2], A_pad_a[:, 0:8, 1:16])  # tl:17
+    psum5 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    psum5[:, 0:8] = nisa.nc_matmul(Wd_diags[:, 2, 0], A_pad_a[:, 0:8])  # tl:17
+    psum5[:, 0:8, 1:16] += nisa.nc_matmul(Wd_diags[:, 2, 1], A_pad_a[:, 0:8, 0:15])  # tl:17
+    psum5[:, 0:8, 0:15] += nisa.nc_matmul(Wd_diags[:, 2, 2], A_pad_a[:, 0:8, 1:16])  # tl:17
     B_prod0_a_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_a[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 2, 1, 0:1],  # tl:17
                                                      dtype=nl.float32)
-    B_acc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_acc_a_a_end[:, :, 1:16], B_prod0_a_a_end[:, :, 1:16],  # tl:17
-                                                   op=nl.add, dtype=nl.float32)
+    psum5[:, 0:8, 1:16] = nisa.tensor_tensor(psum5[:, 0:8, 1:16], B_prod0_a_a_end[:, :, 1:16], op=nl.add,  # tl:17
+                                             dtype=nl.float32)
     B_gacc_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 2, 1, 1:2],  # tl:17
                                           dtype=nl.float32)
     B_prod1_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9, 1:16],  # tl:17
@@ -231,29 +235,28 @@ def mobilenet_block(X, We, Wd, Wp):
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
-    B_acc_b_a_end[...] = nisa.tensor_scalar(B_acc_b_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
-    B_all_a[:, 1] = nisa.activation(op=nl.relu, data=B_acc_b_a_end, dtype=nl.float32)  # tl:15
+    psum3[:, 0:8] = nisa.tensor_scalar(psum3[:, 0:8], nl.minimum, 6.0, dtype=nl.float32)  # tl:15
+    B_all_a[:, 1] = nisa.activation(op=nl.relu, data=psum3[:, 0:8], dtype=nl.float32)  # tl:15
 
     # ---- B rows 0..8 of each block, e group 2: the GpSimdE sum added into PSUM
-    B_acc_a_a_end[...] = nisa.tensor_tensor(B_acc_a_a_end, B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
+    psum5[:, 0:8] = nisa.tensor_tensor(psum5[:, 0:8], B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
-    B_acc_a_a_end[...] = nisa.tensor_scalar(B_acc_a_a_end, nl.minimum, 6.0, dtype=nl.float32)  # tl:15
-    B_all_a[:, 2] = nisa.activation(op=nl.relu, data=B_acc_a_a_end, dtype=nl.float32)  # tl:15
-    Y_acc0 = nl.zeros((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
+    psum5[:, 0:8] = nisa.tensor_scalar(psum5[:, 0:8], nl.minimum, 6.0, dtype=nl.float32)  # tl:15
+    B_all_a[:, 2] = nisa.activation(op=nl.relu, data=psum5[:, 0:8], dtype=nl.float32)  # tl:15
 
     # ---- Y += Wp[:, e group 0] . B[e group 0]
-    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 0], B_all_a[:, 0])  # tl:19
+    psum0[0:48, 0:8] = nisa.nc_matmul(Wp_bd[:, 0], B_all_a[:, 0])  # tl:19
 
     # ---- Y += Wp[:, e group 1] . B[e group 1]
-    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 1], B_all_a[:, 1])  # tl:19
+    psum0[0:48, 0:8] += nisa.nc_matmul(Wp_bd[:, 1], B_all_a[:, 1])  # tl:19
 
     # ---- Y += Wp[:, e group 2] . B[e group 2]
-    Y_acc0 += nisa.nc_matmul(Wp_bd[:, 2], B_all_a[:, 2])  # tl:19
+    psum0[0:48, 0:8] += nisa.nc_matmul(Wp_bd[:, 2], B_all_a[:, 2])  # tl:19
     Y_band_a = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
 
     # ---- Y rows 0..8 of each block: evicted + X
-    Y_band_a[...] = nisa.tensor_tensor(Y_acc0, X_skip_a, op=nl.add, dtype=nl.float32)  # tl:19
+    Y_band_a[...] = nisa.tensor_tensor(psum0[0:48, 0:8], X_skip_a, op=nl.add, dtype=nl.float32)  # tl:19
     nisa.dma_copy(dst=Y_blocks, src=Y_band_a)  # tl:19
 
     return Y

@@ -66,6 +66,10 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.memset(dst=X_zeros, value=0.0)  # tl:11
 
     # ---- main: A -> B -> Y on chip, partitions hold (row block, channel) pairs: 2 blocks of 8 rows
+
+    # ---- PSUM: the sums below (expand, depthwise, project) take the tiles psum0, psum1, psum2, psum3, psum4, psum5 in
+    #      turn, a new sum's first instruction overwriting its tile
+
     X_ext_a = nl.ndarray((48, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=X_ext_a[0:24, 0], src=X_zeros[0:24])  # tl:11
     nisa.dma_copy(dst=X_ext_a[0:24, 1:10], src=X[0, :, 0:9])  # tl:11
@@ -78,10 +82,10 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- A = We . X for e group 0 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
     #      the depthwise band
-    A_acc = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 0], moving=X_ext_a, accumulate=False)  # tl:11
-    nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pad_a, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
+    psum0 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    nisa.nc_matmul(dst=psum0[:, 0:10], stationary=We_bd[:, 0], moving=X_ext_a, accumulate=False)  # tl:11
+    nisa.tensor_scalar(dst=psum0[:, 0:10], data=psum0[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
+    nisa.activation(dst=A_pad_a, op=nl.relu, data=psum0[:, 0:10])  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 0
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -96,17 +100,17 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- B rows 0..8 of each block, e group 0, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
-    B_acc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    nisa.nc_matmul(dst=B_acc_a_a_end, stationary=Wd_diags[:, 0, 0], moving=A_pad_a[:, 0:8], accumulate=False)  # tl:17
-    nisa.nc_matmul(dst=B_acc_a_a_end[:, :, 1:16], stationary=Wd_diags[:, 0, 1], moving=A_pad_a[:, 0:8, 0:15],  # tl:17
+    psum1 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    nisa.nc_matmul(dst=psum1[:, 0:8], stationary=Wd_diags[:, 0, 0], moving=A_pad_a[:, 0:8], accumulate=False)  # tl:17
+    nisa.nc_matmul(dst=psum1[:, 0:8, 1:16], stationary=Wd_diags[:, 0, 1], moving=A_pad_a[:, 0:8, 0:15],  # tl:17
                    accumulate=True)
-    nisa.nc_matmul(dst=B_acc_a_a_end[:, :, 0:15], stationary=Wd_diags[:, 0, 2], moving=A_pad_a[:, 0:8, 1:16],  # tl:17
+    nisa.nc_matmul(dst=psum1[:, 0:8, 0:15], stationary=Wd_diags[:, 0, 2], moving=A_pad_a[:, 0:8, 1:16],  # tl:17
                    accumulate=True)
     B_prod0_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     nisa.tensor_scalar(dst=B_prod0_a_a_end[:, :, 1:16], data=A_pad_a[:, 1:9, 0:15], op0=nl.multiply,  # tl:17
                        operand0=Wd_cols[:, 0, 1, 0:1])
-    nisa.tensor_tensor(dst=B_acc_a_a_end[:, :, 1:16], data1=B_acc_a_a_end[:, :, 1:16],  # tl:17
-                       data2=B_prod0_a_a_end[:, :, 1:16], op=nl.add)
+    nisa.tensor_tensor(dst=psum1[:, 0:8, 1:16], data1=psum1[:, 0:8, 1:16], data2=B_prod0_a_a_end[:, :, 1:16],  # tl:17
+                       op=nl.add)
     B_gacc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     nisa.activation(dst=B_gacc_a_a_end, op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 0, 1, 1:2])  # tl:17
     B_prod1_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
@@ -131,10 +135,10 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
     #      the depthwise band
-    A_acc = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 1], moving=X_ext_a, accumulate=False)  # tl:11
-    nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pad_b, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
+    psum2 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    nisa.nc_matmul(dst=psum2[:, 0:10], stationary=We_bd[:, 1], moving=X_ext_a, accumulate=False)  # tl:11
+    nisa.tensor_scalar(dst=psum2[:, 0:10], data=psum2[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
+    nisa.activation(dst=A_pad_b, op=nl.relu, data=psum2[:, 0:10])  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 1
     nisa.dma_copy(dst=Wp_blocks[0:24, 1, 0:48], src=Wp[:, 48:96])  # tl:19
@@ -145,21 +149,21 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=Wp_bd[:, 1, 1:48:2], op=nl.copy, data=weights_tp[0:96, 24:48])  # tl:19
 
     # ---- B rows 0..8 of each block, e group 0: the GpSimdE sum added into PSUM
-    nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
+    nisa.tensor_tensor(dst=psum1[:, 0:8], data1=psum1[:, 0:8], data2=B_gacc_a_a_end, op=nl.add)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
-    B_acc_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    nisa.nc_matmul(dst=B_acc_b_a_end, stationary=Wd_diags[:, 1, 0], moving=A_pad_b[:, 0:8], accumulate=False)  # tl:17
-    nisa.nc_matmul(dst=B_acc_b_a_end[:, :, 1:16], stationary=Wd_diags[:, 1, 1], moving=A_pad_b[:, 0:8, 0:15],  # tl:17
+    psum3 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    nisa.nc_matmul(dst=psum3[:, 0:8], stationary=Wd_diags[:, 1, 0], moving=A_pad_b[:, 0:8], accumulate=False)  # tl:17
+    nisa.nc_matmul(dst=psum3[:, 0:8, 1:16], stationary=Wd_diags[:, 1, 1], moving=A_pad_b[:, 0:8, 0:15],  # tl:17
                    accumulate=True)
-    nisa.nc_matmul(dst=B_acc_b_a_end[:, :, 0:15], stationary=Wd_diags[:, 1, 2], moving=A_pad_b[:, 0:8, 1:16],  # tl:17
+    nisa.nc_matmul(dst=psum3[:, 0:8, 0:15], stationary=Wd_diags[:, 1, 2], moving=A_pad_b[:, 0:8, 1:16],  # tl:17
                    accumulate=True)
     B_prod0_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     nisa.tensor_scalar(dst=B_prod0_b_a_end[:, :, 1:16], data=A_pad_b[:, 1:9, 0:15], op0=nl.multiply,  # tl:17
                        operand0=Wd_cols[:, 1, 1, 0:1])
-    nisa.tensor_tensor(dst=B_acc_b_a_end[:, :, 1:16], data1=B_acc_b_a_end[:, :, 1:16],  # tl:17
-                       data2=B_prod0_b_a_end[:, :, 1:16], op=nl.add)
+    nisa.tensor_tensor(dst=psum3[:, 0:8, 1:16], data1=psum3[:, 0:8, 1:16], data2=B_prod0_b_a_end[:, :, 1:16],  # tl:17
+                       op=nl.add)
     B_gacc_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     nisa.activation(dst=B_gacc_b_a_end, op=nl.copy, data=A_pad_b[:, 1:9], scale=Wd_cols[:, 1, 1, 1:2])  # tl:17
     B_prod1_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
@@ -184,10 +188,10 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- A = We . X for e group 2 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
     #      the depthwise band
-    A_acc = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
-    nisa.nc_matmul(dst=A_acc[:, 0:10], stationary=We_bd[:, 2], moving=X_ext_a, accumulate=False)  # tl:11
-    nisa.tensor_scalar(dst=A_acc[:, 0:10], data=A_acc[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pad_a, op=nl.relu, data=A_acc[:, 0:10])  # tl:11
+    psum4 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    nisa.nc_matmul(dst=psum4[:, 0:10], stationary=We_bd[:, 2], moving=X_ext_a, accumulate=False)  # tl:11
+    nisa.tensor_scalar(dst=psum4[:, 0:10], data=psum4[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
+    nisa.activation(dst=A_pad_a, op=nl.relu, data=psum4[:, 0:10])  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 2
     nisa.dma_copy(dst=Wp_blocks[0:24, 2, 0:48], src=Wp[:, 96:144])  # tl:19
@@ -198,24 +202,24 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=Wp_bd[:, 2, 1:48:2], op=nl.copy, data=weights_tp[0:96, 24:48])  # tl:19
 
     # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
-    nisa.tensor_scalar(dst=B_acc_a_a_end, data=B_acc_a_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
-    nisa.activation(dst=B_all_a[:, 0], op=nl.relu, data=B_acc_a_a_end)  # tl:15
+    nisa.tensor_scalar(dst=psum1[:, 0:8], data=psum1[:, 0:8], op0=nl.minimum, operand0=6.0)  # tl:15
+    nisa.activation(dst=B_all_a[:, 0], op=nl.relu, data=psum1[:, 0:8])  # tl:15
 
     # ---- B rows 0..8 of each block, e group 1: the GpSimdE sum added into PSUM
-    nisa.tensor_tensor(dst=B_acc_b_a_end, data1=B_acc_b_a_end, data2=B_gacc_b_a_end, op=nl.add)  # tl:17
+    nisa.tensor_tensor(dst=psum3[:, 0:8], data1=psum3[:, 0:8], data2=B_gacc_b_a_end, op=nl.add)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
-    B_acc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
-    nisa.nc_matmul(dst=B_acc_a_a_end, stationary=Wd_diags[:, 2, 0], moving=A_pad_a[:, 0:8], accumulate=False)  # tl:17
-    nisa.nc_matmul(dst=B_acc_a_a_end[:, :, 1:16], stationary=Wd_diags[:, 2, 1], moving=A_pad_a[:, 0:8, 0:15],  # tl:17
+    psum5 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    nisa.nc_matmul(dst=psum5[:, 0:8], stationary=Wd_diags[:, 2, 0], moving=A_pad_a[:, 0:8], accumulate=False)  # tl:17
+    nisa.nc_matmul(dst=psum5[:, 0:8, 1:16], stationary=Wd_diags[:, 2, 1], moving=A_pad_a[:, 0:8, 0:15],  # tl:17
                    accumulate=True)
-    nisa.nc_matmul(dst=B_acc_a_a_end[:, :, 0:15], stationary=Wd_diags[:, 2, 2], moving=A_pad_a[:, 0:8, 1:16],  # tl:17
+    nisa.nc_matmul(dst=psum5[:, 0:8, 0:15], stationary=Wd_diags[:, 2, 2], moving=A_pad_a[:, 0:8, 1:16],  # tl:17
                    accumulate=True)
     nisa.tensor_scalar(dst=B_prod0_a_a_end[:, :, 1:16], data=A_pad_a[:, 1:9, 0:15], op0=nl.multiply,  # tl:17
                        operand0=Wd_cols[:, 2, 1, 0:1])
-    nisa.tensor_tensor(dst=B_acc_a_a_end[:, :, 1:16], data1=B_acc_a_a_end[:, :, 1:16],  # tl:17
-                       data2=B_prod0_a_a_end[:, :, 1:16], op=nl.add)
+    nisa.tensor_tensor(dst=psum5[:, 0:8, 1:16], data1=psum5[:, 0:8, 1:16], data2=B_prod0_a_a_end[:, :, 1:16],  # tl:17
+                       op=nl.add)
     nisa.activation(dst=B_gacc_a_a_end, op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 2, 1, 1:2])  # tl:17
     nisa.activation(dst=B_prod1_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 1:9, 1:16],  # tl:17
                     scale=Wd_cols[:, 2, 1, 2:3])
@@ -234,29 +238,28 @@ def mobilenet_block(X, We, Wd, Wp):
                        data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
-    nisa.tensor_scalar(dst=B_acc_b_a_end, data=B_acc_b_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
-    nisa.activation(dst=B_all_a[:, 1], op=nl.relu, data=B_acc_b_a_end)  # tl:15
+    nisa.tensor_scalar(dst=psum3[:, 0:8], data=psum3[:, 0:8], op0=nl.minimum, operand0=6.0)  # tl:15
+    nisa.activation(dst=B_all_a[:, 1], op=nl.relu, data=psum3[:, 0:8])  # tl:15
 
     # ---- B rows 0..8 of each block, e group 2: the GpSimdE sum added into PSUM
-    nisa.tensor_tensor(dst=B_acc_a_a_end, data1=B_acc_a_a_end, data2=B_gacc_a_a_end, op=nl.add)  # tl:17
+    nisa.tensor_tensor(dst=psum5[:, 0:8], data1=psum5[:, 0:8], data2=B_gacc_a_a_end, op=nl.add)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
-    nisa.tensor_scalar(dst=B_acc_a_a_end, data=B_acc_a_a_end, op0=nl.minimum, operand0=6.0)  # tl:15
-    nisa.activation(dst=B_all_a[:, 2], op=nl.relu, data=B_acc_a_a_end)  # tl:15
-    Y_acc0 = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:19
+    nisa.tensor_scalar(dst=psum5[:, 0:8], data=psum5[:, 0:8], op0=nl.minimum, operand0=6.0)  # tl:15
+    nisa.activation(dst=B_all_a[:, 2], op=nl.relu, data=psum5[:, 0:8])  # tl:15
 
     # ---- Y += Wp[:, e group 0] . B[e group 0]
-    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 0], moving=B_all_a[:, 0], accumulate=False)  # tl:19
+    nisa.nc_matmul(dst=psum0[0:48, 0:8], stationary=Wp_bd[:, 0], moving=B_all_a[:, 0], accumulate=False)  # tl:19
 
     # ---- Y += Wp[:, e group 1] . B[e group 1]
-    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 1], moving=B_all_a[:, 1], accumulate=True)  # tl:19
+    nisa.nc_matmul(dst=psum0[0:48, 0:8], stationary=Wp_bd[:, 1], moving=B_all_a[:, 1], accumulate=True)  # tl:19
 
     # ---- Y += Wp[:, e group 2] . B[e group 2]
-    nisa.nc_matmul(dst=Y_acc0, stationary=Wp_bd[:, 2], moving=B_all_a[:, 2], accumulate=True)  # tl:19
+    nisa.nc_matmul(dst=psum0[0:48, 0:8], stationary=Wp_bd[:, 2], moving=B_all_a[:, 2], accumulate=True)  # tl:19
     Y_band_a = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
 
     # ---- Y rows 0..8 of each block: evicted + X
-    nisa.tensor_tensor(dst=Y_band_a, data1=Y_acc0, data2=X_skip_a, op=nl.add)  # tl:19
+    nisa.tensor_tensor(dst=Y_band_a, data1=psum0[0:48, 0:8], data2=X_skip_a, op=nl.add)  # tl:19
     nisa.dma_copy(dst=Y_blocks, src=Y_band_a)  # tl:19
 
     return Y

@@ -6,11 +6,13 @@ on the NKI interpreter for f32, f16 and bf16."""
 from __future__ import annotations
 
 import pathlib
+import re
 
 import numpy as np
 import pytest
 
 from compiler_helpers import assert_matches
+from tilec.compiler import wrap
 from test_conv_depthwise import depthwise_ref
 from test_conv_padded import NARROW, rounded, run
 
@@ -187,7 +189,14 @@ def test_block_with_a_short_last_row_chunk(monkeypatch):
 
     monkeypatch.setattr(build_mbblock, "layouts", lambda e, d, p, elem: [build_mbblock.BlockLayout(2, 6, 24)])
     prog, c, inputs, out = run(block_text("f32", 2, 8, 40, 12, 100))
-    assert on_chip(c) and "Y_acc1 = " in c.source and "4 taps" not in c.source
+    assert on_chip(c) and "4 taps" not in c.source
+    lines = wrap.unwrap(c.source).splitlines()
+    heads = [i for i, line in enumerate(lines) if line.strip().startswith("# ---- Y += Wp[:, e group")]
+    assert len(heads) == 2 * 2  # (2 images, 2 groups)
+    for i in heads:  # each group's project: a matmul into each chunk's sum, two PSUM tiles
+        tiles = [m.group(1) or m.group(2) for line in lines[i + 1:i + 3] for m in [re.search(
+            r"nc_matmul\(dst=(\w+).*stationary=Wp_bd|^\s*(\w+)[^=]* \+?= nisa\.nc_matmul\(Wp_bd", line)] if m]
+        assert len(set(tiles)) == 2, lines[i:i + 3]
     assert_matches(prog, "Y", out["Y"], block_ref(rounded(inputs, "f32"), "f32"))
 
 

@@ -96,7 +96,9 @@ def test_last_image_of_a_pipeline_projects_after_its_evictions(monkeypatch, nki,
     assert on_chip(c)
     lines = wrap.unwrap(c.source).splitlines()
     evicts = [i for i, line in enumerate(lines) if re.search(r"# ---- B rows .*, e group \d+: evicted", line)]
-    sums = [i for i, line in enumerate(lines) if re.match(r"\s*Y_acc0 = nl\.", line)]
+    # a project sum starts at the matmul that overwrites its PSUM tile (0.1 `t[..] = nc_matmul`, 0.6 accumulate=False)
+    sums = [i for i, line in enumerate(lines) if re.search(r"\] = nisa\.nc_matmul\(Wp_bd|nc_matmul\(dst=.*, "
+                                                         r"stationary=Wp_bd.*accumulate=False", line)]
     projects = [i for i, line in enumerate(lines) if re.search(r"# ---- Y \+= Wp\[:, e group \d+\]", line)]
     assert len(sums) == 3 and len(evicts) == len(projects) >= 6 and len(evicts) % 3 == 0, (sums, evicts, projects)
     per = len(evicts) // 3  # evictions (and project matmuls) of an image

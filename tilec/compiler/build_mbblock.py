@@ -27,7 +27,7 @@ row block. They are made by one PE transpose per group of a zeroed tile holding 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import AbstractSet, Callable
 
 from tilec.compiler import ir
@@ -39,7 +39,8 @@ from tilec.compiler.depthwise_layout import DEPTH, DTYPE, PSUM_FP32, Layout, cho
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX
-from tilec.target import Target
+from tilec.errors import InternalError
+from tilec.target import Target, target as get_target
 
 SBUF_SHARE = 0.9  # of the kernel's SBUF budget (as counted by every allocation): the bands, A, B, the weights
 LAYOUT_TRIES = 6
@@ -149,6 +150,7 @@ class BlockBuilder:
         self.ename, self.nname = v.get("k", "e"), dict(e.vars).get("n", "n")
         self.gv, self.nv = fresh(f"{self.ename}_g"), fresh(f"{self.nname}_i")
         self.cn = fresh("GROUP")
+        self.psum_overflow = False  # a pipeline's sums needed more PSUM tiles than banks (shared_sums)
 
     def other_work(self, rows: int) -> tuple[float, float, float]:
         """ns that TensorE, ScalarE and VectorE spend beside the depthwise taps per chunk of `rows` output rows (a
@@ -316,13 +318,17 @@ class BlockBuilder:
 
     # ---- per image ------------------------------------------------------------------------------------------------
 
+    def pipelined_groups(self) -> bool:
+        """Whether the groups of an image are unrolled as one software pipeline (else a loop of pairs)."""
+        return self.G + (1 if self.CR else 0) <= UNROLL_GROUPS
+
     def images(self) -> list[Stmt]:
         """Every image: one software pipeline over the groups of two images at a time (the second image's loads,
         expands and taps overlap the first's last evictions); one image at a time when the groups are many."""
         seq = [(a(g), self.lay.cg) for g in range(self.G)] + ([(a(self.G), self.CR)] if self.CR else [])
         note = f"for {self.nname} in 0..{self.N}"
         line = dict(self.e.lines).get("n", self.e.line)
-        if len(seq) > UNROLL_GROUPS:
+        if not self.pipelined_groups():
             return loop(self.nv, self.N, self.image(a(self.nv), seq), note=note, line=line)
         pair = self.pipelined([(a(term(self.nv, 2)), "_a"), (a(term(self.nv, 2), 1), "_b")], seq)
         out = loop(self.nv, self.N // 2, pair, note=f"{note} (pairs of images)", line=line) if self.N > 1 else []
@@ -420,8 +426,11 @@ class BlockBuilder:
         evicts: list[Stmt] = []
         for i, y0 in enumerate(range(0, lay.rb, self.rc)):
             rows = min(self.rc, lay.rb - y0)
-            ptag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}" + ("" if rows == self.rc else "_end")
-            ctag = ptag + ("_rest" if cg < lay.cg else "")  # the SBUF products have the group's partitions
+            end = "" if rows == self.rc else "_end"
+            # the SBUF products rotate over DEPTH + 1 chunks' tags and have the group's partitions; each chunk's
+            # PSUM sum has a name of its own (a chunk's sum is evicted after the group's last chunk's taps)
+            ctag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}{end}" + ("_rest" if cg < lay.cg else "")
+            ptag = f"{tag}_{chr(ord('a') + i) if i < 26 else i}{end}"
             taps, finish = dw.chunk(apad, parts, y0, rows, ctag, (ptag, nb * lay.cg))
             span = f"{d.name} rows {y0}..{y0 + rows} of each block, {self.ename} group {ir.fmt_aff(gi)}"
             out.append(ir.Block(f"{span}, {self.R * self.S} taps: {dw.taps_note(rows)}", tuple(taps), d.line))
@@ -488,6 +497,14 @@ class BlockBuilder:
                 out += project(k - 2)
         for k in range(max(0, len(parts) - 2), len(parts)):
             out += (parts[k][4] + parts[k][2] if k == len(parts) - 1 else []) + project(k)
+        # the sums share the PSUM banks as tiles allocated once and reused in program order: every reuse wait is a
+        # true dependence (f32 b8 348.11 -> 317.91 us, bf16 b8 218.07 -> 188.69; a sum per allocation placed by
+        # the model's rotation waited on banks other sums had just been given back)
+        # (a pipeline followed by another in the same scope, the pairs before the last image, keeps a bank free:
+        # NKI 0.1 holds a tile until its name is bound again, after the next tile of that name is allocated)
+        banks = get_target().psum_banks - (1 if len(images) == 2 and self.N % 2 else 0)
+        out, tiles = shared_sums(out, banks, self.fresh)
+        self.psum_overflow = self.psum_overflow or tiles > banks
         return out
 
     def mm_acc(self, i: int, parts: int, rows: int) -> tuple[Buf, View]:
@@ -544,6 +561,111 @@ class BlockBuilder:
                 Dma(ir.whole(res), View(self.r6, (n, full(self.K * nb), full(self.lay.rb), full(self.W))), line)]
 
 
+def shared_sums(body: list[Stmt], banks: int, fresh: Callable[[str], str]) -> tuple[list[Stmt], int]:
+    """`body` with its fp32 PSUM sums (each allocation of a PSUM tile outside loops: one sum) placed in at most
+    `banks` PSUM tiles allocated once (less one where `body` has other PSUM tiles), each reused sum after sum: in
+    program order, a sum takes a tile none has used yet, else the one whose last sum was last touched earliest (its
+    first matmul overwrites: ir.Matmul.start). A sum's views keep their indices (a tile is as large as the largest
+    sum). The reuse waits are then the tiles' true dependences. Returns the body and the number of tiles (more
+    than the banks where more sums are live at once: choose() refuses such a layout)."""
+    flat = list(_positions(body))
+    moved_in = {st.dst.buf.name for st, _ in flat if isinstance(st, Transpose)}  # (the weights' PE transposes)
+    psum = [(n, st, looped) for n, (st, looped) in enumerate(flat) if isinstance(st, Alloc) and
+            st.buf.memory == "psum"]
+    sums = [(n, st) for n, st, looped in psum if not looped and st.buf.dtype == "f32" and st.buf.name not in moved_in]
+    if not sums:
+        return body, 0
+    # the other PSUM tiles (the project weights' transposes of one image's groups): a bank each, two for a name
+    # allocated again (NKI 0.1 holds a tile until its name is bound again, after the next one is allocated)
+    others = [st.buf.name for n, st, _ in psum if all(n != m for m, _ in sums)]
+    cap = banks - sum(min(2, others.count(name)) for name in set(others))
+    rank = {len(st.buf.shape) for _, st in sums}
+    assert len(rank) == 1, rank
+    shape = tuple(max(st.buf.shape[d] for _, st in sums) for d in range(rank.pop()))
+    # each sum's span: its allocation to the last statement touching its name before the name is allocated again
+    span: dict[int, int] = {}
+    current: dict[str, int] = {}
+    for n, (st, _) in enumerate(flat):
+        if isinstance(st, Alloc) and any(n == m for m, _ in sums):
+            current[st.buf.name] = n
+            span[n] = n
+            continue
+        for v in ir.views(st):
+            if v.buf.name in current:
+                span[current[v.buf.name]] = n
+    tiles: list[list] = []  # [tile, last position of its latest sum]
+    role: dict[int, Buf] = {}
+    for n, st in sums:
+        free = [t for t in tiles if t[1] < n]
+        if free and len(tiles) >= cap:
+            chosen = min(free, key=lambda t: t[1])
+            chosen[1] = span[n]
+        else:  # (past `cap`: more sums live at once than PSUM holds; choose() refuses such a layout)
+            tiles.append([Buf(fresh(f"psum{len(tiles)}"), "psum", "f32", shape), span[n]])
+            chosen = tiles[-1]
+        role[n] = chosen[0]
+    pos = iter(range(len(flat)))
+    now: dict[str, tuple[Buf, bool]] = {}  # a sum's name -> (its tile, whether its first matmul is yet to come)
+
+    def moved(v: object) -> object:
+        return View(now[v.buf.name][0], v.idx, v.perm) if isinstance(v, View) and v.buf.name in now else v
+
+    def rewrite(stmts: tuple[Stmt, ...] | list[Stmt]) -> list[Stmt]:
+        out: list[Stmt] = []
+        for st in stmts:
+            n = next(pos)
+            if n in role:
+                assert isinstance(st, Alloc)
+                now[st.buf.name] = (role[n], st.zero)
+                continue
+            if isinstance(st, (ir.Block, ir.Loop)):
+                out.append(replace(st, body=tuple(rewrite(st.body))))
+                continue
+            changes = {f.name: moved(getattr(st, f.name)) for f in fields(st)}
+            for v in ir.views(st):
+                if v.buf.name in now and now[v.buf.name][1]:  # a zeroed sum's first instruction
+                    if not (isinstance(st, Matmul) and st.acc.buf.name == v.buf.name):
+                        raise InternalError(f"the sum {v.buf.name} starts with a {type(st).__name__}, not a matmul: "
+                                            "a reused PSUM tile holds no zeros")
+                    now[v.buf.name] = (now[v.buf.name][0], False)
+                    changes["start"] = True
+            out.append(replace(st, **changes))  # type: ignore[arg-type]
+        return out
+    names = [t[0].name for t in tiles]
+    note = ir.Block(f"PSUM: the sums below (expand, depthwise, project) take the tiles {', '.join(names)} in turn, "
+                    "a new sum's first instruction overwriting its tile", ())
+    return [note] + allocated_at_first_use(rewrite(body), [t[0] for t in tiles], 0), len(tiles)
+
+
+def _positions(stmts, looped: bool = False):
+    """(statement, inside a loop) in program order (pre-order, as ir.walk)."""
+    for st in stmts:
+        yield st, looped
+        if isinstance(st, (ir.Block, ir.Loop)):
+            yield from _positions(st.body, looped or isinstance(st, ir.Loop))
+
+
+def allocated_at_first_use(body: list[Stmt], bufs: list[Buf], line: int) -> list[Stmt]:
+    """`body` with an allocation of each of `bufs` it uses just before the first statement using it (inside the
+    blocks: the allocation reads beside its first use); a buffer it does not use is not allocated."""
+    todo = {b.name: b for b in bufs}
+
+    def place(stmts: tuple[Stmt, ...] | list[Stmt]) -> list[Stmt]:
+        out: list[Stmt] = []
+        for st in stmts:
+            if isinstance(st, ir.Block):
+                st = replace(st, body=tuple(place(st.body)))
+            else:
+                for x in ir.walk((st,)):
+                    for v in ir.views(x):
+                        b = todo.pop(v.buf.name, None)
+                        if b is not None:
+                            out.append(Alloc(b, line=st.line or line))
+            out.append(st)
+        return out
+    return place(body)
+
+
 def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target, usage: list | None = None
            ) -> tuple[BlockLayout, bool] | None:
     """The best-estimated layout whose dry build fits the SBUF and PSUM budgets (None: none does; `usage` gets
@@ -554,13 +676,18 @@ def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target, usage: list 
     elem = ir.DTYPE_BYTES[hbm[e.x].dtype]
     for pe in (True, False):
         for lay in layouts(e, d, p, elem)[:LAYOUT_TRIES]:
-            built = tuple(BlockBuilder(e, d, p, hbm, lambda name: name, lay, pe).build())
+            builder = BlockBuilder(e, d, p, hbm, lambda name: name, lay, pe)
+            built = tuple(builder.build())
             # each buffer name holds one tile at a time (an allocation of the name again releases it, as the IR
             # verifier counts): the distinct names bound what is live
             tiles = {s.buf.name: s.buf for s in ir.walk(built) if isinstance(s, Alloc) and s.buf.memory != "hbm"}
             sbuf = passes.peak_usage(built)[0]  # (the kernel's capacity check counts every allocation)
-            # the main loop's PSUM sums, and one bank for a sum allocated again while its previous tile is live
-            psum = {name for name, b in tiles.items() if b.memory == "psum" and name != "weights_tp"} | {"(again)"}
+            # the main loop's PSUM sums (a pipeline's: the tiles they share), and (groups in a loop) one bank for a
+            # sum allocated again while its previous tile is live
+            again = set() if builder.pipelined_groups() else {"(again)"}
+            psum = {name for name, b in tiles.items() if b.memory == "psum" and name != "weights_tp"} | again
+            if builder.psum_overflow:
+                psum.add("(more sums live than banks)")
             if usage is not None:
                 usage.append((lay, sbuf, len(psum)))
             if sbuf <= sbuf_budget(target) * SBUF_SHARE and len(psum) <= target.psum_banks:

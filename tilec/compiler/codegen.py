@@ -140,7 +140,8 @@ class _ViewModel:
             dst, src = self.dma_view(s.dst, pre), self.dma_view(s.src, pre)
             return {"kind": "dma", "dst": dst, "src": src, "pre": pre, "tag": tag}
         if isinstance(s, Matmul):
-            return {"kind": "matmul", "acc": self.view(s.acc), "stationary": self.view(s.stationary),
+            return {"kind": "matmul", "acc": self.view(s.acc, s.start), "start": s.start,
+                    "stationary": self.view(s.stationary),
                     "moving": self.view(s.moving), "tag": tag}
         if isinstance(s, Identity):  # ir.Identity: memset to one, then keep the diagonal (p - f == 0)
             return {"kind": "identity", "dst": self.view(s.dst, True), "read": self.view(s.dst), "n": s.dst.shape()[0],

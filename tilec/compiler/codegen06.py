@@ -5,6 +5,7 @@ The same scheduled IR renders through `tilec/templates/nki06/`; what changes is 
     every ISA call writes its destination (dst-first keywords, no dtype=: the destination's dtype is the output's)
     a PSUM accumulator is allocated uninitialised (nl.ndarray), and its chain of matmuls says accumulate=:
         the first matmul overwrites (accumulate=False, or `k > 0 or ...` over the loops it runs in), the rest add;
+        a matmul that starts a new sum in a reused PSUM tile (ir.Matmul.start) says accumulate=False;
         zero-initialising PSUM and accumulating onto it is undefined behaviour on NeuronCore-v2/v3 [ISA6 nc_matmul]
     an SBUF buffer that starts at zero is nl.ndarray + nisa.memset(dst, 0.0) (0.6's memset writes a destination)
     loops are Python `range` (every NKI 0.6 loop but fori_loop/while_loop is unrolled at specialisation)
@@ -53,7 +54,11 @@ class ViewModel06(_ViewModel):
         on the first iteration of the loops it runs in (those not choosing which part of the accumulator it
         writes) and adds afterwards; later statements of the chain add, but for one whose region (without loop
         variables) is disjoint from every region started before: it starts a sum of its own in the same tile (two
-        sums sharing a PSUM bank, rules_pool's taps and whole rows; verify.chain_starts checks the same)."""
+        sums sharing a PSUM bank, rules_pool's taps and whole rows; verify.chain_starts checks the same). A matmul
+        marked `start` overwrites always (a PSUM tile reused for a new sum) and begins the tile's chain again."""
+        if s.start:
+            self.chains[s.acc.buf.name] = [len(self.loops), [static_box(s.acc)]]
+            return "False"
         chain = self.chains.get(s.acc.buf.name)
         if chain is None:  # an accumulator that was not zeroed: an IR the 0.1 form could not run either
             raise InternalError(f"matmul into {s.acc.buf.name}, which no zeroed PSUM allocation starts")

@@ -167,6 +167,10 @@ class Matmul:
     stationary: View
     moving: View
     line: int = 0
+    # start: the matmul starts a new sum over its region of acc (overwrites whatever the tile holds: a PSUM tile
+    # reused for another sum), NKI 0.1 `acc[...] = nc_matmul(..)`, 0.6 accumulate=False; else it adds, but the first
+    # matmul of a zeroed allocation (verify.chain_starts)
+    start: bool = False
 
 
 @dataclass(frozen=True)
@@ -301,7 +305,8 @@ def _stmt_head(s: Stmt) -> str:
     if isinstance(s, Dma):
         return f"dma {fmt_view(s.dst)} <- {fmt_view(s.src)}"
     if isinstance(s, Matmul):
-        return f"matmul {fmt_view(s.acc)} += {fmt_view(s.stationary)}.T @ {fmt_view(s.moving)}"
+        op = "=" if s.start else "+="
+        return f"matmul {fmt_view(s.acc)} {op} {fmt_view(s.stationary)}.T @ {fmt_view(s.moving)}"
     if isinstance(s, Transpose):
         return f"transpose.{s.engine} {fmt_view(s.dst)} <- {fmt_view(s.src)}"
     if isinstance(s, Copy):

@@ -179,16 +179,26 @@ class _Verifier:
         onto is undefined on NeuronCore-v2/v3); a later matmul of the chain adding outside its region would add onto
         uninitialised PSUM. Checked for views without loop variables (a region placed by a loop starts afresh). A
         matmul whose region is disjoint from every region started before starts one of its own (codegen06 makes it
-        overwrite: two sums in one PSUM tile)."""
+        overwrite: two sums in one PSUM tile). A matmul marked `start` overwrites its region whatever the tile held
+        (a PSUM tile reused for a new sum); only such a matmul may begin a sum in a tile allocated without zeros
+        (NKI 0.1 accumulates `+=` onto what the tile holds: zeros from nl.zeros, or garbage)."""
         first: dict[str, list[tuple[tuple[int, int], ...] | None]] = {}
+        zeroed: dict[str, bool] = {}
         for s in walk(self.k.body):
             if isinstance(s, Alloc) and s.buf.memory == "psum":
                 first.pop(s.buf.name, None)  # a new allocation starts a new chain
+                zeroed[s.buf.name] = s.zero
             elif isinstance(s, Matmul):
                 box = static_box(s.acc)
                 name = s.acc.buf.name
                 starts = first.setdefault(name, [])
+                if s.start:
+                    starts.append(box)
+                    continue
                 if not starts or box is not None and all(b is not None and disjoint(box, b) for b in starts):
+                    if not zeroed.get(name, True):
+                        self.fail(f"a matmul begins a sum in {name}, allocated without zeros: it must start it "
+                                  "(overwrite: ir.Matmul.start)")
                     starts.append(box)
                     continue
                 if box is not None and all(b is not None and not _inside(box, b) for b in starts):
