@@ -27,7 +27,7 @@ row block. They are made by one PE transpose per group of a zeroed tile holding 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
 from tilec.compiler import ir
@@ -38,8 +38,8 @@ from tilec.compiler.depthwise_kernel import DepthwiseBuilder
 from tilec.compiler.depthwise_layout import DEPTH, DTYPE, PSUM_FP32, Layout, choose_routes
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
+from tilec.compiler.psum_share import shared_sums
 from tilec.compiler.schedule import PMAX
-from tilec.errors import InternalError
 from tilec.target import Target, target as get_target
 
 SBUF_SHARE = 0.9  # of the kernel's SBUF budget (as counted by every allocation): the bands, A, B, the weights
@@ -559,111 +559,6 @@ class BlockBuilder:
                                  (self.K * nb, self.lay.rb, self.W))
         return [Alloc(res, line=line),
                 Dma(ir.whole(res), View(self.r6, (n, full(self.K * nb), full(self.lay.rb), full(self.W))), line)]
-
-
-def shared_sums(body: list[Stmt], banks: int, fresh: Callable[[str], str]) -> tuple[list[Stmt], int]:
-    """`body` with its fp32 PSUM sums (each allocation of a PSUM tile outside loops: one sum) placed in at most
-    `banks` PSUM tiles allocated once (less one where `body` has other PSUM tiles), each reused sum after sum: in
-    program order, a sum takes a tile none has used yet, else the one whose last sum was last touched earliest (its
-    first matmul overwrites: ir.Matmul.start). A sum's views keep their indices (a tile is as large as the largest
-    sum). The reuse waits are then the tiles' true dependences. Returns the body and the number of tiles (more
-    than the banks where more sums are live at once: choose() refuses such a layout)."""
-    flat = list(_positions(body))
-    moved_in = {st.dst.buf.name for st, _ in flat if isinstance(st, Transpose)}  # (the weights' PE transposes)
-    psum = [(n, st, looped) for n, (st, looped) in enumerate(flat) if isinstance(st, Alloc) and
-            st.buf.memory == "psum"]
-    sums = [(n, st) for n, st, looped in psum if not looped and st.buf.dtype == "f32" and st.buf.name not in moved_in]
-    if not sums:
-        return body, 0
-    # the other PSUM tiles (the project weights' transposes of one image's groups): a bank each, two for a name
-    # allocated again (NKI 0.1 holds a tile until its name is bound again, after the next one is allocated)
-    others = [st.buf.name for n, st, _ in psum if all(n != m for m, _ in sums)]
-    cap = banks - sum(min(2, others.count(name)) for name in set(others))
-    rank = {len(st.buf.shape) for _, st in sums}
-    assert len(rank) == 1, rank
-    shape = tuple(max(st.buf.shape[d] for _, st in sums) for d in range(rank.pop()))
-    # each sum's span: its allocation to the last statement touching its name before the name is allocated again
-    span: dict[int, int] = {}
-    current: dict[str, int] = {}
-    for n, (st, _) in enumerate(flat):
-        if isinstance(st, Alloc) and any(n == m for m, _ in sums):
-            current[st.buf.name] = n
-            span[n] = n
-            continue
-        for v in ir.views(st):
-            if v.buf.name in current:
-                span[current[v.buf.name]] = n
-    tiles: list[list] = []  # [tile, last position of its latest sum]
-    role: dict[int, Buf] = {}
-    for n, st in sums:
-        free = [t for t in tiles if t[1] < n]
-        if free and len(tiles) >= cap:
-            chosen = min(free, key=lambda t: t[1])
-            chosen[1] = span[n]
-        else:  # (past `cap`: more sums live at once than PSUM holds; choose() refuses such a layout)
-            tiles.append([Buf(fresh(f"psum{len(tiles)}"), "psum", "f32", shape), span[n]])
-            chosen = tiles[-1]
-        role[n] = chosen[0]
-    pos = iter(range(len(flat)))
-    now: dict[str, tuple[Buf, bool]] = {}  # a sum's name -> (its tile, whether its first matmul is yet to come)
-
-    def moved(v: object) -> object:
-        return View(now[v.buf.name][0], v.idx, v.perm) if isinstance(v, View) and v.buf.name in now else v
-
-    def rewrite(stmts: tuple[Stmt, ...] | list[Stmt]) -> list[Stmt]:
-        out: list[Stmt] = []
-        for st in stmts:
-            n = next(pos)
-            if n in role:
-                assert isinstance(st, Alloc)
-                now[st.buf.name] = (role[n], st.zero)
-                continue
-            if isinstance(st, (ir.Block, ir.Loop)):
-                out.append(replace(st, body=tuple(rewrite(st.body))))
-                continue
-            changes = {f.name: moved(getattr(st, f.name)) for f in fields(st)}
-            for v in ir.views(st):
-                if v.buf.name in now and now[v.buf.name][1]:  # a zeroed sum's first instruction
-                    if not (isinstance(st, Matmul) and st.acc.buf.name == v.buf.name):
-                        raise InternalError(f"the sum {v.buf.name} starts with a {type(st).__name__}, not a matmul: "
-                                            "a reused PSUM tile holds no zeros")
-                    now[v.buf.name] = (now[v.buf.name][0], False)
-                    changes["start"] = True
-            out.append(replace(st, **changes))  # type: ignore[arg-type]
-        return out
-    names = [t[0].name for t in tiles]
-    note = ir.Block(f"PSUM: the sums below (expand, depthwise, project) take the tiles {', '.join(names)} in turn, "
-                    "a new sum's first instruction overwriting its tile", ())
-    return [note] + allocated_at_first_use(rewrite(body), [t[0] for t in tiles], 0), len(tiles)
-
-
-def _positions(stmts, looped: bool = False):
-    """(statement, inside a loop) in program order (pre-order, as ir.walk)."""
-    for st in stmts:
-        yield st, looped
-        if isinstance(st, (ir.Block, ir.Loop)):
-            yield from _positions(st.body, looped or isinstance(st, ir.Loop))
-
-
-def allocated_at_first_use(body: list[Stmt], bufs: list[Buf], line: int) -> list[Stmt]:
-    """`body` with an allocation of each of `bufs` it uses just before the first statement using it (inside the
-    blocks: the allocation reads beside its first use); a buffer it does not use is not allocated."""
-    todo = {b.name: b for b in bufs}
-
-    def place(stmts: tuple[Stmt, ...] | list[Stmt]) -> list[Stmt]:
-        out: list[Stmt] = []
-        for st in stmts:
-            if isinstance(st, ir.Block):
-                st = replace(st, body=tuple(place(st.body)))
-            else:
-                for x in ir.walk((st,)):
-                    for v in ir.views(x):
-                        b = todo.pop(v.buf.name, None)
-                        if b is not None:
-                            out.append(Alloc(b, line=st.line or line))
-            out.append(st)
-        return out
-    return place(body)
 
 
 def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target, usage: list | None = None
