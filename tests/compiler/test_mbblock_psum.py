@@ -35,3 +35,21 @@ def test_block_sums_share_the_psum_banks(monkeypatch, nki, dt, shape):
     sums = [line for line in lines if re.search(r"# ---- (A = We \. X|B rows .* taps:)", line)]
     assert len(starts) > len(tiles) and len(sums) > len(tiles), (len(starts), len(sums), tiles)
     assert_matches(prog, "Y", out["Y"], block_ref(rounded(inputs, dt), dt))
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+def test_a_group_of_many_row_chunks_keeps_each_chunks_sums_apart(monkeypatch, nki):
+    """21 rows of 100 columns in one row block: 5 chunks of PSUM rows per group (5, 5, 5, 5, 1). A group's PSUM and
+    GpSimdE sums are added and evicted after its last chunk's taps, so each chunk needs sums of its own (chunk 3
+    once shared chunk 0's names: the layout was out of reach while every sum took a PSUM bank of its own name)."""
+    from tilec.compiler import build_mbblock
+
+    monkeypatch.setattr(codegen, "DEFAULT_NKI", nki)
+    monkeypatch.setattr(build_mbblock, "layouts", lambda e, d, p, elem: [build_mbblock.BlockLayout(1, 21, 40)])
+    prog, c, inputs, out = run(block_text("f32", 1, 8, 40, 21, 100))
+    assert on_chip(c)
+    src = wrap.unwrap(c.source)
+    assert len(re.findall(r"# ---- B rows \d+\.\.\d+ of each block, e group 0, 9 taps", src)) == 5
+    gsums = set(re.findall(r"\b(B_gacc\w*) = nl\.ndarray", src))
+    assert len(gsums) == 5, gsums
+    assert_matches(prog, "Y", out["Y"], block_ref(rounded(inputs, "f32"), "f32"))

@@ -35,7 +35,7 @@ from tilec.compiler.build_conv import hbm_view
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.depthwise_explain import plural
 from tilec.compiler.depthwise_kernel import DepthwiseBuilder
-from tilec.compiler.depthwise_layout import DEPTH, DTYPE, PSUM_FP32, Layout, choose_routes
+from tilec.compiler.depthwise_layout import DTYPE, PSUM_FP32, Layout, choose_routes
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.psum_share import shared_sums
@@ -426,11 +426,10 @@ class BlockBuilder:
         evicts: list[Stmt] = []
         for i, y0 in enumerate(range(0, lay.rb, self.rc)):
             rows = min(self.rc, lay.rb - y0)
-            end = "" if rows == self.rc else "_end"
-            # the SBUF products rotate over DEPTH + 1 chunks' tags and have the group's partitions; each chunk's
-            # PSUM sum has a name of its own (a chunk's sum is evicted after the group's last chunk's taps)
-            ctag = f"{tag}_{'abcd'[i % (DEPTH + 1)]}{end}" + ("_rest" if cg < lay.cg else "")
-            ptag = f"{tag}_{chr(ord('a') + i) if i < 26 else i}{end}"
+            # each chunk's PSUM sum and GpSimdE sum have names of their own: a group's sums are added and evicted
+            # after its last chunk's taps (the SBUF products have the group's partitions)
+            ptag = f"{tag}_{chr(ord('a') + i) if i < 26 else i}" + ("" if rows == self.rc else "_end")
+            ctag = ptag + ("_rest" if cg < lay.cg else "")
             taps, finish = dw.chunk(apad, parts, y0, rows, ctag, (ptag, nb * lay.cg))
             span = f"{d.name} rows {y0}..{y0 + rows} of each block, {self.ename} group {ir.fmt_aff(gi)}"
             out.append(ir.Block(f"{span}, {self.R * self.S} taps: {dw.taps_note(rows)}", tuple(taps), d.line))
