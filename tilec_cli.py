@@ -260,6 +260,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "ref: the NumPy reference evaluator only")
     _nki_arg(p)
     add_schedule(p)
+    add_target(p)
     add_quiet(p)
 
 
@@ -324,7 +325,7 @@ def _run_program(args: argparse.Namespace) -> int:
     with progress.stage("reference evaluator"):
         outputs = api.evaluate(prog, inputs)
     if args.backend == "nki":
-        outputs = _run_nki(args.program, bound, inputs, outputs, args.schedule, args.nki)
+        outputs = _run_nki(args.program, bound, inputs, outputs, args.schedule, args.nki, args.target)
     for name, array in outputs.items():
         print(f"output {_shape_text(bound.tensors[name])}  {_checksum(array)}")
     if args.out:
@@ -333,8 +334,9 @@ def _run_program(args: argparse.Namespace) -> int:
 
 
 def _run_nki(path: str, bound, inputs: dict, reference: dict, schedule: str | None = None,
-             nki: str | None = None) -> dict:
-    """Compile and run on the NKI backend; report the largest difference from the reference evaluator."""
+             nki: str | None = None, target: str | None = None) -> dict:
+    """Compile for `target` and run on the NKI backend under its rules; report the largest difference from the
+    reference evaluator."""
     import numpy as np
 
     import tilec
@@ -342,7 +344,7 @@ def _run_nki(path: str, bound, inputs: dict, reference: dict, schedule: str | No
 
     shapes = {name: bound.sizes[name] for name in bound.facts.symbols}
     with progress.stage("compiling and running the kernel on the NKI backend"):
-        result = tilec.compile_file(path, shapes=shapes, schedule=schedule, nki=nki).run(**inputs)
+        result = tilec.compile_file(path, shapes=shapes, schedule=schedule, nki=nki, target=target).run(**inputs)
     if isinstance(result, dict):
         outputs = result
     elif isinstance(result, (tuple, list)):
@@ -415,6 +417,7 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="KERNEL.py", help="write the tuned NKI kernel here")
     p.add_argument("--save-schedule", metavar="FILE", help="write the tuned schedule text here")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not fill .tilec-cache/tune/")
+    add_target(p)
     add_quiet(p)
     _nki_arg(p)
 
@@ -427,7 +430,8 @@ def _tune_run(args: argparse.Namespace) -> int:
     show = not args.quiet and progress.wanted(sys.stderr)
     budget = args.budget if args.budget is not None or args.time is not None else DEFAULT_BUDGET
     result = tune(args.program, parse_defines(args.defines) or None, budget=budget, time_s=args.time,
-                  seed=args.seed, jobs=args.jobs, progress=show, use_cache=not args.no_cache, nki=args.nki)
+                  seed=args.seed, jobs=args.jobs, progress=show, use_cache=not args.no_cache, nki=args.nki,
+                  target=args.target or "trn2")
     if result.verified:  # files first: the summary goes to stdout, which may be a pipe that closes early
         if args.save_schedule:
             _write_text(args.save_schedule, result.best_schedule, "the schedule", "--save-schedule")
@@ -472,7 +476,8 @@ def _profile_run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise TilecError(f"no such file: {args.file}")
     if path.suffix == ".tl":
-        trace, kernel_source = _profile_trace_tl(path, parse_defines(args.defines), args.schedule, args.nki)
+        trace, kernel_source = _profile_trace_tl(path, parse_defines(args.defines), args.schedule, args.nki,
+                                                 args.target)
     elif args.schedule:
         raise TilecError("--schedule applies to .tl programs", hint="profile the .tl program with --schedule, or "
                                                                      "the kernel file alone")
@@ -510,7 +515,7 @@ def _profile_trace_py(path, args: argparse.Namespace):
     name = _kernel_name(str(path), args.kernel, "profiling")
     inputs = _kernel_inputs(str(path), name, args)
     with progress.stage(f"running {name} on the interpreter"):
-        _, trace = nki_api.run_file(str(path), name, inputs)
+        _, trace = nki_api.run_file(str(path), name, inputs, target=args.target)
     return trace, path.read_text()
 
 
@@ -538,14 +543,15 @@ def _shape_spec(text: str, params: list[str], index: int) -> tuple[str, tuple[tu
                          hint="write e.g. --shape 256x256x3x3:float16 or --shape w=256x256x3x3:float16") from None
 
 
-def _profile_trace_tl(path, defines: dict[str, int], schedule: str | None = None, nki: str | None = None):
+def _profile_trace_tl(path, defines: dict[str, int], schedule: str | None = None, nki: str | None = None,
+                      target: str | None = None):
     """The trace of a .tl program's kernel from a trace-only run: the same trace and checks as a full run, without
     the arithmetic (several times faster on convolutions), on random inputs in the declared dtypes."""
     from tilec import compile_file, progress
     from tilec.lang.api import random_inputs
 
     with progress.stage("compiling and tracing on the interpreter"):
-        compiled = compile_file(str(path), defines or None, schedule, nki)
+        compiled = compile_file(str(path), defines or None, schedule, nki, target)
         _, trace = compiled.run_traced(**random_inputs(compiled.program, seed=0), numerics=False)
     return trace, compiled.source
 
@@ -603,7 +609,8 @@ def _compile_bundle(args: argparse.Namespace) -> int:
     program = lang.load(args.program, sets[0] or None)
     declared = sorted({t.dtype for t in program.tensors.values()})
     dtypes = args.dtype or declared[:1]
-    cases = [Case(args.program, sizes, dtype, schedule=args.schedule) for dtype in dtypes for sizes in sets]
+    cases = [Case(args.program, sizes, dtype, schedule=args.schedule, target=args.target) for dtype in dtypes
+             for sizes in sets]
     source = bundle(program.kernel.name, [p.name for p in program.kernel.params], cases, args.nki)
     if args.output:
         _write_text(args.output, source)

@@ -183,6 +183,7 @@ class Case:
     dtype: str = "f32"
     when: dict[str, Any] = field(default_factory=dict)
     schedule: str | None = None
+    target: str | None = None  # the NeuronCore generation it is compiled for (tilec.target; None: the default)
 
 
 # per NKI version (tilec.compiler.codegen.NKI_VERSIONS): the module's imports and the dispatcher's decorators
@@ -207,7 +208,7 @@ def bundle(name: str, params: list[str], cases: list[Case], nki: str | None = No
     sections, branches, tensor_params = [], [], []
     for i, case in enumerate(cases):
         compiled = compile_loaded(program_for_dtype(case.program, case.dtype, case.sizes),
-                                  read_schedule(case.schedule), nki)
+                                  read_schedule(case.schedule), nki, case.target)
         tensors = [p.name for p in compiled.program.kernel.params]
         tensor_params.append(tensors)
         if len(tensors) > len(params):
