@@ -377,7 +377,7 @@ def _accumulation_rules(run, cmd: int, reduce_op: object, reduce_res: object, ds
 
 def _update_registers(run, cmd: int, value: np.ndarray | None, parts: int) -> None:
     if cmd in (_RESET, _RESET_REDUCE) or run.vector_acc is None:
-        run.vector_acc = np.full(128, -np.inf, F32)
+        run.vector_acc = np.full(run.target.pmax, -np.inf, F32)  # one register per partition
     if cmd in (_REDUCE, _RESET_REDUCE):
         rows = value.reshape(parts, -1).max(axis=1)
         run.vector_acc[:parts] = np.maximum(run.vector_acc[:parts], rows)
