@@ -9,7 +9,8 @@ One vocabulary for every subcommand (the helpers below add the options, so they 
   --shape [NAME=]AxB[:DT]   a random input for a .py kernel (unnamed ones go in parameter order)
   --arg NAME=VALUE          a scalar argument of a .py kernel
   --seed K                  seed of random inputs
-  --target trn2|trn1        the modelled NeuronCore (default: the kernel's own platform target, else trn2)
+  --target trn2|trn1        the NeuronCore generation: limits, interpreter rules, model (default: the kernel's
+                            own platform target, else trn2)
   --out OUT.npz             where output arrays go;  -o/--output FILE  where a generated file goes
   --quiet                   no progress display (it is shown only on a terminal, for work over ~2 s)
 Results go to stdout; notes ("wrote X"), progress and errors to stderr. Files are written whole or not at all.
