@@ -18,7 +18,7 @@ import nki.language as nl
 import tilec_cli
 from tilec import target as hw
 from tilec.compiler import api as compiler_api
-from tilec.errors import InternalError
+from tilec.errors import InternalError, TilecError
 from tilec.nki import api as nki_api
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -52,6 +52,16 @@ def test_a_compiled_kernel_runs_under_its_own_targets_rules() -> None:
     outs, trace = c.run_traced(a, b)
     assert trace.target == "trn1"
     np.testing.assert_array_equal(next(iter(outs.values())), a + b)
+
+
+def test_jit_compiles_and_runs_for_its_target() -> None:
+    add = tilec.jit(VECTOR_ADD, target="trn1")
+    a, b = (np.random.default_rng(s).random(1024, dtype=np.float32) for s in (0, 1))
+    np.testing.assert_array_equal(add(a, b), a + b)
+    (compiled,) = add.cache.values()
+    assert compiled.result.target is hw.TRN1
+    with pytest.raises(TilecError, match="unknown target 'trn9'"):
+        tilec.jit(VECTOR_ADD, target="trn9")
 
 
 COMMANDS = {  # subcommand -> its arguments before --target
