@@ -356,6 +356,10 @@ def _run_nki(path: str, bound, inputs: dict, reference: dict, schedule: str | No
 
     for name, ref in reference.items():
         print(f"nki    {name}: max abs error vs reference {float(max_error(outputs[name], ref)):.3g}")
+        nan = int(np.isnan(np.asarray(ref, np.float64)).sum())
+        if nan:  # NaN on both sides compares equal: say so, the inputs may be outside a function's domain
+            note(f"{name}: {nan} of {np.size(ref)} values are NaN in the reference (and in the same places in the "
+                 f"kernel's output): an input outside a function's domain? (random inputs are uniform in [-1, 1))")
     for bad in mismatches(bound, outputs, reference, inputs)[:1]:  # (also catches NaN on one side)
         raise TilecError(f"the NKI kernel's `{bad.name}` differs from the reference evaluator by {bad.error:.3g} "
                          f"(tolerance {bad.tolerance:.3g})",
