@@ -9,7 +9,8 @@ One vocabulary for every subcommand (the helpers below add the options, so they 
   --shape [NAME=]AxB[:DT]   a random input for a .py kernel (unnamed ones go in parameter order)
   --arg NAME=VALUE          a scalar argument of a .py kernel
   --seed K                  seed of random inputs
-  --target trn2|trn1        the modelled NeuronCore (default: the kernel's own platform target, else trn2)
+  --target trn2|trn1        the NeuronCore generation: limits, interpreter rules, model (default: the kernel's
+                            own platform target, else trn2)
   --out OUT.npz             where output arrays go;  -o/--output FILE  where a generated file goes
   --quiet                   no progress display (it is shown only on a terminal, for work over ~2 s)
 Results go to stdout; notes ("wrote X"), progress and errors to stderr. Files are written whole or not at all.
@@ -260,6 +261,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "ref: the NumPy reference evaluator only")
     _nki_arg(p)
     add_schedule(p)
+    add_target(p)
     add_quiet(p)
 
 
@@ -324,7 +326,7 @@ def _run_program(args: argparse.Namespace) -> int:
     with progress.stage("reference evaluator"):
         outputs = api.evaluate(prog, inputs)
     if args.backend == "nki":
-        outputs = _run_nki(args.program, bound, inputs, outputs, args.schedule, args.nki)
+        outputs = _run_nki(args.program, bound, inputs, outputs, args.schedule, args.nki, args.target)
     for name, array in outputs.items():
         print(f"output {_shape_text(bound.tensors[name])}  {_checksum(array)}")
     if args.out:
@@ -333,8 +335,9 @@ def _run_program(args: argparse.Namespace) -> int:
 
 
 def _run_nki(path: str, bound, inputs: dict, reference: dict, schedule: str | None = None,
-             nki: str | None = None) -> dict:
-    """Compile and run on the NKI backend; report the largest difference from the reference evaluator."""
+             nki: str | None = None, target: str | None = None) -> dict:
+    """Compile for `target` and run on the NKI backend under its rules; report the largest difference from the
+    reference evaluator."""
     import numpy as np
 
     import tilec
@@ -342,7 +345,7 @@ def _run_nki(path: str, bound, inputs: dict, reference: dict, schedule: str | No
 
     shapes = {name: bound.sizes[name] for name in bound.facts.symbols}
     with progress.stage("compiling and running the kernel on the NKI backend"):
-        result = tilec.compile_file(path, shapes=shapes, schedule=schedule, nki=nki).run(**inputs)
+        result = tilec.compile_file(path, shapes=shapes, schedule=schedule, nki=nki, target=target).run(**inputs)
     if isinstance(result, dict):
         outputs = result
     elif isinstance(result, (tuple, list)):
@@ -353,6 +356,10 @@ def _run_nki(path: str, bound, inputs: dict, reference: dict, schedule: str | No
 
     for name, ref in reference.items():
         print(f"nki    {name}: max abs error vs reference {float(max_error(outputs[name], ref)):.3g}")
+        nan = int(np.isnan(np.asarray(ref, np.float64)).sum())
+        if nan:  # NaN on both sides compares equal: say so, the inputs may be outside a function's domain
+            note(f"{name}: {nan} of {np.size(ref)} values are NaN in the reference (and in the same places in the "
+                 f"kernel's output): an input outside a function's domain? (random inputs are uniform in [-1, 1))")
     for bad in mismatches(bound, outputs, reference, inputs)[:1]:  # (also catches NaN on one side)
         raise TilecError(f"the NKI kernel's `{bad.name}` differs from the reference evaluator by {bad.error:.3g} "
                          f"(tolerance {bad.tolerance:.3g})",
@@ -415,6 +422,7 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="KERNEL.py", help="write the tuned NKI kernel here")
     p.add_argument("--save-schedule", metavar="FILE", help="write the tuned schedule text here")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not fill .tilec-cache/tune/")
+    add_target(p)
     add_quiet(p)
     _nki_arg(p)
 
@@ -427,7 +435,8 @@ def _tune_run(args: argparse.Namespace) -> int:
     show = not args.quiet and progress.wanted(sys.stderr)
     budget = args.budget if args.budget is not None or args.time is not None else DEFAULT_BUDGET
     result = tune(args.program, parse_defines(args.defines) or None, budget=budget, time_s=args.time,
-                  seed=args.seed, jobs=args.jobs, progress=show, use_cache=not args.no_cache, nki=args.nki)
+                  seed=args.seed, jobs=args.jobs, progress=show, use_cache=not args.no_cache, nki=args.nki,
+                  target=args.target or "trn2")
     if result.verified:  # files first: the summary goes to stdout, which may be a pipe that closes early
         if args.save_schedule:
             _write_text(args.save_schedule, result.best_schedule, "the schedule", "--save-schedule")
@@ -472,7 +481,8 @@ def _profile_run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise TilecError(f"no such file: {args.file}")
     if path.suffix == ".tl":
-        trace, kernel_source = _profile_trace_tl(path, parse_defines(args.defines), args.schedule, args.nki)
+        trace, kernel_source = _profile_trace_tl(path, parse_defines(args.defines), args.schedule, args.nki,
+                                                 args.target)
     elif args.schedule:
         raise TilecError("--schedule applies to .tl programs", hint="profile the .tl program with --schedule, or "
                                                                      "the kernel file alone")
@@ -510,7 +520,7 @@ def _profile_trace_py(path, args: argparse.Namespace):
     name = _kernel_name(str(path), args.kernel, "profiling")
     inputs = _kernel_inputs(str(path), name, args)
     with progress.stage(f"running {name} on the interpreter"):
-        _, trace = nki_api.run_file(str(path), name, inputs)
+        _, trace = nki_api.run_file(str(path), name, inputs, target=args.target)
     return trace, path.read_text()
 
 
@@ -538,14 +548,15 @@ def _shape_spec(text: str, params: list[str], index: int) -> tuple[str, tuple[tu
                          hint="write e.g. --shape 256x256x3x3:float16 or --shape w=256x256x3x3:float16") from None
 
 
-def _profile_trace_tl(path, defines: dict[str, int], schedule: str | None = None, nki: str | None = None):
+def _profile_trace_tl(path, defines: dict[str, int], schedule: str | None = None, nki: str | None = None,
+                      target: str | None = None):
     """The trace of a .tl program's kernel from a trace-only run: the same trace and checks as a full run, without
     the arithmetic (several times faster on convolutions), on random inputs in the declared dtypes."""
     from tilec import compile_file, progress
     from tilec.lang.api import random_inputs
 
     with progress.stage("compiling and tracing on the interpreter"):
-        compiled = compile_file(str(path), defines or None, schedule, nki)
+        compiled = compile_file(str(path), defines or None, schedule, nki, target)
         _, trace = compiled.run_traced(**random_inputs(compiled.program, seed=0), numerics=False)
     return trace, compiled.source
 
@@ -603,7 +614,8 @@ def _compile_bundle(args: argparse.Namespace) -> int:
     program = lang.load(args.program, sets[0] or None)
     declared = sorted({t.dtype for t in program.tensors.values()})
     dtypes = args.dtype or declared[:1]
-    cases = [Case(args.program, sizes, dtype, schedule=args.schedule) for dtype in dtypes for sizes in sets]
+    cases = [Case(args.program, sizes, dtype, schedule=args.schedule, target=args.target) for dtype in dtypes
+             for sizes in sets]
     source = bundle(program.kernel.name, [p.name for p in program.kernel.params], cases, args.nki)
     if args.output:
         _write_text(args.output, source)

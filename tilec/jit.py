@@ -33,11 +33,14 @@ class Kernel:
     """A .tl program callable on arrays of any shape the program accepts; one compiled kernel per (shapes, dtype,
     sizes) key, kept in `self.cache`."""
 
-    def __init__(self, program: str | pathlib.Path, schedule: str | None = None, **sizes: int) -> None:
+    def __init__(self, program: str | pathlib.Path, schedule: str | None = None, *, target: str | None = None,
+                 **sizes: int) -> None:
         from tilec.lang import api as lang
+        from tilec.target import target as get_target
 
         self.path = pathlib.Path(program)
         self.schedule = schedule
+        self.target = get_target(target).name  # the NeuronCore generation it compiles for (an unknown one: here)
         self.sizes = sizes
         self.program = lang.load(self.path, sizes or None)  # a user's mistake in the program shows up here, once
         self.params = [p.name for p in self.program.kernel.params]
@@ -77,7 +80,7 @@ class Kernel:
         program = program_for_dtype(self.path, dtype, sizes)
         bound = lang.bind_inputs(program, dict(zip(self.params, inputs)))
         shapes = {name: bound.sizes[name] for name in bound.facts.symbols}
-        return compile_loaded(lang.load(program.path, shapes), read_schedule(self.schedule))
+        return compile_loaded(lang.load(program.path, shapes), read_schedule(self.schedule), target=self.target)
 
 
 def _run(compiled: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -97,9 +100,11 @@ def _run(compiled: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [outputs[name] for name in compiled.program.kernel.outputs]
 
 
-def jit(program: str | pathlib.Path, schedule: str | None = None, **sizes: int) -> Kernel:
-    """`tilec.jit("conv.tl")(X, Wt)`: the program as a function compiled per input shape and dtype (see Kernel)."""
-    return Kernel(program, schedule, **sizes)
+def jit(program: str | pathlib.Path, schedule: str | None = None, *, target: str | None = None,
+        **sizes: int) -> Kernel:
+    """`tilec.jit("conv.tl")(X, Wt)`: the program as a function compiled per input shape and dtype (see Kernel);
+    `target="trn1"` compiles for that NeuronCore generation (tilec.target; default trn2) and runs under its rules."""
+    return Kernel(program, schedule, target=target, **sizes)
 
 
 def program_for_dtype(path: str | pathlib.Path, dtype: str | None, sizes: dict[str, int] | None = None) -> Any:
@@ -183,6 +188,7 @@ class Case:
     dtype: str = "f32"
     when: dict[str, Any] = field(default_factory=dict)
     schedule: str | None = None
+    target: str | None = None  # the NeuronCore generation it is compiled for (tilec.target; None: the default)
 
 
 # per NKI version (tilec.compiler.codegen.NKI_VERSIONS): the module's imports and the dispatcher's decorators
@@ -207,7 +213,7 @@ def bundle(name: str, params: list[str], cases: list[Case], nki: str | None = No
     sections, branches, tensor_params = [], [], []
     for i, case in enumerate(cases):
         compiled = compile_loaded(program_for_dtype(case.program, case.dtype, case.sizes),
-                                  read_schedule(case.schedule), nki)
+                                  read_schedule(case.schedule), nki, case.target)
         tensors = [p.name for p in compiled.program.kernel.params]
         tensor_params.append(tensors)
         if len(tensors) > len(params):

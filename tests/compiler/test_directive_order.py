@@ -3,11 +3,14 @@ directives.canonical_order): permuting a legal directive list gives byte-identic
 from __future__ import annotations
 
 import functools
+import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compiler_helpers import compile_example
+from tilec.errors import TilecError
 
 CASES = {
     "conv_bias_maxpool": (dict(N=1, C=128, H=10, W=14, K=256),
@@ -42,3 +45,28 @@ def test_the_transpose_split_survives_a_later_tile() -> None:
     # Y.i is the source's column loop: the tile sets the blocks' columns (64; rows stay 128, rectangular blocks), and
     # the split keeps two blocks per strip
     assert "Y_strip = nl.ndarray((64, 2, 512)" in src
+
+
+def _rival(directive: str) -> str:
+    """A directive setting what `directive` sets, to another value (the same line when it takes no number)."""
+    return re.sub(r"(\d+)$", lambda m: str(int(m.group(1)) * 2), directive)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from(sorted(CASES)).flatmap(
+    lambda name: st.tuples(st.just(name), st.integers(0, len(CASES[name][1]) - 1)).flatmap(
+        lambda c: st.tuples(st.just(c[0]), st.permutations(CASES[c[0]][1] + [_rival(CASES[c[0]][1][c[1]])]),
+                            st.just(_rival(CASES[c[0]][1][c[1]])), st.just(CASES[c[0]][1][c[1]])))))
+def test_two_directives_setting_one_thing_are_one_error_naming_both_lines(case) -> None:
+    """Issue 10: a permuted directive list gives the same kernel "or an error naming both conflicting lines",
+    wherever the two lines are."""
+    name, order, rival, original = case
+    lines = [i + 1 for i, d in enumerate(order) if d in (rival, original)]
+    if rival == original:  # the same line twice
+        lines = [i + 1 for i, d in enumerate(order) if d == original]
+    first, second = lines[0], lines[1]
+    with pytest.raises(TilecError) as info:
+        compile_example(name, CASES[name][0], schedule="\n".join(order))
+    err = info.value
+    assert err.span is not None and err.span.line == second, err.render()
+    assert f"(line {first})" in str(err) and "sets again" in str(err), err.render()

@@ -37,6 +37,7 @@ COLSUM = """kernel colsum(A: f32[M, N]) -> s
     s[j] += A[i, j]
 """
 COLMAX = COLSUM.replace("+=", "max=")
+COLSUM_FROM_ONE = COLSUM.replace("s[j] = 0", "s[j] = 1")
 MATMUL = """kernel mm(A: f32[M, K], B: f32[K, N]) -> C
   default M = 16, K = 12, N = 8
   C: f32[M, N]
@@ -120,6 +121,8 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
     "bind_expr": (DOT, lambda k: pr.bind_expr(k, "s", "j", "T")),
     # the terms in the source's 16-bit dtype (rules.colreduce's expressions; abs is exact in bf16)
     "bind_expr_dtype": (ABSSUM, lambda k: pr.bind_expr(k, "s", "j", "T", dtype="bf16")),
+    # the initial value folded into the reduce (rules' reductions: tensor_reduce writes its first result)
+    "fold_init": (COLSUM, lambda k: pr.fold_init(k, "s")),
     "split_reorder_stage": (ELTWISE, lambda k: pr.stage(pr.reorder(pr.split(k, "i", 128), "i_o", "i_i", "j"),
                                                         "X", "i_i", "sbuf")),
 }
@@ -190,6 +193,8 @@ ERRORS = {
     "bind_expr_not_one_update": (DOT, lambda k: pr.bind_expr(k, "s", "i", "T")),
     "bind_expr_not_an_on_chip_dtype": (DOT, lambda k: pr.bind_expr(k, "s", "j", "T", dtype="f64")),
     "reverse_compute_at_reduction_loop": (MEAN, lambda k: pr.reverse_compute_at(k, "i#1", "j")),
+    "fold_init_not_the_identity": (COLSUM_FROM_ONE, lambda k: pr.fold_init(k, "s")),
+    "fold_init_no_initialising_nest": (ELTWISE, lambda k: pr.fold_init(k, "Y")),
     "reverse_compute_at_not_next": (CHAIN, lambda k: pr.reverse_compute_at(k, "i#0", "j#1")),
 }
 
@@ -208,3 +213,28 @@ def test_reverse_compute_at_errors_are_located() -> None:
     with pytest.raises(TilecError) as info:
         pr.reverse_compute_at(kernel_of(MEAN)[1], "i#1", "j", span=span)
     assert info.value.span == span and "does not index s[i]" in str(info.value)
+
+
+HELPERS = {"with_loop_many"}  # Kernel -> Kernel plumbing the primitives share, not a schedule step
+
+
+def test_every_primitive_has_before_after_and_error_goldens() -> None:
+    """Issue 10: "every primitive has before/after goldens and error goldens". A primitive is a public
+    `Kernel -> Kernel` function of primitives.py or layout.py; its goldens are named after it."""
+    import inspect
+    import pathlib
+
+    from tilec.compiler import layout
+
+    golden = pathlib.Path(__file__).resolve().parents[1] / "golden" / "compiler"
+    missing = []
+    for module, folder in ((pr, "primitives"), (layout, "layout")):
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            params = list(inspect.signature(fn).parameters.values())
+            if fn.__module__ != module.__name__ or name.startswith("_") or name in HELPERS or not params or \
+                    params[0].annotation != "Kernel" or inspect.signature(fn).return_annotation != "Kernel":
+                continue
+            for kind, pattern in (("before/after", f"{name}*.txt"), ("error", f"errors/{name}*.txt")):
+                if not list((golden / folder).glob(pattern)):
+                    missing.append(f"{folder}.{name}: no {kind} golden")
+    assert not missing, missing

@@ -28,7 +28,7 @@ class Compiled:
     def run(self, /, *arrays: np.ndarray, **named: np.ndarray) -> dict[str, np.ndarray]:
         """Run the kernel on the active backend; inputs by position or name, cast to their declared dtypes.
         (`self` is positional-only: a kernel input may be named `self`.)"""
-        return run_source(self.source, self.kernel_name, self.program, arrays, named)
+        return run_source(self.source, self.kernel_name, self.program, arrays, named, target=self.result.target.name)
 
     def run_traced(self, /, *arrays: np.ndarray, **named: np.ndarray):
         """(outputs, trace). numerics=False: a trace-only run (same trace and rule checks, output values
@@ -36,7 +36,7 @@ class Compiled:
         under that name is the kernel input `numerics`."""
         numerics = cast(bool, named.pop("numerics")) if isinstance(named.get("numerics"), bool) else True
         return run_source(self.source, self.kernel_name, self.program, arrays, named, traced=True,
-                          numerics=numerics)
+                          numerics=numerics, target=self.result.target.name)
 
 
 def read_schedule(schedule: str | None):
@@ -134,15 +134,16 @@ def load_kernel(source: str, name: str) -> Callable:
 
 
 def run_source(source: str, name: str, program, arrays: tuple, named: dict, traced: bool = False,
-               numerics: bool = True):
+               numerics: bool = True, target: str | None = None):
+    """Run a kernel on the interpreter under `target`'s rules (the one it was compiled for; None: the default)."""
     from tilec.nki import api as nki_api
 
     kernel = load_kernel(source, name)
     inputs = _bind(program, arrays, named, copy=numerics)
     if traced:  # strict: tilec's own kernels keep to the rules of later releases as well (rules.later_release)
-        outs, trace = nki_api.simulate_traced(kernel, *inputs, numerics=numerics, strict=True)
+        outs, trace = nki_api.simulate_traced(kernel, *inputs, numerics=numerics, strict=True, target=target)
     else:
-        outs, trace = nki_api.simulate(kernel, *inputs, strict=True), None
+        outs, trace = nki_api.simulate(kernel, *inputs, strict=True, target=target), None
     outs = outs if isinstance(outs, tuple) else (outs,)
     result = {o: np.asarray(v) for o, v in zip(program.kernel.outputs, outs)}
     return (result, trace) if traced else result

@@ -56,7 +56,7 @@ from tilec.compiler.select_eltwise import has_reversed_read
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
-from tilec.target import target as get_target
+from tilec.target import invariant, target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 _HALF = ("f16", "bf16")
@@ -136,7 +136,7 @@ class Steps:
 
 Value = Union[Lin, Steps]
 _ALU = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
-PSUM_F32 = 512  # fp32 elements of one 2 KiB PSUM bank: the column chunk of a chain of VectorE steps
+PSUM_F32 = invariant("psum_fmax")  # fp32 elements of one PSUM bank: the column chunk of a chain of VectorE steps
 # rows at least this long scale by a column on the broadcast of a row (Steps, scale_row): the ScalarE pass it saves
 # (F cycles) then outweighs the ~0.5 us the transpose and the row's copy add to each row tile's path (on the model,
 # layernorm 256 x 512 f32: 22.5 us with the pass, 23.3 without; 256 x 2048: 41.0 with, 38.7 without)
@@ -300,7 +300,7 @@ class _Chain:
             row = Buf(self.fresh(f"{name}_row"), "sbuf", dt, (1, self.F))
             self.row_setup[row.name] = [Alloc(row, line=self.line), Dma(whole(row), whole(view), self.line)]
             # the SBUF copy loads the row chunk by chunk: a whole row would take F * 4 bytes of every partition
-            chunk = best_divisor(self.F, 512)
+            chunk = best_divisor(self.F, PSUM_F32)
             acc = Buf(self.fresh(f"{name}_bcast"), "psum", "f32", (self.TP, chunk))
             part = Buf(self.fresh(f"{name}_part"), "sbuf", dt, (1, chunk))
             cols = sl(a(term("c", chunk)), chunk)

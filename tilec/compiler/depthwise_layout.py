@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from tilec.compiler.ir import Buf
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX, ConvPlan, default_plan
-from tilec.target import target as get_target
+from tilec.target import invariant, target as get_target
 
 
-PSUM_FP32 = 512  # fp32 elements per partition in one 2 KiB PSUM bank: a chunk's accumulator
+PSUM_FP32 = invariant("psum_fmax")  # fp32 elements per partition in one PSUM bank: a chunk's accumulator
 STORE_CHAIN_NS = 2000.0  # the last stores after the last taps: a DMA latency (~1.15 us) + transfer
 SBUF_BUDGET = 96 * 1024  # bytes per partition for the band and the output band (two of each in flight)
 DIAG_BUDGET = 48 * 1024  # bytes per partition for TensorE's diagonal weights (all taps of all groups, at most)

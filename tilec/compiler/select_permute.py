@@ -82,7 +82,7 @@ def _run_bytes(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize:
         return itemsize * math.prod(ext[v] for v in s[len(s) - common:])
     if kind == "dma" or not s:
         return itemsize
-    return itemsize * min(ext[s[-1]], ext[t[-1]], 128)
+    return itemsize * min(ext[s[-1]], ext[t[-1]], TRN2.pmax)
 
 
 def step_cost(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: int) -> float:
@@ -91,13 +91,14 @@ def step_cost(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: 
         k = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
         c = next(c for c in range(1, len(src) - k) if src[k + c:] + src[k:k + c] == out[k:])
         m, n = math.prod(ext[v] for v in src[k:k + c]), math.prod(ext[v] for v in src[k + c:])
-        return max(TRANSPOSE_COST * 128 / min(m, n, 128), engine_passes(m, n, itemsize))
+        return max(TRANSPOSE_COST * TRN2.pmax / min(m, n, TRN2.pmax), engine_passes(m, n, itemsize))
     run = _run_bytes(kind, src, out, ext, itemsize)
     if kind == "dma":  # the engines of its partitions (8 each, of 16) share the work
         runs = dma_runs(src, out, ext)
         assert runs is not None
-        engines = min(16, -(-_divisor(ext[runs[1][0]], 128) // 8))
-        return max(DMA_COST, DMA_RUN / run) * 16 / engines
+        per_engine = TRN2.pmax // TRN2.dma_engines
+        engines = min(TRN2.dma_engines, -(-_divisor(ext[runs[1][0]], TRN2.pmax) // per_engine))
+        return max(DMA_COST, DMA_RUN / run) * TRN2.dma_engines / engines
     return 2 * TRANSPOSE_COST + DMA_RUN / run  # pair: short strided rows, then transposes
 
 
@@ -177,7 +178,7 @@ def plan(src: Order, out: Order, ext: dict[str, int], itemsize: int) -> list[Ste
     return chain(src, out, ext, itemsize)
 
 
-def dma_runs(src: Order, out: Order, ext: dict[str, int], pmax: int = 128) -> tuple[Order, Order] | None:
+def dma_runs(src: Order, out: Order, ext: dict[str, int], pmax: int = TRN2.pmax) -> tuple[Order, Order] | None:
     """(outer, inner) of a DMA step (the last dimension stays): for each iteration of `outer` one DMA per block of
     partitions copies X's slice over `inner` to Y's slice of the same shape. `inner` comes in the same order on both
     sides (the largest such set, in elements) and starts at its loop with the largest divisor <= pmax, not the last

@@ -61,6 +61,7 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
     _act("sigmoid", _f64(lambda x: 1.0 / (1.0 + np.exp(-x)))),
     _act("gelu", _f64(lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))))),  # exact (erf) GELU, as nl.gelu
     _act("abs", np.abs),
+    _act("silu", _f64(lambda x: x / (1.0 + np.exp(-x)))),  # x * sigmoid(x) (swish), as nl.silu
     _cast("f32"), _cast("f16"), _cast("bf16"),
 )}
 

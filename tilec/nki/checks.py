@@ -37,7 +37,8 @@ def new_tile(run: object, shape: tuple, dtype: np.dtype, memory: str, name: str,
         raise rules.NkiSyntaxError(
             f"PSUM tile needs {bpp} bytes per partition, more than one {tgt.psum_bank_bytes}-byte PSUM bank",
             "psum_tile_exceeds_bank", where, f"tile '{name}' of shape {tuple(shape)}, {np.dtype(dtype).name}",
-            hint="a PSUM tile holds at most 512 fp32 per partition (nl.tile_size.psum_fmax); split the free dim")
+            hint=f"a PSUM tile holds at most {tgt.psum_fmax} fp32 per partition (nl.tile_size.psum_fmax); "
+                 "split the free dim")
 
 
 def psum_banks(tgt: object, stored: tuple, itemsize: int, blocks: int) -> int:

@@ -643,7 +643,8 @@ def _activated(fn: alu.Op, x: np.ndarray, scale_of, bias_of) -> np.ndarray:
     x = x * scale_of()
     if bias_of is not None:
         x = x + bias_of()
-    return fn.unary(x.astype(F32)).astype(F32)
+    with np.errstate(all="ignore"):  # inf/NaN propagate as on the engine, without NumPy's warnings to the user
+        return fn.unary(x.astype(F32)).astype(F32)
 
 
 def _activation_scale(run, data: Tensor, scale: object, where: tuple, reads: list):

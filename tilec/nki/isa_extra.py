@@ -26,7 +26,6 @@ from tilec.nki.tensor import Tensor
 
 _PREDICATE_DTYPES = (dtypes.uint8, dtypes.uint16, dtypes.uint32)  # (nl.bool_ is stored as uint8)
 _PARTITION_REDUCE_OPS = ("add", "max", "maximum", "bitwise_or", "bitwise_and")
-BN_STATS_FMAX = 512  # nl.tile_size.bn_stats_fmax
 
 
 # ---- shared operand rules ----
@@ -198,9 +197,10 @@ def bn_stats(data: Tensor, *, mask: object = None, dtype: object = None) -> Tens
     run, where = core.begin()
     _no_mask(mask, "bn_stats", where)
     _elementwise_engine(None, "vector", (("data", data),), "bn_stats", run, where)
-    if data.free_size > BN_STATS_FMAX:
+    fmax = run.target.instr("bn_stats").limit("f")  # nl.tile_size.bn_stats_fmax
+    if data.free_size > fmax:
         raise rules.NkiSyntaxError(
-            f"bn_stats free size {data.free_size} exceeds bn_stats_fmax {BN_STATS_FMAX}", "bn_stats_free_size",
+            f"bn_stats free size {data.free_size} exceeds bn_stats_fmax {fmax}", "bn_stats_free_size",
             where, f"data {data.describe()}",
             hint="run bn_stats on each 512-element slice into one stats tile, then one nisa.bn_aggr")
     core.read(run, data, where)
@@ -377,7 +377,7 @@ def _accumulation_rules(run, cmd: int, reduce_op: object, reduce_res: object, ds
 
 def _update_registers(run, cmd: int, value: np.ndarray | None, parts: int) -> None:
     if cmd in (_RESET, _RESET_REDUCE) or run.vector_acc is None:
-        run.vector_acc = np.full(128, -np.inf, F32)
+        run.vector_acc = np.full(run.target.pmax, -np.inf, F32)  # one register per partition
     if cmd in (_REDUCE, _RESET_REDUCE):
         rows = value.reshape(parts, -1).max(axis=1)
         run.vector_acc[:parts] = np.maximum(run.vector_acc[:parts], rows)

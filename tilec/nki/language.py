@@ -43,14 +43,27 @@ class par_dim(int):
     """Marks the partition dimension of a shape; it must be the first one (NKI 2.25+)."""
 
 
-class tile_size:
-    """Read from the default target's record (tilec/target.py)."""
-    pmax = hardware.target().pmax
-    psum_fmax = hardware.target().psum_fmax
-    gemm_stationary_fmax = hardware.target().stationary_fmax
-    gemm_moving_fmax = hardware.target().moving_fmax
-    bn_stats_fmax = 512
-    total_available_sbuf_size = hardware.target().sbuf_usable  # bytes per partition (the name is misleading)
+def running_target() -> hardware.Target:
+    """The target of the kernel running now (`simulate(..., target="trn1")`, `--target`), else the default."""
+    run = runtime.active()
+    return run.target if run is not None else hardware.target()
+
+
+class TileSizeFacts(type):
+    """nl.tile_size's constants are the running kernel's target's figures (tilec/target.py), read when asked: a kernel
+    run for trn1 sees trn1's SBUF. Outside a run (a module-level constant) they are the default target's."""
+
+    pmax = property(lambda cls: running_target().pmax)
+    psum_fmax = property(lambda cls: running_target().psum_fmax)
+    gemm_stationary_fmax = property(lambda cls: running_target().stationary_fmax)
+    gemm_moving_fmax = property(lambda cls: running_target().moving_fmax)
+    bn_stats_fmax = property(lambda cls: running_target().instr("bn_stats").limit("f"))
+    # bytes per partition (the name is misleading)
+    total_available_sbuf_size = property(lambda cls: running_target().sbuf_usable)
+
+
+class tile_size(metaclass=TileSizeFacts):
+    """Hardware tile-size constants of the running kernel's target (see TileSizeFacts)."""
 
 
 class _Min:

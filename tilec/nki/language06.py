@@ -29,11 +29,20 @@ from tilec.nki.tensor import Tensor
 NkiTensor = Tensor
 
 
-class tile_size(_l01.tile_size):
-    psum_bank_fmax = 512  # fp32 elements per partition in one PSUM bank
-    psum_num_banks = 8
-    sbuf_fmax = _l01.tile_size.total_available_sbuf_size // 4
-    sbuf_size_bytes = 224 * 1024  # per partition on trn2
+class TileSizeFacts06(_l01.TileSizeFacts):
+    """0.6's additions, from the running kernel's target as 0.1's (tilec/target.py)."""
+
+    psum_bank_fmax = property(lambda cls: _l01.running_target().psum_fmax)  # fp32 per partition in one PSUM bank
+    psum_bank_fmax_bytes = property(lambda cls: _l01.running_target().psum_bank_bytes)
+    psum_num_banks = property(lambda cls: _l01.running_target().psum_banks)
+    sbuf_fmax = property(lambda cls: _l01.running_target().sbuf_usable // 4)  # fp32 elements per partition
+    sbuf_fmax_bytes = property(lambda cls: _l01.running_target().sbuf_usable)
+    # "Total SBUF capacity in bytes (all partitions combined)" (nki.language.tile_size, v2.32.0)
+    sbuf_size_bytes = property(lambda cls: _l01.running_target().pmax * _l01.running_target().sbuf_bytes)
+
+
+class tile_size(_l01.tile_size, metaclass=TileSizeFacts06):
+    """Hardware tile-size constants of the running kernel's target (NKI 0.6 names included)."""
 
 
 def _where() -> tuple[str, int]:

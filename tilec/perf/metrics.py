@@ -12,14 +12,17 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tilec.target import invariant
 from tilec.trace import Alloc, Instr
+
+PMAX = invariant("pmax")  # a matmul without its contraction size recorded: a full one
 
 
 def matmul_macs(ins: Instr) -> int:
     if ins.op == "nc_transpose":
         p_in = ins.k or ins.free
         return p_in * ins.partitions * p_in
-    return (ins.k or 128) * (ins.m or ins.partitions) * ins.free
+    return (ins.k or PMAX) * (ins.m or ins.partitions) * ins.free
 
 
 def flops(instrs: list[Instr]) -> tuple[int, int]:

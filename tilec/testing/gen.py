@@ -118,6 +118,7 @@ UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
     "abs": np.abs,
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
 }
 POSITIVE = ("log", "sqrt", "rsqrt", "reciprocal")  # their argument is made positive: f(abs(x) + 0.5)
 

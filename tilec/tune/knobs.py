@@ -36,6 +36,10 @@ from tilec.compiler.schedule import REDUCE_FREE, eltwise_plan, plan_directives, 
 from tilec.target import Target
 from tilec.tune.space import Check, Knob, Space
 
+# the widest element-wise tile the search offers, in elements per partition (64 KiB of fp32): a bound of the search,
+# not of the hardware (VectorE takes up to Target.vector_sbuf_fmax); the SBUF check bounds it further
+WIDEST_FREE = 16384
+
 
 @dataclass(frozen=True)
 class OpView:
@@ -262,9 +266,9 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list
 def eltwise_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     size = op.size
     plan = eltwise_plan(size, {d: op.dims[d] for d in ("P", "F") if d in op.dims}, bool(op.rows))
-    free, widest = size // plan.parts, 16384
+    free, widest = size // plan.parts, WIDEST_FREE
     if "F" in op.dims:  # with a broadcast the tile counts elements of the free dims F (the compiler's own rule)
-        free, widest = op.dims["F"], t.moving_fmax if op.rows else 16384  # rows ride on a ones-matmul
+        free, widest = op.dims["F"], t.moving_fmax if op.rows else WIDEST_FREE  # rows ride on a ones-matmul
     frees = [v for v in divisors(free) if v >= min(64, free) and v <= widest]
     if free % tile_size(free, min(widest, 1024)):  # no good divisor: round widths, the last tile smaller
         frees = sorted(set(frees) | {v for v in (256, 512, 1024) if v < free and v <= widest})
