@@ -25,7 +25,7 @@ GLOBAL_CHUNK_BYTES = 2048  # per partition, a middle chunk's load: its 128 descr
 GLOBAL_STREAM_BYTES = 16 * 1024  # per partition, a middle chunk's load when X is not resident: each chunk's tile
 #                                   rotates through 2 buffers, so a load waits for the reduce 2 chunks before; one
 #                                   this large takes longer than that wait's DMA latency
-GLOBAL_RATIOS = (1.25, 1.5, 2.0)  # growth of the chunks before the last, from the end (the best one is taken)
+GLOBAL_RATIOS = (1.1, 1.25, 1.5, 2.0)  # growth of the chunks before the last, from the end (the best one is taken)
 GLOBAL_RESIDENT = 64 * 1024  # bytes per partition of X kept whole in SBUF (every chunk loads into its own part);
 #                               a larger X loads each chunk into a tile of its own
 GLOBAL_MIN_PARTS = 64  # rows per partition tile below which the rule declines (R with no divisor near 128)
