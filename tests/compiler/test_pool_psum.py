@@ -346,3 +346,28 @@ def test_aligned_cuts_match_numpy(psum_on, nki, kind, dtype, h, w):
     """The pass along y with its combines cut at one row, forced through PSUM (f32: TensorE's copies; bf16: the
     taps and the whole rows the costs pick), ragged 17-row chunks at 40 x 30, both dialects, against NumPy."""
     run(kind, 3, 1, 1, dtype, nki=nki, h=h, w=w, n=4, c=96)
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("rows", [2, 5])
+def test_border_rows_after_the_whole_rows_are_one_pair(monkeypatch, nki, dtype, rows):
+    """count_include_pad=False, 3x3 stride 1 padded by one, TensorE's taps and `rows` whole rows that end one row
+    before the last: the pass along y's first and last output rows (2 taps each, times 3 / 2) are summed by one
+    stepped instruction into a tile of their own and scaled by one (PAIR_ENDS), not two each; off, two of each.
+    Values against NumPy (torch's count_include_pad=False at every border) both ways."""
+    import re
+
+    for name, value in (("PSUM", "on"), ("TAPS", "on"), ("FULL_ROWS", rows)):
+        monkeypatch.setattr(pool_knobs, name, value)
+    kw = dict(h=14, w=12, n=2, c=96, nki=nki)
+
+    def border_scales(source: str) -> list[str]:  # (both dialects: dst= or an assignment)
+        return [line for line in wrap.unwrap(source).splitlines()
+                if "tensor_scalar(" in line and re.search(r"Y_band\[:, (0|13|0:14:13)\]", line)]
+    paired = run("avgx", 3, 1, 1, dtype, **kw)
+    assert "Y_ends" in paired and len(border_scales(paired)) == 1
+    assert any("Y_band[:, 0:14:13]" in line for line in border_scales(paired))
+    monkeypatch.setattr(pool_knobs, "PAIR_ENDS", False)
+    apart = run("avgx", 3, 1, 1, dtype, **kw)
+    assert "Y_ends" not in apart and len(border_scales(apart)) == 2

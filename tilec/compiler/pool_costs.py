@@ -56,7 +56,11 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str,
         chunk_t = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // Wo
         runs = len(eviction_runs(segs, op.pool.wx, w.count == "inside"))
         ysegs = segments(w.out[0], w.offset[0], w.stride[0], op.pool.wy, op.dim("H")) if y_pass else []
-        counts = sum(len(g.taps) < op.pool.wy for g in ysegs) if w.count == "inside" else 0  # (at most, per band)
+        ends = [g for g in ysegs if len(g.taps) < op.pool.wy]
+        counts = len(ends) if w.count == "inside" else 0  # (at most, per band)
+        if counts == 2 and knobs.PAIR_ENDS and all(g.size == 1 for g in ends) and \
+                len(ends[0].taps) == len(ends[1].taps):
+            counts = 1  # the two ends of a padding of one: scaled by one instruction (counted_pass)
         if chunk_t >= 1:
             wy, taken = op.pool.wy if y_pass else 1, [r for r in reach if r]
             costs = [taps_costs(rows, band, Wo, taken, wy, chunk_t, runs, counts, k)

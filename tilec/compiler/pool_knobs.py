@@ -12,6 +12,8 @@ WHOLE_SLACK = 0.02  # the fewest such rows whose estimate is within this part of
 PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`WindowPool.build`; >= 3)
 WHOLE_PEELED = True  # with a peeled first tile, the whole rows from a kernel-long estimate (peeled_whole; False: tests)
 ALIGN_CUTS = True  # a pass along y's combines change engines at one row (combine_shared; False: tests, measures)
+PAIR_ENDS = True  # count_include_pad=False: the border rows on both sides of TensorE's whole rows summed and scaled
+#                   as one pair (band's counted_pass; False: tests, measures)
 SHARE_BANK = True  # the whole rows' PSUM sums in the last chunk's bank when they fit (tensor_x_pass; False: tests)
 PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
 BLOCK_STORES = True  # blocks of rows stored once per block when the model's costs say so (False: per band; tests)

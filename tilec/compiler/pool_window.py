@@ -192,8 +192,15 @@ class WindowPool(TensorPasses):
             elif block is not None:  # TensorE sums whole windows for a block of rows, the pass along y the others
                 m0, k = block
                 out += self.full_rows(xb, ob, m0, k, shift, passes[0][1], folded, counted, self.shared_bank)
-                for part in (clip(segs, 0, m0), clip(segs, m0 + k, n)):
-                    if part:
+                parts = [part for part in (clip(segs, 0, m0), clip(segs, m0 + k, n)) if part]
+                if knobs.PAIR_ENDS and counted and final is not None and len(parts) == 2 and \
+                        all(len(g.taps) < window for g in parts[1]):
+                    # only border rows after the whole ones: one pass over both sides, so that counted_pass sums
+                    # and scales the two ends of a padding of one as one instruction each (not two)
+                    out += self.counted_pass(cur, dview, final, axis, parts[0] + parts[1], stride, shift, window,
+                                             None)
+                else:
+                    for part in parts:
                         out += self.window_pass(cur, dview, axis, part, stride, shift, window, final=final,
                                                 counted=counted)
             elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
