@@ -12,7 +12,7 @@ import pytest
 
 from compiler_helpers import assert_matches
 from test_pool_window import NP, pool_program, reference
-from tilec.compiler import build_reduce, rules_pool, wrap
+from tilec.compiler import build_reduce, pool_knobs, wrap
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
@@ -205,7 +205,7 @@ def test_row_blocks_store_once_per_block(kind, r, s, pad, h, w, c, dtype, nki):
 
 def test_row_blocks_per_band_when_disabled(monkeypatch):
     """BLOCK_STORES off: each band stores its blocks' rows itself (the form before), still matching NumPy."""
-    monkeypatch.setattr(rules_pool, "BLOCK_STORES", False)
+    monkeypatch.setattr(pool_knobs, "BLOCK_STORES", False)
     text = pool_program("max", 2, 1, 0, "bf16", h=56, w=56, n=1, c=64)
     prog = lang.load(text)
     compiled = compile_loaded(prog)

@@ -1,4 +1,4 @@
-"""A window pool's pass along x read through PSUM (rules_pool.py, `psum_x_pass`): TensorE copies each chunk of a
+"""A window pool's pass along x read through PSUM (pool_tensor.py, `psum_x_pass`): TensorE copies each chunk of a
 band's input rows into a PSUM bank with an identity matmul, VectorE combines from there at 1 cycle per element and
 GpSimdE takes the pass along y. Every kernel runs on the NKI interpreter and is compared with NumPy (np.pad with
 -inf / 0 and sliding windows, count_include_pad both ways; `test_pool_window.reference`), f32/f16/bf16, several
@@ -10,7 +10,7 @@ import pytest
 
 from compiler_helpers import assert_matches
 from test_pool_window import NP, pool_program, reference
-from tilec.compiler import rules_pool, wrap
+from tilec.compiler import pool_costs, pool_knobs, pool_segments, wrap
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
@@ -28,7 +28,7 @@ def run(kind: str, r: int, s: int, pad: int, dtype: str, seed: int = 11, nki: st
 
 @pytest.fixture
 def psum_on(monkeypatch):
-    monkeypatch.setattr(rules_pool, "PSUM", "on")
+    monkeypatch.setattr(pool_knobs, "PSUM", "on")
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
@@ -50,7 +50,7 @@ def test_several_bands_per_partition_tile(psum_on, dtype):
 
 
 def test_off_keeps_both_passes_in_sbuf(monkeypatch):
-    monkeypatch.setattr(rules_pool, "PSUM", "off")
+    monkeypatch.setattr(pool_knobs, "PSUM", "off")
     source = run("avg", 3, 1, 1, "f32", h=28, w=28, n=8, c=128)
     assert "nc_matmul" not in source and "psum" not in source
 
@@ -66,9 +66,9 @@ def test_model_chooses_psum_for_many_tiles_not_for_few():
 def test_costs_prefer_psum_only_when_vector_engine_is_the_slow_one():
     """f32 sums stream 2 cycles per element from SBUF: reading PSUM pays; 16-bit max pools already stream 1 cycle
     per element on VectorE and GpSimdE shares the pass along x, so PSUM does not."""
-    sbuf, psum, share = rules_pool.psum_costs("f32", "f32", "f32", 30, 28, 28, 28, 3, 3, 18)
+    sbuf, psum, share = pool_costs.psum_costs("f32", "f32", "f32", 30, 28, 28, 28, 3, 3, 18)
     assert psum < sbuf and 0 <= share <= 1
-    sbuf, psum, _ = rules_pool.psum_costs("bf16", "bf16", "bf16", 29, 14, 56, 112, 3, 3, 4)
+    sbuf, psum, _ = pool_costs.psum_costs("bf16", "bf16", "bf16", 29, 14, 56, 112, 3, 3, 4)
     assert psum > sbuf
 
 
@@ -132,8 +132,8 @@ def test_tensor_engine_sums_the_taps_of_16_bit_sums(psum_on, monkeypatch, taps, 
     evicting with the 1 / count folded in ("on"; a 2x2 window padded on both sides has no tap that every output
     has to start the accumulation, so it keeps the copies), or TensorE copying X for VectorE ("off"): two tiles of
     96 channel rows, 40 x 30 inputs, PSUM chunks of 17 rows or more (Wo columns each)."""
-    monkeypatch.setattr(rules_pool, "TAPS", taps)
-    monkeypatch.setattr(rules_pool, "FULL_ROWS", 0)  # (whole windows on TensorE: test_whole_windows_on_tensor_engine)
+    monkeypatch.setattr(pool_knobs, "TAPS", taps)
+    monkeypatch.setattr(pool_knobs, "FULL_ROWS", 0)  # (whole windows on TensorE: test_whole_windows_on_tensor_engine)
     source = run("avg", r, s, pad, dtype, h=40, w=30, n=2, c=96)
     summed = taps == "on" and (r, pad) != (2, 1)  # 2x2 padded on both sides: no tap every output has, copies
     chunks = source.count("buffer=nl.psum")  # one PSUM accumulator per chunk of a band's rows
@@ -145,7 +145,7 @@ def test_tensor_engine_sums_the_taps_of_16_bit_sums(psum_on, monkeypatch, taps, 
 def test_taps_with_peeled_tiles_and_a_sum_without_division(psum_on, monkeypatch, taps):
     """A plain 3x3 sum (no division) of bf16 into bf16 over three tiles: the peeled first tile from SBUF, then
     TensorE's taps."""
-    monkeypatch.setattr(rules_pool, "TAPS", taps)
+    monkeypatch.setattr(pool_knobs, "TAPS", taps)
     text = pool_program("avg", 3, 1, 1, "bf16", h=20, w=24, n=3, c=128).replace(" / 9", "")
     prog = lang.load(text)
     compiled = compile_loaded(prog, None)
@@ -199,7 +199,7 @@ def test_tensor_engine_sums_the_taps_of_averages_excluding_the_padding(psum_on, 
     them to the band times window / their taps (tensor_scalar multiply); the interior rows' last combine writes the
     band directly. Two tiles of 96 channel rows, 40 x 30 inputs, both NKI dialects. A 2x2 window padded on both
     sides has no tap that every output has: it keeps the copies."""
-    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    monkeypatch.setattr(pool_knobs, "TAPS", "on")
     source = run("avgx", r, s, pad, dtype, h=40, w=30, n=2, c=96, nki=nki)
     summed = (r, pad) != (2, 1)
     assert ("X_taps" in source) is summed
@@ -212,7 +212,7 @@ def test_averages_excluding_the_padding_count_once_per_output(psum_on, monkeypat
     """A 3x3 stride-1 average excluding the padding over 5 x 4 bf16 inputs (every row and column is a border or
     next to one) and a 4x4 one over 22 x 7 (no output row has all its window's rows in the interior of a 3-row
     image: the whole pass along y in fp32, then scaled)."""
-    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    monkeypatch.setattr(pool_knobs, "TAPS", "on")
     assert "X_taps" in run("avgx", 3, 1, 1, "bf16", h=5, w=4, n=2, c=70)
     source = wrap.unwrap(run("avgx", 4, 1, 1, "bf16", h=3, w=9, n=1, c=100))
     assert "X_taps" in source and source.count("nl.multiply") == 2  # both output rows scaled from fp32 sums
@@ -227,14 +227,14 @@ def test_whole_windows_on_tensor_engine(psum_on, monkeypatch, nki, dtype, kind, 
     matmul per window row and column tap, strided along both axes at stride 2; ScalarE evicts into Y's band with
     the scale and the columns' counts), the pass along y for the rows before and after it; count_include_pad both
     ways, both NKI dialects, 3 whole rows per band, two tiles of 96 channel rows, 40 x 30 inputs."""
-    monkeypatch.setattr(rules_pool, "TAPS", "on")
-    monkeypatch.setattr(rules_pool, "FULL_ROWS", 3)
-    monkeypatch.setattr(rules_pool, "SHARE_BANK", False)
+    monkeypatch.setattr(pool_knobs, "TAPS", "on")
+    monkeypatch.setattr(pool_knobs, "FULL_ROWS", 3)
+    monkeypatch.setattr(pool_knobs, "SHARE_BANK", False)
     source = run(kind, r, s, pad, dtype, h=40, w=30, n=2, c=96, nki=nki)
     assert "X_full" in source and "X_taps" in source
     # the whole rows' sums in the bank of each band's last chunk of taps (17 rows of 30 fp32: room for 3 more):
     # the same matmuls, one PSUM tile fewer per band, every sum starting with an overwrite of its own rows
-    monkeypatch.setattr(rules_pool, "SHARE_BANK", True)
+    monkeypatch.setattr(pool_knobs, "SHARE_BANK", True)
     shared = run(kind, r, s, pad, dtype, h=40, w=30, n=2, c=96, nki=nki)
     assert "X_full" not in shared and shared.count("nc_matmul(") == source.count("nc_matmul(")
     assert shared.count("buffer=nl.psum") < source.count("buffer=nl.psum")
@@ -247,12 +247,12 @@ def test_whole_windows_on_tensor_engine(psum_on, monkeypatch, nki, dtype, kind, 
 def test_whole_windows_loop_takes_two_tiles_per_step(psum_on, monkeypatch, kind, c):
     """6 and 7 partition tiles (8 x 96, 8 x 112 channel rows): the peeled first and last, the middle in two halves
     (tiles pb + 1 and pb + 1 + half per step; an odd one left after the loop), every output written once."""
-    monkeypatch.setattr(rules_pool, "TAPS", "on")
-    monkeypatch.setattr(rules_pool, "FULL_ROWS", 3)
-    monkeypatch.setattr(rules_pool, "SHARE_BANK", False)
+    monkeypatch.setattr(pool_knobs, "TAPS", "on")
+    monkeypatch.setattr(pool_knobs, "FULL_ROWS", 3)
+    monkeypatch.setattr(pool_knobs, "SHARE_BANK", False)
     source = run(kind, 3, 1, 1, "bf16", h=12, w=10, n=8, c=c)
     assert "per step" in source and source.count("X_full = ") == 3 + (c == 112)
-    monkeypatch.setattr(rules_pool, "SHARE_BANK", True)  # each tile's sums in one PSUM tile (one bank) of its own
+    monkeypatch.setattr(pool_knobs, "SHARE_BANK", True)  # each tile's sums in one PSUM tile (one bank) of its own
     shared = run(kind, 3, 1, 1, "bf16", h=12, w=10, n=8, c=c)
     assert "per step" in shared and "X_full" not in shared and shared.count("X_taps = ") == 3 + (c == 112)
 
@@ -263,10 +263,10 @@ def test_eviction_runs_pair_the_two_ends_of_a_padding_of_one():
     its five runs; with the padding counted, one run."""
     from tilec.compiler.build_util import a
     from tilec.compiler.ir import Sl
-    segs = rules_pool.segments(28, -1, 1, 3, 28)
-    assert rules_pool.eviction_runs(segs, 3, True) == [(Sl(a(0), 2, 27), 1.5), (Sl(a(1), 26), 1.0)]
-    assert rules_pool.eviction_runs(segs, 3, False) == [(Sl(a(0), 28), 1.0)]
-    wide = rules_pool.eviction_runs(rules_pool.segments(28, -2, 1, 5, 28), 5, True)
+    segs = pool_segments.segments(28, -1, 1, 3, 28)
+    assert pool_segments.eviction_runs(segs, 3, True) == [(Sl(a(0), 2, 27), 1.5), (Sl(a(1), 26), 1.0)]
+    assert pool_segments.eviction_runs(segs, 3, False) == [(Sl(a(0), 28), 1.0)]
+    wide = pool_segments.eviction_runs(pool_segments.segments(28, -2, 1, 5, 28), 5, True)
     assert [(r.start.const, r.size, f) for r, f in wide] == [(0, 1, 5 / 3), (1, 1, 5 / 4), (2, 24, 1.0),
                                                            (26, 1, 5 / 4), (27, 1, 5 / 3)]
 
@@ -275,7 +275,7 @@ def test_first_tile_before_the_taps_scales_its_borders_on_vector_engine(psum_on,
     """count_include_pad=False, three bf16 tiles through TensorE's taps: the peeled first tile (SBUF form) scales
     its border regions on VectorE (tensor_scalar multiply) and only its interior on ScalarE, whose next
     instructions are the second tile's evictions; the tiles through the taps keep theirs in the evictions."""
-    monkeypatch.setattr(rules_pool, "TAPS", "on")
+    monkeypatch.setattr(pool_knobs, "TAPS", "on")
     source = wrap.unwrap(run("avgx", 3, 1, 1, "bf16", h=20, w=24, n=3, c=128))
     first = source.split("the first channel-row tile")[1].split("for pb in")[0]
     assert first.count("nl.multiply") >= 8 and "X_taps" in source
@@ -303,9 +303,9 @@ def test_few_tiles_sum_no_whole_rows_under_the_throttle(kind, nki):
 def test_throttled_finish_times():
     """TensorE's finish under the throttle as the model applies it: up to 1.5 us of work unheld, then a hold until
     3 us after the start (params.py: start fraction 0.5, ramp 3 us)."""
-    assert rules_pool.throttled(1000.0) == 1000.0
-    assert rules_pool.throttled(1500.0) == 1500.0
-    assert rules_pool.throttled(2000.0) == pytest.approx(3500.0)
+    assert pool_costs.throttled(1000.0) == 1000.0
+    assert pool_costs.throttled(1500.0) == 1500.0
+    assert pool_costs.throttled(2000.0) == pytest.approx(3500.0)
 
 
 def _own_rows_read_back(source: str) -> list[tuple[int, int]]:
@@ -330,11 +330,11 @@ def test_pass_along_y_changes_engines_at_one_row(monkeypatch, rows):
     Y_rows it wrote itself (cut by its own size, at 4 and 6 whole rows it read one row GpSimdE wrote: a wait
     across the engines every tile); values against NumPy."""
     for name, value in (("FULL_ROWS", rows), ("PSUM", "on"), ("TAPS", "on")):
-        monkeypatch.setattr(rules_pool, name, value)
+        monkeypatch.setattr(pool_knobs, name, value)
     kw = dict(h=28, w=28, n=8, c=64)
     pairs = _own_rows_read_back(run("avg", 3, 1, 1, "bf16", nki="0.6", **kw))  # (the 0.6 form: dst=)
     assert pairs and all(end <= wrote for wrote, end in pairs)
-    monkeypatch.setattr(rules_pool, "ALIGN_CUTS", False)
+    monkeypatch.setattr(pool_knobs, "ALIGN_CUTS", False)
     before = _own_rows_read_back(run("avg", 3, 1, 1, "bf16", nki="0.6", **kw))
     assert any(end > wrote for wrote, end in before) == (rows % 2 == 0)
 
@@ -346,3 +346,28 @@ def test_aligned_cuts_match_numpy(psum_on, nki, kind, dtype, h, w):
     """The pass along y with its combines cut at one row, forced through PSUM (f32: TensorE's copies; bf16: the
     taps and the whole rows the costs pick), ragged 17-row chunks at 40 x 30, both dialects, against NumPy."""
     run(kind, 3, 1, 1, dtype, nki=nki, h=h, w=w, n=4, c=96)
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("rows", [2, 5])
+def test_border_rows_after_the_whole_rows_are_one_pair(monkeypatch, nki, dtype, rows):
+    """count_include_pad=False, 3x3 stride 1 padded by one, TensorE's taps and `rows` whole rows that end one row
+    before the last: the pass along y's first and last output rows (2 taps each, times 3 / 2) are summed by one
+    stepped instruction into a tile of their own and scaled by one (PAIR_ENDS), not two each; off, two of each.
+    Values against NumPy (torch's count_include_pad=False at every border) both ways."""
+    import re
+
+    for name, value in (("PSUM", "on"), ("TAPS", "on"), ("FULL_ROWS", rows)):
+        monkeypatch.setattr(pool_knobs, name, value)
+    kw = dict(h=14, w=12, n=2, c=96, nki=nki)
+
+    def border_scales(source: str) -> list[str]:  # (both dialects: dst= or an assignment)
+        return [line for line in wrap.unwrap(source).splitlines()
+                if "tensor_scalar(" in line and re.search(r"Y_band\[:, (0|13|0:14:13)\]", line)]
+    paired = run("avgx", 3, 1, 1, dtype, **kw)
+    assert "Y_ends" in paired and len(border_scales(paired)) == 1
+    assert any("Y_band[:, 0:14:13]" in line for line in border_scales(paired))
+    monkeypatch.setattr(pool_knobs, "PAIR_ENDS", False)
+    apart = run("avgx", 3, 1, 1, dtype, **kw)
+    assert "Y_ends" not in apart and len(border_scales(apart)) == 2

@@ -25,7 +25,7 @@ GLOBAL_CHUNK_BYTES = 2048  # per partition, a middle chunk's load: its 128 descr
 GLOBAL_STREAM_BYTES = 16 * 1024  # per partition, a middle chunk's load when X is not resident: each chunk's tile
 #                                   rotates through 2 buffers, so a load waits for the reduce 2 chunks before; one
 #                                   this large takes longer than that wait's DMA latency
-GLOBAL_RATIOS = (1.25, 1.5, 2.0)  # growth of the chunks before the last, from the end (the best one is taken)
+GLOBAL_RATIOS = (1.1, 1.25, 1.5, 2.0)  # growth of the chunks before the last, from the end (the best one is taken)
 GLOBAL_RESIDENT = 64 * 1024  # bytes per partition of X kept whole in SBUF (every chunk loads into its own part);
 #                               a larger X loads each chunk into a tile of its own
 GLOBAL_MIN_PARTS = 64  # rows per partition tile below which the rule declines (R with no divisor near 128)
@@ -107,16 +107,18 @@ def _reads_of(op) -> set[str]:
     return set(reads_of(op))
 
 
-def global_chunks(G: int, F: int, itemsize: int, P: int) -> tuple[int, int, int, list[int]]:
+def global_chunks(G: int, F: int, itemsize: int, P: int, half: bool | None = None
+                  ) -> tuple[int, int, int, list[int]]:
     """(middle chunk rows m, a first chunk's rows (0: none), middle chunks k, the rows of the chunks after them).
     Middle chunks are GLOBAL_CHUNK_BYTES per partition (GLOBAL_STREAM_BYTES when X is not resident). The chunks
     after them shrink so that each one's reduce (VectorE) ends about as the next chunk's load lands: after the last
     load only a small reduce is left. The last chunk's size and the growth before it are the ones whose simulated
     end (loads back to back on the DMA queue, each reduce after its load and the reduce before) is earliest, from
-    the model's own cost facts (`_chunk_costs`)."""
+    the model's own cost facts (`_chunk_costs`; half: the reduce streams at half rate, a bf16 add or max; None:
+    any 16-bit data)."""
     chunk = GLOBAL_CHUNK_BYTES if G * F * itemsize <= GLOBAL_RESIDENT else GLOBAL_STREAM_BYTES
     m = max(1, min(G, chunk // (F * itemsize)))
-    load, red = _chunk_costs(F, itemsize, P)
+    load, red = _chunk_costs(F, itemsize, P, itemsize == 2 if half is None else half)
     best: tuple[float, list[int]] | None = None
     for last in range(1, m + 1):
         for ratio in GLOBAL_RATIOS:
@@ -142,10 +144,10 @@ def global_chunks(G: int, F: int, itemsize: int, P: int) -> tuple[int, int, int,
     return m, first, k, sizes[k:]
 
 
-def _chunk_costs(F: int, itemsize: int, P: int) -> tuple[Callable[[int], float], Callable[[int], float]]:
+def _chunk_costs(F: int, itemsize: int, P: int, half: bool) -> tuple[Callable[[int], float], Callable[[int], float]]:
     """(load ns, reduce ns) of a chunk of s rows per partition, as the model prices them (tilec/perf/costs.py: a DMA
     occupies each of its ceil(P / 8) engines hypot(descriptors x desc_ns, bytes / bw); tensor_reduce streams N_in,
-    half of it for 16-bit data, plus VectorE's static cycles)."""
+    half of it for a bf16 -> bf16 add or max, plus VectorE's static cycles)."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
     c = Costs(target_params(get_target().name))
@@ -155,7 +157,7 @@ def _chunk_costs(F: int, itemsize: int, P: int) -> tuple[Callable[[int], float],
         return c.dma_transfer_ns(P, P * s * F * itemsize, engines)
 
     def red(s: int) -> float:
-        return (s * F / (2 if itemsize == 2 else 1) + c.static["vector"]) * c.engine_ns["vector"]
+        return (s * F / (2 if half else 1) + c.static["vector"]) * c.engine_ns["vector"]
     return load, red
 
 
@@ -169,13 +171,14 @@ def build_global_pool(g: GlobalPool, ops: tuple, i: int, hbm: dict[str, Buf], fr
     x, s = hbm[op.src], hbm[op.out]
     y = hbm[ops[i + 1].out] if g.ops == 2 else s
     ln, yl = op.update_line, (ops[i + 1].line if g.ops == 2 else op.line)
-    m, first, k, tail = global_chunks(G, F, DTYPE_BYTES[x.dtype], P)
     xv, body = hbm_view(x, (P, G, F), fresh(f"{op.src}_v"), ln)
     resident = G * F * DTYPE_BYTES[x.dtype] <= GLOBAL_RESIDENT
     xt = Buf(fresh(f"{op.src}_all"), "sbuf", x.dtype, (P, G, F)) if resident else None
     inner = g.ops == 1 and g.scale is not None  # the sum's own factor: the sum in fp32, scaled into S's tile
     st = Buf(fresh(f"{op.out}_sum" if inner else f"{op.out}_tile"), "sbuf", "f32" if inner else s.dtype, (P, G))
     body += ([] if xt is None else [Alloc(xt, line=ln)]) + [Alloc(st, line=ln)]
+    half = x.dtype == st.dtype == "bf16" and op.op in ("add", "maximum")  # the model's half-rate reduce (costs.py)
+    m, first, k, tail = global_chunks(G, F, DTYPE_BYTES[x.dtype], P, half)
     yt = st
     if g.scale is not None:
         yt = Buf(fresh(f"{y.name}_tile"), "sbuf", y.dtype, (P, G))

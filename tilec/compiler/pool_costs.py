@@ -1,0 +1,195 @@
+"""The window pools' choices from the model's costs (rules_pool.py): whether the pass along x reads X through
+PSUM or TensorE sums its taps (`psum_choice`), the whole rows TensorE sums (`peeled_whole`), and the per-band
+estimates behind them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilec.compiler import build_util
+from tilec.compiler import pool_knobs as knobs
+from tilec.compiler.ir import whole
+from tilec.compiler.ops import PoolOp
+from tilec.compiler.pool_segments import border_copies, eviction_runs, segments
+from tilec.target import target as get_target
+
+
+@dataclass(frozen=True)
+class PsumChoice:
+    rows: int  # input rows per PSUM chunk (one bank)
+    y_share: float | None  # VectorE's part of the pass along y (None: the SBUF form's share)
+    taps: bool  # TensorE sums the pass along x's taps (16-bit sums) rather than copying X for VectorE
+    whole: int = 0  # with the taps: output rows per band TensorE sums whole (`full_rows`), off the pass along y
+
+
+def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str,
+                tiles: int = knobs.PEEL_TILES) -> PsumChoice | None:
+    """How the pass along x of a pool computed in `bands` bands of `band` output rows uses PSUM, or None. TensorE,
+    idle in a pool, either copies each chunk of a band's input rows there with an identity matmul (VectorE's
+    tensor_tensor then streams 1 cycle per element instead of 2, but GpSimdE, which cannot read PSUM, leaves that
+    pass to VectorE and takes more of the pass along y), or, for a sum of 16-bit data, sums the taps there itself
+    (one accumulating identity matmul per tap: 16-bit matmuls stream 2.4 columns per ns, faster than any other
+    engine) for ScalarE to evict, leaving VectorE and GpSimdE only the pass along y: chosen when the model's costs
+    (psum_costs, taps_costs) make the bands' busiest engine faster that way by more than the identity matrix's
+    set-up (identity_ns). `tiles`: partition tiles; with fewer than PEEL_TILES (no peeled first tile beside
+    TensorE's warm-up throttle) the taps' whole rows are picked with the throttle's hold counted (`throttled`)."""
+    w = op.window
+    assert w is not None
+    W, Wo = op.dim("W"), w.out[1]
+    if op.relu or (op.pool.wx, w.stride[1], w.offset[1], Wo) == (1, 1, 0, W) or knobs.PSUM == "off":
+        return None
+    chunk = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // W
+    if chunk < 1:
+        return None
+    rows = (band - 1) * w.stride[0] + op.pool.wy
+    tmp = "f32" if op.pool.op == "add" else x
+    y_pass = (op.pool.wy, w.stride[0], w.offset[0]) != (1, 1, 0)
+    edges = border_copies(segments(Wo, w.offset[1], w.stride[1], op.pool.wx, W), op.pool.wx)
+    sbuf, psum, share = psum_costs(x, tmp, out, rows, band, Wo, W, op.pool.wx, op.pool.wy if y_pass else 1, chunk,
+                                   edges)
+    setup = identity_ns(2 if x in ("f16", "bf16") else 4)  # the identity's on-chip build, paid once
+    segs = segments(Wo, w.offset[1], w.stride[1], op.pool.wx, W)
+    reach = [sum(g.size for g in segs if t in g.taps) for t in range(op.pool.wx)]
+    taps = None
+    if x in ("f16", "bf16") and op.pool.op == "add" and any(r == Wo for r in reach) and knobs.TAPS != "off":
+        # (count_include_pad=False: the columns' counts in the evictions, the rows' on VectorE in the pass along y)
+        chunk_t = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // Wo
+        runs = len(eviction_runs(segs, op.pool.wx, w.count == "inside"))
+        ysegs = segments(w.out[0], w.offset[0], w.stride[0], op.pool.wy, op.dim("H")) if y_pass else []
+        ends = [g for g in ysegs if len(g.taps) < op.pool.wy]
+        counts = len(ends) if w.count == "inside" else 0  # (at most, per band)
+        if counts == 2 and knobs.PAIR_ENDS and all(g.size == 1 for g in ends) and \
+                len(ends[0].taps) == len(ends[1].taps):
+            counts = 1  # the two ends of a padding of one: scaled by one instruction (counted_pass)
+        if chunk_t >= 1:
+            wy, taken = op.pool.wy if y_pass else 1, [r for r in reach if r]
+            costs = [taps_costs(rows, band, Wo, taken, wy, chunk_t, runs, counts, k)
+                     for k in range(min(band, chunk_t) + 1 if wy > 1 and knobs.FULL_ROWS is None else 1)]
+            # the fewest whole rows within WHOLE_SLACK of the best (each row of them adds wy matmuls per tap)
+            whole = next(k for k, c in enumerate(costs) if c <= min(costs) * (1 + knobs.WHOLE_SLACK))
+            fewest = whole  # (the taps against the SBUF form below: with the band's estimate of `whole` rows)
+            if tiles >= knobs.PEEL_TILES and len(costs) > 1 and knobs.WHOLE_PEELED:
+                fewest = peeled_whole(op, rows, band, bands // tiles, bands, Wo, taken, wy, chunk_t, runs, counts,
+                                      sbuf, len(costs))
+            if tiles < knobs.PEEL_TILES:  # nothing peeled runs beside TensorE's warm-up throttle: with few bands its
+                # hold can end the kernel (measured, bf16 avgpool 3x3 s1 batch 1: whole rows 3 -> 0, 8.52 -> 8.15 us)
+                totals = [max(bands * c, throttled(bands * taps_costs(rows, band, Wo, taken, wy, chunk_t, runs,
+                                                                       counts, k, "tensor")))
+                          for k, c in enumerate(costs)]
+                fewest = next(k for k, c in enumerate(totals) if c <= min(totals) * (1 + knobs.WHOLE_SLACK))
+            # (chosen or not with the costs of `whole` rows)
+            taps = chunk_t, costs[whole], fewest if knobs.FULL_ROWS is None else knobs.FULL_ROWS
+    # (the set-up counted twice for the taps: they leave the pass along x to TensorE, so until the identity is
+    # there, no engine starts a band; the copies' pass along x waits for it too, but VectorE starts the rest.
+    # Both forms also expose one band's time: their engines work in a chain, TensorE -> VectorE -> GpSimdE, which
+    # fills at the first band and drains at the last, where the SBUF form splits each pass between two engines)
+    if taps is not None and (taps[1] < psum or knobs.TAPS == "on") and (
+            bands * (sbuf - taps[1]) > 2 * setup + taps[1] or knobs.PSUM == "on"):
+        return PsumChoice(taps[0], None, True, taps[2])
+    return PsumChoice(chunk, share, False) if bands * (sbuf - psum) > setup + psum or knobs.PSUM == "on" else None
+
+
+def peeled_whole(op: PoolOp, rows: int, band: int, per: int, bands: int, wo: int, reach: list[int], wy: int,
+                 chunk: int, runs: int, counts: int, sbuf: float, most: int) -> int:
+    """The whole rows per band (`full_rows`) of a pool whose first partition tile is peeled (PEEL_TILES): that tile's
+    `per` bands run in the SBUF form on VectorE and GpSimdE (`sbuf` ns each, psum_costs) while TensorE starts the
+    others' taps, so the vector engines' pass along y of the other bands comes after them; TensorE's taps, ahead of
+    the chain, leave the last band's pass along y after them; ScalarE evicts. The fewest rows whose kernel-long
+    busiest engine is within WHOLE_SLACK of the best. A band's estimate alone (taps_costs) balances TensorE against
+    the vector engines and misses the peeled tile's head start (measured, bf16 avgpool 3x3 s1 batch 8, 28 x 28:
+    3 whole rows 43.44 us, 4 42.67, 5 41.98, 6 43.39). The taps' input rows: those inside X (the padding is not
+    loaded), averaged over a tile's bands."""
+    w = op.window
+    assert w is not None
+    H, sy, oy = op.dim("H"), w.stride[0], w.offset[0]
+    inside = sum(max(0, min(H, b * band * sy + oy + rows) - max(0, b * band * sy + oy)) for b in range(per))
+    loaded = max(1, round(inside / per))
+    rest = bands - per  # the bands through TensorE's taps
+    totals = []
+    for k in range(most):
+        tensor = taps_costs(loaded, band, wo, reach, wy, chunk, runs, counts, k, "tensor")
+        scalar = taps_costs(loaded, band, wo, reach, wy, chunk, runs, counts, k, "scalar")
+        vector = taps_costs(loaded, band, wo, reach, wy, chunk, runs, counts, k, "vector")
+        totals.append(max(rest * tensor + vector, rest * scalar, per * sbuf + rest * vector))
+    return next(k for k, c in enumerate(totals) if c <= min(totals) * (1 + knobs.WHOLE_SLACK))
+
+
+def throttled(busy: float) -> float:
+    """When TensorE finishes `busy` ns of back-to-back work under Trn2's warm-up throttle as the model applies it
+    (tilec/perf/throttle.py: at most start_fraction of the first ramp_ns busy, then full speed)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    f0, ramp = prm["throttle_start_fraction"], prm["throttle_ramp_ns"]
+    if f0 >= 1.0 or ramp <= 0.0 or busy <= f0 * ramp:
+        return busy
+    return ramp + busy - f0 * ramp
+
+
+def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int, runs: int = 1,
+               counts: int = 0, whole: int = 0, engine: str = "") -> float:
+    """A band's busiest engine (ns) when TensorE sums the pass along x's taps (16-bit moving data; reach: the
+    outputs each tap reaches) over chunks of `chunk` input rows, ScalarE evicts each chunk in `runs` runs of columns
+    (count_include_pad=False: one per column count; and copies the pass along y's two border rows), VectorE and
+    GpSimdE share the pass along y's wy - 1 combines of n x wo elements from SBUF (fp32: 2 cycles per element on
+    both) and VectorE scales `counts` runs of border rows (count_include_pad=False), from the model's costs
+    (tilec/perf/costs.py, params.py); whole: output rows TensorE sums whole instead (`full_rows`: wy matmuls per
+    tap, one more eviction per run, those rows off the pass along y)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    mn, sv, ss = prm["min_ii_cycles"], prm["vector_static_cycles"], prm["scalar_static_cycles"]
+    chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
+    tensor = sum(max(prm["mm_min_cycles"], c * r) + prm["mm_fixed_cycles"] for c in chunks for r in reach)
+    tensor += wy * sum(max(prm["mm_min_cycles"], whole * r) + prm["mm_fixed_cycles"] for r in reach) if whole else 0
+    scalar = sum(max(mn, c * wo) + ss + (runs - 1) * (max(mn, c) + ss) for c in chunks) + \
+        (2 * (max(mn, wo) + ss) if wy > 1 and not counts else 0) + \
+        (max(mn, whole * wo) + ss + (runs - 1) * (max(mn, whole) + ss) if whole else 0)
+    vghz, gghz = prm["vector_ghz"], prm["gpsimd_ghz"]
+    vector = (wy - 1) * ((n - whole) * wo / (vghz / 2 + gghz / 2) + sv / vghz) + \
+        counts * (max(mn, wo) + sv) / vghz
+    times = {"tensor": tensor / prm["tensor_ghz"], "scalar": scalar / prm["scalar_ghz"], "vector": vector}
+    return times[engine] if engine else max(times.values())
+
+
+def vector_share(src: str, dst: str) -> float:
+    """The part of a pass VectorE takes so that it and GpSimdE finish together: tensor_tensor streams 2 cycles per
+    element on both, 1 on VectorE when every operand is 16-bit (the model's costs, tilec/perf/costs.py)."""
+    t = get_target()
+    vector = t.vector_ghz * (2 if src in ("f16", "bf16") and dst in ("f16", "bf16") else 1)
+    return vector / (vector + t.gpsimd_ghz)
+
+
+def identity_ns(itemsize: int) -> float:
+    """The set-up of the identity matrix in the model (build_util.identity_ns: built on chip)."""
+    return build_util.identity_ns(itemsize)
+
+
+def psum_costs(x: str, tmp: str, out: str, rows: int, n: int, wo: int, w: int, wx: int, wy: int,
+               chunk: int, edges: int = 2) -> tuple[float, float, float]:
+    """A band's two passes (wx - 1 combines of rows x wo elements along x, wy - 1 of n x wo along y, and a border
+    copy at each end of each pass) as the busiest engine's time (ns) in both forms, from the model's costs
+    (tilec/perf/costs.py, params.py): (both passes shared between VectorE and GpSimdE from SBUF; the pass along x
+    on VectorE from PSUM after TensorE's copies, per chunk of rows; VectorE's part of the pass along y in that form,
+    the rest on GpSimdE; edges: the pass along x's border copies per chunk, on VectorE from PSUM, those of the pass
+    along y on ScalarE). tensor_tensor streams 2 cycles per element on both engines, 1 on VectorE with a PSUM
+    input or all 16-bit data, each instruction pays its engine's static cycles; a fp32 matmul costs mm_fp32_factor
+    times its columns."""
+    from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    half = ("f16", "bf16")
+    vghz, gghz, mn = prm["vector_ghz"], prm["gpsimd_ghz"], prm["min_ii_cycles"]
+    sv, sg = prm["vector_static_cycles"], prm["gpsimd_static_cycles"]
+    cx = 1 if x in half and tmp in half else 2  # VectorE cycles per element of a pass from SBUF
+    cy = 1 if tmp in half and out in half else 2
+    work_x, work_y = (wx - 1) * rows * wo, (wy - 1) * n * wo
+    rate_x, rate_y = vghz / cx + gghz / 2, vghz / cy + gghz / 2
+    sbuf = work_x / rate_x + work_y / rate_y + ((wx - 1) + (wy - 1)) * sv / vghz  # (border copies on ScalarE)
+    chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
+    vec_x = sum((wx - 1) * (c * wo + sv) + edges * (max(mn, c) + sv) for c in chunks) / vghz
+    best = (float("inf"), 0)
+    for rv in range(n + 1):  # output rows of the pass along y on VectorE
+        vec = vec_x + ((wy - 1) * (cy * rv * wo + sv) / vghz if rv else 0)
+        gps = (wy - 1) * (2 * (n - rv) * wo + sg) / gghz if rv < n and wy > 1 else 0
+        best = min(best, (max(vec, gps), rv))
+    factor = prm["mm_fp32_factor"] if x == "f32" else 1.0
+    mm = sum(max(prm["mm_min_cycles"], c * w) + prm["mm_fixed_cycles"] for c in chunks) * factor / prm["tensor_ghz"]
+    return sbuf, max(best[0], mm), best[1] / n

@@ -1,0 +1,22 @@
+"""The window pools' knobs (rules_pool.py and the pool_*.py files it is split into): the constants the
+costs and tests set, read through this module (`knobs.TAPS`) so that a test's monkeypatch reaches every file."""
+
+HALF = ("f16", "bf16")
+SHARE_MIN = 100  # elements per partition below which one engine does a whole combine
+MIN_INTERLEAVED = 4  # block-local output rows an Interleave computes interleaved (fewer: the seams dominate)
+PSUM = "auto"  # the pass along x from PSUM: "auto" (the model's costs decide), "on" where possible, "off" (tests)
+TAPS = "auto"  # through PSUM, TensorE sums the taps of 16-bit sums: "auto" (the costs), "on", "off" (tests)
+FULL_ROWS: int | None = None  # output rows per band TensorE sums whole with the taps (None: the costs decide)
+WHOLE_SLACK = 0.02  # the fewest such rows whose estimate is within this part of the best (measured: avgpool 3x3 s1
+#                     bf16 batch 8, 28 x 28: 3 rows 43.65 us, 4 rows 44.77; the estimate 1505 / 1491 ns per band)
+PEEL_TILES = 3  # partition tiles from which a pool through PSUM peels its first and last (`WindowPool.build`; >= 3)
+WHOLE_PEELED = True  # with a peeled first tile, the whole rows from a kernel-long estimate (peeled_whole; False: tests)
+ALIGN_CUTS = True  # a pass along y's combines change engines at one row (combine_shared; False: tests, measures)
+PAIR_ENDS = True  # count_include_pad=False: the border rows on both sides of TensorE's whole rows summed and scaled
+#                   as one pair (band's counted_pass; False: tests, measures)
+SHARE_BANK = True  # the whole rows' PSUM sums in the last chunk's bank when they fit (tensor_x_pass; False: tests)
+PEEL_SBUF_PART = 2  # the peeled bodies' buffers may take at most this part of SBUF
+BLOCK_STORES = True  # blocks of rows stored once per block when the model's costs say so (False: per band; tests)
+BLOCK_STORES_SBUF_PART = 8  # ...when the tile-wide output buffer takes at most this part of SBUF
+INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
+#                        are ordered, each one DMA latency after the last, so few and large)

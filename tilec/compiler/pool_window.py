@@ -1,0 +1,260 @@
+"""A window pool's kernel (rules_pool.py): partition tiles (the first and last peeled when TensorE works
+through PSUM), bands of output rows, their loads, passes and stores."""
+
+from __future__ import annotations
+
+from tilec.compiler import ir, passes
+from tilec.compiler import pool_knobs as knobs
+from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Buf, Copy, Dma, Sl, Stmt, View, full, whole
+from tilec.compiler.pool_costs import vector_share
+from tilec.compiler.pool_segments import Segment, at_value, clip, segments, shifted
+from tilec.compiler.pool_tensor import TensorPasses
+from tilec.compiler.schedule import sbuf_budget
+from tilec.target import target as get_target
+
+
+class WindowPool(TensorPasses):
+    """One pool's partition tiles and bands (`build`)."""
+
+    def build(self) -> list[Stmt]:
+        op, G = self.op, self.G
+        self.choose_psum()
+        ident = self.identity() if self.psum is not None else []
+        tiles = self.B // self.plan.tile_b
+        note, line = f"for {dict(op.vars)['b']} (channel rows, tiles of TILE_P)", op.line_of("b")
+        nest = loop("pb", tiles, self.tile_body(), note=note, line=line)
+        if self.psum is not None and tiles >= knobs.PEEL_TILES:
+            # the first tile from SBUF while the identity is made, the last with its pass along y shared: kept when
+            # the three bodies' buffers fit (the capacity check counts a straight-line block's buffers as all live)
+            nest = self.peeled(tiles, note, line) or nest
+        label = f"{op.out} = {op.pool.op} pool {op.pool.wy}x{op.pool.wx} of {op.src}, stride " \
+                f"{self.w.stride[0]}x{self.w.stride[1]}, offset {self.w.offset[0]},{self.w.offset[1]}"
+        if G > 1:
+            label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
+        label += self.note
+        return self.views + ident + [ir.Block(label, tuple(nest), op.line)]
+
+    def peeled(self, tiles: int, note: str, line: int) -> list[Stmt]:
+        """The partition-tile loop of a pool through PSUM with its first tile from SBUF (both passes shared between
+        VectorE and GpSimdE: they start as soon as its rows arrive, while TensorE's identity is built and its first
+        chunk is copied) and its last tile's pass along y shared (GpSimdE alone takes it in the other tiles, and VectorE
+        would idle at the end); [] when the three bodies' buffers take more than 1 / PEEL_SBUF_PART of SBUF (the rest
+        is left to the kernel's other operations)."""
+        chosen = self.psum, self.y_share, self.taps
+        self.psum, self.y_share, self.taps = None, None, False
+        self.first_tile = chosen[2]  # (before TensorE's taps: ScalarE's evictions of the next tile are next)
+        first = at_value(self.tile_body(), "pb", 0)
+        self.first_tile = False
+        self.psum, self.y_share, self.taps = chosen
+        half = (tiles - 2) // 2
+        if self.full_rows_n and self.taps and half >= 2:
+            # the middle tiles in two halves, a tile of each per step: each body's allocations are their own sites,
+            # so Y's band rotates through four buffers, and a tile's band does not wait for the store of the tile
+            # two before to be acknowledged (with TensorE's whole windows the pass along y no longer sets the pace)
+            body = shifted(self.tile_body(), "pb", 1) + shifted(self.tile_body(), "pb", 1 + half)
+            middle = loop("pb", half, body, line=line,
+                          note=note + f", from the second: tiles 1 + pb and 1 + pb + {half} per step")
+            middle += at_value(self.tile_body(), "pb", tiles - 2) if (tiles - 2) % 2 else []
+        else:
+            middle = loop("pb", tiles - 2, shifted(self.tile_body(), "pb", 1), note=note + ", from the second",
+                          line=line)
+        self.y_share, self.last_tile = None, True
+        last = at_value(self.tile_body(), "pb", tiles - 1)
+        self.y_share, self.last_tile = chosen[1], False
+        nest = [ir.Block("the first channel-row tile from SBUF (TensorE's identity is not ready yet)", tuple(first),
+                         line), *middle,
+                ir.Block("the last channel-row tile, its pass along y on VectorE and GpSimdE (both free by then)",
+                         tuple(last), line)]
+        return nest if passes.peak_usage(tuple(nest))[0] <= sbuf_budget(get_target()) // knobs.PEEL_SBUF_PART else []
+
+    def tile_body(self) -> list[Stmt]:
+        """Every band of one partition tile (loop variable pb), in the form self.psum / self.y_share say."""
+        op, OB = self.op, self.OB
+        sy, oy = self.w.stride[0], self.w.offset[0]
+        wy = op.pool.wy
+        nb = -(-self.Rb // OB)
+
+        def regular(k: int) -> bool:  # a whole band inside X in every block: the band loop's body
+            first, last = k * OB * sy + oy, self.starts[-1] * sy + k * OB * sy + oy
+            return (k < nb - 1 or self.Rb % OB == 0) and first >= 0 and last + (OB - 1) * sy + wy <= self.H \
+                and k * OB >= self.overlap
+        regs = [k for k in range(nb) if regular(k)]
+        body: list[Stmt] = []
+        self.tile_out = None
+        if self.G > 1 and nb > 1 and not self.row0 and knobs.BLOCK_STORES and self.block_stores(nb):
+            self.tile_out = Buf(self.name(f"{op.out}_tile", (self.Rb,)), "sbuf", self.o3.dtype,
+                                (self.plan.tile_b * self.G, self.Rb, self.Wo))
+            body.append(Alloc(self.tile_out, line=op.line))
+        k0, k1 = (regs[0], regs[-1] + 1) if regs else (nb, nb)
+        for k in range(k0):
+            body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
+        if k1 > k0:
+            o0 = Aff((term("yb", OB, "BAND"),), k0 * OB)
+            lo = Aff((term("yb", OB * sy),), k0 * OB * sy + oy)
+            body += loop("yb", k1 - k0, self.band(k0, o0, OB, lo), note=f"for {dict(op.vars)['i']} (bands of BAND "
+                         "rows)", line=op.line_of("i"))
+        for k in range(k1, nb):
+            body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
+        if self.tile_out is not None:  # one store per block (the last block without the rows it redoes)
+            P, G = self.plan.tile_b, self.G
+            pb = sl(a(term("pb", P, "TILE_P")), P)
+            skip = [0] * (G - 1) + [self.overlap]
+            body += [Dma(View(self.o3, (pb, Sl(a(self.starts[g] + skip[g]), self.Rb - skip[g]), full(self.Wo))),
+                         View(self.tile_out, (sl(g * P, P), sl(skip[g], self.Rb - skip[g]), full(self.Wo))), op.line)
+                     for g in range(G) if skip[g] < self.Rb]
+        return body
+
+    def block_stores(self, bands: int) -> bool:
+        """Whether the blocks' rows are stored once per block after every band rather than per band. The model
+        orders stores to one tensor whose HBM byte ranges interleave (tilec/perf/deps.py): each starts a DMA latency
+        after the one before has moved its bytes, so per band the G blocks' stores cost bands * G latencies where
+        once per block they cost G, after the last band's compute (the first band's stores would start after its
+        compute instead). Once per block when the latencies it saves exceed the compute it waits for: the passes'
+        combines of the bands after the first on VectorE and GpSimdE (tensor_tensor: 2 cycles per element, 1 on
+        VectorE with every operand 16-bit; tilec/perf/costs.py)."""
+        from tilec.perf.params import target_params
+        prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+        (sy, sx), Wo = self.w.stride, self.Wo
+        per_row = ((self.op.pool.wx - 1) * sy + self.op.pool.wy - 1) * Wo  # combined elements per output row
+        # (sums: fp32 partials)
+        half = self.x3.dtype in knobs.HALF and self.o3.dtype in knobs.HALF and self.op.pool.op != "add"
+        rate = prm["vector_ghz"] / (1 if half else 2) + prm["gpsimd_ghz"] / 2  # elements per ns, both engines
+        later = (self.Rb - self.OB) * per_row / rate
+        fits = self.Rb * Wo * DTYPE_BYTES[self.o3.dtype] <= sbuf_budget(get_target()) // knobs.BLOCK_STORES_SBUF_PART
+        return fits and (bands - 1) * self.G * prm["dma_latency_ns"] > later
+
+    def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
+        """Output rows o0..o0+n of every partition tile (of every block): the input rows they read (lo_aff: a
+        regular band's first row, affine in the band loop; None: a peeled band, clipped to X), the two passes, the
+        store."""
+        op, line, P, G, B = self.op, self.op.line, self.plan.tile_b, self.G, self.plan.tile_b
+        (sy, sx), (oy, ox) = self.w.stride, self.w.offset
+        first = k * self.OB * sy + oy
+        if G == 1:
+            lo, hi = max(first, 0), min(first + (n - 1) * sy + op.pool.wy, self.H)
+        else:  # every block reads its whole window rows; rows outside X hold the identity (filled below)
+            lo, hi = first, first + (n - 1) * sy + op.pool.wy
+        rows = hi - lo
+        pb = sl(a(term("pb", P, "TILE_P")), P)
+        xb = Buf(self.name(f"{op.src}_band", (rows,)), "sbuf", self.x3.dtype, (P * G, rows, self.W))
+        ob = Buf(self.name(f"{op.out}_band", (n,)), "sbuf", self.o3.dtype, (P * G, n, self.Wo))
+        obv = whole(ob)  # the band's output rows
+        if self.tile_out is not None:
+            ob = self.tile_out
+            obv = View(ob, (full(P * G), Sl(o0, n), full(self.Wo)))
+        out: list[Stmt] = []
+        if G == 1:
+            out += [Alloc(xb, line=line)]
+            start = lo_aff if lo_aff is not None else a(lo)
+            for r0, r1 in self.load_parts(rows):  # VectorE's rows of the pass along x first: it starts sooner
+                out.append(Dma(View(xb, (full(P), sl(r0, r1 - r0), full(self.W))) if (r0, r1) != (0, rows) else
+                               whole(xb), View(self.x3, (pb, Sl(start.plus(r0), r1 - r0), full(self.W))), line))
+        else:
+            out += self.block_loads(xb, first, rows, lo_aff)
+        out += [Alloc(ob, line=line)] if self.tile_out is None else []
+        cur = whole(xb)
+        if op.relu:
+            rb = Buf(self.name(f"{op.src}_relu", xb.shape), "sbuf", "f32", xb.shape)
+            out += [Alloc(rb, line=line), Act(whole(rb), cur, "relu", None, 1.0, line)]
+            cur = whole(rb)
+        tmp = "f32" if op.pool.op == "add" else cur.buf.dtype
+        scale = op.pool.scale / (op.pool.wy * op.pool.wx if self.w.count == "inside" else 1)
+        passes = []  # along x first (over every input row of the band), then along y over the x results
+        if (op.pool.wx, sx, ox, self.Wo) != (1, 1, 0, self.W):
+            passes.append((2, segments(self.Wo, ox, sx, op.pool.wx, self.W)))
+        if (op.pool.wy, sy, first - lo, n) != (1, 1, 0, rows):
+            passes.append((1, segments(n, first, sy, op.pool.wy, self.H) if G == 1 else
+                           [Segment(0, n, tuple(range(op.pool.wy)))]))
+        folded = 1.0  # the scale TensorE's evictions apply (then none after the passes)
+        counted = self.w.count == "inside" and self.psum is not None and self.taps
+        if self.psum is not None and self.taps:
+            folded, scale = scale, 1.0
+        for i, (axis, segs) in enumerate(passes):
+            shape = (P * G, rows, self.Wo) if axis == 2 else (P * G, n, self.Wo)
+            last = i == len(passes) - 1 and scale == 1.0 and (self.w.count != "inside" or counted)
+            shift = ox if axis == 2 else first - lo
+            stride, window = (sx, op.pool.wx) if axis == 2 else (sy, op.pool.wy)
+            taps = axis == 2 and self.psum is not None and self.taps
+            # a sum into 16-bit Y: the pass's partial sums stay fp32, only its last combine rounds (into Y's band);
+            # count_include_pad=False through TensorE's taps: the outputs with fewer taps are scaled on the way there
+            final = obv if last and op.pool.op == "add" and not taps and \
+                ((ob.dtype in knobs.HALF and window > 2) or counted) else None
+            dst = ob if last and final is None else \
+                Buf(self.name(f"{op.out}_{'cols' if axis == 2 else 'rows'}", shape), "sbuf", tmp, shape)
+            out += [] if dst == ob else [Alloc(dst, line=line)]
+            dview = obv if dst == ob else whole(dst)
+            block = self.full_block(segs, n) if axis == 1 and self.psum is not None and self.taps else None
+            if taps:  # TensorE sums the taps, ScalarE evicts
+                ahead = self.full_block(passes[1][1], n) if i + 1 < len(passes) and passes[1][0] == 1 else None
+                out += self.tensor_x_pass(xb, dst, segs, stride, shift, window, folded, counted,
+                                          ahead[1] if ahead is not None else 0)
+            elif block is not None:  # TensorE sums whole windows for a block of rows, the pass along y the others
+                m0, k = block
+                out += self.full_rows(xb, ob, m0, k, shift, passes[0][1], folded, counted, self.shared_bank)
+                parts = [part for part in (clip(segs, 0, m0), clip(segs, m0 + k, n)) if part]
+                if knobs.PAIR_ENDS and counted and final is not None and len(parts) == 2 and \
+                        all(len(g.taps) < window for g in parts[1]):
+                    # only border rows after the whole ones: one pass over both sides, so that counted_pass sums
+                    # and scales the two ends of a padding of one as one instruction each (not two)
+                    out += self.counted_pass(cur, dview, final, axis, parts[0] + parts[1], stride, shift, window,
+                                             None)
+                else:
+                    for part in parts:
+                        out += self.window_pass(cur, dview, axis, part, stride, shift, window, final=final,
+                                                counted=counted)
+            elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
+                out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window, final)
+            else:
+                out += self.window_pass(cur, dview, axis, segs, stride, shift, window, final=final,
+                                        counted=counted)
+            cur = final or dview
+        if cur.buf != ob and self.w.count == "inside":  # each region of the tile by its own count (ScalarE)
+            out += self.count_regions(cur, ob, [g for axis, g in passes if axis == 1], [g for axis, g in passes
+                                                                                       if axis == 2], scale)
+        elif cur.buf != ob:
+            out.append(Act(obv, cur, "copy", None, scale, line) if scale != 1.0 else Copy(obv, cur, line))
+        if G == 1:
+            return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.row0), n), full(self.Wo))), whole(ob), line)]
+        if self.tile_out is not None:  # stored once per block after the bands (tile_body)
+            return out
+        skip = [0] * (G - 1) + [max(0, self.overlap - k * self.OB) if lo_aff is None else 0]
+        return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.starts[g] + skip[g]), n - skip[g]), full(self.Wo))),
+                          View(ob, (sl(g * B, B), sl(skip[g], n - skip[g]), full(self.Wo))), line)
+                      for g in range(G) if skip[g] < n]
+
+    def load_parts(self, rows: int) -> list[tuple[int, int]]:
+        """A band's input rows in two loads, cut where the pass along x splits them between VectorE and GpSimdE
+        (combine_shared), so each engine waits only for its own rows: in an Interleave (few channel rows, so
+        one partition tile, whose first band's load the engines otherwise wait for whole); one load when that pass
+        is not shared."""
+        op = self.op
+        if self.psum is not None:  # each PSUM copy waits only for its own rows
+            return [(r0, min(r0 + self.psum, rows)) for r0 in range(0, rows, self.psum)]
+        if (op.pool.wx, self.w.stride[1], self.w.offset[1], self.Wo) == (1, 1, 0, self.W) or \
+                rows * self.Wo < knobs.SHARE_MIN or op.relu or not self.split_loads:
+            return [(0, rows)]
+        tmp = "f32" if op.pool.op == "add" else self.x3.dtype
+        cut = round(rows * vector_share(self.x3.dtype, tmp))
+        return [(0, cut), (cut, rows)] if 0 < cut < rows else [(0, rows)]
+
+    def block_loads(self, xb: Buf, first: int, rows: int, lo_aff: Aff | None) -> list[Stmt]:
+        """Block g's band rows onto partitions g*B..: one DMA each; a row outside X (only in a peeled band) holds
+        the identity: 0 for a sum (the band zeroed first), the nearest row of X for a max or min (a row the window
+        reads anyway, so it never changes the result)."""
+        B, line, pad = self.plan.tile_b, self.op.line, []
+        pb = sl(a(term("pb", B, "TILE_P")), B)
+        out: list[Stmt] = []
+        for g in range(self.G):
+            start = first + self.starts[g] * self.w.stride[0]
+            lo, hi = max(start, 0), min(start + rows, self.H)
+            src = lo_aff.plus(self.starts[g] * self.w.stride[0]) if lo_aff is not None else a(lo)
+            part = sl(g * B, B)
+            out.append(Dma(View(xb, (part, sl(lo - start, hi - lo), full(self.W))),
+                           View(self.x3, (pb, Sl(src, hi - lo), full(self.W))), line))
+            pad += [(part, r, 0 if r + start < 0 else self.H - 1) for r in range(rows) if not lo <= r + start < hi]
+        if pad and self.op.pool.op == "add":
+            return [Alloc(xb, zero=True, line=line)] + out
+        return [Alloc(xb, line=line)] + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))),
+                                                   View(self.x3, (pb, sl(src_row, 1), full(self.W))),
+                                                   line) for part, r, src_row in pad]
