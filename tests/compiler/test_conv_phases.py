@@ -10,11 +10,14 @@ Checked against an independent NumPy formula (np.pad + one einsum per tap) on th
 bf16, with padding, several row bands (peeled edge bands), bias, relu, residual adds and strides."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from compiler_helpers import assert_matches
 from tilec.compiler import conv_pairs
 from tilec.compiler.api import compile_loaded
+from tilec.compiler.wrap import unwrap
 from tilec.lang import api as lang
 from test_conv_padded import conv_ref, resnet_ref, rounded, run
 
@@ -84,6 +87,32 @@ def test_row_pairs_resnet_block_bias_relu_residual(dt):
     assert "nisa.dma_copy(dst=Y_pairs[n, i1, i2, i0, i3], src=Y_band)" in c.source
     assert "nisa.dma_copy(dst=X_skip, src=X_pairs[n, i1, i2, i0, i3])" in c.source
     assert c.source.count("i0, i1, i2, i3 = nl.mgrid[0:2, 0:64, 0:6, 0:10]") == 2
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
+
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_row_pairs_resnet_block_relu_once_per_band(nki, dt):
+    """56 columns: in 16 bits a band of U's row pairs takes two accumulation groups (<= 512 columns each; fp32
+    bands are one group). The block's final relu runs once over the whole band, after every group's residual add
+    and before the store (relu_per_band), not in place after each group's add; the result is the same."""
+    from compiler_helpers import compile_and_run
+
+    text = RESNET.format(dt=dt).replace("H = 12, W = 10", "H = 20, W = 56").replace("N = 2", "N = 1")
+    prog, c, inputs, out = compile_and_run(text, nki)
+    lines = unwrap(c.source).split("\n")
+    groups = [i for i, ln in enumerate(lines) if re.match(r"\s*for y_g2 in ", ln)]
+    relus = [i for i, ln in enumerate(lines) if "op=nl.relu" in ln and re.search(r"data=Y_band[,)]", ln)]
+    stores = [i for i, ln in enumerate(lines) if re.search(r"dma_copy\(dst=Y_pairs.*src=Y_band\)", ln)]
+    assert len(groups) == (0 if dt == "f32" else 1)
+    assert len(relus) == len(stores) == 1 and stores[0] - 3 <= relus[0] < stores[0], (relus, stores)
+
+    def indent(i: int) -> int:
+        return len(lines[i]) - len(lines[i].lstrip())
+    if groups:  # after the loop over groups, at its level: not in its body
+        assert groups[0] < relus[0] and indent(relus[0]) == indent(groups[0])
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
 
