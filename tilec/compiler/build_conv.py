@@ -266,6 +266,7 @@ class _ConvBuilder:
         # instead of zeroing the whole band, so the band's loads (other rows) do not wait for a memset (bf16
         # conv3x3same batch 1: the first load waited 1 us for the GpSimdE memset of its band)
         self.zero_rows: Buf | None = None
+        self.regroup_sel: Buf | None = None  # conv_pairs.regroup_prelude's selection stationaries
         if self.col0 != self.ox:
             halo = max(count for b in range(self.NB) for _, count in conv_fold.halo_spans(self, b) + [(0, 0)])
             if halo:
@@ -365,7 +366,7 @@ class _ConvBuilder:
             # row pairs: output rows as (pair, phase), so a band's two phases move in one DMA (conv_pairs.rows_view)
             pshape = (self.N, self.K, self.Ho // 2, 2, self.Wo)
             self.o5, s5 = hbm_view(self.hbm[op.out], pshape, fresh(f"{op.out}_pairs"), line)
-            stmts += s5
+            stmts += s5 + (conv_pairs.regroup_prelude(self) if conv_pairs.regroups(self) else [])
             if op.residual:
                 self.s5, s5 = hbm_view(self.hbm[op.residual], pshape, fresh(f"{op.residual}_pairs"), line)
                 stmts += s5
@@ -853,8 +854,9 @@ class _ConvBuilder:
             return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, conv_pairs.halves_region(self)),
                                                                  whole(ob), line)]
         if self.pair > 1:  # partition h*K + k, row i of the band: row 2i + h of the output (one DMA)
-            return loads + [Alloc(ob, line=line)] + group + self.band_relu(ob) + [
+            stores = conv_pairs.regroup_store(self, ob) if conv_pairs.regroup_band(self) else [
                 Dma(conv_pairs.rows_view(self, self.o5), whole(ob), line)]
+            return loads + [Alloc(ob, line=line)] + group + self.band_relu(ob) + stores
         store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks),
                                    sl(self.y_at(p.band // self.wy), p.band // self.wy),
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
