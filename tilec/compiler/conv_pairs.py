@@ -328,20 +328,24 @@ def regroup_prelude(b: _ConvBuilder) -> list[Stmt]:
 def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
     """The row-pair band ob (partition h*K + k, pair i: row 2i + h) regrouped on TensorE into halves of the band
     (partition q*K + k, row t of half q: row q * BAND / 2 + t) and stored in one DMA of 2K runs of BAND / 2 whole
-    rows. For each phase h, pairs q * BAND / 4 .. of phase h's K partitions go to partitions q*K + k of one PSUM
-    tile (2 selection matmuls, exact: one product of 1 per element), evicted into rows t = 2i + h of the halves."""
+    rows. Pairs q * BAND / 4 .. of phase h's K partitions go to partitions q*K + k of phase h's PSUM tile (a
+    selection matmul, exact: one product of 1 per element), evicted into rows t = 2i + h of the halves. Half q
+    outside the phases: where a band's half is one accumulation group (conv3x3same: 7 pairs), the first half's
+    matmuls wait only for the first group's eviction and TensorE runs them while the second group is evicted
+    (bf16 batch 8: 45.59 -> 44.42 us run, against the phases outside)."""
     line, K, W, dt = b.line, b.K, b.Wo, b.hbm[b.op.out].dtype
     quarter = b.p.band // 4  # the pairs of a half band
-    assert b.regroup_sel is not None
+    sel = b.regroup_sel
+    assert sel is not None
     rows = Buf(b.fresh(f"{b.op.out}_rows"), "sbuf", dt, (2 * K, quarter, 2, W))
-    hv, qv = b.fresh("phase"), b.fresh("half")
-    acc = Buf(b.fresh(f"{b.op.out}_regroup"), "psum", "f32", (2 * K, quarter, W))
-    select = View(b.regroup_sel, (sl(a(term(hv, K)), K), a(term(hv, 1), term(qv, -1), 1), full(2 * K)))
-    move = Matmul(whole(acc), select, View(ob, (sl(a(term(hv, K)), K), sl(a(term(qv, quarter)), quarter), full(W))),
-                  line)
-    body: list[Stmt] = [Alloc(acc, zero=True, line=line)]
-    body += loop(qv, 2, [move], note="halves of the band", line=line)
-    body.append(ir.Copy(View(rows, (full(2 * K), full(quarter), a(term(hv, 1)), full(W))), whole(acc), line))
+    qv = b.fresh("half")
+    accs = [Buf(b.fresh(f"{b.op.out}_phase{h}"), "psum", "f32", (2 * K, quarter, W)) for h in range(2)]
+    moves: list[Stmt] = [Matmul(whole(accs[h]), View(sel, (sl(h * K, K), a(term(qv, -1), 1 + h), full(2 * K))),
+                                View(ob, (sl(h * K, K), sl(a(term(qv, quarter)), quarter), full(W))), line)
+                         for h in range(2)]
+    evict: list[Stmt] = [ir.Copy(View(rows, (full(2 * K), full(quarter), a(h), full(W))), whole(accs[h]), line)
+                         for h in range(2)]
     region = (a(b.var["n"]), full(K), b.y_at(1), full(2), full(b.p.band // 2), full(W))
-    return [Alloc(rows, line=line)] + loop(hv, 2, body, note="row phases", line=line) + [
+    return [Alloc(rows, line=line)] + [Alloc(acc, zero=True, line=line) for acc in accs] + loop(
+        qv, 2, moves, note="halves of the band", line=line) + evict + [
         Dma(View(b.o6, region, perm=(1, 0, 2, 3)), whole(rows), line)]
