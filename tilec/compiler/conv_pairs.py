@@ -302,8 +302,8 @@ def regroup_band(b: _ConvBuilder) -> bool:
     shares the engines with the next bands' two X copies (1.14 us): the bf16 batch is DMA-bound at 2.8 us per band
     against TensorE's 2.0. Regrouped, the store is 128 runs of half a band (0.56 us) for 4 selection matmuls (0.67
     us of TensorE) and 2 evictions. Every band regrouped makes TensorE the bound at ~2.9 us per band (conv15.md:
-    50.2 -> 55.5 us); one band in two balances the two (conv3x3same bf16 batch 8: 50.20 -> 45.59 us run, batch 4
-    27.84 -> 26.09, batch 1 11.65 -> 11.47; batch 2 16.13 -> 16.34 is the one size measured slower)."""
+    50.2 -> 55.5 us); one band in two balances the two (conv3x3same bf16 batch 8: 50.20 -> 44.42 us run, batch 4
+    27.84 -> 25.59, batch 1 11.65 -> 11.47; batch 2 16.13 -> 16.18 is the one size measured slower)."""
     var, first = b.yb
     return var is None and _peeled_odd(b, first) and regroups(b)
 
