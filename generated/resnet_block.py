@@ -61,7 +61,6 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.dma_copy(dst=b1_col[64:128], src=b1)  # tl:12
     X_zero_rows = nl.zeros((128, 2, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     Y_pairs = Y.reshape((64, 8, 2, 16))  # tl:16
-    X_pairs = X.reshape((64, 8, 2, 16))  # tl:16
 
     # ---- weights W2: contraction-major, resident in SBUF
     W2_T = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
@@ -88,27 +87,22 @@ def resnet_block(X, W1, b1, W2, b2):
     T_img = nl.zeros((128, 9, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
 
     # ---- input band X: all contraction tiles, shared by every output tile
-    X_band = nl.ndarray((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    X_band[0:64, 0] = nisa.tensor_copy(X_zero_rows[0:64, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
-    X_band[0:64, 17] = nisa.tensor_copy(X_zero_rows[0:64, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
-    X_band[64:128, 16] = nisa.tensor_copy(X_zero_rows[64:128, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
-    nisa.dma_copy(dst=X_band[0:64, 1:17], src=X[0])  # tl:14
-    nisa.dma_copy(dst=X_band[64:128, 0:16], src=X[0])  # tl:14
+    X_band0 = nl.ndarray((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    X_band0[0:64, 0] = nisa.tensor_copy(X_zero_rows[0:64, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
+    X_band0[0:64, 17] = nisa.tensor_copy(X_zero_rows[0:64, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
+    X_band0[64:128, 16] = nisa.tensor_copy(X_zero_rows[64:128, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
+    nisa.dma_copy(dst=X_band0[0:64, 1:17], src=X[0])  # tl:14
+    nisa.dma_copy(dst=X_band0[64:128, 0:16], src=X[0])  # tl:14
     T_acc = nl.zeros((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12
-    T_acc += nisa.nc_matmul(W1_T[:, 2], X_band[:, 0:15:2])  # tl:14
-    T_acc += nisa.nc_matmul(W1_T[:, 3], X_band[:, 2:17:2])  # tl:14
-    T_acc[:, :, 1:16] += nisa.nc_matmul(W1_T[:, 0], X_band[:, 0:15:2, 0:15])  # tl:14
-    T_acc[:, :, 1:16] += nisa.nc_matmul(W1_T[:, 1], X_band[:, 2:17:2, 0:15])  # tl:14
-    T_acc[:, :, 0:15] += nisa.nc_matmul(W1_T[:, 4], X_band[:, 0:15:2, 1:16])  # tl:14
-    T_acc[:, :, 0:15] += nisa.nc_matmul(W1_T[:, 5], X_band[:, 2:17:2, 1:16])  # tl:14
+    T_acc += nisa.nc_matmul(W1_T[:, 2], X_band0[:, 0:15:2])  # tl:14
+    T_acc += nisa.nc_matmul(W1_T[:, 3], X_band0[:, 2:17:2])  # tl:14
+    T_acc[:, :, 1:16] += nisa.nc_matmul(W1_T[:, 0], X_band0[:, 0:15:2, 0:15])  # tl:14
+    T_acc[:, :, 1:16] += nisa.nc_matmul(W1_T[:, 1], X_band0[:, 2:17:2, 0:15])  # tl:14
+    T_acc[:, :, 0:15] += nisa.nc_matmul(W1_T[:, 4], X_band0[:, 0:15:2, 1:16])  # tl:14
+    T_acc[:, :, 0:15] += nisa.nc_matmul(W1_T[:, 5], X_band0[:, 2:17:2, 1:16])  # tl:14
     T_img[0:64, 1:9, 1:17] = nisa.activation(op=nl.relu, data=T_acc[0:64], bias=b1_col[0:64], dtype=nl.float32)  # tl:12
     T_img[64:128, 0:8, 1:17] = nisa.activation(op=nl.relu, data=T_acc[64:128], bias=b1_col[64:128],  # tl:12
                                                dtype=nl.float32)
-
-    # ---- X: the band added on the eviction
-    X_skip = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
-    i0, i1, i2, i3 = nl.mgrid[0:2, 0:64, 0:8, 0:16]  # tl:20
-    nisa.dma_copy(dst=X_skip, src=X_pairs[i1, i2, i0, i3])  # tl:20
     Y_band = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     U_acc = nl.zeros((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:16
     U_acc += nisa.nc_matmul(W2_T[:, 0], T_img[:, 0:8, 0:16])  # tl:18
@@ -119,7 +113,7 @@ def resnet_block(X, W1, b1, W2, b2):
     U_acc += nisa.nc_matmul(W2_T[:, 5], T_img[:, 1:9, 2:18])  # tl:18
     U_act = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     U_act[...] = nisa.activation(op=nl.copy, data=U_acc, bias=b2_col, dtype=nl.float32)  # tl:16
-    Y_band[...] = nisa.tensor_tensor(U_act, X_skip, op=nl.add, dtype=nl.float32)  # tl:20
+    Y_band[...] = nisa.tensor_tensor(U_act, X_band0[:, 1:16:2], op=nl.add, dtype=nl.float32)  # tl:20
     Y_band[...] = nisa.activation(op=nl.relu, data=Y_band, dtype=nl.float32)  # tl:16
     i0, i1, i2, i3 = nl.mgrid[0:2, 0:64, 0:8, 0:16]  # tl:16
     nisa.dma_copy(dst=Y_pairs[i1, i2, i0, i3], src=Y_band)  # tl:16

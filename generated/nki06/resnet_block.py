@@ -63,7 +63,6 @@ def resnet_block(X, W1, b1, W2, b2):
     X_zero_rows = nl.ndarray((128, 2, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     nisa.memset(dst=X_zero_rows, value=0.0)  # tl:12
     Y_pairs = Y.reshape((64, 8, 2, 16))  # tl:16
-    X_pairs = X.reshape((64, 8, 2, 16))  # tl:16
 
     # ---- weights W2: contraction-major, resident in SBUF
     W2_T = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
@@ -92,31 +91,25 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.memset(dst=T_img, value=0.0)  # tl:12
 
     # ---- input band X: all contraction tiles, shared by every output tile
-    X_band = nl.ndarray((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    nisa.tensor_copy(dst=X_band[0:64, 0], src=X_zero_rows[0:64, 0], engine=nisa.engine.gpsimd)  # tl:14
-    nisa.tensor_copy(dst=X_band[0:64, 17], src=X_zero_rows[0:64, 0], engine=nisa.engine.gpsimd)  # tl:14
-    nisa.tensor_copy(dst=X_band[64:128, 16], src=X_zero_rows[64:128, 0], engine=nisa.engine.gpsimd)  # tl:14
-    nisa.dma_copy(dst=X_band[0:64, 1:17], src=X[0])  # tl:14
-    nisa.dma_copy(dst=X_band[64:128, 0:16], src=X[0])  # tl:14
+    X_band0 = nl.ndarray((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    nisa.tensor_copy(dst=X_band0[0:64, 0], src=X_zero_rows[0:64, 0], engine=nisa.engine.gpsimd)  # tl:14
+    nisa.tensor_copy(dst=X_band0[0:64, 17], src=X_zero_rows[0:64, 0], engine=nisa.engine.gpsimd)  # tl:14
+    nisa.tensor_copy(dst=X_band0[64:128, 16], src=X_zero_rows[64:128, 0], engine=nisa.engine.gpsimd)  # tl:14
+    nisa.dma_copy(dst=X_band0[0:64, 1:17], src=X[0])  # tl:14
+    nisa.dma_copy(dst=X_band0[64:128, 0:16], src=X[0])  # tl:14
     T_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 2], moving=X_band[:, 0:15:2], accumulate=False)  # tl:14
-    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 3], moving=X_band[:, 2:17:2], accumulate=True)  # tl:14
-    nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 0], moving=X_band[:, 0:15:2, 0:15],  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 2], moving=X_band0[:, 0:15:2], accumulate=False)  # tl:14
+    nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 3], moving=X_band0[:, 2:17:2], accumulate=True)  # tl:14
+    nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 0], moving=X_band0[:, 0:15:2, 0:15],  # tl:14
                    accumulate=True)
-    nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 1], moving=X_band[:, 2:17:2, 0:15],  # tl:14
+    nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 1], moving=X_band0[:, 2:17:2, 0:15],  # tl:14
                    accumulate=True)
-    nisa.nc_matmul(dst=T_acc[:, :, 0:15], stationary=W1_T[:, 4], moving=X_band[:, 0:15:2, 1:16],  # tl:14
+    nisa.nc_matmul(dst=T_acc[:, :, 0:15], stationary=W1_T[:, 4], moving=X_band0[:, 0:15:2, 1:16],  # tl:14
                    accumulate=True)
-    nisa.nc_matmul(dst=T_acc[:, :, 0:15], stationary=W1_T[:, 5], moving=X_band[:, 2:17:2, 1:16],  # tl:14
+    nisa.nc_matmul(dst=T_acc[:, :, 0:15], stationary=W1_T[:, 5], moving=X_band0[:, 2:17:2, 1:16],  # tl:14
                    accumulate=True)
     nisa.activation(dst=T_img[0:64, 1:9, 1:17], op=nl.relu, data=T_acc[0:64], bias=b1_col[0:64])  # tl:12
     nisa.activation(dst=T_img[64:128, 0:8, 1:17], op=nl.relu, data=T_acc[64:128], bias=b1_col[64:128])  # tl:12
-
-    # ---- X: the band added on the eviction
-    X_skip = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:20
-    X_pairs_view = X_pairs.ap(pattern=[[16, 2], [256, 64], [32, 8], [1, 16]],
-                              offset=0)  # tl:20
-    nisa.dma_copy(dst=X_skip, src=X_pairs_view)  # tl:20
     Y_band = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     U_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:16
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 0], moving=T_img[:, 0:8, 0:16], accumulate=False)  # tl:18
@@ -127,7 +120,7 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 5], moving=T_img[:, 1:9, 2:18], accumulate=True)  # tl:18
     U_act = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     nisa.activation(dst=U_act, op=nl.copy, data=U_acc, bias=b2_col)  # tl:16
-    nisa.tensor_tensor(dst=Y_band, data1=U_act, data2=X_skip, op=nl.add)  # tl:20
+    nisa.tensor_tensor(dst=Y_band, data1=U_act, data2=X_band0[:, 1:16:2], op=nl.add)  # tl:20
     nisa.activation(dst=Y_band, op=nl.relu, data=Y_band)  # tl:16
     Y_pairs_view = Y_pairs.ap(pattern=[[16, 2], [256, 64], [32, 8], [1, 16]],
                               offset=0)  # tl:16

@@ -141,11 +141,13 @@ def test_codegen_writes_the_permuted_view_of_a_dma_only(nki):
 def test_resnet_block_chain_in_the_06_form(dt):
     # the chain's producer evicts into the paired image (odd rows on the first half: its stationary's halves
     # swapped, 16-bit: gathered in 4 copies), the consumer rounds U on its eviction (bf16: U is a narrow
-    # intermediate) and adds X's band, which arrives in one load through the permuted view
+    # intermediate) and adds X's band, which arrives in one load through the permuted view: the producer's bands
+    # (4 rows) are not the consumer's (12), so its copies of X cannot serve (conv_chain.skip_from_bands)
     from test_conv_phases import RESNET
 
-    prog, comp, inputs, out = compile_and_run(RESNET.format(dt=dt), "0.6")
+    prog, comp, inputs, out = compile_and_run(RESNET.format(dt=dt), "0.6", "split T.y, 4")
     assert "X_pairs_view = X_pairs.ap(pattern=[[10, 2], [120, 64], [20, 6], [1, 10]]," in comp.source
+    assert "X_band0" not in comp.source
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
 
@@ -166,3 +168,41 @@ def test_edge_bands_zero_only_the_copies_reaching_outside(nki, dt, c, k):
                              or "dst=X_band[0:96, " in z for z in zeros)
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]))
+
+
+REGROUP = """\
+kernel same64(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K]) -> Y
+  default N = {n}, C = 64, H = 40, W = 12, K = 64
+  Y: {dt}[N, K, H, W]
+  for n in 0..N, k in 0..K, y in 0..H, x in 0..W:
+    Y[n, k, y, x] = b[k]
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * Wt[k, c, r, s]
+"""
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_odd_bands_regrouped_on_tensor_e_before_their_store(nki, dt):
+    """16-bit row pairs at batch 2, 2 bands of 20 rows: band 0 leaves as row pairs (partition h*K + k, rows
+    2i + h: runs of one row), band 1 is regrouped by 4 selection matmuls into halves of the band (partition
+    q*K + k: rows 10q .. 10q + 9, one run) and stored through Y seen as [N, K, bands, 2, 10, W]
+    (conv_pairs.regroup_store)."""
+    prog, c, inputs, out = compile_and_run(REGROUP.format(dt=dt, n=2), nki)
+    src = unwrap(c.source)
+    assert "Y_halves = Y.reshape((2, 64, 2, 2, 10, 12))" in src
+    for phase in range(2):  # one selection matmul per phase in the loop over the band's halves
+        select = rf"Y_select\[{phase * 64}:{phase * 64 + 64}, {phase + 1} - half\]"
+        assert len(re.findall(rf"nc_matmul\([^\n]*{select}", src)) == 1
+    assert src.count("Y_pairs") == (2 if nki == "0.1" else 4)  # band 0's store still takes the row-pair view
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
+
+
+def test_no_regroup_for_fp32():
+    """fp32 row pairs are TensorE-bound (the regroup's matmuls would only add to it): every band keeps the row-pair
+    store."""
+    prog, c, inputs, out = compile_and_run(REGROUP.format(dt="f32", n=2), "0.6")
+    assert "Y_select" not in c.source and "Y_halves" not in c.source and c.source.count("Y_pairs.ap(") == 2
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))

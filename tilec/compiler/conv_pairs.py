@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tilec.compiler import conv_weights, ir
-from tilec.compiler.build_util import a, loop, sl, term
+from tilec.compiler.build_util import a, hbm_view, identity, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
-from tilec.compiler.schedule import PMAX
+from tilec.compiler.schedule import MOVING_FMAX, PMAX
 from tilec.target import TRN2
 
 if TYPE_CHECKING:
@@ -276,3 +276,76 @@ def chip_halves(b: _ConvBuilder) -> list[tuple[View, ir.Sl]]:
         out.append((View(chip.buf, (sl(half * b.K, b.K), a(0), sl(at, p.rows), cols)),
                     sl(half * b.K, b.K)))
     return out
+
+
+def regroups(b: _ConvBuilder) -> bool:
+    """16-bit row pairs stored from HBM-bound bands may be regrouped on TensorE before their store (regroup_store):
+    a plain conv (no residual, pool or chain), 2K = the partitions, whole-width bands of a multiple of 4 rows that
+    tile the output exactly, a quarter band's rows within one matmul's moving columns."""
+    op = b.op
+    return (b.pair == 2 and not b.phased and not b.halves and b.dst_chip is None and not op.w_batch
+            and op.residual is None and op.pool is None and DTYPE_BYTES[b.hbm[op.out].dtype] == 2
+            and 2 * b.K == PMAX and b.NXB == 1 and b.BX == b.Wo and b.wy == b.wx == 1
+            and b.p.band % 4 == 0 and b.Ho == b.NB * b.p.band and b.NB >= 2
+            and b.p.band // 4 * b.Wo <= MOVING_FMAX and any(_peeled_odd(b, i) for i in range(b.NB)))
+
+
+def _peeled_odd(b: _ConvBuilder, band: int) -> bool:
+    """An odd band peeled off the band loop for its halo (the bottom band of a padded 2-band image)."""
+    return band % 2 == 1 and b.band_clip(band) != (0, 0)
+
+
+def regroup_band(b: _ConvBuilder) -> bool:
+    """Whether the band being built is regrouped: the odd bands peeled for their halo (band 1 of a 2-band image). A
+    row-pair band's store moves rows of W elements (partition h*K + k holds rows 2i + h): 2 x 64 x 14 runs of 112 B
+    per bf16 band at W = 56, descriptor-bound (1.66 us on the 16 DMA engines against 0.55 for its bytes), and it
+    shares the engines with the next bands' two X copies (1.14 us): the bf16 batch is DMA-bound at 2.8 us per band
+    against TensorE's 2.0. Regrouped, the store is 128 runs of half a band (0.56 us) for 4 selection matmuls (0.67
+    us of TensorE) and 2 evictions. Every band regrouped makes TensorE the bound at ~2.9 us per band (conv15.md:
+    50.2 -> 55.5 us); one band in two balances the two (conv3x3same bf16 batch 8: 50.20 -> 44.42 us run, batch 4
+    27.84 -> 25.59, batch 1 11.65 -> 11.47; batch 2 16.13 -> 16.18 is the one size measured slower)."""
+    var, first = b.yb
+    return var is None and _peeled_odd(b, first) and regroups(b)
+
+
+def regroup_prelude(b: _ConvBuilder) -> list[Stmt]:
+    """The selection stationaries of regroup_store, [2K, 3, 2K]: block d moves partition p to p + (1 - d) * K
+    (d = 1: the identity; 0: the first K partitions up by K; 2: the last K down by K), so block 1 + h - q of
+    phase h's K partitions moves partition h*K + k to q*K + k."""
+    line, K = b.line, b.K
+    dt = b.hbm[b.op.out].dtype
+    ident, out = identity(b.fresh("ident"), dt, line)
+    sel = Buf(b.fresh(f"{b.op.out}_select"), "sbuf", dt, (2 * K, 3, 2 * K))
+    b.regroup_sel = sel
+    hshape = (b.N, K, b.NB, 2, b.p.band // 2, b.Wo)
+    b.o6, s6 = hbm_view(b.hbm[b.op.out], hshape, b.fresh(f"{b.op.out}_halves"), line)
+    moves = [(View(sel, (full(2 * K), a(1), full(2 * K))), whole(ident)),
+             (View(sel, (sl(0, K), a(0), sl(K, K))), View(ident, (sl(0, K), sl(0, K)))),
+             (View(sel, (sl(K, K), a(2), sl(0, K))), View(ident, (sl(K, K), sl(K, K))))]
+    return s6 + out + [Alloc(sel, zero=True, line=line)] + [ir.Copy(d, s, line) for d, s in moves]
+
+
+def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
+    """The row-pair band ob (partition h*K + k, pair i: row 2i + h) regrouped on TensorE into halves of the band
+    (partition q*K + k, row t of half q: row q * BAND / 2 + t) and stored in one DMA of 2K runs of BAND / 2 whole
+    rows. Pairs q * BAND / 4 .. of phase h's K partitions go to partitions q*K + k of phase h's PSUM tile (a
+    selection matmul, exact: one product of 1 per element), evicted into rows t = 2i + h of the halves. Half q
+    outside the phases: where a band's half is one accumulation group (conv3x3same: 7 pairs), the first half's
+    matmuls wait only for the first group's eviction and TensorE runs them while the second group is evicted
+    (bf16 batch 8: 45.59 -> 44.42 us run, against the phases outside)."""
+    line, K, W, dt = b.line, b.K, b.Wo, b.hbm[b.op.out].dtype
+    quarter = b.p.band // 4  # the pairs of a half band
+    sel = b.regroup_sel
+    assert sel is not None
+    rows = Buf(b.fresh(f"{b.op.out}_rows"), "sbuf", dt, (2 * K, quarter, 2, W))
+    qv = b.fresh("half")
+    accs = [Buf(b.fresh(f"{b.op.out}_phase{h}"), "psum", "f32", (2 * K, quarter, W)) for h in range(2)]
+    moves: list[Stmt] = [Matmul(whole(accs[h]), View(sel, (sl(h * K, K), a(term(qv, -1), 1 + h), full(2 * K))),
+                                View(ob, (sl(h * K, K), sl(a(term(qv, quarter)), quarter), full(W))), line)
+                         for h in range(2)]
+    evict: list[Stmt] = [ir.Copy(View(rows, (full(2 * K), full(quarter), a(h), full(W))), whole(accs[h]), line)
+                         for h in range(2)]
+    region = (a(b.var["n"]), full(K), b.y_at(1), full(2), full(b.p.band // 2), full(W))
+    return [Alloc(rows, line=line)] + [Alloc(acc, zero=True, line=line) for acc in accs] + loop(
+        qv, 2, moves, note="halves of the band", line=line) + evict + [
+        Dma(View(b.o6, region, perm=(1, 0, 2, 3)), whole(rows), line)]
