@@ -117,6 +117,10 @@ def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int 
     if not buf.alive:
         checks.dead(t, where)
     buf.f32 = None
+    if buf.memory == "psum":
+        flags = matmul_flags(run, t, create=False)
+        if flags is not None:
+            flags[...] = False  # (a matmul that wrote this sets the flags again after its write: isa06.nc_matmul)
     if value is None:
         run.known.discard(buf.id)  # (a trace-only write: the values are no longer known)
     if t.oob is not None:
@@ -137,6 +141,21 @@ def write(run: Run, t: Tensor, value: object, where: tuple[str, int], kind: int 
     log = run.cur_log()
     if log is not None and log.frame.id not in buf.scope:
         log.add(buf, t.off, t.shape, t.strides, kind, where)
+
+
+def matmul_flags(run: Run, t: Tensor, create: bool = True) -> np.ndarray | None:
+    """NKI 0.6: the view of t in its PSUM buffer's "last written by a matmul" flags (None: not a 0.6 run, not PSUM,
+    or never flagged). Accumulating onto PSUM a non-matmul instruction wrote is undefined behaviour on NeuronCore-v2
+    and -v3 [ISA6 nc_matmul accumulate=], so every write clears them (write) and a matmul's write sets them."""
+    table = getattr(run, "matmul_written", None)
+    if table is None or t.buf.memory != "psum":
+        return None
+    flat = table.get(t.buf.id)
+    if flat is None:
+        if not create:
+            return None
+        flat = table[t.buf.id] = np.zeros(t.buf.data.size, dtype=bool)
+    return np.ndarray(t.shape, np.bool_, buffer=flat, offset=t.off, strides=t.strides)
 
 
 def _store(dst: np.ndarray, value: object, mask: np.ndarray | None) -> None:
@@ -292,6 +311,10 @@ def _retarget(run: Run, tmp: Tensor, dst: Tensor, accumulate: bool) -> None:
         info.last_seq = max(info.last_seq, idx)
     run.instrs[idx] = dataclasses.replace(instr, writes=(recorder.access(dst),), out_dtype=dtype_name(dst.dtype),
                                           accumulate=accumulate or instr.accumulate)
+    if instr.op == "nc_matmul":  # `acc[...] = nl.matmul(..)`, `acc += ..`: TensorE wrote the region (0.6 flags)
+        flags = matmul_flags(run, dst)
+        if flags is not None:
+            flags[...] = True
     run.discard(tmp.buf)
 
 

@@ -95,29 +95,12 @@ def _into(dst: Tensor, value: Tensor, api: str) -> None:
             f"'{api}' computes a tile of shape {tuple(value.shape)}, but dst has shape {tuple(dst.shape)}",
             "dst_shape_mismatch", where, f"dst {dst.describe()}",
             hint="dst needs the same partitions and the same number of elements per partition as the result")
-    core.assign(dst, value)
-    _not_matmul(dst)
-
-
-def _not_matmul(dst: Tensor) -> None:
-    """dst (if PSUM) was last written by a non-matmul instruction."""
-    flags = _flags(dst, create=False)
-    if flags is not None:
-        flags[...] = False
+    core.assign(dst, value)  # (core.write clears dst's 'last written by a matmul' flags)
 
 
 def _flags(t: Tensor, create: bool = True) -> np.ndarray | None:
     """The view of t in its PSUM buffer's 'last written by a matmul' flags (None: not PSUM, or never flagged)."""
-    run = runtime.current()
-    table = getattr(run, "matmul_written", None)
-    if table is None or t.buf.memory != "psum":
-        return None
-    flat = table.get(t.buf.id)
-    if flat is None:
-        if not create:
-            return None
-        flat = table[t.buf.id] = np.zeros(t.buf.data.size, dtype=bool)
-    return np.ndarray(t.shape, np.bool_, buffer=flat, offset=t.off, strides=t.strides)
+    return core.matmul_flags(runtime.current(), t, create)
 
 
 def _written(t: Tensor) -> np.ndarray:
@@ -408,7 +391,6 @@ def tensor_copy_predicated(dst: Tensor, src: object, predicate: Tensor, reverse_
                            name: object = None, **kwargs: object) -> None:
     _no_legacy(kwargs, "tensor_copy_predicated")
     isa.tensor_copy_predicated(src=src, dst=dst, predicate=predicate, reverse_pred=reverse_pred)
-    _not_matmul(dst)
 
 
 def scalar_tensor_tensor(dst: Tensor, data: Tensor, op0: object, operand0: object, op1: object, operand1: Tensor,
@@ -454,4 +436,3 @@ def select_reduce(dst: Tensor, predicate: Tensor, on_true: Tensor, on_false: obj
     isa.select_reduce(dst=dst, predicate=predicate, on_true=on_true, on_false=on_false, reduce_res=reduce_res,
                       reduce_cmd=int(reduce_cmd), reduce_op=np.amax if reduce_op is None else reduce_op,
                       reverse_pred=reverse_pred)
-    _not_matmul(dst)
