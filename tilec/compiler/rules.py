@@ -589,7 +589,10 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
     accumulator (`reverse_compute_at(e, ft)`: after the reduce of each row tile), bound to the partitions and
     tensorized in place on the accumulator; a tensor's column is staged just before its step (`stage(b_v, ft,
     near=True)`). An output narrower than fp32 keeps an fp32 accumulator and is cast into a tile of its dtype
-    before the store (`stage_out(.., dtype=f32, cast=s_tile)`).
+    before the store (`stage_out(.., dtype=f32, cast=s_tile)`). A reduced expression is bound to a tile first
+    (`bind_expr(s_v, p, s_terms)`, `tensorize(p_x)`); a sum of a square `x * x` names its instructions,
+    `tensorize(p_x, square=sum)`: one ScalarE activation squares x and sums the row into the accumulator
+    (reduce_res), x's fp32 producer shared by GpSimdE and VectorE (lower_tiles.square_sums).
 
     `short` = (P, G, GB): rows short enough that one per partition wastes the DMAs (build_reduce.short_rows) go G
     per partition, row p * G + g on partition p: the rows reshaped to (p, P) x (g, G), g split into tiles of GB
@@ -805,8 +808,9 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
         bind_expr(s_acc, p#0, s_pair0, suffix=_x0); tensorize(p_x0)   VectorE: s_pair0 = A_r0 + A_r1
         (then g#1 .. for a group of 4); tensorize(s_row_c0, engine=scalar)   the eviction on ScalarE
 
-    Takes plain sums (build_colreduce stacks o's on the partitions, widens loads and sums expressions: those stay
-    there), None otherwise."""
+    A square's terms `T = x * x` are named `tensorize(p_x, square=scalar)` where ScalarE computes them (_Squares).
+
+    Takes sums but fp32 rows two to a partition and stacked expressions (build_colreduce), None otherwise."""
     from tilec.compiler.build_colreduce import _group, row_pairs_of, stacked, wide  # (the builder's own choices)
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) < 2 or len(tops) != len(k.body):
