@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tilec.compiler.nest import Expr, Op
-
 
 @dataclass(frozen=True)
 class Prim:
@@ -55,8 +53,3 @@ def _ragged_parts(extent: int, tile: int, per_strip: int) -> list[tuple[int, int
     whole = extent - extent % tile
     parts = [(0, whole, tile, per_strip)] if whole else []
     return parts + ([(whole, extent % tile, extent % tile, 1)] if extent % tile else [])
-
-
-def square(e: Expr) -> Expr | None:
-    """x when the expression is `x * x` (both operands the same expression), else None."""
-    return e.args[0] if isinstance(e, Op) and e.name == "*" and len(e.args) == 2 and e.args[0] == e.args[1] else None

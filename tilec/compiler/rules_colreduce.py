@@ -7,9 +7,10 @@ import math
 from tilec.compiler import layout
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Assign, Expr, Kernel, Load, Loop, Op, Update, fmt_expr, loads
-from tilec.compiler.rules_base import Prim, _plain, prim, square
+from tilec.compiler.rules_base import Prim, _plain, prim
 from tilec.compiler.rules_reduce import _epilogue_step, _reduce_views
 from tilec.compiler.schedule import ReducePlan
+from tilec.compiler.tensorize import square
 from tilec.target import Target
 
 

@@ -7,8 +7,9 @@ import math
 from tilec.compiler import layout
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, fmt_expr, loads
-from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim, square
+from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim
 from tilec.compiler.schedule import ReducePlan
+from tilec.compiler.tensorize import match
 from tilec.lang.functions import ACCUMULATE
 from tilec.target import Target
 
@@ -111,7 +112,9 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
     # a reduced size the free tiles do not divide: whole free tiles, then one tile of the rest (12289: 3 x 4096 and
     # 1), each reduced into the row tile's accumulator
     cols = _ragged_parts(F, params.free, 1)
-    summed = {"square": "sum"} if upd.op == "+=" and square(upd.expr) is not None else {}
+    # the table's activation that squares and sums a row (tensorize.match): named on the expression's nest
+    how = match(upd, target)
+    summed = {"square": "sum"} if how is not None and dict(how.roles).get("FN") == ("square",) else {}
     for r, (r0, size, tp, _) in enumerate(rows):
         sfx = _at(len(rows), r)
         x = lambda name: name + sfx  # noqa: E731

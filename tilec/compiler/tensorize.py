@@ -7,6 +7,8 @@ returns the instruction and how the statement's loop variables bind to the instr
     conv[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
                                                  nc_matmul      k: c, r, s   m: k   n: n, y, x
     s[i] max= A[i, j]                            tensor_reduce  p: i    f: j
+    s[i] += (A[i, j] - B[i, j]) * (A[i, j] - B[i, j])
+                                                 activation     FN: square  p: i  f: j  reduce_res: s (the row sum)
     B[e, y, x] += (A[e, y + r - 1, x + s - 1] ?? 0) * Wd[e, r, s]
                                                  scalar_tensor_tensor  p: e   f: y, x   taps: r, s
     Y[j, i] = X[i, j]                            nc_transpose   p: i    f: j
@@ -82,10 +84,20 @@ def _match_update(s: Update, t: Target) -> Match | None:
     if mac is not None:
         return mac
     reads = loads(e)
+    if s.op == "+=" and square(e) is not None and reads and \
+            all(_vars(r)[:len(out)] == out and len(_vars(r)) > len(out) for r in reads):  # rows of a square summed
+        free = tuple(v for v in _vars(reads[0]) if v not in out)
+        return Match(t.instr("activation"), (("FN", ("square",)), ("p", tuple(out)), ("f", free),
+                                             ("reduce_res", (s.dst.buf,))))
     if reads and all(set(out) < set(_vars(r)) for r in reads):  # whole dimensions reduced
         free = tuple(v for v in _vars(reads[0]) if v not in out)
         return Match(t.instr("tensor_reduce"), (("p", tuple(out)), ("f", free)))
     return None
+
+
+def square(e: Expr) -> Expr | None:
+    """x when the expression is `x * x` (both operands the same expression), else None."""
+    return e.args[0] if isinstance(e, Op) and e.name == "*" and len(e.args) == 2 and e.args[0] == e.args[1] else None
 
 
 def _operand(x: Expr) -> Access | None:
