@@ -329,6 +329,8 @@ class _Lowering:
                     temps=str(how.get("temps", "tmp")))
         if how.get("square"):
             self.squares[the_square(made, s.var)] = str(how["square"])
+        if how.get("gpsimd"):  # an fp32 element-wise instruction split by columns with GpSimdE (the same values)
+            made = [x for b in made for x in (_shared_with_gpsimd(b, self.target) if isinstance(b, ir.Binary) else [b])]
         return made
 
     def view(self, a: Access, nest: dict[str, int]) -> View:

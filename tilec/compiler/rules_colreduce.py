@@ -88,13 +88,20 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     expr = not isinstance(upd.expr, Load)
     group, W, K = _group(R // params.parts), wide(O, R, F, params, 1, dtype), stacked(O, R, params)
     pairs = row_pairs_of(R, params, dtype, expr) > 1
-    if R % params.parts or F % params.free or (K > 1 or W > 1) and pairs:  # (the builder: two rows a partition)
+    pairs = pairs and (K > 1 or W > 1)  # (one fp32 o of one row tile: its matmuls bound it either way)
+    if R % params.parts or F % params.free:
         return None
-    if K > 1 and (expr or any(lp.extent == 1 for lp in chain)):
+    if (K > 1 or pairs) and (expr or any(lp.extent == 1 for lp in chain)):
         return None  # (the builder stacks these: expressions, unit loops)
     columns = [c for c in epilogue if c]
     v, taken = _reduce_views(S, reads, columns)
     before, after = names[:first], names[first + len(red):]
+    if pairs:  # rows 2q and 2q + 1 on one partition (build_colreduce.row_pairs): R / 2 partitions an o
+        half = ReducePlan(params.parts // 2, params.free)
+        K = stacked(O, R // 2, half)
+        W = wide(O, R // 2, F, ReducePlan(K * half.parts, params.free), K, dtype)
+        return _stacked_sum(k, params, (O, R, F, K, W), (before, red, after), chain, init[0], upd, epilogue, v,
+                            taken, pairs=True)
     if K > 1:
         W = wide(O, R, F, ReducePlan(K * R, params.free), K, dtype)
         return _stacked_sum(k, params, (O, R, F, K, W), (before, red, after), chain, init[0], upd, epilogue, v,
@@ -231,7 +238,7 @@ class _Squares:
 
 def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int, int],
                  names: tuple[list[str], list[str], list[str]], chain: list[Loop], init: Assign, upd: Update,
-                 epilogue: list[str | None], v: dict[str, str], taken: set[str]) -> list[Prim]:
+                 epilogue: list[str | None], v: dict[str, str], taken: set[str], pairs: bool = False) -> list[Prim]:
     """rules.colreduce for K o's stacked on the partitions (build_colreduce.stacked: one row tile holds the R
     reduced rows of an o, so K o's go on K * R partitions of one load and a (K * R, K) block-diagonal ones matrix
     sums each o's rows into its own row of a (K, TILE_F) PSUM tile); 6 x 32 x 512, K = 3:
@@ -245,31 +252,68 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
 
     The epilogue steps are reshaped onto the same (o, k, f) rows and computed on the (K, TILE_F) row of sums. W > 1
     (build_colreduce.wide): a TILE_F of W PSUM banks per load, the banks written out as in rules.colreduce (each a
-    (K, BANK_F) PSUM tile of its own, the factor on its eviction)."""
+    (K, BANK_F) PSUM tile of its own, the factor on its eviction).
+
+    `pairs` (fp32, build_colreduce.row_pairs): rows 2q and 2q + 1 of an o on one partition, so an o takes R / 2
+    partitions (K of them stacked, K = 1 too) and GpSimdE and VectorE add each partition's two rows before TensorE
+    sums the partitions; 16 x 128 x 4096 f32, K = 2, W = 4:
+
+        reshape(b, ((o, 8), (k, 2), (q, 64), (l, 2), (f, 4096)), unit=False)   A_v[o, k, q, l, f]
+        merge_dims(A_v, 1)                   A_v[o, 64*k + q, l, f]
+        split(q, 64, outer=rt, inner=p, name=TILE_P); split(f, 2048, outer=ft, inner=f_w, name=TILE_F)
+        reorder(o, ft, rt, l, k, p, f_w); partition(p, summed=True); partition(k)
+        unroll(l, copies=True); pair(l#0, l#1)   s_v[o, k, f] += A_v[.., 64*k + p, 0, f] + A_v[.., 64*k + p, 1, f]
+        bind_expr(s_v, k, s_pair, merged=True)   s_pair[k_x, f] = (the two rows): one (128, TILE_F) tile
+        split(f_w, 512, outer=w, inner=f_i, name=BANK_F); reorder(w, k, p, f_i)   (the banks, as above)
+        stage(A_v, rt, name=A_rows)          one (128, 2, TILE_F) load
+        tensorize(k_x, gpsimd=True)          the add split by columns between GpSimdE and VectorE
+        tensorize(s_row_c0, engine=scalar)   ScalarE evicts (a factor: on the eviction, evict=True)"""
     O, R, F, K, W = sizes
+    L = 2 if pairs else 1
+    R //= L
     before, red, after = names
     S, reads = upd.dst.buf, list(dict.fromkeys(a.buf for a in loads(upd.expr)))
     A = reads[0]
     columns = [c for c in epilogue if c]
     at = {lp.var: lp.line for lp in chain}
     top = chain[0].var + ("#0" if epilogue else "")
+    r = "q" if pairs else "r"
+    rows = ((r, R), ("l", L)) if pairs else ((r, R),)
     prims = [prim("fold_init", S),
-             prim("reshape", top, (("o", O // K), ("k", K), ("r", R), ("f", F)),
+             prim("reshape", top, (("o", O // K), ("k", K)) + rows + (("f", F),),
                   notes=(f"for {', '.join(before)} ({K} at a time, stacked on the partitions)", "",
-                         f"for {', '.join(red)}", f"for {', '.join(after)}"),
-                  lines=(at[before[0]], at[before[0]], at[red[0]], at[after[0]] if after else init.line),
+                         f"for {', '.join(red)}") + (("",) if pairs else ()) + (f"for {', '.join(after)}",),
+                  lines=(at[before[0]], at[before[0]], at[red[0]]) + ((at[red[0]],) if pairs else ()) +
+                  (at[after[0]] if after else init.line,),
                   views=(*((B, v[B]) for B in reads), (S, v[S])), view_line=init.line, unit=False)]
     prims += [prim("merge_dims", v[B], 1) for B in reads]
     loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
     tops = [s for s in k.body if isinstance(s, Loop)]
     for n, (e, c) in enumerate(zip(loops, epilogue)):  # each step over the same rows of sums: s_v[o, k, f]
-        ref = tops[2 + n].var + ("#0" if len(epilogue) - n > 1 else "")
+        taken_by = int(tops[2 + n].var in ("o", "k", r, "l", "f"))  # (the reduction's loop of that name comes first)
+        ref = tops[2 + n].var + (f"#{taken_by}" if len(epilogue) - n > 1 or taken_by else "")
         views = ((S, v[S]),) + (((c, v[c]),) if c else ())
         lead = ((e, O // K),) if O > K else ()  # (one step: the reduction's s_v[k, f] has no o, a row it leaves out)
         prims.append(prim("reshape", ref, lead + ((f"{e}_k", K), (f"{e}_f", F)), views=views, unit=False))
-    prims += [prim("split", "r", R, outer="rt", inner="p", name="TILE_P",
-                   note=f"for {', '.join(red)} (the {R} rows of each of the {K} o's, summed in PSUM)")]
-    if W > 1:
+    pair = unique(f"{S}_pair", taken) if pairs else ""
+    if pairs:
+        prims += [prim("split", r, R, outer="rt", inner="p", name="TILE_P",
+                       note=f"for {', '.join(red)} (the {L * R} rows of each of the {K} o's, {L} to a partition: added "
+                            "on GpSimdE/VectorE, then summed in PSUM)"),
+                  prim("split", "f", W * params.free, outer="ft", inner="f_w" if W > 1 else "f_i", name="TILE_F"),
+                  prim("reorder", "o", "ft", "rt", "l", "k", "p", "f_w" if W > 1 else "f_i"),
+                  prim("partition", "p", summed=True), prim("partition", "k"),
+                  prim("unroll", "l", copies=True), prim("pair", "l#0", "l#1"),
+                  prim("bind_expr", v[S], "k", pair, merged=True)]  # (the whole loaded tile: one add)
+        prims += [prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
+                       note="the PSUM banks of a free tile: a matmul each, evicted into its part of the rows"),
+                  prim("reorder", "w", "k", "p", "f_i")] if W > 1 else []
+    else:
+        prims += [prim("split", r, R, outer="rt", inner="p", name="TILE_P",
+                       note=f"for {', '.join(red)} (the {R} rows of each of the {K} o's, summed in PSUM)")]
+    if pairs:
+        pass  # (split, reordered and partitioned above)
+    elif W > 1:
         prims += [prim("split", "f", W * params.free, outer="ft", inner="f_w", name="TILE_F"),
                   prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
                        note="the PSUM banks of a free tile: a matmul each, evicted into its part of the rows"),
@@ -277,7 +321,8 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
     else:
         prims += [prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
                   prim("reorder", "o", "ft", "rt", "k", "p", "f_i")]
-    prims += [prim("partition", "p", summed=True), prim("partition", "k")]
+    if not pairs:
+        prims += [prim("partition", "p", summed=True), prim("partition", "k")]
     step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
     factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
     for n, e in enumerate(loops):  # each step on the (K, TILE_F) rows of sums of a free tile, once they are evicted
@@ -303,11 +348,15 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
         prims += [prim("stage_out", row, f"w#{j}", memory="psum", name=a, line=upd.line, of="k")
                   for j, a in enumerate(accs)] if W > 1 else \
             [prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
-    prims += [prim("stage", v[B], "rt", name=unique(f"{B}_tile", taken)) for B in reversed(reads)]
+    prims += [prim("stage", v[B], "rt", name=unique(f"{B}_rows" if pairs else f"{B}_tile", taken))
+              for B in reversed(reads)]
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
+    prims += [prim("tensorize", "k_x", gpsimd=True)] if pairs else []
     prims.append(prim("tensorize", "k", line=init.line))
+    if pairs and not factor:  # GpSimdE and VectorE add the pairs: ScalarE evicts (a factor: evict=True below)
+        prims.append(prim("tensorize", f"{row}_c0", engine="scalar"))
     prims += [prim("tensorize", f"{e}_k_r", **({"evict": True} if factor and n == 0 else {}))
               for n, e in enumerate(loops)]
-    what = f"{S} = sum over {', '.join(red)} of {A} (ones matmul; a block-diagonal ones matrix sums each o's rows " \
-        "apart)"
-    return prims + [prim("block", "o", what)]
+    how = "; two rows per partition, added on GpSimdE/VectorE first, a block-diagonal ones matrix per o" if pairs \
+        else "; a block-diagonal ones matrix sums each o's rows apart"
+    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul{how})")]

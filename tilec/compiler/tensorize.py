@@ -238,12 +238,19 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
         return _partition_broadcast(s, dst, e)
     if m.instr.name == "nc_transpose" and isinstance(s.expr, Load):
         return _transpose(s, dst, e, psum)
-    tiles = {a.buf: e.view(a) for a in loads(s.expr)}
+    # each read its own operand: one buffer read at two places (a pair of rows `A[p, 0, f] + A[p, 1, f]`) is two
+    names: dict[Access, str] = {}
+    for a in loads(s.expr):
+        if a not in names:
+            seen = sum(b.buf == a.buf for b in names)
+            names[a] = a.buf if not seen else f"{a.buf}#{seen}"
+    expr = map_loads(s.expr, lambda a: replace(a, buf=names[a]))
+    tiles = {names[a]: e.view(a) for a in names}
     free = set(list(nest)[1:])  # a column's index uses none of the free loops (only the partitions)
-    columns = {a.buf for a in loads(s.expr) if not any(t.var in free for i in a.index for t in i.terms)}
+    columns = {names[a] for a in names if not any(t.var in free for i in a.index for t in i.terms)}
     shape = dst.shape()
     return ExprCompiler(tiles, (shape[0], math.prod(shape[1:])), s.line, e.fresh, columns, fold=fold,
-                        prefix=temps, regroup=regroup).emit(to_syntax(s.expr), dst)
+                        prefix=temps, regroup=regroup).emit(to_syntax(expr), dst)
 
 
 def _partition_broadcast(s: Assign, dst: View, e: Emit) -> list[ir.Stmt]:
