@@ -217,12 +217,21 @@ RULE = {"colsum_three_tiles": colsum(384, 1024), "colsum_bf16": colsum(384, 96).
         .replace("b, n", "o, f").replace("b in", "o in").replace("n in", "f in").replace("A[b, m, n]", "A[o, m, f]"),
         "midmean_loops_named_o_f_f32": STACKED.format(dtype="f32", out="f32", b=4, m=64, n=512, init="0", extra="")
         .replace("b, n", "o, f").replace("b in", "o in").replace("n in", "f in").replace("A[b, m, n]", "A[o, m, f]"),
+        # stacked o's of an expression: the terms of the whole (K*R, TILE_F) tile (bind_expr merged), squares on
+        # ScalarE (square=scalar); wide loads; a factor on the eviction
+        "midsq_stacked_bf16": MIDSUM.format(dtype="bf16", out="f32", b=4, m=64, n=512).replace(
+            "+= A[b, m, n]", "+= A[b, m, n] * A[b, m, n]"),
+        "midsq_stacked_wide_f32": MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=2048).replace(
+            "+= A[b, m, n]", "+= A[b, m, n] * A[b, m, n] / M"),
+        "midabs_stacked_f32": MIDSUM.format(dtype="f32", out="bf16", b=6, m=32, n=512).replace(
+            "+= A[b, m, n]", "+= abs(A[b, m, n])"),
         "midabs_bf16": MIDSUM.format(dtype="bf16", out="f32", b=3, m=300, n=96).replace("+= A[b, m, n]",
                                                                                          "+= abs(A[b, m, n])")}
 # the reduced terms by NumPy (float64), per expression a case sums
 TERMS = {"A[i, j] * A[i, j]": lambda x: x["A"] ** 2, "A[i, j] * A[i, j] / M": lambda x: x["A"] ** 2,
          "A[i, j] * B[i, j]": lambda x: x["A"] * x["B"],
-         "(A[i, j] - 1.5) * A[i, j]": lambda x: (x["A"] - 1.5) * x["A"], "abs(A[b, m, n])": lambda x: abs(x["A"])}
+         "(A[i, j] - 1.5) * A[i, j]": lambda x: (x["A"] - 1.5) * x["A"], "abs(A[b, m, n])": lambda x: abs(x["A"]),
+         "A[b, m, n] * A[b, m, n]": lambda x: x["A"] ** 2, "A[b, m, n] * A[b, m, n] / M": lambda x: x["A"] ** 2}
 
 
 def _rule(text: str):
@@ -277,11 +286,21 @@ def test_column_rule_kernels_match_numpy(name):
     np.testing.assert_allclose(got, _numpy_sum(RULE[name], inputs), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("text", [MIDSUM.format(dtype="bf16", out="f32", b=4, m=64, n=512).replace(
-                                      "+= A[b, m, n]", "+= A[b, m, n] * A[b, m, n]")])
-def test_the_column_rule_leaves_stacked_expressions_to_the_builder(text):
-    """Stacked o's summing an expression: build_colreduce still writes these (the rule declines, and the kernel
-    says so). Grouped row tiles, expressions, stacked and wide sums and fp32 row pairs are the rule's."""
+UNIT_STACKED = """kernel u(A: bf16[B, E, M, N]) -> s
+  default B = 4, E = 1, M = 64, N = 512
+  s: f32[B, E, N]
+  for b in 0..B, e in 0..E, n in 0..N:
+    s[b, e, n] = 0
+    for m in 0..M:
+      s[b, e, n] += A[b, e, m, n]
+"""
+
+
+@pytest.mark.parametrize("text", [UNIT_STACKED])
+def test_the_column_rule_leaves_stacked_nests_with_unit_loops_to_the_builder(text):
+    """Stacked o's of a nest with a loop of extent 1: build_colreduce still writes these (the rule declines, and
+    the kernel says so). Grouped row tiles, expressions, stacked and wide sums, stacked expressions and fp32 row
+    pairs are the rule's."""
     prog = lang.load(text)
     op = select(lower(prog.kernel, prog.sizes), prog)[0]
     nest = colreduce_nest(op, prog)
@@ -361,6 +380,23 @@ def test_row_pairs_by_the_rule_in_both_dialects(name, nki):
     adds = [ln for ln in source.splitlines() if "nisa.tensor_tensor(" in ln and "s_pair" in ln]
     assert len(adds) == 2 and "gpsimd" in adds[0] and "gpsimd" not in adds[1], adds
     assert all("A_rows[:, 0, " in ln and "A_rows[:, 1, " in ln for ln in adds)
+    inputs = inputs_for(prog)
+    got = np.asarray(c.run(**inputs)["s"], np.float64)
+    tol = 8e-3 if "bf16" in text else 1e-4
+    np.testing.assert_allclose(got, _numpy_sum(text, inputs), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("name", ["midsq_stacked_bf16", "midsq_stacked_wide_f32", "midabs_stacked_f32"])
+def test_stacked_expressions_by_the_rule_in_both_dialects(name, nki):
+    """Stacked o's of an expression (rules.colreduce): the terms of the whole stacked tile in one instruction (a
+    square on ScalarE), one block-diagonal matmul per PSUM bank; the kernel against NumPy in both NKI dialects."""
+    text = RULE[name]
+    prog = lang.load(text)
+    c = compile_loaded(prog, None, nki)
+    source = wrap.unwrap(c.source)
+    assert "rules.colreduce expands its plan into" in c.stages["schedule"]
+    assert ("nl.square" in source) == ("* A[b, m, n]" in text)
     inputs = inputs_for(prog)
     got = np.asarray(c.run(**inputs)["s"], np.float64)
     tol = 8e-3 if "bf16" in text else 1e-4

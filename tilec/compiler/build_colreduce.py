@@ -7,9 +7,10 @@ after. The reduced rows go on the partitions and TensorE adds them up: per O and
     acc[K, TILE_F] (PSUM) += ones[TILE_P, K].T @ A[o, rt*TILE_P:+TILE_P, ft*TILE_F:+TILE_F]     over rt
 
 then one eviction to SBUF, the constant factor and the initial value, one store of the rows of sums. The sums it
-still writes: expressions of stacked o's (K > 1) and stacked nests with unit loops; rules.colreduce schedules every
-other sum (grouped row tiles, fp32 pairs, expressions, stacked o's, wide loads, fp32 rows two to a partition), and
-a grouped or row-paired sum reaching this builder is a compiler bug. row_pairs, stacked, wide and _group are the
+still writes: stacked o's (K > 1) of a nest with loops of extent 1 (rules.colreduce's stacked reshape does not take
+them yet); rules.colreduce schedules every other sum (grouped row tiles, fp32 pairs, expressions, stacked o's and
+their expressions, wide loads, fp32 rows two to a partition), and a grouped or row-paired sum reaching this builder
+is a compiler bug. row_pairs, stacked, wide and _group are the
 choices the rule reads.
 """
 from __future__ import annotations

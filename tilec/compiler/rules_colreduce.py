@@ -91,8 +91,8 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     pairs = pairs and (K > 1 or W > 1)  # (one fp32 o of one row tile: its matmuls bound it either way)
     if R % params.parts or F % params.free:
         return None
-    if (K > 1 or pairs) and (expr or any(lp.extent == 1 for lp in chain)):
-        return None  # (the builder stacks these: expressions, unit loops)
+    if (K > 1 or pairs) and any(lp.extent == 1 for lp in chain):
+        return None  # (the builder stacks these: nests with unit loops)
     columns = [c for c in epilogue if c]
     v, taken = _reduce_views(S, reads, columns)
     before, after = names[:first], names[first + len(red):]
@@ -274,6 +274,7 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
     before, red, after = names
     S, reads = upd.dst.buf, list(dict.fromkeys(a.buf for a in loads(upd.expr)))
     A = reads[0]
+    dtype = k.buffers()[A].dtype
     columns = [c for c in epilogue if c]
     at = {lp.var: lp.line for lp in chain}
     top = chain[0].var + ("#0" if epilogue else "")
@@ -295,23 +296,25 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
         views = ((S, v[S]),) + (((c, v[c]),) if c else ())
         lead = ((e, O // K),) if O > K else ()  # (one step: the reduction's s_v[k, f] has no o, a row it leaves out)
         prims.append(prim("reshape", ref, lead + ((f"{e}_k", K), (f"{e}_f", F)), views=views, unit=False))
-    pair = unique(f"{S}_pair", taken) if pairs else ""
-    if pairs:
+    expr = not isinstance(upd.expr, Load)
+    bound = unique(f"{S}_pair", taken) if pairs else unique(f"{S}_terms", taken) if expr else ""
+    if bound:  # the pairs' sums or the expression's terms of the whole loaded tile: one (K*R, TILE_F) tile
+        fx = "f_w" if W > 1 else "f_i"
+        note = f"{L} to a partition: added on GpSimdE/VectorE, then summed in PSUM" if pairs else "summed in PSUM"
         prims += [prim("split", r, R, outer="rt", inner="p", name="TILE_P",
-                       note=f"for {', '.join(red)} (the {L * R} rows of each of the {K} o's, {L} to a partition: added "
-                            "on GpSimdE/VectorE, then summed in PSUM)"),
-                  prim("split", "f", W * params.free, outer="ft", inner="f_w" if W > 1 else "f_i", name="TILE_F"),
-                  prim("reorder", "o", "ft", "rt", "l", "k", "p", "f_w" if W > 1 else "f_i"),
-                  prim("partition", "p", summed=True), prim("partition", "k"),
-                  prim("unroll", "l", copies=True), prim("pair", "l#0", "l#1"),
-                  prim("bind_expr", v[S], "k", pair, merged=True)]  # (the whole loaded tile: one add)
+                       note=f"for {', '.join(red)} (the {L * R} rows of each of the {K} o's, {note})"),
+                  prim("split", "f", W * params.free, outer="ft", inner=fx, name="TILE_F"),
+                  prim("reorder", "o", "ft", "rt", *(["l"] if pairs else []), "k", "p", fx),
+                  prim("partition", "p", summed=True), prim("partition", "k")]
+        prims += [prim("unroll", "l", copies=True), prim("pair", "l#0", "l#1")] if pairs else []
+        prims.append(prim("bind_expr", v[S], "k", bound, merged=True, **({"dtype": dtype} if expr else {})))
         prims += [prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
                        note="the PSUM banks of a free tile: a matmul each, evicted into its part of the rows"),
                   prim("reorder", "w", "k", "p", "f_i")] if W > 1 else []
     else:
         prims += [prim("split", r, R, outer="rt", inner="p", name="TILE_P",
                        note=f"for {', '.join(red)} (the {R} rows of each of the {K} o's, summed in PSUM)")]
-    if pairs:
+    if bound:
         pass  # (split, reordered and partitioned above)
     elif W > 1:
         prims += [prim("split", "f", W * params.free, outer="ft", inner="f_w", name="TILE_F"),
@@ -321,7 +324,7 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
     else:
         prims += [prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
                   prim("reorder", "o", "ft", "rt", "k", "p", "f_i")]
-    if not pairs:
+    if not bound:
         prims += [prim("partition", "p", summed=True), prim("partition", "k")]
     step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
     factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
@@ -351,7 +354,8 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
     prims += [prim("stage", v[B], "rt", name=unique(f"{B}_rows" if pairs else f"{B}_tile", taken))
               for B in reversed(reads)]
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
-    prims += [prim("tensorize", "k_x", gpsimd=True)] if pairs else []
+    prims += [prim("tensorize", "k_x", gpsimd=True)] if pairs else \
+        [prim("tensorize", "k_x", **_Squares()(upd.expr, dtype))] if expr else []
     prims.append(prim("tensorize", "k", line=init.line))
     if pairs and not factor:  # GpSimdE and VectorE add the pairs: ScalarE evicts (a factor: evict=True below)
         prims.append(prim("tensorize", f"{row}_c0", engine="scalar"))
@@ -359,4 +363,5 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
               for n, e in enumerate(loops)]
     how = "; two rows per partition, added on GpSimdE/VectorE first, a block-diagonal ones matrix per o" if pairs \
         else "; a block-diagonal ones matrix sums each o's rows apart"
-    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {A} (ones matmul{how})")]
+    what = fmt_expr(upd.expr) if expr else A
+    return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {what} (ones matmul{how})")]
