@@ -254,6 +254,9 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
     (build_colreduce.wide): a TILE_F of W PSUM banks per load, the banks written out as in rules.colreduce (each a
     (K, BANK_F) PSUM tile of its own, the factor on its eviction).
 
+    An expression of stacked o's is bound over the whole stacked (and wide) tile before the banks split the sum:
+    `bind_expr(s_v, k, s_terms, merged=True, dtype=<source>)`, `tensorize(k_x)` (a square: square=scalar).
+
     `pairs` (fp32, build_colreduce.row_pairs): rows 2q and 2q + 1 of an o on one partition, so an o takes R / 2
     partitions (K of them stacked, K = 1 too) and GpSimdE and VectorE add each partition's two rows before TensorE
     sums the partitions; 16 x 128 x 4096 f32, K = 2, W = 4:
@@ -314,17 +317,14 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
     else:
         prims += [prim("split", r, R, outer="rt", inner="p", name="TILE_P",
                        note=f"for {', '.join(red)} (the {R} rows of each of the {K} o's, summed in PSUM)")]
-    if bound:
-        pass  # (split, reordered and partitioned above)
-    elif W > 1:
-        prims += [prim("split", "f", W * params.free, outer="ft", inner="f_w", name="TILE_F"),
-                  prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
-                       note="the PSUM banks of a free tile: a matmul each, evicted into its part of the rows"),
-                  prim("reorder", "o", "ft", "rt", "w", "k", "p", "f_i")]
-    else:
-        prims += [prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
-                  prim("reorder", "o", "ft", "rt", "k", "p", "f_i")]
-    if not bound:
+        if W > 1:
+            prims += [prim("split", "f", W * params.free, outer="ft", inner="f_w", name="TILE_F"),
+                      prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
+                           note="the PSUM banks of a free tile: a matmul each, evicted into its part of the rows"),
+                      prim("reorder", "o", "ft", "rt", "w", "k", "p", "f_i")]
+        else:
+            prims += [prim("split", "f", params.free, outer="ft", inner="f_i", name="TILE_F"),
+                      prim("reorder", "o", "ft", "rt", "k", "p", "f_i")]
         prims += [prim("partition", "p", summed=True), prim("partition", "k")]
     step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
     factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"

@@ -20,8 +20,8 @@ returns the instruction and how the statement's loop variables bind to the instr
     H[i, j] = b[j]                               nc_matmul      n: j (ones[1, P].T @ b: the row on every partition)
 
 The stationary operand of a matmul is the smaller side (a conv's weights, free over the out channels k; on a tie the
-operand indexing the output's leading dimension); the limits (k, m <= 128, n <= 512) then say how the loops must be split. Every
-example's statements match (tests/compiler/test_tensorize.py); the `nest` stage prints the match of each.
+operand indexing the output's leading dimension); the limits (k, m <= 128, n <= 512) then say how the loops must be
+split. Every example's statements match (tests/compiler/test_tensorize.py); the `nest` stage prints the match of each.
 """
 from __future__ import annotations
 
@@ -271,7 +271,8 @@ def _transpose(s: Assign, dst: View, e: Emit, psum: str) -> list[ir.Stmt]:
     if e.memory(s.expr.access.buf) == "hbm":
         return [ir.Transpose(dst, src, "dma", s.line)]
     tp = ir.Buf(e.fresh(psum or f"{s.dst.buf}_tp"), "psum", src.buf.dtype, dst.shape())
-    return [ir.Alloc(tp, line=s.line), ir.Transpose(ir.whole(tp), src, "pe", s.line), ir.Copy(dst, ir.whole(tp), s.line)]
+    return [ir.Alloc(tp, line=s.line), ir.Transpose(ir.whole(tp), src, "pe", s.line),
+            ir.Copy(dst, ir.whole(tp), s.line)]
 
 
 
