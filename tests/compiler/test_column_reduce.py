@@ -296,16 +296,22 @@ UNIT_STACKED = """kernel u(A: bf16[B, E, M, N]) -> s
 """
 
 
-@pytest.mark.parametrize("text", [UNIT_STACKED])
-def test_the_column_rule_leaves_stacked_nests_with_unit_loops_to_the_builder(text):
-    """Stacked o's of a nest with a loop of extent 1: build_colreduce still writes these (the rule declines, and
-    the kernel says so). Grouped row tiles, expressions, stacked and wide sums, stacked expressions and fp32 row
-    pairs are the rule's."""
+@pytest.mark.parametrize("text", [UNIT_STACKED, MIDSUM.format(dtype="f32", out="f32", b=3, m=128, n=2048)])
+def test_the_column_rule_leaves_unit_stacks_and_one_o_of_row_pairs_to_the_builder(text):
+    """Stacked o's of a nest with a loop of extent 1, and fp32 row pairs of one o at a time (K = 1, wide loads):
+    build_colreduce still writes these (the rule declines, and the kernel says so; checked against NumPy).
+    Grouped row tiles, expressions, stacked and wide sums, stacked expressions and stacked row pairs are the
+    rule's."""
     prog = lang.load(text)
     op = select(lower(prog.kernel, prog.sizes), prog)[0]
     nest = colreduce_nest(op, prog)
     assert nest is None or rules.colreduce(nest, target("trn2"), default_plan(op, {})) is None
-    assert "rules.colreduce" not in compile_text(text).stages["schedule"]
+    c = compile_text(text)
+    assert "rules.colreduce" not in c.stages["schedule"]
+    inputs = inputs_for(prog)
+    got = np.asarray(c.run(**inputs)["s"], np.float64)
+    want = inputs["A"].astype(np.float64).sum(axis=2 if "E = 1" in text else 1)
+    np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-2, atol=1e-2)
 
 
 MIDMIN = """kernel midmin(X: f32[A, B, C], Y0: f32[A, C]) -> Y

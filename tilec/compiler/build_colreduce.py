@@ -7,11 +7,10 @@ after. The reduced rows go on the partitions and TensorE adds them up: per O and
     acc[K, TILE_F] (PSUM) += ones[TILE_P, K].T @ A[o, rt*TILE_P:+TILE_P, ft*TILE_F:+TILE_F]     over rt
 
 then one eviction to SBUF, the constant factor and the initial value, one store of the rows of sums. The sums it
-still writes: stacked o's (K > 1) of a nest with loops of extent 1 (rules.colreduce's stacked reshape does not take
-them yet); rules.colreduce schedules every other sum (grouped row tiles, fp32 pairs, expressions, stacked o's and
-their expressions, wide loads, fp32 rows two to a partition), and a grouped or row-paired sum reaching this builder
-is a compiler bug. row_pairs, stacked, wide and _group are the
-choices the rule reads.
+still writes: fp32 rows two to a partition when one o takes all R / 2 partitions (row_pairs with K = 1, wide loads)
+and stacked o's (K > 1) of a nest with loops of extent 1; rules.colreduce schedules every other sum (grouped row
+tiles, fp32 pairs, expressions, stacked o's and their expressions, wide loads, stacked fp32 row pairs), and a
+grouped sum reaching this builder is a compiler bug.
 """
 from __future__ import annotations
 
@@ -30,27 +29,28 @@ from tilec.target import target as get_target
 GROUP = 4  # row tiles loaded per step (rules.colreduce; column max/min: folded into the running tile)
 STACK_ALIGN = 32  # partitions: an engine instruction starts at partition 0, 32, 64 or 96
 WIDE = 4  # PSUM banks of sums per load when a step has one row tile (half of PSUM's 8)
+ROW_PAIRS = "; two rows per partition, added on GpSimdE/VectorE first, a block-diagonal ones matrix per o"
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
 
 def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     if op.op != "add":
         return build_column_extreme(op, plan, hbm, fresh)
-    if row_pairs(op, plan, hbm[op.src].dtype) > 1:
-        raise InternalError(f"build_column_reduce: {op.name} has fp32 rows two to a partition; rules.colreduce "
-                            "schedules those")
-    K = stacked(op.dim("O"), op.dim("R"), plan)
+    L = row_pairs(op, plan, hbm[op.src].dtype)
+    if L > 1:  # L reduced rows per partition: the row tile holds R / L partitions
+        plan = ReducePlan(plan.parts // L, plan.free)
+    K = stacked(op.dim("O"), op.dim("R") // L, plan)
     if K > 1:  # K o's per step on K * R partitions: the plan's row tile is the stacked one
         plan = ReducePlan(K * plan.parts, plan.free)
-    W = wide(op.dim("O"), op.dim("R"), op.dim("F"), plan, K, hbm[op.src].dtype)
+    W = wide(op.dim("O"), op.dim("R") // L, op.dim("F"), plan, K, hbm[op.src].dtype)
     MF = plan.free  # the sums of one matmul (one PSUM bank)
     plan = ReducePlan(plan.parts, W * plan.free)
     line, ln, TP, TF = op.line, op.update_line, plan.parts, plan.free
-    O, R, F = op.dim("O") // K, op.dim("R") * K, op.dim("F")
+    O, R, F = op.dim("O") // K, op.dim("R") // L * K, op.dim("F")
     views: dict[str, Buf] = {}
     stmts: list[Stmt] = []
     for name in op.inputs or (op.src,):
-        views[name], st = hbm_view(hbm[name], (O, R, F), fresh(f"{name}_v"), line)
+        views[name], st = hbm_view(hbm[name], (O, R, L, F) if L > 1 else (O, R, F), fresh(f"{name}_v"), line)
         stmts += st
     out_v, st = hbm_view(hbm[op.out], (O, K, F), fresh(f"{op.out}_v"), line)
     stmts += st
@@ -68,16 +68,35 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     body: list[Stmt] = [Alloc(acc, zero=True, line=ln)] if W == 1 else []
     if _group(R // TP) > 1:
         raise InternalError(f"build_column_reduce: {op.name} has grouped row tiles; rules.colreduce schedules those")
-    rows = sl(a(term("rt", TP, "TILE_P")), TP)
-    tile, load = _load(op, plan, hbm, fresh, views, rows, cols)
-    step = load + [Matmul(whole(acc), whole(ones), whole(tile), ln)] if W == 1 else load
-    body += loop("rt", R // TP, step, note=f"for {red} (tiles of TILE_P, summed in PSUM)", line=op.line_of("r0"))
+    if L > 1:  # one load of the rows, two to a partition, added on GpSimdE/VectorE into the tile TensorE sums
+        rows = sl(a(term("rt", TP, "TILE_P")), TP)
+        both = Buf(fresh(f"{op.src}_rows"), "sbuf", "f32", (TP, L, TF))
+        tile = Buf(fresh(f"{op.out}_pair"), "sbuf", "f32", (TP, TF))
+        vc = _vector_columns(TF, "f32")
+        part = lambda k, lo, n: View(both, (full(TP), a(k), sl(lo, n)))  # noqa: E731
+        into = lambda lo, n: View(tile, (full(TP), sl(lo, n)))  # noqa: E731
+        step: list[Stmt] = [Alloc(both, line=ln), Dma(whole(both), View(views[op.src], (a("o"), rows, full(L), cols)),
+                                                    ln), Alloc(tile, line=ln)]
+        if vc < TF:  # GpSimdE's part first (see _fold)
+            step.append(Binary(into(vc, TF - vc), part(0, vc, TF - vc), part(1, vc, TF - vc), "add", ln,
+                               engine="gpsimd"))
+        if vc:
+            step.append(Binary(into(0, vc), part(0, 0, vc), part(1, 0, vc), "add", ln))
+        if W == 1:
+            step.append(Matmul(whole(acc), whole(ones), whole(tile), ln))
+        body += loop("rt", R // TP, step, note=f"for {red} (TILE_P partitions of {L} rows each, summed in PSUM)",
+                     line=op.line_of("r0"))
+    else:
+        rows = sl(a(term("rt", TP, "TILE_P")), TP)
+        tile, load = _load(op, plan, hbm, fresh, views, rows, cols)
+        step = load + [Matmul(whole(acc), whole(ones), whole(tile), ln)] if W == 1 else load
+        body += loop("rt", R // TP, step, note=f"for {red} (tiles of TILE_P, summed in PSUM)", line=op.line_of("r0"))
     res = Buf(fresh(f"{op.out}_row"), "sbuf", hbm[op.out].dtype if _plain(op, hbm) else "f32", (K, TF))
-    # ScalarE evicts, applying the constant factor on the way, when a factor would cost VectorE a second
-    # instruction per eviction and the matmuls do not bound the step anyway (16-bit sources, or one row tile per
-    # eviction): a 64 x 64 x 4096 fp32 mean 826 -> 779 us, 16 x 256 x 4096 bf16 261 -> 174 us on the model.
-    # Several fp32 row tiles per eviction are TensorE's (4.7x the 16-bit rate): VectorE stays.
-    scaled = op.scale != 1.0 and (hbm[op.src].dtype != "f32" or R // TP == 1)
+    # ScalarE evicts, applying the constant factor on the way, when VectorE adds the pairs, or when a factor would
+    # cost VectorE a second instruction per eviction and the matmuls do not bound the step anyway (16-bit sources,
+    # or one row tile per eviction): a 64 x 64 x 4096 fp32 mean 826 -> 779 us, 16 x 256 x 4096 bf16 261 -> 174 us
+    # on the model. Several fp32 row tiles per eviction are TensorE's (4.7x the 16-bit rate): VectorE stays.
+    scaled = L > 1 or (op.scale != 1.0 and (hbm[op.src].dtype != "f32" or R // TP == 1))
     if W > 1:  # the wide tile's matmuls, each into a PSUM bank of its own, evicted into its part of the row
         body.append(Alloc(res, line=ln))
         for w in range(W):
@@ -99,7 +118,8 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     note = (f"for {outer}" + (f" ({K} at a time, stacked on the partitions)" if K > 1 else "")) if outer else ""
     nest = loop("o", O, nest, note=note, line=op.line_of("o0") if outer else line)
     summed = op.src if op.expr is None else fmt_expr(op.expr)
-    how = "; a block-diagonal ones matrix sums each o's rows apart" if K > 1 else ""
+    stack = "; a block-diagonal ones matrix sums each o's rows apart" if K > 1 else ""
+    how = ROW_PAIRS if L > 1 else stack
     what = f"{op.out} = sum over {red} of {summed} (ones matmul{how})"
     return [("TILE_P", TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
 

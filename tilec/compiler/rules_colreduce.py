@@ -100,6 +100,8 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
         half = ReducePlan(params.parts // 2, params.free)
         K = stacked(O, R // 2, half)
         W = wide(O, R // 2, F, ReducePlan(K * half.parts, params.free), K, dtype)
+        if K == 1:  # (one o on R / 2 partitions: the reshape drops a unit k from the views; the builder's)
+            return None
         return _stacked_sum(k, params, (O, R, F, K, W), (before, red, after), chain, init[0], upd, epilogue, v,
                             taken, pairs=True)
     if K > 1:
