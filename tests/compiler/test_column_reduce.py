@@ -204,12 +204,34 @@ RULE = {"colsum_three_tiles": colsum(384, 1024), "colsum_bf16": colsum(384, 96).
         "midsum_stacked_wide_init_bf16": STACKED.format(dtype="bf16", out="f32", b=4, m=64, n=1024, init="c[b, n]",
                                                         extra=", c: f32[B, N]").replace(" / M", ""),
         "midmean_stacked_wide_bf16": STACKED.format(dtype="bf16", out="bf16", b=4, m=32, n=2048, init="0", extra=""),
+        # fp32 rows two to a partition (build_colreduce.row_pairs): K o's of R / 2 partitions, the pairs added on
+        # GpSimdE/VectorE into one tile (bind_expr merged), wide loads, a factor on ScalarE's eviction, an init
+        "midsum_pairs_stacked_f32": MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=1024),
+        "midmean_pairs_wide_f32": STACKED.format(dtype="f32", out="f32", b=4, m=128, n=2048, init="0", extra=""),
+        "midmean_pairs_init_f32": STACKED.format(dtype="f32", out="bf16", b=6, m=64, n=512, init="c[b, n]",
+                                                 extra=", c: f32[B, N]"),
+        "midsum_pairs_init_const_f32": MIDSUM.format(dtype="f32", out="f32", b=2, m=128, n=1024).replace(
+            "s[b, n] = 0", "s[b, n] = 0.5"),
+        # loops the program names like the rule's (o, f): the epilogue's loop is the second of its name
+        "midmean_loops_named_o_f_bf16": STACKED.format(dtype="bf16", out="f32", b=4, m=64, n=512, init="0", extra="")
+        .replace("b, n", "o, f").replace("b in", "o in").replace("n in", "f in").replace("A[b, m, n]", "A[o, m, f]"),
+        "midmean_loops_named_o_f_f32": STACKED.format(dtype="f32", out="f32", b=4, m=64, n=512, init="0", extra="")
+        .replace("b, n", "o, f").replace("b in", "o in").replace("n in", "f in").replace("A[b, m, n]", "A[o, m, f]"),
+        # stacked o's of an expression: the terms of the whole (K*R, TILE_F) tile (bind_expr merged), squares on
+        # ScalarE (square=scalar); wide loads; a factor on the eviction
+        "midsq_stacked_bf16": MIDSUM.format(dtype="bf16", out="f32", b=4, m=64, n=512).replace(
+            "+= A[b, m, n]", "+= A[b, m, n] * A[b, m, n]"),
+        "midsq_stacked_wide_f32": MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=2048).replace(
+            "+= A[b, m, n]", "+= A[b, m, n] * A[b, m, n] / M"),
+        "midabs_stacked_f32": MIDSUM.format(dtype="f32", out="bf16", b=6, m=32, n=512).replace(
+            "+= A[b, m, n]", "+= abs(A[b, m, n])"),
         "midabs_bf16": MIDSUM.format(dtype="bf16", out="f32", b=3, m=300, n=96).replace("+= A[b, m, n]",
                                                                                          "+= abs(A[b, m, n])")}
 # the reduced terms by NumPy (float64), per expression a case sums
 TERMS = {"A[i, j] * A[i, j]": lambda x: x["A"] ** 2, "A[i, j] * A[i, j] / M": lambda x: x["A"] ** 2,
          "A[i, j] * B[i, j]": lambda x: x["A"] * x["B"],
-         "(A[i, j] - 1.5) * A[i, j]": lambda x: (x["A"] - 1.5) * x["A"], "abs(A[b, m, n])": lambda x: abs(x["A"])}
+         "(A[i, j] - 1.5) * A[i, j]": lambda x: (x["A"] - 1.5) * x["A"], "abs(A[b, m, n])": lambda x: abs(x["A"]),
+         "A[b, m, n] * A[b, m, n]": lambda x: x["A"] ** 2, "A[b, m, n] * A[b, m, n] / M": lambda x: x["A"] ** 2}
 
 
 def _rule(text: str):
@@ -264,17 +286,32 @@ def test_column_rule_kernels_match_numpy(name):
     np.testing.assert_allclose(got, _numpy_sum(RULE[name], inputs), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("text", [MIDSUM.format(dtype="f32", out="f32", b=4, m=64, n=1024),
-                                  MIDSUM.format(dtype="bf16", out="f32", b=4, m=64, n=512).replace(
-                                      "+= A[b, m, n]", "+= A[b, m, n] * A[b, m, n]")])
-def test_the_column_rule_leaves_paired_rows_and_stacked_expressions_to_the_builder(text):
-    """fp32 rows two to a partition, stacked o's summing an expression: build_colreduce still writes these (the
-    rule declines, and the kernel says so). Grouped row tiles, expressions, stacked and wide sums are the rule's."""
+UNIT_STACKED = """kernel u(A: bf16[B, E, M, N]) -> s
+  default B = 4, E = 1, M = 64, N = 512
+  s: f32[B, E, N]
+  for b in 0..B, e in 0..E, n in 0..N:
+    s[b, e, n] = 0
+    for m in 0..M:
+      s[b, e, n] += A[b, e, m, n]
+"""
+
+
+@pytest.mark.parametrize("text", [UNIT_STACKED, MIDSUM.format(dtype="f32", out="f32", b=3, m=128, n=2048)])
+def test_the_column_rule_leaves_unit_stacks_and_one_o_of_row_pairs_to_the_builder(text):
+    """Stacked o's of a nest with a loop of extent 1, and fp32 row pairs of one o at a time (K = 1, wide loads):
+    build_colreduce still writes these (the rule declines, and the kernel says so; checked against NumPy).
+    Grouped row tiles, expressions, stacked and wide sums, stacked expressions and stacked row pairs are the
+    rule's."""
     prog = lang.load(text)
     op = select(lower(prog.kernel, prog.sizes), prog)[0]
     nest = colreduce_nest(op, prog)
     assert nest is None or rules.colreduce(nest, target("trn2"), default_plan(op, {})) is None
-    assert "rules.colreduce" not in compile_text(text).stages["schedule"]
+    c = compile_text(text)
+    assert "rules.colreduce" not in c.stages["schedule"]
+    inputs = inputs_for(prog)
+    got = np.asarray(c.run(**inputs)["s"], np.float64)
+    want = inputs["A"].astype(np.float64).sum(axis=2 if "E = 1" in text else 1)
+    np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-2, atol=1e-2)
 
 
 MIDMIN = """kernel midmin(X: f32[A, B, C], Y0: f32[A, C]) -> Y
@@ -333,3 +370,40 @@ def test_a_grouped_sum_reaching_the_builder_is_a_compiler_bug():
     c = compile_text(text)
     inputs = inputs_for(c.program)
     np.testing.assert_allclose(np.asarray(c.run(**inputs)["s"], np.float64), _numpy_sum(text, inputs), rtol=1e-4)
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("name", ["midsum_pairs_stacked_f32", "midmean_pairs_wide_f32", "midmean_pairs_init_f32"])
+def test_row_pairs_by_the_rule_in_both_dialects(name, nki):
+    """fp32 rows two to a partition (rules.colreduce, pairs): one load of (K*R/2, 2, TILE_F), the two rows of each
+    partition added by GpSimdE and VectorE (each its columns) into one tile read twice (A_rows[:, 0], A_rows[:, 1]),
+    ScalarE evicting; the kernel against NumPy in both NKI dialects."""
+    text = RULE[name]
+    prog = lang.load(text)
+    c = compile_loaded(prog, None, nki)
+    source = wrap.unwrap(c.source)
+    assert "rules.colreduce expands its plan into" in c.stages["schedule"]
+    adds = [ln for ln in source.splitlines() if "nisa.tensor_tensor(" in ln and "s_pair" in ln]
+    assert len(adds) == 2 and "gpsimd" in adds[0] and "gpsimd" not in adds[1], adds
+    assert all("A_rows[:, 0, " in ln and "A_rows[:, 1, " in ln for ln in adds)
+    inputs = inputs_for(prog)
+    got = np.asarray(c.run(**inputs)["s"], np.float64)
+    tol = 8e-3 if "bf16" in text else 1e-4
+    np.testing.assert_allclose(got, _numpy_sum(text, inputs), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("name", ["midsq_stacked_bf16", "midsq_stacked_wide_f32", "midabs_stacked_f32"])
+def test_stacked_expressions_by_the_rule_in_both_dialects(name, nki):
+    """Stacked o's of an expression (rules.colreduce): the terms of the whole stacked tile in one instruction (a
+    square on ScalarE), one block-diagonal matmul per PSUM bank; the kernel against NumPy in both NKI dialects."""
+    text = RULE[name]
+    prog = lang.load(text)
+    c = compile_loaded(prog, None, nki)
+    source = wrap.unwrap(c.source)
+    assert "rules.colreduce expands its plan into" in c.stages["schedule"]
+    assert ("nl.square" in source) == ("* A[b, m, n]" in text)
+    inputs = inputs_for(prog)
+    got = np.asarray(c.run(**inputs)["s"], np.float64)
+    tol = 8e-3 if "bf16" in text else 1e-4
+    np.testing.assert_allclose(got, _numpy_sum(text, inputs), rtol=tol, atol=tol)

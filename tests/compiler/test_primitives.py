@@ -88,6 +88,15 @@ ABSSUM = """kernel abssum(A: bf16[M, N]) -> s
     for j in 0..N:
       s[i] += abs(A[i, j])
 """
+STACKED_PAIRS = """kernel pairs(A: f32[M, L, N]) -> s
+  default M = 8, L = 2, N = 3
+  s: f32[2, N]
+  for k in 0..2, n in 0..N:
+    s[k, n] = 0
+  for k in 0..2, r in 0..4, n in 0..N:
+    s[k, n] += A[4 * k + r, 0, n] + A[4 * k + r, 1, n]
+"""
+MEAN_OF_SQUARES = MEAN.replace("+= A[i, j]", "+= A[i, j] * A[i, j]")
 CONV = ("conv_relu", {"N": 1, "C": 128, "H": 6, "W": 6, "K": 128})
 
 
@@ -123,6 +132,13 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
     "bind_expr_dtype": (ABSSUM, lambda k: pr.bind_expr(k, "s", "j", "T", dtype="bf16")),
     # the initial value folded into the reduce (rules' reductions: tensor_reduce writes its first result)
     "fold_init": (COLSUM, lambda k: pr.fold_init(k, "s")),
+    # the K blocks of R rows as one tile of K*R partitions, read at [R*k + r] (rules.colreduce's fp32 row pairs:
+    # the pair's sum bound to one tile after layout.merge_dims made the reads [R*k + r, l, f])
+    "bind_expr_merged": (STACKED_PAIRS, lambda k: pr.bind_expr(k, "s", "k#1", "T", merged=True)),
+    # the consumer computed at the producer's loop although the bound tile T (written in each iteration, read by
+    # no one after) is indexed by none of the loops above it
+    "reverse_compute_at_past_a_temporary": (MEAN_OF_SQUARES, lambda k: pr.reverse_compute_at(
+        pr.bind_expr(k, "s", "j", "T"), "i#1", "i#0")),
     "split_reorder_stage": (ELTWISE, lambda k: pr.stage(pr.reorder(pr.split(k, "i", 128), "i_o", "i_i", "j"),
                                                         "X", "i_i", "sbuf")),
 }
@@ -192,6 +208,8 @@ ERRORS = {
     "bind_expr_plain_read": (ROWSUM, lambda k: pr.bind_expr(k, "s", "j", "T")),
     "bind_expr_not_one_update": (DOT, lambda k: pr.bind_expr(k, "s", "i", "T")),
     "bind_expr_not_an_on_chip_dtype": (DOT, lambda k: pr.bind_expr(k, "s", "j", "T", dtype="f64")),
+    "bind_expr_merged_not_stacked": (STACKED_PAIRS.replace("A[4 * k + r, 1, n]", "A[r, 1, n]"),
+                                     lambda k: pr.bind_expr(k, "s", "k#1", "T", merged=True)),
     "reverse_compute_at_reduction_loop": (MEAN, lambda k: pr.reverse_compute_at(k, "i#1", "j")),
     "fold_init_not_the_identity": (COLSUM_FROM_ONE, lambda k: pr.fold_init(k, "s")),
     "fold_init_no_initialising_nest": (ELTWISE, lambda k: pr.fold_init(k, "Y")),

@@ -106,3 +106,53 @@ def test_column_sum_of_squares(dtype, nki):
     assert_matches(prog, "s", out["s"], (x["A"] ** 2).sum(axis=0))
     squares, products = source.count("nl.square"), source.count("op=nl.multiply")
     assert squares > 0 and (products == 0 if dtype == "f32" else 0 < products <= squares <= products + 1)
+
+
+# ---- the schedule names the squares (instruction selection by the rules, shown by `tilec explain`) -------------------
+
+
+def _schedule(src: str, dtype: str = "f32") -> str:
+    return compile_loaded(lang.load(src.replace("f32", dtype)), None, "0.6").stages["schedule"]
+
+
+def test_the_row_rule_names_the_square_and_its_sum():
+    """rules.reduce names the square and its row sum one activation (`square=sum`); a product of two tensors and a
+    maximum of a square are not named."""
+    assert "tensorize(p_x, square=sum)" in _schedule(ROW_SSD.format(M=256, N=512))
+    assert "tensorize(p_x, square=sum)" in _schedule(ROW_SQ.format(M=256, N=512), "bf16")
+    assert "square=" not in _schedule(ROW_DOT.format(M=256, N=512))
+    biggest = ROW_SQ.replace("s[i] = 0", "s[i] = -inf").replace("+=", "max=")
+    assert "square=" not in _schedule(biggest.format(M=256, N=512))
+
+
+def test_the_column_rule_names_each_square_on_scalar_e():
+    """rules.colreduce names the squares ScalarE computes (`square=scalar`): every fp32 one and every square of a
+    difference; of the 16-bit squares of loaded tiles every other one, in program order (the rest stay on VectorE)."""
+    f32 = _schedule(COL_SQ.format(M=1024, N=512))
+    assert [f"tensorize(p_t{j}, square=scalar)" in f32 for j in range(4)] == [True] * 4
+    bf16 = _schedule(COL_SQ.format(M=1024, N=512), "bf16")
+    assert [f"tensorize(p_t{j}, square=scalar)" in bf16 for j in range(4)] == [True, False, True, False]
+    assert "tensorize(p_t1)\n" in bf16 and "tensorize(p_t3)\n" in bf16
+    ssd = _schedule(COL_SSD.format(M=1024, N=512), "bf16")
+    assert ssd.count("square=scalar") == 4
+
+
+def test_a_square_named_where_the_nest_computes_none_is_a_compiler_bug():
+    """The lowering checks what the rule named: a nest without a square, or a square whose sum is not the next
+    instruction, is an InternalError (never a silently different kernel)."""
+    from tilec.compiler import ir
+    from tilec.compiler.lower_tiles import square_sums, the_square
+    from tilec.errors import InternalError
+    from tilec.target import target
+    x, y, t = (ir.Buf(n, "sbuf", "f32", (128, 64)) for n in ("x", "y", "t"))
+    acc = ir.Buf("acc", "sbuf", "f32", (128, 1))
+    product = ir.Binary(ir.whole(t), ir.whole(x), ir.whole(y), "multiply", 3)
+    with pytest.raises(InternalError, match=r"tensorize\(p_x, square=..\) computes no square"):
+        the_square([product], "p_x")
+    sq = ir.Binary(ir.whole(t), ir.whole(x), ir.whole(x), "multiply", 3)
+    assert the_square([sq], "p_x") is sq
+    biggest = ir.Reduce(ir.whole(acc), ir.whole(t), "max", 3)
+    with pytest.raises(InternalError, match="is not summed along its rows alone"):
+        square_sums([sq, biggest], target(), {sq: "sum"})
+    summed = square_sums([sq, ir.Reduce(ir.whole(acc), ir.whole(t), "add", 3)], target(), {sq: "sum"})
+    assert summed == [ir.Act(ir.whole(t), ir.whole(x), "square", line=3, total=ir.whole(acc))]

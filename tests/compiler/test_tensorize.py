@@ -69,3 +69,30 @@ def test_a_function_of_the_loop_index_is_no_matmul_operand() -> None:
       C[i, j] += (A[i, k] + k) * B[k, j]
 """
     assert not _first_match(text).startswith("nc_matmul")
+
+
+def test_a_row_sum_of_a_square_matches_the_activation_that_squares_and_sums() -> None:
+    """`s[i] += x * x` along the rows is one ScalarE activation (FN square, the row sum its reduce_res): the row of the
+    table rules.reduce names (`tensorize(p_x, square=sum)`). A column sum of a square, a sum of a product of two
+    tensors and a maximum of a square are not that instruction."""
+    row = """kernel k(A: f32[M, N], B: f32[M, N]) -> s
+  default M = 4, N = 8
+  s: f32[M]
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += (A[i, j] - B[i, j]) * (A[i, j] - B[i, j])
+"""
+    assert _first_match(row) == "activation(FN: square; p: i; f: j; reduce_res: s)"
+    assert _first_match(row.replace("(A[i, j] - B[i, j]) * (A[i, j] - B[i, j])", "A[i, j] * B[i, j]")) == \
+        "tensor_reduce(p: i; f: j)"
+    assert _first_match(row.replace("s[i] = 0", "s[i] = -inf").replace("+=", "max=")) == "tensor_reduce(p: i; f: j)"
+    column = """kernel k(A: f32[M, N]) -> s
+  default M = 4, N = 8
+  s: f32[N]
+  for j in 0..N:
+    s[j] = 0
+  for i in 0..M, j in 0..N:
+    s[j] += A[i, j] * A[i, j]
+"""
+    assert not _first_match(column).startswith("activation")

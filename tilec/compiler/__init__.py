@@ -10,8 +10,9 @@
                   upsampling, concatenation; select_reduce.py: reductions of a run of dimensions (row sums/max/min
                   by rules.reduce, short rows by build_reduce.py; column sums)
     schedule.py   directives (the schedule language) folded into one plan per op; the default schedule
-    rules.py      element-wise, transpose/permute, copy and row-reduction nests scheduled as lists of primitives on
-                  level A (lower_tiles.py lowers them); rules_pool.py: window pools
+    rules.py      nests scheduled as lists of primitives on level A (lower_tiles.py lowers them): element-wise here,
+                  rules_transpose.py transposes/permutes, rules_reduce.py row reductions, rules_colreduce.py column
+                  reductions, rules_move.py copies, rules_pool.py window pools (rules.py re-exports the families)
     build_*.py    op + plan -> loop-nest IR (ir.py), checked by verify.py after every pass (build_rowchain.py: runs
                   of row ops fused into one pass over row tiles; build_colreduce.py: sums over leading axes);
                   names.py gives the derived buffer and loop names, unique against the user's names by construction

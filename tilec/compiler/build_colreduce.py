@@ -7,9 +7,10 @@ after. The reduced rows go on the partitions and TensorE adds them up: per O and
     acc[K, TILE_F] (PSUM) += ones[TILE_P, K].T @ A[o, rt*TILE_P:+TILE_P, ft*TILE_F:+TILE_F]     over rt
 
 then one eviction to SBUF, the constant factor and the initial value, one store of the rows of sums. The sums it
-still writes: fp32 rows two to a partition (row_pairs, with K o's stacked or wide loads) and expressions of stacked
-o's (K > 1); rules.colreduce schedules every other sum (grouped row tiles, fp32 pairs, expressions, stacked o's,
-wide loads), and a grouped sum reaching this builder is a compiler bug.
+still writes: fp32 rows two to a partition when one o takes all R / 2 partitions (row_pairs with K = 1, wide loads)
+and stacked o's (K > 1) of a nest with loops of extent 1; rules.colreduce schedules every other sum (grouped row
+tiles, fp32 pairs, expressions, stacked o's and their expressions, wide loads, stacked fp32 row pairs), and a
+grouped sum reaching this builder is a compiler bug.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ staged and broadcast inside a loop becomes a hoistable block (the hoist pass lif
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
@@ -247,7 +247,8 @@ class _Lowering:
                              for u in walk(lp.body) if isinstance(u, Update)}  # buffer -> its update
         self.ones: dict[str, ir.Buf] = {}
         self.pending: list[ir.Stmt] = []
-        self.share = Share()  # 16-bit squares of loaded tiles moved to ScalarE and left on VectorE
+        # the squares `T = x * x` a rule named (`tensorize(.., square=..)`): instruction -> "sum" or "scalar"
+        self.squares: dict[ir.Binary, str] = {}
 
     def stmts(self, body: tuple[Stmt, ...], top: bool = False) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
@@ -271,7 +272,7 @@ class _Lowering:
                 continue
             out += self.stmt(body[i])
             i += 1
-        return summed_squares(square_sums(out, self.target), self.target, self.share)
+        return scalar_squares(square_sums(out, self.target, self.squares), self.target, self.squares)
 
     def _evicted_scale(self, s: Stmt) -> tuple[float, str] | None:
         """(c, X), when `s` is a nest `X[..] = X[..] * c` tensorized with `evict=True` (the rule folds it into the PSUM
@@ -323,9 +324,14 @@ class _Lowering:
         if isinstance(body[0], Update):
             return emit_update(body[0], nest, self.target, e, bool(self.tensorize.get(s.var, {}).get("accumulate")))
         how = self.tensorize.get(s.var, {})
-        return emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")),
+        made = emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")),
                     psum=str(how.get("psum", "")), engine=str(how.get("engine", "")),
                     temps=str(how.get("temps", "tmp")))
+        if how.get("square"):
+            self.squares[the_square(made, s.var)] = str(how["square"])
+        if how.get("gpsimd"):  # an fp32 element-wise instruction split by columns with GpSimdE (the same values)
+            made = [x for b in made for x in (_shared_with_gpsimd(b, self.target) if isinstance(b, ir.Binary) else [b])]
+        return made
 
     def view(self, a: Access, nest: dict[str, int]) -> View:
         """An access inside a tensorized nest as a view: a dimension indexed by a nest loop is a slice over it; one
@@ -398,83 +404,63 @@ class _Lowering:
         return self.nest[src.access.buf].view_of or src.access.buf
 
 
-def square_sums(out: list[ir.Stmt], target: Target) -> list[ir.Stmt]:
-    """`T = x * x` then `acc = sum(T)` along T's free axis (a row reduction of a square, T read by nothing else) as
-    one ScalarE activation: T = square(x) with acc its sum (reduce_res). VectorE computed both (a multiply and a
-    tensor_reduce), ScalarE sat idle. Model, 4096 x 4096 `s[i] += (A - B) * (A - B)` without start-up: f32
-    1085.8 -> 375.7 us (DMA floor 364.8), bf16 914.7 -> 195.4 us (floor 182.4), with _shared_with_gpsimd and the
-    cast on ScalarE.
+def the_square(made: list[ir.Stmt], var: str) -> ir.Binary:
+    """The instruction `T = x * x` writing the whole tile T that a nest tensorized with `square=` computes last."""
+    sq = made[-1] if made else None
+    if not isinstance(sq, ir.Binary) or sq.op != "multiply" or sq.a != sq.b or sq.engine or \
+            sq.dst != ir.whole(sq.dst.buf) or sq.dst.buf.memory != "sbuf" or sq.a.buf.memory != "sbuf":
+        raise InternalError(f"lower_tiles: tensorize({var}, square=..) computes no square of a tile: {made}")
+    return sq
+
+
+def square_sums(out: list[ir.Stmt], target: Target, squares: dict[ir.Binary, str]) -> list[ir.Stmt]:
+    """`tensorize(p_x, square="sum")` (rules.reduce): the square `T = x * x` and the row sum of T the next nest
+    computes (`acc = sum(T)` along T's free axis, T read by nothing else) as one ScalarE activation: T = square(x)
+    with acc its sum (reduce_res). VectorE computed both (a multiply and a tensor_reduce), ScalarE sat idle. Model,
+    4096 x 4096 `s[i] += (A - B) * (A - B)` without start-up: f32 1085.8 -> 375.7 us (DMA floor 364.8), bf16 914.7
+    -> 195.4 us (floor 182.4), with _shared_with_gpsimd and the cast on ScalarE.
     The sum is of the fp32 squares (T's rounding to its dtype is not summed), as precise as the two steps or more."""
-    for j, red in enumerate(out):
-        if not isinstance(red, ir.Reduce) or red.op != "add" or red.src != ir.whole(red.src.buf) or \
-                red.src.buf.memory != "sbuf" or len(red.src.shape()) != 2 or red.dst.shape() != (red.src.shape()[0], 1):
+    for i, sq in enumerate(out):
+        if not isinstance(sq, ir.Binary) or squares.get(sq) != "sum":
             continue
-        terms = red.src.buf
-        users = [i for i, s in enumerate(out)
-                 if not isinstance(s, ir.Alloc) and any(v.buf == terms for v in ir.views(s))]
-        i = users[0]
-        sq = out[i]
-        if users != [i, j] or not isinstance(sq, ir.Binary) or sq.op != "multiply" or sq.a != sq.b or \
-                sq.dst != red.src or sq.engine or not all(isinstance(s, ir.Alloc) for s in out[i + 1:j]):
-            continue
+        users = [j for j, s in enumerate(out) if j != i and not isinstance(s, ir.Alloc)
+                 and any(v.buf == sq.dst.buf for v in ir.views(s))]
+        red = out[users[0]] if len(users) == 1 else None
+        j = users[0] if users else i
+        if not isinstance(red, ir.Reduce) or red.op != "add" or red.src != sq.dst or len(red.src.shape()) != 2 or \
+                red.dst.shape() != (red.src.shape()[0], 1) or j < i or \
+                not all(isinstance(s, ir.Alloc) for s in out[i + 1:j]):
+            raise InternalError(f"lower_tiles: the square {sq} named square=sum is not summed along its rows alone "
+                                f"by the next instruction: {out[i + 1:]}")
         act = ir.Act(sq.dst, sq.a, "square", line=sq.line, total=red.dst)  # after the allocations between them
         # the sum's conversion to the result's dtype (a (P, 1) copy) on ScalarE too: the store that follows then
         # issues from ScalarE's DMA stream, not VectorE's, where the next tiles' loads would queue behind it
         rest = [replace(s, engine="scalar") if isinstance(s, ir.Copy) and s.src == red.dst and not s.engine else s
                 for s in out[j + 1:]]
         made = out[:i] + out[i + 1:j] + [act] + rest
-        x = next((n for n in range(i - 1, -1, -1) if isinstance(made[n], ir.Binary)
-                  and made[n].dst == sq.a), None)  # type: ignore[union-attr]
-        if x is not None:  # an element-wise instruction split by columns computes the same values
-            producer = made[x]
-            assert isinstance(producer, ir.Binary)
-            made[x:x + 1] = _shared_with_gpsimd(producer, target)
-        return square_sums(made, target)
+        return square_sums(_producer_shared(made, sq, i - 1, target), target, squares)
     return out
 
 
-@dataclass
-class Share:
-    """summed_squares' 16-bit squares of loaded tiles: how many went to ScalarE, which stayed on VectorE."""
-    moved: int = 0
-    kept: set[ir.Binary] = field(default_factory=set)
+def scalar_squares(out: list[ir.Stmt], target: Target, squares: dict[ir.Binary, str]) -> list[ir.Stmt]:
+    """`tensorize(.., square="scalar")` (rules.colreduce, rules._Squares): the square `T = x * x` as a ScalarE
+    activation T = square(x), x's fp32 producer shared by GpSimdE and VectorE (_shared_with_gpsimd)."""
+    for i, sq in enumerate(out):
+        if isinstance(sq, ir.Binary) and squares.get(sq) == "scalar":
+            made = out[:i] + [ir.Act(sq.dst, sq.a, "square", line=sq.line)] + out[i + 1:]
+            return scalar_squares(_producer_shared(made, sq, i - 1, target), target, squares)
+    return out
 
 
-def summed_squares(out: list[ir.Stmt], target: Target, share: Share) -> list[ir.Stmt]:
-    """`T = x * x` whose T only TensorE sums (a column sum's moving operand) or VectorE adds (a column sum's pairs)
-    as a ScalarE activation T = square(x), with x's fp32 producer shared by GpSimdE and VectorE (_shared_with_gpsimd):
-    VectorE computed the subtraction, the square and the pairs while ScalarE and GpSimdE sat idle. Model, 4096 x
-    4096 without start-up: `s[j] += (A - B) * (A - B)` f32 754.2 -> 376.0 us, bf16 622.5 -> 195.3 us; `s[j] +=
-    A * A` f32 453.7 -> 220.9 us, bf16 183.3 -> 104.0 us (DMA floors 364.8, 182.4, 182.4, 91.2)."""
-    made = list(out)
-    for i, sq in enumerate(made):
-        if not isinstance(sq, ir.Binary) or sq.op != "multiply" or sq.a != sq.b or sq.engine or \
-                sq.dst != ir.whole(sq.dst.buf) or sq.dst.buf.memory != "sbuf" or sq.a.buf.memory != "sbuf":
-            continue
-        users = [s for s in made if s is not sq and not isinstance(s, ir.Alloc)
-                 and any(v.buf == sq.dst.buf for v in ir.views(s))]
-        if not users or not all(isinstance(s, ir.Matmul) and s.moving.buf == sq.dst.buf and s.acc.buf != sq.dst.buf
-                                or isinstance(s, ir.Binary) and s.op == "add" and s.dst.buf != sq.dst.buf
-                                for s in users):
-            continue
-        x = next((n for n in range(i - 1, -1, -1) if isinstance(made[n], ir.Binary)
-                  and made[n].dst == sq.a), None)  # type: ignore[union-attr]
-        half = {"bf16", "f16"}
-        if x is None and sq.a.buf.dtype in half and sq.dst.buf.dtype in half:
-            # a 16-bit square of a loaded tile: VectorE's tensor_tensor is at its 1x rate, as fast as ScalarE; every
-            # other one stays there (4096 x 4096 bf16 `s[j] += A * A`: ScalarE alone 133.6 us, alternated 104.0 us)
-            if sq in share.kept:  # met again in an enclosing statement list
-                continue
-            if share.moved > len(share.kept):  # one on ScalarE, the next on VectorE
-                share.kept.add(sq)
-                continue
-            share.moved += 1
-        made[i] = ir.Act(sq.dst, sq.a, "square", line=sq.line)
-        if x is not None:
-            producer = made[x]
-            assert isinstance(producer, ir.Binary)
-            made[x:x + 1] = _shared_with_gpsimd(producer, target)
-            return summed_squares(made, target, share)
+def _producer_shared(made: list[ir.Stmt], sq: ir.Binary, last: int, target: Target) -> list[ir.Stmt]:
+    """The statements with the element-wise instruction computing the square's operand, if it is among them before
+    index `last` + 1, split by columns (_shared_with_gpsimd: the same values)."""
+    x = next((n for n in range(last, -1, -1) if isinstance(made[n], ir.Binary)
+              and made[n].dst == sq.a), None)  # type: ignore[union-attr]
+    if x is not None:
+        producer = made[x]
+        assert isinstance(producer, ir.Binary)
+        made[x:x + 1] = _shared_with_gpsimd(producer, target)
     return made
 
 

@@ -693,8 +693,9 @@ def reverse_compute_at(k: Kernel, nest: str, at: str, span: Span | None = None) 
                     "compute a consumer at a loop of the nest just before it")
     chain = _path(producer, loop)
     written = {s.dst.buf for s in _stores(loop.body)}
-    for lp in chain:
-        for s in _stores(loop.body):
+    read = {a.buf for s in _stores((consumer,)) for a in loads(s.expr)}
+    for lp in chain:  # (a temporary the consumer does not read need not be finished: a bound expression's tile)
+        for s in (x for x in _stores(loop.body) if x.dst.buf in read):
             if lp.extent > 1 and not any(t.var == lp.var for i in s.dst.index for t in i.terms):
                 raise _fail(f"reverse_compute_at {nest}, {at}: loop {lp.var} does not index {fmt_access(s.dst)}, so "
                             f"an iteration of {at} has not finished it (the loops over it still add to it)", span,
@@ -780,7 +781,7 @@ def _path(top: Loop, loop: Loop) -> list[Loop]:
 
 
 def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | None = None,
-              span: Span | None = None, suffix: str = "_x", dtype: str = "f32") -> Kernel:
+              span: Span | None = None, suffix: str = "_x", dtype: str = "f32", merged: bool = False) -> Kernel:
     """Exo's bind_expr for a reduction: the perfect nest at loop `at` whose one statement updates `buf` with an
     expression becomes a nest computing the expression into a new on-chip buffer `name` (over the nest's
     loops, renamed V_x) and the same nest reducing that buffer (golden: primitives/bind_expr.txt):
@@ -797,7 +798,12 @@ def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | No
     nothing the nest writes, and the buffer fits the target. `suffix` names the new loops (V_x; another suffix
     when a kernel binds several nests over loops of the same names: pairs of unrolled copies). `dtype` is the
     tile's (fp32 unless told: a column sum's terms keep the source's 16-bit dtype, which TensorE sums at its
-    16-bit rate; golden: primitives/bind_expr_dtype.txt)."""
+    16-bit rate; golden: primitives/bind_expr_dtype.txt).
+
+    `merged`: the nest's first two loops k, p (K and R) are the partitions of one tile, every read indexing them as
+    `R*k + p` (o's stacked on the partitions, rules.colreduce): the expression is computed over one loop V_x of
+    K*R partitions into a (K*R, ..) tile, and the reduction reads it at [R*k + p, ..] (golden:
+    primitives/bind_expr_merged.txt)."""
     t = get_target(target)
     loop = find_loop(k, at, span)
     chain = [loop]
@@ -819,6 +825,8 @@ def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | No
     if dtype not in ("f32", "bf16", "f16"):
         raise _fail(f"bind_expr {buf} at {at}: the tile's dtype {dtype} is not an on-chip dtype", span,
                     "give dtype=f32, bf16 or f16")
+    if merged:
+        return _bind_merged(k, loop, chain, upd, name, suffix, dtype, t, span)
     shape = tuple(lp.extent for lp in chain)
     _check_fits(shape, dtype, t, f"bind_expr {buf} at {at}", span)
     tile = Buffer(name, "sbuf", dtype, shape)
@@ -830,12 +838,55 @@ def bind_expr(k: Kernel, buf: str, at: str, name: str, target: Target | str | No
     for lp in reversed(chain):
         compute = replace(lp, var=f"{lp.var}{suffix}", body=(compute,))
         reduce = replace(lp, body=(reduce,))
+    return _with_bound(k, loop, Alloc(tile, upd.line), compute, reduce)
+
+
+def _bind_merged(k: Kernel, loop: Loop, chain: list[Loop], upd: Update, name: str, suffix: str, dtype: str,
+                 t: Target, span: Span | None) -> Kernel:
+    """bind_expr(.., merged=True): see bind_expr."""
+    where = f"bind_expr {upd.dst.buf} at {loop.var}"
+    if len(chain) < 2:
+        raise _fail(f"{where}, merged: the nest has one loop; merged takes its first two (k, p) as the partitions",
+                    span)
+    kv, pv = chain[0].var, chain[1].var
+    K, R = chain[0].extent, chain[1].extent
+    one = f"{kv}{suffix}"
+
+    def merge(a: Access) -> Access:
+        hits = [n for n, i in enumerate(a.index) if any(x.var in (kv, pv) for x in i.terms)]
+        i = a.index[hits[0]] if len(hits) == 1 else None
+        coefs = {x.var: x.coef for x in i.terms if x.var in (kv, pv)} if i is not None else {}
+        if i is None or coefs != {kv: R, pv: 1} or len([x for x in i.terms if x.var in (kv, pv)]) != 2:
+            raise _fail(f"{where}, merged: {fmt_access(a)} does not read the partitions as {R}*{kv} + {pv}", span,
+                        f"merge the dims of the view first (merge_dims), so the read is [{R}*{kv} + {pv}, ..]")
+        rest = tuple(x for x in i.terms if x.var not in (kv, pv))
+        return replace(a, index=a.index[:hits[0]] + (Aff((Term(one),) + rest, i.const),) + a.index[hits[0] + 1:])
+    expr = map_loads(upd.expr, merge)
+    for lp in chain[2:]:
+        expr = _subst_expr(expr, lp.var, Aff((Term(f"{lp.var}{suffix}"),)))
+    shape = (K * R,) + tuple(lp.extent for lp in chain[2:])
+    _check_fits(shape, dtype, t, where, span)
+    tile = Buffer(name, "sbuf", dtype, shape)
+    compute: Stmt = Assign(Access(name, (Aff((Term(one),)),) + tuple(Aff((Term(f"{lp.var}{suffix}"),))
+                                                                    for lp in chain[2:])), expr, upd.line)
+    rows = Aff((Term(kv, R), Term(pv)))
+    reduce: Stmt = replace(upd, expr=Load(Access(name, (rows,) + tuple(Aff((Term(lp.var),)) for lp in chain[2:]))))
+    for lp in reversed(chain[2:]):
+        compute = replace(lp, var=f"{lp.var}{suffix}", body=(compute,))
+    compute = replace(chain[0], var=one, extent=K * R, body=(compute,))
+    for lp in reversed(chain):
+        reduce = replace(lp, body=(reduce,))
+    return _with_bound(k, loop, Alloc(tile, upd.line), compute, reduce)
+
+
+def _with_bound(k: Kernel, loop: Loop, alloc: Alloc, compute: Stmt, reduce: Stmt) -> Kernel:
+    """The kernel with the nest at `loop` replaced by the tile's allocation, its computing nest and the reduction."""
 
     def visit(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
         out: list[Stmt] = []
         for s in body:
             if s is loop:
-                out += [Alloc(tile, upd.line), compute, reduce]
+                out += [alloc, compute, reduce]
             else:
                 out.append(replace(s, body=visit(s.body)) if isinstance(s, Loop) else s)
         return tuple(out)

@@ -7,6 +7,8 @@ returns the instruction and how the statement's loop variables bind to the instr
     conv[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
                                                  nc_matmul      k: c, r, s   m: k   n: n, y, x
     s[i] max= A[i, j]                            tensor_reduce  p: i    f: j
+    s[i] += (A[i, j] - B[i, j]) * (A[i, j] - B[i, j])
+                                                 activation     FN: square  p: i  f: j  reduce_res: s (the row sum)
     B[e, y, x] += (A[e, y + r - 1, x + s - 1] ?? 0) * Wd[e, r, s]
                                                  scalar_tensor_tensor  p: e   f: y, x   taps: r, s
     Y[j, i] = X[i, j]                            nc_transpose   p: i    f: j
@@ -18,8 +20,8 @@ returns the instruction and how the statement's loop variables bind to the instr
     H[i, j] = b[j]                               nc_matmul      n: j (ones[1, P].T @ b: the row on every partition)
 
 The stationary operand of a matmul is the smaller side (a conv's weights, free over the out channels k; on a tie the
-operand indexing the output's leading dimension); the limits (k, m <= 128, n <= 512) then say how the loops must be split. Every
-example's statements match (tests/compiler/test_tensorize.py); the `nest` stage prints the match of each.
+operand indexing the output's leading dimension); the limits (k, m <= 128, n <= 512) then say how the loops must be
+split. Every example's statements match (tests/compiler/test_tensorize.py); the `nest` stage prints the match of each.
 """
 from __future__ import annotations
 
@@ -82,10 +84,20 @@ def _match_update(s: Update, t: Target) -> Match | None:
     if mac is not None:
         return mac
     reads = loads(e)
+    if s.op == "+=" and square(e) is not None and reads and \
+            all(_vars(r)[:len(out)] == out and len(_vars(r)) > len(out) for r in reads):  # rows of a square summed
+        free = tuple(v for v in _vars(reads[0]) if v not in out)
+        return Match(t.instr("activation"), (("FN", ("square",)), ("p", tuple(out)), ("f", free),
+                                             ("reduce_res", (s.dst.buf,))))
     if reads and all(set(out) < set(_vars(r)) for r in reads):  # whole dimensions reduced
         free = tuple(v for v in _vars(reads[0]) if v not in out)
         return Match(t.instr("tensor_reduce"), (("p", tuple(out)), ("f", free)))
     return None
+
+
+def square(e: Expr) -> Expr | None:
+    """x when the expression is `x * x` (both operands the same expression), else None."""
+    return e.args[0] if isinstance(e, Op) and e.name == "*" and len(e.args) == 2 and e.args[0] == e.args[1] else None
 
 
 def _operand(x: Expr) -> Access | None:
@@ -226,12 +238,19 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
         return _partition_broadcast(s, dst, e)
     if m.instr.name == "nc_transpose" and isinstance(s.expr, Load):
         return _transpose(s, dst, e, psum)
-    tiles = {a.buf: e.view(a) for a in loads(s.expr)}
+    # each read its own operand: one buffer read at two places (a pair of rows `A[p, 0, f] + A[p, 1, f]`) is two
+    names: dict[Access, str] = {}
+    for a in loads(s.expr):
+        if a not in names:
+            seen = sum(b.buf == a.buf for b in names)
+            names[a] = a.buf if not seen else f"{a.buf}#{seen}"
+    expr = map_loads(s.expr, lambda a: replace(a, buf=names[a]))
+    tiles = {names[a]: e.view(a) for a in names}
     free = set(list(nest)[1:])  # a column's index uses none of the free loops (only the partitions)
-    columns = {a.buf for a in loads(s.expr) if not any(t.var in free for i in a.index for t in i.terms)}
+    columns = {names[a] for a in names if not any(t.var in free for i in a.index for t in i.terms)}
     shape = dst.shape()
     return ExprCompiler(tiles, (shape[0], math.prod(shape[1:])), s.line, e.fresh, columns, fold=fold,
-                        prefix=temps, regroup=regroup).emit(to_syntax(s.expr), dst)
+                        prefix=temps, regroup=regroup).emit(to_syntax(expr), dst)
 
 
 def _partition_broadcast(s: Assign, dst: View, e: Emit) -> list[ir.Stmt]:
@@ -252,7 +271,8 @@ def _transpose(s: Assign, dst: View, e: Emit, psum: str) -> list[ir.Stmt]:
     if e.memory(s.expr.access.buf) == "hbm":
         return [ir.Transpose(dst, src, "dma", s.line)]
     tp = ir.Buf(e.fresh(psum or f"{s.dst.buf}_tp"), "psum", src.buf.dtype, dst.shape())
-    return [ir.Alloc(tp, line=s.line), ir.Transpose(ir.whole(tp), src, "pe", s.line), ir.Copy(dst, ir.whole(tp), s.line)]
+    return [ir.Alloc(tp, line=s.line), ir.Transpose(ir.whole(tp), src, "pe", s.line),
+            ir.Copy(dst, ir.whole(tp), s.line)]
 
 
 

@@ -1,0 +1,55 @@
+"""What every rule module shares: a primitive application (Prim, prim) and the loop/region helpers the
+rules use (rules.py re-exports them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Prim:
+    """One primitive application: `split(f, 200, outer=t)`."""
+    name: str
+    args: tuple[Any, ...]
+    kw: tuple[tuple[str, Any], ...] = ()
+
+    def __str__(self) -> str:
+        args = [_fmt(a) for a in self.args] + [f"{k}={_fmt(v)}" for k, v in self.kw]
+        return f"{self.name}({', '.join(args)})"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_fmt(x) for x in v) + ")"
+    return repr(v) if isinstance(v, str) and (" " in v or not v) else str(v)
+
+
+def prim(primitive: str, /, *args: Any, **kw: Any) -> Prim:
+    return Prim(primitive, args, tuple(kw.items()))
+
+
+def _plain(index) -> list[str] | None:
+    out = []
+    for i in index:
+        if len(i.terms) != 1 or i.terms[0].coef != 1 or i.const:
+            return None
+        out.append(i.terms[0].var)
+    return out
+
+
+def _const(size: int, planned: int, dim: str) -> str:
+    """TILE_P / TILE_F where a region's tile is the plan's whole tile; "" (a plain number) for the rest."""
+    return f"TILE_{dim}" if size == planned else ""
+
+
+def _at(parts: int, r: int, cols: int = 1, c: int = 0) -> str:
+    """The level-A suffix of a region's loops after cuts (`i@ab`: rows part a, columns part b); "" without cuts."""
+    tags = ("ab"[r] if parts > 1 else "") + ("ab"[c] if cols > 1 else "")
+    return f"@{tags}" if tags else ""
+
+
+def _ragged_parts(extent: int, tile: int, per_strip: int) -> list[tuple[int, int, int, int]]:
+    """(start, size, block, blocks per strip) of the whole blocks, then of the remainder (one block)."""
+    whole = extent - extent % tile
+    parts = [(0, whole, tile, per_strip)] if whole else []
+    return parts + ([(whole, extent % tile, extent % tile, 1)] if extent % tile else [])

@@ -1,0 +1,146 @@
+"""The transpose rule (`Y[b, j, i] = X[b, i, j]`, rules.transpose) and what it sees of a nest (permute, Permute);
+split from rules.py, which re-exports it."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tilec.compiler import layout
+from tilec.compiler.names import unique
+from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop
+from tilec.compiler.rules_base import Prim, _at, _plain, _ragged_parts, prim
+from tilec.compiler.schedule import TransposePlan
+from tilec.target import Target
+
+
+# ---- transposes and permutes ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Permute:
+    """What the transpose rule sees: Y[batch, second, first] = X[batch, first, second] over a perfect nest."""
+    top: Loop
+    stmt: Assign
+    src: Access  # the read of X
+    batch: tuple[str, ...]
+    first: tuple[str, ...]
+    second: tuple[str, ...]
+    extents: dict[str, int]
+    lines: dict[str, int]
+    middle: bool = False  # the batch dimensions sit between the two swapped ones (no [B, M, N] views)
+
+
+def _one_copy(k: Kernel) -> tuple[list[Loop], Assign, Access] | None:
+    """(the perfect loop chain, its one assignment, the read it copies) when the nest is a single copy `Y[..] =
+    X[..]` inside one perfect loop chain (what the permute and copy rules start from), else None."""
+    tops = [s for s in k.body if isinstance(s, Loop)]
+    if len(tops) != 1:
+        return None
+    chain = layout.perfect_chain(tops[0])
+    body = chain[-1].body
+    if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Load):
+        return None
+    return chain, body[0], body[0].expr.access
+
+
+def permute(k: Kernel) -> Permute | None:
+    """The nest's permute structure, or None when it is not one copy that swaps two runs after a batch."""
+    found = _one_copy(k)
+    if found is None:
+        return None
+    chain, stmt, read = found
+    src, out = _plain(read.index), _plain(stmt.dst.index)
+    if src is None or out is None or sorted(src) != sorted(out) or src == out:
+        return None
+    n = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
+    rest, want = src[n:], out[n:]
+    cut = next((c for c in range(1, len(rest)) if rest[c:] + rest[:c] == want), None)
+    swap = [p for p, (x, y) in enumerate(zip(src, out)) if x != y]
+    if cut is None and len(swap) == 2:  # two single dimensions swap around dimensions that stay in place
+        a, c = src[swap[0]], src[swap[1]]
+        return Permute(chain[0], stmt, read, tuple(v for v in out if v not in (a, c)), (a,), (c,),
+                       {lp.var: lp.extent for lp in chain}, {lp.var: lp.line for lp in chain}, middle=True)
+    if cut is None:
+        return None
+    return Permute(chain[0], stmt, read, tuple(src[:n]), tuple(rest[:cut]), tuple(rest[cut:]),
+                   {lp.var: lp.extent for lp in chain}, {lp.var: lp.line for lp in chain})
+
+
+def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | None:
+    """The transpose rule: super-tiles of (BI x BJ) blocks of TI x TJ; a strip of BI block rows loaded (one DMA per
+    block row), BI*BJ block transposes (TensorE through PSUM, or DMA transposes straight from HBM), a strip of BJ
+    block columns stored. A batched or N-D permute sees X as [B, M, N] (views) and repeats that per batch. A ragged
+    plan (sizes without a large divisor, 521 x 257) cuts the rows and columns into the multiples of the block and
+    the rest (up to four regions), each scheduled the same way."""
+    n = permute(k)
+    if n is None:
+        return None
+    size = lambda vs: math.prod(n.extents[v] for v in vs)  # noqa: E731
+    B, M, N = size(n.batch), size(n.first), size(n.second)
+    vi, vj = n.first[0], n.second[0]
+    prims: list[Prim] = []
+    i, j, X, Y, top = vi, vj, n.src.buf, n.stmt.dst.buf, ""
+    if n.middle:  # the batch loops outermost; the accesses keep their shapes (strided 2-D slices per batch)
+        order = list(n.batch) + [vi, vj]
+        if [lp.var for lp in layout.perfect_chain(n.top)] != order:
+            prims.append(prim("reorder", *order))
+        top = n.batch[0] if n.batch else ""
+    elif n.batch or len(n.first) > 1 or len(n.second) > 1:  # views: X as [B, M, N], Y as [B, N, M]
+        order = list(n.batch + n.first + n.second)
+        if [lp.var for lp in layout.perfect_chain(n.top)] != order:
+            prims.append(prim("reorder", *order))
+        loops = ((("bt", B),) if B > 1 else ()) + (("i", M), ("j", N))
+        notes = ((f"for {n.batch[0]} (batch)",) if B > 1 else ()) + ("", "")
+        lines = ((n.lines[n.batch[0]],) if B > 1 else ()) + (n.lines[vi], n.lines[vj])
+        # loops of extent 1 leave open which old loops a new one iterates: say it (batch, first run, second run)
+        groups = ((tuple(n.batch),) if B > 1 else ()) + (tuple(n.first), tuple(n.second))
+        unit = 1 in (n.extents[v] for v in order)
+        prims.append(prim("reshape", order[0], loops, notes=notes, lines=lines, **({"groups": groups} if unit else {})))
+        i, j, X, Y, top = "i", "j", f"{X}_v", f"{Y}_v", "bt" if B > 1 else ""
+    elif [lp.var for lp in layout.perfect_chain(n.top)] != [vi, vj]:
+        prims.append(prim("reorder", vi, vj))
+    rows, cols = _ragged_parts(M, params.tile, params.bi), _ragged_parts(N, params.tj, params.bj)
+    if len(rows) > 1:
+        prims.append(prim("cut", i, rows[1][0]))
+    if len(cols) > 1:
+        prims += [prim("cut", f"{j}{_at(len(rows), r, 1)}", cols[1][0], root=f"{i}{_at(len(rows), r, 1)}")
+                  for r in range(len(rows))]
+    taken = set(k.buffers())  # strips named apart from the user's tensors (`A_strip` may be one)
+    strips = (unique(f"{n.src.buf}_strip", taken), unique(f"{n.stmt.dst.buf}_strip", taken))
+    ci, cj = ("TILE", "TILE") if params.tile == params.tj else ("TILE_I", "TILE_J")
+    for r, rp in enumerate(rows):
+        for c, cp in enumerate(cols):
+            suffix = _at(len(rows), r, len(cols), c)
+            tag = "" if r == c == 0 else f"_{'ab'[r]}{'ab'[c]}"
+            names = (ci if rp[2] == params.tile and r == 0 else "", cj if cp[2] == params.tj and c == 0 else "")
+            prims += _region(n, params, (i + suffix, j + suffix), (rp, cp), names, suffix, tag, (X, Y), strips,
+                             k.buffers()[n.src.buf].dtype)
+    label = f"{n.stmt.dst.buf} = transpose of {n.src.buf}"
+    if params.ragged:
+        return prims + [prim("block", top, f"{label}, ragged ({M}x{N})")]
+    return prims[:-1] + [prim("block", top, f"{label} by {params.tile}x{params.tj} blocks")]
+
+
+def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, names: tuple[str, str], suffix: str,
+            tag: str, bufs: tuple[str, str], strips: tuple[str, str], src_dtype: str) -> list[Prim]:
+    """The schedule of one region: blocks of TI x TJ, strips of BI x BJ blocks, strips staged, blocks tensorized."""
+    (i, j), ((r0, M, TI, BI), (c0, N, TJ, BJ)), (ci, cj) = loops, parts, names
+    vi, vj = n.first[0], n.second[0]
+    at = lambda v: v + suffix  # noqa: E731
+    prims = [prim("split", i, TI, outer=at("i_o"), inner=at("i_i"), name=ci, note=f"for {vi} (blocks of {ci or TI})"),
+             prim("split", at("i_o"), BI, outer=at("bi"), inner=at("ai"), note=f"for {vi} (strips of BI blocks)"),
+             prim("split", j, TJ, outer=at("j_o"), inner=at("j_i"), name=cj, note=f"for {vj} (blocks of {cj or TJ})"),
+             prim("split", at("j_o"), BJ, outer=at("bj"), inner=at("bj2"), note=f"for {vj} (strips of BJ blocks)"),
+             prim("reorder", *map(at, ("bi", "bj", "ai", "bj2", "i_i", "j_i"))),
+             prim("partition", at("i_i"))]
+    dma = params.method == "dma"
+    X, Y = bufs
+    # a DMA transpose copies without casting (src.dtype == dst.dtype [ISA6 dma_transpose]): its strip keeps the
+    # source dtype and the store's dma_copy converts; the PE path converts on the PSUM -> SBUF copy
+    prims.append(prim("stage_grouped", Y, at("bj"), ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i"))),
+                      into=False, name=strips[1] + tag, dtype=src_dtype if dma else ""))
+    if not dma:
+        prims.append(prim("stage_grouped", X, at("bj"), ((at("i_i"),), (at("ai"),), (at("bj2"), at("j_i"))),
+                          name=strips[0] + tag))
+    part = f"rows {r0}..{r0 + M} x columns {c0}..{c0 + N} by {TI}x{TJ} blocks"
+    return prims + [prim("tensorize", at("i_i"), psum=f"{n.stmt.dst.buf}_tp{tag}"), prim("block", at("bi"), part)]
