@@ -18,7 +18,7 @@ import nki.language as nl
 import tilec_cli
 from tilec import target as hw
 from tilec.compiler import api as compiler_api
-from tilec.errors import InternalError, TilecError
+from tilec.errors import TilecError
 from tilec.nki import api as nki_api
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -103,17 +103,9 @@ def test_the_commands_that_run_or_model_all_take_target() -> None:
 
 
 PROGRAMS = sorted([*(ROOT / "examples").glob("*.tl"), *(ROOT / "benchmarks" / "core").glob("*.tl")])
-# core14's square sums put the sum's (P, 1) conversion on ScalarE (lower_tiles.square_sums), which only
-# NeuronCore-v3 runs; the verifier catches it. The level-A core (core15) owns the fix: ask the target's
-# tensor_copy engines.
-SCALAR_COPY_ON_TRN1 = {"row_ssd_bf16"}
 
 
 @pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: p.stem)
 def test_every_example_and_core_program_compiles_for_trn1(path: pathlib.Path) -> None:
-    if path.stem in SCALAR_COPY_ON_TRN1:
-        with pytest.raises(InternalError, match="tensor_copy on the scalar engine; trn1 runs it on vector"):
-            compiler_api.compile_file(path, target="trn1")
-        pytest.xfail("lower_tiles.square_sums puts a tensor_copy on ScalarE, which trn1 lacks (audit10)")
     c = compiler_api.compile_file(path, target="trn1")
     assert c.result.target is hw.TRN1

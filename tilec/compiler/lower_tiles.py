@@ -433,10 +433,12 @@ def square_sums(out: list[ir.Stmt], target: Target, squares: dict[ir.Binary, str
             raise InternalError(f"lower_tiles: the square {sq} named square=sum is not summed along its rows alone "
                                 f"by the next instruction: {out[i + 1:]}")
         act = ir.Act(sq.dst, sq.a, "square", line=sq.line, total=red.dst)  # after the allocations between them
-        # the sum's conversion to the result's dtype (a (P, 1) copy) on ScalarE too: the store that follows then
-        # issues from ScalarE's DMA stream, not VectorE's, where the next tiles' loads would queue behind it
-        rest = [replace(s, engine="scalar") if isinstance(s, ir.Copy) and s.src == red.dst and not s.engine else s
-                for s in out[j + 1:]]
+        # the sum's conversion to the result's dtype (a (P, 1) copy) on ScalarE too, where the target's ScalarE
+        # runs tensor_copy (NeuronCore-v3): the store that follows then issues from ScalarE's DMA stream, not
+        # VectorE's, where the next tiles' loads would queue behind it
+        on_scalar = "scalar" in target.instr("tensor_copy").engines
+        rest = [replace(s, engine="scalar") if on_scalar and isinstance(s, ir.Copy) and s.src == red.dst
+                and not s.engine else s for s in out[j + 1:]]
         made = out[:i] + out[i + 1:j] + [act] + rest
         return square_sums(_producer_shared(made, sq, i - 1, target), target, squares)
     return out
