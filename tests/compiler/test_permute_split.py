@@ -54,3 +54,36 @@ def test_two_reads_in_two_orders_stay_refused():
     with pytest.raises(TilecError) as info:
         compile_loaded(lang.load(text))
     assert info.value.span is not None and info.value.span.line == 5
+
+
+SHIFTED = {  # program text, NumPy formula of the inputs in float64
+    "strided_slice": (None, lambda a: a["X"][::2, ::3][:256, :300]),
+    "strided_slice_offset": (None, lambda a: a["X"][:, :, 1::2]),
+    "diff_adjacent": (None, lambda a: a["X"][:, 1:] - a["X"][:, :-1]),
+    "strided_difference": ("""\
+kernel sd(X: f32[B, M, N]) -> Y
+  default B = 3, M = 130, N = 602
+  Y: f32[B, M, N / 2]
+  for b in 0..B, i in 0..M, j in 0..N / 2:
+    Y[b, i, j] = X[b, i, 2 * j + 1] * 2 - X[b, i, 2 * j]
+""", lambda a: a["X"][:, :, 1::2] * 2 - a["X"][:, :, ::2]),
+}
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("name", sorted(SHIFTED))
+def test_shifted_and_strided_reads_match_numpy(name, nki):
+    """A strided slice alone is a copy (one DMA with steps); in an expression, the read is copied first."""
+    text, formula = SHIFTED[name]
+    text = text or (PROGRAMS / f"{name}.tl").read_text()
+    prog, c, inputs, out = compile_and_run(text, nki)
+    want = formula({k: np.asarray(v, np.float64) for k, v in inputs.items()})
+    assert_matches(prog, "Y", out["Y"], want)
+
+
+def test_a_strided_slice_is_one_dma_with_steps():
+    from tilec.compiler import wrap
+
+    prog, c, inputs, out = compile_and_run((PROGRAMS / "strided_slice_offset.tl").read_text(), "0.6")
+    dmas = [line for line in wrap.unwrap(c.source).splitlines() if "dma_copy" in line]
+    assert len(dmas) == 1 and "1:600:2]" in dmas[0]

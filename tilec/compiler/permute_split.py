@@ -142,9 +142,9 @@ def split_shifted_reads(program):
             before: list[sx.Stmt] = []
             body = []
             for child in st.body:
-                pre, new = stmt(child, loops + (st,), top_writes)
+                pre, child_new = stmt(child, loops + (st,), top_writes)
                 before += pre
-                body.append(new)
+                body.append(child_new)
             return before, replace(st, body=tuple(body))
         if not isinstance(st, sx.Assign) or st.op != "=" or isinstance(st.value, sx.Access):
             return [], st

@@ -64,7 +64,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     """`nki`: the NKI API version the kernel source is written for (codegen.NKI_VERSIONS; None: the default)."""
     program = split_padded_reads(program)  # padded reads in element-wise statements: copied first (pad_split.py)
     program = split_broadcast_reductions(program)  # `s[i] += exp(X[i, j] - m[i])`: the terms first (reduce_split.py)
-    program = split_permuted_eltwise(program)  # `Y[j, i] = relu(X[i, j])`: element-wise, then a permute (permute_split.py)
+    program = split_permuted_eltwise(program)  # `Y[j, i] = relu(X[i, j])`: element-wise, then a permute (permute_split)
     program = split_shifted_reads(program)  # `Y[i, j] = X[i, j + 1] - X[i, j]`: the shifted read copied first (same)
     reject_unsupported(program.kernel)  # constructs only the reference evaluator runs yet (unsupported.py)
     directives = program.kernel.schedule if directives is None else directives

@@ -12,7 +12,8 @@ temporary is float32. The temporary's nest is put before the top-level statement
 is done only when nothing that nest writes is read by the expression (its inputs are complete before it), every
 loop around the reduction starts at 0 (the temporary is indexed by the loop variables), and the stored indices are
 plain loop variables. The temporary is laid out like the read over all the loops when there is one (`s[j] +=
-exp(X[i, j] - m[j])` under `for j: for i:` fills `t[i, j]`: no transpose, then a column reduction). A product of two reads (`y[i] += A[i, k] * c[i]`) is left to the contraction rule."""
+exp(X[i, j] - m[j])` under `for j: for i:` fills `t[i, j]`: no transpose, then a column reduction). A product
+of two reads (`y[i] += A[i, k] * c[i]`) is left to the contraction rule."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -102,7 +103,8 @@ def _sizes_as_numbers(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) ->
     if isinstance(e, sx.Name) and e.id not in loop_vars and e.id in sizes:
         return sx.Num(sizes[e.id], e.span)
     if isinstance(e, sx.BinOp):
-        return replace(e, lhs=_sizes_as_numbers(e.lhs, loop_vars, sizes), rhs=_sizes_as_numbers(e.rhs, loop_vars, sizes))
+        return replace(e, lhs=_sizes_as_numbers(e.lhs, loop_vars, sizes),
+                       rhs=_sizes_as_numbers(e.rhs, loop_vars, sizes))
     if isinstance(e, sx.Neg):
         return replace(e, x=_sizes_as_numbers(e.x, loop_vars, sizes))
     if isinstance(e, sx.Call):
