@@ -23,7 +23,6 @@ def test_the_refusal_table_names_survey_programs():
     assert set(REFUSED) <= {p.stem for p in PROGRAMS}
 
 
-@pytest.mark.large
 @pytest.mark.parametrize("path", PROGRAMS, ids=[p.stem for p in PROGRAMS])
 def test_survey_program_outcome(path):
     with warnings.catch_warnings():
