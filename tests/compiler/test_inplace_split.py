@@ -8,7 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches, compile_and_run
+from compiler_helpers import assert_matches, compile_and_run, conv_valid
 from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.lang import api as lang
 
@@ -33,7 +33,26 @@ kernel mm(A: f32[M, K], B: f32[K, N], b: f32[N]) -> C
     C[i, j] = C[i, j] * 0.5 + b[j]
 """
 
+CONV_SCALED = """\
+kernel cnn(X: f32[N, C, H, W], Wt: f32[K, C, R, R], b: f32[K]) -> conv
+  default N = 1, C = 128, H = 10, W = 10, K = 128, R = 3
+  let Ho = H - R + 1, Wo = W - R + 1
+  conv: f32[N, K, Ho, Wo]
+  for n in 0..N, k in 0..K, y in 0..Ho, x in 0..Wo:
+    conv[n, k, y, x] = b[k]
+    for c in 0..C, r in 0..R, s in 0..R:
+      conv[n, k, y, x] += X[n, c, y + r, x + s] * Wt[k, c, r, s]
+  for n in 0..N, k in 0..K, y in 0..Ho, x in 0..Wo:
+    conv[n, k, y, x] = 2 * conv[n, k, y, x]
+"""  # refused before gaps15 (test_relu_in_nest's conv_output_scaled_next_nest)
+
+
+def _conv_scaled(a):
+    return 2 * (conv_valid(a["X"], a["Wt"]) + a["b"][None, :, None, None])
+
+
 CASES = {
+    "conv_scaled_next_nest": (CONV_SCALED, "conv", _conv_scaled),
     "attn_full": ((PROGRAMS / "attn_full.tl").read_text(), "O", _attention),
     "scaled_matmul": (SCALED, "C", lambda a: (a["A"] @ a["B"]) * 0.5 + a["b"]),
 }
