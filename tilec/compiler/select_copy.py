@@ -25,6 +25,13 @@ def read_index(e: sx.Expr, names: set[str], sizes: dict[str, int]) -> Index | No
     if isinstance(e, sx.BinOp) and e.op in "/%":
         return None
     found = shifted_index(e, names, sizes)
+    if found is None and uses_names(e, names):  # a strided read `s*v + c` (s >= 2): a strided slice X[c::s]
+        try:
+            coefs, const = affine_index(e, names, sizes)
+        except TilecError:
+            return None
+        if len(coefs) == 1 and next(iter(coefs.values())) >= 2:
+            return next(iter(coefs)), -next(iter(coefs.values())), const
     return (found[0], 1, found[1]) if found else None
 
 
@@ -50,7 +57,7 @@ def is_data_copy(comp: Comp, program) -> bool:
     assert isinstance(comp.init, sx.Access)
     src = [size_value(d, program.sizes) if not isinstance(d, int) else d
            for d in program.tensors[comp.init.tensor].shape]
-    reads_part = any(c != 0 or comp.extent(v) // k != n for (v, k, c), n in zip(idx, src))  # a crop
+    reads_part = any(c != 0 or k < 0 or comp.extent(v) // k != n for (v, k, c), n in zip(idx, src))  # a crop
     return is_part(comp, program) or reads_part or any(k != 1 for _, k, _ in idx) or comp.init.fill is not None
 
 
@@ -67,7 +74,7 @@ def select_copy(comp: Comp, program) -> EltwiseOp:
         if k != 1 and comp.init.fill is not None:
             raise reject(comp, f"a padded upsampling read (`{fmt_expr(e)}` with `?? fill`) is not compiled yet",
                          e.span, "upsample in one copy and pad in another (`P[i] = U[i - 1] ?? 0`)")
-        if comp.extent(v) % k:
+        if k > 0 and comp.extent(v) % k:
             raise reject(comp, f"`{fmt_expr(e)}` divides a loop of {comp.extent(v)} iterations by {k}", e.span,
                          f"make the loop's extent a multiple of {k}")
     roles = tuple((f"d{i}", v) for i, v in enumerate(comp.out_vars))

@@ -1,0 +1,104 @@
+"""The follow-up programs of tests/programs/gaps15/ (what a user writes after the examples): does each compile, match
+the reference evaluator in both NKI dialects, and how far is its model time from the floor?
+
+    python benchmarks/gaps15.py                    # every program
+    python benchmarks/gaps15.py clamp conv1d       # some programs (file stems)
+    python benchmarks/gaps15.py --no-model         # correctness only
+
+Columns: class (ok | rejected | wrong | internal | noloc | hang: the oracle's verdict, 0.6 then 0.1), floor µs and
+run µs as in benchmarks/families.py (run = model latency without start-up), ratio = run / floor. A program
+whose ratio is above 3 (and run above 5 µs) is marked `slow`.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import signal
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from families import floor_us, model_us  # noqa: E402
+
+from tilec.lang import api as lang  # noqa: E402
+from tilec.target import target as get_target  # noqa: E402
+from tilec.testing.oracle import Verdict, check_outputs, prepare  # noqa: E402
+
+FOLDER = ROOT / "tests" / "programs" / "gaps15"
+SLOW = 3.0
+MIN_US = 5.0  # below this the DMA fixed costs dominate any floor: tiny programs are not called slow
+
+
+class _Timeout(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+def verdict(path: pathlib.Path, nki: str, timeout: int) -> Verdict:
+    from tilec.compiler.api import compile_loaded
+    from tilec.testing.oracle import _error
+
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(timeout)
+    try:
+        prep = prepare(path.read_text())
+        if prep.verdict is not None:
+            return prep.verdict
+        try:
+            compiled = compile_loaded(prep.program, None, nki=nki)
+        except Exception as err:
+            return _error("compile", err)
+        try:
+            out = compiled.run(**prep.inputs)
+        except Exception as err:
+            v = _error("run", err)
+            return Verdict("internal", "run", v.message) if v.cls == "rejected" else v
+        bad = check_outputs(prep.program, out, prep.ref, bounds=prep.bounds)
+        return Verdict("wrong", "compare", bad) if bad else Verdict("ok")
+    except _Timeout:
+        return Verdict("hang", "", f"over {timeout} s")
+    finally:
+        signal.alarm(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--no-model", action="store_true")
+    ap.add_argument("--timeout", type=int, default=300)
+    args = ap.parse_args(argv)
+    paths = sorted(FOLDER.glob("*.tl"))
+    if args.names:
+        paths = [p for p in paths if p.stem in args.names]
+    tgt = get_target("trn2")
+    counts: dict[str, int] = {}
+    for path in paths:
+        t0 = time.time()
+        v6, v1 = verdict(path, "0.6", args.timeout), verdict(path, "0.1", args.timeout)
+        cls = v6.cls if v6.cls == v1.cls else f"{v6.cls}/{v1.cls}"
+        timing = ""
+        if not args.no_model and v6.cls == "ok":
+            program = lang.load(path)
+            floor, bound = floor_us(program, tgt)
+            latency, startup = model_us(path, {}, tgt)
+            if isinstance(latency, float):
+                run = latency - startup
+                ratio = run / floor
+                timing = f"floor {floor:8.2f} {bound:7} run {run:8.2f} ratio {ratio:6.2f}"
+                if ratio > SLOW and run > MIN_US:
+                    cls += " slow"
+        counts[cls] = counts.get(cls, 0) + 1
+        detail = "" if v6.cls == v1.cls == "ok" else " | " + (v6.line() if v6.cls != "ok" else v1.line())
+        print(f"{path.stem:<28} {cls:<14} {timing}{detail[:200]}  ({time.time() - t0:.0f} s)", flush=True)
+    print("; ".join(f"{k}: {n}" for k, n in sorted(counts.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Element-wise work on the way through a transpose or permute, `Y[b, j, i] = relu(X[b, i, j])`, `Y[n, h, w, c] =
+X[n, c, h, w] + b[c]`: the element-wise rule needs its operands indexed like the output (or broadcast along a run
+of its indices) and the transpose rule a plain read, so the statement is taken apart:
+
+    T[n, c, h, w] = X[n, c, h, w] + b[c]   # element-wise, in the order the read is laid out (b: a broadcast)
+    Y[n, h, w, c] = T[n, c, h, w]          # a permute (select_transpose)
+
+T has the output's dtype (the store rounds once, as the statement did; the permute copies the rounded values).
+The nest that fills T is put before the top-level statement that holds the original, so it is done only when the
+expression reads nothing that statement's nest writes, every loop around it starts at 0, the stored indices are
+the loop variables (all of them, each once) and the reads' indices are loop variables (a broadcast, or all of them
+in another order)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tilec.compiler.exprs import accesses
+from tilec.compiler.reduce_split import _unique
+from tilec.lang import syntax as sx
+
+
+def split_permuted_eltwise(program):
+    """The program with each such statement split into an element-wise statement and a permute; the same object
+    when there is none."""
+    from tilec.lang import api, bounds, checker
+    kernel = program.kernel
+    taken = {p.name for p in kernel.params} | {d.name for d in kernel.decls} | {lt.name for lt in kernel.lets}
+    decls: list[sx.Decl] = []
+
+    def written(st: sx.Stmt) -> set[str]:
+        if isinstance(st, sx.Loop):
+            return set().union(*(written(c) for c in st.body)) if st.body else set()
+        return {st.target.tensor} if isinstance(st, sx.Assign) else set()
+
+    def plain(a: sx.Access) -> list[str] | None:
+        names = [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
+        return names if len(names) == len(a.indices) and len(set(names)) == len(names) else None
+
+    def order(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> list[str] | None:
+        """The loop variables in the order of the permuted read, when `st` is to be split."""
+        loop_vars = [lp.var for lp in loops]
+        out = plain(st.target)
+        if st.op != "=" or isinstance(st.value, sx.Access) or out is None or sorted(out) != sorted(loop_vars):
+            return None
+        if any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
+            return None
+        reads = accesses(st.value)
+        if not reads or any(a.fill is not None or a.tensor in top_writes or plain(a) is None
+                            or not set(plain(a) or ()) <= set(loop_vars) for a in reads):
+            return None
+        full = [plain(a) for a in reads if sorted(plain(a) or ()) == sorted(loop_vars)]
+        if not full or any(f != full[0] for f in full) or full[0] == out:
+            return None  # no read over all the loops, two orders, or already in the output's order
+        return full[0]
+
+    def stmt(st: sx.Stmt, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
+        if isinstance(st, sx.Loop):
+            before: list[sx.Stmt] = []
+            body = []
+            for child in st.body:
+                pre, new = stmt(child, loops + (st,), top_writes)
+                before += pre
+                body.append(new)
+            return before, replace(st, body=tuple(body))
+        if not isinstance(st, sx.Assign):
+            return [], st
+        vs = order(st, loops, top_writes)
+        if vs is None:
+            return [], st
+        by_var = {lp.var: lp for lp in loops}
+        span = st.value.span
+        name = _unique(f"{st.target.tensor}_pre", taken)
+        taken.add(name)
+        dtype = program.tensors[st.target.tensor].dtype
+        decls.append(sx.Decl(name, sx.TensorType(dtype, tuple(by_var[v].stop for v in vs), span), span))
+        idx = tuple(sx.Name(v, span) for v in vs)
+        fill: sx.Stmt = sx.Assign(sx.Access(name, idx, span), "=", st.value, st.span)
+        for v in reversed(vs):
+            lp = by_var[v]
+            fill = sx.Loop(v, lp.start, lp.stop, (fill,), lp.span)
+        return [fill], replace(st, value=sx.Access(name, idx, span))
+
+    body: list[sx.Stmt] = []
+    for top in kernel.body:
+        pre, new = stmt(top, (), written(top))
+        body += pre + [new]
+    if not decls:
+        return program
+    kernel = replace(kernel, decls=kernel.decls + tuple(decls), body=tuple(body))
+    facts = checker.check(kernel)
+    pending = bounds.prove(facts)
+    bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
+    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+
+
+def split_shifted_reads(program):
+    """Element-wise statements reading a tensor shifted or strided along the output's loops, `Y[i, j] = X[i, j + 1]
+    - X[i, j]` (a difference), `Y[i, j] = X[i, 2 * j + 1] * 2` (a strided slice, scaled): the element-wise rule
+    reads operands at the output's indices, the copy rule (select_copy.py) moves a shifted or strided read alone. So
+    each such read is copied into a temporary first, `X_at[i, j] = X[i, j + 1]`, and the statement reads that.
+    The temporary has the read's dtype (a copy: the same values); it is filled before the top-level statement that
+    holds the original, so only when that statement's nest writes nothing the read reads and every loop starts at 0.
+    A read's indices must each be `s*v + c` of one loop variable (s >= 1), distinct, in the output's loop order; a
+    plain read over part of a dimension (`X[i, j]` for j < N - 1 beside `X[i, j + 1]`) is copied too (a crop)."""
+    from tilec.compiler.lower import affine_index
+    from tilec.errors import TilecError
+    from tilec.lang import api, bounds, checker
+    kernel = program.kernel
+    taken = {p.name for p in kernel.params} | {d.name for d in kernel.decls} | {lt.name for lt in kernel.lets}
+    decls: list[sx.Decl] = []
+
+    def written(st: sx.Stmt) -> set[str]:
+        if isinstance(st, sx.Loop):
+            return set().union(*(written(c) for c in st.body)) if st.body else set()
+        return {st.target.tensor} if isinstance(st, sx.Assign) else set()
+
+    def moved_vars(a: sx.Access, loop_vars: list[str], out: list[str], by_var: dict[str, sx.Loop]) -> list[str] | None:
+        """The read's loop variables when it is shifted, strided or cropped (a plain read of part of a dimension),
+        each index `s*v + c`."""
+        vs, plain_read = [], True
+        for ix in a.indices:
+            try:
+                coefs, const = affine_index(ix, set(loop_vars), program.sizes)
+            except TilecError:
+                return None
+            if len(coefs) != 1 or next(iter(coefs.values())) < 1:
+                return None
+            v, s = next(iter(coefs.items()))
+            vs.append(v)
+            plain_read = plain_read and s == 1 and const == 0
+        if len(set(vs)) != len(vs) or [v for v in out if v in vs] != vs:
+            return None
+        if plain_read:  # a plain read over the whole of each dimension is the element-wise rule's; over part, a crop
+            from tilec.compiler.lower import size_value
+            shape = [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[a.tensor].shape]
+            stops = [size_value(by_var[v].stop, program.sizes) for v in vs]
+            return vs if stops != shape else None
+        return vs
+
+    def stmt(st: sx.Stmt, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
+        if isinstance(st, sx.Loop):
+            before: list[sx.Stmt] = []
+            body = []
+            for child in st.body:
+                pre, child_new = stmt(child, loops + (st,), top_writes)
+                before += pre
+                body.append(child_new)
+            return before, replace(st, body=tuple(body))
+        if not isinstance(st, sx.Assign) or st.op != "=" or isinstance(st.value, sx.Access):
+            return [], st
+        loop_vars = [lp.var for lp in loops]
+        out = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
+        if len(out) != len(st.target.indices) or sorted(out) != sorted(loop_vars) \
+                or any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
+            return [], st
+        by_var = {lp.var: lp for lp in loops}
+        fills: list[sx.Stmt] = []
+        new: dict[int, sx.Expr] = {}
+        for a in accesses(st.value):
+            vs = None if a.fill is not None or a.tensor in top_writes else moved_vars(a, loop_vars, out, by_var)
+            if vs is None:
+                continue
+            span = a.span
+            name = _unique(f"{a.tensor}_at", taken)
+            taken.add(name)
+            dtype = program.tensors[a.tensor].dtype
+            decls.append(sx.Decl(name, sx.TensorType(dtype, tuple(by_var[v].stop for v in vs), span), span))
+            idx = tuple(sx.Name(v, span) for v in vs)
+            fill: sx.Stmt = sx.Assign(sx.Access(name, idx, span), "=", a, st.span)
+            for v in reversed(vs):
+                lp = by_var[v]
+                fill = sx.Loop(v, lp.start, lp.stop, (fill,), lp.span)
+            fills.append(fill)
+            new[id(a)] = sx.Access(name, idx, span)
+        if not new:
+            return [], st
+        return fills, replace(st, value=_subst(st.value, new))
+
+    body: list[sx.Stmt] = []
+    for top in kernel.body:
+        pre, changed = stmt(top, (), written(top))
+        body += pre + [changed]
+    if not decls:
+        return program
+    kernel = replace(kernel, decls=kernel.decls + tuple(decls), body=tuple(body))
+    facts = checker.check(kernel)
+    pending = bounds.prove(facts)
+    bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
+    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+
+
+def _subst(e: sx.Expr, new: dict[int, sx.Expr]) -> sx.Expr:
+    if id(e) in new:
+        return new[id(e)]
+    if isinstance(e, sx.Neg):
+        return replace(e, x=_subst(e.x, new))
+    if isinstance(e, sx.BinOp):
+        return replace(e, lhs=_subst(e.lhs, new), rhs=_subst(e.rhs, new))
+    if isinstance(e, sx.Call):
+        return replace(e, args=tuple(_subst(a, new) for a in e.args))
+    return e
