@@ -936,8 +936,7 @@ def _unused_dropped(body: list[Stmt]) -> list[Stmt]:
         if not dead:
             break
         body = [s for s in body if not any(s is d for d in dead)]
-    used = {v.buf.name for s in ir.walk(tuple(body)) for v in ir.views(s)}
-    return [s for s in body if not (isinstance(s, Alloc) and s.buf.name not in used)]
+    return mean_var.unused_allocs_dropped(body)
 
 
 def _views_read(s: Stmt) -> list[View]:

@@ -161,8 +161,7 @@ def _rewrite(body: list[Stmt], i: int, fold: int | None, j: int, sq_fold: int | 
             return None
         out.append(s2)
     # the discarded outputs no statement writes any more
-    used = {v.buf.name for s in out for x in ir.walk((s,)) for v in ir.views(x)}
-    return [s for s in _without_unused(out, used)]
+    return unused_allocs_dropped(out)
 
 
 def _replaced(s: Stmt, old: Act, new: Stmt) -> Stmt:
@@ -185,15 +184,20 @@ def _reading(s: Stmt, var: Buf, variance: View, free: int) -> Stmt | None:
     return None
 
 
-def _without_unused(body: list[Stmt], used: set[str]) -> list[Stmt]:
-    out: list[Stmt] = []
-    for s in body:
-        if isinstance(s, Alloc) and s.buf.name not in used:
-            continue
-        if isinstance(s, Loop):
-            s = dataclasses.replace(s, body=tuple(_without_unused(list(s.body), used)))
-        out.append(s)
-    return out
+def unused_allocs_dropped(body: list[Stmt]) -> list[Stmt]:
+    """The body without the allocations (at any loop depth) of tiles no instruction touches."""
+    used = {v.buf.name for s in ir.walk(tuple(body)) for v in ir.views(s)}
+
+    def kept(stmts: list[Stmt]) -> list[Stmt]:
+        out: list[Stmt] = []
+        for s in stmts:
+            if isinstance(s, Alloc) and s.buf.name not in used:
+                continue
+            if isinstance(s, Loop):
+                s = dataclasses.replace(s, body=tuple(kept(list(s.body))))
+            out.append(s)
+        return out
+    return kept(body)
 
 
 def last_add_on_gpsimd(stmts: list[Stmt]) -> list[Stmt]:
