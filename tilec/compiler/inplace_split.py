@@ -15,15 +15,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
-from tilec.compiler.reduce_split import _unique
+from tilec.compiler.rewrite import rechecked, taken_names, unique
 from tilec.lang import syntax as sx
 
 
 def split_in_place_epilogues(program):
     from tilec.compiler.select_conv import strip_activation
-    from tilec.lang import api, bounds, checker
     kernel = program.kernel
-    taken = {p.name for p in kernel.params} | {d.name for d in kernel.decls} | {lt.name for lt in kernel.lets}
+    taken = taken_names(kernel)
     body = list(kernel.body)
     decls: list[sx.Decl] = []
 
@@ -65,20 +64,13 @@ def split_in_place_epilogues(program):
             continue
         if any(a.target.tensor == name for s in body[t + 1:] for a in assigns(s)):
             continue
-        acc = _unique(f"{name}_acc", taken)
-        taken.add(acc)
+        acc = unique(f"{name}_acc", taken)
         decl = next(d for d in kernel.decls if d.name == name)
         decls.append(replace(decl, name=acc))
         body[:t] = [rename(s, name, acc) for s in body[:t]]
         body[t] = rename(top, name, acc)
         body[t] = _retarget(body[t], acc, name)
-    if not decls:
-        return program
-    kernel = replace(kernel, decls=kernel.decls + tuple(decls), body=tuple(body))
-    facts = checker.check(kernel)
-    pending = bounds.prove(facts)
-    bound_sizes = {k: v for k, v in program.sizes.items() if k in facts.symbols}
-    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound_sizes)
+    return rechecked(program, decls, body)
 
 
 def _retarget(st: sx.Stmt, old: str, new: str) -> sx.Stmt:

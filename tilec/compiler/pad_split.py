@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors
 from tilec.compiler.lower import affine_index, size_value, uses_names
+from tilec.compiler.rewrite import nested, rechecked, taken_names, unique
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -29,26 +30,17 @@ def split_padded_reads(program):
     """The program with every splittable padded read of an element-wise statement copied first; the same object
     when there is none."""
     from tilec.compiler.select_conv import strip_activation
-    from tilec.lang import api, bounds, checker
     kernel = program.kernel
-    taken = {p.name for p in kernel.params} | {d.name for d in kernel.decls} | {lt.name for lt in kernel.lets}
+    taken = taken_names(kernel)
     decls: list[sx.Decl] = []
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
 
     def declare(base: str, dtype: str, type_: sx.TensorType, span) -> str:
         """A new temporary tensor named after `base`, declared with `type_`."""
-        name = _unique(base, taken)
-        taken.add(name)
+        name = unique(base, taken)
         dtypes[name] = dtype
         decls.append(sx.Decl(name, type_, span))
         return name
-
-    def nested(st: sx.Stmt, vs: list[str], by_var: dict[str, sx.Loop]) -> sx.Stmt:
-        """`st` inside loops over vs (outermost first), as the program's loops of those names run."""
-        for v in reversed(vs):
-            lp = by_var[v]
-            st = sx.Loop(v, lp.start, lp.stop, (st,), lp.span)
-        return st
 
     def temporary(base: str, dtype: str, value: sx.Expr, vs: list[str], by_var: dict[str, sx.Loop],
                   span) -> tuple[sx.Stmt, sx.Access]:
@@ -56,7 +48,7 @@ def split_padded_reads(program):
         the read of it that replaces `value`."""
         name = declare(base, dtype, sx.TensorType(dtype, tuple(by_var[v].stop for v in vs), value.span), value.span)
         idx = tuple(sx.Name(v, value.span) for v in vs)
-        fill = nested(sx.Assign(sx.Access(name, idx, value.span), "=", value, span), vs, by_var)
+        fill = nested(sx.Assign(sx.Access(name, idx, value.span), "=", value, span), [by_var[v] for v in vs])
         return fill, sx.Access(name, idx, value.span)
 
     def stmt(st: sx.Stmt, loops: tuple[sx.Loop, ...]) -> list[sx.Stmt]:
@@ -270,20 +262,14 @@ def split_padded_reads(program):
                         if v in flip else sx.Name(v, span) for v in names if v is not None)
             kept = [v for v in names if v is not None]  # (every index is a loop variable: checked above)
             copy = sx.Assign(upd.target, "=", sx.Access(name, idx, span), upd.span)
-            return [rewrite(top), nested(copy, kept, by_var)]
+            return [rewrite(top), nested(copy, [by_var[v] for v in kept])]
         return [top]
 
     body: list[sx.Stmt] = []
     for top in kernel.body:
         for st in reversed_result(top):
             body += stmt(st, ())
-    if not decls:
-        return program
-    kernel = replace(kernel, decls=kernel.decls + tuple(decls), body=tuple(body))
-    facts = checker.check(kernel)
-    pending = bounds.prove(facts)
-    bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
-    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+    return rechecked(program, decls, body)
 
 
 def _affine(e: sx.Expr, loop_vars: frozenset[str], sizes: dict[str, int]) -> tuple[dict[str, int] | None, int]:
@@ -309,13 +295,6 @@ def _var(e: sx.Expr, loop_vars: frozenset[str]) -> str | None:
             return _var(e.rhs, loop_vars)
     return None
 
-
-def _unique(base: str, taken: set[str]) -> str:
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}{n}"
-    return name
 
 
 def _subst(e: sx.Expr, new: dict[int, sx.Expr]) -> sx.Expr:

@@ -15,22 +15,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
-from tilec.compiler.reduce_split import _unique
+from tilec.compiler.rewrite import nested, rechecked, taken_names, unique, written
 from tilec.lang import syntax as sx
 
 
 def split_permuted_eltwise(program):
     """The program with each such statement split into an element-wise statement and a permute; the same object
     when there is none."""
-    from tilec.lang import api, bounds, checker
     kernel = program.kernel
-    taken = {p.name for p in kernel.params} | {d.name for d in kernel.decls} | {lt.name for lt in kernel.lets}
+    taken = taken_names(kernel)
     decls: list[sx.Decl] = []
-
-    def written(st: sx.Stmt) -> set[str]:
-        if isinstance(st, sx.Loop):
-            return set().union(*(written(c) for c in st.body)) if st.body else set()
-        return {st.target.tensor} if isinstance(st, sx.Assign) else set()
 
     def plain(a: sx.Access) -> list[str] | None:
         names = [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
@@ -69,28 +63,18 @@ def split_permuted_eltwise(program):
             return [], st
         by_var = {lp.var: lp for lp in loops}
         span = st.value.span
-        name = _unique(f"{st.target.tensor}_pre", taken)
-        taken.add(name)
+        name = unique(f"{st.target.tensor}_pre", taken)
         dtype = program.tensors[st.target.tensor].dtype
         decls.append(sx.Decl(name, sx.TensorType(dtype, tuple(by_var[v].stop for v in vs), span), span))
         idx = tuple(sx.Name(v, span) for v in vs)
-        fill: sx.Stmt = sx.Assign(sx.Access(name, idx, span), "=", st.value, st.span)
-        for v in reversed(vs):
-            lp = by_var[v]
-            fill = sx.Loop(v, lp.start, lp.stop, (fill,), lp.span)
+        fill = nested(sx.Assign(sx.Access(name, idx, span), "=", st.value, st.span), [by_var[v] for v in vs])
         return [fill], replace(st, value=sx.Access(name, idx, span))
 
     body: list[sx.Stmt] = []
     for top in kernel.body:
         pre, new = stmt(top, (), written(top))
         body += pre + [new]
-    if not decls:
-        return program
-    kernel = replace(kernel, decls=kernel.decls + tuple(decls), body=tuple(body))
-    facts = checker.check(kernel)
-    pending = bounds.prove(facts)
-    bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
-    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+    return rechecked(program, decls, body)
 
 
 def split_shifted_reads(program):
@@ -104,15 +88,9 @@ def split_shifted_reads(program):
     plain read over part of a dimension (`X[i, j]` for j < N - 1 beside `X[i, j + 1]`) is copied too (a crop)."""
     from tilec.compiler.lower import affine_index
     from tilec.errors import TilecError
-    from tilec.lang import api, bounds, checker
     kernel = program.kernel
-    taken = {p.name for p in kernel.params} | {d.name for d in kernel.decls} | {lt.name for lt in kernel.lets}
+    taken = taken_names(kernel)
     decls: list[sx.Decl] = []
-
-    def written(st: sx.Stmt) -> set[str]:
-        if isinstance(st, sx.Loop):
-            return set().union(*(written(c) for c in st.body)) if st.body else set()
-        return {st.target.tensor} if isinstance(st, sx.Assign) else set()
 
     def moved_vars(a: sx.Access, loop_vars: list[str], out: list[str], by_var: dict[str, sx.Loop]) -> list[str] | None:
         """The read's loop variables when it is shifted, strided or cropped (a plain read of part of a dimension),
@@ -161,15 +139,11 @@ def split_shifted_reads(program):
             if vs is None:
                 continue
             span = a.span
-            name = _unique(f"{a.tensor}_at", taken)
-            taken.add(name)
+            name = unique(f"{a.tensor}_at", taken)
             dtype = program.tensors[a.tensor].dtype
             decls.append(sx.Decl(name, sx.TensorType(dtype, tuple(by_var[v].stop for v in vs), span), span))
             idx = tuple(sx.Name(v, span) for v in vs)
-            fill: sx.Stmt = sx.Assign(sx.Access(name, idx, span), "=", a, st.span)
-            for v in reversed(vs):
-                lp = by_var[v]
-                fill = sx.Loop(v, lp.start, lp.stop, (fill,), lp.span)
+            fill = nested(sx.Assign(sx.Access(name, idx, span), "=", a, st.span), [by_var[v] for v in vs])
             fills.append(fill)
             new[id(a)] = sx.Access(name, idx, span)
         if not new:
@@ -180,13 +154,7 @@ def split_shifted_reads(program):
     for top in kernel.body:
         pre, changed = stmt(top, (), written(top))
         body += pre + [changed]
-    if not decls:
-        return program
-    kernel = replace(kernel, decls=kernel.decls + tuple(decls), body=tuple(body))
-    facts = checker.check(kernel)
-    pending = bounds.prove(facts)
-    bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
-    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+    return rechecked(program, decls, body)
 
 
 def _subst(e: sx.Expr, new: dict[int, sx.Expr]) -> sx.Expr:

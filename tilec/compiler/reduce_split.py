@@ -19,21 +19,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
+from tilec.compiler.rewrite import nested, rechecked, taken_names, unique, written
 from tilec.lang import syntax as sx
 
 
 def split_broadcast_reductions(program):
     """The program with each such reduction's expression computed into a temporary first; the same object when
     there is none."""
-    from tilec.lang import api, bounds, checker
     kernel = program.kernel
-    taken = {p.name for p in kernel.params} | {d.name for d in kernel.decls} | {lt.name for lt in kernel.lets}
+    taken = taken_names(kernel)
     decls: list[sx.Decl] = []
-
-    def written(st: sx.Stmt) -> set[str]:
-        if isinstance(st, sx.Loop):
-            return set().union(*(written(c) for c in st.body)) if st.body else set()
-        return {st.target.tensor} if isinstance(st, sx.Assign) else set()
 
     def splittable(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> bool:
         if st.op not in ("+=", "max=", "min=") or not all(isinstance(ix, sx.Name) for ix in st.target.indices):
@@ -66,8 +61,7 @@ def split_broadcast_reductions(program):
         if not isinstance(st, sx.Assign) or not splittable(st, loops, top_writes):
             return [], st
         span = st.value.span
-        name = _unique(f"{st.target.tensor}_terms", taken)
-        taken.add(name)
+        name = unique(f"{st.target.tensor}_terms", taken)
         by_var = {lp.var: lp for lp in loops}
         order = [lp.var for lp in loops]
         for a in accesses(st.value):  # laid out like a read over all the loops (`X[i, j]` under `for j: for i:`)
@@ -79,22 +73,14 @@ def split_broadcast_reductions(program):
         decls.append(sx.Decl(name, sx.TensorType("f32", tuple(lp.stop for lp in loops), span), span))
         idx = tuple(sx.Name(lp.var, span) for lp in loops)
         value = _sizes_as_numbers(st.value, {lp.var for lp in loops}, program.sizes)
-        fill: sx.Stmt = sx.Assign(sx.Access(name, idx, span), "=", value, st.span)
-        for lp in reversed(loops):
-            fill = sx.Loop(lp.var, lp.start, lp.stop, (fill,), lp.span)
+        fill = nested(sx.Assign(sx.Access(name, idx, span), "=", value, st.span), loops)
         return [fill], replace(st, value=sx.Access(name, idx, span))
 
     body: list[sx.Stmt] = []
     for top in kernel.body:
         pre, new = stmt(top, (), written(top))
         body += pre + [new]
-    if not decls:
-        return program
-    kernel = replace(kernel, decls=kernel.decls + tuple(decls), body=tuple(body))
-    facts = checker.check(kernel)
-    pending = bounds.prove(facts)
-    bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
-    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+    return rechecked(program, decls, body)
 
 
 def _sizes_as_numbers(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) -> sx.Expr:
@@ -130,10 +116,3 @@ def _names(a: sx.Access) -> set[str]:
         walk(ix)
     return out
 
-
-def _unique(base: str, taken: set[str]) -> str:
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}{n}"
-    return name
