@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
-from tilec.compiler.rewrite import rechecked, taken_names, unique
+from tilec.compiler.names import unique
+from tilec.compiler.rewrite import rechecked, taken_names
 from tilec.lang import syntax as sx
 
 

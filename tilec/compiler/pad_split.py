@@ -21,7 +21,8 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors
 from tilec.compiler.lower import affine_index, size_value, uses_names
-from tilec.compiler.rewrite import nested, rechecked, taken_names, unique
+from tilec.compiler.names import unique
+from tilec.compiler.rewrite import nested, rechecked, substituted, taken_names
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -87,7 +88,7 @@ def split_padded_reads(program):
             copies.append(copy)
         if not new:
             return [st]
-        return copies + [replace(st, value=_subst(st.value, new))]
+        return copies + [replace(st, value=substituted(st.value, new))]
 
     def reversed_operands(st: sx.Assign, by_var: dict[str, sx.Loop], mixed: bool = False) -> list[sx.Stmt]:
         """`s[i] += A[N - 1 - i, j]`: a reduction (or contraction) operand read backwards along a loop the output
@@ -125,7 +126,7 @@ def split_padded_reads(program):
                 copy, done[key] = temporary(f"{acc.tensor}_rev", dtypes[acc.tensor], acc, w[0], by_var, st.span)
                 copies.append(copy)
             new[id(acc)] = done[key]
-        return copies + [replace(st, value=_subst(st.value, new))] if new else [st]
+        return copies + [replace(st, value=substituted(st.value, new))] if new else [st]
 
     def _turns_clash(st: sx.Assign, ways: dict) -> bool:
         """Whether the element-wise rule's layout cannot meet both the broadcast operands' run of indices (the
@@ -202,7 +203,7 @@ def split_padded_reads(program):
             base = f"{acc.tensor}_{factor.fn if isinstance(factor, sx.Call) else 'f'}"
             copy, new[id(factor)] = temporary(base, "f32", factor, vs, by_var, st.span)
             copies.append(copy)
-        return copies + [replace(st, value=_subst(st.value, new))] if new else [st]
+        return copies + [replace(st, value=substituted(st.value, new))] if new else [st]
 
     def reversed_result(top: sx.Stmt) -> list[sx.Stmt]:
         """`s[i] = 0; s[i] += A[N - 1 - i, j]` (a reduction reading a loop it keeps backwards, in every read that
@@ -295,17 +296,3 @@ def _var(e: sx.Expr, loop_vars: frozenset[str]) -> str | None:
             return _var(e.rhs, loop_vars)
     return None
 
-
-
-def _subst(e: sx.Expr, new: dict[int, sx.Expr]) -> sx.Expr:
-    if id(e) in new:
-        return new[id(e)]
-    if isinstance(e, sx.Access):
-        return e
-    if isinstance(e, sx.Neg):
-        return replace(e, x=_subst(e.x, new))
-    if isinstance(e, sx.BinOp):
-        return replace(e, lhs=_subst(e.lhs, new), rhs=_subst(e.rhs, new))
-    if isinstance(e, sx.Call):
-        return replace(e, args=tuple(_subst(a, new) for a in e.args))
-    return e

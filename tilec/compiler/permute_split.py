@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
-from tilec.compiler.rewrite import nested, rechecked, taken_names, unique, written
+from tilec.compiler.names import unique
+from tilec.compiler.rewrite import hoisted, nested, rechecked, substituted, taken_names
 from tilec.lang import syntax as sx
 
 
@@ -47,17 +48,7 @@ def split_permuted_eltwise(program):
             return None  # no read over all the loops, two orders, or already in the output's order
         return full[0]
 
-    def stmt(st: sx.Stmt, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
-        if isinstance(st, sx.Loop):
-            before: list[sx.Stmt] = []
-            body = []
-            for child in st.body:
-                pre, new = stmt(child, loops + (st,), top_writes)
-                before += pre
-                body.append(new)
-            return before, replace(st, body=tuple(body))
-        if not isinstance(st, sx.Assign):
-            return [], st
+    def stmt(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
         vs = order(st, loops, top_writes)
         if vs is None:
             return [], st
@@ -70,11 +61,7 @@ def split_permuted_eltwise(program):
         fill = nested(sx.Assign(sx.Access(name, idx, span), "=", st.value, st.span), [by_var[v] for v in vs])
         return [fill], replace(st, value=sx.Access(name, idx, span))
 
-    body: list[sx.Stmt] = []
-    for top in kernel.body:
-        pre, new = stmt(top, (), written(top))
-        body += pre + [new]
-    return rechecked(program, decls, body)
+    return rechecked(program, decls, hoisted(kernel.body, stmt))
 
 
 def split_shifted_reads(program):
@@ -115,16 +102,8 @@ def split_shifted_reads(program):
             return vs if stops != shape else None
         return vs
 
-    def stmt(st: sx.Stmt, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
-        if isinstance(st, sx.Loop):
-            before: list[sx.Stmt] = []
-            body = []
-            for child in st.body:
-                pre, child_new = stmt(child, loops + (st,), top_writes)
-                before += pre
-                body.append(child_new)
-            return before, replace(st, body=tuple(body))
-        if not isinstance(st, sx.Assign) or st.op != "=" or isinstance(st.value, sx.Access):
+    def stmt(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
+        if st.op != "=" or isinstance(st.value, sx.Access):
             return [], st
         loop_vars = [lp.var for lp in loops]
         out = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
@@ -148,22 +127,7 @@ def split_shifted_reads(program):
             new[id(a)] = sx.Access(name, idx, span)
         if not new:
             return [], st
-        return fills, replace(st, value=_subst(st.value, new))
+        return fills, replace(st, value=substituted(st.value, new))
 
-    body: list[sx.Stmt] = []
-    for top in kernel.body:
-        pre, changed = stmt(top, (), written(top))
-        body += pre + [changed]
-    return rechecked(program, decls, body)
+    return rechecked(program, decls, hoisted(kernel.body, stmt))
 
-
-def _subst(e: sx.Expr, new: dict[int, sx.Expr]) -> sx.Expr:
-    if id(e) in new:
-        return new[id(e)]
-    if isinstance(e, sx.Neg):
-        return replace(e, x=_subst(e.x, new))
-    if isinstance(e, sx.BinOp):
-        return replace(e, lhs=_subst(e.lhs, new), rhs=_subst(e.rhs, new))
-    if isinstance(e, sx.Call):
-        return replace(e, args=tuple(_subst(a, new) for a in e.args))
-    return e

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
-from tilec.compiler.rewrite import nested, rechecked, taken_names, unique, written
+from tilec.compiler.names import unique
+from tilec.compiler.rewrite import hoisted, nested, rechecked, taken_names
 from tilec.lang import syntax as sx
 
 
@@ -48,17 +49,9 @@ def split_broadcast_reductions(program):
         along = [bool(_names(a) & reduced) for a in reads]
         return any(along) and not all(along)
 
-    def stmt(st: sx.Stmt, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
+    def stmt(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
         """(nests to put before the top-level statement, the statement rewritten)."""
-        if isinstance(st, sx.Loop):
-            before: list[sx.Stmt] = []
-            body = []
-            for child in st.body:
-                pre, new = stmt(child, loops + (st,), top_writes)
-                before += pre
-                body.append(new)
-            return before, replace(st, body=tuple(body))
-        if not isinstance(st, sx.Assign) or not splittable(st, loops, top_writes):
+        if not splittable(st, loops, top_writes):
             return [], st
         span = st.value.span
         name = unique(f"{st.target.tensor}_terms", taken)
@@ -76,11 +69,7 @@ def split_broadcast_reductions(program):
         fill = nested(sx.Assign(sx.Access(name, idx, span), "=", value, st.span), loops)
         return [fill], replace(st, value=sx.Access(name, idx, span))
 
-    body: list[sx.Stmt] = []
-    for top in kernel.body:
-        pre, new = stmt(top, (), written(top))
-        body += pre + [new]
-    return rechecked(program, decls, body)
+    return rechecked(program, decls, hoisted(kernel.body, stmt))
 
 
 def _sizes_as_numbers(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) -> sx.Expr:

@@ -5,8 +5,13 @@ same way as declared tensors)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 from tilec.lang import syntax as sx
+
+# (statement, loops around it, tensors its top-level nest writes) -> (nests to put before that top-level nest, the
+# statement rewritten)
+Leaf = Callable[[sx.Assign, tuple[sx.Loop, ...], set[str]], tuple[list[sx.Stmt], sx.Stmt]]
 
 
 def taken_names(kernel: sx.Kernel) -> set[str]:
@@ -14,21 +19,45 @@ def taken_names(kernel: sx.Kernel) -> set[str]:
     return {p.name for p in kernel.params} | {d.name for d in kernel.decls} | {lt.name for lt in kernel.lets}
 
 
-def unique(base: str, taken: set[str]) -> str:
-    """`base`, or `base2`, `base3` ... the first not in `taken`; the name is added to `taken`."""
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}{n}"
-    taken.add(name)
-    return name
-
-
 def written(st: sx.Stmt) -> set[str]:
     """The tensors a statement (with its nested loops) stores into."""
     if isinstance(st, sx.Loop):
         return set().union(*(written(c) for c in st.body)) if st.body else set()
     return {st.target.tensor} if isinstance(st, sx.Assign) else set()
+
+
+def hoisted(body: tuple[sx.Stmt, ...], leaf: Leaf) -> list[sx.Stmt]:
+    """`body` with each assignment rewritten by `leaf`, the nests `leaf` makes put before its top-level nest (they
+    fill temporaries the rewritten statement reads)."""
+    def stmt(st: sx.Stmt, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
+        if isinstance(st, sx.Loop):
+            before: list[sx.Stmt] = []
+            inner = []
+            for child in st.body:
+                pre, new = stmt(child, loops + (st,), top_writes)
+                before += pre
+                inner.append(new)
+            return before, replace(st, body=tuple(inner))
+        return leaf(st, loops, top_writes) if isinstance(st, sx.Assign) else ([], st)
+
+    out: list[sx.Stmt] = []
+    for top in body:
+        pre, new = stmt(top, (), written(top))
+        out += pre + [new]
+    return out
+
+
+def substituted(e: sx.Expr, new: dict[int, sx.Expr]) -> sx.Expr:
+    """`e` with each subexpression whose id is a key of `new` replaced by its value (indices are not entered)."""
+    if id(e) in new:
+        return new[id(e)]
+    if isinstance(e, sx.Neg):
+        return replace(e, x=substituted(e.x, new))
+    if isinstance(e, sx.BinOp):
+        return replace(e, lhs=substituted(e.lhs, new), rhs=substituted(e.rhs, new))
+    if isinstance(e, sx.Call):
+        return replace(e, args=tuple(substituted(a, new) for a in e.args))
+    return e
 
 
 def nested(st: sx.Stmt, loops: list[sx.Loop] | tuple[sx.Loop, ...]) -> sx.Stmt:
