@@ -49,8 +49,8 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     plan = _replication(loops, read, alone, ext, itemsize, target)
     if plan is None:  # every loop read (a crop, a shift, a part), or replication that cannot be staged: HBM -> HBM
         last = [i.terms for i in (src.index[-1], stmt.dst.index[-1])]  # the innermost loop moves rows on both sides?
-        rows = all(len(t) == 1 and t[0].var == loops[-1] and t[0].coef == 1 for t in last)
-        return _hbm_copy(loops, read, ext, X, Y, target, itemsize, rows)
+        contiguous = all(len(t) == 1 and t[0].var == loops[-1] and t[0].coef == 1 for t in last)
+        return _hbm_copy(loops, read, ext, X, Y, target, itemsize, contiguous)
     part, chunk = plan
     d = best_divisor(ext[part], target.pmax)
     before, after = loops[:loops.index(part)], loops[loops.index(part) + 1:]
