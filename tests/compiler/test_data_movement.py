@@ -129,3 +129,40 @@ def test_a_copy_takes_no_directives_and_explain_shows_it() -> None:
 ], ids=["upsample1d", "upsample_rows", "upsample_one", "crop_end", "upsample3x_convert"])
 def test_copies_the_replication_rule_cannot_stage_match_the_reference(text: str) -> None:
     check_against_reference(compile_loaded(lang.load(text)))
+
+
+CONCAT_ROWS = """kernel concat_rows_2d(A: f32[M1, N], B: f32[M2, N]) -> Y
+  default M1 = 129, M2 = 127, N = 300
+  Y: f32[M1 + M2, N]
+  for i in 0..M1, j in 0..N:
+    Y[i, j] = A[i, j]
+  for i in 0..M2, j in 0..N:
+    Y[M1 + i, j] = B[i, j]
+"""
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+def test_concatenated_rows_move_in_blocks_of_rows_not_one_dma_per_row(nki: str) -> None:
+    """129 rows (= 3 x 43) x 300 columns: the rows go on the partitions in 3 DMAs of whole rows (_hbm_copy_ns);
+    the largest divisor alone put 100 columns on the partitions, one DMA per row and column block (387)."""
+    c = compile_loaded(lang.load(CONCAT_ROWS), nki=nki)
+    assert c.source.count("nisa.dma_copy(") == 2 and "for i in range(129)" not in c.source
+    assert "HBM -> HBM, 43 partitions" in c.source and "src=A[i_o * 43:i_o * 43 + 43]" in c.source
+    inputs = inputs_for(c.program)
+    got = np.asarray(c.run(**inputs)["Y"])
+    np.testing.assert_array_equal(got, np.concatenate([inputs["A"], inputs["B"]], axis=0))
+
+
+def test_a_strided_innermost_read_keeps_many_partitions_over_one_dma_of_few() -> None:
+    """X[b, i, 2*j + 1]: every element is a descriptor, so one DMA with the 3 b's on the partitions (1 engine of
+    16) would be ~13x slower than the i's 100 partitions; the cost counts descriptors per element there."""
+    text = """kernel odd(X: f32[B, M, N]) -> Y
+  default B = 3, M = 200, N = 600
+  Y: f32[B, M, N / 2]
+  for b in 0..B, i in 0..M, j in 0..N / 2:
+    Y[b, i, j] = X[b, i, 2 * j + 1]
+"""
+    c = compile_loaded(lang.load(text))
+    assert "HBM -> HBM, 100 partitions" in c.source
+    inputs = inputs_for(c.program)
+    np.testing.assert_array_equal(np.asarray(c.run(**inputs)["Y"]), inputs["X"][:, :, 1::2])

@@ -48,7 +48,9 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     itemsize = 4 if k.buffers()[Y].dtype == "f32" else 2
     plan = _replication(loops, read, alone, ext, itemsize, target)
     if plan is None:  # every loop read (a crop, a shift, a part), or replication that cannot be staged: HBM -> HBM
-        return _hbm_copy(loops, read, ext, X, Y, target)
+        last = [i.terms for i in (src.index[-1], stmt.dst.index[-1])]  # the innermost loop moves rows on both sides?
+        contiguous = all(len(t) == 1 and t[0].var == loops[-1] and t[0].coef == 1 for t in last)
+        return _hbm_copy(loops, read, ext, X, Y, target, itemsize, contiguous)
     part, chunk = plan
     d = best_divisor(ext[part], target.pmax)
     before, after = loops[:loops.index(part)], loops[loops.index(part) + 1:]
@@ -124,12 +126,16 @@ def _permute_dma(loops: list[str], runs: tuple[tuple[str, ...], tuple[str, ...]]
     return prims + [prim("partition", p_in), prim("tensorize", p_in), prim("block", order[0], label)]
 
 
-def _hbm_copy(loops: list[str], read: set[str], ext: dict[str, int], X: str, Y: str, target: Target) -> list[Prim]:
-    """HBM -> HBM DMAs: the read loop with the largest divisor <= 128 on the partitions, the read loops inside it
-    in the same descriptor stream; loops the read skips (a replication that cannot be staged) and read loops
-    outside the partitions are DMAs of their own."""
+def _hbm_copy(loops: list[str], read: set[str], ext: dict[str, int], X: str, Y: str, target: Target,
+              itemsize: int = 4, rows: bool = True) -> list[Prim]:
+    """HBM -> HBM DMAs: the read loop whose DMAs cost the least on the model's DMA engines (_hbm_copy_ns) on the
+    partitions, the read loops inside it in the same descriptor stream; loops the read skips (a replication that
+    cannot be staged) and read loops outside the partitions are DMAs of their own. Ties keep the largest divisor
+    <= 128 (concat_rows_2d, 129 + 127 rows x 300: the columns' 100 partitions made one DMA per row, 387 DMAs,
+    44.4 us on the model; the rows' 43 make 3 + 1)."""
     reads = [v for v in loops if v in read]
-    part = max(reads, key=lambda v: (best_divisor(ext[v], target.pmax), -reads.index(v)))
+    part = min(reads, key=lambda v: (round(_hbm_copy_ns(loops, read, ext, v, itemsize, rows, target), 1),
+                                     -best_divisor(ext[v], target.pmax), reads.index(v)))
     d = best_divisor(ext[part], target.pmax)
     p_in, p_out = part, ""
     prims: list[Prim] = []
@@ -143,3 +149,27 @@ def _hbm_copy(loops: list[str], read: set[str], ext: dict[str, int], X: str, Y: 
         prims.append(prim("reorder", *order))
     label = f"{Y} = copy of {X} (HBM -> HBM, {d} partitions)"
     return prims + [prim("partition", p_in), prim("tensorize", p_in), prim("block", order[0], label)]
+
+
+def _hbm_copy_ns(loops: list[str], read: set[str], ext: dict[str, int], part: str, itemsize: int, rows: bool,
+                 target: Target) -> float:
+    """The model's DMA-engine time of _hbm_copy with `part` on the partitions (build_conv.dma_engine_ns per DMA, or
+    one DMA's time on its own engines when longer: 3 partitions keep 1 engine of 16 busy), plus each DMA's latency
+    (a conservative charge that keeps one DMA of 64 partitions over 64 DMAs of 32, concat_width):
+    one DMA per block of partitions and per iteration of the loops outside it, each moving the read loops inside
+    it; a partition's row is one descriptor per iteration of those loops, but the innermost when `rows` (the nest's
+    innermost loop is the last dimension of both tensors, step 1: contiguous runs; X[b, i, 2*j + 1] is not)."""
+    from tilec.compiler.build_conv import dma_engine_ns  # late: build_conv imports the rules
+    from tilec.compiler.build_matvec import model_costs
+    d = best_divisor(ext[part], target.pmax)
+    at = loops.index(part)
+    outside = [v for v in loops if v not in read or loops.index(v) < at]
+    inside = [v for v in loops[at + 1:] if v in read]
+    dmas = math.prod(ext[v] for v in outside) * (ext[part] // d)
+    runs = inside[:-1] if rows and inside and inside[-1] == loops[-1] else inside
+    descriptors = d * math.prod(ext[v] for v in runs)
+    nbytes = d * math.prod(ext[v] for v in inside) * itemsize
+    costs = model_costs()
+    alone = costs.dma_transfer_ns(max(descriptors, d), nbytes, min(costs.n_dma, -(-d // costs.ppe)))
+    busy = max(dmas * dma_engine_ns(costs, d, descriptors, nbytes), alone)  # the engines' share, or one DMA's time
+    return busy + dmas * costs.dma_latency  # each DMA's start-up: many small ones cost more than their bytes
