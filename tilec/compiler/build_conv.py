@@ -428,12 +428,13 @@ class _ConvBuilder:
         parts = self.copy_parts(len(self.shifts)) if self.fold > 1 else self.p.tile_c
         rows = self.copy_rows() if self.fold > 1 else self.in_rows()
         slot = str(self.slot) if self.slots > 1 else ""  # band slot j: band slots * y_b + j
-        if self.x_bands is not None and self.yb[0] is None:  # kept for the image: a name per band
+        kept = self.x_bands if self.yb[0] is None else None  # kept for the image: a name per band
+        if kept is not None:
             slot = str(self.yb[1])
         buf = Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}{slot}"), "sbuf", self.hbm[self.op.x].dtype,
                   (parts, self.CTB, rows, self.in_cols()))
-        if self.x_bands is not None and self.yb[0] is None:
-            self.x_bands[self.yb[1]] = buf
+        if kept is not None:
+            kept[self.yb[1]] = buf
         return buf
 
     def copy_parts(self, copies: int) -> int:

@@ -202,7 +202,7 @@ def bn_stats(data: Tensor, *, mask: object = None, dtype: object = None) -> Tens
         raise rules.NkiSyntaxError(
             f"bn_stats free size {data.free_size} exceeds bn_stats_fmax {fmax}", "bn_stats_free_size",
             where, f"data {data.describe()}",
-            hint="run bn_stats on each 512-element slice into one stats tile, then one nisa.bn_aggr")
+            hint=f"run bn_stats on each {fmax}-element slice into one stats tile, then one nisa.bn_aggr")
     core.read(run, data, where)
     value = core.compute(run, lambda: _stats(_rows(data)))
     out = _finish(run, None, value, (data.shape[0], 6), dtype, data.dtype, "sbuf", where, "bn_stats")
