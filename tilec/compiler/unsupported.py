@@ -10,7 +10,7 @@ what to do, never a traceback from a builder that does not know the construct. D
 compiler learns its construct."""
 from __future__ import annotations
 
-from tilec.compiler.exprs import accesses, product_factors, strip_relu, strip_scale
+from tilec.compiler.exprs import accesses, fmt_expr, product_factors, strip_relu, strip_scale
 from tilec.compiler.lower import uses_names
 from tilec.compiler.select_conv import strip_activation
 from tilec.errors import TilecError
@@ -52,7 +52,7 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
             if div is not None and not _copy_division(st, div):
                 word = "division" if div.op == "/" else "modulo"
                 raise TilecError(f"floor {word} of a loop variable in an index (`{div.op}`) is not compiled yet",
-                                 div.span, REFERENCE[0].upper() + REFERENCE[1:])
+                                 div.span, _division_hint(st, acc, div))
 
 
 def _pooled(st: sx.Assign, acc: sx.Access) -> bool:
@@ -92,6 +92,18 @@ def _copy_division(st: sx.Stmt, div: sx.BinOp) -> bool:
     """`v / k` (k a constant) read by a statement that only copies (`Y[..] = X[.., v / k, ..]`): compiled."""
     return isinstance(st, sx.Assign) and st.op == "=" and isinstance(st.value, sx.Access) and div.op == "/" \
         and isinstance(div.lhs, sx.Name) and isinstance(div.rhs, (sx.Num, sx.Name))
+
+
+def _division_hint(st: sx.Assign, acc: sx.Access, div: sx.BinOp) -> str:
+    """A floor division read inside arithmetic (`Y[..] = P[.., i / 2, j / 2] + L[..]`, an FPN's upsample-and-add):
+    the same read alone in a copy compiles (nearest upsampling), so say how to split the statement."""
+    copyable = div.op == "/" and isinstance(div.lhs, sx.Name) and isinstance(div.rhs, (sx.Num, sx.Name))
+    if not copyable or isinstance(st.value, sx.Access):
+        return REFERENCE[0].upper() + REFERENCE[1:]
+    target = st.target
+    return (f"a copy of the read compiles (nearest upsampling): write it into a tensor of its own first, "
+            f"`U[{', '.join(fmt_expr(i) for i in target.indices)}] = {fmt_expr(acc)}` (U shaped like "
+            f"{target.tensor}), and compute with U; or {REFERENCE}")
 
 
 def _loop_division(e: sx.Expr, loop_vars: frozenset[str]) -> sx.BinOp | None:
