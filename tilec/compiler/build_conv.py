@@ -267,6 +267,7 @@ class _ConvBuilder:
         # conv3x3same batch 1: the first load waited 1 us for the GpSimdE memset of its band)
         self.zero_rows: Buf | None = None
         self.regroup_sel: Buf | None = None  # conv_pairs.regroup_prelude's selection stationaries
+        self.regroup_setup: list[Stmt] = []  # and the statements that build them (after the weights)
         # a chain whose consumer reads its residual from the producer's band copies (conv_chain.skip_from_bands):
         # the producer's buffer of each peeled band (x_bands), the consumer's view of them (skip_bands, skip_oy)
         self.x_bands: dict[int, Buf] | None = None
@@ -379,6 +380,7 @@ class _ConvBuilder:
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF",
                                   tuple(conv_weights.weights(self, False)),
                                   line))
+        stmts += self.regroup_setup
         if op.bias and op.bias_role == "x":
             label = f"bias {op.bias}: a row along {dict(op.vars)['x']}, copied to every partition once"
             stmts.append(ir.Block(label, tuple(conv_weights.bias_row(self)), line))

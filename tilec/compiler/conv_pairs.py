@@ -105,13 +105,29 @@ def _pair_stationaries(b: _ConvBuilder, wt: Buf, rows: Buf, tp: Buf) -> list[Stm
             half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
             moves.append((View(raw, (sl(half * K, K), sl(j * C, C), sl(lo, hi - lo + 1), full(S))),
                           View(rows, (sl(half * K, K), full(C), sl(2 * lo + j - h, hi - lo + 1, 2), full(S)))))
-    out: list[Stmt] = [Alloc(raw, zero=True, line=line)] + _alternate(moves, line)
-    sv, uv = b.fresh("tap_s"), b.fresh("tap_u")
-    body: list[Stmt] = [Alloc(tp, line=line),
-                        ir.Transpose(whole(tp), View(raw, (full(2 * K), full(2 * C), a(uv), a(sv))), "pe", line),
-                        ir.Copy(View(wt, (full(2 * C), a(term(sv, U), uv), full(2 * K))), whole(tp), line)]
-    return out + loop(sv, S, loop(uv, U, body, note="row pairs: tap row offsets", line=line),
-                      note="row pairs: tap columns", line=line)
+    # 16-bit: the larger block positions (two tap rows) on VectorE, the one-row ones on ScalarE, which copies at
+    # about half VectorE's rate there (VectorE's performance mode): the gathers end together (bf16 conv3x3same batch
+    # 1: the first transpose at 13.99 us, 14.15 when the engines alternated). fp32 has no performance mode and
+    # ScalarE copies faster than VectorE: the engines alternate (resnet_block f32 batch 1 48.44 us sorted, 48.24)
+    if DTYPE_BYTES[wt.dtype] < 4:
+        moves.sort(key=lambda m: -m[0].idx[2].size)
+        vector = (len(moves) + 1) // 2
+        order = [i < vector for i in range(len(moves))]
+    else:
+        order = [i % 2 == 0 for i in range(len(moves))]
+    out: list[Stmt] = [Alloc(raw, zero=True, line=line)] + [
+        ir.Copy(d, s, line) if v else Act(d, s, "copy", None, 1.0, line) for v, (d, s) in zip(order, moves)]
+    # the evictions alternate between VectorE and ScalarE (u even / odd): TensorE runs the transposes and then the
+    # first matmul in program order, and VectorE evicting all of them (0.17 us each) paced it (bf16 conv3x3same
+    # batch 1: the first matmul at 14.95 us, 14.60 with the two engines)
+    sv = b.fresh("tap_s")
+    body: list[Stmt] = []
+    for u in range(U):
+        evict = View(wt, (full(2 * C), a(term(sv, U), u), full(2 * K)))
+        body += [Alloc(tp, line=line),
+                 ir.Transpose(whole(tp), View(raw, (full(2 * K), full(2 * C), a(u), a(sv))), "pe", line),
+                 Act(evict, whole(tp), "copy", None, 1.0, line) if u % 2 else ir.Copy(evict, whole(tp), line)]
+    return out + loop(sv, S, body, note="row pairs: tap columns (both tap row offsets)", line=line)
 
 
 PHASES_MIN_BYTES = 4  # operand bytes from which phased halves may pay (fp32: TensorE-bound; tests lower it)
@@ -309,9 +325,12 @@ def regroup_band(b: _ConvBuilder) -> bool:
 
 
 def regroup_prelude(b: _ConvBuilder) -> list[Stmt]:
-    """The selection stationaries of regroup_store, [2K, 3, 2K]: block d moves partition p to p + (1 - d) * K
+    """The HBM view of regroup_store's halves; the selection stationaries, [2K, 3, 2K], built in
+    b.regroup_setup, which the prelude places after the weights: block d moves partition p to p + (1 - d) * K
     (d = 1: the identity; 0: the first K partitions up by K; 2: the last K down by K), so block 1 + h - q of
-    phase h's K partitions moves partition h*K + k to q*K + k."""
+    phase h's K partitions moves partition h*K + k to q*K + k. Built before the weights, the identity's
+    affine_select and the memsets held GpSimdE and VectorE while the weights' gathers waited: TensorE's first
+    transpose, which starts its warm-up throttle, ran 1 us later (conv3x3same bf16 batch 1)."""
     line, K = b.line, b.K
     dt = b.hbm[b.op.out].dtype
     ident, out = identity(b.fresh("ident"), dt, line)
@@ -322,7 +341,8 @@ def regroup_prelude(b: _ConvBuilder) -> list[Stmt]:
     moves = [(View(sel, (full(2 * K), a(1), full(2 * K))), whole(ident)),
              (View(sel, (sl(0, K), a(0), sl(K, K))), View(ident, (sl(0, K), sl(0, K)))),
              (View(sel, (sl(K, K), a(2), sl(0, K))), View(ident, (sl(K, K), sl(K, K))))]
-    return s6 + out + [Alloc(sel, zero=True, line=line)] + [ir.Copy(d, s, line) for d, s in moves]
+    b.regroup_setup = out + [Alloc(sel, zero=True, line=line)] + [ir.Copy(d, s, line) for d, s in moves]
+    return s6
 
 
 def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
@@ -343,8 +363,9 @@ def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
     moves: list[Stmt] = [Matmul(whole(accs[h]), View(sel, (sl(h * K, K), a(term(qv, -1), 1 + h), full(2 * K))),
                                 View(ob, (sl(h * K, K), sl(a(term(qv, quarter)), quarter), full(W))), line)
                          for h in range(2)]
-    evict: list[Stmt] = [ir.Copy(View(rows, (full(2 * K), full(quarter), a(h), full(W))), whole(accs[h]), line)
-                         for h in range(2)]
+    dsts = [View(rows, (full(2 * K), full(quarter), a(h), full(W))) for h in range(2)]
+    # phase 0 on VectorE, phase 1 on ScalarE: side by side, not one after the other before the store
+    evict: list[Stmt] = [ir.Copy(dsts[0], whole(accs[0]), line), Act(dsts[1], whole(accs[1]), "copy", None, 1.0, line)]
     region = (a(b.var["n"]), full(K), b.y_at(1), full(2), full(b.p.band // 2), full(W))
     return [Alloc(rows, line=line)] + [Alloc(acc, zero=True, line=line) for acc in accs] + loop(
         qv, 2, moves, note="halves of the band", line=line) + evict + [
