@@ -96,7 +96,7 @@ def _pair_stationaries(b: _ConvBuilder, wt: Buf, rows: Buf, tp: Buf) -> list[Stm
     op, line, C, K, R, S = b.op, b.L["update"], b.C, b.K, b.R, b.S
     U = len(range(0, R + 1, 2))
     raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, 2 * C, U, S))
-    moves = []
+    moves: list[tuple[View, View, int]] = []  # (block, W's rows, tap rows)
     for j in range(2):
         for h in range(2):
             lo, hi = -((j - h) // 2), (R - 1 + h - j) // 2  # the u / 2 whose tap row u + j - h is one of W's
@@ -104,19 +104,20 @@ def _pair_stationaries(b: _ConvBuilder, wt: Buf, rows: Buf, tp: Buf) -> list[Stm
                 continue
             half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
             moves.append((View(raw, (sl(half * K, K), sl(j * C, C), sl(lo, hi - lo + 1), full(S))),
-                          View(rows, (sl(half * K, K), full(C), sl(2 * lo + j - h, hi - lo + 1, 2), full(S)))))
+                          View(rows, (sl(half * K, K), full(C), sl(2 * lo + j - h, hi - lo + 1, 2), full(S))),
+                          hi - lo + 1))
     # 16-bit: the larger block positions (two tap rows) on VectorE, the one-row ones on ScalarE, which copies at
     # about half VectorE's rate there (VectorE's performance mode): the gathers end together (bf16 conv3x3same batch
     # 1: the first transpose at 13.99 us, 14.15 when the engines alternated). fp32 has no performance mode and
     # ScalarE copies faster than VectorE: the engines alternate (resnet_block f32 batch 1 48.44 us sorted, 48.24)
     if DTYPE_BYTES[wt.dtype] < 4:
-        moves.sort(key=lambda m: -m[0].idx[2].size)
+        moves.sort(key=lambda m: -m[2])
         vector = (len(moves) + 1) // 2
         order = [i < vector for i in range(len(moves))]
     else:
         order = [i % 2 == 0 for i in range(len(moves))]
-    out: list[Stmt] = [Alloc(raw, zero=True, line=line)] + [
-        ir.Copy(d, s, line) if v else Act(d, s, "copy", None, 1.0, line) for v, (d, s) in zip(order, moves)]
+    out: list[Stmt] = [Alloc(raw, zero=True, line=line)]
+    out += [ir.Copy(d, s, line) if v else Act(d, s, "copy", None, 1.0, line) for v, (d, s, _) in zip(order, moves)]
     # the evictions alternate between VectorE and ScalarE (u even / odd): TensorE runs the transposes and then the
     # first matmul in program order, and VectorE evicting all of them (0.17 us each) paced it (bf16 conv3x3same
     # batch 1: the first matmul at 14.95 us, 14.60 with the two engines)
