@@ -882,7 +882,21 @@ class _ConvBuilder:
         every group before it could evict the next group's accumulator, which left TensorE idle (bf16 ResNet block
         batch 8: 79.03 -> 77.67 us). The store is on ScalarE's trigger stream either way (its producer)."""
         return bool(self.op.residual and self.op.post_relu and self.pair > 1 and not self.phased
-                    and not self.halves and self.dst_chip is None and self.o_tiles is None)
+                    and not self.halves and self.dst_chip is None and self.o_tiles is None
+                    and not self.relu_on_vector())
+
+    def relu_on_vector(self) -> bool:
+        """A row-pair residual block's final relu as max(x, 0) on VectorE right after each group's add, not once
+        per band on ScalarE (relu_per_band): the band's store then follows VectorE's last pass of 0.21 us instead
+        of ScalarE's 0.74 us over the band, and is triggered from VectorE's stream, which carries no other DMA
+        since the residual is read from the first conv's band copies (conv_chain.skip_from_bands; conv17 measured
+        this relu worse while the residual's loads were on that stream). bf16 ResNet block: batch 1 18.76 ->
+        16.5 us, batch 8 74.57 -> 72.3 (with the prologue's changes). 16-bit outputs only: an fp32 max has no
+        VectorE performance mode (generated/resnet_block.py, f32 16x16: 26.27 -> 26.32 us with it)."""
+        return bool(self.op.residual and self.op.post_relu and self.pair > 1 and not self.phased
+                    and DTYPE_BYTES[self.hbm[self.op.out].dtype] == 2
+                    and not self.halves and self.dst_chip is None and self.o_tiles is None
+                    and self.skip_bands is not None)
 
     def band_relu(self, ob: Buf) -> list[Stmt]:
         return [Act(whole(ob), whole(ob), "relu", None, 1.0, self.L["relu"])] if self.relu_per_band() else []
@@ -1050,6 +1064,9 @@ class _ConvBuilder:
         else:
             out, src = self.evict_rounded(acc, func, bias, narrow)
         out.append(Binary(dst, src, res, "add", line))
+        if self.relu_on_vector():
+            # max(x, 0) on VectorE after its add, per group (relu_on_vector)
+            return out + [Scalar(dst, dst, "maximum", 0.0, self.L["relu"])]
         relu = self.op.post_relu and not self.relu_per_band()  # (else once over the band: band_relu)
         return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if relu else [])
 
