@@ -364,9 +364,17 @@ def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
     moves: list[Stmt] = [Matmul(whole(accs[h]), View(sel, (sl(h * K, K), a(term(qv, -1), 1 + h), full(2 * K))),
                                 View(ob, (sl(h * K, K), sl(a(term(qv, quarter)), quarter), full(W))), line)
                          for h in range(2)]
-    dsts = [View(rows, (full(2 * K), full(quarter), a(h), full(W))) for h in range(2)]
-    # phase 0 on VectorE, phase 1 on ScalarE: side by side, not one after the other before the store
-    evict: list[Stmt] = [ir.Copy(dsts[0], whole(accs[0]), line), Act(dsts[1], whole(accs[1]), "copy", None, 1.0, line)]
+    # the first quarter // 2 pairs of both phases on VectorE, the rest on ScalarE: two disjoint runs of the rows
+    # tile, so the engines evict side by side (one engine per phase interleaves their rows, whose writes then
+    # overlap as ranges and the dependence tracker ordered them; bf16 conv3x3same batch 1: the store 0.29 us
+    # sooner than with both phases on VectorE)
+    cut = quarter // 2
+    evict: list[Stmt] = []
+    for lo, n, scalar in ((0, cut, False), (cut, quarter - cut, True)):
+        for h in range(2 if n else 0):  # (a quarter of one pair: ScalarE alone)
+            dst = View(rows, (full(2 * K), sl(lo, n), a(h), full(W)))
+            src = View(accs[h], (full(2 * K), sl(lo, n), full(W)))
+            evict.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
     region = (a(b.var["n"]), full(K), b.y_at(1), full(2), full(b.p.band // 2), full(W))
     return [Alloc(rows, line=line)] + [Alloc(acc, zero=True, line=line) for acc in accs] + loop(
         qv, 2, moves, note="halves of the band", line=line) + evict + [
