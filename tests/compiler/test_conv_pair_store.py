@@ -201,7 +201,8 @@ def test_odd_bands_regrouped_on_tensor_e_before_their_store(nki, dt):
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 @pytest.mark.parametrize("dt", ["bf16", "f16"])
-@pytest.mark.parametrize("h, schedule, vector", [(40, "", 2), (8, "  schedule:\n    tile Y.y, 2\n    split Y.y, 4\n", 0)])
+@pytest.mark.parametrize("h, schedule, vector",
+                         [(40, "", 2), (8, "  schedule:\n    tile Y.y, 2\n    split Y.y, 4\n", 0)])
 def test_regroup_evictions_split_by_pairs_between_vector_and_scalar(nki, dt, h, schedule, vector):
     """The regrouped band's two phase tiles are evicted as two disjoint runs of pairs, the first quarter // 2 of
     both phases by VectorE and the rest by ScalarE (bands of 20 rows: 2 + 3 pairs; of 4 rows: the one pair on
