@@ -220,6 +220,23 @@ def test_regroup_evictions_split_by_pairs_between_vector_and_scalar(nki, dt, h, 
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
 
 
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+def test_fp32_row_pair_weights_on_three_engines(nki):
+    """A lone fp32 row-pair conv gathers its 18 [64 x 64] weight blocks on VectorE, ScalarE and GpSimdE in turn
+    and transposes its six pair stationaries two at a time, one eviction on VectorE and one on ScalarE
+    (conv_pairs.weights_paired)."""
+    prog, c, inputs, out = compile_and_run(REGROUP.format(dt="f32", n=1), nki)
+    src = unwrap(c.source)
+    gathers = [ln for ln in src.split("\n") if re.search(r"Wt_taps\[[^\n]*Wt_rows\[", ln)]
+    assert len(gathers) == 18
+    assert sum("gpsimd" in ln for ln in gathers) == 6 and sum("activation(" in ln for ln in gathers) == 6
+    assert re.search(r"for tap_g in (nl\.affine_)?range\(3\)", src)
+    evictions = [ln for ln in src.split("\n") if "Wt_T[:, tap_g * 2" in ln and "Wt_tp" in ln]
+    assert len(evictions) == 2 and sum("activation(" in ln for ln in evictions) == 1
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
+
+
 def test_no_regroup_for_fp32():
     """fp32 row pairs are TensorE-bound (the regroup's matmuls would only add to it): every band keeps the row-pair
     store."""

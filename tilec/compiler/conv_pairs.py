@@ -55,17 +55,28 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
         blocks = []
     else:
         blocks = [(g, j, h, r, s) for g, (u, s) in enumerate(b.pairs) for j, h, r in pair_blocks(u, b.R)]
-    # the gathers alternate between VectorE and ScalarE (an exact copy: fp32 holds every f16/bf16 value): the
-    # first matmuls wait for them (conv3x3same 2.70x -> 2.42x, the stem's 98 blocks 5.5x -> 4.7x at batch 1)
+    # the gathers take VectorE, ScalarE and GpSimdE in turn (an exact copy: fp32 holds every f16/bf16 value): the
+    # first matmuls wait for them (conv3x3same 2.70x -> 2.42x, the stem's 98 blocks 5.5x -> 4.7x at batch 1 with
+    # two engines; with GpSimdE too, conv3x3same f32 batch 1 39.5 -> 38.2 us)
     for i, (g, j, h, r, s) in enumerate(blocks):
         half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
         dst = View(raw, (sl(half * K, K), a(g), sl(j * b.Q, C)))
         src = View(rows, (sl(half * K, K), full(C), a(r), a(s)))
-        scalar = i % 2 == 1
-        out.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
+        out.append(Act(dst, src, "copy", None, 1.0, line) if i % 3 == 1 else
+                   ir.Copy(dst, src, line, "gpsimd" if i % 3 == 2 else ""))
     gv = b.fresh("tap_g")
-    body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), sl(0, parts) if width > parts else full(parts))),
-                                                           "pe", line)]
+    if not b.halves and b.n_groups % 2 == 0:  # two pairs per iteration: one eviction on VectorE, one on ScalarE
+        pair: list[Stmt] = []
+        for e in range(2):
+            ge = a(term(gv, 2), e)
+            evict = View(wt, (full(parts), ge, full(2 * K)))
+            pair += [Alloc(tp, line=line),
+                     ir.Transpose(whole(tp), View(raw, (full(2 * K), ge, full(parts))), "pe", line),
+                     Act(evict, whole(tp), "copy", None, 1.0, line) if e else ir.Copy(evict, whole(tp), line)]
+        return out + loop(gv, b.n_groups // 2, pair, note="row pairs, two at a time", line=line)
+    cols = sl(0, parts) if width > parts else full(parts)
+    body: list[Stmt] = [Alloc(tp, line=line),
+                        ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), cols)), "pe", line)]
     if b.halves:  # band halves interleave the halves' output channels: stationary column 2k + h
         body += [ir.Copy(View(wt, (full(parts), a(gv), sl(h, K, 2))), View(tp, (full(parts), sl(h * K, K))), line)
                  for h in range(2)]
