@@ -252,3 +252,22 @@ def test_band_halves_tap_columns_per_copy_follow_the_dtype(dt, copies):
     c = compile_loaded(lang.load(text), None)
     parts = (copies - 1) * (128 // copies) + 3
     assert f"Wt_T = nl.ndarray(({parts}, " in c.source
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_resnet_block_batch_1_last_band_regrouped(nki, dt):
+    """At batch 1 the 16-bit block's second band (peeled: its residual reads the first conv's band copies) is
+    regrouped on TensorE before its store, after its residual adds and relus (conv_pairs.regroups): its store is
+    128 runs of half a band through Y seen as [N, K, bands, 2, BAND / 2, W], not 1,792 runs of one row; band 0
+    keeps the row-pair store. From batch 2 on no band of a residual conv is regrouped (TensorE is the bound)."""
+    from compiler_helpers import compile_and_run
+
+    text = RESNET.format(dt=dt).replace("H = 12, W = 10", "H = 40, W = 24")
+    for n, regrouped in ((1, True), (2, False)):
+        prog, c, inputs, out = compile_and_run(text.replace("N = 2", f"N = {n}"), nki)
+        src = unwrap(c.source)
+        assert ("Y_select" in src) == regrouped and ("Y_rows" in src) == regrouped
+        assert len(re.findall(r"Y_halves", src)) >= (2 if regrouped else 0)
+        x = rounded(inputs, dt)
+        assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
