@@ -311,7 +311,7 @@ def regroups(b: _ConvBuilder) -> bool:
     a plain conv (no pool, no on-chip output), 2K = the partitions, whole-width bands of a multiple of 4 rows that
     tile the output exactly, a quarter band's rows within one matmul's moving columns. A conv with a residual only
     at batch 1, where its last band's store is the kernel's tail: the ResNet block bf16 batch 1 16.53 -> 15.43 us
-    (the second band's 1,792-run store waited behind the first band's; regrouped it moves 128 runs). From batch 2
+    (the second band's store waits behind the first band's, then moves 128 runs instead of 1,792). From batch 2
     on the block is TensorE-bound and 4 more matmuls per image would only add to it."""
     op = b.op
     return (b.pair == 2 and not b.phased and not b.halves and b.dst_chip is None and not op.w_batch
