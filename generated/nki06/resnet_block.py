@@ -50,11 +50,13 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.activation(dst=W1_taps[0:64, 0:64, 1], op=nl.copy, data=W1_rows[0:64, :, 1])  # tl:14
     nisa.tensor_copy(dst=W1_taps[64:128, 64:128, 0], src=W1_rows[64:128, :, 1])  # tl:14
     nisa.activation(dst=W1_taps[0:64, 64:128], op=nl.copy, data=W1_rows[0:64, :, 0:3:2])  # tl:14
-    for tap_s in range(3):  # tl:14  prepare W1: row pairs: tap columns
-        for tap_u in range(2):  # tl:14  prepare W1: row pairs: tap row offsets
-            W1_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
-            nisa.nc_transpose(dst=W1_tp, data=W1_taps[:, :, tap_u, tap_s])  # tl:14
-            nisa.tensor_copy(dst=W1_T[:, tap_s * 2 + tap_u], src=W1_tp)  # tl:14
+    for tap_s in range(3):  # tl:14  prepare W1: row pairs: tap columns (both tap row offsets)
+        W1_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
+        nisa.nc_transpose(dst=W1_tp, data=W1_taps[:, :, 0, tap_s])  # tl:14
+        nisa.tensor_copy(dst=W1_T[:, tap_s * 2], src=W1_tp)  # tl:14
+        W1_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
+        nisa.nc_transpose(dst=W1_tp, data=W1_taps[:, :, 1, tap_s])  # tl:14
+        nisa.activation(dst=W1_T[:, tap_s * 2 + 1], op=nl.copy, data=W1_tp)  # tl:14
 
     # ---- bias b1: one column per out-channel tile
     b1_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
@@ -75,11 +77,13 @@ def resnet_block(X, W1, b1, W2, b2):
     nisa.activation(dst=W2_taps[64:128, 0:64, 1], op=nl.copy, data=W2_rows[64:128, :, 1])  # tl:18
     nisa.tensor_copy(dst=W2_taps[0:64, 64:128, 0], src=W2_rows[0:64, :, 1])  # tl:18
     nisa.activation(dst=W2_taps[64:128, 64:128], op=nl.copy, data=W2_rows[64:128, :, 0:3:2])  # tl:18
-    for tap_s2 in range(3):  # tl:18  prepare W2: row pairs: tap columns
-        for tap_u2 in range(2):  # tl:18  prepare W2: row pairs: tap row offsets
-            W2_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:18
-            nisa.nc_transpose(dst=W2_tp, data=W2_taps[:, :, tap_u2, tap_s2])  # tl:18
-            nisa.tensor_copy(dst=W2_T[:, tap_s2 * 2 + tap_u2], src=W2_tp)  # tl:18
+    for tap_s2 in range(3):  # tl:18  prepare W2: row pairs: tap columns (both tap row offsets)
+        W2_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:18
+        nisa.nc_transpose(dst=W2_tp, data=W2_taps[:, :, 0, tap_s2])  # tl:18
+        nisa.tensor_copy(dst=W2_T[:, tap_s2 * 2], src=W2_tp)  # tl:18
+        W2_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:18
+        nisa.nc_transpose(dst=W2_tp, data=W2_taps[:, :, 1, tap_s2])  # tl:18
+        nisa.activation(dst=W2_T[:, tap_s2 * 2 + 1], op=nl.copy, data=W2_tp)  # tl:18
 
     # ---- bias b2: one column per out-channel tile
     b2_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:16

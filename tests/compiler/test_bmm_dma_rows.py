@@ -54,7 +54,7 @@ def _b_transposes(source: str) -> list[str]:
                                                                                    "dma_transpose(B[" in line)]
 
 
-# B^T's band by DMA (build_conv.x_by_dma): whole tiles; ragged rows (M = 263: a remainder tile of 7 rows of A) and
+# B^T's band by DMA (conv_band.x_by_dma): whole tiles; ragged rows (M = 263: a remainder tile of 7 rows of A) and
 # columns (P = 200, no 128-row block of B)
 @pytest.mark.parametrize("nki", ["0.6", "0.1"])
 @pytest.mark.parametrize("sizes", [SIZES, dict(N=3, M=263, K=512, P=200)], ids=["tiles", "ragged"])
@@ -62,7 +62,7 @@ def test_bt_band_by_dma_transpose(tmp_path, sizes, nki):
     c = _bmm_bt(tmp_path, "f32", sizes, nki)
     source = unwrap(c.source)
     # one per contraction tile, in one loop over them: the band is loaded once per batch index (the remainder row
-    # tile of M = 263 reads the band loaded with tile 0, build_conv.lead_tile)
+    # tile of M = 263 reads the band loaded with tile 0, conv_batched.lead_tile)
     assert len(_b_transposes(source)) == 1, source
     assert "B_block_rows" not in source and "B_tp" not in source  # no TensorE transposes of B left
     _check_bt(c, "f32", seed=7)

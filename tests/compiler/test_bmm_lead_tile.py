@@ -1,4 +1,4 @@
-"""A batched matmul's first out-channel tile peeled (build_conv.lead_tile): tile 0's stationary loads are issued
+"""A batched matmul's first out-channel tile peeled (conv_batched.lead_tile): tile 0's stationary loads are issued
 with the moving band's (one loop over the contraction tiles when both are DMAs, else A's first) instead of after
 the whole band, the other tiles loop from tile 1, and a ragged plan's partial tile reads the band loaded with tile 0.
 Every case is checked against NumPy's einsum on the interpreter in both NKI dialects."""
@@ -74,7 +74,7 @@ def test_tile0_and_band_in_one_loop(tmp_path, form, nki):
 def test_ragged_rows_read_the_band_of_tile_0(tmp_path, form, dt, nki):
     """M = 263 (two whole tiles and 7 rows), K = 320 (tiles as planned), P = 200: the band is loaded once per batch
     index, by the peeled tile 0, and the partial tile reads it; bf16 A B^T (B's band transposed on TensorE at this
-    size, build_conv.x_by_dma: not peeled) keeps a band for the whole tiles and one for the partial tile."""
+    size, conv_band.x_by_dma: not peeled) keeps a band for the whole tiles and one for the partial tile."""
     c = compiled(tmp_path, form, dt, dict(N=2, M=263, K=320, P=200), nki)
     source = unwrap(c.source)
     band = [line for line in source.splitlines() if "B_band = nl.ndarray" in line or "B_band = nl.zeros" in line]
@@ -114,7 +114,7 @@ def test_band_transposed_on_tensor_engine_is_not_peeled(tmp_path):
 @pytest.mark.parametrize("nki", ["0.6", "0.1"])
 @pytest.mark.parametrize("m", [256, 131], ids=["tiles", "ragged"])
 def test_at_b_stationary_of_the_batch_index(tmp_path, m, nki):
-    """bf16 A^T B from batch 2 on, at most two out-channel tiles (build_conv.w_per_image): A[n] loaded whole, rows of
+    """bf16 A^T B from batch 2 on, at most two out-channel tiles (conv_batched.w_per_image): A[n] loaded whole, rows of
     M elements, with B's band in one loop before the tile loop; M = 131: the 3-row partial tile reads it too."""
     c = compiled(tmp_path, "atb", "bf16", dict(N=2, M=m, K=384, P=256), nki)
     source = unwrap(c.source)

@@ -199,6 +199,44 @@ def test_odd_bands_regrouped_on_tensor_e_before_their_store(nki, dt):
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
 
 
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("h, schedule, vector",
+                         [(40, "", 2), (8, "  schedule:\n    tile Y.y, 2\n    split Y.y, 4\n", 0)])
+def test_regroup_evictions_split_by_pairs_between_vector_and_scalar(nki, dt, h, schedule, vector):
+    """The regrouped band's two phase tiles are evicted as two disjoint runs of pairs, the first quarter // 2 of
+    both phases by VectorE and the rest by ScalarE (bands of 20 rows: 2 + 3 pairs; of 4 rows: the one pair on
+    ScalarE alone). Numerics against NumPy either way."""
+    prog, c, inputs, out = compile_and_run(REGROUP.format(dt=dt, n=1).replace("H = 40", f"H = {h}") + schedule, nki)
+    src = unwrap(c.source)
+    assert "Y_halves" in src
+    evictions = [ln for ln in src.split("\n") if "Y_rows[" in ln and "Y_phase" in ln]  # (both dialects' forms)
+    copies = [ln for ln in evictions if "tensor_copy(" in ln]
+    acts = [ln for ln in evictions if "activation(" in ln]
+    assert (len(copies), len(acts)) == (vector, 2)
+    if vector:
+        assert all("Y_rows[:, 0:2, " in ln for ln in copies) and all("Y_rows[:, 2:5, " in ln for ln in acts)
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+def test_fp32_row_pair_weights_on_three_engines(nki):
+    """A lone fp32 row-pair conv gathers its 18 [64 x 64] weight blocks on VectorE, ScalarE and GpSimdE in turn
+    and transposes its six pair stationaries two at a time, one eviction on VectorE and one on ScalarE
+    (conv_pairs.weights_paired)."""
+    prog, c, inputs, out = compile_and_run(REGROUP.format(dt="f32", n=1), nki)
+    src = unwrap(c.source)
+    gathers = [ln for ln in src.split("\n") if re.search(r"Wt_taps\[[^\n]*Wt_rows\[", ln)]
+    assert len(gathers) == 18
+    assert sum("gpsimd" in ln for ln in gathers) == 6 and sum("activation(" in ln for ln in gathers) == 6
+    assert re.search(r"for tap_g in (nl\.affine_)?range\(3\)", src)
+    evictions = [ln for ln in src.split("\n") if "Wt_T[:, tap_g * 2" in ln and "Wt_tp" in ln]
+    assert len(evictions) == 2 and sum("activation(" in ln for ln in evictions) == 1
+    x = rounded(inputs, "f32")
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
+
+
 def test_no_regroup_for_fp32():
     """fp32 row pairs are TensorE-bound (the regroup's matmuls would only add to it): every band keeps the row-pair
     store."""

@@ -96,27 +96,33 @@ def test_row_pairs_resnet_block_bias_relu_residual(dt):
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
-def test_row_pairs_resnet_block_relu_once_per_band(nki, dt):
+def test_row_pairs_resnet_block_final_relu(nki, dt):
     """56 columns: in 16 bits a band of U's row pairs takes two accumulation groups (<= 512 columns each; fp32
-    bands are one group). The block's final relu runs once over the whole band, after every group's residual add
-    and before the store (relu_per_band), not in place after each group's add; the result is the same."""
+    bands are one group). 16 bits: the block's final relu is a VectorE max(x, 0) in each group, right after that
+    group's residual add (relu_on_vector), and no relu runs over the band; fp32: the relu runs once over the whole
+    band on ScalarE, after the residual adds and before the store (relu_per_band). The result is the same."""
     from compiler_helpers import compile_and_run
 
     text = RESNET.format(dt=dt).replace("H = 12, W = 10", "H = 20, W = 56").replace("N = 2", "N = 1")
     prog, c, inputs, out = compile_and_run(text, nki)
     lines = unwrap(c.source).split("\n")
     groups = [i for i, ln in enumerate(lines) if re.match(r"\s*for y_g2 in ", ln)]
-    relus = [i for i, ln in enumerate(lines) if "op=nl.relu" in ln and re.search(r"data=Y_band[,)]", ln)]
+    band_relus = [i for i, ln in enumerate(lines) if "op=nl.relu" in ln and re.search(r"data=Y_band[,)]", ln)]
+    maxes = [i for i, ln in enumerate(lines) if "tensor_scalar" in ln and "maximum" in ln and "Y_band[:, y_g2" in ln]
+    adds = [i for i, ln in enumerate(lines) if "tensor_tensor" in ln and "Y_band[:, y_g2" in ln]
     stores = [i for i, ln in enumerate(lines) if re.search(r"dma_copy\(dst=Y_pairs.*src=Y_band\)", ln)]
-    assert len(relus) == len(stores) >= 1, (relus, stores)  # (bands peeled: conv_chain.skip_from_bands)
-    assert len(groups) == (0 if dt == "f32" else len(stores))
+    assert len(stores) >= 1  # (bands peeled: conv_chain.skip_from_bands)
 
     def indent(i: int) -> int:
         return len(lines[i]) - len(lines[i].lstrip())
-    for i, (r, st) in enumerate(zip(relus, stores)):
-        assert st - 3 <= r < st
-        if groups:  # after the loop over groups, at its level: not in its body
-            assert groups[i] < r and indent(r) == indent(groups[i])
+    if dt == "f32":
+        assert not groups and not maxes and len(band_relus) == len(stores)
+        for r, st in zip(band_relus, stores):
+            assert st - 3 <= r < st
+    else:
+        assert not band_relus and len(groups) == len(maxes) == len(adds) == len(stores)
+        for g, add, mx, st in zip(groups, adds, maxes, stores):
+            assert g < add < mx < st and indent(mx) == indent(add) > indent(g) == indent(st)
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
 
@@ -246,3 +252,22 @@ def test_band_halves_tap_columns_per_copy_follow_the_dtype(dt, copies):
     c = compile_loaded(lang.load(text), None)
     parts = (copies - 1) * (128 // copies) + 3
     assert f"Wt_T = nl.ndarray(({parts}, " in c.source
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_resnet_block_batch_1_last_band_regrouped(nki, dt):
+    """At batch 1 the 16-bit block's second band (peeled: its residual reads the first conv's band copies) is
+    regrouped on TensorE before its store, after its residual adds and relus (conv_pairs.regroups): its store is
+    128 runs of half a band through Y seen as [N, K, bands, 2, BAND / 2, W], not 1,792 runs of one row; band 0
+    keeps the row-pair store. From batch 2 on no band of a residual conv is regrouped (TensorE is the bound)."""
+    from compiler_helpers import compile_and_run
+
+    text = RESNET.format(dt=dt).replace("H = 12, W = 10", "H = 40, W = 24")
+    for n, regrouped in ((1, True), (2, False)):
+        prog, c, inputs, out = compile_and_run(text.replace("N = 2", f"N = {n}"), nki)
+        src = unwrap(c.source)
+        assert ("Y_select" in src) == regrouped and ("Y_rows" in src) == regrouped
+        assert len(re.findall(r"Y_halves", src)) >= (2 if regrouped else 0)
+        x = rounded(inputs, dt)
+        assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))

@@ -125,7 +125,7 @@ def test_batched_matmul_rows_loaded_once_and_a_band_per_batch_index(dt):
         assert "A_tile_rows" not in c.source and "nisa.dma_transpose(" in c.source
     else:
         assert c.source.index("A_tile_rows = nl.ndarray") < c.source.index("for n in")  # declared once, before the nest
-    # the row tiles' slots of the batch index's band (tile 0 peeled: build_conv.lead_tile; one more whole tile; the
+    # the row tiles' slots of the batch index's band (tile 0 peeled: conv_batched.lead_tile; one more whole tile; the
     # 7-row remainder)
     assert all(f"C_band[{p}, {t}]" in c.source for p, t in ((":", 0), (":", 1), ("0:7", 2)))
     x = rounded(inputs, dt)
@@ -138,7 +138,7 @@ def test_batched_a_b_transposed_groups_its_transposes(dt):
     PSUM tile, evicted by two copies (tiles 0..1 on VectorE, tile 2 on ScalarE); fp32 too, since its transposes run
     at transpose mode's fp32 rate (half an fp32 matmul's factor, ARCH3). 16-bit at batch 8 (DMA-bound); fp32 split
     into column bands (`split C.j`): else fp32 (TensorE-bound) and 16-bit at batch 1 or 2 (B's TensorE chain
-    before the first matmul) take B's transposes by DMA (build_conv.x_by_dma, test_bmm_dma_rows.py)."""
+    before the first matmul) take B's transposes by DMA (conv_band.x_by_dma, test_bmm_dma_rows.py)."""
     prog, c, inputs, out = run(BMM_BT.format(dt=dt, n=2 if dt == "f32" else 8, m=256, k=384, p=200),
                                "split C.j, 100\n" if dt == "f32" else None)
     assert "B_tp = nl.ndarray((128, 3," in c.source

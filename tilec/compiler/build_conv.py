@@ -13,9 +13,11 @@ The kernel it builds is the assignment's shifted-matmul convolution:
         epilogue: activation(acc + bias) [relu] -> pool (vector engine) -> out band (SBUF)
       out band -> HBM, one DMA
 
-The builder's features live in their own files: conv_weights.py (the stationary operand and bias), conv_fold.py
-(filter taps folded into the contraction partitions), conv_pairs.py (row pairs and band halves); conv_chain.py keeps
-a conv -> conv intermediate on chip (the builder's src_chip / dst_chip).
+The builder's features live in their own files: conv_weights.py (the stationary operand and bias), conv_band.py
+(the input band's loads, a batched A B^T's transposed moving operand), conv_epilogue.py (the eviction and its fused
+epilogue, a chain image's store), conv_batched.py (a batched matmul's out-channel tiles), conv_fold.py (filter taps
+folded into the contraction partitions), conv_pairs.py (row pairs and band halves); conv_chain.py keeps a conv ->
+conv intermediate on chip (the builder's src_chip / dst_chip).
 
 Channel counts without a good divisor (C = 257, K = 251: primes above 128) get a ragged plan: 128-channel tiles in
 the loops above plus one remainder tile after them (`over_k`, `over_c`), kept in the first KR (CR) partitions of one
@@ -35,40 +37,26 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_depthwise, build_matvec, ir
-from tilec.compiler import conv_fold, conv_pairs, conv_weights
-from tilec.compiler.build_util import a, drop_var, hbm_view, loop, map_aff, pool_epilogue, prep_notes, sl, term
+from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_pairs, conv_weights
+from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+from tilec.compiler.conv_band import dma_engine_ns  # (its home until the split: rules_move imports it from here)
 from tilec.compiler.conv_fold import fold_groups
 from tilec.compiler.conv_pairs import pair_groups
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
-from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, ConvPlan, best_divisor, halves, pairable
+from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
-from tilec.target import TARGETS
 
 if TYPE_CHECKING:
     from tilec.compiler.conv_chain import OnChip
-    from tilec.perf.costs import Costs
 
 
 SLOTS = 4  # band slots of a folded band with gaps between its copies (conv_c3: 2 slots 95 us, 3 or 4: 87 us)
 MAX_SLOTS = 8  # band slots at most (slot_count: the band loop is unrolled once per slot)
 SLOT_BYTES = 96 * 1024  # at most this much of each partition for the slots (schedule.py's band budget, twice)
-# a batched matmul's output band of every out-channel tile (tiles_band) stays within an eighth of the smallest SBUF
-BAND_BUDGET = min(t.sbuf_usable for t in TARGETS.values()) // 8
-# a DMA's contiguous runs shorter than this cost more in descriptors than in bytes on the model (a descriptor's 14 ns
-# is 322 B at one engine's 23 B/ns): a contraction-major stationary of such tiles is loaded whole (w_per_image)
-DMA_RUN_BYTES = 512
 
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
-
-
-def dma_engine_ns(costs: Costs, parts: int, descriptors: int, nbytes: int, factor: float = 1.0) -> float:
-    """A DMA's time on the whole set of DMA engines by the performance model's formula (the engines of its on-chip
-    partitions, each busy Costs.dma_transfer_ns / factor), times the share of the engines it occupies: what it takes
-    from the queues' throughput. `costs`: build_matvec.model_costs()."""
-    engines = min(costs.n_dma, -(-parts // costs.ppe))
-    return costs.dma_transfer_ns(max(descriptors, parts), nbytes, engines) / factor * engines / costs.n_dma
 
 
 def slot_count(bands: int, most: int, images: int) -> int:
@@ -151,6 +139,7 @@ class _ConvBuilder:
     w_rows: Buf | None = None  # a batched matmul's stationary rows, one buffer declared once (rows_once)
     o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
     x_rows: Buf | None = None  # a batched A B^T's rows of B, one buffer declared once (prelude)
+    r_band: Buf  # the residual's band added on the eviction (conv_epilogue.residual_band)
 
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh,
                  src_chip: "OnChip | None" = None, dst_chip: "OnChip | None" = None) -> None:
@@ -267,6 +256,7 @@ class _ConvBuilder:
         # conv3x3same batch 1: the first load waited 1 us for the GpSimdE memset of its band)
         self.zero_rows: Buf | None = None
         self.regroup_sel: Buf | None = None  # conv_pairs.regroup_prelude's selection stationaries
+        self.regroup_setup: list[Stmt] = []  # and the statements that build them (after the weights)
         # a chain whose consumer reads its residual from the producer's band copies (conv_chain.skip_from_bands):
         # the producer's buffer of each peeled band (x_bands), the consumer's view of them (skip_bands, skip_oy)
         self.x_bands: dict[int, Buf] | None = None
@@ -379,6 +369,7 @@ class _ConvBuilder:
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF",
                                   tuple(conv_weights.weights(self, False)),
                                   line))
+        stmts += self.regroup_setup
         if op.bias and op.bias_role == "x":
             label = f"bias {op.bias}: a row along {dict(op.vars)['x']}, copied to every partition once"
             stmts.append(ir.Block(label, tuple(conv_weights.bias_row(self)), line))
@@ -400,7 +391,7 @@ class _ConvBuilder:
         self.w_rows = conv_weights.rows_once(self)
         if self.w_rows is not None:
             stmts.append(Alloc(self.w_rows, line=self.L["update"]))
-        if op.x_transposed and op.w_batch and self.src_chip is None and not self.x_by_dma():
+        if op.x_transposed and op.w_batch and self.src_chip is None and not conv_band.x_by_dma(self):
             # B's rows too (A B^T), as rows_once says
             jb = best_divisor(self.in_cols(), PMAX)
             self.x_rows = Buf(fresh(f"{op.x}_block_rows"), "sbuf", self.hbm[op.x].dtype, (jb, self.C))
@@ -496,170 +487,6 @@ class _ConvBuilder:
 
     # ---- phases --------------------------------------------------------------------------------------------------
 
-    def x_band(self) -> list[Stmt]:
-        """The input band: one DMA per in-channel tile; a padded read's halo (rows or columns outside X) is zeroed
-        by allocating the band with nl.zeros and loading only the interior."""
-        p, line, V = self.p, self.L["update"], self.var
-        if self.op.x_transposed:
-            return self.x_transposed_by_dma() if self.x_by_dma() else self.x_transposed()
-        xb = self.x_band_buf()
-        rows, cols = self.in_rows(), self.in_cols()
-        ct = V["c"]
-        top, bottom = self.band_clip(self.yb[1]) if self.yb[0] is None else (0, 0)
-        left, right = self.clip(self.ox, cols, self.W) if self.NXB == 1 else (0, 0)
-        n_rows, n_cols = rows - top - bottom, cols - left - right
-        band_x = self.step(V["xb"], self.BX, self.cn["band_x"], self.sx)
-        src_cols = full(cols) if cols == self.W and self.ox == 0 else \
-            sl(a(band_x, self.ox + left) if self.NXB > 1 else a(self.ox + left), n_cols)
-        dst_rows = full(rows) if (top, bottom) == (0, 0) else sl(top, n_rows)
-        dst_cols = full(cols) if (left, right) == (0, 0) else sl(left, n_cols)
-        src_rows = sl(self.y_at(p.band * self.sy, self.cn["band"] if self.sy == 1 else "").plus(self.oy + top),
-                      n_rows)
-
-        def body(cv: str | None, cs: int) -> list[Stmt]:
-            return [Dma(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), dst_rows, dst_cols)),
-                        View(self.x4, (a(V["n"]), sl(self.c_start(cv), cs), src_rows, src_cols)), line)]
-        if self.fold > 1:
-            return conv_fold.x_band_folded(self, xb)
-        halo = (top, bottom, left, right) != (0, 0, 0, 0)
-        alloc = [Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []
-        return alloc + self.over_c(ct, body, line)
-
-    def x_transposed(self) -> list[Stmt]:
-        """A matmul's moving operand stored [j, k] (A B^T): its rows are loaded onto the partitions in blocks of up
-        to 128 and each (k-tile, j-block) is transposed on TensorE into the [k, j] band the matmuls read."""
-        p, line, V, op = self.p, self.L["update"], self.var, self.op
-        xb = self.x_band_buf()
-        cols = self.in_cols()
-        jb = best_divisor(cols, PMAX)  # columns of the band per transposed block
-        dt = self.hbm[op.x].dtype
-        raw = self.x_rows or Buf(self.fresh(f"{op.x}_rows"), "sbuf", dt, (jb, self.C))
-        jv = self.fresh(f"{dict(op.vars).get('x', 'x')}_blk")
-        first = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(jv, jb))
-        load: list[Stmt] = [] if self.x_rows else [Alloc(raw, line=line)]
-        load.append(Dma(whole(raw), View(self.x4, (a(V["n"]), sl(first, jb), full(self.C))), line))
-        g = self.tp_group(jb, dt)
-        if g > 1:  # g contraction tiles transposed into one PSUM tile, evicted by two copies
-            body = load + self.x_transposed_grouped(raw, jv, jb, g)
-            alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
-            return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
-                                      f"transpose {op.x}")
-        tp = Buf(self.fresh(f"{op.x}_tp"), "psum", dt, (p.tile_c, jb))
-
-        def block(cv: str | None, cs: int) -> list[Stmt]:
-            tpv = View(tp, (self.part(cs, p.tile_c), full(jb)))
-            return [Alloc(tp, line=line),
-                    ir.Transpose(tpv, View(raw, (full(jb), sl(self.c_start(cv), cs))), "pe", line),
-                    ir.Copy(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), full(1),
-                                      sl(a(term(jv, jb)), jb))), tpv, line)]
-        body = load + self.over_c(V["c"], block, line)
-        alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
-        return alloc + prep_notes(loop(jv, cols // jb, body, note=f"{self.T['x']} (blocks of {jb})", line=line),
-                                  f"transpose {op.x}")
-
-    def x_by_dma(self) -> bool:
-        """A batched A B^T's moving operand (B stored [j, k]) transposed by the DMA engines straight from HBM into
-        its band, one dma_transpose per contraction tile, instead of loaded in row blocks and transposed on TensorE,
-        when the model's estimate of the busier of TensorE and the DMA queues per batch index says so. The
-        stationary's choice (conv_weights.rows_by_dma) is taken as made; the rates are the model's own, read as
-        rows_by_dma reads them (build_matvec.model_constants): a DMA's engine time by the model's formula
-        (dma_engine_ns: descriptors and bytes; a dma_transpose's descriptors are B's rows, at
-        `dma_transpose_factor` of a copy [ARCH3]), a PE transpose at transpose mode's rate, a matmul at the dtype's
-        factor. fp32: TensorE-bound (its matmuls alone are ~1.2x the DMA floor), so B's 8 PE transposes per batch
-        index move to the DMA queues (bmm_bt f32 batch 8 60.1 -> 52.3 us with lead_tile); 16-bit: DMA-bound (a
-        transpose's rows of 256 B are twice the descriptors of a copy's), they stay on TensorE. The first batch
-        index also counts what the DMA path takes off its critical path: B's chain of row loads, PE transposes and
-        evictions before the first matmul, against the band's longer DMA time (bmm_bt batch 1 f32 22.8 -> 21.8 us,
-        bf16 18.9 -> 18.1). Checked against the model with each path forced (28 shapes, batch 1-8, f32 and bf16,
-        docs/notes/lin14.md): the choice is never the slower path; it leaves some 16-bit gains of 0.4-0.8 us
-        (batch 2 and 4) untaken.
-        Not for a ragged contraction: its last tile's transpose would sit on the few DMA engines of its
-        partitions, one descriptor per row of B (K = 257: 26.2 -> 27.3 us)."""
-        op, p = self.op, self.p
-        dt = self.hbm[op.x].dtype
-        if not (op.x_transposed and op.w_batch and self.src_chip is None and self.NXB == 1 and self.R == self.S == 1
-                and not self.CR and DTYPE_BYTES[dt] in (2, 4)):
-            return False
-        from tilec.compiler.build_matvec import model_constants, model_costs  # late: the model reads kernels
-        prm, costs = model_constants(), model_costs()
-        item, w_item, o_item = (DTYPE_BYTES[self.hbm[name].dtype] for name in (op.x, op.w, op.out))
-        f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if item == 4 else (1.0, 1.0)
-        ghz, fixed, factor = prm["tensor_ghz"], prm["mm_fixed_cycles"], prm["dma_transpose_factor"]
-        cols, tk, tc = self.in_cols(), p.tile_k, p.tile_c
-        jb = best_divisor(cols, PMAX)  # the TensorE path's row blocks
-        tiles = self.KTB * self.CT  # (out-channel tile, contraction tile) pairs per batch index
-        matmuls = tiles * -(-cols // MOVING_FMAX) * (min(cols, MOVING_FMAX) + fixed) * f / ghz
-        a_dma = conv_weights.rows_by_dma(self)
-        a_pe = 0.0 if a_dma else tiles * (tk + fixed) * ft / ghz
-        b_pe = self.CT * (cols // jb) * (jb + fixed) * ft / ghz
-        a_load = tiles * dma_engine_ns(costs, tc, tk, tk * tc * w_item, factor) if a_dma else \
-            self.KTB * dma_engine_ns(costs, tk, tk, tk * self.C * w_item)
-        store = self.KTB * dma_engine_ns(costs, tk, tk, tk * cols * o_item)
-        b_rows = cols // jb * dma_engine_ns(costs, jb, jb, jb * self.C * item)
-        b_transposed = self.CT * dma_engine_ns(costs, tc, cols, cols * tc * item, factor)
-        pe = max(matmuls + a_pe + b_pe, a_load + store + b_rows)
-        dma = max(matmuls + a_pe, a_load + store + b_transposed)
-        # the first batch index: the band's DMA takes longer by the difference of the two loads, and B's PE
-        # transposes and their evictions (half the band's columns on VectorE, ScalarE taking the other half at about
-        # its pace, plus an instruction's static cost per row block) leave the path to the first matmul, when A is
-        # transposed by DMA too (lead_tile zips the two) or A has at most two tiles (with A on TensorE, A's later
-        # tiles load behind the whole band: bf16 1 x 512 x 512 x 512, four tiles, 23.2 -> 23.7 us by DMA), and when
-        # the band's extra DMA time is under one DMA latency: a larger band's DMA transposes delay everything behind
-        # them more than its chain did (bf16 1 x 512 x 1024 x 512: 26.8 -> 28.4 us; 2 x 128 x 640 x 512: 23.2 ->
-        # 23.6; below it, bf16 batch 1 gains 0.5-1.0 us in the shapes tried, benchmarks/families' bmm_bt 0.76).
-        # The steady-state difference counts for every batch index: lead_tile's zipped loads start the first one
-        # as early as the TensorE path would
-        evict = (self.CT * cols / 2 + cols // jb * prm["vector_static_cycles"]) / prm["vector_ghz"]
-        extra = b_transposed - b_rows
-        chain = (a_dma or self.KTB <= 2) and extra < prm["dma_latency_ns"]
-        first = (b_pe + evict if chain else 0.0) - extra
-        return self.N * (pe - dma) + first > 0
-
-    def x_transposed_by_dma(self) -> list[Stmt]:
-        """The band of a batched A B^T's moving operand written by one dma_transpose per contraction tile: B's rows
-        (every column of the band) x the tile's contraction columns in HBM -> the tile's [k, j] slice (x_by_dma)."""
-        p, line, V, op = self.p, self.L["update"], self.var, self.op
-        xb, cols = self.x_band_buf(), self.in_cols()
-
-        def tile(cv: str | None, cs: int) -> list[Stmt]:
-            return [ir.Transpose(View(xb, (self.part(cs, p.tile_c), self.tile_index(cv, self.CT), a(0), full(cols))),
-                                 View(self.x4, (a(V["n"]), full(cols), sl(self.c_start(cv), cs))), "dma", line)]
-        alloc = [Alloc(xb, line=line)] if p.x_bufs != 1 else []
-        return alloc + prep_notes(self.over_c(V["c"], tile, line), f"transpose {op.x} by DMA")
-
-    def tp_group(self, jb: int, dt: str) -> int:
-        """Contraction tiles of a batched A B^T's moving operand transposed into one PSUM tile (a bank holds
-        PSUM_BANK bytes per partition) and evicted by two copies: a copy of 128 columns is mostly the engine's fixed
-        cost (~100 of its ~164 cycles at 16-bit), so per-block evictions made VectorE the bound (bmm_bt f16 batch 8:
-        41.0 -> 37.9 us; fp32, with the transposes at transpose mode's fp32 rate (ARCH3): 72.60 -> 67.97 us). 1: one
-        block per PSUM tile (a ragged contraction, a plain matmul, a single tile)."""
-        if not self.op.w_batch or self.CR or self.p.tile_c != PMAX:
-            return 1
-        return best_divisor(self.CT, PSUM_BANK // (jb * DTYPE_BYTES[dt]))
-
-    def x_transposed_grouped(self, raw: Buf, jv: str, jb: int, g: int) -> list[Stmt]:
-        """The j-block's contraction tiles in groups of g: g PE transposes into the tiles of one PSUM tile, then two
-        copies into the band, the first half on VectorE and the rest on ScalarE (VectorE alone held up the
-        evictions of A's transposes behind it: bmm_bt f16 batch 8 35.70 -> 34.5 us)."""
-        p, line, op = self.p, self.L["update"], self.op
-        tp = Buf(self.fresh(f"{op.x}_tp"), "psum", raw.dtype, (p.tile_c, g, jb))
-        cname = dict(op.vars).get("c", "c")
-        gv, tv = self.fresh(f"{cname}_grp"), self.fresh(f"{cname}_in")
-        first = a(term(gv, g * p.tile_c), term(tv, p.tile_c, self.cn["c"]))
-        block = ir.Transpose(View(tp, (full(p.tile_c), a(tv), full(jb))),
-                             View(raw, (full(jb), sl(first, p.tile_c, 1, self.cn["c"]))), "pe", line)
-        h = (g + 1) // 2  # the first h tiles evicted by VectorE, the rest by ScalarE (A's odd tiles' engine too)
-
-        def part(lo: int, n: int) -> tuple[View, View]:
-            return (View(self.x_band_buf(), (full(p.tile_c), sl(a(term(gv, g), lo), n), full(1),
-                                             sl(a(term(jv, jb)), jb))),
-                    View(tp, (full(p.tile_c), sl(lo, n), full(jb))))
-        evict: list[Stmt] = [ir.Copy(*part(0, h), line), ir.Act(*part(h, g - h), "copy", line=line)]
-        note = f"{self.T['c']} (groups of {g} tiles of {self.cn['c']})"
-        body = [Alloc(tp, line=line)] + loop(tv, g, [block], note=f"{self.T['c']} (tiles of the group)",
-                                             line=line) + evict
-        return loop(gv, self.CT // g, body, note=note, line=line)
-
     def nest(self, i: int) -> list[Stmt]:
         order, V = self.p.order, self.var
         if i == len(order):
@@ -671,8 +498,8 @@ class _ConvBuilder:
             def part(kv: str | None, ks: int) -> list[Stmt]:
                 self.kv, self.ks = kv, ks
                 return self.nest(i + 1)
-            self.o_tiles = self.tiles_band(i)
-            lead = self.lead_tile(part, notes["k"]) if self.o_tiles is not None else None
+            self.o_tiles = conv_batched.tiles_band(self, i)
+            lead = conv_batched.lead_tile(self, part, notes["k"]) if self.o_tiles is not None else None
             out = lead if lead is not None else self.over_k(V["k"], part, notes["k"], self.L["k"])
             self.kv, self.ks = V["k"], self.p.tile_k
             if self.o_tiles is not None:
@@ -681,119 +508,6 @@ class _ConvBuilder:
         if role == "y":
             return self.row_bands(i, notes["y"])
         return loop(V[role], self.N, self.nest(i + 1), note=notes[role], line=self.L[role])
-
-    def lead_tile(self, part: Callable[[str | None, int], list[Stmt]], note: str) -> list[Stmt] | None:
-        """A batched matmul's loop over out-channel tiles with its first tile peeled, so that the stationary's loads
-        for tile 0 are issued with the moving band's instead of after them: the `hoist` pass lifts the band, shared
-        by every tile, out of the tile loop, ahead of tile 0's stationary on the same DMA queues, and TensorE waited
-        for the whole band before its first matmul (bmm f32 batch 1: the first matmul at 1.73 us, B's four band
-        loads first). When both are one loop over the contraction tiles (A by DMA transposes, B's band by DMA) the
-        two loops become one, tile k of A then tile k of B, and the first matmul waits for one of each; otherwise
-        A's loads go first (bmm bf16 batch 1 18.0 -> 17.6 us), unless the band is more than DMAs (B^T transposed
-        on TensorE: that chain, not A's loads, leads). The remaining tiles loop from tile 1 and read the band
-        already loaded (as does a ragged plan's last, partial tile, which loaded its own copy before). A stationary
-        of the whole batch index (w_per_image) is loaded with the band in one block before the tile loop, nothing
-        peeled. None when the plan has no whole tile, the stationary is not prepared per tile or per batch index, or
-        the band is pinned in the tile loop."""
-        kv = self.var["k"]
-        if self.KT < 1 or self.p.hoist_w != "k" or self.src_chip is not None:
-            return None
-        body = part(kv, self.p.tile_k)
-        w_label, x_label = self.load_labels()
-        blocks = [s for s in body if isinstance(s, ir.Block) and s.label in (w_label, x_label)]
-        if [b.label for b in blocks] != [w_label, x_label] or blocks[1].pin or kv in self.block_vars(blocks[1]) \
-                or not all(isinstance(x, (Alloc, ir.Loop, Dma)) or isinstance(x, ir.Transpose) and x.engine == "dma"
-                           for x in ir.walk(blocks[1].body)):
-            return None  # (a band transposed on TensorE: its chain, not A's loads, leads; bmm_bt f32 batch 1 +1 us)
-        band0 = blocks[1]
-        if kv not in self.block_vars(blocks[0]):  # the stationary of the whole batch index (w_per_image): both
-            # loaded in one block before the tile loop, which the partial tile of a ragged plan follows
-            def others(stmts: list[Stmt]) -> list[Stmt]:
-                return [s for s in stmts if not (isinstance(s, ir.Block) and s.label in (w_label, x_label))]
-            out = [self.with_band(blocks[0], band0)] + loop(kv, self.KT, others(body), note=note, line=self.L["k"])
-            return out + (others(part(None, self.KR)) if self.KR else [])
-        first: list[Stmt] = []
-        for s in drop_var(tuple(body), kv):
-            if isinstance(s, ir.Block) and s.label == x_label:
-                continue
-            first.append(self.with_band(s, band0) if isinstance(s, ir.Block) and s.label == w_label else s)
-        rest = [s for s in body if s is not blocks[1]]
-
-        def next_tile(x: ir.Aff) -> ir.Aff:  # tile i_t + 1
-            return ir.Aff(x.terms, x.const + sum(t.coef for t in x.terms if t.var == kv))
-        out = first
-        if self.KT > 1:
-            out += loop(kv, self.KT - 1, map_aff(tuple(rest), next_tile), note=f"{note}, from tile 1",
-                        line=self.L["k"])
-        if self.KR:  # the partial tile reads the band loaded with tile 0
-            out += [s for s in part(None, self.KR) if not (isinstance(s, ir.Block) and s.label == x_label)]
-        return out
-
-    def load_labels(self) -> tuple[str, str]:
-        """The labels of out_band's load blocks: the stationary (per out-channel tile, or of the batch index), the
-        moving band."""
-        w = f"{self.words['w']} of this batch index, every {self.words['k_tile']}" if self.w_per_image() else \
-            f"{self.words['w']} for this {self.words['k_tile']}"
-        return w, f"{self.words['x']}: all contraction tiles, shared by every output tile"
-
-    def w_per_image(self) -> bool:
-        """A batched matmul's contraction-major stationary (A^T B: A[n] stored [k, i]) loaded whole per batch
-        index, in the layout of a resident stationary (`hoist A, root`: every out-channel tile's columns), instead
-        of one out-channel tile at a time: its rows in HBM are then M elements long, not one tile's (bf16 M = 256:
-        512-byte runs instead of 256, half the descriptors: bmm_at bf16 batch 8 34.25 -> 32.1 us). Only within an
-        eighth of SBUF (BAND_BUDGET), for plans with the batch index outside the out-channel tiles (tiles_band), when
-        one tile's rows are shorter than DMA_RUN_BYTES (fp32 tiles of 128 are not: bmm_at f32 batch 8 50.7 -> 50.9
-        us), from batch 2 on and for at most two tiles: tile 0's last matmul waits for every tile's columns of A
-        (bf16 1 x 512 x 1024 x 512: 27.2 -> 28.0 us, batch 2 34.4 -> 35.0)."""
-        op = self.op
-        if not (op.w_batch and op.w_layout == "ck" and self.p.hoist_w == "k" and self.o_tiles is not None
-                and op.groups == 1 and self.fold == 1 and self.pair == 1 and self.dup == 1 and self.N > 1
-                and self.KTB <= 2):
-            return False
-        item = DTYPE_BYTES[self.hbm[op.w].dtype]
-        return self.p.tile_k * item < DMA_RUN_BYTES and self.CTB * self.K * self.R * self.S * item <= BAND_BUDGET
-
-    @staticmethod
-    def block_vars(b: Stmt) -> set[str]:
-        found: set[str] = set()
-
-        def fn(x: ir.Aff) -> ir.Aff:
-            found.update(x.vars())
-            return x
-        map_aff(b, fn)
-        return found - {s.var for s in ir.walk((b,)) if isinstance(s, ir.Loop)}
-
-    def with_band(self, w: ir.Block, x: ir.Block) -> ir.Block:
-        """Tile 0's stationary loads and the band's as one block: the two loops over the contraction tiles zipped
-        when both blocks are allocations and one such loop, else the stationary's loads first."""
-        def parts(b: ir.Block) -> tuple[list[Stmt], list[ir.Loop]]:
-            return [s for s in b.body if isinstance(s, Alloc)], [s for s in b.body if isinstance(s, ir.Loop)]
-        (wa, wl), (xa, xl) = parts(w), parts(x)
-        label = f"{w.label}, interleaved with {x.label}" if self.w_per_image() else \
-            f"{self.words['w']} for {self.words['k_tile']} 0, interleaved with {x.label}"
-        if len(wa) + len(wl) != len(w.body) or len(xa) + len(xl) != len(x.body) or len(wl) != 1 or len(xl) != 1 \
-                or (wl[0].var, wl[0].extent) != (xl[0].var, xl[0].extent):
-            return ir.Block(label, w.body + x.body, w.line, hoist=True)
-        zipped = replace(wl[0], body=wl[0].body + xl[0].body, note=f"{wl[0].note}, and that tile of {self.op.x}")
-        return ir.Block(label, tuple(wa + xa) + (zipped,), w.line, hoist=True)
-
-    def tiles_band(self, i: int) -> Buf | None:
-        """A batched matmul's output band for every out-channel tile of one batch index, allocated outside the loop
-        over tiles (level i of the plan's order), each tile evicted into its slot and stored from it. One band per
-        tile instead rotates through two buffers, and a band is rewritten only once its store is acknowledged
-        (DMA latency + transfer + HBM write acknowledgement, ~2 us on the model): at 16-bit that cycle, not the
-        DMA bytes, set the pace (batch 8: 34.8 -> 31.7 us). None for anything else (convolutions, fused epilogues,
-        several row or column bands, k outside n, bands over an eighth of SBUF)."""
-        op, p = self.op, self.p
-        if not (op.w_batch and self.NB == 1 and self.NXB == 1 and self.pair == 1 and not self.halves
-                and self.dup == 1 and self.dst_chip is None and not op.pool and not op.residual
-                and "n" in p.order[:i] and self.wy == self.wx == 1):
-            return None
-        dt = self.hbm[op.out].dtype
-        shape = (self.PK, self.KTB, p.band, self.BX)
-        if self.KTB * p.band * self.BX * DTYPE_BYTES[dt] > BAND_BUDGET:
-            return None
-        return Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", dt, shape)
 
     def row_bands(self, i: int, note: str) -> list[Stmt]:
         """The loop over row bands; bands whose input rows run past X's edge (a padded read's first and last bands)
@@ -835,21 +549,22 @@ class _ConvBuilder:
         """The innermost level: loads are placed here and lifted by the `hoist` pass as far as they can go."""
         p, line, V, op = self.p, self.line, self.var, self.op
         loads: list[Stmt] = []
-        w_label, x_label = self.load_labels()
+        w_label, x_label = conv_batched.load_labels(self)
         if p.hoist_w == "k":
-            local = not self.w_per_image()
+            local = not conv_batched.w_per_image(self)
             loads.append(ir.Block(w_label, tuple(conv_weights.weights(self, local)), line, hoist=True))
         extents = {"n": self.N, "y": self.NB, "k": self.KT if self.kv else 1}  # the remainder has no k loop
         pin = V[p.x_pin] if p.x_pin and extents[p.x_pin] > 1 else ""
         if self.src_chip is None:
-            loads.append(ir.Block(x_label, tuple(self.x_band()), line, hoist=True, pin=pin))
+            loads.append(ir.Block(x_label, tuple(conv_band.x_band(self)), line, hoist=True, pin=pin))
         if self.o_tiles is not None:  # this tile's slot of the batch index's band (tiles_band)
-            return loads + self.tile_slot_body(line)
+            return loads + conv_batched.tile_slot_body(self, line)
         ob = Buf(self.fresh(f"{op.out}_{self.words['out_buf']}"), "sbuf", self.hbm[op.out].dtype,
                  (self.PK, p.band // self.wy // self.pair, self.BX // self.wx))
         self.o_band = ob
         if op.residual and self.skip_bands is None:
-            loads.append(ir.Block(f"{op.residual}: the band added on the eviction", tuple(self.residual_band()),
+            loads.append(ir.Block(f"{op.residual}: the band added on the eviction",
+                                  tuple(conv_epilogue.residual_band(self)),
                                   self.L["residual"], hoist=True))
         group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
                                           note=f"{self.T['x']} (tiles of {self.cn['x']})",
@@ -857,7 +572,7 @@ class _ConvBuilder:
                      note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
         line = self.L["pool"] if op.pool else line
         if self.dst_chip is not None:  # the eviction writes the on-chip image; a store only if T is read elsewhere
-            return loads + group + self.chip_store()
+            return loads + group + conv_epilogue.chip_store(self)
         if self.phased:  # partition 2k + h, row i of the band: row 2i + h of the output (one DMA)
             return loads + [Alloc(ob, line=line)] + group + [
                 Dma(View(self.o6, conv_pairs.phases_region(self), perm=(0, 2, 1, 3)), whole(ob), line)]
@@ -867,86 +582,33 @@ class _ConvBuilder:
         if self.pair > 1:  # partition h*K + k, row i of the band: row 2i + h of the output (one DMA)
             stores = conv_pairs.regroup_store(self, ob) if conv_pairs.regroup_band(self) else [
                 Dma(conv_pairs.rows_view(self, self.o5), whole(ob), line)]
-            return loads + [Alloc(ob, line=line)] + group + self.band_relu(ob) + stores
+            return loads + [Alloc(ob, line=line)] + group + conv_epilogue.band_relu(self, ob) + stores
+        if self.group_stores():
+            rows = sl(a(term(V["g"], p.rows, self.cn["rows"])), p.rows)
+            store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks),
+                                       sl(self.y_at(p.band).plus(rows.start), p.rows), full(self.BX))),
+                        View(ob, (self.part(self.ks, p.tile_k), rows, full(ob.shape[2]))), line)
+            group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
+                                              note=f"{self.T['x']} (tiles of {self.cn['x']})",
+                                              line=self.L["x"]) + [store],
+                         note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
+            return loads + [Alloc(ob, line=line)] + group
         store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks),
                                    sl(self.y_at(p.band // self.wy), p.band // self.wy),
                                    sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))),
                     View(ob, (self.part(self.ks, p.tile_k), full(ob.shape[1]), full(ob.shape[2]))), line)
         return loads + [Alloc(ob, line=line)] + group + [store]
 
-    def relu_per_band(self) -> bool:
-        """A residual block's final relu (`Y = relu(conv + S)`) run once over the whole row-pair band before its
-        store, instead of in place after each group's add: ScalarE, in order, then waited for VectorE's add of
-        every group before it could evict the next group's accumulator, which left TensorE idle (bf16 ResNet block
-        batch 8: 79.03 -> 77.67 us). The store is on ScalarE's trigger stream either way (its producer)."""
-        return bool(self.op.residual and self.op.post_relu and self.pair > 1 and not self.phased
-                    and not self.halves and self.dst_chip is None and self.o_tiles is None)
-
-    def band_relu(self, ob: Buf) -> list[Stmt]:
-        return [Act(whole(ob), whole(ob), "relu", None, 1.0, self.L["relu"])] if self.relu_per_band() else []
-
-    def tile_slot_body(self, line: int) -> list[Stmt]:
-        """The accumulation groups of one out-channel tile evicted into its slot of the batch index's band
-        (tiles_band), then the slot stored: one store per tile, issued as soon as the tile is evicted."""
-        p, V, ob = self.p, self.var, self.o_tiles
-        assert ob is not None
-        group = loop(V["g"], self.G, loop(V["x"], self.XT, self.group(),
-                                          note=f"{self.T['x']} (tiles of {self.cn['x']})", line=self.L["x"]),
-                     note=f"{self.T['y']} (groups of {self.cn['rows']} rows in the band)", line=self.L["y"])
-        store = Dma(View(self.o4, (a(V["n"]), sl(self.k_start(self.kv), self.ks), full(p.band), full(self.BX))),
-                    View(ob, (self.part(self.ks, p.tile_k), self.tile_index(self.kv, self.KT), full(p.band),
-                              full(self.BX))), line)
-        return group + [store]
-
-    def chip_rows(self, first: "ir.Aff", size: int) -> tuple:
-        """The on-chip image's region (this out-channel part; output rows first.. and every column) of dst_chip."""
-        chip = self.dst_chip
-        assert chip is not None and self.pair == 1 and self.wy == self.wx == 1
-        return (self.part(self.ks, self.p.tile_k), self.tile_index(self.kv, self.KT), sl(first.plus(-chip.row0), size))
-
-    def chip_store(self) -> list[Stmt]:
-        """The band of T also stored to HBM from the on-chip image (T is an output or read by another op)."""
-        chip = self.dst_chip
-        assert chip is not None
-        if not chip.store:
-            return []
-        if chip.paired:  # each row phase from its copy of the image to every other row of the output
-            out: list[Stmt] = []
-            for half in range(2):
-                h = half ^ self.swap
-                at = self.y_at(self.p.band // 2).plus((h - chip.row0 - half) // 2)
-                src = View(chip.buf, (sl(half * self.K, self.K), a(0), sl(at, self.p.band // 2),
-                                      sl(-chip.col0, self.Wo)))
-                out.append(Dma(View(self.o4, self.out_region(h)), src, self.line))
-            return out
-        if self.dup > 1:  # copy 0 holds T unshifted
-            first = self.y_at(self.p.band).plus(-chip.row0)
-            return [Dma(View(self.o4, self.out_region()), View(chip.buf, (sl(0, self.K), a(0), sl(first, self.p.band),
-                                                                          sl(-chip.col0, self.Wo))), self.line)]
-        band = self.chip_rows(self.y_at(self.p.band), self.p.band) + (sl(-chip.col0, self.Wo),)
-        return [Dma(View(self.o4, self.out_region()), View(chip.buf, band), self.line)]
-
-    def out_region(self, phase: int = 0) -> tuple:
-        """The output band's region of an [N, K, rows, columns] HBM tensor (with row pairs: the rows of one phase)."""
-        p, V = self.p, self.var
-        rows = sl(self.y_at(p.band // self.wy), p.band // self.wy) if self.pair == 1 else \
-            sl(self.y_at(p.band).plus(phase), p.band // 2, 2)
-        return (a(V["n"]), sl(self.k_start(self.kv), self.ks), rows,
-                sl(a(term(V["xb"], self.BX // self.wx)), self.BX // self.wx))
-
-    def residual_band(self) -> list[Stmt]:
-        op, p = self.op, self.p
-        assert op.residual is not None
-        rb = Buf(self.fresh(f"{op.residual}_skip"), "sbuf", self.hbm[op.residual].dtype, self.o_band.shape)
-        self.r_band = rb
-        line = self.L["residual"]
-        if self.halves:
-            return [Alloc(rb, line=line), Dma(whole(rb), View(self.s6, conv_pairs.halves_region(self)), line)]
-        if self.pair > 1:
-            return [Alloc(rb, line=line), Dma(whole(rb), conv_pairs.rows_view(self, self.s5), line)]
-        return [Alloc(rb, line=line),
-                Dma(View(rb, (self.part(self.ks, p.tile_k), full(rb.shape[1]), full(rb.shape[2]))),
-                    View(self.s4, self.out_region()), line)]
+    def group_stores(self) -> bool:
+        """At batch 1, a band of several accumulation groups stored group by group, each group's rows as soon as
+        they are evicted, instead of once after its last group: the kernel's last store then waits for one group
+        and moves a group's bytes (families batch 1, e.g. dilated3x3 f32 82.6 -> 82.0 us, conv_residual bf16 22.4
+        -> 22.2). Not from batch 2 on: a group's store waits for the previous group's (their HBM rows interleave
+        over the channels, and the model orders such writes: tilec/perf/deps.py), and on a trigger stream shared
+        with the next band's loads that wait held them back (conv_residual bf16 batch 8: 45.2 -> 48.9 us).
+        Whole-width bands, no pool, no folded taps (depthwise_mult3x3 bf16 batch 1: 16.71 -> 18.56 us with them)."""
+        return (self.N == 1 and self.pair == 1 and self.fold == 1 and self.G > 1 and self.XT == 1
+                and self.NXB == 1 and self.wy == self.wx == 1 and not self.op.pool and self.dst_chip is None)
 
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
@@ -954,7 +616,7 @@ class _ConvBuilder:
         accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == self.dup == 1 else full(self.PK), full(p.rows),
                           full(p.tile_x)))
         r, s = V["r"], V["s"]
-        local = p.hoist_w == "k" and not self.w_per_image()
+        local = p.hoist_w == "k" and not conv_batched.w_per_image(self)
         wt = self.wt_buf(local)
         kidx = self.part(self.ks, p.tile_k) if local else sl(self.k_start(self.kv), self.ks)
         if self.dup > 1:  # every copy of the output channels (one k-tile)
@@ -1009,83 +671,13 @@ class _ConvBuilder:
                 dst, src, "relu" if self.op.relu else "copy",
                 View(self.bias_col, (kp, sl(0, 1))) if self.op.bias else None)]
         if self.dst_chip is not None and self.dst_chip.paired:  # each partition half to its copy of the image
-            return [st for dst, kp in conv_pairs.chip_halves(self) for st in self.epilogue_to(dst, View(acc.buf, (kp,) +
-                                                                                             acc.idx[1:]), kp)]
+            return [st for dst, kp in conv_pairs.chip_halves(self)
+                    for st in conv_epilogue.epilogue_to(self, dst, View(acc.buf, (kp,) + acc.idx[1:]), kp)]
         if self.dst_chip is not None:  # straight into the next conv's input image, at its halo offset
             first = a(term(V["g"], rows_o, rname)).plus(self.y_at(p.band, self.cn["band"]))
-            dst = View(self.dst_chip.buf, self.chip_rows(first, rows_o) +
+            dst = View(self.dst_chip.buf, conv_epilogue.chip_rows(self, first, rows_o) +
                        (sl(a(term(V["x"], cols_o, cname), -self.dst_chip.col0), cols_o),))
-        return self.epilogue_to(dst, acc, kp)
-
-    def epilogue_to(self, dst: View, acc: View, kp) -> list[Stmt]:
-        """acc's partitions kp evicted (bias, relu, narrow roundings, pool or residual) into dst."""
-        p, line, op = self.p, self.line, self.op
-        func = "relu" if op.relu else "copy"
-        bias = View(self.bias_col, (kp, sl(self.tile_index(self.kv, self.KT), 1))) \
-            if op.bias and op.bias_role == "k" else None
-        narrow = self.narrow_intermediates()
-        if op.residual:
-            return self.add_residual(dst, acc, func, bias, narrow)
-        if not op.pool and not narrow:
-            return self.evict(dst, acc, func, bias)
-        assert acc.idx == (kp, full(p.rows), full(p.tile_x)) and acc.buf.shape == (self.PK, p.rows, p.tile_x)
-        out, src = self.evict_rounded(acc, func, bias, narrow)  # (relu commutes with the roundings)
-        if not op.pool:
-            return out + [ir.Copy(dst, src, line)]
-        return out + pool_epilogue(src, dst, self.wy, self.wx, op.pool.op, op.pool.scale,
-                                   lambda axis: self.fresh(f"{op.out}_pool_{axis}" + ("" if self.kv else "_rest")),
-                                   self.L["pool"])
-
-    def add_residual(self, dst: View, acc: View, func: str, bias: View | None,
-                     narrow: list[tuple[str, str]]) -> list[Stmt]:
-        """dst = [relu](evicted acc + S): the add reads PSUM directly (VectorE) when nothing comes before it, else
-        the evicted (and rounded) tile; a final relu runs in place on ScalarE."""
-        line = self.L["residual"]
-        res = self.residual_view(dst)
-        out: list[Stmt] = []
-        if func == "copy" and bias is None and not narrow and self.op.scale == 1.0:
-            src = acc
-        else:
-            out, src = self.evict_rounded(acc, func, bias, narrow)
-        out.append(Binary(dst, src, res, "add", line))
-        relu = self.op.post_relu and not self.relu_per_band()  # (else once over the band: band_relu)
-        return out + ([Act(dst, dst, "relu", None, 1.0, self.L["relu"])] if relu else [])
-
-    def residual_view(self, dst: View) -> View:
-        """The residual's elements added into dst: its band (residual_band), or the producer's band copies of X
-        (conv_chain.skip_from_bands): output pair i of phase h is band row 2i - oy of copy h (copy 1 one row
-        further), the same partitions (h*K + k) and columns."""
-        if self.skip_bands is None:
-            return View(self.r_band, dst.idx)
-        kp, rows, cols = dst.idx
-        assert isinstance(rows, ir.Sl) and rows.step == 1
-        start = ir.Aff(tuple(ir.Term(t.var, 2 * t.coef) for t in rows.start.terms), 2 * rows.start.const - self.skip_oy)
-        return View(self.skip_bands[self.yb[1]], (kp, a(0), sl(start, rows.size, 2), cols))
-
-    def evict_rounded(self, acc: View, func: str, bias: View | None, narrow: list[tuple[str, str]]
-                      ) -> tuple[list[Stmt], View]:
-        """acc evicted (func, bias) into an SBUF tile and rounded to each skipped store's dtype in turn; the first
-        rounding is the eviction's own output conversion (the activation computes in fp32 and rounds once as it
-        writes: the same value as an fp32 tile copied to that dtype; bf16 ResNet block: one VectorE pass fewer per
-        group), except where the eviction goes on in place (a clamp, a row bias), which keeps an fp32 tile."""
-        shape = acc.buf.shape
-        direct = narrow and self.op.clamp is None and not (self.op.bias and self.op.bias_role == "x")
-        name, dtype = narrow[0] if direct else (f"{self.op.name}_act", "f32")
-        ev = Buf(self.fresh(f"{name}_{dtype}" if direct else name), "sbuf", dtype, shape)
-        src = View(ev, acc.idx)
-        out: list[Stmt] = [Alloc(ev, line=self.line)] + self.evict(src, acc, func, bias)
-        for name, dtype in narrow[1:] if direct else narrow:  # the stores the fusion skips round to their dtypes
-            tile = Buf(self.fresh(f"{name}_{dtype}"), "sbuf", dtype, shape)
-            out += [Alloc(tile, line=self.line), ir.Copy(View(tile, acc.idx), src, self.line)]
-            src = View(tile, acc.idx)
-        return out, src
-
-    def narrow_intermediates(self) -> list[tuple[str, str]]:
-        """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores (the conv's own tensor,
-        a relu's), in program order: each store rounds to its dtype in the program's meaning."""
-        op = self.op
-        chain = [n for n in (op.name,) + tuple(op.fused) if n != op.out]
-        return [(n, self.hbm[n].dtype) for n in dict.fromkeys(chain) if n in self.hbm and self.hbm[n].dtype != "f32"]
+        return conv_epilogue.epilogue_to(self, dst, acc, kp)
 
     def evict(self, dst: View, acc: View, func: str, bias: View | None) -> list[Stmt]:
         """PSUM -> SBUF in one pass (activation with the per-partition bias column); a row bias is a tensor_tensor

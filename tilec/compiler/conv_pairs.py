@@ -55,17 +55,28 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
         blocks = []
     else:
         blocks = [(g, j, h, r, s) for g, (u, s) in enumerate(b.pairs) for j, h, r in pair_blocks(u, b.R)]
-    # the gathers alternate between VectorE and ScalarE (an exact copy: fp32 holds every f16/bf16 value): the
-    # first matmuls wait for them (conv3x3same 2.70x -> 2.42x, the stem's 98 blocks 5.5x -> 4.7x at batch 1)
+    # the gathers take VectorE, ScalarE and GpSimdE in turn (an exact copy: fp32 holds every f16/bf16 value): the
+    # first matmuls wait for them (conv3x3same 2.70x -> 2.42x, the stem's 98 blocks 5.5x -> 4.7x at batch 1 with
+    # two engines; with GpSimdE too, conv3x3same f32 batch 1 39.5 -> 38.2 us)
     for i, (g, j, h, r, s) in enumerate(blocks):
         half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
         dst = View(raw, (sl(half * K, K), a(g), sl(j * b.Q, C)))
         src = View(rows, (sl(half * K, K), full(C), a(r), a(s)))
-        scalar = i % 2 == 1
-        out.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
+        out.append(Act(dst, src, "copy", None, 1.0, line) if i % 3 == 1 else
+                   ir.Copy(dst, src, line, "gpsimd" if i % 3 == 2 else ""))
     gv = b.fresh("tap_g")
-    body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), sl(0, parts) if width > parts else full(parts))),
-                                                           "pe", line)]
+    if not b.halves and b.n_groups % 2 == 0:  # two pairs per iteration: one eviction on VectorE, one on ScalarE
+        pair: list[Stmt] = []
+        for e in range(2):
+            ge = a(term(gv, 2), e)
+            evict = View(wt, (full(parts), ge, full(2 * K)))
+            pair += [Alloc(tp, line=line),
+                     ir.Transpose(whole(tp), View(raw, (full(2 * K), ge, full(parts))), "pe", line),
+                     Act(evict, whole(tp), "copy", None, 1.0, line) if e else ir.Copy(evict, whole(tp), line)]
+        return out + loop(gv, b.n_groups // 2, pair, note="row pairs, two at a time", line=line)
+    cols = sl(0, parts) if width > parts else full(parts)
+    body: list[Stmt] = [Alloc(tp, line=line),
+                        ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), cols)), "pe", line)]
     if b.halves:  # band halves interleave the halves' output channels: stationary column 2k + h
         body += [ir.Copy(View(wt, (full(parts), a(gv), sl(h, K, 2))), View(tp, (full(parts), sl(h * K, K))), line)
                  for h in range(2)]
@@ -96,7 +107,7 @@ def _pair_stationaries(b: _ConvBuilder, wt: Buf, rows: Buf, tp: Buf) -> list[Stm
     op, line, C, K, R, S = b.op, b.L["update"], b.C, b.K, b.R, b.S
     U = len(range(0, R + 1, 2))
     raw = Buf(b.fresh(f"{op.w}_taps"), "sbuf", wt.dtype, (2 * K, 2 * C, U, S))
-    moves = []
+    moves: list[tuple[View, View, int]] = []  # (block, W's rows, tap rows)
     for j in range(2):
         for h in range(2):
             lo, hi = -((j - h) // 2), (R - 1 + h - j) // 2  # the u / 2 whose tap row u + j - h is one of W's
@@ -104,14 +115,31 @@ def _pair_stationaries(b: _ConvBuilder, wt: Buf, rows: Buf, tp: Buf) -> list[Stm
                 continue
             half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
             moves.append((View(raw, (sl(half * K, K), sl(j * C, C), sl(lo, hi - lo + 1), full(S))),
-                          View(rows, (sl(half * K, K), full(C), sl(2 * lo + j - h, hi - lo + 1, 2), full(S)))))
-    out: list[Stmt] = [Alloc(raw, zero=True, line=line)] + _alternate(moves, line)
-    sv, uv = b.fresh("tap_s"), b.fresh("tap_u")
-    body: list[Stmt] = [Alloc(tp, line=line),
-                        ir.Transpose(whole(tp), View(raw, (full(2 * K), full(2 * C), a(uv), a(sv))), "pe", line),
-                        ir.Copy(View(wt, (full(2 * C), a(term(sv, U), uv), full(2 * K))), whole(tp), line)]
-    return out + loop(sv, S, loop(uv, U, body, note="row pairs: tap row offsets", line=line),
-                      note="row pairs: tap columns", line=line)
+                          View(rows, (sl(half * K, K), full(C), sl(2 * lo + j - h, hi - lo + 1, 2), full(S))),
+                          hi - lo + 1))
+    # 16-bit: the larger block positions (two tap rows) on VectorE, the one-row ones on ScalarE, which copies at
+    # about half VectorE's rate there (VectorE's performance mode): the gathers end together (bf16 conv3x3same batch
+    # 1: the first transpose at 13.99 us, 14.15 when the engines alternated). fp32 has no performance mode and
+    # ScalarE copies faster than VectorE: the engines alternate (resnet_block f32 batch 1 48.44 us sorted, 48.24)
+    if DTYPE_BYTES[wt.dtype] < 4:
+        moves.sort(key=lambda m: -m[2])
+        vector = (len(moves) + 1) // 2
+        order = [i < vector for i in range(len(moves))]
+    else:
+        order = [i % 2 == 0 for i in range(len(moves))]
+    out: list[Stmt] = [Alloc(raw, zero=True, line=line)]
+    out += [ir.Copy(d, s, line) if v else Act(d, s, "copy", None, 1.0, line) for v, (d, s, _) in zip(order, moves)]
+    # the evictions alternate between VectorE and ScalarE (u even / odd): TensorE runs the transposes and then the
+    # first matmul in program order, and VectorE evicting all of them (0.17 us each) paced it (bf16 conv3x3same
+    # batch 1: the first matmul at 14.95 us, 14.60 with the two engines)
+    sv = b.fresh("tap_s")
+    body: list[Stmt] = []
+    for u in range(U):
+        evict = View(wt, (full(2 * C), a(term(sv, U), u), full(2 * K)))
+        body += [Alloc(tp, line=line),
+                 ir.Transpose(whole(tp), View(raw, (full(2 * K), full(2 * C), a(u), a(sv))), "pe", line),
+                 Act(evict, whole(tp), "copy", None, 1.0, line) if u % 2 else ir.Copy(evict, whole(tp), line)]
+    return out + loop(sv, S, body, note="row pairs: tap columns (both tap row offsets)", line=line)
 
 
 PHASES_MIN_BYTES = 4  # operand bytes from which phased halves may pay (fp32: TensorE-bound; tests lower it)
@@ -280,19 +308,23 @@ def chip_halves(b: _ConvBuilder) -> list[tuple[View, ir.Sl]]:
 
 def regroups(b: _ConvBuilder) -> bool:
     """16-bit row pairs stored from HBM-bound bands may be regrouped on TensorE before their store (regroup_store):
-    a plain conv (no residual, pool or chain), 2K = the partitions, whole-width bands of a multiple of 4 rows that
-    tile the output exactly, a quarter band's rows within one matmul's moving columns."""
+    a plain conv (no pool, no on-chip output), 2K = the partitions, whole-width bands of a multiple of 4 rows that
+    tile the output exactly, a quarter band's rows within one matmul's moving columns. A conv with a residual only
+    at batch 1, where its last band's store is the kernel's tail: the ResNet block bf16 batch 1 16.53 -> 15.43 us
+    (the second band's store waits behind the first band's, then moves 128 runs instead of 1,792). From batch 2
+    on the block is TensorE-bound and 4 more matmuls per image would only add to it."""
     op = b.op
     return (b.pair == 2 and not b.phased and not b.halves and b.dst_chip is None and not op.w_batch
-            and op.residual is None and op.pool is None and DTYPE_BYTES[b.hbm[op.out].dtype] == 2
+            and (op.residual is None or b.N == 1) and op.pool is None and DTYPE_BYTES[b.hbm[op.out].dtype] == 2
             and 2 * b.K == PMAX and b.NXB == 1 and b.BX == b.Wo and b.wy == b.wx == 1
             and b.p.band % 4 == 0 and b.Ho == b.NB * b.p.band and b.NB >= 2
             and b.p.band // 4 * b.Wo <= MOVING_FMAX and any(_peeled_odd(b, i) for i in range(b.NB)))
 
 
 def _peeled_odd(b: _ConvBuilder, band: int) -> bool:
-    """An odd band peeled off the band loop for its halo (the bottom band of a padded 2-band image)."""
-    return band % 2 == 1 and b.band_clip(band) != (0, 0)
+    """An odd band peeled off the band loop for its halo (the bottom band of a padded 2-band image), or because it
+    reads its residual from the producer's band copies (conv_chain.skip_from_bands: every band peeled)."""
+    return band % 2 == 1 and (b.band_clip(band) != (0, 0) or b.skip_bands is not None)
 
 
 def regroup_band(b: _ConvBuilder) -> bool:
@@ -309,9 +341,12 @@ def regroup_band(b: _ConvBuilder) -> bool:
 
 
 def regroup_prelude(b: _ConvBuilder) -> list[Stmt]:
-    """The selection stationaries of regroup_store, [2K, 3, 2K]: block d moves partition p to p + (1 - d) * K
+    """The HBM view of regroup_store's halves; the selection stationaries, [2K, 3, 2K], built in
+    b.regroup_setup, which the prelude places after the weights: block d moves partition p to p + (1 - d) * K
     (d = 1: the identity; 0: the first K partitions up by K; 2: the last K down by K), so block 1 + h - q of
-    phase h's K partitions moves partition h*K + k to q*K + k."""
+    phase h's K partitions moves partition h*K + k to q*K + k. Built before the weights, the identity's
+    affine_select and the memsets held GpSimdE and VectorE while the weights' gathers waited: TensorE's first
+    transpose, which starts its warm-up throttle, ran 1 us later (conv3x3same bf16 batch 1)."""
     line, K = b.line, b.K
     dt = b.hbm[b.op.out].dtype
     ident, out = identity(b.fresh("ident"), dt, line)
@@ -322,7 +357,8 @@ def regroup_prelude(b: _ConvBuilder) -> list[Stmt]:
     moves = [(View(sel, (full(2 * K), a(1), full(2 * K))), whole(ident)),
              (View(sel, (sl(0, K), a(0), sl(K, K))), View(ident, (sl(0, K), sl(0, K)))),
              (View(sel, (sl(K, K), a(2), sl(0, K))), View(ident, (sl(K, K), sl(K, K))))]
-    return s6 + out + [Alloc(sel, zero=True, line=line)] + [ir.Copy(d, s, line) for d, s in moves]
+    b.regroup_setup = out + [Alloc(sel, zero=True, line=line)] + [ir.Copy(d, s, line) for d, s in moves]
+    return s6
 
 
 def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
@@ -343,8 +379,17 @@ def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
     moves: list[Stmt] = [Matmul(whole(accs[h]), View(sel, (sl(h * K, K), a(term(qv, -1), 1 + h), full(2 * K))),
                                 View(ob, (sl(h * K, K), sl(a(term(qv, quarter)), quarter), full(W))), line)
                          for h in range(2)]
-    evict: list[Stmt] = [ir.Copy(View(rows, (full(2 * K), full(quarter), a(h), full(W))), whole(accs[h]), line)
-                         for h in range(2)]
+    # the first quarter // 2 pairs of both phases on VectorE, the rest on ScalarE: two disjoint runs of the rows
+    # tile, so the engines evict side by side (one engine per phase interleaves their rows, whose writes then
+    # overlap as ranges and the dependence tracker ordered them; bf16 conv3x3same batch 1: the store 0.29 us
+    # sooner than with both phases on VectorE)
+    cut = quarter // 2
+    evict: list[Stmt] = []
+    for lo, n, scalar in ((0, cut, False), (cut, quarter - cut, True)):
+        for h in range(2 if n else 0):  # (a quarter of one pair: ScalarE alone)
+            dst = View(rows, (full(2 * K), sl(lo, n), a(h), full(W)))
+            src = View(accs[h], (full(2 * K), sl(lo, n), full(W)))
+            evict.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
     region = (a(b.var["n"]), full(K), b.y_at(1), full(2), full(b.p.band // 2), full(W))
     return [Alloc(rows, line=line)] + [Alloc(acc, zero=True, line=line) for acc in accs] + loop(
         qv, 2, moves, note="halves of the band", line=line) + evict + [

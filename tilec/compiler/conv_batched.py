@@ -1,0 +1,156 @@
+"""A batched matmul's out-channel tiles, for build_conv._ConvBuilder: the first tile peeled so the stationary's
+loads go with the moving band's (lead_tile, with_band), a contraction-major stationary loaded whole per batch index
+(w_per_image), and one output band holding every tile's slot (tiles_band, tile_slot_body). Functions of the builder
+`b`, as conv_pairs.py and conv_weights.py.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable
+
+from tilec.compiler import ir
+from tilec.compiler.build_util import a, drop_var, loop, map_aff, sl
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full
+from tilec.target import TARGETS
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
+
+
+# a batched matmul's output band of every out-channel tile (tiles_band) stays within an eighth of the smallest SBUF
+BAND_BUDGET = min(t.sbuf_usable for t in TARGETS.values()) // 8
+# a DMA's contiguous runs shorter than this cost more in descriptors than in bytes on the model (a descriptor's 14 ns
+# is 322 B at one engine's 23 B/ns): a contraction-major stationary of such tiles is loaded whole (w_per_image)
+DMA_RUN_BYTES = 512
+
+
+def lead_tile(b: _ConvBuilder, part: Callable[[str | None, int], list[Stmt]], note: str) -> list[Stmt] | None:
+    """A batched matmul's loop over out-channel tiles with its first tile peeled, so that the stationary's loads
+    for tile 0 are issued with the moving band's instead of after them: the `hoist` pass lifts the band, shared
+    by every tile, out of the tile loop, ahead of tile 0's stationary on the same DMA queues, and TensorE waited
+    for the whole band before its first matmul (bmm f32 batch 1: the first matmul at 1.73 us, B's four band
+    loads first). When both are one loop over the contraction tiles (A by DMA transposes, B's band by DMA) the
+    two loops become one, tile k of A then tile k of B, and the first matmul waits for one of each; otherwise
+    A's loads go first (bmm bf16 batch 1 18.0 -> 17.6 us), unless the band is more than DMAs (B^T transposed
+    on TensorE: that chain, not A's loads, leads). The remaining tiles loop from tile 1 and read the band
+    already loaded (as does a ragged plan's last, partial tile, which loaded its own copy before). A stationary
+    of the whole batch index (w_per_image) is loaded with the band in one block before the tile loop, nothing
+    peeled. None when the plan has no whole tile, the stationary is not prepared per tile or per batch index, or
+    the band is pinned in the tile loop."""
+    kv = b.var["k"]
+    if b.KT < 1 or b.p.hoist_w != "k" or b.src_chip is not None:
+        return None
+    body = part(kv, b.p.tile_k)
+    w_label, x_label = load_labels(b)
+    blocks = [s for s in body if isinstance(s, ir.Block) and s.label in (w_label, x_label)]
+    if [b.label for b in blocks] != [w_label, x_label] or blocks[1].pin or kv in block_vars(blocks[1]) \
+            or not all(isinstance(x, (Alloc, ir.Loop, Dma)) or isinstance(x, ir.Transpose) and x.engine == "dma"
+                       for x in ir.walk(blocks[1].body)):
+        return None  # (a band transposed on TensorE: its chain, not A's loads, leads; bmm_bt f32 batch 1 +1 us)
+    band0 = blocks[1]
+    if kv not in block_vars(blocks[0]):  # the stationary of the whole batch index (w_per_image): both
+        # loaded in one block before the tile loop, which the partial tile of a ragged plan follows
+        def others(stmts: list[Stmt]) -> list[Stmt]:
+            return [s for s in stmts if not (isinstance(s, ir.Block) and s.label in (w_label, x_label))]
+        out = [with_band(b, blocks[0], band0)] + loop(kv, b.KT, others(body), note=note, line=b.L["k"])
+        return out + (others(part(None, b.KR)) if b.KR else [])
+    first: list[Stmt] = []
+    for s in drop_var(tuple(body), kv):
+        if isinstance(s, ir.Block) and s.label == x_label:
+            continue
+        first.append(with_band(b, s, band0) if isinstance(s, ir.Block) and s.label == w_label else s)
+    rest = [s for s in body if s is not blocks[1]]
+
+    def next_tile(x: ir.Aff) -> ir.Aff:  # tile i_t + 1
+        return ir.Aff(x.terms, x.const + sum(t.coef for t in x.terms if t.var == kv))
+    out = first
+    if b.KT > 1:
+        out += loop(kv, b.KT - 1, map_aff(tuple(rest), next_tile), note=f"{note}, from tile 1",
+                    line=b.L["k"])
+    if b.KR:  # the partial tile reads the band loaded with tile 0
+        out += [s for s in part(None, b.KR) if not (isinstance(s, ir.Block) and s.label == x_label)]
+    return out
+
+
+def load_labels(b: _ConvBuilder) -> tuple[str, str]:
+    """The labels of out_band's load blocks: the stationary (per out-channel tile, or of the batch index), the
+    moving band."""
+    w = f"{b.words['w']} of this batch index, every {b.words['k_tile']}" if w_per_image(b) else \
+        f"{b.words['w']} for this {b.words['k_tile']}"
+    return w, f"{b.words['x']}: all contraction tiles, shared by every output tile"
+
+
+def w_per_image(b: _ConvBuilder) -> bool:
+    """A batched matmul's contraction-major stationary (A^T B: A[n] stored [k, i]) loaded whole per batch
+    index, in the layout of a resident stationary (`hoist A, root`: every out-channel tile's columns), instead
+    of one out-channel tile at a time: its rows in HBM are then M elements long, not one tile's (bf16 M = 256:
+    512-byte runs instead of 256, half the descriptors: bmm_at bf16 batch 8 34.25 -> 32.1 us). Only within an
+    eighth of SBUF (BAND_BUDGET), for plans with the batch index outside the out-channel tiles (tiles_band), when
+    one tile's rows are shorter than DMA_RUN_BYTES (fp32 tiles of 128 are not: bmm_at f32 batch 8 50.7 -> 50.9
+    us), from batch 2 on and for at most two tiles: tile 0's last matmul waits for every tile's columns of A
+    (bf16 1 x 512 x 1024 x 512: 27.2 -> 28.0 us, batch 2 34.4 -> 35.0)."""
+    op = b.op
+    if not (op.w_batch and op.w_layout == "ck" and b.p.hoist_w == "k" and b.o_tiles is not None
+            and op.groups == 1 and b.fold == 1 and b.pair == 1 and b.dup == 1 and b.N > 1
+            and b.KTB <= 2):
+        return False
+    item = DTYPE_BYTES[b.hbm[op.w].dtype]
+    return b.p.tile_k * item < DMA_RUN_BYTES and b.CTB * b.K * b.R * b.S * item <= BAND_BUDGET
+
+
+def block_vars(b: Stmt) -> set[str]:
+    found: set[str] = set()
+
+    def fn(x: ir.Aff) -> ir.Aff:
+        found.update(x.vars())
+        return x
+    map_aff(b, fn)
+    return found - {s.var for s in ir.walk((b,)) if isinstance(s, ir.Loop)}
+
+
+def with_band(b: _ConvBuilder, w: ir.Block, x: ir.Block) -> ir.Block:
+    """Tile 0's stationary loads and the band's as one block: the two loops over the contraction tiles zipped
+    when both blocks are allocations and one such loop, else the stationary's loads first."""
+    def parts(b: ir.Block) -> tuple[list[Stmt], list[ir.Loop]]:
+        return [s for s in b.body if isinstance(s, Alloc)], [s for s in b.body if isinstance(s, ir.Loop)]
+    (wa, wl), (xa, xl) = parts(w), parts(x)
+    label = f"{w.label}, interleaved with {x.label}" if w_per_image(b) else \
+        f"{b.words['w']} for {b.words['k_tile']} 0, interleaved with {x.label}"
+    if len(wa) + len(wl) != len(w.body) or len(xa) + len(xl) != len(x.body) or len(wl) != 1 or len(xl) != 1 \
+            or (wl[0].var, wl[0].extent) != (xl[0].var, xl[0].extent):
+        return ir.Block(label, w.body + x.body, w.line, hoist=True)
+    zipped = replace(wl[0], body=wl[0].body + xl[0].body, note=f"{wl[0].note}, and that tile of {b.op.x}")
+    return ir.Block(label, tuple(wa + xa) + (zipped,), w.line, hoist=True)
+
+
+def tiles_band(b: _ConvBuilder, i: int) -> Buf | None:
+    """A batched matmul's output band for every out-channel tile of one batch index, allocated outside the loop
+    over tiles (level i of the plan's order), each tile evicted into its slot and stored from it. One band per
+    tile instead rotates through two buffers, and a band is rewritten only once its store is acknowledged
+    (DMA latency + transfer + HBM write acknowledgement, ~2 us on the model): at 16-bit that cycle, not the
+    DMA bytes, set the pace (batch 8: 34.8 -> 31.7 us). None for anything else (convolutions, fused epilogues,
+    several row or column bands, k outside n, bands over an eighth of SBUF)."""
+    op, p = b.op, b.p
+    if not (op.w_batch and b.NB == 1 and b.NXB == 1 and b.pair == 1 and not b.halves
+            and b.dup == 1 and b.dst_chip is None and not op.pool and not op.residual
+            and "n" in p.order[:i] and b.wy == b.wx == 1):
+        return None
+    dt = b.hbm[op.out].dtype
+    shape = (b.PK, b.KTB, p.band, b.BX)
+    if b.KTB * p.band * b.BX * DTYPE_BYTES[dt] > BAND_BUDGET:
+        return None
+    return Buf(b.fresh(f"{op.out}_{b.words['out_buf']}"), "sbuf", dt, shape)
+
+
+def tile_slot_body(b: _ConvBuilder, line: int) -> list[Stmt]:
+    """The accumulation groups of one out-channel tile evicted into its slot of the batch index's band
+    (tiles_band), then the slot stored: one store per tile, issued as soon as the tile is evicted."""
+    p, V, ob = b.p, b.var, b.o_tiles
+    assert ob is not None
+    group = loop(V["g"], b.G, loop(V["x"], b.XT, b.group(),
+                                      note=f"{b.T['x']} (tiles of {b.cn['x']})", line=b.L["x"]),
+                 note=f"{b.T['y']} (groups of {b.cn['rows']} rows in the band)", line=b.L["y"])
+    store = Dma(View(b.o4, (a(V["n"]), sl(b.k_start(b.kv), b.ks), full(p.band), full(b.BX))),
+                View(ob, (b.part(b.ks, p.tile_k), b.tile_index(b.kv, b.KT), full(p.band),
+                          full(b.BX))), line)
+    return group + [store]

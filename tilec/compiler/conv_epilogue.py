@@ -1,0 +1,175 @@
+"""A convolution's fused epilogue, for build_conv._ConvBuilder: the eviction's bias and relu, the roundings of the
+narrow intermediates a fusion skips, a residual add (from its own band or the producer's band copies) and the ResNet
+block's final relu (per band on ScalarE, or per group on VectorE), and a conv chain's on-chip image: its rows and
+its store. Functions of the builder `b`, as conv_pairs.py and conv_weights.py.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tilec.compiler import conv_pairs, ir
+from tilec.compiler.build_util import a, pool_epilogue, sl, term
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full, whole
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
+
+
+def relu_per_band(b: _ConvBuilder) -> bool:
+    """A residual block's final relu (`Y = relu(conv + S)`) run once over the whole row-pair band before its
+    store, instead of in place after each group's add: ScalarE, in order, then waited for VectorE's add of
+    every group before it could evict the next group's accumulator, which left TensorE idle (bf16 ResNet block
+    batch 8: 79.03 -> 77.67 us). The store is on ScalarE's trigger stream either way (its producer)."""
+    return bool(b.op.residual and b.op.post_relu and b.pair > 1 and not b.phased
+                and not b.halves and b.dst_chip is None and b.o_tiles is None
+                and not relu_on_vector(b))
+
+
+def relu_on_vector(b: _ConvBuilder) -> bool:
+    """A row-pair residual block's final relu as max(x, 0) on VectorE right after each group's add, not once
+    per band on ScalarE (relu_per_band): the band's store then follows VectorE's last pass of 0.21 us instead
+    of ScalarE's 0.74 us over the band, and is triggered from VectorE's stream, which carries no other DMA
+    since the residual is read from the first conv's band copies (conv_chain.skip_from_bands; conv17 measured
+    this relu worse while the residual's loads were on that stream). bf16 ResNet block: batch 1 18.76 ->
+    16.5 us, batch 8 74.57 -> 72.3 (with the prologue's changes). 16-bit outputs only: an fp32 max has no
+    VectorE performance mode (generated/resnet_block.py, f32 16x16: 26.27 -> 26.32 us with it)."""
+    return bool(b.op.residual and b.op.post_relu and b.pair > 1 and not b.phased
+                and DTYPE_BYTES[b.hbm[b.op.out].dtype] == 2
+                and not b.halves and b.dst_chip is None and b.o_tiles is None
+                and b.skip_bands is not None)
+
+
+def band_relu(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
+    return [Act(whole(ob), whole(ob), "relu", None, 1.0, b.L["relu"])] if relu_per_band(b) else []
+
+
+def chip_rows(b: _ConvBuilder, first: "ir.Aff", size: int) -> tuple:
+    """The on-chip image's region (this out-channel part; output rows first.. and every column) of dst_chip."""
+    chip = b.dst_chip
+    assert chip is not None and b.pair == 1 and b.wy == b.wx == 1
+    return (b.part(b.ks, b.p.tile_k), b.tile_index(b.kv, b.KT), sl(first.plus(-chip.row0), size))
+
+
+def chip_store(b: _ConvBuilder) -> list[Stmt]:
+    """The band of T also stored to HBM from the on-chip image (T is an output or read by another op)."""
+    chip = b.dst_chip
+    assert chip is not None
+    if not chip.store:
+        return []
+    if chip.paired:  # each row phase from its copy of the image to every other row of the output
+        out: list[Stmt] = []
+        for half in range(2):
+            h = half ^ b.swap
+            at = b.y_at(b.p.band // 2).plus((h - chip.row0 - half) // 2)
+            src = View(chip.buf, (sl(half * b.K, b.K), a(0), sl(at, b.p.band // 2),
+                                  sl(-chip.col0, b.Wo)))
+            out.append(Dma(View(b.o4, out_region(b, h)), src, b.line))
+        return out
+    if b.dup > 1:  # copy 0 holds T unshifted
+        first = b.y_at(b.p.band).plus(-chip.row0)
+        return [Dma(View(b.o4, out_region(b)), View(chip.buf, (sl(0, b.K), a(0), sl(first, b.p.band),
+                                                                      sl(-chip.col0, b.Wo))), b.line)]
+    band = chip_rows(b, b.y_at(b.p.band), b.p.band) + (sl(-chip.col0, b.Wo),)
+    return [Dma(View(b.o4, out_region(b)), View(chip.buf, band), b.line)]
+
+
+def out_region(b: _ConvBuilder, phase: int = 0) -> tuple:
+    """The output band's region of an [N, K, rows, columns] HBM tensor (with row pairs: the rows of one phase)."""
+    p, V = b.p, b.var
+    rows = sl(b.y_at(p.band // b.wy), p.band // b.wy) if b.pair == 1 else \
+        sl(b.y_at(p.band).plus(phase), p.band // 2, 2)
+    return (a(V["n"]), sl(b.k_start(b.kv), b.ks), rows,
+            sl(a(term(V["xb"], b.BX // b.wx)), b.BX // b.wx))
+
+
+def residual_band(b: _ConvBuilder) -> list[Stmt]:
+    op, p = b.op, b.p
+    assert op.residual is not None
+    rb = Buf(b.fresh(f"{op.residual}_skip"), "sbuf", b.hbm[op.residual].dtype, b.o_band.shape)
+    b.r_band = rb
+    line = b.L["residual"]
+    if b.halves:
+        return [Alloc(rb, line=line), Dma(whole(rb), View(b.s6, conv_pairs.halves_region(b)), line)]
+    if b.pair > 1:
+        return [Alloc(rb, line=line), Dma(whole(rb), conv_pairs.rows_view(b, b.s5), line)]
+    return [Alloc(rb, line=line),
+            Dma(View(rb, (b.part(b.ks, p.tile_k), full(rb.shape[1]), full(rb.shape[2]))),
+                View(b.s4, out_region(b)), line)]
+
+
+def epilogue_to(b: _ConvBuilder, dst: View, acc: View, kp) -> list[Stmt]:
+    """acc's partitions kp evicted (bias, relu, narrow roundings, pool or residual) into dst."""
+    p, line, op = b.p, b.line, b.op
+    func = "relu" if op.relu else "copy"
+    bias = View(b.bias_col, (kp, sl(b.tile_index(b.kv, b.KT), 1))) \
+        if op.bias and op.bias_role == "k" else None
+    narrow = narrow_intermediates(b)
+    if op.residual:
+        return add_residual(b, dst, acc, func, bias, narrow)
+    if not op.pool and not narrow:
+        return b.evict(dst, acc, func, bias)
+    assert acc.idx == (kp, full(p.rows), full(p.tile_x)) and acc.buf.shape == (b.PK, p.rows, p.tile_x)
+    out, src = evict_rounded(b, acc, func, bias, narrow)  # (relu commutes with the roundings)
+    if not op.pool:
+        return out + [ir.Copy(dst, src, line)]
+    return out + pool_epilogue(src, dst, b.wy, b.wx, op.pool.op, op.pool.scale,
+                               lambda axis: b.fresh(f"{op.out}_pool_{axis}" + ("" if b.kv else "_rest")),
+                               b.L["pool"])
+
+
+def add_residual(b: _ConvBuilder, dst: View, acc: View, func: str, bias: View | None,
+                 narrow: list[tuple[str, str]]) -> list[Stmt]:
+    """dst = [relu](evicted acc + S): the add reads PSUM directly (VectorE) when nothing comes before it, else
+    the evicted (and rounded) tile; a final relu runs in place on ScalarE."""
+    line = b.L["residual"]
+    res = residual_view(b, dst)
+    out: list[Stmt] = []
+    if func == "copy" and bias is None and not narrow and b.op.scale == 1.0:
+        src = acc
+    else:
+        out, src = evict_rounded(b, acc, func, bias, narrow)
+    out.append(Binary(dst, src, res, "add", line))
+    if relu_on_vector(b):
+        # max(x, 0) on VectorE after its add, per group (relu_on_vector)
+        return out + [Scalar(dst, dst, "maximum", 0.0, b.L["relu"])]
+    relu = b.op.post_relu and not relu_per_band(b)  # (else once over the band: band_relu)
+    return out + ([Act(dst, dst, "relu", None, 1.0, b.L["relu"])] if relu else [])
+
+
+def residual_view(b: _ConvBuilder, dst: View) -> View:
+    """The residual's elements added into dst: its band (residual_band), or the producer's band copies of X
+    (conv_chain.skip_from_bands): output pair i of phase h is band row 2i - oy of copy h (copy 1 one row
+    further), the same partitions (h*K + k) and columns."""
+    if b.skip_bands is None:
+        return View(b.r_band, dst.idx)
+    kp, rows, cols = dst.idx
+    assert isinstance(rows, ir.Sl) and rows.step == 1
+    start = ir.Aff(tuple(ir.Term(t.var, 2 * t.coef) for t in rows.start.terms), 2 * rows.start.const - b.skip_oy)
+    return View(b.skip_bands[b.yb[1]], (kp, a(0), sl(start, rows.size, 2), cols))
+
+
+def evict_rounded(b: _ConvBuilder, acc: View, func: str, bias: View | None, narrow: list[tuple[str, str]]
+                  ) -> tuple[list[Stmt], View]:
+    """acc evicted (func, bias) into an SBUF tile and rounded to each skipped store's dtype in turn; the first
+    rounding is the eviction's own output conversion (the activation computes in fp32 and rounds once as it
+    writes: the same value as an fp32 tile copied to that dtype; bf16 ResNet block: one VectorE pass fewer per
+    group), except where the eviction goes on in place (a clamp, a row bias), which keeps an fp32 tile."""
+    shape = acc.buf.shape
+    direct = narrow and b.op.clamp is None and not (b.op.bias and b.op.bias_role == "x")
+    name, dtype = narrow[0] if direct else (f"{b.op.name}_act", "f32")
+    ev = Buf(b.fresh(f"{name}_{dtype}" if direct else name), "sbuf", dtype, shape)
+    src = View(ev, acc.idx)
+    out: list[Stmt] = [Alloc(ev, line=b.line)] + b.evict(src, acc, func, bias)
+    for name, dtype in narrow[1:] if direct else narrow:  # the stores the fusion skips round to their dtypes
+        tile = Buf(b.fresh(f"{name}_{dtype}"), "sbuf", dtype, shape)
+        out += [Alloc(tile, line=b.line), ir.Copy(View(tile, acc.idx), src, b.line)]
+        src = View(tile, acc.idx)
+    return out, src
+
+
+def narrow_intermediates(b: _ConvBuilder) -> list[tuple[str, str]]:
+    """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores (the conv's own tensor,
+    a relu's), in program order: each store rounds to its dtype in the program's meaning."""
+    op = b.op
+    chain = [n for n in (op.name,) + tuple(op.fused) if n != op.out]
+    return [(n, b.hbm[n].dtype) for n in dict.fromkeys(chain) if n in b.hbm and b.hbm[n].dtype != "f32"]
