@@ -177,7 +177,8 @@ def reduce_costs(op: PoolOp, x: str, tmp: str, out: str, rows: int, n: int, wo: 
     taps = sum(g.size * len(g.taps) for g in xsegs if len(g.taps) > 1)
     many = sum(len(g.taps) > 1 for g in xsegs) - (paired_ends(xsegs) is not None)  # (the ends: one reduce)
     sy = op.window.stride[0] if op.window is not None else 1
-    tt = _split(prm, rows, n, wo, wx, wy, sy, tmp, out, lambda cut: (wx - 1) * (cx * cut * wo + sv) / vghz)
+    combined = sum(g.size * (len(g.taps) - 1) for g in xsegs)  # per row: each output's taps but one
+    tt = _split(prm, rows, n, wo, wx, wy, sy, tmp, out, lambda cut: (cx * cut * combined + (wx - 1) * sv) / vghz)
     red = _split(prm, rows, n, wo, wx, wy, sy, tmp, out,
                  lambda cut: (cut * taps * (0.5 if fast else 1) + many * sv) / vghz)
     return tt[0], red[0], red[1], red[2] / n
