@@ -110,6 +110,11 @@ class Target:
     # TensorE transpose mode (NC-v3+): nc_transpose on TensorE and nc_matmul(is_transpose=True) move the data
     # bit-exactly (NaN/Inf kept), 16-bit input stays 16-bit in PSUM, fp32 runs 2x faster than an fp32 matmul [ARCH3]
     transpose_mode: bool = False
+    # free dimensions of one engine operand's access pattern per partition, after merging contiguous ones: "up to
+    # four-dimensional arrays" (v2.32.0 nki/deep-dives/nki-aps.rst, "Hardware Capability"; nki-spec §1.6, ARCH2);
+    # any signed stride, so windows may overlap (the NKI 0.1 max-pool example `in_tile[i_0, P*i_1 + i_2, P*i_3 +
+    # i_4]`, v2.26.1 nki/examples/index-case-3.py)
+    ap_free_dims: int = 4
 
     @property
     def sbuf_usable(self) -> int:

@@ -14,7 +14,7 @@ import re
 import jinja2
 
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Identity, Kernel, Loop, Matmul, Reduce,
-                               Reshape, Scalar, Sl, Stmt, Transpose, View)
+                               Reshape, Scalar, Sl, Stmt, Transpose, View, window_axes)
 from tilec.compiler.names import sanitised, unique
 from tilec.errors import InternalError
 from tilec.lang.functions import ACTIVATIONS, FUNCTIONS
@@ -170,9 +170,14 @@ class _ViewModel:
                     "extra": (", reverse0=True" if s.reverse else "") + self.engine(s.engine)}
         if isinstance(s, Reduce) and s.op in STATS_OPS:  # VectorE's mean / variance pair (mean_var.py)
             return {**base, "kind": s.op, "src": self.view(s.src)}
+        if isinstance(s, Reduce) and s.window:  # the windows' axis, the last of the window access pattern
+            pre: list[str] = []
+            src = self.window_view(s.src, s.window, s.dst.shape(), pre)
+            return {**base, "kind": "reduce", "src": src, "op": ALU[s.op], "pre": pre,
+                    "axis": str(len(s.dst.shape())), "keepdims": "False"}
         if isinstance(s, Reduce):  # the free axes of a 2-D tile (keepdims leaves the (P, 1) column), or the last
             last = len(s.dst.shape()) == len(s.src.shape()) - 1  # axis of a (P, G, F) tile into (P, G)
-            return {**base, "kind": "reduce", "src": self.view(s.src), "op": ALU[s.op],
+            return {**base, "kind": "reduce", "src": self.view(s.src), "op": ALU[s.op], "pre": [],
                     "axis": "2" if last else "1", "keepdims": str(not last)}
         raise TypeError(type(s).__name__)
 
@@ -268,6 +273,33 @@ class _ViewModel:
                 a = sliced.index(n)
                 walk = f"nl.arange({i.size})[{', '.join(':' if b == a else 'None' for b in range(free + 1))}]"
                 idx.append(walk if not i.start.terms and i.start.const == 0 else f"{self.aff(i.start)} + {walk}")
+        return f"{self.names(v.buf.name)}[{', '.join(idx)}]"
+
+    def window_view(self, v: View, window: tuple[int, ...], out: tuple[int, ...], pre: list[str]) -> str:
+        """The access pattern of a window Reduce (ir.window_shape) as an advanced index over an nl.mgrid (NKI 0.1
+        spec §1.6; the max-pool example of v2.26.1 nki/examples/index-case-3.py): a grid axis per axis of the
+        result `out` plus one for the taps, each sliced axis walked by its grid axis, the last by two,
+        `start + step * i_o + i_k`, so windows overlap when step < taps: X_band[i0, 1 + i1, 2 * i2 + i3] over
+        `i0, i1, i2, i3 = nl.mgrid[0:128, 0:9, 0:55, 0:3]`."""
+        slices = [n for n, i in enumerate(v.idx) if isinstance(i, Sl)]
+        axes = window_axes(v, window, out)
+        if axes is None or any(v.idx[n].step != 1 for n in slices):  # type: ignore[union-attr]
+            raise InternalError(f"window {window} of {v.buf.name} {v.shape()} into {out}")
+        grid = [self.names(f"i{a}", "grid") for a in range(len(out) + 1)]
+        pre.append(f"{', '.join(grid)} = nl.mgrid[{', '.join(f'0:{n}' for n in (*out, window[1]))}]")
+        walks = {w: grid[d] for d, w in enumerate(axes) if w is not None}  # window axis -> its grid axis
+        idx = []
+        for n, i in enumerate(v.idx):
+            if isinstance(i, Aff):
+                idx.append(self.aff(i))
+                continue
+            a = slices.index(n)
+            terms = [walks[a]] if a in walks else []
+            if n == slices[-1]:
+                terms = [f"{window[0]} * {t}" if window[0] != 1 else t for t in terms] + [grid[-1]]
+            if i.start.terms or i.start.const:
+                terms.insert(0, self.aff(i.start))
+            idx.append(" + ".join(terms) or "0")
         return f"{self.names(v.buf.name)}[{', '.join(idx)}]"
 
     def dma_view(self, v: View, pre: list[str]) -> str:

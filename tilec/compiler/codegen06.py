@@ -17,7 +17,7 @@ The same scheduled IR renders through `tilec/templates/nki06/`; what changes is 
 from __future__ import annotations
 
 from tilec.compiler.codegen import STATS_OPS, Compute, _ViewModel
-from tilec.compiler.ir import Alloc, Loop, Matmul, Reduce, Sl, Stmt, Transpose, View
+from tilec.compiler.ir import Alloc, Loop, Matmul, Reduce, Sl, Stmt, Transpose, View, window_axes
 from tilec.compiler.verify import disjoint, static_box
 from tilec.errors import InternalError
 
@@ -73,6 +73,8 @@ class ViewModel06(_ViewModel):
 
     def compute(self, s: Compute, tag: str) -> dict:
         out = super().compute(s, tag)
+        if isinstance(s, Reduce) and s.window:
+            return out
         if isinstance(s, Reduce) and s.op not in STATS_OPS:
             rank = len(_shape(s.src))
             if rank < 2:
@@ -102,6 +104,19 @@ class ViewModel06(_ViewModel):
         [-1, F]], offset=F - 1)`, the partition pair first and contiguous, a free pair with a negative step (an
         engine access pattern's free strides are signed [ARCH, nki-aps])."""
         pattern, offset = self._ap(v)
+        return f"{self.names(v.buf.name)}.ap(pattern={pattern}, offset={' + '.join(offset) or 0})"
+
+    def window_view(self, v: View, window: tuple[int, ...], out: tuple[int, ...], pre: list[str]) -> str:
+        """The access pattern of a window Reduce (ir.window_shape) as `.ap()` on its tile: a [step, count] pair
+        per axis of the result `out` (the partition pair first), then [1, taps]; the windows' axis steps by the
+        window's step times the columns' stride, overlapping when step < taps (v2.32.0 nki/deep-dives/nki-aps.rst:
+        any [step, num] per free dimension, up to four of them)."""
+        pairs, offset = self._ap(v)
+        axes = window_axes(v, window, out)
+        if axes is None or pairs[-1][0] != 1:
+            raise InternalError(f"window {window} of {v.buf.name} {v.shape()} into {out}")
+        steps = [p[0] for p in pairs[:-1]] + [window[0]]  # (window_shape's axes but the taps)
+        pattern = [[steps[w], n] if w is not None else [1, 1] for w, n in zip(axes, out)] + [[1, window[1]]]
         return f"{self.names(v.buf.name)}.ap(pattern={pattern}, offset={' + '.join(offset) or 0})"
 
     def _ap(self, v: View) -> tuple[list[list[int]], list[str]]:

@@ -23,6 +23,9 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
                                                      a (P, 1) column, one scalar per partition; reverse: value op src
            | Reduce(dst, src, op)                     dst (P, 1) = op over the free elements of src (tensor_reduce);
                                                      op bn_stats / bn_aggr: VectorE's mean and variance pair
+           | Reduce(dst, src, op, window=(step, taps))  a window reduction: dst[.., o] = op over k < taps of
+                                                     src[.., o*step + k] (src's last axis read through an
+                                                     overlapping access pattern; printed `window taps/step`)
            | Identity(dst)                           dst (SBUF, n x n) = I, built on chip: a memset to 1, then an
                                                      affine_select keeping partition p == column f (GpSimdE)
            | Block(label, body, hoist, pin)          a named group of statements (one phase of a kernel); a
@@ -230,6 +233,39 @@ class Reduce:
     # the mean and the variance)
     op: str
     line: int = 0
+    # (step, taps): a window reduction along src's last axis (see `window_shape`); () = the plain reduction above
+    window: tuple[int, ...] = ()
+
+
+def window_shape(src: View, window: tuple[int, ...]) -> tuple[int, ...]:
+    """The access pattern a window Reduce reads: src's shape with its last axis (o - 1) * step + taps elements long
+    read as (o, taps), element [.., o, k] = src[.., o*step + k]: an affine window view `[p, .., o*step + k]` whose
+    windows overlap when step < taps (NKI 0.1 `t[i_p, i_r, s*i_o + i_k]` over nl.mgrid, 0.6 `.ap([[F, P], ..,
+    [s, O], [1, K]])`; docs/notes/pool18.md). () when the last axis is not such a span."""
+    step, taps = window
+    *rest, span = src.shape()
+    if step < 1 or taps < 1 or span < taps or (span - taps) % step:
+        return ()
+    return (*rest, (span - taps) // step + 1, taps)
+
+
+def window_axes(src: View, window: tuple[int, ...], out: tuple[int, ...]) -> list[int | None] | None:
+    """For each axis of `out` (a window Reduce's dst shape, which may have dropped or kept unit axes: the squeeze
+    pass) the axis of window_shape(src, window) it walks (None: a unit axis of its own); None if they do not match."""
+    shape = window_shape(src, window)[:-1]
+    axes: list[int | None] = []
+    w = 0
+    for n in out:
+        while w < len(shape) and shape[w] == 1 and n != 1:
+            w += 1
+        if w < len(shape) and shape[w] == n:
+            axes.append(w)
+            w += 1
+        elif n == 1:
+            axes.append(None)
+        else:
+            return None
+    return axes if all(n == 1 for n in shape[w:]) else None
 
 
 @dataclass(frozen=True)
@@ -323,7 +359,8 @@ def _stmt_head(s: Stmt) -> str:
         args = f"{value}, {fmt_view(s.src)}" if s.reverse else f"{fmt_view(s.src)}, {value}"
         return f"{s.op}{_on(s.engine)} {fmt_view(s.dst)} <- {args}"
     if isinstance(s, Reduce):
-        return f"reduce.{s.op} {fmt_view(s.dst)} <- {fmt_view(s.src)}"
+        window = f" window {s.window[1]}/{s.window[0]}" if s.window else ""
+        return f"reduce.{s.op} {fmt_view(s.dst)} <- {fmt_view(s.src)}{window}"
     if isinstance(s, Identity):
         return f"identity {fmt_view(s.dst)}"
     raise TypeError(type(s).__name__)

@@ -10,7 +10,7 @@ from tilec.compiler import build_util
 from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.ir import whole
 from tilec.compiler.ops import PoolOp
-from tilec.compiler.pool_segments import border_copies, eviction_runs, segments
+from tilec.compiler.pool_segments import border_copies, eviction_runs, paired_ends, segments
 from tilec.target import target as get_target
 
 
@@ -156,6 +156,54 @@ def vector_share(src: str, dst: str) -> float:
     t = get_target()
     vector = t.vector_ghz * (2 if src in ("f16", "bf16") and dst in ("f16", "bf16") else 1)
     return vector / (vector + t.gpsimd_ghz)
+
+
+def reduce_costs(op: PoolOp, x: str, tmp: str, out: str, rows: int, n: int, wo: int,
+                 xsegs: list, y_pass: bool) -> tuple[float, float, int, float]:
+    """A band's two passes from SBUF (rows x wo outputs along x, n x wo along y) as the busiest engine's time (ns)
+    in two forms, from the model's costs (tilec/perf/costs.py, params.py), each at its best cut of the pass along
+    x's input rows (VectorE the first ones, GpSimdE's tensor_tensor combines the others) and of the pass along y's
+    output rows: (the tensor_tensor form: VectorE combines its rows too; the window form: VectorE's rows as one
+    tensor_reduce per segment of outputs over a window access pattern (VectorE only [NISA]: N_in cycles, N_in / 2
+    for bf16 -> bf16 add and max, N_in the elements read, each window's taps); the window form's cut of the pass
+    along x, and VectorE's part of the pass along y). Each instruction pays its engine's static cycles; an engine's
+    part of the pass along y starts when the rows of the pass along x it reads are done (`_split`)."""
+    from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    wx, wy = op.pool.wx, op.pool.wy if y_pass else 1
+    vghz, sv = prm["vector_ghz"], prm["vector_static_cycles"]
+    cx = 1 if x in knobs.HALF and tmp in knobs.HALF else 2  # VectorE cycles per element of a combine
+    fast = x == tmp == "bf16" and op.pool.op in ("add", "maximum")
+    taps = sum(g.size * len(g.taps) for g in xsegs if len(g.taps) > 1)
+    many = sum(len(g.taps) > 1 for g in xsegs) - (paired_ends(xsegs) is not None)  # (the ends: one reduce)
+    sy = op.window.stride[0] if op.window is not None else 1
+    combined = sum(g.size * (len(g.taps) - 1) for g in xsegs)  # per row: each output's taps but one
+    tt = _split(prm, rows, n, wo, wx, wy, sy, tmp, out, lambda cut: (cx * cut * combined + (wx - 1) * sv) / vghz)
+    red = _split(prm, rows, n, wo, wx, wy, sy, tmp, out,
+                 lambda cut: (cut * taps * (0.5 if fast else 1) + many * sv) / vghz)
+    return tt[0], red[0], red[1], red[2] / n
+
+
+def _split(prm: dict, rows: int, n: int, wo: int, wx: int, wy: int, sy: int, tmp: str, out: str,
+           vec_x_ns) -> tuple[float, int, int]:
+    """(time, VectorE's input rows of the pass along x, its output rows of the pass along y) of the best cuts, with
+    VectorE's part of the pass along x costing vec_x_ns(rows), GpSimdE's 2 cycles per element."""
+    gghz, vghz = prm["gpsimd_ghz"], prm["vector_ghz"]
+    sv, sg = prm["vector_static_cycles"], prm["gpsimd_static_cycles"]
+    cy = 1 if tmp in knobs.HALF and out in knobs.HALF else 2
+    best = (float("inf"), rows, 0)
+    for cut in range(1, rows + 1):  # input rows of the pass along x on VectorE
+        vec_x = vec_x_ns(cut)
+        gps_x = (wx - 1) * (2 * (rows - cut) * wo + sg) / gghz if cut < rows else 0
+        for rv in range(n + 1) if wy > 1 else [0]:  # output rows of the pass along y on VectorE
+            # each engine's pass along y starts when the rows it reads are done: VectorE's (0..rv) need GpSimdE's
+            # rows of the pass along x if they read past the cut, GpSimdE's (rv..n) VectorE's if they read before it
+            v0 = max(vec_x, gps_x) if rv and (rv - 1) * sy + wy > cut else vec_x
+            g0 = max(gps_x, vec_x) if rv < n and rv * sy < cut else gps_x
+            vec = v0 + ((wy - 1) * (cy * rv * wo + sv) / vghz if rv else 0)
+            gps = g0 + ((wy - 1) * (2 * (n - rv) * wo + sg) / gghz if rv < n else 0)
+            best = min(best, (max(vec, gps), cut, rv))
+    return best
 
 
 def identity_ns(itemsize: int) -> float:

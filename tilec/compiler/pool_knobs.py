@@ -20,3 +20,5 @@ BLOCK_STORES = True  # blocks of rows stored once per block when the model's cos
 BLOCK_STORES_SBUF_PART = 8  # ...when the tile-wide output buffer takes at most this part of SBUF
 INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and its stores overlap (the stores to Y
 #                        are ordered, each one DMA latency after the last, so few and large)
+REDUCE = "auto"  # the pass along x from SBUF as window tensor_reduces on VectorE (pool_window.choose_reduce): "auto"
+#                 (the model's costs decide), "on" where possible, "off" (tests, measures)

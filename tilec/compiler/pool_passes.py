@@ -10,11 +10,12 @@ from typing import Callable
 from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import a
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Copy, Scalar, Sl, Stmt, View, full, whole
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Copy, Reduce, Scalar, Sl, Stmt, View, full, whole
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_costs import vector_share
-from tilec.compiler.pool_segments import Segment, within
+from tilec.compiler.pool_segments import Segment, paired_ends, within
 from tilec.compiler.schedule import PoolPlan
+from tilec.errors import InternalError
 
 
 @dataclass
@@ -61,6 +62,9 @@ class WindowPasses:
         self.taps = False  # TensorE sums the pass along x's taps into PSUM (16-bit sums; PsumChoice.taps)
         self.full_rows_n = 0  # output rows per band TensorE sums whole (with the taps; `full_block`)
         self.y_cut: int | None = None  # where the last split combine along y changed engines (combine_shared)
+        self.reduce_x = False  # the pass along x as window reductions on VectorE (reduce_pass; choose_reduce)
+        self.x_cut = 1.0  # ...over this part of a band's input rows, GpSimdE's combines over the rest
+        self.on_gpsimd = False  # every combine of the pass along x on GpSimdE (reduce_split)
         # blocks of output rows (few channel rows, not interleaved): each band writes its rows of one tile-wide output
         # buffer, stored once per block after the bands (`block_stores`)
         self.tile_out: Buf | None = None
@@ -130,6 +134,60 @@ class WindowPasses:
                 out += self.combine(src if alone is None else alone, dst, axis, seg, stride, shift)
             if final is not None:
                 out += [Copy(self._view(final, axis, g, 0, 1), self._view(dst, axis, g, 0, 1), line) for g in segs]
+        return out
+
+    def reduce_split(self, src: View, dst: View, segs: list[Segment], stride: int, shift: int, window: int,
+                     final: View | None = None) -> list[Stmt]:
+        """The pass along x with its first input rows (x_cut of them) as window reductions on VectorE
+        (reduce_pass), the others as GpSimdE's combines (window_pass on those rows)."""
+        rows = src.shape()[1]
+        cut = round(rows * self.x_cut)
+        out = self.reduce_pass(self._rows(src, 0, cut), self._rows(dst, 0, cut), segs, stride, shift,
+                               self._rows(final, 0, cut) if final is not None else None) if cut else []
+        if cut < rows:
+            self.on_gpsimd = True
+            out += self.window_pass(self._rows(src, cut, rows - cut), self._rows(dst, cut, rows - cut), 2, segs,
+                                    stride, shift, window,
+                                    final=self._rows(final, cut, rows - cut) if final is not None else None)
+            self.on_gpsimd = False
+        return out
+
+    @staticmethod
+    def _rows(v: View, r0: int, n: int) -> View:
+        idx = list(v.idx)
+        idx[1] = within(idx[1], r0, n, 1)
+        return View(v.buf, tuple(idx))
+
+    def reduce_pass(self, src: View, dst: View, segs: list[Segment], stride: int, shift: int,
+                    final: View | None = None) -> list[Stmt]:
+        """The pass along x as one VectorE tensor_reduce per segment of outputs over a window view of src's
+        columns (ir.Reduce.window: outputs o of the segment = op over taps k of column o * stride + k + its first
+        tap's column, the windows overlapping when stride < taps), every input row at once; fp32 inside, so a sum
+        writes `final` (16-bit Y) directly, rounded once."""
+        out: list[Stmt] = []
+        into = final if final is not None else dst
+        ends = paired_ends(segs)
+        if ends is not None:  # the two border outputs as one window of the same taps, `step` columns apart
+            left, right = ends
+            c0, c1 = (g.start * stride + g.taps[0] + shift for g in ends)
+            idx = list(src.idx)
+            idx[2] = within(idx[2], c0, c1 - c0 + len(left.taps), 1)
+            out.append(Reduce(self._pair(into, 2, left.start, right.start), View(src.buf, tuple(idx)),
+                              self.op.pool.op, self.op.line, (c1 - c0, len(left.taps))))
+            segs = [g for g in segs if g not in ends]
+        for g in segs:
+            if list(g.taps) != list(range(g.taps[0], g.taps[0] + len(g.taps))):
+                raise InternalError(f"window taps {g.taps} of a pool's segment are not contiguous")
+            target = self._view(into, 2, g, 0, 1)
+            if len(g.taps) == 1:  # a border's lone tap
+                out.append(self.edge_copy(target, self._view(src, 2, g, g.taps[0] + shift, stride)))
+                continue
+            first = g.start * stride + g.taps[0] + shift
+            span = (g.size - 1) * stride + len(g.taps)
+            idx = list(src.idx)
+            idx[2] = within(idx[2], first, span, 1)
+            out.append(Reduce(target, View(src.buf, tuple(idx)), self.op.pool.op, self.op.line,
+                              (stride, len(g.taps))))
         return out
 
     def counted_pass(self, src: View, dst: View, final: View, axis: int, segs: list[Segment], stride: int,
@@ -208,7 +266,9 @@ class WindowPasses:
             share = self.y_share
 
         engine = ""
-        if alone:
+        if self.on_gpsimd and axis == 2:  # GpSimdE's rows of a pass along x beside VectorE's reductions
+            share, engine = 0.0, "gpsimd"
+        elif alone:
             share = 1.0
         elif seg.size * dst.shape()[3 - axis] < knobs.SHARE_MIN:  # small: a second instruction's fixed cost dominates
             share, engine = 1.0, self.small_engine()

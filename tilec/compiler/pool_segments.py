@@ -93,3 +93,15 @@ def border_copies(segs: list[Segment], window: int) -> int:
         return 0
     start, size = max(ranges, key=lambda r: r[1])
     return (start > 0) + (start + size < n)
+
+
+def paired_ends(segs: list[Segment]) -> tuple[Segment, Segment] | None:
+    """The first and last segments of a pass when they are single border outputs with as many taps (two or more)
+    and the others all have more: one window reduction covers both (pool_passes.reduce_pass)."""
+    if len(segs) < 3:
+        return None
+    first, last = segs[0], segs[-1]
+    if first.size == last.size == 1 and len(first.taps) == len(last.taps) >= 2 and \
+            all(len(g.taps) > len(first.taps) for g in segs[1:-1]):
+        return first, last
+    return None

@@ -7,7 +7,7 @@ from tilec.compiler import ir, passes
 from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Buf, Copy, Dma, Sl, Stmt, View, full, whole
-from tilec.compiler.pool_costs import vector_share
+from tilec.compiler.pool_costs import reduce_costs, vector_share
 from tilec.compiler.pool_segments import Segment, at_value, clip, segments, shifted
 from tilec.compiler.pool_tensor import TensorPasses
 from tilec.compiler.schedule import sbuf_budget
@@ -20,6 +20,7 @@ class WindowPool(TensorPasses):
     def build(self) -> list[Stmt]:
         op, G = self.op, self.G
         self.choose_psum()
+        self.choose_reduce()
         ident = self.identity() if self.psum is not None else []
         tiles = self.B // self.plan.tile_b
         note, line = f"for {dict(op.vars)['b']} (channel rows, tiles of TILE_P)", op.line_of("b")
@@ -34,6 +35,23 @@ class WindowPool(TensorPasses):
             label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
         label += self.note
         return self.views + ident + [ir.Block(label, tuple(nest), op.line)]
+
+    def choose_reduce(self) -> None:
+        """Whether the pass along x (from SBUF) is window reductions on VectorE (reduce_pass), the pass along y then
+        shared at VectorE's part `y_share`: when the model's costs make a band's busiest engine faster that way
+        (pool_costs.reduce_costs; knob REDUCE)."""
+        op, w = self.op, self.w
+        if self.psum is not None or knobs.REDUCE == "off" or (op.pool.wx, w.stride[1], w.offset[1], self.Wo) == \
+                (1, 1, 0, self.W):
+            return
+        sy, wy = w.stride[0], op.pool.wy
+        rows, tmp = (self.OB - 1) * sy + wy, "f32" if op.pool.op == "add" else self.x3.dtype
+        xsegs = segments(self.Wo, w.offset[1], w.stride[1], op.pool.wx, self.W)
+        y_pass = (wy, sy, w.offset[0]) != (1, 1, 0)
+        tt, red, cut, share = reduce_costs(op, self.x3.dtype if not op.relu else "f32", tmp, self.o3.dtype, rows,
+                                           self.OB, self.Wo, xsegs, y_pass)
+        if knobs.REDUCE == "on" or red < tt:
+            self.reduce_x, self.x_cut, self.y_share = True, cut / rows, share if y_pass else None
 
     def peeled(self, tiles: int, note: str, line: int) -> list[Stmt]:
         """The partition-tile loop of a pool through PSUM with its first tile from SBUF (both passes shared between
@@ -203,6 +221,8 @@ class WindowPool(TensorPasses):
                     for part in parts:
                         out += self.window_pass(cur, dview, axis, part, stride, shift, window, final=final,
                                                 counted=counted)
+            elif axis == 2 and self.reduce_x:  # window reductions on VectorE, the last rows GpSimdE's combines
+                out += self.reduce_split(cur, dview, segs, stride, shift, window, final)
             elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
                 out += self.psum_x_pass(xb, cur, dst, segs, stride, shift, window, final)
             else:
@@ -231,6 +251,9 @@ class WindowPool(TensorPasses):
         op = self.op
         if self.psum is not None:  # each PSUM copy waits only for its own rows
             return [(r0, min(r0 + self.psum, rows)) for r0 in range(0, rows, self.psum)]
+        if self.reduce_x:  # the rows VectorE reduces first, then GpSimdE's
+            cut = round(rows * self.x_cut)
+            return [(0, cut), (cut, rows)] if 0 < cut < rows and self.split_loads else [(0, rows)]
         if (op.pool.wx, self.w.stride[1], self.w.offset[1], self.Wo) == (1, 1, 0, self.W) or \
                 rows * self.Wo < knobs.SHARE_MIN or op.relu or not self.split_loads:
             return [(0, rows)]

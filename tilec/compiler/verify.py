@@ -23,7 +23,8 @@ cannot express that on trn1/trn2: the limit is the tile's bytes (a 1024-column b
 from __future__ import annotations
 
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Buf, Copy, Dma, Identity, Kernel, Loop, Matmul, Reduce,
-                               Reshape, Scalar, Sl, Stmt, Transpose, View, views, walk)
+                               Reshape, Scalar, Sl, Stmt, Transpose, View, views, walk, window_axes,
+                               window_shape)
 from tilec.compiler.schedule import sbuf_budget
 from tilec.errors import InternalError
 from tilec.target import Target, target as get_target
@@ -153,10 +154,26 @@ class _Verifier:
                           "partitions (affine_select writes SBUF only)")
         if isinstance(s, Reduce) and s.op in ("bn_stats", "bn_aggr"):
             self.stats(s)
+        elif isinstance(s, Reduce) and s.window:
+            self.window_reduce(s)
         elif isinstance(s, Reduce) and not (len(s.src.shape()) == 2 and s.dst.shape() == (s.src.shape()[0], 1)
                                           or len(s.src.shape()) == 3 and s.dst.shape() == s.src.shape()[:2]):
             self.fail(f"tensor_reduce {s.src.buf.name} {s.src.shape()} -> {s.dst.buf.name} {s.dst.shape()} must "
                       f"fold a 2-D tile into a (P, 1) column, or the last axis of a (P, G, F) tile into (P, G)")
+
+    def window_reduce(self, s: Reduce) -> None:
+        """A window Reduce (ir.window_shape): src's last axis a whole number of windows long, dst its shape with
+        the windows' axis folded, an add/max/min, at most the target's free dimensions in the access pattern."""
+        shape = window_shape(s.src, s.window)
+        if not shape or s.op not in ("add", "maximum", "minimum"):
+            self.fail(f"window reduce.{s.op} {s.window} of {s.src.buf.name} {s.src.shape()}: the last axis must be "
+                      "(o - 1) * step + taps long and the op add, maximum or minimum")
+        elif window_axes(s.src, s.window, s.dst.shape()) is None or s.dst.shape()[0] != shape[0]:
+            self.fail(f"window reduce of {s.src.buf.name} {shape} writes {s.dst.buf.name} {s.dst.shape()}, not "
+                      f"{shape[:-1]}")
+        elif len(shape) - 1 > self.t.ap_free_dims:
+            self.fail(f"window reduce of {s.src.buf.name} reads {len(shape) - 1} free dimensions, more than an "
+                      f"access pattern's {self.t.ap_free_dims}")
 
     def stats(self, s: Reduce) -> None:
         """bn_stats: a (P, <= bn_stats_fmax) tile into the 6 values (P, 6) of its statistics; bn_aggr: (P, 3k)

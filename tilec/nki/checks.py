@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from tilec.nki import rules
+from tilec.nki import rules, runtime
 
 _ON_CHIP = ("sbuf", "psum")
 
@@ -138,6 +138,27 @@ def tile(t: object, api: str, role: str, where: tuple) -> None:
             hint="load HBM data into SBUF first (nisa.dma_copy)")
     partition_first(t, api, role, where)
     partition_start(t, api, role, where)
+    free_pattern(t, api, role, where)
+
+
+def free_pattern(t: object, api: str, role: str, where: tuple) -> None:
+    """An engine operand's free access pattern has at most the target's `ap_free_dims` dimensions once unit ones
+    are dropped and contiguous neighbours merged (v2.32.0 nki/deep-dives/nki-aps.rst: "up to four-dimensional
+    arrays" per partition; nki-spec §1.6); its strides are free, so windows may overlap (an NKI 0.1 advanced index
+    `t[i_p, s*i_o + i_k]`, a 0.6 `.ap([[F, P], [s, O], [1, K]])`)."""
+    from tilec.patterns import canonical
+
+    run = runtime.active()
+    if run is None or len(t.shape) < 2:
+        return
+    dims = canonical(tuple(t.shape[1:]), tuple(t.strides[1:]))[0]
+    limit = run.target.ap_free_dims
+    if len(dims) > limit:
+        raise rules.NkiSyntaxError(
+            f"operand '{role}' of '{api}' walks {len(dims)} free dimensions {tuple(dims)}; an access pattern has at "
+            f"most {limit} per partition", "access_pattern_dims", where,
+            f"view of shape {tuple(t.shape)} of {_desc(t)}",
+            hint="merge contiguous dimensions, or split the instruction along an outer dimension")
 
 
 # An engine access starts at a partition the quadrant wiring allows: 64 < P <= 128 -> 0; 32 < P <= 64 -> 0 or 64;
