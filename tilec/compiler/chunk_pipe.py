@@ -13,6 +13,9 @@ the rows it reads (X) alternate between two buffers by row-tile parity):
     B(i)  TensorE: r turned into a row; for cc: d = X - mu (VectorE, 16-bit), for each PSUM bank: r x g on
           TensorE, d * (r x g) on VectorE; + b over the chunk on GpSimdE; store the chunk
 
+ScalarE's two passes then cover groups of up to PASS_CHUNKS chunks per activation (TILE_PASS columns; the loads stay
+chunk by chunk), their discarded output one tile allocated before the loops (`grouped_passes`).
+
 What makes the stages overlap is that no engine has work in both (each engine runs in program order: a VectorE
 instruction of stage A of tile i + 1 would hold up VectorE's steps on tile i behind ScalarE's passes on tile i + 1):
   * the squares' sum reads X with bias -mu (the value of d before its rounding to 16 bits: build_rowchain
