@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 from test_chunk_cols import FORMS, compiled
@@ -48,7 +50,7 @@ def test_stage_a_is_on_scalar_engine_alone() -> None:
     a, b = stages(src)
     calls = set(re.findall(r"nisa\.(\w+)\(", a))
     assert calls == {"dma_copy", "activation"}, calls
-    assert re.search(r"activation\(dst=discard\w*, op=nl\.square, data=X_tile\w*\[[^]]*\], bias=mu_rounded_neg", a)
+    assert re.search(r"activation\(dst=pass_discarded, op=nl\.square, data=X_tile\w*\[[^]]*\], bias=mu_rounded_neg", a)
     assert "d_bf16" not in a and "engine=" not in a
     # d is a chunk made in stage B's chunk loop (never a whole row), by VectorE
     assert re.search(r"d_bf16\w* = nl\.ndarray\(\(100, 2048\)", b)
@@ -142,3 +144,50 @@ def test_last_banks_of_a_whole_pipelined_chain_on_vector_engine(nki: str) -> Non
     assert "engine=" not in vector and re.search(r"Y_psum\w*", vector) and re.search(r"Y_cast_2\[", vector)
     assert len(re.findall(on_gpsimd, src)) > 4  # every other half row: all banks on GpSimdE
     check_numbers(c, "layernorm", "bf16")
+
+
+@pytest.mark.parametrize("cols,chunks,group", [(16384, 8, 4), (18432, 9, 3)])
+def test_scalar_passes_cover_groups_of_chunks(cols: int, chunks: int, group: int) -> None:
+    """Stage A's two ScalarE passes (the copy with the mean's partial sums, the square with the variance's) cover
+    `group` chunks of 2048 columns per activation (TILE_PASS), the loads staying chunk by chunk; one partial per
+    group; their discarded output is one tile allocated before every loop."""
+    src = unwrap(compiled("layernorm", "bf16", 400, cols).source)
+    assert f"Y_TILE_PASS = {2048 * group}" in src and "Y_TILE_C = 2048" in src
+    groups = chunks // group
+    assert len(re.findall(rf"for cc in range\({groups}\):  # tl:\d+  for the columns \(groups of TILE_PASS", src)) == 8
+    assert src.count(f"for ck in range({group}):") == 4  # the mean's pass: prologue, the loop's two, epilogue
+    assert re.search(r"dma_copy\(dst=X_tile\[:, cc \* Y_TILE_PASS \+ ck \* Y_TILE_C:", src)
+    passes = re.findall(r"nisa\.activation\(dst=(\w+), op=nl\.(copy|square),\s*data=X_tile\w*\[:, cc \* Y_TILE_PASS:"
+                        r"cc \* Y_TILE_PASS \+ Y_TILE_PASS\][^)]*reduce_res=(\w+)\[:, cc:cc \+ 1\]\)", src)
+    assert len(passes) == 8 and {p[0] for p in passes} == {"pass_discarded"}, passes
+    assert re.search(rf"^    pass_discarded = nl\.ndarray\(\(100, {2048 * group}\), dtype=nl\.bfloat16", src, re.M)
+    assert not re.search(r"\bdiscard\w* = nl\.ndarray", src)
+    assert re.search(rf"mu_neg_parts = nl\.ndarray\(\(100, {groups}\), dtype=nl\.float32", src)
+
+
+def _rounded(a):
+    return np.asarray(a, np.float64).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+def test_grouped_passes_on_rows_far_from_zero(nki: str) -> None:
+    """Rows with a mean ~125 times their spread, in bf16: the grouped passes sum 8192 columns of X * -1/N each and
+    square X - mu with mu's bf16 value; Y matches NumPy's float64 formula with the program's bf16 roundings (mu,
+    v, r and Y are bf16 tensors; d is bf16 where the steps read it)."""
+    c = compile_loaded(lang.load(FORMS["layernorm"][0].replace("f32", "bf16"), {"M": 400, "N": 16384}), nki=nki)
+    assert "Y_TILE_PASS = 8192" in c.source
+    rng = np.random.default_rng(7)
+    X = (1000.0 + 8.0 * rng.standard_normal((400, 16384))).astype(ml_dtypes.bfloat16)
+    g = rng.standard_normal(16384).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal(16384).astype(ml_dtypes.bfloat16)
+    got = np.asarray(c.run(X=X, g=g, b=b)["Y"], np.float64)
+    x = X.astype(np.float64)
+    mu = _rounded(x.mean(axis=1, keepdims=True))
+    v = _rounded(((x - mu) ** 2).mean(axis=1, keepdims=True))
+    r = _rounded(1.0 / np.sqrt(v + 1e-5))
+    want = _rounded(_rounded(x - mu) * r * g.astype(np.float64) + b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * float(np.abs(want).max()))
+    # the rounding of mu matters here: without it (the float64 mean) Y would be off by far more
+    exact = (x - x.mean(axis=1, keepdims=True)) / np.sqrt(x.var(axis=1, keepdims=True) + 1e-5) * g.astype(
+        np.float64) + b.astype(np.float64)
+    assert float(np.abs(got - want).max()) < float(np.abs(got - exact).max())

@@ -126,3 +126,16 @@ def test_a_row_too_long_to_keep_whole_is_kept_for_its_first_chunks() -> None:
     loop = rest.split("for p1 in")[0]
     assert re.findall(r"for cc in range\((\d+)\)", loop) == [str(first), str(32 - first)] * 2
     assert loop.count("for the columns of two row tiles: this tile's, then the next one's") == 4
+
+
+@pytest.mark.parametrize("cols", [8192, 32768])
+def test_the_broadcast_before_the_loop_is_evicted_by_scalar_engine(cols: int) -> None:
+    """b's broadcast before the row-tile loop leaves PSUM through ScalarE (the first tile's statistics are
+    VectorE's bn_stats, ScalarE is idle until its first centring); the chunks of b broadcast again inside the loop
+    (rows of 32768) stay VectorE's copies (ScalarE's centring would wait behind them)."""
+    src = unwrap(compiled(400, cols).source)
+    head, rest = src.split("# ---- ", 1)
+    assert re.search(r"nisa\.activation\(dst=b_tile\[:, c \* 512:c \* 512 \+ 512\], op=nl\.copy, data=b_bcast\)", head)
+    assert "tensor_copy(dst=b_tile" not in src
+    again = re.findall(r"nisa\.(\w+)\(dst=b_chunk\w*\[[^]]*\], (?:src|op=nl\.copy, data)=b_bcast", rest)
+    assert set(again) == ({"tensor_copy"} if cols == 32768 else set()), again

@@ -13,6 +13,9 @@ the rows it reads (X) alternate between two buffers by row-tile parity):
     B(i)  TensorE: r turned into a row; for cc: d = X - mu (VectorE, 16-bit), for each PSUM bank: r x g on
           TensorE, d * (r x g) on VectorE; + b over the chunk on GpSimdE; store the chunk
 
+ScalarE's two passes then cover groups of up to PASS_CHUNKS chunks per activation (TILE_PASS columns; the loads stay
+chunk by chunk), their discarded output one tile allocated before the loops (`grouped_passes`).
+
 What makes the stages overlap is that no engine has work in both (each engine runs in program order: a VectorE
 instruction of stage A of tile i + 1 would hold up VectorE's steps on tile i behind ScalarE's passes on tile i + 1):
   * the squares' sum reads X with bias -mu (the value of d before its rounding to 16 bits: build_rowchain
@@ -35,8 +38,9 @@ import dataclasses
 
 from tilec.compiler import ir
 from tilec.compiler.chunk_cols import chunk_columns, chunked_at
-from tilec.compiler.ir import DTYPE_BYTES, Aff, Binary, Buf, Loop, Sl, Stmt, View
+from tilec.compiler.ir import DTYPE_BYTES, Aff, Binary, Buf, Loop, Sl, Stmt, Term, View
 from tilec.compiler.ops import Op, ReduceOp
+from tilec.compiler.passes import peak_usage
 from tilec.target import target as get_target
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
@@ -44,6 +48,12 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 # the model's "fit" rule the larger ones lose their second rotation buffer (bf16 layernorm over rows of 16384:
 # 1.95x the floor with chunks of 4096 columns, 1.52x with 2048, 1.69x with 1024; 1.50 / 1.52 / - under "free")
 PIPE_CHUNK_BYTES = 4096
+# chunks of X one ScalarE pass instruction (a copy or a square with its row sum) covers at most, in stage A: each
+# activation pays ScalarE's fixed cost once (static overhead and the row sum's 64 cycles: ~0.14 us), and a
+# partial sum fewer is folded (`grouped_passes`); bf16 layernorm over rows of 16384 on the model: 1 chunk (2048
+# columns) 1.52x the floor, 2 chunks 1.485x, 4 chunks 1.48x, the whole row (8) 1.50x (the first pass then waits
+# for the whole row tile's loads)
+PASS_CHUNKS = 4
 
 
 def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int) -> Built | None:
@@ -72,7 +82,10 @@ def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[st
             return None
         body = folded_on_scalar(merged_gpsimd_steps(chunked[1]), fresh)
         out = skew_row_tiles((chunked[0], body), budget, fresh)
-        return None if out is None else (out[0], last_tile_shared(out[1], fresh, get_target()))
+        if out is None:
+            return None
+        out = (out[0], last_tile_shared(out[1], fresh, get_target()))
+        return grouped_passes(out, budget, fresh) or out
 
     widest = PIPE_CHUNK_BYTES // max(DTYPE_BYTES[hbm[op.out].dtype] for op in ops)
     rebuilt: list[Built] = []
@@ -465,3 +478,143 @@ def _written(s: Stmt) -> list[View]:
     total = getattr(s, "total", None)
     return [v for v in (dst, total) if isinstance(v, View)]
 
+
+
+def grouped_passes(built: Built, budget: int, fresh) -> Built | None:
+    """Stage A's ScalarE passes over X (the copy with the mean's partial row sum, the square with the variance's)
+    as one activation per group of k chunks (k = PASS_CHUNKS, or fewer, dividing the chunk loops' trip count): the
+    chunk loop `for cc: load X chunk; activation(chunk) -> parts[cc]` becomes `for cc: (for ck in range(k): load
+    X chunk cc * k + ck); activation(group) -> parts[cc]` (TILE_PASS = k TILE_C columns), the partial sums k times
+    fewer. The activations' discarded outputs are one tile allocated before the loops (every pass is ScalarE's,
+    in order: no instruction reads it), so that it takes no rotation buffers from the chunk tiles (allocated in
+    the loop, a wider discard made bf16 layernorm over rows of 16384 2.12x the floor: rows14). None when the
+    chain has no such loop or the chain no longer fits `budget`."""
+    consts, stmts = built
+    size = dict(consts).get("TILE_C")
+    if size is None:
+        return None
+    loops = [s for s in ir.walk(tuple(stmts)) if isinstance(s, Loop) and _pass_loop(s, size) is not None]
+    if not loops:
+        return None
+    extents = {s.extent for s in loops}
+    k = next((k for k in range(min(PASS_CHUNKS, min(extents)), 1, -1) if all(e % k == 0 for e in extents)), 1)
+    if k == 1:
+        return None
+    discards = {_pass_loop(s, size)[0].dst.buf for s in loops}  # type: ignore[index]
+    if len({d.dtype for d in discards}) != 1 or len({d.shape[0] for d in discards}) != 1:
+        return None
+    d0 = next(iter(discards))
+    wide = Buf(fresh("pass_discarded"), "sbuf", d0.dtype, (d0.shape[0], k * size))
+    parts: dict[str, Buf] = {}
+    for s in loops:
+        act = _pass_loop(s, size)[0]  # type: ignore[index]
+        assert act.total is not None
+        b = act.total.buf
+        parts[b.name] = dataclasses.replace(b, shape=(b.shape[0], b.shape[1] // k))
+    # the folds' spare outputs (folded_on_scalar: a copy of the partials with its row sum) narrow with them
+    for s in ir.walk(tuple(stmts)):
+        if isinstance(s, ir.Act) and s.src.buf.name in parts and s.src == ir.whole(s.src.buf) \
+                and s.dst == ir.whole(s.dst.buf) and s.dst.buf.shape == s.src.buf.shape:
+            parts[s.dst.buf.name] = dataclasses.replace(s.dst.buf, shape=parts[s.src.buf.name].shape)
+
+    def rewrite(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        for s in body:
+            if isinstance(s, Loop) and _pass_loop(s, size) is not None:
+                act, dmas = _pass_loop(s, size)  # type: ignore[misc]
+                loads = Loop("ck", k, tuple(_grouped_cc(x, k, inner=True) for x in dmas), kind=s.kind, line=s.line,
+                             note="for the chunks of one ScalarE pass (TILE_C columns each)")
+                grouped = _grouped_cc(dataclasses.replace(act, dst=ir.whole(wide)), k, inner=False)
+                out.append(dataclasses.replace(s, extent=s.extent // k, extent_name="", body=((loads,) if dmas else ())
+                                               + (grouped,), note="for the columns (groups of TILE_PASS: one "
+                                               "ScalarE pass each): the rows stay in SBUF"))
+            elif isinstance(s, (Loop, ir.Block)):
+                out.append(dataclasses.replace(s, body=rewrite(s.body)))
+            elif isinstance(s, ir.Alloc) and s.buf in discards:
+                continue
+            else:
+                out.append(s)
+        return tuple(out)
+
+    body = [_narrowed_parts(x, parts) for x in rewrite(tuple(stmts))]
+    first = next(i for i, x in enumerate(body) if any(isinstance(y, Loop) and y.note.startswith("for the chunks of one")
+                                                      for y in ir.walk((x,))))
+    body.insert(first, ir.Alloc(wide, line=getattr(body[first], "line", 0)))
+    if peak_usage(tuple(body))[0] > budget:
+        return None
+    return consts + [("TILE_PASS", k * size)], body
+
+
+def _narrowed_parts(s: Stmt, parts: dict[str, Buf]) -> Stmt:
+    """`s` with the partial-sum tiles named in `parts` narrowed to their new shapes (whole views stay whole)."""
+    if isinstance(s, (Loop, ir.Block)):
+        return dataclasses.replace(s, body=tuple(_narrowed_parts(x, parts) for x in s.body))
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, View) and v.buf.name in parts:
+            new = parts[v.buf.name]
+            changes[f.name] = ir.whole(new) if v == ir.whole(v.buf) else View(new, v.idx, v.perm)
+        elif isinstance(v, Buf) and v.name in parts:
+            changes[f.name] = parts[v.name]
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
+
+
+def _pass_loop(loop: Loop, size: int) -> tuple[ir.Act, list[ir.Dma]] | None:
+    """A chunk loop of a ScalarE pass: allocations of its discarded output, loads, and one activation over the
+    chunk (TILE_C columns at cc) whose row sum goes to column cc of its partials; (the activation, the loads)."""
+    if loop.var != "cc":
+        return None
+    acts = [s for s in loop.body if isinstance(s, ir.Act)]
+    dmas = [s for s in loop.body if isinstance(s, ir.Dma)]
+    allocs = [s for s in loop.body if isinstance(s, ir.Alloc)]
+    if len(acts) != 1 or len(acts) + len(dmas) + len(allocs) != len(loop.body):
+        return None
+    act = acts[0]
+    if act.total is None or act.dst != ir.whole(act.dst.buf) or [a.buf for a in allocs] != [act.dst.buf]:
+        return None
+    col, tot = act.src.idx[-1], act.total.idx[-1]
+    if not (isinstance(col, Sl) and col.size == size and col.step == 1 and isinstance(tot, Sl) and tot.size == 1
+            and [(t.coef, t.name) for t in col.start.terms if t.var == "cc"] == [(size, "TILE_C")]
+            and [t.coef for t in tot.start.terms if t.var == "cc"] == [1] and tot.start.const == 0
+            and act.total.buf.shape[-1] == loop.extent):
+        return None
+    if any(v.buf == act.dst.buf for d in dmas for v in (d.dst, d.src)):
+        return None
+    return act, dmas
+
+
+def _grouped_cc(s: Stmt, k: int, inner: bool) -> Stmt:
+    """`s` of a chunk loop with cc counting groups of k chunks: a load's chunk cc is chunk ck of group cc (`inner`);
+    the activation covers the group's k chunks (its row sum still goes to column cc)."""
+    def aff(x: Aff, total: bool) -> Aff:
+        terms: list[Term] = []
+        for t in x.terms:
+            if t.var != "cc" or total:
+                terms.append(t)
+                continue
+            terms.append(Term("cc", k * t.coef, "TILE_PASS" if t.name == "TILE_C" else ""))
+            if inner:
+                terms.append(Term("ck", t.coef, t.name))
+        return Aff(tuple(terms), x.const)
+
+    def view(v: View, total: bool = False) -> View:
+        idx = []
+        for i in v.idx:
+            if isinstance(i, Sl):
+                start = aff(i.start, total)
+                if not inner and not total and i is v.idx[-1]:
+                    i = Sl(start, i.size * k, i.step, "TILE_PASS")
+                else:
+                    i = dataclasses.replace(i, start=start)
+            else:
+                i = aff(i, total)
+            idx.append(i)
+        return View(v.buf, tuple(idx), v.perm)
+
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, View):
+            changes[f.name] = view(v, total=f.name in ("total", "bias", "scale") or (f.name == "dst" and not inner))
+    return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
