@@ -110,6 +110,12 @@ class Target:
     # TensorE transpose mode (NC-v3+): nc_transpose on TensorE and nc_matmul(is_transpose=True) move the data
     # bit-exactly (NaN/Inf kept), 16-bit input stays 16-bit in PSUM, fp32 runs 2x faster than an fp32 matmul [ARCH3]
     transpose_mode: bool = False
+    # elements in one free dimension of an SBUF/PSUM access pattern: "each F axis in the tensor can have a size
+    # expressed in uint16 and a stride expressed in int16, measured in data elements" (ARCH2: v2.26.1
+    # nki/arch/trainium_inferentia2_arch.rst l. 715-718, of an engine instruction's src/dst; nki-spec §1.6); the NKI
+    # library's F_MAX is the same 65535 (v2.32.0 nki/library/api/cross-entropy.rst, chunk_size). Applied to the
+    # on-chip side of DMAs too [inferred: no document gives a DMA figure]. The int16 stride is not checked.
+    ap_dim_max: int = 65535
 
     @property
     def sbuf_usable(self) -> int:

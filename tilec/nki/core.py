@@ -279,6 +279,12 @@ def result(run: Run, value: np.ndarray | None, shape: tuple, dtype: np.dtype, me
 # ---- trace ----
 def emit(run: Run, engine: str, op: str, out: Tensor | None, ins: tuple, where: tuple[str, int],
          **fields: object) -> int:
+    limit = run.target.ap_dim_max
+    for t in ins:
+        if t.buf.memory != "hbm" and len(t.shape) > 1 and max(t.shape[1:]) > limit:
+            _ap_dim_error(t, op, "input", limit, where)
+    if out is not None and out.buf.memory != "hbm" and len(out.shape) > 1 and max(out.shape[1:]) > limit:
+        _ap_dim_error(out, op, "destination", limit, where)
     seq = len(run.instrs)
     infos = run.infos
     in_dtypes, reads = [], []
@@ -301,6 +307,16 @@ def emit(run: Run, engine: str, op: str, out: Tensor | None, ins: tuple, where: 
         out_dtype=dtype_name(out.dtype) if out is not None else "", reads=tuple(reads),
         writes=(recorder.access(out),) if out is not None else (), file=where[0], line=where[1], **fields))
     return seq
+
+
+def _ap_dim_error(t: Tensor, op: str, role: str, limit: int, where: tuple) -> None:
+    """An on-chip operand whose free dimension holds more elements than an access-pattern dimension can count
+    (target.ap_dim_max: a uint16 size per dimension)."""
+    dim = next(d for d, n in enumerate(t.shape) if d and n > limit)
+    raise rules.NkiSyntaxError(
+        f"free dimension {dim} of the {role} of '{op}' has {t.shape[dim]} elements; an access-pattern dimension "
+        f"counts at most {limit} (a uint16 size)", "access_pattern_dim_size", where,
+        f"{role} {t.describe()}", hint="split the dimension in two (reshape the tile), or the instruction in two")
 
 
 def _retarget(run: Run, tmp: Tensor, dst: Tensor, accumulate: bool) -> None:
