@@ -116,6 +116,9 @@ CASES = [
     ("ap_dim_engine", (S,), "AP_DIM_ENGINE", rules.NkiSyntaxError,
      "free dimension 1 of the input of 'tensor_copy' has 65536 elements; an access-pattern dimension counts at "
      "most 65535 (a uint16 size) [access_pattern_dim_size]"),
+    ("ap_stride", (W,), "AP_STRIDE", rules.NkiSyntaxError,
+     "free dimension 1 of the destination of 'dma_copy' steps by 35000 elements; an access-pattern stride is at "
+     "most 32767 (an int16) [access_pattern_stride]"),
     ("partition_stride", (S,), "PARTITION_STRIDE", rules.NkiSyntaxError,
      "operand 'data' of 'activation' steps over partitions by 2; an access covers a contiguous range of partitions "
      "[partition_stride]"),
@@ -151,7 +154,7 @@ def test_api_outside_kernel() -> None:
     ("psum_accumulate_affine", (A,)),  # `acc += nc_matmul` across affine iterations is the documented idiom
     ("matmul_both_fp16", (A,)),  # the fp32 rule binds only mixed pairs: fp16 x fp16 accumulates in fp32 PSUM
     ("partition_start_aligned_quadrants", (S,)),  # starts 0, 32, 64, 96 with the counts that allow them
-    ("ap_dim_split", (W,)),  # the 70000 elements per partition as 2 x 35000: every dimension fits a uint16
+    ("ap_dim_split", (W,)),  # the 70000 elements per partition as 4 x 17500: sizes fit a uint16, steps an int16
 ])
 def test_legal_lookalikes_pass(name: str, args: tuple) -> None:
     out = api.simulate(getattr(bk, name), *args)
