@@ -22,11 +22,20 @@ Columns (µs, estimated by tilec's performance model, never measured):
                        groups (the floor's rate), and for a grouped one (an output index that both factors read:
                        depthwise c, grouped g) a block-diagonal stationary's non-zeros, at most pmax x the group's
                        stationary columns (1 for depthwise: the diagonal matmul, 4 for 32 groups of 4)
-              VectorE  pmax lanes x one multiply-add per cycle at vector_ghz (nki-spec §2.3: a lane reads one
-                       element per partition per cycle; the cost table (§2.4) charges a scalar_tensor_tensor 2N)
-              GpSimdE  pmax lanes x one per cycle at gpsimd_ghz (§2.3: 128 fp32 lanes)
-            ScalarE is left out: its activation adds a per-partition bias, not a tensor, so it cannot accumulate,
-            and a product it makes still costs an add on an engine above (one cycle per lane, as a multiply-add).
+              VectorE, GpSimdE, ScalarE (since model14: two passes per multiply-add, what the instructions cost;
+                       `vector_macs_per_ns`): a multiply-add by a per-partition weight is a product and an add of two
+                       tensors. Fused, it is one scalar_tensor_tensor on VectorE or GpSimdE at 2N cycles (NISA
+                       scalar_tensor_tensor: N only for bf16 subtract-then-multiply). Split, a product (ScalarE
+                       activation with a per-partition scale, N cycles, written to PSUM: nki-spec §1.4 ScalarE
+                       writes SBUF or PSUM) and a VectorE tensor_tensor add at N (§2.4: N with one PSUM input; 2N
+                       with both in SBUF unless all are 16-bit). So VectorE adds what ScalarE multiplies, one each
+                       per cycle; VectorE beyond ScalarE's rate and all of GpSimdE fuse at 2 cycles (GpSimdE cannot
+                       read PSUM and has no documented fast add [inferred: the model charges it 2N]):
+                       pmax x (min(V, S) + (V - S)+ / 2 + G / 2) per ns, in any dtype. ScalarE cannot accumulate:
+                       its activation adds a per-partition bias, not a tensor.
+            engines1 (the column "vs eng1", the bound before model14): VectorE and GpSimdE at one multiply-add per
+                       lane per cycle, ScalarE left out: pmax x (vector_ghz + gpsimd_ghz). It undercounted the
+                       vector work by the second pass (docs/notes/dw18.md 3a).
             Not counted: formulations where one matmul column holds several output positions of a group (a banded
             Toeplitz stationary, output-row phases); the bound is for one output position per column.
     tilec   model latency of the kernel compiled with the default schedule (a trace-only run on the interpreter),
@@ -35,6 +44,7 @@ Columns (µs, estimated by tilec's performance model, never measured):
     ratio   run / floor (the issue's goal: <= 1.5 for every row, start-up excluded)
     vs eng  run / engines: how far the kernel is from what its engines allow (rows whose work cannot use TensorE
             densely: depthwise, grouped; for the others engines = floor and vs eng = ratio)
+    vs eng1 run / max(floor, engines1), the one-pass bound of earlier sessions, for comparison
 """
 from __future__ import annotations
 
@@ -108,6 +118,7 @@ class Row:
     engines_us: float  # max(floor, the engines' bound)
     tilec: float | str  # model latency in µs, or the rejection
     startup_us: float = 0.0  # the model's kernel start-up inside `tilec`
+    engines1_us: float | None = None  # max(floor, the one-pass engines' bound), the definition before model14
 
     @property
     def run_us(self) -> float:
@@ -220,14 +231,24 @@ def _names(e) -> set[str]:
     return set().union(*(_names(c) for c in parts.get(type(e), lambda x: ())(e)))
 
 
-def engines_us(program, tgt: Target) -> float:
-    """The engines' bound in µs (see the module docstring): the least time T in which TensorE, VectorE and GpSimdE,
+def vector_macs_per_ns(tgt: Target, passes: int = 2) -> float:
+    """Multiply-adds per ns that VectorE, GpSimdE and ScalarE together can make at their peak (module docstring):
+    `passes` 2 counts the product and the add each instruction pays, 1 the one-pass bound before model14."""
+    v, g, s = tgt.vector_ghz, tgt.gpsimd_ghz, tgt.scalar_ghz
+    if passes == 1:
+        return tgt.pmax * (v + g)
+    # VectorE adds (N, a PSUM input) what ScalarE multiplies (N); VectorE beyond ScalarE's rate and GpSimdE fuse (2N)
+    return tgt.pmax * (min(v, s) + max(0.0, v - s) / 2 + g / 2)
+
+
+def engines_us(program, tgt: Target, passes: int = 2) -> float:
+    """The engines' bound in µs (see the module docstring): the least time T in which TensorE and the vector engines,
     each at its peak rate, finish every contraction's multiply-adds. TensorE takes the contractions with the most
-    useful multiply-adds per column first (a fractional knapsack: the vector engines do one per lane per cycle
+    useful multiply-adds per column first (a fractional knapsack: the vector engines make the same number per ns
     whatever the contraction), the vector engines the rest."""
     fp32 = any(t.dtype == "f32" for t in program.inputs)
     columns_per_ns = tgt.tensor_ghz / (FP32_SLOWDOWN if fp32 else 1)
-    vector_per_ns = tgt.pmax * (tgt.vector_ghz + tgt.gpsimd_ghz)
+    vector_per_ns = vector_macs_per_ns(tgt, passes)
     work = sorted(contractions(program.kernel, program.sizes, tgt.pmax, tgt.stationary_fmax),
                   key=lambda c: -c.per_column)
     total = sum(c.macs for c in work)
@@ -287,26 +308,33 @@ def measure(family: Family, batch: int, tiny: bool, dtype: str, tgt: Target, fol
     floor, bound = floor_us(program, tgt)
     engines = max(floor, engines_us(program, tgt))
     latency, startup = model_us(path, sizes, tgt)
-    return Row(family, batch, program.sizes, floor, bound, engines_us=engines, tilec=latency, startup_us=startup)
+    return Row(family, batch, program.sizes, floor, bound, engines_us=engines, tilec=latency, startup_us=startup,
+               engines1_us=max(floor, engines_us(program, tgt, passes=1)))
 
 
 def table(rows: list[Row]) -> str:
     names = [f"{r.family.program[:-3]}: {r.family.what}" for r in rows]
     width = max(map(len, names), default=6)
+    both = any(r.engines1_us is not None for r in rows)  # families.py prints the one-pass bound too (core.py not)
     head = (f"{'family':<{width}} {'batch':>5} {'floor µs':>10} {'bound':>7} {'engines µs':>10} {'tilec µs':>10} "
-            f"{'run µs':>9} {'ratio':>7} {'vs eng':>7}")
+            f"{'run µs':>9} {'ratio':>7} {'vs eng':>7}" + (f" {'vs eng1':>7}" if both else ""))
     lines = [head, "-" * len(head)]
     for name, r in zip(names, rows):
         lead = f"{name:<{width}} {r.batch:>5} {r.floor_us:>10.2f} {r.bound:>7} {r.engines_us:>10.2f}"
         if isinstance(r.tilec, str):
             lines.append(f"{lead}  {r.tilec}")
         else:
+            one = f" {r.run_us / r.engines1_us:>6.2f}x" if r.engines1_us else ""
             lines.append(f"{lead} {r.tilec:>10.2f} {r.run_us:>9.2f} {r.run_us / r.floor_us:>6.2f}x "
-                         f"{r.run_us / r.engines_us:>6.2f}x")
+                         f"{r.run_us / r.engines_us:>6.2f}x{one}")
     done = [r for r in rows if not isinstance(r.tilec, str)]
     near = [r for r in done if r.run_us <= 1.5 * r.floor_us]
     near_engines = [r for r in done if r.run_us <= 1.5 * r.engines_us]
     lines.append(f"{len(done)} of {len(rows)} rows compile; {len(near)} within 1.5x of the floor (start-up excluded)")
+    if both:
+        near_one = [r for r in done if r.engines1_us and r.run_us <= 1.5 * r.engines1_us]
+        lines.append(f"{len(near_one)} of {len(done)} within 1.5x of max(floor, engines1), the one-pass bound before "
+                     "model14 (start-up excluded)")
     lines.append(f"{len(near_engines)} of {len(done)} within 1.5x of max(floor, engines) (start-up excluded)")
     return "\n".join(lines)
 

@@ -115,6 +115,15 @@ class Target:
     # any signed stride, so windows may overlap (the NKI 0.1 max-pool example `in_tile[i_0, P*i_1 + i_2, P*i_3 +
     # i_4]`, v2.26.1 nki/examples/index-case-3.py)
     ap_free_dims: int = 4
+    # elements in one free dimension of an SBUF/PSUM access pattern: "each F axis in the tensor can have a size
+    # expressed in uint16 and a stride expressed in int16, measured in data elements" (ARCH2: v2.26.1
+    # nki/arch/trainium_inferentia2_arch.rst l. 715-718, of an engine instruction's src/dst; nki-spec §1.6); the NKI
+    # library's F_MAX is the same 65535 (v2.32.0 nki/library/api/cross-entropy.rst, chunk_size). Applied to the
+    # on-chip side of DMAs too [inferred: no document gives a DMA figure].
+    ap_dim_max: int = 65535
+    # the step of a free dimension (of more than one element) of an SBUF/PSUM access pattern, an int16 in elements
+    # (the same ARCH2 sentence); negative steps down to -ap_stride_max - 1
+    ap_stride_max: int = 32767
 
     @property
     def sbuf_usable(self) -> int:

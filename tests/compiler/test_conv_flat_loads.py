@@ -5,6 +5,9 @@ einsum per tap) on the NKI interpreter, in both NKI dialects, in f16 and bf16 (f
 whose copies hold every other row: not flat), with band remainders, batch 2 and two channel counts."""
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
 from compiler_helpers import assert_matches, compile_and_run
@@ -66,3 +69,22 @@ def test_multiplier_flat_copies(monkeypatch, dt, nki, n, c, h, w, loop):
     assert flat and all(("y_b * " in line) == loop for line in flat)
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], x["Wm"].reshape(c * 2, 1, 3, 3), c))
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+def test_flat_copies_stay_within_an_access_pattern_dimension(monkeypatch, nki):
+    """A flat copy's one free dimension holds the band's rows x W elements; an access-pattern dimension counts at
+    most target.ap_dim_max (65535, a uint16 size). With the limit lowered to 150 (above every other dimension of
+    this kernel, below the flat runs of up to 7 rows x 23 columns), the interpreter rejects a flat load, so the
+    compiler must load the shifted copies row by row: no flat view, and the same NumPy answer."""
+    from tilec import target
+    source, split = C3.format(dt="bf16", n=1, h=30, w=23, k=32), "split Y.y, 14\n"
+    _, c, _, _ = compile_and_run(source, nki, split)
+    runs = [int(n) for n in re.findall(r"_flat\[[^\]]*, 0:(\d+)\]", wrap.unwrap(c.source))]
+    assert runs and max(runs) > 150  # without the lowered limit the copies load flat, in runs longer than it
+    for name, tgt in list(target.TARGETS.items()):
+        monkeypatch.setitem(target.TARGETS, name, dataclasses.replace(tgt, ap_dim_max=150))
+    prog, c, inputs, out = compile_and_run(source, nki, split)
+    assert "_flat[" not in wrap.unwrap(c.source)
+    x = rounded(inputs, "bf16")
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], stride=1, pad=(0, 0)))

@@ -128,7 +128,7 @@ def partition_mismatch(a):
 
 @nki.jit
 def vector_free_size(a):
-    big = nl.zeros((128, 70000), nl.float16, buffer=nl.sbuf)
+    big = nl.zeros((128, 4, 17500), nl.float16, buffer=nl.sbuf)  # each dimension fits an access pattern
     r = nisa.tensor_copy(big)  # <- FREE_SIZE
     return a
 
@@ -365,3 +365,42 @@ def partition_start_accumulate(a):
     acc[16:48, :] += nisa.nc_matmul(t[:, 0:32], t)  # <- PARTITION_START_ACC
     nl.store(out, nl.copy(acc))
     return out
+
+
+@nki.jit
+def ap_dim_dma(a):
+    """a: (2, 70000) bf16 in HBM; one flat SBUF dimension of 70000 elements (137 KiB per partition fits SBUF)."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((2, 70000), a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)  # <- AP_DIM
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@nki.jit
+def ap_dim_split(a):
+    """The same bytes with the free dimension split in two (4 x 17500, the outer one stepping 17500): legal."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((2, 4, 17500), a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a.reshape((2, 4, 17500)))
+    nisa.dma_copy(dst=out.reshape((2, 4, 17500)), src=t)
+    return out
+
+
+@nki.jit
+def ap_stride(a):
+    """(2, 2, 35000): both dimensions fit a uint16, but the outer one steps 35000 elements, past an int16."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((2, 2, 35000), a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a.reshape((2, 2, 35000)))  # <- AP_STRIDE
+    nisa.dma_copy(dst=out.reshape((2, 2, 35000)), src=t)
+    return out
+
+
+@nki.jit
+def ap_dim_engine(a):
+    """A VectorE copy inside the engine's 64 K free size whose one dimension has 65536 elements (one too many)."""
+    big = nl.zeros((2, 4, 16384), nl.bfloat16, buffer=nl.sbuf)
+    flat = big.reshape((2, 65536))
+    r = nisa.tensor_copy(flat)  # <- AP_DIM_ENGINE
+    return a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -18,6 +19,7 @@ A = np.random.default_rng(0).random((128, 512), dtype=np.float32)
 B = np.random.default_rng(1).random((128, 1024), dtype=np.float32)
 S = np.random.default_rng(2).random((128, 64), dtype=np.float32)
 V = np.random.default_rng(3).random(200, dtype=np.float32)
+W = np.random.default_rng(4).random((2, 70000), dtype=np.float32).astype(ml_dtypes.bfloat16)
 
 CASES = [
     ("psum_tile_too_big", (A,), "PSUM_BANK_SIZE", rules.NkiSyntaxError,
@@ -108,6 +110,15 @@ CASES = [
     ("partition_start_accumulate", (A,), "PARTITION_START_ACC", rules.NkiSyntaxError,
      "operand 'dst' of 'nc_matmul' starts at partition 16; an access of 32 partition(s) must start at partition "
      "0 or 32 or 64 or 96 [partition_start_alignment]"),
+    ("ap_dim_dma", (W,), "AP_DIM", rules.NkiSyntaxError,
+     "free dimension 1 of the destination of 'dma_copy' has 70000 elements; an access-pattern dimension counts at "
+     "most 65535 (a uint16 size) [access_pattern_dim_size]"),
+    ("ap_dim_engine", (S,), "AP_DIM_ENGINE", rules.NkiSyntaxError,
+     "free dimension 1 of the input of 'tensor_copy' has 65536 elements; an access-pattern dimension counts at "
+     "most 65535 (a uint16 size) [access_pattern_dim_size]"),
+    ("ap_stride", (W,), "AP_STRIDE", rules.NkiSyntaxError,
+     "free dimension 1 of the destination of 'dma_copy' steps by 35000 elements; an access-pattern stride is at "
+     "most 32767 (an int16) [access_pattern_stride]"),
     ("partition_stride", (S,), "PARTITION_STRIDE", rules.NkiSyntaxError,
      "operand 'data' of 'activation' steps over partitions by 2; an access covers a contiguous range of partitions "
      "[partition_stride]"),
@@ -143,6 +154,7 @@ def test_api_outside_kernel() -> None:
     ("psum_accumulate_affine", (A,)),  # `acc += nc_matmul` across affine iterations is the documented idiom
     ("matmul_both_fp16", (A,)),  # the fp32 rule binds only mixed pairs: fp16 x fp16 accumulates in fp32 PSUM
     ("partition_start_aligned_quadrants", (S,)),  # starts 0, 32, 64, 96 with the counts that allow them
+    ("ap_dim_split", (W,)),  # the 70000 elements per partition as 4 x 17500: sizes fit a uint16, steps an int16
 ])
 def test_legal_lookalikes_pass(name: str, args: tuple) -> None:
     out = api.simulate(getattr(bk, name), *args)
@@ -153,6 +165,8 @@ def test_legal_lookalikes_pass(name: str, args: tuple) -> None:
         np.testing.assert_array_equal(out, expected)
     if name == "affine_strided_disjoint":
         np.testing.assert_array_equal(out, S)
+    if name == "ap_dim_split":
+        np.testing.assert_array_equal(out, W)
     if name == "partition_start_aligned_quadrants":
         np.testing.assert_array_equal(out, np.concatenate([S[64:128], S[32:64], S[96:128]]))
     if name == "matmul_both_fp16":

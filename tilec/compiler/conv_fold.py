@@ -106,9 +106,12 @@ def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
 
 def flat_rows(b: _ConvBuilder) -> bool:
     """Whether the band's copies hold whole rows of X with nothing around them (no padded read, no column band,
-    one channel tile): a copy shifted by c0 columns is then X's run from row r0, column c0 on, read flat."""
+    one channel tile): a copy shifted by c0 columns is then X's run from row r0, column c0 on, read flat, if the
+    band's rows fit one access-pattern dimension (target.ap_dim_max, a uint16 size, on every target)."""
+    from tilec.target import TARGETS
     return (b.src_chip is None and not b.op.x_transposed and b.ox == 0 and b.col0 == 0 and b.NXB == 1
-            and b.in_cols() == b.W and b.CTB == 1)
+            and b.in_cols() == b.W and b.CTB == 1
+            and b.in_rows() * b.W <= min(t.ap_dim_max for t in TARGETS.values()))
 
 
 class FlatLoads:

@@ -13,24 +13,38 @@ measurement that decides it. `by_pattern=True` (environment TILEC_MODEL_HBM_DEPS
 hbm_rule="pattern")`) is the other outcome, for what-if runs: two HBM accesses conflict only if their access patterns
 (Access.pattern) share an element, by tilec.patterns.common_element, the rule the interpreter's race check uses.
 
-The lists stay short by two sound simplifications:
+The lists stay short by three rules:
   * a new write drops the writers and readers it covers completely: it ends after all of them (it waited for them),
     so anyone who would have waited for them now waits for it, at least as long (under the pattern rule a write
     covers only what its own elements cover: a dense pattern its whole range, a strided one only its own pattern);
-  * a reader with the same box as a kept one only raises that entry's end; when a list grows past `MAX_ENTRIES`,
-    its oldest half (by end time) is merged into one bounding box with the latest end, which can only add waits.
-    The cap is 256: at 48 the merged boxes made disjoint later stores wait (docs/notes/dw18.md: depthwise_mult3x3
-    f32 b1 32.14 -> 29.78 us, grouped3x3 f32 b1 55.41 -> 52.81 us at 256), at no measurable cost in model time.
+  * a reader with the same box as a kept one only raises that entry's end;
+  * (exact) when a list grows past `COMPACT_AT` entries, the entries that can no longer delay anyone are dropped:
+    those ending no later than the buffer's frontier, the earliest time any later instruction touching the buffer
+    can be given as its floor (the schedule's `frontier(buffer)`: its engine's clock for a compute instruction, its
+    trigger stream's latest trigger for a DMA; docs/notes/model14.md). `ready` takes the latest end above the floor,
+    so an entry ending by the floor changes nothing. One thing does see dropped entries: whether a DMA depends on
+    nothing at all (it then leads its stream, schedule.py). The dropped boxes are kept, without times, as the
+    buffer's `ghosts`, which `touched` consults; they are coalesced into exact unions (one bounding box only past
+    `MAX_GHOSTS` boxes that do not union, which can only make a DMA wait in its stream's order).
+  * Only if a list is still longer than `MAX_ENTRIES` after that (more accesses in flight than that, a buffer whose
+    later users' clocks lag, or a tracker without a frontier), its oldest half (by end time) is merged into exact
+    unions or one bounding box with the latest end, which can only add waits. At 48 and at 256 entries the merge made
+    disjoint later stores wait (docs/notes/dw18.md; tests/perf/test_deps_frontier.py); with the frontier the lists
+    stay short (no families.py, core.py or calibration kernel reaches 4096, or a merge at all), so the cap costs no
+    model time (docs/notes/model14.md). `approximations` counts the merges and ghost bounding boxes.
 """
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 from tilec import patterns
 from tilec.perf.params import WhatIf
 from tilec.trace import Access
 
-MAX_ENTRIES = 256
+MAX_ENTRIES = 4096  # past this (after dropping what the frontier allows) a list is merged: a sound approximation
+COMPACT_AT = 64  # a list is compacted when it grows past this, then past twice what was left (amortised)
+MAX_GHOSTS = 256
 HBM_DEPS = WhatIf("HBM dependence rule", "TILEC_MODEL_HBM_DEPS", ("range", "pattern"), "range")
 
 Boxes = dict  # (p0, p1, lo, hi, pattern) -> end time of the latest instruction with that box; pattern () = the box
@@ -40,15 +54,22 @@ hbm_rule = HBM_DEPS.pick
 
 
 class DepTracker:
-    def __init__(self, written: set[int] | None = None, by_pattern: bool = False) -> None:
+    def __init__(self, written: set[int] | None = None, by_pattern: bool = False,
+                 frontier: Callable[[int, bool], float] | None = None) -> None:
         """`written`: the buffers some instruction writes (None: all). Readers of the others need no tracking.
-        `by_pattern`: HBM accesses conflict only where their access patterns share an element (module docstring)."""
+        `by_pattern`: HBM accesses conflict only where their access patterns share an element (module docstring).
+        `frontier(buffer, writers)`: a time no later instruction touching `buffer` (writing it, for the readers'
+        list: `writers` False) can be given as its floor; None: nothing is dropped, long lists are merged."""
         self.by_pattern = by_pattern
         self.writers: dict[int, Boxes] = {}
         self.readers: dict[int, Boxes] = {}
         self.w_end: dict[int, float] = {}  # per buffer, an upper bound of its writers' ends (never lowered)
         self.r_end: dict[int, float] = {}
         self.written = written
+        self.frontier = frontier
+        self.limit: dict[tuple[bool, int], int] = {}  # (writers?, buffer) -> the length that triggers a compaction
+        self.ghosts: dict[tuple[bool, int], list] = {}  # (writers?, buffer) -> dropped boxes (p0, p1, lo, hi)
+        self.approximations = 0  # lists merged and ghosts boxed (the sound, inexact fallbacks)
 
     def ready(self, reads: tuple[Access, ...], writes: tuple[Access, ...], floor: float = 0.0) -> float:
         """Earliest start >= floor allowed by the data dependences. A buffer whose entries all end by the current
@@ -81,8 +102,8 @@ class DepTracker:
                     boxes[key] = end
                     if self.r_end.get(a.buffer, 0.0) < end:
                         self.r_end[a.buffer] = end
-                    if len(boxes) > MAX_ENTRIES:
-                        _merge_oldest(boxes)
+                    if len(boxes) > self.limit.get((False, a.buffer), COMPACT_AT):
+                        self._compact(boxes, False, a.buffer)
         for a in writes:
             p0, p1, lo, hi, pat = a.p0, a.p1, a.lo, a.hi, self._pattern(a)
             w = writers.get(a.buffer)
@@ -96,8 +117,41 @@ class DepTracker:
             w[(p0, p1, lo, hi, pat)] = end
             if self.w_end.get(a.buffer, 0.0) < end:
                 self.w_end[a.buffer] = end
-            if len(w) > MAX_ENTRIES:
-                _merge_oldest(w)
+            if len(w) > self.limit.get((True, a.buffer), COMPACT_AT):
+                self._compact(w, True, a.buffer)
+
+    def _compact(self, boxes: Boxes, writers: bool, buffer: int) -> None:
+        """Drop the entries ending by the buffer's frontier (their boxes become ghosts); merge only if still too
+        many. The next compaction comes when the list has doubled (at most at MAX_ENTRIES)."""
+        if self.frontier is not None:
+            f = self.frontier(buffer, writers)
+            gone = [k for k, end in boxes.items() if end <= f]
+            if gone:
+                ghosts = self.ghosts.setdefault((writers, buffer), [])
+                for k in gone:
+                    if boxes.pop(k) > 0.0:  # an entry ending at 0 never made anyone wait
+                        ghosts.append(k[:4])
+                if len(ghosts) > MAX_GHOSTS:
+                    joined = _coalesce(ghosts)
+                    self.approximations += joined is None
+                    ghosts[:] = joined or [_bounding(ghosts)]
+        if len(boxes) > MAX_ENTRIES:
+            _merge_oldest(boxes)
+            self.approximations += 1
+        self.limit[(writers, buffer)] = min(max(COMPACT_AT, 2 * len(boxes)), MAX_ENTRIES)
+
+    def touched(self, reads: tuple[Access, ...], writes: tuple[Access, ...]) -> bool:
+        """Whether a dropped entry conflicts with these accesses (a read with a dropped writer, a write with a
+        dropped writer or reader): with `ready`, whether the instruction depends on anything at all."""
+        ghosts = self.ghosts
+        if not ghosts:
+            return False
+        for a, lists in [(a, (True,)) for a in reads] + [(a, (True, False)) for a in writes]:
+            for kind in lists:
+                for b0, b1, blo, bhi in ghosts.get((kind, a.buffer), ()):
+                    if b0 < a.p1 and a.p0 < b1 and blo < a.hi and a.lo < bhi:
+                        return True
+        return False
 
 
 def _latest(boxes: Boxes, a: Access, t: float, pat: tuple) -> float:
@@ -155,6 +209,17 @@ def _merge_oldest(boxes: Boxes) -> None:
                     max(k[3] for k, _ in old), ()), old[-1][1])]  # the bounding box: its pattern is unknown
     for k, end in merged:
         boxes[k] = max(boxes.get(k, 0.0), end)
+
+
+def _coalesce(boxes: list) -> list | None:
+    """Fewer boxes covering exactly the same cells (their unions), or None if that does not halve them."""
+    joined = [k[:4] for k, _ in _unions([((*k, ()), 0.0) for k in boxes])]
+    return joined if len(joined) <= MAX_GHOSTS // 2 else None
+
+
+def _bounding(boxes: list) -> tuple[int, int, int, int]:
+    """One box covering them all (a superset: only ever more conflicts)."""
+    return min(k[0] for k in boxes), max(k[1] for k in boxes), min(k[2] for k in boxes), max(k[3] for k in boxes)
 
 
 def _unions(entries: list) -> list:

@@ -80,8 +80,10 @@ past that allowance waits for the end of those 3 us.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from bisect import bisect_right
 from dataclasses import dataclass
+from typing import Callable
 
 from tilec.perf.costs import Costs
 from tilec.perf.deps import DepTracker, hbm_rule as _hbm_rule
@@ -496,6 +498,32 @@ def dma_streams(instrs: list[Instr]) -> dict[int, str]:
     return out
 
 
+def last_accesses(instrs: list[Instr], streams: dict[int, str], folded: set[int]
+                  ) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
+    """Per buffer, per clock (compute engine, "dma <stream>", "folded"), the index of the last instruction on that
+    clock touching it, and of the last writing it (`schedule`'s frontier). A memset whose engine the compiler picks
+    counts for both VectorE and GpSimdE."""
+    use: dict[int, dict[str, int]] = {}
+    write: dict[int, dict[str, int]] = {}
+    for i, ins in enumerate(instrs):
+        if i in folded:
+            clocks: tuple[str, ...] = ("folded",)
+        elif ins.engine == "dma":
+            clocks = ("dma " + streams[i],)
+        elif ins.op == "memset" and ins.attr("engine_choice") and _in_sbuf(ins):
+            clocks = ("vector", "gpsimd")
+        else:
+            clocks = (ins.engine,)
+        for a in ins.reads:
+            for c in clocks:
+                use.setdefault(a.buffer, {})[c] = i
+        for a in ins.writes:
+            for c in clocks:
+                use.setdefault(a.buffer, {})[c] = i
+                write.setdefault(a.buffer, {})[c] = i
+    return use, write
+
+
 def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus: str | None = None,
              sbuf_rotation: str | None = None, psum_rotation: str | None = None, dma_queue: str | None = None
              ) -> Schedule:
@@ -509,8 +537,6 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     start, end, lane, triggers = [0.0] * n, [0.0] * n, [""] * n, [0.0] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
     slots = DmaEngines(costs.n_dma)
-    engine_free = {"tensor": 0.0, "vector": 0.0, "scalar": 0.0, "gpsimd": 0.0}
-    queue_start: dict[str, float] = {}  # per trigger stream: its latest trigger ("engine") or transfer start ("stream")
     queue_end: dict[str, dict[int, float]] = {}  # per trigger stream and DMA engine: the end of its latest transfer
     by_engine = _dma_queue(dma_queue) == "engine"
     startup, latency = costs.startup, costs.dma_latency
@@ -526,11 +552,33 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     instrs, versions = renamed(trace, costs.load_versions, copies)
     streams = dma_streams(instrs)
     reuses.update(versions)
-    deps = DepTracker({a.buffer for ins in instrs for a in ins.writes}, by_pattern=_hbm_rule(hbm_rule) == "pattern")
+    engine_free = {"tensor": 0.0, "vector": 0.0, "scalar": 0.0, "gpsimd": 0.0}
+    queue_start: dict[str, float] = {}  # per trigger stream: its latest trigger ("engine") or transfer start ("stream")
+    now = [0]  # the index of the instruction being scheduled
+    clocks: dict[str, Callable[[], float]] = {"folded": lambda: startup}
+    for e in engine_free:
+        clocks[e] = functools.partial(engine_free.__getitem__, e)
+    for stream in set(streams.values()):
+        q = "dma " + stream
+        clocks[q] = functools.partial(queue_start.get, q, 0.0) if by_engine else \
+            functools.partial(lambda q: max(queue_start.get(q, 0.0), startup) - latency, q)
+    last_use, last_write = last_accesses(instrs, streams, folded)
+
+    def frontier(buffer: int, writers: bool) -> float:
+        """The earliest floor a later instruction touching `buffer` (writing it, for its readers' list) can get: its
+        engine's clock, its trigger stream's latest trigger (a DMA that depends on nothing touches no tracked entry),
+        start-up for a folded memset. Clocks only advance, so this holds for every later instruction."""
+        i = now[0]
+        return min((clocks[c]() for c, j in (last_use if writers else last_write).get(buffer, {}).items() if j > i),
+                   default=float("inf"))
+
+    deps = DepTracker({a.buffer for ins in instrs for a in ins.writes}, by_pattern=_hbm_rule(hbm_rule) == "pattern",
+                      frontier=frontier)
     last_end: dict[int, float] = {}  # per buffer, the latest end of an instruction touching it
     throttle = TensorThrottle(*costs.throttle)
     bus = {"vector": Busy(), "gpsimd": Busy()} if _shared_bus(shared_bus) == "exclusive" else None
     for i, ins in enumerate(instrs):
+        now[0] = i
         engine = ins.engine
         accesses = ins.reads + ins.writes
         reuse = ack = trigger = 0.0
@@ -548,7 +596,8 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             e0, e1 = costs.dma_engines(ins)
             d = costs.dma_occupancy_ns(ins, e1 - e0)
             ready = deps.ready(ins.reads, ins.writes, reuse)
-            leads = ready <= 0.0  # depends on nothing: the compiler puts it at the head of its stream
+            # depends on nothing (nor on an entry the tracker dropped): the compiler puts it at the head of its stream
+            leads = ready <= 0.0 and not deps.touched(ins.reads, ins.writes)
             if by_engine:  # the trigger issues after the stream's previous trigger; each engine runs its queue in order
                 trigger = max(ready, 0.0) if leads else max(ready, queue_start.get(q, 0.0))
                 after = None if leads else queue_end.setdefault(q, {})
