@@ -12,8 +12,6 @@ from tilec.testing.oracle import check
 
 PROGRAMS = sorted((pathlib.Path(__file__).parents[1] / "programs" / "gaps15").glob("*.tl"))
 REFUSED = {  # program -> why (docs/notes/gaps15.md)
-    "heads_split": "a read index h * D + d (a reshape)",
-    "heads_merge": "a stored index h * D + d (a reshape)",
 }
 
 
