@@ -4,6 +4,7 @@ the reference evaluator in both NKI dialects, and how far is its model time from
     python benchmarks/gaps15.py                    # every program
     python benchmarks/gaps15.py clamp conv1d       # some programs (file stems)
     python benchmarks/gaps15.py --no-model         # correctness only
+    python benchmarks/gaps15.py --realistic        # the model only, at the realistic sizes of REALISTIC
 
 Columns: class (ok | rejected | wrong | internal | noloc | hang: the oracle's verdict, 0.6 then 0.1), floor µs and
 run µs as in benchmarks/families.py (run = model latency without start-up), ratio = run / floor. A program
@@ -30,6 +31,46 @@ from tilec.testing.oracle import Verdict, check_outputs, prepare  # noqa: E402
 FOLDER = ROOT / "tests" / "programs" / "gaps15"
 SLOW = 3.0
 MIN_US = 5.0  # below this the DMA fixed costs dominate any floor: tiny programs are not called slow
+
+
+# realistic sizes (docs/notes/gaps15.md's table, plus the forms compiled since): model time against the floor only
+REALISTIC: dict[str, dict[str, int]] = {
+    "softmax_ragged": {"M": 2048, "N": 2048},
+    "softmax_axis0": {"M": 2048, "N": 2048},
+    "log_softmax": {"M": 2048, "N": 2048},
+    "residual_layernorm": {"M": 2048, "N": 1024},
+    "row_mean_var": {"M": 2048, "N": 2048},
+    "attn_full": {"S": 1024, "D": 128},
+    "transpose3d_relu": {"B": 8, "M": 1024, "N": 1024},
+    "nchw_to_nhwc_add": {"N": 8, "C": 256, "H": 28, "W": 28},
+    "concat_rows_2d": {"M1": 1025, "M2": 1023, "N": 1024},
+    "strided_slice_offset": {"B": 8, "M": 1024, "N": 2048},
+    "diff_adjacent": {"M": 2048, "N": 2049},
+    "mean_axis0_3d": {"A": 16, "B": 256, "C": 1024},
+    "linear_bias_gelu": {"M": 1024, "K": 1024, "N": 1024},
+    "dot_product": {"N": 1048576},
+    "total_sum": {"M": 2048, "N": 2048},
+    "heads_split": {"S": 2048, "E": 1024},
+    "heads_merge": {"H": 16, "S": 2048, "D": 64},
+}
+
+
+def realistic(names: list[str]) -> None:
+    tgt = get_target("trn2")
+    for name, sizes in REALISTIC.items():
+        if names and name not in names:
+            continue
+        path = FOLDER / f"{name}.tl"
+        t0 = time.time()
+        floor, bound = floor_us(lang.load(path, sizes), tgt)
+        latency, startup = model_us(path, sizes, tgt)
+        shown = ", ".join(f"{k}: {v}" for k, v in sizes.items())
+        if isinstance(latency, float):
+            run = latency - startup
+            timing = f"floor {floor:8.2f} {bound:7} run {run:9.2f} ratio {run / floor:6.2f}"
+        else:
+            timing = f"floor {floor:8.2f} {bound:7} {latency[:90]}"
+        print(f"{name:<22} {shown:<30} {timing}  ({time.time() - t0:.0f} s)", flush=True)
 
 
 class _Timeout(BaseException):
@@ -72,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("names", nargs="*")
     ap.add_argument("--no-model", action="store_true")
     ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--realistic", action="store_true")
     args = ap.parse_args(argv)
+    if args.realistic:
+        realistic(args.names)
+        return 0
     paths = sorted(FOLDER.glob("*.tl"))
     if args.names:
         paths = [p for p in paths if p.stem in args.names]

@@ -87,3 +87,69 @@ def test_a_strided_slice_is_one_dma_with_steps():
     prog, c, inputs, out = compile_and_run((PROGRAMS / "strided_slice_offset.tl").read_text(), "0.6")
     dmas = [line for line in wrap.unwrap(c.source).splitlines() if "dma_copy" in line]
     assert len(dmas) == 1 and "1:600:2]" in dmas[0]
+
+
+RESHAPES = {  # core16: a copy through an index `h * D + d` (a reshape of one dimension into two): NumPy formulas
+    "heads_split": (None, lambda a: a["X"].reshape(256, 8, 64).transpose(1, 0, 2)),
+    "heads_merge": (None, lambda a: a["X"].transpose(1, 0, 2).reshape(256, 512)),
+    "split_middle": ("""\
+kernel hs(X: {t}[S, E]) -> Y
+  default S = 200, E = 96
+  let H = 3, D = E / 3
+  Y: {t}[S, H, D]
+  for s in 0..S, h in 0..H, d in 0..D:
+    Y[s, h, d] = X[s, D * h + d]
+""", lambda a: a["X"].reshape(200, 3, 32)),
+    "split_permuted": ("""\
+kernel hs(X: {t}[S, E]) -> Y
+  default S = 200, E = 96
+  let H = 3, D = E / 3
+  Y: {t}[H, S, D]
+  for s in 0..S, h in 0..H, d in 0..D:
+    Y[h, s, d] = X[s, d + h * D]
+""", lambda a: a["X"].reshape(200, 3, 32).transpose(1, 0, 2)),
+    "merge_batched": ("""\
+kernel hm(X: {t}[B, H, S, D]) -> Y
+  default B = 2, H = 4, S = 130, D = 48
+  Y: {t}[B, S, H * D]
+  for b in 0..B, h in 0..H, s in 0..S, d in 0..D:
+    Y[b, s, h * D + d] = X[b, h, s, d]
+""", lambda a: a["X"].transpose(0, 2, 1, 3).reshape(2, 130, 192)),
+}
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("name", sorted(RESHAPES))
+def test_a_copy_through_a_reshape_index_matches_numpy(name, dtype, nki):
+    text, formula = RESHAPES[name]
+    text = (PROGRAMS / f"{name}.tl").read_text().replace("f32", dtype) if text is None else text.format(t=dtype)
+    prog, c, inputs, out = compile_and_run(text, nki)
+    want = formula({k: np.asarray(v, np.float64) for k, v in inputs.items()})
+    assert_matches(prog, "Y", out["Y"], want)
+
+
+def test_a_reshape_copy_is_one_copy_per_head():
+    """heads_split: 8 heads, one DMA per head and block of 128 rows, each moving rows of D elements."""
+    from tilec.compiler import wrap
+
+    prog, c, inputs, out = compile_and_run((PROGRAMS / "heads_split.tl").read_text(), "0.6")
+    dmas = [line for line in wrap.unwrap(c.source).splitlines() if "dma_copy" in line]
+    assert len(dmas) == 8 and all(f"{64 * h}:{64 * h + 64}]" in dmas[h] for h in range(8))
+
+
+def test_a_reshape_index_over_too_many_heads_stays_refused():
+    from tilec.compiler.permute_split import MAX_HEADS, split_reshape_copies
+
+    text = f"""kernel hs(X: f32[S, E]) -> Y
+  default S = 4, E = {2 * (MAX_HEADS + 1)}
+  let H = {MAX_HEADS + 1}, D = 2
+  Y: f32[H, S, D]
+  for h in 0..H, s in 0..S, d in 0..D:
+    Y[h, s, d] = X[s, h * D + d]
+"""
+    prog = lang.load(text)
+    assert split_reshape_copies(prog) is prog
+    with pytest.raises(TilecError) as err:
+        compile_loaded(prog)
+    assert err.value.span is not None and err.value.hint

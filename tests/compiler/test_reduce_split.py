@@ -59,8 +59,73 @@ def test_a_product_of_two_reads_is_left_to_the_contraction_rule():
     assert split_broadcast_reductions(prog) is prog
 
 
+TOTALS = {  # core16: a reduction into one element (split_total_reductions): program text -> NumPy formula
+    "dot": ("""kernel dot(a: {t}[N], b: {t}[N]) -> s
+  default N = 4096
+  s: f32[1]
+  s[0] = 0
+  for i in 0..N:
+    s[0] += a[i] * b[i]
+""", lambda a: {"s": np.array([np.dot(a["a"], a["b"])])}),
+    "total": ("""kernel total(X: {t}[M, N]) -> s
+  default M = 300, N = 129
+  s: {t}[1]
+  s[0] = 1.5
+  for i in 0..M, j in 0..N:
+    s[0] += X[i, j] / N
+""", lambda a: {"s": np.array([1.5 + a["X"].sum() / a["X"].shape[1]])}),
+    "max3d": ("""kernel gmax(X: {t}[A, M, N]) -> s
+  default A = 3, M = 200, N = 130
+  s: f32[1, 1]
+  s[0, 0] = -inf
+  for a in 0..A, i in 0..M, j in 0..N:
+    s[0, 0] max= X[a, i, j]
+""", lambda a: {"s": np.array([[a["X"].max()]])}),
+    "min_sq": ("""kernel mins(X: {t}[M, N], Y: {t}[M, N]) -> s
+  default M = 130, N = 64
+  s: f32[1]
+  s[0] = inf
+  for i in 0..M, j in 0..N:
+    s[0] min= (X[i, j] - Y[i, j]) * (X[i, j] - Y[i, j])
+""", lambda a: {"s": np.array([((a["X"] - a["Y"]) ** 2).min()])}),
+}
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("name", sorted(TOTALS))
+def test_a_reduction_into_one_element_matches_numpy(name, dtype, nki):
+    text, formula = TOTALS[name]
+    prog, c, inputs, out = compile_and_run(text.format(t=dtype), nki)
+    want = formula({k: np.asarray(v, np.float64) for k, v in inputs.items()})
+    for tensor, expected in want.items():
+        assert_matches(prog, tensor, out[tensor], expected)
+
+
 @pytest.mark.parametrize("name", ["dot_product", "total_sum"])
-def test_a_reduction_into_one_element_is_a_located_refusal(name):
+def test_a_reduction_into_one_element_goes_rows_then_one_row(name):
+    """Rows to an f32 column (when there are two loops or more), the column as one row, that row into the element:
+    each step an ordinary reduction or copy."""
+    from tilec.compiler.reduce_split import split_total_reductions
+
+    prog = lang.load((PROGRAMS / f"{name}.tl").read_text())
+    split = split_total_reductions(prog)
+    assert split is not prog
+    assert split.tensors["s_row"].dtype == "f32" and [str(d) for d in split.tensors["s_row"].shape][0] == "1"
+    assert ("s_rows" in split.tensors) == (name == "total_sum")
+
+
+def test_a_reduction_into_one_element_without_its_initial_value_right_before_is_a_located_refusal():
+    text = """kernel late(X: f32[M, N]) -> s
+  default M = 64, N = 32
+  s: f32[1]
+  s[0] = 0
+  for i in 0..M:
+    for j in 0..N:
+      s[0] += X[i, j]
+    for j in 0..N:
+      s[0] += X[i, j]
+"""
     with pytest.raises(TilecError) as err:
-        compile_loaded(lang.load((PROGRAMS / f"{name}.tl").read_text()))
+        compile_loaded(lang.load(text))
     assert err.value.span is not None and err.value.hint and "one element" in err.value.message

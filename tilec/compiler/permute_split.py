@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
+from tilec.errors import TilecError
 from tilec.compiler.rewrite import hoisted, nested, rechecked, substituted, taken_names
 from tilec.lang import syntax as sx
 
@@ -131,3 +132,110 @@ def split_shifted_reads(program):
 
     return rechecked(program, decls, hoisted(kernel.body, stmt))
 
+
+
+MAX_HEADS = 64  # the reshape rewrite copies one part per value of the outer loop: at most this many parts
+
+
+def split_reshape_copies(program):
+    """A copy through a reshape of one dimension into two, `Y[h, s, d] = X[s, h * D + d]` (heads split) or `Y[s, h *
+    D + d] = X[h, s, d]` (heads merge), d in 0..D: the index `h * D + d` reads (or writes) the dimension of H * D
+    as the view [.., H, D]. No rule maps an index of two loop variables, so the copy is made once per value of h,
+    each an ordinary copy of a crop into a part (select_copy, rules_move.copy: one HBM -> HBM DMA per block of
+    partitions, rows of D elements):
+
+        Y[0 + z, s, d] = X[s, d]               # h = 0 (z in 0..1 keeps h's dimension in the stored index)
+        Y[1 + z, s, d] = X[s, d + D]           # h = 1 ...
+
+    h as a plain index of the read becomes the constant (`X[1, s, d]`). Done when the statement is a plain copy
+    alone in a perfect nest from 0 (as a top-level statement), the index is `h * D + d` (any order of the terms,
+    plus a constant) with d's loop of exactly D iterations, and h's loop has at most MAX_HEADS iterations. The same
+    object when there is none."""
+    from tilec.compiler.lower import affine_index, size_value
+
+    kernel = program.kernel
+    sizes = program.sizes
+    out: list[sx.Stmt] = []
+    changed = False
+    for top in kernel.body:
+        loops: list[sx.Loop] = []
+        st: sx.Stmt = top
+        while isinstance(st, sx.Loop) and len(st.body) == 1 and isinstance(st.start, sx.Num) and st.start.value == 0:
+            loops.append(st)
+            st = st.body[0]
+        found = None
+        if loops and isinstance(st, sx.Assign) and st.op == "=" and isinstance(st.value, sx.Access) \
+                and st.value.fill is None:
+            ext = {lp.var: size_value(lp.stop, sizes) for lp in loops}
+            found = _reshape_index(st, ext, sizes, affine_index)
+        if found is None:
+            out.append(top)
+            continue
+        h, d, coef, const = found
+        keep = any(isinstance(ix, sx.Name) and ix.id == h for ix in st.target.indices)
+        names = {lp.var for lp in loops} | taken_names(kernel)
+        z = unique("z", names)
+        for hc in range(ext[h]):
+            def index(e: sx.Expr) -> sx.Expr:
+                span = e.span
+                if _uses(e, h) and _uses(e, d):  # the reshape index: d plus the head's offset
+                    off = hc * coef + const
+                    return sx.BinOp("+", sx.Name(d, span), sx.Num(off, span), span) if off else sx.Name(d, span)
+                if isinstance(e, sx.Name) and e.id == h:
+                    if keep:
+                        return sx.BinOp("+", sx.Name(z, span), sx.Num(hc, span), span) if hc else sx.Name(z, span)
+                    return sx.Num(hc, span)
+                return e
+            dst = replace(st.target, indices=tuple(index(e) for e in st.target.indices))
+            src = replace(st.value, indices=tuple(index(e) for e in st.value.indices))
+            part_loops = [sx.Loop(z, sx.Num(0, lp.span), sx.Num(1, lp.span), (), lp.span) if lp.var == h else lp
+                          for lp in loops if lp.var != h or keep]
+            out.append(nested(replace(st, target=dst, value=src), part_loops))
+        changed = True
+    if not changed:
+        return program
+    from tilec.lang import api, bounds, checker
+    kernel = replace(kernel, body=tuple(out))
+    facts = checker.check(kernel)
+    pending = bounds.prove(facts)
+    bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
+    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+
+
+def _reshape_index(st: sx.Assign, ext: dict[str, int], sizes: dict[str, int], affine_index
+                   ) -> tuple[str, str, int, int] | None:
+    """(h, d, D, constant) of the one index `h * D + d + constant` of the copy, each other index one loop variable
+    or a constant; None when the copy has no such index or another one the copy rule does not take."""
+    assert isinstance(st.value, sx.Access)
+    names = set(ext)
+    found = None
+    for e in st.target.indices + st.value.indices:
+        if not _uses_any(e, names):
+            continue
+        if isinstance(e, sx.Name):
+            continue
+        try:
+            coefs, const = affine_index(e, names, sizes)
+        except TilecError:
+            return None
+        if len(coefs) != 2 or found is not None:
+            return None
+        (a, ca), (b, cb) = sorted(coefs.items(), key=lambda kv: kv[1])
+        if ca != 1 or cb != ext[a] or ext[b] > MAX_HEADS or ext[b] < 2:
+            return None
+        found = (b, a, cb, const)
+    return found
+
+
+def _uses(e: sx.Expr, name: str) -> bool:
+    return _uses_any(e, {name})
+
+
+def _uses_any(e: sx.Expr, names: set[str]) -> bool:
+    if isinstance(e, sx.Name):
+        return e.id in names
+    if isinstance(e, sx.BinOp):
+        return _uses_any(e.lhs, names) or _uses_any(e.rhs, names)
+    if isinstance(e, sx.Neg):
+        return _uses_any(e.x, names)
+    return False

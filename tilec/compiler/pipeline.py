@@ -34,8 +34,8 @@ from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import fmt_directive, sbuf_budget
 from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.pad_split import split_padded_reads
-from tilec.compiler.permute_split import split_permuted_eltwise, split_shifted_reads
-from tilec.compiler.reduce_split import split_broadcast_reductions
+from tilec.compiler.permute_split import split_permuted_eltwise, split_reshape_copies, split_shifted_reads
+from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
 from tilec.compiler.unsupported import reject_unsupported
 from tilec.compiler.verify import verify
 from tilec.errors import Span, TilecError
@@ -64,8 +64,10 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
                     target: Target | str | None = None) -> Result:
     """`nki`: the NKI API version the kernel source is written for (codegen.NKI_VERSIONS; None: the default)."""
     program = split_padded_reads(program)  # padded reads in element-wise statements: copied first (pad_split.py)
+    program = split_total_reductions(program)  # `s[0] += X[i, j]`: rows to a column, then one row (reduce_split.py)
     program = split_broadcast_reductions(program)  # `s[i] += exp(X[i, j] - m[i])`: the terms first (reduce_split.py)
     program = split_permuted_eltwise(program)  # `Y[j, i] = relu(X[i, j])`: element-wise, then a permute (permute_split)
+    program = split_reshape_copies(program)  # `Y[h, s, d] = X[s, h * D + d]`: one copy per h (permute_split.py)
     program = split_shifted_reads(program)  # `Y[i, j] = X[i, j + 1] - X[i, j]`: the shifted read copied first (same)
     program = split_in_place_epilogues(program)  # `O += P * V` then `O = O / z`: O_acc first (inplace_split.py)
     reject_unsupported(program.kernel)  # constructs only the reference evaluator runs yet (unsupported.py)

@@ -16,6 +16,7 @@ exp(X[i, j] - m[j])` under `for j: for i:` fills `t[i, j]`: no transpose, then a
 of two reads (`y[i] += A[i, k] * c[i]`) is left to the contraction rule."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
@@ -105,3 +106,109 @@ def _names(a: sx.Access) -> set[str]:
         walk(ix)
     return out
 
+
+
+_IDENTITY = {"+=": 0.0, "max=": -math.inf, "min=": math.inf}
+
+
+def split_total_reductions(program):
+    """A reduction of a whole nest into one element, `s[0] = 0` then `for i, j: s[0] += X[i, j]` (a total sum, a
+    dot product `s[0] += a[i] * b[i]`, a global max): no rule maps it (a reduction keeps at least one loop in the
+    stored index to lay the rows on partitions). Computed in two steps, each an ordinary reduction:
+
+        t[i] = 0; t[i] += X[i, j]            # rows to a column (f32; skipped when there is one loop)
+        u[z, i] = t[i]                       # the column as one row (z in 0..1)
+        s[z] = 0; s[z] += u[z, i]            # that row reduced into the element, its initial value kept
+
+    Done when the element's initial value, a constant, is stored by the top-level statement right before the
+    nest, the nest is perfect (one statement, loops from 0), the stored indices are all 0, and the value does not
+    read the element's tensor. The same object when there is none. Sums are added in another order than the
+    reference's loop order (f32 rounding), max= and min= give the same values."""
+    kernel = program.kernel
+    taken = taken_names(kernel)
+    decls: list[sx.Decl] = []
+    out: list[sx.Stmt] = []
+    body = list(kernel.body)
+    k = 0
+    while k < len(body):
+        pair = _total_pair(body, k)
+        if pair is None:
+            out.append(body[k])
+            k += 1
+            continue
+        init, loops, red = pair
+        out += _total_split(init, loops, red, taken, decls, program)
+        k += 2
+    return rechecked(program, decls, out)
+
+
+def _total_pair(body: list[sx.Stmt], k: int) -> tuple[sx.Assign, list[sx.Loop], sx.Assign] | None:
+    init = body[k]
+    if k + 1 >= len(body) or not isinstance(init, sx.Assign) or init.op != "=" or not _constant(init.value):
+        return None
+    if not init.target.indices or not all(_zero(ix) for ix in init.target.indices):
+        return None
+    loops: list[sx.Loop] = []
+    st = body[k + 1]
+    while isinstance(st, sx.Loop) and len(st.body) == 1:
+        if not _zero(st.start):
+            return None
+        loops.append(st)
+        st = st.body[0]
+    if not loops or not isinstance(st, sx.Assign) or st.op not in _IDENTITY:
+        return None
+    if st.target.tensor != init.target.tensor or len(st.target.indices) != len(init.target.indices) \
+            or not all(_zero(ix) for ix in st.target.indices):
+        return None
+    reads = accesses(st.value)
+    if not reads or any(a.tensor == st.target.tensor for a in reads):
+        return None
+    return init, loops, st
+
+
+def _total_split(init: sx.Assign, loops: list[sx.Loop], red: sx.Assign, taken: set[str],
+                 decls: list[sx.Decl], program) -> list[sx.Stmt]:
+    span = red.span
+    out: list[sx.Stmt] = []
+    first = loops[0]
+    i = sx.Name(first.var, span)
+    vars_ = {lp.var for lp in loops}
+    names = taken | vars_
+    zs = [sx.Name(unique("z", names), span) for _ in init.target.indices]
+    z_loops = [sx.Loop(z.id, sx.Num(0, span), sx.Num(1, span), (), span) for z in zs]
+    row_name = unique(f"{red.target.tensor}_row", taken)
+    decls.append(sx.Decl(row_name, sx.TensorType("f32", tuple(sx.Num(1, span) for _ in zs) + (first.stop,), span),
+                         span))
+    row = sx.Access(row_name, tuple(zs) + (i,), span)
+    if len(loops) == 1:  # one loop: its terms are the row
+        value = _sizes_as_numbers(red.value, vars_, program.sizes)
+        out.append(nested(sx.Assign(row, "=", value, span), z_loops + loops))
+    else:
+        col_name = unique(f"{red.target.tensor}_rows", taken)
+        decls.append(sx.Decl(col_name, sx.TensorType("f32", (first.stop,), span), span))
+        col = sx.Access(col_name, (i,), span)
+        start = sx.Assign(col, "=", _identity(red.op, span), span)
+        rows = nested(sx.Assign(col, red.op, red.value, span), loops[1:])
+        out.append(sx.Loop(first.var, first.start, first.stop, (start, rows), first.span))
+        out.append(nested(sx.Assign(row, "=", col, span), z_loops + [first]))
+    target = replace(red.target, indices=tuple(zs))
+    total: tuple[sx.Stmt, ...] = (sx.Assign(target, "=", init.value, init.span),
+             sx.Loop(first.var, first.start, first.stop, (sx.Assign(target, red.op, row, span),), first.span))
+    inner = total
+    for zl in reversed(z_loops):
+        inner = (replace(zl, body=inner),)
+    out += list(inner)
+    return out
+
+
+def _identity(op: str, span) -> sx.Expr:
+    value = _IDENTITY[op]
+    return sx.Neg(sx.Num(math.inf, span), span) if value == -math.inf else sx.Num(value, span)
+
+
+def _constant(e: sx.Expr) -> bool:
+    return isinstance(e, sx.Num) or (isinstance(e, sx.Neg) and isinstance(e.x, sx.Num))
+
+
+def _zero(e: sx.Expr) -> bool:
+    return isinstance(e, sx.Num) and e.value == 0

@@ -40,11 +40,11 @@ def copy_indices(comp: Comp, program) -> list[Index] | None:
     if comp.red_op is not None or not isinstance(comp.init, sx.Access) or comp.init.tensor == comp.target:
         return None
     names = {v for v, _ in comp.extents}
-    idx = [read_index(e, names, program.sizes) for e in comp.init.indices]
+    idx = [read_index(e, names, program.sizes) for e in comp.init.indices if uses_names(e, names)]
     if any(i is None for i in idx):
         return None
     found = [i for i in idx if i is not None]
-    if [v for v, _, _ in found] != list(comp.out_vars):
+    if [v for v, _, _ in found] != [v for v in comp.out_vars if comp.extent(v) > 1 or v in {u for u, _, _ in found}]:
         return None
     return found
 
@@ -57,7 +57,10 @@ def is_data_copy(comp: Comp, program) -> bool:
     assert isinstance(comp.init, sx.Access)
     src = [size_value(d, program.sizes) if not isinstance(d, int) else d
            for d in program.tensors[comp.init.tensor].shape]
-    reads_part = any(c != 0 or k < 0 or comp.extent(v) // k != n for (v, k, c), n in zip(idx, src))  # a crop
+    names = {v for v, _ in comp.extents}
+    src = [n for n, e in zip(src, comp.init.indices) if uses_names(e, names)]
+    reads_part = len(src) < len(comp.init.indices) \
+        or any(c != 0 or k < 0 or comp.extent(v) // k != n for (v, k, c), n in zip(idx, src))  # a crop
     return is_part(comp, program) or reads_part or any(k != 1 for _, k, _ in idx) or comp.init.fill is not None
 
 

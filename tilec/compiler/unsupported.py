@@ -2,7 +2,7 @@
 reads (`X[y + r - 1, x + s - 1] ?? 0`) other than a window pool's (rules_pool.py), a contraction operand's
 (build_conv.py), a copy's (`Y[i, j] = X[i - 2, j + 1] ?? 0`, rules_copy.py) or an element-wise statement's with
 such indices (copied first: pad_split.py, which runs before this check), modulo of loop variables in indices, a
-reduction into one element (`s[0] += a[i] * b[i]`: tensorize.match has no output loop to order it by), and floor
+reduction into one element other than reduce_split.split_total_reductions' form, and floor
 division except a loop variable divided by a constant in a copy's read (`Y[i, j] = X[i / 2, j / 2]`: nearest
 upsampling, select_copy.py).
 `compile_program` calls `reject_unsupported` first, so such a program gets a located TilecError saying so and
@@ -31,9 +31,10 @@ def _stmt(st: sx.Stmt, loop_vars: frozenset[str]) -> None:
         return
     if st.op in ("+=", "max=", "min=") and loop_vars and not any(uses_names(i, loop_vars) for i in st.target.indices):
         raise TilecError(f"a reduction of whole tensors into one element of {st.target.tensor} (a dot product, a "
-                         "total sum) is not compiled yet", st.target.span,
-                         "keep one loop in the stored index and reduce the rest, `r[i] += A[i, j]`, then sum the "
-                         "short vector r on the host; or " + REFERENCE)
+                         "total sum) is compiled only as one perfect nest right after the element's initial value",
+                         st.target.span,
+                         "write `s[0] = 0` then one nest `for i in 0..M, j in 0..N: s[0] += A[i, j]` (loops from 0, "
+                         "one statement inside); or " + REFERENCE)
     for acc in accesses(st.value):
         if acc.fill is not None and not (_pooled(st, acc) or _contraction_padding(st, acc)
                                          or _padded_copy(st, acc, loop_vars)):
