@@ -1,8 +1,9 @@
-"""The standalone depthwise kernel's ScalarE/VectorE products rotate through depthwise_layout.PRODUCTS_MORE (8)
-buffers per chunk tag when the kernel still fits its SBUF share, else through PRODUCTS (4) in the same layout
-(build_depthwise.decide). Each case compiles the default schedule, runs the kernel on the NKI interpreter (both
-dialects) and compares Y with an independent NumPy formula (np.pad + one product per tap; test_conv_grouped.grouped_ref
-for a fan-in); the families' batch-8 shapes are only compiled (which rotation, which layout)."""
+"""The depthwise kernel's ScalarE/VectorE products rotate through depthwise_layout.PRODUCTS_MORE (8) buffers per
+chunk tag when the kernel still fits its SBUF share, else through PRODUCTS (4) in the same layout
+(build_depthwise.decide; the MobileNet block's build_mbblock.choose). Each case compiles the default schedule, runs
+the kernel on the NKI interpreter (both dialects) and compares Y with an independent NumPy formula (np.pad + one
+product per tap; test_conv_grouped.grouped_ref for a fan-in; test_conv_mobilenet.block_ref for the block); the
+families' batch-8 shapes are only compiled (which rotation, which layout)."""
 from __future__ import annotations
 
 import pathlib
@@ -78,3 +79,24 @@ def test_more_products_only_where_they_fit(monkeypatch):
     # the same layout as the kernel built with 4 products throughout
     monkeypatch.setattr(build_depthwise, "PRODUCTS_MORE", PRODUCTS)
     assert family_source("depthwise_mult3x3", 8) == mult
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+def test_block_rotates_more_products_where_they_fit(monkeypatch, nki):
+    """The MobileNet block's depthwise (build_mbblock.choose: 8 buffers per tag, else 4 in the same layout): one
+    56x56 image of 144 expanded channels takes 6 (its chunks have 6 vector products); Y matches test_conv_mobilenet's
+    NumPy block."""
+    from test_conv_mobilenet import block_ref, block_text, on_chip
+    monkeypatch.setattr(codegen, "DEFAULT_NKI", nki)
+    prog, comp, inputs, out = run(block_text("f32", 1, 24, 144, 56, 56))
+    assert on_chip(comp)
+    assert {int(k) for k in re.findall(r"\bB_prod(\d+)", wrap.unwrap(comp.source))} == set(range(6))
+    assert_matches(prog, "Y", out["Y"], block_ref(rounded(inputs, "f32"), "f32"))
+
+
+def test_block_keeps_four_products_where_more_do_not_fit(monkeypatch):
+    from tilec.compiler import build_mbblock
+    block = family_source("mobilenet_block", 8)
+    assert {int(k) for k in re.findall(r"\bB_prod(\d+)", block)} == set(range(PRODUCTS))
+    monkeypatch.setattr(build_mbblock, "PRODUCTS_MORE", PRODUCTS)
+    assert family_source("mobilenet_block", 8) == block
