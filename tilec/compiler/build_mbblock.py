@@ -52,7 +52,7 @@ class BlockLayout:
     nb: int  # row blocks per image (on the partitions, beside the channels)
     rb: int  # output rows per block
     cg: int  # expanded channels per group
-    products: int = PRODUCTS  # the depthwise taps' product buffers per chunk tag (choose: 8 when they fit)
+    products: int = PRODUCTS  # the depthwise taps' product buffers per chunk tag (choose: PRODUCTS_MORE if they fit)
 
 
 def _plain_1x1(op: ConvOp) -> bool:
