@@ -124,9 +124,10 @@ def mobilenet_block(X, We, Wd, Wp):
                                            dtype=nl.float32)
     B_gacc_a_a_end[...] = nisa.tensor_tensor(B_gacc_a_a_end, B_prod3_a_a_end, op=nl.add,  # tl:17
                                              engine=nisa.gpsimd_engine, dtype=nl.float32)
-    B_prod0_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
+    B_prod4_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod4_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
                                                   scale=Wd_cols[:, 0, 2, 2:3], dtype=nl.float32)
-    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15],  # tl:17
+    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod4_a_a_end[:, :, 0:15],  # tl:17
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
     A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
@@ -177,9 +178,10 @@ def mobilenet_block(X, We, Wd, Wp):
                                            dtype=nl.float32)
     B_gacc_b_a_end[...] = nisa.tensor_tensor(B_gacc_b_a_end, B_prod3_b_a_end, op=nl.add,  # tl:17
                                              engine=nisa.gpsimd_engine, dtype=nl.float32)
-    B_prod0_b_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10, 1:16],  # tl:17
+    B_prod4_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod4_b_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10, 1:16],  # tl:17
                                                   scale=Wd_cols[:, 1, 2, 2:3], dtype=nl.float32)
-    B_gacc_b_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 0:15], B_prod0_b_a_end[:, :, 0:15],  # tl:17
+    B_gacc_b_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 0:15], B_prod4_b_a_end[:, :, 0:15],  # tl:17
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
     A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
@@ -229,9 +231,9 @@ def mobilenet_block(X, We, Wd, Wp):
                                            dtype=nl.float32)
     B_gacc_a_a_end[...] = nisa.tensor_tensor(B_gacc_a_a_end, B_prod3_a_a_end, op=nl.add,  # tl:17
                                              engine=nisa.gpsimd_engine, dtype=nl.float32)
-    B_prod0_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
+    B_prod4_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
                                                   scale=Wd_cols[:, 2, 2, 2:3], dtype=nl.float32)
-    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod0_a_a_end[:, :, 0:15],  # tl:17
+    B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod4_a_a_end[:, :, 0:15],  # tl:17
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a

@@ -127,10 +127,11 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=B_prod3_a_a_end, op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 0, 2, 1:2])  # tl:17
     nisa.tensor_tensor(dst=B_gacc_a_a_end, data1=B_gacc_a_a_end, data2=B_prod3_a_a_end, op=nl.add,  # tl:17
                        engine=nisa.engine.gpsimd)
-    nisa.activation(dst=B_prod0_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
+    B_prod4_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.activation(dst=B_prod4_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
                     scale=Wd_cols[:, 0, 2, 2:3])
     nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15],  # tl:17
-                       data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)
+                       data2=B_prod4_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)
     A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
@@ -180,10 +181,11 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=B_prod3_b_a_end, op=nl.copy, data=A_pad_b[:, 2:10], scale=Wd_cols[:, 1, 2, 1:2])  # tl:17
     nisa.tensor_tensor(dst=B_gacc_b_a_end, data1=B_gacc_b_a_end, data2=B_prod3_b_a_end, op=nl.add,  # tl:17
                        engine=nisa.engine.gpsimd)
-    nisa.activation(dst=B_prod0_b_a_end[:, :, 0:15], op=nl.copy, data=A_pad_b[:, 2:10, 1:16],  # tl:17
+    B_prod4_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    nisa.activation(dst=B_prod4_b_a_end[:, :, 0:15], op=nl.copy, data=A_pad_b[:, 2:10, 1:16],  # tl:17
                     scale=Wd_cols[:, 1, 2, 2:3])
     nisa.tensor_tensor(dst=B_gacc_b_a_end[:, :, 0:15], data1=B_gacc_b_a_end[:, :, 0:15],  # tl:17
-                       data2=B_prod0_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)
+                       data2=B_prod4_b_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)
     A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- A = We . X for e group 2 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
@@ -232,10 +234,10 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=B_prod3_a_a_end, op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 2, 2, 1:2])  # tl:17
     nisa.tensor_tensor(dst=B_gacc_a_a_end, data1=B_gacc_a_a_end, data2=B_prod3_a_a_end, op=nl.add,  # tl:17
                        engine=nisa.engine.gpsimd)
-    nisa.activation(dst=B_prod0_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
+    nisa.activation(dst=B_prod4_a_a_end[:, :, 0:15], op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
                     scale=Wd_cols[:, 2, 2, 2:3])
     nisa.tensor_tensor(dst=B_gacc_a_a_end[:, :, 0:15], data1=B_gacc_a_a_end[:, :, 0:15],  # tl:17
-                       data2=B_prod0_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)
+                       data2=B_prod4_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
     nisa.tensor_scalar(dst=psum3[:, 0:8], data=psum3[:, 0:8], op0=nl.minimum, operand0=6.0)  # tl:15

@@ -41,6 +41,7 @@ ranking), depthwise_kernel.py (the builder), depthwise_hybrid.py (the grouped hy
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_util, ir
@@ -49,8 +50,8 @@ from tilec.compiler.build_util import a, sl
 from tilec.compiler.depthwise_explain import explain, plural
 from tilec.compiler.depthwise_kernel import DepthwiseBuilder
 from tilec.compiler.depthwise_layout import (DEPTH, DIAG_BUDGET, DTYPE, FAN_IN_MAX, HYBRID_SBUF_SHARE, LAYOUT_TRIES,
-                                             STORE_CHAIN_NS, layout_estimates,
-                                             MULTIPLIER_MAX, PSUM_FP32, SBUF_SHARE, Layout, Routes, _matmul_ns,
+                                             STORE_CHAIN_NS, layout_estimates, MULTIPLIER_MAX, PRODUCTS_MORE,
+                                             PSUM_FP32, SBUF_SHARE, Layout, Routes, _matmul_ns,
                                              choose_layout, choose_routes, fan_in, fast_path, hybrid, hybrid_routes,
                                              multiplier, rank_layouts)
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Scalar, Stmt, View, full
@@ -98,12 +99,15 @@ def decide(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]
             taps = max(1, multiplier(op)) * fan_in(op) * op.dim("R") * op.dim("S")
             if pe and groups * taps * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
                 continue  # every group's diagonal weights stay resident in SBUF
-            built = DepthwiseBuilder(op, hbm, lambda name: name, lay, pe).build()
-            sbuf, psum = passes.peak_usage(tuple(built))
-            if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
-                dense = dense_ns(op, hbm) if op.groups > 1 else None  # (`dw` weights: no block-diagonal path)
-                ns += first_tap_ns(built) if pe else 0.0
-                return (None if dense is not None and dense < ns else (lay, pe)), ns, dense
+            # more product buffers when they fit (a product waits less for the add of its buffer's last product)
+            for products in dict.fromkeys((PRODUCTS_MORE, lay.products)):
+                trial = replace(lay, products=products)
+                built = DepthwiseBuilder(op, hbm, lambda name: name, trial, pe).build()
+                sbuf, psum = passes.peak_usage(tuple(built))
+                if sbuf <= sbuf_budget(t) * SBUF_SHARE and psum <= t.psum_banks:
+                    dense = dense_ns(op, hbm) if op.groups > 1 else None  # (`dw` weights: no block-diagonal path)
+                    ns += first_tap_ns(built) if pe else 0.0
+                    return (None if dense is not None and dense < ns else (trial, pe)), ns, dense
     return None, None, None
 
 

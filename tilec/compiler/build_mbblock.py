@@ -27,7 +27,7 @@ row block. They are made by one PE transpose per group of a zeroed tile holding 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable
 
 from tilec.compiler import ir
@@ -35,7 +35,7 @@ from tilec.compiler.build_conv import hbm_view
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.depthwise_explain import plural
 from tilec.compiler.depthwise_kernel import DepthwiseBuilder
-from tilec.compiler.depthwise_layout import DTYPE, PSUM_FP32, Layout, choose_routes
+from tilec.compiler.depthwise_layout import DTYPE, PRODUCTS, PRODUCTS_MORE, PSUM_FP32, Layout, choose_routes
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.psum_share import shared_sums
@@ -52,6 +52,7 @@ class BlockLayout:
     nb: int  # row blocks per image (on the partitions, beside the channels)
     rb: int  # output rows per block
     cg: int  # expanded channels per group
+    products: int = PRODUCTS  # the depthwise taps' product buffers per chunk tag (choose: PRODUCTS_MORE if they fit)
 
 
 def _plain_1x1(op: ConvOp) -> bool:
@@ -143,7 +144,8 @@ class BlockBuilder:
         self.G, self.CR = self.E // lay.cg, self.E % lay.cg
         self.rc = max(1, PSUM_FP32 // self.W)
         self.dtype = hbm[e.x].dtype
-        self.dw = DepthwiseBuilder(d, hbm, fresh, Layout(lay.cg, lay.nb, lay.rb, 1, self.rc), pe, self.other_work)
+        self.dw = DepthwiseBuilder(d, hbm, fresh, Layout(lay.cg, lay.nb, lay.rb, 1, self.rc, lay.products), pe,
+                                   self.other_work)
         self.dw.allocated = set()  # the taps' SBUF products, allocated once, shared by the groups of a parity
         assert self.dw.clip and self.dw.BC == self.W and self.dw.IR == self.IR
         v = dict(d.vars)
@@ -569,7 +571,8 @@ def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target, usage: list 
     e, d, p = ops[i:i + 3]
     elem = ir.DTYPE_BYTES[hbm[e.x].dtype]
     for pe in (True, False):
-        for lay in layouts(e, d, p, elem)[:LAYOUT_TRIES]:
+        for lay in [replace(base, products=n) for base in layouts(e, d, p, elem)[:LAYOUT_TRIES]
+                    for n in dict.fromkeys((PRODUCTS_MORE, PRODUCTS))]:
             builder = BlockBuilder(e, d, p, hbm, lambda name: name, lay, pe)
             built = tuple(builder.build())
             # each buffer name holds one tile at a time (an allocation of the name again releases it, as the IR

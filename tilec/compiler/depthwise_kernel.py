@@ -10,7 +10,7 @@ from typing import Callable
 from tilec.compiler import depthwise_hybrid as hy
 from tilec.compiler import build_util, ir
 from tilec.compiler.build_util import a, loop, sl, term
-from tilec.compiler.depthwise_layout import (DEPTH, DEPTH_BATCH, PRODUCTS, STORE_SPLIT, Layout, Routes, choose_routes,
+from tilec.compiler.depthwise_layout import (DEPTH, DEPTH_BATCH, STORE_SPLIT, Layout, Routes, choose_routes,
                                              fan_in, hybrid, hybrid_routes, multiplier)
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full
 from tilec.compiler.ops import ConvOp
@@ -518,9 +518,9 @@ class DepthwiseBuilder:
                 gacc = View(gbuf, whole)
                 out += self.alloc_once(gbuf) + [Act(gacc, window, "copy", None, w, line)]
                 continue
-            # products rotate through PRODUCTS buffers, shared by the tile's chunks of one tag (each product is
+            # products rotate through the layout's buffers, shared by the tile's chunks of one tag (each product is
             # added before its buffer is written again)
-            prod = Buf(self.fresh(f"{op.name}_prod{products % PRODUCTS}{tag}"), "sbuf", "f32", shape)
+            prod = Buf(self.fresh(f"{op.name}_prod{products % self.lay.products}{tag}"), "sbuf", "f32", shape)
             out += self.alloc_once(prod)
             products += 1
             pv = View(prod, part)

@@ -24,7 +24,12 @@ STORE_SPLIT = 3  # the hybrid stores the rows evicted before its last STORE_SPLI
 DEPTH = 2  # chunks whose taps are issued before a chunk's final add and eviction
 DEPTH_BATCH = 3  # the same with several images (not the hybrid): depthwise3x3 b8 f32 200.2 -> 195.7 us, bf16 100.4
 # -> 96.5; at batch 1 one more chunk in flight delays the first eviction (depthwise_mult3x3 f32 31.8 -> 32.1)
-PRODUCTS = 4  # product buffers per chunk
+PRODUCTS = 4  # product buffers per chunk tag (the hybrid's, and the fallback when more do not fit SBUF)
+PRODUCTS_MORE = 12  # tried first by the standalone kernel and the MobileNet block (`build_depthwise.decide`,
+# `build_mbblock.choose`): a ScalarE/VectorE product waits for the add that read its buffer PRODUCTS products before;
+# f32 b8 depthwise3x3 194.3 -> 190.4 us (5 products a chunk: 5 buffers or more), grouped_kg1 (23 products a chunk)
+# b8 191.0 -> 173.4 (5: 183.8, 6: 177.3, 8: 174.7, 16: 173.4), b1 34.3 -> 30.9 (8: 31.8), the block f32 b1
+# 49.5 -> 49.0. The hybrid keeps 4 (grouped3x3's band leaves no room for 5 in its SBUF share)
 DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
 
 
@@ -35,6 +40,7 @@ class Layout:
     rb: int  # output rows per block
     k: int  # images per tile
     rc: int  # output rows per chunk (one PSUM accumulator)
+    products: int = PRODUCTS  # product buffers per chunk tag (each rotates through them)
 
 
 @dataclass(frozen=True)
