@@ -40,8 +40,11 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     if src.fill is not None:  # a padded read: an interior box copied HBM -> HBM, fill boxes from a constant tile
         return rules_copy.padded_copy(k, target, chain, src)
     x_order, y_order = _plain(src.index), _plain(stmt.dst.index)
-    long = lambda order: [v for v in order if ext[v] > 1]  # noqa: E731 (a loop of one iteration orders nothing)
-    if x_order and y_order and long(x_order) != long(y_order):  # a permute keeping its last dimension (select_permute)
+    # a permute keeping its last dimension (select_permute); a loop of one iteration that only one side indexes
+    # (a reshape's head, permute_split.split_reshape_copies) orders nothing, but one both sides index still does:
+    # the copy path below would put a unit dimension on the partitions of a transposing DMA (fuzz l40)
+    long = lambda order: [v for v in order if ext[v] > 1 or v in x_order and v in y_order]  # noqa: E731
+    if x_order and y_order and long(x_order) != long(y_order):
         runs = dma_runs(tuple(x_order), tuple(y_order), ext, target.pmax)
         assert runs is not None, f"{Y} = {X}: a permuted copy must keep its last dimension"
         return _permute_dma(loops, runs, ext, X, Y, target)
