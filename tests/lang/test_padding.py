@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tilec.errors import TilecError
 from tilec.lang import api
+from numpy_refs import conv, windows
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAMILIES = ROOT / "benchmarks" / "families"
@@ -33,23 +34,6 @@ def run(name: str, inputs: dict[str, np.ndarray], dtype: str = "f32") -> np.ndar
     (out,) = api.evaluate(program, inputs).values()
     return np.asarray(out, dtype=np.float64)
 
-
-def windows(x: np.ndarray, r: int, stride: int = 1, dilation: int = 1) -> np.ndarray:
-    """[R*R, N, C, Ho, Wo]: the window taps of a 2-D sliding window over the last two axes (valid positions)."""
-    h, w = x.shape[-2:]
-    ho, wo = (h - dilation * (r - 1) - 1) // stride + 1, (w - dilation * (r - 1) - 1) // stride + 1
-    return np.stack([x[..., p * dilation:p * dilation + stride * (ho - 1) + 1:stride,
-                       q * dilation:q * dilation + stride * (wo - 1) + 1:stride] for p in range(r) for q in range(r)])
-
-
-def conv(x: np.ndarray, wt: np.ndarray, stride: int = 1, dilation: int = 1, groups: int = 1) -> np.ndarray:
-    """torch.nn.functional.conv2d (no padding) in float64."""
-    k, cg, r, _ = wt.shape
-    taps = windows(x.astype(np.float64), r, stride, dilation)  # [R*R, N, C, Ho, Wo]
-    t, n, _, ho, wo = taps.shape
-    taps = taps.reshape(t, n, groups, cg, ho, wo)
-    w = wt.astype(np.float64).reshape(groups, k // groups, cg, r * r)
-    return np.einsum("tngchw,gkct->ngkhw", taps, w).reshape(n, k, ho, wo)
 
 
 def pad(x: np.ndarray, p: int, value: float = 0.0) -> np.ndarray:
