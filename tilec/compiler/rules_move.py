@@ -43,7 +43,8 @@ def copy(k: Kernel, target: Target) -> list[Prim] | None:
     # a permute keeping its last dimension (select_permute); a loop of one iteration that only one side indexes
     # (a reshape's head, permute_split.split_reshape_copies) orders nothing, but one both sides index still does:
     # the copy path below would put a unit dimension on the partitions of a transposing DMA (fuzz l40)
-    long = lambda order: [v for v in order if ext[v] > 1 or v in x_order and v in y_order]  # noqa: E731
+    both = set(x_order or ()) & set(y_order or ())
+    long = lambda order: [v for v in order if ext[v] > 1 or v in both]  # noqa: E731
     if x_order and y_order and long(x_order) != long(y_order):
         runs = dma_runs(tuple(x_order), tuple(y_order), ext, target.pmax)
         assert runs is not None, f"{Y} = {X}: a permuted copy must keep its last dimension"
