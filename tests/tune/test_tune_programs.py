@@ -215,3 +215,13 @@ def test_row_reduction_space_tiles_rows_and_free_elements_and_tunes(tmp_path):
     result = tune(job.path, {"M": 256, "N": 2048}, budget=48, jobs=1, progress=False, cache_dir=str(tmp_path))
     assert result.verified and result.stats.exhaustive and result.stats.legal == 18
     assert result.best_us <= result.default_us
+
+
+def test_a_statement_split_into_nests_of_one_name_gets_its_knobs_once():
+    """permute_split turns `Y[s, h * D + d] = X[h, s, d]` into one copy per head, every one a nest storing Y over
+    loops of the same names: the space lists each knob once (it raised "duplicate knob names"; the lead's fuzz
+    generator for reshape copies found it)."""
+    heads = pathlib.Path(__file__).resolve().parents[1] / "programs" / "gaps15" / "heads_merge.tl"
+    space = build_space(Job.of(str(heads), dict(H=3, S=52, D=46)))
+    names = [k.name for k in space.knobs]
+    assert names and len(names) == len(set(names))

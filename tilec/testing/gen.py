@@ -893,6 +893,58 @@ def batched_matmul(rng: random.Random, nm: Names) -> Case:
     return Case("bmm", b.text(), lambda env: {c_name: np.einsum("bik,bkj->bij", env[a_name], env[b_name])})
 
 
+def total(rng: random.Random, nm: Names) -> Case:
+    """A reduction into one element (a total sum, a dot product, a global max or min; reduce_split's total rewrite)
+    and a copy through a reshape index `h * D + d` (heads split and merge; permute_split's reshape copies)."""
+    kind = rng.choice(["sum", "dot", "max", "min", "split", "merge"])
+    if kind in ("split", "merge"):
+        return _reshape_copy(rng, nm, kind)
+    rank = rng.choice([1, 2])
+    dims = [size(rng, 3000)] if rank == 1 else [size(rng, 300), size(rng, 400)]
+    syms = [nm(c) for c in ("M", "N")[:rank]]
+    b = Builder(nm("k"))
+    b.defaults = list(zip(syms, dims))
+    a, a2, dt = nm("A"), nm("B"), rng.choice(DTYPES)
+    b.param(a, dt, syms)
+    if kind == "dot":
+        b.param(a2, dt, syms)
+    s_name = nm("s")
+    b.decl(s_name, rng.choice(DTYPES), ["1"], out=True)
+    op, init = {"sum": ("+=", "0"), "dot": ("+=", "0"), "max": ("max=", "-inf"), "min": ("min=", "inf")}[kind]
+    iv = [nm(c) for c in ("i", "j")[:rank]]
+    at = ", ".join(iv)
+    term = f"{a}[{at}] * {a2}[{at}]" if kind == "dot" else f"{a}[{at}]"
+    b.body.append(f"  {s_name}[0] = {init}")
+    b.loops(list(zip(iv, syms)), [f"{s_name}[0] {op} {term}"])
+
+    def formula(env: dict) -> dict:
+        x = env[a].astype(np.float64)
+        red = {"sum": lambda: x.sum(), "dot": lambda: (x * env[a2]).sum(), "max": lambda: x.max(),
+               "min": lambda: x.min()}[kind]()
+        return {s_name: np.array([red])}
+    return Case("total", b.text(), formula)
+
+
+def _reshape_copy(rng: random.Random, nm: Names, kind: str) -> Case:
+    """Y[s, h * D + d] = X[h, s, d] (merge) or Y[h, s, d] = X[s, h * D + d] (split)."""
+    sh, ss, sd = nm("H"), nm("S"), nm("D")
+    heads, rows, width = rng.randint(1, 12), size(rng, 300), rng.randint(1, 96)
+    b = Builder(nm("heads"))
+    b.defaults = [(sh, heads), (ss, rows), (sd, width)]
+    x, y, dt = nm("X"), nm("Y"), rng.choice(DTYPES)
+    h, r, d = nm("h"), nm("s"), nm("d")
+    wide = [ss, f"{sh} * {sd}"]
+    if kind == "merge":
+        b.param(x, dt, [sh, ss, sd])
+        b.decl(y, dt, wide, out=True)
+        b.loops([(h, sh), (r, ss), (d, sd)], [f"{y}[{r}, {h} * {sd} + {d}] = {x}[{h}, {r}, {d}]"])
+        return Case("total", b.text(), lambda env: {y: env[x].transpose(1, 0, 2).reshape(rows, heads * width)})
+    b.param(x, dt, wide)
+    b.decl(y, dt, [sh, ss, sd], out=True)
+    b.loops([(h, sh), (r, ss), (d, sd)], [f"{y}[{h}, {r}, {d}] = {x}[{r}, {h} * {sd} + {d}]"])
+    return Case("total", b.text(), lambda env: {y: env[x].reshape(rows, heads, width).transpose(1, 0, 2)})
+
+
 FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "eltwise": eltwise,
     "chain": lambda rng, nm: eltwise(rng, nm, chain=True),
@@ -906,10 +958,11 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "permute": permute,
     "movement": movement,
     "bmm": batched_matmul,
+    "total": total,
     "block": lambda rng, nm: _blocks().block(rng, nm),
 }
 WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
-           "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2}
+           "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2, "total": 1}
 
 
 def _blocks():

@@ -317,7 +317,10 @@ def space_of(compiled, target: str) -> Space:
         except KeyError as missing:  # the compiler's printed stage changed shape: a bug to fix here, loudly
             raise InternalError(f"the tuner cannot read {op.kind} {op.name} from the compiler's `select` stage "
                                 f"(missing {missing}); update tilec/tune/knobs.py") from None
-        knobs += k
+        # a statement the compiler split into several nests of one name (permute_split's per-head copies) gets its
+        # knobs once: the directive names the statement, not one nest
+        seen = {kn.name for kn in knobs}
+        knobs += [kn for kn in k if kn.name not in seen]
         checks += c
     bound = functools.partial(total_bound, tuple(bounds), target=target) if bounds else None
     space = Space(tuple(knobs), tuple(checks), bound=bound)
