@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
+from tilec.compiler.lower import affine_index, size_value, uses_names
 from tilec.compiler.names import unique
+from tilec.compiler.rewrite import hoisted, nested, rechecked, resolved, substituted, taken_names
 from tilec.errors import TilecError
-from tilec.compiler.rewrite import hoisted, nested, rechecked, substituted, taken_names
 from tilec.lang import syntax as sx
 
 
@@ -74,7 +75,6 @@ def split_shifted_reads(program):
     holds the original, so only when that statement's nest writes nothing the read reads and every loop starts at 0.
     A read's indices must each be `s*v + c` of one loop variable (s >= 1), distinct, in the output's loop order; a
     plain read over part of a dimension (`X[i, j]` for j < N - 1 beside `X[i, j + 1]`) is copied too (a crop)."""
-    from tilec.compiler.lower import affine_index
     from tilec.errors import TilecError
     kernel = program.kernel
     taken = taken_names(kernel)
@@ -151,7 +151,6 @@ def split_reshape_copies(program):
     alone in a perfect nest from 0 (as a top-level statement), the index is `h * D + d` (any order of the terms,
     plus a constant) with d's loop of exactly D iterations, and h's loop has at most MAX_HEADS iterations. The same
     object when there is none."""
-    from tilec.compiler.lower import affine_index, size_value
 
     kernel = program.kernel
     sizes = program.sizes
@@ -167,7 +166,7 @@ def split_reshape_copies(program):
         if loops and isinstance(st, sx.Assign) and st.op == "=" and isinstance(st.value, sx.Access) \
                 and st.value.fill is None:
             ext = {lp.var: size_value(lp.stop, sizes) for lp in loops}
-            found = _reshape_index(st, ext, sizes, affine_index)
+            found = _reshape_index(st, ext, sizes)
         if found is None:
             out.append(top)
             continue
@@ -178,7 +177,7 @@ def split_reshape_copies(program):
         for hc in range(ext[h]):
             def index(e: sx.Expr) -> sx.Expr:
                 span = e.span
-                if _uses(e, h) and _uses(e, d):  # the reshape index: d plus the head's offset
+                if uses_names(e, {h}) and uses_names(e, {d}):  # the reshape index: d plus the head's offset
                     off = hc * coef + const
                     return sx.BinOp("+", sx.Name(d, span), sx.Num(off, span), span) if off else sx.Name(d, span)
                 if isinstance(e, sx.Name) and e.id == h:
@@ -192,25 +191,17 @@ def split_reshape_copies(program):
                           for lp in loops if lp.var != h or keep]
             out.append(nested(replace(st, target=dst, value=src), part_loops))
         changed = True
-    if not changed:
-        return program
-    from tilec.lang import api, bounds, checker
-    kernel = replace(kernel, body=tuple(out))
-    facts = checker.check(kernel)
-    pending = bounds.prove(facts)
-    bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
-    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+    return resolved(program, replace(kernel, body=tuple(out))) if changed else program
 
 
-def _reshape_index(st: sx.Assign, ext: dict[str, int], sizes: dict[str, int], affine_index
-                   ) -> tuple[str, str, int, int] | None:
+def _reshape_index(st: sx.Assign, ext: dict[str, int], sizes: dict[str, int]) -> tuple[str, str, int, int] | None:
     """(h, d, D, constant) of the one index `h * D + d + constant` of the copy, each other index one loop variable
     or a constant; None when the copy has no such index or another one the copy rule does not take."""
     assert isinstance(st.value, sx.Access)
     names = set(ext)
     found = None
     for e in st.target.indices + st.value.indices:
-        if not _uses_any(e, names):
+        if not uses_names(e, names):
             continue
         if isinstance(e, sx.Name):
             continue
@@ -226,16 +217,3 @@ def _reshape_index(st: sx.Assign, ext: dict[str, int], sizes: dict[str, int], af
         found = (b, a, cb, const)
     return found
 
-
-def _uses(e: sx.Expr, name: str) -> bool:
-    return _uses_any(e, {name})
-
-
-def _uses_any(e: sx.Expr, names: set[str]) -> bool:
-    if isinstance(e, sx.Name):
-        return e.id in names
-    if isinstance(e, sx.BinOp):
-        return _uses_any(e.lhs, names) or _uses_any(e.rhs, names)
-    if isinstance(e, sx.Neg):
-        return _uses_any(e.x, names)
-    return False

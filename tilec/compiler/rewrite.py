@@ -70,10 +70,14 @@ def nested(st: sx.Stmt, loops: list[sx.Loop] | tuple[sx.Loop, ...]) -> sx.Stmt:
 def rechecked(program, decls: list[sx.Decl], body: list[sx.Stmt] | tuple[sx.Stmt, ...]):
     """The program with `decls` added and `body` as its kernel's body, checked and resolved again; the same object
     when nothing was declared (nothing was rewritten)."""
-    from tilec.lang import api, bounds, checker
     if not decls:
         return program
-    kernel = replace(program.kernel, decls=program.kernel.decls + tuple(decls), body=tuple(body))
+    return resolved(program, replace(program.kernel, decls=program.kernel.decls + tuple(decls), body=tuple(body)))
+
+
+def resolved(program, kernel: sx.Kernel):
+    """The program with `kernel` (a rewrite of its own) in its place, checked and resolved again."""
+    from tilec.lang import api, bounds, checker
     facts = checker.check(kernel)
     pending = bounds.prove(facts)
     bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
