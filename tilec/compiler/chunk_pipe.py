@@ -493,21 +493,21 @@ def grouped_passes(built: Built, budget: int, fresh) -> Built | None:
     size = dict(consts).get("TILE_C")
     if size is None:
         return None
-    loops = [s for s in ir.walk(tuple(stmts)) if isinstance(s, Loop) and _pass_loop(s, size) is not None]
-    if not loops:
+    passes = [(s, p) for s in ir.walk(tuple(stmts)) if isinstance(s, Loop) and (p := _pass_loop(s, size))]
+    if not passes:
         return None
-    extents = {s.extent for s in loops}
+    found = {id(s): p for s, p in passes}  # each chunk loop's (activation, loads), found once
+    extents = {s.extent for s, _ in passes}
     k = next((k for k in range(min(PASS_CHUNKS, min(extents)), 1, -1) if all(e % k == 0 for e in extents)), 1)
     if k == 1:
         return None
-    discards = {_pass_loop(s, size)[0].dst.buf for s in loops}  # type: ignore[index]
+    discards = {act.dst.buf for _, (act, _) in passes}
     if len({d.dtype for d in discards}) != 1 or len({d.shape[0] for d in discards}) != 1:
         return None
     d0 = next(iter(discards))
     wide = Buf(fresh("pass_discarded"), "sbuf", d0.dtype, (d0.shape[0], k * size))
     parts: dict[str, Buf] = {}
-    for s in loops:
-        act = _pass_loop(s, size)[0]  # type: ignore[index]
+    for _, (act, _) in passes:
         assert act.total is not None
         b = act.total.buf
         parts[b.name] = dataclasses.replace(b, shape=(b.shape[0], b.shape[1] // k))
@@ -520,8 +520,8 @@ def grouped_passes(built: Built, budget: int, fresh) -> Built | None:
     def rewrite(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
         out: list[Stmt] = []
         for s in body:
-            if isinstance(s, Loop) and _pass_loop(s, size) is not None:
-                act, dmas = _pass_loop(s, size)  # type: ignore[misc]
+            if isinstance(s, Loop) and id(s) in found:
+                act, dmas = found[id(s)]
                 loads = Loop("ck", k, tuple(_grouped_cc(x, k, inner=True) for x in dmas), kind=s.kind, line=s.line,
                              note="for the chunks of one ScalarE pass (TILE_C columns each)")
                 grouped = _grouped_cc(dataclasses.replace(act, dst=ir.whole(wide)), k, inner=False)
