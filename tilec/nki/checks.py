@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from tilec.nki import rules, runtime
+from tilec.patterns import canonical
 
 _ON_CHIP = ("sbuf", "psum")
 
@@ -146,8 +147,6 @@ def free_pattern(t: object, api: str, role: str, where: tuple) -> None:
     are dropped and contiguous neighbours merged (v2.32.0 nki/deep-dives/nki-aps.rst: "up to four-dimensional
     arrays" per partition; nki-spec §1.6); its strides are free, so windows may overlap (an NKI 0.1 advanced index
     `t[i_p, s*i_o + i_k]`, a 0.6 `.ap([[F, P], [s, O], [1, K]])`)."""
-    from tilec.patterns import canonical
-
     run = runtime.active()
     if run is None or len(t.shape) < 2:
         return
@@ -159,6 +158,30 @@ def free_pattern(t: object, api: str, role: str, where: tuple) -> None:
             f"most {limit} per partition", "access_pattern_dims", where,
             f"view of shape {tuple(t.shape)} of {_desc(t)}",
             hint="merge contiguous dimensions, or split the instruction along an outer dimension")
+
+
+def pattern_limits(t: object, api: str, role: str, where: tuple, target: object) -> None:
+    """An on-chip operand (of any instruction or DMA) whose free dimension holds more elements than an
+    access-pattern dimension can count (target.ap_dim_max, a uint16 size) or steps further than its stride can say
+    (ap_stride_max, an int16; a dimension of one element has no step). The twin of `free_pattern`, which counts
+    an engine operand's dimensions."""
+    limit, step = target.ap_dim_max, target.ap_stride_max
+    if t.buf.memory == "hbm" or len(t.shape) < 2 or (max(t.shape[1:]) <= limit
+                                                     and max(map(abs, t.strides[1:])) <= step):
+        return
+    for dim in range(1, len(t.shape)):
+        n, s = t.shape[dim], t.strides[dim]
+        if n > limit:
+            raise rules.NkiSyntaxError(
+                f"free dimension {dim} of the {role} of '{api}' has {n} elements; an access-pattern dimension "
+                f"counts at most {limit} (a uint16 size)", "access_pattern_dim_size", where,
+                f"{role} {t.describe()}",
+                hint="split the dimension in two (reshape the tile), or the instruction in two")
+        if n > 1 and not -step - 1 <= s <= step:
+            raise rules.NkiSyntaxError(
+                f"free dimension {dim} of the {role} of '{api}' steps by {s} elements; an access-pattern stride is "
+                f"at most {step} (an int16)", "access_pattern_stride", where, f"{role} {t.describe()}",
+                hint="lay the tile out so the dimension steps less far (split the dimension it steps over)")
 
 
 # An engine access starts at a partition the quadrant wiring allows: 64 < P <= 128 -> 0; 32 < P <= 64 -> 0 or 64;

@@ -279,15 +279,10 @@ def result(run: Run, value: np.ndarray | None, shape: tuple, dtype: np.dtype, me
 # ---- trace ----
 def emit(run: Run, engine: str, op: str, out: Tensor | None, ins: tuple, where: tuple[str, int],
          **fields: object) -> int:
-    tgt = run.target
-    limit, step = tgt.ap_dim_max, tgt.ap_stride_max
     for t in ins:
-        if t.buf.memory != "hbm" and len(t.shape) > 1 and (max(t.shape[1:]) > limit or
-                                                           max(map(abs, t.strides[1:])) > step):
-            _access_pattern(t, op, "input", tgt, where)
-    if out is not None and out.buf.memory != "hbm" and len(out.shape) > 1 and (
-            max(out.shape[1:]) > limit or max(map(abs, out.strides[1:])) > step):
-        _access_pattern(out, op, "destination", tgt, where)
+        checks.pattern_limits(t, op, "input", where, run.target)
+    if out is not None:
+        checks.pattern_limits(out, op, "destination", where, run.target)
     seq = len(run.instrs)
     infos = run.infos
     in_dtypes, reads = [], []
@@ -310,25 +305,6 @@ def emit(run: Run, engine: str, op: str, out: Tensor | None, ins: tuple, where: 
         out_dtype=dtype_name(out.dtype) if out is not None else "", reads=tuple(reads),
         writes=(recorder.access(out),) if out is not None else (), file=where[0], line=where[1], **fields))
     return seq
-
-
-def _access_pattern(t: Tensor, op: str, role: str, tgt: object, where: tuple) -> None:
-    """An on-chip operand whose free dimension holds more elements than an access-pattern dimension can count
-    (target.ap_dim_max, a uint16 size) or steps further than its stride can say (ap_stride_max, an int16; a
-    dimension of one element has no step)."""
-    limit, step = tgt.ap_dim_max, tgt.ap_stride_max
-    for dim in range(1, len(t.shape)):
-        n, s = t.shape[dim], t.strides[dim]
-        if n > limit:
-            raise rules.NkiSyntaxError(
-                f"free dimension {dim} of the {role} of '{op}' has {n} elements; an access-pattern dimension "
-                f"counts at most {limit} (a uint16 size)", "access_pattern_dim_size", where,
-                f"{role} {t.describe()}", hint="split the dimension in two (reshape the tile), or the instruction in two")
-        if n > 1 and not -step - 1 <= s <= step:
-            raise rules.NkiSyntaxError(
-                f"free dimension {dim} of the {role} of '{op}' steps by {s} elements; an access-pattern stride is "
-                f"at most {step} (an int16)", "access_pattern_stride", where, f"{role} {t.describe()}",
-                hint="lay the tile out so the dimension steps less far (split the dimension it steps over)")
 
 
 def _retarget(run: Run, tmp: Tensor, dst: Tensor, accumulate: bool) -> None:
