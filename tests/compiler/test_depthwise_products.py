@@ -79,7 +79,7 @@ def test_more_products_only_where_they_fit(monkeypatch):
     assert product_buffers(mult) == set(range(PRODUCTS))
     assert re.search(r"^GROUP = 32$", mult, re.M) and re.search(r"^IMAGES = 2$", mult, re.M)
     # the same layout as the kernel built with 4 products throughout
-    monkeypatch.setattr(build_depthwise, "PRODUCTS_MORE", PRODUCTS)
+    monkeypatch.setattr(build_depthwise, "PRODUCT_TRIES", (PRODUCTS,))
     assert family_source("depthwise_mult3x3", 8) == mult
 
 
@@ -100,5 +100,5 @@ def test_block_keeps_four_products_where_more_do_not_fit(monkeypatch):
     from tilec.compiler import build_mbblock
     block = family_source("mobilenet_block", 8)
     assert {int(k) for k in re.findall(r"\bB_prod(\d+)", block)} == set(range(PRODUCTS))
-    monkeypatch.setattr(build_mbblock, "PRODUCTS_MORE", PRODUCTS)
+    monkeypatch.setattr(build_mbblock, "PRODUCT_TRIES", (PRODUCTS,))
     assert family_source("mobilenet_block", 8) == block

@@ -50,7 +50,7 @@ from tilec.compiler.build_util import a, sl
 from tilec.compiler.depthwise_explain import explain, plural
 from tilec.compiler.depthwise_kernel import DepthwiseBuilder
 from tilec.compiler.depthwise_layout import (DEPTH, DIAG_BUDGET, DTYPE, FAN_IN_MAX, HYBRID_SBUF_SHARE, LAYOUT_TRIES,
-                                             STORE_CHAIN_NS, layout_estimates, MULTIPLIER_MAX, PRODUCTS_MORE,
+                                             STORE_CHAIN_NS, layout_estimates, MULTIPLIER_MAX, PRODUCT_TRIES,
                                              PSUM_FP32, SBUF_SHARE, Layout, Routes, _matmul_ns,
                                              choose_layout, choose_routes, fan_in, fast_path, hybrid, hybrid_routes,
                                              multiplier, rank_layouts)
@@ -100,7 +100,7 @@ def decide(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]
             if pe and groups * taps * lay.k * lay.nb * lay.cg * elem > DIAG_BUDGET:
                 continue  # every group's diagonal weights stay resident in SBUF
             # more product buffers when they fit (a product waits less for the add of its buffer's last product)
-            for products in dict.fromkeys((PRODUCTS_MORE, lay.products)):
+            for products in PRODUCT_TRIES:
                 trial = replace(lay, products=products)
                 built = DepthwiseBuilder(op, hbm, lambda name: name, trial, pe).build()
                 sbuf, psum = passes.peak_usage(tuple(built))

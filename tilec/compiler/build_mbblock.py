@@ -35,7 +35,7 @@ from tilec.compiler.build_conv import hbm_view
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.depthwise_explain import plural
 from tilec.compiler.depthwise_kernel import DepthwiseBuilder
-from tilec.compiler.depthwise_layout import DTYPE, PRODUCTS, PRODUCTS_MORE, PSUM_FP32, Layout, choose_routes
+from tilec.compiler.depthwise_layout import DTYPE, PRODUCT_TRIES, PRODUCTS, PSUM_FP32, Layout, choose_routes
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.psum_share import shared_sums
@@ -572,7 +572,7 @@ def choose(ops: tuple, i: int, hbm: dict[str, Buf], target: Target, usage: list 
     elem = ir.DTYPE_BYTES[hbm[e.x].dtype]
     for pe in (True, False):
         for lay in [replace(base, products=n) for base in layouts(e, d, p, elem)[:LAYOUT_TRIES]
-                    for n in dict.fromkeys((PRODUCTS_MORE, PRODUCTS))]:
+                    for n in PRODUCT_TRIES]:
             builder = BlockBuilder(e, d, p, hbm, lambda name: name, lay, pe)
             built = tuple(builder.build())
             # each buffer name holds one tile at a time (an allocation of the name again releases it, as the IR

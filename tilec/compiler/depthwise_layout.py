@@ -30,6 +30,7 @@ PRODUCTS_MORE = 12  # tried first by the standalone kernel and the MobileNet blo
 # f32 b8 depthwise3x3 194.3 -> 190.4 us (5 products a chunk: 5 buffers or more), grouped_kg1 (23 products a chunk)
 # b8 191.0 -> 173.4 (5: 183.8, 6: 177.3, 8: 174.7, 16: 173.4), b1 34.3 -> 30.9 (8: 31.8), the block f32 b1
 # 49.5 -> 49.0. The hybrid keeps 4 (grouped3x3's band leaves no room for 5 in its SBUF share)
+PRODUCT_TRIES = (PRODUCTS_MORE, PRODUCTS)  # the product buffer counts a layout is tried with, in order
 DTYPE = {"f32": 4, "f16": 2, "bf16": 2}
 
 
