@@ -26,7 +26,7 @@ OPEN = {  # reproducer -> the bug still open (strict xfail: the reproducer runs,
     "audit13_modulo_index.tl": "a floor modulo in an index is not compiled (audit13)",
     "audit13_size_in_value.tl": "a size in an element-wise value is refused (audit13)",
 }
-TUNE = ("18_", "30_", "m13", "m14")
+TUNE = ("18_", "30_", "m13", "m14", "l41")
 
 
 def expectation(path: pathlib.Path) -> str:

@@ -960,15 +960,23 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "bmm": batched_matmul,
     "total": total,
     "block": lambda rng, nm: _blocks().block(rng, nm),
+    "epilogue": lambda rng, nm: _epilogues().epilogue(rng, nm),
 }
 WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
-           "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2, "total": 1}
+           "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2, "total": 1,
+           "epilogue": 2}
 
 
 def _blocks():
     """gen_blocks.py (network blocks: conv chains, residuals, depthwise and grouped stages) builds on this module."""
     from tilec.testing import gen_blocks
     return gen_blocks
+
+
+def _epilogues():
+    """gen_epilogue.py (a contraction, then an element-wise statement reading it) builds on this module."""
+    from tilec.testing import gen_epilogue
+    return gen_epilogue
 
 
 def generate(seed: int, family: str | None = None) -> Case:

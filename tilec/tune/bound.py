@@ -54,6 +54,7 @@ def conv_bound(op, dtype: str, target: str) -> Bound:
         tk, tc, tx = (named[f"tile {op.ref(r)}"] for r in "kcx")
         pmax = invariant("pmax")  # None: the ragged default (128-channel tiles and a remainder tile)
         tk, tc = tk or min(d["K"], pmax), tc or min(d["C"], pmax)
+        tx = tx or min(d["Wo"], invariant("moving_fmax"))  # None: no directive (a matvec), the whole row per matmul
         rows = named.get(f"tile {op.ref('y')}", 1)
         count = d.get("N", 1) * -(-d["K"] // tk) * -(-d["C"] // tc) * d.get("R", 1) * d.get("S", 1) \
             * (d["Ho"] // rows) * (d["Wo"] // tx)

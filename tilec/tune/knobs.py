@@ -198,7 +198,7 @@ def conv_check(op: OpView, moving: str | None, dtype: str, t: Target) -> Check:
     wy = (op.pool or (1, 1))[0]
 
     def check(named: dict) -> str | None:
-        tx = named[f"tile {op.ref('x')}"]
+        tx = named[f"tile {op.ref('x')}"] or 1  # None: no directive (a matvec's default), the compiler's own tile
         has_y = "y" in op.vars  # a matmul has no row role (and its column loop may be *named* y: C.y is x)
         rows = named.get(f"tile {op.ref('y')}", 1) if has_y else 1
         band = named.get(f"split {op.ref('y')}", rows) if has_y else rows
