@@ -2,7 +2,7 @@
 
 pair_tiles.skew_row_tiles overlaps one row tile's steps (stage B) with the next tile's statistics (stage A) when the
 chain fits SBUF twice. A 16-bit layernorm over rows of 16384 or 32768 does not. Here the chain is built for it
-(build_rowchain `_Chain(long=True)`), chunked (chunk_cols.py: the rows read in several phases stay whole, the rest
+(rowchain_chain `_Chain(long=True)`), chunked (chunk_cols.py: the rows read in several phases stay whole, the rest
 goes chunk by chunk) and skewed by one row tile (pair_tiles: stage B is the phase holding the steps and the stores,
 the rows it reads (X) alternate between two buffers by row-tile parity):
 
@@ -18,11 +18,11 @@ chunk by chunk), their discarded output one tile allocated before the loops (`gr
 
 What makes the stages overlap is that no engine has work in both (each engine runs in program order: a VectorE
 instruction of stage A of tile i + 1 would hold up VectorE's steps on tile i behind ScalarE's passes on tile i + 1):
-  * the squares' sum reads X with bias -mu (the value of d before its rounding to 16 bits: build_rowchain
+  * the squares' sum reads X with bias -mu (the value of d before its rounding to 16 bits: rowchain_base
     `unrounded`), so d is made only where the steps read it, in stage B, chunk by chunk (`sunk`), and only X
     crosses from A to B (bf16 at rows of 16384: 2 x 32 KiB);
   * the partial sums are folded by ScalarE (`folded_on_scalar`), not by a VectorE tensor_reduce;
-  * a row held whole for the steps (b) is evicted from PSUM by VectorE before the loop (build_rowchain `evicted`).
+  * a row held whole for the steps (b) is evicted from PSUM by VectorE before the loop (rowchain_base `evicted`).
 GpSimdE's `+ b` reads SBUF only, so it is one instruction per TILE_C columns (`merged_gpsimd_steps`: fewer static
 overheads). In the epilogue ScalarE and VectorE have no next tile's work, so the last tile's stage B shares its
 work with them (`last_tile_shared`; `last_banks_shared` does the same for a chain pipelined whole).
@@ -66,7 +66,9 @@ def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[st
     over rows of 8192 1.22x -> 1.33x, of 16384 1.41x -> 2.00x: no 16-bit VectorE mode for the centring, four bytes a
     value in every chunk) and bf16 rmsnorm over rows of 32768 (two phases: 1.20x -> 1.32x) keep fit_long_rows (f32
     layernorm: build_rowchain.stats_pipelined)."""
-    from tilec.compiler.build_rowchain import _HALF, _Chain, short_rows  # (build_rowchain imports this module)
+    from tilec.compiler.build_reduce import short_rows
+    from tilec.compiler.rowchain_base import _HALF
+    from tilec.compiler.rowchain_chain import _Chain  # (rowchain_chain imports this module)
     from tilec.compiler.pair_tiles import skew_row_tiles
 
     if short_rows(ops) is not None or any(hbm[op.out].dtype not in _HALF for op in ops):
@@ -215,7 +217,7 @@ def _local(s: Stmt, full: Buf, chunk: Buf) -> Stmt:
 
 
 def _shifted_cc(s: Stmt, by: int) -> Stmt:
-    from tilec.compiler.build_rowchain import _shifted
+    from tilec.compiler.rowchain_rewrites import _shifted
     return _shifted(s, "cc", by)
 
 
@@ -278,7 +280,7 @@ def last_banks_shared(stmts: list[Stmt], fresh, tgt) -> list[Stmt]:
 def _banks_on_vector(ct: Loop, k: int, fresh) -> list[Stmt] | None:
     """A loop of steps over PSUM banks whose last step (GpSimdE) adds to products in SBUF: two loops, its last k
     banks with the products kept in PSUM and the last step on VectorE."""
-    from tilec.compiler.build_rowchain import _shifted
+    from tilec.compiler.rowchain_rewrites import _shifted
 
     last, prod = (ct.body[-1], ct.body[-2]) if len(ct.body) >= 2 else (None, None)
     if not (isinstance(last, Binary) and last.engine == "gpsimd" and isinstance(prod, Binary)
@@ -332,7 +334,7 @@ def _centred_on_scalar(s: Stmt) -> Stmt:
 
 def _on_vector(loop: Loop, k: int, fresh) -> list[Stmt] | None:
     """The chunk loop as two loops: its first chunks as they are, its last k with the GpSimdE step on VectorE."""
-    from tilec.compiler.build_rowchain import _shifted
+    from tilec.compiler.rowchain_rewrites import _shifted
 
     body = list(loop.body)
     adds = [i for i, x in enumerate(body) if isinstance(x, Binary) and x.engine == "gpsimd"]
