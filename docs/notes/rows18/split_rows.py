@@ -64,31 +64,36 @@ def layernorm_split(X, g, b, PAIR, SEL, MASK2):
         nisa.nc_matmul(dst=b_bcast, stationary=sel, moving=b_part, accumulate=False)
         nisa.tensor_copy(dst=b_tile[:, c * 512:c * 512 + 512], src=b_bcast)
     discard = nl.ndarray((P, PASS), dtype=nl.bfloat16, buffer=nl.sbuf)
-    junk = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
+    junk = nl.ndarray((P, H // C), dtype=nl.float32, buffer=nl.sbuf)
     Xt = [nl.ndarray((P, H), dtype=nl.bfloat16, buffer=nl.sbuf) for _ in range(2)]
     st = [nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf) for _ in range(2)]
+    st_out = [nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf) for _ in range(2)]
     mu_rn = [nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf) for _ in range(2)]
     r_mask = [nl.ndarray((P, 2), dtype=nl.bfloat16, buffer=nl.sbuf) for _ in range(2)]
     r_rows = nl.ndarray((2, P), dtype=nl.bfloat16, buffer=nl.sbuf)
 
-    def stage_a(t):
+    def stage_a(t, PASS=PASS):
         x, s = Xt[t % 2], st[t % 2]
-        parts = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
+        parts = nl.ndarray((P, H // PASS), dtype=nl.float32, buffer=nl.sbuf)
         for cc in range(H // PASS):
             for ck in range(PASS // C):
                 c0 = cc * PASS + ck * C
                 nisa.dma_copy(dst=x[:, c0:c0 + C], src=X2[t * P:t * P + P, c0:c0 + C])
-            nisa.activation(dst=discard, op=nl.copy, data=x[:, cc * PASS:cc * PASS + PASS], scale=-1.0 / H,
-                            reduce_op=nl.add, reduce_res=parts[:, cc:cc + 1])
-        nisa.activation(dst=junk, op=nl.copy, data=parts, reduce_op=nl.add, reduce_res=s[:, 0:1])
-        vparts = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation(dst=discard[:, 0:PASS], op=nl.copy, data=x[:, cc * PASS:cc * PASS + PASS],
+                            scale=-1.0 / H, reduce_op=nl.add, reduce_res=parts[:, cc:cc + 1])
+        nisa.activation(dst=junk[:, 0:H // PASS], op=nl.copy, data=parts, reduce_op=nl.add, reduce_res=s[:, 0:1])
+        vparts = nl.ndarray((P, H // PASS), dtype=nl.float32, buffer=nl.sbuf)
         for cc in range(H // PASS):
-            nisa.activation(dst=discard, op=nl.square, data=x[:, cc * PASS:cc * PASS + PASS], bias=s[:, 0:1],
-                            reduce_op=nl.add, reduce_res=vparts[:, cc:cc + 1])
-        nisa.activation(dst=junk, op=nl.copy, data=vparts, reduce_op=nl.add, reduce_res=s[:, 1:2])
+            nisa.activation(dst=discard[:, 0:PASS], op=nl.square, data=x[:, cc * PASS:cc * PASS + PASS],
+                            bias=s[:, 0:1], reduce_op=nl.add, reduce_res=vparts[:, cc:cc + 1])
+        nisa.activation(dst=junk[:, 0:H // PASS], op=nl.copy, data=vparts, reduce_op=nl.add, reduce_res=s[:, 1:2])
+        # the statistics copied by an instruction whose output is what stage C reads: the interpreter's trace does
+        # not record an activation's reduce_res as a write (tilec/nki/isa.py), so without this copy the model would
+        # let stage C's matmul start before the folds above (docs/notes/rows18.md, "Honesty")
+        nisa.activation(dst=st_out[t % 2], op=nl.copy, data=s)
 
     def stage_c(t):
-        s = st[t % 2]
+        s = st_out[t % 2]
         tot = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=tot, stationary=pair, moving=s, accumulate=False)
         mean_neg = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -113,7 +118,7 @@ def layernorm_split(X, g, b, PAIR, SEL, MASK2):
         nisa.tensor_copy(dst=r32, src=r)
         nisa.tensor_scalar(dst=r_mask[t % 2], data=mask2, op0=nl.multiply, operand0=r32)
 
-    def stage_b(t):
+    def stage_b(t, last=False):
         x = Xt[t % 2]
         turned = nl.ndarray((2, P), dtype=nl.bfloat16, buffer=nl.psum)
         nisa.nc_transpose(dst=turned, data=r_mask[t % 2])
@@ -122,7 +127,10 @@ def layernorm_split(X, g, b, PAIR, SEL, MASK2):
             g_chunk = nl.ndarray((2, C), dtype=nl.bfloat16, buffer=nl.sbuf)
             nisa.dma_copy(dst=g_chunk, src=g2[:, cc * C:cc * C + C])
             d = nl.ndarray((P, C), dtype=nl.bfloat16, buffer=nl.sbuf)
-            nisa.tensor_scalar(dst=d, data=x[:, cc * C:cc * C + C], op0=nl.add, operand0=mu_rn[t % 2])
+            if last:  # ScalarE has no next tile: the centring is its work
+                nisa.activation(dst=d, op=nl.copy, data=x[:, cc * C:cc * C + C], bias=mu_rn[t % 2])
+            else:
+                nisa.tensor_scalar(dst=d, data=x[:, cc * C:cc * C + C], op0=nl.add, operand0=mu_rn[t % 2])
             prod = nl.ndarray((P, C), dtype=nl.float32, buffer=nl.sbuf)
             for ct in range(C // F):
                 gs = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.psum)
@@ -134,12 +142,12 @@ def layernorm_split(X, g, b, PAIR, SEL, MASK2):
                                engine=nisa.engine.gpsimd)
             nisa.dma_copy(dst=Y2[t * P:t * P + P, cc * C:cc * C + C], src=y)
 
-    stage_a(0)
+    stage_a(0, PASS=C)  # the first tile's passes chunk by chunk: ScalarE starts after one chunk's load
     for t in range(T):
         if t + 1 < T:
             stage_a(t + 1)
         stage_c(t)
-        stage_b(t)
+        stage_b(t, last=t == T - 1)
     return Y
 
 
