@@ -150,20 +150,46 @@ def test_last_banks_of_a_whole_pipelined_chain_on_vector_engine(nki: str) -> Non
 def test_scalar_passes_cover_groups_of_chunks(cols: int, chunks: int, group: int) -> None:
     """Stage A's two ScalarE passes (the copy with the mean's partial sums, the square with the variance's) cover
     `group` chunks of 2048 columns per activation (TILE_PASS), the loads staying chunk by chunk; one partial per
-    group; their discarded output is one tile allocated before every loop."""
+    group; their discarded output is one tile allocated before every loop. The first row tile's mean pass (in the
+    prologue) stays chunk by chunk: test_first_tile_mean_pass_stays_per_chunk."""
     src = unwrap(compiled("layernorm", "bf16", 400, cols).source)
     assert f"Y_TILE_PASS = {2048 * group}" in src and "Y_TILE_C = 2048" in src
     groups = chunks // group
-    assert len(re.findall(rf"for cc in range\({groups}\):  # tl:\d+  for the columns \(groups of TILE_PASS", src)) == 8
-    assert src.count(f"for ck in range({group}):") == 4  # the mean's pass: prologue, the loop's two, epilogue
-    assert re.search(r"dma_copy\(dst=X_tile\[:, cc \* Y_TILE_PASS \+ ck \* Y_TILE_C:", src)
+    assert len(re.findall(rf"for cc in range\({groups}\):  # tl:\d+  for the columns \(groups of TILE_PASS", src)) == 7
+    assert src.count(f"for ck in range({group}):") == 3  # the mean's pass: the loop's two, the epilogue's
+    assert re.search(r"dma_copy\(dst=X_tile\w*\[:, cc \* Y_TILE_PASS \+ ck \* Y_TILE_C:", src)
     passes = re.findall(r"nisa\.activation\(dst=(\w+), op=nl\.(copy|square),\s*data=X_tile\w*\[:, cc \* Y_TILE_PASS:"
                         r"cc \* Y_TILE_PASS \+ Y_TILE_PASS\][^)]*reduce_res=(\w+)\[:, cc:cc \+ 1\]\)", src)
-    assert len(passes) == 8 and {p[0] for p in passes} == {"pass_discarded"}, passes
+    assert len(passes) == 7 and {p[0] for p in passes} == {"pass_discarded"}, passes
     assert re.search(rf"^    pass_discarded = nl\.ndarray\(\(100, {2048 * group}\), dtype=nl\.bfloat16", src, re.M)
     assert not re.search(r"\bdiscard\w* = nl\.ndarray", src)
     assert re.search(rf"mu_neg_parts = nl\.ndarray\(\(100, {groups}\), dtype=nl\.float32", src)
 
+
+
+@pytest.mark.parametrize("cols,chunks", [(16384, 8), (18432, 9)])
+def test_first_tile_mean_pass_stays_per_chunk(cols: int, chunks: int) -> None:
+    """The first row tile's mean pass (the pipeline's prologue, the only pass with nothing else to overlap) is one
+    activation per chunk of 2048 columns, each right after its chunk's load, into the first TILE_C columns of the
+    shared discarded tile; its partials (one per chunk) and their fold's spare output are buffers of its own, while
+    every later pass covers groups of chunks (ScalarE starts after one chunk's load, not a group's)."""
+    src = unwrap(compiled("layernorm", "bf16", 400, cols).source)
+    prologue = src[src.index("for p0 in range(1):"):src.index("for pt in range(")]
+    first = re.search(rf"for cc in range\({chunks}\):  # tl:\d+  for the columns \(chunks of TILE_C\)[^\n]*\n"
+                      r"\s*nisa\.dma_copy\(dst=X_tile\[:, cc \* Y_TILE_C:cc \* Y_TILE_C \+ Y_TILE_C\], src=X\[0:100, "
+                      r"cc \* Y_TILE_C:cc \* Y_TILE_C \+ Y_TILE_C\]\)[^\n]*\n"
+                      r"\s*nisa\.activation\(dst=pass_discarded\[:, 0:2048\], op=nl\.copy, data=X_tile\[:, cc \* "
+                      r"Y_TILE_C:cc \* Y_TILE_C \+ Y_TILE_C\], scale=[-0-9.e]+, reduce_op=nl\.add, "
+                      r"reduce_res=mu_neg_parts_first\[:, cc:cc \+ 1\]\)", prologue)
+    assert first, prologue[:3000]
+    assert re.search(rf"mu_neg_parts_first = nl\.ndarray\(\(100, {chunks}\), dtype=nl\.float32", prologue)
+    assert re.search(rf"mu_neg_parts_copy_first = nl\.ndarray\(\(100, {chunks}\), dtype=nl\.float32", prologue)
+    assert re.search(r"nisa\.activation\(dst=mu_neg_parts_copy_first, op=nl\.copy, data=mu_neg_parts_first, "
+                     r"reduce_op=nl\.add, reduce_res=mu_neg\)", prologue)
+    # the prologue's variance pass and every pass after it are grouped
+    assert "for cc in range(" in prologue and "groups of TILE_PASS" in prologue
+    assert "mu_neg_parts_first" not in src[src.index("for pt in range("):]
+    assert src.index("pass_discarded = nl.ndarray") < src.index("for p0 in range(1):")
 
 def _rounded(a):
     return np.asarray(a, np.float64).astype(ml_dtypes.bfloat16).astype(np.float64)

@@ -489,13 +489,17 @@ def grouped_passes(built: Built, budget: int, fresh) -> Built | None:
     X chunk cc * k + ck); activation(group) -> parts[cc]` (TILE_PASS = k TILE_C columns), the partial sums k times
     fewer. The activations' discarded outputs are one tile allocated before the loops (every pass is ScalarE's,
     in order: no instruction reads it), so that it takes no rotation buffers from the chunk tiles (allocated in
-    the loop, a wider discard made bf16 layernorm over rows of 16384 2.12x the floor: rows14). None when the
-    chain has no such loop or the chain no longer fits `budget`."""
+    the loop, a wider discard made bf16 layernorm over rows of 16384 2.12x the floor: rows14). The first pass
+    with loads (the first row tile's mean, in the pipeline's prologue) stays chunk by chunk (`_first_pass_apart`):
+    nothing else runs then, and ScalarE starts after one chunk's load instead of k (rows18: bf16 layernorm over
+    rows of 16384 282.95 -> 279.2 us). None when the chain has no such loop or the chain no longer fits `budget`."""
     consts, stmts = built
     size = dict(consts).get("TILE_C")
     if size is None:
         return None
     passes = [(s, p) for s in ir.walk(tuple(stmts)) if isinstance(s, Loop) and (p := _pass_loop(s, size))]
+    head = next((s for s, (_, dmas) in passes if dmas), None)
+    passes = [(s, p) for s, p in passes if s is not head]
     if not passes:
         return None
     found = {id(s): p for s, p in passes}  # each chunk loop's (activation, loads), found once
@@ -538,13 +542,65 @@ def grouped_passes(built: Built, budget: int, fresh) -> Built | None:
                 out.append(s)
         return tuple(out)
 
-    body = [_narrowed_parts(x, parts) for x in rewrite(tuple(stmts))]
+    body = [_narrowed_parts(x, parts) for x in rewrite(_first_pass_apart(tuple(stmts), head, wide, fresh))]
     first = next(i for i, x in enumerate(body) if any(isinstance(y, Loop) and y.note.startswith("for the chunks of one")
+                                                      or isinstance(y, ir.Act) and y.dst.buf == wide
                                                       for y in ir.walk((x,))))
     body.insert(first, ir.Alloc(wide, line=getattr(body[first], "line", 0)))
     if peak_usage(tuple(body))[0] > budget:
         return None
     return consts + [("TILE_PASS", k * size)], body
+
+
+def _first_pass_apart(body: tuple[Stmt, ...], head: Loop | None, wide: Buf, fresh) -> tuple[Stmt, ...]:
+    """`body` with the chunk loop `head` (the first pass with loads) kept chunk by chunk: its activation writes the
+    first TILE_C columns of the shared discarded tile `wide` (no allocation of its own), and its partial sums and
+    the fold reading them (the next activation of the same body reading the partials whole) get buffers of their
+    own, which keep one column per chunk while the grouped passes' partials narrow (they share names)."""
+    if head is None:
+        return body
+    size = _chunk_of(head)
+    found = _pass_loop(head, size)
+    assert found is not None and found[0].total is not None
+    act, total = found[0], found[0].total
+    old = total.buf
+    new = dataclasses.replace(old, name=fresh(f"{old.name}_first"))
+    done: list[bool] = []
+    tag = [head.line]  # the .tl line of the partials' allocation
+
+    def apart(stmts: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        out: list[Stmt] = []
+        here = any(s is head for s in stmts)  # the body of the first pass, its partials' allocation and fold
+        for s in stmts:
+            if here and not done and isinstance(s, ir.Alloc) and s.buf == old:
+                tag[0] = s.line
+                continue
+            if s is head:
+                cols = View(wide, (ir.full(wide.shape[0]), Sl(Aff(), size, 1, "TILE_C")))
+                loop_body = [x for x in head.body if not (isinstance(x, ir.Alloc) and x.buf == act.dst.buf)]
+                moved = [dataclasses.replace(act, dst=cols, total=View(new, total.idx)) if x is act else x
+                         for x in loop_body]
+                out += [ir.Alloc(new, line=tag[0]), dataclasses.replace(head, body=tuple(moved))]
+                done.append(True)
+            elif here and len(done) == 1 and isinstance(s, ir.Act) and s.src == ir.whole(old):
+                spare = dataclasses.replace(s.dst.buf, name=fresh(f"{s.dst.buf.name}_first"))
+                out += [ir.Alloc(spare, line=s.line), dataclasses.replace(s, src=ir.whole(new), dst=ir.whole(spare))]
+                done.append(True)
+            elif isinstance(s, (Loop, ir.Block)) and len(done) < 2:
+                out.append(dataclasses.replace(s, body=apart(s.body)))
+            else:
+                out.append(s)
+        return tuple(out)
+
+    return apart(body)
+
+
+def _chunk_of(loop: Loop) -> int:
+    """TILE_C of a pass loop: the columns its activation reads."""
+    act = next(s for s in loop.body if isinstance(s, ir.Act))
+    last = act.src.idx[-1]
+    assert isinstance(last, Sl)
+    return last.size
 
 
 def _narrowed_parts(s: Stmt, parts: dict[str, Buf]) -> Stmt:
