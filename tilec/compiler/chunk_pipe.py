@@ -14,7 +14,8 @@ the rows it reads (X) alternate between two buffers by row-tile parity):
           TensorE, d * (r x g) on VectorE; + b over the chunk on GpSimdE; store the chunk
 
 ScalarE's two passes then cover groups of up to PASS_CHUNKS chunks per activation (TILE_PASS columns; the loads stay
-chunk by chunk), their discarded output one tile allocated before the loops (`grouped_passes`).
+chunk by chunk), their discarded output one tile allocated before the loops (`grouped_passes`), except the first
+tile's mean pass, which stays chunk by chunk so that ScalarE starts after the first chunk's load.
 
 What makes the stages overlap is that no engine has work in both (each engine runs in program order: a VectorE
 instruction of stage A of tile i + 1 would hold up VectorE's steps on tile i behind ScalarE's passes on tile i + 1):
