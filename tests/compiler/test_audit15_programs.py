@@ -130,12 +130,13 @@ def _cases() -> list:
     return out
 
 
+@pytest.mark.parametrize("target", ["trn2", "trn1"])
 @pytest.mark.parametrize("name", _cases())
-def test_program_matches_numpy(name: str) -> None:
+def test_program_matches_numpy(name: str, target: str) -> None:
     sizes, formula, _ = CASES[name]
     program = lang.load(PROGRAMS / f"{name}.tl", sizes)
     assert any(max(t.shape) > 128 for t in program.tensors.values())  # not one tile
-    compiled = compile_loaded(program)
+    compiled = compile_loaded(program, None, None, target)
     given, exact = inputs(name, program)
     want = formula(exact)
     got = compiled.run(**given)
