@@ -96,3 +96,15 @@ LEGAL_AND_REFUSED = [  # (program, directive, what the compiler says)
 @pytest.mark.parametrize("name,directive,says", LEGAL_AND_REFUSED, ids=[f"{n}-{d}" for n, d, _ in LEGAL_AND_REFUSED])
 def test_a_legal_directive_is_accepted(name: str, directive: str, says: str) -> None:
     check(name, directive)
+
+
+@pytest.mark.parametrize("name,directives", [
+    ("softmax_heads", ("tile Y.i, 64", "tile Y.j, 100", "tile m.j, 100")),
+    ("keys_transpose", ("tile Y.d, 36", "method Y, dma", "tile Y.s, 100")),
+])
+def test_directive_lists_in_any_order_give_one_kernel(name: str, directives: tuple[str, ...]) -> None:
+    import itertools
+
+    kernels = {compile_with(name, "\n".join(order))[1].source for order in itertools.permutations(directives)}
+    assert len(kernels) == 1
+    assert kernels != {compile_with(name, "")[1].source}  # the directives did something
