@@ -21,6 +21,7 @@ CHAINS = [
     (ROOT / "benchmarks" / "core" / "softmax.tl", dict(M=256, N=1024)),
     (ROOT / "benchmarks" / "core" / "rmsnorm.tl", dict(M=256, N=1024)),
     (ROOT / "tests" / "programs" / "audit15" / "logsumexp_rows.tl", dict(M=256, N=1024)),
+    (ROOT / "tests" / "programs" / "audit15" / "rowrange_bf16.tl", dict(M=256, N=1024)),
 ]
 IDS = [p.stem for p, _ in CHAINS]
 
