@@ -25,6 +25,8 @@ OPEN = {  # reproducer -> the bug still open (strict xfail: the reproducer runs,
     "audit13_hwio_weights.tl": "conv weights stored [R, S, C, K] are refused (audit13)",
     "audit13_modulo_index.tl": "a floor modulo in an index is not compiled (audit13)",
     "audit13_size_in_value.tl": "a size in an element-wise value is refused (audit13)",
+    "audit15_bcast_two_runs.tl": "broadcasts over different runs of the output's indices are refused (audit15)",
+    "audit15_column_reduce_bcast.tl": "a column reduction reading a broadcast row is refused (audit15)",
 }
 TUNE = ("18_", "30_", "m13", "m14", "l41")
 

@@ -62,7 +62,7 @@ BAD: dict[str, tuple[str, dict[str, int]]] = {
     "unknown_size": (edit(ADD, "Z: f32[N]", "Z: f32[M]"), {}),
     "unknown_name_in_value": (edit(ADD, "A[i] + B[i]", "A[i] + q"), {}),
     "unknown_name_in_index": (edit(ADD, "A[i] +", "A[j] +"), {}),
-    "unknown_function": (edit(ADD, "A[i] + B[i]", "softplus(A[i])"), {}),
+    "unknown_function": (edit(ADD, "A[i] + B[i]", "expp(A[i])"), {}),
     "call_arity": (edit(ADD, "A[i] + B[i]", "max(A[i])"), {}),
     "duplicate_parameter": (edit(ADD, "B: f32[N]", "A: f32[N]"), {}),
     "decl_shadows_parameter": (edit(ADD, "  Z: f32[N]", "  Z: f32[N]\n  A: f32[N]"), {}),
