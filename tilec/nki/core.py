@@ -307,13 +307,24 @@ def emit(run: Run, engine: str, op: str, out: Tensor | None, ins: tuple, where: 
     return seq
 
 
+def also_writes(run: Run, seq: int, t: Tensor) -> None:
+    """Record `t` as a second destination of instruction `seq` (an accumulator read-out, an activation's
+    reduce_res), so the model orders its readers after that instruction."""
+    info = run.infos.get(t.buf.id)
+    if info is not None:
+        info.last_seq = seq
+    instr = run.instrs[seq]
+    run.instrs[seq] = dataclasses.replace(instr, writes=instr.writes + (recorder.access(t),))
+
+
 def _retarget(run: Run, tmp: Tensor, dst: Tensor, accumulate: bool) -> None:
     idx = tmp.buf.instr
     instr = run.instrs[idx]
     info = run.infos.get(dst.buf.id)
     if info is not None:
         info.last_seq = max(info.last_seq, idx)
-    run.instrs[idx] = dataclasses.replace(instr, writes=(recorder.access(dst),), out_dtype=dtype_name(dst.dtype),
+    # the output's write becomes dst's; a second output (an activation's reduce_res) stays recorded
+    run.instrs[idx] = dataclasses.replace(instr, writes=(recorder.access(dst),) + instr.writes[1:], out_dtype=dtype_name(dst.dtype),
                                           accumulate=accumulate or instr.accumulate)
     if instr.op == "nc_matmul":  # `acc[...] = nl.matmul(..)`, `acc += ..`: TensorE wrote the region (0.6 flags)
         flags = matmul_flags(run, dst)

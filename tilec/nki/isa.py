@@ -629,12 +629,13 @@ def activation(op: object, data: Tensor, *, bias: object = None, scale: object =
     value = core.compute(run, lambda: _activated(fn, core.f32(data, m), scale_of, bias_of))
     out = _finish(run, mask, value, data.shape, dtype, data.dtype, "sbuf", where, "activation")
     attrs = (("func", fn.name),) + ((("reduce", True),) if reduce_res is not None else ())
-    core.emit(run, "scalar", "activation", out, tuple(reads), where, attrs=attrs)
+    seq = core.emit(run, "scalar", "activation", out, tuple(reads), where, attrs=attrs)
     if reduce_res is not None:
         checks.tile(reduce_res, "activation", "reduce_res", where)
         total = core.compute(run, lambda: value.reshape(value.shape[0], -1).sum(axis=1, dtype=F32)
                              .reshape(reduce_res.shape))
         core.write(run, reduce_res, total, where)
+        core.also_writes(run, seq, reduce_res)
     return out
 
 

@@ -16,7 +16,6 @@ Where the reference is silent tilec takes the conservative reading and says so n
 """
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 
@@ -312,18 +311,7 @@ def select_reduce(*, dst: Tensor, predicate: Tensor, on_true: Tensor, on_false: 
         parts = dst.shape[0]
         core.write(run, reduce_res, core.compute(run, lambda: run.vector_acc[:parts].reshape(reduce_res.shape)),
                    where)
-        _also_writes(run, seq, reduce_res)
-
-
-def _also_writes(run, seq: int, t: Tensor) -> None:
-    """Add a second destination to instruction `seq` (the register read-out into reduce_res)."""
-    from tilec.nki import recorder
-
-    info = run.infos.get(t.buf.id)
-    if info is not None:
-        info.last_seq = seq
-    instr = run.instrs[seq]
-    run.instrs[seq] = dataclasses.replace(instr, writes=instr.writes + (recorder.access(t),))
+        core.also_writes(run, seq, reduce_res)
 
 
 def _select_rules(dst: Tensor, predicate: Tensor, on_true: Tensor, dtype: object, where: tuple) -> None:

@@ -227,6 +227,7 @@ def tensor_scalar_reduce(*, data: Tensor, op0: object, operand0: object, reduce_
     out = tensor_scalar(data, op0, operand0, reverse0, dtype=dtype, mask=mask)
     raw = out.buf.raw
     core.write(run, reduce_res, core.compute(run, lambda: _row_reduce(fn.name, raw, reduce_res.shape)), where)
+    core.also_writes(run, out.buf.instr, reduce_res)
     return out
 
 
@@ -264,7 +265,7 @@ def range_select(*, on_true_tile: Tensor, comp_op0: object, comp_op1: object, bo
     """out = on_true where comp_op0(i, bound0) & comp_op1(i, bound1), i = range_start + free index, else
     on_false_value (FP32_MIN); the row max goes through the VectorE accumulator registers into reduce_res, as with
     select_reduce (reset_reduce starts, reduce accumulates) [ISA1 range_select, NeuronCore-v3]."""
-    from tilec.nki.isa_extra import _IDLE, _accumulation_rules, _also_writes, _update_registers
+    from tilec.nki.isa_extra import _IDLE, _accumulation_rules, _update_registers
 
     run, where = core.begin()
     api = "range_select"
@@ -311,7 +312,7 @@ def range_select(*, on_true_tile: Tensor, comp_op0: object, comp_op1: object, bo
         parts = on_true_tile.shape[0]
         core.write(run, reduce_res, core.compute(run, lambda: run.vector_acc[:parts].reshape(reduce_res.shape)),
                    where)
-        _also_writes(run, seq, reduce_res)
+        core.also_writes(run, seq, reduce_res)
     return out
 
 
