@@ -308,10 +308,13 @@ def space_of(compiled, target: str) -> Space:
     checks: list[Check] = []
     bounds: list[Bound] = [conv_bound(op, dtypes.get(op.tensor("moving") or "", "f32"), target)
                            for op in ops if op.kind == "conv"]
+    chained = {name for chain in compiled.result.chains for name in chain}
     for op in ops:
         rules = KNOBS_FOR.get(op.kind)
         if rules is None:  # an op kind the tuner does not know yet keeps the compiler's default schedule
             continue
+        if op.name in chained:  # a row chain fused into one pass: a directive on one statement builds it alone
+            continue           # (audit15: 3x slower), so the chain keeps the compiler's own tiles
         try:
             k, c = rules(op, dtypes, compiled.result.target)
         except KeyError as missing:  # the compiler's printed stage changed shape: a bug to fix here, loudly
