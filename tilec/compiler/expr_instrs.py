@@ -3,6 +3,7 @@ tensor_scalar (VectorE), tensor_copy for conversions. Used by tensorize (an elem
 expressions and the row chains."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from tilec.compiler import ir
@@ -66,7 +67,11 @@ class ExprCompiler:
 
     def regrouped(self, e: sx.Expr) -> sx.Expr:
         """`2*X + b - 0.5*c` (c a column) -> `(2*X - 0.5*c) + b`: the column terms join the first scaled operand
-        (ScalarE: X * 2 + bias), the rest follow (VectorE). Other expressions are left as written."""
+        (ScalarE: X * 2 + bias), the rest follow (VectorE). Through a clamp, relu or other one-argument function
+        of the sum (`min(max(2*X + b - 0.5*c, -1), 1)`), the sum inside is regrouped. Other expressions are left as
+        written."""
+        if isinstance(e, sx.Call) and e.args:
+            return dataclasses.replace(e, args=(self.regrouped(e.args[0]),) + e.args[1:])
         terms = _signed_terms(e, 1.0)
         cols = [t for t in terms if self.is_column(t[1])]
         full = [t for t in terms if not self.is_column(t[1])]
