@@ -180,6 +180,7 @@ VARIATIONS: dict[str, Formula] = {
     "vecmat": lambda a, q: {"y": a["v"] @ a["Wt"]},
     "at_b": lambda a, q: {"C": a["A"].T @ a["B"]},
     "gap_hw": lambda a, q: {"Y": a["X"].sum(axis=(2, 3)) / 49},
+    "mean_hw": lambda a, q: {"Y": q(a["X"].sum(axis=(2, 3))) / 49},
     "gmp": lambda a, q: {"Y": a["X"].max(axis=(2, 3))},
     "upsample3x": lambda a, q: {"Y": a["X"].repeat(3, axis=2).repeat(3, axis=3)},
     "crop_center": lambda a, q: {"Y": a["X"][:, :, 2:-2, 3:-3]},

@@ -24,7 +24,6 @@ OPEN = {  # reproducer -> the bug still open (strict xfail: the reproducer runs,
     "audit13_batched4d_matmul.tl": "a contraction with two batch indices is refused (audit13)",
     "audit13_hwio_weights.tl": "conv weights stored [R, S, C, K] are refused (audit13)",
     "audit13_modulo_index.tl": "a floor modulo in an index is not compiled (audit13)",
-    "audit13_size_in_value.tl": "a size in an element-wise value is refused (audit13)",
 }
 TUNE = ("18_", "30_", "m13", "m14", "l41")
 
