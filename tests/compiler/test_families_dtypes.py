@@ -178,6 +178,7 @@ VARIATIONS: dict[str, Formula] = {
     "residual_1x1": lambda a, q: {"Y": relu(q(np.einsum("nchw,kc->nkhw", a["X"], a["Wt"])) + a["S"])},
     "matvec_bias_relu": lambda a, q: {"y": relu(a["Wt"] @ a["v"] + a["b"])},
     "vecmat": lambda a, q: {"y": a["v"] @ a["Wt"]},
+    "attn_scores": lambda a, q: {"P": np.einsum("nhid,nhjd->nhij", a["Q"], a["Kt"])},
     "at_b": lambda a, q: {"C": a["A"].T @ a["B"]},
     "gap_hw": lambda a, q: {"Y": a["X"].sum(axis=(2, 3)) / 49},
     "mean_hw": lambda a, q: {"Y": q(a["X"].sum(axis=(2, 3))) / 49},
