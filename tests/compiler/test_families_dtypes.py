@@ -187,6 +187,7 @@ VARIATIONS: dict[str, Formula] = {
     "crop_center": lambda a, q: {"Y": a["X"][:, :, 2:-2, 3:-3]},
     "concat3": lambda a, q: {"Y": np.concatenate([a["A"], a["B"], a["D"]], axis=1)},
     "permute5d": _pixel_free_permute5d,
+    "permute6d": lambda a, q: {"Y": a["X"].transpose(5, 4, 3, 2, 1, 0)},
 }
 
 

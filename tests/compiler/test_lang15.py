@@ -112,3 +112,46 @@ def test_a_batch_index_after_the_rows_is_a_located_refusal_that_says_the_order()
                                                                      "for b in 0..B, i in 0..S, h in 0..G")
     err = refusal(src)
     assert "stationary" in err.message and "then permute it" in err.hint
+
+
+# ---- permutes of any rank (audit13: a 6-D permute was refused) -------------------------------------------------------
+
+
+def permute_program(shape: tuple[int, ...], perm: tuple[int, ...]) -> str:
+    """`Y[..] = X[..]` with Y's dimension i X's dimension perm[i] (NumPy's transpose(perm))."""
+    names = "abcdefgh"[:len(shape)]
+    sizes = ", ".join(f"{v.upper()} = {n}" for v, n in zip(names, shape))
+    x = ", ".join(v.upper() for v in names)
+    y = ", ".join(names[p].upper() for p in perm)
+    loops = ", ".join(f"{v} in 0..{v.upper()}" for v in names)
+    return (f"kernel perm(X: f32[{x}]) -> Y\n  default {sizes}\n  Y: f32[{y}]\n  for {loops}:\n"
+            f"    Y[{', '.join(names[p] for p in perm)}] = X[{', '.join(names)}]\n")
+
+
+PERMUTES = [((2, 3, 4, 5, 6, 40), (5, 4, 3, 2, 1, 0)),  # a 6-D reversal
+            ((3, 2, 136, 2, 5, 24), (1, 4, 0, 5, 3, 2)),  # a 6-D permute with a dimension over 128
+            ((2, 3, 2, 4, 3, 2, 20), (6, 2, 4, 0, 5, 1, 3)),  # 7-D: short chains
+            ((2, 2, 3, 2, 2, 3, 2, 16), (7, 6, 5, 4, 3, 2, 1, 0))]  # an 8-D reversal
+
+
+@pytest.mark.parametrize("shape, perm", PERMUTES)
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_permutes_of_six_to_eight_dimensions(shape, perm, dtype, nki):
+    c = check(permute_program(shape, perm), dtype, nki, lambda a, q: {"Y": a["X"].transpose(perm)})
+    assert "transpose Y -> Y" in c.stages["select"]  # the permute path (a chain of steps), not a copy per element
+
+
+def test_the_narrowed_search_finds_the_full_searchs_chain_on_a_6d_reversal():
+    from tilec.compiler import select_permute as sp
+    src, ext = tuple("abcdef"), dict(zip("abcdef", (16, 8, 32, 4, 64, 8)))
+
+    def total(ch):
+        return sum(sp.step_us(k, a, b, ext, 4) for (k, b), a in zip(ch, [src] + [o for _, o in ch]))
+    narrowed = sp.plan(src, src[::-1], ext, 4)
+    saved = sp.MAX_RANK
+    try:
+        sp.MAX_RANK = 6  # the full search (seconds)
+        full = sp.chain(src, src[::-1], ext, 4)
+    finally:
+        sp.MAX_RANK = saved
+    assert narrowed is not None and full is not None and total(narrowed) <= total(full) * 1.001
