@@ -183,6 +183,7 @@ VARIATIONS: dict[str, Formula] = {
     "gap_hw": lambda a, q: {"Y": a["X"].sum(axis=(2, 3)) / 49},
     "mean_hw": lambda a, q: {"Y": q(a["X"].sum(axis=(2, 3))) / 49},
     "gmp": lambda a, q: {"Y": a["X"].max(axis=(2, 3))},
+    "fpn_add": lambda a, q: {"Y": a["P"].repeat(2, axis=2).repeat(2, axis=3) + a["L"]},
     "upsample3x": lambda a, q: {"Y": a["X"].repeat(3, axis=2).repeat(3, axis=3)},
     "crop_center": lambda a, q: {"Y": a["X"][:, :, 2:-2, 3:-3]},
     "concat3": lambda a, q: {"Y": np.concatenate([a["A"], a["B"], a["D"]], axis=1)},

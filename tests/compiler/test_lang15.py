@@ -155,3 +155,21 @@ def test_the_narrowed_search_finds_the_full_searchs_chain_on_a_6d_reversal():
     finally:
         sp.MAX_RANK = saved
     assert narrowed is not None and full is not None and total(narrowed) <= total(full) * 1.001
+
+
+# ---- `i / k` outside a plain copy (audit13: an FPN's upsample-and-add was refused) -------------------------------
+
+FPN = """\
+kernel fpn(P: f32[N, C, H, W], L: f32[N, C, 3 * H, 2 * W]) -> Y
+  default N = 2, C = 136, H = 5, W = 7
+  Y: f32[N, C, 3 * H, 2 * W]
+  for n in 0..N, c in 0..C, i in 0..3 * H, j in 0..2 * W:
+    Y[n, c, i, j] = relu(P[n, c, i / 3, j / 2] * 2 + L[n, c, i, j])
+"""
+
+
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_upsample_inside_arithmetic_is_a_copy_then_the_element_wise_statement(dtype, nki):
+    c = check(FPN, dtype, nki, lambda a, q: {"Y": np.maximum(a["P"].repeat(3, axis=2).repeat(2, axis=3) * 2
+                                                            + a["L"], 0)})
+    assert "P_at" in c.stages["select"]  # the upsampled read copied into a temporary first (permute_split)
