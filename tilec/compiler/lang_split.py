@@ -66,3 +66,173 @@ def _reads(e: sx.Expr) -> bool:
     if isinstance(e, sx.Call):
         return any(_reads(a) for a in e.args)
     return False
+
+
+def split_conv_layouts(program):
+    """Convolutions whose tensors are stored in another layout than the conv rule reads (select_conv: weights
+    [k, c, taps...] or [c, k, taps...], input [batch.., c, rows, cols], output [batch.., k, rows, cols]):
+    TensorFlow's HWIO weights `W[r, s, c, k]` and NHWC tensors `X[n, y + r - 1, x + s - 1, c]`, `Y[n, y, x, k]`.
+    Each such tensor is permuted once, in its own statement (the permute path, select_permute.py):
+
+        W_kc[k, c, r, s] = W[r, s, c, k]            # weights: before the conv's nest
+        X_c[n, c, h, w] = X[n, h, w, c]             # the input: before it
+        Y_c[n, k, y, x] = 0 / += ...                # the conv (and the statements of its nest writing Y) into Y_c
+        Y[n, y, x, k] = Y_c[n, k, y, x]             # the output: after it
+
+    Done for a `+=` statement whose update is a product of two reads (a sign, a constant factor, a relu of an
+    operand and a padded read kept as written), the output indexed by plain loop variables, one read (the weights)
+    by plain loop variables with exactly one output variable, the other (the input) reading some summed variable
+    inside a window index (the taps: a matmul has none and is left to select_conv). The temporaries have their
+    tensor's dtype (a permute moves values). The same object when nothing is rewritten."""
+    from tilec.compiler.exprs import accesses, product_factors
+    from tilec.compiler.names import unique
+    from tilec.compiler.rewrite import nested, rechecked, taken_names
+    from tilec.compiler.select_conv import strip_activation
+    kernel = program.kernel
+    taken = taken_names(kernel)
+    decls: list[sx.Decl] = []
+    body: list[sx.Stmt] = []
+
+    def shape_of(name: str) -> list[int]:
+        from tilec.compiler.lower import size_value
+        return [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[name].shape]
+
+    def permute(dst: str, dst_order: list[int], src: str, read: sx.Access, span,
+                shape: list[int] | None = None) -> sx.Stmt:
+        """`dst[..] = src[..]` over src's whole shape (`shape` for a new temporary), dst's dimension i being src's
+        dimension dst_order[i]; the loops are named after `read`'s plain indices (the program's names), else
+        SRC0, SRC1, ..."""
+        shape = shape or shape_of(src)
+        plain = [ix.id if isinstance(ix, sx.Name) else None for ix in read.indices]
+        names = [v if v is not None and plain.count(v) == 1 else unique(f"{src.lower()}{i}", taken | set(plain))
+                 for i, v in enumerate(plain)]
+        loops = [sx.Loop(v, sx.Num(0, span), sx.Num(n, span), (), span) for v, n in zip(names, shape)]
+        read = sx.Access(src, tuple(sx.Name(v, span) for v in names), span)
+        store = sx.Access(dst, tuple(sx.Name(names[i], span) for i in dst_order), span)
+        return nested(sx.Assign(store, "=", read, span), loops)
+
+    def declare(base: str, like: str, order: list[int], span) -> str:
+        name = unique(base, taken)
+        shape = shape_of(like)
+        dtype = program.tensors[like].dtype
+        decls.append(sx.Decl(name, sx.TensorType(dtype, tuple(sx.Num(shape[i], span) for i in order), span), span))
+        return name
+
+    for top in kernel.body:
+        found = _conv_layout(top, strip_activation, accesses, product_factors)
+        if found is None:
+            body.append(top)
+            continue
+        st, w, w_order, x, x_order, y_order = found
+        before: list[sx.Stmt] = []
+        after: list[sx.Stmt] = []
+        new: dict[int, sx.Expr] = {}
+        if w_order is not None:
+            wk = declare(f"{w.tensor}_kc", w.tensor, w_order, w.span)
+            before.append(permute(wk, w_order, w.tensor, w, w.span))
+            new[id(w)] = replace(w, tensor=wk, indices=tuple(w.indices[i] for i in w_order))
+        if x_order is not None:
+            xc = declare(f"{x.tensor}_c", x.tensor, x_order, x.span)
+            before.append(permute(xc, x_order, x.tensor, x, x.span))
+            new[id(x)] = replace(x, tensor=xc, indices=tuple(x.indices[i] for i in x_order))
+        target = st.target.tensor
+        yc = declare(f"{target}_c", target, y_order, st.target.span) if y_order is not None else None
+        if yc is not None:
+            back = [y_order.index(i) for i in range(len(y_order))]  # Y's dimension i is Y_c's dimension back[i]
+            moved = replace(st.target, indices=tuple(st.target.indices[i] for i in y_order))
+            after.append(permute(target, back, yc, moved, st.target.span, [shape_of(target)[i] for i in y_order]))
+        body += before + [_rewritten(top, st, new, target, yc, y_order)] + after
+    return rechecked(program, decls, body)
+
+
+def _rewritten(top: sx.Stmt, conv: sx.Assign, new: dict[int, sx.Expr], target: str, yc: str | None,
+               y_order: list[int] | None) -> sx.Stmt:
+    """The top-level nest with the conv's reads replaced (`new`) and, with `yc`, every store into and read of
+    `target` in the nest made on `yc` with its indices in `y_order`."""
+    from tilec.compiler.rewrite import substituted
+
+    def moved(a: sx.Access) -> sx.Access:
+        if yc is None or a.tensor != target:
+            return a
+        assert y_order is not None
+        return replace(a, tensor=yc, indices=tuple(a.indices[i] for i in y_order))
+
+    def stmt(st: sx.Stmt) -> sx.Stmt:
+        if isinstance(st, sx.Loop):
+            return replace(st, body=tuple(stmt(c) for c in st.body))
+        value = substituted(st.value, new) if st is conv else st.value
+        return replace(st, target=moved(st.target), value=sx.map_reads(value, moved))
+    return stmt(top)
+
+
+def _conv_layout(top: sx.Stmt, strip_activation, accesses, product_factors):
+    """(the conv statement, its weights' read, the weights' new order or None, the input's read, its new order or
+    None, the output's new order or None) when a statement of this top-level nest is a conv with a tensor to
+    permute; else None. An order lists, for each new dimension, the old dimension it is."""
+    def walk(st: sx.Stmt, loops: tuple[str, ...]):
+        if isinstance(st, sx.Loop):
+            for c in st.body:
+                yield from walk(c, loops + (st.var,))
+        else:
+            yield st, loops
+
+    for st, loops in walk(top, ()):
+        if not isinstance(st, sx.Assign) or st.op != "+=":
+            continue
+        out = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
+        if len(out) != len(st.target.indices) or len(set(out)) != len(out):
+            continue
+        red = [v for v in loops if v not in out]
+        factors, _ = product_factors(st.value)
+        reads = [strip_activation(f)[0] for f in factors]
+        if len(reads) != 2 or not all(isinstance(r, sx.Access) for r in reads) or len(accesses(st.value)) != 2:
+            continue
+        for w, x in (reads, reads[::-1]):
+            assert isinstance(w, sx.Access) and isinstance(x, sx.Access)
+            names = [ix.id if isinstance(ix, sx.Name) else None for ix in w.indices]
+            if w.fill is not None or None in names or len(set(names)) != len(names):
+                continue
+            ks = [v for v in names if v in out]
+            if len(ks) != 1 or not all(v in red for v in names if v not in ks):
+                continue
+            k = ks[0]
+            x_plain = [ix.id if isinstance(ix, sx.Name) else None for ix in x.indices]
+            taps = [v for v in red if any(not isinstance(ix, sx.Name) and _uses(ix, v) for ix in x.indices)]
+            if not taps:
+                continue  # a matmul: select_conv takes its layouts
+            cs = [v for v in names if v in red and v in x_plain]
+            tap_order = sorted((v for v in names if v in taps),
+                               key=lambda v: next(i for i, ix in enumerate(x.indices) if _uses(ix, v)))
+            if set(names) != {k, *cs, *tap_order}:
+                continue
+            want_w = [k, *cs, *tap_order]  # the layout the conv builders take best (HWIO -> [c, k, r, s]: 2x slower)
+            w_order = None
+            if names not in (want_w, [k, *cs, *tap_order]):
+                w_order = [names.index(v) for v in want_w]
+            # the input: [batch.., c, window...]; batch = its leading plain output variables
+            batch = []
+            for v in x_plain:
+                if v is None or v not in out or v == k:
+                    break
+                batch.append(v)
+            x_order = None
+            ch = cs[0] if len(cs) == 1 else k if not cs else None  # the input's channel (a depthwise one's is k)
+            if ch is not None and ch in x_plain:
+                ci = x_plain.index(ch)
+                want_x = list(range(len(batch))) + [ci] + [i for i in range(len(batch), len(x_plain)) if i != ci]
+                if want_x != list(range(len(x_plain))):
+                    x_order = want_x
+            # the output: [batch.., k, spatial in the input's window order]
+            spatial = [v for ix in x.indices for v in out if v not in batch and v != k and _uses(ix, v)]
+            want_y = batch + [k] + spatial
+            if sorted(want_y) != sorted(out):
+                continue
+            y_order = [out.index(v) for v in want_y] if want_y != out else None
+            if w_order is None and x_order is None and y_order is None:
+                return None
+            return st, w, w_order, x, x_order, y_order
+    return None
+
+
+def _uses(e: sx.Expr, v: str) -> bool:
+    return uses_names(e, {v})
