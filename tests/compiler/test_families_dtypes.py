@@ -163,6 +163,11 @@ VARIATIONS: dict[str, Formula] = {
     "dilated_strided": lambda a, q: {"Y": conv(pad(a["X"], 2), a["Wt"], stride=2, dilation=2)},
     "conv_s2_pad1": lambda a, q: {"Y": conv(pad(a["X"], 1), a["Wt"], stride=2)},
     "conv1x1s2": lambda a, q: {"Y": conv(a["X"][..., ::2, ::2], a["Wt"][:, :, None, None])},
+    "conv_hwio": lambda a, q: {"Y": conv(pad(a["X"], 1), a["Wt"].transpose(3, 2, 0, 1))},
+    "conv_nhwc": lambda a, q: {"Y": (conv(pad(a["X"].transpose(0, 3, 1, 2), 1), a["Wt"].transpose(3, 2, 0, 1))
+                                     + a["b"][:, None, None]).transpose(0, 2, 3, 1)},
+    "dw_nhwc": lambda a, q: {"Y": conv(pad(a["X"].transpose(0, 3, 1, 2), 1), a["Wt"].transpose(2, 0, 1)[:, None],
+                                       groups=a["X"].shape[3]).transpose(0, 2, 3, 1)},
     "conv_odd": lambda a, q: {"Y": conv(pad(a["X"], 1), a["Wt"])},
     "grouped_same": lambda a, q: {"Y": conv(pad(a["X"], 1), a["Wt"], groups=2)},
     "dw_s2_bias_relu6": lambda a, q: {"Y": np.clip(q(conv(pad(a["X"], 1), a["Wt"][:, None], stride=2,

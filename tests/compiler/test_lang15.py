@@ -173,3 +173,81 @@ def test_upsample_inside_arithmetic_is_a_copy_then_the_element_wise_statement(dt
     c = check(FPN, dtype, nki, lambda a, q: {"Y": np.maximum(a["P"].repeat(3, axis=2).repeat(2, axis=3) * 2
                                                             + a["L"], 0)})
     assert "P_at" in c.stages["select"]  # the upsampled read copied into a temporary first (permute_split)
+
+
+# ---- conv layouts: HWIO weights, NHWC tensors (audit13_hwio_weights; NHWC was refused as "not a window") ----------
+
+NHWC = """\
+kernel nhwc(X: f32[N, H, W, C], Wt: f32[3, 3, C, K], b: f32[K]) -> Y
+  default N = 2, C = 72, H = 13, W = 11, K = 136
+  Y: f32[N, H, W, K]
+  for n in 0..N, y in 0..H, x in 0..W, k in 0..K:
+    Y[n, y, x, k] = b[k]
+    for r in 0..3, s in 0..3, c in 0..C:
+      Y[n, y, x, k] += (X[n, 2 * y + r - 1, 2 * x + s - 1, c] ?? 0) * Wt[r, s, c, k]
+"""
+
+
+def nchw(x: np.ndarray) -> np.ndarray:
+    return x.transpose(0, 3, 1, 2)
+
+
+def conv_same(x: np.ndarray, w: np.ndarray, stride: int = 1) -> np.ndarray:
+    """x [N, C, H, W] zero-padded by 1, w [K, C, 3, 3] -> [N, K, ceil(H/s), ceil(W/s)] (NumPy, float64)."""
+    xp = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    ho, wo = -(-x.shape[2] // stride), -(-x.shape[3] // stride)
+    out = np.zeros((x.shape[0], w.shape[0], ho, wo))
+    for r in range(3):
+        for s in range(3):
+            win = xp[:, :, r:r + stride * (ho - 1) + 1:stride, s:s + stride * (wo - 1) + 1:stride]
+            out += np.einsum("nchw,kc->nkhw", win, w[:, :, r, s])
+    return out
+
+
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_strided_nhwc_conv_with_hwio_weights_and_a_bias(dtype, nki):
+    src = NHWC.replace("f32[N, H, W, K]", "f32[N, (H + 1) / 2, (W + 1) / 2, K]").replace(
+        "for n in 0..N, y in 0..H, x in 0..W", "for n in 0..N, y in 0..(H + 1) / 2, x in 0..(W + 1) / 2")
+    c = check(src, dtype, nki, lambda a, q: {"Y": (conv_same(nchw(a["X"]), a["Wt"].transpose(3, 2, 0, 1), 2)
+                                                    + a["b"][:, None, None]).transpose(0, 2, 3, 1)})
+    ops = c.stages["select"]
+    assert "conv Y_c" in ops and "transpose X_c" in ops and "transpose Y -> Y" in ops and "Wt_kc" in ops
+
+
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_hwio_weights_alone_permute_only_the_weights(dtype, nki):
+    src = """\
+kernel hwio(X: f32[N, C, H, W], Wt: f32[3, 3, C, K]) -> Y
+  default N = 2, C = 72, H = 13, W = 11, K = 136
+  Y: f32[N, K, H, W]
+  for n in 0..N, k in 0..K, y in 0..H, x in 0..W:
+    Y[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += 0.5 * (X[n, c, y + r - 1, x + s - 1] ?? 0) * Wt[r, s, c, k]
+  for n in 0..N, k in 0..K, y in 0..H, x in 0..W:
+    Y[n, k, y, x] = relu(Y[n, k, y, x])
+"""
+    c = check(src, dtype, nki,
+              lambda a, q: {"Y": np.maximum(0.5 * conv_same(a["X"], a["Wt"].transpose(3, 2, 0, 1)), 0)})
+    ops = c.stages["select"]
+    assert "transpose Wt_kc" in ops and "transpose X_c" not in ops and "conv Y -> Y" in ops
+    assert "epilogue scaled by 0.5, relu" in ops  # the in-place relu still fused on the eviction
+
+
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_nhwc_depthwise(dtype, nki):
+    src = """\
+kernel dwn(X: f32[N, H, W, C], Wt: f32[3, 3, C]) -> Y
+  default N = 2, C = 144, H = 9, W = 10
+  Y: f32[N, H, W, C]
+  for n in 0..N, y in 0..H, x in 0..W, c in 0..C:
+    Y[n, y, x, c] = 0
+    for r in 0..3, s in 0..3:
+      Y[n, y, x, c] += (X[n, y + r - 1, x + s - 1, c] ?? 0) * Wt[r, s, c]
+"""
+    eye = np.eye(144)
+
+    def formula(a, q):
+        w = np.einsum("rsc,ck->kcrs", a["Wt"], eye)  # a diagonal [K, C, 3, 3]: each channel its own filter
+        return {"Y": conv_same(nchw(a["X"]), w).transpose(0, 2, 3, 1)}
+    check(src, dtype, nki, formula)
