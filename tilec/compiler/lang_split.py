@@ -200,8 +200,9 @@ def _conv_layout(top: sx.Stmt, strip_activation, accesses, product_factors):
             taps = [v for v in red if any(not isinstance(ix, sx.Name) and _uses(ix, v) for ix in x.indices)]
             if not taps:
                 continue  # a matmul: select_conv takes its layouts
-            cs = [v for v in names if v in red and v in x_plain]
-            tap_order = sorted((v for v in names if v in taps),
+            plain_names = [v for v in names if v is not None]
+            cs = [v for v in plain_names if v in red and v in x_plain]
+            tap_order = sorted((v for v in plain_names if v in taps),
                                key=lambda v: next(i for i, ix in enumerate(x.indices) if _uses(ix, v)))
             if set(names) != {k, *cs, *tap_order}:
                 continue
