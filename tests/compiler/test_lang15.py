@@ -251,3 +251,33 @@ kernel dwn(X: f32[N, H, W, C], Wt: f32[3, 3, C]) -> Y
         w = np.einsum("rsc,ck->kcrs", a["Wt"], eye)  # a diagonal [K, C, 3, 3]: each channel its own filter
         return {"Y": conv_same(nchw(a["X"]), w).transpose(0, 2, 3, 1)}
     check(src, dtype, nki, formula)
+
+
+# ---- a floor modulo in an index (audit13_modulo_index) --------------------------------------------------------------
+
+TILED = """\
+kernel tiled(X: f32[N, 3, W], Z: f32[N, H, W]) -> Y
+  default N = 2, W = 300, H = 141
+  Y: f32[N, H, W]
+  for n in 0..N, i in 0..H, j in 0..W:
+    Y[n, i, j] = X[n, i % 3, j] * Z[n, i, j] - 1
+"""
+
+
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_a_tiling_read_in_arithmetic(dtype, nki):
+    c = check(TILED, dtype, nki, lambda a, q: {"Y": np.tile(a["X"], (1, 47, 1)) * a["Z"] - 1})
+    assert "X_at" in c.stages["select"]
+
+
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_a_plain_tiling_copy_writes_its_parts_into_the_output(dtype, nki):
+    src = TILED.replace("X[n, i % 3, j] * Z[n, i, j] - 1", "X[n, i % 3, j]")
+    c = check(src, dtype, nki, lambda a, q: {"Y": np.tile(a["X"], (1, 47, 1))})
+    assert "X_at" not in c.stages["select"]
+
+
+def test_a_period_that_does_not_divide_the_loop_is_a_located_refusal_saying_what_compiles():
+    err = refusal(TILED.replace("H = 141", "H = 140"))
+    assert "floor modulo" in err.message and (err.span.line, err.span.col) == (5, 23)  # at `i % 3`
+    assert "multiple of the constant m" in err.hint

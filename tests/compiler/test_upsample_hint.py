@@ -41,8 +41,8 @@ def test_following_the_hint_compiles_and_matches_numpy() -> None:
     np.testing.assert_allclose(got, p.repeat(2, axis=2).repeat(2, axis=3) + l, rtol=1e-6)
 
 
-def test_a_modulo_keeps_the_reference_hint() -> None:
+def test_two_modulos_in_a_read_keep_the_reference_hint_and_say_what_compiles() -> None:
     text = FPN.replace("P[n, c, i / 2, j / 2]", "P[n, c, i % 5, j % 7]")
     with pytest.raises(TilecError, match=r"floor modulo") as info:
         compile_loaded(lang.load(text))
-    assert "U[" not in info.value.hint and "--backend ref" in info.value.hint
+    assert "U[" not in info.value.hint and "--backend ref" in info.value.hint and "`v % m`" in info.value.hint

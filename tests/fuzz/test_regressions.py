@@ -21,7 +21,6 @@ ROOT = HERE.parents[1]
 FILES = sorted((HERE / "regressions").glob("*.tl"))
 OPEN = {  # reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
     "audit13_two_convs_sbuf.tl": "default bands of two convs in one kernel exceed SBUF together (audit13)",
-    "audit13_modulo_index.tl": "a floor modulo in an index is not compiled (audit13)",
 }
 TUNE = ("18_", "30_", "m13", "m14", "l41")
 

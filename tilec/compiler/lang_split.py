@@ -208,7 +208,7 @@ def _conv_layout(top: sx.Stmt, strip_activation, accesses, product_factors):
                 continue
             want_w = [k, *cs, *tap_order]  # the layout the conv builders take best (HWIO -> [c, k, r, s]: 2x slower)
             w_order = None
-            if names not in (want_w, [k, *cs, *tap_order]):
+            if names not in (want_w, [*cs, k, *tap_order]):  # [c, k, taps] is read as it is too
                 w_order = [names.index(v) for v in want_w]
             # the input: [batch.., c, window...]; batch = its leading plain output variables
             batch = []
@@ -237,3 +237,112 @@ def _conv_layout(top: sx.Stmt, strip_activation, accesses, product_factors):
 
 def _uses(e: sx.Expr, v: str) -> bool:
     return uses_names(e, {v})
+
+
+MAX_TILES = 64  # a modulo read is copied as one part per repeat of its period: at most this many parts
+
+
+def split_modulo_reads(program):
+    """A read tiled by a floor modulo, `Y[i, j] = X[i % 4, j] + Z[i, j]` (X repeated down Y's rows): no rule maps
+    `%`, so the read is copied into a temporary shaped like the output, one ordinary copy of X per repeat (a part
+    of a concatenation: select_copy, one HBM -> HBM DMA each), and the statement reads the temporary:
+
+        X_at[0 + z, j] = X[z, j]          # rows 0..4
+        X_at[4 + z, j] = X[z, j]          # rows 4..8, ... (H / 4 parts)
+        Y[i, j] = X_at[i, j] + Z[i, j]    # element-wise (a plain copy needs no temporary: the parts go to Y)
+
+    Done for an element-wise (`=`) statement in a perfect nest from 0 (a top-level statement) storing at plain loop
+    variables, whose read's indices are each a loop variable or `v % m` (m a constant dividing v's trip count, at
+    most MAX_TILES repeats), in the output's loop order; the temporary has the read's dtype (a copy). The same object
+    when there is none."""
+    from tilec.compiler.exprs import accesses
+    from tilec.compiler.lower import size_value
+    from tilec.compiler.names import unique
+    from tilec.compiler.rewrite import nested, rechecked, substituted, taken_names
+    kernel = program.kernel
+    sizes = program.sizes
+    taken = taken_names(kernel)
+    decls: list[sx.Decl] = []
+    body: list[sx.Stmt] = []
+    for top in kernel.body:
+        loops: list[sx.Loop] = []
+        st: sx.Stmt = top
+        while isinstance(st, sx.Loop) and len(st.body) == 1 and isinstance(st.start, sx.Num) and st.start.value == 0:
+            loops.append(st)
+            st = st.body[0]
+        out = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)] if isinstance(st, sx.Assign) else []
+        if not isinstance(st, sx.Assign) or st.op != "=" or len(out) != len(st.target.indices) \
+                or sorted(out) != sorted(lp.var for lp in loops):
+            body.append(top)
+            continue
+        ext = {lp.var: size_value(lp.stop, sizes) for lp in loops}
+        by_var = {lp.var: lp for lp in loops}
+        parts: list[sx.Stmt] = []
+        new: dict[int, sx.Expr] = {}
+        for a in accesses(st.value):
+            tiled = _modulo_read(a, out, ext, sizes)
+            if tiled is None or a.tensor == st.target.tensor:
+                continue
+            v, m, vs = tiled
+            span = a.span
+            copy = st.value is a
+            if copy:
+                dst, dst_idx = st.target.tensor, list(st.target.indices)
+            else:
+                dst = unique(f"{a.tensor}_at", taken)
+                dtype = program.tensors[a.tensor].dtype
+                decls.append(sx.Decl(dst, sx.TensorType(dtype, tuple(by_var[u].stop for u in vs), span), span))
+                dst_idx = [sx.Name(u, span) for u in vs]
+            z = unique("z", taken | set(ext))
+            for q in range(ext[v] // m):
+                def at(e: sx.Expr) -> sx.Expr:
+                    if isinstance(e, sx.Name) and e.id == v:
+                        return sx.BinOp("+", sx.Num(q * m, span), sx.Name(z, span), span) if q else sx.Name(z, span)
+                    return e
+                read = replace(a, indices=tuple(sx.Name(z, span) if isinstance(ix, sx.BinOp) else ix
+                                                for ix in a.indices))
+                part_loops = [sx.Loop(z, sx.Num(0, span), sx.Num(m, span), (), span) if u == v else by_var[u]
+                              for u in (out if copy else vs)]
+                parts.append(nested(sx.Assign(sx.Access(dst, tuple(at(e) for e in dst_idx), span), "=", read, st.span),
+                                    part_loops))
+            if copy:
+                break
+            new[id(a)] = sx.Access(dst, tuple(dst_idx), span)
+        if not parts:
+            body.append(top)
+        elif st.value is not None and isinstance(st.value, sx.Access) and not new:
+            body += parts  # a plain tiling copy: its parts are the statement
+        else:
+            body += parts + [nested(replace(st, value=substituted(st.value, new)), loops)]
+    if not decls and body == list(kernel.body):
+        return program
+    if not decls:
+        return resolved(program, replace(kernel, body=tuple(body)))
+    return rechecked(program, decls, body)
+
+
+def _modulo_read(a: sx.Access, out: list[str], ext: dict[str, int], sizes: dict[str, int]
+                 ) -> tuple[str, int, list[str]] | None:
+    """(v, m, the read's loop variables) when the read's one modulo index is `v % m` (m dividing v's trip count, at
+    most MAX_TILES repeats) and every other index a loop variable, all in the output's order; else None."""
+    from tilec.compiler.lower import size_value
+    if a.fill is not None:
+        return None
+    found = None
+    vs: list[str] = []
+    for ix in a.indices:
+        if isinstance(ix, sx.Name) and ix.id in ext:
+            vs.append(ix.id)
+            continue
+        if not (isinstance(ix, sx.BinOp) and ix.op == "%" and isinstance(ix.lhs, sx.Name) and ix.lhs.id in ext) \
+                or uses_names(ix.rhs, set(ext)) or found is not None:
+            return None
+        m = size_value(ix.rhs, sizes)
+        v = ix.lhs.id
+        if m < 1 or ext[v] % m or ext[v] // m > MAX_TILES:
+            return None
+        found = (v, m)
+        vs.append(v)
+    if found is None or len(set(vs)) != len(vs) or [u for u in out if u in vs] != vs:
+        return None
+    return found[0], found[1], vs
