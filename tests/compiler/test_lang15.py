@@ -281,3 +281,33 @@ def test_a_period_that_does_not_divide_the_loop_is_a_located_refusal_saying_what
     err = refusal(TILED.replace("H = 141", "H = 140"))
     assert "floor modulo" in err.message and (err.span.line, err.span.col) == (5, 23)  # at `i % 3`
     assert "multiple of the constant m" in err.hint
+
+
+# ---- two convs whose default bands overflow SBUF together (audit13_two_convs_sbuf) ----------------------------------
+
+TWO_CONVS = """\
+kernel two_convs(X: f32[N, C, H, W], W1: f32[C, C, 3, 3], W2: f32[C, C, 3, 3]) -> Y
+  default N = 1, C = 128, H = 160, W = 160
+  T: f32[N, C, H, W]
+  Y: f32[N, C, H, W]
+  for n in 0..N, k in 0..C, y in 0..H, x in 0..W:
+    T[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      T[n, k, y, x] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * W1[k, c, r, s]
+  for n in 0..N, k in 0..C, y in 0..H, x in 0..W:
+    Y[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += relu(T[n, c, y + r - 1, x + s - 1] ?? 0) * W2[k, c, r, s]
+"""
+
+
+def test_a_default_schedule_over_sbuf_is_retried_with_halved_conv_bands():
+    c = check(TWO_CONVS, "f32", "0.6", lambda a, q: {"Y": conv_same(np.maximum(conv_same(a["X"], a["W1"]), 0),
+                                                                    a["W2"])})
+    assert "split T.y, 16" in c.source and "split Y.y, 16" in c.source  # 32-row bands halved (the schedule shown)
+    assert "T_img" in c.source  # T still on chip, one image at a time
+
+
+def test_a_written_schedule_that_overflows_sbuf_is_not_retried():
+    with pytest.raises(TilecError, match="KiB of SBUF per partition"):
+        compile_loaded(lang.load(TWO_CONVS + "  schedule:\n    split T.y, 32\n    split Y.y, 32\n"))

@@ -20,7 +20,6 @@ HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[1]
 FILES = sorted((HERE / "regressions").glob("*.tl"))
 OPEN = {  # reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
-    "audit13_two_convs_sbuf.tl": "default bands of two convs in one kernel exceed SBUF together (audit13)",
 }
 TUNE = ("18_", "30_", "m13", "m14", "l41")
 
