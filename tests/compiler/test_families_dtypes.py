@@ -166,6 +166,7 @@ VARIATIONS: dict[str, Formula] = {
     "conv_hwio": lambda a, q: {"Y": conv(pad(a["X"], 1), a["Wt"].transpose(3, 2, 0, 1))},
     "conv_nhwc": lambda a, q: {"Y": (conv(pad(a["X"].transpose(0, 3, 1, 2), 1), a["Wt"].transpose(3, 2, 0, 1))
                                      + a["b"][:, None, None]).transpose(0, 2, 3, 1)},
+    "pw_nhwc": lambda a, q: {"Y": a["X"] @ a["Wt"]},
     "dw_nhwc": lambda a, q: {"Y": conv(pad(a["X"].transpose(0, 3, 1, 2), 1), a["Wt"].transpose(2, 0, 1)[:, None],
                                        groups=a["X"].shape[3]).transpose(0, 2, 3, 1)},
     "conv_odd": lambda a, q: {"Y": conv(pad(a["X"], 1), a["Wt"])},

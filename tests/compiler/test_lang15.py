@@ -311,3 +311,28 @@ def test_a_default_schedule_over_sbuf_is_retried_with_halved_conv_bands():
 def test_a_written_schedule_that_overflows_sbuf_is_not_retried():
     with pytest.raises(TilecError, match="KiB of SBUF per partition"):
         compile_loaded(lang.load(TWO_CONVS + "  schedule:\n    split T.y, 32\n    split Y.y, 32\n"))
+
+
+PW_NHWC = """\
+kernel pw(X: f32[N, H, W, C], Wt: f32[C, K], b: f32[K]) -> Y
+  default N = 2, C = 136, H = 9, W = 10, K = 100
+  Y: f32[N, H, W, K]
+  for n in 0..N, y in 0..H, x in 0..W, k in 0..K:
+    Y[n, y, x, k] = b[k]
+    for c in 0..C:
+      Y[n, y, x, k] += X[n, y, x, c] * Wt[c, k]
+"""
+
+
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_a_1x1_nhwc_conv_is_a_matmul_over_merged_rows(dtype, nki):
+    c = check(PW_NHWC, dtype, nki, lambda a, q: {"Y": a["X"] @ a["Wt"] + a["b"]})
+    assert "K=180" in c.stages["select"]  # the rows (n, y, x) merged: 2 * 9 * 10, no permute
+    assert "transpose" not in c.stages["select"]
+
+
+def test_merged_rows_over_part_of_a_dimension_stay_refused():
+    err = refusal(PW_NHWC.replace("for n in 0..N, y in 0..H, x in 0..W, k",
+                                  "for n in 0..N, y in 0..H - 1, x in 0..W, k")
+                  .replace("Y: f32[N, H, W, K]", "Y: f32[N, H - 1, W, K]"))
+    assert "batch indices" in err.message

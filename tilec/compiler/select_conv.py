@@ -93,9 +93,13 @@ def select_conv(comp: Comp, program) -> ConvOp:
                            f"`{roles['c']}`", m_acc.span)
     if len(spatial) > 2:
         raise reject(comp, "the moving operand has at most two spatial dimensions", m_acc.span)
+    rows: list[str] = []  # the stationary's leading output indices merged with p into the result's rows
+    if w_batch and not batch and _mergeable_rows(comp, program, w_batch + [p], s_acc):
+        # `Y[n, y, x, k] += X[n, y, x, c] * W[c, k]` (a 1x1 conv in NHWC): a matmul of X seen as [N*H*W, C]
+        rows, w_batch = w_batch + [p], []
     if w_batch and w_batch != batch:
         raise reject(comp, f"the batch indices of {s_acc.tensor} must be those of {m_acc.tensor}", s_acc.span)
-    if out_vars != batch + [p] + spatial:
+    if out_vars != batch + (rows or [p]) + spatial:
         raise reject(comp, f"output indices must be ordered (batch, {p}, spatial...) to match the operands",
                      comp.span)
     x_transposed = _check_moving_order(comp, program, m_acc, roles.get("c", p), batch, spatial, taps)
@@ -116,6 +120,11 @@ def select_conv(comp: Comp, program) -> ConvOp:
         _check_merged_batch(comp, program, batch, (m_acc, s_acc) if w_batch else (m_acc,))
     conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout)
     conv = replace(conv, w_batch=bool(w_batch), x_transposed=x_transposed)
+    if rows:  # K is every merged row; its loop's text names them all
+        merged = "for " + ", ".join(comp.loop_text(v)[4:] for v in rows) + " (the rows)"
+        conv = replace(conv, dims=tuple((d, math.prod(comp.extent(v) for v in rows) if d == "K" else n)
+                                        for d, n in conv.dims),
+                       texts=tuple((role, merged if role == "k" else text) for role, text in conv.texts))
     if x_transposed:  # B[j, k]: its columns (the output's) are its rows
         conv = replace(conv, dims=tuple((d, conv.dim("Wo") if d == "W" else v) for d, v in conv.dims))
     pad = 2 - len(strides)  # one or two spatial dimensions: checked above
@@ -402,6 +411,17 @@ def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: li
                      f"store {m_acc.tensor} transposed (as [{want}]), or compute it with a transpose statement "
                      f"first (`T[{c}, ...] = {m_acc.tensor}[..., {c}]`)")
     return False
+
+
+def _mergeable_rows(comp: Comp, program, rows: list[str], s_acc: sx.Access) -> bool:
+    """Whether the output's first indices `rows` (the stationary's leading plain indices) each run over the whole of
+    their dimension in the output and in the stationary operand, so both are seen as [prod(rows), ..] (a free
+    reshape of contiguous HBM)."""
+    for name in (comp.target, s_acc.tensor):
+        shape = [size_value(d, program.sizes) if not isinstance(d, int) else d for d in program.tensors[name].shape]
+        if any(shape[pos] != comp.extent(v) for pos, v in enumerate(rows)):
+            return False
+    return True
 
 
 def _check_merged_batch(comp: Comp, program, batch: list[str], operands: tuple[sx.Access, ...]) -> None:
