@@ -94,10 +94,10 @@ def select_conv(comp: Comp, program) -> ConvOp:
     if len(spatial) > 2:
         raise reject(comp, "the moving operand has at most two spatial dimensions", m_acc.span)
     rows: list[str] = []  # the stationary's leading output indices merged with p into the result's rows
-    lead = [v for v in w_batch if v is not None]  # (plain output variables: takewhile stopped at None)
-    if lead and not batch and _mergeable_rows(comp, program, lead + [p], s_acc):
+    row_vars = [v for v in w_batch if v is not None]  # (plain output variables: takewhile stopped at None)
+    if row_vars and not batch and _mergeable_rows(comp, program, row_vars + [p], s_acc):
         # `Y[n, y, x, k] += X[n, y, x, c] * W[c, k]` (a 1x1 conv in NHWC): a matmul of X seen as [N*H*W, C]
-        rows, w_batch = lead + [p], []
+        rows, w_batch = row_vars + [p], []
     if w_batch and w_batch != batch:
         raise reject(comp, f"the batch indices of {s_acc.tensor} must be those of {m_acc.tensor}", s_acc.span)
     if out_vars != batch + (rows or [p]) + spatial:
