@@ -106,10 +106,25 @@ def test_batch_indices_over_part_of_a_dimension_are_a_located_refusal():
     assert "runs over part of dimension 1 of" in err.message and "whole dimension" in err.message
 
 
-def test_a_batch_index_after_the_rows_is_a_located_refusal_that_says_the_order():
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_batch_indices_after_the_rows_in_the_output_are_a_batched_matmul_then_a_permute(dtype, nki):
     src = SCORES.replace("P[b, h, i, j] =", "P[b, i, h, j] =").replace("P[b, h, i, j] +=", "P[b, i, h, j] +=") \
         .replace("P: f32[B, G, S, T]", "P: f32[B, S, G, T]").replace("for b in 0..B, h in 0..G, i in 0..S",
                                                                      "for b in 0..B, i in 0..S, h in 0..G")
+    c = check(src, dtype, nki, lambda a, q: {"P": np.einsum("bhid,bhjd->bihj", a["Q"], a["Kt"])})
+    assert "conv P_c" in c.stages["select"]  # batch-first into P_c, then permuted into P
+
+
+def test_a_stationary_with_no_row_index_is_a_located_refusal_that_says_the_order():
+    src = """\
+kernel weighted(A: f32[K, M, N], v: f32[K]) -> C
+  default K = 8, M = 16, N = 16
+  C: f32[M, N]
+  for i in 0..M, j in 0..N:
+    C[i, j] = 0
+    for k in 0..K:
+      C[i, j] += A[k, i, j] * v[k]
+"""
     err = refusal(src)
     assert "stationary" in err.message and "then permute it" in err.hint
 
@@ -336,3 +351,22 @@ def test_merged_rows_over_part_of_a_dimension_stay_refused():
                                   "for n in 0..N, y in 0..H - 1, x in 0..W, k")
                   .replace("Y: f32[N, H, W, K]", "Y: f32[N, H - 1, W, K]"))
     assert "batch indices" in err.message
+
+
+# ---- a contraction of a tensor with itself (found while writing these tests: an internal error on main) -----------
+
+GRAM = """\
+kernel gram(A: f32[M, K]) -> G
+  default M = 200, K = 300
+  G: f32[M, M]
+  for i in 0..M, j in 0..M:
+    G[i, j] = 0
+    for k in 0..K:
+      G[i, j] += A[i, k] * A[j, k]
+"""
+
+
+@pytest.mark.parametrize("dtype, nki", CASES)
+def test_a_gram_matrix_reads_its_second_operand_from_a_copy(dtype, nki):
+    c = check(GRAM, dtype, nki, lambda a, q: {"G": a["A"] @ a["A"].T})
+    assert "A_2" in c.stages["select"]

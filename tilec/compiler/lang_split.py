@@ -119,7 +119,8 @@ def split_conv_layouts(program):
         return name
 
     for top in kernel.body:
-        found = _conv_layout(top, strip_activation, accesses, product_factors)
+        found = _conv_layout(top, strip_activation, accesses, product_factors) or \
+            _batch_after_rows(top, strip_activation, accesses, product_factors)
         if found is None:
             body.append(top)
             continue
@@ -235,6 +236,38 @@ def _conv_layout(top: sx.Stmt, strip_activation, accesses, product_factors):
     return None
 
 
+def _batch_after_rows(top: sx.Stmt, strip_activation, accesses, product_factors):
+    """A batched matmul whose output puts its batch indices after others, `C[i, b, j] += A[b, i, k] * B[b, k, j]`:
+    (the statement, None, None, None, None, the output's order with the batch first), as _conv_layout answers, when
+    both reads are indexed by plain loop variables and begin with the same batch indices (the output variables
+    both read), and the output does not; else None. The matmul then writes C_c[b, i, j] and a permute stores C."""
+    def walk(st: sx.Stmt, loops: tuple[str, ...]):
+        if isinstance(st, sx.Loop):
+            for c in st.body:
+                yield from walk(c, loops + (st.var,))
+        else:
+            yield st, loops
+
+    for st, loops in walk(top, ()):
+        if not isinstance(st, sx.Assign) or st.op != "+=":
+            continue
+        out = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
+        factors, _ = product_factors(st.value)
+        reads = [strip_activation(f)[0] for f in factors]
+        if len(out) != len(st.target.indices) or len(reads) != 2 or len(accesses(st.value)) != 2 \
+                or not all(isinstance(r, sx.Access) and r.fill is None for r in reads):
+            continue
+        names = [[ix.id if isinstance(ix, sx.Name) else None for ix in r.indices] for r in reads]
+        if any(None in n for n in names):
+            continue
+        batch = [v for v in names[0] if v in out and v in names[1]]
+        if not batch or any(n[:len(batch)] != batch for n in names) or out[:len(batch)] == batch:
+            continue
+        want = batch + [v for v in out if v not in batch]
+        return st, None, None, None, None, [out.index(v) for v in want]
+    return None
+
+
 def _uses(e: sx.Expr, v: str) -> bool:
     return uses_names(e, {v})
 
@@ -346,3 +379,51 @@ def _modulo_read(a: sx.Access, out: list[str], ext: dict[str, int], sizes: dict[
     if found is None or len(set(vs)) != len(vs) or [u for u in out if u in vs] != vs:
         return None
     return found[0], found[1], vs
+
+
+def split_self_products(program):
+    """A contraction of a tensor with itself at other indices, `G[i, j] += A[i, k] * A[j, k]` (a Gram matrix,
+    `A A^T`): the contraction's builders name their buffers after the operands, so the second read is made of a copy,
+    `A_2[j, k] = A[j, k]` over A's whole shape (one HBM -> HBM DMA), put before the top-level nest. Done for a `+=`
+    whose update is a product of two reads of one input or earlier-written tensor, at different indices; the same
+    object when there is none."""
+    from tilec.compiler.exprs import accesses, product_factors
+    from tilec.compiler.names import unique
+    from tilec.compiler.rewrite import hoisted, rechecked, substituted, taken_names
+    from tilec.compiler.select_conv import strip_activation
+    kernel = program.kernel
+    taken = taken_names(kernel)
+    decls: list[sx.Decl] = []
+    copies: dict[str, str] = {}
+
+    def shape_of(name: str) -> list[int]:
+        from tilec.compiler.lower import size_value
+        return [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[name].shape]
+
+    def leaf(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
+        if st.op != "+=":
+            return [], st
+        reads = [strip_activation(f)[0] for f in product_factors(st.value)[0]]
+        if len(reads) != 2 or len(accesses(st.value)) != 2 or not all(isinstance(r, sx.Access) for r in reads):
+            return [], st
+        a, b = reads
+        assert isinstance(a, sx.Access) and isinstance(b, sx.Access)
+        if a.tensor != b.tensor or a.indices == b.indices or a.tensor in top_writes:
+            return [], st
+        span = b.span
+        fills: list[sx.Stmt] = []
+        if a.tensor not in copies:
+            copies[a.tensor] = unique(f"{a.tensor}_2", taken)
+            shape = shape_of(a.tensor)
+            dtype = program.tensors[a.tensor].dtype
+            decls.append(sx.Decl(copies[a.tensor], sx.TensorType(dtype, tuple(sx.Num(n, span) for n in shape), span),
+                                 span))
+            names = [unique(f"{a.tensor.lower()}{i}", set(taken)) for i in range(len(shape))]
+            idx = tuple(sx.Name(v, span) for v in names)
+            fill: sx.Stmt = sx.Assign(sx.Access(copies[a.tensor], idx, span), "=", sx.Access(a.tensor, idx, span), span)
+            for v, n in reversed(list(zip(names, shape))):
+                fill = sx.Loop(v, sx.Num(0, span), sx.Num(n, span), (fill,), span)
+            fills.append(fill)
+        return fills, replace(st, value=substituted(st.value, {id(b): replace(b, tensor=copies[a.tensor])}))
+
+    return rechecked(program, decls, hoisted(kernel.body, leaf))
