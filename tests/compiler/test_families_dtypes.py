@@ -185,6 +185,8 @@ VARIATIONS: dict[str, Formula] = {
     "matvec_bias_relu": lambda a, q: {"y": relu(a["Wt"] @ a["v"] + a["b"])},
     "vecmat": lambda a, q: {"y": a["v"] @ a["Wt"]},
     "attn_scores": lambda a, q: {"P": np.einsum("nhid,nhjd->nhij", a["Q"], a["Kt"])},
+    "gram": lambda a, q: {"G": a["A"] @ a["A"].T},
+    "bmm_batch_mid": lambda a, q: {"C": np.einsum("nik,nkj->inj", a["A"], a["B"])},
     "at_b": lambda a, q: {"C": a["A"].T @ a["B"]},
     "gap_hw": lambda a, q: {"Y": a["X"].sum(axis=(2, 3)) / 49},
     "mean_hw": lambda a, q: {"Y": q(a["X"].sum(axis=(2, 3))) / 49},
