@@ -163,6 +163,12 @@ VARIATIONS: dict[str, Formula] = {
     "dilated_strided": lambda a, q: {"Y": conv(pad(a["X"], 2), a["Wt"], stride=2, dilation=2)},
     "conv_s2_pad1": lambda a, q: {"Y": conv(pad(a["X"], 1), a["Wt"], stride=2)},
     "conv1x1s2": lambda a, q: {"Y": conv(a["X"][..., ::2, ::2], a["Wt"][:, :, None, None])},
+    "conv_hwio": lambda a, q: {"Y": conv(pad(a["X"], 1), a["Wt"].transpose(3, 2, 0, 1))},
+    "conv_nhwc": lambda a, q: {"Y": (conv(pad(a["X"].transpose(0, 3, 1, 2), 1), a["Wt"].transpose(3, 2, 0, 1))
+                                     + a["b"][:, None, None]).transpose(0, 2, 3, 1)},
+    "pw_nhwc": lambda a, q: {"Y": a["X"] @ a["Wt"]},
+    "dw_nhwc": lambda a, q: {"Y": conv(pad(a["X"].transpose(0, 3, 1, 2), 1), a["Wt"].transpose(2, 0, 1)[:, None],
+                                       groups=a["X"].shape[3]).transpose(0, 2, 3, 1)},
     "conv_odd": lambda a, q: {"Y": conv(pad(a["X"], 1), a["Wt"])},
     "grouped_same": lambda a, q: {"Y": conv(pad(a["X"], 1), a["Wt"], groups=2)},
     "dw_s2_bias_relu6": lambda a, q: {"Y": np.clip(q(conv(pad(a["X"], 1), a["Wt"][:, None], stride=2,
@@ -178,13 +184,19 @@ VARIATIONS: dict[str, Formula] = {
     "residual_1x1": lambda a, q: {"Y": relu(q(np.einsum("nchw,kc->nkhw", a["X"], a["Wt"])) + a["S"])},
     "matvec_bias_relu": lambda a, q: {"y": relu(a["Wt"] @ a["v"] + a["b"])},
     "vecmat": lambda a, q: {"y": a["v"] @ a["Wt"]},
+    "attn_scores": lambda a, q: {"P": np.einsum("nhid,nhjd->nhij", a["Q"], a["Kt"])},
+    "gram": lambda a, q: {"G": a["A"] @ a["A"].T},
+    "bmm_batch_mid": lambda a, q: {"C": np.einsum("nik,nkj->inj", a["A"], a["B"])},
     "at_b": lambda a, q: {"C": a["A"].T @ a["B"]},
     "gap_hw": lambda a, q: {"Y": a["X"].sum(axis=(2, 3)) / 49},
+    "mean_hw": lambda a, q: {"Y": q(a["X"].sum(axis=(2, 3))) / 49},
     "gmp": lambda a, q: {"Y": a["X"].max(axis=(2, 3))},
+    "fpn_add": lambda a, q: {"Y": a["P"].repeat(2, axis=2).repeat(2, axis=3) + a["L"]},
     "upsample3x": lambda a, q: {"Y": a["X"].repeat(3, axis=2).repeat(3, axis=3)},
     "crop_center": lambda a, q: {"Y": a["X"][:, :, 2:-2, 3:-3]},
     "concat3": lambda a, q: {"Y": np.concatenate([a["A"], a["B"], a["D"]], axis=1)},
     "permute5d": _pixel_free_permute5d,
+    "permute6d": lambda a, q: {"Y": a["X"].transpose(5, 4, 3, 2, 1, 0)},
 }
 
 

@@ -89,16 +89,28 @@ def test_vector_matrix_with_bias():
     assert_matches(prog, "y", out["y"], x["v"] @ x["Wt"] + x["b"])
 
 
-def test_batch_of_the_stationary_only_is_a_located_error():
-    text = """\
-kernel bad(A: f32[N, M, K], B: f32[K, P]) -> C
-  default N = 2, M = 8, K = 8, P = 8
+STATIONARY_BATCH = """\
+kernel rows(A: f32[N, M, K], B: f32[K, P]) -> C
+  default N = 3, M = 70, K = 136, P = 40
   C: f32[N, M, P]
   for n in 0..N, i in 0..M, j in 0..P:
     C[n, i, j] = 0
     for k in 0..K:
       C[n, i, j] += A[n, i, k] * B[k, j]
 """
+
+
+def test_batch_of_the_stationary_only_is_one_matmul_over_merged_rows():
+    """Once a located error; since lang15 A[n, i, k] with B[k, j] shared by every n is A seen as [N * M, K]."""
+    prog, c, inputs, out = run(STATIONARY_BATCH)
+    x = rounded(inputs, "f32")
+    assert "K=210" in c.stages["select"]
+    assert_matches(prog, "C", out["C"], np.einsum("nik,kj->nij", x["A"], x["B"]))
+
+
+def test_batch_of_the_stationary_only_over_part_of_its_dimension_is_a_located_error():
+    text = STATIONARY_BATCH.replace("for n in 0..N, i in 0..M", "for n in 0..N, i in 0..M - 1").replace(
+        "C: f32[N, M, P]", "C: f32[N, M - 1, P]")
     with pytest.raises(TilecError) as e:
         compile_loaded(lang.load(text))
     assert e.value.span is not None and e.value.span.line in (5, 7)

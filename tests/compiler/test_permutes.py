@@ -67,15 +67,15 @@ def test_a_3_cycle_keeping_the_last_dimension_compiles():
     check_against_reference(c)
 
 
-def test_a_permute_of_more_dimensions_than_the_search_takes_is_a_clear_error():
+def test_a_permute_of_more_dimensions_than_the_search_takes_compiles():
+    """Once a located rejection (rank 6); now a narrowed search at rank 6 and short chains above it
+    (tests/compiler/test_lang15.py checks ranks 6-8 against NumPy)."""
     names = "abcdef"
     shape = ", ".join("2" for _ in names)
     text = (f"kernel p7(X: f32[{shape}]) -> Y\n  Y: f32[{shape}]\n"
             f"  for {', '.join(f'{v} in 0..2' for v in names)}:\n"
             f"    Y[{', '.join('fdbeca')}] = X[{', '.join(names)}]\n")
-    with pytest.raises(TilecError, match="permutes 6 dimensions; the compiler chains permutes of at most 5") as info:
-        compile_text(text)
-    assert info.value.span is not None and info.value.span.line == 4
+    check_against_reference(compile_text(text))
 
 
 NWHC = """kernel nwhc(X: f32[N, C, H, W]) -> Y

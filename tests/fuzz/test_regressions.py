@@ -20,11 +20,6 @@ HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[1]
 FILES = sorted((HERE / "regressions").glob("*.tl"))
 OPEN = {  # reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
-    "audit13_two_convs_sbuf.tl": "default bands of two convs in one kernel exceed SBUF together (audit13)",
-    "audit13_batched4d_matmul.tl": "a contraction with two batch indices is refused (audit13)",
-    "audit13_hwio_weights.tl": "conv weights stored [R, S, C, K] are refused (audit13)",
-    "audit13_modulo_index.tl": "a floor modulo in an index is not compiled (audit13)",
-    "audit13_size_in_value.tl": "a size in an element-wise value is refused (audit13)",
     "audit15_bcast_two_runs.tl": "broadcasts over different runs of the output's indices are refused (audit15)",
     "audit15_column_reduce_bcast.tl": "a column reduction reading a broadcast row is refused (audit15)",
 }

@@ -70,11 +70,14 @@ def split_shifted_reads(program):
     """Element-wise statements reading a tensor shifted or strided along the output's loops, `Y[i, j] = X[i, j + 1]
     - X[i, j]` (a difference), `Y[i, j] = X[i, 2 * j + 1] * 2` (a strided slice, scaled): the element-wise rule
     reads operands at the output's indices, the copy rule (select_copy.py) moves a shifted or strided read alone. So
-    each such read is copied into a temporary first, `X_at[i, j] = X[i, j + 1]`, and the statement reads that.
+    each such read is copied into a temporary first, `X_at[i, j] = X[i, j + 1]`, and the statement reads that; so
+    is a nearest upsampling read, `Y[i, j] = P[i / 2, j / 2] + L[i, j]` (an FPN's upsample-and-add: `P_at[i, j] =
+    P[i / 2, j / 2]`, a copy the copy rule replicates on chip).
     The temporary has the read's dtype (a copy: the same values); it is filled before the top-level statement that
     holds the original, so only when that statement's nest writes nothing the read reads and every loop starts at 0.
-    A read's indices must each be `s*v + c` of one loop variable (s >= 1), distinct, in the output's loop order; a
-    plain read over part of a dimension (`X[i, j]` for j < N - 1 beside `X[i, j + 1]`) is copied too (a crop)."""
+    A read's indices must each be `s*v + c` or `v / k` of one loop variable (s, k >= 1), distinct, in the output's
+    loop order; a plain read over part of a dimension (`X[i, j]` for j < N - 1 beside `X[i, j + 1]`) is copied too
+    (a crop)."""
     from tilec.errors import TilecError
     kernel = program.kernel
     taken = taken_names(kernel)
@@ -85,6 +88,14 @@ def split_shifted_reads(program):
         each index `s*v + c`."""
         vs, plain_read = [], True
         for ix in a.indices:
+            if isinstance(ix, sx.BinOp) and ix.op == "/":  # `v / k`: a nearest upsampling read (select_copy)
+                from tilec.compiler.select_copy import read_index
+                found = read_index(ix, set(loop_vars), program.sizes)
+                if found is None:
+                    return None
+                vs.append(found[0])
+                plain_read = False
+                continue
             try:
                 coefs, const = affine_index(ix, set(loop_vars), program.sizes)
             except TilecError:

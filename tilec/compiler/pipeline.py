@@ -33,6 +33,7 @@ from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import fmt_directive, sbuf_budget
 from tilec.compiler.inplace_split import split_in_place_epilogues
+from tilec.compiler.lang_split import fold_value_sizes, split_conv_layouts, split_modulo_reads, split_self_products
 from tilec.compiler.pad_split import split_padded_reads
 from tilec.compiler.permute_split import split_permuted_eltwise, split_reshape_copies, split_shifted_reads
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
@@ -60,9 +61,43 @@ class Result:
     placed: tuple[tuple[str, bool, str], ...] = ()  # conv -> conv intermediates: (tensor, on chip, why)
 
 
+class SbufOverflow(TilecError):
+    """The kernel needs more SBUF than the target has (_check_capacity); `smaller` are the directives that halve the
+    bands of every conv of the default schedule (empty when none can be halved)."""
+    smaller: tuple[sx.Directive, ...] = ()
+
+
+BAND_RETRIES = 3  # halvings of the convs' default bands tried when the default schedule overflows SBUF
+
+
 def compile_program(program, directives: tuple[sx.Directive, ...] | None = None, nki: str | None = None,
                     target: Target | str | None = None) -> Result:
-    """`nki`: the NKI API version the kernel source is written for (codegen.NKI_VERSIONS; None: the default)."""
+    """`nki`: the NKI API version the kernel source is written for (codegen.NKI_VERSIONS; None: the default). A
+    default schedule (no directives given or written) whose kernel overflows SBUF is compiled again with its
+    convs' bands halved, up to BAND_RETRIES times (each conv picks its default band alone: two convs in one kernel
+    may not fit together, audit13_two_convs_sbuf); the directives used are the kernel's schedule."""
+    try:
+        return _compile_program(program, directives, nki, target)
+    except SbufOverflow as err:
+        if directives is not None or program.kernel.schedule:
+            raise
+        first, tried = err, err.smaller
+    for _ in range(BAND_RETRIES):
+        if not tried:
+            break
+        try:
+            return _compile_program(program, tried, nki, target)
+        except SbufOverflow as err:
+            tried = err.smaller
+    raise first
+
+
+def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: str | None,
+                     target: Target | str | None) -> Result:
+    program = fold_value_sizes(program)  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
+    program = split_conv_layouts(program)  # HWIO weights, NHWC tensors: permuted in their own statements (lang_split)
+    program = split_modulo_reads(program)  # `X[i % 4, j]`: one copy per repeat into a temporary (lang_split)
+    program = split_self_products(program)  # `G += A[i, k] * A[j, k]`: the second read of a copy (lang_split)
     program = split_padded_reads(program)  # padded reads in element-wise statements: copied first (pad_split.py)
     program = split_total_reductions(program)  # `s[0] += X[i, j]`: rows to a column, then one row (reduce_split.py)
     program = split_broadcast_reductions(program)  # `s[i] += exp(X[i, j] - m[i])`: the terms first (reduce_split.py)
@@ -103,7 +138,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     choices = placement.chain_choices(ops, plans, program.kernel.outputs, tuple(directives), hbm, tgt.name,
                                          sbuf_budget(tgt))
     kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt, choices)
-    _check_capacity(kernel, tgt, program)
+    _check_capacity(kernel, tgt, program, ops, plans, tuple(directives))
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
     # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion)
@@ -147,18 +182,41 @@ def _depthwise_plans(program, ops: tuple, plans: tuple, printed: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check_capacity(kernel: ir.Kernel, target: Target, program) -> None:
+def _check_capacity(kernel: ir.Kernel, target: Target, program, ops=(), plans=(),
+                    directives: tuple[sx.Directive, ...] = ()) -> None:
     """Too much SBUF is the schedule's (or the problem size's) fault, not a compiler bug: say what to change, at
     the statement whose buffer is the largest."""
     sbuf, budget = passes.peak_usage(kernel.body)[0], sbuf_budget(target)
     if sbuf > budget:
         biggest = max(passes.allocations(kernel), key=lambda b: b.bytes_per_partition())
         line = next((s.line for s in ir.walk(kernel.body) if isinstance(s, ir.Alloc) and s.buf == biggest), 0)
-        raise TilecError(f"the kernel needs {sbuf // 1024} KiB of SBUF per partition, {target.name} has "
+        err = SbufOverflow(f"the kernel needs {sbuf // 1024} KiB of SBUF per partition, {target.name} has "
                          f"{budget // 1024} KiB usable (largest buffer: {biggest.name}, "
                          f"{biggest.bytes_per_partition() // 1024} KiB)",
                          _line_span(program, line), "use smaller bands (split OP.y, N / split OP.x, N) or prepare "
                                                     "the weights per out-channel tile (hoist W, OP.k)")
+        err.smaller = _halved_bands(ops, plans, directives)
+        raise err
+
+
+def _halved_bands(ops, plans, directives: tuple[sx.Directive, ...]) -> tuple[sx.Directive, ...]:
+    """`directives` plus, for each conv whose band of output rows can shrink, `split CONV.y, N` with N the largest
+    divisor of its output rows (a multiple of a fused pool's window rows) at most half its band; () when no band
+    can shrink."""
+    extra = []
+    for op, plan in zip(ops, plans):
+        if not isinstance(op, ConvOp) or not isinstance(plan, ConvPlan) or "y" not in dict(op.vars):
+            continue
+        wy = op.pool.wy if op.pool else 1
+        fits = [d for d in range(1, plan.band // 2 + 1) if op.dim("Ho") % d == 0 and d % wy == 0]
+        if fits:
+            extra.append(sx.Directive("split", (sx.Ref((op.name, dict(op.vars)["y"])), max(fits))))
+    if not extra:
+        return ()
+    named = {(d.name, d.args[0].parts) for d in extra if isinstance(d.args[0], sx.Ref)}
+    kept = tuple(d for d in directives if not (d.args and isinstance(d.args[0], sx.Ref)
+                                               and (d.name, d.args[0].parts) in named))
+    return kept + tuple(extra)
 
 
 def _line_span(program, line: int) -> Span:

@@ -34,7 +34,7 @@ from tilec.compiler.names import unique
 from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
                                 is_permutation, plain, reject)
 from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
-from tilec.compiler.select_permute import MAX_RANK, plan
+from tilec.compiler.select_permute import plan
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
 from tilec.compiler.select_conv import (fold_operand_relu, fuse_epilogues, grouped_conv, select_conv, split_sign,
                                          ungroup, ungroup_single)
@@ -227,8 +227,9 @@ def select_transpose(comp: Comp, program) -> TransposeOp | EltwiseOp:
     ext = {v: comp.extent(v) for v in out}
     steps = plan(names, out, ext, DTYPE_BYTES[program.tensors[acc.tensor].dtype])
     if steps is None:
-        raise reject(comp, f"`{fmt_expr(acc)}` permutes {len(out)} dimensions; the compiler chains permutes of at "
-                           f"most {MAX_RANK}", acc.span, "write it as two statements, each permuting fewer dimensions")
+        raise reject(comp, f"`{fmt_expr(acc)}` permutes {len(out)} dimensions and no chain of permute steps was "
+                           "found (a compiler bug: every permute has one)", acc.span,
+                     "write it as two statements, each permuting fewer dimensions")
     taken = set(program.tensors)
     bufs = [acc.tensor] + [unique(f"{comp.target}_perm", taken) for _ in steps[1:]] + [comp.target]
     orders = [names] + [order for _, order in steps]

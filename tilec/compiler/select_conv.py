@@ -34,7 +34,10 @@ def select_conv(comp: Comp, program) -> ConvOp:
             candidates.append((out_vars.index(outs[-1]), outs[-1], s_acc, m_acc))
     if not candidates:
         raise reject(comp, "no operand can be the matmul's stationary side (indexed by plain loop variables, "
-                           "with exactly one output variable after the batch indices)", comp.update.span)
+                           "with exactly one output variable after the batch indices)", comp.update.span,
+                     "a batched matmul's batch indices come first in the output and in both operands, in the "
+                     "same order (`C[b, h, i, j] += A[b, h, i, k] * B[b, h, k, j]`); for another output order, "
+                     "write C so, then permute it in its own statement (`Y[b, i, h, j] = C[b, h, i, j]`)")
     _, p, s_acc, m_acc = min(candidates, key=lambda t: t[0])
     w_relu = next((upper for inner, upper in _relu_operands(comp) if inner is s_acc), None)
     if s_acc.fill is not None:
@@ -67,8 +70,11 @@ def select_conv(comp: Comp, program) -> ConvOp:
                 raise reject(comp, "exactly one summed variable must index both operands", e.span)
             roles["c"] = reds[0]
         elif outs and out_vars.index(outs[0]) < out_vars.index(p):
-            if reds or batch or "c" in roles:
-                raise reject(comp, f"batch index `{fmt_expr(e)}` must come first and not be shifted", e.span)
+            if reds or "c" in roles or const != 0 or coefs[outs[0]] != 1 \
+                    or out_vars.index(outs[0]) != len(batch):
+                raise reject(comp, f"batch index `{fmt_expr(e)}` must come first and not be shifted", e.span,
+                             "batch indices are the output's first indices, in the same order and unshifted in "
+                             "both operands (`P[b, h, i, j] += Q[b, h, i, d] * K[b, h, j, d]`)")
             batch.append(outs[0])
         elif outs == [p] and not reds and not depthwise:
             depthwise = True  # X[n, k, ..] * W[k, ..]: each output channel reads its own input channel
@@ -87,9 +93,14 @@ def select_conv(comp: Comp, program) -> ConvOp:
                            f"`{roles['c']}`", m_acc.span)
     if len(spatial) > 2:
         raise reject(comp, "the moving operand has at most two spatial dimensions", m_acc.span)
+    rows: list[str] = []  # the stationary's leading output indices merged with p into the result's rows
+    row_vars = [v for v in w_batch if v is not None]  # (plain output variables: takewhile stopped at None)
+    if row_vars and not batch and _mergeable_rows(comp, program, row_vars + [p], s_acc):
+        # `Y[n, y, x, k] += X[n, y, x, c] * W[c, k]` (a 1x1 conv in NHWC): a matmul of X seen as [N*H*W, C]
+        rows, w_batch = row_vars + [p], []
     if w_batch and w_batch != batch:
         raise reject(comp, f"the batch indices of {s_acc.tensor} must be those of {m_acc.tensor}", s_acc.span)
-    if out_vars != batch + [p] + spatial:
+    if out_vars != batch + (rows or [p]) + spatial:
         raise reject(comp, f"output indices must be ordered (batch, {p}, spatial...) to match the operands",
                      comp.span)
     x_transposed = _check_moving_order(comp, program, m_acc, roles.get("c", p), batch, spatial, taps)
@@ -106,8 +117,15 @@ def select_conv(comp: Comp, program) -> ConvOp:
     else:
         raise reject(comp, f"{s_acc.tensor} must be indexed [{p}, {roles['c']}, taps...] or "
                            f"[{roles['c']}, {p}, taps...]", s_acc.span)
+    if len(batch) > 1:
+        _check_merged_batch(comp, program, batch, (m_acc, s_acc) if w_batch else (m_acc,))
     conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout)
     conv = replace(conv, w_batch=bool(w_batch), x_transposed=x_transposed)
+    if rows:  # K is every merged row; its loop's text names them all
+        merged = "for " + ", ".join(comp.loop_text(v)[4:] for v in rows) + " (the rows)"
+        conv = replace(conv, dims=tuple((d, math.prod(comp.extent(v) for v in rows) if d == "K" else n)
+                                        for d, n in conv.dims),
+                       texts=tuple((role, merged if role == "k" else text) for role, text in conv.texts))
     if x_transposed:  # B[j, k]: its columns (the output's) are its rows
         conv = replace(conv, dims=tuple((d, conv.dim("Wo") if d == "W" else v) for d, v in conv.dims))
     pad = 2 - len(strides)  # one or two spatial dimensions: checked above
@@ -396,6 +414,32 @@ def _check_moving_order(comp: Comp, program, m_acc: sx.Access, c: str, batch: li
     return False
 
 
+def _mergeable_rows(comp: Comp, program, rows: list[str], s_acc: sx.Access) -> bool:
+    """Whether the output's first indices `rows` (the stationary's leading plain indices) each run over the whole of
+    their dimension in the output and in the stationary operand, so both are seen as [prod(rows), ..] (a free
+    reshape of contiguous HBM)."""
+    for name in (comp.target, s_acc.tensor):
+        shape = [size_value(d, program.sizes) if not isinstance(d, int) else d for d in program.tensors[name].shape]
+        if any(shape[pos] != comp.extent(v) for pos, v in enumerate(rows)):
+            return False
+    return True
+
+
+def _check_merged_batch(comp: Comp, program, batch: list[str], operands: tuple[sx.Access, ...]) -> None:
+    """Several batch indices (attention's `P[b, h, i, j] += Q[b, h, i, d] * K[b, h, j, d]`) are one batch of their
+    product's size when each runs over the whole of its dimension of every tensor that has it (the output and the
+    operands with batch indices): the leading dimensions [B, G, ..] are then one contiguous [B * G, ..] the builder
+    views the tensors with (build_util.hbm_view, a free reshape of HBM)."""
+    for name, span in [(comp.target, comp.span)] + [(a.tensor, a.span) for a in operands]:
+        shape = [size_value(d, program.sizes) if not isinstance(d, int) else d for d in program.tensors[name].shape]
+        for pos, v in enumerate(batch):
+            if shape[pos] != comp.extent(v):
+                raise reject(comp, f"batch index `{v}` runs over part of dimension {pos} of {name} ({comp.extent(v)} "
+                                   f"of {shape[pos]}): several batch indices are compiled when each covers its "
+                                   "whole dimension", span, "run the loop over the whole dimension, or write one "
+                                   "statement per batch range")
+
+
 def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> ConvOp:
     ext = comp.extent
     spatial, taps = [None] * (2 - len(spatial)) + spatial, [None] * (2 - len(taps)) + taps
@@ -403,7 +447,7 @@ def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> 
     roles.update({k: v for k, v in names.items() if v})
     x_shape = program.tensors[x].shape
     hx = x_shape[-2] if spatial[0] else 1
-    dims = {"N": ext(batch[0]) if batch else 1, "C": ext(roles.get("c", roles["k"])), "K": ext(roles["k"]),
+    dims = {"N": math.prod(ext(v) for v in batch), "C": ext(roles.get("c", roles["k"])), "K": ext(roles["k"]),
             "H": hx, "W": x_shape[-1] if spatial[1] else 1,  # a matrix-vector product: one column
             "Ho": ext(spatial[0]) if spatial[0] else 1, "Wo": ext(spatial[1]) if spatial[1] else 1,
             "R": ext(taps[0]) if taps[0] else 1, "S": ext(taps[1]) if taps[1] else 1}
@@ -412,6 +456,9 @@ def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> 
     lines = tuple((role, comp.line_of(var)) for role, var in sorted(roles.items())) + \
         (("update", comp.update_line or comp.line),)
     texts = tuple((role, comp.loop_text(var)) for role, var in sorted(roles.items()))
+    if len(batch) > 1:  # one loop over the merged batch: its text names every batch loop
+        merged = "for " + ", ".join(comp.loop_text(v)[4:] for v in batch) + " (one batch)"
+        texts = tuple((role, merged if role == "n" else text) for role, text in texts)
     return ConvOp(comp.target, comp.target, x, w, bias, tuple(dims.items()), w_layout,
                   tuple(sorted(roles.items())), line=comp.line, lines=lines, texts=texts, span=comp.span,
                   bias_role=bias_role, residual=residual)

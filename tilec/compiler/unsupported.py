@@ -98,6 +98,11 @@ def _copy_division(st: sx.Stmt, div: sx.BinOp) -> bool:
 def _division_hint(st: sx.Assign, acc: sx.Access, div: sx.BinOp) -> str:
     """A floor division read inside arithmetic (`Y[..] = P[.., i / 2, j / 2] + L[..]`, an FPN's upsample-and-add):
     the same read alone in a copy compiles (nearest upsampling), so say how to split the statement."""
+    if div.op == "%":  # lang_split.split_modulo_reads takes `v % m` when m divides v's trip count
+        from tilec.compiler.lang_split import MAX_TILES
+        return (f"a tiling read compiles when the index is `v % m` of one loop variable v (from 0) whose trip count "
+                f"is a multiple of the constant m, at most {MAX_TILES} times m, with the read's other indices plain "
+                f"loop variables in the output's order (`Y[i, j] = X[i % 4, j] + Z[i, j]`); or {REFERENCE}")
     copyable = div.op == "/" and isinstance(div.lhs, sx.Name) and isinstance(div.rhs, (sx.Num, sx.Name))
     if not copyable or isinstance(st.value, sx.Access):
         return REFERENCE[0].upper() + REFERENCE[1:]
