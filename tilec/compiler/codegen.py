@@ -167,7 +167,8 @@ class _ViewModel:
         if isinstance(s, Scalar):
             value = self.view(s.value) if isinstance(s.value, View) else _number(s.value)
             return {**base, "kind": "scalar", "src": self.view(s.src), "op": ALU[s.op], "value": value,
-                    "extra": (", reverse0=True" if s.reverse else "") + self.engine(s.engine)}
+                    "extra": (", reverse0=True" if s.reverse else "")
+                    + (f", op1={ALU[s.op1]}, operand1={_number(s.value1)}" if s.op1 else "") + self.engine(s.engine)}
         if isinstance(s, Reduce) and s.op in STATS_OPS:  # VectorE's mean / variance pair (mean_var.py)
             return {**base, "kind": s.op, "src": self.view(s.src)}
         if isinstance(s, Reduce) and s.window:  # the windows' axis, the last of the window access pattern

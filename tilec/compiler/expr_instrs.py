@@ -252,6 +252,10 @@ class ExprCompiler:
     def scalar(self, x: sx.Expr, op: str, value: float, dst, override: str | None = None):
         pre, v = self.value(x, None)
         out, d = self.target(dst)
+        first = _one_op_scalar_into(pre, v)
+        if first is not None and first.line == self.line:  # one statement's (its `# tl:N` tag stays true)  # `min(max(x, lo), hi)`: tensor_scalar's second operator, one VectorE pass
+            self.done = {k: w for k, w in self.done.items() if w != v}  # the temporary is gone
+            return pre[:-2] + out + [dataclasses.replace(first, dst=d, op1=override or op, value1=value)], d
         return pre + out + [Scalar(d, v, override or op, value, self.line)], d
 
     def binary(self, x: sx.Expr, y: sx.Expr, op: str, dst):
@@ -284,3 +288,15 @@ def _signed_terms(e: sx.Expr, sign: float) -> list[tuple[float, sx.Expr]]:
     if isinstance(e, sx.BinOp) and e.op in "+-":
         return _signed_terms(e.lhs, sign) + _signed_terms(e.rhs, sign if e.op == "+" else -sign)
     return [(sign, e)]
+
+
+def _one_op_scalar_into(pre: list[Stmt], v: View) -> Scalar | None:
+    """The tensor_scalar that just computed the temporary `v` (its allocation and it end `pre`) with one operator
+    and a constant, on the default engine: a following operator with a constant joins it as its op1 (the fp32
+    intermediate is the temporary's own dtype, so the result is the same)."""
+    if len(pre) < 2 or not isinstance(pre[-1], Scalar) or not isinstance(pre[-2], Alloc):
+        return None
+    s = pre[-1]
+    if s.dst != v or pre[-2].buf != v.buf or v.buf.dtype != "f32" or s.op1 or s.engine or s.reverse:
+        return None
+    return s if not isinstance(s.value, View) else None

@@ -222,6 +222,8 @@ class Scalar:
     line: int = 0
     reverse: bool = False  # value op src (for the non-commutative subtract)
     engine: str = ""  # "": the default (VectorE) | scalar (multiply or add only)
+    op1: str = ""  # a second operator applied to the first one's result in the same instruction (a clamp's min)
+    value1: float = 0.0  # its constant operand
 
 
 @dataclass(frozen=True)
@@ -357,7 +359,8 @@ def _stmt_head(s: Stmt) -> str:
     if isinstance(s, Scalar):
         value = fmt_view(s.value) if isinstance(s.value, View) else f"{s.value:g}"
         args = f"{value}, {fmt_view(s.src)}" if s.reverse else f"{fmt_view(s.src)}, {value}"
-        return f"{s.op}{_on(s.engine)} {fmt_view(s.dst)} <- {args}"
+        then = f" then {s.op1} {s.value1:g}" if s.op1 else ""
+        return f"{s.op}{_on(s.engine)} {fmt_view(s.dst)} <- {args}{then}"
     if isinstance(s, Reduce):
         window = f" window {s.window[1]}/{s.window[0]}" if s.window else ""
         return f"reduce.{s.op} {fmt_view(s.dst)} <- {fmt_view(s.src)}{window}"
