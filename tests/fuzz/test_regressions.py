@@ -20,7 +20,6 @@ HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[1]
 FILES = sorted((HERE / "regressions").glob("*.tl"))
 OPEN = {  # reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
-    "audit15_bcast_two_runs.tl": "broadcasts over different runs of the output's indices are refused (audit15)",
     "audit15_column_reduce_bcast.tl": "a column reduction reading a broadcast row is refused (audit15)",
 }
 TUNE = ("18_", "30_", "m13", "m14", "l41")

@@ -427,3 +427,68 @@ def split_self_products(program):
         return fills, replace(st, value=substituted(st.value, {id(b): replace(b, tensor=copies[a.tensor])}))
 
     return rechecked(program, decls, hoisted(kernel.body, leaf))
+
+
+def split_mixed_broadcasts(program):
+    """Broadcast operands of one element-wise statement over different runs of its indices, `Y[n, k, l] = (X[n, k, l]
+    - mu[n, k]) * g[k]` (group norm's per-group scale; audit15) or `0.5 * X[i, j, k] - 2 * a[i] + 3 * b[j]`: the
+    rules put one run of the output's indices on the partitions for all column operands (reads that leave the last
+    output index free) and broadcast one run along the free axis for all rows (reads that end at it), the row's run
+    after the columns'. So the reads are widened first, each into a temporary indexed by its kind's union of indices
+    (the union of both when a column's indices overlap a row's: `g[k]` inside `a[k, l]`), one small broadcast copy
+    before the statement's nest each:
+
+        g_at[n, k] = g[k]
+        Y[n, k, l] = (X[n, k, l] - mu[n, k]) * g_at[n, k]
+
+    Done for reads indexed by plain loop variables of the statement's output, in its order (fewer than it has); a
+    temporary has the loops' extents and the read's dtype. A statement whose columns share one run and whose rows
+    share one run is left as written (`b[j]` and `c[i]` in Y[i, j]); the same object when every statement is."""
+    from tilec.compiler.exprs import accesses
+    from tilec.compiler.names import unique
+    from tilec.compiler.rewrite import hoisted, nested, rechecked, substituted, taken_names
+    taken = taken_names(program.kernel)
+    decls: list[sx.Decl] = []
+
+    def leaf(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
+        out = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
+        by_var = {lp.var: lp for lp in loops}
+        if st.op != "=" or len(out) != len(st.target.indices) or not set(out) <= set(by_var):
+            return [], st
+        runs = {id(a): vs for a in accesses(st.value)
+                if a.tensor != st.target.tensor and (vs := _broadcast_vars(a, out)) is not None}
+        reads = [a for a in accesses(st.value) if id(a) in runs]
+        cols = set().union(*(runs[id(a)] for a in reads if runs[id(a)][-1] != out[-1]))
+        rows = set().union(*(runs[id(a)] for a in reads if runs[id(a)][-1] == out[-1]))
+        if cols & rows:
+            cols = rows = cols | rows
+        fills: list[sx.Stmt] = []
+        new: dict[int, sx.Expr] = {}
+        for a in reads:
+            vs = runs[id(a)]
+            want = [v for v in out if v in (rows if vs[-1] == out[-1] or cols is rows else cols)]
+            if vs == want:
+                continue
+            span = a.span
+            name = unique(f"{a.tensor}_at", taken)
+            taken.add(name)
+            shape = tuple(by_var[v].stop for v in want)
+            decls.append(sx.Decl(name, sx.TensorType(program.tensors[a.tensor].dtype, shape, span), span))
+            at = sx.Access(name, tuple(sx.Name(v, span) for v in want), span)
+            fills.append(nested(sx.Assign(at, "=", a, st.span), [by_var[v] for v in want]))
+            new[id(a)] = at
+        if not new:
+            return [], st
+        return fills, replace(st, value=substituted(st.value, new))
+
+    return rechecked(program, decls, hoisted(program.kernel.body, leaf))
+
+
+def _broadcast_vars(a: sx.Access, out: list[str]) -> list[str] | None:
+    """The loop variables of a read indexed by a strict subset of the output's, each plain, in the output's order."""
+    if a.fill is not None or not a.indices or len(a.indices) >= len(out):
+        return None
+    vs = [ix.id for ix in a.indices if isinstance(ix, sx.Name) and ix.id in out]
+    if len(vs) != len(a.indices) or len(set(vs)) != len(vs) or [u for u in out if u in vs] != vs:
+        return None
+    return vs

@@ -33,7 +33,8 @@ from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import fmt_directive, sbuf_budget
 from tilec.compiler.inplace_split import split_in_place_epilogues
-from tilec.compiler.lang_split import fold_value_sizes, split_conv_layouts, split_modulo_reads, split_self_products
+from tilec.compiler.lang_split import (fold_value_sizes, split_conv_layouts, split_mixed_broadcasts,
+                                      split_modulo_reads, split_self_products)
 from tilec.compiler.pad_split import split_padded_reads
 from tilec.compiler.permute_split import split_permuted_eltwise, split_reshape_copies, split_shifted_reads
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
@@ -98,6 +99,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     program = split_conv_layouts(program)  # HWIO weights, NHWC tensors: permuted in their own statements (lang_split)
     program = split_modulo_reads(program)  # `X[i % 4, j]`: one copy per repeat into a temporary (lang_split)
     program = split_self_products(program)  # `G += A[i, k] * A[j, k]`: the second read of a copy (lang_split)
+    program = split_mixed_broadcasts(program)  # `(X - mu[n, k]) * g[k]`: g widened to [n, k] first (lang_split)
     program = split_padded_reads(program)  # padded reads in element-wise statements: copied first (pad_split.py)
     program = split_total_reductions(program)  # `s[0] += X[i, j]`: rows to a column, then one row (reduce_split.py)
     program = split_broadcast_reductions(program)  # `s[i] += exp(X[i, j] - m[i])`: the terms first (reduce_split.py)
