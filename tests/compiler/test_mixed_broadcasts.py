@@ -80,3 +80,14 @@ kernel rc(X: f32[M, N], b: f32[N], c: f32[M]) -> Y
     prog, c, x, out = compile_and_run(text, "0.6")
     assert "_at" not in c.stages["select"]
     assert_matches(prog, "Y", out["Y"], x["X"].astype(np.float64) * x["b"][None, :] - x["c"][:, None])
+
+
+def test_two_column_operators_are_one_tensor_scalar():
+    """(X - mu[n, k]) * g_at[n, k]: subtract a column, then multiply by another, as one tensor_scalar's op0 and
+    op1 (one VectorE pass instead of two)."""
+    from tilec.compiler import wrap
+
+    _, c, _, _ = compile_and_run(CASES["group_scale"][0].format(dt="f32"), "0.6")
+    calls = [ln for ln in wrap.unwrap(c.source).splitlines() if "nisa.tensor_scalar(dst=Y_tile" in ln]
+    assert len(calls) == 1 and "op0=nl.subtract, operand0=mu_col" in calls[0] \
+        and "op1=nl.multiply, operand1=g_at_col" in calls[0], calls

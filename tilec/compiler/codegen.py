@@ -165,10 +165,11 @@ class _ViewModel:
             return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op],
                     "extra": self.engine(s.engine)}
         if isinstance(s, Scalar):
-            value = self.view(s.value) if isinstance(s.value, View) else _number(s.value)
+            value = self.operand(s.value)
             return {**base, "kind": "scalar", "src": self.view(s.src), "op": ALU[s.op], "value": value,
                     "extra": (", reverse0=True" if s.reverse else "")
-                    + (f", op1={ALU[s.op1]}, operand1={_number(s.value1)}" if s.op1 else "") + self.engine(s.engine)}
+                    + (f", op1={ALU[s.op1]}, operand1={self.operand(s.value1)}" if s.op1 else "")
+                    + self.engine(s.engine)}
         if isinstance(s, Reduce) and s.op in STATS_OPS:  # VectorE's mean / variance pair (mean_var.py)
             return {**base, "kind": s.op, "src": self.view(s.src)}
         if isinstance(s, Reduce) and s.window:  # the windows' axis, the last of the window access pattern
@@ -181,6 +182,10 @@ class _ViewModel:
             return {**base, "kind": "reduce", "src": self.view(s.src), "op": ALU[s.op], "pre": [],
                     "axis": "2" if last else "1", "keepdims": str(not last)}
         raise TypeError(type(s).__name__)
+
+    def operand(self, value: "float | View") -> str:
+        """A tensor_scalar operand: a (P, 1) column view or a constant."""
+        return self.view(value) if isinstance(value, View) else _number(value)
 
     def engine(self, name: str) -> str:
         """The engine= argument of an instruction the IR puts on a named engine ("" = the instruction's default)."""

@@ -266,6 +266,10 @@ class ExprCompiler:
             return p1 + p2 + out + [Binary(d, v1, v2, op, self.line)], d
         if self.is_column(y):  # a per-partition scalar: tensor_scalar with a (P, 1) operand
             p2, v2 = self.fp32_column(p2, v2)
+            first = _one_op_scalar_into(p1, v1)
+            if first is not None and first.line == self.line:  # `(X - mu[i]) * g[i]`: op1, one VectorE pass
+                self.done = {k: w for k, w in self.done.items() if w != v1}
+                return p1[:-2] + p2 + out + [dataclasses.replace(first, dst=d, op1=op, value1=v2)], d
             return p1 + p2 + out + [Scalar(d, v1, op, v2, self.line)], d
         p1, v1 = self.fp32_column(p1, v1)
         return p1 + p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op in ("subtract", "divide"))], d
@@ -292,11 +296,11 @@ def _signed_terms(e: sx.Expr, sign: float) -> list[tuple[float, sx.Expr]]:
 
 def _one_op_scalar_into(pre: list[Stmt], v: View) -> Scalar | None:
     """The tensor_scalar that just computed the temporary `v` (its allocation and it end `pre`) with one operator
-    and a constant, on the default engine: a following operator with a constant joins it as its op1 (the fp32
-    intermediate is the temporary's own dtype, so the result is the same)."""
+    (a constant or a column operand), on the default engine: a following operator with a constant or a column joins
+    it as its op1 (the fp32 intermediate is the temporary's own dtype, so the result is the same)."""
     if len(pre) < 2 or not isinstance(pre[-1], Scalar) or not isinstance(pre[-2], Alloc):
         return None
     s = pre[-1]
     if s.dst != v or pre[-2].buf != v.buf or v.buf.dtype != "f32" or s.op1 or s.engine or s.reverse:
         return None
-    return s if not isinstance(s.value, View) else None
+    return s

@@ -223,7 +223,7 @@ class Scalar:
     reverse: bool = False  # value op src (for the non-commutative subtract)
     engine: str = ""  # "": the default (VectorE) | scalar (multiply or add only)
     op1: str = ""  # a second operator applied to the first one's result in the same instruction (a clamp's min)
-    value1: float = 0.0  # its constant operand
+    value1: "float | View" = 0.0  # its operand: a constant or a (P, 1) column, as `value`
 
 
 @dataclass(frozen=True)
@@ -359,7 +359,8 @@ def _stmt_head(s: Stmt) -> str:
     if isinstance(s, Scalar):
         value = fmt_view(s.value) if isinstance(s.value, View) else f"{s.value:g}"
         args = f"{value}, {fmt_view(s.src)}" if s.reverse else f"{fmt_view(s.src)}, {value}"
-        then = f" then {s.op1} {s.value1:g}" if s.op1 else ""
+        value1 = fmt_view(s.value1) if isinstance(s.value1, View) else f"{s.value1:g}"
+        then = f" then {s.op1} {value1}" if s.op1 else ""
         return f"{s.op}{_on(s.engine)} {fmt_view(s.dst)} <- {args}{then}"
     if isinstance(s, Reduce):
         window = f" window {s.window[1]}/{s.window[0]}" if s.window else ""
