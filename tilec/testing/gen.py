@@ -263,10 +263,12 @@ def eltwise(rng: random.Random, nm: Names, chain: bool = False) -> Case:
         shapes[n] = tuple(range(rank))
         dtypes_of[n] = rng.choice(DTYPES) if mixed else in_dtype
     if rank > 1 and rng.random() < 0.6:  # a broadcast operand: one value per row, or per column
-        dims = tuple(sorted(rng.sample(range(rank), rng.randint(1, rank - 1))))
-        n = nm("c")
-        leaves.append(Leaf(n, dims, convert=cvt))
-        shapes[n] = dims
+        # in 3-D, now and then a second one over another run of the indices (group norm's mu[n, k] and g[k])
+        for _ in range(2 if rank == 3 and rng.random() < 0.4 else 1):
+            dims = tuple(sorted(rng.sample(range(rank), rng.randint(1, rank - 1))))
+            n = nm("c")
+            leaves.append(Leaf(n, dims, convert=cvt))
+            shapes[n] = dims
     elif rank == 1 and rng.random() < 0.3:
         n = nm("c")
         leaves.append(Leaf(n, (0,), convert=cvt))
