@@ -75,15 +75,19 @@ def divisors(n: int) -> list[int]:
 # ---- reading the compiler's records --------------------------------------------------------------------------------
 
 
-def op_views(ops: tuple, plans: tuple) -> list[OpView]:
-    """The compiler's ops and default plans as the tuner sees them (records, never printed text)."""
+def op_views(ops: tuple, plans: tuple, dtypes: dict[str, str] | None = None) -> list[OpView]:
+    """The compiler's ops and default plans as the tuner sees them (records, never printed text). A copy and an op
+    whose builder has no parameters (directives.fixed_schedule) are of kind `fixed`: no knobs (the compiler
+    refuses any directive on them)."""
+    from tilec.compiler.directives import fixed_schedule
     views = []
     for op, plan in zip(ops, plans):
         pool = getattr(op, "pool", None)
         tensors = {label: getattr(op, attr) for label, attr in (("stationary", "w"), ("moving", "x"), ("src", "src"))
                    if isinstance(getattr(op, attr, None), str)}
         dims = dict(getattr(op, "dims", ()) or getattr(op, "layout", ()))  # an element-wise broadcast: O, P, F
-        view = OpView(type(op).__name__.removesuffix("Op").lower(), op.name, op.out, dims,
+        fixed = getattr(op, "copy", False) or fixed_schedule(op, dtypes or {}) is not None
+        view = OpView("fixed" if fixed else type(op).__name__.removesuffix("Op").lower(), op.name, op.out, dims,
                       dict(op.vars), (pool.wy, pool.wx) if pool else None, tensors, getattr(op, "w_layout", ""),
                       getattr(op, "size", 0), tuple(getattr(op, "rows", ())))
         _defaults(view, plan_directives(op, plan))
@@ -302,8 +306,8 @@ def build_space(job: Job) -> Space:
 
 def space_of(compiled, target: str) -> Space:
     """The schedule space around a program compiled with its default schedule (tilec.compiler.api.Compiled)."""
-    ops = op_views(compiled.result.ops, compiled.result.plans)
     dtypes = {name: t.dtype for name, t in compiled.program.tensors.items()}
+    ops = op_views(compiled.result.ops, compiled.result.plans, dtypes)
     knobs: list[Knob] = []
     checks: list[Check] = []
     bounds: list[Bound] = [conv_bound(op, dtypes.get(op.tensor("moving") or "", "f32"), target)
