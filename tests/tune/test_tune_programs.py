@@ -251,3 +251,21 @@ def test_ops_without_schedule_parameters_offer_no_knobs_and_refuse_directives(na
     with pytest.raises(TilecError, match="takes no directives|no parameters") as err:
         compile_loaded(prog, lang.parse_schedule(refused, "<test>"))
     assert err.value.span is not None
+
+
+@pytest.mark.parametrize("name", ["avgpool1d", "matvec_bias", "conv1d_same_bias", "depthwise_conv1d"])
+def test_every_one_knob_candidate_compiles(name):
+    """core17: the space keeps only values the compiler accepts (directives.apply_schedule on each directive alone;
+    a padded conv read offers no column bands and no single input buffer): `tile Y.c, 1` of a pool, `tile y.x, 1`
+    of a matvec, `split H.l` and `buffers X, 1` of a padded conv were refused; depthwise_conv1d's space raised
+    "duplicate knob names". Each knob moved alone from the default point compiles."""
+    job = Job.of(str(GAPS15 / f"{name}.tl"), {})
+    space = build_space(job)
+    tried = 0
+    for knob in space.knobs:
+        for value in knob.values[1:]:
+            point = space.point(**{knob.name: value})
+            if space.check(point) is None:
+                compile_job(job, space.render(point))  # a refusal raises TilecError
+                tried += 1
+    assert tried > 0
