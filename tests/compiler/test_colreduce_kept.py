@@ -78,3 +78,9 @@ def test_many_reduced_rows_or_short_runs_keep_the_ones_matmul():
     assert kept_tile(1, 16, 128 * 2048, "f32", True, False) == 512  # 16 rows x 512 x 4 B = 32 KiB per partition
     _, c, _, _ = compile_and_run(_mean0(A=40, B=16, C=1024), "0.6")
     assert "nc_matmul" in c.source
+
+
+def test_explain_says_the_kept_sum_has_no_schedule_parameters():
+    _, c, _, _ = compile_and_run(_mean0(), "0.6")
+    stage = c.result.stages["schedule"]
+    assert "# Y: a sum of few rows with the kept elements on the partitions" in stage and "tile Y.c" not in stage

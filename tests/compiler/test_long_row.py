@@ -74,3 +74,10 @@ def test_short_rows_and_others_keep_their_schedules():
     assert long_row(1, 128 * 8192, "f32", True, False) == 4096  # 16 KiB tiles of fp32 per partition
     _, c, _, _ = compile_and_run(PROGRAMS["dot"][0].format(t="f32").replace(f"N = {N}", "N = 4096"), "0.6")
     assert "the row over the partitions" not in c.source
+
+
+def test_explain_says_the_long_row_has_no_schedule_parameters():
+    """Its plan's directives would be refused (directives.fixed_schedule): `explain` prints none for it."""
+    _, c, _, _ = compile_and_run(PROGRAMS["dot"][0].format(t="f32"), "0.6")
+    stage = c.result.stages["schedule"]
+    assert "# s: a reduction of one long row over the partitions" in stage and "tile s.i" not in stage
