@@ -25,6 +25,8 @@ CASES = {  # name: (program, NumPy slice of X)
                          lambda x: x[:, :, 0::3]),
     "few_rows_cast_to_bf16": (SLICE3.format(dt="f32", out="bf16", B=1, M=40, N=1000, W="99", s=4, c=3),
                               lambda x: x[:, :, 3:399:4]),
+    "rows_on_120_partitions": (SLICE3.format(dt="f32", out="f32", B=3, M=200, N=600, W="N / 2", s=2, c=1),
+                               lambda x: x[:, :, 1::2]),  # gaps15's default sizes: 600 rows, 120 x 5
     "many_steps": (SLICE3.format(dt="f32", out="f32", B=8, M=256, N=2048, W="N / 2", s=2, c=1),
                    lambda x: x[:, :, 1::2]),
 }
@@ -48,7 +50,7 @@ def test_every_dma_moves_whole_rows():
 
 
 @pytest.mark.parametrize("text", [
-    SLICE3.format(dt="f32", out="f32", B=1, M=200, N=600, W="N / 2", s=2, c=1),  # 200 rows: no 128 blocks
+    SLICE3.format(dt="f32", out="f32", B=1, M=131, N=600, W="N / 2", s=2, c=1),  # 131 rows (a prime): 1 block
     SLICE3.format(dt="f32", out="f32", B=1, M=4, N=64, W="N / 2", s=2, c=1),  # 4 short rows: the DMA is as good
     """\
 kernel rows2(X: f32[M, N]) -> Y

@@ -3,14 +3,15 @@ built on level B with every DMA moving one contiguous run per partition. As an H
 element is a descriptor of its own (4 or 2 bytes: gaps15's strided_slice_offset 8 x 1024 x 2048 f32 at 27x the
 floor on the model); here
 
-    partitions   the rows (every dimension but the last, fused) in 128 blocks of G consecutive rows: partition p
-                 holds rows p * G .. p * G + G - 1, contiguous in X and in Y
+    partitions   the rows (every dimension but the last, fused) in P blocks of G consecutive rows (P the largest
+                 divisor of the rows up to 128, at least 64 of them): partition p holds rows p * G .. p * G + G - 1,
+                 contiguous in X and in Y
     per step     TILE_G rows of X loaded whole into a load tile; the every-s-th elements copied on chip into a tile
                  of whole result rows (the columns shared by VectorE, GpSimdE and ScalarE in proportion to their
                  clocks); the tile stored whole
 
 None when the copy is not of that form (an outer dimension shifted or cropped, a fill, rows that do not split
-into 128 blocks of whole rows, a tile that does not fit STEP_BYTES): the copy rule's HBM -> HBM DMA takes it."""
+into 64 to 128 blocks of whole rows, a tile that does not fit STEP_BYTES): the copy rule's HBM -> HBM DMA takes it."""
 from __future__ import annotations
 
 import math
@@ -50,9 +51,9 @@ def strided_rows(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, lis
     if c < 0 or c + s * (Wy - 1) >= Wx:
         return None
     R = math.prod(ext[:-1])
-    P = min(target.pmax, R)
-    if R % P:
-        return None
+    P = max(d for d in range(1, min(target.pmax, R) + 1) if R % d == 0)  # 600 rows: 120 partitions of 5 rows
+    if P < min(R, target.pmax // 2):
+        return None  # (a prime count of rows would take one partition)
     G = R // P
     xb, yb = ir.DTYPE_BYTES[X.dtype], ir.DTYPE_BYTES[Y.dtype]
     per_row = Wx * xb + Wy * yb
