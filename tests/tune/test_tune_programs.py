@@ -220,8 +220,52 @@ def test_row_reduction_space_tiles_rows_and_free_elements_and_tunes(tmp_path):
 def test_a_statement_split_into_nests_of_one_name_gets_its_knobs_once():
     """permute_split turns `Y[s, h * D + d] = X[h, s, d]` into one copy per head, every one a nest storing Y over
     loops of the same names: the space lists each knob once (it raised "duplicate knob names"; the lead's fuzz
-    generator for reshape copies found it)."""
+    generator for reshape copies found it). Copies take no directives (directives.apply_schedule refuses them), so
+    since core17 they offer no knob at all: the space of heads_merge is empty."""
     heads = pathlib.Path(__file__).resolve().parents[1] / "programs" / "gaps15" / "heads_merge.tl"
     space = build_space(Job.of(str(heads), dict(H=3, S=52, D=46)))
     names = [k.name for k in space.knobs]
-    assert names and len(names) == len(set(names))
+    assert len(names) == len(set(names)) and not names
+
+
+GAPS15 = pathlib.Path(__file__).resolve().parents[1] / "programs" / "gaps15"
+
+
+@pytest.mark.parametrize("name, sizes, refused", [
+    ("strided_slice_offset", dict(B=2, M=128, N=600), "tile Y.j, 100"),  # a copy
+    ("dot_product", dict(N=65536), "tile s.i, 1024"),  # one long row (build_reduce.long_row)
+    ("mean_axis0_3d", dict(A=4, B=16, C=1024), "tile Y.c, 256"),  # few rows, kept on partitions
+])
+def test_ops_without_schedule_parameters_offer_no_knobs_and_refuse_directives(name, sizes, refused):
+    """core17: the tuner draws knobs only from ops whose schedule has parameters; the ops scheduled by a builder
+    without any (a copy, a long row, a sum of few rows with the kept elements on the partitions) offer none, and the
+    compiler refuses a directive on them with a located error (the tuner's candidates were refused before)."""
+    from tilec.compiler.api import compile_loaded
+    from tilec.lang import api as lang
+
+    path = GAPS15 / f"{name}.tl"
+    space = build_space(Job.of(str(path), sizes))
+    op = refused.split()[1].split(".")[0]
+    assert not [k for k in space.knobs if k.target.startswith(f"{op}.")]
+    prog = lang.load(str(path), sizes)
+    with pytest.raises(TilecError, match="takes no directives|no parameters") as err:
+        compile_loaded(prog, lang.parse_schedule(refused, "<test>"))
+    assert err.value.span is not None
+
+
+@pytest.mark.parametrize("name", ["avgpool1d", "matvec_bias", "conv1d_same_bias", "depthwise_conv1d"])
+def test_every_one_knob_candidate_compiles(name):
+    """core17: the space keeps only values the compiler accepts (directives.apply_schedule on each directive alone;
+    a padded conv read offers no column bands and no single input buffer): `tile Y.c, 1` of a pool, `tile y.x, 1`
+    of a matvec, `split H.l` and `buffers X, 1` of a padded conv were refused; depthwise_conv1d's space raised
+    "duplicate knob names". Each knob moved alone from the default point compiles."""
+    job = Job.of(str(GAPS15 / f"{name}.tl"), {})
+    space = build_space(job)
+    tried = 0
+    for knob in space.knobs:
+        for value in knob.values[1:]:
+            point = space.point(**{knob.name: value})
+            if space.check(point) is None:
+                compile_job(job, space.render(point))  # a refusal raises TilecError
+                tried += 1
+    assert tried > 0

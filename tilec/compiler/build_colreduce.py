@@ -36,6 +36,9 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     if op.op != "add":
         return build_column_extreme(op, plan, hbm, fresh)
+    TF = kept_tile(op.dim("O"), op.dim("R"), op.dim("F"), hbm[op.src].dtype, op.expr is None, isinstance(op.init, str))
+    if TF is not None:
+        return build_column_kept(op, TF, hbm, fresh)
     L = row_pairs(op, plan, hbm[op.src].dtype)
     if L > 1:  # L reduced rows per partition: the row tile holds R / L partitions
         plan = ReducePlan(plan.parts // L, plan.free)
@@ -421,3 +424,91 @@ def _fold(dst: Buf, x: Buf, y: Buf, alu: str, cut: int, line: int) -> list[Stmt]
     if cut:
         out.append(Binary(part(dst, 0, cut), part(x, 0, cut), part(y, 0, cut), alu, line))
     return out
+
+
+# ---- few reduced rows: the kept elements on the partitions ---------------------------------------------------------
+
+KEPT_ROWS = 32  # reduced rows: at most this many on the partitions leave most of them (and their DMA queues) idle
+KEPT_RUN = 128  # elements: each partition's run of kept elements per reduced row is at least this long
+KEPT_TILE_BYTES = 32 * 1024  # per partition: the loaded (P, R, TILE_F) tile (two in flight stay well inside SBUF)
+KEPT_FREE = 2048  # elements per partition of a free tile at most (larger tiles only lengthen the last step)
+
+
+def kept_tile(O: int, R: int, F: int, dtype: str, plain_src: bool, init_tensor: bool) -> int | None:
+    """TILE_F of a sum over leading or middle dimensions that few reduced rows make better with the kept elements on
+    the partitions (build_column_kept), or None: the ones-matmul layout puts the R reduced rows on the partitions
+    (R <= KEPT_ROWS of 128 busy, one single-partition store of sums per free tile; gaps15's mean_axis0_3d 16 x 256 x
+    1024 at 15.8x the floor). Taken when R <= KEPT_ROWS, the F kept elements split over the P partitions in runs of
+    at least KEPT_RUN, the source summed as it is (no expression of several tensors) and the initial value a
+    constant; TILE_F is the largest divisor of F / P whose (P, R, TILE_F) tile fits KEPT_TILE_BYTES."""
+    t = get_target()
+    P = t.pmax
+    if not plain_src or init_tensor or R < 2 or R > KEPT_ROWS or F % P or F // P < KEPT_RUN:
+        return None
+    G = F // P
+    fits = [d for d in range(1, min(G, KEPT_FREE) + 1) if G % d == 0 and R * d * DTYPE_BYTES[dtype] <= KEPT_TILE_BYTES]
+    return max(fits) if fits and max(fits) >= KEPT_RUN else None
+
+
+def build_column_kept(op: ColumnReduceOp, TF: int, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    """`s[o, f] = c; s[o, f] += A[o, r, f] * k` with few reduced rows r: the kept elements f on the partitions, as a
+    split (f -> p, g; g -> ft, f_i), a reorder (o, ft, p, r, f_i) and a stage of A per free tile:
+
+        A_v[o, r, p, g] = A (HBM view), s_v[o, p, g] = s
+        for o, ft:
+          A_tile[p, r, f_i] = A_v[o, r, p, ft*TILE_F + f_i]        one DMA, a run of TILE_F per partition and row
+          acc[p, f_i] = A_tile[p, 0, f_i] + A_tile[p, 1, f_i]      then acc += A_tile[p, r, f_i] for r >= 2
+          s_tile = acc * k (ScalarE) + c;  s_v[o, p, ft*TILE_F:+TILE_F] = s_tile
+
+    Each add's columns are shared by VectorE and GpSimdE (_vector_columns), the factor rides on ScalarE's copy; every
+    DMA moves 128 partitions of contiguous runs."""
+    t = get_target()
+    P = t.pmax
+    O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
+    G = F // P
+    line, ln = op.line, op.update_line
+    dtype, out_dtype = hbm[op.src].dtype, hbm[op.out].dtype
+    src_v, st = hbm_view(hbm[op.src], (O, R, P, G), fresh(f"{op.src}_v"), line)
+    out_v, st2 = hbm_view(hbm[op.out], (O, P, G), fresh(f"{op.out}_v"), line)
+    cols = sl(a(term("ft", TF, "TILE_F")), TF)
+    tile = Buf(fresh(f"{op.src}_tile"), "sbuf", dtype, (P, R, TF))
+    acc = Buf(fresh(f"{op.out}_acc"), "sbuf", "f32", (P, TF))
+    row = lambda r: View(tile, (full(P), r if isinstance(r, ir.Aff) else a(r), full(TF)))  # noqa: E731
+    vc = _vector_columns(TF, dtype, folds=R - 1)
+    half = lambda v, lo, n: View(v.buf, (*v.idx[:-1], sl(lo, n)))  # noqa: E731
+    body: list[Stmt] = [Alloc(tile, line=ln),
+                        Dma(whole(tile), View(src_v, (a("o"), full(R), full(P), cols), perm=(1, 0, 2)), ln),
+                        Alloc(acc, line=ln)]
+
+    def add(x: View, y: View) -> list[Stmt]:  # acc = x + y, GpSimdE's columns first (see _fold)
+        out: list[Stmt] = []
+        if vc < TF:
+            out.append(Binary(half(whole(acc), vc, TF - vc), half(x, vc, TF - vc), half(y, vc, TF - vc), "add", ln,
+                              engine="gpsimd"))
+        if vc:
+            out.append(Binary(half(whole(acc), 0, vc), half(x, 0, vc), half(y, 0, vc), "add", ln))
+        return out
+    body += add(row(0), row(1))
+    red = ", ".join(v for role, v in op.vars if role.startswith("r"))
+    body += loop("r", R - 2, add(whole(acc), row(a("r", 2))), note=f"for {red}: the rows after the first two",
+                 line=op.line_of("r0"))
+    res = acc
+    if op.scale != 1.0 or out_dtype != "f32":
+        narrow = op.init == 0.0  # (a constant added first, in f32, then the cast: result_tile)
+        res = Buf(fresh(f"{op.out}_tile" if narrow else f"{op.out}_sum"), "sbuf", out_dtype if narrow else "f32",
+                  (P, TF))
+        body += [Alloc(res, line=ln), ir.Act(whole(res), whole(acc), "copy", scale=op.scale, line=ln)]
+    if op.init != 0.0:
+        assert not isinstance(op.init, str)  # (kept_tile: a constant)
+        body.append(Scalar(whole(res), whole(res), "add", op.init, line))
+        res = result_tile(op, hbm, fresh, res, body)
+    body.append(Dma(View(out_v, (a("o"), full(P), cols)), whole(res), ln))
+    kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
+    nest = loop("ft", G // TF, body, note=f"for {kept} (TILE_P partitions x tiles of TILE_F)",
+                line=op.line_of("k0"))
+    outer = ", ".join(v for role, v in op.vars if role.startswith("o"))
+    nest = loop("o", O, nest, note=f"for {outer}" if outer else "", line=op.line_of("o0") if outer else line)
+    summed = op.src
+    what = f"{op.out} = sum over {red} of {summed} (the kept elements on the partitions, the {R} rows added " \
+           "on VectorE and GpSimdE)"
+    return [("TILE_P", P), ("TILE_F", TF)], st + st2 + [ir.Block(what, tuple(nest), line)]

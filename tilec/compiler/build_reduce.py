@@ -20,7 +20,10 @@ _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
 
 def build_reduce(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    """A row reduction the reduce rule leaves here: short rows."""
+    """A row reduction the reduce rule leaves here: short rows, or one long row (build_long_row)."""
+    TF = long_row(op.dim("R"), op.dim("F"), hbm[op.src].dtype, op.expr is None, isinstance(op.init, str))
+    if TF is not None:
+        return build_long_row(op, TF, hbm, fresh)
     grouped = short_rows([op], plan)
     if grouped is None:
         raise InternalError(f"no schedule for the reduction {op.name}: rules.reduce does not apply and its rows "
@@ -182,3 +185,73 @@ def _column_reads(op) -> list[str]:
     if type(op) is ReduceOp:
         return [op.init] if isinstance(op.init, str) else []
     return list(dict.fromkeys(list(op.inputs) + list(op.columns)))
+
+
+# ---- one long row: its elements over the partitions ----------------------------------------------------------------
+
+LONG_ROW = 128 * 128  # elements: one row at least this long is reduced on 128 partitions, not on one
+LONG_TILE_BYTES = 16 * 1024  # per partition of a loaded tile of the row (several in flight)
+
+
+def long_row(R: int, F: int, dtype: str, plain_src: bool, init_tensor: bool) -> int | None:
+    """TILE_F of a reduction of one row (`s[z] += u[z, i]`, z of one iteration: reduce_split's total of a dot
+    product, a global sum) long enough to split over the partitions, or None. On one partition the row's load is
+    one DMA queue and its reduce one lane (gaps15's dot_product of 1M elements at 271x the floor on the model).
+    Taken when R = 1, F >= LONG_ROW splits into P runs of whole tiles, the source is reduced as it is and the initial
+    value is a constant."""
+    P = PMAX
+    if R != 1 or not plain_src or init_tensor or F < LONG_ROW or F % P:
+        return None
+    G = F // P
+    return best_divisor(G, LONG_TILE_BYTES // ir.DTYPE_BYTES[dtype])
+
+
+def build_long_row(op: ReduceOp, TF: int, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    """`s[z] = c; s[z] OP= u[z, i]` over one row of F = P * G elements: the row seen as (P, G) (partition p holds
+    elements p * G ..), reduced per partition into an f32 column tile by tile, then across the partitions:
+
+        col[p] = identity;  for ft: tile = u_v[:, ft*TILE_F:+TILE_F]; part[p] = OP over tile[p, :]; col OP= part
+        add:      total[0, 0] = col[P, 1].T @ ones[P, 1]         (TensorE, into PSUM)
+        max/min:  row[0, p] = col[p, 0] (TensorE transpose into PSUM); total = OP over row
+        total = total * k OP c;  s = total"""
+    P = PMAX
+    F = op.dim("F")
+    G = F // P
+    ln, line = op.update_line, op.line
+    src_v, st = hbm_view(hbm[op.src], (P, G), fresh(f"{op.src}_v"), line)
+    out_v, st2 = hbm_view(hbm[op.out], (1, 1), fresh(f"{op.out}_v"), line)
+    dtype = hbm[op.src].dtype
+    red = ", ".join(v for role, v in op.vars if role.startswith("r"))
+    col = Buf(fresh(f"{op.out}_col"), "sbuf", "f32", (P, 1))
+    prep: list[Stmt] = [Alloc(col, zero=True, line=ln)]
+    if op.op != "add":
+        prep.append(Scalar(whole(col), whole(col), "add", _IDENTITY[op.op], ln))
+    tile = Buf(fresh(f"{op.src}_tile"), "sbuf", dtype, (P, TF))
+    part = Buf(fresh(f"{op.out}_part"), "sbuf", "f32", (P, 1))
+    step: list[Stmt] = [Alloc(tile, line=ln), Dma(whole(tile), View(src_v, (full(P), sl(a(term("ft", TF, "TILE_F")),
+                                                                                       TF))), ln),
+                        Alloc(part, line=ln), Reduce(whole(part), whole(tile), op.op, ln),
+                        Binary(whole(col), whole(col), whole(part), op.op, ln)]
+    body = prep + loop("ft", G // TF, step, note=f"for {red} (TILE_P partitions x tiles of TILE_F)",
+                       line=op.line_of("r0"))
+    total = Buf(fresh(f"{op.out}_total"), "psum", "f32", (1, 1) if op.op == "add" else (1, P))
+    res = Buf(fresh(f"{op.out}_acc"), "sbuf", "f32", (1, 1))
+    body.append(Alloc(total, zero=True, line=ln))
+    if op.op == "add":
+        ones = Buf(fresh("ones_f32"), "sbuf", "f32", (P, 1))
+        body += [Alloc(ones, zero=True, line=ln), Scalar(whole(ones), whole(ones), "add", 1.0, ln),
+                 ir.Matmul(whole(total), whole(col), whole(ones), ln), Alloc(res, line=ln),
+                 ir.Copy(whole(res), whole(total), ln)]
+    else:
+        body += [ir.Transpose(whole(total), whole(col), line=ln), Alloc(res, line=ln),
+                 Reduce(whole(res), whole(total), op.op, ln)]
+    body += _scale_and_init(op, whole(res), None, ln)
+    result = result_tile(op, hbm, fresh, res, body)
+    body.append(Dma(whole(out_v), whole(result), ln))
+    how = "ones matmul" if op.op == "add" else "transpose"
+    what = f"{op.out} = {_WORD[op.op]} over {red} of {op.src} (the row over the partitions, then " \
+           f"across them: {how})"
+    return [("TILE_P", P), ("TILE_F", TF)], st + st2 + [ir.Block(what, tuple(body), line)]
+
+
+_WORD = {"add": "sum", "maximum": "max", "minimum": "min"}

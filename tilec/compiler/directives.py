@@ -520,6 +520,25 @@ def canonical_order(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...]) -
     return sorted(directives, key=key)
 
 
+def fixed_schedule(op: Op, dtypes: dict[str, str]) -> str | None:
+    """What an op is when a builder without parameters schedules it (no directive applies, the tuner offers no
+    knobs): a reduction of one long row (build_reduce.long_row), a sum of few rows with the kept elements on the
+    partitions (build_colreduce.kept_tile); None otherwise."""
+    from tilec.compiler.build_colreduce import kept_tile
+    from tilec.compiler.build_reduce import long_row
+    from tilec.compiler.ops import ReduceOp
+    if not isinstance(op, ReduceOp):
+        return None
+    dtype, plain, tensor = dtypes.get(op.src, "f32"), op.expr is None, isinstance(op.init, str)
+    if isinstance(op, ColumnReduceOp):
+        if op.op == "add" and kept_tile(op.dim("O"), op.dim("R"), op.dim("F"), dtype, plain, tensor) is not None:
+            return "a sum of few rows with the kept elements on the partitions"
+        return None
+    if long_row(op.dim("R"), op.dim("F"), dtype, plain, tensor) is not None:
+        return "a reduction of one long row over the partitions"
+    return None
+
+
 def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
                    dtypes: dict[str, str], target: Target | None = None) -> tuple[Plan, ...]:
     sbuf = sbuf_budget(get_target(target))
@@ -538,6 +557,10 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
         if isinstance(op, EltwiseOp) and op.copy:
             raise bad(d, f"`{op.name}` is a copy (crop, shift, part of a concatenation, upsampling): its schedule "
                          "is chosen by the copy rule and takes no directives yet", "remove the directive")
+        fixed = fixed_schedule(op, dtypes)
+        if fixed is not None:
+            raise bad(d, f"`{op.name}` is {fixed}: its schedule has no parameters yet and takes no directives",
+                      "remove the directive")
         if d.name in ("compute_at", "place"):
             plans[op.name] = apply_fusion(op, plans[op.name], d, sbuf, ops, dtypes)
         else:

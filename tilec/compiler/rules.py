@@ -109,8 +109,8 @@ def injective(k: Kernel) -> Injective | None:
             continue
         if idx is None or a.buf == stmt.dst.buf:
             return None
-        if idx == names:
-            full += [a.buf] if a.buf not in full else []
+        if idx == names or idx == [lp.var for lp in chain if lp.extent > 1 or lp.var in idx]:
+            full += [a.buf] if a.buf not in full else []  # (loops of one iteration left out: the same element)
             continue
         if not idx or idx[0] not in names or names[names.index(idx[0]):names.index(idx[0]) + len(idx)] != idx:
             return None

@@ -59,7 +59,7 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     A square's terms `T = x * x` are named `tensorize(p_x, square=scalar)` where ScalarE computes them (_Squares).
 
     Takes sums but fp32 rows two to a partition and stacked expressions (build_colreduce), None otherwise."""
-    from tilec.compiler.build_colreduce import _group, row_pairs_of, stacked, wide  # (the builder's own choices)
+    from tilec.compiler.build_colreduce import _group, kept_tile, row_pairs_of, stacked, wide  # (the builder's own choices)
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) < 2 or len(tops) != len(k.body):
         return None
@@ -86,6 +86,8 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     S, A = upd.dst.buf, reads[0]
     dtype = k.buffers()[A].dtype
     expr = not isinstance(upd.expr, Load)
+    if kept_tile(O, R, F, dtype, not expr, any(epilogue)) is not None:
+        return None  # few reduced rows: the kept elements go on the partitions (build_colreduce.build_column_kept)
     group, W, K = _group(R // params.parts), wide(O, R, F, params, 1, dtype), stacked(O, R, params)
     pairs = row_pairs_of(R, params, dtype, expr) > 1
     pairs = pairs and (K > 1 or W > 1)  # (one fp32 o of one row tile: its matmuls bound it either way)

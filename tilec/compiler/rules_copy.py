@@ -406,7 +406,11 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     does not fit): the box schedule (`padded_copy`) takes it."""
     from tilec.compiler import ir
     from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+    from tilec.compiler.copy_strided import strided_rows  # a strided slice of the rows (core17)
     from tilec.compiler.rules import _one_copy  # (rules imports this module)
+    strided = strided_rows(k, hbm, fresh, target)
+    if strided is not None:
+        return strided
     found = _one_copy(k)
     if found is None:
         return None

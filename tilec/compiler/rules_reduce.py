@@ -77,6 +77,10 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
     F = math.prod(lp.extent for lp in chain[len(kept):])
     if params.free > F or params.parts > target.pmax or params.parts > R:
         return None
+    from tilec.compiler.build_reduce import long_row  # (the builder's own choice)
+    if long_row(R, F, k.buffers()[reads[0]].dtype, len(reads) == 1 and isinstance(upd.expr, Load),
+                any(epilogue)) is not None:
+        return None  # one long row: over the partitions (build_reduce.build_long_row)
     # with unit loops the extents alone leave reshape's views ambiguous (s[0] of one row): the groups say it
     units = any(lp.extent == 1 for lp in chain)
     if short is not None and short[0] > 1:

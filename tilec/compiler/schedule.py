@@ -394,6 +394,11 @@ def print_plans(ops: tuple[Op, ...], plans: tuple[Plan, ...]) -> str:
         if isinstance(op, EltwiseOp) and op.copy:  # the copy rule has no parameters (yet)
             out.append(f"# {op.name}: copy (line {op.line}), no schedule parameters")
             continue
+        from tilec.compiler.directives import fixed_schedule  # (directives imports this module)
+        fixed = fixed_schedule(op, {})  # (the choice does not depend on the dtype, only its tile size does)
+        if fixed is not None:
+            out.append(f"# {op.name}: {fixed} (line {op.line}), no schedule parameters")
+            continue
         out.append(f"# {op.name}: {plan}")
         out += [fmt_directive(d) for d in plan_directives(op, plan)]
     return "\n".join(out) + "\n"

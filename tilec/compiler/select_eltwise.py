@@ -91,7 +91,8 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
         idx = [plain(m) for m in index_maps(acc, comp, program)]
         if acc.tensor == comp.target:
             raise reject(comp, "an element-wise statement may not read the tensor it writes", acc.span)
-        if idx == list(comp.out_vars) or reversed_dims(acc, comp, program) is not None:
+        wide = [v for v in comp.out_vars if comp.extent(v) > 1 or v in idx]  # (loops of one iteration left out)
+        if idx == list(comp.out_vars) or idx == wide or reversed_dims(acc, comp, program) is not None:
             inputs += [acc.tensor] if acc.tensor not in inputs else []
             continue
         here = _broadcast_run(comp, acc, idx, program)

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tilec.compiler.ir import DTYPE_BYTES
-from tilec.errors import InternalError
+from tilec.errors import InternalError, TilecError
 from tilec.tune.bound import Bound, conv_bound, total_bound
 from tilec.tune.evaluate import Job, compile_job
 from tilec.tune.experts import expert_points
 from tilec.compiler.schedule import REDUCE_FREE, eltwise_plan, plan_directives, sbuf_budget, tile_size
 from tilec.target import Target
-from tilec.tune.space import Check, Knob, Space
+from tilec.tune.space import DIRECTIVES, Check, Knob, Space
 
 # the widest element-wise tile the search offers, in elements per partition (64 KiB of fp32): a bound of the search,
 # not of the hardware (VectorE takes up to Target.vector_sbuf_fmax); the SBUF check bounds it further
@@ -55,6 +55,7 @@ class OpView:
     w_layout: str = ""  # conv weights: kc (out-channel major) | ck (contraction-major)
     size: int = 0  # element-wise: elements of the output
     rows: tuple[str, ...] = ()  # element-wise: broadcast rows (tiles bounded by a matmul's moving size)
+    padded: bool = False  # a conv's zero-padded read (a halo): no column bands, at least two input band buffers
     # (directive, role) -> default value: an int (tile, split sizes) or a tuple of roles (reorder)
     defaults: dict[tuple[str, str], Any] = field(default_factory=dict)
 
@@ -75,17 +76,22 @@ def divisors(n: int) -> list[int]:
 # ---- reading the compiler's records --------------------------------------------------------------------------------
 
 
-def op_views(ops: tuple, plans: tuple) -> list[OpView]:
-    """The compiler's ops and default plans as the tuner sees them (records, never printed text)."""
+def op_views(ops: tuple, plans: tuple, dtypes: dict[str, str] | None = None) -> list[OpView]:
+    """The compiler's ops and default plans as the tuner sees them (records, never printed text). A copy and an op
+    whose builder has no parameters (directives.fixed_schedule) are of kind `fixed`: no knobs (the compiler
+    refuses any directive on them)."""
+    from tilec.compiler.directives import fixed_schedule
     views = []
     for op, plan in zip(ops, plans):
         pool = getattr(op, "pool", None)
         tensors = {label: getattr(op, attr) for label, attr in (("stationary", "w"), ("moving", "x"), ("src", "src"))
                    if isinstance(getattr(op, attr, None), str)}
         dims = dict(getattr(op, "dims", ()) or getattr(op, "layout", ()))  # an element-wise broadcast: O, P, F
-        view = OpView(type(op).__name__.removesuffix("Op").lower(), op.name, op.out, dims,
+        fixed = getattr(op, "copy", False) or fixed_schedule(op, dtypes or {}) is not None
+        view = OpView("fixed" if fixed else type(op).__name__.removesuffix("Op").lower(), op.name, op.out, dims,
                       dict(op.vars), (pool.wy, pool.wx) if pool else None, tensors, getattr(op, "w_layout", ""),
-                      getattr(op, "size", 0), tuple(getattr(op, "rows", ())))
+                      getattr(op, "size", 0), tuple(getattr(op, "rows", ())),
+                      padded=any(o != 0 for o in getattr(op, "offset", (0, 0))))
         _defaults(view, plan_directives(op, plan))
         views.append(view)
     return views
@@ -152,7 +158,7 @@ def conv_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob
                        _with_default(dflt.get(("split", "y")), bands))]
     # column bands (None: whole rows, the default); applied after `tile x`, so a band must be a multiple of it
     col_bands = [v for v in divisors(d["Wo"]) if v % wx == 0 and min(16, d["Wo"]) <= v < d["Wo"]]
-    if col_bands:
+    if col_bands and not op.padded:  # (build_conv: column bands of a padded read are not compiled yet)
         knobs.append(Knob(f"split {op.ref('x')}", "split", op.ref("x"),
                           _with_default(dflt.get(("split", "x")), [None, *col_bands])))
     outer = tuple(r for r in ("n", "y", "k") if r in op.vars)
@@ -178,7 +184,8 @@ def conv_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob
     if moving:
         pins = tuple(op.ref(r) for r in ("n", "y", "k") if r in op.vars)  # default: as far out as it goes
         knobs += [Knob(f"hoist {moving}", "hoist", moving, (None, *pins)),
-                  Knob(f"buffers {moving}", "buffers", moving, (None, 1, 3, 4))]  # default: 2
+                  Knob(f"buffers {moving}", "buffers", moving,  # default: 2; a padded read's bands zero
+                       (None, 3, 4) if op.padded else (None, 1, 3, 4))]  # their halo in their own buffer
     return knobs, checks
 
 
@@ -295,6 +302,31 @@ KNOBS_FOR = {"conv": conv_knobs, "pool": pool_knobs, "transpose": transpose_knob
 # ---- the space of a program ----------------------------------------------------------------------------------------
 
 
+def _accepted(knob: Knob, ops: tuple, dtypes: dict[str, str], target) -> Knob:
+    """The knob without its directives when the compiler's checks refuse every value of it on its own
+    (directives.apply_schedule, the checks a directive meets before any builder runs): `hoist e` of a matmul's
+    stationary operand, `tile Y.c` of a pool's channel loop, `tile y.x` of a matvec without that loop were
+    candidates the compiler refused every time (core17: 6 of the 561 one-knob candidates of tests/programs/gaps15).
+    Only None (no directive) stays then; a knob of which some value passes is kept whole, as values refused alone
+    may pass with other knobs (`tile conv.y, 6` with `tile conv.x, 74`: the space's checks judge those). A knob
+    with no None keeps its values (its checks read them)."""
+    from tilec.compiler.directives import apply_schedule
+    from tilec.lang.api import parse_schedule
+    keep = []
+    for v in knob.values:
+        line = None if v is None else DIRECTIVES[knob.kind](knob, v)
+        if line is not None:
+            try:
+                apply_schedule(ops, tuple(parse_schedule(line + "\n", "<tune>")), dtypes, target)
+            except TilecError:
+                continue
+            except KeyError:  # a tensor of the compiler's own rewrites (permute_split's Y_pre): the compile decides
+                pass
+        keep.append(v)
+    return knob if keep != [None] else replace(knob, values=(None,))
+
+
+
 def build_space(job: Job) -> Space:
     """The schedule space of the job's program at its shapes (compiles the default schedule once)."""
     return space_of(compile_job(job, None), job.target)
@@ -302,8 +334,8 @@ def build_space(job: Job) -> Space:
 
 def space_of(compiled, target: str) -> Space:
     """The schedule space around a program compiled with its default schedule (tilec.compiler.api.Compiled)."""
-    ops = op_views(compiled.result.ops, compiled.result.plans)
     dtypes = {name: t.dtype for name, t in compiled.program.tensors.items()}
+    ops = op_views(compiled.result.ops, compiled.result.plans, dtypes)
     knobs: list[Knob] = []
     checks: list[Check] = []
     bounds: list[Bound] = [conv_bound(op, dtypes.get(op.tensor("moving") or "", "f32"), target)
@@ -321,9 +353,12 @@ def space_of(compiled, target: str) -> Space:
             raise InternalError(f"the tuner cannot read {op.kind} {op.name} from the compiler's `select` stage "
                                 f"(missing {missing}); update tilec/tune/knobs.py") from None
         # a statement the compiler split into several nests of one name (permute_split's per-head copies) gets its
-        # knobs once: the directive names the statement, not one nest
+        # knobs once: the directive names the statement, not one nest (nor twice from one op: depthwise_conv1d)
         seen = {kn.name for kn in knobs}
-        knobs += [kn for kn in k if kn.name not in seen]
+        for kn in k:
+            if kn.name not in seen:
+                seen.add(kn.name)
+                knobs.append(_accepted(kn, compiled.result.ops, dtypes, compiled.result.target))
         checks += c
     bound = functools.partial(total_bound, tuple(bounds), target=target) if bounds else None
     space = Space(tuple(knobs), tuple(checks), bound=bound)
