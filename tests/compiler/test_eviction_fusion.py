@@ -58,7 +58,7 @@ def conv_same(x: np.ndarray, wt: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("consumer", [
-    pytest.param(text, marks=() if fused else pytest.mark.xfail(reason=NOT_FUSED, strict=True))
+    pytest.param(text)
     for text, (_, fused) in CONSUMERS.items()])
 def test_element_wise_consumer_runs_on_the_eviction(consumer: str) -> None:
     program = lang.load(PROGRAM.format(consumer=consumer))

@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 from typing import cast
 
+from tilec.compiler import eviction_fusion
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors, strip_relu
 from tilec.compiler.lower import Comp, affine_index, size_value
 from tilec.compiler.schedule import PMAX
@@ -467,10 +468,13 @@ def fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> Co
         if not foldable or not readers or readers[0] is not nxt or (len(readers) > 1 and not in_place):
             break
         fused = None
-        if len(reads(nxt)) == 1:
+        if op.epilogue:  # after an element-wise chain, only more of it (eviction_fusion)
+            pass
+        elif len(reads(nxt)) == 1:
             fused = _try_relu(op, nxt, current, program) or _try_pool(op, nxt, current, program)
         elif len(reads(nxt)) == 2 and not in_place:
             fused = _try_residual(op, nxt, current, program)
+        fused = fused or eviction_fusion.try_chain(op, nxt, current, program)
         if fused is None and in_place and program.tensors[current].kind != "temp":
             raise _in_place_error(nxt)
         if fused is None:

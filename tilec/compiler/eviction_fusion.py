@@ -1,0 +1,214 @@
+"""Issue 13's fusion clause: an element-wise statement that reads a contraction's result (a matmul, matrix-vector
+product or convolution into a temporary, or in place on an output) runs on the contraction's PSUM eviction, so the
+result never goes to HBM. One mechanism over the element-wise function table: the consumer's expression is read as
+a chain of steps from the contraction's element to the statement's value, each step one eviction instruction
+
+    an activation of the function table (relu, exp, tanh, ...)      -> activation, in place
+    v op c, c op v, op in + - * / max min, c a constant              -> tensor_scalar with the constant
+    v op b[k], b a vector along the out channels (the partitions)    -> tensor_scalar with b's column
+    v + S[..], S a tensor read at the output's element              -> tensor_tensor with S's band (the residual)
+
+The chain's head folds into the eviction's own activation where it can (func(scale * acc + bias): a constant
+factor, a bias column, a relu, a relu6 clamp, one residual add), the rest runs after it on the evicted tile
+(ConvOp.epilogue). A consumer that is not such a chain (the contraction read twice, at another element, a tensor
+other than the residual, a reduction) keeps its own nest, with the contraction's result in HBM (explain says why).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable
+
+from tilec.compiler.exprs import const_value
+from tilec.compiler.ir import Act, Binary, Buf, Copy, Scalar, Stmt, View
+from tilec.compiler.ops import ConvOp, EpiStep, index_maps, plain
+from tilec.lang import syntax as sx
+from tilec.lang.functions import FUNCTIONS
+
+_ALU = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "max": "maximum", "min": "minimum"}
+_COMMUTES = {"add", "multiply", "maximum", "minimum"}
+
+
+def partition_index(op: ConvOp) -> int:
+    """The position of the out-channel (partition) dimension in the contraction's output: after its batch index."""
+    return 1 if "n" in dict(op.vars) else 0
+
+
+def parse_chain(op: ConvOp, c, src: str, program) -> tuple[EpiStep, ...] | None:
+    """The steps from src's element to c's value, or None when c is not such a chain over its one read of src."""
+    if c.red_op is not None or c.init is None or c.out_index:
+        return None
+    if program.tensors[c.target].shape != program.tensors[src].shape:
+        return None
+    out_vars = list(c.out_vars)
+    k_var = out_vars[partition_index(op)] if len(out_vars) > partition_index(op) else None
+
+    def same_element(e: sx.Access) -> bool:
+        return e.fill is None and [plain(m) for m in index_maps(e, c, program)] == out_vars
+
+    def operand(e: sx.Expr) -> float | tuple[str, str] | None:
+        v = const_value(e, program.sizes)
+        if v is not None:
+            return v if math.isfinite(v) else None
+        if not isinstance(e, sx.Access) or e.tensor in (src, c.target) or e.fill is not None:
+            return None
+        if len(e.indices) == 1 and k_var is not None and [plain(m) for m in index_maps(e, c, program)] == [k_var]:
+            return ("col", e.tensor)
+        if program.tensors[e.tensor].shape == program.tensors[c.target].shape and same_element(e):
+            return ("tensor", e.tensor)
+        return None
+
+    def reads_src(e: sx.Expr) -> int:
+        if isinstance(e, sx.Access):
+            return int(e.tensor == src) + sum(reads_src(i) for i in e.indices)
+        if isinstance(e, sx.Neg):
+            return reads_src(e.x)
+        if isinstance(e, sx.BinOp):
+            return reads_src(e.lhs) + reads_src(e.rhs)
+        if isinstance(e, sx.Call):
+            return sum(reads_src(x) for x in e.args)
+        return 0
+
+    def binary(name: str, lhs: sx.Expr, rhs: sx.Expr) -> list[EpiStep] | None:
+        left = reads_src(lhs)
+        inner, other = (lhs, rhs) if left else (rhs, lhs)
+        steps, value = walk(inner), operand(other)
+        if steps is None or value is None:
+            return None
+        return steps + [EpiStep("alu", name, value, reverse=not left and name not in _COMMUTES)]
+
+    def walk(e: sx.Expr) -> list[EpiStep] | None:
+        if isinstance(e, sx.Access):
+            return [] if e.tensor == src and same_element(e) else None
+        if isinstance(e, sx.Neg):
+            inner = walk(e.x)
+            return None if inner is None else inner + [EpiStep("alu", "multiply", -1.0)]
+        if isinstance(e, sx.BinOp) and e.op in _ALU:
+            return binary(_ALU[e.op], e.lhs, e.rhs)
+        if isinstance(e, sx.Call) and e.fn in FUNCTIONS:
+            f = FUNCTIONS[e.fn]
+            if f.arity == 1 and f.instr == "activation":
+                inner = walk(e.args[0])
+                return None if inner is None else inner + [EpiStep("func", f.name)]
+            if f.arity == 2 and f.name in _ALU:
+                return binary(_ALU[f.name], *e.args)
+        return None
+
+    if reads_src(c.init) != 1:
+        return None
+    steps = walk(c.init)
+    return tuple(steps) if steps else None
+
+
+def try_chain(op: ConvOp, c, src: str, program) -> ConvOp | None:
+    """op with the consumer statement c (reading op's result src) fused onto its eviction, or None."""
+    if op.pool is not None:
+        return None
+    steps = parse_chain(op, c, src, program)
+    if steps is None:
+        return None
+    dtypes = [program.tensors[n].dtype for n in (op.name,) + op.fused if n in program.tensors]
+    if op.epilogue and program.tensors[src].dtype != "f32":  # src's store rounds it, after the steps before
+        steps = (EpiStep("round", program.tensors[src].dtype, src),) + steps
+    elif not op.epilogue and all(d == "f32" for d in dtypes):  # nothing to round between eviction and steps
+        op, steps = _fold_head(op, steps, program, c.target)
+    if any(isinstance(s.operand, tuple) and s.operand[0] == "tensor" for s in steps):
+        return None  # a tensor operand other than the one residual (its band is the only one loaded)
+    line = ("epilogue", c.update_line or c.line)
+    return replace(op, out=c.target, fused=op.fused + (c.target,), epilogue=op.epilogue + steps,
+                   lines=op.lines + (line,))
+
+
+def _fold_head(op: ConvOp, steps: tuple[EpiStep, ...], program, target: str
+               ) -> tuple[ConvOp, tuple[EpiStep, ...]]:
+    """The steps at the chain's head that the eviction's activation (func(scale * acc + bias)) and the residual
+    add already compute, moved into op's fields: what every contraction builder reads."""
+    i = 0
+    while i < len(steps):
+        s = steps[i]
+        value = s.operand
+        plain_evict = not op.relu and op.residual is None and op.clamp is None
+        if s.kind == "alu" and s.op == "multiply" and isinstance(value, float) and plain_evict and op.bias is None:
+            op = replace(op, scale=op.scale * value)
+        elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "col" and plain_evict \
+                and op.bias is None and op.bias_role == "k":
+            op = replace(op, bias=value[1])
+        elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "tensor" \
+                and op.residual is None and not op.relu and op.clamp is None and op.bias_role == "k" \
+                and value[1] != op.x:
+            op = replace(op, residual=value[1])
+        elif (s.kind == "func" and s.op == "relu" or s.kind == "alu" and s.op == "maximum" and value == 0.0) \
+                and op.residual is None and not op.relu:
+            op = replace(op, relu=True)
+        elif (s.kind == "func" and s.op == "relu" or s.kind == "alu" and s.op == "maximum" and value == 0.0) \
+                and op.residual is not None and not op.post_relu:
+            op = replace(op, post_relu=True)
+        elif s.kind == "alu" and s.op == "minimum" and isinstance(value, float) and value >= 0.0 and op.relu \
+                and op.residual is None and op.clamp is None:
+            op = replace(op, clamp=value)
+        else:
+            break
+        i += 1
+    return op, steps[i:]
+
+
+def chain_stmts(steps: tuple[EpiStep, ...], src: View, dst: View, column: Callable[[str], View],
+                work: Callable[[str], View], line: int) -> list[Stmt]:
+    """The steps applied to src's values, written into dst: in place on dst when it is fp32, else on an fp32 tile
+    (`work(dtype)`: a view of a fresh tile of that dtype, shaped as src) with the last step writing dst (its
+    store's one rounding); a "round" step passes through a tile of its dtype."""
+    out: list[Stmt] = []
+    scratch = dst if dst.buf.dtype == "f32" else None
+    cur = src
+    for i, s in enumerate(steps):
+        last = i == len(steps) - 1
+        if s.kind == "round":
+            tile = work(s.op)
+            out.append(Copy(tile, cur, line))
+            cur = tile
+            if last:
+                out.append(Copy(dst, cur, line))
+            continue
+        if last:
+            into = dst
+        else:
+            if scratch is None:
+                scratch = work("f32")
+            into = scratch
+        value = s.operand
+        if s.kind == "func":
+            out.append(Act(into, cur, s.op, None, 1.0, line))
+        elif isinstance(value, tuple) and value[0] == "tensor":  # (not produced: try_chain refuses it)
+            raise AssertionError("a tensor operand in an epilogue chain")
+        else:
+            v: float | View = column(value[1]) if isinstance(value, tuple) else float(value or 0.0)
+            out.append(Scalar(into, cur, s.op, v, line, reverse=s.reverse))
+        cur = into
+    return out
+
+
+def columns_of(op: ConvOp) -> list[str]:
+    """The vectors the epilogue reads as per-partition columns, once each, in order."""
+    return list(dict.fromkeys(s.operand[1] for s in op.epilogue
+                              if isinstance(s.operand, tuple) and s.operand[0] == "col"))
+
+
+def describe(op: ConvOp) -> str:
+    """The epilogue's steps in the program's terms, for comments and explain: `* g, + b, relu`."""
+    words = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "maximum": "max", "minimum": "min"}
+    parts = []
+    for s in op.epilogue:
+        value = s.operand
+        text = value[1] if isinstance(value, tuple) else f"{value:g}" if isinstance(value, float) else ""
+        if s.kind == "func":
+            parts.append(s.op)
+        elif s.kind == "round":
+            parts.append(f"round to {s.op}")
+        elif s.op in ("maximum", "minimum"):
+            parts.append(f"{words[s.op]}(., {text})")
+        else:
+            parts.append(f"{text} {words[s.op]} ." if s.reverse else f"{words[s.op]} {text}")
+    return ", ".join(parts)
+
+
+__all__ = ["Buf", "chain_stmts", "columns_of", "describe", "parse_chain", "try_chain"]
