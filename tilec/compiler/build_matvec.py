@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from tilec.compiler import ir
+from tilec.compiler import eviction_fusion, ir
 from tilec.compiler.build_util import a, hbm_view, loop, ones_row, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ConvOp
@@ -46,12 +46,50 @@ MATVEC_TP_GROUP = 4
 
 
 def is_matvec(op: ConvOp, hbm: dict[str, Buf]) -> bool:
-    """A plain W[i, k] v[k] product: one moving column, no taps, nothing fused on the eviction."""
+    """A plain W[i, k] v[k] product: one moving column, no taps; on its eviction a bias b[i], relu, a relu6
+    clamp and a fused element-wise chain of vectors b[i] and constants (eviction_fusion), the intermediates it
+    skips all fp32 (a constant factor, op.scale, scales the sum's activation)."""
     d = dict(op.dims)
-    plain = (op.w_layout == "kc" and op.groups == 1 and not op.w_batch and not op.x_transposed and op.bias is None
-             and op.residual is None and op.pool is None and not op.relu and not op.post_relu and op.clamp is None
-             and not op.fused and op.w_relu is None)  # a constant factor (op.scale) scales the sum's activation
+    narrow = any(n in hbm and hbm[n].dtype != "f32" for n in (op.name,) + op.fused if n != op.out)
+    plain = (op.w_layout == "kc" and op.groups == 1 and not op.w_batch and not op.x_transposed
+             and op.bias_role == "k" and op.residual is None and op.pool is None and not op.post_relu
+             and not narrow and op.w_relu is None)
     return plain and d["N"] * d["Ho"] * d["Wo"] * d["H"] * d["W"] * d["R"] * d["S"] == 1
+
+
+def _finished(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, acc: View, dst: View, rows: tuple, part,
+              scale: float) -> list[Stmt]:
+    """dst (a tile's output column) = the epilogue of acc (its sums, PSUM or SBUF): scale, bias b[i] and relu on
+    one activation, the relu6 clamp, then the fused chain (eviction_fusion) with each vector's rows of this tile
+    loaded as a column (`rows`: the tile's region of an [M, 1] view). Just the activation when there is none."""
+    line = op.line
+    if op.bias is None and not op.relu and op.clamp is None and not op.epilogue:
+        return [ir.Act(dst, acc, "copy", scale=scale, line=line)]
+    n = acc.buf.shape[0]
+    out: list[Stmt] = []
+    cols: dict[str, View] = {}
+    for name in ([op.bias] if op.bias else []) + eviction_fusion.columns_of(op):
+        if name in cols:
+            continue
+        v2, st = hbm_view(hbm[name], (dict(op.dims)["K"], 1), fresh(f"{name}_v"), line)
+        col = Buf(fresh(f"{name}_col"), "sbuf", "f32", (n, 1))
+        out += st + [Alloc(col, line=line), Dma(View(col, (part, full(1))), View(v2, rows), line)]
+        cols[name] = View(col, (part, full(1)))
+    chained = bool(op.epilogue)
+    pre = dst if dst.buf.dtype == "f32" or not (chained or op.clamp is not None) else \
+        View(Buf(fresh(f"{op.out}_pre"), "sbuf", "f32", (n, 1)), dst.idx)
+    if pre is not dst:
+        out.append(Alloc(pre.buf, line=line))
+    out.append(ir.Act(pre, acc, "relu" if op.relu else "copy", cols[op.bias] if op.bias else None, scale, line))
+    if op.clamp is not None:
+        out.append(ir.Scalar(pre if chained else dst, pre, "minimum", op.clamp, line))
+    if chained:
+        def work(dtype: str) -> View:
+            tile = Buf(fresh(f"{op.out}_epi_{dtype}"), "sbuf", dtype, (n, 1))
+            out.append(Alloc(tile, line=line))
+            return View(tile, dst.idx)
+        out += eviction_fusion.chain_stmts(op.epilogue, pre, dst, lambda name: cols[name], work, line)
+    return out
 
 
 def model_constants() -> dict[str, float]:
@@ -166,17 +204,22 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
         # the next tile's load (on VectorE's, the engine reading it first) does not queue behind it
         col = Buf(fresh(f"{op.out}_col"), "sbuf", odt, (tile, 1))
         part = sl(0, n) if n < tile else full(tile)
+        plain = op.bias is None and not op.relu and op.clamp is None and not op.epilogue
+        total = col if plain else Buf(fresh(f"{op.out}_sum"), "sbuf", "f32", (tile, 1))
         body: list[Stmt] = [
             *([] if w_rows is w_once else [Alloc(w_rows, line=line)]),
             Dma(View(w_rows, (part, full(K))), View(w2, (sl(start, n), full(K))), line),
-            Alloc(prod, line=line), Alloc(col, line=line),
+            Alloc(prod, line=line), Alloc(col, line=line), *([] if plain else [Alloc(total, line=line)]),
             *[ir.Binary(View(prod, (part, sl(c0, m))), View(w_rows, (part, sl(c0, m))),
                         View(acc, (part, sl(0, m))), "multiply", line)
               for (c0, n_c), acc in zip(chunks, v_all) if c0 < split for m in (min(n_c, split - c0),)],
             *([ir.Binary(View(prod, (part, sl(split, g))), View(w_rows, (part, sl(split, g))),
                          View(v_sb, (part, full(g))), "multiply", line, engine="gpsimd")] if g else []),
             ir.Act(View(prod, (part, full(K))), View(prod, (part, full(K))), "copy", scale=op.scale, line=line,
-                   total=View(col, (part, full(1))))]
+                   total=View(total, (part, full(1))))]
+        if not plain:  # the bias, relu and fused chain on the tile's sums
+            body += _finished(op, hbm, fresh, View(total, (part, full(1))), View(col, (part, full(1))),
+                              (sl(start, n), full(1)), part, 1.0)
         body.append(Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line))
         return body
 
@@ -275,9 +318,10 @@ def transposed_rows(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, w2: Buf, x2: 
         body += loop(mv, kt_n, [ir.Matmul(View(acc, (part, full(1))), View(w_t, (full(P), a(mv), part)),
                                           View(v_col, (full(P), sl(a(mv), 1))), line)],
                      note="for k in blocks of 128", line=line)
-        body += [Alloc(col, line=line), ir.Act(View(col, (part, full(1))), View(acc, (part, full(1))), "copy",
-                                                 scale=op.scale, line=line),
-                 Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line)]
+        body += [Alloc(col, line=line)]
+        body += _finished(op, hbm, fresh, View(acc, (part, full(1))), View(col, (part, full(1))),
+                          (sl(start, n), full(1)), part, op.scale)
+        body += [Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line)]
         return body
 
     whole_tiles, rest = divmod(M, tile)

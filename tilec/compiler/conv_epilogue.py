@@ -102,16 +102,20 @@ def epilogue_to(b: _ConvBuilder, dst: View, acc: View, kp) -> list[Stmt]:
     element-wise chain of consumer statements (eviction_fusion), if any."""
     if not b.op.epilogue:
         return evicted_to(b, dst, acc, kp)
+    b.epi_allocs = []
     pre = dst if dst.buf.dtype == "f32" else View(work_tile(b, acc, "f32"), acc.idx)
-    return evicted_to(b, pre, acc, kp, res_at=dst) + chain(b, pre, dst, kp, acc)
+    body = evicted_to(b, pre, acc, kp, res_at=dst) + chain(b, pre, dst, kp, acc)
+    return list(b.epi_allocs) + body
 
 
 def evict_chain(b: _ConvBuilder, dst: View, acc: View, func: str, bias: View | None, kp) -> list[Stmt]:
     """b.evict into dst followed by the fused element-wise chain (a folded image's copies: conv_fold)."""
     if not b.op.epilogue:
         return b.evict(dst, acc, func, bias)
+    b.epi_allocs = []
     pre = dst if dst.buf.dtype == "f32" else View(work_tile(b, acc, "f32"), acc.idx)
-    return b.evict(pre, acc, func, bias) + chain(b, pre, dst, kp, acc)
+    body = b.evict(pre, acc, func, bias) + chain(b, pre, dst, kp, acc)
+    return list(b.epi_allocs) + body
 
 
 def work_tile(b: _ConvBuilder, acc: View, dtype: str) -> Buf:
@@ -121,13 +125,12 @@ def work_tile(b: _ConvBuilder, acc: View, dtype: str) -> Buf:
 
 
 def chain(b: _ConvBuilder, src: View, dst: View, kp, acc: View) -> list[Stmt]:
-    """The epilogue's steps from src (the evicted tile) into dst, reading each vector's column at partitions kp."""
+    """The epilogue's steps from src (the evicted tile) into dst, reading each vector's column at partitions kp
+    (its work tiles' allocations collected in b.epi_allocs)."""
     line = b.L.get("epilogue", b.line)
-    b.epi_allocs = []
-    body = eviction_fusion.chain_stmts(
+    return eviction_fusion.chain_stmts(
         b.op.epilogue, src, dst, lambda name: View(b.epi_cols[name], (kp, sl(b.tile_index(b.kv, b.KT), 1))),
         lambda dtype: View(work_tile(b, acc, dtype), acc.idx), line)
-    return list(b.epi_allocs) + body
 
 
 def epilogue_columns(b: _ConvBuilder) -> list[Stmt]:
