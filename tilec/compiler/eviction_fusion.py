@@ -108,15 +108,20 @@ def try_chain(op: ConvOp, c, src: str, program) -> ConvOp | None:
     if steps is None:
         return None
     dtypes = [program.tensors[n].dtype for n in (op.name,) + op.fused if n in program.tensors]
+    before = op
     if op.epilogue and program.tensors[src].dtype != "f32":  # src's store rounds it, after the steps before
         steps = (EpiStep("round", program.tensors[src].dtype, src),) + steps
     elif not op.epilogue and all(d == "f32" for d in dtypes):  # nothing to round between eviction and steps
         op, steps = _fold_head(op, steps, program, c.target)
     if any(isinstance(s.operand, tuple) and s.operand[0] == "tensor" for s in steps):
         return None  # a tensor operand other than the one residual (its band is the only one loaded)
-    line = ("epilogue", c.update_line or c.line)
+    at = c.update_line or c.line  # the instructions' `# tl:` line: the statement they compute
+    roles = [role for role, new in (("residual", op.residual != before.residual),
+                                    ("relu", op.relu != before.relu or op.post_relu != before.post_relu
+                                     and op.residual == before.residual),  # (as _try_residual: its own line)
+                                    ("epilogue", bool(steps))) if new]
     return replace(op, out=c.target, fused=op.fused + (c.target,), epilogue=op.epilogue + steps,
-                   lines=op.lines + (line,))
+                   lines=op.lines + tuple((role, at) for role in roles))
 
 
 def _fold_head(op: ConvOp, steps: tuple[EpiStep, ...], program, target: str
