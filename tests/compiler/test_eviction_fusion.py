@@ -73,3 +73,100 @@ def test_element_wise_consumer_runs_on_the_eviction(consumer: str) -> None:
     placement = explain(compiled).split("tensor placement:")[1]
     conv_line = next(line for line in placement.splitlines() if line.split()[:1] == ["conv"])
     assert "never in HBM" in conv_line, conv_line
+
+
+def _run_checked(text: str, want, dtype: str, out: str = "Y") -> str:
+    """Run `text` on the interpreter with random inputs of `dtype`, check `out` against want(inputs as float64,
+    rounded as the program stores its 16-bit intermediates), return explain's placement."""
+    import ml_dtypes
+    program = lang.load(text)
+    compiled = compile_loaded(program)
+    rng = np.random.default_rng(7)
+    np_dt = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}[dtype]
+    inputs = {t.name: (rng.random(t.shape, dtype=np.float32) - 0.5).astype(np_dt) for t in program.inputs}
+    a = {k: v.astype(np.float64) for k, v in inputs.items()}
+    rnd = (lambda v: v.astype(np_dt).astype(np.float64))
+    expected = want(a, rnd)
+    got = compiled.run(**inputs)[out].astype(np.float64)
+    acc_len, inter = program_budget(program)[out]
+    assert max_error(got, expected) <= tolerance(dtype, acc_len, scale_of(expected), inter)
+    return explain(compiled).split("tensor placement:")[1]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("n", [1, 8])
+@pytest.mark.parametrize("consumer", [f"{C} * g[k] + b[k]", f"min(max({C} + b[k], 0), 6)",
+                                      f"{C} + S[n, k, y, x] + b[k]", f"tanh(0.5 * {C}) - b[k]"])
+def test_narrow_dtypes_and_batches(consumer: str, n: int, dtype: str) -> None:
+    """16-bit programs (conv stored rounded to the dtype before the consumer reads it) at batch 1 and 8."""
+    text = PROGRAM.format(consumer=consumer).replace("f32", dtype).replace(
+        "default N = 2, C = 136, H = 12, W = 23, K = 136", f"default N = {n}, C = 72, H = 6, W = 9, K = 136")
+    formulas = {f"{C} * g[k] + b[k]": lambda c, a: c * _col(a["g"]) + _col(a["b"]),
+                f"min(max({C} + b[k], 0), 6)": lambda c, a: np.clip(c + _col(a["b"]), 0, 6),
+                f"{C} + S[n, k, y, x] + b[k]": lambda c, a: c + a["S"] + _col(a["b"]),
+                f"tanh(0.5 * {C}) - b[k]": lambda c, a: np.tanh(0.5 * c) - _col(a["b"])}
+    placement = _run_checked(text, lambda a, rnd: formulas[consumer](rnd(conv_same(a["X"], a["Wt"])), a), dtype)
+    assert "never in HBM" in next(line for line in placement.splitlines() if line.split()[:1] == ["conv"])
+
+
+MATMUL = """\
+kernel mm(A: {dt}[M, K], B: {dt}[K, J], b: {dt}[M], g: {dt}[M]) -> Y
+  default M = 200, K = 160, J = 300
+  t: {dt}[M, J]
+  Y: {dt}[M, J]
+  for i in 0..M, j in 0..J:
+    t[i, j] = 0
+    for k in 0..K:
+      t[i, j] += A[i, k] * B[k, j]
+  for i in 0..M, j in 0..J:
+    Y[i, j] = {consumer}
+"""
+
+MATVEC = """\
+kernel mv(W: {dt}[M, K], v: {dt}[K], b: {dt}[M], g: {dt}[M]) -> Y
+  default M = 1000, K = 2048
+  t: {dt}[M]
+  Y: {dt}[M]
+  for i in 0..M:
+    t[i] = 0
+    for k in 0..K:
+      t[i] += W[i, k] * v[k]
+  for i in 0..M:
+    Y[i] = {consumer}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("consumer", ["relu({t} + b[i])", "min(max({t} * g[i] + b[i], 0), 6)", "exp(-{t}) / 4"])
+def test_matmul_and_matvec_consumers(consumer: str, dtype: str) -> None:
+    formulas = {"relu({t} + b[i])": lambda t, a: np.maximum(t + a["b"], 0),
+                "min(max({t} * g[i] + b[i], 0), 6)": lambda t, a: np.clip(t * a["g"] + a["b"], 0, 6),
+                "exp(-{t}) / 4": lambda t, a: np.exp(-t) / 4}
+    f = formulas[consumer]
+    text = MATMUL.format(dt=dtype, consumer=consumer.format(t="t[i, j]"))
+    placement = _run_checked(text, lambda a, rnd: f(rnd(a["A"] @ a["B"]).T, {k: v for k, v in a.items()}).T
+                             if False else _cols(f, rnd(a["A"] @ a["B"]), a), dtype)
+    assert "never in HBM" in next(line for line in placement.splitlines() if line.split()[:1] == ["t"])
+    text = MATVEC.format(dt=dtype, consumer=consumer.format(t="t[i]"))
+    placement = _run_checked(text, lambda a, rnd: f(rnd(a["W"] @ a["v"]), a), dtype)
+    assert "never in HBM" in next(line for line in placement.splitlines() if line.split()[:1] == ["t"])
+
+
+def _cols(f, t: np.ndarray, a: dict) -> np.ndarray:
+    """f with the vectors b[i], g[i] along the rows of a matrix t."""
+    return f(t, {**a, "b": a["b"][:, None], "g": a["g"][:, None]})
+
+
+def test_matvec_epilogue_stays_on_the_matvec_builder() -> None:
+    """audit13: a bias + relu epilogue pushed a matrix-vector product off its builder (PE transposes of W)."""
+    from tilec.compiler import wrap
+    program = lang.load(MATVEC.format(dt="f32", consumer="relu(t[i] + b[i])"))
+    source = wrap.unwrap(compile_loaded(program).source)
+    assert "summed along the free axis" in source and "nc_transpose" not in source
+
+
+def test_explain_says_why_a_consumer_is_not_fused() -> None:
+    program = lang.load(PROGRAM.format(consumer=f"{C} * {C}"))
+    placement = explain(compile_loaded(program)).split("tensor placement:")[1]
+    text = " ".join(placement.split())
+    assert "conv HBM scratch" in text and "not an element-wise chain the PSUM eviction computes" in text

@@ -111,8 +111,8 @@ def try_chain(op: ConvOp, c, src: str, program) -> ConvOp | None:
     before = op
     if op.epilogue and program.tensors[src].dtype != "f32":  # src's store rounds it, after the steps before
         steps = (EpiStep("round", program.tensors[src].dtype, src),) + steps
-    elif not op.epilogue and all(d == "f32" for d in dtypes):  # nothing to round between eviction and steps
-        op, steps = _fold_head(op, steps, program, c.target)
+    elif not op.epilogue:  # (a narrow intermediate is rounded before the residual add, not before a bias)
+        op, steps = _fold_head(op, steps, program, all(d == "f32" for d in dtypes))
     if any(isinstance(s.operand, tuple) and s.operand[0] == "tensor" for s in steps):
         return None  # a tensor operand other than the one residual (its band is the only one loaded)
     at = c.update_line or c.line  # the instructions' `# tl:` line: the statement they compute
@@ -124,15 +124,16 @@ def try_chain(op: ConvOp, c, src: str, program) -> ConvOp | None:
                    lines=op.lines + tuple((role, at) for role in roles))
 
 
-def _fold_head(op: ConvOp, steps: tuple[EpiStep, ...], program, target: str
+def _fold_head(op: ConvOp, steps: tuple[EpiStep, ...], program, wide: bool
                ) -> tuple[ConvOp, tuple[EpiStep, ...]]:
     """The steps at the chain's head that the eviction's activation (func(scale * acc + bias)) and the residual
-    add already compute, moved into op's fields: what every contraction builder reads."""
+    add already compute, moved into op's fields: what every contraction builder reads. Not wide (a 16-bit
+    intermediate, rounded after the activation): the residual add and the relu after it only."""
     i = 0
     while i < len(steps):
         s = steps[i]
         value = s.operand
-        plain_evict = not op.relu and op.residual is None and op.clamp is None
+        plain_evict = not op.relu and op.residual is None and op.clamp is None and wide
         if s.kind == "alu" and s.op == "multiply" and isinstance(value, float) and plain_evict and op.bias is None:
             op = replace(op, scale=op.scale * value)
         elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "col" and plain_evict \
@@ -143,13 +144,13 @@ def _fold_head(op: ConvOp, steps: tuple[EpiStep, ...], program, target: str
                 and value[1] != op.x:
             op = replace(op, residual=value[1])
         elif (s.kind == "func" and s.op == "relu" or s.kind == "alu" and s.op == "maximum" and value == 0.0) \
-                and op.residual is None and not op.relu:
+                and op.residual is None and not op.relu and wide:
             op = replace(op, relu=True)
         elif (s.kind == "func" and s.op == "relu" or s.kind == "alu" and s.op == "maximum" and value == 0.0) \
                 and op.residual is not None and not op.post_relu:
             op = replace(op, post_relu=True)
         elif s.kind == "alu" and s.op == "minimum" and isinstance(value, float) and value >= 0.0 and op.relu \
-                and op.residual is None and op.clamp is None:
+                and op.residual is None and op.clamp is None and wide:
             op = replace(op, clamp=value)
         else:
             break
@@ -216,4 +217,16 @@ def describe(op: ConvOp) -> str:
     return ", ".join(parts)
 
 
-__all__ = ["Buf", "chain_stmts", "columns_of", "describe", "parse_chain", "try_chain"]
+def unfused_reason(name: str, readers: int) -> str:
+    """Why a contraction's result goes to HBM though an element-wise op reads it (for `tilec explain`)."""
+    if readers > 1:
+        return (f"{name} has {readers} readers; a consumer runs on the contraction's PSUM eviction only when it is "
+                f"the one statement reading {name}, right after it (compute the other uses from that statement's "
+                f"result, or give each its own contraction)")
+    return (f"the consumer is not an element-wise chain the PSUM eviction computes (one read of {name} at the "
+            f"output's element, through activations and + - * / max min with constants, vectors b[k] along the "
+            f"out channels or one tensor added at the same element), so it is built as its own loop nest that "
+            f"loads {name} back from HBM")
+
+
+__all__ = ["Buf", "chain_stmts", "columns_of", "describe", "parse_chain", "try_chain", "unfused_reason"]
