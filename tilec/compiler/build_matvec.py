@@ -47,13 +47,12 @@ MATVEC_TP_GROUP = 4
 
 def is_matvec(op: ConvOp, hbm: dict[str, Buf]) -> bool:
     """A plain W[i, k] v[k] product: one moving column, no taps; on its eviction a bias b[i], relu, a relu6
-    clamp and a fused element-wise chain of vectors b[i] and constants (eviction_fusion), the intermediates it
-    skips all fp32 (a constant factor, op.scale, scales the sum's activation)."""
+    clamp and a fused element-wise chain of vectors b[i] and constants (eviction_fusion) (a constant factor,
+    op.scale, scales the sum's activation)."""
     d = dict(op.dims)
-    narrow = any(n in hbm and hbm[n].dtype != "f32" for n in (op.name,) + op.fused if n != op.out)
     plain = (op.w_layout == "kc" and op.groups == 1 and not op.w_batch and not op.x_transposed
              and op.bias_role == "k" and op.residual is None and op.pool is None and not op.post_relu
-             and not narrow and op.w_relu is None)
+             and op.w_relu is None)
     return plain and d["N"] * d["Ho"] * d["Wo"] * d["H"] * d["W"] * d["R"] * d["S"] == 1
 
 
@@ -75,20 +74,28 @@ def _finished(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, acc: View, dst: Vie
         col = Buf(fresh(f"{name}_col"), "sbuf", "f32", (n, 1))
         out += st + [Alloc(col, line=line), Dma(View(col, (part, full(1))), View(v2, rows), line)]
         cols[name] = View(col, (part, full(1)))
-    chained = bool(op.epilogue)
-    pre = dst if dst.buf.dtype == "f32" or not (chained or op.clamp is not None) else \
-        View(Buf(fresh(f"{op.out}_pre"), "sbuf", "f32", (n, 1)), dst.idx)
-    if pre is not dst:
-        out.append(Alloc(pre.buf, line=line))
+    def work(dtype: str) -> View:
+        tile = Buf(fresh(f"{op.out}_epi_{dtype}"), "sbuf", dtype, (n, 1))
+        out.append(Alloc(tile, line=line))
+        return View(tile, dst.idx)
+    # the 16-bit tensors the fusion does not store, in program order: each rounds the value once, after the
+    # activation (and clamp) that computes it, before the chain's steps (which round their own, in order)
+    later = {s.operand for s in op.epilogue if s.kind == "round"}
+    narrow = [hbm[m].dtype for m in dict.fromkeys((op.name,) + op.fused)
+              if m != op.out and m not in later and m in hbm and hbm[m].dtype != "f32"]
+    after = bool(op.epilogue or narrow)
+    pre = dst if dst.buf.dtype == "f32" or not (after or op.clamp is not None) else work("f32")
     out.append(ir.Act(pre, acc, "relu" if op.relu else "copy", cols[op.bias] if op.bias else None, scale, line))
     if op.clamp is not None:
-        out.append(ir.Scalar(pre if chained else dst, pre, "minimum", op.clamp, line))
-    if chained:
-        def work(dtype: str) -> View:
-            tile = Buf(fresh(f"{op.out}_epi_{dtype}"), "sbuf", dtype, (n, 1))
-            out.append(Alloc(tile, line=line))
-            return View(tile, dst.idx)
+        out.append(ir.Scalar(pre if after else dst, pre, "minimum", op.clamp, line))
+    for dtype in narrow:
+        rounded = work(dtype)
+        out.append(ir.Copy(rounded, pre, line))
+        pre = rounded
+    if op.epilogue:
         out += eviction_fusion.chain_stmts(op.epilogue, pre, dst, lambda name: cols[name], work, line)
+    elif narrow:
+        out.append(ir.Copy(dst, pre, line))
     return out
 
 

@@ -217,5 +217,6 @@ def narrow_intermediates(b: _ConvBuilder) -> list[tuple[str, str]]:
     """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores (the conv's own tensor,
     a relu's), in program order: each store rounds to its dtype in the program's meaning."""
     op = b.op
-    chain = [n for n in (op.name,) + tuple(op.fused) if n != op.out]
+    later = {s.operand for s in op.epilogue if s.kind == "round"}  # rounded in the fused chain, in its order
+    chain = [n for n in (op.name,) + tuple(op.fused) if n != op.out and n not in later]
     return [(n, b.hbm[n].dtype) for n in dict.fromkeys(chain) if n in b.hbm and b.hbm[n].dtype != "f32"]

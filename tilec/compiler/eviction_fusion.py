@@ -187,6 +187,7 @@ def chain_stmts(steps: tuple[EpiStep, ...], src: View, dst: View, column: Callab
         elif isinstance(value, tuple) and value[0] == "tensor":  # (not produced: try_chain refuses it)
             raise AssertionError("a tensor operand in an epilogue chain")
         else:
+            assert not isinstance(value, str)  # (a tensor name: round steps only)
             v: float | View = column(value[1]) if isinstance(value, tuple) else float(value or 0.0)
             out.append(Scalar(into, cur, s.op, v, line, reverse=s.reverse))
         cur = into

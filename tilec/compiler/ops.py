@@ -48,7 +48,7 @@ class EpiStep:
     narrow intermediate the fusion does not store)."""
     kind: str
     op: str
-    operand: "float | tuple[str, str] | None" = None
+    operand: "float | tuple[str, str] | str | None" = None  # (round: the tensor name)
     reverse: bool = False
 
 
