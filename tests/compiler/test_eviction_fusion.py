@@ -157,12 +157,48 @@ def _cols(f, t: np.ndarray, a: dict) -> np.ndarray:
     return f(t, {**a, "b": a["b"][:, None], "g": a["g"][:, None]})
 
 
-def test_matvec_epilogue_stays_on_the_matvec_builder() -> None:
-    """audit13: a bias + relu epilogue pushed a matrix-vector product off its builder (PE transposes of W)."""
+MATVEC_INIT = """\
+kernel mv(W: {dt}[M, K], v: {dt}[K], b: {dt}[M]) -> y
+  default M = 1000, K = 2048
+  y: {dt}[M]
+  for i in 0..M:
+    y[i] = b[i]
+    for k in 0..K:
+      y[i] += W[i, k] * v[k]
+    y[i] = relu(y[i])
+"""
+
+
+@pytest.mark.parametrize("text", [MATVEC.format(dt="f32", consumer="relu(t[i] + b[i])"),
+                                  MATVEC_INIT.format(dt="f32"), MATVEC_INIT.format(dt="bf16")])
+def test_matvec_epilogue_stays_on_the_matvec_builder(text: str) -> None:
+    """audit13: a bias + relu epilogue (a separate statement, or the bias as the initial value and an in-place
+    relu) pushed a matrix-vector product off its builder (PE transposes of W, 2.4x of the floor)."""
     from tilec.compiler import wrap
-    program = lang.load(MATVEC.format(dt="f32", consumer="relu(t[i] + b[i])"))
-    source = wrap.unwrap(compile_loaded(program).source)
-    assert "summed along the free axis" in source and "nc_transpose" not in source
+    out = "Y" if "-> Y" in text else "y"
+    dtype = "bf16" if "bf16" in text else "f32"
+    _run_checked(text, lambda a, rnd: np.maximum(a["W"] @ a["v"] + a["b"], 0), dtype, out)
+    source = wrap.unwrap(compile_loaded(lang.load(text)).source)
+    assert "summed along the free axis" in source or "transposed on TensorE in groups" in source
+
+
+def test_depthwise_16bit_bias_chain_is_explained() -> None:
+    """A 16-bit depthwise conv's separate bias + relu6 stays unfused (its kernel has no chain steps, the rounding
+    precedes the bias): explain says so."""
+    text = """\
+kernel dw(X: bf16[N, C, H, W], Wt: bf16[C, 3, 3], b: bf16[C]) -> Y
+  default N = 1, C = 144, H = 20, W = 20
+  D: bf16[N, C, H, W]
+  Y: bf16[N, C, H, W]
+  for n in 0..N, c in 0..C, y in 0..H, x in 0..W:
+    D[n, c, y, x] = 0
+    for r in 0..3, s in 0..3:
+      D[n, c, y, x] += (X[n, c, y + r - 1, x + s - 1] ?? 0) * Wt[c, r, s]
+  for n in 0..N, c in 0..C, y in 0..H, x in 0..W:
+    Y[n, c, y, x] = min(max(D[n, c, y, x] + b[c], 0), 6)
+"""
+    placement = " ".join(explain(compile_loaded(lang.load(text))).split("tensor placement:")[1].split())
+    assert "D HBM scratch" in placement and "its producer is a depthwise conv" in placement
 
 
 def test_explain_says_why_a_consumer_is_not_fused() -> None:

@@ -50,10 +50,21 @@ def is_matvec(op: ConvOp, hbm: dict[str, Buf]) -> bool:
     clamp and a fused element-wise chain of vectors b[i] and constants (eviction_fusion) (a constant factor,
     op.scale, scales the sum's activation)."""
     d = dict(op.dims)
+    # an initial value or added tensor read at the output's element (op.residual, `y[i] = b[i]` then `+=`) is one
+    # value per row here: a bias column, added by the activation before its relu (post_relu), the intermediates'
+    # roundings after it (so not with a 16-bit contraction result, which rounds before the add)
+    residual_ok = op.residual is None or (not op.relu and op.bias is None and not _narrow(op, hbm))
     plain = (op.w_layout == "kc" and op.groups == 1 and not op.w_batch and not op.x_transposed
-             and op.bias_role == "k" and op.residual is None and op.pool is None and not op.post_relu
-             and op.w_relu is None)
+             and op.bias_role == "k" and residual_ok and op.pool is None and op.w_relu is None)
     return plain and d["N"] * d["Ho"] * d["Wo"] * d["H"] * d["W"] * d["R"] * d["S"] == 1
+
+
+def _narrow(op: ConvOp, hbm: dict[str, Buf]) -> list[str]:
+    """The dtypes of the 16-bit tensors the fusion computes but does not store, in program order, each rounding
+    the value once, except those the fused chain rounds itself (its round steps)."""
+    later = {s.operand for s in op.epilogue if s.kind == "round"}
+    return [hbm[m].dtype for m in dict.fromkeys((op.name,) + op.fused)
+            if m != op.out and m not in later and m in hbm and hbm[m].dtype != "f32"]
 
 
 def _finished(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, acc: View, dst: View, rows: tuple, part,
@@ -62,12 +73,13 @@ def _finished(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, acc: View, dst: Vie
     one activation, the relu6 clamp, then the fused chain (eviction_fusion) with each vector's rows of this tile
     loaded as a column (`rows`: the tile's region of an [M, 1] view). Just the activation when there is none."""
     line = op.line
-    if op.bias is None and not op.relu and op.clamp is None and not op.epilogue:
+    bias = op.bias or op.residual  # (is_matvec: one of them)
+    if bias is None and not op.relu and op.clamp is None and not op.epilogue:
         return [ir.Act(dst, acc, "copy", scale=scale, line=line)]
     n = acc.buf.shape[0]
     out: list[Stmt] = []
     cols: dict[str, View] = {}
-    for name in ([op.bias] if op.bias else []) + eviction_fusion.columns_of(op):
+    for name in ([bias] if bias else []) + eviction_fusion.columns_of(op):
         if name in cols:
             continue
         v2, st = hbm_view(hbm[name], (dict(op.dims)["K"], 1), fresh(f"{name}_v"), line)
@@ -80,12 +92,11 @@ def _finished(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, acc: View, dst: Vie
         return View(tile, dst.idx)
     # the 16-bit tensors the fusion does not store, in program order: each rounds the value once, after the
     # activation (and clamp) that computes it, before the chain's steps (which round their own, in order)
-    later = {s.operand for s in op.epilogue if s.kind == "round"}
-    narrow = [hbm[m].dtype for m in dict.fromkeys((op.name,) + op.fused)
-              if m != op.out and m not in later and m in hbm and hbm[m].dtype != "f32"]
+    narrow = _narrow(op, hbm)
     after = bool(op.epilogue or narrow)
     pre = dst if dst.buf.dtype == "f32" or not (after or op.clamp is not None) else work("f32")
-    out.append(ir.Act(pre, acc, "relu" if op.relu else "copy", cols[op.bias] if op.bias else None, scale, line))
+    func = "relu" if op.relu or op.post_relu else "copy"
+    out.append(ir.Act(pre, acc, func, cols[bias] if bias else None, scale, line))
     if op.clamp is not None:
         out.append(ir.Scalar(pre if after else dst, pre, "minimum", op.clamp, line))
     for dtype in narrow:
@@ -211,7 +222,7 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
         # the next tile's load (on VectorE's, the engine reading it first) does not queue behind it
         col = Buf(fresh(f"{op.out}_col"), "sbuf", odt, (tile, 1))
         part = sl(0, n) if n < tile else full(tile)
-        plain = op.bias is None and not op.relu and op.clamp is None and not op.epilogue
+        plain = op.bias is None and op.residual is None and not op.relu and op.clamp is None and not op.epilogue
         total = col if plain else Buf(fresh(f"{op.out}_sum"), "sbuf", "f32", (tile, 1))
         body: list[Stmt] = [
             *([] if w_rows is w_once else [Alloc(w_rows, line=line)]),

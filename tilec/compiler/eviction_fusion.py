@@ -115,6 +115,8 @@ def try_chain(op: ConvOp, c, src: str, program) -> ConvOp | None:
         op, steps = _fold_head(op, steps, program, all(d == "f32" for d in dtypes))
     if any(isinstance(s.operand, tuple) and s.operand[0] == "tensor" for s in steps):
         return None  # a tensor operand other than the one residual (its band is the only one loaded)
+    if steps and op.w_layout == "dw":  # the depthwise kernel evicts with its activation only (DW_CHAIN)
+        return None
     at = c.update_line or c.line  # the instructions' `# tl:` line: the statement they compute
     roles = [role for role, new in (("residual", op.residual != before.residual),
                                     ("relu", op.relu != before.relu or op.post_relu != before.post_relu
@@ -218,8 +220,18 @@ def describe(op: ConvOp) -> str:
     return ", ".join(parts)
 
 
-def unfused_reason(name: str, readers: int) -> str:
+# a depthwise conv's consumer beyond its activation's bias, relu and clamp (or a 16-bit intermediate's bias, which
+# the rounding must precede): the depthwise kernel (depthwise_kernel.py) has no chain steps, and the general conv
+# path that has them is slower than the depthwise kernel plus an HBM round trip (audit13's dw_s2_bias_relu6 bf16
+# batch 8: 127 us unfused, 342 us fused on the general path)
+DW_CHAIN = ("its producer is a depthwise conv, whose kernel evicts with one activation (bias, relu, relu6 "
+            "clamp; with a 16-bit {name} the rounding comes before a bias) and runs no further element-wise steps")
+
+
+def unfused_reason(name: str, readers: int, depthwise: bool = False) -> str:
     """Why a contraction's result goes to HBM though an element-wise op reads it (for `tilec explain`)."""
+    if readers == 1 and depthwise:
+        return DW_CHAIN.format(name=name) + f", so the consumer is built as its own loop nest that loads {name} back"
     if readers > 1:
         return (f"{name} has {readers} readers; a consumer runs on the contraction's PSUM eviction only when it is "
                 f"the one statement reading {name}, right after it (compute the other uses from that statement's "

@@ -87,7 +87,7 @@ def hbm_reason(ops: tuple, name: str, dtype: str, budget: int, unfused: tuple[st
         return (f"written{by}{to}: the pool's windows overlap, leave gaps or reach into padding, so it is not "
                 f"fused into the conv's eviction (only windows that tile the conv's rows are) and reads {name} back")
     if isinstance(producer, ConvOp) and users and not any(isinstance(op, ConvOp) for op in users):
-        return f"written{by}{to}: " + eviction_fusion.unfused_reason(name, len(users))
+        return f"written{by}{to}: " + eviction_fusion.unfused_reason(name, len(users), producer.w_layout == "dw")
     return f"written{by}{to}: each is built as its own loop nest that loads its operands from HBM"
 
 
