@@ -87,7 +87,7 @@ def _finished(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, acc: View, dst: Vie
         out += st + [Alloc(col, line=line), Dma(View(col, (part, full(1))), View(v2, rows), line)]
         cols[name] = View(col, (part, full(1)))
     def work(dtype: str) -> View:
-        tile = Buf(fresh(f"{op.out}_epi_{dtype}"), "sbuf", dtype, (n, 1))
+        tile = Buf(fresh(f"{op.out}_epi{sum(isinstance(x, Alloc) for x in out)}_{dtype}"), "sbuf", dtype, (n, 1))
         out.append(Alloc(tile, line=line))
         return View(tile, dst.idx)
     # the 16-bit tensors the fusion does not store, in program order: each rounds the value once, after the

@@ -100,9 +100,21 @@ def residual_band(b: _ConvBuilder) -> list[Stmt]:
 def epilogue_to(b: _ConvBuilder, dst: View, acc: View, kp) -> list[Stmt]:
     """acc's partitions kp evicted (bias, relu, narrow roundings, pool or residual) into dst, then the fused
     element-wise chain of consumer statements (eviction_fusion), if any."""
-    if not b.op.epilogue:
+    op = b.op
+    if not op.epilogue:
         return evicted_to(b, dst, acc, kp)
     b.epi_allocs = []
+    narrow = narrow_intermediates(b)
+    if narrow and not op.residual and not op.pool:  # the chain starts from the last rounded tile
+        func = "relu" if op.relu else "copy"
+        bias = View(b.bias_col, (kp, sl(b.tile_index(b.kv, b.KT), 1))) if op.bias and op.bias_role == "k" else None
+        body, src = evict_rounded(b, acc, func, bias, narrow)
+        tail = chain(b, src, dst, kp, acc)
+        return body + list(b.epi_allocs) + tail
+    if not (op.relu or op.bias or op.residual or op.pool or narrow or op.scale != 1.0):
+        # nothing before the chain: its first instruction is the eviction (`conv * g[k] + b[k]`: one activation)
+        tail = chain(b, acc, dst, kp, acc)
+        return list(b.epi_allocs) + tail
     pre = dst if dst.buf.dtype == "f32" else View(work_tile(b, acc, "f32"), acc.idx)
     body = evicted_to(b, pre, acc, kp, res_at=dst) + chain(b, pre, dst, kp, acc)
     return list(b.epi_allocs) + body
@@ -119,7 +131,8 @@ def evict_chain(b: _ConvBuilder, dst: View, acc: View, func: str, bias: View | N
 
 
 def work_tile(b: _ConvBuilder, acc: View, dtype: str) -> Buf:
-    tile = Buf(b.fresh(f"{b.op.out}_epi_{dtype}"), "sbuf", dtype, acc.buf.shape)
+    """A fresh tile of one eviction's chain (numbered: the same names again at every eviction of the nest)."""
+    tile = Buf(b.fresh(f"{b.op.out}_epi{len(b.epi_allocs)}_{dtype}"), "sbuf", dtype, acc.buf.shape)
     b.epi_allocs.append(Alloc(tile, line=b.line))
     return tile
 
@@ -127,7 +140,7 @@ def work_tile(b: _ConvBuilder, acc: View, dtype: str) -> Buf:
 def chain(b: _ConvBuilder, src: View, dst: View, kp, acc: View) -> list[Stmt]:
     """The epilogue's steps from src (the evicted tile) into dst, reading each vector's column at partitions kp
     (its work tiles' allocations collected in b.epi_allocs)."""
-    line = b.L.get("epilogue", b.line)
+    line = b.L["epilogue"]
     return eviction_fusion.chain_stmts(
         b.op.epilogue, src, dst, lambda name: View(b.epi_cols[name], (kp, sl(b.tile_index(b.kv, b.KT), 1))),
         lambda dtype: View(work_tile(b, acc, dtype), acc.idx), line)

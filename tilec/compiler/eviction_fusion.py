@@ -162,21 +162,27 @@ def _fold_head(op: ConvOp, steps: tuple[EpiStep, ...], program, wide: bool
 
 def chain_stmts(steps: tuple[EpiStep, ...], src: View, dst: View, column: Callable[[str], View],
                 work: Callable[[str], View], line: int) -> list[Stmt]:
-    """The steps applied to src's values, written into dst: in place on dst when it is fp32, else on an fp32 tile
-    (`work(dtype)`: a view of a fresh tile of that dtype, shaped as src) with the last step writing dst (its
-    store's one rounding); a "round" step passes through a tile of its dtype."""
+    """The steps applied to src's values (an evicted tile, or the PSUM accumulator itself), written into dst: in
+    place on dst when it is fp32, else on an fp32 tile (`work(dtype)`: a view of a fresh tile of that dtype, shaped
+    as src) with the last instruction writing dst (its store's one rounding); a "round" step passes through a
+    tile of its dtype. A factor, then a vector added, then an activation (`relu(v * g[k] + b[k])`) are one
+    activation instruction, func(scale * v + bias) (`packed`)."""
     out: list[Stmt] = []
     scratch = dst if dst.buf.dtype == "f32" else None
     cur = src
-    for i, s in enumerate(steps):
-        last = i == len(steps) - 1
+    i = 0
+    while i < len(steps):
+        s = steps[i]
         if s.kind == "round":
             tile = work(s.op)
             out.append(Copy(tile, cur, line))
             cur = tile
-            if last:
+            if i == len(steps) - 1:
                 out.append(Copy(dst, cur, line))
+            i += 1
             continue
+        n, scale, bias, func = packed(steps, i, column)
+        last = i + n == len(steps)
         if last:
             into = dst
         else:
@@ -184,16 +190,39 @@ def chain_stmts(steps: tuple[EpiStep, ...], src: View, dst: View, column: Callab
                 scratch = work("f32")
             into = scratch
         value = s.operand
-        if s.kind == "func":
-            out.append(Act(into, cur, s.op, None, 1.0, line))
-        elif isinstance(value, tuple) and value[0] == "tensor":  # (not produced: try_chain refuses it)
-            raise AssertionError("a tensor operand in an epilogue chain")
+        if n > 1 or s.kind == "func":
+            out.append(Act(into, cur, func, bias, scale, line))
         else:
+            assert not (isinstance(value, tuple) and value[0] == "tensor")  # (try_chain refuses them)
             assert not isinstance(value, str)  # (a tensor name: round steps only)
             v: float | View = column(value[1]) if isinstance(value, tuple) else float(value or 0.0)
             out.append(Scalar(into, cur, s.op, v, line, reverse=s.reverse))
         cur = into
+        i += n
     return out
+
+
+def packed(steps: tuple[EpiStep, ...], i: int, column: Callable[[str], View]
+           ) -> tuple[int, "float | View", View | None, str]:
+    """(steps taken, scale, bias, func) of the longest run from steps[i] that one activation computes: a factor
+    (a constant or a vector), a vector added, an activation of the table, in that order, each optional."""
+    j, bias, func = i, None, "copy"
+    scale: float | View = 1.0
+
+    def at(kind: str, op: str) -> EpiStep | None:
+        s = steps[j] if j < len(steps) else None
+        return s if s is not None and s.kind == kind and s.op == op and not s.reverse else None
+    s = at("alu", "multiply")
+    if s is not None and isinstance(s.operand, (float, tuple)) and not (isinstance(s.operand, tuple)
+                                                                        and s.operand[0] == "tensor"):
+        scale, j = (column(s.operand[1]) if isinstance(s.operand, tuple) else s.operand), j + 1
+    s = at("alu", "add")
+    if s is not None and isinstance(s.operand, tuple) and s.operand[0] == "col":
+        bias, j = column(s.operand[1]), j + 1
+    s = steps[j] if j < len(steps) else None
+    if s is not None and s.kind == "func":
+        func, j = s.op, j + 1
+    return (j - i, scale, bias, func) if j - i > 1 or func != "copy" else (1, 1.0, None, "copy")
 
 
 def columns_of(op: ConvOp) -> list[str]:
