@@ -530,9 +530,11 @@ def _in_place_error(c: Comp) -> TilecError:
     elem = f"{c.target}[{', '.join(c.out_vars)}]"
     return TilecError(
         f"the compiler cannot map `{c.target}`: after a matmul or convolution writes the kernel output "
-        f"{c.target}, the only statement that may update it in place is `{elem} = relu({elem})` (the same "
-        "element), which runs on the PSUM eviction", c.span,
-        f"write any other epilogue into a new tensor, e.g. `Y[{', '.join(c.out_vars)}] = f({elem})`, and return Y")
+        f"{c.target}, a statement may update it in place only as an element-wise chain of the same element "
+        f"(`{elem} = f({elem})`: activations, + - * / max min with constants, a vector along the output "
+        "channels or one tensor read at the same element), which runs on the PSUM eviction", c.span,
+        f"compute the contraction into a temporary (`T[{', '.join(c.out_vars)}] += ...`), then write "
+        f"`{elem} = f(T[{', '.join(c.out_vars)}])` as its own statement")
 
 
 def _try_relu(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
