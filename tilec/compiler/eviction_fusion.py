@@ -6,6 +6,7 @@ a chain of steps from the contraction's element to the statement's value, each s
     an activation of the function table (relu, exp, tanh, ...)      -> activation, in place
     v op c, c op v, op in + - * / max min, c a constant              -> tensor_scalar with the constant
     v op b[k], b a vector along the out channels (the partitions)    -> tensor_scalar with b's column
+    v + b[j], b along a matmul's columns, first                     -> its row bias (broadcast once)
     v + S[..], S a tensor read at the output's element              -> tensor_tensor with S's band (the residual)
 
 The chain's head folds into the eviction's own activation where it can (func(scale * acc + bias): a constant
@@ -42,6 +43,9 @@ def parse_chain(op: ConvOp, c, src: str, program) -> tuple[EpiStep, ...] | None:
         return None
     out_vars = list(c.out_vars)
     k_var = out_vars[partition_index(op)] if len(out_vars) > partition_index(op) else None
+    roles = dict(op.vars)
+    matmul = not any(role in roles for role in ("n", "y", "r", "s"))
+    x_var = out_vars[-1] if matmul and "x" in roles and len(out_vars) == 2 else None  # a matmul's columns
 
     def same_element(e: sx.Access) -> bool:
         return e.fill is None and [plain(m) for m in index_maps(e, c, program)] == out_vars
@@ -54,6 +58,8 @@ def parse_chain(op: ConvOp, c, src: str, program) -> tuple[EpiStep, ...] | None:
             return None
         if len(e.indices) == 1 and k_var is not None and [plain(m) for m in index_maps(e, c, program)] == [k_var]:
             return ("col", e.tensor)
+        if len(e.indices) == 1 and x_var is not None and [plain(m) for m in index_maps(e, c, program)] == [x_var]:
+            return ("row", e.tensor)  # b[j] along a matmul's columns: only as its row bias (_fold_head)
         if program.tensors[e.tensor].shape == program.tensors[c.target].shape and same_element(e):
             return ("tensor", e.tensor)
         return None
@@ -113,8 +119,8 @@ def try_chain(op: ConvOp, c, src: str, program) -> ConvOp | None:
         steps = (EpiStep("round", program.tensors[src].dtype, src),) + steps
     elif not op.epilogue:  # (a narrow intermediate is rounded before the residual add, not before a bias)
         op, steps = _fold_head(op, steps, program, all(d == "f32" for d in dtypes))
-    if any(isinstance(s.operand, tuple) and s.operand[0] == "tensor" for s in steps):
-        return None  # a tensor operand other than the one residual (its band is the only one loaded)
+    if any(isinstance(s.operand, tuple) and s.operand[0] in ("tensor", "row") for s in steps):
+        return None  # a tensor other than the one residual (its band is the only one loaded), a row not the bias
     if steps and op.w_layout == "dw":  # the depthwise kernel evicts with its activation only (DW_CHAIN)
         return None
     at = c.update_line or c.line  # the instructions' `# tl:` line: the statement they compute
@@ -141,6 +147,9 @@ def _fold_head(op: ConvOp, steps: tuple[EpiStep, ...], program, wide: bool
         elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "col" and plain_evict \
                 and op.bias is None and op.bias_role == "k":
             op = replace(op, bias=value[1])
+        elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "row" and plain_evict \
+                and op.bias is None:  # a linear layer's bias b[j]: broadcast, added on eviction
+            op = replace(op, bias=value[1], bias_role="x")
         elif s.kind == "alu" and s.op == "add" and isinstance(value, tuple) and value[0] == "tensor" \
                 and op.residual is None and not op.relu and op.clamp is None and op.bias_role == "k" \
                 and value[1] != op.x:
