@@ -74,7 +74,7 @@ def _finished(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, acc: View, dst: Vie
     loaded as a column (`rows`: the tile's region of an [M, 1] view). Just the activation when there is none."""
     line = op.line
     bias = op.bias or op.residual  # (is_matvec: one of them)
-    if bias is None and not op.relu and op.clamp is None and not op.epilogue:
+    if bias is None and not op.relu and op.clamp is None and not op.epilogue and not _narrow(op, hbm):
         return [ir.Act(dst, acc, "copy", scale=scale, line=line)]
     n = acc.buf.shape[0]
     out: list[Stmt] = []
@@ -222,7 +222,8 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
         # the next tile's load (on VectorE's, the engine reading it first) does not queue behind it
         col = Buf(fresh(f"{op.out}_col"), "sbuf", odt, (tile, 1))
         part = sl(0, n) if n < tile else full(tile)
-        plain = op.bias is None and op.residual is None and not op.relu and op.clamp is None and not op.epilogue
+        plain = op.bias is None and op.residual is None and not op.relu and op.clamp is None and not op.epilogue \
+            and not _narrow(op, hbm)
         total = col if plain else Buf(fresh(f"{op.out}_sum"), "sbuf", "f32", (tile, 1))
         body: list[Stmt] = [
             *([] if w_rows is w_once else [Alloc(w_rows, line=line)]),

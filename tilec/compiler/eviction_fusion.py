@@ -20,6 +20,8 @@ import math
 from dataclasses import replace
 from typing import Callable
 
+import numpy as np
+
 from tilec.compiler.exprs import const_value
 from tilec.compiler.ir import Act, Binary, Buf, Copy, Scalar, Stmt, View
 from tilec.compiler.ops import ConvOp, EpiStep, index_maps, plain
@@ -51,7 +53,7 @@ def parse_chain(op: ConvOp, c, src: str, program) -> tuple[EpiStep, ...] | None:
         return e.fill is None and [plain(m) for m in index_maps(e, c, program)] == out_vars
 
     def operand(e: sx.Expr) -> float | tuple[str, str] | None:
-        v = const_value(e, program.sizes)
+        v = constant(e, program.sizes)
         if v is not None:
             return v if math.isfinite(v) else None
         if not isinstance(e, sx.Access) or e.tensor in (src, c.target) or e.fill is not None:
@@ -103,7 +105,20 @@ def parse_chain(op: ConvOp, c, src: str, program) -> tuple[EpiStep, ...] | None:
     if reads_src(c.init) != 1:
         return None
     steps = walk(c.init)
-    return tuple(steps) if steps else None
+    return None if steps is None else tuple(steps)  # () : a copy (a dtype conversion) of the result
+
+
+def constant(e: sx.Expr, sizes) -> float | None:
+    """The value of a constant expression, functions of the table included (`abs(2)`, `relu(0.5)`), computed in
+    float32 as the program computes it; None when e reads a tensor or a loop variable."""
+    v = const_value(e, sizes)
+    if v is not None or not isinstance(e, sx.Call) or e.fn not in FUNCTIONS:
+        return v
+    args = [constant(x, sizes) for x in e.args]
+    if len(args) != FUNCTIONS[e.fn].arity:
+        return None
+    values = [np.float32(x) for x in args if x is not None]
+    return float(FUNCTIONS[e.fn](*values)) if len(values) == len(args) else None
 
 
 def try_chain(op: ConvOp, c, src: str, program) -> ConvOp | None:
