@@ -58,6 +58,8 @@ def parse_chain(op: ConvOp, c, src: str, program) -> tuple[EpiStep, ...] | None:
             return v if math.isfinite(v) else None
         if not isinstance(e, sx.Access) or e.tensor in (src, c.target) or e.fill is not None:
             return None
+        if program.tensors[e.tensor].kind != "input":  # a temporary may live on chip only (attn_full's z)
+            return None
         if len(e.indices) == 1 and k_var is not None and [plain(m) for m in index_maps(e, c, program)] == [k_var]:
             return ("col", e.tensor)
         if len(e.indices) == 1 and x_var is not None and [plain(m) for m in index_maps(e, c, program)] == [x_var]:
