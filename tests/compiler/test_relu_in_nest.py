@@ -145,12 +145,12 @@ def test_conv_relu_in_place(where, pooled, tmp_path):
 
 
 REJECTED = {
-    "scaled_in_place": _matmul("none", "    C[i, j] = C[i, j] * 2\n"),
     "relu_of_another_element": _matmul("none", "    C[i, j] = relu(C[j, i])\n"),
     "relu_plus_bias": _matmul("column", "    C[i, j] = relu(C[i, j]) + b[j]\n"),
     "relu_before_the_reduction": _matmul("none", "").replace(
         "    C[i, j] = 0\n", "    C[i, j] = 0\n    C[i, j] = relu(C[i, j])\n"),
-}  # `conv = 2 * conv` in the next nest compiles since gaps15 (inplace_split.py; test_inplace_split.py)
+}  # `conv = 2 * conv` in the next nest compiles since gaps15 (inplace_split.py; test_inplace_split.py), and
+# `C = C * 2` in the same nest since fuse15 (an element-wise chain on the eviction; test_eviction_fusion.py)
 
 
 @pytest.mark.parametrize("name", sorted(REJECTED))

@@ -140,6 +140,8 @@ class _ConvBuilder:
     o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
     x_rows: Buf | None = None  # a batched A B^T's rows of B, one buffer declared once (prelude)
     r_band: Buf  # the residual's band added on the eviction (conv_epilogue.residual_band)
+    epi_cols: dict[str, Buf]  # the fused chain's vectors as columns (conv_epilogue.epilogue_columns)
+    epi_allocs: list[Stmt]  # the fused chain's work tiles of one eviction (conv_epilogue.chain)
 
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh,
                  src_chip: "OnChip | None" = None, dst_chip: "OnChip | None" = None) -> None:
@@ -277,7 +279,7 @@ class _ConvBuilder:
         texts = dict(op.texts)
         self.T = {role: texts.get(role, f"for {v.get(role, role)}") for role in ("n", "k", "c", "y", "x", "r", "s")}
         lines = dict(op.lines)
-        roles = ("n", "k", "c", "y", "x", "r", "s", "update", "pool", "relu", "residual")
+        roles = ("n", "k", "c", "y", "x", "r", "s", "update", "pool", "relu", "residual", "epilogue")
         self.L = {role: lines.get(role, op.line) for role in roles}
 
     def consts(self) -> list[tuple[str, int]]:
@@ -376,6 +378,8 @@ class _ConvBuilder:
         elif op.bias:
             stmts.append(ir.Block(f"bias {op.bias}: one column per {self.words['k_tile']}",
                                   tuple(conv_weights.bias(self)), line))
+        if op.epilogue:  # the fused element-wise chain's vectors (eviction_fusion)
+            stmts += conv_epilogue.epilogue_columns(self)
         if self.zero_rows is not None:
             stmts.append(Alloc(self.zero_rows, zero=True, line=line))
         if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
@@ -667,9 +671,9 @@ class _ConvBuilder:
         dst = View(band, (kp,) + slot + (sl(a(term(V["g"], rows_o, rname)), rows_o),
                                          sl(a(term(V["x"], cols_o, cname)), cols_o)))
         if self.dup > 1:  # each copy of the output channels to its copy of the image, at its shift
-            return [st for dst, src, kp in conv_fold.chip_copies(self, acc) for st in self.evict(
-                dst, src, "relu" if self.op.relu else "copy",
-                View(self.bias_col, (kp, sl(0, 1))) if self.op.bias else None)]
+            return [st for dst, src, kp in conv_fold.chip_copies(self, acc) for st in conv_epilogue.evict_chain(
+                self, dst, src, "relu" if self.op.relu else "copy",
+                View(self.bias_col, (kp, sl(0, 1))) if self.op.bias else None, kp)]
         if self.dst_chip is not None and self.dst_chip.paired:  # each partition half to its copy of the image
             return [st for dst, kp in conv_pairs.chip_halves(self)
                     for st in conv_epilogue.epilogue_to(self, dst, View(acc.buf, (kp,) + acc.idx[1:]), kp)]

@@ -162,7 +162,7 @@ def choose_hybrid(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> Layout | N
 def build_depthwise(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Callable[[str], str]
                     ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
     """The default kernel of a depthwise conv (None: the general path builds it from the plan, see `choose`)."""
-    chosen = choose(op, plan, hbm)
+    chosen = choose(op, plan, hbm) if not op.epilogue else None  # (a fused element-wise chain: the general path)
     if chosen is None:
         return None
     b = DepthwiseBuilder(op, hbm, fresh, *chosen)

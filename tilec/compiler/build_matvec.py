@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from tilec.compiler import ir
+from tilec.compiler import eviction_fusion, ir
 from tilec.compiler.build_util import a, hbm_view, loop, ones_row, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ConvOp
@@ -46,12 +46,68 @@ MATVEC_TP_GROUP = 4
 
 
 def is_matvec(op: ConvOp, hbm: dict[str, Buf]) -> bool:
-    """A plain W[i, k] v[k] product: one moving column, no taps, nothing fused on the eviction."""
+    """A plain W[i, k] v[k] product: one moving column, no taps; on its eviction a bias b[i], relu, a relu6
+    clamp and a fused element-wise chain of vectors b[i] and constants (eviction_fusion) (a constant factor,
+    op.scale, scales the sum's activation)."""
     d = dict(op.dims)
-    plain = (op.w_layout == "kc" and op.groups == 1 and not op.w_batch and not op.x_transposed and op.bias is None
-             and op.residual is None and op.pool is None and not op.relu and not op.post_relu and op.clamp is None
-             and not op.fused and op.w_relu is None)  # a constant factor (op.scale) scales the sum's activation
+    # an initial value or added tensor read at the output's element (op.residual, `y[i] = b[i]` then `+=`) is one
+    # value per row here: a bias column, added by the activation before its relu (post_relu), the intermediates'
+    # roundings after it (so not with a 16-bit contraction result, which rounds before the add)
+    residual_ok = op.residual is None or (not op.relu and op.bias is None and not _narrow(op, hbm))
+    plain = (op.w_layout == "kc" and op.groups == 1 and not op.w_batch and not op.x_transposed
+             and op.bias_role == "k" and residual_ok and op.pool is None and op.w_relu is None)
     return plain and d["N"] * d["Ho"] * d["Wo"] * d["H"] * d["W"] * d["R"] * d["S"] == 1
+
+
+def _narrow(op: ConvOp, hbm: dict[str, Buf]) -> list[str]:
+    """The dtypes of the 16-bit tensors the fusion computes but does not store, in program order, each rounding
+    the value once, except those the fused chain rounds itself (its round steps)."""
+    later = {s.operand for s in op.epilogue if s.kind == "round"}
+    return [hbm[m].dtype for m in dict.fromkeys((op.name,) + op.fused)
+            if m != op.out and m not in later and m in hbm and hbm[m].dtype != "f32"]
+
+
+def _finished(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, acc: View, dst: View, rows: tuple, part,
+              scale: float) -> list[Stmt]:
+    """dst (a tile's output column) = the epilogue of acc (its sums, PSUM or SBUF): scale, bias b[i] and relu on
+    one activation, the relu6 clamp, then the fused chain (eviction_fusion) with each vector's rows of this tile
+    loaded as a column (`rows`: the tile's region of an [M, 1] view). Just the activation when there is none."""
+    line = op.line
+    bias = op.bias or op.residual  # (is_matvec: one of them)
+    if bias is None and not op.relu and op.clamp is None and not op.epilogue and not _narrow(op, hbm):
+        return [ir.Act(dst, acc, "copy", scale=scale, line=line)]
+    n = acc.buf.shape[0]
+    out: list[Stmt] = []
+    cols: dict[str, View] = {}
+    for name in ([bias] if bias else []) + eviction_fusion.columns_of(op):
+        if name in cols:
+            continue
+        v2, st = hbm_view(hbm[name], (dict(op.dims)["K"], 1), fresh(f"{name}_v"), line)
+        col = Buf(fresh(f"{name}_col"), "sbuf", "f32", (n, 1))
+        out += st + [Alloc(col, line=line), Dma(View(col, (part, full(1))), View(v2, rows), line)]
+        cols[name] = View(col, (part, full(1)))
+    def work(dtype: str) -> View:
+        tile = Buf(fresh(f"{op.out}_epi{sum(isinstance(x, Alloc) for x in out)}_{dtype}"), "sbuf", dtype, (n, 1))
+        out.append(Alloc(tile, line=line))
+        return View(tile, dst.idx)
+    # the 16-bit tensors the fusion does not store, in program order: each rounds the value once, after the
+    # activation (and clamp) that computes it, before the chain's steps (which round their own, in order)
+    narrow = _narrow(op, hbm)
+    after = bool(op.epilogue or narrow)
+    pre = dst if dst.buf.dtype == "f32" or not (after or op.clamp is not None) else work("f32")
+    func = "relu" if op.relu or op.post_relu else "copy"
+    out.append(ir.Act(pre, acc, func, cols[bias] if bias else None, scale, line))
+    if op.clamp is not None:
+        out.append(ir.Scalar(pre if after else dst, pre, "minimum", op.clamp, line))
+    for dtype in narrow:
+        rounded = work(dtype)
+        out.append(ir.Copy(rounded, pre, line))
+        pre = rounded
+    if op.epilogue:
+        out += eviction_fusion.chain_stmts(op.epilogue, pre, dst, lambda name: cols[name], work, line)
+    elif narrow:
+        out.append(ir.Copy(dst, pre, line))
+    return out
 
 
 def model_constants() -> dict[str, float]:
@@ -166,17 +222,23 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
         # the next tile's load (on VectorE's, the engine reading it first) does not queue behind it
         col = Buf(fresh(f"{op.out}_col"), "sbuf", odt, (tile, 1))
         part = sl(0, n) if n < tile else full(tile)
+        plain = op.bias is None and op.residual is None and not op.relu and op.clamp is None and not op.epilogue \
+            and not _narrow(op, hbm)
+        total = col if plain else Buf(fresh(f"{op.out}_sum"), "sbuf", "f32", (tile, 1))
         body: list[Stmt] = [
             *([] if w_rows is w_once else [Alloc(w_rows, line=line)]),
             Dma(View(w_rows, (part, full(K))), View(w2, (sl(start, n), full(K))), line),
-            Alloc(prod, line=line), Alloc(col, line=line),
+            Alloc(prod, line=line), Alloc(col, line=line), *([] if plain else [Alloc(total, line=line)]),
             *[ir.Binary(View(prod, (part, sl(c0, m))), View(w_rows, (part, sl(c0, m))),
                         View(acc, (part, sl(0, m))), "multiply", line)
               for (c0, n_c), acc in zip(chunks, v_all) if c0 < split for m in (min(n_c, split - c0),)],
             *([ir.Binary(View(prod, (part, sl(split, g))), View(w_rows, (part, sl(split, g))),
                          View(v_sb, (part, full(g))), "multiply", line, engine="gpsimd")] if g else []),
             ir.Act(View(prod, (part, full(K))), View(prod, (part, full(K))), "copy", scale=op.scale, line=line,
-                   total=View(col, (part, full(1))))]
+                   total=View(total, (part, full(1))))]
+        if not plain:  # the bias, relu and fused chain on the tile's sums
+            body += _finished(op, hbm, fresh, View(total, (part, full(1))), View(col, (part, full(1))),
+                              (sl(start, n), full(1)), part, 1.0)
         body.append(Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line))
         return body
 
@@ -275,9 +337,10 @@ def transposed_rows(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, w2: Buf, x2: 
         body += loop(mv, kt_n, [ir.Matmul(View(acc, (part, full(1))), View(w_t, (full(P), a(mv), part)),
                                           View(v_col, (full(P), sl(a(mv), 1))), line)],
                      note="for k in blocks of 128", line=line)
-        body += [Alloc(col, line=line), ir.Act(View(col, (part, full(1))), View(acc, (part, full(1))), "copy",
-                                                 scale=op.scale, line=line),
-                 Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line)]
+        body += [Alloc(col, line=line)]
+        body += _finished(op, hbm, fresh, View(acc, (part, full(1))), View(col, (part, full(1))),
+                          (sl(start, n), full(1)), part, op.scale)
+        body += [Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line)]
         return body
 
     whole_tiles, rest = divmod(M, tile)

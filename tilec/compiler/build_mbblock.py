@@ -67,8 +67,8 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
     if i + 2 >= len(ops) or not all(isinstance(o, ConvOp) for o in ops[i:i + 3]):
         return "not an expand -> depthwise -> project chain of three convs"
     e, d, p = ops[i:i + 3]
-    if any(o.scale != 1.0 or o.w_relu is not None for o in (e, d, p)):
-        return "a conv of the chain is negated or rectifies its weights"
+    if any(o.scale != 1.0 or o.w_relu is not None or o.epilogue for o in (e, d, p)):
+        return "a conv of the chain is negated, rectifies its weights or has a fused element-wise epilogue"
     if not _plain_1x1(e) or not _plain_1x1(p) or d.w_layout != "dw":
         return "not an expand 1x1 -> depthwise -> project 1x1 chain"
     if d.x != e.out or p.x != d.out or e.out != e.name or d.out != d.name:

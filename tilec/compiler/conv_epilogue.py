@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tilec.compiler import conv_pairs, ir
+from tilec.compiler import conv_pairs, conv_weights, eviction_fusion, ir
 from tilec.compiler.build_util import a, pool_epilogue, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full, whole
 
@@ -20,7 +20,7 @@ def relu_per_band(b: _ConvBuilder) -> bool:
     store, instead of in place after each group's add: ScalarE, in order, then waited for VectorE's add of
     every group before it could evict the next group's accumulator, which left TensorE idle (bf16 ResNet block
     batch 8: 79.03 -> 77.67 us). The store is on ScalarE's trigger stream either way (its producer)."""
-    return bool(b.op.residual and b.op.post_relu and b.pair > 1 and not b.phased
+    return bool(b.op.residual and b.op.post_relu and b.pair > 1 and not b.phased and not b.op.epilogue
                 and not b.halves and b.dst_chip is None and b.o_tiles is None
                 and not relu_on_vector(b))
 
@@ -33,7 +33,7 @@ def relu_on_vector(b: _ConvBuilder) -> bool:
     this relu worse while the residual's loads were on that stream). bf16 ResNet block: batch 1 18.76 ->
     16.5 us, batch 8 74.57 -> 72.3 (with the prologue's changes). 16-bit outputs only: an fp32 max has no
     VectorE performance mode (generated/resnet_block.py, f32 16x16: 26.27 -> 26.32 us with it)."""
-    return bool(b.op.residual and b.op.post_relu and b.pair > 1 and not b.phased
+    return bool(b.op.residual and b.op.post_relu and b.pair > 1 and not b.phased and not b.op.epilogue
                 and DTYPE_BYTES[b.hbm[b.op.out].dtype] == 2
                 and not b.halves and b.dst_chip is None and b.o_tiles is None
                 and b.skip_bands is not None)
@@ -98,14 +98,72 @@ def residual_band(b: _ConvBuilder) -> list[Stmt]:
 
 
 def epilogue_to(b: _ConvBuilder, dst: View, acc: View, kp) -> list[Stmt]:
-    """acc's partitions kp evicted (bias, relu, narrow roundings, pool or residual) into dst."""
+    """acc's partitions kp evicted (bias, relu, narrow roundings, pool or residual) into dst, then the fused
+    element-wise chain of consumer statements (eviction_fusion), if any."""
+    op = b.op
+    if not op.epilogue:
+        return evicted_to(b, dst, acc, kp)
+    b.epi_allocs = []
+    narrow = narrow_intermediates(b)
+    if narrow and not op.residual and not op.pool:  # the chain starts from the last rounded tile
+        func = "relu" if op.relu else "copy"
+        bias = View(b.bias_col, (kp, sl(b.tile_index(b.kv, b.KT), 1))) if op.bias and op.bias_role == "k" else None
+        body, src = evict_rounded(b, acc, func, bias, narrow)
+        tail = chain(b, src, dst, kp, acc)
+        return body + list(b.epi_allocs) + tail
+    if not (op.relu or op.bias or op.residual or op.pool or narrow or op.scale != 1.0):
+        # nothing before the chain: its first instruction is the eviction (`conv * g[k] + b[k]`: one activation)
+        tail = chain(b, acc, dst, kp, acc)
+        return list(b.epi_allocs) + tail
+    pre = dst if dst.buf.dtype == "f32" else View(work_tile(b, acc, "f32"), acc.idx)
+    body = evicted_to(b, pre, acc, kp, res_at=dst) + chain(b, pre, dst, kp, acc)
+    return list(b.epi_allocs) + body
+
+
+def evict_chain(b: _ConvBuilder, dst: View, acc: View, func: str, bias: View | None, kp) -> list[Stmt]:
+    """b.evict into dst followed by the fused element-wise chain (a folded image's copies: conv_fold)."""
+    if not b.op.epilogue:
+        return b.evict(dst, acc, func, bias)
+    b.epi_allocs = []
+    pre = dst if dst.buf.dtype == "f32" else View(work_tile(b, acc, "f32"), acc.idx)
+    body = b.evict(pre, acc, func, bias) + chain(b, pre, dst, kp, acc)
+    return list(b.epi_allocs) + body
+
+
+def work_tile(b: _ConvBuilder, acc: View, dtype: str) -> Buf:
+    """A fresh tile of one eviction's chain (numbered: the same names again at every eviction of the nest)."""
+    tile = Buf(b.fresh(f"{b.op.out}_epi{len(b.epi_allocs)}_{dtype}"), "sbuf", dtype, acc.buf.shape)
+    b.epi_allocs.append(Alloc(tile, line=b.line))
+    return tile
+
+
+def chain(b: _ConvBuilder, src: View, dst: View, kp, acc: View) -> list[Stmt]:
+    """The epilogue's steps from src (the evicted tile) into dst, reading each vector's column at partitions kp
+    (its work tiles' allocations collected in b.epi_allocs)."""
+    line = b.L["epilogue"]
+    return eviction_fusion.chain_stmts(
+        b.op.epilogue, src, dst, lambda name: View(b.epi_cols[name], (kp, sl(b.tile_index(b.kv, b.KT), 1))),
+        lambda dtype: View(work_tile(b, acc, dtype), acc.idx), line)
+
+
+def epilogue_columns(b: _ConvBuilder) -> list[Stmt]:
+    """Every vector the fused chain reads, loaded as columns once before the nest (as the bias)."""
+    out: list[Stmt] = []
+    b.epi_cols = {}
+    for name in eviction_fusion.columns_of(b.op):
+        stmts, b.epi_cols[name] = conv_weights.column(b, name)
+        out += stmts
+    return out
+
+
+def evicted_to(b: _ConvBuilder, dst: View, acc: View, kp, res_at: View | None = None) -> list[Stmt]:
     p, line, op = b.p, b.line, b.op
     func = "relu" if op.relu else "copy"
     bias = View(b.bias_col, (kp, sl(b.tile_index(b.kv, b.KT), 1))) \
         if op.bias and op.bias_role == "k" else None
     narrow = narrow_intermediates(b)
     if op.residual:
-        return add_residual(b, dst, acc, func, bias, narrow)
+        return add_residual(b, dst, acc, func, bias, narrow, res_at)
     if not op.pool and not narrow:
         return b.evict(dst, acc, func, bias)
     assert acc.idx == (kp, full(p.rows), full(p.tile_x)) and acc.buf.shape == (b.PK, p.rows, p.tile_x)
@@ -118,11 +176,12 @@ def epilogue_to(b: _ConvBuilder, dst: View, acc: View, kp) -> list[Stmt]:
 
 
 def add_residual(b: _ConvBuilder, dst: View, acc: View, func: str, bias: View | None,
-                 narrow: list[tuple[str, str]]) -> list[Stmt]:
+                 narrow: list[tuple[str, str]], res_at: View | None = None) -> list[Stmt]:
     """dst = [relu](evicted acc + S): the add reads PSUM directly (VectorE) when nothing comes before it, else
-    the evicted (and rounded) tile; a final relu runs in place on ScalarE."""
+    the evicted (and rounded) tile; a final relu runs in place on ScalarE. S is read at res_at's element (the
+    output band's region, when dst is a work tile of a fused chain)."""
     line = b.L["residual"]
-    res = residual_view(b, dst)
+    res = residual_view(b, res_at or dst)
     out: list[Stmt] = []
     if func == "copy" and bias is None and not narrow and b.op.scale == 1.0:
         src = acc
@@ -171,5 +230,6 @@ def narrow_intermediates(b: _ConvBuilder) -> list[tuple[str, str]]:
     """(name, dtype) of the f16/bf16 tensors this fused op computes but never stores (the conv's own tensor,
     a relu's), in program order: each store rounds to its dtype in the program's meaning."""
     op = b.op
-    chain = [n for n in (op.name,) + tuple(op.fused) if n != op.out]
+    later = {s.operand for s in op.epilogue if s.kind == "round"}  # rounded in the fused chain, in its order
+    chain = [n for n in (op.name,) + tuple(op.fused) if n != op.out and n not in later]
     return [(n, b.hbm[n].dtype) for n in dict.fromkeys(chain) if n in b.hbm and b.hbm[n].dtype != "f32"]

@@ -358,29 +358,34 @@ def w_view(b: _ConvBuilder, idx: tuple) -> View:
 
 
 def bias(b: _ConvBuilder) -> list[Stmt]:
-    op, p, line = b.op, b.p, b.line
-    assert op.bias is not None  # built only for an op with a bias
-    b2, st = hbm_view(b.hbm[op.bias], (b.K, 1), b.fresh(f"{op.bias}_v"), line)
-    col = Buf(b.fresh(f"{op.bias}_col"), "sbuf", "f32", (b.PK, b.KTB))
-    b.bias_col = col
+    assert b.op.bias is not None  # built only for an op with a bias
+    stmts, b.bias_col = column(b, b.op.bias)
+    return stmts
+
+
+def column(b: _ConvBuilder, name: str) -> tuple[list[Stmt], Buf]:
+    """A vector v[k] as fp32 columns, one per out-channel tile, on the partitions of the eviction's out channels
+    (a bias, or an operand of a fused epilogue: conv_epilogue.epilogue_columns)."""
+    p, line = b.p, b.line
+    b2, st = hbm_view(b.hbm[name], (b.K, 1), b.fresh(f"{name}_v"), line)
+    col = Buf(b.fresh(f"{name}_col"), "sbuf", "f32", (b.PK, b.KTB))
     if b.halves:  # b[k] on partitions 2k and 2k + 1: b twice side by side, moved to the partitions in order
-        pairs = Buf(b.fresh(f"{op.bias}_twice"), "sbuf", "f32", (b.K, 2))
+        pairs = Buf(b.fresh(f"{name}_twice"), "sbuf", "f32", (b.K, 2))
         return st + [Alloc(pairs, line=line), Alloc(col, line=line)] + \
             [Dma(View(pairs, (full(b.K), sl(h, 1))), whole(b2), line) for h in range(2)] + \
-            [Dma(whole(col), whole(pairs), line)]
+            [Dma(whole(col), whole(pairs), line)], col
     if b.pair > 1:  # one copy per row phase (the output band's partition halves)
         return st + [Alloc(col, line=line)] + [Dma(View(col, (sl(h * b.K, b.K), full(1))), whole(b2), line)
-                                               for h in range(2)]
+                                               for h in range(2)], col
 
     def body(kv: str | None, ks: int) -> list[Stmt]:
         if b.dup > 1:  # a folded image's producer: b on each copy's partitions
             return [Dma(View(col, (sl(j * b.K, b.K), full(1))), whole(b2), line) for j in range(b.dup)]
         return [Dma(View(col, (b.part(ks, p.tile_k), sl(b.tile_index(kv, b.KT), 1))),
                     View(b2, (sl(b.k_start(kv), ks), full(1))), line)]
-    b.bias_col = col
     note = f"{b.T['k']} (tiles of {b.cn['k']})"
     return st + [Alloc(col, line=line)] + prep_notes(b.over_k(b.var["kb"], body, note, line),
-                                                     f"load {op.bias} as columns")
+                                                     f"load {name} as columns"), col
 
 
 def bias_row(b: _ConvBuilder) -> list[Stmt]:

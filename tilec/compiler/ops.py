@@ -40,6 +40,19 @@ class PoolSpec:
 
 
 @dataclass(frozen=True)
+class EpiStep:
+    """One element-wise step of a contraction's fused epilogue (eviction_fusion.py), applied to the value v after
+    the eviction (and its bias, relu, residual): kind "func": v = op(v), an activation of the function table;
+    "alu": v = v op operand (reverse: operand op v), the operand a constant, ("col", b) a per-output-channel
+    vector read b[k], or ("tensor", S) a tensor read at the output's element; "round": v rounded to dtype `op` (a
+    narrow intermediate the fusion does not store)."""
+    kind: str
+    op: str
+    operand: "float | tuple[str, str] | str | None" = None  # (round: the tensor name)
+    reverse: bool = False
+
+
+@dataclass(frozen=True)
 class Window:
     """A pool whose windows overlap, leave gaps or reach into padding (rules_pool.py): output element o of a pooled
     axis reads input o*stride + tap + offset, tap < window; reads outside the input are the reduction's identity
@@ -85,6 +98,7 @@ class ConvOp:
     # applied in place to the stationary tiles after each load; None: none
     w_relu: float | None = None
     scale: float = 1.0  # -1: a negated product (`A * (-B)`, `-(A * B)`), applied on the eviction before the bias
+    epilogue: tuple[EpiStep, ...] = ()  # element-wise steps of consumer statements after all the above
 
     def dim(self, d: str) -> int:
         return dict(self.dims)[d]

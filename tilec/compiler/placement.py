@@ -13,6 +13,7 @@ from tilec.compiler import conv_chain
 from tilec.compiler.build_conv import is_convolution
 from tilec.compiler.build_rowchain import reads_of
 from tilec.compiler.ir import DTYPE_BYTES
+from tilec.compiler import eviction_fusion
 from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.schedule import PMAX, ConvPlan  # an intermediate's channels spread over partitions (PMAX)
 from tilec.errors import Span
@@ -85,6 +86,8 @@ def hbm_reason(ops: tuple, name: str, dtype: str, budget: int, unfused: tuple[st
     if isinstance(producer, ConvOp) and any(isinstance(op, PoolOp) and op.window is not None for op in users):
         return (f"written{by}{to}: the pool's windows overlap, leave gaps or reach into padding, so it is not "
                 f"fused into the conv's eviction (only windows that tile the conv's rows are) and reads {name} back")
+    if isinstance(producer, ConvOp) and users and not any(isinstance(op, ConvOp) for op in users):
+        return f"written{by}{to}: " + eviction_fusion.unfused_reason(name, len(users), producer.w_layout == "dw")
     return f"written{by}{to}: each is built as its own loop nest that loads its operands from HBM"
 
 

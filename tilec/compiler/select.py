@@ -36,6 +36,7 @@ from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceO
 from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
 from tilec.compiler.select_permute import plan
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
+from tilec.compiler import eviction_fusion
 from tilec.compiler.select_conv import (fold_operand_relu, fuse_epilogues, grouped_conv, select_conv, split_sign,
                                          ungroup, ungroup_single)
 from tilec.compiler.select_pool import fuse_pool_divide, select_pool
@@ -286,10 +287,11 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             w_fn = "relu" if op.w_relu is None or math.isinf(op.w_relu) else f"min(relu, {op.w_relu:g})"
             epi = ([f"stationary {w_fn} after load"] if op.w_relu is not None else []) + \
                 ["negated" if op.scale == -1.0 else f"scaled by {op.scale:g}" if op.scale != 1.0 else ""] + \
-                ["relu" if op.relu else ""] + \
+                ["relu" if op.relu else ""] + ([f"min(., {op.clamp:g})"] if op.clamp is not None else []) + \
                 ([f"+ {op.residual}"] if op.residual else []) + \
                 (["relu"] if op.post_relu else []) + ([f"pool {op.pool.op} {op.pool.wy}x{op.pool.wx} "
-                                                   f"scale {op.pool.scale:g}"] if op.pool else [])
+                                                   f"scale {op.pool.scale:g}"] if op.pool else []) + \
+                ([f"then {eviction_fusion.describe(op)}"] if op.epilogue else [])  # (eviction_fusion.py)
             lines.append("  epilogue " + (", ".join(e for e in epi if e) or "-") +
                          (f"  (fused {', '.join(op.fused)})" if op.fused else ""))
         elif isinstance(op, PoolOp):

@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 from typing import cast
 
+from tilec.compiler import eviction_fusion
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors, strip_relu
 from tilec.compiler.lower import Comp, affine_index, size_value
 from tilec.compiler.schedule import PMAX
@@ -514,9 +515,12 @@ def fuse_epilogues(op: ConvOp, comps, i: int, program, consumed: set[int]) -> Co
         if not foldable or not readers or readers[0] is not nxt or (len(readers) > 1 and not in_place):
             break
         fused = None
-        if len(reads(nxt)) == 1:
+        if op.epilogue:  # after an element-wise chain, only more of it (eviction_fusion)
+            pass
+        elif len(reads(nxt)) == 1:
             fused = _try_relu(op, nxt, current, program) or _try_pool(op, nxt, current, program)
-        elif len(reads(nxt)) == 2 and not in_place:
+        fused = fused or eviction_fusion.try_chain(op, nxt, current, program)  # (a vector b[k]: a column)
+        if fused is None and len(reads(nxt)) == 2 and not in_place and not op.epilogue:
             fused = _try_residual(op, nxt, current, program)
         if fused is None and in_place and program.tensors[current].kind != "temp":
             raise _in_place_error(nxt)
@@ -573,9 +577,11 @@ def _in_place_error(c: Comp) -> TilecError:
     elem = f"{c.target}[{', '.join(c.out_vars)}]"
     return TilecError(
         f"the compiler cannot map `{c.target}`: after a matmul or convolution writes the kernel output "
-        f"{c.target}, the only statement that may update it in place is `{elem} = relu({elem})` (the same "
-        "element), which runs on the PSUM eviction", c.span,
-        f"write any other epilogue into a new tensor, e.g. `Y[{', '.join(c.out_vars)}] = f({elem})`, and return Y")
+        f"{c.target}, a statement may update it in place only as an element-wise chain of the same element "
+        f"(`{elem} = f({elem})`: activations, + - * / max min with constants, a vector along the output "
+        "channels or one tensor read at the same element), which runs on the PSUM eviction", c.span,
+        f"compute the contraction into a temporary (`T[{', '.join(c.out_vars)}] += ...`), then write "
+        f"`{elem} = f(T[{', '.join(c.out_vars)}])` as its own statement")
 
 
 def _try_relu(op: ConvOp, c: Comp, src: str, program) -> ConvOp | None:
