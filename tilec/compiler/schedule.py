@@ -244,7 +244,9 @@ def conv_channel_tile(channels: int) -> int:
 
 def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     wy, wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
-    tile_k, tile_c = conv_channel_tile(op.dim("K")), conv_channel_tile(op.dim("C"))
+    # out-channel tiles by conv_channel_tile (fewest moving passes); contraction tiles keep ragged_tile (a batched
+    # matmul's band plans, conv_batched.lead_tile, are built for its even splits: K = 320 in 4 x 80)
+    tile_k, tile_c = conv_channel_tile(op.dim("K")), ragged_tile(op.dim("C"))
     kg = op.dim("K") // op.groups
     if op.groups > 1 and tile_k % kg:  # a grouped conv's out-channel tile holds whole groups (block diagonal)
         tile_k = PMAX // kg * kg
