@@ -235,9 +235,18 @@ def ragged_tile(channels: int) -> int:
     return PMAX if channels > PMAX and tile < 32 else tile
 
 
+def conv_channel_tile(channels: int) -> int:
+    """Channels per conv tile: ragged_tile's, or 128 plus a remainder tile when that takes fewer tiles (K = 129:
+    2 tiles of 128 + 1, not 3 of 43; each tile is one more moving pass per tap, so fewer tiles, fewer columns)."""
+    tile = ragged_tile(channels)
+    return PMAX if -(-channels // PMAX) < -(-channels // tile) else tile
+
+
 def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     wy, wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
-    tile_k, tile_c = ragged_tile(op.dim("K")), ragged_tile(op.dim("C"))
+    # out-channel tiles by conv_channel_tile (fewest moving passes); contraction tiles keep ragged_tile (a batched
+    # matmul's band plans, conv_batched.lead_tile, are built for its even splits: K = 320 in 4 x 80)
+    tile_k, tile_c = conv_channel_tile(op.dim("K")), ragged_tile(op.dim("C"))
     kg = op.dim("K") // op.groups
     if op.groups > 1 and tile_k % kg:  # a grouped conv's out-channel tile holds whole groups (block diagonal)
         tile_k = PMAX // kg * kg
