@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import const_value
 from tilec.compiler.lower import uses_names
-from tilec.compiler.rewrite import resolved
+from tilec.compiler.rewrite import leaves, perfect_nest, resolved
 from tilec.lang import syntax as sx
 
 
@@ -170,14 +170,7 @@ def _conv_layout(top: sx.Stmt, strip_activation, accesses, product_factors):
     """(the conv statement, its weights' read, the weights' new order or None, the input's read, its new order or
     None, the output's new order or None) when a statement of this top-level nest is a conv with a tensor to
     permute; else None. An order lists, for each new dimension, the old dimension it is."""
-    def walk(st: sx.Stmt, loops: tuple[str, ...]):
-        if isinstance(st, sx.Loop):
-            for c in st.body:
-                yield from walk(c, loops + (st.var,))
-        else:
-            yield st, loops
-
-    for st, loops in walk(top, ()):
+    for st, loops in leaves(top):
         if not isinstance(st, sx.Assign) or st.op != "+=":
             continue
         out = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
@@ -241,14 +234,7 @@ def _batch_after_rows(top: sx.Stmt, strip_activation, accesses, product_factors)
     (the statement, None, None, None, None, the output's order with the batch first), as _conv_layout answers, when
     both reads are indexed by plain loop variables and begin with the same batch indices (the output variables
     both read), and the output does not; else None. The matmul then writes C_c[b, i, j] and a permute stores C."""
-    def walk(st: sx.Stmt, loops: tuple[str, ...]):
-        if isinstance(st, sx.Loop):
-            for c in st.body:
-                yield from walk(c, loops + (st.var,))
-        else:
-            yield st, loops
-
-    for st, loops in walk(top, ()):
+    for st, loops in leaves(top):
         if not isinstance(st, sx.Assign) or st.op != "+=":
             continue
         out = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
@@ -298,11 +284,7 @@ def split_modulo_reads(program):
     decls: list[sx.Decl] = []
     body: list[sx.Stmt] = []
     for top in kernel.body:
-        loops: list[sx.Loop] = []
-        st: sx.Stmt = top
-        while isinstance(st, sx.Loop) and len(st.body) == 1 and isinstance(st.start, sx.Num) and st.start.value == 0:
-            loops.append(st)
-            st = st.body[0]
+        loops, st = perfect_nest(top)
         out = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)] if isinstance(st, sx.Assign) else []
         if not isinstance(st, sx.Assign) or st.op != "=" or len(out) != len(st.target.indices) \
                 or sorted(out) != sorted(lp.var for lp in loops):

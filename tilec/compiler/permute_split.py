@@ -17,7 +17,7 @@ from dataclasses import replace
 from tilec.compiler.exprs import accesses
 from tilec.compiler.lower import affine_index, size_value, uses_names
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import hoisted, nested, rechecked, resolved, substituted, taken_names
+from tilec.compiler.rewrite import hoisted, nested, perfect_nest, rechecked, resolved, substituted, taken_names
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -168,11 +168,7 @@ def split_reshape_copies(program):
     out: list[sx.Stmt] = []
     changed = False
     for top in kernel.body:
-        loops: list[sx.Loop] = []
-        st: sx.Stmt = top
-        while isinstance(st, sx.Loop) and len(st.body) == 1 and isinstance(st.start, sx.Num) and st.start.value == 0:
-            loops.append(st)
-            st = st.body[0]
+        loops, st = perfect_nest(top)
         found = None
         if loops and isinstance(st, sx.Assign) and st.op == "=" and isinstance(st.value, sx.Access) \
                 and st.value.fill is None:

@@ -60,6 +60,25 @@ def substituted(e: sx.Expr, new: dict[int, sx.Expr]) -> sx.Expr:
     return e
 
 
+def perfect_nest(top: sx.Stmt) -> tuple[list[sx.Loop], sx.Stmt]:
+    """The loops of a perfect nest starting at 0 around one statement (outermost first), and that statement."""
+    loops: list[sx.Loop] = []
+    st = top
+    while isinstance(st, sx.Loop) and len(st.body) == 1 and isinstance(st.start, sx.Num) and st.start.value == 0:
+        loops.append(st)
+        st = st.body[0]
+    return loops, st
+
+
+def leaves(top: sx.Stmt, loops: tuple[str, ...] = ()):
+    """Every statement below `top` that is not a loop, with the names of the loops around it."""
+    if isinstance(top, sx.Loop):
+        for c in top.body:
+            yield from leaves(c, loops + (top.var,))
+    else:
+        yield top, loops
+
+
 def nested(st: sx.Stmt, loops: list[sx.Loop] | tuple[sx.Loop, ...]) -> sx.Stmt:
     """`st` inside `loops` (outermost first), each running as the program's loop of that name runs."""
     for lp in reversed(loops):
