@@ -21,8 +21,6 @@ ROOT = HERE.parents[1]
 FILES = sorted((HERE / "regressions").glob("*.tl"))
 OPEN = {  # reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
     "audit15_column_reduce_bcast.tl": "a column reduction reading a broadcast row is refused (audit15)",
-    "l42-prime-global-max-psum-bank.tl": "a prime-length global max broadcasts its row into a PSUM tile over one "
-                                         "bank (IR verifier; core17's one-iteration-loop read, lead15)",
 }
 TUNE = ("18_", "30_", "m13", "m14", "l41")
 

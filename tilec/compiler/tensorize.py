@@ -235,6 +235,10 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
             return [ir.Act(dst, src, "copy", line=s.line)]
         return [ir.Copy(dst, src, s.line)]
     if m.instr.name == "nc_matmul" and dict(m.roles).get("m") == ("ones",) and isinstance(s.expr, Load):
+        if dst.shape()[0] == 1:  # a row "broadcast" to one partition is the row itself: a copy, no PSUM tile
+            src = e.view(s.expr.access)
+            hbm = "hbm" in (e.memory(s.dst.buf), e.memory(s.expr.access.buf))
+            return [ir.Dma(dst, src, s.line) if hbm else ir.Copy(dst, src, s.line)]
         return _partition_broadcast(s, dst, e)
     if m.instr.name == "nc_transpose" and isinstance(s.expr, Load):
         return _transpose(s, dst, e, psum)
