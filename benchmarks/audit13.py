@@ -26,12 +26,6 @@ from tilec.target import target as get_target  # noqa: E402
 FOLDER = ROOT / "tests" / "programs" / "audit13"
 
 
-def describe(path: pathlib.Path) -> str:
-    """The program's first comment line: what it is."""
-    first = path.read_text().splitlines()[0]
-    return first.lstrip("# ").strip() if first.startswith("#") else path.stem
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("programs", nargs="*", help="file stems of tests/programs/audit13/ (default: all)")
@@ -52,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="tilec-audit13-") as tmp:
             for path in chosen:
-                family = families.Family(path.name, describe(path)[:48], {})
+                family = families.Family(path.name, families.describe(path)[:48], {})
                 for batch in args.batch or [1, 8]:
                     row = families.measure(family, batch, False, args.dtype, tgt, pathlib.Path(tmp))
                     if row is not None:

@@ -24,8 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from families import Family, Row, engines_us, floor_us, model_us, table  # noqa: E402
-from tilec.lang import api as lang  # noqa: E402
+from families import Family, Row, describe, row_at, table  # noqa: E402
 from tilec.target import target as get_target  # noqa: E402
 
 FOLDER = ROOT / "tests" / "programs" / "audit15"
@@ -44,20 +43,9 @@ TINY: dict[str, dict[str, int]] = {
 }
 
 
-def describe(path: pathlib.Path) -> str:
-    """The program's first comment line: what it is."""
-    first = path.read_text().splitlines()[0]
-    return first.lstrip("# ").strip() if first.startswith("#") else path.stem
-
-
 def measure(path: pathlib.Path, tiny: bool, tgt) -> Row:
-    sizes = TINY[path.stem] if tiny else {}
-    program = Family(path.name, describe(path)[:56], TINY[path.stem])
-    loaded = lang.load(path, sizes)
-    floor, bound = floor_us(loaded, tgt)
-    latency, startup = model_us(path, sizes, tgt)
-    return Row(program, 1, loaded.sizes, floor, bound, engines_us=max(floor, engines_us(loaded, tgt)), tilec=latency,
-               startup_us=startup)
+    family = Family(path.name, describe(path)[:56], TINY[path.stem])
+    return row_at(family, 1, path, TINY[path.stem] if tiny else {}, tgt)
 
 
 def main(argv: list[str] | None = None) -> int:

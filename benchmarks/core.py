@@ -24,8 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from families import Family, Row, engines_us, floor_us, model_us, table  # noqa: E402
-from tilec.lang import api as lang  # noqa: E402
+from families import Family, Row, row_at, table  # noqa: E402
 from tilec.target import target as get_target  # noqa: E402
 
 FOLDER = ROOT / "benchmarks" / "core"
@@ -64,13 +63,7 @@ PROGRAMS: tuple[tuple[Family, dict[str, int]], ...] = _rows() + (  # (program, s
 
 
 def measure(program: Family, sizes: dict[str, int], tiny: bool, tgt) -> Row:
-    path = FOLDER / program.program
-    sizes = dict(program.tiny) if tiny else sizes
-    loaded = lang.load(path, sizes)
-    floor, bound = floor_us(loaded, tgt)
-    latency, startup = model_us(path, sizes, tgt)
-    return Row(program, 1, loaded.sizes, floor, bound, engines_us=max(floor, engines_us(loaded, tgt)), tilec=latency,
-               startup_us=startup)
+    return row_at(program, 1, FOLDER / program.program, dict(program.tiny) if tiny else sizes, tgt)
 
 
 def main(argv: list[str] | None = None) -> int:

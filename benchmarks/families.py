@@ -308,12 +308,25 @@ def measure(family: Family, batch: int, tiny: bool, dtype: str, tgt: Target, fol
     sizes = dict(family.tiny) if tiny else {}
     if "N" in program.facts.symbols:
         sizes["N"] = batch
+    return row_at(family, batch, path, sizes, tgt, one_pass=True)
+
+
+def row_at(family: Family, batch: int, path: pathlib.Path, sizes: dict[str, int], tgt: Target,
+           one_pass: bool = False) -> Row:
+    """The program at `path` with `sizes`: its floor, engines bound and model latency (core.py and the audit
+    benchmarks build their rows here too); one_pass adds the one-pass engines bound ("vs eng1")."""
     program = lang.load(path, sizes)
     floor, bound = floor_us(program, tgt)
-    engines = max(floor, engines_us(program, tgt))
+    engines1 = max(floor, engines_us(program, tgt, passes=1)) if one_pass else None
     latency, startup = model_us(path, sizes, tgt)
-    return Row(family, batch, program.sizes, floor, bound, engines_us=engines, tilec=latency, startup_us=startup,
-               engines1_us=max(floor, engines_us(program, tgt, passes=1)))
+    return Row(family, batch, program.sizes, floor, bound, engines_us=max(floor, engines_us(program, tgt)),
+               tilec=latency, startup_us=startup, engines1_us=engines1)
+
+
+def describe(path: pathlib.Path) -> str:
+    """A program's first comment line: what it is (its file stem without one)."""
+    first = path.read_text().splitlines()[0]
+    return first.lstrip("# ").strip() if first.startswith("#") else path.stem
 
 
 def table(rows: list[Row]) -> str:
