@@ -19,18 +19,15 @@ import math
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.ir import Aff, Term
-from tilec.compiler.nest import Kernel
+from tilec.compiler.nest import Access, Assign, Loop
 from tilec.target import Target
 
 STEP_BYTES = 48 * 1024  # SBUF per partition of one step's load and result tiles (two steps in flight fit easily)
 MIN_RUN_BYTES = 512  # per partition: shorter loads (few, short rows) leave the HBM -> HBM DMA as good
 
 
-def strided_rows(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list] | None:
-    from tilec.compiler.rules_transpose import _one_copy
-    found = _one_copy(k)
-    if found is None:
-        return None
+def strided_rows(found: tuple[list[Loop], Assign, Access], hbm: dict, fresh, target: Target) -> tuple[list, list] | None:
+    """`found`: the nest's one copy, as rules_transpose._one_copy finds it (its loops, statement and read)."""
     chain, stmt, src = found
     loops = [lp.var for lp in chain]
     D = len(loops)

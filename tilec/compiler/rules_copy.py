@@ -408,12 +408,12 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     from tilec.compiler.build_util import a, hbm_view, loop, sl, term
     from tilec.compiler.copy_strided import strided_rows  # a strided slice of the rows (core17)
     from tilec.compiler.rules import _one_copy  # (rules imports this module)
-    strided = strided_rows(k, hbm, fresh, target)
-    if strided is not None:
-        return strided
     found = _one_copy(k)
     if found is None:
         return None
+    strided = strided_rows(found, hbm, fresh, target)
+    if strided is not None:
+        return strided
     chain, stmt, src = found
     loops = [lp.var for lp in chain]
     r = len(loops)
