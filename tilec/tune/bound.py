@@ -46,15 +46,20 @@ def startup_us(target: str) -> float:
     return max(0.0, one - each)
 
 
+def x_tile(op, named: dict) -> int:
+    """The columns per matmul of a conv-like op at a point: its `tile x` knob, or, with no directive (a matrix-vector
+    product's default), the whole output row up to one matmul's moving size."""
+    return named[f"tile {op.ref('x')}"] or min(op.dims["Wo"], invariant("moving_fmax"))
+
+
 def conv_bound(op, dtype: str, target: str) -> Bound:
     """TensorE busy time of the matmuls of a conv-like op (see the module docstring), from its knob values."""
     d = op.dims
 
     def bound(named: dict) -> float:
-        tk, tc, tx = (named[f"tile {op.ref(r)}"] for r in "kcx")
+        tk, tc, tx = named[f"tile {op.ref('k')}"], named[f"tile {op.ref('c')}"], x_tile(op, named)
         pmax = invariant("pmax")  # None: the ragged default (128-channel tiles and a remainder tile)
         tk, tc = tk or min(d["K"], pmax), tc or min(d["C"], pmax)
-        tx = tx or min(d["Wo"], invariant("moving_fmax"))  # None: no directive (a matvec), the whole row per matmul
         rows = named.get(f"tile {op.ref('y')}", 1)
         count = d.get("N", 1) * -(-d["K"] // tk) * -(-d["C"] // tc) * d.get("R", 1) * d.get("S", 1) \
             * (d["Ho"] // rows) * (d["Wo"] // tx)

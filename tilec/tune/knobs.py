@@ -29,7 +29,7 @@ from typing import Any
 
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.errors import InternalError, TilecError
-from tilec.tune.bound import Bound, conv_bound, total_bound
+from tilec.tune.bound import Bound, conv_bound, total_bound, x_tile
 from tilec.tune.evaluate import Job, compile_job
 from tilec.tune.experts import expert_points
 from tilec.compiler.schedule import REDUCE_FREE, eltwise_plan, plan_directives, sbuf_budget, tile_size
@@ -205,7 +205,7 @@ def conv_check(op: OpView, moving: str | None, dtype: str, t: Target) -> Check:
     wy = (op.pool or (1, 1))[0]
 
     def check(named: dict) -> str | None:
-        tx = named[f"tile {op.ref('x')}"] or 1  # None: no directive (a matvec's default), the compiler's own tile
+        tx = x_tile(op, named)
         has_y = "y" in op.vars  # a matmul has no row role (and its column loop may be *named* y: C.y is x)
         rows = named.get(f"tile {op.ref('y')}", 1) if has_y else 1
         band = named.get(f"split {op.ref('y')}", rows) if has_y else rows
