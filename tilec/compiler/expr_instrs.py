@@ -252,11 +252,19 @@ class ExprCompiler:
     def scalar(self, x: sx.Expr, op: str, value: float, dst, override: str | None = None):
         pre, v = self.value(x, None)
         out, d = self.target(dst)
+        joined = self.joined(pre, v, [], out, d, override or op, value)  # `min(max(x, lo), hi)`
+        return joined or (pre + out + [Scalar(d, v, override or op, value, self.line)], d)
+
+    def joined(self, pre: list[Stmt], v: View, between: list[Stmt], out: list[Stmt], d: View, op: str,
+               value: "float | View") -> tuple[list[Stmt], View] | None:
+        """`op value` applied to v as the second operator of the tensor_scalar that just computed v, written into d
+        (one VectorE pass; v's temporary is gone), when that instruction is this statement's (its `# tl:N` tag stays
+        true); `between` (an operand's column) comes before it. None when it cannot join."""
         first = _one_op_scalar_into(pre, v)
-        if first is not None and first.line == self.line:  # one statement's (its `# tl:N` tag stays true)  # `min(max(x, lo), hi)`: tensor_scalar's second operator, one VectorE pass
-            self.done = {k: w for k, w in self.done.items() if w != v}  # the temporary is gone
-            return pre[:-2] + out + [dataclasses.replace(first, dst=d, op1=override or op, value1=value)], d
-        return pre + out + [Scalar(d, v, override or op, value, self.line)], d
+        if first is None or first.line != self.line:
+            return None
+        self.done = {k: w for k, w in self.done.items() if w != v}
+        return pre[:-2] + between + out + [dataclasses.replace(first, dst=d, op1=op, value1=value)], d
 
     def binary(self, x: sx.Expr, y: sx.Expr, op: str, dst):
         p1, v1 = self.value(x, None)
@@ -266,11 +274,8 @@ class ExprCompiler:
             return p1 + p2 + out + [Binary(d, v1, v2, op, self.line)], d
         if self.is_column(y):  # a per-partition scalar: tensor_scalar with a (P, 1) operand
             p2, v2 = self.fp32_column(p2, v2)
-            first = _one_op_scalar_into(p1, v1)
-            if first is not None and first.line == self.line:  # `(X - mu[i]) * g[i]`: op1, one VectorE pass
-                self.done = {k: w for k, w in self.done.items() if w != v1}
-                return p1[:-2] + p2 + out + [dataclasses.replace(first, dst=d, op1=op, value1=v2)], d
-            return p1 + p2 + out + [Scalar(d, v1, op, v2, self.line)], d
+            joined = self.joined(p1, v1, p2, out, d, op, v2)  # `(X - mu[i]) * g[i]`
+            return joined or (p1 + p2 + out + [Scalar(d, v1, op, v2, self.line)], d)
         p1, v1 = self.fp32_column(p1, v1)
         return p1 + p2 + out + [Scalar(d, v2, op, v1, self.line, reverse=op in ("subtract", "divide"))], d
 
