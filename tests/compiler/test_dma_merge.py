@@ -5,6 +5,8 @@ in both NKI dialects, on the model (the kernel's latency no longer depends on th
 write interleaved rows of one tensor), and on IR loops that must stay loops."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -40,6 +42,7 @@ def test_padded_copy_one_dma_per_side_matches_numpy(nki: str, dtype: str) -> Non
     assert all(v.blocks == ((1, 2, 28),) for d in blocked for v in (d.dst, d.src) if v.buf.memory == "hbm")
     assert not any(isinstance(s, Loop) and any(isinstance(b, Dma) for b in s.body)
                    for s in ir.walk(c.result.kernel.body))
+    assert "ROWS" not in c.source  # the block loops' row count, named in their slices, is read nowhere now
 
 
 def test_latency_does_not_depend_on_the_hbm_ordering_rule() -> None:
@@ -83,3 +86,14 @@ def test_verifier_refuses_blocks_on_chip() -> None:
     k = ir.Kernel("k", (HBM,), (), (ir.Alloc(TILE), bad))
     with pytest.raises(InternalError, match="blocked"):
         verify(k, "merge")
+
+
+def test_blocks_with_gaps_between_stay_apart() -> None:
+    """Rows 0-27 of image b per iteration: the iterations' HBM ranges leave rows 28-57 of each image between them
+    (other stores' rows); one DMA over the bounding range would overlap those stores' ranges."""
+    hbm, tile = Buf("Z", "hbm", "f32", (4, 58, 58)), Buf("U", "sbuf", "f32", (112, 58))
+    gaps = Dma(View(hbm, (Aff((Term("b"),)), Sl(Aff(), 28), full(58))), View(tile, (Sl(Aff((Term("b", 28),)), 28),
+                                                                              full(58))))
+    assert merged(Loop("b", 4, (gaps,))) is None
+    joined = replace(gaps, dst=View(hbm, (Aff((), 0), Sl(Aff((Term("b", 28),)), 28), full(58))))
+    assert merged(Loop("b", 2, (joined,))) is not None  # rows 0-27 then 28-55 of one image: one range

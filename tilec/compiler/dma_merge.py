@@ -16,20 +16,27 @@ cost instead of several (nki-spec §2.5: ~1.3 us semaphore-to-start and ~600 ns 
 
 A loop qualifies when its body is one DMA between SBUF and HBM whose on-chip side steps its partition slice by its own
 size each iteration (blocks side by side, from a constant start) and whose HBM side uses the loop variable in one
-index, once, with a positive step; the merged partition range must start where an access of its size may (nki-spec
-§1.6: 0 for more than 64 partitions, 0 or 64 for more than 32, a multiple of 32 else).
+index, once, with a positive step, each iteration's elements starting no later than just past the previous one's
+(their ranges join: the merged DMA spans no HBM bytes the loop's DMAs did not span between them); the merged partition
+range must start where an access of its size may (nki-spec §1.6: 0 for more than 64 partitions, 0 or 64 for more
+than 32, a multiple of 32 else).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
+from tilec.compiler.build_util import used_consts
 from tilec.compiler.ir import Aff, Block, Dma, Kernel, Loop, Sl, Stmt, View
 
 PMAX = 128
 
 
 def merge_block_dmas(k: Kernel) -> Kernel:
-    return replace(k, body=_merge(k.body))
+    body = _merge(k.body)
+    if body == k.body:
+        return k
+    # a merged loop's constants (its slices' named sizes, e.g. ROWS) may be read nowhere now: the kernel drops them
+    return replace(k, body=body, consts=tuple(used_consts(list(body), list(k.consts))))
 
 
 def _merge(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
@@ -56,13 +63,15 @@ def merged(loop: Loop) -> Dma | None:
         return None
     parts = _partitions(chip, loop)
     axis = _blocked_axis(hbm, loop.var)
-    if parts is None or axis is None:
+    if parts is None or axis is None or not _touching(hbm, *axis):
         return None
     dim, step = axis
     i = hbm.idx[dim]
     start = i.start if isinstance(i, Sl) else i
     rest = Aff(tuple(t for t in start.terms if t.var != loop.var), start.const)
     idx = hbm.idx[:dim] + ((replace(i, start=rest) if isinstance(i, Sl) else rest),) + hbm.idx[dim + 1:]
+    # an access pattern prints its counts as numbers: the slices' named sizes are read nowhere
+    idx = tuple(replace(x, name="") if isinstance(x, Sl) else x for x in idx)
     new_hbm = View(hbm.buf, idx, hbm.perm, ((dim, loop.extent, step),))
     new_chip = View(chip.buf, (parts,) + chip.idx[1:])
     return Dma(new_hbm, new_chip, dma.line) if to_hbm else Dma(new_chip, new_hbm, dma.line)
@@ -96,6 +105,18 @@ def _blocked_axis(hbm: View, var: str) -> tuple[int, int] | None:
     if len(terms) != 1 or terms[0].coef <= 0:
         return None
     return uses[0], terms[0].coef
+
+
+def _touching(hbm: View, dim: int, step: int) -> bool:
+    """Whether each iteration's HBM elements start no later than just past the previous iteration's last one, so the
+    iterations' byte ranges join into the merged DMA's range. Stores of disjoint ranges with gaps between them (the
+    depthwise kernel's (block, channel) stores, whose gaps other stores fill) stay apart: one DMA over their bounding
+    range would overlap the others' ranges, which the model orders (tilec/perf/deps.py)."""
+    strides = [1] * len(hbm.buf.shape)
+    for d in range(len(strides) - 2, -1, -1):
+        strides[d] = strides[d + 1] * hbm.buf.shape[d + 1]
+    extent = sum((i.size - 1) * i.step * st for i, st in zip(hbm.idx, strides) if isinstance(i, Sl))
+    return step * strides[dim] <= extent + 1
 
 
 def _vars(i: Aff | Sl) -> tuple[str, ...]:
