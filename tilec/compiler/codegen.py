@@ -316,26 +316,31 @@ class _ViewModel:
         if not v.perm and v.buf.memory == "hbm" and any(isinstance(i, Sl) and i.step < 0 and i.size > 1
                                                         for i in v.idx):
             return self.gathered_rows(v, pre)
-        if not v.perm:
+        if not v.perm and not v.blocks:
             return self.view(v)
         slices = [i for i in v.idx if isinstance(i, Sl)]
-        grid = [self.names(f"i{a}", "grid") for a in range(len(v.perm))]
-        pre.append(f"{', '.join(grid)} = nl.mgrid[{', '.join(f'0:{slices[q].size}' for q in v.perm)}]")
-        axis_of = {q: a for a, q in enumerate(v.perm)}  # slice q of the region is walked by grid axis axis_of[q]
+        perm = v.perm or tuple(range(len(slices)))
+        nb = len(v.blocks)  # ir.View.blocks: leading grid axes, each shifting its buffer axis by its step
+        grid = [self.names(f"i{a}", "grid") for a in range(nb + len(perm))]
+        sizes = [count for _, count, _ in v.blocks] + [slices[q].size for q in perm]
+        pre.append(f"{', '.join(grid)} = nl.mgrid[{', '.join(f'0:{n}' for n in sizes)}]")
+        axis_of = {q: nb + a for a, q in enumerate(perm)}  # slice q of the region is walked by grid axis axis_of[q]
         idx, q = [], 0
-        for i in v.idx:
+        for dim, i in enumerate(v.idx):
+            shifts = [f"{step} * {grid[b]}" if step != 1 else grid[b]
+                      for b, (axis, _, step) in enumerate(v.blocks) if axis == dim]
             if isinstance(i, Aff):
-                idx.append(self.aff(i))
+                idx.append(" + ".join(([self.aff(i)] if i.terms or i.const else []) + shifts) or "0")
                 continue
             g = grid[axis_of[q]]
             walk = g if i.step == 1 else f"{i.step} * {g}"
-            idx.append(walk if not i.start.terms and i.start.const == 0 else f"{self.aff(i.start)} + {walk}")
+            idx.append(" + ".join(([self.aff(i.start)] if i.start.terms or i.start.const else []) + [walk] + shifts))
             q += 1
         return f"{self.names(v.buf.name)}[{', '.join(idx)}]"
 
     def view(self, v: View, dst: bool = False) -> str:
-        if v.perm:
-            raise InternalError(f"a permuted view of {v.buf.name} outside a DMA")
+        if v.perm or v.blocks:
+            raise InternalError(f"a permuted view of {v.buf.name} outside a DMA (or blocked: ir.View.blocks)")
         if any(isinstance(i, Sl) and i.step < 0 and i.size > 1 for i in v.idx):
             return self.reversed_view(v)
         name = self.names(v.buf.name)

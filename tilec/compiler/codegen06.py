@@ -90,10 +90,12 @@ class ViewModel06(_ViewModel):
         """A permuted HBM view (ir.View.perm) as `.ap()` over its tensor's row-major storage: one [stride, count]
         pair per view axis (the region's slice perm[a]), the offset of the region's first element; the view is
         named on the lines before the DMA (`pre`)."""
-        if not v.perm:
+        if not v.perm and not v.blocks:
             return self.view(v)  # (a reversed HBM view: an .ap() with a negative step, reversed_view)
         pairs, offset = self._ap(v)
-        pattern = [pairs[q] for q in v.perm]
+        strides = _strides(v.buf.shape)
+        pattern = [[strides[axis] * step, count] for axis, count, step in v.blocks] + \
+            ([pairs[q] for q in v.perm] if v.perm else pairs)
         name = self.names(f"{v.buf.name}_view", "view")  # named on a line of its own: kernel lines stay short
         head = f"{name} = {self.names(v.buf.name)}.ap("
         pre.append(f"{head}pattern={pattern},\n{' ' * len(head)}offset={' + '.join(offset) or 0})")
@@ -122,11 +124,7 @@ class ViewModel06(_ViewModel):
     def _ap(self, v: View) -> tuple[list[list[int]], list[str]]:
         """A view's `.ap()` over its buffer's row-major storage: a [step, count] pair per sliced axis, in the
         buffer's order, and the terms of its first element's offset."""
-        strides: list[int] = []
-        n = 1
-        for d in reversed(v.buf.shape):
-            strides.insert(0, n)
-            n *= d
+        strides = _strides(v.buf.shape)
         pairs = [[st * i.step, i.size] for i, st in zip(v.idx, strides) if isinstance(i, Sl)]
         offset = []
         for i, st in zip(v.idx, strides):
@@ -139,6 +137,16 @@ class ViewModel06(_ViewModel):
 
     def view(self, v: View, dst: bool = False) -> str:
         return super().view(v, False)  # a destination is an argument here, not an assignment target: no [...]
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    """Row-major element strides of a buffer's axes."""
+    strides: list[int] = []
+    n = 1
+    for d in reversed(shape):
+        strides.insert(0, n)
+        n *= d
+    return strides
 
 
 def _shape(v: View) -> tuple[int, ...]:

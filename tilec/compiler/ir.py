@@ -8,6 +8,9 @@ Term grammar (every node is a small frozen record; `print_ir` prints it the way 
     View   = buf[Idx, ...]                           a rectangular (possibly strided) region of a buffer
            | buf[Idx, ...].permute(p0, p1, ..)       its slices' axes reordered (numpy's transpose of the region):
                                                      HBM views moved by a DMA only (one store of row pairs' band)
+           | buf[Idx, ...].blocks(axis, count, step)  the region repeated `count` times, `step` further along buffer
+                                                     axis `axis` each time, as a leading axis of the view (HBM side
+                                                     of a DMA only: dma_merge's one DMA for a loop of block DMAs)
     Buf    = name, memory in hbm|sbuf|psum, dtype, shape      on-chip shapes put the partition dimension first
     Stmt   = Loop(var, extent, kind, body)           kind in affine|sequential|static
            | Alloc(buf, zero)                        an on-chip buffer (zero: PSUM accumulator set to 0)
@@ -122,10 +125,14 @@ class View:
     # elements in row-major order of both views' shapes, so an HBM side permuted this way meets an on-chip side laid
     # out in another order (verify.py: HBM views of a DMA only)
     perm: tuple[int, ...] = ()
+    # (axis, count, step) per leading axis, outermost first: the region (permuted) repeated `count` times, shifted
+    # by `step` elements along the buffer's axis `axis` each time (an HBM access pattern's extra dimension; only the
+    # HBM side of a DMA, after every pass that reads views: dma_merge.py)
+    blocks: tuple[tuple[int, int, int], ...] = ()
 
     def shape(self) -> tuple[int, ...]:
         dims = tuple(i.size for i in self.idx if isinstance(i, Sl))
-        return tuple(dims[p] for p in self.perm) if self.perm else dims
+        return tuple(b[1] for b in self.blocks) + (tuple(dims[p] for p in self.perm) if self.perm else dims)
 
 
 def whole(buf: Buf) -> View:
@@ -328,7 +335,8 @@ def fmt_idx(i: Idx) -> str:
 
 def fmt_view(v: View) -> str:
     perm = f".permute({', '.join(map(str, v.perm))})" if v.perm else ""
-    return f"{v.buf.name}[{', '.join(fmt_idx(i) for i in v.idx)}]{perm}"
+    blocks = "".join(f".blocks({axis}, {count}, {step})" for axis, count, step in v.blocks)
+    return f"{v.buf.name}[{', '.join(fmt_idx(i) for i in v.idx)}]{perm}{blocks}"
 
 
 def fmt_buf(b: Buf) -> str:

@@ -20,6 +20,7 @@ from tilec.compiler.build_colreduce import build_column_reduce, extreme_note
 from tilec.compiler.build_rowchain import fit_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
+from tilec.compiler.dma_merge import merge_block_dmas
 from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.names import NameAllocator, program_names, sanitised, unique
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
@@ -44,7 +45,7 @@ from tilec.errors import Span, TilecError
 from tilec.lang import syntax as sx
 from tilec.target import Target, target as get_target
 
-STAGES = ("nest", "lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "squeeze", "allocate")
+STAGES = ("nest", "lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "squeeze", "merge", "allocate")
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,10 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     kernel = squeeze(kernel)
     stages["squeeze"] = _checked(kernel, "squeeze", tgt)
     kernels["squeeze"] = kernel
+    # merge: a loop of DMAs over blocks of partitions becomes one DMA (dma_merge.py)
+    kernel = merge_block_dmas(kernel)
+    stages["merge"] = _checked(kernel, "merge", tgt)
+    kernels["merge"] = kernel
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the target's limits)
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
     doc = _doc_lines(program, ops, plans, chains, tgt)

@@ -48,6 +48,8 @@ PMAX, MOVING_FMAX, PSUM_BANK = invariant("pmax"), invariant("moving_fmax"), inva
 # alignment and buffer rotation, which tilec's byte count does not see (on trn2: 224 - 32 = 192 KiB, the budget
 # every generated kernel has been verified and measured with).
 SBUF_PLANNING_MARGIN = 32 * 1024
+# bytes per partition of a DMA: the recommended minimum (nki-spec §2.5, DMABW/DMAINTRO: >= 2 KiB per partition)
+DMA_MIN_ROW = 2048
 
 
 def sbuf_budget(target: Target) -> int:
@@ -283,6 +285,9 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     rows = best_divisor(band, max_rows, wy)
     weights = ct * r * s * op.dim("K") * DTYPE_BYTES[dtypes[op.w]]
     taps = op.dim("R") * op.dim("S")
+    if taps == 1 and band > rows and ((rows - 1) * sy + r) * cols * elem >= DMA_MIN_ROW:
+        band = rows  # 1x1: a band per matmul group, so the first matmul waits for one group's rows, not the band's
+
     if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed:
         # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups; a grouped
         # conv's block-diagonal stationary too)

@@ -128,9 +128,9 @@ class _Verifier:
         operands = views(s)
         for v in operands:
             self.view(v, loops, scope)
-            if v.perm and not (isinstance(s, Dma) and v.buf.memory == "hbm"):
-                self.fail(f"{type(s).__name__} operand {v.buf.name} ({v.buf.memory}) is permuted: only the HBM side "
-                          "of a DMA may be")
+            if (v.perm or v.blocks) and not (isinstance(s, Dma) and v.buf.memory == "hbm"):
+                self.fail(f"{type(s).__name__} operand {v.buf.name} ({v.buf.memory}) is permuted or blocked: only "
+                          "the HBM side of a DMA may be")
         if isinstance(s, Dma):
             if "psum" in (s.dst.buf.memory, s.src.buf.memory):
                 self.fail("a DMA touches PSUM")
@@ -268,11 +268,16 @@ class _Verifier:
         slices = sum(isinstance(i, Sl) for i in v.idx)
         if v.perm and sorted(v.perm) != list(range(slices)):
             self.fail(f"{v.buf.name} permuted by {v.perm}, not an order of its {slices} sliced axes")
+        reach = {axis: 0 for axis, _, _ in v.blocks}  # how far the blocks shift the region along each axis
+        for axis, count, step in v.blocks:
+            if not 0 <= axis < len(v.idx) or count < 1 or step < 1:
+                self.fail(f"{v.buf.name} blocks ({axis}, {count}, {step}): not an axis, or an empty or backward block")
+            reach[axis] += (count - 1) * step
         for dim, (i, n) in enumerate(zip(v.idx, v.buf.shape)):
             start = i.start if isinstance(i, Sl) else i
             self.names(start, i)
             lo, hi = self.range(start, loops)
-            last = hi + ((i.size - 1) * i.step if isinstance(i, Sl) else 0)
+            last = hi + ((i.size - 1) * i.step if isinstance(i, Sl) else 0) + reach.get(dim, 0)
             if lo < 0 or last >= n:
                 self.fail(f"{v.buf.name} dim {dim} index range [{lo}, {last}] outside [0, {n})")
 
