@@ -112,6 +112,7 @@ FAMILIES = (
     Family("maxpool5x5s2.tl", "max pool 5x5 s2 pad 2", dict(C=4, H=9, W=8)),
     Family("avgpool5x5s1.tl", "avg pool 5x5 s1 pad 2 (count pad)", dict(C=4, H=9, W=8)),
     Family("avgpool5x5s2.tl", "avg pool 5x5 s2 pad 2 (count pad)", dict(C=4, H=9, W=8)),
+    Family("stem_maxpool.tl", "stem conv 7x7 s2 pad 3 -> max pool 3x3 s2 pad 1", dict(K=8, H=16, W=15)),
 )
 
 
