@@ -126,6 +126,24 @@ def test_a_chain_that_gives_up_nothing_is_on_chip_by_default(dtype, batch):
     assert ("T_img2" in c.source) == (batch > 1)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_an_intermediate_that_is_also_an_output_is_stored_from_the_image(dtype):
+    """T an output too: the conv stores each band of T from the on-chip image, the pool reads the image; both
+    outputs match NumPy, and explain says only the reload is saved."""
+    text = PLAIN.replace("-> Y", "-> T, Y").replace("f32[", f"{dtype}[")
+    prog = lang.load(text, dict(N=2, C=16, K=128, H=20, W=18))
+    c = compile_loaded(prog, None)
+    x = {t.name: np.random.default_rng(3).standard_normal(t.shape).astype(NARROW[dtype]) for t in prog.inputs}
+    out = c.run(**x)
+    t = conv_ref(x["X"], x["Wt"], stride=1, pad=(1, 1))
+    assert_matches(prog, "T", out["T"], t)
+    assert_matches(prog, "Y", out["Y"], reference(t.astype(NARROW[dtype]).astype(np.float32), "max", 3, 2, 1))
+    assert "T_img" in c.source
+    text = " ".join(explain(c).split())
+    assert "T HBM (output) and SBUF, one image at a time (conv -> pool chain)" in text
+    assert "(and stored: T is also an output); this saves T's reload (" in text
+
+
 def test_forcing_sbuf_when_the_image_does_not_fit_is_a_located_error():
     """One image of T over half of SBUF: `place T, sbuf` is refused at the directive, saying why."""
     prog = lang.load(PLAIN + SBUF.replace("    place", "    place"), dict(N=1, C=16, K=128, H=200, W=200))

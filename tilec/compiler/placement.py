@@ -186,9 +186,11 @@ def pool_choice(ops: tuple, plans: tuple, i: int, outputs: tuple[str, ...], dire
         return ChainChoice(i, name, False, store, forced, f"{where}; it cannot stay on chip: {reason}, so "
                            f"{label(op)} stores {name} and the pool loads its bands back", span)
     qplan = plans[i + 1] if isinstance(plans[i + 1], PoolPlan) else None
-    trip = pool_chain.round_trip_ns(op, dtype, target)
+    trip = pool_chain.round_trip_ns(op, dtype, target, store)
     lost = pool_chain.lost(op, plan, nxt, qplan)
-    saves = f"{name}'s store and reload ({trip / 1000:.1f} us of DMA on the model's constants)"
+    saves = f"{name}'s {'reload' if store else 'store and reload'} ({trip / 1000:.1f} us of DMA on the model's " \
+        f"constants)"
+    size = f"{need // 1024} KiB" if need >= 1024 else f"{need} bytes"
     if forced == "hbm":
         return ChainChoice(i, name, False, store, forced, f"`place {name}, hbm`: {where}; stored by {label(op)} and "
                            f"loaded back (on chip would save {saves})", span)
@@ -196,7 +198,7 @@ def pool_choice(ops: tuple, plans: tuple, i: int, outputs: tuple[str, ...], dire
         how = f"`place {name}, sbuf`" if forced else "on chip by default"
         cost = f"; but on chip {lost}" if lost else ""
         return ChainChoice(i, name, True, store, forced, f"{how}: {label(op)} evicts each image of {name} into an "
-                           f"SBUF buffer ({need // 1024} KiB per partition) and {label(nxt)}'s bands read their "
+                           f"SBUF buffer ({size} per partition) and {label(nxt)}'s bands read their "
                            f"rows and halo rows there{also}; this saves {saves}{cost}", span)
     return ChainChoice(i, name, False, store, forced, f"through HBM by default: {where}. On chip would save {saves}, "
                        f"but {lost} (the chain keeps to the conv's channel partitions, so by default it is kept only "

@@ -153,10 +153,12 @@ def lost(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, qplan: PoolPlan | None
     return "; ".join(why)
 
 
-def round_trip_ns(producer: ConvOp, dtype: str, target: str) -> float:
+def round_trip_ns(producer: ConvOp, dtype: str, target: str, store: bool = False) -> float:
     """T's store and reload through HBM on the performance model's constants: its bytes twice over every DMA
-    engine, a DMA latency each way and the write's acknowledgement (what the chain saves when it loses nothing)."""
+    engine, a DMA latency each way and the write's acknowledgement (what the chain saves when it loses nothing);
+    store (T is stored anyway: an output, or read by another op): the reload only."""
     from tilec.perf.params import target_params  # the model's constants, late: perf reads kernels
     prm = {name: value for name, value, _ in target_params(target).table()}
     size = producer.dim("N") * producer.dim("K") * producer.dim("Ho") * producer.dim("Wo") * DTYPE_BYTES[dtype]
-    return 2 * size / (prm["dma_engines"] * prm["dma_engine_bw"]) + 2 * prm["dma_latency_ns"] + prm["dma_write_ack_ns"]
+    moved = size / (prm["dma_engines"] * prm["dma_engine_bw"]) + prm["dma_latency_ns"]
+    return moved if store else 2 * moved + prm["dma_write_ack_ns"]
