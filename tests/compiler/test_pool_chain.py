@@ -144,6 +144,16 @@ def test_an_intermediate_that_is_also_an_output_is_stored_from_the_image(dtype):
     assert "(and stored: T is also an output); this saves T's reload (" in text
 
 
+def test_the_pools_own_directives_keep_its_standalone_form():
+    """`split Y.i, 4` on the pool: through HBM by default (the directive is its standalone form's), and explain
+    says so; with `place T, sbuf` too, on chip with bands of 4 pooled rows. Both match NumPy."""
+    sizes = dict(N=1, C=16, K=128, H=20, W=18)
+    c = run(PLAIN + "  schedule:\n    split Y.i, 4\n", "f32", **sizes)
+    assert "T_img" not in c.source and "the pool has its own directives (`split Y...`)" in " ".join(explain(c).split())
+    c = run(PLAIN + "  schedule:\n    split Y.i, 4\n    place T, sbuf\n", "f32", **sizes)
+    assert "T_img" in c.source and "Y_band = nl.ndarray((128, 4, 9)" in c.source
+
+
 def test_forcing_sbuf_when_the_image_does_not_fit_is_a_located_error():
     """One image of T over half of SBUF: `place T, sbuf` is refused at the directive, saying why."""
     prog = lang.load(PLAIN + SBUF.replace("    place", "    place"), dict(N=1, C=16, K=128, H=200, W=200))

@@ -176,6 +176,11 @@ def pool_choice(ops: tuple, plans: tuple, i: int, outputs: tuple[str, ...], dire
     store = name in outputs or any(name in reads(o) for o in ops if o is not nxt)
     also = f" (and stored: {name} is also {'an output' if name in outputs else 'read by another op'})" if store else ""
     reason = pool_chain.ineligible(op, nxt, plan)
+    own = [d for d in directives if d.args and isinstance(d.args[0], sx.Ref) and d.args[0].parts[0] in
+           (nxt.name, nxt.out) and d.name not in ("place", "compute_at")]
+    if own and forced != "sbuf" and not reason:  # (forced: the chain takes the pool's band, the conv's tiles)
+        reason = (f"the pool has its own directives (`{own[0].name} {nxt.name}...`), which apply to its standalone "
+                  f"form; `place {name}, sbuf` chains it with the conv's channel tiles and the pool's band")
     need = pool_chain.image_bytes(op, plan, dtype)
     where = (f"{label(nxt)} reads {name} in row bands whose windows overlap (each band also reads rows of the "
              f"band before: the halo)")
