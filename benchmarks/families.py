@@ -108,6 +108,11 @@ FAMILIES = (
     Family("conv_relu_conv.tl", "conv 3x3 -> relu -> conv 3x3", dict(C=8, H=8, W=7)),
     Family("resnet_block.tl", "ResNet basic block (padded)", dict(C=8, H=6, W=5)),
     Family("mobilenet_block.tl", "MobileNetV2 block (expand, dw, project)", dict(C=4, E=8, H=6, W=5)),
+    Family("maxpool5x5s1.tl", "max pool 5x5 s1 pad 2", dict(C=4, H=9, W=8)),
+    Family("maxpool5x5s2.tl", "max pool 5x5 s2 pad 2", dict(C=4, H=9, W=8)),
+    Family("avgpool5x5s1.tl", "avg pool 5x5 s1 pad 2 (count pad)", dict(C=4, H=9, W=8)),
+    Family("avgpool5x5s2.tl", "avg pool 5x5 s2 pad 2 (count pad)", dict(C=4, H=9, W=8)),
+    Family("stem_maxpool.tl", "stem conv 7x7 s2 pad 3 -> max pool 3x3 s2 pad 1", dict(K=8, H=16, W=15)),
 )
 
 

@@ -175,14 +175,16 @@ def _placement(c: Compiled) -> list[str]:
         kind = chain_kind(chain, c.result.ops, c.program)
         fused_into.update({outs[name]: f"the {kind} writing {outs[chain[-1]]}" for name in chain[:-1]})
     lines = []
-    placed = {name: (on_chip, why) for name, on_chip, why in c.result.placed}  # conv -> conv chains
+    placed = {name: (on_chip, why) for name, on_chip, why in c.result.placed}  # conv -> conv / pool chains
+    pooled = {op.src for op in c.result.ops if type(op).__name__ == "PoolOp"}
     for name, t in c.program.tensors.items():
+        link = "conv -> pool chain" if name in pooled else "conv -> conv chain"
         if t.kind != "temp" and name in placed and placed[name][0]:
-            where = f"HBM ({t.kind}) and SBUF, one image at a time (conv -> conv chain)\n" + _wrap(placed[name][1])
+            where = f"HBM ({t.kind}) and SBUF, one image at a time ({link})\n" + _wrap(placed[name][1])
         elif t.kind != "temp":
             where = f"HBM ({t.kind})"
         elif name in placed and placed[name][0]:
-            where = ("SBUF, one image at a time (conv -> conv chain)" + (" and HBM" if name in in_hbm else "") +
+            where = (f"SBUF, one image at a time ({link})" + (" and HBM" if name in in_hbm else "") +
                      "\n" + _wrap(placed[name][1]))
         elif name in in_hbm and name in placed:
             where = "HBM scratch (not fused: written, then read back)\n" + _wrap(placed[name][1])

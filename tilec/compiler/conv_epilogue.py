@@ -47,6 +47,9 @@ def chip_rows(b: _ConvBuilder, first: "ir.Aff", size: int) -> tuple:
     """The on-chip image's region (this out-channel part; output rows first.. and every column) of dst_chip."""
     chip = b.dst_chip
     assert chip is not None and b.pair == 1 and b.wy == b.wx == 1
+    if len(chip.buf.shape) == 3:  # a pool's input (pool_chain.py): channel tile t's rows from row t * height on
+        tile = a(term(b.kv, chip.height)) if b.kv else a(b.KT * chip.height)
+        return (b.part(b.ks, b.p.tile_k), sl(first.plus(tile).plus(-chip.row0), size))
     return (b.part(b.ks, b.p.tile_k), b.tile_index(b.kv, b.KT), sl(first.plus(-chip.row0), size))
 
 

@@ -368,7 +368,7 @@ def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtyp
     if (d.name, parts) in (("place", ("hbm",)), ("compute_at", ("root",))):
         return
     consumer = chain_consumer(ops, op.out)
-    if parts == ("sbuf",) and consumer is not None:
+    if parts == ("sbuf",) and (consumer is not None or _window_pool_reads(ops, op)):
         return  # the pipeline keeps the chain on chip or raises why it cannot (placement.chain_choices)
     why = chain_reason(op, consumer, op.out, dtypes.get(op.out, "f32"), sbuf) if consumer else \
         hbm_reason(ops, op.out, dtypes.get(op.out, "f32"), sbuf)
@@ -380,6 +380,13 @@ def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtyp
               f"write `place {op.out}, hbm`" + (f" or `place {op.out}, sbuf` (kept on chip image by image when the "
                                                  f"second conv directly follows)" if consumer else "") +
               " or remove the directive")
+
+
+def _window_pool_reads(ops: tuple, op: ConvOp) -> bool:
+    """Whether the op after the conv pools its output through overlapping / padded windows (pool_chain.py)."""
+    at = next((i for i, o in enumerate(ops) if o is op), len(ops))
+    nxt = ops[at + 1] if at + 1 < len(ops) else None
+    return isinstance(nxt, PoolOp) and nxt.window is not None and nxt.src == op.out
 
 
 def _fuse_whole_image(op: ConvOp, plan: ConvPlan, d: sx.Directive, sbuf: int) -> ConvPlan:

@@ -8,7 +8,7 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable, Sequence
 
-from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passes, placement
+from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passes, placement, pool_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler import rules, rules_copy
 from tilec.compiler.rules_global import build_global_pool, global_note, global_pool
@@ -350,14 +350,19 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
                          f"remove the directive, or write `place {name}, hbm`")
     if not choice.on_chip:
         return None
-    pplan, cplan, kind = conv_chain.chain_plans(producer, plans[i], consumer, plans[i + 1], hbm)
     taken = set(prefixes)
 
     def rename(consts: list, stmts: list, out: str) -> tuple[list, list]:
         _, named_consts, named_stmts = _named(set(), (consts, stmts), out, len(ops), taken)
         return named_consts, named_stmts
-    consts, stmts = conv_chain.build_chain(producer, pplan, consumer, cplan, kind, hbm, _fresh(names, producer),
-                                           _fresh(names, consumer), choice.store, rename)
+    if isinstance(consumer, PoolOp):  # conv -> overlapping window pool (pool_chain.py)
+        pp, qp = pool_chain.plans(producer, plans[i], consumer, plans[i + 1])
+        consts, stmts = pool_chain.build(producer, pp, consumer, qp, hbm, _fresh(names, producer),
+                                         _fresh(names, consumer), choice.store, rename)
+    else:
+        pplan, cplan, kind = conv_chain.chain_plans(producer, plans[i], consumer, plans[i + 1], hbm)
+        consts, stmts = conv_chain.build_chain(producer, pplan, consumer, cplan, kind, hbm, _fresh(names, producer),
+                                               _fresh(names, consumer), choice.store, rename)
     need = passes.peak_usage(tuple(stmts))[0]
     if need > budget:
         why = (f"{choice.why}; but the chain needs {need // 1024} KiB of SBUF per partition with one image of "

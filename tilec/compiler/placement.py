@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tilec.compiler import conv_chain
+from tilec.compiler import conv_chain, pool_chain
 from tilec.compiler.build_conv import is_convolution
 from tilec.compiler.build_rowchain import reads_of
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler import eviction_fusion
 from tilec.compiler.ops import ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
-from tilec.compiler.schedule import PMAX, ConvPlan  # an intermediate's channels spread over partitions (PMAX)
+from tilec.compiler.schedule import PMAX, ConvPlan, PoolPlan  # an intermediate's channels spread over partitions (PMAX)
 from tilec.errors import Span
 from tilec.lang import syntax as sx
 
@@ -126,6 +126,10 @@ def chain_choices(ops: tuple, plans: tuple, outputs: tuple[str, ...], directives
     out: dict[int, ChainChoice] = {}
     for i, (op, plan) in enumerate(zip(ops, plans)):
         nxt = ops[i + 1] if i + 1 < len(ops) else None
+        if isinstance(op, ConvOp) and isinstance(nxt, PoolOp) and nxt.window is not None and nxt.src == op.out \
+                and isinstance(plan, ConvPlan) and is_convolution(op):
+            out[i] = pool_choice(ops, plans, i, outputs, directives, hbm, target, budget)
+            continue
         if not (isinstance(op, ConvOp) and isinstance(nxt, ConvOp) and isinstance(plan, ConvPlan)
                 and isinstance(plans[i + 1], ConvPlan) and nxt.x == op.out and is_convolution(op)
                 and is_convolution(nxt)):
@@ -160,3 +164,47 @@ def chain_choices(ops: tuple, plans: tuple, outputs: tuple[str, ...], directives
             out[i] = ChainChoice(i, name, False, store, forced, f"through HBM by default: {numbers}; `place {name}, "
                                  f"sbuf` forces the on-chip chain", span)
     return out
+
+
+def pool_choice(ops: tuple, plans: tuple, i: int, outputs: tuple[str, ...], directives: tuple, hbm: dict,
+                target: str, budget: int) -> ChainChoice:
+    """A conv whose output the next op pools through overlapping / strided / padded windows (pool_chain.py): on
+    chip (one image of it in SBUF, the pool's bands reading it in place) or through HBM, and why."""
+    op, nxt, plan = ops[i], ops[i + 1], plans[i]
+    name, dtype = op.out, hbm[op.out].dtype
+    forced, span = forced_placement(directives, op.name)
+    store = name in outputs or any(name in reads(o) for o in ops if o is not nxt)
+    also = f" (and stored: {name} is also {'an output' if name in outputs else 'read by another op'})" if store else ""
+    reason = pool_chain.ineligible(op, nxt, plan)
+    own = [d for d in directives if d.args and isinstance(d.args[0], sx.Ref) and d.args[0].parts[0] in
+           (nxt.name, nxt.out) and d.name not in ("place", "compute_at")]
+    if own and forced != "sbuf" and not reason:  # (forced: the chain takes the pool's band, the conv's tiles)
+        reason = (f"the pool has its own directives (`{own[0].name} {nxt.name}...`), which apply to its standalone "
+                  f"form; `place {name}, sbuf` chains it with the conv's channel tiles and the pool's band")
+    need = pool_chain.image_bytes(op, plan, dtype)
+    where = (f"{label(nxt)} reads {name} in row bands whose windows overlap (each band also reads rows of the "
+             f"band before: the halo)")
+    if not reason and need > budget // 2:
+        reason = (f"one image of {name} takes {need // 1024} KiB of SBUF per partition, more than half of the "
+                  f"{budget // 1024} KiB budget (the rest holds the conv's input bands and weights)")
+    if reason:
+        return ChainChoice(i, name, False, store, forced, f"{where}; it cannot stay on chip: {reason}, so "
+                           f"{label(op)} stores {name} and the pool loads its bands back", span)
+    qplan = plans[i + 1] if isinstance(plans[i + 1], PoolPlan) else None
+    trip = pool_chain.round_trip_ns(op, dtype, target, store)
+    lost = pool_chain.lost(op, plan, nxt, qplan)
+    saves = f"{name}'s {'reload' if store else 'store and reload'} ({trip / 1000:.1f} us of DMA on the model's " \
+        f"constants)"
+    size = f"{need // 1024} KiB" if need >= 1024 else f"{need} bytes"
+    if forced == "hbm":
+        return ChainChoice(i, name, False, store, forced, f"`place {name}, hbm`: {where}; stored by {label(op)} and "
+                           f"loaded back (on chip would save {saves})", span)
+    if forced == "sbuf" or not lost:
+        how = f"`place {name}, sbuf`" if forced else "on chip by default"
+        cost = f"; but on chip {lost}" if lost else ""
+        return ChainChoice(i, name, True, store, forced, f"{how}: {label(op)} evicts each image of {name} into an "
+                           f"SBUF buffer ({size} per partition) and {label(nxt)}'s bands read their "
+                           f"rows and halo rows there{also}; this saves {saves}{cost}", span)
+    return ChainChoice(i, name, False, store, forced, f"through HBM by default: {where}. On chip would save {saves}, "
+                       f"but {lost} (the chain keeps to the conv's channel partitions, so by default it is kept only "
+                       f"when it gives up nothing); `place {name}, sbuf` forces it", span)

@@ -47,6 +47,11 @@ class WindowPasses:
         self.x3, s1 = hbm_view(hbm[op.src], xs, self.name(f"{op.src}_v", xs), op.line)
         self.o3, s2 = hbm_view(hbm[op.out], ys, self.name(f"{op.out}_v", ys), op.line)
         self.views = s1 + s2
+        self.y_views = s2
+        # the pool's input already in SBUF (pool_chain.py: a conv's output kept on chip, image by image): the
+        # buffer [channels of a tile, tile t's rows from t * H on, W] and the images' loop variable; set by read_chip
+        self.chip: Buf | None = None
+        self.image = ""
         self.Rb = plan.band if starts else -(-self.Ho // self.G)  # output rows per block
         # block g's first output row; the last block ends with the output (it may redo a few rows of the one before)
         self.starts = list(starts) or [min(g * self.Rb, self.Ho - self.Rb) for g in range(self.G)]

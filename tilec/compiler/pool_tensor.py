@@ -18,7 +18,7 @@ class TensorPasses(WindowPasses):
 
     def choose_psum(self) -> None:
         """Whether the pass along x reads X through PSUM (psum_choice)."""
-        if self.G == 1:
+        if self.G == 1 and self.chip is None:  # (from an on-chip input: no PSUM copies, the passes read it)
             choice = psum_choice(self.op, self.OB, self.B // self.plan.tile_b * -(-self.Rb // self.OB), self.x3.dtype,
                                  self.o3.dtype, self.B // self.plan.tile_b)
             if choice is not None:

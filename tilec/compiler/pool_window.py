@@ -17,12 +17,22 @@ from tilec.target import target as get_target
 class WindowPool(TensorPasses):
     """One pool's partition tiles and bands (`build`)."""
 
+    def read_chip(self, chip: Buf, image: str, channels: int) -> None:
+        """Read the input from `chip` (an SBUF image: tile t's channel rows t * H..) instead of loading bands of X:
+        one image of `channels` channel rows per iteration of the loop `image`, which the caller builds."""
+        assert self.G == 1 and channels % self.plan.tile_b == 0, (self.G, channels, self.plan.tile_b)
+        self.chip, self.image, self.per_image, self.views = chip, image, channels, self.y_views
+
+    def rows_of(self, P: int) -> Sl:
+        """This partition tile's channel rows of X and Y (image by image when the input is on chip)."""
+        return sl(a(term("pb", P, "TILE_P"), *([term(self.image, self.per_image)] if self.chip else [])), P)
+
     def build(self) -> list[Stmt]:
         op, G = self.op, self.G
         self.choose_psum()
         self.choose_reduce()
         ident = self.identity() if self.psum is not None else []
-        tiles = self.B // self.plan.tile_b
+        tiles = (self.B if self.chip is None else self.per_image) // self.plan.tile_b
         note, line = f"for {dict(op.vars)['b']} (channel rows, tiles of TILE_P)", op.line_of("b")
         nest = loop("pb", tiles, self.tile_body(), note=note, line=line)
         if self.psum is not None and tiles >= knobs.PEEL_TILES:
@@ -154,7 +164,7 @@ class WindowPool(TensorPasses):
         else:  # every block reads its whole window rows; rows outside X hold the identity (filled below)
             lo, hi = first, first + (n - 1) * sy + op.pool.wy
         rows = hi - lo
-        pb = sl(a(term("pb", P, "TILE_P")), P)
+        pb = self.rows_of(P)
         xb = Buf(self.name(f"{op.src}_band", (rows,)), "sbuf", self.x3.dtype, (P * G, rows, self.W))
         ob = Buf(self.name(f"{op.out}_band", (n,)), "sbuf", self.o3.dtype, (P * G, n, self.Wo))
         obv = whole(ob)  # the band's output rows
@@ -162,16 +172,17 @@ class WindowPool(TensorPasses):
             ob = self.tile_out
             obv = View(ob, (full(P * G), Sl(o0, n), full(self.Wo)))
         out: list[Stmt] = []
-        if G == 1:
+        start = lo_aff if lo_aff is not None else a(lo)
+        if G == 1 and self.chip is None:  # (an on-chip input's band is a view of its image: nothing to load)
             out += [Alloc(xb, line=line)]
-            start = lo_aff if lo_aff is not None else a(lo)
             for r0, r1 in self.load_parts(rows):  # VectorE's rows of the pass along x first: it starts sooner
                 out.append(Dma(View(xb, (full(P), sl(r0, r1 - r0), full(self.W))) if (r0, r1) != (0, rows) else
                                whole(xb), View(self.x3, (pb, Sl(start.plus(r0), r1 - r0), full(self.W))), line))
-        else:
+        elif G > 1:
             out += self.block_loads(xb, first, rows, lo_aff)
         out += [Alloc(ob, line=line)] if self.tile_out is None else []
-        cur = whole(xb)
+        cur = whole(xb) if self.chip is None else \
+            View(self.chip, (full(P), Sl(start.plus(a(term("pb", self.H))), rows), full(self.W)))
         if op.relu:
             rb = Buf(self.name(f"{op.src}_relu", xb.shape), "sbuf", "f32", xb.shape)
             out += [Alloc(rb, line=line), Act(whole(rb), cur, "relu", None, 1.0, line)]
