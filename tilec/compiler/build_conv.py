@@ -245,7 +245,8 @@ class _ConvBuilder:
         if self.fold > 1 and self.pair == 1 and src_chip is None and self.NXB == 1 and self.BX == plan.tile_x \
                 and self.ox < 0:
             same = conv_fold.column_groups(self)
-            if len(same) <= len(self.groups):
+            # (the first group's matmul starts the sum: it must write every output column)
+            if same and len(same) <= len(self.groups) and conv_pairs.tap_columns(self, same[0][0][1]) == (0, self.Wo):
                 self.groups, self.col0 = same, 0
         self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
         # copy j of a folded band sits on partitions [j*Q, j*Q + C): with few copies of few channels (the C = 3
