@@ -8,7 +8,7 @@ Schedule (directives; `tilec explain` shows the plan):
     tile conv.c, 128
     tile conv.x, 30
     tile conv.y, 10
-    split conv.y, 30
+    split conv.y, 10
     reorder conv, n, y, k
     reorder conv, c, r, s
 
@@ -20,6 +20,7 @@ import neuronxcc.nki.language as nl
 
 TILE_X = 30
 ROWS = 10
+BAND = 10
 
 
 @nki.compiler.skip_middle_end_transformations
@@ -57,24 +58,23 @@ def conv_relu(X, Wt, b):
     nisa.dma_copy(dst=b_col, src=b)  # tl:11
 
     # ---- main: conv by row bands, fused into Y
+    for y_b in nl.affine_range(3):  # tl:10  for y in 0..Ho (bands of BAND rows)
 
-    # ---- input band X: all contraction tiles, shared by every output tile
-    X_band = nl.ndarray((128, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-    nisa.dma_copy(dst=X_band, src=X[0])  # tl:13
-    Y_band = nl.ndarray((128, 15, 15), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-    for y_g in nl.affine_range(3):  # tl:10  for y in 0..Ho (groups of ROWS rows in the band)
+        # ---- input band X: all contraction tiles, shared by every output tile
+        X_band = nl.ndarray((128, 12, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        nisa.dma_copy(dst=X_band, src=X[0, :, y_b * BAND:y_b * BAND + 12])  # tl:13
+        Y_band = nl.ndarray((128, 5, 15), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
         conv_acc = nl.zeros((128, 10, 30), dtype=nl.float32, buffer=nl.psum)  # tl:11
         for r in nl.affine_range(3):  # tl:12  for r in 0..R
             for s in nl.affine_range(3):  # tl:12  for s in 0..R
-                conv_acc += nisa.nc_matmul(Wt_T[:, r, s],  # tl:13
-                                           X_band[:, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])
+                conv_acc += nisa.nc_matmul(Wt_T[:, r, s], X_band[:, r:r + ROWS, s:s + TILE_X])  # tl:13
         conv_act = nl.ndarray((128, 10, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         conv_act[...] = nisa.activation(op=nl.relu, data=conv_acc, bias=b_col, dtype=nl.float32)  # tl:11
         Y_pool_rows = nl.ndarray((128, 5, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
         Y_pool_rows[...] = nisa.tensor_tensor(conv_act[:, 0:9:2], conv_act[:, 1:10:2], op=nl.maximum,  # tl:18
                                               dtype=nl.float32)
-        Y_band[:, y_g * 5:y_g * 5 + 5] = nisa.tensor_tensor(Y_pool_rows[:, :, 0:29:2],  # tl:18
-                                                            Y_pool_rows[:, :, 1:30:2], op=nl.maximum, dtype=nl.float32)
-    nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:18
+        Y_band[...] = nisa.tensor_tensor(Y_pool_rows[:, :, 0:29:2], Y_pool_rows[:, :, 1:30:2], op=nl.maximum,  # tl:18
+                                         dtype=nl.float32)
+        nisa.dma_copy(dst=Y[0, :, y_b * 5:y_b * 5 + 5], src=Y_band)  # tl:18
 
     return Y

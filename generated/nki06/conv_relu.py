@@ -9,7 +9,7 @@ Schedule (directives; `tilec explain` shows the plan):
     tile conv.c, 128
     tile conv.x, 30
     tile conv.y, 10
-    split conv.y, 30
+    split conv.y, 10
     reorder conv, n, y, k
     reorder conv, c, r, s
 
@@ -21,6 +21,7 @@ import nki.language as nl
 
 TILE_X = 30
 ROWS = 10
+BAND = 10
 
 
 @nki.jit
@@ -57,24 +58,23 @@ def conv_relu(X, Wt, b):
     nisa.dma_copy(dst=b_col, src=b)  # tl:11
 
     # ---- main: conv by row bands, fused into Y
+    for y_b in range(3):  # tl:10  for y in 0..Ho (bands of BAND rows)
 
-    # ---- input band X: all contraction tiles, shared by every output tile
-    X_band = nl.ndarray((128, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-    nisa.dma_copy(dst=X_band, src=X[0])  # tl:13
-    Y_band = nl.ndarray((128, 15, 15), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-    for y_g in range(3):  # tl:10  for y in 0..Ho (groups of ROWS rows in the band)
+        # ---- input band X: all contraction tiles, shared by every output tile
+        X_band = nl.ndarray((128, 12, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        nisa.dma_copy(dst=X_band, src=X[0, :, y_b * BAND:y_b * BAND + 12])  # tl:13
+        Y_band = nl.ndarray((128, 5, 15), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
         conv_acc = nl.ndarray((128, 10, 30), dtype=nl.float32, buffer=nl.psum)  # tl:11
         for r in range(3):  # tl:12  for r in 0..R
             for s in range(3):  # tl:12  for s in 0..R
                 nisa.nc_matmul(dst=conv_acc, stationary=Wt_T[:, r, s],  # tl:13
-                               moving=X_band[:, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X],
-                               accumulate=r > 0 or s > 0)
+                               moving=X_band[:, r:r + ROWS, s:s + TILE_X], accumulate=r > 0 or s > 0)
         conv_act = nl.ndarray((128, 10, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         nisa.activation(dst=conv_act, op=nl.relu, data=conv_acc, bias=b_col)  # tl:11
         Y_pool_rows = nl.ndarray((128, 5, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
         nisa.tensor_tensor(dst=Y_pool_rows, data1=conv_act[:, 0:9:2], data2=conv_act[:, 1:10:2], op=nl.maximum)  # tl:18
-        nisa.tensor_tensor(dst=Y_band[:, y_g * 5:y_g * 5 + 5], data1=Y_pool_rows[:, :, 0:29:2],  # tl:18
-                           data2=Y_pool_rows[:, :, 1:30:2], op=nl.maximum)
-    nisa.dma_copy(dst=Y[0], src=Y_band)  # tl:18
+        nisa.tensor_tensor(dst=Y_band, data1=Y_pool_rows[:, :, 0:29:2], data2=Y_pool_rows[:, :, 1:30:2],  # tl:18
+                           op=nl.maximum)
+        nisa.dma_copy(dst=Y[0, :, y_b * 5:y_b * 5 + 5], src=Y_band)  # tl:18
 
     return Y

@@ -37,7 +37,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_depthwise, build_matvec, ir
-from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_pairs, conv_weights
+from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_halo, conv_pairs, conv_weights
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_band import dma_engine_ns  # (its home until the split: rules_move imports it from here)
 from tilec.compiler.conv_fold import fold_groups
@@ -240,6 +240,14 @@ class _ConvBuilder:
         if self.pair > 1 and not self.halves and src_chip is None and self.NXB == 1 and self.BX == plan.tile_x \
                 and self.ox < 0 and any(conv_pairs.tap_columns(self, s) == (0, self.Wo) for _, s in self.pairs):
             self.col0 = 0
+        # folded taps of a padded read likewise hold X's own columns when their tap groups can be formed from taps
+        # that reach the same output columns, without more groups (conv_fold.column_groups)
+        if self.fold > 1 and self.pair == 1 and src_chip is None and self.NXB == 1 and self.BX == plan.tile_x \
+                and self.ox < 0:
+            same = conv_fold.column_groups(self)
+            # (the first group's matmul starts the sum: it must write every output column)
+            if same and len(same) <= len(self.groups) and conv_pairs.tap_columns(self, same[0][0][1]) == (0, self.Wo):
+                self.groups, self.col0 = same, 0
         self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
         # copy j of a folded band sits on partitions [j*Q, j*Q + C): with few copies of few channels (the C = 3
         # first layer's 18 copies, 54 partitions) they are spread over the 128 partitions so that their loads use
@@ -257,6 +265,9 @@ class _ConvBuilder:
         # instead of zeroing the whole band, so the band's loads (other rows) do not wait for a memset (bf16
         # conv3x3same batch 1: the first load waited 1 us for the GpSimdE memset of its band)
         self.zero_rows: Buf | None = None
+        # a padded read's halo: zero tiles its rows and columns are copied from (conv_halo), when they serve
+        self.halo_rows: Buf | None = None
+        self.halo_cols: Buf | None = None
         self.regroup_sel: Buf | None = None  # conv_pairs.regroup_prelude's selection stationaries
         self.regroup_setup: list[Stmt] = []  # and the statements that build them (after the weights)
         # a chain whose consumer reads its residual from the producer's band copies (conv_chain.skip_from_bands):
@@ -382,6 +393,8 @@ class _ConvBuilder:
             stmts += conv_epilogue.epilogue_columns(self)
         if self.zero_rows is not None:
             stmts.append(Alloc(self.zero_rows, zero=True, line=line))
+        elif self.p.x_bufs != 1 and self.slots == 1 and self.src_chip is None and not op.x_transposed:
+            stmts += conv_halo.zero_tiles(self)
         if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
             allocs = []
             for self.slot in range(self.slots):

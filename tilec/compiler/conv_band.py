@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tilec.compiler import conv_fold, conv_weights, ir
+from tilec.compiler import conv_fold, conv_halo, conv_weights, ir
 from tilec.compiler.build_util import a, loop, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, best_divisor
@@ -51,7 +51,10 @@ def x_band(b: _ConvBuilder) -> list[Stmt]:
     if b.fold > 1:
         return conv_fold.x_band_folded(b, xb)
     halo = (top, bottom, left, right) != (0, 0, 0, 0)
-    alloc = [Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 else []
+    alloc: list[Stmt] = []
+    if p.x_bufs != 1:  # the halo alone zeroed when the zero tiles serve the band, else the whole band
+        alloc = (conv_halo.zeroed(b, xb, b.yb[1], b.yb[0] is None) if halo else None) or \
+            [Alloc(xb, zero=halo, line=line)]
     return alloc + b.over_c(ct, body, line)
 
 

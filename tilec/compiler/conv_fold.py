@@ -37,6 +37,32 @@ def fold_groups(r: int, s: int, fold: int) -> list[list[tuple[int, int]]]:
     return groups
 
 
+def column_groups(b: _ConvBuilder) -> list[list[tuple[int, int]]]:
+    """Tap groups for a band of X's own columns (no halo columns): copy j holds X shifted by delta j (the first
+    `fold` taps, as fold_groups), and a group's taps must reach the same output columns (conv_pairs.tap_columns),
+    since its matmul reads every copy at the same columns and a copy's columns past X's edge hold the next row's
+    elements, not zeros. Bases reaching every output column come first (the accumulator's first matmul writes all
+    of them): 3x3 stride 2 pad 1 gives [(r, 1), (r, 2)] for each r, then [(r, 0)] on output columns 1.. alone."""
+    from tilec.compiler.conv_pairs import tap_columns
+    taps = [(i, j) for i in range(b.R) for j in range(b.S)]
+    deltas = taps[:b.fold]
+    reach = {s: tap_columns(b, s) for s in range(b.S)}
+    covered: set[tuple[int, int]] = set()
+    groups = []
+    for base in sorted(taps, key=lambda t: reach[t[1]] != (0, b.Wo)):
+        if base in covered or reach[base[1]][1] == 0:
+            continue
+        group = []
+        for dr, ds in deltas:
+            tap = (base[0] + dr, base[1] + ds)
+            if tap[0] >= b.R or tap[1] >= b.S or tap in covered or reach[tap[1]] != reach[base[1]]:
+                break
+            group.append(tap)
+        covered.update(group)
+        groups.append(group)
+    return groups
+
+
 def weights_folded(b: _ConvBuilder, wt: Buf, kv: str | None, ks: int, local: bool) -> list[Stmt]:
     """The stationary block of each tap group: rows j*C + c hold W[k, c, tap j of the group]; k-major weights
     are gathered per tap into rows [k, j*C + c] and transposed on TensorE once per group."""
@@ -87,8 +113,8 @@ def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
         halo = halo or (top, bottom, left, right) != (0, 0, 0, 0)
         if n_rows <= 0 or n_cols <= 0:
             continue
-        if flat is not None and c0 > 0 and (top, bottom, left, right) == (0, 0, 0, 0) and n_cols == b.W - c0:
-            out += flat.load(j, r0, c0, n_rows)
+        if flat is not None and c0 > 0 and (left, right) == (0, 0) and n_cols == b.W - c0:
+            out += flat.load(j, r0 + top, c0, n_rows, top)
             continue
         out.append(Dma(View(xb, (sl(j * b.Q, C), a(0), sl(top, n_rows), sl(left, n_cols))),
                        View(b.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top * step), n_rows, step),
@@ -101,7 +127,11 @@ def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
                                      View(b.zero_rows, (sl(p0, n), sl(0, count), full(cols))),
                                      line, "gpsimd") for p0, n, first, count in spans if b.yb[0] is None]
         return [Alloc(xb, line=line)] + zeros + out
-    return ([Alloc(xb, zero=halo, line=line)] if p.x_bufs != 1 and b.slots == 1 else []) + out
+    if p.x_bufs != 1 and b.slots == 1:  # the halo alone zeroed when the zero tiles serve the band
+        from tilec.compiler import conv_halo  # (conv_halo reads this module's clip_rows)
+        return ((conv_halo.zeroed(b, xb, b.yb[1], b.yb[0] is None) if halo else None)
+                or [Alloc(xb, zero=halo, line=line)]) + out
+    return out
 
 
 def flat_rows(b: _ConvBuilder) -> bool:
@@ -109,7 +139,7 @@ def flat_rows(b: _ConvBuilder) -> bool:
     one channel tile): a copy shifted by c0 columns is then X's run from row r0, column c0 on, read flat, if the
     band's rows fit one access-pattern dimension (target.ap_dim_max, a uint16 size, on every target)."""
     from tilec.target import TARGETS
-    return (b.src_chip is None and not b.op.x_transposed and b.ox == 0 and b.col0 == 0 and b.NXB == 1
+    return (b.src_chip is None and not b.op.x_transposed and b.col0 == 0 and b.NXB == 1
             and b.in_cols() == b.W and b.CTB == 1
             and b.in_rows() * b.W <= min(t.ap_dim_max for t in TARGETS.values()))
 
@@ -128,7 +158,8 @@ class FlatLoads:
         self.xf = Buf(b.fresh(f"{xb.name}_flat"), "sbuf", xb.dtype, (xb.shape[0], xb.shape[2] * xb.shape[3]))
         self.x3 = Buf(b.fresh(f"{b.op.x}_flat"), "hbm", b.x4.dtype, (b.N, b.C, b.H * b.W))
 
-    def load(self, j: int, r0: int, c0: int, n_rows: int) -> list[Stmt]:
+    def load(self, j: int, r0: int, c0: int, n_rows: int, top: int = 0) -> list[Stmt]:
+        """Copy j's rows top.. (its first `top` rows lie above X: halo, zeroed apart), X's rows from r0 on."""
         b, line, W = self.b, self.b.L["update"], self.b.W
         out: list[Stmt] = []
         if not self.views:
@@ -136,7 +167,7 @@ class FlatLoads:
             out += self.views
         first = Aff(tuple(Term(t.var, t.coef * W) for t in self.start.terms), (self.start.const + r0) * W + c0)
         n = n_rows * W - c0
-        out.append(Dma(View(self.xf, (sl(j * b.Q, b.C), sl(0, n))),
+        out.append(Dma(View(self.xf, (sl(j * b.Q, b.C), sl(top * W, n))),
                        View(self.x3, (a(b.var["n"]), full(b.C), sl(first, n))), line))
         return out
 
@@ -202,6 +233,7 @@ def copy_order(b: _ConvBuilder) -> list[tuple[int, tuple[int, int]]]:
 
 def matmuls_folded(b: _ConvBuilder, accv: View, wt: Buf, kidx) -> list[Stmt]:
     """One matmul per tap group: its base tap shifts every copy of the band (copy j then reads tap base + j)."""
+    from tilec.compiler.conv_pairs import tap_columns
     p, V, C, sy, sx = b.p, b.var, b.C, b.sy, b.sx
     out: list[Stmt] = []
     for g, taps in enumerate(b.groups):
@@ -213,7 +245,12 @@ def matmuls_folded(b: _ConvBuilder, accv: View, wt: Buf, kidx) -> list[Stmt]:
         rows = sl(first, p.rows, sy, b.cn["rows"] if sy == 1 else "")
         cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], sx), bs * b.dx), p.tile_x, sx,
                   b.cn["x"] if sx == 1 else "")
-        out.append(Matmul(accv, View(wt, (parts, a(g), kidx)), View(b.x_band_buf(), (parts, a(0), rows, cols)),
+        acc = accv
+        if b.col0 != b.ox:  # a band of X's own columns (column_groups): the output columns the group reaches
+            x0, n = tap_columns(b, bs)
+            cols = sl(x0 * sx + bs * b.dx + b.ox, n, sx)
+            acc = View(accv.buf, accv.idx[:-1] + (sl(x0, n),))
+        out.append(Matmul(acc, View(wt, (parts, a(g), kidx)), View(b.x_band_buf(), (parts, a(0), rows, cols)),
                           b.L["update"]))
     return out
 

@@ -1,0 +1,138 @@
+"""A zero-padded read's halo in the input band: only the rows and columns outside X are zeroed, by GpSimdE copies
+from two small zero tiles made once before the loops (one for halo rows, one for halo columns), instead of a memset
+of the whole band, which every load of the band waited for (conv3x3s2 f32: a 3.5 us GpSimdE memset of 128 x 3249
+elements before the first load). Functions of the builder `b`, as conv_band.py.
+
+A box is (kind, first partition, partitions, first row, rows, first column, columns) in the band buffer's
+coordinates; kind "rows" boxes come from the rows tile, "cols" boxes from the columns tile.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tilec.compiler import conv_fold, ir
+from tilec.compiler.build_util import a, sl
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Stmt, View
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
+
+Box = tuple[str, int, int, int, int, int, int]
+
+
+def region_boxes(p0: int, parts: int, rows: int, cols: int, clip: tuple[int, int, int, int]) -> list[Box]:
+    """The halo of a region of rows x cols whose (top, bottom, left, right) lie outside X: the halo rows over the
+    whole width, then the halo columns beside the rows inside X."""
+    top, bottom, left, right = clip
+    inner = rows - top - bottom
+    out: list[Box] = [("rows", p0, parts, first, n, 0, cols) for first, n in ((0, top), (rows - bottom, bottom)) if n]
+    if inner > 0:
+        out += [("cols", p0, parts, top, inner, first, n) for first, n in ((0, left), (cols - right, right)) if n]
+    return out
+
+
+def band_boxes(b: _ConvBuilder, index: int, peeled: bool) -> list[Box] | None:
+    """The halo boxes of band `index` (a peeled band: its rows clipped at X's top and bottom; a band of the band
+    loop: its columns only), or None when some copy of the band holds no element of X at all."""
+    if b.fold == 1:
+        rows, cols = b.in_rows(), b.in_cols()
+        top, bottom = b.band_clip(index) if peeled else (0, 0)
+        left, right = b.clip(b.ox, cols, b.W) if b.NXB == 1 else (0, 0)
+        if rows - top - bottom <= 0 or cols - left - right <= 0:
+            return None
+        return region_boxes(0, b.p.tile_c, rows, cols, (top, bottom, left, right))
+    return folded_boxes(b, index, peeled)
+
+
+def folded_boxes(b: _ConvBuilder, index: int, peeled: bool) -> list[Box] | None:
+    """A folded band's boxes: each copy's own halo when every copy may be reached on its own partitions (C = 32 or
+    64, copies C apart: aligned starts, nki-spec §1.6), else the union of the copies' halos over all the copies'
+    partitions (the loads come after the zero copies and rewrite what another copy holds there)."""
+    step = 2 * b.sy if b.phased else b.sy if b.halves else 1
+    band = index * b.p.band * b.sy + b.oy
+    cols = b.in_cols()
+    per_copy = b.C in (32, 64) and b.Q == b.C
+    boxes: list[Box] = []
+    for j, (r0, c0) in enumerate(b.shifts):
+        need = b.copy_rows() if b.halves else b.in_rows() - r0
+        top, bottom = conv_fold.clip_rows(b, band + r0, need, step) if peeled else (0, 0)
+        left, right = b.clip(b.col0 + c0, cols - c0, b.W)
+        if need - top - bottom <= 0 or cols - c0 - left - right <= 0:
+            return None
+        p0, parts = (j * b.Q, b.C) if per_copy else (0, b.copy_parts(len(b.shifts)))
+        boxes += region_boxes(p0, parts, need, cols - c0, (top, bottom, left, right))
+    return sorted(set(boxes), key=boxes.index)  # the union mode repeats equal boxes of several copies
+
+
+def zero_tiles(b: _ConvBuilder) -> list[Stmt]:
+    """The two zero tiles (b.halo_rows, b.halo_cols), sized for every band's boxes, allocated zeroed; none when
+    some band would need its whole band zeroed (it then keeps the zeroed allocation), or when zeroing the halo
+    takes GpSimdE longer than a memset of the band (below)."""
+    every = [band_boxes(b, i, peeled) for i in range(b.NB) for peeled in (True, False)]
+    if any(boxes is None for boxes in every):
+        return []
+    boxes = [box for bs in every if bs is not None for box in bs]
+    shapes = {kind: (max(p0 + n for _, p0, n, *_ in mine), max(box[4] for box in mine), max(box[6] for box in mine))
+              for kind in ("rows", "cols") if (mine := [box for box in boxes if box[0] == kind])}
+    band = b.x_band_buf()
+    tiles = sum(memset_cycles(b, shape[1] * shape[2]) for shape in shapes.values())
+    if not any(tiles + halo_cycles(bs, band.shape[1]) < memset_cycles(b, elements(band)) for bs in every if bs):
+        return []
+    out: list[Stmt] = []
+    for kind, shape in shapes.items():
+        buf = Buf(b.fresh(f"{b.op.x}_zero_{kind}"), "sbuf", b.hbm[b.op.x].dtype, shape)
+        setattr(b, f"halo_{kind}", buf)
+        out.append(Alloc(buf, zero=True, line=b.L["update"]))
+    return out
+
+
+def elements(buf: Buf) -> int:
+    """Elements per partition of an on-chip buffer (a memset's free size)."""
+    n = 1
+    for d in buf.shape[1:]:
+        n *= d
+    return n
+
+
+def gpsimd_cycles(free: int, strided: bool = False, rate: float = 1.0) -> float:
+    """A GpSimdE memset or copy of `free` elements per partition by the performance model's rule (its static
+    overhead plus one element per cycle, twice that with an SBUF stride over 16 bytes: a halo column; `rate` 2 for
+    a 16-bit memset of zeros, nki-spec §2.4)."""
+    from tilec.compiler.build_matvec import model_costs  # late: the model reads kernels
+    costs = model_costs()
+    return costs.static["gpsimd"] + max(costs.min_ii, free * (costs.stride_factor if strided else 1.0) / rate)
+
+
+def memset_cycles(b: _ConvBuilder, free: int) -> float:
+    """A memset of zeros of `free` elements per partition on GpSimdE (16-bit zeros at twice the rate)."""
+    return gpsimd_cycles(free, rate=2.0 if DTYPE_BYTES[b.hbm[b.op.x].dtype] == 2 else 1.0)
+
+
+def halo_cycles(boxes: list[Box], tiles: int) -> float:
+    """GpSimdE cycles of a band's zero copies: one per box and contraction tile."""
+    return tiles * sum(gpsimd_cycles(nr * nc, kind == "cols") for kind, _, _, _, nr, _, nc in boxes)
+
+
+def serves(b: _ConvBuilder, boxes: list[Box], band: Buf) -> bool:
+    """Whether the band's halo is zeroed by copies: the zero tiles exist and the copies take GpSimdE less time than
+    a memset of the band (a small band, conv_odd's 16 x 30, is cheaper to memset than to patch in 3 copies)."""
+    tiles = [t for t in (b.halo_rows, b.halo_cols) if t is not None]
+    return bool(tiles) and halo_cycles(boxes, band.shape[1]) < memset_cycles(b, elements(band))
+
+
+def zeroed(b: _ConvBuilder, xb: Buf, index: int, peeled: bool) -> list[Stmt] | None:
+    """The band's allocation and its halo's zero copies (before its loads), or None when the zero tiles do not
+    serve it (the caller then allocates the band zeroed)."""
+    boxes = band_boxes(b, index, peeled)
+    if not boxes or not serves(b, boxes, xb):
+        return None
+    out: list[Stmt] = [Alloc(xb, line=b.L["update"])]
+    for kind, p0, parts, r0, nr, c0, nc in boxes:
+        tile = b.halo_rows if kind == "rows" else b.halo_cols
+        if tile is None:
+            return None
+        src = View(tile, (sl(p0, parts), sl(0, nr), sl(0, nc)))
+        for t in range(xb.shape[1]):  # every contraction tile of the band (one per copy group when folded)
+            out.append(ir.Copy(View(xb, (sl(p0, parts), a(t), sl(r0, nr), sl(c0, nc))), src, b.L["update"],
+                               "gpsimd"))
+    return out
