@@ -34,7 +34,7 @@ from tilec.compiler import ir
 from tilec.compiler.build_conv import hbm_view
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.depthwise_explain import plural
-from tilec.compiler.depthwise_kernel import DepthwiseBuilder
+from tilec.compiler.depthwise_kernel import DepthwiseBuilder, clamp_evict
 from tilec.compiler.depthwise_layout import DTYPE, PRODUCT_TRIES, PRODUCTS, PSUM_FP32, Layout, choose_routes
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
@@ -100,6 +100,11 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
     return ""
 
 
+def expand_on_vector(e: ConvOp) -> bool:
+    """Whether the expand's eviction is one VectorE instruction (a clamp, no bias): else ScalarE's activation."""
+    return e.clamp is not None and not e.bias
+
+
 def layouts(e: ConvOp, d: ConvOp, p: ConvOp, elem: int) -> list[BlockLayout]:
     """Candidate layouts, best estimate first: per group pass, the busiest of TensorE (expand, project) and the
     other engines (the depthwise chunks' busiest engine, plus the evictions), times the passes."""
@@ -145,7 +150,7 @@ class BlockBuilder:
         self.rc = max(1, PSUM_FP32 // self.W)
         self.dtype = hbm[e.x].dtype
         self.dw = DepthwiseBuilder(d, hbm, fresh, Layout(lay.cg, lay.nb, lay.rb, 1, self.rc, lay.products), pe,
-                                   self.other_work)
+                                   self.other_work, vector_evict=True)
         self.dw.allocated = set()  # the taps' SBUF products, allocated once, shared by the groups of a parity
         assert self.dw.clip and self.dw.BC == self.W and self.dw.IR == self.IR
         v = dict(d.vars)
@@ -521,6 +526,9 @@ class BlockBuilder:
         if bias is not None:  # min(relu(z + b), c): the bias and relu on the eviction, the clamp after it
             clamp: list[Stmt] = [Scalar(dst, dst, "minimum", e.clamp, line)] if e.clamp is not None else []
             return [Act(dst, acc, func, bias, 1.0, line)] + clamp
+        if expand_on_vector(e):  # min(relu(z), c): one VectorE tensor_scalar of two operators
+            assert e.clamp is not None
+            return [clamp_evict(dst, acc, e.relu, e.clamp, line)]
         if e.clamp is not None:  # min(relu(z), c) = relu(min(z, c)): the clamp in PSUM, relu on the eviction
             return [Scalar(acc, acc, "minimum", e.clamp, line), Act(dst, acc, "relu" if e.relu else "copy", None,
                                                                      1.0, line)]
