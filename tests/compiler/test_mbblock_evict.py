@@ -2,7 +2,8 @@
 SBUF, for the expand's chunks and the depthwise's (build_mbblock.evict_expand, DepthwiseBuilder.evicts_on_vector);
 before, each was a VectorE minimum in PSUM then a ScalarE relu eviction. Checked against test_conv_mobilenet's NumPy
 block (np.pad, one einsum per tap) on the NKI interpreter, both dialects, f32/f16/bf16, with signed weights so that
-both ends of relu6 clamp (uniform [0, 1) inputs never reach the lower one)."""
+both ends of relu6 clamp (uniform [0, 1) inputs never reach the lower one). Also BlockLayout.images: four images per
+software pipeline where they fit."""
 from __future__ import annotations
 
 import re
@@ -50,4 +51,24 @@ def test_block_relu6_evictions_on_vector(monkeypatch, nki, dt):
     x = {k: v.astype(NARROW[dt]).astype(np.float64) for k, v in inputs.items()}
     a = x["X"].transpose(0, 2, 3, 1) @ x["We"].T
     assert (a < 0).any() and (a > 6).any()  # both ends of the expand's relu6 are exercised
+    assert_matches(prog, "Y", out["Y"], block_ref(x, dt))
+
+
+@pytest.mark.parametrize("nki", ["0.1", "0.6"])
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("n", [5, 10])
+def test_block_four_images_per_pipeline(monkeypatch, nki, dt, n):
+    """BlockLayout.images: the loop body pipelines 4 images (IMAGE_TRIES, when they fit), the images left over (1 or
+    2) a pipeline of their own after it (N = 5: one body, inlined, then 1; N = 10: a loop of 2, then 2); each image's
+    Y against NumPy."""
+    monkeypatch.setattr(codegen, "DEFAULT_NKI", nki)
+    prog = lang.load(block_text(dt, n, 16, 200, 12, 10))
+    comp = compile_loaded(prog)
+    assert on_chip(comp)
+    src = wrap.unwrap(comp.source)
+    assert "X_ext_d" in src  # four images' input bands in one pipeline
+    assert ("(4 images at a time)" in src) == (n == 10)
+    inputs = signed_inputs(prog)
+    out = comp.run(**inputs)
+    x = {k: v.astype(NARROW[dt]).astype(np.float64) for k, v in inputs.items()}
     assert_matches(prog, "Y", out["Y"], block_ref(x, dt))
