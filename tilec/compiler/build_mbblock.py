@@ -269,6 +269,7 @@ class BlockBuilder:
             prep += self.expand_bias()
         stmts.append(ir.Block(f"{e.w} as block-diagonal stationaries (one {self.C} x {self.cn} block per row block)",
                               tuple(prep), e.line))
+        after_we = len(stmts)
         stmts.append(ir.Block(f"{d.w}: each {self.ename}'s taps as fp32 columns on every row block's partitions",
                               tuple(self.dw.weights()), d.line))
         if self.dw.pe_taps:  # built on chip (two instructions), after the loads and stationaries it would delay
@@ -294,8 +295,9 @@ class BlockBuilder:
         self.wp_groups: list[list[Stmt]] = [
             [ir.Block(f"{what}, {self.ename} group {g}", tuple((allocs if g == 0 else []) + part), p.line)]
             for g, part in enumerate(parts)]
-        if self.N > 1:
-            stmts += self.wp_prep
+        if self.N > 1:  # right after the expand's: TensorE transposes both before its first expand, and the project's
+            # loads and evictions then come before the depthwise weights' (bf16 b8 158.0 -> 156.6 us, f32 306.6 -> 305.7)
+            stmts[after_we:after_we] = self.wp_prep
         top = self.R // 2  # rows of zeros above block 0 and below the last block (a full-size last block)
         self.zeros = Buf(fresh(f"{e.x}_zeros"), "sbuf", self.dtype,
                          (nb * (max(self.C, lay.cg) if e.bias else self.C), max(top, nb * lay.rb - self.H + top),
