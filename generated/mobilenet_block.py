@@ -82,8 +82,8 @@ def mobilenet_block(X, We, Wd, Wp):
     #      the depthwise band
     psum0 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
     psum0[:, 0:10] = nisa.nc_matmul(We_bd[:, 0], X_ext_a)  # tl:11
-    psum0[:, 0:10] = nisa.tensor_scalar(psum0[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pad_a[...] = nisa.activation(op=nl.relu, data=psum0[:, 0:10], dtype=nl.float32)  # tl:11
+    A_pad_a[...] = nisa.tensor_scalar(psum0[:, 0:10], nl.maximum, 0.0, op1=nl.minimum, operand1=6.0,  # tl:11
+                                      dtype=nl.float32)
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 0
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -135,8 +135,8 @@ def mobilenet_block(X, We, Wd, Wp):
     #      the depthwise band
     psum2 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
     psum2[:, 0:10] = nisa.nc_matmul(We_bd[:, 1], X_ext_a)  # tl:11
-    psum2[:, 0:10] = nisa.tensor_scalar(psum2[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pad_b[...] = nisa.activation(op=nl.relu, data=psum2[:, 0:10], dtype=nl.float32)  # tl:11
+    A_pad_b[...] = nisa.tensor_scalar(psum2[:, 0:10], nl.maximum, 0.0, op1=nl.minimum, operand1=6.0,  # tl:11
+                                      dtype=nl.float32)
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 1
     nisa.dma_copy(dst=Wp_blocks[0:24, 1, 0:48], src=Wp[:, 48:96])  # tl:19
@@ -189,8 +189,8 @@ def mobilenet_block(X, We, Wd, Wp):
     #      the depthwise band
     psum4 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
     psum4[:, 0:10] = nisa.nc_matmul(We_bd[:, 2], X_ext_a)  # tl:11
-    psum4[:, 0:10] = nisa.tensor_scalar(psum4[:, 0:10], nl.minimum, 6.0, dtype=nl.float32)  # tl:11
-    A_pad_a[...] = nisa.activation(op=nl.relu, data=psum4[:, 0:10], dtype=nl.float32)  # tl:11
+    A_pad_a[...] = nisa.tensor_scalar(psum4[:, 0:10], nl.maximum, 0.0, op1=nl.minimum, operand1=6.0,  # tl:11
+                                      dtype=nl.float32)
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 2
     nisa.dma_copy(dst=Wp_blocks[0:24, 2, 0:48], src=Wp[:, 96:144])  # tl:19
@@ -201,8 +201,8 @@ def mobilenet_block(X, We, Wd, Wp):
     Wp_bd[:, 2, 1:48:2] = nisa.activation(op=nl.copy, data=weights_tp[0:96, 24:48], dtype=nl.float32)  # tl:19
 
     # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
-    psum1[:, 0:8] = nisa.tensor_scalar(psum1[:, 0:8], nl.minimum, 6.0, dtype=nl.float32)  # tl:15
-    B_all_a[:, 0] = nisa.activation(op=nl.relu, data=psum1[:, 0:8], dtype=nl.float32)  # tl:15
+    B_all_a[:, 0] = nisa.tensor_scalar(psum1[:, 0:8], nl.maximum, 0.0, op1=nl.minimum, operand1=6.0,  # tl:15
+                                       dtype=nl.float32)
 
     # ---- B rows 0..8 of each block, e group 1: the GpSimdE sum added into PSUM
     psum3[:, 0:8] = nisa.tensor_tensor(psum3[:, 0:8], B_gacc_b_a_end, op=nl.add, dtype=nl.float32)  # tl:17
@@ -237,15 +237,15 @@ def mobilenet_block(X, We, Wd, Wp):
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
-    psum3[:, 0:8] = nisa.tensor_scalar(psum3[:, 0:8], nl.minimum, 6.0, dtype=nl.float32)  # tl:15
-    B_all_a[:, 1] = nisa.activation(op=nl.relu, data=psum3[:, 0:8], dtype=nl.float32)  # tl:15
+    B_all_a[:, 1] = nisa.tensor_scalar(psum3[:, 0:8], nl.maximum, 0.0, op1=nl.minimum, operand1=6.0,  # tl:15
+                                       dtype=nl.float32)
 
     # ---- B rows 0..8 of each block, e group 2: the GpSimdE sum added into PSUM
     psum5[:, 0:8] = nisa.tensor_tensor(psum5[:, 0:8], B_gacc_a_a_end, op=nl.add, dtype=nl.float32)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
-    psum5[:, 0:8] = nisa.tensor_scalar(psum5[:, 0:8], nl.minimum, 6.0, dtype=nl.float32)  # tl:15
-    B_all_a[:, 2] = nisa.activation(op=nl.relu, data=psum5[:, 0:8], dtype=nl.float32)  # tl:15
+    B_all_a[:, 2] = nisa.tensor_scalar(psum5[:, 0:8], nl.maximum, 0.0, op1=nl.minimum, operand1=6.0,  # tl:15
+                                       dtype=nl.float32)
 
     # ---- Y += Wp[:, e group 0] . B[e group 0]
     psum0[0:48, 0:8] = nisa.nc_matmul(Wp_bd[:, 0], B_all_a[:, 0])  # tl:19

@@ -84,8 +84,8 @@ def mobilenet_block(X, We, Wd, Wp):
     #      the depthwise band
     psum0 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
     nisa.nc_matmul(dst=psum0[:, 0:10], stationary=We_bd[:, 0], moving=X_ext_a, accumulate=False)  # tl:11
-    nisa.tensor_scalar(dst=psum0[:, 0:10], data=psum0[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pad_a, op=nl.relu, data=psum0[:, 0:10])  # tl:11
+    nisa.tensor_scalar(dst=A_pad_a, data=psum0[:, 0:10], op0=nl.maximum, operand0=0.0, op1=nl.minimum,  # tl:11
+                       operand1=6.0)
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 0
     Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
@@ -138,8 +138,8 @@ def mobilenet_block(X, We, Wd, Wp):
     #      the depthwise band
     psum2 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
     nisa.nc_matmul(dst=psum2[:, 0:10], stationary=We_bd[:, 1], moving=X_ext_a, accumulate=False)  # tl:11
-    nisa.tensor_scalar(dst=psum2[:, 0:10], data=psum2[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pad_b, op=nl.relu, data=psum2[:, 0:10])  # tl:11
+    nisa.tensor_scalar(dst=A_pad_b, data=psum2[:, 0:10], op0=nl.maximum, operand0=0.0, op1=nl.minimum,  # tl:11
+                       operand1=6.0)
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 1
     nisa.dma_copy(dst=Wp_blocks[0:24, 1, 0:48], src=Wp[:, 48:96])  # tl:19
@@ -192,8 +192,8 @@ def mobilenet_block(X, We, Wd, Wp):
     #      the depthwise band
     psum4 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
     nisa.nc_matmul(dst=psum4[:, 0:10], stationary=We_bd[:, 2], moving=X_ext_a, accumulate=False)  # tl:11
-    nisa.tensor_scalar(dst=psum4[:, 0:10], data=psum4[:, 0:10], op0=nl.minimum, operand0=6.0)  # tl:11
-    nisa.activation(dst=A_pad_a, op=nl.relu, data=psum4[:, 0:10])  # tl:11
+    nisa.tensor_scalar(dst=A_pad_a, data=psum4[:, 0:10], op0=nl.maximum, operand0=0.0, op1=nl.minimum,  # tl:11
+                       operand1=6.0)
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 2
     nisa.dma_copy(dst=Wp_blocks[0:24, 2, 0:48], src=Wp[:, 96:144])  # tl:19
@@ -204,8 +204,8 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.activation(dst=Wp_bd[:, 2, 1:48:2], op=nl.copy, data=weights_tp[0:96, 24:48])  # tl:19
 
     # ---- B rows 0..8 of each block, e group 0: evicted (relu, min(., 6)) into B_all_a
-    nisa.tensor_scalar(dst=psum1[:, 0:8], data=psum1[:, 0:8], op0=nl.minimum, operand0=6.0)  # tl:15
-    nisa.activation(dst=B_all_a[:, 0], op=nl.relu, data=psum1[:, 0:8])  # tl:15
+    nisa.tensor_scalar(dst=B_all_a[:, 0], data=psum1[:, 0:8], op0=nl.maximum, operand0=0.0, op1=nl.minimum,  # tl:15
+                       operand1=6.0)
 
     # ---- B rows 0..8 of each block, e group 1: the GpSimdE sum added into PSUM
     nisa.tensor_tensor(dst=psum3[:, 0:8], data1=psum3[:, 0:8], data2=B_gacc_b_a_end, op=nl.add)  # tl:17
@@ -240,15 +240,15 @@ def mobilenet_block(X, We, Wd, Wp):
                        data2=B_prod4_a_a_end[:, :, 0:15], op=nl.add, engine=nisa.engine.gpsimd)
 
     # ---- B rows 0..8 of each block, e group 1: evicted (relu, min(., 6)) into B_all_a
-    nisa.tensor_scalar(dst=psum3[:, 0:8], data=psum3[:, 0:8], op0=nl.minimum, operand0=6.0)  # tl:15
-    nisa.activation(dst=B_all_a[:, 1], op=nl.relu, data=psum3[:, 0:8])  # tl:15
+    nisa.tensor_scalar(dst=B_all_a[:, 1], data=psum3[:, 0:8], op0=nl.maximum, operand0=0.0, op1=nl.minimum,  # tl:15
+                       operand1=6.0)
 
     # ---- B rows 0..8 of each block, e group 2: the GpSimdE sum added into PSUM
     nisa.tensor_tensor(dst=psum5[:, 0:8], data1=psum5[:, 0:8], data2=B_gacc_a_a_end, op=nl.add)  # tl:17
 
     # ---- B rows 0..8 of each block, e group 2: evicted (relu, min(., 6)) into B_all_a
-    nisa.tensor_scalar(dst=psum5[:, 0:8], data=psum5[:, 0:8], op0=nl.minimum, operand0=6.0)  # tl:15
-    nisa.activation(dst=B_all_a[:, 2], op=nl.relu, data=psum5[:, 0:8])  # tl:15
+    nisa.tensor_scalar(dst=B_all_a[:, 2], data=psum5[:, 0:8], op0=nl.maximum, operand0=0.0, op1=nl.minimum,  # tl:15
+                       operand1=6.0)
 
     # ---- Y += Wp[:, e group 0] . B[e group 0]
     nisa.nc_matmul(dst=psum0[0:48, 0:8], stationary=Wp_bd[:, 0], moving=B_all_a[:, 0], accumulate=False)  # tl:19

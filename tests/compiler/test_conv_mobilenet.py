@@ -207,10 +207,13 @@ def test_block_that_does_not_fit_says_why():
     assert "no layout of its bands fits SBUF and PSUM (the smallest" in explain(c)
 
 
-def test_block_of_five_images_and_many_groups():
+def test_block_of_five_images_and_many_groups(monkeypatch):
     """Five images: a loop over pairs of images (one pipeline each), then the last image; 1100 expanded channels:
-    more groups than the pipeline unrolls (a loop over pairs of groups per image)."""
+    more groups than the pipeline unrolls (a loop over pairs of groups per image). (Pairs forced: the default tries 4
+    images per pipeline first, test_mbblock_evict.)"""
+    from tilec.compiler import build_mbblock
     from tilec.compiler.build_mbblock import UNROLL_GROUPS
+    monkeypatch.setattr(build_mbblock, "IMAGE_TRIES", (2,))
 
     for e in (200, 1100):
         prog, c, inputs, out = run(block_text("f32", 5, 8, e, 4, 5))

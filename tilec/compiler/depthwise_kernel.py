@@ -20,8 +20,12 @@ from tilec.target import target as get_target
 
 class DepthwiseBuilder:
     def __init__(self, op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str], lay: Layout, pe: bool,
-                 extra: Callable[[int], tuple[float, float, float]] | None = None) -> None:
+                 extra: Callable[[int], tuple[float, float, float]] | None = None, vector_evict: bool = False
+                 ) -> None:
         self.extra = extra  # rows of a chunk -> the engines' other work per chunk (choose_routes)
+        # relu6 without a bias evicted by one VectorE tensor_scalar (max 0, then min 6) instead of a VectorE clamp in
+        # PSUM and a ScalarE eviction (the MobileNet block); the taps' routes are chosen as before (`routes`)
+        self.vector_evict = vector_evict
         from tilec.compiler.build_conv import conv_loop_vars
         self.op, self.hbm, self.fresh, self.line = op, hbm, fresh, op.line
         d = dict(op.dims)
@@ -556,6 +560,12 @@ class DepthwiseBuilder:
             ([f"min(., {op.clamp:g})"] if op.clamp is not None else [])
         return ", ".join(words)
 
+    def evicts_on_vector(self) -> bool:
+        """Whether one VectorE instruction evicts (vector_evict: relu6 or a clamp without a bias or a scale)."""
+        op = self.op
+        return self.vector_evict and op.clamp is not None and op.bias is None and op.scale == 1.0 and \
+            not self.narrow()
+
     def evicts_on_scalar(self) -> bool:
         """Whether ScalarE writes the output band last (its stores then go on ScalarE's DMA queue)."""
         # (a clamp in PSUM before the eviction: not before a negated product's sign)
@@ -582,6 +592,9 @@ class DepthwiseBuilder:
         op, line = self.op, self.line
         func = "relu" if op.relu else "copy"
         narrow = self.narrow()
+        if self.evicts_on_vector():  # min(relu(z), 6) = min(max(z, 0), 6): both operators of one tensor_scalar
+            assert op.clamp is not None
+            return [clamp_evict(dst, acc, op.relu, op.clamp, line)]
         if self.evicts_on_scalar():  # relu6 without a bias: min(relu(z), 6) = relu(min(z, 6)), clamped in PSUM
             clamp: list[Stmt] = [Scalar(acc, acc, "minimum", op.clamp, line)] if op.clamp is not None else []
             return clamp + [Act(dst, acc, func, bias, op.scale, line)]
@@ -598,3 +611,10 @@ class DepthwiseBuilder:
             out += self.alloc_once(tile) + [ir.Copy(View(tile, acc.idx), src, line)]
             src = View(tile, acc.idx)
         return out + [ir.Copy(dst, src, line)]
+
+
+def clamp_evict(dst: View, acc: View, relu: bool, clamp: float, line: int) -> Stmt:
+    """PSUM -> SBUF as min(relu(z), clamp) (or min(z, clamp)) by one VectorE tensor_scalar of two operators."""
+    if relu:
+        return Scalar(dst, acc, "maximum", 0.0, line, op1="minimum", value1=clamp)
+    return Scalar(dst, acc, "minimum", clamp, line)
