@@ -1,0 +1,101 @@
+"""rows19: the spellings of a row chain a user writes reach the folded chain (build_rowchain.py): a variance summed
+from X and the mean in one statement (`v += (X - mu) * (X - mu) / N`, whose terms read a column and so lower to an
+op of their own) is one square activation summing its rows, and a division by a row's column is a product by its
+reciprocal. Each program matches a NumPy formula in float64 on the interpreter, in f32 and bf16, in both dialects."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler_helpers import assert_matches, compile_and_run
+
+MEAN_VAR = """kernel mean_var(X: {t}[M, N]) -> mu, v
+  default M = 300, N = 512
+  mu: {t}[M]
+  v: {t}[M]
+  for i in 0..M:
+    mu[i] = 0
+    for j in 0..N:
+      mu[i] += X[i, j] / N
+  for i in 0..M:
+    v[i] = 0
+    for j in 0..N:
+      v[i] += {terms}
+"""
+
+STANDARDIZE = """kernel standardize(X: {t}[M, N]) -> Y
+  default M = 260, N = 700
+  mu: {t}[M]
+  v: {t}[M]
+  sd: {t}[M]
+  Y: {t}[M, N]
+  for i in 0..M:
+    mu[i] = 0
+    for j in 0..N:
+      mu[i] += X[i, j] / N
+  for i in 0..M:
+    v[i] = 0
+    for j in 0..N:
+      v[i] += (X[i, j] - mu[i]) * (X[i, j] - mu[i]) / N
+  for i in 0..M:
+    sd[i] = sqrt(v[i] + 1e-05)
+  for i in 0..M, j in 0..N:
+    Y[i, j] = (X[i, j] - mu[i]) / sd[i]
+"""
+
+# the terms of the variance as a user may write them, and the factor each puts on the sum of squares
+TERMS = {
+    "(X[i, j] - mu[i]) * (X[i, j] - mu[i]) / N": lambda n: 1.0 / n,
+    "0.5 * ((X[i, j] - mu[i]) * (X[i, j] - mu[i]))": lambda n: 0.5,
+    "(mu[i] - X[i, j]) * (mu[i] - X[i, j]) * 0.25": lambda n: 0.25,
+}
+
+
+def _wide(a: dict) -> dict:
+    return {k: np.asarray(v, np.float64) for k, v in a.items()}
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("terms", sorted(TERMS))
+def test_variance_in_one_statement_matches_numpy(terms, dtype, nki):
+    prog, c, inputs, out = compile_and_run(MEAN_VAR.format(t=dtype, terms=terms), nki)
+    r = _bf16 if dtype == "bf16" else (lambda a: a)  # inputs are of the dtype; the program rounds mu where stored
+    x = r(_wide(inputs)["X"])
+    mu = r(x.mean(1))
+    want_v = ((x - mu[:, None]) ** 2).sum(1) * TERMS[terms](x.shape[1])
+    assert_matches(prog, "mu", out["mu"], x.mean(1))
+    assert_matches(prog, "v", out["v"], want_v)
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """x rounded to bfloat16 (to nearest even), as float64."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("terms", sorted(TERMS))
+def test_variance_in_one_statement_is_one_square_pass(terms):
+    """No tile of terms: the sum of squares is one ScalarE square of X with the mean as its bias, summing rows."""
+    _, c, _, _ = compile_and_run(MEAN_VAR.format(t="f32", terms=terms), "0.6")
+    assert "v_terms_tmp" not in c.source and "nl.multiply" not in c.source
+    assert c.source.count("op=nl.square") == 1
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_division_by_a_row_deviation_matches_numpy(dtype, nki):
+    prog, c, inputs, out = compile_and_run(STANDARDIZE.format(t=dtype), nki)
+    r = _bf16 if dtype == "bf16" else (lambda a: a)  # inputs are of the dtype; the program rounds mu, v and sd
+    x = r(_wide(inputs)["X"])
+    mu = r(x.mean(1, keepdims=True))
+    sd = r(np.sqrt(r(((x - mu) ** 2).mean(1, keepdims=True)) + 1e-05))
+    assert_matches(prog, "Y", out["Y"], (x - mu) / sd)
+
+
+def test_division_by_a_row_deviation_is_one_reciprocal_per_row():
+    """sd's reciprocal is a column op (once per row), the division a scale of the output's activation."""
+    _, c, _, _ = compile_and_run(STANDARDIZE.format(t="f32"), "0.6")
+    assert "nl.divide" not in c.source and "v_terms_tmp" not in c.source
+    assert c.source.count("op=nl.reciprocal") >= 1
