@@ -99,3 +99,43 @@ def test_division_by_a_row_deviation_is_one_reciprocal_per_row():
     _, c, _, _ = compile_and_run(STANDARDIZE.format(t="f32"), "0.6")
     assert "nl.divide" not in c.source and "v_terms_tmp" not in c.source
     assert c.source.count("op=nl.reciprocal") >= 1
+
+
+RESIDUAL = """kernel residual_ln(X: {t}[M, N], R: {t}[M, N], g: {t}[N], b: {t}[N]) -> Y
+  default M = 300, N = 640
+  h: {t}[M, N]
+  mu: {t}[M]
+  v: {t}[M]
+  Y: {t}[M, N]
+  for i in 0..M, j in 0..N:
+    h[i, j] = X[i, j] + R[i, j]
+  for i in 0..M:
+    mu[i] = 0
+    for j in 0..N:
+      mu[i] += h[i, j] / N
+  for i in 0..M:
+    v[i] = 0
+    for j in 0..N:
+      v[i] += (h[i, j] - mu[i]) * (h[i, j] - mu[i]) / N
+  for i in 0..M, j in 0..N:
+    Y[i, j] = (h[i, j] - mu[i]) * rsqrt(v[i] + 1e-05) * g[j] + b[j]
+"""
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_residual_before_layernorm_matches_numpy(dtype, nki):
+    prog, c, inputs, out = compile_and_run(RESIDUAL.format(t=dtype), nki)
+    r = _bf16 if dtype == "bf16" else (lambda a: a)  # inputs are of the dtype; the program rounds h, mu, v
+    a = {k: r(v) for k, v in _wide(inputs).items()}
+    h = r(a["X"] + a["R"])
+    mu = r(h.mean(1, keepdims=True))
+    v = r(((h - mu) ** 2).mean(1, keepdims=True))
+    assert_matches(prog, "Y", out["Y"], (h - mu) / np.sqrt(v + 1e-05) * a["g"] + a["b"])
+
+
+def test_residual_before_layernorm_joins_the_chain():
+    """h = X + R is the chain's first op: it never goes to HBM (one load each of X and R per row tile)."""
+    _, c, _, _ = compile_and_run(RESIDUAL.format(t="f32"), "0.6")
+    assert "h = nl.ndarray" not in c.source
+    assert "fused row chain h, mu" in c.source
