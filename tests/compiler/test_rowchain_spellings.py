@@ -10,7 +10,7 @@ import pytest
 from compiler_helpers import assert_matches, compile_and_run
 
 MEAN_VAR = """kernel mean_var(X: {t}[M, N]) -> mu, v
-  default M = 300, N = 512
+  default M = {M}, N = 512
   mu: {t}[M]
   v: {t}[M]
   for i in 0..M:
@@ -58,8 +58,9 @@ def _wide(a: dict) -> dict:
 @pytest.mark.parametrize("nki", ["0.6", "0.1"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("terms", sorted(TERMS))
-def test_variance_in_one_statement_matches_numpy(terms, dtype, nki):
-    prog, c, inputs, out = compile_and_run(MEAN_VAR.format(t=dtype, terms=terms), nki)
+@pytest.mark.parametrize("rows", [300, 512])  # 3 row tiles; 4 (software-pipelined)
+def test_variance_in_one_statement_matches_numpy(terms, dtype, nki, rows):
+    prog, c, inputs, out = compile_and_run(MEAN_VAR.format(t=dtype, terms=terms, M=rows), nki)
     r = _bf16 if dtype == "bf16" else (lambda a: a)  # inputs are of the dtype; the program rounds mu where stored
     x = r(_wide(inputs)["X"])
     mu = r(x.mean(1))
@@ -78,9 +79,22 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("terms", sorted(TERMS))
 def test_variance_in_one_statement_is_one_square_pass(terms):
     """No tile of terms: the sum of squares is one ScalarE square of X with the mean as its bias, summing rows."""
-    _, c, _, _ = compile_and_run(MEAN_VAR.format(t="f32", terms=terms), "0.6")
+    _, c, _, _ = compile_and_run(MEAN_VAR.format(t="f32", terms=terms, M=300), "0.6")
     assert "v_terms_tmp" not in c.source and "nl.multiply" not in c.source
     assert c.source.count("op=nl.square") == 1
+
+
+def test_statistics_alone_are_pipelined_by_their_loads():
+    """A chain that only stores its statistics (no steps) is software-pipelined at its loads: in the loop, the next
+    row tile's load comes before this tile's passes and stores (the stores wait for the passes, and a DMA trigger
+    for the one before it on its stream)."""
+    _, c, _, _ = compile_and_run(MEAN_VAR.format(t="f32", terms=next(iter(TERMS)), M=1024), "0.6")
+    body = c.source[c.source.index("pairs of row tiles"):]
+    lines = [ln.strip() for ln in body.splitlines()]
+    first_load = next(i for i, ln in enumerate(lines) if ln.startswith("nisa.dma_copy(dst=X_tile"))
+    first_store = next(i for i, ln in enumerate(lines) if ln.startswith("nisa.dma_copy(dst=mu["))
+    first_pass = next(i for i, ln in enumerate(lines) if ln.startswith("nisa.activation("))
+    assert first_load < first_pass < first_store
 
 
 @pytest.mark.parametrize("nki", ["0.6", "0.1"])
