@@ -153,3 +153,46 @@ def test_residual_before_layernorm_joins_the_chain():
     _, c, _, _ = compile_and_run(RESIDUAL.format(t="f32"), "0.6")
     assert "h = nl.ndarray" not in c.source
     assert "fused row chain h, mu" in c.source
+
+
+SOFTMAX_T = """kernel softmax_t(X: {t}[M, N]) -> Y
+  default M = 512, N = 256
+  m: {t}[M]
+  e: {t}[M, N]
+  s: {t}[M]
+  Y: {t}[M, N]
+  for i in 0..M:
+    m[i] = -inf
+    for j in 0..N:
+      m[i] max= X[i, j]
+  for i in 0..M, j in 0..N:
+    e[i, j] = exp({c} * (X[i, j] - m[i]))
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += e[i, j]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = e[i, j] * reciprocal(s[i])
+"""
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("c", ["0.125", "0.1", "8.0"])
+def test_softmax_with_a_temperature_matches_numpy(c, dtype, nki):
+    prog, comp, inputs, _ = compile_and_run(SOFTMAX_T.format(t=dtype, c=c), nki)
+    r = _bf16 if dtype == "bf16" else (lambda a: a)  # inputs are of the dtype; the program rounds e and s
+    x = r(np.random.default_rng(7).uniform(-20.0, 20.0, (512, 256)))  # signed rows, exp(8 (x - m)) >= e^-320
+    out = comp.run(X=np.asarray(x, np.float32))
+    e = r(np.exp(float(np.float32(c)) * (x - x.max(1, keepdims=True))))
+    s = r(e.sum(1, keepdims=True))
+    assert_matches(prog, "Y", out["Y"], e / s)
+
+
+def test_a_power_of_two_temperature_rides_on_the_exp():
+    """exp(0.125 * (X - m)): 0.125 X - 0.125 m rounds as (X - m) * 0.125 (a power of two scales exactly), so the
+    centring is no ScalarE pass of its own; with 0.1 it is (the sum first, then the scaling)."""
+    _, exact, _, _ = compile_and_run(SOFTMAX_T.format(t="f32", c="0.125"), "0.6")
+    _, other, _, _ = compile_and_run(SOFTMAX_T.format(t="f32", c="0.1"), "0.6")
+    assert "e_centred" not in exact.source and "scale=0.125" in exact.source
+    assert "e_centred" in other.source

@@ -8,6 +8,8 @@ their inputs (`vmul`, `vadd`, `vrecip`, `col_view`). The rules are build_rowchai
 """
 from __future__ import annotations
 
+import math
+
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, broadcast_row, loop, sl, term
 from tilec.compiler.exprs import const_value
@@ -85,10 +87,11 @@ class _ChainValues(_ChainBase):
         s = self.val(y)
         if x.base is None:
             return Lin(None, 1.0, self.vmul(x.bias, s))
-        if not self.scalar(x) and not (isinstance(x.bias, float) and x.bias == 0.0):
+        if not self.scalar(x) and not (isinstance(x.bias, float) and x.bias == 0.0) and not _power_of_two(s):
             # (X*a + c) * s folded as X*(a*s) + c*s cancels after scaling: where X*a ~ -c (layernorm's X - mu on a
             # row of near-equal values) the fp32 error grows with s (rsqrt(var + eps), up to 1/sqrt(eps)); so the
-            # sum is computed first and then scaled (fuzz seed 14003150: 13x the reference's error)
+            # sum is computed first and then scaled (fuzz seed 14003150: 13x the reference's error). A constant
+            # power of two (a softmax's temperature 1/8) scales exactly: X*(a*s) + c*s rounds as (X*a + c) * s
             x = Lin(self.view(x, f"{self.op.out}_centred"))
         return Lin(x.base, self.vmul(x.scale, s, f"{self.op.out}_scale"), self.vmul(x.bias, s, f"{self.op.out}_bias"))
 
@@ -326,3 +329,8 @@ class _ChainValues(_ChainBase):
             self.emit(Act(dst, x.view, "copy", None, x.coef, self.cur_line), engine="scalar")
         self.memo[("col", x.view, x.coef)] = dst
         return dst
+
+
+def _power_of_two(s: Val) -> bool:
+    """A constant factor whose products are exact in fp32 (barring overflow and underflow): +-2^k."""
+    return isinstance(s, float) and s != 0.0 and abs(math.frexp(s)[0]) == 0.5
