@@ -51,6 +51,7 @@ from tilec.compiler.build_util import loop
 from tilec.compiler.ir import Act, Alloc, Buf, Stmt
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.select_eltwise import has_reversed_read
+from tilec.lang import syntax as sx
 from tilec.target import target as get_target
 from tilec.compiler.rowchain_base import Built, _reads
 from tilec.compiler.rowchain_chain import _Chain
@@ -73,6 +74,32 @@ def _fit(op: Op, rows: int) -> tuple[int, int] | None:
     return None
 
 
+def _leading(op: Op, nxt: Op | None) -> tuple[int, int] | None:
+    """(rows, free) of a plain element-wise op of full tiles that starts a chain: every tensor it reads indexed as
+    its output is (`h[i, j] = X[i, j] + R[i, j]`, a residual before a layernorm), the next op a row reduction of its
+    output over the same elements. Its output then stays in SBUF (else it goes to HBM and is read back)."""
+    if not isinstance(op, EltwiseOp) or op.layout or op.copy or op.columns or op.rows or op.out_index:
+        return None
+    if type(nxt) is not ReduceOp or op.out not in ([nxt.src] + list(nxt.inputs)):
+        return None
+    if nxt.dim("R") * nxt.dim("F") != op.size or not _same_indexed(op.expr, tuple(v for _, v in op.vars)):
+        return None
+    return nxt.dim("R"), nxt.dim("F")
+
+
+def _same_indexed(e: sx.Expr, idx: tuple[str, ...]) -> bool:
+    """Every tensor read in e is indexed by exactly the loop variables `idx`, in order."""
+    if isinstance(e, sx.Access):
+        return e.fill is None and tuple(x.id if isinstance(x, sx.Name) else None for x in e.indices) == idx
+    if isinstance(e, sx.BinOp):
+        return _same_indexed(e.lhs, idx) and _same_indexed(e.rhs, idx)
+    if isinstance(e, sx.Neg):
+        return _same_indexed(e.x, idx)
+    if isinstance(e, sx.Call):
+        return all(_same_indexed(x, idx) for x in e.args)
+    return isinstance(e, (sx.Num, sx.Name))
+
+
 def row_chains(ops: tuple[Op, ...], scheduled: AbstractSet[str]) -> list[list[int]]:
     """Runs of >= 2 consecutive ops over the same rows and free size (at least one a row reduction), none named
     by a directive: each is built as one fused row chain."""
@@ -81,6 +108,8 @@ def row_chains(ops: tuple[Op, ...], scheduled: AbstractSet[str]) -> list[list[in
     rows = free = 0
     for i, op in enumerate(ops):
         shape = _fit(op, rows) if op.name not in scheduled else None
+        if shape is None and not run and op.name not in scheduled:
+            shape = _leading(op, ops[i + 1] if i + 1 < len(ops) else None)
         if shape is None or (run and (shape[0] != rows or (shape[1] and free and shape[1] != free))):
             _close(chains, run, ops, free)
             run, rows, free = [], 0, 0

@@ -57,6 +57,7 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False) -> Buil
     # into a row): in A it would hold TensorE's in-order queue, and the previous tile's broadcasts, behind this
     # tile's ScalarE passes
     split = next((i for i, s in enumerate(loop.body) if isinstance(s, ir.Transpose) or _steps(s)), None)
+    split = split if split is not None else _after_loads(loop.body)
     while split and _psum_alloc(loop.body[split - 1]):
         split -= 1
     if T % 2 or T < 4 or not split:
@@ -156,6 +157,17 @@ def _passed_on(a: list[Stmt], b: list[Stmt]) -> bool:
     written = {v.buf.name for x in ir.walk(tuple(a)) for v in ir.views(x) if v not in _views_read(x)}
     read = {v.buf.name for x in ir.walk(tuple(b)) for v in _views_read(x)}
     return bool(written & read)
+
+
+def _after_loads(body: tuple[Stmt, ...]) -> int | None:
+    """For a chain without steps (its statistics stored: a mean and a variance), where its work begins: after the
+    loads it starts with. Stage A is the loads alone, so that the next row tile's load is issued before this tile's
+    passes and stores: a DMA trigger waits for the previous trigger of its stream (perf/schedule.py), and a store
+    waits for this tile's passes. None when the body does not start with a load or stores nothing."""
+    split = next((i for i, s in enumerate(body) if not isinstance(s, (Alloc, ir.Dma))), None)
+    loads = [s for s in body[:split] if isinstance(s, ir.Dma) and s.src.buf.memory == "hbm"]
+    stores = [x for x in ir.walk(tuple(body[split:])) if isinstance(x, ir.Dma) and x.dst.buf.memory == "hbm"]
+    return split if loads and stores else None
 
 
 def _steps(s: Stmt) -> bool:

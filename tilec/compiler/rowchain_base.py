@@ -132,6 +132,7 @@ class _ChainBase:
         self.exact_in: dict[str, str] = {}  # an fp32 buffer -> the 16-bit dtype all its values are exactly of
         self.narrow_of: dict[str, View] = {}  # a rounded column (fp32) -> the f16/bf16 column it was copied from
         self.discarded: View | None = None
+        self.terms: dict[str, EltwiseOp] = {}  # the terms of a sum, built by the sum (_Chain.compute)
         self.top: sx.Expr | None = None  # the expression whose value is the op's own tile (named `{out}_tile`)
 
     def kind(self, name: str) -> str:

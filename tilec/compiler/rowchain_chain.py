@@ -14,7 +14,7 @@ import math
 from tilec.compiler import chunk_pipe, ir
 from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_util import a, loop, sl, term
-from tilec.compiler.exprs import fmt_expr
+from tilec.compiler.exprs import const_value, fmt_expr
 from tilec.compiler.ir import Act, Alloc, Buf, Dma, Reduce, Stmt, View, full, whole
 from tilec.compiler.ops import EltwiseOp, Op, ReduceOp
 from tilec.lang import syntax as sx
@@ -102,6 +102,32 @@ class _Chain(_ChainValues):
     # ---- one op of the chain ----------------------------------------------------------------------------------------
 
     def compute(self, op: Op) -> None:
+        """One op. The terms of a sum written as an op of their own (`v += (X[i, j] - mu[i]) ** 2 / N` in one
+        statement lowers to an element-wise op of the terms, then a sum of them: the terms read a column, which a
+        reduction's expression may not) are built by the sum, as if it had been written `v += d * d / N` over a
+        folded d: one square activation summing its rows, no tile of terms. If the sum cannot take them, the terms
+        are built as an op of their own first."""
+        if self.summed_only(op):
+            assert isinstance(op, EltwiseOp)
+            self.terms[op.out] = op
+            return
+        terms = self.terms.pop(op.src, None) if type(op) is ReduceOp and op.expr is None else None
+        if terms is not None:
+            assert isinstance(op, ReduceOp)
+            if self.attempt(dataclasses.replace(op, expr=terms.expr, inputs=tuple(_reads(terms))), False):
+                return
+            self.attempt(terms)
+        self.attempt(op)
+
+    def summed_only(self, op: Op) -> bool:
+        """An f32 element-wise op of full tiles whose only reader is a plain sum of it (its terms), not kept."""
+        return isinstance(op, EltwiseOp) and op.out not in self.keep and self.readers.get(op.out, 0) == 1 \
+            and self.hbm[op.out].dtype == "f32" and self.kind(op.out) == "full" \
+            and any(type(o) is ReduceOp and o.op == "add" and o.expr is None and o.src == op.out for o in self.ops)
+
+    def attempt(self, op: Op, fallback: bool = True) -> bool:
+        """Build one op folded; on what the folding does not cover, undo what the attempt emitted and (fallback)
+        build the op through the expression compiler from tiles. Whether the folded build succeeded."""
         self.op, self.cur_line, self.top = op, getattr(op, "update_line", 0) or op.line, None
         mark, memo = len(self.body), dict(self.memo)
         try:
@@ -110,10 +136,13 @@ class _Chain(_ChainValues):
             else:
                 assert isinstance(op, EltwiseOp)
                 self.eltwise(op)
-        except _Unsupported:  # undo what the attempt emitted; the expression compiler builds the op from tiles
+            return True
+        except _Unsupported:
             del self.body[mark:]
             self.memo = memo
-            self.fallback(op)
+            if fallback:
+                self.fallback(op)
+            return False
 
     def eltwise(self, op: EltwiseOp) -> None:
         """An element-wise op stays folded unless something outside the chain needs it (or, for VectorE steps,
@@ -147,17 +176,18 @@ class _Chain(_ChainValues):
                 result = Lin(self.steps_view(Steps(whole(col), ((op.op, other, True),)), whole(col)))
             self.values[op.out] = result
             return
-        square = isinstance(expr, sx.BinOp) and expr.op == "*" and fmt_expr(expr.lhs) == fmt_expr(expr.rhs)
+        squared = _squared(expr)
+        square = squared is not None
         values = self.values
         if self.long:  # the sum of a rounded tile's values (squared) from its value before the rounding (long)
             self.values = {**values, **self.unrounded}
         try:
-            x = self.lin(self.value(expr.lhs if isinstance(expr, sx.BinOp) and square else expr))
+            x = self.lin(self.value(squared[0] if squared is not None else expr))
         finally:
             self.values = values
         if x.base is None or x.base.shape()[1] == 1:
             raise _Unsupported  # a sum along the rows of a constant or a column
-        factor = op.scale
+        factor = op.scale * (squared[1] if squared is not None else 1.0)
         if not square and x.scale == 1.0 and x.bias == 0.0 and self.sum_on_act(x.base, col):
             total: Val = Col(whole(col), factor)  # the activation's output is read elsewhere: it keeps its scale
         elif square:
@@ -176,6 +206,14 @@ class _Chain(_ChainValues):
             total = Col(whole(narrow), factor)
             if op.init == 0.0 and math.frexp(factor)[0] == 0.5:  # rounded already: no copies through the dtype
                 self.exact.add(op.out)
+        elif self.skewed and not self.long and x.scale == 1.0 and x.bias == 0.0 and x.base.buf.dtype == "f32" \
+                and not any(self.kind(n) == "full" for n in self.keep & self.made):
+            # a chain that only stores statistics (a mean and a variance), software-pipelined: VectorE has no other
+            # work, so the plain sum is its tensor_reduce and ScalarE keeps the square (on the model 2048 x 2048:
+            # ScalarE 63 us for both passes, the kernel ScalarE-bound)
+            self.emit(Alloc(col, line=self.cur_line), Reduce(whole(col), x.base, "add", self.cur_line),
+                      engine="vector")
+            total = Col(whole(col), factor)
         else:
             sign = -1.0 if self.subtracted(op.out) else 1.0  # sum -x / N: the readers' `X - mu` is a bias as it is
             if sign < 0:
@@ -252,3 +290,21 @@ class _Chain(_ChainValues):
             tile = whole(cast)
         rows = sl(a(term("pt", self.TP, "TILE_P")), self.TP)
         return out + [Dma(View(view, (rows, full(free))), tile, self.line)]
+
+
+def _squared(e: sx.Expr) -> tuple[sx.Expr, float] | None:
+    """(a, c) for a square with a constant factor, `a * a` (c = 1), `a * a / k` (c = 1 / k), `a * a * k`,
+    `k * (a * a)`; else None. The factor rides on the sum's column (or inside its square), as a mean's 1 / N does."""
+    if not isinstance(e, sx.BinOp):
+        return None
+    if e.op == "*" and fmt_expr(e.lhs) == fmt_expr(e.rhs):
+        return e.lhs, 1.0
+    if e.op == "/":
+        k, inner = const_value(e.rhs), _squared(e.lhs)
+        return None if not k or inner is None else (inner[0], inner[1] / k)
+    if e.op == "*":
+        for const, other in ((e.rhs, e.lhs), (e.lhs, e.rhs)):
+            k, inner = const_value(const), _squared(other)
+            if k is not None and inner is not None:
+                return inner[0], inner[1] * k
+    return None

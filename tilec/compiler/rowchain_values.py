@@ -8,6 +8,8 @@ their inputs (`vmul`, `vadd`, `vrecip`, `col_view`). The rules are build_rowchai
 """
 from __future__ import annotations
 
+import math
+
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, broadcast_row, loop, sl, term
 from tilec.compiler.exprs import const_value
@@ -38,8 +40,26 @@ class _ChainValues(_ChainBase):
         if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr == "tensor_tensor":
             return self.step(FUNCTIONS[e.fn].nki, self.value(e.args[0]), self.value(e.args[1]))
         if isinstance(e, sx.BinOp) and e.op in _ALU:
-            return self.combine(e.op, self.value(e.lhs), self.value(e.rhs))
+            lhs, rhs = self.value(e.lhs), self.value(e.rhs)
+            scaled = self.centred_scaled(e.op, lhs, rhs) if e is self.top else None
+            return scaled or self.combine(e.op, lhs, rhs)
         raise _Unsupported
+
+    def centred_scaled(self, op: str, x: Value, y: Value) -> Steps | None:
+        """An op's whole value `(X - m) * s` or `(X - m) / s` (X a tile, m and s columns or constants: a
+        standardisation without gain, `(X[i, j] - mu[i]) / sd[i]`): one VectorE tensor_scalar of two operators,
+        the sum then the product (as lin_mul's order, for its error), dividing as a product by the reciprocal
+        column (one per row). Folded into ScalarE it is two passes (the centring, then the scaling), ScalarE's
+        third and fourth beside the statistics' two. None for any other form."""
+        if op not in "*/" or not isinstance(x, Lin) or not isinstance(y, Lin) or not self.scalar(y):
+            return None
+        if x.base is None or self.scalar(x) or x.scale != 1.0 or x.bias == 0.0:
+            return None
+        s = self.val(y) if op == "*" else self.vrecip(self.val(y))
+        if isinstance(s, float):
+            return None  # a constant factor folds into the activation as its scale
+        return Steps(x.base, (("add", self.operand(Lin(None, 1.0, x.bias)), True),
+                              ("multiply", self.col_view(s), True)))
 
     def combine(self, op: str, x: Value, y: Value) -> Value:
         if isinstance(x, Lin) and isinstance(y, Lin):
@@ -67,10 +87,11 @@ class _ChainValues(_ChainBase):
         s = self.val(y)
         if x.base is None:
             return Lin(None, 1.0, self.vmul(x.bias, s))
-        if not self.scalar(x) and not (isinstance(x.bias, float) and x.bias == 0.0):
+        if not self.scalar(x) and not (isinstance(x.bias, float) and x.bias == 0.0) and not _power_of_two(s):
             # (X*a + c) * s folded as X*(a*s) + c*s cancels after scaling: where X*a ~ -c (layernorm's X - mu on a
             # row of near-equal values) the fp32 error grows with s (rsqrt(var + eps), up to 1/sqrt(eps)); so the
-            # sum is computed first and then scaled (fuzz seed 14003150: 13x the reference's error)
+            # sum is computed first and then scaled (fuzz seed 14003150: 13x the reference's error). A constant
+            # power of two (a softmax's temperature 1/8) scales exactly: X*(a*s) + c*s rounds as (X*a + c) * s
             x = Lin(self.view(x, f"{self.op.out}_centred"))
         return Lin(x.base, self.vmul(x.scale, s, f"{self.op.out}_scale"), self.vmul(x.bias, s, f"{self.op.out}_bias"))
 
@@ -185,7 +206,12 @@ class _ChainValues(_ChainBase):
             and self.whole_tile(out) else None
         if isinstance(x.first, Lin) and stationary is None:
             first = self.act_into(out, "copy", first, x.first.scale, x.first.bias, None)
-        if (len(x.steps) >= 2 or from_row) and chunk and all(self.whole_tile(v) for v in [first, out]):
+        if len(x.steps) == 2 and not any(isinstance(o, View) and o.buf.shape[1] > 1 for _, o, _ in x.steps) \
+                and all(left for _, _, left in x.steps):
+            # two steps against columns or constants: one tensor_scalar of two operators
+            (op0, v0, _), (op1, v1, _) = x.steps
+            self.body.append(Scalar(out, first, op0, v0, self.cur_line, op1=op1, value1=v1))
+        elif (len(x.steps) >= 2 or from_row) and chunk and all(self.whole_tile(v) for v in [first, out]):
             self.chunked = True
             body: list[Stmt] = []
             cols = sl(a(term("ct", chunk, "TILE_F")), chunk)
@@ -303,3 +329,8 @@ class _ChainValues(_ChainBase):
             self.emit(Act(dst, x.view, "copy", None, x.coef, self.cur_line), engine="scalar")
         self.memo[("col", x.view, x.coef)] = dst
         return dst
+
+
+def _power_of_two(s: Val) -> bool:
+    """A constant factor whose products are exact in fp32 (barring overflow and underflow): +-2^k."""
+    return isinstance(s, float) and s != 0.0 and abs(math.frexp(s)[0]) == 0.5
