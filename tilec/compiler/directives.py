@@ -526,6 +526,7 @@ def fixed_schedule(op: Op, dtypes: dict[str, str]) -> str | None:
     partitions (build_colreduce.kept_tile), a reduction of few rows with the outer rows on the partitions
     (build_colreduce.outer_op); None otherwise."""
     from tilec.compiler.build_colreduce import kept_tile, outer_op
+    from tilec.compiler.build_longrows import few_rows_tile
     from tilec.compiler.build_reduce import long_row
     from tilec.compiler.ops import ReduceOp
     if not isinstance(op, ReduceOp):
@@ -539,6 +540,8 @@ def fixed_schedule(op: Op, dtypes: dict[str, str]) -> str | None:
         return None
     if long_row(op.dim("R"), op.dim("F"), dtype, plain, tensor) is not None:
         return "a reduction of one long row over the partitions"
+    if type(op) is ReduceOp and few_rows_tile(op, dtype) is not None:
+        return "a reduction of a few long rows, each over the partitions"
     return None
 
 
