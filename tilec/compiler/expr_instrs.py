@@ -23,8 +23,11 @@ class ExprCompiler:
     """Evaluate an element-wise expression tree into tensor_tensor / tensor_scalar / activation instructions."""
 
     def __init__(self, tiles: dict[str, View], shape: tuple[int, ...], line: int, fresh: Fresh,
-                 columns: set[str], fold: bool = False, prefix: str = "tmp", regroup: bool = False) -> None:
+                 columns: set[str], fold: bool = False, prefix: str = "tmp", regroup: bool = False,
+                 share: bool = False) -> None:
         self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
+        # share: a tensor_tensor of SBUF tiles is cut by columns between GpSimdE and VectorE (shared_binary)
+        self.share = share
         # fold: an activation of `x + col`, `x - col` or `x * c` is one ScalarE instruction FN(x * scale + bias)
         # (the row chains use it: it takes a VectorE pass off the busiest engine)
         self.fold, self.prefix = fold, prefix
@@ -271,7 +274,8 @@ class ExprCompiler:
         p2, v2 = self.value(y, None)
         out, d = self.target(dst)
         if self.is_column(x) == self.is_column(y):  # two tiles of one shape (two (P, 1) columns too): tensor_tensor
-            return p1 + p2 + out + [Binary(d, v1, v2, op, self.line)], d
+            made = shared_binary(d, v1, v2, op, self.line) if self.share else [Binary(d, v1, v2, op, self.line)]
+            return p1 + p2 + out + made, d
         if self.is_column(y):  # a per-partition scalar: tensor_scalar with a (P, 1) operand
             p2, v2 = self.fp32_column(p2, v2)
             joined = self.joined(p1, v1, p2, out, d, op, v2)  # `(X - mu[i]) * g[i]`
@@ -290,6 +294,37 @@ class ExprCompiler:
 
     def is_column(self, e: sx.Expr) -> bool:
         return column_only(e, self.columns)
+
+
+SHARE_MIN = 256  # columns: a narrower tensor_tensor stays whole on VectorE (a second instruction's fixed cost)
+_HALF = ("f16", "bf16")
+
+
+def shared_binary(d: View, x: View, y: View, op: str, line: int) -> list[Stmt]:
+    """d = x op y with its columns cut between GpSimdE (first in program order) and VectorE so both finish
+    together: tensor_tensor streams 2 cycles per element on either engine from SBUF (tilec/perf/costs.py, nki-spec
+    §1.10.4), at the clocks of tilec/target.py, so the pair runs ~2.2x faster than VectorE alone (audit15's swish
+    and GELU chains: two or more tensor_tensors per element on VectorE, its busiest engine). Kept whole: a tile
+    under SHARE_MIN columns, an operand in PSUM (GpSimdE cannot read it) or of more than two axes, all-16-bit
+    operands (VectorE's 1-cycle mode then borrows GpSimdE's SBUF bus, ARCH3), and a square x * x (the rules find
+    it whole to move it to ScalarE: lower_tiles.the_square)."""
+    views = (d, x, y)
+    whole_one: list[Stmt] = [Binary(d, x, y, op, line)]
+    if any(v.buf.memory != "sbuf" or v.perm or len(v.idx) != 2 or not isinstance(v.idx[-1], ir.Sl) or
+           v.idx[-1].step != 1 for v in views):
+        return whole_one
+    cols = d.shape()[-1]
+    if cols < SHARE_MIN or x == y or any(v.shape() != d.shape() for v in views) or \
+            all(v.buf.dtype in _HALF for v in views):
+        return whole_one
+    from tilec.target import target as get_target
+    t = get_target()
+    cut = round(cols * (2 / t.gpsimd_ghz) / (2 / t.vector_ghz + 2 / t.gpsimd_ghz))
+    part = lambda v, lo, n: View(v.buf, (v.idx[0], ir.Sl(v.idx[-1].start.plus(lo), n)))  # noqa: E731
+    shared: list[Stmt] = [Binary(part(d, cut, cols - cut), part(x, cut, cols - cut), part(y, cut, cols - cut), op, line,
+                   engine="gpsimd"),
+            Binary(part(d, 0, cut), part(x, 0, cut), part(y, 0, cut), op, line)]
+    return shared
 
 
 def _signed_terms(e: sx.Expr, sign: float) -> list[tuple[float, sx.Expr]]:
