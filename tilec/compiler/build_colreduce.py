@@ -15,6 +15,7 @@ grouped sum reaching this builder is a compiler bug.
 from __future__ import annotations
 
 from tilec.compiler import ir
+from tilec.compiler.build_colouter import build_column_outer, outer_layout
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_reduce import result_tile
@@ -34,6 +35,8 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 
 
 def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    if outer_op(op, hbm[op.src].dtype):
+        return build_column_outer(op, hbm, fresh)
     if op.op != "add":
         return build_column_extreme(op, plan, hbm, fresh)
     TF = kept_tile(op.dim("O"), op.dim("R"), op.dim("F"), hbm[op.src].dtype, op.expr is None, isinstance(op.init, str))
@@ -125,6 +128,14 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
     how = ROW_PAIRS if L > 1 else stack
     what = f"{op.out} = sum over {red} of {summed} (ones matmul{how})"
     return [("TILE_P", TP), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(nest), line)]
+
+
+def outer_op(op: ColumnReduceOp, dtype: str) -> bool:
+    """Whether build_colouter builds the op (its outer_layout; a max/min only without a factor, which would have to
+    apply to every term before the comparison when negative)."""
+    n = len(op.inputs or (op.src,))
+    return (op.op == "add" or op.scale == 1.0) and outer_layout(
+        op.dim("O"), op.dim("R"), op.dim("F"), dtype, n, isinstance(op.init, str))
 
 
 def _load(op: ColumnReduceOp, plan: ReducePlan, hbm, fresh: Fresh, views: dict[str, Buf], rows, cols,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
+from tilec.compiler.build_longrows import build_few_long_rows, few_rows_tile
 from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
@@ -20,10 +21,14 @@ _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
 
 def build_reduce(op: ReduceOp, plan: ReducePlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    """A row reduction the reduce rule leaves here: short rows, or one long row (build_long_row)."""
+    """A row reduction the reduce rule leaves here: short rows, one long row (build_long_row), a few long rows
+    (build_longrows)."""
     TF = long_row(op.dim("R"), op.dim("F"), hbm[op.src].dtype, op.expr is None, isinstance(op.init, str))
     if TF is not None:
         return build_long_row(op, TF, hbm, fresh)
+    TF = few_rows_tile(op, hbm[op.src].dtype) if type(op) is ReduceOp else None
+    if TF is not None:
+        return build_few_long_rows(op, TF, hbm, fresh)
     grouped = short_rows([op], plan)
     if grouped is None:
         raise InternalError(f"no schedule for the reduction {op.name}: rules.reduce does not apply and its rows "

@@ -530,8 +530,10 @@ def canonical_order(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...]) -
 def fixed_schedule(op: Op, dtypes: dict[str, str]) -> str | None:
     """What an op is when a builder without parameters schedules it (no directive applies, the tuner offers no
     knobs): a reduction of one long row (build_reduce.long_row), a sum of few rows with the kept elements on the
-    partitions (build_colreduce.kept_tile); None otherwise."""
-    from tilec.compiler.build_colreduce import kept_tile
+    partitions (build_colreduce.kept_tile), a reduction of few rows with the outer rows on the partitions
+    (build_colreduce.outer_op); None otherwise."""
+    from tilec.compiler.build_colreduce import kept_tile, outer_op
+    from tilec.compiler.build_longrows import few_rows_tile
     from tilec.compiler.build_reduce import long_row
     from tilec.compiler.ops import ReduceOp
     if not isinstance(op, ReduceOp):
@@ -540,9 +542,13 @@ def fixed_schedule(op: Op, dtypes: dict[str, str]) -> str | None:
     if isinstance(op, ColumnReduceOp):
         if op.op == "add" and kept_tile(op.dim("O"), op.dim("R"), op.dim("F"), dtype, plain, tensor) is not None:
             return "a sum of few rows with the kept elements on the partitions"
+        if outer_op(op, dtype):
+            return "a reduction of few rows with the outer rows on the partitions"
         return None
     if long_row(op.dim("R"), op.dim("F"), dtype, plain, tensor) is not None:
         return "a reduction of one long row over the partitions"
+    if type(op) is ReduceOp and few_rows_tile(op, dtype) is not None:
+        return "a reduction of a few long rows, each over the partitions"
     return None
 
 

@@ -12,6 +12,7 @@ from tilec.compiler.ir import Act, Alloc, Binary, Buf, Scalar, Stmt, View, whole
 from tilec.compiler.select_eltwise import column_only
 from tilec.lang import syntax as sx
 from tilec.lang.functions import FUNCTIONS
+from tilec.target import Target
 from typing import Callable
 
 Fresh = Callable[[str], str]  # a derived name -> a name unique in the kernel (names.NameAllocator, per op)
@@ -23,8 +24,11 @@ class ExprCompiler:
     """Evaluate an element-wise expression tree into tensor_tensor / tensor_scalar / activation instructions."""
 
     def __init__(self, tiles: dict[str, View], shape: tuple[int, ...], line: int, fresh: Fresh,
-                 columns: set[str], fold: bool = False, prefix: str = "tmp", regroup: bool = False) -> None:
+                 columns: set[str], fold: bool = False, prefix: str = "tmp", regroup: bool = False,
+                 share: "Target | None" = None) -> None:
         self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
+        # share: VectorE's work spread over GpSimdE and ScalarE (shared), by that target's engines and clocks
+        self.share = share
         # fold: an activation of `x + col`, `x - col` or `x * c` is one ScalarE instruction FN(x * scale + bias)
         # (the row chains use it: it takes a VectorE pass off the busiest engine)
         self.fold, self.prefix = fold, prefix
@@ -44,7 +48,7 @@ class ExprCompiler:
         stmts, val = self.value(e, dst)
         if val != dst:
             stmts.append(ir.Copy(dst, val, self.line))
-        return stmts
+        return shared(stmts, self.share) if self.share is not None else stmts
 
     def expand(self, e: sx.Expr, dst: View) -> list[Stmt]:
         """`Y[i, j] = 2 * c[i] + 1`: the value computed on the (P, 1) column, then one ScalarE activation writes the
@@ -290,6 +294,74 @@ class ExprCompiler:
 
     def is_column(self, e: sx.Expr) -> bool:
         return column_only(e, self.columns)
+
+
+SHARE_MIN = 256  # columns: a narrower tensor_tensor stays whole on VectorE (a second instruction's fixed cost)
+_HALF = ("f16", "bf16")
+
+
+def shared(stmts: list[Stmt], t: Target) -> list[Stmt]:
+    """One tile's instructions with VectorE's work spread when it has more than one instruction there (a lone
+    tensor_tensor waits on its loads anyway: vector add of 256000 f32 24.0 -> 24.2 us on the model when cut):
+    tensor_tensors cut between GpSimdE and VectorE (shared_binary), then constant tensor_scalars moved to ScalarE
+    (balanced)."""
+    if sum(isinstance(x, (Binary, Scalar)) and not x.engine for x in stmts) < 2:
+        return stmts
+    out: list[Stmt] = []
+    for x in stmts:
+        out += shared_binary(x.dst, x.a, x.b, x.op, x.line, t) if isinstance(x, Binary) and not x.engine else [x]
+    return balanced(out, t)
+
+
+def balanced(stmts: list[Stmt], t: Target) -> list[Stmt]:
+    """The instructions of one tile with VectorE's constant multiplies and adds (tensor_scalar) moved to ScalarE
+    (tensor_scalar accepts engine=scalar for multiply and add on trn2 [ISA6 tensor_scalar]; on trn1 a multiply
+    becomes an activation copy with that scale) while that lowers the busier
+    of the two: each streams one element per cycle on either engine (tilec/perf/costs.py), ScalarE at its own
+    clock plus its activations' elements. audit15's GELU (tanh form) has four constant tensor_scalars per element
+    next to one tanh."""
+    per = lambda v: math.prod(v.shape()[1:])  # noqa: E731 (elements per partition)
+    vec = sum(per(x.dst) * (2 if isinstance(x, Binary) else 1) for x in stmts
+              if isinstance(x, (Binary, Scalar)) and not x.engine) / t.vector_ghz
+    sca = sum(per(x.dst) for x in stmts if isinstance(x, Act)) / t.scalar_ghz
+    # (trn1's tensor_scalar runs on VectorE and GpSimdE only: a multiply goes over as an activation's scale)
+    on_scalar = "scalar" in t.instr("tensor_scalar").engines
+    out: list[Stmt] = []
+    for x in stmts:
+        if isinstance(x, Scalar) and not x.engine and not x.op1 and x.op in ("multiply", "add") and \
+                isinstance(x.value, float) and x.dst.buf.memory == "sbuf" and x.src.buf.memory == "sbuf":
+            n = per(x.dst)
+            moved = dataclasses.replace(x, engine="scalar") if on_scalar else \
+                Act(x.dst, x.src, "copy", None, x.value, x.line) if x.op == "multiply" else None
+            if moved is not None and sca + n / t.scalar_ghz < vec - n / t.vector_ghz:
+                vec, sca, x = vec - n / t.vector_ghz, sca + n / t.scalar_ghz, moved
+        out.append(x)
+    return out
+
+
+def shared_binary(d: View, x: View, y: View, op: str, line: int, t: Target) -> list[Stmt]:
+    """d = x op y with its columns cut between GpSimdE (first in program order) and VectorE so both finish
+    together: tensor_tensor streams 2 cycles per element on either engine from SBUF (tilec/perf/costs.py, nki-spec
+    §1.10.4), at the clocks of tilec/target.py, so the pair runs ~2.2x faster than VectorE alone (audit15's swish
+    and GELU chains: two or more tensor_tensors per element on VectorE, its busiest engine). Kept whole: a tile
+    under SHARE_MIN columns, an operand in PSUM (GpSimdE cannot read it) or of more than two axes, all-16-bit
+    operands (VectorE's 1-cycle mode then borrows GpSimdE's SBUF bus, ARCH3), and a square x * x (the rules find
+    it whole to move it to ScalarE: lower_tiles.the_square)."""
+    views = (d, x, y)
+    whole_one: list[Stmt] = [Binary(d, x, y, op, line)]
+    if any(v.buf.memory != "sbuf" or v.perm or len(v.idx) != 2 or not isinstance(v.idx[-1], ir.Sl) or
+           v.idx[-1].step != 1 for v in views):
+        return whole_one
+    cols = d.shape()[-1]
+    if cols < SHARE_MIN or x == y or any(v.shape() != d.shape() for v in views) or \
+            all(v.buf.dtype in _HALF for v in views):
+        return whole_one
+    cut = round(cols * (2 / t.gpsimd_ghz) / (2 / t.vector_ghz + 2 / t.gpsimd_ghz))
+    part = lambda v, lo, n: View(v.buf, (v.idx[0], ir.Sl(v.idx[-1].start.plus(lo), n)))  # noqa: E731
+    shared: list[Stmt] = [Binary(part(d, cut, cols - cut), part(x, cut, cols - cut), part(y, cut, cols - cut), op, line,
+                   engine="gpsimd"),
+            Binary(part(d, 0, cut), part(x, 0, cut), part(y, 0, cut), op, line)]
+    return shared
 
 
 def _signed_terms(e: sx.Expr, sign: float) -> list[tuple[float, sx.Expr]]:

@@ -32,11 +32,10 @@ from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Loop, loads, loop_index
 from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim
-from tilec.compiler.schedule import EltwisePlan, eltwise_plan
+from tilec.compiler.schedule import MOVING_FMAX, WHOLE_ROWS_BYTES, EltwisePlan, best_divisor, eltwise_plan
 from tilec.compiler.select_eltwise import turn_run, turns
 from tilec.target import Target
 
-WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
 
 
 def _lowering_only(k: Kernel, *args: Any, **kw: Any) -> Kernel:
@@ -158,7 +157,7 @@ def eltwise_layout(n: Injective) -> tuple[tuple[str, int], ...]:
 
 def eltwise_params(n: Injective) -> EltwisePlan:
     """The default parameters (schedule.eltwise_plan, which the op's default plan uses too)."""
-    return eltwise_plan(math.prod(lp.extent for lp in n.loops), dict(eltwise_layout(n)), bool(n.rows))
+    return eltwise_plan(math.prod(lp.extent for lp in n.loops), dict(eltwise_layout(n)), len(n.rows))
 
 
 def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> list[Prim] | None:
@@ -275,10 +274,11 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     for i, r in reversed(list(enumerate(n.rows))):
         where, row, tile = "" if whole else at("t"), name(f"{r}_row{tag}"), name(f"{r}_tile{tag}")
         prims += [prim("stage", v[r], where, name=row), prim("broadcast", row, where, at("p_i"), name=tile)]
-        if whole:  # one PSUM bank of TILE_F columns at a time
+        if whole:  # one PSUM bank at a time: TILE_F columns, or (wider tiles) the largest divisor of F that fits
             chunk = "c" if i == 0 else f"c{i + 1}"
-            prims += [prim("split", f"{tile}_c1", p.free, outer=chunk, inner=f"{tile}_f", name="TILE_F",
-                           note="for the free tiles of the row"),
+            width = p.free if p.free <= MOVING_FMAX else best_divisor(lay["F"], MOVING_FMAX)
+            prims += [prim("split", f"{tile}_c1", width, outer=chunk, inner=f"{tile}_f",
+                           name="TILE_F" if width == p.free else "ROW_CHUNK", note="for the free tiles of the row"),
                       prim("reorder", chunk, f"{tile}_c0")]
     prims += [prim("stage", v[c], at("pt"), name=name(f"{c}_col{tag}"), dtype="f32") for c in reversed(n.columns)]
     # with whole broadcast rows VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)

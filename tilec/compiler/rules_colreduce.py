@@ -60,6 +60,7 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
 
     Takes sums but fp32 rows two to a partition and stacked expressions (build_colreduce), None otherwise."""
     from tilec.compiler.build_colreduce import _group, kept_tile, row_pairs_of, stacked, wide  # (the builder's own choices)
+    from tilec.compiler.build_colouter import outer_layout
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) < 2 or len(tops) != len(k.body):
         return None
@@ -88,6 +89,8 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     expr = not isinstance(upd.expr, Load)
     if kept_tile(O, R, F, dtype, not expr, any(epilogue)) is not None:
         return None  # few reduced rows: the kept elements go on the partitions (build_colreduce.build_column_kept)
+    if outer_layout(O, R, F, dtype, len(reads), any(epilogue)):
+        return None  # many outer rows, few reduced ones: the outer rows go on the partitions (build_colouter)
     group, W, K = _group(R // params.parts), wide(O, R, F, params, 1, dtype), stacked(O, R, params)
     pairs = row_pairs_of(R, params, dtype, expr) > 1
     pairs = pairs and (K > 1 or W > 1)  # (one fp32 o of one row tile: its matmuls bound it either way)

@@ -81,6 +81,10 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
     if long_row(R, F, k.buffers()[reads[0]].dtype, len(reads) == 1 and isinstance(upd.expr, Load),
                 any(epilogue)) is not None:
         return None  # one long row: over the partitions (build_reduce.build_long_row)
+    from tilec.compiler.build_longrows import few_long_rows
+    if few_long_rows(R, F, k.buffers()[reads[0]].dtype, len(reads) == 1 and isinstance(upd.expr, Load),
+                     any(epilogue)) is not None:
+        return None  # a few long rows: each over the partitions (build_longrows)
     # with unit loops the extents alone leave reshape's views ambiguous (s[0] of one row): the groups say it
     units = any(lp.extent == 1 for lp in chain)
     if short is not None and short[0] > 1:

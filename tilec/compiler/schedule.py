@@ -111,6 +111,7 @@ class ReducePlan:
 
 
 Plan = ConvPlan | PoolPlan | TransposePlan | EltwisePlan | ReducePlan
+WHOLE_ROWS_BYTES = 32 * 1024  # SBUF per partition broadcast rows may take when copied once for the whole nest
 ELTWISE_FREE = 1024  # elements per partition of one element-wise tile: ~1000 keeps DMAs efficient
 REDUCE_FREE = 4096  # elements per partition of one reduced tile: 16 KiB of fp32, two in flight well inside SBUF
 
@@ -165,13 +166,20 @@ def tile_size(n: int, limit: int) -> int:
     return d if 4 * -(-n // d) <= 5 * -(-n // whole) else whole
 
 
-def eltwise_plan(size: int, layout: dict[str, int], rows: bool) -> "EltwisePlan":
+def eltwise_plan(size: int, layout: dict[str, int], rows: int) -> "EltwisePlan":
     """The default element-wise tiles: the largest partition count up to 128 and ~1000 elements per partition per
-    tile (two or more tiles let loads overlap the vector engine; a row broadcast goes through one PSUM bank per
-    tile: at most 512 fp32 columns). Flattened data without good divisors (a prime element count) gets 128 x 1024
-    tiles over the loops, ragged at the edges (rules.eltwise picks where the partitions end)."""
+    tile (two or more tiles let loads overlap the vector engine). `rows` broadcast rows copied to the partitions
+    tile by tile go through one PSUM bank per tile (at most 512 fp32 columns); rows broadcast whole once, before
+    the nest (rules.WHOLE_ROWS_BYTES, in PSUM-bank chunks of their own), leave the tiles ~1000 wide (audit15's
+    swish with a per-column beta, bf16 4096 x 4096: 128 x 512 tiles of 1 KiB per partition left it latency-bound).
+    Flattened data without good divisors (a prime element count) gets 128 x 1024 tiles over the loops, ragged at
+    the edges (rules.eltwise picks where the partitions end)."""
     if layout:
-        return EltwisePlan(tile_size(layout["P"], PMAX), tile_size(layout["F"], MOVING_FMAX if rows else ELTWISE_FREE))
+        free = tile_size(layout["F"], ELTWISE_FREE)
+        # (a ragged last tile cuts the nest into regions, whose rows are broadcast tile by tile)
+        whole = layout["F"] > free and layout["F"] % free == 0 and layout["F"] * 4 * rows <= WHOLE_ROWS_BYTES
+        return EltwisePlan(tile_size(layout["P"], PMAX), tile_size(layout["F"], MOVING_FMAX) if rows and not whole
+                           else free)
     parts = best_divisor(size, PMAX)
     free = best_divisor(size // parts, ELTWISE_FREE)
     if 4 * (size // (parts * free)) > 5 * -(-size // (PMAX * ELTWISE_FREE)) + 4:
@@ -221,7 +229,7 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
         return ReducePlan(ragged_tile(op.dim("R")), reduce_free(op.dim("F")))
-    return eltwise_plan(op.size, dict(op.layout), bool(op.rows))
+    return eltwise_plan(op.size, dict(op.layout), len(op.rows))
 
 
 def eltwise_free(op: EltwiseOp, parts: int) -> int:

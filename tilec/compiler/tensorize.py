@@ -254,7 +254,7 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
     columns = {names[a] for a in names if not any(t.var in free for i in a.index for t in i.terms)}
     shape = dst.shape()
     return ExprCompiler(tiles, (shape[0], math.prod(shape[1:])), s.line, e.fresh, columns, fold=fold,
-                        prefix=temps, regroup=regroup).emit(to_syntax(expr), dst)
+                        prefix=temps, regroup=regroup, share=target).emit(to_syntax(expr), dst)
 
 
 def _partition_broadcast(s: Assign, dst: View, e: Emit) -> list[ir.Stmt]:

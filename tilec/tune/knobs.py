@@ -272,7 +272,7 @@ def transpose_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list
 
 def eltwise_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
     size = op.size
-    plan = eltwise_plan(size, {d: op.dims[d] for d in ("P", "F") if d in op.dims}, bool(op.rows))
+    plan = eltwise_plan(size, {d: op.dims[d] for d in ("P", "F") if d in op.dims}, len(op.rows))
     free, widest = size // plan.parts, WIDEST_FREE
     if "F" in op.dims:  # with a broadcast the tile counts elements of the free dims F (the compiler's own rule)
         free, widest = op.dims["F"], t.moving_fmax if op.rows else WIDEST_FREE  # rows ride on a ones-matmul
