@@ -72,7 +72,10 @@ def test_single_image_has_two_bands_from_batch_two_one(name: str) -> None:
     one = compile_loaded(lang.load(text, {})).source
     two = compile_loaded(lang.load(text, {"N": 2})).source
     assert "split Y.y, 12" in one  # 24 output rows in two bands
-    assert "split Y.y, 24" in two  # the next image overlaps: one band per image, as before
+    if name == "point":  # a 1x1 conv loads a band per matmul group at any batch (schedule._default_conv, small20)
+        assert "split Y.y, 12" in two
+    else:
+        assert "split Y.y, 24" in two  # the next image overlaps: one band per image, as before
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])

@@ -292,11 +292,12 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
             break
     rows = best_divisor(band, max_rows, wy)
     split = two_bands(ho, band, max_rows, wy) if op.dim("N") == 1 else band  # (not for row pairs, band halves)
-    split_rows = best_divisor(split, max_rows, wy)
     weights = ct * r * s * op.dim("K") * DTYPE_BYTES[dtypes[op.w]]
     taps = op.dim("R") * op.dim("S")
     if taps == 1 and band > rows and ((rows - 1) * sy + r) * cols * elem >= DMA_MIN_ROW:
-        band = rows  # 1x1: a band per matmul group, so the first matmul waits for one group's rows, not the band's
+        # 1x1: a band per matmul group (any batch), so the first matmul waits for one group's rows, not the band's
+        band = split = rows
+    split_rows = best_divisor(split, max_rows, wy)
 
     if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed:
         # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups; a grouped
