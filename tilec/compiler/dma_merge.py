@@ -27,8 +27,7 @@ from dataclasses import replace
 
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.ir import Aff, Block, Dma, Kernel, Loop, Sl, Stmt, View
-
-PMAX = 128
+from tilec.compiler.schedule import PMAX
 
 
 def merge_block_dmas(k: Kernel) -> Kernel:
