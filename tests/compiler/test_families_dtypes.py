@@ -90,6 +90,17 @@ CASES: dict[str, tuple[dict[str, int], Formula]] = {
                        lambda a, q: {"Y": conv(q(relu(q(conv(a["X"], a["W1"])))), a["W2"])}),
     "resnet_block": (dict(N=2, C=136, H=14, W=27), lambda a, q: {"Y": resnet_block(a, q)}),
     "mobilenet_block": (dict(N=2, C=24, E=144, H=14, W=27), lambda a, q: {"Y": mobilenet_block(a, q)}),
+    "maxpool5x5s1": (dict(N=2, C=160, H=14, W=13),
+                     lambda a, q: {"Y": windows(pad(a["X"], 2, value=-np.inf), 5).max(axis=0)}),
+    "maxpool5x5s2": (dict(N=2, C=160, H=21, W=30),
+                     lambda a, q: {"Y": windows(pad(a["X"], 2, value=-np.inf), 5, 2).max(axis=0)}),
+    "avgpool5x5s1": (dict(N=2, C=160, H=14, W=13),
+                     lambda a, q: {"Y": q(windows(pad(a["X"], 2), 5).sum(axis=0)) / 25}),
+    "avgpool5x5s2": (dict(N=2, C=160, H=21, W=30),
+                     lambda a, q: {"Y": q(windows(pad(a["X"], 2), 5, 2).sum(axis=0)) / 25}),
+    # 136 output channels (two tiles of 68): the conv -> pool chain kept on chip by default (pool_chain.py)
+    "stem_maxpool": (dict(N=2, K=136, H=40, W=45), lambda a, q: {
+        "Y": windows(pad(q(conv(pad(a["X"], 3), a["Wt"], stride=2)), 1, value=-np.inf), 3, 2).max(axis=0)}),
 }
 
 
