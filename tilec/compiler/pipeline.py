@@ -32,6 +32,7 @@ from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, Reduce
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import fmt_directive, sbuf_budget
+from tilec.compiler.const_split import split_constant_outputs
 from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.lang_split import (fold_value_sizes, split_conv_layouts, split_mixed_broadcasts,
                                       split_modulo_reads, split_self_products)
@@ -96,6 +97,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
 def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: str | None,
                      target: Target | str | None) -> Result:
     program = fold_value_sizes(program)  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
+    program = split_constant_outputs(program)  # `Y[0, j] = f(X[j])`: a unit loop shifted by 0, a copy (const_split)
     program = split_conv_layouts(program)  # HWIO weights, NHWC tensors: permuted in their own statements (lang_split)
     program = split_modulo_reads(program)  # `X[i % 4, j]`: one copy per repeat into a temporary (lang_split)
     program = split_self_products(program)  # `G += A[i, k] * A[j, k]`: the second read of a copy (lang_split)
