@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import const_value
-from tilec.compiler.lower import size_value
 from tilec.compiler.names import unique
 from tilec.compiler.rewrite import leaves, nested, perfect_nest, rechecked, resolved, taken_names
 from tilec.errors import TilecError
@@ -104,15 +103,11 @@ def _rewritten(st: sx.Assign, loops: list[sx.Loop], constant: list[int | None], 
     out_loops: list[sx.Loop] = []  # the part's loops in the output's index order
     index: list[sx.Expr] = []
     by_var = {lp.var: lp for lp in loops}
-    shape = [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[st.target.tensor].shape]
-    for ix, c, dim in zip(st.target.indices, constant, shape):
+    for ix, c in zip(st.target.indices, constant):
         if c is None:
             assert isinstance(ix, sx.Name)
             out_loops.append(by_var[ix.id])
-            # over part of the dimension: `0 + j`, so the store is a copy into a part (a plain index would let
-            # selection fold the temporary's expression back into it, select.fuse_chain)
-            whole = size_value(by_var[ix.id].stop, program.sizes) == dim
-            index.append(ix if whole else sx.BinOp("+", sx.Num(0, ix.span), ix, ix.span))
+            index.append(ix)
             continue
         z = unique("z", taken)
         taken.add(z)

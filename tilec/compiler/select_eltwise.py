@@ -35,6 +35,8 @@ def fuse_chain(comps: tuple[Comp, ...], i: int, program, consumed: set[int]) -> 
             break
         if not in_place and program.tensors[comp.target].kind != "temp":
             break
+        if _partial(nxt, program):  # a part of its output (select_copy): the parts stay copies
+            break
         inlined = _inline(comp, nxt, program)
         if inlined is None:
             break
@@ -42,6 +44,12 @@ def fuse_chain(comps: tuple[Comp, ...], i: int, program, consumed: set[int]) -> 
                        fused=comp.fused + ((comp.target,) if not in_place else ()))
         consumed.add(j)
     return comp
+
+
+def _partial(comp: Comp, program) -> bool:
+    """Whether a statement writes only part of its output (`Y[i, j]` for j in 0..3 of Y's 4 columns)."""
+    shape = [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[comp.target].shape]
+    return [comp.extent(v) for v in comp.out_vars] != shape
 
 
 def _inline(prev: Comp, nxt: Comp, program) -> sx.Expr | None:
