@@ -92,8 +92,9 @@ def test_compute_at_of_an_element_wise_producer_matches_numpy(case, nki):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_compute_at_golden(case, golden):
-    text, directive, _, _ = CASES[case]
-    before = compile_loaded(lang.load(text)).stages["select"]
+    text, directive, temp, _ = CASES[case]
+    kept = f"tile {temp}.i, 100"  # a directive naming T keeps its statement (the default inlines it, below)
+    before = compile_loaded(lang.load(_with(text, kept))).stages["select"]
     after = compile_loaded(lang.load(_with(text, directive))).stages["select"]
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), "before", "after", n=1))
     golden.check(f"compiler/compute_at/{case}.txt", directive + "\n" + diff)
@@ -120,3 +121,29 @@ def test_refused_compute_at_is_a_located_error(case, golden):
         compile_loaded(lang.load(_with(text, directive)))
     assert e.value.span is not None
     golden.check(f"compiler/compute_at/error_{case}.txt", str(e.value) + "\n")
+
+
+@pytest.mark.parametrize("case", ["eltwise_into_row_sum", "transpose_into_matmul", "eltwise_into_column_sum"])
+def test_by_default_a_temporary_reduced_by_its_one_reader_is_computed_there(case):
+    """compute_at.inline_reduced_temporaries: without a directive, the same kernel as `compute_at T, C.v`."""
+    text, directive, temp, _ = CASES[case]
+    default = compile_loaded(lang.load(text))
+    assert default.source == compile_loaded(lang.load(_with(text, directive))).source
+    assert f"{temp} = nl.ndarray" not in default.source
+
+
+def test_a_temporary_a_directive_names_keeps_its_statement():
+    c = compile_loaded(lang.load(_with(REDUCE, "tile T.i, 100")))
+    assert "T = nl.ndarray" in c.source  # T stored to HBM, as the user scheduled it
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+def test_a_bf16_temporary_is_rounded_where_it_is_computed_in(nki):
+    """T's store rounds each element to bf16; inlined, the read rounds the same (`bf16(exp(...))`), as NumPy here."""
+    text = REDUCE.replace("T: f32[M, N]", "T: bf16[M, N]")
+    prog, c, inputs, out = compile_and_run(text, nki)
+    t = np.exp(inputs["X"].astype(np.float64) - 1).astype(np.float32)
+    rounded = (t.view(np.uint32) + 0x7FFF + ((t.view(np.uint32) >> 16) & 1)) & 0xFFFF0000  # round to nearest even
+    want = rounded.view(np.float32).astype(np.float64).sum(axis=1)
+    assert "T = nl.ndarray" not in c.source
+    assert_matches(prog, "s", out["s"], want)

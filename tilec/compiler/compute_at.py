@@ -14,7 +14,13 @@ from them carry it). Refused, each a located error saying why and what to write 
 (it is stored anyway), a loop of C that does not index T (T would be recomputed
 for each of its iterations), a read of T at other than plain loop variables (a window: overlapping regions), and a
 statement between T and C that writes what T reads. A directive on any other producer (a conv into its pool, a
-producer with several readers) is left to directives.apply_fusion."""
+producer with several readers) is left to directives.apply_fusion.
+
+By default (no directive naming T) the same is done where it only gains: a temporary whose one reader reduces it
+(a row or column sum of an expression of whole reads, a matmul of a transposed operand) is not stored
+(inline_reduced_temporaries).
+A temporary stored in a narrower dtype than f32 is rounded where it is read (`bf16(exp(X[i, j]))`), as its store
+rounded it."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -81,7 +87,7 @@ def _inlined(program, d: sx.Directive):
     top = kernel.body[mine[0]]
     _check_reads(top, name, consumer, var, where, d)
     _check_between(kernel, at, mine[0], st, d)
-    return resolved(program, _rewritten(kernel, at, mine[0], loops, st))
+    return resolved(program, _rewritten(kernel, at, mine[0], loops, st, program.tensors))
 
 
 def _reads(st) -> set[str]:
@@ -129,14 +135,18 @@ def _check_between(kernel: sx.Kernel, at: int, use: int, st: sx.Assign, d: sx.Di
                              d.span, "remove the directive, or move the consumer before that line")
 
 
-def _rewritten(kernel: sx.Kernel, at: int, use: int, loops: list[sx.Loop], st: sx.Assign) -> sx.Kernel:
+def _rewritten(kernel: sx.Kernel, at: int, use: int, loops: list[sx.Loop], st: sx.Assign, tensors: dict
+               ) -> sx.Kernel:
     name = st.target.tensor
+    dtype = tensors[name].dtype
     own = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
 
     def value(a: sx.Access) -> sx.Expr:
         if a.tensor != name:
             return a
-        return rename_vars(st.value, {v: ix.id for v, ix in zip(own, a.indices) if isinstance(ix, sx.Name)})
+        e = rename_vars(st.value, {v: ix.id for v, ix in zip(own, a.indices) if isinstance(ix, sx.Name)})
+        exact = dtype == "f32" or isinstance(st.value, sx.Access) and tensors[st.value.tensor].dtype == dtype
+        return e if exact else sx.Call(dtype, (e,), a.span)  # T's store rounds its elements: so does the read
 
     def stmt(s: sx.Stmt) -> sx.Stmt:
         if isinstance(s, sx.Loop):
@@ -146,3 +156,48 @@ def _rewritten(kernel: sx.Kernel, at: int, use: int, loops: list[sx.Loop], st: s
     body = [stmt(top) if i == use else top for i, top in enumerate(kernel.body) if i != at]
     decls = tuple(dc for dc in kernel.decls if dc.name != name)
     return replace(kernel, body=tuple(body), decls=decls)
+
+
+def inline_reduced_temporaries(program, directives: tuple[sx.Directive, ...]):
+    """The default of `compute_at T, s.i` where it only gains: a temporary computed element-wise (`T[i, j] =
+    exp(X[i, j] - 1)`) whose one reader reduces it (`s[i] += T[i, j]`, read at its loop variables) is reduced as an
+    expression, without the HBM round trip; a temporary a directive names keeps its own statement."""
+    named = {p for d in directives for a in d.args if isinstance(a, sx.Ref) for p in a.parts[:1]}
+    while True:
+        kernel = program.kernel
+        for name, t in program.tensors.items():
+            if t.kind != "temp" or name in named or name in kernel.outputs:
+                continue
+            found = _producer(kernel, name)
+            if found is None:
+                continue
+            at, loops, st = found
+            if not _reads_every_loop(st, loops):  # a broadcast read: reduce_split would store the terms again
+                continue
+            readers = [i for i, top in enumerate(kernel.body) if any(name in _reads(s) for s, _ in leaves(top))]
+            if len(readers) != 1 or readers[0] < at or not _reduces_plainly(kernel.body[readers[0]], name):
+                continue
+            reads = {a.tensor for a in accesses(st.value)}
+            if any(reads & written(top) for top in kernel.body[at + 1:readers[0]]):
+                continue
+            program = resolved(program, _rewritten(kernel, at, readers[0], loops, st, program.tensors))
+            break
+        else:
+            return program
+
+
+def _reads_every_loop(st: sx.Assign, loops: list[sx.Loop]) -> bool:
+    """Whether each read of the statement is indexed by all of its loops, plainly (`X[i, j]`, `A[k, i]`)."""
+    want = sorted(lp.var for lp in loops)
+    return all(sorted(ix.id for ix in a.indices if isinstance(ix, sx.Name)) == want and len(a.indices) == len(want)
+               for a in accesses(st.value))
+
+
+def _reduces_plainly(top: sx.Stmt, name: str) -> bool:
+    """Whether the nest's reads of `name` are all in reduction updates, each at plain loop variables."""
+    for s, lps in leaves(top):
+        for a in (accesses(s.value) if isinstance(s, sx.Assign) else []):
+            if a.tensor == name and (s.op == "=" or not all(isinstance(ix, sx.Name) and ix.id in lps
+                                                              for ix in a.indices)):
+                return False
+    return True

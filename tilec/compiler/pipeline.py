@@ -32,7 +32,7 @@ from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, Reduce
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import fmt_directive, sbuf_budget
-from tilec.compiler.compute_at import inline_compute_at
+from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
 from tilec.compiler.const_split import split_constant_outputs
 from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.lang_split import (fold_value_sizes, split_conv_layouts, split_mixed_broadcasts,
@@ -99,6 +99,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
                      target: Target | str | None) -> Result:
     directives = program.kernel.schedule if directives is None else directives
     program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
+    program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
     program = fold_value_sizes(program)  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
     program = split_constant_outputs(program)  # `Y[0, j] = f(X[j])`: a unit loop shifted by 0, a copy (const_split)
     program = split_conv_layouts(program)  # HWIO weights, NHWC tensors: permuted in their own statements (lang_split)
