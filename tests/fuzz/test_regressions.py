@@ -19,8 +19,7 @@ from tilec.testing.oracle import check
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[1]
 FILES = sorted((HERE / "regressions").glob("*.tl"))
-OPEN = {  # reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
-    "audit15_column_reduce_bcast.tl": "a column reduction reading a broadcast row is refused (audit15)",
+OPEN: dict[str, str] = {  # reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
 }
 TUNE = ("18_", "30_", "m13", "m14", "l41")
 

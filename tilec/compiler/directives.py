@@ -38,8 +38,24 @@ def ref_role(op: Op, ref, d: sx.Directive) -> str:
     if ref.parts[1] not in roles:
         consumer = ref.parts[0] != op.name  # `compute_at conv, Y.i` names a loop of the fused consumer Y
         known = ", ".join(sorted(var for role, var in op.vars if role.startswith("pool_") == consumer))
+        into = None if consumer else _merged_into(op, ref.parts[1], roles)
+        if into is not None:
+            raise bad(ref, f"{op.name}'s loop `{ref.parts[1]}` is merged with `{into}` into one axis (the "
+                           f"{type(op).__name__.removesuffix('Op').lower()} moves consecutive loops together): a "
+                           f"directive names the axis by its first loop", f"write {op.name}.{into}; its loops are: "
+                                                                          f"{known}")
         raise bad(ref, f"{ref.parts[0]} has no loop `{ref.parts[1]}`", f"its loops are: {known}")
     return roles[ref.parts[1]]
+
+
+def _merged_into(op: Op, var: str, roles: dict[str, str]) -> str | None:
+    """The loop that names the axis `var` was merged into (a permute's consecutive loops `a, b` -> one axis `a`):
+    the nearest of the op's loops before it in the source's index order; None when `var` is not a source loop."""
+    order = list(getattr(op, "src_vars", ()))
+    if var not in order:
+        return None
+    before = [v for v in order[:order.index(var)] if v in roles]
+    return before[-1] if before else None
 
 
 KEYWORDS = {"tile": "factor", "split": "factor"}  # `tile conv.k, factor=128`: the size by name (the grammar's form)
@@ -274,7 +290,12 @@ def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +            for c_t in affine(2):  # tl:13
     """
     if not isinstance(plan, ConvPlan):
-        raise bad(d, f"{op.name} has a fixed loop order")
+        why = {EltwisePlan: "its loops are flattened in memory order onto partitions x free tiles (any order gives "
+                            "the same result; the tiles stream through contiguous HBM)",
+               ReducePlan: "the kept loops go on the partitions and the reduced ones along the free axis, in the "
+                           "tensor's order"}.get(type(plan), "its rule fixes the order of its tiles")
+        raise bad(d, f"{op.name} has a fixed loop order: {why}; `reorder` is compiled for a conv's loops",
+                  f"`tile {op.name}.{op.vars[0][1]}, N` sets its tile sizes" if op.vars else "remove the directive")
     roles = _roles(op)
     names = [a.parts[0] if isinstance(a, sx.Ref) and len(a.parts) == 1 else None for a in d.args[1:]]
     if None in names or any(n not in roles for n in names):
@@ -336,7 +357,7 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int, ops: tuple = ()
         if any(op.out in reads(o) for o in ops if o is not op):
             return plan  # already where it goes: in HBM, read back by the consumer
     if not isinstance(plan, ConvPlan) or not isinstance(op, ConvOp) or not op.pool:  # a ConvPlan is a ConvOp's
-        raise bad(d, f"{op.name} has no consumer to fuse into")
+        raise _not_fusable(op, d, ops)
     target = d.args[1] if len(d.args) > 1 else None
     parts = target.parts if isinstance(target, sx.Ref) else ()
     if parts in (("hbm",), ("root",)):
@@ -353,6 +374,19 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int, ops: tuple = ()
         if role in ("pool_b", "n"):
             return _fuse_whole_image(op, plan, d, sbuf)
     raise bad(d, f"`{d.name}` takes sbuf|hbm, root, or a loop of the consumer (e.g. {op.out}.i)")
+
+
+def _not_fusable(op: Op, d: sx.Directive, ops: tuple) -> TilecError:
+    """Why `compute_at`/`place` of this op is refused: nothing reads it, or it has several readers (the element-wise
+    producer of ONE reader is inlined into it before selection: compute_at.py)."""
+    readers = [o.name for o in ops if o is not op and op.out in reads(o)]
+    if not readers:
+        return bad(d, f"no other statement reads {op.out}: there is no consumer to compute it in",
+                   f"`{d.name}` names a producer and a loop of a statement that reads it")
+    return bad(d, f"`{d.name}` of {op.out} is compiled for a conv into its pool and for an element-wise producer "
+                  f"with one reader; {op.out} ({kind(op)}) is read by {' and '.join(readers)}, and where it goes is "
+                  "the compiler's choice (`tilec explain` shows it under tensor placement)",
+               "remove the directive (a row chain keeps such a tensor on chip)")
 
 
 def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtypes: dict[str, str]) -> None:

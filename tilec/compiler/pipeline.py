@@ -33,6 +33,8 @@ from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, Reduce
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import fmt_directive, sbuf_budget
+from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
+from tilec.compiler.const_split import split_constant_outputs
 from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.lang_split import (fold_value_sizes, split_conv_layouts, split_mixed_broadcasts,
                                       split_modulo_reads, split_self_products)
@@ -96,7 +98,11 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
 
 def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: str | None,
                      target: Target | str | None) -> Result:
+    directives = program.kernel.schedule if directives is None else directives
+    program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
+    program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
     program = fold_value_sizes(program)  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
+    program = split_constant_outputs(program)  # `Y[0, j] = f(X[j])`: a unit loop shifted by 0, a copy (const_split)
     program = split_conv_layouts(program)  # HWIO weights, NHWC tensors: permuted in their own statements (lang_split)
     program = split_modulo_reads(program)  # `X[i % 4, j]`: one copy per repeat into a temporary (lang_split)
     program = split_self_products(program)  # `G += A[i, k] * A[j, k]`: the second read of a copy (lang_split)
@@ -109,7 +115,6 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     program = split_shifted_reads(program)  # `Y[i, j] = X[i, j + 1] - X[i, j]`: the shifted read copied first (same)
     program = split_in_place_epilogues(program)  # `O += P * V` then `O = O / z`: O_acc first (inplace_split.py)
     reject_unsupported(program.kernel)  # constructs only the reference evaluator runs yet (unsupported.py)
-    directives = program.kernel.schedule if directives is None else directives
     tgt = get_target(target)
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
     stages: dict[str, str] = {}

@@ -45,8 +45,8 @@ def split_broadcast_reductions(program):
         reads = accesses(st.value)
         if len(reads) < 2 or any(a.fill is not None for a in reads) or any(a.tensor in top_writes for a in reads):
             return False
-        if isinstance(st.value, sx.BinOp) and st.value.op == "*" and len(reads) == 2:
-            return False  # a product of two reads: a contraction's form
+        if st.op == "+=" and isinstance(st.value, sx.BinOp) and st.value.op == "*" and len(reads) == 2:
+            return False  # a product of two reads summed: a contraction's form (max= of a product is not one)
         along = [bool(_names(a) & reduced) for a in reads]
         return any(along) and not all(along)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+from tilec.compiler.exprs import accesses
 from tilec.lang import syntax as sx
 
 # (statement, loops around it, tensors its top-level nest writes) -> (nests to put before that top-level nest, the
@@ -43,8 +44,27 @@ def hoisted(body: tuple[sx.Stmt, ...], leaf: Leaf) -> list[sx.Stmt]:
     out: list[sx.Stmt] = []
     for top in body:
         pre, new = stmt(top, (), written(top))
-        out += pre + [new]
+        if pre and out and _init_nest(out[-1], new, pre):
+            out[-1:] = pre + out[-1:] + [new]  # the init stays right before its reduction (lower merges the two)
+        else:
+            out += pre + [new]
     return out
+
+
+def _init_nest(prev: sx.Stmt, top: sx.Stmt, pre: list[sx.Stmt]) -> bool:
+    """`prev` is the own nest of an initial value of the reduction `top` (`s[j] = 0` before `for i, j: s[j] +=`),
+    and the nests `pre` neither read nor write what it writes: they may run before it."""
+    inits, updates = list(leaves(prev)), [st for st, _ in leaves(top)]
+    if not inits or not all(isinstance(st, sx.Assign) and st.op == "=" for st, _ in inits):
+        return False
+    if not any(isinstance(st, sx.Assign) and st.op != "=" for st in updates):
+        return False
+    target = written(prev)
+    if not target <= written(top):
+        return False
+    touched = {a.tensor for p in pre for st, _ in leaves(p) if isinstance(st, sx.Assign)
+               for a in accesses(st.value)} | set().union(*(written(p) for p in pre))
+    return not target & touched
 
 
 def substituted(e: sx.Expr, new: dict[int, sx.Expr]) -> sx.Expr:

@@ -33,7 +33,7 @@ from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Loop, loads, loop_index
 from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim
 from tilec.compiler.schedule import MOVING_FMAX, WHOLE_ROWS_BYTES, EltwisePlan, best_divisor, eltwise_plan
-from tilec.compiler.select_eltwise import turn_run, turns
+from tilec.compiler.select_eltwise import outer_row, turn_run, turns
 from tilec.target import Target
 
 
@@ -101,6 +101,7 @@ def injective(k: Kernel) -> Injective | None:
     columns: list[str] = []
     rows: list[str] = []
     runs: set[tuple[int, int, bool]] = set()
+    outer: set[int] = set()  # rows read per outer index: where the outer indices end
     for a in loads(stmt.expr):
         idx = _plain(a.index)
         if idx is None and reversed_loops(a, chain) is not None and a.buf != stmt.dst.buf:
@@ -111,6 +112,10 @@ def injective(k: Kernel) -> Injective | None:
         if idx == names or idx == [lp.var for lp in chain if lp.extent > 1 or lp.var in idx]:
             full += [a.buf] if a.buf not in full else []  # (loops of one iteration left out: the same element)
             continue
+        split = outer_row(idx, names)  # `mask[b, k]` of S[b, h, q, k]: a row per b (selection checked the runs)
+        if split is not None:
+            outer.add(split[0])
+            idx = names[split[1][0]:]
         if not idx or idx[0] not in names or names[names.index(idx[0]):names.index(idx[0]) + len(idx)] != idx:
             return None
         first = names.index(idx[0])
@@ -120,6 +125,10 @@ def injective(k: Kernel) -> Injective | None:
     col = next(((a, b) for a, b, r in runs if not r), None)
     row = next(((a, b) for a, b, r in runs if r), None)
     run = col or ((0, row[0]) if row else (0, 0))
+    if outer:
+        if len(outer) > 1 or row is None or col not in (None, (min(outer), row[0])):
+            return None
+        run = (min(outer), row[0])
     found = turns([f for a in loads(stmt.expr) if (f := reversed_loops(a, chain))], len(chain))
     if found and run == (0, 0):
         want = turn_run(found, len(chain))
@@ -259,7 +268,9 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     at = lambda x: x + sfx  # noqa: E731
     tag = f"_{sfx[1:]}" if sfx else ""
     out = n.stmt.dst.buf
-    whole = not sfx and bool(n.rows) and lay["F"] // p.free > 1 and lay["F"] * 4 * len(n.rows) <= WHOLE_ROWS_BYTES
+    per_o = bool(n.rows) and _outer_rows(n)  # rows read per outer index: staged inside loop o
+    whole = not sfx and bool(n.rows) and not per_o and lay["F"] // p.free > 1 and \
+        lay["F"] * 4 * len(n.rows) <= WHOLE_ROWS_BYTES
     # rows too long to broadcast whole: the free tiles go outside the partition tiles, so each tile of a row is
     # copied to every partition once, not once per partition tile
     per_tile = bool(n.rows) and not whole and lay["F"] // p.free > 1
@@ -272,7 +283,8 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     prims += [prim("stage", v[x], at("pt") if per_tile else at("t"), name=name(f"{x}_tile{tag}"))
               for x in reversed(n.full)]
     for i, r in reversed(list(enumerate(n.rows))):
-        where, row, tile = "" if whole else at("t"), name(f"{r}_row{tag}"), name(f"{r}_tile{tag}")
+        where = "" if whole else at("o") if per_o and per_tile else at("t")
+        row, tile = name(f"{r}_row{tag}"), name(f"{r}_tile{tag}")
         prims += [prim("stage", v[r], where, name=row), prim("broadcast", row, where, at("p_i"), name=tile)]
         if whole:  # one PSUM bank at a time: TILE_F columns, or (wider tiles) the largest divisor of F that fits
             chunk = "c" if i == 0 else f"c{i + 1}"
@@ -289,6 +301,12 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     temps = {"temps": f"tmp{tag}_"} if tag else {}  # a region's temporaries have its own shape
     return prims + [prim("tensorize", at("p_i"), fold=fold, regroup=fold, **temps),
                     prim("block", at("pt"), label + part)]
+
+
+def _outer_rows(n: Injective) -> bool:
+    """Whether a row operand is read per outer index (`mask[b, k]` in S[b, h, q, k]): its view is [o, 0, f]."""
+    row_vars = {lp.var for lp in n.loops[n.run[1]:]}
+    return any(set(_plain(a.index) or ()) - row_vars for a in loads(n.stmt.expr) if a.buf in n.rows)
 
 
 def _unit_column(n: Injective) -> bool:

@@ -35,6 +35,8 @@ def fuse_chain(comps: tuple[Comp, ...], i: int, program, consumed: set[int]) -> 
             break
         if not in_place and program.tensors[comp.target].kind != "temp":
             break
+        if _partial(nxt, program):  # a part of its output (select_copy): the parts stay copies
+            break
         inlined = _inline(comp, nxt, program)
         if inlined is None:
             break
@@ -42,6 +44,12 @@ def fuse_chain(comps: tuple[Comp, ...], i: int, program, consumed: set[int]) -> 
                        fused=comp.fused + ((comp.target,) if not in_place else ()))
         consumed.add(j)
     return comp
+
+
+def _partial(comp: Comp, program) -> bool:
+    """Whether a statement writes only part of its output (`Y[i, j]` for j in 0..3 of Y's 4 columns)."""
+    shape = [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[comp.target].shape]
+    return [comp.extent(v) for v in comp.out_vars] != shape
 
 
 def _inline(prev: Comp, nxt: Comp, program) -> sx.Expr | None:
@@ -86,7 +94,7 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
     inputs: list[str] = []
     columns: list[str] = []
     rows: list[str] = []
-    runs: dict[str, tuple[int, int] | None] = {"column": None, "row": None}
+    runs: dict[str, tuple[int, int] | None] = {"column": None, "row": None, "outer": None}
     for acc in accesses(comp.init):
         idx = [plain(m) for m in index_maps(acc, comp, program)]
         if acc.tensor == comp.target:
@@ -95,7 +103,13 @@ def select_eltwise(comp: Comp, program) -> EltwiseOp:
         if idx == list(comp.out_vars) or idx == wide or reversed_dims(acc, comp, program) is not None:
             inputs += [acc.tensor] if acc.tensor not in inputs else []
             continue
-        here = _broadcast_run(comp, acc, idx, program)
+        split = outer_row(idx, list(comp.out_vars))
+        if split is not None:  # `mask[b, k]` in S[b, h, q, k]: a row per b, broadcast over h, q (the partitions)
+            if runs["outer"] not in (None, (0, split[0])):
+                raise reject(comp, "all rows read per outer index must be indexed by the same output indices",
+                             acc.span)
+            runs["outer"] = (0, split[0])
+        here = split[1] if split is not None else _broadcast_run(comp, acc, idx, program)
         kind = "row" if here[1] == len(comp.out_vars) else "column"
         if runs[kind] is not None and here != runs[kind]:
             raise reject(comp, f"all broadcast {kind}s must be indexed by the same output indices", acc.span)
@@ -190,10 +204,17 @@ def turn_run(found: set[int], n: int) -> tuple[int, int] | None:
 def _partition_run(comp: Comp, runs: dict[str, tuple[int, int] | None]) -> tuple[int, int] | None:
     """The output indices on the partitions: the columns' run; with rows only, everything before the rows."""
     assert comp.init is not None
-    col, row = runs["column"], runs["row"]
+    col, row, outer = runs["column"], runs["row"], runs["outer"]
     if row and col and row[0] != col[1]:
         raise reject(comp, "a statement with both per-partition and per-row broadcasts needs the row operand "
                            "indexed by exactly the output indices after the column operand's", comp.init.span)
+    if outer and row:
+        between = (outer[1], row[0])
+        if col and col != between:
+            raise reject(comp, "a statement with rows read per outer index (`m[b, k]` in Y[b, i, k]) needs its "
+                               "column operands indexed by exactly the output indices between: "
+                               f"{', '.join(comp.out_vars[between[0]:between[1]])}", comp.init.span)
+        return between
     return col or ((0, row[0]) if row else None)
 
 
@@ -236,6 +257,17 @@ def _reversed_run(comp: Comp, run: tuple[int, int] | None, found: set[int]) -> t
         raise reject(comp, "a read reversed along more than two separate runs of indices is not compiled yet",
                      comp.init.span, "pass the operand already reversed along some of them")
     return want if want != (0, 0) else None
+
+
+def outer_row(idx: list, out: list[str]) -> tuple[int, tuple[int, int]] | None:
+    """(m, (r, n)) when a read is indexed by the output's leading indices out[:m] and its trailing run out[r:n],
+    with indices between left out (0 < m < r < n): a row per outer index, broadcast over those between."""
+    n = len(out)
+    for m in range(1, len(idx)):
+        r = n - (len(idx) - m)
+        if m < r < n and idx == out[:m] + out[r:]:
+            return m, (r, n)
+    return None
 
 
 def _broadcast_run(comp: Comp, acc: sx.Access, idx: list, program) -> tuple[int, int]:
