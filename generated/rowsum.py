@@ -13,6 +13,7 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+SIZE_M = 256
 TILE_P = 128
 
 
@@ -24,7 +25,7 @@ def rowsum(A):
     s = nl.ndarray((256,), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- s = add over the last dims of A
-    for pt in nl.affine_range(2):  # tl:6  for i (tiles of TILE_P)
+    for pt in nl.affine_range(SIZE_M // 128):  # tl:6  for i (tiles of TILE_P)
         A_tile = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
         nisa.dma_copy(dst=A_tile, src=A[pt * TILE_P:pt * TILE_P + TILE_P])  # tl:9
         s_acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:9

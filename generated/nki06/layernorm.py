@@ -13,6 +13,8 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+SIZE_M = 256
+SIZE_N = 512
 Y_TILE_P = 128
 
 
@@ -26,9 +28,9 @@ def layernorm(X, g, b):
     ones_f32 = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.memset(dst=ones_f32, value=0.0)  # tl:11
     nisa.tensor_scalar(dst=ones_f32, data=ones_f32, op0=nl.add, operand0=1.0)  # tl:11
-    g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    g_row = nl.ndarray((1, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=g_row, src=g)  # tl:11
-    b_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    b_tile = nl.ndarray((128, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     b_part = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=b_part, src=b)  # tl:11
     b_bcast = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
@@ -39,10 +41,10 @@ def layernorm(X, g, b):
     nisa.tensor_scalar(dst=r_const, data=r_const, op0=nl.add, operand0=1e-05)  # tl:21
 
     # ---- mu, d, v, r, Y: one pass over row tiles (fused row chain)
-    for pt in range(2):  # tl:11  for the rows (tiles of TILE_P), every op of the chain
-        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    for pt in range(SIZE_M // 128):  # tl:11  for the rows (tiles of TILE_P), every op of the chain
+        X_tile = nl.ndarray((128, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:11
-        discard = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        discard = nl.ndarray((128, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         mu_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         nisa.activation(dst=discard, op=nl.copy, data=X_tile, scale=-0.001953125, reduce_op=nl.add,  # tl:13
                         reduce_res=mu_neg)
@@ -51,9 +53,9 @@ def layernorm(X, g, b):
                         reduce_res=v_col)
         r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
         nisa.activation(dst=r_tile, op=nl.rsqrt, data=v_col, bias=r_const, scale=0.001953125)  # tl:21
-        Y_centred = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        Y_centred = nl.ndarray((128, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
         nisa.activation(dst=Y_centred, op=nl.copy, data=X_tile, bias=mu_neg)  # tl:23
-        Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        Y_tile = nl.ndarray((128, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
         nisa.activation(dst=Y_tile, op=nl.copy, data=Y_centred, scale=r_tile)  # tl:23
         Y_psum1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
         g_psum = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
