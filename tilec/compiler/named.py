@@ -31,6 +31,7 @@ class Named(int):
     text: str
     prec: int
     ops: int
+    parts: tuple  # (left, operator, right) of a computed name (not pickled: only cancellation reads it)
 
     def __new__(cls, value: int, text: str, prec: int = 3, ops: int = 0) -> "Named":
         obj = super().__new__(cls, value)
@@ -76,6 +77,11 @@ def name(value: int, text: str) -> int:
     return Named(value, text)
 
 
+def named_fields(record: Any, **names: str) -> Any:
+    """A frozen record (a schedule's plan) with the given int fields named: `named_fields(plan, tile_k="TILE_K")`."""
+    return dataclasses.replace(record, **{f: name(getattr(record, f), text) for f, text in names.items()})
+
+
 def text_of(x: object) -> str:
     """The name of a size ("" for a plain int)."""
     return x.text if isinstance(x, Named) else ""
@@ -99,6 +105,8 @@ def _identity(a: int, op: str, b: int) -> int | None:
 
 def _combine(a: int, op: str, b: int, value: int) -> int:
     same = _identity(a, op, b)
+    if same is None:
+        same = _cancelled(a, op, b)
     if same is not None:
         return same
     if value <= 0:  # no size is negative or empty: such a value is an offset, not a dimension
@@ -108,7 +116,18 @@ def _combine(a: int, op: str, b: int, value: int) -> int:
     text = f"{ta} {op} {tb}"
     if ops > MAX_OPS or len(text) > MAX_CHARS:
         return value
-    return Named(value, text, _PREC[op], ops)
+    out = Named(value, text, _PREC[op], ops)
+    out.parts = (a, op, b)
+    return out
+
+
+def _cancelled(a: int, op: str, b: int) -> int | None:
+    """x for `x - c + c` and `x + c - c` (a span's `last - first + 1` of a tile starting at 0)."""
+    parts = getattr(a, "parts", None)
+    if op in "+-" and parts and parts[1] in "+-" and parts[1] != op and not isinstance(b, Named) \
+            and not isinstance(parts[2], Named) and parts[2] == b:
+        return parts[0]
+    return None
 
 
 def _operand(x: int, prec: int, right: bool) -> str:
