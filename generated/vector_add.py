@@ -13,7 +13,6 @@ import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
 SIZE_L = 25600
-TILE_F = 200
 
 
 @nki.compiler.skip_middle_end_transformations
@@ -27,11 +26,11 @@ def vector_add(x, y):
     z_v = z.reshape((128, SIZE_L // 128))  # tl:7
 
     # ---- z = element-wise, 128 partitions
-    x_tile = nl.ndarray((128, TILE_F), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    x_tile = nl.ndarray((128, SIZE_L // 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
     nisa.dma_copy(dst=x_tile, src=x_v)  # tl:7
-    y_tile = nl.ndarray((128, TILE_F), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    y_tile = nl.ndarray((128, SIZE_L // 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
     nisa.dma_copy(dst=y_tile, src=y_v)  # tl:7
-    z_tile = nl.ndarray((128, TILE_F), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    z_tile = nl.ndarray((128, SIZE_L // 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
     z_tile[...] = nisa.tensor_tensor(x_tile, y_tile, op=nl.add, dtype=nl.float32)  # tl:7
     nisa.dma_copy(dst=z_v, src=z_tile)  # tl:7
 

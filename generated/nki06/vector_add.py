@@ -14,7 +14,6 @@ import nki.isa as nisa
 import nki.language as nl
 
 SIZE_L = 25600
-TILE_F = 200
 
 
 @nki.jit
@@ -27,11 +26,11 @@ def vector_add(x, y):
     z_v = z.reshape((128, SIZE_L // 128))  # tl:7
 
     # ---- z = element-wise, 128 partitions
-    x_tile = nl.ndarray((128, TILE_F), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    x_tile = nl.ndarray((128, SIZE_L // 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
     nisa.dma_copy(dst=x_tile, src=x_v)  # tl:7
-    y_tile = nl.ndarray((128, TILE_F), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    y_tile = nl.ndarray((128, SIZE_L // 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
     nisa.dma_copy(dst=y_tile, src=y_v)  # tl:7
-    z_tile = nl.ndarray((128, TILE_F), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    z_tile = nl.ndarray((128, SIZE_L // 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
     nisa.tensor_tensor(dst=z_tile, data1=x_tile, data2=y_tile, op=nl.add)  # tl:7
     nisa.dma_copy(dst=z_v, src=z_tile)  # tl:7
 

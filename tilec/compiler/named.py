@@ -122,7 +122,15 @@ def _combine(a: int, op: str, b: int, value: int) -> int:
 
 
 def _cancelled(a: int, op: str, b: int) -> int | None:
-    """x for `x - c + c` and `x + c - c` (a span's `last - first + 1` of a tile starting at 0)."""
+    """x for `x - c + c` and `x + c - c` (a span's `last - first + 1` of a tile starting at 0), and for `x // t * t`
+    or `t * (x // t)` when t divides x (a strip of whole tiles)."""
+    if op == "*":
+        for whole, t in ((a, b), (b, a)):
+            parts = getattr(whole, "parts", None)
+            if parts and parts[1] == "//" and text_of(parts[2]) == text_of(t) and parts[2] == t \
+                    and int(parts[0]) == int(whole) * int(t):
+                return parts[0]
+        return None
     parts = getattr(a, "parts", None)
     if op in "+-" and parts and parts[1] in "+-" and parts[1] != op and not isinstance(b, Named) \
             and not isinstance(parts[2], Named) and parts[2] == b:

@@ -156,7 +156,8 @@ def split(k: Kernel, var: str, factor: int, span: Span | None = None, outer: str
     outer_note = note or (f"{loop.note} (tiles of {name})" if name and loop.note else loop.note)
 
     def rebuild(s: Loop) -> Loop:
-        inner_loop = Loop(inner, factor, _subst(s.body, var, by), s.kind, s.line, s.note)
+        whole = s.extent if s.extent == factor else factor  # one outer step: the inner loop is all of s (its name)
+        inner_loop = Loop(inner, whole, _subst(s.body, var, by), s.kind, s.line, s.note)
         return Loop(outer, s.extent // factor, (inner_loop,), "serial", s.line, outer_note)
 
     return _with_loop(k, loop, rebuild)
