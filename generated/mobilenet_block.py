@@ -35,9 +35,9 @@ def mobilenet_block(X, We, Wd, Wp):
     X_blocks = X.reshape((SIZE_C * 2, SIZE_H // 2, SIZE_W))  # tl:11
 
     # ---- We as block-diagonal stationaries (one 24 x GROUP block per row block)
-    We_bd = nl.ndarray((2 * SIZE_C, SIZE_E // 48, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    We_blocks = nl.zeros((96, SIZE_E // 48, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    for e_w in nl.affine_range(SIZE_E // 48):  # tl:11  for e (groups of GROUP channels)
+    We_bd = nl.ndarray((2 * SIZE_C, SIZE_E // Y_GROUP, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    We_blocks = nl.zeros((96, SIZE_E // Y_GROUP, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    for e_w in nl.affine_range(SIZE_E // Y_GROUP):  # tl:11  for e (groups of GROUP channels)
         nisa.dma_copy(dst=We_blocks[0:48, e_w, 0:24], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
         nisa.dma_copy(dst=We_blocks[48:96, e_w, 24:48], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
         weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:11
@@ -79,7 +79,7 @@ def mobilenet_block(X, We, Wd, Wp):
     nisa.dma_copy(dst=X_ext_a[24:48, 0:9], src=X[0, :, 7:16])  # tl:11
     X_skip_a = nl.ndarray((SIZE_C * 2, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     nisa.dma_copy(dst=X_skip_a, src=X_blocks)  # tl:19
-    B_all_a = nl.ndarray((96, SIZE_E // 48, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    B_all_a = nl.ndarray((96, SIZE_E // Y_GROUP, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
     A_pad_a = nl.ndarray((96, SIZE_H // 2 + 3 - 1, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- A = We . X for e group 0 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
@@ -90,8 +90,8 @@ def mobilenet_block(X, We, Wd, Wp):
     A_pad_a[...] = nisa.activation(op=nl.relu, data=psum0[:, 0:10], dtype=nl.float32)  # tl:11
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 0
-    Wp_bd = nl.ndarray((96, SIZE_E // 48, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-    Wp_blocks = nl.zeros((2 * SIZE_C, SIZE_E // 48, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    Wp_bd = nl.ndarray((96, SIZE_E // Y_GROUP, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    Wp_blocks = nl.zeros((2 * SIZE_C, SIZE_E // Y_GROUP, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     nisa.dma_copy(dst=Wp_blocks[0:24, 0, 0:48], src=Wp[:, 0:48])  # tl:19
     nisa.dma_copy(dst=Wp_blocks[24:48, 0, 48:96], src=Wp[:, 0:48])  # tl:19
     weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:19

@@ -50,7 +50,7 @@ def resnet_block(X, W1, b1, W2, b2):
     Y = nl.ndarray((1, 64, 16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- weights W1: contraction-major, resident in SBUF
-    W1_T = nl.ndarray((SIZE_C + SIZE_C, 6, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    W1_T = nl.ndarray((2 * SIZE_C, 6, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     W1_rows = nl.ndarray((2 * SIZE_C, SIZE_C, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     nisa.dma_copy(dst=W1_rows[0:64], src=W1)  # tl:14
     nisa.dma_copy(dst=W1_rows[64:128], src=W1)  # tl:14
@@ -60,10 +60,10 @@ def resnet_block(X, W1, b1, W2, b2):
     W1_taps[64:128, 64:128, 0] = nisa.tensor_copy(W1_rows[64:128, :, 1], dtype=nl.float32)  # tl:14
     W1_taps[0:64, 64:128] = nisa.activation(op=nl.copy, data=W1_rows[0:64, :, 0:3:2], dtype=nl.float32)  # tl:14
     for tap_s in nl.affine_range(3):  # tl:14  prepare W1: row pairs: tap columns (both tap row offsets)
-        W1_tp = nl.ndarray((SIZE_C + SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:14
+        W1_tp = nl.ndarray((2 * SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:14
         W1_tp[...] = nisa.nc_transpose(W1_taps[:, :, 0, tap_s])  # tl:14
         W1_T[:, tap_s * 2] = nisa.tensor_copy(W1_tp, dtype=nl.float32)  # tl:14
-        W1_tp = nl.ndarray((SIZE_C + SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:14
+        W1_tp = nl.ndarray((2 * SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:14
         W1_tp[...] = nisa.nc_transpose(W1_taps[:, :, 1, tap_s])  # tl:14
         W1_T[:, tap_s * 2 + 1] = nisa.activation(op=nl.copy, data=W1_tp, dtype=nl.float32)  # tl:14
 
@@ -71,11 +71,11 @@ def resnet_block(X, W1, b1, W2, b2):
     b1_col = nl.ndarray((2 * T_TILE_K, SIZE_C // T_TILE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     nisa.dma_copy(dst=b1_col[0:64], src=b1)  # tl:12
     nisa.dma_copy(dst=b1_col[64:128], src=b1)  # tl:12
-    X_zero_rows = nl.zeros((SIZE_C + SIZE_C, 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    X_zero_rows = nl.zeros((2 * SIZE_C, 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     Y_pairs = Y.reshape((SIZE_C, SIZE_H // 2, 2, SIZE_W))  # tl:16
 
     # ---- weights W2: contraction-major, resident in SBUF
-    W2_T = nl.ndarray((SIZE_C + SIZE_C, 6, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+    W2_T = nl.ndarray((2 * SIZE_C, 6, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
     W2_rows = nl.ndarray((2 * SIZE_C, SIZE_C, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
     nisa.dma_copy(dst=W2_rows[0:64], src=W2)  # tl:18
     nisa.dma_copy(dst=W2_rows[64:128], src=W2)  # tl:18
@@ -85,10 +85,10 @@ def resnet_block(X, W1, b1, W2, b2):
     W2_taps[0:64, 64:128, 0] = nisa.tensor_copy(W2_rows[0:64, :, 1], dtype=nl.float32)  # tl:18
     W2_taps[64:128, 64:128] = nisa.activation(op=nl.copy, data=W2_rows[64:128, :, 0:3:2], dtype=nl.float32)  # tl:18
     for tap_s2 in nl.affine_range(3):  # tl:18  prepare W2: row pairs: tap columns (both tap row offsets)
-        W2_tp = nl.ndarray((SIZE_C + SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:18
+        W2_tp = nl.ndarray((2 * SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:18
         W2_tp[...] = nisa.nc_transpose(W2_taps[:, :, 0, tap_s2])  # tl:18
         W2_T[:, tap_s2 * 2] = nisa.tensor_copy(W2_tp, dtype=nl.float32)  # tl:18
-        W2_tp = nl.ndarray((SIZE_C + SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:18
+        W2_tp = nl.ndarray((2 * SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:18
         W2_tp[...] = nisa.nc_transpose(W2_taps[:, :, 1, tap_s2])  # tl:18
         W2_T[:, tap_s2 * 2 + 1] = nisa.activation(op=nl.copy, data=W2_tp, dtype=nl.float32)  # tl:18
 
@@ -101,7 +101,7 @@ def resnet_block(X, W1, b1, W2, b2):
     T_img = nl.zeros((2 * SIZE_C, 9, SIZE_W - 1 + 2 + 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
 
     # ---- input band X: all contraction tiles, shared by every output tile
-    X_band0 = nl.ndarray((SIZE_C + SIZE_C, T_BAND - 1 + 2 + 1, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    X_band0 = nl.ndarray((2 * SIZE_C, T_BAND - 1 + 2 + 1, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     X_band0[0:64, 0] = nisa.tensor_copy(X_zero_rows[0:64, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
     X_band0[0:64, 17] = nisa.tensor_copy(X_zero_rows[0:64, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14
     X_band0[64:128, 16] = nisa.tensor_copy(X_zero_rows[64:128, 0], engine=nisa.gpsimd_engine, dtype=nl.float32)  # tl:14

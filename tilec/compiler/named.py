@@ -111,6 +111,8 @@ def _combine(a: int, op: str, b: int, value: int) -> int:
         return same
     if value <= 0:  # no size is negative or empty: such a value is an offset, not a dimension
         return value
+    if op == "+" and isinstance(a, Named) and isinstance(b, Named) and a.text == b.text and a.prec == 3:
+        return _combine(2, "*", a, value)  # C + C: a band of two copies reads `2 * SIZE_C`
     ta, tb = _operand(a, _PREC[op], False), _operand(b, _PREC[op], True)
     ops = 1 + (a.ops if isinstance(a, Named) else 0) + (b.ops if isinstance(b, Named) else 0)
     text = f"{ta} {op} {tb}"
