@@ -19,6 +19,8 @@ VALUES = {"SIZE_K": 1024, "TILE_K": 128, "SIZE_M": 512}
     (lambda: 2 * TK + 3, "2 * TILE_K + 3"),
     (lambda: (K + M) * TK, "(SIZE_K + SIZE_M) * TILE_K"),
     (lambda: K + K, "2 * SIZE_K"),
+    (lambda: (K - -1 - 1) // TK, "SIZE_K // TILE_K"),
+    (lambda: K + -3, "SIZE_K - 3"),
     (lambda: TK - 1 + 1, "TILE_K"),
     (lambda: K // TK * TK, "SIZE_K"),
     (lambda: TK * (K // TK), "SIZE_K"),
@@ -31,7 +33,7 @@ def test_arithmetic_keeps_a_text_that_evaluates_to_the_value(expr, text):
 
 
 def test_other_operations_are_plain_ints():
-    for x in (K % TK, -K, K - K, TK - M, K * 0, K + M + K + M + K):
+    for x in (K % TK, -K, -2 * K, K // -2, -1 + K, K - K, TK - M, K * 0, K + M + K + M + K):
         assert not isinstance(x, Named)
     assert isinstance(K / TK, float)
     assert text_of(K + M + K + M).count("+") == MAX_OPS

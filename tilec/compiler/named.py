@@ -104,6 +104,10 @@ def _identity(a: int, op: str, b: int) -> int | None:
 
 
 def _combine(a: int, op: str, b: int, value: int) -> int:
+    if op in "+-" and not isinstance(b, Named) and b < 0:  # x - -1 reads x + 1
+        op, b = ("-" if op == "+" else "+"), -b
+    if any(not isinstance(x, Named) and x < 0 for x in (a, b)):  # a negative literal is no size
+        return value
     same = _identity(a, op, b)
     if same is None:
         same = _cancelled(a, op, b)
