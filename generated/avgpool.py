@@ -13,6 +13,10 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+SIZE_C = 128
+SIZE_H = 64
+SIZE_N = 1
+SIZE_W = 64
 BAND = 16
 
 
@@ -22,20 +26,20 @@ def avgpool(X):
     assert X.shape == (1, 128, 64, 64), ('avgpool was compiled for X of shape (1, 128, 64, 64); '
                                          'recompile with tilec compile -D N=... -D C=... -D H=... -D W=...')
     Y = nl.ndarray((1, 128, 32, 32), dtype=nl.float32, buffer=nl.shared_hbm)
-    X_v = X.reshape((128, 64, 64))  # tl:8
-    Y_v = Y.reshape((128, 32, 32))  # tl:8
+    X_v = X.reshape((SIZE_N * SIZE_C, SIZE_H, SIZE_W))  # tl:8
+    Y_v = Y.reshape((SIZE_N * SIZE_C, SIZE_H // 2, SIZE_W // 2))  # tl:8
 
     # ---- Y = add pool 2x2 of X, stride 2x2, offset 0,0
     for yb in nl.affine_range(2):  # tl:7  for i (bands of BAND rows)
-        X_band = nl.ndarray((128, 32, 64), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+        X_band = nl.ndarray((128, 32, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         nisa.dma_copy(dst=X_band, src=X_v[:, yb * 32:yb * 32 + 32])  # tl:8
-        Y_band = nl.ndarray((128, 16, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
-        Y_cols = nl.ndarray((128, 32, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+        Y_band = nl.ndarray((128, 16, SIZE_W // 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+        Y_cols = nl.ndarray((128, 32, SIZE_W // 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         Y_cols[:, 0:14] = nisa.tensor_tensor(X_band[:, 0:14, 1:64:2], X_band[:, 0:14, 0:63:2], op=nl.add,  # tl:8
                                              dtype=nl.float32)
         Y_cols[:, 14:32] = nisa.tensor_tensor(X_band[:, 14:32, 1:64:2], X_band[:, 14:32, 0:63:2], op=nl.add,  # tl:8
                                               engine=nisa.gpsimd_engine, dtype=nl.float32)
-        Y_rows = nl.ndarray((128, 16, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+        Y_rows = nl.ndarray((128, 16, SIZE_W // 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         Y_rows[:, 0:7] = nisa.tensor_tensor(Y_cols[:, 1:14:2], Y_cols[:, 0:13:2], op=nl.add, dtype=nl.float32)  # tl:8
         Y_rows[:, 7:16] = nisa.tensor_tensor(Y_cols[:, 15:32:2], Y_cols[:, 14:31:2], op=nl.add,  # tl:8
                                              engine=nisa.gpsimd_engine, dtype=nl.float32)

@@ -18,6 +18,13 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+SIZE_C = 256
+SIZE_Ho = 222
+SIZE_K = 256
+SIZE_N = 4
+SIZE_R = 3
+SIZE_W = 224
+SIZE_Wo = 222
 TILE_K = 128
 TILE_C = 128
 TILE_X = 222
@@ -35,12 +42,12 @@ def conv2d(X, Wt):
     Y = nl.ndarray((4, 256, 222, 222), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- weights Wt: contraction-major, resident in SBUF
-    Wt_T = nl.ndarray((128, 2, 3, 3, 256), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    for k_t in nl.affine_range(2):  # tl:12  prepare Wt: for k in 0..K (tiles of TILE_K)
-        Wt_rows = nl.ndarray((128, 256, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    Wt_T = nl.ndarray((TILE_C, SIZE_C // TILE_C, SIZE_R, SIZE_R, SIZE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    for k_t in nl.affine_range(SIZE_K // TILE_K):  # tl:12  prepare Wt: for k in 0..K (tiles of TILE_K)
+        Wt_rows = nl.ndarray((TILE_K, SIZE_C, SIZE_R, SIZE_R), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         nisa.dma_copy(dst=Wt_rows, src=Wt[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
-        for c_t in nl.affine_range(2):  # tl:12  prepare Wt: for c in 0..C (tiles of TILE_C)
-            Wt_taps = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+        for c_t in nl.affine_range(SIZE_C // TILE_C):  # tl:12  prepare Wt: for c in 0..C (tiles of TILE_C)
+            Wt_taps = nl.ndarray((TILE_K, SIZE_R, SIZE_R, TILE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
             Wt_taps[:, 0, 0] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 0, 0],  # tl:12
                                                 engine=nisa.gpsimd_engine, dtype=nl.float32)
             Wt_taps[:, 0, 1] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 0, 1],  # tl:12
@@ -59,29 +66,29 @@ def conv2d(X, Wt):
                                                 dtype=nl.float32)
             Wt_taps[:, 2, 2] = nisa.tensor_copy(Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 2, 2],  # tl:12
                                                 engine=nisa.gpsimd_engine, dtype=nl.float32)
-            for r in nl.affine_range(3):  # tl:12  prepare Wt: for r in 0..R
-                Wt_tp = nl.ndarray((128, 3, 128), dtype=nl.float32, buffer=nl.psum)  # tl:12
-                for s in nl.affine_range(3):  # tl:12  prepare Wt: for s in 0..R
+            for r in nl.affine_range(SIZE_R):  # tl:12  prepare Wt: for r in 0..R
+                Wt_tp = nl.ndarray((TILE_C, SIZE_R, TILE_K), dtype=nl.float32, buffer=nl.psum)  # tl:12
+                for s in nl.affine_range(SIZE_R):  # tl:12  prepare Wt: for s in 0..R
                     Wt_tp[:, s] = nisa.nc_transpose(Wt_taps[:, r, s])  # tl:12
                 Wt_T[:, c_t, r, :, k_t * TILE_K:k_t * TILE_K + TILE_K] = nisa.activation(op=nl.copy,  # tl:12
                                                                                          data=Wt_tp, dtype=nl.float32)
 
     # ---- main: Y by row bands
-    for n in nl.affine_range(4):  # tl:9  for n in 0..N
-        for y_b in nl.affine_range(37):  # tl:9  for y in 0..Ho (bands of BAND rows)
+    for n in nl.affine_range(SIZE_N):  # tl:9  for n in 0..N
+        for y_b in nl.affine_range(SIZE_Ho // BAND):  # tl:9  for y in 0..Ho (bands of BAND rows)
 
             # ---- input band X: all contraction tiles, shared by every output tile
-            X_band = nl.ndarray((128, 2, 8, 224), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-            for c_t in nl.affine_range(2):  # tl:12  for c in 0..C (tiles of TILE_C)
+            X_band = nl.ndarray((TILE_C, SIZE_C // TILE_C, 8, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+            for c_t in nl.affine_range(SIZE_C // TILE_C):  # tl:12  for c in 0..C (tiles of TILE_C)
                 nisa.dma_copy(dst=X_band[:, c_t],  # tl:12
                               src=X[n, c_t * TILE_C:c_t * TILE_C + TILE_C, y_b * BAND:y_b * BAND + 8])
-            for k_t in nl.affine_range(2):  # tl:9  for k in 0..K (tiles of TILE_K)
-                Y_band = nl.ndarray((128, 6, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-                for y_g in nl.affine_range(3):  # tl:9  for y in 0..Ho (groups of ROWS rows in the band)
-                    Y_acc = nl.zeros((128, 2, 222), dtype=nl.float32, buffer=nl.psum)  # tl:10
-                    for c_t in nl.affine_range(2):  # tl:11  for c in 0..C (tiles of TILE_C)
-                        for r in nl.affine_range(3):  # tl:11  for r in 0..R
-                            for s in nl.affine_range(3):  # tl:11  for s in 0..R
+            for k_t in nl.affine_range(SIZE_K // TILE_K):  # tl:9  for k in 0..K (tiles of TILE_K)
+                Y_band = nl.ndarray((TILE_K, BAND, SIZE_Wo), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+                for y_g in nl.affine_range(BAND // ROWS):  # tl:9  for y in 0..Ho (groups of ROWS rows in the band)
+                    Y_acc = nl.zeros((TILE_K, ROWS, TILE_X), dtype=nl.float32, buffer=nl.psum)  # tl:10
+                    for c_t in nl.affine_range(SIZE_C // TILE_C):  # tl:11  for c in 0..C (tiles of TILE_C)
+                        for r in nl.affine_range(SIZE_R):  # tl:11  for r in 0..R
+                            for s in nl.affine_range(SIZE_R):  # tl:11  for s in 0..R
                                 Y_acc += nisa.nc_matmul(  # tl:12
                                         Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K],
                                         X_band[:, c_t, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X])

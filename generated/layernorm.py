@@ -12,6 +12,8 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+SIZE_M = 256
+SIZE_N = 512
 Y_TILE_P = 128
 
 
@@ -23,39 +25,39 @@ def layernorm(X, g, b):
     assert g.shape == (512,), 'layernorm was compiled for g of shape (512,); recompile with tilec compile -D N=...'
     assert b.shape == (512,), 'layernorm was compiled for b of shape (512,); recompile with tilec compile -D N=...'
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-    ones_f32 = nl.zeros((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    ones_f32 = nl.zeros((1, Y_TILE_P), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     ones_f32[...] = nisa.tensor_scalar(ones_f32, nl.add, 1.0, dtype=nl.float32)  # tl:11
-    g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    g_row = nl.ndarray((1, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=g_row, src=g)  # tl:11
-    b_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    b_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     b_part = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=b_part, src=b)  # tl:11
-    b_bcast = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    b_bcast = nl.zeros((Y_TILE_P, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
     b_bcast += nisa.nc_matmul(ones_f32, b_part)  # tl:11
     b_tile[...] = nisa.tensor_copy(b_bcast, dtype=nl.float32)  # tl:11
-    r_const = nl.zeros((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
+    r_const = nl.zeros((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
     r_const[...] = nisa.tensor_scalar(r_const, nl.add, 1e-05, dtype=nl.float32)  # tl:21
 
     # ---- mu, d, v, r, Y: one pass over row tiles (fused row chain)
-    for pt in nl.affine_range(2):  # tl:11  for the rows (tiles of TILE_P), every op of the chain
-        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    for pt in nl.affine_range(SIZE_M // Y_TILE_P):  # tl:11  for the rows (tiles of TILE_P), every op of the chain
+        X_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:11
-        discard = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        mu_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        discard = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        mu_neg = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         discard[...] = nisa.activation(op=nl.copy, data=X_tile, scale=-0.001953125, reduce_op=nl.add,  # tl:13
                                        reduce_res=mu_neg, dtype=nl.float32)
-        v_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+        v_col = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
         discard[...] = nisa.activation(op=nl.square, data=X_tile, bias=mu_neg, reduce_op=nl.add,  # tl:19
                                        reduce_res=v_col, dtype=nl.float32)
-        r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
+        r_tile = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
         r_tile[...] = nisa.activation(op=nl.rsqrt, data=v_col, bias=r_const, scale=0.001953125,  # tl:21
                                       dtype=nl.float32)
-        Y_centred = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        Y_centred = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
         Y_centred[...] = nisa.activation(op=nl.copy, data=X_tile, bias=mu_neg, dtype=nl.float32)  # tl:23
-        Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        Y_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
         Y_tile[...] = nisa.activation(op=nl.copy, data=Y_centred, scale=r_tile, dtype=nl.float32)  # tl:23
-        Y_psum1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
-        g_psum = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
+        Y_psum1 = nl.ndarray((Y_TILE_P, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
+        g_psum = nl.zeros((Y_TILE_P, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
         g_psum += nisa.nc_matmul(ones_f32, g_row)  # tl:23
         Y_psum1[...] = nisa.tensor_tensor(Y_tile, g_psum, op=nl.multiply, dtype=nl.float32)  # tl:23
         Y_tile[...] = nisa.tensor_tensor(Y_psum1, b_tile, op=nl.add, dtype=nl.float32)  # tl:23

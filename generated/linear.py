@@ -14,8 +14,12 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+SIZE_K = 512
+SIZE_M = 256
+SIZE_N = 384
 TILE_I = 128
 TILE_K = 128
+TILE_J = 384
 
 
 @nki.compiler.skip_middle_end_transformations
@@ -29,35 +33,35 @@ def linear(X, W, b):
     Y = nl.ndarray((256, 384), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- stationary operand X: contraction-major, resident in SBUF
-    X_T = nl.ndarray((128, 4, 256), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    for i_t in nl.affine_range(2):  # tl:12  prepare X: for i in 0..M (tiles of TILE_I)
-        X_rows = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    X_T = nl.ndarray((TILE_K, SIZE_K // TILE_K, SIZE_M), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    for i_t in nl.affine_range(SIZE_M // TILE_I):  # tl:12  prepare X: for i in 0..M (tiles of TILE_I)
+        X_rows = nl.ndarray((TILE_I, SIZE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         nisa.dma_copy(dst=X_rows, src=X[i_t * TILE_I:i_t * TILE_I + TILE_I])  # tl:12
-        for k_t in nl.affine_range(4):  # tl:12  prepare X: for k in 0..K (tiles of TILE_K)
-            X_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:12
+        for k_t in nl.affine_range(SIZE_K // TILE_K):  # tl:12  prepare X: for k in 0..K (tiles of TILE_K)
+            X_tp = nl.ndarray((TILE_K, TILE_I), dtype=nl.float32, buffer=nl.psum)  # tl:12
             X_tp[...] = nisa.nc_transpose(X_rows[:, k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
             X_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I] = nisa.tensor_copy(X_tp, dtype=nl.float32)  # tl:12
 
     # ---- bias b: a row along j, copied to every partition once
-    ones_f32 = nl.zeros((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+    ones_f32 = nl.zeros((1, TILE_I), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
     ones_f32[...] = nisa.tensor_scalar(ones_f32, nl.add, 1.0, dtype=nl.float32)  # tl:10
-    b_row = nl.ndarray((1, 384), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+    b_row = nl.ndarray((1, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
     nisa.dma_copy(dst=b_row, src=b)  # tl:10
-    b_bc = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-    b_bcast = nl.zeros((128, 384), dtype=nl.float32, buffer=nl.psum)  # tl:10
+    b_bc = nl.ndarray((TILE_I, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+    b_bcast = nl.zeros((TILE_I, TILE_J), dtype=nl.float32, buffer=nl.psum)  # tl:10
     b_bcast += nisa.nc_matmul(ones_f32, b_row)  # tl:10
     b_bc[...] = nisa.tensor_copy(b_bcast, dtype=nl.float32)  # tl:10
 
     # ---- main: H by tiles of i, fused into Y
 
     # ---- moving operand W: all contraction tiles, shared by every output tile
-    W_tiles = nl.ndarray((128, 4, 384), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    for k_t in nl.affine_range(4):  # tl:12  for k in 0..K (tiles of TILE_K)
+    W_tiles = nl.ndarray((TILE_K, SIZE_K // TILE_K, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    for k_t in nl.affine_range(SIZE_K // TILE_K):  # tl:12  for k in 0..K (tiles of TILE_K)
         nisa.dma_copy(dst=W_tiles[:, k_t], src=W[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
-    for i_t in nl.affine_range(2):  # tl:9  for i in 0..M (tiles of TILE_I)
-        Y_rows = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        H_acc = nl.zeros((128, 384), dtype=nl.float32, buffer=nl.psum)  # tl:10
-        for k_t in nl.affine_range(4):  # tl:11  for k in 0..K (tiles of TILE_K)
+    for i_t in nl.affine_range(SIZE_M // TILE_I):  # tl:9  for i in 0..M (tiles of TILE_I)
+        Y_rows = nl.ndarray((TILE_I, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+        H_acc = nl.zeros((TILE_I, TILE_J), dtype=nl.float32, buffer=nl.psum)  # tl:10
+        for k_t in nl.affine_range(SIZE_K // TILE_K):  # tl:11  for k in 0..K (tiles of TILE_K)
             H_acc += nisa.nc_matmul(X_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I], W_tiles[:, k_t])  # tl:12
         Y_rows[...] = nisa.tensor_tensor(H_acc, b_bc, op=nl.add, dtype=nl.float32)  # tl:10
         Y_rows[...] = nisa.activation(op=nl.relu, data=Y_rows, dtype=nl.float32)  # tl:14

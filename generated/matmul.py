@@ -14,6 +14,9 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+SIZE_K = 1024
+SIZE_M = 512
+SIZE_N = 768
 TILE_I = 128
 TILE_K = 128
 TILE_J = 384
@@ -29,26 +32,26 @@ def matmul(A, B):
     C = nl.ndarray((512, 768), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- stationary operand A: contraction-major, resident in SBUF
-    A_T = nl.ndarray((128, 8, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-    for i_t in nl.affine_range(4):  # tl:9  prepare A: for i in 0..M (tiles of TILE_I)
-        A_rows = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    A_T = nl.ndarray((TILE_K, SIZE_K // TILE_K, SIZE_M), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    for i_t in nl.affine_range(SIZE_M // TILE_I):  # tl:9  prepare A: for i in 0..M (tiles of TILE_I)
+        A_rows = nl.ndarray((TILE_I, SIZE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
         nisa.dma_copy(dst=A_rows, src=A[i_t * TILE_I:i_t * TILE_I + TILE_I])  # tl:9
-        for k_t in nl.affine_range(8):  # tl:9  prepare A: for k in 0..K (tiles of TILE_K)
-            A_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:9
+        for k_t in nl.affine_range(SIZE_K // TILE_K):  # tl:9  prepare A: for k in 0..K (tiles of TILE_K)
+            A_tp = nl.ndarray((TILE_K, TILE_I), dtype=nl.float32, buffer=nl.psum)  # tl:9
             A_tp[...] = nisa.nc_transpose(A_rows[:, k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:9
             A_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I] = nisa.tensor_copy(A_tp, dtype=nl.float32)  # tl:9
 
     # ---- main: C by tiles of i
 
     # ---- moving operand B: all contraction tiles, shared by every output tile
-    B_tiles = nl.ndarray((128, 8, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-    for k_t in nl.affine_range(8):  # tl:9  for k in 0..K (tiles of TILE_K)
+    B_tiles = nl.ndarray((TILE_K, SIZE_K // TILE_K, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    for k_t in nl.affine_range(SIZE_K // TILE_K):  # tl:9  for k in 0..K (tiles of TILE_K)
         nisa.dma_copy(dst=B_tiles[:, k_t], src=B[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:9
-    for i_t in nl.affine_range(4):  # tl:6  for i in 0..M (tiles of TILE_I)
-        C_rows = nl.ndarray((128, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
-        for j_t in nl.affine_range(2):  # tl:6  for j in 0..N (tiles of TILE_J)
-            C_acc = nl.zeros((128, 384), dtype=nl.float32, buffer=nl.psum)  # tl:7
-            for k_t in nl.affine_range(8):  # tl:8  for k in 0..K (tiles of TILE_K)
+    for i_t in nl.affine_range(SIZE_M // TILE_I):  # tl:6  for i in 0..M (tiles of TILE_I)
+        C_rows = nl.ndarray((TILE_I, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+        for j_t in nl.affine_range(SIZE_N // TILE_J):  # tl:6  for j in 0..N (tiles of TILE_J)
+            C_acc = nl.zeros((TILE_I, TILE_J), dtype=nl.float32, buffer=nl.psum)  # tl:7
+            for k_t in nl.affine_range(SIZE_K // TILE_K):  # tl:8  for k in 0..K (tiles of TILE_K)
                 C_acc += nisa.nc_matmul(A_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I],  # tl:9
                                         B_tiles[:, k_t, j_t * TILE_J:j_t * TILE_J + TILE_J])
             C_rows[:, j_t * TILE_J:j_t * TILE_J + TILE_J] = nisa.activation(op=nl.copy, data=C_acc,  # tl:7

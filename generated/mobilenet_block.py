@@ -12,6 +12,10 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+SIZE_C = 24
+SIZE_E = 144
+SIZE_H = 16
+SIZE_W = 16
 Y_GROUP = 48
 
 
@@ -27,13 +31,13 @@ def mobilenet_block(X, We, Wd, Wp):
     assert Wp.shape == (24, 144), ('mobilenet_block was compiled for Wp of shape (24, 144); '
                                    'recompile with tilec compile -D C=... -D E=...')
     Y = nl.ndarray((1, 24, 16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
-    Y_blocks = Y.reshape((48, 8, 16))  # tl:11
-    X_blocks = X.reshape((48, 8, 16))  # tl:11
+    Y_blocks = Y.reshape((SIZE_C * 2, SIZE_H // 2, SIZE_W))  # tl:11
+    X_blocks = X.reshape((SIZE_C * 2, SIZE_H // 2, SIZE_W))  # tl:11
 
     # ---- We as block-diagonal stationaries (one 24 x GROUP block per row block)
-    We_bd = nl.ndarray((48, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    We_blocks = nl.zeros((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
-    for e_w in nl.affine_range(3):  # tl:11  for e (groups of GROUP channels)
+    We_bd = nl.ndarray((2 * SIZE_C, SIZE_E // Y_GROUP, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    We_blocks = nl.zeros((96, SIZE_E // Y_GROUP, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    for e_w in nl.affine_range(SIZE_E // Y_GROUP):  # tl:11  for e (groups of GROUP channels)
         nisa.dma_copy(dst=We_blocks[0:48, e_w, 0:24], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
         nisa.dma_copy(dst=We_blocks[48:96, e_w, 24:48], src=We[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:11
         weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:11
@@ -41,8 +45,8 @@ def mobilenet_block(X, We, Wd, Wp):
         We_bd[:, e_w] = nisa.activation(op=nl.copy, data=weights_tp[0:48, 0:96], dtype=nl.float32)  # tl:11
 
     # ---- Wd: each e's taps as fp32 columns on every row block's partitions
-    Wd_cols = nl.ndarray((96, 3, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-    for e_w in nl.affine_range(3):  # tl:15  for e (groups of GROUP channels)
+    Wd_cols = nl.ndarray((96, SIZE_E // 48, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    for e_w in nl.affine_range(SIZE_E // 48):  # tl:15  for e (groups of GROUP channels)
         nisa.dma_copy(dst=Wd_cols[0:48, e_w], src=Wd[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:15
         nisa.dma_copy(dst=Wd_cols[48:96, e_w], src=Wd[e_w * Y_GROUP:e_w * Y_GROUP + Y_GROUP])  # tl:15
 
@@ -53,41 +57,41 @@ def mobilenet_block(X, We, Wd, Wp):
                                     dtype=nl.float32)
 
     # ---- diag(Wd[e, r, s]) for the taps TensorE runs: the identity scaled per partition
-    Wd_diags = nl.ndarray((96, 3, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-    for e_w in nl.affine_range(3):  # tl:15  for e (groups of GROUP channels)
+    Wd_diags = nl.ndarray((96, SIZE_E // 48, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    for e_w in nl.affine_range(SIZE_E // 48):  # tl:15  for e (groups of GROUP channels)
         Wd_diags[:, e_w, 0] = nisa.tensor_scalar(ident[0:96, 0:96], nl.multiply, Wd_cols[:, e_w, 0, 1:2],  # tl:15
                                                  dtype=nl.float32)
         Wd_diags[:, e_w, 1] = nisa.activation(op=nl.copy, data=ident[0:96, 0:96],  # tl:15
                                               scale=Wd_cols[:, e_w, 0, 0:1], dtype=nl.float32)
         Wd_diags[:, e_w, 2] = nisa.tensor_scalar(ident[0:96, 0:96], nl.multiply, Wd_cols[:, e_w, 0, 2:3],  # tl:15
                                                  dtype=nl.float32)
-    X_zeros = nl.zeros((48, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    X_zeros = nl.zeros((2 * SIZE_C, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- main: A -> B -> Y on chip, partitions hold (row block, channel) pairs: 2 blocks of 8 rows
 
     # ---- PSUM: the sums below (expand, depthwise, project) take the tiles psum0, psum1, psum2, psum3, psum4, psum5 in
     #      turn, a new sum's first instruction overwriting its tile
 
-    X_ext_a = nl.ndarray((48, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    X_ext_a = nl.ndarray((2 * SIZE_C, SIZE_H // 2 + 3 - 1, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=X_ext_a[0:24, 0], src=X_zeros[0:24])  # tl:11
     nisa.dma_copy(dst=X_ext_a[0:24, 1:10], src=X[0, :, 0:9])  # tl:11
     nisa.dma_copy(dst=X_ext_a[24:48, 9], src=X_zeros[24:48])  # tl:11
     nisa.dma_copy(dst=X_ext_a[24:48, 0:9], src=X[0, :, 7:16])  # tl:11
-    X_skip_a = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    X_skip_a = nl.ndarray((SIZE_C * 2, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     nisa.dma_copy(dst=X_skip_a, src=X_blocks)  # tl:19
-    B_all_a = nl.ndarray((96, 3, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
-    A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    B_all_a = nl.ndarray((96, SIZE_E // Y_GROUP, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:15
+    A_pad_a = nl.ndarray((96, SIZE_H // 2 + 3 - 1, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- A = We . X for e group 0 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
     #      the depthwise band
-    psum0 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    psum0 = nl.ndarray((96, 512 // SIZE_W, SIZE_W), dtype=nl.float32, buffer=nl.psum)  # tl:11
     psum0[:, 0:10] = nisa.nc_matmul(We_bd[:, 0], X_ext_a)  # tl:11
     A_pad_a[...] = nisa.tensor_scalar(psum0[:, 0:10], nl.maximum, 0.0, op1=nl.minimum, operand1=6.0,  # tl:11
                                       dtype=nl.float32)
 
     # ---- Wp as block-diagonal stationaries (one GROUP x 24 block per row block), e group 0
-    Wp_bd = nl.ndarray((96, 3, 48), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
-    Wp_blocks = nl.zeros((48, 3, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    Wp_bd = nl.ndarray((96, SIZE_E // Y_GROUP, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    Wp_blocks = nl.zeros((2 * SIZE_C, SIZE_E // Y_GROUP, 96), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
     nisa.dma_copy(dst=Wp_blocks[0:24, 0, 0:48], src=Wp[:, 0:48])  # tl:19
     nisa.dma_copy(dst=Wp_blocks[24:48, 0, 48:96], src=Wp[:, 0:48])  # tl:19
     weights_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:19
@@ -97,43 +101,43 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- B rows 0..8 of each block, e group 0, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
-    psum1 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    psum1 = nl.ndarray((96, 512 // SIZE_W, SIZE_W), dtype=nl.float32, buffer=nl.psum)  # tl:17
     psum1[:, 0:8] = nisa.nc_matmul(Wd_diags[:, 0, 0], A_pad_a[:, 0:8])  # tl:17
     psum1[:, 0:8, 1:16] += nisa.nc_matmul(Wd_diags[:, 0, 1], A_pad_a[:, 0:8, 0:15])  # tl:17
     psum1[:, 0:8, 0:15] += nisa.nc_matmul(Wd_diags[:, 0, 2], A_pad_a[:, 0:8, 1:16])  # tl:17
-    B_prod0_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod0_a_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod0_a_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_a[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 0, 1, 0:1],  # tl:17
                                                      dtype=nl.float32)
     psum1[:, 0:8, 1:16] = nisa.tensor_tensor(psum1[:, 0:8, 1:16], B_prod0_a_a_end[:, :, 1:16], op=nl.add,  # tl:17
                                              dtype=nl.float32)
-    B_gacc_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_gacc_a_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_gacc_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9], scale=Wd_cols[:, 0, 1, 1:2],  # tl:17
                                           dtype=nl.float32)
-    B_prod1_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod1_a_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod1_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 1:9, 1:16],  # tl:17
                                                   scale=Wd_cols[:, 0, 1, 2:3], dtype=nl.float32)
     B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod1_a_a_end[:, :, 0:15],  # tl:17
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
-    B_prod2_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod2_a_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod2_a_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 0:15],  # tl:17
                                                   scale=Wd_cols[:, 0, 2, 0:1], dtype=nl.float32)
     B_gacc_a_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 1:16], B_prod2_a_a_end[:, :, 1:16],  # tl:17
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
-    B_prod3_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod3_a_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod3_a_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10], scale=Wd_cols[:, 0, 2, 1:2],  # tl:17
                                            dtype=nl.float32)
     B_gacc_a_a_end[...] = nisa.tensor_tensor(B_gacc_a_a_end, B_prod3_a_a_end, op=nl.add,  # tl:17
                                              engine=nisa.gpsimd_engine, dtype=nl.float32)
-    B_prod4_a_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod4_a_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod4_a_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_a[:, 2:10, 1:16],  # tl:17
                                                   scale=Wd_cols[:, 0, 2, 2:3], dtype=nl.float32)
     B_gacc_a_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_a_a_end[:, :, 0:15], B_prod4_a_a_end[:, :, 0:15],  # tl:17
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
-    A_pad_b = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    A_pad_b = nl.ndarray((96, SIZE_H // 2 + 3 - 1, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- A = We . X for e group 1 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
     #      the depthwise band
-    psum2 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    psum2 = nl.ndarray((96, 512 // SIZE_W, SIZE_W), dtype=nl.float32, buffer=nl.psum)  # tl:11
     psum2[:, 0:10] = nisa.nc_matmul(We_bd[:, 1], X_ext_a)  # tl:11
     A_pad_b[...] = nisa.tensor_scalar(psum2[:, 0:10], nl.maximum, 0.0, op1=nl.minimum, operand1=6.0,  # tl:11
                                       dtype=nl.float32)
@@ -151,43 +155,43 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- B rows 0..8 of each block, e group 1, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
-    psum3 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    psum3 = nl.ndarray((96, 512 // SIZE_W, SIZE_W), dtype=nl.float32, buffer=nl.psum)  # tl:17
     psum3[:, 0:8] = nisa.nc_matmul(Wd_diags[:, 1, 0], A_pad_b[:, 0:8])  # tl:17
     psum3[:, 0:8, 1:16] += nisa.nc_matmul(Wd_diags[:, 1, 1], A_pad_b[:, 0:8, 0:15])  # tl:17
     psum3[:, 0:8, 0:15] += nisa.nc_matmul(Wd_diags[:, 1, 2], A_pad_b[:, 0:8, 1:16])  # tl:17
-    B_prod0_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod0_b_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod0_b_a_end[:, :, 1:16] = nisa.tensor_scalar(A_pad_b[:, 1:9, 0:15], nl.multiply, Wd_cols[:, 1, 1, 0:1],  # tl:17
                                                      dtype=nl.float32)
     psum3[:, 0:8, 1:16] = nisa.tensor_tensor(psum3[:, 0:8, 1:16], B_prod0_b_a_end[:, :, 1:16], op=nl.add,  # tl:17
                                              dtype=nl.float32)
-    B_gacc_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_gacc_b_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_gacc_b_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_b[:, 1:9], scale=Wd_cols[:, 1, 1, 1:2],  # tl:17
                                           dtype=nl.float32)
-    B_prod1_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod1_b_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod1_b_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_b[:, 1:9, 1:16],  # tl:17
                                                   scale=Wd_cols[:, 1, 1, 2:3], dtype=nl.float32)
     B_gacc_b_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 0:15], B_prod1_b_a_end[:, :, 0:15],  # tl:17
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
-    B_prod2_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod2_b_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod2_b_a_end[:, :, 1:16] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10, 0:15],  # tl:17
                                                   scale=Wd_cols[:, 1, 2, 0:1], dtype=nl.float32)
     B_gacc_b_a_end[:, :, 1:16] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 1:16], B_prod2_b_a_end[:, :, 1:16],  # tl:17
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
-    B_prod3_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod3_b_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod3_b_a_end[...] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10], scale=Wd_cols[:, 1, 2, 1:2],  # tl:17
                                            dtype=nl.float32)
     B_gacc_b_a_end[...] = nisa.tensor_tensor(B_gacc_b_a_end, B_prod3_b_a_end, op=nl.add,  # tl:17
                                              engine=nisa.gpsimd_engine, dtype=nl.float32)
-    B_prod4_b_a_end = nl.ndarray((96, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+    B_prod4_b_a_end = nl.ndarray((96, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
     B_prod4_b_a_end[:, :, 0:15] = nisa.activation(op=nl.copy, data=A_pad_b[:, 2:10, 1:16],  # tl:17
                                                   scale=Wd_cols[:, 1, 2, 2:3], dtype=nl.float32)
     B_gacc_b_a_end[:, :, 0:15] = nisa.tensor_tensor(B_gacc_b_a_end[:, :, 0:15], B_prod4_b_a_end[:, :, 0:15],  # tl:17
                                                     op=nl.add, engine=nisa.gpsimd_engine, dtype=nl.float32)
-    A_pad_a = nl.ndarray((96, 10, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    A_pad_a = nl.ndarray((96, SIZE_H // 2 + 3 - 1, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
 
     # ---- A = We . X for e group 2 (1x1, all row blocks in one matmul per chunk), min(relu(.), 6) on the eviction, into
     #      the depthwise band
-    psum4 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    psum4 = nl.ndarray((96, 512 // SIZE_W, SIZE_W), dtype=nl.float32, buffer=nl.psum)  # tl:11
     psum4[:, 0:10] = nisa.nc_matmul(We_bd[:, 2], X_ext_a)  # tl:11
     A_pad_a[...] = nisa.tensor_scalar(psum4[:, 0:10], nl.maximum, 0.0, op1=nl.minimum, operand1=6.0,  # tl:11
                                       dtype=nl.float32)
@@ -209,7 +213,7 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- B rows 0..8 of each block, e group 2, 9 taps: TensorE 3, products ScalarE 5 + VectorE 1, adds VectorE 1 +
     #      GpSimdE 4
-    psum5 = nl.ndarray((96, 32, 16), dtype=nl.float32, buffer=nl.psum)  # tl:17
+    psum5 = nl.ndarray((96, 512 // SIZE_W, SIZE_W), dtype=nl.float32, buffer=nl.psum)  # tl:17
     psum5[:, 0:8] = nisa.nc_matmul(Wd_diags[:, 2, 0], A_pad_a[:, 0:8])  # tl:17
     psum5[:, 0:8, 1:16] += nisa.nc_matmul(Wd_diags[:, 2, 1], A_pad_a[:, 0:8, 0:15])  # tl:17
     psum5[:, 0:8, 0:15] += nisa.nc_matmul(Wd_diags[:, 2, 2], A_pad_a[:, 0:8, 1:16])  # tl:17
@@ -255,7 +259,7 @@ def mobilenet_block(X, We, Wd, Wp):
 
     # ---- Y += Wp[:, e group 2] . B[e group 2]
     psum0[0:48, 0:8] += nisa.nc_matmul(Wp_bd[:, 2], B_all_a[:, 2])  # tl:19
-    Y_band_a = nl.ndarray((48, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+    Y_band_a = nl.ndarray((SIZE_C * 2, SIZE_H // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
 
     # ---- Y rows 0..8 of each block: evicted + X
     Y_band_a[...] = nisa.tensor_tensor(psum0[0:48, 0:8], X_skip_a, op=nl.add, dtype=nl.float32)  # tl:19

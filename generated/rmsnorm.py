@@ -12,6 +12,8 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+SIZE_M = 256
+SIZE_N = 512
 Y_TILE_P = 128
 
 
@@ -22,26 +24,26 @@ def rmsnorm(X, g):
                                    'recompile with tilec compile -D M=... -D N=...')
     assert g.shape == (512,), 'rmsnorm was compiled for g of shape (512,); recompile with tilec compile -D N=...'
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-    ones_f32 = nl.zeros((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+    ones_f32 = nl.zeros((1, Y_TILE_P), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
     ones_f32[...] = nisa.tensor_scalar(ones_f32, nl.add, 1.0, dtype=nl.float32)  # tl:8
-    g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+    g_row = nl.ndarray((1, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
     nisa.dma_copy(dst=g_row, src=g)  # tl:8
-    r_const = nl.zeros((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    r_const = nl.zeros((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     r_const[...] = nisa.tensor_scalar(r_const, nl.add, 1e-06, dtype=nl.float32)  # tl:12
 
     # ---- ms, r, Y: one pass over row tiles (fused row chain)
-    for pt in nl.affine_range(2):  # tl:8  for the rows (tiles of TILE_P), every op of the chain
-        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+    for pt in nl.affine_range(SIZE_M // Y_TILE_P):  # tl:8  for the rows (tiles of TILE_P), every op of the chain
+        X_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:8
-        discard = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        ms_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+        discard = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+        ms_col = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
         discard[...] = nisa.activation(op=nl.square, data=X_tile, scale=0.04419417382415922, reduce_op=nl.add,  # tl:10
                                        reduce_res=ms_col, dtype=nl.float32)
-        r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+        r_tile = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         r_tile[...] = nisa.activation(op=nl.rsqrt, data=ms_col, bias=r_const, dtype=nl.float32)  # tl:12
-        Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+        Y_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
         Y_tile[...] = nisa.activation(op=nl.copy, data=X_tile, scale=r_tile, dtype=nl.float32)  # tl:14
-        g_psum = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:14
+        g_psum = nl.zeros((Y_TILE_P, 512), dtype=nl.float32, buffer=nl.psum)  # tl:14
         g_psum += nisa.nc_matmul(ones_f32, g_row)  # tl:14
         Y_tile[...] = nisa.tensor_tensor(Y_tile, g_psum, op=nl.multiply, dtype=nl.float32)  # tl:14
         nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:8

@@ -12,6 +12,8 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+SIZE_M = 256
+SIZE_N = 512
 Y_TILE_P = 128
 
 
@@ -23,20 +25,20 @@ def softmax(X):
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- m, e, s, Y: one pass over row tiles (fused row chain)
-    for pt in nl.affine_range(2):  # tl:9  for the rows (tiles of TILE_P), every op of the chain
-        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    for pt in nl.affine_range(SIZE_M // Y_TILE_P):  # tl:9  for the rows (tiles of TILE_P), every op of the chain
+        X_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:9
-        m_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+        m_col = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         m_col[...] = nisa.tensor_reduce(nl.maximum, X_tile, axis=1, keepdims=True, dtype=nl.float32)  # tl:11
-        e_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        m_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        e_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        m_neg = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         m_neg[...] = nisa.tensor_scalar(m_col, nl.multiply, -1.0, dtype=nl.float32)  # tl:13
-        s_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
+        s_col = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:17
         e_tile[...] = nisa.activation(op=nl.exp, data=X_tile, bias=m_neg, reduce_op=nl.add, reduce_res=s_col,  # tl:13
                                       dtype=nl.float32)
-        s_inv = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+        s_inv = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
         s_inv[...] = nisa.activation(op=nl.reciprocal, data=s_col, dtype=nl.float32)  # tl:19
-        Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+        Y_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
         Y_tile[...] = nisa.activation(op=nl.copy, data=e_tile, scale=s_inv, dtype=nl.float32)  # tl:19
         nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:9
 

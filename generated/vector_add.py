@@ -12,6 +12,8 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 
+SIZE_L = 25600
+
 
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
@@ -19,16 +21,16 @@ def vector_add(x, y):
     assert x.shape == (25600,), 'vector_add was compiled for x of shape (25600,); recompile with tilec compile -D L=...'
     assert y.shape == (25600,), 'vector_add was compiled for y of shape (25600,); recompile with tilec compile -D L=...'
     z = nl.ndarray((25600,), dtype=nl.float32, buffer=nl.shared_hbm)
-    x_v = x.reshape((128, 200))  # tl:7
-    y_v = y.reshape((128, 200))  # tl:7
-    z_v = z.reshape((128, 200))  # tl:7
+    x_v = x.reshape((128, SIZE_L // 128))  # tl:7
+    y_v = y.reshape((128, SIZE_L // 128))  # tl:7
+    z_v = z.reshape((128, SIZE_L // 128))  # tl:7
 
     # ---- z = element-wise, 128 partitions
-    x_tile = nl.ndarray((128, 200), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    x_tile = nl.ndarray((128, SIZE_L // 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
     nisa.dma_copy(dst=x_tile, src=x_v)  # tl:7
-    y_tile = nl.ndarray((128, 200), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    y_tile = nl.ndarray((128, SIZE_L // 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
     nisa.dma_copy(dst=y_tile, src=y_v)  # tl:7
-    z_tile = nl.ndarray((128, 200), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    z_tile = nl.ndarray((128, SIZE_L // 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
     z_tile[...] = nisa.tensor_tensor(x_tile, y_tile, op=nl.add, dtype=nl.float32)  # tl:7
     nisa.dma_copy(dst=z_v, src=z_tile)  # tl:7
 

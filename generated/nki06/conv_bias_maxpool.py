@@ -19,6 +19,13 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+SIZE_C = 256
+SIZE_Ho = 222
+SIZE_K = 256
+SIZE_N = 4
+SIZE_R = 3
+SIZE_W = 224
+SIZE_Wo = 222
 TILE_K = 128
 TILE_C = 128
 TILE_X = 222
@@ -37,12 +44,12 @@ def conv_bias_maxpool(X, Wt, b):
     Y = nl.ndarray((4, 256, 111, 111), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- weights Wt: contraction-major, resident in SBUF
-    Wt_T = nl.ndarray((128, 2, 3, 3, 256), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    for k_t in range(2):  # tl:14  prepare Wt: for k in 0..K (tiles of TILE_K)
-        Wt_rows = nl.ndarray((128, 256, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    Wt_T = nl.ndarray((TILE_C, SIZE_C // TILE_C, SIZE_R, SIZE_R, SIZE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    for k_t in range(SIZE_K // TILE_K):  # tl:14  prepare Wt: for k in 0..K (tiles of TILE_K)
+        Wt_rows = nl.ndarray((TILE_K, SIZE_C, SIZE_R, SIZE_R), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
         nisa.dma_copy(dst=Wt_rows, src=Wt[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:14
-        for c_t in range(2):  # tl:14  prepare Wt: for c in 0..C (tiles of TILE_C)
-            Wt_taps = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+        for c_t in range(SIZE_C // TILE_C):  # tl:14  prepare Wt: for c in 0..C (tiles of TILE_C)
+            Wt_taps = nl.ndarray((TILE_K, SIZE_R, SIZE_R, TILE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
             nisa.tensor_copy(dst=Wt_taps[:, 0, 0], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 0, 0],  # tl:14
                              engine=nisa.engine.gpsimd)
             nisa.tensor_copy(dst=Wt_taps[:, 0, 1], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 0, 1])  # tl:14
@@ -57,41 +64,41 @@ def conv_bias_maxpool(X, Wt, b):
             nisa.tensor_copy(dst=Wt_taps[:, 2, 1], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 2, 1])  # tl:14
             nisa.tensor_copy(dst=Wt_taps[:, 2, 2], src=Wt_rows[:, c_t * TILE_C:c_t * TILE_C + TILE_C, 2, 2],  # tl:14
                              engine=nisa.engine.gpsimd)
-            for r in range(3):  # tl:14  prepare Wt: for r in 0..R
-                Wt_tp = nl.ndarray((128, 3, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
-                for s in range(3):  # tl:14  prepare Wt: for s in 0..R
+            for r in range(SIZE_R):  # tl:14  prepare Wt: for r in 0..R
+                Wt_tp = nl.ndarray((TILE_C, SIZE_R, TILE_K), dtype=nl.float32, buffer=nl.psum)  # tl:14
+                for s in range(SIZE_R):  # tl:14  prepare Wt: for s in 0..R
                     nisa.nc_transpose(dst=Wt_tp[:, s], data=Wt_taps[:, r, s])  # tl:14
                 nisa.activation(dst=Wt_T[:, c_t, r, :, k_t * TILE_K:k_t * TILE_K + TILE_K], op=nl.copy,  # tl:14
                                 data=Wt_tp)
 
     # ---- bias b: one column per out-channel tile
-    b_col = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    for k_t in range(2):  # tl:12  load b as columns: for k in 0..K (tiles of TILE_K)
+    b_col = nl.ndarray((TILE_K, SIZE_K // TILE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    for k_t in range(SIZE_K // TILE_K):  # tl:12  load b as columns: for k in 0..K (tiles of TILE_K)
         nisa.dma_copy(dst=b_col[:, k_t:k_t + 1], src=b[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
 
     # ---- main: conv by row bands, fused into Y
-    for n in range(4):  # tl:11  for n in 0..N
-        for y_b in range(37):  # tl:11  for y in 0..Ho (bands of BAND rows)
+    for n in range(SIZE_N):  # tl:11  for n in 0..N
+        for y_b in range(SIZE_Ho // BAND):  # tl:11  for y in 0..Ho (bands of BAND rows)
 
             # ---- input band X: all contraction tiles, shared by every output tile
-            X_band = nl.ndarray((128, 2, 8, 224), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-            for c_t in range(2):  # tl:14  for c in 0..C (tiles of TILE_C)
+            X_band = nl.ndarray((TILE_C, SIZE_C // TILE_C, 8, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+            for c_t in range(SIZE_C // TILE_C):  # tl:14  for c in 0..C (tiles of TILE_C)
                 nisa.dma_copy(dst=X_band[:, c_t],  # tl:14
                               src=X[n, c_t * TILE_C:c_t * TILE_C + TILE_C, y_b * BAND:y_b * BAND + 8])
-            for k_t in range(2):  # tl:11  for k in 0..K (tiles of TILE_K)
-                Y_band = nl.ndarray((128, 3, 111), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-                for y_g in range(3):  # tl:11  for y in 0..Ho (groups of ROWS rows in the band)
-                    conv_acc = nl.ndarray((128, 2, 222), dtype=nl.float32, buffer=nl.psum)  # tl:12
-                    for c_t in range(2):  # tl:13  for c in 0..C (tiles of TILE_C)
-                        for r in range(3):  # tl:13  for r in 0..R
-                            for s in range(3):  # tl:13  for s in 0..R
+            for k_t in range(SIZE_K // TILE_K):  # tl:11  for k in 0..K (tiles of TILE_K)
+                Y_band = nl.ndarray((TILE_K, BAND // 2, SIZE_Wo // 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+                for y_g in range(BAND // ROWS):  # tl:11  for y in 0..Ho (groups of ROWS rows in the band)
+                    conv_acc = nl.ndarray((TILE_K, ROWS, TILE_X), dtype=nl.float32, buffer=nl.psum)  # tl:12
+                    for c_t in range(SIZE_C // TILE_C):  # tl:13  for c in 0..C (tiles of TILE_C)
+                        for r in range(SIZE_R):  # tl:13  for r in 0..R
+                            for s in range(SIZE_R):  # tl:13  for s in 0..R
                                 nisa.nc_matmul(  # tl:14
                                         dst=conv_acc, stationary=Wt_T[:, c_t, r, s, k_t * TILE_K:k_t * TILE_K + TILE_K],
                                         moving=X_band[:, c_t, y_g * ROWS + r:y_g * ROWS + r + ROWS, s:s + TILE_X],
                                         accumulate=c_t > 0 or r > 0 or s > 0)
-                    conv_act = nl.ndarray((128, 2, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+                    conv_act = nl.ndarray((TILE_K, ROWS, TILE_X), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
                     nisa.activation(dst=conv_act, op=nl.copy, data=conv_acc, bias=b_col[:, k_t:k_t + 1])  # tl:12
-                    Y_pool_rows = nl.ndarray((128, 222), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+                    Y_pool_rows = nl.ndarray((TILE_K, TILE_X), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
                     nisa.tensor_tensor(dst=Y_pool_rows, data1=conv_act[:, 0], data2=conv_act[:, 1],  # tl:18
                                        op=nl.maximum)
                     nisa.tensor_tensor(dst=Y_band[:, y_g], data1=Y_pool_rows[:, 0:221:2],  # tl:18

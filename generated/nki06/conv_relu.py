@@ -19,6 +19,14 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+SIZE_C = 128
+SIZE_Ho = 30
+SIZE_K = 128
+SIZE_R = 3
+SIZE_W = 32
+SIZE_Wo = 30
+TILE_K = 128
+TILE_C = 128
 TILE_X = 30
 ROWS = 10
 BAND = 10
@@ -34,10 +42,10 @@ def conv_relu(X, Wt, b):
     Y = nl.ndarray((1, 128, 15, 15), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- weights Wt: contraction-major, resident in SBUF
-    Wt_T = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-    Wt_rows = nl.ndarray((128, 128, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+    Wt_T = nl.ndarray((TILE_C, SIZE_R, SIZE_R, SIZE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+    Wt_rows = nl.ndarray((TILE_K, SIZE_C, SIZE_R, SIZE_R), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     nisa.dma_copy(dst=Wt_rows, src=Wt)  # tl:13
-    Wt_taps = nl.ndarray((128, 3, 3, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+    Wt_taps = nl.ndarray((TILE_K, SIZE_R, SIZE_R, TILE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
     nisa.tensor_copy(dst=Wt_taps[:, 0, 0], src=Wt_rows[:, :, 0, 0], engine=nisa.engine.gpsimd)  # tl:13
     nisa.tensor_copy(dst=Wt_taps[:, 0, 1], src=Wt_rows[:, :, 0, 1])  # tl:13
     nisa.tensor_copy(dst=Wt_taps[:, 0, 2], src=Wt_rows[:, :, 0, 2], engine=nisa.engine.gpsimd)  # tl:13
@@ -47,31 +55,31 @@ def conv_relu(X, Wt, b):
     nisa.tensor_copy(dst=Wt_taps[:, 2, 0], src=Wt_rows[:, :, 2, 0], engine=nisa.engine.gpsimd)  # tl:13
     nisa.tensor_copy(dst=Wt_taps[:, 2, 1], src=Wt_rows[:, :, 2, 1])  # tl:13
     nisa.tensor_copy(dst=Wt_taps[:, 2, 2], src=Wt_rows[:, :, 2, 2], engine=nisa.engine.gpsimd)  # tl:13
-    for r in range(3):  # tl:13  prepare Wt: for r in 0..R
-        Wt_tp = nl.ndarray((128, 3, 128), dtype=nl.float32, buffer=nl.psum)  # tl:13
-        for s in range(3):  # tl:13  prepare Wt: for s in 0..R
+    for r in range(SIZE_R):  # tl:13  prepare Wt: for r in 0..R
+        Wt_tp = nl.ndarray((TILE_C, SIZE_R, TILE_K), dtype=nl.float32, buffer=nl.psum)  # tl:13
+        for s in range(SIZE_R):  # tl:13  prepare Wt: for s in 0..R
             nisa.nc_transpose(dst=Wt_tp[:, s], data=Wt_taps[:, r, s])  # tl:13
         nisa.activation(dst=Wt_T[:, r], op=nl.copy, data=Wt_tp)  # tl:13
 
     # ---- bias b: one column per out-channel tile
-    b_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    b_col = nl.ndarray((TILE_K, SIZE_K // TILE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=b_col, src=b)  # tl:11
 
     # ---- main: conv by row bands, fused into Y
-    for y_b in range(3):  # tl:10  for y in 0..Ho (bands of BAND rows)
+    for y_b in range(SIZE_Ho // BAND):  # tl:10  for y in 0..Ho (bands of BAND rows)
 
         # ---- input band X: all contraction tiles, shared by every output tile
-        X_band = nl.ndarray((128, 12, 32), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        X_band = nl.ndarray((TILE_C, 12, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         nisa.dma_copy(dst=X_band, src=X[0, :, y_b * BAND:y_b * BAND + 12])  # tl:13
-        Y_band = nl.ndarray((128, 5, 15), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-        conv_acc = nl.ndarray((128, 10, 30), dtype=nl.float32, buffer=nl.psum)  # tl:11
-        for r in range(3):  # tl:12  for r in 0..R
-            for s in range(3):  # tl:12  for s in 0..R
+        Y_band = nl.ndarray((TILE_K, BAND // 2, SIZE_Wo // 2), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+        conv_acc = nl.ndarray((TILE_K, ROWS, TILE_X), dtype=nl.float32, buffer=nl.psum)  # tl:11
+        for r in range(SIZE_R):  # tl:12  for r in 0..R
+            for s in range(SIZE_R):  # tl:12  for s in 0..R
                 nisa.nc_matmul(dst=conv_acc, stationary=Wt_T[:, r, s],  # tl:13
                                moving=X_band[:, r:r + ROWS, s:s + TILE_X], accumulate=r > 0 or s > 0)
-        conv_act = nl.ndarray((128, 10, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+        conv_act = nl.ndarray((TILE_K, ROWS, TILE_X), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         nisa.activation(dst=conv_act, op=nl.relu, data=conv_acc, bias=b_col)  # tl:11
-        Y_pool_rows = nl.ndarray((128, 5, 30), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+        Y_pool_rows = nl.ndarray((TILE_K, ROWS // 2, TILE_X), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
         nisa.tensor_tensor(dst=Y_pool_rows, data1=conv_act[:, 0:9:2], data2=conv_act[:, 1:10:2], op=nl.maximum)  # tl:18
         nisa.tensor_tensor(dst=Y_band, data1=Y_pool_rows[:, :, 0:29:2], data2=Y_pool_rows[:, :, 1:30:2],  # tl:18
                            op=nl.maximum)

@@ -13,6 +13,8 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+SIZE_M = 256
+SIZE_N = 512
 Y_TILE_P = 128
 
 
@@ -23,40 +25,40 @@ def layernorm(X, g, b):
     assert g.shape == (512,), 'layernorm was compiled for g of shape (512,); recompile with tilec compile -D N=...'
     assert b.shape == (512,), 'layernorm was compiled for b of shape (512,); recompile with tilec compile -D N=...'
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-    ones_f32 = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    ones_f32 = nl.ndarray((1, Y_TILE_P), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.memset(dst=ones_f32, value=0.0)  # tl:11
     nisa.tensor_scalar(dst=ones_f32, data=ones_f32, op0=nl.add, operand0=1.0)  # tl:11
-    g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    g_row = nl.ndarray((1, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=g_row, src=g)  # tl:11
-    b_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    b_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     b_part = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
     nisa.dma_copy(dst=b_part, src=b)  # tl:11
-    b_bcast = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
+    b_bcast = nl.ndarray((Y_TILE_P, 512), dtype=nl.float32, buffer=nl.psum)  # tl:11
     nisa.nc_matmul(dst=b_bcast, stationary=ones_f32, moving=b_part, accumulate=False)  # tl:11
     nisa.tensor_copy(dst=b_tile, src=b_bcast)  # tl:11
-    r_const = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
+    r_const = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
     nisa.memset(dst=r_const, value=0.0)  # tl:21
     nisa.tensor_scalar(dst=r_const, data=r_const, op0=nl.add, operand0=1e-05)  # tl:21
 
     # ---- mu, d, v, r, Y: one pass over row tiles (fused row chain)
-    for pt in range(2):  # tl:11  for the rows (tiles of TILE_P), every op of the chain
-        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
+    for pt in range(SIZE_M // Y_TILE_P):  # tl:11  for the rows (tiles of TILE_P), every op of the chain
+        X_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:11
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:11
-        discard = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
-        mu_neg = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        discard = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
+        mu_neg = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:13
         nisa.activation(dst=discard, op=nl.copy, data=X_tile, scale=-0.001953125, reduce_op=nl.add,  # tl:13
                         reduce_res=mu_neg)
-        v_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
+        v_col = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:19
         nisa.activation(dst=discard, op=nl.square, data=X_tile, bias=mu_neg, reduce_op=nl.add,  # tl:19
                         reduce_res=v_col)
-        r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
+        r_tile = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:21
         nisa.activation(dst=r_tile, op=nl.rsqrt, data=v_col, bias=r_const, scale=0.001953125)  # tl:21
-        Y_centred = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        Y_centred = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
         nisa.activation(dst=Y_centred, op=nl.copy, data=X_tile, bias=mu_neg)  # tl:23
-        Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
+        Y_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:23
         nisa.activation(dst=Y_tile, op=nl.copy, data=Y_centred, scale=r_tile)  # tl:23
-        Y_psum1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
-        g_psum = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
+        Y_psum1 = nl.ndarray((Y_TILE_P, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
+        g_psum = nl.ndarray((Y_TILE_P, 512), dtype=nl.float32, buffer=nl.psum)  # tl:23
         nisa.nc_matmul(dst=g_psum, stationary=ones_f32, moving=g_row, accumulate=False)  # tl:23
         nisa.tensor_tensor(dst=Y_psum1, data1=Y_tile, data2=g_psum, op=nl.multiply)  # tl:23
         nisa.tensor_tensor(dst=Y_tile, data1=Y_psum1, data2=b_tile, op=nl.add)  # tl:23

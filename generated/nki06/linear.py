@@ -15,8 +15,12 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+SIZE_K = 512
+SIZE_M = 256
+SIZE_N = 384
 TILE_I = 128
 TILE_K = 128
+TILE_J = 384
 
 
 @nki.jit
@@ -29,36 +33,36 @@ def linear(X, W, b):
     Y = nl.ndarray((256, 384), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- stationary operand X: contraction-major, resident in SBUF
-    X_T = nl.ndarray((128, 4, 256), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    for i_t in range(2):  # tl:12  prepare X: for i in 0..M (tiles of TILE_I)
-        X_rows = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    X_T = nl.ndarray((TILE_K, SIZE_K // TILE_K, SIZE_M), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    for i_t in range(SIZE_M // TILE_I):  # tl:12  prepare X: for i in 0..M (tiles of TILE_I)
+        X_rows = nl.ndarray((TILE_I, SIZE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         nisa.dma_copy(dst=X_rows, src=X[i_t * TILE_I:i_t * TILE_I + TILE_I])  # tl:12
-        for k_t in range(4):  # tl:12  prepare X: for k in 0..K (tiles of TILE_K)
-            X_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:12
+        for k_t in range(SIZE_K // TILE_K):  # tl:12  prepare X: for k in 0..K (tiles of TILE_K)
+            X_tp = nl.ndarray((TILE_K, TILE_I), dtype=nl.float32, buffer=nl.psum)  # tl:12
             nisa.nc_transpose(dst=X_tp, data=X_rows[:, k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
             nisa.tensor_copy(dst=X_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I], src=X_tp)  # tl:12
 
     # ---- bias b: a row along j, copied to every partition once
-    ones_f32 = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+    ones_f32 = nl.ndarray((1, TILE_I), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
     nisa.memset(dst=ones_f32, value=0.0)  # tl:10
     nisa.tensor_scalar(dst=ones_f32, data=ones_f32, op0=nl.add, operand0=1.0)  # tl:10
-    b_row = nl.ndarray((1, 384), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+    b_row = nl.ndarray((1, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
     nisa.dma_copy(dst=b_row, src=b)  # tl:10
-    b_bc = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-    b_bcast = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)  # tl:10
+    b_bc = nl.ndarray((TILE_I, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+    b_bcast = nl.ndarray((TILE_I, TILE_J), dtype=nl.float32, buffer=nl.psum)  # tl:10
     nisa.nc_matmul(dst=b_bcast, stationary=ones_f32, moving=b_row, accumulate=False)  # tl:10
     nisa.tensor_copy(dst=b_bc, src=b_bcast)  # tl:10
 
     # ---- main: H by tiles of i, fused into Y
 
     # ---- moving operand W: all contraction tiles, shared by every output tile
-    W_tiles = nl.ndarray((128, 4, 384), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
-    for k_t in range(4):  # tl:12  for k in 0..K (tiles of TILE_K)
+    W_tiles = nl.ndarray((TILE_K, SIZE_K // TILE_K, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    for k_t in range(SIZE_K // TILE_K):  # tl:12  for k in 0..K (tiles of TILE_K)
         nisa.dma_copy(dst=W_tiles[:, k_t], src=W[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:12
-    for i_t in range(2):  # tl:9  for i in 0..M (tiles of TILE_I)
-        Y_rows = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        H_acc = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)  # tl:10
-        for k_t in range(4):  # tl:11  for k in 0..K (tiles of TILE_K)
+    for i_t in range(SIZE_M // TILE_I):  # tl:9  for i in 0..M (tiles of TILE_I)
+        Y_rows = nl.ndarray((TILE_I, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+        H_acc = nl.ndarray((TILE_I, TILE_J), dtype=nl.float32, buffer=nl.psum)  # tl:10
+        for k_t in range(SIZE_K // TILE_K):  # tl:11  for k in 0..K (tiles of TILE_K)
             nisa.nc_matmul(dst=H_acc, stationary=X_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I],  # tl:12
                            moving=W_tiles[:, k_t], accumulate=k_t > 0)
         nisa.tensor_tensor(dst=Y_rows, data1=H_acc, data2=b_bc, op=nl.add)  # tl:10

@@ -15,6 +15,9 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+SIZE_K = 1024
+SIZE_M = 512
+SIZE_N = 768
 TILE_I = 128
 TILE_K = 128
 TILE_J = 384
@@ -29,26 +32,26 @@ def matmul(A, B):
     C = nl.ndarray((512, 768), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- stationary operand A: contraction-major, resident in SBUF
-    A_T = nl.ndarray((128, 8, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-    for i_t in range(4):  # tl:9  prepare A: for i in 0..M (tiles of TILE_I)
-        A_rows = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    A_T = nl.ndarray((TILE_K, SIZE_K // TILE_K, SIZE_M), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    for i_t in range(SIZE_M // TILE_I):  # tl:9  prepare A: for i in 0..M (tiles of TILE_I)
+        A_rows = nl.ndarray((TILE_I, SIZE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
         nisa.dma_copy(dst=A_rows, src=A[i_t * TILE_I:i_t * TILE_I + TILE_I])  # tl:9
-        for k_t in range(8):  # tl:9  prepare A: for k in 0..K (tiles of TILE_K)
-            A_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:9
+        for k_t in range(SIZE_K // TILE_K):  # tl:9  prepare A: for k in 0..K (tiles of TILE_K)
+            A_tp = nl.ndarray((TILE_K, TILE_I), dtype=nl.float32, buffer=nl.psum)  # tl:9
             nisa.nc_transpose(dst=A_tp, data=A_rows[:, k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:9
             nisa.tensor_copy(dst=A_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I], src=A_tp)  # tl:9
 
     # ---- main: C by tiles of i
 
     # ---- moving operand B: all contraction tiles, shared by every output tile
-    B_tiles = nl.ndarray((128, 8, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
-    for k_t in range(8):  # tl:9  for k in 0..K (tiles of TILE_K)
+    B_tiles = nl.ndarray((TILE_K, SIZE_K // TILE_K, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    for k_t in range(SIZE_K // TILE_K):  # tl:9  for k in 0..K (tiles of TILE_K)
         nisa.dma_copy(dst=B_tiles[:, k_t], src=B[k_t * TILE_K:k_t * TILE_K + TILE_K])  # tl:9
-    for i_t in range(4):  # tl:6  for i in 0..M (tiles of TILE_I)
-        C_rows = nl.ndarray((128, 768), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
-        for j_t in range(2):  # tl:6  for j in 0..N (tiles of TILE_J)
-            C_acc = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.psum)  # tl:7
-            for k_t in range(8):  # tl:8  for k in 0..K (tiles of TILE_K)
+    for i_t in range(SIZE_M // TILE_I):  # tl:6  for i in 0..M (tiles of TILE_I)
+        C_rows = nl.ndarray((TILE_I, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+        for j_t in range(SIZE_N // TILE_J):  # tl:6  for j in 0..N (tiles of TILE_J)
+            C_acc = nl.ndarray((TILE_I, TILE_J), dtype=nl.float32, buffer=nl.psum)  # tl:7
+            for k_t in range(SIZE_K // TILE_K):  # tl:8  for k in 0..K (tiles of TILE_K)
                 nisa.nc_matmul(dst=C_acc, stationary=A_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I],  # tl:9
                                moving=B_tiles[:, k_t, j_t * TILE_J:j_t * TILE_J + TILE_J], accumulate=k_t > 0)
             nisa.activation(dst=C_rows[:, j_t * TILE_J:j_t * TILE_J + TILE_J], op=nl.copy, data=C_acc)  # tl:7

@@ -26,6 +26,16 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+SIZE_C = 64
+SIZE_H = 16
+SIZE_W = 16
+T_TILE_K = 64
+T_TILE_X = 16
+T_BAND = 16
+Y_TILE_K2 = 64
+Y_TILE_X2 = 16
+Y_BAND2 = 16
+
 
 @nki.jit
 def resnet_block(X, W1, b1, W2, b2):
@@ -40,68 +50,68 @@ def resnet_block(X, W1, b1, W2, b2):
     Y = nl.ndarray((1, 64, 16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- weights W1: contraction-major, resident in SBUF
-    W1_T = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
-    W1_rows = nl.ndarray((128, 64, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    W1_T = nl.ndarray((2 * SIZE_C, 6, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    W1_rows = nl.ndarray((2 * SIZE_C, SIZE_C, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     nisa.dma_copy(dst=W1_rows[0:64], src=W1)  # tl:14
     nisa.dma_copy(dst=W1_rows[64:128], src=W1)  # tl:14
-    W1_taps = nl.ndarray((128, 128, 2, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    W1_taps = nl.ndarray((2 * SIZE_C, 2 * SIZE_C, 2, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     nisa.memset(dst=W1_taps, value=0.0)  # tl:14
     nisa.tensor_copy(dst=W1_taps[64:128, 0:64], src=W1_rows[64:128, :, 0:3:2])  # tl:14
     nisa.activation(dst=W1_taps[0:64, 0:64, 1], op=nl.copy, data=W1_rows[0:64, :, 1])  # tl:14
     nisa.tensor_copy(dst=W1_taps[64:128, 64:128, 0], src=W1_rows[64:128, :, 1])  # tl:14
     nisa.activation(dst=W1_taps[0:64, 64:128], op=nl.copy, data=W1_rows[0:64, :, 0:3:2])  # tl:14
     for tap_s in range(3):  # tl:14  prepare W1: row pairs: tap columns (both tap row offsets)
-        W1_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
+        W1_tp = nl.ndarray((2 * SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:14
         nisa.nc_transpose(dst=W1_tp, data=W1_taps[:, :, 0, tap_s])  # tl:14
         nisa.tensor_copy(dst=W1_T[:, tap_s * 2], src=W1_tp)  # tl:14
-        W1_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:14
+        W1_tp = nl.ndarray((2 * SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:14
         nisa.nc_transpose(dst=W1_tp, data=W1_taps[:, :, 1, tap_s])  # tl:14
         nisa.activation(dst=W1_T[:, tap_s * 2 + 1], op=nl.copy, data=W1_tp)  # tl:14
 
     # ---- bias b1: one column per out-channel tile
-    b1_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    b1_col = nl.ndarray((2 * T_TILE_K, SIZE_C // T_TILE_K), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     nisa.dma_copy(dst=b1_col[0:64], src=b1)  # tl:12
     nisa.dma_copy(dst=b1_col[64:128], src=b1)  # tl:12
-    X_zero_rows = nl.ndarray((128, 2, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    X_zero_rows = nl.ndarray((2 * SIZE_C, 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     nisa.memset(dst=X_zero_rows, value=0.0)  # tl:12
-    Y_pairs = Y.reshape((64, 8, 2, 16))  # tl:16
+    Y_pairs = Y.reshape((SIZE_C, SIZE_H // 2, 2, SIZE_W))  # tl:16
 
     # ---- weights W2: contraction-major, resident in SBUF
-    W2_T = nl.ndarray((128, 6, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
-    W2_rows = nl.ndarray((128, 64, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+    W2_T = nl.ndarray((2 * SIZE_C, 6, 2 * SIZE_C), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+    W2_rows = nl.ndarray((2 * SIZE_C, SIZE_C, 3, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
     nisa.dma_copy(dst=W2_rows[0:64], src=W2)  # tl:18
     nisa.dma_copy(dst=W2_rows[64:128], src=W2)  # tl:18
-    W2_taps = nl.ndarray((128, 128, 2, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
+    W2_taps = nl.ndarray((2 * SIZE_C, 2 * SIZE_C, 2, 3), dtype=nl.float32, buffer=nl.sbuf)  # tl:18
     nisa.memset(dst=W2_taps, value=0.0)  # tl:18
     nisa.tensor_copy(dst=W2_taps[0:64, 0:64], src=W2_rows[0:64, :, 0:3:2])  # tl:18
     nisa.activation(dst=W2_taps[64:128, 0:64, 1], op=nl.copy, data=W2_rows[64:128, :, 1])  # tl:18
     nisa.tensor_copy(dst=W2_taps[0:64, 64:128, 0], src=W2_rows[0:64, :, 1])  # tl:18
     nisa.activation(dst=W2_taps[64:128, 64:128], op=nl.copy, data=W2_rows[64:128, :, 0:3:2])  # tl:18
     for tap_s2 in range(3):  # tl:18  prepare W2: row pairs: tap columns (both tap row offsets)
-        W2_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:18
+        W2_tp = nl.ndarray((2 * SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:18
         nisa.nc_transpose(dst=W2_tp, data=W2_taps[:, :, 0, tap_s2])  # tl:18
         nisa.tensor_copy(dst=W2_T[:, tap_s2 * 2], src=W2_tp)  # tl:18
-        W2_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:18
+        W2_tp = nl.ndarray((2 * SIZE_C, 2 * SIZE_C), dtype=nl.float32, buffer=nl.psum)  # tl:18
         nisa.nc_transpose(dst=W2_tp, data=W2_taps[:, :, 1, tap_s2])  # tl:18
         nisa.activation(dst=W2_T[:, tap_s2 * 2 + 1], op=nl.copy, data=W2_tp)  # tl:18
 
     # ---- bias b2: one column per out-channel tile
-    b2_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
+    b2_col = nl.ndarray((2 * Y_TILE_K2, SIZE_C // Y_TILE_K2), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     nisa.dma_copy(dst=b2_col[0:64], src=b2)  # tl:16
     nisa.dma_copy(dst=b2_col[64:128], src=b2)  # tl:16
 
     # ---- main: T then U image by image, T kept in SBUF, fused into Y
-    T_img = nl.ndarray((128, 9, 18), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    T_img = nl.ndarray((2 * SIZE_C, 9, SIZE_W - 1 + 2 + 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     nisa.memset(dst=T_img, value=0.0)  # tl:12
 
     # ---- input band X: all contraction tiles, shared by every output tile
-    X_band0 = nl.ndarray((128, 18, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+    X_band0 = nl.ndarray((2 * SIZE_C, T_BAND - 1 + 2 + 1, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
     nisa.tensor_copy(dst=X_band0[0:64, 0], src=X_zero_rows[0:64, 0], engine=nisa.engine.gpsimd)  # tl:14
     nisa.tensor_copy(dst=X_band0[0:64, 17], src=X_zero_rows[0:64, 0], engine=nisa.engine.gpsimd)  # tl:14
     nisa.tensor_copy(dst=X_band0[64:128, 16], src=X_zero_rows[64:128, 0], engine=nisa.engine.gpsimd)  # tl:14
     nisa.dma_copy(dst=X_band0[0:64, 1:17], src=X[0])  # tl:14
     nisa.dma_copy(dst=X_band0[64:128, 0:16], src=X[0])  # tl:14
-    T_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:12
+    T_acc = nl.ndarray((2 * T_TILE_K, 8, T_TILE_X), dtype=nl.float32, buffer=nl.psum)  # tl:12
     nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 2], moving=X_band0[:, 0:15:2], accumulate=False)  # tl:14
     nisa.nc_matmul(dst=T_acc, stationary=W1_T[:, 3], moving=X_band0[:, 2:17:2], accumulate=True)  # tl:14
     nisa.nc_matmul(dst=T_acc[:, :, 1:16], stationary=W1_T[:, 0], moving=X_band0[:, 0:15:2, 0:15],  # tl:14
@@ -114,15 +124,15 @@ def resnet_block(X, W1, b1, W2, b2):
                    accumulate=True)
     nisa.activation(dst=T_img[0:64, 1:9, 1:17], op=nl.relu, data=T_acc[0:64], bias=b1_col[0:64])  # tl:12
     nisa.activation(dst=T_img[64:128, 0:8, 1:17], op=nl.relu, data=T_acc[64:128], bias=b1_col[64:128])  # tl:12
-    Y_band = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
-    U_acc = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.psum)  # tl:16
+    Y_band = nl.ndarray((2 * Y_TILE_K2, Y_BAND2 // 2, SIZE_W), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
+    U_acc = nl.ndarray((2 * Y_TILE_K2, 8, Y_TILE_X2), dtype=nl.float32, buffer=nl.psum)  # tl:16
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 0], moving=T_img[:, 0:8, 0:16], accumulate=False)  # tl:18
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 1], moving=T_img[:, 1:9, 0:16], accumulate=True)  # tl:18
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 2], moving=T_img[:, 0:8, 1:17], accumulate=True)  # tl:18
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 3], moving=T_img[:, 1:9, 1:17], accumulate=True)  # tl:18
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 4], moving=T_img[:, 0:8, 2:18], accumulate=True)  # tl:18
     nisa.nc_matmul(dst=U_acc, stationary=W2_T[:, 5], moving=T_img[:, 1:9, 2:18], accumulate=True)  # tl:18
-    U_act = nl.ndarray((128, 8, 16), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
+    U_act = nl.ndarray((2 * Y_TILE_K2, 8, Y_TILE_X2), dtype=nl.float32, buffer=nl.sbuf)  # tl:16
     nisa.activation(dst=U_act, op=nl.copy, data=U_acc, bias=b2_col)  # tl:16
     nisa.tensor_tensor(dst=Y_band, data1=U_act, data2=X_band0[:, 1:16:2], op=nl.add)  # tl:20
     nisa.activation(dst=Y_band, op=nl.relu, data=Y_band)  # tl:16

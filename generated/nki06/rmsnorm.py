@@ -13,6 +13,8 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+SIZE_M = 256
+SIZE_N = 512
 Y_TILE_P = 128
 
 
@@ -22,28 +24,28 @@ def rmsnorm(X, g):
                                    'recompile with tilec compile -D M=... -D N=...')
     assert g.shape == (512,), 'rmsnorm was compiled for g of shape (512,); recompile with tilec compile -D N=...'
     Y = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-    ones_f32 = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+    ones_f32 = nl.ndarray((1, Y_TILE_P), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
     nisa.memset(dst=ones_f32, value=0.0)  # tl:8
     nisa.tensor_scalar(dst=ones_f32, data=ones_f32, op0=nl.add, operand0=1.0)  # tl:8
-    g_row = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+    g_row = nl.ndarray((1, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
     nisa.dma_copy(dst=g_row, src=g)  # tl:8
-    r_const = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+    r_const = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
     nisa.memset(dst=r_const, value=0.0)  # tl:12
     nisa.tensor_scalar(dst=r_const, data=r_const, op0=nl.add, operand0=1e-06)  # tl:12
 
     # ---- ms, r, Y: one pass over row tiles (fused row chain)
-    for pt in range(2):  # tl:8  for the rows (tiles of TILE_P), every op of the chain
-        X_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
+    for pt in range(SIZE_M // Y_TILE_P):  # tl:8  for the rows (tiles of TILE_P), every op of the chain
+        X_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:8
         nisa.dma_copy(dst=X_tile, src=X[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P])  # tl:8
-        discard = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
-        ms_col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+        discard = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
+        ms_col = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:10
         nisa.activation(dst=discard, op=nl.square, data=X_tile, scale=0.04419417382415922, reduce_op=nl.add,  # tl:10
                         reduce_res=ms_col)
-        r_tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
+        r_tile = nl.ndarray((Y_TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:12
         nisa.activation(dst=r_tile, op=nl.rsqrt, data=ms_col, bias=r_const)  # tl:12
-        Y_tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
+        Y_tile = nl.ndarray((Y_TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:14
         nisa.activation(dst=Y_tile, op=nl.copy, data=X_tile, scale=r_tile)  # tl:14
-        g_psum = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # tl:14
+        g_psum = nl.ndarray((Y_TILE_P, 512), dtype=nl.float32, buffer=nl.psum)  # tl:14
         nisa.nc_matmul(dst=g_psum, stationary=ones_f32, moving=g_row, accumulate=False)  # tl:14
         nisa.tensor_tensor(dst=Y_tile, data1=Y_tile, data2=g_psum, op=nl.multiply)  # tl:14
         nisa.dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_tile)  # tl:8

@@ -14,6 +14,8 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+SIZE_M = 256
+SIZE_N = 384
 TILE_P = 128
 
 
@@ -24,10 +26,10 @@ def rowsum(A):
     s = nl.ndarray((256,), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- s = add over the last dims of A
-    for pt in range(2):  # tl:6  for i (tiles of TILE_P)
-        A_tile = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+    for pt in range(SIZE_M // TILE_P):  # tl:6  for i (tiles of TILE_P)
+        A_tile = nl.ndarray((TILE_P, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
         nisa.dma_copy(dst=A_tile, src=A[pt * TILE_P:pt * TILE_P + TILE_P])  # tl:9
-        s_acc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
+        s_acc = nl.ndarray((TILE_P, 1), dtype=nl.float32, buffer=nl.sbuf)  # tl:9
         nisa.tensor_reduce(dst=s_acc, op=nl.add, data=A_tile, axis=1, keepdims=True)  # tl:9
         nisa.dma_copy(dst=s[pt * TILE_P:pt * TILE_P + TILE_P], src=s_acc)  # tl:7
 

@@ -15,6 +15,8 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+SIZE_M = 1024
+SIZE_N = 1024
 TILE = 128
 
 
@@ -25,16 +27,16 @@ def transpose(X):
     Y = nl.ndarray((1024, 1024), dtype=nl.float32, buffer=nl.shared_hbm)
 
     # ---- Y = transpose of X by 128x128 blocks
-    X_strip = nl.ndarray((128, 8, 1024), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
-    for ai in range(8):  # tl:6  for j (blocks of TILE)
+    X_strip = nl.ndarray((TILE, SIZE_M // TILE, SIZE_N), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    for ai in range(SIZE_M // TILE):  # tl:6  for j (blocks of TILE)
         nisa.dma_copy(dst=X_strip[:, ai], src=X[ai * TILE:ai * TILE + TILE])  # tl:7
-    Y_strip = nl.ndarray((128, 8, 1024), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
-    for ai in range(8):  # tl:6  for j (blocks of TILE)
-        for bj2 in range(8):  # tl:6  for i (blocks of TILE)
-            Y_tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)  # tl:7
+    Y_strip = nl.ndarray((TILE, SIZE_N // TILE, SIZE_M), dtype=nl.float32, buffer=nl.sbuf)  # tl:7
+    for ai in range(SIZE_M // TILE):  # tl:6  for j (blocks of TILE)
+        for bj2 in range(SIZE_N // TILE):  # tl:6  for i (blocks of TILE)
+            Y_tp = nl.ndarray((TILE, TILE), dtype=nl.float32, buffer=nl.psum)  # tl:7
             nisa.nc_transpose(dst=Y_tp, data=X_strip[:, ai, bj2 * TILE:bj2 * TILE + TILE])  # tl:7
             nisa.tensor_copy(dst=Y_strip[:, bj2, ai * TILE:ai * TILE + TILE], src=Y_tp)  # tl:7
-    for bj2 in range(8):  # tl:6  for i (blocks of TILE)
+    for bj2 in range(SIZE_N // TILE):  # tl:6  for i (blocks of TILE)
         nisa.dma_copy(dst=Y[bj2 * TILE:bj2 * TILE + TILE], src=Y_strip[:, bj2])  # tl:7
 
     return Y

@@ -11,6 +11,7 @@ import pytest
 from compiler_helpers import assert_matches, inputs_for
 from tilec.compiler.api import compile_file
 from tilec.compiler.wrap import unwrap
+from kernel_numbers import numbered
 
 FORMS = {  # (operands, product, einsum)
     "ab": ("A: {dt}[N, M, K], B: {dt}[N, K, P]", "A[n, i, k] * B[n, k, j]", "nik,nkj->nij"),
@@ -58,7 +59,7 @@ def test_tile0_and_band_in_one_loop(tmp_path, form, nki):
     B's band tile by tile, before any matmul; tile 1 is a tile of its own (two whole tiles: the loop from tile 1 has
     one iteration)."""
     c = compiled(tmp_path, form, "f32", dict(N=2, M=256, K=384, P=256), nki)
-    source = unwrap(c.source)
+    source = unwrap(numbered(c.source))
     lead = lines_of(source, "tile 0, interleaved with")
     loops = [line for line in lead if line.lstrip().startswith("for ")]
     assert len(loops) == 1 and "and that tile of B" in loops[0], lead
@@ -76,7 +77,7 @@ def test_ragged_rows_read_the_band_of_tile_0(tmp_path, form, dt, nki):
     index, by the peeled tile 0, and the partial tile reads it; bf16 A B^T (B's band transposed on TensorE at this
     size, conv_band.x_by_dma: not peeled) keeps a band for the whole tiles and one for the partial tile."""
     c = compiled(tmp_path, form, dt, dict(N=2, M=263, K=320, P=200), nki)
-    source = unwrap(c.source)
+    source = unwrap(numbered(c.source))
     band = [line for line in source.splitlines() if "B_band = nl.ndarray" in line or "B_band = nl.zeros" in line]
     peeled = (form, dt) != ("abt", "bf16")
     assert ("tile 0, interleaved with" in source) == peeled and len(band) == (1 if peeled else 2), source
@@ -95,7 +96,7 @@ def test_sixteen_bit_a_first(tmp_path):
     """bf16 A B: A's rows (loaded whole, transposed on TensorE) are not a loop of DMAs, so tile 0's A loads go
     before the band's, in the same block."""
     c = compiled(tmp_path, "ab", "bf16", dict(N=2, M=256, K=512, P=256), "0.6")
-    lead = lines_of(unwrap(c.source), "tile 0, interleaved with")
+    lead = lines_of(unwrap(numbered(c.source)), "tile 0, interleaved with")
     first_a = next(i for i, line in enumerate(lead) if "dma_copy(" in line and "A" in line.split("src=")[1])
     first_b = next(i for i, line in enumerate(lead) if "dma_copy(" in line and "B" in line.split("src=")[1])
     assert first_a < first_b, lead
@@ -106,7 +107,7 @@ def test_band_transposed_on_tensor_engine_is_not_peeled(tmp_path):
     """bf16 A B^T at batch 8: B's band is transposed on TensorE (its chain leads, not A's loads): the tile loop is as
     before."""
     c = compiled(tmp_path, "abt", "bf16", dict(N=8, M=256, K=512, P=256), "0.6")
-    source = unwrap(c.source)
+    source = unwrap(numbered(c.source))
     assert "interleaved with" not in source and "for i_t in range(2)" in source
     check(c, "abt", "bf16")
 
@@ -117,7 +118,7 @@ def test_at_b_stationary_of_the_batch_index(tmp_path, m, nki):
     """bf16 A^T B from batch 2 on, at most two out-channel tiles (conv_batched.w_per_image): A[n] loaded whole, rows of
     M elements, with B's band in one loop before the tile loop; M = 131: the 3-row partial tile reads it too."""
     c = compiled(tmp_path, "atb", "bf16", dict(N=2, M=m, K=384, P=256), nki)
-    source = unwrap(c.source)
+    source = unwrap(numbered(c.source))
     lead = lines_of(source, "of this batch index, every out-channel tile, interleaved with")
     assert any(f"A_T = nl.ndarray((128, 3, {m})" in line for line in lead), lead
     assert sum("A_T = nl.ndarray" in line for line in source.splitlines()) == 1  # no per-tile stationary left
@@ -130,5 +131,5 @@ def test_at_b_stationary_per_tile(tmp_path, dt, n, m):
     """fp32 (rows of a tile are 512 B already), batch 1 and three tiles (tile 0 would wait for every tile's columns)
     keep A per out-channel tile."""
     c = compiled(tmp_path, "atb", dt, dict(N=n, M=m, K=384, P=256), "0.6")
-    assert "of this batch index" not in c.source
+    assert "of this batch index" not in numbered(c.source)
     check(c, "atb", dt)

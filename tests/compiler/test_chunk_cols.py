@@ -15,6 +15,7 @@ from compiler_helpers import EXAMPLES
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 from tilec.compiler.wrap import unwrap
+from kernel_numbers import numbered
 
 # the examples' programs (their default sizes are replaced by each test's)
 SOFTMAX, LAYERNORM, RMSNORM = ((EXAMPLES / f"{name}.tl").read_text() for name in ("softmax", "layernorm", "rmsnorm"))
@@ -52,7 +53,7 @@ CASES = [("rmsnorm", "f32", 300, 16384), ("layernorm", "f32", 300, 16384), ("lay
 @pytest.mark.parametrize("name,dtype,rows,cols", CASES)
 def test_long_rows_match_numpy(name: str, dtype: str, rows: int, cols: int) -> None:
     c = compiled(name, dtype, rows, cols)
-    assert "for cc in range(" in c.source  # the columns are chunked
+    assert "for cc in range(" in numbered(c.source)  # the columns are chunked
     inputs = lang.random_inputs(c.program, seed=7)
     got = np.asarray(c.run(**inputs)["Y"], np.float64)
     want = FORMS[name][1](*(np.asarray(inputs[p.name], np.float64) for p in c.program.inputs))
@@ -65,7 +66,7 @@ def test_one_pass_over_hbm(name: str) -> None:
     """No intermediate through HBM; X read by one DMA (chunk by chunk, each chunk once per row tile), Y written by
     one; the chunk loop reads X's rows from the whole-row tile that stays in SBUF."""
     c = compiled(name, "f32", 300, 16384)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     assert src.count("buffer=nl.shared_hbm") == 1 and "buffer=nl.hbm" not in src
     loads = [line for line in src.splitlines() if "dma_copy" in line and "src=X[" in line]
     assert len(loads) == 1 and "cc * " in loads[0]
@@ -78,11 +79,11 @@ def test_a_chain_whose_tiles_cannot_rotate_is_chunked_with_x_allocated_once() ->
     """Layernorm over rows of 16384 fits with shared tiles, but their second buffers (the next row tile's) do not
     fit the budget: chunked instead, X allocated once before the row-tile loop (the next tile's chunks stream into it
     as this tile's output phase releases them). Softmax over rows of 16384 keeps no broadcast: chunked."""
-    src = unwrap(compiled("layernorm", "f32", 256, 16384).source)
+    src = unwrap(numbered(compiled("layernorm", "f32", 256, 16384).source))
     assert "fused row chain" in src and "for cc in range(" in src
     head, loop = src.split("for pt in ", 1)
     assert re.search(r"X_tile = nl.ndarray\(\(\d+, 16384\)", head) and "X_tile = nl.ndarray" not in loop
-    assert "for cc in range(" in compiled("softmax", "f32", 256, 16384).source
+    assert "for cc in range(" in numbered(compiled("softmax", "f32", 256, 16384).source)
 
 
 @pytest.mark.parametrize("name,dtype,cols", [("layernorm", "f32", 8192), ("rmsnorm", "f32", 16384),
@@ -97,7 +98,7 @@ def test_a_chunked_chain_whose_x_fits_twice_rotates_it(name: str, dtype: str, co
     from tilec.compiler.schedule import sbuf_budget
     from tilec.target import target
 
-    src = unwrap(compiled(name, dtype, 300, cols).source)
+    src = unwrap(numbered(compiled(name, dtype, 300, cols).source))
     head, loop = src.split("for pt in ", 1)
     assert "for cc in range(" in loop and "X_tile = nl.ndarray" not in head
     assert re.search(rf"X_tile = nl.ndarray\(\(\d+, {cols}\)", loop)
@@ -118,7 +119,7 @@ def test_tiles_rotating_across_row_tiles_fit_twice(name: str, rows: int, cols: i
     from tilec.compiler.schedule import sbuf_budget
     from tilec.target import target
 
-    head, loop = unwrap(compiled(name, "f32", rows, cols).source).split("for pt in ", 1)
+    head, loop = unwrap(numbered(compiled(name, "f32", rows, cols).source)).split("for pt in ", 1)
     assert re.search(rf"X_tile = nl.ndarray\(\(\d+, {cols}\)", head) and "X_tile = nl.ndarray" not in loop
     sizes = [int(m.group(1)) * {"float32": 4, "bfloat16": 2}[m.group(2)]
              for m in re.finditer(r"nl.ndarray\(\(\d+, (\d+)\), dtype=nl.(\w+), buffer=nl.sbuf", loop)]
@@ -138,7 +139,7 @@ def test_x_allocated_once_matches_numpy_in_both_nki_forms(nki: str, name: str, d
     or (`once` false) in the loop, rotating through two buffers, against NumPy (float64), in both NKI forms, with
     row tiles that are not 128 rows."""
     c = compile_loaded(lang.load(FORMS[name][0].replace("f32", dtype), {"M": rows, "N": cols}), nki=nki)
-    head, loop = unwrap(c.source).split("for pt in ", 1)
+    head, loop = unwrap(numbered(c.source)).split("for pt in ", 1)
     assert re.search(r"for cc in (nl\.\w+_)?range\(", loop)
     assert bool(re.search(rf"X_tile = nl.ndarray\(\(\d+, {cols}\)", head)) == once
     assert ("X_tile = nl.ndarray" in loop) != once
@@ -151,7 +152,7 @@ def test_x_allocated_once_matches_numpy_in_both_nki_forms(nki: str, name: str, d
 
 def test_row_reductions_fold_their_partials() -> None:
     """Each row reduction of a chunked phase writes one partial per chunk, folded by one tensor_reduce."""
-    src = unwrap(compiled("layernorm", "f32", 256, 16384).source)
+    src = unwrap(numbered(compiled("layernorm", "f32", 256, 16384).source))
     assert re.search(r"reduce_res=mu_neg_parts\[:, cc:cc \+ 1\]", src)
     assert "nisa.tensor_reduce(dst=mu_neg, op=nl.add, data=mu_neg_parts" in src
     assert re.search(r"g_chunk = nl.ndarray\(\(1, \d+\)", src)  # g's row is loaded chunk by chunk, not whole
@@ -160,7 +161,7 @@ def test_row_reductions_fold_their_partials() -> None:
 def test_a_tile_too_long_to_keep_is_made_again() -> None:
     """Softmax over rows of 32768 fp32: X (128 KiB per partition) stays, e does not fit beside it, so exp(X - m) is
     computed again in the output phase (without its row sums) instead of being kept."""
-    src = unwrap(compiled("softmax", "f32", 256, 32768).source)
+    src = unwrap(numbered(compiled("softmax", "f32", 256, 32768).source))
     exps = [line for line in src.splitlines() if "op=nl.exp" in line]
     assert len(exps) == 2 and "reduce_res=s_parts" in exps[0] and "reduce_res" not in exps[1]
     assert "buffer=nl.hbm" not in src and re.search(r"e_tile = nl.ndarray\(\(128, \d+\)", src)
@@ -169,7 +170,7 @@ def test_a_tile_too_long_to_keep_is_made_again() -> None:
 def test_narrow_tensors_are_written_narrow() -> None:
     """bf16 softmax: exp writes the rounded e itself (no fp32 e tile and no copy to bf16 and back), and the quotient
     writes the bf16 tile the store reads (no fp32 Y tile and cast)."""
-    src = unwrap(compiled("softmax", "bf16", 256, 4096).source)
+    src = unwrap(numbered(compiled("softmax", "bf16", 256, 4096).source))
     assert re.search(r"nisa.activation\(dst=e_bf16, op=nl.exp", src)
     assert "e_tile" not in src and "e_rounded" not in src and "Y_tile" not in src
     assert "dma_copy(dst=Y[pt * Y_TILE_P:pt * Y_TILE_P + Y_TILE_P], src=Y_cast)" in src
@@ -178,7 +179,7 @@ def test_narrow_tensors_are_written_narrow() -> None:
 def test_the_last_step_of_a_chunk_writes_the_narrow_output() -> None:
     """bf16 rmsnorm: the chunk loop's multiply by the broadcast of r x g writes the bf16 tile the store reads, no
     cast after."""
-    src = unwrap(compiled("rmsnorm", "bf16", 256, 4096).source)
+    src = unwrap(numbered(compiled("rmsnorm", "bf16", 256, 4096).source))
     assert re.search(r"tensor_tensor\(dst=Y_cast\[:, ct \* Y_TILE_F:ct \* Y_TILE_F \+ Y_TILE_F\], "
                      r"data1=X_tile\[:, ct \* Y_TILE_F", src)
     assert "tensor_copy(dst=Y_cast" not in src and "Y_rounded" not in src
@@ -201,8 +202,8 @@ def test_chunked_max_keeps_16bit_partials(dtype: str) -> None:
     tile (exact; VectorE's 16-bit reduce streams at N/2); the sums' partials stay fp32."""
     c = compiled("softmax", dtype, 150, 32768)
     nl_dtype = {"bf16": "bfloat16", "f16": "float16"}[dtype]
-    assert re.search(rf"m_\w*parts = nl.ndarray\(\(\d+, 8\), dtype=nl.{nl_dtype}", c.source)
-    assert re.search(r"s_parts = nl.ndarray\(\(\d+, 8\), dtype=nl.float32", c.source)
+    assert re.search(rf"m_\w*parts = nl.ndarray\(\(\d+, 8\), dtype=nl.{nl_dtype}", numbered(c.source))
+    assert re.search(r"s_parts = nl.ndarray\(\(\d+, 8\), dtype=nl.float32", numbered(c.source))
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
@@ -212,11 +213,11 @@ def test_16bit_layernorm_over_rows_of_16384_in_few_row_tiles_is_chunked(dtype: s
     sharing space (share.py), but not twice: chunked, X (32 KiB per partition) in the row-tile loop, where it fits
     twice beside b and the chunk tiles' two buffers."""
     c = compiled("layernorm", dtype, 300, 16384)
-    assert "for cc in range(" in c.source
-    head, loop = unwrap(c.source).split("for pt in ", 1)
+    assert "for cc in range(" in numbered(c.source)
+    head, loop = unwrap(numbered(c.source)).split("for pt in ", 1)
     assert "X_tile = nl.ndarray" not in head and re.search(r"X_tile = nl.ndarray\(\(\d+, 16384\)", loop)
     nl_dtype = {"bf16": "bfloat16", "f16": "float16"}[dtype]
-    assert re.search(rf"discard\w* = nl.ndarray\(\(\d+, \d+\), dtype=nl.{nl_dtype}", c.source)
+    assert re.search(rf"discard\w* = nl.ndarray\(\(\d+, \d+\), dtype=nl.{nl_dtype}", numbered(c.source))
     inputs = lang.random_inputs(c.program, seed=7)
     got = np.asarray(c.run(**inputs)["Y"], np.float64)
     want = layernorm(*(np.asarray(inputs[p.name], np.float64) for p in c.program.inputs))

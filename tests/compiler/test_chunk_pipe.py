@@ -20,6 +20,7 @@ from tilec.compiler.api import compile_loaded
 from tilec.compiler.ir import Aff, Alloc, Buf, Sl, Term, View, whole
 from tilec.compiler.wrap import unwrap
 from tilec.lang import api as lang
+from kernel_numbers import numbered
 
 # (dtype, rows, columns): four row tiles of 100 rows (not a multiple of 128); f16 with four tiles of 128; nine
 # chunks of 2048 columns (an odd chunk count: the last tile's chunks split between GpSimdE and VectorE);
@@ -38,7 +39,7 @@ def stages(src: str) -> tuple[str, str]:
 @pytest.mark.parametrize("dtype,rows,cols", PIPED)
 def test_long_16bit_layernorm_is_chunked_and_pipelined(dtype: str, rows: int, cols: int, nki: str) -> None:
     c = compile_loaded(lang.load(FORMS["layernorm"][0].replace("f32", dtype), {"M": rows, "N": cols}), nki=nki)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     assert "pairs of row tiles, software-pipelined" in src and re.search(r"for cc in (nl\.affine_)?range\(", src)
     check_numbers(c, "layernorm", dtype)
 
@@ -46,7 +47,7 @@ def test_long_16bit_layernorm_is_chunked_and_pipelined(dtype: str, rows: int, co
 def test_stage_a_is_on_scalar_engine_alone() -> None:
     """Stage A: loads and ScalarE activations only (the squares read X with bias -mu, the partial sums are folded
     by ScalarE); stage B makes d chunk by chunk on VectorE and adds b over a whole chunk on GpSimdE."""
-    src = unwrap(compiled("layernorm", "bf16", 400, 16384).source)
+    src = unwrap(numbered(compiled("layernorm", "bf16", 400, 16384).source))
     a, b = stages(src)
     calls = set(re.findall(r"nisa\.(\w+)\(", a))
     assert calls == {"dma_copy", "activation"}, calls
@@ -64,7 +65,7 @@ def test_stage_a_is_on_scalar_engine_alone() -> None:
 def test_row_broadcast_partly_whole() -> None:
     """Rows of 32768: X twice and b whole do not fit; b is broadcast before the loop for the first chunks only, and
     the loop over the chunks of stage B splits in two, the second broadcasting b again for each chunk."""
-    src = unwrap(compiled("layernorm", "bf16", 400, 32768).source)
+    src = unwrap(numbered(compiled("layernorm", "bf16", 400, 32768).source))
     assert "Y_TILE_C = 1024" in src
     assert re.search(r"^    b_tile = nl\.ndarray\(\(100, 25600\), dtype=nl\.bfloat16", src, re.M)
     _, b = stages(src)
@@ -79,7 +80,7 @@ def test_row_broadcast_partly_whole() -> None:
 def test_last_row_tile_shares_its_steps() -> None:
     """The epilogue's last stage B: the centring on ScalarE (no next tile's passes), GpSimdE's first chunks step by
     step, the last chunk's + b on VectorE reading the products from PSUM."""
-    src = unwrap(compiled("layernorm", "bf16", 400, 16384).source)
+    src = unwrap(numbered(compiled("layernorm", "bf16", 400, 16384).source))
     tail = src[src.index("for p1 in"):]
     last = tail[tail.rindex("for cc in range(6)"):]
     assert re.search(r"activation\(dst=d_bf16\w*, op=nl\.copy, data=X_tile", last)
@@ -95,14 +96,14 @@ def test_last_row_tile_shares_its_steps() -> None:
 def test_other_long_chains_are_not_chunk_pipelined(name: str, dtype: str, rows: int, cols: int) -> None:
     """Two-phase chains (rmsnorm) and an odd number of row tiles (five) keep their schedules (f32 layernorm is
     pipelined with its statistics on VectorE instead: test_mean_var.py)."""
-    src = unwrap(compiled(name, dtype, rows, cols).source)
+    src = unwrap(numbered(compiled(name, dtype, rows, cols).source))
     assert "pairs of row tiles" not in src
 
 
 def test_f32_layernorm_is_pipelined_with_one_pass_statistics() -> None:
     """f32 layernorm over long rows: not chunk_pipe's schedule (its ScalarE passes do not move), but pipelined with
     bn_stats / bn_aggr on VectorE (build_rowchain.stats_pipelined)."""
-    src = unwrap(compiled("layernorm", "f32", 400, 16384).source)
+    src = unwrap(numbered(compiled("layernorm", "f32", 400, 16384).source))
     assert "pairs of row tiles" in src and "bn_aggr" in src and "reduce_res" not in src
 
 
@@ -136,7 +137,7 @@ def test_last_banks_of_a_whole_pipelined_chain_on_vector_engine(nki: str) -> Non
     """A chain pipelined whole (rows of 4096: two halves of 4 PSUM banks): in the last row tile's last half, the
     + b of its last bank on VectorE from PSUM, the others on GpSimdE."""
     c = compile_loaded(lang.load(FORMS["layernorm"][0].replace("f32", "bf16"), {"M": 512, "N": 4096}), nki=nki)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     tail = src[src.index("for p1 in"):]
     gpsimd, vector = tail.rsplit("for ct in ", 2)[1:]
     on_gpsimd = r"engine=nisa\.(engine\.gpsimd|gpsimd_engine)"  # NKI 0.6 and 0.1
@@ -152,7 +153,7 @@ def test_scalar_passes_cover_groups_of_chunks(cols: int, chunks: int, group: int
     `group` chunks of 2048 columns per activation (TILE_PASS), the loads staying chunk by chunk; one partial per
     group; their discarded output is one tile allocated before every loop. The first row tile's mean pass (in the
     prologue) stays chunk by chunk: test_first_tile_mean_pass_stays_per_chunk."""
-    src = unwrap(compiled("layernorm", "bf16", 400, cols).source)
+    src = unwrap(numbered(compiled("layernorm", "bf16", 400, cols).source))
     assert f"Y_TILE_PASS = {2048 * group}" in src and "Y_TILE_C = 2048" in src
     groups = chunks // group
     assert len(re.findall(rf"for cc in range\({groups}\):  # tl:\d+  for the columns \(groups of TILE_PASS", src)) == 7
@@ -173,7 +174,7 @@ def test_first_tile_mean_pass_stays_per_chunk(cols: int, chunks: int) -> None:
     activation per chunk of 2048 columns, each right after its chunk's load, into the first TILE_C columns of the
     shared discarded tile; its partials (one per chunk) and their fold's spare output are buffers of its own, while
     every later pass covers groups of chunks (ScalarE starts after one chunk's load, not a group's)."""
-    src = unwrap(compiled("layernorm", "bf16", 400, cols).source)
+    src = unwrap(numbered(compiled("layernorm", "bf16", 400, cols).source))
     prologue = src[src.index("for p0 in range(1):"):src.index("for pt in range(")]
     first = re.search(rf"for cc in range\({chunks}\):  # tl:\d+  for the columns \(chunks of TILE_C\)[^\n]*\n"
                       r"\s*nisa\.dma_copy\(dst=X_tile\[:, cc \* Y_TILE_C:cc \* Y_TILE_C \+ Y_TILE_C\], src=X\[0:100, "
@@ -201,7 +202,7 @@ def test_grouped_passes_on_rows_far_from_zero(nki: str) -> None:
     square X - mu with mu's bf16 value; Y matches NumPy's float64 formula with the program's bf16 roundings (mu,
     v, r and Y are bf16 tensors; d is bf16 where the steps read it)."""
     c = compile_loaded(lang.load(FORMS["layernorm"][0].replace("f32", "bf16"), {"M": 400, "N": 16384}), nki=nki)
-    assert "Y_TILE_PASS = 8192" in c.source
+    assert "Y_TILE_PASS = 8192" in numbered(c.source)
     rng = np.random.default_rng(7)
     X = (1000.0 + 8.0 * rng.standard_normal((400, 16384))).astype(ml_dtypes.bfloat16)
     g = rng.standard_normal(16384).astype(ml_dtypes.bfloat16)

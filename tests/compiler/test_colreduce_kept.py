@@ -11,6 +11,7 @@ from compiler_helpers import assert_matches, compile_and_run
 from tilec.compiler import wrap
 from tilec.compiler.build_colreduce import KEPT_ROWS, kept_tile
 from tilec.lang.evaluator import round_to
+from kernel_numbers import numbered
 
 MEAN0 = """\
 kernel mean0(X: {dt}[A, B, C]) -> Y
@@ -53,15 +54,15 @@ CASES = {
 def test_a_sum_of_few_rows_with_the_kept_elements_on_the_partitions_matches_numpy(case, nki):
     text, formula = CASES[case]
     prog, c, inputs, out = compile_and_run(text, nki)
-    assert "the kept elements on the partitions" in c.source  # the layout under test, not the ones matmul
-    assert "nc_matmul" not in c.source
+    assert "the kept elements on the partitions" in numbered(c.source)  # the layout under test, not the ones matmul
+    assert "nc_matmul" not in numbered(c.source)
     x = round_to(prog.tensors["X"].dtype, np.asarray(inputs["X"], np.float32))  # what the kernel is given
     assert_matches(prog, "Y", out["Y"], formula(np.asarray(x, np.float64)))
 
 
 def test_every_dma_moves_128_partitions_and_the_rows_are_added_in_a_loop():
     _, c, _, _ = compile_and_run(_mean0(A=16, B=256, C=1024), "0.6")
-    lines = wrap.unwrap(c.source).splitlines()
+    lines = wrap.unwrap(numbered(c.source)).splitlines()
     loads = [ln for ln in lines if "dma_copy" in ln]
     assert len(loads) == 2  # one load and one store per free tile, inside the loop over the tiles
     assert any("nl.ndarray((128, 16, 512)" in ln for ln in lines)
@@ -77,7 +78,7 @@ def test_many_reduced_rows_or_short_runs_keep_the_ones_matmul():
     assert kept_tile(1, 8, 128 * 1024, "f32", True, True) is None  # an initial value read from a tensor
     assert kept_tile(1, 16, 128 * 2048, "f32", True, False) == 512  # 16 rows x 512 x 4 B = 32 KiB per partition
     _, c, _, _ = compile_and_run(_mean0(A=40, B=16, C=1024), "0.6")
-    assert "nc_matmul" in c.source
+    assert "nc_matmul" in numbered(c.source)
 
 
 def test_explain_says_the_kept_sum_has_no_schedule_parameters():

@@ -21,6 +21,7 @@ from tilec.compiler.select import select
 from tilec.errors import TilecError
 from tilec.lang import api as lang
 from tilec.target import target
+from kernel_numbers import numbered
 
 COLSUM = """kernel colsum(A: f32[M, N]{extra}) -> s
   default M = {m}, N = {n}
@@ -56,7 +57,7 @@ def colsum(m=256, n=384, init="0", term="A[i, j]", extra=""):
 ])
 def test_sums_over_leading_dimensions(text, schedule):
     c = compile_text(text, schedule)
-    assert "nisa.nc_matmul(ones_f32" in c.source
+    assert "nisa.nc_matmul(ones_f32" in numbered(c.source)
     check_against_reference(c)
 
 
@@ -79,8 +80,8 @@ def test_fp32_row_tiles_are_grouped_and_added_in_pairs(m, group, term, init):
     matmuls); a tile count that is not a multiple of 2 keeps one matmul per tile. Same sums either way."""
     text = colsum(m=m, n=384, init=init, term=term, extra=", b: f32[N]" if init != "0" else "")
     c = compile_text(text)
-    assert ("in pairs on VectorE first" in c.source) == (group > 1)
-    assert c.source.count("nc_matmul(") == max(1, group // 2)  # one matmul per pair of tiles in a step
+    assert ("in pairs on VectorE first" in numbered(c.source)) == (group > 1)
+    assert numbered(c.source).count("nc_matmul(") == max(1, group // 2)  # one matmul per pair of tiles in a step
     ins = inputs_for(c.program)
     got = np.asarray(c.run(**ins)["s"], np.float64)
     a = ins["A"].astype(np.float64)
@@ -91,7 +92,7 @@ def test_fp32_row_tiles_are_grouped_and_added_in_pairs(m, group, term, init):
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_16bit_column_sums_stream_every_tile_through_tensore(dtype):
     c = compile_text(colsum(m=1024).replace("A: f32", f"A: {dtype}"))
-    assert "in pairs on VectorE" not in c.source
+    assert "in pairs on VectorE" not in numbered(c.source)
     assert "groups of 4 TILE_P tiles" in c.source and c.source.count("nc_matmul(") == 4  # 4 loads in flight
     check_against_reference(c)
 
@@ -103,7 +104,7 @@ def test_a_mean_is_evicted_by_scalare_unless_fp32_matmuls_bound_it(dtype, m, act
     for 16-bit sources and for one row tile per eviction; three fp32 row tiles (TensorE-bound) keep VectorE's."""
     text = colsum(m=m, n=1024, term="A[i, j] / M").replace("f32[", f"{dtype}[")
     c = compile_text(text)
-    evictions = [ln for ln in c.source.splitlines() if "s_row" in ln and "s_acc" in ln]
+    evictions = [ln for ln in numbered(c.source).splitlines() if "s_row" in ln and "s_acc" in ln]
     assert len(evictions) == 1 and ("activation" in evictions[0]) == act
     check_against_reference(c)
     inputs = inputs_for(c.program)
@@ -135,7 +136,7 @@ def test_middle_means_stack_several_os_on_the_partitions(b, m, n, dtype, out, in
     two to a partition when one row tile holds an o (build_colreduce.row_pairs): M = 64 stacks 4 o's."""
     extra = ", c: f32[B, N]" if init != "0" else ""
     c = compile_text(STACKED.format(b=b, m=m, n=n, dtype=dtype, out=out, init=init, extra=extra))
-    assert re.search(rf"s_acc = nl\.\w+\(\({k}, ", c.source), c.source
+    assert re.search(rf"s_acc = nl\.\w+\(\({k}, ", numbered(c.source)), numbered(c.source)
     assert ("stacked on the partitions" in c.source) == (k > 1) and c.source.count("nc_matmul(") == w
     check_against_reference(c)
     inputs = inputs_for(c.program)
@@ -329,7 +330,7 @@ def test_a_split_fold_reads_each_loaded_tile_on_gpsimd_first():
     stream, apart from the stores of VectorE's results, so an o's loads do not wait behind the last o's store
     (the model's DMA trigger streams; 16 x 256 x 4096 min from Y0: 330 -> 218 us). Checked against NumPy."""
     c = compile_text(MIDMIN)
-    lines = wrap.unwrap(c.source).splitlines()
+    lines = wrap.unwrap(numbered(c.source)).splitlines()
     folds = [ln for ln in lines if "nisa.tensor_tensor(" in ln and "X_r" in ln]
     assert folds and any("gpsimd" in ln for ln in folds)
     for n, ln in enumerate(lines):  # every VectorE fold follows the GpSimdE fold of the same tile pair
@@ -346,7 +347,7 @@ def test_fp32_rows_go_two_to_a_partition_when_one_row_tile_holds_an_o(b, m, n, k
     a (TILE_P, 2, TILE_F) tile), GpSimdE/VectorE add them, and TensorE's block-diagonal ones sum M / 2 partitions
     per o, K o's at a time (model: 64 x 64 x 4096 300.7 -> 249.1 us). Checked against NumPy."""
     c = compile_text(STACKED.format(b=b, m=m, n=n, dtype="f32", out="f32", init="0", extra=""))
-    src = wrap.unwrap(c.source)
+    src = wrap.unwrap(numbered(c.source))
     assert re.search(r"A_rows = nl\.ndarray\(\(128, 2, ", src) and re.search(rf"s_acc = nl\.\w+\(\({k}, ", src), src
     assert src.count("nc_matmul(") == w and "two rows per partition" in src
     inputs = inputs_for(c.program)
@@ -381,7 +382,7 @@ def test_row_pairs_by_the_rule_in_both_dialects(name, nki):
     text = RULE[name]
     prog = lang.load(text)
     c = compile_loaded(prog, None, nki)
-    source = wrap.unwrap(c.source)
+    source = wrap.unwrap(numbered(c.source))
     assert "rules.colreduce expands its plan into" in c.stages["schedule"]
     adds = [ln for ln in source.splitlines() if "nisa.tensor_tensor(" in ln and "s_pair" in ln]
     assert len(adds) == 2 and "gpsimd" in adds[0] and "gpsimd" not in adds[1], adds
@@ -400,7 +401,7 @@ def test_stacked_expressions_by_the_rule_in_both_dialects(name, nki):
     text = RULE[name]
     prog = lang.load(text)
     c = compile_loaded(prog, None, nki)
-    source = wrap.unwrap(c.source)
+    source = wrap.unwrap(numbered(c.source))
     assert "rules.colreduce expands its plan into" in c.stages["schedule"]
     assert ("nl.square" in source) == ("* A[b, m, n]" in text)
     inputs = inputs_for(prog)

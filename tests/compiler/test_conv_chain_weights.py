@@ -12,6 +12,7 @@ from test_conv_pair_store import SAME
 from test_conv_padded import conv_ref, resnet_ref, rounded
 from test_conv_phases import RESNET
 from tilec.compiler.wrap import unwrap
+from kernel_numbers import numbered
 
 
 def taps_shapes(source: str) -> dict[str, tuple[int, ...]]:
@@ -31,10 +32,10 @@ def gathers(source: str, name: str) -> int:
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_resnet_chain_gathers_each_weight_in_four_copies(nki, dt):
     prog, comp, inputs, out = compile_and_run(RESNET.format(dt=dt), nki)
-    shapes = taps_shapes(comp.source)
+    shapes = taps_shapes(numbered(comp.source))
     # [2K, 2C, U, S]: both convs' blocks at one position per copy (U = 2 row-pair offsets, S = 3 tap columns)
     assert shapes == {"W1_taps": (128, 128, 2, 3), "W2_taps": (128, 128, 2, 3)}
-    assert gathers(comp.source, "W1_taps") == gathers(comp.source, "W2_taps") == 4
+    assert gathers(numbered(comp.source), "W1_taps") == gathers(numbered(comp.source), "W2_taps") == 4
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
 
@@ -42,9 +43,9 @@ def test_resnet_chain_gathers_each_weight_in_four_copies(nki, dt):
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 def test_lone_fp32_row_pairs_keep_one_gather_per_block(nki):
     prog, comp, inputs, out = compile_and_run(SAME.format(dt="f32", n=1, c=64, h=12, w=9, k=64), nki)
-    shapes = taps_shapes(comp.source)
+    shapes = taps_shapes(numbered(comp.source))
     # 6 row pairs of [2K, 2C]; 3 x 4 blocks minus the 3 that read past the taps (u = 2, copy 1, phase 0)
     assert shapes == {"Wt_taps": (128, 6, 128)}
-    assert gathers(comp.source, "Wt_taps") == 18
+    assert gathers(numbered(comp.source), "Wt_taps") == 18
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]))

@@ -14,6 +14,7 @@ from test_conv_padded import NARROW, conv_ref
 from tilec.compiler.api import compile_loaded, explain
 from tilec.errors import TilecError
 from tilec.lang import api as lang
+from kernel_numbers import numbered
 
 # the example's ResNet basic block (padded 3x3 conv + bias -> relu -> conv + bias + residual -> relu), with the
 # dtype and sizes as format fields
@@ -92,8 +93,8 @@ def test_resnet_block_on_chip_matches_numpy(dt, n, c, h, w):
     """The padded block (bias, relu, residual add of X, relu) with T forced on chip: T's image in SBUF with its
     zero halo, no HBM T, no band of T loaded."""
     prog, comp, x, out = run(RESNET.format(dt=dt, n=n, c=c, h=h, w=w), "place T, sbuf")
-    assert on_chip(comp.source)
-    assert "src=T[" not in comp.source and "src=T," not in comp.source
+    assert on_chip(numbered(comp.source))
+    assert "src=T[" not in numbered(comp.source) and "src=T," not in numbered(comp.source)
     assert "T_img = nl.zeros" in comp.source or "nisa.memset(dst=T_img" in comp.source  # the halo is zero
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
 
@@ -101,8 +102,8 @@ def test_resnet_block_on_chip_matches_numpy(dt, n, c, h, w):
 def test_resnet_block_batch_8_on_chip():
     """Eight images, one loop over them for both convs (T's image allocated per image: two in flight)."""
     prog, comp, x, out = run(RESNET.format(dt="f32", n=8, c=64, h=6, w=6), "place T, sbuf")
-    assert on_chip(comp.source)
-    assert re.search(r"for n in nl\.affine_range\(8\):", comp.source)
+    assert on_chip(numbered(comp.source))
+    assert re.search(r"for n in nl\.affine_range\(8\):", numbered(comp.source))
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, "f32"))
 
 
@@ -112,7 +113,7 @@ def test_conv_relu_conv_on_chip_matches_numpy(dt, n):
     at this size, as `place T, sbuf` forces."""
     for schedule in ("", "place T, sbuf"):
         prog, comp, x, out = run(chain(dt, n), schedule)
-        assert on_chip(comp.source)
+        assert on_chip(numbered(comp.source))
         t = narrow(np.maximum(conv_ref(x["X"], x["W1"], pad=(0, 0)), 0), dt)
         assert_matches(prog, "Y", out["Y"], conv_ref(t, x["W2"], pad=(0, 0)))
 
@@ -129,8 +130,8 @@ def test_row_pairs_stay_paired_on_chip(dt, text, swapped):
     (one in two): no store, no reload; with a padded read the halves land one index apart (two evictions)."""
     prog, comp, x, out = run(text)
     c = prog.tensors["T"].shape[1]
-    assert on_chip(comp.source) and re.search(rf"T_img = nl\.(ndarray|zeros)\(\({2 * c}, ", comp.source)
-    evictions = [ln for ln in comp.source.splitlines() if "nisa.activation" in ln and "T_img[" in ln]
+    assert on_chip(comp.source) and re.search(rf"T_img = nl\.(ndarray|zeros)\(\({2 * c}, ", numbered(comp.source))
+    evictions = [ln for ln in numbered(comp.source).splitlines() if "nisa.activation" in ln and "T_img[" in ln]
     assert len(evictions) == (2 if swapped else 1), evictions
     if "b1" in x:
         want = resnet_ref(x, dt)
@@ -148,8 +149,9 @@ def test_folded_taps_read_copies_the_producer_writes(dt, text, copies):
     consumer keeps its folded matmuls. (64 channels in 16 bits fold 2 taps, but a chain gives them row pairs.)"""
     prog, comp, x, out = run(text)
     c = prog.tensors["T"].shape[1]
-    assert on_chip(comp.source) and re.search(rf"T_img = nl\.(ndarray|zeros)\(\({copies * c}, ", comp.source)
-    evictions = [ln for ln in comp.source.splitlines() if "nisa.activation" in ln and "T_img[" in ln]
+    source = numbered(comp.source)
+    assert on_chip(source) and re.search(rf"T_img = nl\.(ndarray|zeros)\(\({copies * c}, ", source)
+    evictions = [ln for ln in numbered(comp.source).splitlines() if "nisa.activation" in ln and "T_img[" in ln]
     assert len(evictions) == copies, evictions
     if "b1" in x:
         want = resnet_ref(x, dt)
@@ -162,8 +164,8 @@ def test_folded_copy_of_halo_only_is_not_evicted():
     """One column, padded, 32 channels in bf16 (4 copies): copy 2 (two columns right) holds only halo. Its
     eviction once wrote a column of it anyway (a slice of 0 columns; found by the block family of the fuzzer)."""
     prog, comp, x, out = run(RESNET.format(dt="bf16", n=1, c=32, h=10, w=1))
-    assert on_chip(comp.source) and re.search(r"T_img = nl\.(ndarray|zeros)\(\(128, ", comp.source)
-    evictions = [ln for ln in comp.source.splitlines() if "nisa.activation" in ln and "T_img[" in ln]
+    assert on_chip(numbered(comp.source)) and re.search(r"T_img = nl\.(ndarray|zeros)\(\(128, ", numbered(comp.source))
+    evictions = [ln for ln in numbered(comp.source).splitlines() if "nisa.activation" in ln and "T_img[" in ln]
     assert len(evictions) == 3, evictions
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, "bf16"))
 
@@ -186,7 +188,7 @@ def test_t_read_by_a_third_op_is_stored_too():
     text = chain(outs="Y, S", extra_decl="  S: f32[N, C, H - 2, W - 2]\n", extra=extra)
     for schedule in ("", "place T, sbuf"):
         prog, comp, x, out = run(text, schedule)
-        assert "T_img" in comp.source and re.search(r"T = nl\.ndarray\([^\n]*nl\.hbm", comp.source)
+        assert "T_img" in numbered(comp.source) and re.search(r"T = nl\.ndarray\([^\n]*nl\.hbm", numbered(comp.source))
         t = np.maximum(conv_ref(x["X"], x["W1"], pad=(0, 0)), 0)
         assert_matches(prog, "S", out["S"], 2 * t)
         assert_matches(prog, "Y", out["Y"], conv_ref(t, x["W2"], pad=(0, 0)))
@@ -195,7 +197,7 @@ def test_t_read_by_a_third_op_is_stored_too():
 
 def test_place_hbm_keeps_the_round_trip():
     prog, comp, x, out = run(chain(), "place T, hbm")
-    assert not on_chip(comp.source) and "T_img" not in comp.source
+    assert not on_chip(numbered(comp.source)) and "T_img" not in numbered(comp.source)
     t = np.maximum(conv_ref(x["X"], x["W1"], pad=(0, 0)), 0)
     assert_matches(prog, "Y", out["Y"], conv_ref(t, x["W2"], pad=(0, 0)))
 
@@ -212,7 +214,7 @@ def test_place_sbuf_of_a_crop_is_a_located_error():
     assert f"<string>:{lines + 2}:5: error: T cannot stay in SBUF: conv Y (tl:11) reads T" in msg
     assert "it cannot stay on chip: the conv reading T starts past its first row or column (a crop)" in msg
     assert "^" * len("place T, sbuf") in msg and "write `place T, hbm`" in msg
-    assert not on_chip(compile_text(text).source)  # the default goes through HBM
+    assert not on_chip(numbered(compile_text(text).source))  # the default goes through HBM
 
 
 def test_place_sbuf_too_big_is_a_located_error_and_the_default_falls_back():
@@ -225,5 +227,5 @@ def test_place_sbuf_too_big_is_a_located_error_and_the_default_falls_back():
     assert f"<string>:{lines + 2}:5: error: T cannot stay in SBUF:" in msg
     assert re.search(r"the chain needs \d+ KiB of SBUF per partition with one image of T on chip", msg)
     comp = compile_text(text)
-    assert not on_chip(comp.source)
+    assert not on_chip(numbered(comp.source))
     assert "goes through HBM" in " ".join(explain(comp).split())

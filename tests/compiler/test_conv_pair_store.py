@@ -20,6 +20,7 @@ from tilec.compiler.build_util import a, sl
 from tilec.compiler.ir import Buf, Copy, Dma, Kernel, Reshape, View, full, whole
 from tilec.compiler.verify import verify
 from tilec.errors import InternalError
+from kernel_numbers import numbered
 
 SAME = """\
 kernel same(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3]) -> Y
@@ -51,7 +52,7 @@ kernel res(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], S: {dt}[N, K, H, W]) -> Y
 ])
 def test_row_pairs_store_each_band_once(nki, n, c, h, w, k, split):
     prog, comp, inputs, out = compile_and_run(SAME.format(dt="f32", n=n, c=c, h=h, w=w, k=k), nki, split)
-    code = comp.source
+    code = numbered(comp.source)
     # row pairs: both phases per matmul, 2 per tap column; a single column skips the taps reading past X's edges
     assert code.count("nisa.nc_matmul(") % (6 if w > 1 else 2) == 0 and f"({2 * k}, " in code
     stores = code.count("src=Y_band)")
@@ -67,8 +68,8 @@ def test_residual_band_arrives_in_one_load(nki, dt):
     prog, comp, inputs, out = compile_and_run(RESIDUAL.format(dt=dt, n=2, c=48, h=12, w=11, k=32), nki)
     x = rounded(inputs, dt)
     # row pairs (every dtype): one load of the residual band, one store of the output band
-    assert "S_skip = nl.ndarray((64, " in comp.source
-    assert comp.source.count("(dst=S_skip") == comp.source.count("S_skip = nl.ndarray") >= 1
+    assert "S_skip = nl.ndarray((64, " in numbered(comp.source)
+    assert numbered(comp.source).count("(dst=S_skip") == numbered(comp.source).count("S_skip = nl.ndarray") >= 1
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]) + x["S"])
 
 
@@ -78,7 +79,7 @@ def test_16_bit_row_pairs_load_whole_rows(nki, dt):
     # the band holds X's own columns (no zero halo columns): each copy loads as one run per partition, and the
     # outer tap columns compute the output columns that read inside X only, after the middle one
     prog, comp, inputs, out = compile_and_run(SAME.format(dt=dt, n=2, c=64, h=12, w=11, k=64), nki)
-    code = comp.source
+    code = numbered(comp.source)
     assert re.search(r"X_band = nl\.(zeros|ndarray)\(\(128, \d+, 11\)", code)  # 11 columns: X's own
     assert "Y_acc[:, :, 1:11]" in code and "Y_acc[:, :, 0:10]" in code
     x = rounded(inputs, dt)
@@ -87,7 +88,7 @@ def test_16_bit_row_pairs_load_whole_rows(nki, dt):
 
 def test_odd_row_count_keeps_one_phase():
     prog, comp, inputs, out = compile_and_run(SAME.format(dt="f32", n=1, c=64, h=15, w=6, k=64), "0.1")
-    assert "nl.mgrid" not in comp.source and "Y_band = nl.ndarray((64, 15, 6)" in comp.source  # K partitions
+    assert "nl.mgrid" not in comp.source and "Y_band = nl.ndarray((64, 15, 6)" in numbered(comp.source)  # K parts
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"]))
 
@@ -146,8 +147,8 @@ def test_resnet_block_chain_in_the_06_form(dt):
     from test_conv_phases import RESNET
 
     prog, comp, inputs, out = compile_and_run(RESNET.format(dt=dt), "0.6", "split T.y, 4")
-    assert "X_pairs_view = X_pairs.ap(pattern=[[10, 2], [120, 64], [20, 6], [1, 10]]," in comp.source
-    assert "X_band0" not in comp.source
+    assert "X_pairs_view = X_pairs.ap(pattern=[[10, 2], [120, 64], [20, 6], [1, 10]]," in numbered(comp.source)
+    assert "X_band0" not in numbered(comp.source)
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
 
@@ -159,7 +160,7 @@ def test_edge_bands_zero_only_the_copies_reaching_outside(nki, dt, c, k):
     # does not wait for a zero copy; the last band zeroes each copy's rows below X. 48 channels: copy
     # 1 cannot be reached on its own (start 48), so each span covers both copies
     prog, comp, inputs, out = compile_and_run(SAME.format(dt=dt, n=2, c=c, h=12, w=7, k=k), nki, "split Y.y, 4\n")
-    code = unwrap(comp.source)
+    code = unwrap(numbered(comp.source))
     zeros = [line for line in code.splitlines() if "X_zero_rows[" in line]
     if c == 64:
         assert len(zeros) == 3 and "X_band[0:64, 0]" in zeros[0] and "X_band[64:128, 4]" in zeros[2]
@@ -189,7 +190,7 @@ def test_odd_bands_regrouped_on_tensor_e_before_their_store(nki, dt):
     q*K + k: rows 10q .. 10q + 9, one run) and stored through Y seen as [N, K, bands, 2, 10, W]
     (conv_pairs.regroup_store)."""
     prog, c, inputs, out = compile_and_run(REGROUP.format(dt=dt, n=2), nki)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     assert "Y_halves = Y.reshape((2, 64, 2, 2, 10, 12))" in src
     for phase in range(2):  # one selection matmul per phase in the loop over the band's halves
         select = rf"Y_select\[{phase * 64}:{phase * 64 + 64}, {phase + 1} - half\]"
@@ -208,7 +209,7 @@ def test_regroup_evictions_split_by_pairs_between_vector_and_scalar(nki, dt, h, 
     both phases by VectorE and the rest by ScalarE (bands of 20 rows: 2 + 3 pairs; of 4 rows: the one pair on
     ScalarE alone). Numerics against NumPy either way."""
     prog, c, inputs, out = compile_and_run(REGROUP.format(dt=dt, n=1).replace("H = 40", f"H = {h}") + schedule, nki)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     assert "Y_halves" in src
     evictions = [ln for ln in src.split("\n") if "Y_rows[" in ln and "Y_phase" in ln]  # (both dialects' forms)
     copies = [ln for ln in evictions if "tensor_copy(" in ln]
@@ -226,7 +227,7 @@ def test_fp32_row_pair_weights_on_three_engines(nki):
     and transposes its six pair stationaries two at a time, one eviction on VectorE and one on ScalarE
     (conv_pairs.weights_paired)."""
     prog, c, inputs, out = compile_and_run(REGROUP.format(dt="f32", n=1), nki)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     gathers = [ln for ln in src.split("\n") if re.search(r"Wt_taps\[[^\n]*Wt_rows\[", ln)]
     assert len(gathers) == 18
     assert sum("gpsimd" in ln for ln in gathers) == 6 and sum("activation(" in ln for ln in gathers) == 6

@@ -20,6 +20,7 @@ from tilec.compiler.api import compile_loaded
 from tilec.compiler.wrap import unwrap
 from tilec.lang import api as lang
 from test_conv_padded import conv_ref, resnet_ref, rounded, run
+from kernel_numbers import numbered
 
 SAME64 = """\
 kernel same(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K]) -> Y
@@ -35,7 +36,7 @@ kernel same(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K]) -> Y
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_row_pairs_padded_conv_with_bias_several_bands(dt):
     prog, c, inputs, out = run(SAME64.format(dt=dt), "split Y.y, 4\n")
-    code = c.source
+    code = numbered(c.source)
     # 6 matmuls per row group (pairs of tap rows x 3 tap columns), each over both copies' partitions and all 2K
     # output partitions, reading every other row of the band; the even and odd rows of a band leave in one store
     # (16-bit too: with one store per band and copies loaded as one run per partition, pairs pay there as well)
@@ -54,7 +55,7 @@ def test_row_pairs_default_schedule_matches():
 
 def test_row_pairs_fall_back_when_a_band_holds_an_odd_number_of_rows():
     prog, c, inputs, out = run(SAME64.format(dt="f32"), "split Y.y, 5\n")
-    assert "(32, " in c.source and "(64, " not in c.source  # one phase: K output partitions
+    assert "(32, " in numbered(c.source) and "(64, " not in numbered(c.source)  # one phase: K output partitions
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
 
@@ -85,10 +86,10 @@ def test_row_pairs_resnet_block_bias_relu_residual(dt):
     # takes them: conv_chain.pairs_16): a band's even and odd output rows leave in one store through Y seen as
     # [N, K, pairs, 2, W] with the phase axis first (partition h*K + k); the residual is not loaded: the band's
     # pairs read band rows 1, 3, .. of the first conv's copies of X (conv_chain.skip_from_bands; one band here)
-    assert "nisa.dma_copy(dst=Y_pairs[n, i1, i2, i0, i3], src=Y_band)" in c.source
-    assert c.source.count("i0, i1, i2, i3 = nl.mgrid[0:2, 0:64, 0:6, 0:10]") == 1  # Y's only: X is not loaded
-    assert "X_skip" not in c.source and "X_pairs" not in c.source
-    assert len(re.findall(r"tensor_tensor\([^\n]*X_band0\[:, 1:12:2\]", c.source)) == 1
+    assert "nisa.dma_copy(dst=Y_pairs[n, i1, i2, i0, i3], src=Y_band)" in numbered(c.source)
+    assert numbered(c.source).count("i0, i1, i2, i3 = nl.mgrid[0:2, 0:64, 0:6, 0:10]") == 1  # Y's only: X is not loaded
+    assert "X_skip" not in numbered(c.source) and "X_pairs" not in numbered(c.source)
+    assert len(re.findall(r"tensor_tensor\([^\n]*X_band0\[:, 1:12:2\]", numbered(c.source))) == 1
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
 
@@ -105,7 +106,7 @@ def test_row_pairs_resnet_block_final_relu(nki, dt):
 
     text = RESNET.format(dt=dt).replace("H = 12, W = 10", "H = 20, W = 56").replace("N = 2", "N = 1")
     prog, c, inputs, out = compile_and_run(text, nki)
-    lines = unwrap(c.source).split("\n")
+    lines = unwrap(numbered(c.source)).split("\n")
     groups = [i for i, ln in enumerate(lines) if re.match(r"\s*for y_g2 in ", ln)]
     band_relus = [i for i, ln in enumerate(lines) if "op=nl.relu" in ln and re.search(r"data=Y_band[,)]", ln)]
     maxes = [i for i, ln in enumerate(lines) if "tensor_scalar" in ln and "maximum" in ln and "Y_band[:, y_g2" in ln]
@@ -137,7 +138,7 @@ def test_resnet_block_residual_from_the_first_convs_band_copies(nki, dt):
 
     text = RESNET.format(dt=dt).replace("H = 12, W = 10", "H = 40, W = 24")
     prog, c, inputs, out = compile_and_run(text, nki)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     assert "X_skip" not in src and "X_pairs" not in src
     for band in range(2):
         assert re.search(rf"X_band{band} = nl\.(ndarray|zeros)\(\(128, \d+, 24\)", src)
@@ -162,7 +163,7 @@ def test_band_halves_first_layer_one_matmul_per_group(dt, monkeypatch):
     # (fp32 takes phased halves by default: test_conv_stem_phases.py; kept to halves here)
     monkeypatch.setattr(conv_pairs, "PHASES_MIN_BYTES", 8)
     prog, c, inputs, out = run(C3.format(dt=dt), "split Y.y, 12\n")
-    code = c.source
+    code = numbered(c.source)
     # 2 halves x 9 taps x 3 channels: 18 copies, 7 partitions apart (their loads on all 16 DMA engines), 122
     # partitions; one matmul per band (3 bands, each in its own slot of the band buffer)
     assert code.count("nisa.nc_matmul(") == 3 and "(122, " in code and "X_band0[7:10]" in code
@@ -178,7 +179,7 @@ def test_band_halves_slots_loop_and_remainder(dt, band, slots):
     # batch 2 the next image's first bands reuse the slots of this image's last ones: 9 bands take 5 slots (4 left
     # over: slot 0 is rewritten 4 bands after its last use), 18 bands 6 (none left over), not 4 (1 or 2 bands apart)
     prog, c, inputs, out = run(C3.format(dt=dt), f"split Y.y, {band}\n")
-    code = c.source
+    code = numbered(c.source)
     bands = 36 // band
     # (one pass of the unrolled loop is no loop; fp32 takes the phased halves, whose copies use the same slots)
     assert (f"{slots} at a time" in code) == (bands // slots > 1)
@@ -204,7 +205,7 @@ kernel stem(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 7, 7]) -> Y
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_band_halves_padded_stride_2_stem(dt):
     prog, c, inputs, out = run(STEM.format(dt=dt), "split Y.y, 4\n")
-    code = c.source
+    code = numbered(c.source)
     # f32: 7 tap rows x 3 tap columns x 2 halves x 3 channels = 126 partitions; 3 matmuls per group (tap columns
     # 0-2, 3-5, 6), the last over the copies of one tap column only (42 partitions). 16-bit: TensorE has time to
     # spare, so 2 tap columns per copy (84 partitions, 4 matmuls: columns 0-1, 2-3, 4-5, 6) and a third fewer loads
@@ -233,7 +234,7 @@ def test_band_halves_bias_and_residual_on_interleaved_partitions(dt):
     # the halves' output channels interleave (partition 2k + h): the bias column and the residual band follow, and
     # the output band leaves in one DMA (3 bands of 8 rows, each in its band slot: 3 stores)
     prog, c, inputs, out = run(C3_EPILOGUE.format(dt=dt), "split Y.y, 8\n")
-    code = c.source
+    code = numbered(c.source)
     assert "b_twice" in code and code.count("dst=Y_halves") == 3
     x = rounded(inputs, dt)
     conv = conv_ref(x["X"], x["Wt"], pad=(0, 0), bias=x["b"])
@@ -251,7 +252,7 @@ def test_band_halves_tap_columns_per_copy_follow_the_dtype(dt, copies):
     text = C3.format(dt=dt).replace("N = 2, C = 3, H = 38, W = 21, K = 32", "N = 1, C = 3, H = 226, W = 226, K = 64")
     c = compile_loaded(lang.load(text), None)
     parts = (copies - 1) * (128 // copies) + 3
-    assert f"Wt_T = nl.ndarray(({parts}, " in c.source
+    assert f"Wt_T = nl.ndarray(({parts}, " in numbered(c.source)
 
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
@@ -266,7 +267,7 @@ def test_resnet_block_batch_1_last_band_regrouped(nki, dt):
     text = RESNET.format(dt=dt).replace("H = 12, W = 10", "H = 40, W = 24")
     for n, regrouped in ((1, True), (2, False)):
         prog, c, inputs, out = compile_and_run(text.replace("N = 2", f"N = {n}"), nki)
-        src = unwrap(c.source)
+        src = unwrap(numbered(c.source))
         assert ("Y_select" in src) == regrouped and ("Y_rows" in src) == regrouped
         assert len(re.findall(r"Y_halves", src)) >= (2 if regrouped else 0)
         x = rounded(inputs, dt)

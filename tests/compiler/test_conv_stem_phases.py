@@ -13,6 +13,7 @@ from tilec.compiler import conv_pairs
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 from test_conv_padded import conv_ref, rounded
+from kernel_numbers import numbered
 
 STEM = """\
 kernel stem(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 7, 7]) -> Y
@@ -34,7 +35,7 @@ kernel stem(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 7, 7]) -> Y
 ])
 def test_stem_phases_f32(nki, n, h, w, k, split):
     prog, c, inputs, out = compile_and_run(STEM.format(dt="f32", n=n, h=h, w=w, k=k), nki, split)
-    code = c.source
+    code = numbered(c.source)
     # 9 row offsets x 4 tap columns x 3 channels = 108 partitions, 2 matmuls per group (tap columns 0-3, 4-6: the
     # second over 3 column copies, 81 partitions); each band's two phases leave in one store
     assert "Wt_T = nl.ndarray((108, 2, " in code and "[0:81" in code
@@ -59,7 +60,7 @@ def test_stem_phases_forced_in_16_bits(dt, nki, monkeypatch):
 
 def test_stem_16_bit_default_keeps_band_halves():
     c = compile_loaded(lang.load(STEM.format(dt="bf16", n=1, h=41, w=37, k=64)), None)
-    assert "Y_halves" in c.source and "Y_pairs" not in c.source
+    assert "Y_halves" in numbered(c.source) and "Y_pairs" not in numbered(c.source)
 
 
 C3 = """\
@@ -79,7 +80,7 @@ def test_c3_first_layer_phases_in_fp32(nki, k):
     # a 3x3 first layer: 4 row offsets x 3 tap columns = 12 copies (the halves' 18), 10 partitions apart, one matmul
     # per group; the bias on the interleaved partitions 2k + h; 6 bands of 4 rows (4 slots, then 2)
     prog, c, inputs, out = compile_and_run(C3.format(dt="f32", k=k), nki, "split Y.y, 4\n")
-    code = c.source
+    code = numbered(c.source)
     assert f"Wt_T = nl.ndarray((113, {2 * k})" in code and "Y_pairs" in code and "Y_halves" not in code
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0), bias=x["b"]))
@@ -87,7 +88,7 @@ def test_c3_first_layer_phases_in_fp32(nki, k):
 
 def test_c3_first_layer_16_bit_keeps_band_halves():
     c = compile_loaded(lang.load(C3.format(dt="bf16", k=64)), None)
-    assert "Y_halves" in c.source and "Y_pairs" not in c.source
+    assert "Y_halves" in numbered(c.source) and "Y_pairs" not in numbered(c.source)
 
 
 @pytest.mark.parametrize("bands, most, images, slots", [

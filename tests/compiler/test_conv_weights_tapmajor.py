@@ -12,6 +12,7 @@ import pytest
 from compiler_helpers import assert_matches, compile_and_run
 from test_conv_padded import conv_ref, rounded
 from tilec.compiler.wrap import unwrap
+from kernel_numbers import numbered
 
 VALID = """\
 kernel valid(X: {dt}[N, C, H, W], Wt: {dt}[K, C, {R}, {S}]) -> Y
@@ -43,7 +44,7 @@ def tap_major_copies(source: str) -> list[str]:
 ])
 def test_fp32_weights_are_transposed_from_a_tap_major_copy(nki, c, k, r, s, parts):
     prog, comp, inputs, out = compile_and_run(program("f32", c, k, r, s), nki)
-    code = unwrap(comp.source)
+    code = unwrap(numbered(comp.source))
     assert re.search(rf"Wt_taps = nl\.ndarray\(\(\d+, {r}, {s}, \d+\)", code)
     copies = tap_major_copies(code)
     # one copy per tap and (out-channel part, in-channel part) in the text (the tile loops, then the remainders'),
@@ -60,7 +61,7 @@ def test_fp32_weights_are_transposed_from_a_tap_major_copy(nki, c, k, r, s, part
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 def test_relu_of_the_weights_on_the_scalar_eviction(nki):
     prog, comp, inputs, _ = compile_and_run(program("f32", 128, 128, w="relu(Wt[k, c, r, s])"), nki)
-    code = unwrap(comp.source)
+    code = unwrap(numbered(comp.source))
     assert tap_major_copies(code) and "nl.relu" in code
     # signed weights (exact in fp32): the relu changes the result
     inputs = {name: (v - 0.5).astype(v.dtype) for name, v in inputs.items()}
@@ -73,7 +74,7 @@ def test_relu_of_the_weights_on_the_scalar_eviction(nki):
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 def test_16_bit_weights_transpose_the_loaded_rows(dt):
     prog, comp, inputs, out = compile_and_run(program(dt, 136, 144), "0.1")
-    code = unwrap(comp.source)
+    code = unwrap(numbered(comp.source))
     assert "Wt_taps" not in code and "nc_transpose(Wt_rows[" in code
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))
@@ -82,7 +83,7 @@ def test_16_bit_weights_transpose_the_loaded_rows(dt):
 def test_large_filters_keep_transposing_the_loaded_rows():
     # a 5x5 filter's copy of a 128-channel tile is 12.5 KiB per partition, over TAP_MAJOR_BYTES: no copy (SBUF)
     prog, comp, inputs, out = compile_and_run(program("f32", 128, 128, 5, 5), "0.1")
-    code = unwrap(comp.source)
+    code = unwrap(numbered(comp.source))
     assert "Wt_taps" not in code and "nc_transpose(Wt_rows[" in code
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], pad=(0, 0)))

@@ -12,6 +12,7 @@ from compiler_helpers import check_against_reference, inputs_for
 from tilec.compiler.api import compile_loaded
 from tilec.errors import TilecError
 from tilec.lang import api as lang
+from kernel_numbers import numbered
 
 SHIFT = """kernel shift(X: f32[N, C, H, W]) -> Y
   default N = 2, C = 200, H = 5, W = 9
@@ -68,8 +69,8 @@ def test_data_movement_matches_numpy(text: str, dtype: str) -> None:
 def test_shift_is_one_hbm_to_hbm_dma_per_block_of_partitions() -> None:
     """Rows of 64 f32 (256 bytes) move HBM -> HBM; shorter ones go through SBUF (test_staged_copies.py)."""
     c = compile_loaded(lang.load(SHIFT, {"W": 65}))
-    assert c.source.count("nisa.dma_copy(") == 1 and "nl.sbuf" not in c.source
-    assert "X[n, c_o * 100:c_o * 100 + 100, 2:5, 1:65]" in c.source.replace("\n", "")
+    assert numbered(c.source).count("nisa.dma_copy(") == 1 and "nl.sbuf" not in numbered(c.source)
+    assert "X[n, c_o * 100:c_o * 100 + 100, 2:5, 1:65]" in numbered(c.source).replace("\n", "")
 
 
 def test_upsample_replicates_in_sbuf_and_stores_whole_rows() -> None:
@@ -77,7 +78,7 @@ def test_upsample_replicates_in_sbuf_and_stores_whole_rows() -> None:
     result's rows (one copy per column phase, then the other row of each pair copied whole), stored whole; VectorE
     and ScalarE take disjoint rows (2 x 160 units: a block of 128 and a ragged one of 64)."""
     c = compile_loaded(lang.load(UPSAMPLE), nki="0.6")
-    src = c.source
+    src = numbered(c.source)
     assert src.count("nisa.dma_copy(") == 4  # per block (the loop's and the ragged one) one load and one store
     assert src.count("nisa.tensor_copy(") == 6 and src.count("nisa.activation(") == 6
     assert "nisa.tensor_copy(dst=Y_tile[:, 0, 1:10:2], src=X_rows[:, 0])" in src  # row 0 of X on VectorE
@@ -102,8 +103,8 @@ def test_parts_that_overlap_leave_gaps_or_compute_are_located_errors(body: str, 
 def test_a_large_upsampled_tile_is_made_in_row_chunks_that_fit() -> None:
     c = compile_loaded(lang.load(UPSAMPLE, {"N": 1, "C": 130, "H": 112, "W": 112}), nki="0.6")
     # 65 partitions x 32 of the 224 result rows (16 of X's 112 rows per step: rules_copy.UPSAMPLE_STEP_BYTES)
-    assert "for r_t in range(7):" in c.source and "Y_tile = nl.ndarray((65, 32, 224)" in c.source
-    assert "src=X_v[o_t * 65:o_t * 65 + 65, r_t * ROWS:r_t * ROWS + ROWS]" in c.source
+    assert "for r_t in range(7):" in numbered(c.source) and "Y_tile = nl.ndarray((65, 32, 224)" in numbered(c.source)
+    assert "src=X_v[o_t * 65:o_t * 65 + 65, r_t * ROWS:r_t * ROWS + ROWS]" in numbered(c.source)
 
 
 def test_a_copy_takes_no_directives_and_explain_shows_it() -> None:
@@ -146,8 +147,8 @@ def test_concatenated_rows_move_in_blocks_of_rows_not_one_dma_per_row(nki: str) 
     """129 rows (= 3 x 43) x 300 columns: the rows go on the partitions in 3 DMAs of whole rows (_hbm_copy_ns);
     the largest divisor alone put 100 columns on the partitions, one DMA per row and column block (387)."""
     c = compile_loaded(lang.load(CONCAT_ROWS), nki=nki)
-    assert c.source.count("nisa.dma_copy(") == 2 and "for i in range(129)" not in c.source
-    assert "HBM -> HBM, 43 partitions" in c.source and "src=A[i_o * 43:i_o * 43 + 43]" in c.source
+    assert numbered(c.source).count("nisa.dma_copy(") == 2 and "for i in range(129)" not in numbered(c.source)
+    assert "HBM -> HBM, 43 partitions" in numbered(c.source) and "src=A[i_o * 43:i_o * 43 + 43]" in numbered(c.source)
     inputs = inputs_for(c.program)
     got = np.asarray(c.run(**inputs)["Y"])
     np.testing.assert_array_equal(got, np.concatenate([inputs["A"], inputs["B"]], axis=0))
@@ -165,7 +166,7 @@ def test_a_strided_innermost_read_keeps_many_partitions_over_one_dma_of_few() ->
     Y[b, i, j] = X[b, i, 2 * j + 1]
 """
     c = compile_loaded(lang.load(text))
-    assert "nl.ndarray((120, 5, 600)" in c.source and ":2]" not in "".join(
-        ln for ln in c.source.splitlines() if "dma_copy" in ln)
+    assert "nl.ndarray((120, 5, 600)" in numbered(c.source) and ":2]" not in "".join(
+        ln for ln in numbered(c.source).splitlines() if "dma_copy" in ln)
     inputs = inputs_for(c.program)
     np.testing.assert_array_equal(np.asarray(c.run(**inputs)["Y"]), inputs["X"][:, :, 1::2])

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from compiler_helpers import compile_example
 from tilec.errors import TilecError
+from kernel_numbers import numbered
 
 CASES = {
     "conv_bias_maxpool": (dict(N=1, C=128, H=10, W=14, K=256),
@@ -26,7 +27,7 @@ CASES = {
 def reference(name: str) -> str:
     """The kernel for the directives in their written order (computed inside a test, under conftest's NKI form)."""
     sizes, directives = CASES[name]
-    return compile_example(name, sizes, schedule="\n".join(directives)).source
+    return numbered(compile_example(name, sizes, schedule="\n".join(directives)).source)
 
 
 @settings(max_examples=12, deadline=None)
@@ -35,13 +36,14 @@ def reference(name: str) -> str:
 def test_permuted_directives_give_the_same_kernel(case) -> None:
     name, order = case
     sizes = CASES[name][0]
-    assert compile_example(name, sizes, schedule="\n".join(order)).source == reference(name)
+    assert numbered(compile_example(name, sizes, schedule="\n".join(order)).source) == reference(name)
 
 
 def test_the_transpose_split_survives_a_later_tile() -> None:
     """`split Y.i, 2` written before `tile Y.i, 64` used to be dropped by the tile (issue 10)."""
-    src = compile_example("transpose", dict(M=512, N=512), schedule="split Y.i, 2\ntile Y.i, 64").source
-    assert src == compile_example("transpose", dict(M=512, N=512), schedule="tile Y.i, 64\nsplit Y.i, 2").source
+    src = numbered(compile_example("transpose", dict(M=512, N=512), schedule="split Y.i, 2\ntile Y.i, 64").source)
+    assert src == numbered(compile_example("transpose", dict(M=512, N=512), schedule="tile Y.i, 64\nsplit Y.i, 2")
+                           .source)
     # Y.i is the source's column loop: the tile sets the blocks' columns (64; rows stay 128, rectangular blocks), and
     # the split keeps two blocks per strip
     assert "Y_strip = nl.ndarray((64, 2, 512)" in src

@@ -10,6 +10,7 @@ from compiler_helpers import check_against_reference
 from tilec.compiler.api import compile_loaded
 from tilec.errors import TilecError
 from tilec.lang import api as lang
+from kernel_numbers import numbered
 
 ROW_BIAS = """\
 kernel row_bias(A: f32[M, N], b: f32[M]) -> Y
@@ -38,8 +39,8 @@ kernel rev(A: f32[M, N], s: f32[M], t: f32[M]) -> Y
 
 def test_per_row_bias_is_a_tensor_scalar_column():
     c = compile_loaded(lang.load(ROW_BIAS))
-    assert "b_col = nl.ndarray((128, 1)" in c.source
-    assert "nisa.tensor_scalar(A_tile, nl.add, b_col" in c.source
+    assert "b_col = nl.ndarray((128, 1)" in numbered(c.source)
+    assert "nisa.tensor_scalar(A_tile, nl.add, b_col" in numbered(c.source)
     check_against_reference(c)
 
 
@@ -52,14 +53,14 @@ def test_per_channel_bias_of_a_4d_tensor():
 def test_reversed_subtract_and_two_columns():
     """`s[i] - A` is tensor_scalar with reverse0; min against a second column; 96 rows use 96 partitions."""
     c = compile_loaded(lang.load(REVERSED))
-    assert "reverse0=True" in c.source and "nl.minimum, t_col" in c.source
+    assert "reverse0=True" in numbered(c.source) and "nl.minimum, t_col" in numbered(c.source)
     check_against_reference(c)
 
 
 def test_broadcast_schedule_tiles_the_free_dims():
     prog = lang.load(CHANNEL_BIAS)
     c = compile_loaded(prog, lang.parse_schedule("tile Y.n, 20\n", "<test>"))
-    assert "TILE_F = 20" in c.source
+    assert "TILE_F = 20" in numbered(c.source)
     check_against_reference(c)
 
 
@@ -96,7 +97,7 @@ def test_row_broadcast_along_partitions_is_a_ones_matmul():
 def test_row_broadcast_leaves_the_partition_loop_when_one_free_tile_covers_it():
     """With N in one free tile the broadcast uses no loop variable: `hoist` makes it once, before the tile loop."""
     c = compile_loaded(lang.load(ROW_AND_COLUMN.replace("M = 256, N = 768", "M = 384, N = 384")))
-    before, loop = c.source.split("for pt in nl.affine_range(3):")
+    before, loop = numbered(c.source).split("for pt in nl.affine_range(3):")
     assert "s_bcast += nisa.nc_matmul(ones_f32, s_row)" in before
     assert "nc_matmul" not in loop
     check_against_reference(c)
@@ -136,7 +137,7 @@ def test_element_wise_chain_is_one_pass():
     assert loops.count("dma ") == 3  # A and B in, Y out: T and U never reach HBM
     assert loops.count("multiply tmp") == 1  # A * B once (shared by both reads of T)
     assert loops.count(", 0 then multiply 3  # tl:11") == 1  # max(U, 0) * 3: one tensor_scalar, two operators
-    assert "nl.exp" in c.source and "nl.relu" in c.source
+    assert "nl.exp" in numbered(c.source) and "nl.relu" in numbered(c.source)
     # each instruction is tagged with the statement its part of the expression comes from
     assert "minimum tmp3[:128, :1024] <- tmp2[:128, :1024], 0.25  # tl:9" in loops
     assert "subtract Y_tile[:128, :1024] <- 1, tmp8[:128, :1024]  # tl:13" in loops

@@ -11,6 +11,7 @@ import pytest
 from compiler_helpers import EXAMPLES, ROOT, check_against_reference
 from tilec.compiler import regen
 from tilec.compiler.api import compile_file, compile_loaded
+from tilec.compiler.wrap import unwrap
 from tilec.lang import api as lang
 
 GENERATED = ROOT / "generated"
@@ -125,7 +126,7 @@ def test_identical_bytes_across_processes_and_hash_seeds(tmp_path):
 def test_generated_kernel_is_readable(path):
     """Issue 10's readability clause over generated/ (both NKI forms): lines of at most 120 characters, every
     statement of the kernel tagged with its .tl line (`# tl:N`; the output's HBM allocation belongs to no line),
-    every module-level tile constant used by the kernel. (Shapes and trip counts are still numbers: audit10.)"""
+    every module-level tile constant used by the kernel. (Shapes and trip counts by name: the test below.)"""
     text = path.read_text()
     lines = text.splitlines()
     assert [n for n, line in enumerate(lines, 1) if len(line) > 120] == []
@@ -142,6 +143,35 @@ def test_generated_kernel_is_readable(path):
     constants = [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
     used = {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)}
     assert [c for c in constants if c not in used] == []  # (vector_add needs none; resnet_block has none: audit10)
+
+
+# the kernels whose builders name their tiles (named16: build_conv, primitives.split): the readability test below
+NAMED_TILES = ("matmul", "linear", "transpose", "conv2d", "conv_relu", "conv_bias_maxpool", "vector_add")
+TILE_LOOP = re.compile(r"(?:\b|_)range\(([^)]*)\):.*\((?:tiles|blocks|bands|groups) of (\w+)")
+ON_CHIP = re.compile(r"= nl\.(?:ndarray|zeros)\(\(([^,)]+)[,)].*buffer=nl\.(?:sbuf|psum)\)")
+
+
+@pytest.mark.parametrize("path", [p for p in sorted(GENERATED.rglob("*.py")) if p.stem in NAMED_TILES],
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_generated_kernel_names_its_tiles(path):
+    """Issue 10's readability clause, names: a tile loop's trip count (its comment says `(tiles of TILE_X)`) and an
+    on-chip allocation's partition dimension are no bare integer where a tile constant names that number, and every
+    name a trip count or a shape reads is a module constant (`nl.affine_range(SIZE_K // TILE_K)`)."""
+    text = unwrap(path.read_text())
+    tree = ast.parse(text)
+    consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+              for t in n.targets if isinstance(t, ast.Name)}
+    tiles = {value for name, value in consts.items() if not name.startswith("SIZE_")}
+    bare, sizes = [], []
+    for line in text.splitlines():
+        loop, alloc = TILE_LOOP.search(line), ON_CHIP.search(line)
+        if loop and loop[1].isdigit() or alloc and alloc[1].isdigit() and int(alloc[1]) in tiles:
+            bare.append(line.strip())
+        sizes += [loop[1]] if loop else []
+        sizes += re.findall(r"nl\.(?:ndarray|zeros)\((\([^=]*\)), dtype", line) + re.findall(r"\.reshape\((.*)\)", line)
+    assert bare == []
+    read = {n.id for size in sizes for n in ast.walk(ast.parse(size, mode="eval")) if isinstance(n, ast.Name)}
+    assert read and read <= consts.keys(), read - consts.keys()
 
 
 def test_programs_shipped_and_benchmarked_have_lines_of_at_most_120():

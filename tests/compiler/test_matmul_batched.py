@@ -12,6 +12,7 @@ from test_conv_padded import rounded, run
 from tilec.compiler.api import compile_loaded
 from tilec.errors import TilecError
 from tilec.lang import api as lang
+from kernel_numbers import numbered
 
 BMM = """\
 kernel bmm(A: {dt}[N, M, K], B: {dt}[N, K, P]) -> C
@@ -37,7 +38,7 @@ kernel bmmt(A: {dt}[N, K, M], B: {dt}[N, K, P]) -> C
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_batched_matmul(dt):
     prog, c, inputs, out = run(BMM.format(dt=dt))
-    assert "A_T" in c.source  # one transposed matrix per batch index, inside the batch loop
+    assert "A_T" in numbered(c.source)  # one transposed matrix per batch index, inside the batch loop
     x = rounded(inputs, dt)
     assert_matches(prog, "C", out["C"], np.einsum("nik,nkj->nij", x["A"], x["B"]))
 
@@ -134,12 +135,12 @@ def test_batched_matmul_rows_loaded_once_and_a_band_per_batch_index(dt):
     fp32: the model prefers DMA transposes straight from HBM (conv_weights.rows_by_dma), so no rows buffer."""
     prog, c, inputs, out = run(BMM.format(dt=dt).replace("M = 160", "M = 263").replace("N = 3", "N = 2"))
     if dt == "f32":
-        assert "A_tile_rows" not in c.source and "nisa.dma_transpose(" in c.source
+        assert "A_tile_rows" not in numbered(c.source) and "nisa.dma_transpose(" in numbered(c.source)
     else:
         assert c.source.index("A_tile_rows = nl.ndarray") < c.source.index("for n in")  # declared once, before the nest
     # the row tiles' slots of the batch index's band (tile 0 peeled: conv_batched.lead_tile; one more whole tile; the
     # 7-row remainder)
-    assert all(f"C_band[{p}, {t}]" in c.source for p, t in ((":", 0), (":", 1), ("0:7", 2)))
+    assert all(f"C_band[{p}, {t}]" in numbered(c.source) for p, t in ((":", 0), (":", 1), ("0:7", 2)))
     x = rounded(inputs, dt)
     assert_matches(prog, "C", out["C"], np.einsum("nik,nkj->nij", x["A"], x["B"]))
 
@@ -153,8 +154,8 @@ def test_batched_a_b_transposed_groups_its_transposes(dt):
     before the first matmul) take B's transposes by DMA (conv_band.x_by_dma, test_bmm_dma_rows.py)."""
     prog, c, inputs, out = run(BMM_BT.format(dt=dt, n=2 if dt == "f32" else 8, m=256, k=384, p=200),
                                "split C.j, 100\n" if dt == "f32" else None)
-    assert "B_tp = nl.ndarray((128, 3," in c.source
-    assert "op=nl.copy, data=B_tp[:, 2]" in c.source  # the activation (ScalarE) evicting tile 2
+    assert "B_tp = nl.ndarray((128, 3," in numbered(c.source)
+    assert "op=nl.copy, data=B_tp[:, 2]" in numbered(c.source)  # the activation (ScalarE) evicting tile 2
     x = rounded(inputs, dt)
     assert_matches(prog, "C", out["C"], np.einsum("nik,njk->nij", x["A"], x["B"]))
 
@@ -162,7 +163,7 @@ def test_batched_a_b_transposed_groups_its_transposes(dt):
 def test_batched_a_b_transposed_with_narrow_contraction_tiles_keeps_one_copy_per_tile():
     """K = 300 is planned as 3 tiles of 100 (not whole 128-partition tiles): one PSUM tile and copy per tile."""
     prog, c, inputs, out = run(BMM_BT.format(dt="bf16", n=2, m=40, k=300, p=72))
-    assert "B_tp = nl.ndarray((100, 72)" in c.source
+    assert "B_tp = nl.ndarray((100, 72)" in numbered(c.source)
     x = rounded(inputs, "bf16")
     assert_matches(prog, "C", out["C"], np.einsum("nik,njk->nij", x["A"], x["B"]))
 
@@ -173,8 +174,8 @@ def test_batched_matmul_evicts_transposed_pairs_on_two_engines(dt):
     first evicted by VectorE (tensor_copy), the second by ScalarE (activation copy); the remainder tile of M = 263
     (7 rows) keeps a PSUM tile and a VectorE copy per block."""
     prog, c, inputs, out = run(BMM.format(dt=dt).replace("M = 160, K = 300", "M = 263, K = 512"))
-    assert "A_pair_tp = nl.ndarray((128, 2, 128)" in c.source
-    assert "op=nl.copy, data=A_pair_tp[:, 1]" in c.source  # the activation (ScalarE) evicting the second
+    assert "A_pair_tp = nl.ndarray((128, 2, 128)" in numbered(c.source)
+    assert "op=nl.copy, data=A_pair_tp[:, 1]" in numbered(c.source)  # the activation (ScalarE) evicting the second
     x = rounded(inputs, dt)
     assert_matches(prog, "C", out["C"], np.einsum("nik,nkj->nij", x["A"], x["B"]))
 
@@ -188,8 +189,8 @@ def test_batched_a_b_transposed_16_bit_groups_a_on_vectore(dt, k, g, nki):
     copy per block), P = 200 a ragged j block."""
     prog = lang.load(BMM_BT.format(dt=dt, n=2, m=263, k=k, p=200))
     c = compile_loaded(prog, nki=nki)
-    assert f"A_group_tp = nl.ndarray((128, {g}, 128)" in c.source and "A_pair_tp" not in c.source
-    src = c.source[c.source.index("A_group_tp = nl.ndarray"):]
+    assert f"A_group_tp = nl.ndarray((128, {g}, 128)" in numbered(c.source) and "A_pair_tp" not in numbered(c.source)
+    src = numbered(c.source)[numbered(c.source).index("A_group_tp = nl.ndarray"):]
     src = src[:src.index("C_acc")]
     assert src.count("tensor_copy(") == 2 and "activation(" not in src  # two VectorE copies per group
     inputs = inputs_for(prog)

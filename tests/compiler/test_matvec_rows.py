@@ -11,6 +11,7 @@ import test_matmul_batched
 from compiler_helpers import assert_matches
 from test_conv_padded import rounded, run
 from tilec.compiler import build_matvec
+from kernel_numbers import numbered
 
 # the matrix-vector program of test_matmul_batched.py, its sizes as format fields
 MATVEC = test_matmul_batched.MATVEC.replace("default M = 300, K = 520", "default M = {M}, K = {K}")
@@ -34,7 +35,7 @@ def rows_path(source: str) -> bool:
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
 def test_matrix_vector_rows_on_partitions(dt):
     prog, c, inputs, out = run(MATVEC.format(dt=dt, M=300, K=1100))
-    assert rows_path(c.source)
+    assert rows_path(numbered(c.source))
     x = rounded(inputs, dt)
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
 
@@ -42,7 +43,7 @@ def test_matrix_vector_rows_on_partitions(dt):
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 def test_matrix_vector_with_a_column_vector(dt):
     prog, c, inputs, out = run(MATVEC_2D.format(dt=dt, M=200, K=700))
-    assert rows_path(c.source)
+    assert rows_path(numbered(c.source))
     x = rounded(inputs, dt)
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
 
@@ -55,7 +56,7 @@ def test_single_partial_tile_of_rows():
 
 def test_vector_too_long_for_psum_keeps_the_transposes():
     prog, c, inputs, out = run(MATVEC.format(dt="f32", M=130, K=4100))
-    assert not rows_path(c.source)
+    assert not rows_path(numbered(c.source))
     x = rounded(inputs, "f32")
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
 
@@ -67,7 +68,7 @@ def test_estimate_prefers_the_rows_for_fp32_and_large_matrices():
 
 def test_tile_directive_sets_the_rows_per_tile():
     prog, c, inputs, out = run(MATVEC.format(dt="f32", M=320, K=600), "tile y.i, 64\n")
-    assert rows_path(c.source) and "(64, 600)" in c.source
+    assert rows_path(numbered(c.source)) and "(64, 600)" in numbered(c.source)
     x = rounded(inputs, "f32")
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
 
@@ -79,7 +80,7 @@ def test_long_rows_share_the_multiply_with_gpsimd(dt):
     prog, c, inputs, out = run(MATVEC.format(dt=dt, M=300, K=1100))
     g = build_matvec.gpsimd_columns(1100, [(0, 512), (512, 512), (1024, 76)])
     assert 512 < 1100 - g < 1024 and g % build_matvec.MATVEC_SPLIT_STEP == 0
-    assert f"v_sbuf = nl.ndarray((128, {g})" in c.source and "engine=nisa.gpsimd_engine" in c.source
+    assert f"v_sbuf = nl.ndarray((128, {g})" in numbered(c.source) and "engine=nisa.gpsimd_engine" in numbered(c.source)
     assert c.source.index("Wt_tile_rows = nl.ndarray") < c.source.index("for i_t in")  # declared once
     x = rounded(inputs, dt)
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
@@ -88,7 +89,7 @@ def test_long_rows_share_the_multiply_with_gpsimd(dt):
 def test_short_rows_keep_the_multiply_on_vectore():
     assert build_matvec.gpsimd_columns(100, [(0, 100)]) == 0
     prog, c, inputs, out = run(MATVEC.format(dt="f32", M=300, K=100))
-    assert "gpsimd" not in c.source
+    assert "gpsimd" not in numbered(c.source)
     x = rounded(inputs, "f32")
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
 
@@ -100,7 +101,7 @@ def test_16_bit_whole_blocks_transpose_in_groups(dt):
     M = 263 leaves a remainder tile of 7 rows."""
     assert build_matvec.grouped_is_faster(263, 1024, 128, dt)
     prog, c, inputs, out = run(MATVEC.format(dt=dt, M=263, K=1024))
-    assert "Wt_tp = nl.ndarray((128, 4, 128)" in c.source and "v_cols" in c.source
+    assert "Wt_tp = nl.ndarray((128, 4, 128)" in numbered(c.source) and "v_cols" in numbered(c.source)
     x = rounded(inputs, dt)
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
 
@@ -110,7 +111,7 @@ def test_16_bit_column_vector_and_fp32_choices():
     assert not build_matvec.grouped_is_faster(1000, 2048, 125, "f32")
     assert not build_matvec.grouped_is_faster(300, 1100, 100, "f16")  # a partial block: the rows path
     prog, c, inputs, out = run(MATVEC_2D.format(dt="bf16", M=200, K=512))
-    assert "nc_transpose" in c.source
+    assert "nc_transpose" in numbered(c.source)
     x = rounded(inputs, "bf16")
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
 

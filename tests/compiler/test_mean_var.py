@@ -20,6 +20,7 @@ from tilec.compiler.verify import verify
 from tilec.errors import InternalError
 from tilec.lang import api as lang
 from tilec.compiler.wrap import unwrap
+from kernel_numbers import numbered
 
 LAYERNORM = (EXAMPLES / "layernorm.tl").read_text()
 TOLERANCE = {"f32": 2e-6}
@@ -40,7 +41,7 @@ def test_one_pass_layernorm_matches_numpy(nki: str, rows: int, cols: int) -> Non
     """Four row tiles of 100 rows (the pipeline's prologue, one pair in the loop, its epilogue): X per parity at
     rows of 8192, X allocated once (B's chunk read before the next tile's chunk loads) at 16384 and 32768."""
     c = compiled(rows, cols, nki)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     assert "bn_stats" in src and "bn_aggr" in src and "op=nl.square" not in src
     inputs = lang.random_inputs(c.program, seed=11)
     got = np.asarray(c.run(**inputs)["Y"], np.float64)
@@ -65,7 +66,7 @@ def test_rows_far_from_zero_keep_their_variance() -> None:
 def test_the_statistics_are_one_vector_pass() -> None:
     """bn_stats over 512-column pieces of each chunk into one stats tile, one bn_aggr per row tile; ScalarE keeps
     the centring only (no activation kept for its row sums); `+ b` on GpSimdE, one instruction per chunk."""
-    src = unwrap(compiled(512, 8192).source)
+    src = unwrap(numbered(compiled(512, 8192).source))
     assert re.search(r"nisa\.bn_stats\(dst=mv_stats\w*\[:, cc \* \d+ \+ cs \* 6:", src)
     assert "for cs in range(4)" in src  # 2048-column chunks in pieces of 512
     assert "reduce_res" not in src
@@ -77,7 +78,7 @@ def test_the_statistics_are_one_vector_pass() -> None:
 def test_x_allocated_once_is_read_before_it_is_reloaded() -> None:
     """At rows of 16384 X (64 KiB per partition) is allocated once: in the fused chunk loop this tile's chunk k is
     read (the centring) before the next tile's chunk k is loaded into the same columns."""
-    src = unwrap(compiled(512, 16384).source)
+    src = unwrap(numbered(compiled(512, 16384).source))
     head, loop = src.split("pairs of row tiles", 1)
     assert len(re.findall(r"X_tile\w* = nl.ndarray\(\(128, 16384\)", head)) == 1
     body = loop.split("for cc in range(")[1]
@@ -87,7 +88,7 @@ def test_x_allocated_once_is_read_before_it_is_reloaded() -> None:
 def test_chains_without_both_passes_are_left_alone() -> None:
     """rmsnorm (a sum of squares, no mean) and softmax keep their ScalarE sums."""
     for text in ((EXAMPLES / "rmsnorm.tl").read_text(), (EXAMPLES / "softmax.tl").read_text()):
-        src = compile_loaded(lang.load(text, {"M": 512, "N": 16384})).source
+        src = numbered(compile_loaded(lang.load(text, {"M": 512, "N": 16384})).source)
         assert "bn_stats" not in src and "reduce_res" in src
 
 
@@ -118,7 +119,7 @@ def test_a_row_too_long_to_keep_whole_is_kept_for_its_first_chunks() -> None:
     """Rows of 32768 fp32: X (128 KiB per partition) and b whole do not fit; b is broadcast before the loop for its
     first chunks only (chunk_pipe.partly_whole), and both halves of the output's chunk loop are fused with the
     matching chunks of the next tile's statistics (two fused loops per row tile)."""
-    src = unwrap(compiled(400, 32768).source)
+    src = unwrap(numbered(compiled(400, 32768).source))
     head, rest = src.split("pairs of row tiles", 1)
     whole = re.search(r"b_tile = nl\.ndarray\(\(100, (\d+)\)", head)
     assert whole and 0 < int(whole.group(1)) < 32768
@@ -133,7 +134,7 @@ def test_the_broadcast_before_the_loop_is_evicted_by_scalar_engine(cols: int) ->
     """b's broadcast before the row-tile loop leaves PSUM through ScalarE (the first tile's statistics are
     VectorE's bn_stats, ScalarE is idle until its first centring); the chunks of b broadcast again inside the loop
     (rows of 32768) stay VectorE's copies (ScalarE's centring would wait behind them)."""
-    src = unwrap(compiled(400, cols).source)
+    src = unwrap(numbered(compiled(400, cols).source))
     head, rest = src.split("# ---- ", 1)
     assert re.search(r"nisa\.activation\(dst=b_tile\[:, c \* 512:c \* 512 \+ 512\], op=nl\.copy, data=b_bcast\)", head)
     assert "tensor_copy(dst=b_tile" not in src

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 
 from compiler_helpers import check_against_reference
+from kernel_numbers import numbered
 from tilec.compiler.api import compile_loaded
 from tilec.compiler.names import NameAllocator
 from tilec.lang import api as lang
@@ -34,7 +35,8 @@ def test_conv_with_tensors_named_like_derived_buffers():
     assert "def conv_acc(X, Wt, Wt_T):" in c.source and "return X_band" in c.source
     assert "X_band2 = nl.ndarray(" in c.source and "Wt_T2 = nl.ndarray(" in c.source
     # derived loop variables (k_t, c_t: tile indices of k and c) avoid the user's taps named k_t and c_t
-    assert "for k_t2 in nl.affine_range(2)" in c.source and "for c_t2 in nl.affine_range(2)" in c.source
+    numbers = numbered(c.source)
+    assert "for k_t2 in nl.affine_range(2)" in numbers and "for c_t2 in nl.affine_range(2)" in numbers
     check_against_reference(c)
 
 
@@ -50,12 +52,15 @@ kernel mm(A: f32[TILE_I, K], B: f32[K, N]) -> C
 
 
 def test_matmul_constants_follow_the_loop_names_and_avoid_the_users():
-    """A constant per tiled loop, TILE_<loop>; the user's size TILE_I keeps its name, the tile of i gets another."""
+    """A constant per tiled loop, TILE_<loop>; the user's size TILE_I keeps its name (SIZE_TILE_I), the tile of i gets
+    another."""
     c = compile_loaded(lang.load(MATMUL_CLASH))
     ast.parse(c.source)
     consts = [line for line in c.source.splitlines() if line.startswith("TILE") or line.startswith(("ROWS", "BAND"))]
-    assert consts == ["TILE_I2 = 128", "TILE_K = 128"]  # j is one tile of 384: no TILE_J, nor ROWS / BAND
-    assert "for i_t in nl.affine_range(2):" in c.source and "A_T[:, k_t, i_t * TILE_I2:" in c.source
+    assert consts == ["TILE_I2 = 128", "TILE_K = 128", "TILE_J = 384"]  # j: one tile (the accumulator's columns)
+    assert "for i_t in nl.affine_range(SIZE_TILE_I // TILE_I2):" in c.source
+    assert "A_T[:, k_t, i_t * TILE_I2:" in c.source
+    assert "SIZE_TILE_I = 256" in c.source  # the user's size TILE_I as a module constant: never a tile's name
     assert "stationary operand A" in c.source and "moving operand B" in c.source and "weights" not in c.source
     check_against_reference(c)
 

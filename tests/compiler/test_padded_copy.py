@@ -22,6 +22,7 @@ from tilec.compiler.nest_eval import evaluate_nest
 from tilec.errors import TilecError
 from tilec.lang import api as lang
 from tilec.target import TRN2
+from kernel_numbers import numbered
 
 NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
@@ -93,7 +94,7 @@ def test_interior_moves_hbm_to_hbm_and_the_fill_tile_is_set_once() -> None:
     """Rows padded only before and after (whole rows of fill): the interior is HBM -> HBM DMAs in blocks of 128
     rows and a ragged last block, the fill rows stored from one constant tile set at the kernel's top level."""
     c = compile_loaded(lang.load(program([("i", 400, 430, -300), ("j", 24, 24, 0)], "0")))
-    src = c.source
+    src = numbered(c.source)
     for line in src.splitlines():
         if "src=X[" in line:
             assert "dst=Y[" in line  # X is never staged
@@ -109,7 +110,7 @@ def test_a_ragged_block_of_padded_rows_is_staged_apart() -> None:
     of 128 rows and a last one of 42 (298 has no good divisor), each made in SBUF and stored as whole rows. (One
     outer unit: row_blocks leaves it to the box schedule, whose blocks of rows fill the partitions in one DMA.)"""
     c = compile_loaded(lang.load(program(CASES["shift2d"][0], "0")))
-    src = c.source
+    src = numbered(c.source)
     assert "Y_tile = nl.ndarray((128, 70)" in src and "Y_tile2 = nl.ndarray((42, 70)" in src
     assert "dst=Y[258:300], src=Y_tile2)" in src
 
@@ -183,7 +184,7 @@ def test_rows_padded_at_their_ends_are_made_in_sbuf_and_stored_whole() -> None:
     """pad3d: 12-column rows become 14-column rows, 200 channels: blocks of 100 channels, X's rows loaded whole into
     a load tile, copied on chip into the middle of a tile of whole rows, the tile stored as whole rows."""
     c = compile_loaded(lang.load(program(CASES["pad3d"][0], "0")))
-    src = c.source
+    src = numbered(c.source)
     assert "Y_tile = nl.ndarray((100, 10, 14)" in src and "X_rows = nl.ndarray((100, 10, 12)" in src
     assert "dst=X_rows, src=X[o_t * 100:o_t * 100 + 100])" in src
     # the middle of the rows copied on chip, VectorE and ScalarE each taking some rows

@@ -16,6 +16,7 @@ from test_padded_copy import expected, program
 from tilec.compiler import ir
 from tilec.compiler.api import compile_loaded, explain
 from tilec.lang import api as lang
+from kernel_numbers import numbered
 
 NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 FAMILIES = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "families"
@@ -46,7 +47,7 @@ def run_case(dims, fill: str, dtype: str, out_dtype: str = "") -> tuple[np.ndarr
     want = expected(x, dims, value)
     if out_dtype:
         want = want.astype(NP[out_dtype]).astype(np.float32)
-    return got, want, c.source
+    return got, want, numbered(c.source)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
@@ -73,7 +74,7 @@ def test_row_blocks_fill_the_partitions_at_batch_1() -> None:
     partitions, one load and one store DMA for both row blocks (dma_merge: the blocks a leading axis of the HBM access
     pattern), each partition's rows whole and contiguous."""
     c = compile_loaded(lang.load(str(FAMILIES / "pad1.tl")))
-    src = c.source
+    src = numbered(c.source)
     assert "X_rows = nl.ndarray((128, 28, 56)" in src and "P_tile = nl.ndarray((128, 28, 58)" in src
     dmas = [line for line in src.splitlines() if "dma_copy" in line]
     assert len(dmas) == 3  # the two fill rows (one DMA, rows 0 and 57), one load and one store of both row blocks
@@ -87,7 +88,7 @@ def test_row_blocks_fill_the_partitions_at_batch_1() -> None:
 def test_units_fill_the_partitions_at_batch_8() -> None:
     """pad1 at batch 8: 512 (n, c) units in 4 blocks of 128, a unit's rows in steps; no row blocks."""
     c = compile_loaded(lang.load(str(FAMILIES / "pad1.tl"), {"N": 8}))
-    src = c.source
+    src = numbered(c.source)
     assert re.search(r"for o_t in (nl\.affine_)?range\(4\):", src)
     assert re.search(r"for r_t in (nl\.affine_)?range\(2\):", src)
     assert "P_tile = nl.ndarray((128, 28, 58)" in src
@@ -141,7 +142,7 @@ def test_a_1d_padded_copy_as_rows_matches_np_pad(case: str, fill: str, dtype: st
 
 def test_a_million_element_shift_is_two_dmas_of_128_rows() -> None:
     c = compile_loaded(lang.load(program([("i", 1 << 20, 1 << 20, -1)], "0")))
-    src = c.source
+    src = numbered(c.source)
     assert "X_v = X.reshape((128, 8192))" in src and "dst=Y_v[:, 1:8192], src=X_v[:, 0:8191])" in src
     assert "dst=Y_v[1:128, 0:1], src=X_v[0:127, 8191:8192])" in src
 

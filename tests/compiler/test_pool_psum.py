@@ -13,6 +13,7 @@ from test_pool_window import NP, pool_program, reference
 from tilec.compiler import pool_costs, pool_knobs, pool_segments, wrap
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
+from kernel_numbers import numbered
 
 
 def run(kind: str, r: int, s: int, pad: int, dtype: str, seed: int = 11, nki: str | None = None, **sizes: int) -> str:
@@ -23,7 +24,7 @@ def run(kind: str, r: int, s: int, pad: int, dtype: str, seed: int = 11, nki: st
     want = reference(x.astype(np.float32), kind, r, s, pad)
     assert np.shape(got) == want.shape
     assert_matches(prog, "Y", got, want)
-    return compiled.source
+    return numbered(compiled.source)
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def test_explain_says_when_the_pass_along_x_reads_psum():
         text = c.stages["schedule"]
         assert ("psum(X, rows=18" in text) is expect
         assert ("engine='VectorE from PSUM'" in text) is expect
-        assert ("nisa.nc_matmul(" in c.source) is expect
+        assert ("nisa.nc_matmul(" in numbered(c.source)) is expect
 
 
 FIRST, LAST = "the first channel-row tile from SBUF", "the last channel-row tile, its pass along y"
@@ -105,7 +106,7 @@ def test_peeled_tiles_with_several_bands_both_dialects(psum_on, nki):
     compiled = compile_loaded(prog, lang.parse_schedule("split S.i, 16", "<test>"), nki=nki)
     x = np.random.default_rng(5).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
     assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x.astype(np.float32), "avg", 3, 1, 1))
-    source = compiled.source
+    source = numbered(compiled.source)
     assert FIRST in source and LAST in source and "range(2)" in source and source.count("for yb in ") == 3
 
 
@@ -152,7 +153,7 @@ def test_taps_with_peeled_tiles_and_a_sum_without_division(psum_on, monkeypatch,
     x = np.random.default_rng(2).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
     want = reference(x.astype(np.float32), "avg", 3, 1, 1) * 9
     assert_matches(prog, "Y", compiled.run(X=x)["Y"], want)
-    assert FIRST in compiled.source
+    assert FIRST in numbered(compiled.source)
 
 
 def test_model_chooses_taps_for_many_16_bit_tiles_only():
@@ -186,8 +187,8 @@ def test_16_bit_sums_round_each_output_once(psum_on):
     compiled = compile_loaded(prog, None)
     x = np.random.default_rng(34).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
     assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x.astype(np.float32), "avg", 4, 1, 0))
-    assert "X_taps" in compiled.source
-    assert "dtype=nl.float32" in compiled.source.split("Y_rows = ")[1].split("\n")[0]  # the partial sums
+    assert "X_taps" in numbered(compiled.source)
+    assert "dtype=nl.float32" in numbered(compiled.source).split("Y_rows = ")[1].split("\n")[0]  # the partial sums
 
 
 @pytest.mark.parametrize("nki", [None, "0.1"])
@@ -294,7 +295,7 @@ def test_few_tiles_sum_no_whole_rows_under_the_throttle(kind, nki):
     prog, few = compiled(2)
     text = few.stages["schedule"]
     assert "one per tap'" in text and "whole_rows" not in text
-    assert "X_full" not in few.source
+    assert "X_full" not in numbered(few.source)
     x = np.random.default_rng(7).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
     assert_matches(prog, "Y", few.run(X=x)["Y"], reference(x.astype(np.float32), kind, 3, 1, 1))
     assert "whole_rows=" in compiled(16)[1].stages["schedule"]

@@ -11,6 +11,7 @@ from compiler_helpers import assert_matches, check_against_reference, inputs_for
 from tilec.compiler.api import compile_loaded
 from tilec.errors import TilecError
 from tilec.lang import api as lang
+from kernel_numbers import numbered
 
 
 def reduce_program(init: str = "0", op: str = "+=", term: str = "A[i, j]", dtype: str = "f32", m: int = 256,
@@ -55,8 +56,8 @@ def run_numpy(c, reduce_fn) -> None:
 
 def test_row_sum_is_one_tensor_reduce_per_row_tile():
     c = compile_text(reduce_program())
-    assert "nisa.tensor_reduce(nl.add, A_tile, axis=1, keepdims=True, dtype=nl.float32)  # tl:7" in c.source
-    assert "for pt in nl.affine_range(2):  # tl:4  for i (tiles of TILE_P)" in c.source
+    assert "nisa.tensor_reduce(nl.add, A_tile, axis=1, keepdims=True, dtype=nl.float32)  # tl:7" in numbered(c.source)
+    assert "for pt in nl.affine_range(2):  # tl:4  for i (tiles of TILE_P)" in numbered(c.source)
     check_against_reference(c)
     run_numpy(c, lambda x: x["A"].sum(axis=1))
 
@@ -70,31 +71,31 @@ def test_row_sum_is_one_tensor_reduce_per_row_tile():
 def test_an_element_wise_expression_is_reduced(term, fn, schedule):
     """Each free tile of the expression is computed from the loaded tiles, then tensor_reduce'd."""
     c = compile_text(reduce_program(term=term, extra=", B: f32[M, N]"), schedule)
-    assert "nisa.tensor_reduce(nl.add, s_terms" in c.source
+    assert "nisa.tensor_reduce(nl.add, s_terms" in numbered(c.source)
     check_against_reference(c)
     run_numpy(c, fn)
 
 
 def test_free_tiles_combine_into_an_accumulator_column():
     c = compile_text(reduce_program(), "tile s.j, 128\ntile s.i, 64")
-    assert "TILE_F = 128" in c.source and "TILE_P = 64" in c.source
-    assert "for ft in nl.sequential_range(3):  # tl:6  for j (tiles of TILE_F)" in c.source
-    assert "s_acc[...] = nisa.tensor_tensor(s_acc, s_part, op=nl.add, dtype=nl.float32)" in c.source
+    assert "TILE_F = 128" in numbered(c.source) and "TILE_P = 64" in numbered(c.source)
+    assert "for ft in nl.sequential_range(3):  # tl:6  for j (tiles of TILE_F)" in numbered(c.source)
+    assert "s_acc[...] = nisa.tensor_tensor(s_acc, s_part, op=nl.add, dtype=nl.float32)" in numbered(c.source)
     check_against_reference(c)
 
 
 def test_f16_with_sizes_not_multiples_of_128():
     c = compile_text(reduce_program(dtype="f16", m=200, n=300), "tile s.j, 100")
-    assert "TILE_P = 100" in c.source  # 200 rows: the largest divisor up to 128
-    assert "s_tile[...] = nisa.tensor_copy(s_acc, dtype=nl.float16)" in c.source  # accumulate fp32, store f16
+    assert "TILE_P = 100" in numbered(c.source)  # 200 rows: the largest divisor up to 128
+    assert "s_tile[...] = nisa.tensor_copy(s_acc, dtype=nl.float16)" in numbered(c.source)  # accumulate fp32, store f16
     check_against_reference(c)
     run_numpy(c, lambda x: x["A"].sum(axis=1))
 
 
 def test_max_from_minus_inf_over_several_free_tiles():
     c = compile_text(reduce_program("-inf", "max=", m=200, n=300), "tile s.j, 60")
-    assert 'nisa.tensor_scalar(s_acc, nl.add, float("-inf"), dtype=nl.float32)' in c.source
-    assert "nisa.tensor_reduce(nl.maximum, A_tile" in c.source
+    assert 'nisa.tensor_scalar(s_acc, nl.add, float("-inf"), dtype=nl.float32)' in numbered(c.source)
+    assert "nisa.tensor_reduce(nl.maximum, A_tile" in numbered(c.source)
     check_against_reference(c)
     run_numpy(c, lambda x: x["A"].max(axis=1))
 
@@ -109,7 +110,7 @@ def test_max_of_all_negative_rows_starts_below_zero():
 
 def test_min_from_inf_in_one_tile():
     c = compile_text(reduce_program("inf", "min=", m=128, n=64))
-    assert "float(" not in c.source  # one free tile reduces straight into the accumulator: no identity needed
+    assert "float(" not in numbered(c.source)  # one free tile reduces straight into the accumulator: no identity needed
     check_against_reference(c)
     run_numpy(c, lambda x: x["A"].min(axis=1))
 
@@ -117,8 +118,8 @@ def test_min_from_inf_in_one_tile():
 def test_mean_from_a_bias_applies_factor_and_bias_once():
     c = compile_text(reduce_program("b[i]", term="A[i, j] / N", m=200, n=300, extra=", b: f32[M]"),
                      "tile s.j, 150")
-    assert "nisa.tensor_scalar(s_acc, nl.multiply, 0.0033333333333333335" in c.source
-    assert "nisa.tensor_tensor(s_acc, b_col, op=nl.add" in c.source
+    assert "nisa.tensor_scalar(s_acc, nl.multiply, 0.0033333333333333335" in numbered(c.source)
+    assert "nisa.tensor_tensor(s_acc, b_col, op=nl.add" in numbered(c.source)
     check_against_reference(c)
     run_numpy(c, lambda x: x["A"].mean(axis=1) + x["b"])
 
@@ -138,7 +139,7 @@ def test_3d_input_flattens_kept_indices_onto_partitions():
 
 def test_same_program_same_bytes():
     text = reduce_program("-inf", "max=", m=200, n=300)
-    assert compile_text(text, "tile s.j, 60").source == compile_text(text, "tile s.j, 60").source
+    assert numbered(compile_text(text, "tile s.j, 60").source) == numbered(compile_text(text, "tile s.j, 60").source)
 
 
 def test_explain_shows_the_plan_as_directives():

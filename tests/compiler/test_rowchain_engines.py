@@ -20,6 +20,7 @@ from tilec.perf.api import estimate
 from tilec.perf.params import TRN2
 from tilec.perf.tracebuild import TraceBuilder
 from tilec.compiler.wrap import unwrap
+from kernel_numbers import numbered
 
 
 def check_numbers(c, name: str, dtype: str) -> None:
@@ -35,7 +36,7 @@ def check_numbers(c, name: str, dtype: str) -> None:
 def test_layernorm_16bit_is_software_pipelined(dtype: str, rows: int, cols: int) -> None:
     """Rows shorter than TURN_MIN_F: r scales d on ScalarE, the centring moves to VectorE."""
     c = compiled("layernorm", dtype, rows, cols)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     assert "software-pipelined" in src and src.count("for pt in range(") == 1
     assert "engine=nisa.engine.gpsimd" in src  # the shift by b
     passes = [line for line in src.splitlines() if re.search(r"nisa\.activation\(dst=(discard|Y_tile)", line)]
@@ -52,7 +53,7 @@ def test_layernorm_16bit_is_software_pipelined(dtype: str, rows: int, cols: int)
 def test_layernorm_16bit_pipelined_scales_on_the_broadcast(dtype: str, rows: int, cols: int) -> None:
     """Rows of TURN_MIN_F or more: r scales g's broadcast (r x g in PSUM), the centring stays on ScalarE."""
     c = compiled("layernorm", dtype, rows, cols)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     assert "software-pipelined" in src and src.count("for pt in range(") == 1
     assert "engine=nisa.engine.gpsimd" in src  # the shift by b
     passes = [line for line in src.splitlines() if re.search(r"nisa\.activation\(dst=(discard|d_)", line)]
@@ -72,7 +73,7 @@ def test_rmsnorm_scales_by_r_on_the_broadcast_of_g(dtype: str) -> None:
     """16-bit rmsnorm's X * r * g: one ScalarE pass per row tile (the squares), X times the PSUM broadcast of r x g
     on VectorE; pipelined (four row tiles)."""
     c = compiled("rmsnorm", dtype, 512, 2048)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     assert "software-pipelined" in src
     whole = [line for line in src.splitlines() if re.search(r"nisa\.activation\(dst=\w+, op=", line)
              and "[128, 1]" not in line and "discard" in line]
@@ -88,7 +89,7 @@ def test_f32_rmsnorm_keeps_its_scaling_pass() -> None:
     """f32 rmsnorm: two ScalarE passes take less than the row tile's DMA time (ScalarE is not the bound), so r
     scales X on ScalarE and g is broadcast alone (turning r into a row would only lengthen each tile's path)."""
     c = compiled("rmsnorm", "f32", 512, 2048)
-    assert "nc_transpose" not in c.source and "stationary=ones_f32" in c.source
+    assert "nc_transpose" not in numbered(c.source) and "stationary=ones_f32" in numbered(c.source)
     check_numbers(c, "rmsnorm", "f32")
 
 
@@ -98,7 +99,7 @@ def test_a_column_not_exact_in_the_row_dtype_is_not_turned() -> None:
     text = FORMS["rmsnorm"][0].replace("f32", "bf16").replace("X[i, j] * r[i] * g[j]", "X[i, j] * r[i] * 0.3 * g[j]")
     assert "* 0.3 *" in text
     c = compile_loaded(lang.load(text, {"M": 512, "N": 2048}), nki="0.6")
-    assert "nc_transpose" not in c.source and "stationary=ones_bf16" in c.source
+    assert "nc_transpose" not in numbered(c.source) and "stationary=ones_bf16" in numbered(c.source)
     inputs = lang.random_inputs(c.program, seed=11)
     got = np.asarray(c.run(**inputs)["Y"], np.float64)
     want = 0.3 * FORMS["rmsnorm"][1](*(np.asarray(inputs[p.name], np.float64) for p in c.program.inputs))
@@ -108,7 +109,7 @@ def test_a_column_not_exact_in_the_row_dtype_is_not_turned() -> None:
 
 def test_odd_row_tile_count_keeps_one_tile_per_iteration() -> None:
     c = compiled("layernorm", "bf16", 384, 1024)  # three row tiles
-    assert "software-pipelined" not in c.source
+    assert "software-pipelined" not in numbered(c.source)
     check_numbers(c, "layernorm", "bf16")
 
 
@@ -126,7 +127,7 @@ def test_softmax_is_pipelined_at_its_loads(dtype: str) -> None:
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 def test_softmax_16bit_sums_on_its_exp(nki: str) -> None:
     c = compile_loaded(lang.load(FORMS["softmax"][0].replace("f32", "bf16"), {"M": 384, "N": 2000}), nki=nki)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     exp = [line for line in src.splitlines() if "op=nl.exp" in line]
     assert len(exp) == 1 and "reduce_res=s_col" in exp[0] and ("dst=e_bf16" in exp[0] or "e_bf16[...] =" in exp[0])
     stmts = list(ir.walk(c.result.kernel.body))
@@ -178,9 +179,9 @@ TURNED = [("layernorm", "bf16", 512, 2048), ("rmsnorm", "f16", 640, 3000), ("lay
 def test_turned_columns_in_both_nki_forms(name: str, dtype: str, rows: int, cols: int, nki: str) -> None:
     """The scaling by r on the broadcast of g, in every schedule the chain takes, in both NKI forms."""
     c = compile_loaded(lang.load(FORMS[name][0].replace("f32", dtype), {"M": rows, "N": cols}), nki=nki)
-    assert "nc_transpose" in c.source and "_scaled_psum" in c.source
-    assert ("software-pipelined" in c.source) == (rows == 512)
-    assert ("for cc in " in c.source) == (cols == 16384)
+    assert "nc_transpose" in numbered(c.source) and "_scaled_psum" in numbered(c.source)
+    assert ("software-pipelined" in numbered(c.source)) == (rows == 512)
+    assert ("for cc in " in numbered(c.source)) == (cols == 16384)
     check_numbers(c, name, dtype)
 
 
@@ -189,7 +190,7 @@ def test_pipelined_tiles_written_only_or_not_stored_are_shared() -> None:
     to (never stored) are one buffer each for both parities, allocated once before the loop; the tiles handed from
     one stage to the next (d) and the stored result keep one buffer per parity."""
     c = compiled("layernorm", "bf16", 512, 2048)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     allocs = re.findall(r"^\s*(\w+) = nl\.ndarray\(\(128, 2048\)", src, re.M)
     assert len([a for a in allocs if a.startswith("discard")]) == 1
     assert allocs.count("Y_prod1") == 1 and "Y_psum1" not in src

@@ -12,6 +12,7 @@ from compiler_helpers import assert_matches, check_against_reference, inputs_for
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 from tilec.compiler.wrap import unwrap
+from kernel_numbers import numbered
 
 _NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
@@ -67,7 +68,7 @@ def test_global_average_pool_matches_numpy(dtype, n, c, h, w):
 
 
 def test_resnet_pool_groups_rows_and_stores_once():
-    src = unwrap(compile_text(gpool("f32", 1, 2048, 7, 7)).source)
+    src = unwrap(numbered(compile_text(gpool("f32", 1, 2048, 7, 7)).source))
     assert "X_v = X.reshape((128, 16, 49))" in src and "Y_v = Y.reshape((128, 16))" in src
     assert src.count("dma_copy(dst=Y_v") == 1 and "for pt in" not in src
 
@@ -81,7 +82,7 @@ def test_resnet_pool_groups_rows_and_stores_once():
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_row_reduction_of_short_rows(op, init, fn, dtype):
     c = compile_text(rowred(op, init, dtype, 4096, 49))
-    assert "axis=2, keepdims=False" in c.source and "TILE_G = 16" in c.source
+    assert "axis=2, keepdims=False" in numbered(c.source) and "TILE_G = 16" in numbered(c.source)
     against_numpy(c, "s", lambda x: fn(x["A"]))
 
 
@@ -91,7 +92,7 @@ def test_rows_not_a_multiple_of_128(m, n, short):
     1 partitions: ragged row tiles instead (128-row tiles and one of the rest; 4099 x 3 f16: 5981 -> 66 us on the
     model)."""
     c = compile_text(rowred("+=", "0", "f16", m, n))
-    assert ("short rows" in c.source) == short and (short or "TILE_P = 128" in c.source)
+    assert ("short rows" in numbered(c.source)) == short and (short or "TILE_P = 128" in numbered(c.source))
     against_numpy(c, "s", lambda x: x["A"].sum(axis=1))
 
 
@@ -99,7 +100,7 @@ def test_rows_not_a_multiple_of_128(m, n, short):
 def test_directives_keep_one_row_per_partition(schedule):
     """A directive names the row and free tiles of the one-row-per-partition form: it is honoured as written."""
     c = compile_text(rowred("+=", "0", "f32", 512, 49), schedule)
-    assert "short rows" not in c.source
+    assert "short rows" not in numbered(c.source)
     against_numpy(c, "s", lambda x: x["A"].sum(axis=1))
 
 
@@ -110,7 +111,7 @@ def test_directive_on_the_pool_builds_its_ops_alone():
 
 def test_long_rows_keep_one_row_per_partition():
     c = compile_text(rowred("+=", "0", "f32", 512, 129))
-    assert "short rows" not in c.source and "for pt in" in c.source
+    assert "short rows" not in numbered(c.source) and "for pt in" in numbered(c.source)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
@@ -141,7 +142,7 @@ kernel chain(A: f16[M, N], b: f16[M]) -> Y
     Y[i] = s[i] * 0.5 - m[i] + b[i]
 """
     c = compile_text(text)
-    assert "short rows" in c.source and c.source.count("tensor_reduce") == 2
+    assert "short rows" in numbered(c.source) and numbered(c.source).count("tensor_reduce") == 2
     against_numpy(c, "Y", lambda x: _f16(x["A"].sum(axis=1) + x["b"]) * 0.5 - x["A"].max(axis=1) + x["b"])
 
 
@@ -152,7 +153,7 @@ def _f16(v):
 def test_rows_of_one_element_keep_one_row_per_partition():
     """A reduction over one element is no tensor_reduce over a last axis (the unit axis squeezes away)."""
     c = compile_text(rowred("+=", "0", "f32", 512, 1))
-    assert "short rows" not in c.source
+    assert "short rows" not in numbered(c.source)
     against_numpy(c, "s", lambda x: x["A"].sum(axis=1))
 
 
@@ -169,5 +170,5 @@ kernel sq(A: {dtype}[M, N], B: {dtype}[M, N]) -> s
       s[i] += (A[i, j] - B[i, j]) * (A[i, j] - B[i, j]) / 49
 """
     c = compile_text(text)
-    assert "short rows" in c.source and "axis=2, keepdims=False" in c.source
+    assert "short rows" in numbered(c.source) and "axis=2, keepdims=False" in numbered(c.source)
     against_numpy(c, "s", lambda x: ((x["A"] - x["B"]) ** 2).mean(axis=1))

@@ -19,6 +19,7 @@ from tilec.compiler.codegen import emit
 from tilec.compiler.squeeze import kept_dims, squeeze
 from tilec.lang import api as lang
 from tilec.compiler.wrap import unwrap
+from kernel_numbers import numbered
 
 ROW_AND_COLUMN = """\
 kernel rowbc(A: f32[M, N], s: f32[N], b: f32[M]) -> Y
@@ -118,7 +119,7 @@ def test_results_keep_the_shape_of_their_operands(case):
 
 def test_matmul_reads_like_a_hand_written_kernel():
     """The plain matmul is no longer a degenerate convolution: 2-D tiles and operands, the arguments read directly."""
-    source = unwrap(compile_example("matmul", CASES["matmul"][1]).source)
+    source = unwrap(numbered(compile_example("matmul", CASES["matmul"][1]).source))
     assert ".reshape(" not in source
     assert "C_acc = nl.zeros((128, 320), dtype=nl.float32, buffer=nl.psum)" in source
     assert "nisa.nc_matmul(A_T[:, k_t, i_t * TILE_I:i_t * TILE_I + TILE_I], " \
@@ -128,14 +129,14 @@ def test_matmul_reads_like_a_hand_written_kernel():
 
 def test_a_lone_unit_slice_stays_a_slice():
     """The (P, 1) bias column keeps its free dim; a 1-long slice of a longer dim becomes a single index."""
-    source = unwrap(_compiled("conv_pool_rows_2").source)
+    source = unwrap(numbered(_compiled("conv_pool_rows_2").source))
     assert "bias=b_col[:, k_t:k_t + 1]" in source
     assert "nisa.tensor_tensor(conv_act[:, 0], conv_act[:, 1], " in source
 
 
 def test_dma_transpose_operands_keep_their_rank():
     c = _compiled("transpose_dma")
-    assert "nisa.dma_transpose(X[" in unwrap(c.source)
+    assert "nisa.dma_transpose(X[" in unwrap(numbered(c.source))
     transposes = [s for s in ir.walk(c.result.kernels["squeeze"].body) if isinstance(s, ir.Transpose)]
     assert transposes and all(len(t.src.idx) == 2 for t in transposes)
 

@@ -17,6 +17,7 @@ from compiler_helpers import check_against_reference, inputs_for
 from tilec.compiler import rules_copy
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
+from kernel_numbers import numbered
 
 NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
@@ -58,14 +59,14 @@ SHAPES = {
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_a_crop_of_short_rows_is_staged_and_exact(shape: str, dtype: str, nki: str) -> None:
     c, got, want = run_crop(dtype, nki, **SHAPES[shape])
-    assert "cropped in SBUF" in c.source and "nl.sbuf" in c.source
+    assert "cropped in SBUF" in numbered(c.source) and "nl.sbuf" in numbered(c.source)
     np.testing.assert_array_equal(got, want)  # a copy moves bits: exact
 
 
 @pytest.mark.parametrize("dtype, out_dtype", [("f32", "bf16"), ("bf16", "f32"), ("f16", "bf16")])
 def test_a_converting_staged_crop_rounds_as_numpy(dtype: str, out_dtype: str) -> None:
     c, got, want = run_crop(dtype, "0.6", out_dtype, N=2, C=70, H=3, W=9)
-    assert "cropped in SBUF" in c.source
+    assert "cropped in SBUF" in numbered(c.source)
     np.testing.assert_array_equal(got, want)
     check_against_reference(c)
 
@@ -75,7 +76,7 @@ def test_the_shift_family_loads_and_stores_one_run_per_partition() -> None:
     on VectorE and ScalarE, one store of whole result rows (56 x 55): 4 DMAs in all."""
     c, got, want = run_crop("bf16", "0.6", N=1, C=256, H=56, W=56)
     np.testing.assert_array_equal(got, want)
-    src = c.source
+    src = numbered(c.source)
     assert "X_rows = nl.ndarray((128, 56, 56)" in src and "Y_tile = nl.ndarray((128, 56, 55)" in src
     assert src.count("nisa.dma_copy(") == 2 and "for o_t in range(2):" in src
     assert "nisa.tensor_copy(" in src and "nisa.activation(" in src
@@ -92,16 +93,16 @@ def test_only_short_rows_are_staged(dtype: str, width: int, staged: bool) -> Non
     text, sizes = crop_program(dtype, A=0, B=1, R=0, S=1, N=1, C=128, H=3, W=width)
     c = compile_loaded(lang.load(text, sizes))
     assert (((width - 1) * (4 if dtype == "f32" else 2) < rules_copy.STAGE_RUN_BYTES) == staged)
-    assert ("cropped in SBUF" in c.source) == staged
+    assert ("cropped in SBUF" in numbered(c.source)) == staged
     if not staged:
-        assert c.source.count("nisa.dma_copy(") == 1 and "nl.sbuf" not in c.source
+        assert numbered(c.source).count("nisa.dma_copy(") == 1 and "nl.sbuf" not in numbered(c.source)
 
 
 def test_a_crop_keeping_less_than_half_the_row_stays_hbm_to_hbm() -> None:
     """Loading whole rows to keep 4 of 17 elements would move 4x the bytes: the crop stays HBM -> HBM."""
     text, sizes = crop_program("bf16", A=0, B=3, R=0, S=13, N=1, C=128, H=3, W=17)
     c = compile_loaded(lang.load(text, sizes))
-    assert "cropped in SBUF" not in c.source and "nl.sbuf" not in c.source
+    assert "cropped in SBUF" not in numbered(c.source) and "nl.sbuf" not in numbered(c.source)
     check_against_reference(c)
 
 
@@ -141,7 +142,7 @@ UPSAMPLES = {
 def test_upsampled_rows_match_numpy_repeat(case: str, dtype: str, nki: str) -> None:
     ki, kj, sizes = UPSAMPLES[case]
     c, got, want = run_upsample(dtype, nki, ki, kj, **sizes)
-    assert f"upsampled {ki}x{kj} in SBUF" in c.source
+    assert f"upsampled {ki}x{kj} in SBUF" in numbered(c.source)
     np.testing.assert_array_equal(got, want)
 
 
@@ -149,8 +150,8 @@ def test_upsampled_rows_take_steps_of_rows_that_fit() -> None:
     c, _, _ = run_upsample("f32", "0.6", 2, 2, N=1, C=128, H=40, W=60)
     per_row = 2 * 120 * 4  # result bytes per row of X
     rows = max(d for d in range(1, 41) if 40 % d == 0 and d * per_row <= rules_copy.UPSAMPLE_STEP_BYTES)
-    assert rows < 40 and f"for r_t in range({40 // rows}):" in c.source
-    assert f"Y_tile = nl.ndarray((128, {2 * rows}, 120)" in c.source
+    assert rows < 40 and f"for r_t in range({40 // rows}):" in numbered(c.source)
+    assert f"Y_tile = nl.ndarray((128, {2 * rows}, 120)" in numbered(c.source)
 
 
 @pytest.mark.parametrize("dtype, out_dtype", [("f32", "bf16"), ("bf16", "f32")])
@@ -163,7 +164,7 @@ def test_a_converting_upsample_rounds_as_numpy(dtype: str, out_dtype: str) -> No
 def test_an_upsample_of_few_units_keeps_the_replication_rule() -> None:
     """Fewer units than partitions: the copy rule's replication (channels on the partitions) takes it."""
     c, got, want = run_upsample("bf16", "0.6", 2, 2, N=1, C=40, H=4, W=5)
-    assert "upsampled" not in c.source and "replicated" in c.source
+    assert "upsampled" not in numbered(c.source) and "replicated" in numbered(c.source)
     np.testing.assert_array_equal(got, want)
 
 
@@ -175,7 +176,7 @@ def test_both_fill_rows_are_one_dma_and_exact(dtype: str, nki: str) -> None:
     from test_padded_copy import expected, program
     dims = [("n", 3, 3, 0), ("c", 50, 50, 0), ("y", 7, 9, -1), ("x", 5, 7, -1)]  # 150 units: 2 blocks of 75
     c = compile_loaded(lang.load(program(dims, "-2", dtype)), nki=nki)
-    assert "dma_copy(dst=Y_v[o_t * 75:o_t * 75 + 75, 0:9:8]" in c.source  # rows 0 and 8, blocks of 75 units
+    assert "dma_copy(dst=Y_v[o_t * 75:o_t * 75 + 75, 0:9:8]" in numbered(c.source)  # rows 0 and 8, blocks of 75 units
     inputs = inputs_for(c.program)
     got = np.asarray(c.run(**inputs)["Y"], np.float32)
     x = np.asarray(inputs["X"]).astype(NP[dtype]).astype(np.float32)

@@ -20,6 +20,7 @@ from tilec.compiler.schedule import default_plan
 from tilec.compiler.select import select
 from tilec.lang import api as lang
 from tilec.target import target
+from kernel_numbers import numbered
 
 UNIT = """\
 kernel col(A: f32[N, M, P], c: f32[M]) -> Y
@@ -81,10 +82,11 @@ def test_the_value_is_copied_to_every_partition_once():
     """4096 x 1 x 64: one (1, 1) load of c, one ones-matmul to 128 partitions, then 128-partition tiles of the
     flattened output (not 4096 tiles of one partition)."""
     c = compile_loaded(lang.load(UNIT.format(N=4096, P=64, expr="2 * c[m] + 1")), None, "0.6")
-    src = wrap.unwrap(c.source)
+    src = wrap.unwrap(numbered(c.source))
     assert src.count("nc_matmul(") == 1 and "c_col = nl.ndarray((128, 1)" in src
     assert "Y_tile = nl.ndarray((128, 1024)" in src and "for t in range(2)" in src
-    ragged = wrap.unwrap(compile_loaded(lang.load(UNIT.format(N=4099, P=1, expr="c[m]")), None, "0.6").source)
+    ragged = wrap.unwrap(numbered(compile_loaded(lang.load(UNIT.format(N=4099, P=1, expr="c[m]")), None, "0.6")
+                                  .source))
     assert "Y_tile_a = nl.ndarray((128, 1)" in ragged and "Y_tile_b = nl.ndarray((3, 1)" in ragged
 
 
@@ -131,11 +133,11 @@ def test_a_users_tiles_keep_the_column_layout():
     column layout (one partition each), still matching NumPy; the default schedule is the flattened one."""
     prog = lang.load(UNIT.format(N=40, P=64, expr="2 * c[m] + 1"))
     c = compile_loaded(prog, lang.parse_schedule("tile Y.p, 32", "<test>"), "0.6")
-    src = wrap.unwrap(c.source)
+    src = wrap.unwrap(numbered(c.source))
     assert "Y_tile = nl.ndarray((1, 32)" in src and "nc_matmul(" not in src
     inputs = _inputs(prog, "f32")
     assert_matches(prog, "Y", c.run(**inputs)["Y"], _want("2 * c[m] + 1", inputs, "f32"))
-    assert "nc_matmul(" in compile_loaded(prog, None, "0.6").source
+    assert "nc_matmul(" in numbered(compile_loaded(prog, None, "0.6").source)
 
 
 def test_explain_shows_the_rules_layout_not_the_plans_one_partition():

@@ -19,6 +19,7 @@ import tilec  # noqa: F401
 from tilec.compiler.api import compile_file
 from tilec.lang import api as lang
 from tilec.perf.api import estimate
+from kernel_numbers import numbered
 
 NP = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 NL = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -36,7 +37,7 @@ def run_both(path, schedule=None):
         got, trace = c.run_traced(**inputs)
         outs[nki] = {k: np.asarray(v, np.float64) for k, v in got.items()}
         latency[nki] = estimate(trace).total_us
-        sources[nki] = c.source
+        sources[nki] = numbered(c.source)
     for name in outs["0.6"]:
         np.testing.assert_array_equal(outs["0.6"][name], outs["0.1"][name])  # one IR: the same bits
     assert latency["0.6"] == latency["0.1"]

@@ -44,6 +44,7 @@ from tilec.compiler.conv_fold import fold_groups
 from tilec.compiler.conv_pairs import pair_groups
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
+from tilec.compiler.named import named_fields
 from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
@@ -148,6 +149,8 @@ class _ConvBuilder:
         # a conv -> conv chain kept in SBUF (conv_chain.py): src_chip is this conv's moving operand already on chip
         # (its matmuls read it in place, no band loads), dst_chip the buffer its eviction writes (no output band)
         self.src_chip, self.dst_chip = src_chip, dst_chip
+        cn = const_names(op, fresh)  # the plan's tiles by their constants' names: trip counts read SIZE_K // TILE_K
+        plan = named_fields(plan, tile_k=cn["k"], tile_c=cn["c"], tile_x=cn["x"], rows=cn["rows"], band=cn["band"])
         # row pairs evicted into a paired image whose copies start at an odd row: odd rows on the first half
         self.swap = int(dst_chip is not None and dst_chip.paired and dst_chip.row0 % 2 == 1)
         if op.w_layout == "dw":  # depthwise: an out-channel tile reads the in-channel tile of the same channels
@@ -556,7 +559,8 @@ class _ConvBuilder:
             self.slot, lo = 0, hi
         if hi > lo:
             note_mid = note if (lo, hi) == (0, self.NB) else f"{note}, bands {lo}..{hi - 1}"
-            out += loop(V["y"], hi - lo, part(V["y"], lo), note=note_mid, line=self.L["y"])
+            whole = self.NB if (lo, hi) == (0, self.NB) else hi - lo  # all bands: NB (named SIZE_Ho // BAND)
+            out += loop(V["y"], whole, part(V["y"], lo), note=note_mid, line=self.L["y"])
         for b in range(hi, self.NB):
             out += part(None, b)
         self.yb = (V["y"], 0)

@@ -37,6 +37,7 @@ from tilec.compiler.depthwise_explain import plural
 from tilec.compiler.depthwise_kernel import DepthwiseBuilder, clamp_evict
 from tilec.compiler.depthwise_layout import DTYPE, PRODUCT_TRIES, PRODUCTS, PSUM_FP32, Layout, choose_routes
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, Transpose, View, full
+from tilec.compiler.named import name
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.psum_share import shared_sums
 from tilec.compiler.schedule import PMAX
@@ -150,7 +151,7 @@ class BlockBuilder:
         self.K = p.dim("K")
         self.R, self.S = d.dim("R"), d.dim("S")
         self.IR = lay.rb + self.R - 1  # rows of A behind a block of output rows
-        self.G, self.CR = self.E // lay.cg, self.E % lay.cg
+        self.G, self.CR = self.E // name(lay.cg, fresh("GROUP")), self.E % lay.cg  # SIZE_E // GROUP groups
         self.rc = max(1, PSUM_FP32 // self.W)
         self.dtype = hbm[e.x].dtype
         self.dw = DepthwiseBuilder(d, hbm, fresh, Layout(lay.cg, lay.nb, lay.rb, 1, self.rc, lay.products), pe,

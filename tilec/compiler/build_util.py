@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 from tilec.compiler import ir
 from tilec.compiler.ir import Aff, Alloc, Binary, Buf, Loop, Matmul, Reshape, Scalar, Sl, Stmt, Term, View, full, whole
+from tilec.compiler.named import Named, named_ints, words as text_words
 
 
 def term(var: str, coef: int = 1, name: str = "") -> Term:
@@ -36,7 +37,8 @@ def map_aff(node, fn, sl_fn=None):
 
 
 def used_consts(stmts: list[Stmt], consts: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """The constants the statements name (in an index, a slice size or a loop's comment): a loop of extent 1 drops
+    """The constants the statements name (in an index, a slice size, a named trip count or dimension, or a loop's
+    comment): a loop of extent 1 drops
     its tile's constant, and the kernel should not define names nobody reads."""
     named: set[str] = set()
 
@@ -48,8 +50,21 @@ def used_consts(stmts: list[Stmt], consts: list[tuple[str, int]]) -> list[tuple[
         named.add(x.name)
         return x
     map_aff(tuple(stmts), fn, sl_fn)
+    named |= {w for x in printed_sizes(stmts) for w in text_words(x.text)}
     words = set(re.findall(r"\w+", " ".join(_comments(stmts))))
     return [(name, value) for name, value in consts if name in named or name in words]
+
+
+def printed_sizes(stmts: Sequence[Stmt]) -> list[Named]:
+    """The named sizes codegen prints: loops' trip counts, allocations' and reshapes' dimensions (not the shapes of
+    buffers a view reads: a kernel parameter's is printed in numbers by its shape check)."""
+    out: list[Named] = []
+    for s in ir.walk(tuple(stmts)):
+        if isinstance(s, Loop):
+            out += named_ints(s.extent)
+        elif isinstance(s, (Alloc, Reshape)):
+            out += named_ints(s.buf.shape)
+    return out
 
 
 def _comments(stmts) -> list[str]:

@@ -15,6 +15,7 @@ import jinja2
 
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Copy, Dma, Identity, Kernel, Loop, Matmul, Reduce,
                                Reshape, Scalar, Sl, Stmt, Transpose, View, window_axes)
+from tilec.compiler.named import show
 from tilec.compiler.names import sanitised, unique
 from tilec.errors import InternalError
 from tilec.lang.functions import ACTIVATIONS, FUNCTIONS
@@ -113,6 +114,12 @@ def _shape(shape: tuple[int, ...]) -> str:
     return f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(map(str, shape))})"
 
 
+def _named_shape(shape: tuple[int, ...]) -> str:
+    """An on-chip allocation's shape with its dimensions by name where a builder knows them: (TILE_K, SIZE_M)."""
+    dims = [show(d) for d in shape]
+    return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
+
+
 Compute = Copy | Act | Binary | Scalar | Reduce  # the statements that write a `dst` tile on an engine
 
 
@@ -125,16 +132,16 @@ class _ViewModel:
         if isinstance(s, Loop):
             note = f"  {s.note}" if s.note else ""
             return {"kind": "loop", "var": self.names(s.var, "var"), "range": RANGES[s.kind],
-                    "extent": s.extent_name or s.extent, "tag": (tag + note) if tag else "", "body":
+                    "extent": s.extent_name or show(s.extent), "tag": (tag + note) if tag else "", "body":
                     [self.stmt(x) for x in s.body]}
         if isinstance(s, Block):
             return {"kind": "block", "label": s.label, "tag": "", "body": [self.stmt(x) for x in s.body]}
         if isinstance(s, Alloc):
-            return {"kind": "alloc", "name": self.names(s.buf.name), "shape": _shape(s.buf.shape),
+            return {"kind": "alloc", "name": self.names(s.buf.name), "shape": _named_shape(s.buf.shape),
                     "dtype": DTYPES[s.buf.dtype], "buffer": BUFFERS[s.buf.memory], "zero": s.zero, "tag": tag}
         if isinstance(s, Reshape):
             return {"kind": "reshape", "name": self.names(s.buf.name), "base": self.names(s.base.name),
-                    "shape": _shape(s.buf.shape), "tag": tag}
+                    "shape": _named_shape(s.buf.shape), "tag": tag}
         if isinstance(s, Dma):
             pre: list[str] = []  # lines the DMA needs first (the index grid of a permuted view)
             dst, src = self.dma_view(s.dst, pre), self.dma_view(s.src, pre)

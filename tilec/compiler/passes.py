@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler import ir
+from tilec.compiler import ir, named
 from tilec.compiler.build_util import map_aff
 from tilec.compiler.ir import Aff, Block, Kernel, Loop, Stmt, Term
 from tilec.compiler.verify import memory_summary
@@ -84,13 +84,17 @@ def _unroll(body: tuple[Stmt, ...], names: set[str]) -> tuple[Stmt, ...]:
 
 
 def rename_consts(stmts: list[Stmt], prefix: str) -> list[Stmt]:
-    """Prefix every named constant (in index terms and slice sizes): two ops in one kernel keep their own."""
+    """Prefix every named constant (in index terms, slice sizes, and the names of trip counts and dimensions but the
+    program's sizes, which the ops share): two ops in one kernel keep their own."""
     def fn(x: Aff) -> Aff:
         return Aff(tuple(Term(t.var, t.coef, prefix + t.name if t.name else "") for t in x.terms), x.const)
 
     def sl_fn(x: ir.Sl) -> ir.Sl:
         return replace(x, name=prefix + x.name) if x.name else x
-    return list(map_aff(tuple(stmts), fn, sl_fn))
+
+    def text_fn(x: named.Named) -> int:
+        return named.renamed(x, {w: prefix + w for w in named.words(x.text) if not named.is_size(w)})
+    return list(named.map_ints(map_aff(tuple(stmts), fn, sl_fn), text_fn))
 
 
 def peak_usage(body: tuple[Stmt, ...]) -> tuple[int, int]:

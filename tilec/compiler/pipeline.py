@@ -22,6 +22,7 @@ from tilec.compiler.build_util import used_consts
 from tilec.compiler.codegen import emit
 from tilec.compiler.dma_merge import merge_block_dmas
 from tilec.compiler.lower import lower, print_comps
+from tilec.compiler.named import name_sizes, size_consts
 from tilec.compiler.names import NameAllocator, program_names, sanitised, unique
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.tensorize import match
@@ -115,6 +116,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     program = split_shifted_reads(program)  # `Y[i, j] = X[i, j + 1] - X[i, j]`: the shifted read copied first (same)
     program = split_in_place_epilogues(program)  # `O += P * V` then `O = O / z`: O_acc first (inplace_split.py)
     reject_unsupported(program.kernel)  # constructs only the reference evaluator runs yet (unsupported.py)
+    program = name_sizes(program)  # sizes that remember their names: `SIZE_K // TILE_K` trip counts (named.py)
     tgt = get_target(target)
     dtypes = {name: t.dtype for name, t in program.tensors.items()}
     stages: dict[str, str] = {}
@@ -282,7 +284,9 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, schedu
     for _, op_consts, stmts in parts:
         consts.update(op_consts)
         body += stmts
-    return ir.Kernel(program.kernel.name, params, outputs, tuple(body), tuple(consts.items()))
+    # the program's sizes the kernel prints by name (SIZE_K), first: the tile constants are read against them
+    sizes = used_consts(body, size_consts(program))
+    return ir.Kernel(program.kernel.name, params, outputs, tuple(body), tuple(sizes + list(consts.items())))
 
 
 def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, scheduled: AbstractSet[str], budget: int,

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from tilec.compiler import named
 from tilec.compiler.ir import Aff, Term
 from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Const, Expr, Index, Kernel, Load, Loop, Op, Stmt,
                                  Update, fmt_access, loads, map_loads, walk)
@@ -146,6 +147,7 @@ def split(k: Kernel, var: str, factor: int, span: Span | None = None, outer: str
         divisors = [d for d in range(1, loop.extent + 1) if loop.extent % d == 0]
         raise _fail(f"split {var}, {factor}: {factor} does not divide the extent {loop.extent} of loop {var}", span,
                     f"use a divisor of {loop.extent}: {', '.join(map(str, divisors[:12]))}")
+    factor = named.name(factor, name) if name else factor  # the outer trip count reads `SIZE_M // TILE` (named.py)
     outer, inner = outer or f"{var}_o", inner or f"{var}_i"
     for new in (outer, inner):
         if any(isinstance(s, Loop) and s.var == new for s in walk(k.body)):
@@ -154,7 +156,8 @@ def split(k: Kernel, var: str, factor: int, span: Span | None = None, outer: str
     outer_note = note or (f"{loop.note} (tiles of {name})" if name and loop.note else loop.note)
 
     def rebuild(s: Loop) -> Loop:
-        inner_loop = Loop(inner, factor, _subst(s.body, var, by), s.kind, s.line, s.note)
+        whole = s.extent if s.extent == factor else factor  # one outer step: the inner loop is all of s (its name)
+        inner_loop = Loop(inner, whole, _subst(s.body, var, by), s.kind, s.line, s.note)
         return Loop(outer, s.extent // factor, (inner_loop,), "serial", s.line, outer_note)
 
     return _with_loop(k, loop, rebuild)

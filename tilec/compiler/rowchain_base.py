@@ -17,6 +17,7 @@ from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, DTYPE_BYTES, Dma, Reduce, Scalar, Stmt, View, full, whole
+from tilec.compiler.named import name
 from tilec.compiler.ops import EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx
@@ -110,7 +111,7 @@ class _ChainBase:
         self.fresh: Fresh = fresh_for(ops[-1])
         self.R = next(op.dim("R") for op in ops if type(op) is ReduceOp)
         self.F = next(op.dim("F") for op in ops if type(op) is ReduceOp)
-        self.TP = best_divisor(self.R, PMAX)
+        self.TP = name(best_divisor(self.R, PMAX), "TILE_P")  # printed as TILE_P (named.py)
         self.line = ops[0].line
         self.made = {op.out for op in ops}
         self.values: dict[str, Value] = {}  # every tensor of the chain, computed or still folded

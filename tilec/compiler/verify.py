@@ -5,7 +5,8 @@ no two different buffers share a name; every index stays inside its buffer; on-c
 matmul stationary <= 128x128, moving free size <= 512, the accumulator fits one 2 KiB PSUM bank; DMAs never touch
 PSUM; only the HBM side of a DMA is permuted (by an order of its sliced axes); <= 8 PSUM banks live; SBUF bytes per
 partition within the compiler's budget; a PSUM accumulator's first matmul (NKI 0.6: accumulate=False) covers what
-the later matmuls of its chain add to, where their views are static.
+the later matmuls of its chain add to, where their views are static; every trip count and dimension printed by name
+reads declared constants and evaluates to its number.
 All limits come from the Target (tilec/target.py) the kernel is compiled for.
 
 PSUM tiles over one bank (fid12): both NKI versions forbid them on NeuronCore-v2/v3. NKI 0.1 (v2.26.1):
@@ -25,6 +26,8 @@ from __future__ import annotations
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Block, Buf, Copy, Dma, Identity, Kernel, Loop, Matmul, Reduce,
                                Reshape, Scalar, Sl, Stmt, Transpose, View, views, walk, window_axes,
                                window_shape)
+from tilec.compiler.build_util import printed_sizes
+from tilec.compiler.named import evaluate
 from tilec.compiler.schedule import sbuf_budget
 from tilec.errors import InternalError
 from tilec.target import Target, target as get_target
@@ -47,6 +50,7 @@ class _Verifier:
         self.named = dict(scope)  # every buffer name of the kernel: one name, one buffer (names.py)
         self.body(self.k.body, {}, scope, 0, 0)
         self.chain_starts()
+        self.named_sizes()
 
     def define(self, b: Buf) -> None:
         if self.named.setdefault(b.name, b) != b:
@@ -289,6 +293,17 @@ class _Verifier:
         for name, value in named:
             if self.consts.get(name) != value:
                 self.fail(f"index uses constant {name} = {value}, the kernel defines {self.consts.get(name)}")
+
+    def named_sizes(self) -> None:
+        """A trip count or dimension printed by name (named.py) must read declared constants only and evaluate to
+        its number: codegen prints the name, the model and the interpreter use the number."""
+        for x in printed_sizes(self.k.body):
+            try:
+                value = evaluate(x.text, self.consts)
+            except (KeyError, ValueError, SyntaxError, ZeroDivisionError) as err:
+                self.fail(f"size {x} is printed as `{x.text}`, which the kernel's constants do not define ({err!r})")
+            if value != x:
+                self.fail(f"size {x} is printed as `{x.text}`, which is {value} with the kernel's constants")
 
     def range(self, x: Aff, loops: dict[str, int]) -> tuple[int, int]:
         lo = hi = x.const
