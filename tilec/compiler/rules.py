@@ -32,7 +32,7 @@ from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Loop, loads, loop_index
 from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim
-from tilec.compiler.schedule import MOVING_FMAX, WHOLE_ROWS_BYTES, EltwisePlan, best_divisor, eltwise_plan
+from tilec.compiler.schedule import MOVING_FMAX, WHOLE_ROWS_BYTES, EltwisePlan, best_divisor, eltwise_plan, tile_size
 from tilec.compiler.select_eltwise import outer_row, turn_run, turns
 from tilec.target import Target
 
@@ -246,6 +246,10 @@ def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:
                          f"for {', '.join(names[b:])}"), lines=lines, views=tuple(v.items()))]
     # tiles the sizes do not divide: cut the partitions and the free elements into whole tiles and the rest
     rows = _ragged_parts(lay["P"], min(p.parts, lay["P"]), 1)
+    if n.rows and (_outer_rows(n) or len(rows) > 1) and p.free > MOVING_FMAX:
+        # rows broadcast tile by tile (per outer index, or per region of ragged partitions) go through one PSUM bank
+        # per tile: the plan's wide tiles are for rows broadcast whole (schedule.eltwise_plan)
+        p = replace(p, free=tile_size(lay["F"], MOVING_FMAX))
     cols = _ragged_parts(lay["F"], min(p.free, lay["F"]), 1)
     if len(rows) > 1:
         prims.append(prim("cut", "p", rows[1][0], root="o"))
