@@ -36,6 +36,14 @@ CASES = {  # name: (program, NumPy formula of the inputs)
                          lambda a: a["X"] * a["m"][:, None, :] + a["s"]),
     "with_a_column": (THREE.format(expr="max(X[b, i, j] - m[b, j], c[i])"),
                       lambda a: np.maximum(a["X"] - a["m"][:, None, :], a["c"][None, :, None])),
+    # test_selection's former "broadcast" refusal (its golden select_broadcast.txt is gone)
+    "selection_broadcast": ("""\
+kernel bc(A: f32[M, N, L], b: f32[M, L]) -> C
+  default M = 128, N = 64, L = 8
+  C: f32[M, N, L]
+  for i in 0..M, j in 0..N, l in 0..L:
+    C[i, j, l] = A[i, j, l] + b[i, l]
+""", lambda a: a["A"] + a["b"][:, None, :]),
     # a column that reads the outer index too: both widened first (lang_split.split_mixed_broadcasts)
     "with_a_column_per_batch": (THREE.replace("c: f32[M]", "c: f32[B, M]").format(
         expr="X[b, i, j] * m[b, j] + c[b, i]"), lambda a: a["X"] * a["m"][:, None, :] + a["c"][:, :, None]),

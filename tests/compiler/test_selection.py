@@ -69,13 +69,6 @@ def test_temporary_read_by_two_ops_goes_through_hbm():
 
 
 REJECTED = {
-    "broadcast": """\
-kernel bc(A: f32[M, N, L], b: f32[M, L]) -> C
-  default M = 128, N = 64, L = 8
-  C: f32[M, N, L]
-  for i in 0..M, j in 0..N, l in 0..L:
-    C[i, j, l] = A[i, j, l] + b[i, l]
-""",
     "shifted_copy": """\
 kernel shift(A: f32[L]) -> B
   default L = 256

@@ -177,6 +177,8 @@ def inline_reduced_temporaries(program, directives: tuple[sx.Directive, ...]):
             readers = [i for i, top in enumerate(kernel.body) if any(name in _reads(s) for s, _ in leaves(top))]
             if len(readers) != 1 or readers[0] < at or not _reduces_plainly(kernel.body[readers[0]], name):
                 continue
+            if not isinstance(st.value, sx.Access) and _contracts(kernel.body[readers[0]], name):
+                continue  # a matmul operand is a read (a transpose inlines; `h = X * 3 + 0.25` stays a tensor)
             reads = {a.tensor for a in accesses(st.value)}
             if any(reads & written(top) for top in kernel.body[at + 1:readers[0]]):
                 continue
@@ -191,6 +193,13 @@ def _reads_every_loop(st: sx.Assign, loops: list[sx.Loop]) -> bool:
     want = sorted(lp.var for lp in loops)
     return all(sorted(ix.id for ix in a.indices if isinstance(ix, sx.Name)) == want and len(a.indices) == len(want)
                for a in accesses(st.value))
+
+
+def _contracts(top: sx.Stmt, name: str) -> bool:
+    """Whether a reduction update of the nest multiplies `name` by another read (a contraction's form)."""
+    return any(isinstance(s, sx.Assign) and s.op == "+=" and isinstance(s.value, sx.BinOp) and s.value.op == "*"
+               and name in {a.tensor for a in accesses(s.value)} and len(accesses(s.value)) == 2
+               for s, _ in leaves(top))
 
 
 def _reduces_plainly(top: sx.Stmt, name: str) -> bool:
