@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from compiler_helpers import compile_and_run
+from kernel_numbers import numbered
 from tilec.compiler.wrap import unwrap
 from tilec.perf.api import estimate
 from tilec.tolerance import max_error, tolerance
@@ -42,7 +43,7 @@ def check(text: str, nki: str, dtype: str = "f32"):
 def test_band_per_group_matches_numpy(nki: str, dtype: str, n: int) -> None:
     text = CONV.replace("f32", dtype).replace("N = 1", f"N = {n}")
     _, c, _ = check(text, nki, dtype)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     # two groups of 14 output rows: two band loads of 27 input rows each, not one of 55
     assert "X_band = nl.ndarray((64, 27, 56)" in src and "(64, 55, 56)" not in src
 
@@ -66,5 +67,5 @@ def test_short_group_rows_keep_one_band() -> None:
     _, c, inputs, out = compile_and_run(text, "0.6")
     want = np.einsum("nchw,kc->nkhw", np.asarray(inputs["X"], np.float64), np.asarray(inputs["Wt"], np.float64))
     assert max_error(np.asarray(out["Y"], np.float64), want) <= tolerance("bf16", 64, float(np.abs(want).max()), None)
-    src = unwrap(c.source)
+    src = unwrap(numbered(c.source))
     assert "X_band = nl.ndarray((64, 28, 28)" in src and "ROWS = 14" in src

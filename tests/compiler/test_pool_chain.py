@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from compiler_helpers import assert_matches
+from kernel_numbers import numbered
 from test_conv_padded import NARROW, conv_ref
 from test_pool_window import reference
 from tilec.compiler.api import compile_loaded, explain
@@ -151,7 +152,7 @@ def test_the_pools_own_directives_keep_its_standalone_form():
     c = run(PLAIN + "  schedule:\n    split Y.i, 4\n", "f32", **sizes)
     assert "T_img" not in c.source and "the pool has its own directives (`split Y...`)" in " ".join(explain(c).split())
     c = run(PLAIN + "  schedule:\n    split Y.i, 4\n    place T, sbuf\n", "f32", **sizes)
-    assert "T_img" in c.source and "Y_band = nl.ndarray((128, 4, 9)" in c.source
+    assert "T_img" in c.source and "Y_band = nl.ndarray((128, 4, 9)" in numbered(c.source)
 
 
 def test_forcing_sbuf_when_the_image_does_not_fit_is_a_located_error():
