@@ -15,7 +15,7 @@ from tilec.compiler.wrap import unwrap, wrap_line
 _NESTED = r"[^()]*(?:\([^()]*\)[^()]*)*"  # a text with parenthesised groups one level deep
 _RANGE = re.compile(rf"(\b(?:affine_range|sequential_range|static_range|range)\()({_NESTED})(\))")
 _SHAPE = re.compile(rf"((?:nl\.ndarray|nl\.zeros|\.reshape)\(\()({_NESTED})(\))")
-_CONST = re.compile(r"^([A-Za-z_]\w*) = (\d+)$", re.M)
+_CONST = re.compile(r"^([^\W\d]\w*) = (\d+)$", re.M)
 
 
 def numbered(source: str) -> str:

@@ -4,7 +4,7 @@ import pickle
 
 import pytest
 
-from tilec.compiler.named import MAX_OPS, Named, evaluate, name, renamed, show, text_of
+from tilec.compiler.named import MAX_OPS, Named, evaluate, name, renamed, show, text_of, words
 
 K, TK, M = Named(1024, "SIZE_K"), Named(128, "TILE_K"), Named(512, "SIZE_M")
 VALUES = {"SIZE_K": 1024, "TILE_K": 128, "SIZE_M": 512}
@@ -67,3 +67,5 @@ def test_renamed_rewrites_whole_identifiers_only():
     x = renamed(K // TK, {"TILE_K": "Y_TILE_K", "K": "nope"})
     assert text_of(x) == "SIZE_K // Y_TILE_K" and x == 8
     assert renamed(8, {"TILE_K": "Y_TILE_K"}) == 8
+    y = renamed(Named(3, "名前_TILE_C // 2"), {"名前_TILE_C": "X_名前_TILE_C", "_TILE_C": "no"})  # Unicode identifiers
+    assert text_of(y) == "X_名前_TILE_C // 2" and words(text_of(y)) == {"X_名前_TILE_C"}

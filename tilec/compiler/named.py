@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterator, Mapping
 MAX_OPS = 3  # operators in one name: `SIZE_H // TILE_ROWS * 2` still reads, longer chains print the number
 MAX_CHARS = 40
 _PREC = {"+": 1, "-": 1, "*": 2, "//": 2}  # binding strength; an atom (a name or a literal) is 3
+_IDENT = r"(?<!\w)[^\W\d]\w*"  # an identifier, Unicode ones too (`名前_TILE_C`: one name, not `_TILE_C`)
 _NODES = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//"}
-IDENT = r"(?<!\w)[^\W\d]\w*"  # an identifier, non-ASCII letters included (tensor names like `Ŷ` give `Ŷ_TILE_J`)
 
 
 class Named(int):
@@ -174,14 +174,14 @@ def _eval(node: ast.AST, values: Mapping[str, int]) -> int:
 
 def words(text: str) -> set[str]:
     """The constants a name reads."""
-    return set(re.findall(IDENT, text))
+    return set(re.findall(_IDENT, text))
 
 
 def renamed(x: int, names: Mapping[str, str]) -> int:
     """x with its text's identifiers renamed (`TILE_P` -> `Y_TILE_P` for the second op of a kernel)."""
     if not isinstance(x, Named) or not words(x.text) & names.keys():
         return x
-    text = re.sub(IDENT, lambda m: names.get(m.group(0), m.group(0)), x.text)
+    text = re.sub(_IDENT, lambda m: names.get(m.group(0), m.group(0)), x.text)
     return Named(int(x), text, x.prec, x.ops)
 
 
