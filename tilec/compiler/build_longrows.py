@@ -96,7 +96,7 @@ def build_few_long_rows(op: ReduceOp, TF: int, hbm: dict[str, Buf], fresh: Fresh
     kept = ", ".join(v for role, v in op.vars if role.startswith("k"))
     inner = loop("ft", G // TF, step, note=f"for {red} (TILE_P partitions x tiles of TILE_F)", line=op.line_of("r0"))
     body += loop("r", R, inner, note=f"for {kept}" if kept else "", line=op.line_of("k0") if kept else line)
-    body += _across(op, cols, fresh, hbm, out_v)
+    body += across_partitions(op, cols, fresh, hbm, out_v)
     how = "ones matmul" if add else "transpose"
     summed = op.src if op.expr is None else fmt_expr(op.expr)
     what = f"{op.out} = {_WORD[op.op]} over {red} of {summed} (each of the {R} rows over the partitions, then " \
@@ -104,8 +104,10 @@ def build_few_long_rows(op: ReduceOp, TF: int, hbm: dict[str, Buf], fresh: Fresh
     return [("TILE_P", P), ("TILE_F", TF)], stmts + [ir.Block(what, tuple(body), line)]
 
 
-def _across(op: ReduceOp, cols: Buf, fresh: Fresh, hbm: dict[str, Buf], out_v: Buf) -> list[Stmt]:
-    """The per-partition results of every row reduced across the partitions, scaled, started and stored."""
+def across_partitions(op: ReduceOp, cols: Buf, fresh: Fresh, hbm: dict[str, Buf], out_v: Buf) -> list[Stmt]:
+    """The per-partition results of every row (cols: P x R, a column per row; R = 1 for one long row, build_reduce)
+    reduced across the partitions (a sum by a ones matmul, max/min by a transpose and a reduce), scaled, started
+    and stored."""
     from tilec.compiler.build_reduce import _scale_and_init, result_tile
     P, R = cols.shape
     ln = op.update_line

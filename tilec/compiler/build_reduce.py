@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
-from tilec.compiler.build_longrows import build_few_long_rows, few_rows_tile
+from tilec.compiler.build_longrows import across_partitions, build_few_long_rows, few_rows_tile
 from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
@@ -239,20 +239,7 @@ def build_long_row(op: ReduceOp, TF: int, hbm: dict[str, Buf], fresh: Fresh) -> 
                         Binary(whole(col), whole(col), whole(part), op.op, ln)]
     body = prep + loop("ft", G // TF, step, note=f"for {red} (TILE_P partitions x tiles of TILE_F)",
                        line=op.line_of("r0"))
-    total = Buf(fresh(f"{op.out}_total"), "psum", "f32", (1, 1) if op.op == "add" else (1, P))
-    res = Buf(fresh(f"{op.out}_acc"), "sbuf", "f32", (1, 1))
-    body.append(Alloc(total, zero=True, line=ln))
-    if op.op == "add":
-        ones = Buf(fresh("ones_f32"), "sbuf", "f32", (P, 1))
-        body += [Alloc(ones, zero=True, line=ln), Scalar(whole(ones), whole(ones), "add", 1.0, ln),
-                 ir.Matmul(whole(total), whole(col), whole(ones), ln), Alloc(res, line=ln),
-                 ir.Copy(whole(res), whole(total), ln)]
-    else:
-        body += [ir.Transpose(whole(total), whole(col), line=ln), Alloc(res, line=ln),
-                 Reduce(whole(res), whole(total), op.op, ln)]
-    body += _scale_and_init(op, whole(res), None, ln)
-    result = result_tile(op, hbm, fresh, res, body)
-    body.append(Dma(whole(out_v), whole(result), ln))
+    body += across_partitions(op, col, fresh, hbm, out_v)
     how = "ones matmul" if op.op == "add" else "transpose"
     what = f"{op.out} = {_WORD[op.op]} over {red} of {op.src} (the row over the partitions, then " \
            f"across them: {how})"
