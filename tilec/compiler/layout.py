@@ -256,10 +256,7 @@ def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer]
         raise _fail(f"reshape: `{acc.buf}` is read reversed and permuted", span)
     runs: list[tuple[int, int]] = []
     for p in pos:
-        # a loop of one iteration that the access does not index, between two loops it reads, does not split a run
-        gap = range(runs[-1][1], p) if runs else range(0)
-        joins = all(old[q] == 1 and q not in pos for q in gap)
-        if runs and runs[-1][1] <= p and joins and ((runs[-1][1] - 1) in back) == (p in back):
+        if runs and runs[-1][1] == p and ((p - 1) in back) == (p in back):
             runs[-1] = (runs[-1][0], p + 1)
         else:
             runs.append((p, p + 1))
