@@ -51,6 +51,13 @@ ONE = """kernel one(A: f32[N, M, P], c: f32[M]) -> Y
     Y[n, m, p] = 2 * c[m] + 1
 """
 
+MIDUNIT = """kernel mu(X: f32[M, U, N], c: f32[M, N]) -> Y
+  default M = 4, U = 1, N = 6
+  Y: f32[M, U, N]
+  for i in 0..M, u in 0..U, j in 0..N:
+    Y[i, u, j] = 2 * X[i, u, j] + c[i, j]
+"""
+
 
 def _constant_read(k):
     """A one-element column laid out away (its unit loop in no group: c_v[0, 0]), then the nest flattened: the
@@ -216,6 +223,8 @@ CASES = {  # name -> (program, primitives applied to the level-A kernel)
                                                         units=("e_u",))),
     "broadcast": (BCAST, _row_broadcast),
     "reshape_constant_read": (ONE, _constant_read),
+    # c[i, j] skips the loop of one iteration: the same elements as c[i, 0, j], one run (fuzz l44/l45)
+    "reshape_skips_unit_loop": (MIDUNIT, lambda k: layout.reshape(k, "i", (("p", 8), ("f", 3)))),
     "stage_grouped": (TRANS, _strips),
     "cut": (TRANS, lambda k: layout.cut(layout.cut(k, "i", 12), "j@a", 8, root="i@a")),
     "broadcast_whole": (BCAST, lambda k: layout.broadcast(

@@ -20,8 +20,6 @@ HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[1]
 FILES = sorted((HERE / "regressions").glob("*.tl"))
 OPEN: dict[str, str] = {  # reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
-    "l44-broadcast-over-unit-loop.tl": "a read skipping a loop of one iteration is two runs for layout.reshape (lead16)",
-    "l45-eltwise-broadcast-unit-middle.tl": "as l44: c[i, j] in a nest over [M, 1, N] (lead16)",
 }
 TUNE = ("18_", "30_", "m13", "m14", "l41")
 

@@ -171,7 +171,7 @@ def _views(body, chain: list[str], old: list[int], new: list[int], bufs: dict[st
             if not written and _constant(acc):  # the same element in every iteration: read as it is
                 continue
             back: set[int] = set()
-            runs = _runs(acc, chain, old, bufs, span, back)
+            runs = _runs(acc, chain, old, bufs, span, back, join=isinstance(s, Assign) and not written)
             for a, b in runs:
                 if so[a] not in sn or so[b] not in sn:
                     raise _fail(f"reshape: `{acc.buf}` reads loops {', '.join(chain[a:b])}, which do not map onto "
@@ -235,7 +235,7 @@ def _boundary(m: int, so: list[int], sn: list[int]) -> int:
 
 
 def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer], span,
-          flipped: set[int] | None = None) -> list[tuple[int, int]]:
+          flipped: set[int] | None = None, join: bool = False) -> list[tuple[int, int]]:
     """The access as runs [(a, b), ..] of chain[a:b], one plain loop per dimension, over the whole buffer. A loop
     read reversed (`n - 1 - v`, v of extent n: a flip) goes in `flipped` (positions in the chain), and a run holds
     loops of one direction only."""
@@ -256,7 +256,12 @@ def _runs(acc: Access, chain: list[str], old: list[int], bufs: dict[str, Buffer]
         raise _fail(f"reshape: `{acc.buf}` is read reversed and permuted", span)
     runs: list[tuple[int, int]] = []
     for p in pos:
-        if runs and runs[-1][1] == p and ((p - 1) in back) == (p in back):
+        # with `join`, loops of one iteration the access does not index, between two it reads, do not split a run
+        # (c[i, j] in a nest over [M, 1, N] reads the same elements as c[i, 0, j]); not for a reduction's target,
+        # whose skipped loops are the reduced ones
+        gap = range(runs[-1][1], p) if runs else range(0)
+        joins = all(join and old[q] == 1 and q not in pos for q in gap)
+        if runs and runs[-1][1] <= p and joins and ((runs[-1][1] - 1) in back) == (p in back):
             runs[-1] = (runs[-1][0], p + 1)
         else:
             runs.append((p, p + 1))
