@@ -53,3 +53,11 @@ def _ragged_parts(extent: int, tile: int, per_strip: int) -> list[tuple[int, int
     whole = extent - extent % tile
     parts = [(0, whole, tile, per_strip)] if whole else []
     return parts + ([(whole, extent % tile, extent % tile, 1)] if extent % tile else [])
+
+
+def later_nest(var: str, made: list[str], more: bool) -> str:
+    """The reference of the first nest still named `var` (a user's loop) after a rule reshaped the nests before it
+    into loops named `made` (its own names, distinct): `var#1` when one of them is named `var` too (a kept loop the
+    user called `r` or `e`), `var#0` when further nests of that name follow, else `var`."""
+    count = made.count(var)
+    return f"{var}#{count}" if count or more else var

@@ -7,7 +7,7 @@ import math
 from tilec.compiler import layout
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Assign, Expr, Kernel, Load, Loop, Op, Update, fmt_expr, loads
-from tilec.compiler.rules_base import Prim, _plain, prim
+from tilec.compiler.rules_base import Prim, _plain, later_nest, prim
 from tilec.compiler.rules_reduce import _epilogue_step, _reduce_views
 from tilec.compiler.schedule import ReducePlan
 from tilec.compiler.tensorize import square
@@ -125,7 +125,8 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
                   view_line=init[0].line, groups=groups)]
     loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
     for n, (e, c) in enumerate(zip(loops, epilogue)):  # each step over the same rows of sums: s_v[o, 0, f]
-        ref = tops[2 + n].var + ("#0" if len(epilogue) - n > 1 else "")
+        made = ["o", "r", "f"] + [x for e0 in loops[:n] for x in ([e0] if before else []) + [f"{e0}_u", f"{e0}_f"]]
+        ref = later_nest(tops[2 + n].var, made, len(epilogue) - n > 1)
         views = ((S, v[S]),) + (((c, v[c]),) if c else ())
         lead = ((e, O),) if before else ()  # (no kept index before the reduced run: the rows are s_v[0, f])
         prims.append(prim("reshape", ref, lead + ((f"{e}_u", 1), (f"{e}_f", F)), views=views,
@@ -301,8 +302,9 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
     loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
     tops = [s for s in k.body if isinstance(s, Loop)]
     for n, (e, c) in enumerate(zip(loops, epilogue)):  # each step over the same rows of sums: s_v[o, k, f]
-        taken_by = int(tops[2 + n].var in ("o", "k", r, "l", "f"))  # (the reduction's loop of that name comes first)
-        ref = tops[2 + n].var + (f"#{taken_by}" if len(epilogue) - n > 1 or taken_by else "")
+        made = ["o", "k", *(x for x, _ in rows), "f"] + \
+            [x for e0 in loops[:n] for x in ([e0] if O > K else []) + [f"{e0}_k", f"{e0}_f"]]
+        ref = later_nest(tops[2 + n].var, made, len(epilogue) - n > 1)  # (the reduction's loops come first)
         views = ((S, v[S]),) + (((c, v[c]),) if c else ())
         lead = ((e, O // K),) if O > K else ()  # (one step: the reduction's s_v[k, f] has no o, a row it leaves out)
         prims.append(prim("reshape", ref, lead + ((f"{e}_k", K), (f"{e}_f", F)), views=views, unit=False))

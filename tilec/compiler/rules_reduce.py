@@ -7,7 +7,7 @@ import math
 from tilec.compiler import layout
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, fmt_expr, loads
-from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim
+from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, later_nest, prim
 from tilec.compiler.schedule import ReducePlan
 from tilec.compiler.tensorize import match
 from tilec.lang.functions import ACCUMULATE
@@ -105,7 +105,8 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
                   view_line=init[0].line, **groups)]
     loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
     for n, (e, c) in enumerate(zip(loops, epilogue)):  # after the reduction's reshape its loops are the only ones
-        ref = chain[0].var + ("#0" if len(epilogue) - n > 1 else "")
+        ref = later_nest(chain[0].var, ["r", "f"] + [x for e0 in loops[:n] for x in (e0, f"{e0}_u")],
+                         len(epilogue) - n > 1)
         views = ((S, v[S]),) + (((c, v[c]),) if c else ())
         prims.append(prim("reshape", ref, ((e, R), (f"{e}_u", 1)), views=views,
                           **({"groups": (tuple(kept), ())} if units else {})))
@@ -189,7 +190,8 @@ def _short_rows(k: Kernel, upd: Update, init: Assign, chain: list[Loop], kept: l
                   views=tuple((b, v[b]) for b in (*reads, S)), view_line=init.line, unit=False)]
     loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
     for n, (e, c) in enumerate(zip(loops, epilogue)):
-        ref = chain[0].var + ("#0" if len(epilogue) - n > 1 else "")
+        ref = later_nest(chain[0].var, ["p", "g", "f"] + [x for e0 in loops[:n] for x in (e0, f"{e0}_g")],
+                         len(epilogue) - n > 1)
         views = ((S, v[S]),) + (((c, v[c]),) if c else ())
         prims.append(prim("reshape", ref, ((e, P), (f"{e}_g", G)), views=views))
     prims += [prim("split", "g", GB, outer="gt", inner="g_i", name="TILE_G",
