@@ -32,7 +32,7 @@ from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Loop, loads, loop_index
 from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim
-from tilec.compiler.schedule import MOVING_FMAX, WHOLE_ROWS_BYTES, EltwisePlan, best_divisor, eltwise_plan, tile_size
+from tilec.compiler.schedule import MOVING_FMAX, EltwisePlan, best_divisor, eltwise_plan, row_free, rows_whole
 from tilec.compiler.select_eltwise import outer_row, turn_run, turns
 from tilec.target import Target
 
@@ -246,10 +246,8 @@ def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:
                          f"for {', '.join(names[b:])}"), lines=lines, views=tuple(v.items()))]
     # tiles the sizes do not divide: cut the partitions and the free elements into whole tiles and the rest
     rows = _ragged_parts(lay["P"], min(p.parts, lay["P"]), 1)
-    if n.rows and (_outer_rows(n) or len(rows) > 1) and p.free > MOVING_FMAX:
-        # rows broadcast tile by tile (per outer index, or per region of ragged partitions) go through one PSUM bank
-        # per tile: the plan's wide tiles are for rows broadcast whole (schedule.eltwise_plan)
-        p = replace(p, free=tile_size(lay["F"], MOVING_FMAX))
+    # the plan's wide tiles are for rows broadcast whole, which rows per outer index are not (schedule.row_free)
+    p = replace(p, free=row_free(lay["F"], p.free, len(n.rows), _outer_rows(n), len(rows) > 1))
     cols = _ragged_parts(lay["F"], min(p.free, lay["F"]), 1)
     if len(rows) > 1:
         prims.append(prim("cut", "p", rows[1][0], root="o"))
@@ -273,8 +271,7 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     tag = f"_{sfx[1:]}" if sfx else ""
     out = n.stmt.dst.buf
     per_o = bool(n.rows) and _outer_rows(n)  # rows read per outer index: staged inside loop o
-    whole = not sfx and bool(n.rows) and not per_o and lay["F"] // p.free > 1 and \
-        lay["F"] * 4 * len(n.rows) <= WHOLE_ROWS_BYTES
+    whole = rows_whole(lay["F"], p.free, len(n.rows), per_o, ragged=bool(sfx))
     # rows too long to broadcast whole: the free tiles go outside the partition tiles, so each tile of a row is
     # copied to every partition once, not once per partition tile
     per_tile = bool(n.rows) and not whole and lay["F"] // p.free > 1

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
 from tilec.lang import syntax as sx
+from tilec.lang.plan import reads
 from tilec.target import Target, invariant
 
 # Limits every NeuronCore generation shares (tilec/target.py): plans use them as constants.
@@ -166,20 +167,37 @@ def tile_size(n: int, limit: int) -> int:
     return d if 4 * -(-n // d) <= 5 * -(-n // whole) else whole
 
 
-def eltwise_plan(size: int, layout: dict[str, int], rows: int) -> "EltwisePlan":
+def rows_whole(F: int, free: int, rows: int, per_outer: bool = False, ragged: bool = False) -> bool:
+    """Whether `rows` broadcast rows of F elements are copied to the partitions once, whole, before a nest tiled
+    `free` wide (the one reading rules._broadcast_region and eltwise_plan share): not when they are read per outer
+    index (`mask[b, k]`: a row per b) or the nest is cut into ragged regions (each region broadcasts its own
+    tiles), and only when the tiles divide F into two or more and the rows fit WHOLE_ROWS_BYTES per partition."""
+    return rows > 0 and not per_outer and not ragged and F > free and F % free == 0 and \
+        F * 4 * rows <= WHOLE_ROWS_BYTES
+
+
+def row_free(F: int, free: int, rows: int, per_outer: bool = False, ragged: bool = False) -> int:
+    """The free tile for a wanted `free`: rows broadcast tile by tile go through one PSUM bank per tile (a ones
+    matmul's moving operand: at most MOVING_FMAX fp32 columns), so wider tiles are kept for rows broadcast whole."""
+    if rows and free > MOVING_FMAX and not rows_whole(F, free, rows, per_outer, ragged):
+        return tile_size(F, MOVING_FMAX)
+    return free
+
+
+def eltwise_plan(size: int, layout: dict[str, int], rows: int, per_outer: bool = False) -> "EltwisePlan":
     """The default element-wise tiles: the largest partition count up to 128 and ~1000 elements per partition per
     tile (two or more tiles let loads overlap the vector engine). `rows` broadcast rows copied to the partitions
     tile by tile go through one PSUM bank per tile (at most 512 fp32 columns); rows broadcast whole once, before
-    the nest (rules.WHOLE_ROWS_BYTES, in PSUM-bank chunks of their own), leave the tiles ~1000 wide (audit15's
-    swish with a per-column beta, bf16 4096 x 4096: 128 x 512 tiles of 1 KiB per partition left it latency-bound).
+    the nest (WHOLE_ROWS_BYTES, in PSUM-bank chunks of their own), leave the tiles ~1000 wide (audit15's swish with
+    a per-column beta, bf16 4096 x 4096: 128 x 512 tiles of 1 KiB per partition left it latency-bound): row_free,
+    which rules._broadcast reads again on the nest; `per_outer`: a row is read per outer index (rows_per_outer).
     Flattened data without good divisors (a prime element count) gets 128 x 1024 tiles over the loops, ragged at
     the edges (rules.eltwise picks where the partitions end)."""
     if layout:
-        free = tile_size(layout["F"], ELTWISE_FREE)
+        parts = tile_size(layout["P"], PMAX)
         # (a ragged last tile cuts the nest into regions, whose rows are broadcast tile by tile)
-        whole = layout["F"] > free and layout["F"] % free == 0 and layout["F"] * 4 * rows <= WHOLE_ROWS_BYTES
-        return EltwisePlan(tile_size(layout["P"], PMAX), tile_size(layout["F"], MOVING_FMAX) if rows and not whole
-                           else free)
+        free = row_free(layout["F"], tile_size(layout["F"], ELTWISE_FREE), rows, per_outer, layout["P"] % parts != 0)
+        return EltwisePlan(parts, free)
     parts = best_divisor(size, PMAX)
     free = best_divisor(size // parts, ELTWISE_FREE)
     if 4 * (size // (parts * free)) > 5 * -(-size // (PMAX * ELTWISE_FREE)) + 4:
@@ -229,7 +247,15 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
         return ReducePlan(ragged_tile(op.dim("R")), reduce_free(op.dim("F")))
-    return eltwise_plan(op.size, dict(op.layout), len(op.rows))
+    return eltwise_plan(op.size, dict(op.layout), len(op.rows), rows_per_outer(op))
+
+
+def rows_per_outer(op: EltwiseOp) -> bool:
+    """Whether a broadcast row is read per outer index (`mask[b, k]` of S[b, h, q, k]: an index of the op's outer
+    loops, before its partition run), as rules._outer_rows sees it on the nest."""
+    free = {v for _, v in op.vars[op.run[1]:]}
+    return any(isinstance(i, sx.Name) and i.id not in free for a in reads(op.expr) if a.tensor in op.rows
+               for i in a.indices)
 
 
 def eltwise_free(op: EltwiseOp, parts: int) -> int:
