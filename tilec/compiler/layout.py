@@ -196,6 +196,7 @@ def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int],
     with o of extent 1), and it gets a unit dimension on the side the other loops are; an operand indexed by every
     loop keeps them all."""
     spans: list[int] = []
+    per_run: list[list[int]] = []
     for a, b in runs:
         if bounds is not None:  # the groups say which new loops each run spans (unit loops included)
             a2, b2 = bounds[a], bounds[b]
@@ -203,14 +204,19 @@ def _view(runs: list[tuple[int, int]], full: bool, so: list[int], sn: list[int],
             a2, b2 = _boundary(a, so, sn), _boundary(b, so, sn)
         else:
             a2, b2 = len(sn) - 1 - sn[::-1].index(so[a]), sn.index(so[b])
-        spans += list(range(a2, b2))
+        per_run.append(list(range(a2, b2)))
+        spans += per_run[-1]
     if not spans:  # a broadcast run of one element (b[i], i < 1): a (1, 1) column
         return (1, 1), (None, None)
     loops: list[int | None] = list(spans)
     if len(runs) > 1 and not full and unit:  # new loops skipped between runs: a unit dimension there (s[o, f]
-        loops = [spans[0]]                    # of A[o, r, f] -> s_v[o, 0, f], a row per o)
-        for j in spans[1:]:
-            loops += [None, j] if j > spans[spans.index(j) - 1] + 1 else [j]
+        loops = []                            # of A[o, r, f] -> s_v[o, 0, f], a row per o); a run of loops of
+        for run in per_run:                   # one iteration spans no new loop: a unit dimension (c[u, j], U = 1)
+            last = next((j for j in reversed(loops) if j is not None), None)
+            gap = bool(run) and last is not None and run[0] > last + 1
+            dims: list[int | None] = [None] if gap else []
+            loops += dims + (list(run) if run else [None])
+        loops = [j for n, j in enumerate(loops) if j is not None or n == 0 or loops[n - 1] is not None]
     if full and bounds is not None:  # new unit loops after the runs (groups of no old loop): unit dimensions
         loops += [None] * (len(new) - 1 - max(spans))
     if len(runs) == 1 and not full and unit:
