@@ -8,6 +8,7 @@ import math
 
 from tilec.compiler import ir
 from tilec.compiler.exprs import const_value, fmt_expr, strip_scale
+from tilec.compiler.fused_funcs import fused
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Scalar, Stmt, View, whole
 from tilec.compiler.select_eltwise import column_only
 from tilec.lang import syntax as sx
@@ -40,6 +41,7 @@ class ExprCompiler:
         self.done: dict[str, View] = {}  # subexpression (printed) -> the temporary holding its value
 
     def emit(self, e: sx.Expr, dst: View) -> list[Stmt]:
+        e = fused(e)  # GELU's tanh form, log(1 + exp(y)), x * sigmoid(x) written out: one ScalarE function each
         if self.regroup:
             e = self.regrouped(e)
         # broadcast columns alone: the (P, 1) value expanded over the tile (a tile of one column is that value)
