@@ -6,6 +6,7 @@ instructions."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -113,3 +114,32 @@ def test_the_functions_by_name(fn: str) -> None:
     c, got, x = run(f"{fn}(X[i, j] - Z[i, j])", "f32")
     want = (softplus if fn == "softplus" else gelu_tanh)(x["X"] - x["Z"])
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("target", ["trn2", "trn1"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_constants_become_activation_biases(dtype: str, target: str) -> None:
+    """`f(k * y + c)` is one activation with a bias column holding c (made once, before the loops); trn1's
+    reciprocal (no bias on NeuronCore-v2) keeps its add."""
+    expr = ("sqrt(abs(X[i, j]) + 1) + log(2 * abs(Z[i, j]) + 0.5) - tanh(1 - X[i, j]) * exp(X[i, j] / 4 - 1.5) "
+            "+ reciprocal(abs(X[i, j]) + 2)")
+    c = compile_loaded(lang.load(SRC.format(expr=expr).replace("f32", dtype)), target=target)
+    for fn, bias in (("sqrt", "bias_1"), ("log", "bias_0_5"), ("tanh", "bias_1"), ("exp", "bias_m1_5")):
+        line = next(t for t in c.source.splitlines() if f"op=nl.{fn}," in t)
+        assert f"bias={bias}" in line, line
+    assert "scale=-1.0" in c.source and "scale=2.0" in c.source and "scale=0.25" in c.source
+    loop = re.search(r"^\s+for \w+ in ", c.source, re.M).start()
+    made = [re.search(rf"{b}\w* = nl\.", c.source) for b in ("bias_1", "bias_0_5", "bias_m1_5")]
+    assert all(m is not None and m.start() < loop for m in made)  # once, before the loop
+    reciprocal = next(t for t in c.source.splitlines() if "op=nl.reciprocal," in t)
+    assert ("bias=" in reciprocal) == (target == "trn2")  # trn1's reciprocal takes no bias
+    rng = np.random.default_rng(1)
+    inputs = {"X": (rng.random((300, 700), dtype=np.float32) - 0.5) * 8,
+              "Z": (rng.random((300, 700), dtype=np.float32) - 0.5) * 8, "b": rng.random(700, dtype=np.float32)}
+    if dtype == "bf16":
+        inputs = {n: (v.view(np.uint32) & 0xFFFF0000).view(np.float32) for n, v in inputs.items()}
+    got = np.asarray(c.run(**inputs)["Y"], np.float64)
+    x, z = (np.asarray(inputs[n], np.float64) for n in "XZ")
+    want = np.sqrt(abs(x) + 1) + np.log(2 * abs(z) + 0.5) - np.tanh(1 - x) * np.exp(x / 4 - 1.5) + 1 / (abs(x) + 2)
+    rel = 2.0**-20 if dtype == "f32" else 2.0**-8
+    np.testing.assert_allclose(got, want, rtol=rel, atol=rel * np.abs(want).max())
