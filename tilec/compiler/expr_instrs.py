@@ -8,6 +8,7 @@ import math
 
 from tilec.compiler import ir
 from tilec.compiler.exprs import const_value, fmt_expr, strip_scale
+from tilec.compiler.fused_funcs import fused
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Scalar, Stmt, View, whole
 from tilec.compiler.select_eltwise import column_only
 from tilec.lang import syntax as sx
@@ -38,17 +39,64 @@ class ExprCompiler:
         self.cur = shape  # the shape of a temporary: (P, 1) while computing an expression of columns only
         self.columns = columns  # tensors whose tile is a (P, 1) column: tensor_scalar operands
         self.done: dict[str, View] = {}  # subexpression (printed) -> the temporary holding its value
+        self.consts: dict[float, View] = {}  # constant -> its (P, 1) bias column (constant_bias)
 
     def emit(self, e: sx.Expr, dst: View) -> list[Stmt]:
+        e = fused(e)  # GELU's tanh form, log(1 + exp(y)), x * sigmoid(x) written out: one ScalarE function each
         if self.regroup:
             e = self.regrouped(e)
         # broadcast columns alone: the (P, 1) value expanded over the tile (a tile of one column is that value)
         if self.is_column(e) and self.columns and math.prod(self.shape[1:]) > 1:
             return self.expand(e, dst)
+        if self.share is not None:
+            halves = self.interleaved(e, dst)
+            if halves is not None:
+                return halves
+        stmts = self.whole_tile(e, dst)
+        return shared(stmts, self.share) if self.share is not None else stmts
+
+    def whole_tile(self, e: sx.Expr, dst: View) -> list[Stmt]:
         stmts, val = self.value(e, dst)
         if val != dst:
             stmts.append(ir.Copy(dst, val, self.line))
-        return shared(stmts, self.share) if self.share is not None else stmts
+        return stmts
+
+    def interleaved(self, e: sx.Expr, dst: View) -> list[Stmt] | None:
+        """The tile in two column halves whose instructions alternate, when its instructions pass values between
+        ScalarE and the other engines: each engine runs its instructions in program order, so with the whole tile
+        VectorE's `x * sigmoid(t)` waits for ScalarE's sigmoid, which waits for VectorE's `t = beta * x`, and the
+        next tile's first multiply waits behind them all (audit15's swish: one tile's chain at a time, 3.1 us a
+        tile where VectorE + GpSimdE need 1.9). With halves A and B, ScalarE's sigmoid of A runs while VectorE
+        computes B's first step. The halves read the tile's operands and write their own columns of dst and their
+        own temporaries, so any interleaving of the two instruction lists computes the same values. None when the
+        tile is narrower than 2 * SHARE_MIN, any operand is not a plain 2-D SBUF slice of dst's shape (columns
+        aside), or the instructions do not go from one side (ScalarE, VectorE/GpSimdE) to the other and back."""
+        assert self.share is not None
+        cols = dst.shape()[-1]
+        full = {n: v for n, v in self.tiles.items() if n not in self.columns}
+        if cols < 2 * SHARE_MIN or not all(_sliceable(v, dst.shape()) for v in (dst, *full.values())):
+            return None
+        tiles, shape, done, n, consts = self.tiles, self.shape, self.done, self.n, dict(self.consts)
+        half = cols // 2
+        lists = []
+        for lo, n in ((0, half), (half, cols - half)):
+            self.tiles = {k: _part(v, lo, n) if k in full else v for k, v in tiles.items()}
+            self.shape = self.cur = (shape[0], n)
+            self.done = {}
+            lists.append(shared(self.whole_tile(e, _part(dst, lo, n)), self.share))
+        self.tiles, self.shape, self.cur, self.done = tiles, shape, shape, done
+        # an engine waiting for another in the middle of the tile: ScalarE between two VectorE/GpSimdE steps, or
+        # the reverse (a chain that only hands over once, `abs(X - c)`, keeps the next tile's work unblocked)
+        sides = ["act" if _engine(x) == "act" else "dve" for x in lists[0] if _engine(x)]
+        turns = sum(a != b for a, b in zip(sides, sides[1:]))
+        functions = any(isinstance(x, Act) and x.func != "copy" for x in lists[0])  # not only ScalarE's copies
+        # a tile ScalarE is busiest on gains nothing: its instructions only double, each paying its fixed cost
+        # (audit15's funcs_mix, nine functions an element: 2.00x of the floor whole, 2.17x in halves)
+        load = _loads(lists[0], self.share)
+        if not functions or turns < 2 or load["act"] >= max(load["vector"], load["gpsimd"]):
+            self.n, self.consts = n, consts  # the whole tile is compiled afresh: same names, its own constants
+            return None
+        return _alternate(*lists)
 
     def expand(self, e: sx.Expr, dst: View) -> list[Stmt]:
         """`Y[i, j] = 2 * c[i] + 1`: the value computed on the (P, 1) column, then one ScalarE activation writes the
@@ -154,6 +202,7 @@ class ExprCompiler:
 
     def activation(self, fn: str, x: sx.Expr, dst: View | None) -> tuple[list[Stmt], View]:
         folded = self.affine(x) if self.fold else None
+        folded = folded or self.constant_bias(fn, x)
         if folded is not None:
             pre, v, scale, bias = folded
             out, d = self.target(dst)
@@ -161,6 +210,40 @@ class ExprCompiler:
         pre, v = self.value(x, None)
         out, d = self.target(dst)
         return pre + out + [Act(d, v, fn, None, 1.0, self.line)], d
+
+    def constant_bias(self, fn: str, x: sx.Expr) -> tuple[list[Stmt], View, float, View | None] | None:
+        """`f(k * y + c)`, `f(c - y)`, `f(y / k + c)` for a tile y: one activation f(y * k + bias), the constant
+        c in a (P, 1) column made once before the loops (the multiply-add is free on ScalarE, nki-spec §1.10.8;
+        bias is a vector on trn1, a column on both). Not reciprocal unless the target is known to be trn2:
+        `activation(nl.reciprocal)` takes no bias on trn1 (NeuronCore-v2, nki-spec §1.10.8)."""
+        no_bias = self.share is None or self.share.name == "trn1"
+        if fn == "reciprocal" and no_bias or self.is_column(x) or self.cur[1:] == (1,):
+            return None
+        terms = [(sign, t, const_value(t)) for sign, t in _signed_terms(x, 1.0)]
+        consts = [sign * v for sign, _, v in terms if v is not None]
+        rest = [(sign, t) for sign, t, v in terms if v is None]
+        if len(consts) != 1 or len(rest) != 1 or not isinstance(x, sx.BinOp):
+            return None
+        y, k = strip_scale(rest[0][1])
+        c = consts[0]
+        if self.is_column(y) or not c:
+            return None
+        pre, v = self.value(y, None)
+        return pre + self.constant_column(c), v, rest[0][0] * k, self.consts[c]
+
+    def constant_column(self, c: float) -> list[Stmt]:
+        """A (P, 1) fp32 column holding c, made once per kernel (a hoisted block: zeroed, then c added)."""
+        if c in self.consts:
+            return []
+        # named by its value: one name is one value wherever the kernel's expressions ask for it (fresh is stable
+        # per name), and a ragged nest's regions (their own prefix) keep their own columns of their own partitions
+        value = f"{abs(c):g}".replace(".", "_").replace("+", "").replace("-", "m")
+        parts = "" if self.shape[0] == 128 else f"_p{self.shape[0]}"
+        name = f"{'' if self.prefix == 'tmp' else self.prefix.rstrip('_') + '_'}bias_{'m' if c < 0 else ''}{value}{parts}"
+        buf = Buf(self.fresh(name), "sbuf", "f32", (self.shape[0], 1))
+        self.consts[c] = whole(buf)
+        made = (Alloc(buf, zero=True, line=self.line), Scalar(whole(buf), whole(buf), "add", c, self.line))
+        return [ir.Block(f"the constant {c} as an activation's bias column", made, self.line, hoist=True)]
 
     def on_scalar_engine(self, e: sx.BinOp, dst: View | None) -> tuple[list[Stmt], View] | None:
         """A full tile plus/minus, times or over a column, as one ScalarE copy FN(x * scale + bias): the VectorE
@@ -362,6 +445,57 @@ def shared_binary(d: View, x: View, y: View, op: str, line: int, t: Target) -> l
                    engine="gpsimd"),
             Binary(part(d, 0, cut), part(x, 0, cut), part(y, 0, cut), op, line)]
     return shared
+
+
+def _sliceable(v: View, shape: tuple[int, ...]) -> bool:
+    return v.buf.memory == "sbuf" and not v.perm and len(v.idx) == 2 and isinstance(v.idx[-1], ir.Sl) and \
+        v.idx[-1].step == 1 and v.shape() == shape
+
+
+def _part(v: View, lo: int, n: int) -> View:
+    """Columns [lo, lo + n) of a 2-D view whose last index is a unit-step slice."""
+    last = v.idx[-1]
+    assert isinstance(last, ir.Sl)
+    return View(v.buf, (v.idx[0], ir.Sl(last.start.plus(lo), n)))
+
+
+def _engine(x: Stmt) -> str:
+    """The engine a compute instruction runs on ("act" for ScalarE; "" for an allocation or a block)."""
+    if isinstance(x, Act):
+        return "act"
+    if isinstance(x, (Binary, Scalar, ir.Copy)):
+        return "act" if x.engine == "scalar" else x.engine or "vector"
+    return ""
+
+
+def _loads(stmts: list[Stmt], t: Target) -> dict[str, float]:
+    """Each engine's streaming time for these instructions (ns), by the costs balanced() uses: one element a cycle,
+    two for a tensor_tensor, at the engine's clock."""
+    ghz = {"act": t.scalar_ghz, "vector": t.vector_ghz, "gpsimd": t.gpsimd_ghz}
+    out = dict.fromkeys(ghz, 0.0)
+    for x in stmts:
+        engine = _engine(x)
+        if engine:
+            assert isinstance(x, (Act, Binary, Scalar, ir.Copy))
+            cycles = math.prod(x.dst.shape()[1:]) * (2 if isinstance(x, Binary) else 1)
+            out[engine] += cycles / ghz[engine]
+    return out
+
+
+def _alternate(a: list[Stmt], b: list[Stmt]) -> list[Stmt]:
+    """Two independent instruction lists merged step by step (a step: its allocations and blocks, then one
+    instruction), each list's own order kept; blocks (hoisted constants) first."""
+    def steps(xs: list[Stmt]) -> list[list[Stmt]]:
+        out: list[list[Stmt]] = [[]]
+        for x in xs:
+            out[-1].append(x)
+            if _engine(x):
+                out.append([])
+        return [s for s in out if s]
+    first = [x for x in a + b if isinstance(x, ir.Block)]
+    sa, sb = steps([x for x in a if not isinstance(x, ir.Block)]), steps([x for x in b if not isinstance(x, ir.Block)])
+    merged = [x for i in range(max(len(sa), len(sb))) for s in (sa[i:i + 1] + sb[i:i + 1]) for x in s]
+    return first + merged
 
 
 def _signed_terms(e: sx.Expr, sign: float) -> list[tuple[float, sx.Expr]]:

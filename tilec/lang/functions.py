@@ -18,6 +18,7 @@ import numpy as np
 
 F32 = np.float32
 _erf = np.vectorize(math.erf, otypes=[np.float64])
+GELU_K = math.sqrt(2.0 / math.pi)  # GELU's tanh form: 0.5 x (1 + tanh(GELU_K (x + 0.044715 x^3)))
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,10 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
     _act("gelu", _f64(lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))))),  # exact (erf) GELU, as nl.gelu
     _act("abs", np.abs),
     _act("silu", _f64(lambda x: x / (1.0 + np.exp(-x)))),  # x * sigmoid(x) (swish), as nl.silu
+    _act("softplus", _f64(lambda x: np.logaddexp(0.0, x))),  # log(1 + exp(x)), as nl.softplus
+    # GELU's tanh form, as nl.gelu_apprx_tanh (the NKI shared docs' activation table: "Gelu with Tanh Approximation")
+    Function("gelu_tanh", 1, _f64(lambda x: 0.5 * x * (1.0 + np.tanh(GELU_K * (x + 0.044715 * x ** 3)))),
+             "gelu_apprx_tanh", "activation", "act", evicts=True),
     _cast("f32"), _cast("f16"), _cast("bf16"),
 )}
 
