@@ -33,7 +33,28 @@ def is_row_reduction(comp: Comp, program) -> bool:
     reads = accesses(comp.update)
     # a contraction's moving operand (X in conv, B in a matmul) always has the output's rank: when every read has
     # more indices than the output, no matmul/conv mapping exists and the statement is (at most) a row reduction
-    return len(reads) >= 1 and all(len(a.indices) > len(comp.out_vars) for a in reads)
+    rows = column_rows(comp, program)  # (rows read by a column sum: staged and broadcast by its rule)
+    full = [a for a in reads if a not in rows]
+    return len(full) >= 1 and all(len(a.indices) > len(comp.out_vars) for a in full)
+
+
+def column_rows(comp: Comp, program) -> list[sx.Access]:
+    """The rows of a column sum reading them, `s[j] += abs(X[i, j] - c[j])` (reduce_split.column_rows left it
+    whole): the f32 reads indexed by the output's indices in order, when every other read is an f32 tensor over all
+    the loops with those indices trailing (no kept index before the reduced run); [] otherwise."""
+    if comp.red_op != "+=" or comp.update is None or not comp.out_vars:
+        return []
+    reads = accesses(comp.update)
+    names = lambda a: [plain(m) for m in index_maps(a, comp, program)]  # noqa: E731
+    out, n = list(comp.out_vars), len(comp.out_vars)
+    rows = [a for a in reads if names(a) == out]
+    full = [a for a in reads if a not in rows]
+    if not rows or not full or any(program.tensors[a.tensor].dtype != "f32" for a in reads):
+        return []
+    if any(len(a.indices) != len(comp.extents) or names(a)[-n:] != out or set(names(a)[:-n]) != set(comp.red_vars)
+           for a in full):
+        return []
+    return rows
 
 
 def _reject(comp: Comp, why: str, span=None) -> TilecError:
@@ -51,8 +72,10 @@ def select_reduce(comp: Comp, program) -> ReduceOp:
     if scale != 1.0 and comp.red_op != "+=":
         raise _reject(comp, f"a constant factor applies to a `+=` reduction only (here `{comp.red_op}`)",
                       comp.update.span)
+    rows = column_rows(comp, program)
+    reads = [a for a in reads if a not in rows] + rows  # the first read is over all the loops
     before, reduced, after = _split_indices(comp, reads[0], program)
-    for other in reads[1:]:
+    for other in reads[1:len(reads) - len(rows)]:
         if _split_indices(comp, other, program) != (before, reduced, after):
             raise _reject(comp, f"`{fmt_expr(other)}` must be indexed like `{fmt_expr(reads[0])}`: every tensor "
                                 f"of a reduced expression is read at the same element", other.span)
