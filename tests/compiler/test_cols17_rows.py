@@ -99,3 +99,31 @@ def test_bf16_source_still_matches(name: str) -> None:
     sizes = dict(M=256, J=2, K=256) if name == "rows_2d" else dict(M=256, N=512)
     text = source.format(t="bf16").replace("X[i, j]", "f32(X[i, j])").replace("X[i, j, k]", "f32(X[i, j, k])")
     _run(text, sizes, formula, "trn2")
+
+
+WIDENED = """
+kernel ext(X: bf16[M, N]) -> hi, lo, cmax
+  hi: f32[M]
+  lo: f32[M]
+  cmax: f32[N]
+  for i in 0..M:
+    hi[i] = -inf
+    for j in 0..N:
+      hi[i] max= f32(X[i, j])
+  for i in 0..M:
+    lo[i] = 0.25
+    for j in 0..N:
+      lo[i] min= f32(X[i, j])
+  for j in 0..N:
+    cmax[j] = -inf
+  for i in 0..M, j in 0..N:
+    cmax[j] max= f32(X[i, j])
+"""
+
+
+@pytest.mark.parametrize("sizes", [dict(M=300, N=700), dict(M=256, N=1024)], ids=["300x700", "256x1024"])
+def test_max_min_of_a_widened_16_bit_read(sizes: dict[str, int]) -> None:
+    """`max= f32(X)` of bf16 X reduces the loaded tiles (no conversion copy): exact, as NumPy's max of X."""
+    kernel = _run(WIDENED, sizes, lambda a: {"hi": a["X"].max(axis=1), "lo": np.minimum(a["X"].min(axis=1), 0.25),
+                                             "cmax": a["X"].max(axis=0)}, "trn2")
+    assert "tensor_copy(dst=hi_terms" not in kernel
