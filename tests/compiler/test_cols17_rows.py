@@ -127,3 +127,33 @@ def test_max_min_of_a_widened_16_bit_read(sizes: dict[str, int]) -> None:
     kernel = _run(WIDENED, sizes, lambda a: {"hi": a["X"].max(axis=1), "lo": np.minimum(a["X"].min(axis=1), 0.25),
                                              "cmax": a["X"].max(axis=0)}, "trn2")
     assert "tensor_copy(dst=hi_terms" not in kernel
+
+
+RANGE = """
+kernel rng(X: bf16[M, N]) -> r
+  hi: {o}[M]
+  lo: {o}[M]
+  r: f32[M]
+  for i in 0..M:
+    hi[i] = -inf
+    for j in 0..N:
+      hi[i] max= {x}
+  for i in 0..M:
+    lo[i] = inf
+    for j in 0..N:
+      lo[i] min= {x}
+  for i in 0..M:
+    r[i] = {d}
+"""
+
+
+@pytest.mark.parametrize("o", ["f32", "bf16"])
+@pytest.mark.parametrize("sizes", [dict(M=300, N=1024), dict(M=256, N=2050)], ids=["300x1024", "256x2050"])
+def test_a_16_bit_row_range(o: str, sizes: dict[str, int]) -> None:
+    """The row chain's 16-bit max and min into exact columns, the min's tile folded in half on GpSimdE first."""
+    x, d = ("f32(X[i, j])", "hi[i] - lo[i]") if o == "f32" else ("X[i, j]", "f32(hi[i]) - f32(lo[i])")
+    kernel = _run(RANGE.format(o=o, x=x, d=d), sizes, lambda a: {"r": a["X"].max(axis=1) - a["X"].min(axis=1)},
+                  "trn2")
+    lines = kernel.splitlines()
+    at = next(n for n, line in enumerate(lines) if "lo_half" in line and "tensor_tensor" in line)
+    assert "gpsimd" in lines[at] + lines[at + 1]  # the fold's instruction (either NKI dialect wraps it)
