@@ -157,3 +157,31 @@ def test_a_16_bit_row_range(o: str, sizes: dict[str, int]) -> None:
     lines = kernel.splitlines()
     at = next(n for n, line in enumerate(lines) if "lo_half" in line and "tensor_tensor" in line)
     assert "gpsimd" in lines[at] + lines[at + 1]  # the fold's instruction (either NKI dialect wraps it)
+
+
+DOT = """
+kernel dot(a: {t}[N], b: {t}[N]) -> s
+  s: f32[1]
+  s[0] = {init}
+  for i in 0..N:
+    s[0] {op} {term}
+"""
+DOTS = {  # name: (init, op, term, NumPy formula)
+    "dot": ("0", "+=", "f32(a[i]) * f32(b[i])", lambda a: np.array([np.dot(a["a"], a["b"])])),
+    "scaled_from_a_start": ("1.5", "+=", "f32(a[i]) * f32(b[i]) / 4",
+                            lambda a: np.array([1.5 + np.dot(a["a"], a["b"]) / 4])),
+    "max_difference": ("-inf", "max=", "f32(a[i]) - f32(b[i])", lambda a: np.array([(a["a"] - a["b"]).max()])),
+}
+
+
+@pytest.mark.parametrize("t", ["f32", "bf16"])
+@pytest.mark.parametrize("n", [65536, 3 * 128 * 128])
+@pytest.mark.parametrize("name", sorted(DOTS))
+def test_a_long_vector_reduction_reads_the_vectors_once(name: str, n: int, t: str) -> None:
+    """`s[0] += a[i] * b[i]` of long vectors: the two vectors over the partitions (build_longrows), no row of terms
+    through HBM (reduce_split wrote `s_row[z, i] = a[i] * b[i]` to HBM first)."""
+    init, op, term, formula = DOTS[name]
+    text = DOT.format(t=t, init=init, op=op, term=term if t == "bf16" else term.replace("f32(a[i])", "a[i]")
+                      .replace("f32(b[i])", "b[i]"))
+    kernel = _run(text, dict(N=n), lambda a: {"s": formula(a)}, "trn2")
+    assert "s_row" not in kernel

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import hoisted, nested, rechecked, taken_names
+from tilec.compiler.rewrite import hoisted, nested, rechecked, resolved, taken_names
 from tilec.lang import syntax as sx
 
 
@@ -148,7 +148,7 @@ def split_total_reductions(program):
     decls: list[sx.Decl] = []
     out: list[sx.Stmt] = []
     body = list(kernel.body)
-    k = 0
+    k, changed = 0, False
     while k < len(body):
         pair = _total_pair(body, k)
         if pair is None:
@@ -157,7 +157,10 @@ def split_total_reductions(program):
             continue
         init, loops, red = pair
         out += _total_split(init, loops, red, taken, decls, program)
+        changed = True
         k += 2
+    if changed and not decls:  # (only dot products: rewritten without a temporary)
+        return resolved(program, replace(kernel, body=tuple(out)))
     return rechecked(program, decls, out)
 
 
@@ -195,6 +198,16 @@ def _total_split(init: sx.Assign, loops: list[sx.Loop], red: sx.Assign, taken: s
     names = taken | vars_
     zs = [sx.Name(unique("z", names), span) for _ in init.target.indices]
     z_loops = [sx.Loop(z.id, sx.Num(0, span), sx.Num(1, span), (), span) for z in zs]
+    if len(loops) == 1 and _vector_terms(red, first, program):
+        # one loop over vectors (a dot product `a[i] * b[i]`): the element's reduction over a unit loop, the
+        # vectors read as one row each (select_reduce._unit_rows: build_longrows lays it over the partitions),
+        # no row of terms through HBM
+        target = replace(red.target, indices=tuple(zs))
+        body: tuple[sx.Stmt, ...] = (sx.Assign(target, "=", init.value, init.span),
+                                     replace(first, body=(replace(red, target=target),)))
+        for zl in reversed(z_loops):
+            body = (replace(zl, body=body),)
+        return list(body)
     row_name = unique(f"{red.target.tensor}_row", taken)
     decls.append(sx.Decl(row_name, sx.TensorType("f32", tuple(sx.Num(1, span) for _ in zs) + (first.stop,), span),
                          span))
@@ -218,6 +231,19 @@ def _total_split(init: sx.Assign, loops: list[sx.Loop], red: sx.Assign, taken: s
         inner = (replace(zl, body=inner),)
     out += list(inner)
     return out
+
+
+def _vector_terms(red: sx.Assign, loop: sx.Loop, program) -> bool:
+    """An expression of vectors read at the loop variable (`a[i] * b[i]`) long enough for build_longrows to lay
+    the one row over the partitions (few_long_rows); a shorter one keeps its row of terms."""
+    from tilec.compiler.build_longrows import few_long_rows
+    from tilec.compiler.lower import size_value
+    reads = accesses(red.value)
+    if isinstance(red.value, sx.Access) or not all(
+            len(a.indices) == 1 and isinstance(a.indices[0], sx.Name) and a.indices[0].id == loop.var for a in reads):
+        return False
+    dtype = program.tensors[reads[0].tensor].dtype
+    return few_long_rows(1, size_value(loop.stop, program.sizes), dtype, False, False) is not None
 
 
 def _identity(op: str, span) -> sx.Expr:

@@ -35,7 +35,20 @@ def is_row_reduction(comp: Comp, program) -> bool:
     # more indices than the output, no matmul/conv mapping exists and the statement is (at most) a row reduction
     rows = column_rows(comp, program)  # (rows read by a column sum: staged and broadcast by its rule)
     full = [a for a in reads if a not in rows]
-    return len(full) >= 1 and all(len(a.indices) > len(comp.out_vars) for a in full)
+    return len(full) >= 1 and all(len(a.indices) + len(_unit_rows(comp, a, program)) > len(comp.out_vars)
+                                  for a in full)
+
+
+def _unit_rows(comp: Comp, a: sx.Access, program) -> list[str]:
+    """The output's leading loops of one iteration a read does not index (`s[z] += a[i] * b[i]`, z in 0..1, of
+    reduce_split's dot product): the read is one row along them."""
+    names = {plain(m) for m in index_maps(a, comp, program)}
+    lead = []
+    for v in comp.out_vars:
+        if v in names or comp.extent(v) != 1:
+            break
+        lead.append(v)
+    return lead
 
 
 def column_rows(comp: Comp, program) -> list[sx.Access]:
@@ -112,6 +125,7 @@ def _split_indices(comp: Comp, src: sx.Access, program) -> tuple[list[str], list
     """The read's loop variables as (kept before, reduced, kept after): the output's indices in order around one
     run of reduced loops."""
     out, names = list(comp.out_vars), [plain(m) for m in index_maps(src, comp, program)]
+    names = _unit_rows(comp, src, program) + names  # (a vector read as one row along unit loops)
     if None in names:
         pos = names.index(None)
         raise _reject(comp, f"index `{fmt_expr(src.indices[pos])}` of {src.tensor} is not a plain loop variable",
