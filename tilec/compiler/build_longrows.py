@@ -92,12 +92,12 @@ def build_few_long_rows(op: ReduceOp, TF: int, hbm: dict[str, Buf], fresh: Fresh
         last = made[-1]
         if op.op == "add" and isinstance(last, ir.Act) and last.dst == whole(terms) and last.total is None:
             step += made[:-1] + [dataclasses.replace(last, total=whole(part))]
-        elif op.op == "add" and last.dst == whole(terms):
+        elif op.op == "add" and isinstance(last, (Binary, Scalar, ir.Act)) and last.dst == whole(terms):
             # a product's terms (a dot product): each tensor_tensor cut between GpSimdE and VectorE, and ScalarE
             # sums the terms (an activation copy with reduce_res) in place of VectorE's tensor_reduce; VectorE did
             # the multiply and the reduce alone (gaps15 dot_product, 1M elements: see docs/notes/cols17.md)
-            t = get_target()
-            step += [x for m in made for x in (shared_binary(m.dst, m.a, m.b, m.op, m.line, t)
+            tgt = get_target()
+            step += [x for m in made for x in (shared_binary(m.dst, m.a, m.b, m.op, m.line, tgt)
                                                 if isinstance(m, Binary) and not m.engine else [m])]
             step.append(ir.Act(whole(terms), whole(terms), "copy", line=ln, total=whole(part)))
         else:

@@ -125,7 +125,8 @@ def _split_indices(comp: Comp, src: sx.Access, program) -> tuple[list[str], list
     """The read's loop variables as (kept before, reduced, kept after): the output's indices in order around one
     run of reduced loops."""
     out, names = list(comp.out_vars), [plain(m) for m in index_maps(src, comp, program)]
-    names = _unit_rows(comp, src, program) + names  # (a vector read as one row along unit loops)
+    lead: list[str | None] = list(_unit_rows(comp, src, program))
+    names = lead + names  # (a vector read as one row along unit loops)
     if None in names:
         pos = names.index(None)
         raise _reject(comp, f"index `{fmt_expr(src.indices[pos])}` of {src.tensor} is not a plain loop variable",
