@@ -185,3 +185,39 @@ def test_a_long_vector_reduction_reads_the_vectors_once(name: str, n: int, t: st
                       .replace("f32(b[i])", "b[i]"))
     kernel = _run(text, dict(N=n), lambda a: {"s": formula(a)}, "trn2")
     assert "s_row" not in kernel
+
+
+GROUPNORM = """
+kernel gn(X: f32[N, G, L], g: f32[G]) -> Y
+  mu: f32[N, G]
+  v: f32[N, G]
+  r: f32[N, G]
+  Y: f32[N, G, L]
+  for n in 0..N, k in 0..G:
+    mu[n, k] = 0
+    for l in 0..L:
+      mu[n, k] += X[n, k, l] / L
+  for n in 0..N, k in 0..G:
+    v[n, k] = 0
+    for l in 0..L:
+      v[n, k] += (X[n, k, l] - mu[n, k]) * (X[n, k, l] - mu[n, k]) / L
+  for n in 0..N, k in 0..G:
+    r[n, k] = rsqrt(v[n, k] + 1e-05)
+  for n in 0..N, k in 0..G, l in 0..L:
+    Y[n, k, l] = (X[n, k, l] - mu[n, k]) * r[n, k] * g[k]
+"""
+
+
+def _groupnorm(a: Arrays) -> Arrays:
+    x = a["X"]
+    mu = x.mean(axis=2, keepdims=True)
+    return {"Y": (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=2, keepdims=True) + 1e-5) * a["g"][None, :, None]}
+
+
+@pytest.mark.parametrize("sizes", [dict(N=2, G=5, L=1000), dict(N=4, G=32, L=512)], ids=["2x5x1000", "4x32x512"])
+def test_group_norm_is_one_row_chain(sizes: dict[str, int]) -> None:
+    """The per-group scale g[k] widened to [n, k] first (lang_split), before the statistics: the statistics and Y
+    stay one row chain, so mu and r never go through HBM and X is read once for them."""
+    kernel = _run(GROUPNORM, sizes, _groupnorm, "trn2")
+    hbm = [line.split("=")[0].strip() for line in kernel.splitlines() if "nl.ndarray(" in line and "hbm" in line]
+    assert not {"mu", "r", "v"} & set(hbm), hbm
