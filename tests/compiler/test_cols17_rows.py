@@ -221,3 +221,37 @@ def test_group_norm_is_one_row_chain(sizes: dict[str, int]) -> None:
     kernel = _run(GROUPNORM, sizes, _groupnorm, "trn2")
     hbm = [line.split("=")[0].strip() for line in kernel.splitlines() if "nl.ndarray(" in line and "hbm" in line]
     assert not {"mu", "r", "v"} & set(hbm), hbm
+
+
+START_ROW = """
+kernel sr(X: f32[M, N], c: f32[N]) -> s
+  s: f32[N]
+  for j in 0..N:
+    s[j] = c[j]
+  for i in 0..M, j in 0..N:
+    s[j] += abs(X[i, j] - c[j])
+"""
+UNIT_DOT = """
+kernel dz(a: f32[N], b: f32[N]) -> s
+  s: f32[1]
+  for z in 0..1:
+    s[z] = 0
+    for i in 0..N:
+      s[z] += a[i] * b[i]
+"""
+
+
+def test_a_row_that_is_also_the_start_keeps_its_terms_split() -> None:
+    """`s[j] = c[j]` then `s[j] += abs(X[i, j] - c[j])`: the row is the initial value too; the terms go through a
+    temporary as before (reduce_split), and the result matches."""
+    _run(START_ROW, dict(M=256, N=512), lambda a: {"s": a["c"] + np.abs(a["X"] - a["c"]).sum(axis=0)}, "trn2")
+
+
+def test_a_short_unit_loop_dot_product_is_still_a_located_refusal() -> None:
+    """`s[z] += a[i] * b[i]` over z in 0..1 written by hand, too short for build_longrows: refused with a location
+    as before (not an internal error); long, it compiles and matches."""
+    from tilec.errors import TilecError
+    with pytest.raises(TilecError) as err:
+        compile_loaded(lang.load(UNIT_DOT, dict(N=4096)), None, None, "trn2")
+    assert err.value.span is not None
+    _run(UNIT_DOT, dict(N=65536), lambda a: {"s": np.array([np.dot(a["a"], a["b"])])}, "trn2")

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import hoisted, nested, rechecked, resolved, taken_names
+from tilec.compiler.rewrite import hoisted, leaves, nested, rechecked, resolved, taken_names
 from tilec.lang import syntax as sx
 
 
@@ -31,6 +31,11 @@ def split_broadcast_reductions(program):
     kernel = program.kernel
     taken = taken_names(kernel)
     decls: list[sx.Decl] = []
+    starts: dict[str, set[str]] = {}  # the tensors each tensor's assignments read (a reduction's initial value)
+    for top in kernel.body:
+        for st, _ in leaves(top):
+            if isinstance(st, sx.Assign) and st.op == "=":
+                starts.setdefault(st.target.tensor, set()).update(a.tensor for a in accesses(st.value))
 
     def splittable(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> bool:
         if st.op not in ("+=", "max=", "min=") or not all(isinstance(ix, sx.Name) for ix in st.target.indices):
@@ -48,7 +53,7 @@ def split_broadcast_reductions(program):
         if st.op == "+=" and isinstance(st.value, sx.BinOp) and st.value.op == "*" and len(reads) == 2:
             return False  # a product of two reads summed: a contraction's form (max= of a product is not one)
         along = [bool(_names(a) & reduced) for a in reads]
-        if st.op == "+=" and column_rows(st, loop_vars, program.tensors):
+        if st.op == "+=" and column_rows(st, loop_vars, program.tensors, starts.get(st.target.tensor, set())):
             return False  # the column rule reads the row itself (rules_colreduce: staged per free tile, broadcast)
         return any(along) and not all(along)
 
@@ -75,7 +80,7 @@ def split_broadcast_reductions(program):
     return rechecked(program, decls, hoisted(kernel.body, stmt))
 
 
-def column_rows(st: sx.Assign, loop_vars: list[str], tensors) -> bool:
+def column_rows(st: sx.Assign, loop_vars: list[str], tensors, start: set[str]) -> bool:
     """`s[j] += abs(X[i, j] - c[j])`: a column sum of f32 reads over all the loops (the same index order, the kept
     indices the trailing ones: no kept index before the reduced run) and of rows indexed by the kept indices in
     order. rules_colreduce computes the terms per tile with each row broadcast to the partitions, so the terms never
@@ -89,7 +94,10 @@ def column_rows(st: sx.Assign, loop_vars: list[str], tensors) -> bool:
     if sorted(map(str, order)) != sorted(loop_vars) or order[len(order) - len(kept):] != kept:
         return False
     plain = lambda a: [ix.id if isinstance(ix, sx.Name) else None for ix in a.indices]  # noqa: E731
-    return all(plain(a) == order for a in full) and all(plain(a) == kept for a in reads if a not in full)
+    rows = [a for a in reads if a not in full]
+    if any(a.tensor in start for a in rows):
+        return False  # (a row that is also the initial value: the rule stages each once; split as before)
+    return all(plain(a) == order for a in full) and all(plain(a) == kept for a in rows)
 
 
 def _sizes_as_numbers(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) -> sx.Expr:

@@ -41,14 +41,21 @@ def is_row_reduction(comp: Comp, program) -> bool:
 
 def _unit_rows(comp: Comp, a: sx.Access, program) -> list[str]:
     """The output's leading loops of one iteration a read does not index (`s[z] += a[i] * b[i]`, z in 0..1, of
-    reduce_split's dot product): the read is one row along them."""
+    reduce_split's dot product): the read is one row along them. Only where build_longrows lays that row over the
+    partitions (few_long_rows: long, a reduced expression, a constant start); [] otherwise."""
+    from tilec.compiler.build_longrows import few_long_rows
     names = {plain(m) for m in index_maps(a, comp, program)}
     lead = []
     for v in comp.out_vars:
         if v in names or comp.extent(v) != 1:
             break
         lead.append(v)
-    return lead
+    if not lead or comp.update is None or comp.init is None:
+        return []
+    F = math.prod(comp.extent(v) for v in comp.red_vars)
+    tensor_init = isinstance(comp.init, sx.Access)
+    taken = few_long_rows(1, F, program.tensors[a.tensor].dtype, isinstance(comp.update, sx.Access), tensor_init)
+    return lead if taken is not None else []
 
 
 def column_rows(comp: Comp, program) -> list[sx.Access]:
@@ -64,6 +71,8 @@ def column_rows(comp: Comp, program) -> list[sx.Access]:
     full = [a for a in reads if a not in rows]
     if not rows or not full or any(program.tensors[a.tensor].dtype != "f32" for a in reads):
         return []
+    if comp.init is not None and {a.tensor for a in rows} & {a.tensor for a in accesses(comp.init)}:
+        return []  # (reduce_split.column_rows split it: a row that is also the initial value)
     if any(len(a.indices) != len(comp.extents) or names(a)[-n:] != out or set(names(a)[:-n]) != set(comp.red_vars)
            for a in full):
         return []
