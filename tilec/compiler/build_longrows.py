@@ -23,15 +23,19 @@ import dataclasses
 from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
-from tilec.compiler.expr_instrs import ExprCompiler
+from tilec.compiler.expr_instrs import ExprCompiler, shared_binary
 from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
+from tilec.target import target as get_target
 
 FEW_ROWS = 64  # rows: at most this many (half the partitions) leave the row layout's partitions half idle
 LONG = 128 * 128  # elements per row at least: a run of 128 or more per partition
 TILE_BYTES = 16 * 1024  # per partition and input of a loaded tile (build_reduce.LONG_TILE_BYTES)
+MIN_STEPS = 8  # loaded tiles per input at least: one row of 1M f32 in two 16 KiB tiles left the first load and
+# the last tile's compute exposed (gaps15 dot_product 32.6 -> 27.3 us run in 8 tiles; 4: 29.0, 16: 28.6)
+MIN_TILE = 512  # elements per partition: smaller loads are mostly their fixed cost
 _IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 _WORD = {"add": "sum", "maximum": "max", "minimum": "min"}
 
@@ -42,7 +46,8 @@ def few_long_rows(R: int, F: int, dtype: str, plain_src: bool, init_tensor: bool
     initial value stays with the row layout."""
     if init_tensor or R > FEW_ROWS or F < LONG or F % PMAX or (R == 1 and plain_src):
         return None
-    return best_divisor(F // PMAX, TILE_BYTES // DTYPE_BYTES[dtype])
+    G = F // PMAX  # (at least MIN_STEPS loads in all, of at least MIN_TILE elements, to overlap loads and compute)
+    return best_divisor(G, min(TILE_BYTES // DTYPE_BYTES[dtype], max(MIN_TILE, R * G // MIN_STEPS)))
 
 
 def few_rows_tile(op: ReduceOp, dtype: str) -> int | None:
@@ -87,6 +92,14 @@ def build_few_long_rows(op: ReduceOp, TF: int, hbm: dict[str, Buf], fresh: Fresh
         last = made[-1]
         if op.op == "add" and isinstance(last, ir.Act) and last.dst == whole(terms) and last.total is None:
             step += made[:-1] + [dataclasses.replace(last, total=whole(part))]
+        elif op.op == "add" and isinstance(last, (Binary, Scalar, ir.Act)) and last.dst == whole(terms):
+            # a product's terms (a dot product): each tensor_tensor cut between GpSimdE and VectorE, and ScalarE
+            # sums the terms (an activation copy with reduce_res) in place of VectorE's tensor_reduce; VectorE did
+            # the multiply and the reduce alone (gaps15 dot_product, 1M elements: see docs/notes/cols17.md)
+            tgt = get_target()
+            step += [x for m in made for x in (shared_binary(m.dst, m.a, m.b, m.op, m.line, tgt)
+                                                if isinstance(m, Binary) and not m.engine else [m])]
+            step.append(ir.Act(whole(terms), whole(terms), "copy", line=ln, total=whole(part)))
         else:
             step += made + [Reduce(whole(part), whole(terms), op.op, ln)]
     else:

@@ -458,12 +458,19 @@ def split_mixed_broadcasts(program):
             decls.append(sx.Decl(name, sx.TensorType(program.tensors[a.tensor].dtype, shape, span), span))
             at = sx.Access(name, tuple(sx.Name(v, span) for v in want), span)
             fills.append(nested(sx.Assign(at, "=", a, st.span), [by_var[v] for v in want]))
+            if a.tensor in inputs:
+                first.append(fills.pop())
             new[id(a)] = at
         if not new:
             return [], st
         return fills, replace(st, value=substituted(st.value, new))
 
-    return rechecked(program, decls, hoisted(program.kernel.body, leaf))
+    # a widened kernel input goes first: its statement reads nothing the kernel writes, and in front of the row
+    # chain it would split (group norm's g_at between the statistics and Y: cols17) it leaves the chain whole
+    inputs = {t.name for t in program.inputs}
+    first: list[sx.Stmt] = []
+    body = hoisted(program.kernel.body, leaf)
+    return rechecked(program, decls, first + body)
 
 
 def _broadcast_vars(a: sx.Access, out: list[str]) -> list[str] | None:

@@ -450,7 +450,7 @@ def broadcast(k: Kernel, buf: str, at: str, part: str, target: Target | str | No
     tile = Buffer(name or f"{buf}_bcast", "sbuf", dtype, shape)
     line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in loads(s.expr)))
     fill = _fill(tile, buf, row, p.extent, line)
-    body = relocate(loop.body, buf, tile.name, row, lead=(Aff((Term(part),)),))
+    body = relocate(loop.body, buf, tile.name, row, lead=(Aff((Term(p.var),)),))
     written = next((i for i, s in enumerate(body) if any(st.dst.buf == buf for st in _stores((s,)))), -1)
     body = body[:written + 1] + (Alloc(tile, line), fill) + body[written + 1:]
     if not at:

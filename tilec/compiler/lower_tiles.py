@@ -129,8 +129,9 @@ def colreduce_nest(op: ColumnReduceOp, program) -> Kernel | None:
                                         for n in src.shape)))
     col = [op.init] if isinstance(op.init, str) else []
     reads = list(op.inputs or (op.src,))
+    full = lambda n: n in reads and len(program.tensors[n].shape) == len(src.shape)  # noqa: E731 (else a row)
     bufs = {n: Buffer(n, "hbm", program.tensors[n].dtype,
-                      tuple(ext[v] for v in (outer + red + kept if n in reads else outer + kept)))
+                      tuple(ext[v] for v in (outer + red + kept if full(n) else outer + kept)))
             for n in (*reads, *col, op.out)}
     idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
     lines = dict(op.loop_lines)
@@ -357,15 +358,21 @@ class _Lowering:
 
     def ones_row(self, dtype: str, parts: int, line: int) -> ir.Buf:
         if dtype not in self.ones:
-            self.ones[dtype], made = ones_row(self.fresh(f"ones_{dtype}"), dtype, parts, line)
+            self.ones[dtype], made = ones_row(self._ones_name(dtype, "row"), dtype, parts, line)
             self.pending += made
         return self.ones[dtype]
+
+    def _ones_name(self, dtype: str, kind: str) -> str:
+        """`ones_<dtype>`, or `ones_<dtype>_<kind>` when another ones buffer of this op has that name (fresh names
+        are stable per base: a broadcast row's ones and a column sum's in one op would share it)."""
+        name = self.fresh(f"ones_{dtype}")
+        return self.fresh(f"ones_{dtype}_{kind}") if any(b.name == name for b in self.ones.values()) else name
 
     def ones_col(self, dtype: str, parts: int, line: int) -> ir.Buf:
         """A (parts, 1) column of ones in SBUF, the stationary side of a column sum (made before the statement)."""
         key = f"col:{dtype}"
         if key not in self.ones:
-            ones = ir.Buf(self.fresh(f"ones_{dtype}"), "sbuf", dtype, (parts, 1))
+            ones = ir.Buf(self._ones_name(dtype, "col"), "sbuf", dtype, (parts, 1))
             self.ones[key] = ones
             self.pending += [ir.Alloc(ones, zero=True, line=line),
                              ir.Scalar(ir.whole(ones), ir.whole(ones), "add", 1.0, line)]
@@ -376,7 +383,7 @@ class _Lowering:
         (k+1)*rows): the stationary side of a sum of o's stacked on the partitions, each o's rows into its row."""
         key = f"block:{dtype}:{blocks}:{rows}"
         if key not in self.ones:
-            ones = ir.Buf(self.fresh(f"ones_{dtype}"), "sbuf", dtype, (blocks * rows, blocks))
+            ones = ir.Buf(self._ones_name(dtype, "block"), "sbuf", dtype, (blocks * rows, blocks))
             self.ones[key] = ones
             self.pending += [ir.Alloc(ones, zero=True, line=line)]
             self.pending += [ir.Scalar(v, v, "add", 1.0, line)

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import hoisted, nested, rechecked, taken_names
+from tilec.compiler.rewrite import hoisted, leaves, nested, rechecked, resolved, taken_names
 from tilec.lang import syntax as sx
 
 
@@ -31,6 +31,11 @@ def split_broadcast_reductions(program):
     kernel = program.kernel
     taken = taken_names(kernel)
     decls: list[sx.Decl] = []
+    starts: dict[str, set[str]] = {}  # the tensors each tensor's assignments read (a reduction's initial value)
+    for top in kernel.body:
+        for st, _ in leaves(top):
+            if isinstance(st, sx.Assign) and st.op == "=":
+                starts.setdefault(st.target.tensor, set()).update(a.tensor for a in accesses(st.value))
 
     def splittable(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> bool:
         if st.op not in ("+=", "max=", "min=") or not all(isinstance(ix, sx.Name) for ix in st.target.indices):
@@ -48,6 +53,8 @@ def split_broadcast_reductions(program):
         if st.op == "+=" and isinstance(st.value, sx.BinOp) and st.value.op == "*" and len(reads) == 2:
             return False  # a product of two reads summed: a contraction's form (max= of a product is not one)
         along = [bool(_names(a) & reduced) for a in reads]
+        if st.op == "+=" and column_rows(st, loop_vars, program.tensors, starts.get(st.target.tensor, set())):
+            return False  # the column rule reads the row itself (rules_colreduce: staged per free tile, broadcast)
         return any(along) and not all(along)
 
     def stmt(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
@@ -71,6 +78,26 @@ def split_broadcast_reductions(program):
         return [fill], replace(st, value=sx.Access(name, idx, span))
 
     return rechecked(program, decls, hoisted(kernel.body, stmt))
+
+
+def column_rows(st: sx.Assign, loop_vars: list[str], tensors, start: set[str]) -> bool:
+    """`s[j] += abs(X[i, j] - c[j])`: a column sum of f32 reads over all the loops (the same index order, the kept
+    indices the trailing ones: no kept index before the reduced run) and of rows indexed by the kept indices in
+    order. rules_colreduce computes the terms per tile with each row broadcast to the partitions, so the terms never
+    go through HBM (column_l1 4096 x 4096: 599 -> see docs/notes/cols17.md)."""
+    kept = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
+    reads = accesses(st.value)
+    full = [a for a in reads if len(a.indices) == len(loop_vars)]
+    if not full or not kept or any(tensors[a.tensor].dtype != "f32" for a in reads):
+        return False
+    order = [ix.id if isinstance(ix, sx.Name) else None for ix in full[0].indices]
+    if sorted(map(str, order)) != sorted(loop_vars) or order[len(order) - len(kept):] != kept:
+        return False
+    plain = lambda a: [ix.id if isinstance(ix, sx.Name) else None for ix in a.indices]  # noqa: E731
+    rows = [a for a in reads if a not in full]
+    if any(a.tensor in start for a in rows):
+        return False  # (a row that is also the initial value: the rule stages each once; split as before)
+    return all(plain(a) == order for a in full) and all(plain(a) == kept for a in rows)
 
 
 def _sizes_as_numbers(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) -> sx.Expr:
@@ -129,7 +156,7 @@ def split_total_reductions(program):
     decls: list[sx.Decl] = []
     out: list[sx.Stmt] = []
     body = list(kernel.body)
-    k = 0
+    k, changed = 0, False
     while k < len(body):
         pair = _total_pair(body, k)
         if pair is None:
@@ -138,7 +165,10 @@ def split_total_reductions(program):
             continue
         init, loops, red = pair
         out += _total_split(init, loops, red, taken, decls, program)
+        changed = True
         k += 2
+    if changed and not decls:  # (only dot products: rewritten without a temporary)
+        return resolved(program, replace(kernel, body=tuple(out)))
     return rechecked(program, decls, out)
 
 
@@ -176,6 +206,16 @@ def _total_split(init: sx.Assign, loops: list[sx.Loop], red: sx.Assign, taken: s
     names = taken | vars_
     zs = [sx.Name(unique("z", names), span) for _ in init.target.indices]
     z_loops = [sx.Loop(z.id, sx.Num(0, span), sx.Num(1, span), (), span) for z in zs]
+    if len(loops) == 1 and _vector_terms(red, first, program):
+        # one loop over vectors (a dot product `a[i] * b[i]`): the element's reduction over a unit loop, the
+        # vectors read as one row each (select_reduce._unit_rows: build_longrows lays it over the partitions),
+        # no row of terms through HBM
+        target = replace(red.target, indices=tuple(zs))
+        body: tuple[sx.Stmt, ...] = (sx.Assign(target, "=", init.value, init.span),
+                                     replace(first, body=(replace(red, target=target),)))
+        for zl in reversed(z_loops):
+            body = (replace(zl, body=body),)
+        return list(body)
     row_name = unique(f"{red.target.tensor}_row", taken)
     decls.append(sx.Decl(row_name, sx.TensorType("f32", tuple(sx.Num(1, span) for _ in zs) + (first.stop,), span),
                          span))
@@ -199,6 +239,19 @@ def _total_split(init: sx.Assign, loops: list[sx.Loop], red: sx.Assign, taken: s
         inner = (replace(zl, body=inner),)
     out += list(inner)
     return out
+
+
+def _vector_terms(red: sx.Assign, loop: sx.Loop, program) -> bool:
+    """An expression of vectors read at the loop variable (`a[i] * b[i]`) long enough for build_longrows to lay
+    the one row over the partitions (few_long_rows); a shorter one keeps its row of terms."""
+    from tilec.compiler.build_longrows import few_long_rows
+    from tilec.compiler.lower import size_value
+    reads = accesses(red.value)
+    if isinstance(red.value, sx.Access) or not all(
+            len(a.indices) == 1 and isinstance(a.indices[0], sx.Name) and a.indices[0].id == loop.var for a in reads):
+        return False
+    dtype = program.tensors[reads[0].tensor].dtype
+    return few_long_rows(1, size_value(loop.stop, program.sizes), dtype, False, False) is not None
 
 
 def _identity(op: str, span) -> sx.Expr:

@@ -74,9 +74,13 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
         return None
     upd, names = body[0], [lp.var for lp in chain]
     out = _plain(upd.dst.index)
-    reads = list(dict.fromkeys(a.buf for a in loads(upd.expr)))  # every tensor of the expression, at one element
-    if len(init) != 1 or not isinstance(init[0], Assign) or init[0].dst != upd.dst or out is None or \
-            any(_plain(a.index) != names for a in loads(upd.expr)) or upd.dst.buf in reads:
+    # every tensor of the expression at one element, and rows read at the kept indices (`abs(X[i, j] - c[j])`,
+    # no kept index before the reduced run): staged per free tile and broadcast to the partitions
+    rows = list(dict.fromkeys(a.buf for a in loads(upd.expr) if out and names[-len(out):] == out and
+                              _plain(a.index) == out != names))
+    reads = list(dict.fromkeys(a.buf for a in loads(upd.expr) if a.buf not in rows))
+    if len(init) != 1 or not isinstance(init[0], Assign) or init[0].dst != upd.dst or out is None or not reads or \
+            any(_plain(a.index) != names for a in loads(upd.expr) if a.buf not in rows) or upd.dst.buf in reads:
         return None
     red = [v for v in names if v not in out]
     first = names.index(red[0]) if red else 0
@@ -99,7 +103,9 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     if (K > 1 or pairs) and any(lp.extent == 1 for lp in chain):
         return None  # (the builder stacks these: nests with unit loops)
     columns = [c for c in epilogue if c]
-    v, taken = _reduce_views(S, reads, columns)
+    if rows and (K > 1 or pairs or set(rows) & set(columns)):
+        return None
+    v, taken = _reduce_views(S, reads + rows, columns)
     before, after = names[:first], names[first + len(red):]
     if pairs:  # rows 2q and 2q + 1 on one partition (build_colreduce.row_pairs): R / 2 partitions an o
         half = ReducePlan(params.parts // 2, params.free)
@@ -121,7 +127,8 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
              prim("reshape", top, (("o", O), ("r", R), ("f", F)),
                   notes=(f"for {', '.join(before)}" if before else "", f"for {', '.join(red)}",
                          f"for {', '.join(after)}"),
-                  lines=(line(before), line(red), line(after)), views=(*((B, v[B]) for B in reads), (S, v[S])),
+                  lines=(line(before), line(red), line(after)),
+                  views=(*((B, v[B]) for B in reads + rows), (S, v[S])),
                   view_line=init[0].line, groups=groups)]
     loops = [f"e{n + 1 if n else ''}" for n in range(len(epilogue))]
     for n, (e, c) in enumerate(zip(loops, epilogue)):  # each step over the same rows of sums: s_v[o, 0, f]
@@ -149,7 +156,7 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
                   prim("partition", "p", summed=True)]
         if expr:  # the terms of the whole loaded tile (one instruction), before the banks split the sum
             prims += [prim("bind_expr", v[S], "p", unique(f"{S}_terms", taken), dtype=dtype),
-                      prim("tensorize", "p_x", **squares(upd.expr, dtype))]
+                      prim("tensorize", "p_x", **squares(upd.expr, dtype, bool(rows)))]
         prims += [prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
                        note="the PSUM banks of a free tile: a matmul each, evicted into its part of the row"),
                   prim("reorder", "w", "p", "f_i")]
@@ -186,26 +193,28 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
                   for j, a in enumerate(accs)] if W > 1 else \
             [prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
     paired = group > 1 and dtype == "f32"
+    broadcast = [p for c in reversed(rows) for p in _broadcast_row(c, v[c], taken, "p#0" if group > 1 else "p")]
     if group > 1:
         for j in range(group):
             prims += [prim("stage", v[B], f"g#{j}", name=unique(f"{B}_r{j}", taken)) for B in reversed(reads)]
+        prims += broadcast
         # an expression of a copy's tiles computed into a tile of the source's dtype (TensorE sums it as it would
         # the source), each copy's nest then a sum of that tile
         for j in range(group if expr else 0):
             prims += [prim("bind_expr", acc, f"p#{j}", unique(f"{S}_terms_r{j}", taken), suffix=f"_t{j}",
                            dtype=dtype),
-                      prim("tensorize", f"p_t{j}", **squares(upd.expr, dtype))]
+                      prim("tensorize", f"p_t{j}", **squares(upd.expr, dtype, bool(rows)))]
         # fp32 tiles added in pairs on VectorE first (an fp32 matmul streams at 4.7x the 16-bit cost): each pair
         # of copies one nest `s += A_r0 + A_r1`, its sum bound to a tile of its own, TensorE sums that
         for q in range(group // 2 if paired else 0):
             prims += [prim("pair", f"g#{q}", f"g#{q + 1}"),
                       prim("bind_expr", acc, f"p#{q}", unique(f"{S}_pair{q}", taken), suffix=f"_x{q}"),
-                      prim("tensorize", f"p_x{q}")]
+                      prim("tensorize", f"p_x{q}", **({"gpsimd": True} if rows else {}))]
     else:
-        prims += [prim("stage", v[B], "rt", name=unique(f"{B}_tile", taken)) for B in reversed(reads)]
+        prims += [prim("stage", v[B], "rt", name=unique(f"{B}_tile", taken)) for B in reversed(reads)] + broadcast
         if expr and W == 1:  # the staged tiles' expression computed into a tile of the source's dtype, then summed
             prims += [prim("bind_expr", acc, "p", unique(f"{S}_terms", taken), dtype=dtype),
-                      prim("tensorize", "p_x", **squares(upd.expr, dtype))]
+                      prim("tensorize", "p_x", **squares(upd.expr, dtype, bool(rows)))]
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
     prims.append(prim("tensorize", "p", line=init[0].line))
     # ScalarE evicts, applying a constant factor on the way, when the matmuls do not bound the step (16-bit
@@ -221,6 +230,14 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     return prims + [prim("block", "o", f"{S} = sum over {', '.join(red)} of {what} (ones matmul{how})")]
 
 
+def _broadcast_row(c: str, view: str, taken: set[str], part: str) -> list[Prim]:
+    """A row the summed expression reads at the kept indices (`c[j]` of `abs(X[i, j] - c[j])`): one load of the
+    free tile's part of it, copied to every partition of the row tiles (a ones matmul into PSUM, evicted) once per
+    free tile, for all the row tiles the tile's sums take."""
+    row = unique(f"{c}_row", taken)
+    return [prim("stage", view, "ft", name=row), prim("broadcast", row, "ft", part, name=unique(f"{c}_tile", taken))]
+
+
 class _Squares:
     """Where colreduce's squares `T = x * x` (T summed by TensorE or added in pairs) run: `tensorize(.., square=
     "scalar")` puts one on ScalarE (activation square), x's fp32 producer shared by GpSimdE and VectorE
@@ -233,10 +250,10 @@ class _Squares:
     def __init__(self) -> None:
         self.loaded = 0  # 16-bit squares of loaded tiles met so far
 
-    def __call__(self, e: Expr, dtype: str) -> dict[str, str]:
+    def __call__(self, e: Expr, dtype: str, shared: bool = False) -> dict[str, str | bool]:
         x = square(e)
-        if x is None:
-            return {}
+        if x is None:  # (`shared`: fp32 element-wise work split by columns with GpSimdE, _shared_with_gpsimd)
+            return {"gpsimd": True} if shared else {}
         if isinstance(x, Load) and dtype in ("bf16", "f16"):
             self.loaded += 1
             if self.loaded % 2 == 0:

@@ -33,7 +33,62 @@ def is_row_reduction(comp: Comp, program) -> bool:
     reads = accesses(comp.update)
     # a contraction's moving operand (X in conv, B in a matmul) always has the output's rank: when every read has
     # more indices than the output, no matmul/conv mapping exists and the statement is (at most) a row reduction
-    return len(reads) >= 1 and all(len(a.indices) > len(comp.out_vars) for a in reads)
+    rows = column_rows(comp, program)  # (rows read by a column sum: staged and broadcast by its rule)
+    full = [a for a in reads if a not in rows]
+    return len(full) >= 1 and all(len(a.indices) + len(_unit_rows(comp, a, program)) > len(comp.out_vars)
+                                  for a in full)
+
+
+def _unit_rows(comp: Comp, a: sx.Access, program) -> list[str]:
+    """The output's leading loops of one iteration a read does not index (`s[z] += a[i] * b[i]`, z in 0..1, of
+    reduce_split's dot product): the read is one row along them. Only where build_longrows lays that row over the
+    partitions (few_long_rows: long, a reduced expression, a constant start); [] otherwise."""
+    from tilec.compiler.build_longrows import few_long_rows
+    names = {plain(m) for m in index_maps(a, comp, program)}
+    lead = []
+    for v in comp.out_vars:
+        if v in names or comp.extent(v) != 1:
+            break
+        lead.append(v)
+    if not lead or comp.update is None or comp.init is None:
+        return []
+    F = math.prod(comp.extent(v) for v in comp.red_vars)
+    tensor_init = isinstance(comp.init, sx.Access)
+    taken = few_long_rows(1, F, program.tensors[a.tensor].dtype, isinstance(comp.update, sx.Access), tensor_init)
+    return lead if taken is not None else []
+
+
+def column_rows(comp: Comp, program) -> list[sx.Access]:
+    """The rows of a column sum reading them, `s[j] += abs(X[i, j] - c[j])` (reduce_split.column_rows left it
+    whole): the f32 reads indexed by the output's indices in order, when every other read is an f32 tensor over all
+    the loops with those indices trailing (no kept index before the reduced run); [] otherwise."""
+    if comp.red_op != "+=" or comp.update is None or not comp.out_vars:
+        return []
+    reads = accesses(comp.update)
+    names = lambda a: [plain(m) for m in index_maps(a, comp, program)]  # noqa: E731
+    out, n = list(comp.out_vars), len(comp.out_vars)
+    rows = [a for a in reads if names(a) == out]
+    full = [a for a in reads if a not in rows]
+    if not rows or not full or any(program.tensors[a.tensor].dtype != "f32" for a in reads):
+        return []
+    if comp.init is not None and {a.tensor for a in rows} & {a.tensor for a in accesses(comp.init)}:
+        return []  # (reduce_split.column_rows split it: a row that is also the initial value)
+    if any(len(a.indices) != len(comp.extents) or names(a)[-n:] != out or set(names(a)[:-n]) != set(comp.red_vars)
+           for a in full):
+        return []
+    return rows
+
+
+def _widened(comp: Comp, src: sx.Expr, program) -> sx.Expr:
+    """`m[i] max= f32(X[i, j])` of a 16-bit X reduced as `X[i, j]`: widening is exact and keeps the order, so the
+    max of the converted values is the converted max, and the reduction reads the tiles as loaded (a tensor_copy per
+    tile less on VectorE: rowrange_bf16 4096 x 4096 564.5 -> see docs/notes/cols17.md). Sums keep the conversion
+    (they add in the wider type)."""
+    if comp.red_op in ("max=", "min=") and isinstance(src, sx.Call) and src.fn == "f32" and len(src.args) == 1:
+        x = src.args[0]
+        if isinstance(x, sx.Access) and program.tensors[x.tensor].dtype in ("bf16", "f16"):
+            return x
+    return src
 
 
 def _reject(comp: Comp, why: str, span=None) -> TilecError:
@@ -43,6 +98,7 @@ def _reject(comp: Comp, why: str, span=None) -> TilecError:
 def select_reduce(comp: Comp, program) -> ReduceOp:
     assert comp.update is not None and comp.red_op is not None  # is_row_reduction(comp) chose this path
     src, scale = strip_scale(comp.update, program.sizes)
+    src = _widened(comp, src, program)
     reads = accesses(src)
     if not reads:
         raise _reject(comp, f"`{fmt_expr(comp.update)}` reads no tensor", comp.update.span)
@@ -51,8 +107,10 @@ def select_reduce(comp: Comp, program) -> ReduceOp:
     if scale != 1.0 and comp.red_op != "+=":
         raise _reject(comp, f"a constant factor applies to a `+=` reduction only (here `{comp.red_op}`)",
                       comp.update.span)
+    rows = column_rows(comp, program)
+    reads = [a for a in reads if a not in rows] + rows  # the first read is over all the loops
     before, reduced, after = _split_indices(comp, reads[0], program)
-    for other in reads[1:]:
+    for other in reads[1:len(reads) - len(rows)]:
         if _split_indices(comp, other, program) != (before, reduced, after):
             raise _reject(comp, f"`{fmt_expr(other)}` must be indexed like `{fmt_expr(reads[0])}`: every tensor "
                                 f"of a reduced expression is read at the same element", other.span)
@@ -76,6 +134,8 @@ def _split_indices(comp: Comp, src: sx.Access, program) -> tuple[list[str], list
     """The read's loop variables as (kept before, reduced, kept after): the output's indices in order around one
     run of reduced loops."""
     out, names = list(comp.out_vars), [plain(m) for m in index_maps(src, comp, program)]
+    lead: list[str | None] = list(_unit_rows(comp, src, program))
+    names = lead + names  # (a vector read as one row along unit loops)
     if None in names:
         pos = names.index(None)
         raise _reject(comp, f"index `{fmt_expr(src.indices[pos])}` of {src.tensor} is not a plain loop variable",
