@@ -18,6 +18,7 @@ from tilec.compiler import ir
 from tilec.compiler.build_conv import Fresh, hbm_view
 from tilec.compiler.build_util import loop, ones_row
 from tilec.compiler.exprs import accesses
+from tilec.compiler.fn_chain import wrap
 from tilec.compiler.ir import Aff, Sl, View
 from tilec.compiler.layout import perfect_chain
 from tilec.compiler.lower import size_value
@@ -185,7 +186,7 @@ def transpose_nest(op: TransposeOp, program, between: dict[str, Buffer] | None =
     lines = dict(op.loop_lines)
     out_vars = tuple(_out_order(op))
     idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
-    body: Stmt = Assign(Access(op.out, idx(out_vars)), Load(Access(op.src, idx(op.src_vars))), op.line)
+    body: Stmt = Assign(Access(op.out, idx(out_vars)), wrap(op.fns, Load(Access(op.src, idx(op.src_vars)))), op.line)
     for v, n in reversed(op.loops):
         body = Loop(v, n, (body,), "serial", lines.get(v, op.line))
     return Kernel(op.name, (bufs[op.src],), (bufs[op.out],), (body,))

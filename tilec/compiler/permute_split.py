@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
+from tilec.compiler.fn_chain import syntax_chain
 from tilec.compiler.lower import affine_index, size_value, uses_names
 from tilec.compiler.names import unique
+from tilec.compiler.select_permute import one_step
 from tilec.compiler.rewrite import hoisted, nested, perfect_nest, rechecked, resolved, substituted, taken_names
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -48,7 +50,11 @@ def split_permuted_eltwise(program):
         full = [plain(a) for a in reads if sorted(plain(a) or ()) == sorted(loop_vars)]
         if not full or any(f != full[0] for f in full) or full[0] == out:
             return None  # no read over all the loops, two orders, or already in the output's order
-        return full[0]
+        first = full[0]
+        assert first is not None  # a plain read (the filter above)
+        if syntax_chain(st.value) is not None and one_step(tuple(first), tuple(out)) == "runs":
+            return None  # activations around a swap of runs: the transpose applies them on its eviction (fn_chain)
+        return first
 
     def stmt(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
         vs = order(st, loops, top_writes)

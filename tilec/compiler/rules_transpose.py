@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from tilec.compiler import layout
+from tilec.compiler.fn_chain import nest_chain
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop
 from tilec.compiler.rules_base import Prim, _at, _plain, _ragged_parts, prim
@@ -30,22 +31,26 @@ class Permute:
     middle: bool = False  # the batch dimensions sit between the two swapped ones (no [B, M, N] views)
 
 
-def _one_copy(k: Kernel) -> tuple[list[Loop], Assign, Access] | None:
+def _one_copy(k: Kernel, fns: bool = False) -> tuple[list[Loop], Assign, Access] | None:
     """(the perfect loop chain, its one assignment, the read it copies) when the nest is a single copy `Y[..] =
-    X[..]` inside one perfect loop chain (what the permute and copy rules start from), else None."""
+    X[..]` inside one perfect loop chain (what the permute and copy rules start from), else None. With `fns`, the
+    copy may apply activations on the way (`Y[..] = relu(X[..])`, fn_chain.py: the transpose's eviction)."""
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) != 1:
         return None
     chain = layout.perfect_chain(tops[0])
     body = chain[-1].body
-    if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Load):
+    if len(body) != 1 or not isinstance(body[0], Assign):
         return None
-    return chain, body[0], body[0].expr.access
+    found = nest_chain(body[0].expr) if fns else None
+    read = found[1] if found is not None else body[0].expr
+    return (chain, body[0], read.access) if isinstance(read, Load) else None
 
 
 def permute(k: Kernel) -> Permute | None:
-    """The nest's permute structure, or None when it is not one copy that swaps two runs after a batch."""
-    found = _one_copy(k)
+    """The nest's permute structure, or None when it is not one copy (activations allowed) that swaps two runs
+    after a batch."""
+    found = _one_copy(k, fns=True)
     if found is None:
         return None
     chain, stmt, read = found

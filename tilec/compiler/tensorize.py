@@ -32,6 +32,7 @@ from typing import Callable
 from tilec.compiler import ir
 from tilec.compiler.build_util import broadcast_row
 from tilec.compiler.expr_instrs import ExprCompiler
+from tilec.compiler.fn_chain import nest_chain, wrap
 from tilec.compiler.ir import Aff, View
 from tilec.compiler.nest import Access, Assign, Const, Expr, Index, Load, Op, Stmt, Update, loads, map_loads
 from tilec.errors import InternalError, Span
@@ -153,6 +154,11 @@ def _match_assign(s: Assign, t: Target) -> Match | None:
             return Match(t.instr("nc_transpose"), (("batch", tuple(out[:k])), ("p", tuple(src[k:k + 1])),
                                                    ("f", tuple(v for v in src[k:] if v != src[k]))))
         return None
+    chain = nest_chain(e)
+    if chain is not None and chain[0]:  # activations around a permuted read: transposed, then applied on eviction
+        src = _vars(chain[1].access)
+        if sorted(src) == sorted(out) and src != out:
+            return _match_assign(replace(s, expr=chain[1]), t)
     if isinstance(e, Const):  # a fill: the constant added to a zeroed tile
         return Match(t.instr("tensor_scalar"), (("OP", ("add to zeros",)),))
     if isinstance(e, Op) and e.name in FUNCTIONS and FUNCTIONS[e.name].instr == "activation":
@@ -242,6 +248,16 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
         return _partition_broadcast(s, dst, e)
     if m.instr.name == "nc_transpose" and isinstance(s.expr, Load):
         return _transpose(s, dst, e, psum)
+    if m.instr.name == "nc_transpose":  # activations around the read (fn_chain): transposed, then the chain
+        found = nest_chain(s.expr)
+        assert found is not None  # _match_assign matched the chain
+        fns, read = found
+        moved = _transpose(replace(s, expr=read), dst, e, psum)
+        tile = moved[-1].src if isinstance(moved[-1], ir.Copy) else dst  # the PSUM tile, or dst (a DMA transpose)
+        value = to_syntax(wrap(fns, Load(Access("t", read.access.index))))
+        chain = ExprCompiler({"t": tile}, (dst.shape()[0], math.prod(dst.shape()[1:])), s.line, e.fresh, set(),
+                             prefix=temps, share=target).emit(value, dst)
+        return moved[:-1] + chain if isinstance(moved[-1], ir.Copy) else moved + chain
     # each read its own operand: one buffer read at two places (a pair of rows `A[p, 0, f] + A[p, 1, f]`) is two
     names: dict[Access, str] = {}
     for a in loads(s.expr):

@@ -1,0 +1,69 @@
+"""Activations on the way through a transpose (`Y[b, j, i] = relu(X[b, i, j])`): one pass, the function applied on
+the PSUM -> SBUF eviction (fn_chain.py), checked against NumPy formulas written here."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
+
+BATCHED = """kernel trelu(X: DT[B, M, N]) -> Y
+  default B = 2, M = 256, N = 384
+  Y: DT[B, N, M]
+  for b in 0..B, i in 0..M, j in 0..N:
+    Y[b, j, i] = FN
+"""
+NHWC = """kernel nhwc(X: f32[N, C, H, W]) -> Y
+  default N = 2, C = 128, H = 8, W = 12
+  Y: f32[N, H, W, C]
+  for n in 0..N, c in 0..C, h in 0..H, w in 0..W:
+    Y[n, h, w, c] = relu(X[n, c, h, w])
+"""
+NP = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}
+REFS = {
+    "relu(X[b, i, j])": lambda x: np.maximum(x, 0),
+    "tanh(abs(X[b, i, j]))": lambda x: np.tanh(np.abs(x)),
+    "sigmoid(X[b, i, j])": lambda x: 1 / (1 + np.exp(-x)),
+}
+
+
+def compiled(text: str, sizes=None, schedule: str | None = None, target: str | None = None, nki: str | None = None):
+    directives = lang.parse_schedule(schedule, "<test>") if schedule is not None else None
+    return compile_loaded(lang.load(text, sizes), directives, nki=nki, target=target)
+
+
+def run(c, x: np.ndarray) -> np.ndarray:
+    return np.asarray(c.run(X=x)["Y"], dtype=np.float64)
+
+
+def inputs(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    return np.random.default_rng(3).uniform(-2, 2, shape).astype(NP[dtype])
+
+
+@pytest.mark.parametrize("fn", sorted(REFS))
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("sizes", [None, {"B": 3, "M": 200, "N": 130}])
+def test_a_transpose_applies_activations_on_its_eviction(fn, dtype, sizes):
+    c = compiled(BATCHED.replace("DT", dtype).replace("FN", fn), sizes)
+    assert "_pre" not in c.source and "nc_transpose" in c.source  # one pass: no element-wise temporary in HBM
+    b, m, n = (sizes or {"B": 2, "M": 256, "N": 384}).values()
+    x = inputs((b, m, n), dtype)
+    expect = REFS[fn](x.astype(np.float64)).transpose(0, 2, 1)
+    tol = 1e-2 if dtype == "bf16" else 1e-5
+    np.testing.assert_allclose(run(c, x), expect, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("options", [{"target": "trn1"}, {"nki": "0.1"}, {"schedule": "method Y, dma"}])
+def test_the_fused_transpose_on_trn1_in_nki_01_and_by_dma(options):
+    c = compiled(BATCHED.replace("DT", "f32").replace("FN", "relu(X[b, i, j])"), **options)
+    x = inputs((2, 256, 384), "f32")
+    np.testing.assert_allclose(run(c, x), np.maximum(x, 0).transpose(0, 2, 1), rtol=0, atol=0)
+
+
+def test_nchw_to_nhwc_with_relu_is_one_transpose():
+    c = compiled(NHWC)
+    assert "_pre" not in c.source and "relu" in c.source
+    x = inputs((2, 128, 8, 12), "f32")
+    np.testing.assert_allclose(run(c, x), np.maximum(x, 0).transpose(0, 2, 3, 1), rtol=0, atol=0)
