@@ -44,11 +44,11 @@ class Workload:
     flops: float  # useful matmul FLOPs
     fp32: bool
     hbm_bytes: float  # bytes that must cross HBM at least once (inputs + outputs)
-    copy: bool = False  # a pure copy/permute: may go HBM -> HBM, one DMA engine pass per byte for read and write
     measured: float | None = None
     reference: float | None = None
     tl: tuple[str, dict[str, int]] | None = None  # example program and sizes for tilec's own kernel
     large: bool = False
+    copy: bool = False  # a pure copy/permute: may go HBM -> HBM, one DMA engine pass per byte for read and write
 
 
 def _vec(n: int, kernel: str, measured: float | None) -> Workload:

@@ -67,3 +67,71 @@ def test_nchw_to_nhwc_with_relu_is_one_transpose():
     assert "_pre" not in c.source and "relu" in c.source
     x = inputs((2, 128, 8, 12), "f32")
     np.testing.assert_allclose(run(c, x), np.maximum(x, 0).transpose(0, 2, 3, 1), rtol=0, atol=0)
+
+
+SCALE = """kernel scale(X: DT[N, H, W, C], s: DT[C], t: DT[C]) -> Y
+  default N = 2, H = 6, W = 10, C = 192
+  Y: DT[N, C, H, W]
+  for n in 0..N, c in 0..C, h in 0..H, w in 0..W:
+    Y[n, c, h, w] = relu(s[c] * X[n, h, w, c] - t[c]) + 0.5
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("options", [{}, {"target": "trn1"}, {"nki": "0.1"}, {"schedule": "method Y, dma"}])
+def test_vectors_over_the_transposed_partitions_are_columns_of_the_eviction(dtype, options):
+    """NHWC -> NCHW with per-channel vectors: c is on the transposed tile's partitions, so s[c] and t[c] are
+    columns of the instructions reading the PSUM tile; no temporary in HBM."""
+    c = compiled(SCALE.replace("DT", dtype), **options)
+    assert "_pre" not in c.source
+    rng = np.random.default_rng(5)
+    x = inputs((2, 6, 10, 192), dtype)
+    s, t = rng.uniform(-1, 1, 192).astype(NP[dtype]), rng.uniform(-1, 1, 192).astype(NP[dtype])
+    got = np.asarray(c.run(X=x, s=s, t=t)["Y"], dtype=np.float64)
+    x64 = x.astype(np.float64).transpose(0, 3, 1, 2)
+    s, t = s.astype(np.float64), t.astype(np.float64)
+    expect = np.maximum(s[None, :, None, None] * x64 - t[None, :, None, None], 0) + 0.5
+    tol = 2e-2 if dtype == "bf16" else 1e-5
+    np.testing.assert_allclose(got, expect, rtol=tol, atol=tol)
+
+
+ADD = """kernel add(X: DT[N, C, H, W], b: DT[C]) -> Y
+  default N = 2, C = 192, H = 6, W = 10
+  Y: DT[N, H, W, C]
+  for n in 0..N, c in 0..C, h in 0..H, w in 0..W:
+    Y[n, h, w, c] = tanh(X[n, c, h, w] * b[c]) - b[c]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("options", [{}, {"target": "trn1"}, {"nki": "0.1"}, {"schedule": "method Y, dma"}])
+def test_vectors_over_the_source_partitions_are_done_before_the_transpose(dtype, options):
+    """NCHW -> NHWC with a per-channel vector: c is on the source tile's partitions, so the value is computed
+    there (b a column) into an f32 tile, then transposed and copied out; a DMA transpose cannot, so the directive's
+    `dma` gives way to TensorE here."""
+    c = compiled(ADD.replace("DT", dtype), **options)
+    assert "Y_pre" not in c.source and "nc_transpose" in c.source  # no HBM temporary
+    x = inputs((2, 192, 6, 10), dtype)
+    b = np.random.default_rng(7).uniform(-1, 1, 192).astype(NP[dtype])
+    got = np.asarray(c.run(X=x, b=b)["Y"], dtype=np.float64)
+    b64 = b.astype(np.float64)[None, :, None, None]
+    expect = (np.tanh(x.astype(np.float64) * b64) - b64).transpose(0, 2, 3, 1)
+    tol = 2e-2 if dtype == "bf16" else 1e-5
+    np.testing.assert_allclose(got, expect, rtol=tol, atol=tol)
+
+
+def test_vectors_over_both_runs_keep_the_split():
+    """b[c] over the source's partitions and s[h, w]... over the result's: not one place to compute the value, so
+    the statement keeps permute_split's two passes (and still matches NumPy)."""
+    text = """kernel both(X: f32[C, M], b: f32[C], s: f32[M]) -> Y
+  default C = 128, M = 256
+  Y: f32[M, C]
+  for c in 0..C, m in 0..M:
+    Y[m, c] = X[c, m] * b[c] + s[m]
+"""
+    c = compiled(text)
+    assert "Y_pre" in c.source
+    rng = np.random.default_rng(9)
+    x, b, s = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((128, 256), (128,), (256,)))
+    got = np.asarray(c.run(X=x, b=b, s=s)["Y"], dtype=np.float64)
+    np.testing.assert_allclose(got, (x * b[:, None] + s[None, :]).T, rtol=1e-6, atol=1e-6)

@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
-from tilec.compiler.fn_chain import syntax_chain
+from tilec.compiler.fn_chain import syntax_fused
 from tilec.compiler.lower import affine_index, size_value, uses_names
 from tilec.compiler.names import unique
-from tilec.compiler.select_permute import one_step
 from tilec.compiler.rewrite import hoisted, nested, perfect_nest, rechecked, resolved, substituted, taken_names
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -52,8 +51,8 @@ def split_permuted_eltwise(program):
             return None  # no read over all the loops, two orders, or already in the output's order
         first = full[0]
         assert first is not None  # a plain read (the filter above)
-        if syntax_chain(st.value) is not None and one_step(tuple(first), tuple(out)) == "runs":
-            return None  # activations around a swap of runs: the transpose applies them on its eviction (fn_chain)
+        if syntax_fused(st.value, tuple(out), reads) is not None:
+            return None  # work a swap of runs does on its eviction: the transpose computes it (fn_chain.py)
         return first
 
     def stmt(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
