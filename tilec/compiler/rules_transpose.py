@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from tilec.compiler import layout
 from tilec.compiler.fn_chain import nest_read
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, loads
+from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, fmt_expr, loads
 from tilec.compiler.rules_base import Prim, _at, _plain, _ragged_parts, prim
 from tilec.compiler.schedule import TransposePlan
 from tilec.target import Target
@@ -125,7 +125,8 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
             names = (ci if rp[2] == params.tile and r == 0 else "", cj if cp[2] == params.tj and c == 0 else "")
             prims += _region(n, params, (i + suffix, j + suffix), (rp, cp), names, suffix, tag, (X, Y), strips,
                              k.buffers()[n.src.buf].dtype, vectors)
-    label = f"{n.stmt.dst.buf} = transpose of {n.src.buf}"
+    work = "" if isinstance(n.stmt.expr, Load) else f" computing {fmt_expr(n.stmt.expr)}"  # fn_chain.py
+    label = f"{n.stmt.dst.buf} = transpose of {n.src.buf}{work}"
     if params.ragged:
         return prims + [prim("block", top, f"{label}, ragged ({M}x{N})")]
     return prims[:-1] + [prim("block", top, f"{label} by {params.tile}x{params.tj} blocks")]

@@ -306,7 +306,7 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             lines.append(f"  src {op.src} pool {op.pool.op} {op.pool.wy}x{op.pool.wx} scale {op.pool.scale:g}"
                          + (" relu" if op.relu else ""))
         elif isinstance(op, TransposeOp):
-            lines.append(f"  src {op.src}")
+            lines.append(f"  src {op.src}" + (f" computing {fmt_expr(op.value)}" if op.value is not None else ""))
         elif isinstance(op, ReduceOp):
             init = op.init if isinstance(op.init, str) else f"{op.init:g}"
             lines.append(f"  src {op.src} reduce {op.op} from {init} scale {op.scale:g}"
