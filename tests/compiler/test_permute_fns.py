@@ -1,6 +1,9 @@
-"""Activations on the way through a transpose (`Y[b, j, i] = relu(X[b, i, j])`): one pass, the function applied on
-the PSUM -> SBUF eviction (fn_chain.py), checked against NumPy formulas written here."""
+"""Element-wise work on the way through a transpose (`Y[b, j, i] = relu(X[b, i, j])`, per-channel vectors and
+constants): one pass, the work done on the PSUM -> SBUF eviction or on the source block (fn_chain.py), checked
+against NumPy formulas written here."""
 from __future__ import annotations
+
+import math
 
 import ml_dtypes
 import numpy as np
@@ -135,3 +138,54 @@ def test_vectors_over_both_runs_keep_the_split():
     x, b, s = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((128, 256), (128,), (256,)))
     got = np.asarray(c.run(X=x, b=b, s=s)["Y"], dtype=np.float64)
     np.testing.assert_allclose(got, (x * b[:, None] + s[None, :]).T, rtol=1e-6, atol=1e-6)
+
+
+NP_FN = {"relu": lambda x: np.maximum(x, 0), "tanh": np.tanh, "abs": np.abs, "exp": np.exp,
+         "sigmoid": lambda x: 1 / (1 + np.exp(-x))}
+
+
+def _random_case(seed: int):
+    """A random swap of runs after a batch (rank 2-4, extents around and across 128), an activation or an affine
+    map, and a vector over one of the two runs or none: (program text, inputs, NumPy formula of the inputs)."""
+    import random
+    rng = random.Random(seed)
+    rank = rng.choice([2, 3, 4])
+    names = "abcd"[:rank]
+    ext = {v: rng.choice([1, 3, 64, 100, 128, 130]) for v in names}
+    while math.prod(ext.values()) > 200_000:  # interpreter-sized: shrink the largest dimension
+        ext[max(ext, key=ext.__getitem__)] = 3
+    k = rng.randrange(0, rank - 1)
+    rest = list(names[k:])
+    cut = rng.randrange(1, len(rest))
+    out = list(names[:k]) + rest[cut:] + rest[:cut]
+    run = rng.choice([(), tuple(rest[:cut]), tuple(rest[cut:])])
+    fn = rng.choice(sorted(NP_FN))
+    x = f"X[{', '.join(names)}]"
+    value = f"{fn}({x} - v[{', '.join(run)}]) * 2" if run else f"{fn}(0.5 * {x} + 1)"
+    upper = lambda vs: ", ".join(v.upper() for v in vs)  # noqa: E731
+    text = (f"kernel k(X: f32[{upper(names)}]" + (f", v: f32[{upper(run)}]" if run else "") + ") -> Y\n"
+            f"  default {', '.join(f'{v.upper()} = {ext[v]}' for v in names)}\n  Y: f32[{upper(out)}]\n"
+            f"  for {', '.join(f'{v} in 0..{v.upper()}' for v in names)}:\n    Y[{', '.join(out)}] = {value}\n")
+    r = np.random.default_rng(seed)
+    args = {"X": r.uniform(-2, 2, [ext[v] for v in names]).astype(np.float32)}
+    if run:
+        args["v"] = r.uniform(-1, 1, [ext[v] for v in run]).astype(np.float32)
+
+    def formula(a):
+        xs = a["X"].astype(np.float64)
+        if run:  # v broadcast along the dimensions it does not index
+            vv = a["v"].astype(np.float64).reshape([ext[v] if v in run else 1 for v in names])
+            y = NP_FN[fn](xs - vv) * 2
+        else:
+            y = NP_FN[fn](0.5 * xs + 1)
+        return y.transpose([names.index(v) for v in out])
+    return text, args, formula
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_swaps_with_work_on_the_way_match_numpy(seed):
+    text, args, formula = _random_case(seed)
+    c = compiled(text)
+    assert "Y_pre" not in c.source  # one transpose: the work is done on the way
+    got = np.asarray(c.run(**args)["Y"], dtype=np.float64)
+    np.testing.assert_allclose(got, formula(args), rtol=1e-5, atol=1e-5)
