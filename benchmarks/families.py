@@ -11,8 +11,10 @@ Columns (µs, estimated by tilec's performance model, never measured):
     floor   max(TensorE FLOP floor, DMA byte floor), start-up excluded, from the Target (tilec/target.py):
             FLOPs = 2 x the multiply-adds of every `+=` of a product of two or more tensor-reading factors (the
             contractions, counted from the program), at 2 * pmax * stationary_fmax FLOP per TensorE cycle (fp32
-            at a quarter of that rate); bytes = the inputs and outputs crossing HBM once, at
-            dma_engines * dma_engine_bw
+            at a quarter of that rate); DMA = the larger of two times: the bytes the DMA engines must move at
+            dma_engines * dma_engine_bw (inputs plus outputs, or for a program of copies only, which may go
+            HBM -> HBM with one engine pass per byte, the larger of the two) and the inputs and outputs crossing
+            HBM once at hbm_bw (the core's share of HBM reads plus writes)
     bound   which of the two floors is larger
     engines max(floor, the engines' bound), the engines' bound from the Target only (never from the compiler): the
             multiply-adds of every contraction spread over the engines that can multiply-accumulate, each at its
@@ -283,9 +285,24 @@ def floor_us(program, tgt: Target) -> tuple[float, str]:
     flops = contraction_flops(program.kernel, program.sizes)
     fp32 = any(t.dtype == "f32" for t in program.inputs)
     flop_per_ns = 2 * tgt.pmax * tgt.stationary_fmax * tgt.tensor_ghz / (FP32_SLOWDOWN if fp32 else 1)
-    moved = sum(math.prod(t.shape) * BYTES[t.dtype] for t in program.tensors.values() if t.kind != "temp")
-    compute, dma = flops / flop_per_ns / 1000, moved / (tgt.dma_engines * tgt.dma_engine_bw) / 1000
+    size = {kind: sum(math.prod(t.shape) * BYTES[t.dtype] for t in program.tensors.values() if t.kind == kind)
+            for kind in ("input", "output")}
+    moved = size["input"] + size["output"]  # every input read from HBM once, every output written once
+    # what passes a DMA engine: all of it for a program that computes (its data must be on chip); a program of
+    # copies only may go HBM -> HBM, where an engine moves each byte once (its read and its write)
+    engines = max(size.values()) if copies_only(program.kernel) else moved
+    dma = max(engines / (tgt.dma_engines * tgt.dma_engine_bw), moved / tgt.hbm_bw) / 1000
+    compute = flops / flop_per_ns / 1000
     return (compute, "TensorE") if compute >= dma else (dma, "DMA")
+
+
+def copies_only(kernel: sx.Kernel) -> bool:
+    """Every statement assigns one tensor read, unchanged (a copy, a crop, a permute)."""
+    def walk(stmts) -> bool:
+        return all(walk(st.body) if isinstance(st, sx.Loop) else st.op == "=" and isinstance(st.value, sx.Access)
+                   for st in stmts)
+
+    return walk(kernel.body)
 
 
 def model_us(path: pathlib.Path, sizes: dict[str, int], tgt: Target) -> tuple[float | str, float]:

@@ -8,7 +8,9 @@ Columns (all latencies in µs, estimated by tilec's Trainium2 model unless marke
     baseline   the hand-written NKI kernel in the assignment's style (benchmarks/kernels/), on the model
     measured   the hardware measurement of that kernel when docs/calibration.md §1 has one
     reference  the assignment's target: conv = full-credit threshold / 1.2 (calibration.md §2), 4096 transpose 700
-    floor      max(TensorE compute floor, HBM traffic / DMA peak bandwidth), without start-up
+    floor      max(TensorE compute floor, DMA floor), without start-up; DMA floor = the larger of the bytes the DMA
+               engines must move / their peak (a transpose may go HBM -> HBM: each byte once) and HBM traffic / the
+               core's HBM bandwidth (Target.hbm_bw), as benchmarks/families.py floor_us
     tilec      the kernel tilec compiles from examples/ (vector_add, transpose, conv2d for pool 1 (no bias),
                conv_bias_maxpool for pool 2; f32 -> f16 for the fp16 rows), on the model; n/a if it fails
     tuned      the kernel `tilec tune` picks for the same program (model evaluator, seed 0, --tune-budget
@@ -28,9 +30,11 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.calibrate import KERNELS, Row, trace_of  # noqa: E402
 from tilec.perf.api import estimate  # noqa: E402
 from tilec.perf.params import TRN2  # noqa: E402
+from tilec.target import TRN2 as HW2  # noqa: E402
 
 GEMM_PEAK = 2 * 128 * 128 * TRN2.tensor_ghz.value  # FLOP/ns at 16-bit
 DMA_PEAK = TRN2.dma_engines.value * TRN2.dma_engine_bw.value  # bytes/ns per core
+HBM_PEAK = HW2.hbm_bw  # bytes/ns of HBM reads plus writes per core (benchmarks/families.py floor_us reads it too)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class Workload:
     reference: float | None = None
     tl: tuple[str, dict[str, int]] | None = None  # example program and sizes for tilec's own kernel
     large: bool = False
+    copy: bool = False  # a pure copy/permute: may go HBM -> HBM, one DMA engine pass per byte for read and write
 
 
 def _vec(n: int, kernel: str, measured: float | None) -> Workload:
@@ -68,7 +73,7 @@ def _conv(dtype: str, h: int, w: int, pool: int, reference: float | None, measur
 def _transpose(n: int, measured: float | None, reference: float | None) -> Workload:
     row = Row(0, "asst.py", "matrix_transpose", "", (((n, n), "float32"),), (), measured or 0)
     return Workload(f"transpose {n}x{n} fp32", row, 0, True, 2 * 4 * n * n, measured, reference,
-                    tl=("transpose.tl", {"M": n, "N": n}), large=n > 2048)
+                    tl=("transpose.tl", {"M": n, "N": n}), large=n > 2048, copy=True)
 
 
 WORKLOADS = (
@@ -91,7 +96,7 @@ WORKLOADS = (
 
 def floor_us(w: Workload) -> tuple[float, str]:
     compute = w.flops / GEMM_PEAK * (4 if w.fp32 else 1)  # spec §2.3: fp32 at 1/4 rate
-    memory = w.hbm_bytes / DMA_PEAK
+    memory = max(w.hbm_bytes / (2 if w.copy else 1) / DMA_PEAK, w.hbm_bytes / HBM_PEAK)
     return (compute / 1000, "compute") if compute >= memory else (memory / 1000, "bandwidth")
 
 

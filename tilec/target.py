@@ -105,6 +105,10 @@ class Target:
     # DMA
     dma_engines: int
     dma_engine_bw: float  # achievable bytes per ns per engine
+    # HBM bytes per ns one NeuronCore reads and writes together: the chip's HBM bandwidth over its cores. A DMA
+    # between HBM and SBUF crosses HBM once per byte, an HBM -> HBM one twice (a read and a write), so the latter
+    # is capped by this, not by the engines (the performance model's DMA occupancy, the benchmarks' floor)
+    hbm_bw: float
     instructions: tuple[Instr, ...]
     sources: str = ""
     # TensorE transpose mode (NC-v3+): nc_transpose on TensorE and nc_matmul(is_transpose=True) move the data
@@ -151,13 +155,14 @@ TRN2 = Target(
     pmax=128, sbuf_bytes=224 * 1024, sbuf_reserved=0, psum_banks=8, psum_bank_bytes=2048,
     stationary_fmax=128, moving_fmax=512, vector_sbuf_fmax=65536, vector_psum_fmax=4096,
     tensor_ghz=2.4, vector_ghz=0.96, scalar_ghz=1.2, gpsimd_ghz=1.2,
-    dma_engines=16, dma_engine_bw=23.0,
+    dma_engines=16, dma_engine_bw=23.0, hbm_bw=375.0,
     instructions=_instructions(128, 128, 512, 65536, 4096),
     sources="§2.2 ARCH3: 224 KiB SBUF per partition, all usable (no reserve documented for v3, and a course "
             "conv kernel with 215,572 bytes per partition live passed on Trn2 under SDK 2.21: "
             "fidelity-cases/sbuf_215k.py), PSUM 8 x 2 KiB [ARCH2]; "
             "§1.8/§2.3 TensorE 128x128, moving <= 512 [NISA, PM]; VectorE free <= 64K SBUF / 4K PSUM [ARCH2]; "
-            "§2.3 ARCH3 clocks; §2.5 DMAINTRO/DMABW 16 engines x 23 B/ns; transpose mode: v2.32.0 "
+            "§2.3 ARCH3 clocks; §2.5 DMAINTRO/DMABW 16 engines x 23 B/ns; §2.1/§6 HBM 3 TB/s per chip (ARCH3, the "
+            "12/2025 NKI Trn2 guide; the 2.26 pages say 2.9) over 8 cores = 375 B/ns per core; transpose mode: v2.32.0 "
             "trainium2_arch.rst (Built-in Transpose Support), ISA6 nc_matmul / nc_transpose",
     transpose_mode=True)
 
@@ -166,10 +171,10 @@ TRN1 = Target(
     pmax=128, sbuf_bytes=192 * 1024, sbuf_reserved=16 * 1024, psum_banks=8, psum_bank_bytes=2048,
     stationary_fmax=128, moving_fmax=512, vector_sbuf_fmax=65536, vector_psum_fmax=4096,
     tensor_ghz=2.8, vector_ghz=1.12, scalar_ghz=1.4, gpsimd_ghz=1.4,
-    dma_engines=16, dma_engine_bw=17.0,
+    dma_engines=16, dma_engine_bw=17.0, hbm_bw=410.0,
     instructions=_instructions(128, 128, 512, 65536, 4096, v3=False),
     sources="§2.2 ARCH2: 192 KiB SBUF per partition, usable 0..176 KiB [ALLOC]; PSUM 8 x 2 KiB; §2.3 ARCH2 clocks; "
-            "§2.5 DMAINTRO 16 engines x 17 B/ns")
+            "§2.5 DMAINTRO 16 engines x 17 B/ns; §2.1 HBM 820 GB/s per chip (ARCH2) over 2 cores = 410 B/ns per core")
 
 TARGETS: dict[str, Target] = {"trn2": TRN2, "trn1": TRN1}
 DEFAULT = "trn2"

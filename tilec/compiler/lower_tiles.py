@@ -21,7 +21,7 @@ from tilec.compiler.exprs import accesses
 from tilec.compiler.ir import Aff, Sl, View
 from tilec.compiler.layout import perfect_chain
 from tilec.compiler.lower import size_value
-from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Const, Kernel, Load, Loop, Op, Stmt, Update,
+from tilec.compiler.nest import (Access, Alloc, Assign, Buffer, Const, Expr, Kernel, Load, Loop, Op, Stmt, Update,
                                  lower_expr, lower_stmt, walk)
 from tilec.lang import syntax as sx
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, ReduceOp, TransposeOp
@@ -186,10 +186,14 @@ def transpose_nest(op: TransposeOp, program, between: dict[str, Buffer] | None =
     lines = dict(op.loop_lines)
     out_vars = tuple(_out_order(op))
     idx = lambda vs: tuple(Aff((ir.Term(v),)) for v in vs)  # noqa: E731
-    body: Stmt = Assign(Access(op.out, idx(out_vars)), Load(Access(op.src, idx(op.src_vars))), op.line)
+    value: Expr = Load(Access(op.src, idx(op.src_vars)))
+    if op.value is not None:  # work on the way (fn_chain.py): the statement's value over the .tl loops
+        value = lower_expr(op.value, tuple(v for v, _ in op.loops), program.sizes)
+        bufs.update((n, Buffer(n, "hbm", program.tensors[n].dtype, tuple(program.tensors[n].shape))) for n in op.vectors)
+    body: Stmt = Assign(Access(op.out, idx(out_vars)), value, op.line)
     for v, n in reversed(op.loops):
         body = Loop(v, n, (body,), "serial", lines.get(v, op.line))
-    return Kernel(op.name, (bufs[op.src],), (bufs[op.out],), (body,))
+    return Kernel(op.name, (bufs[op.src], *(bufs[n] for n in op.vectors)), (bufs[op.out],), (body,))
 
 
 def permute_between(op: TransposeOp, program) -> dict[str, Buffer]:

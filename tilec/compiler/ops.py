@@ -144,6 +144,9 @@ class TransposeOp(_LoopLines):
     loops: tuple[tuple[str, int], ...] = ()  # the .tl loops (variable, trip count), outermost first
     out_vars: tuple[str, ...] = ()  # the output's loop variables in its order, when two single dimensions swap
     #   around dimensions that stay in place (`Y[c, b, a] = X[a, b, c]`); () for a swap of two runs after a batch
+    value: sx.Expr | None = None  # the statement's value when it does work on the way (`relu(X[b, i, j])`, `s[c] *
+    #   X[n, h, w, c] - 1.5`: fn_chain.py), computed on the transpose's eviction; None for a plain permute
+    vectors: tuple[str, ...] = ()  # the other tensors the value reads (over the output's partition run)
     steps: tuple["TransposeOp | EltwiseOp", ...] = ()  # a permute of several steps (select_permute.py), through HBM
     #   intermediates: transposes (rules.transpose) and DMA copies (rules.copy); the op's own fields are its first
     #   transpose's (directives schedule that step, the other transposes take their default plans)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
+from tilec.compiler.fn_chain import syntax_fused
 from tilec.compiler.lower import affine_index, size_value, uses_names
 from tilec.compiler.names import unique
 from tilec.compiler.rewrite import hoisted, nested, perfect_nest, rechecked, resolved, substituted, taken_names
@@ -48,7 +49,11 @@ def split_permuted_eltwise(program):
         full = [plain(a) for a in reads if sorted(plain(a) or ()) == sorted(loop_vars)]
         if not full or any(f != full[0] for f in full) or full[0] == out:
             return None  # no read over all the loops, two orders, or already in the output's order
-        return full[0]
+        first = full[0]
+        assert first is not None  # a plain read (the filter above)
+        if syntax_fused(st.value, tuple(out), reads) is not None:
+            return None  # work a swap of runs does on its eviction: the transpose computes it (fn_chain.py)
+        return first
 
     def stmt(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
         vs = order(st, loops, top_writes)

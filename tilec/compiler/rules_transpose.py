@@ -3,11 +3,12 @@ split from rules.py, which re-exports it."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilec.compiler import layout
+from tilec.compiler.fn_chain import nest_read
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop
+from tilec.compiler.nest import Access, Assign, Kernel, Load, Loop, fmt_expr, loads
 from tilec.compiler.rules_base import Prim, _at, _plain, _ragged_parts, prim
 from tilec.compiler.schedule import TransposePlan
 from tilec.target import Target
@@ -30,22 +31,25 @@ class Permute:
     middle: bool = False  # the batch dimensions sit between the two swapped ones (no [B, M, N] views)
 
 
-def _one_copy(k: Kernel) -> tuple[list[Loop], Assign, Access] | None:
+def _one_copy(k: Kernel, fns: bool = False) -> tuple[list[Loop], Assign, Access] | None:
     """(the perfect loop chain, its one assignment, the read it copies) when the nest is a single copy `Y[..] =
-    X[..]` inside one perfect loop chain (what the permute and copy rules start from), else None."""
+    X[..]` inside one perfect loop chain (what the permute and copy rules start from), else None. With `fns`, the
+    copy may do work on the way (`Y[..] = relu(X[..])`, `s[j] * X[..]`: fn_chain.py, the transpose's eviction)."""
     tops = [s for s in k.body if isinstance(s, Loop)]
     if len(tops) != 1:
         return None
     chain = layout.perfect_chain(tops[0])
     body = chain[-1].body
-    if len(body) != 1 or not isinstance(body[0], Assign) or not isinstance(body[0].expr, Load):
+    if len(body) != 1 or not isinstance(body[0], Assign):
         return None
-    return chain, body[0], body[0].expr.access
+    read = nest_read(body[0].expr, [lp.var for lp in chain]) if fns else body[0].expr
+    return (chain, body[0], read.access) if isinstance(read, Load) else None
 
 
 def permute(k: Kernel) -> Permute | None:
-    """The nest's permute structure, or None when it is not one copy that swaps two runs after a batch."""
-    found = _one_copy(k)
+    """The nest's permute structure, or None when it is not one copy (activations allowed) that swaps two runs
+    after a batch."""
+    found = _one_copy(k, fns=True)
     if found is None:
         return None
     chain, stmt, read = found
@@ -107,6 +111,12 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
                   for r in range(len(rows))]
     taken = set(k.buffers())  # strips named apart from the user's tensors (`A_strip` may be one)
     strips = (unique(f"{n.src.buf}_strip", taken), unique(f"{n.stmt.dst.buf}_strip", taken))
+    vecs = {a.buf: set(_plain(a.index) or ()) <= set(n.first)  # work on the way (fn_chain): over the first run?
+            for a in loads(n.stmt.expr) if a.buf != n.src.buf}
+    views = X != n.src.buf  # the reshape saw every buffer through a view BUF_v
+    vectors = tuple((f"{v}_v" if views else v, unique(f"{v}_col", taken), first) for v, first in vecs.items())
+    if any(vecs.values()) and params.method == "dma":  # work on the source block needs it on chip: TensorE
+        params = replace(params, method="pe")
     ci, cj = ("TILE", "TILE") if params.tile == params.tj else ("TILE_I", "TILE_J")
     for r, rp in enumerate(rows):
         for c, cp in enumerate(cols):
@@ -114,15 +124,17 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
             tag = "" if r == c == 0 else f"_{'ab'[r]}{'ab'[c]}"
             names = (ci if rp[2] == params.tile and r == 0 else "", cj if cp[2] == params.tj and c == 0 else "")
             prims += _region(n, params, (i + suffix, j + suffix), (rp, cp), names, suffix, tag, (X, Y), strips,
-                             k.buffers()[n.src.buf].dtype)
-    label = f"{n.stmt.dst.buf} = transpose of {n.src.buf}"
+                             k.buffers()[n.src.buf].dtype, vectors)
+    work = "" if isinstance(n.stmt.expr, Load) else f" computing {fmt_expr(n.stmt.expr)}"  # fn_chain.py
+    label = f"{n.stmt.dst.buf} = transpose of {n.src.buf}{work}"
     if params.ragged:
         return prims + [prim("block", top, f"{label}, ragged ({M}x{N})")]
     return prims[:-1] + [prim("block", top, f"{label} by {params.tile}x{params.tj} blocks")]
 
 
 def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, names: tuple[str, str], suffix: str,
-            tag: str, bufs: tuple[str, str], strips: tuple[str, str], src_dtype: str) -> list[Prim]:
+            tag: str, bufs: tuple[str, str], strips: tuple[str, str], src_dtype: str,
+            vectors: tuple[tuple[str, str, bool], ...] = ()) -> list[Prim]:
     """The schedule of one region: blocks of TI x TJ, strips of BI x BJ blocks, strips staged, blocks tensorized."""
     (i, j), ((r0, M, TI, BI), (c0, N, TJ, BJ)), (ci, cj) = loops, parts, names
     vi, vj = n.first[0], n.second[0]
@@ -142,5 +154,8 @@ def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, na
     if not dma:
         prims.append(prim("stage_grouped", X, at("bj"), ((at("i_i"),), (at("ai"),), (at("bj2"), at("j_i"))),
                           name=strips[0] + tag))
+    for vec, name, first in vectors:  # a column per block of the partitions of the source (first) or the result
+        groups = ((at("i_i"),), (at("ai"),)) if first else ((at("j_i"),), (at("bj2"),))
+        prims.append(prim("stage_grouped", vec, at("bj"), groups, name=name + tag, dtype="f32"))
     part = f"rows {r0}..{r0 + M} x columns {c0}..{c0 + N} by {TI}x{TJ} blocks"
     return prims + [prim("tensorize", at("i_i"), psum=f"{n.stmt.dst.buf}_tp{tag}"), prim("block", at("bi"), part)]

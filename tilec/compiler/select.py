@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import cast
 
 from tilec.compiler.exprs import accesses, const_value, fmt_expr
+from tilec.compiler.fn_chain import syntax_fused
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.lower import Comp, size_value
 from tilec.compiler.names import unique
@@ -175,6 +176,13 @@ def _select_one(comp: Comp, program) -> Op:
     if comp.red_op is None and isinstance(comp.init, sx.Access) and comp.init.tensor != comp.target:
         if is_permutation(comp, comp.init, program):
             return select_transpose(comp, program)
+    value = comp.init if comp.red_op is None else None
+    reads = accesses(value) if value is not None else []
+    read = syntax_fused(value, tuple(comp.out_vars), reads) if value is not None and reads else None
+    if read is not None and all(a.tensor != comp.target for a in reads) and is_permutation(comp, read, program):
+        op = select_transpose(replace(comp, init=read), program)
+        if isinstance(op, TransposeOp) and not op.steps and not op.out_vars:  # one swap of runs (permute_split)
+            return replace(op, value=value, vectors=tuple(dict.fromkeys(a.tensor for a in reads if a != read)))
     if comp.red_op is None:
         return select_eltwise(comp, program)
     raise reject(comp, f"a `{comp.red_op}` reduction of this form is not supported")
@@ -298,7 +306,7 @@ def print_ops(ops: tuple[Op, ...]) -> str:
             lines.append(f"  src {op.src} pool {op.pool.op} {op.pool.wy}x{op.pool.wx} scale {op.pool.scale:g}"
                          + (" relu" if op.relu else ""))
         elif isinstance(op, TransposeOp):
-            lines.append(f"  src {op.src}")
+            lines.append(f"  src {op.src}" + (f" computing {fmt_expr(op.value)}" if op.value is not None else ""))
         elif isinstance(op, ReduceOp):
             init = op.init if isinstance(op.init, str) else f"{op.init:g}"
             lines.append(f"  src {op.src} reduce {op.op} from {init} scale {op.scale:g}"

@@ -32,6 +32,7 @@ from typing import Callable
 from tilec.compiler import ir
 from tilec.compiler.build_util import broadcast_row
 from tilec.compiler.expr_instrs import ExprCompiler
+from tilec.compiler.fn_chain import nest_read
 from tilec.compiler.ir import Aff, View
 from tilec.compiler.nest import Access, Assign, Const, Expr, Index, Load, Op, Stmt, Update, loads, map_loads
 from tilec.errors import InternalError, Span
@@ -153,6 +154,9 @@ def _match_assign(s: Assign, t: Target) -> Match | None:
             return Match(t.instr("nc_transpose"), (("batch", tuple(out[:k])), ("p", tuple(src[k:k + 1])),
                                                    ("f", tuple(v for v in src[k:] if v != src[k]))))
         return None
+    read = _transposed_read(s)
+    if read is not None:  # work around a permuted read: transposed, then done on the eviction (fn_chain.py)
+        return _match_assign(replace(s, expr=read), t)
     if isinstance(e, Const):  # a fill: the constant added to a zeroed tile
         return Match(t.instr("tensor_scalar"), (("OP", ("add to zeros",)),))
     if isinstance(e, Op) and e.name in FUNCTIONS and FUNCTIONS[e.name].instr == "activation":
@@ -242,6 +246,8 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
         return _partition_broadcast(s, dst, e)
     if m.instr.name == "nc_transpose" and isinstance(s.expr, Load):
         return _transpose(s, dst, e, psum)
+    if m.instr.name == "nc_transpose":  # work around the read (fn_chain): transposed, then done on the eviction
+        return _transpose_work(s, list(nest), dst, e, psum, temps, target)
     # each read its own operand: one buffer read at two places (a pair of rows `A[p, 0, f] + A[p, 1, f]`) is two
     names: dict[Access, str] = {}
     for a in loads(s.expr):
@@ -265,6 +271,45 @@ def _partition_broadcast(s: Assign, dst: View, e: Emit) -> list[ir.Stmt]:
     base = s.dst.buf.removesuffix("_tile")
     acc = ir.Buf(e.fresh(f"{base}_bcast"), "psum", "f32", (parts, free))
     return broadcast_row(acc, e.ones(row.buf.dtype, parts, s.line), row, s.line) + [ir.Copy(dst, ir.whole(acc), s.line)]
+
+
+def _transposed_read(s: Assign) -> Load | None:
+    """The permuted read of a value that does work on the way through a transpose (fn_chain.py), else None."""
+    if isinstance(s.expr, Load):
+        return None
+    out = _vars(s.dst)
+    read = nest_read(s.expr, out)
+    return read if read is not None and _vars(read.access) != out else None
+
+
+def _transpose_work(s: Assign, nest: list[str], dst: View, e: Emit, psum: str, temps: str, target: Target
+                    ) -> list[ir.Stmt]:
+    """The value of a transposed read that does work on the way (fn_chain.py), its other reads per-partition
+    columns: over the result's partitions, the read transposed into PSUM (or by a DMA transpose into dst) and the
+    value computed from that tile into dst; over the source's (the nest's partition loop), the value computed on
+    the source block into an f32 SBUF tile, which is transposed into PSUM and copied out (rounding once)."""
+    loc = local(s, set(nest))
+    found = _transposed_read(loc)  # as matched: over the nest's own loops
+    assert found is not None  # _match_assign matched it
+    read = Load(loads(s.expr)[loads(loc.expr).index(found.access)])
+    names = {a: f"{a.buf}#{n}" for n, a in enumerate(dict.fromkeys(loads(s.expr))) if a != read.access}
+    before = any(nest[0] in _vars(b) for a, b in zip(loads(s.expr), loads(loc.expr)) if a in names)
+    value = to_syntax(map_loads(s.expr, lambda a: replace(a, buf="t" if a == read.access else names[a])))
+    columns = {names[a]: e.view(a) for a in names}
+    if before:
+        src = e.view(read.access)
+        tmp = ir.Buf(e.fresh(f"{s.dst.buf}_pre"), "sbuf", "f32", src.shape())
+        # fold: column terms on ScalarE (FN(x * scale + bias)), so the eviction's copy on VectorE overlaps them
+        work = ExprCompiler({"t": src, **columns}, (src.shape()[0], math.prod(src.shape()[1:])), s.line, e.fresh,
+                            set(columns), fold=True, prefix=temps, share=target).emit(value, ir.whole(tmp))
+        tp = ir.Buf(e.fresh(psum or f"{s.dst.buf}_tp"), "psum", "f32", dst.shape())
+        return [ir.Alloc(tmp, line=s.line), *work, ir.Alloc(tp, line=s.line),
+                ir.Transpose(ir.whole(tp), ir.whole(tmp), "pe", s.line), ir.Copy(dst, ir.whole(tp), s.line)]
+    moved = _transpose(replace(s, expr=read), dst, e, psum)
+    tile = moved[-1].src if isinstance(moved[-1], ir.Copy) else dst  # the PSUM tile, or dst (a DMA transpose)
+    work = ExprCompiler({"t": tile, **columns}, (dst.shape()[0], math.prod(dst.shape()[1:])), s.line, e.fresh,
+                        set(columns), prefix=temps, share=target).emit(value, dst)
+    return (moved[:-1] if isinstance(moved[-1], ir.Copy) else moved) + work
 
 
 def _transpose(s: Assign, dst: View, e: Emit, psum: str) -> list[ir.Stmt]:

@@ -72,6 +72,7 @@ class Costs:
         self.ppe = int(v["dma_partitions_per_engine"])
         self.dma_bw = v["dma_engine_bw"]
         self.dma_fixed = v["dma_xfer_fixed_ns"]
+        self.hbm_bw = v["hbm_core_bw"]
         self.load_versions = int(v["load_versions"])
         self.sbuf_usable = int(v["sbuf_usable_bytes"])
         self.psum_bank = int(v["psum_bank_bytes"])
@@ -178,6 +179,13 @@ class Costs:
         (the compiler's estimates call this too: build_conv.dma_engine_ns, rules_global's chunk costs)."""
         return math.hypot(self.dma_fixed + -(-descriptors // n_engines) * self.dma_desc,
                           nbytes / n_engines / self.dma_bw)
+
+    def hbm_ns(self, ins: Instr) -> float:
+        """The transfer's share of the core's HBM bandwidth, in ns at the whole of it: a byte crosses HBM once per
+        HBM side (twice HBM -> HBM: a read and a write) [nki-spec §2.1/§6 HBM cap per core]. The schedule keeps
+        the DMAs' HBM time on one lane, so concurrent transfers share the cap (schedule.schedule)."""
+        sides = any(a.memory == "hbm" for a in ins.reads) + any(a.memory == "hbm" for a in ins.writes)
+        return sides * ins.bytes / self.hbm_bw
 
     def dma_occupancy_ns(self, ins: Instr, n_engines: int) -> float:
         """Time each of the transfer's engines is busy with it."""

@@ -70,6 +70,7 @@ class Params:
     psum_bytes_per_partition: Param
     psum_bank_bytes: Param  # per partition; a PSUM tile lies in one bank, every PSUM tensor starts a bank
     hbm_stack_bw: Param  # bytes per ns, denominator of MBU
+    hbm_core_bw: Param  # bytes per ns of HBM reads plus writes one core's DMAs share (an HBM -> HBM byte counts twice)
 
     def table(self) -> list[tuple[str, float, str]]:
         return [(f.name, getattr(self, f.name).value, getattr(self, f.name).source) for f in fields(self)]
@@ -147,7 +148,10 @@ TRN2 = Params(
     psum_bank_bytes=Param(HW2.psum_bank_bytes, "§2.2 ARCH2 8 banks of 2 KiB per partition; ALLOC Known Limitations 3 "
                                                "(a PSUM tile cannot cross bank boundaries); MIG v2.32.0 (PSUM "
                                                "tensors must start at the beginning of a bank): schedule.psum_plan"),
-    hbm_stack_bw=Param(725.0, "§2.1/§5 TRN2CHIP 2.9 TB/s / 4 stacks (MBU denominator = one stack)"),
+    hbm_stack_bw=Param(2 * HW2.hbm_bw, "§2.1 one stack shared by 2 cores: twice tilec.target TRN2.hbm_bw (MBU "
+                                        "denominator = one stack)"),
+    hbm_core_bw=Param(HW2.hbm_bw, "§2.1/§6 HBM cap per core: 3 TB/s (ARCH3, 12/2025 NKI guide) / 8 cores "
+                                  "(tilec.target TRN2.hbm_bw); each engine gets 1/16 of it"),
 )
 
 TRN1 = Params(
@@ -167,7 +171,8 @@ TRN1 = Params(
        "dma_engine_bw": Param(HW1.dma_engine_bw, "§2.5 DMAINTRO 17 B/ns per engine (TRN1)"),
        "sbuf_bytes_per_partition": Param(HW1.sbuf_bytes, "§2.2 ARCH2 192 KiB"),
        "sbuf_usable_bytes": Param(HW1.sbuf_usable, "§2.2 ALLOC 0..176 KiB usable (tilec.target TRN1.sbuf_usable)"),
-       "hbm_stack_bw": Param(410.0, "§2.1 derived 820 GB/s / 2 stacks")})
+       "hbm_stack_bw": Param(HW1.hbm_bw, "§2.1 derived 820 GB/s / 2 stacks, one core each"),
+       "hbm_core_bw": Param(HW1.hbm_bw, "§2.1 derived 820 GB/s / 2 cores (tilec.target TRN1.hbm_bw)")})
 
 TARGETS = {"trn2": TRN2, "trn1": TRN1}
 

@@ -537,6 +537,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     start, end, lane, triggers = [0.0] * n, [0.0] * n, [""] * n, [0.0] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
     slots = DmaEngines(costs.n_dma)
+    hbm = DmaEngines(1)  # the core's HBM bandwidth: each DMA's HBM time (costs.hbm_ns) in its gaps, from its start
     queue_end: dict[str, dict[int, float]] = {}  # per trigger stream and DMA engine: the end of its latest transfer
     by_engine = _dma_queue(dma_queue) == "engine"
     startup, latency = costs.startup, costs.dma_latency
@@ -611,6 +612,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
                 trigger = max(0.0, t - latency)
                 if not leads:
                     queue_start[q] = t
+            t_end = max(t_end, hbm.place(t, costs.hbm_ns(ins), 0, 1)[1])  # not before its HBM bytes have moved
             d = t_end - t  # spread over gaps, a transfer can take longer than its occupancy
             if any(w.memory == "hbm" for w in ins.writes):
                 ack = costs.dma_write_ack  # complete once HBM acknowledged the writes
