@@ -326,6 +326,11 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
                 groups = 2 if elem < 4 and band % (4 * rows) == 0 else 1
                 band = 2 * groups * rows
             return replace(plan, pair=2, band=band, rows=rows)
+        if sy > 1 and split == band:
+            # a strided folded conv loads sy * sx times the bytes of each output row it stores: two bands per
+            # image at any batch, so the next band's load runs under this band's matmuls
+            split = two_bands(ho, band, max_rows, wy)
+            split_rows = best_divisor(split, max_rows, wy)
         return replace(plan, band=split, rows=split_rows)
     return _plan(op, tile_k, tile_c, tile_x, split_rows, split, band_x, weights)
 
