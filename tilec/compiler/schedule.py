@@ -297,6 +297,9 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     if taps == 1 and band > rows and ((rows - 1) * sy + r) * cols * elem >= DMA_MIN_ROW:
         # 1x1: a band per matmul group (any batch), so the first matmul waits for one group's rows, not the band's
         band = split = rows
+        if stacks(op) and ho % (2 * rows) == 0 and ho > rows:
+            # few input channels: two groups per band, side by side on the partition halves (build_conv.stack)
+            band = split = 2 * rows
     split_rows = best_divisor(split, max_rows, wy)
 
     if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed:
@@ -359,6 +362,16 @@ def pairable(op: ConvOp) -> bool:
             and not (op.bias and op.bias_role == "x")):
         return False
     return halves(op) or (op.stride[0] == 1 and op.dilation[0] == 1)
+
+
+def stacks(op: ConvOp) -> bool:
+    """A 1x1 conv of at most 64 input channels and one out-channel tile whose band's two matmul groups sit on the
+    two partition halves (build_conv's stacked bands): C channels on partitions 0-63 reach DMA engines 0-7 of 16
+    only (nki-spec §2.5: an engine serves 8 partitions), so the band's loads took twice their bytes' time (small20:
+    a hand kernel, conv1x1s2 batch 8 45.2 -> 29.9 us)."""
+    return (op.dim("R") == op.dim("S") == 1 and 2 * op.dim("C") <= PMAX and op.dim("K") <= PMAX
+            and op.groups == 1 and op.w_layout == "kc" and not op.x_transposed and not op.w_batch
+            and not op.pool and op.offset == (0, 0) and op.w_relu is None)
 
 
 def halves(op: ConvOp) -> bool:
