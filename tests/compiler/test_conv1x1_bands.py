@@ -44,18 +44,24 @@ def test_band_per_group_matches_numpy(nki: str, dtype: str, n: int) -> None:
     text = CONV.replace("f32", dtype).replace("N = 1", f"N = {n}")
     _, c, _ = check(text, nki, dtype)
     src = unwrap(numbered(c.source))
-    # two groups of 14 output rows: two band loads of 27 input rows each, not one of 55
-    assert "X_band = nl.ndarray((64, 27, 56)" in src and "(64, 55, 56)" not in src
+    # two groups of 14 output rows: two band loads of 27 input rows each, not one of 55; 64 channels: the two
+    # groups' rows side by side on partitions 0-63 and 64-127 (stacked bands, schedule.stacks)
+    assert "X_band = nl.ndarray((128, 27, 56)" in src and "(64, 55, 56)" not in src
+    assert "dst=X_band[0:64]" in src and "dst=X_band[64:128]" in src
 
 
-def test_first_matmul_starts_before_the_last_band_arrives() -> None:
+def test_group_loads_run_side_by_side() -> None:
+    # the two groups' loads (partitions 0-63 and 64-127: DMA engines 0-7 and 8-15) overlap in time, and the first
+    # matmul waits for its own group's rows only (it reads partitions 0-63)
     prog, c, inputs = check(CONV, "0.6")
     _, trace = c.run_traced(numerics=False, **inputs)
     sched = estimate(trace)._schedule
     ops = list(enumerate(trace.instrs))
     first_mm = min(sched.start[i] for i, ins in ops if ins.op == "nc_matmul")
-    band_loads = [sched.end[i] for i, ins in ops if ins.engine == "dma" and any(w.name == "X_band" for w in ins.writes)]
-    assert len(band_loads) == 2 and first_mm < max(band_loads)
+    loads = [i for i, ins in ops if ins.engine == "dma" and any(w.name == "X_band" for w in ins.writes)]
+    assert len(loads) == 2
+    assert max(sched.start[i] for i in loads) < min(sched.end[i] for i in loads)
+    assert first_mm >= sched.end[loads[0]]
 
 
 def test_short_group_rows_keep_one_band() -> None:
@@ -68,4 +74,5 @@ def test_short_group_rows_keep_one_band() -> None:
     want = np.einsum("nchw,kc->nkhw", np.asarray(inputs["X"], np.float64), np.asarray(inputs["Wt"], np.float64))
     assert max_error(np.asarray(out["Y"], np.float64), want) <= tolerance("bf16", 64, float(np.abs(want).max()), None)
     src = unwrap(numbered(c.source))
-    assert "X_band = nl.ndarray((64, 28, 28)" in src and "ROWS = 14" in src
+    # one band of the image (two groups), the groups' rows stacked on the partition halves (schedule.stacks)
+    assert "split Y.y, 28" in src and "X_band = nl.ndarray((128, 14, 28)" in src and "ROWS = 14" in src

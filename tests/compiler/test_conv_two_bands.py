@@ -74,15 +74,18 @@ def test_single_image_has_two_bands_from_batch_two_one(name: str) -> None:
     assert "split Y.y, 12" in one  # 24 output rows in two bands
     if name == "point":  # a 1x1 conv loads a band per matmul group at any batch (schedule._default_conv, small20)
         assert "split Y.y, 12" in two
+    elif name == "strided":  # a strided folded conv loads 4x the bytes it stores per row: two bands at any batch
+        assert "split Y.y, 12" in two
     else:
         assert "split Y.y, 24" in two  # the next image overlaps: one band per image, as before
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_two_bands_match_numpy(name: str, dtype: str) -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_two_bands_match_numpy(name: str, dtype: str, n: int) -> None:
     text, formula, acc_len = CASES[name]
-    program = lang.load(text.replace("f32[", f"{dtype}["), {})
+    program = lang.load(text.replace("f32[", f"{dtype}["), {"N": n})
     rng = np.random.default_rng(20)
     given = {t.name: (rng.random(t.shape, dtype=np.float32) - 0.5).astype(NP[dtype]) for t in program.inputs}
     want = formula(given["X"].astype(np.float64), given["Wt"].astype(np.float64))

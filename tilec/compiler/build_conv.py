@@ -45,7 +45,7 @@ from tilec.compiler.conv_pairs import pair_groups
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Matmul, Scalar, Stmt, View, full, whole
 from tilec.compiler.names import sanitised, unique
 from tilec.compiler.named import named_fields
-from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable
+from tilec.compiler.schedule import PMAX, ConvPlan, best_divisor, halves, pairable, stacks
 from tilec.compiler.ops import ConvOp
 from tilec.errors import TilecError
 
@@ -191,6 +191,7 @@ class _ConvBuilder:
         # the row band being built: (loop var, first band) for a loop over bands, (None, band) for one peeled band
         # (a band whose input rows run past X's edge: its halo rows are zero, not loaded)
         self.yb: tuple[str | None, int] = (self.var["y"], 0)
+        self.stack = False  # stacked bands (below)
         self._check_halo()
         # filter taps folded into the contraction partitions (few input channels: C = 3 uses 3 of 128): copy j of
         # the input band, on partitions [j*C, (j+1)*C), holds X shifted by tap delta j, so one matmul covers a
@@ -287,6 +288,12 @@ class _ConvBuilder:
         # channels once per copy (free on TensorE), so each copy's partitions of the accumulator hold all of them
         self.dup = len(dst_chip.copies) if dst_chip is not None else 1
         self.PK = self.pair * plan.tile_k * self.dup  # partitions of the accumulator and the output band
+        # stacked bands (schedule.stacks): a 1x1 conv's band of two matmul groups holds group g's input rows on
+        # partitions [64g, 64g + C) and its stationary on both halves, so the band's loads reach all 16 DMA engines
+        # (64: an access of 33-64 partitions starts at 0 or 64, nki-spec §1.6)
+        self.stack = (stacks(op) and self.G == 2 and self.fold == 1 and self.pair == 1 and self.dup == 1
+                      and src_chip is None and dst_chip is None and self.CT == 1 and not self.CR and self.KTB == 1
+                      and self.XT == 1 and self.NXB == 1 and plan.x_bufs != 1 and plan.hoist_w == "root")
         self.ks = plan.tile_k  # and its channel count
         self.cn = const_names(op, fresh)
         self.words = operand_words(op)
@@ -420,6 +427,7 @@ class _ConvBuilder:
 
     def wt_buf(self, local: bool) -> Buf:
         k = (self.p.tile_k if local else self.K) * self.dup
+        c = PMAX // 2 + self.p.tile_c if self.stack else self.p.tile_c  # stacked: from partition 0 and 64 on
         if self.op.w_layout == "dw":  # one fp32 column per tap and channel: the per-partition scale of ScalarE
             name = f"{self.op.w}_col" if not local or self.kv else f"{self.op.w}_col_rest"
             return Buf(self.fresh(name), "sbuf", "f32", (self.p.tile_k, 1 if local else self.KTB, self.R, self.S))
@@ -429,14 +437,15 @@ class _ConvBuilder:
                        (self.copy_parts(len(self.shifts)), self.n_groups, self.pair * k))
         # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
         name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
-        shape = (self.p.tile_c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
-            (self.p.tile_c, self.CTB, k, self.R, self.S)
+        shape = (c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
+            (c, self.CTB, k, self.R, self.S)
         return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype, shape)
 
     def x_band_buf(self) -> Buf:
         if self.src_chip is not None:  # the whole image, already in SBUF (with its zero halo)
             return self.src_chip.buf
-        parts = self.copy_parts(len(self.shifts)) if self.fold > 1 else self.p.tile_c
+        parts = self.copy_parts(len(self.shifts)) if self.fold > 1 else \
+            PMAX // 2 + self.p.tile_c if self.stack else self.p.tile_c
         rows = self.copy_rows() if self.fold > 1 else self.in_rows()
         slot = str(self.slot) if self.slots > 1 else ""  # band slot j: band slots * y_b + j
         kept = self.x_bands if self.yb[0] is None else None  # kept for the image: a name per band
@@ -453,8 +462,9 @@ class _ConvBuilder:
         return (copies - 1) * self.Q + self.C
 
     def in_rows(self) -> int:
-        """Input rows behind one band of output rows: (BAND - 1) * stride + (R - 1) * dilation + 1."""
-        return (self.p.band - 1) * self.sy + (self.R - 1) * self.dy + 1
+        """Input rows behind one band of output rows: (BAND - 1) * stride + (R - 1) * dilation + 1 (stacked bands:
+        behind one matmul group, each group on its own partitions)."""
+        return ((self.p.rows if self.stack else self.p.band) - 1) * self.sy + (self.R - 1) * self.dy + 1
 
     def copy_rows(self) -> int:
         """Rows of each band copy: the band's input rows, or with band halves the rows one tap of half the band
@@ -644,7 +654,8 @@ class _ConvBuilder:
             kidx = full(self.PK)
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
         tap_r, tap_s = term(r, self.dy), term(s, self.dx)  # a dilated window steps its taps by the dilation
-        first = a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r)
+        # (stacked bands: group g's rows start at row 0 of its partition half)
+        first = a(tap_r) if self.stack else a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r)
         if self.src_chip is not None:  # the image in SBUF is read at the band's rows (a loaded band starts at 0)
             first = first.plus(self.y_at(p.band * sy, self.cn["band"] if sy == 1 else ""))
         rows = sl(first, p.rows, sy, self.cn["rows"] if sy == 1 else "")
@@ -653,6 +664,8 @@ class _ConvBuilder:
 
         def matmul(cv: str | None, cs: int) -> list[Stmt]:
             cp, ci = self.part(cs, p.tile_c), self.tile_index(cv, self.CT)
+            if self.stack:  # group g's input and stationary on partitions [64g, 64g + C) (aligned starts: §1.6)
+                cp = sl(a(term(V["g"], PMAX // 2)), cs, 1, self.cn["c"])
             stat = View(wt, (cp, ci, a(r), a(s), kidx)) if op.w_layout == "kc" else View(wt, (cp, ci, kidx, a(r), a(s)))
             return [Matmul(accv, stat, View(self.x_band_buf(), (cp, ci, rows, cols)), self.L["update"])]
         extents = {"r": self.R, "s": self.S}

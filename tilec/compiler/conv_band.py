@@ -50,6 +50,12 @@ def x_band(b: _ConvBuilder) -> list[Stmt]:
                     View(b.x4, (a(V["n"]), sl(b.c_start(cv), cs), src_rows, src_cols)), line)]
     if b.fold > 1:
         return conv_fold.x_band_folded(b, xb)
+    if b.stack:  # group h's rows onto partitions [64h, 64h + C): the two loads reach all 16 DMA engines
+        loads: list[Stmt] = [
+            Dma(View(xb, (sl(h * PMAX // 2, b.C), a(0), full(rows), full(cols))),
+                View(b.x4, (a(V["n"]), full(b.C), sl(src_rows.start.plus(h * p.rows * b.sy), rows), src_cols)), line)
+            for h in range(2)]
+        return [Alloc(xb, line=line)] + loads
     halo = (top, bottom, left, right) != (0, 0, 0, 0)
     alloc: list[Stmt] = []
     if p.x_bufs != 1:  # the halo alone zeroed when the zero tiles serve the band, else the whole band

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 from tilec.compiler import conv_fold, conv_pairs, ir
 from tilec.compiler.build_util import a, broadcast_row, hbm_view, loop, ones_row, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
-from tilec.compiler.schedule import MOVING_FMAX, PSUM_BANK, best_divisor
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, best_divisor
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
@@ -132,6 +132,8 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
             return out + prep_notes(load(b.kv, b.ks), f"prepare {op.w}")
         return out + prep_notes(b.over_k(V["kw"], load, f"{b.T['k']} (tiles of {b.cn['k']})", line),
                                 f"prepare {op.w}")
+    if b.stack:
+        return out + prep_notes(weights_stacked(b, wt), f"prepare {op.w}")
     if b.pair > 1:
         return out + prep_notes(conv_pairs.weights_paired(b, wt), f"prepare {op.w}")
     if b.fold > 1:
@@ -215,6 +217,23 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
         return out + prep_notes(per_k(b.kv, b.ks), f"prepare {op.w}")
     return out + prep_notes(b.over_k(V["kw"], per_k, f"{b.T['k']} (tiles of {b.cn['k']})", line),
                             f"prepare {op.w}")
+
+
+def weights_stacked(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
+    """Stacked bands' stationary (build_conv: a 1x1 conv, one tile of K and C): W's rows loaded into both column
+    parts of one [K, 64 + C] tile (columns 0.. and 64..) and transposed once, so W^T sits on partitions 0..C and
+    again on 64..64 + C (the gap zeroed when C < 64: the transpose reads it, no matmul does). The second
+    half is a VectorE copy on the same partitions, not a second DMA: a DMA queued before the band's loads delayed
+    them (bf16 batch 1: the first matmul 0.12 us later)."""
+    line, C, K = b.L["update"], b.C, b.K
+    H = PMAX // 2
+    raw = Buf(b.fresh(f"{b.op.w}_rows"), "sbuf", wt.dtype, (K, H + C))
+    tp = Buf(b.fresh(f"{b.op.w}_tp"), "psum", wt.dtype, (H + C, K))
+    loads: list[Stmt] = [Dma(View(raw, (full(K), sl(0, C))), w_view(b, (full(K), full(C), a(0), a(0))), line),
+                         ir.Copy(View(raw, (full(K), sl(H, C))), View(raw, (full(K), sl(0, C))), line)]
+    return [Alloc(raw, zero=C < H, line=line)] + loads + [
+        Alloc(tp, line=line), ir.Transpose(whole(tp), whole(raw), "pe", line),
+        *evict_transposed(b, View(wt, (full(H + C), a(0), a(0), a(0), full(K))), whole(tp))]
 
 
 TAP_MAJOR_BYTES = 8 * 1024  # per partition at most for the tap-major copy of one in-channel tile (two in flight)

@@ -323,6 +323,9 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     if taps == 1 and band > rows and ((rows - 1) * sy + r) * cols * elem >= DMA_MIN_ROW:
         # 1x1: a band per matmul group (any batch), so the first matmul waits for one group's rows, not the band's
         band = split = rows
+        if stacks(op) and ho % (2 * rows) == 0 and ho > rows:
+            # few input channels: two groups per band, side by side on the partition halves (build_conv.stack)
+            band = split = 2 * rows
     split_rows = best_divisor(split, max_rows, wy)
 
     if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed:
@@ -352,6 +355,11 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
                 groups = 2 if elem < 4 and band % (4 * rows) == 0 else 1
                 band = 2 * groups * rows
             return replace(plan, pair=2, band=band, rows=rows)
+        if sy > 1 and split == band:
+            # a strided folded conv loads sy * sx times the bytes of each output row it stores: two bands per
+            # image at any batch, so the next band's load runs under this band's matmuls
+            split = two_bands(ho, band, max_rows, wy)
+            split_rows = best_divisor(split, max_rows, wy)
         return replace(plan, band=split, rows=split_rows)
     return _plan(op, tile_k, tile_c, tile_x, split_rows, split, band_x, weights)
 
@@ -380,6 +388,16 @@ def pairable(op: ConvOp) -> bool:
             and not (op.bias and op.bias_role == "x")):
         return False
     return halves(op) or (op.stride[0] == 1 and op.dilation[0] == 1)
+
+
+def stacks(op: ConvOp) -> bool:
+    """A 1x1 conv of at most 64 input channels and one out-channel tile whose band's two matmul groups sit on the
+    two partition halves (build_conv's stacked bands): C channels on partitions 0-63 reach DMA engines 0-7 of 16
+    only (nki-spec §2.5: an engine serves 8 partitions), so the band's loads took twice their bytes' time (small20:
+    a hand kernel, conv1x1s2 batch 8 45.2 -> 29.9 us)."""
+    return (op.dim("R") == op.dim("S") == 1 and 2 * op.dim("C") <= PMAX and op.dim("K") <= PMAX
+            and op.groups == 1 and op.w_layout == "kc" and not op.x_transposed and not op.w_batch
+            and not op.pool and op.offset == (0, 0) and op.w_relu is None)
 
 
 def halves(op: ConvOp) -> bool:
