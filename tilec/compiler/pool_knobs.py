@@ -22,3 +22,4 @@ INTERLEAVED_BANDS = 4  # bands of an Interleave: its loads, the two engines and 
 #                        are ordered, each one DMA latency after the last, so few and large)
 REDUCE = "auto"  # the pass along x from SBUF as window tensor_reduces on VectorE (pool_window.choose_reduce): "auto"
 #                 (the model's costs decide), "on" where possible, "off" (tests, measures)
+DOUBLING = True  # windows of 4 taps or more from SBUF by doubling (pool_doubling.py; False: tests, measures)
