@@ -80,3 +80,20 @@ def test_levels_write_fewer_elements_than_the_taps(stride):
     levels = pool_doubling.plan_levels(segs, stride, -2)
     assert levels is not None and all(step == stride for _, _, step in levels.values())
     assert pool_doubling.elements(levels, segs) < 0.8 * pool_doubling.tap_elements(segs)
+
+
+@pytest.mark.parametrize("kind, r, s, pad, h", [("max", 2, 1, 0, 24), ("max", 2, 1, 0, 25),
+                                                ("avg", 3, 2, 1, 23), ("max", 5, 1, 2, 21)])
+def test_row_blocks_load_and_store_as_one_dma(kind, r, s, pad, h):
+    """N*C = 64: two blocks of output rows on partitions 0-63 and 64-127. Each band's rows of both blocks are one
+    DMA in and one out (the blocks an access-pattern axis, dma_merge.py), also when Ho is odd and the second block
+    redoes the first block's last row (written twice, the same values); the answer is NumPy's either way."""
+    text = pool_program(kind, r, s, pad, h=h, w=21, n=1, c=64)
+    source = run(kind, r, s, pad, "f32", h=h, w=21, n=1, c=64)
+    assert "blocks of" in source
+    stores = [line for line in source.splitlines() if "dma_copy(dst=Y" in line]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pool_knobs, "ONE_BLOCK_DMA", False)
+        apart = compile_loaded(lang.load(text)).source
+    # (one DMA per block apart: twice the stores)
+    assert len([line for line in apart.splitlines() if "dma_copy(dst=Y" in line]) == 2 * len(stores)
