@@ -1,7 +1,8 @@
 """Windows of 4 taps or more by doubling (pool_doubling.py: pairs, pairs of pairs, then each output's pieces by
 its run's binary digits): compiled, run on the NKI interpreter and compared with NumPy (test_pool_window.reference:
 np.pad + sliding windows), max / average with the padding counted / excluded, windows 4 to 7, strides 1 to 3,
-paddings up to half the window, f32/f16/bf16; the same programs with doubling off give the same answers."""
+paddings up to half the window, f32/f16/bf16; the same programs with doubling off give the same answers. Also the
+row blocks of few channel rows loaded and stored as one DMA per band (pool_window.one_store)."""
 from __future__ import annotations
 
 import numpy as np
