@@ -209,6 +209,7 @@ def test_row_blocks_per_band_when_disabled(monkeypatch):
     text = pool_program("max", 2, 1, 0, "bf16", h=56, w=56, n=1, c=64)
     prog = lang.load(text)
     compiled = compile_loaded(prog)
-    assert "Y_tile" not in compiled.source and wrap.unwrap(compiled.source).count("dma_copy(dst=Y_v[") > 2
+    # (a band's two blocks are one DMA: pool_window.one_store; two bands)
+    assert "Y_tile" not in compiled.source and wrap.unwrap(compiled.source).count("dma_copy(dst=Y_v") >= 2
     x = np.random.default_rng(6).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
     assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x.astype(np.float32), "max", 2, 1, 0))

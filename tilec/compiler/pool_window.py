@@ -141,9 +141,10 @@ class WindowPool(TensorPasses):
         orders stores to one tensor whose HBM byte ranges interleave (tilec/perf/deps.py): each starts a DMA latency
         after the one before has moved its bytes, so per band the G blocks' stores cost bands * G latencies where
         once per block they cost G, after the last band's compute (the first band's stores would start after its
-        compute instead). Once per block when the latencies it saves exceed the compute it waits for: the passes'
-        combines of the bands after the first on VectorE and GpSimdE (tensor_tensor: 2 cycles per element, 1 on
-        VectorE with every operand 16-bit; tilec/perf/costs.py)."""
+        compute instead); with the blocks evenly spaced a band's stores are one DMA (`one_store`): one latency.
+        Once per block when the latencies it saves exceed the compute it waits for: the passes' combines of the
+        bands after the first on VectorE and GpSimdE (tensor_tensor: 2 cycles per element, 1 on VectorE with every
+        operand 16-bit; tilec/perf/costs.py)."""
         from tilec.perf.params import target_params
         prm = {name: value for name, value, _ in target_params(get_target().name).table()}
         (sy, sx), Wo = self.w.stride, self.Wo
@@ -153,7 +154,8 @@ class WindowPool(TensorPasses):
         rate = prm["vector_ghz"] / (1 if half else 2) + prm["gpsimd_ghz"] / 2  # elements per ns, both engines
         later = (self.Rb - self.OB) * per_row / rate
         fits = self.Rb * Wo * DTYPE_BYTES[self.o3.dtype] <= sbuf_budget(get_target()) // knobs.BLOCK_STORES_SBUF_PART
-        return fits and (bands - 1) * self.G * prm["dma_latency_ns"] > later
+        stores = 1 if self.block_step() is not None else self.G  # a band's stores: one DMA for all blocks (one_store)
+        return fits and (bands - 1) * stores * prm["dma_latency_ns"] > later
 
     def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
         """Output rows o0..o0+n of every partition tile (of every block): the input rows they read (lo_aff: a
