@@ -25,3 +25,5 @@ REDUCE = "auto"  # the pass along x from SBUF as window tensor_reduces on Vector
 DOUBLING = True  # windows of 4 taps or more from SBUF by doubling (pool_doubling.py; False: tests, measures)
 ONE_BLOCK_DMA = True  # a band's (or a tile's) G row blocks loaded / stored as one DMA with blocks (pool_window.
 #                       one_store; False: one DMA per block, tests, measures)
+SEAMS_PER_BLOCK = 1  # a max or min pool interleaves its row blocks only with at most this many seam rows per block
+#                     (rules_pool.interleaved; more: the row blocks, each band's blocks one DMA)
