@@ -1,8 +1,8 @@
 """Windows of 4 taps or more by doubling (pool_doubling.py: pairs, pairs of pairs, then each output's pieces by
 its run's binary digits): compiled, run on the NKI interpreter and compared with NumPy (test_pool_window.reference:
-np.pad + sliding windows), max / average with the padding counted / excluded, windows 4 to 7, strides 1 to 3,
-paddings up to half the window, f32/f16/bf16; the same programs with doubling off give the same answers. Also the
-row blocks of few channel rows loaded and stored as one DMA per band (pool_window.one_store)."""
+np.pad + sliding windows), max / average with the padding counted / excluded, windows 4 to 9 (up to three levels),
+strides 1 to 3, paddings up to half the window, f32/f16/bf16; the same programs with doubling off give the same
+answers. Also the row blocks of few channel rows loaded and stored as one DMA per band (pool_window.one_store)."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +16,8 @@ from tilec.compiler.pool_segments import segments
 from tilec.lang import api as lang
 
 CASES = [(kind, r, s, pad) for kind in ("max", "avg", "avgx") for r, s, pad in
-         ((4, 1, 0), (4, 2, 2), (5, 1, 2), (5, 2, 2), (5, 3, 1), (6, 1, 3), (7, 2, 3), (7, 1, 0))]
+         ((4, 1, 0), (4, 2, 2), (5, 1, 2), (5, 2, 2), (5, 3, 1), (6, 1, 3), (7, 2, 3), (7, 1, 0), (9, 1, 4),
+          (8, 2, 0))]
 
 
 def run(kind: str, r: int, s: int, pad: int, dtype: str, **shape: int) -> str:

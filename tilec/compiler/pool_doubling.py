@@ -51,8 +51,8 @@ def plan_levels(segs: list[Segment], stride: int, shift: int) -> dict[int, Level
                 first = g.start * stride + g.taps[0] + shift + off
                 need.setdefault(k, set()).update(first + o * stride for o in range(g.size))
     levels: dict[int, Level] = {}
-    k = max(need, default=1)
-    for k in (k >> i for i in range(k.bit_length() - 1)):  # top level down to 2: each adds what it reads below
+    top = max(need, default=1)
+    for k in (top >> i for i in range(top.bit_length() - 1)):  # top level down to 2: each adds what it reads below
         pos = sorted(need.get(k, ()))
         if not pos:
             continue
