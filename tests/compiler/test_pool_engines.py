@@ -145,7 +145,9 @@ def test_few_channel_rows_interleave_blocks_and_compute_seams_apart(dtype, kind,
     would show."""
     prog, c = compiled_pool(kind, r, s, pad, dtype, h=h, w=19, n=1, c=48)
     interleaved = "partition b * 2 + g" in c.source
-    assert interleaved == (kind != "avgx")  # count_include_pad=False: one block (counts differ per block)
+    # count_include_pad=False: one block (counts differ per block); a max with more than one seam row per block
+    # (5x5 s1: two at each block edge) keeps the row blocks, each band's blocks one DMA (rules_pool.interleaved)
+    assert interleaved == (kind == "avg" or (kind == "max" and (r, s) != (5, 1)))
     check_pool(kind, r, s, pad, dtype, h=h, w=19, n=1, c=48)
 
 
@@ -181,7 +183,9 @@ def test_interleave_of_three_to_five_blocks(kind, c, h, interleaved):
 
 @pytest.mark.parametrize("nki", [None, "0.1"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-@pytest.mark.parametrize("kind, r, s, pad, h, w, c", [("max", 2, 1, 0, 56, 56, 64), ("max", 3, 1, 1, 17, 23, 40),
+# (maxpool2x2s1's 64 x 56 x 56 left this list: its two blocks are evenly spaced, so each band's stores are one DMA
+# (pool_window.one_store, test_pool_doubling), and in f32 the model's costs then store per band)
+@pytest.mark.parametrize("kind, r, s, pad, h, w, c", [("max", 3, 1, 1, 17, 23, 40),
                                                       ("max", 2, 1, 0, 28, 28, 16), ("avg", 2, 1, 1, 22, 21, 48),
                                                       ("max", 3, 2, 1, 23, 21, 48), ("max", 2, 1, 1, 40, 32, 8)])
 def test_row_blocks_store_once_per_block(kind, r, s, pad, h, w, c, dtype, nki):
@@ -209,6 +213,7 @@ def test_row_blocks_per_band_when_disabled(monkeypatch):
     text = pool_program("max", 2, 1, 0, "bf16", h=56, w=56, n=1, c=64)
     prog = lang.load(text)
     compiled = compile_loaded(prog)
-    assert "Y_tile" not in compiled.source and wrap.unwrap(compiled.source).count("dma_copy(dst=Y_v[") > 2
+    # (a band's two blocks are one DMA: pool_window.one_store; two bands)
+    assert "Y_tile" not in compiled.source and wrap.unwrap(compiled.source).count("dma_copy(dst=Y_v") >= 2
     x = np.random.default_rng(6).standard_normal(prog.tensors["X"].shape).astype(NP["bf16"])
     assert_matches(prog, "Y", compiled.run(X=x)["Y"], reference(x.astype(np.float32), "max", 2, 1, 0))

@@ -10,6 +10,7 @@ from tilec.compiler import build_util
 from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.ir import whole
 from tilec.compiler.ops import PoolOp
+from tilec.compiler.pool_doubling import combines
 from tilec.compiler.pool_segments import border_copies, eviction_runs, paired_ends, segments
 from tilec.target import target as get_target
 
@@ -144,7 +145,7 @@ def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int
         (2 * (max(mn, wo) + ss) if wy > 1 and not counts else 0) + \
         (max(mn, whole * wo) + ss + (runs - 1) * (max(mn, whole) + ss) if whole else 0)
     vghz, gghz = prm["vector_ghz"], prm["gpsimd_ghz"]
-    vector = (wy - 1) * ((n - whole) * wo / (vghz / 2 + gghz / 2) + sv / vghz) + \
+    vector = combines(wy) * ((n - whole) * wo / (vghz / 2 + gghz / 2) + sv / vghz) + \
         counts * (max(mn, wo) + sv) / vghz
     times = {"tensor": tensor / prm["tensor_ghz"], "scalar": scalar / prm["scalar_ghz"], "vector": vector}
     return times[engine] if engine else max(times.values())
@@ -177,7 +178,7 @@ def reduce_costs(op: PoolOp, x: str, tmp: str, out: str, rows: int, n: int, wo: 
     taps = sum(g.size * len(g.taps) for g in xsegs if len(g.taps) > 1)
     many = sum(len(g.taps) > 1 for g in xsegs) - (paired_ends(xsegs) is not None)  # (the ends: one reduce)
     sy = op.window.stride[0] if op.window is not None else 1
-    combined = sum(g.size * (len(g.taps) - 1) for g in xsegs)  # per row: each output's taps but one
+    combined = sum(g.size * combines(len(g.taps)) for g in xsegs)  # per row: each output's combines
     tt = _split(prm, rows, n, wo, wx, wy, sy, tmp, out, lambda cut: (cx * cut * combined + (wx - 1) * sv) / vghz)
     red = _split(prm, rows, n, wo, wx, wy, sy, tmp, out,
                  lambda cut: (cut * taps * (0.5 if fast else 1) + many * sv) / vghz)
@@ -194,14 +195,14 @@ def _split(prm: dict, rows: int, n: int, wo: int, wx: int, wy: int, sy: int, tmp
     best = (float("inf"), rows, 0)
     for cut in range(1, rows + 1):  # input rows of the pass along x on VectorE
         vec_x = vec_x_ns(cut)
-        gps_x = (wx - 1) * (2 * (rows - cut) * wo + sg) / gghz if cut < rows else 0
+        gps_x = combines(wx) * (2 * (rows - cut) * wo + sg) / gghz if cut < rows else 0
         for rv in range(n + 1) if wy > 1 else [0]:  # output rows of the pass along y on VectorE
             # each engine's pass along y starts when the rows it reads are done: VectorE's (0..rv) need GpSimdE's
             # rows of the pass along x if they read past the cut, GpSimdE's (rv..n) VectorE's if they read before it
             v0 = max(vec_x, gps_x) if rv and (rv - 1) * sy + wy > cut else vec_x
             g0 = max(gps_x, vec_x) if rv < n and rv * sy < cut else gps_x
-            vec = v0 + ((wy - 1) * (cy * rv * wo + sv) / vghz if rv else 0)
-            gps = g0 + ((wy - 1) * (2 * (n - rv) * wo + sg) / gghz if rv < n else 0)
+            vec = v0 + (combines(wy) * (cy * rv * wo + sv) / vghz if rv else 0)
+            gps = g0 + (combines(wy) * (2 * (n - rv) * wo + sg) / gghz if rv < n else 0)
             best = min(best, (max(vec, gps), cut, rv))
     return best
 
@@ -228,15 +229,15 @@ def psum_costs(x: str, tmp: str, out: str, rows: int, n: int, wo: int, w: int, w
     sv, sg = prm["vector_static_cycles"], prm["gpsimd_static_cycles"]
     cx = 1 if x in half and tmp in half else 2  # VectorE cycles per element of a pass from SBUF
     cy = 1 if tmp in half and out in half else 2
-    work_x, work_y = (wx - 1) * rows * wo, (wy - 1) * n * wo
+    work_x, work_y = combines(wx) * rows * wo, combines(wy) * n * wo
     rate_x, rate_y = vghz / cx + gghz / 2, vghz / cy + gghz / 2
-    sbuf = work_x / rate_x + work_y / rate_y + ((wx - 1) + (wy - 1)) * sv / vghz  # (border copies on ScalarE)
+    sbuf = work_x / rate_x + work_y / rate_y + (combines(wx) + combines(wy)) * sv / vghz  # (border copies on ScalarE)
     chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
     vec_x = sum((wx - 1) * (c * wo + sv) + edges * (max(mn, c) + sv) for c in chunks) / vghz
     best = (float("inf"), 0)
     for rv in range(n + 1):  # output rows of the pass along y on VectorE
-        vec = vec_x + ((wy - 1) * (cy * rv * wo + sv) / vghz if rv else 0)
-        gps = (wy - 1) * (2 * (n - rv) * wo + sg) / gghz if rv < n and wy > 1 else 0
+        vec = vec_x + (combines(wy) * (cy * rv * wo + sv) / vghz if rv else 0)
+        gps = combines(wy) * (2 * (n - rv) * wo + sg) / gghz if rv < n and wy > 1 else 0
         best = min(best, (max(vec, gps), rv))
     factor = prm["mm_fp32_factor"] if x == "f32" else 1.0
     mm = sum(max(prm["mm_min_cycles"], c * w) + prm["mm_fixed_cycles"] for c in chunks) * factor / prm["tensor_ghz"]

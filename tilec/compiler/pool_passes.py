@@ -13,6 +13,7 @@ from tilec.compiler.build_util import a
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Copy, Reduce, Scalar, Sl, Stmt, View, full, whole
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_costs import vector_share
+from tilec.compiler.pool_doubling import doubling_pass
 from tilec.compiler.pool_segments import Segment, paired_ends, within
 from tilec.compiler.schedule import PoolPlan
 from tilec.errors import InternalError
@@ -97,6 +98,10 @@ class WindowPasses:
         every = [t for t in range(window) if all(t in g.taps for g in segs)]
         if counted and final is not None and len(every) < window:
             return self.counted_pass(src, dst, final, axis, segs, stride, shift, window, alone)
+        doubled = None if alone is not None or src.buf.memory != "sbuf" or not knobs.DOUBLING else \
+            doubling_pass(self, src, dst, axis, segs, stride, shift, final)
+        if doubled is not None:  # windows of 4 taps or more: pairs, pairs of pairs.. (pool_doubling.py)
+            return doubled
         out: list[Stmt] = []
         if every:
             t0 = every[len(every) // 2]

@@ -127,6 +127,9 @@ class WindowPool(TensorPasses):
         if self.tile_out is not None:  # one store per block (the last block without the rows it redoes)
             P, G = self.plan.tile_b, self.G
             pb = sl(a(term("pb", P, "TILE_P")), P)
+            one = self.one_store(a(0), self.Rb, self.tile_out, full(self.Rb))
+            if one is not None:
+                return body + one
             skip = [0] * (G - 1) + [self.overlap]
             body += [Dma(View(self.o3, (pb, Sl(a(self.starts[g] + skip[g]), self.Rb - skip[g]), full(self.Wo))),
                          View(self.tile_out, (sl(g * P, P), sl(skip[g], self.Rb - skip[g]), full(self.Wo))), op.line)
@@ -138,9 +141,10 @@ class WindowPool(TensorPasses):
         orders stores to one tensor whose HBM byte ranges interleave (tilec/perf/deps.py): each starts a DMA latency
         after the one before has moved its bytes, so per band the G blocks' stores cost bands * G latencies where
         once per block they cost G, after the last band's compute (the first band's stores would start after its
-        compute instead). Once per block when the latencies it saves exceed the compute it waits for: the passes'
-        combines of the bands after the first on VectorE and GpSimdE (tensor_tensor: 2 cycles per element, 1 on
-        VectorE with every operand 16-bit; tilec/perf/costs.py)."""
+        compute instead); with the blocks evenly spaced a band's stores are one DMA (`one_store`): one latency.
+        Once per block when the latencies it saves exceed the compute it waits for: the passes' combines of the
+        bands after the first on VectorE and GpSimdE (tensor_tensor: 2 cycles per element, 1 on VectorE with every
+        operand 16-bit; tilec/perf/costs.py)."""
         from tilec.perf.params import target_params
         prm = {name: value for name, value, _ in target_params(get_target().name).table()}
         (sy, sx), Wo = self.w.stride, self.Wo
@@ -150,7 +154,8 @@ class WindowPool(TensorPasses):
         rate = prm["vector_ghz"] / (1 if half else 2) + prm["gpsimd_ghz"] / 2  # elements per ns, both engines
         later = (self.Rb - self.OB) * per_row / rate
         fits = self.Rb * Wo * DTYPE_BYTES[self.o3.dtype] <= sbuf_budget(get_target()) // knobs.BLOCK_STORES_SBUF_PART
-        return fits and (bands - 1) * self.G * prm["dma_latency_ns"] > later
+        stores = 1 if self.block_step() is not None else self.G  # a band's stores: one DMA for all blocks (one_store)
+        return fits and (bands - 1) * stores * prm["dma_latency_ns"] > later
 
     def band(self, k: int, o0: Aff, n: int, lo_aff: Aff | None) -> list[Stmt]:
         """Output rows o0..o0+n of every partition tile (of every block): the input rows they read (lo_aff: a
@@ -249,10 +254,36 @@ class WindowPool(TensorPasses):
             return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.row0), n), full(self.Wo))), whole(ob), line)]
         if self.tile_out is not None:  # stored once per block after the bands (tile_body)
             return out
+        one = self.one_store(o0, n, ob, full(n))
+        if one is not None:
+            return out + one
         skip = [0] * (G - 1) + [max(0, self.overlap - k * self.OB) if lo_aff is None else 0]
         return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.starts[g] + skip[g]), n - skip[g]), full(self.Wo))),
                           View(ob, (sl(g * B, B), sl(skip[g], n - skip[g]), full(self.Wo))), line)
                       for g in range(G) if skip[g] < n]
+
+    def block_step(self) -> int | None:
+        """The rows between one block's first output row and the next's when they are evenly spaced (always with
+        two blocks), else None."""
+        steps = {b - a for a, b in zip(self.starts, self.starts[1:])}
+        return steps.pop() if len(steps) == 1 and min(steps) > 0 and knobs.ONE_BLOCK_DMA else None
+
+    def one_store(self, o0: Aff, n: int, src: Buf, rows: Sl) -> list[Stmt] | None:
+        """Output rows o0..o0+n of every block (src's rows `rows` on the G blocks' partitions) as a loop over the
+        blocks of one equal DMA each, which dma_merge.py makes one DMA (the HBM side's blocks an access-pattern
+        axis), else None. One DMA instead of G: one fixed cost, and no order between stores of one tensor whose
+        HBM byte ranges interleave, which the model's default "range" rule (tilec/perf/deps.py) imposes one DMA
+        latency apart (small20: an undocumented question on hardware that one DMA avoids). When the last block
+        redoes rows of the one before (`overlap`: Ho not a multiple of G), those rows are written twice with the
+        same values (both blocks compute them from the same input rows by the same instructions)."""
+        step = self.block_step()
+        if step is None:
+            return None
+        P = self.plan.tile_b
+        dst = View(self.o3, (self.rows_of(P), Sl(o0.plus(a(term("gb", step), self.starts[0] + self.row0)), n),
+                             full(self.Wo)))
+        return loop("gb", self.G, [Dma(dst, View(src, (sl(a(term("gb", P)), P), rows, full(self.Wo))),
+                                       self.op.line)], note="row blocks (one DMA: dma_merge)")
 
     def load_parts(self, rows: int) -> list[tuple[int, int]]:
         """A band's input rows in two loads, cut where the pass along x splits them between VectorE and GpSimdE
@@ -273,11 +304,21 @@ class WindowPool(TensorPasses):
         return [(0, cut), (cut, rows)] if 0 < cut < rows else [(0, rows)]
 
     def block_loads(self, xb: Buf, first: int, rows: int, lo_aff: Aff | None) -> list[Stmt]:
-        """Block g's band rows onto partitions g*B..: one DMA each; a row outside X (only in a peeled band) holds
+        """Block g's band rows onto partitions g*B..: one DMA for all blocks when their rows lie inside X and the
+        blocks are evenly spaced (a loop over the blocks that dma_merge.py makes one DMA, as `one_store`), else one
+        DMA each; a row outside X (only in a peeled band) holds
         the identity: 0 for a sum (the band zeroed first), the nearest row of X for a max or min (a row the window
         reads anyway, so it never changes the result)."""
         B, line, pad = self.plan.tile_b, self.op.line, []
         pb = sl(a(term("pb", B, "TILE_P")), B)
+        step, sy = self.block_step(), self.w.stride[0]
+        inside = all(0 <= first + g * sy and first + g * sy + rows <= self.H for g in self.starts)
+        if step is not None and (lo_aff is not None or inside):  # a whole band inside X in every block: one DMA
+            row0 = (lo_aff if lo_aff is not None else a(first)).plus(a(term("gb", step * sy), self.starts[0] * sy))
+            blocks = View(self.x3, (pb, Sl(row0, rows), full(self.W)))
+            return [Alloc(xb, line=line)] + loop("gb", self.G, [Dma(View(xb, (sl(a(term("gb", B)), B), full(rows),
+                                                                              full(self.W))), blocks, line)],
+                                                 note="row blocks (one DMA: dma_merge)")
         out: list[Stmt] = []
         for g in range(self.G):
             start = first + self.starts[g] * self.w.stride[0]

@@ -123,6 +123,14 @@ def interleaved(op: PoolOp, plan: PoolPlan) -> Interleave | None:
     if end - first < knobs.MIN_INTERLEAVED:
         return None
     rows = [g * (Ho // G) + r for g in range(G) for r in range(Ho // G) if not first <= r < end]
+    if op.pool.op != "add" and len(rows) > knobs.SEAMS_PER_BLOCK * G:
+        # the row blocks store a band's blocks as one DMA too (pool_window.one_store: Ho splits evenly), which was
+        # the interleaved form's advantage; what it still costs is its seams, computed apart on B of the partitions,
+        # while the blocks only reload wy - sy halo rows per band (a max reads a row of X where the blocks' rows
+        # leave X; a sum zeroes the band, so sums keep the seams). Measured (model, f32 batch 1, 64 channel rows,
+        # max): 3x3 s1 pad 1 56 x 56 14.75 -> 11.01 us, 5x5 s2 pad 2 112 x 112 24.87 -> 22.74, 7x7 s2 pad 3
+        # 44.37 -> 34.73; 3x3 s2 pad 1 (one seam row per block) stays interleaved: 15.18 against 16.48
+        return None
     seams: list[tuple[int, int]] = []
     for r in rows:
         seams = seams[:-1] + [(seams[-1][0], r + 1)] if seams and seams[-1][1] == r else seams + [(r, r + 1)]
