@@ -15,7 +15,6 @@ from tilec.compiler.depthwise_layout import (DEPTH, DEPTH_BATCH, STORE_SPLIT, La
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX
-from tilec.target import target as get_target
 
 
 class DepthwiseBuilder:
@@ -440,38 +439,42 @@ class DepthwiseBuilder:
             pending.append((added, [ir.Block(f"{span}: evicted{epilogue}", tuple(self.evict(dst, accv, bias, ctag)),
                                              line)]))
         out += [s for p in pending for s in p[0] + p[1]]
-        ms = (a(self.m),) if self.M > 1 else ()
-        # one row block's store of several channels spans the other blocks' rows of those channels in HBM (a DMA
-        # writes the range its pattern spans, and such ranges are written one after another): with row blocks,
-        # each (row block, channel) pair is its own store, a contiguous range of Y disjoint from every other; the
-        # stores issue in order, so consecutive ones go to different DMA engines (8 partitions each): channel
-        # e*8 + q of every block for e, then the next q
         if self.HY:
             first = len(chunks) - STORE_SPLIT - self.depth + 1  # the first chunk stored at the end
             split = chunks[first][0] if len(chunks) - STORE_SPLIT >= self.depth else 0
             return out + hy.stores(self, ob, c0, n0, images, split, lay.rb)
-        if lay.nb == 1:
-            for j, (i, b) in enumerate(self.slots(images)):
-                valid = min(lay.rb, self.Ho - b * lay.rb)
-                out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
-                               View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
-                                         full(self.Wo))), line))
-            return out
-        ppe = PMAX // get_target().dma_engines
-        qv, ev = self.fresh(f"{self.names['k']}_q"), self.fresh(f"{self.names['k']}_e")
-        engines, q = (cg // ppe, a(qv)) if cg % ppe == 0 else (cg, a())
-        body: list[Stmt] = []
-        for j, (i, b) in enumerate(self.slots(images)):
-            valid = min(lay.rb, self.Ho - b * lay.rb)
-            c = a(term(ev, ppe)).plus(q) if cg % ppe == 0 else a(ev)
-            store = Dma(View(self.o4, (n0.plus(i), sl(c0.plus(c), 1)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
-                        View(ob, (sl(c.plus(j * cg), 1), full(lay.rb) if valid == lay.rb else sl(0, valid),
-                                  full(self.Wo))), line)
-            body += loop(ev, engines, [store], note=f"one store per channel of row block {b}", line=line)
-        if cg % ppe == 0:
-            body = loop(qv, ppe, body, note=f"channel {self.names['k']}_e*{ppe} + {qv}: consecutive stores on "
-                        "different DMA engines", line=line)
-        out += body
+        return out + self.stores(ob, c0, cg, n0, images)
+
+    def stores(self, ob: Buf, c0: ir.Aff, cg: int, n0: ir.Aff, images: int) -> list[Stmt]:
+        """The output band stored: partition (image, row block, channel) -> Y[n0 + image, c0 + channel, block's
+        rows]. The row blocks of equal height are one DMA (ir.View.blocks: the blocks a leading axis of the HBM
+        access pattern), of every image when all blocks are whole, else of each image, whose shorter last block is
+        a DMA of its own. Each such DMA writes one contiguous range of Y (the image's cg channels, all their rows
+        up to the last block), so it is one DMA's fixed cost (nki-spec §2.5: ~1.3 us semaphore-to-start, ~600 ns
+        issue) where a store per (row block, channel) paid it cg times per block (depthwise3x3 bf16 b1: 432
+        stores of 2 KiB). The last block's store lies inside the range of the blocks before it: the model orders
+        the two (tilec/perf/deps.py, the "range" rule), one DMA latency more per image, not per channel."""
+        lay, line = self.lay, self.L["update"]
+        ms = (a(self.m),) if self.M > 1 else ()
+        row = 2 + len(ms)  # Y's row axis in self.o4
+        last = self.Ho - (lay.nb - 1) * lay.rb  # rows of the last block
+        whole = lay.nb if last == lay.rb else lay.nb - 1  # blocks of rb rows
+
+        def dma(i: int, count: int, b: int, rows: int, blocks: tuple[tuple[int, int, int], ...]) -> Dma:
+            p0 = (i * lay.nb + b) * cg
+            hbm = View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(b * lay.rb, rows), full(self.Wo)),
+                       blocks=blocks)
+            return Dma(hbm, View(ob, (sl(p0, count * cg), full(lay.rb) if rows == lay.rb else sl(0, rows),
+                                      full(self.Wo))), line)
+
+        if whole == lay.nb:  # every block whole: the images too are one access-pattern axis
+            blocks = ((0, images, 1),) if images > 1 else ()
+            return [dma(0, images * lay.nb, 0, lay.rb, blocks + ((row, lay.nb, lay.rb),) if lay.nb > 1 else blocks)]
+        out: list[Stmt] = []
+        for i in range(images):
+            if whole:
+                out.append(dma(i, whole, 0, lay.rb, ((row, whole, lay.rb),) if whole > 1 else ()))
+            out.append(dma(i, 1, whole, last, ()))
         return out
 
     # ---- one chunk of output rows: the taps, then the final add ----------------------------------------------------
