@@ -238,12 +238,13 @@ def _hbm_writes(c, inputs, tensor):
 
 
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
-@pytest.mark.parametrize("cg, nb, rc", [(16, 4, 3), (12, 4, 8), (8, 5, 2)])
+@pytest.mark.parametrize("cg, nb, rc", [(16, 4, 3), (12, 4, 8), (8, 5, 2), (12, 5, 4)])
 def test_row_blocks_store_in_few_dmas(monkeypatch, dt, cg, nb, rc):
-    """An image's row blocks of equal height are stored by one DMA (the blocks an axis of its HBM access pattern),
-    a shorter last block by a second one: 30 rows in 4 blocks of 8 (a last block of 6) or in 5 blocks of 6 (all
-    whole), 16, 12 or 8 channels per group (a remainder group of channels), several chunks per block, two images.
-    The stores together write every element of Y exactly once."""
+    """Row blocks of equal height are stored by one DMA per image (the blocks an axis of its HBM access pattern):
+    30 rows in 5 blocks of 6. A shorter last block (4 blocks of 8: 8, 8, 8, 6) keeps one store per (row block,
+    channel), each a contiguous range of Y (one DMA of the blocks would span the last block's rows, and the model
+    orders overlapping ranges). 16, 12 or 8 channels per group (a remainder group), several chunks per block, two
+    images. The stores together write every element of Y exactly once."""
     ho = 30
     rb = -(-ho // nb)
     lay = build_depthwise.Layout(cg, nb, rb, 1, rc)
@@ -254,5 +255,22 @@ def test_row_blocks_store_in_few_dmas(monkeypatch, dt, cg, nb, rc):
     assert_matches(prog, "Y", out["Y"], reference(x["X"], x["Wd"], pad=1, bias=x["b"]))
     writes = _hbm_writes(c, inputs, "Y")
     tiles = 2 * -(-40 // cg)  # (image, channel group) pairs, one image per tile
-    assert len(writes) == tiles * (1 if ho % rb == 0 else 2)
+    assert len(writes) == (tiles if ho % rb == 0 else 2 * 40 * nb)
     assert np.array_equal(np.sort(np.concatenate(writes)), np.arange(2 * 40 * ho * 20))  # all of Y, once
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("ch, nb, rc", [(40, 1, 8), (20, 3, 5)])
+def test_images_of_every_channel_store_in_one_dma(monkeypatch, dt, ch, nb, rc):
+    """A tile of two images holding every channel (40 of 40, or 20 of 20 in 3 row blocks) stores both images'
+    blocks by one DMA: their ranges of Y join (images and row blocks as two axes of the access pattern)."""
+    ho = 30
+    lay = build_depthwise.Layout(ch, nb, ho // nb, 2, rc)
+    monkeypatch.setattr(build_depthwise, "rank_layouts", lambda *args, **kw: [lay])
+    prog, c, inputs, out = run(PADDED.format(dt=dt, n=2, c=ch, h=ho, w=20))
+    assert fast(c)
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], reference(x["X"], x["Wd"], pad=1, bias=x["b"]))
+    writes = _hbm_writes(c, inputs, "Y")
+    assert len(writes) == 1
+    assert np.array_equal(np.sort(writes[0]), np.arange(2 * ch * ho * 20))

@@ -15,6 +15,7 @@ from tilec.compiler.depthwise_layout import (DEPTH, DEPTH_BATCH, STORE_SPLIT, La
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX
+from tilec.target import target as get_target
 
 
 class DepthwiseBuilder:
@@ -446,35 +447,53 @@ class DepthwiseBuilder:
         return out + self.stores(ob, c0, cg, n0, images)
 
     def stores(self, ob: Buf, c0: ir.Aff, cg: int, n0: ir.Aff, images: int) -> list[Stmt]:
-        """The output band stored: partition (image, row block, channel) -> Y[n0 + image, c0 + channel, block's
-        rows]. The row blocks of equal height are one DMA (ir.View.blocks: the blocks a leading axis of the HBM
-        access pattern), of every image when all blocks are whole, else of each image, whose shorter last block is
-        a DMA of its own. Each such DMA writes one contiguous range of Y (the image's cg channels, all their rows
-        up to the last block), so it is one DMA's fixed cost (nki-spec §2.5: ~1.3 us semaphore-to-start, ~600 ns
-        issue) where a store per (row block, channel) paid it cg times per block (depthwise3x3 bf16 b1: 432
-        stores of 2 KiB). The last block's store lies inside the range of the blocks before it: the model orders
-        the two (tilec/perf/deps.py, the "range" rule), one DMA latency more per image, not per channel."""
+        """The output band stored: partition (image, row block, channel) -> Y[n0 + image, c0 + channel, [m,] block's
+        rows]. Each DMA writes one contiguous range of Y: with row blocks of equal height (and one output per
+        channel), an image's blocks are one DMA (ir.View.blocks: the blocks a leading axis of its HBM access
+        pattern; the images too when the group is every channel), one DMA's fixed cost (nki-spec §2.5: ~1.3 us
+        semaphore-to-start, ~600 ns issue) where a store per (row block, channel) paid it cg times per block.
+        Otherwise one store per (row block, channel): a DMA of several blocks then spans the shorter last block's
+        rows (or the other outputs' channels), and the model orders DMAs whose ranges overlap (tilec/perf/deps.py,
+        the "range" rule; measured: depthwise3x3 bf16 b1, 3 blocks of 19 rows, 20.58 -> 22.44 us)."""
+        lay, line = self.lay, self.L["update"]
+        if self.M == 1 and self.Ho % lay.rb == 0:
+            row = 2  # Y's row axis in self.o4
+            every = cg == self.C and images > 1  # the images' ranges join
+            blocks: tuple[tuple[int, int, int], ...] = ((0, images, 1),) if every else ()
+            blocks += ((row, lay.nb, lay.rb),) if lay.nb > 1 else ()
+            return [Dma(View(self.o4, (n0.plus(i), sl(c0, cg), sl(0, lay.rb), full(self.Wo)), blocks=blocks),
+                        View(ob, (sl(i * lay.nb * cg, (images if every else 1) * lay.nb * cg), full(lay.rb),
+                                  full(self.Wo))), line)
+                    for i in (range(1) if every else range(images))]
+        return self.channel_stores(ob, c0, cg, n0, images)
+
+    def channel_stores(self, ob: Buf, c0: ir.Aff, cg: int, n0: ir.Aff, images: int) -> list[Stmt]:
+        """One store per slot, or with row blocks per (row block, channel): the stores issue in order, so
+        consecutive ones go to different DMA engines (8 partitions each): channel e*8 + q of every block for e,
+        then the next q."""
         lay, line = self.lay, self.L["update"]
         ms = (a(self.m),) if self.M > 1 else ()
-        row = 2 + len(ms)  # Y's row axis in self.o4
-        last = self.Ho - (lay.nb - 1) * lay.rb  # rows of the last block
-        whole = lay.nb if last == lay.rb else lay.nb - 1  # blocks of rb rows
-
-        def dma(i: int, count: int, b: int, rows: int, blocks: tuple[tuple[int, int, int], ...]) -> Dma:
-            p0 = (i * lay.nb + b) * cg
-            hbm = View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(b * lay.rb, rows), full(self.Wo)),
-                       blocks=blocks)
-            return Dma(hbm, View(ob, (sl(p0, count * cg), full(lay.rb) if rows == lay.rb else sl(0, rows),
-                                      full(self.Wo))), line)
-
-        if whole == lay.nb:  # every block whole: the images too are one access-pattern axis
-            blocks = ((0, images, 1),) if images > 1 else ()
-            return [dma(0, images * lay.nb, 0, lay.rb, blocks + ((row, lay.nb, lay.rb),) if lay.nb > 1 else blocks)]
         out: list[Stmt] = []
-        for i in range(images):
-            if whole:
-                out.append(dma(i, whole, 0, lay.rb, ((row, whole, lay.rb),) if whole > 1 else ()))
-            out.append(dma(i, 1, whole, last, ()))
+        if lay.nb == 1:
+            for j, (i, b) in enumerate(self.slots(images)):
+                valid = min(lay.rb, self.Ho - b * lay.rb)
+                out.append(Dma(View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
+                               View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
+                                         full(self.Wo))), line))
+            return out
+        ppe = PMAX // get_target().dma_engines
+        qv, ev = self.fresh(f"{self.names['k']}_q"), self.fresh(f"{self.names['k']}_e")
+        engines, q = (cg // ppe, a(qv)) if cg % ppe == 0 else (cg, a())
+        for j, (i, b) in enumerate(self.slots(images)):
+            valid = min(lay.rb, self.Ho - b * lay.rb)
+            c = a(term(ev, ppe)).plus(q) if cg % ppe == 0 else a(ev)
+            store = Dma(View(self.o4, (n0.plus(i), sl(c0.plus(c), 1)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
+                        View(ob, (sl(c.plus(j * cg), 1), full(lay.rb) if valid == lay.rb else sl(0, valid),
+                                  full(self.Wo))), line)
+            out += loop(ev, engines, [store], note=f"one store per channel of row block {b}", line=line)
+        if cg % ppe == 0:
+            out = loop(qv, ppe, out, note=f"channel {self.names['k']}_e*{ppe} + {qv}: consecutive stores on "
+                       "different DMA engines", line=line)
         return out
 
     # ---- one chunk of output rows: the taps, then the final add ----------------------------------------------------

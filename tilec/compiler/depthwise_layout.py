@@ -232,18 +232,15 @@ def layout_estimates(op: ConvOp, elem: int, clamp: bool = False, pe: bool = Fals
             for cg in range(1, min(c, PMAX // nb) + 1):
                 k = max(1, min(n_img, PMAX // (nb * cg)))
                 tiles = -(-c // cg) * -(-n_img // k)
-                # the stores (DepthwiseBuilder.stores): one DMA per tile and output when the blocks are whole, else
-                # per image one for its whole blocks and one for the shorter last block, which the model orders
-                # behind the first (its range lies inside the first's): one more store chain after the last tile
-                whole = ho % rb == 0
-                stores = max(1, multiplier(op)) * (1 if whole else 2 * k)
-                issue = stores * 2 * desc_ns  # descriptors issued one after another (SBUF and HBM side each)
-                tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), dma_ns, issue)
+                # row blocks of a group not a multiple of 8 channels: one store after another on one DMA engine
+                serial = nb * cg * max(1, multiplier(op)) * rb * wo * elem / t.dma_engine_bw \
+                    if nb > 1 and cg % (PMAX // t.dma_engines) else 0.0
+                # with row blocks, one store per (slot, channel, output of a multiplier): their descriptors are
+                # issued one after another (two each: SBUF and HBM side)
+                issue = k * nb * cg * max(1, multiplier(op)) * 2 * desc_ns if nb > 1 else 0.0
+                tile_ns = max(max(1, multiplier(op)) * sum(times) + max(times), dma_ns, serial, issue)
                 # before the first taps: the first band's load; after the last: the last tile's stores
-                edges = load_ns + store_ns + STORE_CHAIN_NS * (1 if whole else 2)
+                edges = load_ns + store_ns + STORE_CHAIN_NS
                 found.append((tiles * tile_ns + fill + edges, nb, Layout(cg, nb, rb, k, rc)))
-    # ties: fewer row blocks, then groups of whole DMA engines' partitions (a band's per-block loads and the stores
-    # then split evenly over the engines; depthwise3x3 bf16 b1, 4 blocks of 14 rows: 32 channels 18.75 us, 29 19.46)
-    ppe = PMAX // t.dma_engines
-    found.sort(key=lambda f: (f[0], f[1], f[2].cg % ppe != 0))
+    found.sort(key=lambda f: f[:2])
     return [(f[0], f[2]) for f in found]
