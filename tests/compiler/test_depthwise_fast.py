@@ -274,3 +274,21 @@ def test_images_of_every_channel_store_in_one_dma(monkeypatch, dt, ch, nb, rc):
     writes = _hbm_writes(c, inputs, "Y")
     assert len(writes) == 1
     assert np.array_equal(np.sort(writes[0]), np.arange(2 * ch * ho * 20))
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_multiplier_row_blocks_store_one_dma_per_output(monkeypatch, dt):
+    """A channel multiplier of 2 in 2 row blocks of 6: each image's blocks of each output m are one DMA (Y's
+    channels c*2 + m for the group's c: a strided range), 2 images x 2 outputs; every element of Y written once."""
+    from test_grouped_single import MULTIPLIER
+    from test_conv_grouped import grouped_ref
+    lay = build_depthwise.Layout(40, 2, 6, 1, 6)
+    monkeypatch.setattr(build_depthwise, "rank_layouts", lambda *args, **kw: [lay])
+    monkeypatch.setattr(build_depthwise, "dense_ns", lambda *args: float("inf"))
+    prog, c, inputs, out = run(MULTIPLIER.format(dt=dt, G=40, Kg=2))
+    x = rounded(inputs, dt)
+    w = x["Wm"].reshape(80, 1, 3, 3)
+    assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], w, 40, pad=1, bias=x["b"]))
+    writes = _hbm_writes(c, inputs, "Y")
+    assert len(writes) == 4
+    assert np.array_equal(np.sort(np.concatenate(writes)), np.arange(out["Y"].size))

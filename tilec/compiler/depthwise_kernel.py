@@ -448,20 +448,23 @@ class DepthwiseBuilder:
 
     def stores(self, ob: Buf, c0: ir.Aff, cg: int, n0: ir.Aff, images: int) -> list[Stmt]:
         """The output band stored: partition (image, row block, channel) -> Y[n0 + image, c0 + channel, [m,] block's
-        rows]. Each DMA writes one contiguous range of Y: with row blocks of equal height (and one output per
-        channel), an image's blocks are one DMA (ir.View.blocks: the blocks a leading axis of its HBM access
-        pattern; the images too when the group is every channel), one DMA's fixed cost (nki-spec §2.5: ~1.3 us
-        semaphore-to-start, ~600 ns issue) where a store per (row block, channel) paid it cg times per block.
-        Otherwise one store per (row block, channel): a DMA of several blocks then spans the shorter last block's
-        rows (or the other outputs' channels), and the model orders DMAs whose ranges overlap (tilec/perf/deps.py,
-        the "range" rule; measured: depthwise3x3 bf16 b1, 3 blocks of 19 rows, 20.58 -> 22.44 us)."""
+        rows]. With row blocks of equal height an image's blocks are one DMA (ir.View.blocks: the blocks a leading
+        axis of its HBM access pattern; the images too when the group is every channel), one DMA's fixed cost (nki-spec §2.5: ~1.3 us
+        semaphore-to-start, ~600 ns issue) where a store per (row block, channel) paid it cg times per block. It
+        writes one contiguous range of Y with one output per channel; with a multiplier, output m's range spans the
+        other outputs' channels, which the model orders after m's store, issued a band earlier (no latency change:
+        depthwise_mult3x3 f32 29.78 / 187.18 us, 266 -> 12 DMAs at b1). Otherwise one store per (row block,
+        channel): a DMA of several blocks would span the shorter last block's rows, and the model orders that
+        store behind it (tilec/perf/deps.py, the "range" rule; depthwise3x3 bf16 b1, 3 blocks of 19 rows, 20.58 ->
+        22.44 us)."""
         lay, line = self.lay, self.L["update"]
-        if self.M == 1 and self.Ho % lay.rb == 0:
-            row = 2  # Y's row axis in self.o4
-            every = cg == self.C and images > 1  # the images' ranges join
+        if self.Ho % lay.rb == 0:
+            ms = (a(self.m),) if self.M > 1 else ()
+            row = 2 + len(ms)  # Y's row axis in self.o4
+            every = cg == self.C and images > 1 and self.M == 1  # the images' ranges join
             blocks: tuple[tuple[int, int, int], ...] = ((0, images, 1),) if every else ()
             blocks += ((row, lay.nb, lay.rb),) if lay.nb > 1 else ()
-            return [Dma(View(self.o4, (n0.plus(i), sl(c0, cg), sl(0, lay.rb), full(self.Wo)), blocks=blocks),
+            return [Dma(View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(0, lay.rb), full(self.Wo)), blocks=blocks),
                         View(ob, (sl(i * lay.nb * cg, (images if every else 1) * lay.nb * cg), full(lay.rb),
                                   full(self.Wo))), line)
                     for i in (range(1) if every else range(images))]
