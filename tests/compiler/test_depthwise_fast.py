@@ -224,20 +224,27 @@ def test_big_windows_and_tall_images_fit_sbuf(n, c, h, w, r):
 
 
 def _hbm_writes(c, inputs, tensor):
-    """(lo, hi) byte ranges of the DMAs writing `tensor` in HBM, from the interpreter's trace."""
+    """The element offsets each DMA writing `tensor` in HBM writes, from the interpreter's trace (the access
+    patterns: itemsize, offset, shape, strides)."""
     _, trace = c.run_traced(numerics=False, **inputs)
-    return [(acc.lo, acc.hi) for ins in trace.instrs if ins.engine == "dma"
-            for acc in ins.writes if acc.memory == "hbm" and acc.name == tensor]
+    out = []
+    for ins in trace.instrs:
+        for acc in ins.writes if ins.engine == "dma" else ():
+            if acc.memory == "hbm" and acc.name == tensor:
+                _, offset, shape, strides = acc.pattern[:4]
+                grid = np.indices(shape).reshape(len(shape), -1)
+                out.append(offset + (np.array(strides)[:, None] * grid).sum(axis=0))
+    return out
 
 
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
-@pytest.mark.parametrize("cg, nb, rc", [(16, 4, 3), (12, 4, 8), (8, 5, 2)])
-def test_row_blocks_store_disjoint_ranges(monkeypatch, dt, cg, nb, rc):
-    """Row blocks store each (block, channel) pair by its own DMA, a contiguous range of Y disjoint from every other
-    store's (a block's store of several channels would span the other blocks' rows, which the model runs one after
-    another): 16 channels per group (the stores interleaved over DMA engines), 12 (one after another), a last block
-    shorter than the others (30 rows in blocks of 8), several chunks per block, a remainder group of channels, two
-    images."""
+@pytest.mark.parametrize("cg, nb, rc", [(16, 4, 3), (12, 4, 8), (8, 5, 2), (12, 5, 4)])
+def test_row_blocks_store_in_few_dmas(monkeypatch, dt, cg, nb, rc):
+    """Row blocks of equal height are stored by one DMA per image (the blocks an axis of its HBM access pattern):
+    30 rows in 5 blocks of 6. A shorter last block (4 blocks of 8: 8, 8, 8, 6) keeps one store per (row block,
+    channel), each a contiguous range of Y (one DMA of the blocks would span the last block's rows, and the model
+    orders overlapping ranges). 16, 12 or 8 channels per group (a remainder group), several chunks per block, two
+    images. The stores together write every element of Y exactly once."""
     ho = 30
     rb = -(-ho // nb)
     lay = build_depthwise.Layout(cg, nb, rb, 1, rc)
@@ -246,7 +253,42 @@ def test_row_blocks_store_disjoint_ranges(monkeypatch, dt, cg, nb, rc):
     assert fast(c) and f"{nb} blocks of {rb} rows" in c.source
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], reference(x["X"], x["Wd"], pad=1, bias=x["b"]))
-    writes = sorted(_hbm_writes(c, inputs, "Y"))
-    assert len(writes) == 2 * 40 * nb  # one per (image, channel, row block)
-    assert all(hi <= lo2 for (_, hi), (lo2, _) in zip(writes, writes[1:]))  # disjoint ranges
-    assert sum(hi - lo for lo, hi in writes) == 2 * 40 * ho * 20 * (4 if dt == "f32" else 2)  # all of Y, once
+    writes = _hbm_writes(c, inputs, "Y")
+    tiles = 2 * -(-40 // cg)  # (image, channel group) pairs, one image per tile
+    assert len(writes) == (tiles if ho % rb == 0 else 2 * 40 * nb)
+    assert np.array_equal(np.sort(np.concatenate(writes)), np.arange(2 * 40 * ho * 20))  # all of Y, once
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("ch, nb, rc", [(40, 1, 8), (20, 3, 5)])
+def test_images_of_every_channel_store_in_one_dma(monkeypatch, dt, ch, nb, rc):
+    """A tile of two images holding every channel (40 of 40, or 20 of 20 in 3 row blocks) stores both images'
+    blocks by one DMA: their ranges of Y join (images and row blocks as two axes of the access pattern)."""
+    ho = 30
+    lay = build_depthwise.Layout(ch, nb, ho // nb, 2, rc)
+    monkeypatch.setattr(build_depthwise, "rank_layouts", lambda *args, **kw: [lay])
+    prog, c, inputs, out = run(PADDED.format(dt=dt, n=2, c=ch, h=ho, w=20))
+    assert fast(c)
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], reference(x["X"], x["Wd"], pad=1, bias=x["b"]))
+    writes = _hbm_writes(c, inputs, "Y")
+    assert len(writes) == 1
+    assert np.array_equal(np.sort(writes[0]), np.arange(2 * ch * ho * 20))
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_multiplier_row_blocks_store_one_dma_per_output(monkeypatch, dt):
+    """A channel multiplier of 2 in 2 row blocks of 6: each image's blocks of each output m are one DMA (Y's
+    channels c*2 + m for the group's c: a strided range), 2 images x 2 outputs; every element of Y written once."""
+    from test_grouped_single import MULTIPLIER
+    from test_conv_grouped import grouped_ref
+    lay = build_depthwise.Layout(40, 2, 6, 1, 6)
+    monkeypatch.setattr(build_depthwise, "rank_layouts", lambda *args, **kw: [lay])
+    monkeypatch.setattr(build_depthwise, "dense_ns", lambda *args: float("inf"))
+    prog, c, inputs, out = run(MULTIPLIER.format(dt=dt, G=40, Kg=2))
+    x = rounded(inputs, dt)
+    w = x["Wm"].reshape(80, 1, 3, 3)
+    assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], w, 40, pad=1, bias=x["b"]))
+    writes = _hbm_writes(c, inputs, "Y")
+    assert len(writes) == 4
+    assert np.array_equal(np.sort(np.concatenate(writes)), np.arange(out["Y"].size))

@@ -82,13 +82,22 @@ def test_hybrid_padded_strided_with_bias_relu(forced, dt, N, G, Kg, H, W, st, hy
     assert_matches(prog, "Z", out["Z"], padded_ref(x["X"], x["Wt"], x["b"], G, st))
 
 
-def test_hybrid_stores_one_range_per_output_channel(forced):
-    """Output channel g*Kg + m sits on partition m*ng + g: one store per channel (a store of one m's channels would
-    span the other m's), each touching one partition."""
-    prog, c, inputs, out = run(PLAIN.format(dt="f32", N=1, G=16, Kg=4, H=6, W=6))
-    assert "output channel (k_e*8 + k_q)*4 + m of every m" in c.source
+def test_hybrid_stores_one_dma_per_image(forced):
+    """Output channel g*Kg + m sits on partition m*ng + g: one store per image, its HBM side Y's channels as (g, m)
+    permuted to (m, g), writing every element of Y once (the access patterns of the trace), two images."""
+    prog, c, inputs, out = run(PLAIN.format(dt="f32", N=2, G=16, Kg=4, H=6, W=6))
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], grouped_ref(x["X"], x["Wt"], 16))
+    _, trace = c.run_traced(numerics=False, **inputs)
+    writes = []
+    for ins in trace.instrs:
+        for acc in ins.writes if ins.engine == "dma" else ():
+            if acc.memory == "hbm" and acc.name == "Y":
+                _, offset, shape, strides = acc.pattern[:4]
+                grid = np.indices(shape).reshape(len(shape), -1)
+                writes.append(offset + (np.array(strides)[:, None] * grid).sum(axis=0))
+    assert len(writes) == 2
+    assert np.array_equal(np.sort(np.concatenate(writes)), np.arange(out["Y"].size))
 
 
 def test_model_picks_the_hybrid_where_it_is_faster():

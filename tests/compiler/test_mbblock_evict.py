@@ -72,3 +72,13 @@ def test_block_four_images_per_pipeline(monkeypatch, nki, dt, n):
     out = comp.run(**inputs)
     x = {k: v.astype(NARROW[dt]).astype(np.float64) for k, v in inputs.items()}
     assert_matches(prog, "Y", out["Y"], block_ref(x, dt))
+
+
+@pytest.mark.parametrize("dt, n, on_pe", [("bf16", 2, True), ("f16", 5, True), ("f32", 2, False), ("bf16", 1, False)])
+def test_block_residual_on_tensor_engine(dt, n, on_pe):
+    """BlockBuilder.residual_on_pe: at 16 bits with several images TensorE adds the block's input into the project's
+    sums (one identity matmul per sum) and ScalarE evicts; at f32 or for one image VectorE adds it on the eviction.
+    (Y against NumPy on this path: the relu6 and four-images tests above, N = 2, 5 and 10 at f16 and bf16.)"""
+    src = wrap.unwrap(compile_loaded(lang.load(block_text(dt, n, 16, 200, 12, 10))).source)
+    assert ("ident_res" in src) == on_pe
+    assert bool(re.search(r"tensor_tensor\([^)]*X_skip", src)) == (not on_pe)

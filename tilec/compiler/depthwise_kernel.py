@@ -440,16 +440,43 @@ class DepthwiseBuilder:
             pending.append((added, [ir.Block(f"{span}: evicted{epilogue}", tuple(self.evict(dst, accv, bias, ctag)),
                                              line)]))
         out += [s for p in pending for s in p[0] + p[1]]
-        ms = (a(self.m),) if self.M > 1 else ()
-        # one row block's store of several channels spans the other blocks' rows of those channels in HBM (a DMA
-        # writes the range its pattern spans, and such ranges are written one after another): with row blocks,
-        # each (row block, channel) pair is its own store, a contiguous range of Y disjoint from every other; the
-        # stores issue in order, so consecutive ones go to different DMA engines (8 partitions each): channel
-        # e*8 + q of every block for e, then the next q
         if self.HY:
             first = len(chunks) - STORE_SPLIT - self.depth + 1  # the first chunk stored at the end
             split = chunks[first][0] if len(chunks) - STORE_SPLIT >= self.depth else 0
             return out + hy.stores(self, ob, c0, n0, images, split, lay.rb)
+        return out + self.stores(ob, c0, cg, n0, images)
+
+    def stores(self, ob: Buf, c0: ir.Aff, cg: int, n0: ir.Aff, images: int) -> list[Stmt]:
+        """The output band stored: partition (image, row block, channel) -> Y[n0 + image, c0 + channel, [m,] block's
+        rows]. With row blocks of equal height an image's blocks are one DMA (ir.View.blocks: the blocks a leading
+        axis of its HBM access pattern; the images too when the group is every channel), one DMA's fixed cost (nki-spec §2.5: ~1.3 us
+        semaphore-to-start, ~600 ns issue) where a store per (row block, channel) paid it cg times per block. It
+        writes one contiguous range of Y with one output per channel; with a multiplier, output m's range spans the
+        other outputs' channels, which the model orders after m's store, issued a band earlier (no latency change:
+        depthwise_mult3x3 f32 29.78 / 187.18 us, 266 -> 12 DMAs at b1). Otherwise one store per (row block,
+        channel): a DMA of several blocks would span the shorter last block's rows, and the model orders that
+        store behind it (tilec/perf/deps.py, the "range" rule; depthwise3x3 bf16 b1, 3 blocks of 19 rows, 20.58 ->
+        22.44 us)."""
+        lay, line = self.lay, self.L["update"]
+        if self.Ho % lay.rb == 0:
+            ms = (a(self.m),) if self.M > 1 else ()
+            row = 2 + len(ms)  # Y's row axis in self.o4
+            every = cg == self.C and images > 1 and self.M == 1  # the images' ranges join
+            blocks: tuple[tuple[int, int, int], ...] = ((0, images, 1),) if every else ()
+            blocks += ((row, lay.nb, lay.rb),) if lay.nb > 1 else ()
+            return [Dma(View(self.o4, (n0.plus(i), sl(c0, cg)) + ms + (sl(0, lay.rb), full(self.Wo)), blocks=blocks),
+                        View(ob, (sl(i * lay.nb * cg, (images if every else 1) * lay.nb * cg), full(lay.rb),
+                                  full(self.Wo))), line)
+                    for i in (range(1) if every else range(images))]
+        return self.channel_stores(ob, c0, cg, n0, images)
+
+    def channel_stores(self, ob: Buf, c0: ir.Aff, cg: int, n0: ir.Aff, images: int) -> list[Stmt]:
+        """One store per slot, or with row blocks per (row block, channel): the stores issue in order, so
+        consecutive ones go to different DMA engines (8 partitions each): channel e*8 + q of every block for e,
+        then the next q."""
+        lay, line = self.lay, self.L["update"]
+        ms = (a(self.m),) if self.M > 1 else ()
+        out: list[Stmt] = []
         if lay.nb == 1:
             for j, (i, b) in enumerate(self.slots(images)):
                 valid = min(lay.rb, self.Ho - b * lay.rb)
@@ -460,18 +487,16 @@ class DepthwiseBuilder:
         ppe = PMAX // get_target().dma_engines
         qv, ev = self.fresh(f"{self.names['k']}_q"), self.fresh(f"{self.names['k']}_e")
         engines, q = (cg // ppe, a(qv)) if cg % ppe == 0 else (cg, a())
-        body: list[Stmt] = []
         for j, (i, b) in enumerate(self.slots(images)):
             valid = min(lay.rb, self.Ho - b * lay.rb)
             c = a(term(ev, ppe)).plus(q) if cg % ppe == 0 else a(ev)
             store = Dma(View(self.o4, (n0.plus(i), sl(c0.plus(c), 1)) + ms + (sl(b * lay.rb, valid), full(self.Wo))),
                         View(ob, (sl(c.plus(j * cg), 1), full(lay.rb) if valid == lay.rb else sl(0, valid),
                                   full(self.Wo))), line)
-            body += loop(ev, engines, [store], note=f"one store per channel of row block {b}", line=line)
+            out += loop(ev, engines, [store], note=f"one store per channel of row block {b}", line=line)
         if cg % ppe == 0:
-            body = loop(qv, ppe, body, note=f"channel {self.names['k']}_e*{ppe} + {qv}: consecutive stores on "
-                        "different DMA engines", line=line)
-        out += body
+            out = loop(qv, ppe, out, note=f"channel {self.names['k']}_e*{ppe} + {qv}: consecutive stores on "
+                       "different DMA engines", line=line)
         return out
 
     # ---- one chunk of output rows: the taps, then the final add ----------------------------------------------------

@@ -121,7 +121,10 @@ def _stmt(s: Stmt, plan: Plan, fixed: set[str]) -> Stmt:
 def _view(v: View, plan: Plan, fixed: set[str]) -> View:
     if v.buf.name in plan:
         buf, keep = plan[v.buf.name]
-        v = dataclasses.replace(v, buf=buf, idx=tuple(v.idx[d] for d in keep), perm=_kept_axes(v, keep))
+        # a blocked axis steps along its dim, which is longer than 1 and so kept: renumbered like the dims
+        blocks = tuple((keep.index(axis), count, step) for axis, count, step in v.blocks)
+        v = dataclasses.replace(v, buf=buf, idx=tuple(v.idx[d] for d in keep), perm=_kept_axes(v, keep),
+                                blocks=blocks)
     if v.buf.memory == "hbm" or v.buf.name in fixed:
         return v
     return View(v.buf, _points(v.idx))
