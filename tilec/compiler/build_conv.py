@@ -37,7 +37,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_depthwise, build_matvec, ir
-from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_halo, conv_pairs, conv_weights
+from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_halo, conv_mixed, conv_pairs, \
+    conv_weights
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_band import dma_engine_ns  # (its home until the split: rules_move imports it from here)
 from tilec.compiler.conv_fold import fold_groups
@@ -200,6 +201,8 @@ class _ConvBuilder:
         self.groups = fold_groups(self.R, self.S, self.fold)
         # the band copies' shifts in input rows and columns (tap delta times the dilation)
         self.shifts = [(dr * self.dy, ds * self.dx) for dr, ds in self.groups[0]]
+        # mixed-tap folding (conv_mixed.py): the copies' rows cut into contraction tiles of 128 (C = 67: 5 tiles)
+        self.mixed = conv_mixed.tiles(self.C, self.fold) if self.fold > 1 and self.fold * self.C > PMAX else 0
         # row phases (ConvPlan.pair): the stationary's column half h computes part h of the output rows, either the
         # rows of parity h (row pairs: copy 1 holds X one row down; the 128 x 128 array in 4 blocks for C <= 64) or,
         # with few input channels, half h of the band (band halves: copies per tap row, tap column and half; their
@@ -246,12 +249,12 @@ class _ConvBuilder:
         # folded taps of a padded read likewise hold X's own columns when their tap groups can be formed from taps
         # that reach the same output columns, without more groups (conv_fold.column_groups)
         if self.fold > 1 and self.pair == 1 and src_chip is None and self.NXB == 1 and self.BX == plan.tile_x \
-                and self.ox < 0:
+                and self.ox < 0 and not self.mixed:
             same = conv_fold.column_groups(self)
             # (the first group's matmul starts the sum: it must write every output column)
             if same and len(same) <= len(self.groups) and conv_pairs.tap_columns(self, same[0][0][1]) == (0, self.Wo):
                 self.groups, self.col0 = same, 0
-        self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
+        self.n_groups = len(self.pairs) if self.pair > 1 else self.mixed or len(self.groups)
         # copy j of a folded band sits on partitions [j*Q, j*Q + C): with few copies of few channels (the C = 3
         # first layer's 18 copies, 54 partitions) they are spread over the 128 partitions so that their loads use
         # all 16 DMA engines (8 partitions each) instead of the first 7; the gaps must read as zeros, so the band
@@ -396,7 +399,8 @@ class _ConvBuilder:
             stmts += conv_epilogue.epilogue_columns(self)
         if self.zero_rows is not None:
             stmts.append(Alloc(self.zero_rows, zero=True, line=line))
-        elif self.p.x_bufs != 1 and self.slots == 1 and self.src_chip is None and not op.x_transposed:
+        elif self.p.x_bufs != 1 and self.slots == 1 and self.src_chip is None and not op.x_transposed \
+                and not self.mixed:
             stmts += conv_halo.zero_tiles(self)
         if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
             allocs = []
@@ -426,7 +430,7 @@ class _ConvBuilder:
         if self.fold > 1:  # one stationary block of (taps of the group) x C partitions per tap group
             name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
             return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype,
-                       (self.copy_parts(len(self.shifts)), self.n_groups, self.pair * k))
+                       (self.fold_parts(), self.n_groups, self.pair * k))
         # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
         name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
         shape = (self.p.tile_c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
@@ -436,17 +440,21 @@ class _ConvBuilder:
     def x_band_buf(self) -> Buf:
         if self.src_chip is not None:  # the whole image, already in SBUF (with its zero halo)
             return self.src_chip.buf
-        parts = self.copy_parts(len(self.shifts)) if self.fold > 1 else self.p.tile_c
+        parts = self.fold_parts() if self.fold > 1 else self.p.tile_c
         rows = self.copy_rows() if self.fold > 1 else self.in_rows()
         slot = str(self.slot) if self.slots > 1 else ""  # band slot j: band slots * y_b + j
         kept = self.x_bands if self.yb[0] is None else None  # kept for the image: a name per band
         if kept is not None:
             slot = str(self.yb[1])
         buf = Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}{slot}"), "sbuf", self.hbm[self.op.x].dtype,
-                  (parts, self.CTB, rows, self.in_cols()))
+                  (parts, self.mixed or self.CTB, rows, self.in_cols()))
         if kept is not None:
             kept[self.yb[1]] = buf
         return buf
+
+    def fold_parts(self) -> int:
+        """Partitions of a folded band and stationary: its copies', or with mixed taps a whole tile's."""
+        return PMAX if self.mixed else self.copy_parts(len(self.shifts))
 
     def copy_parts(self, copies: int) -> int:
         """Partitions of the first `copies` band copies (the last one's C partitions included)."""

@@ -327,6 +327,11 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
                 band = 2 * groups * rows
             return replace(plan, pair=2, band=band, rows=rows)
         return replace(plan, band=split, rows=split_rows)
+    from tilec.compiler import conv_mixed  # (it reads PMAX from here)
+    if conv_mixed.pays(op) and band_x == wo \
+            and conv_mixed.tiles(op.dim("C"), taps) * ((split - 1) * sy + r) * cols * elem <= band_budget:
+        # more channels than whole copies fold (2 C > 128): every tap's rows cut into tiles of 128 (conv_mixed)
+        return replace(_plan(op, tile_k, tile_c, tile_x, split_rows, split, band_x, weights), fold=taps)
     return _plan(op, tile_k, tile_c, tile_x, split_rows, split, band_x, weights)
 
 

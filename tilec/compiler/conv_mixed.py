@@ -1,0 +1,124 @@
+"""Mixed-tap folding: filter taps folded into the contraction partitions when C x taps does not fit 128 and C does
+not divide it (conv_odd's 67 channels: 2 x 67 > 128, so conv_fold's whole copies fold nothing and each of the 9 taps
+was a matmul over 67 partitions). The contraction rows (tap j, channel c) are numbered j * C + c and cut into
+tiles of 128: tile t, partition p holds row 128 t + p, so a tap's channels may straddle two tiles. Copy j of the
+band (X shifted by tap j) is then loaded in one or two segments, each on its tile's partitions, and one matmul per
+tile covers all its rows: 603 rows in 5 matmuls instead of 9. A tile's matmul reads every copy at the same rows and
+columns (the first tap's), as conv_fold's one-group band does. Functions of the builder `b`, as conv_fold.py.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tilec.compiler import conv_weights, ir
+from tilec.compiler.build_util import a, loop, sl
+from tilec.compiler.ir import Alloc, Buf, Dma, Matmul, Stmt, View, full
+from tilec.compiler.schedule import PMAX
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
+    from tilec.compiler.ops import ConvOp
+
+
+def tiles(channels: int, taps: int) -> int:
+    """Contraction tiles of 128 partitions holding every (tap, channel) row."""
+    return -(-channels * taps // PMAX)
+
+
+def pays(op: ConvOp) -> bool:
+    """Whether the schedule folds every tap of `op` into mixed tiles: a plain dense conv (no groups, pool, batched
+    weights, transposed X) of one contraction tile whose channels leave whole copies nothing to fold (2 C > 128)
+    and whose taps then take fewer matmuls (3x3, C = 67: 5 tiles instead of 9 taps)."""
+    c, taps = op.dim("C"), op.dim("R") * op.dim("S")
+    return (op.w_layout == "kc" and op.groups == 1 and not op.pool and not op.w_batch and not op.x_transposed
+            and 2 * c > PMAX and c < PMAX and taps > 1 and tiles(c, taps) < taps)
+
+
+def segments(b: _ConvBuilder) -> list[tuple[int, int, int, int, int]]:
+    """(copy j, tile t, first partition, first channel, channels) of each piece of each copy: copy j's rows
+    j * C .. (j + 1) * C cut at the tiles' boundaries."""
+    out = []
+    for j in range(len(b.shifts)):
+        c0 = 0
+        while c0 < b.C:
+            row = j * b.C + c0
+            n = min(b.C - c0, PMAX - row % PMAX)
+            out.append((j, row // PMAX, row % PMAX, c0, n))
+            c0 += n
+    return out
+
+
+def tile_parts(b: _ConvBuilder, t: int) -> int:
+    """Partitions of tile t that hold contraction rows (the last tile's are fewer)."""
+    return min(PMAX, len(b.shifts) * b.C - t * PMAX)
+
+
+def x_band(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
+    """The band once from HBM into a base tile of C partitions with its halo (zeroed), then each segment of each
+    copy from it by an SBUF -> SBUF DMA: with the halo columns in the base, copy j (X shifted by r0 rows and s0
+    columns) is the base's flat run from element r0 * cols + s0 on, one descriptor per partition, where loading
+    each copy from HBM took one descriptor per row (conv_odd: 9 x 67 x 15 rows of 112 B per band, ~8 us of
+    descriptors on the 16 DMA engines). A copy's flat run ends where the base does: its last elements, past what
+    the matmuls read (the band's last output row at its last column), are not written."""
+    p, line, V = b.p, b.L["update"], b.var
+    rows, cols = b.in_rows(), b.in_cols()
+    base = Buf(b.fresh(f"{b.op.x}_base"), "sbuf", xb.dtype, (b.C, rows, cols))
+    top, bottom = b.band_clip(b.yb[1]) if b.yb[0] is None else (0, 0)
+    left, right = b.clip(b.col0, cols, b.W)
+    n_rows, n_cols = rows - top - bottom, cols - left - right
+    start = b.y_at(p.band * b.sy, b.cn["band"] if b.sy == 1 else "").plus(b.oy + top)
+    out: list[Stmt] = [Alloc(base, zero=(top, bottom, left, right) != (0, 0, 0, 0), line=line)]
+    if p.x_bufs != 1:
+        out.append(Alloc(xb, line=line))
+    out.append(Dma(View(base, (full(b.C), sl(top, n_rows), sl(left, n_cols))),
+                   View(b.x4, (a(V["n"]), full(b.C), sl(start, n_rows), sl(b.col0 + left, n_cols))), line))
+    flat = Buf(b.fresh(f"{b.op.x}_base_flat"), "sbuf", xb.dtype, (b.C, rows * cols))
+    band = Buf(b.fresh(f"{xb.name}_flat"), "sbuf", xb.dtype, (xb.shape[0], b.mixed * rows * cols))
+    out += [ir.Reshape(flat, base, line), ir.Reshape(band, xb, line)]
+    for j, t, p0, c0, n in segments(b):
+        r0, s0 = b.shifts[j]
+        shift = r0 * cols + s0
+        out.append(Dma(View(band, (sl(p0, n), sl(t * rows * cols, rows * cols - shift))),
+                       View(flat, (sl(c0, n), sl(shift, rows * cols - shift))), line))
+    return out
+
+
+def weights(b: _ConvBuilder, wt: Buf, kv: str | None, ks: int, local: bool) -> list[Stmt]:
+    """The stationary of each tile: row p of tile t holds W[k, c, tap j] for j * C + c = 128 t + p. W's rows in
+    one contiguous DMA (k-major), gathered per segment into [k, tile, 128] on VectorE and transposed per tile on
+    TensorE; the last tile's unused rows are zeroed first (its transpose reads all 128)."""
+    p, line, C = b.p, b.L["update"], b.C
+    kslice = sl(b.k_start(kv), ks)
+    kdst = b.part(ks, p.tile_k) if local else kslice
+    kp = b.part(ks, p.tile_k)
+    nt = b.mixed
+    taps = [tap for group in b.groups for tap in group]
+    rows = Buf(b.fresh(f"{b.op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, C, b.R, b.S))
+    raw = Buf(b.fresh(f"{b.op.w}_taps"), "sbuf", wt.dtype, (p.tile_k, nt, PMAX))
+    tp = Buf(b.fresh(f"{b.op.w}_tp"), "psum", wt.dtype, (PMAX, p.tile_k))
+    whole_w = (full(C), full(b.R), full(b.S))
+    out: list[Stmt] = [Alloc(rows, line=line),
+                       Dma(View(rows, (kp,) + whole_w), conv_weights.w_view(b, (kslice,) + whole_w), line),
+                       Alloc(raw, zero=nt * PMAX > len(taps) * C, line=line)]
+    for j, t, p0, c0, n in segments(b):
+        r, s = taps[j]
+        out.append(ir.Copy(View(raw, (kp, a(t), sl(p0, n))), View(rows, (kp, sl(c0, n), a(r), a(s))), line))
+    tv = b.fresh("tap_t")
+    tpv = View(tp, (full(PMAX), kp))
+    body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(tpv, View(raw, (kp, a(tv), full(PMAX))), "pe", line),
+                        ir.Copy(View(wt, (full(PMAX), a(tv), kdst)), tpv, line)]
+    return out + loop(tv, nt, body, note="contraction tiles of mixed taps", line=line)
+
+
+def matmuls(b: _ConvBuilder, accv: View, wt: Buf, kidx) -> list[Stmt]:
+    """One matmul per contraction tile, every copy read at the first tap's rows and columns."""
+    p, V, sy, sx = b.p, b.var, b.sy, b.sx
+    first = a(b.step(V["g"], p.rows, b.cn["rows"], sy))
+    rows = sl(first, p.rows, sy, b.cn["rows"] if sy == 1 else "")
+    cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], sx)), p.tile_x, sx, b.cn["x"] if sx == 1 else "")
+    out: list[Stmt] = []
+    for t in range(b.mixed):
+        parts = sl(0, tile_parts(b, t))
+        out.append(Matmul(accv, View(wt, (parts, a(t), kidx)), View(b.x_band_buf(), (parts, a(t), rows, cols)),
+                          b.L["update"]))
+    return out
