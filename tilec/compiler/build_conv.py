@@ -192,6 +192,7 @@ class _ConvBuilder:
         # the row band being built: (loop var, first band) for a loop over bands, (None, band) for one peeled band
         # (a band whose input rows run past X's edge: its halo rows are zero, not loaded)
         self.yb: tuple[str | None, int] = (self.var["y"], 0)
+        self.band_shared = False  # the band made before the out-channel parts (nest), not in each part
         self._check_halo()
         # filter taps folded into the contraction partitions (few input channels: C = 3 uses 3 of 128): copy j of
         # the input band, on partitions [j*C, (j+1)*C), holds X shifted by tap delta j, so one matmul covers a
@@ -527,12 +528,19 @@ class _ConvBuilder:
                 self.kv, self.ks = kv, ks
                 return self.nest(i + 1)
             self.o_tiles = conv_batched.tiles_band(self, i)
+            # mixed taps' band (conv_mixed: a load and 13 on-chip copies) made once for a ragged K's two parts
+            # (each part built its own: conv_odd bf16 b1 20.2 us), when the parts are the innermost loop
+            shared = self.mixed > 0 and self.KR > 0 and i == len(order) - 1 and self.src_chip is None
+            band = [ir.Block(conv_batched.load_labels(self)[1], tuple(conv_band.x_band(self)), self.line,
+                             hoist=True)] if shared else []
+            self.band_shared = shared
             lead = conv_batched.lead_tile(self, part, notes["k"]) if self.o_tiles is not None else None
             out = lead if lead is not None else self.over_k(V["k"], part, notes["k"], self.L["k"])
             self.kv, self.ks = V["k"], self.p.tile_k
+            self.band_shared = False
             if self.o_tiles is not None:
                 out = [Alloc(self.o_tiles, line=self.line)] + out
-            return out
+            return band + out
         if role == "y":
             return self.row_bands(i, notes["y"])
         return loop(V[role], self.N, self.nest(i + 1), note=notes[role], line=self.L[role])
@@ -584,7 +592,7 @@ class _ConvBuilder:
             loads.append(ir.Block(w_label, tuple(conv_weights.weights(self, local)), line, hoist=True))
         extents = {"n": self.N, "y": self.NB, "k": self.KT if self.kv else 1}  # the remainder has no k loop
         pin = V[p.x_pin] if p.x_pin and extents[p.x_pin] > 1 else ""
-        if self.src_chip is None:
+        if self.src_chip is None and not self.band_shared:
             loads.append(ir.Block(x_label, tuple(conv_band.x_band(self)), line, hoist=True, pin=pin))
         if self.o_tiles is not None:  # this tile's slot of the batch index's band (tiles_band)
             return loads + conv_batched.tile_slot_body(self, line)

@@ -8,12 +8,16 @@ columns (the first tap's), as conv_fold's one-group band does. Functions of the 
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tilec.compiler import conv_weights, ir
-from tilec.compiler.build_util import a, loop, sl
+from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import Alloc, Buf, Dma, Matmul, Stmt, View, full
 from tilec.compiler.schedule import PMAX
+
+# a part's weights read straight into the tiles' layout up to this many elements (one descriptor each)
+DIRECT = 1024
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
@@ -25,13 +29,27 @@ def tiles(channels: int, taps: int) -> int:
     return -(-channels * taps // PMAX)
 
 
-def pays(op: ConvOp) -> bool:
+def pays(op: ConvOp, elem: int, cols: int, k_tiles: int) -> bool:
     """Whether the schedule folds every tap of `op` into mixed tiles: a plain dense conv (no groups, pool, batched
-    weights, transposed X) of one contraction tile whose channels leave whole copies nothing to fold (2 C > 128)
-    and whose taps then take fewer matmuls (3x3, C = 67: 5 tiles instead of 9 taps)."""
+    weights, transposed X) of one contraction tile whose channels leave whole copies nothing to fold (2 C > 128),
+    when the matmul time its fewer tiles save beats the DMA time of the band copies it adds, per output row, on
+    every target: saved (taps - tiles) x out-channel tiles x Wo moving columns at tensor_ghz (fp32 at a quarter
+    rate, nki-spec §2.3), added taps x C x stride x band columns x elem bytes at dma_engines x dma_engine_bw.
+    conv_odd (C = 67, 3x3, 28 x 28, K = 129): fp32 373 ns saved against 197 added; bf16 93 against 98, so 16-bit
+    keeps a matmul per tap."""
     c, taps = op.dim("C"), op.dim("R") * op.dim("S")
-    return (op.w_layout == "kc" and op.groups == 1 and not op.pool and not op.w_batch and not op.x_transposed
-            and 2 * c > PMAX and c < PMAX and taps > 1 and tiles(c, taps) < taps)
+    return op.w_layout == "kc" and op.groups == 1 and not op.pool and not op.w_batch and not op.x_transposed \
+        and 2 * c > PMAX and c < PMAX and taps > 1 and tiles(c, taps) < taps and saves(op, elem, cols, k_tiles)
+
+
+def saves(op: ConvOp, elem: int, cols: int, k_tiles: int) -> bool:
+    """pays' estimate: matmul time saved against band copy time added, per output row, on every target."""
+    from tilec.target import TARGETS
+    c, taps = op.dim("C"), op.dim("R") * op.dim("S")
+    rate = 4 if elem == 4 else 1
+    moving = (taps - tiles(c, taps)) * k_tiles * op.dim("Wo") * rate
+    copied = taps * c * op.stride[0] * cols * elem
+    return all(moving / t.tensor_ghz > copied / (t.dma_engines * t.dma_engine_bw) for t in TARGETS.values())
 
 
 def segments(b: _ConvBuilder) -> list[tuple[int, int, int, int, int]]:
@@ -84,28 +102,33 @@ def x_band(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
 
 
 def weights(b: _ConvBuilder, wt: Buf, kv: str | None, ks: int, local: bool) -> list[Stmt]:
-    """The stationary of each tile: row p of tile t holds W[k, c, tap j] for j * C + c = 128 t + p. W's rows in
-    one contiguous DMA (k-major), gathered per segment into [k, tile, 128] on VectorE and transposed per tile on
-    TensorE; the last tile's unused rows are zeroed first (its transpose reads all 128)."""
+    """The stationary of each tile: row p of tile t holds W[k, c, tap j] for j * C + c = 128 t + p. A part of few
+    out-channels (K = 129's remainder) is read straight into that layout, one element per descriptor (603 for one
+    channel: ~0.5 us over the DMA engines, where gathering and transposing it took ~2.5 us of VectorE copies of
+    one partition); a whole part's rows in one contiguous DMA (k-major), gathered per tap into [k, tiles x 128]
+    (one copy per tap, alternating VectorE and GpSimdE) and transposed per tile on TensorE."""
     p, line, C = b.p, b.L["update"], b.C
     kslice = sl(b.k_start(kv), ks)
     kdst = b.part(ks, p.tile_k) if local else kslice
+    if ks * len(b.shifts) * C <= DIRECT:
+        return [Dma(View(wt, (sl(p0, n), a(t), kdst)),
+                    replace(conv_weights.w_view(b, (kslice, sl(c0, n), a(r), a(s))), perm=(1, 0)), line)
+                for j, t, p0, c0, n in segments(b) for r, s in [b.groups[0][j]]]
     kp = b.part(ks, p.tile_k)
     nt = b.mixed
-    taps = [tap for group in b.groups for tap in group]
     rows = Buf(b.fresh(f"{b.op.w}_rows"), "sbuf", wt.dtype, (p.tile_k, C, b.R, b.S))
-    raw = Buf(b.fresh(f"{b.op.w}_taps"), "sbuf", wt.dtype, (p.tile_k, nt, PMAX))
+    raw = Buf(b.fresh(f"{b.op.w}_taps"), "sbuf", wt.dtype, (p.tile_k, nt * PMAX))
     tp = Buf(b.fresh(f"{b.op.w}_tp"), "psum", wt.dtype, (PMAX, p.tile_k))
     whole_w = (full(C), full(b.R), full(b.S))
     out: list[Stmt] = [Alloc(rows, line=line),
                        Dma(View(rows, (kp,) + whole_w), conv_weights.w_view(b, (kslice,) + whole_w), line),
-                       Alloc(raw, zero=nt * PMAX > len(taps) * C, line=line)]
-    for j, t, p0, c0, n in segments(b):
-        r, s = taps[j]
-        out.append(ir.Copy(View(raw, (kp, a(t), sl(p0, n))), View(rows, (kp, sl(c0, n), a(r), a(s))), line))
+                       Alloc(raw, zero=nt * PMAX > len(b.shifts) * C, line=line)]
+    out += [ir.Copy(View(raw, (kp, sl(j * C, C))), View(rows, (kp, full(C), a(r), a(s))), line,
+                    "gpsimd" if j % 2 else "") for j, (r, s) in enumerate(b.groups[0])]
     tv = b.fresh("tap_t")
     tpv = View(tp, (full(PMAX), kp))
-    body: list[Stmt] = [Alloc(tp, line=line), ir.Transpose(tpv, View(raw, (kp, a(tv), full(PMAX))), "pe", line),
+    body: list[Stmt] = [Alloc(tp, line=line),
+                        ir.Transpose(tpv, View(raw, (kp, sl(a(term(tv, PMAX)), PMAX))), "pe", line),
                         ir.Copy(View(wt, (full(PMAX), a(tv), kdst)), tpv, line)]
     return out + loop(tv, nt, body, note="contraction tiles of mixed taps", line=line)
 
