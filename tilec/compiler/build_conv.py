@@ -287,6 +287,8 @@ class _ConvBuilder:
             if halo:
                 self.zero_rows = Buf(fresh(f"{op.x}_zero_rows"), "sbuf", self.hbm[op.x].dtype,
                                      (self.copy_parts(len(self.shifts)), halo, self.W))
+        if self.mixed:  # its base band's halo, copied from a zero tile (conv_mixed.x_band)
+            self.zero_rows = conv_mixed.zero_tile(self)
         # a chain's producer writing a folded image (conv_chain.OnChip.copies): its stationary repeats the output
         # channels once per copy (free on TensorE), so each copy's partitions of the accumulator hold all of them
         self.dup = len(dst_chip.copies) if dst_chip is not None else 1
