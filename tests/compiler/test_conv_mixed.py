@@ -96,3 +96,20 @@ def test_mixed_taps_match_numpy(name: str, dtype: str, nki: str, monkeypatch: py
     assert got.shape == want.shape
     rounded = want.astype(NP[dtype]).astype(np.float64)
     assert max_error(got, rounded) <= tolerance(dtype, x.shape[1] * r * r, float(np.abs(want).max()), None)
+
+
+@pytest.mark.parametrize("directives", ["tile Y.k, 43", "hoist Wt, Y.k", "reorder Y, k, n, y", "buffers X, 3",
+                                        "split Y.y, 4", "tile Y.x, 5"])
+def test_directives_keep_mixed_taps_right(directives: str) -> None:
+    """A schedule's directives over the mixed form (out-channel tiles without a remainder, weights per tile, the
+    parts outermost so each makes its band, three band buffers, smaller bands and column tiles) against NumPy."""
+    text = PADDED.format(r=3, s=1, p=1) + f"  schedule:\n    {directives}\n"
+    program = lang.load(text, {"N": 2})
+    compiled = compile_loaded(program)
+    assert "X_base_flat" in unwrap(compiled.source)
+    rng = np.random.default_rng(17)
+    given = {t.name: rng.random(t.shape, dtype=np.float32) - 0.5 for t in program.inputs}
+    x, w = (given[k].astype(np.float64) for k in ("X", "Wt"))
+    want = conv(np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)]), w)
+    got = np.asarray(compiled.run(**given)["Y"], np.float64)
+    assert max_error(got, want) <= tolerance("f32", x.shape[1] * 9, float(np.abs(want).max()), None)
