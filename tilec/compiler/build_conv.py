@@ -37,7 +37,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_depthwise, build_matvec, ir
-from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_halo, conv_pairs, conv_weights
+from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_halo, conv_mixed, conv_pairs, \
+    conv_weights
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_band import dma_engine_ns  # (its home until the split: rules_move imports it from here)
 from tilec.compiler.conv_fold import fold_groups
@@ -192,6 +193,7 @@ class _ConvBuilder:
         # (a band whose input rows run past X's edge: its halo rows are zero, not loaded)
         self.yb: tuple[str | None, int] = (self.var["y"], 0)
         self.stack = False  # stacked bands (below)
+        self.band_shared = False  # the band made before the out-channel parts (nest), not in each part
         self._check_halo()
         # filter taps folded into the contraction partitions (few input channels: C = 3 uses 3 of 128): copy j of
         # the input band, on partitions [j*C, (j+1)*C), holds X shifted by tap delta j, so one matmul covers a
@@ -201,6 +203,8 @@ class _ConvBuilder:
         self.groups = fold_groups(self.R, self.S, self.fold)
         # the band copies' shifts in input rows and columns (tap delta times the dilation)
         self.shifts = [(dr * self.dy, ds * self.dx) for dr, ds in self.groups[0]]
+        # mixed-tap folding (conv_mixed.py): the copies' rows cut into contraction tiles of 128 (C = 67: 5 tiles)
+        self.mixed = conv_mixed.tiles(self.C, self.fold) if self.fold > 1 and self.fold * self.C > PMAX else 0
         # row phases (ConvPlan.pair): the stationary's column half h computes part h of the output rows, either the
         # rows of parity h (row pairs: copy 1 holds X one row down; the 128 x 128 array in 4 blocks for C <= 64) or,
         # with few input channels, half h of the band (band halves: copies per tap row, tap column and half; their
@@ -247,12 +251,12 @@ class _ConvBuilder:
         # folded taps of a padded read likewise hold X's own columns when their tap groups can be formed from taps
         # that reach the same output columns, without more groups (conv_fold.column_groups)
         if self.fold > 1 and self.pair == 1 and src_chip is None and self.NXB == 1 and self.BX == plan.tile_x \
-                and self.ox < 0:
+                and self.ox < 0 and not self.mixed:
             same = conv_fold.column_groups(self)
             # (the first group's matmul starts the sum: it must write every output column)
             if same and len(same) <= len(self.groups) and conv_pairs.tap_columns(self, same[0][0][1]) == (0, self.Wo):
                 self.groups, self.col0 = same, 0
-        self.n_groups = len(self.pairs) if self.pair > 1 else len(self.groups)
+        self.n_groups = len(self.pairs) if self.pair > 1 else self.mixed or len(self.groups)
         # copy j of a folded band sits on partitions [j*Q, j*Q + C): with few copies of few channels (the C = 3
         # first layer's 18 copies, 54 partitions) they are spread over the 128 partitions so that their loads use
         # all 16 DMA engines (8 partitions each) instead of the first 7; the gaps must read as zeros, so the band
@@ -284,6 +288,8 @@ class _ConvBuilder:
             if halo:
                 self.zero_rows = Buf(fresh(f"{op.x}_zero_rows"), "sbuf", self.hbm[op.x].dtype,
                                      (self.copy_parts(len(self.shifts)), halo, self.W))
+        if self.mixed:  # its base band's halo, copied from a zero tile (conv_mixed.x_band)
+            self.zero_rows = conv_mixed.zero_tile(self)
         # a chain's producer writing a folded image (conv_chain.OnChip.copies): its stationary repeats the output
         # channels once per copy (free on TensorE), so each copy's partitions of the accumulator hold all of them
         self.dup = len(dst_chip.copies) if dst_chip is not None else 1
@@ -403,7 +409,8 @@ class _ConvBuilder:
             stmts += conv_epilogue.epilogue_columns(self)
         if self.zero_rows is not None:
             stmts.append(Alloc(self.zero_rows, zero=True, line=line))
-        elif self.p.x_bufs != 1 and self.slots == 1 and self.src_chip is None and not op.x_transposed:
+        elif self.p.x_bufs != 1 and self.slots == 1 and self.src_chip is None and not op.x_transposed \
+                and not self.mixed:
             stmts += conv_halo.zero_tiles(self)
         if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
             allocs = []
@@ -434,7 +441,7 @@ class _ConvBuilder:
         if self.fold > 1:  # one stationary block of (taps of the group) x C partitions per tap group
             name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
             return Buf(self.fresh(name), "sbuf", self.hbm[self.op.w].dtype,
-                       (self.copy_parts(len(self.shifts)), self.n_groups, self.pair * k))
+                       (self.fold_parts(), self.n_groups, self.pair * k))
         # the remainder's own weights (hoisted on their own, out of loops the whole tiles' loads stay inside)
         name = f"{self.op.w}_T" if not local or self.kv else f"{self.op.w}_T_rest"
         shape = (c, self.CTB, self.R, self.S, k) if self.op.w_layout == "kc" else \
@@ -444,7 +451,7 @@ class _ConvBuilder:
     def x_band_buf(self) -> Buf:
         if self.src_chip is not None:  # the whole image, already in SBUF (with its zero halo)
             return self.src_chip.buf
-        parts = self.copy_parts(len(self.shifts)) if self.fold > 1 else \
+        parts = self.fold_parts() if self.fold > 1 else \
             PMAX // 2 + self.p.tile_c if self.stack else self.p.tile_c
         rows = self.copy_rows() if self.fold > 1 else self.in_rows()
         slot = str(self.slot) if self.slots > 1 else ""  # band slot j: band slots * y_b + j
@@ -452,10 +459,14 @@ class _ConvBuilder:
         if kept is not None:
             slot = str(self.yb[1])
         buf = Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}{slot}"), "sbuf", self.hbm[self.op.x].dtype,
-                  (parts, self.CTB, rows, self.in_cols()))
+                  (parts, self.mixed or self.CTB, rows, self.in_cols()))
         if kept is not None:
             kept[self.yb[1]] = buf
         return buf
+
+    def fold_parts(self) -> int:
+        """Partitions of a folded band and stationary: its copies', or with mixed taps a whole tile's."""
+        return PMAX if self.mixed else self.copy_parts(len(self.shifts))
 
     def copy_parts(self, copies: int) -> int:
         """Partitions of the first `copies` band copies (the last one's C partitions included)."""
@@ -529,12 +540,19 @@ class _ConvBuilder:
                 self.kv, self.ks = kv, ks
                 return self.nest(i + 1)
             self.o_tiles = conv_batched.tiles_band(self, i)
+            # mixed taps' band (conv_mixed: a load and 13 on-chip copies) made once for a ragged K's two parts
+            # (each part built its own: conv_odd bf16 b1 20.2 us), when the parts are the innermost loop
+            shared = self.mixed > 0 and self.KR > 0 and i == len(order) - 1 and self.src_chip is None
+            band = [ir.Block(conv_batched.load_labels(self)[1], tuple(conv_band.x_band(self)), self.line,
+                             hoist=True)] if shared else []
+            self.band_shared = shared
             lead = conv_batched.lead_tile(self, part, notes["k"]) if self.o_tiles is not None else None
             out = lead if lead is not None else self.over_k(V["k"], part, notes["k"], self.L["k"])
             self.kv, self.ks = V["k"], self.p.tile_k
+            self.band_shared = False
             if self.o_tiles is not None:
                 out = [Alloc(self.o_tiles, line=self.line)] + out
-            return out
+            return band + out
         if role == "y":
             return self.row_bands(i, notes["y"])
         return loop(V[role], self.N, self.nest(i + 1), note=notes[role], line=self.L[role])
@@ -586,7 +604,7 @@ class _ConvBuilder:
             loads.append(ir.Block(w_label, tuple(conv_weights.weights(self, local)), line, hoist=True))
         extents = {"n": self.N, "y": self.NB, "k": self.KT if self.kv else 1}  # the remainder has no k loop
         pin = V[p.x_pin] if p.x_pin and extents[p.x_pin] > 1 else ""
-        if self.src_chip is None:
+        if self.src_chip is None and not self.band_shared:
             loads.append(ir.Block(x_label, tuple(conv_band.x_band(self)), line, hoist=True, pin=pin))
         if self.o_tiles is not None:  # this tile's slot of the batch index's band (tiles_band)
             return loads + conv_batched.tile_slot_body(self, line)

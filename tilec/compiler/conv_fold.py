@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tilec.compiler import conv_weights, ir
+from tilec.compiler import conv_mixed, conv_weights, ir
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import Aff, Alloc, Buf, Dma, Matmul, Reshape, Stmt, Term, View, full
 
@@ -66,6 +66,8 @@ def column_groups(b: _ConvBuilder) -> list[list[tuple[int, int]]]:
 def weights_folded(b: _ConvBuilder, wt: Buf, kv: str | None, ks: int, local: bool) -> list[Stmt]:
     """The stationary block of each tap group: rows j*C + c hold W[k, c, tap j of the group]; k-major weights
     are gathered per tap into rows [k, j*C + c] and transposed on TensorE once per group."""
+    if b.mixed:  # the copies cut into contraction tiles of 128
+        return conv_mixed.weights(b, wt, kv, ks, local)
     op, p, line, C = b.op, b.p, b.L["update"], b.C
     kslice = sl(b.k_start(kv), ks)
     kdst = b.part(ks, p.tile_k) if local else kslice
@@ -127,6 +129,8 @@ def _copy(move: tuple[View, View], i: int, line: int) -> Stmt:
 def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
     """Copy j of the band (partitions j*C..) holds X shifted by tap delta j (the first group's taps): the rows
     and columns it needs, [0, band - delta), clipped to X (the rest of a padded read's halo stays zero)."""
+    if b.mixed:
+        return conv_mixed.x_band(b, xb)
     p, line, V, C = b.p, b.L["update"], b.var, b.C
     rows, cols = b.in_rows(), b.in_cols()
     start = b.y_at(p.band * b.sy, b.cn["band"] if b.sy == 1 else "").plus(b.oy)
@@ -264,6 +268,8 @@ def copy_order(b: _ConvBuilder) -> list[tuple[int, tuple[int, int]]]:
 
 def matmuls_folded(b: _ConvBuilder, accv: View, wt: Buf, kidx) -> list[Stmt]:
     """One matmul per tap group: its base tap shifts every copy of the band (copy j then reads tap base + j)."""
+    if b.mixed:
+        return conv_mixed.matmuls(b, accv, wt, kidx)
     from tilec.compiler.conv_pairs import tap_columns
     p, V, C, sy, sx = b.p, b.var, b.C, b.sy, b.sx
     out: list[Stmt] = []

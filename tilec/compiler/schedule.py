@@ -361,6 +361,21 @@ def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
             split = two_bands(ho, band, max_rows, wy)
             split_rows = best_divisor(split, max_rows, wy)
         return replace(plan, band=split, rows=split_rows)
+    from tilec.compiler import conv_mixed  # (it reads PMAX from here)
+    # mixed taps' bands are halved at any batch (two_bands): a band's matmuls wait for its load and then its
+    # copies, two DMA latencies, so smaller bands pipeline better (conv_odd f32 b8 152.5 -> 148.2 us)
+    mixed = two_bands(ho, band, max_rows, wy)
+    if conv_mixed.pays(op, elem, cols, -(-op.dim("K") // tile_k)) and band_x == wo \
+            and conv_mixed.tiles(op.dim("C"), taps) * ((mixed - 1) * sy + r) * cols * elem <= band_budget:
+        # more channels than whole copies fold (2 C > 128): every tap's rows cut into tiles of 128 (conv_mixed);
+        # its stationary takes tiles x K elements per partition (conv_odd: 5 x 129), so it stays resident and the
+        # out-channel parts read each band's copies in turn (by the 64 KiB of W, the parts were outermost and
+        # each made the band again: conv_odd bf16 b1 20.2 us)
+        plan = replace(_plan(op, tile_k, tile_c, tile_x, best_divisor(mixed, max_rows, wy), mixed, band_x, weights),
+                       fold=taps)
+        if conv_mixed.tiles(op.dim("C"), taps) * op.dim("K") * DTYPE_BYTES[dtypes[op.w]] <= 16 * 1024:
+            plan = replace(plan, order=("n", "y", "k"), hoist_w="root")
+        return plan
     return _plan(op, tile_k, tile_c, tile_x, split_rows, split, band_x, weights)
 
 
