@@ -29,7 +29,11 @@ VAR = "pt"  # the chain's row-tile loop (build_rowchain._Chain.build)
 FUSED = "for the columns of two row tiles"  # a fused chunk loop's note (`fused`)
 
 
-def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False) -> Built | None:
+NOTE = "pairs of row tiles, software-pipelined: a tile's steps after the next one's ScalarE passes"
+
+
+def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: str = VAR,
+                   tile_const: str = "TILE_P", note: str = NOTE) -> Built | None:
     """The chain software-pipelined by one row tile: its body splits at its first loop of VectorE steps (stage A:
     the loads, the reductions and ScalarE's passes; stage B: the steps and the stores), and stage B of row tile i
     is issued after stage A of tile i + 1, so VectorE's steps on tile i never hold up its first work on tile i + 1.
@@ -41,11 +45,12 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False) -> Buil
 
     None when the chain has no such split, an odd number of row tiles, or does not fit the budget. `fuse`: stage A
     of tile i + 1 and stage B of tile i each with one chunk loop (cc) of the same trip count have those loops fused
-    (`fused`), so that an engine with work in both stages interleaves them chunk by chunk."""
+    (`fused`), so that an engine with work in both stages interleaves them chunk by chunk. `var` and `tile_const`:
+    the loop over tiles and its tile constant (an element-wise nest's `t` and TILE_F: load_ahead.py)."""
     consts, stmts = built
-    tp = dict(consts).get("TILE_P")
+    tp = dict(consts).get(tile_const)
     at = [i for i, s in enumerate(stmts) if isinstance(s, Block) and len(s.body) == 1
-          and isinstance(s.body[0], Loop) and s.body[0].var == VAR]
+          and isinstance(s.body[0], Loop) and s.body[0].var == var]
     if tp is None or len(at) != 1:
         return None
     block = stmts[at[0]]
@@ -92,7 +97,7 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False) -> Buil
     def copy(part: list[Stmt], tile: "int | tuple[int, int]", parity: int) -> list[Stmt]:
         """`part` for row tile `tile`: a constant, or (2, k) for 2 * pt + k inside the loop."""
         names = odd if parity else {}
-        return [_at(s, tile, names) for s in part]
+        return [_at(s, (var, tile_const), tile, names) for s in part]
 
     hoisted = [allocs_a[n] for n in crossing + discarded] + [Alloc(odd[n], line=allocs_a[n].line) for n in crossing]
     hoisted += passed
@@ -101,8 +106,8 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False) -> Buil
         return None  # B would read what the next tile's A wrote over (a whole-row tile allocated once)
     body: list[Stmt] = pair(copy(a_part, (2, 1), 1), copy(b_part, (2, 0), 0)) + \
         pair(copy(a_part, (2, 2), 0), copy(b_part, (2, 1), 1))
-    loops = [Loop(VAR, T // 2 - 1, tuple(body), "sequential", "", loop.line,
-                  "pairs of row tiles, software-pipelined: a tile's steps after the next one's ScalarE passes")]
+    loops = [Loop(var, T // 2 - 1, tuple(body), "sequential", "", loop.line,
+                  note)]
     prologue = _scoped("p0", copy(a_part, 0, 0), loop.line)
     epilogue = _scoped("p1", pair(copy(a_part, T - 1, 1), copy(b_part, T - 2, 0)) + copy(b_part, T - 1, 1),
                        loop.line)
@@ -200,35 +205,37 @@ def _scoped(var: str, stmts: list[Stmt], line: int) -> list[Stmt]:
     return [Loop(var, 1, tuple(stmts), "static", "", line, "")]
 
 
-def _at(s: Stmt, tile: "int | tuple[int, int]", renamed: dict[str, Buf]) -> Stmt:
+def _at(s: Stmt, loop: tuple[str, str], tile: "int | tuple[int, int]", renamed: dict[str, Buf]) -> Stmt:
+    """`s` for tile `tile` of the loop (its variable, its tile constant), buffers renamed."""
     if isinstance(s, (Loop, Block)):
-        return dataclasses.replace(s, body=tuple(_at(x, tile, renamed) for x in s.body))
+        return dataclasses.replace(s, body=tuple(_at(x, loop, tile, renamed) for x in s.body))
     changes: dict[str, object] = {}
     for f in dataclasses.fields(s):
         value = getattr(s, f.name)
         if isinstance(value, View):
             changes[f.name] = View(renamed.get(value.buf.name, value.buf),
-                                   tuple(_tile_idx(i, tile) for i in value.idx))
+                                   tuple(_tile_idx(i, loop, tile) for i in value.idx))
         elif isinstance(value, Buf) and f.name == "buf":
             changes[f.name] = renamed.get(value.name, value)
     return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
 
 
-def _tile_idx(i: "Aff | Sl", tile: "int | tuple[int, int]") -> "Aff | Sl":
+def _tile_idx(i: "Aff | Sl", loop: tuple[str, str], tile: "int | tuple[int, int]") -> "Aff | Sl":
     if isinstance(i, Sl):
-        named = [t.name for t in i.start.terms if t.var == VAR and t.coef == i.size and t.name]
-        return dataclasses.replace(i, start=_tile_aff(i.start, tile), name=i.name or (named or [""])[0])
-    return _tile_aff(i, tile)
+        named = [t.name for t in i.start.terms if t.var == loop[0] and t.coef == i.size and t.name]
+        return dataclasses.replace(i, start=_tile_aff(i.start, loop, tile), name=i.name or (named or [""])[0])
+    return _tile_aff(i, loop, tile)
 
 
-def _tile_aff(a: Aff, tile: "int | tuple[int, int]") -> Aff:
-    if VAR not in a.vars():
+def _tile_aff(a: Aff, loop: tuple[str, str], tile: "int | tuple[int, int]") -> Aff:
+    var, tile_const = loop
+    if var not in a.vars():
         return a
-    per_tile = sum(t.coef for t in a.terms if t.var == VAR)
-    rest = tuple(t for t in a.terms if t.var != VAR)
+    per_tile = sum(t.coef for t in a.terms if t.var == var)
+    rest = tuple(t for t in a.terms if t.var != var)
     if isinstance(tile, int):
         return Aff(rest, a.const + per_tile * tile)
     mult, k = tile
-    terms = tuple(Term(t.var, mult * t.coef, "TILE_PAIR" if t.name == "TILE_P" else "") for t in a.terms
-                  if t.var == VAR)
+    terms = tuple(Term(t.var, mult * t.coef, "TILE_PAIR" if t.name == tile_const else "") for t in a.terms
+                  if t.var == var)
     return Aff(rest + terms, a.const + per_tile * k)

@@ -10,6 +10,7 @@ from typing import AbstractSet, Callable, Sequence
 
 from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passes, placement, pool_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
+from tilec.compiler.pair_tiles import skew_row_tiles
 from tilec.compiler import rules, rules_copy
 from tilec.compiler.rules_global import build_global_pool, global_note, global_pool
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
@@ -386,6 +387,9 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
     return stored, consts, stmts
 
 
+AHEAD = "pairs of tiles, software-pipelined: the next tile's loads before this tile's work and stores"
+
+
 def _scheduled(program, target: Target):
     """The builder of an op scheduled on level A: its nest, the rule's primitives (with the plan's parameters),
     applied, then lowered to level B (rules.py, lower_tiles.py)."""
@@ -396,7 +400,10 @@ def _scheduled(program, target: Target):
             return rows
         scheduled = rules.apply(nest, prims, target)
         verify_nest(scheduled, f"the schedule of {op.name}")
-        return lower_tiles(scheduled, prims, hbm, fresh, target)
+        built = lower_tiles(scheduled, prims, hbm, fresh, target)
+        if type(op) is EltwiseOp:  # the next tile's loads issued before this tile's work and stores (pair_tiles.py)
+            return skew_row_tiles(built, sbuf_budget(target), fresh, var="t", tile_const="TILE_F", note=AHEAD) or built
+        return built
     return build
 
 
