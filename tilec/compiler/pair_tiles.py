@@ -33,7 +33,7 @@ NOTE = "pairs of row tiles, software-pipelined: a tile's steps after the next on
 
 
 def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: str = VAR,
-                   tile_const: str = "TILE_P", note: str = NOTE) -> Built | None:
+                   tile_const: str = "TILE_P", note: str = NOTE, min_tiles: int = 4) -> Built | None:
     """The chain software-pipelined by one row tile: its body splits at its first loop of VectorE steps (stage A:
     the loads, the reductions and ScalarE's passes; stage B: the steps and the stores), and stage B of row tile i
     is issued after stage A of tile i + 1, so VectorE's steps on tile i never hold up its first work on tile i + 1.
@@ -46,7 +46,8 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: st
     None when the chain has no such split, an odd number of row tiles, or does not fit the budget. `fuse`: stage A
     of tile i + 1 and stage B of tile i each with one chunk loop (cc) of the same trip count have those loops fused
     (`fused`), so that an engine with work in both stages interleaves them chunk by chunk. `var` and `tile_const`:
-    the loop over tiles and its tile constant (an element-wise nest's `t` and TILE_F: load_ahead.py)."""
+    the loop over tiles and its tile constant (an element-wise nest's `t` and TILE_F: pipeline._scheduled);
+    `min_tiles`: fewer tiles are left as they are (the unrolled code is four copies of the body)."""
     consts, stmts = built
     tp = dict(consts).get(tile_const)
     at = [i for i, s in enumerate(stmts) if isinstance(s, Block) and len(s.body) == 1
@@ -65,7 +66,7 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: st
     split = split if split is not None else _after_loads(loop.body)
     while split and _psum_alloc(loop.body[split - 1]):
         split -= 1
-    if T % 2 or T < 4 or not split:
+    if T % 2 or T < min_tiles or not split:
         return None
     a_part, b_part = list(loop.body[:split]), list(loop.body[split:])
     allocs_a = {s.buf.name: s for s in a_part if isinstance(s, Alloc)}

@@ -388,6 +388,7 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
 
 
 AHEAD = "pairs of tiles, software-pipelined: the next tile's loads before this tile's work and stores"
+AHEAD_TILES = 8  # fewer tiles stay a plain loop: the pipelined code holds four copies of a tile's work
 
 
 def _scheduled(program, target: Target):
@@ -402,7 +403,8 @@ def _scheduled(program, target: Target):
         verify_nest(scheduled, f"the schedule of {op.name}")
         built = lower_tiles(scheduled, prims, hbm, fresh, target)
         if type(op) is EltwiseOp:  # the next tile's loads issued before this tile's work and stores (pair_tiles.py)
-            return skew_row_tiles(built, sbuf_budget(target), fresh, var="t", tile_const="TILE_F", note=AHEAD) or built
+            return skew_row_tiles(built, sbuf_budget(target), fresh, var="t", tile_const="TILE_F", note=AHEAD,
+                                  min_tiles=AHEAD_TILES) or built
         return built
     return build
 
