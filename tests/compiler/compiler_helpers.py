@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -127,3 +128,28 @@ def check_against_reference(c: Compiled, seed: int = 42, traced: bool = False):
         assert np.shape(out[name]) == np.shape(expect)
         assert_matches(prog, name, out[name], expect)
     return trace
+
+
+def words(source: str) -> str:
+    """A kernel's text with comment wraps undone (a block's label spans several `#` lines)."""
+    return " ".join(source.replace("#", " ").split())
+
+
+def assert_formula_matches(compiled: Compiled, formula, label: str, seed: int = 16) -> None:
+    """The compiled program on uniform inputs in [-0.5, 0.5) (in each input's dtype) against `formula` of those
+    inputs in float64, each output rounded to its own dtype first (the store's rounding), within the project's
+    tolerance policy (tilec/tolerance.py), compared in float64."""
+    program = compiled.program
+    dtypes = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}
+    rng = np.random.default_rng(seed)
+    given = {t.name: (rng.random(t.shape) - 0.5).astype(np.float32).astype(dtypes[t.dtype]) for t in program.inputs}
+    want = formula({k: v.astype(np.float64) for k, v in given.items()})
+    got = compiled.run(**given)
+    for out, expected in want.items():
+        out_dtype = program.tensors[out].dtype
+        expected = np.asarray(expected).astype(dtypes[out_dtype]).astype(np.float64)
+        assert np.shape(got[out]) == expected.shape
+        acc_len, inter = program_budget(program).get(out, (1, None))
+        tol = tolerance(out_dtype, acc_len, scale_of(expected), inter)
+        err = max_error(np.asarray(got[out], np.float64), expected)
+        assert err <= tol, f"{label}: max |kernel - NumPy| {err:.3g} > tolerance {tol:.3g}"

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-import ml_dtypes
 import numpy as np
 import pytest
 
+from compiler_helpers import assert_formula_matches, words
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
-from tilec.tolerance import max_error, program_budget, scale_of, tolerance
 
-NP = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}
 
 HEIGHT_MEAN = """
 kernel hmean(X: {t}[N, C, H, W]) -> Y
@@ -51,11 +49,6 @@ kernel mssd(X: {t}[A, B, C], Z: {t}[A, B, C]) -> s
       s[a, c] += (X[a, b, c] - Z[a, b, c]) * (X[a, b, c] - Z[a, b, c]) / B
 """
 
-def _words(source: str) -> str:
-    """The kernel's text with comment wraps undone (a block's label spans several `#` lines)."""
-    return " ".join(source.replace("#", " ").split())
-
-
 Case = tuple[str, dict[str, int], Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]]
 CASES: dict[str, Case] = {
     "height_mean": (HEIGHT_MEAN, dict(N=2, C=192, H=9, W=11), lambda a: {"Y": a["X"].mean(axis=2)}),
@@ -74,22 +67,11 @@ def test_outer_rows_reduction_matches_numpy(name: str, target: str, dtype: str) 
     text, sizes, formula = CASES[name]
     program = lang.load(text.format(t=dtype), sizes)
     compiled = compile_loaded(program, None, None, target)
-    assert "outer rows on the partitions" in _words(compiled.source)  # the layout under test, not the ones-matmul one
-    rng = np.random.default_rng(16)
-    given = {t.name: (rng.random(t.shape) - 0.5).astype(np.float32).astype(NP[t.dtype]) for t in program.inputs}
-    want = formula({k: v.astype(np.float64) for k, v in given.items()})
-    got = compiled.run(**given)
-    for out, expected in want.items():
-        out_dtype = program.tensors[out].dtype
-        expected = np.asarray(expected).astype(NP[out_dtype]).astype(np.float64)
-        assert np.shape(got[out]) == expected.shape
-        acc_len, inter = program_budget(program).get(out, (1, None))
-        tol = tolerance(out_dtype, acc_len, scale_of(expected), inter)
-        err = max_error(np.asarray(got[out], np.float64), expected)
-        assert err <= tol, f"{name} {dtype}: max |kernel - NumPy| {err:.3g} > tolerance {tol:.3g}"
+    assert "outer rows on the partitions" in words(compiled.source)  # the layout under test, not the ones-matmul one
+    assert_formula_matches(compiled, formula, f"{name} {dtype}")
 
 
 def test_few_outer_rows_keep_the_ones_matmul() -> None:
     """32 outer rows of 128 reduced ones: the reduced rows fill the partitions, so the layout stays TensorE's."""
     program = lang.load(MIDDLE_SSD.format(t="f32"), dict(A=32, B=128, C=64))
-    assert "outer rows on the partitions" not in _words(compile_loaded(program).source)
+    assert "outer rows on the partitions" not in words(compile_loaded(program).source)

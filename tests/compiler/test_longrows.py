@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-import ml_dtypes
 import numpy as np
 import pytest
 
+from compiler_helpers import assert_formula_matches, words
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
-from tilec.tolerance import max_error, program_budget, scale_of, tolerance
 
-NP = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}
 
 MSE = """
 kernel mse(A: {t}[B, M, N], P: {t}[B, M, N]) -> s
@@ -57,11 +55,6 @@ kernel rowsum(X: {t}[R, F]) -> s
       s[r] += X[r, f]
 """
 
-def _words(source: str) -> str:
-    """The kernel's text with comment wraps undone (a block's label spans several `#` lines)."""
-    return " ".join(source.replace("#", " ").split())
-
-
 Case = tuple[str, dict[str, int], Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]]
 CASES: dict[str, Case] = {
     "mse": (MSE, dict(B=3, M=128, N=160), lambda a: {"s": ((a["A"] - a["P"]) ** 2).mean(axis=(1, 2))}),
@@ -79,22 +72,11 @@ def test_few_long_rows_match_numpy(name: str, target: str, dtype: str) -> None:
     text, sizes, formula = CASES[name]
     program = lang.load(text.format(t=dtype), sizes)
     compiled = compile_loaded(program, None, None, target)
-    assert "rows over the partitions" in _words(compiled.source)  # the layout under test
-    rng = np.random.default_rng(16)
-    given = {t.name: (rng.random(t.shape) - 0.5).astype(np.float32).astype(NP[t.dtype]) for t in program.inputs}
-    want = formula({k: v.astype(np.float64) for k, v in given.items()})
-    got = compiled.run(**given)
-    for out, expected in want.items():
-        out_dtype = program.tensors[out].dtype
-        expected = np.asarray(expected).astype(NP[out_dtype]).astype(np.float64)
-        assert np.shape(got[out]) == expected.shape
-        acc_len, inter = program_budget(program).get(out, (1, None))
-        tol = tolerance(out_dtype, acc_len, scale_of(expected), inter)
-        err = max_error(np.asarray(got[out], np.float64), expected)
-        assert err <= tol, f"{name} {dtype}: max |kernel - NumPy| {err:.3g} > tolerance {tol:.3g}"
+    assert "rows over the partitions" in words(compiled.source)  # the layout under test
+    assert_formula_matches(compiled, formula, f"{name} {dtype}")
 
 
 def test_many_rows_keep_the_row_layout() -> None:
     """128 rows fill the partitions: each row stays on a partition of its own."""
     program = lang.load(NORM2.format(t="f32"), dict(R=128, F=128 * 128))
-    assert "rows over the partitions" not in _words(compile_loaded(program).source)
+    assert "rows over the partitions" not in words(compile_loaded(program).source)
