@@ -64,10 +64,17 @@ def folded_boxes(b: _ConvBuilder, index: int, peeled: bool) -> list[Box] | None:
     return sorted(set(boxes), key=boxes.index)  # the union mode repeats equal boxes of several copies
 
 
-def zero_tiles(b: _ConvBuilder) -> list[Stmt]:
+def slots_serve(b: _ConvBuilder) -> bool:
+    """Whether band slots (build_conv.slot_count) may hold a padded read's bands: every band's halo is boxes the
+    zero tiles can fill (none is a copy with no element of X, which would need its slot zeroed whole each time)."""
+    return all(band_boxes(b, i, peeled) is not None for i in range(b.NB) for peeled in (True, False))
+
+
+def zero_tiles(b: _ConvBuilder, force: bool = False) -> list[Stmt]:
     """The two zero tiles (b.halo_rows, b.halo_cols), sized for every band's boxes, allocated zeroed; none when
-    some band would need its whole band zeroed (it then keeps the zeroed allocation), or when zeroing the halo
-    takes GpSimdE longer than a memset of the band (below)."""
+    the bands have no halo, when some band would need its whole band zeroed (it then keeps the zeroed
+    allocation), or, unless `force` (band slots, allocated once: their halo is always copied), when zeroing the
+    halo takes GpSimdE longer than a memset of the band (below)."""
     every = [band_boxes(b, i, peeled) for i in range(b.NB) for peeled in (True, False)]
     if any(boxes is None for boxes in every):
         return []
@@ -76,7 +83,8 @@ def zero_tiles(b: _ConvBuilder) -> list[Stmt]:
               for kind in ("rows", "cols") if (mine := [box for box in boxes if box[0] == kind])}
     band = b.x_band_buf()
     tiles = sum(memset_cycles(b, shape[1] * shape[2]) for shape in shapes.values())
-    if not any(tiles + halo_cycles(bs, band.shape[1]) < memset_cycles(b, elements(band)) for bs in every if bs):
+    if not shapes or not force and not any(tiles + halo_cycles(bs, band.shape[1]) < memset_cycles(b, elements(band))
+                                           for bs in every if bs):
         return []
     out: list[Stmt] = []
     for kind, shape in shapes.items():
@@ -122,11 +130,13 @@ def serves(b: _ConvBuilder, boxes: list[Box], band: Buf) -> bool:
 
 def zeroed(b: _ConvBuilder, xb: Buf, index: int, peeled: bool) -> list[Stmt] | None:
     """The band's allocation and its halo's zero copies (before its loads), or None when the zero tiles do not
-    serve it (the caller then allocates the band zeroed)."""
+    serve it (the caller then allocates the band zeroed). A band slot (allocated once, build_conv.slot_count):
+    the copies alone, always (a slot's earlier band left its data there)."""
     boxes = band_boxes(b, index, peeled)
-    if not boxes or not serves(b, boxes, xb):
-        return None
-    out: list[Stmt] = [Alloc(xb, line=b.L["update"])]
+    slot = b.slots > 1
+    if not boxes or not slot and not serves(b, boxes, xb):
+        return [] if slot else None
+    out: list[Stmt] = [] if slot else [Alloc(xb, line=b.L["update"])]
     for kind, p0, parts, r0, nr, c0, nc in boxes:
         tile = b.halo_rows if kind == "rows" else b.halo_cols
         if tile is None:
