@@ -61,7 +61,23 @@ def folded_boxes(b: _ConvBuilder, index: int, peeled: bool) -> list[Box] | None:
             return None
         p0, parts = (j * b.Q, b.C) if per_copy else (0, b.copy_parts(len(b.shifts)))
         boxes += region_boxes(p0, parts, need, cols - c0, (top, bottom, left, right))
-    return sorted(set(boxes), key=boxes.index)  # the union mode repeats equal boxes of several copies
+    return boxes if per_copy else hulls(boxes)
+
+
+def hulls(boxes: list[Box]) -> list[Box]:
+    """The union mode's boxes (every copy's partitions) merged per kind and side into their hulls: the copies'
+    halos differ in rows and columns (the stem's 36 copies: 22 boxes for its first band), but a box over all the
+    copies' partitions may zero more than one copy's halo, as the loads after it rewrite what they hold (one GpSimdE
+    copy per side instead of one per distinct box: the padded stem's first load waited 3 us for 22 copies)."""
+    groups: dict[tuple[str, bool], list[Box]] = {}
+    for box in boxes:  # (a rows box starts at row 0 or ends the copy; a cols box at column 0 or right of X)
+        groups.setdefault((box[0], (box[3] if box[0] == "rows" else box[5]) == 0), []).append(box)
+    out = []
+    for (kind, _), mine in groups.items():
+        r0, c0 = min(x[3] for x in mine), min(x[5] for x in mine)
+        r1, c1 = max(x[3] + x[4] for x in mine), max(x[5] + x[6] for x in mine)
+        out.append((kind, mine[0][1], mine[0][2], r0, r1 - r0, c0, c1 - c0))
+    return out
 
 
 def slots_serve(b: _ConvBuilder) -> bool:
