@@ -12,6 +12,8 @@ import pytest
 from compiler_helpers import assert_matches, compile_and_run
 from test_conv_padded import conv_ref, rounded
 from kernel_numbers import numbered
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
 
 STEM = """\
 kernel stem(X: f32[N, C, H, W], Wt: f32[K, C, 7, 7]) -> Y
@@ -73,3 +75,12 @@ def test_padded_16_bit_halves_take_slots_from_batch_two(dt):
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], stride=2, pad=(2, 2)))
     one = compile_and_run(text.replace("N = 2", "N = 1"), "0.6", "split Y.y, 4\n")[1]
     assert "X_band0" not in numbered(one.source)
+
+
+def test_union_halo_is_one_copy_per_side():
+    # 36 copies of 3 channels (not 32 or 64: every zero copy covers all the copies' partitions), each with its own
+    # rows and columns outside X: conv_halo.hulls zeroes each side's hull once per band (top or bottom rows, left
+    # and right columns: at most 4 GpSimdE copies per band, 5 bands) where the first band took 22 copies
+    text = STEM.format(n=1, h=40, w=33, k=64, p=3)
+    code = numbered(compile_loaded(lang.load(text), lang.parse_schedule("split Y.y, 4\n", "<test>"), "0.6").source)
+    assert 5 <= code.count("src=X_zero_") <= 5 * 3
