@@ -156,6 +156,7 @@ def zeroed(b: _ConvBuilder, xb: Buf, index: int, peeled: bool) -> list[Stmt] | N
     for kind, p0, parts, r0, nr, c0, nc in boxes:
         tile = b.halo_rows if kind == "rows" else b.halo_cols
         if tile is None:
+            assert not slot, "a padded read's band slots without zero tiles (conv_halo.slots_serve, zero_tiles)"
             return None
         src = View(tile, (sl(p0, parts), sl(0, nr), sl(0, nc)))
         for t in range(xb.shape[1]):  # every contraction tile of the band (one per copy group when folded)
