@@ -206,11 +206,12 @@ kernel stem(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 7, 7]) -> Y
 def test_band_halves_padded_stride_2_stem(dt):
     prog, c, inputs, out = run(STEM.format(dt=dt), "split Y.y, 4\n")
     code = numbered(c.source)
-    # f32: 7 tap rows x 3 tap columns x 2 halves x 3 channels = 126 partitions; 3 matmuls per group (tap columns
-    # 0-2, 3-5, 6), the last over the copies of one tap column only (42 partitions). 16-bit: TensorE has time to
-    # spare, so 2 tap columns per copy (84 partitions, 4 matmuls: columns 0-1, 2-3, 4-5, 6) and a third fewer loads
-    parts, matmuls = (126, 3) if dt == "f32" else (84, 4)
-    assert f"Wt_T = nl.ndarray(({parts}, {matmuls}, " in code and "X_band[0:42" in code
+    # f32 takes the output rows' phases (conv_pairs.phases_pay, with the halo too): 9 row offsets x 4 tap columns
+    # x 3 channels = 108 partitions, 2 matmuls per group (tap columns 0-3, 4-6: the second over 81 partitions), the
+    # bands in slots. 16-bit keeps band halves: TensorE has time to spare, so 2 tap columns per copy (84
+    # partitions, 4 matmuls: columns 0-1, 2-3, 4-5, 6, the last over 42) and a third fewer loads
+    parts, matmuls, last = (108, 2, 81) if dt == "f32" else (84, 4, 42)
+    assert f"Wt_T = nl.ndarray(({parts}, {matmuls}, " in code and f"[0:{last}, " in code
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], stride=2, pad=(3, 3)))
 

@@ -261,14 +261,20 @@ class _ConvBuilder:
         # first layer's 18 copies, 54 partitions) they are spread over the 128 partitions so that their loads use
         # all 16 DMA engines (8 partitions each) instead of the first 7; the gaps must read as zeros, so the band
         # is then one buffer of SLOTS slots zeroed once before the loops (band b in slot b % SLOTS, the band loop
-        # unrolled SLOTS times): only for bands without a halo (no padded read), whose copies are loaded whole
+        # unrolled SLOTS times). A padded read's bands (the stem of stem_maxpool) take slots too: each band then
+        # copies its halo from conv_halo's zero tiles into its slot before its loads, as a band buffer does
         self.Q, self.slots, self.slot, self.ymul = self.C, 1, 0, 1
-        if self.halves and src_chip is None and plan.x_bufs != 1 and self.ox == 0 and self.NB >= 2 \
-                and all(self.band_clip(b) == (0, 0) for b in range(self.NB)):
+        if self.halves and src_chip is None and plan.x_bufs != 1 and self.NB >= 2:
             per_slot = self.copy_rows() * self.in_cols() * DTYPE_BYTES[self.hbm[op.x].dtype]
             self.slots = slot_count(self.NB, min(self.NB, SLOT_BYTES // per_slot), self.N)
             self.Q = max(self.C, PMAX // len(self.shifts)) if self.slots > 1 else self.C
             self.slots = max(self.slots, 1)
+            # a padded read's band halves (16-bit: not phased) at one image keep one buffer: the slots' memsets (their
+            # gaps) delay the first load and nothing amortises them (bf16 stem_maxpool batch 1 34.87 -> 38.86 us with
+            # slots, 36.21 without gaps; batch 2 71.8 -> 71.2, batch 8 189.93 -> 165.17 us with them)
+            padded = self.ox != 0 or any(self.band_clip(b) != (0, 0) for b in range(self.NB))
+            if self.slots > 1 and (not conv_halo.slots_serve(self) or padded and self.N == 1 and not self.phased):
+                self.Q, self.slots = self.C, 1
         # a band of X's own columns (row pairs, above) has no halo but its edge rows is its edge rows: they are copied from a small zero tile made once (zero_rows)
         # instead of zeroing the whole band, so the band's loads (other rows) do not wait for a memset (bf16
         # conv3x3same batch 1: the first load waited 1 us for the GpSimdE memset of its band)
@@ -409,9 +415,8 @@ class _ConvBuilder:
             stmts += conv_epilogue.epilogue_columns(self)
         if self.zero_rows is not None:
             stmts.append(Alloc(self.zero_rows, zero=True, line=line))
-        elif self.p.x_bufs != 1 and self.slots == 1 and self.src_chip is None and not op.x_transposed \
-                and not self.mixed:
-            stmts += conv_halo.zero_tiles(self)
+        elif self.p.x_bufs != 1 and self.src_chip is None and not op.x_transposed and not self.mixed:
+            stmts += conv_halo.zero_tiles(self, force=self.slots > 1)
         if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
             allocs = []
             for self.slot in range(self.slots):
@@ -570,28 +575,31 @@ class _ConvBuilder:
         inner = [b for b in range(self.NB) if self.band_clip(b) == (0, 0) and self.skip_bands is None]
         lo, hi = (inner[0], inner[-1] + 1) if inner else (self.NB, self.NB)
         out: list[Stmt] = []
-        for b in range(lo):
+        for b in range(lo):  # (band slots: band b in slot b % slots, peeled or not)
+            self.slot = b % self.slots
             out += part(None, b)
-        if hi > lo and self.slots > 1:  # band slots: the loop unrolled, band slots * y_b + j in slot j
+        if hi > lo and self.slots > 1:  # band slots: the loop unrolled, band slots * y_b + lo + j in slot lo + j
             ns, whole = self.slots, (hi - lo) // self.slots * self.slots
             body: list[Stmt] = []
-            for j in range(ns):
-                self.slot, self.ymul = j, ns
+            for j in range(ns if whole else 0):
+                self.slot, self.ymul = (lo + j) % ns, ns
                 body += part(V["y"], lo + j)
             self.ymul = 1
-            out += loop(V["y"], whole // ns, body, note=f"{note}, {ns} at a time (slots of {self.op.x}'s band buffer)",
-                        line=self.L["y"])
+            if whole:
+                out += loop(V["y"], whole // ns, body,
+                            note=f"{note}, {ns} at a time (slots of {self.op.x}'s band buffer)", line=self.L["y"])
             for b in range(lo + whole, hi):
-                self.slot = (b - lo) % ns
+                self.slot = b % ns
                 out += part(None, b)
-            self.slot, lo = 0, hi
+            lo = hi
         if hi > lo:
             note_mid = note if (lo, hi) == (0, self.NB) else f"{note}, bands {lo}..{hi - 1}"
             whole = self.NB if (lo, hi) == (0, self.NB) else hi - lo  # all bands: NB (named SIZE_Ho // BAND)
             out += loop(V["y"], whole, part(V["y"], lo), note=note_mid, line=self.L["y"])
         for b in range(hi, self.NB):
+            self.slot = b % self.slots
             out += part(None, b)
-        self.yb = (V["y"], 0)
+        self.yb, self.slot = (V["y"], 0), 0
         return out
 
     def out_band(self) -> list[Stmt]:

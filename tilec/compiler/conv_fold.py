@@ -162,10 +162,12 @@ def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
                                      View(b.zero_rows, (sl(p0, n), sl(0, count), full(cols))),
                                      line, "gpsimd") for p0, n, first, count in spans if b.yb[0] is None]
         return [Alloc(xb, line=line)] + zeros + out
+    from tilec.compiler import conv_halo  # (conv_halo reads this module's clip_rows)
     if p.x_bufs != 1 and b.slots == 1:  # the halo alone zeroed when the zero tiles serve the band
-        from tilec.compiler import conv_halo  # (conv_halo reads this module's clip_rows)
         return ((conv_halo.zeroed(b, xb, b.yb[1], b.yb[0] is None) if halo else None)
                 or [Alloc(xb, zero=halo, line=line)]) + out
+    if b.slots > 1 and halo:  # a band slot: its halo copied from the zero tiles (conv_halo.slots_serve)
+        return (conv_halo.zeroed(b, xb, b.yb[1], b.yb[0] is None) or []) + out
     return out
 
 

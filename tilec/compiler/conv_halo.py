@@ -61,13 +61,36 @@ def folded_boxes(b: _ConvBuilder, index: int, peeled: bool) -> list[Box] | None:
             return None
         p0, parts = (j * b.Q, b.C) if per_copy else (0, b.copy_parts(len(b.shifts)))
         boxes += region_boxes(p0, parts, need, cols - c0, (top, bottom, left, right))
-    return sorted(set(boxes), key=boxes.index)  # the union mode repeats equal boxes of several copies
+    return boxes if per_copy else hulls(boxes)
 
 
-def zero_tiles(b: _ConvBuilder) -> list[Stmt]:
+def hulls(boxes: list[Box]) -> list[Box]:
+    """The union mode's boxes (every copy's partitions) merged per kind and side into their hulls: the copies'
+    halos differ in rows and columns (the stem's 36 copies: 22 boxes for its first band), but a box over all the
+    copies' partitions may zero more than one copy's halo, as the loads after it rewrite what they hold (one GpSimdE
+    copy per side instead of one per distinct box: the padded stem's first load waited 3 us for 22 copies)."""
+    groups: dict[tuple[str, bool], list[Box]] = {}
+    for box in boxes:  # (a rows box starts at row 0 or ends the copy; a cols box at column 0 or right of X)
+        groups.setdefault((box[0], (box[3] if box[0] == "rows" else box[5]) == 0), []).append(box)
+    out = []
+    for (kind, _), mine in groups.items():
+        r0, c0 = min(x[3] for x in mine), min(x[5] for x in mine)
+        r1, c1 = max(x[3] + x[4] for x in mine), max(x[5] + x[6] for x in mine)
+        out.append((kind, mine[0][1], mine[0][2], r0, r1 - r0, c0, c1 - c0))
+    return out
+
+
+def slots_serve(b: _ConvBuilder) -> bool:
+    """Whether band slots (build_conv.slot_count) may hold a padded read's bands: every band's halo is boxes the
+    zero tiles can fill (none is a copy with no element of X, which would need its slot zeroed whole each time)."""
+    return all(band_boxes(b, i, peeled) is not None for i in range(b.NB) for peeled in (True, False))
+
+
+def zero_tiles(b: _ConvBuilder, force: bool = False) -> list[Stmt]:
     """The two zero tiles (b.halo_rows, b.halo_cols), sized for every band's boxes, allocated zeroed; none when
-    some band would need its whole band zeroed (it then keeps the zeroed allocation), or when zeroing the halo
-    takes GpSimdE longer than a memset of the band (below)."""
+    the bands have no halo, when some band would need its whole band zeroed (it then keeps the zeroed
+    allocation), or, unless `force` (band slots, allocated once: their halo is always copied), when zeroing the
+    halo takes GpSimdE longer than a memset of the band (below)."""
     every = [band_boxes(b, i, peeled) for i in range(b.NB) for peeled in (True, False)]
     if any(boxes is None for boxes in every):
         return []
@@ -76,7 +99,8 @@ def zero_tiles(b: _ConvBuilder) -> list[Stmt]:
               for kind in ("rows", "cols") if (mine := [box for box in boxes if box[0] == kind])}
     band = b.x_band_buf()
     tiles = sum(memset_cycles(b, shape[1] * shape[2]) for shape in shapes.values())
-    if not any(tiles + halo_cycles(bs, band.shape[1]) < memset_cycles(b, elements(band)) for bs in every if bs):
+    if not shapes or not force and not any(tiles + halo_cycles(bs, band.shape[1]) < memset_cycles(b, elements(band))
+                                           for bs in every if bs):
         return []
     out: list[Stmt] = []
     for kind, shape in shapes.items():
@@ -122,14 +146,17 @@ def serves(b: _ConvBuilder, boxes: list[Box], band: Buf) -> bool:
 
 def zeroed(b: _ConvBuilder, xb: Buf, index: int, peeled: bool) -> list[Stmt] | None:
     """The band's allocation and its halo's zero copies (before its loads), or None when the zero tiles do not
-    serve it (the caller then allocates the band zeroed)."""
+    serve it (the caller then allocates the band zeroed). A band slot (allocated once, build_conv.slot_count):
+    the copies alone, always (a slot's earlier band left its data there)."""
     boxes = band_boxes(b, index, peeled)
-    if not boxes or not serves(b, boxes, xb):
-        return None
-    out: list[Stmt] = [Alloc(xb, line=b.L["update"])]
+    slot = b.slots > 1
+    if not boxes or not slot and not serves(b, boxes, xb):
+        return [] if slot else None
+    out: list[Stmt] = [] if slot else [Alloc(xb, line=b.L["update"])]
     for kind, p0, parts, r0, nr, c0, nc in boxes:
         tile = b.halo_rows if kind == "rows" else b.halo_cols
         if tile is None:
+            assert not slot, "a padded read's band slots without zero tiles (conv_halo.slots_serve, zero_tiles)"
             return None
         src = View(tile, (sl(p0, parts), sl(0, nr), sl(0, nc)))
         for t in range(xb.shape[1]):  # every contraction tile of the band (one per copy group when folded)
