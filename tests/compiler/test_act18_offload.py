@@ -14,7 +14,7 @@ from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
 SRC = """kernel k(A: f32[M, N], B: f32[M, N]) -> Y
-  default M = 256, N = 1024
+  default M = 128, N = 1024
   Y: f32[M, N]
   for i in 0..M, j in 0..N:
     Y[i, j] = {expr}
@@ -48,7 +48,7 @@ def run(expr: str, dtype: str, seed: int = 0, nki: str | None = None):
     """Compile for trn2 and run on inputs in [-1.5, 1.5) (2 + A stays >= 0.5), exact in `dtype`."""
     c = compile_loaded(lang.load(SRC.format(expr=expr).replace("f32", dtype)), nki=nki)
     rng = np.random.default_rng(seed)
-    inputs = {n: (rng.random((256, 1024), dtype=np.float32) - 0.5) * np.float32(3) for n in "AB"}
+    inputs = {n: (rng.random((128, 1024), dtype=np.float32) - 0.5) * np.float32(3) for n in "AB"}
     if dtype == "bf16":  # exact bf16 values (the interpreter rounds bf16 inputs)
         inputs = {n: (v.view(np.uint32) & 0xFFFF0000).view(np.float32) for n, v in inputs.items()}
     got = np.asarray(c.run(**inputs)["Y"], np.float64)
