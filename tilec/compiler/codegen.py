@@ -168,6 +168,9 @@ class _ViewModel:
                 f", scale={s.scale!r}" if s.scale != 1.0 else ""
             extra += f", reduce_op=nl.add, reduce_res={self.view(s.total)}" if s.total is not None else ""
             return {**base, "kind": "act", "func": FUNCS[s.func], "src": self.view(s.src), "extra": extra}
+        if isinstance(s, Binary) and s.scale0 != 1.0:  # (a * scale0) op b: VectorE's scalar_tensor_tensor
+            return {**base, "kind": "stt", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op],
+                    "value": _number(s.scale0)}
         if isinstance(s, Binary):
             return {**base, "kind": "binary", "a": self.view(s.a), "b": self.view(s.b), "op": ALU[s.op],
                     "extra": self.engine(s.engine)}

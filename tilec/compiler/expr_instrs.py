@@ -53,7 +53,15 @@ class ExprCompiler:
             if halves is not None:
                 return halves
         stmts = self.whole_tile(e, dst)
-        return shared(stmts, self.share) if self.share is not None else stmts
+        return shared(stmts, self.share, self.dma_ns(dst)) if self.share is not None else stmts
+
+    def dma_ns(self, dst: View) -> float:
+        """The tile's HBM time at the core's share of HBM bandwidth (Target.hbm_bw) if every full operand tile is
+        loaded and dst stored: no engine needs to be faster than that (in a row chain some tiles are made on
+        chip: an overestimate, so fewer functions move)."""
+        assert self.share is not None
+        full = [v for n, v in self.tiles.items() if n not in self.columns] + [dst]
+        return sum(math.prod(v.shape()) * (2 if v.buf.dtype in _HALF else 4) for v in full) / self.share.hbm_bw
 
     def whole_tile(self, e: sx.Expr, dst: View) -> list[Stmt]:
         stmts, val = self.value(e, dst)
@@ -83,7 +91,7 @@ class ExprCompiler:
             self.tiles = {k: _part(v, lo, n) if k in full else v for k, v in tiles.items()}
             self.shape = self.cur = (shape[0], n)
             self.done = {}
-            lists.append(shared(self.whole_tile(e, _part(dst, lo, n)), self.share))
+            lists.append(shared(self.whole_tile(e, _part(dst, lo, n)), self.share, self.dma_ns(_part(dst, lo, n))))
         self.tiles, self.shape, self.cur, self.done = tiles, shape, shape, done
         # an engine waiting for another in the middle of the tile: ScalarE between two VectorE/GpSimdE steps, or
         # the reverse (a chain that only hands over once, `abs(X - c)`, keeps the next tile's work unblocked)
@@ -383,17 +391,99 @@ SHARE_MIN = 256  # columns: a narrower tensor_tensor stays whole on VectorE (a s
 _HALF = ("f16", "bf16")
 
 
-def shared(stmts: list[Stmt], t: Target) -> list[Stmt]:
+def shared(stmts: list[Stmt], t: Target, dma_ns: float = math.inf) -> list[Stmt]:
     """One tile's instructions with VectorE's work spread when it has more than one instruction there (a lone
     tensor_tensor waits on its loads anyway: vector add of 256000 f32 24.0 -> 24.2 us on the model when cut):
     tensor_tensors cut between GpSimdE and VectorE (shared_binary), then constant tensor_scalars moved to ScalarE
     (balanced)."""
+    stmts, moved = offloaded(stmts, t, dma_ns)
+    if moved:
+        stmts = by_handovers(stmts)
     if sum(isinstance(x, (Binary, Scalar)) and not x.engine for x in stmts) < 2:
         return stmts
+    cuts = sum(_cycles(x) for x in stmts if _cut(x))
+    # VectorE's share of each cut tensor_tensor: both engines finish together, VectorE also running the
+    # functions moved off ScalarE (`moved` cycles; 0: the clocks' ratio, as before)
+    share = t.vector_ghz / (t.vector_ghz + t.gpsimd_ghz)
+    if moved and cuts:
+        share = min(1.0, max(0.0, (cuts / t.gpsimd_ghz - moved / t.vector_ghz) /
+                             (cuts / t.vector_ghz + cuts / t.gpsimd_ghz)))
     out: list[Stmt] = []
     for x in stmts:
-        out += shared_binary(x.dst, x.a, x.b, x.op, x.line, t) if isinstance(x, Binary) and not x.engine else [x]
+        out += shared_binary(x.dst, x.a, x.b, x.op, x.line, t, share) if isinstance(x, Binary) and _cut(x) else [x]
     return balanced(out, t)
+
+
+def offloaded(stmts: list[Stmt], t: Target, dma_ns: float) -> tuple[list[Stmt], float]:
+    """ScalarE's abs and relu moved to VectorE while that lowers the tile's busiest engine, with the VectorE cycles
+    moved: abs(x) = max(x * -1, x), one scalar_tensor_tensor (2N cycles, VectorE only [NISA
+    scalar_tensor_tensor, tilec/perf/costs.py]), relu(x) = max(x, 0), one tensor_scalar (N cycles, nki-spec
+    §1.10.5); both exact, as the activations are. Only plain ones (no scale, bias or sum), and only while the
+    busiest engine is slower than the tile's DMA (`sqrt(abs(X)) * tanh(Z) + sigmoid(X)` of 4096^2 f32 is DMA-bound:
+    565.6 us as it is, 603.6 with abs moved). audit15's funcs_mix has nine ScalarE functions an element and six
+    tensor_tensors shared by VectorE and GpSimdE: ScalarE 97% busy, 548.6 us; 493.6 with one abs moved."""
+    moved = 0.0
+    out = list(stmts)
+    for n, x in enumerate(stmts):
+        if not (isinstance(x, Act) and x.func in ("abs", "relu") and x.bias is None and x.scale == 1.0 and
+                x.total is None and x.dst.buf.memory == "sbuf" and x.src.buf.memory == "sbuf"):
+            continue
+        new: Stmt = Binary(x.dst, x.src, x.src, "maximum", x.line, scale0=-1.0) if x.func == "abs" else \
+            Scalar(x.dst, x.src, "maximum", 0.0, x.line)
+        trial = out[:n] + [new] + out[n + 1:]
+        extra = moved + _cycles(new)
+        now = _busiest(out, t)
+        if now <= dma_ns or _busiest(trial, t) >= now:  # the loads and stores bound the tile: nothing to gain
+            break
+        out, moved = trial, extra
+    return out, moved
+
+
+def by_handovers(stmts: list[Stmt]) -> list[Stmt]:
+    """The tile's instructions stably ordered by how many hand-overs between ScalarE and the other engines lead to
+    them (a dependency order still: a reader has at least its producer's count). Each engine runs its instructions
+    in program order, so a ScalarE function reading a VectorE result first in ScalarE's list holds back every
+    function of the next tile until VectorE has finished this tile: with abs moved to VectorE in funcs_mix the
+    engines took turns (all three 64% busy, 748.3 us with start-up; before the move 561.6)."""
+    made: dict[str, tuple[int, str]] = {}  # buffer -> (hand-overs to its last write, the side that wrote it)
+    read: dict[str, int] = {}  # buffer -> the highest count of an instruction reading it (a later write waits)
+    keyed = []
+    for n, x in enumerate(stmts):
+        level = 0
+        if not isinstance(x, (Alloc, ir.Block)):  # (an allocation keeps its place; a block holds constants)
+            side = "act" if _engine(x) == "act" else "dve"
+            written = [x.dst] + ([x.total] if isinstance(x, Act) and x.total is not None else [])  # type: ignore
+            for v in ir.views(x):
+                got, by = made.get(v.buf.name, (0, side))
+                level = max(level, got + (by != side), read.get(v.buf.name, 0) if v in written else 0)
+            for v in ir.views(x):
+                read[v.buf.name] = max(read.get(v.buf.name, 0), level)
+            for v in written:
+                made[v.buf.name] = (level, side)
+        keyed.append((level, n, x))
+    return [x for _, _, x in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+def _cut(x: Stmt) -> bool:
+    """A tensor_tensor shared_binary may cut between GpSimdE and VectorE (not one with a scaled first operand:
+    scalar_tensor_tensor runs on VectorE only)."""
+    return isinstance(x, Binary) and not x.engine and x.scale0 == 1.0
+
+
+def _cycles(x: Stmt) -> float:
+    """Streaming cycles of a VectorE instruction: 2 an element for tensor_tensor (fp32), 1 for tensor_scalar."""
+    assert isinstance(x, (Binary, Scalar))
+    return math.prod(x.dst.shape()[1:]) * (2 if isinstance(x, Binary) else 1)
+
+
+def _busiest(stmts: list[Stmt], t: Target) -> float:
+    """The tile's busiest engine (ns, streaming only): ScalarE's activations, or VectorE and GpSimdE with the cut
+    tensor_tensors spread over both and the moved functions on VectorE."""
+    act = sum(math.prod(x.dst.shape()[1:]) for x in stmts if isinstance(x, Act)) / t.scalar_ghz
+    vector = sum(_cycles(x) for x in stmts if isinstance(x, (Binary, Scalar)) and not x.engine and not _cut(x))
+    cuts = sum(_cycles(x) for x in stmts if _cut(x))
+    pair = max(vector / t.vector_ghz, (vector + cuts) / (t.vector_ghz + t.gpsimd_ghz))
+    return max(act, pair)
 
 
 def balanced(stmts: list[Stmt], t: Target) -> list[Stmt]:
@@ -422,7 +512,8 @@ def balanced(stmts: list[Stmt], t: Target) -> list[Stmt]:
     return out
 
 
-def shared_binary(d: View, x: View, y: View, op: str, line: int, t: Target) -> list[Stmt]:
+def shared_binary(d: View, x: View, y: View, op: str, line: int, t: Target, share: float | None = None
+                  ) -> list[Stmt]:
     """d = x op y with its columns cut between GpSimdE (first in program order) and VectorE so both finish
     together: tensor_tensor streams 2 cycles per element on either engine from SBUF (tilec/perf/costs.py, nki-spec
     §1.10.4), at the clocks of tilec/target.py, so the pair runs ~2.2x faster than VectorE alone (audit15's swish
@@ -439,7 +530,10 @@ def shared_binary(d: View, x: View, y: View, op: str, line: int, t: Target) -> l
     if cols < SHARE_MIN or x == y or any(v.shape() != d.shape() for v in views) or \
             all(v.buf.dtype in _HALF for v in views):
         return whole_one
-    cut = round(cols * (2 / t.gpsimd_ghz) / (2 / t.vector_ghz + 2 / t.gpsimd_ghz))
+    cut = round(cols * (2 / t.gpsimd_ghz) / (2 / t.vector_ghz + 2 / t.gpsimd_ghz)) if share is None else \
+        round(cols * share)
+    if not 0 < cut < cols:
+        return [Binary(d, x, y, op, line, engine="" if cut else "gpsimd")]
     part = lambda v, lo, n: View(v.buf, (v.idx[0], ir.Sl(v.idx[-1].start.plus(lo), n)))  # noqa: E731
     shared: list[Stmt] = [Binary(part(d, cut, cols - cut), part(x, cut, cols - cut), part(y, cut, cols - cut), op, line,
                    engine="gpsimd"),

@@ -218,6 +218,8 @@ class Binary:
     op: str  # add | subtract | multiply | divide | maximum | minimum
     line: int = 0
     engine: str = ""  # "": the default (VectorE) | gpsimd (SBUF only; a second engine sharing the work)
+    # != 1: dst = (a * scale0) op b, one VectorE scalar_tensor_tensor (VectorE only): abs(x) = max(-x, x)
+    scale0: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -363,7 +365,8 @@ def _stmt_head(s: Stmt) -> str:
         total = f", sum -> {fmt_view(s.total)}" if s.total is not None else ""
         return f"act {fmt_view(s.dst)} <- {s.func}({fmt_view(s.src)}{scale}{bias}){total}"
     if isinstance(s, Binary):
-        return f"{s.op}{_on(s.engine)} {fmt_view(s.dst)} <- {fmt_view(s.a)}, {fmt_view(s.b)}"
+        scaled = f" * {s.scale0:g}" if s.scale0 != 1.0 else ""
+        return f"{s.op}{_on(s.engine)} {fmt_view(s.dst)} <- {fmt_view(s.a)}{scaled}, {fmt_view(s.b)}"
     if isinstance(s, Scalar):
         value = fmt_view(s.value) if isinstance(s.value, View) else f"{s.value:g}"
         args = f"{value}, {fmt_view(s.src)}" if s.reverse else f"{fmt_view(s.src)}, {value}"

@@ -484,7 +484,7 @@ def _shared_with_gpsimd(b: ir.Binary, target: Target) -> list[ir.Stmt]:
     GpSimdE's part comes first in program order: it is the first reader of the loaded tiles, so their loads issue
     on its DMA stream (tilec/perf/schedule.py, DMA trigger streams; build_colreduce._fold does the same)."""
     views = (b.dst, b.a, b.b)
-    if b.engine or b.dst.buf.dtype != "f32" or any(v.buf.memory != "sbuf" or len(v.shape()) != 2 or v.perm or
+    if b.engine or b.scale0 != 1.0 or b.dst.buf.dtype != "f32" or any(v.buf.memory != "sbuf" or len(v.shape()) != 2 or v.perm or
                                                    v.shape() != b.dst.shape() or not isinstance(v.idx[-1], ir.Sl) or
                                                    v.idx[-1].step != 1 for v in views):
         return [b]

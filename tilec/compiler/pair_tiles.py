@@ -84,8 +84,12 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: st
     # allocated once. Its writer (VectorE) and reader (GpSimdE) run in order on every row tile, chunk by chunk:
     # tile i + 1's chunk k is written after tile i's chunk k is read, which its steps wait for anyway
     stored = {v.buf.name for x in ir.walk(tuple(b_part)) if isinstance(x, ir.Dma) for v in _views_read(x)}
+    # (not a tile B's top level hands from one engine to another: rowrange_bf16's half tiles, GpSimdE's fold read
+    # by ScalarE's negation read by VectorE's max; shared, the next tile's fold waited for this tile's negation,
+    # and the engines took turns: 5.3 us a row tile, 3.7 with a buffer per parity)
+    handed = _handed_over(b_part)
     passed = [s for s in b_part if isinstance(s, Alloc) and s.buf.memory == "sbuf" and s.buf.name not in stored
-              and s not in late]
+              and s not in late and s.buf.name not in handed]
     b_part = [s for s in b_part if not any(s is x for x in passed)]
     inner = {s.buf.name: s.buf for s in ir.walk(tuple(a_part + b_part)) if isinstance(s, Alloc)}
     writers = {ir_engine(s) for s in ir.walk(tuple(a_part)) for v in ir.views(s) if v.buf.name in discarded}
@@ -117,6 +121,27 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: st
     if peak_usage(tuple(out))[0] > budget:
         return None
     return consts + [("TILE_PAIR", 2 * tp)], out
+
+
+def _handed_over(part: list[Stmt]) -> set[str]:
+    """Tiles (not (P, 1) columns) that an instruction at the top level of `part` (not in a chunk loop) writes on
+    one engine and another there reads on another engine."""
+    writer: dict[str, str] = {}
+    out: set[str] = set()
+    for s in part:
+        if isinstance(s, (Loop, Block, Alloc, ir.Reshape, ir.Dma)):
+            continue
+        for v in _views_read(s):
+            if v.buf.name in writer and writer[v.buf.name] != _engine(s) and v.buf.shape[-1] > 1:
+                out.add(v.buf.name)
+        for v in ir.views(s):
+            if v not in _views_read(s):
+                writer[v.buf.name] = _engine(s)
+    return out
+
+
+def _engine(s: Stmt) -> str:
+    return "scalar" if isinstance(s, ir.Act) else getattr(s, "engine", "") or "vector"
 
 
 def _joined(a: list[Stmt], b: list[Stmt]) -> list[Stmt]:

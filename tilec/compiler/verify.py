@@ -248,6 +248,8 @@ class _Verifier:
             self.fail(f"{type(s).__name__} reads or writes HBM")
         if isinstance(s, Binary) and s.a.buf.memory == "psum" and s.b.buf.memory == "psum":
             self.fail("tensor_tensor with two PSUM operands")
+        if isinstance(s, Binary) and s.scale0 != 1.0 and s.engine:
+            self.fail("scalar_tensor_tensor (a tensor_tensor with a scaled operand) runs on VectorE only")
         if isinstance(s, (Copy, Binary, Scalar)) and s.engine:
             self.engine(s, views)
 
