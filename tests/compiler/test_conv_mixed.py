@@ -67,10 +67,11 @@ def test_chosen_where_it_saves() -> None:
 
 def test_16_bit_keeps_a_matmul_per_tap() -> None:
     """bf16 conv_odd's shape: 4 fewer matmuls per out-channel tile at the 16-bit rate save less than the band
-    copies' DMA costs, so each tap keeps its matmul (a loop over the taps reading one band of X)."""
+    copies' DMA costs, so each tap keeps its matmul (a loop over the tap rows per tap column, reading one band of
+    X's own columns: build_conv_cols)."""
     src = unwrap(compile_loaded(lang.load(PADDED.format(r=3, s=1, p=1).replace("f32[", "bf16["),
                                           {"H": 28, "W": 28})).source)
-    assert "X_base" not in src and "X_band[:, r:r + ROWS, s:s + TILE_X]" in src
+    assert "X_base" not in src and "X_band[:, r:r + ROWS, 0:27]" in src
 
 
 def test_not_for_foldable_channels() -> None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
-from tilec.compiler import build_depthwise, build_matvec, ir
+from tilec.compiler import build_conv_cols, build_depthwise, build_matvec, ir
 from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_halo, conv_mixed, conv_pairs, \
     conv_weights
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
@@ -256,6 +256,9 @@ class _ConvBuilder:
             # (the first group's matmul starts the sum: it must write every output column)
             if same and len(same) <= len(self.groups) and conv_pairs.tap_columns(self, same[0][0][1]) == (0, self.Wo):
                 self.groups, self.col0 = same, 0
+        # a plain conv's band likewise (build_conv_cols: one DMA descriptor per channel, not per row)
+        if build_conv_cols.applies(self):
+            self.col0 = 0
         self.n_groups = len(self.pairs) if self.pair > 1 else self.mixed or len(self.groups)
         # copy j of a folded band sits on partitions [j*Q, j*Q + C): with few copies of few channels (the C = 3
         # first layer's 18 copies, 54 partitions) they are spread over the 128 partitions so that their loads use
@@ -289,7 +292,7 @@ class _ConvBuilder:
         self.x_bands: dict[int, Buf] | None = None
         self.skip_bands: dict[int, Buf] | None = None
         self.skip_oy = 0
-        if self.col0 != self.ox:
+        if self.col0 != self.ox and (self.fold > 1 or self.pair > 1):  # (a plain band: conv_halo's zero tiles)
             halo = max(count for b in range(self.NB) for _, count in conv_fold.halo_spans(self, b) + [(0, 0)])
             if halo:
                 self.zero_rows = Buf(fresh(f"{op.x}_zero_rows"), "sbuf", self.hbm[op.x].dtype,
@@ -688,12 +691,17 @@ class _ConvBuilder:
         cols = sl(a(self.step(V["x"], p.tile_x, self.cn["x"], sx), tap_s), p.tile_x, sx,
                   self.cn["x"] if sx == 1 else "")
 
-        def matmul(cv: str | None, cs: int) -> list[Stmt]:
+        def matmul(cv: str | None, cs: int, tap: build_conv_cols.TapColumns | None = None) -> list[Stmt]:
             cp, ci = self.part(cs, p.tile_c), self.tile_index(cv, self.CT)
             if self.stack:  # group g's input and stationary on partitions [64g, 64g + C) (aligned starts: §1.6)
                 cp = sl(a(term(V["g"], PMAX // 2)), cs, 1, self.cn["c"])
-            stat = View(wt, (cp, ci, a(r), a(s), kidx)) if op.w_layout == "kc" else View(wt, (cp, ci, kidx, a(r), a(s)))
-            return [Matmul(accv, stat, View(self.x_band_buf(), (cp, ci, rows, cols)), self.L["update"])]
+            ts, xcols, acc_at = a(s), cols, accv
+            if tap is not None:  # a band of X's own columns: a static tap column over the output columns it reaches
+                (col, (x0, n)) = tap
+                ts, xcols = a(col), sl(x0 * sx + col * self.dx + self.ox, n, sx)
+                acc_at = View(accv.buf, accv.idx[:-1] + (sl(x0, n),))
+            stat = View(wt, (cp, ci, a(r), ts, kidx)) if op.w_layout == "kc" else View(wt, (cp, ci, kidx, a(r), ts))
+            return [Matmul(acc_at, stat, View(self.x_band_buf(), (cp, ci, rows, xcols)), self.L["update"])]
         extents = {"r": self.R, "s": self.S}
         notes = {"r": self.T["r"], "s": self.T["s"]}
 
@@ -715,6 +723,8 @@ class _ConvBuilder:
         if self.fold > 1:
             return [Alloc(acc, zero=True, line=line)] + conv_fold.matmuls_folded(self, accv, wt, kidx) + \
                 self.epilogue(accv)
+        if self.col0 != self.ox:  # a plain band of X's own columns (build_conv_cols)
+            return [Alloc(acc, zero=True, line=line)] + build_conv_cols.taps(self, matmul) + self.epilogue(accv)
         return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)
 
     def epilogue(self, acc: View) -> list[Stmt]:

@@ -35,11 +35,11 @@ def x_band(b: _ConvBuilder) -> list[Stmt]:
     rows, cols = b.in_rows(), b.in_cols()
     ct = V["c"]
     top, bottom = b.band_clip(b.yb[1]) if b.yb[0] is None else (0, 0)
-    left, right = b.clip(b.ox, cols, b.W) if b.NXB == 1 else (0, 0)
+    left, right = b.clip(b.col0, cols, b.W) if b.NXB == 1 else (0, 0)  # (col0: X's column at band column 0)
     n_rows, n_cols = rows - top - bottom, cols - left - right
     band_x = b.step(V["xb"], b.BX, b.cn["band_x"], b.sx)
-    src_cols = full(cols) if cols == b.W and b.ox == 0 else \
-        sl(a(band_x, b.ox + left) if b.NXB > 1 else a(b.ox + left), n_cols)
+    src_cols = full(cols) if cols == b.W and b.col0 == 0 else \
+        sl(a(band_x, b.ox + left) if b.NXB > 1 else a(b.col0 + left), n_cols)
     dst_rows = full(rows) if (top, bottom) == (0, 0) else sl(top, n_rows)
     dst_cols = full(cols) if (left, right) == (0, 0) else sl(left, n_cols)
     src_rows = sl(b.y_at(p.band * b.sy, b.cn["band"] if b.sy == 1 else "").plus(b.oy + top),

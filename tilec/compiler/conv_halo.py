@@ -37,7 +37,7 @@ def band_boxes(b: _ConvBuilder, index: int, peeled: bool) -> list[Box] | None:
     if b.fold == 1:
         rows, cols = b.in_rows(), b.in_cols()
         top, bottom = b.band_clip(index) if peeled else (0, 0)
-        left, right = b.clip(b.ox, cols, b.W) if b.NXB == 1 else (0, 0)
+        left, right = b.clip(b.col0, cols, b.W) if b.NXB == 1 else (0, 0)  # (no halo columns: build_conv_cols)
         if rows - top - bottom <= 0 or cols - left - right <= 0:
             return None
         return region_boxes(0, b.p.tile_c, rows, cols, (top, bottom, left, right))

@@ -35,7 +35,7 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
@@ -279,104 +279,9 @@ def conv_channel_tile(channels: int) -> int:
 
 
 def _default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
-    wy, wx = (op.pool.wy, op.pool.wx) if op.pool else (1, 1)
-    # out-channel tiles by conv_channel_tile (fewest moving passes); contraction tiles keep ragged_tile (a batched
-    # matmul's band plans, conv_batched.lead_tile, are built for its even splits: K = 320 in 4 x 80)
-    tile_k, tile_c = conv_channel_tile(op.dim("K")), ragged_tile(op.dim("C"))
-    kg = op.dim("K") // op.groups
-    if op.groups > 1 and tile_k % kg:  # a grouped conv's out-channel tile holds whole groups (block diagonal)
-        tile_k = PMAX // kg * kg
-    wo, ho = op.dim("Wo"), op.dim("Ho")
-    # a matmul group covers at least one pooling window of wy rows: wy * tile_x must fit the moving size / PSUM bank
-    x_limit = MOVING_FMAX // wy
-    tile_x = wo if wo <= x_limit else best_divisor(wo, x_limit, wx)
-    max_rows = MOVING_FMAX // tile_x
-    elem = DTYPE_BYTES[dtypes[op.x]]
-    ct = -(-op.dim("C") // tile_c)  # a ragged plan's remainder is one more tile
-    # the window's reach in input rows (columns): (R - 1) * dilation + 1
-    r, s = (op.dim("R") - 1) * op.dilation[0] + 1, (op.dim("S") - 1) * op.dilation[1] + 1
-    sy, sxx = op.stride  # input rows behind d output rows: (d - 1) * sy + r
-    band_budget = 48 * 1024  # input band bytes per partition: big DMAs, room for two in flight
-    # a whole row of the band: X's width, or a padded read's (halo included)
-    reach = (wo - 1) * sxx + s
-    width = op.dim("W") if op.offset[1] == 0 and reach <= op.dim("W") else reach
-    # columns per band: whole rows unless even a minimal band of whole rows does not fit (or the read is padded:
-    # column bands of a padded read are not compiled)
-    band_x = wo
-    if ct * ((wy - 1) * sy + r) * width * elem > band_budget and width == op.dim("W") and op.offset[1] == 0:
-        fits = [d for d in divisors(wo)
-                if d % wx == 0 and ct * ((wy - 1) * sy + r) * ((d - 1) * sxx + s) * elem <= band_budget]
-        band_x = max(fits) if fits else wx
-        tile_x = best_divisor(band_x, x_limit, wx)
-        max_rows = MOVING_FMAX // tile_x
-    cols = width if band_x == wo else (band_x - 1) * sxx + s
-    band_limit = 32 if ho > 32 else ho
-    band = wy
-    for d in sorted(divisors(ho), reverse=True):
-        if d % wy == 0 and d <= band_limit and ct * ((d - 1) * sy + r) * cols * elem <= band_budget:
-            band = d
-            break
-    rows = best_divisor(band, max_rows, wy)
-    split = two_bands(ho, band, max_rows, wy) if op.dim("N") == 1 else band  # (not for row pairs, band halves)
-    weights = ct * r * s * op.dim("K") * DTYPE_BYTES[dtypes[op.w]]
-    taps = op.dim("R") * op.dim("S")
-    if taps == 1 and band > rows and ((rows - 1) * sy + r) * cols * elem >= DMA_MIN_ROW:
-        # 1x1: a band per matmul group (any batch), so the first matmul waits for one group's rows, not the band's
-        band = split = rows
-        if stacks(op) and ho % (2 * rows) == 0 and ho > rows:
-            # few input channels: two groups per band, side by side on the partition halves (build_conv.stack)
-            band = split = 2 * rows
-    split_rows = best_divisor(split, max_rows, wy)
-
-    if 2 * op.dim("C") <= PMAX and taps > 1 and band_x == wo and not op.x_transposed:
-        # few input channels: fold filter taps into the contraction partitions (build_conv.fold_groups; a grouped
-        # conv's block-diagonal stationary too)
-        fold = min(taps, PMAX // op.dim("C"))
-        plan = replace(_plan(op, tile_k, tile_c, tile_x, rows, band, band_x, weights), fold=fold)
-        # (row pairs in 16 bits too since a band's two phases leave in one store and its copies load as one run
-        # per partition (build_conv, conv10): families --dtype bf16 conv3x3same 3.39x -> 2.20x at batch 8)
-        if halves(op) and pairable(op):
-            # band halves: bands whose output half-rows take at most 8 KiB per partition (a DMA's efficiency
-            # saturates at 4 KiB, nki-spec §2.5), so each band's output store, on all 16 DMA engines, pipelines with
-            # the next bands' matmuls (conv_c3: 32-row bands 2.68x/2.45x -> 8-row bands ~2.3x/2.2x; with the band
-            # slots of build_conv, 16-row bands: 2.01x -> 1.80x at batch 1, f16 32-row bands 1.99x -> 1.84x)
-            out_elem = DTYPE_BYTES[dtypes[op.out]]
-            fits = [d for d in divisors(ho) if d % 2 == 0 and d <= band and d // 2 * wo * out_elem <= 8192]
-            band = max(fits) if fits else band
-        if (halves(op) or fold == 2) and pairable(op) and band % 2 == 0:
-            # 32 or 64 output channels: two parts of the output rows share each matmul (the stationary's two
-            # column halves): even and odd rows from two band copies (a matmul per 2 rows covers 4 blocks of the
-            # 128 x 128 array), or with few input channels the two halves of the band (copies per tap and half)
-            rows = best_divisor(band // 2, max_rows)
-            if not halves(op):  # row pairs: one matmul group per band, so each band's store follows its matmuls
-                # (conv3x3same 2.86x/1.76x -> 2.69x/1.74x, resnet_block 2.84x -> 2.60x at batch 1); with 16-bit
-                # operands, whose matmuls take a quarter of the time, two groups: fewer, larger DMAs (bf16
-                # conv3x3same batch 8: 60.6 -> 51.9 us)
-                groups = 2 if elem < 4 and band % (4 * rows) == 0 else 1
-                band = 2 * groups * rows
-            return replace(plan, pair=2, band=band, rows=rows)
-        if sy > 1 and split == band:
-            # a strided folded conv loads sy * sx times the bytes of each output row it stores: two bands per
-            # image at any batch, so the next band's load runs under this band's matmuls
-            split = two_bands(ho, band, max_rows, wy)
-            split_rows = best_divisor(split, max_rows, wy)
-        return replace(plan, band=split, rows=split_rows)
-    from tilec.compiler import conv_mixed  # (it reads PMAX from here)
-    # mixed taps' bands are halved at any batch (two_bands): a band's matmuls wait for its load and then its
-    # copies, two DMA latencies, so smaller bands pipeline better (conv_odd f32 b8 152.5 -> 148.2 us)
-    mixed = two_bands(ho, band, max_rows, wy)
-    if conv_mixed.pays(op, elem, cols, -(-op.dim("K") // tile_k)) and band_x == wo \
-            and conv_mixed.tiles(op.dim("C"), taps) * ((mixed - 1) * sy + r) * cols * elem <= band_budget:
-        # more channels than whole copies fold (2 C > 128): every tap's rows cut into tiles of 128 (conv_mixed);
-        # its stationary takes tiles x K elements per partition (conv_odd: 5 x 129), so it stays resident and the
-        # out-channel parts read each band's copies in turn (by the 64 KiB of W, the parts were outermost and
-        # each made the band again: conv_odd bf16 b1 20.2 us)
-        plan = replace(_plan(op, tile_k, tile_c, tile_x, best_divisor(mixed, max_rows, wy), mixed, band_x, weights),
-                       fold=taps)
-        if conv_mixed.tiles(op.dim("C"), taps) * op.dim("K") * DTYPE_BYTES[dtypes[op.w]] <= 16 * 1024:
-            plan = replace(plan, order=("n", "y", "k"), hoist_w="root")
-        return plan
-    return _plan(op, tile_k, tile_c, tile_x, split_rows, split, band_x, weights)
+    """The first of schedule_conv.CONV_RULES that applies (a table of records: name, predicate, plan, why)."""
+    from tilec.compiler import schedule_conv  # (it reads this module's helpers)
+    return schedule_conv.default_conv(op, dtypes)
 
 
 def two_bands(ho: int, band: int, max_rows: int, wy: int) -> int:
@@ -419,17 +324,6 @@ def halves(op: ConvOp) -> bool:
     """Few enough input channels for band copies per filter row and band half (2 x R x C <= 128; the columns
     of the taps come from as many column-shifted copies as fit, the rest from the matmuls' column offsets)."""
     return 2 * op.dim("R") * op.dim("C") <= PMAX
-
-
-def _plan(op: ConvOp, tile_k: int, tile_c: int, tile_x: int, rows: int, band: int, band_x: int,
-          weights: int) -> ConvPlan:
-    wo = op.dim("Wo")
-    if op.w_batch:  # one stationary matrix per batch index: prepared inside the batch loop, per out-channel tile
-        return ConvPlan(tile_k, tile_c, tile_x, rows, band, 0 if band_x == wo else band_x, hoist_w="k")
-    if weights > 64 * 1024:  # weights too big to keep resident: prepare one out-channel tile at a time, outermost
-        return ConvPlan(tile_k, tile_c, tile_x, rows, band, 0 if band_x == wo else band_x, ("k", "n", "y"),
-                        hoist_w="k")
-    return ConvPlan(tile_k, tile_c, tile_x, rows, band, 0 if band_x == wo else band_x)
 
 
 def default_directives(op: Op, dtypes: dict[str, str]) -> tuple[sx.Directive, ...]:
