@@ -20,12 +20,13 @@ from tilec.target import target as get_target
 
 class DepthwiseBuilder:
     def __init__(self, op: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str], lay: Layout, pe: bool,
-                 extra: Callable[[int], tuple[float, float, float]] | None = None, vector_evict: bool = False
-                 ) -> None:
+                 extra: Callable[[int], tuple[float, float, float]] | None = None, vector_evict: bool = False,
+                 exact_evict: bool = False) -> None:
         self.extra = extra  # rows of a chunk -> the engines' other work per chunk (choose_routes)
         # relu6 without a bias evicted by one VectorE tensor_scalar (max 0, then min 6) instead of a VectorE clamp in
-        # PSUM and a ScalarE eviction (the MobileNet block); the taps' routes are chosen as before (`routes`)
+        # PSUM and a ScalarE eviction (the MobileNet block); `exact_evict`: the taps' routes count it so (at 16 bits)
         self.vector_evict = vector_evict
+        self.exact_evict = exact_evict  # the routes count that eviction on VectorE (else on ScalarE, as before)
         from tilec.compiler.build_conv import conv_loop_vars
         self.op, self.hbm, self.fresh, self.line = op, hbm, fresh, op.line
         d = dict(op.dims)
@@ -75,7 +76,8 @@ class DepthwiseBuilder:
         if self.HY:
             return hybrid_routes(self.R * self.S, self.HY, rows * self.Wo, self.op.clamp is not None, self.fp32)
         return choose_routes(self.R * self.S * self.CI, rows * self.Wo, self.op.clamp is not None, self.pe,
-                             self.fp32, self.extra(rows) if self.extra else (0.0, 0.0, 0.0), self.drain())
+                             self.fp32, self.extra(rows) if self.extra else (0.0, 0.0, 0.0), self.drain(),
+                             self.evicts_on_vector() and self.exact_evict)
 
     def drain(self) -> float:
         """The share of chunks whose ScalarE -> VectorE -> ScalarE chain is not hidden (choose_routes): the last of

@@ -135,14 +135,16 @@ def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True,
-                  extra: tuple[float, float, float] = (0.0, 0.0, 0.0), drain: float = 0.0) -> Routes:
+                  extra: tuple[float, float, float] = (0.0, 0.0, 0.0), drain: float = 0.0,
+                  vector_evict: bool = False) -> Routes:
     """The split of the taps over the engines with the smallest busiest-engine time per chunk of n elements per
     partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls; fp32 at the model's
     fp32 factor); `extra`: ns per chunk TensorE, ScalarE and VectorE spend on other work (a fused block's 1x1
     convs and their evictions); `drain`: the share of chunks whose chain runs alone (1 / chunks per pipeline: the
     last one's). A chunk's ScalarE products feed VectorE's adds, whose final add feeds ScalarE's eviction: one
     engine waits for the other along that chain, hidden behind the next chunks' taps except at a pipeline's end,
-    so the choice weighs busiest + drain * (chain - busiest)."""
+    so the choice weighs busiest + drain * (chain - busiest). `vector_evict`: VectorE evicts with the clamp (one
+    tensor_scalar, counted by `clamp`), ScalarE not at all (the MobileNet block's relu6)."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
     t = get_target()
     prm = {name: value for name, value, _ in target_params(t.name).table()}
@@ -160,13 +162,13 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
             for g in range(0, rest + 1, step):
                 for v in range(0, rest - g + 1, step):
                     sv = rest - g - v
-                    scalar = act * (1 + sv + g + (first == "s")) + extra[1]  # + the eviction
+                    scalar = act * (sv + g + (first == "s") + (not vector_evict)) + extra[1]  # + the eviction
                     vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp) + extra[2]
                     gpsimd = gps * max(0, g - 1)
                     busiest = max(scalar, vector, gpsimd, mm * k + extra[0])
                     instrs = 2 * taps - k - (first == "s") - (g > 0)
                     # ScalarE's products, then VectorE's adds (and GpSimdE's, in parallel), then the eviction
-                    chain = act * (sv + g + (first == "s")) + max(vector, gpsimd) + act
+                    chain = act * (sv + g + (first == "s")) + max(vector, gpsimd) + (not vector_evict) * act
                     cost = busiest + drain * max(0.0, chain - busiest)
                     key = (cost, instrs, Routes(k, first, sv, v, g, busiest))
                     if best is None or key[:2] < best[:2]:
