@@ -7,7 +7,7 @@ from tilec.compiler import ir, passes
 from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Buf, Copy, Dma, Sl, Stmt, View, full, whole
-from tilec.compiler.pool_costs import reduce_costs, vector_share
+from tilec.compiler.pool_costs import held, identity_ns, reduce_costs, tensor_rows_costs, vector_share
 from tilec.compiler.pool_segments import Segment, at_value, clip, segments, shifted
 from tilec.compiler.pool_tensor import TensorPasses
 from tilec.compiler.schedule import sbuf_budget
@@ -31,7 +31,7 @@ class WindowPool(TensorPasses):
         op, G = self.op, self.G
         self.choose_psum()
         self.choose_reduce()
-        ident = self.identity() if self.psum is not None else []
+        ident = self.identity() if self.psum is not None or self.share_rows else []
         tiles = (self.B if self.chip is None else self.per_image) // self.plan.tile_b
         note, line = f"for {dict(op.vars)['b']} (channel rows, tiles of TILE_P)", op.line_of("b")
         nest = loop("pb", tiles, self.tile_body(), note=note, line=line)
@@ -62,6 +62,37 @@ class WindowPool(TensorPasses):
                                            self.OB, self.Wo, xsegs, y_pass)
         if knobs.REDUCE == "on" or red < tt:
             self.reduce_x, self.x_cut, self.y_share = True, cut / rows, share if y_pass else None
+            if op.pool.op == "add" and self.G == 1 and self.chip is None and not op.relu and knobs.TENSOR_ROWS != 0:
+                self.choose_share(rows, xsegs, y_pass, tmp, red)
+
+    def choose_share(self, rows: int, xsegs: list[Segment], y_pass: bool, tmp: str, red: float) -> None:
+        """How many of a band's input rows TensorE sums along x beside the vector engines (`tensor_rows`): the k
+        whose busiest engine (TensorE, ScalarE with its evictions and the band's scale, or the vector engines'
+        passes over the other rows: reduce_costs) is least, when it beats the vector engines alone by more than
+        the identity matrix's set-up; candidates up to half the rows, every rows // 16 (the estimate is a double
+        loop per candidate). knob TENSOR_ROWS: None (the costs decide), 0 (off), or the rows."""
+        op, w = self.op, self.w
+        x, n, wo = self.x3.dtype, self.OB, self.Wo
+        spans = [sum(g.size for g in xsegs if t in g.taps) for t in range(op.pool.wx)]
+        spans = [size for size in spans if size]
+        scaled = n * wo if op.pool.scale != 1.0 or w.count == "inside" else 0  # the 1 / count, on ScalarE
+        best: tuple[float, int, float, float] = (red, 0, self.x_cut * rows, (self.y_share or 0.0) * n)
+        ks = [knobs.TENSOR_ROWS] if knobs.TENSOR_ROWS is not None else range(1, rows // 2 + 1, max(1, rows // 16))
+        for k in ks:
+            _, vec, cut, share = reduce_costs(op, x, tmp, self.o3.dtype, rows - k, n, wo, xsegs, y_pass)
+            tensor, scalar = tensor_rows_costs(x, k, wo, spans, scaled)
+            best = min(best, (max(vec, held(tensor, max(vec, scalar)), scalar), k, cut, share * n))
+        tiles = self.B // self.plan.tile_b
+        bands = tiles * -(-w.out[0] // self.OB)
+        if knobs.TENSOR_ROWS is None and (tiles < knobs.PEEL_TILES or (red - best[0]) * bands <=
+                                          identity_ns(DTYPE_BYTES[x])):
+            # with few tiles the first one's pass along x waits for the identity and TensorE's warm-up, on the
+            # kernel's path (measured, model, f32 batch 1, 2 tiles: avgpool 3x3 s1 11.10 -> 11.73 us, 5x5 s1
+            # 14.93 -> 16.28)
+            return
+        if best[1]:
+            self.share_rows = best[1]
+            self.x_cut, self.y_share = best[2] / (rows - best[1]), best[3] / n if y_pass else None
 
     def peeled(self, tiles: int, note: str, line: int) -> list[Stmt]:
         """The partition-tile loop of a pool through PSUM with its first tile from SBUF (both passes shared between
@@ -237,6 +268,12 @@ class WindowPool(TensorPasses):
                     for part in parts:
                         out += self.window_pass(cur, dview, axis, part, stride, shift, window, final=final,
                                                 counted=counted)
+            elif axis == 2 and self.reduce_x and 0 < self.share_rows < rows and final is None:
+                # TensorE sums the first rows, VectorE reduces the next ones, GpSimdE combines the last
+                k = self.share_rows
+                out += self.tensor_rows(cur, dview, segs, stride, shift, window, k)
+                out += self.reduce_split(self._rows(cur, k, rows - k), self._rows(dview, k, rows - k), segs, stride,
+                                         shift, window)
             elif axis == 2 and self.reduce_x:  # window reductions on VectorE, the last rows GpSimdE's combines
                 out += self.reduce_split(cur, dview, segs, stride, shift, window, final)
             elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
