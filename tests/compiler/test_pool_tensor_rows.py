@@ -28,11 +28,10 @@ def run_pool(kind: str, r: int, s: int, pad: int, dtype: str, **sizes: int) -> s
 @pytest.mark.parametrize("kind,r,s,pad,rows", [("avg", 3, 1, 1, 1), ("avg", 5, 1, 2, 3), ("avg", 5, 2, 2, 4),
                                                ("avgx", 3, 1, 1, 2), ("avg", 4, 1, 0, 2), ("avg", 7, 3, 3, 5)])
 def test_forced_tensor_rows_match_numpy(monkeypatch, dtype, kind, r, s, pad, rows):
-    """TENSOR_ROWS forced: padding (border outputs with fewer taps), strides 1-3, count_include_pad=False (the
+    """TENSOR_ROWS forced (REDUCE on: the share sits beside VectorE's reductions): padding (border outputs with fewer taps), strides 1-3, count_include_pad=False (the
     counts after the passes), two partition tiles of 80, ragged 13 x 11 maps."""
     monkeypatch.setattr(pool_knobs, "TENSOR_ROWS", rows)
     monkeypatch.setattr(pool_knobs, "REDUCE", "on")
-    monkeypatch.setattr(pool_knobs, "PSUM", "off")
     source = run_pool(kind, r, s, pad, dtype, h=13, w=11, n=2, c=80)
     assert "X_share" in source and "nisa.nc_matmul(" in source
 
@@ -47,11 +46,9 @@ def test_costs_take_tensor_rows_with_three_tiles(r, s, pad):
 
 def test_two_tiles_or_the_knob_off_keep_the_vector_engines():
     """Two partition tiles (batch 1 of the families' 5x5 row): the identity and TensorE's warm-up would sit on the
-    first tile's path, so no share; TENSOR_ROWS = 0 turns it off everywhere."""
+    first tile's path, so no share; TENSOR_ROWS = 0 or PSUM = off turn it off everywhere."""
     assert "X_share" not in run_pool("avg", 5, 1, 2, "f32", h=12, w=12, n=2, c=96)
-    pool_knobs_off = pytest.MonkeyPatch()
-    pool_knobs_off.setattr(pool_knobs, "TENSOR_ROWS", 0)
-    try:
-        assert "X_share" not in run_pool("avg", 5, 1, 2, "f32", h=12, w=12, n=3, c=128)
-    finally:
-        pool_knobs_off.undo()
+    for knob, value in (("TENSOR_ROWS", 0), ("PSUM", "off")):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(pool_knobs, knob, value)
+            assert "X_share" not in run_pool("avg", 5, 1, 2, "f32", h=12, w=12, n=3, c=128)

@@ -62,7 +62,8 @@ class WindowPool(TensorPasses):
                                            self.OB, self.Wo, xsegs, y_pass)
         if knobs.REDUCE == "on" or red < tt:
             self.reduce_x, self.x_cut, self.y_share = True, cut / rows, share if y_pass else None
-            if op.pool.op == "add" and self.G == 1 and self.chip is None and not op.relu and knobs.TENSOR_ROWS != 0:
+            if op.pool.op == "add" and self.G == 1 and self.chip is None and not op.relu and knobs.TENSOR_ROWS != 0 \
+                    and knobs.PSUM != "off":  # (the share goes through PSUM)
                 self.choose_share(rows, xsegs, y_pass, tmp, red)
 
     def choose_share(self, rows: int, xsegs: list[Segment], y_pass: bool, tmp: str, red: float) -> None:
