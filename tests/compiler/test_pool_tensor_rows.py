@@ -52,3 +52,11 @@ def test_two_tiles_or_the_knob_off_keep_the_vector_engines():
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(pool_knobs, knob, value)
             assert "X_share" not in run_pool("avg", 5, 1, 2, "f32", h=12, w=12, n=3, c=128)
+
+
+def test_no_share_without_a_tap_every_output_has():
+    """6 taps, stride 2, padding 3 on 14 columns: no column tap reaches every output (the border outputs' taps
+    differ), so no matmul can start the accumulation over all of them: the vector engines keep the pass (an
+    IndexError before, found by a random sweep)."""
+    assert "X_share" not in run_pool("avg", 6, 2, 3, "f32", h=18, w=14, n=3, c=128)
+

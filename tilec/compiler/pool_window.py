@@ -76,6 +76,8 @@ class WindowPool(TensorPasses):
         x, n, wo = self.x3.dtype, self.OB, self.Wo
         spans = [sum(g.size for g in xsegs if t in g.taps) for t in range(op.pool.wx)]
         spans = [size for size in spans if size]
+        if wo not in spans:  # no tap every output has, to start the PSUM accumulation over all of them
+            return
         scaled = n * wo if op.pool.scale != 1.0 or w.count == "inside" else 0  # the 1 / count, on ScalarE
         best: tuple[float, int, float, float] = (red, 0, self.x_cut * rows, (self.y_share or 0.0) * n)
         ks = [knobs.TENSOR_ROWS] if knobs.TENSOR_ROWS is not None else range(1, rows // 2 + 1, max(1, rows // 16))
