@@ -185,6 +185,34 @@ def reduce_costs(op: PoolOp, x: str, tmp: str, out: str, rows: int, n: int, wo: 
     return tt[0], red[0], red[1], red[2] / n
 
 
+def tensor_rows_costs(x: str, k: int, wo: int, spans: list[int], scaled: int) -> tuple[float, float]:
+    """(TensorE ns, ScalarE ns) of a sum's pass along x over k input rows on TensorE (`TensorPasses.tensor_rows`):
+    per chunk of rows (one PSUM bank), one identity matmul per tap over the outputs it reaches (spans: their
+    counts), fp32 moving data at mm_fp32_factor; ScalarE evicts each chunk and scales the band's `scaled` outputs
+    by 1 / count (the model's costs, tilec/perf/costs.py, params.py)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    chunk = max(1, min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // wo)
+    chunks = [min(chunk, k - r0) for r0 in range(0, k, chunk)]
+    factor = prm["mm_fp32_factor"] if x == "f32" else 1.0
+    tensor = sum(max(prm["mm_min_cycles"], c * size) + prm["mm_fixed_cycles"] for c in chunks for size in spans)
+    mn, ss = prm["min_ii_cycles"], prm["scalar_static_cycles"]
+    scalar = sum(max(mn, c * wo) + ss for c in chunks) + (max(mn, scaled) + ss if scaled else 0)
+    return tensor * factor / prm["tensor_ghz"], scalar / prm["scalar_ghz"]
+
+
+def held(tensor: float, others: float) -> float:
+    """TensorE's time for `tensor` ns of work in a band whose other engines take `others` ns: Trn2's throttle
+    holds it at throttle_start_fraction of its rate while its utilization over the trailing window is below
+    throttle_min_utilization (tilec/perf/throttle.py), which a TensorE busy for a small part of each band is."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    f0, low = prm["throttle_start_fraction"], prm["throttle_min_utilization"]
+    if f0 >= 1.0 or tensor >= low * max(tensor, others):
+        return tensor
+    return tensor / f0
+
+
 def _split(prm: dict, rows: int, n: int, wo: int, wx: int, wy: int, sy: int, tmp: str, out: str,
            vec_x_ns) -> tuple[float, int, int]:
     """(time, VectorE's input rows of the pass along x, its output rows of the pass along y) of the best cuts, with

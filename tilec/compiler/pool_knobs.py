@@ -27,3 +27,5 @@ ONE_BLOCK_DMA = True  # a band's (or a tile's) G row blocks loaded / stored as o
 #                       one_store; False: one DMA per block, tests, measures)
 SEAMS_PER_BLOCK = 1  # a max or min pool interleaves its row blocks only with at most this many seam rows per block
 #                     (rules_pool.interleaved; more: the row blocks, each band's blocks one DMA)
+TENSOR_ROWS: int | None = None  # input rows per band whose pass along x TensorE sums beside the vector engines
+#                                (pool_window.choose_share: None the model's costs decide, 0 off; tests, measures)

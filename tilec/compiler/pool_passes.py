@@ -69,6 +69,7 @@ class WindowPasses:
         self.full_rows_n = 0  # output rows per band TensorE sums whole (with the taps; `full_block`)
         self.y_cut: int | None = None  # where the last split combine along y changed engines (combine_shared)
         self.reduce_x = False  # the pass along x as window reductions on VectorE (reduce_pass; choose_reduce)
+        self.share_rows = 0  # input rows per band whose pass along x TensorE sums (pool_window.build)
         self.x_cut = 1.0  # ...over this part of a band's input rows, GpSimdE's combines over the rest
         self.on_gpsimd = False  # every combine of the pass along x on GpSimdE (reduce_split)
         # blocks of output rows (few channel rows, not interleaved): each band writes its rows of one tile-wide output

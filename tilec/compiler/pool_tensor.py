@@ -136,3 +136,31 @@ class TensorPasses(WindowPasses):
             out.append(Act(View(ob, (full(P), sl(m0, k), cols)), View(ps, (full(P), mine, cols)), "copy", None,
                            scale * factor, line))
         return out
+
+    def tensor_rows(self, src: View, dst: View, segs: list[Segment], stride: int, shift: int, window: int,
+                    k: int) -> list[Stmt]:
+        """The pass along x of a sum's first k input rows on TensorE, beside the vector engines' share of the other
+        rows (reduce_split): per chunk of rows (one PSUM bank), one identity matmul per tap accumulates the tap's
+        strided view of the rows into the outputs it reaches (exact in fp32 PSUM), ScalarE evicts the chunk into
+        dst's rows unscaled (the pass along y reads them like the vector engines' rows)."""
+        line, xb, n = self.op.line, src.buf, sum(g.size for g in segs)
+        P, ident = xb.shape[0], self.shared.ident
+        assert ident is not None and src == whole(xb)
+        every = [t for t in range(window) if all(t in g.taps for g in segs)]
+        first = every[len(every) // 2]
+        reach = {t: [g for g in segs if t in g.taps] for t in range(window) if t != first}
+        spans = [(first, 0, n)] + [(t, gs[0].start, sum(g.size for g in gs)) for t, gs in reach.items() if gs]
+        chunk = max(1, min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // n)
+        out: list[Stmt] = []
+        for r0 in range(0, k, chunk):
+            cr = min(chunk, k - r0)
+            ps = Buf(self.name(f"{self.op.src}_share", (cr,)), "psum", "f32", (P, cr, n))
+            out.append(Alloc(ps, zero=True, line=line))
+            for t, o0, size in spans:
+                cols = Sl(a(o0 * stride + t + shift), size, stride if size > 1 else 1)
+                moving = View(xb, (full(P), sl(r0, cr), cols))
+                out.append(Matmul(View(ps, (full(P), full(cr), sl(o0, size))), View(ident, (sl(0, P), sl(0, P))),
+                                  moving, line))
+            out.append(Act(self._rows(dst, r0, cr), whole(ps), "copy", None, 1.0, line))
+        return out
+

@@ -7,7 +7,7 @@ from tilec.compiler import ir, passes
 from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Buf, Copy, Dma, Sl, Stmt, View, full, whole
-from tilec.compiler.pool_costs import reduce_costs, vector_share
+from tilec.compiler.pool_costs import held, identity_ns, reduce_costs, tensor_rows_costs, vector_share
 from tilec.compiler.pool_segments import Segment, at_value, clip, segments, shifted
 from tilec.compiler.pool_tensor import TensorPasses
 from tilec.compiler.schedule import sbuf_budget
@@ -31,7 +31,7 @@ class WindowPool(TensorPasses):
         op, G = self.op, self.G
         self.choose_psum()
         self.choose_reduce()
-        ident = self.identity() if self.psum is not None else []
+        ident = self.identity() if self.psum is not None or self.share_rows else []
         tiles = (self.B if self.chip is None else self.per_image) // self.plan.tile_b
         note, line = f"for {dict(op.vars)['b']} (channel rows, tiles of TILE_P)", op.line_of("b")
         nest = loop("pb", tiles, self.tile_body(), note=note, line=line)
@@ -62,6 +62,40 @@ class WindowPool(TensorPasses):
                                            self.OB, self.Wo, xsegs, y_pass)
         if knobs.REDUCE == "on" or red < tt:
             self.reduce_x, self.x_cut, self.y_share = True, cut / rows, share if y_pass else None
+            if op.pool.op == "add" and self.G == 1 and self.chip is None and not op.relu and knobs.TENSOR_ROWS != 0 \
+                    and knobs.PSUM != "off":  # (the share goes through PSUM)
+                self.choose_share(rows, xsegs, y_pass, tmp, red)
+
+    def choose_share(self, rows: int, xsegs: list[Segment], y_pass: bool, tmp: str, red: float) -> None:
+        """How many of a band's input rows TensorE sums along x beside the vector engines (`tensor_rows`): the k
+        whose busiest engine (TensorE, ScalarE with its evictions and the band's scale, or the vector engines'
+        passes over the other rows: reduce_costs) is least, when it beats the vector engines alone by more than
+        the identity matrix's set-up; candidates up to half the rows, every rows // 16 (the estimate is a double
+        loop per candidate). knob TENSOR_ROWS: None (the costs decide), 0 (off), or the rows."""
+        op, w = self.op, self.w
+        x, n, wo = self.x3.dtype, self.OB, self.Wo
+        spans = [sum(g.size for g in xsegs if t in g.taps) for t in range(op.pool.wx)]
+        spans = [size for size in spans if size]
+        if wo not in spans:  # no tap every output has, to start the PSUM accumulation over all of them
+            return
+        scaled = n * wo if op.pool.scale != 1.0 or w.count == "inside" else 0  # the 1 / count, on ScalarE
+        best: tuple[float, int, float, float] = (red, 0, self.x_cut * rows, (self.y_share or 0.0) * n)
+        ks = [knobs.TENSOR_ROWS] if knobs.TENSOR_ROWS is not None else range(1, rows // 2 + 1, max(1, rows // 16))
+        for k in ks:
+            _, vec, cut, share = reduce_costs(op, x, tmp, self.o3.dtype, rows - k, n, wo, xsegs, y_pass)
+            tensor, scalar = tensor_rows_costs(x, k, wo, spans, scaled)
+            best = min(best, (max(vec, held(tensor, max(vec, scalar)), scalar), k, cut, share * n))
+        tiles = self.B // self.plan.tile_b
+        bands = tiles * -(-w.out[0] // self.OB)
+        if knobs.TENSOR_ROWS is None and (tiles < knobs.PEEL_TILES or (red - best[0]) * bands <=
+                                          identity_ns(DTYPE_BYTES[x])):
+            # with few tiles the first one's pass along x waits for the identity and TensorE's warm-up, on the
+            # kernel's path (measured, model, f32 batch 1, 2 tiles: avgpool 3x3 s1 11.10 -> 11.73 us, 5x5 s1
+            # 14.93 -> 16.28)
+            return
+        if best[1]:
+            self.share_rows = best[1]
+            self.x_cut, self.y_share = best[2] / (rows - best[1]), best[3] / n if y_pass else None
 
     def peeled(self, tiles: int, note: str, line: int) -> list[Stmt]:
         """The partition-tile loop of a pool through PSUM with its first tile from SBUF (both passes shared between
@@ -237,6 +271,12 @@ class WindowPool(TensorPasses):
                     for part in parts:
                         out += self.window_pass(cur, dview, axis, part, stride, shift, window, final=final,
                                                 counted=counted)
+            elif axis == 2 and self.reduce_x and 0 < self.share_rows < rows and final is None:
+                # TensorE sums the first rows, VectorE reduces the next ones, GpSimdE combines the last
+                k = self.share_rows
+                out += self.tensor_rows(cur, dview, segs, stride, shift, window, k)
+                out += self.reduce_split(self._rows(cur, k, rows - k), self._rows(dview, k, rows - k), segs, stride,
+                                         shift, window)
             elif axis == 2 and self.reduce_x:  # window reductions on VectorE, the last rows GpSimdE's combines
                 out += self.reduce_split(cur, dview, segs, stride, shift, window, final)
             elif axis == 2 and self.psum is not None:  # X through PSUM: VectorE reads it at 1 cycle per element
@@ -307,8 +347,8 @@ class WindowPool(TensorPasses):
         """Block g's band rows onto partitions g*B..: one DMA for all blocks when their rows lie inside X and the
         blocks are evenly spaced (a loop over the blocks that dma_merge.py makes one DMA, as `one_store`), else one
         DMA each; a row outside X (only in a peeled band) holds
-        the identity: 0 for a sum (the band zeroed first), the nearest row of X for a max or min (a row the window
-        reads anyway, so it never changes the result)."""
+        the identity: 0 for a sum (`zero_rows`), the nearest row of X for a max or min (a row the window reads
+        anyway, so it never changes the result)."""
         B, line, pad = self.plan.tile_b, self.op.line, []
         pb = sl(a(term("pb", B, "TILE_P")), B)
         step, sy = self.block_step(), self.w.stride[0]
@@ -329,7 +369,33 @@ class WindowPool(TensorPasses):
                            View(self.x3, (pb, Sl(src, hi - lo), full(self.W))), line))
             pad += [(part, r, 0 if r + start < 0 else self.H - 1) for r in range(rows) if not lo <= r + start < hi]
         if pad and self.op.pool.op == "add":
-            return [Alloc(xb, zero=True, line=line)] + out
+            return [Alloc(xb, line=line)] + self.zero_rows(xb, pad) + out
         return [Alloc(xb, line=line)] + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))),
                                                    View(self.x3, (pb, sl(src_row, 1), full(self.W))),
                                                    line) for part, r, src_row in pad]
+
+    def zero_rows(self, xb: Buf, pad: list[tuple[Sl, int, int]]) -> list[Stmt]:
+        """A sum's band rows outside X set to 0: a small zeroed tile, copied by ScalarE into each run of such rows
+        of a block. Zeroing the whole band instead (a memset of every row) made each of the band's loads wait for
+        it: avgpool5x5s2 f32 batch 1 in row blocks, a 3.6 us VectorE memset of 128 x 31 x 112 per band (model)."""
+        line, runs = self.op.line, list[tuple[Sl, int, int]]()
+        for part, r, _ in pad:  # runs of consecutive rows of one block (pad lists them in order per block)
+            if runs and runs[-1][0] == part and runs[-1][1] + runs[-1][2] == r:
+                runs[-1] = (part, runs[-1][1], runs[-1][2] + 1)
+            else:
+                runs.append((part, r, 1))
+        rows = max(n for _, _, n in runs)
+        zero = Buf(self.name(f"{self.op.src}_zero", (rows,)), "sbuf", xb.dtype, (xb.shape[0], rows, self.W))
+        out: list[Stmt] = [Alloc(zero, zero=True, line=line)]
+        return out + [
+            Act(View(xb, (p, sl(r, n), full(self.W))), View(zero, (p, sl(0, n), full(self.W))), "copy", None, 1.0,
+                line) for p, r, n in dict.fromkeys((engine_part(part, xb.shape[0]), r, n) for part, r, n in runs)]
+
+
+def engine_part(part: Sl, P: int) -> Sl:
+    """`part`, or all P partitions when an engine may not start an access of its size there (nki-spec §1.6: 33 to
+    64 partitions start at 0 or 64, up to 32 at a multiple of 32): the copy then also zeroes other blocks' rows,
+    which their loads (after it) overwrite."""
+    start, n = part.start.const, part.size
+    return part if start in ((0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)) else full(P)
+

@@ -51,7 +51,7 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
     w = op.window
     assert w is not None
     (sy, sx), (oy, ox) = w.stride, w.offset
-    split = interleaved(op, plan)
+    split = interleaved(op, plan, dtypes[0] if dtypes is not None else "f32")
     band = plan.band if split is None else interleaved_band(plan, split)
     rows = (band - 1) * sy + op.pool.wy
     scale = op.pool.scale / (op.pool.wy * op.pool.wx if w.count == "inside" else 1)
@@ -89,7 +89,7 @@ def build_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) ->
 
 
 def build_window_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
-    split = interleaved(op, plan)
+    split = interleaved(op, plan, hbm[op.src].dtype)
     if split is not None:
         return build_interleaved(op, plan, hbm, fresh, split)
     pool = WindowPool(op, plan, hbm, fresh)
@@ -108,9 +108,9 @@ class Interleave:
     seams: tuple[tuple[int, int], ...]  # runs of output rows [start, stop) computed apart
 
 
-def interleaved(op: PoolOp, plan: PoolPlan) -> Interleave | None:
+def interleaved(op: PoolOp, plan: PoolPlan, dtype: str) -> Interleave | None:
     """The interleaved form of a pool planned in row blocks (few channel rows), when X's and Y's rows split evenly
-    into the blocks (G * H/G input rows, H/G = Ho/G * stride)."""
+    into the blocks (G * H/G input rows, H/G = Ho/G * stride); dtype: X's."""
     w, G = op.window, plan.blocks
     assert w is not None
     B, H = op.dim("B"), op.dim("H")
@@ -123,18 +123,30 @@ def interleaved(op: PoolOp, plan: PoolPlan) -> Interleave | None:
     if end - first < knobs.MIN_INTERLEAVED:
         return None
     rows = [g * (Ho // G) + r for g in range(G) for r in range(Ho // G) if not first <= r < end]
-    if op.pool.op != "add" and len(rows) > knobs.SEAMS_PER_BLOCK * G:
+    if len(rows) > knobs.SEAMS_PER_BLOCK * G and not kept_for_taps(op, dtype):
         # the row blocks store a band's blocks as one DMA too (pool_window.one_store: Ho splits evenly), which was
         # the interleaved form's advantage; what it still costs is its seams, computed apart on B of the partitions,
         # while the blocks only reload wy - sy halo rows per band (a max reads a row of X where the blocks' rows
-        # leave X; a sum zeroes the band, so sums keep the seams). Measured (model, f32 batch 1, 64 channel rows,
+        # leave X, a sum zeroes those rows: pool_window.zero_rows). Measured (model, f32 batch 1, 64 channel rows,
         # max): 3x3 s1 pad 1 56 x 56 14.75 -> 11.01 us, 5x5 s2 pad 2 112 x 112 24.87 -> 22.74, 7x7 s2 pad 3
-        # 44.37 -> 34.73; 3x3 s2 pad 1 (one seam row per block) stays interleaved: 15.18 against 16.48
+        # 44.37 -> 34.73; 3x3 s2 pad 1 (one seam row per block) stays interleaved: 15.18 against 16.48. Sums
+        # (avg, f32): 14.81 -> 12.62, 25.18 -> 24.39, 44.64 -> 36.47; 32 channel rows 3x3 s1 56 x 56 14.01 -> 7.98
         return None
     seams: list[tuple[int, int]] = []
     for r in rows:
         seams = seams[:-1] + [(seams[-1][0], r + 1)] if seams and seams[-1][1] == r else seams + [(r, r + 1)]
     return Interleave(G, first, end, tuple(seams))
+
+
+def kept_for_taps(op: PoolOp, dtype: str) -> bool:
+    """A 16-bit sum whose rows step by more than 1 keeps the Interleave: there (one partition tile) TensorE sums
+    the taps of the pass along x (psum_choice), which reads stride x more input rows than the pass along y writes,
+    and the row blocks have no PSUM form. Measured (model, bf16 batch 1, 64 channel rows, interleaved -> blocks):
+    5x5 s2 pad 2 112 x 112 18.74 -> 21.44 us, 7x7 s2 pad 3 28.71 -> 33.36; at stride 1 the blocks win or tie
+    anyway: 5x5 pad 2 56 x 56 17.51 -> 16.28, 3x3 pad 1 11.47 -> 11.46, 32 channel rows 3x3 13.36 -> 7.38."""
+    w = op.window
+    assert w is not None
+    return op.pool.op == "add" and w.stride[0] > 1 and dtype in knobs.HALF
 
 
 def interleaved_band(plan: PoolPlan, split: Interleave) -> int:
