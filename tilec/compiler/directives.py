@@ -10,9 +10,11 @@ import math
 
 from dataclasses import replace
 
+from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
-                                     eltwise_free, fmt_arg, fmt_directive, sbuf_budget, var_of)
+                                     eltwise_free, eltwise_loop, eltwise_trips, fmt_arg, fmt_directive, sbuf_budget,
+                                     var_of)
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp
 from tilec.compiler.placement import chain_consumer, chain_reason, hbm_reason, kind, reads
 from tilec.errors import TilecError
@@ -473,13 +475,42 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +  alloc X_band: sbuf f32[128, 2, 10, 8]  # tl:12
         -    for n in affine(2):  # tl:11
         +    for n in sequential(2):  # tl:11
+
+    On an element-wise statement, `buffers X, 1` (X an operand read like the output, or the output) allocates X's
+    tile once, before the tile loops, which become sequential: each load waits for the previous tile's work (golden
+    excerpt: tests/golden/compiler/directives/buffers_eltwise.txt):
+
+        +  alloc A_tile: sbuf f32[128, 1024]  # tl:4
+        -      for t in affine(4):  # tl:4
+        +      for t in sequential(4):  # tl:4
     """
     n = _int(d, 1)
     if n > 4:
         raise bad(d, f"{n} buffers of an input band is more than the 4 the SBUF budget allows")
-    if not isinstance(plan, ConvPlan):  # the only plan with multi-buffered inputs (x_bufs)
+    if isinstance(plan, EltwisePlan):
+        assert isinstance(op, EltwiseOp)
+        return _buffers_eltwise(op, plan, d, n)
+    if not isinstance(plan, ConvPlan):  # the only plans with buffer settings (x_bufs, single)
         raise bad(d, f"{op.name} has no multi-buffered input")
     return replace(plan, x_bufs=n)
+
+
+def _buffers_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) -> EltwisePlan:
+    assert isinstance(d.args[0], sx.Ref)  # op_for found the op by it
+    name = d.args[0].parts[0]
+    if name in op.rows + op.columns:
+        how = "a row copied to every partition" if name in op.rows else "a column of one value per partition"
+        raise bad(d, f"{name} is broadcast in {op.name} ({how}): it is staged once per partition tile or once for "
+                     f"the nest, not per tile, and has no buffer setting", "remove the directive")
+    if name != op.out and name not in op.inputs:
+        raise bad(d, f"{name} is computed into {op.name} (an element-wise statement fused into it): it has no tiles "
+                     f"of its own", "remove the directive")
+    if n != 1:
+        raise bad(d, f"the tiles of {name} are allocated inside {op.name}'s tile loop, so the NKI compiler already "
+                     f"keeps several in flight (its own rotation): {n} buffers would leave the kernel as it is",
+                  f"`buffers {name}, 1` (one buffer: each tile's load waits for the previous tile's work) is the "
+                  "setting that changes it; or remove the directive")
+    return replace(plan, single=tuple(sorted({*plan.single, name})))
 
 
 def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
@@ -487,11 +518,40 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
         -          for s in affine(3):  # tl:14
         +          for s in static(3):  # tl:14
+
+    `unroll Y.v` of an element-wise statement: the tile loop v runs through (free tiles, partition tiles, or the
+    outer loops of a broadcast layout; schedule.eltwise_loop) becomes a static range, and its tiles are not
+    software-pipelined (golden excerpt: tests/golden/compiler/directives/unroll_eltwise.txt):
+
+        -      for t in affine(4):  # tl:4
+        +      for t in static(4):  # tl:4
     """
     role = ref_role(op, d.args[0], d)
+    if isinstance(plan, EltwisePlan):
+        assert isinstance(op, EltwiseOp)
+        return _unroll_eltwise(op, plan, d)
     if not isinstance(plan, ConvPlan) or role not in ("c", "r", "s"):
-        raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) can be unrolled")
+        raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) and the tile loops of an "
+                     "element-wise statement can be unrolled")
     return replace(plan, unroll=tuple(sorted(set(plan.unroll) | {role})))
+
+
+def _unroll_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive) -> EltwisePlan:
+    var = _loop(d)
+    kind_ = eltwise_loop(op, var)
+    what = {"t": "free tiles", "pt": "partition tiles", "o": "outer indices"}[kind_]
+    trips = eltwise_trips(op, plan)
+    if not trips:
+        raise bad(d, f"{op.name}'s {plan.parts} x {plan.free} tiles do not divide its {op.size} elements: the tiles "
+                     "are cut where the data allows, and their loops are not known before scheduling",
+                  f"tile {op.name}.{var} with a divisor of {op.size // plan.parts} first")
+    if trips[kind_] <= 1:
+        raise bad(d, f"{op.name}'s loop over {what} (where `{var}` goes) has one iteration: nothing to unroll",
+                  "remove the directive")
+    if trips[kind_] > UNROLL_MAX:
+        raise bad(d, f"{op.name}'s loop over {what} (where `{var}` goes) has {trips[kind_]} iterations, more than "
+                     f"the {UNROLL_MAX} one unrolled loop may have", f"use larger tiles (tile {op.name}.{var}, N)")
+    return replace(plan, unroll=tuple(sorted({*plan.unroll, kind_})))
 
 
 def apply_method(op: Op, plan: Plan, d: sx.Directive) -> Plan:
@@ -522,6 +582,13 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
         owned = {op.name, op.out} | set(getattr(op, "fused", ())) | {getattr(op, "w", None), getattr(op, "x", None)}
         if name in owned:
             return op
+    readers = [op for op in ops if name in reads(op)]
+    if d.name == "buffers" and len(readers) == 1:
+        return readers[0]  # the tiles of an operand of one statement (apply_buffers)
+    if d.name == "buffers" and readers:
+        raise bad(first, f"{name} is read by {' and '.join(op.name for op in readers)}: `buffers` sets the tiles of "
+                         "one statement's operand", "remove the directive")
+
     def names(op: Op) -> str:  # the names a directive may start with, for the hint
         tensors = [t for t in (getattr(op, "x", None), getattr(op, "w", None), op.out) if t and t != op.name]
         return f"{op.name} (tensors {', '.join(tensors)})" if tensors else op.name

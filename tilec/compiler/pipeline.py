@@ -27,7 +27,7 @@ from tilec.compiler.named import name_sizes, size_consts
 from tilec.compiler.names import NameAllocator, program_names, sanitised, unique
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.tensorize import match
-from tilec.compiler.directives import apply_schedule
+from tilec.compiler.directives import apply_schedule, op_for
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.schedule import (ConvPlan, default_plan, default_transpose, plan_directives, print_plans,
                                      print_schedule)
@@ -144,6 +144,9 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
     scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
+    # `buffers X, 1` of an element-wise statement's operand: the statement is scheduled by its plan (no row chain)
+    scheduled |= {op.name for d in directives if d.name == "buffers" for op in (op_for(d, ops),)
+                  if type(op) is EltwiseOp}
     chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     choices = placement.chain_choices(ops, plans, program.kernel.outputs, tuple(directives), hbm, tgt.name,
@@ -402,7 +405,8 @@ def _scheduled(program, target: Target):
         scheduled = rules.apply(nest, prims, target)
         verify_nest(scheduled, f"the schedule of {op.name}")
         built = lower_tiles(scheduled, prims, hbm, fresh, target)
-        if type(op) is EltwiseOp:  # the next tile's loads issued before this tile's work and stores (pair_tiles.py)
+        if type(op) is EltwiseOp and not (plan.unroll or plan.single):  # (a static loop, or one buffer: no pairs)
+            # the next tile's loads issued before this tile's work and stores (pair_tiles.py)
             return skew_row_tiles(built, sbuf_budget(target), fresh, var="t", tile_const="TILE_F", note=AHEAD,
                                   min_tiles=AHEAD_TILES) or built
         return built

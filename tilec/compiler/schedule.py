@@ -103,6 +103,10 @@ class TransposePlan:
 class EltwisePlan:
     parts: int
     free: int
+    # `unroll Y.v`: the tile loops made static ranges, by the part of the layout v is in: "o" (outer loops of a
+    # broadcast layout), "pt" (partition tiles), "t" (free tiles; every loop of flattened data)
+    unroll: tuple[str, ...] = ()
+    single: tuple[str, ...] = ()  # `buffers X, 1`: tensors whose tiles use one buffer for the whole nest
 
 
 @dataclass(frozen=True)
@@ -482,7 +486,31 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
         return (directive("tile", v("r0"), plan.parts), directive("tile", v("k0"), plan.free))
     if isinstance(plan, ReducePlan):
         return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free))
-    return (directive("tile", v("d0"), plan.free),)
+    assert isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp)
+    loops = {kind: var for kind, var in ((eltwise_loop(op, var), var) for _, var in reversed(op.vars))}
+    return (directive("tile", v("d0"), plan.free), *(directive("unroll", (op.name, loops[u])) for u in plan.unroll),
+            *(directive("buffers", x, 1) for x in plan.single))
+
+
+def eltwise_loop(op: EltwiseOp, var: str) -> str:
+    """The tile loop of an element-wise kernel that the op's loop `var` runs through: "t" (free tiles; every loop of
+    flattened data), "pt" (partition tiles) or "o" (the outer loops of a broadcast layout)."""
+    if not op.layout:
+        return "t"
+    at = [v for _, v in op.vars].index(var)
+    return "o" if at < op.run[0] else "pt" if at < op.run[1] else "t"
+
+
+def eltwise_trips(op: EltwiseOp, plan: EltwisePlan) -> dict[str, int]:
+    """Iterations of each tile loop of rules.eltwise's kernel (of its largest region when the tiles are ragged);
+    {} for flattened data the tiles do not divide (the rule then picks where the partitions end)."""
+    if not op.layout:
+        per = op.size // plan.parts
+        return {"t": per // plan.free} if op.size % plan.parts == 0 and per % plan.free == 0 else {}
+    P, F = op.dim("P"), op.dim("F")
+    ragged = P % min(plan.parts, P) != 0
+    free = min(row_free(F, plan.free, len(op.rows), rows_per_outer(op), ragged), F)
+    return {"o": op.dim("O"), "pt": -(-P // min(plan.parts, P)), "t": -(-F // free)}
 
 
 def print_plans(ops: tuple[Op, ...], plans: tuple[Plan, ...]) -> str:
