@@ -105,6 +105,8 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return _tile_conv(op, plan, d, role, n)
     if isinstance(plan, EltwisePlan):
         assert isinstance(op, EltwiseOp)
+        if eltwise_loop(op, _loop(d)) != "t":
+            return _tile_partitions(op, plan, d, n)
         free = eltwise_free(op, plan.parts)  # the tile counts elements per partition, not along the user's loop
         if n > free:  # (a tile that does not divide them is ragged: whole tiles and a smaller last one)
             raise bad(d, f"a tile of {n} elements is wider than the {free} each partition holds (the data is laid "
@@ -135,6 +137,23 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         raise bad(d, f"tile of {n} on the partition dimension exceeds {PMAX}")
     _div(d, n, op.dim("B"), "tile")
     return replace(plan, tile_b=n)
+
+
+def _tile_partitions(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) -> EltwisePlan:
+    """`tile Y.i, 64` with i in the partition run of a broadcast layout (`Y[i, j] = X[i, j] - c[i]`): 64 partitions
+    per tile (a tile that does not divide the rows leaves a smaller last one); a loop of the outer run has no tile."""
+    a, b = op.run
+    names = [var for _, var in op.vars]
+    if eltwise_loop(op, _loop(d)) == "o":
+        raise bad(d, f"`{_loop(d)}` is an outer loop of {op.name}'s layout (outer {', '.join(names[:a])} x partitions "
+                     f"{', '.join(names[a:b])} x free {', '.join(names[b:]) or '-'}): the kernel takes its indices one "
+                     f"at a time, it has no tile", f"tile {op.name}.{names[a]} (partitions) or a free loop")
+    if n > PMAX:
+        raise bad(d, f"a tile of {n} on the partition dimension exceeds {PMAX}", f"use at most {PMAX}")
+    if n > op.dim("P"):
+        raise bad(d, f"a tile of {n} partitions is more than the {op.dim('P')} rows of {', '.join(names[a:b])}",
+                  f"use at most {op.dim('P')}")
+    return replace(plan, parts=n)
 
 
 def _tile_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str, n: int) -> ReducePlan:
@@ -480,9 +499,9 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     tile once, before the tile loops, which become sequential: each load waits for the previous tile's work (golden
     excerpt: tests/golden/compiler/directives/buffers_eltwise.txt):
 
-        +  alloc A_tile: sbuf f32[128, 1024]  # tl:4
-        -      for t in affine(4):  # tl:4
-        +      for t in sequential(4):  # tl:4
+        +  alloc x_tile: sbuf f32[128, 1024]  # tl:7
+        -    for t in affine(4):  # tl:6
+        +    for t in sequential(4):  # tl:6
     """
     n = _int(d, 1)
     if n > 4:
@@ -523,8 +542,8 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     outer loops of a broadcast layout; schedule.eltwise_loop) becomes a static range, and its tiles are not
     software-pipelined (golden excerpt: tests/golden/compiler/directives/unroll_eltwise.txt):
 
-        -      for t in affine(4):  # tl:4
-        +      for t in static(4):  # tl:4
+        -    for t in affine(4):  # tl:6
+        +    for t in static(4):  # tl:6
     """
     role = ref_role(op, d.args[0], d)
     if isinstance(plan, EltwisePlan):

@@ -405,10 +405,13 @@ def _scheduled(program, target: Target):
         scheduled = rules.apply(nest, prims, target)
         verify_nest(scheduled, f"the schedule of {op.name}")
         built = lower_tiles(scheduled, prims, hbm, fresh, target)
-        if type(op) is EltwiseOp and not (plan.unroll or plan.single):  # (a static loop, or one buffer: no pairs)
+        if type(op) is EltwiseOp and not plan.single:  # (one buffer: no pairs of tiles in flight)
             # the next tile's loads issued before this tile's work and stores (pair_tiles.py)
-            return skew_row_tiles(built, sbuf_budget(target), fresh, var="t", tile_const="TILE_F", note=AHEAD,
-                                  min_tiles=AHEAD_TILES) or built
+            paired = skew_row_tiles(built, sbuf_budget(target), fresh, var="t", tile_const="TILE_F", note=AHEAD,
+                                    min_tiles=AHEAD_TILES)
+            if paired and "t" in plan.unroll:  # `unroll`: the loop of pairs is the free tiles' loop now
+                return paired[0], list(passes.unroll_stmts(tuple(paired[1]), {"t"}))
+            return paired or built
         return built
     return build
 

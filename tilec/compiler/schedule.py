@@ -8,7 +8,9 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
     tile OP.v, N        tile size of loop v           conv: k (out channels, on partitions, <= 128), c (in channels,
                                                       contraction, <= 128), y (output rows per matmul), x (columns
                                                       per matmul); eltwise: free elements per tile (with a
-                                                      broadcast: of the free dims; <= 512 with a row broadcast);
+                                                      broadcast: of the free dims; <= 512 with a row broadcast),
+                                                      or, v a loop of a broadcast layout's partition run, the
+                                                      partitions per tile (<= 128);
                                                       transpose: i/j block size (<= 128); pool: b (channels on
                                                       partitions); reduce: a kept loop sets the rows per
                                                       partition tile (<= 128), a reduced loop the elements per
@@ -30,7 +32,11 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
     hoist T, OP.v       where T's preparation goes    weights: `root` (once, before all loops) or inside OP.k;
                                                       input bands: kept inside OP.n / OP.y / OP.k
     buffers T, N        buffers of T in flight        1: one buffer reused (serialises); >= 2: one per iteration
-    unroll OP.v         fully unroll loop v           nl.static_range
+                                                      (eltwise: T an operand or the output, only 1: in-loop tiles
+                                                      are already rotated by the NKI compiler)
+    unroll OP.v         fully unroll loop v           nl.static_range (conv: c, r, s; eltwise: the tile loop v runs
+                                                      through; in NKI 0.6 every loop is a `range` unrolled when
+                                                      traced, so only the 0.1 form's text changes)
     method OP, M        transpose engine              pe (nc_transpose) | dma (dma_transpose)
 """
 from __future__ import annotations
@@ -107,6 +113,10 @@ class EltwisePlan:
     # broadcast layout), "pt" (partition tiles), "t" (free tiles; every loop of flattened data)
     unroll: tuple[str, ...] = ()
     single: tuple[str, ...] = ()  # `buffers X, 1`: tensors whose tiles use one buffer for the whole nest
+
+    def __repr__(self) -> str:  # (`tilec explain` prints the settings a schedule made, the sizes always)
+        extra = "".join(f", {k}={v}" for k, v in (("unroll", self.unroll), ("single", self.single)) if v)
+        return f"EltwisePlan(parts={self.parts}, free={self.free}{extra})"
 
 
 @dataclass(frozen=True)
@@ -488,7 +498,8 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
         return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free))
     assert isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp)
     loops = {kind: var for kind, var in ((eltwise_loop(op, var), var) for _, var in reversed(op.vars))}
-    return (directive("tile", v("d0"), plan.free), *(directive("unroll", (op.name, loops[u])) for u in plan.unroll),
+    tile = (directive("tile", (op.name, loops["t"]), plan.free),) if "t" in loops else ()
+    return (*tile, *(directive("unroll", (op.name, loops[u])) for u in plan.unroll),
             *(directive("buffers", x, 1) for x in plan.single))
 
 
