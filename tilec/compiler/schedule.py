@@ -499,6 +499,8 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     assert isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp)
     loops = {kind: var for kind, var in ((eltwise_loop(op, var), var) for _, var in reversed(op.vars))}
     tile = (directive("tile", (op.name, loops["t"]), plan.free),) if "t" in loops else ()
+    if "pt" in loops and plan.parts != default_plan(op, {}).parts:  # a user's partition tile (broadcast layouts)
+        tile += (directive("tile", (op.name, loops["pt"]), plan.parts),)
     return (*tile, *(directive("unroll", (op.name, loops[u])) for u in plan.unroll),
             *(directive("buffers", x, 1) for x in plan.single))
 
