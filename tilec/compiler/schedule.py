@@ -498,9 +498,9 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
         return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free))
     assert isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp)
     loops = {kind: var for kind, var in ((eltwise_loop(op, var), var) for _, var in reversed(op.vars))}
-    tile = (directive("tile", (op.name, loops["t"]), plan.free),) if "t" in loops else ()
-    if "pt" in loops and plan.parts != default_plan(op, {}).parts:  # a user's partition tile (broadcast layouts)
-        tile += (directive("tile", (op.name, loops["pt"]), plan.parts),)
+    tile: tuple[sx.Directive, ...] = (directive("tile", (op.name, loops["t"]), plan.free),) if "t" in loops else ()
+    if "pt" in loops and plan.parts != eltwise_plan(op.size, dict(op.layout), len(op.rows), rows_per_outer(op)).parts:
+        tile += (directive("tile", (op.name, loops["pt"]), plan.parts),)  # a user's partition tile
     return (*tile, *(directive("unroll", (op.name, loops[u])) for u in plan.unroll),
             *(directive("buffers", x, 1) for x in plan.single))
 
