@@ -15,7 +15,7 @@ from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, 
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
                                      eltwise_free, eltwise_loop, eltwise_trips, fmt_arg, fmt_directive, sbuf_budget,
                                      var_of)
-from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp
 from tilec.compiler.placement import chain_consumer, chain_reason, hbm_reason, kind, reads
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -509,6 +509,8 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     if isinstance(plan, EltwisePlan):
         assert isinstance(op, EltwiseOp)
         return _buffers_eltwise(op, plan, d, n)
+    if isinstance(plan, ReducePlan) and _row_reduction(op):
+        return _buffers_reduce(op, plan, d, n)
     if not isinstance(plan, ConvPlan):  # the only plans with buffer settings (x_bufs, single)
         raise bad(d, f"{op.name} has no multi-buffered input")
     return replace(plan, x_bufs=n)
@@ -532,6 +534,48 @@ def _buffers_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) 
     return replace(plan, single=tuple(sorted({*plan.single, name})))
 
 
+def _row_reduction(op: Op) -> bool:
+    return isinstance(op, ReduceOp) and not isinstance(op, ColumnReduceOp)
+
+
+def _buffers_reduce(op: Op, plan: ReducePlan, d: sx.Directive, n: int) -> ReducePlan:
+    """`buffers A, 1` of a row reduction's operand: its row tiles in one buffer (rules_reduce stages them per free
+    tile); the initial value and the result are columns of the accumulator, not tiles."""
+    assert isinstance(d.args[0], sx.Ref) and isinstance(op, ReduceOp)
+    name = d.args[0].parts[0]
+    if name == op.out or name == op.init:
+        raise bad(d, f"{name} is {'the result' if name == op.out else 'the initial value'} of the reduction "
+                     f"{op.name}: a column of the accumulator, not a tile the loop loads", "remove the directive")
+    if n != 1:
+        raise bad(d, f"the tiles of {name} are allocated inside {op.name}'s tile loop, so the NKI compiler already "
+                     f"keeps several in flight (its own rotation): {n} buffers would leave the kernel as it is",
+                  f"`buffers {name}, 1` (one buffer: each tile's load waits for the previous tile's work) is the "
+                  "setting that changes it; or remove the directive")
+    return replace(plan, single=tuple(sorted({*plan.single, name})))
+
+
+def _unroll_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str) -> ReducePlan:
+    """`unroll s.i` (a kept loop): the loop over row tiles; `unroll s.j` (reduced): the loop over free tiles."""
+    R, F = op.dim("R"), op.dim("F")
+    kind_, what = ("pt", "row tiles") if role.startswith("k") else ("ft", "free tiles")
+    if kind_ == "ft" and F % plan.free:
+        raise bad(d, f"{op.name}'s free tiles of {plan.free} do not divide the {F} elements of a row: the last "
+                     "tile is cut off, and the cut loops are not unrolled", f"tile {op.name}.{_loop(d)} with a "
+                                                                             f"divisor of {F} first")
+    trips = -(-R // plan.parts) if kind_ == "pt" else F // plan.free
+    return replace(plan, unroll=tuple(sorted({*plan.unroll, _checked_trips(op, d, kind_, what, trips)})))
+
+
+def _checked_trips(op: Op, d: sx.Directive, kind_: str, what: str, trips: int) -> str:
+    if trips <= 1:
+        raise bad(d, f"{op.name}'s loop over {what} (where `{_loop(d)}` goes) has one iteration: nothing to unroll",
+                  "remove the directive")
+    if trips > UNROLL_MAX:
+        raise bad(d, f"{op.name}'s loop over {what} (where `{_loop(d)}` goes) has {trips} iterations, more than "
+                     f"the {UNROLL_MAX} one unrolled loop may have", f"use larger tiles (tile {op.name}.{_loop(d)}, N)")
+    return kind_
+
+
 def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     """`unroll conv.s` (golden excerpt: tests/golden/compiler/directives/unroll.txt):
 
@@ -549,9 +593,11 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     if isinstance(plan, EltwisePlan):
         assert isinstance(op, EltwiseOp)
         return _unroll_eltwise(op, plan, d)
+    if isinstance(plan, ReducePlan) and _row_reduction(op):
+        return _unroll_reduce(op, plan, d, role)
     if not isinstance(plan, ConvPlan) or role not in ("c", "r", "s"):
         raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) and the tile loops of an "
-                     "element-wise statement can be unrolled")
+                     "element-wise statement or a row reduction can be unrolled")
     return replace(plan, unroll=tuple(sorted(set(plan.unroll) | {role})))
 
 
@@ -564,13 +610,7 @@ def _unroll_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive) -> Eltwis
         raise bad(d, f"{op.name}'s {plan.parts} x {plan.free} tiles do not divide its {op.size} elements: the tiles "
                      "are cut where the data allows, and their loops are not known before scheduling",
                   f"tile {op.name}.{var} with a divisor of {op.size // plan.parts} first")
-    if trips[kind_] <= 1:
-        raise bad(d, f"{op.name}'s loop over {what} (where `{var}` goes) has one iteration: nothing to unroll",
-                  "remove the directive")
-    if trips[kind_] > UNROLL_MAX:
-        raise bad(d, f"{op.name}'s loop over {what} (where `{var}` goes) has {trips[kind_]} iterations, more than "
-                     f"the {UNROLL_MAX} one unrolled loop may have", f"use larger tiles (tile {op.name}.{var}, N)")
-    return replace(plan, unroll=tuple(sorted({*plan.unroll, kind_})))
+    return replace(plan, unroll=tuple(sorted({*plan.unroll, _checked_trips(op, d, kind_, what, trips[kind_])})))
 
 
 def apply_method(op: Op, plan: Plan, d: sx.Directive) -> Plan:

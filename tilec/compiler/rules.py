@@ -31,7 +31,7 @@ from typing import Any, Callable
 from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Loop, loads, loop_index, walk
-from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim
+from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim, settings
 from tilec.compiler.schedule import MOVING_FMAX, EltwisePlan, best_divisor, eltwise_plan, row_free, rows_whole
 from tilec.compiler.select_eltwise import outer_row, turn_run, turns
 from tilec.target import Target
@@ -184,22 +184,9 @@ def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> lis
     if n.run == (0, 0):
         size = math.prod(lp.extent for lp in n.loops)
         if size % params.parts == 0 and (size // params.parts) % params.free == 0:
-            return _settings(_flat(n, params), params)
+            return settings(_flat(n, params), params.unroll, params.single)
         n = replace(n, run=(0, _split_point(n, params)))
-    return _settings(_broadcast(n, params), params)
-
-
-def _settings(prims: list[Prim], p: EltwisePlan) -> list[Prim]:
-    """The plan's directives beyond tile sizes: `unroll` (each tile loop of that kind, in every region) and
-    `buffers X, 1` (X's staged tiles allocated once, before the loops: lower_tiles reads `single`)."""
-    prims = prims + [prim("unroll_tiles", u) for u in p.unroll]
-    alias: dict[str, str] = {}  # HBM view -> the tensor it shows (the reshapes' views, chained)
-    for r in (r for r in prims if r.name == "reshape"):
-        for buf, view in dict(r.kw)["views"]:
-            alias[view] = alias.get(buf, buf)
-    staged = [str(dict(r.kw)["name"]) for r in prims if r.name in ("stage", "stage_out") and
-              alias.get(r.args[0]) in p.single]
-    return prims + [prim("single", name) for name in staged]
+    return settings(_broadcast(n, params), params.unroll, params.single)
 
 
 def unroll_tiles(k: Kernel, base: str) -> Kernel:

@@ -123,6 +123,12 @@ class EltwisePlan:
 class ReducePlan:
     parts: int  # rows (flattened kept indices) per partition tile
     free: int  # reduced elements per partition per tensor_reduce
+    unroll: tuple[str, ...] = ()  # a row reduction's `unroll s.v`: "pt" (row tiles, v kept) or "ft" (free tiles)
+    single: tuple[str, ...] = ()  # `buffers X, 1`: inputs whose tiles use one buffer for the whole nest
+
+    def __repr__(self) -> str:  # (`tilec explain` prints the settings a schedule made, the sizes always)
+        extra = "".join(f", {k}={v}" for k, v in (("unroll", self.unroll), ("single", self.single)) if v)
+        return f"ReducePlan(parts={self.parts}, free={self.free}{extra})"
 
 
 Plan = ConvPlan | PoolPlan | TransposePlan | EltwisePlan | ReducePlan
@@ -495,7 +501,9 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     if isinstance(plan, ReducePlan) and isinstance(op, ColumnReduceOp):
         return (directive("tile", v("r0"), plan.parts), directive("tile", v("k0"), plan.free))
     if isinstance(plan, ReducePlan):
-        return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free))
+        tiled = {"pt": v("k0"), "ft": v("r0")}
+        return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free),
+                *(directive("unroll", tiled[u]) for u in plan.unroll), *(directive("buffers", x, 1) for x in plan.single))
     assert isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp)
     loops = {kind: var for kind, var in ((eltwise_loop(op, var), var) for _, var in reversed(op.vars))}
     tile: tuple[sx.Directive, ...] = (directive("tile", (op.name, loops["t"]), plan.free),) if "t" in loops else ()
