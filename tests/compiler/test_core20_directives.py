@@ -39,6 +39,14 @@ ONE = """kernel k(X: f32[M, N]) -> Y
   for i in 0..M, j in 0..N:
     Y[i, j] = tanh(X[i, j])
 """
+ROWSUM = """kernel r(X: f32[M, N]) -> s
+  default M = {M}, N = {N}
+  s: f32[M]
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += X[i, j] * 2
+"""
 
 
 def flat(x: dict) -> np.ndarray:
@@ -53,10 +61,14 @@ def compiled(text: str, schedule: str, nki: str = "0.6", **sizes: int):
     return compile_loaded(lang.load(text.format(**sizes)), read_schedule(schedule), nki)
 
 
-def matches(c, formula) -> None:
+def rowsum(x: dict) -> np.ndarray:
+    return (x["X"] * 2).sum(axis=1)
+
+
+def matches(c, formula, out: str = "Y") -> None:
     rng = np.random.default_rng(20)
     given = {t.name: (rng.random(t.shape, dtype=np.float32) - 0.5) * 4 for t in c.program.inputs}
-    got = np.asarray(c.run(**given)["Y"], np.float64)
+    got = np.asarray(c.run(**given)[out], np.float64)
     want = formula({k: v.astype(np.float64) for k, v in given.items()})
     np.testing.assert_allclose(got, want, rtol=2.0**-20, atol=2.0**-20 * np.abs(want).max())
 
@@ -162,6 +174,26 @@ def test_a_partition_tile_sets_the_partitions_per_tile(schedule: str, parts: int
     matches(c, bcast)
 
 
+# ---- row reductions ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("schedule, static", [("tile s.j, 256\nunroll s.j", "ft"), ("tile s.i, 100\nunroll s.i", "pt")])
+def test_unroll_of_a_row_reduction(schedule: str, static: str) -> None:
+    """A reduced loop: the loop over free tiles (4 of 256); a kept loop: the loop over row tiles (3 of 100)."""
+    c = compiled(ROWSUM, schedule, "0.1", M=300, N=1024)
+    loops = dict(re.findall(r"for (\w+) in nl\.(\w+)_range", c.source))
+    assert {v for v, kind in loops.items() if kind == "static"} == {static}, loops
+    matches(c, rowsum, "s")
+
+
+def test_one_buffer_of_a_row_reductions_operand() -> None:
+    c = compiled(ROWSUM, "buffers X, 1", "0.1", M=300, N=1024)
+    src = code(c.source)
+    loop = re.search(r"\n +for pt in nl\.sequential_range", src)
+    assert loop and "X_tile = nl.ndarray" in src[:loop.start()] and "X_tile = nl.ndarray" not in src[loop.start():]
+    matches(c, rowsum, "s")
+
+
 # ---- refused, at the directive's line ------------------------------------------------------------------------------
 
 
@@ -174,14 +206,25 @@ def test_a_partition_tile_sets_the_partitions_per_tile(schedule: str, parts: int
     (BCAST, "buffers c, 1", "c is broadcast in Y (a column of one value per partition)"),
     (BCAST, "tile Y.i, 200", "a tile of 200 on the partition dimension exceeds 128"),
     (OUTER, "tile Y.a, 2", "`a` is an outer loop of Y's layout"),
+    (ROWSUM, "buffers s, 1", "s is the result of the reduction s"),
+    (ROWSUM, "unroll s.j", "has one iteration: nothing to unroll"),
 ])
 def test_a_directive_that_cannot_apply_is_refused_at_its_line(text: str, schedule: str, says: str) -> None:
-    sizes = {"M": 64, "N": 2048} if text is FLAT else {"M": 300, "N": 700} if text is BCAST else {}
+    sizes = {FLAT: {"M": 64, "N": 2048}, BCAST: {"M": 300, "N": 700}, ROWSUM: {"M": 300, "N": 1024}}.get(text, {})
     with pytest.raises(TilecError) as err:
         compiled(text, schedule, **sizes)
     line = len(schedule.split("\n"))
     assert err.value.span is not None and err.value.span.line == line, err.value.render()
     assert says in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("schedule", ["unroll s.i", "buffers X, 1"])
+def test_short_rows_refuse_what_their_layout_has_not(schedule: str) -> None:
+    """4096 rows of 8: several rows per partition (rules_reduce._short_rows), no row-tile loop or per-tile X."""
+    with pytest.raises(TilecError) as err:
+        compiled(ROWSUM, schedule, M=4096, N=8)
+    assert err.value.span is not None and err.value.span.line == 1, err.value.render()
+    assert "cannot apply to s" in str(err.value), str(err.value)
 
 
 def test_buffers_of_a_tensor_two_statements_read_names_both() -> None:

@@ -432,7 +432,8 @@ def _scheduled(program, target: Target):
         unroll, single = plan_settings(plan)
         if unroll and not any(p.name == "unroll_tiles" for p in prims) or \
                 single and not any(p.name == "single" for p in prims):
-            raise Unhonoured(op.name, "its rule's layout has no such loop or tile")
+            raise Unhonoured(op.name, "the layout its rule chose for these sizes (rows several per partition, say) has "
+                                      "no such loop or tile")
         scheduled = rules.apply(nest, prims, target)
         verify_nest(scheduled, f"the schedule of {op.name}")
         built = lower_tiles(scheduled, prims, hbm, fresh, target)
