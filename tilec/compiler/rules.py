@@ -190,7 +190,8 @@ def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> lis
 
 
 def unroll_tiles(k: Kernel, base: str) -> Kernel:
-    """`unroll` of every tile loop named `base` (`t`; a region's copies `t@a`, `t@ab`, .. after cuts)."""
+    """`unroll` of every tile loop named `base` (`t`; a region's copies `t@a`, `t@ab`, .. after cuts) (golden:
+    primitives/unroll_tiles.txt)."""
     for var in [lp.var for lp in walk(k.body) if isinstance(lp, Loop) and lp.var.split("@")[0] == base]:
         k = pr.unroll(k, var)
     return k
