@@ -54,6 +54,8 @@ ACCEPTED = [  # (program, directive): accepted today, and the kernel changes; un
     # core20: unroll / buffers X, 1 on element-wise statements, a partition tile of a broadcast layout
     ("gelu_tanh", "unroll Y.i"), ("gelu_tanh", "buffers X, 1"), ("funcs_mix", "buffers B, 1"),
     ("bcast_clamp", "tile Y.i, 64\nunroll Y.i\nbuffers X, 1"), ("bcast3d", "tile Y.j, 50\nunroll Y.i"),
+    ("softmax_heads", "buffers Y, 1"), ("bcast3d", "tile Y.j, 64\nunroll Y.j\nbuffers X, 1\nbuffers Y, 1"),
+    ("batch_mse", "buffers A, 1"), ("logsumexp_rows", "unroll m.i"),
 ]
 
 
