@@ -6,7 +6,7 @@ import functools
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler_helpers import compile_example
@@ -33,7 +33,7 @@ def reference(name: str) -> str:
     return numbered(compile_example(name, sizes, schedule="\n".join(directives)).source)
 
 
-@settings(max_examples=16, deadline=None)
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # (loaded CI)
 @given(st.sampled_from(sorted(CASES)).flatmap(lambda name: st.tuples(st.just(name),
                                                                       st.permutations(CASES[name][1]))))
 def test_permuted_directives_give_the_same_kernel(case) -> None:
@@ -57,7 +57,7 @@ def _rival(directive: str) -> str:
     return re.sub(r"(\d+)$", lambda m: str(int(m.group(1)) * 2), directive)
 
 
-@settings(max_examples=16, deadline=None)
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # (loaded CI)
 @given(st.sampled_from(sorted(CASES)).flatmap(
     lambda name: st.tuples(st.just(name), st.integers(0, len(CASES[name][1]) - 1)).flatmap(
         lambda c: st.tuples(st.just(c[0]), st.permutations(CASES[c[0]][1] + [_rival(CASES[c[0]][1][c[1]])]),
