@@ -6,7 +6,7 @@ import functools
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler_helpers import compile_example
@@ -20,6 +20,9 @@ CASES = {
     "transpose": (dict(M=512, N=512), ["tile Y.i, 64", "split Y.i, 2", "split Y.j, 4", "method Y, dma"]),
     "matmul": (dict(M=256, K=256, N=512), ["tile C.i, 128", "tile C.j, 256", "tile C.k, 64"]),
     "rowsum": (None, ["tile s.i, 64", "tile s.j, 128"]),
+    # element-wise (core20): free and partition tiles, unroll of the loops they make, one buffer of a tile
+    "vector_add": (dict(L=128 * 4096), ["tile z.i, 512", "unroll z.i", "buffers x, 1", "buffers z, 1"]),
+    "rmsnorm": (dict(M=300, N=1024), ["tile Y.i, 100", "tile Y.j, 256", "unroll Y.i", "unroll Y.j"]),
 }
 
 
@@ -30,7 +33,7 @@ def reference(name: str) -> str:
     return numbered(compile_example(name, sizes, schedule="\n".join(directives)).source)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # (loaded CI)
 @given(st.sampled_from(sorted(CASES)).flatmap(lambda name: st.tuples(st.just(name),
                                                                       st.permutations(CASES[name][1]))))
 def test_permuted_directives_give_the_same_kernel(case) -> None:
@@ -54,7 +57,7 @@ def _rival(directive: str) -> str:
     return re.sub(r"(\d+)$", lambda m: str(int(m.group(1)) * 2), directive)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # (loaded CI)
 @given(st.sampled_from(sorted(CASES)).flatmap(
     lambda name: st.tuples(st.just(name), st.integers(0, len(CASES[name][1]) - 1)).flatmap(
         lambda c: st.tuples(st.just(c[0]), st.permutations(CASES[c[0]][1] + [_rival(CASES[c[0]][1][c[1]])]),
@@ -72,3 +75,12 @@ def test_two_directives_setting_one_thing_are_one_error_naming_both_lines(case) 
     err = info.value
     assert err.span is not None and err.span.line == second, err.render()
     assert f"(line {first})" in str(err) and "sets again" in str(err), err.render()
+
+
+@pytest.mark.parametrize("name", ["vector_add", "rmsnorm"])
+def test_element_wise_directives_in_other_orders_give_the_same_kernel(name: str) -> None:
+    """The element-wise cases every run (hypothesis samples the cases above): reversed and rotated lists."""
+    sizes, directives = CASES[name]
+    for order in (directives[::-1], directives[2:] + directives[:2]):
+        assert numbered(compile_example(name, sizes, schedule="\n".join(order)).source) == reference(name)
+    assert reference(name) != numbered(compile_example(name, sizes).source)

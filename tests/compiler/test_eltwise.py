@@ -59,7 +59,7 @@ def test_reversed_subtract_and_two_columns():
 
 def test_broadcast_schedule_tiles_the_free_dims():
     prog = lang.load(CHANNEL_BIAS)
-    c = compile_loaded(prog, lang.parse_schedule("tile Y.n, 20\n", "<test>"))
+    c = compile_loaded(prog, lang.parse_schedule("tile Y.y, 20\n", "<test>"))
     assert "TILE_F = 20" in numbered(c.source)
     check_against_reference(c)
 
@@ -109,7 +109,7 @@ def test_row_broadcast_of_two_trailing_indices():
 
 def test_row_broadcast_tile_is_limited_to_one_psum_bank():
     with pytest.raises(TilecError, match="wider than the 512 columns"):
-        compile_loaded(lang.load(ROW_AND_COLUMN), lang.parse_schedule("tile Y.i, 768\n", "<test>"))
+        compile_loaded(lang.load(ROW_AND_COLUMN), lang.parse_schedule("tile Y.j, 768\n", "<test>"))
 
 
 CHAIN = """\

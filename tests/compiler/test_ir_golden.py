@@ -67,6 +67,19 @@ def test_directive_before_after(name, golden):
     golden.check(f"compiler/directives/{name}.txt", DIRECTIVES[name] + _diff(before, after))
 
 
+ELTWISE = {"buffers_eltwise": "buffers x, 1\n", "unroll_eltwise": "unroll z.i\n"}
+
+
+@pytest.mark.parametrize("name", sorted(ELTWISE))
+def test_eltwise_directive_before_after(name, golden):
+    """The directives an element-wise statement takes beyond `tile`, as a diff of the final loop nest (4 tiles)."""
+    sizes = {"L": 128 * 4096}
+    before = compile_example("vector_add", sizes).stages["legalise"]
+    after = compile_example("vector_add", sizes, schedule=ELTWISE[name]).stages["legalise"]
+    assert before != after
+    golden.check(f"compiler/directives/{name}.txt", ELTWISE[name] + _diff(before, after))
+
+
 def test_transpose_method_dma(golden):
     sizes = SMALL["transpose"]
     before = compile_example("transpose", sizes).stages["loops"]

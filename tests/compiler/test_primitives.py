@@ -9,6 +9,8 @@ import pytest
 
 from compiler_helpers import inputs_for, program
 from tilec.compiler import primitives as pr
+from tilec.compiler.layout import cut
+from tilec.compiler.rules import unroll_tiles
 from tilec.compiler.nest import lower_nest, print_nest
 from tilec.compiler.nest_eval import evaluate_nest
 from tilec.errors import Span, TilecError
@@ -111,6 +113,9 @@ CASES = {  # name -> (program text, primitive applied to the level-A kernel)
     "reorder": (ELTWISE, lambda k: pr.reorder(k, "j", "i")),
     "reorder_reduction": (MATMUL, lambda k: pr.reorder(k, "k", "i#1", "j#1")),
     "unroll": (ROWSUM, lambda k: pr.unroll(k, "j")),
+    # every tile loop `t` of a cut nest (`t@a`, `t@b`): rules.unroll_tiles, what `unroll Y.v` applies (core20)
+    "unroll_tiles": (ELTWISE, lambda k: unroll_tiles(pr.split(pr.split(cut(k, "i", 200), "i@a", 100, outer="t@a"),
+                                                              "i@b", 28, outer="t@b"), "t")),
     # the copies written out, each staged into a buffer of its own (rules.colreduce's 16-bit row groups)
     "unroll_copies": (COLSUM, lambda k: pr.stage(pr.stage(pr.unroll(pr.split(k, "i", 8, outer="g", inner="p"), "g",
                                                                      copies=True), "A", "g#0", "sbuf"),

@@ -10,10 +10,12 @@ import math
 
 from dataclasses import replace
 
+from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
-                                     eltwise_free, fmt_arg, fmt_directive, sbuf_budget, var_of)
-from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp
+                                     eltwise_free, eltwise_loop, eltwise_trips, fmt_arg, fmt_directive, sbuf_budget,
+                                     var_of)
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp
 from tilec.compiler.placement import chain_consumer, chain_reason, hbm_reason, kind, reads
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -103,6 +105,8 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return _tile_conv(op, plan, d, role, n)
     if isinstance(plan, EltwisePlan):
         assert isinstance(op, EltwiseOp)
+        if eltwise_loop(op, _loop(d)) != "t":
+            return _tile_partitions(op, plan, d, n)
         free = eltwise_free(op, plan.parts)  # the tile counts elements per partition, not along the user's loop
         if n > free:  # (a tile that does not divide them is ragged: whole tiles and a smaller last one)
             raise bad(d, f"a tile of {n} elements is wider than the {free} each partition holds (the data is laid "
@@ -133,6 +137,23 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         raise bad(d, f"tile of {n} on the partition dimension exceeds {PMAX}")
     _div(d, n, op.dim("B"), "tile")
     return replace(plan, tile_b=n)
+
+
+def _tile_partitions(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) -> EltwisePlan:
+    """`tile Y.i, 64` with i in the partition run of a broadcast layout (`Y[i, j] = X[i, j] - c[i]`): 64 partitions
+    per tile (a tile that does not divide the rows leaves a smaller last one); a loop of the outer run has no tile."""
+    a, b = op.run
+    names = [var for _, var in op.vars]
+    if eltwise_loop(op, _loop(d)) == "o":
+        raise bad(d, f"`{_loop(d)}` is an outer loop of {op.name}'s layout (outer {', '.join(names[:a])} x partitions "
+                     f"{', '.join(names[a:b])} x free {', '.join(names[b:]) or '-'}): the kernel takes its indices one "
+                     f"at a time, it has no tile", f"tile {op.name}.{names[a]} (partitions) or a free loop")
+    if n > PMAX:
+        raise bad(d, f"a tile of {n} on the partition dimension exceeds {PMAX}", f"use at most {PMAX}")
+    if n > op.dim("P"):
+        raise bad(d, f"a tile of {n} partitions is more than the {op.dim('P')} rows of {', '.join(names[a:b])}",
+                  f"use at most {op.dim('P')}")
+    return replace(plan, parts=n)
 
 
 def _tile_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str, n: int) -> ReducePlan:
@@ -473,13 +494,86 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +  alloc X_band: sbuf f32[128, 2, 10, 8]  # tl:12
         -    for n in affine(2):  # tl:11
         +    for n in sequential(2):  # tl:11
+
+    On an element-wise statement, `buffers X, 1` (X an operand read like the output, or the output) allocates X's
+    tile once, before the tile loops, which become sequential: each load waits for the previous tile's work (golden
+    excerpt: tests/golden/compiler/directives/buffers_eltwise.txt):
+
+        +  alloc x_tile: sbuf f32[128, 1024]  # tl:7
+        -    for t in affine(4):  # tl:6
+        +    for t in sequential(4):  # tl:6
     """
     n = _int(d, 1)
     if n > 4:
         raise bad(d, f"{n} buffers of an input band is more than the 4 the SBUF budget allows")
-    if not isinstance(plan, ConvPlan):  # the only plan with multi-buffered inputs (x_bufs)
+    if isinstance(plan, EltwisePlan):
+        assert isinstance(op, EltwiseOp)
+        return _buffers_eltwise(op, plan, d, n)
+    if isinstance(plan, ReducePlan) and _row_reduction(op):
+        return _buffers_reduce(op, plan, d, n)
+    if not isinstance(plan, ConvPlan):  # the only plans with buffer settings (x_bufs, single)
         raise bad(d, f"{op.name} has no multi-buffered input")
     return replace(plan, x_bufs=n)
+
+
+def _buffers_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) -> EltwisePlan:
+    assert isinstance(d.args[0], sx.Ref)  # op_for found the op by it
+    name = d.args[0].parts[0]
+    if name in op.rows + op.columns:
+        how = "a row copied to every partition" if name in op.rows else "a column of one value per partition"
+        raise bad(d, f"{name} is broadcast in {op.name} ({how}): it is staged once per partition tile or once for "
+                     f"the nest, not per tile, and has no buffer setting", "remove the directive")
+    if name != op.out and name not in op.inputs:
+        raise bad(d, f"{name} is computed into {op.name} (an element-wise statement fused into it): it has no tiles "
+                     f"of its own", "remove the directive")
+    if n != 1:
+        raise bad(d, f"the tiles of {name} are allocated inside {op.name}'s tile loop, so the NKI compiler already "
+                     f"keeps several in flight (its own rotation): {n} buffers would leave the kernel as it is",
+                  f"`buffers {name}, 1` (one buffer: each tile's load waits for the previous tile's work) is the "
+                  "setting that changes it; or remove the directive")
+    return replace(plan, single=tuple(sorted({*plan.single, name})))
+
+
+def _row_reduction(op: Op) -> bool:
+    return isinstance(op, ReduceOp) and not isinstance(op, ColumnReduceOp)
+
+
+def _buffers_reduce(op: Op, plan: ReducePlan, d: sx.Directive, n: int) -> ReducePlan:
+    """`buffers A, 1` of a row reduction's operand: its row tiles in one buffer (rules_reduce stages them per free
+    tile); the initial value and the result are columns of the accumulator, not tiles."""
+    assert isinstance(d.args[0], sx.Ref) and isinstance(op, ReduceOp)
+    name = d.args[0].parts[0]
+    if name == op.out or name == op.init:
+        raise bad(d, f"{name} is {'the result' if name == op.out else 'the initial value'} of the reduction "
+                     f"{op.name}: a column of the accumulator, not a tile the loop loads", "remove the directive")
+    if n != 1:
+        raise bad(d, f"the tiles of {name} are allocated inside {op.name}'s tile loop, so the NKI compiler already "
+                     f"keeps several in flight (its own rotation): {n} buffers would leave the kernel as it is",
+                  f"`buffers {name}, 1` (one buffer: each tile's load waits for the previous tile's work) is the "
+                  "setting that changes it; or remove the directive")
+    return replace(plan, single=tuple(sorted({*plan.single, name})))
+
+
+def _unroll_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str) -> ReducePlan:
+    """`unroll s.i` (a kept loop): the loop over row tiles; `unroll s.j` (reduced): the loop over free tiles."""
+    R, F = op.dim("R"), op.dim("F")
+    kind_, what = ("pt", "row tiles") if role.startswith("k") else ("ft", "free tiles")
+    if kind_ == "ft" and F % plan.free:
+        raise bad(d, f"{op.name}'s free tiles of {plan.free} do not divide the {F} elements of a row: the last "
+                     "tile is cut off, and the cut loops are not unrolled", f"tile {op.name}.{_loop(d)} with a "
+                                                                             f"divisor of {F} first")
+    trips = -(-R // plan.parts) if kind_ == "pt" else F // plan.free
+    return replace(plan, unroll=tuple(sorted({*plan.unroll, _checked_trips(op, d, kind_, what, trips)})))
+
+
+def _checked_trips(op: Op, d: sx.Directive, kind_: str, what: str, trips: int) -> str:
+    if trips <= 1:
+        raise bad(d, f"{op.name}'s loop over {what} (where `{_loop(d)}` goes) has one iteration: nothing to unroll",
+                  "remove the directive")
+    if trips > UNROLL_MAX:
+        raise bad(d, f"{op.name}'s loop over {what} (where `{_loop(d)}` goes) has {trips} iterations, more than "
+                     f"the {UNROLL_MAX} one unrolled loop may have", f"use larger tiles (tile {op.name}.{_loop(d)}, N)")
+    return kind_
 
 
 def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
@@ -487,11 +581,36 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
 
         -          for s in affine(3):  # tl:14
         +          for s in static(3):  # tl:14
+
+    `unroll Y.v` of an element-wise statement: the tile loop v runs through (free tiles, partition tiles, or the
+    outer loops of a broadcast layout; schedule.eltwise_loop) becomes a static range, and its tiles are not
+    software-pipelined (golden excerpt: tests/golden/compiler/directives/unroll_eltwise.txt):
+
+        -    for t in affine(4):  # tl:6
+        +    for t in static(4):  # tl:6
     """
     role = ref_role(op, d.args[0], d)
+    if isinstance(plan, EltwisePlan):
+        assert isinstance(op, EltwiseOp)
+        return _unroll_eltwise(op, plan, d)
+    if isinstance(plan, ReducePlan) and _row_reduction(op):
+        return _unroll_reduce(op, plan, d, role)
     if not isinstance(plan, ConvPlan) or role not in ("c", "r", "s"):
-        raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) can be unrolled")
+        raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) and the tile loops of an "
+                     "element-wise statement or a row reduction can be unrolled")
     return replace(plan, unroll=tuple(sorted(set(plan.unroll) | {role})))
+
+
+def _unroll_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive) -> EltwisePlan:
+    var = _loop(d)
+    kind_ = eltwise_loop(op, var)
+    what = {"t": "free tiles", "pt": "partition tiles", "o": "outer indices"}[kind_]
+    trips = eltwise_trips(op, plan)
+    if not trips:
+        raise bad(d, f"{op.name}'s {plan.parts} x {plan.free} tiles do not divide its {op.size} elements: the tiles "
+                     "are cut where the data allows, and their loops are not known before scheduling",
+                  f"tile {op.name}.{var} with a divisor of {op.size // plan.parts} first")
+    return replace(plan, unroll=tuple(sorted({*plan.unroll, _checked_trips(op, d, kind_, what, trips[kind_])})))
 
 
 def apply_method(op: Op, plan: Plan, d: sx.Directive) -> Plan:
@@ -522,6 +641,13 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
         owned = {op.name, op.out} | set(getattr(op, "fused", ())) | {getattr(op, "w", None), getattr(op, "x", None)}
         if name in owned:
             return op
+    readers = [op for op in ops if name in reads(op)]
+    if d.name == "buffers" and len(readers) == 1:
+        return readers[0]  # the tiles of an operand of one statement (apply_buffers)
+    if d.name == "buffers" and readers:
+        raise bad(first, f"{name} is read by {' and '.join(op.name for op in readers)}: `buffers` sets the tiles of "
+                         "one statement's operand", "remove the directive")
+
     def names(op: Op) -> str:  # the names a directive may start with, for the hint
         tensors = [t for t in (getattr(op, "x", None), getattr(op, "w", None), op.out) if t and t != op.name]
         return f"{op.name} (tensors {', '.join(tensors)})" if tensors else op.name

@@ -227,6 +227,8 @@ def lower_tiles(k: Kernel, prims: list[Prim], hbm: dict[str, ir.Buf], fresh: Fre
         out += low.pending + made  # a ones row goes just before the first statement that needs it
         low.pending = []
         views += len(made) if isinstance(s, Alloc) and s.buf.view_of else 0
+    out = out[:views] + low.single_allocs + out[views:]  # `buffers X, 1`: X's tile allocated once, before the loops
+    views += len(low.single_allocs)
     if "" in low.blocks:  # `block("", label)`: everything after the views
         first = next((s.line for s in k.body if isinstance(s, Loop)), 0)
         out = out[:views] + [ir.Block(low.blocks[""], tuple(out[views:]), _line(k.body[-1]) or first)]
@@ -247,6 +249,8 @@ class _Lowering:
                            and dict(p.kw).get("name") and dict(p.kw).get("inner") in parted}
         self.part = ""
         self.tensorize = {p.args[0]: dict(p.kw) for p in prims if p.name == "tensorize"}
+        self.single = {p.args[0] for p in prims if p.name == "single"}  # buffers allocated once, before the loops
+        self.single_allocs: list[ir.Stmt] = []
         self.accumulators = {u.dst.buf: u.op for lp in walk(k.body) if isinstance(lp, Loop)
                              and self.tensorize.get(lp.var, {}).get("accumulate")
                              for u in walk(lp.body) if isinstance(u, Update)}  # buffer -> its update
@@ -302,6 +306,9 @@ class _Lowering:
             b = self.bufs[s.buf.name] = ir.Buf(self.fresh(s.buf.name), s.buf.memory, s.buf.dtype, s.buf.shape)
             if s.buf.memory == "psum":  # a matmul's accumulator: its first matmul writes, the rest add
                 return [ir.Alloc(b, zero=True, line=s.line)]
+            if s.buf.name in self.single:  # (legalise then makes the loops writing it sequential)
+                self.single_allocs.append(ir.Alloc(b, line=s.line))
+                return []
             if s.buf.name not in self.accumulators:
                 return [ir.Alloc(b, line=s.line)]
             start = _IDENTITY[_ALU[self.accumulators[s.buf.name]]]  # an accumulator starts at its identity
@@ -310,7 +317,8 @@ class _Lowering:
         assert isinstance(s, Loop), f"a statement outside any tensorized nest: {s}"
         if s.kind == "partition":
             return self.instructions(s)
-        made = loop(shown(s.var), s.extent, self.stmts(s.body), note=s.note, line=s.line)
+        kind = "static" if s.kind == "unrolled" else "affine"  # (`unroll`: a static range, traced per iteration)
+        made = loop(shown(s.var), s.extent, self.stmts(s.body), kind, note=s.note, line=s.line)
         if s.var in self.blocks:
             return [ir.Block(self.blocks[s.var], tuple(made), _line(s))]
         return made

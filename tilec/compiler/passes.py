@@ -72,6 +72,11 @@ def unroll(k: Kernel, names: set[str]) -> Kernel:
     return replace(k, body=_unroll(k.body, names)) if names else k
 
 
+def unroll_stmts(body: tuple[Stmt, ...], names: set[str]) -> tuple[Stmt, ...]:
+    """The loops named in `names` of these statements (one op's, before they join the kernel) as static ranges."""
+    return _unroll(body, names)
+
+
 def _unroll(body: tuple[Stmt, ...], names: set[str]) -> tuple[Stmt, ...]:
     out = []
     for s in body:

@@ -27,10 +27,10 @@ from tilec.compiler.named import name_sizes, size_consts
 from tilec.compiler.names import NameAllocator, program_names, sanitised, unique
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.tensorize import match
-from tilec.compiler.directives import apply_schedule
+from tilec.compiler.directives import apply_schedule, op_for
 from tilec.compiler.ir import DTYPE_BYTES
-from tilec.compiler.schedule import (ConvPlan, default_plan, default_transpose, plan_directives, print_plans,
-                                     print_schedule)
+from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_plan, default_transpose,
+                                     plan_directives, print_plans, print_schedule)
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
@@ -144,11 +144,17 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
     scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
+    # `buffers X, 1` of an element-wise statement's operand: the statement is scheduled by its plan (no row chain)
+    scheduled |= {op.name for d in directives if d.name == "buffers" for op in (op_for(d, ops),)
+                  if type(op) in (EltwiseOp, ReduceOp)}
     chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     choices = placement.chain_choices(ops, plans, program.kernel.outputs, tuple(directives), hbm, tgt.name,
                                          sbuf_budget(tgt))
-    kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt, choices)
+    try:
+        kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt, choices)
+    except Unhonoured as e:  # located at the directive asking for what the op's builder does not do
+        raise TilecError(*_unhonoured(e, ops, tuple(directives))) from None
     _check_capacity(kernel, tgt, program, ops, plans, tuple(directives))
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
@@ -339,6 +345,9 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         if type(op) is ReduceOp and reduce_rule(op, plan, program, target) is not None or \
                 type(op) is ColumnReduceOp and colreduce_rule(op, plan, program, target) is not None:
             built = _scheduled(program, target)(op, plan, hbm, _fresh(names, op))
+        elif type(op) is ReduceOp and any(plan_settings(plan)):
+            raise Unhonoured(op.name, "its rows are scheduled by a builder of its own (short rows, several per "
+                                      "partition), which has no such loop or tile")
         elif isinstance(op, TransposeOp) and op.steps:  # each step names its buffers apart (a view per step)
             built = _build_steps(op, plan, program, target, hbm, lambda k, op=op: _fresh(names, op, k))
         else:
@@ -387,6 +396,27 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
     return stored, consts, stmts
 
 
+class Unhonoured(TilecError):
+    """An op's builder cannot do what its plan's `unroll` / `buffers X, 1` ask (compile_program locates it)."""
+
+    def __init__(self, op: str, why: str) -> None:
+        super().__init__(why)
+        self.op = op
+
+
+def plan_settings(plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(unroll, single) of an element-wise or row-reduction plan; ((), ()) for other plans."""
+    if isinstance(plan, (EltwisePlan, ReducePlan)):
+        return plan.unroll, plan.single
+    return (), ()
+
+
+def _unhonoured(e: Unhonoured, ops: tuple, directives: tuple) -> tuple:
+    """(message, span, hint) at the first `unroll`/`buffers` directive of op `e.op`."""
+    d = next(d for d in directives if d.name in ("unroll", "buffers") and op_for(d, ops).name == e.op)
+    return (f"`{d.name}` cannot apply to {e.op}: {e.message}", d.span, "remove the directive")
+
+
 AHEAD = "pairs of tiles, software-pipelined: the next tile's loads before this tile's work and stores"
 AHEAD_TILES = 8  # fewer tiles stay a plain loop: the pipelined code holds four copies of a tile's work
 
@@ -399,12 +429,21 @@ def _scheduled(program, target: Target):
         rows = rules_copy.row_blocks(nest, hbm, fresh, target) if getattr(op, "copy", False) else None
         if rows is not None:  # a padded copy with whole rows on the partitions (level B, rules_copy.py)
             return rows
+        unroll, single = plan_settings(plan)
+        if unroll and not any(p.name == "unroll_tiles" for p in prims) or \
+                single and not any(p.name == "single" for p in prims):
+            raise Unhonoured(op.name, "the layout its rule chose for these sizes (rows several per partition, say) has "
+                                      "no such loop or tile")
         scheduled = rules.apply(nest, prims, target)
         verify_nest(scheduled, f"the schedule of {op.name}")
         built = lower_tiles(scheduled, prims, hbm, fresh, target)
-        if type(op) is EltwiseOp:  # the next tile's loads issued before this tile's work and stores (pair_tiles.py)
-            return skew_row_tiles(built, sbuf_budget(target), fresh, var="t", tile_const="TILE_F", note=AHEAD,
-                                  min_tiles=AHEAD_TILES) or built
+        if type(op) is EltwiseOp and not plan.single:  # (one buffer: no pairs of tiles in flight)
+            # the next tile's loads issued before this tile's work and stores (pair_tiles.py)
+            paired = skew_row_tiles(built, sbuf_budget(target), fresh, var="t", tile_const="TILE_F", note=AHEAD,
+                                    min_tiles=AHEAD_TILES)
+            if paired and "t" in plan.unroll:  # `unroll`: the loop of pairs is the free tiles' loop now
+                return paired[0], list(passes.unroll_stmts(tuple(paired[1]), {"t"}))
+            return paired or built
         return built
     return build
 

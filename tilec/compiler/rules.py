@@ -30,8 +30,8 @@ from typing import Any, Callable
 
 from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
-from tilec.compiler.nest import Access, Assign, Kernel, Loop, loads, loop_index
-from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim
+from tilec.compiler.nest import Access, Assign, Kernel, Loop, loads, loop_index, walk
+from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim, settings
 from tilec.compiler.schedule import MOVING_FMAX, EltwisePlan, best_divisor, eltwise_plan, row_free, rows_whole
 from tilec.compiler.select_eltwise import outer_row, turn_run, turns
 from tilec.target import Target
@@ -47,9 +47,9 @@ _PRIMITIVES: dict[str, Callable[..., Kernel]] = {
     "reshape": layout.reshape, "split": pr.split, "reorder": pr.reorder, "partition": pr.partition,
     "unroll": pr.unroll, "stage": pr.stage, "stage_out": layout.stage_out, "broadcast": layout.broadcast,
     "buffers": pr.buffers, "fold_init": pr.fold_init, "stage_grouped": layout.stage_grouped, "cut": layout.cut,
-    "merge_dims": layout.merge_dims,
+    "merge_dims": layout.merge_dims, "unroll_tiles": lambda k, base: unroll_tiles(k, base),
     "bind_expr": pr.bind_expr, "reverse_compute_at": pr.reverse_compute_at, "pair": pr.pair,
-    "tensorize": _lowering_only, "block": _lowering_only,
+    "tensorize": _lowering_only, "block": _lowering_only, "single": _lowering_only,
     "resolve_fill": rules_copy.resolve_fill, "fill_from": rules_copy.fill_from,
 }
 # these check capacity against the target
@@ -184,9 +184,17 @@ def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> lis
     if n.run == (0, 0):
         size = math.prod(lp.extent for lp in n.loops)
         if size % params.parts == 0 and (size // params.parts) % params.free == 0:
-            return _flat(n, params)
+            return settings(_flat(n, params), params.unroll, params.single)
         n = replace(n, run=(0, _split_point(n, params)))
-    return _broadcast(n, params)
+    return settings(_broadcast(n, params), params.unroll, params.single)
+
+
+def unroll_tiles(k: Kernel, base: str) -> Kernel:
+    """`unroll` of every tile loop named `base` (`t`; a region's copies `t@a`, `t@ab`, .. after cuts) (golden:
+    primitives/unroll_tiles.txt)."""
+    for var in [lp.var for lp in walk(k.body) if isinstance(lp, Loop) and lp.var.split("@")[0] == base]:
+        k = pr.unroll(k, var)
+    return k
 
 
 def _split_point(n: Injective, p: EltwisePlan) -> int:

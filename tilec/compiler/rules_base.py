@@ -28,6 +28,20 @@ def prim(primitive: str, /, *args: Any, **kw: Any) -> Prim:
     return Prim(primitive, args, tuple(kw.items()))
 
 
+def settings(prims: list[Prim], unroll: tuple[str, ...], single: tuple[str, ...]) -> list[Prim]:
+    """A plan's directives beyond tile sizes, after a rule's primitives: `unroll` (`unroll_tiles(t)`: every tile
+    loop of that name, in every region) and `buffers X, 1` (`single(X_tile)`: each tile staged from X allocated
+    once, before the loops; lower_tiles reads it)."""
+    prims = prims + [prim("unroll_tiles", u) for u in unroll]
+    alias: dict[str, str] = {}  # HBM view -> the tensor it shows (the reshapes' views, chained)
+    for r in (r for r in prims if r.name == "reshape"):
+        for buf, view in dict(r.kw)["views"]:
+            alias[view] = alias.get(buf, buf)
+    staged = [str(dict(r.kw)["name"]) for r in prims if r.name in ("stage", "stage_out") and
+              alias.get(r.args[0]) in single]
+    return prims + [prim("single", name) for name in staged]
+
+
 def _plain(index) -> list[str] | None:
     out = []
     for i in index:

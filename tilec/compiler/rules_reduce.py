@@ -7,7 +7,7 @@ import math
 from tilec.compiler import layout
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Const, Kernel, Load, Loop, Op, Update, fmt_expr, loads
-from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, later_nest, prim
+from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, later_nest, prim, settings
 from tilec.compiler.schedule import ReducePlan
 from tilec.compiler.tensorize import match
 from tilec.lang.functions import ACCUMULATE
@@ -161,7 +161,7 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
         prims += [prim("tensorize", f"{x(e)}_r") for e in loops]
         part = f", rows {r0}..{r0 + size}" if sfx else ""
         prims.append(prim("block", x("pt"), f"{S} = {ACCUMULATE[upd.op]} over the last dims of {what}{part}"))
-    return prims
+    return settings(prims, params.unroll, params.single)
 
 
 def _reduce_views(S: str, reads: list[str], columns: list[str]) -> tuple[dict[str, str], set[str]]:

@@ -8,7 +8,9 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
     tile OP.v, N        tile size of loop v           conv: k (out channels, on partitions, <= 128), c (in channels,
                                                       contraction, <= 128), y (output rows per matmul), x (columns
                                                       per matmul); eltwise: free elements per tile (with a
-                                                      broadcast: of the free dims; <= 512 with a row broadcast);
+                                                      broadcast: of the free dims; <= 512 with a row broadcast),
+                                                      or, v a loop of a broadcast layout's partition run, the
+                                                      partitions per tile (<= 128);
                                                       transpose: i/j block size (<= 128); pool: b (channels on
                                                       partitions); reduce: a kept loop sets the rows per
                                                       partition tile (<= 128), a reduced loop the elements per
@@ -30,7 +32,11 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
     hoist T, OP.v       where T's preparation goes    weights: `root` (once, before all loops) or inside OP.k;
                                                       input bands: kept inside OP.n / OP.y / OP.k
     buffers T, N        buffers of T in flight        1: one buffer reused (serialises); >= 2: one per iteration
-    unroll OP.v         fully unroll loop v           nl.static_range
+                                                      (eltwise: T an operand or the output, only 1: in-loop tiles
+                                                      are already rotated by the NKI compiler)
+    unroll OP.v         fully unroll loop v           nl.static_range (conv: c, r, s; eltwise: the tile loop v runs
+                                                      through; in NKI 0.6 every loop is a `range` unrolled when
+                                                      traced, so only the 0.1 form's text changes)
     method OP, M        transpose engine              pe (nc_transpose) | dma (dma_transpose)
 """
 from __future__ import annotations
@@ -103,12 +109,26 @@ class TransposePlan:
 class EltwisePlan:
     parts: int
     free: int
+    # `unroll Y.v`: the tile loops made static ranges, by the part of the layout v is in: "o" (outer loops of a
+    # broadcast layout), "pt" (partition tiles), "t" (free tiles; every loop of flattened data)
+    unroll: tuple[str, ...] = ()
+    single: tuple[str, ...] = ()  # `buffers X, 1`: tensors whose tiles use one buffer for the whole nest
+
+    def __repr__(self) -> str:  # (`tilec explain` prints the settings a schedule made, the sizes always)
+        extra = "".join(f", {k}={v}" for k, v in (("unroll", self.unroll), ("single", self.single)) if v)
+        return f"EltwisePlan(parts={self.parts}, free={self.free}{extra})"
 
 
 @dataclass(frozen=True)
 class ReducePlan:
     parts: int  # rows (flattened kept indices) per partition tile
     free: int  # reduced elements per partition per tensor_reduce
+    unroll: tuple[str, ...] = ()  # a row reduction's `unroll s.v`: "pt" (row tiles, v kept) or "ft" (free tiles)
+    single: tuple[str, ...] = ()  # `buffers X, 1`: inputs whose tiles use one buffer for the whole nest
+
+    def __repr__(self) -> str:  # (`tilec explain` prints the settings a schedule made, the sizes always)
+        extra = "".join(f", {k}={v}" for k, v in (("unroll", self.unroll), ("single", self.single)) if v)
+        return f"ReducePlan(parts={self.parts}, free={self.free}{extra})"
 
 
 Plan = ConvPlan | PoolPlan | TransposePlan | EltwisePlan | ReducePlan
@@ -375,8 +395,37 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     if isinstance(plan, ReducePlan) and isinstance(op, ColumnReduceOp):
         return (directive("tile", v("r0"), plan.parts), directive("tile", v("k0"), plan.free))
     if isinstance(plan, ReducePlan):
-        return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free))
-    return (directive("tile", v("d0"), plan.free),)
+        tiled = {"pt": v("k0"), "ft": v("r0")}
+        return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free),
+                *(directive("unroll", tiled[u]) for u in plan.unroll), *(directive("buffers", x, 1) for x in plan.single))
+    assert isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp)
+    loops = {kind: var for kind, var in ((eltwise_loop(op, var), var) for _, var in reversed(op.vars))}
+    tile: tuple[sx.Directive, ...] = (directive("tile", (op.name, loops["t"]), plan.free),) if "t" in loops else ()
+    if "pt" in loops and plan.parts != eltwise_plan(op.size, dict(op.layout), len(op.rows), rows_per_outer(op)).parts:
+        tile += (directive("tile", (op.name, loops["pt"]), plan.parts),)  # a user's partition tile
+    return (*tile, *(directive("unroll", (op.name, loops[u])) for u in plan.unroll),
+            *(directive("buffers", x, 1) for x in plan.single))
+
+
+def eltwise_loop(op: EltwiseOp, var: str) -> str:
+    """The tile loop of an element-wise kernel that the op's loop `var` runs through: "t" (free tiles; every loop of
+    flattened data), "pt" (partition tiles) or "o" (the outer loops of a broadcast layout)."""
+    if not op.layout:
+        return "t"
+    at = [v for _, v in op.vars].index(var)
+    return "o" if at < op.run[0] else "pt" if at < op.run[1] else "t"
+
+
+def eltwise_trips(op: EltwiseOp, plan: EltwisePlan) -> dict[str, int]:
+    """Iterations of each tile loop of rules.eltwise's kernel (of its largest region when the tiles are ragged);
+    {} for flattened data the tiles do not divide (the rule then picks where the partitions end)."""
+    if not op.layout:
+        per = op.size // plan.parts
+        return {"t": per // plan.free} if op.size % plan.parts == 0 and per % plan.free == 0 else {}
+    P, F = op.dim("P"), op.dim("F")
+    ragged = P % min(plan.parts, P) != 0
+    free = min(row_free(F, plan.free, len(op.rows), rows_per_outer(op), ragged), F)
+    return {"o": op.dim("O"), "pt": -(-P // min(plan.parts, P)), "t": -(-F // free)}
 
 
 def print_plans(ops: tuple[Op, ...], plans: tuple[Plan, ...]) -> str:

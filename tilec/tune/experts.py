@@ -67,8 +67,14 @@ def transpose_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
     return out
 
 
+def free_role(op) -> str:
+    """The role of the element-wise loop whose tile is the free size (the compiler's default directive names it:
+    a loop of the free run of a broadcast layout; any loop of flattened data)."""
+    return next((role for name, role in op.defaults if name == "tile"), "d0")
+
+
 def eltwise_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
-    name = f"tile {op.ref('d0')}"
+    name = f"tile {op.ref(free_role(op))}"
     return [{name: largest(knob_values(space, name), lambda v: v <= n)} for n in (2048, 8192)]
 
 

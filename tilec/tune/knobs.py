@@ -31,7 +31,7 @@ from tilec.compiler.ir import DTYPE_BYTES
 from tilec.errors import InternalError, TilecError
 from tilec.tune.bound import Bound, conv_bound, total_bound, x_tile
 from tilec.tune.evaluate import Job, compile_job
-from tilec.tune.experts import expert_points
+from tilec.tune.experts import expert_points, free_role
 from tilec.compiler.schedule import REDUCE_FREE, eltwise_plan, plan_directives, sbuf_budget, tile_size
 from tilec.target import Target
 from tilec.tune.space import DIRECTIVES, Check, Knob, Space
@@ -280,8 +280,8 @@ def eltwise_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[K
     if free % tile_size(free, min(widest, 1024)):  # no good divisor: round widths, the last tile smaller
         frees = sorted(set(frees) | {v for v in (256, 512, 1024) if v < free and v <= widest})
     frees = frees or [free]
-    return [Knob(f"tile {op.ref('d0')}", "tile", op.ref("d0"),
-                 _with_default(op.defaults.get(("tile", "d0")), frees))], []
+    role = free_role(op)
+    return [Knob(f"tile {op.ref(role)}", "tile", op.ref(role), _with_default(op.defaults.get(("tile", role)), frees))], []
 
 
 def reduce_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
