@@ -8,7 +8,7 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable, Sequence
 
-from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passes, placement, pool_chain
+from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, ir, passes, placement, pool_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_row_tiles
 from tilec.compiler import rules, rules_copy
@@ -308,6 +308,14 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             skip |= set(range(i, i + pooled.ops))
             fused.append([o.name for o in ops[i:i + pooled.ops]])
             continue
+        head = build_attention.build_head(ops, i, hbm, lambda base: names.fresh(base, f"head:{op.out}"), scheduled,
+                                          set(program.kernel.outputs), placement.reads)
+        if head is not None:  # scores -> softmax -> values of one attention head kept on chip (build_attention.py)
+            last = ops[i + build_attention.OPS - 1]
+            out.append(_named({last.out}, head, last.out, len(ops), prefixes))
+            skip |= set(range(i + 1, i + build_attention.OPS))
+            fused.append([o.name for o in ops[i:i + build_attention.OPS]])
+            continue
         if i in chains:
             members = [ops[j] for j in chains[i]]
             outside = [o for j, o in enumerate(ops) if j not in chains[i]]
@@ -595,6 +603,8 @@ def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
     """What builds a chain of ops kept on chip: "MobileNet block", "global pool" or "row chain"."""
     if build_mbblock.is_block(ops, chain):
         return "MobileNet block"
+    if build_attention.is_head(ops, chain):
+        return "attention head"
     at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     return "global pool" if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None \
@@ -606,6 +616,8 @@ def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
     if kind == "MobileNet block":
         hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
         return build_mbblock.note(ops, chain, hbm, target)
+    if kind == "attention head":
+        return build_attention.note(chain)
     if kind == "global pool":
         return global_note(chain)
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"

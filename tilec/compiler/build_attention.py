@@ -1,0 +1,332 @@
+"""Loop-nest builder for one attention head kept on chip: the six ops of
+
+    sc[i, j] = sum_d Q[i, d] * K[j, d]            (or K stored [d, j])
+    m[i] = max_j sc[i, j]
+    e[i, j] = exp(a * sc[i, j] + b * m[i] + c)    (e.g. exp((sc - m) * 0.125))
+    z[i] = sum_j e[i, j]
+    O_acc[i, d] = sum_j e[i, j] * V[j, d]
+    O[i, d] = O_acc[i, d] / z[i]
+
+as one pass over tiles of 128 query rows. Through HBM (each op by its own builder) sc and e are written and read
+back (4 MiB each at S = 1024 in f32) and e is loaded again to be transposed: gaps15 attn_full ran DMA-bound at
+3.3x its floor. Here, per query tile:
+
+    scores   sc_rows[128, S] = Q_T[:, tile].T @ K_T      TensorE into PSUM (512 columns a bank), evicted in sc's
+                                                         dtype (the reference rounds there)
+    softmax  m = max(sc_rows) (VectorE), bias = b * m + c, e_rows = exp(a * sc_rows + bias) with z summed by the
+             same activation (ScalarE accum)
+    P^T      e_T[128 keys, kb, 128 queries]: e_rows' 128 x 128 blocks turned on TensorE (a PSUM bank of blocks
+             evicted by one copy)
+    P V      O_ps[128, Dv] = sum_kb e_T[:, kb].T @ V_tiles[:, kb]   accumulated in one PSUM bank
+    O        O_ps / z on the eviction (VectorE), one store
+
+Q_T and K_T (contraction-major, D partitions) are made once by TensorE transposes, V's key blocks are loaded once.
+Only Q, K, V in and O out touch HBM; sc, m, e, z and O_acc never do. Roundings follow the program's dtypes: sc, e,
+z and O_acc are stored in their own dtype before they are read (a copy for z and O_acc when that is not fp32).
+
+`why_not` says why six ops are not such a head (each op then takes its own builder, as before).
+"""
+from __future__ import annotations
+
+from typing import AbstractSet, Callable
+
+from tilec.compiler import ir
+from tilec.compiler.build_util import a, loop, prep_notes, sl, term
+from tilec.compiler.ir import Act, Alloc, Buf, Copy, Dma, Matmul, Reduce, Scalar, Stmt, Transpose, View, full
+from tilec.compiler.ops import ConvOp, EltwiseOp, ReduceOp
+from tilec.lang import syntax as sx
+
+P = 128  # query rows per tile, keys per block (partitions)
+PSUM_F32 = 512  # fp32 columns of one PSUM bank (2 KiB per partition)
+PSUM_BANK = 2048
+OPS = 6
+ITEM = {"f32": 4, "bf16": 2, "f16": 2}
+
+
+def _plain(op) -> bool:
+    return (isinstance(op, ConvOp) and op.w_layout == "kc" and op.dim("N") == op.dim("H") == op.dim("Ho") == 1
+            and op.dim("R") == op.dim("S") == 1 and op.dim("W") == op.dim("Wo") and op.bias is None
+            and not op.relu and op.pool is None and not op.fused and op.residual is None and op.clamp is None
+            and op.groups == 1 and op.w_relu is None and op.scale == 1.0 and not op.epilogue and not op.w_batch
+            and op.out == op.name)
+
+
+def linear(e: sx.Expr, x: str, y: str) -> tuple[float, float, float] | None:
+    """e as (a, b, c) with e = a * x + b * y + c, x and y reads of two tensors named x and y; None if it is not
+    such a form (a product of two reads, a function, a division by a read)."""
+    if isinstance(e, sx.Num):
+        return 0.0, 0.0, float(e.value)
+    if isinstance(e, sx.Access):
+        return (1.0, 0.0, 0.0) if e.tensor == x else (0.0, 1.0, 0.0) if e.tensor == y else None
+    if isinstance(e, sx.Neg):
+        f = linear(e.x, x, y)
+        return None if f is None else (-f[0], -f[1], -f[2])
+    if not isinstance(e, sx.BinOp):
+        return None
+    lhs, rhs = linear(e.lhs, x, y), linear(e.rhs, x, y)
+    if lhs is None or rhs is None:
+        return None
+    if e.op in "+-":
+        s = 1.0 if e.op == "+" else -1.0
+        return lhs[0] + s * rhs[0], lhs[1] + s * rhs[1], lhs[2] + s * rhs[2]
+    if e.op == "*" and (lhs[:2] == (0.0, 0.0) or rhs[:2] == (0.0, 0.0)):
+        k, f = (lhs[2], rhs) if lhs[:2] == (0.0, 0.0) else (rhs[2], lhs)
+        return f[0] * k, f[1] * k, f[2] * k
+    if e.op == "/" and rhs[:2] == (0.0, 0.0) and rhs[2] != 0.0:
+        return lhs[0] / rhs[2], lhs[1] / rhs[2], lhs[2] / rhs[2]
+    return None
+
+
+def _reads(e: sx.Expr) -> list[sx.Access]:
+    if isinstance(e, sx.Access):
+        return [e]
+    if isinstance(e, sx.BinOp):
+        return _reads(e.lhs) + _reads(e.rhs)
+    if isinstance(e, sx.Call):
+        return [r for x in e.args for r in _reads(x)]
+    if isinstance(e, sx.Neg):
+        return _reads(e.x)
+    return []
+
+
+def _indexed(e: sx.Expr, var_of: dict[str, tuple[str, ...]]) -> bool:
+    """Every read of e indexes its tensor by exactly the loop variables given for it (no shifts, no constants)."""
+    return all(tuple(i.id if isinstance(i, sx.Name) else "" for i in r.indices) == var_of.get(r.tensor, ("?",))
+               for r in _reads(e))
+
+
+def exponent(op: EltwiseOp, sc: str, m: str) -> tuple[float, float, float] | None:
+    """(a, b, c) of e = exp(a * sc + b * m + c), or None."""
+    if not (isinstance(op.expr, sx.Call) and op.expr.fn == "exp" and len(op.expr.args) == 1):
+        return None
+    i, j = dict(op.vars).get("d0"), dict(op.vars).get("d1")
+    if i is None or j is None or not _indexed(op.expr, {sc: (i, j), m: (i,)}):
+        return None
+    f = linear(op.expr.args[0], sc, m)
+    return None if f is None or f[0] == 0.0 else f
+
+
+def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str], outputs: AbstractSet[str],
+            reads: Callable[[object], list[str]]) -> str:
+    """"" when ops[i:i+6] form an attention head this builder keeps on chip; else the reason."""
+    if i + OPS > len(ops):
+        return "fewer than six ops from here"
+    s, m, e, z, o, fin = ops[i:i + OPS]
+    if not (_plain(s) and _plain(o) and type(m) is ReduceOp and type(z) is ReduceOp and isinstance(e, EltwiseOp)
+            and isinstance(fin, EltwiseOp)):
+        return "not matmul -> row max -> exp -> row sum -> matmul -> division"
+    if (m.src, m.op, m.init, m.scale, m.expr) != (s.out, "maximum", float("-inf"), 1.0, None) or \
+            (z.src, z.op, z.init, z.scale, z.expr) != (e.out, "add", 0.0, 1.0, None):
+        return "the row reductions are not max(sc) and sum(e)"
+    if e.inputs != (s.out,) or e.columns != (m.out,) or e.rows or e.copy or exponent(e, s.out, m.out) is None:
+        return "e is not exp of a linear form of sc and its row max"
+    if o.w != e.out or o.x_transposed or fin.inputs != (o.out,) or fin.columns != (z.out,) or fin.rows or \
+            not _division(fin, o.out, z.out):
+        return "the second matmul does not read e as e[i, j] * V[j, d], or O is not O_acc / z"
+    K, W, C, Dv = s.dim("K"), s.dim("W"), s.dim("C"), o.dim("W")
+    if (o.dim("K"), o.dim("C")) != (K, W) or dict(s.vars)["k"] != dict(m.vars)["k0"] or \
+            dict(s.vars)["x"] != dict(m.vars)["r0"]:
+        return "the shapes of the two matmuls do not chain"
+    if K % P or W % P or C > P or Dv > PSUM_F32:
+        return f"queries or keys not a multiple of {P}, head size above {P} or value size above {PSUM_F32}"
+    names = {x.name for x in ops[i:i + OPS]}
+    if names & set(scheduled):
+        return "a directive names one of its ops"
+    inner = {s.out, m.out, e.out, z.out, o.out}
+    if inner & set(outputs) or any(t in reads(x) for x in ops if x not in ops[i:i + OPS] for t in inner):
+        return "another op or the kernel's outputs read an intermediate"
+    dt = {t: hbm[t].dtype for t in (s.w, s.x, o.x, e.out)}
+    if dt[s.w] != dt[s.x] or dt[e.out] != dt[o.x]:
+        return "the operands of a matmul have different dtypes"
+    if 3 * W * 4 + K * 4 + W * Dv // P * 4 > 96 * 1024:
+        return "the rows of a query tile do not fit SBUF"
+    return ""
+
+
+def _division(fin: EltwiseOp, acc: str, z: str) -> bool:
+    e = fin.expr
+    v = dict(fin.vars)
+    return isinstance(e, sx.BinOp) and e.op == "/" and isinstance(e.lhs, sx.Access) and e.lhs.tensor == acc and \
+        isinstance(e.rhs, sx.Access) and e.rhs.tensor == z and _indexed(e, {acc: (v["d0"], v["d1"]), z: (v["d0"],)})
+
+
+class HeadBuilder:
+    def __init__(self, ops: tuple, hbm: dict[str, Buf], fresh: Callable[[str], str]) -> None:
+        self.s, self.m, self.e, self.z, self.o, self.fin = ops
+        self.hbm, self.fresh = hbm, fresh
+        self.K, self.W, self.C, self.Dv = self.s.dim("K"), self.s.dim("W"), self.s.dim("C"), self.o.dim("W")
+        self.NQ, self.NK = self.K // P, self.W // P
+        self.a, self.b, self.c = exponent(self.e, self.s.out, self.m.out) or (1.0, -1.0, 0.0)
+        self.qt, self.kb = fresh("q_p"), fresh("k_b")
+        self.row, self.par = a(0), 0
+        self.zcol: dict[int, tuple[View, list[Stmt]]] = {}
+
+    def buf(self, base: str, memory: str, dtype: str, shape: tuple[int, ...]) -> Buf:
+        return Buf(self.fresh(base + ("_2" if self.par else "")), memory, dtype, shape)
+
+    # a query tile's buffers (one set per parity: `buf` names them apart)
+    @property
+    def sc(self) -> Buf:
+        return self.buf(f"{self.s.out}_rows", "sbuf", self.dtype(self.s.out), (P, self.W))
+
+    @property
+    def rows(self) -> Buf:
+        return self.buf(f"{self.e.out}_rows", "sbuf", self.dtype(self.e.out), (P, self.W))
+
+    @property
+    def e_t(self) -> Buf:
+        return self.buf(f"{self.e.out}_T", "sbuf", self.dtype(self.e.out), (P, self.NK, P))
+
+    def dtype(self, t: str) -> str:
+        return self.hbm[t].dtype
+
+    def build(self) -> list[Stmt]:
+        out: list[Stmt] = []
+        self.q_t, q = self.transposed(self.s.w, self.K, "Q")
+        out += q
+        if self.s.x_transposed:
+            self.k_t, k = self.transposed(self.s.x, self.W, "K")
+            out += k
+        else:  # K stored [d, j]: already contraction-major
+            self.k_t = self.buf(f"{self.s.x}_T", "sbuf", self.dtype(self.s.x), (self.C, self.W))
+            out += [Alloc(self.k_t, line=self.s.line), Dma(ir.whole(self.k_t), ir.whole(self.hbm[self.s.x]),
+                                                           self.s.line)]
+        self.v = self.buf(f"{self.o.x}_tiles", "sbuf", self.dtype(self.o.x), (P, self.NK, self.Dv))
+        out.append(ir.Block(f"{self.o.x}: every key block, resident in SBUF", (
+            Alloc(self.v, line=self.o.line),
+            *loop(self.kb, self.NK, [Dma(View(self.v, (full(P), a(self.kb), full(self.Dv))),
+                                         View(self.hbm[self.o.x], (sl(a(term(self.kb, P)), P), full(self.Dv))),
+                                         self.o.line)], note=f"key blocks of {P}", line=self.o.line)),
+            self.o.line))
+        return out + [ir.Block(f"attention {self.s.out} -> {self.fin.out} by tiles of {P} query rows: "
+                               f"{self.s.out}, {self.e.out} never in HBM", tuple(self.tiles()), self.s.line)]
+
+    def tiles(self) -> list[Stmt]:
+        """Every query tile. An odd count: one tile per iteration (each engine waits for the others: S = 1024 as
+        one tile per iteration measured 101.6 us). Else software-pipelined over pairs with buffers of their own:
+        tile t + 1's scores and softmax are issued between tile t's P^T and P V, so TensorE turns and multiplies
+        tile t while ScalarE and VectorE work on t + 1 (each engine issues in program order)."""
+        if self.NQ % 2:
+            return loop(self.qt, self.NQ, self.part(a(term(self.qt, P)), 0, "SMTV"), note=f"query tiles of {P}",
+                        line=self.s.line)
+        A, B, A2 = a(term(self.qt, 2 * P)), a(term(self.qt, 2 * P), P), a(term(self.qt, 2 * P), 2 * P)
+        first = self.part(a(0), 0, "SM")
+        body = self.part(B, 1, "S") + self.part(A, 0, "T") + self.part(B, 1, "M") + self.part(A, 0, "V") + \
+            self.part(A2, 0, "S") + self.part(B, 1, "T") + self.part(A2, 0, "M") + self.part(B, 1, "V")
+        pairs = loop(self.qt, self.NQ // 2 - 1, body, note=f"pairs of query tiles of {P}", line=self.s.line) \
+            if self.NQ > 2 else []
+        last, end = a(self.K - 2 * P), a(self.K - P)
+        return first + pairs + self.part(end, 1, "S") + self.part(last, 0, "T") + self.part(end, 1, "M") + \
+            self.part(last, 0, "V") + self.part(end, 1, "TV")
+
+    def part(self, row: ir.Aff, par: int, steps: str) -> list[Stmt]:
+        """Steps of the query tile whose rows start at `row` (`par` names its buffers): S scores, M softmax,
+        T P^T, V P V and the store."""
+        self.row, self.par = row, par
+        made = {"S": self.scores, "M": self.softmax, "T": self.turned, "V": self.values}
+        return [st for k in steps for st in made[k]()]
+
+    def transposed(self, t: str, rows: int, what: str) -> tuple[Buf, list[Stmt]]:
+        """t [rows, C] as t_T [C, rows] in SBUF: each block of 128 rows loaded and turned on TensorE."""
+        line, dt, v = self.s.line, self.dtype(t), self.fresh(f"{what.lower()}_b")
+        tt = self.buf(f"{t}_T", "sbuf", dt, (self.C, rows))
+        raw = self.buf(f"{t}_rows", "sbuf", dt, (P, self.C))
+        tp = self.buf(f"{t}_tp", "psum", dt, (self.C, P))  # a PE transpose keeps its input's dtype
+        blk = sl(a(term(v, P)), P)
+        body: list[Stmt] = [Alloc(raw, line=line), Dma(ir.whole(raw), View(self.hbm[t], (blk, full(self.C))), line),
+                            Alloc(tp, line=line), Transpose(ir.whole(tp), ir.whole(raw), "pe", line),
+                            Copy(View(tt, (full(self.C), blk)), ir.whole(tp), line)]
+        stmts = [Alloc(tt, line=line)] + prep_notes(loop(v, rows // P, body, note=f"rows of {t} by {P}",
+                                                         line=line), f"prepare {t}")
+        return tt, [ir.Block(f"{t}: contraction-major, resident in SBUF", tuple(stmts), line)]
+
+    def scores(self) -> list[Stmt]:
+        """sc_rows = this query tile's scores, a PSUM bank of 512 columns at a time, evicted by ScalarE."""
+        s, line = self.s, self.s.line
+        out: list[Stmt] = [Alloc(self.sc, line=line)]
+        width = min(self.W, PSUM_F32)
+        for j0 in range(0, self.W, width):
+            acc = self.buf(f"{s.out}_acc", "psum", "f32", (P, width))
+            out += [Alloc(acc, zero=True, line=line),
+                    Matmul(ir.whole(acc), View(self.q_t, (full(self.C), sl(self.row, P))),
+                           View(self.k_t, (full(self.C), sl(j0, width))), line),
+                    Act(View(self.sc, (full(P), sl(j0, width))), ir.whole(acc), "copy", line=line)]
+        return out
+
+    def softmax(self) -> list[Stmt]:
+        """m, the exponent's bias column, e_rows and z (summed by the activation itself)."""
+        mo, eo = self.m, self.e
+        mcol = self.buf(f"{mo.out}_col", "sbuf", self.dtype(mo.out), (P, 1))
+        bias = self.buf(f"{eo.out}_bias", "sbuf", "f32", (P, 1))
+        zsum = self.buf(f"{self.z.out}_sum", "sbuf", "f32", (P, 1))
+        out: list[Stmt] = [Alloc(mcol, line=mo.line), Reduce(ir.whole(mcol), ir.whole(self.sc), "maximum", mo.line),
+                           Alloc(bias, line=eo.line)]
+        out.append(Scalar(ir.whole(bias), ir.whole(mcol), "multiply", self.b, eo.line, op1="add", value1=self.c)
+                   if self.c else Scalar(ir.whole(bias), ir.whole(mcol), "multiply", self.b, eo.line))
+        out += [Alloc(self.rows, line=eo.line), Alloc(zsum, line=self.z.line),
+                Act(ir.whole(self.rows), ir.whole(self.sc), "exp", ir.whole(bias), self.a, eo.line,
+                    total=ir.whole(zsum))]
+        self.zcol[self.par] = self.rounded(zsum, self.dtype(self.z.out), self.z.line)
+        return out + self.zcol[self.par][1]
+
+    def rounded(self, col: Buf, dtype: str, line: int) -> tuple[View, list[Stmt]]:
+        """col as the program stores it: a copy in dtype when that is not fp32."""
+        if dtype == "f32":
+            return ir.whole(col), []
+        r = self.buf(f"{col.name}_{dtype}", "sbuf", dtype, col.shape)
+        return ir.whole(r), [Alloc(r, line=line), Copy(ir.whole(r), ir.whole(col), line)]
+
+    def turned(self) -> list[Stmt]:
+        """e_T[:, kb] = block kb of e_rows transposed: a PSUM bank's worth of blocks, then one copy out."""
+        line, dt = self.o.line, self.dtype(self.e.out)
+        group = min(self.NK, PSUM_BANK // (P * ITEM[dt]))
+        while self.NK % group:
+            group -= 1
+        out: list[Stmt] = [Alloc(self.e_t, line=line)]
+        for g0 in range(0, self.NK, group):
+            tp = self.buf(f"{self.e.out}_tp", "psum", dt, (P, group, P))
+            out.append(Alloc(tp, line=line))
+            for k in range(group):
+                out.append(Transpose(View(tp, (full(P), a(k), full(P))),
+                                     View(self.rows, (full(P), sl((g0 + k) * P, P))), "pe", line))
+            out.append(Copy(View(self.e_t, (full(P), sl(g0, group), full(P))), ir.whole(tp), line))
+        return out
+
+    def values(self) -> list[Stmt]:
+        """O_ps = e_rows @ V over the key blocks in one PSUM bank, divided by z on the eviction, stored."""
+        o, fin = self.o, self.fin
+        acc = self.buf(f"{o.out}_ps", "psum", "f32", (P, self.Dv))
+        out: list[Stmt] = [Alloc(acc, zero=True, line=o.line)]
+        out += loop(self.kb, self.NK, [Matmul(ir.whole(acc), View(self.e_t, (full(P), a(self.kb), full(P))),
+                                              View(self.v, (full(P), a(self.kb), full(self.Dv))), o.line)],
+                    note=f"key blocks of {P}", line=o.line)
+        src = ir.whole(acc)
+        if self.dtype(o.out) != "f32":  # O_acc rounded as the program stores it
+            r = self.buf(f"{o.out}_rows", "sbuf", self.dtype(o.out), (P, self.Dv))
+            out += [Alloc(r, line=o.line), Copy(ir.whole(r), src, o.line)]
+            src = ir.whole(r)
+        res = self.buf(f"{fin.out}_tile", "sbuf", self.dtype(fin.out), (P, self.Dv))
+        out += [Alloc(res, line=fin.line), Scalar(ir.whole(res), src, "divide", self.zcol[self.par][0], fin.line),
+                Dma(View(self.hbm[fin.out], (sl(self.row, P), full(self.Dv))), ir.whole(res), fin.line)]
+        return out
+
+
+def build_head(ops: tuple, i: int, hbm: dict[str, Buf], fresh: Callable[[str], str], scheduled: AbstractSet[str],
+               outputs: AbstractSet[str], reads: Callable[[object], list[str]]
+               ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
+    """The head ops[i:i+6] built on chip (None: not such a head; each op then takes its own builder)."""
+    if why_not(ops, i, hbm, scheduled, outputs, reads):
+        return None
+    return [], HeadBuilder(ops[i:i + OPS], hbm, fresh).build()
+
+
+def is_head(ops: tuple, chain) -> bool:
+    """Whether a fused chain (op names) is such a head."""
+    names = [o.name for o in ops]
+    return len(chain) == OPS and any(names[i:i + OPS] == list(chain) for i in range(len(names)))
+
+
+def note(chain) -> str:
+    """The schedule line of a head kept on chip (`tilec explain`, the kernel's docstring)."""
+    return (f"# attention {' -> '.join(chain)} on chip by tiles of {P} query rows ({chain[0]}, {chain[2]} never in "
+            "HBM; the weights turned on TensorE)")
