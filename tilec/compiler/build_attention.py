@@ -34,13 +34,18 @@ from tilec.compiler import ir
 from tilec.compiler.build_util import a, loop, prep_notes, sl, term
 from tilec.compiler.ir import Act, Alloc, Buf, Copy, Dma, Matmul, Reduce, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp, EltwiseOp, ReduceOp
+from tilec.compiler.schedule import sbuf_budget
 from tilec.lang import syntax as sx
+from tilec.target import target as get_target
 
 P = 128  # query rows per tile, keys per block (partitions)
 PSUM_F32 = 512  # fp32 columns of one PSUM bank (2 KiB per partition)
 PSUM_BANK = 2048
 OPS = 6
 ITEM = {"f32": 4, "bf16": 2, "f16": 2}
+SBUF_TRANSPOSE = 0.5  # a DMA transpose SBUF -> SBUF runs at up to half a copy's throughput [ARCH3, nki-spec 1.10.12]
+AHEAD_PE, AHEAD_DMA = 1, 2  # query tiles the P V of a tile runs behind its scores (plan)
+SBUF_SHARE = 0.6  # of the kernel's SBUF budget: Q_T, K_T, V and the tiles' buffers
 
 
 def _plain(op) -> bool:
@@ -138,9 +143,43 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
     dt = {t: hbm[t].dtype for t in (s.w, s.x, o.x, e.out)}
     if dt[s.w] != dt[s.x] or dt[e.out] != dt[o.x]:
         return "the operands of a matmul have different dtypes"
-    if 3 * W * 4 + K * 4 + W * Dv // P * 4 > 96 * 1024:
-        return "the rows of a query tile do not fit SBUF"
+    if plan(ops[i:i + OPS], hbm) is None:
+        return f"the rows of {1 + AHEAD_PE} query tiles do not fit in {SBUF_SHARE} of SBUF"
     return ""
+
+
+def plan(ops: tuple, hbm: dict[str, Buf]) -> tuple[bool, int] | None:
+    """(P^T by DMA transposes, tiles ahead) for the head `ops`, or None when its buffers do not fit.
+
+    Per query tile TensorE computes the scores and P V; P^T is either 128 x 128 PE transposes on TensorE too (fp32
+    in transpose mode), or SBUF -> SBUF DMA transposes at half a copy's throughput [ARCH3, nki-spec 1.10.12] on the
+    otherwise idle DMA queues. The DMA is chosen when the busier of TensorE (without transposes) and the DMA
+    transposes beats TensorE with them, from the model's own constants (build_matvec.model_constants): fp32 at
+    S = 1024: 4.2 us of matmuls + 1.1 us of PE transposes per tile against 2.8 us of DMA transposes; bf16: 0.9 +
+    0.5 against 1.4, so PE. DMA transposes lengthen each tile's chain (exp, then P^T, then P V), so that path runs
+    AHEAD_DMA tiles ahead (attn_full S = 1024 fp32, model: PE 1 ahead 65.2 us, 2 ahead 64.9; DMA 1 ahead 64.2,
+    2 ahead 56.8, 3 ahead 56.8)."""
+    from tilec.compiler.build_matvec import model_constants  # late: the model reads kernels
+    s, e, o = ops[0], ops[2], ops[4]
+    K, W, C, Dv = s.dim("K"), s.dim("W"), s.dim("C"), o.dim("W")
+    NK = W // P
+    ie = ITEM[hbm[e.out].dtype]
+    prm = model_constants()
+    f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if ie == 4 else (1.0, 1.0)
+    ghz, fixed = prm["tensor_ghz"], prm["mm_fixed_cycles"]
+    chunks = -(-W // PSUM_F32)
+    matmuls = (W + chunks * fixed + NK * (max(Dv, prm["mm_min_cycles"]) + fixed)) * f / ghz
+    pe = NK * (P + fixed) * ft / ghz
+    dma = NK * P * P * ie / (prm["dma_engines"] * prm["dma_engine_bw"] * SBUF_TRANSPOSE)
+    by_dma = max(matmuls, dma) < matmuls + pe
+    rows = W * (ITEM[hbm[s.out].dtype] + 2 * ie) + 16  # sc, e and P^T of one tile, its columns
+    fixed_bytes = K * ITEM[hbm[s.w].dtype] * 2 + W * ITEM[hbm[s.x].dtype] * 2 + NK * Dv * ITEM[hbm[o.x].dtype]
+    budget = SBUF_SHARE * sbuf_budget(get_target())
+    for ahead in ((AHEAD_DMA, AHEAD_PE) if by_dma else (AHEAD_PE,)):
+        # each allocation site rotates two buffers in the hardware allocator's way (perf/schedule.py)
+        if fixed_bytes + 2 * (ahead + 1) * rows <= budget:
+            return by_dma, ahead
+    return None
 
 
 def _division(fin: EltwiseOp, acc: str, z: str) -> bool:
@@ -161,9 +200,10 @@ class HeadBuilder:
         self.row, self.par = a(0), 0
         self.zcol: dict[int, tuple[View, list[Stmt]]] = {}
         self.views: list[Stmt] = []  # HBM reshapes, first in the kernel
+        self.by_dma, self.ahead = plan(ops, hbm) or (False, AHEAD_PE)
 
     def buf(self, base: str, memory: str, dtype: str, shape: tuple[int, ...]) -> Buf:
-        return Buf(self.fresh(base + ("_2" if self.par else "")), memory, dtype, shape)
+        return Buf(self.fresh(base + (f"_{self.par + 1}" if self.par else "")), memory, dtype, shape)
 
     # a query tile's buffers (one set per parity: `buf` names them apart)
     @property
@@ -201,22 +241,39 @@ class HeadBuilder:
                                f"{self.s.out}, {self.e.out} never in HBM", tuple(self.tiles()), self.s.line)]
 
     def tiles(self) -> list[Stmt]:
-        """Every query tile. An odd count: one tile per iteration (each engine waits for the others: S = 1024 as
-        one tile per iteration measured 101.6 us). Else software-pipelined over pairs with buffers of their own:
-        tile t + 1's scores and softmax are issued between tile t's P^T and P V, so TensorE turns and multiplies
-        tile t while ScalarE and VectorE work on t + 1 (each engine issues in program order)."""
-        if self.NQ % 2:
-            return loop(self.qt, self.NQ, self.part(a(term(self.qt, P)), 0, "SMTV"), note=f"query tiles of {P}",
-                        line=self.s.line)
-        A, B, A2 = a(term(self.qt, 2 * P)), a(term(self.qt, 2 * P), P), a(term(self.qt, 2 * P), 2 * P)
-        first = self.part(a(0), 0, "SM")
-        body = self.part(B, 1, "S") + self.part(A, 0, "T") + self.part(B, 1, "M") + self.part(A, 0, "V") + \
-            self.part(A2, 0, "S") + self.part(B, 1, "T") + self.part(A2, 0, "M") + self.part(B, 1, "V")
-        pairs = loop(self.qt, self.NQ // 2 - 1, body, note=f"pairs of query tiles of {P}", line=self.s.line) \
-            if self.NQ > 2 else []
-        last, end = a(self.K - 2 * P), a(self.K - P)
-        return first + pairs + self.part(end, 1, "S") + self.part(last, 0, "T") + self.part(end, 1, "M") + \
-            self.part(last, 0, "V") + self.part(end, 1, "TV")
+        """Every query tile, software-pipelined `ahead` tiles deep with ahead + 1 sets of buffers: step u issues
+        tile u's scores, tile u - ahead's PE transposes, tile u's softmax (and its DMA transposes), then tile
+        u - ahead's P V and store. Each engine issues in program order, so TensorE computes tile u's scores while
+        ScalarE and VectorE work on the tiles before it (one tile per iteration, unpipelined, measured 101.6 us at
+        S = 1024). The steady steps are a loop of ahead + 1 steps (one per buffer set); the first `ahead` steps,
+        the steps left over and the last `ahead` tiles' P V are written out."""
+        L, n = self.ahead, self.ahead + 1
+        q, out = self.qt, []
+        for u in range(min(L, self.NQ)):
+            out += self.step(a(u * P), u, None, 0)
+        groups, rest = divmod(max(self.NQ - L, 0), n)
+        body = [st for r in range(n) for st in self.step(a(term(q, n * P), (L + r) * P), (L + r) % n,
+                                                           a(term(q, n * P), r * P), r)]
+        if groups:
+            out += loop(q, groups, body, note=f"query tiles of {P}, {n} at a time", line=self.s.line)
+        for u in range(L + groups * n, self.NQ):
+            out += self.step(a(u * P), u % n, a((u - L) * P), (u - L) % n)
+        for u in range(max(self.NQ, L), self.NQ + L):
+            out += self.step(None, 0, a((u - L) * P), (u - L) % n)
+        return out
+
+    def step(self, new: ir.Aff | None, new_par: int, old: ir.Aff | None, old_par: int) -> list[Stmt]:
+        """Scores and softmax of the tile at rows `new`, P^T and P V of the tile at rows `old` (either None)."""
+        out: list[Stmt] = []
+        if new is not None:
+            out += self.part(new, new_par, "S")
+        if old is not None and not self.by_dma:
+            out += self.part(old, old_par, "T")
+        if new is not None:
+            out += self.part(new, new_par, "M" + ("T" if self.by_dma else ""))
+        if old is not None:
+            out += self.part(old, old_par, "V")
+        return out
 
     def part(self, row: ir.Aff, par: int, steps: str) -> list[Stmt]:
         """Steps of the query tile whose rows start at `row` (`par` names its buffers): S scores, M softmax,
@@ -246,7 +303,7 @@ class HeadBuilder:
             self.group -= 1
         self.tp = [Buf(self.fresh(f"{self.e.out}_tp{g}"), "psum", dt, (P, self.group, P))
                    for g in range(min(2, self.NK // self.group))]
-        self.o_ps = [Buf(self.fresh(f"{self.o.out}_ps{h}"), "psum", "f32", (P, self.Dv)) for h in range(2)]
+        self.o_ps = [Buf(self.fresh(f"{self.o.out}_ps{h}"), "psum", "f32", (P, self.Dv)) for h in range(self.ahead + 1)]
         return [Alloc(b, line=line) for b in self.sc_ps + self.tp + self.o_ps]
 
     def transposed(self, t: str, rows: int, what: str) -> tuple[Buf, list[Stmt]]:
@@ -293,17 +350,23 @@ class HeadBuilder:
         return out + self.zcol[self.par][1]
 
     def rounded(self, col: Buf, dtype: str, line: int) -> tuple[View, list[Stmt]]:
-        """col as the program stores it: a copy in dtype when that is not fp32."""
+        """col as the program stores it, in fp32 (a per-partition operand is fp32 [ISA6 tensor_scalar]): copied to
+        dtype and back when that is not fp32."""
         if dtype == "f32":
             return ir.whole(col), []
         r = self.buf(f"{col.name}_{dtype}", "sbuf", dtype, col.shape)
-        return ir.whole(r), [Alloc(r, line=line), Copy(ir.whole(r), ir.whole(col), line)]
+        back = self.buf(f"{col.name}_r", "sbuf", "f32", col.shape)
+        return ir.whole(back), [Alloc(r, line=line), Copy(ir.whole(r), ir.whole(col), line),
+                                Alloc(back, line=line), Copy(ir.whole(back), ir.whole(r), line)]
 
     def turned(self) -> list[Stmt]:
         """e_T[:, kb] = block kb of e_rows transposed: a PSUM bank's worth of blocks, then one copy out."""
         line, dt = self.o.line, self.dtype(self.e.out)
         group = self.group
         out: list[Stmt] = [Alloc(self.e_t, line=line)]
+        if self.by_dma:
+            return out + [Transpose(View(self.e_t, (full(P), a(k), full(P))), View(self.rows, (full(P), sl(k * P, P))),
+                                    "dma", line) for k in range(self.NK)]
         for n, g0 in enumerate(range(0, self.NK, group)):
             tp = self.tp[n % len(self.tp)]
             for k in range(group):
