@@ -198,7 +198,6 @@ class HeadBuilder:
         self.a, self.b, self.c = exponent(self.e, self.s.out, self.m.out) or (1.0, -1.0, 0.0)
         self.qt, self.kb = fresh("q_p"), fresh("k_b")
         self.row, self.par = a(0), 0
-        self.zcol: dict[int, tuple[View, list[Stmt]]] = {}
         self.views: list[Stmt] = []  # HBM reshapes, first in the kernel
         self.by_dma, self.ahead = plan(ops, hbm) or (False, AHEAD_PE)
 
@@ -252,9 +251,9 @@ class HeadBuilder:
         for u in range(min(L, self.NQ)):
             out += self.step(a(u * P), u, None, 0)
         groups, rest = divmod(max(self.NQ - L, 0), n)
-        body = [st for r in range(n) for st in self.step(a(term(q, n * P), (L + r) * P), (L + r) % n,
-                                                           a(term(q, n * P), r * P), r)]
         if groups:
+            body = [st for r in range(n) for st in self.step(a(term(q, n * P), (L + r) * P), (L + r) % n,
+                                                               a(term(q, n * P), r * P), r)]
             out += loop(q, groups, body, note=f"query tiles of {P}, {n} at a time", line=self.s.line)
         for u in range(L + groups * n, self.NQ):
             out += self.step(a(u * P), u % n, a((u - L) * P), (u - L) % n)
@@ -338,7 +337,7 @@ class HeadBuilder:
         mo, eo = self.m, self.e
         mcol = self.buf(f"{mo.out}_col", "sbuf", self.dtype(mo.out), (P, 1))
         bias = self.buf(f"{eo.out}_bias", "sbuf", "f32", (P, 1))
-        zsum = self.buf(f"{self.z.out}_sum", "sbuf", "f32", (P, 1))
+        zsum = self.zsum
         out: list[Stmt] = [Alloc(mcol, line=mo.line), Reduce(ir.whole(mcol), ir.whole(self.sc), "maximum", mo.line),
                            Alloc(bias, line=eo.line)]
         out.append(Scalar(ir.whole(bias), ir.whole(mcol), "multiply", self.b, eo.line, op1="add", value1=self.c)
@@ -346,8 +345,15 @@ class HeadBuilder:
         out += [Alloc(self.rows, line=eo.line), Alloc(zsum, line=self.z.line),
                 Act(ir.whole(self.rows), ir.whole(self.sc), "exp", ir.whole(bias), self.a, eo.line,
                     total=ir.whole(zsum))]
-        self.zcol[self.par] = self.rounded(zsum, self.dtype(self.z.out), self.z.line)
-        return out + self.zcol[self.par][1]
+        return out + self.zcol()[1]
+
+    @property
+    def zsum(self) -> Buf:
+        return self.buf(f"{self.z.out}_sum", "sbuf", "f32", (P, 1))
+
+    def zcol(self) -> tuple[View, list[Stmt]]:
+        """z of the current tile as the division reads it (fp32, rounded to z's dtype), and the copies making it."""
+        return self.rounded(self.zsum, self.dtype(self.z.out), self.z.line)
 
     def rounded(self, col: Buf, dtype: str, line: int) -> tuple[View, list[Stmt]]:
         """col as the program stores it, in fp32 (a per-partition operand is fp32 [ISA6 tensor_scalar]): copied to
@@ -393,7 +399,7 @@ class HeadBuilder:
             out += [Alloc(r, line=o.line), Copy(ir.whole(r), src, o.line)]
             src = ir.whole(r)
         res = self.buf(f"{fin.out}_tile", "sbuf", self.dtype(fin.out), (P, self.Dv))
-        out += [Alloc(res, line=fin.line), Scalar(ir.whole(res), src, "divide", self.zcol[self.par][0], fin.line),
+        out += [Alloc(res, line=fin.line), Scalar(ir.whole(res), src, "divide", self.zcol()[0], fin.line),
                 Dma(View(self.hbm[fin.out], (sl(self.row, P), full(self.Dv))), ir.whole(res), fin.line)]
         return out
 
