@@ -288,10 +288,10 @@ class HeadBuilder:
         return View(view, (full(n), full(P), full(cols)), perm=(1, 0, 2))
 
     def psum_tiles(self) -> list[Stmt]:
-        """The PSUM tiles, allocated once (six banks at most, none rotating): the scores' chunks and the blocks of
-        P^T, two each, used in turn; P V's sum, one per parity. Tiles allocated per use rotate two buffers per
-        allocation site, and the unrolled pairs have many sites: they did not fit the 8 banks and waited for each
-        other (attn_full S = 1024: 78.3 us; 69.6 us with PSUM placement off)."""
+        """The PSUM tiles, allocated once (at most seven banks, none rotating): the scores' chunks and the blocks of
+        P^T (PE transposes only), two each, used in turn; P V's sum, one per buffer set. Tiles allocated per use
+        rotate two buffers per allocation site, and the written-out steps have many sites: they did not fit the 8
+        banks and waited for each other (attn_full S = 1024: 78.3 us; 69.6 us with PSUM placement off)."""
         line = self.s.line
         width = min(self.W, PSUM_F32)
         self.sc_ps = [Buf(self.fresh(f"{self.s.out}_ps{c}"), "psum", "f32", (P, width))
@@ -300,8 +300,8 @@ class HeadBuilder:
         self.group = min(self.NK, PSUM_BANK // (P * ITEM[dt]))
         while self.NK % self.group:
             self.group -= 1
-        self.tp = [Buf(self.fresh(f"{self.e.out}_tp{g}"), "psum", dt, (P, self.group, P))
-                   for g in range(min(2, self.NK // self.group))]
+        self.tp = [] if self.by_dma else [Buf(self.fresh(f"{self.e.out}_tp{g}"), "psum", dt, (P, self.group, P))
+                                          for g in range(min(2, self.NK // self.group))]
         self.o_ps = [Buf(self.fresh(f"{self.o.out}_ps{h}"), "psum", "f32", (P, self.Dv)) for h in range(self.ahead + 1)]
         return [Alloc(b, line=line) for b in self.sc_ps + self.tp + self.o_ps]
 
@@ -419,7 +419,10 @@ def is_head(ops: tuple, chain) -> bool:
     return len(chain) == OPS and any(names[i:i + OPS] == list(chain) for i in range(len(names)))
 
 
-def note(chain) -> str:
+def note(ops: tuple, chain, hbm: dict[str, Buf]) -> str:
     """The schedule line of a head kept on chip (`tilec explain`, the kernel's docstring)."""
+    i = [o.name for o in ops].index(chain[0])
+    by_dma, ahead = plan(ops[i:i + OPS], hbm) or (False, AHEAD_PE)
     return (f"# attention {' -> '.join(chain)} on chip by tiles of {P} query rows ({chain[0]}, {chain[2]} never in "
-            "HBM; the weights turned on TensorE)")
+            f"HBM; P^T by {'DMA' if by_dma else 'PE'} transposes, P V {ahead} tile{'s' * (ahead > 1)} behind the "
+            "scores; a directive on one builds them op by op)")

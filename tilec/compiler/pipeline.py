@@ -617,7 +617,8 @@ def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
         hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
         return build_mbblock.note(ops, chain, hbm, target)
     if kind == "attention head":
-        return build_attention.note(chain)
+        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+        return build_attention.note(ops, chain, hbm)
     if kind == "global pool":
         return global_note(chain)
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
