@@ -137,5 +137,5 @@ def test_an_intermediate_read_elsewhere_keeps_the_op_by_op_path():
 def test_transposes_of_p_follow_the_bottleneck(dt, by_dma):
     """fp32 at S = 1024: TensorE bound (matmuls at the fp32 rate), P^T goes to the DMA queues; bf16: on TensorE."""
     c = compile_loaded(lang.load(source(dt, 1024, 1024, 128, 128)), None, "0.6")
-    assert ("nisa.dma_transpose(" in c.source) == by_dma
+    assert ("nisa.dma_transpose(dst=e_T" in c.source) == by_dma
     assert ("nisa.nc_transpose(dst=e_tp" in c.source) == (not by_dma)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import AbstractSet, Callable
 
 from tilec.compiler import ir
-from tilec.compiler.build_util import a, loop, prep_notes, sl, term
+from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import Act, Alloc, Buf, Copy, Dma, Matmul, Reduce, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp, EltwiseOp, ReduceOp
 from tilec.compiler.schedule import sbuf_budget
@@ -221,16 +221,7 @@ class HeadBuilder:
         return self.hbm[t].dtype
 
     def build(self) -> list[Stmt]:
-        out: list[Stmt] = []
-        if self.s.x_transposed:  # K first: the first scores need all of it, and Q's first tile only
-            self.k_t, k = self.transposed(self.s.x, self.W, "K")
-            out += k
-        else:  # K stored [d, j]: already contraction-major
-            self.k_t = self.buf(f"{self.s.x}_T", "sbuf", self.dtype(self.s.x), (self.C, self.W))
-            out += [Alloc(self.k_t, line=self.s.line), Dma(ir.whole(self.k_t), ir.whole(self.hbm[self.s.x]),
-                                                           self.s.line)]
-        self.q_t, q = self.transposed(self.s.w, self.K, "Q")
-        out += q
+        out: list[Stmt] = self.operands()
         self.v = self.buf(f"{self.o.x}_tiles", "sbuf", self.dtype(self.o.x), (P, self.NK, self.Dv))
         out.append(ir.Block(f"{self.o.x}: every key block, resident in SBUF", (
             Alloc(self.v, line=self.o.line), Dma(ir.whole(self.v), self.blocks(self.o.x, self.NK, self.Dv),
@@ -305,20 +296,25 @@ class HeadBuilder:
         self.o_ps = [Buf(self.fresh(f"{self.o.out}_ps{h}"), "psum", "f32", (P, self.Dv)) for h in range(self.ahead + 1)]
         return [Alloc(b, line=line) for b in self.sc_ps + self.tp + self.o_ps]
 
-    def transposed(self, t: str, rows: int, what: str) -> tuple[Buf, list[Stmt]]:
-        """t [rows, C] as t_T [C, rows] in SBUF: each block of 128 rows loaded and turned on TensorE."""
-        line, dt, v = self.s.line, self.dtype(t), self.fresh(f"{what.lower()}_b")
-        n = rows // P
-        tt = self.buf(f"{t}_T", "sbuf", dt, (self.C, rows))
-        raw = self.buf(f"{t}_rows", "sbuf", dt, (P, n, self.C))
-        tp = self.buf(f"{t}_tp", "psum", dt, (self.C, P))  # a PE transpose keeps its input's dtype
-        body: list[Stmt] = [Alloc(tp, line=line), Transpose(ir.whole(tp), View(raw, (full(P), a(v), full(self.C))),
-                                                          "pe", line),
-                            Copy(View(tt, (full(self.C), sl(a(term(v, P)), P))), ir.whole(tp), line)]
-        load: list[Stmt] = [Alloc(raw, line=line), Dma(ir.whole(raw), self.blocks(t, n, self.C), line)]
-        stmts = load + [Alloc(tt, line=line)] + prep_notes(loop(v, n, body, note=f"rows of {t} by {P}", line=line),
-                                                           f"prepare {t}")
-        return tt, [ir.Block(f"{t}: contraction-major, resident in SBUF", tuple(stmts), line)]
+    def operands(self) -> list[Stmt]:
+        """Q_T [D, SQ] and K_T [D, SK] in SBUF, contraction-major, written by DMA transposes of 128-row blocks
+        straight from HBM (at up to 90 % of a copy's throughput [ARCH3, nki-spec 1.10.12]; no TensorE or VectorE
+        work). The blocks the first scores need go first: K's first PSUM bank of columns, then Q's first tile,
+        then the rest (attn_full S = 1024 fp32: loads, PE transposes and copies put the first matmul at 5.4 us)."""
+        line = self.s.line
+        self.q_t = self.buf(f"{self.s.w}_T", "sbuf", self.dtype(self.s.w), (self.C, self.K))
+        self.k_t = self.buf(f"{self.s.x}_T", "sbuf", self.dtype(self.s.x), (self.C, self.W))
+        out: list[Stmt] = [Alloc(self.k_t, line=line), Alloc(self.q_t, line=line)]
+
+        def block(tt: Buf, t: str, b: int) -> Stmt:
+            return Transpose(View(tt, (full(self.C), sl(b * P, P))), View(self.hbm[t], (sl(b * P, P), full(self.C))),
+                             "dma", line)
+        q = [block(self.q_t, self.s.w, b) for b in range(self.NQ)]
+        if not self.s.x_transposed:  # K stored [d, j]: already contraction-major, one load
+            return out + [Dma(ir.whole(self.k_t), ir.whole(self.hbm[self.s.x]), line)] + q
+        k = [block(self.k_t, self.s.x, b) for b in range(self.NK)]
+        first = min(self.NK, PSUM_F32 // P)
+        return out + k[:first] + q[:1] + k[first:] + q[1:]
 
     def scores(self) -> list[Stmt]:
         """sc_rows = this query tile's scores, a PSUM bank of 512 columns at a time, evicted by ScalarE."""
@@ -388,8 +384,8 @@ class HeadBuilder:
         kb = self.kb
 
         def mm(k: ir.Aff, start: bool) -> Matmul:
-            return Matmul(ir.whole(acc), View(self.e_t, (full(P), k, full(P))), View(self.v, (full(P), k, full(self.Dv))),
-                          o.line, start=start)
+            return Matmul(ir.whole(acc), View(self.e_t, (full(P), k, full(P))),
+                          View(self.v, (full(P), k, full(self.Dv))), o.line, start=start)
         out: list[Stmt] = [mm(a(0), True)]
         if self.NK > 1:
             out += loop(kb, self.NK - 1, [mm(a(kb, 1), False)], note=f"key blocks of {P}", line=o.line)
