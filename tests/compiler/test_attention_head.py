@@ -86,8 +86,10 @@ def check(text: str, dt: str, spread: float, coef=(0.125, -0.125, 0.0), k_rows: 
 
 
 # (SQ, SK, D, DV): 1 query tile; 2; 3 (fp32: two ahead, one step left over); 5 (fp32: one loop iteration);
-# 7 (fp32: the loop and two left over; bf16: one ahead, the loop and none left); bf16 4 (loop and one left)
-SHAPES = [(128, 128, 32, 48), (256, 256, 64, 64), (384, 256, 64, 32), (640, 128, 32, 16), (896, 128, 16, 8)]
+# 7 (fp32: the loop and two left over; bf16: one ahead, the loop and none left); bf16 4 (loop and one left);
+# 640 keys: a part-full second PSUM bank of scores
+SHAPES = [(128, 128, 32, 48), (256, 256, 64, 64), (384, 256, 64, 32), (640, 128, 32, 16), (896, 128, 16, 8),
+          (128, 640, 16, 16)]  # the last: keys fill one PSUM bank and part of a second
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -99,7 +101,7 @@ def test_fp32_head_matches_numpy_and_stays_on_chip(shape):
     assert not any(line.lstrip().startswith(("sc = nl.ndarray", "e = nl.ndarray")) for line in c.source.splitlines())
 
 
-@pytest.mark.parametrize("shape", [(128, 256, 64, 64), (512, 128, 32, 32), (896, 128, 16, 8)],
+@pytest.mark.parametrize("shape", [(128, 256, 64, 64), (512, 128, 32, 32), (896, 128, 16, 8), (256, 640, 16, 16)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_bf16_head_matches_numpy(shape):
     sq, sk, d, dv = shape
