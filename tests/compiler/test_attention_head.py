@@ -141,3 +141,17 @@ def test_transposes_of_p_follow_the_bottleneck(dt, by_dma):
     c = compile_loaded(lang.load(source(dt, 1024, 1024, 128, 128)), None, "0.6")
     assert ("nisa.dma_transpose(dst=e_T" in c.source) == by_dma
     assert ("nisa.nc_transpose(dst=e_tp" in c.source) == (not by_dma)
+
+
+@pytest.mark.parametrize("old, new", [
+    ("m[i] = -inf", "m[i] = 0"),  # a max from 0 is not the row max
+    (SCALED, "exp(sc[i, j] * m[i])"),  # not a linear form of sc and m
+    (SCALED, "exp((sc[i, j] - m[j % 128]) * 0.125)"),  # m read at another index
+    ("O[i, d] = O[i, d] / z[i]", "O[i, d] = O[i, d] * z[i]"),  # not the division
+    ("O[i, d] += e[i, j] * V[j, d]", "O[i, d] += e[j, i] * V[j, d]"),  # P^T V
+])
+def test_near_misses_are_not_built_as_a_head(old, new):
+    text = source("f32", 256, 256, 32, 32)
+    assert old in text
+    c = compile_loaded(lang.load(text.replace(old, new)), None, "0.6")
+    assert HEAD_OPS not in c.result.chains
