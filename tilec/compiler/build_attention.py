@@ -39,13 +39,12 @@ from tilec.compiler import ir
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import Act, Alloc, Buf, Copy, Dma, Matmul, Reduce, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp, EltwiseOp, ReduceOp
-from tilec.compiler.schedule import sbuf_budget
+from tilec.compiler.schedule import PMAX, PSUM_BANK, sbuf_budget
 from tilec.lang import syntax as sx
 from tilec.target import target as get_target
 
-P = 128  # query rows per tile, keys per block (partitions)
-PSUM_F32 = 512  # fp32 columns of one PSUM bank (2 KiB per partition)
-PSUM_BANK = 2048
+P = PMAX  # query rows per tile, keys per block (partitions)
+PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
 OPS = 6
 ITEM = {"f32": 4, "bf16": 2, "f16": 2}
 SBUF_TRANSPOSE = 0.5  # a DMA transpose SBUF -> SBUF runs at up to half a copy's throughput [ARCH3, nki-spec 1.10.12]
@@ -178,7 +177,7 @@ def plan(ops: tuple, hbm: dict[str, Buf]) -> tuple[bool, int] | None:
     dma = NK * P * P * ie / (prm["dma_engines"] * prm["dma_engine_bw"] * SBUF_TRANSPOSE)
     by_dma = max(matmuls, dma) < matmuls + pe
     rows = W * (ITEM[hbm[s.out].dtype] + 2 * ie) + 16  # sc, e and P^T of one tile, its columns
-    fixed_bytes = K * ITEM[hbm[s.w].dtype] * 2 + W * ITEM[hbm[s.x].dtype] * 2 + NK * Dv * ITEM[hbm[o.x].dtype]
+    fixed_bytes = K * ITEM[hbm[s.w].dtype] + W * ITEM[hbm[s.x].dtype] + NK * Dv * ITEM[hbm[o.x].dtype]  # Q_T K_T V
     budget = SBUF_SHARE * sbuf_budget(get_target())
     for ahead in ((AHEAD_DMA, AHEAD_PE) if by_dma else (AHEAD_PE,)):
         # each allocation site rotates two buffers in the hardware allocator's way (perf/schedule.py)
