@@ -148,7 +148,7 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
     if dt[s.w] != dt[s.x] or dt[e.out] != dt[o.x]:
         return "the operands of a matmul have different dtypes"
     if plan(ops[i:i + OPS], hbm) is None:
-        return f"the rows of {1 + AHEAD_PE} query tiles do not fit in {SBUF_SHARE} of SBUF"
+        return f"the rows of {1 + AHEAD_PE} query tiles do not fit in {SBUF_SHARE} of the SBUF budget"
     return ""
 
 
@@ -180,8 +180,7 @@ def plan(ops: tuple, hbm: dict[str, Buf]) -> tuple[bool, int] | None:
     fixed_bytes = K * ITEM[hbm[s.w].dtype] + W * ITEM[hbm[s.x].dtype] + NK * Dv * ITEM[hbm[o.x].dtype]  # Q_T K_T V
     budget = SBUF_SHARE * sbuf_budget(get_target())
     for ahead in ((AHEAD_DMA, AHEAD_PE) if by_dma else (AHEAD_PE,)):
-        # each allocation site rotates two buffers in the hardware allocator's way (perf/schedule.py)
-        if fixed_bytes + 2 * (ahead + 1) * rows <= budget:
+        if fixed_bytes + (ahead + 1) * rows <= budget:
             return by_dma, ahead
     return None
 
