@@ -133,8 +133,9 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
             not _division(fin, o.out, z.out):
         return "the second matmul does not read e as e[i, j] * V[j, d], or O is not O_acc / z"
     K, W, C, Dv = s.dim("K"), s.dim("W"), s.dim("C"), o.dim("W")
-    if (o.dim("K"), o.dim("C")) != (K, W) or dict(s.vars)["k"] != dict(m.vars)["k0"] or \
-            dict(s.vars)["x"] != dict(m.vars)["r0"]:
+    sv, mv = dict(s.vars), dict(m.vars)
+    if (o.dim("K"), o.dim("C")) != (K, W) or sv.get("k") != mv.get("k0") or sv.get("x") != mv.get("r0") or \
+            len(mv) != 2:
         return "the shapes of the two matmuls do not chain"
     if K % P or W % P or C > P or Dv > PSUM_F32:
         return f"queries or keys not a multiple of {P}, head size above {P} or value size above {PSUM_F32}"
@@ -189,7 +190,8 @@ def _division(fin: EltwiseOp, acc: str, z: str) -> bool:
     e = fin.expr
     v = dict(fin.vars)
     return isinstance(e, sx.BinOp) and e.op == "/" and isinstance(e.lhs, sx.Access) and e.lhs.tensor == acc and \
-        isinstance(e.rhs, sx.Access) and e.rhs.tensor == z and _indexed(e, {acc: (v["d0"], v["d1"]), z: (v["d0"],)})
+        isinstance(e.rhs, sx.Access) and e.rhs.tensor == z and "d1" in v and \
+        _indexed(e, {acc: (v["d0"], v["d1"]), z: (v["d0"],)})
 
 
 class HeadBuilder:
