@@ -155,3 +155,13 @@ def test_near_misses_are_not_built_as_a_head(old, new):
     assert old in text
     c = compile_loaded(lang.load(text.replace(old, new)), None, "0.6")
     assert HEAD_OPS not in c.result.chains
+
+
+def test_explain_says_why_a_head_is_built_op_by_op():
+    text = source("f32", 256, 256, 32, 32).replace("O[i, d] = O[i, d] / z[i]", "O[i, d] = O[i, d] * z[i]")
+    c = compile_loaded(lang.load(text), None, "0.6")
+    assert "# attention from sc built op by op: the second matmul does not read e as e[i, j] * V[j, d], or O is " \
+           "not O_acc / z" in c.stages["schedule"]
+    built = compile_loaded(lang.load(source("f32", 256, 256, 32, 32)), None, "0.6")
+    assert "# attention sc -> m -> e -> z -> O_acc -> O on chip" in built.stages["schedule"]
+    assert "built op by op" not in built.stages["schedule"]

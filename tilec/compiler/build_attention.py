@@ -119,7 +119,7 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
             reads: Callable[[object], list[str]]) -> str:
     """"" when ops[i:i+6] form an attention head this builder keeps on chip; else the reason."""
     if i + OPS > len(ops):
-        return "fewer than six ops from here"
+        return "not six ops from the scores on (sc, its row max, exp, row sum, P V, the division)"
     s, m, e, z, o, fin = ops[i:i + OPS]
     if not (_plain(s) and _plain(o) and type(m) is ReduceOp and type(z) is ReduceOp and isinstance(e, EltwiseOp)
             and isinstance(fin, EltwiseOp)):
@@ -428,3 +428,21 @@ def note(ops: tuple, chain, hbm: dict[str, Buf]) -> str:
     return (f"# attention {' -> '.join(chain)} on chip by tiles of {P} query rows ({chain[0]}, {chain[2]} never in "
             f"HBM; P^T by {'DMA' if by_dma else 'PE'} transposes, P V {ahead} tile{'s' * (ahead > 1)} behind the "
             "scores; a directive on one builds them op by op)")
+
+
+def refusals(program, ops: tuple, scheduled: AbstractSet[str], chains: list,
+             reads: Callable[[object], list[str]]) -> str:
+    """Schedule lines for what looks like an attention head (a matmul whose output's row max is the next op) but is
+    built op by op, and why (`tilec explain`)."""
+    hbm = {name: Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+    fused = {tuple(c) for c in chains}
+    out = []
+    for i in range(len(ops) - 1):
+        s, m = ops[i], ops[i + 1]
+        if not (isinstance(s, ConvOp) and type(m) is ReduceOp and m.src == s.out and m.op == "maximum"):
+            continue
+        if tuple(o.name for o in ops[i:i + OPS]) in fused:
+            continue
+        why = why_not(ops, i, hbm, scheduled, set(program.kernel.outputs), reads)
+        out.append(f"# attention from {s.name} built op by op: {why}")
+    return "".join(line + "\n" for line in out)

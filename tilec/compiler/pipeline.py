@@ -177,6 +177,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     doc = _doc_lines(program, ops, plans, chains, tgt)
     stages["schedule"] += "".join(_chain_note(c, ops, program, tgt) + "\n" for c in chains)
     stages["schedule"] += build_mbblock.refusals(program, ops, scheduled, chains, tgt, placement.reads)
+    stages["schedule"] += build_attention.refusals(program, ops, scheduled, chains, placement.reads)
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     placed = tuple((c.tensor, c.on_chip, c.why) for c in choices.values())
