@@ -8,7 +8,8 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable, Sequence
 
-from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, ir, passes, placement, pool_chain
+from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, ir, passes, placement, \
+    pool_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_row_tiles
 from tilec.compiler import rules, rules_copy
