@@ -246,7 +246,7 @@ class HeadBuilder:
         q, out = self.qt, []
         for u in range(min(L, self.NQ)):
             out += self.step(a(u * P), u, None, 0)
-        groups, rest = divmod(max(self.NQ - L, 0), n)
+        groups = max(self.NQ - L, 0) // n
         if groups:
             body = [st for r in range(n) for st in self.step(a(term(q, n * P), (L + r) * P), (L + r) % n,
                                                                a(term(q, n * P), r * P), r)]
@@ -291,7 +291,7 @@ class HeadBuilder:
         line = self.s.line
         width = min(self.W, PSUM_F32)
         self.sc_ps = [Buf(self.fresh(f"{self.s.out}_ps{c}"), "psum", "f32", (P, width))
-                      for c in range(min(2, self.W // width))]
+                      for c in range(min(2, -(-self.W // width)))]
         dt = self.dtype(self.e.out)
         self.group = min(self.NK, PSUM_BANK // (P * ITEM[dt]))
         while self.NK % self.group:
