@@ -165,3 +165,13 @@ def test_explain_says_why_a_head_is_built_op_by_op():
     built = compile_loaded(lang.load(source("f32", 256, 256, 32, 32)), None, "0.6")
     assert "# attention sc -> m -> e -> z -> O_acc -> O on chip" in built.stages["schedule"]
     assert "built op by op" not in built.stages["schedule"]
+
+
+def test_a_row_chain_of_six_ops_is_not_named_a_head():
+    """fuzz regression gaps15_broadcast_reductions.tl: a fused row chain of six reductions was taken for a head by
+    the schedule note (KeyError on a ReduceOp's sizes)."""
+    import pathlib
+    path = pathlib.Path(__file__).parents[1] / "fuzz" / "regressions" / "gaps15_broadcast_reductions.tl"
+    c = compile_loaded(lang.load(str(path)), None, "0.6")
+    assert not any(len(chain) == 6 and "attention" in line for chain in c.result.chains
+                   for line in c.stages["schedule"].splitlines())

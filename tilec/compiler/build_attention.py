@@ -418,7 +418,10 @@ def build_head(ops: tuple, i: int, hbm: dict[str, Buf], fresh: Callable[[str], s
 def is_head(ops: tuple, chain) -> bool:
     """Whether a fused chain (op names) is such a head."""
     names = [o.name for o in ops]
-    return len(chain) == OPS and any(names[i:i + OPS] == list(chain) for i in range(len(names)))
+    kinds = (ConvOp, ReduceOp, EltwiseOp, ReduceOp, ConvOp, EltwiseOp)  # a row chain of six ops is not a head
+    return len(chain) == OPS and any(names[i:i + OPS] == list(chain) and
+                                     all(isinstance(o, k) for o, k in zip(ops[i:i + OPS], kinds))
+                                     for i in range(len(names)))
 
 
 def note(ops: tuple, chain, hbm: dict[str, Buf]) -> str:
