@@ -8,7 +8,8 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable, Sequence
 
-from tilec.compiler import build_depthwise, build_mbblock, conv_chain, ir, passes, placement, pool_chain
+from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, ir, passes, placement, \
+    pool_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_row_tiles
 from tilec.compiler import rules, rules_copy
@@ -183,6 +184,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     doc = _doc_lines(program, ops, plans, chains, tgt)
     stages["schedule"] += "".join(_chain_note(c, ops, program, tgt) + "\n" for c in chains)
     stages["schedule"] += build_mbblock.refusals(program, ops, scheduled, chains, tgt, placement.reads)
+    stages["schedule"] += build_attention.refusals(program, ops, scheduled, chains, placement.reads)
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     placed = tuple((c.tensor, c.on_chip, c.why) for c in choices.values())
@@ -313,6 +315,14 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             out.append(_named({last.out}, built, last.out, len(ops), prefixes))
             skip |= set(range(i, i + pooled.ops))
             fused.append([o.name for o in ops[i:i + pooled.ops]])
+            continue
+        head = build_attention.build_head(ops, i, hbm, lambda base: names.fresh(base, f"head:{op.out}"), scheduled,
+                                          set(program.kernel.outputs), placement.reads)
+        if head is not None:  # scores -> softmax -> values of one attention head kept on chip (build_attention.py)
+            last = ops[i + build_attention.OPS - 1]
+            out.append(_named({last.out}, head, last.out, len(ops), prefixes))
+            skip |= set(range(i + 1, i + build_attention.OPS))
+            fused.append([o.name for o in ops[i:i + build_attention.OPS]])
             continue
         if i in chains:
             members = [ops[j] for j in chains[i]]
@@ -634,6 +644,8 @@ def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
     """What builds a chain of ops kept on chip: "MobileNet block", "global pool" or "row chain"."""
     if build_mbblock.is_block(ops, chain):
         return "MobileNet block"
+    if build_attention.is_head(ops, chain):
+        return "attention head"
     at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     return "global pool" if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None \
@@ -645,6 +657,9 @@ def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
     if kind == "MobileNet block":
         hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
         return build_mbblock.note(ops, chain, hbm, target)
+    if kind == "attention head":
+        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+        return build_attention.note(ops, chain, hbm)
     if kind == "global pool":
         return global_note(chain)
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
