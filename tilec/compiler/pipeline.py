@@ -20,6 +20,7 @@ from tilec.compiler.build_reduce import build_reduce, resident, short_rows
 from tilec.compiler.build_colreduce import build_column_reduce, extreme_note
 from tilec.compiler.build_rowchain import fit_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
+from tilec.compiler.build_halo import shifted_group, build_halo
 from tilec.compiler.codegen import emit
 from tilec.compiler.dma_merge import merge_block_dmas
 from tilec.compiler.lower import lower, print_comps
@@ -307,6 +308,17 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             out.append(_named({last.out}, built, last.out, len(ops), prefixes))
             skip |= set(range(i, i + pooled.ops))
             fused.append([o.name for o in ops[i:i + pooled.ops]])
+            continue
+        halo = shifted_group(ops, i, set(program.kernel.outputs), scheduled,
+                             {n: b.shape for n, b in hbm.items()}, program.sizes)
+        if halo is not None:  # shifted reads as slices of one tile loaded with a halo (build_halo.py)
+            user = ops[halo.at + halo.count - 1]
+            built = build_halo(halo, ops, hbm, lambda base: names.fresh(base, f"halo:{user.out}"))
+            built = skew_row_tiles(built, budget, lambda base: names.fresh(base, f"halo:{user.out}"), var="t",
+                                   tile_const="TILE_P", note=AHEAD, min_tiles=AHEAD_TILES) or built
+            out.append(_named({user.out}, built, user.out, len(ops), prefixes))
+            skip |= set(halo.op_range)
+            fused.append([o.name for o in ops[halo.at:halo.at + halo.count]])
             continue
         if i in chains:
             members = [ops[j] for j in chains[i]]
@@ -597,6 +609,9 @@ def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
         return "MobileNet block"
     at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+    if shifted_group(ops, at, set(program.kernel.outputs), frozenset(), {n: b.shape for n, b in hbm.items()},
+                     program.sizes) is not None:
+        return "halo tiles"
     return "global pool" if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None \
         else "row chain"
 
@@ -608,6 +623,9 @@ def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
         return build_mbblock.note(ops, chain, hbm, target)
     if kind == "global pool":
         return global_note(chain)
+    if kind == "halo tiles":
+        return f"# fused {', '.join(chain)}: each tile of the source loaded once with a halo, the shifted reads " \
+            "slices of it (build_halo.py; a directive on one builds them apart)"
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
 
