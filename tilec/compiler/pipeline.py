@@ -21,6 +21,7 @@ from tilec.compiler.build_colreduce import build_column_reduce, extreme_note
 from tilec.compiler.build_rowchain import fit_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.build_halo import shifted_group, build_halo
+from tilec.compiler.build_colchain import build_column_chain, column_chain
 from tilec.compiler.codegen import emit
 from tilec.compiler.dma_merge import merge_block_dmas
 from tilec.compiler.lower import lower, print_comps
@@ -320,6 +321,21 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             skip |= set(halo.op_range)
             fused.append([o.name for o in ops[halo.at:halo.at + halo.count]])
             continue
+        colchain = column_chain(ops, i, set(program.kernel.outputs), scheduled, hbm) if budget else None
+        if colchain is not None:  # column statistics and their user over blocks of columns kept in SBUF
+            members = [ops[j] for j in colchain.op_range]
+            outside = [o for j, o in enumerate(ops) if j not in colchain.op_range]
+            keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
+            user = members[-1]
+            fresh = lambda base, u=user.out: names.fresh(base, f"cols:{u}")  # noqa: E731
+            built = build_column_chain(colchain, ops, hbm, keep, fresh)
+            # the next block's load issued before this block's work and stores (pair_tiles.py)
+            built = skew_row_tiles(built, budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4) \
+                or built
+            out.append(_named({m.out for m in members} & keep, built, user.out, len(ops), prefixes))
+            skip |= set(colchain.op_range)
+            fused.append([m.name for m in members])
+            continue
         if i in chains:
             members = [ops[j] for j in chains[i]]
             outside = [o for j, o in enumerate(ops) if j not in chains[i]]
@@ -609,6 +625,8 @@ def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
         return "MobileNet block"
     at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+    if column_chain(ops, at, set(program.kernel.outputs), frozenset(), hbm) is not None:
+        return "column chain"
     if shifted_group(ops, at, set(program.kernel.outputs), frozenset(), {n: b.shape for n, b in hbm.items()},
                      program.sizes) is not None:
         return "halo tiles"
@@ -623,6 +641,9 @@ def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
         return build_mbblock.note(ops, chain, hbm, target)
     if kind == "global pool":
         return global_note(chain)
+    if kind == "column chain":
+        return f"# fused column chain {', '.join(chain)}: blocks of columns of every row kept in SBUF, the source " \
+            "read once (build_colchain.py; a directive on one builds them apart)"
     if kind == "halo tiles":
         return f"# fused {', '.join(chain)}: each tile of the source loaded once with a halo, the shifted reads " \
             "slices of it (build_halo.py; a directive on one builds them apart)"

@@ -1,0 +1,359 @@
+"""Statistics over axis 0 and the element-wise op using them, with X read from HBM once (build_column_chain):
+softmax over columns (`m[j] max= X[i, j]`, `s[j] += exp(X[i, j] - m[j])`, `Y = exp(X - m[j]) / s[j]`),
+standardising columns (`mu[j] += X[i, j] / M`, `v[j] += (X - mu[j])^2 / M`, `Y = (X - mu[j]) * rsqrt(v[j] + e)`).
+
+Built as separate ops, each statistic reads X from HBM and Y reads it once more: three passes and a store, four
+units of traffic against the floor's two (audit15 column_standardize 2.43x, gaps15 softmax_axis0 2.63x). Column
+statistics of one block of columns need only that block, so here the columns are cut into blocks of TILE_F and a
+block of every row stays in SBUF while the chain runs over it:
+
+    for ct in range(F / TILE_F):
+        X_res[p, rt, :] = X[p*T + rt, ct*TILE_F : ..]                   every row of the block, one DMA (T = R / 128)
+        per statistic m:  run = fold over rt of terms(X_res[:, rt])      element-wise, VectorE and GpSimdE by columns
+                          m_b[p, :] = m for every partition p            a sum: ones[P, P].T @ run on TensorE;
+                                                                         a max/min: per 128 columns a transpose,
+                                                                         a reduce, the column spread and turned back
+        Y[p*T + rt, block] = expr(X_res[:, rt], m_b, ..)               per row tile; row-only parts once per block
+
+A part of a statistic's terms that every later reader of X reads X through (softmax's exp(X - m), the centred
+X - mu) is computed once, in place in X_res (f32 only: a 16-bit X_res would round it). A statistic the kernel
+outputs or another op reads is stored from row 0 of its broadcast tile. Taken for f32/bf16 X of whole row tiles
+whose block of RESIDENT_BYTES per partition holds at least 128 columns (or all of them), and no directive on the
+chain's ops; anything else keeps the ops apart."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import AbstractSet
+
+from tilec.compiler import ir
+from tilec.compiler.build_colreduce import SHARE_MIN, _vector_columns
+from tilec.compiler.build_conv import Fresh
+from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+from tilec.compiler.expr_instrs import ExprCompiler, balanced
+from tilec.compiler.exprs import accesses, fmt_expr
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Stmt, View, full, whole
+from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
+from tilec.lang import syntax as sx
+from tilec.target import target as get_target
+
+RESIDENT_BYTES = 64 * 1024  # per partition: one block of X (two blocks in flight, with the chain's tiles)
+BLOCK_COLS = (512, 256, 128)  # TILE_F candidates: 512 fp32 columns fill one PSUM bank (the sum's matmul)
+IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
+
+
+@dataclass(frozen=True)
+class ColChain:
+    at: int
+    count: int
+    src: str
+    R: int
+    F: int
+    TF: int
+
+    @property
+    def op_range(self) -> range:
+        return range(self.at, self.at + self.count)
+
+
+def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: AbstractSet[str],
+                 hbm: dict[str, Buf]) -> ColChain | None:
+    """The chain of the module docstring starting at ops[i], or None."""
+    stats: list[ColumnReduceOp] = []
+    k = i
+    while k < len(ops) and type(ops[k]) is ColumnReduceOp and _stat(ops[k], ops[i], {s.out for s in stats}):
+        stats.append(ops[k])
+        k += 1
+    if not stats or k == len(ops) or type(ops[k]) is not EltwiseOp:
+        return None
+    user, first = ops[k], stats[0]
+    R, F, X = first.dim("R"), first.dim("F"), first.src
+    made = {s.out for s in stats}
+    if user.copy or user.columns or user.fused or set(user.inputs) != {X} or not set(user.rows) <= made \
+            or dict(user.layout) != {"O": 1, "P": R, "F": F}:
+        return None
+    if any(o.name in scheduled for o in stats + [user]) or hbm[X].dtype not in ("f32", "bf16"):
+        return None
+    P = get_target().pmax
+    if R % P:
+        return None
+    TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype])
+    return None if TF is None else ColChain(i, len(stats) + 1, X, R, F, TF)
+
+
+def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
+    return op.dim("O") == 1 and op.src == first.src and op.dims == first.dims and not isinstance(op.init, str) \
+        and op.op in IDENTITY and set(op.inputs) <= {op.src} | made
+
+
+def _block(T: int, F: int, elem: int) -> int | None:
+    if F <= BLOCK_COLS[0] and T * F * elem <= RESIDENT_BYTES:
+        return F
+    return next((c for c in BLOCK_COLS if F % c == 0 and T * c * elem <= RESIDENT_BYTES), None)
+
+
+def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str],
+                       fresh: Fresh) -> tuple[list[tuple[str, int]], list[Stmt]]:
+    """The nest of the module docstring; `stored`: the statistics the kernel needs in HBM."""
+    return _Builder(ch, ops, hbm, stored, fresh).build()
+
+
+class _Builder:
+    def __init__(self, ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh):
+        self.ch, self.hbm, self.stored, self.fresh = ch, hbm, stored, fresh
+        self.stats: list[ColumnReduceOp] = [ops[j] for j in ch.op_range][:-1]
+        self.user: EltwiseOp = ops[ch.at + ch.count - 1]
+        self.P = get_target().pmax
+        self.T = ch.R // self.P
+        self.line = self.stats[0].line
+        self.cols = sl(a(term("ct", ch.TF, "TILE_F")), ch.TF, name="TILE_F") if ch.F > ch.TF else full(ch.F)
+
+    def build(self) -> tuple[list[tuple[str, int]], list[Stmt]]:
+        ch, P, T, ln = self.ch, self.P, self.T, self.line
+        pre: list[Stmt] = []
+        # rows p * T .. p * T + T - 1 on partition p: a block of every row is one DMA of T runs per partition
+        self.xv, st = hbm_view(self.hbm[ch.src], (P, T, ch.F), self.fresh(f"{ch.src}_v"), ln)
+        pre += st
+        self.yv, st = hbm_view(self.hbm[self.user.out], (P, T, ch.F), self.fresh(f"{self.user.out}_v"), ln)
+        pre += st
+        self.ones: dict[str, Buf] = {}
+        self.res = Buf(self.fresh(f"{ch.src}_res"), "sbuf", self.hbm[ch.src].dtype, (P, T, ch.TF))
+        body: list[Stmt] = [Alloc(self.res, line=ln)]
+        body.append(Dma(whole(self.res), View(self.xv, (full(P), full(T), self.cols)), ln))
+        self.rows: dict[str, View] = {}
+        exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats] + [self.user.expr]
+        for j, s in enumerate(self.stats):
+            exprs = self.in_place(j, exprs, body)
+            body += self.statistic(s, exprs[j])
+        body += self.output(exprs[-1])
+        names = ", ".join(s.out for s in self.stats)
+        what = f"{names}, {self.user.out} = statistics over the rows of {ch.src} and the element-wise op reading " \
+               f"them, one block of TILE_F columns of every row kept in SBUF (X read once)"
+        for o in self.ones.values():
+            pre += [Alloc(o, zero=True, line=ln), ir.Scalar(whole(o), whole(o), "add", 1.0, ln)]
+        nest = loop("ct", ch.F // ch.TF, body, note="for the blocks of TILE_F columns", line=ln)
+        return [("TILE_F", ch.TF)], pre + [ir.Block(what, tuple(nest), ln)]
+
+    def tile(self, rt: ir.Aff) -> View:
+        """Row tile rt of the resident block (rows p * T + rt of the block on partition p)."""
+        return View(self.res, (full(self.P), rt, full(self.ch.TF)))
+
+    def emit(self, tiles: dict[str, View], prefix: str, e: sx.Expr, dst: View) -> list[Stmt]:
+        """The expression's instructions, each tensor_tensor cut by columns between GpSimdE and VectorE
+        (_cut) and constant tensor_scalars balanced onto ScalarE (expr_instrs.balanced): with X resident,
+        VectorE's passes over the block, not the DMAs, bound the chain."""
+        t = get_target()
+        made = ExprCompiler(tiles, (self.P, self.ch.TF), self.line, self.fresh, set(),
+                            prefix=self.fresh(prefix)).emit(e, dst)
+        out: list[Stmt] = []
+        for x in made:
+            out += _cut(x, t) if isinstance(x, Binary) and not x.engine else [x]
+        return balanced(out, t)
+
+    def in_place(self, j: int, exprs: list[sx.Expr], body: list[Stmt]) -> list[sx.Expr]:
+        """The largest part of statistic j's terms through which every later expression reads X, computed once in
+        place in X_res (f32 X only), and X read instead of it from then on."""
+        X = self.ch.src
+        if self.hbm[X].dtype != "f32":
+            return exprs
+        part = _common(exprs[j], exprs[j + 1:], X)
+        if part is None:
+            return exprs
+        rt = a("rt")
+        body += loop("rt", self.T, self.emit({X: self.tile(rt), **self.rows}, "pre", part, self.tile(rt)),
+                     note=f"{fmt_expr(part)} in place (every later reader of {X} reads it)", line=self.line)
+        key = fmt_expr(part)
+        return exprs[:j] + [_replaced(e, key, sx.Access(X, ())) for e in exprs[j:]]
+
+    def statistic(self, s: ColumnReduceOp, expr: sx.Expr) -> list[Stmt]:
+        """The statistic on every partition (self.rows[s.out]): a sum accumulated over the row tiles' terms on
+        TensorE (summed), a max/min folded over them element-wise, then across the partitions (extreme)."""
+        P, TF, ln = self.P, self.ch.TF, s.update_line
+        bcast = Buf(self.fresh(f"{s.out}_b"), "sbuf", self.hbm[s.out].dtype, (P, TF))
+        out: list[Stmt] = [Alloc(bcast, line=ln)]
+        out += self.summed(s, expr, bcast) if s.op == "add" else self.extreme(s, self.folded(s, expr), bcast)
+        if s.out in self.stored:
+            ov, st = hbm_view(self.hbm[s.out], (1, self.ch.F), self.fresh(f"{s.out}_v"), ln)
+            out = st + out + [Dma(View(ov, (full(1), self.cols)), View(bcast, (full(1), full(TF))), ln)]
+        self.rows[s.out] = whole(bcast)
+        return out
+
+    def terms(self, s: ColumnReduceOp, expr: sx.Expr, rt: ir.Aff) -> tuple[View, list[Stmt]]:
+        """Row tile rt's terms: the resident tile itself, or the expression computed into a tile of its own."""
+        X = self.ch.src
+        if isinstance(expr, sx.Access) and expr.tensor == X:
+            return self.tile(rt), []
+        t = Buf(self.fresh(f"{s.out}_terms"), "sbuf", "f32", (self.P, self.ch.TF))
+        return whole(t), [Alloc(t, line=s.update_line)] + self.emit({X: self.tile(rt), **self.rows}, "t", expr,
+                                                                     whole(t))
+
+    def folded(self, s: ColumnReduceOp, expr: sx.Expr) -> Buf:
+        """run = the max/min of the row tiles' terms, element-wise (VectorE and GpSimdE by columns)."""
+        P, TF, ln = self.P, self.ch.TF, s.update_line
+        run = Buf(self.fresh(f"{s.out}_run"), "sbuf", "f32", (P, TF))
+        cut = _vector_columns(TF, "f32", max(1, self.T - 1))
+        first, made = self.terms(s, expr, a(0))
+        body = [Alloc(run, line=ln)] + made + [ir.Copy(whole(run), first, ln)] if self.T == 1 else []
+        if self.T > 1:
+            second, made2 = self.terms(s, expr, a(1))
+            body = [Alloc(run, line=ln)] + made + made2 + _fold(whole(run), first, second, s.op, cut, ln)
+        if self.T > 2:
+            nxt, made = self.terms(s, expr, a("rt", 2))
+            body += loop("rt", self.T - 2, made + _fold(whole(run), whole(run), nxt, s.op, cut, ln),
+                         note="the row tiles folded element-wise", line=ln)
+        self.pending = body
+        return run
+
+    def summed(self, s: ColumnReduceOp, expr: sx.Expr, bcast: Buf) -> list[Stmt]:
+        """ones[P, P].T @ terms accumulated over the row tiles in one PSUM bank: every partition gets the column
+        sums (TensorE, otherwise idle here), scaled on the way out of PSUM."""
+        P, TF, ln = self.P, self.ch.TF, s.update_line
+        acc = Buf(self.fresh(f"{s.out}_acc"), "psum", "f32", (P, TF))
+        terms, made = self.terms(s, expr, a("rt"))
+        ones = self.ones_for(terms.buf.dtype)
+        out: list[Stmt] = [Alloc(acc, zero=True, line=ln)]
+        out += loop("rt", self.T, made + [ir.Matmul(whole(acc), whole(ones), terms, ln)],
+                    note="the row tiles' terms summed into PSUM (ones matmul)", line=ln)
+        out.append(ir.Act(whole(bcast), whole(acc), "copy", scale=s.scale, line=ln))
+        if s.init != 0.0:
+            out.append(ir.Scalar(whole(bcast), whole(bcast), "add", float(s.init), ln))
+        return out
+
+    def ones_for(self, dtype: str) -> Buf:
+        """The (P, P) ones of a matmul's moving dtype (nc_matmul wants both operands fp32 or neither)."""
+        if dtype not in self.ones:
+            self.ones[dtype] = Buf(self.fresh(f"ones_{dtype}"), "sbuf", dtype, (self.P, self.P))
+        return self.ones[dtype]
+
+    def extreme(self, s: ColumnReduceOp, run: Buf, bcast: Buf) -> list[Stmt]:
+        """Per chunk of 128 columns: transposed into PSUM, reduced along the free axis (one value per column on its
+        partition), spread along a row of P (the ones times the column) and turned back: every partition holds
+        the chunk's extremes."""
+        P, TF, ln = self.P, self.ch.TF, s.update_line
+        CB = min(TF, P)
+        acc = Buf(self.fresh(f"{s.out}_acc"), "psum", "f32", (P, TF))
+        out: list[Stmt] = self.pending + [Alloc(acc, line=ln)]
+        ones = self.ones_for("f32")
+        for c in range(TF // CB):
+            chunk = sl(c * CB, CB)
+            side = Buf(self.fresh(f"{s.out}_T"), "psum", "f32", (CB, P))
+            col = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, 1))
+            spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (CB, P))
+            out += [Alloc(side, line=ln), ir.Transpose(whole(side), View(run, (full(P), chunk)), "pe", ln),
+                    Alloc(col, line=ln), ir.Reduce(whole(col), whole(side), s.op, ln),
+                    Alloc(spread, line=ln),
+                    ir.Scalar(whole(spread), View(ones, (sl(0, CB), full(P))), "multiply", whole(col), ln),
+                    ir.Transpose(View(acc, (full(P), chunk)), whole(spread), "pe", ln)]
+        out.append(ir.Copy(whole(bcast), whole(acc), ln))
+        if s.init != IDENTITY[s.op]:
+            out.append(ir.Scalar(whole(bcast), whole(bcast), s.op, float(s.init), ln))
+        return out
+
+    def output(self, expr: sx.Expr) -> list[Stmt]:
+        """The row-only parts of the expression once per block, then per row tile the expression and its store."""
+        P, TF, ln, X, user = self.P, self.ch.TF, self.user.line, self.ch.src, self.user
+        out: list[Stmt] = []
+        for part in _row_parts(expr, set(self.rows)):
+            t = Buf(self.fresh(f"{user.out}_row"), "sbuf", "f32", (P, TF))
+            out += [Alloc(t, line=ln)] + self.emit(dict(self.rows), "r", part, whole(t))
+            expr = _replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
+            self.rows[t.name] = whole(t)
+        if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
+            step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt")))
+            store = Dma(View(self.yv, (full(P), full(self.T), self.cols)), whole(self.res), ln)
+            return out + loop("rt", self.T, step, note=f"{user.out} per row tile, in place", line=ln) + [store]
+        res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
+        step = [Alloc(res, line=ln)]
+        step += self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, whole(res))
+        step.append(Dma(View(self.yv, (full(P), a("rt"), self.cols)), whole(res), ln))
+        return out + loop("rt", self.T, step, note=f"{user.out} per row tile of the block", line=ln)
+
+
+def _fold(dst: View, x: View, y: View, alu: str, cut: int, line: int) -> list[Stmt]:
+    """dst = alu(x, y): columns [0, cut) on VectorE, the rest on GpSimdE (first in program order, as
+    build_colreduce._fold says why)."""
+    n = dst.shape()[-1]
+
+    def part(v: View, lo: int, k: int) -> View:
+        return View(v.buf, v.idx[:-1] + (_sub(v.idx[-1], lo, k),))
+    out: list[Stmt] = []
+    if cut < n:
+        out.append(Binary(part(dst, cut, n - cut), part(x, cut, n - cut), part(y, cut, n - cut), alu, line,
+                          engine="gpsimd"))
+    if cut:
+        out.append(Binary(part(dst, 0, cut), part(x, 0, cut), part(y, 0, cut), alu, line))
+    return out
+
+
+def _cut(x: Binary, t) -> list[Stmt]:
+    """x with its columns cut between GpSimdE and VectorE so both finish together (tensor_tensor: 2 cycles per
+    element on either, at the target's clocks: expr_instrs.shared_binary's rule, for views of any rank). Kept whole:
+    an operand outside SBUF, narrower than SHARE_MIN, a square x * x (lower_tiles moves it to ScalarE), all
+    16-bit operands (VectorE's fast mode)."""
+    views = (x.dst, x.a, x.b)
+    n = x.dst.shape()[-1]
+    if any(v.buf.memory != "sbuf" or v.perm or not isinstance(v.idx[-1], ir.Sl) or v.idx[-1].step != 1
+           or v.shape() != x.dst.shape() for v in views) or n < SHARE_MIN or x.a == x.b \
+            or all(v.buf.dtype in ("f16", "bf16") for v in views):
+        return [x]
+    cut = round(n * (2 / t.gpsimd_ghz) / (2 / t.vector_ghz + 2 / t.gpsimd_ghz))
+    return _fold(x.dst, x.a, x.b, x.op, cut, x.line)
+
+
+def _sub(s, lo: int, k: int) -> ir.Sl:
+    assert isinstance(s, ir.Sl)
+    return ir.Sl(s.start.plus(lo), k)
+
+
+def _subtrees(e: sx.Expr) -> list[sx.Expr]:
+    out = [e]
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if f.name == "indices":
+            continue
+        for x in v if isinstance(v, tuple) else (v,):
+            if isinstance(x, (sx.BinOp, sx.Call, sx.Neg, sx.Access, sx.Num)):
+                out += _subtrees(x)
+    return out
+
+
+def _replaced(e: sx.Expr, key: str, new: sx.Expr) -> sx.Expr:
+    if fmt_expr(e) == key:
+        return new
+    if isinstance(e, sx.Neg):
+        return dataclasses.replace(e, x=_replaced(e.x, key, new))
+    if isinstance(e, sx.BinOp):
+        return dataclasses.replace(e, lhs=_replaced(e.lhs, key, new), rhs=_replaced(e.rhs, key, new))
+    if isinstance(e, sx.Call):
+        return dataclasses.replace(e, args=tuple(_replaced(x, key, new) for x in e.args))
+    return e
+
+
+def _reads(e: sx.Expr, name: str) -> bool:
+    return any(x.tensor == name for x in accesses(e))
+
+
+def _common(terms: sx.Expr, later: list[sx.Expr], X: str) -> sx.Expr | None:
+    """The largest subexpression of `terms` that reads X (not X itself), such that every later expression reads X
+    only through it."""
+    found = [t for t in _subtrees(terms) if not isinstance(t, sx.Access) and _reads(t, X)]
+    found.sort(key=lambda t: -len(_subtrees(t)))
+    for t in found:
+        key = fmt_expr(t)
+        if all(not _reads(_replaced(e, key, sx.Num(0.0)), X) for e in later):
+            return t
+    return None
+
+
+def _row_parts(e: sx.Expr, rows: set[str]) -> list[sx.Expr]:
+    """The largest subexpressions that read only statistics (no X) and are more than one read of one."""
+    if isinstance(e, sx.Access) or isinstance(e, sx.Num):
+        return []
+    names = {x.tensor for x in accesses(e)}
+    if names and names <= rows:
+        return [e]
+    out: list[sx.Expr] = []
+    for x in (e.x,) if isinstance(e, sx.Neg) else (e.lhs, e.rhs) if isinstance(e, sx.BinOp) else \
+            e.args if isinstance(e, sx.Call) else ():
+        out += _row_parts(x, rows)
+    return out
