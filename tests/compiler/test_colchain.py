@@ -87,6 +87,10 @@ CASES = {  # name: (program, sizes, formula)
     "standardize_one_tile": (STANDARDIZE, dict(M=128, N=200), _standardize),
     "range_output": (RANGE, dict(M=256, N=512), _range),
     "softmax_ragged_rows": (SOFTMAX, dict(M=300, N=256), _softmax),
+    # four blocks: software-pipelined; the sums' first two row tiles added on VectorE/GpSimdE (_balance)
+    "standardize_pipelined": (STANDARDIZE, dict(M=512, N=2048), _standardize),
+    "softmax_pipelined": (SOFTMAX, dict(M=256, N=2048), _softmax),
+    "standardize_folded": (STANDARDIZE, dict(M=1024, N=256), _standardize),  # four of eight row tiles added first
 }
 CHAIN = "one block of TILE_F columns of every row kept in SBUF"
 
@@ -112,7 +116,8 @@ def test_the_older_dialect_matches_numpy():
 
 
 @pytest.mark.parametrize("name", ["softmax_one_block", "softmax_blocks", "standardize_blocks",
-                                  "standardize_one_tile", "range_output"])
+                                  "standardize_one_tile", "range_output", "standardize_pipelined",
+                                  "standardize_folded"])
 def test_x_is_read_once_and_statistics_stay_on_chip(name):
     """Every load of X is a whole block of every row; no statistic has an HBM buffer (lo is an output: stored)."""
     src = compiled(name).source
@@ -120,6 +125,15 @@ def test_x_is_read_once_and_statistics_stay_on_chip(name):
     loads = [ln for ln in src.splitlines() if "dma_copy" in ln and ("src=X)" in ln or "src=X_v" in ln)]
     assert loads and all("dst=X_res" in ln for ln in loads)
     assert not [ln for ln in src.splitlines() if "buffer=nl.hbm" in ln]
+
+
+@pytest.mark.parametrize("name", ["standardize_pipelined", "softmax_pipelined"])
+def test_four_blocks_are_software_pipelined(name):
+    """The next block's load and statistics are issued before this block's output and store."""
+    src = compiled(name).source
+    assert "software-pipelined" in src
+    body = src[src.index("for ct in range("):]
+    assert body.index("src=X_v") < body.index("dst=Y_v")
 
 
 def test_ragged_rows_keep_the_ops_apart():
@@ -136,7 +150,7 @@ def test_a_directive_builds_the_ops_apart():
 
 def test_the_model_softmax_over_columns():
     """gaps15's realistic softmax_axis0 (2048 x 2048 f32): X read from HBM once; the model's estimate (start-up
-    excluded) under 2.2x the time the core's HBM needs for X and Y (three passes and a store took 2.63x)."""
+    excluded) under 1.8x the time the core's HBM needs for X and Y (three passes and a store took 2.63x)."""
     from tilec.perf.api import estimate
     from tilec.target import TARGETS
 
@@ -146,4 +160,4 @@ def test_the_model_softmax_over_columns():
     _, trace = c.run_traced(**lang.random_inputs(c.program, seed=1), numerics=False)
     est = estimate(trace)
     floor_us = 2 * M * N * 4 / TARGETS["trn2"].hbm_bw / 1000
-    assert est.total_us - est.params.startup_ns.value / 1000 < 2.2 * floor_us
+    assert est.total_us - est.params.startup_ns.value / 1000 < 1.8 * floor_us

@@ -37,7 +37,10 @@ from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
 from tilec.lang import syntax as sx
 from tilec.target import target as get_target
 
-RESIDENT_BYTES = 64 * 1024  # per partition: one block of X (two blocks in flight, with the chain's tiles)
+# per partition: one block of X (two in flight when software-pipelined). Wider blocks hold the engines longer on
+# one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
+RESIDENT_BYTES = 32 * 1024
+OUTPUT_NOTE = "the output per row tile"
 BLOCK_COLS = (512, 256, 128)  # TILE_F candidates: 512 fp32 columns fill one PSUM bank (the sum's matmul)
 IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
@@ -94,13 +97,62 @@ def _block(T: int, F: int, elem: int) -> int | None:
 
 def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str],
                        fresh: Fresh) -> tuple[list[tuple[str, int]], list[Stmt]]:
-    """The nest of the module docstring; `stored`: the statistics the kernel needs in HBM."""
-    return _Builder(ch, ops, hbm, stored, fresh).build()
+    """The nest of the module docstring; `stored`: the statistics the kernel needs in HBM. Built once with every
+    sum on TensorE to count VectorE/GpSimdE's passes, then again with the first `folded` row tiles of each sum
+    added on VectorE/GpSimdE (one matmul of their total) so that the two sides finish together (_balance)."""
+    names: dict[str, int] = {}
+
+    def counting(base: str) -> str:  # the first build's names are thrown away with it
+        names[base] = names.get(base, 0) + 1
+        return f"{base}_{names[base]}"
+    first = _Builder(ch, ops, hbm, stored, counting)
+    first.build()
+    return _Builder(ch, ops, hbm, stored, fresh, _balance(first)).build()
+
+
+def stage_b(ch: ColChain, ops: tuple):
+    """Where the second half of a block's work begins (for pair_tiles.skew_row_tiles): at the output's loop over
+    the row tiles, so that the next block's load, statistics and in-place parts are issued before this block's
+    output and store, and the engines work on both blocks at once. Model (trn2, start-up excluded), split there /
+    at the last statistic / after the loads only: softmax_axis0 2048^2 152.0 / 178.5 / 186.7 us, column_standardize
+    4096 x 2048 339.0 / 379.2 / 378.6 us."""
+    del ch, ops
+
+    def split(body: tuple) -> int | None:
+        return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.note.startswith(OUTPUT_NOTE)),
+                    None)
+    return split
+
+
+def _balance(b: "_Builder") -> int:
+    """Row tiles of each sum to fold on VectorE/GpSimdE: q minimising max(A + S (q - 1) c_vg, S (T - q + 1) c_pe),
+    A the chain's other VectorE/GpSimdE work per block (its tensor_tensor passes, shared by columns), S the sums,
+    c_vg one tile's add on the two engines together, c_pe one tile's matmul (tilec/perf/costs.py: tensor_tensor 2
+    cycles per element on either engine; nc_matmul (N + fixed) cycles times the fp32 factor)."""
+    from tilec.perf.costs import Costs
+    from tilec.perf.params import target_params
+    t = get_target()
+    c = Costs(target_params(t.name))
+    TF, T, S = b.ch.TF, b.T, b.sums
+    if not S or T < 3:
+        return 0
+    c_vg = 2 * TF / (t.vector_ghz + t.gpsimd_ghz)
+    fp32 = c.fp32 if b.res.dtype == "f32" or b.terms_f32 else 1.0
+    c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
+    A = b.passes * c_vg
+    q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
+    return 0 if q < 2 else min(T, round(q))
 
 
 class _Builder:
-    def __init__(self, ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh):
-        self.ch, self.hbm, self.stored, self.fresh = ch, hbm, stored, fresh
+    def __init__(self, ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh,
+                 folded: int = 0):
+        self.ch, self.hbm, self.stored, self.given = ch, hbm, stored, fresh
+        self.bases: dict[str, int] = {}
+        self.fold_tiles = folded  # row tiles of each sum added on VectorE/GpSimdE before one matmul (_balance)
+        self.passes = 0.0  # VectorE/GpSimdE tensor_tensor passes over one row tile, over the whole block
+        self.sums = 0
+        self.terms_f32 = False
         self.stats: list[ColumnReduceOp] = [ops[j] for j in ch.op_range][:-1]
         self.user: EltwiseOp = ops[ch.at + ch.count - 1]
         self.P = get_target().pmax
@@ -134,6 +186,12 @@ class _Builder:
         nest = loop("ct", ch.F // ch.TF, body, note="for the blocks of TILE_F columns", line=ln)
         return [("TILE_F", ch.TF)], pre + [ir.Block(what, tuple(nest), ln)]
 
+    def fresh(self, base: str) -> str:
+        """A new name per request: the allocator's names are stable per base, and this chain makes several
+        buffers of one base live at once (the first two row tiles' terms)."""
+        k = self.bases[base] = self.bases.get(base, 0) + 1
+        return self.given(base if k == 1 else f"{base}{k}")
+
     def tile(self, rt: ir.Aff) -> View:
         """Row tile rt of the resident block (rows p * T + rt of the block on partition p)."""
         return View(self.res, (full(self.P), rt, full(self.ch.TF)))
@@ -148,7 +206,10 @@ class _Builder:
         out: list[Stmt] = []
         for x in made:
             out += _cut(x, t) if isinstance(x, Binary) and not x.engine else [x]
-        return balanced(out, t)
+        out = balanced(out, t)
+        per_tile = any("rt" in _vars(v) for v in (dst, *tiles.values()))
+        self.passes += sum(isinstance(x, Binary) for x in out) / 2 * (self.T if per_tile else 1)
+        return out
 
     def in_place(self, j: int, exprs: list[sx.Expr], body: list[Stmt]) -> list[sx.Expr]:
         """The largest part of statistic j's terms through which every later expression reads X, computed once in
@@ -201,19 +262,36 @@ class _Builder:
             nxt, made = self.terms(s, expr, a("rt", 2))
             body += loop("rt", self.T - 2, made + _fold(whole(run), whole(run), nxt, s.op, cut, ln),
                          note="the row tiles folded element-wise", line=ln)
+        self.passes += self.T - 1
         self.pending = body
         return run
 
     def summed(self, s: ColumnReduceOp, expr: sx.Expr, bcast: Buf) -> list[Stmt]:
         """ones[P, P].T @ terms accumulated over the row tiles in one PSUM bank: every partition gets the column
-        sums (TensorE, otherwise idle here), scaled on the way out of PSUM."""
-        P, TF, ln = self.P, self.ch.TF, s.update_line
+        sums (TensorE), scaled on the way out of PSUM. The first fold_tiles row tiles are added element-wise on
+        VectorE/GpSimdE first, their total one more matmul."""
+        P, TF, ln, T = self.P, self.ch.TF, s.update_line, self.T
+        self.sums += 1
+        q = self.fold_tiles
         acc = Buf(self.fresh(f"{s.out}_acc"), "psum", "f32", (P, TF))
-        terms, made = self.terms(s, expr, a("rt"))
-        ones = self.ones_for(terms.buf.dtype)
         out: list[Stmt] = [Alloc(acc, zero=True, line=ln)]
-        out += loop("rt", self.T, made + [ir.Matmul(whole(acc), whole(ones), terms, ln)],
-                    note="the row tiles' terms summed into PSUM (ones matmul)", line=ln)
+        if q:
+            run = Buf(self.fresh(f"{s.out}_run"), "sbuf", "f32", (P, TF))
+            first, made = self.terms(s, expr, a(0))
+            second, made2 = self.terms(s, expr, a(1))
+            cut = _vector_columns(TF, "f32", q - 1)
+            out += [Alloc(run, line=ln)] + made + made2 + _fold(whole(run), first, second, "add", cut, ln)
+            nxt, made = self.terms(s, expr, a("rt", 2))
+            out += [] if q == 2 else loop("rt", q - 2, made + _fold(whole(run), whole(run), nxt, "add", cut, ln),
+                                          note="row tiles added element-wise (VectorE, GpSimdE)", line=ln)
+            self.passes += (q - 1)
+        if q < T:
+            terms, made = self.terms(s, expr, a("rt", q))
+            self.terms_f32 = self.terms_f32 or terms.buf.dtype == "f32"
+            out += loop("rt", T - q, made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms, ln)],
+                        note="the row tiles' terms summed into PSUM (ones matmul)", line=ln)
+        if q:
+            out.append(ir.Matmul(whole(acc), whole(self.ones_for("f32")), whole(run), ln))
         out.append(ir.Act(whole(bcast), whole(acc), "copy", scale=s.scale, line=ln))
         if s.init != 0.0:
             out.append(ir.Scalar(whole(bcast), whole(bcast), "add", float(s.init), ln))
@@ -261,12 +339,12 @@ class _Builder:
         if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
             step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt")))
             store = Dma(View(self.yv, (full(P), full(self.T), self.cols)), whole(self.res), ln)
-            return out + loop("rt", self.T, step, note=f"{user.out} per row tile, in place", line=ln) + [store]
+            return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
         res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
         step = [Alloc(res, line=ln)]
         step += self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, whole(res))
         step.append(Dma(View(self.yv, (full(P), a("rt"), self.cols)), whole(res), ln))
-        return out + loop("rt", self.T, step, note=f"{user.out} per row tile of the block", line=ln)
+        return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE} of the block", line=ln)
 
 
 def _fold(dst: View, x: View, y: View, alu: str, cut: int, line: int) -> list[Stmt]:
@@ -292,12 +370,18 @@ def _cut(x: Binary, t) -> list[Stmt]:
     16-bit operands (VectorE's fast mode)."""
     views = (x.dst, x.a, x.b)
     n = x.dst.shape()[-1]
+    if x.a == x.b and x.op == "multiply" and all(v.buf.memory == "sbuf" for v in views):
+        return [ir.Act(x.dst, x.a, "square", line=x.line)]  # ScalarE, otherwise idle in the chain
     if any(v.buf.memory != "sbuf" or v.perm or not isinstance(v.idx[-1], ir.Sl) or v.idx[-1].step != 1
            or v.shape() != x.dst.shape() for v in views) or n < SHARE_MIN or x.a == x.b \
             or all(v.buf.dtype in ("f16", "bf16") for v in views):
         return [x]
     cut = round(n * (2 / t.gpsimd_ghz) / (2 / t.vector_ghz + 2 / t.gpsimd_ghz))
     return _fold(x.dst, x.a, x.b, x.op, cut, x.line)
+
+
+def _vars(v: View) -> set[str]:
+    return {t.var for i in v.idx for t in (i.start.terms if isinstance(i, ir.Sl) else i.terms)}
 
 
 def _sub(s, lo: int, k: int) -> ir.Sl:

@@ -21,7 +21,7 @@ from tilec.compiler.build_colreduce import build_column_reduce, extreme_note
 from tilec.compiler.build_rowchain import fit_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.build_halo import shifted_group, build_halo
-from tilec.compiler.build_colchain import build_column_chain, column_chain
+from tilec.compiler.build_colchain import build_column_chain, column_chain, stage_b
 from tilec.compiler.codegen import emit
 from tilec.compiler.dma_merge import merge_block_dmas
 from tilec.compiler.lower import lower, print_comps
@@ -330,8 +330,8 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             fresh = lambda base, u=user.out: names.fresh(base, f"cols:{u}")  # noqa: E731
             built = build_column_chain(colchain, ops, hbm, keep, fresh)
             # the next block's load issued before this block's work and stores (pair_tiles.py)
-            built = skew_row_tiles(built, budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4) \
-                or built
+            built = skew_row_tiles(built, budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4,
+                                   split_at=stage_b(colchain, ops)) or built
             out.append(_named({m.out for m in members} & keep, built, user.out, len(ops), prefixes))
             skip |= set(colchain.op_range)
             fused.append([m.name for m in members])
