@@ -223,6 +223,10 @@ def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | Non
     evict = factor and (k.buffers()[A].dtype != "f32" or R == params.parts or paired)
     if paired and not (evict and factor):  # VectorE adds the pairs: ScalarE evicts (a factor: evict=True below)
         prims.append(prim("tensorize", f"{row}_c0", engine="scalar"))
+    elif expr and W > 1 and not epilogue and not columns:
+        # the terms' tensor_tensor is VectorE's (with GpSimdE): its evictions of one row tile's banks would queue
+        # the next row tile's terms behind this tile's matmuls (VectorE runs in order), so ScalarE evicts
+        prims.append(prim("tensorize", f"{row}_c0", engine="scalar"))
     prims += [prim("tensorize", f"{e}_u_r", **({"evict": True} if evict and n == 0 else {}))
               for n, e in enumerate(loops)]
     how = "; row tiles added in pairs on VectorE first" if paired else ""
