@@ -21,6 +21,7 @@ from tilec.compiler.build_colreduce import build_column_reduce, extreme_note
 from tilec.compiler.build_rowchain import fit_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
 from tilec.compiler.build_halo import shifted_group, build_halo
+from tilec.compiler.rules_colreduce import terms_before_pairs
 from tilec.compiler.build_colchain import build_column_chain, column_chain, stage_b
 from tilec.compiler.codegen import emit
 from tilec.compiler.dma_merge import merge_block_dmas
@@ -430,6 +431,8 @@ def _scheduled(program, target: Target):
         scheduled = rules.apply(nest, prims, target)
         verify_nest(scheduled, f"the schedule of {op.name}")
         built = lower_tiles(scheduled, prims, hbm, fresh, target)
+        if type(op) is ColumnReduceOp:  # a group's terms before its pair adds (rules_colreduce.py)
+            return terms_before_pairs(built)
         if type(op) is EltwiseOp:  # the next tile's loads issued before this tile's work and stores (pair_tiles.py)
             return skew_row_tiles(built, sbuf_budget(target), fresh, var="t", tile_const="TILE_F", note=AHEAD,
                                   min_tiles=AHEAD_TILES) or built
