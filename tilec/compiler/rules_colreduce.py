@@ -401,8 +401,10 @@ def terms_before_pairs(built: tuple[list, list]) -> tuple[list, list]:
     """A group's row tiles' terms first, then their pair adds and matmuls (level B, after lower_tiles): with the
     pairs between, VectorE's add of tiles 0 and 1 waited for ScalarE's abs of tile 1 while tile 2's subtraction,
     queued behind it on VectorE (in order), waited too (column_l1: the engines' bound ~1.25x, the run 1.71x).
-    A pair segment (its tile's allocation to the matmul reading it) reads only terms made before it and adds into
-    the PSUM sum, so it may go after the other tiles' terms; statements keep their order otherwise."""
+    A pair segment (its tile's allocation, the adds writing it, the matmul reading it) reads only terms made before
+    it and adds into the PSUM sum, so it may go after the other tiles' terms; statements keep their order
+    otherwise. Only a body whose matmuls are all pair segments into a sum allocated outside it (their order, and
+    so which one starts the sum, is kept) and has two or more of them."""
     from dataclasses import replace as _replace
 
     from tilec.compiler import ir
@@ -418,12 +420,16 @@ def terms_before_pairs(built: tuple[list, list]) -> tuple[list, list]:
                 if isinstance(s, ir.Matmul) and s.moving.buf.name == seg[0].buf.name:
                     pairs += seg
                     seg = None
+                elif not (isinstance(s, ir.Binary) and s.dst.buf.name == seg[0].buf.name):
+                    return tuple(fix(x) for x in stmts)  # not a plain pair segment: left as it was
                 continue
             out.append(fix(s))
-        if seg is not None:  # no matmul closed it: leave the body as it was
-            return tuple(fix(s) for s in stmts)
-        return tuple(out + pairs) if len([p for p in pairs if isinstance(p, ir.Matmul)]) > 1 else \
-            tuple(fix(s) for s in stmts)
+        moved = [p for p in pairs if isinstance(p, ir.Matmul)]
+        others = [x for x in ir.walk(tuple(out)) if isinstance(x, (ir.Matmul, ir.Alloc)) and
+                  (isinstance(x, ir.Matmul) or x.buf.memory == "psum")]
+        if seg is not None or len(moved) < 2 or others:  # only pair matmuls into a sum made outside the body
+            return tuple(fix(x) for x in stmts)
+        return tuple(out + pairs)
 
     def fix(s):
         if isinstance(s, (ir.Loop, ir.Block)):
