@@ -161,3 +161,9 @@ def test_the_model_softmax_over_columns():
     est = estimate(trace)
     floor_us = 2 * M * N * 4 / TARGETS["trn2"].hbm_bw / 1000
     assert est.total_us - est.params.startup_ns.value / 1000 < 1.8 * floor_us
+
+
+def test_explain_places_the_statistics_on_chip():
+    from tilec.compiler.api import explain
+    text = explain(compiled("softmax_blocks"))
+    assert "fused column chain m, s, Y" in text and "fused into the column chain writing Y" in text

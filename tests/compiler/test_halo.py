@@ -125,3 +125,10 @@ def test_the_model_reads_the_source_once():
     est = estimate(trace)
     floor_us = (M * N + M * (N - 1)) * 4 / TARGETS["trn2"].hbm_bw / 1000
     assert est.total_us - est.params.startup_ns.value / 1000 < 1.15 * floor_us
+
+
+def test_explain_names_the_fused_copies():
+    """`tilec explain` on a halo group: the program it shows does not declare the copies' temporaries."""
+    from tilec.compiler.api import explain
+    text = explain(compiled("diff_ragged"))
+    assert "fused X_at, X_at2, Y: each tile of the source loaded once with a halo" in text

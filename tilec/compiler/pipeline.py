@@ -623,18 +623,18 @@ def _recompile_commands(program) -> dict[str, str]:
 
 
 def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
-    """What builds a chain of ops kept on chip: "MobileNet block", "global pool" or "row chain"."""
+    """What builds a chain of ops kept on chip: "MobileNet block", "global pool", "halo tiles", "column chain" or
+    "row chain"."""
     if build_mbblock.is_block(ops, chain):
         return "MobileNet block"
+    members = [op for op in ops if op.name in chain]
+    if len(members) > 1 and all(type(op) is EltwiseOp and op.copy for op in members[:-1]):
+        return "halo tiles"  # build_halo's copies (`program` may not declare their temporaries)
     at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-    if column_chain(ops, at, set(program.kernel.outputs), frozenset(), hbm) is not None:
-        return "column chain"
-    if shifted_group(ops, at, set(program.kernel.outputs), frozenset(), {n: b.shape for n, b in hbm.items()},
-                     program.sizes) is not None:
-        return "halo tiles"
-    return "global pool" if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None \
-        else "row chain"
+    if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None:
+        return "global pool"
+    return "column chain" if type(members[0]) is ColumnReduceOp else "row chain"  # (build_colchain's start so)
 
 
 def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
