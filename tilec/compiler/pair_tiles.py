@@ -19,6 +19,7 @@ when the chain fits whole, has an even number (>= 4) of row tiles, and everythin
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from tilec.compiler import ir
 from tilec.compiler.ir import Aff, Alloc, Block, Buf, Loop, Sl, Stmt, Term, View
@@ -33,7 +34,8 @@ NOTE = "pairs of row tiles, software-pipelined: a tile's steps after the next on
 
 
 def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: str = VAR,
-                   tile_const: str = "TILE_P", note: str = NOTE, min_tiles: int = 4) -> Built | None:
+                   tile_const: str = "TILE_P", note: str = NOTE, min_tiles: int = 4,
+                   split_at: Callable[[tuple[Stmt, ...]], int | None] | None = None) -> Built | None:
     """The chain software-pipelined by one row tile: its body splits at its first loop of VectorE steps (stage A:
     the loads, the reductions and ScalarE's passes; stage B: the steps and the stores), and stage B of row tile i
     is issued after stage A of tile i + 1, so VectorE's steps on tile i never hold up its first work on tile i + 1.
@@ -47,7 +49,8 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: st
     of tile i + 1 and stage B of tile i each with one chunk loop (cc) of the same trip count have those loops fused
     (`fused`), so that an engine with work in both stages interleaves them chunk by chunk. `var` and `tile_const`:
     the loop over tiles and its tile constant (an element-wise nest's `t` and TILE_F: pipeline._scheduled);
-    `min_tiles`: fewer tiles are left as they are (the unrolled code is four copies of the body)."""
+    `min_tiles`: fewer tiles are left as they are (the unrolled code is four copies of the body); `split_at`: where
+    stage B begins in the loop's body, when its builder knows better (a column chain's second half of work)."""
     consts, stmts = built
     tp = dict(consts).get(tile_const)
     at = [i for i, s in enumerate(stmts) if isinstance(s, Block) and len(s.body) == 1
@@ -64,6 +67,8 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: st
     # tile's ScalarE passes
     split = next((i for i, s in enumerate(loop.body) if isinstance(s, ir.Transpose) or _steps(s)), None)
     split = split if split is not None else _after_loads(loop.body)
+    if split_at is not None:  # the builder's own stage boundary (build_colchain.stage_b)
+        split = split_at(loop.body)
     while split and _psum_alloc(loop.body[split - 1]):
         split -= 1
     if T % 2 or T < min_tiles or not split:

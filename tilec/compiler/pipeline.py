@@ -21,6 +21,9 @@ from tilec.compiler.build_reduce import build_reduce, resident, short_rows
 from tilec.compiler.build_colreduce import build_column_reduce, extreme_note
 from tilec.compiler.build_rowchain import fit_chain, reads_of, row_chains
 from tilec.compiler.build_util import used_consts
+from tilec.compiler.build_halo import shifted_group, build_halo
+from tilec.compiler.rules_colreduce import terms_before_pairs
+from tilec.compiler.build_colchain import build_column_chain, column_chain, stage_b
 from tilec.compiler.codegen import emit
 from tilec.compiler.dma_merge import merge_block_dmas
 from tilec.compiler.lower import lower, print_comps
@@ -324,6 +327,32 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
             skip |= set(range(i + 1, i + build_attention.OPS))
             fused.append([o.name for o in ops[i:i + build_attention.OPS]])
             continue
+        halo = shifted_group(ops, i, set(program.kernel.outputs), scheduled,
+                             {n: b.shape for n, b in hbm.items()}, program.sizes)
+        if halo is not None:  # shifted reads as slices of one tile loaded with a halo (build_halo.py)
+            user = ops[halo.at + halo.count - 1]
+            built = build_halo(halo, ops, hbm, lambda base: names.fresh(base, f"halo:{user.out}"))
+            built = skew_row_tiles(built, budget, lambda base: names.fresh(base, f"halo:{user.out}"), var="t",
+                                   tile_const="TILE_P", note=AHEAD, min_tiles=AHEAD_TILES) or built
+            out.append(_named({user.out}, built, user.out, len(ops), prefixes))
+            skip |= set(halo.op_range)
+            fused.append([o.name for o in ops[halo.at:halo.at + halo.count]])
+            continue
+        colchain = column_chain(ops, i, set(program.kernel.outputs), scheduled, hbm) if budget else None
+        if colchain is not None:  # column statistics and their user over blocks of columns kept in SBUF
+            members = [ops[j] for j in colchain.op_range]
+            outside = [o for j, o in enumerate(ops) if j not in colchain.op_range]
+            keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
+            user = members[-1]
+            fresh = lambda base, u=user.out: names.fresh(base, f"cols:{u}")  # noqa: E731
+            built = build_column_chain(colchain, ops, hbm, keep, fresh)
+            # the next block's load issued before this block's work and stores (pair_tiles.py)
+            built = skew_row_tiles(built, budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4,
+                                   split_at=stage_b(colchain, ops)) or built
+            out.append(_named({m.out for m in members} & keep, built, user.out, len(ops), prefixes))
+            skip |= set(colchain.op_range)
+            fused.append([m.name for m in members])
+            continue
         if i in chains:
             members = [ops[j] for j in chains[i]]
             outside = [o for j, o in enumerate(ops) if j not in chains[i]]
@@ -447,6 +476,8 @@ def _scheduled(program, target: Target):
         scheduled = rules.apply(nest, prims, target)
         verify_nest(scheduled, f"the schedule of {op.name}")
         built = lower_tiles(scheduled, prims, hbm, fresh, target)
+        if type(op) is ColumnReduceOp:  # a group's terms before its pair adds (rules_colreduce.py)
+            return terms_before_pairs(built)
         if type(op) is EltwiseOp and not plan.single:  # (one buffer: no pairs of tiles in flight)
             # the next tile's loads issued before this tile's work and stores (pair_tiles.py)
             paired = skew_row_tiles(built, sbuf_budget(target), fresh, var="t", tile_const="TILE_F", note=AHEAD,
@@ -641,15 +672,20 @@ def _recompile_commands(program) -> dict[str, str]:
 
 
 def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
-    """What builds a chain of ops kept on chip: "MobileNet block", "global pool" or "row chain"."""
+    """What builds a chain of ops kept on chip: "MobileNet block", "global pool", "halo tiles", "column chain" or
+    "row chain"."""
     if build_mbblock.is_block(ops, chain):
         return "MobileNet block"
     if build_attention.is_head(ops, chain):
         return "attention head"
+    members = [op for op in ops if op.name in chain]
+    if len(members) > 1 and all(type(op) is EltwiseOp and op.copy for op in members[:-1]):
+        return "halo tiles"  # build_halo's copies (`program` may not declare their temporaries)
     at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-    return "global pool" if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None \
-        else "row chain"
+    if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None:
+        return "global pool"
+    return "column chain" if type(members[0]) is ColumnReduceOp else "row chain"  # (build_colchain's start so)
 
 
 def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
@@ -662,6 +698,12 @@ def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
         return build_attention.note(ops, chain, hbm)
     if kind == "global pool":
         return global_note(chain)
+    if kind == "column chain":
+        return f"# fused column chain {', '.join(chain)}: blocks of columns of every row kept in SBUF, the source " \
+            "read once (build_colchain.py; a directive on one builds them apart)"
+    if kind == "halo tiles":
+        return f"# fused {', '.join(chain)}: each tile of the source loaded once with a halo, the shifted reads " \
+            "slices of it (build_halo.py; a directive on one builds them apart)"
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
 

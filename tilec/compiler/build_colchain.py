@@ -1,0 +1,443 @@
+"""Statistics over axis 0 and the element-wise op using them, with X read from HBM once (build_column_chain):
+softmax over columns (`m[j] max= X[i, j]`, `s[j] += exp(X[i, j] - m[j])`, `Y = exp(X - m[j]) / s[j]`),
+standardising columns (`mu[j] += X[i, j] / M`, `v[j] += (X - mu[j])^2 / M`, `Y = (X - mu[j]) * rsqrt(v[j] + e)`).
+
+Built as separate ops, each statistic reads X from HBM and Y reads it once more: three passes and a store, four
+units of traffic against the floor's two (audit15 column_standardize 2.43x, gaps15 softmax_axis0 2.63x). Column
+statistics of one block of columns need only that block, so here the columns are cut into blocks of TILE_F and a
+block of every row stays in SBUF while the chain runs over it:
+
+    for ct in range(F / TILE_F):
+        X_res[p, rt, :] = X[p*T + rt, ct*TILE_F : ..]                   every row of the block, one DMA (T = R / 128)
+        per statistic m:  run = fold over rt of terms(X_res[:, rt])      element-wise, VectorE and GpSimdE by columns
+                          m_b[p, :] = m for every partition p            a sum: ones[P, P].T @ run on TensorE;
+                                                                         a max/min: per 128 columns a transpose,
+                                                                         a reduce, the column spread and turned back
+        Y[p*T + rt, block] = expr(X_res[:, rt], m_b, ..)               per row tile; row-only parts once per block
+
+A part of a statistic's terms that every later reader of X reads X through (softmax's exp(X - m), the centred
+X - mu) is computed once, in place in X_res (f32 only: a 16-bit X_res would round it). A statistic the kernel
+outputs or another op reads is stored from row 0 of its broadcast tile. Taken for f32/bf16 X of whole row tiles
+whose block of RESIDENT_BYTES per partition holds at least 128 columns (or all of them), and no directive on the
+chain's ops; anything else keeps the ops apart."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import AbstractSet
+
+from tilec.compiler import ir
+from tilec.compiler.build_colreduce import SHARE_MIN, _vector_columns
+from tilec.compiler.build_conv import Fresh
+from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+from tilec.compiler.expr_instrs import ExprCompiler, balanced
+from tilec.compiler.exprs import accesses, fmt_expr
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Stmt, View, full, whole
+from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
+from tilec.lang import syntax as sx
+from tilec.target import target as get_target
+
+# per partition: one block of X (two in flight when software-pipelined). Wider blocks hold the engines longer on
+# one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
+RESIDENT_BYTES = 32 * 1024
+OUTPUT_NOTE = "the output per row tile"
+BLOCK_COLS = (512, 256, 128)  # TILE_F candidates: 512 fp32 columns fill one PSUM bank (the sum's matmul)
+IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
+
+
+@dataclass(frozen=True)
+class ColChain:
+    at: int
+    count: int
+    src: str
+    R: int
+    F: int
+    TF: int
+
+    @property
+    def op_range(self) -> range:
+        return range(self.at, self.at + self.count)
+
+
+def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: AbstractSet[str],
+                 hbm: dict[str, Buf]) -> ColChain | None:
+    """The chain of the module docstring starting at ops[i], or None."""
+    stats: list[ColumnReduceOp] = []
+    k = i
+    while k < len(ops) and type(ops[k]) is ColumnReduceOp and _stat(ops[k], ops[i], {s.out for s in stats}):
+        stats.append(ops[k])
+        k += 1
+    if not stats or k == len(ops) or type(ops[k]) is not EltwiseOp:
+        return None
+    user, first = ops[k], stats[0]
+    R, F, X = first.dim("R"), first.dim("F"), first.src
+    made = {s.out for s in stats}
+    if user.copy or user.columns or user.fused or set(user.inputs) != {X} or not set(user.rows) <= made \
+            or dict(user.layout) != {"O": 1, "P": R, "F": F}:
+        return None
+    if any(o.name in scheduled for o in stats + [user]) or hbm[X].dtype not in ("f32", "bf16"):
+        return None
+    P = get_target().pmax
+    if R % P:
+        return None
+    TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype])
+    return None if TF is None else ColChain(i, len(stats) + 1, X, R, F, TF)
+
+
+def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
+    return op.dim("O") == 1 and op.src == first.src and op.dims == first.dims and not isinstance(op.init, str) \
+        and op.op in IDENTITY and set(op.inputs) <= {op.src} | made
+
+
+def _block(T: int, F: int, elem: int) -> int | None:
+    if F <= BLOCK_COLS[0] and T * F * elem <= RESIDENT_BYTES:
+        return F
+    return next((c for c in BLOCK_COLS if F % c == 0 and T * c * elem <= RESIDENT_BYTES), None)
+
+
+def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str],
+                       fresh: Fresh) -> tuple[list[tuple[str, int]], list[Stmt]]:
+    """The nest of the module docstring; `stored`: the statistics the kernel needs in HBM. Built once with every
+    sum on TensorE to count VectorE/GpSimdE's passes, then again with the first `folded` row tiles of each sum
+    added on VectorE/GpSimdE (one matmul of their total) so that the two sides finish together (_balance)."""
+    names: dict[str, int] = {}
+
+    def counting(base: str) -> str:  # the first build's names are thrown away with it
+        names[base] = names.get(base, 0) + 1
+        return f"{base}_{names[base]}"
+    first = _Builder(ch, ops, hbm, stored, counting)
+    first.build()
+    return _Builder(ch, ops, hbm, stored, fresh, _balance(first)).build()
+
+
+def stage_b(ch: ColChain, ops: tuple):
+    """Where the second half of a block's work begins (for pair_tiles.skew_row_tiles): at the output's loop over
+    the row tiles, so that the next block's load, statistics and in-place parts are issued before this block's
+    output and store, and the engines work on both blocks at once. Model (trn2, start-up excluded), split there /
+    at the last statistic / after the loads only: softmax_axis0 2048^2 152.0 / 178.5 / 186.7 us, column_standardize
+    4096 x 2048 339.0 / 379.2 / 378.6 us."""
+    del ch, ops
+
+    def split(body: tuple) -> int | None:
+        return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.note.startswith(OUTPUT_NOTE)),
+                    None)
+    return split
+
+
+def _balance(b: "_Builder") -> int:
+    """Row tiles of each sum to fold on VectorE/GpSimdE: q minimising max(A + S (q - 1) c_vg, S (T - q + 1) c_pe),
+    A the chain's other VectorE/GpSimdE work per block (its tensor_tensor passes, shared by columns), S the sums,
+    c_vg one tile's add on the two engines together, c_pe one tile's matmul (tilec/perf/costs.py: tensor_tensor 2
+    cycles per element on either engine; nc_matmul (N + fixed) cycles times the fp32 factor)."""
+    from tilec.perf.costs import Costs
+    from tilec.perf.params import target_params
+    t = get_target()
+    c = Costs(target_params(t.name))
+    TF, T, S = b.ch.TF, b.T, b.sums
+    if not S or T < 3:
+        return 0
+    c_vg = 2 * TF / (t.vector_ghz + t.gpsimd_ghz)
+    fp32 = c.fp32 if b.res.dtype == "f32" or b.terms_f32 else 1.0
+    c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
+    A = b.passes * c_vg
+    q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
+    return 0 if q < 2 else min(T, round(q))
+
+
+class _Builder:
+    def __init__(self, ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh,
+                 folded: int = 0):
+        self.ch, self.hbm, self.stored, self.given = ch, hbm, stored, fresh
+        self.bases: dict[str, int] = {}
+        self.fold_tiles = folded  # row tiles of each sum added on VectorE/GpSimdE before one matmul (_balance)
+        self.passes = 0.0  # VectorE/GpSimdE tensor_tensor passes over one row tile, over the whole block
+        self.sums = 0
+        self.terms_f32 = False
+        self.stats: list[ColumnReduceOp] = [ops[j] for j in ch.op_range][:-1]
+        self.user: EltwiseOp = ops[ch.at + ch.count - 1]
+        self.P = get_target().pmax
+        self.T = ch.R // self.P
+        self.line = self.stats[0].line
+        self.cols = sl(a(term("ct", ch.TF, "TILE_F")), ch.TF, name="TILE_F") if ch.F > ch.TF else full(ch.F)
+
+    def build(self) -> tuple[list[tuple[str, int]], list[Stmt]]:
+        ch, P, T, ln = self.ch, self.P, self.T, self.line
+        pre: list[Stmt] = []
+        # rows p * T .. p * T + T - 1 on partition p: a block of every row is one DMA of T runs per partition
+        self.xv, st = hbm_view(self.hbm[ch.src], (P, T, ch.F), self.fresh(f"{ch.src}_v"), ln)
+        pre += st
+        self.yv, st = hbm_view(self.hbm[self.user.out], (P, T, ch.F), self.fresh(f"{self.user.out}_v"), ln)
+        pre += st
+        self.ones: dict[str, Buf] = {}
+        self.res = Buf(self.fresh(f"{ch.src}_res"), "sbuf", self.hbm[ch.src].dtype, (P, T, ch.TF))
+        body: list[Stmt] = [Alloc(self.res, line=ln)]
+        body.append(Dma(whole(self.res), View(self.xv, (full(P), full(T), self.cols)), ln))
+        self.rows: dict[str, View] = {}
+        exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats] + [self.user.expr]
+        for j, s in enumerate(self.stats):
+            exprs = self.in_place(j, exprs, body)
+            body += self.statistic(s, exprs[j])
+        body += self.output(exprs[-1])
+        names = ", ".join(s.out for s in self.stats)
+        what = f"{names}, {self.user.out} = statistics over the rows of {ch.src} and the element-wise op reading " \
+               f"them, one block of TILE_F columns of every row kept in SBUF (X read once)"
+        for o in self.ones.values():
+            pre += [Alloc(o, zero=True, line=ln), ir.Scalar(whole(o), whole(o), "add", 1.0, ln)]
+        nest = loop("ct", ch.F // ch.TF, body, note="for the blocks of TILE_F columns", line=ln)
+        return [("TILE_F", ch.TF)], pre + [ir.Block(what, tuple(nest), ln)]
+
+    def fresh(self, base: str) -> str:
+        """A new name per request: the allocator's names are stable per base, and this chain makes several
+        buffers of one base live at once (the first two row tiles' terms)."""
+        k = self.bases[base] = self.bases.get(base, 0) + 1
+        return self.given(base if k == 1 else f"{base}{k}")
+
+    def tile(self, rt: ir.Aff) -> View:
+        """Row tile rt of the resident block (rows p * T + rt of the block on partition p)."""
+        return View(self.res, (full(self.P), rt, full(self.ch.TF)))
+
+    def emit(self, tiles: dict[str, View], prefix: str, e: sx.Expr, dst: View) -> list[Stmt]:
+        """The expression's instructions, each tensor_tensor cut by columns between GpSimdE and VectorE
+        (_cut) and constant tensor_scalars balanced onto ScalarE (expr_instrs.balanced): with X resident,
+        VectorE's passes over the block, not the DMAs, bound the chain."""
+        t = get_target()
+        made = ExprCompiler(tiles, (self.P, self.ch.TF), self.line, self.fresh, set(),
+                            prefix=self.fresh(prefix)).emit(e, dst)
+        out: list[Stmt] = []
+        for x in made:
+            out += _cut(x, t) if isinstance(x, Binary) and not x.engine else [x]
+        out = balanced(out, t)
+        per_tile = any("rt" in _vars(v) for v in (dst, *tiles.values()))
+        self.passes += sum(isinstance(x, Binary) for x in out) / 2 * (self.T if per_tile else 1)
+        return out
+
+    def in_place(self, j: int, exprs: list[sx.Expr], body: list[Stmt]) -> list[sx.Expr]:
+        """The largest part of statistic j's terms through which every later expression reads X, computed once in
+        place in X_res (f32 X only), and X read instead of it from then on."""
+        X = self.ch.src
+        if self.hbm[X].dtype != "f32":
+            return exprs
+        part = _common(exprs[j], exprs[j + 1:], X)
+        if part is None:
+            return exprs
+        rt = a("rt")
+        body += loop("rt", self.T, self.emit({X: self.tile(rt), **self.rows}, "pre", part, self.tile(rt)),
+                     note=f"{fmt_expr(part)} in place (every later reader of {X} reads it)", line=self.line)
+        key = fmt_expr(part)
+        return exprs[:j] + [_replaced(e, key, sx.Access(X, ())) for e in exprs[j:]]
+
+    def statistic(self, s: ColumnReduceOp, expr: sx.Expr) -> list[Stmt]:
+        """The statistic on every partition (self.rows[s.out]): a sum accumulated over the row tiles' terms on
+        TensorE (summed), a max/min folded over them element-wise, then across the partitions (extreme)."""
+        P, TF, ln = self.P, self.ch.TF, s.update_line
+        bcast = Buf(self.fresh(f"{s.out}_b"), "sbuf", self.hbm[s.out].dtype, (P, TF))
+        out: list[Stmt] = [Alloc(bcast, line=ln)]
+        out += self.summed(s, expr, bcast) if s.op == "add" else self.extreme(s, self.folded(s, expr), bcast)
+        if s.out in self.stored:
+            ov, st = hbm_view(self.hbm[s.out], (1, self.ch.F), self.fresh(f"{s.out}_v"), ln)
+            out = st + out + [Dma(View(ov, (full(1), self.cols)), View(bcast, (full(1), full(TF))), ln)]
+        self.rows[s.out] = whole(bcast)
+        return out
+
+    def terms(self, s: ColumnReduceOp, expr: sx.Expr, rt: ir.Aff) -> tuple[View, list[Stmt]]:
+        """Row tile rt's terms: the resident tile itself, or the expression computed into a tile of its own."""
+        X = self.ch.src
+        if isinstance(expr, sx.Access) and expr.tensor == X:
+            return self.tile(rt), []
+        t = Buf(self.fresh(f"{s.out}_terms"), "sbuf", "f32", (self.P, self.ch.TF))
+        return whole(t), [Alloc(t, line=s.update_line)] + self.emit({X: self.tile(rt), **self.rows}, "t", expr,
+                                                                     whole(t))
+
+    def folded(self, s: ColumnReduceOp, expr: sx.Expr) -> Buf:
+        """run = the max/min of the row tiles' terms, element-wise (VectorE and GpSimdE by columns)."""
+        P, TF, ln = self.P, self.ch.TF, s.update_line
+        run = Buf(self.fresh(f"{s.out}_run"), "sbuf", "f32", (P, TF))
+        cut = _vector_columns(TF, "f32", max(1, self.T - 1))
+        first, made = self.terms(s, expr, a(0))
+        body = [Alloc(run, line=ln)] + made + [ir.Copy(whole(run), first, ln)] if self.T == 1 else []
+        if self.T > 1:
+            second, made2 = self.terms(s, expr, a(1))
+            body = [Alloc(run, line=ln)] + made + made2 + _fold(whole(run), first, second, s.op, cut, ln)
+        if self.T > 2:
+            nxt, made = self.terms(s, expr, a("rt", 2))
+            body += loop("rt", self.T - 2, made + _fold(whole(run), whole(run), nxt, s.op, cut, ln),
+                         note="the row tiles folded element-wise", line=ln)
+        self.passes += self.T - 1
+        self.pending = body
+        return run
+
+    def summed(self, s: ColumnReduceOp, expr: sx.Expr, bcast: Buf) -> list[Stmt]:
+        """ones[P, P].T @ terms accumulated over the row tiles in one PSUM bank: every partition gets the column
+        sums (TensorE), scaled on the way out of PSUM. The first fold_tiles row tiles are added element-wise on
+        VectorE/GpSimdE first, their total one more matmul."""
+        P, TF, ln, T = self.P, self.ch.TF, s.update_line, self.T
+        self.sums += 1
+        q = self.fold_tiles
+        acc = Buf(self.fresh(f"{s.out}_acc"), "psum", "f32", (P, TF))
+        out: list[Stmt] = [Alloc(acc, zero=True, line=ln)]
+        if q:
+            run = Buf(self.fresh(f"{s.out}_run"), "sbuf", "f32", (P, TF))
+            first, made = self.terms(s, expr, a(0))
+            second, made2 = self.terms(s, expr, a(1))
+            cut = _vector_columns(TF, "f32", q - 1)
+            out += [Alloc(run, line=ln)] + made + made2 + _fold(whole(run), first, second, "add", cut, ln)
+            nxt, made = self.terms(s, expr, a("rt", 2))
+            out += [] if q == 2 else loop("rt", q - 2, made + _fold(whole(run), whole(run), nxt, "add", cut, ln),
+                                          note="row tiles added element-wise (VectorE, GpSimdE)", line=ln)
+            self.passes += (q - 1)
+        if q < T:
+            terms, made = self.terms(s, expr, a("rt", q))
+            self.terms_f32 = self.terms_f32 or terms.buf.dtype == "f32"
+            out += loop("rt", T - q, made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms, ln)],
+                        note="the row tiles' terms summed into PSUM (ones matmul)", line=ln)
+        if q:
+            out.append(ir.Matmul(whole(acc), whole(self.ones_for("f32")), whole(run), ln))
+        out.append(ir.Act(whole(bcast), whole(acc), "copy", scale=s.scale, line=ln))
+        if s.init != 0.0:
+            out.append(ir.Scalar(whole(bcast), whole(bcast), "add", float(s.init), ln))
+        return out
+
+    def ones_for(self, dtype: str) -> Buf:
+        """The (P, P) ones of a matmul's moving dtype (nc_matmul wants both operands fp32 or neither)."""
+        if dtype not in self.ones:
+            self.ones[dtype] = Buf(self.fresh(f"ones_{dtype}"), "sbuf", dtype, (self.P, self.P))
+        return self.ones[dtype]
+
+    def extreme(self, s: ColumnReduceOp, run: Buf, bcast: Buf) -> list[Stmt]:
+        """Per chunk of 128 columns: transposed into PSUM, reduced along the free axis (one value per column on its
+        partition), spread along a row of P (the ones times the column) and turned back: every partition holds
+        the chunk's extremes."""
+        P, TF, ln = self.P, self.ch.TF, s.update_line
+        CB = min(TF, P)
+        acc = Buf(self.fresh(f"{s.out}_acc"), "psum", "f32", (P, TF))
+        out: list[Stmt] = self.pending + [Alloc(acc, line=ln)]
+        ones = self.ones_for("f32")
+        for c in range(TF // CB):
+            chunk = sl(c * CB, CB)
+            side = Buf(self.fresh(f"{s.out}_T"), "psum", "f32", (CB, P))
+            col = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, 1))
+            spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (CB, P))
+            out += [Alloc(side, line=ln), ir.Transpose(whole(side), View(run, (full(P), chunk)), "pe", ln),
+                    Alloc(col, line=ln), ir.Reduce(whole(col), whole(side), s.op, ln),
+                    Alloc(spread, line=ln),
+                    ir.Scalar(whole(spread), View(ones, (sl(0, CB), full(P))), "multiply", whole(col), ln),
+                    ir.Transpose(View(acc, (full(P), chunk)), whole(spread), "pe", ln)]
+        out.append(ir.Copy(whole(bcast), whole(acc), ln))
+        if s.init != IDENTITY[s.op]:
+            out.append(ir.Scalar(whole(bcast), whole(bcast), s.op, float(s.init), ln))
+        return out
+
+    def output(self, expr: sx.Expr) -> list[Stmt]:
+        """The row-only parts of the expression once per block, then per row tile the expression and its store."""
+        P, TF, ln, X, user = self.P, self.ch.TF, self.user.line, self.ch.src, self.user
+        out: list[Stmt] = []
+        for part in _row_parts(expr, set(self.rows)):
+            t = Buf(self.fresh(f"{user.out}_row"), "sbuf", "f32", (P, TF))
+            out += [Alloc(t, line=ln)] + self.emit(dict(self.rows), "r", part, whole(t))
+            expr = _replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
+            self.rows[t.name] = whole(t)
+        if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
+            step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt")))
+            store = Dma(View(self.yv, (full(P), full(self.T), self.cols)), whole(self.res), ln)
+            return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
+        res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
+        step = [Alloc(res, line=ln)]
+        step += self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, whole(res))
+        step.append(Dma(View(self.yv, (full(P), a("rt"), self.cols)), whole(res), ln))
+        return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE} of the block", line=ln)
+
+
+def _fold(dst: View, x: View, y: View, alu: str, cut: int, line: int) -> list[Stmt]:
+    """dst = alu(x, y): columns [0, cut) on VectorE, the rest on GpSimdE (first in program order, as
+    build_colreduce._fold says why)."""
+    n = dst.shape()[-1]
+
+    def part(v: View, lo: int, k: int) -> View:
+        return View(v.buf, v.idx[:-1] + (_sub(v.idx[-1], lo, k),))
+    out: list[Stmt] = []
+    if cut < n:
+        out.append(Binary(part(dst, cut, n - cut), part(x, cut, n - cut), part(y, cut, n - cut), alu, line,
+                          engine="gpsimd"))
+    if cut:
+        out.append(Binary(part(dst, 0, cut), part(x, 0, cut), part(y, 0, cut), alu, line))
+    return out
+
+
+def _cut(x: Binary, t) -> list[Stmt]:
+    """x with its columns cut between GpSimdE and VectorE so both finish together (tensor_tensor: 2 cycles per
+    element on either, at the target's clocks: expr_instrs.shared_binary's rule, for views of any rank). Kept whole:
+    an operand outside SBUF, narrower than SHARE_MIN, a square x * x (lower_tiles moves it to ScalarE), all
+    16-bit operands (VectorE's fast mode)."""
+    views = (x.dst, x.a, x.b)
+    n = x.dst.shape()[-1]
+    if x.a == x.b and x.op == "multiply" and all(v.buf.memory == "sbuf" for v in views):
+        return [ir.Act(x.dst, x.a, "square", line=x.line)]  # ScalarE, otherwise idle in the chain
+    if any(v.buf.memory != "sbuf" or v.perm or not isinstance(v.idx[-1], ir.Sl) or v.idx[-1].step != 1
+           or v.shape() != x.dst.shape() for v in views) or n < SHARE_MIN or x.a == x.b \
+            or all(v.buf.dtype in ("f16", "bf16") for v in views):
+        return [x]
+    cut = round(n * (2 / t.gpsimd_ghz) / (2 / t.vector_ghz + 2 / t.gpsimd_ghz))
+    return _fold(x.dst, x.a, x.b, x.op, cut, x.line)
+
+
+def _vars(v: View) -> set[str]:
+    return {t.var for i in v.idx for t in (i.start.terms if isinstance(i, ir.Sl) else i.terms)}
+
+
+def _sub(s, lo: int, k: int) -> ir.Sl:
+    assert isinstance(s, ir.Sl)
+    return ir.Sl(s.start.plus(lo), k)
+
+
+def _subtrees(e: sx.Expr) -> list[sx.Expr]:
+    out = [e]
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if f.name == "indices":
+            continue
+        for x in v if isinstance(v, tuple) else (v,):
+            if isinstance(x, (sx.BinOp, sx.Call, sx.Neg, sx.Access, sx.Num)):
+                out += _subtrees(x)
+    return out
+
+
+def _replaced(e: sx.Expr, key: str, new: sx.Expr) -> sx.Expr:
+    if fmt_expr(e) == key:
+        return new
+    if isinstance(e, sx.Neg):
+        return dataclasses.replace(e, x=_replaced(e.x, key, new))
+    if isinstance(e, sx.BinOp):
+        return dataclasses.replace(e, lhs=_replaced(e.lhs, key, new), rhs=_replaced(e.rhs, key, new))
+    if isinstance(e, sx.Call):
+        return dataclasses.replace(e, args=tuple(_replaced(x, key, new) for x in e.args))
+    return e
+
+
+def _reads(e: sx.Expr, name: str) -> bool:
+    return any(x.tensor == name for x in accesses(e))
+
+
+def _common(terms: sx.Expr, later: list[sx.Expr], X: str) -> sx.Expr | None:
+    """The largest subexpression of `terms` that reads X (not X itself), such that every later expression reads X
+    only through it."""
+    found = [t for t in _subtrees(terms) if not isinstance(t, sx.Access) and _reads(t, X)]
+    found.sort(key=lambda t: -len(_subtrees(t)))
+    for t in found:
+        key = fmt_expr(t)
+        if all(not _reads(_replaced(e, key, sx.Num(0.0)), X) for e in later):
+            return t
+    return None
+
+
+def _row_parts(e: sx.Expr, rows: set[str]) -> list[sx.Expr]:
+    """The largest subexpressions that read only statistics (no X) and are more than one read of one."""
+    if isinstance(e, sx.Access) or isinstance(e, sx.Num):
+        return []
+    names = {x.tensor for x in accesses(e)}
+    if names and names <= rows:
+        return [e]
+    out: list[sx.Expr] = []
+    for x in (e.x,) if isinstance(e, sx.Neg) else (e.lhs, e.rhs) if isinstance(e, sx.BinOp) else \
+            e.args if isinstance(e, sx.Call) else ():
+        out += _row_parts(x, rows)
+    return out

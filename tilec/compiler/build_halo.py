@@ -1,0 +1,193 @@
+"""Element-wise work on reads shifted along the last axis, `Y[i, j] = X[i, j + 1] - X[i, j]`: each row tile of X
+loaded once with a halo of columns, and the shifted operands read as slices of that one SBUF tile.
+
+permute_split.split_shifted_reads gives the element-wise rule operands indexed like the output by copying each
+shifted (or cropped) read to an HBM temporary first (`X_at[i, j] = X[i, j + 1]`, `X_at2[i, j] = X[i, j]`); each
+copy is an HBM -> HBM DMA (its bytes cross HBM twice), then the element-wise op reads both temporaries back: seven
+units of traffic for a difference whose floor is two (gaps15 diff_adjacent 3.50x). Here the copies and the op are
+built as one nest (X's leading dimensions flattened onto R rows, N its last):
+
+    for t in range(R / TILE_P):                                    row tiles (the last, ragged one after the loop)
+        X_tile[p, 0:F + h] = X[t*TILE_P + p, c0 + lo : c0 + lo + F + h]     one DMA: the columns and their halo
+        Y_tile = X_tile[:, 1 - lo : 1 - lo + F] - X_tile[:, 0 - lo : 0 - lo + F]   (each shift c: offset c - lo)
+        Y[t*TILE_P + p, c0 : c0 + F] = Y_tile
+
+with lo and hi the smallest and largest shift, h = hi - lo, and F the whole output row when it fits (else column
+tiles of F). Operands that are read plainly are loaded as tiles of their own. A nest of one column tile and an even
+number of row tiles is software-pipelined at its loads (pair_tiles.skew_row_tiles), as element-wise nests are.
+
+Taken (`shifted_group`) when a run of copies made by split_shifted_reads is read by the element-wise op right
+after them and by nothing else, each copy reads one source tensor with its leading indices plain (the copy's
+loops in order, over whole dimensions) and its last index `j + c` (c a constant >= 0), and none of them is
+scheduled by a directive."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import AbstractSet
+
+from tilec.compiler import ir
+from tilec.compiler.build_conv import Fresh
+from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+from tilec.compiler.expr_instrs import ExprCompiler
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
+from tilec.compiler.lower import affine_index
+from tilec.compiler.ops import EltwiseOp
+from tilec.errors import TilecError
+from tilec.lang import syntax as sx
+from tilec.target import target as get_target
+
+TILE_BYTES = 16 * 1024  # per partition: the widest loaded tile (its columns and halo); two of each are in flight
+MAX_HALO = 64  # columns: a wider spread of shifts is left to the copies (each tile would reload most of its data)
+
+
+@dataclass(frozen=True)
+class Halo:
+    """A run of shifted copies and the element-wise op reading them: ops[at : at + count]."""
+    at: int
+    count: int
+    src: str  # the tensor every copy reads
+    shifts: tuple[tuple[str, int], ...]  # each copy's temporary and the shift c of its last index
+    rows: int  # R: the output's leading dimensions flattened
+    cols: int  # N: the output's last dimension
+    width: int  # the source's last dimension
+
+    @property
+    def op_range(self) -> range:
+        return range(self.at, self.at + self.count)
+
+
+def shifted_group(ops: tuple, i: int, keep: AbstractSet[str], scheduled: AbstractSet[str],
+                  shapes: dict[str, tuple[int, ...]], sizes: dict[str, int]) -> Halo | None:
+    """The group of the module docstring starting at ops[i], or None. `keep`: tensors needed after the group
+    (kernel outputs); `shapes`: every tensor's shape."""
+    from tilec.compiler.build_rowchain import reads_of
+    copies = []
+    k = i
+    while k < len(ops) and type(ops[k]) is EltwiseOp and ops[k].copy:
+        copies.append(ops[k])
+        k += 1
+    if not copies or k == len(ops) or type(ops[k]) is not EltwiseOp:
+        return None
+    user = ops[k]
+    if user.copy or user.columns or user.rows or user.layout or user.fused:
+        return None
+    if any(o.name in scheduled for o in copies + [user]):
+        return None
+    made = {c.out for c in copies}
+    if made & set(keep) or not made <= set(user.inputs):
+        return None
+    if any(n in reads_of(o) for j, o in enumerate(ops) if j != k for n in made):
+        return None
+    shape = shapes[user.out]
+    found = [_shift(c, shape, shapes, sizes) for c in copies]
+    srcs = {f[0] for f in found if f is not None}
+    if None in found or len(srcs) != 1:
+        return None
+    src = srcs.pop()
+    shifts = tuple((c.out, f[1]) for c, f in zip(copies, found) if f is not None)
+    spread = max(s for _, s in shifts) - min(s for _, s in shifts)
+    if spread > MAX_HALO or any(shapes[n] != shape for n in user.inputs if n not in made):
+        return None
+    if len(shape) < 2 or shapes[src][:-1] != shape[:-1]:
+        return None
+    return Halo(i, len(copies) + 1, src, shifts, math.prod(shape[:-1]), shape[-1], shapes[src][-1])
+
+
+def _shift(copy: EltwiseOp, shape: tuple[int, ...], shapes: dict[str, tuple[int, ...]],
+           sizes: dict[str, int]) -> tuple[str, int] | None:
+    """(source, c) when the copy is `T[.., j] = S[.., j + c]`: its leading indices its loops in order over whole
+    dimensions, its last `j + c` (c >= 0), T of the output's shape."""
+    e = copy.expr
+    if copy.out_index or not isinstance(e, sx.Access) or e.fill is not None or shapes[copy.out] != shape:
+        return None
+    loops = [v for v, _ in copy.loops]
+    if len(e.indices) != len(loops) or [n for _, n in copy.loops] != list(shape):
+        return None
+    for ix, v in zip(e.indices[:-1], loops[:-1]):
+        if not (isinstance(ix, sx.Name) and ix.id == v):
+            return None
+    try:
+        coefs, c = affine_index(e.indices[-1], set(loops), sizes)
+    except TilecError:
+        return None
+    if coefs != {loops[-1]: 1} or c < 0 or c + shape[-1] > shapes[e.tensor][-1]:
+        return None
+    return e.tensor, c
+
+
+def build_halo(h: Halo, ops: tuple, hbm: dict[str, Buf], fresh: Fresh) -> tuple[list[tuple[str, int]], list[Stmt]]:
+    """The nest of the module docstring for the group `h`."""
+    user = ops[h.at + h.count - 1]
+    P = get_target().pmax
+    lo = min(c for _, c in h.shifts)
+    spread = max(c for _, c in h.shifts) - lo
+    elem = DTYPE_BYTES[hbm[h.src].dtype]
+    n_tiles = math.ceil(h.cols / max(1, TILE_BYTES // elem - spread))
+    F = math.ceil(h.cols / n_tiles)
+    line = user.line
+    views: dict[str, Buf] = {}
+    stmts: list[Stmt] = []
+    for name, width in [(h.src, h.width), (user.out, h.cols)] + \
+            [(n, h.cols) for n in dict.fromkeys(user.inputs) if n not in dict(h.shifts)]:
+        views[name], st = hbm_view(hbm[name], (h.rows, width), fresh(f"{name}_v"), line)
+        stmts += st
+    nest = _Nest(h, user, hbm, views, fresh, lo, spread, F)
+    full_rows, last_rows = divmod(h.rows, P)
+    what = f"{user.out} = element-wise on shifted reads of {h.src} (one load per tile with a halo of {spread} " \
+           f"column{'s' if spread != 1 else ''}, the shifts as slices of it)"
+    note = f"for {', '.join(v for _, v in user.vars[:-1])} (TILE_P rows at a time)"
+    if full_rows:
+        body = nest.columns(a(term("t", P, "TILE_P")), P)
+        stmts.append(ir.Block(what, tuple(loop("t", full_rows, body, note=note, line=line)), line))
+    if last_rows:
+        stmts.append(ir.Block(f"{what}: the last {last_rows} rows", tuple(nest.columns(a(full_rows * P), last_rows)),
+                              line))
+    return [("TILE_P", P), ("TILE_F", F)], stmts
+
+
+class _Nest:
+    """The body for one row tile: its column tiles, each a halo load, the other operands' loads, the expression
+    and the store."""
+
+    def __init__(self, h: Halo, user: EltwiseOp, hbm: dict[str, Buf], views: dict[str, Buf], fresh: Fresh,
+                 lo: int, spread: int, F: int) -> None:
+        self.h, self.user, self.hbm, self.views, self.fresh = h, user, hbm, views, fresh
+        self.lo, self.spread, self.F = lo, spread, F
+
+    def columns(self, r0: ir.Aff, p: int) -> list[Stmt]:
+        F, N = self.F, self.h.cols
+        whole_tiles, rest = divmod(N, F)
+        out: list[Stmt] = []
+        if whole_tiles:
+            c0 = a(term("ct", F, "TILE_F")) if whole_tiles > 1 else a()
+            body = self.tile(r0, p, c0, F)
+            out += loop("ct", whole_tiles, body, note="for the columns (TILE_F at a time)", line=self.user.line) \
+                if whole_tiles > 1 else body
+        if rest:
+            out += self.tile(r0, p, a(whole_tiles * F), rest)
+        return out
+
+    def tile(self, r0: ir.Aff, p: int, c0: ir.Aff, f: int) -> list[Stmt]:
+        h, ln, P = self.h, self.user.line, get_target().pmax
+        rows = ir.Sl(r0, p, 1, "TILE_P" if p == P else "")
+        named = "TILE_F" if f == self.F else ""
+        src = Buf(self.fresh(f"{h.src}_tile"), "sbuf", self.hbm[h.src].dtype, (P, self.F + self.spread))
+        out: list[Stmt] = [Alloc(src, line=ln),
+                           Dma(View(src, (sl(0, p), sl(0, f + self.spread))),
+                               View(self.views[h.src], (rows, ir.Sl(c0.plus(self.lo), f + self.spread))), ln)]
+        tiles = {t: View(src, (sl(0, p), sl(c - self.lo, f))) for t, c in h.shifts}
+        for name in dict.fromkeys(self.user.inputs):
+            if name in tiles:
+                continue
+            t = Buf(self.fresh(f"{name}_tile"), "sbuf", self.hbm[name].dtype, (P, self.F))
+            tiles[name] = View(t, (sl(0, p), sl(0, f)))
+            out += [Alloc(t, line=ln), Dma(tiles[name], View(self.views[name], (rows, ir.Sl(c0, f, 1, named))), ln)]
+        res = Buf(self.fresh(f"{self.user.out}_tile"), "sbuf", self.hbm[self.user.out].dtype, (P, self.F))
+        dst = View(res, (sl(0, p), sl(0, f)))
+        out.append(Alloc(res, line=ln))
+        # a ragged tile's temporaries have its own shape: a prefix of their own keeps the names apart
+        prefix = "tmp" if (p, f) == (P, self.F) else self.fresh("tmp_last")
+        out += ExprCompiler(tiles, (p, f), ln, self.fresh, set(), prefix=prefix).emit(self.user.expr, dst)
+        out.append(Dma(View(self.views[self.user.out], (rows, ir.Sl(c0, f, 1, named))), dst, ln))
+        return out
