@@ -516,6 +516,15 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     return replace(plan, x_bufs=n)
 
 
+def _one_buffer_only(d: sx.Directive, name: str, op: Op, n: int) -> None:
+    """`buffers A, n` of an element-wise statement's or a row reduction's tiles: only n = 1 changes the kernel."""
+    if n != 1:
+        raise bad(d, f"the tiles of {name} are allocated inside {op.name}'s tile loop, so the NKI compiler already "
+                     f"keeps several in flight (its own rotation): {n} buffers would leave the kernel as it is",
+                  f"`buffers {name}, 1` (one buffer: each tile's load waits for the previous tile's work) is the "
+                  "setting that changes it; or remove the directive")
+
+
 def _buffers_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) -> EltwisePlan:
     assert isinstance(d.args[0], sx.Ref)  # op_for found the op by it
     name = d.args[0].parts[0]
@@ -526,11 +535,7 @@ def _buffers_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) 
     if name != op.out and name not in op.inputs:
         raise bad(d, f"{name} is computed into {op.name} (an element-wise statement fused into it): it has no tiles "
                      f"of its own", "remove the directive")
-    if n != 1:
-        raise bad(d, f"the tiles of {name} are allocated inside {op.name}'s tile loop, so the NKI compiler already "
-                     f"keeps several in flight (its own rotation): {n} buffers would leave the kernel as it is",
-                  f"`buffers {name}, 1` (one buffer: each tile's load waits for the previous tile's work) is the "
-                  "setting that changes it; or remove the directive")
+    _one_buffer_only(d, name, op, n)
     return replace(plan, single=tuple(sorted({*plan.single, name})))
 
 
@@ -546,11 +551,7 @@ def _buffers_reduce(op: Op, plan: ReducePlan, d: sx.Directive, n: int) -> Reduce
     if name == op.out or name == op.init:
         raise bad(d, f"{name} is {'the result' if name == op.out else 'the initial value'} of the reduction "
                      f"{op.name}: a column of the accumulator, not a tile the loop loads", "remove the directive")
-    if n != 1:
-        raise bad(d, f"the tiles of {name} are allocated inside {op.name}'s tile loop, so the NKI compiler already "
-                     f"keeps several in flight (its own rotation): {n} buffers would leave the kernel as it is",
-                  f"`buffers {name}, 1` (one buffer: each tile's load waits for the previous tile's work) is the "
-                  "setting that changes it; or remove the directive")
+    _one_buffer_only(d, name, op, n)
     return replace(plan, single=tuple(sorted({*plan.single, name})))
 
 
