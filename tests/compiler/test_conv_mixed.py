@@ -99,11 +99,11 @@ def test_mixed_taps_match_numpy(name: str, dtype: str, nki: str, monkeypatch: py
     assert max_error(got, rounded) <= tolerance(dtype, x.shape[1] * r * r, float(np.abs(want).max()), None)
 
 
-@pytest.mark.parametrize("directives", ["tile Y.k, 43", "hoist Wt, Y.k", "reorder Y, k, n, y", "buffers X, 3",
+@pytest.mark.parametrize("directives", ["tile Y.k, 43", "hoist Wt, Y.k", "reorder Y, k, n, y",
                                         "split Y.y, 4", "tile Y.x, 5"])
 def test_directives_keep_mixed_taps_right(directives: str) -> None:
     """A schedule's directives over the mixed form (out-channel tiles without a remainder, weights per tile, the
-    parts outermost so each makes its band, three band buffers, smaller bands and column tiles) against NumPy."""
+    parts outermost so each makes its band, smaller bands and column tiles) against NumPy."""
     text = PADDED.format(r=3, s=1, p=1) + f"  schedule:\n    {directives}\n"
     program = lang.load(text, {"N": 2})
     compiled = compile_loaded(program)

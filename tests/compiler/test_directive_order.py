@@ -15,7 +15,7 @@ from kernel_numbers import numbered
 
 CASES = {
     "conv_bias_maxpool": (dict(N=1, C=128, H=10, W=14, K=256),
-                          ["tile conv.k, 128", "split conv.y, 4", "tile conv.x, 6", "tile conv.y, 2", "buffers X, 3",
+                          ["tile conv.k, 128", "split conv.y, 4", "tile conv.x, 6", "tile conv.y, 2", "buffers X, 1",
                            "unroll conv.s", "hoist Wt, conv.k"]),
     "transpose": (dict(M=512, N=512), ["tile Y.i, 64", "split Y.i, 2", "split Y.j, 4", "method Y, dma"]),
     "matmul": (dict(M=256, K=256, N=512), ["tile C.i, 128", "tile C.j, 256", "tile C.k, 64"]),

@@ -212,3 +212,25 @@ def test_buffers_on_an_op_without_input_bands_is_rejected():
     # a standalone pool streams its tiles with no band buffer to multiply: the directive must not be ignored silently
     with pytest.raises(TilecError, match="has no multi-buffered input"):
         compile_example("avgpool", {"N": 1}, schedule="buffers Y, 3\n")
+
+
+@pytest.mark.parametrize("schedule, says", [
+    ("buffers X, 3", "would build the kernel of 2, the default"),  # the NKI compiler rotates the bands itself
+    ("buffers Wt, 1", "Wt is not conv's input band"),  # only the input bands have a buffer setting
+])
+def test_conv_buffers_that_would_not_change_the_kernel_are_refused_at_their_line(schedule: str, says: str) -> None:
+    with pytest.raises(TilecError, match=says) as err:
+        compile_example("conv_bias_maxpool", {"N": 1}, schedule=schedule + "\n")
+    assert err.value.span is not None and err.value.span.line == 1  # the directive's line of the schedule
+
+
+def test_conv_buffers_one_and_two_build_what_they_say() -> None:
+    def band(schedule: str | None) -> tuple[int, str]:
+        """(the indentation of X's band allocation, the kernel without its schedule comment)"""
+        code = compile_example("conv_bias_maxpool", {"N": 1}, schedule=schedule).source.split('"""')[-1]
+        line = next(s for s in code.splitlines() if s.lstrip().startswith("X_band = nl.ndarray"))
+        return len(line) - len(line.lstrip()), code
+
+    (one, _), (_, two), (inside, default) = band("buffers X, 1\n"), band("buffers X, 2\n"), band(None)
+    assert one < inside  # one buffer: allocated once, before the loops
+    assert two == default  # 2 is the default

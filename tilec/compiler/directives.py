@@ -504,8 +504,6 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +    for t in sequential(4):  # tl:6
     """
     n = _int(d, 1)
-    if n > 4:
-        raise bad(d, f"{n} buffers of an input band is more than the 4 the SBUF budget allows")
     if isinstance(plan, EltwisePlan):
         assert isinstance(op, EltwiseOp)
         return _buffers_eltwise(op, plan, d, n)
@@ -513,7 +511,23 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return _buffers_reduce(op, plan, d, n)
     if not isinstance(plan, ConvPlan):  # the only plans with buffer settings (x_bufs, single)
         raise bad(d, f"{op.name} has no multi-buffered input")
-    return replace(plan, x_bufs=n)
+    return replace(plan, x_bufs=_band_buffers(op, d, n))
+
+
+def _band_buffers(op: Op, d: sx.Directive, n: int) -> int:
+    """`buffers X, n` of a conv or matmul: X must be its input band (the moving operand), n 1 or 2: the bands are
+    allocated inside the loops, so the NKI compiler rotates them itself and 3 or 4 built the kernel of 2."""
+    assert isinstance(op, ConvOp) and isinstance(d.args[0], sx.Ref)  # ConvPlan; op_for found the op by the ref
+    name = d.args[0].parts[0]
+    if name != op.x:
+        raise bad(d, f"{name} is not {op.name}'s input band: only the bands of {op.x} have a buffer setting",
+                  f"`buffers {op.x}, 1`, or remove the directive")
+    if n > 2:
+        raise bad(d, f"the bands of {op.x} are allocated inside {op.name}'s loops, so the NKI compiler already keeps "
+                     f"several in flight (its own rotation): {n} buffers would build the kernel of 2, the default",
+                  f"`buffers {op.x}, 1` (one band buffer: each band's load waits for the previous band's matmuls) "
+                  "is the setting that changes it; or remove the directive")
+    return n
 
 
 def _one_buffer_only(d: sx.Directive, name: str, op: Op, n: int) -> None:

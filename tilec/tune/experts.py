@@ -2,7 +2,7 @@
 
 Rules of thumb from the assignment and the NKI docs: fill the 128 partitions; make the matmul moving operand as
 wide as one PSUM bank allows (rows x columns <= 512); keep DMAs at >= 2-4 KiB per partition; load weights once;
-double- or triple-buffer the input band so loads overlap the tensor engine.
+keep the input band double-buffered (the default) so loads overlap the tensor engine.
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def knob_values(space: Space, name: str) -> tuple:
 
 def conv_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
     """Full 128x128 tiles, whole output rows as the moving operand, as many rows per matmul as a PSUM bank
-    holds; then the widest input band first (fewest DMAs), double- and triple-buffered. Illegal combinations
+    holds; then the widest input band first (fewest DMAs), double-buffered (the NKI compiler's rotation: more buffers
+    build the same kernel). Illegal combinations
     (e.g. a band too big for SBUF) are dropped by the caller, so the widest *legal* band comes first."""
     wy = (op.pool or (1, 1))[0]
     k, c, x, y = (f"tile {op.ref(r)}" for r in "kcxy")
@@ -42,15 +43,13 @@ def conv_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:
     rows = largest(knob_values(space, y), lambda v: v * tx <= MOVING_FMAX and v % wy == 0) or 1
     bands = sorted((b for b in knob_values(space, f"split {op.ref('y')}") if isinstance(b, int) and b % rows == 0),
                    reverse=True)
-    moving = f"buffers {op.tensor('moving')}"
     if not bands:  # a matmul (one spatial dim): whole rows, or one band per moving tile so the last store is small
-        return [{k: PMAX, c: PMAX, x: tx, f"split {op.ref('x')}": cols, moving: bufs}
-                for cols in (None, tx) for bufs in (None, 3)]
+        return [{k: PMAX, c: PMAX, x: tx, f"split {op.ref('x')}": cols} for cols in (None, tx)]
     # weights loaded per in-channel tile let the first PE transposes start after a smaller DMA (a convolution
     # has R*S transposes per tile block to hide; a matmul's single one is better served by one big DMA)
     split_w = {f"split {op.tensor('stationary')}": op.ref("c")}
-    return [{k: PMAX, c: PMAX, x: tx, y: rows, f"split {op.ref('y')}": b, moving: bufs, **extra}
-            for b in bands for bufs, extra in ((None, {}), (None, split_w), (3, {}))]
+    return [{k: PMAX, c: PMAX, x: tx, y: rows, f"split {op.ref('y')}": b, **extra}
+            for b in bands for extra in ({}, split_w)]
 
 
 def transpose_experts(space: Space, op, dtypes: dict[str, str]) -> list[dict]:

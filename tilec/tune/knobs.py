@@ -183,9 +183,9 @@ def conv_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob
         checks.append(weight_split_check(op, split_w.name))
     if moving:
         pins = tuple(op.ref(r) for r in ("n", "y", "k") if r in op.vars)  # default: as far out as it goes
-        knobs += [Knob(f"hoist {moving}", "hoist", moving, (None, *pins)),
-                  Knob(f"buffers {moving}", "buffers", moving,  # default: 2; a padded read's bands zero
-                       (None, 3, 4) if op.padded else (None, 1, 3, 4))]  # their halo in their own buffer
+        knobs.append(Knob(f"hoist {moving}", "hoist", moving, (None, *pins)))
+        if not op.padded:  # default: 2 (the compiler rotates them; 3 or 4 is refused: the same kernel); a padded
+            knobs.append(Knob(f"buffers {moving}", "buffers", moving, (None, 1)))  # read zeroes each band's halo
     return knobs, checks
 
 
