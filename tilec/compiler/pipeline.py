@@ -8,22 +8,20 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable, Sequence
 
-from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, ir, passes, placement, \
-    pool_chain
+from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, fusers, ir, passes, \
+    placement, pool_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_row_tiles
 from tilec.compiler import rules, rules_copy
-from tilec.compiler.rules_global import build_global_pool, global_note, global_pool
+from tilec.compiler.rules_global import global_note, global_pool
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
                                        reduce_nest, transpose_nest)
 from tilec.compiler.build_reduce import build_reduce, resident, short_rows
 from tilec.compiler.build_colreduce import build_column_reduce, extreme_note
-from tilec.compiler.build_rowchain import fit_chain, reads_of, row_chains
+from tilec.compiler.build_rowchain import row_chains
 from tilec.compiler.build_util import used_consts
-from tilec.compiler.build_halo import shifted_group, build_halo
 from tilec.compiler.rules_colreduce import terms_before_pairs
-from tilec.compiler.build_colchain import build_column_chain, column_chain, stage_b
 from tilec.compiler.codegen import emit
 from tilec.compiler.dma_merge import merge_block_dmas
 from tilec.compiler.lower import lower, print_comps
@@ -39,6 +37,7 @@ from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, Reduce
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import fmt_directive, sbuf_budget
+from tilec.compiler.fusers import AHEAD, AHEAD_TILES
 from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
 from tilec.compiler.const_split import split_constant_outputs
 from tilec.compiler.inplace_split import split_in_place_epilogues
@@ -305,72 +304,18 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
            fused: list, target: Target, choices: dict) -> list[tuple[set[str], list, list]]:
     """(tensors written to HBM, consts, statements) per op or fused row chain, in program order."""
     chains = {c[0]: c for c in row_chains(ops, scheduled)} if budget else {}
+    site = fusers.Site(program, ops, hbm, names, scheduled, budget, target, chains, lambda o: _fresh(names, o))
     out: list[tuple[set[str], list, list]] = []
     skip: set[int] = set()
     prefixes: set[str] = set()
     for i, (op, plan) in enumerate(zip(ops, plans)):
         if i in skip:
             continue
-        pooled = global_pool(ops, i, hbm, set(program.kernel.outputs), scheduled)  # rules_global.py
-        if pooled is not None:  # a global pool (a reduction of each channel's map, then its constant factor)
-            last = ops[i + pooled.ops - 1]
-            built = build_global_pool(pooled, ops, i, hbm, lambda base: names.fresh(base, f"global:{last.out}"))
-            out.append(_named({last.out}, built, last.out, len(ops), prefixes))
-            skip |= set(range(i, i + pooled.ops))
-            fused.append([o.name for o in ops[i:i + pooled.ops]])
-            continue
-        head = build_attention.build_head(ops, i, hbm, lambda base: names.fresh(base, f"head:{op.out}"), scheduled,
-                                          set(program.kernel.outputs), placement.reads)
-        if head is not None:  # scores -> softmax -> values of one attention head kept on chip (build_attention.py)
-            last = ops[i + build_attention.OPS - 1]
-            out.append(_named({last.out}, head, last.out, len(ops), prefixes))
-            skip |= set(range(i + 1, i + build_attention.OPS))
-            fused.append([o.name for o in ops[i:i + build_attention.OPS]])
-            continue
-        halo = shifted_group(ops, i, set(program.kernel.outputs), scheduled,
-                             {n: b.shape for n, b in hbm.items()}, program.sizes)
-        if halo is not None:  # shifted reads as slices of one tile loaded with a halo (build_halo.py)
-            user = ops[halo.at + halo.count - 1]
-            built = build_halo(halo, ops, hbm, lambda base: names.fresh(base, f"halo:{user.out}"))
-            built = skew_row_tiles(built, budget, lambda base: names.fresh(base, f"halo:{user.out}"), var="t",
-                                   tile_const="TILE_P", note=AHEAD, min_tiles=AHEAD_TILES) or built
-            out.append(_named({user.out}, built, user.out, len(ops), prefixes))
-            skip |= set(halo.op_range)
-            fused.append([o.name for o in ops[halo.at:halo.at + halo.count]])
-            continue
-        colchain = column_chain(ops, i, set(program.kernel.outputs), scheduled, hbm) if budget else None
-        if colchain is not None:  # column statistics and their user over blocks of columns kept in SBUF
-            members = [ops[j] for j in colchain.op_range]
-            outside = [o for j, o in enumerate(ops) if j not in colchain.op_range]
-            keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
-            user = members[-1]
-            fresh = lambda base, u=user.out: names.fresh(base, f"cols:{u}")  # noqa: E731
-            built = build_column_chain(colchain, ops, hbm, keep, fresh)
-            # the next block's load issued before this block's work and stores (pair_tiles.py)
-            built = skew_row_tiles(built, budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4,
-                                   split_at=stage_b(colchain, ops)) or built
-            out.append(_named({m.out for m in members} & keep, built, user.out, len(ops), prefixes))
-            skip |= set(colchain.op_range)
-            fused.append([m.name for m in members])
-            continue
-        if i in chains:
-            members = [ops[j] for j in chains[i]]
-            outside = [o for j, o in enumerate(ops) if j not in chains[i]]
-            keep = set(program.kernel.outputs) | {n for o in outside for n in reads_of(o)}
-            # whole and software-pipelined (pair_tiles.py), or at long rows chunked columns or shared tiles
-            built = fit_chain(members, hbm, lambda o: _fresh(names, o), keep, budget)
-            if passes.peak_usage(tuple(built[1]))[0] <= budget:
-                out.append(_named({m.out for m in members} & keep, built, members[-1].out, len(ops), prefixes))
-                skip |= set(chains[i])
-                fused.append([m.name for m in members])
-                continue
-        block = build_mbblock.build_block(ops, i, hbm, lambda base: names.fresh(base, f"block:{ops[i + 2].out}"),
-                                          target, scheduled, set(program.kernel.outputs), placement.reads) \
-            if isinstance(op, ConvOp) else None
-        if block is not None:  # expand 1x1 -> depthwise -> project 1x1 kept on chip (build_mbblock.py)
-            out.append(_named({ops[i + 2].out}, block, ops[i + 2].out, len(ops), prefixes))
-            skip |= {i + 1, i + 2}
-            fused.append([o.name for o in ops[i:i + 3]])
+        part = fusers.fuse(site, i)  # the fused builders, in order (fusers.py)
+        if part is not None:
+            out.append(_named(part.written, part.built, part.out, len(ops), prefixes))
+            skip |= part.covers
+            fused.append(part.members)
             continue
         if i in choices:
             chained = _conv_chain(choices, i, ops, plans, hbm, names, prefixes, budget, program)
@@ -456,8 +401,6 @@ def _unhonoured(e: Unhonoured, ops: tuple, directives: tuple) -> tuple:
     return (f"`{d.name}` cannot apply to {e.op}: {e.message}", d.span, "remove the directive")
 
 
-AHEAD = "pairs of tiles, software-pipelined: the next tile's loads before this tile's work and stores"
-AHEAD_TILES = 8  # fewer tiles stay a plain loop: the pipelined code holds four copies of a tile's work
 
 
 def _scheduled(program, target: Target):

@@ -1,0 +1,149 @@
+"""The fused builders the pipeline tries at each op, in order: a rule each (recognise the ops from op i on, build
+them together, or say "not applicable" with None), so adding one is a function and a row of FUSERS.
+
+Each returns a Fused: the tensors it writes to HBM, its (constants, statements), the output that names its
+constants, the op indices it covers and the names of the ops it fuses (what `tilec explain` lists).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AbstractSet, Callable
+
+from tilec.compiler import build_attention, build_mbblock, passes, placement
+from tilec.compiler.build_colchain import build_column_chain, column_chain, stage_b
+from tilec.compiler.build_halo import build_halo, shifted_group
+from tilec.compiler.build_rowchain import fit_chain, reads_of
+from tilec.compiler.names import NameAllocator
+from tilec.compiler.ops import ConvOp
+from tilec.compiler.pair_tiles import skew_row_tiles
+from tilec.compiler.rules_global import build_global_pool, global_pool
+from tilec.lang.api import Program
+from tilec.target import Target
+
+AHEAD = "pairs of tiles, software-pipelined: the next tile's loads before this tile's work and stores"
+AHEAD_TILES = 8  # fewer tiles stay a plain loop: the pipelined code holds four copies of a tile's work
+
+
+@dataclass(frozen=True)
+class Site:
+    """What every fuser reads: the program's ops at op i and the pipeline's state for them."""
+    program: Program
+    ops: tuple
+    hbm: dict
+    names: NameAllocator
+    scheduled: AbstractSet[str]  # ops a directive names: built alone
+    budget: int  # SBUF bytes per partition (0: no fusion)
+    target: Target
+    chains: dict  # row chains by their first op's index (build_rowchain.row_chains)
+    fresh_op: Callable  # the per-op name allocator of the pipeline (_fresh)
+
+    @property
+    def outputs(self) -> set[str]:
+        return set(self.program.kernel.outputs)
+
+
+@dataclass(frozen=True)
+class Fused:
+    written: set[str]
+    built: tuple
+    out: str
+    covers: frozenset[int]
+    members: list[str]
+
+
+def _global(s: Site, i: int) -> Fused | None:
+    """A global pool: a reduction of each channel's map, then its constant factor (rules_global.py)."""
+    pooled = global_pool(s.ops, i, s.hbm, s.outputs, s.scheduled)
+    if pooled is None:
+        return None
+    last = s.ops[i + pooled.ops - 1]
+    built = build_global_pool(pooled, s.ops, i, s.hbm, lambda base: s.names.fresh(base, f"global:{last.out}"))
+    span = range(i, i + pooled.ops)
+    return Fused({last.out}, built, last.out, frozenset(span), [s.ops[j].name for j in span])
+
+
+def _attention(s: Site, i: int) -> Fused | None:
+    """scores -> softmax -> values of one attention head kept on chip (build_attention.py)."""
+    op = s.ops[i]
+    head = build_attention.build_head(s.ops, i, s.hbm, lambda base: s.names.fresh(base, f"head:{op.out}"),
+                                      s.scheduled, s.outputs, placement.reads)
+    if head is None:
+        return None
+    last = s.ops[i + build_attention.OPS - 1]
+    span = range(i, i + build_attention.OPS)
+    return Fused({last.out}, head, last.out, frozenset(span), [s.ops[j].name for j in span])
+
+
+def _halo(s: Site, i: int) -> Fused | None:
+    """Shifted reads as slices of one tile loaded with a halo (build_halo.py), tiles pipelined at their loads."""
+    halo = shifted_group(s.ops, i, s.outputs, s.scheduled, {n: b.shape for n, b in s.hbm.items()}, s.program.sizes)
+    if halo is None:
+        return None
+    user = s.ops[halo.at + halo.count - 1]
+    built = build_halo(halo, s.ops, s.hbm, lambda base: s.names.fresh(base, f"halo:{user.out}"))
+    built = skew_row_tiles(built, s.budget, lambda base: s.names.fresh(base, f"halo:{user.out}"), var="t",
+                           tile_const="TILE_P", note=AHEAD, min_tiles=AHEAD_TILES) or built
+    return Fused({user.out}, built, user.out, frozenset(halo.op_range),
+                 [o.name for o in s.ops[halo.at:halo.at + halo.count]])
+
+
+def _keep(s: Site, span) -> set[str]:
+    """The members' outputs still read after the fused part: the kernel's outputs and what other ops read."""
+    outside = [o for j, o in enumerate(s.ops) if j not in span]
+    return s.outputs | {n for o in outside for n in reads_of(o)}
+
+
+def _column_chain(s: Site, i: int) -> Fused | None:
+    """Column statistics and their user over blocks of columns kept in SBUF (build_colchain.py)."""
+    colchain = column_chain(s.ops, i, s.outputs, s.scheduled, s.hbm) if s.budget else None
+    if colchain is None:
+        return None
+    members = [s.ops[j] for j in colchain.op_range]
+    keep = _keep(s, colchain.op_range)
+    user = members[-1]
+    fresh = lambda base, u=user.out: s.names.fresh(base, f"cols:{u}")  # noqa: E731
+    built = build_column_chain(colchain, s.ops, s.hbm, keep, fresh)
+    # the next block's load issued before this block's work and stores (pair_tiles.py)
+    built = skew_row_tiles(built, s.budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4,
+                           split_at=stage_b(colchain, s.ops)) or built
+    return Fused({m.out for m in members} & keep, built, user.out, frozenset(colchain.op_range),
+                 [m.name for m in members])
+
+
+def _row_chain(s: Site, i: int) -> Fused | None:
+    """A row chain whole and software-pipelined (pair_tiles.py), or at long rows chunked columns or shared tiles,
+    when the built chain fits the SBUF budget."""
+    if i not in s.chains:
+        return None
+    members = [s.ops[j] for j in s.chains[i]]
+    keep = _keep(s, s.chains[i])
+    built = fit_chain(members, s.hbm, s.fresh_op, keep, s.budget)
+    if passes.peak_usage(tuple(built[1]))[0] > s.budget:
+        return None
+    return Fused({m.out for m in members} & keep, built, members[-1].out, frozenset(s.chains[i]),
+                 [m.name for m in members])
+
+
+def _mobilenet_block(s: Site, i: int) -> Fused | None:
+    """expand 1x1 -> depthwise -> project 1x1 kept on chip (build_mbblock.py)."""
+    if not isinstance(s.ops[i], ConvOp):
+        return None
+    last = s.ops[i + 2].out if i + 2 < len(s.ops) else ""
+    block = build_mbblock.build_block(s.ops, i, s.hbm, lambda base: s.names.fresh(base, f"block:{last}"),
+                                      s.target, s.scheduled, s.outputs, placement.reads)
+    if block is None:
+        return None
+    return Fused({last}, block, last, frozenset({i, i + 1, i + 2}), [o.name for o in s.ops[i:i + 3]])
+
+
+FUSERS: tuple[Callable[[Site, int], Fused | None], ...] = (
+    _global, _attention, _halo, _column_chain, _row_chain, _mobilenet_block)
+
+
+def fuse(s: Site, i: int) -> Fused | None:
+    """The first fuser that applies at op i, in FUSERS' order."""
+    for fuser in FUSERS:
+        fused = fuser(s, i)
+        if fused is not None:
+            return fused
+    return None
