@@ -8,21 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches
-from test_pool_engines import NP, compiled_pool
-from test_pool_window import reference
+from test_pool_engines import check_pool
 
 INTERLEAVED = "partition b * "  # the Interleave's note in the kernel
 
 
 def run_avg(r: int, s: int, pad: int, dtype: str, h: int, w: int, c: int) -> str:
-    prog, compiled = compiled_pool("avg", r, s, pad, dtype, h=h, w=w, n=1, c=c)
-    x = np.random.default_rng(7).standard_normal(prog.tensors["X"].shape).astype(NP[dtype])
-    got = compiled.run(X=x)["Y"]
-    want = reference(x.astype(np.float32), "avg", r, s, pad)
-    assert np.shape(got) == want.shape
-    assert_matches(prog, "Y", got, want)
-    return compiled.source
+    return check_pool("avg", r, s, pad, dtype, h=h, w=w, n=1, c=c)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
