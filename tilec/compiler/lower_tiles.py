@@ -492,9 +492,9 @@ def _shared_with_gpsimd(b: ir.Binary, target: Target) -> list[ir.Stmt]:
     GpSimdE's part comes first in program order: it is the first reader of the loaded tiles, so their loads issue
     on its DMA stream (tilec/perf/schedule.py, DMA trigger streams; build_colreduce._fold does the same)."""
     views = (b.dst, b.a, b.b)
-    if b.engine or b.scale0 != 1.0 or b.dst.buf.dtype != "f32" or any(v.buf.memory != "sbuf" or len(v.shape()) != 2 or v.perm or
-                                                   v.shape() != b.dst.shape() or not isinstance(v.idx[-1], ir.Sl) or
-                                                   v.idx[-1].step != 1 for v in views):
+    plain = all(v.buf.memory == "sbuf" and len(v.shape()) == 2 and not v.perm and v.shape() == b.dst.shape()
+                and isinstance(v.idx[-1], ir.Sl) and v.idx[-1].step == 1 for v in views)
+    if b.engine or b.scale0 != 1.0 or b.dst.buf.dtype != "f32" or not plain:
         return [b]
     cols = b.dst.shape()[1]
     cut = round(cols * target.vector_ghz / (target.vector_ghz + target.gpsimd_ghz))

@@ -397,7 +397,8 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     if isinstance(plan, ReducePlan):
         tiled = {"pt": v("k0"), "ft": v("r0")}
         return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free),
-                *(directive("unroll", tiled[u]) for u in plan.unroll), *(directive("buffers", x, 1) for x in plan.single))
+                *(directive("unroll", tiled[u]) for u in plan.unroll),
+                *(directive("buffers", x, 1) for x in plan.single))
     assert isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp)
     loops = {kind: var for kind, var in ((eltwise_loop(op, var), var) for _, var in reversed(op.vars))}
     tile: tuple[sx.Directive, ...] = (directive("tile", (op.name, loops["t"]), plan.free),) if "t" in loops else ()

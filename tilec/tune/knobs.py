@@ -281,7 +281,8 @@ def eltwise_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[K
         frees = sorted(set(frees) | {v for v in (256, 512, 1024) if v < free and v <= widest})
     frees = frees or [free]
     role = free_role(op)
-    return [Knob(f"tile {op.ref(role)}", "tile", op.ref(role), _with_default(op.defaults.get(("tile", role)), frees))], []
+    values = _with_default(op.defaults.get(("tile", role)), frees)
+    return [Knob(f"tile {op.ref(role)}", "tile", op.ref(role), values)], []
 
 
 def reduce_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
