@@ -615,8 +615,8 @@ def _recompile_commands(program) -> dict[str, str]:
 
 
 def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
-    """What builds a chain of ops kept on chip: "MobileNet block", "global pool", "halo tiles", "column chain" or
-    "row chain"."""
+    """What builds a chain of ops kept on chip: "MobileNet block", "attention head", "halo tiles", "global pool",
+    "column chain" or "row chain" (fusers.py's builders, recognised again from the op names)."""
     if build_mbblock.is_block(ops, chain):
         return "MobileNet block"
     if build_attention.is_head(ops, chain):
