@@ -53,8 +53,9 @@ def _instructions(pmax: int, stationary: int, moving: int, vector_sbuf: int, vec
               (("k", pmax), ("m", stationary), ("n", moving)), "§1.8 NISA gemm_*_fmax; acc fp32, one PSUM bank"),
         Instr("nc_transpose", "dst[f, p] = src[p, f]", "pe", ("sbuf",), ("psum",), (("p", pmax), ("f", pmax)),
               "§2.4 NISA nc_transpose (TensorE: an identity matmul)"),
-        Instr("dma_transpose", "dst[f, p] = src[p, f]", "dma", ("hbm",), ("sbuf",), (("p", pmax), ("f", pmax)),
-              "§1.9 / §2.5 ARCH3 (DMA engines, <= 90% of copy throughput)"),
+        Instr("dma_transpose", "dst[f, p] = src[p, f]", "dma", ("hbm", "sbuf"), ("sbuf",), (("p", pmax), ("f", pmax)),
+              "§1.10.12 NISA dma_transpose (HBM -> SBUF or SBUF -> SBUF); §2.5 ARCH3 (DMA engines, <= 90% of copy "
+              "throughput from HBM, <= 50% SBUF -> SBUF: perf params dma_transpose_factor, _sbuf_factor)"),
         Instr("activation", "dst[p, f] = FN(src[p, f] * scale + bias[p])", "act", onchip, ("sbuf",),
               (("p", pmax), ("f", vector_sbuf)), "§2.4 NISA activation; FN from tilec.lang.functions"),
         Instr("tensor_tensor", "dst[p, f] = OP(a[p, f], b[p, f])", "dve", onchip, ("sbuf",),

@@ -81,6 +81,7 @@ class Costs:
         self.dma_latency = v["dma_latency_ns"]
         self.dma_write_ack = v["dma_write_ack_ns"]
         self.dma_transpose = v["dma_transpose_factor"]
+        self.dma_transpose_sbuf = v["dma_transpose_sbuf_factor"]
         self.startup = v["startup_ns"]
         self.rotation = int(v["buffer_rotation"])
 
@@ -190,9 +191,9 @@ class Costs:
     def dma_occupancy_ns(self, ins: Instr, n_engines: int) -> float:
         """Time each of the transfer's engines is busy with it."""
         t = self.dma_transfer_ns(max(ins.dma_chunks, ins.partitions, 1), ins.bytes, n_engines)
-        if ins.op == "dma_transpose":  # ARCH3: <= 90 % of copy throughput from HBM, <= 50 % SBUF -> SBUF
+        if ins.op == "dma_transpose":  # ARCH3: a share of a copy's throughput, lower SBUF -> SBUF than from HBM
             on_chip = all(a.memory != "hbm" for a in ins.reads + ins.writes)
-            t /= 0.5 if on_chip else self.dma_transpose
+            t /= self.dma_transpose_sbuf if on_chip else self.dma_transpose
         return t
 
 

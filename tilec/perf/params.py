@@ -61,6 +61,7 @@ class Params:
     dma_latency_ns: Param  # semaphore-to-start latency, not occupying an engine
     dma_write_ack_ns: Param  # a DMA writing HBM completes this long after its last byte left the engines
     dma_transpose_factor: Param  # dma_transpose throughput relative to a copy (HBM->SBUF)
+    dma_transpose_sbuf_factor: Param  # the same, SBUF -> SBUF
     startup_ns: Param  # kernel start-up before the first instruction
     buffer_rotation: Param  # buffers per allocation site: the k-th reuses the memory of the (k-R)-th
     load_versions: Param  # copies of a buffer refilled whole by DMA loads (schedule.renamed)
@@ -135,6 +136,7 @@ TRN2 = Params(
                                     "4-byte dtypes; the 16 engines write [128, 16] blocks together, so the recorder "
                                     "counts the source's contiguous runs as descriptors, as for a copy: "
                                     "isa._emit_dma)"),
+    dma_transpose_sbuf_factor=Param(0.5, "§2.5 ARCH3 (<= 50% of copy throughput SBUF->SBUF; nki-spec 1.10.12)"),
     startup_ns=Param(13000.0, FIT_STARTUP),
     buffer_rotation=Param(2, "fitted to rows 8-12 (1 buffer: rows 8, 10 +83 %, +64 %; 3: row 8 -27 %) [inferred: the "
                              "allocator rotates loop tiles through a few buffers; its policy is not documented]"),
