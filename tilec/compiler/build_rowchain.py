@@ -45,6 +45,7 @@ from typing import AbstractSet
 from tilec.compiler import chunk_pipe, ir, mean_var
 from tilec.compiler.build_reduce import build_short_rows, short_rows
 from tilec.compiler.chunk_cols import chunk_columns, rotation_need
+from tilec.compiler.dma_streams import loads_apart
 from tilec.compiler.passes import peak_usage
 from tilec.compiler.share import share_tiles
 from tilec.compiler.build_util import loop
@@ -157,7 +158,14 @@ def fit_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bud
     `budget` (chunk_cols.rotation_need) is chunked with X allocated once before the loop instead (chunk_cols
     `rotating`): the next row tile's chunks stream into X as this tile's last phase releases them (on the model
     under "fit": softmax over rows of 32768 fp32 1.82x -> 1.44x, rmsnorm over rows of 8192 / 16384 / 32768 fp32
-    1.66 / 1.54 / 1.90x -> 1.40 / 1.26 / 1.22x, layernorm 8192 / 16384 fp32 1.86 / 2.28x -> 1.62 / 1.61x)."""
+    1.66 / 1.54 / 1.90x -> 1.40 / 1.26 / 1.22x, layernorm 8192 / 16384 fp32 1.86 / 2.28x -> 1.62 / 1.61x).
+    A loop whose loads and stores would share VectorE's DMA trigger stream has the loads' first reader moved to
+    GpSimdE (dma_streams.loads_apart)."""
+    consts, stmts = _fitted(ops, hbm, fresh_for, keep, budget)
+    return consts, loads_apart(stmts)
+
+
+def _fitted(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int) -> Built:
     built = build_row_chain(ops, hbm, fresh_for, keep)
     chosen, skewed = _fit_chain(ops, hbm, fresh_for, keep, budget, built)
     if skewed:

@@ -41,8 +41,8 @@ from tilec.compiler.fusers import AHEAD, AHEAD_TILES
 from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
 from tilec.compiler.const_split import split_constant_outputs
 from tilec.compiler.inplace_split import split_in_place_epilogues
-from tilec.compiler.lang_split import (fold_value_sizes, split_conv_layouts, split_mixed_broadcasts,
-                                      split_modulo_reads, split_self_products)
+from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
+                                      split_mixed_broadcasts, split_modulo_reads, split_self_products)
 from tilec.compiler.pad_split import split_padded_reads
 from tilec.compiler.permute_split import split_permuted_eltwise, split_reshape_copies, split_shifted_reads
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
@@ -107,6 +107,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
     program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
     program = fold_value_sizes(program)  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
+    program = drop_identity_casts(program)  # `f32(h[i, j])` of an f32 tensor: `h[i, j]` (lang_split)
     program = split_constant_outputs(program)  # `Y[0, j] = f(X[j])`: a unit loop shifted by 0, a copy (const_split)
     program = split_conv_layouts(program)  # HWIO weights, NHWC tensors: permuted in their own statements (lang_split)
     program = split_modulo_reads(program)  # `X[i % 4, j]`: one copy per repeat into a temporary (lang_split)
