@@ -141,22 +141,42 @@ def _column_loads(loop: Loop, written: set[str]) -> list[Dma]:
 
 
 def _behind_stores(loop: Loop, name: str) -> bool:
-    """Whether the engine that first reads buffer `name` in the loop also makes a tile the loop stores (so that a
-    load of `name` is triggered behind those stores); elsewhere the column's load costs nothing on the path."""
+    """Whether loading buffer `name` in the loop waits behind its stores and nothing else would: the engine that
+    first reads it makes a tile the loop stores, and no other load of the loop is first read by that engine (that
+    load would wait behind the same stores: a row bias beside its row tile's load gains nothing on the model)."""
     body = list(ir.walk(loop.body))
-    reader = next((s for s in body if not isinstance(s, Dma) and
-                   any(v.buf.name == name for v in (ir.views(s) if isinstance(s, ir.Matmul) else ir.views(s)[1:]))),
-                  None)
-    if reader is None:
+    first = _first_readers(body)
+    if name not in first:
+        return False
+    eng = engine(first[name])
+    if any(engine(r) == eng for b, r in first.items() if b != name and not _column(b, body)):
         return False
     writers: dict[str, Stmt] = {}
     for s in body:
         if isinstance(s, Dma) and s.dst.buf.memory == "hbm" and s.src.buf.name in writers and \
-                engine(writers[s.src.buf.name]) == engine(reader):
+                engine(writers[s.src.buf.name]) == eng:
             return True
         if ir.views(s) and not isinstance(s, ir.Matmul):
             writers[ir.views(s)[0].buf.name] = s
     return False
+
+
+def _first_readers(body: list[Stmt]) -> dict[str, Stmt]:
+    """Per buffer loaded from HBM in `body`: the first statement that reads it."""
+    loaded = {s.dst.buf.name for s in body if isinstance(s, Dma) and s.src.buf.memory == "hbm"}
+    first: dict[str, Stmt] = {}
+    for s in body:
+        if isinstance(s, Dma):
+            continue
+        for v in ir.views(s) if isinstance(s, ir.Matmul) else ir.views(s)[1:]:
+            if v.buf.name in loaded:
+                first.setdefault(v.buf.name, s)
+    return first
+
+
+def _column(name: str, body: list[Stmt]) -> bool:
+    return any(isinstance(s, Dma) and s.dst.buf.name == name and len(s.dst.buf.shape) == 2 and
+               s.dst.buf.shape[1] == 1 for s in body)
 
 
 def _vars_of(v: ir.View) -> set[str]:
