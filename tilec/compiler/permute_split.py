@@ -150,6 +150,57 @@ def split_shifted_reads(program):
 
 
 
+def split_transposed_reads(program):
+    """Element-wise statements that read one operand in the output's order and another transposed, `Y[i, j] = 0.5 *
+    (X[i, j] + X[j, i])` (a symmetric part), `Y[b, i, j] = A[b, i, j] * B[b, j, i]`, `Y[i, j, k] = X[i, j, k] +
+    c[k, j]`: no single order of the loops reads both as the element-wise rule needs (split_permuted_eltwise takes
+    statements whose reads share one order), so each read whose loop variables come in another order than the
+    output's is permuted into a temporary first, `X_t[i, j] = X[j, i]` (a transpose, select_transpose), and the
+    statement reads that. The temporary has the read's dtype (a copy: the same values); it is filled before the
+    top-level statement that holds the original, so only when that statement's nest writes nothing the read reads,
+    every loop starts at 0, the stored indices are the loop variables (each once) and every read's indices are
+    loop variables. The same object when there is none."""
+    kernel = program.kernel
+    taken = taken_names(kernel)
+    decls: list[sx.Decl] = []
+
+    def plain(a: sx.Access) -> list[str] | None:
+        names = [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
+        return names if len(names) == len(a.indices) and len(set(names)) == len(names) else None
+
+    def stmt(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
+        out = plain(st.target)
+        loop_vars = [lp.var for lp in loops]
+        if st.op != "=" or isinstance(st.value, sx.Access) or out is None or sorted(out) != sorted(loop_vars) \
+                or any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
+            return [], st
+        reads = accesses(st.value)
+        orders = [plain(a) for a in reads]
+        if any(o is None or a.fill is not None or not set(o) <= set(out) for a, o in zip(reads, orders)) \
+                or not any(o == out for o in orders):
+            return [], st  # a read that is not plain, or none in the output's order (split_permuted_eltwise's)
+        by_var = {lp.var: lp for lp in loops}
+        fills: list[sx.Stmt] = []
+        new: dict[int, sx.Expr] = {}
+        for a, o in zip(reads, orders):
+            assert o is not None
+            vs = [v for v in out if v in o]  # the read's variables in the output's order
+            if o == vs or a.tensor in top_writes:
+                continue
+            span = a.span
+            name = unique(f"{a.tensor}_t", taken)
+            dtype = program.tensors[a.tensor].dtype
+            decls.append(sx.Decl(name, sx.TensorType(dtype, tuple(by_var[v].stop for v in vs), span), span))
+            idx = tuple(sx.Name(v, span) for v in vs)
+            fills.append(nested(sx.Assign(sx.Access(name, idx, span), "=", a, st.span), [by_var[v] for v in vs]))
+            new[id(a)] = sx.Access(name, idx, span)
+        if not new:
+            return [], st
+        return fills, replace(st, value=substituted(st.value, new))
+
+    return rechecked(program, decls, hoisted(kernel.body, stmt))
+
+
 MAX_HEADS = 64  # the reshape rewrite copies one part per value of the outer loop: at most this many parts
 
 

@@ -45,7 +45,8 @@ from tilec.compiler.dma_streams import columns_ahead
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
                                       split_mixed_broadcasts, split_modulo_reads, split_self_products)
 from tilec.compiler.pad_split import split_padded_reads
-from tilec.compiler.permute_split import split_permuted_eltwise, split_reshape_copies, split_shifted_reads
+from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_copies, split_shifted_reads,
+                                          split_transposed_reads)
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
 from tilec.compiler.unsupported import reject_unsupported
 from tilec.compiler.verify import verify
@@ -117,6 +118,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     program = split_padded_reads(program)  # padded reads in element-wise statements: copied first (pad_split.py)
     program = split_total_reductions(program)  # `s[0] += X[i, j]`: rows to a column, then one row (reduce_split.py)
     program = split_broadcast_reductions(program)  # `s[i] += exp(X[i, j] - m[i])`: the terms first (reduce_split.py)
+    program = split_transposed_reads(program)  # `Y[i, j] = X[i, j] + X[j, i]`: X[j, i] permuted first (same)
     program = split_permuted_eltwise(program)  # `Y[j, i] = relu(X[i, j])`: element-wise, then a permute (permute_split)
     program = split_reshape_copies(program)  # `Y[h, s, d] = X[s, h * D + d]`: one copy per h (permute_split.py)
     program = split_shifted_reads(program)  # `Y[i, j] = X[i, j + 1] - X[i, j]`: the shifted read copied first (same)
