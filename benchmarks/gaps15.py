@@ -41,6 +41,8 @@ REALISTIC: dict[str, dict[str, int]] = {
     "residual_layernorm": {"M": 2048, "N": 1024},
     "residual_rmsnorm": {"M": 2048, "N": 1024},
     "outer_product": {"M": 2048, "N": 2048},
+    "batch_embedding": {"B": 8, "S": 512, "D": 512},
+    "symmetric_part": {"N": 2048},
     "row_mean_var": {"M": 2048, "N": 2048},
     "attn_full": {"S": 1024, "D": 128},
     "transpose3d_relu": {"B": 8, "M": 1024, "N": 1024},

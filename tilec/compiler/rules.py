@@ -32,7 +32,8 @@ from tilec.compiler import layout, primitives as pr, rules_copy
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Access, Assign, Kernel, Loop, loads, loop_index, walk
 from tilec.compiler.rules_base import Prim, _at, _const, _plain, _ragged_parts, prim, settings
-from tilec.compiler.schedule import MOVING_FMAX, EltwisePlan, best_divisor, eltwise_plan, row_free, rows_whole
+from tilec.compiler.schedule import (ELTWISE_FREE, MOVING_FMAX, PMAX, EltwisePlan, best_divisor, eltwise_plan,
+                                     row_free, rows_whole, tile_size)
 from tilec.compiler.select_eltwise import outer_row, turn_run, turns
 from tilec.target import Target
 
@@ -181,6 +182,8 @@ def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> lis
     params = params or default
     if _unit_column(n) and params == default:  # (tiles a user's directives chose keep the column layout)
         return _unit_column_alone(n, params)
+    if _rows_on_partitions(n) and params == default:
+        return _rows_reused(n)
     if n.run == (0, 0):
         size = math.prod(lp.extent for lp in n.loops)
         if size % params.parts == 0 and (size // params.parts) % params.free == 0:
@@ -317,6 +320,55 @@ def _outer_rows(n: Injective) -> bool:
     row_vars = {lp.var for lp in n.loops[n.run[1]:]}
     return any(set(_plain(a.index) or ()) - row_vars for a in loads(n.stmt.expr) if a.buf in n.rows)
 
+
+
+def _rows_on_partitions(n: Injective) -> bool:
+    """Rows of two or more trailing indices broadcast over few leading ones (`P[s, d]` of Y[b, s, d] = X[b, s, d] +
+    P[s, d], a positional embedding added to a batch), no columns: laid out with the leading indices on the
+    partitions, the tiles would have B partitions and each row (S x D long) would be copied to all of them (B = 8,
+    512 x 512 fp32: 40x the DMA floor on the model). `_rows_reused` puts the row's first index on the partitions
+    instead, in whole tiles of 128 (or all of it) and free tiles the default's, rows not read per outer index."""
+    a, b = n.run
+    ext = [lp.extent for lp in n.loops]
+    if not n.rows or n.columns or a != 0 or b == 0 or b + 1 >= len(ext) or math.prod(ext[:b]) >= PMAX:
+        return False
+    if _outer_rows(n) or any(set(_plain(x.index) or ()) != {lp.var for lp in n.loops[b:]}
+                             for x in loads(n.stmt.expr) if x.buf in n.rows):
+        return False
+    S, F = ext[b], math.prod(ext[b + 1:])
+    return S > math.prod(ext[:b]) and (S <= PMAX or S % PMAX == 0) and F % tile_size(F, ELTWISE_FREE) == 0
+
+
+def _rows_reused(n: Injective) -> list[Prim]:
+    """The layout of `_rows_on_partitions`: [O, P, F] = [leading indices, the row's first index, the rest], the
+    row operands read like full tiles of (P, F), staged once per (partition tile, free tile) and reused by every
+    outer index in the loop inside:
+
+        reshape(b, ((o, B), (p, S), (f, D)))       Y_v[o, p, f] = X_v[o, p, f] + P_v[0, p, f]
+        split(p, 128, pt, p_i); split(f, TILE_F, t, f_i); reorder(pt, t, o, p_i, f_i); partition(p_i)
+        stage_out(Y_v, o); stage(X_v, o); stage(P_v, t)        P's tile loaded once for all B
+    """
+    a, b = n.run
+    names, ext = [lp.var for lp in n.loops], [lp.extent for lp in n.loops]
+    O, S, F = math.prod(ext[:b]), ext[b], math.prod(ext[b + 1:])
+    parts, free = min(S, PMAX), tile_size(F, ELTWISE_FREE)
+    name = _Names(n)
+    v = _views(n, name)
+    out = n.stmt.dst.buf
+    lines = (n.loops[0].line, n.loops[b].line, n.loops[b + 1].line)
+    prims = [prim("reshape", n.top.var, (("o", O), ("p", S), ("f", F)),
+                  notes=(f"for {', '.join(names[:b])}", f"for {names[b]}", f"for {', '.join(names[b + 1:])}"),
+                  lines=lines, views=tuple(v.items()),
+                  groups=(tuple(names[:b]), (names[b],), tuple(names[b + 1:]))),
+             prim("split", "p", parts, outer="pt", inner="p_i", name="TILE_P"),
+             prim("split", "f", free, outer="t", inner="f_i", name="TILE_F"),
+             prim("reorder", "pt", "t", "o", "p_i", "f_i"),
+             prim("partition", "p_i"),
+             prim("stage_out", v[out], "o", name=name(f"{out}_tile"))]
+    prims += [prim("stage", v[x], "o", name=name(f"{x}_tile")) for x in reversed(n.full)]
+    prims += [prim("stage", v[r], "t", name=name(f"{r}_tile")) for r in reversed(n.rows)]
+    label = f"{out} = element-wise, {', '.join(n.rows)} loaded once for every {', '.join(names[:b])}"
+    return prims + [prim("tensorize", "p_i", fold=False, regroup=False), prim("block", "pt", label)]
 
 def _unit_column(n: Injective) -> bool:
     """Broadcast columns of one element (their loops all of extent 1) and no rows, under leading loops: laid out as
