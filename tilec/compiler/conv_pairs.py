@@ -160,7 +160,8 @@ def phases_pay(b: _ConvBuilder) -> bool:
     layouts follow the band halves). A zero-padded read phases too: conv_halo zeroes each copy's rows outside X at
     the phases' row step (the padded stem of stem_maxpool: 3 -> 2 matmuls per group, TensorE busy 38.0 -> 25.3 us
     at batch 1; families f32 5.50x/4.00x -> 5.26x/3.77x)."""
-    if DTYPE_BYTES[b.hbm[b.op.x].dtype] < PHASES_MIN_BYTES or b.dy != 1 or b.sy >= b.R \
+    on_chip = b.dst_chip is not None and b.dst_chip.phases  # (stem_chain.py: no store, 16-bit phases too)
+    if DTYPE_BYTES[b.hbm[b.op.x].dtype] < PHASES_MIN_BYTES and not on_chip or b.dy != 1 or b.sy >= b.R \
             or b.op.residual or b.src_chip is not None or b.Ho % 2 \
             or b.dst_chip is not None and not b.dst_chip.phases:  # (stem_chain.py's image is phased)
         return False
