@@ -45,7 +45,7 @@ def ineligible(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, hbm: dict[str, B
         return f"{producer.out} is also stored"
     dummy = Buf("", "sbuf", hbm[producer.out].dtype, (2 * producer.dim("K"), ho // 2, wo))
     b = builder(producer, pplan, hbm, OnChip(producer.out, dummy, 0, 0, ho, wo, False, reach=ho, phases=True))
-    if not b.phased or b.PK != 2 * b.K or b.KT != 1 or (pplan.band // 2) % pplan.rows:
+    if not b.phased or b.PK != 2 * b.K or b.KT != 1:
         return f"{producer.name}'s plan does not compute its rows in phases on two partition halves"
     return ""
 
