@@ -276,7 +276,10 @@ class _ConvBuilder:
             # gaps) delay the first load and nothing amortises them (bf16 stem_maxpool batch 1 34.87 -> 38.86 us with
             # slots, 36.21 without gaps; batch 2 71.8 -> 71.2, batch 8 189.93 -> 165.17 us with them)
             padded = self.ox != 0 or any(self.band_clip(b) != (0, 0) for b in range(self.NB))
-            if self.slots > 1 and (not conv_halo.slots_serve(self) or padded and self.N == 1 and not self.phased):
+            # (likewise 16-bit phases, which only a stem kept on chip takes, stem_chain.py: bf16 stem_maxpool batch 1
+            # 30.13 -> 25.78 us with one buffer; fp32 phases have no gaps: 36 copies of 3 channels on 108 partitions)
+            narrow = not self.phased or DTYPE_BYTES[self.hbm[op.x].dtype] < 4
+            if self.slots > 1 and (not conv_halo.slots_serve(self) or padded and self.N == 1 and narrow):
                 self.Q, self.slots = self.C, 1
         # a band of X's own columns (row pairs, above) has no halo but its edge rows is its edge rows: they are copied from a small zero tile made once (zero_rows)
         # instead of zeroing the whole band, so the band's loads (other rows) do not wait for a memset (bf16
