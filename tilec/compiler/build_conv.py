@@ -276,7 +276,10 @@ class _ConvBuilder:
             # gaps) delay the first load and nothing amortises them (bf16 stem_maxpool batch 1 34.87 -> 38.86 us with
             # slots, 36.21 without gaps; batch 2 71.8 -> 71.2, batch 8 189.93 -> 165.17 us with them)
             padded = self.ox != 0 or any(self.band_clip(b) != (0, 0) for b in range(self.NB))
-            if self.slots > 1 and (not conv_halo.slots_serve(self) or padded and self.N == 1 and not self.phased):
+            # (likewise 16-bit phases, which only a stem kept on chip takes, stem_chain.py: bf16 stem_maxpool batch 1
+            # 30.13 -> 25.78 us with one buffer; fp32 phases have no gaps: 36 copies of 3 channels on 108 partitions)
+            narrow = not self.phased or DTYPE_BYTES[self.hbm[op.x].dtype] < 4
+            if self.slots > 1 and (not conv_halo.slots_serve(self) or padded and self.N == 1 and narrow):
                 self.Q, self.slots = self.C, 1
         # a band of X's own columns (row pairs, above) has no halo but its edge rows is its edge rows: they are copied from a small zero tile made once (zero_rows)
         # instead of zeroing the whole band, so the band's loads (other rows) do not wait for a memset (bf16
@@ -387,7 +390,7 @@ class _ConvBuilder:
         if self.phased:  # output rows as (pair, phase): partition 2k + h holds rows 2i + h (a permuted view)
             self.o6, s5 = hbm_view(self.hbm[op.out], (self.N, self.K, self.Ho // 2, 2, self.Wo),
                                    fresh(f"{op.out}_pairs"), line)
-            stmts += s5
+            stmts += s5 if self.dst_chip is None else []  # (a phases image on chip: stem_chain.py)
         elif self.halves:  # a band's rows as (half, row): its output band (partition 2k + h) moves in one DMA
             hshape = (self.N, self.K, self.NB, 2, self.p.band // 2, self.Wo)
             self.o6, s5 = hbm_view(self.hbm[op.out], hshape, fresh(f"{op.out}_halves"), line)
@@ -743,7 +746,11 @@ class _ConvBuilder:
         if self.dst_chip is not None and self.dst_chip.paired:  # each partition half to its copy of the image
             return [st for dst, kp in conv_pairs.chip_halves(self)
                     for st in conv_epilogue.epilogue_to(self, dst, View(acc.buf, (kp,) + acc.idx[1:]), kp)]
-        if self.dst_chip is not None:  # straight into the next conv's input image, at its halo offset
+        if self.dst_chip is not None and self.dst_chip.phases:  # row i of part h: the image's row band / 2 + i
+            first = a(term(V["g"], rows_o, rname)).plus(self.y_at(p.band // 2))
+            cols = sl(a(term(V["x"], cols_o, cname)), cols_o)
+            dst = View(self.dst_chip.buf, (full(self.PK), sl(first, rows_o), cols))
+        elif self.dst_chip is not None:  # straight into the next conv's input image, at its halo offset
             first = a(term(V["g"], rows_o, rname)).plus(self.y_at(p.band, self.cn["band"]))
             dst = View(self.dst_chip.buf, conv_epilogue.chip_rows(self, first, rows_o) +
                        (sl(a(term(V["x"], cols_o, cname), -self.dst_chip.col0), cols_o),))

@@ -56,6 +56,8 @@ class OnChip:
     # folded: the consumer's band copies (its taps folded into the contraction partitions): copy j, on partitions
     # [j*K, (j+1)*K), holds the tensor shifted by (rows, columns) copies[j]; the producer writes each copy
     copies: tuple[tuple[int, int], ...] = ((0, 0),)
+    # phases: a phased conv's image (stem_chain.py): partition h*K + k, row i holds the tensor's row 2i + h
+    phases: bool = False
 
     @property
     def halo(self) -> bool:

@@ -77,7 +77,9 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     cols = sl(0, parts) if width > parts else full(parts)
     body: list[Stmt] = [Alloc(tp, line=line),
                         ir.Transpose(whole(tp), View(raw, (full(2 * K), a(gv), cols)), "pe", line)]
-    if b.halves:  # band halves interleave the halves' output channels: stationary column 2k + h
+    if b.halves and not (b.dst_chip is not None and b.dst_chip.phases):
+        # band halves interleave the halves' output channels (stationary column 2k + h: a band's two parts are one
+        # DMA to HBM); a phased image on chip keeps them in halves, h*K + k (stem_chain.py's pool reads halves)
         body += [ir.Copy(View(wt, (full(parts), a(gv), sl(h, K, 2))), View(tp, (full(parts), sl(h * K, K))), line)
                  for h in range(2)]
     else:
@@ -158,8 +160,10 @@ def phases_pay(b: _ConvBuilder) -> bool:
     layouts follow the band halves). A zero-padded read phases too: conv_halo zeroes each copy's rows outside X at
     the phases' row step (the padded stem of stem_maxpool: 3 -> 2 matmuls per group, TensorE busy 38.0 -> 25.3 us
     at batch 1; families f32 5.50x/4.00x -> 5.26x/3.77x)."""
-    if DTYPE_BYTES[b.hbm[b.op.x].dtype] < PHASES_MIN_BYTES or b.dy != 1 or b.sy >= b.R \
-            or b.op.residual or b.src_chip is not None or b.dst_chip is not None or b.Ho % 2:
+    on_chip = b.dst_chip is not None and b.dst_chip.phases  # (stem_chain.py: no store, 16-bit phases too)
+    if DTYPE_BYTES[b.hbm[b.op.x].dtype] < PHASES_MIN_BYTES and not on_chip or b.dy != 1 or b.sy >= b.R \
+            or b.op.residual or b.src_chip is not None or b.Ho % 2 \
+            or b.dst_chip is not None and not b.dst_chip.phases:  # (stem_chain.py's image is phased)
         return False
     return True  # (padded bands: conv_halo.folded_boxes clips each copy at the phases' step)
 

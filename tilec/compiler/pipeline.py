@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable, Sequence
 
 from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, fusers, ir, passes, \
-    placement, pool_chain
+    placement, pool_chain, stem_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_row_tiles
 from tilec.compiler import rules, rules_copy
@@ -363,7 +363,10 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
     def rename(consts: list, stmts: list, out: str) -> tuple[list, list]:
         _, named_consts, named_stmts = _named(set(), (consts, stmts), out, len(ops), taken)
         return named_consts, named_stmts
-    if isinstance(consumer, PoolOp):  # conv -> overlapping window pool (pool_chain.py)
+    if isinstance(consumer, PoolOp) and choice.phases:  # the stem's conv -> max pool in row phases
+        consts, stmts = stem_chain.build(producer, stem_chain.plan(plans[i]), consumer, hbm, _fresh(names, producer),
+                                         _fresh(names, consumer), rename)
+    elif isinstance(consumer, PoolOp):  # conv -> overlapping window pool (pool_chain.py)
         pp, qp = pool_chain.plans(producer, plans[i], consumer, plans[i + 1])
         consts, stmts = pool_chain.build(producer, pp, consumer, qp, hbm, _fresh(names, producer),
                                          _fresh(names, consumer), choice.store, rename)

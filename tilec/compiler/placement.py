@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tilec.compiler import conv_chain, pool_chain
+from tilec.compiler import conv_chain, pool_chain, stem_chain
 from tilec.compiler.build_conv import is_convolution
 from tilec.compiler.build_rowchain import reads_of
 from tilec.compiler.ir import DTYPE_BYTES
@@ -104,6 +104,7 @@ class ChainChoice:
     forced: str  # "" (the compiler's choice) | "sbuf" | "hbm" (a `place` directive)
     why: str  # for explain
     span: Span | None = None  # the directive's, for errors
+    phases: bool = False  # a conv -> pool chain kept in the conv's row phases (stem_chain.py)
 
 
 def forced_placement(directives: tuple, name: str) -> tuple[str, Span | None]:
@@ -199,6 +200,9 @@ def pool_choice(ops: tuple, plans: tuple, i: int, outputs: tuple[str, ...], dire
     if forced == "hbm":
         return ChainChoice(i, name, False, store, forced, f"`place {name}, hbm`: {where}; stored by {label(op)} and "
                            f"loaded back (on chip would save {saves})", span)
+    phased = phases_choice(i, op, plan, nxt, hbm, store, target, trip, forced, span)
+    if phased is not None:
+        return phased
     if forced == "sbuf" or not lost:
         how = f"`place {name}, sbuf`" if forced else "on chip by default"
         cost = f"; but on chip {lost}" if lost else ""
@@ -208,3 +212,28 @@ def pool_choice(ops: tuple, plans: tuple, i: int, outputs: tuple[str, ...], dire
     return ChainChoice(i, name, False, store, forced, f"through HBM by default: {where}. On chip would save {saves}, "
                        f"but {lost} (the chain keeps to the conv's channel partitions, so by default it is kept only "
                        f"when it gives up nothing); `place {name}, sbuf` forces it", span)
+
+
+def phases_choice(i: int, op, plan, nxt, hbm: dict, store: bool, target: str, trip: float, forced: str,
+                  span: Span | None) -> ChainChoice | None:
+    """The conv -> 3x3 s2 max pool chain in the conv's row phases (stem_chain.py), when it applies and saves more
+    DMA time than its seam DMA adds (the model's constants); None: pool_choice's own rule decides."""
+    if forced == "hbm" or stem_chain.ineligible(op, stem_chain.plan(plan), nxt, hbm, store):
+        return None
+    seam = stem_chain.seam_ns(op, hbm[op.out].dtype, target)
+    if seam >= trip:
+        return None
+    name = op.out
+    how = f"`place {name}, sbuf`" if forced else "on chip by default"
+    return ChainChoice(i, name, True, store, forced, (
+        f"{how}, in row phases: {label(op)} evicts the even output rows of each band onto the first "
+        f"{op.dim('K')} partitions and the odd rows onto the next {op.dim('K')} (one image of {name} in SBUF, "
+        f"{kib(stem_chain.image_bytes(op, hbm[name].dtype))} per partition), and {label(nxt)} takes its "
+        f"pass along x on all {2 * op.dim('K')} partitions and the odd rows' max in place, moves them to the "
+        f"even rows' partitions with an SBUF -> SBUF DMA and takes the last "
+        f"max there; this saves {name}'s store and reload ({trip / 1000:.1f} us of DMA on the model's constants) "
+        f"for {seam / 1000:.1f} us of that DMA"), span, phases=True)
+
+
+def kib(size: int) -> str:
+    return f"{size // 1024} KiB" if size >= 1024 else f"{size} bytes"

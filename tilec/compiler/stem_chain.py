@@ -1,0 +1,146 @@
+"""The ResNet stem's conv -> 3x3 s2 max pool kept on chip in the conv's row phases (issue 13, stem_maxpool).
+
+The phased stem (conv_pairs.phases_pay: fp32, few input channels, 32/64 output channels) computes the even output
+rows of a band on the stationary's first column half and the odd rows on the second. Evicted in halves, partition
+h*K + k, row i of its image buffer P holds T[k, 2i + h]. A 3x3 stride-2 pad-1 pool's output row i reads T's rows
+2i - 1, 2i and 2i + 1: the odd rows i - 1 and i and the even row i, so the pool is, per block of output rows,
+  Hc = the pass along x on all 2K partitions (windows of 3 columns at stride 2, column -1 outside),
+  V = max(Hc[odd i], Hc[odd i - 1]) on the odd half, in place on its partitions,
+  a DMA moving V to the even half's partitions (no engine moves data across partitions, nki-spec §1),
+  Y = max(that, Hc[even i]), stored to HBM.
+T never goes to HBM: per 224 x 224 image (f32, 64 channels) 3.2 MB of store and 3.2 MB of reload become 0.8 MB of
+SBUF -> SBUF DMA. The pool runs one image behind the conv (pool_chain.skewed) and in blocks of the conv band's rows
+(one block's chain DMA -> max -> store overlaps the next block's passes; the whole image in one block was 327 us
+instead of 258 at batch 8 in a hand-edited kernel). Engines: VectorE takes the passes along x and V, GpSimdE the last
+max (it waits for the DMA; GpSimdE's other work, the conv's halo copies, is queued before it, so the conv's loads
+never wait behind a pool). On the model, stem_maxpool f32 batch 1 53.97 -> 40.30 us run, batch 8 350.37 -> 247.41;
+bf16 33.83 -> 25.78 and 161.97 -> 124.58 (docs/notes/stem19.md).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable
+
+from tilec.compiler import ir
+from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+from tilec.compiler.conv_chain import OnChip, Rename
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Stmt, View, full
+from tilec.compiler.ops import ConvOp, PoolOp
+from tilec.compiler.schedule import ConvPlan
+
+
+def ineligible(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, hbm: dict[str, Buf], store: bool) -> str:
+    """Why the phased chain does not apply ("" if it does): the pool is a 3x3 stride-2 max pool with padding 1 over
+    an even number of rows and columns, the conv's plan is phased with one tile of its 32 or 64 output channels, and
+    T is read by the pool only."""
+    w = pool.windowed().window
+    assert w is not None
+    if (pool.pool.wy, pool.pool.wx, pool.pool.op) != (3, 3, "maximum") or w.stride != (2, 2) \
+            or w.offset != (-1, -1) or pool.relu:
+        return "the pool is not a 3x3 max pool of stride 2 and padding 1"
+    ho, wo = producer.dim("Ho"), producer.dim("Wo")
+    if ho % 2 or wo % 2 or w.out != (ho // 2, wo // 2):
+        return f"{producer.out}'s rows and columns ({ho} x {wo}) are not even"
+    if store:
+        return f"{producer.out} is also stored"
+    dummy = Buf("", "sbuf", hbm[producer.out].dtype, (2 * producer.dim("K"), ho // 2, wo))
+    b = builder(producer, pplan, hbm, OnChip(producer.out, dummy, 0, 0, ho, wo, False, reach=ho, phases=True))
+    if not b.phased or b.PK != 2 * b.K or b.KT != 1:
+        return f"{producer.name}'s plan does not compute its rows in phases on two partition halves"
+    return ""
+
+
+def plan(pplan: ConvPlan) -> ConvPlan:
+    """The conv's plan in the chain: images outermost, whole rows (its eviction writes the image), phases kept."""
+    return replace(pplan, band_x=0, order=("n",) + tuple(r for r in pplan.order if r != "n"))
+
+
+def builder(producer: ConvOp, pplan: ConvPlan, hbm: dict[str, Buf], chip: OnChip | None = None):
+    """The conv's builder (late import: build_conv imports the chain modules)."""
+    from tilec.compiler.build_conv import _ConvBuilder
+    return _ConvBuilder(producer, pplan, hbm, lambda s: s, dst_chip=chip)
+
+
+def seam_ns(producer: ConvOp, dtype: str, target: str) -> float:
+    """What the chain adds on the DMA queues: the odd rows' pooled half moved to the even partitions (the pooled
+    image's bytes) and a DMA latency per block, on the performance model's constants."""
+    from tilec.perf.params import target_params  # the model's constants, late: perf reads kernels
+    prm = {name: value for name, value, _ in target_params(target).table()}
+    size = producer.dim("N") * producer.dim("K") * producer.dim("Ho") * producer.dim("Wo") // 4 * DTYPE_BYTES[dtype]
+    return size / (prm["dma_engines"] * prm["dma_engine_bw"]) + prm["dma_latency_ns"]
+
+
+def build(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, hbm: dict[str, Buf], fresh_p: Callable[[str], str],
+          fresh_c: Callable[[str], str], rename: Rename) -> tuple[list[tuple[str, int]], list[Stmt]]:
+    """Both ops' preparation, then the images (pool_chain.skewed from batch 2 on): the phased conv evicting into P,
+    the pool reading P in blocks of the band's rows. pplan is pool_chain.plans's order with the phases kept."""
+    from tilec.compiler import pool_chain  # (pool_chain imports build_conv late, as here)
+    name, t = producer.out, hbm[producer.out]
+    k, ho, wo, n_img = producer.dim("K"), producer.dim("Ho"), producer.dim("Wo"), producer.dim("N")
+    bufs = [Buf(fresh_p(f"{name}_phases{j + 1 if j else ''}"), "sbuf", t.dtype, (2 * k, ho // 2, wo))
+            for j in range(1 if n_img == 1 else 2)]
+    chip = OnChip(name, bufs[0], 0, 0, ho, wo, False, reach=ho, phases=True)
+    from tilec.compiler.build_conv import _ConvBuilder
+    pb = _ConvBuilder(producer, pplan, hbm, fresh_p, dst_chip=chip)
+    n = pb.var["n"]
+    y_view, views = hbm_view(hbm[pool.out], (n_img, k, ho // 2, wo // 2), fresh_c(f"{pool.out}_img"), pool.line)
+    pooled = pool_image(pool, bufs[0], y_view, n, k, pplan.band // 2, fresh_c)
+    p_consts, p_stmts = rename(pb.consts(), [ir.Block("", tuple(pb.prelude())), ir.Block("", tuple(pb.per_image()))],
+                               producer.out)
+    q_consts, q_stmts = rename([], [ir.Block("", tuple(views)), ir.Block("", tuple(pooled))], pool.out)
+    conv, pooled, line = list(p_stmts[1].body), list(q_stmts[1].body), producer.line
+    label = (f"main: {producer.name} then {pool.out} image by image, {name} kept in SBUF in row phases (partition "
+             f"h * {k} + k holds rows 2i + h)")
+    if n_img == 1:
+        body = [Alloc(bufs[0], line=line)] + conv + pooled
+        main = ir.Block(label, tuple(loop(n, 1, body, note=pb.T["n"], line=pb.L["n"])), line)
+    else:
+        main = ir.Block(label + ", the pool one image behind",
+                        tuple(pool_chain.skewed(conv, pooled, n, n_img, bufs, line)), line)
+    return p_consts + q_consts, list(p_stmts[0].body) + list(q_stmts[0].body) + [main]
+
+
+def pool_image(pool: PoolOp, img: Buf, y: Buf, n: str, k: int, block: int,
+               fresh: Callable[[str], str]) -> list[Stmt]:
+    """One image's pool from its phases image img [2K, Ho / 2, Wo] into y [N, K, Po, Qo] at image n, in blocks of
+    `block` output rows (static: the first block has no odd row above)."""
+    _, po, wo = img.shape
+    qo, line, dt = wo // 2, pool.line, img.dtype
+    hc = Buf(fresh(f"{pool.out}_cols"), "sbuf", dt, (2 * k, po, qo))
+    out: list[Stmt] = [Alloc(hc, line=line)]
+    for r0 in range(0, po, block):
+        out += _block(pool, img, y, hc, n, k, r0, min(block, po - r0), fresh)
+    return out
+
+
+def _block(pool: PoolOp, img: Buf, y: Buf, hc: Buf, n: str, k: int, r0: int, rows: int,
+           fresh: Callable[[str], str]) -> list[Stmt]:
+    """Output rows r0.. of the pool (see the module's docstring)."""
+    line, qo, dt = pool.line, hc.shape[2], img.dtype
+    both, odd, even = full(2 * k), sl(k, k), sl(0, k)
+    rs = sl(r0, rows)
+    col = Binary(View(hc, (both, rs, full(qo))), View(img, (both, rs, sl(1, qo, 2))),
+                 View(img, (both, rs, sl(0, qo, 2))), "maximum", line)
+    left = View(hc, (both, rs, sl(1, qo - 1)))  # column 2j - 1 for j >= 1 (column -1 is outside)
+    out: list[Stmt] = [col, Binary(left, left, View(img, (both, rs, sl(1, qo - 1, 2))), "maximum", line)]
+    up = Buf(fresh(f"{pool.out}_odd"), "sbuf", dt, (2 * k, rows, qo))  # V on the odd half's partitions
+    seam = Buf(fresh(f"{pool.out}_band"), "sbuf", dt, (k, rows, qo))  # its rows moved to partitions 0..K
+    lo = 1 if r0 == 0 else 0  # (the first output row has no odd row above: its V is Hc's odd row itself)
+    out += [Alloc(up, line=line), Alloc(seam, line=line)]
+    if rows > lo:
+        below, above = (View(hc, (odd, sl(r0 + lo + d, rows - lo), full(qo))) for d in (0, -1))
+        out.append(Binary(View(up, (odd, sl(lo, rows - lo), full(qo))), below, above, "maximum", line))
+        out.append(Dma(View(seam, (full(k), sl(lo, rows - lo), full(qo))),
+                       View(up, (odd, sl(lo, rows - lo), full(qo))), line))
+    if lo:
+        out.append(Dma(View(seam, (full(k), sl(0, 1), full(qo))), View(hc, (odd, sl(0, 1), full(qo))), line))
+    whole_seam = View(seam, (full(k), full(rows), full(qo)))
+    out.append(Binary(whole_seam, whole_seam, View(hc, (even, rs, full(qo))), "maximum", line, "gpsimd"))
+    out.append(Dma(View(y, (a(term(n)), full(k), rs, full(qo))), whole_seam, line))
+    return out
+
+
+def image_bytes(producer: ConvOp, dtype: str) -> int:
+    """SBUF bytes per partition of one phases image (2K partitions, Ho / 2 rows)."""
+    return math.ceil(producer.dim("Ho") / 2) * producer.dim("Wo") * DTYPE_BYTES[dtype]
