@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pathlib
 from dataclasses import dataclass, replace
-from typing import AbstractSet, Callable, Sequence
+from typing import AbstractSet, Callable
 
 from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, fusers, ir, passes, \
     placement, pool_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_row_tiles
 from tilec.compiler import rules, rules_copy
-from tilec.compiler.rules_global import global_note, global_pool
+from tilec.compiler.rules_global import global_note
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
                                        reduce_nest, transpose_nest)
@@ -65,7 +65,7 @@ class Result:
     source: str
     target: Target
     nest: Nest  # level A, before instruction selection
-    chains: tuple[tuple[str, ...], ...] = ()  # the row chains built fused (op names, in order)
+    chains: tuple[fusers.Chain, ...] = ()  # the parts built fused: the fuser's kind and the op names, in order
     unfused: tuple[str, ...] = ()  # convs the schedule placed in HBM (`place conv, hbm`): their pool reads it back
     placed: tuple[tuple[str, bool, str], ...] = ()  # conv -> conv intermediates: (tensor, on chip, why)
 
@@ -150,7 +150,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     # `buffers X, 1` of an element-wise statement's operand: the statement is scheduled by its plan (no row chain)
     scheduled |= {op.name for d in directives if d.name == "buffers" for op in (op_for(d, ops),)
                   if type(op) in (EltwiseOp, ReduceOp)}
-    chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
+    chains: list[fusers.Chain] = []  # the parts built fused (their ops' own tiles do not apply)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     choices = placement.chain_choices(ops, plans, program.kernel.outputs, tuple(directives), hbm, tgt.name,
                                          sbuf_budget(tgt))
@@ -190,7 +190,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     placed = tuple((c.tensor, c.on_chip, c.why) for c in choices.values())
-    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(map(tuple, chains)), unfused, placed)
+    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(chains), unfused, placed)
 
 
 def _depthwise_plans(program, ops: tuple, plans: tuple, printed: str) -> str:
@@ -315,7 +315,7 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         if part is not None:
             out.append(_named(part.written, part.built, part.out, len(ops), prefixes))
             skip |= part.covers
-            fused.append(part.members)
+            fused.append(part.chain)
             continue
         if i in choices:
             chained = _conv_chain(choices, i, ops, plans, hbm, names, prefixes, budget, program)
@@ -523,9 +523,9 @@ def _unit_columns(program, ops: tuple, plans: tuple, text: str) -> str:
     return text
 
 
-def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], target: Target) -> str:
+def _rule_lines(program, ops: tuple, plans: tuple, chains: list[fusers.Chain], target: Target) -> str:
     """The primitives each rule-scheduled op's plan expands to (what `explain` shows under its directives)."""
-    in_chain = {name for c in chains for name in c}
+    in_chain = {name for c in chains for name in c.members}
     out = []
     for op, plan in zip(ops, plans):
         if isinstance(op, (EltwiseOp, TransposeOp)) and op.name not in in_chain:
@@ -614,25 +614,9 @@ def _recompile_commands(program) -> dict[str, str]:
     return commands
 
 
-def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
-    """What builds a chain of ops kept on chip: "MobileNet block", "attention head", "halo tiles", "global pool",
-    "column chain" or "row chain" (fusers.py's builders, recognised again from the op names)."""
-    if build_mbblock.is_block(ops, chain):
-        return "MobileNet block"
-    if build_attention.is_head(ops, chain):
-        return "attention head"
-    members = [op for op in ops if op.name in chain]
-    if len(members) > 1 and all(type(op) is EltwiseOp and op.copy for op in members[:-1]):
-        return "halo tiles"  # build_halo's copies (`program` may not declare their temporaries)
-    at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
-    hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-    if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None:
-        return "global pool"
-    return "column chain" if type(members[0]) is ColumnReduceOp else "row chain"  # (build_colchain's start so)
-
-
-def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
-    kind = chain_kind(chain, ops, program)
+def _chain_note(part: fusers.Chain, ops: tuple, program, target: Target) -> str:
+    """The schedule's line for a fused part, by the kind its fuser gave it (fusers.py)."""
+    kind, chain = part.kind, list(part.members)
     if kind == "MobileNet block":
         hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
         return build_mbblock.note(ops, chain, hbm, target)
@@ -650,9 +634,9 @@ def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
 
-def _doc_lines(program, ops, plans, chains: list[list[str]], target: Target | None = None) -> list[str]:
+def _doc_lines(program, ops, plans, chains: list[fusers.Chain], target: Target | None = None) -> list[str]:
     lines = ["Schedule (directives; `tilec explain` shows the plan):", ""]
-    in_chain = {name for c in chains for name in c}
+    in_chain = {name for c in chains for name in c.members}
     for op, plan in zip(ops, plans):
         if op.name not in in_chain:
             lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
