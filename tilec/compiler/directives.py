@@ -309,7 +309,18 @@ def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +        for r in affine(3):  # tl:13
         +          for s in affine(3):  # tl:13
         +            for c_t in affine(2):  # tl:13
+
+    `reorder Y, j, i` of an element-wise statement with a broadcast (`Y[i, j] = X[i, j] - c[i]`, i on the
+    partitions): its free tiles outside its partition tiles, c's column loaded per tile (golden excerpt:
+    tests/golden/compiler/directives/reorder_eltwise.txt):
+
+        -    for pt in affine(2):  # tl:4
+        -      for t in affine(2):  # tl:4
+        +  for t in affine(2):  # tl:4
+        +      for pt in affine(2):  # tl:4
     """
+    if isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp) and op.layout:
+        return _reorder_broadcast(op, plan, d)
     if not isinstance(plan, ConvPlan):
         why = {EltwisePlan: "its loops are flattened in memory order onto partitions x free tiles (any order gives "
                             "the same result; the tiles stream through contiguous HBM)",
@@ -329,6 +340,39 @@ def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
             return replace(plan, order=full) if field_ == "order" else replace(plan, taps=full)
     raise bad(d, "reorder names either the outer loops (batch, row bands, out-channel tiles) or the "
                  "accumulation loops (in channels, filter taps), all of one group")
+
+
+def _reorder_broadcast(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive) -> EltwisePlan:
+    """`reorder Y, j, i` of a broadcast layout (outer x partitions x free, `Y[i, j] = X[i, j] - c[i]`): the free
+    tiles (j) outside the partition tiles (i), so a broadcast row is copied to the partitions once per free tile,
+    not once per (partition tile, free tile), and a column is loaded once per tile; `reorder Y, i, j` the other way
+    round. The outer loops stay between the two (see apply_reorder)."""
+    names = [v for _, v in op.vars]
+    a, b = op.run
+    listed = [x.parts[0] if isinstance(x, sx.Ref) and len(x.parts) == 1 else None for x in d.args[1:]]
+    if None in listed or any(v not in names for v in listed) or len(set(listed)) != len(listed):
+        raise bad(d, f"reorder lists loop variables of {op.name}, each once: {', '.join(names)}")
+    kinds = [eltwise_loop(op, str(v)) for v in listed]
+    layout = f"outer {', '.join(names[:a]) or '-'} x partitions {', '.join(names[a:b])} x free {', '.join(names[b:])}"
+    hint = f"reorder {op.name}, {', '.join(names[b:] + names[a:b])} (free tiles outside the partition tiles)"
+    if "pt" not in kinds or "t" not in kinds:
+        raise bad(d, f"{op.name}'s layout is {layout}: `reorder` orders its partition tiles and its free tiles, so it "
+                     "names a loop of each", hint)
+    if "o" in kinds:
+        raise bad(d, f"{op.name}'s layout is {layout}: the outer loops are taken one at a time between the partition "
+                     "tiles and the free tiles, in either order", f"leave them out: {hint}")
+    for kind_ in ("pt", "t"):
+        group = [v for v, k in zip(listed, kinds) if k == kind_]
+        run = [v for v in names if v in group]
+        if kinds.index(kind_) + len(group) != len(kinds) - kinds[::-1].index(kind_) or group != run:
+            raise bad(d, f"{', '.join(run)} go through one tile loop of {op.name}'s layout ({layout}), in their own "
+                         "order: listed apart or swapped, they cannot be ordered", hint)
+    trips = eltwise_trips(op, plan)
+    if trips["t"] == 1 or trips["pt"] * trips["o"] == 1:
+        one = "free tile" if trips["t"] == 1 else "partition tile"
+        raise bad(d, f"{op.name}'s {plan.parts} x {plan.free} tiles give one {one}: the order of its loops does not "
+                     "change the kernel", "remove the directive")
+    return replace(plan, free_outer=kinds[0] == "t")
 
 
 def _full_order(order: tuple[str, ...], group: tuple[str, ...]) -> tuple[str, ...]:
@@ -740,8 +784,15 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
             at = f"line {earlier.span.line}" if earlier.span and earlier.span.line else "earlier"
             raise bad(d, f"`{fmt_directive(d)}` sets again what `{fmt_directive(earlier)}` ({at}) sets",
                       "keep one of the two directives")
+    ordered: dict[str, sx.Directive] = {}  # an element-wise op's `reorder`: one per op (its tiles have one order)
     for d in canonical_order(ops, directives):
         op = op_for(d, ops)
+        if d.name == "reorder" and isinstance(op, EltwiseOp):
+            if (earlier := ordered.setdefault(op.name, d)) is not d:  # (located at the later line of the two)
+                one, two = sorted((earlier, d), key=lambda x: x.span.line if x.span and x.span.line else 0)
+                raise bad(two, f"`{fmt_directive(two)}` sets again what `{fmt_directive(one)}` (line "
+                               f"{one.span.line if one.span else '?'}) sets: the order of {op.name}'s tiles",
+                          "keep one of the two directives")
         if isinstance(op, EltwiseOp) and op.copy:
             raise bad(d, f"`{op.name}` is a copy (crop, shift, part of a concatenation, upsampling): its schedule "
                          "is chosen by the copy rule and takes no directives yet", "remove the directive")

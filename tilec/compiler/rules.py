@@ -283,6 +283,7 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     # rows too long to broadcast whole: the free tiles go outside the partition tiles, so each tile of a row is
     # copied to every partition once, not once per partition tile
     per_tile = bool(n.rows) and not whole and lay["F"] // p.free > 1
+    per_tile = per_tile if p.free_outer is None else p.free_outer  # a user's `reorder` (directives.py)
     order = (at("t"), at("o"), at("pt")) if per_tile else (at("pt"), at("o"), at("t"))
     prims = [prim("split", at("p"), p.parts, outer=at("pt"), inner=at("p_i"), name=_const(p.parts, plan.parts, "P")),
              prim("split", at("f"), p.free, outer=at("t"), inner=at("f_i"), name=_const(p.free, plan.free, "F")),
@@ -303,7 +304,7 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
                       prim("reorder", chunk, f"{tile}_c0")]
     prims += [prim("stage", v[c], at("pt"), name=name(f"{c}_col{tag}"), dtype="f32") for c in reversed(n.columns)]
     # with whole broadcast rows VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
-    fold = (whole or per_tile) and bool(n.columns)
+    fold = (whole or per_tile) and bool(n.rows) and bool(n.columns)
     label = f"{out} = element-wise" + (f", broadcasting {', '.join(n.columns + n.rows)}" if n.columns + n.rows else
                                        f", {', '.join(lp.var for lp in n.loops[n.run[0]:n.run[1]])} on the partitions"
                                        if n.run[1] else "")

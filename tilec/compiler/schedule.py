@@ -113,9 +113,13 @@ class EltwisePlan:
     # broadcast layout), "pt" (partition tiles), "t" (free tiles; every loop of flattened data)
     unroll: tuple[str, ...] = ()
     single: tuple[str, ...] = ()  # `buffers X, 1`: tensors whose tiles use one buffer for the whole nest
+    # `reorder Y, ...` of a broadcast layout: the free tiles outside the partition tiles (True) or inside (False);
+    # None: the rule's choice (outside only for broadcast rows too long to copy once, rules._broadcast_region)
+    free_outer: bool | None = None
 
     def __repr__(self) -> str:  # (`tilec explain` prints the settings a schedule made, the sizes always)
         extra = "".join(f", {k}={v}" for k, v in (("unroll", self.unroll), ("single", self.single)) if v)
+        extra += f", free_outer={self.free_outer}" if self.free_outer is not None else ""
         return f"EltwisePlan(parts={self.parts}, free={self.free}{extra})"
 
 
@@ -405,7 +409,17 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     if "pt" in loops and plan.parts != eltwise_plan(op.size, dict(op.layout), len(op.rows), rows_per_outer(op)).parts:
         tile += (directive("tile", (op.name, loops["pt"]), plan.parts),)  # a user's partition tile
     return (*tile, *(directive("unroll", (op.name, loops[u])) for u in plan.unroll),
-            *(directive("buffers", x, 1) for x in plan.single))
+            *(directive("buffers", x, 1) for x in plan.single), *_order_directive(op, plan))
+
+
+def _order_directive(op: EltwiseOp, plan: EltwisePlan) -> tuple[sx.Directive, ...]:
+    """`reorder Y, j, i` (free loops first) or `reorder Y, i, j` for a user's order of a broadcast layout's tiles."""
+    if plan.free_outer is None:
+        return ()
+    names = [v for _, v in op.vars]
+    a, b = op.run
+    parts, free = names[a:b], names[b:]
+    return (directive("reorder", op.name, *(free + parts if plan.free_outer else parts + free)),)
 
 
 def eltwise_loop(op: EltwiseOp, var: str) -> str:

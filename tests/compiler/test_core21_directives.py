@@ -1,0 +1,145 @@
+"""Issue 10's directives on element-wise statements, continued (core21): `reorder Y, j, i` of a broadcast layout
+(outer x partitions x free) puts the free tiles outside the partition tiles, `reorder Y, i, j` inside. Each accepted
+directive changes the kernel as stated (its loop order, the model) and the interpreter's output equals a NumPy
+formula; each refused one is a TilecError at its line. Small shapes for the interpreter; the model test traces
+without numerics."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from test_core20_directives import BCAST, FLAT, OUTER, bcast, code, compiled, matches
+from tilec.errors import TilecError
+from tilec.lang import api as lang
+
+LONG_ROW = """kernel s(X: f32[M, N], beta: f32[N]) -> Y
+  default M = {M}, N = {N}
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = X[i, j] * sigmoid(beta[j] * X[i, j])
+"""
+
+COLUMN = BCAST.replace(" * g[j]", "")  # no row: free tiles of any width (a row's are at most one PSUM bank)
+
+
+def loop_order(source: str) -> list[str]:
+    """The tile loops of the kernel in the order they open (pt: partition tiles, t: free tiles, o..: outer)."""
+    return [v for v in re.findall(r"\n *for (\w+) in ", code(source)) if re.fullmatch(r"pt|t|o\d*", v)]
+
+
+def outer(x: dict) -> np.ndarray:
+    return x["X"] * x["s"][None, :, None] + 1
+
+
+def swish(x: dict) -> np.ndarray:
+    return x["X"] / (1 + np.exp(-x["beta"][None, :] * x["X"]))
+
+
+@pytest.mark.parametrize("schedule, order", [
+    ("tile Y.i, 64\ntile Y.j, 256", ["pt", "t"]),                     # the rule's order: free tiles inside
+    ("tile Y.i, 64\ntile Y.j, 256\nreorder Y, j, i", ["t", "pt"]),
+    ("reorder Y, j, i\ntile Y.j, 256\ntile Y.i, 64", ["t", "pt"]),   # (any order of the lines)
+    ("tile Y.i, 64\ntile Y.j, 256\nreorder Y, i, j", ["pt", "t"]),
+])
+def test_reorder_orders_the_partition_and_free_tiles(schedule: str, order: list[str]) -> None:
+    c = compiled(BCAST, schedule, M=256, N=512)
+    assert loop_order(c.source) == order, code(c.source)
+    src = code(c.source)  # the column c is loaded per partition tile: inside the free tiles' loop when they lead
+    assert (src.index("c_col = nl.ndarray") > src.index("for t in")) == (order[0] == "t"), src
+    matches(c, bcast)
+
+
+def test_reorder_of_long_rows_puts_the_partition_tiles_outside() -> None:
+    """Rows too long to copy to the partitions once: the rule puts the free tiles outside (each row tile copied
+    once); `reorder Y, i, j` puts them inside, so each row tile is copied again for every partition tile."""
+    default = compiled(LONG_ROW, "tile Y.i, 64\ntile Y.j, 512", M=128, N=9216)
+    inside = compiled(LONG_ROW, "tile Y.i, 64\ntile Y.j, 512\nreorder Y, i, j", M=128, N=9216)
+    assert loop_order(default.source) == ["t", "pt"] and loop_order(inside.source) == ["pt", "t"]
+    matches(inside, swish)
+
+
+def test_partition_tiles_outside_cost_the_row_copies_in_the_model() -> None:
+    """256 x 16384 bf16, beta[j] too long to copy once: the rule's order 123.6 us in the trn2 model, `reorder Y, i, j`
+    144.0 us (each row tile copied to the partitions once per partition tile), `reorder Y, j, i` the rule's kernel."""
+    from tilec.perf.api import estimate
+
+    def model_us(schedule: str) -> float:
+        c = compiled(LONG_ROW.replace("f32", "bf16"), schedule, M=256, N=16384)
+        _, trace = c.run_traced(**lang.random_inputs(c.program, seed=1), numerics=False)
+        return estimate(trace).total_us
+
+    default = model_us("")
+    assert model_us("reorder Y, j, i") == default
+    assert model_us("reorder Y, i, j") > 1.1 * default
+
+
+def test_reorder_with_outer_loops_keeps_them_between() -> None:
+    """Y[a, b, c] with s[b]: a outer, b on the partitions, c free: the free tiles lead, the outer loop follows."""
+    c = compiled(OUTER, "tile Y.c, 10\nreorder Y, c, b")
+    order = loop_order(c.source)
+    assert order == ["t", "o2"] and loop_order(compiled(OUTER, "tile Y.c, 10").source) == ["o2", "t"], order
+    matches(c, outer)
+
+
+@pytest.mark.parametrize("text, schedule, says", [
+    (FLAT, "reorder Y, j, i", "has a fixed loop order: its loops are flattened"),
+    (BCAST, "reorder Y, j", "names a loop of each"),
+    (BCAST, "reorder Y, j, q", "reorder lists loop variables of Y, each once: i, j"),
+    (COLUMN, "tile Y.j, 700\nreorder Y, j, i", "give one free tile"),
+    (BCAST, "tile Y.j, 350\nreorder Y, j, i\nreorder Y, i, j", "sets again what"),
+    (OUTER, "tile Y.c, 10\nreorder Y, c, b, a", "the outer loops are taken one at a time"),
+])
+def test_a_reorder_that_cannot_apply_is_refused_at_its_line(text: str, schedule: str, says: str) -> None:
+    sizes = {FLAT: {"M": 64, "N": 2048}, BCAST: {"M": 300, "N": 700}, COLUMN: {"M": 300, "N": 700}}.get(text, {})
+    with pytest.raises(TilecError) as err:
+        compiled(text, schedule, **sizes)
+    line = len(schedule.split("\n"))
+    assert err.value.span is not None and err.value.span.line == line, err.value.render()
+    assert says in str(err.value), str(err.value)
+
+
+THREE = """kernel three(X: f32[A, B, C], c: f32[A]) -> Y
+  default A = 256, B = 4, C = 512
+  Y: f32[A, B, C]
+  for i in 0..A, j in 0..B, k in 0..C:
+    Y[i, j, k] = X[i, j, k] - c[i]
+"""
+
+
+@pytest.mark.parametrize("schedule", ["tile Y.k, 256\nreorder Y, j, k, i\nreorder Y, i, j",
+                                      "tile Y.k, 256\nreorder Y, i, j\nreorder Y, j, k, i"])
+def test_two_reorders_of_one_statement_are_one_error_naming_both_lines(schedule: str) -> None:
+    """Two lists of different loops still order the same tiles: an error at the later line, naming the earlier."""
+    with pytest.raises(TilecError) as err:
+        compiled(THREE, schedule)
+    assert err.value.span is not None and err.value.span.line == 3, err.value.render()
+    assert "sets again what" in str(err.value) and "(line 2)" in str(err.value), str(err.value)
+
+
+def test_reorder_lists_a_run_of_loops_whole_and_in_order() -> None:
+    """j, k (free) are flattened into one free tile loop: `reorder Y, k, j, i` cannot swap them; `j, k, i` works."""
+    with pytest.raises(TilecError) as err:
+        compiled(THREE, "tile Y.k, 256\nreorder Y, k, j, i")
+    assert err.value.span is not None and err.value.span.line == 2 and "go through one tile loop" in str(err.value)
+    c = compiled(THREE, "tile Y.k, 256\nreorder Y, j, k, i")
+    assert loop_order(c.source)[0] == "t", code(c.source)
+    matches(c, lambda x: x["X"] - x["c"][:, None, None])
+
+
+def test_reorder_in_rmsnorm_matches_numpy() -> None:
+    """The order-independence case (test_directive_order's rmsnorm_order) computes RMS normalisation."""
+    from compiler_helpers import compile_example
+    c = compile_example("rmsnorm", dict(M=300, N=1024), schedule="tile Y.i, 100\ntile Y.j, 256\nreorder Y, j, i")
+    assert loop_order(c.source) == ["pt", "t", "pt"], code(c.source)  # (ms's row tiles, then Y's tiles)
+    matches(c, lambda x: x["X"] / np.sqrt((x["X"] ** 2).mean(axis=1, keepdims=True) + 1e-6) * x["g"][None, :])
+
+
+def test_explain_prints_the_order_back() -> None:
+    schedule = "tile Y.i, 64\ntile Y.j, 256\nreorder Y, j, i"
+    c = compiled(BCAST, schedule, M=256, N=512)
+    printed = [ln.strip() for ln in c.stages["schedule"].splitlines() if ln.strip() and not ln.startswith("#")]
+    assert "reorder Y, j, i" in printed, printed
+    again = compiled(BCAST, "\n".join(printed), M=256, N=512)
+    assert code(again.source) == code(c.source)
