@@ -1,5 +1,6 @@
 """Issue 10's directives on element-wise statements, continued (core21): `reorder Y, j, i` of a broadcast layout
-(outer x partitions x free) puts the free tiles outside the partition tiles, `reorder Y, i, j` inside. Each accepted
+(outer x partitions x free) puts the free tiles outside the partition tiles, `reorder Y, i, j` inside; a column sum
+takes `unroll` of its row tiles or free tiles and `buffers X, 1` (rules_colreduce). Each accepted
 directive changes the kernel as stated (its loop order, the model) and the interpreter's output equals a NumPy
 formula; each refused one is a TilecError at its line. Small shapes for the interpreter; the model test traces
 without numerics."""
@@ -10,6 +11,7 @@ import re
 import numpy as np
 import pytest
 
+from kernel_numbers import numbered
 from test_core20_directives import BCAST, FLAT, OUTER, bcast, code, compiled, matches
 from tilec.errors import TilecError
 from tilec.lang import api as lang
@@ -142,4 +144,66 @@ def test_explain_prints_the_order_back() -> None:
     printed = [ln.strip() for ln in c.stages["schedule"].splitlines() if ln.strip() and not ln.startswith("#")]
     assert "reorder Y, j, i" in printed, printed
     again = compiled(BCAST, "\n".join(printed), M=256, N=512)
+    assert code(again.source) == code(c.source)
+
+
+# ---- column sums (rules_colreduce): unroll of the row tiles or the free tiles, one buffer of the operand's tiles ----
+
+
+COLSUM = """kernel cs(X: f32[M, N]) -> s
+  default M = {M}, N = {N}
+  s: f32[N]
+  for j in 0..N:
+    s[j] = 0
+  for i in 0..M, j in 0..N:
+    s[j] += X[i, j] * 2
+"""
+COLMAX = COLSUM.replace("s[j] = 0", "s[j] = -inf").replace("s[j] += X[i, j] * 2", "s[j] max= X[i, j]")
+
+
+def colsum(x: dict) -> np.ndarray:
+    return (x["X"] * 2).sum(axis=0)
+
+
+@pytest.mark.parametrize("schedule, M, static", [
+    ("unroll s.i", 384, "rt"),      # three row tiles of 128, summed in one PSUM row
+    ("unroll s.i", 2048, "rt"),     # four groups of four tiles (fp32 pairs)
+    ("unroll s.j", 384, "ft"),      # two free tiles of 512
+])
+def test_unroll_of_a_column_sum(schedule: str, M: int, static: str) -> None:
+    c = compiled(COLSUM, schedule, "0.1", M=M, N=1024)
+    loops = dict(re.findall(r"for (\w+) in nl\.(\w+)_range", c.source))
+    assert {v for v, kind in loops.items() if kind == "static"} == {static}, loops
+    matches(c, colsum, "s")
+
+
+def test_one_buffer_of_a_column_sums_operand() -> None:
+    c = compiled(COLSUM, "buffers X, 1", "0.1", M=384, N=1024)
+    src = code(c.source)
+    loop = re.search(r"\n +for ft in nl\.sequential_range", src)
+    assert loop and "X_tile = nl.ndarray" in src[:loop.start()] and "X_tile = nl.ndarray" not in src[loop.start():]
+    assert "for rt in nl.sequential_range(3)" in numbered(c.source)
+    matches(c, colsum, "s")
+
+
+@pytest.mark.parametrize("text, schedule, M, says", [
+    (COLSUM, "unroll s.i", 128, "its tile loop `rt` has one iteration: nothing to unroll"),
+    (COLSUM, "buffers X, 1\nunroll s.i", 128, "`unroll` cannot apply to s"),   # (located at the unroll)
+    (COLSUM, "buffers X, 1", 2048, "row tiles loaded in groups, each in a buffer of its own"),
+    (COLSUM, "buffers s, 1", 384, "s is the result of the reduction s"),
+    (COLMAX, "unroll s.i", 384, "scheduled by a builder of its own"),
+])
+def test_a_column_sum_refuses_what_its_layout_has_not(text: str, schedule: str, M: int, says: str) -> None:
+    with pytest.raises(TilecError) as err:
+        compiled(text, schedule, M=M, N=1024)
+    line = len(schedule.split("\n"))
+    assert err.value.span is not None and err.value.span.line == line, err.value.render()
+    assert says in str(err.value), str(err.value)
+
+
+def test_explain_prints_a_column_sums_settings_back() -> None:
+    c = compiled(COLSUM, "unroll s.i\nbuffers X, 1", M=384, N=1024)
+    printed = [ln.strip() for ln in c.stages["schedule"].splitlines() if ln.strip() and not ln.startswith("#")]
+    assert {"unroll s.i", "buffers X, 1"} <= set(printed), printed
+    again = compiled(COLSUM, "\n".join(printed), M=384, N=1024)
     assert code(again.source) == code(c.source)

@@ -551,7 +551,7 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     if isinstance(plan, EltwisePlan):
         assert isinstance(op, EltwiseOp)
         return _buffers_eltwise(op, plan, d, n)
-    if isinstance(plan, ReducePlan) and _row_reduction(op):
+    if isinstance(plan, ReducePlan) and isinstance(op, ReduceOp):  # row and column reductions
         return _buffers_reduce(op, plan, d, n)
     if not isinstance(plan, ConvPlan):  # the only plans with buffer settings (x_bufs, single)
         raise bad(d, f"{op.name} has no multi-buffered input")
@@ -602,8 +602,9 @@ def _row_reduction(op: Op) -> bool:
 
 
 def _buffers_reduce(op: Op, plan: ReducePlan, d: sx.Directive, n: int) -> ReducePlan:
-    """`buffers A, 1` of a row reduction's operand: its row tiles in one buffer (rules_reduce stages them per free
-    tile); the initial value and the result are columns of the accumulator, not tiles."""
+    """`buffers A, 1` of a reduction's operand: its row tiles in one buffer (rules_reduce stages them per free
+    tile, rules_colreduce per row tile); the initial value and the result are columns (rows) of the accumulator, not
+    tiles."""
     assert isinstance(d.args[0], sx.Ref) and isinstance(op, ReduceOp)
     name = d.args[0].parts[0]
     if name == op.out or name == op.init:
@@ -623,6 +624,16 @@ def _unroll_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str) -> Redu
                                                                              f"divisor of {F} first")
     trips = -(-R // plan.parts) if kind_ == "pt" else F // plan.free
     return replace(plan, unroll=tuple(sorted({*plan.unroll, _checked_trips(op, d, kind_, what, trips)})))
+
+
+def _unroll_column_reduce(op: ColumnReduceOp, plan: ReducePlan, d: sx.Directive, role: str) -> ReducePlan:
+    """`unroll s.i` (a reduced loop): the loop over row tiles summed into one PSUM row; `unroll s.j` (kept, after
+    the reduced ones): the loop over free tiles. How many tiles each runs through the rule decides (row tiles in
+    groups, wide free tiles): one, or too many to unroll, is refused at this line by the pipeline."""
+    if not role.startswith(("r", "k")):
+        raise bad(d, f"`{_loop(d)}` is an outer loop of {op.name}: the column sum takes its indices one at a time",
+                  f"unroll a reduced loop (row tiles) or a kept loop after them (free tiles) of {op.name}")
+    return replace(plan, unroll=tuple(sorted({*plan.unroll, "rt" if role.startswith("r") else "ft"})))
 
 
 def _checked_trips(op: Op, d: sx.Directive, kind_: str, what: str, trips: int) -> str:
@@ -654,6 +665,8 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return _unroll_eltwise(op, plan, d)
     if isinstance(plan, ReducePlan) and _row_reduction(op):
         return _unroll_reduce(op, plan, d, role)
+    if isinstance(plan, ReducePlan) and isinstance(op, ColumnReduceOp):
+        return _unroll_column_reduce(op, plan, d, role)
     if not isinstance(plan, ConvPlan) or role not in ("c", "r", "s"):
         raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) and the tile loops of an "
                      "element-wise statement or a row reduction can be unrolled")

@@ -27,7 +27,9 @@ from tilec.compiler.dma_merge import merge_block_dmas
 from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.named import name_sizes, size_consts
 from tilec.compiler.names import NameAllocator, program_names, sanitised, unique
+from tilec.compiler import nest as level_a
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
+from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.tensorize import match
 from tilec.compiler.directives import apply_schedule, op_for
 from tilec.compiler.ir import DTYPE_BYTES
@@ -149,7 +151,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
     # `buffers X, 1` of an element-wise statement's operand: the statement is scheduled by its plan (no row chain)
     scheduled |= {op.name for d in directives if d.name == "buffers" for op in (op_for(d, ops),)
-                  if type(op) in (EltwiseOp, ReduceOp)}
+                  if type(op) in (EltwiseOp, ReduceOp, ColumnReduceOp)}
     chains: list[fusers.Chain] = []  # the parts built fused (their ops' own tiles do not apply)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     choices = placement.chain_choices(ops, plans, program.kernel.outputs, tuple(directives), hbm, tgt.name,
@@ -332,6 +334,9 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         elif type(op) is ReduceOp and any(plan_settings(plan)):
             raise Unhonoured(op.name, "its rows are scheduled by a builder of its own (short rows, several per "
                                       "partition), which has no such loop or tile")
+        elif type(op) is ColumnReduceOp and any(plan_settings(plan)):
+            raise Unhonoured(op.name, "it is scheduled by a builder of its own (a maximum or minimum, or a layout "
+                                      "the column rule does not take), which has no such loop or tile")
         elif isinstance(op, TransposeOp) and op.steps:  # each step names its buffers apart (a view per step)
             built = _build_steps(op, plan, program, target, hbm, lambda k, op=op: _fresh(names, op, k))
         else:
@@ -381,11 +386,30 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
 
 
 class Unhonoured(TilecError):
-    """An op's builder cannot do what its plan's `unroll` / `buffers X, 1` ask (compile_program locates it)."""
+    """An op's builder cannot do what its plan's `unroll` / `buffers X, 1` ask (compile_program locates it at the
+    first directive of that kind, `unroll` or `buffers`, or of either)."""
 
-    def __init__(self, op: str, why: str) -> None:
+    def __init__(self, op: str, why: str, kind: str = "") -> None:
         super().__init__(why)
         self.op = op
+        self.kind = kind
+
+
+def _apply_unrolls_checked(op, nest: Nest, prims: list, target: Target) -> Nest:
+    """rules.apply, the `unroll_tiles` of the plan's `unroll` last (rules_base.settings puts them there) and only
+    after their loops are checked: how many tiles a loop runs through is known once the rule has split the nest
+    (a column sum's grouped or wide tiles), so one iteration, or more than UNROLL_MAX, is refused at the directive."""
+    unrolls = [p for p in prims if p.name == "unroll_tiles"]
+    k = rules.apply(nest, [p for p in prims if p.name != "unroll_tiles"], target)
+    for p in unrolls:
+        trips = max((lp.extent for lp in level_a.walk(k.body) if isinstance(lp, level_a.Loop) and
+                     lp.var.split("@")[0] == p.args[0]), default=1)
+        if trips == 1:
+            raise Unhonoured(op.name, f"its tile loop `{p.args[0]}` has one iteration: nothing to unroll", "unroll")
+        if trips > UNROLL_MAX:
+            raise Unhonoured(op.name, f"its tile loop `{p.args[0]}` has {trips} iterations, more than the "
+                                      f"{UNROLL_MAX} one unrolled loop may have (larger tiles: `tile`)", "unroll")
+    return rules.apply(k, unrolls, target)
 
 
 def plan_settings(plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -397,7 +421,8 @@ def plan_settings(plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def _unhonoured(e: Unhonoured, ops: tuple, directives: tuple) -> tuple:
     """(message, span, hint) at the first `unroll`/`buffers` directive of op `e.op`."""
-    d = next(d for d in directives if d.name in ("unroll", "buffers") and op_for(d, ops).name == e.op)
+    d = next(d for d in directives if d.name in ((e.kind,) if e.kind else ("unroll", "buffers")) and
+             op_for(d, ops).name == e.op)
     return (f"`{d.name}` cannot apply to {e.op}: {e.message}", d.span, "remove the directive")
 
 
@@ -414,9 +439,10 @@ def _scheduled(program, target: Target):
         unroll, single = plan_settings(plan)
         if unroll and not any(p.name == "unroll_tiles" for p in prims) or \
                 single and not any(p.name == "single" for p in prims):
-            raise Unhonoured(op.name, "the layout its rule chose for these sizes (rows several per partition, say) has "
-                                      "no such loop or tile")
-        scheduled = rules.apply(nest, prims, target)
+            raise Unhonoured(op.name, "the layout its rule chose for these sizes has no such loop or tile (rows "
+                                      "several per partition; a column sum's row tiles loaded in groups, each in a "
+                                      "buffer of its own)")
+        scheduled = _apply_unrolls_checked(op, nest, prims, target)
         verify_nest(scheduled, f"the schedule of {op.name}")
         built = lower_tiles(scheduled, prims, hbm, fresh, target)
         if type(op) is ColumnReduceOp:  # a group's terms before its pair adds (rules_colreduce.py)

@@ -127,7 +127,9 @@ class EltwisePlan:
 class ReducePlan:
     parts: int  # rows (flattened kept indices) per partition tile
     free: int  # reduced elements per partition per tensor_reduce
-    unroll: tuple[str, ...] = ()  # a row reduction's `unroll s.v`: "pt" (row tiles, v kept) or "ft" (free tiles)
+    # `unroll s.v`: a row reduction's "pt" (row tiles, v kept) or "ft" (free tiles); a column sum's "rt" (row tiles, v
+    # reduced) or "ft" (free tiles, v kept)
+    unroll: tuple[str, ...] = ()
     single: tuple[str, ...] = ()  # `buffers X, 1`: inputs whose tiles use one buffer for the whole nest
 
     def __repr__(self) -> str:  # (`tilec explain` prints the settings a schedule made, the sizes always)
@@ -397,7 +399,10 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
         ds = tiles + [directive("split", v("i"), plan.bi), directive("split", v("j"), plan.bj)]
         return tuple(ds + ([directive("method", op.name, "dma")] if plan.method == "dma" else []))
     if isinstance(plan, ReducePlan) and isinstance(op, ColumnReduceOp):
-        return (directive("tile", v("r0"), plan.parts), directive("tile", v("k0"), plan.free))
+        looped = {"rt": v("r0"), "ft": v("k0")}
+        return (directive("tile", v("r0"), plan.parts), directive("tile", v("k0"), plan.free),
+                *(directive("unroll", looped[u]) for u in plan.unroll),
+                *(directive("buffers", x, 1) for x in plan.single))
     if isinstance(plan, ReducePlan):
         tiled = {"pt": v("k0"), "ft": v("r0")}
         return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free),
