@@ -24,12 +24,15 @@ CASES = {
     "vector_add": (dict(L=128 * 4096), ["tile z.i, 512", "unroll z.i", "buffers x, 1", "buffers z, 1"]),
     "rmsnorm": (dict(M=300, N=1024), ["tile Y.i, 100", "tile Y.j, 256", "unroll Y.i", "unroll Y.j"]),
     # (core21) the broadcast layout's free tiles outside its partition tiles, with the tiles and unrolls
-    "rmsnorm_order": (dict(M=300, N=1024), ["tile Y.i, 100", "tile Y.j, 256", "reorder Y, j, i", "unroll Y.j"]),
+    "rmsnorm#order": (dict(M=300, N=1024), ["tile Y.i, 100", "tile Y.j, 256", "reorder Y, j, i", "unroll Y.j"]),
+    # (core21) four free tiles per DMA, the loop of DMAs unrolled, the result's tiles in one buffer
+    "vector_add#split": (dict(L=128 * 4096), ["tile z.i, 256", "split z.i, 4", "unroll z.i", "buffers z, 1"]),
 }
 
 
 def compile_case(name: str, sizes, schedule: str | None):
-    return compile_example(name.removesuffix("_order"), sizes, schedule=schedule)
+    """A case's example (`rmsnorm#order`: rmsnorm) compiled with the schedule."""
+    return compile_example(name.split("#")[0], sizes, schedule=schedule)
 
 
 @functools.cache
@@ -83,7 +86,7 @@ def test_two_directives_setting_one_thing_are_one_error_naming_both_lines(case) 
     assert f"(line {first})" in str(err) and "sets again" in str(err), err.render()
 
 
-@pytest.mark.parametrize("name", ["vector_add", "rmsnorm", "rmsnorm_order"])
+@pytest.mark.parametrize("name", ["vector_add", "rmsnorm", "rmsnorm#order", "vector_add#split"])
 def test_element_wise_directives_in_other_orders_give_the_same_kernel(name: str) -> None:
     """The element-wise cases every run (hypothesis samples the cases above): reversed and rotated lists."""
     sizes, directives = CASES[name]

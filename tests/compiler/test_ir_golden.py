@@ -67,7 +67,8 @@ def test_directive_before_after(name, golden):
     golden.check(f"compiler/directives/{name}.txt", DIRECTIVES[name] + _diff(before, after))
 
 
-ELTWISE = {"buffers_eltwise": "buffers x, 1\n", "unroll_eltwise": "unroll z.i\n"}
+ELTWISE = {"buffers_eltwise": "buffers x, 1\n", "unroll_eltwise": "unroll z.i\n",
+           "split_eltwise": "split z.i, 2\n"}
 
 
 @pytest.mark.parametrize("name", sorted(ELTWISE))

@@ -244,10 +244,20 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +        dma Wt_rows[:128, :128, :3, :3] <- Wt[k_t*TILE_K:+128, c_t*TILE_C:+128, :3, :3]  # tl:14
         -        copy.gpsimd Wt_taps[:128, 0, 0, :128] <- Wt_rows[:128, c_t*TILE_C:+128, 0, 0]  # tl:14
         +        copy.gpsimd Wt_taps[:128, 0, 0, :128] <- Wt_rows[:128, :128, 0, 0]  # tl:14
+
+    `split z.i, 2` of an element-wise statement on flattened data: each DMA moves two free tiles, the engines
+    compute them one at a time (_split_eltwise) (golden excerpt: tests/golden/compiler/directives/split_eltwise.txt):
+
+        -    for t in affine(4):  # tl:6
+        +    for t in affine(2):  # tl:6
+        +      dma x_tile[:128, :2048] <- x_v[:128, t*DMA_F:+2048]  # tl:7
+        +      for tc in affine(2):  # tl:6
     """
     if d.args and isinstance(d.args[0], sx.Ref) and len(d.args[0].parts) == 1:
         return _split_weights(op, plan, d)
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
+    if isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp):
+        return _split_eltwise(op, plan, d, n)
     if isinstance(plan, ConvPlan) and role == "y":
         assert isinstance(op, ConvOp)
         _div(d, n, op.dim("Ho"), "split")
@@ -274,6 +284,29 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
             raise bad(d, f"a band of {n} rows: {op.name} has {op.out_rows} output rows", f"use 1..{op.out_rows}")
         return replace(plan, band=n)
     raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here")
+
+
+def _split_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) -> EltwisePlan:
+    """`split Y.v, N` of flattened data: each DMA (the loads and the store) moves N free tiles, computed one tile at
+    a time (a loop `tc` inside the tile loop `t`): bigger DMAs with the engines' instructions still one tile wide
+    (see apply_split). A broadcast layout's DMAs are its tiles: refused."""
+    if op.layout:
+        raise bad(d, f"{op.name} reads a broadcast operand: its tiles (partitions x free) are its DMAs, a split "
+                     "of them is not compiled", f"`tile {op.name}.{_loop(d)}, N` sets the tile (and the DMA) size")
+    if plan.dma_tiles != 1:  # (flattened data: every loop of the op runs through the one tile loop)
+        raise bad(d, f"another `split` of {op.name} already set how many tiles one DMA moves: its loops are flattened "
+                     "into one tile loop", "keep one of the two directives")
+    trips = eltwise_trips(op, plan).get("t", 0)
+    if not trips:
+        raise bad(d, f"{op.name}'s {plan.parts} x {plan.free} tiles do not divide its {op.size} elements: the tiles "
+                     "are cut where the data allows", f"tile {op.name}.{_loop(d)} with a divisor of "
+                                                      f"{op.size // plan.parts} first")
+    if n < 2 or trips % n:
+        raise bad(d, f"{op.name} has {trips} free tiles of {plan.free} elements: a DMA of {n} of them "
+                     f"{'moves one tile, the default' if n < 2 else 'does not divide them'}",
+                  f"use a divisor of {trips} from 2: {', '.join(map(str, divisors(trips)[1:12]))}" if trips > 1 else
+                  f"`tile {op.name}.{_loop(d)}, N` with smaller tiles first")
+    return replace(plan, dma_tiles=n)
 
 
 def _split_weights(op: Op, plan: Plan, d: sx.Directive) -> Plan:

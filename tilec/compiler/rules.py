@@ -233,12 +233,21 @@ def _flat(n: Injective, p: EltwisePlan) -> list[Prim]:
     v = _views(n, name)
     prims = [prim("reshape", n.top.var, (("p", p.parts), ("f", size // p.parts)), notes=("", f"for {names}"),
                   lines=(n.top.line, n.top.line), views=tuple(v.items())),
-             prim("split", "f", p.free, outer="t", inner="f_i", name="TILE_F"),
-             prim("reorder", "t", "p"),
+             *_flat_tiles(p),
              prim("partition", "p"),
              prim("stage_out", v[out], "t", name=name(f"{out}_tile"))]
     prims += [prim("stage", v[b], "t", name=name(f"{b}_tile")) for b in reversed(n.full)]
     return prims + [prim("tensorize", "p"), prim("block", "t", f"{out} = element-wise, {p.parts} partitions")]
+
+
+def _flat_tiles(p: EltwisePlan) -> list[Prim]:
+    """Free tiles of p.free elements (loop t); with `split` (p.dma_tiles = N) blocks of N tiles (loop t, what the
+    stages load and store) each computed tile by tile (loop tc)."""
+    if p.dma_tiles == 1:
+        return [prim("split", "f", p.free, outer="t", inner="f_i", name="TILE_F"), prim("reorder", "t", "p")]
+    return [prim("split", "f", p.free * p.dma_tiles, outer="t", inner="f_b", name="DMA_F"),
+            prim("split", "f_b", p.free, outer="tc", inner="f_i", name="TILE_F"),
+            prim("reorder", "t", "tc", "p")]
 
 
 def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:

@@ -116,10 +116,12 @@ class EltwisePlan:
     # `reorder Y, ...` of a broadcast layout: the free tiles outside the partition tiles (True) or inside (False);
     # None: the rule's choice (outside only for broadcast rows too long to copy once, rules._broadcast_region)
     free_outer: bool | None = None
+    dma_tiles: int = 1  # `split Y.v, N` of flattened data: N free tiles per DMA (loads and stores), computed per tile
 
     def __repr__(self) -> str:  # (`tilec explain` prints the settings a schedule made, the sizes always)
         extra = "".join(f", {k}={v}" for k, v in (("unroll", self.unroll), ("single", self.single)) if v)
         extra += f", free_outer={self.free_outer}" if self.free_outer is not None else ""
+        extra += f", dma_tiles={self.dma_tiles}" if self.dma_tiles != 1 else ""
         return f"EltwisePlan(parts={self.parts}, free={self.free}{extra})"
 
 
@@ -413,6 +415,7 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     tile: tuple[sx.Directive, ...] = (directive("tile", (op.name, loops["t"]), plan.free),) if "t" in loops else ()
     if "pt" in loops and plan.parts != eltwise_plan(op.size, dict(op.layout), len(op.rows), rows_per_outer(op)).parts:
         tile += (directive("tile", (op.name, loops["pt"]), plan.parts),)  # a user's partition tile
+    tile += (directive("split", (op.name, loops["t"]), plan.dma_tiles),) if plan.dma_tiles != 1 else ()
     return (*tile, *(directive("unroll", (op.name, loops[u])) for u in plan.unroll),
             *(directive("buffers", x, 1) for x in plan.single), *_order_directive(op, plan))
 
@@ -441,7 +444,8 @@ def eltwise_trips(op: EltwiseOp, plan: EltwisePlan) -> dict[str, int]:
     {} for flattened data the tiles do not divide (the rule then picks where the partitions end)."""
     if not op.layout:
         per = op.size // plan.parts
-        return {"t": per // plan.free} if op.size % plan.parts == 0 and per % plan.free == 0 else {}
+        ok = op.size % plan.parts == 0 and per % plan.free == 0  # (a split's DMAs of dma_tiles tiles: its loop t)
+        return {"t": per // plan.free // plan.dma_tiles} if ok else {}
     P, F = op.dim("P"), op.dim("F")
     ragged = P % min(plan.parts, P) != 0
     free = min(row_free(F, plan.free, len(op.rows), rows_per_outer(op), ragged), F)
