@@ -702,7 +702,7 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return _unroll_column_reduce(op, plan, d, role)
     if not isinstance(plan, ConvPlan) or role not in ("c", "r", "s"):
         raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) and the tile loops of an "
-                     "element-wise statement or a row reduction can be unrolled")
+                     "element-wise statement, a row reduction or a column sum can be unrolled")
     return replace(plan, unroll=tuple(sorted(set(plan.unroll) | {role})))
 
 
