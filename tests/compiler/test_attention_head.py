@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tilec.compiler.api import compile_loaded
+from tilec.compiler.fusers import Chain
 from tilec.lang import api as lang
 from tilec.tolerance import max_error, program_budget, scale_of, tolerance
 
@@ -97,7 +98,7 @@ def test_fp32_head_matches_numpy_and_stays_on_chip(shape):
     sq, sk, d, dv = shape
     # spread 6: |scores| * 0.125 reach ~100, so exp without the row max would overflow fp32
     c = check(source("f32", sq, sk, d, dv), "f32", 6.0)
-    assert c.result.chains == (HEAD_OPS,)
+    assert c.result.chains == (Chain("attention head", HEAD_OPS),)
     assert not any(line.lstrip().startswith(("sc = nl.ndarray", "e = nl.ndarray")) for line in c.source.splitlines())
 
 
@@ -106,7 +107,7 @@ def test_fp32_head_matches_numpy_and_stays_on_chip(shape):
 def test_bf16_head_matches_numpy(shape):
     sq, sk, d, dv = shape
     c = check(source("bf16", sq, sk, d, dv), "bf16", 1.0)
-    assert c.result.chains == (HEAD_OPS,)
+    assert c.result.chains == (Chain("attention head", HEAD_OPS),)
 
 
 @pytest.mark.parametrize("exponent, coef", [
@@ -117,12 +118,12 @@ def test_bf16_head_matches_numpy(shape):
 ])
 def test_exponent_spellings(exponent, coef):
     c = check(source("f32", 256, 128, 32, 32, exponent), "f32", 1.0, coef)
-    assert c.result.chains == (HEAD_OPS,)
+    assert c.result.chains == (Chain("attention head", HEAD_OPS),)
 
 
 def test_keys_stored_contraction_major():
     c = check(source("f32", 384, 256, 64, 32, k_rows=False), "f32", 3.0, k_rows=False)
-    assert c.result.chains == (HEAD_OPS,)
+    assert c.result.chains == (Chain("attention head", HEAD_OPS),)
 
 
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
@@ -132,7 +133,7 @@ def test_nki_01_dialect(dt):
 
 def test_an_intermediate_read_elsewhere_keeps_the_op_by_op_path():
     c = check(source("f32", 256, 128, 32, 32, extra_out=", e"), "f32", 1.0)
-    assert HEAD_OPS not in c.result.chains
+    assert HEAD_OPS not in [part.members for part in c.result.chains]
 
 
 @pytest.mark.parametrize("dt, by_dma", [("f32", True), ("bf16", False)])
@@ -154,7 +155,7 @@ def test_near_misses_are_not_built_as_a_head(old, new):
     text = source("f32", 256, 256, 32, 32)
     assert old in text
     c = compile_loaded(lang.load(text.replace(old, new)), None, "0.6")
-    assert HEAD_OPS not in c.result.chains
+    assert HEAD_OPS not in [part.members for part in c.result.chains]
 
 
 def test_explain_says_why_a_head_is_built_op_by_op():
@@ -173,5 +174,6 @@ def test_a_row_chain_of_six_ops_is_not_named_a_head():
     import pathlib
     path = pathlib.Path(__file__).parents[1] / "fuzz" / "regressions" / "gaps15_broadcast_reductions.tl"
     c = compile_loaded(lang.load(str(path)), None, "0.6")
-    assert not any(len(chain) == 6 and "attention" in line for chain in c.result.chains
+    assert "attention head" not in [part.kind for part in c.result.chains]
+    assert not any(len(part.members) == 6 and "attention" in line for part in c.result.chains
                    for line in c.stages["schedule"].splitlines())

@@ -23,14 +23,23 @@ CASES = {
     # element-wise (core20): free and partition tiles, unroll of the loops they make, one buffer of a tile
     "vector_add": (dict(L=128 * 4096), ["tile z.i, 512", "unroll z.i", "buffers x, 1", "buffers z, 1"]),
     "rmsnorm": (dict(M=300, N=1024), ["tile Y.i, 100", "tile Y.j, 256", "unroll Y.i", "unroll Y.j"]),
+    # (core21) the broadcast layout's free tiles outside its partition tiles, with the tiles and unrolls
+    "rmsnorm#order": (dict(M=300, N=1024), ["tile Y.i, 100", "tile Y.j, 256", "reorder Y, j, i", "unroll Y.j"]),
+    # (core21) four free tiles per DMA, the loop of DMAs unrolled, the result's tiles in one buffer
+    "vector_add#split": (dict(L=128 * 4096), ["tile z.i, 256", "split z.i, 4", "unroll z.i", "buffers z, 1"]),
 }
+
+
+def compile_case(name: str, sizes, schedule: str | None):
+    """A case's example (`rmsnorm#order`: rmsnorm) compiled with the schedule."""
+    return compile_example(name.split("#")[0], sizes, schedule=schedule)
 
 
 @functools.cache
 def reference(name: str) -> str:
     """The kernel for the directives in their written order (computed inside a test, under conftest's NKI form)."""
     sizes, directives = CASES[name]
-    return numbered(compile_example(name, sizes, schedule="\n".join(directives)).source)
+    return numbered(compile_case(name, sizes, "\n".join(directives)).source)
 
 
 @settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # (loaded CI)
@@ -39,7 +48,7 @@ def reference(name: str) -> str:
 def test_permuted_directives_give_the_same_kernel(case) -> None:
     name, order = case
     sizes = CASES[name][0]
-    assert numbered(compile_example(name, sizes, schedule="\n".join(order)).source) == reference(name)
+    assert numbered(compile_case(name, sizes, "\n".join(order)).source) == reference(name)
 
 
 def test_the_transpose_split_survives_a_later_tile() -> None:
@@ -71,16 +80,16 @@ def test_two_directives_setting_one_thing_are_one_error_naming_both_lines(case) 
         lines = [i + 1 for i, d in enumerate(order) if d == original]
     first, second = lines[0], lines[1]
     with pytest.raises(TilecError) as info:
-        compile_example(name, CASES[name][0], schedule="\n".join(order))
+        compile_case(name, CASES[name][0], "\n".join(order))
     err = info.value
     assert err.span is not None and err.span.line == second, err.render()
     assert f"(line {first})" in str(err) and "sets again" in str(err), err.render()
 
 
-@pytest.mark.parametrize("name", ["vector_add", "rmsnorm"])
+@pytest.mark.parametrize("name", ["vector_add", "rmsnorm", "rmsnorm#order", "vector_add#split"])
 def test_element_wise_directives_in_other_orders_give_the_same_kernel(name: str) -> None:
     """The element-wise cases every run (hypothesis samples the cases above): reversed and rotated lists."""
     sizes, directives = CASES[name]
     for order in (directives[::-1], directives[2:] + directives[:2]):
-        assert numbered(compile_example(name, sizes, schedule="\n".join(order)).source) == reference(name)
-    assert reference(name) != numbered(compile_example(name, sizes).source)
+        assert numbered(compile_case(name, sizes, "\n".join(order)).source) == reference(name)
+    assert reference(name) != numbered(compile_case(name, sizes, None).source)

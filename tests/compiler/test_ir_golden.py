@@ -67,7 +67,8 @@ def test_directive_before_after(name, golden):
     golden.check(f"compiler/directives/{name}.txt", DIRECTIVES[name] + _diff(before, after))
 
 
-ELTWISE = {"buffers_eltwise": "buffers x, 1\n", "unroll_eltwise": "unroll z.i\n"}
+ELTWISE = {"buffers_eltwise": "buffers x, 1\n", "unroll_eltwise": "unroll z.i\n",
+           "split_eltwise": "split z.i, 2\n"}
 
 
 @pytest.mark.parametrize("name", sorted(ELTWISE))
@@ -78,6 +79,26 @@ def test_eltwise_directive_before_after(name, golden):
     after = compile_example("vector_add", sizes, schedule=ELTWISE[name]).stages["legalise"]
     assert before != after
     golden.check(f"compiler/directives/{name}.txt", ELTWISE[name] + _diff(before, after))
+
+
+BROADCAST = """kernel b(X: f32[M, N], c: f32[M]) -> Y
+  default M = 256, N = 2048
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = X[i, j] - c[i]
+"""
+
+
+def test_reorder_of_a_broadcast_before_after(golden):
+    """`reorder Y, j, i`: a broadcast layout's free tiles outside its partition tiles (2 x 2 tiles of 128 x 1024)."""
+    from tilec.compiler.api import compile_loaded
+    from tilec.lang import api as lang
+
+    schedule = "reorder Y, j, i\n"
+    before = compile_loaded(lang.load(BROADCAST)).stages["legalise"]
+    after = compile_loaded(lang.load(BROADCAST), lang.parse_schedule(schedule, "<test schedule>")).stages["legalise"]
+    assert before != after
+    golden.check("compiler/directives/reorder_eltwise.txt", schedule + _diff(before, after))
 
 
 def test_transpose_method_dma(golden):

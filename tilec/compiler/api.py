@@ -163,7 +163,6 @@ def explain(c: Compiled) -> str:
 
 def _placement(c: Compiled) -> list[str]:
     from tilec.compiler.ir import Alloc, walk
-    from tilec.compiler.pipeline import chain_kind
     from tilec.compiler.placement import hbm_reason
     from tilec.compiler.schedule import sbuf_budget
 
@@ -171,9 +170,9 @@ def _placement(c: Compiled) -> list[str]:
     fused_into = {name: op.out for op in c.result.ops for name in getattr(op, "fused", ()) if name != op.out}
     fused_into.update({op.name: op.out for op in c.result.ops if op.name != op.out})
     outs = {op.name: op.out for op in c.result.ops}
-    for chain in c.result.chains:  # a chain's temporaries live in its tiles; it stores its last op's output
-        kind = chain_kind(chain, c.result.ops, c.program)
-        fused_into.update({outs[name]: f"the {kind} writing {outs[chain[-1]]}" for name in chain[:-1]})
+    for part in c.result.chains:  # a chain's temporaries live in its tiles; it stores its last op's output
+        chain = part.members
+        fused_into.update({outs[name]: f"the {part.kind} writing {outs[chain[-1]]}" for name in chain[:-1]})
     lines = []
     placed = {name: (on_chip, why) for name, on_chip, why in c.result.placed}  # conv -> conv / pool chains
     pooled = {op.src for op in c.result.ops if type(op).__name__ == "PoolOp"}

@@ -415,15 +415,6 @@ def build_head(ops: tuple, i: int, hbm: dict[str, Buf], fresh: Callable[[str], s
     return [], HeadBuilder(ops[i:i + OPS], hbm, fresh).build()
 
 
-def is_head(ops: tuple, chain) -> bool:
-    """Whether a fused chain (op names) is such a head."""
-    names = [o.name for o in ops]
-    kinds = (ConvOp, ReduceOp, EltwiseOp, ReduceOp, ConvOp, EltwiseOp)  # a row chain of six ops is not a head
-    return len(chain) == OPS and any(names[i:i + OPS] == list(chain) and
-                                     all(isinstance(o, k) for o, k in zip(ops[i:i + OPS], kinds))
-                                     for i in range(len(names)))
-
-
 def note(ops: tuple, chain, hbm: dict[str, Buf]) -> str:
     """The schedule line of a head kept on chip (`tilec explain`, the kernel's docstring)."""
     i = [o.name for o in ops].index(chain[0])
@@ -438,7 +429,7 @@ def refusals(program, ops: tuple, scheduled: AbstractSet[str], chains: list,
     """Schedule lines for what looks like an attention head (a matmul whose output's row max is the next op) but is
     built op by op, and why (`tilec explain`)."""
     hbm = {name: Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-    fused = {tuple(c) for c in chains}
+    fused = {c.members for c in chains}
     out = []
     for i in range(len(ops) - 1):
         s, m = ops[i], ops[i + 1]

@@ -674,13 +674,6 @@ def build_block(ops: tuple, i: int, hbm: dict[str, Buf], fresh: Callable[[str], 
     return b.consts(), stmts
 
 
-def is_block(ops: tuple, chain) -> bool:
-    """Whether a fused chain (op names) is such a block (else a row chain)."""
-    convs = [o for o in ops if isinstance(o, ConvOp)]
-    names = [o.name for o in convs]
-    return len(chain) == 3 and any(names[i:i + 3] == list(chain) for i in range(len(names)))
-
-
 def note(ops: tuple, chain, hbm: dict[str, Buf], target: Target) -> str:
     """The schedule line of a block kept on chip (`tilec explain`, the kernel's docstring)."""
     i = next(i for i, o in enumerate(ops) if o.name == chain[0])
@@ -699,7 +692,7 @@ def refusals(program, ops: tuple, scheduled: AbstractSet[str], chains: list, tar
              reads: Callable[[object], list[str]]) -> str:
     """Schedule lines for the expand -> depthwise -> project chains that go through HBM, and why (`tilec explain`)."""
     hbm = {name: Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-    fused = {tuple(c) for c in chains}
+    fused = {c.members for c in chains}
     out = []
     for i in range(len(ops) - 2):
         trio = ops[i:i + 3]

@@ -244,10 +244,20 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +        dma Wt_rows[:128, :128, :3, :3] <- Wt[k_t*TILE_K:+128, c_t*TILE_C:+128, :3, :3]  # tl:14
         -        copy.gpsimd Wt_taps[:128, 0, 0, :128] <- Wt_rows[:128, c_t*TILE_C:+128, 0, 0]  # tl:14
         +        copy.gpsimd Wt_taps[:128, 0, 0, :128] <- Wt_rows[:128, :128, 0, 0]  # tl:14
+
+    `split z.i, 2` of an element-wise statement on flattened data: each DMA moves two free tiles, the engines
+    compute them one at a time (_split_eltwise) (golden excerpt: tests/golden/compiler/directives/split_eltwise.txt):
+
+        -    for t in affine(4):  # tl:6
+        +    for t in affine(2):  # tl:6
+        +      dma x_tile[:128, :2048] <- x_v[:128, t*DMA_F:+2048]  # tl:7
+        +      for tc in affine(2):  # tl:6
     """
     if d.args and isinstance(d.args[0], sx.Ref) and len(d.args[0].parts) == 1:
         return _split_weights(op, plan, d)
     role, n = ref_role(op, d.args[0], d), _int(d, 1)
+    if isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp):
+        return _split_eltwise(op, plan, d, n)
     if isinstance(plan, ConvPlan) and role == "y":
         assert isinstance(op, ConvOp)
         _div(d, n, op.dim("Ho"), "split")
@@ -274,6 +284,29 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
             raise bad(d, f"a band of {n} rows: {op.name} has {op.out_rows} output rows", f"use 1..{op.out_rows}")
         return replace(plan, band=n)
     raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here")
+
+
+def _split_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) -> EltwisePlan:
+    """`split Y.v, N` of flattened data: each DMA (the loads and the store) moves N free tiles, computed one tile at
+    a time (a loop `tc` inside the tile loop `t`): bigger DMAs with the engines' instructions still one tile wide
+    (see apply_split). A broadcast layout's DMAs are its tiles: refused."""
+    if op.layout:
+        raise bad(d, f"{op.name} reads a broadcast operand: its tiles (partitions x free) are its DMAs, a split "
+                     "of them is not compiled", f"`tile {op.name}.{_loop(d)}, N` sets the tile (and the DMA) size")
+    if plan.dma_tiles != 1:  # (flattened data: every loop of the op runs through the one tile loop)
+        raise bad(d, f"another `split` of {op.name} already set how many tiles one DMA moves: its loops are flattened "
+                     "into one tile loop", "keep one of the two directives")
+    trips = eltwise_trips(op, plan).get("t", 0)
+    if not trips:
+        raise bad(d, f"{op.name}'s {plan.parts} x {plan.free} tiles do not divide its {op.size} elements: the tiles "
+                     "are cut where the data allows", f"tile {op.name}.{_loop(d)} with a divisor of "
+                                                      f"{op.size // plan.parts} first")
+    if n < 2 or trips % n:
+        raise bad(d, f"{op.name} has {trips} free tiles of {plan.free} elements: a DMA of {n} of them "
+                     f"{'moves one tile, the default' if n < 2 else 'does not divide them'}",
+                  f"use a divisor of {trips} from 2: {', '.join(map(str, divisors(trips)[1:12]))}" if trips > 1 else
+                  f"`tile {op.name}.{_loop(d)}, N` with smaller tiles first")
+    return replace(plan, dma_tiles=n)
 
 
 def _split_weights(op: Op, plan: Plan, d: sx.Directive) -> Plan:
@@ -309,7 +342,18 @@ def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         +        for r in affine(3):  # tl:13
         +          for s in affine(3):  # tl:13
         +            for c_t in affine(2):  # tl:13
+
+    `reorder Y, j, i` of an element-wise statement with a broadcast (`Y[i, j] = X[i, j] - c[i]`, i on the
+    partitions): its free tiles outside its partition tiles, c's column loaded per tile (golden excerpt:
+    tests/golden/compiler/directives/reorder_eltwise.txt):
+
+        -    for pt in affine(2):  # tl:4
+        -      for t in affine(2):  # tl:4
+        +  for t in affine(2):  # tl:4
+        +      for pt in affine(2):  # tl:4
     """
+    if isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp) and op.layout:
+        return _reorder_broadcast(op, plan, d)
     if not isinstance(plan, ConvPlan):
         why = {EltwisePlan: "its loops are flattened in memory order onto partitions x free tiles (any order gives "
                             "the same result; the tiles stream through contiguous HBM)",
@@ -329,6 +373,39 @@ def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
             return replace(plan, order=full) if field_ == "order" else replace(plan, taps=full)
     raise bad(d, "reorder names either the outer loops (batch, row bands, out-channel tiles) or the "
                  "accumulation loops (in channels, filter taps), all of one group")
+
+
+def _reorder_broadcast(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive) -> EltwisePlan:
+    """`reorder Y, j, i` of a broadcast layout (outer x partitions x free, `Y[i, j] = X[i, j] - c[i]`): the free
+    tiles (j) outside the partition tiles (i), so a broadcast row is copied to the partitions once per free tile,
+    not once per (partition tile, free tile), and a column is loaded once per tile; `reorder Y, i, j` the other way
+    round. The outer loops stay between the two (see apply_reorder)."""
+    names = [v for _, v in op.vars]
+    a, b = op.run
+    listed = [x.parts[0] if isinstance(x, sx.Ref) and len(x.parts) == 1 else None for x in d.args[1:]]
+    if None in listed or any(v not in names for v in listed) or len(set(listed)) != len(listed):
+        raise bad(d, f"reorder lists loop variables of {op.name}, each once: {', '.join(names)}")
+    kinds = [eltwise_loop(op, str(v)) for v in listed]
+    layout = f"outer {', '.join(names[:a]) or '-'} x partitions {', '.join(names[a:b])} x free {', '.join(names[b:])}"
+    hint = f"reorder {op.name}, {', '.join(names[b:] + names[a:b])} (free tiles outside the partition tiles)"
+    if "pt" not in kinds or "t" not in kinds:
+        raise bad(d, f"{op.name}'s layout is {layout}: `reorder` orders its partition tiles and its free tiles, so it "
+                     "names a loop of each", hint)
+    if "o" in kinds:
+        raise bad(d, f"{op.name}'s layout is {layout}: the outer loops are taken one at a time between the partition "
+                     "tiles and the free tiles, in either order", f"leave them out: {hint}")
+    for kind_ in ("pt", "t"):
+        group = [v for v, k in zip(listed, kinds) if k == kind_]
+        run = [v for v in names if v in group]
+        if kinds.index(kind_) + len(group) != len(kinds) - kinds[::-1].index(kind_) or group != run:
+            raise bad(d, f"{', '.join(run)} go through one tile loop of {op.name}'s layout ({layout}), in their own "
+                         "order: listed apart or swapped, they cannot be ordered", hint)
+    trips = eltwise_trips(op, plan)
+    if trips["t"] == 1 or trips["pt"] * trips["o"] == 1:
+        one = "free tile" if trips["t"] == 1 else "partition tile"
+        raise bad(d, f"{op.name}'s {plan.parts} x {plan.free} tiles give one {one}: the order of its loops does not "
+                     "change the kernel", "remove the directive")
+    return replace(plan, free_outer=kinds[0] == "t")
 
 
 def _full_order(order: tuple[str, ...], group: tuple[str, ...]) -> tuple[str, ...]:
@@ -507,7 +584,7 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     if isinstance(plan, EltwisePlan):
         assert isinstance(op, EltwiseOp)
         return _buffers_eltwise(op, plan, d, n)
-    if isinstance(plan, ReducePlan) and _row_reduction(op):
+    if isinstance(plan, ReducePlan) and isinstance(op, ReduceOp):  # row and column reductions
         return _buffers_reduce(op, plan, d, n)
     if not isinstance(plan, ConvPlan):  # the only plans with buffer settings (x_bufs, single)
         raise bad(d, f"{op.name} has no multi-buffered input")
@@ -558,8 +635,9 @@ def _row_reduction(op: Op) -> bool:
 
 
 def _buffers_reduce(op: Op, plan: ReducePlan, d: sx.Directive, n: int) -> ReducePlan:
-    """`buffers A, 1` of a row reduction's operand: its row tiles in one buffer (rules_reduce stages them per free
-    tile); the initial value and the result are columns of the accumulator, not tiles."""
+    """`buffers A, 1` of a reduction's operand: its row tiles in one buffer (rules_reduce stages them per free
+    tile, rules_colreduce per row tile); the initial value and the result are columns (rows) of the accumulator, not
+    tiles."""
     assert isinstance(d.args[0], sx.Ref) and isinstance(op, ReduceOp)
     name = d.args[0].parts[0]
     if name == op.out or name == op.init:
@@ -579,6 +657,16 @@ def _unroll_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str) -> Redu
                                                                              f"divisor of {F} first")
     trips = -(-R // plan.parts) if kind_ == "pt" else F // plan.free
     return replace(plan, unroll=tuple(sorted({*plan.unroll, _checked_trips(op, d, kind_, what, trips)})))
+
+
+def _unroll_column_reduce(op: ColumnReduceOp, plan: ReducePlan, d: sx.Directive, role: str) -> ReducePlan:
+    """`unroll s.i` (a reduced loop): the loop over row tiles summed into one PSUM row; `unroll s.j` (kept, after
+    the reduced ones): the loop over free tiles. How many tiles each runs through the rule decides (row tiles in
+    groups, wide free tiles): one, or too many to unroll, is refused at this line by the pipeline."""
+    if not role.startswith(("r", "k")):
+        raise bad(d, f"`{_loop(d)}` is an outer loop of {op.name}: the column sum takes its indices one at a time",
+                  f"unroll a reduced loop (row tiles) or a kept loop after them (free tiles) of {op.name}")
+    return replace(plan, unroll=tuple(sorted({*plan.unroll, "rt" if role.startswith("r") else "ft"})))
 
 
 def _checked_trips(op: Op, d: sx.Directive, kind_: str, what: str, trips: int) -> str:
@@ -610,9 +698,11 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return _unroll_eltwise(op, plan, d)
     if isinstance(plan, ReducePlan) and _row_reduction(op):
         return _unroll_reduce(op, plan, d, role)
+    if isinstance(plan, ReducePlan) and isinstance(op, ColumnReduceOp):
+        return _unroll_column_reduce(op, plan, d, role)
     if not isinstance(plan, ConvPlan) or role not in ("c", "r", "s"):
         raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) and the tile loops of an "
-                     "element-wise statement or a row reduction can be unrolled")
+                     "element-wise statement, a row reduction or a column sum can be unrolled")
     return replace(plan, unroll=tuple(sorted(set(plan.unroll) | {role})))
 
 
@@ -740,8 +830,15 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
             at = f"line {earlier.span.line}" if earlier.span and earlier.span.line else "earlier"
             raise bad(d, f"`{fmt_directive(d)}` sets again what `{fmt_directive(earlier)}` ({at}) sets",
                       "keep one of the two directives")
+    ordered: dict[str, sx.Directive] = {}  # an element-wise op's `reorder`: one per op (its tiles have one order)
     for d in canonical_order(ops, directives):
         op = op_for(d, ops)
+        if d.name == "reorder" and isinstance(op, EltwiseOp):
+            if (earlier := ordered.setdefault(op.name, d)) is not d:  # (located at the later line of the two)
+                one, two = sorted((earlier, d), key=lambda x: x.span.line if x.span and x.span.line else 0)
+                raise bad(two, f"`{fmt_directive(two)}` sets again what `{fmt_directive(one)}` (line "
+                               f"{one.span.line if one.span else '?'}) sets: the order of {op.name}'s tiles",
+                          "keep one of the two directives")
         if isinstance(op, EltwiseOp) and op.copy:
             raise bad(d, f"`{op.name}` is a copy (crop, shift, part of a concatenation, upsampling): its schedule "
                          "is chosen by the copy rule and takes no directives yet", "remove the directive")

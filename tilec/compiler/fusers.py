@@ -1,8 +1,8 @@
 """The fused builders the pipeline tries at each op, in order: a rule each (recognise the ops from op i on, build
 them together, or say "not applicable" with None), so adding one is a function and a row of FUSERS.
 
-Each returns a Fused: the tensors it writes to HBM, its (constants, statements), the output that names its
-constants, the op indices it covers and the names of the ops it fuses (what `tilec explain` lists).
+Each returns a Fused: its kind (what `tilec explain` calls the part), the tensors it writes to HBM, its (constants,
+statements), the output that names its constants, the op indices it covers and the names of the ops it fuses.
 """
 from __future__ import annotations
 
@@ -43,12 +43,24 @@ class Site:
 
 
 @dataclass(frozen=True)
+class Chain:
+    """A fused part as the compiler's result keeps it: which builder made it and the ops it covers, in order."""
+    kind: str  # "global pool", "attention head", "halo tiles", "column chain", "row chain" or "MobileNet block"
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Fused:
+    kind: str  # the fuser's own name for what it built (Chain.kind)
     written: set[str]
     built: tuple
     out: str
     covers: frozenset[int]
     members: list[str]
+
+    @property
+    def chain(self) -> Chain:
+        return Chain(self.kind, tuple(self.members))
 
 
 def _global(s: Site, i: int) -> Fused | None:
@@ -59,7 +71,7 @@ def _global(s: Site, i: int) -> Fused | None:
     last = s.ops[i + pooled.ops - 1]
     built = build_global_pool(pooled, s.ops, i, s.hbm, lambda base: s.names.fresh(base, f"global:{last.out}"))
     span = range(i, i + pooled.ops)
-    return Fused({last.out}, built, last.out, frozenset(span), [s.ops[j].name for j in span])
+    return Fused("global pool", {last.out}, built, last.out, frozenset(span), [s.ops[j].name for j in span])
 
 
 def _attention(s: Site, i: int) -> Fused | None:
@@ -71,7 +83,7 @@ def _attention(s: Site, i: int) -> Fused | None:
         return None
     last = s.ops[i + build_attention.OPS - 1]
     span = range(i, i + build_attention.OPS)
-    return Fused({last.out}, head, last.out, frozenset(span), [s.ops[j].name for j in span])
+    return Fused("attention head", {last.out}, head, last.out, frozenset(span), [s.ops[j].name for j in span])
 
 
 def _halo(s: Site, i: int) -> Fused | None:
@@ -83,7 +95,7 @@ def _halo(s: Site, i: int) -> Fused | None:
     built = build_halo(halo, s.ops, s.hbm, lambda base: s.names.fresh(base, f"halo:{user.out}"))
     built = skew_row_tiles(built, s.budget, lambda base: s.names.fresh(base, f"halo:{user.out}"), var="t",
                            tile_const="TILE_P", note=AHEAD, min_tiles=AHEAD_TILES) or built
-    return Fused({user.out}, built, user.out, frozenset(halo.op_range),
+    return Fused("halo tiles", {user.out}, built, user.out, frozenset(halo.op_range),
                  [o.name for o in s.ops[halo.at:halo.at + halo.count]])
 
 
@@ -106,7 +118,7 @@ def _column_chain(s: Site, i: int) -> Fused | None:
     # the next block's load issued before this block's work and stores (pair_tiles.py)
     built = skew_row_tiles(built, s.budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4,
                            split_at=stage_b(colchain, s.ops)) or built
-    return Fused({m.out for m in members} & keep, built, user.out, frozenset(colchain.op_range),
+    return Fused("column chain", {m.out for m in members} & keep, built, user.out, frozenset(colchain.op_range),
                  [m.name for m in members])
 
 
@@ -120,7 +132,7 @@ def _row_chain(s: Site, i: int) -> Fused | None:
     built = fit_chain(members, s.hbm, s.fresh_op, keep, s.budget)
     if passes.peak_usage(tuple(built[1]))[0] > s.budget:
         return None
-    return Fused({m.out for m in members} & keep, built, members[-1].out, frozenset(s.chains[i]),
+    return Fused("row chain", {m.out for m in members} & keep, built, members[-1].out, frozenset(s.chains[i]),
                  [m.name for m in members])
 
 
@@ -133,7 +145,7 @@ def _mobilenet_block(s: Site, i: int) -> Fused | None:
                                       s.target, s.scheduled, s.outputs, placement.reads)
     if block is None:
         return None
-    return Fused({last}, block, last, frozenset({i, i + 1, i + 2}), [o.name for o in s.ops[i:i + 3]])
+    return Fused("MobileNet block", {last}, block, last, frozenset({i, i + 1, i + 2}), [o.name for o in s.ops[i:i + 3]])
 
 
 FUSERS: tuple[Callable[[Site, int], Fused | None], ...] = (

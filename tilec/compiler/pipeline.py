@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pathlib
 from dataclasses import dataclass, replace
-from typing import AbstractSet, Callable, Sequence
+from typing import AbstractSet, Callable
 
 from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, fusers, ir, passes, \
     placement, pool_chain, stem_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_row_tiles
 from tilec.compiler import rules, rules_copy
-from tilec.compiler.rules_global import global_note, global_pool
+from tilec.compiler.rules_global import global_note
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
                                        reduce_nest, transpose_nest)
@@ -27,7 +27,9 @@ from tilec.compiler.dma_merge import merge_block_dmas
 from tilec.compiler.lower import lower, print_comps
 from tilec.compiler.named import name_sizes, size_consts
 from tilec.compiler.names import NameAllocator, program_names, sanitised, unique
+from tilec.compiler import nest as level_a
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
+from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.tensorize import match
 from tilec.compiler.directives import apply_schedule, op_for
 from tilec.compiler.ir import DTYPE_BYTES
@@ -67,7 +69,7 @@ class Result:
     source: str
     target: Target
     nest: Nest  # level A, before instruction selection
-    chains: tuple[tuple[str, ...], ...] = ()  # the row chains built fused (op names, in order)
+    chains: tuple[fusers.Chain, ...] = ()  # the parts built fused: the fuser's kind and the op names, in order
     unfused: tuple[str, ...] = ()  # convs the schedule placed in HBM (`place conv, hbm`): their pool reads it back
     placed: tuple[tuple[str, bool, str], ...] = ()  # conv -> conv intermediates: (tensor, on chip, why)
 
@@ -153,8 +155,8 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
     # `buffers X, 1` of an element-wise statement's operand: the statement is scheduled by its plan (no row chain)
     scheduled |= {op.name for d in directives if d.name == "buffers" for op in (op_for(d, ops),)
-                  if type(op) in (EltwiseOp, ReduceOp)}
-    chains: list[list[str]] = []  # the row chains built fused (their ops' own tiles do not apply)
+                  if type(op) in (EltwiseOp, ReduceOp, ColumnReduceOp)}
+    chains: list[fusers.Chain] = []  # the parts built fused (their ops' own tiles do not apply)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
     choices = placement.chain_choices(ops, plans, program.kernel.outputs, tuple(directives), hbm, tgt.name,
                                          sbuf_budget(tgt))
@@ -195,7 +197,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     placed = tuple((c.tensor, c.on_chip, c.why) for c in choices.values())
-    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(map(tuple, chains)), unfused, placed)
+    return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(chains), unfused, placed)
 
 
 def _depthwise_plans(program, ops: tuple, plans: tuple, printed: str) -> str:
@@ -320,7 +322,7 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         if part is not None:
             out.append(_named(part.written, part.built, part.out, len(ops), prefixes))
             skip |= part.covers
-            fused.append(part.members)
+            fused.append(part.chain)
             continue
         if i in choices:
             chained = _conv_chain(choices, i, ops, plans, hbm, names, prefixes, budget, program)
@@ -337,6 +339,9 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         elif type(op) is ReduceOp and any(plan_settings(plan)):
             raise Unhonoured(op.name, "its rows are scheduled by a builder of its own (short rows, several per "
                                       "partition), which has no such loop or tile")
+        elif type(op) is ColumnReduceOp and any(plan_settings(plan)):
+            raise Unhonoured(op.name, "it is scheduled by a builder of its own (a maximum or minimum, or a layout "
+                                      "the column rule does not take), which has no such loop or tile")
         elif isinstance(op, TransposeOp) and op.steps:  # each step names its buffers apart (a view per step)
             built = _build_steps(op, plan, program, target, hbm, lambda k, op=op: _fresh(names, op, k))
         else:
@@ -389,11 +394,30 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
 
 
 class Unhonoured(TilecError):
-    """An op's builder cannot do what its plan's `unroll` / `buffers X, 1` ask (compile_program locates it)."""
+    """An op's builder cannot do what its plan's `unroll` / `buffers X, 1` ask (compile_program locates it at the
+    first directive of that kind, `unroll` or `buffers`, or of either)."""
 
-    def __init__(self, op: str, why: str) -> None:
+    def __init__(self, op: str, why: str, kind: str = "") -> None:
         super().__init__(why)
         self.op = op
+        self.kind = kind
+
+
+def _apply_unrolls_checked(op, nest: Nest, prims: list, target: Target) -> Nest:
+    """rules.apply, the `unroll_tiles` of the plan's `unroll` last (rules_base.settings puts them there) and only
+    after their loops are checked: how many tiles a loop runs through is known once the rule has split the nest
+    (a column sum's grouped or wide tiles), so one iteration, or more than UNROLL_MAX, is refused at the directive."""
+    unrolls = [p for p in prims if p.name == "unroll_tiles"]
+    k = rules.apply(nest, [p for p in prims if p.name != "unroll_tiles"], target)
+    for p in unrolls:
+        trips = max((lp.extent for lp in level_a.walk(k.body) if isinstance(lp, level_a.Loop) and
+                     lp.var.split("@")[0] == p.args[0]), default=1)
+        if trips == 1:
+            raise Unhonoured(op.name, f"its tile loop `{p.args[0]}` has one iteration: nothing to unroll", "unroll")
+        if trips > UNROLL_MAX:
+            raise Unhonoured(op.name, f"its tile loop `{p.args[0]}` has {trips} iterations, more than the "
+                                      f"{UNROLL_MAX} one unrolled loop may have (larger tiles: `tile`)", "unroll")
+    return rules.apply(k, unrolls, target)
 
 
 def plan_settings(plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -405,7 +429,8 @@ def plan_settings(plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def _unhonoured(e: Unhonoured, ops: tuple, directives: tuple) -> tuple:
     """(message, span, hint) at the first `unroll`/`buffers` directive of op `e.op`."""
-    d = next(d for d in directives if d.name in ("unroll", "buffers") and op_for(d, ops).name == e.op)
+    d = next(d for d in directives if d.name in ((e.kind,) if e.kind else ("unroll", "buffers")) and
+             op_for(d, ops).name == e.op)
     return (f"`{d.name}` cannot apply to {e.op}: {e.message}", d.span, "remove the directive")
 
 
@@ -422,9 +447,10 @@ def _scheduled(program, target: Target):
         unroll, single = plan_settings(plan)
         if unroll and not any(p.name == "unroll_tiles" for p in prims) or \
                 single and not any(p.name == "single" for p in prims):
-            raise Unhonoured(op.name, "the layout its rule chose for these sizes (rows several per partition, say) has "
-                                      "no such loop or tile")
-        scheduled = rules.apply(nest, prims, target)
+            raise Unhonoured(op.name, "the layout its rule chose for these sizes has no such loop or tile (rows "
+                                      "several per partition; a column sum's row tiles loaded in groups, each in a "
+                                      "buffer of its own)")
+        scheduled = _apply_unrolls_checked(op, nest, prims, target)
         verify_nest(scheduled, f"the schedule of {op.name}")
         built = lower_tiles(scheduled, prims, hbm, fresh, target)
         if type(op) is ColumnReduceOp:  # a group's terms before its pair adds (rules_colreduce.py)
@@ -531,9 +557,9 @@ def _unit_columns(program, ops: tuple, plans: tuple, text: str) -> str:
     return text
 
 
-def _rule_lines(program, ops: tuple, plans: tuple, chains: list[list[str]], target: Target) -> str:
+def _rule_lines(program, ops: tuple, plans: tuple, chains: list[fusers.Chain], target: Target) -> str:
     """The primitives each rule-scheduled op's plan expands to (what `explain` shows under its directives)."""
-    in_chain = {name for c in chains for name in c}
+    in_chain = {name for c in chains for name in c.members}
     out = []
     for op, plan in zip(ops, plans):
         if isinstance(op, (EltwiseOp, TransposeOp)) and op.name not in in_chain:
@@ -622,25 +648,9 @@ def _recompile_commands(program) -> dict[str, str]:
     return commands
 
 
-def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
-    """What builds a chain of ops kept on chip: "MobileNet block", "attention head", "halo tiles", "global pool",
-    "column chain" or "row chain" (fusers.py's builders, recognised again from the op names)."""
-    if build_mbblock.is_block(ops, chain):
-        return "MobileNet block"
-    if build_attention.is_head(ops, chain):
-        return "attention head"
-    members = [op for op in ops if op.name in chain]
-    if len(members) > 1 and all(type(op) is EltwiseOp and op.copy for op in members[:-1]):
-        return "halo tiles"  # build_halo's copies (`program` may not declare their temporaries)
-    at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
-    hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-    if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None:
-        return "global pool"
-    return "column chain" if type(members[0]) is ColumnReduceOp else "row chain"  # (build_colchain's start so)
-
-
-def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
-    kind = chain_kind(chain, ops, program)
+def _chain_note(part: fusers.Chain, ops: tuple, program, target: Target) -> str:
+    """The schedule's line for a fused part, by the kind its fuser gave it (fusers.py)."""
+    kind, chain = part.kind, list(part.members)
     if kind == "MobileNet block":
         hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
         return build_mbblock.note(ops, chain, hbm, target)
@@ -658,9 +668,9 @@ def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
     return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
 
-def _doc_lines(program, ops, plans, chains: list[list[str]], target: Target | None = None) -> list[str]:
+def _doc_lines(program, ops, plans, chains: list[fusers.Chain], target: Target | None = None) -> list[str]:
     lines = ["Schedule (directives; `tilec explain` shows the plan):", ""]
-    in_chain = {name for c in chains for name in c}
+    in_chain = {name for c in chains for name in c.members}
     for op, plan in zip(ops, plans):
         if op.name not in in_chain:
             lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]

@@ -236,12 +236,21 @@ def _flat(n: Injective, p: EltwisePlan) -> list[Prim]:
     v = _views(n, name)
     prims = [prim("reshape", n.top.var, (("p", p.parts), ("f", size // p.parts)), notes=("", f"for {names}"),
                   lines=(n.top.line, n.top.line), views=tuple(v.items())),
-             prim("split", "f", p.free, outer="t", inner="f_i", name="TILE_F"),
-             prim("reorder", "t", "p"),
+             *_flat_tiles(p),
              prim("partition", "p"),
              prim("stage_out", v[out], "t", name=name(f"{out}_tile"))]
     prims += [prim("stage", v[b], "t", name=name(f"{b}_tile")) for b in reversed(n.full)]
     return prims + [prim("tensorize", "p"), prim("block", "t", f"{out} = element-wise, {p.parts} partitions")]
+
+
+def _flat_tiles(p: EltwisePlan) -> list[Prim]:
+    """Free tiles of p.free elements (loop t); with `split` (p.dma_tiles = N) blocks of N tiles (loop t, what the
+    stages load and store) each computed tile by tile (loop tc)."""
+    if p.dma_tiles == 1:
+        return [prim("split", "f", p.free, outer="t", inner="f_i", name="TILE_F"), prim("reorder", "t", "p")]
+    return [prim("split", "f", p.free * p.dma_tiles, outer="t", inner="f_b", name="DMA_F"),
+            prim("split", "f_b", p.free, outer="tc", inner="f_i", name="TILE_F"),
+            prim("reorder", "t", "tc", "p")]
 
 
 def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:
@@ -286,6 +295,7 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
     # rows too long to broadcast whole: the free tiles go outside the partition tiles, so each tile of a row is
     # copied to every partition once, not once per partition tile
     per_tile = bool(n.rows) and not whole and lay["F"] // p.free > 1
+    per_tile = per_tile if p.free_outer is None else p.free_outer  # a user's `reorder` (directives.py)
     order = (at("t"), at("o"), at("pt")) if per_tile else (at("pt"), at("o"), at("t"))
     prims = [prim("split", at("p"), p.parts, outer=at("pt"), inner=at("p_i"), name=_const(p.parts, plan.parts, "P")),
              prim("split", at("f"), p.free, outer=at("t"), inner=at("f_i"), name=_const(p.free, plan.free, "F")),
@@ -306,7 +316,7 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
                       prim("reorder", chunk, f"{tile}_c0")]
     prims += [prim("stage", v[c], at("pt"), name=name(f"{c}_col{tag}"), dtype="f32") for c in reversed(n.columns)]
     # with whole broadcast rows VectorE carries their tensor_tensor work: column terms go to ScalarE (bias/scale)
-    fold = (whole or per_tile) and bool(n.columns)
+    fold = (whole or per_tile) and bool(n.rows) and bool(n.columns)
     label = f"{out} = element-wise" + (f", broadcasting {', '.join(n.columns + n.rows)}" if n.columns + n.rows else
                                        f", {', '.join(lp.var for lp in n.loops[n.run[0]:n.run[1]])} on the partitions"
                                        if n.run[1] else "")

@@ -7,7 +7,7 @@ import math
 from tilec.compiler import layout
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Assign, Expr, Kernel, Load, Loop, Op, Update, fmt_expr, loads
-from tilec.compiler.rules_base import Prim, _plain, later_nest, prim
+from tilec.compiler.rules_base import Prim, _plain, later_nest, prim, settings
 from tilec.compiler.rules_reduce import _epilogue_step, _reduce_views
 from tilec.compiler.schedule import ReducePlan
 from tilec.compiler.tensorize import square
@@ -18,6 +18,17 @@ from tilec.target import Target
 
 
 def colreduce(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
+    """The column-reduction rule (_column_sum), then the plan's `unroll` of the row tiles (`rt`) or the free tiles
+    (`ft`) and `buffers A, 1` (A's row tiles in one buffer; not for row tiles loaded in groups, each group tile a
+    buffer of its own: the pipeline then refuses the directive)."""
+    prims = _column_sum(k, target, params)
+    if prims is None:
+        return None
+    grouped = any(p.name == "stage" and str(p.args[1]).startswith("g#") for p in prims)
+    return settings(prims, params.unroll, () if grouped else params.single)
+
+
+def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | None:
     """The column-reduction rule, `s[o, f] = 0; s[o, f] += A[o, r, f]` (lower_tiles.colreduce_nest: the kept
     indices before the reduced run, the reduced ones, the kept ones after); a column sum 384 x 1024:
 

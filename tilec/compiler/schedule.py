@@ -113,9 +113,15 @@ class EltwisePlan:
     # broadcast layout), "pt" (partition tiles), "t" (free tiles; every loop of flattened data)
     unroll: tuple[str, ...] = ()
     single: tuple[str, ...] = ()  # `buffers X, 1`: tensors whose tiles use one buffer for the whole nest
+    # `reorder Y, ...` of a broadcast layout: the free tiles outside the partition tiles (True) or inside (False);
+    # None: the rule's choice (outside only for broadcast rows too long to copy once, rules._broadcast_region)
+    free_outer: bool | None = None
+    dma_tiles: int = 1  # `split Y.v, N` of flattened data: N free tiles per DMA (loads and stores), computed per tile
 
     def __repr__(self) -> str:  # (`tilec explain` prints the settings a schedule made, the sizes always)
         extra = "".join(f", {k}={v}" for k, v in (("unroll", self.unroll), ("single", self.single)) if v)
+        extra += f", free_outer={self.free_outer}" if self.free_outer is not None else ""
+        extra += f", dma_tiles={self.dma_tiles}" if self.dma_tiles != 1 else ""
         return f"EltwisePlan(parts={self.parts}, free={self.free}{extra})"
 
 
@@ -123,7 +129,9 @@ class EltwisePlan:
 class ReducePlan:
     parts: int  # rows (flattened kept indices) per partition tile
     free: int  # reduced elements per partition per tensor_reduce
-    unroll: tuple[str, ...] = ()  # a row reduction's `unroll s.v`: "pt" (row tiles, v kept) or "ft" (free tiles)
+    # `unroll s.v`: a row reduction's "pt" (row tiles, v kept) or "ft" (free tiles); a column sum's "rt" (row tiles, v
+    # reduced) or "ft" (free tiles, v kept)
+    unroll: tuple[str, ...] = ()
     single: tuple[str, ...] = ()  # `buffers X, 1`: inputs whose tiles use one buffer for the whole nest
 
     def __repr__(self) -> str:  # (`tilec explain` prints the settings a schedule made, the sizes always)
@@ -393,7 +401,10 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
         ds = tiles + [directive("split", v("i"), plan.bi), directive("split", v("j"), plan.bj)]
         return tuple(ds + ([directive("method", op.name, "dma")] if plan.method == "dma" else []))
     if isinstance(plan, ReducePlan) and isinstance(op, ColumnReduceOp):
-        return (directive("tile", v("r0"), plan.parts), directive("tile", v("k0"), plan.free))
+        looped = {"rt": v("r0"), "ft": v("k0")}
+        return (directive("tile", v("r0"), plan.parts), directive("tile", v("k0"), plan.free),
+                *(directive("unroll", looped[u]) for u in plan.unroll),
+                *(directive("buffers", x, 1) for x in plan.single))
     if isinstance(plan, ReducePlan):
         tiled = {"pt": v("k0"), "ft": v("r0")}
         return (directive("tile", v("k0"), plan.parts), directive("tile", v("r0"), plan.free),
@@ -404,8 +415,19 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
     tile: tuple[sx.Directive, ...] = (directive("tile", (op.name, loops["t"]), plan.free),) if "t" in loops else ()
     if "pt" in loops and plan.parts != eltwise_plan(op.size, dict(op.layout), len(op.rows), rows_per_outer(op)).parts:
         tile += (directive("tile", (op.name, loops["pt"]), plan.parts),)  # a user's partition tile
+    tile += (directive("split", (op.name, loops["t"]), plan.dma_tiles),) if plan.dma_tiles != 1 else ()
     return (*tile, *(directive("unroll", (op.name, loops[u])) for u in plan.unroll),
-            *(directive("buffers", x, 1) for x in plan.single))
+            *(directive("buffers", x, 1) for x in plan.single), *_order_directive(op, plan))
+
+
+def _order_directive(op: EltwiseOp, plan: EltwisePlan) -> tuple[sx.Directive, ...]:
+    """`reorder Y, j, i` (free loops first) or `reorder Y, i, j` for a user's order of a broadcast layout's tiles."""
+    if plan.free_outer is None:
+        return ()
+    names = [v for _, v in op.vars]
+    a, b = op.run
+    parts, free = names[a:b], names[b:]
+    return (directive("reorder", op.name, *(free + parts if plan.free_outer else parts + free)),)
 
 
 def eltwise_loop(op: EltwiseOp, var: str) -> str:
@@ -422,7 +444,8 @@ def eltwise_trips(op: EltwiseOp, plan: EltwisePlan) -> dict[str, int]:
     {} for flattened data the tiles do not divide (the rule then picks where the partitions end)."""
     if not op.layout:
         per = op.size // plan.parts
-        return {"t": per // plan.free} if op.size % plan.parts == 0 and per % plan.free == 0 else {}
+        ok = op.size % plan.parts == 0 and per % plan.free == 0  # (a split's DMAs of dma_tiles tiles: its loop t)
+        return {"t": per // plan.free // plan.dma_tiles} if ok else {}
     P, F = op.dim("P"), op.dim("F")
     ragged = P % min(plan.parts, P) != 0
     free = min(row_free(F, plan.free, len(op.rows), rows_per_outer(op), ragged), F)

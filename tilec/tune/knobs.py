@@ -341,7 +341,7 @@ def space_of(compiled, target: str) -> Space:
     checks: list[Check] = []
     bounds: list[Bound] = [conv_bound(op, dtypes.get(op.tensor("moving") or "", "f32"), target)
                            for op in ops if op.kind == "conv"]
-    chained = {name for chain in compiled.result.chains for name in chain}
+    chained = {name for chain in compiled.result.chains for name in chain.members}
     for op in ops:
         rules = KNOBS_FOR.get(op.kind)
         if rules is None:  # an op kind the tuner does not know yet keeps the compiler's default schedule
