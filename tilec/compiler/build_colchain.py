@@ -41,6 +41,10 @@ from tilec.target import target as get_target
 # one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
 RESIDENT_BYTES = 32 * 1024
 OUTPUT_NOTE = "the output per row tile"
+# row tiles per instruction of a pass that reads statistics' rows (X - mu, the output), the rows copied that many
+# times along a middle axis once per block: each VectorE/GpSimdE instruction pays ~100 cycles of static overhead
+# (tilec/perf/costs.py, ARCH2), a third of a 256-column tile's share
+GROUP = 4
 # TILE_F candidates, the first that divides F and fits: 512 fp32 columns fill one PSUM bank (the sum's matmul), but
 # more blocks pipeline better (the first block's load and the last one's store are exposed): softmax_axis0 2048^2
 # (model, trn2) 512 / 256 / 128 columns 141.9 / 133.1 / 146.9 us; column_standardize 4096 x 2048 - / 339.0 / 377.9
@@ -160,7 +164,10 @@ def _balance(b: "_Builder") -> int:
     """Row tiles of each sum to fold on VectorE/GpSimdE: q minimising max(A + S (q - 1) c_vg, S (T - q + 1) c_pe),
     A the chain's other VectorE/GpSimdE work per block (its tensor_tensor passes shared as Work.shares says), S the sums,
     c_vg one tile's add on the two engines together, c_pe one tile's matmul (tilec/perf/costs.py: tensor_tensor 2
-    cycles per element on either engine; nc_matmul (N + fixed) cycles times the fp32 factor)."""
+    cycles per element on either engine; nc_matmul (N + fixed) cycles times the fp32 factor). When the blocks are
+    software-pipelined (stage_b: an even number >= 4 of blocks), A leaves out the output's work: it runs in stage B
+    beside the next block's statistics, and the sums are the chain's latency. Model, column_standardize 4096 x 2048,
+    q = 13 (A with the output) / 16 / 18 (without) / 20 / 22: 352.0 / 336.8 / 328.9 / 335.4 / 342.4 us."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
     t = get_target()
@@ -171,7 +178,9 @@ def _balance(b: "_Builder") -> int:
     c_vg = 2 * TF / (t.vector_ghz + t.gpsimd_ghz)
     fp32 = c.fp32 if b.res.dtype == "f32" or b.terms_f32 else 1.0
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
-    A = b.work.ns(t)
+    nb = b.ch.F // TF
+    out = b.output_work if nb >= 4 and nb % 2 == 0 else Work()
+    A = Work(b.work.sbuf - out.sbuf, b.work.psum - out.psum).ns(t)
     q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
     return 0 if q < 2 else min(T, round(q))
 
@@ -190,6 +199,8 @@ class _Builder:
         self.twin_stat: dict[str, str] = {}  # that row -> the statistic's name (read_whole: both builds name it so)
         self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads
         self.sums = 0
+        self.output_work = Work()  # the output's share of `work` (stage B when pipelined: _balance)
+        self.copies: dict[str, Buf] = {}  # a row -> its copies along a middle axis (grouped)
         self.terms_f32 = False
         self.stats: list[ColumnReduceOp] = [ops[j] for j in ch.op_range][:-1]
         self.user: EltwiseOp = ops[ch.at + ch.count - 1]
@@ -215,7 +226,9 @@ class _Builder:
         for j, s in enumerate(self.stats):
             exprs = self.in_place(j, exprs, body)
             body += self.statistic(s, exprs[j])
+        before = self.work
         body += self.output(exprs[-1])
+        self.output_work = Work(self.work.sbuf - before.sbuf, self.work.psum - before.psum)
         names = ", ".join(s.out for s in self.stats)
         what = f"{names}, {self.user.out} = statistics over the rows of {ch.src} and the element-wise op reading " \
                f"them, one block of TILE_F columns of every row kept in SBUF (X read once)"
@@ -234,6 +247,38 @@ class _Builder:
         buffers of one base live at once (the first two row tiles' terms)."""
         k = self.bases[base] = self.bases.get(base, 0) + 1
         return self.given(base if k == 1 else f"{base}{k}")
+
+    def grouped(self, e: sx.Expr, body: list[Stmt]) -> tuple[int, dict[str, View]]:
+        """(k, the operands of e over k row tiles rt * k .. rt * k + k - 1 at once): X's tiles as one view, each
+        row e reads copied k times (appended to body once per block). k = 1 when T is not a multiple of GROUP."""
+        X, P, TF = self.ch.src, self.P, self.ch.TF
+        names = sorted({x.tensor for x in accesses(e)} & set(self.rows))
+        # a row VectorE reads in PSUM (twins) goes per row tile: 1 cycle per element there against 2 in SBUF
+        k = GROUP if self.T % GROUP == 0 and self.T > GROUP and not any(self.rows[n].buf.name in self.twins
+                                                                          for n in names) else 1
+        if k == 1:
+            return 1, {X: self.tile(a("rt")), **self.rows}
+        tiles = {X: View(self.res, (full(P), sl(a(term("rt", k)), k), full(TF)))}
+        for name in names:
+            if name not in self.copies:
+                body += self.copied(name, k)
+            tiles[name] = whole(self.copies[name])
+        return k, tiles
+
+    def copied(self, name: str, k: int) -> list[Stmt]:
+        """Row `name` copied k times along a middle axis: one copy, then doublings (ScalarE, the chain's least busy
+        engine after its squares and exps)."""
+        P, TF, ln = self.P, self.ch.TF, self.line
+        buf = self.copies[name] = Buf(self.fresh(f"{name}_k"), "sbuf", "f32", (P, k, TF))
+        out: list[Stmt] = [Alloc(buf, line=ln), ir.Copy(View(buf, (full(P), a(0), full(TF))), self.rows[name], ln,
+                                                         engine="scalar")]
+        n = 1
+        while n < k:
+            m = min(n, k - n)
+            out.append(ir.Copy(View(buf, (full(P), sl(n, m), full(TF))), View(buf, (full(P), sl(0, m), full(TF))), ln,
+                               engine="scalar"))
+            n += m
+        return out
 
     def tile(self, rt: ir.Aff) -> View:
         """Row tile rt of the resident block (rows p * T + rt of the block on partition p)."""
@@ -300,8 +345,8 @@ class _Builder:
         part = _common(exprs[j], exprs[j + 1:], X)
         if part is None:
             return exprs
-        rt = a("rt")
-        body += loop("rt", self.T, self.emit({X: self.tile(rt), **self.rows}, "pre", part, self.tile(rt)),
+        k, tiles = self.grouped(part, body)
+        body += loop("rt", self.T // k, self.emit(tiles, "pre", part, tiles[X]),
                      note=f"{fmt_expr(part)} in place (every later reader of {X} reads it)", line=self.line)
         key = fmt_expr(part)
         return exprs[:j] + [_replaced(e, key, sx.Access(X, ())) for e in exprs[j:]]
@@ -443,9 +488,10 @@ class _Builder:
             expr = _replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
             self.rows[t.name] = whole(t)
         if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
-            step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt")))
+            k, tiles = self.grouped(expr, out)
+            step = self.emit(tiles, "tmp", expr, tiles[X])
             store = Dma(View(self.yv, (full(P), full(self.T), self.cols)), whole(self.res), ln)
-            return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
+            return out + loop("rt", self.T // k, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
         res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
         step = [Alloc(res, line=ln)]
         step += self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, whole(res))
