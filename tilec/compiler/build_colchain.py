@@ -41,15 +41,14 @@ from tilec.target import target as get_target
 # one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
 RESIDENT_BYTES = 32 * 1024
 OUTPUT_NOTE = "the output per row tile"
-# row tiles per instruction of a pass that reads statistics' rows (X - mu, the output), the rows copied that many
-# times along a middle axis once per block: each VectorE/GpSimdE instruction pays ~100 cycles of static overhead
-# (tilec/perf/costs.py, ARCH2), a third of a 256-column tile's share
-GROUP = 4
-# TILE_F candidates, the first that divides F and fits: 512 fp32 columns fill one PSUM bank (the sum's matmul), but
-# more blocks pipeline better (the first block's load and the last one's store are exposed): softmax_axis0 2048^2
-# (model, trn2) 512 / 256 / 128 columns 141.9 / 133.1 / 146.9 us; column_standardize 4096 x 2048 - / 339.0 / 377.9
+# TILE_F candidates, the first that divides F and fits: 512 fp32 columns fill one PSUM bank (the sum's matmul).
+# With fp32 X of 8 or more row tiles, more blocks pipeline better (the first block's load and the last one's store
+# are exposed); with fewer row tiles, or 16-bit X (its terms computed per row tile, no in-place part), a block's
+# work is short and wider instructions do better. Model, trn2, 512 / 256 columns: softmax over axis 0 f32 2048^2
+# 141.9 / 133.1 us, 1024^2 68.5 / 59.4, 512 x 2048 63.7 / 67.7; bf16 2048^2 305.9 / 362.4; column standardisation
+# bf16 4096 x 2048 539.1 / 675.0, f32 1024^2 66.4 / 65.3, 512 x 2048 58.6 / 63.7 (f32 4096 x 2048: 512 does not fit)
 WHOLE = 512  # a block of every column up to this wide
-BLOCK_COLS = (256, 512, 128)
+NARROW_FIRST, WIDE_FIRST = (256, 512, 128), (512, 256, 128)
 IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
 
@@ -100,7 +99,8 @@ def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
 def _block(T: int, F: int, elem: int) -> int | None:
     if F <= WHOLE and T * F * elem <= RESIDENT_BYTES:
         return F
-    return next((c for c in BLOCK_COLS if F % c == 0 and T * c * elem <= RESIDENT_BYTES), None)
+    order = NARROW_FIRST if elem == 4 and T >= 8 else WIDE_FIRST
+    return next((c for c in order if F % c == 0 and T * c * elem <= RESIDENT_BYTES), None)
 
 
 def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str],
@@ -167,7 +167,9 @@ def _balance(b: "_Builder") -> int:
     cycles per element on either engine; nc_matmul (N + fixed) cycles times the fp32 factor). When the blocks are
     software-pipelined (stage_b: an even number >= 4 of blocks), A leaves out the output's work: it runs in stage B
     beside the next block's statistics, and the sums are the chain's latency. Model, column_standardize 4096 x 2048,
-    q = 13 (A with the output) / 16 / 18 (without) / 20 / 22: 352.0 / 336.8 / 328.9 / 335.4 / 342.4 us."""
+    q = 13 (A with the output) / 16 / 18 (without) / 20 / 22: 352.0 / 336.8 / 328.9 / 335.4 / 342.4 us. Not for a
+    16-bit X, whose terms are computed per row tile (no in-place part): its bf16 form, q = 0 (A with the output) / 4
+    / 8 / 11 (without) / 13: 539.1 / 543.1 / 546.9 / 549.7 / 553.0 us."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
     t = get_target()
@@ -179,7 +181,7 @@ def _balance(b: "_Builder") -> int:
     fp32 = c.fp32 if b.res.dtype == "f32" or b.terms_f32 else 1.0
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
     nb = b.ch.F // TF
-    out = b.output_work if nb >= 4 and nb % 2 == 0 else Work()
+    out = b.output_work if nb >= 4 and nb % 2 == 0 and b.res.dtype == "f32" else Work()
     A = Work(b.work.sbuf - out.sbuf, b.work.psum - out.psum).ns(t)
     q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
     return 0 if q < 2 else min(T, round(q))
@@ -200,7 +202,6 @@ class _Builder:
         self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads
         self.sums = 0
         self.output_work = Work()  # the output's share of `work` (stage B when pipelined: _balance)
-        self.copies: dict[str, Buf] = {}  # a row -> its copies along a middle axis (grouped)
         self.terms_f32 = False
         self.stats: list[ColumnReduceOp] = [ops[j] for j in ch.op_range][:-1]
         self.user: EltwiseOp = ops[ch.at + ch.count - 1]
@@ -247,38 +248,6 @@ class _Builder:
         buffers of one base live at once (the first two row tiles' terms)."""
         k = self.bases[base] = self.bases.get(base, 0) + 1
         return self.given(base if k == 1 else f"{base}{k}")
-
-    def grouped(self, e: sx.Expr, body: list[Stmt]) -> tuple[int, dict[str, View]]:
-        """(k, the operands of e over k row tiles rt * k .. rt * k + k - 1 at once): X's tiles as one view, each
-        row e reads copied k times (appended to body once per block). k = 1 when T is not a multiple of GROUP."""
-        X, P, TF = self.ch.src, self.P, self.ch.TF
-        names = sorted({x.tensor for x in accesses(e)} & set(self.rows))
-        # a row VectorE reads in PSUM (twins) goes per row tile: 1 cycle per element there against 2 in SBUF
-        k = GROUP if self.T % GROUP == 0 and self.T > GROUP and not any(self.rows[n].buf.name in self.twins
-                                                                          for n in names) else 1
-        if k == 1:
-            return 1, {X: self.tile(a("rt")), **self.rows}
-        tiles = {X: View(self.res, (full(P), sl(a(term("rt", k)), k), full(TF)))}
-        for name in names:
-            if name not in self.copies:
-                body += self.copied(name, k)
-            tiles[name] = whole(self.copies[name])
-        return k, tiles
-
-    def copied(self, name: str, k: int) -> list[Stmt]:
-        """Row `name` copied k times along a middle axis: one copy, then doublings (ScalarE, the chain's least busy
-        engine after its squares and exps)."""
-        P, TF, ln = self.P, self.ch.TF, self.line
-        buf = self.copies[name] = Buf(self.fresh(f"{name}_k"), "sbuf", "f32", (P, k, TF))
-        out: list[Stmt] = [Alloc(buf, line=ln), ir.Copy(View(buf, (full(P), a(0), full(TF))), self.rows[name], ln,
-                                                         engine="scalar")]
-        n = 1
-        while n < k:
-            m = min(n, k - n)
-            out.append(ir.Copy(View(buf, (full(P), sl(n, m), full(TF))), View(buf, (full(P), sl(0, m), full(TF))), ln,
-                               engine="scalar"))
-            n += m
-        return out
 
     def tile(self, rt: ir.Aff) -> View:
         """Row tile rt of the resident block (rows p * T + rt of the block on partition p)."""
@@ -345,8 +314,8 @@ class _Builder:
         part = _common(exprs[j], exprs[j + 1:], X)
         if part is None:
             return exprs
-        k, tiles = self.grouped(part, body)
-        body += loop("rt", self.T // k, self.emit(tiles, "pre", part, tiles[X]),
+        rt = a("rt")
+        body += loop("rt", self.T, self.emit({X: self.tile(rt), **self.rows}, "pre", part, self.tile(rt)),
                      note=f"{fmt_expr(part)} in place (every later reader of {X} reads it)", line=self.line)
         key = fmt_expr(part)
         return exprs[:j] + [_replaced(e, key, sx.Access(X, ())) for e in exprs[j:]]
@@ -488,10 +457,9 @@ class _Builder:
             expr = _replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
             self.rows[t.name] = whole(t)
         if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
-            k, tiles = self.grouped(expr, out)
-            step = self.emit(tiles, "tmp", expr, tiles[X])
+            step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt")))
             store = Dma(View(self.yv, (full(P), full(self.T), self.cols)), whole(self.res), ln)
-            return out + loop("rt", self.T // k, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
+            return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
         res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
         step = [Alloc(res, line=ln)]
         step += self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, whole(res))
