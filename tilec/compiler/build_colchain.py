@@ -408,7 +408,7 @@ class _Builder:
     def evicted(self, s: ColumnReduceOp, bcast: Buf, acc: Buf) -> list[Stmt]:
         """The columns of the statistic's SBUF row that a reader needs: GpSimdE's share of the tensor_tensors, or
         all of them for a stored statistic or another reader. Copied by VectorE: VectorE and ScalarE must not use one
-        PSUM bank at once on NC-v3 (nki-spec §1.2 [ARCH3]), and VectorE reads this one."""
+        PSUM bank at once on NC-v3 (nki-spec §1.4 [ARCH3]), and VectorE reads this one."""
         TF = self.ch.TF
         cut = 0 if s.out in self.stored or s.out in self.read_whole else _twin_columns(TF, self.shares[1])
         if cut == TF:
