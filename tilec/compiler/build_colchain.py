@@ -41,7 +41,14 @@ from tilec.target import target as get_target
 # one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
 RESIDENT_BYTES = 32 * 1024
 OUTPUT_NOTE = "the output per row tile"
-BLOCK_COLS = (512, 256, 128)  # TILE_F candidates: 512 fp32 columns fill one PSUM bank (the sum's matmul)
+# TILE_F candidates, the first that divides F and fits: 512 fp32 columns fill one PSUM bank (the sum's matmul).
+# With fp32 X of 8 or more row tiles, more blocks pipeline better (the first block's load and the last one's store
+# are exposed); with fewer row tiles, or 16-bit X (its terms computed per row tile, no in-place part), a block's
+# work is short and wider instructions do better. Model, trn2, 512 / 256 columns: softmax over axis 0 f32 2048^2
+# 141.9 / 133.1 us, 1024^2 68.5 / 59.4, 512 x 2048 63.7 / 67.7; bf16 2048^2 305.9 / 362.4; column standardisation
+# bf16 4096 x 2048 539.1 / 675.0, f32 1024^2 66.4 / 65.3, 512 x 2048 58.6 / 63.7 (f32 4096 x 2048: 512 does not fit)
+WHOLE = 512  # a block of every column up to this wide
+NARROW_FIRST, WIDE_FIRST = (256, 512, 128), (512, 256, 128)
 IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
 
@@ -90,9 +97,10 @@ def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
 
 
 def _block(T: int, F: int, elem: int) -> int | None:
-    if F <= BLOCK_COLS[0] and T * F * elem <= RESIDENT_BYTES:
+    if F <= WHOLE and T * F * elem <= RESIDENT_BYTES:
         return F
-    return next((c for c in BLOCK_COLS if F % c == 0 and T * c * elem <= RESIDENT_BYTES), None)
+    order = NARROW_FIRST if elem == 4 and T >= 8 else WIDE_FIRST
+    return next((c for c in order if F % c == 0 and T * c * elem <= RESIDENT_BYTES), None)
 
 
 def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str],
@@ -107,7 +115,9 @@ def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: Ab
         return f"{base}_{names[base]}"
     first = _Builder(ch, ops, hbm, stored, counting)
     first.build()
-    return _Builder(ch, ops, hbm, stored, fresh, _balance(first)).build()
+    q = _balance(first)
+    work = Work(first.work.sbuf + first.sums * max(0, q - 1) * ch.TF, first.work.psum)
+    return _Builder(ch, ops, hbm, stored, fresh, q, work.shares(get_target()), frozenset(first.read_whole)).build()
 
 
 def stage_b(ch: ColChain, ops: tuple):
@@ -124,11 +134,42 @@ def stage_b(ch: ColChain, ops: tuple):
     return split
 
 
+@dataclass(frozen=True)
+class Work:
+    """A block's tensor_tensor elements per partition on VectorE/GpSimdE: `sbuf` with both inputs in SBUF (2 cycles
+    per element on either engine), `psum` reading a statistic's PSUM accumulator (1 cycle on VectorE, nki-spec
+    §1.10.4 [NISA tensor_tensor]: one input in PSUM; GpSimdE cannot read PSUM, so its share reads the SBUF copy at
+    2 cycles)."""
+    sbuf: float = 0.0
+    psum: float = 0.0
+
+    def shares(self, t) -> tuple[float, float]:
+        """VectorE's fraction of the sbuf and of the psum elements so that both engines finish together: the psum
+        work goes to VectorE first (twice its SBUF rate), GpSimdE takes the SBUF work first."""
+        v, g = t.vector_ghz, t.gpsimd_ghz
+        Wf, Wp = self.sbuf, self.psum
+        if Wf + Wp == 0:
+            return v / (v + g), 1.0
+        if Wp / v >= 2 * Wf / g:
+            return 0.0, (2 * Wf / g + 2 * Wp / g) / (Wp / v + 2 * Wp / g)
+        return (2 * Wf / g - Wp / v) / (2 * Wf / v + 2 * Wf / g), 1.0
+
+    def ns(self, t) -> float:
+        """The time of this work on VectorE and GpSimdE together, shared as `shares` says."""
+        f, p = self.shares(t)
+        return (f * 2 * self.sbuf + p * self.psum) / t.vector_ghz
+
+
 def _balance(b: "_Builder") -> int:
     """Row tiles of each sum to fold on VectorE/GpSimdE: q minimising max(A + S (q - 1) c_vg, S (T - q + 1) c_pe),
-    A the chain's other VectorE/GpSimdE work per block (its tensor_tensor passes, shared by columns), S the sums,
+    A the chain's other VectorE/GpSimdE work per block (its tensor_tensor passes shared as Work.shares says), S the sums,
     c_vg one tile's add on the two engines together, c_pe one tile's matmul (tilec/perf/costs.py: tensor_tensor 2
-    cycles per element on either engine; nc_matmul (N + fixed) cycles times the fp32 factor)."""
+    cycles per element on either engine; nc_matmul (N + fixed) cycles times the fp32 factor). When the blocks are
+    software-pipelined (stage_b: an even number >= 4 of blocks), A leaves out the output's work: it runs in stage B
+    beside the next block's statistics, and the sums are the chain's latency. Model, column_standardize 4096 x 2048,
+    q = 13 (A with the output) / 16 / 18 (without) / 20 / 22: 352.0 / 336.8 / 328.9 / 335.4 / 342.4 us. Not for a
+    16-bit X, whose terms are computed per row tile (no in-place part): its bf16 form, q = 0 (A with the output) / 4
+    / 8 / 11 (without) / 13: 539.1 / 543.1 / 546.9 / 549.7 / 553.0 us."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
     t = get_target()
@@ -139,19 +180,28 @@ def _balance(b: "_Builder") -> int:
     c_vg = 2 * TF / (t.vector_ghz + t.gpsimd_ghz)
     fp32 = c.fp32 if b.res.dtype == "f32" or b.terms_f32 else 1.0
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
-    A = b.passes * c_vg
+    nb = b.ch.F // TF
+    out = b.output_work if nb >= 4 and nb % 2 == 0 and b.res.dtype == "f32" else Work()
+    A = Work(b.work.sbuf - out.sbuf, b.work.psum - out.psum).ns(t)
     q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
     return 0 if q < 2 else min(T, round(q))
 
 
 class _Builder:
     def __init__(self, ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh,
-                 folded: int = 0):
+                 folded: int = 0, shares: tuple[float, float] | None = None, read_whole: AbstractSet[str] = frozenset()):
         self.ch, self.hbm, self.stored, self.given = ch, hbm, stored, fresh
         self.bases: dict[str, int] = {}
         self.fold_tiles = folded  # row tiles of each sum added on VectorE/GpSimdE before one matmul (_balance)
-        self.passes = 0.0  # VectorE/GpSimdE tensor_tensor passes over one row tile, over the whole block
+        self.work = Work()  # VectorE/GpSimdE tensor_tensor elements per partition over the whole block
+        t = get_target()
+        # VectorE's fraction of the SBUF tensor_tensors and of those reading a statistic in PSUM (Work.shares)
+        self.shares = shares or (t.vector_ghz / (t.vector_ghz + t.gpsimd_ghz), 1.0)
+        self.twins: dict[str, Buf] = {}  # a statistic's SBUF row (on every partition) -> its PSUM accumulator
+        self.twin_stat: dict[str, str] = {}  # that row -> the statistic's name (read_whole: both builds name it so)
+        self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads
         self.sums = 0
+        self.output_work = Work()  # the output's share of `work` (stage B when pipelined: _balance)
         self.terms_f32 = False
         self.stats: list[ColumnReduceOp] = [ops[j] for j in ch.op_range][:-1]
         self.user: EltwiseOp = ops[ch.at + ch.count - 1]
@@ -177,7 +227,9 @@ class _Builder:
         for j, s in enumerate(self.stats):
             exprs = self.in_place(j, exprs, body)
             body += self.statistic(s, exprs[j])
+        before = self.work
         body += self.output(exprs[-1])
+        self.output_work = Work(self.work.sbuf - before.sbuf, self.work.psum - before.psum)
         names = ", ".join(s.out for s in self.stats)
         what = f"{names}, {self.user.out} = statistics over the rows of {ch.src} and the element-wise op reading " \
                f"them, one block of TILE_F columns of every row kept in SBUF (X read once)"
@@ -185,6 +237,11 @@ class _Builder:
             pre += [Alloc(o, zero=True, line=ln), ir.Scalar(whole(o), whole(o), "add", 1.0, ln)]
         nest = loop("ct", ch.F // ch.TF, body, note="for the blocks of TILE_F columns", line=ln)
         return [("TILE_F", ch.TF)], pre + [ir.Block(what, tuple(nest), ln)]
+
+    def fold_columns(self) -> int:
+        """The columns of an element-wise fold VectorE takes (GpSimdE the rest), as Work.shares says."""
+        TF = self.ch.TF
+        return TF if TF < SHARE_MIN else round(TF * self.shares[0])
 
     def fresh(self, base: str) -> str:
         """A new name per request: the allocator's names are stable per base, and this chain makes several
@@ -203,12 +260,49 @@ class _Builder:
         t = get_target()
         made = ExprCompiler(tiles, (self.P, self.ch.TF), self.line, self.fresh, set(),
                             prefix=self.fresh(prefix)).emit(e, dst)
+        per_tile = self.T if any("rt" in _vars(v) for v in (dst, *tiles.values())) else 1
         out: list[Stmt] = []
         for x in made:
-            out += _cut(x, t) if isinstance(x, Binary) and not x.engine else [x]
-        out = balanced(out, t)
-        per_tile = any("rt" in _vars(v) for v in (dst, *tiles.values()))
-        self.passes += sum(isinstance(x, Binary) for x in out) / 2 * (self.T if per_tile else 1)
+            twin = self.twin_of(x)
+            if twin is not None and isinstance(x, Binary):
+                out += self.twin_cut(x, *twin)
+                self.work = Work(self.work.sbuf, self.work.psum + x.dst.shape()[-1] * per_tile)
+                continue
+            self.read_whole |= {self.twin_stat[r.buf.name] for r in _reads_of(x) if r.buf.name in self.twins}
+            if isinstance(x, Binary) and not x.engine:
+                cut = _cut(x, t, self.shares[0])
+                out += cut
+                if isinstance(cut[0], Binary):
+                    self.work = Work(self.work.sbuf + x.dst.shape()[-1] * per_tile, self.work.psum)
+            else:
+                out.append(x)
+        return balanced(out, t)
+
+    def twin_of(self, x: Stmt) -> tuple[int, Buf] | None:
+        """(the operand, the PSUM accumulator) of a tensor_tensor over SBUF tiles one of whose operands is a
+        statistic's row with an accumulator holding it: VectorE reads that instead at its 1x rate."""
+        if not isinstance(x, Binary) or x.engine or x.scale0 != 1.0:
+            return None
+        rows = [k for k, v in enumerate((x.a, x.b)) if v.buf.name in self.twins and v == whole(v.buf)]
+        views = (x.dst, x.a, x.b)
+        if len(rows) != 1 or x.a == x.b or any(v.buf.memory != "sbuf" or v.perm or v.shape() != x.dst.shape()
+                                               or not isinstance(v.idx[-1], ir.Sl) or v.idx[-1].step != 1
+                                               for v in views):
+            return None
+        k = rows[0]
+        return k, self.twins[(x.a, x.b)[k].buf.name]
+
+    def twin_cut(self, x: Binary, k: int, acc: Buf) -> list[Stmt]:
+        """x's first columns on VectorE reading the accumulator, the rest on GpSimdE reading the SBUF row."""
+        n = x.dst.shape()[-1]
+        cut = _twin_columns(n, self.shares[1])
+        out: list[Stmt] = []
+        if cut < n:
+            out += [g for g in _fold(x.dst, x.a, x.b, x.op, cut, x.line) if isinstance(g, Binary) and g.engine]
+        if cut:
+            ops = [x.a, x.b]
+            ops[k] = whole(acc)
+            out += [v for v in _fold(x.dst, ops[0], ops[1], x.op, cut, x.line) if isinstance(v, Binary) and not v.engine]
         return out
 
     def in_place(self, j: int, exprs: list[sx.Expr], body: list[Stmt]) -> list[sx.Expr]:
@@ -252,7 +346,7 @@ class _Builder:
         """run = the max/min of the row tiles' terms, element-wise (VectorE and GpSimdE by columns)."""
         P, TF, ln = self.P, self.ch.TF, s.update_line
         run = Buf(self.fresh(f"{s.out}_run"), "sbuf", "f32", (P, TF))
-        cut = _vector_columns(TF, "f32", max(1, self.T - 1))
+        cut = self.fold_columns()
         first, made = self.terms(s, expr, a(0))
         body = [Alloc(run, line=ln)] + made + [ir.Copy(whole(run), first, ln)] if self.T == 1 else []
         if self.T > 1:
@@ -262,7 +356,7 @@ class _Builder:
             nxt, made = self.terms(s, expr, a("rt", 2))
             body += loop("rt", self.T - 2, made + _fold(whole(run), whole(run), nxt, s.op, cut, ln),
                          note="the row tiles folded element-wise", line=ln)
-        self.passes += self.T - 1
+        self.work = Work(self.work.sbuf + (self.T - 1) * TF, self.work.psum)
         self.pending = body
         return run
 
@@ -274,28 +368,53 @@ class _Builder:
         self.sums += 1
         q = self.fold_tiles
         acc = Buf(self.fresh(f"{s.out}_acc"), "psum", "f32", (P, TF))
-        out: list[Stmt] = [Alloc(acc, zero=True, line=ln)]
+        out: list[Stmt] = [Alloc(acc, line=ln)]
         if q:
             run = Buf(self.fresh(f"{s.out}_run"), "sbuf", "f32", (P, TF))
             first, made = self.terms(s, expr, a(0))
             second, made2 = self.terms(s, expr, a(1))
-            cut = _vector_columns(TF, "f32", q - 1)
+            cut = self.fold_columns()
             out += [Alloc(run, line=ln)] + made + made2 + _fold(whole(run), first, second, "add", cut, ln)
             nxt, made = self.terms(s, expr, a("rt", 2))
             out += [] if q == 2 else loop("rt", q - 2, made + _fold(whole(run), whole(run), nxt, "add", cut, ln),
                                           note="row tiles added element-wise (VectorE, GpSimdE)", line=ln)
-            self.passes += (q - 1)
-        if q < T:
-            terms, made = self.terms(s, expr, a("rt", q))
+        if q < T:  # the first matmul starts the sum: the accumulator may be allocated once for every block
+            terms, made = self.terms(s, expr, a(q))
             self.terms_f32 = self.terms_f32 or terms.buf.dtype == "f32"
-            out += loop("rt", T - q, made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms, ln)],
+            out += made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms, ln, start=True)]
+        if q + 1 < T:
+            terms, made = self.terms(s, expr, a("rt", q + 1))
+            out += loop("rt", T - q - 1, made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms,
+                                                           ln)],
                         note="the row tiles' terms summed into PSUM (ones matmul)", line=ln)
         if q:
-            out.append(ir.Matmul(whole(acc), whole(self.ones_for("f32")), whole(run), ln))
+            out.append(ir.Matmul(whole(acc), whole(self.ones_for("f32")), whole(run), ln, start=q == T))
+        if self.twinned(s, bcast, acc):
+            return out + self.evicted(s, bcast, acc)
         out.append(ir.Act(whole(bcast), whole(acc), "copy", scale=s.scale, line=ln))
         if s.init != 0.0:
             out.append(ir.Scalar(whole(bcast), whole(bcast), "add", float(s.init), ln))
         return out
+
+    def twinned(self, s: ColumnReduceOp, bcast: Buf, acc: Buf) -> bool:
+        """Whether the accumulator holds the statistic itself (no scale, no start beyond the identity): then
+        VectorE's tensor_tensors read it there (twin_of)."""
+        if s.init != IDENTITY[s.op] or (s.op == "add" and s.scale != 1.0):
+            return False
+        self.twins[bcast.name] = acc
+        self.twin_stat[bcast.name] = s.out
+        return True
+
+    def evicted(self, s: ColumnReduceOp, bcast: Buf, acc: Buf) -> list[Stmt]:
+        """The columns of the statistic's SBUF row that a reader needs: GpSimdE's share of the tensor_tensors, or
+        all of them for a stored statistic or another reader. Copied by VectorE: VectorE and ScalarE must not use one
+        PSUM bank at once on NC-v3 (nki-spec §1.4 [ARCH3]), and VectorE reads this one."""
+        TF = self.ch.TF
+        cut = 0 if s.out in self.stored or s.out in self.read_whole else _twin_columns(TF, self.shares[1])
+        if cut == TF:
+            return []
+        return [ir.Copy(View(bcast, (full(self.P), sl(cut, TF - cut))), View(acc, (full(self.P), sl(cut, TF - cut))),
+                        s.update_line)]
 
     def ones_for(self, dtype: str) -> Buf:
         """The (P, P) ones of a matmul's moving dtype (nc_matmul wants both operands fp32 or neither)."""
@@ -322,9 +441,10 @@ class _Builder:
                     Alloc(spread, line=ln),
                     ir.Scalar(whole(spread), View(ones, (sl(0, CB), full(P))), "multiply", whole(col), ln),
                     ir.Transpose(View(acc, (full(P), chunk)), whole(spread), "pe", ln)]
+        if self.twinned(s, bcast, acc):
+            return out + self.evicted(s, bcast, acc)
         out.append(ir.Copy(whole(bcast), whole(acc), ln))
-        if s.init != IDENTITY[s.op]:
-            out.append(ir.Scalar(whole(bcast), whole(bcast), s.op, float(s.init), ln))
+        out.append(ir.Scalar(whole(bcast), whole(bcast), s.op, float(s.init), ln))
         return out
 
     def output(self, expr: sx.Expr) -> list[Stmt]:
@@ -363,9 +483,9 @@ def _fold(dst: View, x: View, y: View, alu: str, cut: int, line: int) -> list[St
     return out
 
 
-def _cut(x: Binary, t) -> list[Stmt]:
-    """x with its columns cut between GpSimdE and VectorE so both finish together (tensor_tensor: 2 cycles per
-    element on either, at the target's clocks: expr_instrs.shared_binary's rule, for views of any rank). Kept whole:
+def _cut(x: Binary, t, share: float) -> list[Stmt]:
+    """x with its columns cut between GpSimdE and VectorE, VectorE taking `share` of them (Work.shares: with no
+    PSUM reads, the two finish together, expr_instrs.shared_binary's rule, for views of any rank). Kept whole:
     an operand outside SBUF, narrower than SHARE_MIN, a square x * x (lower_tiles moves it to ScalarE), all
     16-bit operands (VectorE's fast mode)."""
     views = (x.dst, x.a, x.b)
@@ -376,8 +496,18 @@ def _cut(x: Binary, t) -> list[Stmt]:
            or v.shape() != x.dst.shape() for v in views) or n < SHARE_MIN or x.a == x.b \
             or all(v.buf.dtype in ("f16", "bf16") for v in views):
         return [x]
-    cut = round(n * (2 / t.gpsimd_ghz) / (2 / t.vector_ghz + 2 / t.gpsimd_ghz))
-    return _fold(x.dst, x.a, x.b, x.op, cut, x.line)
+    return _fold(x.dst, x.a, x.b, x.op, round(n * share), x.line)
+
+
+def _twin_columns(n: int, share: float) -> int:
+    """VectorE's columns of a tensor_tensor reading a PSUM accumulator: all of them when GpSimdE's part would be
+    narrower than SHARE_MIN / 2 (its instruction's fixed cost outweighs the columns)."""
+    cut = round(n * share)
+    return n if n - cut < SHARE_MIN // 2 else cut
+
+
+def _reads_of(x: Stmt) -> list[View]:
+    return [v for f in dataclasses.fields(x) if f.name != "dst" and isinstance(v := getattr(x, f.name), View)]
 
 
 def _vars(v: View) -> set[str]:
