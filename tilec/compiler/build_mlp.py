@@ -1,0 +1,271 @@
+"""Loop-nest builder for a two-layer MLP (a transformer's feed-forward block) kept on chip: the two matmuls of
+
+    h[i, j] = f(b1[j] + sum_k X[i, k] * W1[k, j])      f: gelu, relu, ... (or none), b1 optional
+    Y[i, e] = b2[e] + sum_j h[i, j] * W2[j, e]          b2 optional
+
+Built op by op, both matmuls take the rows i as their output partitions: h is stored to HBM, read back, and both
+X and h are turned into the contraction layout by 128 x 128 PE transposes (M = 2048, D = 256, H = 512, E = 256:
+96 of them; trn2 model 1.96x the TensorE floor in fp32, 4.9x in bf16). Here, per block of MB rows of X:
+
+    X^T      X_T[D (partitions, tiles of 128), MB]: DMA transposes of X's 128 x 128 blocks straight from HBM
+    op 1     h_T[128 hidden units, MB] = W1[:, d-tile, h-tile].T @ X_T[:, d-tile]  (stationary W1 as stored: its
+             rows are the contraction), evicted by ScalarE as f(acc + b1) in one activation: the hidden units are
+             on the partitions, so b1 is a per-partition bias column
+    op 2     Y[128 rows, E] = sum over h-tiles of h_T[:, h-tile, rows].T @ W2[h-tile rows, E]: h_T is already the
+             contraction-major stationary operand, and Y comes out in its row layout (stored as it is); b2 a row
+             broadcast to the partitions once, added on the eviction (VectorE)
+
+h never reaches HBM and nothing is transposed on TensorE. The other orientation of op 2 (Y^T = W2-tile.T @ h_T,
+h_T moving) moves the same matmul columns through TensorE but needs Y^T turned back before the store (E x M / 128^2
+transposes and their evictions), so it is not built. W1 and W2 stay resident in SBUF (one DMA each); MB is the
+widest of 512, 256, 128 rows whose buffers fit the SBUF budget (two blocks in flight), else the MLP is built op by
+op. `place h, hbm` (any directive naming h or Y) keeps the op-by-op path.
+
+`why_not` says why two ops are not such an MLP.
+"""
+from __future__ import annotations
+
+from typing import AbstractSet, Callable
+
+from tilec.compiler import ir, passes
+from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Copy, Dma, Matmul, Stmt, Transpose, View, full
+from tilec.compiler.ops import ConvOp
+from tilec.compiler.schedule import PMAX, PSUM_BANK
+
+P = PMAX
+PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
+BLOCKS = (512, 256, 128)  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
+FUNCS = {"relu", "gelu", "exp", "tanh", "sigmoid", "silu", "abs", "square", "copy"}
+
+
+def _matmul(op) -> bool:
+    """A plain 2-D matmul A[i, k] @ B[k, j] (A stored row-major), an optional bias row along j."""
+    return (isinstance(op, ConvOp) and op.w_layout == "kc" and op.dim("N") == op.dim("H") == op.dim("Ho") == 1
+            and op.dim("R") == op.dim("S") == 1 and op.dim("W") == op.dim("Wo") and op.pool is None
+            and op.residual is None and op.clamp is None and op.groups == 1 and op.w_relu is None
+            and op.scale == 1.0 and not op.w_batch and not op.x_transposed and op.out == op.name
+            and (op.bias is None or op.bias_role == "x"))
+
+
+def funcs(op: ConvOp) -> list[str] | None:
+    """The element-wise functions op 1 applies after its bias, in order (None: something else is fused)."""
+    steps = (["relu"] if op.relu else []) + [s.op for s in op.epilogue if s.kind == "func"]
+    if any(s.kind != "func" for s in op.epilogue) or any(f not in FUNCS for f in steps):
+        return None
+    return steps
+
+
+def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str], outputs: AbstractSet[str],
+            reads: Callable[[object], list[str]], budget: int) -> str:
+    """"" when ops[i], ops[i + 1] form an MLP this builder keeps on chip; else the reason."""
+    if i + 2 > len(ops):
+        return "not two matmuls"
+    p, c = ops[i], ops[i + 1]
+    if not (_matmul(p) and _matmul(c) and c.w == p.out):
+        return f"not two plain matmuls with {p.out} the first operand of the second"
+    if funcs(p) is None or c.relu or c.epilogue:
+        return "an epilogue other than element-wise functions on the first matmul"
+    if (c.dim("K"), c.dim("C")) != (p.dim("K"), p.dim("W")):
+        return "the shapes of the two matmuls do not chain"
+    if p.dim("C") % P or p.dim("W") % P:
+        return f"the contraction or the hidden size is not a multiple of {P}"
+    if {p.name, c.name} & set(scheduled):
+        return f"a directive names {p.name} or {c.name} (`place {p.out}, hbm` keeps it in HBM)"
+    if p.out in outputs or any(p.out in reads(o) for o in ops if o is not c):
+        return f"another op or the kernel's outputs read {p.out}"
+    dt = {t: hbm[t].dtype for t in (p.w, p.x, p.out, c.x)}
+    if dt[p.w] != dt[p.x] or dt[p.out] != dt[c.x]:
+        return "the operands of a matmul have different dtypes"
+    if block_rows(p, c, hbm, budget) is None:
+        return "W1, W2 and two blocks of 128 rows do not fit the SBUF budget"
+    return ""
+
+
+def block_rows(p: ConvOp, c: ConvOp, hbm: dict[str, Buf], budget: int) -> int | None:
+    """Rows of X per block: the widest of BLOCKS (or M when fewer) whose buffers fit `budget`, or None."""
+    M = p.dim("K")
+    for mb in sorted({min(b, M) for b in BLOCKS}, reverse=True):
+        built = MlpBuilder(p, c, hbm, lambda base: base, mb).build()
+        if passes.peak_usage(tuple(built))[0] <= budget:
+            return mb
+    return None
+
+
+class MlpBuilder:
+    def __init__(self, p: ConvOp, c: ConvOp, hbm: dict[str, Buf], fresh: Callable[[str], str], mb: int) -> None:
+        self.p, self.c, self.hbm, self.given = p, c, hbm, fresh
+        self.made: dict[str, int] = {}
+        self.M, self.D, self.H, self.E = p.dim("K"), p.dim("C"), p.dim("W"), c.dim("W")
+        self.DT, self.HT, self.MB = self.D // P, self.H // P, mb
+        self.ec = min(self.E, PSUM_F32)  # Y's columns per PSUM bank
+        self.funcs = funcs(p) or []
+        self.views: list[Stmt] = []
+        self.mb_var, self.ht_var, self.dt_var, self.mt_var = (self.fresh(n) for n in ("m_b", "h_t", "d_t", "m_t"))
+
+    def dtype(self, t: str) -> str:
+        return self.hbm[t].dtype
+
+    def fresh(self, base: str) -> str:
+        """A new name at each call (the allocator names one base once; the last block and the last PSUM bank of
+        columns repeat a buffer in another shape)."""
+        n = self.made[base] = self.made.get(base, 0) + 1
+        return self.given(base if n == 1 else f"{base}{n}")
+
+    def build(self) -> list[Stmt]:
+        pre = self.weights() + self.biases()
+        full_blocks, rest = divmod(self.M, self.MB)
+        main = loop(self.mb_var, full_blocks, self.block(a(term(self.mb_var, self.MB)), self.MB),
+                    note=f"blocks of {self.MB} rows of {self.p.w}", line=self.p.line)
+        if rest:
+            main += self.block(a(full_blocks * self.MB), rest)
+        label = (f"MLP {self.p.out} -> {self.c.out} by blocks of {self.MB} rows: {self.p.out} kept in SBUF "
+                 f"transposed (hidden units on the partitions), never in HBM")
+        return self.views + pre + [ir.Block(label, tuple(main), self.p.line)]
+
+    def blocks(self, t: str, n: int, cols: int) -> View:
+        """t [n * 128, cols] in HBM seen as [128, n, cols] (row p of block b at [p, b]): one DMA loads all."""
+        view = Buf(self.fresh(f"{t}_blocks"), "hbm", self.dtype(t), (n, P, cols))
+        self.views.append(ir.Reshape(view, self.hbm[t], self.p.line))
+        return View(view, (full(n), full(P), full(cols)), perm=(1, 0, 2))
+
+    def weights(self) -> list[Stmt]:
+        """W1 [D, H] and W2 [H, E], contraction rows on the partitions, resident (one DMA each)."""
+        p, c = self.p, self.c
+        self.w1 = Buf(self.fresh(f"{p.x}_tiles"), "sbuf", self.dtype(p.x), (P, self.DT, self.H))
+        self.w2 = Buf(self.fresh(f"{c.x}_tiles"), "sbuf", self.dtype(c.x), (P, self.HT, self.E))
+        return [Alloc(self.w1, line=p.line), Dma(ir.whole(self.w1), self.blocks(p.x, self.DT, self.H), p.line),
+                Alloc(self.w2, line=c.line), Dma(ir.whole(self.w2), self.blocks(c.x, self.HT, self.E), c.line)]
+
+    def biases(self) -> list[Stmt]:
+        """b1 as one fp32 column per tile of hidden units (an activation's bias is per partition, fp32), b2 as an
+        fp32 row on every partition (broadcast once by a ones matmul)."""
+        p, c = self.p, self.c
+        out: list[Stmt] = []
+        self.b1 = self.b2 = None
+        if p.bias is not None:
+            view = Buf(self.fresh(f"{p.bias}_cols"), "hbm", self.dtype(p.bias), (self.HT, P))
+            self.views.append(ir.Reshape(view, self.hbm[p.bias], p.line))
+            raw = Buf(self.fresh(f"{p.bias}_col"), "sbuf", self.dtype(p.bias), (P, self.HT))
+            out += [Alloc(raw, line=p.line), Dma(ir.whole(raw), View(view, (full(self.HT), full(P)), perm=(1, 0)),
+                                                 p.line)]
+            self.b1 = raw
+            if raw.dtype != "f32":
+                self.b1 = Buf(self.fresh(f"{p.bias}_f32"), "sbuf", "f32", raw.shape)
+                out += [Alloc(self.b1, line=p.line), Copy(ir.whole(self.b1), ir.whole(raw), p.line)]
+        if c.bias is not None:
+            bt = self.dtype(c.bias)
+            ones, made = ones_row(self.fresh(f"ones_{bt}"), bt, P, c.line)
+            row = Buf(self.fresh(f"{c.bias}_row"), "sbuf", bt, (1, self.E))
+            self.b2 = Buf(self.fresh(f"{c.bias}_bc"), "sbuf", "f32", (P, self.E))
+            out += made + [Alloc(row, line=c.line), Dma(ir.whole(row), View(self.hbm[c.bias], (full(self.E),)),
+                                                        c.line), Alloc(self.b2, line=c.line)]
+            for e0 in range(0, self.E, self.ec):
+                n = min(self.ec, self.E - e0)
+                acc = Buf(self.fresh(f"{c.bias}_bcast"), "psum", "f32", (P, n))
+                out += broadcast_row(acc, ones, View(row, (full(1), sl(e0, n))), c.line)
+                out.append(Copy(View(self.b2, (full(P), sl(e0, n))), ir.whole(acc), c.line))
+        return out
+
+    def block(self, m0: ir.Aff, mb: int) -> list[Stmt]:
+        """One block of mb rows of X from row m0: X_T, h_T (op 1 and its activation), Y (op 2), stored."""
+        p = self.p
+        x_t = Buf(self.fresh(f"{p.w}_T"), "sbuf", self.dtype(p.w), (P, self.DT, mb))
+        h_t = Buf(self.fresh(f"{p.out}_T"), "sbuf", self.dtype(p.out), (P, self.HT, mb))
+        out: list[Stmt] = [Alloc(x_t, line=p.line)]
+        for dt in range(self.DT):  # DMA transposes of X's 128 x 128 blocks (the last may have fewer rows)
+            for r0 in range(0, mb, P):
+                n = min(P, mb - r0)
+                out.append(Transpose(View(x_t, (full(P), a(dt), sl(r0, n))),
+                                     View(self.hbm[p.w], (sl(m0.plus(r0), n), sl(dt * P, P))), "dma", p.line))
+        out += [Alloc(h_t, line=p.line)] + self.hidden(x_t, h_t, mb)
+        full_tiles, rest = divmod(mb, P)
+        if full_tiles:
+            out += loop(self.mt_var, full_tiles, self.rows(h_t, m0, a(term(self.mt_var, P)), P),
+                        note=f"tiles of {P} rows", line=self.c.line)
+        if rest:
+            out += self.rows(h_t, m0, a(full_tiles * P), rest)
+        return out
+
+    def hidden(self, x_t: Buf, h_t: Buf, mb: int) -> list[Stmt]:
+        """h_T[:, ht] = f(W1[:, :, ht].T @ X_T + b1[ht]) for every tile ht of hidden units."""
+        p, ht, dt = self.p, self.ht_var, self.dt_var
+        acc = Buf(self.fresh(f"{p.out}_ps"), "psum", "f32", (P, mb))
+
+        def mm(d: ir.Aff, start: bool) -> Matmul:
+            return Matmul(ir.whole(acc), View(self.w1, (full(P), d, sl(a(term(ht, P)), P))),
+                          View(x_t, (full(P), d, full(mb))), p.line, start=start)
+        body: list[Stmt] = [Alloc(acc, line=p.line), mm(a(0), True)]
+        if self.DT > 1:
+            body += loop(dt, self.DT - 1, [mm(a(dt, 1), False)], note=f"contraction tiles of {P}", line=p.line)
+        dst = View(h_t, (full(P), a(ht), full(mb)))
+        first = self.funcs[0] if self.funcs else "copy"
+        bias = View(self.b1, (full(P), sl(a(ht), 1))) if self.b1 is not None else None
+        body.append(Act(dst, ir.whole(acc), first, bias, 1.0, p.line))
+        body += [Act(dst, dst, f, None, 1.0, p.line) for f in self.funcs[1:]]
+        return loop(ht, self.HT, body, note=f"tiles of {P} hidden units", line=p.line)
+
+    def rows(self, h_t: Buf, m0: ir.Aff, r0: ir.Aff, n: int) -> list[Stmt]:
+        """Y[m0 + r0 .. + n, :] = h_T[:, :, r0 .. + n].T @ W2 (+ b2), a PSUM bank of columns at a time, stored."""
+        c = self.c
+        y = Buf(self.fresh(f"{c.out}_rows"), "sbuf", self.dtype(c.out), (P, self.E))
+        out: list[Stmt] = [Alloc(y, line=c.line)]
+        for e0 in range(0, self.E, self.ec):
+            w = min(self.ec, self.E - e0)
+            acc = Buf(self.fresh(f"{c.out}_ps"), "psum", "f32", (P, w))
+            part = View(acc, (sl(0, n), full(w)))
+
+            def mm(h: ir.Aff, start: bool, acc_view: View = part, e0: int = e0, w: int = w) -> Matmul:
+                return Matmul(acc_view, View(h_t, (full(P), h, sl(r0, n))), View(self.w2, (full(P), h, sl(e0, w))),
+                              c.line, start=start)
+            out += [Alloc(acc, line=c.line), mm(a(0), True)]
+            if self.HT > 1:
+                out += loop(self.ht_var, self.HT - 1, [mm(a(self.ht_var, 1), False)],
+                            note=f"tiles of {P} hidden units", line=c.line)
+            dst = View(y, (sl(0, n), sl(e0, w)))
+            out.append(Binary(dst, part, View(self.b2, (sl(0, n), sl(e0, w))), "add", c.line)
+                       if self.b2 is not None else Copy(dst, part, c.line))
+        rows = View(self.hbm[c.out], (sl(m0.plus(r0), n), full(self.E)))
+        return out + [Dma(rows, View(y, (sl(0, n), full(self.E))), c.line)]
+
+
+def build_mlp(ops: tuple, i: int, hbm: dict[str, Buf], fresh: Callable[[str], str], scheduled: AbstractSet[str],
+              outputs: AbstractSet[str], reads: Callable[[object], list[str]], budget: int
+              ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
+    """The MLP ops[i], ops[i + 1] built on chip (None: not such an MLP; each op then takes its own builder)."""
+    if not budget or why_not(ops, i, hbm, scheduled, outputs, reads, budget):
+        return None
+    mb = block_rows(ops[i], ops[i + 1], hbm, budget)
+    assert mb is not None  # (why_not checked it)
+    return [], MlpBuilder(ops[i], ops[i + 1], hbm, fresh, mb).build()
+
+
+def is_mlp(ops: tuple, chain) -> bool:
+    """Whether a fused chain (op names) is such an MLP: two matmuls, the second reading the first's output."""
+    by_name = {o.name: o for o in ops}
+    members = [by_name.get(n) for n in chain]
+    return len(members) == 2 and all(_matmul(o) for o in members) and members[1].w == members[0].out
+
+
+def note(ops: tuple, chain, hbm: dict[str, Buf], budget: int) -> str:
+    """The schedule line of an MLP kept on chip (`tilec explain`, the kernel's docstring)."""
+    p, c = (next(o for o in ops if o.name == n) for n in chain)
+    mb = block_rows(p, c, hbm, budget) or 0
+    return (f"# MLP {p.name} -> {c.name} on chip by blocks of {mb} rows ({p.out} transposed in SBUF, never in HBM; "
+            f"`place {p.out}, hbm` builds them op by op)")
+
+
+def refusals(program, ops: tuple, scheduled: AbstractSet[str], chains: list,
+             reads: Callable[[object], list[str]], budget: int) -> str:
+    """Schedule lines for two chained matmuls built op by op, and why (`tilec explain`)."""
+    hbm = {name: Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+    fused = {tuple(ch) for ch in chains}
+    out = []
+    for i in range(len(ops) - 1):
+        p, c = ops[i], ops[i + 1]
+        if not (_matmul(p) and _matmul(c) and c.w == p.out) or (p.name, c.name) in fused:
+            continue
+        out.append(f"# MLP {p.name} -> {c.name} built op by op: "
+                   f"{why_not(ops, i, hbm, scheduled, set(program.kernel.outputs), reads, budget)}")
+    return "".join(line + "\n" for line in out)
+
