@@ -25,17 +25,19 @@ op. `place h, hbm` (any directive naming h or Y) keeps the op-by-op path.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import AbstractSet, Callable
 
 from tilec.compiler import ir, passes
-from tilec.compiler.build_util import a, broadcast_row, loop, ones_row, sl, term
+from tilec.compiler.build_util import a, loop, ones_row, sl, term
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Copy, Dma, Matmul, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX, PSUM_BANK
 
 P = PMAX
 PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
-BLOCKS = (512, 256, 128)  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
+BLOCKS = (512, 256, 128)
+SLAB = 512  # hidden units of W1 (rows of W2) per DMA: the first matmuls wait for one slab, not the whole weight  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
 FUNCS = {"relu", "gelu", "exp", "tanh", "sigmoid", "silu", "abs", "square", "copy"}
 
 
@@ -113,15 +115,64 @@ class MlpBuilder:
         return self.given(base if n == 1 else f"{base}{n}")
 
     def build(self) -> list[Stmt]:
-        pre = self.weights() + self.biases()
+        pre = self.weights() + self.psum_tiles() + self.block_sets()
+        label = (f"MLP {self.p.out} -> {self.c.out} by blocks of {self.MB} rows, the second matmul one block "
+                 f"behind the first: {self.p.out} kept in SBUF transposed (hidden units on the partitions), never "
+                 "in HBM")
+        main = ir.Block(label, tuple(self.steps()), self.p.line)  # (the steps add the HBM views)
+        return self.views + pre + [main]
+
+    def steps(self) -> list[Stmt]:
+        """Block u's X_T and op 1 are issued before block u - 1's op 2 (two sets of block buffers), so TensorE
+        multiplies the next block while ScalarE evicts this one's last hidden tiles (each in program order). The
+        steady steps are a loop over pairs of full blocks; the first, the leftover and the last are written out."""
         full_blocks, rest = divmod(self.M, self.MB)
-        main = loop(self.mb_var, full_blocks, self.block(a(term(self.mb_var, self.MB)), self.MB),
-                    note=f"blocks of {self.MB} rows of {self.p.w}", line=self.p.line)
-        if rest:
-            main += self.block(a(full_blocks * self.MB), rest)
-        label = (f"MLP {self.p.out} -> {self.c.out} by blocks of {self.MB} rows: {self.p.out} kept in SBUF "
-                 f"transposed (hidden units on the partitions), never in HBM")
-        return self.views + pre + [ir.Block(label, tuple(main), self.p.line)]
+        count = full_blocks + (1 if rest else 0)
+
+        def at(u: int) -> tuple[ir.Aff, int]:
+            return a(u * self.MB), self.MB if u < full_blocks else rest
+        # the first block's loads before the weights, and W2 (and b2) after its op 1: TensorE starts after one
+        # slab of W1 instead of both weights (BERT FFN bf16, M = 512: the weights are 30 us of DMA)
+        out = self.x_loads(*at(0), 0) + self.b1_col() + self.slabs(1) + self.first(*at(0), 0, load=False) + \
+            self.slabs(2) + self.b2_rows()
+        groups = max(full_blocks - 1, 0) // 2
+        if groups:
+            q = self.mb_var
+            body = [st for r in range(2) for st in self.first(a(term(q, 2 * self.MB), (1 + r) * self.MB), self.MB,
+                                                              (1 + r) % 2)
+                    + self.second(a(term(q, 2 * self.MB), r * self.MB), self.MB, r)]
+            out += loop(q, groups, body, "sequential", note=f"pairs of blocks of {self.MB} rows of {self.p.w}",
+                        line=self.p.line)
+        for u in range(1 + 2 * groups, count):
+            out += self.first(*at(u), u % 2) + self.second(*at(u - 1), (u - 1) % 2)
+        return out + self.second(*at(count - 1), (count - 1) % 2)
+
+    def psum_tiles(self) -> list[Stmt]:
+        """PSUM tiles allocated once (tiles allocated per use rotate two buffers per allocation site, and the
+        written-out steps have many): op 1's two, used in turn by the hidden tiles; op 2's one per bank of Y's
+        columns, two when Y has one bank (used in turn by the row tiles)."""
+        p, c = self.p, self.c
+        self.h_ps = [Buf(self.fresh(f"{p.out}_ps"), "psum", "f32", (P, self.MB)) for _ in range(2)]
+        chunks = -(-self.E // self.ec)
+        self.y_ps = [Buf(self.fresh(f"{c.out}_ps"), "psum", "f32", (P, self.ec)) for _ in range(max(2, chunks))]
+        return [Alloc(b, line=p.line) for b in self.h_ps + self.y_ps]
+
+    def block_sets(self) -> list[Stmt]:
+        """Two sets of a block's buffers (block u uses set u % 2): X_T, h_T and two row tiles of Y."""
+        p, c = self.p, self.c
+        self.x_t = [Buf(self.fresh(f"{p.w}_T"), "sbuf", self.dtype(p.w), (P, self.DT, self.MB)) for _ in range(2)]
+        self.h_t = [Buf(self.fresh(f"{p.out}_T"), "sbuf", self.dtype(p.out), (P, self.HT, self.MB)) for _ in range(2)]
+        self.y = [[Buf(self.fresh(f"{c.out}_rows"), "sbuf", self.dtype(c.out), (P, self.E)) for _ in range(2)]
+                  for _ in range(2)]
+        return [Alloc(b, line=p.line) for b in self.x_t + self.h_t + self.y[0] + self.y[1]]
+
+    def alternate(self, var: str, count: int, make: Callable[[ir.Aff, int], list[Stmt]], note: str, line: int
+                  ) -> list[Stmt]:
+        """make(index, k) for index 0..count - 1, k = index % 2 (which of two buffers): a loop over pairs, and the
+        last index written out when count is odd."""
+        pairs = make(a(term(var, 2)), 0) + make(a(term(var, 2), 1), 1)
+        out = loop(var, count // 2, pairs, "sequential", note=note, line=line) if count >= 2 else []
+        return out + (make(a(count - 1), 0) if count % 2 else [])
 
     def blocks(self, t: str, n: int, cols: int) -> View:
         """t [n * 128, cols] in HBM seen as [128, n, cols] (row p of block b at [p, b]): one DMA loads all."""
@@ -130,95 +181,119 @@ class MlpBuilder:
         return View(view, (full(n), full(P), full(cols)), perm=(1, 0, 2))
 
     def weights(self) -> list[Stmt]:
-        """W1 [D, H] and W2 [H, E], contraction rows on the partitions, resident (one DMA each)."""
+        """W1 [D, H] and W2 [H, E], contraction rows on the partitions, resident (loaded by `slabs`)."""
         p, c = self.p, self.c
         self.w1 = Buf(self.fresh(f"{p.x}_tiles"), "sbuf", self.dtype(p.x), (P, self.DT, self.H))
         self.w2 = Buf(self.fresh(f"{c.x}_tiles"), "sbuf", self.dtype(c.x), (P, self.HT, self.E))
-        return [Alloc(self.w1, line=p.line), Dma(ir.whole(self.w1), self.blocks(p.x, self.DT, self.H), p.line),
-                Alloc(self.w2, line=c.line), Dma(ir.whole(self.w2), self.blocks(c.x, self.HT, self.E), c.line)]
+        return [Alloc(self.w1, line=p.line), Alloc(self.w2, line=c.line)]
 
-    def biases(self) -> list[Stmt]:
-        """b1 as one fp32 column per tile of hidden units (an activation's bias is per partition, fp32), b2 as an
-        fp32 row on every partition (broadcast once by a ones matmul)."""
+    def slabs(self, which: int) -> list[Stmt]:
+        """W1 (which = 1) in slabs of SLAB hidden units (its columns), or W2 in slabs of SLAB rows: one DMA each,
+        in the order the matmuls use them."""
         p, c = self.p, self.c
-        out: list[Stmt] = []
-        self.b1 = self.b2 = None
-        if p.bias is not None:
-            view = Buf(self.fresh(f"{p.bias}_cols"), "hbm", self.dtype(p.bias), (self.HT, P))
-            self.views.append(ir.Reshape(view, self.hbm[p.bias], p.line))
-            raw = Buf(self.fresh(f"{p.bias}_col"), "sbuf", self.dtype(p.bias), (P, self.HT))
-            out += [Alloc(raw, line=p.line), Dma(ir.whole(raw), View(view, (full(self.HT), full(P)), perm=(1, 0)),
-                                                 p.line)]
-            self.b1 = raw
-            if raw.dtype != "f32":
-                self.b1 = Buf(self.fresh(f"{p.bias}_f32"), "sbuf", "f32", raw.shape)
-                out += [Alloc(self.b1, line=p.line), Copy(ir.whole(self.b1), ir.whole(raw), p.line)]
-        if c.bias is not None:
-            bt = self.dtype(c.bias)
-            ones, made = ones_row(self.fresh(f"ones_{bt}"), bt, P, c.line)
-            row = Buf(self.fresh(f"{c.bias}_row"), "sbuf", bt, (1, self.E))
-            self.b2 = Buf(self.fresh(f"{c.bias}_bc"), "sbuf", "f32", (P, self.E))
-            out += made + [Alloc(row, line=c.line), Dma(ir.whole(row), View(self.hbm[c.bias], (full(self.E),)),
-                                                        c.line), Alloc(self.b2, line=c.line)]
-            for e0 in range(0, self.E, self.ec):
-                n = min(self.ec, self.E - e0)
-                acc = Buf(self.fresh(f"{c.bias}_bcast"), "psum", "f32", (P, n))
-                out += broadcast_row(acc, ones, View(row, (full(1), sl(e0, n))), c.line)
-                out.append(Copy(View(self.b2, (full(P), sl(e0, n))), ir.whole(acc), c.line))
-        return out
+        if which == 1:
+            src = self.blocks(p.x, self.DT, self.H)
+            return [Dma(View(self.w1, (full(P), full(self.DT), sl(h0, min(SLAB, self.H - h0)))),
+                        View(src.buf, (full(self.DT), full(P), sl(h0, min(SLAB, self.H - h0))), perm=src.perm), p.line)
+                    for h0 in range(0, self.H, SLAB)]
+        src, g = self.blocks(c.x, self.HT, self.E), SLAB // P
+        return [Dma(View(self.w2, (full(P), sl(t0, min(g, self.HT - t0)), full(self.E))),
+                    View(src.buf, (sl(t0, min(g, self.HT - t0)), full(P), full(self.E)), perm=src.perm), c.line)
+                for t0 in range(0, self.HT, g)]
 
-    def block(self, m0: ir.Aff, mb: int) -> list[Stmt]:
-        """One block of mb rows of X from row m0: X_T, h_T (op 1 and its activation), Y (op 2), stored."""
+    def b1_col(self) -> list[Stmt]:
+        """b1 as one fp32 column per tile of hidden units (an activation's bias is per partition, fp32)."""
         p = self.p
-        x_t = Buf(self.fresh(f"{p.w}_T"), "sbuf", self.dtype(p.w), (P, self.DT, mb))
-        h_t = Buf(self.fresh(f"{p.out}_T"), "sbuf", self.dtype(p.out), (P, self.HT, mb))
-        out: list[Stmt] = [Alloc(x_t, line=p.line)]
-        for dt in range(self.DT):  # DMA transposes of X's 128 x 128 blocks (the last may have fewer rows)
-            for r0 in range(0, mb, P):
-                n = min(P, mb - r0)
-                out.append(Transpose(View(x_t, (full(P), a(dt), sl(r0, n))),
-                                     View(self.hbm[p.w], (sl(m0.plus(r0), n), sl(dt * P, P))), "dma", p.line))
-        out += [Alloc(h_t, line=p.line)] + self.hidden(x_t, h_t, mb)
-        full_tiles, rest = divmod(mb, P)
-        if full_tiles:
-            out += loop(self.mt_var, full_tiles, self.rows(h_t, m0, a(term(self.mt_var, P)), P),
-                        note=f"tiles of {P} rows", line=self.c.line)
-        if rest:
-            out += self.rows(h_t, m0, a(full_tiles * P), rest)
+        self.b1: Buf | None = None
+        if p.bias is None:
+            return []
+        view = Buf(self.fresh(f"{p.bias}_cols"), "hbm", self.dtype(p.bias), (self.HT, P))
+        self.views.append(ir.Reshape(view, self.hbm[p.bias], p.line))
+        raw = Buf(self.fresh(f"{p.bias}_col"), "sbuf", self.dtype(p.bias), (P, self.HT))
+        out: list[Stmt] = [Alloc(raw, line=p.line),
+                           Dma(ir.whole(raw), View(view, (full(self.HT), full(P)), perm=(1, 0)), p.line)]
+        self.b1 = raw
+        if raw.dtype != "f32":
+            self.b1 = Buf(self.fresh(f"{p.bias}_f32"), "sbuf", "f32", raw.shape)
+            out += [Alloc(self.b1, line=p.line), Copy(ir.whole(self.b1), ir.whole(raw), p.line)]
         return out
 
-    def hidden(self, x_t: Buf, h_t: Buf, mb: int) -> list[Stmt]:
-        """h_T[:, ht] = f(W1[:, :, ht].T @ X_T + b1[ht]) for every tile ht of hidden units."""
-        p, ht, dt = self.p, self.ht_var, self.dt_var
-        acc = Buf(self.fresh(f"{p.out}_ps"), "psum", "f32", (P, mb))
+    def b2_rows(self) -> list[Stmt]:
+        """b2 as an fp32 row on every partition, broadcast once by a ones matmul in op 2's PSUM tiles (before
+        their first use); an fp32 b2 is loaded into the first partition of that row itself."""
+        c = self.c
+        self.b2: Buf | None = None
+        if c.bias is None:
+            return []
+        bt = self.dtype(c.bias)
+        ones, out = ones_row(self.fresh(f"ones_{bt}"), bt, P, c.line)
+        self.b2 = Buf(self.fresh(f"{c.bias}_bc"), "sbuf", "f32", (P, self.E))
+        out.append(Alloc(self.b2, line=c.line))
+        row = self.b2
+        if bt != "f32":
+            row = Buf(self.fresh(f"{c.bias}_row"), "sbuf", bt, (1, self.E))
+            out.append(Alloc(row, line=c.line))
+        out.append(Dma(View(row, (sl(0, 1), full(self.E))), View(self.hbm[c.bias], (full(self.E),)), c.line))
+        for j, e0 in enumerate(range(0, self.E, self.ec)):
+            n = min(self.ec, self.E - e0)
+            acc = View(self.y_ps[j], (full(P), sl(0, n)))
+            out += [Matmul(acc, View(ones, (full(1), full(P))), View(row, (sl(0, 1), sl(e0, n))), c.line,
+                           start=True), Copy(View(self.b2, (full(P), sl(e0, n))), acc, c.line)]
+        return out
+
+    def x_loads(self, m0: ir.Aff, mb: int, par: int) -> list[Stmt]:
+        """X_T of the block of mb rows from m0 (buffer set par): DMA transposes of X's 128 x 128 blocks."""
+        p, x_t = self.p, self.x_t[par]
+        return [Transpose(View(x_t, (full(P), a(dt), sl(r0, min(P, mb - r0)))),
+                          View(self.hbm[p.w], (sl(m0.plus(r0), min(P, mb - r0)), sl(dt * P, P))), "dma", p.line)
+                for dt in range(self.DT) for r0 in range(0, mb, P)]
+
+    def first(self, m0: ir.Aff, mb: int, par: int, load: bool = True) -> list[Stmt]:
+        """Block of mb rows from m0, buffer set par: X_T (unless loaded already), then h_T."""
+        out = self.x_loads(m0, mb, par) if load else []
+        return out + self.alternate(self.ht_var, self.HT, lambda ht, k: self.hidden(self.x_t[par], self.h_t[par], mb,
+                                                                                    ht, k),
+                                    f"pairs of tiles of {P} hidden units", self.p.line)
+
+    def second(self, m0: ir.Aff, mb: int, par: int) -> list[Stmt]:
+        """Y's rows of the block: tiles of 128 rows (the last may have fewer), stored."""
+        full_tiles, rest = divmod(mb, P)
+        out = self.alternate(self.mt_var, full_tiles, lambda t, k: self.rows(par, m0, _times(t, P), P, k),
+                             f"pairs of tiles of {P} rows", self.c.line)
+        if rest:
+            out += self.rows(par, m0, a(full_tiles * P), rest, full_tiles % 2)
+        return out
+
+    def hidden(self, x_t: Buf, h_t: Buf, mb: int, ht: ir.Aff, k: int) -> list[Stmt]:
+        """h_T[:, ht] = f(W1[:, :, ht].T @ X_T + b1[ht]), accumulated in PSUM tile k."""
+        p, dt = self.p, self.dt_var
+        acc = View(self.h_ps[k], (full(P), sl(0, mb)))
 
         def mm(d: ir.Aff, start: bool) -> Matmul:
-            return Matmul(ir.whole(acc), View(self.w1, (full(P), d, sl(a(term(ht, P)), P))),
-                          View(x_t, (full(P), d, full(mb))), p.line, start=start)
-        body: list[Stmt] = [Alloc(acc, line=p.line), mm(a(0), True)]
+            return Matmul(acc, View(self.w1, (full(P), d, sl(_times(ht, P), P))),
+                          View(x_t, (full(P), d, sl(0, mb))), p.line, start=start)
+        body: list[Stmt] = [mm(a(0), True)]
         if self.DT > 1:
             body += loop(dt, self.DT - 1, [mm(a(dt, 1), False)], note=f"contraction tiles of {P}", line=p.line)
-        dst = View(h_t, (full(P), a(ht), full(mb)))
+        dst = View(h_t, (full(P), ht, sl(0, mb)))
         first = self.funcs[0] if self.funcs else "copy"
-        bias = View(self.b1, (full(P), sl(a(ht), 1))) if self.b1 is not None else None
-        body.append(Act(dst, ir.whole(acc), first, bias, 1.0, p.line))
-        body += [Act(dst, dst, f, None, 1.0, p.line) for f in self.funcs[1:]]
-        return loop(ht, self.HT, body, note=f"tiles of {P} hidden units", line=p.line)
+        bias = View(self.b1, (full(P), sl(ht, 1))) if self.b1 is not None else None
+        body.append(Act(dst, acc, first, bias, 1.0, p.line))
+        return body + [Act(dst, dst, f, None, 1.0, p.line) for f in self.funcs[1:]]
 
-    def rows(self, h_t: Buf, m0: ir.Aff, r0: ir.Aff, n: int) -> list[Stmt]:
-        """Y[m0 + r0 .. + n, :] = h_T[:, :, r0 .. + n].T @ W2 (+ b2), a PSUM bank of columns at a time, stored."""
-        c = self.c
-        y = Buf(self.fresh(f"{c.out}_rows"), "sbuf", self.dtype(c.out), (P, self.E))
-        out: list[Stmt] = [Alloc(y, line=c.line)]
-        for e0 in range(0, self.E, self.ec):
+    def rows(self, par: int, m0: ir.Aff, r0: ir.Aff, n: int, k: int) -> list[Stmt]:
+        """Y[m0 + r0 .. + n, :] = h_T[:, :, r0 .. + n].T @ W2 (+ b2), a PSUM bank of columns at a time (tile k
+        when Y has one bank), stored from row tile k of the set."""
+        c, h_t, y = self.c, self.h_t[par], self.y[par][k]
+        out: list[Stmt] = []
+        for j, e0 in enumerate(range(0, self.E, self.ec)):
             w = min(self.ec, self.E - e0)
-            acc = Buf(self.fresh(f"{c.out}_ps"), "psum", "f32", (P, w))
-            part = View(acc, (sl(0, n), full(w)))
+            part = View(self.y_ps[j if self.E > self.ec else k], (sl(0, n), sl(0, w)))
 
-            def mm(h: ir.Aff, start: bool, acc_view: View = part, e0: int = e0, w: int = w) -> Matmul:
-                return Matmul(acc_view, View(h_t, (full(P), h, sl(r0, n))), View(self.w2, (full(P), h, sl(e0, w))),
+            def mm(h: ir.Aff, start: bool, acc: View = part, e0: int = e0, w: int = w) -> Matmul:
+                return Matmul(acc, View(h_t, (full(P), h, sl(r0, n))), View(self.w2, (full(P), h, sl(e0, w))),
                               c.line, start=start)
-            out += [Alloc(acc, line=c.line), mm(a(0), True)]
+            out.append(mm(a(0), True))
             if self.HT > 1:
                 out += loop(self.ht_var, self.HT - 1, [mm(a(self.ht_var, 1), False)],
                             note=f"tiles of {P} hidden units", line=c.line)
@@ -227,6 +302,11 @@ class MlpBuilder:
                        if self.b2 is not None else Copy(dst, part, c.line))
         rows = View(self.hbm[c.out], (sl(m0.plus(r0), n), full(self.E)))
         return out + [Dma(rows, View(y, (sl(0, n), full(self.E))), c.line)]
+
+
+def _times(x: ir.Aff, k: int) -> ir.Aff:
+    """x * k (an index scaled to the start of its tile)."""
+    return ir.Aff(tuple(replace(t, coef=t.coef * k) for t in x.terms), x.const * k)
 
 
 def build_mlp(ops: tuple, i: int, hbm: dict[str, Buf], fresh: Callable[[str], str], scheduled: AbstractSet[str],
@@ -243,8 +323,8 @@ def build_mlp(ops: tuple, i: int, hbm: dict[str, Buf], fresh: Callable[[str], st
 def is_mlp(ops: tuple, chain) -> bool:
     """Whether a fused chain (op names) is such an MLP: two matmuls, the second reading the first's output."""
     by_name = {o.name: o for o in ops}
-    members = [by_name.get(n) for n in chain]
-    return len(members) == 2 and all(_matmul(o) for o in members) and members[1].w == members[0].out
+    members = [by_name[n] for n in chain if n in by_name]
+    return len(chain) == len(members) == 2 and all(_matmul(o) for o in members) and members[1].w == members[0].out
 
 
 def note(ops: tuple, chain, hbm: dict[str, Buf], budget: int) -> str:
