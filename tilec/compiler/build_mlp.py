@@ -37,7 +37,7 @@ from tilec.compiler.schedule import PMAX, PSUM_BANK
 P = PMAX
 PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
 BLOCKS = (512, 256, 128)
-SLAB = 512  # hidden units of W1 (rows of W2) per DMA: the first matmuls wait for one slab, not the whole weight  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
+SLAB = 512  # hidden units of W1's first buffer: the first matmuls wait for it, not the whole weight  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
 FUNCS = {"relu", "gelu", "exp", "tanh", "sigmoid", "silu", "abs", "square", "copy"}
 
 
@@ -181,25 +181,24 @@ class MlpBuilder:
         return View(view, (full(n), full(P), full(cols)), perm=(1, 0, 2))
 
     def weights(self) -> list[Stmt]:
-        """W1 [D, H] and W2 [H, E], contraction rows on the partitions, resident (loaded by `slabs`)."""
+        """W1 [D, H] and W2 [H, E], contraction rows on the partitions, resident (loaded by `slabs`). W1 is two
+        buffers, its first SLAB hidden units and the rest: the model orders a loop's matmul after every write to
+        the buffer it reads, and the first matmuls need the first slab only."""
         p, c = self.p, self.c
-        self.w1 = Buf(self.fresh(f"{p.x}_tiles"), "sbuf", self.dtype(p.x), (P, self.DT, self.H))
+        head = min(SLAB, self.H)
+        self.w1 = [(Buf(self.fresh(f"{p.x}_tiles"), "sbuf", self.dtype(p.x), (P, self.DT, cols)), h0)
+                   for h0, cols in ((0, head), (head, self.H - head)) if cols]
         self.w2 = Buf(self.fresh(f"{c.x}_tiles"), "sbuf", self.dtype(c.x), (P, self.HT, self.E))
-        return [Alloc(self.w1, line=p.line), Alloc(self.w2, line=c.line)]
+        return [Alloc(w, line=p.line) for w, _ in self.w1] + [Alloc(self.w2, line=c.line)]
 
     def slabs(self, which: int) -> list[Stmt]:
-        """W1 (which = 1) in slabs of SLAB hidden units (its columns), or W2 in slabs of SLAB rows: one DMA each,
-        in the order the matmuls use them."""
+        """W1 (which = 1), each of its buffers by one DMA, or W2 by one DMA."""
         p, c = self.p, self.c
         if which == 1:
             src = self.blocks(p.x, self.DT, self.H)
-            return [Dma(View(self.w1, (full(P), full(self.DT), sl(h0, min(SLAB, self.H - h0)))),
-                        View(src.buf, (full(self.DT), full(P), sl(h0, min(SLAB, self.H - h0))), perm=src.perm), p.line)
-                    for h0 in range(0, self.H, SLAB)]
-        src, g = self.blocks(c.x, self.HT, self.E), SLAB // P
-        return [Dma(View(self.w2, (full(P), sl(t0, min(g, self.HT - t0)), full(self.E))),
-                    View(src.buf, (sl(t0, min(g, self.HT - t0)), full(P), full(self.E)), perm=src.perm), c.line)
-                for t0 in range(0, self.HT, g)]
+            return [Dma(ir.whole(w), View(src.buf, (full(self.DT), full(P), sl(h0, w.shape[2])), perm=src.perm),
+                        p.line) for w, h0 in self.w1]
+        return [Dma(ir.whole(self.w2), self.blocks(c.x, self.HT, self.E), c.line)]
 
     def b1_col(self) -> list[Stmt]:
         """b1 as one fp32 column per tile of hidden units (an activation's bias is per partition, fp32)."""
@@ -251,9 +250,11 @@ class MlpBuilder:
     def first(self, m0: ir.Aff, mb: int, par: int, load: bool = True) -> list[Stmt]:
         """Block of mb rows from m0, buffer set par: X_T (unless loaded already), then h_T."""
         out = self.x_loads(m0, mb, par) if load else []
-        return out + self.alternate(self.ht_var, self.HT, lambda ht, k: self.hidden(self.x_t[par], self.h_t[par], mb,
-                                                                                    ht, k),
-                                    f"pairs of tiles of {P} hidden units", self.p.line)
+        for w, h0 in self.w1:
+            out += self.alternate(self.ht_var, w.shape[2] // P,
+                                  lambda t, k, w=w, h0=h0: self.hidden(self.x_t[par], self.h_t[par], mb, t, w, h0, k),
+                                  f"pairs of tiles of {P} hidden units", self.p.line)
+        return out
 
     def second(self, m0: ir.Aff, mb: int, par: int) -> list[Stmt]:
         """Y's rows of the block: tiles of 128 rows (the last may have fewer), stored."""
@@ -264,13 +265,14 @@ class MlpBuilder:
             out += self.rows(par, m0, a(full_tiles * P), rest, full_tiles % 2)
         return out
 
-    def hidden(self, x_t: Buf, h_t: Buf, mb: int, ht: ir.Aff, k: int) -> list[Stmt]:
-        """h_T[:, ht] = f(W1[:, :, ht].T @ X_T + b1[ht]), accumulated in PSUM tile k."""
-        p, dt = self.p, self.dt_var
+    def hidden(self, x_t: Buf, h_t: Buf, mb: int, t: ir.Aff, w1: Buf, h0: int, k: int) -> list[Stmt]:
+        """h_T[:, ht] = f(W1[:, :, ht].T @ X_T + b1[ht]) for the hidden tile t of the W1 buffer w1 (ht = t +
+        h0 / 128), accumulated in PSUM tile k."""
+        p, dt, ht = self.p, self.dt_var, t.plus(h0 // P)
         acc = View(self.h_ps[k], (full(P), sl(0, mb)))
 
         def mm(d: ir.Aff, start: bool) -> Matmul:
-            return Matmul(acc, View(self.w1, (full(P), d, sl(_times(ht, P), P))),
+            return Matmul(acc, View(w1, (full(P), d, sl(_times(t, P), P))),
                           View(x_t, (full(P), d, sl(0, mb))), p.line, start=start)
         body: list[Stmt] = [mm(a(0), True)]
         if self.DT > 1:
