@@ -158,13 +158,15 @@ class MlpBuilder:
         return [Alloc(b, line=p.line) for b in self.h_ps + self.y_ps]
 
     def block_sets(self) -> list[Stmt]:
-        """Two sets of a block's buffers (block u uses set u % 2): X_T, h_T and two row tiles of Y."""
+        """Two sets of a block's buffers (block u uses set u % 2): X_T, h_T and Y's rows (a tile of 128 rows is
+        written again two blocks later: its store has long been acknowledged; with a row tile reused two tiles
+        later, the evictions waited for the stores' acknowledgements, M = 2048, D = 256 bf16: TensorE idle)."""
         p, c = self.p, self.c
         self.x_t = [Buf(self.fresh(f"{p.w}_T"), "sbuf", self.dtype(p.w), (P, self.DT, self.MB)) for _ in range(2)]
         self.h_t = [Buf(self.fresh(f"{p.out}_T"), "sbuf", self.dtype(p.out), (P, self.HT, self.MB)) for _ in range(2)]
-        self.y = [[Buf(self.fresh(f"{c.out}_rows"), "sbuf", self.dtype(c.out), (P, self.E)) for _ in range(2)]
+        self.y = [Buf(self.fresh(f"{c.out}_rows"), "sbuf", self.dtype(c.out), (P, -(-self.MB // P), self.E))
                   for _ in range(2)]
-        return [Alloc(b, line=p.line) for b in self.x_t + self.h_t + self.y[0] + self.y[1]]
+        return [Alloc(b, line=p.line) for b in self.x_t + self.h_t + self.y]
 
     def alternate(self, var: str, count: int, make: Callable[[ir.Aff, int], list[Stmt]], note: str, line: int
                   ) -> list[Stmt]:
@@ -259,10 +261,10 @@ class MlpBuilder:
     def second(self, m0: ir.Aff, mb: int, par: int) -> list[Stmt]:
         """Y's rows of the block: tiles of 128 rows (the last may have fewer), stored."""
         full_tiles, rest = divmod(mb, P)
-        out = self.alternate(self.mt_var, full_tiles, lambda t, k: self.rows(par, m0, _times(t, P), P, k),
+        out = self.alternate(self.mt_var, full_tiles, lambda t, k: self.rows(par, m0, t, P, k),
                              f"pairs of tiles of {P} rows", self.c.line)
         if rest:
-            out += self.rows(par, m0, a(full_tiles * P), rest, full_tiles % 2)
+            out += self.rows(par, m0, a(full_tiles), rest, full_tiles % 2)
         return out
 
     def hidden(self, x_t: Buf, h_t: Buf, mb: int, t: ir.Aff, w1: Buf, h0: int, k: int) -> list[Stmt]:
@@ -283,10 +285,10 @@ class MlpBuilder:
         body.append(Act(dst, acc, first, bias, 1.0, p.line))
         return body + [Act(dst, dst, f, None, 1.0, p.line) for f in self.funcs[1:]]
 
-    def rows(self, par: int, m0: ir.Aff, r0: ir.Aff, n: int, k: int) -> list[Stmt]:
-        """Y[m0 + r0 .. + n, :] = h_T[:, :, r0 .. + n].T @ W2 (+ b2), a PSUM bank of columns at a time (tile k
-        when Y has one bank), stored from row tile k of the set."""
-        c, h_t, y = self.c, self.h_t[par], self.y[par][k]
+    def rows(self, par: int, m0: ir.Aff, t: ir.Aff, n: int, k: int) -> list[Stmt]:
+        """Row tile t of the block (rows r0 = 128 t .. + n from m0): Y[m0 + r0 .., :] = h_T[:, :, r0 ..].T @ W2
+        (+ b2), a PSUM bank of columns at a time (PSUM tile k when Y has one bank), stored."""
+        c, h_t, r0 = self.c, self.h_t[par], _times(t, P)
         out: list[Stmt] = []
         for j, e0 in enumerate(range(0, self.E, self.ec)):
             w = min(self.ec, self.E - e0)
@@ -299,11 +301,11 @@ class MlpBuilder:
             if self.HT > 1:
                 out += loop(self.ht_var, self.HT - 1, [mm(a(self.ht_var, 1), False)],
                             note=f"tiles of {P} hidden units", line=c.line)
-            dst = View(y, (sl(0, n), sl(e0, w)))
+            dst = View(self.y[par], (sl(0, n), t, sl(e0, w)))
             out.append(Binary(dst, part, View(self.b2, (sl(0, n), sl(e0, w))), "add", c.line)
                        if self.b2 is not None else Copy(dst, part, c.line))
         rows = View(self.hbm[c.out], (sl(m0.plus(r0), n), full(self.E)))
-        return out + [Dma(rows, View(y, (sl(0, n), full(self.E))), c.line)]
+        return out + [Dma(rows, View(self.y[par], (sl(0, n), t, full(self.E))), c.line)]
 
 
 def _times(x: ir.Aff, k: int) -> ir.Aff:
