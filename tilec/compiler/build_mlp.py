@@ -191,7 +191,8 @@ class MlpBuilder:
         self.w1 = [(Buf(self.fresh(f"{p.x}_tiles"), "sbuf", self.dtype(p.x), (P, self.DT, cols)), h0)
                    for h0, cols in ((0, head), (head, self.H - head)) if cols]
         self.w2 = Buf(self.fresh(f"{c.x}_tiles"), "sbuf", self.dtype(c.x), (P, self.HT, self.E))
-        return [Alloc(w, line=p.line) for w, _ in self.w1] + [Alloc(self.w2, line=c.line)]
+        out: list[Stmt] = [Alloc(w, line=p.line) for w, _ in self.w1]
+        return out + [Alloc(self.w2, line=c.line)]
 
     def slabs(self, which: int) -> list[Stmt]:
         """W1 (which = 1), each of its buffers by one DMA, or W2 by one DMA."""
@@ -253,9 +254,10 @@ class MlpBuilder:
         """Block of mb rows from m0, buffer set par: X_T (unless loaded already), then h_T."""
         out = self.x_loads(m0, mb, par) if load else []
         for w, h0 in self.w1:
-            out += self.alternate(self.ht_var, w.shape[2] // P,
-                                  lambda t, k, w=w, h0=h0: self.hidden(self.x_t[par], self.h_t[par], mb, t, w, h0, k),
-                                  f"pairs of tiles of {P} hidden units", self.p.line)
+            def make(t: ir.Aff, k: int, w: Buf = w, h0: int = h0) -> list[Stmt]:
+                return self.hidden(self.x_t[par], self.h_t[par], mb, t, w, h0, k)
+            out += self.alternate(self.ht_var, w.shape[2] // P, make, f"pairs of tiles of {P} hidden units",
+                                  self.p.line)
         return out
 
     def second(self, m0: ir.Aff, mb: int, par: int) -> list[Stmt]:
