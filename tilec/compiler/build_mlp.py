@@ -25,12 +25,13 @@ op. `place h, hbm` (any directive naming h or Y) keeps the op-by-op path.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import AbstractSet, Callable
 
 from tilec.compiler import ir, passes
 from tilec.compiler.build_util import a, loop, ones_row, sl, term
-from tilec.compiler.ir import Act, Alloc, Binary, Buf, Copy, Dma, Matmul, Stmt, Transpose, View, full
+from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Copy, Dma, Matmul, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX, PSUM_BANK
 
@@ -81,7 +82,29 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
         return "the operands of a matmul have different dtypes"
     if block_rows(p, c, hbm, budget) is None:
         return "W1, W2 and two blocks of 128 rows do not fit the SBUF budget"
+    hbm_ns, chip_ns = estimate(p, c, hbm)
+    if chip_ns > hbm_ns:
+        return f"the model's costs give {chip_ns / 1000:.1f} us on chip vs {hbm_ns / 1000:.1f} us through HBM"
     return ""
+
+
+def estimate(p: ConvOp, c: ConvOp, hbm: dict[str, Buf]) -> tuple[float, float]:
+    """(op by op, on chip) in ns, each the busier of TensorE and the DMA queues, from the performance model's own
+    constants (build_matvec.model_constants). Both paths run the same matmuls (the FLOPs at the array's rate, x
+    the fp32 factor); op by op adds the PE transposes of X and of h (128 x 128 blocks, transpose mode's rate for
+    fp32) and h's store and reload, on chip X arrives by DMA transposes (at `dma_transpose_factor` of a copy) and
+    h stays. So on chip wins unless X is far larger than h (H < D / 18 or so) and the DMAs bound the kernel."""
+    from tilec.compiler.build_matvec import model_constants  # late: the model reads kernels
+    prm = model_constants()
+    M, D, H, E = p.dim("K"), p.dim("C"), p.dim("W"), c.dim("W")
+    f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if hbm[p.x].dtype == "f32" else (1.0, 1.0)
+    matmuls = (M * D * H + M * H * E) / (P * P) * f / prm["tensor_ghz"]
+    turns = -(-M // P) * (D // P + H // P) * (P + prm["mm_fixed_cycles"]) * ft / prm["tensor_ghz"]
+    size = {t: math.prod(hbm[t].shape) * DTYPE_BYTES[hbm[t].dtype] for t in (p.w, p.x, c.x, c.out, p.out)}
+    bw = prm["dma_engines"] * prm["dma_engine_bw"]
+    common = size[p.x] + size[c.x] + size[c.out]
+    by_op = max(matmuls + turns, (common + size[p.w] + 2 * size[p.out]) / bw)
+    return by_op, max(matmuls, (common + size[p.w] / prm["dma_transpose_factor"]) / bw)
 
 
 def block_rows(p: ConvOp, c: ConvOp, hbm: dict[str, Buf], budget: int) -> int | None:
@@ -337,8 +360,10 @@ def note(ops: tuple, chain, hbm: dict[str, Buf], budget: int) -> str:
     """The schedule line of an MLP kept on chip (`tilec explain`, the kernel's docstring)."""
     p, c = (next(o for o in ops if o.name == n) for n in chain)
     mb = block_rows(p, c, hbm, budget) or 0
+    hbm_ns, chip_ns = estimate(p, c, hbm)
     return (f"# MLP {p.name} -> {c.name} on chip by blocks of {mb} rows ({p.out} transposed in SBUF, never in HBM; "
-            f"`place {p.out}, hbm` builds them op by op)")
+            f"the model's costs: {chip_ns / 1000:.1f} us vs {hbm_ns / 1000:.1f} us op by op; `place {p.out}, hbm` "
+            "builds them op by op)")
 
 
 def refusals(program, ops: tuple, scheduled: AbstractSet[str], chains: list,
