@@ -38,7 +38,7 @@ from tilec.compiler.schedule import PMAX, PSUM_BANK
 P = PMAX
 PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
 BLOCKS = (512, 256, 128)
-SLAB = 512  # hidden units of W1's first buffer: the first matmuls wait for it, not the whole weight  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
+SLAB = 512  # hidden units of W1's first buffer (the first matmuls wait for it, not the whole weight)  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
 FUNCS = {"relu", "gelu", "exp", "tanh", "sigmoid", "silu", "abs", "square", "copy"}
 
 
@@ -206,13 +206,17 @@ class MlpBuilder:
         return View(view, (full(n), full(P), full(cols)), perm=(1, 0, 2))
 
     def weights(self) -> list[Stmt]:
-        """W1 [D, H] and W2 [H, E], contraction rows on the partitions, resident (loaded by `slabs`). W1 is two
-        buffers, its first SLAB hidden units and the rest: the model orders a loop's matmul after every write to
-        the buffer it reads, and the first matmuls need the first slab only."""
+        """W1 [D, H] and W2 [H, E], contraction rows on the partitions, resident (loaded by `slabs`). W1 is a few
+        buffers, its first SLAB hidden units, then each as wide as all before it: the model orders a loop's matmul
+        after every write to the buffer it reads, and the first matmuls need the first slab only (BERT FFN fp32,
+        M = 512: W1 is 26 us of DMA; TensorE waited 25 us with W1 in one piece, 16 us in two)."""
         p, c = self.p, self.c
-        head = min(SLAB, self.H)
+        parts, h0 = [], 0
+        while h0 < self.H:  # SLAB, then each buffer as wide as all before it
+            parts.append((h0, min(max(SLAB, h0), self.H - h0)))
+            h0 += parts[-1][1]
         self.w1 = [(Buf(self.fresh(f"{p.x}_tiles"), "sbuf", self.dtype(p.x), (P, self.DT, cols)), h0)
-                   for h0, cols in ((0, head), (head, self.H - head)) if cols]
+                   for h0, cols in parts]
         self.w2 = Buf(self.fresh(f"{c.x}_tiles"), "sbuf", self.dtype(c.x), (P, self.HT, self.E))
         out: list[Stmt] = [Alloc(w, line=p.line) for w, _ in self.w1]
         return out + [Alloc(self.w2, line=c.line)]
