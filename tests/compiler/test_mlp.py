@@ -125,3 +125,16 @@ def test_explain_says_where_h_goes():
     text = explain(c)
     assert "h            never in HBM: fused into the MLP writing Y" in text
     assert "# MLP h -> Y on chip by blocks of 200 rows" in text
+
+
+def test_place_h_sbuf_says_it_is_the_default():
+    from tilec.errors import TilecError
+    with pytest.raises(TilecError, match="h stays in SBUF by default when the two matmuls form an MLP") as err:
+        compile_loaded(lang.load(source()), lang.parse_schedule("place h, sbuf\n", "<schedule>"), "0.6")
+    assert err.value.span is not None
+
+
+def test_y_wider_than_the_psum_banks_is_built_op_by_op():
+    c = compile_loaded(lang.load(source("f32", 128, 128, 128, 3200)), None, "0.6")
+    assert c.result.chains == ()
+    assert "# MLP h -> Y built op by op: Y is wider than 6 PSUM banks of fp32" in c.stages["schedule"]

@@ -52,6 +52,12 @@ def _matmul(op) -> bool:
             and (op.bias is None or op.bias_role == "x"))
 
 
+def first_of_two(op, ops: tuple) -> bool:
+    """Whether op is a plain matmul whose output the next op reads as its first operand (a plain matmul)."""
+    at = [o.name for o in ops].index(op.name) if op in ops else -1
+    return 0 <= at < len(ops) - 1 and _matmul(op) and _matmul(ops[at + 1]) and ops[at + 1].w == op.out
+
+
 def funcs(op: ConvOp) -> list[str] | None:
     """The element-wise functions op 1 applies after its bias, in order (None: something else is fused)."""
     steps = (["relu"] if op.relu else []) + [s.op for s in op.epilogue if s.kind == "func"]
