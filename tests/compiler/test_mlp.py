@@ -76,9 +76,10 @@ def blocks_of_128(monkeypatch):
 
 
 # (M, D, H, E): one block of 200 rows (a full and a part-full row tile); 130 rows; Y of two PSUM banks (600
-# columns); W1 in two buffers (640 hidden units: 512 + 128, an odd count of tiles)
+# columns); W1 in two buffers (640 hidden units: 512 + 128, a tile left over); in four (2176: 512, 512, 1024 (a
+# loop over two groups of four PSUM tiles), 128)
 @pytest.mark.parametrize("shape", [(200, 128, 256, 64), (130, 256, 128, 32), (128, 128, 128, 600),
-                                   (64, 128, 640, 48)], ids=lambda s: "x".join(map(str, s)))
+                                   (64, 128, 640, 48), (64, 128, 2176, 48)], ids=lambda s: "x".join(map(str, s)))
 def test_fp32_mlp_matches_numpy_on_chip(shape):
     m, d, h, e = shape
     assert on_chip(check(source("f32", m, d, h, e), "f32"))

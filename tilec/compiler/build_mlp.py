@@ -39,6 +39,7 @@ from tilec.target import target as get_target
 P = PMAX
 PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
 BLOCKS = (512, 256, 128)
+H_TILES = 4  # PSUM tiles of op 1 (at most): TensorE runs ahead of ScalarE's evictions by up to this many tiles
 SLAB = 512  # hidden units of W1's first buffer (the first matmuls wait for it, not the whole weight)  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
 FUNCS = {"relu", "gelu", "exp", "tanh", "sigmoid", "silu", "abs", "square", "copy"}
 
@@ -182,11 +183,12 @@ class MlpBuilder:
 
     def psum_tiles(self) -> list[Stmt]:
         """PSUM tiles allocated once (tiles allocated per use rotate two buffers per allocation site, and the
-        written-out steps have many): op 1's two, used in turn by the hidden tiles; op 2's one per bank of Y's
+        written-out steps have many): op 1's (two to H_TILES), used in turn by the hidden tiles; op 2's one per bank of Y's
         columns, two when Y has one bank (used in turn by the row tiles)."""
         p, c = self.p, self.c
-        self.h_ps = [Buf(self.fresh(f"{p.out}_ps"), "psum", "f32", (P, self.MB)) for _ in range(2)]
         chunks = -(-self.E // self.ec)
+        n = max(2, min(H_TILES, get_target().psum_banks - max(2, chunks), self.HT))
+        self.h_ps = [Buf(self.fresh(f"{p.out}_ps"), "psum", "f32", (P, self.MB)) for _ in range(n)]
         self.y_ps = [Buf(self.fresh(f"{c.out}_ps"), "psum", "f32", (P, self.ec)) for _ in range(max(2, chunks))]
         return [Alloc(b, line=p.line) for b in self.h_ps + self.y_ps]
 
@@ -201,13 +203,13 @@ class MlpBuilder:
                   for _ in range(2)]
         return [Alloc(b, line=p.line) for b in self.x_t + self.h_t + self.y]
 
-    def alternate(self, var: str, count: int, make: Callable[[ir.Aff, int], list[Stmt]], note: str, line: int
-                  ) -> list[Stmt]:
-        """make(index, k) for index 0..count - 1, k = index % 2 (which of two buffers): a loop over pairs, and the
-        last index written out when count is odd."""
-        pairs = make(a(term(var, 2)), 0) + make(a(term(var, 2), 1), 1)
-        out = loop(var, count // 2, pairs, "sequential", note=note, line=line) if count >= 2 else []
-        return out + (make(a(count - 1), 0) if count % 2 else [])
+    def alternate(self, var: str, count: int, make: Callable[[ir.Aff, int], list[Stmt]], note: str, line: int,
+                  n: int = 2) -> list[Stmt]:
+        """make(index, k) for index 0..count - 1, k = index % n (which of n buffers): a loop over groups of n, and
+        the last count % n indices written out."""
+        group = [st for k in range(n) for st in make(a(term(var, n), k), k)]
+        out = loop(var, count // n, group, "sequential", note=note, line=line) if count >= n else []
+        return out + [st for i in range(count - count % n, count) for st in make(a(i), i % n)]
 
     def blocks(self, t: str, n: int, cols: int) -> View:
         """t [n * 128, cols] in HBM seen as [128, n, cols] (row p of block b at [p, b]): one DMA loads all."""
@@ -296,8 +298,9 @@ class MlpBuilder:
         for w, h0 in self.w1:
             def make(t: ir.Aff, k: int, w: Buf = w, h0: int = h0) -> list[Stmt]:
                 return self.hidden(self.x_t[par], self.h_t[par], mb, t, w, h0, k)
-            out += self.alternate(self.ht_var, w.shape[2] // P, make, f"pairs of tiles of {P} hidden units",
-                                  self.p.line)
+            n = len(self.h_ps)
+            out += self.alternate(self.ht_var, w.shape[2] // P, make, f"groups of {n} tiles of {P} hidden units",
+                                  self.p.line, n)
         return out
 
     def second(self, m0: ir.Aff, mb: int, par: int) -> list[Stmt]:
