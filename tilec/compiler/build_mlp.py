@@ -17,9 +17,11 @@ X and h are turned into the contraction layout by 128 x 128 PE transposes (M = 2
 
 h never reaches HBM and nothing is transposed on TensorE. The other orientation of op 2 (Y^T = W2-tile.T @ h_T,
 h_T moving) moves the same matmul columns through TensorE but needs Y^T turned back before the store (E x M / 128^2
-transposes and their evictions), so it is not built. W1 and W2 stay resident in SBUF (one DMA each); MB is the
-widest of 512, 256, 128 rows whose buffers fit the SBUF budget (two blocks in flight), else the MLP is built op by
-op. `place h, hbm` (any directive naming h or Y) keeps the op-by-op path.
+transposes and their evictions), so it is not built. W1 and W2 stay resident in SBUF (W1 in a few buffers, the
+first matmuls waiting for the first only); MB is the widest of 512, 256, 128 rows whose buffers fit the SBUF budget
+(two blocks in flight), else the MLP is built op by op, as it is when the model's costs (`estimate`) favour that.
+`place h, hbm` (any directive naming h or Y) keeps the op-by-op path. Op 2 of a block runs one block behind op 1
+(`steps`). ffn19.md has the model's numbers (BERT-base FFN: 1.06x-1.31x of the floor).
 
 `why_not` says why two ops are not such an MLP.
 """
@@ -34,14 +36,14 @@ from tilec.compiler.build_util import a, loop, ones_row, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Copy, Dma, Matmul, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX, PSUM_BANK
+from tilec.lang.functions import FUNCTIONS
 from tilec.target import target as get_target
 
 P = PMAX
 PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
-BLOCKS = (512, 256, 128)
+BLOCKS = (512, 256, 128)  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
 H_TILES = 4  # PSUM tiles of op 1 (at most): TensorE runs ahead of ScalarE's evictions by up to this many tiles
-SLAB = 512  # hidden units of W1's first buffer (the first matmuls wait for it, not the whole weight)  # rows of X per block, widest first (op 1's moving columns: a PSUM bank at 512)
-FUNCS = {"relu", "gelu", "exp", "tanh", "sigmoid", "silu", "abs", "square", "copy"}
+SLAB = 512  # hidden units of W1's first buffer (the first matmuls wait for it, not the whole weight)
 
 
 def _matmul(op) -> bool:
@@ -62,7 +64,7 @@ def first_of_two(op, ops: tuple) -> bool:
 def funcs(op: ConvOp) -> list[str] | None:
     """The element-wise functions op 1 applies after its bias, in order (None: something else is fused)."""
     steps = (["relu"] if op.relu else []) + [s.op for s in op.epilogue if s.kind == "func"]
-    if any(s.kind != "func" for s in op.epilogue) or any(f not in FUNCS for f in steps):
+    if any(s.kind != "func" for s in op.epilogue) or not all(f in FUNCTIONS and FUNCTIONS[f].evicts for f in steps):
         return None
     return steps
 
@@ -183,8 +185,8 @@ class MlpBuilder:
 
     def psum_tiles(self) -> list[Stmt]:
         """PSUM tiles allocated once (tiles allocated per use rotate two buffers per allocation site, and the
-        written-out steps have many): op 1's (two to H_TILES), used in turn by the hidden tiles; op 2's one per bank of Y's
-        columns, two when Y has one bank (used in turn by the row tiles)."""
+        written-out steps have many): op 1's (two to H_TILES), used in turn by the hidden tiles; op 2's one per
+        bank of Y's columns, two when Y has one bank (used in turn by the row tiles)."""
         p, c = self.p, self.c
         chunks = -(-self.E // self.ec)
         n = max(2, min(H_TILES, get_target().psum_banks - max(2, chunks), self.HT))
