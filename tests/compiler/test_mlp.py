@@ -20,7 +20,7 @@ NUMPY = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}
 
 
 def source(dt: str = "f32", m: int = 200, d: int = 128, h: int = 256, e: int = 64, func: str = "gelu",
-           bias: bool = True, extra_out: str = "") -> str:
+           bias: bool = True, extra_out: str = "", y_func: str = "") -> str:
     """The MLP as a user writes it: op 1 with its bias as the initial value, f as its own statement."""
     b1, b2 = (f", b1: {dt}[H]", f", b2: {dt}[E]") if bias else ("", "")
     lines = [f"kernel mlp(X: {dt}[M, D], W1: {dt}[D, H]{b1}, W2: {dt}[H, E]{b2}) -> Y{extra_out}",
@@ -32,6 +32,8 @@ def source(dt: str = "f32", m: int = 200, d: int = 128, h: int = 256, e: int = 6
         lines += ["  for i in 0..M, j in 0..H:", f"    h[i, j] = {func}(h[i, j])"]
     lines += ["  for i in 0..M, n in 0..E:", f"    Y[i, n] = {'b2[n]' if bias else '0'}",
               "    for j in 0..H:", "      Y[i, n] += h[i, j] * W2[j, n]"]
+    if y_func:
+        lines += ["  for i in 0..M, n in 0..E:", f"    Y[i, n] = {y_func}(Y[i, n])"]
     return "\n".join(lines) + "\n"
 
 
@@ -39,22 +41,23 @@ FUNCS = {"gelu": lambda x: 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt
          "relu": lambda x: np.maximum(x, 0.0), "": lambda x: x}
 
 
-def formula(a: dict, dt: str, func: str) -> dict[str, np.ndarray]:
-    """The program in float64, rounded to dt where it stores h (before and after f) and Y."""
+def formula(a: dict, dt: str, func: str, y_func: str = "") -> dict[str, np.ndarray]:
+    """The program in float64, rounded to dt where it stores h (before and after f) and Y (before y_func)."""
     def rnd(x):
         return np.asarray(x).astype(NUMPY[dt]).astype(np.float64)
     h = rnd(a["X"] @ a["W1"] + a.get("b1", 0.0))
     h = rnd(FUNCS[func](h))
-    return {"Y": rnd(h @ a["W2"] + a.get("b2", 0.0)), "h": h}
+    y = rnd(h @ a["W2"] + a.get("b2", 0.0))
+    return {"Y": rnd(FUNCS[y_func](y)), "h": h}
 
 
-def check(text: str, dt: str, func: str = "gelu", nki: str = "0.6", schedule=None, seed: int = 5):
+def check(text: str, dt: str, func: str = "gelu", nki: str = "0.6", schedule=None, seed: int = 5, y_func: str = ""):
     prog = lang.load(text)
     c = compile_loaded(prog, schedule, nki)
     rng = np.random.default_rng(seed)
     given = {t.name: rng.standard_normal(t.shape).astype(np.float32).astype(NUMPY[dt]) for t in prog.inputs}
     got = c.run(**given)
-    want = formula({n: v.astype(np.float64) for n, v in given.items()}, dt, func)
+    want = formula({n: v.astype(np.float64) for n, v in given.items()}, dt, func, y_func)
     for out in prog.kernel.outputs:
         acc_len, inter = program_budget(prog).get(out, (1, None))
         tol = tolerance(dt, acc_len, scale_of(want[out]), inter)
@@ -97,6 +100,13 @@ def test_the_block_pipeline(blocks_of_128, m):
 @pytest.mark.parametrize("func", ["relu", ""])
 def test_relu_or_none_and_no_bias(func):
     assert on_chip(check(source("f32", 150, 128, 256, 40, func=func, bias=False), "f32", func))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_function_of_y_too(bias):
+    """Y = relu(h W2 + b2) (a deeper MLP's next layer reads it): applied on Y's eviction."""
+    c = check(source("f32", 150, 128, 256, 40, bias=bias, y_func="relu"), "f32", y_func="relu")
+    assert on_chip(c)
 
 
 @pytest.mark.parametrize("func", ["gelu", "relu"])

@@ -77,8 +77,8 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
     p, c = ops[i], ops[i + 1]
     if not (_matmul(p) and _matmul(c) and c.w == p.out):
         return f"not two plain matmuls with {p.out} the first operand of the second"
-    if funcs(p) is None or c.relu or c.epilogue:
-        return "an epilogue other than element-wise functions on the first matmul"
+    if funcs(p) is None or funcs(c) is None:
+        return "an epilogue other than element-wise functions on a matmul"
     if (c.dim("K"), c.dim("C")) != (p.dim("K"), p.dim("W")):
         return "the shapes of the two matmuls do not chain"
     if p.dim("C") % P or p.dim("W") % P:
@@ -349,8 +349,13 @@ class MlpBuilder:
                 out += loop(self.ht_var, self.HT - 1, [mm(a(self.ht_var, 1), False)],
                             note=f"tiles of {P} hidden units", line=c.line)
             dst = View(self.y[par], (sl(0, n), t, sl(e0, w)))
-            out.append(Binary(dst, part, View(self.b2, (sl(0, n), sl(e0, w))), "add", c.line)
-                       if self.b2 is not None else Copy(dst, part, c.line))
+            after = funcs(c) or []  # Y's own functions (a third layer reads it): VectorE's sum, then ScalarE
+            if self.b2 is not None:
+                out.append(Binary(dst, part, View(self.b2, (sl(0, n), sl(e0, w))), "add", c.line))
+            elif not after:
+                out.append(Copy(dst, part, c.line))
+            out += [Act(dst, part if self.b2 is None and f == 0 else dst, fn, None, 1.0, c.line)
+                    for f, fn in enumerate(after)]
         rows = View(self.hbm[c.out], (sl(m0.plus(r0), n), full(self.E)))
         return out + [Dma(rows, View(self.y[par], (sl(0, n), t, full(self.E))), c.line)]
 
