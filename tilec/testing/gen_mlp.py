@@ -1,7 +1,7 @@
 """The fuzzer's two-layer MLPs (a transformer's feed-forward block, build_mlp.py keeps the hidden layer on chip):
 
     h[i, j] = b1[j] (or 0); h[i, j] += X[i, k] * W1[k, j]; h[i, j] = f(h[i, j]) (f: gelu, relu, tanh or none)
-    Y[i, e] = b2[e] (or 0); Y[i, e] += h[i, j] * W2[j, e]
+    Y[i, e] = b2[e] (or 0); Y[i, e] += h[i, j] * W2[j, e]; Y[i, e] = g(Y[i, e]) (g: relu, tanh or none)
 
 with random sizes (M from 1, D and H multiples of 128 or not, E past a PSUM bank now and then) and dtypes (h's may
 differ from X's: then the MLP is built op by op), and an independent NumPy formula that rounds h where the program
@@ -42,7 +42,8 @@ def mlp(rng: random.Random, nm: Names) -> Case:
         b.param(b2, h_dt, [syms["E"]])
     func = rng.choice(["gelu", "relu", "tanh", ""])
     b.decl(h, h_dt, [syms["M"], syms["H"]])
-    b.decl(y, rng.choice(DTYPES), [syms["M"], syms["E"]], out=True)
+    y_dt, y_func = rng.choice(DTYPES), rng.choice(["", "", "relu", "tanh"])  # Y's own function: on its eviction
+    b.decl(y, y_dt, [syms["M"], syms["E"]], out=True)
     i, j, k, n = nm("i"), nm("j"), nm("k"), nm("n")
     b.loops([(i, syms["M"]), (j, syms["H"])], [f"{h}[{i}, {j}] = {f'{b1}[{j}]' if bias else '0'}",
                                                f"for {k} in 0..{syms['D']}:",
@@ -52,10 +53,13 @@ def mlp(rng: random.Random, nm: Names) -> Case:
     b.loops([(i, syms["M"]), (n, syms["E"])], [f"{y}[{i}, {n}] = {f'{b2}[{n}]' if bias else '0'}",
                                                f"for {j} in 0..{syms['H']}:",
                                                f"  {y}[{i}, {n}] += {h}[{i}, {j}] * {w2}[{j}, {n}]"])
+    if y_func:
+        b.loops([(i, syms["M"]), (n, syms["E"])], [f"{y}[{i}, {n}] = {y_func}({y}[{i}, {n}])"])
 
     def formula(env: dict) -> dict:
         hv = rounded(env[x] @ env[w1] + (env[b1][None, :] if bias else 0.0), h_dt)
         if func:
             hv = rounded(FUNCS[func](hv), h_dt)
-        return {y: hv @ env[w2] + (env[b2][None, :] if bias else 0.0)}
+        yv = hv @ env[w2] + (env[b2][None, :] if bias else 0.0)
+        return {y: FUNCS[y_func](rounded(yv, y_dt)) if y_func else yv}
     return Case("mlp", b.text(), formula)
