@@ -56,6 +56,7 @@ REALISTIC: dict[str, dict[str, int]] = {
     **{f"ffn_{f}{dt}@{m}": {"M": m, "D": 768, "H": 3072, "E": 768}
        for f in ("gelu", "relu") for dt in ("", "_bf16") for m in (512, 2048)},
     **{f"ffn_gelu{dt}@small{m}": {"M": m, "D": 256, "H": 512, "E": 256} for dt in ("", "_bf16") for m in (2048, 4096)},
+    "ffn_gelu_bf16@large512": {"M": 512, "D": 1024, "H": 4096, "E": 1024},  # BERT-large (fp32: SBUF overflow)
 }
 
 
