@@ -149,3 +149,14 @@ def test_y_wider_than_the_psum_banks_is_built_op_by_op():
     c = compile_loaded(lang.load(source("f32", 128, 128, 128, 3200)), None, "0.6")
     assert c.result.chains == ()
     assert "# MLP h -> Y built op by op: Y is wider than 6 PSUM banks of fp32" in c.stages["schedule"]
+
+
+def test_the_tuner_builds_the_space_of_an_mlp(tmp_path):
+    """The fused MLP's matmuls offer no tile knobs; the space's lower bound left them out (it raised KeyError
+    'tile h.i' in `tilec tune`)."""
+    from tilec.tune.evaluate import Job
+    from tilec.tune.knobs import build_space
+    path = tmp_path / "mlp.tl"
+    path.write_text(source("bf16", 200, 128, 256, 64))
+    space = build_space(Job.of(str(path), {}))
+    assert space.lower_bound(space.default_point()) >= 0.0
