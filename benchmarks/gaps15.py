@@ -56,15 +56,20 @@ REALISTIC: dict[str, dict[str, int]] = {
     "total_sum": {"M": 2048, "N": 2048},
     "heads_split": {"S": 2048, "E": 1024},
     "heads_merge": {"H": 16, "S": 2048, "D": 64},
+    # ffn19: BERT-base's feed-forward block at 512 and 2048 tokens ("program@tag": the same program at more sizes)
+    **{f"ffn_{f}{dt}@{m}": {"M": m, "D": 768, "H": 3072, "E": 768}
+       for f in ("gelu", "relu") for dt in ("", "_bf16") for m in (512, 2048)},
+    **{f"ffn_gelu{dt}@small{m}": {"M": m, "D": 256, "H": 512, "E": 256} for dt in ("", "_bf16") for m in (2048, 4096)},
+    "ffn_gelu_bf16@large512": {"M": 512, "D": 1024, "H": 4096, "E": 1024},  # BERT-large (fp32: SBUF overflow)
 }
 
 
 def realistic(names: list[str]) -> None:
     tgt = get_target("trn2")
     for name, sizes in REALISTIC.items():
-        if names and name not in names:
+        if names and name not in names and name.split("@")[0] not in names:
             continue
-        path = FOLDER / f"{name}.tl"
+        path = FOLDER / f"{name.split('@')[0]}.tl"
         t0 = time.time()
         floor, bound = floor_us(lang.load(path, sizes), tgt)
         latency, startup = model_us(path, sizes, tgt)

@@ -10,6 +10,7 @@ import math
 
 from dataclasses import replace
 
+from tilec.compiler import build_mlp
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
@@ -504,6 +505,10 @@ def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtyp
         return  # the pipeline keeps the chain on chip or raises why it cannot (placement.chain_choices)
     why = chain_reason(op, consumer, op.out, dtypes.get(op.out, "f32"), sbuf) if consumer else \
         hbm_reason(ops, op.out, dtypes.get(op.out, "f32"), sbuf)
+    if parts == ("sbuf",) and build_mlp.first_of_two(op, ops):
+        raise bad(d, f"{op.out} stays in SBUF by default when the two matmuls form an MLP the compiler keeps on chip "
+                     "(build_mlp.py; `tilec explain` shows whether they do, or why not)",
+                  f"remove the directive, or write `place {op.out}, hbm` to build the two matmuls op by op")
     if parts == ("sbuf",):
         raise bad(d, f"{op.out} cannot stay in SBUF yet: {why}",
                   f"remove the directive, or write `place {op.out}, hbm` (where {op.out} goes today)")

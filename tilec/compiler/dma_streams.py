@@ -121,14 +121,15 @@ def _ahead(body: tuple[Stmt, ...], written: set[str], taken: set[str]) -> tuple[
 def _column_loads(loop: Loop, written: set[str]) -> list[Dma]:
     """The loop's own (not nested) loads of a column of an input that nothing else in the loop writes."""
     allocs = {s.buf.name: s for s in loop.body if isinstance(s, ir.Alloc)}
+    inside = {s.buf.name for s in ir.walk(loop.body) if isinstance(s, (ir.Alloc, ir.Reshape))}
     writes: dict[str, int] = {}
     for s in ir.walk(loop.body):
         for v in ir.views(s)[:1] if not isinstance(s, ir.Matmul) else ():
             writes[v.buf.name] = writes.get(v.buf.name, 0) + 1
     found = []
     for s in loop.body:
-        if not isinstance(s, Dma) or s.src.buf.memory != "hbm" or s.src.buf.name in written:
-            continue
+        if not isinstance(s, Dma) or s.src.buf.memory != "hbm" or s.src.buf.name in written | inside:
+            continue  # (a source viewed inside the loop would be read before its view exists)
         col = s.dst.buf
         alloc = allocs.get(col.name)
         if alloc is None or alloc.zero or col.memory != "sbuf" or len(col.shape) != 2 or col.shape[1] != 1 or \

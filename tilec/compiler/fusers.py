@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
-from tilec.compiler import build_attention, build_mbblock, passes, placement
+from tilec.compiler import build_attention, build_mbblock, build_mlp, passes, placement
 from tilec.compiler.build_colchain import build_column_chain, column_chain, stage_b
 from tilec.compiler.build_halo import build_halo, shifted_group
 from tilec.compiler.build_rowchain import fit_chain, reads_of
@@ -45,7 +45,7 @@ class Site:
 @dataclass(frozen=True)
 class Chain:
     """A fused part as the compiler's result keeps it: which builder made it and the ops it covers, in order."""
-    kind: str  # "global pool", "attention head", "halo tiles", "column chain", "row chain" or "MobileNet block"
+    kind: str  # "global pool", "attention head", "MLP", "halo tiles", "column chain", "row chain", "MobileNet block"
     members: tuple[str, ...]
 
 
@@ -84,6 +84,16 @@ def _attention(s: Site, i: int) -> Fused | None:
     last = s.ops[i + build_attention.OPS - 1]
     span = range(i, i + build_attention.OPS)
     return Fused("attention head", {last.out}, head, last.out, frozenset(span), [s.ops[j].name for j in span])
+
+
+def _mlp(s: Site, i: int) -> Fused | None:
+    """Two matmuls with the hidden layer kept on chip, transposed (build_mlp.py)."""
+    last = s.ops[i + 1].out if i + 1 < len(s.ops) else ""
+    built = build_mlp.build_mlp(s.ops, i, s.hbm, lambda base: s.names.fresh(base, f"mlp:{last}"), s.scheduled,
+                                s.outputs, placement.reads, s.budget)
+    if built is None:
+        return None
+    return Fused("MLP", {last}, built, last, frozenset({i, i + 1}), [o.name for o in s.ops[i:i + 2]])
 
 
 def _halo(s: Site, i: int) -> Fused | None:
@@ -149,7 +159,7 @@ def _mobilenet_block(s: Site, i: int) -> Fused | None:
 
 
 FUSERS: tuple[Callable[[Site, int], Fused | None], ...] = (
-    _global, _attention, _halo, _column_chain, _row_chain, _mobilenet_block)
+    _global, _attention, _mlp, _halo, _column_chain, _row_chain, _mobilenet_block)
 
 
 def fuse(s: Site, i: int) -> Fused | None:

@@ -8,8 +8,8 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable
 
-from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, fusers, ir, passes, \
-    placement, pool_chain, stem_chain
+from tilec.compiler import build_attention, build_depthwise, build_mbblock, build_mlp, conv_chain, fusers, ir, \
+    passes, placement, pool_chain, stem_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_row_tiles
 from tilec.compiler import rules, rules_copy
@@ -194,6 +194,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     stages["schedule"] += "".join(_chain_note(c, ops, program, tgt) + "\n" for c in chains)
     stages["schedule"] += build_mbblock.refusals(program, ops, scheduled, chains, tgt, placement.reads)
     stages["schedule"] += build_attention.refusals(program, ops, scheduled, chains, placement.reads)
+    stages["schedule"] += build_mlp.refusals(program, ops, scheduled, chains, placement.reads, sbuf_budget(tgt))
     stages["schedule"] += _rule_lines(program, ops, plans, chains, tgt)
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     placed = tuple((c.tensor, c.on_chip, c.why) for c in choices.values())
@@ -657,6 +658,9 @@ def _chain_note(part: fusers.Chain, ops: tuple, program, target: Target) -> str:
     if kind == "attention head":
         hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
         return build_attention.note(ops, chain, hbm)
+    if kind == "MLP":
+        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+        return build_mlp.note(ops, chain, hbm, sbuf_budget(target))
     if kind == "global pool":
         return global_note(chain)
     if kind == "column chain":
