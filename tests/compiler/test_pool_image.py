@@ -11,7 +11,7 @@ import pytest
 
 from compiler_helpers import assert_matches
 from test_pool_window import NP, pool_program, reference
-from tilec.compiler import pool_knobs
+from tilec.compiler import pool_image, pool_knobs
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
@@ -66,3 +66,13 @@ def test_per_band_buffers_when_disabled(monkeypatch):
     monkeypatch.setattr(pool_knobs, "IMAGE", False)
     source = run("max", 5, 2, 2, "f32", 44, 64, 4)
     assert "X_image" not in source and "X_band" in source
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_last_band_rows_all_outside_x(monkeypatch, kind):
+    """Bands of one row, 5x5 s2 pad 2, H = 43: the last block's last band reads two new input rows, both below X
+    (padding): no load for them, only the identity rows (the random sweep found a load of 0 rows, which the IR
+    verifier refused)."""
+    monkeypatch.setattr(pool_image.ImageBands, "image_bands", lambda self: [1] * self.Rb)
+    monkeypatch.setattr(pool_image.ImageBands, "bands_estimate", lambda self, once: float("inf"))
+    assert "X_image" in run(kind, 5, 2, 2, "f32", 43, 64, 2)

@@ -24,6 +24,7 @@ class ImageBands(WindowPasses):
 
     block_loads: Callable[..., list[Stmt]]  # (pool_window.WindowPool)
     block_store: Callable[..., list[Stmt]]
+    block_step: Callable[[], int | None]
 
     def image_rows(self) -> int:
         """A block's input rows when its bands read one image of them, else 0: row blocks (G > 1, one partition
@@ -71,30 +72,55 @@ class ImageBands(WindowPasses):
         return min(cands, key=lambda sizes: (round(self.image_estimate(sizes)), len(sizes)))
 
     def image_estimate(self, sizes: list[int]) -> float:
-        """When the last store of bands `sizes` ends (ns), from the model's costs (tilec/perf/costs.py, params.py):
-        the loads one after another (Costs.dma_transfer_ns, a run per partition); a band's passes after its load and
-        the band before (pool_costs.reduce_costs: the busiest engine, static cycles included); its store a DMA
-        latency after its passes and, as the model orders stores to Y whose byte ranges interleave (tilec/perf/
-        deps.py), a DMA latency after the store before has moved its bytes; the last one's write acknowledgement."""
+        """When the last store of the image's bands `sizes` ends (ns): each band loads and passes along x only the
+        input rows no band before did, and stores its rows (`pipeline`)."""
+        sy, wy, done, o = self.w.stride[0], self.op.pool.wy, 0, 0
+        bands = []
+        for n in sizes:
+            hi = o * sy + (n - 1) * sy + wy
+            bands.append((hi - done, n))
+            done, o = hi, o + n
+        return self.pipeline(bands, False)
+
+    def bands_estimate(self, once: bool) -> float:
+        """The same for per-band buffers (BAND rows and their halo rows each), stored per band or once per block
+        after the last band (once: pool_window.block_stores)."""
+        sy, wy = self.w.stride[0], self.op.pool.wy
+        return self.pipeline([((n - 1) * sy + wy, n) for n in (min(self.OB, self.Rb - o)
+                                                              for o in range(0, self.Rb, self.OB))], once)
+
+    def pipeline(self, bands: list[tuple[int, int]], once: bool) -> float:
+        """When the last store ends (ns), from the model's costs (tilec/perf/costs.py, params.py), for bands of
+        (input rows loaded and passed along x, output rows): the loads one after another (Costs.dma_transfer_ns, a
+        run per partition); a band's passes after its load and the band before (pool_costs.reduce_costs: the
+        busiest engine, static cycles included); the stores (a band's rows, or once: each block's rows after the
+        last band; one DMA for all blocks when they are evenly spaced, `one_store`, else one per block), each a DMA
+        latency after the passes it needs and, as the model orders stores to Y whose byte ranges interleave
+        (tilec/perf/deps.py), a DMA latency after the store before has moved its bytes; the last one's write
+        acknowledgement."""
         from tilec.compiler.build_matvec import model_costs
         costs = model_costs()
         op, w, parts = self.op, self.w, self.plan.tile_b * self.G
-        sy, wy = w.stride[0], op.pool.wy
         engines = min(costs.n_dma, -(-parts // costs.ppe))
         xsegs = segments(self.Wo, w.offset[1], w.stride[1], op.pool.wx, self.W)
         tmp = "f32" if op.pool.op == "add" else self.x3.dtype
         xbytes, obytes = DTYPE_BYTES[self.x3.dtype], DTYPE_BYTES[self.o3.dtype]
+        per = [parts] if self.block_step() is not None else [self.plan.tile_b] * self.G  # a store's partitions
         loaded = computed = stored = 0.0
-        done = o = 0
-        for n in sizes:
-            hi = o * sy + (n - 1) * sy + wy
-            loaded += costs.dma_transfer_ns(parts, parts * (hi - done) * self.W * xbytes, engines)
-            band = reduce_costs(op, self.x3.dtype, tmp, self.o3.dtype, hi - done, n, self.Wo, xsegs, True)
+
+        def store(after: float, rows: int) -> float:
+            for p in per:
+                after = max(after, stored) + costs.dma_latency + \
+                    costs.dma_transfer_ns(p, p * rows * self.Wo * obytes, min(costs.n_dma, -(-p // costs.ppe)))
+            return after
+        for rows, n in bands:
+            loaded += costs.dma_transfer_ns(parts, parts * rows * self.W * xbytes, engines)
+            band = reduce_costs(op, self.x3.dtype, tmp, self.o3.dtype, rows, n, self.Wo, xsegs, True)
             computed = max(loaded, computed) + (band[1] if self.reduce_x else band[0])
-            stored = max(computed, stored) + costs.dma_latency + \
-                costs.dma_transfer_ns(parts, parts * n * self.Wo * obytes, engines)
-            done, o = hi, o + n
+            stored = stored if once else store(computed, n)
+        stored = store(computed, self.Rb) if once else stored
         return stored + costs.dma_write_ack
+
     def image_x_pass(self, xi: Buf, ci: Buf, r0: int, n: int) -> list[Stmt]:
         """The pass along x over image rows r0..r0+n (the rows this band loaded)."""
         op, w = self.op, self.w

@@ -149,11 +149,11 @@ class WindowPool(TensorPasses, ImageBands):
             self.tile_out = Buf(self.name(f"{op.out}_tile", (self.Rb,)), "sbuf", self.o3.dtype,
                                 (self.plan.tile_b * self.G, self.Rb, self.Wo))
             body.append(Alloc(self.tile_out, line=op.line))
-        # (the image's bands store their own rows: when the costs store once per block, the per-band buffers stay;
-        # measured, model, batch 1, 48 channel rows: max 3x3 s2 f32 23 x 21 3.67 us against 4.06 as an image, avg
-        # 2x2 s1 22 x 21 6.36 against 6.45; bf16 maxpool 2x2 s1 56 x 56 5.96 against 5.39 is left on the table)
-        image = self.image_rows() if self.tile_out is None else 0
+        image = self.image_rows()
+        if image and self.image_estimate(self.image_bands()) >= self.bands_estimate(self.tile_out is not None):
+            image = 0  # (the estimates of both forms from the model's costs: pool_image.pipeline)
         if image:
+            self.tile_out = None
             return self.image_body(image)
         k0, k1 = (regs[0], regs[-1] + 1) if regs else (nb, nb)
         for k in range(k0):
@@ -381,8 +381,9 @@ class WindowPool(TensorPasses, ImageBands):
             lo, hi = max(start, 0), min(start + rows, self.H)
             src = lo_aff.plus(self.starts[g] * self.w.stride[0]) if lo_aff is not None else a(lo)
             part = sl(g * B, B)
-            out.append(Dma(View(xb, (part, sl(at + lo - start, hi - lo), full(self.W))),
-                           View(self.x3, (pb, Sl(src, hi - lo), full(self.W))), line))
+            if hi > lo:  # (an image's last rows of a block may all lie outside X)
+                out.append(Dma(View(xb, (part, sl(at + lo - start, hi - lo), full(self.W))),
+                               View(self.x3, (pb, Sl(src, hi - lo), full(self.W))), line))
             pad += [(part, at + r, 0 if r + start < 0 else self.H - 1) for r in range(rows)
                     if not lo <= r + start < hi]
         if pad and self.op.pool.op == "add":
