@@ -86,10 +86,13 @@ def test_levels_write_fewer_elements_than_the_taps(stride):
 
 @pytest.mark.parametrize("kind, r, s, pad, h", [("max", 2, 1, 0, 24), ("max", 2, 1, 0, 25),
                                                 ("avg", 3, 2, 1, 23), ("max", 5, 1, 2, 21)])
-def test_row_blocks_load_and_store_as_one_dma(kind, r, s, pad, h):
+def test_row_blocks_load_and_store_as_one_dma(kind, r, s, pad, h, monkeypatch):
     """N*C = 64: two blocks of output rows on partitions 0-63 and 64-127. Each band's rows of both blocks are one
     DMA in and one out (the blocks an access-pattern axis, dma_merge.py), also when Ho is odd and the second block
-    redoes the first block's last row (written twice, the same values); the answer is NumPy's either way."""
+    redoes the first block's last row (written twice, the same values); the answer is NumPy's either way. (The
+    per-band buffers in both compilations: with ONE_BLOCK_DMA off the costs may pick the other form, pool_image.py,
+    whose one-DMA bands test_pool_image checks.)"""
+    monkeypatch.setattr(pool_knobs, "IMAGE", False)
     text = pool_program(kind, r, s, pad, h=h, w=21, n=1, c=64)
     source = run(kind, r, s, pad, "f32", h=h, w=21, n=1, c=64)
     assert "blocks of" in source

@@ -29,3 +29,6 @@ SEAMS_PER_BLOCK = 1  # a max or min pool interleaves its row blocks only with at
 #                     (rules_pool.interleaved; more: the row blocks, each band's blocks one DMA)
 TENSOR_ROWS: int | None = None  # input rows per band whose pass along x TensorE sums beside the vector engines
 #                                (pool_window.choose_share: None the model's costs decide, 0 off; tests, measures)
+IMAGE = True  # row blocks' input rows loaded once into a block image, bands as its views (pool_image.py; False:
+#               a buffer per band with its halo rows, tests, measures)
+IMAGE_SBUF_PART = 4  # ...when the images of the input and of the pass along x take at most this part of SBUF

@@ -8,13 +8,14 @@ from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Buf, Copy, Dma, Sl, Stmt, View, full, whole
 from tilec.compiler.pool_costs import held, identity_ns, reduce_costs, tensor_rows_costs, vector_share
+from tilec.compiler.pool_image import ImageBands
 from tilec.compiler.pool_segments import Segment, at_value, clip, segments, shifted
 from tilec.compiler.pool_tensor import TensorPasses
 from tilec.compiler.schedule import sbuf_budget
 from tilec.target import target as get_target
 
 
-class WindowPool(TensorPasses):
+class WindowPool(TensorPasses, ImageBands):
     """One pool's partition tiles and bands (`build`)."""
 
     def read_chip(self, chip: Buf, image: str, channels: int) -> None:
@@ -148,6 +149,12 @@ class WindowPool(TensorPasses):
             self.tile_out = Buf(self.name(f"{op.out}_tile", (self.Rb,)), "sbuf", self.o3.dtype,
                                 (self.plan.tile_b * self.G, self.Rb, self.Wo))
             body.append(Alloc(self.tile_out, line=op.line))
+        image = self.image_rows()
+        if image and self.image_estimate(self.image_bands()) >= self.bands_estimate(self.tile_out is not None):
+            image = 0  # (the estimates of both forms from the model's costs: pool_image.pipeline)
+        if image:
+            self.tile_out = None
+            return self.image_body(image)
         k0, k1 = (regs[0], regs[-1] + 1) if regs else (nb, nb)
         for k in range(k0):
             body += self.band(k, a(k * OB), OB if k < nb - 1 else self.Rb - k * OB, None)
@@ -294,13 +301,21 @@ class WindowPool(TensorPasses):
             return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.row0), n), full(self.Wo))), whole(ob), line)]
         if self.tile_out is not None:  # stored once per block after the bands (tile_body)
             return out
+        return out + self.block_store(o0, n, ob, k * self.OB if lo_aff is None else None)
+
+    def block_store(self, o0: Aff, n: int, ob: Buf, first: int | None) -> list[Stmt]:
+        """A band's output rows o0..o0+n of every block from ob: one DMA (`one_store`) or one per block, the last
+        block without the rows it redoes of the one before (first: the band's first row, a constant; None in the
+        band loop, whose bands never reach them)."""
         one = self.one_store(o0, n, ob, full(n))
         if one is not None:
-            return out + one
-        skip = [0] * (G - 1) + [max(0, self.overlap - k * self.OB) if lo_aff is None else 0]
-        return out + [Dma(View(self.o3, (pb, Sl(o0.plus(self.starts[g] + skip[g]), n - skip[g]), full(self.Wo))),
-                          View(ob, (sl(g * B, B), sl(skip[g], n - skip[g]), full(self.Wo))), line)
-                      for g in range(G) if skip[g] < n]
+            return one
+        P, G = self.plan.tile_b, self.G
+        pb = self.rows_of(P)
+        skip = [0] * (G - 1) + [max(0, self.overlap - first) if first is not None else 0]
+        return [Dma(View(self.o3, (pb, Sl(o0.plus(self.starts[g] + skip[g]), n - skip[g]), full(self.Wo))),
+                    View(ob, (sl(g * P, P), sl(skip[g], n - skip[g]), full(self.Wo))), self.op.line)
+                for g in range(G) if skip[g] < n]
 
     def block_step(self) -> int | None:
         """The rows between one block's first output row and the next's when they are evenly spaced (always with
@@ -343,36 +358,38 @@ class WindowPool(TensorPasses):
         cut = round(rows * vector_share(self.x3.dtype, tmp))
         return [(0, cut), (cut, rows)] if 0 < cut < rows else [(0, rows)]
 
-    def block_loads(self, xb: Buf, first: int, rows: int, lo_aff: Aff | None) -> list[Stmt]:
+    def block_loads(self, xb: Buf, first: int, rows: int, lo_aff: Aff | None, at: int | None = None) -> list[Stmt]:
         """Block g's band rows onto partitions g*B..: one DMA for all blocks when their rows lie inside X and the
         blocks are evenly spaced (a loop over the blocks that dma_merge.py makes one DMA, as `one_store`), else one
         DMA each; a row outside X (only in a peeled band) holds
         the identity: 0 for a sum (`zero_rows`), the nearest row of X for a max or min (a row the window reads
-        anyway, so it never changes the result)."""
+        anyway, so it never changes the result). at: xb is a block image (pool_image.py), allocated by the caller,
+        and the rows go to its rows at.. (else xb is the band's buffer, allocated here)."""
         B, line, pad = self.plan.tile_b, self.op.line, []
+        alloc, at = ([] if at is not None else [Alloc(xb, line=line)]), at or 0
         pb = sl(a(term("pb", B, "TILE_P")), B)
         step, sy = self.block_step(), self.w.stride[0]
         inside = all(0 <= first + g * sy and first + g * sy + rows <= self.H for g in self.starts)
         if step is not None and (lo_aff is not None or inside):  # a whole band inside X in every block: one DMA
             row0 = (lo_aff if lo_aff is not None else a(first)).plus(a(term("gb", step * sy), self.starts[0] * sy))
             blocks = View(self.x3, (pb, Sl(row0, rows), full(self.W)))
-            return [Alloc(xb, line=line)] + loop("gb", self.G, [Dma(View(xb, (sl(a(term("gb", B)), B), full(rows),
-                                                                              full(self.W))), blocks, line)],
-                                                 note="row blocks (one DMA: dma_merge)")
+            return alloc + loop("gb", self.G, [Dma(View(xb, (sl(a(term("gb", B)), B), sl(at, rows), full(self.W))),
+                                                   blocks, line)], note="row blocks (one DMA: dma_merge)")
         out: list[Stmt] = []
         for g in range(self.G):
             start = first + self.starts[g] * self.w.stride[0]
             lo, hi = max(start, 0), min(start + rows, self.H)
             src = lo_aff.plus(self.starts[g] * self.w.stride[0]) if lo_aff is not None else a(lo)
             part = sl(g * B, B)
-            out.append(Dma(View(xb, (part, sl(lo - start, hi - lo), full(self.W))),
-                           View(self.x3, (pb, Sl(src, hi - lo), full(self.W))), line))
-            pad += [(part, r, 0 if r + start < 0 else self.H - 1) for r in range(rows) if not lo <= r + start < hi]
+            if hi > lo:  # (an image's last rows of a block may all lie outside X)
+                out.append(Dma(View(xb, (part, sl(at + lo - start, hi - lo), full(self.W))),
+                               View(self.x3, (pb, Sl(src, hi - lo), full(self.W))), line))
+            pad += [(part, at + r, 0 if r + start < 0 else self.H - 1) for r in range(rows)
+                    if not lo <= r + start < hi]
         if pad and self.op.pool.op == "add":
-            return [Alloc(xb, line=line)] + self.zero_rows(xb, pad) + out
-        return [Alloc(xb, line=line)] + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))),
-                                                   View(self.x3, (pb, sl(src_row, 1), full(self.W))),
-                                                   line) for part, r, src_row in pad]
+            return alloc + self.zero_rows(xb, pad) + out
+        return alloc + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))),
+                                  View(self.x3, (pb, sl(src_row, 1), full(self.W))), line) for part, r, src_row in pad]
 
     def zero_rows(self, xb: Buf, pad: list[tuple[Sl, int, int]]) -> list[Stmt]:
         """A sum's band rows outside X set to 0: a small zeroed tile, copied by ScalarE into each run of such rows
