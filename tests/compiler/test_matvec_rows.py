@@ -83,7 +83,7 @@ def test_long_rows_share_the_multiply_with_gpsimd(dt):
     g = build_matvec.gpsimd_columns(1100, [(0, 512), (512, 512), (1024, 76)])
     assert 512 < 1100 - g < 1024 and g % build_matvec.MATVEC_SPLIT_STEP == 0
     # v whole in SBUF: the last tile's column pieces (build_matvec.last_pieces) each give GpSimdE a share
-    assert build_matvec.last_pieces(1100, g) > 1 and "v_sbuf = nl.ndarray((128, 1100)" in numbered(c.source)
+    assert build_matvec.last_pieces(1100) > 1 and "v_sbuf = nl.ndarray((128, 1100)" in numbered(c.source)
     assert f"v_sbuf[0:100, {1100 - g}:1100]" in numbered(c.source) and "engine=nisa.gpsimd_engine" in numbered(c.source)
     assert c.source.index("Wt_tile_rows = nl.ndarray") < c.source.index("for i_t in")  # declared once
     x = rounded(inputs, dt)
@@ -153,7 +153,7 @@ def test_last_tile_in_column_pieces(dt, M, K):
     """The last tile of rows is loaded, multiplied and summed in column pieces (a peeled whole tile at M = 256, the
     remainder tile at M = 130, the only tile at M = 100), its partial sums added by one reduction; the first half
     of the pieces summed on ScalarE, the rest on VectorE. Each piece's multiply is shared with GpSimdE."""
-    pieces = build_matvec.last_pieces(K, 0)
+    pieces = build_matvec.last_pieces(K)
     assert pieces > 1
     ranges = build_matvec.piece_ranges(K, 128, pieces)
     assert ranges[0][0] == 0 and ranges[-1][2] == K and all(r[2] == s[0] for r, s in zip(ranges, ranges[1:]))
