@@ -46,7 +46,8 @@ MATVEC_SPLIT_STEP = 64  # granularity of the VectorE / GpSimdE split of a tile's
 # the last tile of rows in column pieces (last_pieces): matvec f32 1000 x 2048, model total 41.6 us unsplit; 2
 # pieces 40.3, 4 pieces 40.0, 6 40.3, 8 40.9 (each piece pays its instructions' static overheads)
 MATVEC_LAST_PIECES = 4
-MATVEC_PIECE_MIN = 256  # columns per piece at least: a piece's instructions pay their static overheads
+MATVEC_PIECE_MIN = 512  # columns per piece at least: each pays its instructions' static overheads and a reduction
+# (f32 512 x 512 in two pieces of 256: 20.7 -> 20.8 us, 1 x 512: 17.5 -> 17.7)
 # blocks per PSUM tile of the 16-bit transposed path (a bank holds 8 of 125 rows): smaller groups let the first
 # matmuls start while later groups are still evicted; matvec f16 1000 x 2048: 2 -> 1.68x, 4 -> 1.47x, 8 -> 1.50x
 MATVEC_TP_GROUP = 4
