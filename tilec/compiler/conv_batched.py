@@ -1,7 +1,8 @@
 """A batched matmul's out-channel tiles, for build_conv._ConvBuilder: the first tile peeled so the stationary's
-loads go with the moving band's (lead_tile, with_band), a contraction-major stationary loaded whole per batch index
-(w_per_image), and one output band holding every tile's slot (tiles_band, tile_slot_body). Functions of the builder
-`b`, as conv_pairs.py and conv_weights.py.
+loads go with the moving band's (lead_tile, with_band), or a few 16-bit tiles all at once with the contraction loop
+outside them (tiles_together), a contraction-major stationary loaded whole per batch index (w_per_image), and one
+output band holding every tile's slot (tiles_band, tile_slot_body). Functions of the builder `b`, as conv_pairs.py
+and conv_weights.py.
 """
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ def lead_tile(b: _ConvBuilder, part: Callable[[str | None, int], list[Stmt]], no
     on TensorE: that chain, not A's loads, leads). The remaining tiles loop from tile 1 and read the band
     already loaded (as does a ragged plan's last, partial tile, which loaded its own copy before). A stationary
     of the whole batch index (w_per_image) is loaded with the band in one block before the tile loop, nothing
-    peeled. None when the plan has no whole tile, the stationary is not prepared per tile or per batch index, or
-    the band is pinned in the tile loop."""
+    peeled. A few whole tiles whose stationary is turned on TensorE go all at once instead (tiles_together). None
+    when the plan has no whole tile, the stationary is not prepared per tile or per batch index, or the band is
+    pinned in the tile loop."""
     kv = b.var["k"]
     if b.KT < 1 or b.p.hoist_w != "k" or b.src_chip is not None:
         return None
