@@ -93,14 +93,37 @@ def test_one_tile_of_rows(tmp_path, dt, nki):
 
 
 def test_sixteen_bit_a_first(tmp_path):
-    """bf16 A B: A's rows (loaded whole, transposed on TensorE) are not a loop of DMAs, so tile 0's A loads go
-    before the band's, in the same block."""
+    """bf16 A B: A's rows (loaded whole, transposed on TensorE) are not a loop of DMAs, so every tile's A loads go
+    before the band's, in the same block (conv_batched.tiles_together: two whole tiles)."""
     c = compiled(tmp_path, "ab", "bf16", dict(N=2, M=256, K=512, P=256), "0.6")
-    lead = lines_of(unwrap(numbered(c.source)), "tile 0, interleaved with")
-    first_a = next(i for i, line in enumerate(lead) if "dma_copy(" in line and "A" in line.split("src=")[1])
+    lead = lines_of(unwrap(numbered(c.source)), "for every out-channel tile")
+    a_loads = [i for i, line in enumerate(lead) if "dma_copy(" in line and "A" in line.split("src=")[1]]
     first_b = next(i for i, line in enumerate(lead) if "dma_copy(" in line and "B" in line.split("src=")[1])
-    assert first_a < first_b, lead
+    assert len(a_loads) == 2 and a_loads[-1] < first_b, lead
     check(c, "ab", "bf16")
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+@pytest.mark.parametrize("form, m", [("ab", 256), ("abt", 256), ("ab", 384), ("ab", 512)])
+def test_sixteen_bit_tiles_together(tmp_path, form, m, nki):
+    """bf16 A B and A B^T at batch 1 with 2 to 4 whole out-channel tiles: every tile's stationary first, then one
+    loop over the contraction tiles with each tile's matmul into its own PSUM accumulator, then the evictions
+    (alternately ScalarE and VectorE) and stores."""
+    c = compiled(tmp_path, form, "bf16", dict(N=1, M=m, K=256, P=128), nki)
+    source = unwrap(numbered(c.source))
+    tiles = m // 128
+    assert all(f"C_acc_{t}" in source for t in range(1, tiles)) and f"C_acc_{tiles}" not in source
+    assert "weights A for every out-channel tile" in source and "for i_t in" not in source
+    check(c, form, "bf16")
+
+
+@pytest.mark.parametrize("dt, m", [("bf16", 640), ("f32", 256)], ids=["five", "fp32"])
+def test_tiles_one_by_one_otherwise(tmp_path, dt, m):
+    """Five tiles (more accumulators than MAX_TOGETHER) or an fp32 stationary by DMA transposes (zipped with the
+    band): the tiles go one by one, as before."""
+    c = compiled(tmp_path, "ab", dt, dict(N=1, M=m, K=256, P=128), "0.6")
+    assert "C_acc_1" not in unwrap(numbered(c.source))
+    check(c, "ab", dt)
 
 
 def test_band_transposed_on_tensor_engine_is_not_peeled(tmp_path):

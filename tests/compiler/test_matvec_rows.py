@@ -4,6 +4,8 @@ broadcast into PSUM once, VectorE multiply, ScalarE sum along the free axis; no 
 a ragged last PSUM bank of v), the vector 1-D and as [K, 1]."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import test_matmul_batched
@@ -80,7 +82,9 @@ def test_long_rows_share_the_multiply_with_gpsimd(dt):
     prog, c, inputs, out = run(MATVEC.format(dt=dt, M=300, K=1100))
     g = build_matvec.gpsimd_columns(1100, [(0, 512), (512, 512), (1024, 76)])
     assert 512 < 1100 - g < 1024 and g % build_matvec.MATVEC_SPLIT_STEP == 0
-    assert f"v_sbuf = nl.ndarray((128, {g})" in numbered(c.source) and "engine=nisa.gpsimd_engine" in numbered(c.source)
+    # v whole in SBUF: the last tile's column pieces (build_matvec.last_pieces) each give GpSimdE a share
+    assert build_matvec.last_pieces(1100) > 1 and "v_sbuf = nl.ndarray((128, 1100)" in numbered(c.source)
+    assert f"v_sbuf[0:100, {1100 - g}:1100]" in numbered(c.source) and "engine=nisa.gpsimd_engine" in numbered(c.source)
     assert c.source.index("Wt_tile_rows = nl.ndarray") < c.source.index("for i_t in")  # declared once
     x = rounded(inputs, dt)
     assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
@@ -131,3 +135,42 @@ def test_path_choice_reads_the_models_transpose_rate(monkeypatch):
     pe, rows = build_matvec.estimates(1000, 2048, True)
     extra = 8 * 16 * (128 + prm["mm_fixed_cycles"]) * (prm["mm_fp32_factor"] - prm["fp32_transpose"])
     assert rows == base_rows and pe == pytest.approx(base_pe + extra / prm["tensor_ghz"])
+
+
+SCALED = """\
+kernel mvs(Wt: {dt}[M, K], v: {dt}[K], b: {dt}[M]) -> y
+  default M = {M}, K = {K}
+  y: {dt}[M]
+  for i in 0..M:
+    y[i] = b[i]
+    for k in 0..K:
+      y[i] += 0.5 * Wt[i, k] * v[k]
+"""
+
+
+@pytest.mark.parametrize("dt, M, K", [("f32", 256, 1024), ("bf16", 130, 1100), ("f32", 100, 2048)])
+def test_last_tile_in_column_pieces(dt, M, K):
+    """The last tile of rows is loaded, multiplied and summed in column pieces (a peeled whole tile at M = 256, the
+    remainder tile at M = 130, the only tile at M = 100), its partial sums added by one reduction; the first half
+    of the pieces summed on ScalarE, the rest on VectorE. Each piece's multiply is shared with GpSimdE."""
+    pieces = build_matvec.last_pieces(K)
+    assert pieces > 1
+    ranges = build_matvec.piece_ranges(K, 128, pieces)
+    assert ranges[0][0] == 0 and ranges[-1][2] == K and all(r[2] == s[0] for r, s in zip(ranges, ranges[1:]))
+    prog, c, inputs, out = run(MATVEC.format(dt=dt, M=M, K=K))
+    src = numbered(c.source)
+    assert rows_path(src) and re.search(rf"y_parts = nl.ndarray\(\(\d+, {pieces}\)", src)
+    assert src.count("reduce_res=y_parts") == pieces - pieces // 2 and src.count("tensor_reduce(") == pieces // 2 + 1
+    x = rounded(inputs, dt)
+    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_last_tile_pieces_with_a_factor_and_an_initial_value(dt):
+    """A constant factor scales every piece's sum on ScalarE (none goes to VectorE's reduction, which has no
+    scale); the initial value b[i] is added once, after the pieces are summed."""
+    prog, c, inputs, out = run(SCALED.format(dt=dt, M=150, K=1100))
+    src = numbered(c.source)
+    assert "y_parts" in src and src.count("scale=0.5") >= 3 and src.count("tensor_reduce(") == 1
+    x = rounded(inputs, dt)
+    assert_matches(prog, "y", out["y"], 0.5 * (x["Wt"] @ x["v"]) + x["b"])

@@ -14,7 +14,10 @@ rows share the multiply with GpSimdE (`gpsimd_columns`: the last columns of ever
 once on ScalarE; GpSimdE cannot read PSUM), and whole tiles of rows go through one buffer declared before the loop
 (each tile's DMA refills it whole, so the next loads need not wait for the last tile's readers). matvec f16
 (1000 x 2048): 23.82 -> 18.23 us run, 2.14x -> 1.64x of the DMA floor, now ScalarE's sums (1.84 us per tile) set
-the pace; f32 30.24 -> 26.84 us, 1.36x -> 1.20x.
+the pace; f32 30.24 -> 26.84 us, 1.36x -> 1.20x. The last tile goes in column pieces (`last_pieces`): loaded, multiplied
+and summed piece by piece (the later half of the sums on VectorE's reduction, ScalarE still summing the tile
+before), the partial sums added by one reduction, so only one piece's work follows the last byte (matvec f32
+1000 x 2048: 28.64 -> 27.0 us run, 1.28x -> 1.21x).
 Chosen when the performance model's constants say it is faster than the transposes (`estimates`) and v fits in
 half of PSUM.
 
@@ -40,6 +43,11 @@ if TYPE_CHECKING:
 
 Fresh = Callable[[str], str]  # as build_conv.Fresh
 MATVEC_SPLIT_STEP = 64  # granularity of the VectorE / GpSimdE split of a tile's columns
+# the last tile of rows in column pieces (last_pieces): matvec f32 1000 x 2048, model total 41.6 us unsplit; 2
+# pieces 40.3, 4 pieces 40.0, 6 40.3, 8 40.9 (each piece pays its instructions' static overheads)
+MATVEC_LAST_PIECES = 4
+MATVEC_PIECE_MIN = 512  # columns per piece at least: each pays its instructions' static overheads and a reduction
+# (f32 512 x 512 in two pieces of 256: 20.7 -> 20.8 us, 1 x 512: 17.5 -> 17.7)
 # blocks per PSUM tile of the 16-bit transposed path (a bank holds 8 of 125 rows): smaller groups let the first
 # matmuls start while later groups are still evicted; matvec f16 1000 x 2048: 2 -> 1.68x, 4 -> 1.47x, 8 -> 1.50x
 MATVEC_TP_GROUP = 4
@@ -163,6 +171,25 @@ def gpsimd_columns(K: int, chunks: list[tuple[int, int]]) -> int:
     return min(range(0, K - K % step if K > step else 0, step), key=lambda g: (cost(g), g), default=0)
 
 
+def last_pieces(K: int) -> int:
+    """Column pieces of the last tile of rows (1: not split). Every other tile's multiply and sum overlap the next
+    tile's load; the last one's run after the last byte (matvec f32 1000 x 2048: 1.6 us of multiply, 1.8 us of
+    ScalarE sum). In pieces of at least MATVEC_PIECE_MIN columns, each piece's work overlaps the next piece's load."""
+    return max(1, min(MATVEC_LAST_PIECES, K // MATVEC_PIECE_MIN))
+
+
+def piece_ranges(K: int, g: int, pieces: int) -> list[tuple[int, int, int]]:
+    """The last tile's column pieces (lo, mid, hi): [lo, mid) multiplied on VectorE, [mid, hi) on GpSimdE, in the
+    proportion g / K of the other tiles, boundaries on MATVEC_SPLIT_STEP columns where the piece allows."""
+    step = MATVEC_SPLIT_STEP
+    bounds = [K * j // pieces // step * step if j < pieces else K for j in range(pieces + 1)]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        gp = (hi - lo) * g // K // step * step if g else 0
+        out.append((lo, hi - gp, hi))
+    return out
+
+
 def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
                  ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
     if not is_matvec(op, hbm):
@@ -202,21 +229,51 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
     # the last g columns of every tile are multiplied on GpSimdE, which reads SBUF only: v's copy there, once
     g = gpsimd_columns(K, chunks)
     split = K - g
-    v_sb = Buf(fresh(f"{op.x}_sbuf"), "sbuf", "f32", (P, max(g, 1)))
+    whole_tiles, rest = divmod(M, tile)
+    pieces = last_pieces(K)
+    # the last tile's pieces each share their multiply between VectorE and GpSimdE: GpSimdE then needs all of v
+    v_off = 0 if pieces > 1 else split
+    v_sb = Buf(fresh(f"{op.x}_sbuf"), "sbuf", "f32", (P, max(K - v_off, 1) if g else 1))
     if g:
         prep.append(Alloc(v_sb, line=line))
         for (c0, n), acc in zip(chunks, v_all):
-            lo, hi = max(c0, split), c0 + n
+            lo, hi = max(c0, v_off), c0 + n
             if lo < hi:
-                prep.append(ir.Act(View(v_sb, (full(P), sl(lo - split, hi - lo))),  # on ScalarE: idle until the
+                prep.append(ir.Act(View(v_sb, (full(P), sl(lo - v_off, hi - lo))),  # on ScalarE: idle until the
                                    View(acc, (full(P), sl(lo - c0, hi - lo))), "copy", line=line))  # first sum
     # whole tiles of rows go through one buffer declared here, refilled whole by each tile's DMA: a new value the
     # allocator places in a fresh copy, so tile t + 2's load does not wait (one DMA latency) for tile t's readers
     w_once = Buf(fresh(f"{op.w}_tile_rows"), "sbuf", wdt, (tile, K))
     prep.append(Alloc(w_once, line=line))
 
-    def rows(start, n: int) -> list[Stmt]:
-        w_rows = w_once if n == tile else Buf(fresh(f"{op.w}_rows"), "sbuf", wdt, (tile, K))
+    def in_pieces(start, n: int, part, w_rows: Buf, prod: Buf, total: Buf) -> list[Stmt]:
+        """The last tile loaded, multiplied and summed in `pieces` column ranges, the partial sums added at the
+        end: each piece's multiply (VectorE and GpSimdE, in the proportion of the other tiles) and sum (ScalarE)
+        run while the next piece loads, so after the last byte only one piece's work is left."""
+        part_sums = Buf(fresh(f"{op.out}_parts"), "sbuf", "f32", (tile, pieces))
+        out: list[Stmt] = [Alloc(part_sums, line=line)]
+        for j, (lo, mid, hi) in enumerate(piece_ranges(K, g, pieces)):
+            out.append(Dma(View(w_rows, (part, sl(lo, hi - lo))), View(w2, (sl(start, n), sl(lo, hi - lo))), line))
+            for (c0, n_c), acc in zip(chunks, v_all):
+                s0, e0 = max(lo, c0), min(mid, c0 + n_c)
+                if s0 < e0:
+                    out.append(ir.Binary(View(prod, (part, sl(s0, e0 - s0))), View(w_rows, (part, sl(s0, e0 - s0))),
+                                         View(acc, (part, sl(s0 - c0, e0 - s0))), "multiply", line))
+            if mid < hi:
+                out.append(ir.Binary(View(prod, (part, sl(mid, hi - mid))), View(w_rows, (part, sl(mid, hi - mid))),
+                                     View(v_sb, (part, sl(mid, hi - mid))), "multiply", line, engine="gpsimd"))
+            piece, sums = View(prod, (part, sl(lo, hi - lo))), View(part_sums, (part, sl(j, 1)))
+            if j < pieces - pieces // 2 or op.scale != 1.0:
+                out.append(ir.Act(piece, piece, "copy", scale=op.scale, line=line, total=sums))
+            else:  # VectorE, idle once the last products are made, sums the later half of the pieces
+                out.append(ir.Reduce(sums, piece, "add", line))
+        out.append(ir.Reduce(View(total, (part, full(1))), View(part_sums, (part, full(pieces))), "add", line))
+        return out
+
+    def rows(start, n: int, split_last: bool = False) -> list[Stmt]:
+        # the split tile loads its pieces into a buffer of its own: a piece does not refill w_once whole, so it
+        # would wait for the previous tile's readers
+        w_rows = w_once if n == tile and not split_last else Buf(fresh(f"{op.w}_rows"), "sbuf", wdt, (tile, K))
         prod = Buf(fresh(f"{op.out}_prod"), "sbuf", "f32", (tile, K))
         # the sum written in the output dtype by ScalarE itself: its store then issues on ScalarE's DMA stream, so
         # the next tile's load (on VectorE's, the engine reading it first) does not queue behind it
@@ -227,13 +284,18 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
         total = col if plain else Buf(fresh(f"{op.out}_sum"), "sbuf", "f32", (tile, 1))
         body: list[Stmt] = [
             *([] if w_rows is w_once else [Alloc(w_rows, line=line)]),
-            Dma(View(w_rows, (part, full(K))), View(w2, (sl(start, n), full(K))), line),
-            Alloc(prod, line=line), Alloc(col, line=line), *([] if plain else [Alloc(total, line=line)]),
+            *([] if split_last else [Dma(View(w_rows, (part, full(K))), View(w2, (sl(start, n), full(K))), line)]),
+            Alloc(prod, line=line), Alloc(col, line=line), *([] if plain else [Alloc(total, line=line)])]
+        if split_last:
+            body += in_pieces(start, n, part, w_rows, prod, total)
+        else:
+            body += [
             *[ir.Binary(View(prod, (part, sl(c0, m))), View(w_rows, (part, sl(c0, m))),
                         View(acc, (part, sl(0, m))), "multiply", line)
               for (c0, n_c), acc in zip(chunks, v_all) if c0 < split for m in (min(n_c, split - c0),)],
             *([ir.Binary(View(prod, (part, sl(split, g))), View(w_rows, (part, sl(split, g))),
-                         View(v_sb, (part, full(g))), "multiply", line, engine="gpsimd")] if g else []),
+                         View(v_sb, (part, sl(split - v_off, g) if v_off != split else full(g))), "multiply",
+                         line, engine="gpsimd")] if g else []),
             ir.Act(View(prod, (part, full(K))), View(prod, (part, full(K))), "copy", scale=op.scale, line=line,
                    total=View(total, (part, full(1))))]
         if not plain:  # the bias, relu and fused chain on the tile's sums
@@ -242,12 +304,12 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
         body.append(Dma(View(o2, (sl(start, n), full(1))), View(col, (part, full(1))), line))
         return body
 
-    whole_tiles, rest = divmod(M, tile)
     tv = fresh(f"{iv}_t")
-    nest = loop(tv, whole_tiles, rows(a(term(tv, tile, tile_name)), tile),
-                note=f"for {iv} in 0..{M} (tiles of {tile_name})", line=line)
-    if rest:
-        nest += rows(whole_tiles * tile, rest)
+    looped = whole_tiles - (pieces > 1 and not rest)  # the last whole tile peeled when it is the one split
+    nest = loop(tv, looped, rows(a(term(tv, tile, tile_name)), tile),
+                note=f"for {iv} in 0..{M} (tiles of {tile_name})", line=line) if looped else []
+    if rest or looped < whole_tiles:
+        nest += rows(looped * tile, rest or tile, split_last=pieces > 1)
     label = f"main: {op.name} by tiles of rows of {op.w}, summed along the free axis (no transposes)"
     return [(tile_name, tile)], s1 + s2 + s3 + [ir.Block(f"{op.x} on every partition", tuple(prep), line),
                                               ir.Block(label, tuple(nest), line)]
