@@ -47,7 +47,6 @@ P = PMAX  # query rows per tile, keys per block (partitions)
 PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
 OPS = 6
 ITEM = {"f32": 4, "bf16": 2, "f16": 2}
-SBUF_TRANSPOSE = 0.5  # a DMA transpose SBUF -> SBUF runs at up to half a copy's throughput [ARCH3, nki-spec 1.10.12]
 AHEAD_PE, AHEAD_DMA = 1, 2  # query tiles the P V of a tile runs behind its scores (plan)
 SBUF_SHARE = 0.6  # of the kernel's SBUF budget: Q_T, K_T, V and the tiles' buffers
 
@@ -175,7 +174,7 @@ def plan(ops: tuple, hbm: dict[str, Buf]) -> tuple[bool, int] | None:
     chunks = -(-W // PSUM_F32)
     matmuls = (W + chunks * fixed + NK * (max(Dv, prm["mm_min_cycles"]) + fixed)) * f / ghz
     pe = NK * (P + fixed) * ft / ghz
-    dma = NK * P * P * ie / (prm["dma_engines"] * prm["dma_engine_bw"] * SBUF_TRANSPOSE)
+    dma = NK * P * P * ie / (prm["dma_engines"] * prm["dma_engine_bw"] * prm["dma_transpose_sbuf_factor"])
     by_dma = max(matmuls, dma) < matmuls + pe
     rows = W * (ITEM[hbm[s.out].dtype] + 2 * ie) + 16  # sc, e and P^T of one tile, its columns
     fixed_bytes = K * ITEM[hbm[s.w].dtype] + W * ITEM[hbm[s.x].dtype] + NK * Dv * ITEM[hbm[o.x].dtype]  # Q_T K_T V
