@@ -9,7 +9,7 @@ p % 2 of row p // 2, so a row tile is 64 rows and there are twice as many, each 
 Only the statistics cross partitions (rows18's hand kernel, docs/notes/rows18/split_rows.py):
 
     A(t)  ScalarE only: per half-row its own mean m_h (copy * -1/H with row sum, H = N / 2) and its sum of squares
-          about it M2_h (square(X - m_h) with row sum); copied into the tile stage C reads
+          about it M2_h (square(X - m_h) with row sum)
     C(t)  TensorE: one fp32 matmul by PAIR (k // 2 == m // 2) sums both halves on both partitions of a row;
           VectorE on (P, 1) columns: mean, mu = round(mean), v = (M2_a + M2_b) / N + (mu - mean)^2 + (m_own -
           mean)^2 (Chan's parallel variance: the mean of (X - mu)^2, summed in fp32 as chunk_pipe does),
@@ -211,7 +211,6 @@ class _Split:
         line, H = self.lmu, self.H
         self.xt = [self.buf(f"{self.ln.x}_tile", "sbuf", self.dt, (P, H), line) for _ in range(2)]
         self.st = [self.buf("half_stats", "sbuf", "f32", (P, 2), line) for _ in range(2)]
-        self.st_out = [self.buf("half_stats_out", "sbuf", "f32", (P, 2), line) for _ in range(2)]
         self.mu_neg = [self.buf("mu_neg", "sbuf", "f32", (P, 1), self.ld) for _ in range(2)]
         self.r_mask = [self.buf("r_parity", "sbuf", self.dt, (P, 2), self.lr) for _ in range(2)]
         self.discard = self.buf("pass_discarded", "sbuf", self.dt, (P, self.span), line)
@@ -238,10 +237,7 @@ class _Split:
                  total=View(vparts, (full(P), sl(a(cv), 1))))
         self.emit(*loop(cv, H // self.span, [sq], note="squares about the half-row's mean", line=self.lv))
         self.emit(Act(View(self.junk, (full(P), sl(0, H // self.span))), whole(vparts), "copy", line=self.lv,
-                      total=View(s, (full(P), sl(1, 1)))),
-                  # the statistics through an instruction's output: what stage C reads is written by an instruction
-                  # of stage A itself, not only as an activation's row sum (rows18 section 2)
-                  Act(whole(self.st_out[par]), whole(s), "copy", line=self.lv))
+                      total=View(s, (full(P), sl(1, 1)))))
 
     def _rows(self, t: Aff):
         return sl(Aff(tuple(term(x.var, x.coef * P) for x in t.terms), t.const * P), P)
@@ -251,7 +247,7 @@ class _Split:
 
     def stage_c(self, par: int) -> None:
         """TensorE + VectorE: the halves combined, mu, v and r (no ScalarE instruction: see the docstring)."""
-        lv, st = self.lv, self.st_out[par]
+        lv, st = self.lv, self.st[par]
         tot = self.tot_ps
         self.emit(Matmul(whole(tot), whole(self.pair), whole(st), lv, start=True))
         c0, c1 = (full(P), sl(0, 1)), (full(P), sl(1, 1))
