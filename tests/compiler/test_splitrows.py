@@ -56,10 +56,12 @@ def forced(monkeypatch):
 
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
-@pytest.mark.parametrize("dtype,rows,cols", [("bf16", 256, 1024), ("f16", 384, 2048)])
+@pytest.mark.parametrize("dtype,rows,cols", [("bf16", 256, 1024), ("f16", 384, 2048), ("bf16", 320, 1024)])
 def test_split_layernorm_numbers(forced, dtype: str, rows: int, cols: int, nki: str) -> None:
     """Against NumPy's layernorm and the reference evaluator under the tolerance policy (the variance sums
-    (X - mu)^2 in fp32, as chunk_pipe's kernel: v may be the neighbour of the program's rounded value)."""
+    (X - mu)^2 in fp32, as chunk_pipe's kernel: v may be the neighbour of the program's rounded value). Four row
+    tiles (the loop's pair and the two after it), six (f16, rows of 2048: two chunks), five (an odd count: two
+    pairs in the loop, then the last tile alone)."""
     c = compile_loaded(lang.load(FORMS["layernorm"][0].replace("f32", dtype), {"M": rows, "N": cols}), nki=nki)
     assert "X_halves" in c.source
     check_numbers(c, "layernorm", dtype)

@@ -17,7 +17,8 @@ Only the statistics cross partitions (rows18's hand kernel, docs/notes/rows18/sp
     B(t)  d = X - mu (VectorE, 16-bit), r x g on TensorE with a K = 2 stationary (row h: r on the partitions of
           parity h; g's two halves as the moving rows), d * (r x g) on VectorE from PSUM, + b on GpSimdE (b broadcast
           per parity once before the loop by the K = 2 selector SEL), store
-    order A(0); for pairs of tiles: A(t + 1) C(t) B(t); the last tile: C, B with its centring on ScalarE
+    order A(0); for t < T - 1 (pairs of them in a loop): A(t + 1) C(t) B(t); the last tile: C, B, its centring on
+          ScalarE
 
 Stage C comes after the next tile's stage A in program order and has no ScalarE instruction: each engine runs in
 program order, so a ScalarE rsqrt there would hold the next tile's passes (rows18: 2.34x), and a cross-partition
@@ -121,10 +122,10 @@ def long_rows(ln: Layernorm, budget: int) -> bool:
 
 def sizes(ln: Layernorm) -> tuple[int, int] | None:
     """(columns a chunk, columns a ScalarE pass) of the half-rows, or None where the layout does not divide the
-    tensor evenly: pairs of row tiles of 64 rows, at least two pairs, half-rows in whole PSUM banks."""
+    tensor evenly: row tiles of 64 rows, at least three, half-rows in whole PSUM banks."""
     half, tiles = ln.cols // 2, 2 * ln.rows // P
     chunk, span = min(CHUNK, half), min(PASS, half)
-    if ln.cols % 2 or half % span or span % chunk or chunk % BANK or (2 * ln.rows) % P or tiles < 4 or tiles % 2:
+    if ln.cols % 2 or half % span or span % chunk or chunk % BANK or (2 * ln.rows) % P or tiles < 3:
         return None
     return chunk, span
 
@@ -313,11 +314,12 @@ class _Split:
             for k in range(2):
                 self.stage_a(a(term(pt, 2), k + 1), 1 - k, self.span)
                 self.tile(a(term(pt, 2), k), k)
-        self.emit(*loop(pt, self.T // 2 - 1, self.nested(pair), "sequential", note="pairs of row tiles",
-                        line=self.ly))
-        self.stage_a(a(self.T - 1), 1, self.span)
-        self.tile(a(self.T - 2), 0)
-        self.tile(a(self.T - 1), 1, last=True)
+        steps = self.T - 1  # A(t + 1) C(t) B(t) for t < T - 1: pairs of them in the loop, an odd one after it
+        self.emit(*loop(pt, steps // 2, self.nested(pair), "sequential", note="pairs of row tiles", line=self.ly))
+        if steps % 2:
+            self.stage_a(a(self.T - 1), 1, self.span)
+            self.tile(a(self.T - 2), 0)
+        self.tile(a(self.T - 1), (self.T - 1) % 2, last=True)
         return self.out
 
 
