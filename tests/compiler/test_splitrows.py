@@ -31,14 +31,16 @@ def test_rows_of_32768_are_split_over_two_partitions(long_bf16: str) -> None:
     assert re.search(r"for pt in (nl\.sequential_)?range\(3\)", src)
     # the halves' statistics combined by one fp32 matmul by the pair matrix per row tile: 2 in the loop + 2 after
     assert len(re.findall(r"nc_matmul\(dst=pair_tot, stationary=pair_sum", src)) == 4
-    assert "op1=nl.power, operand1=-0.5" in src  # r on VectorE: stage C has no ScalarE instruction
+    # r's power on GpSimdE (nki-spec 1.10.4): stage C has no ScalarE instruction
+    assert re.search(r"tensor_tensor\(dst=r_rounded\w*, data1=var_eps\w*, data2=neg_half, op=nl\.power, "
+                     r"engine=nisa\.engine\.gpsimd\)", src)
 
 
 def test_stage_c_has_no_scalar_engine_instruction(long_bf16: str) -> None:
     """From the pair matmul to r on its parity's column: TensorE and VectorE only (a ScalarE instruction there
     would wait behind the next tile's passes, rows18)."""
     loop = long_bf16[long_bf16.index("pairs of row tiles"):]
-    c = loop[loop.index("nisa.nc_matmul(dst=pair_tot"):loop.index("nc_transpose")]
+    c = loop[loop.index("nisa.nc_matmul(dst=pair_tot"):loop.index("nisa.tensor_scalar(dst=r_parity")]
     assert "activation" not in c and "engine=nisa.engine.scalar" not in c
     assert set(re.findall(r"nisa\.(\w+)\(", c)) == {"nc_matmul", "tensor_scalar", "tensor_tensor", "tensor_copy"}
 

@@ -13,12 +13,15 @@ Only the statistics cross partitions (rows18's hand kernel, docs/notes/rows18/sp
     C(t)  TensorE: one fp32 matmul by PAIR (k // 2 == m // 2) sums both halves on both partitions of a row;
           VectorE on (P, 1) columns: mean, mu = round(mean), v = (M2_a + M2_b) / N + (mu - mean)^2 + (m_own -
           mean)^2 (Chan's parallel variance: the mean of (X - mu)^2, summed in fp32 as chunk_pipe does),
-          r = round(rsqrt(round(v) + eps)) (add then power, one tensor_scalar), r on its parity's column of MASK2
+          r = round((round(v) + eps) ^ -0.5): the power on GpSimdE (tensor_tensor with a column of -0.5: nki-spec
+          §1.10.4 runs nl.power on GpSimdE; the NKI ALU table lists power for GpSimdE only), r on its parity's
+          column of MASK2
     B(t)  d = X - mu (VectorE, 16-bit), r x g on TensorE with a K = 2 stationary (row h: r on the partitions of
           parity h; g's two halves as the moving rows), d * (r x g) on VectorE from PSUM, + b on GpSimdE (b broadcast
           per parity once before the loop by the K = 2 selector SEL), store
     order A(0); for t < T - 1 (pairs of them in a loop): A(t + 1) C(t) B(t); the last tile: C, B, its centring on
-          ScalarE
+          ScalarE. B(t)'s last chunk is shifted by b and stored after C(t + 1): GpSimdE runs in program order, and
+          its power of C(t + 1) then waits only for B(t)'s other chunks' + b (after them all: 1.59x the floor)
 
 Stage C comes after the next tile's stage A in program order and has no ScalarE instruction: each engine runs in
 program order, so a ScalarE rsqrt there would hold the next tile's passes (rows18: 2.34x), and a cross-partition
@@ -177,6 +180,9 @@ class _Split:
         self.tot_ps = self.buf("pair_tot", "psum", "f32", (P, 2), self.lv)
         ident = self.buf("ident", "sbuf", "f32", (P, P))
         self.emit(Identity(whole(ident), self.lmu))
+        self.neg_half = self.buf("neg_half", "sbuf", "f32", (P, 1), self.lr)  # the exponent of the rsqrt
+        self.emit(Scalar(whole(self.neg_half), View(ident, (full(P), sl(0, 1))), "multiply", 0.0, self.lr, op1="add",
+                         value1=-0.5))
         self.mask2 = self.buf("parity_mask", "sbuf", self.dt, (P, 2))
         self.pair = self.buf("pair_sum", "sbuf", "f32", (P, P))
         for h in range(2):
@@ -214,6 +220,15 @@ class _Split:
         self.st = [self.buf("half_stats", "sbuf", "f32", (P, 2), line) for _ in range(2)]
         self.mu_neg = [self.buf("mu_neg", "sbuf", "f32", (P, 1), self.ld) for _ in range(2)]
         self.r_mask = [self.buf("r_parity", "sbuf", self.dt, (P, 2), self.lr) for _ in range(2)]
+        # the products of a tile's last chunk, kept until the next tile's stage C: one buffer (the next tile writes
+        # it again at its own last chunk, long after the + b read it)
+        last = self.buf("scaled_last", "sbuf", "f32", (P, self.chunk), self.ly)
+        self.prod_last = [last, last]
+        # that chunk's other tiles, allocated once too: inside the loop they would be allocation sites of their own
+        # beside the chunk loop's, whose rotation buffers then no longer fit (the model's "fit" rule: 1.80x)
+        self.g_last = self.buf(f"{self.ln.g}_chunk_last", "sbuf", self.dt, (2, self.chunk), self.ly)
+        self.d_last = self.buf(f"{self.ln.x}_centred_last", "sbuf", self.dt, (P, self.chunk), self.ld)
+        self.y_last = self.buf(f"{self.ln.y}_chunk_last", "sbuf", self.dt, (P, self.chunk), self.ly)
         self.discard = self.buf("pass_discarded", "sbuf", self.dt, (P, self.span), line)
         self.junk = self.buf("fold_discarded", "sbuf", "f32", (P, H // self.chunk), line)
 
@@ -256,6 +271,7 @@ class _Split:
         e1, e2, dl, dl2 = self.col("mu_off"), self.col("mu_off_sq"), self.col("half_off"), self.col("half_off_sq")
         w, w2, vb = self.col("var_within"), self.col("var_sum"), self.col("var_rounded", self.dt)
         r, r32 = self.col("r_rounded", self.dt, self.lr), self.col("r_col", "f32", self.lr)
+        vpe = self.col("var_eps", "f32", self.lr)
         self.emit(Scalar(whole(mean_neg), View(tot, c0), "multiply", 0.5, lv),
                   Scalar(whole(mu), whole(mean_neg), "multiply", -1.0, self.lmu),
                   Scalar(whole(self.mu_neg[par]), whole(mu), "multiply", -1.0, self.ld),
@@ -266,41 +282,63 @@ class _Split:
                   Scalar(whole(w), View(tot, c1), "multiply", 1.0 / self.ln.cols, lv),
                   Binary(whole(w2), whole(w), whole(e2), "add", lv),
                   Binary(whole(vb), whole(w2), whole(dl2), "add", lv),
-                  Scalar(whole(r), whole(vb), "add", self.ln.eps, self.lr, op1="power", value1=-0.5),
+                  Scalar(whole(vpe), whole(vb), "add", self.ln.eps, self.lr),
+                  Binary(whole(r), whole(vpe), whole(self.neg_half), "power", self.lr, "gpsimd"),
                   Copy(whole(r32), whole(r), self.lr),
                   Scalar(whole(self.r_mask[par]), whole(self.mask2), "multiply", whole(r32), self.lr))
 
     def stage_b(self, t: Aff, par: int, last: bool) -> None:
-        """d, d * (r x g), + b, stored chunk by chunk (ScalarE centres the last tile: it has no next tile)."""
-        ly, x = self.ly, self.xt[par]
-        rows = self.turned(self.r_mask[par], "r_rows", ly)
-        cc, ct = self.name("cb"), self.name("ct")
-        cols = sl(a(term(cc, self.chunk)), self.chunk)
+        """d, d * (r x g), + b, stored chunk by chunk (ScalarE centres the last tile: it has no next tile). The last
+        chunk's + b and store wait for the next tile's stage C (`shifted`) unless this is the last tile."""
+        rows = self.turned(self.r_mask[par], "r_rows", self.ly)
+        n, cc = self.H // self.chunk, self.name("cb")
 
         def chunk() -> None:
-            gc = self.buf(f"{self.ln.g}_chunk", "sbuf", self.dt, (2, self.chunk), ly)
-            self.emit(Dma(whole(gc), View(self.g2, (full(2), cols)), ly))
-            d = self.buf(f"{self.ln.x}_centred", "sbuf", self.dt, (P, self.chunk), self.ld)
-            xv, mu = View(x, (full(P), cols)), whole(self.mu_neg[par])
-            self.emit(Act(whole(d), xv, "copy", bias=mu, line=self.ld) if last else
-                      Scalar(whole(d), xv, "add", mu, self.ld))
-            prod = self.buf("scaled", "sbuf", "f32", (P, self.chunk), ly)
-            self.emit(*loop(ct, self.chunk // BANK, self.nested(bank, gc, d, prod), note="PSUM banks", line=ly))
-            y = self.buf(f"{self.ln.y}_chunk", "sbuf", self.dt, (P, self.chunk), ly)
-            self.emit(Binary(whole(y), whole(prod), View(self.b_tile, (full(P), cols)), "add", ly, "gpsimd"),
-                      Dma(View(self.y2, (self._rows(t), cols)), whole(y), ly))
+            c0 = a(term(cc, self.chunk))
+            self.shifted(t, c0, self.steps(par, last, rows, c0, None))
+        if n > 1:
+            self.emit(*loop(cc, n - 1, self.nested(chunk), note="chunks of the half-rows", line=self.ly))
+        end = a((n - 1) * self.chunk)
+        self.steps(par, last, rows, end, self.prod_last[par])
+        if last:
+            self.shifted(t, end, self.prod_last[par])
 
-        def bank(gc: Buf, d: Buf, prod: Buf) -> None:
+    def steps(self, par: int, last: bool, rows: Buf, c0: Aff, prod: Buf | None) -> Buf:
+        """The centring and the products r x g (TensorE) times d of the chunk at column c0, into prod (a new tile
+        if None)."""
+        ly, cols, ct = self.ly, sl(c0, self.chunk), self.name("ct")
+        kept = prod is not None  # the tile's last chunk: its tiles allocated once (state)
+        gc = self.g_last if kept else self.buf(f"{self.ln.g}_chunk", "sbuf", self.dt, (2, self.chunk), ly)
+        self.emit(Dma(whole(gc), View(self.g2, (full(2), cols)), ly))
+        d = self.d_last if kept else self.buf(f"{self.ln.x}_centred", "sbuf", self.dt, (P, self.chunk), self.ld)
+        xv, mu = View(self.xt[par], (full(P), cols)), whole(self.mu_neg[par])
+        self.emit(Act(whole(d), xv, "copy", bias=mu, line=self.ld) if last else Scalar(whole(d), xv, "add", mu, self.ld))
+        prod = prod or self.buf("scaled", "sbuf", "f32", (P, self.chunk), ly)
+
+        def bank() -> None:
             f = sl(a(term(ct, BANK)), BANK)
             gs = self.buf("rg", "psum", "f32", (P, BANK), ly)
             self.emit(Matmul(whole(gs), whole(rows), View(gc, (full(2), f)), ly, start=True),
                       Binary(View(prod, (full(P), f)), View(d, (full(P), f)), whole(gs), "multiply", ly))
-        self.emit(*loop(cc, self.H // self.chunk, self.nested(chunk), note="chunks of the half-rows", line=ly))
+        self.emit(*loop(ct, self.chunk // BANK, self.nested(bank), note="PSUM banks", line=ly))
+        return prod
 
-    def tile(self, t: Aff, k: int, last: bool = False) -> None:
-        """C(t) and B(t) of the tile of parity k."""
-        self.stage_c(k)
-        self.stage_b(t, k, last)
+    def shifted(self, t: Aff, c0: Aff, prod: Buf) -> None:
+        """+ b on GpSimdE and the store of the chunk at column c0."""
+        ly, cols = self.ly, sl(c0, self.chunk)
+        y = self.y_last if prod is self.prod_last[0] else \
+            self.buf(f"{self.ln.y}_chunk", "sbuf", self.dt, (P, self.chunk), ly)
+        self.emit(Binary(whole(y), whole(prod), View(self.b_tile, (full(P), cols)), "add", ly, "gpsimd"),
+                  Dma(View(self.y2, (self._rows(t), cols)), whole(y), ly))
+
+    def step(self, t: Aff, par: int, first: bool = False) -> None:
+        """A(t + 1), C(t), the previous tile's last chunk shifted and stored, B(t). GpSimdE's rsqrt of stage C thus
+        comes before that last + b in its program order: it waits only for the previous tile's other chunks."""
+        self.stage_a(t.plus(1), 1 - par, self.span)
+        self.stage_c(par)
+        if not first:
+            self.shifted(t.plus(-1), a((self.H // self.chunk - 1) * self.chunk), self.prod_last[1 - par])
+        self.stage_b(t, par, False)
 
     def build(self) -> list[Stmt]:
         self.views()
@@ -308,18 +346,20 @@ class _Split:
         self.broadcast_b()
         self.state()
         self.stage_a(a(0), 0, self.chunk)
-        pt = self.name("pt")
+        self.step(a(0), 0, first=True)
+        pt, rest = self.name("pt"), self.T - 2  # the steps t = 1 .. T - 2: pairs of them in a loop, an odd one after
 
         def pair() -> None:
             for k in range(2):
-                self.stage_a(a(term(pt, 2), k + 1), 1 - k, self.span)
-                self.tile(a(term(pt, 2), k), k)
-        steps = self.T - 1  # A(t + 1) C(t) B(t) for t < T - 1: pairs of them in the loop, an odd one after it
-        self.emit(*loop(pt, steps // 2, self.nested(pair), "sequential", note="pairs of row tiles", line=self.ly))
-        if steps % 2:
-            self.stage_a(a(self.T - 1), 1, self.span)
-            self.tile(a(self.T - 2), 0)
-        self.tile(a(self.T - 1), (self.T - 1) % 2, last=True)
+                self.step(a(term(pt, 2), 1 + k), (1 + k) % 2)
+        if rest >= 2:
+            self.emit(*loop(pt, rest // 2, self.nested(pair), "sequential", note="pairs of row tiles", line=self.ly))
+        if rest % 2:
+            self.step(a(self.T - 2), (self.T - 2) % 2)
+        last, par = a(self.T - 1), (self.T - 1) % 2
+        self.stage_c(par)
+        self.shifted(last.plus(-1), a((self.H // self.chunk - 1) * self.chunk), self.prod_last[1 - par])
+        self.stage_b(last, par, True)
         return self.out
 
 
