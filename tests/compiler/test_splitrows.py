@@ -3,6 +3,7 @@ structure at bf16 rows of 32768 (compiled only), and its numbers on the interpre
 forced there: at small rows the whole chain fits and the row-chain kernels are chosen)."""
 from __future__ import annotations
 
+import pathlib
 import re
 
 import ml_dtypes
@@ -50,6 +51,23 @@ def test_other_rows_keep_their_kernels(dtype: str, cols: int) -> None:
     """Rows of 16384 fit two row tiles and b (chunk_pipe's kernel stays); f32 is not split."""
     src = compiled("layernorm", dtype, 512, cols).source
     assert "_halves" not in src
+
+
+LAYERNORM_BF16 = (pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "core" / "layernorm_bf16.tl").read_text()
+NEAR_MISSES = {"mu also an output": ("-> Y", "-> Y, mu"), "no shift by b": (" + b[j]", ""),
+               "r of 2 v + eps": ("rsqrt(v[i] + 1e-05)", "rsqrt(v[i] * 2.0 + 1e-05)")}
+
+
+@pytest.mark.parametrize("case", sorted(NEAR_MISSES))
+def test_near_misses_keep_the_row_chain(case: str) -> None:
+    """Only the five ops exactly (the rest of the chain's spellings keep the row-chain builders), at rows of
+    32768 bf16."""
+    old, new = NEAR_MISSES[case]
+    text = LAYERNORM_BF16.replace(old, new)
+    if case == "no shift by b":
+        text = text.replace(", b: bf16[N]", "")
+    assert text != LAYERNORM_BF16
+    assert "_halves" not in compile_loaded(lang.load(text, {"M": 512, "N": 32768})).source
 
 
 @pytest.fixture
