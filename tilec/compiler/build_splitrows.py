@@ -248,7 +248,8 @@ class _Split:
                       total=View(s, (full(P), sl(0, 1)))))
         vparts = self.buf("sq_parts", "sbuf", "f32", (P, H // self.span), self.lv)
         cv = self.name("cv")
-        sq = Act(View(self.discard, (full(P), sl(0, self.span))), View(x, (full(P), sl(a(term(cv, self.span)), self.span))),
+        span = self.span
+        sq = Act(View(self.discard, (full(P), sl(0, span))), View(x, (full(P), sl(a(term(cv, span)), span))),
                  "square", bias=View(s, (full(P), sl(0, 1))), line=self.lv,
                  total=View(vparts, (full(P), sl(a(cv), 1))))
         self.emit(*loop(cv, H // self.span, [sq], note="squares about the half-row's mean", line=self.lv))
@@ -312,7 +313,8 @@ class _Split:
         self.emit(Dma(whole(gc), View(self.g2, (full(2), cols)), ly))
         d = self.d_last if kept else self.buf(f"{self.ln.x}_centred", "sbuf", self.dt, (P, self.chunk), self.ld)
         xv, mu = View(self.xt[par], (full(P), cols)), whole(self.mu_neg[par])
-        self.emit(Act(whole(d), xv, "copy", bias=mu, line=self.ld) if last else Scalar(whole(d), xv, "add", mu, self.ld))
+        self.emit(Act(whole(d), xv, "copy", bias=mu, line=self.ld) if last else
+                  Scalar(whole(d), xv, "add", mu, self.ld))
         prod = prod or self.buf("scaled", "sbuf", "f32", (P, self.chunk), ly)
 
         def bank() -> None:

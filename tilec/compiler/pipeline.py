@@ -8,8 +8,8 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Callable, Sequence
 
-from tilec.compiler import build_attention, build_depthwise, build_mbblock, conv_chain, fusers, ir, passes, \
-    placement, pool_chain
+from tilec.compiler import build_attention, build_depthwise, build_mbblock, build_psumrow, conv_chain, fusers, ir, \
+    passes, placement, pool_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_row_tiles
 from tilec.compiler import rules, rules_copy
@@ -616,7 +616,7 @@ def _recompile_commands(program) -> dict[str, str]:
 
 def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
     """What builds a chain of ops kept on chip: "MobileNet block", "attention head", "halo tiles", "global pool",
-    "column chain" or "row chain" (fusers.py's builders, recognised again from the op names)."""
+    "row in PSUM", "column chain" or "row chain" (fusers.py's builders, recognised again from the op names)."""
     if build_mbblock.is_block(ops, chain):
         return "MobileNet block"
     if build_attention.is_head(ops, chain):
@@ -626,6 +626,8 @@ def chain_kind(chain: Sequence[str], ops: tuple, program) -> str:
         return "halo tiles"  # build_halo's copies (`program` may not declare their temporaries)
     at = [op.name for op in ops].index(chain[0])  # (a chain exists only without directives on its ops)
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+    if len(members) == 1 and build_psumrow.applies(members[0], hbm):
+        return "row in PSUM"
     if global_pool(ops, at, hbm, set(program.kernel.outputs), frozenset()) is not None:
         return "global pool"
     return "column chain" if type(members[0]) is ColumnReduceOp else "row chain"  # (build_colchain's start so)
@@ -644,6 +646,8 @@ def _chain_note(chain: list[str], ops: tuple, program, target: Target) -> str:
     if kind == "column chain":
         return f"# fused column chain {', '.join(chain)}: blocks of columns of every row kept in SBUF, the source " \
             "read once (build_colchain.py; a directive on one builds them apart)"
+    if kind == "row in PSUM":
+        return f"# {chain[0]}: its broadcast row kept in PSUM, read there by VectorE's products (build_psumrow.py)"
     if kind == "halo tiles":
         return f"# fused {', '.join(chain)}: each tile of the source loaded once with a halo, the shifted reads " \
             "slices of it (build_halo.py; a directive on one builds them apart)"
