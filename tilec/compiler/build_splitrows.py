@@ -42,13 +42,13 @@ from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import (Act, Aff, Alloc, Binary, Buf, Copy, Dma, Identity, Matmul, Reduce, Reshape, Scalar,
                                Stmt, Transpose, View, full, whole)
 from tilec.compiler.ops import EltwiseOp, Op, ReduceOp
-from tilec.compiler.schedule import PMAX
+from tilec.compiler.schedule import PMAX, PSUM_BANK
 from tilec.lang import syntax as sx
 
 P = PMAX
 CHUNK = 2048  # columns a load, a store and stage B's work per chunk (chunk_pipe.PIPE_CHUNK_BYTES of bf16)
 PASS = 8192  # columns one ScalarE pass instruction covers after the first tile (rows18)
-BANK = 512  # fp32 columns of one PSUM bank: one r x g matmul
+BANK = PSUM_BANK // 4  # fp32 columns of one PSUM bank: one r x g matmul
 HALF = ("bf16", "f16")
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 
