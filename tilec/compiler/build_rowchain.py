@@ -44,6 +44,7 @@ from typing import AbstractSet
 
 from tilec.compiler import chunk_pipe, ir, mean_var
 from tilec.compiler.build_reduce import build_short_rows, short_rows
+from tilec.compiler.build_splitrows import build_split
 from tilec.compiler.chunk_cols import chunk_columns, rotation_need
 from tilec.compiler.dma_streams import loads_apart
 from tilec.compiler.passes import peak_usage
@@ -235,10 +236,16 @@ def _fit_chain(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bu
                ) -> tuple[Built, bool]:
     """The chain as fit_chain chose it before rotation was counted, and whether it is software-pipelined (its row
     tiles in two buffers by parity, made by the pipeline itself)."""
+    split = build_split(ops, hbm, fresh_for(ops[-1]), keep, budget)  # layernorm, each row on two partitions
+    if split is not None and peak_usage(tuple(split[1]))[0] <= budget:
+        return split, True
     if peak_usage(tuple(built[1]))[0] <= budget:
         return pipelined(ops, hbm, fresh_for, keep, built, budget)
     from tilec.compiler.chunk_pipe import pipelined_chunks
 
+    split = build_split(ops, hbm, fresh_for(ops[-1]), keep, budget)  # layernorm, each row on two partitions
+    if split is not None and peak_usage(tuple(split[1]))[0] <= budget:
+        return split, True
     piped = pipelined_chunks(ops, hbm, fresh_for, keep, budget)
     if piped is not None:
         return piped, True

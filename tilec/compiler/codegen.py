@@ -32,7 +32,7 @@ BUFFERS = {"sbuf": "nl.sbuf", "psum": "nl.psum", "hbm": "nl.hbm"}
 RANGES = {"affine": "nl.affine_range", "sequential": "nl.sequential_range", "static": "nl.static_range"}
 STATS_OPS = ("bn_stats", "bn_aggr")  # Reduce ops that are NISA's statistics instructions, not a tensor_reduce
 ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "divide": "nl.divide",
-       "maximum": "nl.maximum", "minimum": "nl.minimum"}
+       "maximum": "nl.maximum", "minimum": "nl.minimum", "power": "nl.power"}
 # activation functions: copy (an eviction), square (x * x in a row chain) and every activation of the language's
 # function table
 FUNCS = {"copy": "nl.copy", "square": "nl.square", **{name: f"nl.{FUNCTIONS[name].nki}" for name in ACTIVATIONS}}

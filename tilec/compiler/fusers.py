@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
-from tilec.compiler import build_attention, build_mbblock, build_mlp, passes, placement
+from tilec.compiler import build_attention, build_mbblock, build_mlp, build_psumrow, passes, placement
 from tilec.compiler.build_colchain import build_column_chain, column_chain, stage_b
 from tilec.compiler.build_halo import build_halo, shifted_group
 from tilec.compiler.build_rowchain import fit_chain, reads_of
@@ -45,7 +45,7 @@ class Site:
 @dataclass(frozen=True)
 class Chain:
     """A fused part as the compiler's result keeps it: which builder made it and the ops it covers, in order."""
-    kind: str  # "global pool", "attention head", "MLP", "halo tiles", "column chain", "row chain", "MobileNet block"
+    kind: str  # global pool, attention head, MLP, halo tiles, column chain, row chain, row in PSUM, MobileNet block
     members: tuple[str, ...]
 
 
@@ -146,6 +146,16 @@ def _row_chain(s: Site, i: int) -> Fused | None:
                  [m.name for m in members])
 
 
+def _psum_row(s: Site, i: int) -> Fused | None:
+    """`X * f(beta[j] * X)` with beta's broadcast kept in PSUM (build_psumrow.py)."""
+    op = s.ops[i]
+    built = build_psumrow.build_psum_row(op, s.hbm, s.fresh_op(op)) if s.budget and op.name not in s.scheduled \
+        else None
+    if built is None or passes.peak_usage(tuple(built[1]))[0] > s.budget:
+        return None
+    return Fused("row in PSUM", {op.out}, built, op.out, frozenset({i}), [op.name])
+
+
 def _mobilenet_block(s: Site, i: int) -> Fused | None:
     """expand 1x1 -> depthwise -> project 1x1 kept on chip (build_mbblock.py)."""
     if not isinstance(s.ops[i], ConvOp):
@@ -159,7 +169,7 @@ def _mobilenet_block(s: Site, i: int) -> Fused | None:
 
 
 FUSERS: tuple[Callable[[Site, int], Fused | None], ...] = (
-    _global, _attention, _mlp, _halo, _column_chain, _row_chain, _mobilenet_block)
+    _global, _attention, _mlp, _halo, _column_chain, _row_chain, _psum_row, _mobilenet_block)
 
 
 def fuse(s: Site, i: int) -> Fused | None:

@@ -666,6 +666,8 @@ def _chain_note(part: fusers.Chain, ops: tuple, program, target: Target) -> str:
     if kind == "column chain":
         return f"# fused column chain {', '.join(chain)}: blocks of columns of every row kept in SBUF, the source " \
             "read once (build_colchain.py; a directive on one builds them apart)"
+    if kind == "row in PSUM":
+        return f"# {chain[0]}: its broadcast row kept in PSUM, read there by VectorE's products (build_psumrow.py)"
     if kind == "halo tiles":
         return f"# fused {', '.join(chain)}: each tile of the source loaded once with a halo, the shifted reads " \
             "slices of it (build_halo.py; a directive on one builds them apart)"
