@@ -56,6 +56,16 @@ RESIDUAL = """kernel res(X: f32[N, C, H, W], Wt: f32[K, C, 3, 3], S: f32[N, K, H
     Y[n, k, y, x] = conv[n, k, y, x] + S[n, k, y, x]
 """
 
+STRIDED = """kernel s2(X: f32[N, C, H, W], Wt: f32[K, C, 3, 3]) -> Y
+  default N = 1, C = 48, H = 26, W = 50, K = 32
+  let Ho = (H + 2*1 - 3) / 2 + 1, Wo = (W + 2*1 - 3) / 2 + 1
+  Y: f32[N, K, Ho, Wo]
+  for n in 0..N, k in 0..K, y in 0..Ho, x in 0..Wo:
+    Y[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += (X[n, c, 2*y + r - 1, 2*x + s - 1] ?? 0) * Wt[k, c, r, s]
+"""
+
 # name -> (program text, sizes, the split's pairs (row pairs) or rows (plain bands) (head, tail) in f32)
 CASES = {
     "same_7_pairs": (CONV.format(p=1), {}, (4, 3)),
@@ -63,6 +73,7 @@ CASES = {
     "block_consumer": (BLOCK, {}, (5, 5)),
     "plain_residual": (RESIDUAL, {}, (7, 6)),
     "plain_padded_own_columns": (CONV.format(p=1), {"C": 72, "K": 40, "H": 13, "W": 24}, (7, 6)),
+    "folded_strided": (STRIDED, {}, (7, 6)),  # taps folded in pairs (2 x 48 channels), stride 2
 }
 
 
@@ -80,6 +91,8 @@ def reference(name: str, given: dict[str, np.ndarray]) -> np.ndarray:
         return np.maximum(conv(pad(np.maximum(t, 0)), f["W2"]) + f["X"], 0)
     if name == "plain_residual":
         return conv(f["X"], f["Wt"]) + f["S"]
+    if name == "folded_strided":
+        return conv(np.pad(f["X"], [(0, 0), (0, 0), (1, 1), (1, 1)]), f["Wt"], stride=2)
     p = 0 if name == "valid_unpadded" else 1
     return conv(np.pad(f["X"], [(0, 0), (0, 0), (p, p), (p, p)]), f["Wt"]) + f["b"][None, :, None, None]
 

@@ -8,8 +8,8 @@ second group's matmuls and the kernel ends with the second, smaller store. conv2
 hand-edited kernel (conv3x3same f32 batch 1, 38.15 us): 4 + 3 pairs 37.5, 5 + 2 and 3 + 2 + 2 37.9, 3 + 3 + 1 38.2,
 5 + 1 + 1 39.1 (with more groups their stores queue one after another); so two groups, the first of ceil(rows / 2).
 
-Row pairs (conv_pairs: partition h*K + k, band row i holds output row 2i + h) and plain bands (one matmul per tap and
-in-channel tile, the band's rows on the free axis) are split; the group's first row is the builder's `g0` and its
+Row pairs (conv_pairs: partition h*K + k, band row i holds output row 2i + h), plain bands (one matmul per tap and
+in-channel tile, the band's rows on the free axis) and folded taps (conv_fold, not mixed) are split; the group's first row is the builder's `g0` and its
 PSUM and eviction tiles are named with `tag` (`_head`, `_tail`: their rows differ from the other bands' groups).
 """
 from __future__ import annotations
@@ -37,13 +37,13 @@ def splits(b: _ConvBuilder) -> bool:
 def splits_tail(b: _ConvBuilder) -> bool:
     """splits' conditions but the band's: one image, one accumulation group per band of whole rows and one
     out-channel part (the last band is then the kernel's last work), stored to HBM (no on-chip output, pool, fused
-    tiles band), no folded taps or stacked bands (their groups have their own layouts), and the split pays
+    tiles band), no mixed taps or stacked bands (their groups have their own layouts), and the split pays
     (_tail_hides_store). row_bands peels the last band off the band loop where they hold."""
     if not (b.N == 1 and b.G == 1 and b.XT == 1 and b.NXB == 1 and b.p.rows >= 2 and b.dst_chip is None
             and b.o_tiles is None and b.op.pool is None and b.wy == b.wx == 1):
         return False
     paired = b.pair == 2 and not b.halves and not b.phased
-    plain = (b.pair == 1 and b.fold == 1 and not b.stack and b.KTB == 1 and b.op.groups == 1
+    plain = (b.pair == 1 and not b.mixed and not b.stack and b.KTB == 1 and b.op.groups == 1
              and b.op.w_layout == "kc" and not b.op.x_transposed and b.dup == 1)
     return (paired or plain) and _tail_hides_store(b)
 
@@ -58,7 +58,7 @@ def _tail_hides_store(b: _ConvBuilder) -> bool:
     from tilec.compiler.build_matvec import model_constants  # (the model's constants, read late as there)
     prm = model_constants()
     factor = prm["fp32_matmul"] if DTYPE_BYTES[b.hbm[b.op.x].dtype] == 4 else 1.0
-    matmuls = len(b.pairs) if b.pair == 2 else b.R * b.S * b.CTB
+    matmuls = len(b.pairs) if b.pair == 2 else len(b.groups) if b.fold > 1 else b.R * b.S * b.CTB
     rows = b.p.rows - -(-b.p.rows // 2)
     pe_ns = matmuls * (rows * b.p.tile_x + 9) * factor / TRN2.tensor_ghz
     return pe_ns >= prm["dma_latency_ns"]
