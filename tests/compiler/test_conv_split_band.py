@@ -132,3 +132,42 @@ def test_split_band_matches_numpy(name: str, dtype: str) -> None:
     terms = int(given["X"].shape[1]) * 9 * (2 if name == "block_consumer" else 1)
     rounded = want.astype(NP[dtype]).astype(np.float64)
     assert max_error(got, rounded) <= tolerance(dtype, terms, float(np.abs(want).max()), None)
+
+
+CHAIN = """kernel crc(X: f32[N, C, H, W], W1: f32[C, C, 3, 3], W2: f32[C, C, 3, 3]) -> Y
+  default N = 1, C = 72, H = 10, W = 10
+  T: f32[N, C, H - 2, W - 2]
+  Y: f32[N, C, H - 4, W - 4]
+  for n in 0..N, k in 0..C, y in 0..H - 2, x in 0..W - 2:
+    T[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      T[n, k, y, x] += X[n, c, y + r, x + s] * W1[k, c, r, s]
+    T[n, k, y, x] = relu(T[n, k, y, x])
+  for n in 0..N, k in 0..C, y in 0..H - 4, x in 0..W - 4:
+    Y[n, k, y, x] = 0
+    for c in 0..C, r in 0..3, s in 0..3:
+      Y[n, k, y, x] += T[n, c, y + r, x + s] * W2[k, c, r, s]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_chain_consumer_weights_by_dma(dtype: str, batch: int) -> None:
+    """A conv chain's second conv at batch 1 in fp32 transposes its weights' taps by DMA, SBUF -> SBUF
+    (conv_weights.taps_by_dma); the first conv's stay on TensorE, as do 16-bit weights and batch 2. Either way the
+    kernel matches NumPy."""
+    prog = lang.load(CHAIN.replace("f32[", f"{dtype}["), {"N": batch})
+    kernel = compile_loaded(prog, nki="0.6")
+    src = unwrap(kernel.source)
+    by_dma = dtype == "f32" and batch == 1
+    assert ("nisa.dma_transpose(dst=W2_T" in src) == by_dma and "dma_transpose(dst=W1_T" not in src
+    rng = np.random.default_rng(5)
+    given = {t.name: (rng.random(t.shape, dtype=np.float32) - 0.5).astype(NP[dtype]) for t in prog.inputs}
+    f = {k: v.astype(np.float64) for k, v in given.items()}
+    t = np.maximum(conv(f["X"], f["W1"]), 0)
+    if dtype != "f32":  # the program stores T in its dtype: the second conv reads the rounded values
+        t = t.astype(NP[dtype]).astype(np.float64)
+    want = conv(t, f["W2"])
+    got = np.asarray(kernel.run(**given)["Y"], np.float64)
+    rounded = want.astype(NP[dtype]).astype(np.float64)
+    assert max_error(got, rounded) <= tolerance(dtype, 2 * 72 * 9, float(np.abs(want).max()), None)
