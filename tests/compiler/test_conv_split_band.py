@@ -4,6 +4,7 @@ Checked on the kernels' text (two PSUM tiles of ceil(rows / 2) and floor(rows / 
 a NumPy float64 reference on the interpreter (small shapes: 64 channels, the fewest that take row pairs)."""
 from __future__ import annotations
 
+import functools
 import re
 
 import ml_dtypes
@@ -77,6 +78,7 @@ CASES = {
 }
 
 
+@functools.lru_cache(maxsize=None)  # each kernel compiled once for the module's tests
 def compiled(name: str, dtype: str):
     text, sizes, _ = CASES[name]
     prog = lang.load(text.replace("f32[", f"{dtype}["), sizes)
