@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_conv_cols, build_depthwise, build_matvec, ir
 from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_halo, conv_mixed, conv_pairs, \
-    conv_weights
+    conv_split, conv_weights
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_band import dma_engine_ns  # (its home until the split: rules_move imports it from here)
 from tilec.compiler.conv_fold import fold_groups
@@ -216,6 +216,8 @@ class _ConvBuilder:
         if self.pair > 1:  # rows per phase: a divisor of half the band (`split conv.y` may have set the band's rows)
             plan = self.p = replace(plan, rows=best_divisor(plan.band // 2, plan.rows))
         self.pairs: list[tuple[int, int]] = []
+        self.g0 = 0  # the band row (pair) the group being built starts at, past g's (conv_split.split_groups)
+        self.tag = ""  # appended to the names of its accumulator and eviction tiles (their rows differ)
         self.phased = False  # band halves as even and odd output rows (below)
         self.NR, self.hstep = 0, 0  # band halves: row copies per column copy, first copy of half 1
         if self.halves:
@@ -579,6 +581,8 @@ class _ConvBuilder:
             return loop(V["xb"], self.NXB, self.nest(i + 1), note=f"{self.T['x']} (bands of {self.cn['band_x']})",
                         line=self.L["x"])
         inner = [b for b in range(self.NB) if self.band_clip(b) == (0, 0) and self.skip_bands is None]
+        if inner and inner[-1] == self.NB - 1 and conv_split.splits_tail(self):  # the kernel's last band on its own
+            inner.pop()
         lo, hi = (inner[0], inner[-1] + 1) if inner else (self.NB, self.NB)
         out: list[Stmt] = []
         for b in range(lo):  # (band slots: band b in slot b % slots, peeled or not)
@@ -642,6 +646,8 @@ class _ConvBuilder:
         if self.halves:  # partition 2k + h, row i of the band: row h * BAND / 2 + i of the output (one DMA)
             return loads + [Alloc(ob, line=line)] + group + [Dma(View(self.o6, conv_pairs.halves_region(self)),
                                                                  whole(ob), line)]
+        if conv_split.splits(self):  # the kernel's last band in two groups, each stored once evicted
+            return loads + [Alloc(ob, line=line)] + conv_split.split_groups(self, ob)
         if self.pair > 1:  # partition h*K + k, row i of the band: row 2i + h of the output (one DMA)
             stores = conv_pairs.regroup_store(self, ob) if conv_pairs.regroup_band(self) else [
                 Dma(conv_pairs.rows_view(self, self.o5), whole(ob), line)]
@@ -675,7 +681,7 @@ class _ConvBuilder:
 
     def group(self) -> list[Stmt]:
         p, line, V, op = self.p, self.line, self.var, self.op
-        acc = Buf(self.fresh(f"{op.name}_acc"), "psum", "f32", (self.PK, p.rows, p.tile_x))
+        acc = Buf(self.fresh(f"{op.name}_acc{self.tag}"), "psum", "f32", (self.PK, p.rows, p.tile_x))
         accv = View(acc, (self.part(self.ks, p.tile_k) if self.pair == self.dup == 1 else full(self.PK), full(p.rows),
                           full(p.tile_x)))
         r, s = V["r"], V["s"]
@@ -687,7 +693,7 @@ class _ConvBuilder:
         sy, sx = self.sy, self.sx  # a strided window reads every sy-th row / sx-th column of the band
         tap_r, tap_s = term(r, self.dy), term(s, self.dx)  # a dilated window steps its taps by the dilation
         # (stacked bands: group g's rows start at row 0 of its partition half)
-        first = a(tap_r) if self.stack else a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r)
+        first = a(tap_r) if self.stack else a(self.step(V["g"], p.rows, self.cn["rows"], sy), tap_r, self.g0 * sy)
         if self.src_chip is not None:  # the image in SBUF is read at the band's rows (a loaded band starts at 0)
             first = first.plus(self.y_at(p.band * sy, self.cn["band"] if sy == 1 else ""))
         rows = sl(first, p.rows, sy, self.cn["rows"] if sy == 1 else "")
@@ -737,7 +743,7 @@ class _ConvBuilder:
         rname, cname = (self.cn["rows"] if self.wy == 1 else ""), (self.cn["x"] if self.wx == 1 else "")
         band, slot = (self.o_tiles, (self.tile_index(self.kv, self.KT),)) if self.o_tiles is not None else \
             (self.o_band, ())  # a batched matmul's band holds a slot per out-channel tile (tiles_band)
-        dst = View(band, (kp,) + slot + (sl(a(term(V["g"], rows_o, rname)), rows_o),
+        dst = View(band, (kp,) + slot + (sl(a(term(V["g"], rows_o, rname), self.g0), rows_o),
                                          sl(a(term(V["x"], cols_o, cname)), cols_o)))
         if self.dup > 1:  # each copy of the output channels to its copy of the image, at its shift
             return [st for dst, src, kp in conv_fold.chip_copies(self, acc) for st in conv_epilogue.evict_chain(

@@ -135,7 +135,7 @@ def evict_chain(b: _ConvBuilder, dst: View, acc: View, func: str, bias: View | N
 
 def work_tile(b: _ConvBuilder, acc: View, dtype: str) -> Buf:
     """A fresh tile of one eviction's chain (numbered: the same names again at every eviction of the nest)."""
-    tile = Buf(b.fresh(f"{b.op.out}_epi{len(b.epi_allocs)}_{dtype}"), "sbuf", dtype, acc.buf.shape)
+    tile = Buf(b.fresh(f"{b.op.out}_epi{len(b.epi_allocs)}_{dtype}{b.tag}"), "sbuf", dtype, acc.buf.shape)
     b.epi_allocs.append(Alloc(tile, line=b.line))
     return tile
 
@@ -219,11 +219,11 @@ def evict_rounded(b: _ConvBuilder, acc: View, func: str, bias: View | None, narr
     shape = acc.buf.shape
     direct = narrow and b.op.clamp is None and not (b.op.bias and b.op.bias_role == "x")
     name, dtype = narrow[0] if direct else (f"{b.op.name}_act", "f32")
-    ev = Buf(b.fresh(f"{name}_{dtype}" if direct else name), "sbuf", dtype, shape)
+    ev = Buf(b.fresh((f"{name}_{dtype}" if direct else name) + b.tag), "sbuf", dtype, shape)
     src = View(ev, acc.idx)
     out: list[Stmt] = [Alloc(ev, line=b.line)] + b.evict(src, acc, func, bias)
     for name, dtype in narrow[1:] if direct else narrow:  # the stores the fusion skips round to their dtypes
-        tile = Buf(b.fresh(f"{name}_{dtype}"), "sbuf", dtype, shape)
+        tile = Buf(b.fresh(f"{name}_{dtype}{b.tag}"), "sbuf", dtype, shape)
         out += [Alloc(tile, line=b.line), ir.Copy(View(tile, acc.idx), src, b.line)]
         src = View(tile, acc.idx)
     return out, src

@@ -278,7 +278,7 @@ def matmuls_folded(b: _ConvBuilder, accv: View, wt: Buf, kidx) -> list[Stmt]:
     for g, taps in enumerate(b.groups):
         br, bs = taps[0]
         parts = sl(0, len(taps) * C)
-        first = a(b.step(V["g"], p.rows, b.cn["rows"], sy), br * b.dy)
+        first = a(b.step(V["g"], p.rows, b.cn["rows"], sy), br * b.dy, b.g0 * sy)  # (g0: conv_split)
         if b.src_chip is not None:  # the image in SBUF is read at the band's rows
             first = first.plus(b.y_at(p.band * sy, b.cn["band"] if sy == 1 else ""))
         rows = sl(first, p.rows, sy, b.cn["rows"] if sy == 1 else "")

@@ -231,10 +231,10 @@ def matmuls_paired(b: _ConvBuilder, accv: View, wt: Buf) -> list[Stmt]:
     for g, (u, s) in order:
         copies = 2 if any(j == 1 for j, _, _ in pair_blocks(u, b.R)) else 1  # a copy with no tap stays out
         parts = sl(0, copies * C)
-        rows = sl(a(term(V["g"], 2 * p.rows), u), p.rows, 2)
+        rows = sl(a(term(V["g"], 2 * p.rows), u + 2 * b.g0), p.rows, 2)  # (g0: conv_split's first pair)
         if b.src_chip is not None:  # a paired image holds only the rows the pairs read: index b / 2
             assert b.src_chip.paired and u % 2 == 0
-            rows = sl(a(term(V["g"], p.rows), u // 2).plus(b.y_at(p.band // 2)), p.rows)
+            rows = sl(a(term(V["g"], p.rows), u // 2 + b.g0).plus(b.y_at(p.band // 2)), p.rows)
         cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], b.sx), s * b.dx), p.tile_x, b.sx,
                   b.cn["x"] if b.sx == 1 else "")
         acc = accv

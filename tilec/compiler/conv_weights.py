@@ -192,6 +192,10 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
             tpv = View(tp, (pt(cs, p.tile_c), pt(ks, p.tile_k)))
             src_c = pt(cs, p.tile_c) if per_c else sl(b.c_start(cv), cs)
             first = (load(cv, cs) if per_c else []) + (relayout(b, tapm, raw, ks, src_c, cs) if tapm else [])
+            if tapm is not None and taps_by_dma(b):  # each tap's block transposed SBUF -> SBUF by the DMA engines
+                dst = View(wt, (pt(cs, p.tile_c), b.tile_index(cv, b.CT), a(r), a(s), kdst))
+                return first + loop(r, b.R, loop(s, b.S, [ir.Transpose(dst, block(src_c, cs), "dma", line)],
+                                                 note=b.T["s"], line=line), note=b.T["r"], line=line)
             if b.S > 1 and b.S * p.tile_k * DTYPE_BYTES[wt.dtype] <= PSUM_BANK:
                 # a tap row's S blocks transposed into one PSUM tile and evicted by one copy: a copy of 128 columns
                 # is mostly the engine's fixed cost, and VectorE evicting every block paced the transposes (families
@@ -291,6 +295,21 @@ def rows_by_dma(b: _ConvBuilder) -> bool:
     pe = max(matmuls + transposes, (rows + rest) / bw)
     dma = max(matmuls, (rows / prm["dma_transpose_factor"] + rest) / bw)
     return dma < pe
+
+
+def taps_by_dma(b: _ConvBuilder) -> bool:
+    """A chain's second conv (its input image on chip: conv_chain) transposes its weights' tap blocks by DMA (SBUF ->
+    SBUF, dma_transpose: bit-exact for 2- and 4-byte dtypes, up to 50 % of a copy's throughput SBUF -> SBUF [ARCH3])
+    instead of on TensorE: its weights are needed only when the first conv's matmuls are done, so the DMA engines
+    prepare them meanwhile, and TensorE, the bound of these kernels, starts the first conv's matmuls after the first
+    weights' transposes alone. fp32 only: its PE transposes cost the fp32 transpose factor (conv_relu_conv f32
+    batch 1: 9 of them, 1.2 us; 16-bit transposes are 2.35 times cheaper and the DMA queues busier). Plain
+    k-major weights (not row pairs or folded taps, whose stationaries are gathered blocks), no relu on the
+    weights (its eviction applies it). Batch 1 only: from batch 2 on the weights' preparation is amortised and
+    the transposes share the DMA queues with the first image's band loads (conv_relu_conv f32 batch 8 251.53 ->
+    251.67 us with them)."""
+    return (b.src_chip is not None and b.N == 1 and transposed_rows(b) and b.op.groups == 1 and b.op.w_relu is None
+            and DTYPE_BYTES[b.hbm[b.op.w].dtype] == 4 and b.dup == 1)
 
 
 def _rows_loaded_once(b: _ConvBuilder) -> bool:
