@@ -92,7 +92,7 @@ def test_tiles_that_do_not_divide_are_ragged(schedule):
 def test_divisible_sizes_keep_one_nest():
     """Sizes the plan divides are not cut (the kernels of divisible sizes are as before)."""
     c = run(BCAST.format(t="f32", m=256, n=1024), None, lambda X, g, c: X * g[None, :] + c[:, None])
-    assert "columns" not in c.source and "_ab" not in c.source
+    assert " x columns " not in c.source and "_ab" not in c.source  # (a cut's region note: "rows .. x columns ..")
 
 
 def test_layernorm_row_chain_broken_by_a_one_element_tile_runs_quickly():

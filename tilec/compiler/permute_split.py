@@ -23,6 +23,12 @@ from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
 
+def _plain(a: sx.Access) -> list[str] | None:
+    """The loop variables of an access indexed by distinct plain loop variables, in index order (else None)."""
+    names = [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
+    return names if len(names) == len(a.indices) and len(set(names)) == len(names) else None
+
+
 def split_permuted_eltwise(program):
     """The program with each such statement split into an element-wise statement and a permute; the same object
     when there is none."""
@@ -30,23 +36,19 @@ def split_permuted_eltwise(program):
     taken = taken_names(kernel)
     decls: list[sx.Decl] = []
 
-    def plain(a: sx.Access) -> list[str] | None:
-        names = [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
-        return names if len(names) == len(a.indices) and len(set(names)) == len(names) else None
-
     def order(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> list[str] | None:
         """The loop variables in the order of the permuted read, when `st` is to be split."""
         loop_vars = [lp.var for lp in loops]
-        out = plain(st.target)
+        out = _plain(st.target)
         if st.op != "=" or isinstance(st.value, sx.Access) or out is None or sorted(out) != sorted(loop_vars):
             return None
         if any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
             return None
         reads = accesses(st.value)
-        if not reads or any(a.fill is not None or a.tensor in top_writes or plain(a) is None
-                            or not set(plain(a) or ()) <= set(loop_vars) for a in reads):
+        if not reads or any(a.fill is not None or a.tensor in top_writes or _plain(a) is None
+                            or not set(_plain(a) or ()) <= set(loop_vars) for a in reads):
             return None
-        full = [plain(a) for a in reads if sorted(plain(a) or ()) == sorted(loop_vars)]
+        full = [_plain(a) for a in reads if sorted(_plain(a) or ()) == sorted(loop_vars)]
         if not full or any(f != full[0] for f in full) or full[0] == out:
             return None  # no read over all the loops, two orders, or already in the output's order
         first = full[0]
@@ -164,18 +166,14 @@ def split_transposed_reads(program):
     taken = taken_names(kernel)
     decls: list[sx.Decl] = []
 
-    def plain(a: sx.Access) -> list[str] | None:
-        names = [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
-        return names if len(names) == len(a.indices) and len(set(names)) == len(names) else None
-
     def stmt(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: set[str]) -> tuple[list[sx.Stmt], sx.Stmt]:
-        out = plain(st.target)
+        out = _plain(st.target)
         loop_vars = [lp.var for lp in loops]
         if st.op != "=" or isinstance(st.value, sx.Access) or out is None or sorted(out) != sorted(loop_vars) \
                 or any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
             return [], st
         reads = accesses(st.value)
-        orders = [plain(a) for a in reads]
+        orders = [_plain(a) for a in reads]
         if any(o is None or a.fill is not None or not set(o) <= set(out) for a, o in zip(reads, orders)) \
                 or not any(o == out for o in orders):
             return [], st  # a read that is not plain, or none in the output's order (split_permuted_eltwise's)
