@@ -69,7 +69,8 @@ def check(text: str, dt: str, func: str = "gelu", nki: str = "0.6", schedule=Non
 
 def on_chip(c) -> bool:
     """Built by build_mlp: h neither allocated in HBM nor turned by PE transposes."""
-    return c.result.chains == (Chain("MLP", ("h", "Y")),) and "h = nl.ndarray" not in c.source and "nc_transpose" not in c.source
+    return c.result.chains == (Chain("MLP", ("h", "Y")),) and "h = nl.ndarray" not in c.source \
+        and "nc_transpose" not in c.source
 
 
 @pytest.fixture

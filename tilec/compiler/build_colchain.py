@@ -162,8 +162,8 @@ class Work:
 
 def _balance(b: "_Builder") -> int:
     """Row tiles of each sum to fold on VectorE/GpSimdE: q minimising max(A + S (q - 1) c_vg, S (T - q + 1) c_pe),
-    A the chain's other VectorE/GpSimdE work per block (its tensor_tensor passes shared as Work.shares says), S the sums,
-    c_vg one tile's add on the two engines together, c_pe one tile's matmul (tilec/perf/costs.py: tensor_tensor 2
+    A the chain's other VectorE/GpSimdE work per block (its tensor_tensor passes shared as Work.shares says), S the
+    sums, c_vg one tile's add on the two engines together, c_pe one tile's matmul (tilec/perf/costs.py: tensor_tensor 2
     cycles per element on either engine; nc_matmul (N + fixed) cycles times the fp32 factor). When the blocks are
     software-pipelined (stage_b: an even number >= 4 of blocks), A leaves out the output's work: it runs in stage B
     beside the next block's statistics, and the sums are the chain's latency. Model, column_standardize 4096 x 2048,
@@ -189,7 +189,8 @@ def _balance(b: "_Builder") -> int:
 
 class _Builder:
     def __init__(self, ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh,
-                 folded: int = 0, shares: tuple[float, float] | None = None, read_whole: AbstractSet[str] = frozenset()):
+                 folded: int = 0, shares: tuple[float, float] | None = None,
+                 read_whole: AbstractSet[str] = frozenset()):
         self.ch, self.hbm, self.stored, self.given = ch, hbm, stored, fresh
         self.bases: dict[str, int] = {}
         self.fold_tiles = folded  # row tiles of each sum added on VectorE/GpSimdE before one matmul (_balance)
@@ -302,7 +303,8 @@ class _Builder:
         if cut:
             ops = [x.a, x.b]
             ops[k] = whole(acc)
-            out += [v for v in _fold(x.dst, ops[0], ops[1], x.op, cut, x.line) if isinstance(v, Binary) and not v.engine]
+            out += [v for v in _fold(x.dst, ops[0], ops[1], x.op, cut, x.line)
+                    if isinstance(v, Binary) and not v.engine]
         return out
 
     def in_place(self, j: int, exprs: list[sx.Expr], body: list[Stmt]) -> list[sx.Expr]:

@@ -9,8 +9,9 @@ hand-edited kernel (conv3x3same f32 batch 1, 38.15 us): 4 + 3 pairs 37.5, 5 + 2 
 5 + 1 + 1 39.1 (with more groups their stores queue one after another); so two groups, the first of ceil(rows / 2).
 
 Row pairs (conv_pairs: partition h*K + k, band row i holds output row 2i + h), plain bands (one matmul per tap and
-in-channel tile, the band's rows on the free axis) and folded taps (conv_fold, not mixed) are split; the group's first row is the builder's `g0` and its
-PSUM and eviction tiles are named with `tag` (`_head`, `_tail`: their rows differ from the other bands' groups).
+in-channel tile, the band's rows on the free axis) and folded taps (conv_fold, not mixed) are split; the group's
+first row is the builder's `g0` and its PSUM and eviction tiles are named with `tag` (`_head`, `_tail`: their rows
+differ from the other bands' groups).
 """
 from __future__ import annotations
 

@@ -59,9 +59,9 @@ def fold_value_sizes(program):
 def drop_identity_casts(program):
     """The program with every `f32(e)` whose operand reads only f32 tensors (and rounds to no f16/bf16 on the way)
     replaced by `e`: the language computes in float32, so such a conversion changes no value, and the rules that
-    fold a statement's arithmetic (a scale, a bias, a square summed on the side) see through no conversion (`f32(f32(h[i, j]) * r[i])` of f32 tensors built
-    1.57x slower than `h[i, j] * r[i]` on the model: a program written once for several dtypes). The same object
-    when there is none."""
+    fold a statement's arithmetic (a scale, a bias, a square summed on the side) see through no conversion
+    (`f32(f32(h[i, j]) * r[i])` of f32 tensors built 1.57x slower than `h[i, j] * r[i]` on the model: a program
+    written once for several dtypes). The same object when there is none."""
     f32 = {name for name, t in program.tensors.items() if t.dtype == "f32"}
     changed = False
 

@@ -109,7 +109,8 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: st
         names = odd if parity else {}
         return [_at(s, (var, tile_const), tile, names) for s in part]
 
-    hoisted = [allocs_a[n] for n in crossing + discarded] + [dataclasses.replace(allocs_a[n], buf=odd[n]) for n in crossing]
+    hoisted = [allocs_a[n] for n in crossing + discarded] + \
+        [dataclasses.replace(allocs_a[n], buf=odd[n]) for n in crossing]
     hoisted += passed
     pair = fused if fuse else _joined
     if not fuse and _passed_on(copy(a_part, (2, 1), 1), copy(b_part, (2, 0), 0)):

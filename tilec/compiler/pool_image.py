@@ -36,8 +36,8 @@ class ImageBands(WindowPasses):
         both = (op.pool.wx, sx, ox, self.Wo) != (1, 1, 0, self.W) and (op.pool.wy, sy, oy) != (1, 1, 0)
         tmp = 4 if op.pool.op == "add" else DTYPE_BYTES[self.x3.dtype]
         size = rows * (self.W * DTYPE_BYTES[self.x3.dtype] + self.Wo * tmp)
-        if not knobs.IMAGE or self.G == 1 or self.w.count != "window" or self.chip is not None or op.relu or self.psum is not None or \
-                self.share_rows or not both or self.OB >= self.Rb or self.row0:
+        if not knobs.IMAGE or self.G == 1 or self.w.count != "window" or self.chip is not None or op.relu or \
+                self.psum is not None or self.share_rows or not both or self.OB >= self.Rb or self.row0:
             return 0
         return rows if size <= sbuf_budget(get_target()) // knobs.IMAGE_SBUF_PART else 0
 
