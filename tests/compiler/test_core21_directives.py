@@ -29,7 +29,8 @@ COLUMN = BCAST.replace(" * g[j]", "")  # no row: free tiles of any width (a row'
 def loop_order(source: str) -> list[str]:
     """The tile loops of the kernel in the order they open (pt: partition tiles, t: free tiles, o..: outer)."""
     loops = [(m.group(1), line) for line in source.splitlines() if (m := re.match(r" *for (\w+) in ", line))]
-    return [v for v, line in loops if re.fullmatch(r"pt|t|o\d*", v) and "loaded ahead" not in line]
+    order = [v for v, line in loops if re.fullmatch(r"pt|t|o\d*", v) and "loaded ahead" not in line]
+    return [v for i, v in enumerate(order) if i == 0 or v != order[i - 1]]  # (a pipelined loop's body copies)
 
 
 def outer(x: dict) -> np.ndarray:

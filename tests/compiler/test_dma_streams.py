@@ -109,18 +109,20 @@ def test_an_outer_products_columns_are_loaded_before_its_loop_and_match_numpy(t:
     assert max_error(got, want) <= (2.0**-8 if t == "bf16" else 2.0**-24) * np.abs(want).max() * 1.01
 
 
-def test_columns_ahead_take_the_outer_product_from_2_2_to_1_6x_its_floor(monkeypatch) -> None:
+def test_columns_ahead_take_the_outer_product_from_2_3_to_1_6x_its_floor(monkeypatch) -> None:
+    """17 row tiles (an odd count: no software-pipelined pairs of row tiles, pipeline._scheduled), the columns
+    gathered ahead or not."""
     from tilec.compiler import pipeline
     from tilec.perf.api import estimate
     from tilec.target import TARGETS
 
     def run_us() -> float:
-        c = compile_loaded(lang.load(OUTER.format(t="f32"), {"M": 2048, "N": 2048}), target="trn2")
+        c = compile_loaded(lang.load(OUTER.format(t="f32"), {"M": 2176, "N": 2048}), target="trn2")
         _, trace = c.run_traced(**lang.random_inputs(c.program, seed=1), numerics=False)
         est = estimate(trace)
         return est.total_us - est.params.startup_ns.value / 1000
 
-    floor_us = (2048 * 2048 + 2 * 2048) * 4 / TARGETS["trn2"].hbm_bw / 1000
+    floor_us = (2176 * 2048 + 2176 + 2048) * 4 / TARGETS["trn2"].hbm_bw / 1000
     ahead = run_us()
     monkeypatch.setattr(pipeline, "columns_ahead", lambda k: k)
     assert ahead < 1.7 * floor_us < 2.0 * floor_us < run_us()
