@@ -32,24 +32,11 @@ def loads_apart(stmts: list[Stmt]) -> list[Stmt]:
     return out
 
 
-def engine(s: Stmt) -> str:
-    """The engine whose instruction stream runs `s` (dma for transfers)."""
-    if isinstance(s, Dma):
-        return "dma"
-    if isinstance(s, (ir.Matmul, ir.Transpose)):
-        return "dma" if getattr(s, "engine", "pe") == "dma" else "pe"
-    if isinstance(s, ir.Act):
-        return "scalar"
-    if isinstance(s, (Binary, ir.Copy, ir.Scalar)):
-        return s.engine or "vector"
-    return "vector" if isinstance(s, ir.Reduce) else ""
-
-
 def _apart(loop: Loop) -> Loop:
     body = list(ir.walk(loop.body))
     loaded = {s.dst.buf.name for s in body if isinstance(s, Dma) and s.src.buf.memory == "hbm"}
     stored = [s.src.buf.name for s in body if isinstance(s, Dma) and s.dst.buf.memory == "hbm"]
-    if not loaded or not stored or any(engine(s) == "gpsimd" for s in body):
+    if not loaded or not stored or any(ir.engine_of(s) == "gpsimd" for s in body):
         return loop
     readers: dict[str, Stmt] = {}  # loaded buffer -> the first statement reading it
     writers: dict[str, Stmt] = {}  # buffer -> the last statement writing it before a store reads it
@@ -66,7 +53,7 @@ def _apart(loop: Loop) -> Loop:
         if isinstance(s, ir.Act) and s.total is not None:  # the row sums an activation writes on the side
             writers[s.total.buf.name] = s
     first = {id(s): s for s in readers.values()}
-    if not producers or any(engine(p) != "vector" for p in producers) or not first or \
+    if not producers or any(ir.engine_of(p) != "vector" for p in producers) or not first or \
             any(not _movable(s) for s in first.values()):
         return loop
     return dataclasses.replace(loop, body=tuple(_moved(loop.body, set(first))))
@@ -149,13 +136,13 @@ def _behind_stores(loop: Loop, name: str) -> bool:
     first = _first_readers(body)
     if name not in first:
         return False
-    eng = engine(first[name])
-    if any(engine(r) == eng for b, r in first.items() if b != name and not _column(b, body)):
+    eng = ir.engine_of(first[name])
+    if any(ir.engine_of(r) == eng for b, r in first.items() if b != name and not _column(b, body)):
         return False
     writers: dict[str, Stmt] = {}
     for s in body:
         if isinstance(s, Dma) and s.dst.buf.memory == "hbm" and s.src.buf.name in writers and \
-                engine(writers[s.src.buf.name]) == eng:
+                ir.engine_of(writers[s.src.buf.name]) == eng:
             return True
         if ir.views(s) and not isinstance(s, ir.Matmul):
             writers[ir.views(s)[0].buf.name] = s

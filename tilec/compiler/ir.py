@@ -409,6 +409,19 @@ def print_ir(k: Kernel) -> str:
     return "\n".join(out) + "\n"
 
 
+def engine_of(s: Stmt) -> str:
+    """The instruction stream that runs `s`: pe (TensorE), scalar (ScalarE), vector (VectorE), gpsimd, dma (a transfer
+    or a DMA transpose); "" for what is no instruction (allocations, loops, blocks) or an identity's fill."""
+    if isinstance(s, Dma):
+        return "dma"
+    if isinstance(s, (Matmul, Transpose)):
+        return "dma" if getattr(s, "engine", "pe") == "dma" else "pe"
+    if isinstance(s, Act):
+        return "scalar"
+    if isinstance(s, (Binary, Copy, Scalar)):
+        return s.engine or "vector"
+    return "vector" if isinstance(s, Reduce) else ""
+
 def views(s: Stmt) -> list[View]:
     """The operands of a statement that are views of buffers, in field order."""
     return [v for v in vars(s).values() if isinstance(v, View)]

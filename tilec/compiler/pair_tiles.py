@@ -147,7 +147,7 @@ def _handed_over(part: list[Stmt]) -> set[str]:
 
 
 def _engine(s: Stmt) -> str:
-    return "scalar" if isinstance(s, ir.Act) else getattr(s, "engine", "") or "vector"
+    return ir.engine_of(s) or "vector"
 
 
 def _joined(a: list[Stmt], b: list[Stmt]) -> list[Stmt]:
