@@ -210,3 +210,39 @@ def test_batched_a_b_transposed_fp32_transposes_a_by_dma(nki):
     out = c.run(**inputs)
     x = rounded(inputs, "f32")
     assert_matches(prog, "C", out["C"], np.einsum("nik,njk->nij", x["A"], x["B"]))
+
+
+BATCHED_MATVEC = """
+kernel bmv(A: f32[B, M, K], x: f32[B, K]) -> y
+  default B = 3, M = 136, K = 200
+  y: f32[B, M]
+  for b in 0..B, m in 0..M:
+    y[b, m] = 0
+    for k in 0..K:
+      y[b, m] += A[b, m, k] * x[b, k]
+"""
+
+BATCHED_MATVEC_AS_BMM = """
+kernel bmv(A: f32[B, M, K], x: f32[B, K, 1]) -> y
+  default B = 3, M = 136, K = 200
+  y: f32[B, M, 1]
+  for b in 0..B, m in 0..M, z in 0..1:
+    y[b, m, z] = 0
+    for k in 0..K:
+      y[b, m, z] += A[b, m, k] * x[b, k, z]
+"""
+
+
+def test_a_batched_matvec_is_refused_with_the_form_that_compiles() -> None:
+    """Not compiled as written yet (the selector reads x[b, k] as a depthwise window); the hint names the batched
+    matmul form, which compiles and matches NumPy."""
+    from tilec.tolerance import max_error
+
+    with pytest.raises(TilecError, match="declare x with a last dimension of 1") as info:
+        compile_loaded(lang.load(BATCHED_MATVEC), target="trn2")
+    assert info.value.span is not None and info.value.span.line == 8
+    c = compile_loaded(lang.load(BATCHED_MATVEC_AS_BMM), target="trn2")
+    inputs = lang.random_inputs(c.program, seed=5)
+    a, x = (np.asarray(inputs[k], np.float64) for k in ("A", "x"))
+    want = np.einsum("bmk,bkz->bmz", a, x)
+    assert max_error(np.asarray(c.run(**inputs)["y"], np.float64), want) <= 1e-5 * np.abs(want).max()

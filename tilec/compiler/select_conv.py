@@ -12,7 +12,7 @@ from tilec.compiler import eviction_fusion
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors, strip_relu
 from tilec.compiler.lower import Comp, affine_index, size_value
 from tilec.compiler.schedule import PMAX
-from tilec.compiler.ops import ConvOp, Op, index_maps, plain, reads, reject
+from tilec.compiler.ops import SUPPORTED, ConvOp, Op, index_maps, plain, reads, reject
 from tilec.compiler.select_pool import select_pool
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -90,8 +90,15 @@ def select_conv(comp: Comp, program) -> ConvOp:
     if "c" not in roles and not depthwise:
         raise reject(comp, "no summed variable indexes both operands (nothing to contract)", comp.update.span)
     if "c" in roles and depthwise:
+        # `y[b, m] += A[b, m, k] * x[b, k]`: the output's leading index read by both operands is a batch, and the
+        # batched matmul is the form that compiles (its right operand a [B, K, 1] matrix)
+        batched = out_vars.index(p) == 0 and len(out_vars) == 2
+        vector = min((s_acc, m_acc), key=lambda a: len(a.indices)).tensor
         raise reject(comp, f"a depthwise window reads channel `{p}` of {m_acc.tensor}; it cannot also sum over "
-                           f"`{roles['c']}`", m_acc.span)
+                           f"`{roles['c']}`", m_acc.span,
+                     f"a batched matrix-vector product compiles as a batched matmul: declare {vector} with a "
+                     f"last dimension of 1 and the result likewise, and index both with a loop `for z in 0..1` "
+                     f"(`y[b, m, z] += A[b, m, k] * x[b, k, z]`)" if batched else SUPPORTED)
     if len(spatial) > 2:
         raise reject(comp, "the moving operand has at most two spatial dimensions", m_acc.span)
     rows: list[str] = []  # the stationary's leading output indices merged with p into the result's rows
