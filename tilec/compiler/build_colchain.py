@@ -261,7 +261,7 @@ class _Builder:
         t = get_target()
         made = ExprCompiler(tiles, (self.P, self.ch.TF), self.line, self.fresh, set(),
                             prefix=self.fresh(prefix)).emit(e, dst)
-        per_tile = self.T if any("rt" in _vars(v) for v in (dst, *tiles.values())) else 1
+        per_tile = self.T if any("rt" in ir.view_vars(v) for v in (dst, *tiles.values())) else 1
         out: list[Stmt] = []
         for x in made:
             twin = self.twin_of(x)
@@ -510,10 +510,6 @@ def _twin_columns(n: int, share: float) -> int:
 
 def _reads_of(x: Stmt) -> list[View]:
     return [v for f in dataclasses.fields(x) if f.name != "dst" and isinstance(v := getattr(x, f.name), View)]
-
-
-def _vars(v: View) -> set[str]:
-    return {t.var for i in v.idx for t in (i.start.terms if isinstance(i, ir.Sl) else i.terms)}
 
 
 def _sub(s, lo: int, k: int) -> ir.Sl:

@@ -18,6 +18,7 @@ import dataclasses
 
 from tilec.compiler import ir
 from tilec.compiler.ir import Binary, Dma, Loop, Stmt
+from tilec.compiler.names import unique
 
 
 def loads_apart(stmts: list[Stmt]) -> list[Stmt]:
@@ -38,20 +39,12 @@ def _apart(loop: Loop) -> Loop:
     stored = [s.src.buf.name for s in body if isinstance(s, Dma) and s.dst.buf.memory == "hbm"]
     if not loaded or not stored or any(ir.engine_of(s) == "gpsimd" for s in body):
         return loop
-    readers: dict[str, Stmt] = {}  # loaded buffer -> the first statement reading it
-    writers: dict[str, Stmt] = {}  # buffer -> the last statement writing it before a store reads it
-    producers: list[Stmt] = []
+    readers: dict[str, Stmt] = {}  # loaded buffer -> the first statement reading it (a store, too)
     for s in body:
-        if isinstance(s, Dma) and s.dst.buf.memory == "hbm" and s.src.buf.name in writers:
-            producers.append(writers[s.src.buf.name])
-        reads = ir.views(s)[1:] if not isinstance(s, ir.Matmul) else ir.views(s)
-        for v in reads:
-            if v.buf.name in loaded and v.buf.name not in readers:
-                readers[v.buf.name] = s
-        if ir.views(s) and not isinstance(s, ir.Matmul):
-            writers[ir.views(s)[0].buf.name] = s
-        if isinstance(s, ir.Act) and s.total is not None:  # the row sums an activation writes on the side
-            writers[s.total.buf.name] = s
+        for v in ir.views(s)[1:] if not isinstance(s, ir.Matmul) else ir.views(s):
+            if v.buf.name in loaded:
+                readers.setdefault(v.buf.name, s)
+    producers = _stored_producers(body)
     first = {id(s): s for s in readers.values()}
     if not producers or any(ir.engine_of(p) != "vector" for p in producers) or not first or \
             any(not _movable(s) for s in first.values()):
@@ -120,7 +113,7 @@ def _column_loads(loop: Loop, written: set[str]) -> list[Dma]:
         col = s.dst.buf
         alloc = allocs.get(col.name)
         if alloc is None or alloc.zero or col.memory != "sbuf" or len(col.shape) != 2 or col.shape[1] != 1 or \
-                s.dst != ir.whole(col) or writes.get(col.name) != 1 or loop.var not in _vars_of(s.src) or \
+                s.dst != ir.whole(col) or writes.get(col.name) != 1 or loop.var not in ir.view_vars(s.src) or \
                 s.src.perm or s.src.blocks or loop.extent * ir.DTYPE_BYTES[col.dtype] > AHEAD_BYTES:
             continue
         if _behind_stores(loop, col.name):
@@ -139,14 +132,21 @@ def _behind_stores(loop: Loop, name: str) -> bool:
     eng = ir.engine_of(first[name])
     if any(ir.engine_of(r) == eng for b, r in first.items() if b != name and not _column(b, body)):
         return False
-    writers: dict[str, Stmt] = {}
+    return any(ir.engine_of(p) == eng for p in _stored_producers(body))
+
+
+def _stored_producers(body: list[Stmt]) -> list[Stmt]:
+    """The statement that last wrote each tile a store of `body` reads (in program order, before that store)."""
+    writers: dict[str, Stmt] = {}  # buffer -> its latest writer so far
+    producers: list[Stmt] = []
     for s in body:
-        if isinstance(s, Dma) and s.dst.buf.memory == "hbm" and s.src.buf.name in writers and \
-                ir.engine_of(writers[s.src.buf.name]) == eng:
-            return True
+        if isinstance(s, Dma) and s.dst.buf.memory == "hbm" and s.src.buf.name in writers:
+            producers.append(writers[s.src.buf.name])
         if ir.views(s) and not isinstance(s, ir.Matmul):
             writers[ir.views(s)[0].buf.name] = s
-    return False
+        if isinstance(s, ir.Act) and s.total is not None:  # the row sums an activation writes on the side
+            writers[s.total.buf.name] = s
+    return producers
 
 
 def _first_readers(body: list[Stmt]) -> dict[str, Stmt]:
@@ -167,28 +167,15 @@ def _column(name: str, body: list[Stmt]) -> bool:
                s.dst.buf.shape[1] == 1 for s in body)
 
 
-def _vars_of(v: ir.View) -> set[str]:
-    starts = [i.start if isinstance(i, ir.Sl) else i for i in v.idx]
-    return {t.var for a in starts for t in a.terms}
-
-
 def _gathered(loop: Loop, load: Dma, taken: set[str]) -> tuple[list[Stmt], Loop]:
     col = load.dst.buf
-    name = _fresh(f"{col.name}s", taken)
+    name = unique(f"{col.name}s", taken)
     cols = ir.Buf(name, "sbuf", col.dtype, (col.shape[0], loop.extent))
     at = ir.Sl(ir.aff(loop.var), 1)
     ahead = Loop(loop.var, loop.extent, (Dma(ir.View(cols, (ir.full(col.shape[0]), at)), load.src, load.line),),
                  "affine", loop.extent_name, loop.line, "the columns loaded ahead")
     body = tuple(s for s in loop.body if s is not load and not (isinstance(s, ir.Alloc) and s.buf == col))
     return [ir.Alloc(cols, line=load.line), ahead], dataclasses.replace(loop, body=_renamed(body, col, cols, loop.var))
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, n = base, 2
-    while name in taken:
-        name, n = f"{base}_{n}", n + 1
-    taken.add(name)
-    return name
 
 
 def _renamed(body: tuple[Stmt, ...], col: ir.Buf, cols: ir.Buf, var: str) -> tuple[Stmt, ...]:

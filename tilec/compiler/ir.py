@@ -422,6 +422,11 @@ def engine_of(s: Stmt) -> str:
         return s.engine or "vector"
     return "vector" if isinstance(s, Reduce) else ""
 
+def view_vars(v: View) -> set[str]:
+    """The loop variables a view's indices use."""
+    return {t.var for i in v.idx for t in (i.start.terms if isinstance(i, Sl) else i.terms)}
+
+
 def views(s: Stmt) -> list[View]:
     """The operands of a statement that are views of buffers, in field order."""
     return [v for v in vars(s).values() if isinstance(v, View)]
