@@ -87,11 +87,12 @@ class ExprCompiler:
         tiles, shape, done, n, consts = self.tiles, self.shape, self.done, self.n, dict(self.consts)
         half = cols // 2
         lists = []
-        for lo, n in ((0, half), (half, cols - half)):
-            self.tiles = {k: _part(v, lo, n) if k in full else v for k, v in tiles.items()}
-            self.shape = self.cur = (shape[0], n)
+        for lo, width in ((0, half), (half, cols - half)):
+            self.tiles = {k: _part(v, lo, width) if k in full else v for k, v in tiles.items()}
+            self.shape = self.cur = (shape[0], width)
             self.done = {}
-            lists.append(shared(self.whole_tile(e, _part(dst, lo, n)), self.share, self.dma_ns(_part(dst, lo, n))))
+            part = _part(dst, lo, width)
+            lists.append(shared(self.whole_tile(e, part), self.share, self.dma_ns(part)))
         self.tiles, self.shape, self.cur, self.done = tiles, shape, shape, done
         # an engine waiting for another in the middle of the tile: ScalarE between two VectorE/GpSimdE steps, or
         # the reverse (a chain that only hands over once, `abs(X - c)`, keeps the next tile's work unblocked)
