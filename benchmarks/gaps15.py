@@ -41,6 +41,7 @@ REALISTIC: dict[str, dict[str, int]] = {
     "residual_layernorm": {"M": 2048, "N": 1024},
     "residual_rmsnorm": {"M": 2048, "N": 1024},
     "outer_product": {"M": 2048, "N": 2048},
+    "layer_scale": {"T": 4096, "D": 1024},
     "batch_embedding": {"B": 8, "S": 512, "D": 512},
     "symmetric_part": {"N": 2048},
     "row_mean_var": {"M": 2048, "N": 2048},
