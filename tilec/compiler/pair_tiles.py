@@ -119,9 +119,9 @@ def skew_row_tiles(built: Built, budget: int, fresh, fuse: bool = False, var: st
         pair(copy(a_part, (2, 2), 0), copy(b_part, (2, 1), 1))
     loops = [Loop(var, T // 2 - 1, tuple(body), "sequential", "", loop.line,
                   note)]
-    prologue = _scoped("p0", copy(a_part, 0, 0), loop.line)
+    prologue = _scoped("p0", copy(a_part, 0, 0), loop.line, "the first tile's loads, ahead of the pipelined loop")
     epilogue = _scoped("p1", pair(copy(a_part, T - 1, 1), copy(b_part, T - 2, 0)) + copy(b_part, T - 1, 1),
-                       loop.line)
+                       loop.line, "the last two tiles' work and stores (the pipeline's drain)")
     out = list(stmts)
     out[at[0]] = dataclasses.replace(block, body=tuple(hoisted + prologue + loops + epilogue))
     if peak_usage(tuple(out))[0] > budget:
@@ -232,9 +232,9 @@ def _psum_alloc(s: Stmt) -> bool:
     return isinstance(s, Alloc) and s.buf.memory == "psum"
 
 
-def _scoped(var: str, stmts: list[Stmt], line: int) -> list[Stmt]:
+def _scoped(var: str, stmts: list[Stmt], line: int, note: str) -> list[Stmt]:
     """Statements in a loop of one iteration: their tiles are released after it (as the loop's are)."""
-    return [Loop(var, 1, tuple(stmts), "static", "", line, "")]
+    return [Loop(var, 1, tuple(stmts), "static", "", line, note)]
 
 
 def _at(s: Stmt, loop: tuple[str, str], tile: "int | tuple[int, int]", renamed: dict[str, Buf]) -> Stmt:
