@@ -14,6 +14,7 @@ from typing import AbstractSet
 from tilec.compiler.exprs import fmt_expr
 from tilec.errors import Span, TilecError
 from tilec.lang import syntax as sx
+from tilec.lang.checker import children
 
 
 @dataclass(frozen=True)
@@ -117,16 +118,40 @@ def lower(kernel: sx.Kernel, sizes: dict[str, int]) -> tuple[Comp, ...]:
 
 
 def _append(comps: list[Comp], comp: Comp) -> None:
-    """Merge a reduction into the init-only Comp of the same tensor just before it."""
-    prev = comps[-1] if comps else None
-    if (prev and comp.red_op and comp.init is None and prev.red_op is None and prev.target == comp.target
-            and len(prev.out_vars) == len(comp.out_vars)):
-        rename = dict(zip(prev.out_vars, comp.out_vars))
-        assert prev.init is not None  # an init-only Comp (red_op None) always has its expression
-        comps[-1] = Comp(comp.target, comp.out_vars, comp.extents, rename_vars(prev.init, rename), comp.red_op,
-                         comp.update, comp.red_vars, prev.line, prev.span, comp.lines, comp.update_line, comp.stops)
+    """Merge a reduction into the init-only Comp of the same tensor before it: the one just before, or an earlier
+    one when the Comps between neither touch the reduced tensor nor write what the reduction reads (two reductions
+    initialised together, `s[i] = 0; t[i] = 0; for j: s[i] += ..; t[i] += ..`: each merges with its own init,
+    which is then where the whole reduction runs)."""
+    at = _init_of(comps, comp) if comp.red_op and comp.init is None else None
+    if at is None:
+        comps.append(comp)
         return
-    comps.append(comp)
+    prev = comps[at]
+    rename = dict(zip(prev.out_vars, comp.out_vars))
+    assert prev.init is not None  # an init-only Comp (red_op None) always has its expression
+    comps[at] = Comp(comp.target, comp.out_vars, comp.extents, rename_vars(prev.init, rename), comp.red_op,
+                     comp.update, comp.red_vars, prev.line, prev.span, comp.lines, comp.update_line, comp.stops)
+
+
+def _init_of(comps: list[Comp], comp: Comp) -> int | None:
+    """Index of the init-only Comp `comp` (a reduction without an init) merges into, or None."""
+    assert comp.update is not None
+    needs = _tensors(comp.update) | {comp.target}
+    for k in range(len(comps) - 1, -1, -1):
+        prev = comps[k]
+        if prev.red_op is None and prev.target == comp.target:
+            return k if len(prev.out_vars) == len(comp.out_vars) else None
+        touched = {prev.target} | (_tensors(prev.init) if prev.init is not None else set()) | \
+            (_tensors(prev.update) if prev.update is not None else set())
+        if prev.target in needs or comp.target in touched:
+            return None
+    return None
+
+
+def _tensors(e: sx.Expr) -> set[str]:
+    """The tensors an expression reads."""
+    own = {e.tensor} if isinstance(e, sx.Access) else set()
+    return own.union(*(_tensors(k) for k in children(e)))
 
 
 def rename_vars(e: sx.Expr, names: dict[str, str]) -> sx.Expr:
@@ -155,6 +180,7 @@ def _lower_nest(stmt: sx.Stmt, loops: tuple[tuple[str, int], ...], sizes: dict[s
 
 
 def _lower_body(body: tuple[sx.Stmt, ...], loops, sizes) -> list[Comp]:
+    _no_partial_reads(body)
     assigns = [s for s in body if isinstance(s, sx.Assign)]
     nested = [s for s in body if isinstance(s, sx.Loop)]
     if len(assigns) == 1 and len(nested) == 1 and body[0] is assigns[0]:
@@ -168,6 +194,27 @@ def _lower_body(body: tuple[sx.Stmt, ...], loops, sizes) -> list[Comp]:
                      [_lower_assign(s, loops, sizes, None)]):
             _append(out, comp)
     return out
+
+
+def _no_partial_reads(body: tuple[sx.Stmt, ...]) -> None:
+    """A statement must not read a tensor that another statement of the same loop body accumulates (`for j: s[i] +=
+    A[i, j]; t[i] += s[i] * B[i, j]` reads s's running sum): each tensor is computed as a whole (a Comp), so such a
+    read would see the finished sum; refused, with the way to say which one is meant."""
+    accumulated = {s.target.tensor: s for s in body if isinstance(s, sx.Assign) and s.op != "="}
+    for stmt in body:
+        for a in _assigns(stmt):
+            for name in sorted(_tensors(a.value) & set(accumulated)):
+                if accumulated[name] is not a:
+                    raise TilecError(f"`{a.target.tensor}` reads {name} inside the loop that accumulates {name}, "
+                                     f"so it would read a running {name}: the compiler computes {name} as a whole",
+                                     a.span, f"finish {name} first: move this statement into a loop of its own "
+                                             f"after the one that accumulates {name}")
+
+
+def _assigns(stmt: sx.Stmt) -> list[sx.Assign]:
+    if isinstance(stmt, sx.Loop):
+        return [a for s in stmt.body for a in _assigns(s)]
+    return [stmt]
 
 
 def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:

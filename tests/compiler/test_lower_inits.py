@@ -1,0 +1,67 @@
+"""Two reductions initialised together in one nest (`se[i] = 0; tgt[i] = 0; for j: se[i] += ..; tgt[i] += ..`, a
+cross-entropy loss written as a user writes it) are lowered as two reductions, each with its own init (lower.py
+`_append`); a statement that reads a tensor its own loop is still accumulating is refused at its line."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler_helpers import assert_matches, compile_and_run
+from tilec.errors import TilecError
+
+XENT = """\
+kernel xent(L: f32[M, N], onehot: f32[M, N]) -> loss
+  default M = 200, N = 300
+  mx: f32[M]
+  se: f32[M]
+  tgt: f32[M]
+  loss: f32[M]
+  for i in 0..M:
+    mx[i] = -inf
+    for j in 0..N:
+      mx[i] max= L[i, j]
+  for i in 0..M:
+    se[i] = 0
+    tgt[i] = 0
+    for j in 0..N:
+      se[i] += exp(L[i, j] - mx[i])
+      tgt[i] += L[i, j] * onehot[i, j]
+  for i in 0..M:
+    loss[i] = log(se[i]) + mx[i] - tgt[i]
+"""
+
+RUNNING = """\
+kernel running(A: f32[M, N], B: f32[M, N]) -> t
+  default M = 128, N = 64
+  s: f32[M]
+  t: f32[M]
+  for i in 0..M:
+    s[i] = 0
+    t[i] = 0
+    for j in 0..N:
+      s[i] += A[i, j]
+      t[i] += s[i] * B[i, j]
+"""
+
+
+@pytest.mark.parametrize("nki", ["0.6", "0.1"])
+def test_two_reductions_initialised_together_match_numpy(nki: str) -> None:
+    prog, _, a, out = compile_and_run(XENT, nki)
+    logits = a["L"].astype(np.float64)
+    m = logits.max(1)
+    want = np.log(np.exp(logits - m[:, None]).sum(1)) + m - (logits * a["onehot"]).sum(1)
+    assert_matches(prog, "loss", out["loss"], want)
+
+
+def test_reading_a_running_sum_is_refused_at_its_line() -> None:
+    with pytest.raises(TilecError) as err:
+        compile_and_run(RUNNING, "0.6")
+    assert err.value.span is not None and err.value.span.line == 10
+    assert "accumulates s" in err.value.message and "loop of its own" in str(err.value)
+
+
+def test_a_read_after_the_accumulating_loop_is_not_refused() -> None:
+    """`Y` reads s after s's loop has finished (in the enclosing body): the whole sum, as compiled."""
+    text = RUNNING.replace("      t[i] += s[i] * B[i, j]\n", "    t[i] = s[i] * 2\n").replace("    t[i] = 0\n", "")
+    prog, _, a, out = compile_and_run(text, "0.6")
+    assert_matches(prog, "t", out["t"], a["A"].astype(np.float64).sum(1) * 2)
