@@ -53,10 +53,25 @@ def test_two_reductions_initialised_together_match_numpy(nki: str) -> None:
     assert_matches(prog, "loss", out["loss"], want)
 
 
-def test_reading_a_running_sum_is_refused_at_its_line() -> None:
+# an element-wise statement in the accumulating loop compiled before and gave the finished sum's quotients (7e3 off)
+RUNNING_ELTWISE = """\
+kernel run2(A: f32[M, N]) -> Y
+  default M = 128, N = 64
+  s: f32[M]
+  Y: f32[M, N]
+  for i in 0..M:
+    s[i] = 0
+    for j in 0..N:
+      s[i] += A[i, j]
+      Y[i, j] = A[i, j] / s[i]
+"""
+
+
+@pytest.mark.parametrize("text,line", [(RUNNING, 10), (RUNNING_ELTWISE, 9)], ids=["reduction", "eltwise"])
+def test_reading_a_running_sum_is_refused_at_its_line(text: str, line: int) -> None:
     with pytest.raises(TilecError) as err:
-        compile_and_run(RUNNING, "0.6")
-    assert err.value.span is not None and err.value.span.line == 10
+        compile_and_run(text, "0.6")
+    assert err.value.span is not None and err.value.span.line == line
     assert "accumulates s" in err.value.message and "loop of its own" in str(err.value)
 
 
