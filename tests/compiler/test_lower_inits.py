@@ -80,3 +80,12 @@ def test_a_read_after_the_accumulating_loop_is_not_refused() -> None:
     text = RUNNING.replace("      t[i] += s[i] * B[i, j]\n", "    t[i] = s[i] * 2\n").replace("    t[i] = 0\n", "")
     prog, _, a, out = compile_and_run(text, "0.6")
     assert_matches(prog, "t", out["t"], a["A"].astype(np.float64).sum(1) * 2)
+
+
+def test_a_reduction_continuing_a_finished_one_is_refused_with_what_to_write() -> None:
+    """(the selector said "needs an initial value", which the program has)"""
+    text = RUNNING.replace("      t[i] += s[i] * B[i, j]\n", "    for j in 0..N:\n      s[i] += A[i, j] * B[i, j]\n")
+    with pytest.raises(TilecError) as err:
+        compile_and_run(text, "0.6")
+    assert err.value.span is not None and err.value.span.line == 11
+    assert "keeps accumulating into s" in err.value.message and "of its own" in str(err.value)

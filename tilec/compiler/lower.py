@@ -124,6 +124,12 @@ def _append(comps: list[Comp], comp: Comp) -> None:
     which is then where the whole reduction runs)."""
     at = _init_of(comps, comp) if comp.red_op and comp.init is None else None
     if at is None:
+        earlier = [c for c in comps if c.target == comp.target] if comp.red_op and comp.init is None else []
+        if earlier:  # (the selector's "needs an initial value" would send the user to add the one they have)
+            raise TilecError(f"this loop keeps accumulating into {comp.target}, which line {earlier[-1].line} "
+                             f"computes already: a reduction continuing another is not compiled", comp.span,
+                             f"accumulate into a tensor of its own (`t[..] = 0`, then `t[..] {comp.red_op} ..`) and "
+                             f"combine the two after both loops")
         comps.append(comp)
         return
     prev = comps[at]
