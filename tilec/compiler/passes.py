@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler import ir, named
+from tilec.compiler import ir, named, names
 from tilec.compiler.build_util import map_aff
 from tilec.compiler.ir import Aff, Block, Kernel, Loop, Stmt, Term
 from tilec.compiler.verify import memory_summary
@@ -167,3 +167,41 @@ def _carries(loop: Loop) -> bool:
         if loop.var not in _vars(dst):
             return True
     return False
+
+
+def fp32_operands(k: Kernel) -> Kernel:
+    """A tensor_scalar's (P, 1) operand and an activation's scale column must be float32 (NISA; the interpreter's
+    [tensor_scalar_operand_dtype] and [err_activation_scale_invalid_type]). A statistic the program keeps in f16 or
+    bf16 (`s[i]` of a bf16 tensor) is read through an fp32 copy made just before its first such use in a body (a
+    widening: exact). Found by the fuzzer's several-statistics nests (gen_nests.py): `A * 3 - s6[i] + s2[i]` with
+    bf16 s6, s2 built a kernel the interpreter refused."""
+    taken = {x.buf.name for x in ir.walk(k.body) if isinstance(x, ir.Alloc)}
+    taken |= {b.name for b in (*k.params, *k.outputs)}
+    return replace(k, body=_fp32_body(k.body, taken))
+
+
+def _fp32_body(body: tuple[Stmt, ...], taken: set[str]) -> tuple[Stmt, ...]:
+    out: list[Stmt] = []
+    made: dict[ir.View, ir.View] = {}  # a narrow column -> its fp32 copy, until the column is written again
+    for s in body:
+        if isinstance(s, (Loop, Block)):
+            out.append(replace(s, body=_fp32_body(s.body, taken)))
+            made.clear()
+            continue
+        fields = ("value", "value1") if isinstance(s, ir.Scalar) else ("scale",) if isinstance(s, ir.Act) else ()
+        changes = {}
+        for f in fields:
+            v = getattr(s, f)
+            if isinstance(v, ir.View) and v.buf.dtype != "f32":
+                if v not in made:
+                    name = names.unique(f"{v.buf.name}_f32", taken)
+                    buf = ir.Buf(name, "sbuf", "f32", v.shape())
+                    out += [ir.Alloc(buf, line=s.line), ir.Copy(ir.whole(buf), v, line=s.line)]
+                    made[v] = ir.whole(buf)
+                changes[f] = made[v]
+        out.append(replace(s, **changes) if changes else s)
+        dst = getattr(s, "dst", None)
+        if isinstance(dst, ir.View):  # a column written again is copied again at its next use
+            for v in [v for v in made if v.buf.name == dst.buf.name]:
+                del made[v]
+    return tuple(out)

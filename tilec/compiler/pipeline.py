@@ -165,6 +165,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     except Unhonoured as e:  # located at the directive asking for what the op's builder does not do
         raise TilecError(*_unhonoured(e, ops, tuple(directives))) from None
     _check_capacity(kernel, tgt, program, ops, plans, tuple(directives))
+    kernel = passes.fp32_operands(kernel)  # a narrow column read as a per-partition operand: its fp32 copy first
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
     # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion), and a

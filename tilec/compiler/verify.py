@@ -252,6 +252,11 @@ class _Verifier:
             self.fail("scalar_tensor_tensor (a tensor_tensor with a scaled operand) runs on VectorE only")
         if isinstance(s, (Copy, Binary, Scalar)) and s.engine:
             self.engine(s, views)
+        narrow = [v for v in ((s.value, s.value1) if isinstance(s, Scalar) else (s.scale,) if isinstance(s, Act)
+                              else ()) if isinstance(v, View) and v.buf.dtype != "f32"]
+        if narrow:  # (passes.fp32_operands copies them)
+            self.fail(f"{type(s).__name__} reads {narrow[0].buf.name} ({narrow[0].buf.dtype}) as its per-partition "
+                      "operand, which must be float32")
 
     def engine(self, s: "Copy | Binary | Scalar", views: list[View]) -> None:
         """An instruction put on a named engine: one its engine= accepts on this target, with an ALU op that engine

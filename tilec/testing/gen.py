@@ -966,16 +966,23 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "block": lambda rng, nm: _blocks().block(rng, nm),
     "epilogue": lambda rng, nm: _epilogues().epilogue(rng, nm),
     "mlp": lambda rng, nm: _mlps().mlp(rng, nm),
+    "nest": lambda rng, nm: _nests().nest(rng, nm),
 }
 WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
            "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2, "total": 1,
-           "epilogue": 2, "mlp": 1}
+           "epilogue": 2, "mlp": 1, "nest": 1}
 
 
 def _mlps():
     """gen_mlp.py (two matmuls with a hidden layer between them: the feed-forward block)."""
     from tilec.testing import gen_mlp
     return gen_mlp
+
+
+def _nests():
+    """gen_nests.py (several statistics of a row in one loop, a read of a running one, a use in the same row loop)."""
+    from tilec.testing import gen_nests
+    return gen_nests
 
 
 def _blocks():
