@@ -24,7 +24,7 @@ class PsumChoice:
 
 
 def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str,
-                tiles: int = knobs.PEEL_TILES) -> PsumChoice | None:
+                tiles: int = knobs.PEEL_TILES, peeled: bool = True) -> PsumChoice | None:
     """How the pass along x of a pool computed in `bands` bands of `band` output rows uses PSUM, or None. TensorE,
     idle in a pool, either copies each chunk of a band's input rows there with an identity matmul (VectorE's
     tensor_tensor then streams 1 cycle per element instead of 2, but GpSimdE, which cannot read PSUM, leaves that
@@ -33,7 +33,9 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str,
     engine) for ScalarE to evict, leaving VectorE and GpSimdE only the pass along y: chosen when the model's costs
     (psum_costs, taps_costs) make the bands' busiest engine faster that way by more than the identity matrix's
     set-up (identity_ns). `tiles`: partition tiles; with fewer than PEEL_TILES (no peeled first tile beside
-    TensorE's warm-up throttle) the taps' whole rows are picked with the throttle's hold counted (`throttled`)."""
+    TensorE's warm-up throttle) the taps' whole rows are picked with the throttle's hold counted (`throttled`);
+    `peeled` False: the pool could not peel its first tile (its buffers did not fit), so every tile runs the taps and
+    the band's own estimate picks the whole rows (peeled_whole's peeled tile is not there)."""
     w = op.window
     assert w is not None
     W, Wo = op.dim("W"), w.out[1]
@@ -69,7 +71,7 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str,
             # the fewest whole rows within WHOLE_SLACK of the best (each row of them adds wy matmuls per tap)
             whole = next(k for k, c in enumerate(costs) if c <= min(costs) * (1 + knobs.WHOLE_SLACK))
             fewest = whole  # (the taps against the SBUF form below: with the band's estimate of `whole` rows)
-            if tiles >= knobs.PEEL_TILES and len(costs) > 1 and knobs.WHOLE_PEELED:
+            if tiles >= knobs.PEEL_TILES and len(costs) > 1 and knobs.WHOLE_PEELED and peeled:
                 fewest = peeled_whole(op, rows, band, bands // tiles, bands, Wo, taken, wy, chunk_t, runs, counts,
                                       sbuf, len(costs))
             if tiles < knobs.PEEL_TILES:  # nothing peeled runs beside TensorE's warm-up throttle: with few bands its

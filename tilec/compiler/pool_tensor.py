@@ -16,11 +16,11 @@ from tilec.target import target as get_target
 class TensorPasses(WindowPasses):
     """The passes that use TensorE and PSUM."""
 
-    def choose_psum(self) -> None:
-        """Whether the pass along x reads X through PSUM (psum_choice)."""
+    def choose_psum(self, peeled: bool = True) -> None:
+        """Whether the pass along x reads X through PSUM (psum_choice); peeled: the first tile is peeled."""
         if self.G == 1 and self.chip is None:  # (from an on-chip input: no PSUM copies, the passes read it)
             choice = psum_choice(self.op, self.OB, self.B // self.plan.tile_b * -(-self.Rb // self.OB), self.x3.dtype,
-                                 self.o3.dtype, self.B // self.plan.tile_b)
+                                 self.o3.dtype, self.B // self.plan.tile_b, peeled)
             if choice is not None:
                 self.psum, self.y_share, self.taps = choice.rows, choice.y_share, choice.taps
                 self.full_rows_n = choice.whole

@@ -39,7 +39,11 @@ class WindowPool(TensorPasses, ImageBands):
         if self.psum is not None and tiles >= knobs.PEEL_TILES:
             # the first tile from SBUF while the identity is made, the last with its pass along y shared: kept when
             # the three bodies' buffers fit (the capacity check counts a straight-line block's buffers as all live)
-            nest = self.peeled(tiles, note, line) or nest
+            peeled = self.peeled(tiles, note, line)
+            if not peeled and self.taps and self.full_rows_n:  # every tile takes the taps: their band's estimate
+                self.choose_psum(peeled=False)
+                nest = loop("pb", tiles, self.tile_body(), note=note, line=line)
+            nest = peeled or nest
         label = f"{op.out} = {op.pool.op} pool {op.pool.wy}x{op.pool.wx} of {op.src}, stride " \
                 f"{self.w.stride[0]}x{self.w.stride[1]}, offset {self.w.offset[0]},{self.w.offset[1]}"
         if G > 1:
