@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from tilec.compiler import conv_weights, ir
+from tilec.compiler import conv_spread, conv_weights, ir
 from tilec.compiler.conv_halo import region_boxes
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import Alloc, Buf, Dma, Matmul, Stmt, View, full
@@ -100,6 +100,9 @@ def x_band(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
     flat = Buf(b.fresh(f"{b.op.x}_base_flat"), "sbuf", xb.dtype, (b.C, rows * cols))
     band = Buf(b.fresh(f"{xb.name}_flat"), "sbuf", xb.dtype, (xb.shape[0], b.mixed * rows * cols))
     out += [ir.Reshape(flat, base, line), ir.Reshape(band, xb, line)]
+    b.base_flat = flat
+    if conv_spread.spreads(b, b.KR):  # the one-channel remainder's first stage, on the base band (conv_spread)
+        out += conv_spread.taps(b)
     for j, t, p0, c0, n in segments(b):
         r0, s0 = b.shifts[j]
         shift = r0 * cols + s0
@@ -125,6 +128,8 @@ def weights(b: _ConvBuilder, wt: Buf, kv: str | None, ks: int, local: bool) -> l
     one partition); a whole part's rows in one contiguous DMA (k-major), gathered per tap into [k, tiles x 128]
     (one copy per tap, alternating VectorE and GpSimdE) and transposed per tile on TensorE."""
     p, line, C = b.p, b.L["update"], b.C
+    if kv is None and conv_spread.spreads(b, ks):  # the one-channel remainder: its taps on the output partitions
+        return conv_spread.weights(b)
     kslice = sl(b.k_start(kv), ks)
     kdst = b.part(ks, p.tile_k) if local else kslice
     if ks * len(b.shifts) * C <= DIRECT:
@@ -156,6 +161,8 @@ def matmuls(b: _ConvBuilder, accv: View, wt: Buf, kidx) -> list[Stmt]:
     first = a(b.step(V["g"], p.rows, b.cn["rows"], sy))
     rows = sl(first, p.rows, sy, b.cn["rows"] if sy == 1 else "")
     cols = sl(a(b.step(V["x"], p.tile_x, b.cn["x"], sx)), p.tile_x, sx, b.cn["x"] if sx == 1 else "")
+    if b.kv is None and conv_spread.spreads(b, b.ks):
+        return conv_spread.matmul(b, accv, rows, cols)
     out: list[Stmt] = []
     for t in range(b.mixed):
         parts = sl(0, tile_parts(b, t))
