@@ -66,10 +66,11 @@ def split(b: _ConvBuilder) -> bool:
 
 
 def spacing(b: _ConvBuilder) -> int:
-    """Partitions between a plain spread's taps: each tap's sums (and their low half, `step // 2` further) on
-    partitions of their own DMA engines (8 partitions each), so the taps' shifts run side by side on the engines
-    instead of one after another on the first two (bf16 conv_odd: 18 DMAs of 14 rows per group, 3.6 us)."""
-    return min(8, PMAX // (b.R * b.S))
+    """Partitions between the taps' rows of T: each tap's shifted sums (and their low half, `step // 2` further)
+    on partitions of their own DMA engines (the model's: the engines of a DMA's destination partitions, 8 each), so
+    the taps' shifts run side by side instead of one after another on the first two engines (bf16 conv_odd: 18
+    DMAs of 14 rows per group, 3.6 us; fp32 conv_odd b8 118.9 -> see the note). The rows between stay zero."""
+    return min(8, PMAX // (len(b.shifts) if b.mixed else b.R * b.S))
 
 
 def taps_of(b: _ConvBuilder) -> list[tuple[int, int]]:
@@ -81,17 +82,16 @@ def weights(b: _ConvBuilder) -> list[Stmt]:
     column that sums the taps (a zeroed tile plus 1; twice the taps' rows for split sums)."""
     line, taps = b.L["update"], len(b.shifts) if b.mixed else b.R * b.S
     w = b.hbm[b.op.w]
-    b.spread_w = Buf(b.fresh(f"{b.op.w}_spread"), "sbuf", w.dtype, (b.C, taps))
-    step = 1 if b.mixed else spacing(b)
-    if not b.mixed:  # a column every `step`, zeros between (their sums are zero rows of T)
-        b.spread_w = Buf(b.spread_w.name, "sbuf", w.dtype, (b.C, step * taps))
+    step = spacing(b)
+    wstep = 1 if b.mixed else step  # a plain band's: a column every `step`, zeros between (zero sums)
+    b.spread_w = Buf(b.fresh(f"{b.op.w}_spread"), "sbuf", w.dtype, (b.C, wstep * taps))
     ones_rows = step * taps
     ones_type = b.hbm[b.op.x].dtype if not b.mixed and split(b) else "f32"
     b.spread_ones = Buf(b.fresh("tap_ones"), "sbuf", ones_type, (ones_rows, 1))
     kslice = sl(b.k_start(None), 1)
     order = b.groups[0] if b.mixed else taps_of(b)
-    out: list[Stmt] = [Alloc(b.spread_w, zero=step > 1, line=line)]
-    out += [Dma(View(b.spread_w, (full(b.C), sl(j * step, 1))),
+    out: list[Stmt] = [Alloc(b.spread_w, zero=wstep > 1, line=line)]
+    out += [Dma(View(b.spread_w, (full(b.C), sl(j * wstep, 1))),
                 replace(conv_weights.w_view(b, (kslice, full(b.C), a(r), a(s))), perm=(1, 0)), line)
             for j, (r, s) in enumerate(order)]
     ones = View(b.spread_ones, (full(ones_rows), full(1)))
@@ -151,23 +151,24 @@ def taps(b: _ConvBuilder) -> list[Stmt]:
     dtype = "f32"  # the taps' partial sums kept in fp32 (stage 2 reads them with the fp32 ones)
     s_ps = Buf(b.fresh("taps_acc"), "psum", "f32", (n_taps, flat))
     s_sb = Buf(b.fresh("taps_sb"), "sbuf", dtype, (n_taps, flat))
-    b.spread_t = Buf(b.fresh("taps_shifted"), "sbuf", dtype, (n_taps, n_rows, n_cols))
-    t_flat = Buf(b.fresh("taps_shifted_flat"), "sbuf", dtype, (n_taps, flat))
+    step = spacing(b)
+    b.spread_t = Buf(b.fresh("taps_shifted"), "sbuf", dtype, (step * n_taps, n_rows, n_cols))
+    t_flat = Buf(b.fresh("taps_shifted_flat"), "sbuf", dtype, (step * n_taps, flat))
     out: list[Stmt] = [Alloc(s_ps, zero=True, line=line),
                        Matmul(View(s_ps, (full(n_taps), full(flat))), View(b.spread_w, (full(C), full(n_taps))),
                               View(b.base_flat, (full(C), full(flat))), line),
                        Alloc(s_sb, line=line), ir.Copy(View(s_sb, (full(n_taps), full(flat))),
                                                        View(s_ps, (full(n_taps), full(flat))), line),
-                       Alloc(b.spread_t, line=line), Reshape(t_flat, b.spread_t, line)]
+                       Alloc(b.spread_t, zero=step > 1, line=line), Reshape(t_flat, b.spread_t, line)]
     for j, (r0, s0) in enumerate(b.shifts):
         shift = r0 * n_cols + s0
-        out.append(Dma(View(t_flat, (sl(j, 1), sl(0, flat - shift))), View(s_sb, (sl(j, 1), sl(shift, flat - shift))),
+        out.append(Dma(View(t_flat, (sl(j * step, 1), sl(0, flat - shift))), View(s_sb, (sl(j, 1), sl(shift, flat - shift))),
                        line))
     return out
 
 
 def matmul(b: _ConvBuilder, accv: View, rows, cols) -> list[Stmt]:
     """Stage 2: the ones column sums the shifted taps into accv, at the band copies' rows and columns."""
-    n_taps = len(b.shifts)
-    return [Matmul(accv, View(b.spread_ones, (full(n_taps), full(1))), View(b.spread_t, (full(n_taps), rows, cols)),
+    n = b.spread_ones.shape[0]
+    return [Matmul(accv, View(b.spread_ones, (full(n), full(1))), View(b.spread_t, (full(n), rows, cols)),
                    b.L["update"])]
