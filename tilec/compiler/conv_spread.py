@@ -162,8 +162,8 @@ def taps(b: _ConvBuilder) -> list[Stmt]:
                        Alloc(b.spread_t, zero=step > 1, line=line), Reshape(t_flat, b.spread_t, line)]
     for j, (r0, s0) in enumerate(b.shifts):
         shift = r0 * n_cols + s0
-        out.append(Dma(View(t_flat, (sl(j * step, 1), sl(0, flat - shift))), View(s_sb, (sl(j, 1), sl(shift, flat - shift))),
-                       line))
+        out.append(Dma(View(t_flat, (sl(j * step, 1), sl(0, flat - shift))),
+                       View(s_sb, (sl(j, 1), sl(shift, flat - shift))), line))
     return out
 
 
