@@ -121,7 +121,9 @@ def taps_plain(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
                         Matmul(View(s_ps, whole_s), View(b.spread_w, (full(C), full(parts_t))),
                                View(xb, (full(C), a(0), sl(a(first), in_rows), full(cols))), line)]
     body += [Alloc(buf, line=line) for buf in sums]
-    body.append(ir.Copy(View(sums[0], whole_s), View(s_ps, whole_s), line))
+    # hi on ScalarE, lo on VectorE: group g + 1's hi runs beside group g's lo (both on VectorE left TensorE waiting
+    # 0.5 us per band for the last group's shifts, bf16 conv_odd batch 8)
+    body.append(ir.Act(View(sums[0], whole_s), View(s_ps, whole_s), "copy", None, 1.0, line))
     if halves == 2:  # lo = the fp32 sum - hi, rounded
         body.append(ir.Binary(View(sums[1], whole_s), View(s_ps, whole_s), View(sums[0], whole_s), "subtract",
                               line))
