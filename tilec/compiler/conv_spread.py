@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from tilec.compiler import conv_weights, ir
 from tilec.compiler.build_util import a, sl
-from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
 from tilec.compiler.schedule import PMAX, PSUM_BANK
 
 if TYPE_CHECKING:
@@ -78,23 +78,28 @@ def taps_of(b: _ConvBuilder) -> list[tuple[int, int]]:
 
 
 def weights(b: _ConvBuilder) -> list[Stmt]:
-    """The remainder channel's weights as a [C, taps] stationary (column j: tap j, one DMA per tap) and the ones
-    column that sums the taps (a zeroed tile plus 1; twice the taps' rows for split sums)."""
+    """The remainder channel's weights as a [C, taps] stationary (column j: tap j) and the ones column that sums
+    the taps (a zeroed tile plus 1, one row per row of T). Taps in W's own order (r, then s) come in one DMA of one
+    descriptor per channel (W[k] is [C, R, S] in HBM): one DMA per tap queued 9 x 67 descriptors ahead of the first
+    band's load (bf16 conv_odd batch 1: the band waited ~1 us)."""
     line, taps = b.L["update"], len(b.shifts) if b.mixed else b.R * b.S
     w = b.hbm[b.op.w]
     step = spacing(b)
-    wstep = 1 if b.mixed else step  # a plain band's: a column every `step`, zeros between (zero sums)
-    b.spread_w = Buf(b.fresh(f"{b.op.w}_spread"), "sbuf", w.dtype, (b.C, wstep * taps))
-    ones_rows = step * taps
+    b.spread_w = Buf(b.fresh(f"{b.op.w}_spread"), "sbuf", w.dtype, (b.C, taps))
     ones_type = b.hbm[b.op.x].dtype if not b.mixed and split(b) else "f32"
-    b.spread_ones = Buf(b.fresh("tap_ones"), "sbuf", ones_type, (ones_rows, 1))
-    kslice = sl(b.k_start(None), 1)
+    b.spread_ones = Buf(b.fresh("tap_ones"), "sbuf", ones_type, (step * taps, 1))
     order = b.groups[0] if b.mixed else taps_of(b)
-    out: list[Stmt] = [Alloc(b.spread_w, zero=wstep > 1, line=line)]
-    out += [Dma(View(b.spread_w, (full(b.C), sl(j * wstep, 1))),
-                replace(conv_weights.w_view(b, (kslice, full(b.C), a(r), a(s))), perm=(1, 0)), line)
-            for j, (r, s) in enumerate(order)]
-    ones = View(b.spread_ones, (full(ones_rows), full(1)))
+    out: list[Stmt] = [Alloc(b.spread_w, line=line)]
+    if list(order) == taps_of(b):
+        rs = Buf(b.fresh(f"{b.op.w}_spread_rs"), "sbuf", w.dtype, (b.C, b.R, b.S))
+        out += [Reshape(rs, b.spread_w, line),
+                Dma(whole(rs), conv_weights.w_view(b, (b.k_start(None), full(b.C), full(b.R), full(b.S))), line)]
+    else:
+        kslice = sl(b.k_start(None), 1)
+        out += [Dma(View(b.spread_w, (full(b.C), sl(j, 1))),
+                    replace(conv_weights.w_view(b, (kslice, full(b.C), a(r), a(s))), perm=(1, 0)), line)
+                for j, (r, s) in enumerate(order)]
+    ones = View(b.spread_ones, (full(step * taps), full(1)))
     return out + [Alloc(b.spread_ones, zero=True, line=line), ir.Scalar(ones, ones, "add", 1.0, line)]
 
 
@@ -112,13 +117,14 @@ def taps_plain(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
     halves = 2 if split(b) else 1
     tdt = b.hbm[b.op.x].dtype if halves == 2 else "f32"
     gv = b.fresh("y_g")
-    s_ps = Buf(b.fresh("taps_acc"), "psum", "f32", (parts_t, in_rows, cols))
-    sums = [Buf(b.fresh(f"taps_{h}"), "sbuf", tdt, (parts_t, in_rows, cols)) for h in ("hi", "lo")[:halves]]
+    n_taps = b.R * b.S
+    s_ps = Buf(b.fresh("taps_acc"), "psum", "f32", (n_taps, in_rows, cols))
+    sums = [Buf(b.fresh(f"taps_{h}"), "sbuf", tdt, (n_taps, in_rows, cols)) for h in ("hi", "lo")[:halves]]
     b.spread_t = Buf(b.fresh("taps_shifted"), "sbuf", tdt, (parts_t, b.G, rows, cols))
     first = b.step(gv, p.rows, b.cn["rows"], 1)
-    whole_s = (full(parts_t), full(in_rows), full(cols))
+    whole_s = (full(n_taps), full(in_rows), full(cols))
     body: list[Stmt] = [Alloc(s_ps, zero=True, line=line),
-                        Matmul(View(s_ps, whole_s), View(b.spread_w, (full(C), full(parts_t))),
+                        Matmul(View(s_ps, whole_s), View(b.spread_w, (full(C), full(n_taps))),
                                View(xb, (full(C), a(0), sl(a(first), in_rows), full(cols))), line)]
     body += [Alloc(buf, line=line) for buf in sums]
     # hi on ScalarE, lo on VectorE: group g + 1's hi runs beside group g's lo (both on VectorE left TensorE waiting
@@ -131,7 +137,7 @@ def taps_plain(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
         x0, n = tap_columns(b, s)
         for h, buf in enumerate(sums):
             body.append(Dma(View(b.spread_t, (sl(j * step + h * (step // 2), 1), a(gv), full(rows), sl(x0, n))),
-                            View(buf, (sl(j * step, 1), sl(r, rows), sl(x0 + s + b.ox, n))), line))
+                            View(buf, (sl(j, 1), sl(r, rows), sl(x0 + s + b.ox, n))), line))
     return [Alloc(b.spread_t, zero=True, line=line)] + loop(gv, b.G, body, note="the remainder's taps", line=line)
 
 
