@@ -61,7 +61,7 @@ def test_remainder_spread_where_it_pays(name: str, dtype: str, compiled) -> None
     src = unwrap(compiled(name, dtype).source)
     form = CASES[name][3 if dtype == "f32" else 4]
     assert ("taps_shifted" in src) == (form is not None)
-    assert ("X_base_flat" in src) == (form == "mixed" or name == "k130" and dtype == "f32")
+    assert ("src=X_band_flat[" in src) == (form == "mixed" or name == "k130" and dtype == "f32")
     assert ("taps_lo" in src) == (form == "plain" and dtype == "bf16")
 
 

@@ -144,7 +144,7 @@ class _ConvBuilder:
     r_band: Buf  # the residual's band added on the eviction (conv_epilogue.residual_band)
     epi_cols: dict[str, Buf]  # the fused chain's vectors as columns (conv_epilogue.epilogue_columns)
     epi_allocs: list[Stmt]  # the fused chain's work tiles of one eviction (conv_epilogue.chain)
-    base_flat: Buf  # mixed taps' base band, flat (conv_mixed.x_band), read by a spread remainder (conv_spread)
+    base_flat: View  # mixed taps' base band, flat (conv_mixed.x_band), read by a spread remainder (conv_spread)
     spread_w: Buf  # a spread remainder's [C, taps] stationary (conv_spread.weights)
     spread_ones: Buf  # and the ones column summing its taps
     spread_t: Buf  # and its taps' sums of the band being built, shifted (conv_spread.taps)

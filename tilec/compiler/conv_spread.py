@@ -164,7 +164,7 @@ def taps(b: _ConvBuilder) -> list[Stmt]:
     t_flat = Buf(b.fresh("taps_shifted_flat"), "sbuf", dtype, (step * n_taps, flat))
     out: list[Stmt] = [Alloc(s_ps, zero=True, line=line),
                        Matmul(View(s_ps, (full(n_taps), full(flat))), View(b.spread_w, (full(C), full(n_taps))),
-                              View(b.base_flat, (full(C), full(flat))), line),
+                              b.base_flat, line),
                        Alloc(s_sb, line=line), ir.Copy(View(s_sb, (full(n_taps), full(flat))),
                                                        View(s_ps, (full(n_taps), full(flat))), line),
                        Alloc(b.spread_t, zero=step > 1, line=line), Reshape(t_flat, b.spread_t, line)]
