@@ -50,10 +50,11 @@ def test_tiles_and_segments() -> None:
 
 
 def test_matmuls_per_part() -> None:
-    """One matmul per contraction tile and out-channel part: 2 parts (128 + 1) x 5 tiles per band, not 2 x 9."""
+    """One matmul per contraction tile of the 128-channel part (5 per band, not 9); the one-channel remainder's
+    taps spread over the output partitions instead (conv_spread: 2 matmuls, not 5)."""
     src = unwrap(compile_loaded(program_of("same3x3")).source)
-    assert src.count("nc_matmul(") == 2 * 5
-    assert "X_base_flat" in src  # the copies made on chip from one load of the band
+    assert src.count("nc_matmul(") == 5 + 2
+    assert "src=X_band_flat[" in src  # the copies made on chip from one load of the band
 
 
 def test_chosen_where_it_saves() -> None:
@@ -61,7 +62,7 @@ def test_chosen_where_it_saves() -> None:
     copies move twice the bytes per output row for half the columns, so it does not; a 16-bit conv with 5
     out-channel tiles does."""
     def mixed(name: str, dtype: str = "f32") -> bool:
-        return "X_base_flat" in unwrap(compile_loaded(program_of(name, dtype)).source)
+        return "src=X_band_flat[" in unwrap(compile_loaded(program_of(name, dtype)).source)
     assert mixed("same3x3") and not mixed("stride2") and mixed("wide_k", "bf16")
 
 
@@ -71,13 +72,13 @@ def test_16_bit_keeps_a_matmul_per_tap() -> None:
     X's own columns: build_conv_cols)."""
     src = unwrap(compile_loaded(lang.load(PADDED.format(r=3, s=1, p=1).replace("f32[", "bf16["),
                                           {"H": 28, "W": 28})).source)
-    assert "X_base" not in src and "X_band[:, r:r + ROWS, 0:27]" in src
+    assert "src=X_band_flat[" not in src and "X_band[:, r:r + ROWS, 0:27]" in src
 
 
 def test_not_for_foldable_channels() -> None:
     """64 channels fold two whole copies per matmul (conv_fold): no mixed tiles."""
     src = unwrap(compile_loaded(lang.load(PADDED.format(r=3, s=1, p=1), {"C": 64})).source)
-    assert "X_base" not in src
+    assert "src=X_band_flat[" not in src
 
 
 @pytest.mark.parametrize("nki", ["0.6", "0.1"])
@@ -88,7 +89,7 @@ def test_mixed_taps_match_numpy(name: str, dtype: str, nki: str, monkeypatch: py
     r, stride, pad, _ = CASES[name]
     program = program_of(name, dtype)
     src = unwrap(compile_loaded(program, nki=nki).source)
-    assert "X_base_flat" in src  # the mixed form is what is checked
+    assert "src=X_band_flat[" in src  # the mixed form is what is checked
     rng = np.random.default_rng(13)
     given = {t.name: (rng.random(t.shape, dtype=np.float32) - 0.5).astype(NP[dtype]) for t in program.inputs}
     x, w = (given[k].astype(np.float64) for k in ("X", "Wt"))
@@ -107,7 +108,7 @@ def test_directives_keep_mixed_taps_right(directives: str) -> None:
     text = PADDED.format(r=3, s=1, p=1) + f"  schedule:\n    {directives}\n"
     program = lang.load(text, {"N": 2})
     compiled = compile_loaded(program)
-    assert "X_base_flat" in unwrap(compiled.source)
+    assert "src=X_band_flat[" in unwrap(compiled.source)
     rng = np.random.default_rng(17)
     given = {t.name: rng.random(t.shape, dtype=np.float32) - 0.5 for t in program.inputs}
     x, w = (given[k].astype(np.float64) for k in ("X", "Wt"))

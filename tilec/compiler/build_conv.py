@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_conv_cols, build_depthwise, build_matvec, ir
 from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_halo, conv_mixed, conv_pairs, \
-    conv_split, conv_weights
+    conv_split, conv_spread, conv_weights
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_band import dma_engine_ns  # (its home until the split: rules_move imports it from here)
 from tilec.compiler.conv_fold import fold_groups
@@ -144,6 +144,10 @@ class _ConvBuilder:
     r_band: Buf  # the residual's band added on the eviction (conv_epilogue.residual_band)
     epi_cols: dict[str, Buf]  # the fused chain's vectors as columns (conv_epilogue.epilogue_columns)
     epi_allocs: list[Stmt]  # the fused chain's work tiles of one eviction (conv_epilogue.chain)
+    base_flat: View  # mixed taps' base band, flat (conv_mixed.x_band), read by a spread remainder (conv_spread)
+    spread_w: Buf  # a spread remainder's [C, taps] stationary (conv_spread.weights)
+    spread_ones: Buf  # and the ones column summing its taps
+    spread_t: Buf  # and its taps' sums of the band being built, shifted (conv_spread.taps)
 
     def __init__(self, op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh,
                  src_chip: "OnChip | None" = None, dst_chip: "OnChip | None" = None) -> None:
@@ -555,7 +559,9 @@ class _ConvBuilder:
             self.o_tiles = conv_batched.tiles_band(self, i)
             # mixed taps' band (conv_mixed: a load and 13 on-chip copies) made once for a ragged K's two parts
             # (each part built its own: conv_odd bf16 b1 20.2 us), when the parts are the innermost loop
-            shared = self.mixed > 0 and self.KR > 0 and i == len(order) - 1 and self.src_chip is None
+            # (likewise a plain band whose one-channel remainder reads it spread: conv_spread)
+            shared = (self.mixed > 0 or conv_spread.spreads_plain(self, self.KR)) and self.KR > 0 \
+                and i == len(order) - 1 and self.src_chip is None
             band = [ir.Block(conv_batched.load_labels(self)[1], tuple(conv_band.x_band(self)), self.line,
                              hoist=True)] if shared else []
             self.band_shared = shared
@@ -732,6 +738,8 @@ class _ConvBuilder:
         if self.fold > 1:
             return [Alloc(acc, zero=True, line=line)] + conv_fold.matmuls_folded(self, accv, wt, kidx) + \
                 self.epilogue(accv)
+        if self.kv is None and conv_spread.spreads_plain(self, self.ks):  # the remainder's taps spread
+            return [Alloc(acc, zero=True, line=line)] + conv_spread.matmul_plain(self, accv) + self.epilogue(accv)
         if self.col0 != self.ox:  # a plain band of X's own columns (build_conv_cols)
             return [Alloc(acc, zero=True, line=line)] + build_conv_cols.taps(self, matmul) + self.epilogue(accv)
         return [Alloc(acc, zero=True, line=line)] + taps(0, (V["c"], p.tile_c)) + self.epilogue(accv)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tilec.compiler import conv_fold, conv_halo, conv_weights, ir
+from tilec.compiler import conv_fold, conv_halo, conv_spread, conv_weights, ir
 from tilec.compiler.build_util import a, loop, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, best_divisor
@@ -61,7 +61,8 @@ def x_band(b: _ConvBuilder) -> list[Stmt]:
     if p.x_bufs != 1:  # the halo alone zeroed when the zero tiles serve the band, else the whole band
         alloc = (conv_halo.zeroed(b, xb, b.yb[1], b.yb[0] is None) if halo else None) or \
             [Alloc(xb, zero=halo, line=line)]
-    return alloc + b.over_c(ct, body, line)
+    spread = conv_spread.taps_plain(b, xb) if conv_spread.spreads_plain(b, b.KR) else []  # (stage 1: conv_spread)
+    return alloc + b.over_c(ct, body, line) + spread
 
 
 def x_transposed(b: _ConvBuilder) -> list[Stmt]:

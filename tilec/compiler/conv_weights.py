@@ -9,7 +9,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from tilec.compiler import conv_fold, conv_pairs, ir
+from tilec.compiler import conv_fold, conv_pairs, conv_spread, ir
 from tilec.compiler.build_util import a, broadcast_row, hbm_view, loop, ones_row, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, best_divisor
@@ -162,6 +162,8 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
     by_dma = local and rows_by_dma(b)
 
     def per_k(kv: str | None, ks: int) -> list[Stmt]:
+        if kv is None and not local and conv_spread.spreads_plain(b, ks):  # its taps on the output partitions
+            return conv_spread.weights(b)
         if by_dma:  # one DMA transpose per contraction tile, HBM rows -> the stationary's columns
             kd = pt(ks, p.tile_k) if local else sl(b.k_start(kv), ks)
             return b.over_c(V["c"], lambda cv, cs: [ir.Transpose(
