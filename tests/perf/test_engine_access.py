@@ -141,3 +141,24 @@ def test_the_default_follows_the_environment_and_refuses_unknown_rules(monkeypat
     assert estimate(trace).total_ns == estimate(trace, engine_access="off").total_ns
     with pytest.raises(TilecError, match="TILEC_MODEL_ENGINE_ACCESS"):
         estimate(trace, engine_access="apart")
+
+
+def test_the_hardware_probe_runs_and_separates_the_readings(capsys):
+    """benchmarks/trn2_psum_bank.py: every kernel copies exactly on the interpreter; on the trn2 model VectorE and
+    ScalarE on one bank run one after the other and on two banks side by side, without the rule both overlap, on
+    trn1 neither does."""
+    import pathlib
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import trn2_psum_bank as bench
+    finally:
+        sys.path.pop(0)
+    assert bench.main(["--reps", "8", "--free", "256"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[2:2 + len(bench.NAMES)]}
+    assert set(rows) == set(bench.NAMES) and all(r[1] == "ok" for r in rows.values())
+    serial, off, trn1 = ({k: float(r[i]) for k, r in rows.items()} for i in (2, 3, 4))
+    assert bench.overlaps(serial)["same"] < 0.2 and bench.overlaps(serial)["apart"] == pytest.approx(1, abs=0.05)
+    assert bench.overlaps(off) == pytest.approx({"same": 1, "apart": 1}, abs=0.05)
+    assert all(v < 0.2 for v in bench.overlaps(trn1).values())
