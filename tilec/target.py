@@ -83,6 +83,43 @@ def _instructions(pmax: int, stationary: int, moving: int, vector_sbuf: int, vec
 
 
 @dataclass(frozen=True)
+class Exclusion:
+    """Two compute engines that do not access one on-chip memory at the same time: an instruction of one touching
+    `memory` never runs beside an instruction of the other touching it (with `per_bank`, only when both touch the
+    same PSUM bank). Not a kernel error: the documents say the Neuron compiler serialises such instructions itself
+    (or, per bank on NC-v3, that full bandwidth holds only apart), so the performance model orders them and the
+    interpreter accepts them."""
+
+    engines: tuple[str, str]  # NKI spelling: vector | scalar | gpsimd
+    memory: str  # sbuf | psum
+    per_bank: bool
+    source: str
+
+
+# NeuronCore-v2 (ARCH2, v2.32.0 nki/guides/architecture/trainium_inferentia2_arch.rst l. 596-601, "Memory
+# hierarchy"; the same text in v2.26.1 nki/arch/trainium_inferentia2_arch.rst l. 594-599): "VectorE and GpSimdE cannot
+# access SBUF in parallel. VectorE and ScalarE cannot access PSUM in parallel. Therefore, VectorE and GpSimdE
+# instructions that access SBUF must be serialized, similarly for VectorE and ScalarE instructions that access PSUM.
+# This is enforced by Neuron Compiler during NKI kernel compilation"; repeated at l. 764-767 ("Concurrent SBUF/PSUM
+# accesses by engines").
+_V2_ARCH = "ARCH2 v2.32.0 guides/architecture/trainium_inferentia2_arch.rst l. 596-601, 764-767 (compiler-serialised)"
+NC_V2_EXCLUSIONS = (
+    Exclusion(("vector", "gpsimd"), "sbuf", False, _V2_ARCH + ": VectorE and GpSimdE cannot access SBUF in parallel"),
+    Exclusion(("vector", "scalar"), "psum", False, _V2_ARCH + ": VectorE and ScalarE cannot access PSUM in parallel"),
+)
+# NeuronCore-v3 (ARCH3, v2.32.0 nki/guides/architecture/trainium2_arch.rst l. 266-273, "Data Movement Updates"; the
+# v2.26.1 trainium2_arch.rst is a stub without it): both NC-v2 restrictions are lifted, "Both VectorE and ScalarE can
+# access PSUM at full bandwidth in parallel, as long as their accesses do not collide on the same PSUM bank". What a
+# collision costs is not given: [inferred] it serialises the two, NC-v2's PSUM rule narrowed to one bank. (The
+# VectorE/GpSimdE shared bus of 1b is the model's separate what-if, tilec/perf/params.SHARED_BUS.)
+NC_V3_EXCLUSIONS = (
+    Exclusion(("vector", "scalar"), "psum", True,
+              "ARCH3 v2.32.0 guides/architecture/trainium2_arch.rst l. 271-273: VectorE and ScalarE access PSUM in "
+              "parallel only while they do not collide on the same PSUM bank [inferred: a collision serialises]"),
+)
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     core: str  # NeuronCore generation
@@ -129,6 +166,8 @@ class Target:
     # the step of a free dimension (of more than one element) of an SBUF/PSUM access pattern, an int16 in elements
     # (the same ARCH2 sentence); negative steps down to -ap_stride_max - 1
     ap_stride_max: int = 32767
+    # pairs of engines whose accesses to one memory (or one PSUM bank) do not overlap in time (`Exclusion`)
+    exclusions: tuple[Exclusion, ...] = ()
 
     @property
     def sbuf_usable(self) -> int:
@@ -165,7 +204,7 @@ TRN2 = Target(
             "§2.3 ARCH3 clocks; §2.5 DMAINTRO/DMABW 16 engines x 23 B/ns; §2.1/§6 HBM 3 TB/s per chip (ARCH3, the "
             "12/2025 NKI Trn2 guide; the 2.26 pages say 2.9) over 8 cores = 375 B/ns per core; transpose mode: v2.32.0 "
             "trainium2_arch.rst (Built-in Transpose Support), ISA6 nc_matmul / nc_transpose",
-    transpose_mode=True)
+    transpose_mode=True, exclusions=NC_V3_EXCLUSIONS)
 
 TRN1 = Target(
     "trn1", "NeuronCore-v2",
@@ -175,7 +214,8 @@ TRN1 = Target(
     dma_engines=16, dma_engine_bw=17.0, hbm_bw=410.0,
     instructions=_instructions(128, 128, 512, 65536, 4096, v3=False),
     sources="§2.2 ARCH2: 192 KiB SBUF per partition, usable 0..176 KiB [ALLOC]; PSUM 8 x 2 KiB; §2.3 ARCH2 clocks; "
-            "§2.5 DMAINTRO 16 engines x 17 B/ns; §2.1 HBM 820 GB/s per chip (ARCH2) over 2 cores = 410 B/ns per core")
+            "§2.5 DMAINTRO 16 engines x 17 B/ns; §2.1 HBM 820 GB/s per chip (ARCH2) over 2 cores = 410 B/ns per core",
+    exclusions=NC_V2_EXCLUSIONS)
 
 TARGETS: dict[str, Target] = {"trn2": TRN2, "trn1": TRN1}
 DEFAULT = "trn2"

@@ -186,15 +186,15 @@ kernel same64(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K]) -> Y
 @pytest.mark.parametrize("dt", ["bf16", "f16"])
 def test_odd_bands_regrouped_on_tensor_e_before_their_store(nki, dt):
     """16-bit row pairs at batch 2, 2 bands of 20 rows: band 0 leaves as row pairs (partition h*K + k, rows
-    2i + h: runs of one row), band 1 is regrouped by 4 selection matmuls into halves of the band (partition
-    q*K + k: rows 10q .. 10q + 9, one run) and stored through Y seen as [N, K, bands, 2, 10, W]
-    (conv_pairs.regroup_store)."""
+    2i + h: runs of one row), band 1 is regrouped by 8 selection matmuls into halves of the band (partition
+    q*K + k: rows 10q .. 10q + 9, one run; per phase, one for VectorE's pairs and one for ScalarE's, each into a
+    PSUM tile of its own) and stored through Y seen as [N, K, bands, 2, 10, W] (conv_pairs.regroup_store)."""
     prog, c, inputs, out = compile_and_run(REGROUP.format(dt=dt, n=2), nki)
     src = unwrap(numbered(c.source))
     assert "Y_halves = Y.reshape((2, 64, 2, 2, 10, 12))" in src
-    for phase in range(2):  # one selection matmul per phase in the loop over the band's halves
+    for phase in range(2):  # two selection matmuls per phase in the loop over the band's halves
         select = rf"Y_select\[{phase * 64}:{phase * 64 + 64}, {phase + 1} - half\]"
-        assert len(re.findall(rf"nc_matmul\([^\n]*{select}", src)) == 1
+        assert len(re.findall(rf"nc_matmul\([^\n]*{select}", src)) == 2
     assert src.count("Y_pairs") == (2 if nki == "0.1" else 4)  # band 0's store still takes the row-pair view
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
@@ -205,9 +205,10 @@ def test_odd_bands_regrouped_on_tensor_e_before_their_store(nki, dt):
 @pytest.mark.parametrize("h, schedule, vector",
                          [(40, "", 2), (8, "  schedule:\n    tile Y.y, 2\n    split Y.y, 4\n", 0)])
 def test_regroup_evictions_split_by_pairs_between_vector_and_scalar(nki, dt, h, schedule, vector):
-    """The regrouped band's two phase tiles are evicted as two disjoint runs of pairs, the first quarter // 2 of
+    """The regrouped band's two phases are evicted as two disjoint runs of pairs, the first quarter // 2 of
     both phases by VectorE and the rest by ScalarE (bands of 20 rows: 2 + 3 pairs; of 4 rows: the one pair on
-    ScalarE alone). Numerics against NumPy either way."""
+    ScalarE alone), each engine from PSUM tiles of its own (on trn2 VectorE and ScalarE must not read one PSUM
+    bank together, ARCH3). Numerics against NumPy either way."""
     prog, c, inputs, out = compile_and_run(REGROUP.format(dt=dt, n=1).replace("H = 40", f"H = {h}") + schedule, nki)
     src = unwrap(numbered(c.source))
     assert "Y_halves" in src
@@ -217,6 +218,7 @@ def test_regroup_evictions_split_by_pairs_between_vector_and_scalar(nki, dt, h, 
     assert (len(copies), len(acts)) == (vector, 2)
     if vector:
         assert all("Y_rows[:, 0:2, " in ln for ln in copies) and all("Y_rows[:, 2:5, " in ln for ln in acts)
+    assert all("_act" not in ln for ln in copies) and all("Y_phase0_act" in ln or "Y_phase1_act" in ln for ln in acts)
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
 

@@ -11,7 +11,10 @@ import pytest
 import test_matmul_batched
 
 from compiler_helpers import assert_matches
-from test_conv_padded import rounded, run
+from test_conv_padded import inputs_for, rounded, run
+from tilec.compiler.api import compile_loaded
+from tilec.compiler.wrap import unwrap
+from tilec.lang import api as lang
 from tilec.compiler import build_matvec
 from kernel_numbers import numbered
 
@@ -101,13 +104,23 @@ def test_short_rows_keep_the_multiply_on_vectore():
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 def test_16_bit_whole_blocks_transpose_in_groups(dt):
     """16-bit W with K a multiple of 128 (K = 1024: 8 blocks, groups of 4): the blocks are transposed on TensorE
-    four to a PSUM tile, evicted half by VectorE and half by ScalarE, and the matmuls accumulate the tile's outputs;
-    M = 263 leaves a remainder tile of 7 rows."""
+    four to a group, two into a PSUM tile evicted by VectorE and two into one evicted by ScalarE (two banks: the
+    engines must not read one PSUM bank together, ARCH3), and the matmuls accumulate the tile's outputs; M = 263
+    leaves a remainder tile of 7 rows. NKI 0.6 and 0.1."""
     assert build_matvec.grouped_is_faster(263, 1024, 128, dt)
-    prog, c, inputs, out = run(MATVEC.format(dt=dt, M=263, K=1024))
-    assert "Wt_tp = nl.ndarray((128, 4, 128)" in numbered(c.source) and "v_cols" in numbered(c.source)
-    x = rounded(inputs, dt)
-    assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
+    for nki in ("0.6", "0.1"):
+        prog = lang.load(MATVEC.format(dt=dt, M=263, K=1024))
+        c = compile_loaded(prog, nki=nki)
+        inputs = inputs_for(prog)
+        out = c.run(**inputs)
+        src = unwrap(numbered(c.source))  # a statement per line
+        assert "Wt_tp = nl.ndarray((128, 2, 128)" in src and "Wt_tp_act = nl.ndarray((128, 2, 128)" in src
+        copies = [line for line in src.splitlines() if "tensor_copy" in line and "Wt_T[" in line]
+        acts = [line for line in src.splitlines() if "activation" in line and "Wt_T[" in line]
+        assert copies and all("Wt_tp" in line and "Wt_tp_act" not in line for line in copies)
+        assert acts and all("Wt_tp_act" in line for line in acts) and "v_cols" in src
+        x = rounded(inputs, dt)
+        assert_matches(prog, "y", out["y"], x["Wt"] @ x["v"])
 
 
 def test_16_bit_column_vector_and_fp32_choices():

@@ -379,21 +379,28 @@ def transposed_rows(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, w2: Buf, x2: 
         w_rows = w_once if n == tile else Buf(fresh(f"{op.w}_rows"), "sbuf", wdt, (tile, K))
         part = sl(0, n) if n < tile else full(tile)
         w_t = Buf(fresh(f"{op.w}_T"), "sbuf", wdt, (P, kt_n, tile))
-        tp = Buf(fresh(f"{op.w}_tp"), "psum", wdt, (P, g, tile))
+        # the group's first h blocks on VectorE, the rest on ScalarE, each half in a PSUM tile (a bank) of its own:
+        # VectorE and ScalarE reading one PSUM bank at once collide (ARCH3; tilec/target.py Exclusion)
+        tps = [Buf(fresh(f"{op.w}_tp{side}"), "psum", wdt, (P, m, tile))
+               for m, side in ((h, ""), (g - h, "_act")) if m]
         acc = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (tile, 1))
         col = Buf(fresh(f"{op.out}_col"), "sbuf", odt, (tile, 1))
         gv, jv, mv = fresh("k_grp"), fresh("k_in"), fresh("k_t")
 
         def slot(buf: Buf, lo, m: int) -> View:
             return View(buf, (full(P), sl(lo, m), part))
-        src = View(w_rows, (part, sl(a(term(gv, g * P), term(jv, P, blk)), P, 1, blk)))
-        group = [Alloc(tp, line=line)] + loop(jv, g, [ir.Transpose(View(tp, (full(P), a(jv), part)), src, "pe", line)],
-                                              note="blocks of the group", line=line)
-        group += [ir.Copy(slot(w_t, a(term(gv, g)), h), slot(tp, a(0), h), line)]
+        blocks = Buf(fresh(f"{op.w}_blocks"), "sbuf", wdt, (tile, kt_n, P))  # w_rows by 128-column blocks
+        group: list[Stmt] = [Alloc(tp, line=line) for tp in tps]
+        for j0, tp in zip((0, h), tps):
+            src = View(blocks, (part, a(term(gv, g), term(jv), j0), full(P)))
+            group += loop(jv, tp.shape[1], [ir.Transpose(View(tp, (full(P), a(jv), part)), src, "pe", line)],
+                          note="blocks of the group" if j0 == 0 else "the group's other blocks", line=line)
+        group += [ir.Copy(slot(w_t, a(term(gv, g)), h), slot(tps[0], a(0), h), line)]
         if g > h:
-            group.append(ir.Act(slot(w_t, a(term(gv, g), h), g - h), slot(tp, a(h), g - h), "copy", line=line))
+            group.append(ir.Act(slot(w_t, a(term(gv, g), h), g - h), slot(tps[1], a(0), g - h), "copy", line=line))
         body: list[Stmt] = [] if w_rows is w_once else [Alloc(w_rows, line=line)]
-        body += [Dma(View(w_rows, (part, full(K))), View(w2, (sl(start, n), full(K))), line), Alloc(w_t, line=line)]
+        body += [Dma(View(w_rows, (part, full(K))), View(w2, (sl(start, n), full(K))), line), Alloc(w_t, line=line),
+                 ir.Reshape(blocks, w_rows, line)]
         body += loop(gv, kt_n // g, group, note=f"transpose {op.w}: groups of {g} blocks", line=line)
         body += [Alloc(acc, zero=True, line=line)]
         body += loop(mv, kt_n, [ir.Matmul(View(acc, (part, full(1))), View(w_t, (full(P), a(mv), part)),

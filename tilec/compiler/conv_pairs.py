@@ -370,33 +370,37 @@ def regroup_prelude(b: _ConvBuilder) -> list[Stmt]:
 def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
     """The row-pair band ob (partition h*K + k, pair i: row 2i + h) regrouped on TensorE into halves of the band
     (partition q*K + k, row t of half q: row q * BAND / 2 + t) and stored in one DMA of 2K runs of BAND / 2 whole
-    rows. Pairs q * BAND / 4 .. of phase h's K partitions go to partitions q*K + k of phase h's PSUM tile (a
-    selection matmul, exact: one product of 1 per element), evicted into rows t = 2i + h of the halves. Half q
-    outside the phases: where a band's half is one accumulation group (conv3x3same: 7 pairs), the first half's
-    matmuls wait only for the first group's eviction and TensorE runs them while the second group is evicted
-    (bf16 batch 8: 45.59 -> 44.42 us run, against the phases outside)."""
+    rows. Pairs q * BAND / 4 .. of phase h's K partitions go to partitions q*K + k of phase h's PSUM tiles (one
+    per evicting engine; selection matmuls, exact: one product of 1 per element), evicted into rows t = 2i + h of
+    the halves. Half q outside the phases: where a band's half is one accumulation group (conv3x3same: 7 pairs),
+    the first half's matmuls wait only for the first group's eviction and TensorE runs them while the second group
+    is evicted (bf16 batch 8: 45.59 -> 44.42 us run, against the phases outside)."""
     line, K, W, dt = b.line, b.K, b.Wo, b.hbm[b.op.out].dtype
     quarter = b.p.band // 4  # the pairs of a half band
     sel = b.regroup_sel
     assert sel is not None
     rows = Buf(b.fresh(f"{b.op.out}_rows"), "sbuf", dt, (2 * K, quarter, 2, W))
     qv = b.fresh("half")
-    accs = [Buf(b.fresh(f"{b.op.out}_phase{h}"), "psum", "f32", (2 * K, quarter, W)) for h in range(2)]
-    moves: list[Stmt] = [Matmul(whole(accs[h]), View(sel, (sl(h * K, K), a(term(qv, -1), 1 + h), full(2 * K))),
-                                View(ob, (sl(h * K, K), sl(a(term(qv, quarter)), quarter), full(W))), line)
-                         for h in range(2)]
     # the first quarter // 2 pairs of both phases on VectorE, the rest on ScalarE: two disjoint runs of the rows
     # tile, so the engines evict side by side (one engine per phase interleaves their rows, whose writes then
     # overlap as ranges and the dependence tracker ordered them; bf16 conv3x3same batch 1: the store 0.29 us
-    # sooner than with both phases on VectorE)
+    # sooner than with both phases on VectorE). Each engine's pairs of a phase have a PSUM tile (a bank) of their
+    # own, made by a matmul of their own: VectorE and ScalarE reading one PSUM bank at once collide (ARCH3,
+    # tilec/target.py Exclusion; model, bf16 conv3x3same batch 1: 23.56 -> 23.39 us, batch 8: 56.51 -> 56.40 us)
     cut = quarter // 2
+    parts = [(lo, n, scalar) for lo, n, scalar in ((0, cut, False), (cut, quarter - cut, True)) if n]
+    accs = {(h, lo): Buf(b.fresh(f"{b.op.out}_phase{h}{'_act' if scalar else ''}"), "psum", "f32", (2 * K, n, W))
+            for lo, n, scalar in parts for h in range(2)}
+    moves: list[Stmt] = [Matmul(whole(accs[h, lo]), View(sel, (sl(h * K, K), a(term(qv, -1), 1 + h), full(2 * K))),
+                                View(ob, (sl(h * K, K), sl(a(term(qv, quarter), lo), n), full(W))), line)
+                         for lo, n, _ in parts for h in range(2)]
     evict: list[Stmt] = []
-    for lo, n, scalar in ((0, cut, False), (cut, quarter - cut, True)):
-        for h in range(2 if n else 0):  # (a quarter of one pair: ScalarE alone)
+    for lo, n, scalar in parts:  # (a quarter of one pair: ScalarE alone)
+        for h in range(2):
             dst = View(rows, (full(2 * K), sl(lo, n), a(h), full(W)))
-            src = View(accs[h], (full(2 * K), sl(lo, n), full(W)))
-            evict.append(Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line))
+            evict.append(Act(dst, whole(accs[h, lo]), "copy", None, 1.0, line) if scalar else
+                         ir.Copy(dst, whole(accs[h, lo]), line))
     region = (a(b.var["n"]), full(K), b.y_at(1), full(2), full(b.p.band // 2), full(W))
-    return [Alloc(rows, line=line)] + [Alloc(acc, zero=True, line=line) for acc in accs] + loop(
+    return [Alloc(rows, line=line)] + [Alloc(acc, zero=True, line=line) for acc in accs.values()] + loop(
         qv, 2, moves, note="halves of the band", line=line) + evict + [
         Dma(View(b.o6, region, perm=(1, 0, 2, 3)), whole(rows), line)]

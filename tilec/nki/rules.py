@@ -17,6 +17,10 @@ from tilec import target as hardware
 from tilec.errors import KernelError
 
 # The per-target limits (partitions, SBUF/PSUM, matmul and engine free sizes) and their sources: tilec/target.py.
+# Not a rule here: the engines that must not access one memory at the same time (Target.exclusions: NC-v2 VectorE and
+# GpSimdE on SBUF, VectorE and ScalarE on PSUM; NC-v3 VectorE and ScalarE on one PSUM bank). ARCH2 says the Neuron
+# compiler serialises such instructions itself ("NKI developers are not required to program such serializations"),
+# ARCH3 that NC-v3 loses only bandwidth; so a kernel doing it is valid and only the performance model orders them.
 Target = hardware.Target
 TARGETS = hardware.TARGETS
 

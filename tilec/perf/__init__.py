@@ -48,6 +48,12 @@ How the model reasons
   documented, so by default the two engines overlap freely. TILEC_MODEL_SHARED_BUS=exclusive (or `estimate(...,
   shared_bus="exclusive")`) runs the pessimistic reading, where a performance-mode VectorE instruction and a GpSimdE
   instruction never overlap; benchmarks/trn2_shared_bus.py is the Trn2 measurement that decides it.
+* Engines that must not access one memory at the same time run one after the other (tilec/perf/conflicts.py, the
+  Target's `exclusions`): on trn1 (NeuronCore-v2) VectorE and GpSimdE on SBUF, VectorE and ScalarE on PSUM (ARCH2,
+  v2.32.0 trainium_inferentia2_arch.rst l. 596-601: "must be serialized ... enforced by Neuron Compiler"); on trn2
+  (NeuronCore-v3) only VectorE and ScalarE on the same PSUM bank (ARCH3, v2.32.0 trainium2_arch.rst l. 271-273: full
+  bandwidth in parallel "as long as their accesses do not collide on the same PSUM bank"; what a collision costs is
+  not given, serialising it is the inference). TILEC_MODEL_ENGINE_ACCESS=off is the model without the rule.
 * The kernel starts 13 µs before anything moves (calibration.md: ~14 µs before the first DMA when profiled; the
   fitted value also has to serve the unprofiled rows 1-5, row 5 being a single 15 µs iteration).
 * The big convolution (rows 9-12) is TensorE-bound: 7,992 matmuls with a 128 x 222 moving operand. The public
@@ -59,10 +65,10 @@ How the model reasons
   the spec reproduces 41 % from 58.1 GFLOP and 3832 µs: the bf16-adjusted count (fp32 x4, EXSCHEMA) would give 77 %,
   and 41 % is 2.1x the plain formula. The model keeps the documented formula and the gap is reported, not fitted.
 
-Left out: HBM bank effects, PSUM bank conflicts, strides of other than the innermost free dimension, the real
-allocator's placement (rotation per allocation site and per whole-buffer load stands in for it), cross-engine
-semaphore latency beyond the DMA latency (not documented). Assumed, not documented: the HBM write acknowledgement
-(650 ns), the 2-buffer rotation, the byte-range HBM dependence rule, and that the compiler leads a stream with the
-DMAs that depend on nothing; row 8's measured kernel is known only by description (calibration.md §1), ours follows
-it.
+Left out: HBM bank effects, strides of other than the innermost free dimension, the real allocator's placement
+(rotation per allocation site and per whole-buffer load stands in for it), cross-engine semaphore latency beyond the
+DMA latency (not documented). Assumed, not documented: the HBM write acknowledgement (650 ns), the 2-buffer rotation,
+that a VectorE/ScalarE collision on a trn2 PSUM bank serialises, the byte-range HBM dependence rule, and that the
+compiler leads a stream with the DMAs that depend on nothing; row 8's measured kernel is known only by description
+(calibration.md §1), ours follows it.
 """

@@ -108,7 +108,8 @@ class Estimate:
 
 def estimate(trace: Trace, target: str = "trn2", params: Params | None = None,
              hbm_rule: str | None = None, shared_bus: str | None = None, sbuf_rotation: str | None = None,
-             psum_rotation: str | None = None, dma_queue: str | None = None) -> Estimate:
+             psum_rotation: str | None = None, dma_queue: str | None = None,
+             engine_access: str | None = None) -> Estimate:
     """Schedule `trace` on the modelled NeuronCore of `target` and compute the profiler's figures.
 
     `params` replaces the target's parameter table (the calibration fit tries candidate tables this way).
@@ -120,10 +121,12 @@ def estimate(trace: Trace, target: str = "trn2", params: Params | None = None,
     rotation buffers must be placed in the 8 PSUM banks (params.py; default TILEC_MODEL_PSUM_ROTATION, else "fit").
     `dma_queue`: "engine" or "stream", whether a DMA waits only for its trigger stream's previous trigger and, on each
     DMA engine, for its queue's previous transfer there, or for the stream's previous transfer to start on any engine
-    (params.DMA_QUEUE; default TILEC_MODEL_DMA_QUEUE, else "engine")."""
+    (params.DMA_QUEUE; default TILEC_MODEL_DMA_QUEUE, else "engine"). `engine_access`: "serial" or "off", whether the
+    target's engines that must not touch one memory (or PSUM bank) together are kept apart (params.ENGINE_ACCESS;
+    default TILEC_MODEL_ENGINE_ACCESS, else "serial")."""
     costs = _costs(target) if params is None else Costs(params)
     params = costs.p
-    sched = schedule(trace, costs, hbm_rule, shared_bus, sbuf_rotation, psum_rotation, dma_queue)
+    sched = schedule(trace, costs, hbm_rule, shared_bus, sbuf_rotation, psum_rotation, dma_queue, engine_access)
     instrs = trace.instrs
     busy = {e: 0.0 for e in ENGINE_NAMES}
     dma_intervals = []

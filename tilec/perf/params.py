@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, fields
 
 from tilec.errors import TilecError
-from tilec.target import TRN1 as HW1, TRN2 as HW2  # clocks, array, DMA engines, memories
+from tilec.target import TRN1 as HW1, TRN2 as HW2, Exclusion  # clocks, array, DMA engines, memories, access rules
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,14 @@ class Params:
     psum_bank_bytes: Param  # per partition; a PSUM tile lies in one bank, every PSUM tensor starts a bank
     hbm_stack_bw: Param  # bytes per ns, denominator of MBU
     hbm_core_bw: Param  # bytes per ns of HBM reads plus writes one core's DMAs share (an HBM -> HBM byte counts twice)
+    # engines that do not access one memory (or PSUM bank) at the same time: the Target's records, with their sources
+    # (tilec.target.Exclusion; the schedule orders such instructions, tilec/perf/conflicts.py)
+    exclusions: tuple[Exclusion, ...] = ()
 
     def table(self) -> list[tuple[str, float, str]]:
-        return [(f.name, getattr(self, f.name).value, getattr(self, f.name).source) for f in fields(self)]
+        """The numeric parameters (the access rules are records, not numbers: `exclusions`)."""
+        return [(f.name, getattr(self, f.name).value, getattr(self, f.name).source) for f in fields(self)
+                if isinstance(getattr(self, f.name), Param)]
 
 
 # Rows of calibration.md §1 the free parameters were fitted to (benchmarks/calibrate.py prints the fit).
@@ -154,6 +159,7 @@ TRN2 = Params(
                                         "denominator = one stack)"),
     hbm_core_bw=Param(HW2.hbm_bw, "§2.1/§6 HBM cap per core: 3 TB/s (ARCH3, 12/2025 NKI guide) / 8 cores "
                                   "(tilec.target TRN2.hbm_bw); each engine gets 1/16 of it"),
+    exclusions=HW2.exclusions,
 )
 
 TRN1 = Params(
@@ -174,7 +180,8 @@ TRN1 = Params(
        "sbuf_bytes_per_partition": Param(HW1.sbuf_bytes, "§2.2 ARCH2 192 KiB"),
        "sbuf_usable_bytes": Param(HW1.sbuf_usable, "§2.2 ALLOC 0..176 KiB usable (tilec.target TRN1.sbuf_usable)"),
        "hbm_stack_bw": Param(HW1.hbm_bw, "§2.1 derived 820 GB/s / 2 stacks, one core each"),
-       "hbm_core_bw": Param(HW1.hbm_bw, "§2.1 derived 820 GB/s / 2 cores (tilec.target TRN1.hbm_bw)")})
+       "hbm_core_bw": Param(HW1.hbm_bw, "§2.1 derived 820 GB/s / 2 cores (tilec.target TRN1.hbm_bw)"),
+       "exclusions": HW1.exclusions})
 
 TARGETS = {"trn2": TRN2, "trn1": TRN1}
 
@@ -212,6 +219,16 @@ class WhatIf:
 # benchmarks/trn2_shared_bus.py is the Trn2 measurement that decides it; docs/notes/fid11.md the what-if numbers.
 SHARED_BUS = WhatIf("VectorE/GpSimdE bus rule", "TILEC_MODEL_SHARED_BUS", ("off", "exclusive"), "off")
 shared_bus = SHARED_BUS.pick
+
+
+# Engines that must not touch one memory at the same time (Target.exclusions, each with its source): on NeuronCore-v2
+# VectorE and GpSimdE never access SBUF together, nor VectorE and ScalarE PSUM, which the Neuron compiler enforces by
+# serialising their instructions (ARCH2); on NeuronCore-v3 only VectorE and ScalarE on the same PSUM bank collide
+# (ARCH3: full bandwidth in parallel "as long as their accesses do not collide on the same PSUM bank"; that a collision
+# serialises them is inferred). "serial" (the default since fid20) orders such instructions (tilec/perf/conflicts.py);
+# "off" (the model before fid20) lets them overlap, as a what-if (docs/notes/fid20.md lists what it moves).
+ENGINE_ACCESS = WhatIf("engine access rule", "TILEC_MODEL_ENGINE_ACCESS", ("serial", "off"), "serial")
+engine_access = ENGINE_ACCESS.pick
 
 
 # Loop tiles rotate through `buffer_rotation` buffers per allocation site (schedule.rotation_predecessors), an

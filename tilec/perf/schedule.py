@@ -68,10 +68,15 @@ tile per bank (`place_psum`, "fit" by default since fid14): where the sites' rot
 a tile takes a free bank another site's tile held and waits until that tile has ended (TILEC_MODEL_PSUM_ROTATION=free
 is the what-if without the banks: docs/notes/fid14.md).
 
-With the "exclusive" VectorE/GpSimdE bus rule (TILEC_MODEL_SHARED_BUS=exclusive, params.py; off by default), a
-VectorE instruction in performance mode (costs.gpsimd_bus) and a GpSimdE instruction never overlap: each starts no
-earlier than the first gap in the other side's busy intervals long enough to hold it (ARCH3: the two share an SBUF
-bus and the hardware arbitrates; its cost is not documented).
+Engines that must not access one memory at the same time (tilec/perf/conflicts.py, the Target's `exclusions`): on
+trn1 (NeuronCore-v2) a VectorE instruction touching SBUF never overlaps a GpSimdE one, nor one of VectorE and one of
+ScalarE both touching PSUM (ARCH2: the compiler serialises them); on trn2 (NeuronCore-v3) only VectorE and ScalarE
+instructions touching the same PSUM bank are kept apart (ARCH3; that a collision serialises is inferred). Each such
+instruction starts no earlier than the first gap in the other engine's intervals on the same memory or bank long
+enough to hold it (TILEC_MODEL_ENGINE_ACCESS=off is the what-if without the rule). With the "exclusive" VectorE/GpSimdE
+bus rule (TILEC_MODEL_SHARED_BUS=exclusive, params.py; off by default), a VectorE instruction in performance mode
+(costs.gpsimd_bus) and a GpSimdE instruction are kept apart the same way (ARCH3: the two share an SBUF bus and the
+hardware arbitrates; its cost is not documented).
 
 TensorE instructions run under the Trn2 warm-up throttle (throttle.py): when TensorE work begins, or after its
 utilization over a trailing 3 us window fell below 50 %, it may be busy at most half of the next 3 us; an instruction
@@ -85,10 +90,11 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable
 
+from tilec.perf.conflicts import Conflicts
 from tilec.perf.costs import Costs
 from tilec.perf.deps import DepTracker, hbm_rule as _hbm_rule
-from tilec.perf.params import dma_queue as _dma_queue, psum_rotation as _psum_rotation, \
-    sbuf_rotation as _sbuf_rotation, shared_bus as _shared_bus
+from tilec.perf.params import dma_queue as _dma_queue, engine_access as _engine_access, \
+    psum_rotation as _psum_rotation, sbuf_rotation as _sbuf_rotation, shared_bus as _shared_bus
 from tilec.perf.throttle import TensorThrottle
 from tilec.trace import Access, Instr, Trace
 
@@ -171,26 +177,6 @@ class DmaEngines:
             del starts[:half], ends[:half]
 
 
-class Busy:
-    """Busy intervals of one engine (appended in time order: the engine runs its instructions in order)."""
-
-    def __init__(self) -> None:
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-
-    def fit(self, t: float, d: float) -> float:
-        """The earliest start >= t of an interval of length d overlapping none of these."""
-        i = bisect_right(self.ends, t + EPS)
-        while i < len(self.starts) and self.starts[i] < t + d - EPS:
-            t = max(t, self.ends[i])
-            i += 1
-        return t
-
-    def add(self, s: float, f: float) -> None:
-        self.starts.append(s)
-        self.ends.append(f)
-
-
 def folded_memsets(trace: Trace) -> set[int]:
     """Indices of PSUM memsets whose region is next touched by an accumulating matmul writing it."""
     pending: dict[int, int] = {}  # PSUM buffer -> index of its latest memset not yet followed by a use
@@ -230,6 +216,13 @@ def psum_plan(trace: Trace, rotation: int, banks: int, bank_bytes: int) -> dict[
 
 
 def place_psum(trace: Trace, rotation: int, banks: int, bank_bytes: int) -> tuple[dict[int, tuple[int, ...]], int]:
+    """`psum_banks`'s first two answers."""
+    out, used, _ = psum_banks(trace, rotation, banks, bank_bytes)
+    return out, used
+
+
+def psum_banks(trace: Trace, rotation: int, banks: int, bank_bytes: int
+               ) -> tuple[dict[int, tuple[int, ...]], int, dict[int, list[int]]]:
     """(PSUM buffer -> the buffers that held its banks before it: its instructions wait until theirs have ended;
     the banks used, more than `banks` only for a kernel the interpreter refuses).
 
@@ -241,7 +234,7 @@ def place_psum(trace: Trace, rotation: int, banks: int, bank_bytes: int) -> tupl
     first, then the one whose tile was last touched earliest (the shortest wait); else, in the same order, free
     banks a site keeps for its rotation (that site loses a rotation buffer there: its next tile goes elsewhere).
     Where fewer free banks exist than a tile needs (a kernel the interpreter refuses, psum_bank_overflow), it gets
-    banks beyond the `banks` (no wait)."""
+    banks beyond the `banks` (no wait); PSUM buffer -> its banks, in the order of its bytes)."""
     allocs = sorted((a for a in trace.allocs if a.memory == "psum"), key=lambda a: (a.first_seq, a.buffer))
     order = {a.buffer: n for n, a in enumerate(allocs)}
     sites: dict[tuple[str, int], list] = {}
@@ -285,7 +278,7 @@ def place_psum(trace: Trace, rotation: int, banks: int, bank_bytes: int) -> tupl
         for b in chosen:
             occupant[b] = a
         held[a.buffer] = chosen
-    return out, sum(occ is not None for occ in occupant)
+    return out, sum(occ is not None for occ in occupant), held
 
 
 def _whole_loads(trace: Trace) -> dict[int, int]:
@@ -524,15 +517,39 @@ def last_accesses(instrs: list[Instr], streams: dict[int, str], folded: set[int]
     return use, write
 
 
+def conflicts(costs: Costs, held: dict[int, list[int]], shared_bus: str | None = None,
+              engine_access: str | None = None) -> Conflicts:
+    """The engine access rules of the schedule: the target's exclusions (params.ENGINE_ACCESS) and the shared-bus
+    what-if. `held`: PSUM buffer -> its banks (`psum_banks`); a buffer not placed (the "free" PSUM rule) is a bank
+    of its own per bank-sized part."""
+    bank_bytes = costs.psum_bank
+
+    def banks(a: Access) -> tuple[object, ...]:
+        parts = range(a.lo // bank_bytes, max(a.lo, a.hi - 1) // bank_bytes + 1)
+        mine = held.get(a.buffer)
+        if mine is None:
+            return tuple(("tile", a.buffer, i) for i in parts)
+        return tuple(mine[min(i, len(mine) - 1)] for i in parts)
+
+    rules = costs.p.exclusions if _engine_access(engine_access) == "serial" else ()
+    bus = None
+    if _shared_bus(shared_bus) == "exclusive":
+        def bus(ins: Instr, engine: str) -> bool:
+            return engine == "gpsimd" or (engine == "vector" and costs.gpsimd_bus(ins))
+    return Conflicts(rules, banks, bus)
+
+
 def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus: str | None = None,
-             sbuf_rotation: str | None = None, psum_rotation: str | None = None, dma_queue: str | None = None
-             ) -> Schedule:
+             sbuf_rotation: str | None = None, psum_rotation: str | None = None, dma_queue: str | None = None,
+             engine_access: str | None = None) -> Schedule:
     """`hbm_rule`: how HBM dependences are tracked, "range" (the default) or "pattern" (tilec/perf/deps.py).
     `shared_bus`: "off" (the default) or "exclusive", VectorE's performance mode against GpSimdE (params.py).
     `sbuf_rotation`: "fit" (the default) or "free", whether loop tiles' rotation buffers must fit in SBUF
     (params.py). `psum_rotation`: "fit" (the default) or "free", whether PSUM tiles and their rotation buffers must
     be placed in the PSUM banks (`psum_plan`, params.py). `dma_queue`: "engine" (the default) or "stream", how a
-    DMA transfer is ordered behind the earlier ones of its trigger stream (params.DMA_QUEUE, the module docstring)."""
+    DMA transfer is ordered behind the earlier ones of its trigger stream (params.DMA_QUEUE, the module docstring).
+    `engine_access`: "serial" (the default) or "off", whether the target's engine pairs that must not touch one
+    memory (or PSUM bank) at the same time are kept apart (params.ENGINE_ACCESS, tilec/perf/conflicts.py)."""
     n = len(trace.instrs)
     start, end, lane, triggers = [0.0] * n, [0.0] * n, [""] * n, [0.0] * n
     dma_engines: list[tuple[int, int]] = [(0, 0)] * n
@@ -546,8 +563,9 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
     depths, copies = sbuf_plan(trace, costs.rotation, costs.load_versions, costs.sbuf_usable, bound)
     reuses = rotation_predecessors(trace, costs.rotation, depths if bound else None)
     banked: dict[int, tuple[int, ...]] = {}
+    held: dict[int, list[int]] = {}
     if _psum_rotation(psum_rotation) == "fit":
-        banked = psum_plan(trace, costs.rotation, costs.psum_banks, costs.psum_bank)
+        banked, _, held = psum_banks(trace, costs.rotation, costs.psum_banks, costs.psum_bank)
         psum = {a.buffer for a in trace.allocs if a.memory == "psum"}
         reuses = {b: p for b, p in reuses.items() if b not in psum}
     instrs, versions = renamed(trace, costs.load_versions, copies)
@@ -577,7 +595,7 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
                       frontier=frontier)
     last_end: dict[int, float] = {}  # per buffer, the latest end of an instruction touching it
     throttle = TensorThrottle(*costs.throttle)
-    bus = {"vector": Busy(), "gpsimd": Busy()} if _shared_bus(shared_bus) == "exclusive" else None
+    apart = conflicts(costs, held, shared_bus, engine_access)
     for i, ins in enumerate(instrs):
         now[0] = i
         engine = ins.engine
@@ -625,10 +643,8 @@ def schedule(trace: Trace, costs: Costs, hbm_rule: str | None = None, shared_bus
             t = deps.ready(ins.reads, ins.writes, max(reuse, startup, engine_free.get(q, 0.0)))
             if engine == "tensor":
                 t = throttle.start(t, d)
-            elif bus is not None and (q == "gpsimd" or (q == "vector" and costs.gpsimd_bus(ins))):
-                other = bus["vector" if q == "gpsimd" else "gpsimd"]
-                t = other.fit(t, d)
-                bus[q].add(t, t + d)
+            else:
+                t = apart.place(ins, q, t, d)
             engine_free[q] = t + d
         done = t + d + ack
         start[i], end[i], lane[i] = t, done, q
