@@ -177,6 +177,8 @@ def split_transposed_reads(program):
         if any(o is None or a.fill is not None or not set(o) <= set(out) for a, o in zip(reads, orders)) \
                 or not any(o == out for o in orders):
             return [], st  # a read that is not plain, or none in the output's order (split_permuted_eltwise's)
+        if syntax_fused(st.value, tuple(out), reads) is not None:
+            return [], st  # one read transposed, the others tiles like the output's: one pass (fn_chain.py)
         by_var = {lp.var: lp for lp in loops}
         fills: list[sx.Stmt] = []
         new: dict[int, sx.Expr] = {}
