@@ -49,9 +49,10 @@ def _ops_ok(e: sx.Expr) -> bool:
 
 def syntax_fused(e: sx.Expr, out: tuple[str, ...], reads) -> sx.Access | None:
     """The permuted read of `e` (a statement's value whose stored indices are the loop variables `out`) when the
-    transpose can compute `e` on its eviction, else None. `reads`: e's accesses. Reads over all the loops in the
-    output's order (`X[i, j]` beside `X[j, i]`: a symmetric part) are tiles staged like the output's strip and read
-    on the eviction, so the vectors beside them must be over the result's partitions too."""
+    transpose can compute `e` on its eviction, else None. `reads`: e's accesses. Reads in the output's order, over
+    all the loops or all but the batch (`X[i, j]` beside `X[j, i]`: a symmetric part; `c[i, j]` of `Y[b, i, j]`), are
+    tiles staged like the output's strip and read on the eviction, so the vectors beside them must be over the
+    result's partitions too."""
     if isinstance(e, sx.Access) or not _ops_ok(e):
         return None
     full = [a for a in reads if (_names(a) or ()) and sorted(_names(a) or ()) == sorted(out)]
@@ -59,8 +60,12 @@ def syntax_fused(e: sx.Expr, out: tuple[str, ...], reads) -> sx.Access | None:
     if len(moved) != 1:
         return None
     both = runs(_names(moved[0]) or (), out)
-    vectors = {_names(a) for a in reads if a not in full}
-    if both is None or not (vectors <= {both[1]} or (vectors <= {both[0]} and len(full) == 1)):
+    if both is None:
+        return None
+    unbatched = out[len(out) - len(both[0]) - len(both[1]):]  # a tile read for every batch: `c[i, j]` of `Y[b, i, j]`
+    tiles = [a for a in reads if a not in moved and _names(a) in (out, unbatched)]
+    vectors = {_names(a) for a in reads if a not in moved and a not in tiles}
+    if not (vectors <= {both[1]} or (vectors <= {both[0]} and not tiles)):
         return None  # the vectors all over the source's partitions (done before) or the result's (on eviction)
     return moved[0]
 

@@ -85,7 +85,12 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
     vi, vj = n.first[0], n.second[0]
     prims: list[Prim] = []
     i, j, X, Y, top = vi, vj, n.src.buf, n.stmt.dst.buf, ""
-    if n.middle:  # the batch loops outermost; the accesses keep their shapes (strided 2-D slices per batch)
+    out = _plain(n.stmt.dst.index) or []
+    unbatched = out[len(n.batch):]  # like Y, or like one batch of Y: fn_chain's tiles
+    tiled = [a for a in loads(n.stmt.expr) if a != n.src and _plain(a.index) in (out, unbatched)]
+    twice = any(a.buf == n.src.buf for a in tiled)  # X[b, i, j] beside X[b, j, i]: one view could not show both
+    if n.middle or (twice and len(n.first) == len(n.second) == 1):
+        # the batch loops outermost; the accesses keep their shapes (strided 2-D slices per batch)
         order = list(n.batch) + [vi, vj]
         if [lp.var for lp in layout.perfect_chain(n.top)] != order:
             prims.append(prim("reorder", *order))
@@ -112,8 +117,6 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
                   for r in range(len(rows))]
     taken = set(k.buffers())  # strips named apart from the user's tensors (`A_strip` may be one)
     strips = (unique(f"{n.src.buf}_strip", taken), unique(f"{n.stmt.dst.buf}_strip", taken))
-    out = _plain(n.stmt.dst.index)
-    tiled = [a for a in loads(n.stmt.expr) if a != n.src and _plain(a.index) == out]  # like Y: fn_chain's tiles
     vecs = {a.buf: set(_plain(a.index) or ()) <= set(n.first)  # work on the way (fn_chain): over the first run?
             for a in loads(n.stmt.expr) if a.buf != n.src.buf and a not in tiled}
     views = X != n.src.buf  # the reshape saw every buffer through a view BUF_v
@@ -138,9 +141,11 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
 
 def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, names: tuple[str, str], suffix: str,
             tag: str, bufs: tuple[str, str], strips: tuple[str, str], src_dtype: str,
-            vectors: tuple[tuple[str, str, bool], ...] = (), tiles: tuple[tuple[str, str], ...] = ()) -> list[Prim]:
+            vectors: tuple[tuple[str, str, bool], ...] = (), tiles: tuple[tuple[str, str], ...] = ()
+            ) -> list[Prim]:
     """The schedule of one region: blocks of TI x TJ, strips of BI x BJ blocks, strips staged, blocks tensorized.
-    `tiles`: (buffer, strip name) of reads indexed like the output, staged like its strip (read on the eviction)."""
+    `tiles`: (buffer, strip name) of reads indexed like the output (or one batch of it), staged like its strip (read
+    on the eviction)."""
     (i, j), ((r0, M, TI, BI), (c0, N, TJ, BJ)), (ci, cj) = loops, parts, names
     vi, vj = n.first[0], n.second[0]
     at = lambda v: v + suffix  # noqa: E731
@@ -152,18 +157,19 @@ def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, na
              prim("partition", at("i_i"))]
     dma = params.method == "dma"
     X, Y = bufs
+    twice = any(buf == X for buf, _ in tiles)
     source = prim("stage_grouped", X, at("bj"), ((at("i_i"),), (at("ai"),), (at("bj2"), at("j_i"))),
-                  name=strips[0] + tag, **({"unlike": Y} if tiles else {}))
-    if tiles and not dma:  # before Y's strip: the reads are told apart by their indices (like Y's store or not)
+                  name=strips[0] + tag, **({"unlike": Y} if twice else {}))
+    if twice and not dma:  # X[i, j] beside X[j, i]: told apart by their indices (like Y's store or not), before Y's
         prims.append(source)
     for buf, name in tiles:
         prims.append(prim("stage_grouped", buf, at("bj"), ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i"))),
-                          name=name + tag, like=Y))
+                          name=name + tag, **({"like": Y} if buf == X else {})))
     # a DMA transpose copies without casting (src.dtype == dst.dtype [ISA6 dma_transpose]): its strip keeps the
     # source dtype and the store's dma_copy converts; the PE path converts on the PSUM -> SBUF copy
     prims.append(prim("stage_grouped", Y, at("bj"), ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i"))),
                       into=False, name=strips[1] + tag, dtype=src_dtype if dma else ""))
-    if not dma and not tiles:
+    if not dma and not twice:
         prims.append(source)
     for vec, name, first in vectors:  # a column per block of the partitions of the source (first) or the result
         groups = ((at("i_i"),), (at("ai"),)) if first else ((at("j_i"),), (at("bj2"),))

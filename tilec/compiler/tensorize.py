@@ -312,7 +312,22 @@ def _transpose_work(s: Assign, nest: list[str], dst: View, e: Emit, psum: str, t
     tile = moved[-1].src if isinstance(moved[-1], ir.Copy) else dst  # the PSUM tile, or dst (a DMA transpose)
     work = ExprCompiler({"t": tile, **operands}, (dst.shape()[0], math.prod(dst.shape()[1:])), s.line, e.fresh,
                         set(columns), prefix=temps, share=target).emit(value, dst)
-    return (moved[:-1] if isinstance(moved[-1], ir.Copy) else moved) + work
+    return (moved[:-1] if isinstance(moved[-1], ir.Copy) else moved) + _off_vector(work)
+
+
+def _off_vector(work: list[ir.Stmt]) -> list[ir.Stmt]:
+    """A block's eviction work with its tensor_tensors on SBUF tiles moved whole to GpSimdE when VectorE has
+    another instruction there (the one reading PSUM: GpSimdE cannot): a block is too narrow to cut one in two
+    (expr_instrs.SHARE_MIN), and `A[b, i, j] * A[b, j, i] + c[j, i]` in bf16 had two per block on VectorE."""
+    vector = [x for x in work if isinstance(x, (ir.Binary, ir.Scalar)) and not x.engine]
+    if len(vector) < 2:
+        return work
+    def off(x: ir.Stmt) -> ir.Stmt:
+        if isinstance(x, ir.Binary) and not x.engine and x.scale0 == 1.0 and \
+                all(v.buf.memory == "sbuf" for v in (x.dst, x.a, x.b)):
+            return replace(x, engine="gpsimd")
+        return x
+    return [off(x) for x in work]
 
 
 def _transpose(s: Assign, dst: View, e: Emit, psum: str) -> list[ir.Stmt]:
