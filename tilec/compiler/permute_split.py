@@ -208,8 +208,10 @@ def _fused_read(value: sx.Expr, out: list[str], reads, orders, top_writes: set[s
     if not moved or any(a != moved[0] for a in moved):
         return None
     kept = moved[0]
-    turned = {id(a): sx.Access(a.tensor, tuple(sx.Name(v, a.span) for v in out if v in (o or ())), a.span)
-              for a, o in zip(reads, orders) if a != kept and a.tensor not in top_writes}
+    turned: dict[int, sx.Expr] = {}  # each other read as if permuted first: its variables in the output's order
+    for a, o in zip(reads, orders):
+        if a != kept and a.tensor not in top_writes:
+            turned[id(a)] = sx.Access(a.tensor, tuple(sx.Name(v, a.span) for v in out if v in (o or ())), a.span)
     after = substituted(value, turned)
     return kept if syntax_fused(after, tuple(out), accesses(after)) is not None else None
 
