@@ -1,0 +1,90 @@
+"""A transposed read beside reads in the output's order (`Y[i, j] = 0.5 * (X[i, j] + X[j, i])`, `A[j, i] * s[i] +
+B[i, j]`, `A[b, j, i] - c[i, j]`): one transpose pass, the other reads staged like the output's strip and combined
+with the transposed block on its eviction (fn_chain.py, rules_transpose.py), checked against NumPy formulas."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
+
+NP = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}
+SYM = """kernel sym(X: DT[N, N]) -> Y
+  default N = 136
+  Y: DT[N, N]
+  for i in 0..N, j in 0..N:
+    Y[i, j] = 0.5 * (X[i, j] + X[j, i])
+"""
+TWO = """kernel two(A: DT[N, M], B: DT[M, N], s: DT[M]) -> Y
+  default M = 200, N = 72
+  Y: DT[M, N]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = A[j, i] * s[VEC] + B[i, j]
+"""
+BATCHED = """kernel bt(A: DT[B, N, M], c: DT[M, N]) -> Y
+  default B = 3, M = 136, N = 72
+  Y: DT[B, M, N]
+  for b in 0..B, i in 0..M, j in 0..N:
+    Y[b, i, j] = A[b, j, i] - c[i, j]
+"""
+
+
+def compiled(text: str, sizes=None, schedule: str | None = None, target: str | None = None, nki: str | None = None):
+    directives = lang.parse_schedule(schedule, "<test>") if schedule is not None else None
+    return compile_loaded(lang.load(text, sizes), directives, nki=nki, target=target)
+
+
+def outputs(c, dtype: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Random inputs (as stored: rounded to the dtype, in float64) and the kernel's Y in float64."""
+    given = {n: np.asarray(v, NP[dtype]) for n, v in lang.random_inputs(c.program, seed=5).items()}
+    got = np.asarray(c.run(**given)["Y"], np.float64)
+    return {n: v.astype(np.float64) for n, v in given.items()}, got
+
+
+def check(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
+    """Computed in f32 and rounded once to the output's dtype: within one ulp of the output's dtype."""
+    ulp = 2.0**-7 if dtype == "bf16" else 2.0**-22
+    assert np.abs(got - want).max() <= ulp * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("options", [{}, {"target": "trn1"}, {"nki": "0.1"}, {"schedule": "method Y, dma"}])
+def test_a_symmetric_part_is_one_transpose_pass(dtype, options):
+    c = compiled(SYM.replace("DT", dtype), **options)
+    assert "src X computing 0.5 * (X[i, j] + X[j, i])" in c.stages["select"] and "X_t" not in c.stages["select"]
+    x, got = outputs(c, dtype)
+    check(got, 0.5 * (x["X"] + x["X"].T), dtype)
+
+
+def test_a_ragged_symmetric_part():
+    """261 rows: blocks of 128, 128 and 5 (four regions), each staging its own tiles of X."""
+    c = compiled(SYM.replace("DT", "f32"), {"N": 261})
+    assert "ragged" in c.stages["schedule"] and "src X computing" in c.stages["select"]
+    x, got = outputs(c, "f32")
+    check(got, 0.5 * (x["X"] + x["X"].T), "f32")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_another_tensor_and_a_vector_over_the_results_partitions(dtype):
+    c = compiled(TWO.replace("DT", dtype).replace("VEC", "i"))
+    assert "src A computing" in c.stages["select"] and "A_t" not in c.stages["select"]
+    a, got = outputs(c, dtype)
+    check(got, a["A"].T * a["s"][:, None] + a["B"], dtype)
+
+
+def test_a_vector_over_the_sources_partitions_permutes_first():
+    """s[j] is a column of A's blocks (work before the transpose) while B is read after it: A through a temporary."""
+    c = compiled(TWO.replace("DT", "f32").replace("VEC", "j").replace("s: f32[M]", "s: f32[N]"))
+    assert "transpose A_t" in c.stages["select"]
+    a, got = outputs(c, "f32")
+    check(got, a["A"].T * a["s"][None, :] + a["B"], "f32")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_batched_transpose_with_a_tile_read_for_every_batch(dtype):
+    c = compiled(BATCHED.replace("DT", dtype))
+    assert "src A computing A[b, j, i] - c[i, j]" in c.stages["select"]
+    a, got = outputs(c, dtype)
+    check(got, a["A"].transpose(0, 2, 1) - a["c"][None], dtype)
