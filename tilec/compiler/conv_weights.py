@@ -9,7 +9,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from tilec.compiler import conv_fold, conv_pairs, ir
+from tilec.compiler import conv_fold, conv_pairs, ir, rows_dma
 from tilec.compiler.build_util import a, broadcast_row, hbm_view, loop, ones_row, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, best_divisor
@@ -159,7 +159,7 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
     # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
     tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
 
-    by_dma = local and rows_by_dma(b)
+    by_dma = local and (rows_by_dma(b) or rows_dma.by_dma(b))  # (a plain fp32 matmul's rows: rows_dma.py)
 
     def per_k(kv: str | None, ks: int) -> list[Stmt]:
         if by_dma:  # one DMA transpose per contraction tile, HBM rows -> the stationary's columns
