@@ -43,6 +43,8 @@ REALISTIC: dict[str, dict[str, int]] = {
     "outer_product": {"M": 2048, "N": 2048},
     "batch_embedding": {"B": 8, "S": 512, "D": 512},
     "symmetric_part": {"N": 2048},
+    "symmetric_product": {"B": 8, "M": 1024},
+    "conv1x1_nhwc": {"N": 8, "H": 28, "W": 28, "C": 256, "K": 256},
     "row_mean_var": {"M": 2048, "N": 2048},
     "attn_full": {"S": 1024, "D": 128},
     "transpose3d_relu": {"B": 8, "M": 1024, "N": 1024},
