@@ -88,3 +88,20 @@ def test_a_batched_transpose_with_a_tile_read_for_every_batch(dtype):
     assert "src A computing A[b, j, i] - c[i, j]" in c.stages["select"]
     a, got = outputs(c, dtype)
     check(got, a["A"].transpose(0, 2, 1) - a["c"][None], dtype)
+
+
+NHWC_ADD = """kernel na(X: DT[N, C, H, W], Z: DT[N, H, W, C]) -> Y
+  default N = 2, C = 64, H = 6, W = 10
+  Y: DT[N, H, W, C]
+  for n in 0..N, h in 0..H, w in 0..W, c in 0..C:
+    Y[n, h, w, c] = X[n, c, h, w] * 2 + Z[n, h, w, c]
+"""
+
+
+@pytest.mark.parametrize("dtype,sizes", [("f32", None), ("bf16", None), ("f32", {"C": 130})])
+def test_an_nchw_to_nhwc_permute_adds_a_tensor_in_the_outputs_layout(dtype, sizes):
+    """A permute through views (X as [N, C, H*W], Y and Z as [N, H*W, C]) with Z staged like Y's strip."""
+    c = compiled(NHWC_ADD.replace("DT", dtype), sizes)
+    assert "src X computing X[n, c, h, w] * 2 + Z[n, h, w, c]" in c.stages["select"]
+    a, got = outputs(c, dtype)
+    check(got, a["X"].transpose(0, 2, 3, 1) * 2 + a["Z"], dtype)
