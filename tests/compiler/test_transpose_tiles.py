@@ -105,3 +105,32 @@ def test_an_nchw_to_nhwc_permute_adds_a_tensor_in_the_outputs_layout(dtype, size
     assert "src X computing X[n, c, h, w] * 2 + Z[n, h, w, c]" in c.stages["select"]
     a, got = outputs(c, dtype)
     check(got, a["X"].transpose(0, 2, 3, 1) * 2 + a["Z"], dtype)
+
+
+ROT = """kernel rot(X: f32[N, N, N]) -> Y
+  default N = 16
+  Y: f32[N, N, N]
+  for i in 0..N, j in 0..N, k in 0..N:
+    Y[i, j, k] = X[i, j, k] + X[j, k, i]
+"""
+TWO_BATCH = """kernel bb(X: f32[A, B, N, N], c: f32[N, N]) -> Y
+  default A = 2, B = 3, N = 72
+  Y: f32[A, B, N, N]
+  for a in 0..A, b in 0..B, i in 0..N, j in 0..N:
+    Y[a, b, i, j] = X[a, b, i, j] - X[a, b, j, i] * c[i, j]
+"""
+
+
+def test_a_rotation_beside_its_source_keeps_the_temporary():
+    """X[j, k, i] swaps a run of two dimensions: no one view of X shows it and X[i, j, k], so X is permuted first."""
+    c = compiled(ROT)
+    assert "X_t" in c.stages["select"]
+    a, got = outputs(c, "f32")
+    check(got, a["X"] + a["X"].transpose(2, 0, 1), "f32")
+
+
+def test_two_batch_loops_around_a_source_read_twice():
+    c = compiled(TWO_BATCH)
+    assert "src X computing" in c.stages["select"]
+    a, got = outputs(c, "f32")
+    check(got, a["X"] - a["X"].transpose(0, 1, 3, 2) * a["c"], "f32")

@@ -65,6 +65,8 @@ def syntax_fused(e: sx.Expr, out: tuple[str, ...], reads) -> sx.Access | None:
     unbatched = out[len(out) - len(both[0]) - len(both[1]):]  # a tile read for every batch: `c[i, j]` of `Y[b, i, j]`
     tiles = [a for a in reads if a not in moved and _names(a) in (out, unbatched)]
     vectors = {_names(a) for a in reads if a not in moved and a not in tiles}
+    if any(a.tensor == moved[0].tensor for a in tiles) and (len(both[0]) > 1 or len(both[1]) > 1):
+        return None  # X[i, j, k] beside X[j, k, i]: no one view of X shows both (rules_transpose keeps single runs)
     if not (vectors <= {both[1]} or (vectors <= {both[0]} and not tiles)):
         return None  # the vectors all over the source's partitions (done before) or the result's (on eviction)
     return moved[0]
