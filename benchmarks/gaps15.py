@@ -45,6 +45,7 @@ REALISTIC: dict[str, dict[str, int]] = {
     "symmetric_part": {"N": 2048},
     "symmetric_product": {"B": 8, "M": 1024},
     "conv1x1_nhwc": {"N": 8, "H": 28, "W": 28, "C": 256, "K": 256},
+    "nchw_to_nhwc_residual": {"N": 8, "C": 256, "H": 28, "W": 28},
     "row_mean_var": {"M": 2048, "N": 2048},
     "attn_full": {"S": 1024, "D": 128},
     "transpose3d_relu": {"B": 8, "M": 1024, "N": 1024},
