@@ -173,8 +173,9 @@ def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, na
     if twice and not dma:  # X[i, j] beside X[j, i]: told apart by their indices (like Y's store or not), before Y's
         prims.append(source)
     for buf, name in tiles:
-        prims.append(prim("stage_grouped", buf, at("bj") if buf in once else per, ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i"))),
-                          name=name + tag, **({"like": Y} if buf == X else {})))
+        like_y = ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i")))  # Y's strip's groups
+        prims.append(prim("stage_grouped", buf, at("bj") if buf in once else per, like_y, name=name + tag,
+                          **({"like": Y} if buf == X else {})))
     # a DMA transpose copies without casting (src.dtype == dst.dtype [ISA6 dma_transpose]): its strip keeps the
     # source dtype and the store's dma_copy converts; the PE path converts on the PSUM -> SBUF copy
     prims.append(prim("stage_grouped", Y, per, ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i"))),

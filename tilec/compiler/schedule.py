@@ -286,7 +286,7 @@ def tile_reads(op: TransposeOp) -> int:
     if op.value is None:
         return 0
     swapped = {dict(op.vars)["i"], dict(op.vars)["j"]}
-    names = {(a.tensor, tuple(getattr(i, "id", "") for i in a.indices)) for a in reads(op.value)}
+    names = {(a.tensor, tuple(i.id if isinstance(i, sx.Name) else "" for i in a.indices)) for a in reads(op.value)}
     return sum(1 for _, vs in names if vs != op.src_vars and swapped <= set(vs))
 
 

@@ -320,8 +320,9 @@ def _off_vector(work: list[ir.Stmt]) -> list[ir.Stmt]:
     another instruction there (the one reading PSUM: GpSimdE cannot): a block is too narrow to cut one in two
     (expr_instrs.SHARE_MIN), and `A[b, i, j] * A[b, j, i] + c[j, i]` in bf16 had two per block on VectorE."""
     vector = [x for x in work if isinstance(x, (ir.Binary, ir.Scalar)) and not x.engine]
-    if len(vector) < 2:
-        return work
+    if len(vector) < 2 or not any(v.buf.memory == "psum" for x in vector for v in ir.views(x)[1:]):
+        return work  # (after a DMA transpose nothing reads PSUM: the work stays whole on VectorE)
+
     def off(x: ir.Stmt) -> ir.Stmt:
         if isinstance(x, ir.Binary) and not x.engine and x.scale0 == 1.0 and \
                 all(v.buf.memory == "sbuf" for v in (x.dst, x.a, x.b)):
