@@ -9,7 +9,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from tilec.compiler import conv_fold, conv_pairs, conv_spread, ir
+from tilec.compiler import conv_fold, conv_pairs, conv_spread, ir, rows_dma
 from tilec.compiler.build_util import a, broadcast_row, hbm_view, loop, ones_row, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, best_divisor
@@ -159,7 +159,7 @@ def weights_once(b: _ConvBuilder, local: bool) -> list[Stmt]:
     # a PE transpose is an identity matmul in transpose mode: bit-exact, the PSUM tile keeps the input dtype
     tp = Buf(b.fresh(f"{op.w}_tp"), "psum", wt.dtype, (p.tile_c, p.tile_k))
 
-    by_dma = local and rows_by_dma(b)
+    by_dma = local and (rows_by_dma(b) or rows_dma.by_dma(b))  # (a plain fp32 matmul's rows: rows_dma.py)
 
     def per_k(kv: str | None, ks: int) -> list[Stmt]:
         if kv is None and not local and conv_spread.spreads_plain(b, ks):  # its taps on the output partitions

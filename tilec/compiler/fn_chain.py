@@ -49,26 +49,41 @@ def _ops_ok(e: sx.Expr) -> bool:
 
 def syntax_fused(e: sx.Expr, out: tuple[str, ...], reads) -> sx.Access | None:
     """The permuted read of `e` (a statement's value whose stored indices are the loop variables `out`) when the
-    transpose can compute `e` on its eviction, else None. `reads`: e's accesses."""
+    transpose can compute `e` on its eviction, else None. `reads`: e's accesses. Reads in the output's order, over
+    all the loops or all but the batch (`X[i, j]` beside `X[j, i]`: a symmetric part; `c[i, j]` of `Y[b, i, j]`), are
+    tiles staged like the output's strip and read on the eviction, so the vectors beside them must be over the
+    result's partitions too."""
     if isinstance(e, sx.Access) or not _ops_ok(e):
         return None
     full = [a for a in reads if (_names(a) or ()) and sorted(_names(a) or ()) == sorted(out)]
-    if len(full) != 1 or _names(full[0]) == out:
+    moved = [a for a in full if _names(a) != out]
+    if len(moved) != 1:
         return None
-    both = runs(_names(full[0]) or (), out)
-    vectors = {_names(a) for a in reads if a is not full[0]}
-    if both is None or not (vectors <= {both[0]} or vectors <= {both[1]}):
+    both = runs(_names(moved[0]) or (), out)
+    if both is None:
+        return None
+    unbatched = out[len(out) - len(both[0]) - len(both[1]):]  # a tile read for every batch: `c[i, j]` of `Y[b, i, j]`
+    tiles = [a for a in reads if a not in moved and _names(a) in (out, unbatched)]
+    vectors = {_names(a) for a in reads if a not in moved and a not in tiles}
+    if any(a.tensor == moved[0].tensor for a in tiles) and (len(both[0]) > 1 or len(both[1]) > 1):
+        return None  # X[i, j, k] beside X[j, k, i]: no one view of X shows both (rules_transpose keeps single runs)
+    if not (vectors <= {both[1]} or (vectors <= {both[0]} and not tiles)):
         return None  # the vectors all over the source's partitions (done before) or the result's (on eviction)
-    return full[0]
+    return moved[0]
 
 
-def nest_read(e: Expr, loops: list[str]) -> Load | None:
+def nest_read(e: Expr, loops: list[str], out: list[str] | None = None) -> Load | None:
     """The level-A read over all of `loops` (the tensor transposed) when e is such a value: one read over all
-    the loops, the others reading some of them, only the eviction's operations around."""
+    the loops (other than reads in the output's index order `out`: tiles read on the eviction), the others reading
+    some of them, only the eviction's operations around."""
     def var_set(a) -> list[str]:
         return sorted(t.var for i in a.index for t in i.terms)
 
-    full = [x for x in _leaves(e) if isinstance(x, Load) and var_set(x.access) == sorted(loops)]
+    def in_order(a) -> list[str]:
+        return [t.var for i in a.index for t in i.terms]
+
+    full = [x for x in _leaves(e) if isinstance(x, Load) and var_set(x.access) == sorted(loops)
+            and in_order(x.access) != out]
     if len(full) != 1 or not _nest_ops_ok(e):
         return None
     return full[0]

@@ -475,18 +475,23 @@ def _fill(tile: Buffer, row: str, box: Region, parts: int, line: int) -> Stmt:
 
 def stage_grouped(k: Kernel, buf: str, at: str, groups: tuple[tuple[str, ...], ...], into: bool = True,
                   target: Target | str | None = None, span: Span | None = None, name: str = "",
-                  dtype: str = "", memory: str = "sbuf") -> Kernel:
+                  dtype: str = "", memory: str = "sbuf", like: str = "", unlike: str = "") -> Kernel:
     """Like stage (into=True: what the body reads of `buf`) or stage_out (into=False: what it writes), but the copy's
     dimensions are `groups` of the loops inside `at`, each group's loops flattened in order (golden:
     layout/stage_grouped.txt). A transpose strip `X[bi*256 + ai*128 + i_i, j]` staged with groups (i_i), (ai), (j)
     is X_strip[128, 2, N]: the rows of each 128-block on the partitions. A group whose rows share a dimension of
     `buf` with another group becomes a loop around the copy (one DMA per block row). Legal when the body accesses
-    `buf` one way only and each group's loops step through that dimension contiguously (`ai*128 + i_i`)."""
+    `buf` one way only and each group's loops step through that dimension contiguously (`ai*128 + i_i`). With
+    `like` (a buffer the loop writes), only the read of `buf` at the indices of that write is staged (`X[i, j]` of
+    `X[i, j] + X[j, i]`, like the output's); with `unlike`, only the others (`X[j, i]`)."""
     t = get_target(target)
     loop = find_loop(k, at, span)
     stores = _stores(loop.body)
     found = [s.dst for s in stores if s.dst.buf == buf] if not into else \
         [a for s in stores for a in loads(s.expr) if a.buf == buf]
+    if like or unlike:
+        same = lambda a: any(s.dst.buf == (like or unlike) and s.dst.index == a.index for s in stores)  # noqa: E731
+        found = [a for a in found if same(a) == bool(like)]
     what = f"stage {buf} at {at}"
     if not found or any(a != found[0] for a in found):
         raise _fail(f"{what}: loop {at} must access {buf}, one way only", span)

@@ -180,10 +180,11 @@ def split_transposed_reads(program):
         by_var = {lp.var: lp for lp in loops}
         fills: list[sx.Stmt] = []
         new: dict[int, sx.Expr] = {}
+        kept = _fused_read(st.value, out, reads, orders, top_writes)
         for a, o in zip(reads, orders):
             assert o is not None
             vs = [v for v in out if v in o]  # the read's variables in the output's order
-            if o == vs or a.tensor in top_writes:
+            if o == vs or a.tensor in top_writes or a == kept:
                 continue
             span = a.span
             name = unique(f"{a.tensor}_t", taken)
@@ -197,6 +198,22 @@ def split_transposed_reads(program):
         return fills, replace(st, value=substituted(st.value, new))
 
     return rechecked(program, decls, hoisted(kernel.body, stmt))
+
+
+def _fused_read(value: sx.Expr, out: list[str], reads, orders, top_writes: set[str]) -> sx.Access | None:
+    """The one transposed read over all the loops that the transpose can read as it is, the others in the output's
+    order (fn_chain.py: `X[i, j] + X[j, i]` in one pass), when every other transposed read is permuted first (`c[j,
+    i]` of `A[b, i, j] * A[b, j, i] + c[j, i]`); else None."""
+    moved = [a for a, o in zip(reads, orders) if o is not None and sorted(o) == sorted(out) and o != out]
+    if not moved or any(a != moved[0] for a in moved):
+        return None
+    kept = moved[0]
+    turned: dict[int, sx.Expr] = {}  # each other read as if permuted first: its variables in the output's order
+    for a, o in zip(reads, orders):
+        if a != kept and a.tensor not in top_writes:
+            turned[id(a)] = sx.Access(a.tensor, tuple(sx.Name(v, a.span) for v in out if v in (o or ())), a.span)
+    after = substituted(value, turned)
+    return kept if syntax_fused(after, tuple(out), accesses(after)) is not None else None
 
 
 MAX_HEADS = 64  # the reshape rewrite copies one part per value of the outer loop: at most this many parts

@@ -43,7 +43,7 @@ from tilec.compiler.fusers import AHEAD, AHEAD_TILES
 from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
 from tilec.compiler.const_split import split_constant_outputs
 from tilec.compiler.inplace_split import split_in_place_epilogues
-from tilec.compiler.dma_streams import columns_ahead
+from tilec.compiler.dma_streams import columns_ahead, cut_apart
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
                                       split_mixed_broadcasts, split_modulo_reads, split_self_products)
 from tilec.compiler.pad_split import split_padded_reads
@@ -169,8 +169,9 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     stages["loops"] = _checked(kernel, "loops", tgt)
     kernels = {"loops": kernel}
     # hoist: loads and allocations that do not depend on a loop move out of it (loop-invariant code motion), and a
-    # loop's loads of an input's columns are gathered before it (dma_streams.columns_ahead)
-    kernel = columns_ahead(passes.hoist(kernel))
+    # loop's loads of an input's columns are gathered before it (dma_streams.columns_ahead), a loop's one add cut
+    # between two engines when it both reads the loads and makes the stores (dma_streams.cut_apart)
+    kernel = cut_apart(columns_ahead(passes.hoist(kernel)), tgt)
     stages["hoist"] = _checked(kernel, "hoist", tgt)
     kernels["hoist"] = kernel
     # unroll: the schedule's unrolled loops become static ranges (traced once per iteration)

@@ -42,7 +42,8 @@ def _one_copy(k: Kernel, fns: bool = False) -> tuple[list[Loop], Assign, Access]
     body = chain[-1].body
     if len(body) != 1 or not isinstance(body[0], Assign):
         return None
-    read = nest_read(body[0].expr, [lp.var for lp in chain]) if fns else body[0].expr
+    out = _plain(body[0].dst.index)
+    read = nest_read(body[0].expr, [lp.var for lp in chain], out) if fns else body[0].expr
     return (chain, body[0], read.access) if isinstance(read, Load) else None
 
 
@@ -84,7 +85,12 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
     vi, vj = n.first[0], n.second[0]
     prims: list[Prim] = []
     i, j, X, Y, top = vi, vj, n.src.buf, n.stmt.dst.buf, ""
-    if n.middle:  # the batch loops outermost; the accesses keep their shapes (strided 2-D slices per batch)
+    out = _plain(n.stmt.dst.index) or []
+    unbatched = out[len(n.batch):]  # like Y, or like one batch of Y: fn_chain's tiles
+    tiled = [a for a in loads(n.stmt.expr) if a != n.src and _plain(a.index) in (out, unbatched)]
+    twice = any(a.buf == n.src.buf for a in tiled)  # X[b, i, j] beside X[b, j, i]: one view could not show both
+    if n.middle or (twice and len(n.first) == len(n.second) == 1):
+        # the batch loops outermost; the accesses keep their shapes (strided 2-D slices per batch)
         order = list(n.batch) + [vi, vj]
         if [lp.var for lp in layout.perfect_chain(n.top)] != order:
             prims.append(prim("reorder", *order))
@@ -112,9 +118,15 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
     taken = set(k.buffers())  # strips named apart from the user's tensors (`A_strip` may be one)
     strips = (unique(f"{n.src.buf}_strip", taken), unique(f"{n.stmt.dst.buf}_strip", taken))
     vecs = {a.buf: set(_plain(a.index) or ()) <= set(n.first)  # work on the way (fn_chain): over the first run?
-            for a in loads(n.stmt.expr) if a.buf != n.src.buf}
+            for a in loads(n.stmt.expr) if a.buf != n.src.buf and a not in tiled}
     views = X != n.src.buf  # the reshape saw every buffer through a view BUF_v
     vectors = tuple((f"{v}_v" if views else v, unique(f"{v}_col", taken), first) for v, first in vecs.items())
+    once = {a.buf for a in tiled if _plain(a.index) == unbatched and unbatched != out}  # read by every batch
+    tiles = tuple((f"{v}_v" if views else v, unique(f"{v}_tile", taken)) for v in dict.fromkeys(a.buf for a in tiled))
+    # a tile every batch reads (c[i, j] of A[b, i, j] * A[b, j, i] + c[j, i]) is loaded once per super-tile when the
+    # batch loop runs inside the super-tiles: one batch loop, the accesses kept (no views), one region
+    inner = n.batch[0] if once and len(n.batch) == 1 and not views and len(rows) == len(cols) == 1 else ""
+    top = "" if inner else top
     if any(vecs.values()) and params.method == "dma":  # work on the source block needs it on chip: TensorE
         params = replace(params, method="pe")
     ci, cj = ("TILE", "TILE") if params.tile == params.tj else ("TILE_I", "TILE_J")
@@ -124,7 +136,7 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
             tag = "" if r == c == 0 else f"_{'ab'[r]}{'ab'[c]}"
             names = (ci if rp[2] == params.tile and r == 0 else "", cj if cp[2] == params.tj and c == 0 else "")
             prims += _region(n, params, (i + suffix, j + suffix), (rp, cp), names, suffix, tag, (X, Y), strips,
-                             k.buffers()[n.src.buf].dtype, vectors)
+                             k.buffers()[n.src.buf].dtype, vectors, tiles, (inner, once))
     work = "" if isinstance(n.stmt.expr, Load) else f" computing {fmt_expr(n.stmt.expr)}"  # fn_chain.py
     label = f"{n.stmt.dst.buf} = transpose of {n.src.buf}{work}"
     if params.ragged:
@@ -134,8 +146,12 @@ def transpose(k: Kernel, target: Target, params: TransposePlan) -> list[Prim] | 
 
 def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, names: tuple[str, str], suffix: str,
             tag: str, bufs: tuple[str, str], strips: tuple[str, str], src_dtype: str,
-            vectors: tuple[tuple[str, str, bool], ...] = ()) -> list[Prim]:
-    """The schedule of one region: blocks of TI x TJ, strips of BI x BJ blocks, strips staged, blocks tensorized."""
+            vectors: tuple[tuple[str, str, bool], ...] = (), tiles: tuple[tuple[str, str], ...] = (),
+            inner: tuple[str, set[str]] = ("", set())) -> list[Prim]:
+    """The schedule of one region: blocks of TI x TJ, strips of BI x BJ blocks, strips staged, blocks tensorized.
+    `tiles`: (buffer, strip name) of reads indexed like the output (or one batch of it), staged like its strip (read
+    on the eviction). `inner`: (the batch loop run inside the super-tiles, the tiles loaded once per super-tile
+    there), or ("", ..)."""
     (i, j), ((r0, M, TI, BI), (c0, N, TJ, BJ)), (ci, cj) = loops, parts, names
     vi, vj = n.first[0], n.second[0]
     at = lambda v: v + suffix  # noqa: E731
@@ -145,15 +161,27 @@ def _region(n: Permute, params: TransposePlan, loops: tuple[str, str], parts, na
              prim("split", at("j_o"), BJ, outer=at("bj"), inner=at("bj2"), note=f"for {vj} (strips of BJ blocks)"),
              prim("reorder", *map(at, ("bi", "bj", "ai", "bj2", "i_i", "j_i"))),
              prim("partition", at("i_i"))]
+    batch, once = inner
+    if batch:
+        prims.append(prim("reorder", *map(at, ("bi", "bj")), batch, *map(at, ("ai", "bj2", "i_i", "j_i"))))
+    per = batch or at("bj")  # where the per-batch strips are staged
     dma = params.method == "dma"
     X, Y = bufs
+    twice = any(buf == X for buf, _ in tiles)
+    source = prim("stage_grouped", X, per, ((at("i_i"),), (at("ai"),), (at("bj2"), at("j_i"))),
+                  name=strips[0] + tag, **({"unlike": Y} if twice else {}))
+    if twice and not dma:  # X[i, j] beside X[j, i]: told apart by their indices (like Y's store or not), before Y's
+        prims.append(source)
+    for buf, name in tiles:
+        like_y = ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i")))  # Y's strip's groups
+        prims.append(prim("stage_grouped", buf, at("bj") if buf in once else per, like_y, name=name + tag,
+                          **({"like": Y} if buf == X else {})))
     # a DMA transpose copies without casting (src.dtype == dst.dtype [ISA6 dma_transpose]): its strip keeps the
     # source dtype and the store's dma_copy converts; the PE path converts on the PSUM -> SBUF copy
-    prims.append(prim("stage_grouped", Y, at("bj"), ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i"))),
+    prims.append(prim("stage_grouped", Y, per, ((at("j_i"),), (at("bj2"),), (at("ai"), at("i_i"))),
                       into=False, name=strips[1] + tag, dtype=src_dtype if dma else ""))
-    if not dma:
-        prims.append(prim("stage_grouped", X, at("bj"), ((at("i_i"),), (at("ai"),), (at("bj2"), at("j_i"))),
-                          name=strips[0] + tag))
+    if not dma and not twice:
+        prims.append(source)
     for vec, name, first in vectors:  # a column per block of the partitions of the source (first) or the result
         groups = ((at("i_i"),), (at("ai"),)) if first else ((at("j_i"),), (at("bj2"),))
         prims.append(prim("stage_grouped", vec, at("bj"), groups, name=name + tag, dtype="f32"))

@@ -236,15 +236,17 @@ def eltwise_plan(size: int, layout: dict[str, int], rows: int, per_outer: bool =
     return EltwisePlan(parts, free)
 
 
-def default_transpose(m: int, n: int, elem: int) -> TransposePlan:
+def default_transpose(m: int, n: int, elem: int, strips: int = 2) -> TransposePlan:
     """Blocks of ti x tj (the largest divisors of M and N up to 128: rectangular when the sizes share no large
     factor, so 422 x 96 is 2 x 96 blocks, not 10,128 blocks of 2 x 2), bj blocks per row-strip DMA of >= 4 KiB
-    per partition (saturates the queues), both strips (bi x bj blocks) within 32 KiB per partition."""
+    per partition (saturates the queues), each strip (bi x bj blocks) within 32 KiB per partition. `strips`: the
+    strips staged per super-tile, 2 (source and result) or more (tiles read on the eviction, fn_chain.py), which
+    share what two strips get."""
     ti, tj = best_divisor(m, PMAX), best_divisor(n, PMAX)
     ragged = (m > PMAX and ti < 32) or (n > PMAX and tj < 32)  # 521 x 257 would be 133,897 blocks of 1x1
     if ragged:
         ti, tj = min(m, PMAX), min(n, PMAX)
-    strip = 32768 // (max(ti, tj) * 4)  # blocks per strip within 32 KiB per partition (fp32 output at worst)
+    strip = 2 * 32768 // (strips * max(ti, tj) * 4)  # blocks per strip (fp32 output at worst)
     bj = best_divisor(n // tj, max(1, min(4096 // (tj * elem), strip)))
     bi = best_divisor(m // ti, max(1, min(4096 // (ti * elem), strip // bj)))
     return TransposePlan(ti, bi, bj, tile_j=0 if tj == ti else tj, ragged=ragged)
@@ -273,12 +275,22 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, PoolOp):
         return window_pool_plan(op.windowed())
     if isinstance(op, TransposeOp):
-        return default_transpose(op.dim("M"), op.dim("N"), DTYPE_BYTES[dtypes[op.src]])
+        return default_transpose(op.dim("M"), op.dim("N"), DTYPE_BYTES[dtypes[op.src]], 2 + tile_reads(op))
     if isinstance(op, ColumnReduceOp):  # reduced rows on the partitions, one PSUM bank of sums per free tile
         return ReducePlan(best_divisor(op.dim("R"), PMAX), best_divisor(op.dim("F"), MOVING_FMAX))
     if isinstance(op, ReduceOp):
         return ReducePlan(ragged_tile(op.dim("R")), reduce_free(op.dim("F")))
     return eltwise_plan(op.size, dict(op.layout), len(op.rows), rows_per_outer(op))
+
+
+def tile_reads(op: TransposeOp) -> int:
+    """The reads of a transpose's value staged like its output (fn_chain.py: over both swapped runs, not the source
+    read), each a strip of its own."""
+    if op.value is None:
+        return 0
+    swapped = {dict(op.vars)["i"], dict(op.vars)["j"]}
+    names = {(a.tensor, tuple(i.id if isinstance(i, sx.Name) else "" for i in a.indices)) for a in reads(op.value)}
+    return sum(1 for _, vs in names if vs != op.src_vars and swapped <= set(vs))
 
 
 def rows_per_outer(op: EltwiseOp) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from tilec.compiler import rows_dma
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import (DMA_MIN_ROW, MOVING_FMAX, PMAX, ConvPlan, best_divisor, conv_channel_tile,
@@ -106,7 +107,10 @@ def base_plan(z: ConvSizes, rows: int, band: int) -> ConvPlan:
     op, bx = z.op, 0 if z.band_x == z.wo else z.band_x
     if op.w_batch:  # one stationary matrix per batch index: prepared inside the batch loop, per out-channel tile
         return ConvPlan(z.tile_k, z.tile_c, z.tile_x, rows, band, bx, hoist_w="k")
-    if z.weights > 64 * 1024:  # weights too big to keep resident: prepare one out-channel tile at a time, outermost
+    if z.weights > 64 * 1024 or \
+            rows_dma.plain_rows(op, z.w_elem) and rows_dma.pays(op, z.tile_k, z.w_elem, z.out_elem, z.elem):
+        # weights too big to keep resident, or fp32 rows of a plain matmul transposed by DMA (rows_dma.py): prepare
+        # one out-channel tile at a time, outermost
         return ConvPlan(z.tile_k, z.tile_c, z.tile_x, rows, band, bx, ("k", "n", "y"), hoist_w="k")
     return ConvPlan(z.tile_k, z.tile_c, z.tile_x, rows, band, bx)
 

@@ -182,7 +182,8 @@ def _select_one(comp: Comp, program) -> Op:
     if read is not None and all(a.tensor != comp.target for a in reads) and is_permutation(comp, read, program):
         op = select_transpose(replace(comp, init=read), program)
         if isinstance(op, TransposeOp) and not op.steps and not op.out_vars:  # one swap of runs (permute_split)
-            return replace(op, value=value, vectors=tuple(dict.fromkeys(a.tensor for a in reads if a != read)))
+            others = (a.tensor for a in reads if a.tensor != read.tensor)  # (X[i, j] beside X[j, i]: the source)
+            return replace(op, value=value, vectors=tuple(dict.fromkeys(others)))
     if comp.red_op is None:
         return select_eltwise(comp, program)
     raise reject(comp, f"a `{comp.red_op}` reduction of this form is not supported")

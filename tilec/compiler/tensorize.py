@@ -278,7 +278,7 @@ def _transposed_read(s: Assign) -> Load | None:
     if isinstance(s.expr, Load):
         return None
     out = _vars(s.dst)
-    read = nest_read(s.expr, out)
+    read = nest_read(s.expr, out, out)
     return read if read is not None and _vars(read.access) != out else None
 
 
@@ -293,9 +293,12 @@ def _transpose_work(s: Assign, nest: list[str], dst: View, e: Emit, psum: str, t
     assert found is not None  # _match_assign matched it
     read = Load(loads(s.expr)[loads(loc.expr).index(found.access)])
     names = {a: f"{a.buf}#{n}" for n, a in enumerate(dict.fromkeys(loads(s.expr))) if a != read.access}
-    before = any(nest[0] in _vars(b) for a, b in zip(loads(s.expr), loads(loc.expr)) if a in names)
+    out = _vars(loc.dst)
+    tiles = {a for a, b in zip(loads(s.expr), loads(loc.expr)) if a in names and _vars(b) == out}  # like dst
+    before = any(nest[0] in _vars(b) for a, b in zip(loads(s.expr), loads(loc.expr)) if a in names and a not in tiles)
     value = to_syntax(map_loads(s.expr, lambda a: replace(a, buf="t" if a == read.access else names[a])))
-    columns = {names[a]: e.view(a) for a in names}
+    columns = {names[a]: e.view(a) for a in names if a not in tiles}
+    operands = {**columns, **{names[a]: e.view(a) for a in tiles}}
     if before:
         src = e.view(read.access)
         tmp = ir.Buf(e.fresh(f"{s.dst.buf}_pre"), "sbuf", "f32", src.shape())
@@ -307,9 +310,25 @@ def _transpose_work(s: Assign, nest: list[str], dst: View, e: Emit, psum: str, t
                 ir.Transpose(ir.whole(tp), ir.whole(tmp), "pe", s.line), ir.Copy(dst, ir.whole(tp), s.line)]
     moved = _transpose(replace(s, expr=read), dst, e, psum)
     tile = moved[-1].src if isinstance(moved[-1], ir.Copy) else dst  # the PSUM tile, or dst (a DMA transpose)
-    work = ExprCompiler({"t": tile, **columns}, (dst.shape()[0], math.prod(dst.shape()[1:])), s.line, e.fresh,
+    work = ExprCompiler({"t": tile, **operands}, (dst.shape()[0], math.prod(dst.shape()[1:])), s.line, e.fresh,
                         set(columns), prefix=temps, share=target).emit(value, dst)
-    return (moved[:-1] if isinstance(moved[-1], ir.Copy) else moved) + work
+    return (moved[:-1] if isinstance(moved[-1], ir.Copy) else moved) + _off_vector(work)
+
+
+def _off_vector(work: list[ir.Stmt]) -> list[ir.Stmt]:
+    """A block's eviction work with its tensor_tensors on SBUF tiles moved whole to GpSimdE when VectorE has
+    another instruction there (the one reading PSUM: GpSimdE cannot): a block is too narrow to cut one in two
+    (expr_instrs.SHARE_MIN), and `A[b, i, j] * A[b, j, i] + c[j, i]` in bf16 had two per block on VectorE."""
+    vector = [x for x in work if isinstance(x, (ir.Binary, ir.Scalar)) and not x.engine]
+    if len(vector) < 2 or not any(v.buf.memory == "psum" for x in vector for v in ir.views(x)[1:]):
+        return work  # (after a DMA transpose nothing reads PSUM: the work stays whole on VectorE)
+
+    def off(x: ir.Stmt) -> ir.Stmt:
+        if isinstance(x, ir.Binary) and not x.engine and x.scale0 == 1.0 and \
+                all(v.buf.memory == "sbuf" for v in (x.dst, x.a, x.b)):
+            return replace(x, engine="gpsimd")
+        return x
+    return [off(x) for x in work]
 
 
 def _transpose(s: Assign, dst: View, e: Emit, psum: str) -> list[ir.Stmt]:
