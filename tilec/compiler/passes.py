@@ -183,23 +183,26 @@ def fp32_operands(k: Kernel) -> Kernel:
 def _fp32_body(body: tuple[Stmt, ...], taken: set[str]) -> tuple[Stmt, ...]:
     out: list[Stmt] = []
     made: dict[ir.View, ir.View] = {}  # a narrow column -> its fp32 copy, until the column is written again
+
+    def wide(v: "float | ir.View", line: int) -> "float | ir.View":
+        if not isinstance(v, ir.View) or v.buf.dtype == "f32":
+            return v
+        if v not in made:
+            buf = ir.Buf(names.unique(f"{v.buf.name}_f32", taken), "sbuf", "f32", v.shape())
+            out.extend([ir.Alloc(buf, line=line), ir.Copy(ir.whole(buf), v, line=line)])
+            made[v] = ir.whole(buf)
+        return made[v]
+
     for s in body:
         if isinstance(s, (Loop, Block)):
             out.append(replace(s, body=_fp32_body(s.body, taken)))
             made.clear()
             continue
-        fields = ("value", "value1") if isinstance(s, ir.Scalar) else ("scale",) if isinstance(s, ir.Act) else ()
-        changes = {}
-        for f in fields:
-            v = getattr(s, f)
-            if isinstance(v, ir.View) and v.buf.dtype != "f32":
-                if v not in made:
-                    name = names.unique(f"{v.buf.name}_f32", taken)
-                    buf = ir.Buf(name, "sbuf", "f32", v.shape())
-                    out += [ir.Alloc(buf, line=s.line), ir.Copy(ir.whole(buf), v, line=s.line)]
-                    made[v] = ir.whole(buf)
-                changes[f] = made[v]
-        out.append(replace(s, **changes) if changes else s)
+        if isinstance(s, ir.Scalar):
+            s = replace(s, value=wide(s.value, s.line), value1=wide(s.value1, s.line))
+        elif isinstance(s, ir.Act):
+            s = replace(s, scale=wide(s.scale, s.line))
+        out.append(s)
         dst = getattr(s, "dst", None)
         if isinstance(dst, ir.View):  # a column written again is copied again at its next use
             for v in [v for v in made if v.buf.name == dst.buf.name]:
