@@ -163,16 +163,20 @@ def _tile_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str, n: int) -
     partitions and the kept columns after them on the free dimension."""
     if isinstance(op, ColumnReduceOp):
         return _tile_column_reduce(op, plan, d, role, n)
+    # (a tile that does not divide the rows or the reduced elements is ragged: whole tiles, then a smaller last one)
     if role.startswith("k"):
         if n > PMAX:
-            raise bad(d, f"tile of {n} rows on the partition dimension exceeds {PMAX}",
-                      f"use a divisor of {op.dim('R')} up to {PMAX}")
-        _div(d, n, op.dim("R"), "tile", f" (the kept indices are {op.dim('R')} rows on the partitions)")
+            raise bad(d, f"tile of {n} rows on the partition dimension exceeds {PMAX}", f"use at most {PMAX}")
+        if n > op.dim("R"):
+            raise bad(d, f"a tile of {n} rows is more than the {op.dim('R')} rows the kept indices make",
+                      f"use at most {op.dim('R')}")
         return replace(plan, parts=n)
-    _div(d, n, op.dim("F"), "tile", f" (each row reduces {op.dim('F')} elements along the free dimension)")
     if n > REDUCE_FREE:
         raise bad(d, f"a tile of {n} elements per partition exceeds the {REDUCE_FREE} one reduced tile may hold "
-                     f"in SBUF", f"use a divisor of {op.dim('F')} up to {REDUCE_FREE}")
+                     f"in SBUF", f"use at most {REDUCE_FREE}")
+    if n > op.dim("F"):
+        raise bad(d, f"a tile of {n} elements is more than the {op.dim('F')} each row reduces",
+                  f"use at most {op.dim('F')}")
     return replace(plan, free=n)
 
 
