@@ -31,7 +31,7 @@ from tilec.compiler import nest as level_a
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.tensorize import match
-from tilec.compiler.directives import apply_schedule, op_for
+from tilec.compiler.directives import apply_schedule, op_for, to_hbm
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_plan, default_transpose,
                                      plan_directives, print_plans, print_schedule)
@@ -162,6 +162,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
                                          sbuf_budget(tgt))
     try:
         kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt, choices)
+        _check_placed_apart(program, ops, plans, tuple(directives), scheduled, tgt, choices)
     except Unhonoured as e:  # located at the directive asking for what the op's builder does not do
         raise TilecError(*_unhonoured(e, ops, tuple(directives))) from None
     _check_capacity(kernel, tgt, program, ops, plans, tuple(directives))
@@ -470,6 +471,34 @@ def _scheduled(program, target: Target):
             return paired or built
         return built
     return build
+
+
+def _check_placed_apart(program, ops: tuple, plans: tuple, directives: tuple, scheduled: AbstractSet[str],
+                        target: Target, choices: dict) -> None:
+    """`place T, hbm` (`compute_at T, root`) of an element-wise or reduction T that other statements read: the
+    directive names T, so T is built alone, stored and read back (directives.apply_fusion). Where no fused part
+    takes T without the directive, it went through HBM already and the kernel would not change: refused at the
+    directive's line (a directive is never silently ignored)."""
+    for d in directives:
+        op = next((o for o in ops if d.args and isinstance(d.args[0], sx.Ref) and o.name == d.args[0].parts[0]), None)
+        if not to_hbm(d) or op is None or type(op) not in (EltwiseOp, ReduceOp, ColumnReduceOp):
+            continue
+        if any(_names(x, op, ops) for x in directives if x is not d):
+            continue  # another directive builds T alone anyway
+        chains: list[fusers.Chain] = []
+        build_kernel(program, ops, plans, NameAllocator(program_names(program)), set(scheduled) - {op.name},
+                     sbuf_budget(target), chains, target, choices)
+        if not any(op.name in c.members for c in chains):
+            raise TilecError(f"{op.out} goes through HBM without the directive too (built alone, stored, read back "
+                             f"by its readers): `{d.name}` would leave the kernel as it is", d.span,
+                             "remove the directive (`tilec explain` shows where each tensor goes)")
+
+
+def _names(d: sx.Directive, op, ops: tuple) -> bool:
+    """Whether directive d schedules op by its plan: it names op, or it is `buffers X, 1` of op's operand."""
+    if d.args and isinstance(d.args[0], sx.Ref) and d.args[0].parts[0] == op.name:
+        return True
+    return d.name == "buffers" and op_for(d, ops) is op
 
 
 def _build_steps(op: TransposeOp, plan, program, target: Target, hbm: dict, fresh: Callable) -> tuple[list, list]:
