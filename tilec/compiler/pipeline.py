@@ -11,7 +11,7 @@ from typing import AbstractSet, Callable
 from tilec.compiler import build_attention, build_depthwise, build_mbblock, build_mlp, conv_chain, fusers, ir, \
     passes, placement, pool_chain, stem_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
-from tilec.compiler.pair_tiles import skew_row_tiles
+from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
 from tilec.compiler import rules, rules_copy
 from tilec.compiler.rules_global import global_note
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
@@ -466,6 +466,9 @@ def _scheduled(program, target: Target):
             if not paired and not plan.unroll:  # (an unrolled partition loop stays the loop the user unrolled)
                 paired = skew_row_tiles(built, sbuf_budget(target), fresh, var="pt", tile_const="TILE_P", note=AHEAD,
                                         min_tiles=4)
+            if not paired and not plan.unroll:  # a loop of tiles inside the other one: paired there (core22)
+                paired = skew_inner_tiles(built, sbuf_budget(target), fresh, "t", "TILE_F", AHEAD, 4) or \
+                    skew_inner_tiles(built, sbuf_budget(target), fresh, "pt", "TILE_P", AHEAD, 4)
             if paired and "t" in plan.unroll:  # `unroll`: the loop of pairs is the free tiles' loop now
                 return paired[0], list(passes.unroll_stmts(tuple(paired[1]), {"t"}))
             return paired or built
