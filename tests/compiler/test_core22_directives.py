@@ -92,3 +92,47 @@ def test_place_sbuf_of_a_statistic_says_what_to_write():
         compiled(CENTRE, "place mu, sbuf", M=200, N=96)
     assert e.value.span is not None and "the compiler's choice" in e.value.message
     assert "place mu, hbm" in e.value.hint
+
+
+SCALE = """kernel sc(X: f32[M, N], beta: f32[N]) -> Y
+  default M = {M}, N = {N}
+  Y: f32[M, N]
+  for i in 0..M, j in 0..N:
+    Y[i, j] = X[i, j] * beta[j]
+"""
+
+
+def scale(x: dict) -> np.ndarray:
+    return x["X"] * x["beta"][None, :]
+
+
+def tile_loops(source: str) -> list[str]:
+    """The tile loops (pt, t) in the order they open, a pipelined loop's copies counted once."""
+    import re
+    order = [m.group(1) for line in source.splitlines() if (m := re.match(r" *for (pt|t) in ", line))]
+    return [v for i, v in enumerate(order) if v not in order[:i]]
+
+
+@pytest.mark.parametrize("sizes, order", [
+    (dict(M=256, N=4096), ["pt", "t"]),     # beta copied whole once: 8 free tiles inside each partition tile
+    (dict(M=512, N=10240), ["t", "pt"]),    # too long to copy once: 4 partition tiles inside each free tile
+])
+def test_a_broadcast_layouts_inner_loop_of_tiles_is_software_pipelined(sizes, order):
+    c = compiled(SCALE, "", **sizes)
+    assert tile_loops(c.source) == order and "software-pipelined" in c.source, code(c.source)
+    matches(c, scale)
+
+
+def test_the_pipelined_inner_loop_is_faster_in_the_model():
+    """1024 x 4096 f32 (floor 91 us): 218.9 us with the free tiles one after the other (`unroll Y.i` keeps the
+    loop as it is, the same code in NKI 0.6), 129.7 us pipelined: each tile's load no longer waits behind the
+    previous tile's store."""
+    from tilec.lang import api as lang
+    from tilec.perf.api import estimate
+
+    def model_us(schedule: str) -> float:
+        c = compiled(SCALE, schedule, M=1024, N=4096)
+        _, trace = c.run_traced(**lang.random_inputs(c.program, seed=1), numerics=False)
+        return estimate(trace).total_us
+
+    assert model_us("") < 0.7 * model_us("unroll Y.i")
