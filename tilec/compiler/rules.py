@@ -307,9 +307,11 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
              prim("stage_out", v[out], at("pt") if per_tile else at("t"), name=name(f"{out}_tile{tag}"))]
     prims += [prim("stage", v[x], at("pt") if per_tile else at("t"), name=name(f"{x}_tile{tag}"))
               for x in reversed(n.full)]
+    once = []  # the rows' tiles: made on chip, not loaded per tile (expr_instrs: the tile's DMA time)
     for i, r in reversed(list(enumerate(n.rows))):
         where = "" if whole else at("o") if per_o and per_tile else at("t")
         row, tile = name(f"{r}_row{tag}"), name(f"{r}_tile{tag}")
+        once.append(tile)
         prims += [prim("stage", v[r], where, name=row),
                   prim("broadcast", row, where, at("p_i"), name=tile, **({"dtype": half[r]} if r in half else {}))]
         if whole:  # one PSUM bank at a time: TILE_F columns, or (wider tiles) the largest divisor of F that fits
@@ -325,7 +327,8 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
                                        f", {', '.join(lp.var for lp in n.loops[n.run[0]:n.run[1]])} on the partitions"
                                        if n.run[1] else "")
     temps = {"temps": f"tmp{tag}_"} if tag else {}  # a region's temporaries have its own shape
-    return prims + [prim("tensorize", at("p_i"), fold=fold, regroup=fold, **temps),
+    rows = {"once": tuple(once)} if once else {}
+    return prims + [prim("tensorize", at("p_i"), fold=fold, regroup=fold, **temps, **rows),
                     prim("block", at("pt"), label + part)]
 
 
