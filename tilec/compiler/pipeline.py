@@ -13,7 +13,6 @@ from tilec.compiler import build_attention, build_depthwise, build_mbblock, buil
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
 from tilec.compiler import rules, rules_copy
-from tilec.compiler.rules_global import global_note
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
                                        reduce_nest, transpose_nest)
@@ -192,7 +191,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the target's limits)
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
     doc = _doc_lines(program, ops, plans, chains, tgt)
-    stages["schedule"] += "".join(_chain_note(c, ops, program, tgt) + "\n" for c in chains)
+    stages["schedule"] += "".join(fusers.chain_note(c, ops, program, tgt) + "\n" for c in chains)
     stages["schedule"] += build_mbblock.refusals(program, ops, scheduled, chains, tgt, placement.reads)
     stages["schedule"] += build_attention.refusals(program, ops, scheduled, chains, placement.reads)
     stages["schedule"] += build_mlp.refusals(program, ops, scheduled, chains, placement.reads, sbuf_budget(tgt))
@@ -686,37 +685,12 @@ def _recompile_commands(program) -> dict[str, str]:
     return commands
 
 
-def _chain_note(part: fusers.Chain, ops: tuple, program, target: Target) -> str:
-    """The schedule's line for a fused part, by the kind its fuser gave it (fusers.py)."""
-    kind, chain = part.kind, list(part.members)
-    if kind == "MobileNet block":
-        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-        return build_mbblock.note(ops, chain, hbm, target)
-    if kind == "attention head":
-        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-        return build_attention.note(ops, chain, hbm)
-    if kind == "MLP":
-        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-        return build_mlp.note(ops, chain, hbm, sbuf_budget(target))
-    if kind == "global pool":
-        return global_note(chain)
-    if kind == "column chain":
-        return f"# fused column chain {', '.join(chain)}: blocks of columns of every row kept in SBUF, the source " \
-            "read once (build_colchain.py; a directive on one builds them apart)"
-    if kind == "row in PSUM":
-        return f"# {chain[0]}: its broadcast row kept in PSUM, read there by VectorE's products (build_psumrow.py)"
-    if kind == "halo tiles":
-        return f"# fused {', '.join(chain)}: each tile of the source loaded once with a halo, the shifted reads " \
-            "slices of it (build_halo.py; a directive on one builds them apart)"
-    return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
-
-
 def _doc_lines(program, ops, plans, chains: list[fusers.Chain], target: Target | None = None) -> list[str]:
     lines = ["Schedule (directives; `tilec explain` shows the plan):", ""]
     in_chain = {name for c in chains for name in c.members}
     for op, plan in zip(ops, plans):
         if op.name not in in_chain:
             lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
-    lines += ["    " + _chain_note(c, ops, program, get_target(target)) for c in chains]
+    lines += ["    " + fusers.chain_note(c, ops, program, get_target(target)) for c in chains]
     sizes = ", ".join(f"{k}={v}" for k, v in sorted(program.sizes.items()))
     return lines + ["", f"Sizes: {sizes}"]
