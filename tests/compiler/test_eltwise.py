@@ -83,13 +83,15 @@ kernel rowbc2(A: f32[M, H, W], s: f32[H, W]) -> Y
 
 def test_row_broadcast_along_partitions_is_a_ones_matmul():
     """`s[j]` is the same for every partition: TensorE copies it to all of them (ones[1, P].T @ s[1, F]), once for
-    the whole nest when it spans several free tiles (each partition tile then reads its slice); VectorE carries the
-    row's multiply, so the column's add rides on ScalarE (activation bias)."""
+    the whole nest when it spans several free tiles (each partition tile then reads its slice); VectorE and GpSimdE
+    share the row's multiply by columns (it outlasts the tile's loads: expr_instrs.LONE_CUT), so the column's add
+    rides on ScalarE (activation bias)."""
     c = compile_loaded(lang.load(ROW_AND_COLUMN))
     loops = c.stages["loops"]
     head, nest = loops.split("block Y = element-wise")
     assert "matmul s_bcast[:128, :384] += ones_f32[:1, :128].T @ s_row[:1, c*TILE_F:+384]" in head
-    assert "multiply tmp1[:128, :384] <- A_tile[:128, :384], s_tile[:128, t*TILE_F:+384]" in nest
+    assert "multiply.gpsimd tmp1[:128, 171:+213] <- A_tile[:128, 171:+213], s_tile[:128, t*TILE_F + 171:+213]" in nest
+    assert "multiply tmp1[:128, :171] <- A_tile[:128, :171], s_tile[:128, t*TILE_F:+171]" in nest
     assert "act Y_tile[:128, :384] <- copy(tmp1[:128, :384] + b_col[:128, :1])" in nest
     check_against_reference(c)
 
