@@ -163,16 +163,20 @@ def _tile_reduce(op: Op, plan: ReducePlan, d: sx.Directive, role: str, n: int) -
     partitions and the kept columns after them on the free dimension."""
     if isinstance(op, ColumnReduceOp):
         return _tile_column_reduce(op, plan, d, role, n)
+    # (a tile that does not divide the rows or the reduced elements is ragged: whole tiles, then a smaller last one)
     if role.startswith("k"):
         if n > PMAX:
-            raise bad(d, f"tile of {n} rows on the partition dimension exceeds {PMAX}",
-                      f"use a divisor of {op.dim('R')} up to {PMAX}")
-        _div(d, n, op.dim("R"), "tile", f" (the kept indices are {op.dim('R')} rows on the partitions)")
+            raise bad(d, f"tile of {n} rows on the partition dimension exceeds {PMAX}", f"use at most {PMAX}")
+        if n > op.dim("R"):
+            raise bad(d, f"a tile of {n} rows is more than the {op.dim('R')} rows the kept indices make",
+                      f"use at most {op.dim('R')}")
         return replace(plan, parts=n)
-    _div(d, n, op.dim("F"), "tile", f" (each row reduces {op.dim('F')} elements along the free dimension)")
     if n > REDUCE_FREE:
         raise bad(d, f"a tile of {n} elements per partition exceeds the {REDUCE_FREE} one reduced tile may hold "
-                     f"in SBUF", f"use a divisor of {op.dim('F')} up to {REDUCE_FREE}")
+                     f"in SBUF", f"use at most {REDUCE_FREE}")
+    if n > op.dim("F"):
+        raise bad(d, f"a tile of {n} elements is more than the {op.dim('F')} each row reduces",
+                  f"use at most {op.dim('F')}")
     return replace(plan, free=n)
 
 
@@ -455,6 +459,8 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int, ops: tuple = ()
         _check_chain_fusion(op, d, sbuf, ops, dtypes or {})
         if any(op.out in reads(o) for o in ops if o is not op):
             return plan  # already where it goes: in HBM, read back by the consumer
+    if to_hbm(d) and type(op) in (EltwiseOp, ReduceOp, ColumnReduceOp) and _readers(op, ops):
+        return plan  # stored, read back by its readers: the pipeline builds an op a directive names alone
     if not isinstance(plan, ConvPlan) or not isinstance(op, ConvOp) or not op.pool:  # a ConvPlan is a ConvOp's
         raise _not_fusable(op, d, ops)
     target = d.args[1] if len(d.args) > 1 else None
@@ -475,17 +481,34 @@ def apply_fusion(op: Op, plan: Plan, d: sx.Directive, sbuf: int, ops: tuple = ()
     raise bad(d, f"`{d.name}` takes sbuf|hbm, root, or a loop of the consumer (e.g. {op.out}.i)")
 
 
+def to_hbm(d: sx.Directive) -> bool:
+    """`place T, hbm` or `compute_at T, root`."""
+    where = d.args[1].parts if len(d.args) > 1 and isinstance(d.args[1], sx.Ref) else ()
+    return (d.name, where) in (("place", ("hbm",)), ("compute_at", ("root",)))
+
+
+def _readers(op: Op, ops: tuple) -> list[str]:
+    return [o.name for o in ops if o is not op and op.out in reads(o)]
+
+
 def _not_fusable(op: Op, d: sx.Directive, ops: tuple) -> TilecError:
     """Why `compute_at`/`place` of this op is refused: nothing reads it, or it has several readers (the element-wise
     producer of ONE reader is inlined into it before selection: compute_at.py)."""
-    readers = [o.name for o in ops if o is not op and op.out in reads(o)]
+    readers = _readers(op, ops)
     if not readers:
         return bad(d, f"no other statement reads {op.out}: there is no consumer to compute it in",
                    f"`{d.name}` names a producer and a loop of a statement that reads it")
-    return bad(d, f"`{d.name}` of {op.out} is compiled for a conv into its pool and for an element-wise producer "
-                  f"with one reader; {op.out} ({kind(op)}) is read by {' and '.join(readers)}, and where it goes is "
-                  "the compiler's choice (`tilec explain` shows it under tensor placement)",
-               "remove the directive (a row chain keeps such a tensor on chip)")
+    if type(op) not in (EltwiseOp, ReduceOp, ColumnReduceOp):
+        return bad(d, f"`{d.name}` of {op.out} is compiled for a conv into its pool and for an element-wise "
+                      f"producer with one reader; {op.out} ({kind(op)}) is read by {' and '.join(readers)}, and where "
+                      "it goes is the compiler's choice (`tilec explain` shows it under tensor placement)",
+                   "remove the directive")
+    what = "stays in SBUF" if d.name == "place" else "is computed inside a loop of one reader"
+    return bad(d, f"{op.out} ({kind(op)}) is read by {' and '.join(readers)}: whether it {what} is the compiler's "
+                  "choice (a row or column chain keeps such a tensor on chip, computed per tile of its readers, when "
+                  "one fits; `tilec explain` shows it under tensor placement); `compute_at` into a reader's loop is "
+                  "compiled for a conv into its pool and for an element-wise producer with one reader",
+               f"remove the directive, or write `place {op.out}, hbm` to build {op.name} alone and store {op.out}")
 
 
 def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtypes: dict[str, str]) -> None:

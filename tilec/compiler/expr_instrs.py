@@ -26,10 +26,11 @@ class ExprCompiler:
 
     def __init__(self, tiles: dict[str, View], shape: tuple[int, ...], line: int, fresh: Fresh,
                  columns: set[str], fold: bool = False, prefix: str = "tmp", regroup: bool = False,
-                 share: "Target | None" = None) -> None:
+                 share: "Target | None" = None, once: set[str] | None = None) -> None:
         self.tiles, self.shape, self.line, self.fresh, self.n = tiles, shape, line, fresh, 0
         # share: VectorE's work spread over GpSimdE and ScalarE (shared), by that target's engines and clocks
         self.share = share
+        self.once = once or set()  # tiles made on chip once (broadcast rows): no DMA with each tile
         # fold: an activation of `x + col`, `x - col` or `x * c` is one ScalarE instruction FN(x * scale + bias)
         # (the row chains use it: it takes a VectorE pass off the busiest engine)
         self.fold, self.prefix = fold, prefix
@@ -60,7 +61,7 @@ class ExprCompiler:
         loaded and dst stored: no engine needs to be faster than that (in a row chain some tiles are made on
         chip: an overestimate, so fewer functions move)."""
         assert self.share is not None
-        full = [v for n, v in self.tiles.items() if n not in self.columns] + [dst]
+        full = [v for n, v in self.tiles.items() if n not in self.columns and v.buf.name not in self.once] + [dst]
         return sum(math.prod(v.shape()) * (2 if v.buf.dtype in _HALF else 4) for v in full) / self.share.hbm_bw
 
     def whole_tile(self, e: sx.Expr, dst: View) -> list[Stmt]:
@@ -390,17 +391,24 @@ class ExprCompiler:
 
 SHARE_MIN = 256  # columns: a narrower tensor_tensor stays whole on VectorE (a second instruction's fixed cost)
 _HALF = ("f16", "bf16")
+# A lone tensor_tensor is cut between VectorE and GpSimdE only when VectorE would stream it for more than this share
+# of the tile's DMA time (its operands loaded, its result stored); below, it waits on its loads anyway. On the trn2
+# model (core22): vector add f32 (0.51 of the DMA time) 289.2 cut vs 290.0 us at 2048 x 4096, 24.2 vs 24.0 us at
+# 256000; X * beta[j] f32 (0.76) 386.7 vs 467.6 us at 1024 x 16384. Between the two: a compiler choice, not a fact.
+LONE_CUT = 2 / 3
 
 
 def shared(stmts: list[Stmt], t: Target, dma_ns: float = math.inf) -> list[Stmt]:
-    """One tile's instructions with VectorE's work spread when it has more than one instruction there (a lone
-    tensor_tensor waits on its loads anyway: vector add of 256000 f32 24.0 -> 24.2 us on the model when cut):
+    """One tile's instructions with VectorE's work spread when it has more than one instruction there, or one
+    tensor_tensor streaming for more than LONE_CUT of the tile's DMA time (below, a lone one waits on its loads
+    anyway: vector add of 256000 f32 24.0 -> 24.2 us on the model when cut):
     tensor_tensors cut between GpSimdE and VectorE (shared_binary), then constant tensor_scalars moved to ScalarE
     (balanced)."""
     stmts, moved = offloaded(stmts, t, dma_ns)
     if moved:
         stmts = by_handovers(stmts)
-    if sum(isinstance(x, (Binary, Scalar)) and not x.engine for x in stmts) < 2:
+    alone = [x for x in stmts if isinstance(x, (Binary, Scalar)) and not x.engine]
+    if len(alone) < 2 and not (alone and _cut(alone[0]) and _cycles(alone[0]) / t.vector_ghz > LONE_CUT * dma_ns):
         return stmts
     cuts = sum(_cycles(x) for x in stmts if _cut(x))
     # VectorE's share of each cut tensor_tensor: both engines finish together, VectorE also running the

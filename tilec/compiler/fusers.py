@@ -9,14 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
-from tilec.compiler import build_attention, build_mbblock, build_mlp, build_psumrow, passes, placement
+from tilec.compiler import build_attention, build_mbblock, build_mlp, build_psumrow, ir, passes, placement
 from tilec.compiler.build_colchain import build_column_chain, column_chain, stage_b
 from tilec.compiler.build_halo import build_halo, shifted_group
 from tilec.compiler.build_rowchain import fit_chain, reads_of
 from tilec.compiler.names import NameAllocator
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.pair_tiles import skew_row_tiles
-from tilec.compiler.rules_global import build_global_pool, global_pool
+from tilec.compiler.rules_global import build_global_pool, global_note, global_pool
+from tilec.compiler.schedule import sbuf_budget
 from tilec.lang.api import Program
 from tilec.target import Target
 
@@ -166,6 +167,31 @@ def _mobilenet_block(s: Site, i: int) -> Fused | None:
     if block is None:
         return None
     return Fused("MobileNet block", {last}, block, last, frozenset({i, i + 1, i + 2}), [o.name for o in s.ops[i:i + 3]])
+
+
+def chain_note(part: Chain, ops: tuple, program, target: Target) -> str:
+    """The schedule's line for a fused part (`tilec explain`), by the kind its fuser gave it."""
+    kind, chain = part.kind, list(part.members)
+    if kind == "MobileNet block":
+        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+        return build_mbblock.note(ops, chain, hbm, target)
+    if kind == "attention head":
+        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+        return build_attention.note(ops, chain, hbm)
+    if kind == "MLP":
+        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
+        return build_mlp.note(ops, chain, hbm, sbuf_budget(target))
+    if kind == "global pool":
+        return global_note(chain)
+    if kind == "column chain":
+        return f"# fused column chain {', '.join(chain)}: blocks of columns of every row kept in SBUF, the source " \
+            "read once (build_colchain.py; a directive on one builds them apart)"
+    if kind == "row in PSUM":
+        return f"# {chain[0]}: its broadcast row kept in PSUM, read there by VectorE's products (build_psumrow.py)"
+    if kind == "halo tiles":
+        return f"# fused {', '.join(chain)}: each tile of the source loaded once with a halo, the shifted reads " \
+            "slices of it (build_halo.py; a directive on one builds them apart)"
+    return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
 
 
 FUSERS: tuple[Callable[[Site, int], Fused | None], ...] = (

@@ -339,7 +339,7 @@ class _Lowering:
         how = self.tensorize.get(s.var, {})
         made = emit(body[0], nest, self.target, e, fold=bool(how.get("fold")), regroup=bool(how.get("regroup")),
                     psum=str(how.get("psum", "")), engine=str(how.get("engine", "")),
-                    temps=str(how.get("temps", "tmp")))
+                    temps=str(how.get("temps", "tmp")), once=tuple(how.get("once", ())))
         if how.get("square"):
             self.squares[the_square(made, s.var)] = str(how["square"])
         if how.get("gpsimd"):  # an fp32 element-wise instruction split by columns with GpSimdE (the same values)

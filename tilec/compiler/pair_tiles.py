@@ -271,3 +271,32 @@ def _tile_aff(a: Aff, loop: tuple[str, str], tile: "int | tuple[int, int]") -> A
     terms = tuple(Term(t.var, mult * t.coef, "TILE_PAIR" if t.name == tile_const else "") for t in a.terms
                   if t.var == var)
     return Aff(rest + terms, a.const + per_tile * k)
+
+
+def skew_inner_tiles(built: Built, budget: int, fresh, var: str, tile_const: str, note: str,
+                     min_tiles: int) -> Built | None:
+    """skew_row_tiles of a loop of tiles one level down, inside a loop of the kernel (or of its block): a broadcast
+    layout's free tiles inside its partition tiles, or its partition tiles inside the free tiles that copy a long
+    row to the partitions per tile (in a block of their own there). The pairs restart at each iteration of the
+    outer loop (prologue and epilogue inside it)."""
+    consts, stmts = built
+    for i, s in enumerate(stmts):
+        outer = s.body[0] if isinstance(s, Block) and len(s.body) == 1 else s
+        if not isinstance(outer, Loop):
+            continue
+        bare = [j for j, x in enumerate(outer.body) if isinstance(x, Loop) and x.var == var]
+        body = list(outer.body)
+        if len(bare) == 1:  # the loop of tiles alone in the outer loop's body: a block for skew_row_tiles
+            body[bare[0]] = Block("", (body[bare[0]],))
+        inner = skew_row_tiles((consts, body), budget, fresh, var=var, tile_const=tile_const, note=note,
+                               min_tiles=min_tiles)
+        if inner is None:
+            continue
+        made = list(inner[1])
+        if len(bare) == 1:
+            made[bare[0]:bare[0] + 1] = list(made[bare[0]].body)  # type: ignore[union-attr]
+        paired = dataclasses.replace(outer, body=tuple(made))
+        out = list(stmts)
+        out[i] = dataclasses.replace(s, body=(paired,)) if isinstance(s, Block) else paired
+        return (inner[0], out) if peak_usage(tuple(out))[0] <= budget else None
+    return None

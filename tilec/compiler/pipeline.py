@@ -11,9 +11,8 @@ from typing import AbstractSet, Callable
 from tilec.compiler import build_attention, build_depthwise, build_mbblock, build_mlp, conv_chain, fusers, ir, \
     passes, placement, pool_chain, stem_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
-from tilec.compiler.pair_tiles import skew_row_tiles
+from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
 from tilec.compiler import rules, rules_copy
-from tilec.compiler.rules_global import global_note
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
                                        reduce_nest, transpose_nest)
@@ -31,7 +30,7 @@ from tilec.compiler import nest as level_a
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.tensorize import match
-from tilec.compiler.directives import apply_schedule, op_for
+from tilec.compiler.directives import apply_schedule, op_for, to_hbm
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_plan, default_transpose,
                                      plan_directives, print_plans, print_schedule)
@@ -162,6 +161,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
                                          sbuf_budget(tgt))
     try:
         kernel = build_kernel(program, ops, plans, names, scheduled, sbuf_budget(tgt), chains, tgt, choices)
+        _check_placed_apart(program, ops, plans, tuple(directives), scheduled, tgt, choices)
     except Unhonoured as e:  # located at the directive asking for what the op's builder does not do
         raise TilecError(*_unhonoured(e, ops, tuple(directives))) from None
     _check_capacity(kernel, tgt, program, ops, plans, tuple(directives))
@@ -193,7 +193,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the target's limits)
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
     doc = _doc_lines(program, ops, plans, chains, tgt)
-    stages["schedule"] += "".join(_chain_note(c, ops, program, tgt) + "\n" for c in chains)
+    stages["schedule"] += "".join(fusers.chain_note(c, ops, program, tgt) + "\n" for c in chains)
     stages["schedule"] += build_mbblock.refusals(program, ops, scheduled, chains, tgt, placement.reads)
     stages["schedule"] += build_attention.refusals(program, ops, scheduled, chains, placement.reads)
     stages["schedule"] += build_mlp.refusals(program, ops, scheduled, chains, placement.reads, sbuf_budget(tgt))
@@ -467,11 +467,42 @@ def _scheduled(program, target: Target):
             if not paired and not plan.unroll:  # (an unrolled partition loop stays the loop the user unrolled)
                 paired = skew_row_tiles(built, sbuf_budget(target), fresh, var="pt", tile_const="TILE_P", note=AHEAD,
                                         min_tiles=4)
+            if not paired and not plan.unroll:  # a loop of tiles inside the other one: paired there (core22)
+                paired = skew_inner_tiles(built, sbuf_budget(target), fresh, "t", "TILE_F", AHEAD, 4) or \
+                    skew_inner_tiles(built, sbuf_budget(target), fresh, "pt", "TILE_P", AHEAD, 4)
             if paired and "t" in plan.unroll:  # `unroll`: the loop of pairs is the free tiles' loop now
                 return paired[0], list(passes.unroll_stmts(tuple(paired[1]), {"t"}))
             return paired or built
         return built
     return build
+
+
+def _check_placed_apart(program, ops: tuple, plans: tuple, directives: tuple, scheduled: AbstractSet[str],
+                        target: Target, choices: dict) -> None:
+    """`place T, hbm` (`compute_at T, root`) of an element-wise or reduction T that other statements read: the
+    directive names T, so T is built alone, stored and read back (directives.apply_fusion). Where no fused part
+    takes T without the directive, it went through HBM already and the kernel would not change: refused at the
+    directive's line (a directive is never silently ignored)."""
+    for d in directives:
+        op = next((o for o in ops if d.args and isinstance(d.args[0], sx.Ref) and o.name == d.args[0].parts[0]), None)
+        if not to_hbm(d) or op is None or type(op) not in (EltwiseOp, ReduceOp, ColumnReduceOp):
+            continue
+        if any(_names(x, op, ops) for x in directives if x is not d):
+            continue  # another directive builds T alone anyway
+        chains: list[fusers.Chain] = []
+        build_kernel(program, ops, plans, NameAllocator(program_names(program)), set(scheduled) - {op.name},
+                     sbuf_budget(target), chains, target, choices)
+        if not any(op.name in c.members for c in chains):
+            raise TilecError(f"{op.out} goes through HBM without the directive too (built alone, stored, read back "
+                             f"by its readers): `{d.name}` would leave the kernel as it is", d.span,
+                             "remove the directive (`tilec explain` shows where each tensor goes)")
+
+
+def _names(d: sx.Directive, op, ops: tuple) -> bool:
+    """Whether directive d schedules op by its plan: it names op, or it is `buffers X, 1` of op's operand."""
+    if d.args and isinstance(d.args[0], sx.Ref) and d.args[0].parts[0] == op.name:
+        return True
+    return d.name == "buffers" and op_for(d, ops) is op
 
 
 def _build_steps(op: TransposeOp, plan, program, target: Target, hbm: dict, fresh: Callable) -> tuple[list, list]:
@@ -656,37 +687,12 @@ def _recompile_commands(program) -> dict[str, str]:
     return commands
 
 
-def _chain_note(part: fusers.Chain, ops: tuple, program, target: Target) -> str:
-    """The schedule's line for a fused part, by the kind its fuser gave it (fusers.py)."""
-    kind, chain = part.kind, list(part.members)
-    if kind == "MobileNet block":
-        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-        return build_mbblock.note(ops, chain, hbm, target)
-    if kind == "attention head":
-        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-        return build_attention.note(ops, chain, hbm)
-    if kind == "MLP":
-        hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-        return build_mlp.note(ops, chain, hbm, sbuf_budget(target))
-    if kind == "global pool":
-        return global_note(chain)
-    if kind == "column chain":
-        return f"# fused column chain {', '.join(chain)}: blocks of columns of every row kept in SBUF, the source " \
-            "read once (build_colchain.py; a directive on one builds them apart)"
-    if kind == "row in PSUM":
-        return f"# {chain[0]}: its broadcast row kept in PSUM, read there by VectorE's products (build_psumrow.py)"
-    if kind == "halo tiles":
-        return f"# fused {', '.join(chain)}: each tile of the source loaded once with a halo, the shifted reads " \
-            "slices of it (build_halo.py; a directive on one builds them apart)"
-    return f"# fused row chain {', '.join(chain)}: one pass over row tiles (a directive on one builds it alone)"
-
-
 def _doc_lines(program, ops, plans, chains: list[fusers.Chain], target: Target | None = None) -> list[str]:
     lines = ["Schedule (directives; `tilec explain` shows the plan):", ""]
     in_chain = {name for c in chains for name in c.members}
     for op, plan in zip(ops, plans):
         if op.name not in in_chain:
             lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
-    lines += ["    " + _chain_note(c, ops, program, get_target(target)) for c in chains]
+    lines += ["    " + fusers.chain_note(c, ops, program, get_target(target)) for c in chains]
     sizes = ", ".join(f"{k}={v}" for k, v in sorted(program.sizes.items()))
     return lines + ["", f"Sizes: {sizes}"]

@@ -189,7 +189,8 @@ def eltwise(k: Kernel, target: Target, params: EltwisePlan | None = None) -> lis
         if size % params.parts == 0 and (size // params.parts) % params.free == 0:
             return settings(_flat(n, params), params.unroll, params.single)
         n = replace(n, run=(0, _split_point(n, params)))
-    return settings(_broadcast(n, params), params.unroll, params.single)
+    half = {r: k.buffers()[r].dtype for r in n.rows if k.buffers()[r].dtype in ("bf16", "f16")}
+    return settings(_broadcast(n, params, half), params.unroll, params.single)
 
 
 def unroll_tiles(k: Kernel, base: str) -> Kernel:
@@ -253,7 +254,7 @@ def _flat_tiles(p: EltwisePlan) -> list[Prim]:
             prim("reorder", "t", "tc", "p")]
 
 
-def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:
+def _broadcast(n: Injective, p: EltwisePlan, half: dict[str, str] | None = None) -> list[Prim]:
     lay = dict(eltwise_layout(n))
     a, b = n.run
     names = [lp.var for lp in n.loops]
@@ -278,14 +279,16 @@ def _broadcast(n: Injective, p: EltwisePlan) -> list[Prim]:
         for c, (f0, fs, tf, _) in enumerate(cols):
             sfx = _at(len(rows), r, len(cols), c)
             part = f", rows {p0}..{p0 + ps} x columns {f0}..{f0 + fs}" if len(rows) * len(cols) > 1 else ""
-            prims += _broadcast_region(n, p, replace(p, parts=tp, free=tf), sfx, part, v, name)
+            prims += _broadcast_region(n, p, replace(p, parts=tp, free=tf), sfx, part, v, name, half or {})
     return prims
 
 
 def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str, part: str, v: dict[str, str],
-                      name: _Names) -> list[Prim]:
+                      name: _Names, half: dict[str, str]) -> list[Prim]:
     """The schedule of one region of O x P x F (all of it, or a part after cuts: loops `o@ab`, `p@ab`, `f@ab`):
-    tiles of p.parts x p.free, the whole-tile constants named after the plan's."""
+    tiles of p.parts x p.free, the whole-tile constants named after the plan's. A 16-bit row (`half`) is copied to
+    the partitions in its own dtype (its values, through the fp32 PSUM copy, unchanged): a tensor_tensor of 16-bit
+    operands only runs at VectorE's 1x rate, 2x with an fp32 one (nki-spec 1.10.4, perf/costs.py)."""
     lay = dict(eltwise_layout(n))
     at = lambda x: x + sfx  # noqa: E731
     tag = f"_{sfx[1:]}" if sfx else ""
@@ -304,10 +307,13 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
              prim("stage_out", v[out], at("pt") if per_tile else at("t"), name=name(f"{out}_tile{tag}"))]
     prims += [prim("stage", v[x], at("pt") if per_tile else at("t"), name=name(f"{x}_tile{tag}"))
               for x in reversed(n.full)]
+    once = []  # the rows' tiles: made on chip, not loaded per tile (expr_instrs: the tile's DMA time)
     for i, r in reversed(list(enumerate(n.rows))):
         where = "" if whole else at("o") if per_o and per_tile else at("t")
         row, tile = name(f"{r}_row{tag}"), name(f"{r}_tile{tag}")
-        prims += [prim("stage", v[r], where, name=row), prim("broadcast", row, where, at("p_i"), name=tile)]
+        once.append(tile)
+        prims += [prim("stage", v[r], where, name=row),
+                  prim("broadcast", row, where, at("p_i"), name=tile, **({"dtype": half[r]} if r in half else {}))]
         if whole:  # one PSUM bank at a time: TILE_F columns, or (wider tiles) the largest divisor of F that fits
             chunk = "c" if i == 0 else f"c{i + 1}"
             width = p.free if p.free <= MOVING_FMAX else best_divisor(lay["F"], MOVING_FMAX)
@@ -321,7 +327,8 @@ def _broadcast_region(n: Injective, plan: EltwisePlan, p: EltwisePlan, sfx: str,
                                        f", {', '.join(lp.var for lp in n.loops[n.run[0]:n.run[1]])} on the partitions"
                                        if n.run[1] else "")
     temps = {"temps": f"tmp{tag}_"} if tag else {}  # a region's temporaries have its own shape
-    return prims + [prim("tensorize", at("p_i"), fold=fold, regroup=fold, **temps),
+    rows = {"once": tuple(once)} if once else {}
+    return prims + [prim("tensorize", at("p_i"), fold=fold, regroup=fold, **temps, **rows),
                     prim("block", at("pt"), label + part)]
 
 

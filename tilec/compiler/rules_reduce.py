@@ -155,8 +155,10 @@ def reduce(k: Kernel, target: Target, params: ReducePlan, short: tuple[int, int,
             ft = p.replace("p", "ft", 1)
             prims += [prim("stage", v[A], ft, name=unique(f"{A}_tile{ctag(q)}", taken)) for A in reversed(reads)]
         prims += [prim("stage", v[c], at, name=unique(f"{c}_col{tag}", taken), near=True) for c in columns]
-        for p in ps:  # a square's sum: one ScalarE activation, `square` with the row sum its reduce_res
-            prims += [prim("tensorize", f"{p}_x", **summed)] if expr else []
+        for q, p in enumerate(ps):  # a square's sum: one ScalarE activation, `square` with the row sum its reduce_res
+            # each region of a ragged cut has temporaries of its own shape (rows, free elements)
+            temps = {"temps": f"tmp{ctag(q)}_"} if ctag(q) else {}
+            prims += [prim("tensorize", f"{p}_x", **summed, **temps)] if expr else []
             prims.append(prim("tensorize", p) if at != x("pt") else prim("tensorize", p, accumulate=True))
         prims += [prim("tensorize", f"{x(e)}_r") for e in loops]
         part = f", rows {r0}..{r0 + size}" if sfx else ""

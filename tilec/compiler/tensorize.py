@@ -220,11 +220,13 @@ class Emit:
 
 
 def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = False,
-         regroup: bool = False, psum: str = "", engine: str = "", temps: str = "tmp") -> list[ir.Stmt]:
+         regroup: bool = False, psum: str = "", engine: str = "", temps: str = "tmp",
+         once: tuple[str, ...] = ()) -> list[ir.Stmt]:
     """The instructions computing `s` over the loops `nest` (partition loop first): matched against the target's
     instruction table, then written with that instruction's operands. `engine` "scalar": an on-chip copy runs on
     ScalarE (activation copy) instead of VectorE, so a rule can share copies between the engines. `temps` names
-    the expression's temporaries (tmp1, tmp2..; each region of a ragged nest has its own, of its own shape)."""
+    the expression's temporaries (tmp1, tmp2..; each region of a ragged nest has its own, of its own shape).
+    `once`: operand tiles made on chip once (broadcast rows), not loaded with each tile."""
     m = match(local(s, set(nest)), target)
     if m is None:
         raise InternalError(f"tensorize: no instruction of {target.name} computes {s}")
@@ -260,7 +262,7 @@ def emit(s: Assign, nest: dict[str, int], target: Target, e: Emit, fold: bool = 
     columns = {names[a] for a in names if not any(t.var in free for i in a.index for t in i.terms)}
     shape = dst.shape()
     return ExprCompiler(tiles, (shape[0], math.prod(shape[1:])), s.line, e.fresh, columns, fold=fold,
-                        prefix=temps, regroup=regroup, share=target).emit(to_syntax(expr), dst)
+                        prefix=temps, regroup=regroup, share=target, once=set(once)).emit(to_syntax(expr), dst)
 
 
 def _partition_broadcast(s: Assign, dst: View, e: Emit) -> list[ir.Stmt]:

@@ -14,8 +14,9 @@ names and each knob's first value is the compiler's default:
               buffers of the input band
     pool      tile b (<= 128 partitions), split i (output rows per tile)
     transpose tile i (<= 128), split i / split j (blocks per DMA), method pe | dma
-    eltwise   tile of the free dimension
-    reduce    rows per partition tile, elements per free tile
+    eltwise   tile of the free dimension; a broadcast layout's tile order (reorder: free tiles outside or inside the
+              partition tiles), flattened data's free tiles per DMA (split 2 | 4)
+    reduce    rows per partition tile, elements per free tile (ragged: a smaller last tile)
 
 Static checks repeat the compiler's cheapest rules (divisibility, partition and PSUM limits, a rough SBUF bound);
 the compiler's TilecError stays the authority for anything they miss.
@@ -56,6 +57,7 @@ class OpView:
     size: int = 0  # element-wise: elements of the output
     rows: tuple[str, ...] = ()  # element-wise: broadcast rows (tiles bounded by a matmul's moving size)
     padded: bool = False  # a conv's zero-padded read (a halo): no column bands, at least two input band buffers
+    run: tuple[int, int] = (0, 0)  # element-wise with broadcasts: its loops [a, b) go on the partitions
     # (directive, role) -> default value: an int (tile, split sizes) or a tuple of roles (reorder)
     defaults: dict[tuple[str, str], Any] = field(default_factory=dict)
 
@@ -91,7 +93,7 @@ def op_views(ops: tuple, plans: tuple, dtypes: dict[str, str] | None = None) -> 
         view = OpView("fixed" if fixed else type(op).__name__.removesuffix("Op").lower(), op.name, op.out, dims,
                       dict(op.vars), (pool.wy, pool.wx) if pool else None, tensors, getattr(op, "w_layout", ""),
                       getattr(op, "size", 0), tuple(getattr(op, "rows", ())),
-                      padded=any(o != 0 for o in getattr(op, "offset", (0, 0))))
+                      padded=any(o != 0 for o in getattr(op, "offset", (0, 0))), run=getattr(op, "run", (0, 0)))
         _defaults(view, plan_directives(op, plan))
         views.append(view)
     return views
@@ -282,15 +284,29 @@ def eltwise_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[K
     frees = frees or [free]
     role = free_role(op)
     values = _with_default(op.defaults.get(("tile", role)), frees)
-    return [Knob(f"tile {op.ref(role)}", "tile", op.ref(role), values)], []
+    knobs = [Knob(f"tile {op.ref(role)}", "tile", op.ref(role), values)]
+    names, (a, b) = list(op.vars.values()), op.run
+    if "F" in op.dims and b > a and len(names) > b:  # a broadcast layout: its free tiles outside or inside its
+        # partition tiles (`reorder`, directives._reorder_broadcast; None: the rule's choice)
+        orders = (tuple(names[b:] + names[a:b]), tuple(names[a:b] + names[b:]))
+        knobs.append(Knob(f"reorder {op.name}", "reorder", op.name, (None,) + orders))
+    elif "F" not in op.dims:  # flattened data: N free tiles per DMA (`split`, core21)
+        knobs.append(Knob(f"split {op.ref(role)}", "split", op.ref(role), (None, 2, 4)))
+    return knobs, []
 
 
 def reduce_knobs(op: OpView, dtypes: dict[str, str], t: Target) -> tuple[list[Knob], list[Check]]:
-    """Rows per partition tile (a divisor of the kept rows R, <= 128) and elements per free tile (a divisor of the
-    reduced size F, <= 4096: one tensor_reduce each, folded into the accumulator column)."""
+    """Rows per partition tile (<= 128) and elements per free tile (<= 4096: one tensor_reduce each, folded into
+    the accumulator column): the divisors of the kept rows R and of the reduced size F, and where they have no good
+    divisor round sizes, the last tile smaller (the rule cuts a ragged remainder, core22)."""
     rows, free = op.dims["R"], op.dims["F"]
     parts = [v for v in divisors(rows) if v <= t.pmax and v >= min(32, rows)]
+    if rows % tile_size(rows, t.pmax):
+        parts = sorted(set(parts) | {v for v in (64, 128) if v < rows and v <= t.pmax})
     frees = [v for v in divisors(free) if v <= REDUCE_FREE and v >= min(64, free)]  # the compiler's own bound
+    if free % tile_size(free, min(REDUCE_FREE, 1024)):
+        frees = sorted(set(frees) | {v for v in (512, 1024, 2048, 4096) if v < free and v <= REDUCE_FREE})
+    parts, frees = parts or [min(rows, t.pmax)], frees or [min(free, REDUCE_FREE)]
     dflt = op.defaults
     return [Knob(f"tile {op.ref('k0')}", "tile", op.ref("k0"), _with_default(dflt.get(("tile", "k0")), parts)),
             Knob(f"tile {op.ref('r0')}", "tile", op.ref("r0"), _with_default(dflt.get(("tile", "r0")), frees))], []
