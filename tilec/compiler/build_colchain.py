@@ -164,12 +164,12 @@ def _balance(b: "_Builder") -> int:
     """Row tiles of each sum to fold on VectorE/GpSimdE: q minimising max(A + S (q - 1) c_vg, S (T - q + 1) c_pe),
     A the chain's other VectorE/GpSimdE work per block (its tensor_tensor passes shared as Work.shares says), S the
     sums, c_vg one tile's add on the two engines together, c_pe one tile's matmul (tilec/perf/costs.py: tensor_tensor 2
-    cycles per element on either engine; nc_matmul (N + fixed) cycles times the fp32 factor). When the blocks are
-    software-pipelined (stage_b: an even number >= 4 of blocks), A leaves out the output's work: it runs in stage B
-    beside the next block's statistics, and the sums are the chain's latency. Model, column_standardize 4096 x 2048,
-    q = 13 (A with the output) / 16 / 18 (without) / 20 / 22: 352.0 / 336.8 / 328.9 / 335.4 / 342.4 us. Not for a
-    16-bit X, whose terms are computed per row tile (no in-place part): its bf16 form, q = 0 (A with the output) / 4
-    / 8 / 11 (without) / 13: 539.1 / 543.1 / 546.9 / 549.7 / 553.0 us."""
+    cycles per element on either engine plus each instruction's static overhead; nc_matmul (N + fixed) cycles times
+    the fp32 factor, halved by the ones' onezero hint). The steady state of the software-pipelined blocks balances
+    the engines' whole work per block, the output's included. Model (trn2, start-up excluded), column_standardize
+    4096 x 2048, q = 0 / 2 / 6 / 10: 222.2 / 232.6 / 273.9 / 271.2 us; 2048^2 q = 0 / 2 / 4: 114.2 / 122.1 / 130.0;
+    512 x 2048 (4 row tiles) q = 0 / 2: 41.7 / 40.7. Before the onezero hint (fp32 matmuls at the full factor),
+    leaving the output out of A was better (q = 18: 328.9 us)."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
     t = get_target()
@@ -177,12 +177,12 @@ def _balance(b: "_Builder") -> int:
     TF, T, S = b.ch.TF, b.T, b.sums
     if not S or T < 3:
         return 0
-    c_vg = 2 * TF / (t.vector_ghz + t.gpsimd_ghz)
-    fp32 = c.fp32 if b.res.dtype == "f32" or b.terms_f32 else 1.0
+    ghz = t.vector_ghz + t.gpsimd_ghz
+    static = c.static["vector"] + c.static["gpsimd"]  # a pass is one instruction on each engine
+    c_vg = (2 * TF + static) / ghz
+    fp32 = c.fp32_onezero if b.res.dtype == "f32" or b.terms_f32 else 1.0  # the ones matmuls are marked onezero
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
-    nb = b.ch.F // TF
-    out = b.output_work if nb >= 4 and nb % 2 == 0 and b.res.dtype == "f32" else Work()
-    A = Work(b.work.sbuf - out.sbuf, b.work.psum - out.psum).ns(t)
+    A = b.work.ns(t) + (b.work.sbuf + b.work.psum) / TF * static / ghz
     q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
     return 0 if q < 2 else min(T, round(q))
 
@@ -202,7 +202,6 @@ class _Builder:
         self.twin_stat: dict[str, str] = {}  # that row -> the statistic's name (read_whole: both builds name it so)
         self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads
         self.sums = 0
-        self.output_work = Work()  # the output's share of `work` (stage B when pipelined: _balance)
         self.terms_f32 = False
         self.stats: list[ColumnReduceOp] = [ops[j] for j in ch.op_range][:-1]
         self.user: EltwiseOp = ops[ch.at + ch.count - 1]
@@ -228,9 +227,7 @@ class _Builder:
         for j, s in enumerate(self.stats):
             exprs = self.in_place(j, exprs, body)
             body += self.statistic(s, exprs[j])
-        before = self.work
         body += self.output(exprs[-1])
-        self.output_work = Work(self.work.sbuf - before.sbuf, self.work.psum - before.psum)
         names = ", ".join(s.out for s in self.stats)
         what = f"{names}, {self.user.out} = statistics over the rows of {ch.src} and the element-wise op reading " \
                f"them, one block of TILE_F columns of every row kept in SBUF (X read once)"
@@ -364,7 +361,8 @@ class _Builder:
 
     def summed(self, s: ColumnReduceOp, expr: sx.Expr, bcast: Buf) -> list[Stmt]:
         """ones[P, P].T @ terms accumulated over the row tiles in one PSUM bank: every partition gets the column
-        sums (TensorE), scaled on the way out of PSUM. The first fold_tiles row tiles are added element-wise on
+        sums (TensorE), scaled on the way out of PSUM. The ones carry the onezero hint (an fp32 matmul at up to
+        twice the rate, ISA1/ISA6 nc_matmul). The first fold_tiles row tiles are added element-wise on
         VectorE/GpSimdE first, their total one more matmul."""
         P, TF, ln, T = self.P, self.ch.TF, s.update_line, self.T
         self.sums += 1
@@ -383,14 +381,15 @@ class _Builder:
         if q < T:  # the first matmul starts the sum: the accumulator may be allocated once for every block
             terms, made = self.terms(s, expr, a(q))
             self.terms_f32 = self.terms_f32 or terms.buf.dtype == "f32"
-            out += made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms, ln, start=True)]
+            out += made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms, ln, start=True,
+                                     ones=True)]
         if q + 1 < T:
             terms, made = self.terms(s, expr, a("rt", q + 1))
             out += loop("rt", T - q - 1, made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms,
-                                                           ln)],
+                                                           ln, ones=True)],
                         note="the row tiles' terms summed into PSUM (ones matmul)", line=ln)
         if q:
-            out.append(ir.Matmul(whole(acc), whole(self.ones_for("f32")), whole(run), ln, start=q == T))
+            out.append(ir.Matmul(whole(acc), whole(self.ones_for("f32")), whole(run), ln, start=q == T, ones=True))
         if self.twinned(s, bcast, acc):
             return out + self.evicted(s, bcast, acc)
         out.append(ir.Act(whole(bcast), whole(acc), "copy", scale=s.scale, line=ln))
