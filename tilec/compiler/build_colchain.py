@@ -60,6 +60,7 @@ class ColChain:
     R: int
     F: int
     TF: int
+    user: bool = True  # the last op is the element-wise user; else statistics only (each stored or read later)
 
     @property
     def op_range(self) -> range:
@@ -74,21 +75,26 @@ def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: Abstract
     while k < len(ops) and type(ops[k]) is ColumnReduceOp and _stat(ops[k], ops[i], {s.out for s in stats}):
         stats.append(ops[k])
         k += 1
-    if not stats or k == len(ops) or type(ops[k]) is not EltwiseOp:
+    if not stats:
         return None
-    user, first = ops[k], stats[0]
+    first = stats[0]
     R, F, X = first.dim("R"), first.dim("F"), first.src
-    made = {s.out for s in stats}
-    if user.copy or user.columns or user.fused or set(user.inputs) != {X} or not set(user.rows) <= made \
-            or dict(user.layout) != {"O": 1, "P": R, "F": F}:
+    user = ops[k] if k < len(ops) and _user(ops[k], X, {s.out for s in stats}, R, F) else None
+    if user is None and len(stats) < 2:  # one statistic alone: build_colreduce
         return None
-    if any(o.name in scheduled for o in stats + [user]) or hbm[X].dtype not in ("f32", "bf16"):
+    if any(o.name in scheduled for o in stats + [user] if o is not None) or hbm[X].dtype not in ("f32", "bf16"):
         return None
     P = get_target().pmax
     if R % P:
         return None
     TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype])
-    return None if TF is None else ColChain(i, len(stats) + 1, X, R, F, TF)
+    return None if TF is None else ColChain(i, len(stats) + (user is not None), X, R, F, TF, user is not None)
+
+
+def _user(op, X: str, made: set[str], R: int, F: int) -> bool:
+    """An element-wise op reading X and the statistics as rows, in X's layout."""
+    return type(op) is EltwiseOp and not (op.copy or op.columns or op.fused) and set(op.inputs) == {X} \
+        and set(op.rows) <= made and dict(op.layout) == {"O": 1, "P": R, "F": F}
 
 
 def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
@@ -125,10 +131,13 @@ def stage_b(ch: ColChain, ops: tuple):
     the row tiles, so that the next block's load, statistics and in-place parts are issued before this block's
     output and store, and the engines work on both blocks at once. Model (trn2, start-up excluded), split there /
     at the last statistic / after the loads only: softmax_axis0 2048^2 152.0 / 178.5 / 186.7 us, column_standardize
-    4096 x 2048 339.0 / 379.2 / 378.6 us."""
-    del ch, ops
+    4096 x 2048 339.0 / 379.2 / 378.6 us. Statistics without a user: after the load (a column variance 4096 x 2048,
+    there / at the centring: 176.3 / 176.8 us; 2048^2 93.3 / 90.6)."""
+    del ops
 
     def split(body: tuple) -> int | None:
+        if not ch.user:  # after the block's load
+            return next(i for i, s in enumerate(body) if isinstance(s, Dma)) + 1
         return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.note.startswith(OUTPUT_NOTE)),
                     None)
     return split
@@ -177,6 +186,7 @@ def _balance(b: "_Builder") -> int:
     TF, T, S = b.ch.TF, b.T, b.sums
     if not S or T < 3:
         return 0
+
     ghz = t.vector_ghz + t.gpsimd_ghz
     static = c.static["vector"] + c.static["gpsimd"]  # a pass is one instruction on each engine
     c_vg = (2 * TF + static) / ghz
@@ -184,7 +194,10 @@ def _balance(b: "_Builder") -> int:
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
     A = b.work.ns(t) + (b.work.sbuf + b.work.psum) / TF * static / ghz
     q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
-    return 0 if q < 2 else min(T, round(q))
+    # statistics without a user: no folds. Their sums are TensorE's whole work, but a fold ahead of a block's
+    # centring holds VectorE/GpSimdE's in-order queues behind the next block's load (column variance 4096 x 2048,
+    # q = 0 / 4 / 8: 176.3 / 182.1 / 203.1 us; folding only the last sum, q = 11: 210.4)
+    return 0 if q < 2 or b.user is None else min(T, round(q))
 
 
 class _Builder:
@@ -203,8 +216,9 @@ class _Builder:
         self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads
         self.sums = 0
         self.terms_f32 = False
-        self.stats: list[ColumnReduceOp] = [ops[j] for j in ch.op_range][:-1]
-        self.user: EltwiseOp = ops[ch.at + ch.count - 1]
+        members = [ops[j] for j in ch.op_range]
+        self.stats: list[ColumnReduceOp] = members[:-1] if ch.user else members
+        self.user: EltwiseOp | None = members[-1] if ch.user else None
         self.P = get_target().pmax
         self.T = ch.R // self.P
         self.line = self.stats[0].line
@@ -216,21 +230,26 @@ class _Builder:
         # rows p * T .. p * T + T - 1 on partition p: a block of every row is one DMA of T runs per partition
         self.xv, st = hbm_view(self.hbm[ch.src], (P, T, ch.F), self.fresh(f"{ch.src}_v"), ln)
         pre += st
-        self.yv, st = hbm_view(self.hbm[self.user.out], (P, T, ch.F), self.fresh(f"{self.user.out}_v"), ln)
-        pre += st
+        if self.user is not None:
+            self.yv, st = hbm_view(self.hbm[self.user.out], (P, T, ch.F), self.fresh(f"{self.user.out}_v"), ln)
+            pre += st
         self.ones: dict[str, Buf] = {}
         self.res = Buf(self.fresh(f"{ch.src}_res"), "sbuf", self.hbm[ch.src].dtype, (P, T, ch.TF))
         body: list[Stmt] = [Alloc(self.res, line=ln)]
         body.append(Dma(whole(self.res), View(self.xv, (full(P), full(T), self.cols)), ln))
         self.rows: dict[str, View] = {}
-        exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats] + [self.user.expr]
+        exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats]
+        exprs += [self.user.expr] if self.user is not None else []
         for j, s in enumerate(self.stats):
             exprs = self.in_place(j, exprs, body)
             body += self.statistic(s, exprs[j])
-        body += self.output(exprs[-1])
         names = ", ".join(s.out for s in self.stats)
-        what = f"{names}, {self.user.out} = statistics over the rows of {ch.src} and the element-wise op reading " \
-               f"them, one block of TILE_F columns of every row kept in SBUF (X read once)"
+        if self.user is not None:
+            body += self.output(exprs[-1])
+            names += f", {self.user.out}"
+        what = f"{names} = statistics over the rows of {ch.src}" + \
+            (" and the element-wise op reading them" if self.user is not None else "") + \
+            ", one block of TILE_F columns of every row kept in SBUF (X read once)"
         for o in self.ones.values():
             pre += [Alloc(o, zero=True, line=ln), ir.Scalar(whole(o), whole(o), "add", 1.0, ln)]
         nest = loop("ct", ch.F // ch.TF, body, note="for the blocks of TILE_F columns", line=ln)
@@ -450,7 +469,9 @@ class _Builder:
 
     def output(self, expr: sx.Expr) -> list[Stmt]:
         """The row-only parts of the expression once per block, then per row tile the expression and its store."""
-        P, TF, ln, X, user = self.P, self.ch.TF, self.user.line, self.ch.src, self.user
+        user = self.user
+        assert user is not None
+        P, TF, ln, X = self.P, self.ch.TF, user.line, self.ch.src
         out: list[Stmt] = []
         for part in _row_parts(expr, set(self.rows)):
             t = Buf(self.fresh(f"{user.out}_row"), "sbuf", "f32", (P, TF))
