@@ -135,3 +135,31 @@ def test_the_model_column_standardize_within_one_and_a_third():
     est = estimate(trace)
     floor_us = 2 * M * N * 4 / TARGETS["trn2"].hbm_bw / 1000
     assert est.total_us - est.params.startup_ns.value / 1000 < 1.3 * floor_us
+
+
+@pytest.mark.parametrize("program", ["standardize", "softmax"])
+def test_all_bf16_chains_read_x_once(program):
+    """A program written in bf16 throughout (its statistics bf16 too): the column sums reading rows stay whole
+    (reduce_split.same_width), so the chain takes them; before, the variance's and the softmax sum's terms went
+    through HBM in f32. Values: test_colchain's bf16 cases."""
+    from test_colchain import SOFTMAX
+    text = (STANDARDIZE if program == "standardize" else SOFTMAX).format(M=512, N=1024).replace("f32", "bf16")
+    src = compile_loaded(lang.load(text), nki="0.6").source
+    assert fused(src) and "buffer=nl.hbm" not in src
+
+
+def test_a_bf16_source_with_f32_rows_keeps_its_terms_in_hbm():
+    """The column-reduction rule computes a sum's terms in the source's dtype: a bf16 X with an f32 row (or an f32
+    result) keeps the f32 terms in HBM (test_cols17_rows' bf16 sources), an all-bf16 one is read whole."""
+    text = """kernel l1(X: bf16[M, N], c: {c}[N]) -> s
+  default M = 256, N = 512
+  s: {c}[N]
+  for j in 0..N:
+    s[j] = 0
+  for i in 0..M, j in 0..N:
+    s[j] += abs({x} - c[j])
+"""
+    split = compile_loaded(lang.load(text.format(c="f32", x="f32(X[i, j])")), nki="0.6")
+    whole = compile_loaded(lang.load(text.format(c="bf16", x="X[i, j]")), nki="0.6")
+    assert "buffer=nl.hbm" in split.source and "buffer=nl.hbm" not in whole.source
+    assert_formula_matches(whole, lambda a: {"s": np.abs(a["X"].astype(np.float64) - a["c"]).sum(axis=0)}, "l1 bf16")
