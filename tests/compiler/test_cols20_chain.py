@@ -163,3 +163,15 @@ def test_a_bf16_source_with_f32_rows_keeps_its_terms_in_hbm():
     whole = compile_loaded(lang.load(text.format(c="bf16", x="X[i, j]")), nki="0.6")
     assert "buffer=nl.hbm" in split.source and "buffer=nl.hbm" not in whole.source
     assert_formula_matches(whole, lambda a: {"s": np.abs(a["X"].astype(np.float64) - a["c"]).sum(axis=0)}, "l1 bf16")
+
+
+@pytest.mark.parametrize("program", ["standardize", "softmax"])
+def test_a_16_bit_block_has_an_fp32_working_copy(program):
+    """The part every later reader of X reads it through (X - mu, exp(X - m)) is computed once into an fp32 copy of
+    the bf16 block (a bf16 X_res would round it), read from then on; Y is written over X_res and stored from it."""
+    from test_colchain import SOFTMAX
+    text = (STANDARDIZE if program == "standardize" else SOFTMAX).format(M=1024, N=1024).replace("f32", "bf16")
+    src = " ".join(compile_loaded(lang.load(text), nki="0.6").source.split())
+    assert "X_f32 = nl.ndarray((128, SIZE_M // 128, " in src and "dtype=nl.float32" in src
+    assert "in place (every later reader of X reads it)" in src
+    assert all("src=X_res" in c for c in src.split("nisa.dma_copy(dst=Y_v")[1:])

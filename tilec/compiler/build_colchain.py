@@ -16,7 +16,8 @@ block of every row stays in SBUF while the chain runs over it:
         Y[p*T + rt, block] = expr(X_res[:, rt], m_b, ..)               per row tile; row-only parts once per block
 
 A part of a statistic's terms that every later reader of X reads X through (softmax's exp(X - m), the centred
-X - mu) is computed once, in place in X_res (f32 only: a 16-bit X_res would round it). A statistic the kernel
+X - mu) is computed once, in place in X_res; for a 16-bit X (whose X_res would round it) into an fp32 working copy
+of the block, so its blocks are narrower (COPY_BYTES for both). A statistic the kernel
 outputs or another op reads is stored from row 0 of its broadcast tile. Taken for f32/bf16 X of whole row tiles
 whose block of RESIDENT_BYTES per partition holds at least 128 columns (or all of them), and no directive on the
 chain's ops; anything else keeps the ops apart."""
@@ -40,6 +41,7 @@ from tilec.target import target as get_target
 # per partition: one block of X (two in flight when software-pipelined). Wider blocks hold the engines longer on
 # one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
 RESIDENT_BYTES = 32 * 1024
+COPY_BYTES = 48 * 1024  # a 16-bit block with its fp32 working copy (per partition; two in flight when pipelined)
 OUTPUT_NOTE = "the output per row tile"
 # TILE_F candidates, the first that divides F and fits: 512 fp32 columns fill one PSUM bank (the sum's matmul).
 # With fp32 X of 8 or more row tiles, more blocks pipeline better (the first block's load and the last one's store
@@ -88,6 +90,8 @@ def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: Abstract
     if R % P:
         return None
     TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype])
+    if hbm[X].dtype != "f32" and TF is not None:  # a 16-bit block and its fp32 working copy (_Builder.in_place)
+        TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype] + 4, COPY_BYTES)
     return None if TF is None else ColChain(i, len(stats) + (user is not None), X, R, F, TF, user is not None)
 
 
@@ -102,11 +106,11 @@ def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
         and op.op in IDENTITY and set(op.inputs) <= {op.src} | made
 
 
-def _block(T: int, F: int, elem: int) -> int | None:
-    if F <= WHOLE and T * F * elem <= RESIDENT_BYTES:
+def _block(T: int, F: int, elem: int, budget: int = RESIDENT_BYTES) -> int | None:
+    if F <= WHOLE and T * F * elem <= budget:
         return F
     order = NARROW_FIRST if elem == 4 and T >= 8 else WIDE_FIRST
-    return next((c for c in order if F % c == 0 and T * c * elem <= RESIDENT_BYTES), None)
+    return next((c for c in order if F % c == 0 and T * c * elem <= budget), None)
 
 
 def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str],
@@ -235,6 +239,7 @@ class _Builder:
             pre += st
         self.ones: dict[str, Buf] = {}
         self.res = Buf(self.fresh(f"{ch.src}_res"), "sbuf", self.hbm[ch.src].dtype, (P, T, ch.TF))
+        self.copy: Buf | None = None  # a 16-bit block's fp32 working copy (in_place)
         body: list[Stmt] = [Alloc(self.res, line=ln)]
         body.append(Dma(whole(self.res), View(self.xv, (full(P), full(T), self.cols)), ln))
         self.rows: dict[str, View] = {}
@@ -266,9 +271,10 @@ class _Builder:
         k = self.bases[base] = self.bases.get(base, 0) + 1
         return self.given(base if k == 1 else f"{base}{k}")
 
-    def tile(self, rt: ir.Aff) -> View:
-        """Row tile rt of the resident block (rows p * T + rt of the block on partition p)."""
-        return View(self.res, (full(self.P), rt, full(self.ch.TF)))
+    def tile(self, rt: ir.Aff, buf: Buf | None = None) -> View:
+        """Row tile rt of the resident block (rows p * T + rt of the block on partition p): of its fp32 working
+        copy once in_place made one."""
+        return View(buf or self.copy or self.res, (full(self.P), rt, full(self.ch.TF)))
 
     def emit(self, tiles: dict[str, View], prefix: str, e: sx.Expr, dst: View) -> list[Stmt]:
         """The expression's instructions, each tensor_tensor cut by columns between GpSimdE and VectorE
@@ -325,16 +331,20 @@ class _Builder:
 
     def in_place(self, j: int, exprs: list[sx.Expr], body: list[Stmt]) -> list[sx.Expr]:
         """The largest part of statistic j's terms through which every later expression reads X, computed once in
-        place in X_res (f32 X only), and X read instead of it from then on."""
+        place in X_res, and X read instead of it from then on. A 16-bit X_res would round it: its first such part
+        goes into an fp32 working copy of the block (X_f32), read as X from then on."""
         X = self.ch.src
-        if self.hbm[X].dtype != "f32":
-            return exprs
         part = _common(exprs[j], exprs[j + 1:], X)
         if part is None:
             return exprs
         rt = a("rt")
-        body += loop("rt", self.T, self.emit({X: self.tile(rt), **self.rows}, "pre", part, self.tile(rt)),
+        into = self.copy
+        if self.hbm[X].dtype != "f32" and into is None:
+            into = Buf(self.fresh(f"{X}_f32"), "sbuf", "f32", self.res.shape)
+            body.append(Alloc(into, line=self.line))
+        body += loop("rt", self.T, self.emit({X: self.tile(rt), **self.rows}, "pre", part, self.tile(rt, into)),
                      note=f"{fmt_expr(part)} in place (every later reader of {X} reads it)", line=self.line)
+        self.copy = into
         key = fmt_expr(part)
         return exprs[:j] + [_replaced(e, key, sx.Access(X, ())) for e in exprs[j:]]
 
@@ -479,7 +489,7 @@ class _Builder:
             expr = _replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
             self.rows[t.name] = whole(t)
         if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
-            step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt")))
+            step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt"), self.res))
             store = Dma(View(self.yv, (full(P), full(self.T), self.cols)), whole(self.res), ln)
             return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
         res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
