@@ -175,3 +175,15 @@ def test_a_16_bit_block_has_an_fp32_working_copy(program):
     assert "X_f32 = nl.ndarray((128, SIZE_M // 128, " in src and "dtype=nl.float32" in src
     assert "in place (every later reader of X reads it)" in src
     assert all("src=X_res" in c for c in src.split("nisa.dma_copy(dst=Y_v")[1:])
+
+
+def test_a_16_bit_mean_over_2k_rows_is_read_from_psum():
+    """The mean of a bf16 X over M = 2^k rows: 1/M rides in the bf16 ones (exact), the accumulator holds the mean,
+    and VectorE's share of the centring reads it in PSUM (1 cycle per element against 2); an fp32 X keeps plain
+    ones (their onezero rate) and scales on the eviction."""
+    bf16 = " ".join(compile_loaded(lang.load(STANDARDIZE.format(M=1024, N=1024).replace("f32", "bf16")),
+                                   nki="0.6").source.split())
+    assert "operand0=0.0009765625" in bf16 and "stationary=scaled_bf16" in bf16
+    assert "data2=mu_acc" in bf16 or "data1=mu_acc" in bf16
+    f32 = " ".join(compile_loaded(lang.load(STANDARDIZE.format(M=1024, N=1024)), nki="0.6").source.split())
+    assert "scaled_" not in f32 and "scale=0.0009765625" in f32

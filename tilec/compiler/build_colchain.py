@@ -24,6 +24,7 @@ chain's ops; anything else keeps the ops apart."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import AbstractSet
 
@@ -237,7 +238,7 @@ class _Builder:
         if self.user is not None:
             self.yv, st = hbm_view(self.hbm[self.user.out], (P, T, ch.F), self.fresh(f"{self.user.out}_v"), ln)
             pre += st
-        self.ones: dict[str, Buf] = {}
+        self.ones: dict[tuple[str, float], Buf] = {}
         self.res = Buf(self.fresh(f"{ch.src}_res"), "sbuf", self.hbm[ch.src].dtype, (P, T, ch.TF))
         self.copy: Buf | None = None  # a 16-bit block's fp32 working copy (in_place)
         body: list[Stmt] = [Alloc(self.res, line=ln)]
@@ -255,8 +256,8 @@ class _Builder:
         what = f"{names} = statistics over the rows of {ch.src}" + \
             (" and the element-wise op reading them" if self.user is not None else "") + \
             ", one block of TILE_F columns of every row kept in SBUF (X read once)"
-        for o in self.ones.values():
-            pre += [Alloc(o, zero=True, line=ln), ir.Scalar(whole(o), whole(o), "add", 1.0, ln)]
+        for (_, value), o in self.ones.items():
+            pre += [Alloc(o, zero=True, line=ln), ir.Scalar(whole(o), whole(o), "add", value, ln)]
         nest = loop("ct", ch.F // ch.TF, body, note="for the blocks of TILE_F columns", line=ln)
         return [("TILE_F", ch.TF)], pre + [ir.Block(what, tuple(nest), ln)]
 
@@ -407,29 +408,33 @@ class _Builder:
             nxt, made = self.terms(s, expr, a("rt", 2))
             out += [] if q == 2 else loop("rt", q - 2, made + _fold(whole(run), whole(run), nxt, "add", cut, ln),
                                           note="row tiles added element-wise (VectorE, GpSimdE)", line=ln)
+        moved = 1.0  # the part of the statistic's scale the ones carry
         if q < T:  # the first matmul starts the sum: the accumulator may be allocated once for every block
             terms, made = self.terms(s, expr, a(q))
             self.terms_f32 = self.terms_f32 or terms.buf.dtype == "f32"
-            out += made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms, ln, start=True,
-                                     ones=True)]
+            # a mean of 16-bit terms: 1/M in the ones (exact for M = 2^k), so that the accumulator holds the mean
+            # and VectorE reads it from PSUM (twinned); fp32 terms keep plain ones for their onezero rate
+            if not q and terms.buf.dtype != "f32" and _power_of_two(s.scale) and s.init == 0.0:
+                moved = s.scale
+            ones = self.ones_for(terms.buf.dtype, moved)
+            out += made + [ir.Matmul(whole(acc), whole(ones), terms, ln, start=True, ones=moved == 1.0)]
         if q + 1 < T:
             terms, made = self.terms(s, expr, a("rt", q + 1))
-            out += loop("rt", T - q - 1, made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms,
-                                                           ln, ones=True)],
+            out += loop("rt", T - q - 1, made + [ir.Matmul(whole(acc), whole(ones), terms, ln, ones=moved == 1.0)],
                         note="the row tiles' terms summed into PSUM (ones matmul)", line=ln)
         if q:
             out.append(ir.Matmul(whole(acc), whole(self.ones_for("f32")), whole(run), ln, start=q == T, ones=True))
-        if self.twinned(s, bcast, acc):
+        if self.twinned(s, bcast, acc, moved):
             return out + self.evicted(s, bcast, acc)
-        out.append(ir.Act(whole(bcast), whole(acc), "copy", scale=s.scale, line=ln))
+        out.append(ir.Act(whole(bcast), whole(acc), "copy", scale=s.scale / moved, line=ln))
         if s.init != 0.0:
             out.append(ir.Scalar(whole(bcast), whole(bcast), "add", float(s.init), ln))
         return out
 
-    def twinned(self, s: ColumnReduceOp, bcast: Buf, acc: Buf) -> bool:
-        """Whether the accumulator holds the statistic itself (no scale, no start beyond the identity): then
-        VectorE's tensor_tensors read it there (twin_of)."""
-        if s.init != IDENTITY[s.op] or (s.op == "add" and s.scale != 1.0):
+    def twinned(self, s: ColumnReduceOp, bcast: Buf, acc: Buf, scaled: float = 1.0) -> bool:
+        """Whether the accumulator holds the statistic itself (no scale, or the scale in the ones: `scaled`; no
+        start beyond the identity): then VectorE's tensor_tensors read it there (twin_of)."""
+        if s.init != IDENTITY[s.op] or (s.op == "add" and s.scale != scaled):
             return False
         self.twins[bcast.name] = acc
         self.twin_stat[bcast.name] = s.out
@@ -446,11 +451,14 @@ class _Builder:
         return [ir.Copy(View(bcast, (full(self.P), sl(cut, TF - cut))), View(acc, (full(self.P), sl(cut, TF - cut))),
                         s.update_line)]
 
-    def ones_for(self, dtype: str) -> Buf:
-        """The (P, P) ones of a matmul's moving dtype (nc_matmul wants both operands fp32 or neither)."""
-        if dtype not in self.ones:
-            self.ones[dtype] = Buf(self.fresh(f"ones_{dtype}"), "sbuf", dtype, (self.P, self.P))
-        return self.ones[dtype]
+    def ones_for(self, dtype: str, value: float = 1.0) -> Buf:
+        """The (P, P) ones of a matmul's moving dtype (nc_matmul wants both operands fp32 or neither), or that
+        matrix times a mean's power-of-two scale (exact in any float dtype)."""
+        key = (dtype, value)
+        if key not in self.ones:
+            name = f"ones_{dtype}" if value == 1.0 else f"scaled_{dtype}"
+            self.ones[key] = Buf(self.fresh(name), "sbuf", dtype, (self.P, self.P))
+        return self.ones[key]
 
     def extreme(self, s: ColumnReduceOp, run: Buf, bcast: Buf) -> list[Stmt]:
         """Per chunk of 128 columns: transposed into PSUM, reduced along the free axis (one value per column on its
@@ -529,6 +537,13 @@ def _cut(x: Binary, t, share: float) -> list[Stmt]:
             or all(v.buf.dtype in ("f16", "bf16") for v in views):
         return [x]
     return _fold(x.dst, x.a, x.b, x.op, round(n * share), x.line)
+
+
+def _power_of_two(x: float) -> bool:
+    """A scale the ones of a 16-bit sum can carry exactly (1/M of a mean over M = 2^k rows), within bf16's
+    normal range."""
+    m, e = math.frexp(x)
+    return x > 0 and m == 0.5 and -100 < e < 100
 
 
 def _twin_columns(n: int, share: float) -> int:
