@@ -18,9 +18,10 @@ block of every row stays in SBUF while the chain runs over it:
 A part of a statistic's terms that every later reader of X reads X through (softmax's exp(X - m), the centred
 X - mu) is computed once, in place in X_res; for a 16-bit X (whose X_res would round it) into an fp32 working copy
 of the block, so its blocks are narrower (COPY_BYTES for both). A statistic the kernel
-outputs or another op reads is stored from row 0 of its broadcast tile. Taken for f32/bf16 X of whole row tiles
-whose block of RESIDENT_BYTES per partition holds at least 128 columns (or all of them), and no directive on the
-chain's ops; anything else keeps the ops apart."""
+outputs or another op reads is stored from row 0 of its broadcast tile. Two or more statistics of one X with no
+element-wise user after them (a column variance) make a chain of their own. Taken for f32/bf16 X of whole row
+tiles whose block of RESIDENT_BYTES per partition holds at least 128 columns (or all of them), and no directive on
+the chain's ops; anything else keeps the ops apart."""
 from __future__ import annotations
 
 import dataclasses
@@ -191,7 +192,6 @@ def _balance(b: "_Builder") -> int:
     TF, T, S = b.ch.TF, b.T, b.sums
     if not S or T < 3:
         return 0
-
     ghz = t.vector_ghz + t.gpsimd_ghz
     static = c.static["vector"] + c.static["gpsimd"]  # a pass is one instruction on each engine
     c_vg = (2 * TF + static) / ghz
