@@ -187,3 +187,16 @@ def test_a_16_bit_mean_over_2k_rows_is_read_from_psum():
     assert "data2=mu_acc" in bf16 or "data1=mu_acc" in bf16
     f32 = " ".join(compile_loaded(lang.load(STANDARDIZE.format(M=1024, N=1024)), nki="0.6").source.split())
     assert "scaled_" not in f32 and "scale=0.0009765625" in f32
+
+
+def test_statistics_alone_stay_apart_without_the_onezero_rate(monkeypatch):
+    """_sums_keep_up: the chain of statistics alone puts every sum on TensorE; at the full fp32 factor a block's sum
+    takes longer than the block's load, and the ops stay apart (each reading X, as before the hint)."""
+    import dataclasses
+
+    from tilec.perf import params
+    slow = dataclasses.replace(params.TRN2, onezero_fp32_speedup=params.Param(1, "no onezero rate"))
+    text = VARIANCE.format(M=1024, N=1024)
+    assert fused(compile_loaded(lang.load(text), nki="0.6").source)
+    monkeypatch.setattr(params, "target_params", lambda name: slow)
+    assert not fused(compile_loaded(lang.load(text), nki="0.6").source)

@@ -94,7 +94,24 @@ def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: Abstract
     TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype])
     if hbm[X].dtype != "f32" and TF is not None:  # a 16-bit block and its fp32 working copy (_Builder.in_place)
         TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype] + 4, COPY_BYTES)
-    return None if TF is None else ColChain(i, len(stats) + (user is not None), X, R, F, TF, user is not None)
+    if TF is None or (user is None and hbm[X].dtype == "f32" and not _sums_keep_up(R // P, TF)):
+        return None
+    return ColChain(i, len(stats) + (user is not None), X, R, F, TF, user is not None)
+
+
+def _sums_keep_up(T: int, TF: int, elem: int = 4) -> bool:
+    """Statistics of an fp32 X without a user put every sum on TensorE (_balance): worth X read once only when a
+    sum of a block (T fp32 ones matmuls of TF columns, tilec/perf/costs.py) takes no longer than loading the block,
+    which each statistic apart costs. Model, column variance 4096 x 2048: with the onezero rate 8.3 us against 11.4
+    (chain 176.3 us, apart 220.8); at the full fp32 factor 16.6 us (chain 288.7, q = 16 folded 221.1: apart). A bf16
+    X (its first sum at the bf16 rate) was faster as a chain at every size tried: bf16 variance 4096 x 2048 120.4
+    against 135.7 us apart, 1024^2 21.0 / 23.9, 256 x 384 4.9 / 8.9."""
+    from tilec.perf.costs import Costs
+    from tilec.perf.params import target_params
+    t = get_target()
+    c = Costs(target_params(t.name))
+    sum_ns = T * (TF + c.mm_fixed) * c.fp32_onezero / t.tensor_ghz
+    return sum_ns <= t.pmax * T * TF * elem / t.hbm_bw
 
 
 def _user(op, X: str, made: set[str], R: int, F: int) -> bool:
@@ -183,8 +200,10 @@ def _balance(b: "_Builder") -> int:
     the fp32 factor, halved by the ones' onezero hint). The steady state of the software-pipelined blocks balances
     the engines' whole work per block, the output's included. Model (trn2, start-up excluded), column_standardize
     4096 x 2048, q = 0 / 2 / 6 / 10: 222.2 / 232.6 / 273.9 / 271.2 us; 2048^2 q = 0 / 2 / 4: 114.2 / 122.1 / 130.0;
-    512 x 2048 (4 row tiles) q = 0 / 2: 41.7 / 40.7. Before the onezero hint (fp32 matmuls at the full factor),
-    leaving the output out of A was better (q = 18: 328.9 us)."""
+    512 x 2048 (4 row tiles) q = 0 / 2: 41.7 / 40.7. Pipelined blocks take q = 0 outright: without the onezero rate
+    (fp32 matmuls at the full factor) this formula would pick q = 8 for 4096 x 2048 (366.1 us), where q = 0 / 13 / 18
+    give 318.0 / 339.0 / 315.9 (cols19's rule, leaving the output out of A, picked 18); at 2048^2 q = 0 gives 164.6
+    against the formula's 188.8."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
     t = get_target()
@@ -198,6 +217,9 @@ def _balance(b: "_Builder") -> int:
     fp32 = c.fp32_onezero if b.res.dtype == "f32" or b.terms_f32 else 1.0  # the ones matmuls are marked onezero
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
     A = b.work.ns(t) + (b.work.sbuf + b.work.psum) / TF * static / ghz
+    nb = b.ch.F // TF
+    if nb >= 4 and nb % 2 == 0:  # software-pipelined (stage_b): the sums on TensorE whatever its fp32 rate
+        return 0
     q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
     # statistics without a user: no folds. Their sums are TensorE's whole work, but a fold ahead of a block's
     # centring holds VectorE/GpSimdE's in-order queues behind the next block's load (column variance 4096 x 2048,
