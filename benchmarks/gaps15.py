@@ -37,6 +37,10 @@ MIN_US = 5.0  # below this the DMA fixed costs dominate any floor: tiny programs
 REALISTIC: dict[str, dict[str, int]] = {
     "softmax_ragged": {"M": 2048, "N": 2048},
     "softmax_axis0": {"M": 2048, "N": 2048},
+    # cols20: statistics without a user, and column chains written in bf16 throughout
+    "column_variance": {"M": 4096, "N": 2048},
+    "softmax_axis0_bf16": {"M": 2048, "N": 2048},
+    "column_standardize_bf16": {"M": 4096, "N": 2048},
     "log_softmax": {"M": 2048, "N": 2048},
     "residual_layernorm": {"M": 2048, "N": 1024},
     "residual_rmsnorm": {"M": 2048, "N": 1024},

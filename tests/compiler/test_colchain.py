@@ -87,10 +87,11 @@ CASES = {  # name: (program, sizes, formula)
     "standardize_one_tile": (STANDARDIZE, dict(M=128, N=200), _standardize),
     "range_output": (RANGE, dict(M=256, N=512), _range),
     "softmax_ragged_rows": (SOFTMAX, dict(M=300, N=256), _softmax),
-    # four blocks: software-pipelined; the sums' first two row tiles added on VectorE/GpSimdE (_balance)
+    # four blocks: software-pipelined (the sums all on TensorE since the onezero hint: _balance)
     "standardize_pipelined": (STANDARDIZE, dict(M=512, N=2048), _standardize),
     "softmax_pipelined": (SOFTMAX, dict(M=256, N=2048), _softmax),
-    "standardize_folded": (STANDARDIZE, dict(M=1024, N=256), _standardize),  # four of eight row tiles added first
+    # eight row tiles in one block (session 18 folded four of them first; test_cols20_chain forces the folds)
+    "standardize_folded": (STANDARDIZE, dict(M=1024, N=256), _standardize),
 }
 CHAIN = "one block of TILE_F columns of every row kept in SBUF"
 

@@ -16,13 +16,16 @@ block of every row stays in SBUF while the chain runs over it:
         Y[p*T + rt, block] = expr(X_res[:, rt], m_b, ..)               per row tile; row-only parts once per block
 
 A part of a statistic's terms that every later reader of X reads X through (softmax's exp(X - m), the centred
-X - mu) is computed once, in place in X_res (f32 only: a 16-bit X_res would round it). A statistic the kernel
-outputs or another op reads is stored from row 0 of its broadcast tile. Taken for f32/bf16 X of whole row tiles
-whose block of RESIDENT_BYTES per partition holds at least 128 columns (or all of them), and no directive on the
-chain's ops; anything else keeps the ops apart."""
+X - mu) is computed once, in place in X_res; for a 16-bit X (whose X_res would round it) into an fp32 working copy
+of the block, so its blocks are narrower (COPY_BYTES for both). A statistic the kernel
+outputs or another op reads is stored from row 0 of its broadcast tile. Two or more statistics of one X with no
+element-wise user after them (a column variance) make a chain of their own. Taken for f32/bf16 X of whole row
+tiles whose block of RESIDENT_BYTES per partition holds at least 128 columns (or all of them), and no directive on
+the chain's ops; anything else keeps the ops apart."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import AbstractSet
 
@@ -40,6 +43,7 @@ from tilec.target import target as get_target
 # per partition: one block of X (two in flight when software-pipelined). Wider blocks hold the engines longer on
 # one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
 RESIDENT_BYTES = 32 * 1024
+COPY_BYTES = 48 * 1024  # a 16-bit block with its fp32 working copy (per partition; two in flight when pipelined)
 OUTPUT_NOTE = "the output per row tile"
 # TILE_F candidates, the first that divides F and fits: 512 fp32 columns fill one PSUM bank (the sum's matmul).
 # With fp32 X of 8 or more row tiles, more blocks pipeline better (the first block's load and the last one's store
@@ -60,6 +64,7 @@ class ColChain:
     R: int
     F: int
     TF: int
+    user: bool = True  # the last op is the element-wise user; else statistics only (each stored or read later)
 
     @property
     def op_range(self) -> range:
@@ -74,21 +79,45 @@ def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: Abstract
     while k < len(ops) and type(ops[k]) is ColumnReduceOp and _stat(ops[k], ops[i], {s.out for s in stats}):
         stats.append(ops[k])
         k += 1
-    if not stats or k == len(ops) or type(ops[k]) is not EltwiseOp:
+    if not stats:
         return None
-    user, first = ops[k], stats[0]
+    first = stats[0]
     R, F, X = first.dim("R"), first.dim("F"), first.src
-    made = {s.out for s in stats}
-    if user.copy or user.columns or user.fused or set(user.inputs) != {X} or not set(user.rows) <= made \
-            or dict(user.layout) != {"O": 1, "P": R, "F": F}:
+    user = ops[k] if k < len(ops) and _user(ops[k], X, {s.out for s in stats}, R, F) else None
+    if user is None and len(stats) < 2:  # one statistic alone: build_colreduce
         return None
-    if any(o.name in scheduled for o in stats + [user]) or hbm[X].dtype not in ("f32", "bf16"):
+    if any(o.name in scheduled for o in stats + [user] if o is not None) or hbm[X].dtype not in ("f32", "bf16"):
         return None
     P = get_target().pmax
     if R % P:
         return None
     TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype])
-    return None if TF is None else ColChain(i, len(stats) + 1, X, R, F, TF)
+    if hbm[X].dtype != "f32" and TF is not None:  # a 16-bit block and its fp32 working copy (_Builder.in_place)
+        TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype] + 4, COPY_BYTES)
+    if TF is None or (user is None and hbm[X].dtype == "f32" and not _sums_keep_up(R // P, TF)):
+        return None
+    return ColChain(i, len(stats) + (user is not None), X, R, F, TF, user is not None)
+
+
+def _sums_keep_up(T: int, TF: int, elem: int = 4) -> bool:
+    """Statistics of an fp32 X without a user put every sum on TensorE (_balance): worth X read once only when a
+    sum of a block (T fp32 ones matmuls of TF columns, tilec/perf/costs.py) takes no longer than loading the block,
+    which each statistic apart costs. Model, column variance 4096 x 2048: with the onezero rate 8.3 us against 11.4
+    (chain 176.3 us, apart 220.8); at the full fp32 factor 16.6 us (chain 288.7, q = 16 folded 221.1: apart). A bf16
+    X (its first sum at the bf16 rate) was faster as a chain at every size tried: bf16 variance 4096 x 2048 120.4
+    against 135.7 us apart, 1024^2 21.0 / 23.9, 256 x 384 4.9 / 8.9."""
+    from tilec.perf.costs import Costs
+    from tilec.perf.params import target_params
+    t = get_target()
+    c = Costs(target_params(t.name))
+    sum_ns = T * (TF + c.mm_fixed) * c.fp32_onezero / t.tensor_ghz
+    return sum_ns <= t.pmax * T * TF * elem / t.hbm_bw
+
+
+def _user(op, X: str, made: set[str], R: int, F: int) -> bool:
+    """An element-wise op reading X and the statistics as rows, in X's layout."""
+    return type(op) is EltwiseOp and not (op.copy or op.columns or op.fused) and set(op.inputs) == {X} \
+        and set(op.rows) <= made and dict(op.layout) == {"O": 1, "P": R, "F": F}
 
 
 def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
@@ -96,11 +125,11 @@ def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
         and op.op in IDENTITY and set(op.inputs) <= {op.src} | made
 
 
-def _block(T: int, F: int, elem: int) -> int | None:
-    if F <= WHOLE and T * F * elem <= RESIDENT_BYTES:
+def _block(T: int, F: int, elem: int, budget: int = RESIDENT_BYTES) -> int | None:
+    if F <= WHOLE and T * F * elem <= budget:
         return F
     order = NARROW_FIRST if elem == 4 and T >= 8 else WIDE_FIRST
-    return next((c for c in order if F % c == 0 and T * c * elem <= RESIDENT_BYTES), None)
+    return next((c for c in order if F % c == 0 and T * c * elem <= budget), None)
 
 
 def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str],
@@ -125,10 +154,13 @@ def stage_b(ch: ColChain, ops: tuple):
     the row tiles, so that the next block's load, statistics and in-place parts are issued before this block's
     output and store, and the engines work on both blocks at once. Model (trn2, start-up excluded), split there /
     at the last statistic / after the loads only: softmax_axis0 2048^2 152.0 / 178.5 / 186.7 us, column_standardize
-    4096 x 2048 339.0 / 379.2 / 378.6 us."""
-    del ch, ops
+    4096 x 2048 339.0 / 379.2 / 378.6 us. Statistics without a user: after the load (a column variance 4096 x 2048,
+    there / at the centring: 176.3 / 176.8 us; 2048^2 93.3 / 90.6)."""
+    del ops
 
     def split(body: tuple) -> int | None:
+        if not ch.user:  # after the block's load
+            return next(i for i, s in enumerate(body) if isinstance(s, Dma)) + 1
         return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.note.startswith(OUTPUT_NOTE)),
                     None)
     return split
@@ -164,12 +196,14 @@ def _balance(b: "_Builder") -> int:
     """Row tiles of each sum to fold on VectorE/GpSimdE: q minimising max(A + S (q - 1) c_vg, S (T - q + 1) c_pe),
     A the chain's other VectorE/GpSimdE work per block (its tensor_tensor passes shared as Work.shares says), S the
     sums, c_vg one tile's add on the two engines together, c_pe one tile's matmul (tilec/perf/costs.py: tensor_tensor 2
-    cycles per element on either engine; nc_matmul (N + fixed) cycles times the fp32 factor). When the blocks are
-    software-pipelined (stage_b: an even number >= 4 of blocks), A leaves out the output's work: it runs in stage B
-    beside the next block's statistics, and the sums are the chain's latency. Model, column_standardize 4096 x 2048,
-    q = 13 (A with the output) / 16 / 18 (without) / 20 / 22: 352.0 / 336.8 / 328.9 / 335.4 / 342.4 us. Not for a
-    16-bit X, whose terms are computed per row tile (no in-place part): its bf16 form, q = 0 (A with the output) / 4
-    / 8 / 11 (without) / 13: 539.1 / 543.1 / 546.9 / 549.7 / 553.0 us."""
+    cycles per element on either engine plus each instruction's static overhead; nc_matmul (N + fixed) cycles times
+    the fp32 factor, halved by the ones' onezero hint). The steady state of the software-pipelined blocks balances
+    the engines' whole work per block, the output's included. Model (trn2, start-up excluded), column_standardize
+    4096 x 2048, q = 0 / 2 / 6 / 10: 222.2 / 232.6 / 273.9 / 271.2 us; 2048^2 q = 0 / 2 / 4: 114.2 / 122.1 / 130.0;
+    512 x 2048 (4 row tiles) q = 0 / 2: 41.7 / 40.7. Pipelined blocks take q = 0 outright: without the onezero rate
+    (fp32 matmuls at the full factor) this formula would pick q = 8 for 4096 x 2048 (366.1 us), where q = 0 / 13 / 18
+    give 318.0 / 339.0 / 315.9 (cols19's rule, leaving the output out of A, picked 18); at 2048^2 q = 0 gives 164.6
+    against the formula's 188.8."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
     t = get_target()
@@ -177,14 +211,20 @@ def _balance(b: "_Builder") -> int:
     TF, T, S = b.ch.TF, b.T, b.sums
     if not S or T < 3:
         return 0
-    c_vg = 2 * TF / (t.vector_ghz + t.gpsimd_ghz)
-    fp32 = c.fp32 if b.res.dtype == "f32" or b.terms_f32 else 1.0
+    ghz = t.vector_ghz + t.gpsimd_ghz
+    static = c.static["vector"] + c.static["gpsimd"]  # a pass is one instruction on each engine
+    c_vg = (2 * TF + static) / ghz
+    fp32 = c.fp32_onezero if b.res.dtype == "f32" or b.terms_f32 else 1.0  # the ones matmuls are marked onezero
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
+    A = b.work.ns(t) + (b.work.sbuf + b.work.psum) / TF * static / ghz
     nb = b.ch.F // TF
-    out = b.output_work if nb >= 4 and nb % 2 == 0 and b.res.dtype == "f32" else Work()
-    A = Work(b.work.sbuf - out.sbuf, b.work.psum - out.psum).ns(t)
+    if nb >= 4 and nb % 2 == 0:  # software-pipelined (stage_b): the sums on TensorE whatever its fp32 rate
+        return 0
     q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
-    return 0 if q < 2 else min(T, round(q))
+    # statistics without a user: no folds. Their sums are TensorE's whole work, but a fold ahead of a block's
+    # centring holds VectorE/GpSimdE's in-order queues behind the next block's load (column variance 4096 x 2048,
+    # q = 0 / 4 / 8: 176.3 / 182.1 / 203.1 us; folding only the last sum, q = 11: 210.4)
+    return 0 if q < 2 or b.user is None else min(T, round(q))
 
 
 class _Builder:
@@ -202,10 +242,10 @@ class _Builder:
         self.twin_stat: dict[str, str] = {}  # that row -> the statistic's name (read_whole: both builds name it so)
         self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads
         self.sums = 0
-        self.output_work = Work()  # the output's share of `work` (stage B when pipelined: _balance)
         self.terms_f32 = False
-        self.stats: list[ColumnReduceOp] = [ops[j] for j in ch.op_range][:-1]
-        self.user: EltwiseOp = ops[ch.at + ch.count - 1]
+        members = [ops[j] for j in ch.op_range]
+        self.stats: list[ColumnReduceOp] = members[:-1] if ch.user else members
+        self.user: EltwiseOp | None = members[-1] if ch.user else None
         self.P = get_target().pmax
         self.T = ch.R // self.P
         self.line = self.stats[0].line
@@ -217,25 +257,29 @@ class _Builder:
         # rows p * T .. p * T + T - 1 on partition p: a block of every row is one DMA of T runs per partition
         self.xv, st = hbm_view(self.hbm[ch.src], (P, T, ch.F), self.fresh(f"{ch.src}_v"), ln)
         pre += st
-        self.yv, st = hbm_view(self.hbm[self.user.out], (P, T, ch.F), self.fresh(f"{self.user.out}_v"), ln)
-        pre += st
-        self.ones: dict[str, Buf] = {}
+        if self.user is not None:
+            self.yv, st = hbm_view(self.hbm[self.user.out], (P, T, ch.F), self.fresh(f"{self.user.out}_v"), ln)
+            pre += st
+        self.ones: dict[tuple[str, float], Buf] = {}
         self.res = Buf(self.fresh(f"{ch.src}_res"), "sbuf", self.hbm[ch.src].dtype, (P, T, ch.TF))
+        self.copy: Buf | None = None  # a 16-bit block's fp32 working copy (in_place)
         body: list[Stmt] = [Alloc(self.res, line=ln)]
         body.append(Dma(whole(self.res), View(self.xv, (full(P), full(T), self.cols)), ln))
         self.rows: dict[str, View] = {}
-        exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats] + [self.user.expr]
+        exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats]
+        exprs += [self.user.expr] if self.user is not None else []
         for j, s in enumerate(self.stats):
             exprs = self.in_place(j, exprs, body)
             body += self.statistic(s, exprs[j])
-        before = self.work
-        body += self.output(exprs[-1])
-        self.output_work = Work(self.work.sbuf - before.sbuf, self.work.psum - before.psum)
         names = ", ".join(s.out for s in self.stats)
-        what = f"{names}, {self.user.out} = statistics over the rows of {ch.src} and the element-wise op reading " \
-               f"them, one block of TILE_F columns of every row kept in SBUF (X read once)"
-        for o in self.ones.values():
-            pre += [Alloc(o, zero=True, line=ln), ir.Scalar(whole(o), whole(o), "add", 1.0, ln)]
+        if self.user is not None:
+            body += self.output(exprs[-1])
+            names += f", {self.user.out}"
+        what = f"{names} = statistics over the rows of {ch.src}" + \
+            (" and the element-wise op reading them" if self.user is not None else "") + \
+            ", one block of TILE_F columns of every row kept in SBUF (X read once)"
+        for (_, value), o in self.ones.items():
+            pre += [Alloc(o, zero=True, line=ln), ir.Scalar(whole(o), whole(o), "add", value, ln)]
         nest = loop("ct", ch.F // ch.TF, body, note="for the blocks of TILE_F columns", line=ln)
         return [("TILE_F", ch.TF)], pre + [ir.Block(what, tuple(nest), ln)]
 
@@ -250,9 +294,10 @@ class _Builder:
         k = self.bases[base] = self.bases.get(base, 0) + 1
         return self.given(base if k == 1 else f"{base}{k}")
 
-    def tile(self, rt: ir.Aff) -> View:
-        """Row tile rt of the resident block (rows p * T + rt of the block on partition p)."""
-        return View(self.res, (full(self.P), rt, full(self.ch.TF)))
+    def tile(self, rt: ir.Aff, buf: Buf | None = None) -> View:
+        """Row tile rt of the resident block (rows p * T + rt of the block on partition p): of its fp32 working
+        copy once in_place made one."""
+        return View(buf or self.copy or self.res, (full(self.P), rt, full(self.ch.TF)))
 
     def emit(self, tiles: dict[str, View], prefix: str, e: sx.Expr, dst: View) -> list[Stmt]:
         """The expression's instructions, each tensor_tensor cut by columns between GpSimdE and VectorE
@@ -309,16 +354,20 @@ class _Builder:
 
     def in_place(self, j: int, exprs: list[sx.Expr], body: list[Stmt]) -> list[sx.Expr]:
         """The largest part of statistic j's terms through which every later expression reads X, computed once in
-        place in X_res (f32 X only), and X read instead of it from then on."""
+        place in X_res, and X read instead of it from then on. A 16-bit X_res would round it: its first such part
+        goes into an fp32 working copy of the block (X_f32), read as X from then on."""
         X = self.ch.src
-        if self.hbm[X].dtype != "f32":
-            return exprs
         part = _common(exprs[j], exprs[j + 1:], X)
         if part is None:
             return exprs
         rt = a("rt")
-        body += loop("rt", self.T, self.emit({X: self.tile(rt), **self.rows}, "pre", part, self.tile(rt)),
+        into = self.copy
+        if self.hbm[X].dtype != "f32" and into is None:
+            into = Buf(self.fresh(f"{X}_f32"), "sbuf", "f32", self.res.shape)
+            body.append(Alloc(into, line=self.line))
+        body += loop("rt", self.T, self.emit({X: self.tile(rt), **self.rows}, "pre", part, self.tile(rt, into)),
                      note=f"{fmt_expr(part)} in place (every later reader of {X} reads it)", line=self.line)
+        self.copy = into
         key = fmt_expr(part)
         return exprs[:j] + [_replaced(e, key, sx.Access(X, ())) for e in exprs[j:]]
 
@@ -364,7 +413,8 @@ class _Builder:
 
     def summed(self, s: ColumnReduceOp, expr: sx.Expr, bcast: Buf) -> list[Stmt]:
         """ones[P, P].T @ terms accumulated over the row tiles in one PSUM bank: every partition gets the column
-        sums (TensorE), scaled on the way out of PSUM. The first fold_tiles row tiles are added element-wise on
+        sums (TensorE), scaled on the way out of PSUM. The ones carry the onezero hint (an fp32 matmul at up to
+        twice the rate, ISA1/ISA6 nc_matmul). The first fold_tiles row tiles are added element-wise on
         VectorE/GpSimdE first, their total one more matmul."""
         P, TF, ln, T = self.P, self.ch.TF, s.update_line, self.T
         self.sums += 1
@@ -380,28 +430,33 @@ class _Builder:
             nxt, made = self.terms(s, expr, a("rt", 2))
             out += [] if q == 2 else loop("rt", q - 2, made + _fold(whole(run), whole(run), nxt, "add", cut, ln),
                                           note="row tiles added element-wise (VectorE, GpSimdE)", line=ln)
+        moved = 1.0  # the part of the statistic's scale the ones carry
         if q < T:  # the first matmul starts the sum: the accumulator may be allocated once for every block
             terms, made = self.terms(s, expr, a(q))
             self.terms_f32 = self.terms_f32 or terms.buf.dtype == "f32"
-            out += made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms, ln, start=True)]
+            # a mean of 16-bit terms: 1/M in the ones (exact for M = 2^k), so that the accumulator holds the mean
+            # and VectorE reads it from PSUM (twinned); fp32 terms keep plain ones for their onezero rate
+            if not q and terms.buf.dtype != "f32" and _power_of_two(s.scale) and s.init == 0.0:
+                moved = s.scale
+            ones = self.ones_for(terms.buf.dtype, moved)
+            out += made + [ir.Matmul(whole(acc), whole(ones), terms, ln, start=True, ones=moved == 1.0)]
         if q + 1 < T:
             terms, made = self.terms(s, expr, a("rt", q + 1))
-            out += loop("rt", T - q - 1, made + [ir.Matmul(whole(acc), whole(self.ones_for(terms.buf.dtype)), terms,
-                                                           ln)],
+            out += loop("rt", T - q - 1, made + [ir.Matmul(whole(acc), whole(ones), terms, ln, ones=moved == 1.0)],
                         note="the row tiles' terms summed into PSUM (ones matmul)", line=ln)
         if q:
-            out.append(ir.Matmul(whole(acc), whole(self.ones_for("f32")), whole(run), ln, start=q == T))
-        if self.twinned(s, bcast, acc):
+            out.append(ir.Matmul(whole(acc), whole(self.ones_for("f32")), whole(run), ln, start=q == T, ones=True))
+        if self.twinned(s, bcast, acc, moved):
             return out + self.evicted(s, bcast, acc)
-        out.append(ir.Act(whole(bcast), whole(acc), "copy", scale=s.scale, line=ln))
+        out.append(ir.Act(whole(bcast), whole(acc), "copy", scale=s.scale / moved, line=ln))
         if s.init != 0.0:
             out.append(ir.Scalar(whole(bcast), whole(bcast), "add", float(s.init), ln))
         return out
 
-    def twinned(self, s: ColumnReduceOp, bcast: Buf, acc: Buf) -> bool:
-        """Whether the accumulator holds the statistic itself (no scale, no start beyond the identity): then
-        VectorE's tensor_tensors read it there (twin_of)."""
-        if s.init != IDENTITY[s.op] or (s.op == "add" and s.scale != 1.0):
+    def twinned(self, s: ColumnReduceOp, bcast: Buf, acc: Buf, scaled: float = 1.0) -> bool:
+        """Whether the accumulator holds the statistic itself (no scale, or the scale in the ones: `scaled`; no
+        start beyond the identity): then VectorE's tensor_tensors read it there (twin_of)."""
+        if s.init != IDENTITY[s.op] or (s.op == "add" and s.scale != scaled):
             return False
         self.twins[bcast.name] = acc
         self.twin_stat[bcast.name] = s.out
@@ -418,11 +473,14 @@ class _Builder:
         return [ir.Copy(View(bcast, (full(self.P), sl(cut, TF - cut))), View(acc, (full(self.P), sl(cut, TF - cut))),
                         s.update_line)]
 
-    def ones_for(self, dtype: str) -> Buf:
-        """The (P, P) ones of a matmul's moving dtype (nc_matmul wants both operands fp32 or neither)."""
-        if dtype not in self.ones:
-            self.ones[dtype] = Buf(self.fresh(f"ones_{dtype}"), "sbuf", dtype, (self.P, self.P))
-        return self.ones[dtype]
+    def ones_for(self, dtype: str, value: float = 1.0) -> Buf:
+        """The (P, P) ones of a matmul's moving dtype (nc_matmul wants both operands fp32 or neither), or that
+        matrix times a mean's power-of-two scale (exact in any float dtype)."""
+        key = (dtype, value)
+        if key not in self.ones:
+            name = f"ones_{dtype}" if value == 1.0 else f"scaled_{dtype}"
+            self.ones[key] = Buf(self.fresh(name), "sbuf", dtype, (self.P, self.P))
+        return self.ones[key]
 
     def extreme(self, s: ColumnReduceOp, run: Buf, bcast: Buf) -> list[Stmt]:
         """Per chunk of 128 columns: transposed into PSUM, reduced along the free axis (one value per column on its
@@ -451,7 +509,9 @@ class _Builder:
 
     def output(self, expr: sx.Expr) -> list[Stmt]:
         """The row-only parts of the expression once per block, then per row tile the expression and its store."""
-        P, TF, ln, X, user = self.P, self.ch.TF, self.user.line, self.ch.src, self.user
+        user = self.user
+        assert user is not None
+        P, TF, ln, X = self.P, self.ch.TF, user.line, self.ch.src
         out: list[Stmt] = []
         for part in _row_parts(expr, set(self.rows)):
             t = Buf(self.fresh(f"{user.out}_row"), "sbuf", "f32", (P, TF))
@@ -459,7 +519,7 @@ class _Builder:
             expr = _replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
             self.rows[t.name] = whole(t)
         if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
-            step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt")))
+            step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt"), self.res))
             store = Dma(View(self.yv, (full(P), full(self.T), self.cols)), whole(self.res), ln)
             return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
         res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
@@ -499,6 +559,13 @@ def _cut(x: Binary, t, share: float) -> list[Stmt]:
             or all(v.buf.dtype in ("f16", "bf16") for v in views):
         return [x]
     return _fold(x.dst, x.a, x.b, x.op, round(n * share), x.line)
+
+
+def _power_of_two(x: float) -> bool:
+    """A scale the ones of a 16-bit sum can carry exactly (1/M of a mean over M = 2^k rows), within bf16's
+    normal range."""
+    m, e = math.frexp(x)
+    return x > 0 and m == 0.5 and -100 < e < 100
 
 
 def _twin_columns(n: int, share: float) -> int:

@@ -89,13 +89,13 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
         if vc:
             step.append(Binary(into(0, vc), part(0, 0, vc), part(1, 0, vc), "add", ln))
         if W == 1:
-            step.append(Matmul(whole(acc), whole(ones), whole(tile), ln))
+            step.append(Matmul(whole(acc), whole(ones), whole(tile), ln, ones=True))
         body += loop("rt", R // TP, step, note=f"for {red} (TILE_P partitions of {L} rows each, summed in PSUM)",
                      line=op.line_of("r0"))
     else:
         rows = sl(a(term("rt", TP, "TILE_P")), TP)
         tile, load = _load(op, plan, hbm, fresh, views, rows, cols)
-        step = load + [Matmul(whole(acc), whole(ones), whole(tile), ln)] if W == 1 else load
+        step = load + [Matmul(whole(acc), whole(ones), whole(tile), ln, ones=True)] if W == 1 else load
         body += loop("rt", R // TP, step, note=f"for {red} (tiles of TILE_P, summed in PSUM)", line=op.line_of("r0"))
     res = Buf(fresh(f"{op.out}_row"), "sbuf", hbm[op.out].dtype if _plain(op, hbm) else "f32", (K, TF))
     # ScalarE evicts, applying the constant factor on the way, when VectorE adds the pairs, or when a factor would
@@ -108,7 +108,7 @@ def build_column_reduce(op: ColumnReduceOp, plan: ReducePlan, hbm: dict[str, Buf
         for w in range(W):
             bank = Buf(fresh(f"{op.out}_acc"), "psum", "f32", (K, MF))
             cut = lambda b: View(b, (full(b.shape[0]), sl(w * MF, MF)))  # noqa: E731
-            body += [Alloc(bank, zero=True, line=ln), Matmul(whole(bank), whole(ones), cut(tile), ln),
+            body += [Alloc(bank, zero=True, line=ln), Matmul(whole(bank), whole(ones), cut(tile), ln, ones=True),
                      ir.Act(cut(res), whole(bank), "copy", scale=op.scale, line=ln) if scaled else
                      ir.Copy(cut(res), whole(bank), ln)]
     elif scaled:

@@ -149,7 +149,8 @@ class _ViewModel:
         if isinstance(s, Matmul):
             return {"kind": "matmul", "acc": self.view(s.acc, s.start), "start": s.start,
                     "stationary": self.view(s.stationary),
-                    "moving": self.view(s.moving), "tag": tag}
+                    "moving": self.view(s.moving), "hint": ", is_stationary_onezero=True" if s.ones else "",
+                    "tag": tag}
         if isinstance(s, Identity):  # ir.Identity: memset to one, then keep the diagonal (p - f == 0)
             return {"kind": "identity", "dst": self.view(s.dst, True), "read": self.view(s.dst), "n": s.dst.shape()[0],
                     "dtype": DTYPES[s.dst.buf.dtype], "tag": tag}

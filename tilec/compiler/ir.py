@@ -181,6 +181,8 @@ class Matmul:
     # reused for another sum), NKI 0.1 `acc[...] = nc_matmul(..)`, 0.6 accumulate=False; else it adds, but the first
     # matmul of a zeroed allocation (verify.chain_starts)
     start: bool = False
+    # ones: stationary holds only ones and zeros (is_stationary_onezero=True: fp32 at up to 2x, ISA1/ISA6 nc_matmul)
+    ones: bool = False
 
 
 @dataclass(frozen=True)

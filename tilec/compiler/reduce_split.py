@@ -81,14 +81,15 @@ def split_broadcast_reductions(program):
 
 
 def column_rows(st: sx.Assign, loop_vars: list[str], tensors, start: set[str]) -> bool:
-    """`s[j] += abs(X[i, j] - c[j])`: a column sum of f32 reads over all the loops (the same index order, the kept
-    indices the trailing ones: no kept index before the reduced run) and of rows indexed by the kept indices in
-    order. rules_colreduce computes the terms per tile with each row broadcast to the partitions, so the terms never
+    """`s[j] += abs(X[i, j] - c[j])`: a column sum of f32 reads (or all-bf16 ones, same_width) over all the loops
+    (the same index order, the kept indices the trailing ones: no kept index before the reduced run) and of rows
+    indexed by the kept indices in order. rules_colreduce computes the terms per tile with each row broadcast to the partitions, so the terms never
     go through HBM (column_l1 4096 x 4096: 599 -> see docs/notes/cols17.md)."""
     kept = [ix.id for ix in st.target.indices if isinstance(ix, sx.Name)]
     reads = accesses(st.value)
     full = [a for a in reads if len(a.indices) == len(loop_vars)]
-    if not full or not kept or any(tensors[a.tensor].dtype != "f32" for a in reads):
+    dtypes = {tensors[a.tensor].dtype for a in reads}
+    if not full or not kept or not same_width(dtypes, tensors[st.target.tensor].dtype):
         return False
     order = [ix.id if isinstance(ix, sx.Name) else None for ix in full[0].indices]
     if sorted(map(str, order)) != sorted(loop_vars) or order[len(order) - len(kept):] != kept:
@@ -98,6 +99,13 @@ def column_rows(st: sx.Assign, loop_vars: list[str], tensors, start: set[str]) -
     if any(a.tensor in start for a in rows):
         return False  # (a row that is also the initial value: the rule stages each once; split as before)
     return all(plain(a) == order for a in full) and all(plain(a) == kept for a in rows)
+
+
+def same_width(reads: set[str], out: str) -> bool:
+    """The dtypes a column sum reading rows takes whole: all f32, or all bf16 into a bf16 result (its terms are bf16
+    arithmetic either way). A bf16 source with f32 rows or an f32 result keeps its f32 terms in HBM: the rule computes
+    the terms in the source's dtype (test_cols17_rows' bf16 sources)."""
+    return reads == {"f32"} or reads == {"bf16"} == {out}
 
 
 def _sizes_as_numbers(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) -> sx.Expr:

@@ -15,6 +15,7 @@ import math
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, strip_scale
 from tilec.compiler.lower import Comp
 from tilec.compiler.ops import ColumnReduceOp, ReduceOp, index_maps, plain, reject
+from tilec.compiler.reduce_split import same_width
 from tilec.compiler.select_eltwise import check_expr as _check_expr
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -69,7 +70,8 @@ def column_rows(comp: Comp, program) -> list[sx.Access]:
     out, n = list(comp.out_vars), len(comp.out_vars)
     rows = [a for a in reads if names(a) == out]
     full = [a for a in reads if a not in rows]
-    if not rows or not full or any(program.tensors[a.tensor].dtype != "f32" for a in reads):
+    dtypes = {program.tensors[a.tensor].dtype for a in reads}
+    if not rows or not full or not same_width(dtypes, program.tensors[comp.target].dtype):
         return []
     if comp.init is not None and {a.tensor for a in rows} & {a.tensor for a in accesses(comp.init)}:
         return []  # (reduce_split.column_rows split it: a row that is also the initial value)

@@ -213,6 +213,10 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
         keeps = _read_for_outputs(run, stationary, moving, out_mask, where)
     if is_transpose:
         _identity_moving(run, moving, keeps[1], where)
+    flagged = [(role, t, keep) for role, t, keep, flag in zip(("stationary", "moving"), (stationary, moving), keeps,
+                                                              (is_stationary_onezero, is_moving_onezero)) if flag]
+    for role, t, keep in flagged:
+        _onezero(run, role, t, keep, where)
     if is_transpose:  # moving is the identity: transpose mode moves the data, NC-v2 sums products with it
         rows_of = (lambda x: x.T) if run.target.transpose_mode else _identity_matmul
         value = core.compute(run, lambda: rows_of(_contraction_rows(stationary, keeps[0]).reshape(k, -1))
@@ -221,6 +225,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
         value = core.compute(run, lambda: _matmul_value(stationary, moving, keeps, out_shape))
     out = core.result(run, value, out_shape, F32, "psum", where, "matmul", mask=out_mask)
     attrs = (("is_transpose", True),) if is_transpose else ()
+    attrs += (("onezero", True),) if flagged else ()
     core.emit(run, "tensor", "nc_matmul", out, (stationary, moving), where, partitions=m, free=n, k=k, m=m,
               attrs=attrs)
     return out
@@ -243,6 +248,22 @@ def _transpose_operands(run, stationary: Tensor, moving: Tensor, where: tuple) -
             "nc_matmul(is_transpose=True) of an fp8 tile writes 16-bit PSUM elements with the upper 8 bits zero "
             "(ARCH3), which the interpreter does not model", "matmul_transpose_fp8", where,
             f"stationary {stationary.describe()}", hint="transpose a 16-bit copy of the tile, or use dma_transpose")
+
+
+def _onezero(run, role: str, t: Tensor, keep: np.ndarray | None, where: tuple) -> None:
+    """is_<role>_onezero=True promises TensorE an operand of ones and zeros only [ISA1, ISA6 nc_matmul: "could
+    lead to 2x better performance if [it] is in float32"]; a broken promise is the kernel's error (checked when
+    values are computed)."""
+    if not run.numerics:
+        return
+    got = _contraction_rows(t, keep)
+    bad = np.argwhere((got != 0) & (got != 1))
+    if len(bad):
+        at = tuple(int(i) for i in bad[0])
+        raise rules.NkiValueError(
+            f"nc_matmul(is_{role}_onezero=True) needs {role} to hold only 0 and 1: element {list(at)} is "
+            f"{float(got[at])!r}", "matmul_onezero", where, f"{role} {t.describe()}",
+            hint=f"leave is_{role}_onezero=False for a general operand")
 
 
 def _identity_moving(run, moving: Tensor, keep: np.ndarray | None, where: tuple) -> None:

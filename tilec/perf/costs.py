@@ -5,7 +5,8 @@ engine's clock, plus a fixed per-instruction overhead:
 
     TensorE  nc_matmul     (max(min(64, N_stat), N_mov) + mm_fixed) * (fp32 factor if an input is fp32)
              nc_transpose  (max(P_in, min(64, F_in)) + mm_fixed) * (fp32 factor / transpose-mode speed-up)
-             (an nc_matmul with is_transpose=True is a transpose: ARCH3 transpose mode, 2x for fp32 on NC-v3)
+             (an nc_matmul with is_transpose=True is a transpose: ARCH3 transpose mode, 2x for fp32 on NC-v3;
+             one with is_stationary_onezero / is_moving_onezero: 2x for fp32, ISA1/ISA6 "could lead to 2x")
     VectorE  tensor_tensor max(64, 2N), max(64, N) with a PSUM input or all 16-bit (v3 perf mode)
              tensor_scalar / tensor_copy  max(64, N / perf)  perf = 4 (16-bit, SBUF only), 2 (16-bit, PSUM side)
              tensor_reduce N_in (N_in / 2 for bf16 -> bf16 add / max)
@@ -60,6 +61,7 @@ class Costs:
         self.mm_fixed = v["mm_fixed_cycles"]
         self.fp32 = v["mm_fp32_factor"]
         self.fp32_transpose = v["mm_fp32_factor"] / v["transpose_fp32_speedup"]
+        self.fp32_onezero = v["mm_fp32_factor"] / v["onezero_fp32_speedup"]
         self.min_ii = v["min_ii_cycles"]
         self.iota = v["gpsimd_iota_cycles"]
         self.pm_copy = v["perf_mode_copy"]
@@ -108,7 +110,7 @@ class Costs:
         if any(d in FP32 for d in ins.in_dtypes):
             # ARCH3: nc_transpose on TensorE and nc_matmul(is_transpose=True) run in transpose mode on NC-v3
             transpose = ins.op == "nc_transpose" or bool(ins.attr("is_transpose"))
-            factor = self.fp32_transpose if transpose else self.fp32
+            factor = self.fp32_transpose if transpose else self.fp32_onezero if ins.attr("onezero") else self.fp32
         return (stream + self.mm_fixed) * factor
 
     def engine_cycles(self, ins: Instr) -> float:

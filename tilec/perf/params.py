@@ -38,6 +38,7 @@ class Params:
     mm_fixed_cycles: Param  # per-instruction overhead beyond the streamed columns
     mm_fp32_factor: Param  # fp32 matmul cost multiplier (¼ rate)
     transpose_fp32_speedup: Param  # TensorE transpose mode: an fp32 transpose costs mm_fp32_factor / this
+    onezero_fp32_speedup: Param  # an fp32 matmul with an operand marked ones/zeros only costs mm_fp32_factor / this
     throttle_start_fraction: Param  # TensorE utilization allowed when its warm-up throttle engages (1 = no throttle)
     throttle_ramp_ns: Param  # time from engagement to full speed
     throttle_window_ns: Param  # trailing window over which TensorE utilization is watched
@@ -103,6 +104,9 @@ TRN2 = Params(
     transpose_fp32_speedup=Param(2, "§1.10.2 ARCH3 (v2.32.0 trainium2_arch.rst, Built-in Transpose Support): NC-v3 "
                                     "TensorE transpose mode, 2x speedup in FP32 transpose vs. no transpose mode; "
                                     "enabled by nc_matmul(is_transpose=True) or nc_transpose(engine=tensor)"),
+    onezero_fp32_speedup=Param(2, "§1.10.2 NISA (ISA1/ISA6 nc_matmul docstrings, v2.21-v2.33): "
+                                  "is_stationary_onezero / is_moving_onezero 'could lead to 2x better performance' "
+                                  "if that operand is float32 (the documented upper bound; not calibrated)"),
     throttle_start_fraction=Param(0.5, "§2.3 Throttling (Trn2) EXSUM/EXGLOSS: about 50 % utilization after work "
                                        "begins"),
     throttle_ramp_ns=Param(3000.0, "§2.3 Throttling (Trn2): ramps to full over about 3 us [inferred shape: held to "
