@@ -4,7 +4,9 @@ The phased stem (conv_pairs.phases_pay: fp32, few input channels, 32/64 output c
 rows of a band on the stationary's first column half and the odd rows on the second. Evicted in halves, partition
 h*K + k, row i of its image buffer P holds T[k, 2i + h]. A 3x3 stride-2 pad-1 pool's output row i reads T's rows
 2i - 1, 2i and 2i + 1: the odd rows i - 1 and i and the even row i, so the pool is, per block of output rows,
-  Hc = the pass along x on all 2K partitions (windows of 3 columns at stride 2, column -1 outside),
+  Hc = the pass along x on all 2K partitions (windows of 3 columns at stride 2, column -1 outside: one VectorE
+       tensor_reduce over the overlapping windows, 3 inputs per output, where two tensor_tensor passes streamed 4;
+       stem20: f32 batch 1 38.58 -> 38.17 us, bf16 25.34 -> 24.34),
   a DMA moving Hc's even rows to the odd half's partitions (no engine moves data across partitions, nki-spec §1),
   V = max(Hc[odd i], Hc[odd i - 1]) on the odd half, in place on its partitions, while that DMA runs,
   Y = max(V, the moved even rows) on the odd half, stored to HBM from there.
@@ -27,7 +29,7 @@ from typing import Callable
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_chain import OnChip, Rename
-from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Stmt, View, full
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Reduce, Stmt, View, full
 from tilec.compiler.ops import ConvOp, PoolOp
 from tilec.compiler.schedule import ConvPlan
 
@@ -147,10 +149,12 @@ def _block(pool: PoolOp, img: Buf, hc: Buf, bufs: tuple[Buf, Buf, int], k: int, 
     (up, seam, s0), (r0, rows), line, qo = bufs, block, pool.line, hc.shape[2]
     both, odd, even = full(2 * k), sl(k, k), sl(0, k)
     rs = sl(r0, rows)
-    col = Binary(View(hc, (both, rs, full(qo))), View(img, (both, rs, sl(1, qo, 2))),
-                 View(img, (both, rs, sl(0, qo, 2))), "maximum", line)
-    left = View(hc, (both, rs, sl(1, qo - 1)))  # column 2j - 1 for j >= 1 (column -1 is outside)
-    out: list[Stmt] = [col, Binary(left, left, View(img, (both, rs, sl(1, qo - 1, 2))), "maximum", line)]
+    col0 = Binary(View(hc, (both, rs, sl(0, 1))), View(img, (both, rs, sl(0, 1))), View(img, (both, rs, sl(1, 1))),
+                  "maximum", line)  # column 0: T's columns 0 and 1 (column -1 is outside)
+    # columns j >= 1: windows of 3 columns from 2j - 1, overlapping (one tensor_reduce: ir.Reduce.window)
+    rest = Reduce(View(hc, (both, rs, sl(1, qo - 1))), View(img, (both, rs, sl(1, 2 * qo - 1))), "maximum", line,
+                  (2, 3))
+    out: list[Stmt] = [col0, rest]
     lo, b0 = (1 if r0 == 0 else 0), r0 - s0  # (output row 0 has no odd row above: its V is Hc's odd row itself)
     mine = View(seam, (odd, sl(b0, rows), full(qo)))
     out.append(Dma(mine, View(hc, (even, rs, full(qo))), line))  # the even rows to the odd half, beside V
