@@ -170,7 +170,8 @@ def fixed_slots(b: _ConvBuilder) -> dict[int, int]:
     copy's partitions, rewritten by its own loads). The conv's next image then starts without a GpSimdE copy: at
     batch 8 the pool's last maxes (stem_chain.py), queued on GpSimdE between two images' convs, held the next
     image's first halo copies, hence its first loads and TensorE (bf16 stem_maxpool 124.14 -> 113.80 us; the last
-    bands in own slots too: 115.58; f32 244.58 -> 245.39). {} when the slots would take more than FIXED_BYTES of a partition."""
+    bands in own slots too: 115.58; f32 244.58 -> 245.39). {} when the slots would take more than FIXED_BYTES of a
+    partition."""
     first = [i for i in range(b.NB) if b.band_clip(i)[0] != 0]
     per_slot = b.copy_rows() * b.in_cols() * DTYPE_BYTES[b.hbm[b.op.x].dtype]  # (as the slots' own budget)
     if not first or (b.slots + len(first)) * per_slot > FIXED_BYTES:

@@ -15,9 +15,10 @@ ones the conv's band loads keep busy; stem20: f32 batch 1 39.62 -> 38.58 us, bat
 T never goes to HBM: per 224 x 224 image (f32, 64 channels) 3.2 MB of store and 3.2 MB of reload become 0.8 MB of
 SBUF -> SBUF DMA. The pool runs one image behind the conv (pool_chain.skewed) and in blocks of the conv band's rows
 (one block's chain DMA -> max -> store overlaps the next block's passes; the whole image in one block was 327 us
-instead of 258 at batch 8 in a hand-edited kernel). Engines: VectorE takes the passes along x and V, GpSimdE the last
-max (it waits for the DMA; GpSimdE's other work, the conv's halo copies, is queued before it, so the conv's loads
-never wait behind a pool). On the model, stem_maxpool f32 batch 1 53.97 -> 40.30 us run, batch 8 350.37 -> 247.41;
+instead of 258 at batch 8 in a hand-edited kernel). Engines: VectorE takes the passes along x and V (at batch 1 V on
+GpSimdE but in the last store's blocks: pool_image), GpSimdE the last max (it waits for the DMA; GpSimdE's other
+work, the conv's halo copies, is queued before it, so the conv's loads never wait behind a pool). The last image's
+pool ends in blocks of the conv's eviction groups (blocks). On the model, stem_maxpool f32 batch 1 53.97 -> 40.30 us run, batch 8 350.37 -> 247.41;
 bf16 33.83 -> 25.78 and 161.97 -> 124.58 (docs/notes/stem19.md).
 """
 from __future__ import annotations
