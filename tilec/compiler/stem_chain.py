@@ -18,8 +18,9 @@ SBUF -> SBUF DMA. The pool runs one image behind the conv (pool_chain.skewed) an
 instead of 258 at batch 8 in a hand-edited kernel). Engines: VectorE takes the passes along x and V (at batch 1 V on
 GpSimdE but in the last store's blocks: pool_image), GpSimdE the last max (it waits for the DMA; GpSimdE's other
 work, the conv's halo copies, is queued before it, so the conv's loads never wait behind a pool). The last image's
-pool ends in blocks of the conv's eviction groups (blocks). On the model, stem_maxpool f32 batch 1 53.97 -> 40.30 us run, batch 8 350.37 -> 247.41;
-bf16 33.83 -> 25.78 and 161.97 -> 124.58 (docs/notes/stem19.md).
+pool ends in blocks of the conv's eviction groups (blocks). On the model, stem_maxpool f32 batch 1 53.97 -> 40.30
+us run, batch 8 350.37 -> 247.41; bf16 33.83 -> 25.78 and 161.97 -> 124.58 (docs/notes/stem19.md); stem20: f32
+37.39 and 245.39, bf16 24.00 and 113.80 (docs/notes/stem20.md).
 """
 from __future__ import annotations
 
