@@ -39,8 +39,8 @@ kernel c3(X: f32[N, C, H, W], Wt: f32[K, C, 3, 3], b: f32[K]) -> Y
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 @pytest.mark.parametrize("n, h, w, k, p, split, slots", [
-    (1, 40, 33, 64, 3, "split Y.y, 4\n", 4),  # 5 bands in 4 slots: the first and last clipped by the halo
-    (2, 39, 22, 64, 3, "split Y.y, 4\n", 5),  # batch 2 (5 slots: slot_count), 5 bands each
+    (1, 40, 33, 64, 3, "split Y.y, 4\n", 5),  # 5 bands: the first (clipped at the top) in its own slot, 4 shared
+    (2, 39, 22, 64, 3, "split Y.y, 4\n", 5),  # batch 2, 5 bands each: 4 shared slots (slot_count) and the first's
     (2, 39, 22, 32, 3, "split Y.y, 2\n", 0),  # 32 channels, bands of one row pair (no slots: too many bands)
     (1, 34, 30, 64, 2, None, 0),  # padding 2, the default band
 ])
@@ -65,8 +65,9 @@ def test_padded_first_layer_takes_the_phases(nki, k, split):
 
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 def test_padded_16_bit_halves_take_slots_from_batch_two(dt):
-    # 16-bit stems keep band halves (2 tap columns per copy: 28 copies, 4 partitions apart in 4 slots zeroed once,
-    # every band copying its halo); at one image the slots' memsets only delay the first load: one buffer
+    # 16-bit stems keep band halves (2 tap columns per copy: 28 copies, 4 partitions apart in 3 shared slots for
+    # the other 3 bands and the first band's own, halos zeroed once); at one image the slots' memsets only delay
+    # the first load: one buffer
     text = STEM.format(n=2, h=34, w=30, k=64, p=2).replace("f32[", f"{dt}[")
     prog, c, inputs, out = compile_and_run(text, "0.6", "split Y.y, 4\n")
     code = numbered(c.source)
@@ -84,3 +85,17 @@ def test_union_halo_is_one_copy_per_side():
     text = STEM.format(n=1, h=40, w=33, k=64, p=3)
     code = numbered(compile_loaded(lang.load(text), lang.parse_schedule("split Y.y, 4\n", "<test>"), "0.6").source)
     assert 5 <= code.count("src=X_zero_") <= 5 * 3
+
+
+@pytest.mark.parametrize("dt, h, w, p", [("f32", 39, 22, 3), ("bf16", 34, 30, 2)])
+def test_first_band_halo_zeroed_once(dt, h, w, p):
+    # batch 3: the first band (rows clipped at X's top) in a slot of its own and every slot's halo copied once
+    # before the image loop; inside it only the last band's halo rows are copied (conv_halo.fixed_slots)
+    text = STEM.format(n=3, h=h, w=w, k=64, p=p).replace("f32[", f"{dt}[")
+    prog, c, inputs, out = compile_and_run(text, "0.6", "split Y.y, 4\n")
+    loop_at = c.source.index("for n in range(")
+    inside = [line for line in c.source[loop_at:].splitlines() if "src=X_zero_" in line]
+    assert all("src=X_zero_rows" in line for line in inside)  # (the last band's rows, when clipped)
+    assert "src=X_zero_rows" in c.source[:loop_at]  # the first band's rows, once
+    x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], stride=2, pad=(p, p)))

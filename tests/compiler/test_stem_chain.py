@@ -37,7 +37,7 @@ def test_explain_says_where_t_goes():
     assert "T SBUF, one image at a time (conv -> pool chain) on chip by default, in row phases: conv T (tl:9) " \
            "evicts the even output rows of each band onto the first 64 partitions and the odd rows onto the next 64" \
            in out
-    assert "moves them to the even rows' partitions with an SBUF -> SBUF DMA" in out
+    assert "moves the even rows' passes to the odd rows' partitions with an SBUF -> SBUF DMA" in out
     assert "this saves T's store and reload" in out
 
 

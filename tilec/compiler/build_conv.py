@@ -275,7 +275,8 @@ class _ConvBuilder:
         self.Q, self.slots, self.slot, self.ymul = self.C, 1, 0, 1
         if self.halves and src_chip is None and plan.x_bufs != 1 and self.NB >= 2:
             per_slot = self.copy_rows() * self.in_cols() * DTYPE_BYTES[self.hbm[op.x].dtype]
-            self.slots = slot_count(self.NB, min(self.NB, SLOT_BYTES // per_slot), self.N)
+            most = min(self.NB, SLOT_BYTES // per_slot)
+            self.slots = slot_count(self.NB, most, self.N)
             self.Q = max(self.C, PMAX // len(self.shifts)) if self.slots > 1 else self.C
             self.slots = max(self.slots, 1)
             # a padded read's band halves (16-bit: not phased) at one image keep one buffer: the slots' memsets (their
@@ -287,6 +288,12 @@ class _ConvBuilder:
             narrow = not self.phased or DTYPE_BYTES[self.hbm[op.x].dtype] < 4
             if self.slots > 1 and (not conv_halo.slots_serve(self) or padded and self.N == 1 and narrow):
                 self.Q, self.slots = self.C, 1
+        # a padded read's first bands (their rows clipped at X's top) in slots of their own, every slot's halo
+        # zeroed once (conv_halo.fixed_slots); the shared slots' count then keeps its reuse distance for the others
+        self.fixed = conv_halo.fixed_slots(self) if self.slots > 1 else {}
+        if self.fixed:
+            self.slots = slot_count(self.NB - len(self.fixed), min(most, self.NB - len(self.fixed)), self.N)
+            self.fixed = {band: self.slots + j for j, band in enumerate(self.fixed)}
         # a band of X's own columns (row pairs, above) has no halo but its edge rows is its edge rows: they are copied from a small zero tile made once (zero_rows)
         # instead of zeroing the whole band, so the band's loads (other rows) do not wait for a memset (bf16
         # conv3x3same batch 1: the first load waited 1 us for the GpSimdE memset of its band)
@@ -430,12 +437,15 @@ class _ConvBuilder:
         elif self.p.x_bufs != 1 and self.src_chip is None and not op.x_transposed and not self.mixed:
             stmts += conv_halo.zero_tiles(self, force=self.slots > 1)
         if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
-            allocs = []
-            for self.slot in range(self.slots):
+            allocs: list[Stmt] = []
+            for self.slot in range(self.slots + len(self.fixed)):
                 allocs.append(Alloc(self.x_band_buf(), zero=self.Q > self.C, line=line))
+            for self.slot in conv_halo.first_used(self):  # (in the order the bands use them)
+                allocs += conv_halo.slot_halo(self, self.x_band_buf(), self.slot)
             self.slot = 0
             gaps = ", gaps zeroed once" if self.Q > self.C else ""
-            stmts.append(ir.Block(f"band slots of {op.x} (band {self.slots}*y_b + j in slot j), copies {self.Q} "
+            own = f"; the first band in slot {self.slots}, halos zeroed once" if self.fixed else ""
+            stmts.append(ir.Block(f"band slots of {op.x} (band {self.slots}*y_b + j in slot j{own}), copies {self.Q} "
                                   f"partitions apart{gaps}", tuple(allocs), line))
         elif self.p.x_bufs == 1 and self.src_chip is None:
             stmts.append(Alloc(self.x_band_buf(), line=line))
@@ -591,21 +601,21 @@ class _ConvBuilder:
             inner.pop()
         lo, hi = (inner[0], inner[-1] + 1) if inner else (self.NB, self.NB)
         out: list[Stmt] = []
-        for b in range(lo):  # (band slots: band b in slot b % slots, peeled or not)
-            self.slot = b % self.slots
+        for b in range(lo):  # (band slots: slot_of)
+            self.slot = self.slot_of(b)
             out += part(None, b)
-        if hi > lo and self.slots > 1:  # band slots: the loop unrolled, band slots * y_b + lo + j in slot lo + j
+        if hi > lo and self.slots > 1:  # band slots: the loop unrolled, band slots * y_b + lo + j in slot_of(lo + j)
             ns, whole = self.slots, (hi - lo) // self.slots * self.slots
             body: list[Stmt] = []
             for j in range(ns if whole else 0):
-                self.slot, self.ymul = (lo + j) % ns, ns
+                self.slot, self.ymul = self.slot_of(lo + j), ns
                 body += part(V["y"], lo + j)
             self.ymul = 1
             if whole:
                 out += loop(V["y"], whole // ns, body,
                             note=f"{note}, {ns} at a time (slots of {self.op.x}'s band buffer)", line=self.L["y"])
             for b in range(lo + whole, hi):
-                self.slot = b % ns
+                self.slot = self.slot_of(b)
                 out += part(None, b)
             lo = hi
         if hi > lo:
@@ -613,10 +623,15 @@ class _ConvBuilder:
             whole = self.NB if (lo, hi) == (0, self.NB) else hi - lo  # all bands: NB (named SIZE_Ho // BAND)
             out += loop(V["y"], whole, part(V["y"], lo), note=note_mid, line=self.L["y"])
         for b in range(hi, self.NB):
-            self.slot = b % self.slots
+            self.slot = self.slot_of(b)
             out += part(None, b)
         self.yb, self.slot = (V["y"], 0), 0
         return out
+
+    def slot_of(self, band: int) -> int:
+        """Band slot of band `band` (of an image): a first band's own (conv_halo.fixed_slots), else the shared
+        slots in turn from the first band without its own."""
+        return self.fixed.get(band, (band - len(self.fixed)) % self.slots)
 
     def out_band(self) -> list[Stmt]:
         """The innermost level: loads are placed here and lifted by the `hoist` pass as far as they can go."""

@@ -150,9 +150,55 @@ def zeroed(b: _ConvBuilder, xb: Buf, index: int, peeled: bool) -> list[Stmt] | N
     the copies alone, always (a slot's earlier band left its data there)."""
     boxes = band_boxes(b, index, peeled)
     slot = b.slots > 1
+    if slot and b.fixed and boxes:  # a shared slot's columns are zeroed once, a first band's whole halo (fixed)
+        boxes = [] if index in b.fixed else [box for box in boxes if box[0] == "rows"]
     if not boxes or not slot and not serves(b, boxes, xb):
         return [] if slot else None
-    out: list[Stmt] = [] if slot else [Alloc(xb, line=b.L["update"])]
+    made = copies(b, xb, boxes)
+    return None if made is None else ([] if slot else [Alloc(xb, line=b.L["update"])]) + made
+
+
+FIXED_BYTES = 128 * 1024  # the shared band slots and the first bands' own slots take at most this much of a partition
+
+
+def fixed_slots(b: _ConvBuilder) -> dict[int, int]:
+    """A padded read's first bands (their rows clipped at X's top) in band slots of their own, numbered after the
+    shared ones: {band: slot}, and every slot's halo zeroed once before the loops (slot_halo). A first band's rows
+    and columns outside X are the same in every image; a shared slot's halo columns are the same for every band
+    (its rows do not move them), so only the last bands (rows clipped at X's bottom) still copy their halo rows
+    per band; no load writes a copy's halo (where a union box covers another copy's data, those are the other
+    copy's partitions, rewritten by its own loads). The conv's next image then starts without a GpSimdE copy: at
+    batch 8 the pool's last maxes (stem_chain.py), queued on GpSimdE between two images' convs, held the next
+    image's first halo copies, hence its first loads and TensorE (bf16 stem_maxpool 124.14 -> 113.80 us; the last
+    bands in own slots too: 115.58; f32 244.58 -> 245.39). {} when the slots would take more than FIXED_BYTES of a
+    partition."""
+    first = [i for i in range(b.NB) if b.band_clip(i)[0] != 0]
+    per_slot = b.copy_rows() * b.in_cols() * DTYPE_BYTES[b.hbm[b.op.x].dtype]  # (as the slots' own budget)
+    if not first or (b.slots + len(first)) * per_slot > FIXED_BYTES:
+        return {}
+    return {band: b.slots + j for j, band in enumerate(first)}
+
+
+def first_used(b: _ConvBuilder) -> list[int]:
+    """The band slots in the order of their first band, when their halo is zeroed once (fixed_slots), else none."""
+    order = [b.slot_of(band) for band in range(b.NB)] if b.fixed else []
+    return list(dict.fromkeys(order))
+
+
+def slot_halo(b: _ConvBuilder, xb: Buf, slot: int) -> list[Stmt]:
+    """The halo of band slot `slot` (buffer xb), copied from the zero tiles once before the loops (fixed_slots):
+    a first band's own slot its whole halo, a shared slot the columns of the bands of the band loop."""
+    own = [band for band, s in b.fixed.items() if s == slot]
+    boxes = band_boxes(b, own[0], True) if own else \
+        [box for box in band_boxes(b, 0, False) or [] if box[0] == "cols"]
+    return copies(b, xb, boxes or []) or []
+
+
+def copies(b: _ConvBuilder, xb: Buf, boxes: list[Box]) -> list[Stmt] | None:
+    """GpSimdE copies of the zero tiles into the boxes of band buffer xb (every contraction tile of it); None when
+    the zero tile a box needs is missing."""
+    slot = b.slots > 1
+    out: list[Stmt] = []
     for kind, p0, parts, r0, nr, c0, nc in boxes:
         tile = b.halo_rows if kind == "rows" else b.halo_cols
         if tile is None:

@@ -229,8 +229,8 @@ def phases_choice(i: int, op, plan, nxt, hbm: dict, store: bool, target: str, tr
         f"{how}, in row phases: {label(op)} evicts the even output rows of each band onto the first "
         f"{op.dim('K')} partitions and the odd rows onto the next {op.dim('K')} (one image of {name} in SBUF, "
         f"{kib(stem_chain.image_bytes(op, hbm[name].dtype))} per partition), and {label(nxt)} takes its "
-        f"pass along x on all {2 * op.dim('K')} partitions and the odd rows' max in place, moves them to the "
-        f"even rows' partitions with an SBUF -> SBUF DMA and takes the last "
+        f"pass along x on all {2 * op.dim('K')} partitions, moves the even rows' passes to the odd rows' "
+        f"partitions with an SBUF -> SBUF DMA while it takes the odd rows' max in place, and takes the last "
         f"max there; this saves {name}'s store and reload ({trip / 1000:.1f} us of DMA on the model's constants) "
         f"for {seam / 1000:.1f} us of that DMA"), span, phases=True)
 

@@ -99,12 +99,13 @@ def build(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, qplan: PoolPlan, hbm:
     return p_consts + q_consts, list(p_stmts[0].body) + list(q_stmts[0].body) + [main]
 
 
-def skewed(conv: list[Stmt], pooled: list[Stmt], n: str, images: int, bufs: list[Buf], line: int) -> list[Stmt]:
+def skewed(conv: list[Stmt], pooled: list[Stmt], n: str, images: int, bufs: list[Buf], line: int,
+           last: list[Stmt] | None = None) -> list[Stmt]:
     """conv(0), then conv(j + 1) before pool(j) for every image j, then the last pool: the pool of an image is
     queued on the vector engines (in order) after the next image's conv, so the conv's band memsets and evictions
     never wait for a pool, and TensorE runs on while the pool works (`conv` and `pooled` are one image's nests,
-    with the loop variable n and the buffer bufs[0]). Image j's buffer is bufs[j % 2]: the loop runs over pairs of
-    images, m, with the two steps written out."""
+    with the loop variable n and the buffer bufs[0]; `last`, if given, is the last image's pool, which nothing
+    follows). Image j's buffer is bufs[j % 2]: the loop runs over pairs of images, m, with the two steps written out."""
     m = n + "_p"
 
     def at(stmts: list[Stmt], c: int, scale: int = 0, slot: int = 0) -> list[Stmt]:
@@ -122,7 +123,7 @@ def skewed(conv: list[Stmt], pooled: list[Stmt], n: str, images: int, bufs: list
     out += loop(m, steps // 2, pair, note=note, line=line) if steps >= 2 else []
     if steps % 2:
         out += at(conv, steps, 0, steps % 2) + at(pooled, steps - 1, 0, (steps - 1) % 2)
-    return out + at(pooled, images - 1, 0, (images - 1) % 2)
+    return out + at(pooled if last is None else last, images - 1, 0, (images - 1) % 2)
 
 
 def swap_buf(node, old: Buf, new: Buf):

@@ -4,17 +4,23 @@ The phased stem (conv_pairs.phases_pay: fp32, few input channels, 32/64 output c
 rows of a band on the stationary's first column half and the odd rows on the second. Evicted in halves, partition
 h*K + k, row i of its image buffer P holds T[k, 2i + h]. A 3x3 stride-2 pad-1 pool's output row i reads T's rows
 2i - 1, 2i and 2i + 1: the odd rows i - 1 and i and the even row i, so the pool is, per block of output rows,
-  Hc = the pass along x on all 2K partitions (windows of 3 columns at stride 2, column -1 outside),
-  V = max(Hc[odd i], Hc[odd i - 1]) on the odd half, in place on its partitions,
-  a DMA moving V to the even half's partitions (no engine moves data across partitions, nki-spec §1),
-  Y = max(that, Hc[even i]), stored to HBM.
+  Hc = the pass along x on all 2K partitions (windows of 3 columns at stride 2, column -1 outside: one VectorE
+       tensor_reduce over the overlapping windows, 3 inputs per output, where two tensor_tensor passes streamed 4;
+       stem20: f32 batch 1 38.58 -> 38.17 us, bf16 25.34 -> 24.34),
+  a DMA moving Hc's even rows to the odd half's partitions (no engine moves data across partitions, nki-spec §1),
+  V = max(Hc[odd i], Hc[odd i - 1]) on the odd half, in place on its partitions, while that DMA runs,
+  Y = max(V, the moved even rows) on the odd half, stored to HBM from there.
+(The DMA used to move V to the even half instead: it waited for V, and its destination's DMA engines 0-7 are the
+ones the conv's band loads keep busy; stem20: f32 batch 1 39.62 -> 38.58 us, batch 8 247.41 -> 244.58.)
 T never goes to HBM: per 224 x 224 image (f32, 64 channels) 3.2 MB of store and 3.2 MB of reload become 0.8 MB of
 SBUF -> SBUF DMA. The pool runs one image behind the conv (pool_chain.skewed) and in blocks of the conv band's rows
 (one block's chain DMA -> max -> store overlaps the next block's passes; the whole image in one block was 327 us
-instead of 258 at batch 8 in a hand-edited kernel). Engines: VectorE takes the passes along x and V, GpSimdE the last
-max (it waits for the DMA; GpSimdE's other work, the conv's halo copies, is queued before it, so the conv's loads
-never wait behind a pool). On the model, stem_maxpool f32 batch 1 53.97 -> 40.30 us run, batch 8 350.37 -> 247.41;
-bf16 33.83 -> 25.78 and 161.97 -> 124.58 (docs/notes/stem19.md).
+instead of 258 at batch 8 in a hand-edited kernel). Engines: VectorE takes the passes along x and V (at batch 1 V on
+GpSimdE but in the last store's blocks: pool_image), GpSimdE the last max (it waits for the DMA; GpSimdE's other
+work, the conv's halo copies, is queued before it, so the conv's loads never wait behind a pool). The last image's
+pool ends in blocks of the conv's eviction groups (blocks). On the model, stem_maxpool f32 batch 1 53.97 -> 40.30
+us run, batch 8 350.37 -> 247.41; bf16 33.83 -> 25.78 and 161.97 -> 124.58 (docs/notes/stem19.md); stem20: f32
+37.39 and 245.39, bf16 24.00 and 113.80 (docs/notes/stem20.md).
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from typing import Callable
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_chain import OnChip, Rename
-from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Stmt, View, full
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Reduce, Stmt, View, full
 from tilec.compiler.ops import ConvOp, PoolOp
 from tilec.compiler.schedule import ConvPlan
 
@@ -85,59 +91,89 @@ def build(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, hbm: dict[str, Buf], 
     pb = _ConvBuilder(producer, pplan, hbm, fresh_p, dst_chip=chip)
     n = pb.var["n"]
     y_view, views = hbm_view(hbm[pool.out], (n_img, k, ho // 2, wo // 2), fresh_c(f"{pool.out}_img"), pool.line)
-    pooled = pool_image(pool, bufs[0], y_view, n, k, pplan.band // 2, fresh_c)
+    po = ho // 2
+    pooled = pool_image(pool, bufs[0], y_view, n, k, blocks(po, pplan.band // 2, pplan.band // 2), fresh_c)
+    last = pool_image(pool, bufs[0], y_view, n, k, blocks(po, pplan.band // 2, pplan.rows), fresh_c, n_img == 1)
     p_consts, p_stmts = rename(pb.consts(), [ir.Block("", tuple(pb.prelude())), ir.Block("", tuple(pb.per_image()))],
                                producer.out)
-    q_consts, q_stmts = rename([], [ir.Block("", tuple(views)), ir.Block("", tuple(pooled))], pool.out)
+    q_consts, q_stmts = rename([], [ir.Block("", tuple(views)), ir.Block("", tuple(pooled)),
+                                    ir.Block("", tuple(last))], pool.out)
     conv, pooled, line = list(p_stmts[1].body), list(q_stmts[1].body), producer.line
+    last = list(q_stmts[2].body)
     label = (f"main: {producer.name} then {pool.out} image by image, {name} kept in SBUF in row phases (partition "
              f"h * {k} + k holds rows 2i + h)")
     if n_img == 1:
-        body = [Alloc(bufs[0], line=line)] + conv + pooled
+        body = [Alloc(bufs[0], line=line)] + conv + last
         main = ir.Block(label, tuple(loop(n, 1, body, note=pb.T["n"], line=pb.L["n"])), line)
     else:
         main = ir.Block(label + ", the pool one image behind",
-                        tuple(pool_chain.skewed(conv, pooled, n, n_img, bufs, line)), line)
+                        tuple(pool_chain.skewed(conv, pooled, n, n_img, bufs, line, last)), line)
     return p_consts + q_consts, list(p_stmts[0].body) + list(q_stmts[0].body) + [main]
 
 
-def pool_image(pool: PoolOp, img: Buf, y: Buf, n: str, k: int, block: int,
-               fresh: Callable[[str], str]) -> list[Stmt]:
-    """One image's pool from its phases image img [2K, Ho / 2, Wo] into y [N, K, Po, Qo] at image n, in blocks of
-    `block` output rows (static: the first block has no odd row above)."""
+def blocks(po: int, band: int, tail: int) -> list[list[tuple[int, int]]]:
+    """The pool's stores, each a list of blocks of output rows (first row, rows): one store and one block per conv
+    band (`band` rows of each phase), the last band's block cut into blocks of `tail` rows. A block can start when
+    the conv has evicted its last row, so after the image's conv only the last block's chain (its passes, the seam
+    DMA, the last max) and the band's store are left: the last image's pool takes the conv's eviction groups
+    (`ConvPlan.rows`) as its tail. (One store per block instead: stores on one DMA stream follow each other at a
+    write acknowledgement each, 9 us for 7 stores in the model, bf16 batch 1 25.78 -> 31.48 us.)"""
+    start = (po - 1) // band * band
+    return [[(r0, min(band, start - r0))] for r0 in range(0, start, band)] + \
+        [[(r0, min(tail, po - r0)) for r0 in range(start, po, tail)]]
+
+
+def pool_image(pool: PoolOp, img: Buf, y: Buf, n: str, k: int, stores: list[list[tuple[int, int]]],
+               fresh: Callable[[str], str], alone: bool = False) -> list[Stmt]:
+    """One image's pool from its phases image img [2K, Ho / 2, Wo] into y [N, K, Po, Qo] at image n, in `stores`
+    (each a list of blocks: first output row, rows; static: the first block has no odd row above). alone: the
+    kernel's only image (batch 1), whose pool follows the whole conv: GpSimdE has no later conv work (its halo
+    copies are all queued before), so V of the blocks before the last store goes there and VectorE, which the
+    passes along x keep busy, reaches the tail sooner (stem_maxpool f32 38.17 -> 37.39 us, bf16 24.34 -> 24.00;
+    from batch 2 the pool shares GpSimdE with the next image's conv)."""
     _, po, wo = img.shape
     qo, line, dt = wo // 2, pool.line, img.dtype
     hc = Buf(fresh(f"{pool.out}_cols"), "sbuf", dt, (2 * k, po, qo))
     out: list[Stmt] = [Alloc(hc, line=line)]
-    for r0 in range(0, po, block):
-        out += _block(pool, img, y, hc, n, k, r0, min(block, po - r0), fresh)
+    cap = max(sum(rows for _, rows in store) for store in stores)  # (the stores' buffers share a name)
+    for store in stores:
+        up = Buf(fresh(f"{pool.out}_odd"), "sbuf", dt, (2 * k, cap, qo))  # V on the odd half's partitions
+        seam = Buf(fresh(f"{pool.out}_band"), "sbuf", dt, (2 * k, cap, qo))  # Hc's even rows moved to the odd half
+        out += [Alloc(up, line=line), Alloc(seam, line=line)]
+        s0, rows = store[0][0], sum(rows for _, rows in store)
+        for r0, size in store:
+            v_engine = "gpsimd" if alone and store is not stores[-1] else "vector"
+            out += _block(pool, img, hc, (up, seam, s0), k, (r0, size), v_engine)
+        out.append(Dma(View(y, (a(term(n)), full(k), sl(s0, rows), full(qo))),
+                       View(seam, (sl(k, k), sl(0, rows), full(qo))), line))
     return out
 
 
-def _block(pool: PoolOp, img: Buf, y: Buf, hc: Buf, n: str, k: int, r0: int, rows: int,
-           fresh: Callable[[str], str]) -> list[Stmt]:
-    """Output rows r0.. of the pool (see the module's docstring)."""
-    line, qo, dt = pool.line, hc.shape[2], img.dtype
+def _block(pool: PoolOp, img: Buf, hc: Buf, bufs: tuple[Buf, Buf, int], k: int, block: tuple[int, int],
+           v_engine: str) -> list[Stmt]:
+    """The pool's output rows r0 .. r0 + rows into its store's buffers (up, seam, s0: their row 0 is output row s0;
+    see the module's docstring), V on v_engine."""
+    (up, seam, s0), (r0, rows), line, qo = bufs, block, pool.line, hc.shape[2]
     both, odd, even = full(2 * k), sl(k, k), sl(0, k)
     rs = sl(r0, rows)
-    col = Binary(View(hc, (both, rs, full(qo))), View(img, (both, rs, sl(1, qo, 2))),
-                 View(img, (both, rs, sl(0, qo, 2))), "maximum", line)
-    left = View(hc, (both, rs, sl(1, qo - 1)))  # column 2j - 1 for j >= 1 (column -1 is outside)
-    out: list[Stmt] = [col, Binary(left, left, View(img, (both, rs, sl(1, qo - 1, 2))), "maximum", line)]
-    up = Buf(fresh(f"{pool.out}_odd"), "sbuf", dt, (2 * k, rows, qo))  # V on the odd half's partitions
-    seam = Buf(fresh(f"{pool.out}_band"), "sbuf", dt, (k, rows, qo))  # its rows moved to partitions 0..K
-    lo = 1 if r0 == 0 else 0  # (the first output row has no odd row above: its V is Hc's odd row itself)
-    out += [Alloc(up, line=line), Alloc(seam, line=line)]
+    col0 = Binary(View(hc, (both, rs, sl(0, 1))), View(img, (both, rs, sl(0, 1))), View(img, (both, rs, sl(1, 1))),
+                  "maximum", line)  # column 0: T's columns 0 and 1 (column -1 is outside)
+    # columns j >= 1: windows of 3 columns from 2j - 1, overlapping (one tensor_reduce: ir.Reduce.window)
+    rest = Reduce(View(hc, (both, rs, sl(1, qo - 1))), View(img, (both, rs, sl(1, 2 * qo - 1))), "maximum", line,
+                  (2, 3))
+    out: list[Stmt] = [col0, rest]
+    lo, b0 = (1 if r0 == 0 else 0), r0 - s0  # (output row 0 has no odd row above: its V is Hc's odd row itself)
+    mine = View(seam, (odd, sl(b0, rows), full(qo)))
+    out.append(Dma(mine, View(hc, (even, rs, full(qo))), line))  # the even rows to the odd half, beside V
     if rows > lo:
         below, above = (View(hc, (odd, sl(r0 + lo + d, rows - lo), full(qo))) for d in (0, -1))
-        out.append(Binary(View(up, (odd, sl(lo, rows - lo), full(qo))), below, above, "maximum", line))
-        out.append(Dma(View(seam, (full(k), sl(lo, rows - lo), full(qo))),
-                       View(up, (odd, sl(lo, rows - lo), full(qo))), line))
+        at = View(up, (odd, sl(b0 + lo, rows - lo), full(qo)))
+        out.append(Binary(at, below, above, "maximum", line, v_engine))
+        tail = View(seam, (odd, sl(b0 + lo, rows - lo), full(qo)))
+        out.append(Binary(tail, tail, at, "maximum", line, "gpsimd"))
     if lo:
-        out.append(Dma(View(seam, (full(k), sl(0, 1), full(qo))), View(hc, (odd, sl(0, 1), full(qo))), line))
-    whole_seam = View(seam, (full(k), full(rows), full(qo)))
-    out.append(Binary(whole_seam, whole_seam, View(hc, (even, rs, full(qo))), "maximum", line, "gpsimd"))
-    out.append(Dma(View(y, (a(term(n)), full(k), rs, full(qo))), whole_seam, line))
+        first = View(seam, (odd, sl(b0, 1), full(qo)))
+        out.append(Binary(first, first, View(hc, (odd, sl(0, 1), full(qo))), "maximum", line, "gpsimd"))
     return out
 
 
