@@ -46,6 +46,8 @@ from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.dma_streams import columns_ahead
 from tilec.compiler.fission import distribute_reductions
 from tilec.compiler.matvec_split import split_batched_matvec
+from tilec.compiler.init_split import split_broadcast_inits
+from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
                                       split_mixed_broadcasts, split_modulo_reads, split_self_products)
 from tilec.compiler.pad_split import split_padded_reads
@@ -114,6 +116,8 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
     program = distribute_reductions(program)  # two reductions in one loop nest: one nest each (fission.py)
     program = split_batched_matvec(program)  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
+    program = split_shifted_stores(program)  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)
+    program = split_broadcast_inits(program)  # `P[h, i, j] = Mk[i, j]` before a sum: added after it (init_split.py)
     program = fold_value_sizes(program)  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
     program = drop_identity_casts(program)  # `f32(h[i, j])` of an f32 tensor: `h[i, j]` (lang_split)
     program = split_constant_outputs(program)  # `Y[0, j] = f(X[j])`: a unit loop shifted by 0, a copy (const_split)
