@@ -11,11 +11,12 @@ statement is split into the element-wise work into a temporary indexed by its lo
 
 Done for a top-level perfect nest from 0 around one `=` statement whose stored indices are distinct loop variables,
 each plain or plus a constant, every loop's variable among them, whose value is not already a plain read, and which
-stores at a shifted index or into a tensor other top-level nests write too (with `=` only: its other parts). The temporary has the stored tensor's dtype. The same object when there is none."""
+stores at a shifted index or into a tensor written in parts (_in_parts: a concatenation's other parts). The temporary has the stored tensor's dtype. The same object when there is none."""
 from __future__ import annotations
 
 from dataclasses import replace
 
+from tilec.compiler.exprs import accesses
 from tilec.compiler.lower import shifted_index, size_value
 from tilec.compiler.names import unique
 from tilec.compiler.rewrite import leaves, nested, perfect_nest, rechecked, taken_names, written
@@ -27,7 +28,7 @@ def split_shifted_stores(program):
     taken = taken_names(kernel)
     decls: list[sx.Decl] = []
     body: list[sx.Stmt] = []
-    parts = _in_parts(kernel.body)
+    parts = _in_parts(kernel.body, program.sizes)
     for top in kernel.body:
         loops, st = perfect_nest(top)
         order = _stored_vars(loops, st, program.sizes, parts)
@@ -44,17 +45,25 @@ def split_shifted_stores(program):
     return rechecked(program, decls, body)
 
 
-def _in_parts(body: tuple[sx.Stmt, ...]) -> set[str]:
-    """The tensors written by several top-level nests with `=` only (parts of a tensor: no init and reduction)."""
+def _in_parts(body: tuple[sx.Stmt, ...], sizes: dict[str, int]) -> set[str]:
+    """The tensors written in parts: by several top-level nests, one of them at a shifted index, with `=` only and
+    never read by a statement writing them (no init and reduction, no in-place update `Y = relu(Y)`)."""
     nests: dict[str, int] = {}
-    reduced: set[str] = set()
+    blocked: set[str] = set()
+    shifted: set[str] = set()
     for top in body:
-        for leaf, _ in leaves(top):
-            if isinstance(leaf, sx.Assign) and leaf.op != "=":
-                reduced.add(leaf.target.tensor)
+        for leaf, loops in leaves(top):
+            if not isinstance(leaf, sx.Assign):
+                continue
+            name = leaf.target.tensor
+            if leaf.op != "=" or name in {a.tensor for a in accesses(leaf.value)}:
+                blocked.add(name)
+            found = [shifted_index(ix, set(loops), sizes) for ix in leaf.target.indices]
+            if any(f is not None and f[1] != 0 for f in found):
+                shifted.add(name)
         for name in written(top):
             nests[name] = nests.get(name, 0) + 1
-    return {name for name, n in nests.items() if n > 1 and name not in reduced}
+    return {name for name, n in nests.items() if n > 1 and name in shifted and name not in blocked}
 
 
 def _stored_vars(loops: list[sx.Loop], st: sx.Stmt, sizes: dict[str, int], parts: set[str]) -> list[str] | None:
