@@ -13,9 +13,10 @@ them. The sum then starts from 0 and the initial value is added after it, in pla
     P[h, i, j] = 0;  for d: P[h, i, j] += ...
     for h, i, j:  P[h, i, j] = P[h, i, j] + Mk[i, j]
 
-which inplace_split then makes a temporary's sum and an element-wise broadcast add (the same arithmetic: the
-reference adds the products to the mask in float32, the rewrite adds the mask to their float32 sum, rounded once to
-P's dtype either way; only the order of the additions differs). Done for a top-level nest whose innermost body is
+which inplace_split then makes a temporary's sum and an element-wise broadcast add. The reference adds the
+products to the mask in float32; the rewrite adds the mask to their float32 sum: the order of the additions differs,
+and for a 16-bit P the sum is rounded to P's dtype before the mask is added (inplace_split's P_acc has P's dtype),
+one rounding more than the reference (test_user20_programs: causal_scores in bf16 within the tolerance). Done for a top-level nest whose innermost body is
 `P[outs] = A[..]` and one loop nest of `+=` into the same element, A indexed by at least two distinct output
 variables and fewer than all of them. The same object when there is none."""
 from __future__ import annotations
