@@ -29,6 +29,7 @@ from tilec.target import target as get_target  # noqa: E402
 from tilec.testing.oracle import Verdict, check_outputs, prepare  # noqa: E402
 
 FOLDER = ROOT / "tests" / "programs" / "gaps15"
+USER20 = ROOT / "tests" / "programs" / "user20"  # user20's survey (its test: tests/compiler/test_user20_programs.py)
 SLOW = 3.0
 MIN_US = 5.0  # below this the DMA fixed costs dominate any floor: tiny programs are not called slow
 
@@ -69,6 +70,16 @@ REALISTIC: dict[str, dict[str, int]] = {
        for f in ("gelu", "relu") for dt in ("", "_bf16") for m in (512, 2048)},
     **{f"ffn_gelu{dt}@small{m}": {"M": m, "D": 256, "H": 512, "E": 256} for dt in ("", "_bf16") for m in (2048, 4096)},
     "ffn_gelu_bf16@large512": {"M": 512, "D": 1024, "H": 4096, "E": 1024},  # BERT-large (fp32: SBUF overflow)
+    # user20 (tests/programs/user20/): refused before session 20, compiled by its source rewrites
+    "batched_matvec": {"B": 8, "M": 1024, "K": 1024},
+    "channel_max_mean": {"N": 8, "C": 256, "H": 28, "W": 28},
+    "cosine_sim": {"M": 4096, "D": 512},
+    "rope": {"S": 4096, "Dh": 64},
+    "causal_scores": {"Hd": 8, "S": 1024, "D": 64},
+    "channel_shuffle": {"N": 8, "G": 4, "Cg": 64, "H": 28, "W": 28},
+    "pixel_shuffle": {"N": 1, "C": 64, "H": 56, "W": 56},
+    "pixel_unshuffle": {"N": 1, "C": 64, "H": 56, "W": 56},
+    "group_norm": {"N": 8, "G": 32, "Cg": 8, "H": 28, "W": 28},
 }
 
 
@@ -78,6 +89,7 @@ def realistic(names: list[str]) -> None:
         if names and name not in names and name.split("@")[0] not in names:
             continue
         path = FOLDER / f"{name.split('@')[0]}.tl"
+        path = path if path.exists() else USER20 / path.name
         t0 = time.time()
         floor, bound = floor_us(lang.load(path, sizes), tgt)
         latency, startup = model_us(path, sizes, tgt)

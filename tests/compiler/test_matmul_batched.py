@@ -233,16 +233,15 @@ kernel bmv(A: f32[B, M, K], x: f32[B, K, 1]) -> y
 """
 
 
-def test_a_batched_matvec_is_refused_with_the_form_that_compiles() -> None:
-    """Not compiled as written yet (the selector reads x[b, k] as a depthwise window); the hint names the batched
-    matmul form, which compiles and matches NumPy."""
+def test_a_batched_matvec_compiles_as_written_and_as_the_batched_matmul_form() -> None:
+    """Refused until user20 (the selector reads x[b, k] as a depthwise window); matvec_split rewrites it to the
+    batched matmul form (x as [B, K, 1]), which the user may also write: both match NumPy."""
     from tilec.tolerance import max_error
 
-    with pytest.raises(TilecError, match="declare x with a last dimension of 1") as info:
-        compile_loaded(lang.load(BATCHED_MATVEC), target="trn2")
-    assert info.value.span is not None and info.value.span.line == 8
-    c = compile_loaded(lang.load(BATCHED_MATVEC_AS_BMM), target="trn2")
-    inputs = lang.random_inputs(c.program, seed=5)
-    a, x = (np.asarray(inputs[k], np.float64) for k in ("A", "x"))
-    want = np.einsum("bmk,bkz->bmz", a, x)
-    assert max_error(np.asarray(c.run(**inputs)["y"], np.float64), want) <= 1e-5 * np.abs(want).max()
+    for text, spec in ((BATCHED_MATVEC, "bmk,bk->bm"), (BATCHED_MATVEC_AS_BMM, "bmk,bkz->bmz")):
+        c = compile_loaded(lang.load(text), target="trn2")
+        inputs = lang.random_inputs(c.program, seed=5)
+        a, x = (np.asarray(inputs[k], np.float64) for k in ("A", "x"))
+        want = np.einsum(spec, a, x)
+        assert max_error(np.asarray(c.run(**inputs)["y"], np.float64), want) <= 1e-5 * np.abs(want).max()
+    assert "x_col" in compile_loaded(lang.load(BATCHED_MATVEC), target="trn2").stages["select"]

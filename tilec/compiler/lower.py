@@ -235,7 +235,7 @@ def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:
         if shifted is None:
             raise TilecError(f"the compiler needs each index of {a.target.tensor} to be a plain loop variable "
                              f"(or one shifted by a constant in a copy, `Y[C1 + c] = B[c]`)",
-                             e.span, "write the output as T[i, j] with i, j loop variables")
+                             e.span, _store_hint(e, names))
         out_vars.append(shifted)
     extents = tuple((v, n) for v, n, *_ in loops)
     lines = tuple((v, line) for v, _, line, _ in loops)
@@ -253,6 +253,19 @@ def _lower_assign(a: sx.Assign, loops, sizes, red: Comp | None) -> Comp:
     red_vars = tuple(v for v, _ in extents if v not in out_vars)
     return Comp(a.target.tensor, tuple(out_vars), extents, None, a.op, a.value, red_vars, a.span.line, a.span,
                 lines, a.span.line, stops, out_index=a.target.indices if merged else ())
+
+
+def _store_hint(e: sx.Expr, names: set[str]) -> str:
+    """What to write instead of a stored index that is no loop variable (user20: a channel or pixel shuffle, a
+    flatten, a group's channel `q * Cg + c` write a reshaped view of the tensor)."""
+    used = [v for v in sorted(names) if uses_names(e, {v})]
+    if len(used) < 2:
+        return "write the output as T[i, j] with i, j loop variables"
+    return (f"an index of several loop variables ({', '.join(used)}) stores into a reshaped view, which is compiled "
+            "only for a grouped convolution's output channel and a copy that merges heads (`Y[s, h * D + d] = "
+            "X[h, s, d]`); declare the tensor in the shape you index it with (one dimension per loop variable) "
+            "and reshape it outside the kernel, or write one copy per value of the outer variable at a constant "
+            "offset (`Y[n, 4 + g, h, w] = X[n, 2 * g + 1, h, w]`)")
 
 
 def _merged_var(e: sx.Expr, loops, sizes: dict[str, int]) -> str | None:

@@ -43,6 +43,11 @@ from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporar
 from tilec.compiler.const_split import split_constant_outputs
 from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.dma_streams import columns_ahead, cut_apart
+from tilec.compiler.fission import distribute_reductions
+from tilec.compiler.matvec_split import split_batched_matvec
+from tilec.compiler.init_split import split_broadcast_inits
+from tilec.compiler.store_split import split_shifted_stores
+from tilec.compiler.view_split import split_merged_dims
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
                                       split_mixed_broadcasts, split_modulo_reads, split_self_products)
 from tilec.compiler.pad_split import split_padded_reads
@@ -109,6 +114,11 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     directives = program.kernel.schedule if directives is None else directives
     program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
     program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
+    program = split_merged_dims(program)  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
+    program = distribute_reductions(program)  # two reductions in one loop nest: one nest each (fission.py)
+    program = split_batched_matvec(program)  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
+    program = split_shifted_stores(program)  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)
+    program = split_broadcast_inits(program)  # `P[h, i, j] = Mk[i, j]` before a sum: added after it (init_split.py)
     program = fold_value_sizes(program)  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
     program = drop_identity_casts(program)  # `f32(h[i, j])` of an f32 tensor: `h[i, j]` (lang_split)
     program = split_constant_outputs(program)  # `Y[0, j] = f(X[j])`: a unit loop shifted by 0, a copy (const_split)
@@ -292,12 +302,16 @@ def build_kernel(program, ops: tuple, plans: tuple, names: NameAllocator, schedu
     """Each op by its builder; a run of row ops with the default schedule (softmax, layernorm, ...) as one fused
     row chain when its tiles fit `budget` (build_rowchain.py)."""
     hbm = {name: ir.Buf(name, "hbm", t.dtype, t.shape) for name, t in program.tensors.items()}
-    params = tuple(hbm[p.name] for p in program.kernel.params)
-    outputs = tuple(hbm[o] for o in program.kernel.outputs)
+    signature = {name: ir.Buf(name, "hbm", hbm[name].dtype, shape) for name, shape in program.views.items()}
+    views = [ir.Reshape(ir.Buf(names.fresh(f"{name}_v"), "hbm", hbm[name].dtype, hbm[name].shape), base,
+                        program.tensors[name].span.line) for name, base in signature.items()]
+    hbm.update({r.base.name: r.buf for r in views})  # the program's tensor is the view (view_split.py)
+    params = tuple(signature.get(p.name, hbm[p.name]) for p in program.kernel.params)
+    outputs = tuple(signature.get(o, hbm[o]) for o in program.kernel.outputs)
     parts = _parts(program, ops, plans, names, hbm, scheduled, budget, chains if chains is not None else [],
                    get_target(target), {} if choices is None else choices)
     stored = {n for group, _, _ in parts for n in group}
-    body: list[ir.Stmt] = []
+    body: list[ir.Stmt] = list(views)
     for name, t in program.tensors.items():
         if t.kind == "temp" and name in stored:
             body.append(ir.Alloc(hbm[name], line=t.span.line))  # an intermediate that really goes through HBM

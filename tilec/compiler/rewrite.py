@@ -120,4 +120,5 @@ def resolved(program, kernel: sx.Kernel):
     facts = checker.check(kernel)
     pending = bounds.prove(facts)
     bound = {k: v for k, v in program.sizes.items() if k in facts.symbols}
-    return api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+    out = api._resolve(kernel, program.path, program.source, facts, pending, program.defines, bound)
+    return replace(out, views=program.views) if program.views else out  # (view_split's signature shapes)

@@ -40,6 +40,9 @@ class Program:
     defines: dict[str, int] = field(default_factory=dict)  # sizes given explicitly (-D), kept by bind_inputs
     facts: checker.Facts | None = field(default=None, compare=False, repr=False)
     pending: bounds.Pending | None = field(default=None, compare=False, repr=False)
+    # inputs and outputs the compiler reads through a reshaped view (compiler/view_split.py): their shapes in the
+    # kernel's signature
+    views: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def inputs(self) -> list[TensorInfo]:
