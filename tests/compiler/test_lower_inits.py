@@ -1,6 +1,7 @@
 """Two reductions initialised together in one nest (`se[i] = 0; tgt[i] = 0; for j: se[i] += ..; tgt[i] += ..`, a
-cross-entropy loss written as a user writes it) are lowered as two reductions, each with its own init (lower.py
-`_append`); a statement that reads a tensor its own loop is still accumulating is refused at its line."""
+cross-entropy loss written as a user writes it) compile as two reductions, each with its own init (fission.py); a
+statement that reads a tensor its own loop is still accumulating, or a loop continuing a finished reduction, is
+refused at its line (lower.py)."""
 from __future__ import annotations
 
 import numpy as np
