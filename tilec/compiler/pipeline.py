@@ -40,20 +40,8 @@ from tilec.compiler.squeeze import squeeze
 from tilec.compiler.schedule import fmt_directive, sbuf_budget
 from tilec.compiler.fusers import AHEAD, AHEAD_TILES
 from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
-from tilec.compiler.const_split import split_constant_outputs
-from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.dma_streams import columns_ahead, cut_apart
-from tilec.compiler.fission import distribute_reductions
-from tilec.compiler.matvec_split import split_batched_matvec
-from tilec.compiler.init_split import split_broadcast_inits
-from tilec.compiler.store_split import split_shifted_stores
-from tilec.compiler.view_split import split_merged_dims
-from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
-                                      split_mixed_broadcasts, split_modulo_reads, split_self_products)
-from tilec.compiler.pad_split import split_padded_reads
-from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_copies, split_shifted_reads,
-                                          split_transposed_reads)
-from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
+from tilec.compiler.rewrites import source_rewrites
 from tilec.compiler.unsupported import reject_unsupported
 from tilec.compiler.verify import verify
 from tilec.errors import Span, TilecError
@@ -114,26 +102,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     directives = program.kernel.schedule if directives is None else directives
     program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
     program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
-    program = split_merged_dims(program)  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
-    program = distribute_reductions(program)  # two reductions in one loop nest: one nest each (fission.py)
-    program = split_batched_matvec(program)  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
-    program = split_shifted_stores(program)  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)
-    program = split_broadcast_inits(program)  # `P[h, i, j] = Mk[i, j]` before a sum: added after it (init_split.py)
-    program = fold_value_sizes(program)  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
-    program = drop_identity_casts(program)  # `f32(h[i, j])` of an f32 tensor: `h[i, j]` (lang_split)
-    program = split_constant_outputs(program)  # `Y[0, j] = f(X[j])`: a unit loop shifted by 0, a copy (const_split)
-    program = split_conv_layouts(program)  # HWIO weights, NHWC tensors: permuted in their own statements (lang_split)
-    program = split_modulo_reads(program)  # `X[i % 4, j]`: one copy per repeat into a temporary (lang_split)
-    program = split_self_products(program)  # `G += A[i, k] * A[j, k]`: the second read of a copy (lang_split)
-    program = split_mixed_broadcasts(program)  # `(X - mu[n, k]) * g[k]`: g widened to [n, k] first (lang_split)
-    program = split_padded_reads(program)  # padded reads in element-wise statements: copied first (pad_split.py)
-    program = split_total_reductions(program)  # `s[0] += X[i, j]`: rows to a column, then one row (reduce_split.py)
-    program = split_broadcast_reductions(program)  # `s[i] += exp(X[i, j] - m[i])`: the terms first (reduce_split.py)
-    program = split_transposed_reads(program)  # `Y[i, j] = X[i, j] + X[j, i]`: X[j, i] permuted first (same)
-    program = split_permuted_eltwise(program)  # `Y[j, i] = relu(X[i, j])`: element-wise, then a permute (permute_split)
-    program = split_reshape_copies(program)  # `Y[h, s, d] = X[s, h * D + d]`: one copy per h (permute_split.py)
-    program = split_shifted_reads(program)  # `Y[i, j] = X[i, j + 1] - X[i, j]`: the shifted read copied first (same)
-    program = split_in_place_epilogues(program)  # `O += P * V` then `O = O / z`: O_acc first (inplace_split.py)
+    program = source_rewrites(program)  # statements no rule maps, as ordinary ones over temporaries (rewrites.py)
     reject_unsupported(program.kernel)  # constructs only the reference evaluator runs yet (unsupported.py)
     program = name_sizes(program)  # sizes that remember their names: `SIZE_K // TILE_K` trip counts (named.py)
     tgt = get_target(target)

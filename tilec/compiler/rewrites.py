@@ -1,0 +1,49 @@
+"""The source rewrites that run before lowering, in order: each turns statements no rule maps yet into ordinary
+statements over new temporaries (or views), then checks the rewritten kernel as if the user had written it
+(rewrite.py has their shared steps). One flat list, like the pipeline's passes: a rewrite that needs another's
+result comes after it."""
+from __future__ import annotations
+
+from tilec.compiler.const_split import split_constant_outputs
+from tilec.compiler.fission import distribute_reductions
+from tilec.compiler.init_split import split_broadcast_inits
+from tilec.compiler.inplace_split import split_in_place_epilogues
+from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
+                                      split_mixed_broadcasts, split_modulo_reads, split_self_products)
+from tilec.compiler.matvec_split import split_batched_matvec
+from tilec.compiler.pad_split import split_padded_reads
+from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_copies, split_shifted_reads,
+                                          split_transposed_reads)
+from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
+from tilec.compiler.store_split import split_shifted_stores
+from tilec.compiler.view_split import split_merged_dims
+
+REWRITES = (
+    split_merged_dims,  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
+    distribute_reductions,  # two reductions in one loop nest: one nest each (fission.py)
+    split_batched_matvec,  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
+    split_shifted_stores,  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)
+    split_broadcast_inits,  # `P[h, i, j] = Mk[i, j]` before a sum: added after it (init_split.py)
+    fold_value_sizes,  # `Y = S / (H * W)`: the sizes' constant folded into one number (lang_split)
+    drop_identity_casts,  # `f32(h[i, j])` of an f32 tensor: `h[i, j]` (lang_split)
+    split_constant_outputs,  # `Y[0, j] = f(X[j])`: a unit loop shifted by 0, a copy (const_split)
+    split_conv_layouts,  # HWIO weights, NHWC tensors: permuted in their own statements (lang_split)
+    split_modulo_reads,  # `X[i % 4, j]`: one copy per repeat into a temporary (lang_split)
+    split_self_products,  # `G += A[i, k] * A[j, k]`: the second read of a copy (lang_split)
+    split_mixed_broadcasts,  # `(X - mu[n, k]) * g[k]`: g widened to [n, k] first (lang_split)
+    split_padded_reads,  # padded reads in element-wise statements: copied first (pad_split.py)
+    split_total_reductions,  # `s[0] += X[i, j]`: rows to a column, then one row (reduce_split.py)
+    split_broadcast_reductions,  # `s[i] += exp(X[i, j] - m[i])`: the terms first (reduce_split.py)
+    split_transposed_reads,  # `Y[i, j] = X[i, j] + X[j, i]`: X[j, i] permuted first (same)
+    split_permuted_eltwise,  # `Y[j, i] = relu(X[i, j])`: element-wise, then a permute (permute_split)
+    split_reshape_copies,  # `Y[h, s, d] = X[s, h * D + d]`: one copy per h (permute_split.py)
+    split_shifted_reads,  # `Y[i, j] = X[i, j + 1] - X[i, j]`: the shifted read copied first (same)
+    split_in_place_epilogues,  # `O += P * V` then `O = O / z`: O_acc first (inplace_split.py)
+)
+
+
+def source_rewrites(program):
+    """The program after every rewrite of REWRITES (each returns the same object when it has nothing to do)."""
+    for rewrite in REWRITES:
+        program = rewrite(program)
+    return program
