@@ -53,8 +53,7 @@ ACCEPTED = [  # (program, directive): accepted today, and the kernel changes; un
     ("batch_mse", "buffers A, 1"), ("logsumexp_rows", "unroll m.i"),
     # core21: N tiles per DMA on flattened data, the tile order of a broadcast layout, column sums (bcast_clamp's
     # 700-wide rows are one free tile by default since lead20: two tiles make the order matter)
-    ("gelu_tanh", "split Y.j, 2"), ("bcast_clamp", "tile Y.j, 350
-reorder Y, j, i"), ("column_l1", "buffers X, 1"),
+    ("gelu_tanh", "split Y.j, 2"), ("bcast_clamp", "tile Y.j, 350\nreorder Y, j, i"), ("column_l1", "buffers X, 1"),
     # core22: ragged tiles of a row reduction, a statistic or term stored in HBM instead of kept in the row chain
     ("logsumexp_rows", "tile m.i, 64"), ("batch_mse", "tile s.j, 64"), ("layernorm_nogain", "place sd, hbm"),
     ("softmax_heads", "place m, hbm"), ("rmsnorm_gated", "compute_at ms, root"),

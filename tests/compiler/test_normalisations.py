@@ -54,7 +54,9 @@ def test_sum_of_squared_differences_in_one_statement() -> None:
 
 def test_broadcast_operands_carry_constants() -> None:
     c = compile_loaded(lang.load(BROADCAST_CONSTANTS))
-    assert "c_col, nl.multiply, 0.5" in numbered(c.source)  # the constant is applied to the (P, 1) column, not the tile
+    # the constant is applied to the (P, 1) column, not the tile (on ScalarE: the column is then the bias of X's
+    # scaling, as rows broadcast whole are regrouped: expr_instrs.regrouped)
+    assert "data=c_col, scale=-0.5" in numbered(c.source)
     check(c)
 
 

@@ -39,8 +39,10 @@ ROWSUM = """kernel rowsum(A: f32[M, N]) -> s
     for j in 0..N:
       s[i] += A[i, j]
 """
+# row_tiles: tiles of 256 that do not divide the 384-wide rows, so each region broadcasts its rows tile by tile (one
+# tile as wide as the row is broadcast whole, once, since lead20: schedule.rows_whole)
 CASES = {"flat": (FLAT, None), "flat_tiles": (FLAT, EltwisePlan(128, 12)), "columns_rows": (COLUMNS_ROWS, None),
-         "row_tiles": (ROW_TILES, EltwisePlan(128, 384)), "row_tiles_whole": (ROW_TILES, EltwisePlan(128, 128))}
+         "row_tiles": (ROW_TILES, EltwisePlan(128, 256)), "row_tiles_whole": (ROW_TILES, EltwisePlan(128, 128))}
 
 
 def _op_nest(text: str):

@@ -12,7 +12,7 @@ from tilec.tune.knobs import space_of
 from tilec.tune.space import DIRECTIVES
 
 SWISH = """kernel s(X: f32[M, N], beta: f32[N]) -> Y
-  default M = 256, N = 1024
+  default M = 256, N = 2048
   Y: f32[M, N]
   for i in 0..M, j in 0..N:
     Y[i, j] = X[i, j] * sigmoid(beta[j] * X[i, j])
