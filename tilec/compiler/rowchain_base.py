@@ -271,10 +271,7 @@ class _ChainBase:
     # ---- statements -------------------------------------------------------------------------------------------------
 
     def step_stmt(self, dst: View, cur: View, op: str, other: "View | float", left: bool) -> Stmt:
-        # (two (P, 1) columns are a tensor_tensor: a tensor_scalar's column operand must be fp32, and a statistic
-        # kept in bf16 is not; fuzz seed 2 of gen_nests: `A * 3 - s6[i] + s2[i]` with bf16 s6, s2)
-        both_columns = isinstance(other, View) and other.buf.shape[1] == 1 and cur.shape()[1:] == (1,)
-        if isinstance(other, float) or other.buf.shape[1] == 1 and not both_columns:
+        if isinstance(other, float) or other.buf.shape[1] == 1:
             return Scalar(dst, cur, op, other, self.cur_line, reverse=not left and op in ("subtract", "divide"))
         return Binary(dst, cur, other, op, self.cur_line) if left else Binary(dst, other, cur, op, self.cur_line)
 
