@@ -1,5 +1,6 @@
 """Two reductions initialised together in one nest (`se[i] = 0; tgt[i] = 0; for j: se[i] += ..; tgt[i] += ..`, a
-cross-entropy loss written as a user writes it) compile as two reductions, each with its own init (fission.py); a
+cross-entropy loss written as a user writes it) compile as two reductions, each with its own init (fission.py, or
+lower.py when a later statement of the loop reads several of them); a
 statement that reads a tensor its own loop is still accumulating, or a loop continuing a finished reduction, is
 refused at its line (lower.py)."""
 from __future__ import annotations
@@ -90,3 +91,28 @@ def test_a_reduction_continuing_a_finished_one_is_refused_with_what_to_write() -
         compile_and_run(text, "0.6")
     assert err.value.span is not None and err.value.span.line == 11
     assert "keeps accumulating into s" in err.value.message and "of its own" in str(err.value)
+
+
+# the statistics' loop cannot be distributed (Y reads both in the same row loop): lowering merges each reduction with
+# its own init (the fuzz family gen_nests.py found it refused when only fission did this)
+STATS_THEN_USE = """\
+kernel stats(A: f32[M, N]) -> Y
+  default M = 130, N = 200
+  s1: f32[M]
+  s2: f32[M]
+  Y: f32[M, N]
+  for i in 0..M:
+    s1[i] = 0
+    s2[i] = -inf
+    for j in 0..N:
+      s1[i] += A[i, j] / 200
+      s2[i] max= A[i, j]
+    for j in 0..N:
+      Y[i, j] = A[i, j] * 2 - s1[i] + s2[i]
+"""
+
+
+def test_statistics_initialised_together_and_used_in_the_same_row_loop_match_numpy() -> None:
+    prog, _, a, out = compile_and_run(STATS_THEN_USE, "0.6")
+    x = a["A"].astype(np.float64)
+    assert_matches(prog, "Y", out["Y"], x * 2 - x.mean(1)[:, None] + x.max(1)[:, None])

@@ -118,23 +118,40 @@ def lower(kernel: sx.Kernel, sizes: dict[str, int]) -> tuple[Comp, ...]:
 
 
 def _append(comps: list[Comp], comp: Comp) -> None:
-    """Merge a reduction into the init-only Comp of the same tensor just before it (several reductions written in
-    one nest were distributed into a nest each before lowering: fission.py)."""
-    prev = comps[-1] if comps else None
-    if (prev and comp.red_op and comp.init is None and prev.red_op is None and prev.target == comp.target
-            and len(prev.out_vars) == len(comp.out_vars)):
-        rename = dict(zip(prev.out_vars, comp.out_vars))
-        assert prev.init is not None  # an init-only Comp (red_op None) always has its expression
-        comps[-1] = Comp(comp.target, comp.out_vars, comp.extents, rename_vars(prev.init, rename), comp.red_op,
-                         comp.update, comp.red_vars, prev.line, prev.span, comp.lines, comp.update_line, comp.stops)
+    """Merge a reduction into the init-only Comp of the same tensor before it: the one just before, or an earlier
+    one when the Comps between neither touch the reduced tensor nor write what the reduction reads (reductions
+    initialised together whose loop fission.py could not distribute, because a later statement of the body reads
+    several of them: each merges with its own init, which is then where the whole reduction runs)."""
+    at = _init_of(comps, comp) if comp.red_op and comp.init is None else None
+    if at is None:
+        earlier = [c for c in comps if c.target == comp.target] if comp.red_op and comp.init is None else []
+        if earlier:  # (the selector's "needs an initial value" would send the user to add the one they have)
+            raise TilecError(f"this loop keeps accumulating into {comp.target}, which line {earlier[-1].line} "
+                             f"computes already: a reduction continuing another is not compiled", comp.span,
+                             f"accumulate into a tensor of its own (`t[..] = 0`, then `t[..] {comp.red_op} ..`) and "
+                             f"combine the two after both loops")
+        comps.append(comp)
         return
-    earlier = [c for c in comps if c.target == comp.target] if comp.red_op and comp.init is None else []
-    if earlier:  # (the selector's "needs an initial value" would send the user to add the one they have)
-        raise TilecError(f"this loop keeps accumulating into {comp.target}, which line {earlier[-1].line} computes "
-                         f"already: a reduction continuing another is not compiled", comp.span,
-                         f"accumulate into a tensor of its own (`t[..] = 0`, then `t[..] {comp.red_op} ..`) and "
-                         f"combine the two after both loops")
-    comps.append(comp)
+    prev = comps[at]
+    rename = dict(zip(prev.out_vars, comp.out_vars))
+    assert prev.init is not None  # an init-only Comp (red_op None) always has its expression
+    comps[at] = Comp(comp.target, comp.out_vars, comp.extents, rename_vars(prev.init, rename), comp.red_op,
+                     comp.update, comp.red_vars, prev.line, prev.span, comp.lines, comp.update_line, comp.stops)
+
+
+def _init_of(comps: list[Comp], comp: Comp) -> int | None:
+    """Index of the init-only Comp `comp` (a reduction without an init) merges into, or None."""
+    assert comp.update is not None
+    needs = _tensors(comp.update) | {comp.target}
+    for k in range(len(comps) - 1, -1, -1):
+        prev = comps[k]
+        if prev.red_op is None and prev.target == comp.target:
+            return k if len(prev.out_vars) == len(comp.out_vars) else None
+        touched = {prev.target} | (_tensors(prev.init) if prev.init is not None else set()) | \
+            (_tensors(prev.update) if prev.update is not None else set())
+        if prev.target in needs or comp.target in touched:
+            return None
+    return None
 
 
 def _tensors(e: sx.Expr) -> set[str]:
