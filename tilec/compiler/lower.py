@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet
 
-from tilec.compiler.exprs import fmt_expr
+from tilec.compiler.exprs import accesses, fmt_expr
 from tilec.errors import Span, TilecError
 from tilec.lang import syntax as sx
-from tilec.lang.checker import children
 
 
 @dataclass(frozen=True)
@@ -156,8 +155,7 @@ def _init_of(comps: list[Comp], comp: Comp) -> int | None:
 
 def _tensors(e: sx.Expr) -> set[str]:
     """The tensors an expression reads."""
-    own = {e.tensor} if isinstance(e, sx.Access) else set()
-    return own.union(*(_tensors(k) for k in children(e)))
+    return {a.tensor for a in accesses(e)}
 
 
 def rename_vars(e: sx.Expr, names: dict[str, str]) -> sx.Expr:

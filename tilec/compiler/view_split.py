@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler.exprs import product_factors
+from tilec.compiler.exprs import accesses, product_factors
 from tilec.compiler.lower import affine_index, size_value
 from tilec.compiler.rewrite import resolved
 from tilec.errors import TilecError
@@ -80,7 +80,7 @@ def _contraction(st: sx.Assign) -> bool:
     if st.op != "+=":
         return False
     factors, _ = product_factors(st.value)
-    single = [{a.tensor for a in _reads(f)} for f in factors]
+    single = [{a.tensor for a in accesses(f)} for f in factors]
     return sum(len(t) == 1 for t in single) >= 2
 
 
@@ -110,21 +110,8 @@ def _accesses(body: tuple[sx.Stmt, ...], loops: dict[str, sx.Loop]):
         if isinstance(st, sx.Loop):
             yield from _accesses(st.body, {**loops, st.var: st})
         elif isinstance(st, sx.Assign):
-            for acc in [st.target, *_reads(st.value)]:
+            for acc in [st.target, *accesses(st.value)]:
                 yield acc, loops, st
-
-
-def _reads(e: sx.Expr):
-    if isinstance(e, sx.Access):
-        yield e
-    elif isinstance(e, sx.Neg):
-        yield from _reads(e.x)
-    elif isinstance(e, sx.BinOp):
-        yield from _reads(e.lhs)
-        yield from _reads(e.rhs)
-    elif isinstance(e, sx.Call):
-        for a in e.args:
-            yield from _reads(a)
 
 
 def _split(ix: sx.Expr, loops: dict[str, sx.Loop], sizes: dict[str, int], extent: int) -> Split | None:
