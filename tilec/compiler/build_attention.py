@@ -55,7 +55,7 @@ def _plain(op) -> bool:
     return (isinstance(op, ConvOp) and op.w_layout == "kc" and op.dim("N") == op.dim("H") == op.dim("Ho") == 1
             and op.dim("R") == op.dim("S") == 1 and op.dim("W") == op.dim("Wo") and op.bias is None
             and not op.relu and op.pool is None and not op.fused and op.residual is None and op.clamp is None
-            and op.groups == 1 and op.w_relu is None and op.scale == 1.0 and not op.epilogue and not op.w_batch
+            and op.groups == 1 and op.w_relu is None and op.scale > 0.0 and not op.epilogue and not op.w_batch
             and op.out == op.name)
 
 
@@ -103,15 +103,17 @@ def _indexed(e: sx.Expr, var_of: dict[str, tuple[str, ...]]) -> bool:
                for r in _reads(e))
 
 
-def exponent(op: EltwiseOp, sc: str, m: str) -> tuple[float, float, float] | None:
-    """(a, b, c) of e = exp(a * sc + b * m + c), or None."""
+def exponent(op: EltwiseOp, sc: str, m: str, scale: float = 1.0) -> tuple[float, float, float] | None:
+    """(a, b, c) of e = exp(a * sc + b * m + c), or None; sc and m counted unscaled when the scores are the
+    matmul's sums times `scale` > 0 (`S += Q * K * 0.125`: the row max of the scaled scores is the scaled max, so
+    the builder applies the scale in the exponent, on the raw sums in PSUM)."""
     if not (isinstance(op.expr, sx.Call) and op.expr.fn == "exp" and len(op.expr.args) == 1):
         return None
     i, j = dict(op.vars).get("d0"), dict(op.vars).get("d1")
     if i is None or j is None or not _indexed(op.expr, {sc: (i, j), m: (i,)}):
         return None
     f = linear(op.expr.args[0], sc, m)
-    return None if f is None or f[0] == 0.0 else f
+    return None if f is None or f[0] == 0.0 else (f[0] * scale, f[1] * scale, f[2])
 
 
 def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str], outputs: AbstractSet[str],
@@ -126,7 +128,7 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
     if (m.src, m.op, m.init, m.scale, m.expr) != (s.out, "maximum", float("-inf"), 1.0, None) or \
             (z.src, z.op, z.init, z.scale, z.expr) != (e.out, "add", 0.0, 1.0, None):
         return "the row reductions are not max(sc) and sum(e)"
-    if e.inputs != (s.out,) or e.columns != (m.out,) or e.rows or e.copy or exponent(e, s.out, m.out) is None:
+    if e.inputs != (s.out,) or e.columns != (m.out,) or e.rows or e.copy or exponent(e, s.out, m.out, s.scale) is None:
         return "e is not exp of a linear form of sc and its row max"
     if o.w != e.out or o.x_transposed or fin.inputs != (o.out,) or fin.columns != (z.out,) or fin.rows or \
             not _division(fin, o.out, z.out):
@@ -199,7 +201,7 @@ class HeadBuilder:
         self.hbm, self.fresh = hbm, fresh
         self.K, self.W, self.C, self.Dv = self.s.dim("K"), self.s.dim("W"), self.s.dim("C"), self.o.dim("W")
         self.NQ, self.NK = self.K // P, self.W // P
-        self.a, self.b, self.c = exponent(self.e, self.s.out, self.m.out) or (1.0, -1.0, 0.0)
+        self.a, self.b, self.c = exponent(self.e, self.s.out, self.m.out, self.s.scale) or (1.0, -1.0, 0.0)
         self.qt, self.kb = fresh("q_p"), fresh("k_b")
         self.row, self.par = a(0), 0
         self.views: list[Stmt] = []  # HBM reshapes, first in the kernel

@@ -26,6 +26,7 @@ from tilec.lang import syntax as sx
 
 
 def split_broadcast_reductions(program):
+    from tilec.compiler.operand_split import contraction_groups
     """The program with each such reduction's expression computed into a temporary first; the same object when
     there is none."""
     kernel = program.kernel
@@ -52,7 +53,9 @@ def split_broadcast_reductions(program):
             return False
         if st.op == "+=" and isinstance(st.value, sx.BinOp) and st.value.op == "*" and len(reads) == 2:
             return False  # a product of two reads summed: a contraction's form (max= of a product is not one)
-        along = [bool(_names(a) & reduced) for a in reads]
+        if contraction_groups(st, loops, top_writes, program) is not None:
+            return False  # a contraction of two expressions: each computed on its own (operand_split.py)
+        along = [bool(index_vars(a) & reduced) for a in reads]
         if st.op == "+=" and column_rows(st, loop_vars, program.tensors, starts.get(st.target.tensor, set())):
             return False  # the column rule reads the row itself (rules_colreduce: staged per free tile, broadcast)
         return any(along) and not all(along)
@@ -73,7 +76,7 @@ def split_broadcast_reductions(program):
         loops = tuple(by_var[v] for v in order)
         decls.append(sx.Decl(name, sx.TensorType("f32", tuple(lp.stop for lp in loops), span), span))
         idx = tuple(sx.Name(lp.var, span) for lp in loops)
-        value = _sizes_as_numbers(st.value, {lp.var for lp in loops}, program.sizes)
+        value = sizes_as_numbers(st.value, {lp.var for lp in loops}, program.sizes)
         fill = nested(sx.Assign(sx.Access(name, idx, span), "=", value, st.span), loops)
         return [fill], replace(st, value=sx.Access(name, idx, span))
 
@@ -108,22 +111,22 @@ def same_width(reads: set[str], out: str) -> bool:
     return reads == {"f32"} or reads == {"bf16"} == {out}
 
 
-def _sizes_as_numbers(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) -> sx.Expr:
+def sizes_as_numbers(e: sx.Expr, loop_vars: set[str], sizes: dict[str, int]) -> sx.Expr:
     """e with each size named in its value (not in an index: `/ N` of a mean) replaced by its number, as the
     reduction rule's constant factor takes it (the element-wise rule takes numbers only)."""
     if isinstance(e, sx.Name) and e.id not in loop_vars and e.id in sizes:
         return sx.Num(sizes[e.id], e.span)
     if isinstance(e, sx.BinOp):
-        return replace(e, lhs=_sizes_as_numbers(e.lhs, loop_vars, sizes),
-                       rhs=_sizes_as_numbers(e.rhs, loop_vars, sizes))
+        return replace(e, lhs=sizes_as_numbers(e.lhs, loop_vars, sizes),
+                       rhs=sizes_as_numbers(e.rhs, loop_vars, sizes))
     if isinstance(e, sx.Neg):
-        return replace(e, x=_sizes_as_numbers(e.x, loop_vars, sizes))
+        return replace(e, x=sizes_as_numbers(e.x, loop_vars, sizes))
     if isinstance(e, sx.Call):
-        return replace(e, args=tuple(_sizes_as_numbers(a, loop_vars, sizes) for a in e.args))
+        return replace(e, args=tuple(sizes_as_numbers(a, loop_vars, sizes) for a in e.args))
     return e
 
 
-def _names(a: sx.Access) -> set[str]:
+def index_vars(a: sx.Access) -> set[str]:
     out: set[str] = set()
 
     def walk(e: sx.Expr) -> None:
@@ -229,7 +232,7 @@ def _total_split(init: sx.Assign, loops: list[sx.Loop], red: sx.Assign, taken: s
                          span))
     row = sx.Access(row_name, tuple(zs) + (i,), span)
     if len(loops) == 1:  # one loop: its terms are the row
-        value = _sizes_as_numbers(red.value, vars_, program.sizes)
+        value = sizes_as_numbers(red.value, vars_, program.sizes)
         out.append(nested(sx.Assign(row, "=", value, span), z_loops + loops))
     else:
         col_name = unique(f"{red.target.tensor}_rows", taken)

@@ -11,6 +11,7 @@ from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
                                       split_mixed_broadcasts, split_modulo_reads, split_self_products)
 from tilec.compiler.matvec_split import split_batched_matvec
+from tilec.compiler.operand_split import split_contraction_operands
 from tilec.compiler.pad_split import split_padded_reads
 from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_copies, split_shifted_reads,
                                           split_transposed_reads)
@@ -34,6 +35,7 @@ REWRITES = (
     split_padded_reads,  # padded reads in element-wise statements: copied first (pad_split.py)
     split_total_reductions,  # `s[0] += X[i, j]`: rows to a column, then one row (reduce_split.py)
     split_broadcast_reductions,  # `s[i] += exp(X[i, j] - m[i])`: the terms first (reduce_split.py)
+    split_contraction_operands,  # `O += exp(S[i, t] - m[i]) * V[t, d]`: each operand first (operand_split.py)
     split_transposed_reads,  # `Y[i, j] = X[i, j] + X[j, i]`: X[j, i] permuted first (same)
     split_permuted_eltwise,  # `Y[j, i] = relu(X[i, j])`: element-wise, then a permute (permute_split)
     split_reshape_copies,  # `Y[h, s, d] = X[s, h * D + d]`: one copy per h (permute_split.py)

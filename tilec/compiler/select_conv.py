@@ -349,9 +349,8 @@ def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
     assert isinstance(update, sx.BinOp)
     reads = []
     for factor in (update.lhs, update.rhs):
-        widened = factor.args[0] if isinstance(factor, sx.Call) and _exact_conversion(factor, program) else factor
-        inner, _ = strip_activation(widened)
-        if not isinstance(inner, sx.Access):
+        inner = operand_read(factor, program)
+        if inner is None:
             raise reject(comp, f"`{fmt_expr(factor)}` is not a tensor read: a contraction multiplies two reads "
                                f"(each may be under relu or `min(relu(..), c)`; a constant factor or a sign goes "
                                f"on the result)", factor.span,
@@ -366,6 +365,13 @@ def _check_operands(comp: Comp, program, a: sx.Access, b: sx.Access) -> None:
         if acc.fill is not None and acc.fill != 0:
             raise reject(comp, f"a contraction's padded read fills with 0, not {acc.fill:g}", acc.span,
                          f"write `{acc.tensor}[...] ?? 0`")
+
+
+def operand_read(factor: sx.Expr, program) -> sx.Access | None:
+    """The read a contraction's factor multiplies as loaded (under an exact conversion, relu or relu6), or None."""
+    widened = factor.args[0] if isinstance(factor, sx.Call) and _exact_conversion(factor, program) else factor
+    inner, _ = strip_activation(widened)
+    return inner if isinstance(inner, sx.Access) else None
 
 
 def _exact_conversion(call: sx.Call, program) -> bool:
