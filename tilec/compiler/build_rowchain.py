@@ -57,6 +57,7 @@ from tilec.lang import syntax as sx
 from tilec.target import target as get_target
 from tilec.compiler.rowchain_base import Built, _reads
 from tilec.compiler.rowchain_chain import _Chain
+from tilec.compiler.rowchain_rewrites import products_on_gpsimd
 from tilec.compiler.rowchain_rewrites import _shifted  # (pair_tiles.py imports it from here)
 
 
@@ -325,7 +326,8 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
     consts, stmts = chain.build()
     skewed = skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1]))
     if skewed is not None:
-        return (skewed[0], chunk_pipe.last_banks_shared(skewed[1], fresh_for(ops[-1]), get_target())), True
+        shared = chunk_pipe.last_banks_shared(skewed[1], fresh_for(ops[-1]), get_target())
+        return (skewed[0], products_on_gpsimd(shared, get_target())), True
     if 2 * peak_usage(tuple(built[1]))[0] <= budget or not _turned(built[1]):
         return built, False
     # a chain whose column rides on a row's broadcast (its row tile is then read until the tile's last step) that

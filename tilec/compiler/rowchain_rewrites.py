@@ -9,6 +9,7 @@ software-pipelined 16-bit chain moves work off ScalarE (`_offload`: the last ste
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from tilec.compiler import ir, mean_var
 from tilec.compiler.ir import Act, Alloc, Binary, Block, Buf, Dma, Scalar, Sl, Stmt, View, whole
@@ -218,3 +219,36 @@ def _narrow_last_step(out: list[Stmt], copy: ir.Copy, chunks: ir.Loop) -> list[S
     out = [s for s in out if s is not copy and s is not alloc_n]
     i = out.index(chunks)
     return out[:i] + [alloc_n, dataclasses.replace(chunks, body=tuple(body))] + out[i + 1:]
+
+
+def products_on_gpsimd(stmts: list[Stmt], t) -> list[Stmt]:
+    """In each loop body, tensor_tensors of SBUF tiles (a product's terms before their row sum, `tg[i] += T[i, j] *
+    X[i, j]` of a cross-entropy) moved to GpSimdE, one by one while that lowers the busier of VectorE and GpSimdE
+    (streaming cycles, nki-spec §2.4: a fp32 tensor_tensor 2N on either engine [§1.10.4 engine=], a reduction N):
+    a row chain with a maximum, a product and a sum per row tile has VectorE streaming 4N against ScalarE's N.
+    Not where the Target says VectorE and GpSimdE do not access SBUF in parallel (NC-v2): nothing to gain there."""
+    if any(set(x.engines) == {"vector", "gpsimd"} and x.memory == "sbuf" for x in t.exclusions):
+        return stmts
+    return _balanced_products(stmts, t)
+
+
+def _balanced_products(body: list[Stmt], t) -> list[Stmt]:
+    def streamed(s: Stmt) -> float:
+        n = math.prod(s.dst.shape()[1:]) if isinstance(s, (Binary, Scalar, ir.Copy)) else \
+            math.prod(s.src.shape()[1:]) if isinstance(s, ir.Reduce) else 0
+        return 2 * n if isinstance(s, Binary) and s.dst.buf.dtype not in _HALF else n
+
+    def busiest(stmts: list[Stmt]) -> float:
+        vector = sum(streamed(s) for s in stmts if ir.engine_of(s) == "vector")
+        gpsimd = sum(streamed(s) for s in stmts if ir.engine_of(s) == "gpsimd")
+        return max(vector / t.vector_ghz, gpsimd / t.gpsimd_ghz)
+
+    body = [dataclasses.replace(s, body=tuple(_balanced_products(list(s.body), t)))
+            if isinstance(s, (ir.Loop, Block)) else s for s in body]
+    for k, s in enumerate(body):
+        if isinstance(s, Binary) and not s.engine and s.scale0 == 1.0 and \
+                all(v.buf.memory == "sbuf" for v in (s.dst, s.a, s.b)):
+            trial = body[:k] + [dataclasses.replace(s, engine="gpsimd")] + body[k + 1:]
+            if busiest(trial) < busiest(body):
+                body = trial
+    return body
