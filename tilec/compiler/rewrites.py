@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tilec.compiler.const_split import split_constant_outputs
 from tilec.compiler.fission import distribute_reductions
+from tilec.compiler.gap_split import split_gapped_reductions
 from tilec.compiler.init_split import split_broadcast_inits
 from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
@@ -34,6 +35,7 @@ REWRITES = (
     split_mixed_broadcasts,  # `(X - mu[n, k]) * g[k]`: g widened to [n, k] first (lang_split)
     split_padded_reads,  # padded reads in element-wise statements: copied first (pad_split.py)
     split_total_reductions,  # `s[0] += X[i, j]`: rows to a column, then one row (reduce_split.py)
+    split_gapped_reductions,  # `mu[c] += X[n, c, h, w]`: over h, w first, then over n (gap_split.py)
     split_broadcast_reductions,  # `s[i] += exp(X[i, j] - m[i])`: the terms first (reduce_split.py)
     split_contraction_operands,  # `O += exp(S[i, t] - m[i]) * V[t, d]`: each operand first (operand_split.py)
     split_transposed_reads,  # `Y[i, j] = X[i, j] + X[j, i]`: X[j, i] permuted first (same)

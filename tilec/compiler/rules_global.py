@@ -49,8 +49,8 @@ class GlobalPool:
 def global_pool(ops: tuple, i: int, hbm: dict[str, Buf], outputs: AbstractSet[str], scheduled: AbstractSet[str]
                 ) -> GlobalPool | None:
     """ops[i] (and ops[i + 1]) as a global pool, or None: a reduction of a plain tensor over its trailing dimensions
-    into a temporary or an output, with no directive on either op, followed (for a temporary) by the one op reading
-    it, an element-wise constant factor with the same indices."""
+    into a temporary or an output, with no directive on either op, taking along (for a temporary) the one op reading
+    it when that is an element-wise constant factor with the same indices into an output."""
     from tilec.compiler.schedule import best_divisor
     from tilec.lang import syntax as sx
     op = ops[i]
@@ -69,22 +69,21 @@ def global_pool(ops: tuple, i: int, hbm: dict[str, Buf], outputs: AbstractSet[st
     readers = [o for o in ops if op.out in _reads_of(o)]
     if op.scale != 1.0 and op.op != "add":
         return None  # (max of x * s is a min for s < 0)
+    alone = GlobalPool(op, None if op.scale == 1.0 else op.scale, 1, P, R // P, F)
     if op.out in outputs:  # (a factor inside the sum, `S[n, c] += X[n, c, i, j] / 49`: scaled once, after it)
-        return GlobalPool(op, None if op.scale == 1.0 else op.scale, 1, P, R // P, F) if not readers else None
-    if op.scale != 1.0:
-        return None
+        return alone if not readers else None
     nxt = ops[i + 1] if i + 1 < len(ops) else None
-    if not isinstance(nxt, EltwiseOp) or readers != [nxt] or nxt.inputs != (op.out,) or nxt.layout or nxt.rows or \
-            nxt.columns or nxt.copy or nxt.fused or nxt.size != R or nxt.name in scheduled or nxt.out in scheduled \
-            or nxt.out not in outputs:
-        return None
+    if op.scale != 1.0 or not isinstance(nxt, EltwiseOp) or readers != [nxt] or nxt.inputs != (op.out,) or \
+            nxt.layout or nxt.rows or nxt.columns or nxt.copy or nxt.fused or nxt.size != R or \
+            nxt.name in scheduled or nxt.out in scheduled or nxt.out not in outputs:
+        return alone  # a temporary another op reads (batch norm's per-image sums before their sum over n)
     e = nxt.expr
     kept = [v for k, v in op.vars if k.startswith("k")]
     if not (isinstance(e, sx.BinOp) and e.op in ("/", "*") and isinstance(e.lhs, sx.Access) and e.lhs.fill is None
             and isinstance(e.rhs, sx.Num) and e.rhs.value != 0
             and [getattr(ix, "id", None) for ix in e.lhs.indices] == [v for _, v in nxt.vars]
             and len(kept) == len(nxt.vars)):
-        return None
+        return alone
     k = float(e.rhs.value)
     return GlobalPool(op, 1.0 / k if e.op == "/" else k, 2, P, R // P, F)
 
