@@ -31,6 +31,7 @@ FORMS = {  # the family forms the compiler is learning (pools, convs, data movem
     ("block", "grouped"): "", ("block", "depthwise"): "", ("block", "residual"): "", ("block", "relu6"): "min(relu(",
     ("block", "dense"): "", ("epilogue", "conv"): "", ("epilogue", "matmul"): "", ("epilogue", "matvec"): "",
     ("nest", "running"): "",  # a read of a running statistic: refused at its line (gen_nests.py)
+    ("operands", "softmax/plain"): " + 1)", ("gapped", "max"): "max=",  # (gen_operands.py)
 }
 FAMILY_FORMS: set[tuple[str, str]] = set()
 

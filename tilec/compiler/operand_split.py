@@ -10,9 +10,10 @@ an f32 temporary over its own indices, and the contraction multiplies the two:
 Done for a `+=` whose stored indices are plain loop variables, whose loops start at 0, whose factors (the product's
 non-constant factors) read only tensors the top-level nest does not write, and whose kept indices fall into two
 non-empty disjoint sets, each factor reading kept indices of at most one of them (a factor reading only reduced
-indices goes with the first group). The constant factor stays on the contraction. A temporary has the dtype of the
-other operand when that is a plain read (a matmul's operands share one: in bf16 the weights are rounded to bf16, as
-a user's own `P: bf16[S, T]` would be), else f32, as the reference evaluator computes the expression; it is laid out
+indices goes with the first group). The constant factor stays on the contraction. A temporary is f32, as the
+reference evaluator computes the expression, and a plain 16-bit operand beside it is copied to f32 too (exact: a
+16-bit temporary rounds every term, which the reference does not; the fuzzer's survey seeds 114 and 208, 0.03 and
+0.01 off). It is laid out
 like a read over all its indices when there is one (`S[i, t]`), else in the loops' order. In a sum from 0, the
 factors reading only the output's indices (`/ z[i]`) apply to the total after it (`O = O / z[i]`), and an operand
 some earlier nest computes already (softmax's `exp(S[i, t] - m[i])`) is read from there."""
@@ -36,11 +37,8 @@ def split_contraction_operands(program):
     fills = _fills(kernel.body)
     zero_sums = _zero_started_sums(kernel.body)
     after: dict[int, sx.Stmt] = {}  # id of a rewritten contraction -> the nest finishing it (`O = O / z[i]`)
-    made = _rewrite_temporaries(kernel, fills)
-    retyped: dict[str, str] = {}
 
-    def operand(base: str, expr: sx.Expr, loops: tuple[sx.Loop, ...], dtype: str, pre: list[sx.Stmt],
-                span) -> sx.Access:
+    def operand(base: str, expr: sx.Expr, loops: tuple[sx.Loop, ...], pre: list[sx.Stmt], span) -> sx.Access:
         """The read of a temporary holding `expr` over its own loops (filled by a nest added to `pre`), or of the
         tensor an earlier nest fills with it already (softmax's sum's terms `exp(S - m)`)."""
         own = _vars(expr) & {lp.var for lp in loops}
@@ -48,13 +46,11 @@ def split_contraction_operands(program):
         terms = sizes_as_numbers(expr, own, program.sizes)
         idx = tuple(sx.Name(lp.var, expr.span) for lp in order)
         same = _filled_alike(fills, terms, order)
-        if same is not None and program.tensors[same].dtype != dtype and same in made:
-            retyped[same] = dtype  # a rewrite's f32 terms: in the matmul's dtype for both their readers
-        if same is not None and retyped.get(same, program.tensors[same].dtype) == dtype:
+        if same is not None and program.tensors[same].dtype == "f32":
             return sx.Access(same, idx, expr.span)
         name = unique(base, taken)
         taken.add(name)
-        decls.append(sx.Decl(name, sx.TensorType(dtype, tuple(lp.stop for lp in order), expr.span), expr.span))
+        decls.append(sx.Decl(name, sx.TensorType("f32", tuple(lp.stop for lp in order), expr.span), expr.span))
         pre.append(nested(sx.Assign(sx.Access(name, idx, expr.span), "=", terms, span), order))
         return sx.Access(name, idx, expr.span)
 
@@ -74,9 +70,8 @@ def split_contraction_operands(program):
                 factors, out_factors, groups = left, moved, again  # (each side still reads its own indices)
         pre: list[sx.Stmt] = []
         exprs = [_product([factors[k] for k in members], span) for members in groups]
-        plain = [r for r in (_read(e, program) for e in exprs) if r is not None]
-        dtype = program.tensors[plain[0].tensor].dtype if plain else "f32"  # (a matmul's operands share one)
-        operands = [expr if _plain(expr, program) else operand(f"{st.target.tensor}_{side}", expr, loops, dtype, pre, st.span)
+        operands = [expr if _f32_read(expr, program) else operand(f"{st.target.tensor}_{side}", _exact(expr, program),
+                                                                   loops, pre, st.span)
                     for side, expr in zip(("lhs", "rhs"), exprs)]
         value: sx.Expr = sx.BinOp("*", operands[0], operands[1], span)
         if scale != 1.0:
@@ -89,10 +84,6 @@ def split_contraction_operands(program):
     body = hoisted(kernel.body, stmt)
     if not decls and not after:
         return program
-    if retyped:
-        kernel = replace(kernel, decls=tuple(replace(d, type=replace(d.type, dtype=retyped[d.name]))
-                                             if d.name in retyped else d for d in kernel.decls))
-        program = replace(program, kernel=kernel)
     out: list[sx.Stmt] = []
     for top in body:
         out.append(top)
@@ -175,13 +166,6 @@ def _zero_started_sums(body: tuple[sx.Stmt, ...]) -> set[str]:
                 and all(const_value(st.value) == 0.0 for st in inits):
             out.add(name)
     return out
-
-
-def _rewrite_temporaries(kernel: sx.Kernel, fills) -> set[str]:
-    """The filled tensors an earlier rewrite declared: their declaration's span is the value they are filled with
-    (reduce_split's terms); a tensor the user declared has its own line."""
-    spans = {d.name: d.span for d in kernel.decls}
-    return {st.target.tensor for st, _ in fills if spans.get(st.target.tensor) == st.value.span}
 
 
 def _fills(body: tuple[sx.Stmt, ...]) -> list[tuple[sx.Assign, tuple[sx.Loop, ...]]]:
@@ -288,6 +272,17 @@ def _read(e: sx.Expr, program) -> sx.Access | None:
 
 def _plain(e: sx.Expr, program) -> bool:
     return _read(e, program) is not None
+
+
+def _f32_read(e: sx.Expr, program) -> bool:
+    """An operand taken as it is: a plain read of an f32 tensor (beside an f32 temporary)."""
+    read = _read(e, program)
+    return read is not None and program.tensors[read.tensor].dtype == "f32"
+
+
+def _exact(e: sx.Expr, program) -> sx.Expr:
+    """`f32(B[k, j])` for a plain 16-bit operand copied beside an f32 temporary (exact), else e."""
+    return sx.Call("f32", (e,), e.span) if _plain(e, program) else e
 
 
 def _at_loop_variables(e: sx.Expr) -> bool:

@@ -967,16 +967,24 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "epilogue": lambda rng, nm: _epilogues().epilogue(rng, nm),
     "mlp": lambda rng, nm: _mlps().mlp(rng, nm),
     "nest": lambda rng, nm: _nests().nest(rng, nm),
+    "operands": lambda rng, nm: _operands().operands(rng, nm),
+    "gapped": lambda rng, nm: _operands().gapped(rng, nm),
 }
 WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
            "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2, "total": 1,
-           "epilogue": 2, "mlp": 1, "nest": 1}
+           "epilogue": 2, "mlp": 1, "nest": 1, "operands": 1, "gapped": 1}
 
 
 def _mlps():
     """gen_mlp.py (two matmuls with a hidden layer between them: the feed-forward block)."""
     from tilec.testing import gen_mlp
     return gen_mlp
+
+
+def _operands():
+    """gen_operands.py (a contraction of two expressions; a reduction whose reduced dimensions have gaps)."""
+    from tilec.testing import gen_operands
+    return gen_operands
 
 
 def _nests():
