@@ -13,7 +13,10 @@ memories or engine limits.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Iterator
 
 from tilec.errors import TilecError
 
@@ -183,6 +186,29 @@ class Target:
         """fp32 elements per partition of one PSUM bank (= nl.tile_size.psum_fmax)."""
         return self.psum_bank_bytes // 4
 
+    def side_by_side(self, a: str, b: str, memory: str) -> bool:
+        """Whether engines `a` and `b` (NKI spelling) may access `memory` at the same time: no whole-memory
+        `Exclusion` names both (a per-bank one only keeps them off one PSUM bank)."""
+        return not any(set(x.engines) == {a, b} and x.memory == memory and not x.per_bank for x in self.exclusions)
+
+    @property
+    def vector_gpsimd_split(self) -> bool:
+        """Whether element-wise work cut between VectorE and GpSimdE can run faster than on one of them: only where
+        the two may touch SBUF side by side (not on NC-v2, whose compiler serialises their SBUF accesses: the
+        pieces' times add up, each paying its fixed cost)."""
+        return self.side_by_side("vector", "gpsimd", "sbuf")
+
+    def vector_part(self, vector_cycles: float = 2.0, gpsimd_cycles: float = 2.0) -> float:
+        """VectorE's part of element-wise work over SBUF cut between VectorE and GpSimdE (GpSimdE takes the rest),
+        given each engine's cycles per element (2 for an fp32 tensor_tensor on either, tilec/perf/costs.py): in
+        proportion to their speeds where the two run side by side, so both finish together; where they do not
+        (vector_gpsimd_split), all of it on the faster one (VectorE on a tie). The compiler's work splits read
+        this instead of the clocks' ratio."""
+        v, g = self.vector_ghz / vector_cycles, self.gpsimd_ghz / gpsimd_cycles
+        if self.vector_gpsimd_split:
+            return v / (v + g)
+        return 1.0 if v >= g else 0.0
+
     def instr(self, name: str) -> Instr:
         for i in self.instructions:
             if i.name == name:
@@ -221,10 +247,27 @@ TARGETS: dict[str, Target] = {"trn2": TRN2, "trn1": TRN1}
 DEFAULT = "trn2"
 
 
+# the target a compilation is for (compiling): the compiler's builders ask `target()` for it rather than each
+# taking it as an argument
+_COMPILING: ContextVar[Target | None] = ContextVar("tilec_compiling", default=None)
+
+
+@contextmanager
+def compiling(t: Target) -> Iterator[Target]:
+    """Within this block `target()` (no name) is `t`."""
+    token = _COMPILING.set(t)
+    try:
+        yield t
+    finally:
+        _COMPILING.reset(token)
+
+
 def target(name: str | Target | None = None) -> Target:
-    """A target by name (None: the default, trn2); a Target passes through."""
+    """A target by name (None: the one being compiled for, else the default, trn2); a Target passes through."""
     if isinstance(name, Target):
         return name
+    if name is None and _COMPILING.get() is not None:
+        return _COMPILING.get()  # type: ignore[return-value]
     name = name or DEFAULT
     if name not in TARGETS:
         raise TilecError(f"unknown target {name!r}", hint=f"use one of {', '.join(TARGETS)}")

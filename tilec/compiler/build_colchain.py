@@ -180,6 +180,8 @@ class Work:
         work goes to VectorE first (twice its SBUF rate), GpSimdE takes the SBUF work first."""
         v, g = t.vector_ghz, t.gpsimd_ghz
         Wf, Wp = self.sbuf, self.psum
+        if not t.vector_gpsimd_split:  # each kind of work on its faster engine (Target.vector_part)
+            return t.vector_part(), t.vector_part(1, 2)
         if Wf + Wp == 0:
             return v / (v + g), 1.0
         if Wp / v >= 2 * Wf / g:
@@ -189,7 +191,10 @@ class Work:
     def ns(self, t) -> float:
         """The time of this work on VectorE and GpSimdE together, shared as `shares` says."""
         f, p = self.shares(t)
-        return (f * 2 * self.sbuf + p * self.psum) / t.vector_ghz
+        vector = (f * 2 * self.sbuf + p * self.psum) / t.vector_ghz
+        if t.vector_gpsimd_split:
+            return vector
+        return vector + ((1 - f) * 2 * self.sbuf + (1 - p) * 2 * self.psum) / t.gpsimd_ghz  # (serialised)
 
 
 def _balance(b: "_Builder") -> int:
@@ -213,6 +218,9 @@ def _balance(b: "_Builder") -> int:
         return 0
     ghz = t.vector_ghz + t.gpsimd_ghz
     static = c.static["vector"] + c.static["gpsimd"]  # a pass is one instruction on each engine
+    if not t.vector_gpsimd_split:  # one instruction on the faster engine (Target.vector_part)
+        on = "vector" if t.vector_part() else "gpsimd"
+        ghz, static = 1 / c.engine_ns[on], c.static[on]
     c_vg = (2 * TF + static) / ghz
     fp32 = c.fp32_onezero if b.res.dtype == "f32" or b.terms_f32 else 1.0  # the ones matmuls are marked onezero
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
@@ -237,7 +245,7 @@ class _Builder:
         self.work = Work()  # VectorE/GpSimdE tensor_tensor elements per partition over the whole block
         t = get_target()
         # VectorE's fraction of the SBUF tensor_tensors and of those reading a statistic in PSUM (Work.shares)
-        self.shares = shares or (t.vector_ghz / (t.vector_ghz + t.gpsimd_ghz), 1.0)
+        self.shares = shares or Work().shares(t)
         self.twins: dict[str, Buf] = {}  # a statistic's SBUF row (on every partition) -> its PSUM accumulator
         self.twin_stat: dict[str, str] = {}  # that row -> the statistic's name (read_whole: both builds name it so)
         self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads

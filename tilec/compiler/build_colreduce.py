@@ -416,6 +416,8 @@ def _vector_columns(cols: int, dtype: str, folds: int = 1, tail: float = 0.0) ->
     t = get_target()
     v, g = t.vector_ghz, t.gpsimd_ghz
     rate = 1 if dtype in ("f16", "bf16") else 2  # VectorE cycles per element of a fold
+    if not t.vector_gpsimd_split:  # all on the faster engine (Target.vector_part)
+        return round(cols * t.vector_part(rate, 2))
     cut = (2 * folds * cols / g - tail / v) / (folds * rate / v + 2 * folds / g)
     return min(cols, max(0, round(cut)))
 
