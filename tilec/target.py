@@ -171,6 +171,13 @@ class Target:
     ap_stride_max: int = 32767
     # pairs of engines whose accesses to one memory (or one PSUM bank) do not overlap in time (`Exclusion`)
     exclusions: tuple[Exclusion, ...] = ()
+    # nisa.activation's bias: a compile-time scalar as well as a (P, 1) vector ("In NeuronCore-v2, the bias must be
+    # a [N, 1] vector, but starting NeuronCore-v3, bias can either be a compile-time constant scalar or a [N, 1]
+    # vector", ISA6 v2.32.0 nki/api/nki/isa/__init__.py, activation, Layout; the v2.26.1 0.1 docstring documents
+    # the vector only), and a bias with op=nl.reciprocal ("nki.isa.activation(op=nl.reciprocal) doesn't support
+    # setting bias on NeuronCore-v2", v2.32.0 and v2.26.1 nki/api/nki.api.shared.rst)
+    activation_scalar_bias: bool = True
+    activation_reciprocal_bias: bool = True
 
     @property
     def sbuf_usable(self) -> int:
@@ -241,7 +248,7 @@ TRN1 = Target(
     instructions=_instructions(128, 128, 512, 65536, 4096, v3=False),
     sources="§2.2 ARCH2: 192 KiB SBUF per partition, usable 0..176 KiB [ALLOC]; PSUM 8 x 2 KiB; §2.3 ARCH2 clocks; "
             "§2.5 DMAINTRO 16 engines x 17 B/ns; §2.1 HBM 820 GB/s per chip (ARCH2) over 2 cores = 410 B/ns per core",
-    exclusions=NC_V2_EXCLUSIONS)
+    exclusions=NC_V2_EXCLUSIONS, activation_scalar_bias=False, activation_reciprocal_bias=False)
 
 TARGETS: dict[str, Target] = {"trn2": TRN2, "trn1": TRN1}
 DEFAULT = "trn2"

@@ -500,6 +500,12 @@ def tensor_scalar(data: Tensor, op0: object, operand0: object, reverse0: bool = 
                                   where)
     ops = [(op0, operand0, reverse0, "operand0")] + ([(op1, operand1, reverse1, "operand1")] if op1 else [])
     fns = [_op(o, "tensor_scalar", where) for o, *_ in ops]
+    if len({f.kind == "bitvec" for f in fns}) > 1:  # "op0 and op1 ... must be of the same type (both bitvec or
+        # both arithmetic)": ISA6 v2.32.0 and ISA1 v2.26.1 nki/api/nki/isa/__init__.py, tensor_scalar
+        raise rules.NkiTypeError(
+            f"tensor_scalar's op0 and op1 must both be bitvec or both arithmetic operators: got nl.{fns[0].name} "
+            f"({fns[0].kind}) and nl.{fns[1].name} ({fns[1].kind})", "tensor_scalar_op_kinds", where,
+            hint="split it into two tensor_scalar instructions")
     _tensor_scalar_engine(eng, [f.name for f in fns], where)
     m = mask_array(mask, data.shape)
     _read_operand(run, data, fns[0], where, m)
@@ -642,6 +648,7 @@ def activation(op: object, data: Tensor, *, bias: object = None, scale: object =
     if fn.unary is None:
         raise rules.NkiTypeError(f"nl.{fn.name} is not an activation function", "unsupported_op", where)
     _elementwise_engine(None, "scalar", (("data", data),), "activation", run, where)
+    _activation_rules(run, fn, bias, reduce_op, where)
     m = mask_array(mask, data.shape)
     core.read(run, data, where, mask=m)
     reads = [data]
@@ -658,6 +665,28 @@ def activation(op: object, data: Tensor, *, bias: object = None, scale: object =
         core.write(run, reduce_res, total, where)
         core.also_writes(run, seq, reduce_res)
     return out
+
+
+def _activation_rules(run, fn: alu.Op, bias: object, reduce_op: object, where: tuple) -> None:
+    """The documented rejections of activation's arguments beyond its operands' own checks: the reduction is a sum
+    ("reduce_op must be nl.add", ISA6 v2.32.0 nki/api/nki/isa/__init__.py, activation; the nki-spec §1.10.8 rule
+    for 0.1), a scalar bias needs NeuronCore-v3 and op=nl.reciprocal takes no bias on NeuronCore-v2
+    (Target.activation_scalar_bias / activation_reciprocal_bias: their citations)."""
+    if reduce_op is not None and _op(reduce_op, "activation", where).name != "add":
+        raise rules.NkiValueError(f"activation reduces with nl.add only, got reduce_op=nl."
+                                  f"{_op(reduce_op, 'activation', where).name}", "activation_reduce_op", where,
+                                  hint="sum with reduce_op=nl.add, or reduce the result with nisa.tensor_reduce")
+    tgt = run.target
+    if bias is None:
+        return
+    if not isinstance(bias, Tensor) and not tgt.activation_scalar_bias:
+        raise rules.NkiTypeError(f"activation bias must be a (P, 1) vector on {tgt.core} ({tgt.name}); a "
+                                 f"compile-time scalar bias needs NeuronCore-v3", "err_activation_bias_scalar_or_vector",
+                                 where, f"bias={bias!r}", hint="pass a (P, 1) fp32 tile holding the value")
+    if fn.name == "reciprocal" and not tgt.activation_reciprocal_bias:
+        raise rules.NkiValueError(f"activation(op=nl.reciprocal) takes no bias on {tgt.core} ({tgt.name})",
+                                  "activation_reciprocal_bias", where,
+                                  hint="add the bias first (nisa.tensor_scalar), then take the reciprocal")
 
 
 def _activated(fn: alu.Op, x: np.ndarray, scale_of, bias_of) -> np.ndarray:
