@@ -112,3 +112,66 @@ def test_tensor_scalar_operators_of_one_kind():
     np.testing.assert_array_equal(two_ops(nl.bitwise_and, nl.bitwise_or)(a), (a & 12) | 3)
     with pytest.raises(NkiError, match=r"must both be bitvec or both arithmetic operators: got nl.bitwise_and"):
         two_ops(nl.bitwise_and, nl.add)(a)
+
+
+def matmul_of(dtype):
+    @nki.jit
+    def k(a, b):
+        acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+        sa = nl.ndarray(a.shape, dtype=dtype, buffer=nl.sbuf)
+        sb = nl.ndarray(b.shape, dtype=dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=sa, src=a)
+        nisa.dma_copy(dst=sb, src=b)
+        nisa.nc_matmul(dst=acc, stationary=sa, moving=sb)
+        y = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=y, src=acc)
+        return out_of(y)
+    return k
+
+
+def test_matmul_inputs_are_floats():
+    a, b = RNG.integers(-4, 5, (32, 16)).astype(F32), RNG.integers(-4, 5, (32, 24)).astype(F32)
+    np.testing.assert_array_equal(matmul_of(nl.bfloat16)(a, b), a.T @ b)  # small integers: exact in bf16
+    with pytest.raises(NkiError, match=r"nc_matmul stationary is int8; TensorE multiplies float8_e4m3"):
+        matmul_of(nl.int8)(a, b)
+
+
+def filled(engine):
+    @nki.jit
+    def k(a):
+        t = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=2.5, engine=engine)
+        return out_of(t)
+    return k
+
+
+def test_memset_runs_on_vector_or_gpsimd():
+    a = np.zeros((8, 12), F32)
+    for engine in (nisa.engine.vector, nisa.engine.gpsimd):
+        np.testing.assert_array_equal(filled(engine)(a), np.full(a.shape, 2.5, F32))
+    with pytest.raises(NkiError, match=r"memset runs on the vector or gpsimd engine, not scalar"):
+        filled(nisa.engine.scalar)(a)
+
+
+def copied(**how):
+    @nki.jit
+    def k(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a, **how)
+        return out_of(t)
+    return k
+
+
+def test_hardware_dge_and_its_trigger_engine(monkeypatch):
+    a = RNG.standard_normal((16, 10)).astype(F32)
+    hw = dict(dge_mode=nisa.dge_mode.hwdge)
+    for how in (hw, dict(hw, engine=nisa.engine.sync), dict(hw, engine=nisa.engine.scalar)):
+        np.testing.assert_array_equal(copied(**how)(a), a)
+    with pytest.raises(NkiError, match=r"engine= names the hardware DGE's trigger .* only valid with dge_mode=hwdge"):
+        copied(engine=nisa.engine.sync)(a)
+    with pytest.raises(NkiError, match=r"engine= names the hardware DGE's trigger"):
+        copied(dge_mode=nisa.dge_mode.hwdge, engine=nisa.engine.vector)(a)
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    with pytest.raises(NkiError, match=r"dma_copy with dge_mode=hwdge needs NeuronCore-v3 or newer; trn1"):
+        copied(**hw)(a)
+    np.testing.assert_array_equal(copied()(a), a)

@@ -201,6 +201,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
                 "matmul_double_row_transpose", where, f"stationary {stationary.describe()}",
                 hint="transpose with is_transpose=True and no perf_mode, or nisa.nc_transpose")
         return _double_row(run, stationary, moving, where)
+    if not is_transpose:  # (a transpose moves any dtype: nc_transpose's "any valid NKI data type" [ISA6])
+        checks.matmul_input_dtypes(stationary, moving, where)
     checks.matmul(run, stationary, moving, where)
     k, m, n = stationary.shape[0], stationary.free_size, moving.free_size
     out_shape = (m,) + tuple(moving.shape[1:])
@@ -748,6 +750,12 @@ def iota(expr: object, dtype: object, *, mask: object = None) -> Tensor:
 
 def memset(shape: tuple, value: object, dtype: object, *, mask: object = None, engine: object = None) -> Tensor:
     run, where = core.begin()
+    named = _ENGINE_NAMES.get(engine, getattr(engine, "name", str(engine)))
+    if engine is not None and engine != engine_enum.unknown and named not in ("vector", "gpsimd"):
+        # "Initialize a tile filled with a compile-time constant value using Vector or GpSimd Engine" (ISA1 v2.26.1
+        # and ISA6 v2.32.0 nki/api/nki/isa/__init__.py, memset; engine= "vector ... or gpsimd")
+        raise rules.NkiSyntaxError(f"memset runs on the vector or gpsimd engine, not {named}", "engine_choice",
+                                   where, hint="pass engine=nisa.vector_engine, or leave engine= out")
     shape = tuple(int(s) for s in shape)
     filled = core.compute(run, lambda: np.full(shape, value, dtype=F32))
     out = core.result(run, filled, shape, dtypes.as_dtype(dtype), "sbuf", where, "memset", mask=mask_array(mask, shape))
