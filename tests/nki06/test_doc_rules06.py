@@ -175,3 +175,20 @@ def test_hardware_dge_and_its_trigger_engine(monkeypatch):
     with pytest.raises(NkiError, match=r"dma_copy with dge_mode=hwdge needs NeuronCore-v3 or newer; trn1"):
         copied(**hw)(a)
     np.testing.assert_array_equal(copied()(a), a)
+
+
+def powered(engine):
+    @nki.jit
+    def k(a, b):
+        y = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=y, data1=sbuf_of(a), data2=sbuf_of(b), op=nl.power, engine=engine)
+        return out_of(y)
+    return k
+
+
+def test_power_runs_on_gpsimd():
+    a, b = (RNG.random((8, 16)) + 0.5).astype(F32), RNG.standard_normal((8, 16)).astype(F32)
+    for engine in (nisa.engine.unknown, nisa.engine.gpsimd):
+        np.testing.assert_allclose(powered(engine)(a, b), np.power(a, b), rtol=1e-5)
+    with pytest.raises(NkiError, match=r"op=nl.power runs on the gpsimd engine, not vector"):
+        powered(nisa.engine.vector)(a, b)

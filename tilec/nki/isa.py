@@ -441,6 +441,10 @@ def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = N
                                                                                        "multiply")
     default = "gpsimd" if fn.name == "power" or ints else "vector"
     eng = _elementwise_engine(engine, default, (("data1", data1), ("data2", data2)), "tensor_tensor", run, where)
+    if fn.name == "power" and eng != "gpsimd":  # "Valid choices for op: 1. Any supported binary operator that runs
+        # on the Vector Engine ... 2. nl.power. (Which runs on the GpSimd engine.)" (ISA6 v2.32.0 tensor_tensor)
+        raise rules.NkiSyntaxError(f"tensor_tensor with op=nl.power runs on the gpsimd engine, not {eng}",
+                                   "engine_choice", where, hint="leave engine= out (GpSimdE reads SBUF only)")
     checks.same_partitions(data1, data2, "tensor_tensor", ("data1", "data2"), where)
     checks.psum_operands(data1, data2, "tensor_tensor", where)
     if data1.free_size != data2.free_size:
