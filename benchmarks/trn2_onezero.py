@@ -53,12 +53,6 @@ def _check(name: str, result: object, args: tuple) -> str:
                                                                        atol=1e-4) else "WRONG"
 
 
-def per_matmul(times: dict[str, float], reps: int) -> dict[str, float]:
-    """One matmul's time per kernel: (kernel - none) / reps."""
-    base = times.get("none", 0.0)
-    return {k: (v - base) / reps for k, v in times.items() if k != "none"}
-
-
 def ratios(each: dict[str, float]) -> dict[str, float]:
     """speed-up (fp32 / fp32_onezero), fp32 factor (fp32 / bf16), bf16 hint (bf16_onezero / bf16), where measured."""
     pairs = {"speed-up": ("fp32", "fp32_onezero"), "fp32 factor": ("fp32", "bf16"),
@@ -68,22 +62,11 @@ def ratios(each: dict[str, float]) -> dict[str, float]:
 
 def run_model(names: list[str], reps: int, free: int) -> int:
     """Every kernel on tilec's interpreter (checked against NumPy) and on the trn2 model."""
-    from tilec.nki.api import load_kernel_file, simulate_traced
-    from tilec.perf.api import estimate
-
     args = inputs(free)
     print(f"tilec's interpreter and model, ones (128, 1) x (128, {free}), {reps} matmuls; model us (trn2)")
-    print(f"{'kernel':<13} {'result':>6} {'model us':>9}")
-    bad, times = 0, {}
-    for name in names:
-        kernel = load_kernel_file(KERNEL_FILE, name, force_interpreter=True)
-        sys.modules[kernel.func.__module__].REPS = reps  # the kernel file's global, read when it is traced
-        result, trace = simulate_traced(kernel, *args)
-        status = _check(name, result, args)
-        bad += status != "ok"
-        times[name] = estimate(trace, "trn2").total_us
-        print(f"{name:<13} {status:>6} {times[name]:>9.2f}")
-    print("model: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios(per_matmul(times, reps)).items()))
+    bad, times = probe.model_nki01(KERNEL_FILE, names, args, lambda name, result: _check(name, result, args), reps,
+                                   width=13)
+    print("model: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios(probe.per_rep(times, reps)).items()))
     return 1 if bad else 0
 
 
@@ -93,7 +76,7 @@ def run_hardware(names: list[str], reps: int, free: int, iters: int) -> int:
     print(f"Trn2, ones (128, 1) x (128, {free}), {reps} matmuls, {iters} runs")
     bad, p50 = probe.time_nki01(probe.load_module(KERNEL_FILE, REPS=reps), names, args,
                                 lambda name, result: _check(name, result, args), iters, width=13)
-    print("measured (p50): " + ", ".join(f"{k} {v:.2f}" for k, v in ratios(per_matmul(p50, reps)).items()))
+    print("measured (p50): " + ", ".join(f"{k} {v:.2f}" for k, v in ratios(probe.per_rep(p50, reps)).items()))
     return 1 if bad else 0
 
 
