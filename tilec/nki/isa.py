@@ -678,7 +678,8 @@ def _activation_rules(run, fn: alu.Op, bias: object, reduce_op: object, where: t
     ("reduce_op must be nl.add", ISA6 v2.32.0 nki/api/nki/isa/__init__.py, activation; the nki-spec §1.10.8 rule
     for 0.1), a scalar bias needs NeuronCore-v3 and op=nl.reciprocal takes no bias on NeuronCore-v2
     (Target.activation_scalar_bias / activation_reciprocal_bias: their citations)."""
-    if reduce_op is not None and _op(reduce_op, "activation", where).name != "add":
+    if reduce_op is not None and _op(reduce_op, "activation", where).name not in ("add", "sum"):  # (np.sum: AWS's
+        # samples pass it, a sum all the same)
         raise rules.NkiValueError(f"activation reduces with nl.add only, got reduce_op=nl."
                                   f"{_op(reduce_op, 'activation', where).name}", "activation_reduce_op", where,
                                   hint="sum with reduce_op=nl.add, or reduce the result with nisa.tensor_reduce")
