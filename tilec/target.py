@@ -258,14 +258,16 @@ TARGETS: dict[str, Target] = {"trn2": TRN2, "trn1": TRN1}
 DEFAULT = "trn2"
 
 
-# the target a compilation is for (compiling): the compiler's builders ask `target()` for it rather than each
-# taking it as an argument
+# The target a compilation is for (`compiling`, set by the pipeline), for the compiler's work splits
+# (Target.vector_part) deep inside builders that are not handed the Target. `target()` itself still answers the
+# default for None: many builders ask it for budgets and clocks, and planning them for trn1 changes trn1 kernels
+# beyond the splits (docs/notes/fid21.md: layernorm f32 1.09x -> 1.51x on the trn1 model), their owners' call.
 _COMPILING: ContextVar[Target | None] = ContextVar("tilec_compiling", default=None)
 
 
 @contextmanager
 def compiling(t: Target) -> Iterator[Target]:
-    """Within this block `target()` (no name) is `t`."""
+    """Within this block `compiled()` is `t`."""
     token = _COMPILING.set(t)
     try:
         yield t
@@ -273,12 +275,15 @@ def compiling(t: Target) -> Iterator[Target]:
         _COMPILING.reset(token)
 
 
+def compiled() -> Target:
+    """The target being compiled for (the default outside a compilation)."""
+    return _COMPILING.get() or target()
+
+
 def target(name: str | Target | None = None) -> Target:
-    """A target by name (None: the one being compiled for, else the default, trn2); a Target passes through."""
+    """A target by name (None: the default, trn2); a Target passes through."""
     if isinstance(name, Target):
         return name
-    if name is None and _COMPILING.get() is not None:
-        return _COMPILING.get()  # type: ignore[return-value]
     name = name or DEFAULT
     if name not in TARGETS:
         raise TilecError(f"unknown target {name!r}", hint=f"use one of {', '.join(TARGETS)}")

@@ -38,7 +38,7 @@ from tilec.compiler.exprs import accesses, fmt_expr
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
 from tilec.lang import syntax as sx
-from tilec.target import target as get_target
+from tilec.target import compiled, target as get_target
 
 # per partition: one block of X (two in flight when software-pipelined). Wider blocks hold the engines longer on
 # one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
@@ -146,7 +146,7 @@ def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: Ab
     first.build()
     q = _balance(first)
     work = Work(first.work.sbuf + first.sums * max(0, q - 1) * ch.TF, first.work.psum)
-    return _Builder(ch, ops, hbm, stored, fresh, q, work.shares(get_target()), frozenset(first.read_whole)).build()
+    return _Builder(ch, ops, hbm, stored, fresh, q, work.shares(compiled()), frozenset(first.read_whole)).build()
 
 
 def stage_b(ch: ColChain, ops: tuple):
@@ -211,7 +211,7 @@ def _balance(b: "_Builder") -> int:
     against the formula's 188.8."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
-    t = get_target()
+    t = compiled()
     c = Costs(target_params(t.name))
     TF, T, S = b.ch.TF, b.T, b.sums
     if not S or T < 3:
@@ -243,7 +243,7 @@ class _Builder:
         self.bases: dict[str, int] = {}
         self.fold_tiles = folded  # row tiles of each sum added on VectorE/GpSimdE before one matmul (_balance)
         self.work = Work()  # VectorE/GpSimdE tensor_tensor elements per partition over the whole block
-        t = get_target()
+        t = compiled()
         # VectorE's fraction of the SBUF tensor_tensors and of those reading a statistic in PSUM (Work.shares)
         self.shares = shares or Work().shares(t)
         self.twins: dict[str, Buf] = {}  # a statistic's SBUF row (on every partition) -> its PSUM accumulator
@@ -311,7 +311,7 @@ class _Builder:
         """The expression's instructions, each tensor_tensor cut by columns between GpSimdE and VectorE
         (_cut) and constant tensor_scalars balanced onto ScalarE (expr_instrs.balanced): with X resident,
         VectorE's passes over the block, not the DMAs, bound the chain."""
-        t = get_target()
+        t = compiled()
         made = ExprCompiler(tiles, (self.P, self.ch.TF), self.line, self.fresh, set(),
                             prefix=self.fresh(prefix)).emit(e, dst)
         per_tile = self.T if any("rt" in ir.view_vars(v) for v in (dst, *tiles.values())) else 1

@@ -12,7 +12,7 @@ from tilec.compiler.ir import whole
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_doubling import combines
 from tilec.compiler.pool_segments import border_copies, eviction_runs, paired_ends, segments
-from tilec.target import target as get_target
+from tilec.target import compiled, target as get_target
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def vector_share(src: str, dst: str) -> float:
     """The part of a pass VectorE takes so that it and GpSimdE finish together: tensor_tensor streams 2 cycles per
     element on both, 1 on VectorE when every operand is 16-bit (the model's costs, tilec/perf/costs.py)."""
     half = src in ("f16", "bf16") and dst in ("f16", "bf16")
-    return get_target().vector_part(1 if half else 2, 2)
+    return compiled().vector_part(1 if half else 2, 2)
 
 
 def reduce_costs(op: PoolOp, x: str, tmp: str, out: str, rows: int, n: int, wo: int,
