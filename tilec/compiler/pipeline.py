@@ -81,7 +81,7 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     default schedule (no directives given or written) whose kernel overflows SBUF is compiled again with its
     convs' bands halved, up to BAND_RETRIES times (each conv picks its default band alone: two convs in one kernel
     may not fit together, audit13_two_convs_sbuf); the directives used are the kernel's schedule."""
-    with compiling(get_target(target)):  # the builders' target() (tilec/target.py)
+    with compiling(get_target(target)):  # target.compiled(), which the builders' work splits read
         return _compile_retried(program, directives, nki, target)
 
 
