@@ -17,7 +17,6 @@ from tilec.compiler.pool_doubling import doubling_pass
 from tilec.compiler.pool_segments import Segment, paired_ends, within
 from tilec.compiler.schedule import PoolPlan
 from tilec.errors import InternalError
-from tilec.target import compiled
 
 
 @dataclass
@@ -314,7 +313,7 @@ class WindowPasses:
         """The engine of a combine too small to share: VectorE and GpSimdE in turn (within an Interleave's pools
         too), so neither collects them all."""
         self.shared.small += 1
-        return "gpsimd" if self.shared.small % 2 == 0 and compiled().vector_gpsimd_split else ""
+        return "gpsimd" if self.shared.small % 2 == 0 else ""
 
     def count_regions(self, src: View, ob: Buf, ysegs: list[list[Segment]], xsegs: list[list[Segment]],
                       scale: float) -> list[Stmt]:
