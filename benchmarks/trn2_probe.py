@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import pathlib
+import sys
 import time
 from typing import Callable, Sequence
 
@@ -82,3 +83,29 @@ def time_nki06(module: object, names: Sequence[str], args: tuple, check: Check, 
         median[name] = 1e6 * float(np.median(times))
         print(f"{name:<{width}} {status:>6} {median[name]:>10.1f}", flush=True)
     return bad, median
+
+
+def model_nki01(path: pathlib.Path, names: Sequence[str], args: tuple, check: Check, reps: int,
+                width: int = 12) -> tuple[int, dict[str, float]]:
+    """The same kernels on tilec's interpreter (each output against NumPy) and the trn2 model (trn2_onezero.py,
+    trn2_dma_transpose.py): a row per kernel; returns the wrong results' count and the model's µs."""
+    from tilec.nki.api import load_kernel_file, simulate_traced
+    from tilec.perf.api import estimate
+
+    print(f"{'kernel':<{width}} {'result':>6} {'model us':>9}")
+    bad, times = 0, {}
+    for name in names:
+        kernel = load_kernel_file(path, name, force_interpreter=True)
+        sys.modules[kernel.func.__module__].REPS = reps  # the kernel file's global, read when it is traced
+        result, trace = simulate_traced(kernel, *args)
+        status = check(name, result)
+        bad += status != "ok"
+        times[name] = estimate(trace, "trn2").total_us
+        print(f"{name:<{width}} {status:>6} {times[name]:>9.2f}")
+    return bad, times
+
+
+def per_rep(times: dict[str, float], reps: int) -> dict[str, float]:
+    """One repetition's time per kernel: (kernel - none) / reps."""
+    base = times.get("none", 0.0)
+    return {k: (v - base) / reps for k, v in times.items() if k != "none"}

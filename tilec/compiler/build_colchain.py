@@ -38,7 +38,7 @@ from tilec.compiler.exprs import accesses, fmt_expr
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
 from tilec.lang import syntax as sx
-from tilec.target import target as get_target
+from tilec.target import compiled, target as get_target
 
 # per partition: one block of X (two in flight when software-pipelined). Wider blocks hold the engines longer on
 # one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
@@ -146,7 +146,7 @@ def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: Ab
     first.build()
     q = _balance(first)
     work = Work(first.work.sbuf + first.sums * max(0, q - 1) * ch.TF, first.work.psum)
-    return _Builder(ch, ops, hbm, stored, fresh, q, work.shares(get_target()), frozenset(first.read_whole)).build()
+    return _Builder(ch, ops, hbm, stored, fresh, q, work.shares(compiled()), frozenset(first.read_whole)).build()
 
 
 def stage_b(ch: ColChain, ops: tuple):
@@ -180,6 +180,8 @@ class Work:
         work goes to VectorE first (twice its SBUF rate), GpSimdE takes the SBUF work first."""
         v, g = t.vector_ghz, t.gpsimd_ghz
         Wf, Wp = self.sbuf, self.psum
+        if not t.vector_gpsimd_split:  # each kind of work on its faster engine (Target.vector_part)
+            return t.vector_part(), t.vector_part(1, 2)
         if Wf + Wp == 0:
             return v / (v + g), 1.0
         if Wp / v >= 2 * Wf / g:
@@ -189,7 +191,10 @@ class Work:
     def ns(self, t) -> float:
         """The time of this work on VectorE and GpSimdE together, shared as `shares` says."""
         f, p = self.shares(t)
-        return (f * 2 * self.sbuf + p * self.psum) / t.vector_ghz
+        vector = (f * 2 * self.sbuf + p * self.psum) / t.vector_ghz
+        if t.vector_gpsimd_split:
+            return vector
+        return vector + ((1 - f) * 2 * self.sbuf + (1 - p) * 2 * self.psum) / t.gpsimd_ghz  # (serialised)
 
 
 def _balance(b: "_Builder") -> int:
@@ -206,13 +211,16 @@ def _balance(b: "_Builder") -> int:
     against the formula's 188.8."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
-    t = get_target()
+    t = compiled()
     c = Costs(target_params(t.name))
     TF, T, S = b.ch.TF, b.T, b.sums
     if not S or T < 3:
         return 0
     ghz = t.vector_ghz + t.gpsimd_ghz
     static = c.static["vector"] + c.static["gpsimd"]  # a pass is one instruction on each engine
+    if not t.vector_gpsimd_split:  # one instruction on the faster engine (Target.vector_part)
+        on = "vector" if t.vector_part() else "gpsimd"
+        ghz, static = 1 / c.engine_ns[on], c.static[on]
     c_vg = (2 * TF + static) / ghz
     fp32 = c.fp32_onezero if b.res.dtype == "f32" or b.terms_f32 else 1.0  # the ones matmuls are marked onezero
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
@@ -235,9 +243,9 @@ class _Builder:
         self.bases: dict[str, int] = {}
         self.fold_tiles = folded  # row tiles of each sum added on VectorE/GpSimdE before one matmul (_balance)
         self.work = Work()  # VectorE/GpSimdE tensor_tensor elements per partition over the whole block
-        t = get_target()
+        t = compiled()
         # VectorE's fraction of the SBUF tensor_tensors and of those reading a statistic in PSUM (Work.shares)
-        self.shares = shares or (t.vector_ghz / (t.vector_ghz + t.gpsimd_ghz), 1.0)
+        self.shares = shares or Work().shares(t)
         self.twins: dict[str, Buf] = {}  # a statistic's SBUF row (on every partition) -> its PSUM accumulator
         self.twin_stat: dict[str, str] = {}  # that row -> the statistic's name (read_whole: both builds name it so)
         self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads
@@ -303,7 +311,7 @@ class _Builder:
         """The expression's instructions, each tensor_tensor cut by columns between GpSimdE and VectorE
         (_cut) and constant tensor_scalars balanced onto ScalarE (expr_instrs.balanced): with X resident,
         VectorE's passes over the block, not the DMAs, bound the chain."""
-        t = get_target()
+        t = compiled()
         made = ExprCompiler(tiles, (self.P, self.ch.TF), self.line, self.fresh, set(),
                             prefix=self.fresh(prefix)).emit(e, dst)
         per_tile = self.T if any("rt" in ir.view_vars(v) for v in (dst, *tiles.values())) else 1

@@ -25,7 +25,7 @@ from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Matmul, Scal
 from tilec.compiler.ops import ColumnReduceOp
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, ReducePlan, best_divisor
 from tilec.errors import InternalError
-from tilec.target import target as get_target
+from tilec.target import compiled, target as get_target
 
 GROUP = 4  # row tiles loaded per step (rules.colreduce; column max/min: folded into the running tile)
 STACK_ALIGN = 32  # partitions: an engine instruction starts at partition 0, 32, 64 or 96
@@ -413,9 +413,11 @@ def _vector_columns(cols: int, dtype: str, folds: int = 1, tail: float = 0.0) ->
     VectorE 889 -> 320 of 2000 columns (see docs/notes/colmax10.md)."""
     if cols < SHARE_MIN or folds < 1:
         return cols
-    t = get_target()
+    t = compiled()
     v, g = t.vector_ghz, t.gpsimd_ghz
     rate = 1 if dtype in ("f16", "bf16") else 2  # VectorE cycles per element of a fold
+    if not t.vector_gpsimd_split:  # all on the faster engine (Target.vector_part)
+        return round(cols * t.vector_part(rate, 2))
     cut = (2 * folds * cols / g - tail / v) / (folds * rate / v + 2 * folds / g)
     return min(cols, max(0, round(cut)))
 

@@ -497,9 +497,9 @@ def _shared_with_gpsimd(b: ir.Binary, target: Target) -> list[ir.Stmt]:
     if b.engine or b.scale0 != 1.0 or b.dst.buf.dtype != "f32" or not plain:
         return [b]
     cols = b.dst.shape()[1]
-    cut = round(cols * target.vector_ghz / (target.vector_ghz + target.gpsimd_ghz))
+    cut = round(cols * target.vector_part())  # (NC-v2: all on the faster engine, Target.vector_part)
     if not 0 < cut < cols:
-        return [b]
+        return [b] if cut else [replace(b, engine="gpsimd")]
 
     def part(v: View, lo: int, n: int) -> View:
         last = v.idx[-1]

@@ -46,7 +46,7 @@ from tilec.compiler.unsupported import reject_unsupported
 from tilec.compiler.verify import verify
 from tilec.errors import Span, TilecError
 from tilec.lang import syntax as sx
-from tilec.target import Target, target as get_target
+from tilec.target import Target, compiling, target as get_target
 
 STAGES = ("nest", "lower", "select", "schedule", "loops", "hoist", "unroll", "legalise", "squeeze", "merge", "allocate")
 
@@ -81,6 +81,12 @@ def compile_program(program, directives: tuple[sx.Directive, ...] | None = None,
     default schedule (no directives given or written) whose kernel overflows SBUF is compiled again with its
     convs' bands halved, up to BAND_RETRIES times (each conv picks its default band alone: two convs in one kernel
     may not fit together, audit13_two_convs_sbuf); the directives used are the kernel's schedule."""
+    with compiling(get_target(target)):  # target.compiled(), which the builders' work splits read
+        return _compile_retried(program, directives, nki, target)
+
+
+def _compile_retried(program, directives: tuple[sx.Directive, ...] | None, nki: str | None,
+                     target: Target | str | None) -> Result:
     try:
         return _compile_program(program, directives, nki, target)
     except SbufOverflow as err:

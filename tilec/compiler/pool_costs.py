@@ -12,7 +12,7 @@ from tilec.compiler.ir import whole
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_doubling import combines
 from tilec.compiler.pool_segments import border_copies, eviction_runs, paired_ends, segments
-from tilec.target import target as get_target
+from tilec.target import compiled, target as get_target
 
 
 @dataclass(frozen=True)
@@ -156,9 +156,8 @@ def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int
 def vector_share(src: str, dst: str) -> float:
     """The part of a pass VectorE takes so that it and GpSimdE finish together: tensor_tensor streams 2 cycles per
     element on both, 1 on VectorE when every operand is 16-bit (the model's costs, tilec/perf/costs.py)."""
-    t = get_target()
-    vector = t.vector_ghz * (2 if src in ("f16", "bf16") and dst in ("f16", "bf16") else 1)
-    return vector / (vector + t.gpsimd_ghz)
+    half = src in ("f16", "bf16") and dst in ("f16", "bf16")
+    return compiled().vector_part(1 if half else 2, 2)
 
 
 def reduce_costs(op: PoolOp, x: str, tmp: str, out: str, rows: int, n: int, wo: int,

@@ -21,6 +21,7 @@ from tilec.lang import syntax as sx
 from tilec.compiler.rowchain_base import Built, Col, Lin, Steps, Val, _HALF, _IDENTITY, _Unsupported, _reads
 from tilec.compiler.rowchain_rewrites import _narrow_read_as_data, _narrow_writes, _offload, _unused_dropped
 from tilec.compiler.rowchain_values import _ChainValues
+from tilec.target import compiled
 
 
 class _Chain(_ChainValues):
@@ -181,8 +182,11 @@ class _Chain(_ChainValues):
         h = cols // 2
         part = lambda lo: View(src.buf, (*src.idx[:-1], ir.Sl(last.start.plus(lo), h)))  # noqa: E731
         fold = Buf(self.name(f"{op.out}_half", numbered=False), "sbuf", src.buf.dtype, (src.shape()[0], h))
+        # (on VectorE where it would take all of the fold, Target.vector_part: NC-v2, whose VectorE and GpSimdE
+        # run one after the other on SBUF)
+        on = "gpsimd" if compiled().vector_part(1, 2) < 1 else ""
         self.emit(Alloc(fold, line=self.cur_line),
-                  ir.Binary(whole(fold), part(0), part(h), "minimum", self.cur_line, engine="gpsimd"), engine="gpsimd")
+                  ir.Binary(whole(fold), part(0), part(h), "minimum", self.cur_line, engine=on), engine=on or "vector")
         if op.init != _IDENTITY[op.op] or col.dtype != "bf16":  # (the N/2 max is bf16 -> bf16 only)
             return whole(fold), False
         neg = Buf(self.name(f"{op.out}_negated", numbered=False), "sbuf", src.buf.dtype, (src.shape()[0], h))

@@ -303,6 +303,20 @@ def matmul(run: object, stationary: object, moving: object, where: tuple) -> Non
             where, pair, hint="the moving tile is at most 128 x 512; split N into several matmuls")
 
 
+def matmul_input_dtypes(stationary: object, moving: object, where: tuple) -> None:
+    """"The nc_matmul instruction currently supports float8_e4m3/float8_e5m2/bfloat16/float16/tfloat32/float32 input
+    data types" (ISA1 v2.26.1 nki/api/nki/isa/__init__.py, nc_matmul; the same list in ISA6 v2.32.0, which adds
+    float8_e4m3fn from NeuronCore-v4): an integer operand is refused (tfloat32 is stored as float32 here)."""
+    from tilec.nki import dtypes
+
+    for role, t in (("stationary", stationary), ("moving", moving)):
+        if t.dtype not in dtypes.FLOATS:
+            raise rules.NkiTypeError(
+                f"nc_matmul {role} is {t.dtype.name}; TensorE multiplies float8_e4m3, float8_e5m2, bfloat16, "
+                "float16, tfloat32 or float32 inputs", "matmul_input_dtype", where, f"{role} {_desc(t)}",
+                hint="convert it first (nisa.tensor_copy into a bfloat16 or float32 tile)")
+
+
 def matmul_dtypes(stationary: object, moving: object, where: tuple) -> None:
     """Spec §1.10.2 (NKI 0.5 doc): if one input is fp32/tf32 the other must be too (tf32 is stored as float32 here,
     so the two are one dtype to this check)."""

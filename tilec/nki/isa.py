@@ -201,6 +201,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_stationary_onezero: bool
                 "matmul_double_row_transpose", where, f"stationary {stationary.describe()}",
                 hint="transpose with is_transpose=True and no perf_mode, or nisa.nc_transpose")
         return _double_row(run, stationary, moving, where)
+    if not is_transpose:  # (a transpose moves any dtype: nc_transpose's "any valid NKI data type" [ISA6])
+        checks.matmul_input_dtypes(stationary, moving, where)
     checks.matmul(run, stationary, moving, where)
     k, m, n = stationary.shape[0], stationary.free_size, moving.free_size
     out_shape = (m,) + tuple(moving.shape[1:])
@@ -439,6 +441,10 @@ def tensor_tensor(data1: Tensor, data2: Tensor, op: object, *, dtype: object = N
                                                                                        "multiply")
     default = "gpsimd" if fn.name == "power" or ints else "vector"
     eng = _elementwise_engine(engine, default, (("data1", data1), ("data2", data2)), "tensor_tensor", run, where)
+    if fn.name == "power" and eng != "gpsimd":  # "Valid choices for op: 1. Any supported binary operator that runs
+        # on the Vector Engine ... 2. nl.power. (Which runs on the GpSimd engine.)" (ISA6 v2.32.0 tensor_tensor)
+        raise rules.NkiSyntaxError(f"tensor_tensor with op=nl.power runs on the gpsimd engine, not {eng}",
+                                   "engine_choice", where, hint="leave engine= out (GpSimdE reads SBUF only)")
     checks.same_partitions(data1, data2, "tensor_tensor", ("data1", "data2"), where)
     checks.psum_operands(data1, data2, "tensor_tensor", where)
     if data1.free_size != data2.free_size:
@@ -500,6 +506,12 @@ def tensor_scalar(data: Tensor, op0: object, operand0: object, reverse0: bool = 
                                   where)
     ops = [(op0, operand0, reverse0, "operand0")] + ([(op1, operand1, reverse1, "operand1")] if op1 else [])
     fns = [_op(o, "tensor_scalar", where) for o, *_ in ops]
+    if len({f.kind == "bitvec" for f in fns}) > 1:  # "op0 and op1 ... must be of the same type (both bitvec or
+        # both arithmetic)": ISA6 v2.32.0 and ISA1 v2.26.1 nki/api/nki/isa/__init__.py, tensor_scalar
+        raise rules.NkiTypeError(
+            f"tensor_scalar's op0 and op1 must both be bitvec or both arithmetic operators: got nl.{fns[0].name} "
+            f"({fns[0].kind}) and nl.{fns[1].name} ({fns[1].kind})", "tensor_scalar_op_kinds", where,
+            hint="split it into two tensor_scalar instructions")
     _tensor_scalar_engine(eng, [f.name for f in fns], where)
     m = mask_array(mask, data.shape)
     _read_operand(run, data, fns[0], where, m)
@@ -642,6 +654,7 @@ def activation(op: object, data: Tensor, *, bias: object = None, scale: object =
     if fn.unary is None:
         raise rules.NkiTypeError(f"nl.{fn.name} is not an activation function", "unsupported_op", where)
     _elementwise_engine(None, "scalar", (("data", data),), "activation", run, where)
+    _activation_rules(run, fn, bias, reduce_op, where)
     m = mask_array(mask, data.shape)
     core.read(run, data, where, mask=m)
     reads = [data]
@@ -658,6 +671,29 @@ def activation(op: object, data: Tensor, *, bias: object = None, scale: object =
         core.write(run, reduce_res, total, where)
         core.also_writes(run, seq, reduce_res)
     return out
+
+
+def _activation_rules(run, fn: alu.Op, bias: object, reduce_op: object, where: tuple) -> None:
+    """The documented rejections of activation's arguments beyond its operands' own checks: the reduction is a sum
+    ("reduce_op must be nl.add", ISA6 v2.32.0 nki/api/nki/isa/__init__.py, activation; the nki-spec §1.10.8 rule
+    for 0.1), a scalar bias needs NeuronCore-v3 and op=nl.reciprocal takes no bias on NeuronCore-v2
+    (Target.activation_scalar_bias / activation_reciprocal_bias: their citations)."""
+    if reduce_op is not None and _op(reduce_op, "activation", where).name not in ("add", "sum"):  # (np.sum: AWS's
+        # samples pass it, a sum all the same)
+        raise rules.NkiValueError(f"activation reduces with nl.add only, got reduce_op=nl."
+                                  f"{_op(reduce_op, 'activation', where).name}", "activation_reduce_op", where,
+                                  hint="sum with reduce_op=nl.add, or reduce the result with nisa.tensor_reduce")
+    tgt = run.target
+    if bias is None:
+        return
+    if not isinstance(bias, Tensor) and not tgt.activation_scalar_bias:
+        raise rules.NkiTypeError(f"activation bias must be a (P, 1) vector on {tgt.core} ({tgt.name}); a "
+                                 f"compile-time scalar bias needs NeuronCore-v3", "err_activation_bias_scalar_or_vector",
+                                 where, f"bias={bias!r}", hint="pass a (P, 1) fp32 tile holding the value")
+    if fn.name == "reciprocal" and not tgt.activation_reciprocal_bias:
+        raise rules.NkiValueError(f"activation(op=nl.reciprocal) takes no bias on {tgt.core} ({tgt.name})",
+                                  "activation_reciprocal_bias", where,
+                                  hint="add the bias first (nisa.tensor_scalar), then take the reciprocal")
 
 
 def _activated(fn: alu.Op, x: np.ndarray, scale_of, bias_of) -> np.ndarray:
@@ -719,6 +755,12 @@ def iota(expr: object, dtype: object, *, mask: object = None) -> Tensor:
 
 def memset(shape: tuple, value: object, dtype: object, *, mask: object = None, engine: object = None) -> Tensor:
     run, where = core.begin()
+    named = _ENGINE_NAMES.get(engine, getattr(engine, "name", str(engine)))
+    if engine is not None and engine != engine_enum.unknown and named not in ("vector", "gpsimd"):
+        # "Initialize a tile filled with a compile-time constant value using Vector or GpSimd Engine" (ISA1 v2.26.1
+        # and ISA6 v2.32.0 nki/api/nki/isa/__init__.py, memset; engine= "vector ... or gpsimd")
+        raise rules.NkiSyntaxError(f"memset runs on the vector or gpsimd engine, not {named}", "engine_choice",
+                                   where, hint="pass engine=nisa.vector_engine, or leave engine= out")
     shape = tuple(int(s) for s in shape)
     filled = core.compute(run, lambda: np.full(shape, value, dtype=F32))
     out = core.result(run, filled, shape, dtypes.as_dtype(dtype), "sbuf", where, "memset", mask=mask_array(mask, shape))

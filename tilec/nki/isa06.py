@@ -67,6 +67,24 @@ gpsimd_engine, vector_engine = engine.gpsimd, engine.vector
 _ENGINES = {engine.tensor: "tensor", engine.scalar: "scalar", engine.gpsimd: "gpsimd", engine.vector: "vector"}
 
 
+_SYNC, _SCALAR, _UNKNOWN = engine.sync, engine.scalar, engine.unknown
+
+
+def _dge(mode: object, trigger: object, api: str, where: tuple) -> None:
+    """dge_mode=hwdge needs NeuronCore-v3 (Target.hwdge); engine= picks the HWDGE trigger: "nki.isa.engine.sync or
+    nki.isa.engine.scalar. Only valid when dge_mode=nisa.dge_mode.hwdge" (ISA6 v2.32.0, dma_copy)."""
+    tgt = runtime.current().target
+    if mode == dge_mode.hwdge and not tgt.hwdge:
+        raise rules.NkiValueError(f"{api} with dge_mode=hwdge needs NeuronCore-v3 or newer; {tgt.name} is "
+                                  f"{tgt.core}", "dma_hwdge_target", where, hint="leave dge_mode= out")
+    if trigger in (None, _UNKNOWN):
+        return
+    if mode != dge_mode.hwdge or trigger not in (_SYNC, _SCALAR):
+        raise rules.NkiValueError(f"{api} engine= names the hardware DGE's trigger (engine.sync or engine.scalar) "
+                                  f"and is only valid with dge_mode=hwdge; got engine={trigger!r}, dge_mode={mode!r}",
+                                  "dma_engine", where, hint="leave engine= out, or pass dge_mode=nisa.dge_mode.hwdge")
+
+
 def get_nc_version() -> nc_version:
     return isa.get_nc_version()
 
@@ -122,6 +140,7 @@ def dma_copy(dst: Tensor, src: Tensor, priority: object = None, oob_mode: object
              **kwargs: object) -> None:
     _no_legacy(kwargs, "dma_copy")
     where = runtime.callsite()
+    _dge(dge_mode, engine, "dma_copy", where)
     if isinstance(src, Tensor) and src.buf.memory == "psum":
         raise rules.MemoryRuleError("nisa.dma_copy no longer supports reading directly from PSUM",
                                     "dma_psum_access", where, f"src {src.describe()}",
@@ -149,6 +168,7 @@ def dma_transpose(dst: Tensor, src: Tensor, axes: object = None, priority: objec
     if src.dtype != dst.dtype:
         raise rules.NkiTypeError(f"dma_transpose needs src.dtype == dst.dtype, got {src.dtype.name} and "
                                  f"{dst.dtype.name}", "dma_transpose_dtype", where)
+    _dge(dge_mode, None, "dma_transpose", where)
     if dge_mode == _HWDGE:
         _hwdge_transpose(src, where)
     value = isa.dma_transpose(src, axes=axes)
