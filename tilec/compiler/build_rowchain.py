@@ -54,7 +54,7 @@ from tilec.compiler.ir import Act, Alloc, Buf, Stmt
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.select_eltwise import has_reversed_read
 from tilec.lang import syntax as sx
-from tilec.target import target as get_target
+from tilec.target import compiled, target as get_target
 from tilec.compiler.rowchain_base import Built, _reads
 from tilec.compiler.rowchain_chain import _Chain
 from tilec.compiler.rowchain_rewrites import products_on_gpsimd
@@ -327,7 +327,7 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
     skewed = skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1]))
     if skewed is not None:
         shared = chunk_pipe.last_banks_shared(skewed[1], fresh_for(ops[-1]), get_target())
-        return (skewed[0], products_on_gpsimd(shared, get_target())), True
+        return (skewed[0], products_on_gpsimd(shared, compiled())), True
     if 2 * peak_usage(tuple(built[1]))[0] <= budget or not _turned(built[1]):
         return built, False
     # a chain whose column rides on a row's broadcast (its row tile is then read until the tile's last step) that

@@ -227,7 +227,7 @@ def products_on_gpsimd(stmts: list[Stmt], t) -> list[Stmt]:
     (streaming cycles, nki-spec §2.4: a fp32 tensor_tensor 2N on either engine [§1.10.4 engine=], a reduction N):
     a row chain with a maximum, a product and a sum per row tile has VectorE streaming 4N against ScalarE's N.
     Not where the Target says VectorE and GpSimdE do not access SBUF in parallel (NC-v2): nothing to gain there."""
-    if any(set(x.engines) == {"vector", "gpsimd"} and x.memory == "sbuf" for x in t.exclusions):
+    if not t.vector_gpsimd_split:
         return stmts
     return _balanced_products(stmts, t)
 
