@@ -78,3 +78,8 @@ def test_tiles_are_k_rows_wide():
 def test_left_as_written(src):
     prog = lang.load(src)
     assert source_rewrites(prog).tensors["Y"].shape == prog.tensors["Y"].shape
+
+
+def test_a_loop_variable_read_as_a_value_is_left_as_written():
+    prog = lang.load(BIAS.replace("* g[c] + b[c]", "* g[c] + c"))
+    assert source_rewrites(prog).tensors["Y"].shape == prog.tensors["Y"].shape

@@ -25,7 +25,7 @@ import math
 from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
-from tilec.compiler.lower import size_value
+from tilec.compiler.lower import size_value, uses_names
 from tilec.compiler.names import unique
 from tilec.compiler.rewrite import nested, perfect_nest, resolved, taken_names
 from tilec.compiler.schedule import ELTWISE_FREE
@@ -72,9 +72,12 @@ def _loop_vars(body: tuple[sx.Stmt, ...]) -> set[str]:
 def _candidate(program, top: sx.Stmt):
     """(loops, statement, rows' suffix length s, rows per partition k) when `top` is a nest to rewrite, else None."""
     loops, st = perfect_nest(top)
-    if len(loops) < 2 or not isinstance(st, sx.Assign) or st.op != "=" or _names_read(st.value):
+    if len(loops) < 2 or not isinstance(st, sx.Assign) or st.op != "=":
         return None
     names = [lp.var for lp in loops]
+    symbols = set(names) | set(program.sizes) | {lt.name for lt in program.kernel.lets}
+    if uses_names(sx.map_reads(st.value, lambda a: sx.Num(0, a.span)), symbols):
+        return None  # a loop variable or size read as a value (outside the indices): left as written
     out = st.target
     if out.tensor not in program.kernel.outputs or out.tensor in program.views or \
             [ix.id if isinstance(ix, sx.Name) else None for ix in out.indices] != names:
@@ -111,19 +114,6 @@ def _rows_per_partition(M: int, R: int) -> int | None:
     ks = [k for k in range(2, ELTWISE_FREE // R + 1) if M % k == 0 and (M // k) % (2 * PARTS) == 0
           and M // k >= 4 * PARTS]
     return max(ks, default=None)
-
-
-def _names_read(e: sx.Expr) -> bool:
-    """Whether a value reads a loop variable or size itself (outside the indices): left as written."""
-    if isinstance(e, sx.Name):
-        return True
-    if isinstance(e, sx.Neg):
-        return _names_read(e.x)
-    if isinstance(e, sx.BinOp):
-        return _names_read(e.lhs) or _names_read(e.rhs)
-    if isinstance(e, sx.Call):
-        return any(_names_read(a) for a in e.args)
-    return False
 
 
 def _used_elsewhere(body: tuple[sx.Stmt, ...], top: sx.Stmt, names: set[str]) -> bool:
