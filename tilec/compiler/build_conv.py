@@ -397,8 +397,9 @@ class _ConvBuilder:
             s3 = []  # the output stays in SBUF: no HBM tensor to view
         self.x4, self.w4, self.o4 = x4, w4, o4
         stmts: list[Stmt] = s1 + s2 + s3
-        if op.residual:
-            self.s4, s4 = hbm_view(self.hbm[op.residual], oshape, fresh(f"{op.residual}_v"), line)
+        if op.residual:  # (one shared by the batch, select_conv._init_residual: read at batch index 0)
+            rshape = (1,) + oshape[1:] if op.residual_shared else oshape
+            self.s4, s4 = hbm_view(self.hbm[op.residual], rshape, fresh(f"{op.residual}_v"), line)
             stmts += s4
         if self.phased:  # output rows as (pair, phase): partition 2k + h holds rows 2i + h (a permuted view)
             self.o6, s5 = hbm_view(self.hbm[op.out], (self.N, self.K, self.Ho // 2, 2, self.Wo),

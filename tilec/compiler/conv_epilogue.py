@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tilec.compiler import conv_pairs, conv_weights, eviction_fusion, ir
 from tilec.compiler.build_util import a, pool_epilogue, sl, term
-from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full, whole
+from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full, whole
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
@@ -95,9 +95,12 @@ def residual_band(b: _ConvBuilder) -> list[Stmt]:
         return [Alloc(rb, line=line), Dma(whole(rb), View(b.s6, conv_pairs.halves_region(b)), line)]
     if b.pair > 1:
         return [Alloc(rb, line=line), Dma(whole(rb), conv_pairs.rows_view(b, b.s5), line)]
+    region = out_region(b)
+    if op.residual_shared:  # a residual shared by the batch (select_conv._init_residual): its one image
+        region = (Aff(),) + region[1:]
     return [Alloc(rb, line=line),
             Dma(View(rb, (b.part(b.ks, p.tile_k), full(rb.shape[1]), full(rb.shape[2]))),
-                View(b.s4, out_region(b)), line)]
+                View(b.s4, region), line)]
 
 
 def epilogue_to(b: _ConvBuilder, dst: View, acc: View, kp) -> list[Stmt]:

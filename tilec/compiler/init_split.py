@@ -18,11 +18,14 @@ products to the mask in float32; the rewrite adds the mask to their float32 sum:
 and for a 16-bit P the sum is rounded to P's dtype before the mask is added (inplace_split's P_acc has P's dtype),
 one rounding more than the reference (test_user20_programs: causal_scores in bf16 within the tolerance). Done for a top-level nest whose innermost body is
 `P[outs] = A[..]` and one loop nest of `+=` into the same element, A indexed by at least two distinct output
-variables and fewer than all of them. The same object when there is none."""
+variables and fewer than all of them, unless it reads every index but the batch of a batched matmul (rows21:
+`_shared_by_batch`; select_conv._init_residual then adds it on the PSUM eviction, no HBM round trip). The same
+object when there is none."""
 from __future__ import annotations
 
 from dataclasses import replace
 
+from tilec.compiler.exprs import accesses
 from tilec.compiler.rewrite import nested, perfect_nest, resolved
 from tilec.lang import syntax as sx
 
@@ -61,9 +64,22 @@ def _broadcast_init(top: sx.Stmt) -> tuple[list[sx.Loop], sx.Assign] | None:
         return None
     read = [ix.id for ix in init.value.indices if isinstance(ix, sx.Name)]
     if len(read) != len(init.value.indices) or len(set(read)) != len(read) or not set(read) < set(outs) \
-            or len(read) < 2:
+            or len(read) < 2 or _shared_by_batch(outs, read, update):
         return None
     return loops, init
+
+
+def _shared_by_batch(outs: list[str], read: list[str], update: sx.Assign) -> bool:
+    """Whether the initial value reads every output index but the leading ones, which are exactly the indices every
+    tensor of the sum reads, all of them plain (a batched matmul's batch: select_conv._init_residual adds such a
+    value on the PSUM eviction, `Mk[i, j]` for every head h of `P[h, i, j]`; then it is left as written)."""
+    lead = outs[:len(outs) - len(read)]
+    operands = accesses(update.value)
+    if read != outs[len(lead):] or len({a.tensor for a in operands}) < 2 or \
+            not all(isinstance(ix, sx.Name) for a in operands for ix in a.indices):
+        return False
+    every = [v for v in outs if all(v in {ix.id for ix in a.indices if isinstance(ix, sx.Name)} for a in operands)]
+    return every == lead
 
 
 def _replaced(st: sx.Stmt, old: sx.Assign, new: sx.Assign) -> sx.Stmt:

@@ -91,6 +91,7 @@ class ConvOp:
     x_transposed: bool = False  # a matmul's moving operand stored [batch.., j, k] (A B^T): transposed on load
     residual: str | None = None  # a tensor indexed like the output added on the eviction (`Y = conv + S`)
     post_relu: bool = False  # relu after the residual add (`Y = relu(conv + S)`)
+    residual_shared: bool = False  # the residual has no batch index: one image for every n (`P[h, i, j] = Mk[i, j]`)
     clamp: float | None = None  # with relu: the upper bound of a relu6-style `min(relu(..), 6)` on the eviction
     bias_role: str = "k"  # the role indexing the bias: k (a column per out channel) | x (a matmul's row along x)
     groups: int = 1  # a grouped convolution: C and K are G groups each, W[k, c of k's group, ..] (block diagonal)

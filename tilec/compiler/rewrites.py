@@ -16,6 +16,7 @@ from tilec.compiler.operand_split import split_contraction_operands
 from tilec.compiler.pad_split import split_padded_reads
 from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_copies, split_shifted_reads,
                                           split_transposed_reads)
+from tilec.compiler.packed_rows import split_short_rows
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.view_split import split_merged_dims
@@ -43,6 +44,7 @@ REWRITES = (
     split_reshape_copies,  # `Y[h, s, d] = X[s, h * D + d]`: one copy per h (permute_split.py)
     split_shifted_reads,  # `Y[i, j] = X[i, j + 1] - X[i, j]`: the shifted read copied first (same)
     split_in_place_epilogues,  # `O += P * V` then `O = O / z`: O_acc first (inplace_split.py)
+    split_short_rows,  # `Y[i, c] = X[i, c] * g[c]`, C short: k rows a partition, g replicated (packed_rows.py)
 )
 
 

@@ -257,4 +257,19 @@ def conv_rule(op: ConvOp, dtypes: dict[str, str]) -> tuple[ConvRule, ConvSizes]:
 
 def default_conv(op: ConvOp, dtypes: dict[str, str]) -> ConvPlan:
     rule, z = conv_rule(op, dtypes)
-    return rule.plan(z)
+    plan = rule.plan(z)
+    return replace(plan, order=("k", "n", "y")) if shared_residual_first(op, dtypes, plan) else plan
+
+
+def shared_residual_first(op: ConvOp, dtypes: dict[str, str], plan: ConvPlan) -> bool:
+    """Whether the out-channel tiles go outside the batch (rows21): a residual shared by the batch
+    (`P[h, i, j] = Mk[i, j]` before the sum, select_conv._init_residual) is then loaded once per tile, not once per
+    batch index, and the batch's input is loaded once per out-channel tile instead of once: chosen when the residual
+    bytes saved, (N - 1) x its size, are more than the input bytes added, (tiles - 1) x the input's size (causal
+    scores, 8 heads of 1024 x 1024 fp32: 28 MiB saved, 14 MiB added; model 405.6 -> 244.9 us)."""
+    if op.residual is None or not op.residual_shared or plan.order != ("n", "y", "k"):
+        return False
+    n, tiles = op.dim("N"), -(-op.dim("K") // plan.tile_k)
+    residual = op.dim("K") * op.dim("Ho") * op.dim("Wo") * DTYPE_BYTES[dtypes[op.residual]]
+    inputs = n * op.dim("C") * op.dim("H") * op.dim("W") * DTYPE_BYTES[dtypes[op.x]]
+    return (n - 1) * residual > (tiles - 1) * inputs

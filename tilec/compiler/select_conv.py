@@ -465,7 +465,8 @@ def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> 
             "H": hx, "W": x_shape[-1] if spatial[1] else 1,  # a matrix-vector product: one column
             "Ho": ext(spatial[0]) if spatial[0] else 1, "Wo": ext(spatial[1]) if spatial[1] else 1,
             "R": ext(taps[0]) if taps[0] else 1, "S": ext(taps[1]) if taps[1] else 1}
-    residual = _init_residual(comp, program)
+    residual = _init_residual(comp, program, batch, roles)
+    shared = residual is not None and program.tensors[residual].shape != program.tensors[comp.target].shape
     bias, bias_role = (None, "k") if residual else _bias(comp, roles, program)
     lines = tuple((role, comp.line_of(var)) for role, var in sorted(roles.items())) + \
         (("update", comp.update_line or comp.line),)
@@ -475,18 +476,26 @@ def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> 
         texts = tuple((role, merged if role == "n" else text) for role, text in texts)
     return ConvOp(comp.target, comp.target, x, w, bias, tuple(dims.items()), w_layout,
                   tuple(sorted(roles.items())), line=comp.line, lines=lines, texts=texts, span=comp.span,
-                  bias_role=bias_role, residual=residual)
+                  bias_role=bias_role, residual=residual, residual_shared=shared)
 
 
-def _init_residual(comp: Comp, program) -> str | None:
+def _init_residual(comp: Comp, program, batch: list[str] | None = None, roles: dict[str, str] | None = None
+                   ) -> str | None:
     """An initial value read from another tensor at the output's element, `Y[n, k, y, x] = X[n, k, y, x]` then
-    `Y[..] += ...` (the MobileNetV2 block's skip connection): added on the PSUM eviction like a residual."""
+    `Y[..] += ...` (the MobileNetV2 block's skip connection): added on the PSUM eviction like a residual. For a
+    batched matmul also one read at every index but the batch ones (rows21: a causal mask `Mk[i, j]` shared by the
+    heads h of `P[h, i, j]`): build_conv reads its band at batch index 0 for every n."""
     init = comp.init
     if not isinstance(init, sx.Access) or init.fill is not None or init.tensor == comp.target:
         return None
-    if [plain(m) for m in index_maps(init, comp, program)] != list(comp.out_vars):
-        return None
-    return init.tensor if program.tensors[init.tensor].shape == program.tensors[comp.target].shape else None
+    names, outs = [plain(m) for m in index_maps(init, comp, program)], list(comp.out_vars)
+    shape, out = program.tensors[init.tensor].shape, program.tensors[comp.target].shape
+    if names == outs:
+        return init.tensor if shape == out else None
+    batch = batch or []
+    shared = bool(batch) and roles is not None and not any(r in roles for r in ("y", "r", "s")) and \
+        outs[:len(batch)] == list(batch) and names == outs[len(batch):] and tuple(shape) == tuple(out[len(batch):])
+    return init.tensor if shared else None
 
 
 def _bias(comp: Comp, roles: dict[str, str], program) -> tuple[str | None, str]:
