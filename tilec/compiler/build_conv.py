@@ -289,15 +289,15 @@ class _ConvBuilder:
             narrow = not self.phased or DTYPE_BYTES[self.hbm[op.x].dtype] < 4
             if self.slots > 1 and (not conv_halo.slots_serve(self) or padded and self.N == 1 and narrow):
                 self.Q, self.slots = self.C, 1
+            # copies packed C apart on the first partitions leave DMA engines idle (the f32 stem: 36 copies of 3
+            # channels on 108 partitions, engines 0-13): spread over all of them, the gaps zeroed with the slots
+            # (conv_fold.spread); not a padded read at one image, whose slots' memsets then delay its first loads
+            # (stem_maxpool f32 batch 1 37.39 -> 45.35 us with them, batch 8 245.39 -> 232.20)
+            if self.slots > 1 and self.Q == self.C and not (self.N == 1 and padded):
+                self.at = conv_fold.spread(self)
         # a padded read's first bands (their rows clipped at X's top) in slots of their own, every slot's halo
         # zeroed once (conv_halo.fixed_slots); the shared slots' count then keeps its reuse distance for the others
         self.fixed = conv_halo.fixed_slots(self) if self.slots > 1 else {}
-        # copies packed C apart on the first partitions leave DMA engines idle (the f32 stem: 36 copies of 3 channels
-        # on 108 partitions, engines 0-13): spread over all of them, the gaps zeroed with the slots (conv_fold.spread);
-        # not a padded read at one image, whose slots' memsets then delay its first loads (stem_maxpool f32 batch 1
-        # 37.39 -> 45.35 us with them, batch 8 245.39 -> 232.20)
-        if self.slots > 1 and self.Q == self.C and not (self.N == 1 and padded):
-            self.at = conv_fold.spread(self)
         if self.fixed:
             self.slots = slot_count(self.NB - len(self.fixed), min(most, self.NB - len(self.fixed)), self.N)
             self.fixed = {band: self.slots + j for j, band in enumerate(self.fixed)}
