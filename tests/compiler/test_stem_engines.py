@@ -13,6 +13,8 @@ from compiler_helpers import assert_matches, compile_and_run
 from test_conv_padded import conv_ref, rounded
 from test_conv_stem_phases import STEM
 from test_pool_chain import run, stem
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
 
 LOAD = re.compile(r"nisa\.dma_copy\(dst=X_band\w*\[(\d+):(\d+)")
 
@@ -28,10 +30,10 @@ def engines(source: str, one: bool = True) -> dict[int, set[int]]:
     return held
 
 
-@pytest.mark.parametrize("nki", ["0.1", "0.6"])
-def test_stem_copies_spread_over_every_engine(nki):
-    """Batch 2, 8 bands of one row pair in the slots: every engine loads, none more than 7 partitions."""
-    prog, c, inputs, out = compile_and_run(STEM.format(dt="f32", n=2, h=37, w=22, k=32), nki, "split Y.y, 2\n")
+def test_stem_copies_spread_over_every_engine():
+    """Batch 2, 6 bands of one row pair in the slots: every engine loads, none more than 7 partitions (the NKI 0.1
+    dialect and other shapes: test_conv_stem_phases.py)."""
+    prog, c, inputs, out = compile_and_run(STEM.format(dt="f32", n=2, h=29, w=22, k=32), "0.6", "split Y.y, 2\n")
     held = engines(c.source)
     assert sorted(held) == list(range(16)) and max(len(p) for p in held.values()) == 7
     assert sum(len(p) for p in held.values()) == 108  # 36 copies x 3 channels
@@ -42,14 +44,16 @@ def test_stem_copies_spread_over_every_engine(nki):
 
 def test_one_band_keeps_the_packed_copies():
     """A single band has no slots (nothing to zero once): its copies stay 3 apart on engines 0-13."""
-    _, c, _, _ = compile_and_run(STEM.format(dt="f32", n=1, h=21, w=29, k=64), "0.6")
+    c = compile_loaded(lang.load(STEM.format(dt="f32", n=1, h=21, w=29, k=64)), None)
     assert "spread" not in c.source and max(engines(c.source, one=False)) == 13
 
 
-@pytest.mark.parametrize("n", [1, 2])
-def test_padded_stem_then_pool(n):
-    """The padded stem of stem_maxpool (5 bands in slots): spread from batch 2 (its halos copied into the spread
-    slots), packed at batch 1 (the slots' memsets would delay its first loads); the pooled Y against NumPy."""
-    c = run(stem("max", 3, "f32", "  schedule:\n    split T.y, 4\n"), "f32", N=n, C=3, K=64, H=39, W=24)
-    assert ("copies spread over" in c.source) == (n > 1)
-    assert max(len(p) for p in engines(c.source, one=n > 1).values()) == (7 if n > 1 else 8)
+def test_padded_stem_then_pool_spread_from_batch_two():
+    """The padded stem of stem_maxpool (5 bands in slots): spread at batch 2 (its halos copied into the spread
+    slots; the pooled Y against NumPy), packed at batch 1 (the slots' memsets would delay its first loads)."""
+    text = stem("max", 3, "f32", "  schedule:\n    split T.y, 4\n")
+    c = run(text, "f32", N=2, C=3, K=32, H=39, W=16)
+    assert "copies spread over" in c.source and max(len(p) for p in engines(c.source).values()) == 7
+    one = compile_loaded(lang.load(text, dict(N=1, C=3, K=32, H=39, W=16)), None)
+    assert "copies spread over" not in one.source
+    assert max(len(p) for p in engines(one.source, one=False).values()) == 8
