@@ -445,10 +445,14 @@ class _ConvBuilder:
             stmts += conv_halo.zero_tiles(self, force=self.slots > 1)
         if self.slots > 1:  # the band slots, their gaps zeroed once (a memset each: they run side by side)
             allocs: list[Stmt] = []
-            for self.slot in range(self.slots + len(self.fixed)):
+            # each slot's halo copies right after its memset, in the order the bands use the slots: the first band's
+            # loads then wait for its own slot's memset and halo, not for every slot's memset before any halo
+            # (stem_maxpool b8: f32 232.20 -> 224.15 us, bf16 113.80 -> 110.25)
+            used = conv_halo.first_used(self)
+            for self.slot in used + [s for s in range(self.slots + len(self.fixed)) if s not in used]:
                 allocs.append(Alloc(self.x_band_buf(), zero=self.Q > self.C or bool(self.at), line=line))
-            for self.slot in conv_halo.first_used(self):  # (in the order the bands use them)
-                allocs += conv_halo.slot_halo(self, self.x_band_buf(), self.slot)
+                if self.slot in used:
+                    allocs += conv_halo.slot_halo(self, self.x_band_buf(), self.slot)
             self.slot = 0
             gaps = ", gaps zeroed once" if self.Q > self.C or self.at else ""
             own = f"; the first band in slot {self.slots}, halos zeroed once" if self.fixed else ""
