@@ -69,9 +69,10 @@ def test_folded_padded_stride_2_stem_in_two_matmuls_per_group():
     prog, c, inputs, out = run(STEM, "split Y.y, 4\n")
     # K = 64: the output rows' phases share each matmul (test_conv_phases.py, test_conv_stem_halo.py), two matmuls
     # (tap columns 0-3 over 9 row offsets x 4 column copies, then 4-6 over 81 partitions) per band; the 5 bands
-    # are in 5 slots (build_conv.slot_count), each written out
+    # are in 5 slots (build_conv.slot_count), each written out; at batch 2 the copies are spread over every DMA
+    # engine (conv_fold.spread): the second matmul's 27 copies reach partition 92
     assert c.source.count("nisa.nc_matmul(") == 10 and "for r in " not in c.source
-    assert c.source.count("nisa.nc_matmul(Wt_T[0:81, 1], X_band") == 5
+    assert c.source.count("nisa.nc_matmul(Wt_T[0:92, 1], X_band") == 5
     x = rounded(inputs, "f32")
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], stride=2, pad=(3, 3)))
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from tilec.compiler import conv_mixed, conv_weights, ir
 from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import Aff, Alloc, Buf, Dma, Matmul, Reshape, Stmt, Term, View, full
+from tilec.compiler.schedule import PMAX
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
@@ -151,9 +152,11 @@ def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
         if flat is not None and c0 > 0 and (left, right) == (0, 0) and n_cols == b.W - c0:
             out += flat.load(j, r0 + top, c0, n_rows, top)
             continue
-        out.append(Dma(View(xb, (sl(j * b.Q, C), a(0), sl(top, n_rows), sl(left, n_cols))),
-                       View(b.x4, (a(V["n"]), full(C), sl(start.plus(r0 + top * step), n_rows, step),
-                                      sl(b.col0 + c0 + left, n_cols))), line))
+        for c, n in engine_pieces(b, j):
+            out.append(Dma(View(xb, (sl(b.copy_at(j) + c, n), a(0), sl(top, n_rows), sl(left, n_cols))),
+                           View(b.x4, (a(V["n"]), sl(c, n) if n < C else full(C),
+                                          sl(start.plus(r0 + top * step), n_rows, step),
+                                          sl(b.col0 + c0 + left, n_cols))), line))
     if b.zero_rows is not None:  # halo rows (no halo columns): copied from the zero tile before the loads
         own = copy_halo_spans(b, b.yb[1])
         spans = [(0, b.zero_rows.shape[0], first, count) for first, count in halo_spans(b, b.yb[1])] \
@@ -169,6 +172,69 @@ def x_band_folded(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
     if b.slots > 1 and halo:  # a band slot: its halo copied from the zero tiles (conv_halo.slots_serve)
         return (conv_halo.zeroed(b, xb, b.yb[1], b.yb[0] is None) or []) + out
     return out
+
+
+def spread(b: _ConvBuilder) -> tuple[int, ...]:
+    """First partitions of band halves' copies packed C apart (Q = C) spread over every DMA engine (8 partitions
+    each, DMAINTRO): each engine holds at most its share of the copies' partitions, rounded up, a copy straddling
+    two engines counted on both (its load is cut at the boundary: engine_pieces). The f32 stem's 36 copies of 3
+    channels: 108 partitions on engines 0-13, 9 partitions' bytes on some engines (a straddling load's bytes are
+    shared evenly) -> at most 7 on each of the 16 (stem7x7s2 f32 batch 8: 261.38 -> 227.47 us run). () when nothing
+    is gained."""
+    from tilec.target import TRN2
+    n_dma, C, copies = TRN2.dma_engines, b.C, len(b.shifts)
+    ppe = PMAX // n_dma
+    cap = -(-(copies * C) // n_dma)
+    if not b.halves or b.mixed or C > cap or cap >= ppe or -(-(copies * C) // ppe) >= n_dma:
+        return ()
+    held, out, p = [0] * n_dma, [], 0
+    for _ in range(copies):
+        while any(held[e] + n > cap for e, n in _per_engine(p, C, ppe)):
+            p += 1
+        for e, n in _per_engine(p, C, ppe):
+            held[e] += n
+        out.append(p)
+        p += C
+    return tuple(out) if p <= PMAX else ()
+
+
+def _per_engine(p0: int, n: int, ppe: int) -> list[tuple[int, int]]:
+    """(engine, partitions) of the partitions [p0, p0 + n)."""
+    cuts = [p0] + list(range((p0 // ppe + 1) * ppe, p0 + n, ppe)) + [p0 + n]
+    return [(lo // ppe, hi - lo) for lo, hi in zip(cuts, cuts[1:])]
+
+
+def engine_pieces(b: _ConvBuilder, j: int) -> list[tuple[int, int]]:
+    """(first channel, channels) of copy j's loads: spread copies (spread) one load per DMA engine they touch, so
+    each engine moves its own partitions' bytes; else one load."""
+    from tilec.target import TRN2
+    if not b.at:
+        return [(0, b.C)]
+    pieces, c = [], 0
+    for _, n in _per_engine(b.copy_at(j), b.C, PMAX // TRN2.dma_engines):
+        pieces.append((c, n))
+        c += n
+    return pieces
+
+
+def spread_weights(b: _ConvBuilder, raw: Buf) -> tuple[Buf, list[Stmt]]:
+    """The gathered stationary rows (copy j at j * C) moved to the spread copies' columns (copy_at(j)) of a zeroed
+    buffer, one copy per run of copies that stay C apart, alternating VectorE and ScalarE."""
+    C, line = b.C, b.L["update"]
+    wide = Buf(b.fresh(f"{raw.name}_spread"), "sbuf", raw.dtype, raw.shape[:2] + (b.copy_parts(len(b.shifts)),))
+    runs: list[list[int]] = []
+    for j in range(len(b.shifts)):
+        if runs and b.copy_at(j) == b.copy_at(runs[-1][-1]) + C:
+            runs[-1].append(j)
+        else:
+            runs.append([j])
+    out: list[Stmt] = [Alloc(wide, zero=True, line=line)]
+    for i, run in enumerate(runs):
+        n = len(run) * C
+        dst = View(wide, (full(raw.shape[0]), full(raw.shape[1]), sl(b.copy_at(run[0]), n)))
+        src = View(raw, (full(raw.shape[0]), full(raw.shape[1]), sl(run[0] * C, n)))
+        out.append(ir.Act(dst, src, "copy", None, 1.0, line) if i % 2 else ir.Copy(dst, src, line))
+    return wide, out
 
 
 def flat_rows(b: _ConvBuilder) -> bool:
@@ -204,7 +270,7 @@ class FlatLoads:
             out += self.views
         first = Aff(tuple(Term(t.var, t.coef * W) for t in self.start.terms), (self.start.const + r0) * W + c0)
         n = n_rows * W - c0
-        out.append(Dma(View(self.xf, (sl(j * b.Q, b.C), sl(top * W, n))),
+        out.append(Dma(View(self.xf, (sl(b.copy_at(j), b.C), sl(top * W, n))),
                        View(self.x3, (a(b.var["n"]), full(b.C), sl(first, n))), line))
         return out
 
@@ -263,7 +329,7 @@ def copy_order(b: _ConvBuilder) -> list[tuple[int, tuple[int, int]]]:
     their partitions belong to (8 partitions each), so consecutive loads of a few partitions run side by side
     instead of queueing behind each other on one engine."""
     copies = list(enumerate(b.shifts))
-    engine = lambda j: j * b.Q // 8  # noqa: E731
+    engine = lambda j: b.copy_at(j) // 8  # noqa: E731
     rank = {j: sum(1 for i, _ in copies[:j] if engine(i) == engine(j)) for j, _ in copies}
     return sorted(copies, key=lambda c: (rank[c[0]], engine(c[0])))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tilec.compiler import conv_weights, ir
+from tilec.compiler import conv_fold, conv_weights, ir
 from tilec.compiler.build_util import a, hbm_view, identity, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX
@@ -60,10 +60,14 @@ def weights_paired(b: _ConvBuilder, wt: Buf) -> list[Stmt]:
     # two engines; with GpSimdE too, conv3x3same f32 batch 1 39.5 -> 38.2 us)
     for i, (g, j, h, r, s) in enumerate(blocks):
         half = h ^ b.swap  # (a chain's producer may put the odd rows on the first half: chip_halves)
-        dst = View(raw, (sl(half * K, K), a(g), sl(j * b.Q, C)))
+        dst = View(raw, (sl(half * K, K), a(g), sl(b.copy_at(j), C)))
         src = View(rows, (sl(half * K, K), full(C), a(r), a(s)))
         out.append(Act(dst, src, "copy", None, 1.0, line) if i % 3 == 1 else
                    ir.Copy(dst, src, line, "gpsimd" if i % 3 == 2 else ""))
+    if b.at:  # copies spread over the DMA engines (conv_fold.spread): the rows moved to their partitions
+        raw, moves = conv_fold.spread_weights(b, raw)
+        out += moves
+        width = parts
     gv = b.fresh("tap_g")
     if not b.halves and b.n_groups % 2 == 0:  # two pairs per iteration: one eviction on VectorE, one on ScalarE
         pair: list[Stmt] = []
