@@ -1,6 +1,7 @@
 """Mirrored border outputs of a pool's pass along x as one instruction each pair (pool_segments.border_pairs): the
 window reductions on VectorE and the doubling form's combines and copies write columns o and W - 1 - o through
-views that step from one to the other. Checked on the NKI interpreter against NumPy (test_pool_window.reference),
+views that step from one to the other; an average excluding the padding scales each region of mirrored rows and
+columns (one factor) by one ScalarE instruction. Checked on the NKI interpreter against NumPy (test_pool_window.reference),
 max and average pools, 4- to 7-wide windows with paddings that make one to three pairs, f32 and bf16, with the
 window reductions (the default) and without (REDUCE off: the doubling form on both engines)."""
 from __future__ import annotations
@@ -65,11 +66,21 @@ def test_the_kernel_pairs_columns_not_rows():
 
 @pytest.mark.parametrize("reduce", ["auto", "off"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-@pytest.mark.parametrize("kind, r, pad", [("max", 5, 2), ("avg", 5, 2), ("max", 7, 3), ("avg", 7, 3)])
+@pytest.mark.parametrize("kind, r, pad", [("max", 5, 2), ("avg", 5, 2), ("max", 7, 3), ("avg", 7, 3), ("avgx", 5, 2),
+                                          ("avgx", 4, 2)])
 def test_paired_borders_match_numpy(kind, r, pad, dtype, reduce, monkeypatch):
     """(A 16-bit average may take TensorE's taps along x instead: no pass along x on the vector engines there.)"""
     monkeypatch.setattr(pool_knobs, "REDUCE", reduce)
     source = run(kind, r, 1, pad, dtype)
-    assert ":10:9] = " in source or "X_taps" in source  # the outermost pair, in whichever form
+    wo = 10 + 2 * pad - r + 1
+    assert f":{wo}:{wo - 1}] = " in source or "X_taps" in source  # the outermost pair, in whichever form
     if reduce == "off":
         assert "tensor_reduce" not in source
+
+
+def test_counted_regions_pair_mirrored_rows_and_columns():
+    """count_include_pad=False, 5x5 padding 2 over 9 x 10: rows {0, 8}, {1, 7}, 2..6 by columns {0, 9}, {1, 8},
+    2..7: nine scaling instructions instead of twenty-five."""
+    source = run("avgx", 5, 1, 2, "f32")
+    regions = re.findall(r"Y_band\[:, ([0-9:]+), ([0-9:]+)\] = nisa.activation\(op=nl.copy, data=Y_rows", source)
+    assert sorted(regions) == sorted((y, x) for y in ("0:9:8", "1:8:6", "2:7") for x in ("0:10:9", "1:9:7", "2:8"))

@@ -337,9 +337,9 @@ class WindowPasses:
         xs = xsegs[0] if xsegs else [Segment(0, ob.shape[2], (0,))]
         wy, wx = (self.op.pool.wy, self.op.pool.wx)
         out: list[Stmt] = []
-        for y in ys:
-            for x in xs:
-                idx = (full(ob.shape[0]), Sl(a(y.start), y.size), Sl(a(x.start), x.size))
+        for y, ry in _runs(ys):  # (mirrored borders have as many taps: one factor, one instruction for both)
+            for x, rx in _runs(xs):
+                idx = (full(ob.shape[0]), ry, rx)
                 factor = scale * (wy / len(y.taps) if ysegs else 1) * (wx / len(x.taps) if xsegs else 1)
                 border = len(y.taps) < wy or len(x.taps) < wx
                 out.append(Scalar(View(ob, idx), View(src.buf, idx), "multiply", factor, self.op.line)
@@ -367,3 +367,11 @@ class WindowPasses:
             return [Copy(target, taps[0], line)]
         out: list[Stmt] = [Binary(target, taps[0], taps[1], op.pool.op, line)]
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
+
+
+def _runs(segs: list[Segment]) -> list[tuple[Segment, Sl]]:
+    """Each segment with its outputs as a slice, a pair of mirrored border outputs (border_pairs) as one stepped
+    slice of both."""
+    pairs = border_pairs(segs, reduced=False)
+    return [(g, Sl(a(g.start), 2, h.start - g.start)) for g, h in pairs] + \
+        [(g, Sl(a(g.start), g.size)) for g in segs[len(pairs):len(segs) - len(pairs)]]
