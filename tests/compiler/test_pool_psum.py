@@ -279,7 +279,8 @@ def test_first_tile_before_the_taps_scales_its_borders_on_vector_engine(psum_on,
     monkeypatch.setattr(pool_knobs, "TAPS", "on")
     source = wrap.unwrap(run("avgx", 3, 1, 1, "bf16", h=20, w=24, n=3, c=128))
     first = source.split("the first channel-row tile")[1].split("for pb in")[0]
-    assert first.count("nl.multiply") >= 8 and "X_taps" in source
+    # (three border regions: mirrored rows and columns share an instruction, pool_passes.count_regions)
+    assert first.count("nl.multiply") >= 3 and "X_taps" in source
 
 
 @pytest.mark.parametrize("nki", [None, "0.1"])

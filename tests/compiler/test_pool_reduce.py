@@ -12,7 +12,7 @@ from tilec.compiler import ir, pool_knobs, wrap
 from tilec.compiler.ir import Alloc, Buf, Kernel, Reduce, whole
 from tilec.compiler.ops import PoolOp, PoolSpec, Window
 from tilec.compiler.pool_costs import reduce_costs
-from tilec.compiler.pool_segments import paired_ends, segments
+from tilec.compiler.pool_segments import border_pairs, segments
 from tilec.compiler.verify import verify
 from tilec.errors import InternalError
 
@@ -41,7 +41,7 @@ def test_the_two_border_windows_are_one_reduction(forced, nki):
     source = wrap.unwrap(run("avgx", 3, 1, 1, "f32", nki=nki, h=12, w=28))
     assert ", 0:28:27]" in source
     assert ("[26, 2], [1, 2]]" in source) == (nki == "0.6") and ("26 * i" in source) == (nki == "0.1")
-    assert paired_ends(segments(28, -1, 1, 3, 28)) is not None and paired_ends(segments(28, -1, 2, 3, 28)) is None
+    assert border_pairs(segments(28, -1, 1, 3, 28)) and not border_pairs(segments(28, -1, 2, 3, 28))
 
 
 def _costs(dtype: str, r: int, s: int, op: str = "maximum", w: int = 112):

@@ -11,7 +11,7 @@ from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.ir import whole
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_doubling import combines
-from tilec.compiler.pool_segments import border_copies, eviction_runs, paired_ends, segments
+from tilec.compiler.pool_segments import border_copies, border_pairs, eviction_runs, segments
 from tilec.target import compiled, target as get_target
 
 
@@ -177,7 +177,7 @@ def reduce_costs(op: PoolOp, x: str, tmp: str, out: str, rows: int, n: int, wo: 
     cx = 1 if x in knobs.HALF and tmp in knobs.HALF else 2  # VectorE cycles per element of a combine
     fast = x == tmp == "bf16" and op.pool.op in ("add", "maximum")
     taps = sum(g.size * len(g.taps) for g in xsegs if len(g.taps) > 1)
-    many = sum(len(g.taps) > 1 for g in xsegs) - (paired_ends(xsegs) is not None)  # (the ends: one reduce)
+    many = sum(len(g.taps) > 1 for g in xsegs) - len(border_pairs(xsegs))  # (a pair of borders: one reduce)
     sy = op.window.stride[0] if op.window is not None else 1
     combined = sum(g.size * combines(len(g.taps)) for g in xsegs)  # per row: each output's combines
     tt = _split(prm, rows, n, wo, wx, wy, sy, tmp, out, lambda cut: (cx * cut * combined + (wx - 1) * sv) / vghz)

@@ -14,7 +14,7 @@ from tilec.compiler.ir import Act, Alloc, Binary, Buf, Copy, Reduce, Scalar, Sl,
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_costs import vector_share
 from tilec.compiler.pool_doubling import doubling_pass
-from tilec.compiler.pool_segments import Segment, paired_ends, within
+from tilec.compiler.pool_segments import Segment, border_pairs, merged, within
 from tilec.compiler.schedule import PoolPlan
 from tilec.errors import InternalError
 
@@ -177,16 +177,14 @@ class WindowPasses:
         writes `final` (16-bit Y) directly, rounded once."""
         out: list[Stmt] = []
         into = final if final is not None else dst
-        ends = paired_ends(segs)
-        if ends is not None:  # the two border outputs as one window of the same taps, `step` columns apart
-            left, right = ends
-            c0, c1 = (g.start * stride + g.taps[0] + shift for g in ends)
+        pairs = border_pairs(segs)
+        for left, right in pairs:  # two border outputs as one window of the same taps, `step` columns apart
+            c0, c1 = (g.start * stride + g.taps[0] + shift for g in (left, right))
             idx = list(src.idx)
             idx[2] = within(idx[2], c0, c1 - c0 + len(left.taps), 1)
             out.append(Reduce(self._pair(into, 2, left.start, right.start), View(src.buf, tuple(idx)),
                               self.op.pool.op, self.op.line, (c1 - c0, len(left.taps))))
-            segs = [g for g in segs if g not in ends]
-        for g in segs:
+        for g in segs[len(pairs):len(segs) - len(pairs)]:
             if list(g.taps) != list(range(g.taps[0], g.taps[0] + len(g.taps))):
                 raise InternalError(f"window taps {g.taps} of a pool's segment are not contiguous")
             target = self._view(into, 2, g, 0, 1)
@@ -268,7 +266,8 @@ class WindowPasses:
         return lambda seg, part: self._view(src, axis, seg, t + shift, stride, part)
 
     def combine_shared(self, dst: View, axis: int, seg: Segment, a_tap: Callable | None, b_tap: Callable,
-                       alone: bool = False, src: str = "", cut_at: int | None = None) -> list[Stmt]:
+                       alone: bool = False, src: str = "", cut_at: int | None = None,
+                       pair: Segment | None = None) -> list[Stmt]:
         """dst[seg] = op(a_tap or dst, b_tap) over seg, in row ranges: VectorE the first, GpSimdE the rest (rows are
         the other free axis of a pass along x, the pass's own axis along y: either way each engine writes whole
         rows, which the dependence tracking sees as disjoint); src: the taps' dtype (VectorE's rate doubles when it
@@ -276,7 +275,9 @@ class WindowPasses:
         engines, so that this one changes there too and each engine reads back only the rows it wrote (a cut of
         its own, from its own segment's size, can give VectorE a row GpSimdE wrote: a wait across the engines
         every band; measured, bf16 avgpool 3x3 s1 batch 8, 4 whole rows: 44.54 -> 42.62 us). The cut of a pass
-        along y that splits is left in `self.y_cut` for the pass's later combines."""
+        along y that splits is left in `self.y_cut` for the pass's later combines. pair: a border output mirroring
+        seg's (a single one, border_pairs), combined by the same instructions (views stepping from one to the other;
+        along y not split: one engine takes both rows)."""
         share = vector_share(src or dst.buf.dtype, dst.buf.dtype)
         if axis == 1 and self.y_share is not None:  # VectorE also runs the pass along x (psum_x_pass)
             share = self.y_share
@@ -286,8 +287,11 @@ class WindowPasses:
             share, engine = 0.0, "gpsimd"
         elif alone:
             share = 1.0
-        elif seg.size * dst.shape()[3 - axis] < knobs.SHARE_MIN:  # small: a second instruction's fixed cost dominates
+        elif seg.size * dst.shape()[3 - axis] * (1 if pair is None else 2) < knobs.SHARE_MIN or \
+                (pair is not None and axis == 1):  # small: a second instruction's fixed cost dominates
             share, engine = 1.0, self.small_engine()
+            if pair is not None:  # (both outputs' turns: the later small combines keep their engines)
+                self.small_engine()
         jobs: list[tuple[Segment, tuple[int, int] | None, str]] = []
         if axis == 2:
             rows = dst.shape()[1]
@@ -304,10 +308,18 @@ class WindowPasses:
                 if 0 < cut < seg.size else [(seg, None, "gpsimd" if cut == 0 and share == 0 else engine)]
         out: list[Stmt] = []
         for part_seg, part, eng in jobs:
-            target = self._view(dst, axis, part_seg, 0, 1, part)
-            first = a_tap(part_seg, part) if a_tap is not None else target
-            out.append(Binary(target, first, b_tap(part_seg, part), self.op.pool.op, self.op.line, eng))
+            target, first, second = self._combined(part_seg, part, dst, axis, a_tap, b_tap)
+            if pair is not None:
+                t2, f2, s2 = self._combined(pair, part, dst, axis, a_tap, b_tap)
+                target, first, second = merged(target, t2, axis), merged(first, f2, axis), merged(second, s2, axis)
+            out.append(Binary(target, first, second, self.op.pool.op, self.op.line, eng))
         return out
+
+    def _combined(self, g: Segment, part: tuple[int, int] | None, dst: View, axis: int, a_tap: Callable | None,
+                  b_tap: Callable) -> tuple[View, View, View]:
+        """(dst, first operand, second operand) of one combine over outputs g (combine_shared)."""
+        target = self._view(dst, axis, g, 0, 1, part)
+        return target, a_tap(g, part) if a_tap is not None else target, b_tap(g, part)
 
     def small_engine(self) -> str:
         """The engine of a combine too small to share: VectorE and GpSimdE in turn (within an Interleave's pools
@@ -325,9 +337,9 @@ class WindowPasses:
         xs = xsegs[0] if xsegs else [Segment(0, ob.shape[2], (0,))]
         wy, wx = (self.op.pool.wy, self.op.pool.wx)
         out: list[Stmt] = []
-        for y in ys:
-            for x in xs:
-                idx = (full(ob.shape[0]), Sl(a(y.start), y.size), Sl(a(x.start), x.size))
+        for y, ry in _runs(ys):  # (mirrored borders have as many taps: one factor, one instruction for both)
+            for x, rx in _runs(xs):
+                idx = (full(ob.shape[0]), ry, rx)
                 factor = scale * (wy / len(y.taps) if ysegs else 1) * (wx / len(x.taps) if xsegs else 1)
                 border = len(y.taps) < wy or len(x.taps) < wx
                 out.append(Scalar(View(ob, idx), View(src.buf, idx), "multiply", factor, self.op.line)
@@ -355,3 +367,11 @@ class WindowPasses:
             return [Copy(target, taps[0], line)]
         out: list[Stmt] = [Binary(target, taps[0], taps[1], op.pool.op, line)]
         return out + [Binary(target, target, t, op.pool.op, line) for t in taps[2:]]
+
+
+def _runs(segs: list[Segment]) -> list[tuple[Segment, Sl]]:
+    """Each segment with its outputs as a slice, a pair of mirrored border outputs (border_pairs) as one stepped
+    slice of both."""
+    pairs = border_pairs(segs, reduced=False)
+    return [(g, Sl(a(g.start), 2, h.start - g.start)) for g, h in pairs] + \
+        [(g, Sl(a(g.start), g.size)) for g in segs[len(pairs):len(segs) - len(pairs)]]

@@ -95,13 +95,29 @@ def border_copies(segs: list[Segment], window: int) -> int:
     return (start > 0) + (start + size < n)
 
 
-def paired_ends(segs: list[Segment]) -> tuple[Segment, Segment] | None:
-    """The first and last segments of a pass when they are single border outputs with as many taps (two or more)
-    and the others all have more: one window reduction covers both (pool_passes.reduce_pass)."""
-    if len(segs) < 3:
-        return None
-    first, last = segs[0], segs[-1]
-    if first.size == last.size == 1 and len(first.taps) == len(last.taps) >= 2 and \
-            all(len(g.taps) > len(first.taps) for g in segs[1:-1]):
-        return first, last
-    return None
+def border_pairs(segs: list[Segment], reduced: bool = True) -> list[tuple[Segment, Segment]]:
+    """The mirrored border outputs of a pass, outermost first ((segs[0], segs[-1]), (segs[1], segs[-2]), ..) while
+    both are single outputs with as many taps: one instruction computes each pair (its views step from one output
+    to the other), not two, and every instruction pays its engine's static cycles (a 5-wide window padded by 2 has
+    two pairs per pass). reduced (a window reduction per pair, reduce_pass): two taps or more each, and the segments
+    between them all have more."""
+    out: list[tuple[Segment, Segment]] = []
+    for i in range((len(segs) - 1) // 2):
+        first, last = segs[i], segs[-1 - i]
+        if not (first.size == last.size == 1 and len(first.taps) == len(last.taps)):
+            break
+        if reduced and not (len(first.taps) >= 2 and all(len(g.taps) > len(first.taps) for g in segs[i + 1:-1 - i])):
+            break
+        out.append((first, last))
+    return out
+
+
+def merged(a: ir.View, b: ir.View, axis: int) -> ir.View:
+    """Two views of one element each along `axis` (the same elsewhere) as one view of both, a step apart."""
+    ia, ib = a.idx[axis], b.idx[axis]
+    assert isinstance(ia, Sl) and isinstance(ib, Sl) and a.buf == b.buf and ia.size == ib.size == 1
+    assert ia.start.terms == ib.start.terms and ib.start.const > ia.start.const, (ia, ib)
+    assert all(x == y for i, (x, y) in enumerate(zip(a.idx, b.idx)) if i != axis), (a, b)
+    idx = list(a.idx)
+    idx[axis] = Sl(ia.start, 2, ib.start.const - ia.start.const)
+    return ir.View(a.buf, tuple(idx))
