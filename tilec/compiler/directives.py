@@ -10,7 +10,7 @@ import math
 
 from dataclasses import replace
 
-from tilec.compiler import build_mlp
+from tilec.compiler import build_mlp, directives_reduce
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
@@ -288,6 +288,8 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         if not 0 < n <= op.out_rows:  # the last band may be shorter (rules_pool.py peels it)
             raise bad(d, f"a band of {n} rows: {op.name} has {op.out_rows} output rows", f"use 1..{op.out_rows}")
         return replace(plan, band=n)
+    if isinstance(plan, ReducePlan) and isinstance(op, ReduceOp):
+        directives_reduce.refuse_split(op, d, _loop(d))
     raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here")
 
 
@@ -359,6 +361,8 @@ def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     """
     if isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp) and op.layout:
         return _reorder_broadcast(op, plan, d)
+    if isinstance(plan, ReducePlan) and isinstance(op, ReduceOp):
+        directives_reduce.refuse_reorder(op, d)
     if not isinstance(plan, ConvPlan):
         why = {EltwisePlan: "its loops are flattened in memory order onto partitions x free tiles (any order gives "
                             "the same result; the tiles stream through contiguous HBM)",
