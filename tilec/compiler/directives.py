@@ -184,9 +184,11 @@ def _tile_column_reduce(op: ColumnReduceOp, plan: ReducePlan, d: sx.Directive, r
     if role.startswith("r"):
         if n > PMAX:
             raise bad(d, f"tile of {n} reduced rows on the partition dimension exceeds {PMAX}",
-                      f"use a divisor of {op.dim('R')} up to {PMAX}")
-        _div(d, n, op.dim("R"), "tile", f" (the reduced indices are {op.dim('R')} rows on the partitions)")
-        return replace(plan, parts=n)
+                      f"use at most {PMAX}")
+        if n > op.dim("R"):
+            raise bad(d, f"a tile of {n} rows is more than the {op.dim('R')} rows the reduced indices make",
+                      f"use at most {op.dim('R')}")
+        return replace(plan, parts=n)  # (not dividing the rows: whole tiles and one of the rest, rules_colragged)
     if not role.startswith("k"):
         raise bad(d, "only the reduced loops and the kept loops after them are tiled in a column sum")
     if n > MOVING_FMAX:

@@ -322,6 +322,8 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         if type(op) is ReduceOp and reduce_rule(op, plan, program, target) is not None or \
                 type(op) is ColumnReduceOp and colreduce_rule(op, plan, program, target) is not None:
             built = _scheduled(program, target)(op, plan, hbm, _fresh(names, op))
+        elif type(op) is ColumnReduceOp and op.dim("R") % plan.parts:
+            raise Unhonoured(op.name, _ragged_refusal(op, plan), "tile")
         elif type(op) is ReduceOp and any(plan_settings(plan)):
             raise Unhonoured(op.name, "its rows are scheduled by a builder of its own (short rows, several per "
                                       "partition), which has no such loop or tile")
@@ -377,6 +379,15 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
     prefixes |= taken
     stored = ({name} if choice.store else set()) | {consumer.out}
     return stored, consts, stmts
+
+
+def _ragged_refusal(op: ColumnReduceOp, plan) -> str:
+    """Why a column sum's row tile that does not divide its rows is refused at these sizes, and what to write."""
+    R = op.dim("R")
+    fits = ", ".join([str(d) for d in range(min(R, 128), 0, -1) if R % d == 0][:6])
+    return (f"a tile of {plan.parts} does not divide its {R} reduced rows, which only the column rule's plain "
+            f"layout cuts (whole tiles and one of the rest); at these sizes a builder of its own sums it (few "
+            f"reduced rows, many outer rows, a unit loop, or a maximum): use a divisor of {R} ({fits})")
 
 
 class Unhonoured(TilecError):
