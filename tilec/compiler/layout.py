@@ -406,8 +406,9 @@ def _stage_out_of(k: Kernel, buf: str, at: str, of: str, memory: str, target: Ta
     pos = next((n for n, s in enumerate(loop.body) if isinstance(s, Loop) and s.var == vars_[0]), None)
     nests = loop.body[pos:pos + len(vars_)] if pos is not None else ()
     if pos is None or [getattr(s, "var", None) for s in nests] != vars_:
-        raise _fail(f"stage_out {buf} at {at}, of {of}: {of} is not a run of loops directly in the body of {at}",
-                    span, f"name a nest inside loop {at}")
+        what = "a loop" if len(vars_) == 1 else "a run of loops"
+        raise _fail(f"stage_out {buf} at {at}, of {of}: {of} is not {what} directly in the body of {at}", span,
+                    f"name a nest inside loop {at}")
     writes = [s.dst for s in _stores(nests) if s.dst.buf == buf]
     if not writes:
         raise _fail(f"stage_out {buf} at {at}, of {of}: the nest at {of} does not write {buf}", span)
