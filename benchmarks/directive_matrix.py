@@ -129,6 +129,7 @@ REASONS = (
     ("no-op: one free tile, any order", "give one free tile"),
     ("no-op: the rule's order already", "is the order the rule compiles"),
     ("no-op: through HBM already", "goes through HBM without the directive too"),
+    ("no-op: on chip already (a fused chain)", "stays on chip without the directive"),
     ("no-op: staged once (a broadcast operand)", "has no buffer setting"),
     ("tile larger than the data", "is more than the"),
     ("tile wider than a partition's data", "is wider than the"),

@@ -85,3 +85,29 @@ def test_reorder_and_split_of_a_reduction_say_why_and_what_to_write(text, schedu
         compiled(text, schedule, M=300, N=200, A=3, B=200, C=100)
     e = err.value
     assert e.span is not None and e.span.line == 1 and says in str(e) and hint in e.hint, (str(e), e.hint)
+
+
+CENTRE = """kernel c(X: f32[M, N]) -> Y
+  default M = {M}, N = {N}
+  mu: f32[M]
+  Y: f32[M, N]
+  for i in 0..M:
+    mu[i] = 0
+    for j in 0..N:
+      mu[i] += X[i, j] / N
+  for i in 0..M, j in 0..N:
+    Y[i, j] = X[i, j] * mu[i] + X[i, j] - mu[i]
+"""
+
+
+@pytest.mark.parametrize("schedule, line", [("compute_at mu, Y.i", 1), ("tile Y.j, 32\nplace mu, sbuf", 2)])
+def test_a_placement_the_compiler_makes_anyway_says_so(schedule, line):
+    """`compute_at` / `place sbuf` of a statistic several statements read: refused as changing nothing when the
+    row chain keeps it on chip without the directive; with Y scheduled alone (a directive names it) mu goes
+    through HBM and the refusal says where it goes is the compiler's choice."""
+    with pytest.raises(TilecError) as err:
+        compiled(CENTRE, schedule, M=200, N=64)
+    e = err.value
+    assert e.span is not None and e.span.line == line, str(e)
+    assert ("stays on chip without the directive" if line == 1 else "is the compiler's choice") in str(e), str(e)
+    assert "place mu, hbm" in e.hint

@@ -497,6 +497,17 @@ def _readers(op: Op, ops: tuple) -> list[str]:
     return [o.name for o in ops if o is not op and op.out in reads(o)]
 
 
+class ChainChoice(TilecError):
+    """`place T, sbuf` / `compute_at T, Y.i` of an element-wise or reduction T several statements read: where T
+    goes is the fusers' choice. The pipeline compiles without the directive to say whether T stays on chip already
+    (the directive would then change nothing) or goes through HBM (this error's reason stands)."""
+
+    def __init__(self, message: str, span, hint: str, op: Op, d: sx.Directive) -> None:
+        super().__init__(message, span, hint)
+        self.op = op
+        self.directive = d
+
+
 def _not_fusable(op: Op, d: sx.Directive, ops: tuple) -> TilecError:
     """Why `compute_at`/`place` of this op is refused: nothing reads it, or it has several readers (the element-wise
     producer of ONE reader is inlined into it before selection: compute_at.py)."""
@@ -510,11 +521,12 @@ def _not_fusable(op: Op, d: sx.Directive, ops: tuple) -> TilecError:
                       "it goes is the compiler's choice (`tilec explain` shows it under tensor placement)",
                    "remove the directive")
     what = "stays in SBUF" if d.name == "place" else "is computed inside a loop of one reader"
-    return bad(d, f"{op.out} ({kind(op)}) is read by {' and '.join(readers)}: whether it {what} is the compiler's "
-                  "choice (a row or column chain keeps such a tensor on chip, computed per tile of its readers, when "
-                  "one fits; `tilec explain` shows it under tensor placement); `compute_at` into a reader's loop is "
-                  "compiled for a conv into its pool and for an element-wise producer with one reader",
-               f"remove the directive, or write `place {op.out}, hbm` to build {op.name} alone and store {op.out}")
+    return ChainChoice(f"{op.out} ({kind(op)}) is read by {' and '.join(readers)}: whether it {what} is the "
+                       "compiler's choice (a row or column chain keeps such a tensor on chip, computed per tile of its "
+                       "readers, when one fits; `tilec explain` shows it under tensor placement); `compute_at` into a "
+                       "reader's loop is compiled for a conv into its pool and for an element-wise producer with one "
+                       "reader", d.span, f"remove the directive, or write `place {op.out}, hbm` to build {op.name} "
+                                         f"alone and store {op.out}", op, d)
 
 
 def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtypes: dict[str, str]) -> None:
