@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_core20_directives import code, compiled, matches
+from test_core20_directives import ROWSUM, code, compiled, matches
+from test_core22_directives import CENTRE
 from tilec.errors import TilecError
 
 COLSUM = """kernel c(X: f32[M, N], r: f32[N], b: f32[N]) -> s
@@ -27,16 +28,6 @@ MIDDLE = """kernel m(X: f32[A, B, C], Y0: f32[A, B, C]) -> s
     for b in 0..B:
       s[a, c] += (X[a, b, c] - Y0[a, b, c]) * (X[a, b, c] - Y0[a, b, c])
 """
-
-ROWSUM = """kernel r(X: f32[M, N]) -> s
-  default M = {M}, N = {N}
-  s: f32[M]
-  for i in 0..M:
-    s[i] = 0
-    for j in 0..N:
-      s[i] += X[i, j]
-"""
-
 
 def colsum(init: str, term: str, op: str = "+="):
     return COLSUM.replace("{init}", init).replace("{term}", term).replace("{op}", op)
@@ -86,18 +77,6 @@ def test_reorder_and_split_of_a_reduction_say_why_and_what_to_write(text, schedu
     e = err.value
     assert e.span is not None and e.span.line == 1 and says in str(e) and hint in e.hint, (str(e), e.hint)
 
-
-CENTRE = """kernel c(X: f32[M, N]) -> Y
-  default M = {M}, N = {N}
-  mu: f32[M]
-  Y: f32[M, N]
-  for i in 0..M:
-    mu[i] = 0
-    for j in 0..N:
-      mu[i] += X[i, j] / N
-  for i in 0..M, j in 0..N:
-    Y[i, j] = X[i, j] * mu[i] + X[i, j] - mu[i]
-"""
 
 
 @pytest.mark.parametrize("schedule, line", [("compute_at mu, Y.i", 1), ("tile Y.j, 32\nplace mu, sbuf", 2)])
