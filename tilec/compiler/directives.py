@@ -194,8 +194,10 @@ def _tile_column_reduce(op: ColumnReduceOp, plan: ReducePlan, d: sx.Directive, r
     if n > MOVING_FMAX:
         raise bad(d, f"a tile of {n} columns exceeds the {MOVING_FMAX} one matmul sums into a PSUM bank",
                   f"use a divisor of {op.dim('F')} up to {MOVING_FMAX}")
-    _div(d, n, op.dim("F"), "tile", f" (the kept indices after the reduced ones are {op.dim('F')} columns)")
-    return replace(plan, free=n)
+    if n > op.dim("F"):
+        raise bad(d, f"a tile of {n} columns is more than the {op.dim('F')} the kept indices after the reduced ones "
+                     "make", f"use at most {op.dim('F')}")
+    return replace(plan, free=n)  # (not dividing the columns: whole tiles and one of the rest, rules_colragged)
 
 
 def _tile_conv(op: ConvOp, plan: ConvPlan, d, role: str, n: int) -> ConvPlan:

@@ -607,8 +607,9 @@ def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) 
     `var` becomes two nests, the first over var < at, the second over the rest (var = at + var'); every loop of the
     first is renamed NAME@a, of the second NAME@b (golden: layout/cut.txt). A transpose of 521 rows is 512 rows in
     blocks of 128 and one block of 9. Legal when 0 < at < the extent and either `var` is the root (the iterations
-    keep their order: a reduction's loop may be cut) or the nest is injective (every iteration writes its own
-    elements)."""
+    keep their order: a reduction's loop may be cut) or every store indexes each loop from the root down to `var`
+    (each iteration of those loops writes its own elements, so their two parts may run apart; the loops inside
+    `var` keep their order: a column sum's kept columns may be cut outside its reduced rows)."""
     loop = find_loop(k, var, span)
     top = find_loop(k, root, span) if root else loop
     chain = perfect_chain(top)
@@ -618,9 +619,10 @@ def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) 
         raise _fail(f"cut {var}, {at}: cut inside the loop's extent 1..{loop.extent - 1}", span)
     # cutting the root loop itself keeps the order of every iteration (index-set splitting): always legal, a
     # reduction's too; cutting a loop inside it distributes the loops above it, legal for an injective nest
+    above = {lp.var for lp in chain[:next(n for n, lp in enumerate(chain) if lp is loop) + 1] if lp.extent > 1}
     for s in _stores((top,)) if top is not loop else []:
         used = {t.var for i in s.dst.index for t in i.terms}
-        if isinstance(s, Update) or not {lp.var for lp in chain} <= used:
+        if not above <= used:
             raise _fail(f"cut {var}: `{s.dst.buf}` is not written once per iteration of the nest", span,
                         "cut an injective (element-wise or copy) nest")
     names = [s.var for s in walk((top,)) if isinstance(s, Loop)]

@@ -326,7 +326,7 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         if type(op) is ReduceOp and reduce_rule(op, plan, program, target) is not None or \
                 type(op) is ColumnReduceOp and colreduce_rule(op, plan, program, target) is not None:
             built = _scheduled(program, target)(op, plan, hbm, _fresh(names, op))
-        elif type(op) is ColumnReduceOp and op.dim("R") % plan.parts:
+        elif type(op) is ColumnReduceOp and (op.dim("R") % plan.parts or op.dim("F") % plan.free):
             raise Unhonoured(op.name, _ragged_refusal(op, plan), "tile")
         elif type(op) is ReduceOp and any(plan_settings(plan)):
             raise Unhonoured(op.name, "its rows are scheduled by a builder of its own (short rows, several per "
@@ -386,12 +386,15 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
 
 
 def _ragged_refusal(op: ColumnReduceOp, plan) -> str:
-    """Why a column sum's row tile that does not divide its rows is refused at these sizes, and what to write."""
-    R = op.dim("R")
-    fits = ", ".join([str(d) for d in range(min(R, 128), 0, -1) if R % d == 0][:6])
-    return (f"a tile of {plan.parts} does not divide its {R} reduced rows, which only the column rule's plain "
-            f"layout cuts (whole tiles and one of the rest); at these sizes a builder of its own sums it (few "
-            f"reduced rows, many outer rows, a unit loop, or a maximum): use a divisor of {R} ({fits})")
+    """Why a column sum's tile that does not divide its rows or columns is refused at these sizes, and what to
+    write instead."""
+    rows = op.dim("R") % plan.parts
+    n, size, what = (plan.parts, op.dim("R"), "reduced rows") if rows else (plan.free, op.dim("F"), "columns")
+    fits = ", ".join([str(d) for d in range(min(size, 128 if rows else 512), 0, -1) if size % d == 0][:6])
+    return (f"a tile of {n} does not divide its {size} {what}, which only the column rule's plain layout cuts "
+            f"(whole tiles and one of the rest{'' if rows else ', columns without an epilogue'}); at these sizes a "
+            f"builder of its own sums it (few reduced rows, many outer rows, a unit loop, or a maximum"
+            f"{'' if rows else ', or a mean or initial value'}): use a divisor of {size} ({fits})")
 
 
 class Unhonoured(TilecError):

@@ -109,11 +109,12 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
     group, W, K = _group(R // params.parts), wide(O, R, F, params, 1, dtype), stacked(O, R, params)
     pairs = row_pairs_of(R, params, dtype, expr) > 1
     pairs = pairs and (K > 1 or W > 1)  # (one fp32 o of one row tile: its matmuls bound it either way)
-    ragged = R % params.parts != 0  # a user's row tile: the plain layout, its rows cut (rules_colragged)
-    if ragged:
+    # a user's tiles that do not divide the rows or columns: the plain layout, cut (rules_colragged)
+    ragged, ragged_f = R % params.parts != 0, F % params.free != 0
+    if ragged or ragged_f:
         group, W, K, pairs = 1, 1, 1, False
-    if F % params.free or ragged and any(lp.extent == 1 for lp in chain):
-        return None
+        if any(lp.extent == 1 for lp in chain) or ragged_f and epilogue:
+            return None
     if (K > 1 or pairs) and any(lp.extent == 1 for lp in chain):
         return None  # (the builder stacks these: nests with unit loops)
     columns = [c for c in epilogue if c]
@@ -174,8 +175,13 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
         prims += [prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
                        note="the PSUM banks of a free tile: a matmul each, evicted into its part of the row"),
                   prim("reorder", "w", "p", "f_i")]
-    elif ragged:
-        prims += ragged_parts.splits(R, params.parts, params.free, red)
+    elif ragged or ragged_f:
+        prims += ragged_parts.splits(R, params.parts, F, params.free, red)
+        if ragged_f:  # each column part a sum of its own (no epilogue)
+            sq = squares(upd.expr, dtype, bool(rows)) if expr else None
+            return prims + ragged_parts.column_parts(
+                S, v, reads, rows, taken, (R, params.parts, F, params.free), (upd.line, init[0].line), dtype, sq,
+                f"{S} = sum over {', '.join(red)} of {fmt_expr(upd.expr) if expr else A} (ones matmul)")
     else:
         prims += [prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
                        note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
