@@ -68,9 +68,9 @@ def test_a_middle_axis_sum_takes_a_ragged_row_tile_per_outer_index():
 
 
 @pytest.mark.parametrize("init, op, schedule, rows, says", [
-    ("-inf", "max=", "tile s.i, 64", 300, "use a divisor of 300"),  # a column maximum: a builder of its own
+    ("-inf", "max=", "tile s.i, 64", 300, "(reduced rows: 100, 75, 60, 50, 30)"),  # a column max: its own builder
     ("0", "+=", "tile s.i, 120", 100, "more than the 100 rows"),
-    ("b[j]", "+=", "tile s.j, 64", 300, "use a divisor of 200"),  # ragged columns with an epilogue: not cut
+    ("b[j]", "+=", "tile s.j, 64", 300, "(columns: 200, 100, 50, 40, 25)"),  # ragged columns, an epilogue
 ])
 def test_a_column_tile_no_layout_takes_is_refused_at_its_line(init, op, schedule, rows, says):
     with pytest.raises(TilecError) as err:

@@ -37,7 +37,7 @@ from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
-from tilec.compiler.schedule import fmt_directive, sbuf_budget
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, fmt_directive, sbuf_budget
 from tilec.compiler.fusers import AHEAD, AHEAD_TILES
 from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
 from tilec.compiler.dma_streams import columns_ahead, cut_apart
@@ -386,15 +386,17 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
 
 
 def _ragged_refusal(op: ColumnReduceOp, plan) -> str:
-    """Why a column sum's tile that does not divide its rows or columns is refused at these sizes, and what to
+    """Why a column sum's tiles that do not divide its rows or columns are refused at these sizes, and what to
     write instead."""
-    rows = op.dim("R") % plan.parts
-    n, size, what = (plan.parts, op.dim("R"), "reduced rows") if rows else (plan.free, op.dim("F"), "columns")
-    fits = ", ".join([str(d) for d in range(min(size, 128 if rows else 512), 0, -1) if size % d == 0][:6])
-    return (f"a tile of {n} does not divide its {size} {what}, which only the column rule's plain layout cuts "
-            f"(whole tiles and one of the rest{'' if rows else ', columns without an epilogue'}); at these sizes a "
-            f"builder of its own sums it (few reduced rows, many outer rows, a unit loop, or a maximum"
-            f"{'' if rows else ', or a mean or initial value'}): use a divisor of {size} ({fits})")
+    cut = [(n, size, what, most) for n, size, what, most in ((plan.parts, op.dim("R"), "reduced rows", PMAX),
+                                                             (plan.free, op.dim("F"), "columns", MOVING_FMAX))
+           if size % n]
+    fits = "; ".join(f"{what}: " + ", ".join([str(d) for d in range(min(size, most), 0, -1) if size % d == 0][:5])
+                     for _, size, what, most in cut)
+    return (" and ".join(f"a tile of {n} does not divide its {size} {what}" for n, size, what, _ in cut) +
+            ", which only the column rule's plain layout cuts (whole tiles and one of the rest; columns only "
+            "without an epilogue, a mean or an initial value); at these sizes a builder of its own sums it (few "
+            f"reduced rows, many outer rows, a unit loop, or a maximum) or an epilogue follows: use divisors ({fits})")
 
 
 class Unhonoured(TilecError):
