@@ -33,8 +33,8 @@ CASES = {
     # (core22) ragged tiles of a row reduction; a row chain's statistic through HBM
     "rowsum#ragged": (dict(M=300, N=700), ["tile s.i, 64", "tile s.j, 256", "unroll s.i"]),
     "layernorm#place": (dict(M=300, N=512), ["place mu, hbm", "tile Y.j, 128", "unroll Y.j"]),
-    # (core23) a column sum's ragged row tiles (300 rows: 4 x 64 + 44), with its settings
-    "audit15/column_l1": (dict(M=300, N=700), ["tile s.i, 64", "unroll s.j", "buffers X, 1"]),
+    # (core23) a column sum's ragged tiles (300 rows: 4 x 64 + 44; 700 columns: 5 x 128 + 60), with its settings
+    "audit15/column_l1": (dict(M=300, N=700), ["tile s.i, 64", "tile s.j, 128", "unroll s.j", "buffers X, 1"]),
 }
 AUDIT15 = pathlib.Path(__file__).resolve().parent.parent / "programs" / "audit15"
 
