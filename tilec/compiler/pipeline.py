@@ -12,7 +12,7 @@ from tilec.compiler import build_attention, build_depthwise, build_mbblock, buil
     passes, placement, pool_chain, stem_chain
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
-from tilec.compiler import rules, rules_copy
+from tilec.compiler import rules, rules_colragged, rules_copy
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
                                        reduce_nest, transpose_nest)
@@ -37,7 +37,7 @@ from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
-from tilec.compiler.schedule import MOVING_FMAX, PMAX, fmt_directive, sbuf_budget
+from tilec.compiler.schedule import fmt_directive, sbuf_budget
 from tilec.compiler.fusers import AHEAD, AHEAD_TILES
 from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
 from tilec.compiler.dma_streams import columns_ahead, cut_apart
@@ -327,7 +327,7 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
                 type(op) is ColumnReduceOp and colreduce_rule(op, plan, program, target) is not None:
             built = _scheduled(program, target)(op, plan, hbm, _fresh(names, op))
         elif type(op) is ColumnReduceOp and (op.dim("R") % plan.parts or op.dim("F") % plan.free):
-            raise Unhonoured(op.name, _ragged_refusal(op, plan), "tile")
+            raise Unhonoured(op.name, rules_colragged.refusal(op, plan), "tile")
         elif type(op) is ReduceOp and any(plan_settings(plan)):
             raise Unhonoured(op.name, "its rows are scheduled by a builder of its own (short rows, several per "
                                       "partition), which has no such loop or tile")
@@ -383,20 +383,6 @@ def _conv_chain(choices: dict, i: int, ops: tuple, plans: tuple, hbm: dict, name
     prefixes |= taken
     stored = ({name} if choice.store else set()) | {consumer.out}
     return stored, consts, stmts
-
-
-def _ragged_refusal(op: ColumnReduceOp, plan) -> str:
-    """Why a column sum's tiles that do not divide its rows or columns are refused at these sizes, and what to
-    write instead."""
-    cut = [(n, size, what, most) for n, size, what, most in ((plan.parts, op.dim("R"), "reduced rows", PMAX),
-                                                             (plan.free, op.dim("F"), "columns", MOVING_FMAX))
-           if size % n]
-    fits = "; ".join(f"{what}: " + ", ".join([str(d) for d in range(min(size, most), 0, -1) if size % d == 0][:5])
-                     for _, size, what, most in cut)
-    return (" and ".join(f"a tile of {n} does not divide its {size} {what}" for n, size, what, _ in cut) +
-            ", which only the column rule's plain layout cuts (whole tiles and one of the rest; columns only "
-            "without an epilogue, a mean or an initial value); at these sizes a builder of its own sums it (few "
-            f"reduced rows, many outer rows, a unit loop, or a maximum) or an epilogue follows: use divisors ({fits})")
 
 
 class Unhonoured(TilecError):

@@ -21,7 +21,9 @@ partitions of the whole row tiles once; the last part reads its first partitions
 from __future__ import annotations
 
 from tilec.compiler.names import unique
+from tilec.compiler.ops import ColumnReduceOp
 from tilec.compiler.rules_base import Prim, _ragged_parts, prim
+from tilec.compiler.schedule import MOVING_FMAX, PMAX, ReducePlan
 
 
 def at(base: str, tags: str) -> str:
@@ -102,3 +104,17 @@ def column_parts(S: str, v: dict[str, str], reads: list[str], rows: list[str], t
         out += [prim("tensorize", p, line=init) for _, p, _ in regions(R, parts, x)]
         out += [prim("block", at("o", x), f"{what}, columns {c0}..{c0 + size}")]
     return out
+
+
+def refusal(op: ColumnReduceOp, plan: ReducePlan) -> str:
+    """Why a column sum's tiles that do not divide its rows or columns are refused where the rule does not take
+    them (the pipeline's `tile` refusal), and what to write instead."""
+    cut = [(n, size, what, most) for n, size, what, most in ((plan.parts, op.dim("R"), "reduced rows", PMAX),
+                                                             (plan.free, op.dim("F"), "columns", MOVING_FMAX))
+           if size % n]
+    fits = "; ".join(f"{what}: " + ", ".join([str(d) for d in range(min(size, most), 0, -1) if size % d == 0][:5])
+                     for _, size, what, most in cut)
+    return (" and ".join(f"a tile of {n} does not divide its {size} {what}" for n, size, what, _ in cut) +
+            ", which only the column rule's plain layout cuts (whole tiles and one of the rest; columns only "
+            "without an epilogue, a mean or an initial value); at these sizes a builder of its own sums it (few "
+            f"reduced rows, many outer rows, a unit loop, or a maximum) or an epilogue follows: use divisors ({fits})")
