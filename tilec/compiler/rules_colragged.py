@@ -12,9 +12,10 @@ first matmul of the first part starts the sum, every later one adds: codegen06's
     stage(X_v, rt@a, name=X_tile); stage(X_v, rt@b, name=X_tile_b)
     tensorize(p@a); tensorize(p@b)
 
-Columns the free tiles do not divide (no epilogue) cut the nest at its outer loop first, `reorder(o, f, r); cut(f,
-640, root=o)`: each part (o@a .. and o@b ..) is then a column sum of its own columns with its own PSUM row, its
-rows cut as above where they are ragged too (loops r@aa, r@ab, ..).
+Columns the free tiles do not divide cut the nest at its outer loop first, `reorder(o, f, r); cut(f, 640,
+root=o)`: each part (o@a .. and o@b ..) is then a column sum of its own columns with its own PSUM row, its rows cut
+as above where they are ragged too (loops r@aa, r@ab, ..); an epilogue's nests are cut at the same column
+(`cut(e_f, 640, root=e_u)`) and each part computed at its part's free tiles.
 
 A row the sum reads at the kept indices (`abs(X[i, j] - c[j])`) is loaded once per free tile and copied to the
 partitions of the whole row tiles once; the last part reads its first partitions (`broadcast(.., others=(p@b,))`)."""
@@ -89,19 +90,34 @@ def terms(acc: str, S: str, dtype: str, taken: set[str], R: int, parts: int, how
 
 
 def column_parts(S: str, v: dict[str, str], reads: list[str], rows: list[str], taken: set[str], sizes: tuple,
-                 lines: tuple[int, int], dtype: str, how: dict | None, what: str) -> list[Prim]:
-    """After `splits` with the columns cut (no epilogue): each column part's PSUM row, evicted in the output's
-    dtype and stored, its tiles, their expression (`how`: tensorize's options; None: a plain sum) and their
-    matmuls, then the part's block. sizes = (R, parts, F, free); lines = (the update's, the initial value's)."""
+                 lines: tuple[int, int], dtype: str, how: dict | None, what: str, steps: tuple = ()) -> list[Prim]:
+    """After `splits` with the columns cut: each column part's PSUM row and its tiles, their expression (`how`:
+    tensorize's options; None: a plain sum) and their matmuls, then the part's block. sizes = (R, parts, F, free);
+    lines = (the update's, the initial value's). Without an epilogue the row is evicted in the output's dtype and
+    stored; `steps` = (loops, before, columns, cast, evict): the epilogue nests (loops e, e_u, e_f, each cut at the
+    same column as the sum) computed at each part's free tiles on an fp32 row in SBUF, as rules.colreduce does."""
     R, parts, F, free = sizes
     line, init = lines
-    out: list[Prim] = []
-    for x, (c0, size, _, _) in zip(tags(F, free), _ragged_parts(F, free, 1)):
+    loops, before, columns, cast, evict = steps or ((), False, (), {}, False)
+    cols = _ragged_parts(F, free, 1)
+    out = [prim("cut", f"{e}_f", cols[0][1], root=e if before else f"{e}_u") for e in loops]
+    for x, (c0, size, _, _) in zip(tags(F, free), cols):
+        for e in loops:
+            out += [prim("reverse_compute_at", at(e if before else f"{e}_u", x), at("ft", x)),
+                    prim("partition", at(f"{e}_u", x) + "_r")]
         acc, row = unique(f"{S}_acc", taken), unique(f"{S}_row", taken)
-        out += [prim("stage_out", v[S], at("ft", x), memory="psum", name=acc, line=line, dtype="f32", cast=row)]
+        if loops:  # an fp32 row the steps work on, the sums in PSUM before it
+            out += [prim("stage_out", v[S], at("ft", x), name=row, line=line, dtype="f32", **cast),
+                    prim("stage_out", row, at("ft", x), memory="psum", name=acc, line=line,
+                         of="+".join(rt for rt, _, _ in regions(R, parts, x)))]
+        else:
+            out += [prim("stage_out", v[S], at("ft", x), memory="psum", name=acc, line=line, dtype="f32", cast=row)]
         out += stages(reads, rows, v, taken, R, parts, x)
         out += terms(acc, S, dtype, taken, R, parts, how, x) if how is not None else []
+        out += [prim("stage", v[c], at("ft", x), name=unique(f"{c}_row", taken), near=True) for c in columns]
         out += [prim("tensorize", p, line=init) for _, p, _ in regions(R, parts, x)]
+        out += [prim("tensorize", at(f"{e}_u", x) + "_r", **({"evict": True} if evict and n == 0 else {}))
+                for n, e in enumerate(loops)]
         out += [prim("block", at("o", x), f"{what}, columns {c0}..{c0 + size}")]
     return out
 
@@ -115,6 +131,6 @@ def refusal(op: ColumnReduceOp, plan: ReducePlan) -> str:
     fits = "; ".join(f"{what}: " + ", ".join([str(d) for d in range(min(size, most), 0, -1) if size % d == 0][:5])
                      for _, size, what, most in cut)
     return (" and ".join(f"a tile of {n} does not divide its {size} {what}" for n, size, what, _ in cut) +
-            ", which only the column rule's plain layout cuts (whole tiles and one of the rest; columns only "
-            "without an epilogue, a mean or an initial value); at these sizes a builder of its own sums it (few "
-            f"reduced rows, many outer rows, a unit loop, or a maximum) or an epilogue follows: use divisors ({fits})")
+            ", which only the column rule's plain layout cuts (whole tiles and one of the rest); at these sizes a "
+            "builder of its own sums it (few reduced rows, many outer rows, a loop of one iteration, or a maximum): "
+            f"use divisors ({fits})")

@@ -113,7 +113,7 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
     ragged, ragged_f = R % params.parts != 0, F % params.free != 0
     if ragged or ragged_f:
         group, W, K, pairs = 1, 1, 1, False
-        if any(lp.extent == 1 for lp in chain) or ragged_f and epilogue:
+        if any(lp.extent == 1 for lp in chain):
             return None
     if (K > 1 or pairs) and any(lp.extent == 1 for lp in chain):
         return None  # (the builder stacks these: nests with unit loops)
@@ -177,11 +177,16 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
                   prim("reorder", "w", "p", "f_i")]
     elif ragged or ragged_f:
         prims += ragged_parts.splits(R, params.parts, F, params.free, red)
-        if ragged_f:  # each column part a sum of its own (no epilogue)
+        if ragged_f:  # each column part a sum of its own
             sq = squares(upd.expr, dtype, bool(rows)) if expr else None
+            step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
+            factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
+            cast = {"cast": unique(f"{S}_tile", taken)} if epilogue and k.buffers()[S].dtype != "f32" else {}
+            evict = factor and (dtype != "f32" or R == params.parts)
             return prims + ragged_parts.column_parts(
                 S, v, reads, rows, taken, (R, params.parts, F, params.free), (upd.line, init[0].line), dtype, sq,
-                f"{S} = sum over {', '.join(red)} of {fmt_expr(upd.expr) if expr else A} (ones matmul)")
+                f"{S} = sum over {', '.join(red)} of {fmt_expr(upd.expr) if expr else A} (ones matmul)",
+                (loops, bool(before), [c for c in epilogue if c], cast, evict))
     else:
         prims += [prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
                        note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
