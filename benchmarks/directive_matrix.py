@@ -12,6 +12,7 @@ outcome of each attempt:
 
     python benchmarks/directive_matrix.py               # the table and the totals
     python benchmarks/directive_matrix.py --list        # every attempt with its outcome and message
+    python benchmarks/directive_matrix.py --reasons     # the refusals counted by directive x op kind x reason
 
 Per statement OP (named by its target) with loops v_first .. v_last: `tile OP.v_last, 64`, `tile OP.v_first, 64`,
 `split OP.v_first, 2`, `reorder OP, <its loops reversed>`, `unroll OP.v_first`, `unroll OP.v_last`, and for each
@@ -67,20 +68,21 @@ def statements(text: str) -> list[tuple[str, list[str], set[str]]]:
     return [(t, loops, reads) for t, (loops, reads) in out.items()]
 
 
-def attempts(text: str, inputs: set[str]) -> list[tuple[str, str]]:
-    """(column, directive) for every statement of the program."""
+def attempts(text: str, inputs: set[str]) -> list[tuple[str, str, str]]:
+    """(column, directive, the statement it is tried on) for every statement of the program."""
     found = []
     for op, loops, reads in statements(text):
-        found += [("tile", f"tile {op}.{loops[-1]}, 64"), ("tile_p", f"tile {op}.{loops[0]}, 64"),
-                  ("split", f"split {op}.{loops[0]}, 2"), ("reorder", f"reorder {op}, {', '.join(loops[::-1])}"),
-                  ("unroll", f"unroll {op}.{loops[0]}"), ("unroll_f", f"unroll {op}.{loops[-1]}")]
+        found += [("tile", f"tile {op}.{loops[-1]}, 64", op), ("tile_p", f"tile {op}.{loops[0]}, 64", op),
+                  ("split", f"split {op}.{loops[0]}, 2", op),
+                  ("reorder", f"reorder {op}, {', '.join(loops[::-1])}", op),
+                  ("unroll", f"unroll {op}.{loops[0]}", op), ("unroll_f", f"unroll {op}.{loops[-1]}", op)]
         for x in sorted(reads - {op}):
             if x in inputs:
-                found += [("buffers1", f"buffers {x}, 1"), ("buffers", f"buffers {x}, 3")]
+                found += [("buffers1", f"buffers {x}, 1", op), ("buffers", f"buffers {x}, 3", op)]
             else:
-                found += [("compute_at", f"compute_at {x}, {op}.{loops[0]}"), ("place", f"place {x}, hbm"),
-                          ("place", f"place {x}, sbuf")]
-    return list(dict.fromkeys(found))
+                found += [("compute_at", f"compute_at {x}, {op}.{loops[0]}", x), ("place", f"place {x}, hbm", x),
+                          ("place", f"place {x}, sbuf", x)]
+    return list({(c, d): (c, d, o) for c, d, o in found}.values())
 
 
 def code(source: str) -> str:
@@ -109,36 +111,95 @@ def outcome(name: str, directive: str, default: tuple[str, str]) -> tuple[str, s
     return changed, ""
 
 
+def kind(compiled, name: str) -> str:
+    """The kind of the op writing tensor `name` in the default kernel (its fused part's kind when fused)."""
+    chain = next((c.kind for c in compiled.result.chains if name in c.members), "")
+    op = next((o for o in compiled.result.ops if o.out == name), None)
+    what = {"ColumnReduceOp": "column sum", "ReduceOp": "row reduction", "TransposeOp": "transpose",
+            "ConvOp": "conv", "PoolOp": "pool"}.get(type(op).__name__, "")
+    if type(op).__name__ == "EltwiseOp":
+        what = "copy" if op.copy else "element-wise, broadcast" if op.layout else "element-wise, flat"
+    return f"{what} in a {chain}" if chain else what or "-"
+
+
+# the refusals' reasons, by a phrase of their message (the first that occurs); "nothing would change" ones first
+REASONS = (
+    ("no-op: one iteration to unroll", "has one iteration: nothing to unroll"),
+    ("no-op: NKI's rotation already (buffers 3)", "already keeps several in flight"),
+    ("no-op: one free tile, any order", "give one free tile"),
+    ("no-op: the rule's order already", "is the order the rule compiles"),
+    ("no-op: through HBM already", "goes through HBM without the directive too"),
+    ("no-op: on chip already (a fused chain)", "stays on chip without the directive"),
+    ("no-op: staged once (a broadcast operand)", "has no buffer setting"),
+    ("tile larger than the data", "is more than the"),
+    ("tile wider than a partition's data", "is wider than the"),
+    ("on chip or not: the compiler's choice", "is the compiler's choice"),
+    ("reduced tiles outside the row tiles", "cannot go outside its"),
+    ("an outer loop taken one at a time", "are taken one at a time outside its tiles"),
+    ("a flattened run swapped", "cannot be ordered"),
+    ("flattened data: no order", "its loops are flattened in memory order"),
+    ("the rule fixes its order", "has a fixed loop order"),
+    ("split: a reduction's tiles are its DMAs", "is not compiled: a reduction's tiles are its DMAs"),
+    ("split: a broadcast layout's tiles are its DMAs", "a split of them is not compiled"),
+    ("split: N tiles do not divide", "does not divide them"),
+    ("split: not compiled for this kind", "cannot be split here"),
+    ("buffers: several statements read it", "`buffers` sets the tiles of one statement"),
+    ("buffers: nothing multi-buffered", "has no multi-buffered input"),
+    ("tile does not divide", "does not divide"),
+    ("loop merged into an axis", "is merged with"),
+    ("unroll: not a tile loop", "can be unrolled"),
+    ("a builder of its own", "cannot apply to"),
+    ("an outer loop of the layout", "is an outer loop of"),
+    ("tile: not a loop of the layout", "only the reduced loops and the kept loops"),
+    ("no such tensor", "no computation or schedulable tensor"),
+)
+
+
+def reason(message: str) -> str:
+    """The reason a refusal gives (REASONS), or its first 80 characters."""
+    text = message.split("error: ", 1)[-1]
+    return next((label for label, phrase in REASONS if phrase in text), text[:80])
+
+
 LETTER = {"works": "w", "works01": "u", "refused": "r", "same": "s", "wrong": "X", "noloc": "N", "internal": "I"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="every attempt with its outcome and message")
+    ap.add_argument("--reasons", action="store_true", help="the refusals by directive x op kind x reason")
     ap.add_argument("names", nargs="*", help="program stems (default: all)")
     args = ap.parse_args()
     totals: collections.Counter = collections.Counter()
+    reasons: collections.Counter = collections.Counter()
     per_column: dict[str, collections.Counter] = {c: collections.Counter() for c in COLUMNS}
     print("| program | " + " | ".join(COLUMNS) + " |")
     print("|---" * (len(COLUMNS) + 1) + "|")
     for name in args.names or sorted(programs.CASES):
         path = programs.PROGRAMS / f"{name}.tl"
         program = lang.load(path, programs.CASES[name][0])
-        default = tuple(code(compile_loaded(program, read_schedule(""), nki).source) for nki in ("0.6", "0.1"))
+        compiled = [compile_loaded(program, read_schedule(""), nki) for nki in ("0.6", "0.1")]
+        default = tuple(code(c.source) for c in compiled)
         cells: dict[str, collections.Counter] = {c: collections.Counter() for c in COLUMNS}
-        for column, directive in attempts(path.read_text(), {t.name for t in program.inputs}):
-            kind, message = outcome(name, directive, default)
-            cells[column][kind] += 1
-            per_column[column][kind] += 1
-            totals[kind] += 1
+        for column, directive, op in attempts(path.read_text(), {t.name for t in program.inputs}):
+            result, message = outcome(name, directive, default)
+            cells[column][result] += 1
+            per_column[column][result] += 1
+            totals[result] += 1
             if args.list:
-                print(f"  {name}: {directive}: {kind} {message}", file=sys.stderr)
+                print(f"  {name}: {directive}: {result} {message}", file=sys.stderr)
+            if result == "refused":
+                reasons[(directive.split()[0], kind(compiled[0], op), reason(message))] += 1
         row = [" ".join(f"{LETTER[k]}{n}" for k, n in sorted(c.items())) or "-" for c in cells.values()]
         print(f"| {name} | " + " | ".join(row) + " |", flush=True)
     print()
     for column, c in per_column.items():
         print(f"{column}: " + ", ".join(f"{k} {n}" for k, n in sorted(c.items())))
     print("total: " + ", ".join(f"{k} {n}" for k, n in sorted(totals.items())))
+    if args.reasons:
+        print("\n| refused | directive | op kind | reason |\n|---|---|---|---|")
+        for (directive, what, why), n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+            print(f"| {n} | {directive} | {what} | {why} |")
 
 
 if __name__ == "__main__":

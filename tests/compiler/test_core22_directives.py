@@ -88,9 +88,10 @@ def test_place_hbm_of_a_tensor_already_in_hbm_is_refused():
 
 
 def test_place_sbuf_of_a_statistic_says_what_to_write():
+    """(core23) The row chain keeps mu on chip without the directive: refused as changing nothing."""
     with pytest.raises(TilecError) as e:
         compiled(CENTRE, "place mu, sbuf", M=200, N=96)
-    assert e.value.span is not None and "the compiler's choice" in e.value.message
+    assert e.value.span is not None and "stays on chip without the directive: the row chain" in e.value.message
     assert "place mu, hbm" in e.value.hint
 
 

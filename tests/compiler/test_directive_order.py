@@ -3,6 +3,7 @@ directives.canonical_order): permuting a legal directive list gives byte-identic
 from __future__ import annotations
 
 import functools
+import pathlib
 import re
 
 import pytest
@@ -10,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler_helpers import compile_example
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
 from tilec.errors import TilecError
 from kernel_numbers import numbered
 
@@ -27,12 +30,22 @@ CASES = {
     "rmsnorm#order": (dict(M=300, N=1024), ["tile Y.i, 100", "tile Y.j, 256", "reorder Y, j, i", "unroll Y.j"]),
     # (core21) four free tiles per DMA, the loop of DMAs unrolled, the result's tiles in one buffer
     "vector_add#split": (dict(L=128 * 4096), ["tile z.i, 256", "split z.i, 4", "unroll z.i", "buffers z, 1"]),
+    # (core22) ragged tiles of a row reduction; a row chain's statistic through HBM
+    "rowsum#ragged": (dict(M=300, N=700), ["tile s.i, 64", "tile s.j, 256", "unroll s.i"]),
+    "layernorm#place": (dict(M=300, N=512), ["place mu, hbm", "tile Y.j, 128", "unroll Y.j"]),
+    # (core23) a column sum's ragged tiles (300 rows: 4 x 64 + 44; 700 columns: 5 x 128 + 60), with its settings
+    "audit15/column_l1": (dict(M=300, N=700), ["tile s.i, 64", "tile s.j, 128", "unroll s.j", "buffers X, 1"]),
 }
+AUDIT15 = pathlib.Path(__file__).resolve().parent.parent / "programs" / "audit15"
 
 
 def compile_case(name: str, sizes, schedule: str | None):
-    """A case's example (`rmsnorm#order`: rmsnorm) compiled with the schedule."""
-    return compile_example(name.split("#")[0], sizes, schedule=schedule)
+    """A case's example (`rmsnorm#order`: rmsnorm) or audit15 program compiled with the schedule."""
+    stem = name.split("#")[0]
+    if stem.startswith("audit15/"):
+        parsed = lang.parse_schedule(schedule, "<test schedule>") if schedule is not None else None
+        return compile_loaded(lang.load(AUDIT15 / f"{stem.removeprefix('audit15/')}.tl", sizes), parsed)
+    return compile_example(stem, sizes, schedule=schedule)
 
 
 @functools.cache
@@ -86,9 +99,11 @@ def test_two_directives_setting_one_thing_are_one_error_naming_both_lines(case) 
     assert f"(line {first})" in str(err) and "sets again" in str(err), err.render()
 
 
-@pytest.mark.parametrize("name", ["vector_add", "rmsnorm", "rmsnorm#order", "vector_add#split"])
+@pytest.mark.parametrize("name", ["vector_add", "rmsnorm", "rmsnorm#order", "vector_add#split", "rowsum#ragged",
+                                  "layernorm#place", "audit15/column_l1"])
 def test_element_wise_directives_in_other_orders_give_the_same_kernel(name: str) -> None:
-    """The element-wise cases every run (hypothesis samples the cases above): reversed and rotated lists."""
+    """The element-wise and reduction cases every run (hypothesis samples the cases above): reversed and rotated
+    lists."""
     sizes, directives = CASES[name]
     for order in (directives[::-1], directives[2:] + directives[:2]):
         assert numbered(compile_case(name, sizes, "\n".join(order)).source) == reference(name)

@@ -10,7 +10,7 @@ import math
 
 from dataclasses import replace
 
-from tilec.compiler import build_mlp
+from tilec.compiler import build_mlp, directives_reduce
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
@@ -184,16 +184,20 @@ def _tile_column_reduce(op: ColumnReduceOp, plan: ReducePlan, d: sx.Directive, r
     if role.startswith("r"):
         if n > PMAX:
             raise bad(d, f"tile of {n} reduced rows on the partition dimension exceeds {PMAX}",
-                      f"use a divisor of {op.dim('R')} up to {PMAX}")
-        _div(d, n, op.dim("R"), "tile", f" (the reduced indices are {op.dim('R')} rows on the partitions)")
-        return replace(plan, parts=n)
+                      f"use at most {PMAX}")
+        if n > op.dim("R"):
+            raise bad(d, f"a tile of {n} rows is more than the {op.dim('R')} rows the reduced indices make",
+                      f"use at most {op.dim('R')}")
+        return replace(plan, parts=n)  # (not dividing the rows: whole tiles and one of the rest, rules_colragged)
     if not role.startswith("k"):
         raise bad(d, "only the reduced loops and the kept loops after them are tiled in a column sum")
     if n > MOVING_FMAX:
         raise bad(d, f"a tile of {n} columns exceeds the {MOVING_FMAX} one matmul sums into a PSUM bank",
                   f"use a divisor of {op.dim('F')} up to {MOVING_FMAX}")
-    _div(d, n, op.dim("F"), "tile", f" (the kept indices after the reduced ones are {op.dim('F')} columns)")
-    return replace(plan, free=n)
+    if n > op.dim("F"):
+        raise bad(d, f"a tile of {n} columns is more than the {op.dim('F')} the kept indices after the reduced ones "
+                     "make", f"use at most {op.dim('F')}")
+    return replace(plan, free=n)  # (not dividing the columns: whole tiles and one of the rest, rules_colragged)
 
 
 def _tile_conv(op: ConvOp, plan: ConvPlan, d, role: str, n: int) -> ConvPlan:
@@ -288,6 +292,8 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         if not 0 < n <= op.out_rows:  # the last band may be shorter (rules_pool.py peels it)
             raise bad(d, f"a band of {n} rows: {op.name} has {op.out_rows} output rows", f"use 1..{op.out_rows}")
         return replace(plan, band=n)
+    if isinstance(plan, ReducePlan) and isinstance(op, ReduceOp):
+        directives_reduce.refuse_split(op, d, _loop(d))
     raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here")
 
 
@@ -359,6 +365,8 @@ def apply_reorder(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     """
     if isinstance(plan, EltwisePlan) and isinstance(op, EltwiseOp) and op.layout:
         return _reorder_broadcast(op, plan, d)
+    if isinstance(plan, ReducePlan) and isinstance(op, ReduceOp):
+        directives_reduce.refuse_reorder(op, d)
     if not isinstance(plan, ConvPlan):
         why = {EltwisePlan: "its loops are flattened in memory order onto partitions x free tiles (any order gives "
                             "the same result; the tiles stream through contiguous HBM)",
@@ -491,6 +499,17 @@ def _readers(op: Op, ops: tuple) -> list[str]:
     return [o.name for o in ops if o is not op and op.out in reads(o)]
 
 
+class ChainChoice(TilecError):
+    """`place T, sbuf` / `compute_at T, Y.i` of an element-wise or reduction T several statements read: where T
+    goes is the fusers' choice. The pipeline compiles without the directive to say whether T stays on chip already
+    (the directive would then change nothing) or goes through HBM (this error's reason stands)."""
+
+    def __init__(self, message: str, span, hint: str, op: Op, d: sx.Directive) -> None:
+        super().__init__(message, span, hint)
+        self.op = op
+        self.directive = d
+
+
 def _not_fusable(op: Op, d: sx.Directive, ops: tuple) -> TilecError:
     """Why `compute_at`/`place` of this op is refused: nothing reads it, or it has several readers (the element-wise
     producer of ONE reader is inlined into it before selection: compute_at.py)."""
@@ -504,11 +523,12 @@ def _not_fusable(op: Op, d: sx.Directive, ops: tuple) -> TilecError:
                       "it goes is the compiler's choice (`tilec explain` shows it under tensor placement)",
                    "remove the directive")
     what = "stays in SBUF" if d.name == "place" else "is computed inside a loop of one reader"
-    return bad(d, f"{op.out} ({kind(op)}) is read by {' and '.join(readers)}: whether it {what} is the compiler's "
-                  "choice (a row or column chain keeps such a tensor on chip, computed per tile of its readers, when "
-                  "one fits; `tilec explain` shows it under tensor placement); `compute_at` into a reader's loop is "
-                  "compiled for a conv into its pool and for an element-wise producer with one reader",
-               f"remove the directive, or write `place {op.out}, hbm` to build {op.name} alone and store {op.out}")
+    return ChainChoice(f"{op.out} ({kind(op)}) is read by {' and '.join(readers)}: whether it {what} is the "
+                       "compiler's choice (a row or column chain keeps such a tensor on chip, computed per tile of its "
+                       "readers, when one fits; `tilec explain` shows it under tensor placement); `compute_at` into a "
+                       "reader's loop is compiled for a conv into its pool and for an element-wise producer with one "
+                       "reader", d.span, f"remove the directive, or write `place {op.out}, hbm` to build {op.name} "
+                                         f"alone and store {op.out}", op, d)
 
 
 def _check_chain_fusion(op: ConvOp, d: sx.Directive, sbuf: int, ops: tuple, dtypes: dict[str, str]) -> None:

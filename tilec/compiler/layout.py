@@ -358,7 +358,8 @@ def stage_out(k: Kernel, buf: str, at: str, memory: str = "sbuf", target: Target
     `of`: only the nest at loop `of` (a statement of loop `at`'s body) is staged, its copy back right after it; the
     statements after it read `buf` itself (TVM's cache_write of one block). A column sum in PSUM copied into the
     SBUF row its epilogue works on (golden: layout/stage_out_of_nest.txt); `buf`'s own alloc, when it is the
-    statement just before the nest, moves after it (it is first written by the copy back)."""
+    statement just before the nest, moves after it (it is first written by the copy back). `of="rt@a+rt@b"`: the
+    consecutive nests of a cut loop, staged together (rules_colragged)."""
     if of:
         return _stage_out_of(k, buf, at, of, memory, target, span, name, line, dtype)
     t = get_target(target)
@@ -401,29 +402,31 @@ def _stage_out_of(k: Kernel, buf: str, at: str, of: str, memory: str, target: Ta
     """stage_out(.., of=nest): see stage_out."""
     t = get_target(target)
     loop = find_loop(k, at, span)
-    pos = next((n for n, s in enumerate(loop.body) if isinstance(s, Loop) and s.var == of), None)
-    if pos is None:
-        raise _fail(f"stage_out {buf} at {at}, of {of}: {of} is not a loop directly in the body of {at}", span,
+    vars_ = of.split("+")
+    pos = next((n for n, s in enumerate(loop.body) if isinstance(s, Loop) and s.var == vars_[0]), None)
+    nests = loop.body[pos:pos + len(vars_)] if pos is not None else ()
+    if pos is None or [getattr(s, "var", None) for s in nests] != vars_:
+        what = "a loop" if len(vars_) == 1 else "a run of loops"
+        raise _fail(f"stage_out {buf} at {at}, of {of}: {of} is not {what} directly in the body of {at}", span,
                     f"name a nest inside loop {at}")
-    nest = loop.body[pos]
-    writes = [s.dst for s in _stores((nest,)) if s.dst.buf == buf]
+    writes = [s.dst for s in _stores(nests) if s.dst.buf == buf]
     if not writes:
         raise _fail(f"stage_out {buf} at {at}, of {of}: the nest at {of} does not write {buf}", span)
-    if any(a.buf == buf for s in _stores((nest,)) for a in loads(s.expr)):
+    if any(a.buf == buf for s in _stores(nests) for a in loads(s.expr)):
         raise _fail(f"stage_out {buf} at {at}, of {of}: the nest at {of} reads {buf} (other than accumulating into "
                     f"it)", span, "stage a nest that only writes or accumulates into it")
-    inner = {s.var: s.extent for s in walk((nest,)) if isinstance(s, Loop)}
+    inner = {s.var: s.extent for s in walk(nests) if isinstance(s, Loop)}
     box = region(writes, inner, f"stage_out {buf} at {at}", span)
     source = k.buffers()[buf]
     _check_fits(box.shape, dtype or source.dtype, t, f"stage_out {buf} at {at}", span)
     staged = Buffer(name or f"{buf}_{memory}", memory, dtype or source.dtype, box.shape)
-    first = next(s.line for s in _stores((nest,)) if s.dst.buf == buf)
+    first = next(s.line for s in _stores(nests) if s.dst.buf == buf)
     back = copy_nest(staged.name, buf, box, line or first, into=False)
-    moved = relocate((nest,), buf, staged.name, box, reads=False, writes=True)
+    moved = relocate(nests, buf, staged.name, box, reads=False, writes=True)
     before = list(loop.body[:pos])
     own = before[-1:] if before and isinstance(before[-1], Alloc) and before[-1].buf.name == buf else []
     body = tuple(before[:len(before) - len(own)]) + (Alloc(staged, first),) + moved + tuple(own) + (back,) + \
-        loop.body[pos + 1:]
+        loop.body[pos + len(vars_):]
     return _with_loop(k, loop, lambda s: replace(s, body=body))
 
 
@@ -431,11 +434,13 @@ def _stage_out_of(k: Kernel, buf: str, at: str, of: str, memory: str, target: Ta
 
 
 def broadcast(k: Kernel, buf: str, at: str, part: str, target: Target | str | None = None,
-              span: Span | None = None, name: str = "", dtype: str = "f32") -> Kernel:
+              span: Span | None = None, name: str = "", dtype: str = "f32", others: tuple[str, ...] = ()
+              ) -> Kernel:
     """A row `buf` (an on-chip buffer of one partition, read at [0, ..]) read in every iteration of the partition
     loop `part`: inside loop `at` ("" for the whole kernel), a tile holds the row on each partition and the body
     reads that instead (golden: layout/broadcast.txt). The fill is inserted after the copy that loads `buf`.
-    Legal when `buf` has one partition and the region fits the target."""
+    Legal when `buf` has one partition and the region fits the target. `others`: partition loops of no more
+    partitions (the last part of a cut) that read the same tile at their own partitions."""
     t = get_target(target)
     loop = find_loop(k, at, span) if at else Loop("", 1, k.body)
     p = find_loop(k, part, span)
@@ -451,11 +456,26 @@ def broadcast(k: Kernel, buf: str, at: str, part: str, target: Target | str | No
     line = next(s.line for s in _stores(loop.body) if any(a.buf == buf for a in loads(s.expr)))
     fill = _fill(tile, buf, row, p.extent, line)
     body = relocate(loop.body, buf, tile.name, row, lead=(Aff((Term(p.var),)),))
+    for q in others:
+        if find_loop(k, q, span).extent > p.extent:
+            raise _fail(f"broadcast {buf}: loop {q} has more partitions than {part}", span)
+        body = _reindexed(body, q, p.var)
     written = next((i for i, s in enumerate(body) if any(st.dst.buf == buf for st in _stores((s,)))), -1)
     body = body[:written + 1] + (Alloc(tile, line), fill) + body[written + 1:]
     if not at:
         return replace(k, body=body)
     return _with_loop(k, loop, lambda s: replace(s, body=body))
+
+
+def _reindexed(body: tuple[Stmt, ...], q: str, var: str) -> tuple[Stmt, ...]:
+    """The body with `var` read as loop q's variable inside loop q."""
+    def visit(s: Stmt) -> Stmt:
+        if not isinstance(s, Loop):
+            return s
+        if s.var == q:
+            return replace(s, body=_subst(s.body, var, Aff((Term(q),))))
+        return replace(s, body=tuple(visit(x) for x in s.body))
+    return tuple(visit(s) for s in body)
 
 
 def _fill(tile: Buffer, row: str, box: Region, parts: int, line: int) -> Stmt:
@@ -587,8 +607,9 @@ def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) 
     `var` becomes two nests, the first over var < at, the second over the rest (var = at + var'); every loop of the
     first is renamed NAME@a, of the second NAME@b (golden: layout/cut.txt). A transpose of 521 rows is 512 rows in
     blocks of 128 and one block of 9. Legal when 0 < at < the extent and either `var` is the root (the iterations
-    keep their order: a reduction's loop may be cut) or the nest is injective (every iteration writes its own
-    elements)."""
+    keep their order: a reduction's loop may be cut) or every store indexes each loop from the root down to `var`
+    (each iteration of those loops writes its own elements, so their two parts may run apart; the loops inside
+    `var` keep their order: a column sum's kept columns may be cut outside its reduced rows)."""
     loop = find_loop(k, var, span)
     top = find_loop(k, root, span) if root else loop
     chain = perfect_chain(top)
@@ -598,9 +619,10 @@ def cut(k: Kernel, var: str, at: int, root: str = "", span: Span | None = None) 
         raise _fail(f"cut {var}, {at}: cut inside the loop's extent 1..{loop.extent - 1}", span)
     # cutting the root loop itself keeps the order of every iteration (index-set splitting): always legal, a
     # reduction's too; cutting a loop inside it distributes the loops above it, legal for an injective nest
+    above = {lp.var for lp in chain[:next(n for n, lp in enumerate(chain) if lp is loop) + 1] if lp.extent > 1}
     for s in _stores((top,)) if top is not loop else []:
         used = {t.var for i in s.dst.index for t in i.terms}
-        if isinstance(s, Update) or not {lp.var for lp in chain} <= used:
+        if not above <= used:
             raise _fail(f"cut {var}: `{s.dst.buf}` is not written once per iteration of the nest", span,
                         "cut an injective (element-wise or copy) nest")
     names = [s.var for s in walk((top,)) if isinstance(s, Loop)]

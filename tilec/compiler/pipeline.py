@@ -13,7 +13,7 @@ from tilec.compiler import build_attention, build_depthwise, build_mbblock, buil
 from tilec.compiler.build_conv import build_conv, conv_loop_vars
 from tilec.compiler.store_regions import stores_in_place
 from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
-from tilec.compiler import rules, rules_copy
+from tilec.compiler import rules, rules_colragged, rules_copy
 from tilec.compiler.rules_pool import build_pool, pool as pool_prims
 from tilec.compiler.lower_tiles import (colreduce_nest, copy_nest, eltwise_nest, lower_tiles, permute_between,
                                        reduce_nest, transpose_nest)
@@ -31,7 +31,7 @@ from tilec.compiler import nest as level_a
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.tensorize import match
-from tilec.compiler.directives import apply_schedule, op_for, to_hbm
+from tilec.compiler.directives import ChainChoice, apply_schedule, op_for, to_hbm
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_plan, default_transpose,
                                      plan_directives, print_plans, print_schedule)
@@ -107,6 +107,7 @@ def _compile_retried(program, directives: tuple[sx.Directive, ...] | None, nki: 
 def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: str | None,
                      target: Target | str | None) -> Result:
     directives = program.kernel.schedule if directives is None else directives
+    given = (program, directives)
     program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
     program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
     program = source_rewrites(program)  # statements no rule maps, as ordinary ones over temporaries (rewrites.py)
@@ -128,7 +129,10 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     stages["select"] = print_ops(ops)
     # schedule: the default plan per op, then every directive folded in (tile, split, reorder, partition,
     # compute_at/place, hoist, buffers, unroll, method), each checked for legality
-    plans = apply_schedule(ops, tuple(directives), dtypes, tgt)
+    try:
+        plans = apply_schedule(ops, tuple(directives), dtypes, tgt)
+    except ChainChoice as e:
+        raise _kept_on_chip(e, *given, tgt) from None
     stages["schedule"] = _unit_columns(program, ops, plans, _depthwise_plans(program, ops, plans,
                                                                              print_plans(ops, plans)))
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
@@ -330,6 +334,8 @@ def _parts(program, ops: tuple, plans: tuple, names: NameAllocator, hbm: dict, s
         if type(op) is ReduceOp and reduce_rule(op, plan, program, target) is not None or \
                 type(op) is ColumnReduceOp and colreduce_rule(op, plan, program, target) is not None:
             built = _scheduled(program, target)(op, plan, hbm, _fresh(names, op))
+        elif type(op) is ColumnReduceOp and (op.dim("R") % plan.parts or op.dim("F") % plan.free):
+            raise Unhonoured(op.name, rules_colragged.refusal(op, plan), "tile")
         elif type(op) is ReduceOp and any(plan_settings(plan)):
             raise Unhonoured(op.name, "its rows are scheduled by a builder of its own (short rows, several per "
                                       "partition), which has no such loop or tile")
@@ -487,6 +493,27 @@ def _check_placed_apart(program, ops: tuple, plans: tuple, directives: tuple, sc
             raise TilecError(f"{op.out} goes through HBM without the directive too (built alone, stored, read back "
                              f"by its readers): `{d.name}` would leave the kernel as it is", d.span,
                              "remove the directive (`tilec explain` shows where each tensor goes)")
+
+
+def _kept_on_chip(e: ChainChoice, program, directives: tuple, target: Target) -> TilecError:
+    """`place T, sbuf` / `compute_at T, Y.i` of T a fused part keeps on chip without the directive: it would leave
+    the kernel as it is (refused saying so); otherwise the directive's own refusal (T goes through HBM)."""
+    key = lambda d: (d.name, d.args, d.span)  # noqa: E731 (the directive as written, rewrites aside)
+    others = tuple(d for d in directives if key(d) != key(e.directive))
+    if len(others) == len(directives):
+        return e
+    try:
+        chains = compile_program(program, others, None, target).chains
+    except TilecError:
+        return e  # (another directive is refused: the schedule's first error stands)
+    chain = next((c for c in chains if e.op.name in c.members), None)
+    if chain is None:
+        return e
+    d = e.directive
+    return TilecError(f"{e.op.out} stays on chip without the directive: the {chain.kind} of "
+                      f"{', '.join(chain.members)} computes it per tile of its readers, so `{d.name}` would leave the "
+                      "kernel as it is", d.span, f"remove the directive; `place {e.op.out}, hbm` builds {e.op.name} "
+                                                 f"alone and stores {e.op.out}")
 
 
 def _names(d: sx.Directive, op, ops: tuple) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tilec.compiler import layout
+from tilec.compiler import layout, rules_colragged as ragged_parts
 from tilec.compiler.names import unique
 from tilec.compiler.nest import Assign, Expr, Kernel, Load, Loop, Op, Update, fmt_expr, loads
 from tilec.compiler.rules_base import Prim, _plain, later_nest, prim, settings
@@ -109,8 +109,12 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
     group, W, K = _group(R // params.parts), wide(O, R, F, params, 1, dtype), stacked(O, R, params)
     pairs = row_pairs_of(R, params, dtype, expr) > 1
     pairs = pairs and (K > 1 or W > 1)  # (one fp32 o of one row tile: its matmuls bound it either way)
-    if R % params.parts or F % params.free:
-        return None
+    # a user's tiles that do not divide the rows or columns: the plain layout, cut (rules_colragged)
+    ragged, ragged_f = R % params.parts != 0, F % params.free != 0
+    if ragged or ragged_f:
+        group, W, K, pairs = 1, 1, 1, False
+        if any(lp.extent == 1 for lp in chain):
+            return None
     if (K > 1 or pairs) and any(lp.extent == 1 for lp in chain):
         return None  # (the builder stacks these: nests with unit loops)
     columns = [c for c in epilogue if c]
@@ -171,6 +175,18 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
         prims += [prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
                        note="the PSUM banks of a free tile: a matmul each, evicted into its part of the row"),
                   prim("reorder", "w", "p", "f_i")]
+    elif ragged or ragged_f:
+        prims += ragged_parts.splits(R, params.parts, F, params.free, red)
+        if ragged_f:  # each column part a sum of its own
+            sq = squares(upd.expr, dtype, bool(rows)) if expr else None
+            step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
+            factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
+            cast = {"cast": unique(f"{S}_tile", taken)} if epilogue and k.buffers()[S].dtype != "f32" else {}
+            evict = factor and (dtype != "f32" or R == params.parts)
+            return prims + ragged_parts.column_parts(
+                S, v, reads, rows, taken, (R, params.parts, F, params.free), (upd.line, init[0].line), dtype, sq,
+                f"{S} = sum over {', '.join(red)} of {fmt_expr(upd.expr) if expr else A} (ones matmul)",
+                (loops, bool(before), [c for c in epilogue if c], cast, evict))
     else:
         prims += [prim("split", "r", params.parts, outer="rt", inner="p", name="TILE_P",
                        note=f"for {', '.join(red)} (tiles of TILE_P, summed in PSUM)"),
@@ -202,9 +218,11 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
         prims.append(prim("stage_out", v[S], "ft", name=row, line=upd.line, dtype="f32", **cast))
         prims += [prim("stage_out", row, f"w#{j}", memory="psum", name=a, line=upd.line, of="p")
                   for j, a in enumerate(accs)] if W > 1 else \
-            [prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line, of="rt")]
+            [prim("stage_out", row, "ft", memory="psum", name=acc, line=upd.line,
+                  of="rt@a+rt@b" if ragged else "rt")]
     paired = group > 1 and dtype == "f32"
-    broadcast = [p for c in reversed(rows) for p in _broadcast_row(c, v[c], taken, "p#0" if group > 1 else "p")]
+    broadcast = [] if ragged else \
+        [p for c in reversed(rows) for p in _broadcast_row(c, v[c], taken, "p#0" if group > 1 else "p")]
     if group > 1:
         for j in range(group):
             prims += [prim("stage", v[B], f"g#{j}", name=unique(f"{B}_r{j}", taken)) for B in reversed(reads)]
@@ -221,13 +239,18 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
             prims += [prim("pair", f"g#{q}", f"g#{q + 1}"),
                       prim("bind_expr", acc, f"p#{q}", unique(f"{S}_pair{q}", taken), suffix=f"_x{q}"),
                       prim("tensorize", f"p_x{q}", **({"gpsimd": True} if rows else {}))]
+    elif ragged:
+        prims += ragged_parts.stages(reads, rows, v, taken, R, params.parts)
+        if expr:
+            prims += ragged_parts.terms(acc, S, dtype, taken, R, params.parts, squares(upd.expr, dtype, bool(rows)))
     else:
         prims += [prim("stage", v[B], "rt", name=unique(f"{B}_tile", taken)) for B in reversed(reads)] + broadcast
         if expr and W == 1:  # the staged tiles' expression computed into a tile of the source's dtype, then summed
             prims += [prim("bind_expr", acc, "p", unique(f"{S}_terms", taken), dtype=dtype),
                       prim("tensorize", "p_x", **squares(upd.expr, dtype, bool(rows)))]
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
-    prims.append(prim("tensorize", "p", line=init[0].line))
+    prims += [prim("tensorize", p, line=init[0].line) for _, p, _ in ragged_parts.regions(R, params.parts)] \
+        if ragged else [prim("tensorize", "p", line=init[0].line)]
     # ScalarE evicts, applying a constant factor on the way, when the matmuls do not bound the step (16-bit
     # sources, or one row tile per eviction); fp32 row tiles are TensorE's (4.7x the 16-bit rate): VectorE
     # multiplies after a plain copy (build_colreduce measured it: 16 x 256 x 4096 bf16 mean 261 -> 174 us)

@@ -364,7 +364,10 @@ def emit_update(s: Update, nest: dict[str, int], target: Target, e: Emit, accumu
     if s.op == "+=" and isinstance(s.expr, Load) and e.ones_col is not None and \
             not any(t.var == pvar for i in s.dst.index for t in i.terms):  # the partitions summed (a column sum)
         ones = e.ones_col(s.expr.access.buf, nest[pvar])
-        return [ir.Matmul(e.view(s.dst), ir.whole(ones), e.view(s.expr.access), s.line)]
+        # (the last part of a cut sums fewer partitions: the first rows of the column)
+        col = ir.whole(ones) if ones.shape[0] == nest[pvar] else \
+            ir.View(ones, (ir.Sl(ir.Aff(), nest[pvar]), ir.full(1)))
+        return [ir.Matmul(e.view(s.dst), col, e.view(s.expr.access), s.line)]
     m = match(local_update(s, set(nest)), target)
     if m is None or m.instr.name != "tensor_reduce" or not isinstance(s.expr, Load):
         raise InternalError(f"tensorize: no reduce instruction of {target.name} computes {s}")
