@@ -39,6 +39,16 @@ kernel bn_var(X: f32[N, C, H, W], mu: f32[C]) -> v
       v[c] += (X[n, c, h, w] - mu[c]) * (X[n, c, h, w] - mu[c]) / (N * H * W)
 """
 
+INTERLEAVED = """\
+kernel mid(A: f32[M, N, L]) -> s
+  default M = 128, N = 16, L = 8
+  s: f32[N]
+  for j in 0..N:
+    s[j] = 0
+    for i in 0..M, l in 0..L:
+      s[j] += A[i, j, l]
+"""
+
 TWO_GAPS = """\
 kernel two_gaps(X: f32[A, C, B, D, E]) -> s
   default A = 3, C = 40, B = 5, D = 6, E = 7
@@ -73,3 +83,9 @@ def test_two_gaps_take_two_steps() -> None:
     prog, c, out, a = run_signed(TWO_GAPS, "f32", seed=5)
     assert_matches(prog, "s", out["s"], a["X"].sum(axis=(0, 2, 4)))
     assert len(compile_program(lang.load(TWO_GAPS)).ops) == 3
+
+
+def test_interleaved_dimensions_refused_before() -> None:
+    """test_row_reduce's refusal `interleaved_dims` until gap_split: it compiles now."""
+    prog, c, out, a = run_signed(INTERLEAVED, "f32", seed=6)
+    assert_matches(prog, "s", out["s"], a["A"].sum(axis=(0, 2)))

@@ -148,15 +148,6 @@ def test_explain_shows_the_plan_as_directives():
 
 
 REJECTED = {
-    "interleaved_dims": """\
-kernel mid(A: f32[M, N, L]) -> s
-  default M = 128, N = 16, L = 8
-  s: f32[N]
-  for j in 0..N:
-    s[j] = 0
-    for i in 0..M, l in 0..L:
-      s[j] += A[i, j, l]
-""",
     "operands_indexed_differently": reduce_program(term="A[i, j] * B[j, i]", extra=", B: f32[N, M]"),
     "max_with_factor": reduce_program("-inf", "max=", term="A[i, j] * 2"),
     "computed_init": reduce_program("b[i] * 2", extra=", b: f32[M]"),
