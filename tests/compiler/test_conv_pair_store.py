@@ -229,6 +229,18 @@ def test_regroup_evictions_split_by_pairs_between_vector_and_scalar(nki, dt, h, 
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
 
 
+def test_regroup_of_one_pair_quarters_at_batch_2():
+    """Bands of 4 rows (one pair per half band, ScalarE's alone) at batch 2: one crossing matmul per phase, each
+    evicting the K partitions it moved, the half left in place copied; numerics against NumPy."""
+    sched = "  schedule:\n    tile Y.y, 2\n    split Y.y, 4\n"
+    prog, c, inputs, out = compile_and_run(REGROUP.format(dt="bf16", n=2).replace("H = 40", "H = 8") + sched, "0.6")
+    src = unwrap(numbered(c.source))
+    assert src.count("stationary=Y_select[0:64, 0]") == src.count("stationary=Y_select[64:128, 2]") == 1
+    assert "data=Y_phase0_act[64:128])" in src and "data=Y_phase1_act[0:64])" in src
+    x = rounded(inputs, "bf16")
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
+
+
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
 def test_fp32_row_pair_weights_on_three_engines(nki):
     """A lone fp32 row-pair conv gathers its 18 [64 x 64] weight blocks on VectorE, ScalarE and GpSimdE in turn
