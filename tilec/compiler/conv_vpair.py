@@ -10,7 +10,8 @@ Here a second band buffer pairs (0, 0) with (1, 0): its copy 0 is the band's cop
 down, so one matmul of 128 rows covers both and only (2, 0) is left alone: 5 matmuls. The buffer is made on chip,
 no DMA (the DMA queues carry two copies of X per band already): copy 0 by GpSimdE, copy 1 by VectorE from the band's
 copy 1, which is X read flat from one element on: X one row down is the same run from W - 1 elements further. Both
-engines are idle in these kernels; the pair's matmul is the band's last, so the copies have the others' time.
+engines are idle in these kernels; the pair's matmul is the band's last, so the copies have the others' time
+(families conv3x3s2 f32 batch 1 14.97 -> 13.32 us, batch 8 80.10 -> 67.86 us).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ PAIRED = [[(0, 0), (1, 0)], [(2, 0)]]
 
 
 def applies(b: _ConvBuilder, groups: list[list[tuple[int, int]]]) -> bool:
-    """fp32 (TensorE-bound; 16-bit strided convs wait on the DMA queues, which this does not relieve), 3x3 taps at
+    """fp32 (TensorE-bound; 16-bit strided convs wait on the DMA queues, which this does not relieve: bf16 conv3x3s2
+    batch 8 25.90 -> 28.39 us with it), 3x3 taps at
     stride 2 without dilation over 64 channels in two copies 64 partitions apart (copy 1 one column over, loaded
     flat), the column groups of conv_fold with the lone taps last, no band halves (which take band slots), X
     from HBM."""
