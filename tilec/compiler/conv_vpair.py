@@ -32,10 +32,9 @@ PAIRED = [[(0, 0), (1, 0)], [(2, 0)]]
 
 def applies(b: _ConvBuilder, groups: list[list[tuple[int, int]]]) -> bool:
     """fp32 (TensorE-bound; 16-bit strided convs wait on the DMA queues, which this does not relieve: bf16 conv3x3s2
-    batch 8 25.90 -> 28.39 us with it), 3x3 taps at
-    stride 2 without dilation over 64 channels in two copies 64 partitions apart (copy 1 one column over, loaded
-    flat), the column groups of conv_fold with the lone taps last, no band halves (which take band slots), X
-    from HBM."""
+    batch 8 25.90 -> 28.39 us with it), 3x3 taps at stride 2 without dilation over 64 channels in two copies 64
+    partitions apart (copy 1 one column over, loaded flat), the column groups of conv_fold with the lone taps
+    last, no band halves (which take band slots), X from HBM."""
     from tilec.compiler.conv_fold import flat_rows
     return (DTYPE_BYTES[b.hbm[b.op.x].dtype] == 4 and b.R == b.S == 3 and b.sy == b.sx == 2 and b.dy == b.dx == 1
             and b.C == PMAX // 2 and b.shifts == [(0, 0), (0, 1)] and b.fold == 2 and not b.mixed
