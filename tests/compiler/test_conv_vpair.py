@@ -2,7 +2,7 @@
 the band's copy 0 and X one row down, made on chip (GpSimdE and VectorE copies, no DMA), so (0, 0) and (1, 0) share
 a matmul of 128 contraction rows: 5 matmuls per band instead of 6. Checked on the kernels' text and against a NumPy
 float64 conv on the interpreter (several bands, batch 2, an odd height whose last band reads X's bottom halo, two
-out-channel tiles, a band of one output row); 16-bit convs (DMA-bound) keep 6."""
+out-channel tiles, a band of one output row, a last band split in two groups); 16-bit convs (DMA-bound) keep 6."""
 from __future__ import annotations
 
 import re
@@ -23,6 +23,7 @@ CASES = {  # N, H, W, K
     "odd_height": (1, 15, 12, 64),
     "two_k_tiles": (1, 10, 8, 129),
     "one_row": (1, 2, 4, 8),
+    "split_last_band": (1, 32, 32, 64),  # the last band as two accumulation groups (conv_split)
 }
 
 
@@ -36,12 +37,13 @@ def compiled(request):
 def test_lone_taps_paired_down_the_rows(compiled) -> None:
     program, comp = compiled
     src = unwrap(comp.source)
-    bands = src.count("X_band = nl.ndarray(")  # (K = 129: each out-channel part builds its bands)
-    assert src.count("nc_matmul(") == 5 * bands
+    # one accumulation group per band (K = 129: per out-channel part; conv_split: the last band's two groups)
+    groups = len(re.findall(r"Y_acc\w* = nl\.ndarray\(", src))
+    assert src.count("nc_matmul(") == 5 * groups
     # the pair's matmul reads the second buffer over 128 rows, last in its band, into the output columns 1..
-    pair = re.findall(r"nc_matmul\(dst=Y_acc\[[^\n]*1:\d+\], stationary=Wt_T\[:, 3[,\]][^\n]*"
+    pair = re.findall(r"nc_matmul\(dst=Y_acc\w*\[[^\n]*1:\d+\], stationary=Wt_T\[:, 3[,\]][^\n]*"
                       r"moving=X_band_down\[:, ", src)
-    assert len(pair) == bands and "stationary=Wt_T[0:64, 4" in src and "Wt_T[0:64, 5" not in src
+    assert len(pair) == groups and "stationary=Wt_T[0:64, 4" in src and "Wt_T[0:64, 5" not in src
     assert re.search(r"tensor_copy\(dst=X_band_down\[0:64, [^\n]*engine=nisa\.engine\.gpsimd", src)
     assert re.search(r"tensor_copy\(dst=X_band_down_run\[64:128, 0:\d+\], src=X_band_run\[64:128, "
                      + str(dict(program.sizes)["W"] - 1) + ":", src)
