@@ -183,18 +183,24 @@ kernel same64(X: {dt}[N, C, H, W], Wt: {dt}[K, C, 3, 3], b: {dt}[K]) -> Y
 
 
 @pytest.mark.parametrize("nki", ["0.1", "0.6"])
-@pytest.mark.parametrize("dt", ["bf16", "f16"])
-def test_odd_bands_regrouped_on_tensor_e_before_their_store(nki, dt):
-    """16-bit row pairs at batch 2, 2 bands of 20 rows: band 0 leaves as row pairs (partition h*K + k, rows
-    2i + h: runs of one row), band 1 is regrouped by 8 selection matmuls into halves of the band (partition
-    q*K + k: rows 10q .. 10q + 9, one run; per phase, one for VectorE's pairs and one for ScalarE's, each into a
-    PSUM tile of its own) and stored through Y seen as [N, K, bands, 2, 10, W] (conv_pairs.regroup_store)."""
-    prog, c, inputs, out = compile_and_run(REGROUP.format(dt=dt, n=2), nki)
+@pytest.mark.parametrize("dt, n", [("bf16", 1), ("bf16", 2), ("f16", 2)])
+def test_odd_bands_regrouped_on_tensor_e_before_their_store(nki, dt, n):
+    """16-bit row pairs, 2 bands of 20 rows: band 0 leaves as row pairs (partition h*K + k, rows 2i + h: runs of
+    one row), band 1 is regrouped into halves of the band (partition q*K + k: rows 10q .. 10q + 9, one run) and
+    stored through Y seen as [N, K, bands, 2, 10, W] (conv_pairs.regroup_store). At batch 1 (the kernel's tail)
+    8 selection matmuls move all of it, per phase one for VectorE's pairs and one for ScalarE's, each into a PSUM
+    tile of its own, in a loop over the band's halves. At batch 2 (TensorE the bound) only the half of each phase
+    that changes partitions goes through TensorE (4 matmuls, each starting its tile; phase 0's K partitions
+    up by K, phase 1's down), the other half is copied in place on VectorE."""
+    prog, c, inputs, out = compile_and_run(REGROUP.format(dt=dt, n=n), nki)
     src = unwrap(numbered(c.source))
-    assert "Y_halves = Y.reshape((2, 64, 2, 2, 10, 12))" in src
-    for phase in range(2):  # two selection matmuls per phase in the loop over the band's halves
-        select = rf"Y_select\[{phase * 64}:{phase * 64 + 64}, {phase + 1} - half\]"
+    assert f"Y_halves = Y.reshape(({'2, ' if n == 2 else ''}64, 2, 2, 10, 12))" in src  # (batch 1 squeezed)
+    for phase in range(2):
+        select = rf"Y_select\[{phase * 64}:{phase * 64 + 64}, " + (f"{phase + 1} - half\\]" if n == 1 else
+                                                                   f"{2 * phase}\\]")
         assert len(re.findall(rf"nc_matmul\([^\n]*{select}", src)) == 2
+    stays = re.findall(r"Y_rows\[(\d+):\d+, :, (\d)\][^\n]*Y_band\[\1:\d+, (\d+):", src)
+    assert sorted(stays) == ([] if n == 1 else [("0", "0", "0"), ("64", "1", "5")])
     assert src.count("Y_pairs") == (2 if nki == "0.1" else 4)  # band 0's store still takes the row-pair view
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
@@ -220,6 +226,18 @@ def test_regroup_evictions_split_by_pairs_between_vector_and_scalar(nki, dt, h, 
         assert all("Y_rows[:, 0:2, " in ln for ln in copies) and all("Y_rows[:, 2:5, " in ln for ln in acts)
     assert all("_act" not in ln for ln in copies) and all("Y_phase0_act" in ln or "Y_phase1_act" in ln for ln in acts)
     x = rounded(inputs, dt)
+    assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
+
+
+def test_regroup_of_one_pair_quarters_at_batch_2():
+    """Bands of 4 rows (one pair per half band, ScalarE's alone) at batch 2: one crossing matmul per phase, each
+    evicting the K partitions it moved, the half left in place copied; numerics against NumPy."""
+    sched = "  schedule:\n    tile Y.y, 2\n    split Y.y, 4\n"
+    prog, c, inputs, out = compile_and_run(REGROUP.format(dt="bf16", n=2).replace("H = 40", "H = 8") + sched, "0.6")
+    src = unwrap(numbered(c.source))
+    assert src.count("stationary=Y_select[0:64, 0]") == src.count("stationary=Y_select[64:128, 2]") == 1
+    assert "data=Y_phase0_act[64:128])" in src and "data=Y_phase1_act[0:64])" in src
+    x = rounded(inputs, "bf16")
     assert_matches(prog, "Y", out["Y"], conv_ref(x["X"], x["Wt"], bias=x["b"]))
 
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import build_conv_cols, build_depthwise, build_matvec, ir
 from tilec.compiler import conv_band, conv_batched, conv_epilogue, conv_fold, conv_halo, conv_mixed, conv_pairs, \
-    conv_split, conv_spread, conv_weights
+    conv_split, conv_spread, conv_vpair, conv_weights
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_band import dma_engine_ns  # (its home until the split: rules_move imports it from here)
 from tilec.compiler.conv_fold import fold_groups
@@ -262,6 +262,10 @@ class _ConvBuilder:
             # (the first group's matmul starts the sum: it must write every output column)
             if same and len(same) <= len(self.groups) and conv_pairs.tap_columns(self, same[0][0][1]) == (0, self.Wo):
                 self.groups, self.col0 = same, 0
+        self.x_down: Buf | None = None  # conv_vpair's second band buffer (the band being built)
+        self.vpair = conv_vpair.applies(self, self.groups)
+        if self.vpair:  # the lone taps (r, 0) paired down the rows: 5 matmuls per band, not 6
+            self.groups = conv_vpair.paired(self.groups)
         # a plain conv's band likewise (build_conv_cols: one DMA descriptor per channel, not per row)
         if build_conv_cols.applies(self):
             self.col0 = 0
@@ -768,8 +772,8 @@ class _ConvBuilder:
         if self.pair > 1:
             return [Alloc(acc, zero=True, line=line)] + conv_pairs.matmuls_paired(self, accv, wt) + self.epilogue(accv)
         if self.fold > 1:
-            return [Alloc(acc, zero=True, line=line)] + conv_fold.matmuls_folded(self, accv, wt, kidx) + \
-                self.epilogue(accv)
+            return [Alloc(acc, zero=True, line=line)] + \
+                conv_vpair.matmuls(self, conv_fold.matmuls_folded(self, accv, wt, kidx)) + self.epilogue(accv)
         if self.kv is None and conv_spread.spreads_plain(self, self.ks):  # the remainder's taps spread
             return [Alloc(acc, zero=True, line=line)] + conv_spread.matmul_plain(self, accv) + self.epilogue(accv)
         if self.col0 != self.ox:  # a plain band of X's own columns (build_conv_cols)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tilec.compiler import conv_fold, conv_halo, conv_spread, conv_weights, ir
+from tilec.compiler import conv_fold, conv_halo, conv_spread, conv_vpair, conv_weights, ir
 from tilec.compiler.build_util import a, loop, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, best_divisor
@@ -49,7 +49,7 @@ def x_band(b: _ConvBuilder) -> list[Stmt]:
         return [Dma(View(xb, (b.part(cs, p.tile_c), b.tile_index(cv, b.CT), dst_rows, dst_cols)),
                     View(b.x4, (a(V["n"]), sl(b.c_start(cv), cs), src_rows, src_cols)), line)]
     if b.fold > 1:
-        return conv_fold.x_band_folded(b, xb)
+        return conv_fold.x_band_folded(b, xb) + conv_vpair.band(b, xb)
     if b.stack:  # group h's rows onto partitions [64h, 64h + C): the two loads reach all 16 DMA engines
         loads: list[Stmt] = [
             Dma(View(xb, (sl(h * PMAX // 2, b.C), a(0), full(rows), full(cols))),

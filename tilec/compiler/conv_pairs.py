@@ -378,13 +378,11 @@ def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
     per evicting engine; selection matmuls, exact: one product of 1 per element), evicted into rows t = 2i + h of
     the halves. Half q outside the phases: where a band's half is one accumulation group (conv3x3same: 7 pairs),
     the first half's matmuls wait only for the first group's eviction and TensorE runs them while the second group
-    is evicted (bf16 batch 8: 45.59 -> 44.42 us run, against the phases outside)."""
+    is evicted (bf16 batch 8: 45.59 -> 44.42 us run, against the phases outside). How the halves move depends on
+    the batch: _regroup_all, _regroup_crossing."""
     line, K, W, dt = b.line, b.K, b.Wo, b.hbm[b.op.out].dtype
     quarter = b.p.band // 4  # the pairs of a half band
-    sel = b.regroup_sel
-    assert sel is not None
     rows = Buf(b.fresh(f"{b.op.out}_rows"), "sbuf", dt, (2 * K, quarter, 2, W))
-    qv = b.fresh("half")
     # the first quarter // 2 pairs of both phases on VectorE, the rest on ScalarE: two disjoint runs of the rows
     # tile, so the engines evict side by side (one engine per phase interleaves their rows, whose writes then
     # overlap as ranges and the dependence tracker ordered them; bf16 conv3x3same batch 1: the store 0.29 us
@@ -395,16 +393,50 @@ def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
     parts = [(lo, n, scalar) for lo, n, scalar in ((0, cut, False), (cut, quarter - cut, True)) if n]
     accs = {(h, lo): Buf(b.fresh(f"{b.op.out}_phase{h}{'_act' if scalar else ''}"), "psum", "f32", (2 * K, n, W))
             for lo, n, scalar in parts for h in range(2)}
+    moves = (_regroup_all if b.N == 1 else _regroup_crossing)(b, ob, rows, parts, accs)
+    region = (a(b.var["n"]), full(K), b.y_at(1), full(2), full(b.p.band // 2), full(W))
+    return [Alloc(rows, line=line)] + moves + [Dma(View(b.o6, region, perm=(1, 0, 2, 3)), whole(rows), line)]
+
+
+_Parts = list[tuple[int, int, bool]]
+
+
+def _evict(dst: View, src: View, scalar: bool, line: int) -> Stmt:
+    return Act(dst, src, "copy", None, 1.0, line) if scalar else ir.Copy(dst, src, line)
+
+
+def _regroup_all(b: _ConvBuilder, ob: Buf, rows: Buf, parts: _Parts, accs: dict[tuple[int, int], Buf]) -> list[Stmt]:
+    """Batch 1: every element through TensorE, both halves of a phase summed into its PSUM tiles, then evicted
+    whole. The regroup is the kernel's tail, where TensorE is idle and the evicting engines are not (the halves
+    left on their partitions copied on VectorE or GpSimdE, as _regroup_crossing does: bf16 conv3x3same batch 1
+    23.39 -> 23.4 / 23.53 us, the ResNet block 28.43 -> 28.59)."""
+    line, K, W, quarter, sel = b.line, b.K, b.Wo, b.p.band // 4, b.regroup_sel
+    assert sel is not None
+    qv = b.fresh("half")
     moves: list[Stmt] = [Matmul(whole(accs[h, lo]), View(sel, (sl(h * K, K), a(term(qv, -1), 1 + h), full(2 * K))),
                                 View(ob, (sl(h * K, K), sl(a(term(qv, quarter), lo), n), full(W))), line)
                          for lo, n, _ in parts for h in range(2)]
-    evict: list[Stmt] = []
-    for lo, n, scalar in parts:  # (a quarter of one pair: ScalarE alone)
-        for h in range(2):
-            dst = View(rows, (full(2 * K), sl(lo, n), a(h), full(W)))
-            evict.append(Act(dst, whole(accs[h, lo]), "copy", None, 1.0, line) if scalar else
-                         ir.Copy(dst, whole(accs[h, lo]), line))
-    region = (a(b.var["n"]), full(K), b.y_at(1), full(2), full(b.p.band // 2), full(W))
-    return [Alloc(rows, line=line)] + [Alloc(acc, zero=True, line=line) for acc in accs.values()] + loop(
-        qv, 2, moves, note="halves of the band", line=line) + evict + [
-        Dma(View(b.o6, region, perm=(1, 0, 2, 3)), whole(rows), line)]
+    evict = [_evict(View(rows, (full(2 * K), sl(lo, n), a(h), full(W))), whole(accs[h, lo]), scalar, line)
+             for lo, n, scalar in parts for h in range(2)]
+    return [Alloc(acc, zero=True, line=line) for acc in accs.values()] + loop(
+        qv, 2, moves, note="halves of the band", line=line) + evict
+
+
+def _regroup_crossing(b: _ConvBuilder, ob: Buf, rows: Buf, parts: _Parts,
+                      accs: dict[tuple[int, int], Buf]) -> list[Stmt]:
+    """Batch > 1, where TensorE is the bound: only phase h of half 1 - h changes partitions. Half h of phase h
+    stays on its partitions and VectorE copies it; TensorE moves the other half only, 2 selection matmuls of a
+    half band instead of 4 (bf16 conv3x3same batch 8: 56.40 -> 55.20 us; on GpSimdE the copies delayed the next
+    image's zero halo rows, and TensorE with them: 58.0). Phase 1 first: its half 0 waits only for the band's
+    first accumulation group. Each phase's PSUM tiles are written by one matmul and evicted on the moved half."""
+    line, K, W, quarter, sel = b.line, b.K, b.Wo, b.p.band // 4, b.regroup_sel
+    assert sel is not None
+    moves: list[Stmt] = [Matmul(whole(accs[h, lo]), View(sel, (sl(h * K, K), a(2 * h), full(2 * K))),
+                                View(ob, (sl(h * K, K), sl((1 - h) * quarter + lo, n), full(W))), line, start=True)
+                         for h in (1, 0) for lo, n, _ in parts]
+    stay: list[Stmt] = [ir.Copy(View(rows, (sl(h * K, K), full(quarter), a(h), full(W))),
+                                View(ob, (sl(h * K, K), sl(h * quarter, quarter), full(W))), line) for h in range(2)]
+    moved = [(sl((1 - h) * K, K), lo, n, h, scalar) for lo, n, scalar in parts for h in range(2)]
+    evict = [_evict(View(rows, (q, sl(lo, n), a(h), full(W))), View(accs[h, lo], (q, full(n), full(W))), scalar, line)
+             for q, lo, n, h, scalar in moved]
+    return [Alloc(acc, line=line) for acc in accs.values()] + moves + stay + evict
