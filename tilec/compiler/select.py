@@ -35,6 +35,7 @@ from tilec.compiler.names import unique
 from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
                                 is_permutation, plain, reject)
 from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
+from tilec.compiler import permute_onchip
 from tilec.compiler.select_permute import plan
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
 from tilec.compiler import eviction_fusion
@@ -44,6 +45,7 @@ from tilec.compiler.select_pool import fuse_pool_divide, select_pool
 from tilec.compiler.select_reduce import is_row_reduction, select_reduce
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
+from tilec.target import TRN2
 
 __all__ = ["ConvOp", "EltwiseOp", "Op", "PoolOp", "PoolSpec", "ReduceOp", "TransposeOp", "reject", "select",
            "print_ops"]
@@ -240,6 +242,8 @@ def select_transpose(comp: Comp, program) -> TransposeOp | EltwiseOp:
         raise reject(comp, f"`{fmt_expr(acc)}` permutes {len(out)} dimensions and no chain of permute steps was "
                            "found (a compiler bug: every permute has one)", acc.span,
                      "write it as two statements, each permuting fewer dimensions")
+    if permute_onchip.chosen(names, out, ext, DTYPE_BYTES[program.tensors[acc.tensor].dtype], steps, TRN2):
+        return _permute_dma(comp, acc.tensor, comp.target, names, out)  # interleaved on chip (permute_onchip.py)
     taken = set(program.tensors)
     bufs = [acc.tensor] + [unique(f"{comp.target}_perm", taken) for _ in steps[1:]] + [comp.target]
     orders = [names] + [order for _, order in steps]
