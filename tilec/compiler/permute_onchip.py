@@ -188,10 +188,10 @@ def _copies(lay: Layout, here: dict[str, int], load: ir.Buf, tile: ir.Buf, line:
 
 
 def chosen(src: Order, out: Order, ext: dict, itemsize: int, steps: list | None, target: Target) -> bool:
-    """Whether the permute is laid out here rather than as the chain `steps` (select_permute.plan's; a single swap
-    of runs stays a transpose): when plan() lays it out and its estimate is below the chain's."""
+    """Whether the permute is laid out here rather than as the chain `steps` (select_permute.plan's) through HBM
+    intermediates: when plan() lays it out and its estimate is below the chain's."""
     from tilec.compiler.select_permute import step_us
-    if not steps or steps == [("runs", out)]:
+    if not steps or len(steps) < 2:  # one step (a swap of runs, a pair swap) stays the transpose it is
         return False
     ext = {v: int(n) for v, n in ext.items()}
     lay = plan(src, out, ext, itemsize, target)
