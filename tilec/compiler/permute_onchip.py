@@ -25,6 +25,7 @@ from itertools import combinations, product
 
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+from tilec.compiler.select_permute import one_step
 from tilec.target import Target
 
 STEP_BYTES = 48 * 1024  # SBUF per partition of one step's two tiles (two steps in flight fit: copy_strided's figure)
@@ -187,16 +188,23 @@ def _copies(lay: Layout, here: dict[str, int], load: ir.Buf, tile: ir.Buf, line:
     return [c for _, c in sorted(out, key=lambda x: x[0])]
 
 
-def chosen(src: Order, out: Order, ext: dict, itemsize: int, steps: list | None, target: Target) -> bool:
-    """Whether the permute is laid out here rather than as the chain `steps` (select_permute.plan's) through HBM
-    intermediates: when plan() lays it out and its estimate is below the chain's."""
-    from tilec.compiler.select_permute import step_us
-    if not steps or len(steps) < 2:  # one step (a swap of runs, a pair swap) stays the transpose it is
+def chosen(src: Order, out: Order, ext: dict, itemsize: int, target: Target) -> bool:
+    """Whether the permute is laid out here rather than as select_permute's chain of steps through HBM
+    intermediates: when no single step does it (a swap of runs or a pair swap stays the transpose it is) and
+    plan()'s estimate is below the chain's. The chain search (seconds at rank 6) runs only when the estimate is
+    not already below what any chain of two or more steps costs (select_permute.chain_floor_us)."""
+    from tilec.compiler.select_permute import chain_floor_us, plan as chain_plan, step_us
+    if one_step(src, out):
         return False
     ext = {v: int(n) for v, n in ext.items()}
     lay = plan(src, out, ext, itemsize, target)
     if lay is None:
         return False
+    mine = estimate_ns(lay, ext, itemsize, target) / 1000
+    if mine < chain_floor_us(ext, itemsize):
+        return True
+    steps = chain_plan(src, out, ext, itemsize)
+    if not steps:
+        return True
     orders = [src] + [o for _, o in steps]
-    chain_us = sum(step_us(kind, x, y, ext, itemsize) for (kind, y), x in zip(steps, orders))
-    return estimate_ns(lay, ext, itemsize, target) / 1000 < chain_us
+    return mine < sum(step_us(kind, x, y, ext, itemsize) for (kind, y), x in zip(steps, orders))

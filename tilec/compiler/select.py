@@ -237,13 +237,14 @@ def select_transpose(comp: Comp, program) -> TransposeOp | EltwiseOp:
     names = tuple(cast(list[str], [plain(m) for m in index_maps(acc, comp, program)]))
     out = tuple(comp.out_vars)
     ext = {v: comp.extent(v) for v in out}
-    steps = plan(names, out, ext, DTYPE_BYTES[program.tensors[acc.tensor].dtype])
+    itemsize = DTYPE_BYTES[program.tensors[acc.tensor].dtype]
+    if permute_onchip.chosen(names, out, ext, itemsize, TRN2):
+        return _permute_dma(comp, acc.tensor, comp.target, names, out)  # interleaved on chip (permute_onchip.py)
+    steps = plan(names, out, ext, itemsize)
     if steps is None:
         raise reject(comp, f"`{fmt_expr(acc)}` permutes {len(out)} dimensions and no chain of permute steps was "
                            "found (a compiler bug: every permute has one)", acc.span,
                      "write it as two statements, each permuting fewer dimensions")
-    if permute_onchip.chosen(names, out, ext, DTYPE_BYTES[program.tensors[acc.tensor].dtype], steps, TRN2):
-        return _permute_dma(comp, acc.tensor, comp.target, names, out)  # interleaved on chip (permute_onchip.py)
     taken = set(program.tensors)
     bufs = [acc.tensor] + [unique(f"{comp.target}_perm", taken) for _ in steps[1:]] + [comp.target]
     orders = [names] + [order for _, order in steps]
