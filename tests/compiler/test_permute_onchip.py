@@ -1,0 +1,105 @@
+"""Permutes that move their last dimension in short runs, interleaved on chip (permute_onchip.py): the pixel shuffle
+and unshuffle as a user writes them (view_split makes them 6-D permutes), and a 5-D permute written as one,
+against NumPy's reshape / transpose (a permute moves values: the result must be bit-exact)."""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from compiler_helpers import words
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
+
+FOLDER = pathlib.Path(__file__).parents[1] / "programs" / "user20"
+ONCHIP = "in SBUF: slices loaded in"
+
+
+def shuffle(x: np.ndarray) -> np.ndarray:
+    """Pixel shuffle, upscale 2: [N, 4C, H, W] -> [N, C, 2H, 2W] (Y[n, c, 2h + i, 2w + j] = X[n, 4c + 2i + j, h, w])."""
+    n, c4, h, w = x.shape
+    return x.reshape(n, c4 // 4, 2, 2, h, w).transpose(0, 1, 4, 2, 5, 3).reshape(n, c4 // 4, 2 * h, 2 * w)
+
+
+def unshuffle(x: np.ndarray) -> np.ndarray:
+    """Its inverse: [N, C, 2H, 2W] -> [N, 4C, H, W]."""
+    n, c, h2, w2 = x.shape
+    return x.reshape(n, c, h2 // 2, 2, w2 // 2, 2).transpose(0, 1, 3, 5, 2, 4).reshape(n, 4 * c, h2 // 2, w2 // 2)
+
+
+def run(text: str, dtype: str, sizes: dict[str, int], nki: str | None = None, target: str | None = None):
+    """(kernel source, input, output) of the program compiled with `sizes` in `dtype`, on signed inputs exact in
+    the dtype."""
+    prog = lang.load(text.replace("f32", dtype), sizes)
+    c = compile_loaded(prog, None, nki, target)
+    x = np.random.default_rng(7).random(prog.inputs[0].shape, dtype=np.float32) - 0.5
+    if dtype == "bf16":
+        x = (x.view(np.uint32) & 0xFFFF0000).view(np.float32)
+    return c.source, x, np.asarray(c.run(x)["Y"], np.float32)
+
+
+CASES = [  # (N, C, H, W): batch 1 and 2, extents that divide nothing (the blocks of the cut dimension)
+    ({"N": 1, "C": 8, "H": 4, "W": 6}), ({"N": 2, "C": 3, "H": 5, "W": 7}), ({"N": 2, "C": 16, "H": 6, "W": 4}),
+]
+
+
+@pytest.mark.parametrize("name,formula", [("pixel_shuffle", shuffle), ("pixel_unshuffle", unshuffle)])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("sizes", CASES)
+def test_pixel_shuffles_match_numpy(name, formula, dtype, sizes):
+    source, x, y = run((FOLDER / f"{name}.tl").read_text(), dtype, sizes)
+    assert ONCHIP in words(source)
+    assert np.array_equal(y, formula(x))
+
+
+@pytest.mark.parametrize("nki,target", [("0.1", None), (None, "trn1")])
+def test_pixel_shuffle_in_nki_01_and_on_trn1(nki, target):
+    """NKI 0.1 prints the permuted HBM view as an advanced index, NKI 0.6 as an access pattern."""
+    source, x, y = run((FOLDER / "pixel_shuffle.tl").read_text(), "f32", {"N": 2, "C": 4, "H": 3, "W": 5}, nki,
+                       target)
+    assert ONCHIP in words(source)
+    assert np.array_equal(y, shuffle(x))
+
+
+FIVE = """\
+kernel five(X: f32[A, B, C, D, E]) -> Y
+  default A = 3, B = 4, C = 5, D = 2, E = 6
+  Y: f32[A, D, B, E, C]
+  for a in 0..A, d in 0..D, b in 0..B, e in 0..E, c in 0..C:
+    Y[a, d, b, e, c] = X[a, b, c, d, e]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_five_dimensional_permute_written_as_one(dtype):
+    """No single swap does [a, b, c, d, e] -> [a, d, b, e, c]: a chain of HBM steps before, one pass on chip now."""
+    source, x, y = run(FIVE, dtype, {})
+    assert ONCHIP in words(source)
+    assert np.array_equal(y, x.transpose(0, 3, 1, 4, 2))
+
+
+def test_one_step_permutes_stay_transposes():
+    """A swap of two runs ([b, i, j, k] -> [b, k, i, j]) and a pair swap ([a, b, c] -> [c, b, a]) keep the
+    transpose rule's single step: only chains are replaced."""
+    from tilec.compiler import permute_onchip
+    from tilec.target import TRN2
+    ext = {"b": 4, "i": 64, "j": 8, "k": 16}
+    assert not permute_onchip.chosen(tuple("bijk"), tuple("bkij"), ext, 4, TRN2)
+    assert not permute_onchip.chosen(tuple("ijk"), tuple("kji"), ext, 4, TRN2)
+
+
+def test_layout_blocks_fill_the_partitions_and_fit():
+    """The realistic pixel shuffle (gaps15: 1 x 4*64 x 56 x 56, f32): the 64 slices alone would take half the
+    partitions, so each is cut along h into blocks on partitions of their own, every step's tiles within
+    STEP_BYTES, and the estimate at most 1.25x the DMA byte floor (measured on the model: 1.15x)."""
+    from tilec.compiler import permute_onchip
+    from tilec.target import TRN2
+    ext = {"n": 1, "c": 64, "i": 2, "j": 2, "h": 56, "w": 56}
+    lay = permute_onchip.plan(tuple("ncijhw"), tuple("nchiwj"), ext, 4, TRN2)
+    assert lay is not None and lay.batch == ("c",) and lay.cut == "h"
+    assert lay.pb * lay.parts == 128
+    per = 4 * 56 * 56 // lay.parts
+    assert 2 * per * 4 <= permute_onchip.STEP_BYTES
+    floor_ns = 2 * 64 * 4 * 56 * 56 * 4 / (TRN2.dma_engines * TRN2.dma_engine_bw)
+    assert permute_onchip.estimate_ns(lay, ext, 4, TRN2) < 1.25 * floor_ns
