@@ -29,6 +29,8 @@ from tilec.compiler.select_permute import one_step
 from tilec.target import Target
 
 STEP_BYTES = 48 * 1024  # SBUF per partition of one step's two tiles (two steps in flight fit: copy_strided's figure)
+UNROLL = 2  # steps per loop iteration, each with its own tiles: a step's load does not wait for the copies of the
+# step two before (two rotation buffers per allocation site, perf/params.py buffer_rotation)
 MAX_COPIES = 64  # engine copies per step: more means runs too short for an engine instruction's fixed cost
 ENGINES = ("gpsimd", "scalar", "vector")  # the copies in this order: loads and stores on two DMA streams
 
@@ -62,16 +64,13 @@ def plan(src: Order, out: Order, ext: dict[str, int], itemsize: int, target: Tar
         for parts in (q for q in range(1, min(ext[d], target.pmax) + 1) if ext[d] % q == 0):
             if 2 * slice_n // parts * itemsize > STEP_BYTES:
                 continue
+            kept = _kept(rs, ro, {**ext, d: ext[d] // parts}, target.ap_free_dims)
+            if kept is None:
+                continue
             for pb in (b for b in range(1, target.pmax // parts + 1) if bt % b == 0):
-                lay = Layout(batch, rs, ro, d, parts, pb, ())
+                lay = Layout(batch, rs, ro, d if parts > 1 else "", parts, pb, kept)
                 options.append((estimate_ns(lay, ext, itemsize, target, costs), -pb * parts, rs.index(d), lay))
-    if not options:
-        return None
-    lay = min(options, key=lambda o: o[:3])[3]
-    kept = _kept(rs, ro, {**ext, lay.cut: ext[lay.cut] // lay.parts}, target.ap_free_dims)
-    if kept is None:
-        return None
-    return Layout(batch, rs, ro, lay.cut if lay.parts > 1 else "", lay.parts, lay.pb, kept)
+    return min(options, key=lambda o: o[:3])[3] if options else None
 
 
 def _run(order: Order, ext: dict[str, int], d: str, size: int) -> int:
@@ -82,7 +81,7 @@ def _run(order: Order, ext: dict[str, int], d: str, size: int) -> int:
 def estimate_ns(lay: Layout, ext: dict[str, int], itemsize: int, target: Target, costs=None) -> float:
     """The layout's time on the model: per step a load and a store on the DMA engines of its partitions
     (Costs.dma_transfer_ns, 8 partitions an engine) and the engine copies (each engine streams one element per
-    partition per cycle at its clock, three engines); steps overlap, so the busier of the two, times the steps,
+    partition per cycle at its clock, three engines, plus a fixed cost per copy); steps overlap, so the busier of the two, times the steps,
     plus one step's latency (its load's, its copies', its store's)."""
     if costs is None:
         from tilec.compiler.build_matvec import model_costs  # late: perf reads kernels
@@ -92,9 +91,12 @@ def estimate_ns(lay: Layout, ext: dict[str, int], itemsize: int, target: Target,
     P = lay.pb * lay.parts
     per = math.prod(ext[v] for v in lay.src) // lay.parts  # elements per partition
     engines = min(costs.n_dma, -(-P // costs.ppe))
-    dma = [costs.dma_transfer_ns(P * per // _run(order, ext, d, size), P * per * itemsize, engines)
-           for order in (lay.src, lay.out)]
-    copy = per / sum(getattr(target, f"{e}_ghz") for e in ENGINES)
+    runs = [_run(order, ext, d, size) if lay.cut else per for order in (lay.src, lay.out)]  # (uncut: one run)
+    dma = [costs.dma_transfer_ns(P * per // run, P * per * itemsize, engines) for run in runs]
+    here = {**ext, d: size}
+    copies = math.prod(here[v] for v in lay.src if v not in lay.kept)  # each with its engine's fixed cost
+    n = math.prod(here[v] for v in lay.kept)
+    copy = copies * (max(costs.min_ii, n) + costs.static["vector"]) / sum(getattr(target, f"{e}_ghz") for e in ENGINES)
     steps = math.prod(ext[v] for v in lay.batch) // lay.pb
     return steps * max(sum(dma), copy) + 2 * costs.dma_latency + copy
 
@@ -137,33 +139,41 @@ def _statements(lay: Layout, ext: dict[str, int], X: ir.Buf, Y: ir.Buf, line: in
     bt = math.prod(ext[v] for v in lay.batch)
     size = ext[lay.cut] // lay.parts if lay.cut else 0
     here = {**ext, **({lay.cut: size} if lay.cut else {})}  # a partition's extents
-    P, bv = lay.pb * lay.parts, fresh("bt")
-    load = ir.Buf(fresh(f"{X.name}_in"), "sbuf", X.dtype, (P,) + tuple(here[v] for v in lay.src))
-    tile = ir.Buf(fresh(f"{Y.name}_out"), "sbuf", Y.dtype, (P,) + tuple(here[v] for v in lay.out))
-    xv, s1, x_at = _hbm_side(X, lay, lay.src, ext, bv, fresh(f"{X.name}_r"), line)
-    yv, s2, y_at = _hbm_side(Y, lay, lay.out, ext, bv, fresh(f"{Y.name}_r"), line)
-    body: list = [ir.Alloc(load, line=line), ir.Alloc(tile, line=line), ir.Dma(ir.whole(load), x_at, line)]
-    body += _copies(lay, here, load, tile, line, target)
-    body.append(ir.Dma(y_at, ir.whole(tile), line))
-    main = loop(bv, bt // lay.pb, body, note=f"{lay.pb} of the {bt} slices ({', '.join(lay.batch)}) per step",
-                line=line)
+    P, bv, steps = lay.pb * lay.parts, fresh("bt"), bt // lay.pb
+    unroll = UNROLL if steps % UNROLL == 0 and steps > UNROLL else 1
+    xv, s1 = _hbm_view(X, lay, lay.src, ext, fresh(f"{X.name}_r"), line)
+    yv, s2 = _hbm_view(Y, lay, lay.out, ext, fresh(f"{Y.name}_r"), line)
+    body: list = []
+    for u in range(unroll):  # each step of the unrolled body its own tiles (allocation sites)
+        load = ir.Buf(fresh(f"{X.name}_in"), "sbuf", X.dtype, (P,) + tuple(here[v] for v in lay.src))
+        tile = ir.Buf(fresh(f"{Y.name}_out"), "sbuf", Y.dtype, (P,) + tuple(here[v] for v in lay.out))
+        first = a(term(bv, lay.pb * unroll), u * lay.pb)
+        body += [ir.Alloc(load, line=line), ir.Alloc(tile, line=line),
+                 ir.Dma(ir.whole(load), _step_view(xv, lay, lay.src, first), line)]
+        body += _copies(lay, here, load, tile, line, target)
+        body.append(ir.Dma(_step_view(yv, lay, lay.out, first), ir.whole(tile), line))
+    main = loop(bv, steps // unroll, body, line=line,
+                note=f"{lay.pb * unroll} of the {bt} slices ({', '.join(lay.batch)}) per iteration")
     label = (f"{Y.name} = permute of {X.name} in SBUF: slices loaded in {X.name}'s order"
              + (f" ({lay.cut} in {lay.parts} blocks, one a partition)" if lay.cut else "")
              + f", interleaved by engine copies of [{', '.join(lay.kept)}], stored in {Y.name}'s order")
     return s1 + s2 + [ir.Block(label, tuple(main), line)]
 
 
-def _hbm_side(T: ir.Buf, lay: Layout, order: Order, ext: dict[str, int], bv: str, name: str, line: int
-              ) -> tuple[ir.Buf, list, ir.View]:
-    """T seen as [batch, order..] with the cut dimension as (parts, size), and a step's view of it: batch elements
-    bv * pb.., each block of the cut first (partition b * parts + o), then the rest in `order` (a permuted view when
-    the cut is not first: the HBM side of a DMA may be)."""
+def _hbm_view(T: ir.Buf, lay: Layout, order: Order, ext: dict[str, int], name: str, line: int
+              ) -> tuple[ir.Buf, list]:
+    """T seen as [batch, order..] with the cut dimension as (parts, size)."""
     dims = [n for v in order for n in ((lay.parts, ext[v] // lay.parts) if v == lay.cut else (ext[v],))]
-    view, stmts = hbm_view(T, (math.prod(ext[v] for v in lay.batch), *dims), name, line)
-    idx = (sl(a(term(bv, lay.pb)), lay.pb),) + tuple(ir.full(n) for n in dims)
+    return hbm_view(T, (math.prod(ext[v] for v in lay.batch), *dims), name, line)
+
+
+def _step_view(view: ir.Buf, lay: Layout, order: Order, first: ir.Aff) -> ir.View:
+    """A step's part of _hbm_view's view: batch elements first.., each block of the cut first (partition b * parts
+    + o), then the rest in `order` (a permuted view when the cut is not first: the HBM side of a DMA may be)."""
+    idx = (sl(first, lay.pb),) + tuple(ir.full(n) for n in view.shape[1:])
     o = 1 + order.index(lay.cut) if lay.cut else 1
     perm = (0, o) + tuple(x for x in range(1, len(idx)) if x != o)
-    return view, stmts, ir.View(view, idx, perm if perm != tuple(range(len(idx))) else ())
+    return ir.View(view, idx, perm if perm != tuple(range(len(idx))) else ())
 
 
 def _copies(lay: Layout, here: dict[str, int], load: ir.Buf, tile: ir.Buf, line: int, t: Target) -> list:
