@@ -103,3 +103,27 @@ def test_layout_blocks_fill_the_partitions_and_fit():
     assert 2 * per * 4 <= permute_onchip.STEP_BYTES
     floor_ns = 2 * 64 * 4 * 56 * 56 * 4 / (TRN2.dma_engines * TRN2.dma_engine_bw)
     assert permute_onchip.estimate_ns(lay, ext, 4, TRN2) < 1.25 * floor_ns
+
+
+def channel_shuffle(x: np.ndarray, g: int) -> np.ndarray:
+    n, c, h, w = x.shape
+    return x.reshape(n, g, c // g, h, w).transpose(0, 2, 1, 3, 4).reshape(n, c, h, w)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("sizes", [{"N": 1, "G": 4, "Cg": 32, "H": 3, "W": 5}, {"N": 2, "G": 2, "Cg": 64, "H": 2, "W": 3},
+                                   {"N": 4, "G": 3, "Cg": 32, "H": 2, "W": 2}])
+def test_channel_shuffle_moves_128_rows_per_dma(dtype, sizes):
+    """Its DMAs had the Cg channels of a group as rows (fewer than 128: half the DMA engines or less); now 128 of
+    Y's rows (n, c) or (c, g) per DMA (permute_rows.py)."""
+    source, x, y = run((FOLDER / "channel_shuffle.tl").read_text(), dtype, sizes)
+    assert "HBM -> HBM, 128 rows of" in words(source)
+    assert np.array_equal(y, channel_shuffle(x, sizes["G"]))
+
+
+def test_rows_plan_leaves_full_partitions_and_moved_last_dimensions():
+    from tilec.compiler.permute_rows import rows_plan
+    ext = {"s": 512, "n": 1, "h": 8, "d": 64}
+    assert rows_plan(tuple("snhd"), tuple("nhsd"), ext, 128) is None  # heads_permute: s already 128 rows a DMA
+    assert rows_plan(tuple("abc"), tuple("cba"), {"a": 4, "b": 4, "c": 4}, 128) is None  # the last dimension moves
+    assert rows_plan(tuple("ngchw"), tuple("ncghw"), {"n": 8, "g": 4, "c": 64, "h": 28, "w": 28}, 128) == (0, 2, 2)

@@ -25,6 +25,7 @@ from itertools import combinations, product
 
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+from tilec.compiler.permute_rows import wide_rows
 from tilec.compiler.select_permute import one_step
 from tilec.target import Target
 
@@ -117,7 +118,7 @@ def _kept(rs: Order, ro: Order, ext: dict[str, int], free_dims: int) -> Order | 
 
 def build(found, hbm: dict, fresh, target: Target) -> tuple[list, list] | None:
     """The level-B statements of the copy nest `found` (rules_transpose._one_copy's: its loops, statement and
-    read) when plan() lays it out, else None."""
+    read) when plan() lays it out, or permute_rows.wide_rows does, else None."""
     chain, stmt, src = found
     if src.fill is not None or any(len(i.terms) != 1 or i.const or i.terms[0].coef != 1
                                    for i in (*src.index, *stmt.dst.index)):
@@ -130,8 +131,9 @@ def build(found, hbm: dict, fresh, target: Target) -> tuple[list, list] | None:
         return None
     itemsize = ir.DTYPE_BYTES[X.dtype]
     lay = plan(so, oo, ext, itemsize, target)
-    if lay is None:
-        return None
+    if lay is None:  # (a permute keeping its last dimension: HBM -> HBM rows on every DMA engine)
+        rows = wide_rows(so, oo, ext, X, Y, stmt.line, fresh, target)
+        return ([], rows) if rows is not None else None
     return [], _statements(lay, ext, X, Y, stmt.line, fresh, target)
 
 
