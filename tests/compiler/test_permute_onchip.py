@@ -1,6 +1,7 @@
 """Permutes that move their last dimension in short runs, interleaved on chip (permute_onchip.py): the pixel shuffle
-and unshuffle as a user writes them (view_split makes them 6-D permutes), and a 5-D permute written as one,
-against NumPy's reshape / transpose (a permute moves values: the result must be bit-exact)."""
+and unshuffle as a user writes them (view_split makes them 6-D permutes), and a 5-D permute written as one, against
+NumPy's reshape / transpose (a permute moves values: the result must be bit-exact); the channel shuffle's DMAs on
+128 rows (permute_rows.py); heads packed in a contraction's operands (heads_split.py)"""
 from __future__ import annotations
 
 import pathlib
@@ -127,3 +128,36 @@ def test_rows_plan_leaves_full_partitions_and_moved_last_dimensions():
     assert rows_plan(tuple("snhd"), tuple("nhsd"), ext, 128) is None  # heads_permute: s already 128 rows a DMA
     assert rows_plan(tuple("abc"), tuple("cba"), {"a": 4, "b": 4, "c": 4}, 128) is None  # the last dimension moves
     assert rows_plan(tuple("ngchw"), tuple("ncghw"), {"n": 8, "g": 4, "c": 64, "h": 28, "w": 28}, 128) == (0, 2, 2)
+
+
+HEADS = """\
+kernel heads(Q: f32[S, Hd * D], K: f32[S, Hd * D]) -> P
+  P: f32[Hd, S, S]
+  for h in 0..Hd, i in 0..S, j in 0..S:
+    P[h, i, j] = 0
+    for d in 0..D:
+      P[h, i, j] += Q[i, h * D + d] * K[j, h * D + d]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("sizes", [{"S": 64, "Hd": 2, "D": 32}, {"S": 130, "Hd": 3, "D": 24}])
+def test_heads_packed_in_a_contractions_operands(dtype, sizes):
+    """`Q[i, h * D + d]` (a QKV projection's packed heads) read by a batched contraction: each operand copied
+    head-first (heads_split.py), then the batched matmul; against NumPy's einsum in float64."""
+    from compiler_helpers import assert_matches, run_signed
+    text = HEADS.replace("-> P\n", "-> P\n  default " + ", ".join(f"{k} = {v}" for k, v in sizes.items()) + "\n")
+    prog, c, out, a = run_signed(text, dtype, seed=3)
+    assert "Q_h" in c.source and "K_h" in c.source
+    hd = sizes["Hd"]
+    q, k = (a[t].reshape(sizes["S"], hd, sizes["D"]) for t in ("Q", "K"))
+    assert_matches(prog, "P", out["P"], np.einsum("ihd,jhd->hij", q, k))
+
+
+def test_packed_heads_behind_the_output_stay_refused():
+    """With the heads not first in the output (`P[i, h, j]`) the batched rule refuses the contraction either way:
+    nothing is copied, and the refusal is still at the contraction's line."""
+    from tilec.compiler.heads_split import split_packed_heads
+    prog = lang.load(HEADS.replace("P[h, i, j]", "P[i, h, j]").replace("P: f32[Hd, S, S]", "P: f32[S, Hd, S]"),
+                     {"S": 8, "Hd": 2, "D": 4})
+    assert split_packed_heads(prog).tensors.keys() == prog.tensors.keys()
