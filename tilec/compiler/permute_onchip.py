@@ -151,9 +151,9 @@ def _statements(lay: Layout, ext: dict[str, int], X: ir.Buf, Y: ir.Buf, line: in
         tile = ir.Buf(fresh(f"{Y.name}_out"), "sbuf", Y.dtype, (P,) + tuple(here[v] for v in lay.out))
         first = a(term(bv, lay.pb * unroll), u * lay.pb)
         body += [ir.Alloc(load, line=line), ir.Alloc(tile, line=line),
-                 ir.Dma(ir.whole(load), _step_view(xv, lay, lay.src, first), line)]
+                 ir.Dma(ir.whole(load), _step_view(xv, lay, first), line)]
         body += _copies(lay, here, load, tile, line, target)
-        body.append(ir.Dma(_step_view(yv, lay, lay.out, first), ir.whole(tile), line))
+        body.append(ir.Dma(_step_view(yv, lay, first), ir.whole(tile), line))
     main = loop(bv, steps // unroll, body, line=line,
                 note=f"{lay.pb * unroll} of the {bt} slices ({', '.join(lay.batch)}) per iteration")
     label = (f"{Y.name} = permute of {X.name} in SBUF: slices loaded in {X.name}'s order"
@@ -164,18 +164,23 @@ def _statements(lay: Layout, ext: dict[str, int], X: ir.Buf, Y: ir.Buf, line: in
 
 def _hbm_view(T: ir.Buf, lay: Layout, order: Order, ext: dict[str, int], name: str, line: int
               ) -> tuple[ir.Buf, list]:
-    """T seen as [batch, order..] with the cut dimension as (parts, size)."""
-    dims = [n for v in order for n in ((lay.parts, ext[v] // lay.parts) if v == lay.cut else (ext[v],))]
-    return hbm_view(T, (math.prod(ext[v] for v in lay.batch), *dims), name, line)
+    """T seen as [batch, before, parts, rest]: the dimensions of `order` before the cut merged, the cut's blocks,
+    a block of the cut with the dimensions after it merged (each merged part is contiguous in T, so a step's DMA
+    walks at most four dimensions of T); [batch, slice] when nothing is cut."""
+    bt = math.prod(ext[v] for v in lay.batch)
+    if not lay.cut:
+        return hbm_view(T, (bt, math.prod(ext[v] for v in order)), name, line)
+    at = order.index(lay.cut)
+    rest = ext[lay.cut] // lay.parts * math.prod(ext[v] for v in order[at + 1:])
+    before = (math.prod(ext[v] for v in order[:at]),) if at else ()
+    return hbm_view(T, (bt, *before, lay.parts, rest), name, line)
 
 
-def _step_view(view: ir.Buf, lay: Layout, order: Order, first: ir.Aff) -> ir.View:
+def _step_view(view: ir.Buf, lay: Layout, first: ir.Aff) -> ir.View:
     """A step's part of _hbm_view's view: batch elements first.., each block of the cut first (partition b * parts
-    + o), then the rest in `order` (a permuted view when the cut is not first: the HBM side of a DMA may be)."""
+    + o), then the rest (a permuted view when dimensions come before the cut: the HBM side of a DMA may be)."""
     idx = (sl(first, lay.pb),) + tuple(ir.full(n) for n in view.shape[1:])
-    o = 1 + order.index(lay.cut) if lay.cut else 1
-    perm = (0, o) + tuple(x for x in range(1, len(idx)) if x != o)
-    return ir.View(view, idx, perm if perm != tuple(range(len(idx))) else ())
+    return ir.View(view, idx, (0, 2, 1, 3) if len(idx) == 4 else ())
 
 
 def _copies(lay: Layout, here: dict[str, int], load: ir.Buf, tile: ir.Buf, line: int, t: Target) -> list:
