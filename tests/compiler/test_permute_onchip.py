@@ -161,3 +161,24 @@ def test_packed_heads_behind_the_output_stay_refused():
     prog = lang.load(HEADS.replace("P[h, i, j]", "P[i, h, j]").replace("P: f32[Hd, S, S]", "P: f32[S, Hd, S]"),
                      {"S": 8, "Hd": 2, "D": 4})
     assert split_packed_heads(prog).tensors.keys() == prog.tensors.keys()
+
+
+PV = """\
+kernel pv(A: f32[Hd, S, T], V: f32[T, Hd * D]) -> O
+  default S = 40, T = 130, Hd = 3, D = 16
+  O: f32[Hd, S, D]
+  for h in 0..Hd, i in 0..S, d in 0..D:
+    O[h, i, d] = 0
+    for t in 0..T:
+      O[h, i, d] += A[h, i, t] * V[t, h * D + d]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_values_packed_by_head(dtype):
+    """P V with V's heads packed (`V[t, h * D + d]`): V copied as V_h[h, t, d] (its d, an output variable after the
+    rows, stays last), then the batched matmul; against NumPy's einsum."""
+    from compiler_helpers import assert_matches, run_signed
+    prog, c, out, a = run_signed(PV, dtype, seed=5)
+    assert "V_h" in c.source
+    assert_matches(prog, "O", out["O"], np.einsum("hit,thd->hid", a["A"], a["V"].reshape(130, 3, 16)))

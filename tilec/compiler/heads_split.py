@@ -7,6 +7,8 @@ variables (the heads, first in the output) and others is copied first with the h
     Q_h[h, i, d] = Q[i, h * D + d]          # one copy per head (permute_split.split_reshape_copies)
     P[h, i, j] += Q_h[h, i, d] * K_h[h, j, d]
 
+(and `O[h, i, d] += A[h, i, t] * V[t, h * D + d]`, P V: V_h[h, t, d], its d staying last).
+
 A merged index is view_split's split (`v1 * s1 + .. + vk`, the strides of the variables' extents). Only when the
 output is indexed by plain variables with those heads first (else the batched rule refuses it either way)."""
 from __future__ import annotations
@@ -53,7 +55,8 @@ def split_packed_heads(program):
 
 def _head_first(acc: sx.Access, loops: dict[str, sx.Loop], out: list[str], program) -> list[str] | None:
     """The variables of the operand's copy, heads first, when one index of `acc` is a merged index whose parts
-    include the output's leading variables (and the others are plain variables), else None."""
+    include the output's leading variables (the heads; its other parts stay where the index was) and the other
+    indices are plain variables, else None."""
     shape = program.tensors[acc.tensor].shape
     parts: list[list[str]] = []
     heads: list[str] = []
@@ -65,10 +68,11 @@ def _head_first(acc: sx.Access, loops: dict[str, sx.Loop], out: list[str], progr
         split = _split(ix, loops, program.sizes, extent)
         if split is None or heads:
             return None
-        parts.append([v for v, _ in split if v not in out])
-        heads = [v for v, _ in split if v in out]
+        lead = next(n for n in range(len(out), -1, -1) if set(out[:n]) <= {v for v, _ in split})
+        heads = out[:lead]  # the output's leading variables among the parts (P[h, ..]: h; O[h, i, d]: h, not d)
+        parts.append([v for v, _ in split if v not in heads])
     order = heads + [v for p in parts for v in p]
-    if not heads or heads != out[:len(heads)] or len(set(order)) != len(order) or \
+    if not heads or len(set(order)) != len(order) or \
             any(size_value(loops[v].start, program.sizes) != 0 for v in order):
         return None
     return order
