@@ -29,7 +29,8 @@ from tilec.compiler.permute_rows import wide_rows
 from tilec.compiler.select_permute import one_step
 from tilec.target import Target
 
-STEP_BYTES = 48 * 1024  # SBUF per partition of one step's two tiles (two steps in flight fit: copy_strided's figure)
+STEP_BYTES = 48 * 1024  # SBUF per partition of one step's two tiles (copy_strided's figure; the unrolled pair of
+# steps allocates twice that; the model grants their rotation buffers only where they fit, params.SBUF_ROTATION)
 UNROLL = 2  # steps per loop iteration, each with its own tiles: a step's load does not wait for the copies of the
 # step two before (two rotation buffers per allocation site, perf/params.py buffer_rotation)
 MAX_COPIES = 64  # engine copies per step: more means runs too short for an engine instruction's fixed cost
