@@ -78,6 +78,7 @@ REALISTIC: dict[str, dict[str, int]] = {
     "cosine_sim": {"M": 4096, "D": 512},
     "rope": {"S": 4096, "Dh": 64},
     "causal_scores": {"Hd": 8, "S": 1024, "D": 64},
+    "heads_scores": {"S": 1024, "Hd": 8, "D": 64},  # (shuf21: the heads copied head-first, heads_split.py)
     "channel_shuffle": {"N": 8, "G": 4, "Cg": 64, "H": 28, "W": 28},
     "pixel_shuffle": {"N": 1, "C": 64, "H": 56, "W": 56},
     "pixel_unshuffle": {"N": 1, "C": 64, "H": 56, "W": 56},

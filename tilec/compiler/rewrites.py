@@ -8,6 +8,7 @@ from tilec.compiler.const_split import split_constant_outputs
 from tilec.compiler.fission import distribute_reductions
 from tilec.compiler.gap_split import split_gapped_reductions
 from tilec.compiler.init_split import split_broadcast_inits
+from tilec.compiler.heads_split import split_packed_heads
 from tilec.compiler.inplace_split import split_in_place_epilogues
 from tilec.compiler.lang_split import (drop_identity_casts, fold_value_sizes, split_conv_layouts,
                                       split_mixed_broadcasts, split_modulo_reads, split_self_products)
@@ -23,6 +24,7 @@ from tilec.compiler.view_split import split_merged_dims
 
 REWRITES = (
     split_merged_dims,  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
+    split_packed_heads,  # `P[h, i, j] += Q[i, h * D + d] * ..`: Q copied as Q_h[h, i, d] first (heads_split.py)
     distribute_reductions,  # two reductions in one loop nest: one nest each (fission.py)
     split_batched_matvec,  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
     split_shifted_stores,  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)

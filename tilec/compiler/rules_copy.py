@@ -406,13 +406,14 @@ def row_blocks(k: Kernel, hbm: dict, fresh, target: Target) -> tuple[list, list]
     does not fit): the box schedule (`padded_copy`) takes it."""
     from tilec.compiler import ir
     from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+    from tilec.compiler import permute_onchip
     from tilec.compiler.copy_strided import strided_rows  # a strided slice of the rows (core17)
     from tilec.compiler.rules import _one_copy  # (rules imports this module)
     found = _one_copy(k)
     if found is None:
         return None
-    strided = strided_rows(found, hbm, fresh, target)
-    if strided is not None:
+    strided = strided_rows(found, hbm, fresh, target) or permute_onchip.build(found, hbm, fresh, target)
+    if strided is not None:  # (a permute moving its last dimension: interleaved on chip, permute_onchip.py)
         return strided
     chain, stmt, src = found
     loops = [lp.var for lp in chain]

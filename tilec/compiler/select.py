@@ -35,6 +35,7 @@ from tilec.compiler.names import unique
 from tilec.compiler.ops import (ConvOp, EltwiseOp, Op, PoolOp, PoolSpec, ReduceOp, TransposeOp, index_maps,
                                 is_permutation, plain, reject)
 from tilec.compiler.select_copy import check_parts, is_data_copy, part_targets, select_copy
+from tilec.compiler import permute_onchip
 from tilec.compiler.select_permute import plan
 from tilec.compiler.select_eltwise import fuse_chain, is_copy, select_eltwise
 from tilec.compiler import eviction_fusion
@@ -44,6 +45,7 @@ from tilec.compiler.select_pool import fuse_pool_divide, select_pool
 from tilec.compiler.select_reduce import is_row_reduction, select_reduce
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
+from tilec.target import TRN2
 
 __all__ = ["ConvOp", "EltwiseOp", "Op", "PoolOp", "PoolSpec", "ReduceOp", "TransposeOp", "reject", "select",
            "print_ops"]
@@ -235,7 +237,10 @@ def select_transpose(comp: Comp, program) -> TransposeOp | EltwiseOp:
     names = tuple(cast(list[str], [plain(m) for m in index_maps(acc, comp, program)]))
     out = tuple(comp.out_vars)
     ext = {v: comp.extent(v) for v in out}
-    steps = plan(names, out, ext, DTYPE_BYTES[program.tensors[acc.tensor].dtype])
+    itemsize = DTYPE_BYTES[program.tensors[acc.tensor].dtype]
+    if permute_onchip.chosen(names, out, ext, itemsize, TRN2):
+        return _permute_dma(comp, acc.tensor, comp.target, names, out)  # interleaved on chip (permute_onchip.py)
+    steps = plan(names, out, ext, itemsize)
     if steps is None:
         raise reject(comp, f"`{fmt_expr(acc)}` permutes {len(out)} dimensions and no chain of permute steps was "
                            "found (a compiler bug: every permute has one)", acc.span,

@@ -29,6 +29,7 @@ c]` 200x3x150: the chosen dma + runs 20.4, pair 19.3).
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -110,9 +111,23 @@ def engine_passes(m: int, n: int, itemsize: int) -> float:
     PSUM on VectorE (16-bit at its PSUM performance mode), against the block's share of the DMA byte floor. On trn2
     these stay under TRANSPOSE_COST's DMA passes (a 128 x 128 fp32 block: TensorE 134 ns, VectorE 237 ns, the DMA
     floor 356 ns; 16-bit: 57, 171 and 178 ns): a swap of runs is DMA-bound on the model (TensorE busy 15-29 %)."""
+    from tilec.perf.params import target_params  # (late: perf reads kernels)
+    from tilec.target import target
+    bm, bn = min(m, TRN2.pmax), min(n, TRN2.pmax)
+    model = target_params(target().name)  # the current target's model (a test may swap it): the memo's key
+    key = (id(model), bm, bn, itemsize)
+    if key not in _PASSES or _PASSES[key][0] is not model:
+        _PASSES[key] = (model, _engine_passes(bm, bn, itemsize))
+    return _PASSES[key][1]
+
+
+_PASSES: dict[tuple[int, int, int, int], tuple[object, float]] = {}  # engine_passes' memo: a 6-D chain search asks
+# for the same few block sizes ~9,000 times (5 of its 13 s were the model's constants read again each time)
+
+
+def _engine_passes(bm: int, bn: int, itemsize: int) -> float:
     from tilec.compiler.build_matvec import model_constants  # the model's own constants (late: perf reads kernels)
     prm = model_constants()
-    bm, bn = min(m, TRN2.pmax), min(n, TRN2.pmax)
     fp32 = itemsize == 4
     pe = (max(bm, min(prm["mm_min_cycles"], bn)) + prm["mm_fixed_cycles"]) * (prm["fp32_transpose"] if fp32 else 1.0)
     evict = (max(prm["min_ii_cycles"], bm / (1.0 if fp32 else prm["perf_mode_half"])) + prm["vector_static_cycles"])
@@ -126,6 +141,13 @@ def step_us(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: in
     floor = 2 * math.prod(ext.values()) * itemsize / (TRN2.dma_engines * TRN2.dma_engine_bw * 1000)
     slices = math.prod(ext[v] for v, w in zip(src, out) if v == w) if kind == "pair" else 0
     return (step_cost(kind, src, out, ext, itemsize) + STEP_PASSES) * floor + STEP_US + slices * SLICE_US
+
+
+def chain_floor_us(ext: dict[str, int], itemsize: int) -> float:
+    """Less than step_us gives any chain of two or more steps: each step at least its fixed time and the cheapest
+    step's passes (a DMA step's with long runs, DMA_COST)."""
+    floor = 2 * math.prod(ext.values()) * itemsize / (TRN2.dma_engines * TRN2.dma_engine_bw * 1000)
+    return 2 * ((min(DMA_COST, TRANSPOSE_COST) + STEP_PASSES) * floor + STEP_US)
 
 
 def _runs_swaps(s: Order):
@@ -231,19 +253,27 @@ def plan(src: Order, out: Order, ext: dict[str, int], itemsize: int) -> list[Ste
 
 
 def dma_runs(src: Order, out: Order, ext: dict[str, int], pmax: int = TRN2.pmax) -> tuple[Order, Order] | None:
+    """(outer, inner) of a DMA step (the last dimension stays); see _dma_runs."""
+    return _dma_runs(src, out, tuple(sorted(ext.items())), pmax)
+
+
+@functools.lru_cache(maxsize=4096)  # the chain search asks for each DMA step several times (4 of a 6-D search's 13 s)
+def _dma_runs(src: Order, out: Order, extents: tuple[tuple[str, int], ...], pmax: int) -> tuple[Order, Order] | None:
     """(outer, inner) of a DMA step (the last dimension stays): for each iteration of `outer` one DMA per block of
     partitions copies X's slice over `inner` to Y's slice of the same shape. `inner` comes in the same order on both
     sides (the largest such set, in elements) and starts at its loop with the largest divisor <= pmax, not the last
     (whose elements are the contiguous runs): the partitions spread a DMA over the engines. None when the last
     dimension moves."""
+    ext = dict(extents)
     if src[-1] != out[-1] or sorted(src) != sorted(out):
         return None
     best: Order = (src[-1],)
-    for r in range(2, len(src) + 1):
-        for inner in itertools.combinations(src, r):  # in src's order
-            if inner[-1] == src[-1] and tuple(v for v in out if v in inner) == inner and \
-                    math.prod(ext[v] for v in inner) > math.prod(ext[v] for v in best):
-                best = inner
+    most, at = ext[src[-1]], {v: i for i, v in enumerate(out)}
+    for r in range(1, len(src)):
+        for head in itertools.combinations(src[:-1], r):  # in src's order, then the last dimension
+            inner = head + src[-1:]
+            if all(at[x] < at[y] for x, y in zip(inner, inner[1:])) and math.prod(ext[v] for v in inner) > most:
+                best, most = inner, math.prod(ext[v] for v in inner)
     part = max(best[:-1] or best, key=lambda v: (_divisor(ext[v], pmax), -best.index(v)))
     inner = best[best.index(part):]
     return tuple(v for v in out if v not in inner), inner
