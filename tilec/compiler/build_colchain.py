@@ -32,6 +32,7 @@ from typing import AbstractSet
 from tilec.compiler import ir
 from tilec.compiler.build_colreduce import SHARE_MIN, _vector_columns
 from tilec.compiler.build_conv import Fresh
+from tilec.compiler.build_rowchain import reads_of
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.expr_instrs import ExprCompiler, balanced
 from tilec.compiler.exprs import accesses, fmt_expr
@@ -65,38 +66,78 @@ class ColChain:
     F: int
     TF: int
     user: bool = True  # the last op is the element-wise user; else statistics only (each stored or read later)
+    # the chain as built: its statistics (an element-wise op computing the next one's terms folded into it as its
+    # expression) and the user; () = ops[at:at + count] as they are
+    members: tuple = ()
+    O: int = 1  # batches (the kept indices before the reduced ones): a block is one batch (colbatch.py)
+    widths: tuple[int, ...] = ()  # with O > 1: the sub-blocks of a batch's columns, each one PSUM bank at most
 
     @property
     def op_range(self) -> range:
         return range(self.at, self.at + self.count)
 
+    @property
+    def blocks(self) -> int:
+        """The trip count of the loop over blocks."""
+        return self.O if self.O > 1 else self.F // self.TF
+
 
 def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: AbstractSet[str],
                  hbm: dict[str, Buf]) -> ColChain | None:
     """The chain of the module docstring starting at ops[i], or None."""
-    stats: list[ColumnReduceOp] = []
-    k = i
-    while k < len(ops) and type(ops[k]) is ColumnReduceOp and _stat(ops[k], ops[i], {s.out for s in stats}):
-        stats.append(ops[k])
-        k += 1
+    stats, k = statistics(ops, i, keep)
     if not stats:
         return None
     first = stats[0]
-    R, F, X = first.dim("R"), first.dim("F"), first.src
-    user = ops[k] if k < len(ops) and _user(ops[k], X, {s.out for s in stats}, R, F) else None
+    R, F, X, O = first.dim("R"), first.dim("F"), first.src, first.dim("O")
+    user = ops[k] if k < len(ops) and _user(ops[k], X, {s.out for s in stats}, O, R, F) else None
     if user is None and len(stats) < 2:  # one statistic alone: build_colreduce
         return None
-    if any(o.name in scheduled for o in stats + [user] if o is not None) or hbm[X].dtype not in ("f32", "bf16"):
+    names = {o.name for o in ops[i:k + (user is not None)]}
+    if names & set(scheduled) or hbm[X].dtype not in ("f32", "bf16"):
         return None
     P = get_target().pmax
     if R % P:
         return None
+    members = tuple(stats) + ((user,) if user is not None else ())
+    if O > 1:
+        return batched(ColChain(i, k - i + (user is not None), X, R, F, 0, user is not None, members, O),
+                       DTYPE_BYTES[hbm[X].dtype])
     TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype])
     if hbm[X].dtype != "f32" and TF is not None:  # a 16-bit block and its fp32 working copy (_Builder.in_place)
         TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype] + 4, COPY_BYTES)
     if TF is None or (user is None and hbm[X].dtype == "f32" and not _sums_keep_up(R // P, TF)):
         return None
-    return ColChain(i, len(stats) + (user is not None), X, R, F, TF, user is not None)
+    return ColChain(i, k - i + (user is not None), X, R, F, TF, user is not None, members)
+
+
+def statistics(ops: tuple, i: int, keep: AbstractSet[str]) -> tuple[list[ColumnReduceOp], int]:
+    """The run of column statistics of one X starting at ops[i] and the index after it. With a batch index (O > 1)
+    a statistic whose terms read another (`s[a, c] += exp(X[a, b, c] - m[a, c])`) comes as an element-wise op
+    writing the terms to HBM and a sum of them (reduce_split): the two are one statistic of X here, its terms
+    computed per row tile on chip, when nothing else reads them."""
+    stats: list[ColumnReduceOp] = []
+    k = i
+    while k < len(ops):
+        op = ops[k]
+        if stats and k + 1 < len(ops) and _terms(op, ops[k + 1], stats, ops, keep):
+            op = dataclasses.replace(ops[k + 1], src=stats[0].src, expr=op.expr, inputs=(stats[0].src, *op.rows))
+            k += 1
+        if type(op) is not ColumnReduceOp or not _stat(op, stats[0] if stats else op, {s.out for s in stats}):
+            break
+        stats.append(op)
+        k += 1
+    return stats, k
+
+
+def _terms(op, nxt, stats: list[ColumnReduceOp], ops: tuple, keep: AbstractSet[str]) -> bool:
+    """Whether op computes the terms nxt sums (or folds) and only nxt reads them, in X's batched layout."""
+    first = stats[0]
+    if first.dim("O") == 1 or type(nxt) is not ColumnReduceOp or nxt.src != op.out or nxt.expr is not None:
+        return False
+    if not _user(op, first.src, {s.out for s in stats}, first.dim("O"), first.dim("R"), first.dim("F")):
+        return False
+    return op.out not in keep and not any(op.out in reads_of(o) for o in ops if o is not nxt)
 
 
 def _sums_keep_up(T: int, TF: int, elem: int = 4) -> bool:
@@ -114,14 +155,14 @@ def _sums_keep_up(T: int, TF: int, elem: int = 4) -> bool:
     return sum_ns <= t.pmax * T * TF * elem / t.hbm_bw
 
 
-def _user(op, X: str, made: set[str], R: int, F: int) -> bool:
+def _user(op, X: str, made: set[str], O: int, R: int, F: int) -> bool:
     """An element-wise op reading X and the statistics as rows, in X's layout."""
     return type(op) is EltwiseOp and not (op.copy or op.columns or op.fused) and set(op.inputs) == {X} \
-        and set(op.rows) <= made and dict(op.layout) == {"O": 1, "P": R, "F": F}
+        and set(op.rows) <= made and dict(op.layout) == {"O": O, "P": R, "F": F}
 
 
 def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
-    return op.dim("O") == 1 and op.src == first.src and op.dims == first.dims and not isinstance(op.init, str) \
+    return op.src == first.src and op.dims == first.dims and not isinstance(op.init, str) \
         and op.op in IDENTITY and set(op.inputs) <= {op.src} | made
 
 
@@ -137,16 +178,91 @@ def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: Ab
     """The nest of the module docstring; `stored`: the statistics the kernel needs in HBM. Built once with every
     sum on TensorE to count VectorE/GpSimdE's passes, then again with the first `folded` row tiles of each sum
     added on VectorE/GpSimdE (one matmul of their total) so that the two sides finish together (_balance)."""
+    del ops  # (the chain's members are ch.members)
     names: dict[str, int] = {}
 
     def counting(base: str) -> str:  # the first build's names are thrown away with it
         names[base] = names.get(base, 0) + 1
         return f"{base}_{names[base]}"
-    first = _Builder(ch, ops, hbm, stored, counting)
+    if ch.O > 1:
+        return _batched(ch, hbm, stored, fresh, counting)
+    first = _Builder(ch, hbm, stored, counting)
     first.build()
     q = _balance(first)
     work = Work(first.work.sbuf + first.sums * max(0, q - 1) * ch.TF, first.work.psum)
-    return _Builder(ch, ops, hbm, stored, fresh, q, work.shares(get_target()), frozenset(first.read_whole)).build()
+    return _Builder(ch, hbm, stored, fresh, q, work.shares(get_target()), frozenset(first.read_whole)).build()
+
+
+def batched(ch: ColChain, elem: int) -> ColChain | None:
+    """A chain with a batch index: a block is every column of one batch (`for ct in range(O)`, software-pipelined
+    like the blocks of columns), cut into sub-blocks of at most WHOLE columns (one PSUM bank of fp32 sums) built one
+    after the other in the block's body: every sub-block's loads and statistics, then every sub-block's output.
+    None when a batch does not fit RESIDENT_BYTES per partition (COPY_BYTES with a 16-bit X's working copy)."""
+    T = ch.R // get_target().pmax
+    budget, per = (RESIDENT_BYTES, elem) if elem == 4 else (COPY_BYTES, elem + 4)
+    least = -(-ch.F // WHOLE)  # sub-blocks of one width (they share their PSUM tiles)
+    n = next((k for k in range(least, 2 * least + 1) if ch.F % k == 0), None)
+    if n is None or T * ch.F * per > budget or (not ch.user and elem == 4 and not _sums_keep_up(T, ch.F // n)):
+        return None
+    w = ch.F // n
+    # statistics alone with a max or min: apart. Each extreme is stored from a row broadcast to every partition (4
+    # instructions per 128 columns in a chain of dependences) where build_colreduce transposes several chunks per
+    # PSUM bank: channel_max_mean 8 x 256 x 28 x 28 as a chain 67.2 us, apart 50.4 (model, trn2)
+    if not ch.user and any(s.op != "add" for s in ch.members):
+        return None
+    return dataclasses.replace(ch, TF=w, widths=(w,) * n)
+
+
+def _batched(ch: ColChain, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh,
+             counting: Fresh) -> tuple[list[tuple[str, int]], list[Stmt]]:
+    """build_column_chain of a chain with a batch index (batched): built once to count the passes, then again."""
+    first = _Batch(ch, hbm, stored, counting)
+    first.build()
+    q = _balance(first.subs[0])
+    work = Work(sum(b.work.sbuf for b in first.subs) + first.subs[0].sums * max(0, q - 1) * ch.TF,
+                sum(b.work.psum for b in first.subs))
+    read_whole = frozenset(n for b in first.subs for n in b.read_whole)
+    return _Batch(ch, hbm, stored, fresh, q, work.shares(get_target()), read_whole).build()
+
+
+class _Batch:
+    """The sub-blocks of a batch (one _Builder each, sharing names, views and ones) in one loop over batches."""
+
+    def __init__(self, ch: ColChain, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh, folded: int = 0,
+                 shares: tuple[float, float] | None = None, read_whole: AbstractSet[str] = frozenset()):
+        self.ch = ch
+        starts = [sum(ch.widths[:k]) for k in range(len(ch.widths))]
+        self.subs = [_Builder(ch, hbm, stored, fresh, folded, shares, read_whole, (lo, w))
+                     for lo, w in zip(starts, ch.widths)]
+        for b in self.subs[1:]:
+            b.bases, b.ones, b.shared_psum = self.subs[0].bases, self.subs[0].ones, self.subs[0].shared_psum
+
+    def build(self) -> tuple[list[tuple[str, int]], list[Stmt]]:
+        ch, first = self.ch, self.subs[0]
+        pre = first.views()
+        for b in self.subs[1:]:
+            b.xv, b.yv = first.xv, first.yv
+        parts = [b.block() for b in self.subs]
+        if ch.user:  # one sub-block after the other (stage_b splits at the first one's output). Every sub-block's
+            # statistics before the outputs kept each sub-block's accumulators live to its output (NKI 0.1: a PSUM
+            # bank each, 9 of 8 for softmax_mid) and was no faster: 219.5 against 218.2 us (16 x 256 x 1024)
+            body = [x for head, tail in parts for x in head + tail]
+        else:  # every sub-block's load, then their statistics (stage_b splits after the loads)
+            body = [x for head, _ in parts for x in head[:2]] + [x for head, _ in parts for x in head[2:]]
+        pre += first.ones_init()
+        what = first.what().replace("one block of TILE_F columns", f"every column of one of {ch.O} batches")
+        nest = loop("ct", ch.O, body, note=f"for the batches (sub-blocks of {', '.join(map(str, ch.widths))} "
+                    "columns)", line=first.line)
+        return [("TILE_F", ch.TF)], pre + [ir.Block(what, tuple(nest), first.line)]
+
+
+def psum_fits(ch: ColChain, built: tuple[list[tuple[str, int]], list[Stmt]]) -> bool:
+    """Whether the built chain's PSUM tiles fit the banks when every tile lives to the end of its loop body (NKI 0.1's
+    interpreter counts them so: a bank each). Checked for batched chains, whose sub-blocks multiply the tiles: the
+    software-pipelined softmax_mid at 2 sub-blocks of 512 columns would hold 12 (unpipelined: 228.3 against 218.2 us
+    on the model, 16 x 256 x 1024); 2-D chains are built as before."""
+    from tilec.compiler.passes import peak_usage
+    return ch.O == 1 or peak_usage(tuple(built[1]))[1] <= get_target().psum_banks
 
 
 def stage_b(ch: ColChain, ops: tuple):
@@ -159,8 +275,8 @@ def stage_b(ch: ColChain, ops: tuple):
     del ops
 
     def split(body: tuple) -> int | None:
-        if not ch.user:  # after the block's load
-            return next(i for i, s in enumerate(body) if isinstance(s, Dma)) + 1
+        if not ch.user:  # after the block's loads
+            return max(i for i, s in enumerate(body) if isinstance(s, Dma) and s.src.buf.memory == "hbm") + 1
         return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.note.startswith(OUTPUT_NOTE)),
                     None)
     return split
@@ -208,7 +324,7 @@ def _balance(b: "_Builder") -> int:
     from tilec.perf.params import target_params
     t = get_target()
     c = Costs(target_params(t.name))
-    TF, T, S = b.ch.TF, b.T, b.sums
+    TF, T, S = b.TF, b.T, b.sums
     if not S or T < 3:
         return 0
     ghz = t.vector_ghz + t.gpsimd_ghz
@@ -217,7 +333,7 @@ def _balance(b: "_Builder") -> int:
     fp32 = c.fp32_onezero if b.res.dtype == "f32" or b.terms_f32 else 1.0  # the ones matmuls are marked onezero
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
     A = b.work.ns(t) + (b.work.sbuf + b.work.psum) / TF * static / ghz
-    nb = b.ch.F // TF
+    nb = b.ch.blocks
     if nb >= 4 and nb % 2 == 0:  # software-pipelined (stage_b): the sums on TensorE whatever its fp32 rate
         return 0
     q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
@@ -228,11 +344,13 @@ def _balance(b: "_Builder") -> int:
 
 
 class _Builder:
-    def __init__(self, ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh,
+    def __init__(self, ch: ColChain, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh,
                  folded: int = 0, shares: tuple[float, float] | None = None,
-                 read_whole: AbstractSet[str] = frozenset()):
+                 read_whole: AbstractSet[str] = frozenset(), part: tuple[int, int] | None = None):
         self.ch, self.hbm, self.stored, self.given = ch, hbm, stored, fresh
         self.bases: dict[str, int] = {}
+        self.ones: dict[tuple[str, float], Buf] = {}
+        self.shared_psum: dict[str, Buf] | None = {} if part is not None else None
         self.fold_tiles = folded  # row tiles of each sum added on VectorE/GpSimdE before one matmul (_balance)
         self.work = Work()  # VectorE/GpSimdE tensor_tensor elements per partition over the whole block
         t = get_target()
@@ -243,49 +361,67 @@ class _Builder:
         self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads
         self.sums = 0
         self.terms_f32 = False
-        members = [ops[j] for j in ch.op_range]
+        members = list(ch.members)
         self.stats: list[ColumnReduceOp] = members[:-1] if ch.user else members
         self.user: EltwiseOp | None = members[-1] if ch.user else None
         self.P = get_target().pmax
         self.T = ch.R // self.P
         self.line = self.stats[0].line
+        self.TF = ch.TF if part is None else part[1]
         self.cols = sl(a(term("ct", ch.TF, "TILE_F")), ch.TF, name="TILE_F") if ch.F > ch.TF else full(ch.F)
+        self.at: tuple[ir.Aff, ...] = ()  # the batch index of the HBM views
+        if part is not None:  # a sub-block of a batch (_Batch)
+            self.cols = full(ch.F) if part[1] == ch.F else sl(part[0], part[1])
+            self.at = (a("ct"),)
 
     def build(self) -> tuple[list[tuple[str, int]], list[Stmt]]:
+        pre = self.views()
+        head, tail = self.block()
+        pre += self.ones_init()
+        nest = loop("ct", self.ch.F // self.TF, head + tail, note="for the blocks of TILE_F columns", line=self.line)
+        return [("TILE_F", self.TF)], pre + [ir.Block(self.what(), tuple(nest), self.line)]
+
+    def views(self) -> list[Stmt]:
+        """X and Y seen as (O,) P x T x F: rows p * T .. p * T + T - 1 on partition p, so that a block of every row
+        is one DMA of T runs per partition."""
         ch, P, T, ln = self.ch, self.P, self.T, self.line
-        pre: list[Stmt] = []
-        # rows p * T .. p * T + T - 1 on partition p: a block of every row is one DMA of T runs per partition
-        self.xv, st = hbm_view(self.hbm[ch.src], (P, T, ch.F), self.fresh(f"{ch.src}_v"), ln)
-        pre += st
+        lead = (ch.O,) if self.at else ()
+        self.xv, pre = hbm_view(self.hbm[ch.src], lead + (P, T, ch.F), self.fresh(f"{ch.src}_v"), ln)
+        self.yv: Buf | None = None
         if self.user is not None:
-            self.yv, st = hbm_view(self.hbm[self.user.out], (P, T, ch.F), self.fresh(f"{self.user.out}_v"), ln)
+            self.yv, st = hbm_view(self.hbm[self.user.out], lead + (P, T, ch.F), self.fresh(f"{self.user.out}_v"),
+                                   ln)
             pre += st
-        self.ones: dict[tuple[str, float], Buf] = {}
-        self.res = Buf(self.fresh(f"{ch.src}_res"), "sbuf", self.hbm[ch.src].dtype, (P, T, ch.TF))
+        return pre
+
+    def ones_init(self) -> list[Stmt]:
+        return [x for (_, value), o in self.ones.items()
+                for x in (Alloc(o, zero=True, line=self.line), ir.Scalar(whole(o), whole(o), "add", value, self.line))]
+
+    def what(self) -> str:
+        names = ", ".join(s.out for s in self.stats) + (f", {self.user.out}" if self.user is not None else "")
+        return f"{names} = statistics over the rows of {self.ch.src}" + \
+            (" and the element-wise op reading them" if self.user is not None else "") + \
+            ", one block of TILE_F columns of every row kept in SBUF (X read once)"
+
+    def block(self) -> tuple[list[Stmt], list[Stmt]]:
+        """(the block's load and statistics, its output)."""
+        ch, P, T, ln = self.ch, self.P, self.T, self.line
+        self.res = Buf(self.fresh(f"{ch.src}_res"), "sbuf", self.hbm[ch.src].dtype, (P, T, self.TF))
         self.copy: Buf | None = None  # a 16-bit block's fp32 working copy (in_place)
         body: list[Stmt] = [Alloc(self.res, line=ln)]
-        body.append(Dma(whole(self.res), View(self.xv, (full(P), full(T), self.cols)), ln))
+        body.append(Dma(whole(self.res), View(self.xv, self.at + (full(P), full(T), self.cols)), ln))
         self.rows: dict[str, View] = {}
         exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats]
         exprs += [self.user.expr] if self.user is not None else []
         for j, s in enumerate(self.stats):
             exprs = self.in_place(j, exprs, body)
             body += self.statistic(s, exprs[j])
-        names = ", ".join(s.out for s in self.stats)
-        if self.user is not None:
-            body += self.output(exprs[-1])
-            names += f", {self.user.out}"
-        what = f"{names} = statistics over the rows of {ch.src}" + \
-            (" and the element-wise op reading them" if self.user is not None else "") + \
-            ", one block of TILE_F columns of every row kept in SBUF (X read once)"
-        for (_, value), o in self.ones.items():
-            pre += [Alloc(o, zero=True, line=ln), ir.Scalar(whole(o), whole(o), "add", value, ln)]
-        nest = loop("ct", ch.F // ch.TF, body, note="for the blocks of TILE_F columns", line=ln)
-        return [("TILE_F", ch.TF)], pre + [ir.Block(what, tuple(nest), ln)]
+        return body, (self.output(exprs[-1]) if self.user is not None else [])
 
     def fold_columns(self) -> int:
         """The columns of an element-wise fold VectorE takes (GpSimdE the rest), as Work.shares says."""
-        TF = self.ch.TF
+        TF = self.TF
         return TF if TF < SHARE_MIN else round(TF * self.shares[0])
 
     def fresh(self, base: str) -> str:
@@ -297,14 +433,14 @@ class _Builder:
     def tile(self, rt: ir.Aff, buf: Buf | None = None) -> View:
         """Row tile rt of the resident block (rows p * T + rt of the block on partition p): of its fp32 working
         copy once in_place made one."""
-        return View(buf or self.copy or self.res, (full(self.P), rt, full(self.ch.TF)))
+        return View(buf or self.copy or self.res, (full(self.P), rt, full(self.TF)))
 
     def emit(self, tiles: dict[str, View], prefix: str, e: sx.Expr, dst: View) -> list[Stmt]:
         """The expression's instructions, each tensor_tensor cut by columns between GpSimdE and VectorE
         (_cut) and constant tensor_scalars balanced onto ScalarE (expr_instrs.balanced): with X resident,
         VectorE's passes over the block, not the DMAs, bound the chain."""
         t = get_target()
-        made = ExprCompiler(tiles, (self.P, self.ch.TF), self.line, self.fresh, set(),
+        made = ExprCompiler(tiles, (self.P, self.TF), self.line, self.fresh, set(),
                             prefix=self.fresh(prefix)).emit(e, dst)
         per_tile = self.T if any("rt" in ir.view_vars(v) for v in (dst, *tiles.values())) else 1
         out: list[Stmt] = []
@@ -374,13 +510,14 @@ class _Builder:
     def statistic(self, s: ColumnReduceOp, expr: sx.Expr) -> list[Stmt]:
         """The statistic on every partition (self.rows[s.out]): a sum accumulated over the row tiles' terms on
         TensorE (summed), a max/min folded over them element-wise, then across the partitions (extreme)."""
-        P, TF, ln = self.P, self.ch.TF, s.update_line
+        P, TF, ln = self.P, self.TF, s.update_line
         bcast = Buf(self.fresh(f"{s.out}_b"), "sbuf", self.hbm[s.out].dtype, (P, TF))
         out: list[Stmt] = [Alloc(bcast, line=ln)]
         out += self.summed(s, expr, bcast) if s.op == "add" else self.extreme(s, self.folded(s, expr), bcast)
         if s.out in self.stored:
-            ov, st = hbm_view(self.hbm[s.out], (1, self.ch.F), self.fresh(f"{s.out}_v"), ln)
-            out = st + out + [Dma(View(ov, (full(1), self.cols)), View(bcast, (full(1), full(TF))), ln)]
+            lead = (self.ch.O,) if self.at else ()
+            ov, st = hbm_view(self.hbm[s.out], lead + (1, self.ch.F), self.fresh(f"{s.out}_v"), ln)
+            out = st + out + [Dma(View(ov, self.at + (full(1), self.cols)), View(bcast, (full(1), full(TF))), ln)]
         self.rows[s.out] = whole(bcast)
         return out
 
@@ -389,13 +526,13 @@ class _Builder:
         X = self.ch.src
         if isinstance(expr, sx.Access) and expr.tensor == X:
             return self.tile(rt), []
-        t = Buf(self.fresh(f"{s.out}_terms"), "sbuf", "f32", (self.P, self.ch.TF))
+        t = Buf(self.fresh(f"{s.out}_terms"), "sbuf", "f32", (self.P, self.TF))
         return whole(t), [Alloc(t, line=s.update_line)] + self.emit({X: self.tile(rt), **self.rows}, "t", expr,
                                                                      whole(t))
 
     def folded(self, s: ColumnReduceOp, expr: sx.Expr) -> Buf:
         """run = the max/min of the row tiles' terms, element-wise (VectorE and GpSimdE by columns)."""
-        P, TF, ln = self.P, self.ch.TF, s.update_line
+        P, TF, ln = self.P, self.TF, s.update_line
         run = Buf(self.fresh(f"{s.out}_run"), "sbuf", "f32", (P, TF))
         cut = self.fold_columns()
         first, made = self.terms(s, expr, a(0))
@@ -416,11 +553,10 @@ class _Builder:
         sums (TensorE), scaled on the way out of PSUM. The ones carry the onezero hint (an fp32 matmul at up to
         twice the rate, ISA1/ISA6 nc_matmul). The first fold_tiles row tiles are added element-wise on
         VectorE/GpSimdE first, their total one more matmul."""
-        P, TF, ln, T = self.P, self.ch.TF, s.update_line, self.T
+        P, TF, ln, T = self.P, self.TF, s.update_line, self.T
         self.sums += 1
         q = self.fold_tiles
-        acc = Buf(self.fresh(f"{s.out}_acc"), "psum", "f32", (P, TF))
-        out: list[Stmt] = [Alloc(acc, line=ln)]
+        acc, out = self.psum(f"{s.out}_acc", (P, TF), ln)
         if q:
             run = Buf(self.fresh(f"{s.out}_run"), "sbuf", "f32", (P, TF))
             first, made = self.terms(s, expr, a(0))
@@ -466,12 +602,22 @@ class _Builder:
         """The columns of the statistic's SBUF row that a reader needs: GpSimdE's share of the tensor_tensors, or
         all of them for a stored statistic or another reader. Copied by VectorE: VectorE and ScalarE must not use one
         PSUM bank at once on NC-v3 (nki-spec §1.4 [ARCH3]), and VectorE reads this one."""
-        TF = self.ch.TF
+        TF = self.TF
         cut = 0 if s.out in self.stored or s.out in self.read_whole else _twin_columns(TF, self.shares[1])
         if cut == TF:
             return []
         return [ir.Copy(View(bcast, (full(self.P), sl(cut, TF - cut))), View(acc, (full(self.P), sl(cut, TF - cut))),
                         s.update_line)]
+
+    def psum(self, base: str, shape: tuple[int, ...], line: int) -> tuple[Buf, list[Stmt]]:
+        """A PSUM tile and its allocation; a batch's sub-blocks (of one width, built one after the other) share
+        theirs (`shared_psum`), allocated by the first: each tile takes a bank to the loop body's end in NKI 0.1."""
+        if self.shared_psum is not None and base in self.shared_psum:
+            return self.shared_psum[base], []
+        buf = Buf(self.fresh(base), "psum", "f32", shape)
+        if self.shared_psum is not None:
+            self.shared_psum[base] = buf
+        return buf, [Alloc(buf, line=line)]
 
     def ones_for(self, dtype: str, value: float = 1.0) -> Buf:
         """The (P, P) ones of a matmul's moving dtype (nc_matmul wants both operands fp32 or neither), or that
@@ -486,20 +632,29 @@ class _Builder:
         """Per chunk of 128 columns: transposed into PSUM, reduced along the free axis (one value per column on its
         partition), spread along a row of P (the ones times the column) and turned back: every partition holds
         the chunk's extremes."""
-        P, TF, ln = self.P, self.ch.TF, s.update_line
+        P, TF, ln = self.P, self.TF, s.update_line
         CB = min(TF, P)
-        acc = Buf(self.fresh(f"{s.out}_acc"), "psum", "f32", (P, TF))
-        out: list[Stmt] = self.pending + [Alloc(acc, line=ln)]
+        acc, made = self.psum(f"{s.out}_acc", (P, TF), ln)
+        out: list[Stmt] = self.pending + made
         ones = self.ones_for("f32")
-        for c in range(TF // CB):
-            chunk = sl(c * CB, CB)
-            side = Buf(self.fresh(f"{s.out}_T"), "psum", "f32", (CB, P))
-            col = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, 1))
-            spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (CB, P))
-            out += [Alloc(side, line=ln), ir.Transpose(whole(side), View(run, (full(P), chunk)), "pe", ln),
-                    Alloc(col, line=ln), ir.Reduce(whole(col), whole(side), s.op, ln),
+        # a batch's chunks share one transposed tile per extreme: every PSUM tile of a loop body takes a bank to the
+        # body's end in NKI 0.1 (psum_fits), and a sub-block of 512 columns would take four
+        shared: Buf | None = None
+        if self.at:
+            shared, made = self.psum(f"{s.out}_T", (CB, P), ln)
+            out += made
+        for lo in range(0, TF, CB):  # (the last chunk narrower when a batch's sub-block is not 128k wide)
+            n = min(CB, TF - lo)
+            chunk = sl(lo, n)
+            side = shared or Buf(self.fresh(f"{s.out}_T"), "psum", "f32", (n, P))
+            tside = View(side, (sl(0, n), full(P)))
+            col = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (n, 1))
+            spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (n, P))
+            out += [] if shared is not None else [Alloc(side, line=ln)]
+            out += [ir.Transpose(tside, View(run, (full(P), chunk)), "pe", ln),
+                    Alloc(col, line=ln), ir.Reduce(whole(col), tside, s.op, ln),
                     Alloc(spread, line=ln),
-                    ir.Scalar(whole(spread), View(ones, (sl(0, CB), full(P))), "multiply", whole(col), ln),
+                    ir.Scalar(whole(spread), View(ones, (sl(0, n), full(P))), "multiply", whole(col), ln),
                     ir.Transpose(View(acc, (full(P), chunk)), whole(spread), "pe", ln)]
         if self.twinned(s, bcast, acc):
             return out + self.evicted(s, bcast, acc)
@@ -509,9 +664,9 @@ class _Builder:
 
     def output(self, expr: sx.Expr) -> list[Stmt]:
         """The row-only parts of the expression once per block, then per row tile the expression and its store."""
-        user = self.user
-        assert user is not None
-        P, TF, ln, X = self.P, self.ch.TF, user.line, self.ch.src
+        user, yv = self.user, self.yv
+        assert user is not None and yv is not None
+        P, TF, ln, X = self.P, self.TF, user.line, self.ch.src
         out: list[Stmt] = []
         for part in _row_parts(expr, set(self.rows)):
             t = Buf(self.fresh(f"{user.out}_row"), "sbuf", "f32", (P, TF))
@@ -520,12 +675,12 @@ class _Builder:
             self.rows[t.name] = whole(t)
         if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
             step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt"), self.res))
-            store = Dma(View(self.yv, (full(P), full(self.T), self.cols)), whole(self.res), ln)
+            store = Dma(View(yv, self.at + (full(P), full(self.T), self.cols)), whole(self.res), ln)
             return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
         res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
         step = [Alloc(res, line=ln)]
         step += self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, whole(res))
-        step.append(Dma(View(self.yv, (full(P), a("rt"), self.cols)), whole(res), ln))
+        step.append(Dma(View(yv, self.at + (full(P), a("rt"), self.cols)), whole(res), ln))
         return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE} of the block", line=ln)
 
 

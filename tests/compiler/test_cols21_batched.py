@@ -1,0 +1,138 @@
+"""Column chains with a batch index (build_colchain.batched, session 21): statistics over a middle or leading axis
+(`m[a, c] max= X[a, b, c]`) and their user kept on chip one batch at a time, a batch's columns in sub-blocks of at
+most one PSUM bank. Values against NumPy formulas at small shapes (several row tiles, several sub-blocks, a sub-block
+not a multiple of 128 wide), f32 and bf16; the structure on the kernel's text; softmax over the middle axis of
+[16, 256, 1024] on the model against its HBM floor."""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from compiler_helpers import assert_formula_matches
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SOFTMAX_MID = (ROOT / "tests" / "programs" / "gaps15" / "softmax_mid.tl").read_text()
+STANDARDIZE_MID = """kernel k(X: f32[A, B, C]) -> Y
+  default A = 2, B = 128, C = 64
+  mu: f32[A, C]
+  v: f32[A, C]
+  Y: f32[A, B, C]
+  for a in 0..A, c in 0..C:
+    mu[a, c] = 0
+    for b in 0..B:
+      mu[a, c] += X[a, b, c] / B
+  for a in 0..A, c in 0..C:
+    v[a, c] = 0
+    for b in 0..B:
+      v[a, c] += (X[a, b, c] - mu[a, c]) * (X[a, b, c] - mu[a, c]) / B
+  for a in 0..A, b in 0..B, c in 0..C:
+    Y[a, b, c] = (X[a, b, c] - mu[a, c]) * rsqrt(v[a, c] + 0.00001)
+"""
+# the statistics of ConvNeXt's channel LayerNorm (NCHW, over C at every pixel) stored, with no user
+CHANNEL_STATS = """kernel k(X: f32[N, C, H, W]) -> mu, v
+  default N = 2, C = 128, H = 4, W = 4
+  mu: f32[N, H, W]
+  v: f32[N, H, W]
+  for n in 0..N, h in 0..H, w in 0..W:
+    mu[n, h, w] = 0
+    for c in 0..C:
+      mu[n, h, w] += X[n, c, h, w] / C
+  for n in 0..N, h in 0..H, w in 0..W:
+    v[n, h, w] = 0
+    for c in 0..C:
+      v[n, h, w] += (X[n, c, h, w] - mu[n, h, w]) * (X[n, c, h, w] - mu[n, h, w]) / C
+"""
+MAX_MEAN = ROOT / "tests" / "programs" / "user20" / "channel_max_mean.tl"
+
+
+def _softmax(x):
+    X = x["X"]
+    e = np.exp(X - X.max(axis=1, keepdims=True))
+    return {"Y": e / e.sum(axis=1, keepdims=True)}
+
+
+def _standardize(x):
+    X = x["X"]
+    return {"Y": (X - X.mean(axis=1, keepdims=True)) / np.sqrt(X.var(axis=1, keepdims=True) + 1e-5)}
+
+
+def _channel_stats(x):
+    X = x["X"]
+    return {"mu": X.mean(axis=1), "v": X.var(axis=1)}
+
+
+CASES = {  # name: (program, sizes, formula)
+    "softmax_one_sub_block": (SOFTMAX_MID, dict(A=3, B=256, C=192), _softmax),
+    # 4 batches (software-pipelined), sub-blocks of 300 columns: a max over chunks of 128, 128 and 44
+    "softmax_pipelined": (SOFTMAX_MID, dict(A=4, B=256, C=600), _softmax),
+    "standardize": (STANDARDIZE_MID, dict(A=2, B=384, C=520), _standardize),
+    "channel_stats": (CHANNEL_STATS, dict(N=4, C=256, H=4, W=6), _channel_stats),
+}
+
+
+def fused(source: str) -> bool:
+    return "every row kept in SBUF (X read once)" in " ".join(source.replace("#", " ").split())
+
+
+def compiled(name: str, dtype: str = "f32", nki: str = "0.6"):
+    text, sizes, _ = CASES[name]
+    program = lang.load(text.replace("f32", dtype), sizes)
+    return compile_loaded(program, nki=nki)
+
+
+@pytest.fixture(scope="module")
+def sources() -> dict[str, str]:
+    return {name: compiled(name).source for name in CASES}
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_batched_chains_match_numpy(name, dtype):
+    c = compiled(name, dtype)
+    assert fused(c.source)
+    assert_formula_matches(c, CASES[name][2], f"{name} {dtype}")
+
+
+def test_the_older_dialect_matches_numpy():
+    assert_formula_matches(compiled("softmax_pipelined", nki="0.1"), _softmax, "softmax_mid 0.1")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_x_is_read_once_and_nothing_else_goes_through_hbm(sources, name):
+    """Every load of X is one sub-block of every row of a batch; the terms of the sums (split into an HBM
+    temporary by reduce_split when they read a statistic) and the statistics only the user reads stay on chip."""
+    src = sources[name]
+    loads = [ln for ln in src.splitlines() if "dma_copy" in ln and "src=X_v" in ln]
+    assert loads and all("dst=X_res" in ln for ln in loads)
+    assert "buffer=nl.hbm" not in src
+
+
+def test_sub_blocks_and_batches(sources):
+    """C = 600 in two sub-blocks of 300 columns (one PSUM bank each), the 4 batches software-pipelined."""
+    src = sources["softmax_pipelined"]
+    assert "software-pipelined" in src and "0:300]" in src and "300:600]" in src
+
+
+def test_statistics_alone_with_an_extreme_stay_apart():
+    """channel_max_mean's max and mean over C are built apart (build_colreduce): as a chain each extreme would be
+    spread to every partition per 128 columns (67.2 against 50.4 us at 8 x 256 x 28 x 28 on the model)."""
+    c = compile_loaded(lang.load(MAX_MEAN, dict(N=2, C=128, H=4, W=4)), nki="0.6")
+    assert not fused(c.source)
+
+
+def test_the_model_softmax_mid_within_two_and_a_half():
+    """gaps15 softmax_mid (16 x 256 x 1024 f32): the model's estimate (start-up excluded) within 2.5x of the time
+    the core's HBM needs for X and Y (4.05x op by op through HBM before)."""
+    from tilec.perf.api import estimate
+    from tilec.target import TARGETS
+
+    A, B, C = 16, 256, 1024
+    c = compile_loaded(lang.load(SOFTMAX_MID, dict(A=A, B=B, C=C)), nki="0.6")
+    _, trace = c.run_traced(**lang.random_inputs(c.program, seed=1), numerics=False)
+    est = estimate(trace)
+    floor_us = 2 * A * B * C * 4 / TARGETS["trn2"].hbm_bw / 1000
+    assert est.total_us - est.params.startup_ns.value / 1000 < 2.5 * floor_us
