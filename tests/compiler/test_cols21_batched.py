@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from compiler_helpers import assert_formula_matches
+from user20_formulas import channel_layernorm
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 
@@ -47,6 +48,7 @@ CHANNEL_STATS = """kernel k(X: f32[N, C, H, W]) -> mu, v
       v[n, h, w] += (X[n, c, h, w] - mu[n, h, w]) * (X[n, c, h, w] - mu[n, h, w]) / C
 """
 MAX_MEAN = ROOT / "tests" / "programs" / "user20" / "channel_max_mean.tl"
+CHANNEL_LAYERNORM = (ROOT / "tests" / "programs" / "user20" / "channel_layernorm.tl").read_text()
 
 
 def _softmax(x):
@@ -71,6 +73,9 @@ CASES = {  # name: (program, sizes, formula)
     "softmax_pipelined": (SOFTMAX_MID, dict(A=4, B=256, C=600), _softmax),
     "standardize": (STANDARDIZE_MID, dict(A=2, B=384, C=520), _standardize),
     "channel_stats": (CHANNEL_STATS, dict(N=4, C=256, H=4, W=6), _channel_stats),
+    # the user reads per-channel columns g[c], b[c]: one value per partition of each row tile
+    "channel_layernorm": (CHANNEL_LAYERNORM, dict(N=4, C=128, H=4, W=6), channel_layernorm),
+    "channel_layernorm_two_row_tiles": (CHANNEL_LAYERNORM, dict(N=2, C=256, H=4, W=8), channel_layernorm),
 }
 
 
@@ -115,6 +120,11 @@ def test_sub_blocks_and_batches(sources):
     """C = 600 in two sub-blocks of 300 columns (one PSUM bank each), the 4 batches software-pipelined."""
     src = sources["softmax_pipelined"]
     assert "software-pipelined" in src and "0:300]" in src and "300:600]" in src
+
+
+def test_one_row_tile_is_software_pipelined(sources):
+    """C = 128 (one row tile): the output keeps its loop of one row tile, where the block splits into stages."""
+    assert "software-pipelined" in sources["channel_layernorm"]
 
 
 def test_statistics_alone_with_an_extreme_stay_apart():

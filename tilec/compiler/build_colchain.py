@@ -90,7 +90,8 @@ def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: Abstract
         return None
     first = stats[0]
     R, F, X, O = first.dim("R"), first.dim("F"), first.src, first.dim("O")
-    user = ops[k] if k < len(ops) and _user(ops[k], X, {s.out for s in stats}, O, R, F) else None
+    user = ops[k] if k < len(ops) and _user(ops[k], X, {s.out for s in stats}, O, R, F, hbm if O > 1 else None) \
+        else None
     if user is None and len(stats) < 2:  # one statistic alone: build_colreduce
         return None
     names = {o.name for o in ops[i:k + (user is not None)]}
@@ -155,10 +156,14 @@ def _sums_keep_up(T: int, TF: int, elem: int = 4) -> bool:
     return sum_ns <= t.pmax * T * TF * elem / t.hbm_bw
 
 
-def _user(op, X: str, made: set[str], O: int, R: int, F: int) -> bool:
-    """An element-wise op reading X and the statistics as rows, in X's layout."""
-    return type(op) is EltwiseOp and not (op.copy or op.columns or op.fused) and set(op.inputs) == {X} \
-        and set(op.rows) <= made and dict(op.layout) == {"O": O, "P": R, "F": F}
+def _user(op, X: str, made: set[str], O: int, R: int, F: int, hbm: dict[str, Buf] | None = None) -> bool:
+    """An element-wise op reading X and the statistics as rows, in X's layout; with `hbm` (a batched chain's user)
+    also per-row columns of R values (`g[c]` of a channel LayerNorm: one per partition of each row tile)."""
+    if type(op) is not EltwiseOp or op.copy or op.fused or (op.columns and hbm is None):
+        return False
+    if any(math.prod(hbm[c].shape) != R or hbm[c].dtype not in ("f32", "bf16") for c in op.columns if hbm):
+        return False
+    return set(op.inputs) == {X} and set(op.rows) <= made and dict(op.layout) == {"O": O, "P": R, "F": F}
 
 
 def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
@@ -241,7 +246,7 @@ class _Batch:
         ch, first = self.ch, self.subs[0]
         pre = first.views()
         for b in self.subs[1:]:
-            b.xv, b.yv = first.xv, first.yv
+            b.xv, b.yv, b.colbufs = first.xv, first.yv, first.colbufs
         parts = [b.block() for b in self.subs]
         if ch.user:  # one sub-block after the other (stage_b splits at the first one's output). Every sub-block's
             # statistics before the outputs kept each sub-block's accumulators live to its output (NKI 0.1: a PSUM
@@ -388,10 +393,16 @@ class _Builder:
         lead = (ch.O,) if self.at else ()
         self.xv, pre = hbm_view(self.hbm[ch.src], lead + (P, T, ch.F), self.fresh(f"{ch.src}_v"), ln)
         self.yv: Buf | None = None
+        self.colbufs: dict[str, Buf] = {}  # the user's columns, (P, T) each
         if self.user is not None:
             self.yv, st = hbm_view(self.hbm[self.user.out], lead + (P, T, ch.F), self.fresh(f"{self.user.out}_v"),
                                    ln)
             pre += st
+            for c in self.user.columns:  # once: row p * T + rt's value on partition p, column rt
+                cv, st = hbm_view(self.hbm[c], (P, T), self.fresh(f"{c}_v"), ln)
+                tile = Buf(self.fresh(f"{c}_cols"), "sbuf", self.hbm[c].dtype, (P, T))
+                pre += st + [Alloc(tile, line=ln), Dma(whole(tile), whole(cv), ln)]
+                self.colbufs[c] = tile
         return pre
 
     def ones_init(self) -> list[Stmt]:
@@ -435,12 +446,13 @@ class _Builder:
         copy once in_place made one."""
         return View(buf or self.copy or self.res, (full(self.P), rt, full(self.TF)))
 
-    def emit(self, tiles: dict[str, View], prefix: str, e: sx.Expr, dst: View) -> list[Stmt]:
+    def emit(self, tiles: dict[str, View], prefix: str, e: sx.Expr, dst: View,
+             columns: AbstractSet[str] = frozenset()) -> list[Stmt]:
         """The expression's instructions, each tensor_tensor cut by columns between GpSimdE and VectorE
         (_cut) and constant tensor_scalars balanced onto ScalarE (expr_instrs.balanced): with X resident,
-        VectorE's passes over the block, not the DMAs, bound the chain."""
+        VectorE's passes over the block, not the DMAs, bound the chain. `columns`: tiles that are (P, 1) columns."""
         t = get_target()
-        made = ExprCompiler(tiles, (self.P, self.TF), self.line, self.fresh, set(),
+        made = ExprCompiler(tiles, (self.P, self.TF), self.line, self.fresh, set(columns),
                             prefix=self.fresh(prefix)).emit(e, dst)
         per_tile = self.T if any("rt" in ir.view_vars(v) for v in (dst, *tiles.values())) else 1
         out: list[Stmt] = []
@@ -673,15 +685,24 @@ class _Builder:
             out += [Alloc(t, line=ln)] + self.emit(dict(self.rows), "r", part, whole(t))
             expr = _replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
             self.rows[t.name] = whole(t)
+        cols = {c: View(b, (full(P), sl(a("rt"), 1))) for c, b in self.colbufs.items()}
+        tiles = {X: self.tile(a("rt")), **self.rows, **cols}
         if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
-            step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt"), self.res))
+            step = self.emit(tiles, "tmp", expr, self.tile(a("rt"), self.res), set(cols))
             store = Dma(View(yv, self.at + (full(P), full(self.T), self.cols)), whole(self.res), ln)
-            return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
+            return out + self.rows_loop(step, f"{OUTPUT_NOTE}, in place") + [store]
         res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
         step = [Alloc(res, line=ln)]
-        step += self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, whole(res))
+        step += self.emit(tiles, "tmp", expr, whole(res), set(cols))
         step.append(Dma(View(yv, self.at + (full(P), a("rt"), self.cols)), whole(res), ln))
-        return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE} of the block", line=ln)
+        return out + self.rows_loop(step, f"{OUTPUT_NOTE} of the block")
+
+    def rows_loop(self, body: list[Stmt], note: str) -> list[Stmt]:
+        """The output's loop over the row tiles. A batched chain keeps a loop of one row tile (static) too: stage_b
+        splits the block there (channel_layernorm 8 x 128 x 28 x 28, software-pipelined: see the note)."""
+        if self.at and self.T == 1:
+            return [ir.Loop("rt", 1, tuple(body), "static", "", self.line, note)]
+        return loop("rt", self.T, body, note=note, line=self.line)
 
 
 def _fold(dst: View, x: View, y: View, alu: str, cut: int, line: int) -> list[Stmt]:
