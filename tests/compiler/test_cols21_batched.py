@@ -134,9 +134,9 @@ def test_statistics_alone_with_an_extreme_stay_apart():
     assert not fused(c.source)
 
 
-def test_the_model_softmax_mid_within_two_and_a_half():
-    """gaps15 softmax_mid (16 x 256 x 1024 f32): the model's estimate (start-up excluded) within 2.5x of the time
-    the core's HBM needs for X and Y (4.05x op by op through HBM before)."""
+def test_the_model_softmax_mid_within_2_2x():
+    """gaps15 softmax_mid (16 x 256 x 1024 f32): the model's estimate (start-up excluded) within 2.2x of the time
+    the core's HBM needs for X and Y (4.05x op by op through HBM before, 2.01x now)."""
     from tilec.perf.api import estimate
     from tilec.target import TARGETS
 
@@ -145,4 +145,4 @@ def test_the_model_softmax_mid_within_two_and_a_half():
     _, trace = c.run_traced(**lang.random_inputs(c.program, seed=1), numerics=False)
     est = estimate(trace)
     floor_us = 2 * A * B * C * 4 / TARGETS["trn2"].hbm_bw / 1000
-    assert est.total_us - est.params.startup_ns.value / 1000 < 2.5 * floor_us
+    assert est.total_us - est.params.startup_ns.value / 1000 < 2.2 * floor_us

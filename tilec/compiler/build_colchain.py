@@ -649,29 +649,51 @@ class _Builder:
         acc, made = self.psum(f"{s.out}_acc", (P, TF), ln)
         out: list[Stmt] = self.pending + made
         ones = self.ones_for("f32")
-        # a batch's chunks share one transposed tile per extreme: every PSUM tile of a loop body takes a bank to the
-        # body's end in NKI 0.1 (psum_fits), and a sub-block of 512 columns would take four
-        shared: Buf | None = None
         if self.at:
-            shared, made = self.psum(f"{s.out}_T", (CB, P), ln)
-            out += made
-        for lo in range(0, TF, CB):  # (the last chunk narrower when a batch's sub-block is not 128k wide)
-            n = min(CB, TF - lo)
-            chunk = sl(lo, n)
-            side = shared or Buf(self.fresh(f"{s.out}_T"), "psum", "f32", (n, P))
-            tside = View(side, (sl(0, n), full(P)))
-            col = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (n, 1))
-            spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (n, P))
-            out += [] if shared is not None else [Alloc(side, line=ln)]
-            out += [ir.Transpose(tside, View(run, (full(P), chunk)), "pe", ln),
-                    Alloc(col, line=ln), ir.Reduce(whole(col), tside, s.op, ln),
+            out += self.extreme_batched(s, run, acc, ones)
+        for lo in range(0, TF, CB) if not self.at else ():
+            chunk = sl(lo, CB)
+            side = Buf(self.fresh(f"{s.out}_T"), "psum", "f32", (CB, P))
+            col = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, 1))
+            spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (CB, P))
+            out += [Alloc(side, line=ln), ir.Transpose(whole(side), View(run, (full(P), chunk)), "pe", ln),
+                    Alloc(col, line=ln), ir.Reduce(whole(col), whole(side), s.op, ln),
                     Alloc(spread, line=ln),
-                    ir.Scalar(whole(spread), View(ones, (sl(0, n), full(P))), "multiply", whole(col), ln),
+                    ir.Scalar(whole(spread), View(ones, (sl(0, CB), full(P))), "multiply", whole(col), ln),
                     ir.Transpose(View(acc, (full(P), chunk)), whole(spread), "pe", ln)]
         if self.twinned(s, bcast, acc):
             return out + self.evicted(s, bcast, acc)
         out.append(ir.Copy(whole(bcast), whole(acc), ln))
         out.append(ir.Scalar(whole(bcast), whole(bcast), s.op, float(s.init), ln))
+        return out
+
+    def extreme_batched(self, s: ColumnReduceOp, run: Buf, acc: Buf, ones: Buf) -> list[Stmt]:
+        """extreme in a batched chain, whose few row tiles leave the extremes' passes a large part of VectorE's work:
+        the chunks' transposes side by side in one PSUM tile (a bank: 4 x 128 fp32 columns, shared by the
+        sub-blocks: NKI 0.1 gives each PSUM tile a bank to the body's end, psum_fits), one reduce of them, the
+        spreads on ScalarE (the ones scaled by each column), not VectorE. softmax_mid 16 x 256 x 1024 (model,
+        trn2): 218.2 us with extreme's passes, 212.1 with the spreads on ScalarE, see the note for the reduce."""
+        P, TF, ln = self.P, self.TF, s.update_line
+        CB = min(TF, P)
+        chunks = [(lo, min(CB, TF - lo)) for lo in range(0, TF, CB)]
+        k, whole_chunks = len(chunks), TF // CB
+        side, out = self.psum(f"{s.out}_T", (CB, k, P), ln)
+        cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
+        out.append(Alloc(cols, line=ln))
+        for c, (lo, n) in enumerate(chunks):
+            out.append(ir.Transpose(View(side, (sl(0, n), a(c), full(P))), View(run, (full(P), sl(lo, n))), "pe", ln))
+        out.append(ir.Reduce(View(cols, (full(CB), sl(0, whole_chunks))),
+                             View(side, (full(CB), sl(0, whole_chunks), full(P))), s.op, ln))
+        if whole_chunks < k:  # a narrower last chunk (a sub-block not 128k wide): its rows only
+            n = chunks[-1][1]
+            out.append(ir.Reduce(View(cols, (sl(0, n), sl(k - 1, 1))), View(side, (sl(0, n), a(k - 1), full(P))),
+                                 s.op, ln))
+        for c, (lo, n) in enumerate(chunks):
+            spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (n, P))
+            out += [Alloc(spread, line=ln),
+                    ir.Act(whole(spread), View(ones, (sl(0, n), full(P))), "copy", scale=View(cols, (sl(0, n), sl(c, 1))),
+                           line=ln),
+                    ir.Transpose(View(acc, (full(P), sl(lo, n))), whole(spread), "pe", ln)]
         return out
 
     def output(self, expr: sx.Expr) -> list[Stmt]:
