@@ -210,11 +210,6 @@ def batched(ch: ColChain, elem: int) -> ColChain | None:
     if n is None or T * ch.F * per > budget or (not ch.user and elem == 4 and not _sums_keep_up(T, ch.F // n)):
         return None
     w = ch.F // n
-    # statistics alone with a max or min: apart. Each extreme is stored from a row broadcast to every partition (4
-    # instructions per 128 columns in a chain of dependences) where build_colreduce transposes several chunks per
-    # PSUM bank: channel_max_mean 8 x 256 x 28 x 28 as a chain 67.2 us, apart 50.4 (model, trn2)
-    if not ch.user and any(s.op != "add" for s in ch.members):
-        return None
     return dataclasses.replace(ch, TF=w, widths=(w,) * n)
 
 
