@@ -70,7 +70,7 @@ class ColChain:
     # expression) and the user; () = ops[at:at + count] as they are
     members: tuple = ()
     O: int = 1  # batches (the kept indices before the reduced ones): a block is one batch (colbatch.py)
-    widths: tuple[int, ...] = ()  # with O > 1: the sub-blocks of a batch's columns, each one PSUM bank at most
+    subs: int = 1  # with O > 1: the sub-blocks of TF columns of a batch (an outer loop; each one PSUM bank at most)
 
     @property
     def op_range(self) -> range:
@@ -189,78 +189,32 @@ def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: Ab
     def counting(base: str) -> str:  # the first build's names are thrown away with it
         names[base] = names.get(base, 0) + 1
         return f"{base}_{names[base]}"
-    if ch.O > 1:
-        return _batched(ch, hbm, stored, fresh, counting)
-    first = _Builder(ch, hbm, stored, counting)
+    part = (ch.TF, ch.subs) if ch.O > 1 else None
+    first = _Builder(ch, hbm, stored, counting, part=part)
     first.build()
     q = _balance(first)
     work = Work(first.work.sbuf + first.sums * max(0, q - 1) * ch.TF, first.work.psum)
-    return _Builder(ch, hbm, stored, fresh, q, work.shares(get_target()), frozenset(first.read_whole)).build()
+    return _Builder(ch, hbm, stored, fresh, q, work.shares(get_target()), frozenset(first.read_whole), part).build()
 
 
 def batched(ch: ColChain, elem: int) -> ColChain | None:
-    """A chain with a batch index: a block is every column of one batch (`for ct in range(O)`, software-pipelined
-    like the blocks of columns), cut into sub-blocks of at most WHOLE columns (one PSUM bank of fp32 sums) built one
-    after the other in the block's body: every sub-block's loads and statistics, then every sub-block's output.
-    None when a batch does not fit RESIDENT_BYTES per partition (COPY_BYTES with a 16-bit X's working copy)."""
+    """A chain with a batch index: a block is a sub-block of TF columns of one batch, the batches the inner loop
+    (`for sb in range(subs): for ct in range(O)`, software-pipelined like the blocks of columns: pair_tiles.
+    skew_inner_tiles), the sub-blocks of one width of at most WHOLE columns (one PSUM bank of fp32 sums). None when a
+    sub-block does not fit RESIDENT_BYTES per partition (COPY_BYTES with a 16-bit X's working copy)."""
     T = ch.R // get_target().pmax
     budget, per = (RESIDENT_BYTES, elem) if elem == 4 else (COPY_BYTES, elem + 4)
-    least = -(-ch.F // WHOLE)  # sub-blocks of one width (they share their PSUM tiles)
+    least = -(-ch.F // WHOLE)
     n = next((k for k in range(least, 2 * least + 1) if ch.F % k == 0), None)
-    if n is None or T * ch.F * per > budget or (not ch.user and elem == 4 and not _sums_keep_up(T, ch.F // n)):
+    if n is None or T * (ch.F // n) * per > budget or (not ch.user and elem == 4 and not _sums_keep_up(T, ch.F // n)):
         return None
-    w = ch.F // n
-    return dataclasses.replace(ch, TF=w, widths=(w,) * n)
-
-
-def _batched(ch: ColChain, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh,
-             counting: Fresh) -> tuple[list[tuple[str, int]], list[Stmt]]:
-    """build_column_chain of a chain with a batch index (batched): built once to count the passes, then again."""
-    first = _Batch(ch, hbm, stored, counting)
-    first.build()
-    q = _balance(first.subs[0])
-    work = Work(sum(b.work.sbuf for b in first.subs) + first.subs[0].sums * max(0, q - 1) * ch.TF,
-                sum(b.work.psum for b in first.subs))
-    read_whole = frozenset(n for b in first.subs for n in b.read_whole)
-    return _Batch(ch, hbm, stored, fresh, q, work.shares(get_target()), read_whole).build()
-
-
-class _Batch:
-    """The sub-blocks of a batch (one _Builder each, sharing names, views and ones) in one loop over batches."""
-
-    def __init__(self, ch: ColChain, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh, folded: int = 0,
-                 shares: tuple[float, float] | None = None, read_whole: AbstractSet[str] = frozenset()):
-        self.ch = ch
-        starts = [sum(ch.widths[:k]) for k in range(len(ch.widths))]
-        self.subs = [_Builder(ch, hbm, stored, fresh, folded, shares, read_whole, (lo, w))
-                     for lo, w in zip(starts, ch.widths)]
-        for b in self.subs[1:]:
-            b.bases, b.ones, b.shared_psum = self.subs[0].bases, self.subs[0].ones, self.subs[0].shared_psum
-
-    def build(self) -> tuple[list[tuple[str, int]], list[Stmt]]:
-        ch, first = self.ch, self.subs[0]
-        pre = first.views()
-        for b in self.subs[1:]:
-            b.xv, b.yv, b.colbufs = first.xv, first.yv, first.colbufs
-        parts = [b.block() for b in self.subs]
-        if ch.user:  # one sub-block after the other (stage_b splits at the first one's output). Every sub-block's
-            # statistics before the outputs kept each sub-block's accumulators live to its output (NKI 0.1: a PSUM
-            # bank each, 9 of 8 for softmax_mid) and was no faster: 219.5 against 218.2 us (16 x 256 x 1024)
-            body = [x for head, tail in parts for x in head + tail]
-        else:  # every sub-block's load, then their statistics (stage_b splits after the loads)
-            body = [x for head, _ in parts for x in head[:2]] + [x for head, _ in parts for x in head[2:]]
-        pre += first.ones_init()
-        what = first.what().replace("one block of TILE_F columns", f"every column of one of {ch.O} batches")
-        nest = loop("ct", ch.O, body, note=f"for the batches (sub-blocks of {', '.join(map(str, ch.widths))} "
-                    "columns)", line=first.line)
-        return [("TILE_F", ch.TF)], pre + [ir.Block(what, tuple(nest), first.line)]
+    return dataclasses.replace(ch, TF=ch.F // n, subs=n)
 
 
 def psum_fits(ch: ColChain, built: tuple[list[tuple[str, int]], list[Stmt]]) -> bool:
     """Whether the built chain's PSUM tiles fit the banks when every tile lives to the end of its loop body (NKI 0.1's
-    interpreter counts them so: a bank each). Checked for batched chains, whose sub-blocks multiply the tiles: the
-    software-pipelined softmax_mid at 2 sub-blocks of 512 columns would hold 12 (unpipelined: 228.3 against 218.2 us
-    on the model, 16 x 256 x 1024); 2-D chains are built as before."""
+    interpreter counts them so: a bank each); else the unpipelined chain, else the ops apart. Checked for batched
+    chains (softmax_mid holds 6: two blocks' max, its transposes and the sum); 2-D chains are built as before."""
     from tilec.compiler.passes import peak_usage
     return ch.O == 1 or peak_usage(tuple(built[1]))[1] <= get_target().psum_banks
 
@@ -350,7 +304,6 @@ class _Builder:
         self.ch, self.hbm, self.stored, self.given = ch, hbm, stored, fresh
         self.bases: dict[str, int] = {}
         self.ones: dict[tuple[str, float], Buf] = {}
-        self.shared_psum: dict[str, Buf] | None = {} if part is not None else None
         self.fold_tiles = folded  # row tiles of each sum added on VectorE/GpSimdE before one matmul (_balance)
         self.work = Work()  # VectorE/GpSimdE tensor_tensor elements per partition over the whole block
         t = get_target()
@@ -367,19 +320,25 @@ class _Builder:
         self.P = get_target().pmax
         self.T = ch.R // self.P
         self.line = self.stats[0].line
-        self.TF = ch.TF if part is None else part[1]
+        self.TF = ch.TF
         self.cols = sl(a(term("ct", ch.TF, "TILE_F")), ch.TF, name="TILE_F") if ch.F > ch.TF else full(ch.F)
         self.at: tuple[ir.Aff, ...] = ()  # the batch index of the HBM views
-        if part is not None:  # a sub-block of a batch (_Batch)
-            self.cols = full(ch.F) if part[1] == ch.F else sl(part[0], part[1])
+        if part is not None:  # a batched chain (batched): sub-block sb of batch ct
+            self.cols = full(ch.F) if part[1] == 1 else sl(a(term("sb", ch.TF, "TILE_F")), ch.TF, name="TILE_F")
             self.at = (a("ct"),)
 
     def build(self) -> tuple[list[tuple[str, int]], list[Stmt]]:
+        ch, ln = self.ch, self.line
         pre = self.views()
         head, tail = self.block()
         pre += self.ones_init()
-        nest = loop("ct", self.ch.F // self.TF, head + tail, note="for the blocks of TILE_F columns", line=self.line)
-        return [("TILE_F", self.TF)], pre + [ir.Block(self.what(), tuple(nest), self.line)]
+        if not self.at:
+            nest = loop("ct", ch.F // self.TF, head + tail, note="for the blocks of TILE_F columns", line=ln)
+            return [("TILE_F", self.TF)], pre + [ir.Block(self.what(), tuple(nest), ln)]
+        nest = loop("sb", ch.subs, loop("ct", ch.O, head + tail, note="for the batches", line=ln),
+                    note="for the sub-blocks of TILE_F columns of a batch", line=ln)
+        what = self.what().replace("one block of TILE_F columns", "a sub-block of TILE_F columns of one batch")
+        return [("TILE_F", self.TF)], pre + [ir.Block(what, tuple(nest), ln)]
 
     def views(self) -> list[Stmt]:
         """X and Y seen as (O,) P x T x F: rows p * T .. p * T + T - 1 on partition p, so that a block of every row
@@ -617,13 +576,8 @@ class _Builder:
                         s.update_line)]
 
     def psum(self, base: str, shape: tuple[int, ...], line: int) -> tuple[Buf, list[Stmt]]:
-        """A PSUM tile and its allocation; a batch's sub-blocks (of one width, built one after the other) share
-        theirs (`shared_psum`), allocated by the first: each tile takes a bank to the loop body's end in NKI 0.1."""
-        if self.shared_psum is not None and base in self.shared_psum:
-            return self.shared_psum[base], []
+        """An fp32 PSUM tile and its allocation."""
         buf = Buf(self.fresh(base), "psum", "f32", shape)
-        if self.shared_psum is not None:
-            self.shared_psum[base] = buf
         return buf, [Alloc(buf, line=line)]
 
     def ones_for(self, dtype: str, value: float = 1.0) -> Buf:
@@ -649,10 +603,9 @@ class _Builder:
         return out
 
     def _extreme_chunks(self, s: ColumnReduceOp, run: Buf, acc: Buf, ones: Buf) -> list[Stmt]:
-        """The chunks' transposes side by side in one PSUM tile (a bank: at most 4 x 128 fp32 columns; a batch's
-        sub-blocks share it, as NKI 0.1 gives each PSUM tile a bank to the loop body's end: psum_fits), one reduce
-        of them, the spreads on ScalarE (the ones scaled by each column), otherwise idle in the chains, not
-        VectorE. Model (trn2, run): a tile, a reduce and a VectorE spread per chunk before: softmax_mid 16 x 256 x
+        """The chunks' transposes side by side in one PSUM tile (a bank: at most 4 x 128 fp32 columns; NKI 0.1 gives
+        each PSUM tile a bank to the loop body's end: psum_fits), one reduce of them, the spreads on ScalarE (the
+        ones scaled by each column), otherwise idle in the chains, not VectorE. Model (trn2, run): a tile, a reduce and a VectorE spread per chunk before: softmax_mid 16 x 256 x
         1024 218.2 us, spreads on ScalarE 212.1, one reduce 183.6; softmax_axis0 2048^2 129.2 -> 125.7, bf16 122.0
         -> 118.4."""
         P, TF, ln = self.P, self.TF, s.update_line

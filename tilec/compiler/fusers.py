@@ -15,7 +15,7 @@ from tilec.compiler.build_halo import build_halo, shifted_group
 from tilec.compiler.build_rowchain import fit_chain, reads_of
 from tilec.compiler.names import NameAllocator
 from tilec.compiler.ops import ConvOp
-from tilec.compiler.pair_tiles import skew_row_tiles
+from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
 from tilec.compiler.rules_global import build_global_pool, global_note, global_pool
 from tilec.compiler.schedule import sbuf_budget
 from tilec.lang.api import Program
@@ -129,6 +129,9 @@ def _column_chain(s: Site, i: int) -> Fused | None:
     # the next block's load issued before this block's work and stores (pair_tiles.py)
     skewed = skew_row_tiles(built, s.budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4,
                             split_at=stage_b(colchain, s.ops))
+    if skewed is None and colchain.O > 1:  # the batches inside the loop over a batch's sub-blocks
+        skewed = skew_inner_tiles(built, s.budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4,
+                                  split_at=stage_b(colchain, s.ops))
     fit = next((b for b in (skewed, built) if b is not None and psum_fits(colchain, b)), None)
     if fit is None:
         return None
