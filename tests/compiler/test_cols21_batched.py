@@ -1,8 +1,9 @@
 """Column chains with a batch index (build_colchain.batched, session 21): statistics over a middle or leading axis
 (`m[a, c] max= X[a, b, c]`) and their user kept on chip one batch at a time (the batches software-pipelined inside
-a loop over a batch's sub-blocks of columns, at most one PSUM bank each). Values against NumPy formulas at small shapes (several row tiles, several sub-blocks, a sub-block
-not a multiple of 128 wide), f32 and bf16; the structure on the kernel's text; softmax over the middle axis of
-[16, 256, 1024] on the model against its HBM floor."""
+a loop over a batch's sub-blocks of columns, at most one PSUM bank each). Values against NumPy formulas at small
+shapes (several row tiles, several sub-blocks, a sub-block not a multiple of 128 wide), f32 and bf16; the
+structure on the kernel's text; softmax over the middle axis of [16, 256, 1024] on the model against its HBM
+floor."""
 from __future__ import annotations
 
 import pathlib

@@ -605,9 +605,9 @@ class _Builder:
     def _extreme_chunks(self, s: ColumnReduceOp, run: Buf, acc: Buf, ones: Buf) -> list[Stmt]:
         """The chunks' transposes side by side in one PSUM tile (a bank: at most 4 x 128 fp32 columns; NKI 0.1 gives
         each PSUM tile a bank to the loop body's end: psum_fits), one reduce of them, the spreads on ScalarE (the
-        ones scaled by each column), otherwise idle in the chains, not VectorE. Model (trn2, run): a tile, a reduce and a VectorE spread per chunk before: softmax_mid 16 x 256 x
-        1024 218.2 us, spreads on ScalarE 212.1, one reduce 183.6; softmax_axis0 2048^2 129.2 -> 125.7, bf16 122.0
-        -> 118.4."""
+        ones scaled by each column), otherwise idle in the chains, not VectorE. Model (trn2, run), a PSUM tile, a
+        reduce and a VectorE spread per chunk before: softmax_mid 16 x 256 x 1024 218.2 us, spreads on ScalarE 212.1,
+        one reduce 183.6; softmax_axis0 2048^2 129.2 -> 125.7, bf16 122.0 -> 118.4."""
         P, TF, ln = self.P, self.TF, s.update_line
         CB = min(TF, P)
         chunks = [(lo, min(CB, TF - lo)) for lo in range(0, TF, CB)]
@@ -625,9 +625,9 @@ class _Builder:
                                  s.op, ln))
         for c, (lo, n) in enumerate(chunks):
             spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (n, P))
+            scale = View(cols, (sl(0, n), sl(c, 1)))
             out += [Alloc(spread, line=ln),
-                    ir.Act(whole(spread), View(ones, (sl(0, n), full(P))), "copy", scale=View(cols, (sl(0, n), sl(c, 1))),
-                           line=ln),
+                    ir.Act(whole(spread), View(ones, (sl(0, n), full(P))), "copy", scale=scale, line=ln),
                     ir.Transpose(View(acc, (full(P), sl(lo, n))), whole(spread), "pe", ln)]
         return out
 
