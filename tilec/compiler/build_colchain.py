@@ -35,7 +35,7 @@ from tilec.compiler.build_conv import Fresh
 from tilec.compiler.build_rowchain import reads_of
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.expr_instrs import ExprCompiler, balanced
-from tilec.compiler.exprs import accesses, fmt_expr
+from tilec.compiler.exprs import accesses, fmt_expr, strip_scale
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
 from tilec.lang import syntax as sx
@@ -122,7 +122,11 @@ def statistics(ops: tuple, i: int, keep: AbstractSet[str]) -> tuple[list[ColumnR
     while k < len(ops):
         op = ops[k]
         if stats and k + 1 < len(ops) and _terms(op, ops[k + 1], stats, ops, keep):
-            op = dataclasses.replace(ops[k + 1], src=stats[0].src, expr=op.expr, inputs=(stats[0].src, *op.rows))
+            # a constant factor of a sum's terms (`/ C`) scales the sum on its way out of PSUM, as select_reduce
+            # strips it from a statistic written whole: one pass over the terms less
+            expr, scale = strip_scale(op.expr) if ops[k + 1].op == "add" else (op.expr, 1.0)
+            op = dataclasses.replace(ops[k + 1], src=stats[0].src, expr=expr, inputs=(stats[0].src, *op.rows),
+                                     scale=ops[k + 1].scale * scale)
             k += 1
         if type(op) is not ColumnReduceOp or not _stat(op, stats[0] if stats else op, {s.out for s in stats}):
             break
