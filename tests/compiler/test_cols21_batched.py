@@ -132,9 +132,9 @@ def test_one_row_tile_is_software_pipelined(sources):
     assert "software-pipelined" in sources["channel_layernorm"]
 
 
-def test_the_model_softmax_mid_within_2_2x():
-    """gaps15 softmax_mid (16 x 256 x 1024 f32): the model's estimate (start-up excluded) within 2.2x of the time
-    the core's HBM needs for X and Y (4.05x op by op through HBM before, 2.01x now)."""
+def test_the_model_softmax_mid_within_2x():
+    """gaps15 softmax_mid (16 x 256 x 1024 f32): the model's estimate (start-up excluded) within 2x of the time the
+    core's HBM needs for X and Y (4.05x op by op through HBM before, 1.87x now)."""
     from tilec.perf.api import estimate
     from tilec.target import TARGETS
 
@@ -143,4 +143,4 @@ def test_the_model_softmax_mid_within_2_2x():
     _, trace = c.run_traced(**lang.random_inputs(c.program, seed=1), numerics=False)
     est = estimate(trace)
     floor_us = 2 * A * B * C * 4 / TARGETS["trn2"].hbm_bw / 1000
-    assert est.total_us - est.params.startup_ns.value / 1000 < 2.2 * floor_us
+    assert est.total_us - est.params.startup_ns.value / 1000 < 2.0 * floor_us

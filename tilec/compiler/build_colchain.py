@@ -21,7 +21,13 @@ of the block, so its blocks are narrower (COPY_BYTES for both). A statistic the 
 outputs or another op reads is stored from row 0 of its broadcast tile. Two or more statistics of one X with no
 element-wise user after them (a column variance) make a chain of their own. Taken for f32/bf16 X of whole row
 tiles whose block of RESIDENT_BYTES per partition holds at least 128 columns (or all of them), and no directive on
-the chain's ops; anything else keeps the ops apart."""
+the chain's ops; anything else keeps the ops apart.
+
+With a batch index (statistics over a middle or leading axis: `m[a, c] max= X[a, b, c]`, ConvNeXt's LayerNorm
+over C of NCHW) the same nest runs per batch (`batched`): `for sb in sub-blocks of TF columns: for ct in batches`,
+the batches software-pipelined; a sum whose terms read another statistic, which reduce_split writes to HBM as an
+element-wise op first, is taken back as one statistic (`statistics`), and the user may read per-row columns
+(`* g[c] + b[c]`)."""
 from __future__ import annotations
 
 import dataclasses
