@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
 from tilec.compiler import build_attention, build_mbblock, build_mlp, build_psumrow, ir, passes, placement
-from tilec.compiler.build_colchain import build_column_chain, column_chain, psum_fits, stage_b
+from tilec.compiler.build_colchain import build_column_chain, psum_fits, stage_b
 from tilec.compiler.build_halo import build_halo, shifted_group
 from tilec.compiler.build_rowchain import fit_chain, reads_of
+from tilec.compiler.colchain_find import column_chain
 from tilec.compiler.names import NameAllocator
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
