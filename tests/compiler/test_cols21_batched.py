@@ -127,6 +127,36 @@ def test_sub_blocks_and_batches(sources):
     assert "software-pipelined" in src.split("for sb in range(2):")[1]
 
 
+# two statistics, then a sum of terms written to HBM (reduce_split) whose sum starts from a tensor: not a statistic
+# of the chain, so its terms are not the chain's either (a first version took them in and never wrote them)
+STATS_THEN_APART = """kernel k(X: f32[A, B, C], v0: f32[A, C]) -> mx, v
+  default A = 2, B = 128, C = 64
+  mu: f32[A, C]
+  mx: f32[A, C]
+  v: f32[A, C]
+  for a in 0..A, c in 0..C:
+    mu[a, c] = 0
+    for b in 0..B:
+      mu[a, c] += X[a, b, c] / B
+  for a in 0..A, c in 0..C:
+    mx[a, c] = -inf
+    for b in 0..B:
+      mx[a, c] max= X[a, b, c]
+  for a in 0..A, c in 0..C:
+    v[a, c] = v0[a, c]
+    for b in 0..B:
+      v[a, c] += (X[a, b, c] - mu[a, c]) * (X[a, b, c] - mu[a, c])
+"""
+
+
+def test_terms_of_a_sum_left_apart_are_computed():
+    def formula(x):
+        X = x["X"]
+        return {"mx": X.max(axis=1), "v": x["v0"] + ((X - X.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)}
+    c = compile_loaded(lang.load(STATS_THEN_APART), nki="0.6")
+    assert_formula_matches(c, formula, "statistics, then a sum apart")
+
+
 def test_one_row_tile_is_software_pipelined(sources):
     """C = 128 (one row tile): the output keeps its loop of one row tile, where the block splits into stages."""
     assert "software-pipelined" in sources["channel_layernorm"]

@@ -94,18 +94,18 @@ def statistics(ops: tuple, i: int, keep: AbstractSet[str]) -> tuple[list[ColumnR
     stats: list[ColumnReduceOp] = []
     k = i
     while k < len(ops):
-        op = ops[k]
+        op, step = ops[k], 1
         if stats and k + 1 < len(ops) and _terms(op, ops[k + 1], stats, ops, keep):
             # a constant factor of a sum's terms (`/ C`) scales the sum on its way out of PSUM, as select_reduce
             # strips it from a statistic written whole: one pass over the terms less
             expr, scale = strip_scale(op.expr) if ops[k + 1].op == "add" else (op.expr, 1.0)
             op = dataclasses.replace(ops[k + 1], src=stats[0].src, expr=expr, inputs=(stats[0].src, *op.rows),
                                      scale=ops[k + 1].scale * scale)
-            k += 1
+            step = 2
         if type(op) is not ColumnReduceOp or not _stat(op, stats[0] if stats else op, {s.out for s in stats}):
-            break
+            break  # (ops[k] then is not in the chain, whatever it is)
         stats.append(op)
-        k += 1
+        k += step
     return stats, k
 
 
