@@ -175,7 +175,7 @@ class _Builder:
         members = list(ch.members)
         self.stats: list[ColumnReduceOp] = members[:-1] if ch.user else members
         self.user: EltwiseOp | None = members[-1] if ch.user else None
-        self.P = get_target().pmax
+        self.P = min(get_target().pmax, ch.R)  # (a batched chain may have fewer rows than partitions: one tile)
         self.T = ch.R // self.P
         self.line = self.stats[0].line
         self.TF = ch.TF
@@ -461,32 +461,42 @@ class _Builder:
         return out
 
     def _extreme_chunks(self, s: ColumnReduceOp, run: Buf, acc: Buf, ones: Buf) -> list[Stmt]:
-        """The chunks' transposes side by side in one PSUM tile (a bank: at most 4 x 128 fp32 columns; NKI 0.1 gives
-        each PSUM tile a bank to the loop body's end: psum_fits), one reduce of them, the spreads on ScalarE (the
-        ones scaled by each column), otherwise idle in the chains, not VectorE. Model (trn2, run), a PSUM tile, a
-        reduce and a VectorE spread per chunk before: softmax_mid 16 x 256 x 1024 218.2 us, spreads on ScalarE 212.1,
-        one reduce 183.6; softmax_axis0 2048^2 129.2 -> 125.7, bf16 122.0 -> 118.4."""
+        """The chunks' transposes side by side in one PSUM tile per bank (4 chunks of 128 rows, more of a batched
+        chain's fewer rows; NKI 0.1 gives each PSUM tile a bank to the loop body's end: psum_fits), one reduce each,
+        the spreads on ScalarE (the ones scaled by each column), otherwise idle in the chains, not VectorE. Model
+        (trn2, run), a PSUM tile, a reduce and a VectorE spread per chunk before: softmax_mid 16 x 256 x 1024 218.2
+        us, spreads on ScalarE 212.1, one reduce 183.6; softmax_axis0 2048^2 129.2 -> 125.7, bf16 122.0 -> 118.4."""
         P, TF, ln = self.P, self.TF, s.update_line
         CB = min(TF, P)
         chunks = [(lo, min(CB, TF - lo)) for lo in range(0, TF, CB)]
-        k, whole_chunks = len(chunks), TF // CB
-        side, out = self.psum(f"{s.out}_T", (CB, k, P), ln)
+        k = len(chunks)
         cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
-        out.append(Alloc(cols, line=ln))
-        for c, (lo, n) in enumerate(chunks):
-            out.append(ir.Transpose(View(side, (sl(0, n), a(c), full(P))), View(run, (full(P), sl(lo, n))), "pe", ln))
-        out.append(ir.Reduce(View(cols, (full(CB), sl(0, whole_chunks))),
-                             View(side, (full(CB), sl(0, whole_chunks), full(P))), s.op, ln))
-        if whole_chunks < k:  # a narrower last chunk (a sub-block not 128k wide): its rows only
-            n = chunks[-1][1]
-            out.append(ir.Reduce(View(cols, (sl(0, n), sl(k - 1, 1))), View(side, (sl(0, n), a(k - 1), full(P))),
-                                 s.op, ln))
+        out: list[Stmt] = [Alloc(cols, line=ln)]
+        group = get_target().psum_bank_bytes // (4 * P)  # chunks per bank (4 of 128 rows; more with fewer rows)
+        for g0 in range(0, k, group):
+            out += self._reduced(s, run, cols, chunks[g0:g0 + group], g0)
         for c, (lo, n) in enumerate(chunks):
             spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (n, P))
             scale = View(cols, (sl(0, n), sl(c, 1)))
             out += [Alloc(spread, line=ln),
                     ir.Act(whole(spread), View(ones, (sl(0, n), full(P))), "copy", scale=scale, line=ln),
                     ir.Transpose(View(acc, (full(P), sl(lo, n))), whole(spread), "pe", ln)]
+        return out
+
+    def _reduced(self, s: ColumnReduceOp, run: Buf, cols: Buf, chunks: list[tuple[int, int]], c0: int) -> list[Stmt]:
+        """Chunks c0.. of run transposed side by side into one PSUM tile and reduced into columns c0.. of cols."""
+        P, CB, ln = self.P, cols.shape[0], s.update_line
+        k, whole_chunks = len(chunks), sum(n == CB for _, n in chunks)
+        side, out = self.psum(f"{s.out}_T", (CB, k, P), ln)
+        for c, (lo, n) in enumerate(chunks):
+            out.append(ir.Transpose(View(side, (sl(0, n), a(c), full(P))), View(run, (full(P), sl(lo, n))), "pe", ln))
+        if whole_chunks:
+            out.append(ir.Reduce(View(cols, (full(CB), sl(c0, whole_chunks))),
+                                 View(side, (full(CB), sl(0, whole_chunks), full(P))), s.op, ln))
+        if whole_chunks < k:  # a narrower last chunk (a sub-block not 128k wide): its rows only
+            n = chunks[-1][1]
+            out.append(ir.Reduce(View(cols, (sl(0, n), sl(c0 + k - 1, 1))), View(side, (sl(0, n), a(k - 1), full(P))),
+                                 s.op, ln))
         return out
 
     def output(self, expr: sx.Expr) -> list[Stmt]:

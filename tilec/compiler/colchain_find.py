@@ -72,7 +72,7 @@ def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: Abstract
     if names & set(scheduled) or hbm[X].dtype not in ("f32", "bf16"):
         return None
     P = get_target().pmax
-    if R % P:
+    if R % P and not (O > 1 and R < P):  # (a batched chain of fewer rows: one tile of R partitions, P = R)
         return None
     members = tuple(stats) + ((user,) if user is not None else ())
     if O > 1:
@@ -161,7 +161,7 @@ def batched(ch: ColChain, elem: int) -> ColChain | None:
     (`for sb in range(subs): for ct in range(O)`, software-pipelined like the blocks of columns: pair_tiles.
     skew_inner_tiles), the sub-blocks of one width of at most WHOLE columns (one PSUM bank of fp32 sums). None when a
     sub-block does not fit RESIDENT_BYTES per partition (COPY_BYTES with a 16-bit X's working copy)."""
-    T = ch.R // get_target().pmax
+    T = max(1, ch.R // get_target().pmax)
     budget, per = (RESIDENT_BYTES, elem) if elem == 4 else (COPY_BYTES, elem + 4)
     least = -(-ch.F // WHOLE)
     n = next((k for k in range(least, 2 * least + 1) if ch.F % k == 0), None)
