@@ -161,6 +161,42 @@ def test_terms_of_a_sum_left_apart_are_computed():
     assert_formula_matches(c, formula, "statistics, then a sum apart")
 
 
+# the user is the part a statistic computes in place (`(X - mu)^2` of the variance): nothing left to compute per row
+# tile, Y is stored as the block is (main, 2-D too, printed an empty loop: a kernel with a syntax error)
+SQUARES = """kernel k(X: f32[M, N]) -> V, Y
+  default M = 256, N = 256
+  mu: f32[N]
+  V: f32[N]
+  Y: f32[M, N]
+  for j in 0..N:
+    mu[j] = 0
+    for i in 0..M:
+      mu[j] += X[i, j] / M
+  for j in 0..N:
+    V[j] = 0
+    for i in 0..M:
+      V[j] += (X[i, j] - mu[j]) * (X[i, j] - mu[j]) / M
+  for i in 0..M, j in 0..N:
+    Y[i, j] = (X[i, j] - mu[j]) * (X[i, j] - mu[j])
+"""
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_user_equal_to_the_part_computed_in_place(batched):
+    text = SQUARES
+    if batched:
+        text = text.replace("[M, N]", "[A, M, N]").replace("[N]", "[A, N]").replace("N = 256", "N = 256, A = 2")
+        text = text.replace("for j in", "for a in 0..A, j in")
+        text = text.replace("for i in 0..M, j", "for a in 0..A, i in 0..M, j")
+        text = text.replace("[i, j]", "[a, i, j]").replace("[j]", "[a, j]")
+
+    def formula(x):
+        X = x["X"]
+        d = X - X.mean(axis=-2, keepdims=True)
+        return {"V": (d * d).mean(axis=-2), "Y": d * d}
+    assert_formula_matches(compile_loaded(lang.load(text), nki="0.6"), formula, f"squares batched={batched}")
+
+
 def test_one_row_tile_is_software_pipelined(sources):
     """C = 128 (one row tile): the output keeps its loop of one row tile, where the block splits into stages."""
     assert "software-pipelined" in sources["channel_layernorm"]

@@ -515,6 +515,8 @@ class _Builder:
         if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
             step = self.emit(tiles, "tmp", expr, self.tile(a("rt"), self.res), set(cols))
             store = Dma(View(yv, self.at + (full(P), full(self.T), self.cols)), whole(self.res), ln)
+            if not step:  # Y is the part computed in place (`Y = (X - mu)^2` after a variance's terms): stored as is
+                return out + [store]
             return out + self.rows_loop(step, f"{OUTPUT_NOTE}, in place") + [store]
         res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
         step = [Alloc(res, line=ln)]
