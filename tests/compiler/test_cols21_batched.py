@@ -13,6 +13,7 @@ import pytest
 
 from compiler_helpers import assert_formula_matches
 from kernel_numbers import numbered
+from test_cols20_chain import VARIANCE
 from user20_formulas import channel_layernorm, channel_max_mean
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
@@ -163,22 +164,9 @@ def test_terms_of_a_sum_left_apart_are_computed():
 
 # the user is the part a statistic computes in place (`(X - mu)^2` of the variance): nothing left to compute per row
 # tile, Y is stored as the block is (main, 2-D too, printed an empty loop: a kernel with a syntax error)
-SQUARES = """kernel k(X: f32[M, N]) -> V, Y
-  default M = 256, N = 256
-  mu: f32[N]
-  V: f32[N]
-  Y: f32[M, N]
-  for j in 0..N:
-    mu[j] = 0
-    for i in 0..M:
-      mu[j] += X[i, j] / M
-  for j in 0..N:
-    V[j] = 0
-    for i in 0..M:
-      V[j] += (X[i, j] - mu[j]) * (X[i, j] - mu[j]) / M
-  for i in 0..M, j in 0..N:
-    Y[i, j] = (X[i, j] - mu[j]) * (X[i, j] - mu[j])
-"""
+SQUARES = VARIANCE.format(M=256, N=256).replace("-> V", "-> V, Y") \
+    .replace("  V: f32[N]\n", "  V: f32[N]\n  Y: f32[M, N]\n") \
+    + "  for i in 0..M, j in 0..N:\n    Y[i, j] = (X[i, j] - mu[j]) * (X[i, j] - mu[j])\n"
 
 
 @pytest.mark.parametrize("batched", [False, True])
