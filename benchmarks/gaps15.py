@@ -41,6 +41,10 @@ REALISTIC: dict[str, dict[str, int]] = {
     # cols20: statistics without a user, and column chains written in bf16 throughout
     "column_variance": {"M": 4096, "N": 2048},
     "softmax_axis0_bf16": {"M": 2048, "N": 2048},
+    # cols21: column chains with a batch index (a statistic over a middle or leading axis)
+    "softmax_mid": {"A": 16, "B": 256, "C": 1024},
+    "channel_layernorm": {"N": 8, "C": 128, "H": 28, "W": 28},
+    "channel_layernorm@c96": {"N": 8, "C": 96, "H": 56, "W": 56},  # ConvNeXt-T's first stage: fewer rows than P
     "column_standardize_bf16": {"M": 4096, "N": 2048},
     "log_softmax": {"M": 2048, "N": 2048},
     "residual_layernorm": {"M": 2048, "N": 1024},

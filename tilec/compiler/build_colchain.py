@@ -21,7 +21,13 @@ of the block, so its blocks are narrower (COPY_BYTES for both). A statistic the 
 outputs or another op reads is stored from row 0 of its broadcast tile. Two or more statistics of one X with no
 element-wise user after them (a column variance) make a chain of their own. Taken for f32/bf16 X of whole row
 tiles whose block of RESIDENT_BYTES per partition holds at least 128 columns (or all of them), and no directive on
-the chain's ops; anything else keeps the ops apart."""
+the chain's ops; anything else keeps the ops apart.
+
+With a batch index (statistics over a middle or leading axis: `m[a, c] max= X[a, b, c]`, ConvNeXt's LayerNorm
+over C of NCHW) the same nest runs per batch (`batched`): `for sb in sub-blocks of TF columns: for ct in batches`,
+the batches software-pipelined; a sum whose terms read another statistic, which reduce_split writes to HBM as an
+element-wise op first, is taken back as one statistic (`statistics`), and the user may read per-row columns
+(`* g[c] + b[c]`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -30,106 +36,18 @@ from dataclasses import dataclass
 from typing import AbstractSet
 
 from tilec.compiler import ir
-from tilec.compiler.build_colreduce import SHARE_MIN, _vector_columns
+from tilec.compiler.build_colreduce import SHARE_MIN
 from tilec.compiler.build_conv import Fresh
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+from tilec.compiler.colchain_find import IDENTITY, ColChain
 from tilec.compiler.expr_instrs import ExprCompiler, balanced
 from tilec.compiler.exprs import accesses, fmt_expr
-from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Stmt, View, full, whole
+from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
 from tilec.lang import syntax as sx
 from tilec.target import compiled, target as get_target
 
-# per partition: one block of X (two in flight when software-pipelined). Wider blocks hold the engines longer on
-# one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
-RESIDENT_BYTES = 32 * 1024
-COPY_BYTES = 48 * 1024  # a 16-bit block with its fp32 working copy (per partition; two in flight when pipelined)
 OUTPUT_NOTE = "the output per row tile"
-# TILE_F candidates, the first that divides F and fits: 512 fp32 columns fill one PSUM bank (the sum's matmul).
-# With fp32 X of 8 or more row tiles, more blocks pipeline better (the first block's load and the last one's store
-# are exposed); with fewer row tiles, or 16-bit X (its terms computed per row tile, no in-place part), a block's
-# work is short and wider instructions do better. Model, trn2, 512 / 256 columns: softmax over axis 0 f32 2048^2
-# 141.9 / 133.1 us, 1024^2 68.5 / 59.4, 512 x 2048 63.7 / 67.7; bf16 2048^2 305.9 / 362.4; column standardisation
-# bf16 4096 x 2048 539.1 / 675.0, f32 1024^2 66.4 / 65.3, 512 x 2048 58.6 / 63.7 (f32 4096 x 2048: 512 does not fit)
-WHOLE = 512  # a block of every column up to this wide
-NARROW_FIRST, WIDE_FIRST = (256, 512, 128), (512, 256, 128)
-IDENTITY = {"add": 0.0, "maximum": float("-inf"), "minimum": float("inf")}
-
-
-@dataclass(frozen=True)
-class ColChain:
-    at: int
-    count: int
-    src: str
-    R: int
-    F: int
-    TF: int
-    user: bool = True  # the last op is the element-wise user; else statistics only (each stored or read later)
-
-    @property
-    def op_range(self) -> range:
-        return range(self.at, self.at + self.count)
-
-
-def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: AbstractSet[str],
-                 hbm: dict[str, Buf]) -> ColChain | None:
-    """The chain of the module docstring starting at ops[i], or None."""
-    stats: list[ColumnReduceOp] = []
-    k = i
-    while k < len(ops) and type(ops[k]) is ColumnReduceOp and _stat(ops[k], ops[i], {s.out for s in stats}):
-        stats.append(ops[k])
-        k += 1
-    if not stats:
-        return None
-    first = stats[0]
-    R, F, X = first.dim("R"), first.dim("F"), first.src
-    user = ops[k] if k < len(ops) and _user(ops[k], X, {s.out for s in stats}, R, F) else None
-    if user is None and len(stats) < 2:  # one statistic alone: build_colreduce
-        return None
-    if any(o.name in scheduled for o in stats + [user] if o is not None) or hbm[X].dtype not in ("f32", "bf16"):
-        return None
-    P = get_target().pmax
-    if R % P:
-        return None
-    TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype])
-    if hbm[X].dtype != "f32" and TF is not None:  # a 16-bit block and its fp32 working copy (_Builder.in_place)
-        TF = _block(R // P, F, DTYPE_BYTES[hbm[X].dtype] + 4, COPY_BYTES)
-    if TF is None or (user is None and hbm[X].dtype == "f32" and not _sums_keep_up(R // P, TF)):
-        return None
-    return ColChain(i, len(stats) + (user is not None), X, R, F, TF, user is not None)
-
-
-def _sums_keep_up(T: int, TF: int, elem: int = 4) -> bool:
-    """Statistics of an fp32 X without a user put every sum on TensorE (_balance): worth X read once only when a
-    sum of a block (T fp32 ones matmuls of TF columns, tilec/perf/costs.py) takes no longer than loading the block,
-    which each statistic apart costs. Model, column variance 4096 x 2048: with the onezero rate 8.3 us against 11.4
-    (chain 176.3 us, apart 220.8); at the full fp32 factor 16.6 us (chain 288.7, q = 16 folded 221.1: apart). A bf16
-    X (its first sum at the bf16 rate) was faster as a chain at every size tried: bf16 variance 4096 x 2048 120.4
-    against 135.7 us apart, 1024^2 21.0 / 23.9, 256 x 384 4.9 / 8.9."""
-    from tilec.perf.costs import Costs
-    from tilec.perf.params import target_params
-    t = get_target()
-    c = Costs(target_params(t.name))
-    sum_ns = T * (TF + c.mm_fixed) * c.fp32_onezero / t.tensor_ghz
-    return sum_ns <= t.pmax * T * TF * elem / t.hbm_bw
-
-
-def _user(op, X: str, made: set[str], R: int, F: int) -> bool:
-    """An element-wise op reading X and the statistics as rows, in X's layout."""
-    return type(op) is EltwiseOp and not (op.copy or op.columns or op.fused) and set(op.inputs) == {X} \
-        and set(op.rows) <= made and dict(op.layout) == {"O": 1, "P": R, "F": F}
-
-
-def _stat(op: ColumnReduceOp, first: ColumnReduceOp, made: set[str]) -> bool:
-    return op.dim("O") == 1 and op.src == first.src and op.dims == first.dims and not isinstance(op.init, str) \
-        and op.op in IDENTITY and set(op.inputs) <= {op.src} | made
-
-
-def _block(T: int, F: int, elem: int, budget: int = RESIDENT_BYTES) -> int | None:
-    if F <= WHOLE and T * F * elem <= budget:
-        return F
-    order = NARROW_FIRST if elem == 4 and T >= 8 else WIDE_FIRST
-    return next((c for c in order if F % c == 0 and T * c * elem <= budget), None)
 
 
 def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str],
@@ -137,16 +55,26 @@ def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: Ab
     """The nest of the module docstring; `stored`: the statistics the kernel needs in HBM. Built once with every
     sum on TensorE to count VectorE/GpSimdE's passes, then again with the first `folded` row tiles of each sum
     added on VectorE/GpSimdE (one matmul of their total) so that the two sides finish together (_balance)."""
+    del ops  # (the chain's members are ch.members)
     names: dict[str, int] = {}
 
     def counting(base: str) -> str:  # the first build's names are thrown away with it
         names[base] = names.get(base, 0) + 1
         return f"{base}_{names[base]}"
-    first = _Builder(ch, ops, hbm, stored, counting)
+    part = (ch.TF, ch.subs) if ch.O > 1 else None
+    first = _Builder(ch, hbm, stored, counting, part=part)
     first.build()
     q = _balance(first)
     work = Work(first.work.sbuf + first.sums * max(0, q - 1) * ch.TF, first.work.psum)
-    return _Builder(ch, ops, hbm, stored, fresh, q, work.shares(compiled()), frozenset(first.read_whole)).build()
+    return _Builder(ch, hbm, stored, fresh, q, work.shares(compiled()), frozenset(first.read_whole), part).build()
+
+
+def psum_fits(ch: ColChain, built: tuple[list[tuple[str, int]], list[Stmt]]) -> bool:
+    """Whether the built chain's PSUM tiles fit the banks when every tile lives to the end of its loop body (NKI 0.1's
+    interpreter counts them so: a bank each); else the unpipelined chain, else the ops apart. Checked for batched
+    chains (softmax_mid holds 6: two blocks' max, its transposes and the sum); 2-D chains are built as before."""
+    from tilec.compiler.passes import peak_usage
+    return ch.O == 1 or peak_usage(tuple(built[1]))[1] <= compiled().psum_banks
 
 
 def stage_b(ch: ColChain, ops: tuple):
@@ -159,8 +87,8 @@ def stage_b(ch: ColChain, ops: tuple):
     del ops
 
     def split(body: tuple) -> int | None:
-        if not ch.user:  # after the block's load
-            return next(i for i, s in enumerate(body) if isinstance(s, Dma)) + 1
+        if not ch.user:  # after the block's loads
+            return max(i for i, s in enumerate(body) if isinstance(s, Dma) and s.src.buf.memory == "hbm") + 1
         return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.note.startswith(OUTPUT_NOTE)),
                     None)
     return split
@@ -213,7 +141,7 @@ def _balance(b: "_Builder") -> int:
     from tilec.perf.params import target_params
     t = compiled()
     c = Costs(target_params(t.name))
-    TF, T, S = b.ch.TF, b.T, b.sums
+    TF, T, S = b.TF, b.T, b.sums
     if not S or T < 3:
         return 0
     ghz = t.vector_ghz + t.gpsimd_ghz
@@ -225,7 +153,7 @@ def _balance(b: "_Builder") -> int:
     fp32 = c.fp32_onezero if b.res.dtype == "f32" or b.terms_f32 else 1.0  # the ones matmuls are marked onezero
     c_pe = (TF + c.mm_fixed) * fp32 / t.tensor_ghz
     A = b.work.ns(t) + (b.work.sbuf + b.work.psum) / TF * static / ghz
-    nb = b.ch.F // TF
+    nb = b.ch.blocks
     if nb >= 4 and nb % 2 == 0:  # software-pipelined (stage_b): the sums on TensorE whatever its fp32 rate
         return 0
     q = (S * (T + 1) * c_pe - A + S * c_vg) / (S * (c_vg + c_pe))
@@ -236,11 +164,12 @@ def _balance(b: "_Builder") -> int:
 
 
 class _Builder:
-    def __init__(self, ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh,
+    def __init__(self, ch: ColChain, hbm: dict[str, Buf], stored: AbstractSet[str], fresh: Fresh,
                  folded: int = 0, shares: tuple[float, float] | None = None,
-                 read_whole: AbstractSet[str] = frozenset()):
+                 read_whole: AbstractSet[str] = frozenset(), part: tuple[int, int] | None = None):
         self.ch, self.hbm, self.stored, self.given = ch, hbm, stored, fresh
         self.bases: dict[str, int] = {}
+        self.ones: dict[tuple[str, float], Buf] = {}
         self.fold_tiles = folded  # row tiles of each sum added on VectorE/GpSimdE before one matmul (_balance)
         self.work = Work()  # VectorE/GpSimdE tensor_tensor elements per partition over the whole block
         t = compiled()
@@ -251,49 +180,79 @@ class _Builder:
         self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads
         self.sums = 0
         self.terms_f32 = False
-        members = [ops[j] for j in ch.op_range]
+        members = list(ch.members)
         self.stats: list[ColumnReduceOp] = members[:-1] if ch.user else members
         self.user: EltwiseOp | None = members[-1] if ch.user else None
-        self.P = get_target().pmax
+        self.P = min(get_target().pmax, ch.R)  # (a batched chain may have fewer rows than partitions: one tile)
         self.T = ch.R // self.P
         self.line = self.stats[0].line
+        self.TF = ch.TF
         self.cols = sl(a(term("ct", ch.TF, "TILE_F")), ch.TF, name="TILE_F") if ch.F > ch.TF else full(ch.F)
+        self.at: tuple[ir.Aff, ...] = ()  # the batch index of the HBM views
+        if part is not None:  # a batched chain (batched): sub-block sb of batch ct
+            self.cols = full(ch.F) if part[1] == 1 else sl(a(term("sb", ch.TF, "TILE_F")), ch.TF, name="TILE_F")
+            self.at = (a("ct"),)
 
     def build(self) -> tuple[list[tuple[str, int]], list[Stmt]]:
+        ch, ln = self.ch, self.line
+        pre = self.views()
+        head, tail = self.block()
+        pre += self.ones_init()
+        if not self.at:
+            nest = loop("ct", ch.F // self.TF, head + tail, note="for the blocks of TILE_F columns", line=ln)
+            return [("TILE_F", self.TF)], pre + [ir.Block(self.what(), tuple(nest), ln)]
+        nest = loop("sb", ch.subs, loop("ct", ch.O, head + tail, note="for the batches", line=ln),
+                    note="for the sub-blocks of TILE_F columns of a batch", line=ln)
+        what = self.what().replace("one block of TILE_F columns", "a sub-block of TILE_F columns of one batch")
+        return [("TILE_F", self.TF)], pre + [ir.Block(what, tuple(nest), ln)]
+
+    def views(self) -> list[Stmt]:
+        """X and Y seen as (O,) P x T x F: rows p * T .. p * T + T - 1 on partition p, so that a block of every row
+        is one DMA of T runs per partition."""
         ch, P, T, ln = self.ch, self.P, self.T, self.line
-        pre: list[Stmt] = []
-        # rows p * T .. p * T + T - 1 on partition p: a block of every row is one DMA of T runs per partition
-        self.xv, st = hbm_view(self.hbm[ch.src], (P, T, ch.F), self.fresh(f"{ch.src}_v"), ln)
-        pre += st
+        lead = (ch.O,) if self.at else ()
+        self.xv, pre = hbm_view(self.hbm[ch.src], lead + (P, T, ch.F), self.fresh(f"{ch.src}_v"), ln)
+        self.yv: Buf | None = None
+        self.colbufs: dict[str, Buf] = {}  # the user's columns, (P, T) each
         if self.user is not None:
-            self.yv, st = hbm_view(self.hbm[self.user.out], (P, T, ch.F), self.fresh(f"{self.user.out}_v"), ln)
+            self.yv, st = hbm_view(self.hbm[self.user.out], lead + (P, T, ch.F), self.fresh(f"{self.user.out}_v"),
+                                   ln)
             pre += st
-        self.ones: dict[tuple[str, float], Buf] = {}
-        self.res = Buf(self.fresh(f"{ch.src}_res"), "sbuf", self.hbm[ch.src].dtype, (P, T, ch.TF))
+            for c in self.user.columns:  # once: row p * T + rt's value on partition p, column rt
+                cv, st = hbm_view(self.hbm[c], (P, T), self.fresh(f"{c}_v"), ln)
+                tile = Buf(self.fresh(f"{c}_cols"), "sbuf", self.hbm[c].dtype, (P, T))
+                pre += st + [Alloc(tile, line=ln), Dma(whole(tile), whole(cv), ln)]
+                self.colbufs[c] = tile
+        return pre
+
+    def ones_init(self) -> list[Stmt]:
+        return [x for (_, value), o in self.ones.items()
+                for x in (Alloc(o, zero=True, line=self.line), ir.Scalar(whole(o), whole(o), "add", value, self.line))]
+
+    def what(self) -> str:
+        names = ", ".join(s.out for s in self.stats) + (f", {self.user.out}" if self.user is not None else "")
+        return f"{names} = statistics over the rows of {self.ch.src}" + \
+            (" and the element-wise op reading them" if self.user is not None else "") + \
+            ", one block of TILE_F columns of every row kept in SBUF (X read once)"
+
+    def block(self) -> tuple[list[Stmt], list[Stmt]]:
+        """(the block's load and statistics, its output)."""
+        ch, P, T, ln = self.ch, self.P, self.T, self.line
+        self.res = Buf(self.fresh(f"{ch.src}_res"), "sbuf", self.hbm[ch.src].dtype, (P, T, self.TF))
         self.copy: Buf | None = None  # a 16-bit block's fp32 working copy (in_place)
         body: list[Stmt] = [Alloc(self.res, line=ln)]
-        body.append(Dma(whole(self.res), View(self.xv, (full(P), full(T), self.cols)), ln))
+        body.append(Dma(whole(self.res), View(self.xv, self.at + (full(P), full(T), self.cols)), ln))
         self.rows: dict[str, View] = {}
         exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats]
         exprs += [self.user.expr] if self.user is not None else []
         for j, s in enumerate(self.stats):
             exprs = self.in_place(j, exprs, body)
             body += self.statistic(s, exprs[j])
-        names = ", ".join(s.out for s in self.stats)
-        if self.user is not None:
-            body += self.output(exprs[-1])
-            names += f", {self.user.out}"
-        what = f"{names} = statistics over the rows of {ch.src}" + \
-            (" and the element-wise op reading them" if self.user is not None else "") + \
-            ", one block of TILE_F columns of every row kept in SBUF (X read once)"
-        for (_, value), o in self.ones.items():
-            pre += [Alloc(o, zero=True, line=ln), ir.Scalar(whole(o), whole(o), "add", value, ln)]
-        nest = loop("ct", ch.F // ch.TF, body, note="for the blocks of TILE_F columns", line=ln)
-        return [("TILE_F", ch.TF)], pre + [ir.Block(what, tuple(nest), ln)]
+        return body, (self.output(exprs[-1]) if self.user is not None else [])
 
     def fold_columns(self) -> int:
         """The columns of an element-wise fold VectorE takes (GpSimdE the rest), as Work.shares says."""
-        TF = self.ch.TF
+        TF = self.TF
         return TF if TF < SHARE_MIN else round(TF * self.shares[0])
 
     def fresh(self, base: str) -> str:
@@ -305,14 +264,15 @@ class _Builder:
     def tile(self, rt: ir.Aff, buf: Buf | None = None) -> View:
         """Row tile rt of the resident block (rows p * T + rt of the block on partition p): of its fp32 working
         copy once in_place made one."""
-        return View(buf or self.copy or self.res, (full(self.P), rt, full(self.ch.TF)))
+        return View(buf or self.copy or self.res, (full(self.P), rt, full(self.TF)))
 
-    def emit(self, tiles: dict[str, View], prefix: str, e: sx.Expr, dst: View) -> list[Stmt]:
+    def emit(self, tiles: dict[str, View], prefix: str, e: sx.Expr, dst: View,
+             columns: AbstractSet[str] = frozenset()) -> list[Stmt]:
         """The expression's instructions, each tensor_tensor cut by columns between GpSimdE and VectorE
         (_cut) and constant tensor_scalars balanced onto ScalarE (expr_instrs.balanced): with X resident,
-        VectorE's passes over the block, not the DMAs, bound the chain."""
+        VectorE's passes over the block, not the DMAs, bound the chain. `columns`: tiles that are (P, 1) columns."""
         t = compiled()
-        made = ExprCompiler(tiles, (self.P, self.ch.TF), self.line, self.fresh, set(),
+        made = ExprCompiler(tiles, (self.P, self.TF), self.line, self.fresh, set(columns),
                             prefix=self.fresh(prefix)).emit(e, dst)
         per_tile = self.T if any("rt" in ir.view_vars(v) for v in (dst, *tiles.values())) else 1
         out: list[Stmt] = []
@@ -382,13 +342,14 @@ class _Builder:
     def statistic(self, s: ColumnReduceOp, expr: sx.Expr) -> list[Stmt]:
         """The statistic on every partition (self.rows[s.out]): a sum accumulated over the row tiles' terms on
         TensorE (summed), a max/min folded over them element-wise, then across the partitions (extreme)."""
-        P, TF, ln = self.P, self.ch.TF, s.update_line
+        P, TF, ln = self.P, self.TF, s.update_line
         bcast = Buf(self.fresh(f"{s.out}_b"), "sbuf", self.hbm[s.out].dtype, (P, TF))
         out: list[Stmt] = [Alloc(bcast, line=ln)]
         out += self.summed(s, expr, bcast) if s.op == "add" else self.extreme(s, self.folded(s, expr), bcast)
         if s.out in self.stored:
-            ov, st = hbm_view(self.hbm[s.out], (1, self.ch.F), self.fresh(f"{s.out}_v"), ln)
-            out = st + out + [Dma(View(ov, (full(1), self.cols)), View(bcast, (full(1), full(TF))), ln)]
+            lead = (self.ch.O,) if self.at else ()
+            ov, st = hbm_view(self.hbm[s.out], lead + (1, self.ch.F), self.fresh(f"{s.out}_v"), ln)
+            out = st + out + [Dma(View(ov, self.at + (full(1), self.cols)), View(bcast, (full(1), full(TF))), ln)]
         self.rows[s.out] = whole(bcast)
         return out
 
@@ -397,13 +358,13 @@ class _Builder:
         X = self.ch.src
         if isinstance(expr, sx.Access) and expr.tensor == X:
             return self.tile(rt), []
-        t = Buf(self.fresh(f"{s.out}_terms"), "sbuf", "f32", (self.P, self.ch.TF))
+        t = Buf(self.fresh(f"{s.out}_terms"), "sbuf", "f32", (self.P, self.TF))
         return whole(t), [Alloc(t, line=s.update_line)] + self.emit({X: self.tile(rt), **self.rows}, "t", expr,
                                                                      whole(t))
 
     def folded(self, s: ColumnReduceOp, expr: sx.Expr) -> Buf:
         """run = the max/min of the row tiles' terms, element-wise (VectorE and GpSimdE by columns)."""
-        P, TF, ln = self.P, self.ch.TF, s.update_line
+        P, TF, ln = self.P, self.TF, s.update_line
         run = Buf(self.fresh(f"{s.out}_run"), "sbuf", "f32", (P, TF))
         cut = self.fold_columns()
         first, made = self.terms(s, expr, a(0))
@@ -424,11 +385,10 @@ class _Builder:
         sums (TensorE), scaled on the way out of PSUM. The ones carry the onezero hint (an fp32 matmul at up to
         twice the rate, ISA1/ISA6 nc_matmul). The first fold_tiles row tiles are added element-wise on
         VectorE/GpSimdE first, their total one more matmul."""
-        P, TF, ln, T = self.P, self.ch.TF, s.update_line, self.T
+        P, TF, ln, T = self.P, self.TF, s.update_line, self.T
         self.sums += 1
         q = self.fold_tiles
-        acc = Buf(self.fresh(f"{s.out}_acc"), "psum", "f32", (P, TF))
-        out: list[Stmt] = [Alloc(acc, line=ln)]
+        acc, out = self.psum(f"{s.out}_acc", (P, TF), ln)
         if q:
             run = Buf(self.fresh(f"{s.out}_run"), "sbuf", "f32", (P, TF))
             first, made = self.terms(s, expr, a(0))
@@ -474,12 +434,17 @@ class _Builder:
         """The columns of the statistic's SBUF row that a reader needs: GpSimdE's share of the tensor_tensors, or
         all of them for a stored statistic or another reader. Copied by VectorE: VectorE and ScalarE must not use one
         PSUM bank at once on NC-v3 (nki-spec §1.4 [ARCH3]), and VectorE reads this one."""
-        TF = self.ch.TF
+        TF = self.TF
         cut = 0 if s.out in self.stored or s.out in self.read_whole else _twin_columns(TF, self.shares[1])
         if cut == TF:
             return []
         return [ir.Copy(View(bcast, (full(self.P), sl(cut, TF - cut))), View(acc, (full(self.P), sl(cut, TF - cut))),
                         s.update_line)]
+
+    def psum(self, base: str, shape: tuple[int, ...], line: int) -> tuple[Buf, list[Stmt]]:
+        """An fp32 PSUM tile and its allocation."""
+        buf = Buf(self.fresh(base), "psum", "f32", shape)
+        return buf, [Alloc(buf, line=line)]
 
     def ones_for(self, dtype: str, value: float = 1.0) -> Buf:
         """The (P, P) ones of a matmul's moving dtype (nc_matmul wants both operands fp32 or neither), or that
@@ -493,48 +458,86 @@ class _Builder:
     def extreme(self, s: ColumnReduceOp, run: Buf, bcast: Buf) -> list[Stmt]:
         """Per chunk of 128 columns: transposed into PSUM, reduced along the free axis (one value per column on its
         partition), spread along a row of P (the ones times the column) and turned back: every partition holds
-        the chunk's extremes."""
-        P, TF, ln = self.P, self.ch.TF, s.update_line
-        CB = min(TF, P)
-        acc = Buf(self.fresh(f"{s.out}_acc"), "psum", "f32", (P, TF))
-        out: list[Stmt] = self.pending + [Alloc(acc, line=ln)]
-        ones = self.ones_for("f32")
-        for c in range(TF // CB):
-            chunk = sl(c * CB, CB)
-            side = Buf(self.fresh(f"{s.out}_T"), "psum", "f32", (CB, P))
-            col = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, 1))
-            spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (CB, P))
-            out += [Alloc(side, line=ln), ir.Transpose(whole(side), View(run, (full(P), chunk)), "pe", ln),
-                    Alloc(col, line=ln), ir.Reduce(whole(col), whole(side), s.op, ln),
-                    Alloc(spread, line=ln),
-                    ir.Scalar(whole(spread), View(ones, (sl(0, CB), full(P))), "multiply", whole(col), ln),
-                    ir.Transpose(View(acc, (full(P), chunk)), whole(spread), "pe", ln)]
+        the chunk's extremes (_extreme_chunks)."""
+        ln = s.update_line
+        acc, made = self.psum(f"{s.out}_acc", (self.P, self.TF), ln)
+        out: list[Stmt] = self.pending + made + self._extreme_chunks(s, run, acc, self.ones_for("f32"))
         if self.twinned(s, bcast, acc):
             return out + self.evicted(s, bcast, acc)
         out.append(ir.Copy(whole(bcast), whole(acc), ln))
         out.append(ir.Scalar(whole(bcast), whole(bcast), s.op, float(s.init), ln))
         return out
 
+    def _extreme_chunks(self, s: ColumnReduceOp, run: Buf, acc: Buf, ones: Buf) -> list[Stmt]:
+        """The chunks' transposes side by side in one PSUM tile per bank (4 chunks of 128 rows, more of a batched
+        chain's fewer rows; NKI 0.1 gives each PSUM tile a bank to the loop body's end: psum_fits), one reduce each,
+        the spreads on ScalarE (the ones scaled by each column), otherwise idle in the chains, not VectorE. Model
+        (trn2, run), a PSUM tile, a reduce and a VectorE spread per chunk before: softmax_mid 16 x 256 x 1024 218.2
+        us, spreads on ScalarE 212.1, one reduce 183.6; softmax_axis0 2048^2 129.2 -> 125.7, bf16 122.0 -> 118.4."""
+        P, TF, ln = self.P, self.TF, s.update_line
+        CB = min(TF, P)
+        chunks = [(lo, min(CB, TF - lo)) for lo in range(0, TF, CB)]
+        k = len(chunks)
+        cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
+        out: list[Stmt] = [Alloc(cols, line=ln)]
+        group = get_target().psum_bank_bytes // (4 * P)  # chunks per bank (4 of 128 rows; more with fewer rows)
+        for g0 in range(0, k, group):
+            out += self._reduced(s, run, cols, chunks[g0:g0 + group], g0)
+        for c, (lo, n) in enumerate(chunks):
+            spread = Buf(self.fresh(f"{s.out}_spread"), "sbuf", "f32", (n, P))
+            scale = View(cols, (sl(0, n), sl(c, 1)))
+            out += [Alloc(spread, line=ln),
+                    ir.Act(whole(spread), View(ones, (sl(0, n), full(P))), "copy", scale=scale, line=ln),
+                    ir.Transpose(View(acc, (full(P), sl(lo, n))), whole(spread), "pe", ln)]
+        return out
+
+    def _reduced(self, s: ColumnReduceOp, run: Buf, cols: Buf, chunks: list[tuple[int, int]], c0: int) -> list[Stmt]:
+        """Chunks c0.. of run transposed side by side into one PSUM tile and reduced into columns c0.. of cols."""
+        P, CB, ln = self.P, cols.shape[0], s.update_line
+        k, whole_chunks = len(chunks), sum(n == CB for _, n in chunks)
+        side, out = self.psum(f"{s.out}_T", (CB, k, P), ln)
+        for c, (lo, n) in enumerate(chunks):
+            out.append(ir.Transpose(View(side, (sl(0, n), a(c), full(P))), View(run, (full(P), sl(lo, n))), "pe", ln))
+        if whole_chunks:
+            out.append(ir.Reduce(View(cols, (full(CB), sl(c0, whole_chunks))),
+                                 View(side, (full(CB), sl(0, whole_chunks), full(P))), s.op, ln))
+        if whole_chunks < k:  # a narrower last chunk (a sub-block not 128k wide): its rows only
+            n = chunks[-1][1]
+            out.append(ir.Reduce(View(cols, (sl(0, n), sl(c0 + k - 1, 1))), View(side, (sl(0, n), a(k - 1), full(P))),
+                                 s.op, ln))
+        return out
+
     def output(self, expr: sx.Expr) -> list[Stmt]:
         """The row-only parts of the expression once per block, then per row tile the expression and its store."""
-        user = self.user
-        assert user is not None
-        P, TF, ln, X = self.P, self.ch.TF, user.line, self.ch.src
+        user, yv = self.user, self.yv
+        assert user is not None and yv is not None
+        P, TF, ln, X = self.P, self.TF, user.line, self.ch.src
         out: list[Stmt] = []
         for part in _row_parts(expr, set(self.rows)):
             t = Buf(self.fresh(f"{user.out}_row"), "sbuf", "f32", (P, TF))
             out += [Alloc(t, line=ln)] + self.emit(dict(self.rows), "r", part, whole(t))
             expr = _replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
             self.rows[t.name] = whole(t)
+        cols = {c: View(b, (full(P), sl(a("rt"), 1))) for c, b in self.colbufs.items()}
+        tiles = {X: self.tile(a("rt")), **self.rows, **cols}
         if self.hbm[user.out].dtype == self.res.dtype:  # Y in place of X (each tile read only by its own Y), one store
-            step = self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, self.tile(a("rt"), self.res))
-            store = Dma(View(self.yv, (full(P), full(self.T), self.cols)), whole(self.res), ln)
-            return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE}, in place", line=ln) + [store]
+            step = self.emit(tiles, "tmp", expr, self.tile(a("rt"), self.res), set(cols))
+            store = Dma(View(yv, self.at + (full(P), full(self.T), self.cols)), whole(self.res), ln)
+            if not step:  # Y is the part computed in place (`Y = (X - mu)^2` after a variance's terms): stored as is
+                return out + [store]
+            return out + self.rows_loop(step, f"{OUTPUT_NOTE}, in place") + [store]
         res = Buf(self.fresh(f"{user.out}_tile"), "sbuf", self.hbm[user.out].dtype, (P, TF))
         step = [Alloc(res, line=ln)]
-        step += self.emit({X: self.tile(a("rt")), **self.rows}, "tmp", expr, whole(res))
-        step.append(Dma(View(self.yv, (full(P), a("rt"), self.cols)), whole(res), ln))
-        return out + loop("rt", self.T, step, note=f"{OUTPUT_NOTE} of the block", line=ln)
+        step += self.emit(tiles, "tmp", expr, whole(res), set(cols))
+        step.append(Dma(View(yv, self.at + (full(P), a("rt"), self.cols)), whole(res), ln))
+        return out + self.rows_loop(step, f"{OUTPUT_NOTE} of the block")
+
+    def rows_loop(self, body: list[Stmt], note: str) -> list[Stmt]:
+        """The output's loop over the row tiles. A batched chain keeps a loop of one row tile (static) too: stage_b
+        splits the block there (channel_layernorm 8 x 128 x 28 x 28, software-pipelined: see the note)."""
+        if self.at and self.T == 1:
+            return [ir.Loop("rt", 1, tuple(body), "static", "", self.line, note)]
+        return loop("rt", self.T, body, note=note, line=self.line)
 
 
 def _fold(dst: View, x: View, y: View, alu: str, cut: int, line: int) -> list[Stmt]:

@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from typing import AbstractSet, Callable
 
 from tilec.compiler import build_attention, build_mbblock, build_mlp, build_psumrow, ir, passes, placement
-from tilec.compiler.build_colchain import build_column_chain, column_chain, stage_b
+from tilec.compiler.build_colchain import build_column_chain, psum_fits, stage_b
 from tilec.compiler.build_halo import build_halo, shifted_group
 from tilec.compiler.build_rowchain import fit_chain, reads_of
+from tilec.compiler.colchain_find import column_chain
 from tilec.compiler.names import NameAllocator
 from tilec.compiler.ops import ConvOp
-from tilec.compiler.pair_tiles import skew_row_tiles
+from tilec.compiler.pair_tiles import skew_inner_tiles, skew_row_tiles
 from tilec.compiler.rules_global import build_global_pool, global_note, global_pool
 from tilec.compiler.schedule import sbuf_budget
 from tilec.lang.api import Program
@@ -127,8 +128,15 @@ def _column_chain(s: Site, i: int) -> Fused | None:
     fresh = lambda base, u=user.out: s.names.fresh(base, f"cols:{u}")  # noqa: E731
     built = build_column_chain(colchain, s.ops, s.hbm, keep, fresh)
     # the next block's load issued before this block's work and stores (pair_tiles.py)
-    built = skew_row_tiles(built, s.budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4,
-                           split_at=stage_b(colchain, s.ops)) or built
+    skewed = skew_row_tiles(built, s.budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4,
+                            split_at=stage_b(colchain, s.ops))
+    if skewed is None and colchain.O > 1:  # the batches inside the loop over a batch's sub-blocks
+        skewed = skew_inner_tiles(built, s.budget, fresh, var="ct", tile_const="TILE_F", note=AHEAD, min_tiles=4,
+                                  split_at=stage_b(colchain, s.ops))
+    fit = next((b for b in (skewed, built) if b is not None and psum_fits(colchain, b)), None)
+    if fit is None:
+        return None
+    built = fit
     return Fused("column chain", {m.out for m in members} & keep, built, user.out, frozenset(colchain.op_range),
                  [m.name for m in members])
 

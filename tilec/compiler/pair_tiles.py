@@ -274,7 +274,7 @@ def _tile_aff(a: Aff, loop: tuple[str, str], tile: "int | tuple[int, int]") -> A
 
 
 def skew_inner_tiles(built: Built, budget: int, fresh, var: str, tile_const: str, note: str,
-                     min_tiles: int) -> Built | None:
+                     min_tiles: int, split_at: Callable[[tuple[Stmt, ...]], int | None] | None = None) -> Built | None:
     """skew_row_tiles of a loop of tiles one level down, inside a loop of the kernel (or of its block): a broadcast
     layout's free tiles inside its partition tiles, or its partition tiles inside the free tiles that copy a long
     row to the partitions per tile (in a block of their own there). The pairs restart at each iteration of the
@@ -289,7 +289,7 @@ def skew_inner_tiles(built: Built, budget: int, fresh, var: str, tile_const: str
         if len(bare) == 1:  # the loop of tiles alone in the outer loop's body: a block for skew_row_tiles
             body[bare[0]] = Block("", (body[bare[0]],))
         inner = skew_row_tiles((consts, body), budget, fresh, var=var, tile_const=tile_const, note=note,
-                               min_tiles=min_tiles)
+                               min_tiles=min_tiles, split_at=split_at)
         if inner is None:
             continue
         made = list(inner[1])
