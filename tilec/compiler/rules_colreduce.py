@@ -101,6 +101,7 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
     O, R, F = (math.prod(ext[v] for v in vs) for vs in (names[:first], red, names[first + len(red):]))
     S, A = upd.dst.buf, reads[0]
     dtype = k.buffers()[A].dtype
+    terms = terms_dtype(dtype, k.buffers()[S].dtype)
     expr = not isinstance(upd.expr, Load)
     if kept_tile(O, R, F, dtype, not expr, any(epilogue)) is not None:
         return None  # few reduced rows: the kept elements go on the partitions (build_colreduce.build_column_kept)
@@ -170,21 +171,21 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
                   prim("reorder", "o", "ft", "rt", "p", "f_w"),
                   prim("partition", "p", summed=True)]
         if expr:  # the terms of the whole loaded tile (one instruction), before the banks split the sum
-            prims += [prim("bind_expr", v[S], "p", unique(f"{S}_terms", taken), dtype=dtype),
-                      prim("tensorize", "p_x", **squares(upd.expr, dtype, bool(rows)))]
+            prims += [prim("bind_expr", v[S], "p", unique(f"{S}_terms", taken), dtype=terms),
+                      prim("tensorize", "p_x", **squares(upd.expr, terms, bool(rows)))]
         prims += [prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
                        note="the PSUM banks of a free tile: a matmul each, evicted into its part of the row"),
                   prim("reorder", "w", "p", "f_i")]
     elif ragged or ragged_f:
         prims += ragged_parts.splits(R, params.parts, F, params.free, red)
         if ragged_f:  # each column part a sum of its own
-            sq = squares(upd.expr, dtype, bool(rows)) if expr else None
+            sq = squares(upd.expr, terms, bool(rows)) if expr else None
             step = layout.perfect_chain(tops[2])[-1].body[0] if epilogue else None
             factor = isinstance(step, Assign) and isinstance(step.expr, Op) and step.expr.name == "*"
             cast = {"cast": unique(f"{S}_tile", taken)} if epilogue and k.buffers()[S].dtype != "f32" else {}
             evict = factor and (dtype != "f32" or R == params.parts)
             return prims + ragged_parts.column_parts(
-                S, v, reads, rows, taken, (R, params.parts, F, params.free), (upd.line, init[0].line), dtype, sq,
+                S, v, reads, rows, taken, (R, params.parts, F, params.free), (upd.line, init[0].line), terms, sq,
                 f"{S} = sum over {', '.join(red)} of {fmt_expr(upd.expr) if expr else A} (ones matmul)",
                 (loops, bool(before), [c for c in epilogue if c], cast, evict))
     else:
@@ -231,8 +232,8 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
         # the source), each copy's nest then a sum of that tile
         for j in range(group if expr else 0):
             prims += [prim("bind_expr", acc, f"p#{j}", unique(f"{S}_terms_r{j}", taken), suffix=f"_t{j}",
-                           dtype=dtype),
-                      prim("tensorize", f"p_t{j}", **squares(upd.expr, dtype, bool(rows)))]
+                           dtype=terms),
+                      prim("tensorize", f"p_t{j}", **squares(upd.expr, terms, bool(rows)))]
         # fp32 tiles added in pairs on VectorE first (an fp32 matmul streams at 4.7x the 16-bit cost): each pair
         # of copies one nest `s += A_r0 + A_r1`, its sum bound to a tile of its own, TensorE sums that
         for q in range(group // 2 if paired else 0):
@@ -242,12 +243,12 @@ def _column_sum(k: Kernel, target: Target, params: ReducePlan) -> list[Prim] | N
     elif ragged:
         prims += ragged_parts.stages(reads, rows, v, taken, R, params.parts)
         if expr:
-            prims += ragged_parts.terms(acc, S, dtype, taken, R, params.parts, squares(upd.expr, dtype, bool(rows)))
+            prims += ragged_parts.terms(acc, S, terms, taken, R, params.parts, squares(upd.expr, terms, bool(rows)))
     else:
         prims += [prim("stage", v[B], "rt", name=unique(f"{B}_tile", taken)) for B in reversed(reads)] + broadcast
         if expr and W == 1:  # the staged tiles' expression computed into a tile of the source's dtype, then summed
-            prims += [prim("bind_expr", acc, "p", unique(f"{S}_terms", taken), dtype=dtype),
-                      prim("tensorize", "p_x", **squares(upd.expr, dtype, bool(rows)))]
+            prims += [prim("bind_expr", acc, "p", unique(f"{S}_terms", taken), dtype=terms),
+                      prim("tensorize", "p_x", **squares(upd.expr, terms, bool(rows)))]
     prims += [prim("stage", v[c], "ft", name=unique(f"{c}_row", taken), near=True) for c in columns]
     prims += [prim("tensorize", p, line=init[0].line) for _, p, _ in ragged_parts.regions(R, params.parts)] \
         if ragged else [prim("tensorize", "p", line=init[0].line)]
@@ -274,6 +275,14 @@ def _broadcast_row(c: str, view: str, taken: set[str], part: str) -> list[Prim]:
     free tile, for all the row tiles the tile's sums take."""
     row = unique(f"{c}_row", taken)
     return [prim("stage", view, "ft", name=row), prim("broadcast", row, "ft", part, name=unique(f"{c}_tile", taken))]
+
+
+def terms_dtype(source: str, out: str) -> str:
+    """The dtype of a column sum's terms tile (`X[i, j] * X[i, j] / M` before TensorE sums it): the source's 16-bit
+    dtype when the sum is stored in it too (TensorE sums at its 16-bit rate; the result is rounded to that dtype
+    anyway), else f32: a bf16 tile for an f32 sum rounds every term, which the reference does not (core23: bf16 X,
+    f32 s at 300 x 2048 was 0.000194 off against a tolerance of 4.98e-05)."""
+    return source if source == out else "f32"
 
 
 class _Squares:
@@ -341,6 +350,7 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
     S, reads = upd.dst.buf, list(dict.fromkeys(a.buf for a in loads(upd.expr)))
     A = reads[0]
     dtype = k.buffers()[A].dtype
+    terms = terms_dtype(dtype, k.buffers()[S].dtype)
     columns = [c for c in epilogue if c]
     at = {lp.var: lp.line for lp in chain}
     top = chain[0].var + ("#0" if epilogue else "")
@@ -374,7 +384,7 @@ def _stacked_sum(k: Kernel, params: ReducePlan, sizes: tuple[int, int, int, int,
                   prim("reorder", "o", "ft", "rt", *(["l"] if pairs else []), "k", "p", fx),
                   prim("partition", "p", summed=True), prim("partition", "k")]
         prims += [prim("unroll", "l", copies=True), prim("pair", "l#0", "l#1")] if pairs else []
-        prims.append(prim("bind_expr", v[S], "k", bound, merged=True, **({"dtype": dtype} if expr else {})))
+        prims.append(prim("bind_expr", v[S], "k", bound, merged=True, **({"dtype": terms} if expr else {})))
         prims += [prim("split", "f_w", params.free, outer="w", inner="f_i", name="BANK_F",
                        note="the PSUM banks of a free tile: a matmul each, evicted into its part of the rows"),
                   prim("reorder", "w", "k", "p", "f_i")] if W > 1 else []
