@@ -1,7 +1,8 @@
-"""A function of a contraction operand, `Y[i, j] += exp(A[k, i]) * B[k, j]`, with fp32 operands: compiled as
-`A_exp[k, i] = exp(A[k, i])` (the element-wise rule) and the contraction of A_exp (pad_split.operand_functions), the
-rewrite the refusal's hint asked users to write; exact, since A_exp holds exp(A) in fp32 as the reference computes
-it. 16-bit operands compile since lead21 (operand_split.py: the temporary in f32, the other operand copied to f32). Checked on the interpreter against NumPy formulas in float64, both dialects."""
+"""A function of a contraction operand, `Y[i, j] += exp(A[k, i]) * B[k, j]`: compiled as an f32 temporary
+`Y_lhs[k, i] = exp(A[k, i])` (the element-wise rule) and the contraction of it (operand_split.py since lead21;
+pad_split.operand_functions, fp32 only, before), the rewrite the refusal's hint asked users to write; exact, since
+the temporary holds exp(A) in fp32 as the reference computes it. A 16-bit operand beside it is copied to f32 (exact).
+Checked on the interpreter against NumPy formulas in float64, both dialects."""
 from __future__ import annotations
 
 import ml_dtypes

@@ -70,9 +70,11 @@ def split_contraction_operands(program):
                 factors, out_factors, groups = left, moved, again  # (each side still reads its own indices)
         pre: list[sx.Stmt] = []
         exprs = [_product([factors[k] for k in members], span) for members in groups]
-        operands = [expr if _f32_read(expr, program) else operand(f"{st.target.tensor}_{side}", _exact(expr, program),
-                                                                   loops, pre, st.span)
-                    for side, expr in zip(("lhs", "rhs"), exprs)]
+        operands = []
+        for side, expr in zip(("lhs", "rhs"), exprs):
+            exact = _exact(expr, program)
+            operands.append(expr if _f32_read(expr, program) else
+                            operand(_base(exact, st.target.tensor, side), exact, loops, pre, st.span))
         value: sx.Expr = sx.BinOp("*", operands[0], operands[1], span)
         if scale != 1.0:
             value = sx.BinOp("*", value, sx.Num(scale, span), span)
@@ -261,6 +263,15 @@ def _product(factors: list[sx.Expr], span) -> sx.Expr:
     for f in factors[1:]:
         out = sx.BinOp("*", out, f, span)
     return out
+
+
+def _base(expr: sx.Expr, target: str, side: str) -> str:
+    """A temporary's name: after its one read and function (`A_exp` for `exp(A[k, i])`, `B_f` for `B[k, j] + 1`),
+    else after the contraction's side (`O_lhs`)."""
+    reads = accesses(expr)
+    if len(reads) != 1:
+        return f"{target}_{side}"
+    return f"{reads[0].tensor}_{expr.fn}" if isinstance(expr, sx.Call) else f"{reads[0].tensor}_f"
 
 
 def _read(e: sx.Expr, program) -> sx.Access | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors
+from tilec.compiler.exprs import accesses, const_value, fmt_expr
 from tilec.compiler.lower import affine_index, size_value, uses_names
 from tilec.compiler.names import unique
 from tilec.compiler.rewrite import nested, rechecked, substituted, taken_names
@@ -30,7 +30,6 @@ from tilec.lang import syntax as sx
 def split_padded_reads(program):
     """The program with every splittable padded read of an element-wise statement copied first; the same object
     when there is none."""
-    from tilec.compiler.select_conv import strip_activation
     kernel = program.kernel
     taken = taken_names(kernel)
     decls: list[sx.Decl] = []
@@ -63,9 +62,7 @@ def split_padded_reads(program):
             return before + [replace(st, body=tuple(body))]
         if isinstance(st, sx.Assign) and st.op in ("+=", "max=", "min="):
             first = reversed_operands(st, {lp.var: lp for lp in loops})
-            if st.op != "+=":
-                return first
-            return first[:-1] + operand_functions(first[-1], {lp.var: lp for lp in loops})  # type: ignore[arg-type]
+            return first  # (a function of a contraction's operand: operand_split.py)
         if not isinstance(st, sx.Assign) or st.op != "=":
             return [st]
         by_var = {lp.var: lp for lp in loops}
@@ -172,38 +169,6 @@ def split_padded_reads(program):
                 return None
             vs.append(v)
         return vs, tuple(back)
-
-    def operand_functions(st: sx.Assign, by_var: dict[str, sx.Loop]) -> list[sx.Stmt]:
-        """`Y[i, j] += exp(A[k, i]) * B[k, j]` of fp32 operands: `T[k, i] = exp(A[k, i])` first, then the
-        contraction of T (exact: T holds exp(A) in fp32, as the reference computes it). 16-bit operands stay
-        refused (T would round exp(A) to the operands' dtype, which the program does not do)."""
-        factors, _ = product_factors(st.value)
-        reads = accesses(st.value)
-        if len(factors) != 2 or len(reads) != 2 or any(dtypes[a.tensor] != "f32" for a in reads):
-            return [st]
-        va, vb = ({i.id for i in a.indices if isinstance(i, sx.Name)} for a in reads)
-        out = {i.id for i in st.target.indices if isinstance(i, sx.Name)}
-        if not (va & vb) - out or not va - vb or not vb - va:
-            return [st]  # not a contraction (a row reduction `s[i] += exp(A[i, k]) * B[i, k]` compiles as it is)
-        new: dict[int, sx.Expr] = {}
-        copies: list[sx.Stmt] = []
-        for factor in factors:
-            inner = strip_activation(factor)[0]
-            if isinstance(inner, sx.Access) or isinstance(factor, sx.Call) and factor.fn == "f32" and \
-                    isinstance(factor.args[0], sx.Access):
-                continue  # a read, relu / relu6 / f32() of one: the contraction's own operand forms
-            if len(accesses(factor)) != 1:
-                continue  # `exp(i) * (A[i, k] + B[k, j])`: not a function of one operand
-            acc, = accesses(factor)
-            used = [_var(i, frozenset(by_var)) for i in acc.indices]
-            if acc.fill is not None or any(not isinstance(i, sx.Name) for i in acc.indices) or \
-                    len(set(used)) != len(used) or any(not _zero(by_var[v].start) for v in used if v is not None):
-                continue
-            vs = [v for v in used if v is not None]
-            base = f"{acc.tensor}_{factor.fn if isinstance(factor, sx.Call) else 'f'}"
-            copy, new[id(factor)] = temporary(base, "f32", factor, vs, by_var, st.span)
-            copies.append(copy)
-        return copies + [replace(st, value=substituted(st.value, new))] if new else [st]
 
     def reversed_result(top: sx.Stmt) -> list[sx.Stmt]:
         """`s[i] = 0; s[i] += A[N - 1 - i, j]` (a reduction reading a loop it keeps backwards, in every read that
