@@ -60,6 +60,8 @@ REALISTIC: dict[str, dict[str, int]] = {
     "attn_full": {"S": 1024, "D": 128},
     "attn_inline": {"S": 1024, "D": 128},
     "attn_inline_bf16": {"S": 1024, "D": 128},
+    "cross_entropy": {"M": 4096, "N": 1024},
+    "bn_mean": {"N": 32, "C": 256, "H": 56, "W": 56},
     "transpose3d_relu": {"B": 8, "M": 1024, "N": 1024},
     "nchw_to_nhwc_add": {"N": 8, "C": 256, "H": 28, "W": 28},
     "concat_rows_2d": {"M1": 1025, "M2": 1023, "N": 1024},
