@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 F32 = np.float32
-_erf = np.vectorize(math.erf, otypes=[np.float64])
+_erfc = np.vectorize(math.erfc, otypes=[np.float64])
 GELU_K = math.sqrt(2.0 / math.pi)  # GELU's tanh form: 0.5 x (1 + tanh(GELU_K (x + 0.044715 x^3)))
 
 
@@ -60,7 +60,8 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
     _act("reciprocal", _f64(lambda x: 1.0 / x)),
     _act("tanh", _f64(np.tanh)),
     _act("sigmoid", _f64(lambda x: 1.0 / (1.0 + np.exp(-x)))),
-    _act("gelu", _f64(lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))))),  # exact (erf) GELU, as nl.gelu
+    # exact (erf) GELU, as nl.gelu: 1 + erf(x / sqrt 2) as erfc(-x / sqrt 2), which does not cancel to 0 for x < -8
+    _act("gelu", _f64(lambda x: 0.5 * x * _erfc(-x / math.sqrt(2.0)))),
     _act("abs", np.abs),
     _act("silu", _f64(lambda x: x / (1.0 + np.exp(-x)))),  # x * sigmoid(x) (swish), as nl.silu
     _act("softplus", _f64(lambda x: np.logaddexp(0.0, x))),  # log(1 + exp(x)), as nl.softplus

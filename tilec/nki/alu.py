@@ -13,13 +13,17 @@ import numpy as np
 F32 = np.float32
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    """erf, Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below fp32 resolution near 1)."""
-    s = np.sign(x)
-    a = np.abs(x).astype(np.float64)
+def _erfc_abs(a: np.ndarray) -> np.ndarray:
+    """erfc(a) for a >= 0, Abramowitz & Stegun 7.1.26 (erf's |error| < 1.5e-7), in float64: the form t * P(t) *
+    exp(-a^2) keeps its relative accuracy in the tail, where 1 - erf(a) would cancel to 0."""
     t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return (s * (1.0 - poly * np.exp(-a * a))).astype(F32)
+    return t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) * \
+        np.exp(-a * a)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf (below fp32 resolution near 1)."""
+    return (np.sign(x) * (1.0 - _erfc_abs(np.abs(x).astype(np.float64)))).astype(F32)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -27,7 +31,11 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    return (0.5 * x * (1.0 + _erf(x / np.float32(math.sqrt(2.0))))).astype(F32)
+    """0.5 x (1 + erf(x / sqrt 2)), with 1 + erf(-a) taken as erfc(a): for x = -5.67 the cancelling form gave 0, so
+    a quotient by gelu(x) was 0 / 0 where the reference has 0 / -4e-8 (the fuzzer's seed 133005194)."""
+    a = np.abs(x.astype(np.float64)) / math.sqrt(2.0)
+    tail = _erfc_abs(a)
+    return (0.5 * x * np.where(x < 0, tail, 2.0 - tail)).astype(F32)
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
