@@ -181,8 +181,9 @@ RULE = {"colsum_three_tiles": colsum(384, 1024), "colsum_bf16": colsum(384, 96).
         "colmean_pairs_f32": colsum(512, 64, term="A[i, j] / M", init="0.5"),
         "midmean_init_bf16": STACKED.format(dtype="bf16", out="bf16", b=3, m=300, n=96, init="c[b, n]",
                                             extra=", c: f32[B, N]"),
-        # reduced expressions: the loaded tiles' terms bound to a tile of the source's dtype (bind_expr), then
-        # summed as a source is (one tile per matmul, 16-bit groups, fp32 pairs of terms)
+        # reduced expressions: the loaded tiles' terms bound to a tile (bind_expr; the source's 16-bit dtype for a
+        # 16-bit sum, else f32: rules_colreduce.terms_dtype), then summed as a source is (one tile per matmul, 16-bit
+        # groups, fp32 pairs of terms)
         "colsq_one_tile": colsum(128, 96, term="A[i, j] * A[i, j]"),
         "coldot_mean_three_tiles": colsum(384, 96, term="A[i, j] * B[i, j] / M", extra=", B: f32[M, N]"),
         "colsq_pairs_f32_init": colsum(1024, 96, term="A[i, j] * A[i, j]", init="b[j]", extra=", b: f32[N]"),
