@@ -210,8 +210,8 @@ def test_conversion_of_an_operand_to_its_own_dtype(dtype, update):
 
 def test_a_narrowing_conversion_of_an_operand_is_computed_first():
     """`bf16(A[i, k])` of an f32 A rounds each element: not the operand as loaded. Since gaps12 each rounded
-    operand is computed into an fp32 temporary first (operand_split.py; pad_split.operand_functions until lead21), exact: the products of two
-    bf16 values are exact in fp32."""
+    operand is computed into an fp32 temporary first (operand_split.py; pad_split.operand_functions until lead21),
+    exact: the products of two bf16 values are exact in fp32."""
     prog, c, out, x = _run(matmul_update("bf16(A[i, k]) * bf16(B[k, j])"), "f32")
     assert "A_bf16" in c.source and "B_bf16" in c.source
 
