@@ -112,7 +112,8 @@ def channel_shuffle(x: np.ndarray, g: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-@pytest.mark.parametrize("sizes", [{"N": 1, "G": 4, "Cg": 32, "H": 3, "W": 5}, {"N": 2, "G": 2, "Cg": 64, "H": 2, "W": 3},
+@pytest.mark.parametrize("sizes", [{"N": 1, "G": 4, "Cg": 32, "H": 3, "W": 5},
+                                   {"N": 2, "G": 2, "Cg": 64, "H": 2, "W": 3},
                                    {"N": 4, "G": 3, "Cg": 32, "H": 2, "W": 2}])
 def test_channel_shuffle_moves_128_rows_per_dma(dtype, sizes):
     """Its DMAs had the Cg channels of a group as rows (fewer than 128: half the DMA engines or less); now 128 of

@@ -1,7 +1,8 @@
 """Mirrored border outputs of a pool's pass along x as one instruction each pair (pool_segments.border_pairs): the
 window reductions on VectorE and the doubling form's combines and copies write columns o and W - 1 - o through
 views that step from one to the other; an average excluding the padding scales each region of mirrored rows and
-columns (one factor) by one ScalarE instruction. Checked on the NKI interpreter against NumPy (test_pool_window.reference),
+columns (one factor) by one ScalarE instruction. Checked on the NKI interpreter against NumPy
+(test_pool_window.reference),
 max and average pools, 4- to 7-wide windows with paddings that make one to three pairs, f32 and bf16, with the
 window reductions (the default) and without (REDUCE off: the doubling form on both engines)."""
 from __future__ import annotations

@@ -52,7 +52,8 @@ def split_short_rows(program):
         decls += new_decls
         body += fills + [nest]
         for name in full:
-            shapes[name] = (_outer(loops[:len(loops) - s], k), sx.Num(k)) + tuple(lp.stop for lp in loops[len(loops) - s:])
+            shapes[name] = (_outer(loops[:len(loops) - s], k), sx.Num(k)) + \
+                tuple(lp.stop for lp in loops[len(loops) - s:])
     if not shapes:
         return program
     params = tuple(replace(p, type=replace(p.type, shape=shapes[p.name])) if p.name in shapes else p
@@ -133,7 +134,8 @@ def _rewritten(program, loops: list[sx.Loop], st: sx.Assign, s: int, k: int, tak
     rows = loops[len(loops) - s:]
     o, r = unique(f"{loops[0].var}_o", taken), unique(f"{loops[0].var}_r", taken)
     taken |= {o, r}
-    outer = [sx.Loop(o, sx.Num(0), _outer(loops[:len(loops) - s], k), (), span), sx.Loop(r, sx.Num(0), sx.Num(k), (), span)]
+    outer = [sx.Loop(o, sx.Num(0), _outer(loops[:len(loops) - s], k), (), span),
+             sx.Loop(r, sx.Num(0), sx.Num(k), (), span)]
     at = tuple(sx.Name(v, span) for v in (o, r)) + tuple(sx.Name(lp.var, span) for lp in rows)
     fills: list[sx.Stmt] = []
     decls: list[sx.Decl] = []
