@@ -17,11 +17,9 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import nested, rechecked, taken_names
+from tilec.compiler.reduce_split import IDENTITY, identity
+from tilec.compiler.rewrite import nested, perfect, read_order, rechecked, taken_names
 from tilec.lang import syntax as sx
-
-_IDENTITY = {"+=": 0.0, "max=": float("-inf"), "min=": float("inf")}
-
 
 def split_gapped_reductions(program):
     """The program with each such reduction in two steps (repeatedly); the same object when there is none."""
@@ -43,24 +41,16 @@ def split_gapped_reductions(program):
     return rechecked(program, decls, body)
 
 
-def _perfect(st: sx.Stmt) -> tuple[list[sx.Loop], sx.Stmt]:
-    loops: list[sx.Loop] = []
-    while isinstance(st, sx.Loop) and len(st.body) == 1:
-        loops.append(st)
-        st = st.body[0]
-    return loops, st
-
-
 def _gapped(top: sx.Stmt):
     """(kept loops, init, reduced loops, reduction, the read's dimension order, the last reduced run) of a nest of
     the module's form whose reduced dimensions are not one run; else None."""
-    kept_loops, inner = _perfect(top)  # (inner: the loop whose body is the init and the reduced loops)
+    kept_loops, inner = perfect(top)  # (inner: the loop whose body is the init and the reduced loops)
     if not isinstance(inner, sx.Loop) or len(inner.body) != 2:
         return None
     kept_loops, block = kept_loops + [inner], inner.body
     init, rest = block
-    red_loops, red = _perfect(rest)
-    if not (isinstance(init, sx.Assign) and init.op == "=" and isinstance(red, sx.Assign) and red.op in _IDENTITY):
+    red_loops, red = perfect(rest)
+    if not (isinstance(init, sx.Assign) and init.op == "=" and isinstance(red, sx.Assign) and red.op in IDENTITY):
         return None
     loops = kept_loops + red_loops
     if not red_loops or any(not (isinstance(lp.start, sx.Num) and lp.start.value == 0) for lp in loops):
@@ -71,7 +61,7 @@ def _gapped(top: sx.Stmt):
         return None
     if any(a.tensor == red.target.tensor for a in accesses(red.value) + accesses(init.value)):
         return None
-    order = _order(red.value, {lp.var for lp in loops})
+    order = read_order(red.value, {lp.var for lp in loops})
     if order is None:
         return None
     reduced = {lp.var for lp in red_loops}
@@ -80,15 +70,6 @@ def _gapped(top: sx.Stmt):
         return None
     start, stop = runs[-1]
     return kept_loops, init, red_loops, red, order, order[start:stop]
-
-
-def _order(value: sx.Expr, loop_vars: set[str]) -> list[str] | None:
-    """The variables of a read of `value` indexed by every loop variable (plain, distinct), in its order."""
-    for a in accesses(value):
-        names = [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
-        if a.fill is None and len(names) == len(a.indices) and sorted(names) == sorted(loop_vars):
-            return names
-    return None
 
 
 def _runs(flags: list[bool]) -> list[tuple[int, int]]:
@@ -110,11 +91,8 @@ def _split(parts, taken: set[str], decls: list[sx.Decl]) -> list[sx.Stmt]:
     name = unique(f"{red.target.tensor}_part", taken)
     decls.append(sx.Decl(name, sx.TensorType("f32", tuple(by_var[v].stop for v in part_vars), span), span))
     part = sx.Access(name, tuple(sx.Name(v, span) for v in part_vars), span)
-    identity = _IDENTITY[red.op]
-    start: sx.Expr = sx.Num(identity, span) if identity == 0.0 else \
-        sx.Neg(sx.Num(float("inf"), span), span) if identity < 0 else sx.Num(identity, span)
-    stage1 = _nest([by_var[v] for v in part_vars],
-                   (sx.Assign(part, "=", start, span), nested(replace(red, target=part), [by_var[v] for v in last])))
+    start = sx.Assign(part, "=", identity(red.op, span), span)
+    stage1 = _nest([by_var[v] for v in part_vars], (start, nested(replace(red, target=part), [by_var[v] for v in last])))
     rest = [lp for lp in red_loops if lp.var not in last]
     stage2_red = nested(replace(red, value=part), rest)
     stage2 = _nest(kept_loops, (init, stage2_red))

@@ -24,7 +24,7 @@ from dataclasses import replace
 from tilec.compiler.exprs import accesses, const_value, fmt_expr, product_factors
 from tilec.compiler.names import unique
 from tilec.compiler.reduce_split import index_vars, sizes_as_numbers
-from tilec.compiler.rewrite import hoisted, leaves, nested, rechecked, resolved, taken_names
+from tilec.compiler.rewrite import hoisted, leaves, nested, perfect, read_order, rechecked, resolved, taken_names
 from tilec.lang import syntax as sx
 
 
@@ -42,7 +42,8 @@ def split_contraction_operands(program):
         """The read of a temporary holding `expr` over its own loops (filled by a nest added to `pre`), or of the
         tensor an earlier nest fills with it already (softmax's sum's terms `exp(S - m)`)."""
         own = _vars(expr) & {lp.var for lp in loops}
-        order = _layout(expr, [lp for lp in loops if lp.var in own])
+        by_var = {lp.var: lp for lp in loops if lp.var in own}  # (laid out like a read over all of them: `S[i, t]`)
+        order = [by_var[v] for v in read_order(expr, own) or [lp.var for lp in loops if lp.var in own]]
         terms = sizes_as_numbers(expr, own, program.sizes)
         idx = tuple(sx.Name(lp.var, expr.span) for lp in order)
         same = _filled_alike(fills, terms, order)
@@ -174,11 +175,7 @@ def _fills(body: tuple[sx.Stmt, ...]) -> list[tuple[sx.Assign, tuple[sx.Loop, ..
     """Every perfect top-level nest storing a whole tensor once (`t[i, j] = f(..)` over loops from 0)."""
     out = []
     for top in body:
-        loops: list[sx.Loop] = []
-        st = top
-        while isinstance(st, sx.Loop) and len(st.body) == 1:
-            loops.append(st)
-            st = st.body[0]
+        loops, st = perfect(top)
         if isinstance(st, sx.Assign) and st.op == "=" and loops:
             out.append((st, tuple(loops)))
     return out
@@ -309,13 +306,3 @@ def _at_loop_variables(e: sx.Expr) -> bool:
 def _vars(e: sx.Expr) -> set[str]:
     """The names in the indices of every read of e."""
     return set().union(*(index_vars(a) for a in accesses(e)))
-
-
-def _layout(e: sx.Expr, loops: list[sx.Loop]) -> list[sx.Loop]:
-    """The temporary's loops: in the order of a read indexed by all of them (`S[i, t]`), else the loops' order."""
-    by_var = {lp.var: lp for lp in loops}
-    for a in accesses(e):
-        names = [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
-        if len(names) == len(a.indices) and sorted(names) == sorted(by_var):
-            return [by_var[v] for v in names]
-    return loops

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import hoisted, leaves, nested, rechecked, resolved, taken_names
+from tilec.compiler.rewrite import hoisted, leaves, nested, read_order, rechecked, resolved, taken_names
 from tilec.lang import syntax as sx
 
 
@@ -67,12 +67,7 @@ def split_broadcast_reductions(program):
         span = st.value.span
         name = unique(f"{st.target.tensor}_terms", taken)
         by_var = {lp.var: lp for lp in loops}
-        order = [lp.var for lp in loops]
-        for a in accesses(st.value):  # laid out like a read over all the loops (`X[i, j]` under `for j: for i:`)
-            names = [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
-            if len(names) == len(a.indices) and sorted(names) == sorted(order):
-                order = names
-                break
+        order = read_order(st.value, [lp.var for lp in loops]) or [lp.var for lp in loops]
         loops = tuple(by_var[v] for v in order)
         decls.append(sx.Decl(name, sx.TensorType("f32", tuple(lp.stop for lp in loops), span), span))
         idx = tuple(sx.Name(lp.var, span) for lp in loops)
@@ -146,7 +141,7 @@ def index_vars(a: sx.Access) -> set[str]:
 
 
 
-_IDENTITY = {"+=": 0.0, "max=": -math.inf, "min=": math.inf}
+IDENTITY = {"+=": 0.0, "max=": -math.inf, "min=": math.inf}
 
 
 def split_total_reductions(program):
@@ -196,7 +191,7 @@ def _total_pair(body: list[sx.Stmt], k: int) -> tuple[sx.Assign, list[sx.Loop], 
             return None
         loops.append(st)
         st = st.body[0]
-    if not loops or not isinstance(st, sx.Assign) or st.op not in _IDENTITY:
+    if not loops or not isinstance(st, sx.Assign) or st.op not in IDENTITY:
         return None
     if st.target.tensor != init.target.tensor or len(st.target.indices) != len(init.target.indices) \
             or not all(_zero(ix) for ix in st.target.indices):
@@ -238,7 +233,7 @@ def _total_split(init: sx.Assign, loops: list[sx.Loop], red: sx.Assign, taken: s
         col_name = unique(f"{red.target.tensor}_rows", taken)
         decls.append(sx.Decl(col_name, sx.TensorType("f32", (first.stop,), span), span))
         col = sx.Access(col_name, (i,), span)
-        start = sx.Assign(col, "=", _identity(red.op, span), span)
+        start = sx.Assign(col, "=", identity(red.op, span), span)
         rows = nested(sx.Assign(col, red.op, red.value, span), loops[1:])
         out.append(sx.Loop(first.var, first.start, first.stop, (start, rows), first.span))
         out.append(nested(sx.Assign(row, "=", col, span), z_loops + [first]))
@@ -265,8 +260,9 @@ def _vector_terms(red: sx.Assign, loop: sx.Loop, program) -> bool:
     return few_long_rows(1, size_value(loop.stop, program.sizes), dtype, False, False) is not None
 
 
-def _identity(op: str, span) -> sx.Expr:
-    value = _IDENTITY[op]
+def identity(op: str, span) -> sx.Expr:
+    """The start of a reduction by `op` (`0`, `-inf`, `inf`) as an expression."""
+    value = IDENTITY[op]
     return sx.Neg(sx.Num(math.inf, span), span) if value == -math.inf else sx.Num(value, span)
 
 

@@ -99,6 +99,26 @@ def leaves(top: sx.Stmt, loops: tuple[str, ...] = ()):
         yield top, loops
 
 
+def perfect(st: sx.Stmt) -> tuple[list[sx.Loop], sx.Stmt]:
+    """The loops of a perfect nest from `st` down (each holding one statement) and what they hold."""
+    loops: list[sx.Loop] = []
+    while isinstance(st, sx.Loop) and len(st.body) == 1:
+        loops.append(st)
+        st = st.body[0]
+    return loops, st
+
+
+def read_order(value: sx.Expr, loop_vars: set[str] | list[str]) -> list[str] | None:
+    """The loop variables in the order of the first read of `value` indexed by exactly them (plain names, not a
+    padded read): the layout of a temporary over those loops that reads like its source (`X[i, j]` under `for j:
+    for i:`); None when no read is."""
+    for a in accesses(value):
+        names = [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
+        if a.fill is None and len(names) == len(a.indices) and sorted(names) == sorted(loop_vars):
+            return names
+    return None
+
+
 def nested(st: sx.Stmt, loops: list[sx.Loop] | tuple[sx.Loop, ...]) -> sx.Stmt:
     """`st` inside `loops` (outermost first), each running as the program's loop of that name runs."""
     for lp in reversed(loops):
