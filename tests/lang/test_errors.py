@@ -91,7 +91,6 @@ BAD: dict[str, tuple[str, dict[str, int]]] = {
     "padded_store": (edit(ADD, "Z[i] = A[i]", "Z[i] ?? 0 = A[i]"), {}),
     "loop_bound_uses_loop_var": (edit(CONV, "for p in 0..2", "for p in 0..i"), {}),
     # types and data flow
-    "dtype_mismatch": (edit(ADD, "B: f32[N]", "B: f16[N]"), {}),
     "write_to_input": (edit(ADD, "Z[i] = A[i]", "A[i] = A[i]"), {}),
     "read_unwritten_temp": (edit(CONV, "    conv[n, k, y, x] = b[k]\n", "")
                             .replace("+= X[n, c, y + r, x + s]", "= X[n, c, y + r, x + s]")

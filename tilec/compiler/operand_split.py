@@ -248,8 +248,8 @@ def contraction_groups(st: sx.Assign, loops: tuple[sx.Loop, ...], top_writes: se
         return None
     members[0] = sorted(members[0] + loose)
     operands = [_product([factors[k] for k in m], st.value.span) for m in members]
-    if all(_plain(e, program) for e in operands):
-        return None  # already a product of two reads: the contraction rule's own form
+    if all(_plain(e, program) for e in operands) and len({_dtype(e, program) for e in operands}) == 1:
+        return None  # already a product of two reads of one dtype: the contraction rule's own form
     if not all(_plain(e, program) or _at_loop_variables(e) for e in operands):
         return None
     return members[0], members[1]
@@ -282,6 +282,14 @@ def _plain(e: sx.Expr, program) -> bool:
     return _read(e, program) is not None
 
 
+def _dtype(e: sx.Expr, program) -> str:
+    """The dtype of a plain operand's tensor (`f32(A[i, k])` of a bf16 A: bf16, copied to f32 when the other
+    operand is f32: `C += A * B` of a bf16 A and an f32 B, lang/widen.py)."""
+    read = _read(e, program)
+    assert read is not None
+    return program.tensors[read.tensor].dtype
+
+
 def _f32_read(e: sx.Expr, program) -> bool:
     """An operand taken as it is: a plain read of an f32 tensor (beside an f32 temporary)."""
     read = _read(e, program)
@@ -290,7 +298,8 @@ def _f32_read(e: sx.Expr, program) -> bool:
 
 def _exact(e: sx.Expr, program) -> sx.Expr:
     """`f32(B[k, j])` for a plain 16-bit operand copied beside an f32 temporary (exact), else e."""
-    return sx.Call("f32", (e,), e.span) if _plain(e, program) else e
+    converted = isinstance(e, sx.Call) and e.fn == "f32"
+    return sx.Call("f32", (e,), e.span) if _plain(e, program) and not converted else e
 
 
 def _at_loop_variables(e: sx.Expr) -> bool:

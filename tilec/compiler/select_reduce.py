@@ -100,15 +100,14 @@ def _reject(comp: Comp, why: str, span=None) -> TilecError:
 def select_reduce(comp: Comp, program) -> ReduceOp:
     assert comp.update is not None and comp.red_op is not None  # is_row_reduction(comp) chose this path
     src, scale = strip_scale(comp.update, program.sizes)
+    if scale != 1.0 and comp.red_op != "+=":
+        src, scale = comp.update, 1.0  # `m[i] max= X[i, j] / T`: the scaled values are the reduced expression
     src = _widened(comp, src, program)
     reads = accesses(src)
     if not reads:
         raise _reject(comp, f"`{fmt_expr(comp.update)}` reads no tensor", comp.update.span)
     if not isinstance(src, sx.Access):
         _check_expr(comp, src)  # an element-wise expression, reduced: computed per tile, then tensor_reduce
-    if scale != 1.0 and comp.red_op != "+=":
-        raise _reject(comp, f"a constant factor applies to a `+=` reduction only (here `{comp.red_op}`)",
-                      comp.update.span)
     rows = column_rows(comp, program)
     reads = [a for a in reads if a not in rows] + rows  # the first read is over all the loops
     before, reduced, after = _split_indices(comp, reads[0], program)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilec.errors import Span, TilecError
-from tilec.lang import bounds, checker, evaluator, parser
+from tilec.lang import bounds, checker, evaluator, parser, widen
 from tilec.lang import syntax as s
 
 DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
@@ -96,7 +96,7 @@ def _read_file(path: pathlib.Path) -> tuple[str, str]:
 def load(path_or_text: str | pathlib.Path, defines: dict[str, int] | None = None) -> Program:
     """Parse and check a program; sizes from defines, then the kernel's defaults."""
     source, path = _read(path_or_text)
-    kernel = parser.parse(source, path)
+    kernel = widen.widen_mixed(parser.parse(source, path))
     facts = checker.check(kernel)
     pending = bounds.prove(facts)
     defines = dict(defines or {})

@@ -273,7 +273,6 @@ class Walker:
                       "parameters are read-only; declare an intermediate (e.g. `tmp: f32[...]`) and write that")
         self.access(st.target, write=True)
         self._value(st.value)
-        self._dtypes(st)
         self._reads_written(st)
         self.written.add(st.target.tensor)
 
@@ -346,16 +345,6 @@ class Walker:
             raise err(f"`{call.fn}` takes {want} argument{'s' * (want != 1)}, not {len(call.args)}", call.span,
                       f"write {call.fn}({', '.join('ab'[:want])})")
 
-    def _dtypes(self, st: s.Assign) -> None:
-        seen: list[tuple[str, str, Span]] = []
-        _operand_dtypes(st.value, self.scope.tensors, seen)
-        for dtype, what, span in seen[1:]:
-            if dtype != seen[0][0]:
-                first = seen[0]
-                raise err(f"operands of one statement have different dtypes: `{first[1]}` is {first[0]}, "
-                          f"`{what}` is {dtype}", span,
-                          f"convert explicitly, e.g. `{first[0]}({what})`, so it is clear where rounding happens")
-
     def _reads_written(self, st: s.Assign) -> None:
         if st.op in REDUCE_OPS and st.target.tensor not in self.written:
             raise err(f"`{st.target.tensor}` is updated with `{st.op}` before anything is written to it",
@@ -375,16 +364,6 @@ def _no_tensors_or_calls_bound(expr: s.Expr) -> None:
         raise err("a loop bound may only use sizes and constants", expr.span, "loop bounds are sizes")
     for child in children(expr):
         _no_tensors_or_calls_bound(child)
-
-
-def _operand_dtypes(expr: s.Expr, tensors: dict[str, Tensor], out: list) -> None:
-    if isinstance(expr, s.Access):
-        out.append((tensors[expr.tensor].dtype, _source_text(expr), expr.span))
-    elif isinstance(expr, s.Call) and expr.fn in CONVERSIONS:
-        out.append((expr.fn, _source_text(expr), expr.span))
-    else:
-        for child in children(expr):
-            _operand_dtypes(child, tensors, out)
 
 
 def _source_text(node: s.Access | s.Call) -> str:
