@@ -209,7 +209,8 @@ def _nonempty(facts: Facts, loop) -> bool:
 def _oob(site: Site, dim: int, what: str, detail: str) -> TilecError:
     index = site.access.indices[dim]
     return TilecError(f"index out of bounds: dimension {dim + 1} of `{site.access.tensor}` {what}", index.span,
-                      f"{detail}; shrink the loop range, or make the tensor larger (e.g. pad the input)")
+                      f"{detail}; shrink the loop range, make the tensor larger, or read it padded "
+                      f"(`{site.access.tensor}[...] ?? 0` reads 0 outside it)")
 
 
 def _index_text(site: Site, dim: int) -> str:
