@@ -245,3 +245,26 @@ def test_a_batched_matvec_compiles_as_written_and_as_the_batched_matmul_form() -
         want = np.einsum(spec, a, x)
         assert max_error(np.asarray(c.run(**inputs)["y"], np.float64), want) <= 1e-5 * np.abs(want).max()
     assert "x_col" in compile_loaded(lang.load(BATCHED_MATVEC), target="trn2").stages["select"]
+
+
+BATCHED_VECMAT = """\
+kernel masked_sum(X: f32[B, S, D], m: f32[B, S]) -> y
+  default B = 3, S = 200, D = 96
+  y: f32[B, D]
+  for b in 0..B, d in 0..D:
+    y[b, d] = 0
+    for s in 0..S:
+      y[b, d] += m[b, s] * X[b, s, d]
+"""
+
+
+def test_a_batched_vector_times_matrix_compiles() -> None:
+    """A masked sum over the sequence, `y[b, d] += m[b, s] X[b, s, d]` (the vector against the matrix's middle
+    index), was refused with a hint to declare m as [B, S, 1]; matvec_split takes it as it takes A[b, m, k] x[b, k]."""
+    c = compile_loaded(lang.load(BATCHED_VECMAT), target="trn2")
+    inputs = lang.random_inputs(c.program, seed=6)
+    x, m = (np.asarray(inputs[k], np.float64) for k in ("X", "m"))
+    want = np.einsum("bsd,bs->bd", x, m)
+    got = np.asarray(c.run(**inputs)["y"], np.float64)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    assert "m_col" in c.stages["select"]

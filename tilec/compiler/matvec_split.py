@@ -15,7 +15,8 @@ vector and the result copied through temporaries with a unit last dimension:
     for b, m:             y[b, m] = y_col[b, m, 0]
 
 Done for a top-level nest `for batch.., m: y[batch.., m] = init; for k: y[..] += A[batch.., m, k] * x[batch.., k]`
-(any order of the two factors, constant factors kept, at least one batch index, every index a plain loop variable
+or a vector times a matrix, `x[batch.., k] * A[batch.., k, m]` (a masked sum over a sequence; any order of the two
+factors, constant factors kept, at least one batch index, every index a plain loop variable
 of a loop from 0). The same object when there is none."""
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def _matvec(top: sx.Stmt):
     batch, m, k = names[:-1], names[-1], inner[0].var
     by_len = sorted(reads, key=lambda f: len(f.indices))
     vec, mat = by_len[0], by_len[1]
-    if _plain(mat) != batch + [m, k] or _plain(vec) != batch + [k] or mat.tensor == vec.tensor:
-        return None
+    if _plain(mat) not in (batch + [m, k], batch + [k, m]) or _plain(vec) != batch + [k] or mat.tensor == vec.tensor:
+        return None  # (A[b, m, k] x[b, k], or a vector times a matrix: x[b, k] A[b, k, m], a masked sum over k)
     return loops, init, k_loop, update, vec
 
 
