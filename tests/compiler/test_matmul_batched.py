@@ -268,3 +268,26 @@ def test_a_batched_vector_times_matrix_compiles() -> None:
     got = np.asarray(c.run(**inputs)["y"], np.float64)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
     assert "m_col" in c.stages["select"]
+
+
+MASKED_MEAN = """\
+kernel masked_mean(X: f32[B, S, D], m: f32[B, S], cnt: f32[B]) -> y
+  default B = 3, S = 200, D = 96
+  y: f32[B, D]
+  for b in 0..B, d in 0..D:
+    y[b, d] = 0
+    for s in 0..S:
+      y[b, d] += X[b, s, d] * m[b, s] / cnt[b] * 0.5
+"""
+
+
+def test_masked_mean_pooling_takes_the_vector_as_an_expression() -> None:
+    """The factors other than the matrix (`m[b, s] / cnt[b]`, reading only b and s) are the vector, computed once
+    into the [B, S, 1] column the batched matmul reads."""
+    c = compile_loaded(lang.load(MASKED_MEAN), target="trn2")
+    inputs = lang.random_inputs(c.program, seed=7)
+    inputs["cnt"] = inputs["cnt"] + 1  # (a count: away from 0)
+    x, m, cnt = (np.asarray(inputs[k], np.float64) for k in ("X", "m", "cnt"))
+    want = np.einsum("bsd,bs->bd", x, m) / cnt[:, None] * 0.5
+    got = np.asarray(c.run(**inputs)["y"], np.float64)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

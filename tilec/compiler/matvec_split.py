@@ -15,16 +15,18 @@ vector and the result copied through temporaries with a unit last dimension:
     for b, m:             y[b, m] = y_col[b, m, 0]
 
 Done for a top-level nest `for batch.., m: y[batch.., m] = init; for k: y[..] += A[batch.., m, k] * x[batch.., k]`
-or a vector times a matrix, `x[batch.., k] * A[batch.., k, m]` (a masked sum over a sequence; any order of the two
-factors, constant factors kept, at least one batch index, every index a plain loop variable
+or a vector times a matrix, `x[batch.., k] * A[batch.., k, m]` (a masked sum over a sequence); the vector may be a
+product of factors reading only the batch indices and k (`m[b, s] / cnt[b]`, masked mean pooling: computed into
+x_col; f32, so only beside an f32 matrix), in any order, constant factors kept, at least one batch index, every index a plain loop variable
 of a loop from 0). The same object when there is none."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tilec.compiler.exprs import product_factors
+from tilec.compiler.exprs import accesses, product_factors
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import nested, perfect_nest, rechecked, substituted, taken_names
+from tilec.compiler.operand_split import split_factor
+from tilec.compiler.rewrite import nested, perfect_nest, rechecked, taken_names
 from tilec.lang import syntax as sx
 
 
@@ -34,22 +36,27 @@ def split_batched_matvec(program):
     decls: list[sx.Decl] = []
     body: list[sx.Stmt] = []
     for top in kernel.body:
-        found = _matvec(top)
+        found = _matvec(top, program)
         if found is None:
             body.append(top)
             continue
-        outer, init, k_loop, update, vec = found
-        x_col = unique(f"{vec.tensor}_col", taken)
+        outer, init, k_loop, update, mat, vec, scale = found
+        x_col = unique(f"{accesses(vec)[0].tensor}_col", taken)
         y_col = unique(f"{init.target.tensor}_col", taken | {x_col})
         taken |= {x_col, y_col}
         z = unique("z", {lp.var for lp in outer} | {k_loop.var} | taken)
-        decls += [_column(kernel, program, vec.tensor, x_col), _column(kernel, program, init.target.tensor, y_col)]
-        body += _rewritten(outer, init, k_loop, update, vec, x_col, y_col, z)
+        x_dtype = program.tensors[vec.tensor].dtype if isinstance(vec, sx.Access) else "f32"
+        x_shape = tuple(lp.stop for lp in outer[:-1]) + (k_loop.stop,)
+        decls += [_column(x_col, x_dtype, x_shape, vec.span), _column(y_col, program.tensors[init.target.tensor].dtype,
+                                                                      tuple(lp.stop for lp in outer), vec.span)]
+        body += _rewritten(outer, init, k_loop, update, (mat, vec, scale), x_col, y_col, z)
     return rechecked(program, decls, body)
 
 
-def _matvec(top: sx.Stmt):
-    """(outer loops, init, the summed loop, the update, the vector's read) of a batched mat-vec nest, or None."""
+def _matvec(top: sx.Stmt, program):
+    """(outer loops, init, the summed loop, the update, the matrix's read, the vector, the constant factor) of a
+    batched mat-vec nest, or None. The vector is the product of the factors other than the matrix: each reads only
+    the batch indices and k (`m[b, k] / cnt[b]`)."""
     loops, last = perfect_nest(top)
     if not isinstance(last, sx.Loop) or len(last.body) != 2 or not _from_zero(last):
         return None
@@ -64,16 +71,32 @@ def _matvec(top: sx.Stmt):
     names = [lp.var for lp in loops]
     if _plain(init.target) != names or len(names) < 2:
         return None
-    factors, _ = product_factors(update.value)
-    reads = [f for f in factors if isinstance(f, sx.Access) and f.fill is None]
-    if len(factors) != 2 or len(reads) != 2:
-        return None
     batch, m, k = names[:-1], names[-1], inner[0].var
-    by_len = sorted(reads, key=lambda f: len(f.indices))
-    vec, mat = by_len[0], by_len[1]
-    if _plain(mat) not in (batch + [m, k], batch + [k, m]) or _plain(vec) != batch + [k] or mat.tensor == vec.tensor:
-        return None  # (A[b, m, k] x[b, k], or a vector times a matrix: x[b, k] A[b, k, m], a masked sum over k)
-    return loops, init, k_loop, update, vec
+    factors, scale = product_factors(update.value)
+    mults: list[sx.Expr] = []
+    divisors: list[sx.Expr] = []
+    for f in factors:
+        fm, fd = split_factor(f, set(batch + [k]))
+        mults, divisors = mults + fm, divisors + fd
+    mats = [f for f in mults if isinstance(f, sx.Access) and f.fill is None
+            and _plain(f) in (batch + [m, k], batch + [k, m])]
+    if len(mats) != 1:
+        return None
+    rest = [f for f in mults if f is not mats[0]]
+    reads = [a for f in rest + divisors for a in accesses(f)]
+    if not rest or any(a.fill is not None or a.tensor == mats[0].tensor or a.tensor == init.target.tensor
+                       or not set(_plain(a) or [m]) <= set(batch + [k]) for a in reads):
+        return None
+    if not any(_plain(a) == batch + [k] for a in reads):
+        return None  # (a vector over the batch and k: some factor reads them all)
+    vec = rest[0]
+    for f in rest[1:]:
+        vec = sx.BinOp("*", vec, f, f.span)
+    for d in divisors:
+        vec = sx.BinOp("/", vec, d, d.span)
+    if not isinstance(vec, sx.Access) and program.tensors[mats[0].tensor].dtype != "f32":
+        return None  # (a computed vector is f32, as the reference computes it; the matrix would be copied to f32)
+    return loops, init, k_loop, update, mats[0], vec, scale
 
 
 def _from_zero(lp: sx.Loop) -> bool:
@@ -87,22 +110,24 @@ def _plain(a: sx.Access) -> list[str] | None:
     return [ix.id for ix in a.indices if isinstance(ix, sx.Name)]
 
 
-def _column(kernel: sx.Kernel, program, tensor: str, name: str) -> sx.Decl:
-    """A temporary of `tensor`'s dtype and shape with a last dimension of 1."""
-    t = next((p.type for p in kernel.params if p.name == tensor), None) or \
-        next(d.type for d in kernel.decls if d.name == tensor)
-    return sx.Decl(name, replace(t, shape=t.shape + (sx.Num(1, t.span),)), t.span)
+def _column(name: str, dtype: str, shape: tuple[sx.Expr, ...], span) -> sx.Decl:
+    """A temporary of that shape with a last dimension of 1."""
+    return sx.Decl(name, sx.TensorType(dtype, shape + (sx.Num(1, span),), span), span)
 
 
-def _rewritten(outer, init, k_loop, update, vec, x_col, y_col, z) -> list[sx.Stmt]:
+def _rewritten(outer, init, k_loop, update, product, x_col, y_col, z) -> list[sx.Stmt]:
+    mat, vec, scale = product
     span = update.span
     zn, zloop = sx.Name(z, span), sx.Loop(z, sx.Num(0, span), sx.Num(1, span), (), span)
     y = init.target
     y_z = replace(y, tensor=y_col, indices=y.indices + (zn,))
-    vec_z = replace(vec, tensor=x_col, indices=vec.indices + (zn,))
-    copy_in = nested(sx.Assign(replace(vec, tensor=x_col, indices=vec.indices + (zn,)), "=", vec, span),
-                     list(outer[:-1]) + [k_loop, zloop])
-    new_update = replace(update, target=y_z, value=substituted(update.value, {id(vec): vec_z}))
+    vec_idx = tuple(sx.Name(lp.var, span) for lp in outer[:-1]) + (sx.Name(k_loop.var, span), zn)
+    vec_z = sx.Access(x_col, vec_idx, span)
+    copy_in = nested(sx.Assign(vec_z, "=", vec, span), list(outer[:-1]) + [k_loop, zloop])
+    value: sx.Expr = sx.BinOp("*", mat, vec_z, span)
+    if scale != 1.0:
+        value = sx.BinOp("*", value, sx.Num(scale, span), span)
+    new_update = replace(update, target=y_z, value=value)
     new_k = replace(k_loop, body=(new_update,))
     main = nested(replace(zloop, body=(replace(init, target=y_z), new_k)), outer)
     copy_out = nested(sx.Assign(y, "=", replace(y, tensor=y_col, indices=y.indices + (sx.Num(0, span),)), span),

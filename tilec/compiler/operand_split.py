@@ -105,20 +105,20 @@ def _pulled(factors: list[sx.Expr], kept: set[str]) -> tuple[list[sx.Expr], list
     left: list[sx.Expr] = []
     out: list[sx.Expr] = []
     for f in factors:
-        multipliers, divisors = _split_factor(f, kept)
+        multipliers, divisors = split_factor(f, kept)
         for m in multipliers:
             (out if accesses(m) and _vars(m) <= kept else left).append(m)
         out += [sx.BinOp("/", sx.Num(1, d.span), d, d.span) for d in divisors]
     return left, out
 
 
-def _split_factor(f: sx.Expr, kept: set[str]) -> tuple[list[sx.Expr], list[sx.Expr]]:
+def split_factor(f: sx.Expr, kept: set[str]) -> tuple[list[sx.Expr], list[sx.Expr]]:
     """`a * g[i] / z[i]` -> ([a, g[i]], [z[i]]): its multipliers and the divisors that read only output indices."""
     if isinstance(f, sx.BinOp) and f.op == "*":
-        (ma, da), (mb, db) = _split_factor(f.lhs, kept), _split_factor(f.rhs, kept)
+        (ma, da), (mb, db) = split_factor(f.lhs, kept), split_factor(f.rhs, kept)
         return ma + mb, da + db
     if isinstance(f, sx.BinOp) and f.op == "/" and accesses(f.rhs) and _vars(f.rhs) <= kept:
-        m, d = _split_factor(f.lhs, kept)
+        m, d = split_factor(f.lhs, kept)
         return m, d + [f.rhs]
     return [f], []
 
