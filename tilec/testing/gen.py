@@ -969,10 +969,13 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "nest": lambda rng, nm: _nests().nest(rng, nm),
     "operands": lambda rng, nm: _operands().operands(rng, nm),
     "gapped": lambda rng, nm: _operands().gapped(rng, nm),
+    "mixed": lambda rng, nm: _mixed().mixed(rng, nm),
+    "scaled": lambda rng, nm: _mixed().scaled(rng, nm),
+    "vecmat": lambda rng, nm: _mixed().vecmat(rng, nm),
 }
 WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
            "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2, "total": 1,
-           "epilogue": 2, "mlp": 1, "nest": 1, "operands": 1, "gapped": 1}
+           "epilogue": 2, "mlp": 1, "nest": 1, "operands": 1, "gapped": 1, "mixed": 1, "scaled": 1, "vecmat": 1}
 
 
 def _mlps():
@@ -985,6 +988,12 @@ def _operands():
     """gen_operands.py (a contraction of two expressions; a reduction whose reduced dimensions have gaps)."""
     from tilec.testing import gen_operands
     return gen_operands
+
+
+def _mixed():
+    """gen_mixed.py (dtypes mixed in one statement, extrema of scaled values, batched vector-matrix products)."""
+    from tilec.testing import gen_mixed
+    return gen_mixed
 
 
 def _nests():
