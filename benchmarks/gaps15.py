@@ -91,6 +91,10 @@ REALISTIC: dict[str, dict[str, int]] = {
     "group_norm": {"N": 8, "G": 32, "Cg": 8, "H": 28, "W": 28},
     # rows21: a folded batch norm + relu6 in NHWC, rows of 128 channels (packed_rows.py: 3.49x -> 1.34x)
     "bn_nhwc": {"N": 8, "H": 56, "W": 56, "C": 128},
+    # lead22: operands of two dtypes in one statement, an extremum of scaled values, a batched vector-matrix product
+    "softmax_bf16_stats": {"M": 2048, "N": 2048},
+    "softmax_temperature": {"M": 2048, "N": 2048},
+    "masked_mean": {"B": 32, "S": 512, "D": 768},
 }
 
 

@@ -34,6 +34,8 @@ class _ChainValues(_ChainBase):
             raise _Unsupported
         if isinstance(e, sx.Neg):
             return self.combine("*", self.value(e.x), Lin(None, 1.0, -1.0))
+        if isinstance(e, sx.Call) and e.fn == "f32":
+            return self.value(e.args[0])  # exact, and the engines compute in fp32 whatever their operands' dtype
         if isinstance(e, sx.Call) and FUNCTIONS[e.fn].instr == "activation":
             x = self.lin(self.value(e.args[0]))
             return Lin(self.act(e.fn, x, f"{self.op.out}_tile" if e is self.top else f"{self.op.out}_tmp"))
