@@ -203,8 +203,14 @@ class _Chain(_ChainValues):
         expr = op.expr if op.expr is not None else sx.Access(op.src, ())
         col = Buf(self.name(f"{op.out}_col", numbered=False), "sbuf", "f32", (self.TP, 1))
         if op.op != "add":
-            src = self.view(self.value(expr), f"{op.out}_terms")
-            if src.buf.dtype in _HALF and self.hbm[op.out].dtype in (src.buf.dtype, "f32") and \
+            v = self.value(expr)
+            # the extremum of `x * s + b` (s > 0, b a constant or a column) is s * max(x) + b, and exactly: the
+            # rounding is monotone (a temperature softmax's `max= X[i, j] / T` reduces X; its readers take the map)
+            mapped = isinstance(v, Lin) and v.base is not None and isinstance(v.scale, float) and v.scale > 0.0 \
+                and (v.scale, v.bias) != (1.0, 0.0) and op.init == _IDENTITY[op.op] and v.base.shape()[1] > 1
+            src = v.base if mapped and isinstance(v, Lin) and v.base is not None else \
+                self.view(v, f"{op.out}_terms")
+            if src.buf.dtype in _HALF and self.hbm[op.out].dtype in (src.buf.dtype, "f32") and not mapped and \
                     op.init == _IDENTITY[op.op]:  # (an fp32 result: widening the 16-bit max is exact, cols17)
                 # the max of f16/bf16 values is one of them: reduced into a column of their dtype it is exact (no
                 # rounding copies), and VectorE streams a 16-bit reduce into a 16-bit result at N/2 (nki-spec 2.4)
@@ -220,6 +226,8 @@ class _Chain(_ChainValues):
                 self.emit(Alloc(wide, line=self.cur_line), Act(whole(wide), whole(col), "copy", None, 1.0,
                                                                self.cur_line), engine="scalar")
                 result = Lin(whole(wide), -1.0)
+            if mapped and isinstance(v, Lin):
+                result = Lin(result.base, self.vmul(result.scale, v.scale), v.bias)
             if op.init != _IDENTITY[op.op]:
                 init = self.values[op.init] if isinstance(op.init, str) else Lin(None, 1.0, op.init)
                 other = self.operand(init)
