@@ -57,7 +57,7 @@ from tilec.lang import syntax as sx
 from tilec.target import compiled, target as get_target
 from tilec.compiler.rowchain_base import Built, _reads
 from tilec.compiler.rowchain_chain import _Chain
-from tilec.compiler.rowchain_rewrites import products_on_gpsimd
+from tilec.compiler.rowchain_rewrites import busiest, products_on_gpsimd
 from tilec.compiler.rowchain_rewrites import _shifted  # (pair_tiles.py imports it from here)
 
 
@@ -311,6 +311,22 @@ def reads_of(op: Op) -> list[str]:
 __all__ = ["row_chains", "build_row_chain", "fit_chain", "fit_long_rows", "reads_of", "ColumnReduceOp"]
 
 
+def _skewed(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int, vector_centring: bool
+            ) -> tuple[list[Stmt], list[Stmt], bool] | None:
+    """The chain built for software pipelining and skewed (None when that does not fit), and whether it had a
+    centring and scaling to place (`_Chain.centred`)."""
+    from tilec.compiler.pair_tiles import skew_row_tiles
+
+    chain = _Chain(ops, hbm, fresh_for, keep, skewed=True)
+    chain.vector_centring = vector_centring
+    consts, stmts = chain.build()
+    skewed = skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1]))
+    if skewed is None:
+        return None
+    shared = chunk_pipe.last_banks_shared(skewed[1], fresh_for(ops[-1]), get_target())
+    return skewed[0], products_on_gpsimd(shared, compiled()), chain.centred
+
+
 def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], built: Built, budget: int
               ) -> tuple[Built, bool]:
     """A chain that fits whole, built again for software pipelining (pair_tiles.skew_row_tiles: a row tile's
@@ -318,16 +334,15 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
     applies and fits; else, for a chain of steps too big to fit twice, its columns chunked; else `built`. Every
     chain with a loop of steps is pipelined when it fits (rows10 pipelined only those with ScalarE passes to move:
     now the scaling by r rides on g's broadcast, rmsnorm bf16 over rows of 4096 is 1.04x pipelined, 1.71x not)."""
-    from tilec.compiler.pair_tiles import skew_row_tiles
-
     if short_rows(ops) is not None:
         return built, False
-    chain = _Chain(ops, hbm, fresh_for, keep, skewed=True)
-    consts, stmts = chain.build()
-    skewed = skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1]))
+    skewed = _skewed(ops, hbm, fresh_for, keep, budget, False)
+    if skewed is not None and skewed[2]:  # a standardisation: its centring and scaling on VectorE, if less busy
+        other = _skewed(ops, hbm, fresh_for, keep, budget, True)
+        if other is not None and busiest(other[1], compiled()) < busiest(skewed[1], compiled()):
+            skewed = other
     if skewed is not None:
-        shared = chunk_pipe.last_banks_shared(skewed[1], fresh_for(ops[-1]), get_target())
-        return (skewed[0], products_on_gpsimd(shared, compiled())), True
+        return (skewed[0], skewed[1]), True
     if 2 * peak_usage(tuple(built[1]))[0] <= budget or not _turned(built[1]):
         return built, False
     # a chain whose column rides on a row's broadcast (its row tile is then read until the tile's last step) that

@@ -133,6 +133,11 @@ class _ChainBase:
         self.exact_in: dict[str, str] = {}  # an fp32 buffer -> the 16-bit dtype all its values are exactly of
         self.narrow_of: dict[str, View] = {}  # a rounded column (fp32) -> the f16/bf16 column it was copied from
         self.discarded: View | None = None
+        # a centring then scaling (`(X - mu) * r`) as one VectorE tensor_scalar instead of two ScalarE passes
+        # (rowchain_values.lin_mul); `centred` records that the chain had one, so that build_rowchain.pipelined
+        # builds it both ways and keeps the one whose busiest engine is less busy
+        self.vector_centring = False
+        self.centred = False
         self.terms: dict[str, EltwiseOp] = {}  # the terms of a sum, built by the sum (_Chain.compute)
         self.top: sx.Expr | None = None  # the expression whose value is the op's own tile (named `{out}_tile`)
 

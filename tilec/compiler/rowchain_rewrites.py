@@ -242,14 +242,9 @@ def _terms_only(s: Binary, body: list[Stmt]) -> bool:
 
 
 def _balanced_products(body: list[Stmt], t) -> list[Stmt]:
-    def streamed(s: Stmt) -> float:
-        n = math.prod(s.dst.shape()[1:]) if isinstance(s, (Binary, Scalar, ir.Copy)) else \
-            math.prod(s.src.shape()[1:]) if isinstance(s, ir.Reduce) else 0
-        return 2 * n if isinstance(s, Binary) and s.dst.buf.dtype not in _HALF else n
-
     def busiest(stmts: list[Stmt]) -> float:
-        vector = sum(streamed(s) for s in stmts if ir.engine_of(s) == "vector")
-        gpsimd = sum(streamed(s) for s in stmts if ir.engine_of(s) == "gpsimd")
+        vector = sum(_streamed(s) for s in stmts if ir.engine_of(s) == "vector")
+        gpsimd = sum(_streamed(s) for s in stmts if ir.engine_of(s) == "gpsimd")
         return max(vector / t.vector_ghz, gpsimd / t.gpsimd_ghz)
 
     body = [dataclasses.replace(s, body=tuple(_balanced_products(list(s.body), t)))
@@ -261,3 +256,28 @@ def _balanced_products(body: list[Stmt], t) -> list[Stmt]:
             if busiest(trial) < busiest(body):
                 body = trial
     return body
+
+
+def busiest(body: list[Stmt], t) -> float:
+    """The busiest of ScalarE, VectorE and GpSimdE over a body, in ns: each instruction's streamed elements at its
+    engine's clock, loops counted by their trip counts (a comparison of two builds of one chain, not a latency)."""
+    ghz = {"vector": t.vector_ghz, "gpsimd": t.gpsimd_ghz, "scalar": t.scalar_ghz}
+    busy = dict.fromkeys(ghz, 0.0)
+
+    def walk(stmts, times: int) -> None:
+        for s in stmts:
+            if isinstance(s, ir.Loop):
+                walk(s.body, times * s.extent)
+            elif isinstance(s, Block):
+                walk(s.body, times)
+            elif ir.engine_of(s) in busy:
+                busy[ir.engine_of(s)] += times * _streamed(s) / ghz[ir.engine_of(s)]
+    walk(body, 1)
+    return max(busy.values())
+
+
+def _streamed(s: Stmt) -> float:
+    """Cycles an instruction streams: its elements per partition (an fp32 tensor_tensor twice, nki-spec §2.4)."""
+    n = math.prod(s.src.shape()[1:]) if isinstance(s, ir.Reduce) else \
+        math.prod(s.dst.shape()[1:]) if isinstance(s, (Binary, Scalar, ir.Copy, Act)) else 0
+    return 2 * n if isinstance(s, Binary) and s.dst.buf.dtype not in _HALF else n

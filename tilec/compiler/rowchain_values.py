@@ -94,6 +94,11 @@ class _ChainValues(_ChainBase):
             # row of near-equal values) the fp32 error grows with s (rsqrt(var + eps), up to 1/sqrt(eps)); so the
             # sum is computed first and then scaled (fuzz seed 14003150: 13x the reference's error). A constant
             # power of two (a softmax's temperature 1/8) scales exactly: X*(a*s) + c*s rounds as (X*a + c) * s
+            self.centred = True
+            if self.vector_centring and isinstance(x.scale, float) and x.scale == 1.0 and not isinstance(s, float):
+                return Lin(self.steps_view(Steps(x.base, (("add", self.operand(Lin(None, 1.0, x.bias)), True),
+                                                          ("multiply", self.col_view(s), True))),
+                                           None, f"{self.op.out}_scaled"))
             x = Lin(self.view(x, f"{self.op.out}_centred"))
         return Lin(x.base, self.vmul(x.scale, s, f"{self.op.out}_scale"), self.vmul(x.bias, s, f"{self.op.out}_bias"))
 
