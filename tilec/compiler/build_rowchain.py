@@ -312,7 +312,7 @@ __all__ = ["row_chains", "build_row_chain", "fit_chain", "fit_long_rows", "reads
 
 
 def _skewed(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budget: int, vector_centring: bool
-            ) -> tuple[list[Stmt], list[Stmt], bool] | None:
+            ) -> tuple[list[tuple[str, int]], list[Stmt], bool] | None:
     """The chain built for software pipelining and skewed (None when that does not fit), and whether it had a
     centring and scaling to place (`_Chain.centred`)."""
     from tilec.compiler.pair_tiles import skew_row_tiles
