@@ -223,8 +223,8 @@ def _narrow_last_step(out: list[Stmt], copy: ir.Copy, chunks: ir.Loop) -> list[S
 
 def products_on_gpsimd(stmts: list[Stmt], t) -> list[Stmt]:
     """In each loop body, tensor_tensors of SBUF tiles whose results only reductions read (a product's terms before
-    their row sum, `tg[i] += T[i, j] * X[i, j]` of a cross-entropy) moved to GpSimdE, one by one while that lowers the busier of VectorE and GpSimdE
-    (streaming cycles, nki-spec §2.4: a fp32 tensor_tensor 2N on either engine [§1.10.4 engine=], a reduction N):
+    their row sum, `tg[i] += T[i, j] * X[i, j]` of a cross-entropy) moved to GpSimdE, one by one while that lowers
+    the busier of VectorE and GpSimdE (streaming cycles, nki-spec §2.4: a fp32 tensor_tensor 2N on either engine [§1.10.4 engine=], a reduction N):
     a row chain with a maximum, a product and a sum per row tile has VectorE streaming 4N against ScalarE's N.
     Not where the Target says VectorE and GpSimdE do not access SBUF in parallel (NC-v2): nothing to gain there."""
     if not t.vector_gpsimd_split:
