@@ -57,7 +57,8 @@ from tilec.lang import syntax as sx
 from tilec.target import compiled, target as get_target
 from tilec.compiler.rowchain_base import Built, _reads
 from tilec.compiler.rowchain_chain import _Chain
-from tilec.compiler.rowchain_rewrites import busiest, products_on_gpsimd
+from tilec.compiler.engine_time import busiest
+from tilec.compiler.rowchain_rewrites import products_on_gpsimd
 from tilec.compiler.rowchain_rewrites import _shifted  # (pair_tiles.py imports it from here)
 
 
@@ -339,7 +340,8 @@ def pipelined(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], bui
     skewed = _skewed(ops, hbm, fresh_for, keep, budget, False)
     if skewed is not None and skewed[2]:  # a standardisation: its centring and scaling on VectorE, if less busy
         other = _skewed(ops, hbm, fresh_for, keep, budget, True)
-        if other is not None and busiest(other[1], compiled()) < busiest(skewed[1], compiled()):
+        t = compiled()
+        if other is not None and busiest(other[1], t, nested=True) < busiest(skewed[1], t, nested=True):
             skewed = other
     if skewed is not None:
         return (skewed[0], skewed[1]), True

@@ -7,6 +7,7 @@ import dataclasses
 import math
 
 from tilec.compiler import ir
+from tilec.compiler.engine_time import loads
 from tilec.compiler.exprs import const_value, fmt_expr, strip_scale
 from tilec.compiler.fused_funcs import fused
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Scalar, Stmt, View, whole
@@ -102,8 +103,8 @@ class ExprCompiler:
         functions = any(isinstance(x, Act) and x.func != "copy" for x in lists[0])  # not only ScalarE's copies
         # a tile ScalarE is busiest on gains nothing: its instructions only double, each paying its fixed cost
         # (audit15's funcs_mix, nine functions an element: 2.00x of the floor whole, 2.17x in halves)
-        load = _loads(lists[0], self.share)
-        if not functions or turns < 2 or load["act"] >= max(load["vector"], load["gpsimd"]):
+        load = loads(lists[0], self.share)
+        if not functions or turns < 2 or load["scalar"] >= max(load["vector"], load["gpsimd"]):
             self.n, self.consts = n, consts  # the whole tile is compiled afresh: same names, its own constants
             return None
         return _alternate(*lists)
@@ -573,20 +574,6 @@ def _engine(x: Stmt) -> str:
     if isinstance(x, (Binary, Scalar, ir.Copy)):
         return "act" if x.engine == "scalar" else x.engine or "vector"
     return ""
-
-
-def _loads(stmts: list[Stmt], t: Target) -> dict[str, float]:
-    """Each engine's streaming time for these instructions (ns), by the costs balanced() uses: one element a cycle,
-    two for a tensor_tensor, at the engine's clock."""
-    ghz = {"act": t.scalar_ghz, "vector": t.vector_ghz, "gpsimd": t.gpsimd_ghz}
-    out = dict.fromkeys(ghz, 0.0)
-    for x in stmts:
-        engine = _engine(x)
-        if engine:
-            assert isinstance(x, (Act, Binary, Scalar, ir.Copy))
-            cycles = math.prod(x.dst.shape()[1:]) * (2 if isinstance(x, Binary) else 1)
-            out[engine] += cycles / ghz[engine]
-    return out
 
 
 def _alternate(a: list[Stmt], b: list[Stmt]) -> list[Stmt]:

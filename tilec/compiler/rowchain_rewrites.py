@@ -9,10 +9,10 @@ software-pipelined 16-bit chain moves work off ScalarE (`_offload`: the last ste
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from tilec.compiler import ir, mean_var
 from tilec.compiler.ir import Act, Alloc, Binary, Block, Buf, Dma, Scalar, Sl, Stmt, View, whole
+from tilec.compiler.engine_time import busiest
 from tilec.compiler.rowchain_base import _HALF
 
 
@@ -242,10 +242,8 @@ def _terms_only(s: Binary, body: list[Stmt]) -> bool:
 
 
 def _balanced_products(body: list[Stmt], t) -> list[Stmt]:
-    def busiest(stmts: list[Stmt]) -> float:
-        vector = sum(_streamed(s) for s in stmts if ir.engine_of(s) == "vector")
-        gpsimd = sum(_streamed(s) for s in stmts if ir.engine_of(s) == "gpsimd")
-        return max(vector / t.vector_ghz, gpsimd / t.gpsimd_ghz)
+    def busier(stmts: list[Stmt]) -> float:
+        return busiest(stmts, t, ("vector", "gpsimd"))
 
     body = [dataclasses.replace(s, body=tuple(_balanced_products(list(s.body), t)))
             if isinstance(s, (ir.Loop, Block)) else s for s in body]
@@ -253,31 +251,7 @@ def _balanced_products(body: list[Stmt], t) -> list[Stmt]:
         if isinstance(s, Binary) and not s.engine and s.scale0 == 1.0 and _terms_only(s, body) and \
                 all(v.buf.memory == "sbuf" for v in (s.dst, s.a, s.b)):
             trial = body[:k] + [dataclasses.replace(s, engine="gpsimd")] + body[k + 1:]
-            if busiest(trial) < busiest(body):
+            if busier(trial) < busier(body):
                 body = trial
     return body
 
-
-def busiest(body: list[Stmt], t) -> float:
-    """The busiest of ScalarE, VectorE and GpSimdE over a body, in ns: each instruction's streamed elements at its
-    engine's clock, loops counted by their trip counts (a comparison of two builds of one chain, not a latency)."""
-    ghz = {"vector": t.vector_ghz, "gpsimd": t.gpsimd_ghz, "scalar": t.scalar_ghz}
-    busy = dict.fromkeys(ghz, 0.0)
-
-    def walk(stmts, times: int) -> None:
-        for s in stmts:
-            if isinstance(s, ir.Loop):
-                walk(s.body, times * s.extent)
-            elif isinstance(s, Block):
-                walk(s.body, times)
-            elif ir.engine_of(s) in busy:
-                busy[ir.engine_of(s)] += times * _streamed(s) / ghz[ir.engine_of(s)]
-    walk(body, 1)
-    return max(busy.values())
-
-
-def _streamed(s: Stmt) -> float:
-    """Cycles an instruction streams: its elements per partition (an fp32 tensor_tensor twice, nki-spec §2.4)."""
-    n = math.prod(s.src.shape()[1:]) if isinstance(s, ir.Reduce) else \
-        math.prod(s.dst.shape()[1:]) if isinstance(s, (Binary, Scalar, ir.Copy, Act)) else 0
-    return 2 * n if isinstance(s, Binary) and s.dst.buf.dtype not in _HALF else n
