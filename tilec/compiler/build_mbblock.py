@@ -487,7 +487,7 @@ class BlockBuilder:
             if finish:
                 added.append(ir.Block(f"{span}: the GpSimdE sum added into PSUM", tuple(finish), d.line))
             evicts.append(ir.Block(f"{span}: evicted ({dw.epilogue_note() or 'a copy'}) into {b_all.name}", tuple(
-                dw.evict(dst, dw.acc_view, bias, ctag)), d.line))
+                dw.evict(dst, dw.acc_view, bias, ctag, dw.routes(rows).scalar_evict)), d.line))
         p = self.p
         grp = f"{self.ename} group {ir.fmt_aff(gi)}"
         what = f"{p.name} += {p.w}[:, {grp}] . {d.name}[{grp}]"

@@ -77,7 +77,7 @@ class DepthwiseBuilder:
             return hybrid_routes(self.R * self.S, self.HY, rows * self.Wo, self.op.clamp is not None, self.fp32)
         return choose_routes(self.R * self.S * self.CI, rows * self.Wo, self.op.clamp is not None, self.pe,
                              self.fp32, self.extra(rows) if self.extra else (0.0, 0.0, 0.0), self.drain(),
-                             self.evicts_on_vector() and self.exact_evict)
+                             self.evicts_on_vector() and self.exact_evict, self.split_evict())
 
     def drain(self) -> float:
         """The share of chunks whose ScalarE -> VectorE -> ScalarE chain is not hidden (choose_routes): the last of
@@ -593,6 +593,12 @@ class DepthwiseBuilder:
         return self.vector_evict and op.clamp is not None and op.bias is None and op.scale == 1.0 and \
             not self.narrow()
 
+    def split_evict(self) -> bool:
+        """Whether the routes may evict relu6 by ScalarE's relu into the 16-bit output and VectorE's min(., 6) on it
+        (choose_routes' `split_evict`): the block's 16-bit relu6, whose evictions load VectorE most."""
+        return self.evicts_on_vector() and self.exact_evict and self.op.relu and \
+            self.hbm[self.op.out].dtype in ("bf16", "f16")
+
     def evicts_on_scalar(self) -> bool:
         """Whether ScalarE writes the output band last (its stores then go on ScalarE's DMA queue)."""
         # (a clamp in PSUM before the eviction: not before a negated product's sign)
@@ -613,12 +619,16 @@ class DepthwiseBuilder:
         return [(nm, self.hbm[nm].dtype) for nm in dict.fromkeys(chain)
                 if nm in self.hbm and self.hbm[nm].dtype != "f32"]
 
-    def evict(self, dst: View, acc: View, bias: View | None, tag: str) -> list[Stmt]:
+    def evict(self, dst: View, acc: View, bias: View | None, tag: str, scalar: bool = False) -> list[Stmt]:
         """PSUM -> the output band: bias and relu on ScalarE, relu6's upper clamp on VectorE; f16/bf16 tensors the
-        fusion never stores still round to their dtype in between (the program's meaning)."""
+        fusion never stores still round to their dtype in between (the program's meaning). `scalar`: the chunk's
+        routes evict relu6 on ScalarE (`Routes.scalar_evict`)."""
         op, line = self.op, self.line
         func = "relu" if op.relu else "copy"
         narrow = self.narrow()
+        if scalar:  # relu into the 16-bit output, then min(., 6) on it: rounding is monotonic and 6 exact, so the
+            assert op.clamp is not None and dst.buf.dtype in ("bf16", "f16")  # same values as the one clamp
+            return [Act(dst, acc, "relu", None, 1.0, line), Scalar(dst, dst, "minimum", op.clamp, line)]
         if self.evicts_on_vector():  # min(relu(z), 6) = min(max(z, 0), 6): both operators of one tensor_scalar
             assert op.clamp is not None
             return [clamp_evict(dst, acc, op.relu, op.clamp, line)]

@@ -5,7 +5,7 @@ partitions (`rank_layouts`), with the budgets and depths the builder shares."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilec.compiler.ir import Buf
 from tilec.compiler.ops import ConvOp
@@ -56,6 +56,7 @@ class Routes:
     v: int
     g: int
     ns: float  # busiest engine's time per chunk (model estimate)
+    scalar_evict: bool = False  # relu6 evicted by ScalarE's relu, then VectorE's clamp of the 16-bit result in SBUF
 
 
 MULTIPLIER_MAX = 4  # a channel multiplier up to this many outputs per input channel takes the depthwise kernel
@@ -136,7 +137,7 @@ def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
 @functools.lru_cache(maxsize=None)
 def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True,
                   extra: tuple[float, float, float] = (0.0, 0.0, 0.0), drain: float = 0.0,
-                  vector_evict: bool = False) -> Routes:
+                  vector_evict: bool = False, split_evict: bool = False) -> Routes:
     """The split of the taps over the engines with the smallest busiest-engine time per chunk of n elements per
     partition (the model's costs, spec §2.4); `pe`: TensorE may take taps (diagonal matmuls; fp32 at the model's
     fp32 factor); `extra`: ns per chunk TensorE, ScalarE and VectorE spend on other work (a fused block's 1x1
@@ -144,7 +145,10 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
     last one's). A chunk's ScalarE products feed VectorE's adds, whose final add feeds ScalarE's eviction: one
     engine waits for the other along that chain, hidden behind the next chunks' taps except at a pipeline's end,
     so the choice weighs busiest + drain * (chain - busiest). `vector_evict`: VectorE evicts with the clamp (one
-    tensor_scalar, counted by `clamp`), ScalarE not at all (the MobileNet block's relu6)."""
+    tensor_scalar, counted by `clamp`), ScalarE not at all (the MobileNet block's relu6). `split_evict` (a 16-bit
+    relu6 output, with `vector_evict`): the eviction may instead be ScalarE's relu into the 16-bit output and
+    VectorE's min(., 6) on it in SBUF, which runs in VectorE's 4x mode (ARCH3: 16-bit SBUF in and out, contiguous)
+    where the clamp from fp32 PSUM runs at 1x; chosen when it lowers the busiest engine (`Routes.scalar_evict`)."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
     t = get_target()
     prm = {name: value for name, value, _ in target_params(t.name).table()}
@@ -154,6 +158,20 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
     gps = (max(mn, 2 * n) + prm["gpsimd_static_cycles"]) / prm["gpsimd_ghz"]
     mm = (max(prm["mm_min_cycles"], n) + prm["mm_fixed_cycles"]) * (prm["mm_fp32_factor"] if fp32 else 1) \
         / prm["tensor_ghz"]
+    vmin = (max(mn, n / prm["perf_mode_copy"]) + prm["vector_static_cycles"]) / prm["vector_ghz"]
+
+    def cost(k: int, first: str, sv: int, v: int, g: int, ev: bool) -> tuple[float, float]:
+        """(busiest engine + the drain's share of the chain, busiest engine) of a split; `ev`: ScalarE's relu and
+        VectorE's 4x clamp evict instead of VectorE's clamp."""
+        on_scalar = not vector_evict or ev  # ScalarE evicts
+        scalar = act * (sv + g + (first == "s") + on_scalar) + extra[1]
+        vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + (clamp and not ev)) + ev * vmin + extra[2]
+        gpsimd = gps * max(0, g - 1)
+        busiest = max(scalar, vector, gpsimd, mm * k + extra[0])
+        # ScalarE's products, then VectorE's adds (and GpSimdE's, in parallel), then the eviction
+        chain = act * (sv + g + (first == "s")) + max(vector, gpsimd) + on_scalar * act
+        return busiest + drain * max(0.0, chain - busiest), busiest
+
     best: tuple[float, int, Routes] | None = None
     step = max(1, taps // 12)  # big windows (11x11) search a coarser grid: the search is cubic in the taps
     for k in range(0, taps + 1 if pe else 1, step):
@@ -162,19 +180,18 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
             for g in range(0, rest + 1, step):
                 for v in range(0, rest - g + 1, step):
                     sv = rest - g - v
-                    scalar = act * (sv + g + (first == "s") + (not vector_evict)) + extra[1]  # + the eviction
-                    vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp) + extra[2]
-                    gpsimd = gps * max(0, g - 1)
-                    busiest = max(scalar, vector, gpsimd, mm * k + extra[0])
+                    c, busiest = cost(k, first, sv, v, g, False)
                     instrs = 2 * taps - k - (first == "s") - (g > 0)
-                    # ScalarE's products, then VectorE's adds (and GpSimdE's, in parallel), then the eviction
-                    chain = act * (sv + g + (first == "s")) + max(vector, gpsimd) + (not vector_evict) * act
-                    cost = busiest + drain * max(0.0, chain - busiest)
-                    key = (cost, instrs, Routes(k, first, sv, v, g, busiest))
+                    key = (c, instrs, Routes(k, first, sv, v, g, busiest))
                     if best is None or key[:2] < best[:2]:
                         best = key
     assert best is not None
-    return best[2]
+    rt = best[2]
+    if split_evict and vector_evict:  # the eviction's engines for the taps' split (the taps never move for it)
+        c, busiest = cost(rt.pe, rt.first, rt.sv, rt.v, rt.g, True)
+        if c < best[0]:
+            return replace(rt, ns=busiest, scalar_evict=True)
+    return rt
 
 
 def choose_layout(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) -> Layout | None:
