@@ -33,7 +33,7 @@ FORMS = {  # the family forms the compiler is learning (pools, convs, data movem
     ("nest", "running"): "",  # a read of a running statistic: refused at its line (gen_nests.py)
     ("operands", "softmax/plain"): " + 1)", ("gapped", "max"): "max=",  # (gen_operands.py)
     ("mixed", "softmax"): "exp(", ("mixed", "matmul"): "+=", ("scaled", "columns"): "=",  # (gen_mixed.py)
-    ("vecmat", "vecmat/counted"): " + 1)",
+    ("vecmat", "vecmat/counted"): " + 1)", ("summed", "-"): "] - ",
 }
 FAMILY_FORMS: set[tuple[str, str]] = set()
 

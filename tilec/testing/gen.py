@@ -972,10 +972,12 @@ FAMILIES: dict[str, Callable[[random.Random, Names], Case]] = {
     "mixed": lambda rng, nm: _mixed().mixed(rng, nm),
     "scaled": lambda rng, nm: _mixed().scaled(rng, nm),
     "vecmat": lambda rng, nm: _mixed().vecmat(rng, nm),
+    "summed": lambda rng, nm: _mixed().summed(rng, nm),
 }
 WEIGHTS = {"eltwise": 3, "chain": 2, "reduce": 2, "matmul": 3, "conv": 3, "pool": 1, "transpose": 2, "rowchain": 2,
            "colreduce": 1, "permute": 1, "movement": 2, "bmm": 1, "block": 2, "total": 1,
-           "epilogue": 2, "mlp": 1, "nest": 1, "operands": 1, "gapped": 1, "mixed": 1, "scaled": 1, "vecmat": 1}
+           "epilogue": 2, "mlp": 1, "nest": 1, "operands": 1, "gapped": 1, "mixed": 1, "scaled": 1, "vecmat": 1,
+           "summed": 1}
 
 
 def _mlps():

@@ -5,6 +5,7 @@
     C[i, j] += A[i, k] * B[k, j]             #   bf16 weights, f32 activations (operand_split's exact copy)
     m[i] max= X[i, j] / 0.7                  # "scaled": an extremum of scaled values (select_reduce)
     y[b, d] += X[b, s, d] * m[b, s] / q[b]   # "vecmat": masked mean pooling (matvec_split's vector expression)
+    Y[i, j] += A[i, k] * B[k, j] - C[i, k] * D[k, j]   # "summed": a contraction of a sum of products (sum_split)
 
 The formulas compute in float64 from the rounded inputs (widening is exact, so the program means exactly this).
 """
@@ -144,3 +145,29 @@ def vecmat(rng: random.Random, nm: Names) -> Case:
         return {y: out / (env[q] * env[q] + 1)[:, None] if counted else out}
     return Case("vecmat", bld.text(), formula, forms=(("matvec" if transposed else "vecmat")
                                                       + ("/counted" if counted else ""),))
+
+
+def summed(rng: random.Random, nm: Names) -> Case:
+    """`Y[i, j] += A[i, k] * B[k, j] ± C[i, k] * D[k, j] * c` (sum_split.py), from 0 or a bias, in one dtype."""
+    m, kk, n = size(rng, 260), size(rng, 260), size(rng, 300)
+    sm, sk, sn = nm("M"), nm("K"), nm("N")
+    b = Builder(nm("sp"))
+    b.defaults = [(sm, m), (sk, kk), (sn, n)]
+    dt = rng.choice(DTYPES)
+    a, bb, cc, dd, bias, y = nm("A"), nm("B"), nm("C"), nm("D"), nm("b"), nm("Y")
+    for name, dims in ((a, [sm, sk]), (bb, [sk, sn]), (cc, [sm, sk]), (dd, [sk, sn])):
+        b.param(name, dt, dims)
+    biased = rng.random() < 0.4
+    if biased:
+        b.param(bias, dt, [sn])
+    b.decl(y, dt, [sm, sn], out=True)
+    sign, c = rng.choice(["+", "-"]), rng.choice([1.0, 0.5, -2.0])
+    i, j, k = nm("i"), nm("j"), nm("k")
+    second = f"{cc}[{i}, {k}] * {dd}[{k}, {j}]" + ("" if c == 1.0 else f" * {c}")
+    b.loops([(i, sm), (j, sn)], [f"{y}[{i}, {j}] = {bias + f'[{j}]' if biased else '0'}", f"for {k} in 0..{sk}:",
+                                 f"  {y}[{i}, {j}] += {a}[{i}, {k}] * {bb}[{k}, {j}] {sign} {second}"])
+
+    def formula(env: dict) -> dict:
+        out = env[a] @ env[bb] + (1 if sign == "+" else -1) * c * (env[cc] @ env[dd])
+        return {y: out + env[bias][None, :] if biased else out}
+    return Case("summed", b.text(), formula, forms=(sign,))
