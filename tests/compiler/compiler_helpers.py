@@ -88,6 +88,20 @@ def run_signed(src: str, dtype: str, seed: int):
     return prog, c, out, {k: np.asarray(v, np.float64) for k, v in inputs.items()}
 
 
+def run_in_own_dtypes(text: str, seed: int, scale: float = 2.0):
+    """Compile `text` as written (its tensors' own dtypes, which may differ) and run it on inputs uniform in
+    [-scale / 2, scale / 2), rounded to each input's dtype. Returns (program, outputs, the inputs in float64)."""
+    prog = lang.load(text)
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for t in prog.inputs:
+        x = (rng.random(t.shape, dtype=np.float32) - np.float32(0.5)) * np.float32(scale)
+        narrow = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}.get(t.dtype)
+        inputs[t.name] = x.astype(narrow) if narrow else x
+    out = compile_loaded(prog).run(**inputs)
+    return prog, out, {k: np.asarray(v, np.float64) for k, v in inputs.items()}
+
+
 def only_conv(prog):
     """The program's one contraction (ConvOp) as selection made it."""
     from tilec.compiler.ops import ConvOp

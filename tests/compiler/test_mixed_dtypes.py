@@ -2,12 +2,10 @@
 (select_reduce: `m[i] max= X[i, j] / T`), compiled, run on the interpreter and checked against NumPy."""
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches
-from tilec.compiler.api import compile_loaded
+from compiler_helpers import assert_matches, run_in_own_dtypes
 from tilec.lang import api as lang
 from tilec.lang import syntax as sx
 from tilec.lang.widen import widen_mixed
@@ -50,15 +48,7 @@ kernel scaled(X: f32[M, N], b: f32[M]) -> m
 
 
 def _run(text: str, seed: int):
-    prog = lang.load(text)
-    rng = np.random.default_rng(seed)
-    inputs = {}
-    for t in prog.inputs:
-        x = rng.random(t.shape, dtype=np.float32) * 4 - 2
-        narrow = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}.get(t.dtype)
-        inputs[t.name] = x.astype(narrow) if narrow else x
-    out = compile_loaded(prog).run(**inputs)
-    return prog, out, {k: np.asarray(v, np.float64) for k, v in inputs.items()}
+    return run_in_own_dtypes(text, seed, 4.0)
 
 
 def test_bf16_softmax_with_f32_statistics() -> None:

@@ -2,11 +2,10 @@
 subtracted, scaled term, as the chain of contractions each started from the last; against NumPy."""
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
-from compiler_helpers import assert_matches
+from compiler_helpers import assert_matches, run_in_own_dtypes
 from tilec.compiler.api import compile_loaded
 from tilec.errors import TilecError
 from tilec.lang import api as lang
@@ -33,14 +32,7 @@ kernel re(Ar: bf16[M, K], Ai: bf16[M, K], Br: bf16[K, N], Bi: bf16[K, N], b: f32
 
 
 def _run(text: str, seed: int):
-    prog = lang.load(text)
-    rng = np.random.default_rng(seed)
-    inputs = {}
-    for t in prog.inputs:
-        x = rng.random(t.shape, dtype=np.float32) * 2 - 1
-        inputs[t.name] = x.astype(ml_dtypes.bfloat16) if t.dtype == "bf16" else x
-    out = compile_loaded(prog).run(**inputs)
-    return prog, out, {k: np.asarray(v, np.float64) for k, v in inputs.items()}
+    return run_in_own_dtypes(text, seed, 2.0)
 
 
 def test_two_products_summed() -> None:
