@@ -94,8 +94,8 @@ REALISTIC: dict[str, dict[str, int]] = {
 }
 
 
-def realistic(names: list[str]) -> None:
-    tgt = get_target("trn2")
+def realistic(names: list[str], target: str = "trn2") -> None:
+    tgt = get_target(target)
     for name, sizes in REALISTIC.items():
         if names and name not in names and name.split("@")[0] not in names:
             continue
@@ -154,9 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-model", action="store_true")
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--realistic", action="store_true")
+    ap.add_argument("--target", default="trn2", help="the modelled NeuronCore of --realistic's rows (tilec.target.TARGETS)")
     args = ap.parse_args(argv)
     if args.realistic:
-        realistic(args.names)
+        realistic(args.names, args.target)
         return 0
     paths = sorted(FOLDER.glob("*.tl"))
     if args.names:

@@ -21,7 +21,7 @@ from tilec.compiler.named import name
 from tilec.compiler.ops import EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx
-from tilec.target import invariant, target as get_target
+from tilec.target import compiled, invariant
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 _HALF = ("f16", "bf16")
@@ -240,7 +240,7 @@ class _ChainBase:
         worth saving. An f32 rmsnorm (2 passes; ScalarE fits 3.3 in an f32 tile's DMA time on trn2) is not
         (rows of 8192: 1.08x the floor with its pass, 1.14x turned); layernorm (4) and every 16-bit chain (1.7
         fit) are."""
-        t = get_target()
+        t = compiled()
         full = [n for n in self.inputs() if self.kind(n) == "full"]
         full += [n for n in self.keep & self.made if self.kind(n) == "full"]
         dma_ns = self.TP * sum(DTYPE_BYTES[self.hbm[n].dtype] for n in full) / (t.dma_engines * t.dma_engine_bw)

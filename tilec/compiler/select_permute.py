@@ -34,7 +34,7 @@ import heapq
 import itertools
 import math
 
-from tilec.target import TRN2
+from tilec.target import TRN2, compiled
 
 MAX_RANK = 5  # 120 orders: the search takes ~0.1 s (rank 6: ~1.8 s); at rank 6 it is narrowed (_dma_targets)
 NARROWED_RANK = 6  # the narrowed search: ~0.4 s at rank 6 (rank 7: up to ~9 s); beyond it short_chains
@@ -112,9 +112,8 @@ def engine_passes(m: int, n: int, itemsize: int) -> float:
     these stay under TRANSPOSE_COST's DMA passes (a 128 x 128 fp32 block: TensorE 134 ns, VectorE 237 ns, the DMA
     floor 356 ns; 16-bit: 57, 171 and 178 ns): a swap of runs is DMA-bound on the model (TensorE busy 15-29 %)."""
     from tilec.perf.params import target_params  # (late: perf reads kernels)
-    from tilec.target import target
     bm, bn = min(m, TRN2.pmax), min(n, TRN2.pmax)
-    model = target_params(target().name)  # the current target's model (a test may swap it): the memo's key
+    model = target_params(compiled().name)  # the current target's model (a test may swap it): the memo's key
     key = (id(model), bm, bn, itemsize)
     if key not in _PASSES or _PASSES[key][0] is not model:
         _PASSES[key] = (model, _engine_passes(bm, bn, itemsize))
@@ -138,7 +137,7 @@ def _engine_passes(bm: int, bn: int, itemsize: int) -> float:
 def step_us(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: int) -> float:
     """A step's estimated time: its passes over the data at the DMA byte floor (read and write at the default
     target's DMA bandwidth), its fixed latency, and a pair swap's slices."""
-    floor = 2 * math.prod(ext.values()) * itemsize / (TRN2.dma_engines * TRN2.dma_engine_bw * 1000)
+    floor = 2 * math.prod(ext.values()) * itemsize / (compiled().dma_engines * compiled().dma_engine_bw * 1000)
     slices = math.prod(ext[v] for v, w in zip(src, out) if v == w) if kind == "pair" else 0
     return (step_cost(kind, src, out, ext, itemsize) + STEP_PASSES) * floor + STEP_US + slices * SLICE_US
 
@@ -146,7 +145,7 @@ def step_us(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: in
 def chain_floor_us(ext: dict[str, int], itemsize: int) -> float:
     """Less than step_us gives any chain of two or more steps: each step at least its fixed time and the cheapest
     step's passes (a DMA step's with long runs, DMA_COST)."""
-    floor = 2 * math.prod(ext.values()) * itemsize / (TRN2.dma_engines * TRN2.dma_engine_bw * 1000)
+    floor = 2 * math.prod(ext.values()) * itemsize / (compiled().dma_engines * compiled().dma_engine_bw * 1000)
     return 2 * ((min(DMA_COST, TRANSPOSE_COST) + STEP_PASSES) * floor + STEP_US)
 
 
