@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from tilec.compiler.ir import Buf
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX, ConvPlan, default_plan
-from tilec.target import compiled, invariant
+from tilec.target import compiled, invariant, target as get_target
 
 
 PSUM_FP32 = invariant("psum_fmax")  # fp32 elements per partition in one PSUM bank: a chunk's accumulator
@@ -157,6 +157,9 @@ def _choose_routes(target: str, taps: int, n: int, clamp: bool, pe: bool, fp32: 
                    extra: tuple[float, float, float], drain: float, vector_evict: bool) -> Routes:
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
     prm = {name: value for name, value, _ in target_params(target).table()}
+    # VectorE's and GpSimdE's taps overlap only where the two may touch SBUF side by side (not NC-v2: their
+    # instructions serialise, so their times add up, tilec.target.Target.vector_gpsimd_split)
+    both = max if get_target(target).vector_gpsimd_split else lambda a, b: a + b
     mn = prm["min_ii_cycles"]
     act = (max(mn, n) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
     vec = (max(mn, n) + prm["vector_static_cycles"]) / prm["vector_ghz"]
@@ -174,10 +177,10 @@ def _choose_routes(target: str, taps: int, n: int, clamp: bool, pe: bool, fp32: 
                     scalar = act * (sv + g + (first == "s") + (not vector_evict)) + extra[1]  # + the eviction
                     vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + clamp) + extra[2]
                     gpsimd = gps * max(0, g - 1)
-                    busiest = max(scalar, vector, gpsimd, mm * k + extra[0])
+                    busiest = max(scalar, both(vector, gpsimd), mm * k + extra[0])
                     instrs = 2 * taps - k - (first == "s") - (g > 0)
                     # ScalarE's products, then VectorE's adds (and GpSimdE's, in parallel), then the eviction
-                    chain = act * (sv + g + (first == "s")) + max(vector, gpsimd) + (not vector_evict) * act
+                    chain = act * (sv + g + (first == "s")) + both(vector, gpsimd) + (not vector_evict) * act
                     cost = busiest + drain * max(0.0, chain - busiest)
                     key = (cost, instrs, Routes(k, first, sv, v, g, busiest))
                     if best is None or key[:2] < best[:2]:
