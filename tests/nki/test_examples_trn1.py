@@ -107,3 +107,16 @@ def test_no_builder_reads_a_fixed_generation() -> None:
                     isinstance(node.func, ast.Name) and node.func.id == "target_params":
                 found.append(f"{path.name}:{node.lineno}: target_params({node.args[0].value!r})")
     assert found == []
+
+
+def test_a_trn1_kernel_does_not_depend_on_what_was_compiled_before() -> None:
+    """The depthwise taps' routes are memoised; the memo is per target, so a trn2 compilation earlier in the process
+    leaves a trn1 kernel unchanged (the routes differ between the two: trn1's clocks and serialised engines)."""
+    from tilec.compiler import depthwise_layout
+
+    path = str(ROOT / "examples" / "mobilenet_block.tl")
+    depthwise_layout._choose_routes.cache_clear()
+    alone = compile_file(path, target="trn1").source
+    depthwise_layout._choose_routes.cache_clear()
+    compile_file(path, target="trn2")
+    assert compile_file(path, target="trn1").source == alone
