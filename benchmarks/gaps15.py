@@ -5,6 +5,7 @@ the reference evaluator in both NKI dialects, and how far is its model time from
     python benchmarks/gaps15.py clamp conv1d       # some programs (file stems)
     python benchmarks/gaps15.py --no-model         # correctness only
     python benchmarks/gaps15.py --realistic        # the model only, at the realistic sizes of REALISTIC
+    python benchmarks/gaps15.py --realistic --target trn1   # compiled for and modelled on trn1 (default trn2)
 
 Columns: class (ok | rejected | wrong | internal | noloc | hang: the oracle's verdict, 0.6 then 0.1), floor µs and
 run µs as in benchmarks/families.py (run = model latency without start-up), ratio = run / floor. A program
@@ -100,8 +101,8 @@ REALISTIC: dict[str, dict[str, int]] = {
 }
 
 
-def realistic(names: list[str]) -> None:
-    tgt = get_target("trn2")
+def realistic(names: list[str], target: str = "trn2") -> None:
+    tgt = get_target(target)
     for name, sizes in REALISTIC.items():
         if names and name not in names and name.split("@")[0] not in names:
             continue
@@ -127,7 +128,7 @@ def _alarm(signum, frame):
     raise _Timeout()
 
 
-def verdict(path: pathlib.Path, nki: str, timeout: int) -> Verdict:
+def verdict(path: pathlib.Path, nki: str, timeout: int, target: str = "trn2") -> Verdict:
     from tilec.compiler.api import compile_loaded
     from tilec.testing.oracle import _error
 
@@ -138,7 +139,7 @@ def verdict(path: pathlib.Path, nki: str, timeout: int) -> Verdict:
         if prep.verdict is not None:
             return prep.verdict
         try:
-            compiled = compile_loaded(prep.program, None, nki=nki)
+            compiled = compile_loaded(prep.program, None, nki=nki, target=target)
         except Exception as err:
             return _error("compile", err)
         try:
@@ -160,18 +161,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-model", action="store_true")
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--realistic", action="store_true")
+    ap.add_argument("--target", default="trn2", help="the NeuronCore compiled for and modelled (tilec.target.TARGETS)")
     args = ap.parse_args(argv)
     if args.realistic:
-        realistic(args.names)
+        realistic(args.names, args.target)
         return 0
     paths = sorted(FOLDER.glob("*.tl"))
     if args.names:
         paths = [p for p in paths if p.stem in args.names]
-    tgt = get_target("trn2")
+    tgt = get_target(args.target)
     counts: dict[str, int] = {}
     for path in paths:
         t0 = time.time()
-        v6, v1 = verdict(path, "0.6", args.timeout), verdict(path, "0.1", args.timeout)
+        v6, v1 = verdict(path, "0.6", args.timeout, tgt.name), verdict(path, "0.1", args.timeout, tgt.name)
         cls = v6.cls if v6.cls == v1.cls else f"{v6.cls}/{v1.cls}"
         timing = ""
         if not args.no_model and v6.cls == "ok":

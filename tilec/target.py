@@ -258,10 +258,9 @@ TARGETS: dict[str, Target] = {"trn2": TRN2, "trn1": TRN1}
 DEFAULT = "trn2"
 
 
-# The target a compilation is for (`compiling`, set by the pipeline), for the compiler's work splits
-# (Target.vector_part) deep inside builders that are not handed the Target. `target()` itself still answers the
-# default for None: many builders ask it for budgets and clocks, and planning them for trn1 changes trn1 kernels
-# beyond the splits (docs/notes/fid21.md: layernorm f32 1.09x -> 1.51x on the trn1 model), their owners' call.
+# The target a compilation is for (`compiling`, set by the pipeline), read by the builders that are not handed the
+# Target: their budgets, clocks, the model's constants and work splits (docs/notes/trn22.md). `target(None)` is the
+# default (trn2) for callers outside a compilation; no compiler module asks it (tests/nki/test_examples_trn1.py).
 _COMPILING: ContextVar[Target | None] = ContextVar("tilec_compiling", default=None)
 
 

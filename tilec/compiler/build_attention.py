@@ -41,7 +41,7 @@ from tilec.compiler.ir import Act, Alloc, Buf, Copy, Dma, Matmul, Reduce, Scalar
 from tilec.compiler.ops import ConvOp, EltwiseOp, ReduceOp
 from tilec.compiler.schedule import PMAX, PSUM_BANK, sbuf_budget
 from tilec.lang import syntax as sx
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 P = PMAX  # query rows per tile, keys per block (partitions)
 PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
@@ -180,7 +180,7 @@ def plan(ops: tuple, hbm: dict[str, Buf]) -> tuple[bool, int] | None:
     by_dma = max(matmuls, dma) < matmuls + pe
     rows = W * (ITEM[hbm[s.out].dtype] + 2 * ie) + 16  # sc, e and P^T of one tile, its columns
     fixed_bytes = K * ITEM[hbm[s.w].dtype] + W * ITEM[hbm[s.x].dtype] + NK * Dv * ITEM[hbm[o.x].dtype]  # Q_T K_T V
-    budget = SBUF_SHARE * sbuf_budget(get_target())
+    budget = SBUF_SHARE * sbuf_budget(compiled())
     for ahead in ((AHEAD_DMA, AHEAD_PE) if by_dma else (AHEAD_PE,)):
         if fixed_bytes + (ahead + 1) * rows <= budget:
             return by_dma, ahead

@@ -45,7 +45,7 @@ from tilec.compiler.exprs import accesses, fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
 from tilec.lang import syntax as sx
-from tilec.target import compiled, target as get_target
+from tilec.target import compiled
 
 OUTPUT_NOTE = "the output per row tile"
 
@@ -183,7 +183,7 @@ class _Builder:
         members = list(ch.members)
         self.stats: list[ColumnReduceOp] = members[:-1] if ch.user else members
         self.user: EltwiseOp | None = members[-1] if ch.user else None
-        self.P = min(get_target().pmax, ch.R)  # (a batched chain may have fewer rows than partitions: one tile)
+        self.P = min(compiled().pmax, ch.R)  # (a batched chain may have fewer rows than partitions: one tile)
         self.T = ch.R // self.P
         self.line = self.stats[0].line
         self.TF = ch.TF
@@ -480,7 +480,7 @@ class _Builder:
         k = len(chunks)
         cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
         out: list[Stmt] = [Alloc(cols, line=ln)]
-        group = get_target().psum_bank_bytes // (4 * P)  # chunks per bank (4 of 128 rows; more with fewer rows)
+        group = compiled().psum_bank_bytes // (4 * P)  # chunks per bank (4 of 128 rows; more with fewer rows)
         for g0 in range(0, k, group):
             out += self._reduced(s, run, cols, chunks[g0:g0 + group], g0)
         for c, (lo, n) in enumerate(chunks):

@@ -31,7 +31,7 @@ from tilec.compiler.expr_instrs import ExprCompiler
 from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 OUTER_ROWS = 64  # reduced rows: at most this many (half the partitions) leave the ones-matmul layout half idle
 OUTER_BYTES = 48 * 1024  # per partition: the loaded R x F run of every input and the terms (two steps in flight)
@@ -43,7 +43,7 @@ def outer_layout(O: int, R: int, F: int, dtype: str, inputs: int, init_tensor: b
     (build_column_outer): O a multiple of the partitions, 2 <= R <= OUTER_ROWS (the ones-matmul layout would leave
     at least half of them idle), each o's R x F run of every input (and of the f32 terms of an expression) within
     OUTER_BYTES per partition, and the initial value a constant."""
-    P = get_target().pmax
+    P = compiled().pmax
     if init_tensor or O % P or R < 2 or R > OUTER_ROWS:
         return False
     per = R * F * (DTYPE_BYTES[dtype] * inputs + (4 if inputs > 1 else 0))
@@ -54,7 +54,7 @@ def build_column_outer(op: ColumnReduceOp, hbm: dict[str, Buf], fresh: Fresh) ->
                                                                                         list[Stmt]]:
     """The loop nest of the module docstring for `s[o, f] = c; s[o, f] op= expr(A[o, r, f], ..) * k`."""
     from tilec.compiler.build_colreduce import _vector_columns
-    P = get_target().pmax
+    P = compiled().pmax
     O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
     line, ln = op.line, op.update_line
     dtype, out_dtype = hbm[op.src].dtype, hbm[op.out].dtype

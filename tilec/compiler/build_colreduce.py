@@ -25,7 +25,7 @@ from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Matmul, Scal
 from tilec.compiler.ops import ColumnReduceOp
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, ReducePlan, best_divisor
 from tilec.errors import InternalError
-from tilec.target import compiled, target as get_target
+from tilec.target import compiled
 
 GROUP = 4  # row tiles loaded per step (rules.colreduce; column max/min: folded into the running tile)
 STACK_ALIGN = 32  # partitions: an engine instruction starts at partition 0, 32, 64 or 96
@@ -454,7 +454,7 @@ def kept_tile(O: int, R: int, F: int, dtype: str, plain_src: bool, init_tensor: 
     1024 at 15.8x the floor). Taken when R <= KEPT_ROWS, the F kept elements split over the P partitions in runs of
     at least KEPT_RUN, the source summed as it is (no expression of several tensors) and the initial value a
     constant; TILE_F is the largest divisor of F / P whose (P, R, TILE_F) tile fits KEPT_TILE_BYTES."""
-    t = get_target()
+    t = compiled()
     P = t.pmax
     if not plain_src or init_tensor or R < 2 or R > KEPT_ROWS or F % P or F // P < KEPT_RUN:
         return None
@@ -475,7 +475,7 @@ def build_column_kept(op: ColumnReduceOp, TF: int, hbm: dict[str, Buf], fresh: F
 
     Each add's columns are shared by VectorE and GpSimdE (_vector_columns), the factor rides on ScalarE's copy; every
     DMA moves 128 partitions of contiguous runs."""
-    t = get_target()
+    t = compiled()
     P = t.pmax
     O, R, F = op.dim("O"), op.dim("R"), op.dim("F")
     G = F // P

@@ -57,7 +57,7 @@ from tilec.compiler.depthwise_layout import (DEPTH, DIAG_BUDGET, DTYPE, FAN_IN_M
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Scalar, Stmt, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX, ConvPlan, default_plan
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
@@ -83,7 +83,7 @@ def decide(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]
     (`dense_ns`; the issue: "whichever the model says is faster")."""
     from tilec.compiler import passes  # late: passes imports the builders' modules
     from tilec.compiler.schedule import sbuf_budget
-    t = get_target()
+    t = compiled()
     if hybrid(op):
         lay = choose_hybrid(op, plan, hbm)
         return ((lay, True) if lay else None), None, None
@@ -147,7 +147,7 @@ def choose_hybrid(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> Layout | N
     fp32 = hbm[op.x].dtype == "f32"
     if not hybrid_faster(op, rc * wo, fp32):
         return None
-    t, groups = get_target(), op.dim("K") // kg
+    t, groups = compiled(), op.dim("K") // kg
     for d in sorted((d for d in range(1, groups + 1) if groups % d == 0 and d * kg <= PMAX), reverse=True):
         lay = Layout(d * kg, 1, ho, max(1, min(n_img, PMAX // (d * kg))), rc)
         trial = DepthwiseBuilder(op, hbm, lambda name: name, lay, True)
@@ -237,7 +237,7 @@ def dense_ns(op: ConvOp, hbm: dict[str, Buf]) -> float:
     store."""
     from tilec.compiler.conv_fold import fold_groups
     from tilec.perf.params import target_params
-    t = get_target()
+    t = compiled()
     prm = {name: value for name, value, _ in target_params(t.name).table()}
     plan = default_conv_plan(op, hbm)
     n_img, c, k, ho, wo = op.dim("N"), op.dim("C"), op.dim("K"), op.dim("Ho"), op.dim("Wo")
@@ -273,9 +273,9 @@ def first_tap_ns(built: list[Stmt]) -> float:
     first's taps), at the model's costs (tensor_scalar / activation max(MIN_II, N) plus the engine's static
     cycles). Until the identity was built on chip its HBM round trip (~3 us) stood in for all of this."""
     from tilec.perf.params import target_params
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
     copies = sum(isinstance(s, (Act, Scalar)) and s.src.buf.name.startswith("ident") for s in ir.walk(tuple(built)))
-    n = get_target().pmax
+    n = compiled().pmax
     vector = (max(prm["min_ii_cycles"], n) + prm["vector_static_cycles"]) / prm["vector_ghz"]
     scalar = (max(prm["min_ii_cycles"], n) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
     return max(prm["dma_latency_ns"], identity_ns()) + -(-copies // 2) * max(vector, scalar)

@@ -35,7 +35,7 @@ from tilec.compiler.lower import affine_index
 from tilec.compiler.ops import EltwiseOp
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 TILE_BYTES = 16 * 1024  # per partition: the widest loaded tile (its columns and halo); two of each are in flight
 MAX_HALO = 64  # columns: a wider spread of shifts is left to the copies (each tile would reload most of its data)
@@ -119,7 +119,7 @@ def _shift(copy: EltwiseOp, shape: tuple[int, ...], shapes: dict[str, tuple[int,
 def build_halo(h: Halo, ops: tuple, hbm: dict[str, Buf], fresh: Fresh) -> tuple[list[tuple[str, int]], list[Stmt]]:
     """The nest of the module docstring for the group `h`."""
     user = ops[h.at + h.count - 1]
-    P = get_target().pmax
+    P = compiled().pmax
     lo = min(c for _, c in h.shifts)
     spread = max(c for _, c in h.shifts) - lo
     elem = DTYPE_BYTES[hbm[h.src].dtype]
@@ -169,7 +169,7 @@ class _Nest:
         return out
 
     def tile(self, r0: ir.Aff, p: int, c0: ir.Aff, f: int) -> list[Stmt]:
-        h, ln, P = self.h, self.user.line, get_target().pmax
+        h, ln, P = self.h, self.user.line, compiled().pmax
         rows = ir.Sl(r0, p, 1, "TILE_P" if p == P else "")
         named = "TILE_F" if f == self.F else ""
         src = Buf(self.fresh(f"{h.src}_tile"), "sbuf", self.hbm[h.src].dtype, (P, self.F + self.spread))

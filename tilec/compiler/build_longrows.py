@@ -28,7 +28,7 @@ from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Reduce, Scalar, Stmt, View, full, whole
 from tilec.compiler.ops import ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 FEW_ROWS = 64  # rows: at most this many (half the partitions) leave the row layout's partitions half idle
 LONG = 128 * 128  # elements per row at least: a run of 128 or more per partition
@@ -96,7 +96,7 @@ def build_few_long_rows(op: ReduceOp, TF: int, hbm: dict[str, Buf], fresh: Fresh
             # a product's terms (a dot product): each tensor_tensor cut between GpSimdE and VectorE, and ScalarE
             # sums the terms (an activation copy with reduce_res) in place of VectorE's tensor_reduce; VectorE did
             # the multiply and the reduce alone (gaps15 dot_product, 1M elements: see docs/notes/cols17.md)
-            tgt = get_target()
+            tgt = compiled()
             step += [x for m in made for x in (shared_binary(m.dst, m.a, m.b, m.op, m.line, tgt)
                                                 if isinstance(m, Binary) and not m.engine else [m])]
             step.append(ir.Act(whole(terms), whole(terms), "copy", line=ln, total=whole(part)))

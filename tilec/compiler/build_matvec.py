@@ -36,7 +36,7 @@ from tilec.compiler.build_util import a, hbm_view, loop, ones_row, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import ConvPlan
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 if TYPE_CHECKING:
     from tilec.perf.costs import Costs
@@ -123,7 +123,7 @@ def model_constants() -> dict[str, float]:
     `fp32_matmul` (a matmul) and `fp32_transpose` (a PE transpose, in transpose mode where the target has it),
     read from the model's own cost table (one fact, one place)."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
     costs = model_costs()
     prm["fp32_matmul"], prm["fp32_transpose"] = costs.fp32, costs.fp32_transpose
     return prm
@@ -133,14 +133,14 @@ def model_costs() -> Costs:
     """The performance model's cost rules for the current target (its DMA formula: Costs.dma_transfer_ns)."""
     from tilec.perf.costs import Costs  # late: perf reads kernels
     from tilec.perf.params import target_params
-    return Costs(target_params(get_target().name))
+    return Costs(target_params(compiled().name))
 
 
 def estimates(M: int, K: int, fp32: bool) -> tuple[float, float]:
     """(ns on TensorE/VectorE of the transpose path, ns of the busiest engine of this one), from the model's
     constants: per 128 x 128 block a PE transpose (fp32: transpose mode's rate), its eviction and a one-column
     matmul, versus per element of W one VectorE and one ScalarE cycle (plus their static overheads per tile)."""
-    t = get_target()
+    t = compiled()
     prm = model_constants()
     P, mn = t.pmax, prm["min_ii_cycles"]
     f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if fp32 else (1.0, 1.0)
@@ -194,7 +194,7 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
                  ) -> tuple[list[tuple[str, int]], list[Stmt]] | None:
     if not is_matvec(op, hbm):
         return None
-    t = get_target()
+    t = compiled()
     d = dict(op.dims)
     M, K, line, P = d["K"], d["C"], op.line, t.pmax
     wdt, xdt, odt = hbm[op.w].dtype, hbm[op.x].dtype, hbm[op.out].dtype
@@ -317,7 +317,7 @@ def build_matvec(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf], fresh: Fresh
 
 def tp_group(K: int, tile: int, dtype: str) -> int:
     """128-column blocks of one tile of rows transposed into one PSUM tile (within a bank) and evicted together."""
-    t = get_target()
+    t = compiled()
     kt = K // t.pmax
     fit = min(MATVEC_TP_GROUP, t.psum_bank_bytes // (tile * DTYPE_BYTES[dtype]))
     return max(g for g in range(1, kt + 1) if kt % g == 0 and g <= fit)
@@ -328,7 +328,7 @@ def grouped_is_faster(M: int, K: int, tile: int, dtype: str) -> bool:
     copy on VectorE and half on ScalarE) beat the rows path's busiest engine, by the model's constants: TensorE's
     rate for the dtype (fp32: transpose mode's for the transposes, the matmul factor for the one-column matmuls),
     VectorE's 16-bit mode out of PSUM for 16-bit copies."""
-    t = get_target()
+    t = compiled()
     if K % t.pmax or K // t.pmax < 2:
         return False
     prm = model_constants()
@@ -352,7 +352,7 @@ def transposed_rows(op: ConvOp, hbm: dict[str, Buf], fresh: Fresh, w2: Buf, x2: 
     each group evicted by two copies (VectorE, ScalarE) into the contraction-major W_T, then one matmul per block
     (W_T block stationary, v's column of that block moving) accumulating the tile's outputs in PSUM. v's columns
     come from one-row matmuls (v_row[0, 128 block].T @ 1), so no element-wise DMA. (nest, v preparation)"""
-    t = get_target()
+    t = compiled()
     P, line = t.pmax, op.line
     d = dict(op.dims)
     M, K = d["K"], d["C"]

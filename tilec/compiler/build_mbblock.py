@@ -41,7 +41,7 @@ from tilec.compiler.named import name
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.psum_share import shared_sums
 from tilec.compiler.schedule import PMAX
-from tilec.target import Target, target as get_target
+from tilec.target import Target, compiled
 
 SBUF_SHARE = 0.9  # of the kernel's SBUF budget (as counted by every allocation): the bands, A, B, the weights
 LAYOUT_TRIES = 6
@@ -114,7 +114,7 @@ def layouts(e: ConvOp, d: ConvOp, p: ConvOp, elem: int) -> list[BlockLayout]:
     """Candidate layouts, best estimate first: per group pass, the busiest of TensorE (expand, project) and the
     other engines (the depthwise chunks' busiest engine, plus the evictions), times the passes."""
     from tilec.perf.params import target_params
-    prm = {name: value for name, value, _ in target_params("trn2").table()}
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
     C, E, H, W = e.dim("C"), e.dim("K"), d.dim("H"), d.dim("W")
     K = p.dim("K")
     R, S = d.dim("R"), d.dim("S")
@@ -173,7 +173,7 @@ class BlockBuilder:
         group and overlap the next image's taps. With one image they run after every tap and are not counted
         (counted, 28x28 N=1 bf16 ran 12.60 -> 12.79 us, 56x56 27.35 -> 27.59)."""
         from tilec.perf.params import target_params
-        prm = {name: value for name, value, _ in target_params("trn2").table()}
+        prm = {name: value for name, value, _ in target_params(compiled().name).table()}
         mm = prm["mm_fp32_factor"] if self.dtype == "f32" else 1
         xchunks = [min(self.rc, self.IR - y0) for y0 in range(0, self.IR, self.rc)]
         chunks = [min(self.rc, self.lay.rb - y0) for y0 in range(0, self.lay.rb, self.rc)]
@@ -346,7 +346,7 @@ class BlockBuilder:
         partition's width) takes longer than loading the first image's input band (a DMA latency + its bytes over
         the DMA engines of its partitions): the model's costs (spec §2.4, §2.5)."""
         from tilec.perf.params import target_params
-        prm = {name: value for name, value, _ in target_params("trn2").table()}
+        prm = {name: value for name, value, _ in target_params(compiled().name).table()}
         parts = self.lay.nb * self.lay.cg
         act = (max(prm["min_ii_cycles"], parts) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
         vec = (max(prm["min_ii_cycles"], parts) + prm["vector_static_cycles"]) / prm["vector_ghz"]
@@ -552,7 +552,7 @@ class BlockBuilder:
         # (a pipeline followed by another in the same scope, the pairs before the last image, keeps a bank free:
         # NKI 0.1 holds a tile until its name is bound again, after the next tile of that name is allocated)
         k = self.per_pipeline()
-        banks = get_target().psum_banks - (1 if len(images) == k > 1 and self.N % k else 0)
+        banks = compiled().psum_banks - (1 if len(images) == k > 1 and self.N % k else 0)
         out, tiles = shared_sums(out, banks, self.fresh)
         self.psum_overflow = self.psum_overflow or tiles > banks
         return out

@@ -37,7 +37,7 @@ from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Binary, Buf, Copy, Dma, M
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX, PSUM_BANK
 from tilec.lang.functions import FUNCTIONS
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 P = PMAX
 PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
@@ -83,7 +83,7 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
         return "the shapes of the two matmuls do not chain"
     if p.dim("C") % P or p.dim("W") % P:
         return f"the contraction or the hidden size is not a multiple of {P}"
-    banks = get_target().psum_banks - 2
+    banks = compiled().psum_banks - 2
     if -(-c.dim("W") // PSUM_F32) > banks:
         return f"{c.out} is wider than {banks} PSUM banks of fp32 (one accumulator each, beside op 1's two)"
     if {p.name, c.name} & set(scheduled):
@@ -189,7 +189,7 @@ class MlpBuilder:
         bank of Y's columns, two when Y has one bank (used in turn by the row tiles)."""
         p, c = self.p, self.c
         chunks = -(-self.E // self.ec)
-        n = max(2, min(H_TILES, get_target().psum_banks - max(2, chunks), self.HT))
+        n = max(2, min(H_TILES, compiled().psum_banks - max(2, chunks), self.HT))
         self.h_ps = [Buf(self.fresh(f"{p.out}_ps"), "psum", "f32", (P, self.MB)) for _ in range(n)]
         self.y_ps = [Buf(self.fresh(f"{c.out}_ps"), "psum", "f32", (P, self.ec)) for _ in range(max(2, chunks))]
         return [Alloc(b, line=p.line) for b in self.h_ps + self.y_ps]

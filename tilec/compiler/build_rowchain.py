@@ -54,7 +54,7 @@ from tilec.compiler.ir import Act, Alloc, Buf, Stmt
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp, Op, ReduceOp
 from tilec.compiler.select_eltwise import has_reversed_read
 from tilec.lang import syntax as sx
-from tilec.target import compiled, target as get_target
+from tilec.target import compiled
 from tilec.compiler.rowchain_base import Built, _reads
 from tilec.compiler.rowchain_chain import _Chain
 from tilec.compiler.engine_time import busiest
@@ -197,7 +197,7 @@ def stats_pipelined(ops: list[Op], built: Built, chosen: Built, budget: int, fre
     if not any(isinstance(s, ir.Loop) and s.var == "cc" for s in ir.walk(tuple(chosen[1]))):
         return None
     free = next(op.dim("F") for op in ops if type(op) is ReduceOp)
-    fmax = get_target().instr("bn_stats").limit("f")
+    fmax = compiled().instr("bn_stats").limit("f")
 
     def piped(chunked: Built) -> Built | None:
         one = mean_var.one_pass_stats(chunked[1], free, fresh, fmax)
@@ -324,7 +324,7 @@ def _skewed(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[str], budge
     skewed = skew_row_tiles((consts, getattr(chain, "views", []) + stmts), budget, fresh_for(ops[-1]))
     if skewed is None:
         return None
-    shared = chunk_pipe.last_banks_shared(skewed[1], fresh_for(ops[-1]), get_target())
+    shared = chunk_pipe.last_banks_shared(skewed[1], fresh_for(ops[-1]), compiled())
     return skewed[0], products_on_gpsimd(shared, compiled()), chain.centred
 
 

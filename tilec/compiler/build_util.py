@@ -161,8 +161,8 @@ def hbm_view(base: Buf, shape: tuple[int, ...], name: str, line: int) -> tuple[B
 def identity(name: str, dtype: str, line: int) -> tuple[Buf, list[Stmt]]:
     """The P x P identity matrix (P = the target's partitions) that TensorE's copies and taps multiply by, built on
     chip by one `ir.Identity` (a memset and an affine_select; no HBM round trip). Every builder calls this."""
-    from tilec.target import target as get_target
-    n = get_target().pmax
+    from tilec.target import compiled
+    n = compiled().pmax
     ident = Buf(name, "sbuf", dtype, (n, n))
     return ident, [Alloc(ident, line=line), ir.Identity(whole(ident), line)]
 
@@ -174,9 +174,9 @@ def identity_ns(itemsize: int) -> float:
     150 + N GpSimdE cycles). Neither depends on the dtype (itemsize) at this size."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
-    from tilec.target import target as get_target
+    from tilec.target import compiled
     del itemsize
-    t = get_target()
+    t = compiled()
     c = Costs(target_params(t.name))
     n = t.pmax
     memset = (max(c.min_ii, n) + c.static["vector"]) * c.engine_ns["vector"]

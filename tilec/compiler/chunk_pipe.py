@@ -42,7 +42,7 @@ from tilec.compiler.chunk_cols import chunk_columns, chunked_at
 from tilec.compiler.ir import DTYPE_BYTES, Aff, Binary, Buf, Loop, Sl, Stmt, Term, View
 from tilec.compiler.ops import Op, ReduceOp
 from tilec.compiler.passes import peak_usage
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 # bytes per partition of a chunk of X at most: the pipeline's chunk tiles are allocated once per parity, and under
@@ -87,7 +87,7 @@ def pipelined_chunks(ops: list[Op], hbm: dict[str, Buf], fresh_for, keep: set[st
         out = skew_row_tiles((chunked[0], body), budget, fresh)
         if out is None:
             return None
-        out = (out[0], last_tile_shared(out[1], fresh, get_target()))
+        out = (out[0], last_tile_shared(out[1], fresh, compiled()))
         return grouped_passes(out, budget, fresh) or out
 
     widest = PIPE_CHUNK_BYTES // max(DTYPE_BYTES[hbm[op.out].dtype] for op in ops)

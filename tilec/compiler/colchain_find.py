@@ -12,7 +12,7 @@ from tilec.compiler.build_rowchain import reads_of
 from tilec.compiler.exprs import strip_scale
 from tilec.compiler.ir import DTYPE_BYTES, Buf
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 # per partition: one block of X (two in flight when software-pipelined). Wider blocks hold the engines longer on
 # one block's chain: column_standardize 4096 x 2048 with 512 columns (64 KiB) 388.3 us, 256 (32 KiB) 339.0 us
@@ -71,7 +71,7 @@ def column_chain(ops: tuple, i: int, keep: AbstractSet[str], scheduled: Abstract
     names = {o.name for o in ops[i:k + (user is not None)]}
     if names & set(scheduled) or hbm[X].dtype not in ("f32", "bf16"):
         return None
-    P = get_target().pmax
+    P = compiled().pmax
     if R % P and not (O > 1 and R < P):  # (a batched chain of fewer rows: one tile of R partitions, P = R)
         return None
     members = tuple(stats) + ((user,) if user is not None else ())
@@ -128,7 +128,7 @@ def _sums_keep_up(T: int, TF: int, elem: int = 4) -> bool:
     against 135.7 us apart, 1024^2 21.0 / 23.9, 256 x 384 4.9 / 8.9."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
-    t = get_target()
+    t = compiled()
     c = Costs(target_params(t.name))
     sum_ns = T * (TF + c.mm_fixed) * c.fp32_onezero / t.tensor_ghz
     return sum_ns <= t.pmax * T * TF * elem / t.hbm_bw
@@ -161,7 +161,7 @@ def batched(ch: ColChain, elem: int) -> ColChain | None:
     (`for sb in range(subs): for ct in range(O)`, software-pipelined like the blocks of columns: pair_tiles.
     skew_inner_tiles), the sub-blocks of one width of at most WHOLE columns (one PSUM bank of fp32 sums). None when a
     sub-block does not fit RESIDENT_BYTES per partition (COPY_BYTES with a 16-bit X's working copy)."""
-    T = max(1, ch.R // get_target().pmax)
+    T = max(1, ch.R // compiled().pmax)
     budget, per = (RESIDENT_BYTES, elem) if elem == 4 else (COPY_BYTES, elem + 4)
     least = -(-ch.F // WHOLE)
     n = next((k for k in range(least, 2 * least + 1) if ch.F % k == 0), None)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, drop_var, loop, map_aff, sl
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full
-from tilec.target import TARGETS, target as get_target
+from tilec.target import TARGETS, compiled
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
@@ -102,7 +102,7 @@ def tiles_together(b: _ConvBuilder, body: list[Stmt], w: ir.Block, band: ir.Bloc
             or any(isinstance(x, (ir.Loop, ir.Block, ir.Matmul)) for x in rest[2:]):
         return None
     acc = rest[0].buf
-    if DTYPE_BYTES[acc.dtype] * acc.shape[-1] * acc.shape[-2] > get_target().psum_bank_bytes:
+    if DTYPE_BYTES[acc.dtype] * acc.shape[-1] * acc.shape[-2] > compiled().psum_bank_bytes:
         return None
     own = tuple([w] + rest)
     local = {x.buf.name for x in ir.walk(own) if isinstance(x, Alloc)}  # each tile's own buffers

@@ -181,8 +181,8 @@ def spread(b: _ConvBuilder) -> tuple[int, ...]:
     channels: 108 partitions on engines 0-13, 9 partitions' bytes on some engines (a straddling load's bytes are
     shared evenly) -> at most 7 on each of the 16 (stem7x7s2 f32 batch 8: 261.38 -> 227.47 us run). () when nothing
     is gained."""
-    from tilec.target import TRN2
-    n_dma, C, copies = TRN2.dma_engines, b.C, len(b.shifts)
+    from tilec.target import invariant
+    n_dma, C, copies = invariant("dma_engines"), b.C, len(b.shifts)
     ppe = PMAX // n_dma
     cap = -(-(copies * C) // n_dma)
     if not b.halves or b.mixed or C > cap or cap >= ppe or -(-(copies * C) // ppe) >= n_dma:
@@ -207,11 +207,11 @@ def _per_engine(p0: int, n: int, ppe: int) -> list[tuple[int, int]]:
 def engine_pieces(b: _ConvBuilder, j: int) -> list[tuple[int, int]]:
     """(first channel, channels) of copy j's loads: spread copies (spread) one load per DMA engine they touch, so
     each engine moves its own partitions' bytes; else one load."""
-    from tilec.target import TRN2
+    from tilec.target import invariant
     if not b.at:
         return [(0, b.C)]
     pieces, c = [], 0
-    for _, n in _per_engine(b.copy_at(j), b.C, PMAX // TRN2.dma_engines):
+    for _, n in _per_engine(b.copy_at(j), b.C, PMAX // invariant("dma_engines")):
         pieces.append((c, n))
         c += n
     return pieces

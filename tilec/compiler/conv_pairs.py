@@ -12,7 +12,7 @@ from tilec.compiler import conv_fold, conv_weights, ir
 from tilec.compiler.build_util import a, hbm_view, identity, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Alloc, Buf, Dma, Matmul, Reshape, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX
-from tilec.target import TRN2
+from tilec.target import compiled
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
@@ -177,17 +177,18 @@ def columns_per_copy(b: _ConvBuilder, plan: ConvPlan) -> int:
     balance TensorE against the DMAs better. Per band, M copies per tap row and half cost their loads (M x 2R x C
     rows of the band's width), and each matmul group ceil(S / M) matmuls; with 16-bit operands TensorE has time to
     spare and fewer copies shorten the loads (conv_c3 f16: M = 2, batch 8 257 -> 228 us; the stem f16 150 -> 120).
-    The rates are the default target's (tilec.target.TRN2; fp32 matmuls at a quarter rate, nki-spec §2.4)."""
+    The rates are the compiled target's (tilec.target.compiled(); fp32 matmuls at a quarter rate, nki-spec §2.4)."""
     nr = b.R + b.sy if b.phased else 2 * b.R  # row copies per column copy
     top = min(b.S, PMAX // (nr * b.C))
     x_bytes, y_bytes = DTYPE_BYTES[b.hbm[b.op.x].dtype], DTYPE_BYTES[b.hbm[b.op.out].dtype]
     groups = plan.band // (2 * plan.rows) * -(-b.Wo // plan.tile_x)
     factor = 4 if x_bytes == 4 else 1
-    bw = TRN2.dma_engines * TRN2.dma_engine_bw
+    t = compiled()
+    bw = t.dma_engines * t.dma_engine_bw
     store = b.K * plan.band * b.Wo * y_bytes
 
     def band_ns(m: int) -> float:
-        pe = groups * -(-b.S // m) * (plan.rows * plan.tile_x + 9) * factor / TRN2.tensor_ghz
+        pe = groups * -(-b.S // m) * (plan.rows * plan.tile_x + 9) * factor / t.tensor_ghz
         dma = (m * nr * b.C * (plan.band // 2) * b.in_cols() * x_bytes + store) / bw
         return max(pe, dma)
     return min(range(top, 0, -1), key=band_ns)  # (the largest M of the best)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from tilec.compiler import conv_epilogue, conv_pairs
 from tilec.compiler.build_util import a, drop_var, sl
 from tilec.compiler.ir import DTYPE_BYTES, Act, Buf, Dma, Stmt, View, full
-from tilec.target import TRN2
+from tilec.target import compiled
 
 if TYPE_CHECKING:
     from tilec.compiler.build_conv import _ConvBuilder
@@ -61,7 +61,7 @@ def _tail_hides_store(b: _ConvBuilder) -> bool:
     factor = prm["fp32_matmul"] if DTYPE_BYTES[b.hbm[b.op.x].dtype] == 4 else 1.0
     matmuls = len(b.pairs) if b.pair == 2 else len(b.groups) if b.fold > 1 else b.R * b.S * b.CTB
     rows = b.p.rows - -(-b.p.rows // 2)
-    pe_ns = matmuls * (rows * b.p.tile_x + 9) * factor / TRN2.tensor_ghz
+    pe_ns = matmuls * (rows * b.p.tile_x + 9) * factor / compiled().tensor_ghz
     return pe_ns >= prm["dma_latency_ns"]
 
 

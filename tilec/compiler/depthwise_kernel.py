@@ -15,7 +15,7 @@ from tilec.compiler.depthwise_layout import (DEPTH, DEPTH_BATCH, STORE_SPLIT, La
 from tilec.compiler.ir import Act, Alloc, Binary, Buf, Dma, Matmul, Reshape, Scalar, Stmt, View, full
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 
 class DepthwiseBuilder:
@@ -486,7 +486,7 @@ class DepthwiseBuilder:
                                View(ob, (sl(j * cg, cg), full(lay.rb) if valid == lay.rb else sl(0, valid),
                                          full(self.Wo))), line))
             return out
-        ppe = PMAX // get_target().dma_engines
+        ppe = PMAX // compiled().dma_engines
         qv, ev = self.fresh(f"{self.names['k']}_q"), self.fresh(f"{self.names['k']}_e")
         engines, q = (cg // ppe, a(qv)) if cg % ppe == 0 else (cg, a())
         for j, (i, b) in enumerate(self.slots(images)):

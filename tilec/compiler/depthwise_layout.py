@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from tilec.compiler.ir import Buf
 from tilec.compiler.ops import ConvOp
 from tilec.compiler.schedule import PMAX, ConvPlan, default_plan
-from tilec.target import invariant, target as get_target
+from tilec.target import compiled, invariant, target as get_target
 
 
 PSUM_FP32 = invariant("psum_fmax")  # fp32 elements per partition in one PSUM bank: a chunk's accumulator
@@ -104,11 +104,16 @@ def hybrid(op: ConvOp) -> int:
     return k // g if HYBRID_SIZES[0] <= k // g <= HYBRID_SIZES[1] else 0
 
 
-@functools.lru_cache(maxsize=None)
 def hybrid_routes(positions: int, kg: int, n: int, clamp: bool, fp32: bool) -> Routes:
     """The hybrid's split of a chunk of n elements per partition: pe of the window's positions (r, s) on TensorE
     (one block-diagonal matmul each, all kg input channels of a group at once), the kg channel-taps of every other
     position on the vector engines (`choose_routes`, without TensorE); the smallest busiest-engine time."""
+    return _hybrid_routes(compiled().name, positions, kg, n, clamp, fp32)
+
+
+@functools.lru_cache(maxsize=None)  # keyed by the target too: its clocks and costs decide
+def _hybrid_routes(target: str, positions: int, kg: int, n: int, clamp: bool, fp32: bool) -> Routes:
+    del target  # (the key; choose_routes reads compiled() itself)
     best: Routes | None = None
     for pe in range(positions):  # all positions on TensorE is the grouped builder's matmul kernel
         if pe == 0:
@@ -134,7 +139,6 @@ def fast_path(op: ConvOp, plan: ConvPlan, hbm: dict[str, Buf]) -> bool:
     return plan == default_plan(op, dtypes)
 
 
-@functools.lru_cache(maxsize=None)
 def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool = True,
                   extra: tuple[float, float, float] = (0.0, 0.0, 0.0), drain: float = 0.0,
                   vector_evict: bool = False, split_evict: bool = False) -> Routes:
@@ -149,9 +153,17 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
     relu6 output, with `vector_evict`): the eviction may instead be ScalarE's relu into the 16-bit output and
     VectorE's min(., 6) on it in SBUF, which runs in VectorE's 4x mode (ARCH3: 16-bit SBUF in and out, contiguous)
     where the clamp from fp32 PSUM runs at 1x; chosen when it lowers the busiest engine (`Routes.scalar_evict`)."""
+    return _choose_routes(compiled().name, taps, n, clamp, pe, fp32, extra, drain, vector_evict, split_evict)
+
+
+@functools.lru_cache(maxsize=None)  # keyed by the target: its clocks and costs decide
+def _choose_routes(target: str, taps: int, n: int, clamp: bool, pe: bool, fp32: bool,
+                   extra: tuple[float, float, float], drain: float, vector_evict: bool, split_evict: bool) -> Routes:
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
-    t = get_target()
-    prm = {name: value for name, value, _ in target_params(t.name).table()}
+    prm = {name: value for name, value, _ in target_params(target).table()}
+    # VectorE's and GpSimdE's taps overlap only where the two may touch SBUF side by side (not NC-v2: their
+    # instructions serialise, so their times add up, tilec.target.Target.vector_gpsimd_split)
+    both = max if get_target(target).vector_gpsimd_split else lambda a, b: a + b
     mn = prm["min_ii_cycles"]
     act = (max(mn, n) + prm["scalar_static_cycles"]) / prm["scalar_ghz"]
     vec = (max(mn, n) + prm["vector_static_cycles"]) / prm["vector_ghz"]
@@ -167,9 +179,9 @@ def choose_routes(taps: int, n: int, clamp: bool, pe: bool = False, fp32: bool =
         scalar = act * (sv + g + (first == "s") + on_scalar) + extra[1]
         vector = vec * (sv + 2 * v + (first == "v") + (g > 0) + (clamp and not ev)) + ev * vmin + extra[2]
         gpsimd = gps * max(0, g - 1)
-        busiest = max(scalar, vector, gpsimd, mm * k + extra[0])
+        busiest = max(scalar, both(vector, gpsimd), mm * k + extra[0])
         # ScalarE's products, then VectorE's adds (and GpSimdE's, in parallel), then the eviction
-        chain = act * (sv + g + (first == "s")) + max(vector, gpsimd) + on_scalar * act
+        chain = act * (sv + g + (first == "s")) + both(vector, gpsimd) + on_scalar * act
         return busiest + drain * max(0.0, chain - busiest), busiest
 
     best: tuple[float, int, Routes] | None = None
@@ -202,7 +214,7 @@ def choose_layout(op: ConvOp, elem: int, clamp: bool = False, pe: bool = False) 
 def _matmul_ns(n: int, fp32: bool) -> float:
     """The model's time of one matmul streaming n columns (spec §2.4, tilec/perf/params.py)."""
     from tilec.perf.params import target_params
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
     return (max(prm["mm_min_cycles"], n) + prm["mm_fixed_cycles"]) * (prm["mm_fp32_factor"] if fp32 else 1) \
         / prm["tensor_ghz"]
 
@@ -221,7 +233,7 @@ def layout_estimates(op: ConvOp, elem: int, clamp: bool = False, pe: bool = Fals
     taps = op.dim("R") * op.dim("S") * fan_in(op)
     ic = (wo - 1) * sx + (op.dim("S") - 1) * dx + 1
     rc_max = PSUM_FP32 // wo
-    t = get_target()
+    t = compiled()
     from tilec.perf.params import target_params  # the model's own constants, late (as choose_routes)
     desc_ns = next(value for name, value, _ in target_params(t.name).table() if name == "dma_desc_ns")
     found: list[tuple[float, int, Layout]] = []

@@ -12,7 +12,7 @@ from tilec.compiler.ir import whole
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_doubling import combines
 from tilec.compiler.pool_segments import border_copies, border_pairs, eviction_runs, segments
-from tilec.target import compiled, target as get_target
+from tilec.target import compiled
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str,
     W, Wo = op.dim("W"), w.out[1]
     if op.relu or (op.pool.wx, w.stride[1], w.offset[1], Wo) == (1, 1, 0, W) or knobs.PSUM == "off":
         return None
-    chunk = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // W
+    chunk = min(compiled().psum_bank_bytes // 4, compiled().moving_fmax) // W
     if chunk < 1:
         return None
     rows = (band - 1) * w.stride[0] + op.pool.wy
@@ -56,7 +56,7 @@ def psum_choice(op: PoolOp, band: int, bands: int, x: str, out: str,
     taps = None
     if x in ("f16", "bf16") and op.pool.op == "add" and any(r == Wo for r in reach) and knobs.TAPS != "off":
         # (count_include_pad=False: the columns' counts in the evictions, the rows' on VectorE in the pass along y)
-        chunk_t = min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // Wo
+        chunk_t = min(compiled().psum_bank_bytes // 4, compiled().moving_fmax) // Wo
         runs = len(eviction_runs(segs, op.pool.wx, w.count == "inside"))
         ysegs = segments(w.out[0], w.offset[0], w.stride[0], op.pool.wy, op.dim("H")) if y_pass else []
         ends = [g for g in ysegs if len(g.taps) < op.pool.wy]
@@ -121,7 +121,7 @@ def throttled(busy: float) -> float:
     """When TensorE finishes `busy` ns of back-to-back work under Trn2's warm-up throttle as the model applies it
     (tilec/perf/throttle.py: at most start_fraction of the first ramp_ns busy, then full speed)."""
     from tilec.perf.params import target_params
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
     f0, ramp = prm["throttle_start_fraction"], prm["throttle_ramp_ns"]
     if f0 >= 1.0 or ramp <= 0.0 or busy <= f0 * ramp:
         return busy
@@ -138,7 +138,7 @@ def taps_costs(rows: int, n: int, wo: int, reach: list[int], wy: int, chunk: int
     (tilec/perf/costs.py, params.py); whole: output rows TensorE sums whole instead (`full_rows`: wy matmuls per
     tap, one more eviction per run, those rows off the pass along y)."""
     from tilec.perf.params import target_params
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
     mn, sv, ss = prm["min_ii_cycles"], prm["vector_static_cycles"], prm["scalar_static_cycles"]
     chunks = [min(chunk, rows - r0) for r0 in range(0, rows, chunk)]
     tensor = sum(max(prm["mm_min_cycles"], c * r) + prm["mm_fixed_cycles"] for c in chunks for r in reach)
@@ -171,7 +171,7 @@ def reduce_costs(op: PoolOp, x: str, tmp: str, out: str, rows: int, n: int, wo: 
     along x, and VectorE's part of the pass along y). Each instruction pays its engine's static cycles; an engine's
     part of the pass along y starts when the rows of the pass along x it reads are done (`_split`)."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
     wx, wy = op.pool.wx, op.pool.wy if y_pass else 1
     vghz, sv = prm["vector_ghz"], prm["vector_static_cycles"]
     cx = 1 if x in knobs.HALF and tmp in knobs.HALF else 2  # VectorE cycles per element of a combine
@@ -192,8 +192,8 @@ def tensor_rows_costs(x: str, k: int, wo: int, spans: list[int], scaled: int) ->
     counts), fp32 moving data at mm_fp32_factor; ScalarE evicts each chunk and scales the band's `scaled` outputs
     by 1 / count (the model's costs, tilec/perf/costs.py, params.py)."""
     from tilec.perf.params import target_params
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
-    chunk = max(1, min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // wo)
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
+    chunk = max(1, min(compiled().psum_bank_bytes // 4, compiled().moving_fmax) // wo)
     chunks = [min(chunk, k - r0) for r0 in range(0, k, chunk)]
     factor = prm["mm_fp32_factor"] if x == "f32" else 1.0
     tensor = sum(max(prm["mm_min_cycles"], c * size) + prm["mm_fixed_cycles"] for c in chunks for size in spans)
@@ -207,7 +207,7 @@ def held(tensor: float, others: float) -> float:
     holds it at throttle_start_fraction of its rate while its utilization over the trailing window is below
     throttle_min_utilization (tilec/perf/throttle.py), which a TensorE busy for a small part of each band is."""
     from tilec.perf.params import target_params
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
     f0, low = prm["throttle_start_fraction"], prm["throttle_min_utilization"]
     if f0 >= 1.0 or tensor >= low * max(tensor, others):
         return tensor
@@ -252,7 +252,7 @@ def psum_costs(x: str, tmp: str, out: str, rows: int, n: int, wo: int, w: int, w
     input or all 16-bit data, each instruction pays its engine's static cycles; a fp32 matmul costs mm_fp32_factor
     times its columns."""
     from tilec.perf.params import target_params  # the performance model's own constants, late: perf reads kernels
-    prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
     half = ("f16", "bf16")
     vghz, gghz, mn = prm["vector_ghz"], prm["gpsimd_ghz"], prm["min_ii_cycles"]
     sv, sg = prm["vector_static_cycles"], prm["gpsimd_static_cycles"]

@@ -16,7 +16,7 @@ from tilec.compiler.pool_costs import reduce_costs
 from tilec.compiler.pool_passes import WindowPasses
 from tilec.compiler.pool_segments import Segment, segments
 from tilec.compiler.schedule import sbuf_budget
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 
 class ImageBands(WindowPasses):
@@ -39,7 +39,7 @@ class ImageBands(WindowPasses):
         if not knobs.IMAGE or self.G == 1 or self.w.count != "window" or self.chip is not None or op.relu or \
                 self.psum is not None or self.share_rows or not both or self.OB >= self.Rb or self.row0:
             return 0
-        return rows if size <= sbuf_budget(get_target()) // knobs.IMAGE_SBUF_PART else 0
+        return rows if size <= sbuf_budget(compiled()) // knobs.IMAGE_SBUF_PART else 0
 
     def image_body(self, rows: int) -> list[Stmt]:
         """Every band of the one partition tile over the block images (image_rows rows each)."""

@@ -10,7 +10,7 @@ from tilec.compiler.ir import Act, Alloc, Buf, Matmul, Sl, Stmt, View, full, who
 from tilec.compiler.pool_costs import psum_choice
 from tilec.compiler.pool_passes import WindowPasses
 from tilec.compiler.pool_segments import Segment, eviction_runs
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 
 class TensorPasses(WindowPasses):
@@ -76,7 +76,7 @@ class TensorPasses(WindowPasses):
         for r0 in range(0, rows, self.psum):
             cr = min(self.psum, rows - r0)
             extra = whole_rows if knobs.SHARE_BANK and r0 + cr == rows and \
-                (cr + whole_rows) * n * 4 <= get_target().psum_bank_bytes else 0
+                (cr + whole_rows) * n * 4 <= compiled().psum_bank_bytes else 0
             ps = Buf(self.name(f"{self.op.src}_taps", (cr + extra,)), "psum", "f32", (P, cr + extra, n))
             self.shared_bank = (ps, cr) if extra else None
             mine = full(cr) if not extra else sl(0, cr)  # the chunk's rows of ps
@@ -99,7 +99,7 @@ class TensorPasses(WindowPasses):
         inner = [g for g in segs if len(g.taps) == self.op.pool.wy]
         if not inner or self.G != 1 or self.w.out[1] * self.op.pool.wy == 0:
             return None
-        t = get_target()
+        t = compiled()
         k = min(self.full_rows_n, inner[0].size, min(t.psum_bank_bytes // 4, t.moving_fmax) // self.Wo)
         return (inner[0].start + inner[0].size - k, k) if k > 0 else None
 
@@ -150,7 +150,7 @@ class TensorPasses(WindowPasses):
         first = every[len(every) // 2]
         reach = {t: [g for g in segs if t in g.taps] for t in range(window) if t != first}
         spans = [(first, 0, n)] + [(t, gs[0].start, sum(g.size for g in gs)) for t, gs in reach.items() if gs]
-        chunk = max(1, min(get_target().psum_bank_bytes // 4, get_target().moving_fmax) // n)
+        chunk = max(1, min(compiled().psum_bank_bytes // 4, compiled().moving_fmax) // n)
         out: list[Stmt] = []
         for r0 in range(0, k, chunk):
             cr = min(chunk, k - r0)

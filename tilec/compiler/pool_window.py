@@ -12,7 +12,7 @@ from tilec.compiler.pool_image import ImageBands
 from tilec.compiler.pool_segments import Segment, at_value, clip, segments, shifted
 from tilec.compiler.pool_tensor import TensorPasses
 from tilec.compiler.schedule import sbuf_budget
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 
 class WindowPool(TensorPasses, ImageBands):
@@ -133,7 +133,7 @@ class WindowPool(TensorPasses, ImageBands):
                          line), *middle,
                 ir.Block("the last channel-row tile, its pass along y on VectorE and GpSimdE (both free by then)",
                          tuple(last), line)]
-        return nest if passes.peak_usage(tuple(nest))[0] <= sbuf_budget(get_target()) // knobs.PEEL_SBUF_PART else []
+        return nest if passes.peak_usage(tuple(nest))[0] <= sbuf_budget(compiled()) // knobs.PEEL_SBUF_PART else []
 
     def tile_body(self) -> list[Stmt]:
         """Every band of one partition tile (loop variable pb), in the form self.psum / self.y_share say."""
@@ -191,14 +191,14 @@ class WindowPool(TensorPasses, ImageBands):
         bands after the first on VectorE and GpSimdE (tensor_tensor: 2 cycles per element, 1 on VectorE with every
         operand 16-bit; tilec/perf/costs.py)."""
         from tilec.perf.params import target_params
-        prm = {name: value for name, value, _ in target_params(get_target().name).table()}
+        prm = {name: value for name, value, _ in target_params(compiled().name).table()}
         (sy, sx), Wo = self.w.stride, self.Wo
         per_row = ((self.op.pool.wx - 1) * sy + self.op.pool.wy - 1) * Wo  # combined elements per output row
         # (sums: fp32 partials)
         half = self.x3.dtype in knobs.HALF and self.o3.dtype in knobs.HALF and self.op.pool.op != "add"
         rate = prm["vector_ghz"] / (1 if half else 2) + prm["gpsimd_ghz"] / 2  # elements per ns, both engines
         later = (self.Rb - self.OB) * per_row / rate
-        fits = self.Rb * Wo * DTYPE_BYTES[self.o3.dtype] <= sbuf_budget(get_target()) // knobs.BLOCK_STORES_SBUF_PART
+        fits = self.Rb * Wo * DTYPE_BYTES[self.o3.dtype] <= sbuf_budget(compiled()) // knobs.BLOCK_STORES_SBUF_PART
         stores = 1 if self.block_step() is not None else self.G  # a band's stores: one DMA for all blocks (one_store)
         return fits and (bands - 1) * stores * prm["dma_latency_ns"] > later
 

@@ -21,7 +21,7 @@ from tilec.compiler.named import name
 from tilec.compiler.ops import EltwiseOp, Op, ReduceOp
 from tilec.compiler.schedule import PMAX, best_divisor
 from tilec.lang import syntax as sx
-from tilec.target import invariant, target as get_target
+from tilec.target import compiled, invariant
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 _HALF = ("f16", "bf16")
@@ -244,8 +244,15 @@ class _ChainBase:
         than the row tile's DMA (its full-row loads and stores at the target's DMA bandwidth): the pass is then
         worth saving. An f32 rmsnorm (2 passes; ScalarE fits 3.3 in an f32 tile's DMA time on trn2) is not
         (rows of 8192: 1.08x the floor with its pass, 1.14x turned); layernorm (4) and every 16-bit chain (1.7
-        fit) are."""
-        t = get_target()
+        fit) are. That count is the trn2 model's: where VectorE and GpSimdE serialise their SBUF accesses
+        (NC-v2, trn1) the turned column always is, as the trn1 model finds for every row chain of core.py that the
+        count leaves unturned (us before -> after: layernorm f32 4096^2 743 -> 540, rows of 16384 835 -> 761;
+        rmsnorm f32 rows of 16384 671 -> 570, bf16 rows of 32768 538 -> 305; none slower): the count misses what
+        the turned form also saves, the broadcast row's VectorE evictions (serialised with GpSimdE's work there)
+        and the pass's f32 temporary (rmsnorm bf16 rows of 32768: chunks of 1024 instead of 512)."""
+        t = compiled()
+        if not t.vector_gpsimd_split:
+            return True
         full = [n for n in self.inputs() if self.kind(n) == "full"]
         full += [n for n in self.keep & self.made if self.kind(n) == "full"]
         dma_ns = self.TP * sum(DTYPE_BYTES[self.hbm[n].dtype] for n in full) / (t.dma_engines * t.dma_engine_bw)

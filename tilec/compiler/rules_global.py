@@ -18,7 +18,7 @@ from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Buf, Dma, Sl, Stmt, 
 from tilec.compiler.ops import EltwiseOp, ReduceOp
 from tilec.compiler.rules_pool import Built
 from tilec.compiler.schedule import PMAX
-from tilec.target import target as get_target
+from tilec.target import compiled
 
 GLOBAL_CHUNK_BYTES = 2048  # per partition, a middle chunk's load: its 128 descriptors (8 per DMA engine) cost under
 #                            5 % of its transfer (tilec/perf/costs.py: hypot(descriptors x 14 ns, bytes / 23 B/ns))
@@ -149,7 +149,7 @@ def _chunk_costs(F: int, itemsize: int, P: int, half: bool) -> tuple[Callable[[i
     half of it for a bf16 -> bf16 add or max, plus VectorE's static cycles)."""
     from tilec.perf.costs import Costs
     from tilec.perf.params import target_params
-    c = Costs(target_params(get_target().name))
+    c = Costs(target_params(compiled().name))
     engines = min(c.n_dma, -(-P // c.ppe))
 
     def load(s: int) -> float:

@@ -44,8 +44,8 @@ from tilec.compiler.select_conv import (fold_operand_relu, fuse_epilogues, group
 from tilec.compiler.select_pool import fuse_pool_divide, select_pool
 from tilec.compiler.select_reduce import is_row_reduction, select_reduce
 from tilec.errors import TilecError
+from tilec.target import compiled
 from tilec.lang import syntax as sx
-from tilec.target import TRN2
 
 __all__ = ["ConvOp", "EltwiseOp", "Op", "PoolOp", "PoolSpec", "ReduceOp", "TransposeOp", "reject", "select",
            "print_ops"]
@@ -238,7 +238,7 @@ def select_transpose(comp: Comp, program) -> TransposeOp | EltwiseOp:
     out = tuple(comp.out_vars)
     ext = {v: comp.extent(v) for v in out}
     itemsize = DTYPE_BYTES[program.tensors[acc.tensor].dtype]
-    if permute_onchip.chosen(names, out, ext, itemsize, TRN2):
+    if permute_onchip.chosen(names, out, ext, itemsize, compiled()):
         return _permute_dma(comp, acc.tensor, comp.target, names, out)  # interleaved on chip (permute_onchip.py)
     steps = plan(names, out, ext, itemsize)
     if steps is None:

@@ -34,7 +34,7 @@ import heapq
 import itertools
 import math
 
-from tilec.target import TRN2
+from tilec.target import compiled, invariant
 
 MAX_RANK = 5  # 120 orders: the search takes ~0.1 s (rank 6: ~1.8 s); at rank 6 it is narrowed (_dma_targets)
 NARROWED_RANK = 6  # the narrowed search: ~0.4 s at rank 6 (rank 7: up to ~9 s); beyond it short_chains
@@ -46,6 +46,7 @@ DMA_RUN = 256  # bytes x passes: a DMA of shorter runs is descriptor-bound, its 
 STEP_PASSES = 0.5  # passes a step costs beyond its data (its HBM intermediate): 4 cheap steps lose to 2 dearer
 STEP_US = 2.5  # µs each step takes whatever its size: a load -> transpose -> store chain's latencies
 SLICE_US = 0.6  # µs per strided 2-D slice of a pair swap (one per combination of the staying dimensions)
+PMAX, DMA_ENGINES = invariant("pmax"), invariant("dma_engines")  # (every generation's: 128 partitions, 16 DMA queues)
 
 Order = tuple[str, ...]
 
@@ -84,7 +85,7 @@ def _run_bytes(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize:
         return itemsize * math.prod(ext[v] for v in s[len(s) - common:])
     if kind == "dma" or not s:
         return itemsize
-    return itemsize * min(ext[s[-1]], ext[t[-1]], TRN2.pmax)
+    return itemsize * min(ext[s[-1]], ext[t[-1]], PMAX)
 
 
 def step_cost(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: int) -> float:
@@ -93,14 +94,14 @@ def step_cost(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: 
         k = next(i for i, (x, y) in enumerate(zip(src, out)) if x != y)
         c = next(c for c in range(1, len(src) - k) if src[k + c:] + src[k:k + c] == out[k:])
         m, n = math.prod(ext[v] for v in src[k:k + c]), math.prod(ext[v] for v in src[k + c:])
-        return max(TRANSPOSE_COST * TRN2.pmax / min(m, n, TRN2.pmax), engine_passes(m, n, itemsize))
+        return max(TRANSPOSE_COST * PMAX / min(m, n, PMAX), engine_passes(m, n, itemsize))
     run = _run_bytes(kind, src, out, ext, itemsize)
     if kind == "dma":  # the engines of its partitions (8 each, of 16) share the work
         runs = dma_runs(src, out, ext)
         assert runs is not None
-        per_engine = TRN2.pmax // TRN2.dma_engines
-        engines = min(TRN2.dma_engines, -(-_divisor(ext[runs[1][0]], TRN2.pmax) // per_engine))
-        return max(DMA_COST, DMA_RUN / run) * TRN2.dma_engines / engines
+        per_engine = PMAX // DMA_ENGINES
+        engines = min(DMA_ENGINES, -(-_divisor(ext[runs[1][0]], PMAX) // per_engine))
+        return max(DMA_COST, DMA_RUN / run) * DMA_ENGINES / engines
     return 2 * TRANSPOSE_COST + DMA_RUN / run  # pair: short strided rows, then transposes
 
 
@@ -112,9 +113,8 @@ def engine_passes(m: int, n: int, itemsize: int) -> float:
     these stay under TRANSPOSE_COST's DMA passes (a 128 x 128 fp32 block: TensorE 134 ns, VectorE 237 ns, the DMA
     floor 356 ns; 16-bit: 57, 171 and 178 ns): a swap of runs is DMA-bound on the model (TensorE busy 15-29 %)."""
     from tilec.perf.params import target_params  # (late: perf reads kernels)
-    from tilec.target import target
-    bm, bn = min(m, TRN2.pmax), min(n, TRN2.pmax)
-    model = target_params(target().name)  # the current target's model (a test may swap it): the memo's key
+    bm, bn = min(m, PMAX), min(n, PMAX)
+    model = target_params(compiled().name)  # the current target's model (a test may swap it): the memo's key
     key = (id(model), bm, bn, itemsize)
     if key not in _PASSES or _PASSES[key][0] is not model:
         _PASSES[key] = (model, _engine_passes(bm, bn, itemsize))
@@ -138,7 +138,7 @@ def _engine_passes(bm: int, bn: int, itemsize: int) -> float:
 def step_us(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: int) -> float:
     """A step's estimated time: its passes over the data at the DMA byte floor (read and write at the default
     target's DMA bandwidth), its fixed latency, and a pair swap's slices."""
-    floor = 2 * math.prod(ext.values()) * itemsize / (TRN2.dma_engines * TRN2.dma_engine_bw * 1000)
+    floor = 2 * math.prod(ext.values()) * itemsize / (compiled().dma_engines * compiled().dma_engine_bw * 1000)
     slices = math.prod(ext[v] for v, w in zip(src, out) if v == w) if kind == "pair" else 0
     return (step_cost(kind, src, out, ext, itemsize) + STEP_PASSES) * floor + STEP_US + slices * SLICE_US
 
@@ -146,7 +146,7 @@ def step_us(kind: str, src: Order, out: Order, ext: dict[str, int], itemsize: in
 def chain_floor_us(ext: dict[str, int], itemsize: int) -> float:
     """Less than step_us gives any chain of two or more steps: each step at least its fixed time and the cheapest
     step's passes (a DMA step's with long runs, DMA_COST)."""
-    floor = 2 * math.prod(ext.values()) * itemsize / (TRN2.dma_engines * TRN2.dma_engine_bw * 1000)
+    floor = 2 * math.prod(ext.values()) * itemsize / (compiled().dma_engines * compiled().dma_engine_bw * 1000)
     return 2 * ((min(DMA_COST, TRANSPOSE_COST) + STEP_PASSES) * floor + STEP_US)
 
 
@@ -252,7 +252,7 @@ def plan(src: Order, out: Order, ext: dict[str, int], itemsize: int) -> list[Ste
     return min(chains, key=total) if chains else None
 
 
-def dma_runs(src: Order, out: Order, ext: dict[str, int], pmax: int = TRN2.pmax) -> tuple[Order, Order] | None:
+def dma_runs(src: Order, out: Order, ext: dict[str, int], pmax: int = PMAX) -> tuple[Order, Order] | None:
     """(outer, inner) of a DMA step (the last dimension stays); see _dma_runs."""
     return _dma_runs(src, out, tuple(sorted(ext.items())), pmax)
 
