@@ -248,7 +248,7 @@ class _Builder:
         for j, s in enumerate(self.stats):
             exprs = self.in_place(j, exprs, body)
             body += self.statistic(s, exprs[j])
-        return body, (self.output(exprs[-1]) if self.user is not None else [])
+        return _evicted_through(body, self.output(exprs[-1]) if self.user is not None else [])
 
     def fold_columns(self) -> int:
         """The columns of an element-wise fold VectorE takes (GpSimdE the rest), as Work.shares says."""
@@ -538,6 +538,29 @@ class _Builder:
         if self.at and self.T == 1:
             return [ir.Loop("rt", 1, tuple(body), "static", "", self.line, note)]
         return loop("rt", self.T, body, note=note, line=self.line)
+
+
+def _evicted_through(head: list[Stmt], tail: list[Stmt]) -> tuple[list[Stmt], list[Stmt]]:
+    """A sum's scaled eviction (`var_b = var_acc * s` on ScalarE) whose one reader is an activation of it (`rsqrt(var_b
+    + e)`, a row part of the output) becomes that activation reading the accumulator: f(acc * s + bias) is one
+    ScalarE instruction (NISA activation: op(data * scale + bias)), so a block's chain loses a ScalarE pass and a
+    step of its latency (channel_layernorm, column standardisation)."""
+    stmts = head + tail
+    for e in [x for x in head if isinstance(x, ir.Act)]:
+        if e.func != "copy" or e.bias is not None or not isinstance(e.scale, float) or e.src.buf.memory != "psum" \
+                or e.dst != whole(e.dst.buf) or e.src != whole(e.src.buf) or e.total is not None:
+            continue
+        readers = [x for x in ir.walk(tuple(stmts)) if any(v.buf == e.dst.buf for v in _reads_of(x))]
+        if len(readers) != 1 or not isinstance(readers[0], ir.Act) or readers[0] not in tail:
+            continue
+        c = readers[0]
+        if c.src != e.dst or c.scale != 1.0 or c.total is not None:
+            continue
+        fused = dataclasses.replace(c, src=e.src, scale=e.scale)
+        head = [x for x in head if x is not e and not (isinstance(x, Alloc) and x.buf == e.dst.buf)]
+        tail = [fused if x is c else x for x in tail]
+        stmts = head + tail
+    return head, tail
 
 
 def _fold(dst: View, x: View, y: View, alu: str, cut: int, line: int) -> list[Stmt]:
