@@ -245,9 +245,18 @@ class _Builder:
         self.rows: dict[str, View] = {}
         exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats]
         exprs += [self.user.expr] if self.user is not None else []
+        last: list[Stmt] | None = []  # stored-only extremes, issued after the other statistics (extreme_stored)
         for j, s in enumerate(self.stats):
+            mark = len(body)
             exprs = self.in_place(j, exprs, body)
+            if last and len(body) > mark:  # X_res changes in place here: the extremes read it before
+                body[mark:mark] = last
+                last = None
+            if s.op != "add" and s.out in self.stored and not any(_reads(e, s.out) for e in exprs[j + 1:]):
+                (body if last is None else last).extend(self.extreme_stored(s, self.folded(s, exprs[j])))
+                continue
             body += self.statistic(s, exprs[j])
+        body += last or []
         return _evicted_through(body, self.output(exprs[-1]) if self.user is not None else [])
 
     def fold_columns(self) -> int:
@@ -468,6 +477,31 @@ class _Builder:
         out.append(ir.Scalar(whole(bcast), whole(bcast), s.op, float(s.init), ln))
         return out
 
+    def extreme_stored(self, s: ColumnReduceOp, run: Buf) -> list[Stmt]:
+        """An extreme only stored: the chunks' reduced columns (CB, k) turned into rows (k, CB) by one transpose and
+        stored row by row, instead of spread to every partition (k spreads and transposes, a copy of the whole
+        block's row) for row 0 to be stored. The columns of a narrower last chunk are zeroed first: its unused rows
+        go through the transpose too."""
+        P, TF, ln = self.P, self.TF, s.update_line
+        chunks = _chunks(TF, P)
+        CB, k = chunks[0][1], len(chunks)
+        cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
+        out: list[Stmt] = self.pending + [Alloc(cols, zero=chunks[-1][1] < CB, line=ln)]
+        group = get_target().psum_bank_bytes // (4 * P)
+        for g0 in range(0, k, group):
+            out += self._reduced(s, run, cols, chunks[g0:g0 + group], g0)
+        turned, made = self.psum(f"{s.out}_rowsT", (k, CB), ln)
+        rows = Buf(self.fresh(f"{s.out}_rows"), "sbuf", self.hbm[s.out].dtype, (k, CB))
+        out += made + [ir.Transpose(whole(turned), whole(cols), "pe", ln), Alloc(rows, line=ln),
+                       ir.Copy(whole(rows), whole(turned), ln)]
+        if s.init != IDENTITY[s.op]:
+            out.append(ir.Scalar(whole(rows), whole(rows), s.op, float(s.init), ln))
+        lead = (self.ch.O,) if self.at else ()
+        ov, st = hbm_view(self.hbm[s.out], lead + (1, self.ch.F), self.fresh(f"{s.out}_v"), ln)
+        for c, (lo, n) in enumerate(chunks):
+            out.append(Dma(View(ov, self.at + (full(1), _sub(self.cols, lo, n))), View(rows, (sl(c, 1), sl(0, n))), ln))
+        return st + out
+
     def _extreme_chunks(self, s: ColumnReduceOp, run: Buf, acc: Buf, ones: Buf) -> list[Stmt]:
         """The chunks' transposes side by side in one PSUM tile per bank (4 chunks of 128 rows, more of a batched
         chain's fewer rows; NKI 0.1 gives each PSUM tile a bank to the loop body's end: psum_fits), one reduce each,
@@ -475,9 +509,8 @@ class _Builder:
         (trn2, run), a PSUM tile, a reduce and a VectorE spread per chunk before: softmax_mid 16 x 256 x 1024 218.2
         us, spreads on ScalarE 212.1, one reduce 183.6; softmax_axis0 2048^2 129.2 -> 125.7, bf16 122.0 -> 118.4."""
         P, TF, ln = self.P, self.TF, s.update_line
-        CB = min(TF, P)
-        chunks = [(lo, min(CB, TF - lo)) for lo in range(0, TF, CB)]
-        k = len(chunks)
+        chunks = _chunks(TF, P)
+        CB, k = chunks[0][1], len(chunks)
         cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
         out: list[Stmt] = [Alloc(cols, line=ln)]
         group = get_target().psum_bank_bytes // (4 * P)  # chunks per bank (4 of 128 rows; more with fewer rows)
@@ -561,6 +594,15 @@ def _evicted_through(head: list[Stmt], tail: list[Stmt]) -> tuple[list[Stmt], li
         tail = [fused if x is c else x for x in tail]
         stmts = head + tail
     return head, tail
+
+
+def _chunks(TF: int, P: int) -> list[tuple[int, int]]:
+    """(start, width) of the chunks of TF columns an extreme transposes: the fewest of at most P columns, of one
+    width when TF splits so (392 = 4 x 98: one reduce and no narrower chunk's own transpose and reduce), else of P
+    and a narrower last one."""
+    k = -(-TF // P)
+    CB = TF // k if TF % k == 0 else min(TF, P)
+    return [(lo, min(CB, TF - lo)) for lo in range(0, TF, CB)]
 
 
 def _fold(dst: View, x: View, y: View, alu: str, cut: int, line: int) -> list[Stmt]:
