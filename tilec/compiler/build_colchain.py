@@ -48,6 +48,7 @@ from tilec.lang import syntax as sx
 from tilec.target import compiled, target as get_target
 
 OUTPUT_NOTE = "the output per row tile"
+LAST_NOTE = "the last statistic (the second stage of a software-pipelined batch)"
 
 
 def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str],
@@ -89,8 +90,8 @@ def stage_b(ch: ColChain, ops: tuple):
     def split(body: tuple) -> int | None:
         if not ch.user:  # after the block's loads
             return max(i for i, s in enumerate(body) if isinstance(s, Dma) and s.src.buf.memory == "hbm") + 1
-        return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.note.startswith(OUTPUT_NOTE)),
-                    None)
+        return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and (s.note.startswith(OUTPUT_NOTE)
+                                                                                 or s.note == LAST_NOTE)), None)
     return split
 
 
@@ -246,6 +247,7 @@ class _Builder:
         exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats]
         exprs += [self.user.expr] if self.user is not None else []
         last: list[Stmt] | None = []  # stored-only extremes, issued after the other statistics (extreme_stored)
+        staged = 0  # where the last statistic begins (stage B of a batch of one row tile: staged_last)
         for j, s in enumerate(self.stats):
             mark = len(body)
             exprs = self.in_place(j, exprs, body)
@@ -255,9 +257,29 @@ class _Builder:
             if s.op != "add" and s.out in self.stored and not any(_reads(e, s.out) for e in exprs[j + 1:]):
                 (body if last is None else last).extend(self.extreme_stored(s, self.folded(s, exprs[j])))
                 continue
+            staged = len(body)
             body += self.statistic(s, exprs[j])
         body += last or []
-        return _evicted_through(body, self.output(exprs[-1]) if self.user is not None else [])
+        later = {id(x) for x in body[staged:]}
+        head, tail = _evicted_through(body, self.output(exprs[-1]) if self.user is not None else [])
+        return self.staged_last(head, tail, next((i for i, x in enumerate(head) if id(x) in later), len(head)))
+
+    def staged_last(self, head: list[Stmt], tail: list[Stmt], at: int) -> tuple[list[Stmt], list[Stmt]]:
+        """A batched chain with a user and two or more sums (a standardisation): the last statistic and the row
+        parts in a static loop of one (LAST_NOTE), where stage_b splits the block, so that the next batch's first
+        statistics and in-place part are issued before this batch's last statistic on every engine's in-order
+        queue (ScalarE's mean eviction, square and rsqrt of one batch otherwise wait in turn for TensorE and
+        VectorE). Model (trn2, run), split at the output / here: channel_layernorm 8 x 128 x 28 x 28 39.07 / 31.73
+        us, C = 256 57.1 / 53.9, 8 x 96 x 56 x 56 141.4 / 112.1; softmax_mid (a max, then a sum) 170.7 / 172.5: left
+        at the output."""
+        if not (self.at and self.user is not None and len(self.stats) > 1 and 0 < at < len(head)
+                and all(s.op == "add" for s in self.stats)):
+            return head, tail
+        rows = next((i for i, x in enumerate(tail) if isinstance(x, ir.Loop)), len(tail))  # (the row parts with it)
+        staged = head[at:] + tail[:rows]
+        allocs = [x for x in staged if isinstance(x, Alloc)]  # (before the loop: the output reads its tiles too)
+        body = tuple(x for x in staged if not isinstance(x, Alloc))
+        return head[:at] + allocs + [ir.Loop("st", 1, body, "static", "", self.line, LAST_NOTE)], tail[rows:]
 
     def fold_columns(self) -> int:
         """The columns of an element-wise fold VectorE takes (GpSimdE the rest), as Work.shares says."""
