@@ -198,7 +198,8 @@ class _Builder:
         ch, ln = self.ch, self.line
         pre = self.views()
         head, tail = self.block()
-        pre += self.ones_init()
+        pre += self.ones_init() + _constants(head) + _constants(tail)
+        head, tail = _without_constants(head), _without_constants(tail)
         if not self.at:
             nest = loop("ct", ch.F // self.TF, head + tail, note="for the blocks of TILE_F columns", line=ln)
             return [("TILE_F", self.TF)], pre + [ir.Block(self.what(), tuple(nest), ln)]
@@ -625,6 +626,17 @@ def _chunks(TF: int, P: int) -> list[tuple[int, int]]:
     k = -(-TF // P)
     CB = TF // k if TF % k == 0 else min(TF, P)
     return [(lo, min(CB, TF - lo)) for lo in range(0, TF, CB)]
+
+
+def _constants(stmts: list[Stmt]) -> list[Stmt]:
+    """The constant columns the expressions made (hoistable blocks), for the kernel's start: left in a block they
+    are made again in every copy of a software-pipelined stage (a memset and an add each, per sub-block)."""
+    return [x for x in ir.walk(tuple(stmts)) if isinstance(x, ir.Block) and x.hoist]
+
+
+def _without_constants(stmts: list[Stmt]) -> list[Stmt]:
+    return [dataclasses.replace(x, body=tuple(_without_constants(list(x.body)))) if isinstance(x, ir.Loop) else x
+            for x in stmts if not (isinstance(x, ir.Block) and x.hoist)]
 
 
 def _fold(dst: View, x: View, y: View, alu: str, cut: int, line: int) -> list[Stmt]:
