@@ -48,6 +48,7 @@ from tilec.lang import syntax as sx
 from tilec.target import compiled, target as get_target
 
 OUTPUT_NOTE = "the output per row tile"
+STORED_NOTE = "an extreme's rows stored (the second stage of a software-pipelined block)"
 LAST_NOTE = "the last statistic (the second stage of a software-pipelined batch)"
 
 
@@ -88,8 +89,9 @@ def stage_b(ch: ColChain, ops: tuple):
     del ops
 
     def split(body: tuple) -> int | None:
-        if not ch.user:  # after the block's loads
-            return max(i for i, s in enumerate(body) if isinstance(s, Dma) and s.src.buf.memory == "hbm") + 1
+        if not ch.user:  # at an extreme's rows (extreme_stored), else after the block's loads
+            loads = max(i for i, s in enumerate(body) if isinstance(s, Dma) and s.src.buf.memory == "hbm") + 1
+            return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.note == STORED_NOTE), loads)
         return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and (s.note.startswith(OUTPUT_NOTE)
                                                                                  or s.note == LAST_NOTE)), None)
     return split
@@ -515,15 +517,14 @@ class _Builder:
             out += self._reduced(s, run, cols, chunks[g0:g0 + group], g0)
         turned, made = self.psum(f"{s.out}_rowsT", (k, CB), ln)
         rows = Buf(self.fresh(f"{s.out}_rows"), "sbuf", self.hbm[s.out].dtype, (k, CB))
-        out += made + [ir.Transpose(whole(turned), whole(cols), "pe", ln), Alloc(rows, line=ln),
-                       ir.Copy(whole(rows), whole(turned), ln)]
+        last: list[Stmt] = [ir.Transpose(whole(turned), whole(cols), "pe", ln), ir.Copy(whole(rows), whole(turned), ln)]
         if s.init != IDENTITY[s.op]:
-            out.append(ir.Scalar(whole(rows), whole(rows), s.op, float(s.init), ln))
+            last.append(ir.Scalar(whole(rows), whole(rows), s.op, float(s.init), ln))
         lead = (self.ch.O,) if self.at else ()
         ov, st = hbm_view(self.hbm[s.out], lead + (1, self.ch.F), self.fresh(f"{s.out}_v"), ln)
         for c, (lo, n) in enumerate(chunks):
-            out.append(Dma(View(ov, self.at + (full(1), _sub(self.cols, lo, n))), View(rows, (sl(c, 1), sl(0, n))), ln))
-        return st + out
+            last.append(Dma(View(ov, self.at + (full(1), _sub(self.cols, lo, n))), View(rows, (sl(c, 1), sl(0, n))), ln))
+        return st + out + made + [Alloc(rows, line=ln), ir.Loop("st", 1, tuple(last), "static", "", ln, STORED_NOTE)]
 
     def _extreme_chunks(self, s: ColumnReduceOp, run: Buf, acc: Buf, ones: Buf) -> list[Stmt]:
         """The chunks' transposes side by side in one PSUM tile per bank (4 chunks of 128 rows, more of a batched
