@@ -130,3 +130,17 @@ def test_rsqrt_reads_the_variance_in_psum():
     src = compile_loaded(lang.load(CHANNEL_LAYERNORM, sizes), nki="0.6").source
     assert "var_b" not in src
     assert "op=nl.rsqrt, data=var_acc" in src and "scale=0.0078125" in src
+
+
+def test_the_second_stages():
+    """A batched standardisation's last statistic, and a stored extreme's rows, each in a static loop of one where
+    the software-pipelined batches split (the next batch's first work is issued before them); a softmax over the
+    middle axis (a max, then a sum) keeps its split at the output."""
+    from tilec.compiler.build_colchain import LAST_NOTE, STORED_NOTE
+    sizes = dict(N=4, C=128, H=4, W=6)
+    layernorm = compile_loaded(lang.load(CHANNEL_LAYERNORM, sizes), nki="0.6").source
+    assert LAST_NOTE in layernorm and "software-pipelined" in layernorm
+    max_mean = compile_loaded(lang.load(MAX_MEAN, sizes), nki="0.6").source
+    assert STORED_NOTE in max_mean and "software-pipelined" in max_mean
+    softmax = (ROOT / "tests" / "programs" / "gaps15" / "softmax_mid.tl").read_text()
+    assert LAST_NOTE not in compile_loaded(lang.load(softmax, dict(A=4, B=256, C=192)), nki="0.6").source
