@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from compiler_helpers import assert_formula_matches
+from test_cols21_batched import STANDARDIZE_MID
 from user20_formulas import channel_layernorm, channel_max_mean
 from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
@@ -21,12 +22,8 @@ CHANNEL_LAYERNORM = (ROOT / "tests" / "programs" / "user20" / "channel_layernorm
 
 # a max from 0 (relu'd: the start applied to the stored rows), a min, and a variance whose centring is computed in
 # place in the block after the extremes' folds (they are issued before it, not after the chain's other statistics)
-EXTREMES_AND_VARIANCE = """kernel k(X: f32[A, B, C]) -> mx, mn, v
-  default A = 2, B = 128, C = 64
-  mx: f32[A, C]
+EXTREMES = """  mx: f32[A, C]
   mn: f32[A, C]
-  mu: f32[A, C]
-  v: f32[A, C]
   for a in 0..A, c in 0..C:
     mx[a, c] = 0
     for b in 0..B:
@@ -35,15 +32,9 @@ EXTREMES_AND_VARIANCE = """kernel k(X: f32[A, B, C]) -> mx, mn, v
     mn[a, c] = inf
     for b in 0..B:
       mn[a, c] min= X[a, b, c]
-  for a in 0..A, c in 0..C:
-    mu[a, c] = 0
-    for b in 0..B:
-      mu[a, c] += X[a, b, c] / B
-  for a in 0..A, c in 0..C:
-    v[a, c] = 0
-    for b in 0..B:
-      v[a, c] += (X[a, b, c] - mu[a, c]) * (X[a, b, c] - mu[a, c]) / B
 """
+EXTREMES_AND_VARIANCE = STANDARDIZE_MID.split("  for a in 0..A, b in 0..B")[0].replace("-> Y", "-> mx, mn, v") \
+    .replace("  Y: f32[A, B, C]\n", EXTREMES)
 # the same statistics over the rows of a matrix (a chain without a batch index)
 COLUMN_MAX_MEAN = """kernel k(X: f32[M, N]) -> mx, mu
   default M = 256, N = 300
