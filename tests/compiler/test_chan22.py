@@ -76,6 +76,8 @@ CASES = {  # name: (program, sizes, formula)
     "extremes_and_variance": (EXTREMES_AND_VARIANCE, dict(A=4, B=256, C=200), _extremes_and_variance),
     "column_max_mean": (COLUMN_MAX_MEAN, dict(M=256, N=300), _column_max_mean),
     "layernorm_stored_var": (LAYERNORM_STORED_VAR, dict(N=2, C=128, H=4, W=6), _layernorm_and_var),
+    # 4 batches pipelined, two row tiles: the variance, its rsqrt from PSUM and the output in the second stage
+    "layernorm_staged": (CHANNEL_LAYERNORM, dict(N=4, C=256, H=2, W=10), channel_layernorm),
 }
 
 
@@ -96,7 +98,7 @@ def test_chains_match_numpy(name, dtype):
     assert_formula_matches(c, CASES[name][2], f"{name} {dtype}")
 
 
-@pytest.mark.parametrize("name", ["max_mean_narrower_chunk", "extremes_and_variance"])
+@pytest.mark.parametrize("name", ["max_mean_narrower_chunk", "extremes_and_variance", "layernorm_staged"])
 def test_the_older_dialect_matches_numpy(name):
     assert_formula_matches(compiled(name, nki="0.1"), CASES[name][2], f"{name} 0.1")
 
