@@ -104,11 +104,12 @@ def test_the_older_dialect_matches_numpy(name):
 
 
 def test_a_stored_extreme_is_not_spread():
-    """Mx is stored from its chunks' rows (one transpose of the reduced columns), with no spread (an activation of
-    the ones scaled by a column) and no copy of a whole broadcast row; the 300 columns are 3 chunks of 100."""
+    """Mx is stored from its chunks' rows (one transpose of the reduced columns, into the PSUM tile of the chunks its
+    reduce has read), with no spread (an activation of the ones scaled by a column) and no copy of a whole broadcast
+    row; the 300 columns are 3 chunks of 100."""
     src = compiled("max_mean_equal_chunks").source
     assert "Mx_spread" not in src and "Mx_b" not in src
-    assert "nisa.nc_transpose(dst=Mx_rowsT, data=Mx_col)" in src
+    assert "nisa.nc_transpose(dst=Mx_T[0:3, 0, 0:100], data=Mx_col)" in src
     assert "tensor_reduce(dst=Mx_col, op=nl.maximum, data=Mx_T," in src  # one reduce of the three chunks
     assert "dst=Mx_col[" not in src and "dst=Mx_col_2[" not in src
     assert "memset(dst=Mx_col" not in src  # (no narrower chunk)
