@@ -30,7 +30,6 @@ element-wise op first, is taken back as one statistic (`statistics`), and the us
 (`* g[c] + b[c]`)."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import AbstractSet
@@ -40,8 +39,10 @@ from tilec.compiler.build_colreduce import SHARE_MIN
 from tilec.compiler.build_conv import Fresh
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.colchain_find import IDENTITY, ColChain
+from tilec.compiler.colchain_parts import (column_chunks, common, constants, evicted_through, reads, reads_of,
+                                           replaced, row_parts, without_constants)
 from tilec.compiler.expr_instrs import ExprCompiler, balanced
-from tilec.compiler.exprs import accesses, fmt_expr
+from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
 from tilec.lang import syntax as sx
@@ -201,8 +202,8 @@ class _Builder:
         ch, ln = self.ch, self.line
         pre = self.views()
         head, tail = self.block()
-        pre += self.ones_init() + _constants(head) + _constants(tail)
-        head, tail = _without_constants(head), _without_constants(tail)
+        pre += self.ones_init() + constants(head) + constants(tail)
+        head, tail = without_constants(head), without_constants(tail)
         if not self.at:
             nest = loop("ct", ch.F // self.TF, head + tail, note="for the blocks of TILE_F columns", line=ln)
             return [("TILE_F", self.TF)], pre + [ir.Block(self.what(), tuple(nest), ln)]
@@ -258,14 +259,14 @@ class _Builder:
             if last and len(body) > mark:  # X_res changes in place here: the extremes read it before
                 body[mark:mark] = last
                 last = None
-            if s.op != "add" and s.out in self.stored and not any(_reads(e, s.out) for e in exprs[j + 1:]):
+            if s.op != "add" and s.out in self.stored and not any(reads(e, s.out) for e in exprs[j + 1:]):
                 (body if last is None else last).extend(self.extreme_stored(s, self.folded(s, exprs[j])))
                 continue
             staged = len(body)
             body += self.statistic(s, exprs[j])
         body += last or []
         later = {id(x) for x in body[staged:]}
-        head, tail = _evicted_through(body, self.output(exprs[-1]) if self.user is not None else [])
+        head, tail = evicted_through(body, self.output(exprs[-1]) if self.user is not None else [])
         return self.staged_last(head, tail, next((i for i, x in enumerate(head) if id(x) in later), len(head)))
 
     def staged_last(self, head: list[Stmt], tail: list[Stmt], at: int) -> tuple[list[Stmt], list[Stmt]]:
@@ -317,7 +318,7 @@ class _Builder:
                 out += self.twin_cut(x, *twin)
                 self.work = Work(self.work.sbuf, self.work.psum + x.dst.shape()[-1] * per_tile)
                 continue
-            self.read_whole |= {self.twin_stat[r.buf.name] for r in _reads_of(x) if r.buf.name in self.twins}
+            self.read_whole |= {self.twin_stat[r.buf.name] for r in reads_of(x) if r.buf.name in self.twins}
             if isinstance(x, Binary) and not x.engine:
                 cut = _cut(x, t, self.shares[0])
                 out += cut
@@ -360,7 +361,7 @@ class _Builder:
         place in X_res, and X read instead of it from then on. A 16-bit X_res would round it: its first such part
         goes into an fp32 working copy of the block (X_f32), read as X from then on."""
         X = self.ch.src
-        part = _common(exprs[j], exprs[j + 1:], X)
+        part = common(exprs[j], exprs[j + 1:], X)
         if part is None:
             return exprs
         rt = a("rt")
@@ -372,7 +373,7 @@ class _Builder:
                      note=f"{fmt_expr(part)} in place (every later reader of {X} reads it)", line=self.line)
         self.copy = into
         key = fmt_expr(part)
-        return exprs[:j] + [_replaced(e, key, sx.Access(X, ())) for e in exprs[j:]]
+        return exprs[:j] + [replaced(e, key, sx.Access(X, ())) for e in exprs[j:]]
 
     def statistic(self, s: ColumnReduceOp, expr: sx.Expr) -> list[Stmt]:
         """The statistic on every partition (self.rows[s.out]): a sum accumulated over the row tiles' terms on
@@ -511,7 +512,7 @@ class _Builder:
         has read it): a PSUM tile of its own waited on the model's bank placement (channel_max_mean 36.95 -> 33.95
         us). The transpose, copy and stores are the second stage of pipelined blocks (STORED_NOTE, stage_b)."""
         P, TF, ln = self.P, self.TF, s.update_line
-        chunks = _chunks(TF, P)
+        chunks = column_chunks(TF, P)
         CB, k = chunks[0][1], len(chunks)
         cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
         out: list[Stmt] = self.pending + [Alloc(cols, zero=chunks[-1][1] < CB, line=ln)]
@@ -528,7 +529,8 @@ class _Builder:
         lead = (self.ch.O,) if self.at else ()
         ov, st = hbm_view(self.hbm[s.out], lead + (1, self.ch.F), self.fresh(f"{s.out}_v"), ln)
         for c, (lo, n) in enumerate(chunks):
-            last.append(Dma(View(ov, self.at + (full(1), _sub(self.cols, lo, n))), View(rows, (sl(c, 1), sl(0, n))), ln))
+            dst = View(ov, self.at + (full(1), _sub(self.cols, lo, n)))
+            last.append(Dma(dst, View(rows, (sl(c, 1), sl(0, n))), ln))
         return st + out + made + [Alloc(rows, line=ln), ir.Loop("st", 1, tuple(last), "static", "", ln, STORED_NOTE)]
 
     def _extreme_chunks(self, s: ColumnReduceOp, run: Buf, acc: Buf, ones: Buf) -> list[Stmt]:
@@ -538,7 +540,7 @@ class _Builder:
         (trn2, run), a PSUM tile, a reduce and a VectorE spread per chunk before: softmax_mid 16 x 256 x 1024 218.2
         us, spreads on ScalarE 212.1, one reduce 183.6; softmax_axis0 2048^2 129.2 -> 125.7, bf16 122.0 -> 118.4."""
         P, TF, ln = self.P, self.TF, s.update_line
-        chunks = _chunks(TF, P)
+        chunks = column_chunks(TF, P)
         CB, k = chunks[0][1], len(chunks)
         cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
         out: list[Stmt] = [Alloc(cols, line=ln)]
@@ -576,10 +578,10 @@ class _Builder:
         assert user is not None and yv is not None
         P, TF, ln, X = self.P, self.TF, user.line, self.ch.src
         out: list[Stmt] = []
-        for part in _row_parts(expr, set(self.rows)):
+        for part in row_parts(expr, set(self.rows)):
             t = Buf(self.fresh(f"{user.out}_row"), "sbuf", "f32", (P, TF))
             out += [Alloc(t, line=ln)] + self.emit(dict(self.rows), "r", part, whole(t))
-            expr = _replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
+            expr = replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
             self.rows[t.name] = whole(t)
         cols = {c: View(b, (full(P), sl(a("rt"), 1))) for c, b in self.colbufs.items()}
         tiles = {X: self.tile(a("rt")), **self.rows, **cols}
@@ -601,49 +603,6 @@ class _Builder:
         if self.at and self.T == 1:
             return [ir.Loop("rt", 1, tuple(body), "static", "", self.line, note)]
         return loop("rt", self.T, body, note=note, line=self.line)
-
-
-def _evicted_through(head: list[Stmt], tail: list[Stmt]) -> tuple[list[Stmt], list[Stmt]]:
-    """A sum's scaled eviction (`var_b = var_acc * s` on ScalarE) whose one reader is an activation of it (`rsqrt(var_b
-    + e)`, a row part of the output) becomes that activation reading the accumulator: f(acc * s + bias) is one
-    ScalarE instruction (NISA activation: op(data * scale + bias)), so a block's chain loses a ScalarE pass and a
-    step of its latency (channel_layernorm, column standardisation)."""
-    stmts = head + tail
-    for e in [x for x in head if isinstance(x, ir.Act)]:
-        if e.func != "copy" or e.bias is not None or not isinstance(e.scale, float) or e.src.buf.memory != "psum" \
-                or e.dst != whole(e.dst.buf) or e.src != whole(e.src.buf) or e.total is not None:
-            continue
-        readers = [x for x in ir.walk(tuple(stmts)) if any(v.buf == e.dst.buf for v in _reads_of(x))]
-        if len(readers) != 1 or not isinstance(readers[0], ir.Act) or readers[0] not in tail:
-            continue
-        c = readers[0]
-        if c.src != e.dst or c.scale != 1.0 or c.total is not None:
-            continue
-        fused = dataclasses.replace(c, src=e.src, scale=e.scale)
-        head = [x for x in head if x is not e and not (isinstance(x, Alloc) and x.buf == e.dst.buf)]
-        tail = [fused if x is c else x for x in tail]
-        stmts = head + tail
-    return head, tail
-
-
-def _chunks(TF: int, P: int) -> list[tuple[int, int]]:
-    """(start, width) of the chunks of TF columns an extreme transposes: the fewest of at most P columns, of one
-    width when TF splits so (392 = 4 x 98: one reduce and no narrower chunk's own transpose and reduce), else of P
-    and a narrower last one."""
-    k = -(-TF // P)
-    CB = TF // k if TF % k == 0 else min(TF, P)
-    return [(lo, min(CB, TF - lo)) for lo in range(0, TF, CB)]
-
-
-def _constants(stmts: list[Stmt]) -> list[Stmt]:
-    """The constant columns the expressions made (hoistable blocks), for the kernel's start: left in a block they
-    are made again in every copy of a software-pipelined stage (a memset and an add each, per sub-block)."""
-    return [x for x in ir.walk(tuple(stmts)) if isinstance(x, ir.Block) and x.hoist]
-
-
-def _without_constants(stmts: list[Stmt]) -> list[Stmt]:
-    return [dataclasses.replace(x, body=tuple(_without_constants(list(x.body)))) if isinstance(x, ir.Loop) else x
-            for x in stmts if not (isinstance(x, ir.Block) and x.hoist)]
 
 
 def _fold(dst: View, x: View, y: View, alu: str, cut: int, line: int) -> list[Stmt]:
@@ -692,64 +651,6 @@ def _twin_columns(n: int, share: float) -> int:
     return n if n - cut < SHARE_MIN // 2 else cut
 
 
-def _reads_of(x: Stmt) -> list[View]:
-    return [v for f in dataclasses.fields(x) if f.name != "dst" and isinstance(v := getattr(x, f.name), View)]
-
-
 def _sub(s, lo: int, k: int) -> ir.Sl:
     assert isinstance(s, ir.Sl)
     return ir.Sl(s.start.plus(lo), k)
-
-
-def _subtrees(e: sx.Expr) -> list[sx.Expr]:
-    out = [e]
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
-        if f.name == "indices":
-            continue
-        for x in v if isinstance(v, tuple) else (v,):
-            if isinstance(x, (sx.BinOp, sx.Call, sx.Neg, sx.Access, sx.Num)):
-                out += _subtrees(x)
-    return out
-
-
-def _replaced(e: sx.Expr, key: str, new: sx.Expr) -> sx.Expr:
-    if fmt_expr(e) == key:
-        return new
-    if isinstance(e, sx.Neg):
-        return dataclasses.replace(e, x=_replaced(e.x, key, new))
-    if isinstance(e, sx.BinOp):
-        return dataclasses.replace(e, lhs=_replaced(e.lhs, key, new), rhs=_replaced(e.rhs, key, new))
-    if isinstance(e, sx.Call):
-        return dataclasses.replace(e, args=tuple(_replaced(x, key, new) for x in e.args))
-    return e
-
-
-def _reads(e: sx.Expr, name: str) -> bool:
-    return any(x.tensor == name for x in accesses(e))
-
-
-def _common(terms: sx.Expr, later: list[sx.Expr], X: str) -> sx.Expr | None:
-    """The largest subexpression of `terms` that reads X (not X itself), such that every later expression reads X
-    only through it."""
-    found = [t for t in _subtrees(terms) if not isinstance(t, sx.Access) and _reads(t, X)]
-    found.sort(key=lambda t: -len(_subtrees(t)))
-    for t in found:
-        key = fmt_expr(t)
-        if all(not _reads(_replaced(e, key, sx.Num(0.0)), X) for e in later):
-            return t
-    return None
-
-
-def _row_parts(e: sx.Expr, rows: set[str]) -> list[sx.Expr]:
-    """The largest subexpressions that read only statistics (no X) and are more than one read of one."""
-    if isinstance(e, sx.Access) or isinstance(e, sx.Num):
-        return []
-    names = {x.tensor for x in accesses(e)}
-    if names and names <= rows:
-        return [e]
-    out: list[sx.Expr] = []
-    for x in (e.x,) if isinstance(e, sx.Neg) else (e.lhs, e.rhs) if isinstance(e, sx.BinOp) else \
-            e.args if isinstance(e, sx.Call) else ():
-        out += _row_parts(x, rows)
-    return out
