@@ -73,6 +73,8 @@ CASES = {  # name: (program, sizes, formula)
     "max_mean_narrower_chunk": (MAX_MEAN, dict(N=2, C=128, H=1, W=257), channel_max_mean),
     # fewer rows than partitions: one tile of 96 partitions
     "max_mean_96": (MAX_MEAN, dict(N=2, C=96, H=4, W=6), channel_max_mean),
+    # 7 rows: 43 chunks of 7 columns, more rows to turn than the chunks' PSUM tile has partitions
+    "max_mean_7_rows": (MAX_MEAN, dict(N=2, C=7, H=10, W=30), channel_max_mean),
     "extremes_and_variance": (EXTREMES_AND_VARIANCE, dict(A=4, B=256, C=200), _extremes_and_variance),
     "column_max_mean": (COLUMN_MAX_MEAN, dict(M=256, N=300), _column_max_mean),
     "layernorm_stored_var": (LAYERNORM_STORED_VAR, dict(N=2, C=128, H=4, W=6), _layernorm_and_var),

@@ -519,9 +519,13 @@ class _Builder:
         group = get_target().psum_bank_bytes // (4 * P)
         for g0 in range(0, k, group):
             out += self._reduced(s, run, cols, chunks[g0:g0 + group], g0)
-        # the rows turned into the last group's PSUM tile, which its reduce has read (one PSUM tile less a block)
-        turned = View(self.side, (sl(0, k), a(0), sl(0, CB)))
+        # the rows turned into the last group's PSUM tile, which its reduce has read (one PSUM tile less a block),
+        # when its CB partitions hold the k rows (fewer rows than chunks: a PSUM tile of their own)
         made: list[Stmt] = []
+        turned = View(self.side, (sl(0, k), a(0), sl(0, CB)))
+        if k > CB:
+            own, made = self.psum(f"{s.out}_rowsT", (k, CB), ln)
+            turned = whole(own)
         rows = Buf(self.fresh(f"{s.out}_rows"), "sbuf", self.hbm[s.out].dtype, (k, CB))
         last: list[Stmt] = [ir.Transpose(turned, whole(cols), "pe", ln), ir.Copy(whole(rows), turned, ln)]
         if s.init != IDENTITY[s.op]:
