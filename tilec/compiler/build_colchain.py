@@ -30,7 +30,6 @@ element-wise op first, is taken back as one statistic (`statistics`), and the us
 (`* g[c] + b[c]`)."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import AbstractSet
@@ -40,14 +39,18 @@ from tilec.compiler.build_colreduce import SHARE_MIN
 from tilec.compiler.build_conv import Fresh
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.colchain_find import IDENTITY, ColChain
+from tilec.compiler.colchain_parts import (column_chunks, common, constants, evicted_through, reads, reads_of,
+                                           replaced, row_parts, without_constants)
 from tilec.compiler.expr_instrs import ExprCompiler, balanced
-from tilec.compiler.exprs import accesses, fmt_expr
+from tilec.compiler.exprs import fmt_expr
 from tilec.compiler.ir import Alloc, Binary, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.ops import ColumnReduceOp, EltwiseOp
 from tilec.lang import syntax as sx
 from tilec.target import compiled
 
 OUTPUT_NOTE = "the output per row tile"
+STORED_NOTE = "an extreme's rows stored (the second stage of a software-pipelined block)"
+LAST_NOTE = "the last statistic (the second stage of a software-pipelined batch)"
 
 
 def build_column_chain(ch: ColChain, ops: tuple, hbm: dict[str, Buf], stored: AbstractSet[str],
@@ -87,10 +90,11 @@ def stage_b(ch: ColChain, ops: tuple):
     del ops
 
     def split(body: tuple) -> int | None:
-        if not ch.user:  # after the block's loads
-            return max(i for i, s in enumerate(body) if isinstance(s, Dma) and s.src.buf.memory == "hbm") + 1
-        return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.note.startswith(OUTPUT_NOTE)),
-                    None)
+        if not ch.user:  # at an extreme's rows (extreme_stored), else after the block's loads
+            loads = max(i for i, s in enumerate(body) if isinstance(s, Dma) and s.src.buf.memory == "hbm") + 1
+            return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.note == STORED_NOTE), loads)
+        return next((i for i, s in enumerate(body) if isinstance(s, ir.Loop) and (s.note.startswith(OUTPUT_NOTE)
+                                                                                 or s.note == LAST_NOTE)), None)
     return split
 
 
@@ -176,6 +180,7 @@ class _Builder:
         # VectorE's fraction of the SBUF tensor_tensors and of those reading a statistic in PSUM (Work.shares)
         self.shares = shares or Work().shares(t)
         self.twins: dict[str, Buf] = {}  # a statistic's SBUF row (on every partition) -> its PSUM accumulator
+        self.side: Buf  # the PSUM tile of an extreme's last group of transposed chunks (_reduced)
         self.twin_stat: dict[str, str] = {}  # that row -> the statistic's name (read_whole: both builds name it so)
         self.read_whole: set[str] = set(read_whole)  # rows an instruction other than a cut tensor_tensor reads
         self.sums = 0
@@ -197,7 +202,8 @@ class _Builder:
         ch, ln = self.ch, self.line
         pre = self.views()
         head, tail = self.block()
-        pre += self.ones_init()
+        pre += self.ones_init() + constants(head) + constants(tail)
+        head, tail = without_constants(head), without_constants(tail)
         if not self.at:
             nest = loop("ct", ch.F // self.TF, head + tail, note="for the blocks of TILE_F columns", line=ln)
             return [("TILE_F", self.TF)], pre + [ir.Block(self.what(), tuple(nest), ln)]
@@ -245,10 +251,40 @@ class _Builder:
         self.rows: dict[str, View] = {}
         exprs = [s.expr if s.expr is not None else sx.Access(ch.src, ()) for s in self.stats]
         exprs += [self.user.expr] if self.user is not None else []
+        last: list[Stmt] | None = []  # stored-only extremes, issued after the other statistics (extreme_stored)
+        staged = 0  # where the last statistic begins (stage B of a batch of one row tile: staged_last)
         for j, s in enumerate(self.stats):
+            mark = len(body)
             exprs = self.in_place(j, exprs, body)
+            if last and len(body) > mark:  # X_res changes in place here: the extremes read it before
+                body[mark:mark] = last
+                last = None
+            if s.op != "add" and s.out in self.stored and not any(reads(e, s.out) for e in exprs[j + 1:]):
+                (body if last is None else last).extend(self.extreme_stored(s, self.folded(s, exprs[j])))
+                continue
+            staged = len(body)
             body += self.statistic(s, exprs[j])
-        return body, (self.output(exprs[-1]) if self.user is not None else [])
+        body += last or []
+        later = {id(x) for x in body[staged:]}
+        head, tail = evicted_through(body, self.output(exprs[-1]) if self.user is not None else [])
+        return self.staged_last(head, tail, next((i for i, x in enumerate(head) if id(x) in later), len(head)))
+
+    def staged_last(self, head: list[Stmt], tail: list[Stmt], at: int) -> tuple[list[Stmt], list[Stmt]]:
+        """A batched chain with a user and two or more sums (a standardisation): the last statistic and the row
+        parts in a static loop of one (LAST_NOTE), where stage_b splits the block, so that the next batch's first
+        statistics and in-place part are issued before this batch's last statistic on every engine's in-order
+        queue (ScalarE's mean eviction, square and rsqrt of one batch otherwise wait in turn for TensorE and
+        VectorE). Model (trn2, run), split at the output / here: channel_layernorm 8 x 128 x 28 x 28 39.07 / 31.73
+        us, C = 256 57.1 / 53.9, 8 x 96 x 56 x 56 141.4 / 112.1; softmax_mid (a max, then a sum) 170.7 / 172.5: left
+        at the output."""
+        if not (self.at and self.user is not None and len(self.stats) > 1 and 0 < at < len(head)
+                and all(s.op == "add" for s in self.stats)):
+            return head, tail
+        rows = next((i for i, x in enumerate(tail) if isinstance(x, ir.Loop)), len(tail))  # (the row parts with it)
+        staged = head[at:] + tail[:rows]
+        allocs = [x for x in staged if isinstance(x, Alloc)]  # (before the loop: the output reads its tiles too)
+        body = tuple(x for x in staged if not isinstance(x, Alloc))
+        return head[:at] + allocs + [ir.Loop("st", 1, body, "static", "", self.line, LAST_NOTE)], tail[rows:]
 
     def fold_columns(self) -> int:
         """The columns of an element-wise fold VectorE takes (GpSimdE the rest), as Work.shares says."""
@@ -282,7 +318,7 @@ class _Builder:
                 out += self.twin_cut(x, *twin)
                 self.work = Work(self.work.sbuf, self.work.psum + x.dst.shape()[-1] * per_tile)
                 continue
-            self.read_whole |= {self.twin_stat[r.buf.name] for r in _reads_of(x) if r.buf.name in self.twins}
+            self.read_whole |= {self.twin_stat[r.buf.name] for r in reads_of(x) if r.buf.name in self.twins}
             if isinstance(x, Binary) and not x.engine:
                 cut = _cut(x, t, self.shares[0])
                 out += cut
@@ -325,7 +361,7 @@ class _Builder:
         place in X_res, and X read instead of it from then on. A 16-bit X_res would round it: its first such part
         goes into an fp32 working copy of the block (X_f32), read as X from then on."""
         X = self.ch.src
-        part = _common(exprs[j], exprs[j + 1:], X)
+        part = common(exprs[j], exprs[j + 1:], X)
         if part is None:
             return exprs
         rt = a("rt")
@@ -337,7 +373,7 @@ class _Builder:
                      note=f"{fmt_expr(part)} in place (every later reader of {X} reads it)", line=self.line)
         self.copy = into
         key = fmt_expr(part)
-        return exprs[:j] + [_replaced(e, key, sx.Access(X, ())) for e in exprs[j:]]
+        return exprs[:j] + [replaced(e, key, sx.Access(X, ())) for e in exprs[j:]]
 
     def statistic(self, s: ColumnReduceOp, expr: sx.Expr) -> list[Stmt]:
         """The statistic on every partition (self.rows[s.out]): a sum accumulated over the row tiles' terms on
@@ -468,6 +504,39 @@ class _Builder:
         out.append(ir.Scalar(whole(bcast), whole(bcast), s.op, float(s.init), ln))
         return out
 
+    def extreme_stored(self, s: ColumnReduceOp, run: Buf) -> list[Stmt]:
+        """An extreme only stored: the chunks' reduced columns (CB, k) turned into rows (k, CB) by one transpose and
+        stored row by row, instead of spread to every partition (k spreads and transposes, a copy of the whole
+        block's row) for row 0 to be stored. The columns of a narrower last chunk are zeroed first: its unused rows
+        go through the transpose too. The rows are turned into the PSUM tile of the last group of chunks (its reduce
+        has read it): a PSUM tile of its own waited on the model's bank placement (channel_max_mean 36.95 -> 33.95
+        us). The transpose, copy and stores are the second stage of pipelined blocks (STORED_NOTE, stage_b)."""
+        P, TF, ln = self.P, self.TF, s.update_line
+        chunks = column_chunks(TF, P)
+        CB, k = chunks[0][1], len(chunks)
+        cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
+        out: list[Stmt] = self.pending + [Alloc(cols, zero=chunks[-1][1] < CB, line=ln)]
+        group = get_target().psum_bank_bytes // (4 * P)
+        for g0 in range(0, k, group):
+            out += self._reduced(s, run, cols, chunks[g0:g0 + group], g0)
+        # the rows turned into the last group's PSUM tile, which its reduce has read (one PSUM tile less a block),
+        # when its CB partitions hold the k rows (fewer rows than chunks: a PSUM tile of their own)
+        made: list[Stmt] = []
+        turned = View(self.side, (sl(0, k), a(0), sl(0, CB)))
+        if k > CB:
+            own, made = self.psum(f"{s.out}_rowsT", (k, CB), ln)
+            turned = whole(own)
+        rows = Buf(self.fresh(f"{s.out}_rows"), "sbuf", self.hbm[s.out].dtype, (k, CB))
+        last: list[Stmt] = [ir.Transpose(turned, whole(cols), "pe", ln), ir.Copy(whole(rows), turned, ln)]
+        if s.init != IDENTITY[s.op]:
+            last.append(ir.Scalar(whole(rows), whole(rows), s.op, float(s.init), ln))
+        lead = (self.ch.O,) if self.at else ()
+        ov, st = hbm_view(self.hbm[s.out], lead + (1, self.ch.F), self.fresh(f"{s.out}_v"), ln)
+        for c, (lo, n) in enumerate(chunks):
+            dst = View(ov, self.at + (full(1), _sub(self.cols, lo, n)))
+            last.append(Dma(dst, View(rows, (sl(c, 1), sl(0, n))), ln))
+        return st + out + made + [Alloc(rows, line=ln), ir.Loop("st", 1, tuple(last), "static", "", ln, STORED_NOTE)]
+
     def _extreme_chunks(self, s: ColumnReduceOp, run: Buf, acc: Buf, ones: Buf) -> list[Stmt]:
         """The chunks' transposes side by side in one PSUM tile per bank (4 chunks of 128 rows, more of a batched
         chain's fewer rows; NKI 0.1 gives each PSUM tile a bank to the loop body's end: psum_fits), one reduce each,
@@ -475,9 +544,8 @@ class _Builder:
         (trn2, run), a PSUM tile, a reduce and a VectorE spread per chunk before: softmax_mid 16 x 256 x 1024 218.2
         us, spreads on ScalarE 212.1, one reduce 183.6; softmax_axis0 2048^2 129.2 -> 125.7, bf16 122.0 -> 118.4."""
         P, TF, ln = self.P, self.TF, s.update_line
-        CB = min(TF, P)
-        chunks = [(lo, min(CB, TF - lo)) for lo in range(0, TF, CB)]
-        k = len(chunks)
+        chunks = column_chunks(TF, P)
+        CB, k = chunks[0][1], len(chunks)
         cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
         out: list[Stmt] = [Alloc(cols, line=ln)]
         group = compiled().psum_bank_bytes // (4 * P)  # chunks per bank (4 of 128 rows; more with fewer rows)
@@ -496,6 +564,7 @@ class _Builder:
         P, CB, ln = self.P, cols.shape[0], s.update_line
         k, whole_chunks = len(chunks), sum(n == CB for _, n in chunks)
         side, out = self.psum(f"{s.out}_T", (CB, k, P), ln)
+        self.side = side
         for c, (lo, n) in enumerate(chunks):
             out.append(ir.Transpose(View(side, (sl(0, n), a(c), full(P))), View(run, (full(P), sl(lo, n))), "pe", ln))
         if whole_chunks:
@@ -513,10 +582,10 @@ class _Builder:
         assert user is not None and yv is not None
         P, TF, ln, X = self.P, self.TF, user.line, self.ch.src
         out: list[Stmt] = []
-        for part in _row_parts(expr, set(self.rows)):
+        for part in row_parts(expr, set(self.rows)):
             t = Buf(self.fresh(f"{user.out}_row"), "sbuf", "f32", (P, TF))
             out += [Alloc(t, line=ln)] + self.emit(dict(self.rows), "r", part, whole(t))
-            expr = _replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
+            expr = replaced(expr, fmt_expr(part), sx.Access(t.name, ()))
             self.rows[t.name] = whole(t)
         cols = {c: View(b, (full(P), sl(a("rt"), 1))) for c, b in self.colbufs.items()}
         tiles = {X: self.tile(a("rt")), **self.rows, **cols}
@@ -586,64 +655,6 @@ def _twin_columns(n: int, share: float) -> int:
     return n if n - cut < SHARE_MIN // 2 else cut
 
 
-def _reads_of(x: Stmt) -> list[View]:
-    return [v for f in dataclasses.fields(x) if f.name != "dst" and isinstance(v := getattr(x, f.name), View)]
-
-
 def _sub(s, lo: int, k: int) -> ir.Sl:
     assert isinstance(s, ir.Sl)
     return ir.Sl(s.start.plus(lo), k)
-
-
-def _subtrees(e: sx.Expr) -> list[sx.Expr]:
-    out = [e]
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
-        if f.name == "indices":
-            continue
-        for x in v if isinstance(v, tuple) else (v,):
-            if isinstance(x, (sx.BinOp, sx.Call, sx.Neg, sx.Access, sx.Num)):
-                out += _subtrees(x)
-    return out
-
-
-def _replaced(e: sx.Expr, key: str, new: sx.Expr) -> sx.Expr:
-    if fmt_expr(e) == key:
-        return new
-    if isinstance(e, sx.Neg):
-        return dataclasses.replace(e, x=_replaced(e.x, key, new))
-    if isinstance(e, sx.BinOp):
-        return dataclasses.replace(e, lhs=_replaced(e.lhs, key, new), rhs=_replaced(e.rhs, key, new))
-    if isinstance(e, sx.Call):
-        return dataclasses.replace(e, args=tuple(_replaced(x, key, new) for x in e.args))
-    return e
-
-
-def _reads(e: sx.Expr, name: str) -> bool:
-    return any(x.tensor == name for x in accesses(e))
-
-
-def _common(terms: sx.Expr, later: list[sx.Expr], X: str) -> sx.Expr | None:
-    """The largest subexpression of `terms` that reads X (not X itself), such that every later expression reads X
-    only through it."""
-    found = [t for t in _subtrees(terms) if not isinstance(t, sx.Access) and _reads(t, X)]
-    found.sort(key=lambda t: -len(_subtrees(t)))
-    for t in found:
-        key = fmt_expr(t)
-        if all(not _reads(_replaced(e, key, sx.Num(0.0)), X) for e in later):
-            return t
-    return None
-
-
-def _row_parts(e: sx.Expr, rows: set[str]) -> list[sx.Expr]:
-    """The largest subexpressions that read only statistics (no X) and are more than one read of one."""
-    if isinstance(e, sx.Access) or isinstance(e, sx.Num):
-        return []
-    names = {x.tensor for x in accesses(e)}
-    if names and names <= rows:
-        return [e]
-    out: list[sx.Expr] = []
-    for x in (e.x,) if isinstance(e, sx.Neg) else (e.lhs, e.rhs) if isinstance(e, sx.BinOp) else \
-            e.args if isinstance(e, sx.Call) else ():
-        out += _row_parts(x, rows)
-    return out
