@@ -516,7 +516,7 @@ class _Builder:
         CB, k = chunks[0][1], len(chunks)
         cols = Buf(self.fresh(f"{s.out}_col"), "sbuf", "f32", (CB, k))
         out: list[Stmt] = self.pending + [Alloc(cols, zero=chunks[-1][1] < CB, line=ln)]
-        group = get_target().psum_bank_bytes // (4 * P)
+        group = compiled().psum_bank_bytes // (4 * P)
         for g0 in range(0, k, group):
             out += self._reduced(s, run, cols, chunks[g0:g0 + group], g0)
         # the rows turned into the last group's PSUM tile, which its reduce has read (one PSUM tile less a block),
