@@ -33,7 +33,7 @@ from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_chain import OnChip, Rename
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Reduce, Stmt, View, full
 from tilec.compiler.ops import ConvOp, PoolOp
-from tilec.compiler.schedule import ConvPlan
+from tilec.compiler.schedule import PMAX, ConvPlan
 
 
 def ineligible(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, hbm: dict[str, Buf], store: bool) -> str:
@@ -175,6 +175,42 @@ def _block(pool: PoolOp, img: Buf, hc: Buf, bufs: tuple[Buf, Buf, int], k: int, 
         first = View(seam, (odd, sl(b0, 1), full(qo)))
         out.append(Binary(first, first, View(hc, (odd, sl(0, 1), full(qo))), "maximum", line, "gpsimd"))
     return out
+
+
+def columns_per_copy(b, plan: ConvPlan, top: int, pe_ns: Callable[[int], float]) -> int:
+    """The phased conv's M (conv_pairs.columns_per_copy) in the chain from batch 2 on. A band takes the longer of
+    TensorE's time (pe_ns) and the busiest DMA engine's: its partitions of the band's copies (M x (R + sy) copies of
+    C channels, in band slots PMAX // copies apart, or spread over the engines when that packs them: build_conv,
+    conv_fold.spread; a DMA engine serves 8 partitions, DMAINTRO; the model's dma_transfer_ns constants) plus, on
+    the odd half's engines, the pool's seam DMA and store of the band's pooled rows, which from the second image on
+    run beside the conv (the pool is one image behind: pool_chain.skewed). conv_pairs' rule spreads every byte
+    over the 16 engines and counts T's store, which the chain does not have: bf16 stem_maxpool batch 8 took M = 3,
+    27 copies 4 apart on engines 0-13 (6 partitions each) with the seam and store on 8-13, 3.2 us of DMA per band
+    against TensorE's 2.0 (110.25 us run); M = 2 puts 18 copies 7 apart (4 partitions at most per engine) for 4
+    matmuls a group instead of 3, TensorE-bound at 2.7 us a band (102.13). At batch 2 only the second image's conv
+    meets the pool's DMAs, and M = 3 stays (48.2 us total; 49.9 with M = 2)."""
+    from tilec.perf.params import target_params  # the model's constants, late: perf reads kernels
+    prm = {name: value for name, value, _ in target_params("trn2").table()}
+    ppe, n_dma = int(prm["dma_partitions_per_engine"]), int(prm["dma_engines"])
+    desc, bw = prm["dma_desc_ns"], prm["dma_engine_bw"]
+    rows, cols = plan.band // 2, b.in_cols()
+    xb, yb = DTYPE_BYTES[b.hbm[b.op.x].dtype], DTYPE_BYTES[b.hbm[b.op.out].dtype]
+    # per engine of the odd half: the seam and the store, one run of rows x Wo / 2 per partition each
+    pool = 2 * math.hypot(ppe * desc, ppe * rows * (b.Wo // 2) * yb / bw)
+
+    def band_ns(m: int, pooled: bool) -> float:
+        copies = m * (b.R + b.sy)
+        q = max(b.C, PMAX // copies)
+        held = [0] * n_dma
+        for j in range(copies):
+            for p in range(j * q, j * q + b.C):
+                held[min(p // ppe, n_dma - 1)] += 1
+        if q == b.C:  # packed: conv_fold.spread evens them out (the share, rounded up)
+            held = [min(h, -(-(copies * b.C) // n_dma)) for h in held]
+        dma = max(math.hypot(h * rows * desc, h * rows * cols * xb / bw) + (pool if pooled and e * ppe >= b.K else 0)
+                  for e, h in enumerate(held))
+        return max(pe_ns(m), dma)
+    return min(range(top, 0, -1), key=lambda m: band_ns(m, False) + (b.N - 1) * band_ns(m, True))
 
 
 def image_bytes(producer: ConvOp, dtype: str) -> int:
