@@ -301,12 +301,10 @@ class _ConvBuilder:
                 self.at = conv_fold.spread(self)
         # a padded read's first bands (their rows clipped at X's top) in slots of their own, every slot's halo
         # zeroed once (conv_halo.fixed_slots); the shared slots' count then keeps its reuse distance for the others
-        # (unless one band would be left to share: one shared slot is no slot, its gaps never zeroed, stem22)
         self.fixed = conv_halo.fixed_slots(self) if self.slots > 1 else {}
-        shared = slot_count(self.NB - len(self.fixed), min(most, self.NB - len(self.fixed)), self.N) \
-            if self.fixed else 0
-        self.fixed = {band: shared + j for j, band in enumerate(self.fixed)} if shared > 1 else {}
-        self.slots = shared if shared > 1 else self.slots
+        if self.fixed:
+            self.slots = slot_count(self.NB - len(self.fixed), min(most, self.NB - len(self.fixed)), self.N)
+            self.fixed = {band: self.slots + j for j, band in enumerate(self.fixed)}
         # a band of X's own columns (row pairs, above) has no halo but its edge rows is its edge rows: they are copied from a small zero tile made once (zero_rows)
         # instead of zeroing the whole band, so the band's loads (other rows) do not wait for a memset (bf16
         # conv3x3same batch 1: the first load waited 1 us for the GpSimdE memset of its band)
