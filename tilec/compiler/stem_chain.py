@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
@@ -36,6 +36,9 @@ from tilec.compiler.conv_chain import OnChip, Rename
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Reduce, Stmt, View, full, whole
 from tilec.compiler.ops import ConvOp, PoolOp
 from tilec.compiler.schedule import PMAX, ConvPlan
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
 
 
 def ineligible(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, hbm: dict[str, Buf], store: bool) -> str:
@@ -183,7 +186,7 @@ def _block(pool: PoolOp, img: Buf, hc: Buf, bufs: tuple[Buf, Buf, int], k: int, 
     return out
 
 
-def columns_per_copy(b, plan: ConvPlan, top: int, pe_ns: Callable[[int], float]) -> int:
+def columns_per_copy(b: _ConvBuilder, plan: ConvPlan, top: int, pe_ns: Callable[[int], float]) -> int:
     """The phased conv's M (conv_pairs.columns_per_copy) in the chain from batch 2 on. A band takes the longer of
     TensorE's time (pe_ns) and the busiest DMA engine's: its partitions of the band's copies (M x (R + sy) copies of
     C channels, in band slots PMAX // copies apart, or spread over the engines when that packs them: build_conv,
