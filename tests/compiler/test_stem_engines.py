@@ -50,9 +50,11 @@ def test_one_band_keeps_the_packed_copies():
 
 def test_padded_stem_then_pool_spread_from_batch_two():
     """The padded stem of stem_maxpool (5 bands in slots): spread at batch 2 (its halos copied into the spread
-    slots; the pooled Y against NumPy), packed at batch 1 (the slots' memsets would delay its first loads)."""
+    slots; the pooled Y against NumPy), packed at batch 1 (the slots' memsets would delay its first loads). (48
+    columns at batch 2: at 16, TensorE's time per band is short enough that the chain takes 2 tap columns per copy,
+    18 copies 7 apart, stem_chain.columns_per_copy.)"""
     text = stem("max", 3, "f32", "  schedule:\n    split T.y, 4\n")
-    c = run(text, "f32", N=2, C=3, K=32, H=39, W=16)
+    c = run(text, "f32", N=2, C=3, K=32, H=39, W=48)
     assert "copies spread over" in c.source and max(len(p) for p in engines(c.source).values()) == 7
     one = compile_loaded(lang.load(text, dict(N=1, C=3, K=32, H=39, W=16)), None)
     assert "copies spread over" not in one.source

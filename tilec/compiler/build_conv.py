@@ -798,7 +798,7 @@ class _ConvBuilder:
                     for st in conv_epilogue.epilogue_to(self, dst, View(acc.buf, (kp,) + acc.idx[1:]), kp)]
         if self.dst_chip is not None and self.dst_chip.phases:  # row i of part h: the image's row band / 2 + i
             first = a(term(V["g"], rows_o, rname)).plus(self.y_at(p.band // 2))
-            cols = sl(a(term(V["x"], cols_o, cname)), cols_o)
+            cols = sl(a(term(V["x"], cols_o, cname), -self.dst_chip.col0), cols_o)
             dst = View(self.dst_chip.buf, (full(self.PK), sl(first, rows_o), cols))
         elif self.dst_chip is not None:  # straight into the next conv's input image, at its halo offset
             first = a(term(V["g"], rows_o, rname)).plus(self.y_at(p.band, self.cn["band"]))

@@ -89,11 +89,14 @@ def slots_serve(b: _ConvBuilder) -> bool:
 def zero_tiles(b: _ConvBuilder, force: bool = False) -> list[Stmt]:
     """The two zero tiles (b.halo_rows, b.halo_cols), sized for every band's boxes, allocated zeroed; none when
     the bands have no halo, when some band would need its whole band zeroed (it then keeps the zeroed
-    allocation), or, unless `force` (band slots, allocated once: their halo is always copied), when zeroing the
-    halo takes GpSimdE longer than a memset of the band (below)."""
+    allocation), when the copies stand apart (Q > C) without band slots (the gaps between them must read as
+    zeros: a padded read's two bands at batch >= 2, the first in a slot of its own and one shared, which is no
+    slot; bf16 stem_maxpool 96 x 96 read never-written SBUF there, stem22), or, unless `force` (band slots,
+    allocated once: their halo is always copied), when zeroing the halo takes GpSimdE longer than a memset of the
+    band (below)."""
     every = [band_boxes(b, i, peeled) for i in range(b.NB) for peeled in (True, False)]
-    if any(boxes is None for boxes in every):
-        return []
+    if any(boxes is None for boxes in every) or not force and (b.Q > b.C or b.at):
+        return []  # copies apart outside band slots: the gaps between them are zeroed with the band, every time
     boxes = [box for bs in every if bs is not None for box in bs]
     shapes = {kind: (max(p0 + n for _, p0, n, *_ in mine), max(box[4] for box in mine), max(box[6] for box in mine))
               for kind in ("rows", "cols") if (mine := [box for box in boxes if box[0] == kind])}

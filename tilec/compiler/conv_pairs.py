@@ -187,10 +187,14 @@ def columns_per_copy(b: _ConvBuilder, plan: ConvPlan) -> int:
     bw = t.dma_engines * t.dma_engine_bw
     store = b.K * plan.band * b.Wo * y_bytes
 
+    def pe_ns(m: int) -> float:
+        return groups * -(-b.S // m) * (plan.rows * plan.tile_x + 9) * factor / t.tensor_ghz
+
     def band_ns(m: int) -> float:
-        pe = groups * -(-b.S // m) * (plan.rows * plan.tile_x + 9) * factor / t.tensor_ghz
-        dma = (m * nr * b.C * (plan.band // 2) * b.in_cols() * x_bytes + store) / bw
-        return max(pe, dma)
+        return max(pe_ns(m), (m * nr * b.C * (plan.band // 2) * b.in_cols() * x_bytes + store) / bw)
+    if b.phased and b.dst_chip is not None and b.N > 1 and b.NB > 1 and plan.x_bufs != 1:  # the stem -> pool chain
+        from tilec.compiler import stem_chain  # (late: stem_chain imports build_conv, which imports this module)
+        return stem_chain.columns_per_copy(b, plan, top, pe_ns)
     return min(range(top, 0, -1), key=band_ns)  # (the largest M of the best)
 
 

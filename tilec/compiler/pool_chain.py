@@ -100,12 +100,13 @@ def build(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, qplan: PoolPlan, hbm:
 
 
 def skewed(conv: list[Stmt], pooled: list[Stmt], n: str, images: int, bufs: list[Buf], line: int,
-           last: list[Stmt] | None = None) -> list[Stmt]:
+           last: list[Stmt] | None = None, prep: tuple[Stmt, ...] = ()) -> list[Stmt]:
     """conv(0), then conv(j + 1) before pool(j) for every image j, then the last pool: the pool of an image is
     queued on the vector engines (in order) after the next image's conv, so the conv's band memsets and evictions
     never wait for a pool, and TensorE runs on while the pool works (`conv` and `pooled` are one image's nests,
     with the loop variable n and the buffer bufs[0]; `last`, if given, is the last image's pool, which nothing
-    follows). Image j's buffer is bufs[j % 2]: the loop runs over pairs of images, m, with the two steps written out."""
+    follows; `prep`, what sets up the buffers once after their allocation). Image j's buffer is bufs[j % 2]: the
+    loop runs over pairs of images, m, with the two steps written out."""
     m = n + "_p"
 
     def at(stmts: list[Stmt], c: int, scale: int = 0, slot: int = 0) -> list[Stmt]:
@@ -117,7 +118,7 @@ def skewed(conv: list[Stmt], pooled: list[Stmt], n: str, images: int, bufs: list
         out = list(map_aff(tuple(stmts), fn))
         return out if slot == 0 else list(swap_buf(tuple(out), bufs[0], bufs[1]))
     steps = images - 1  # step j: conv(j + 1), pool(j)
-    out: list[Stmt] = [Alloc(b, line=line) for b in bufs] + at(conv, 0)
+    out: list[Stmt] = [Alloc(b, line=line) for b in bufs] + list(prep) + at(conv, 0)
     pair = at(conv, 1, 2, 1) + at(pooled, 0, 2, 0) + at(conv, 2, 2, 0) + at(pooled, 1, 2, 1)
     note = f"convs of images 2 * {m} + 1 and + 2, pools of 2 * {m} and + 1"
     out += loop(m, steps // 2, pair, note=note, line=line) if steps >= 2 else []

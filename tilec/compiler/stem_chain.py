@@ -4,9 +4,10 @@ The phased stem (conv_pairs.phases_pay: fp32, few input channels, 32/64 output c
 rows of a band on the stationary's first column half and the odd rows on the second. Evicted in halves, partition
 h*K + k, row i of its image buffer P holds T[k, 2i + h]. A 3x3 stride-2 pad-1 pool's output row i reads T's rows
 2i - 1, 2i and 2i + 1: the odd rows i - 1 and i and the even row i, so the pool is, per block of output rows,
-  Hc = the pass along x on all 2K partitions (windows of 3 columns at stride 2, column -1 outside: one VectorE
-       tensor_reduce over the overlapping windows, 3 inputs per output, where two tensor_tensor passes streamed 4;
-       stem20: f32 batch 1 38.58 -> 38.17 us, bf16 25.34 -> 24.34),
+  Hc = the pass along x on all 2K partitions (windows of 3 columns at stride 2: one VectorE tensor_reduce over
+       the overlapping windows, 3 inputs per output, where two tensor_tensor passes streamed 4; stem20: f32 batch 1
+       38.58 -> 38.17 us, bf16 25.34 -> 24.34; P's column 0 is T's column -1, set to -inf once per buffer, so one
+       instruction covers every window where column 0's clipped window took a second, 0.17 us a block, stem22),
   a DMA moving Hc's even rows to the odd half's partitions (no engine moves data across partitions, nki-spec §1),
   V = max(Hc[odd i], Hc[odd i - 1]) on the odd half, in place on its partitions, while that DMA runs,
   Y = max(V, the moved even rows) on the odd half, stored to HBM from there.
@@ -15,25 +16,30 @@ ones the conv's band loads keep busy; stem20: f32 batch 1 39.62 -> 38.58 us, bat
 T never goes to HBM: per 224 x 224 image (f32, 64 channels) 3.2 MB of store and 3.2 MB of reload become 0.8 MB of
 SBUF -> SBUF DMA. The pool runs one image behind the conv (pool_chain.skewed) and in blocks of the conv band's rows
 (one block's chain DMA -> max -> store overlaps the next block's passes; the whole image in one block was 327 us
-instead of 258 at batch 8 in a hand-edited kernel). Engines: VectorE takes the passes along x and V (at batch 1 V on
-GpSimdE but in the last store's blocks: pool_image), GpSimdE the last max (it waits for the DMA; GpSimdE's other
+instead of 258 at batch 8 in a hand-edited kernel). Engines: VectorE takes the passes along x and V (at batch 1 V of
+the store before the last on GpSimdE: pool_image), GpSimdE the last max (it waits for the DMA; GpSimdE's other
 work, the conv's halo copies, is queued before it, so the conv's loads never wait behind a pool). The last image's
 pool ends in blocks of the conv's eviction groups (blocks). On the model, stem_maxpool f32 batch 1 53.97 -> 40.30
 us run, batch 8 350.37 -> 247.41; bf16 33.83 -> 25.78 and 161.97 -> 124.58 (docs/notes/stem19.md); stem20: f32
-37.39 and 245.39, bf16 24.00 and 113.80 (docs/notes/stem20.md).
+37.39 and 245.39, bf16 24.00 and 113.80 (docs/notes/stem20.md); stem22: f32 37.39 and 223.71, bf16 22.78 and
+100.80 (also the conv's copies: columns_per_copy).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.conv_chain import OnChip, Rename
-from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Reduce, Stmt, View, full
+from tilec.compiler.ir import DTYPE_BYTES, Alloc, Binary, Buf, Dma, Reduce, Stmt, View, full, whole
 from tilec.compiler.ops import ConvOp, PoolOp
-from tilec.compiler.schedule import ConvPlan
+from tilec.compiler.schedule import PMAX, ConvPlan
+from tilec.target import compiled
+
+if TYPE_CHECKING:
+    from tilec.compiler.build_conv import _ConvBuilder
 
 
 def ineligible(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, hbm: dict[str, Buf], store: bool) -> str:
@@ -50,8 +56,8 @@ def ineligible(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, hbm: dict[str, B
         return f"{producer.out}'s rows and columns ({ho} x {wo}) are not even"
     if store:
         return f"{producer.out} is also stored"
-    dummy = Buf("", "sbuf", hbm[producer.out].dtype, (2 * producer.dim("K"), ho // 2, wo))
-    b = builder(producer, pplan, hbm, OnChip(producer.out, dummy, 0, 0, ho, wo, False, reach=ho, phases=True))
+    dummy = Buf("", "sbuf", hbm[producer.out].dtype, (2 * producer.dim("K"), ho // 2, wo + 1))
+    b = builder(producer, pplan, hbm, OnChip(producer.out, dummy, 0, -1, ho, wo, False, reach=ho, phases=True))
     if not b.phased or b.PK != 2 * b.K or b.KT != 1:
         return f"{producer.name}'s plan does not compute its rows in phases on two partition halves"
     return ""
@@ -84,9 +90,9 @@ def build(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, hbm: dict[str, Buf], 
     from tilec.compiler import pool_chain  # (pool_chain imports build_conv late, as here)
     name, t = producer.out, hbm[producer.out]
     k, ho, wo, n_img = producer.dim("K"), producer.dim("Ho"), producer.dim("Wo"), producer.dim("N")
-    bufs = [Buf(fresh_p(f"{name}_phases{j + 1 if j else ''}"), "sbuf", t.dtype, (2 * k, ho // 2, wo))
+    bufs = [Buf(fresh_p(f"{name}_phases{j + 1 if j else ''}"), "sbuf", t.dtype, (2 * k, ho // 2, wo + 1))
             for j in range(1 if n_img == 1 else 2)]
-    chip = OnChip(name, bufs[0], 0, 0, ho, wo, False, reach=ho, phases=True)
+    chip = OnChip(name, bufs[0], 0, -1, ho, wo, False, reach=ho, phases=True)  # (column 0: T's column -1)
     from tilec.compiler.build_conv import _ConvBuilder
     pb = _ConvBuilder(producer, pplan, hbm, fresh_p, dst_chip=chip)
     n = pb.var["n"]
@@ -102,12 +108,16 @@ def build(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, hbm: dict[str, Buf], 
     last = list(q_stmts[2].body)
     label = (f"main: {producer.name} then {pool.out} image by image, {name} kept in SBUF in row phases (partition "
              f"h * {k} + k holds rows 2i + h)")
+    edge = Buf(fresh_c(f"{name}_edge"), "sbuf", t.dtype, (2 * k, ho // 2, 1))
+    prep: list[Stmt] = [Alloc(edge, zero=True, line=pool.line)]
+    prep += [ir.Scalar(View(buf, (full(2 * k), full(ho // 2), sl(0, 1))), whole(edge), "add", float("-inf"), pool.line)
+             for buf in bufs]  # T's column -1: outside, -inf for the max pool's windows
     if n_img == 1:
-        body = [Alloc(bufs[0], line=line)] + conv + last
+        body = [Alloc(bufs[0], line=line)] + prep + conv + last
         main = ir.Block(label, tuple(loop(n, 1, body, note=pb.T["n"], line=pb.L["n"])), line)
     else:
         main = ir.Block(label + ", the pool one image behind",
-                        tuple(pool_chain.skewed(conv, pooled, n, n_img, bufs, line, last)), line)
+                        tuple(pool_chain.skewed(conv, pooled, n, n_img, bufs, line, last, tuple(prep))), line)
     return p_consts + q_consts, list(p_stmts[0].body) + list(q_stmts[0].body) + [main]
 
 
@@ -125,14 +135,16 @@ def blocks(po: int, band: int, tail: int) -> list[list[tuple[int, int]]]:
 
 def pool_image(pool: PoolOp, img: Buf, y: Buf, n: str, k: int, stores: list[list[tuple[int, int]]],
                fresh: Callable[[str], str], alone: bool = False) -> list[Stmt]:
-    """One image's pool from its phases image img [2K, Ho / 2, Wo] into y [N, K, Po, Qo] at image n, in `stores`
-    (each a list of blocks: first output row, rows; static: the first block has no odd row above). alone: the
-    kernel's only image (batch 1), whose pool follows the whole conv: GpSimdE has no later conv work (its halo
-    copies are all queued before), so V of the blocks before the last store goes there and VectorE, which the
-    passes along x keep busy, reaches the tail sooner (stem_maxpool f32 38.17 -> 37.39 us, bf16 24.34 -> 24.00;
-    from batch 2 the pool shares GpSimdE with the next image's conv)."""
-    _, po, wo = img.shape
-    qo, line, dt = wo // 2, pool.line, img.dtype
+    """One image's pool from its phases image img [2K, Ho / 2, 1 + Wo] (column 0: T's column -1, -inf) into y
+    [N, K, Po, Qo] at image n, in `stores` (each a list of blocks: first output row, rows; static: the first block
+    has no odd row above). alone: the kernel's only image (batch 1), whose pool follows the whole conv: GpSimdE has
+    no later conv work (its halo copies are all queued before), so V of the store before the last goes there and
+    VectorE, which the passes along x keep busy, reaches the tail (the last band's small blocks) sooner. (V of
+    every store before the last there, stem20: f32 38.17 -> 37.39 us, bf16 24.34 -> 24.00; with the pass along x
+    one instruction a block, stem22, GpSimdE became the bound at bf16 (24.17: 1.39 us a V against VectorE's 0.9)
+    and only the store before the last keeps it: bf16 22.78, f32 37.39; from batch 2 the pool shares GpSimdE with
+    the next image's conv.)"""
+    po, qo, line, dt = img.shape[1], (img.shape[2] - 1) // 2, pool.line, img.dtype
     hc = Buf(fresh(f"{pool.out}_cols"), "sbuf", dt, (2 * k, po, qo))
     out: list[Stmt] = [Alloc(hc, line=line)]
     cap = max(sum(rows for _, rows in store) for store in stores)  # (the stores' buffers share a name)
@@ -142,7 +154,7 @@ def pool_image(pool: PoolOp, img: Buf, y: Buf, n: str, k: int, stores: list[list
         out += [Alloc(up, line=line), Alloc(seam, line=line)]
         s0, rows = store[0][0], sum(rows for _, rows in store)
         for r0, size in store:
-            v_engine = "gpsimd" if alone and store is not stores[-1] else "vector"
+            v_engine = "gpsimd" if alone and len(stores) > 1 and store is stores[-2] else "vector"
             out += _block(pool, img, hc, (up, seam, s0), k, (r0, size), v_engine)
         out.append(Dma(View(y, (a(term(n)), full(k), sl(s0, rows), full(qo))),
                        View(seam, (sl(k, k), sl(0, rows), full(qo))), line))
@@ -156,12 +168,10 @@ def _block(pool: PoolOp, img: Buf, hc: Buf, bufs: tuple[Buf, Buf, int], k: int, 
     (up, seam, s0), (r0, rows), line, qo = bufs, block, pool.line, hc.shape[2]
     both, odd, even = full(2 * k), sl(k, k), sl(0, k)
     rs = sl(r0, rows)
-    col0 = Binary(View(hc, (both, rs, sl(0, 1))), View(img, (both, rs, sl(0, 1))), View(img, (both, rs, sl(1, 1))),
-                  "maximum", line)  # column 0: T's columns 0 and 1 (column -1 is outside)
-    # columns j >= 1: windows of 3 columns from 2j - 1, overlapping (one tensor_reduce: ir.Reduce.window)
-    rest = Reduce(View(hc, (both, rs, sl(1, qo - 1))), View(img, (both, rs, sl(1, 2 * qo - 1))), "maximum", line,
-                  (2, 3))
-    out: list[Stmt] = [col0, rest]
+    # windows of 3 columns from T's column 2j - 1 (img's 2j: its column 0 is T's column -1, -inf), overlapping: one
+    # tensor_reduce (ir.Reduce.window)
+    out: list[Stmt] = [Reduce(View(hc, (both, rs, full(qo))), View(img, (both, rs, sl(0, 2 * qo + 1))), "maximum",
+                              line, (2, 3))]
     lo, b0 = (1 if r0 == 0 else 0), r0 - s0  # (output row 0 has no odd row above: its V is Hc's odd row itself)
     mine = View(seam, (odd, sl(b0, rows), full(qo)))
     out.append(Dma(mine, View(hc, (even, rs, full(qo))), line))  # the even rows to the odd half, beside V
@@ -177,6 +187,42 @@ def _block(pool: PoolOp, img: Buf, hc: Buf, bufs: tuple[Buf, Buf, int], k: int, 
     return out
 
 
+def columns_per_copy(b: _ConvBuilder, plan: ConvPlan, top: int, pe_ns: Callable[[int], float]) -> int:
+    """The phased conv's M (conv_pairs.columns_per_copy) in the chain from batch 2 on. A band takes the longer of
+    TensorE's time (pe_ns) and the busiest DMA engine's: its partitions of the band's copies (M x (R + sy) copies of
+    C channels, in band slots PMAX // copies apart, or spread over the engines when that packs them: build_conv,
+    conv_fold.spread; a DMA engine serves 8 partitions, DMAINTRO; the model's dma_transfer_ns constants) plus, on
+    the odd half's engines, the pool's seam DMA and store of the band's pooled rows, which from the second image on
+    run beside the conv (the pool is one image behind: pool_chain.skewed). conv_pairs' rule spreads every byte
+    over the 16 engines and counts T's store, which the chain does not have: bf16 stem_maxpool batch 8 took M = 3,
+    27 copies 4 apart on engines 0-13 (6 partitions each) with the seam and store on 8-13, 3.2 us of DMA per band
+    against TensorE's 2.0 (110.25 us run); M = 2 puts 18 copies 7 apart (4 partitions at most per engine) for 4
+    matmuls a group instead of 3, TensorE-bound at 2.7 us a band (102.13). At batch 2 only the second image's conv
+    meets the pool's DMAs, and M = 3 stays (48.2 us total; 49.9 with M = 2)."""
+    from tilec.perf.params import target_params  # the model's constants, late: perf reads kernels
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
+    ppe, n_dma = int(prm["dma_partitions_per_engine"]), int(prm["dma_engines"])
+    desc, bw = prm["dma_desc_ns"], prm["dma_engine_bw"]
+    rows, cols = plan.band // 2, b.in_cols()
+    xb, yb = DTYPE_BYTES[b.hbm[b.op.x].dtype], DTYPE_BYTES[b.hbm[b.op.out].dtype]
+    # per engine of the odd half: the seam and the store, one run of rows x Wo / 2 per partition each
+    pool = 2 * math.hypot(ppe * desc, ppe * rows * (b.Wo // 2) * yb / bw)
+
+    def band_ns(m: int, pooled: bool) -> float:
+        copies = m * (b.R + b.sy)
+        q = max(b.C, PMAX // copies)
+        held = [0] * n_dma
+        for j in range(copies):
+            for p in range(j * q, j * q + b.C):
+                held[min(p // ppe, n_dma - 1)] += 1
+        if q == b.C:  # packed: conv_fold.spread evens them out (the share, rounded up)
+            held = [min(h, -(-(copies * b.C) // n_dma)) for h in held]
+        dma = max(math.hypot(h * rows * desc, h * rows * cols * xb / bw) + (pool if pooled and e * ppe >= b.K else 0)
+                  for e, h in enumerate(held))
+        return max(pe_ns(m), dma)
+    return min(range(top, 0, -1), key=lambda m: band_ns(m, False) + (b.N - 1) * band_ns(m, True))
+
+
 def image_bytes(producer: ConvOp, dtype: str) -> int:
     """SBUF bytes per partition of one phases image (2K partitions, Ho / 2 rows)."""
-    return math.ceil(producer.dim("Ho") / 2) * producer.dim("Wo") * DTYPE_BYTES[dtype]
+    return math.ceil(producer.dim("Ho") / 2) * (producer.dim("Wo") + 1) * DTYPE_BYTES[dtype]
