@@ -59,7 +59,7 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
              prim("stage", op.src, rows=rows, halo=(oy, oy + rows - sy * band))]
     if split is not None:
         prims.insert(1, prim("interleave", "i", split.blocks, rows=(split.first, split.end), seams=len(split.seams)))
-    G = plan.blocks if plan.tile_b == op.dim("B") and w.count == "window" else 1
+    G = plan.row_blocks(op)
     choice = None
     if dtypes is not None and split is None and G == 1:
         ob = min(band, w.out[0])
