@@ -53,3 +53,14 @@ def test_zero_rows_by_dma_on_their_own_partitions():
     memsets = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("X_zero = ")]  # (nl.zeros in NKI 0.1)
     loops = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("for ")]
     assert len(memsets) == 1 and (not loops or memsets[0] < loops[0])
+
+
+def test_interleave_builds_the_identity_before_the_seams():
+    """The Interleave of a strided 16-bit sum: TensorE's identity matrix is made first, so the bands' taps start
+    while the vector engines compute the seams (they waited for the seams before: avgpool 5x5 s2 bf16, 64 x 112 x
+    112, 18.74 -> 14.85 us on the model)."""
+    source = run_avg(5, 2, 2, "bf16", h=56, w=13, c=64)
+    lines = source.splitlines()
+    ident = next(i for i, ln in enumerate(lines) if "# ---- identity matrix" in ln)
+    seams = next(i for i, ln in enumerate(lines) if "(the seams between blocks)" in ln or "a seam between" in ln)
+    assert INTERLEAVED in source and ident < seams

@@ -29,6 +29,11 @@ class WindowPool(TensorPasses, ImageBands):
         return sl(a(term("pb", P, "TILE_P"), *([term(self.image, self.per_image)] if self.chip else [])), P)
 
     def build(self) -> list[Stmt]:
+        ident, body = self.parts()
+        return ident + body
+
+    def parts(self) -> tuple[list[Stmt], list[Stmt]]:
+        """The kernel's identity matrix when TensorE works for the pool (or []), and the rest."""
         op, G = self.op, self.G
         self.choose_psum()
         self.choose_reduce()
@@ -49,7 +54,7 @@ class WindowPool(TensorPasses, ImageBands):
         if G > 1:
             label += f"; {G} blocks of {self.Rb} output rows, each on {self.plan.tile_b} partitions"
         label += self.note
-        return self.views + ident + [ir.Block(label, tuple(list(self.once.values()) + nest), op.line)]
+        return ident, self.views + [ir.Block(label, tuple(list(self.once.values()) + nest), op.line)]
 
     def choose_reduce(self) -> None:
         """Whether the pass along x (from SBUF) is window reductions on VectorE (reduce_pass), the pass along y then
