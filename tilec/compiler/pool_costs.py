@@ -320,9 +320,9 @@ def forms_ns(op: PoolOp, x: str, out: str, plan: PoolPlan) -> float:
     more tiles cost more of them) after its load, at the DMA engines' bandwidth; two input buffers, so the load of
     band i waits for band i - 2's passes and then a DMA latency (the model's semaphore-to-start latency, which
     small bands do not hide); then the last band's store. With one block a band loads only its rows inside X;
-    blocks load their whole windows (the rows outside X hold the identity: `pad_ops` more small DMAs before the
-    passes, each counted at an instruction's fixed cost, ScalarE's: in the model such a DMA of 64 rows took 0.11
-    us, a ScalarE copy 0.14)."""
+    blocks load their whole windows (the rows outside X hold the identity: `pad_ops` more DMAs or ScalarE copies
+    before the passes, each counted at ScalarE's fixed cost: in the model such a DMA of 64 rows took 0.11 us, a
+    ScalarE copy 0.14)."""
     from tilec.perf.params import target_params
     prm = {name: value for name, value, _ in target_params(get_target().name).table()}
     w = op.window
@@ -356,8 +356,8 @@ def forms_ns(op: PoolOp, x: str, out: str, plan: PoolPlan) -> float:
 
 def pad_ops(op: PoolOp, starts: list[int], rows: int) -> int:
     """The instructions that fill a band's rows outside X in blocks whose windows start at input rows `starts`
-    (pool_window.block_loads): a DMA per run of them, from rows of X for a max or min (`pad_runs`), from a zeroed
-    tile for a sum (`zero_rows`)."""
+    (pool_window.block_loads): for a max or min a DMA per run of rows of X copied there (`pad_runs`), for a sum a
+    ScalarE copy of a zeroed tile per run of such rows (`zero_rows`)."""
     w, H = op.window, op.dim("H")
     assert w is not None
     if op.pool.op == "add":

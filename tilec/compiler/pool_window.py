@@ -406,12 +406,10 @@ class WindowPool(TensorPasses, ImageBands):
 
     def zero_rows(self, xb: Buf, pad: list[tuple[Sl, int, int]]) -> list[Stmt]:
         """A sum's band rows outside X set to 0: a small zeroed tile, made once before the tiles (a memset per band
-        took 0.17 us of VectorE each), copied into each run of such rows of a block by an SBUF -> SBUF DMA (the
-        DMA queues wait beside the engines; ScalarE's copies ran behind its scaling of the tile before and held
-        up the pass along x: avgpool 5x5 s1 f32 192 x 28 x 28 in 3 tiles of 2 blocks 14.07 -> 13.59 us, 5x5 s2 64 x
-        112 x 112 21.62 -> 21.04, model). Zeroing the whole band instead (a memset of every row) made each of the
-        band's loads wait for it: avgpool5x5s2 f32 batch 1 in row blocks, a 3.6 us VectorE memset of 128 x 31 x 112
-        per band (model)."""
+        took 0.17 us of VectorE each), copied by ScalarE into each run of such rows of a block. Zeroing the whole
+        band instead (a memset of every row) made each of the band's loads wait for it: avgpool5x5s2 f32 batch 1
+        in row blocks, a 3.6 us VectorE memset of 128 x 31 x 112 per band (model). SBUF -> SBUF DMAs instead of
+        ScalarE's copies moved kernels both ways by up to 0.8 us (pool26's note), so not taken."""
         line, runs = self.op.line, list[tuple[Sl, int, int]]()
         for part, r, _ in pad:  # runs of consecutive rows of one block (pad lists them in order per block)
             if runs and runs[-1][0] == part and runs[-1][1] + runs[-1][2] == r:
@@ -421,6 +419,15 @@ class WindowPool(TensorPasses, ImageBands):
         rows = max(n for _, _, n in runs)
         zero = Buf(self.name(f"{self.op.src}_zero", (rows,)), "sbuf", xb.dtype, (xb.shape[0], rows, self.W))
         self.once.setdefault(zero.name, Alloc(zero, zero=True, line=line))  # (read only: made once, in build)
-        return [Dma(View(xb, (p, sl(r, n), full(self.W))), View(zero, (p, sl(0, n), full(self.W))), line)
-                for p, r, n in runs]
+        parts = dict.fromkeys((engine_part(part, xb.shape[0]), r, n) for part, r, n in runs)
+        return [Act(View(xb, (p, sl(r, n), full(self.W))), View(zero, (p, sl(0, n), full(self.W))), "copy", None,
+                    1.0, line) for p, r, n in parts]
 
+
+
+def engine_part(part: Sl, P: int) -> Sl:
+    """`part`, or all P partitions when an engine may not start an access of its size there (nki-spec §1.6: 33 to
+    64 partitions start at 0 or 64, up to 32 at a multiple of 32): the copy then also zeroes other blocks' rows,
+    which their loads (after it) overwrite."""
+    start, n = part.start.const, part.size
+    return part if start in ((0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)) else full(P)
