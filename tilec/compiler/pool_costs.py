@@ -223,16 +223,17 @@ def _split(prm: dict, rows: int, n: int, wo: int, wx: int, wy: int, sy: int, tmp
     sv, sg = prm["vector_static_cycles"], prm["gpsimd_static_cycles"]
     cy = 1 if tmp in knobs.HALF and out in knobs.HALF else 2
     best = (float("inf"), rows, 0)
+    kx, ky = combines(wx), combines(wy)  # (out of the loops: the estimate runs for every candidate plan)
     for cut in range(1, rows + 1):  # input rows of the pass along x on VectorE
         vec_x = vec_x_ns(cut)
-        gps_x = combines(wx) * (2 * (rows - cut) * wo + sg) / gghz if cut < rows else 0
+        gps_x = kx * (2 * (rows - cut) * wo + sg) / gghz if cut < rows else 0
         for rv in range(n + 1) if wy > 1 else [0]:  # output rows of the pass along y on VectorE
             # each engine's pass along y starts when the rows it reads are done: VectorE's (0..rv) need GpSimdE's
             # rows of the pass along x if they read past the cut, GpSimdE's (rv..n) VectorE's if they read before it
             v0 = max(vec_x, gps_x) if rv and (rv - 1) * sy + wy > cut else vec_x
             g0 = max(gps_x, vec_x) if rv < n and rv * sy < cut else gps_x
-            vec = v0 + (combines(wy) * (cy * rv * wo + sv) / vghz if rv else 0)
-            gps = g0 + (combines(wy) * (2 * (n - rv) * wo + sg) / gghz if rv < n else 0)
+            vec = v0 + (ky * (cy * rv * wo + sv) / vghz if rv else 0)
+            gps = g0 + (ky * (2 * (n - rv) * wo + sg) / gghz if rv < n else 0)
             best = min(best, (max(vec, gps), cut, rv))
     return best
 
