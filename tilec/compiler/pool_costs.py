@@ -11,8 +11,8 @@ from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.ir import DTYPE_BYTES, whole
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_doubling import combines
-from tilec.compiler.schedule import PMAX, PoolPlan, best_divisor, divisors, window_pool_plan
 from tilec.compiler.pool_segments import border_copies, border_pairs, eviction_runs, pad_runs, segments
+from tilec.compiler.schedule import PMAX, PoolPlan, best_divisor, divisors, window_pool_plan
 from tilec.target import compiled, target as get_target
 
 

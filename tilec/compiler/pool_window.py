@@ -424,7 +424,6 @@ class WindowPool(TensorPasses, ImageBands):
                     1.0, line) for p, r, n in parts]
 
 
-
 def engine_part(part: Sl, P: int) -> Sl:
     """`part`, or all P partitions when an engine may not start an access of its size there (nki-spec §1.6: 33 to
     64 partitions start at 0 or 64, up to 32 at a multiple of 32): the copy then also zeroes other blocks' rows,

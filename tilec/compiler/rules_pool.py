@@ -143,7 +143,8 @@ def kept_for_taps(op: PoolOp, dtype: str) -> bool:
     the taps of the pass along x (psum_choice), which reads stride x more input rows than the pass along y writes,
     and the row blocks have no PSUM form. Measured (model, bf16 batch 1, 64 channel rows, interleaved -> blocks):
     5x5 s2 pad 2 112 x 112 18.74 -> 21.44 us (14.85 interleaved since its identity comes before the seams), 7x7
-    s2 pad 3 28.71 -> 33.36; at stride 1 the blocks win or tie anyway: 5x5 pad 2 56 x 56 17.51 -> 16.28, 3x3 pad 1 11.47 -> 11.46, 32 channel rows 3x3 13.36 -> 7.38."""
+    s2 pad 3 28.71 -> 33.36; at stride 1 the blocks win or tie anyway: 5x5 pad 2 56 x 56 17.51 -> 16.28, 3x3 pad 1
+    11.47 -> 11.46, 32 channel rows 3x3 13.36 -> 7.38."""
     w = op.window
     assert w is not None
     return op.pool.op == "add" and w.stride[0] > 1 and dtype in knobs.HALF
