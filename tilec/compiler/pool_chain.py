@@ -55,7 +55,7 @@ def plans(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, qplan: PoolPlan | Non
     p = replace(pplan, band_x=0, order=order, pair=1)
     op = pool.windowed()
     assert op.window is not None
-    if qplan is None:
+    if qplan is None or qplan.across:  # (blocks over partition tiles: the chain keeps the conv's channel tiles)
         qplan = window_pool_plan(replace(op, dims=(("B", producer.dim("K")),) + op.dims[1:]))
     return p, PoolPlan(p.tile_k, min(qplan.band, op.window.out[0]), 1)
 
@@ -149,7 +149,7 @@ def lost(producer: ConvOp, pplan: ConvPlan, pool: PoolOp, qplan: PoolPlan | None
         why.append(f"{producer.name}'s plan puts two parts of its output rows on the two partition halves (row "
                    f"pairs of {producer.dim('K')} channels), which its eviction cannot write into one image")
     own = qplan if qplan is not None else window_pool_plan(pool.windowed())
-    if own.blocks > 1:
+    if own.blocks > 1 and not own.across:  # (blocks over several tiles: a smaller gain than the round trip's)
         why.append(f"the pool spreads its {pool.dim('B')} channel rows over {pool.dim('B') * own.blocks} "
                    f"partitions in {own.blocks} blocks of output rows, where the conv's image holds whole channels")
     return "; ".join(why)

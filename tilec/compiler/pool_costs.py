@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from tilec.compiler import build_util
 from tilec.compiler import pool_knobs as knobs
-from tilec.compiler.ir import whole
+from tilec.compiler.ir import DTYPE_BYTES, whole
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_doubling import combines
-from tilec.compiler.pool_segments import border_copies, border_pairs, eviction_runs, segments
+from tilec.compiler.pool_segments import border_copies, border_pairs, eviction_runs, pad_runs, segments
+from tilec.compiler.schedule import PMAX, PoolPlan, best_divisor, divisors, window_pool_plan
 from tilec.target import compiled
 
 
@@ -222,16 +223,17 @@ def _split(prm: dict, rows: int, n: int, wo: int, wx: int, wy: int, sy: int, tmp
     sv, sg = prm["vector_static_cycles"], prm["gpsimd_static_cycles"]
     cy = 1 if tmp in knobs.HALF and out in knobs.HALF else 2
     best = (float("inf"), rows, 0)
+    kx, ky = combines(wx), combines(wy)  # (out of the loops: the estimate runs for every candidate plan)
     for cut in range(1, rows + 1):  # input rows of the pass along x on VectorE
         vec_x = vec_x_ns(cut)
-        gps_x = combines(wx) * (2 * (rows - cut) * wo + sg) / gghz if cut < rows else 0
+        gps_x = kx * (2 * (rows - cut) * wo + sg) / gghz if cut < rows else 0
         for rv in range(n + 1) if wy > 1 else [0]:  # output rows of the pass along y on VectorE
             # each engine's pass along y starts when the rows it reads are done: VectorE's (0..rv) need GpSimdE's
             # rows of the pass along x if they read past the cut, GpSimdE's (rv..n) VectorE's if they read before it
             v0 = max(vec_x, gps_x) if rv and (rv - 1) * sy + wy > cut else vec_x
             g0 = max(gps_x, vec_x) if rv < n and rv * sy < cut else gps_x
-            vec = v0 + (combines(wy) * (cy * rv * wo + sv) / vghz if rv else 0)
-            gps = g0 + (combines(wy) * (2 * (n - rv) * wo + sg) / gghz if rv < n else 0)
+            vec = v0 + (ky * (cy * rv * wo + sv) / vghz if rv else 0)
+            gps = g0 + (ky * (2 * (n - rv) * wo + sg) / gghz if rv < n else 0)
             best = min(best, (max(vec, gps), cut, rv))
     return best
 
@@ -271,3 +273,94 @@ def psum_costs(x: str, tmp: str, out: str, rows: int, n: int, wo: int, w: int, w
     factor = prm["mm_fp32_factor"] if x == "f32" else 1.0
     mm = sum(max(prm["mm_min_cycles"], c * w) + prm["mm_fixed_cycles"] for c in chunks) * factor / prm["tensor_ghz"]
     return sbuf, max(best[0], mm), best[1] / n
+
+
+def across_blocks(op: PoolOp, x: str, out: str) -> PoolPlan | None:
+    """Blocks of output rows over several partition tiles of channel rows: when n*c (more than 64) leaves
+    partitions of its tiles empty (192 rows: two tiles of 96), tiles of t channel rows with G = 128 // t blocks
+    each fill all 128 (192: three tiles of 64 x 2 blocks of 14 rows), for fewer elements per partition (each
+    block reads only its halo rows beyond its own) in more instructions. Chosen when `forms_ns` estimates the
+    kernel faster that way (knob ACROSS "on": the best of them whatever the one block's estimate); never when the
+    pool's one-block form runs through PSUM (TensorE's copies or taps: psum_choice), which the blocks do not
+    have. None: the plan of one block (schedule.window_pool_plan)."""
+    w, B = op.window, op.dim("B")
+    assert w is not None
+    parts = best_divisor(B, PMAX)
+    if B <= PMAX // 2 or parts == PMAX or w.count != "window" or knobs.ACROSS == "off" or op.relu:
+        return None
+    one = window_pool_plan(op)
+    ob = min(one.band, w.out[0])
+    if psum_choice(op, ob, B // parts * -(-w.out[0] // ob), x, out, tiles=B // parts) is not None:
+        return None
+    best, chosen = forms_ns(op, x, out, one) if knobs.ACROSS == "auto" else float("inf"), None
+    for t in divisors(B):
+        g = min(PMAX // t, max(1, w.out[0] // 4))  # (blocks of at least 4 rows, as window_pool_plan's)
+        if not PMAX // 8 <= t <= PMAX // 2 or g < 2 or t * g <= parts or (g > 2 and w.out[0] % g):
+            # no more partitions than the one block's tiles, or smaller tiles: more instructions; blocks unevenly
+            # spaced (the last redoes rows of the one before) store one DMA per block, which the model orders one
+            # DMA latency apart (their HBM byte ranges interleave: pool_window.block_stores), in every tile
+            # (measured, avg 2x2 s1 f32, 2 x 112 channels of 59 x 15, tiles of 32 in 4 blocks of 15 rows: 8.38 ->
+            # 34.03 us)
+            continue
+        plan = PoolPlan(t, band_rows(op, -(-w.out[0] // g)), g, across=True)
+        ns = forms_ns(op, x, out, plan)
+        if ns < best:
+            best, chosen = ns, plan
+    return chosen
+
+
+def band_rows(op: PoolOp, rows: int) -> int:
+    """Output rows per band of `rows` output rows per block (window_pool_plan's ~16 KiB of input rows)."""
+    assert op.window is not None
+    return min(rows, max(1, 16384 // (op.window.stride[0] * op.dim("W") * 4)))
+
+
+def forms_ns(op: PoolOp, x: str, out: str, plan: PoolPlan) -> float:
+    """A pool's time (ns) in `plan` from the model's costs, its bands (every tile's) one after another: a band's
+    busiest vector engine (reduce_costs, the cheaper of its two forms: each instruction pays its static cycles, so
+    more tiles cost more of them) after its load, at the DMA engines' bandwidth; two input buffers, so the load of
+    band i waits for band i - 2's passes and then a DMA latency (the model's semaphore-to-start latency, which
+    small bands do not hide); then the last band's store. With one block a band loads only its rows inside X;
+    blocks load their whole windows (the rows outside X hold the identity: `pad_ops` more DMAs or ScalarE copies
+    before the passes, each counted at ScalarE's fixed cost: in the model such a DMA of 64 rows took 0.11 us, a
+    ScalarE copy 0.14)."""
+    from tilec.perf.params import target_params
+    prm = {name: value for name, value, _ in target_params(compiled().name).table()}
+    w = op.window
+    assert w is not None
+    (sy, sx), (oy, ox) = w.stride, w.offset
+    H, W, (Ho, Wo) = op.dim("H"), op.dim("W"), w.out
+    G = plan.row_blocks(op)
+    Rb, tmp = -(-Ho // G), "f32" if op.pool.op == "add" else x
+    xsegs = segments(Wo, ox, sx, op.pool.wx, W)
+    y_pass = (op.pool.wy, sy, oy) != (1, 1, 0)
+    band, bw = min(plan.band, Rb), prm["dma_engines"] * prm["dma_engine_bw"] / (plan.tile_b * G)  # (per partition)
+    bands = []
+    for o0 in range(0, Rb, band):
+        n = min(band, Rb - o0)
+        first = o0 * sy + oy
+        rows = (n - 1) * sy + op.pool.wy
+        if G == 1:
+            rows = min(first + rows, H) - max(first, 0)
+        tt, red, _, _ = reduce_costs(op, x, tmp, out, rows, n, Wo, xsegs, y_pass)
+        pads = pad_ops(op, [min(g * Rb, Ho - Rb) * sy + first for g in range(G)], rows) if G > 1 else 0
+        bands.append((rows * W * DTYPE_BYTES[x] / bw + pads * (prm["min_ii_cycles"] + prm["scalar_static_cycles"]) /
+                      prm["scalar_ghz"], min(tt, red) if knobs.REDUCE != "off" else tt,
+                      n * Wo * DTYPE_BYTES[out] / bw))
+    done: list[float] = []  # each band's passes' end
+    queue = 0.0  # the loads' DMA queue
+    for i, (load, passes, _) in enumerate(bands * (op.dim("B") // plan.tile_b)):
+        queue = max(queue, done[i - 2] + prm["dma_latency_ns"] if i >= 2 else 0.0) + load
+        done.append(max(queue, done[-1] if done else 0.0) + passes)
+    return done[-1] + bands[-1][2]
+
+
+def pad_ops(op: PoolOp, starts: list[int], rows: int) -> int:
+    """The instructions that fill a band's rows outside X in blocks whose windows start at input rows `starts`
+    (pool_window.block_loads): for a max or min a DMA per run of rows of X copied there (`pad_runs`), for a sum a
+    ScalarE copy of a zeroed tile per run of such rows (`zero_rows`)."""
+    w, H = op.window, op.dim("H")
+    assert w is not None
+    if op.pool.op == "add":
+        return sum((s < 0) + (s + rows > H) for s in starts)
+    return sum(len(pad_runs(s, rows, H, op.pool.wy, w.stride[0], w.offset[0], w.out[0])) for s in starts)

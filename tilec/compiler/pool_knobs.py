@@ -32,3 +32,5 @@ TENSOR_ROWS: int | None = None  # input rows per band whose pass along x TensorE
 IMAGE = True  # row blocks' input rows loaded once into a block image, bands as its views (pool_image.py; False:
 #               a buffer per band with its halo rows, tests, measures)
 IMAGE_SBUF_PART = 4  # ...when the images of the input and of the pass along x take at most this part of SBUF
+ACROSS = "auto"  # blocks of output rows over several partition tiles (pool_costs.across_blocks): "auto" (the
+#                  model's costs decide), "on" where possible, "off" (tests, measures)

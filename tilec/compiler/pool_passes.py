@@ -42,7 +42,7 @@ class WindowPasses:
         self.names = self.shared.names
         self.B, self.H, self.W = op.dim("B"), op.dim("H"), op.dim("W")
         self.Ho, self.Wo = op.window.out
-        self.G = len(starts) or (plan.blocks if plan.tile_b == self.B and op.window.count == "window" else 1)
+        self.G = len(starts) or plan.row_blocks(op)
         y_rows, self.row0 = out_rows or (self.Ho, 0)
         xs, ys = (self.B, self.H, self.W), (self.B, y_rows, self.Wo)
         self.x3, s1 = hbm_view(hbm[op.src], xs, self.name(f"{op.src}_v", xs), op.line)
@@ -75,6 +75,7 @@ class WindowPasses:
         # blocks of output rows (few channel rows, not interleaved): each band writes its rows of one tile-wide output
         # buffer, stored once per block after the bands (`block_stores`)
         self.tile_out: Buf | None = None
+        self.once: dict[str, Stmt] = {}  # allocations made once before the partition tiles (zero_rows' zero tile)
 
     def name(self, base: str, shape: tuple[int, ...]) -> str:  # one kernel name per role and shape
         key = f"{base}{shape}p{self.plan.tile_b * self.G}"  # buffers of one shape on as many partitions

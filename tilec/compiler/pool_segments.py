@@ -121,3 +121,25 @@ def merged(a: ir.View, b: ir.View, axis: int) -> ir.View:
     idx = list(a.idx)
     idx[axis] = Sl(ia.start, 2, ib.start.const - ia.start.const)
     return ir.View(a.buf, tuple(idx))
+
+
+def pad_runs(start: int, rows: int, height: int, window: int, stride: int, first: int, outputs: int) \
+        -> list[tuple[int, int, int]]:
+    """A max or min pool's band rows start..start+rows outside X (0..height) as runs (row of the band, count, first
+    row of X to copy there): the run above X from X's first rows in order, the one below from its last, when every
+    window (output o reads rows first + o * stride ..+ window) that reads a row outside X also reads the row copied
+    there, so the copy never changes a maximum (one DMA per run); else each row from X's nearest row (one DMA per
+    row). Shifted, not mirrored: a DMA copies rows in order."""
+    wins = [(first + o * stride, first + o * stride + window) for o in range(outputs)]
+
+    def keeps(p: int, q: int) -> bool:
+        return all(lo <= q < hi for lo, hi in wins if lo <= p < hi)
+    out: list[tuple[int, int, int]] = []
+    above, below = max(0, min(rows, -start)), max(0, min(rows, start + rows - height))
+    for r0, n, q0 in ((0, above, 0), (rows - below, below, height - below)):
+        ps = range(start + r0, start + r0 + n)
+        if n and n <= height and all(keeps(p, q0 + i) for i, p in enumerate(ps)):
+            out.append((r0, n, q0))
+        else:
+            out += [(r0 + i, 1, 0 if p < 0 else height - 1) for i, p in enumerate(ps)]
+    return out

@@ -9,7 +9,7 @@ from tilec.compiler.build_util import a, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Buf, Copy, Dma, Sl, Stmt, View, full, whole
 from tilec.compiler.pool_costs import held, identity_ns, reduce_costs, tensor_rows_costs, vector_share
 from tilec.compiler.pool_image import ImageBands
-from tilec.compiler.pool_segments import Segment, at_value, clip, segments, shifted
+from tilec.compiler.pool_segments import Segment, at_value, clip, pad_runs, segments, shifted
 from tilec.compiler.pool_tensor import TensorPasses
 from tilec.compiler.schedule import sbuf_budget
 from tilec.target import compiled
@@ -29,6 +29,11 @@ class WindowPool(TensorPasses, ImageBands):
         return sl(a(term("pb", P, "TILE_P"), *([term(self.image, self.per_image)] if self.chip else [])), P)
 
     def build(self) -> list[Stmt]:
+        ident, body = self.parts()
+        return ident + body
+
+    def parts(self) -> tuple[list[Stmt], list[Stmt]]:
+        """The kernel's identity matrix when TensorE works for the pool (or []), and the rest."""
         op, G = self.op, self.G
         self.choose_psum()
         self.choose_reduce()
@@ -47,9 +52,9 @@ class WindowPool(TensorPasses, ImageBands):
         label = f"{op.out} = {op.pool.op} pool {op.pool.wy}x{op.pool.wx} of {op.src}, stride " \
                 f"{self.w.stride[0]}x{self.w.stride[1]}, offset {self.w.offset[0]},{self.w.offset[1]}"
         if G > 1:
-            label += f"; {G} blocks of {self.Rb} output rows, each on {self.B} partitions"
+            label += f"; {G} blocks of {self.Rb} output rows, each on {self.plan.tile_b} partitions"
         label += self.note
-        return self.views + ident + [ir.Block(label, tuple(nest), op.line)]
+        return ident, self.views + [ir.Block(label, tuple(list(self.once.values()) + nest), op.line)]
 
     def choose_reduce(self) -> None:
         """Whether the pass along x (from SBUF) is window reductions on VectorE (reduce_pass), the pass along y then
@@ -365,10 +370,10 @@ class WindowPool(TensorPasses, ImageBands):
     def block_loads(self, xb: Buf, first: int, rows: int, lo_aff: Aff | None, at: int | None = None) -> list[Stmt]:
         """Block g's band rows onto partitions g*B..: one DMA for all blocks when their rows lie inside X and the
         blocks are evenly spaced (a loop over the blocks that dma_merge.py makes one DMA, as `one_store`), else one
-        DMA each; a row outside X (only in a peeled band) holds
-        the identity: 0 for a sum (`zero_rows`), the nearest row of X for a max or min (a row the window reads
-        anyway, so it never changes the result). at: xb is a block image (pool_image.py), allocated by the caller,
-        and the rows go to its rows at.. (else xb is the band's buffer, allocated here)."""
+        DMA each; a row outside X (only in a peeled band) holds the identity: 0 for a sum (`zero_rows`), rows of X
+        for a max or min that every window reading the row also reads, so they never change the result
+        (`pad_runs`: a run of them per DMA). at: xb is a block image (pool_image.py), allocated by the caller, and
+        the rows go to its rows at.. (else xb is the band's buffer, allocated here)."""
         B, line, pad = self.plan.tile_b, self.op.line, []
         alloc, at = ([] if at is not None else [Alloc(xb, line=line)]), at or 0
         pb = sl(a(term("pb", B, "TILE_P")), B)
@@ -388,17 +393,23 @@ class WindowPool(TensorPasses, ImageBands):
             if hi > lo:  # (an image's last rows of a block may all lie outside X)
                 out.append(Dma(View(xb, (part, sl(at + lo - start, hi - lo), full(self.W))),
                                View(self.x3, (pb, Sl(src, hi - lo), full(self.W))), line))
-            pad += [(part, at + r, 0 if r + start < 0 else self.H - 1) for r in range(rows)
-                    if not lo <= r + start < hi]
+            if self.op.pool.op == "add":
+                pad += [(part, at + r, 1, 0) for r in range(rows) if not lo <= r + start < hi]
+            else:  # (rows of X a window reads anyway: pad_runs)
+                w = self.w
+                pad += [(part, at + r, n, q) for r, n, q in pad_runs(start, rows, self.H, self.op.pool.wy,
+                                                                     w.stride[0], w.offset[0], w.out[0])]
         if pad and self.op.pool.op == "add":
-            return alloc + self.zero_rows(xb, pad) + out
-        return alloc + out + [Dma(View(xb, (part, sl(r, 1), full(self.W))),
-                                  View(self.x3, (pb, sl(src_row, 1), full(self.W))), line) for part, r, src_row in pad]
+            return alloc + self.zero_rows(xb, [(part, r, q) for part, r, _, q in pad]) + out
+        return alloc + out + [Dma(View(xb, (part, sl(r, n), full(self.W))),
+                                  View(self.x3, (pb, sl(q, n), full(self.W))), line) for part, r, n, q in pad]
 
     def zero_rows(self, xb: Buf, pad: list[tuple[Sl, int, int]]) -> list[Stmt]:
-        """A sum's band rows outside X set to 0: a small zeroed tile, copied by ScalarE into each run of such rows
-        of a block. Zeroing the whole band instead (a memset of every row) made each of the band's loads wait for
-        it: avgpool5x5s2 f32 batch 1 in row blocks, a 3.6 us VectorE memset of 128 x 31 x 112 per band (model)."""
+        """A sum's band rows outside X set to 0: a small zeroed tile, made once before the tiles (a memset per band
+        took 0.17 us of VectorE each), copied by ScalarE into each run of such rows of a block. Zeroing the whole
+        band instead (a memset of every row) made each of the band's loads wait for it: avgpool5x5s2 f32 batch 1
+        in row blocks, a 3.6 us VectorE memset of 128 x 31 x 112 per band (model). SBUF -> SBUF DMAs instead of
+        ScalarE's copies moved kernels both ways by up to 0.8 us (pool26's note), so not taken."""
         line, runs = self.op.line, list[tuple[Sl, int, int]]()
         for part, r, _ in pad:  # runs of consecutive rows of one block (pad lists them in order per block)
             if runs and runs[-1][0] == part and runs[-1][1] + runs[-1][2] == r:
@@ -407,10 +418,10 @@ class WindowPool(TensorPasses, ImageBands):
                 runs.append((part, r, 1))
         rows = max(n for _, _, n in runs)
         zero = Buf(self.name(f"{self.op.src}_zero", (rows,)), "sbuf", xb.dtype, (xb.shape[0], rows, self.W))
-        out: list[Stmt] = [Alloc(zero, zero=True, line=line)]
-        return out + [
-            Act(View(xb, (p, sl(r, n), full(self.W))), View(zero, (p, sl(0, n), full(self.W))), "copy", None, 1.0,
-                line) for p, r, n in dict.fromkeys((engine_part(part, xb.shape[0]), r, n) for part, r, n in runs)]
+        self.once.setdefault(zero.name, Alloc(zero, zero=True, line=line))  # (read only: made once, in build)
+        parts = dict.fromkeys((engine_part(part, xb.shape[0]), r, n) for part, r, n in runs)
+        return [Act(View(xb, (p, sl(r, n), full(self.W))), View(zero, (p, sl(0, n), full(self.W))), "copy", None,
+                    1.0, line) for p, r, n in parts]
 
 
 def engine_part(part: Sl, P: int) -> Sl:
@@ -419,4 +430,3 @@ def engine_part(part: Sl, P: int) -> Sl:
     which their loads (after it) overwrite."""
     start, n = part.start.const, part.size
     return part if start in ((0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)) else full(P)
-

@@ -59,7 +59,7 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
              prim("stage", op.src, rows=rows, halo=(oy, oy + rows - sy * band))]
     if split is not None:
         prims.insert(1, prim("interleave", "i", split.blocks, rows=(split.first, split.end), seams=len(split.seams)))
-    G = plan.blocks if plan.tile_b == op.dim("B") and w.count == "window" else 1
+    G = plan.row_blocks(op)
     choice = None
     if dtypes is not None and split is None and G == 1:
         ob = min(band, w.out[0])
@@ -142,8 +142,9 @@ def kept_for_taps(op: PoolOp, dtype: str) -> bool:
     """A 16-bit sum whose rows step by more than 1 keeps the Interleave: there (one partition tile) TensorE sums
     the taps of the pass along x (psum_choice), which reads stride x more input rows than the pass along y writes,
     and the row blocks have no PSUM form. Measured (model, bf16 batch 1, 64 channel rows, interleaved -> blocks):
-    5x5 s2 pad 2 112 x 112 18.74 -> 21.44 us, 7x7 s2 pad 3 28.71 -> 33.36; at stride 1 the blocks win or tie
-    anyway: 5x5 pad 2 56 x 56 17.51 -> 16.28, 3x3 pad 1 11.47 -> 11.46, 32 channel rows 3x3 13.36 -> 7.38."""
+    5x5 s2 pad 2 112 x 112 18.74 -> 21.44 us (14.85 interleaved since its identity comes before the seams), 7x7
+    s2 pad 3 28.71 -> 33.36; at stride 1 the blocks win or tie anyway: 5x5 pad 2 56 x 56 17.51 -> 16.28, 3x3 pad 1
+    11.47 -> 11.46, 32 channel rows 3x3 13.36 -> 7.38."""
     w = op.window
     assert w is not None
     return op.pool.op == "add" and w.stride[0] > 1 and dtype in knobs.HALF
@@ -156,7 +157,7 @@ def interleaved_band(plan: PoolPlan, split: Interleave) -> int:
 
 def build_interleaved(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh, split: Interleave) -> Built:
     """The seams first (small: their stores join the ordered chain of stores to Y early), then the interleaved
-    bands."""
+    bands; an identity matrix for TensorE's taps before both."""
     w = op.window
     assert w is not None
     G, B, H = split.blocks, op.dim("B"), op.dim("H")
@@ -184,4 +185,5 @@ def build_interleaved(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fr
     pool.split_loads = True
     pool.note = f"; rows {split.first}..{split.end} of {G} blocks of {Ho // G} output rows, block g of row b on " \
         f"partition b * {G} + g"
-    return [("TILE_P", B * G), ("BAND", pool.OB)], out + pool.build()
+    ident, body = pool.parts()  # (the identity first: TensorE's taps of the bands need not wait for the seams)
+    return [("TILE_P", B * G), ("BAND", pool.OB)], ident + out + body

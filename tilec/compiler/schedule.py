@@ -89,6 +89,15 @@ class PoolPlan:
     tile_b: int
     band: int  # output rows per tile
     blocks: int = 1  # a window pool's output rows cut into this many blocks, each on its own partitions (n*c <= 64)
+    across: bool = False  # the blocks with several partition tiles of channel rows (pool_costs.across_blocks)
+
+    def row_blocks(self, op: PoolOp) -> int:
+        """The blocks a window pool's kernel makes: with one partition tile of every channel row, or `across` while
+        the blocks fit the partitions (a `tile` directive may have widened the tile); an average that excludes the
+        padding has none (its counts differ between blocks)."""
+        assert op.window is not None
+        spread = self.tile_b == op.dim("B") or (self.across and self.tile_b * self.blocks <= PMAX)
+        return self.blocks if spread and op.window.count == "window" else 1
 
 
 @dataclass(frozen=True)
@@ -252,10 +261,17 @@ def default_transpose(m: int, n: int, elem: int, strips: int = 2) -> TransposePl
     return TransposePlan(ti, bi, bj, tile_j=0 if tj == ti else tj, ragged=ragged)
 
 
-def window_pool_plan(op: PoolOp) -> PoolPlan:
+def window_pool_plan(op: PoolOp, dtypes: tuple[str, str] | None = None) -> PoolPlan:
     """Rows of n*c on up to 128 partitions (with 64 or fewer, blocks of output rows on the others); bands of output
     rows whose input rows take ~16 KiB per partition, at least two per block when there is one partition tile (so
-    loads, the engines and stores overlap)."""
+    loads, the engines and stores overlap). dtypes (X's and Y's; a standalone pool's default plan): more channel rows
+    that leave partitions of their tiles empty (192: two tiles of 96) may take blocks of output rows too, over
+    several tiles, when the model's costs say so (pool_costs.across_blocks)."""
+    if dtypes is not None:
+        from tilec.compiler.pool_costs import across_blocks  # (late: the pool rules import this module)
+        across = across_blocks(op, *dtypes)
+        if across is not None:
+            return across
     assert op.window is not None
     rows, parts = op.dim("B"), best_divisor(op.dim("B"), PMAX)
     ho, sy = op.window.out[0], op.window.stride[0]
@@ -273,7 +289,8 @@ def default_plan(op: Op, dtypes: dict[str, str]) -> Plan:
     if isinstance(op, ConvOp):
         return _default_conv(op, dtypes)
     if isinstance(op, PoolOp):
-        return window_pool_plan(op.windowed())
+        x, y = dtypes.get(op.src, "f32"), dtypes.get(op.out, "f32")
+        return window_pool_plan(op.windowed(), (x, y))
     if isinstance(op, TransposeOp):
         return default_transpose(op.dim("M"), op.dim("N"), DTYPE_BYTES[dtypes[op.src]], 2 + tile_reads(op))
     if isinstance(op, ColumnReduceOp):  # reduced rows on the partitions, one PSUM bank of sums per free tile
