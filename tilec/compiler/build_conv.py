@@ -198,6 +198,7 @@ class _ConvBuilder:
         self.yb: tuple[str | None, int] = (self.var["y"], 0)
         self.stack = False  # stacked bands (below)
         self.band_shared = False  # the band made before the out-channel parts (nest), not in each part
+        self.band_tag = ""  # a peeled band's own names (conv_spread.ahead: two bands' buffers live at once)
         self._check_halo()
         # filter taps folded into the contraction partitions (few input channels: C = 3 uses 3 of 128): copy j of
         # the input band, on partitions [j*C, (j+1)*C), holds X shifted by tap delta j, so one matmul covers a
@@ -500,7 +501,7 @@ class _ConvBuilder:
         rows = self.copy_rows() if self.fold > 1 else self.in_rows()
         slot = str(self.slot) if self.slots > 1 else ""  # band slot j: band slots * y_b + j
         kept = self.x_bands if self.yb[0] is None else None  # kept for the image: a name per band
-        if kept is not None:
+        if kept is not None or self.band_tag:
             slot = str(self.yb[1])
         buf = Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}{slot}"), "sbuf", self.hbm[self.op.x].dtype,
                   (parts, self.mixed or self.CTB, rows, self.in_cols()))
@@ -621,10 +622,7 @@ class _ConvBuilder:
         if inner and inner[-1] == self.NB - 1 and conv_split.splits_tail(self):  # the kernel's last band on its own
             inner.pop()
         lo, hi = (inner[0], inner[-1] + 1) if inner else (self.NB, self.NB)
-        out: list[Stmt] = []
-        for b in range(lo):  # (band slots: slot_of)
-            self.slot = self.slot_of(b)
-            out += part(None, b)
+        out = self.peeled(part, range(lo))
         if hi > lo and self.slots > 1:  # band slots: the loop unrolled, band slots * y_b + lo + j in slot_of(lo + j)
             ns, whole = self.slots, (hi - lo) // self.slots * self.slots
             body: list[Stmt] = []
@@ -643,11 +641,20 @@ class _ConvBuilder:
             note_mid = note if (lo, hi) == (0, self.NB) else f"{note}, bands {lo}..{hi - 1}"
             whole = self.NB if (lo, hi) == (0, self.NB) else hi - lo  # all bands: NB (named SIZE_Ho // BAND)
             out += loop(V["y"], whole, part(V["y"], lo), note=note_mid, line=self.L["y"])
-        for b in range(hi, self.NB):
-            self.slot = self.slot_of(b)
-            out += part(None, b)
+        out += self.peeled(part, range(hi, self.NB))
         self.yb, self.slot = (V["y"], 0), 0
         return out
+
+    def peeled(self, part: Callable[[str | None, int], list[Stmt]], bands: range) -> list[Stmt]:
+        """Consecutive peeled bands, each built on its own; with a spread remainder (its stage 1 on TensorE in the
+        band's block) each band's block runs a band ahead under its own names (conv_spread.ahead)."""
+        ahead = len(bands) > 1 and conv_spread.spreads_plain(self, self.KR) and self.src_chip is None
+        parts = []
+        for b in bands:  # (band slots: slot_of)
+            self.slot, self.band_tag = self.slot_of(b), "1" if ahead else ""
+            parts.append(part(None, b))
+        self.band_tag = ""
+        return conv_spread.ahead(parts) if ahead else [s for p in parts for s in p]
 
     def slot_of(self, band: int) -> int:
         """Band slot of band `band` (of an image): a first band's own (conv_halo.fixed_slots), else the shared
