@@ -142,6 +142,7 @@ class _ConvBuilder:
     o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
     x_rows: Buf | None = None  # a batched A B^T's rows of B, one buffer declared once (prelude)
     r_band: Buf  # the residual's band added on the eviction (conv_epilogue.residual_band)
+    r_all: Buf | None = None  # or the whole batch's residual, one buffer (conv_epilogue.batch_residual)
     epi_cols: dict[str, Buf]  # the fused chain's vectors as columns (conv_epilogue.epilogue_columns)
     epi_allocs: list[Stmt]  # the fused chain's work tiles of one eviction (conv_epilogue.chain)
     base_flat: View  # mixed taps' base band, flat (conv_mixed.x_band), read by a spread remainder (conv_spread)
@@ -445,6 +446,8 @@ class _ConvBuilder:
                                   tuple(conv_weights.bias(self)), line))
         if op.epilogue:  # the fused element-wise chain's vectors (eviction_fusion)
             stmts += conv_epilogue.epilogue_columns(self)
+        if conv_epilogue.batch_residual(self):
+            stmts.append(Alloc(conv_epilogue.residual_all(self), line=self.L["residual"]))
         if self.zero_rows is not None:
             stmts.append(Alloc(self.zero_rows, zero=True, line=line))
         elif self.p.x_bufs != 1 and self.src_chip is None and not op.x_transposed and not self.mixed:
