@@ -91,3 +91,27 @@ def test_next_band_stage1_ahead(compiled) -> None:
     assert moving[:3] == ["X_band0", "X_band1", "X_band0"]
     assert "Wt_spread" in calls[1]
     assert moving.index("taps_shifted0") < moving.index("X_band1", 2) < moving.index("taps_shifted1")
+
+
+NOBIAS = PROGRAM.replace(", b: f32[K]", "").replace("Y[n, k, y, x] = b[k]", "Y[n, k, y, x] = 0")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_parts_evicted_on_vector(dtype: str) -> None:
+    """Without a bias, a 16-bit spread remainder's 128-channel parts are evicted by VectorE (tensor_copy), so their
+    stores leave on another trigger stream than the taps' high halves' shifts (conv_spread.evicts_on_vector); fp32
+    keeps ScalarE. Checked against NumPy at batch 2 (the band loop)."""
+    program = lang.load(NOBIAS.format(r=3, p=1).replace("f32[", f"{dtype}["), {"N": 2, "H": 8, "W": 12})
+    c = compile_loaded(program)
+    src = unwrap(c.source)
+    evictions = [ln for ln in src.split("\n") if "Y_acc" in ln and ("tensor_copy" in ln or "activation" in ln)]
+    assert len(evictions) == 2 and ("tensor_copy" in evictions[0]) == (dtype == "bf16")
+    assert "activation" in evictions[1]  # the remainder's (one partition) stays on ScalarE
+    assert ("taps_lo" in src) == (dtype == "bf16")  # (spread over a plain band: both dtypes)
+    rng = np.random.default_rng(22)
+    given = {t.name: (rng.random(t.shape, dtype=np.float32) - 0.5).astype(NP[dtype]) for t in program.inputs}
+    x, w = (given[k].astype(np.float64) for k in ("X", "Wt"))
+    want = conv(np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)]), w)
+    got = np.asarray(c.run(**given)["Y"], np.float64)
+    rounded = want.astype(NP[dtype]).astype(np.float64)
+    assert max_error(got, rounded) <= tolerance(dtype, x.shape[1] * 9, float(np.abs(want).max()), None)

@@ -821,6 +821,9 @@ class _ConvBuilder:
         add reading PSUM instead (activation only adds columns), followed by the relu in place."""
         p, V, op, line = self.p, self.var, self.op, self.line
         clamp: list[Stmt] = [Scalar(dst, dst, "minimum", op.clamp, line)] if op.clamp is not None else []  # relu6
+        if func == "copy" and bias is None and op.scale == 1.0 and not clamp and self.kv is not None \
+                and conv_spread.evicts_on_vector(self):
+            return [ir.Copy(dst, acc, line)]
         if not (op.bias and op.bias_role == "x"):  # func(scale * acc + bias): a negated product's sign first
             return [Act(dst, acc, func, bias, op.scale, line)] + clamp
         col = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(V["x"], p.tile_x, self.cn["x"]))

@@ -59,6 +59,14 @@ def spreads_plain(b: _ConvBuilder, ks: int) -> bool:
             and flat * 4 <= PSUM_BANK and p.tile_x == b.W and flat + out < b.R * b.S * out)
 
 
+def evicts_on_vector(b: _ConvBuilder) -> bool:
+    """The 128-channel parts of a conv whose 16-bit remainder is spread over a plain band evicted by VectorE, not
+    ScalarE: a store issues on the stream of the engine that produced its band (perf/schedule.py, dma_streams), and
+    ScalarE's stream also carries the taps' high halves' shifting DMAs (taps_plain), which then queued behind the
+    128-channel band's store on each DMA engine and held up stage 2 (bf16 conv_odd b8 48.94 -> 48.05 us)."""
+    return spreads_plain(b, b.KR) and split(b)
+
+
 def split(b: _ConvBuilder) -> bool:
     """Stage 2 reads 16-bit sums as a high and a low half (hi = the sum rounded, lo = the rest rounded: their sum
     is the fp32 sum to ~2^-16), so it runs at the 16-bit rate and rounds nothing the unspread matmuls would not."""
