@@ -67,3 +67,22 @@ def test_matmul_plus_a_matrix():
     assert "+ D" in c.stages["select"]
     x = rounded(inputs, "f32")
     assert_matches(prog, "C", out["C"], x["A"] @ x["B"] + x["D"])
+
+
+BATCH = RESIDUAL.replace("default N = 2, C = 136, H = 14, W = 11, K = 144", "default N = 3, C = 16, H = 9, W = 10, K = 32")
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+@pytest.mark.parametrize("expr", ["conv[n, k, y, x] + S[n, k, y, x]", "relu(S[n, k, y, x] + conv[n, k, y, x])"])
+def test_batch_residual_in_one_buffer(dt, expr):
+    """Images of one band and one out-channel tile: the batch's residual in one buffer allocated before the image
+    loop, image n's band loaded into its slice (conv_epilogue.batch_residual), so no load waits for an earlier
+    image's adds."""
+    prog, c, inputs, out = run(BATCH.format(dt=dt, expr=expr))
+    src = c.source
+    assert "S_skip[:, n]" in src and "S_skip = nl.ndarray((TILE_K, SIZE_N, " in src
+    assert src.index("S_skip = nl.ndarray") < src.index("for n in ")
+    x = rounded(inputs, dt)
+    conv = conv_ref(x["X"], x["Wt"], pad=(0, 0), bias=x["b"]).astype(NARROW[dt]).astype(np.float64)
+    want = conv + x["S"]
+    assert_matches(prog, "Y", out["Y"], np.maximum(want, 0) if "relu" in expr else want)

@@ -142,6 +142,7 @@ class _ConvBuilder:
     o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
     x_rows: Buf | None = None  # a batched A B^T's rows of B, one buffer declared once (prelude)
     r_band: Buf  # the residual's band added on the eviction (conv_epilogue.residual_band)
+    r_all: Buf | None = None  # or the whole batch's residual, one buffer (conv_epilogue.batch_residual)
     epi_cols: dict[str, Buf]  # the fused chain's vectors as columns (conv_epilogue.epilogue_columns)
     epi_allocs: list[Stmt]  # the fused chain's work tiles of one eviction (conv_epilogue.chain)
     base_flat: View  # mixed taps' base band, flat (conv_mixed.x_band), read by a spread remainder (conv_spread)
@@ -198,6 +199,7 @@ class _ConvBuilder:
         self.yb: tuple[str | None, int] = (self.var["y"], 0)
         self.stack = False  # stacked bands (below)
         self.band_shared = False  # the band made before the out-channel parts (nest), not in each part
+        self.band_tag = ""  # a peeled band's own names (conv_spread.ahead: two bands' buffers live at once)
         self._check_halo()
         # filter taps folded into the contraction partitions (few input channels: C = 3 uses 3 of 128): copy j of
         # the input band, on partitions [j*C, (j+1)*C), holds X shifted by tap delta j, so one matmul covers a
@@ -444,6 +446,8 @@ class _ConvBuilder:
                                   tuple(conv_weights.bias(self)), line))
         if op.epilogue:  # the fused element-wise chain's vectors (eviction_fusion)
             stmts += conv_epilogue.epilogue_columns(self)
+        if conv_epilogue.batch_residual(self):
+            stmts.append(Alloc(conv_epilogue.residual_all(self), line=self.L["residual"]))
         if self.zero_rows is not None:
             stmts.append(Alloc(self.zero_rows, zero=True, line=line))
         elif self.p.x_bufs != 1 and self.src_chip is None and not op.x_transposed and not self.mixed:
@@ -500,7 +504,7 @@ class _ConvBuilder:
         rows = self.copy_rows() if self.fold > 1 else self.in_rows()
         slot = str(self.slot) if self.slots > 1 else ""  # band slot j: band slots * y_b + j
         kept = self.x_bands if self.yb[0] is None else None  # kept for the image: a name per band
-        if kept is not None:
+        if kept is not None or self.band_tag:
             slot = str(self.yb[1])
         buf = Buf(self.fresh(f"{self.op.x}_{self.words['x_buf']}{slot}"), "sbuf", self.hbm[self.op.x].dtype,
                   (parts, self.mixed or self.CTB, rows, self.in_cols()))
@@ -621,10 +625,7 @@ class _ConvBuilder:
         if inner and inner[-1] == self.NB - 1 and conv_split.splits_tail(self):  # the kernel's last band on its own
             inner.pop()
         lo, hi = (inner[0], inner[-1] + 1) if inner else (self.NB, self.NB)
-        out: list[Stmt] = []
-        for b in range(lo):  # (band slots: slot_of)
-            self.slot = self.slot_of(b)
-            out += part(None, b)
+        out = self.peeled(part, range(lo))
         if hi > lo and self.slots > 1:  # band slots: the loop unrolled, band slots * y_b + lo + j in slot_of(lo + j)
             ns, whole = self.slots, (hi - lo) // self.slots * self.slots
             body: list[Stmt] = []
@@ -643,11 +644,20 @@ class _ConvBuilder:
             note_mid = note if (lo, hi) == (0, self.NB) else f"{note}, bands {lo}..{hi - 1}"
             whole = self.NB if (lo, hi) == (0, self.NB) else hi - lo  # all bands: NB (named SIZE_Ho // BAND)
             out += loop(V["y"], whole, part(V["y"], lo), note=note_mid, line=self.L["y"])
-        for b in range(hi, self.NB):
-            self.slot = self.slot_of(b)
-            out += part(None, b)
+        out += self.peeled(part, range(hi, self.NB))
         self.yb, self.slot = (V["y"], 0), 0
         return out
+
+    def peeled(self, part: Callable[[str | None, int], list[Stmt]], bands: range) -> list[Stmt]:
+        """Consecutive peeled bands, each built on its own; with a spread remainder (its stage 1 on TensorE in the
+        band's block) each band's block runs a band ahead under its own names (conv_spread.ahead)."""
+        ahead = len(bands) > 1 and conv_spread.spreads_plain(self, self.KR) and self.src_chip is None
+        parts = []
+        for b in bands:  # (band slots: slot_of)
+            self.slot, self.band_tag = self.slot_of(b), "1" if ahead else ""
+            parts.append(part(None, b))
+        self.band_tag = ""
+        return conv_spread.ahead(parts) if ahead else [s for p in parts for s in p]
 
     def slot_of(self, band: int) -> int:
         """Band slot of band `band` (of an image): a first band's own (conv_halo.fixed_slots), else the shared
@@ -811,6 +821,9 @@ class _ConvBuilder:
         add reading PSUM instead (activation only adds columns), followed by the relu in place."""
         p, V, op, line = self.p, self.var, self.op, self.line
         clamp: list[Stmt] = [Scalar(dst, dst, "minimum", op.clamp, line)] if op.clamp is not None else []  # relu6
+        if func == "copy" and bias is None and op.scale == 1.0 and not clamp and self.kv is not None \
+                and conv_spread.evicts_on_vector(self):
+            return [ir.Copy(dst, acc, line)]
         if not (op.bias and op.bias_role == "x"):  # func(scale * acc + bias): a negated product's sign first
             return [Act(dst, acc, func, bias, op.scale, line)] + clamp
         col = a(self.step(V["xb"], self.BX, self.cn["band_x"], 1), term(V["x"], p.tile_x, self.cn["x"]))

@@ -85,12 +85,43 @@ def out_region(b: _ConvBuilder, phase: int = 0) -> tuple:
             sl(a(term(V["xb"], b.BX // b.wx)), b.BX // b.wx))
 
 
+RESIDUAL_ALL_BYTES = 32 * 1024  # the batch's residual in one buffer takes at most this much of a partition
+
+
+def batch_residual(b: _ConvBuilder) -> bool:
+    """Whether the residual of every image goes into one buffer allocated before the loops, image n's band loaded
+    into its own slice: each load then writes memory nothing touched before, so it depends on nothing and leads its
+    DMA stream. A band buffer per image reuses an earlier image's memory, so its load waited for that image's adds,
+    and on VectorE's stream (the adds read it first, params' dma_streams) behind the previous image's store: at the
+    kernel's end the last image's adds waited for their residual (bf16 conv_residual b8: the last image's first add
+    1.2 us after its eviction). One image per band and one out-channel part, images outermost, plain rows (no row
+    pairs or band halves), within RESIDUAL_ALL_BYTES per partition (fp32 conv_residual b8: 25 KiB)."""
+    op, p = b.op, b.p
+    rows, cols = p.band // b.wy, b.BX // b.wx
+    return bool(op.residual and b.skip_bands is None and not op.residual_shared and b.N > 1 and b.NB == 1
+                and b.NXB == 1 and b.KTB == 1 and b.pair == 1 and not b.halves and p.order[0] == "n"
+                and b.dst_chip is None and b.src_chip is None and b.o_tiles is None
+                and b.N * rows * cols * DTYPE_BYTES[b.hbm[op.residual].dtype] <= RESIDUAL_ALL_BYTES)
+
+
+def residual_all(b: _ConvBuilder) -> Buf:
+    """The batch's residual buffer (batch_residual): [out-channel partitions, image, band rows, columns]."""
+    assert b.op.residual is not None
+    b.r_all = Buf(b.fresh(f"{b.op.residual}_skip"), "sbuf", b.hbm[b.op.residual].dtype,
+                  (b.PK, b.N, b.p.band // b.wy, b.BX // b.wx))
+    return b.r_all
+
+
 def residual_band(b: _ConvBuilder) -> list[Stmt]:
     op, p = b.op, b.p
     assert op.residual is not None
+    line = b.L["residual"]
+    if b.r_all is not None:  # image n's slice of the batch's buffer (batch_residual)
+        b.r_band = b.r_all
+        return [Dma(View(b.r_all, (b.part(b.ks, p.tile_k), a(b.var["n"]), full(b.r_all.shape[2]),
+                                   full(b.r_all.shape[3]))), View(b.s4, out_region(b)), line)]
     rb = Buf(b.fresh(f"{op.residual}_skip"), "sbuf", b.hbm[op.residual].dtype, b.o_band.shape)
     b.r_band = rb
-    line = b.L["residual"]
     if b.halves:
         return [Alloc(rb, line=line), Dma(whole(rb), View(b.s6, conv_pairs.halves_region(b)), line)]
     if b.pair > 1:
@@ -205,6 +236,8 @@ def residual_view(b: _ConvBuilder, dst: View) -> View:
     """The residual's elements added into dst: its band (residual_band), or the producer's band copies of X
     (conv_chain.skip_from_bands): output pair i of phase h is band row 2i - oy of copy h (copy 1 one row
     further), the same partitions (h*K + k) and columns."""
+    if b.r_all is not None:  # the batch's buffer, image n (batch_residual)
+        return View(b.r_all, (dst.idx[0], a(b.var["n"])) + tuple(dst.idx[1:]))
     if b.skip_bands is None:
         return View(b.r_band, dst.idx)
     kp, rows, cols = dst.idx

@@ -59,6 +59,14 @@ def spreads_plain(b: _ConvBuilder, ks: int) -> bool:
             and flat * 4 <= PSUM_BANK and p.tile_x == b.W and flat + out < b.R * b.S * out)
 
 
+def evicts_on_vector(b: _ConvBuilder) -> bool:
+    """The 128-channel parts of a conv whose 16-bit remainder is spread over a plain band evicted by VectorE, not
+    ScalarE: a store issues on the stream of the engine that produced its band (perf/schedule.py, dma_streams), and
+    ScalarE's stream also carries the taps' high halves' shifting DMAs (taps_plain), which then queued behind the
+    128-channel band's store on each DMA engine and held up stage 2 (bf16 conv_odd b8 48.94 -> 48.05 us)."""
+    return spreads_plain(b, b.KR) and split(b)
+
+
 def split(b: _ConvBuilder) -> bool:
     """Stage 2 reads 16-bit sums as a high and a low half (hi = the sum rounded, lo = the rest rounded: their sum
     is the fp32 sum to ~2^-16), so it runs at the 16-bit rate and rounds nothing the unspread matmuls would not."""
@@ -117,10 +125,10 @@ def taps_plain(b: _ConvBuilder, xb: Buf) -> list[Stmt]:
     halves = 2 if split(b) else 1
     tdt = b.hbm[b.op.x].dtype if halves == 2 else "f32"
     gv = b.fresh("y_g")
-    n_taps = b.R * b.S
-    s_ps = Buf(b.fresh("taps_acc"), "psum", "f32", (n_taps, in_rows, cols))
-    sums = [Buf(b.fresh(f"taps_{h}"), "sbuf", tdt, (n_taps, in_rows, cols)) for h in ("hi", "lo")[:halves]]
-    b.spread_t = Buf(b.fresh("taps_shifted"), "sbuf", tdt, (parts_t, b.G, rows, cols))
+    n_taps, tag = b.R * b.S, str(b.yb[1]) if b.band_tag else ""  # (a band built ahead: names of its own)
+    s_ps = Buf(b.fresh(f"taps_acc{tag}"), "psum", "f32", (n_taps, in_rows, cols))
+    sums = [Buf(b.fresh(f"taps_{h}{tag}"), "sbuf", tdt, (n_taps, in_rows, cols)) for h in ("hi", "lo")[:halves]]
+    b.spread_t = Buf(b.fresh(f"taps_shifted{tag}"), "sbuf", tdt, (parts_t, b.G, rows, cols))
     first = b.step(gv, p.rows, b.cn["rows"], 1)
     whole_s = (full(n_taps), full(in_rows), full(cols))
     body: list[Stmt] = [Alloc(s_ps, zero=True, line=line),
@@ -180,3 +188,17 @@ def matmul(b: _ConvBuilder, accv: View, rows, cols) -> list[Stmt]:
     n = b.spread_ones.shape[0]
     return [Matmul(accv, View(b.spread_ones, (full(n), full(1))), View(b.spread_t, (full(n), rows, cols)),
                    b.L["update"])]
+
+
+def ahead(parts: list[list[Stmt]]) -> list[Stmt]:
+    """Peeled bands (conv_odd at batch 1: two) with band i + 1's block, its load and stage 1, placed right after
+    band i's block. TensorE runs in program order: band i + 1's stage 1 came after band i's 128-channel matmuls
+    and stage 2, so its eviction and 18 shifting DMAs (a DMA latency) ran after them too and the last band's
+    stage 2 waited 1.37 us for them (bf16 conv_odd b1); a band ahead, they run under band i's matmuls. The
+    bands' buffers then live at once, so each has its own names (build_conv.band_tag)."""
+    if not all(p and isinstance(p[0], ir.Block) for p in parts):
+        return [s for p in parts for s in p]
+    out = [parts[0][0]]
+    for i, p in enumerate(parts):
+        out += ([parts[i + 1][0]] if i + 1 < len(parts) else []) + list(p[1:])
+    return out
