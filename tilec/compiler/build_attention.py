@@ -116,12 +116,45 @@ def exponent(op: EltwiseOp, sc: str, m: str, scale: float = 1.0) -> tuple[float,
     return None if f is None or f[0] == 0.0 else (f[0] * scale, f[1] * scale, f[2])
 
 
+def conversion(op, x: str) -> str | None:
+    """The input op copies exactly into x, converted to f32 (`V_f32[j, d] = f32(V[j, d])`: operand_split's copy of a
+    16-bit operand beside its f32 temporary of weights), else None."""
+    if not isinstance(op, EltwiseOp) or op.out != x or op.columns or op.rows or op.copy or len(op.inputs) != 1:
+        return None
+    e, v = op.expr, dict(op.vars)
+    if not (isinstance(e, sx.Call) and e.fn == "f32" and len(e.args) == 1 and isinstance(e.args[0], sx.Access)):
+        return None
+    return op.inputs[0] if len(v) == 2 and _indexed(e, {op.inputs[0]: (v["d0"], v["d1"])}) else None
+
+
+def span(ops: tuple, i: int) -> int:
+    """How many ops from ops[i] a head would cover: six, or seven with an exact f32 copy of V before P V."""
+    k = i + OPS - 2
+    if i + OPS < len(ops) and isinstance(ops[k + 1], ConvOp) and conversion(ops[k], ops[k + 1].x) is not None:
+        return OPS + 1
+    return OPS
+
+
+def head(ops: tuple, i: int) -> tuple[tuple, EltwiseOp | None]:
+    """(the six ops of a head from ops[i], the f32 copy of V between its row sum and P V or None)."""
+    n = span(ops, i)
+    picked = ops[i:i + n]
+    return (picked, None) if n == OPS else (picked[:4] + picked[5:], picked[4])
+
+
+def source(o: ConvOp, cv: EltwiseOp | None) -> str:
+    """The tensor the head loads as V: the copied input itself when P V reads its exact f32 copy."""
+    return cv.inputs[0] if cv is not None else o.x
+
+
 def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str], outputs: AbstractSet[str],
             reads: Callable[[object], list[str]]) -> str:
-    """"" when ops[i:i+6] form an attention head this builder keeps on chip; else the reason."""
+    """"" when the ops from ops[i] form an attention head this builder keeps on chip (`span` of them); else the
+    reason."""
     if i + OPS > len(ops):
         return "not six ops from the scores on (sc, its row max, exp, row sum, P V, the division)"
-    s, m, e, z, o, fin = ops[i:i + OPS]
+    six, cv = head(ops, i)
+    s, m, e, z, o, fin = six
     if not (_plain(s) and _plain(o) and type(m) is ReduceOp and type(z) is ReduceOp and isinstance(e, EltwiseOp)
             and isinstance(fin, EltwiseOp)):
         return "not matmul -> row max -> exp -> row sum -> matmul -> division"
@@ -140,21 +173,21 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
         return "the shapes of the two matmuls do not chain"
     if K % P or W % P or C > P or Dv > PSUM_F32:
         return f"queries or keys not a multiple of {P}, head size above {P} or value size above {PSUM_F32}"
-    names = {x.name for x in ops[i:i + OPS]}
-    if names & set(scheduled):
+    members = ops[i:i + span(ops, i)]
+    if {x.name for x in members} & set(scheduled):
         return "a directive names one of its ops"
-    inner = {s.out, m.out, e.out, z.out, o.out}
-    if inner & set(outputs) or any(t in reads(x) for x in ops if x not in ops[i:i + OPS] for t in inner):
+    inner = {s.out, m.out, e.out, z.out, o.out} | ({cv.out} if cv is not None else set())
+    if inner & set(outputs) or any(t in reads(x) for x in ops if x not in members for t in inner):
         return "another op or the kernel's outputs read an intermediate"
     dt = {t: hbm[t].dtype for t in (s.w, s.x, o.x, e.out)}
     if dt[s.w] != dt[s.x] or dt[e.out] != dt[o.x]:
         return "the operands of a matmul have different dtypes"
-    if plan(ops[i:i + OPS], hbm) is None:
+    if plan(six, hbm, cv) is None:
         return f"the rows of {1 + AHEAD_PE} query tiles do not fit in {SBUF_SHARE} of the SBUF budget"
     return ""
 
 
-def plan(ops: tuple, hbm: dict[str, Buf]) -> tuple[bool, int] | None:
+def plan(ops: tuple, hbm: dict[str, Buf], cv: EltwiseOp | None = None) -> tuple[bool, int] | None:
     """(P^T by DMA transposes, tiles ahead) for the head `ops`, or None when its buffers do not fit.
 
     Per query tile TensorE computes the scores and P V; P^T is either 128 x 128 PE transposes on TensorE too (fp32
@@ -164,22 +197,25 @@ def plan(ops: tuple, hbm: dict[str, Buf]) -> tuple[bool, int] | None:
     S = 1024: 4.2 us of matmuls + 1.1 us of PE transposes per tile against 2.8 us of DMA transposes; bf16: 0.9 +
     0.5 against 1.4, so PE. DMA transposes lengthen each tile's chain (exp, then P^T, then P V), so that path runs
     AHEAD_DMA tiles ahead (attn_full S = 1024 fp32, model: PE 1 ahead 65.2 us, 2 ahead 64.9; DMA 1 ahead 64.2,
-    2 ahead 56.8, 3 ahead 56.8)."""
+    2 ahead 56.8, 3 ahead 56.8). The scores and P V each run at their own operands' rate (bf16 scores, fp32 P V
+    when the weights are an f32 temporary and V their exact copy `cv`)."""
     from tilec.compiler.build_matvec import model_constants  # late: the model reads kernels
     s, e, o = ops[0], ops[2], ops[4]
     K, W, C, Dv = s.dim("K"), s.dim("W"), s.dim("C"), o.dim("W")
     NK = W // P
     ie = ITEM[hbm[e.out].dtype]
     prm = model_constants()
-    f, ft = (prm["fp32_matmul"], prm["fp32_transpose"]) if ie == 4 else (1.0, 1.0)
+    fs, fo = (prm["fp32_matmul"] if ITEM[hbm[t].dtype] == 4 else 1.0 for t in (s.w, e.out))
+    ft = prm["fp32_transpose"] if ie == 4 else 1.0
     ghz, fixed = prm["tensor_ghz"], prm["mm_fixed_cycles"]
     chunks = -(-W // PSUM_F32)
-    matmuls = (W + chunks * fixed + NK * (max(Dv, prm["mm_min_cycles"]) + fixed)) * f / ghz
+    matmuls = ((W + chunks * fixed) * fs + NK * (max(Dv, prm["mm_min_cycles"]) + fixed) * fo) / ghz
     pe = NK * (P + fixed) * ft / ghz
     dma = NK * P * P * ie / (prm["dma_engines"] * prm["dma_engine_bw"] * prm["dma_transpose_sbuf_factor"])
     by_dma = max(matmuls, dma) < matmuls + pe
     rows = W * (ITEM[hbm[s.out].dtype] + 2 * ie) + 16  # sc, e and P^T of one tile, its columns
-    fixed_bytes = K * ITEM[hbm[s.w].dtype] + W * ITEM[hbm[s.x].dtype] + NK * Dv * ITEM[hbm[o.x].dtype]  # Q_T K_T V
+    v_bytes = NK * Dv * (ITEM[hbm[o.x].dtype] + (ITEM[hbm[source(o, cv)].dtype] if cv is not None else 0))
+    fixed_bytes = K * ITEM[hbm[s.w].dtype] + W * ITEM[hbm[s.x].dtype] + v_bytes  # Q_T K_T V (and V's f32 copy)
     budget = SBUF_SHARE * sbuf_budget(get_target())
     for ahead in ((AHEAD_DMA, AHEAD_PE) if by_dma else (AHEAD_PE,)):
         if fixed_bytes + (ahead + 1) * rows <= budget:
@@ -196,8 +232,10 @@ def _division(fin: EltwiseOp, acc: str, z: str) -> bool:
 
 
 class HeadBuilder:
-    def __init__(self, ops: tuple, hbm: dict[str, Buf], fresh: Callable[[str], str]) -> None:
+    def __init__(self, ops: tuple, hbm: dict[str, Buf], fresh: Callable[[str], str],
+                 cv: EltwiseOp | None = None) -> None:
         self.s, self.m, self.e, self.z, self.o, self.fin = ops
+        self.cv = cv
         self.hbm, self.fresh = hbm, fresh
         self.K, self.W, self.C, self.Dv = self.s.dim("K"), self.s.dim("W"), self.s.dim("C"), self.o.dim("W")
         self.NQ, self.NK = self.K // P, self.W // P
@@ -205,7 +243,7 @@ class HeadBuilder:
         self.qt, self.kb = fresh("q_p"), fresh("k_b")
         self.row, self.par = a(0), 0
         self.views: list[Stmt] = []  # HBM reshapes, first in the kernel
-        self.by_dma, self.ahead = plan(ops, hbm) or (False, AHEAD_PE)
+        self.by_dma, self.ahead = plan(ops, hbm, cv) or (False, AHEAD_PE)
 
     def buf(self, base: str, memory: str, dtype: str, shape: tuple[int, ...]) -> Buf:
         return Buf(self.fresh(base + (f"_{self.par + 1}" if self.par else "")), memory, dtype, shape)
@@ -228,10 +266,14 @@ class HeadBuilder:
 
     def build(self) -> list[Stmt]:
         out: list[Stmt] = self.operands()
-        self.v = self.buf(f"{self.o.x}_tiles", "sbuf", self.dtype(self.o.x), (P, self.NK, self.Dv))
-        out.append(ir.Block(f"{self.o.x}: every key block, resident in SBUF", (
-            Alloc(self.v, line=self.o.line), Dma(ir.whole(self.v), self.blocks(self.o.x, self.NK, self.Dv),
-                                                 self.o.line)), self.o.line))
+        v = source(self.o, self.cv)
+        self.v = self.buf(f"{v}_tiles", "sbuf", self.dtype(v), (P, self.NK, self.Dv))
+        load: list[Stmt] = [Alloc(self.v, line=self.o.line),
+                            Dma(ir.whole(self.v), self.blocks(v, self.NK, self.Dv), self.o.line)]
+        if self.cv is not None:  # V's exact f32 copy, on chip (one conversion of the resident blocks)
+            loaded, self.v = self.v, self.buf(f"{self.o.x}_tiles", "sbuf", self.dtype(self.o.x), self.v.shape)
+            load += [Alloc(self.v, line=self.cv.line), Copy(ir.whole(self.v), ir.whole(loaded), self.cv.line)]
+        out.append(ir.Block(f"{v}: every key block, resident in SBUF", tuple(load), self.o.line))
         out += self.psum_tiles()
         return self.views + out + [ir.Block(f"attention {self.s.out} -> {self.fin.out} by tiles of {P} query rows: "
                                f"{self.s.out}, {self.e.out} never in HBM", tuple(self.tiles()), self.s.line)]
@@ -413,13 +455,15 @@ def build_head(ops: tuple, i: int, hbm: dict[str, Buf], fresh: Callable[[str], s
     """The head ops[i:i+6] built on chip (None: not such a head; each op then takes its own builder)."""
     if why_not(ops, i, hbm, scheduled, outputs, reads):
         return None
-    return [], HeadBuilder(ops[i:i + OPS], hbm, fresh).build()
+    six, cv = head(ops, i)
+    return [], HeadBuilder(six, hbm, fresh, cv).build()
 
 
 def note(ops: tuple, chain, hbm: dict[str, Buf]) -> str:
     """The schedule line of a head kept on chip (`tilec explain`, the kernel's docstring)."""
     i = [o.name for o in ops].index(chain[0])
-    by_dma, ahead = plan(ops[i:i + OPS], hbm) or (False, AHEAD_PE)
+    six, cv = head(ops, i)
+    by_dma, ahead = plan(six, hbm, cv) or (False, AHEAD_PE)
     return (f"# attention {' -> '.join(chain)} on chip by tiles of {P} query rows ({chain[0]}, {chain[2]} never in "
             f"HBM; P^T by {'DMA' if by_dma else 'PE'} transposes, P V {ahead} tile{'s' * (ahead > 1)} behind the "
             "scores; a directive on one builds them op by op)")
@@ -436,7 +480,7 @@ def refusals(program, ops: tuple, scheduled: AbstractSet[str], chains: list,
         s, m = ops[i], ops[i + 1]
         if not (isinstance(s, ConvOp) and type(m) is ReduceOp and m.src == s.out and m.op == "maximum"):
             continue
-        if tuple(o.name for o in ops[i:i + OPS]) in fused:
+        if tuple(o.name for o in ops[i:i + span(ops, i)]) in fused:
             continue
         why = why_not(ops, i, hbm, scheduled, set(program.kernel.outputs), reads)
         out.append(f"# attention from {s.name} built op by op: {why}")
