@@ -280,37 +280,40 @@ class HeadBuilder:
 
     def tiles(self) -> list[Stmt]:
         """Every query tile, software-pipelined `ahead` tiles deep with ahead + 1 sets of buffers: step u issues
-        tile u's scores, tile u - ahead's PE transposes, tile u's softmax (and its DMA transposes), then tile
-        u - ahead's P V and store. Each engine issues in program order, so TensorE computes tile u's scores while
-        ScalarE and VectorE work on the tiles before it (one tile per iteration, unpipelined, measured 101.6 us at
-        S = 1024). The steady steps are a loop of ahead + 1 steps (one per buffer set); the first `ahead` steps,
-        the steps left over and the last `ahead` tiles' P V are written out."""
+        each part of the tile `lags` puts there (`order`): tile u's scores, tile u - lag's softmax (and its DMA
+        transposes), tile u - ahead's PE transposes, P V and store. Each engine issues in program order, so TensorE
+        computes tile u's scores while ScalarE and VectorE work on the tiles before it (one tile per iteration,
+        unpipelined, measured 101.6 us at S = 1024). The steady steps are a loop of ahead + 1 steps (one per buffer
+        set); the first `ahead` steps and the steps after the loop are written out."""
         L, n = self.ahead, self.ahead + 1
         q, out = self.qt, []
-        for u in range(min(L, self.NQ)):
-            out += self.step(a(u * P), u, None, 0)
+        for u in range(L):
+            out += self.step(u)
         groups = max(self.NQ - L, 0) // n
         if groups:
-            body = [st for r in range(n) for st in self.step(a(term(q, n * P), (L + r) * P), (L + r) % n,
-                                                               a(term(q, n * P), r * P), r)]
+            body = [st for r in range(n) for st in self.step(L + r, term(q, n * P))]
             out += loop(q, groups, body, note=f"query tiles of {P}, {n} at a time", line=self.s.line)
-        for u in range(L + groups * n, self.NQ):
-            out += self.step(a(u * P), u % n, a((u - L) * P), (u - L) % n)
-        for u in range(max(self.NQ, L), self.NQ + L):
-            out += self.step(None, 0, a((u - L) * P), (u - L) % n)
+        for u in range(L + groups * n, self.NQ + L):
+            out += self.step(u)
         return out
 
-    def step(self, new: ir.Aff | None, new_par: int, old: ir.Aff | None, old_par: int) -> list[Stmt]:
-        """Scores and softmax of the tile at rows `new`, P^T and P V of the tile at rows `old` (either None)."""
+    def lags(self) -> dict[str, int]:
+        """Steps each part of a tile runs after its scores: the softmax (and its DMA transposes) in the same step,
+        PE transposes and P V `ahead` steps later. Measured and left (attn22, model, S = 1024, run us): the softmax
+        one step behind the scores so that ScalarE evicts tile u's scores before tile u - 1's exp, with P V 2 or 3
+        behind: bf16 28.5 -> 28.7-29.1, fp32 39.5 -> 39.4-44.4 (TensorE waits for the e_T copies instead)."""
+        return {"S": 0, "M": 0, "T": 0 if self.by_dma else self.ahead, "V": self.ahead}
+
+    def step(self, u: int, base: ir.Term | None = None) -> list[Stmt]:
+        """Step `base + u` (base: the loop's first step, a multiple of ahead + 1): each part of the tile it runs,
+        those of tiles that exist; DMA transposes right after the softmax of their tile, PE transposes before it."""
+        order = "SMTV" if self.by_dma else "STMV"
         out: list[Stmt] = []
-        if new is not None:
-            out += self.part(new, new_par, "S")
-        if old is not None and not self.by_dma:
-            out += self.part(old, old_par, "T")
-        if new is not None:
-            out += self.part(new, new_par, "M" + ("T" if self.by_dma else ""))
-        if old is not None:
-            out += self.part(old, old_par, "V")
+        for k in order:
+            t = u - self.lags()[k]
+            if base is None and not 0 <= t < self.NQ:
+                continue
+            out += self.part(a(t * P) if base is None else a(base, t * P), t % (self.ahead + 1), k)
         return out
 
     def part(self, row: ir.Aff, par: int, steps: str) -> list[Stmt]:
@@ -390,7 +393,7 @@ class HeadBuilder:
         out += [Alloc(self.rows, line=eo.line), Alloc(zsum, line=self.z.line),
                 Act(ir.whole(self.rows), ir.whole(self.sc), "exp", ir.whole(bias), self.a, eo.line,
                     total=ir.whole(zsum))]
-        return out + self.zcol()[1]
+        return out
 
     @property
     def zsum(self) -> Buf:
@@ -402,13 +405,14 @@ class HeadBuilder:
 
     def rounded(self, col: Buf, dtype: str, line: int) -> tuple[View, list[Stmt]]:
         """col as the program stores it, in fp32 (a per-partition operand is fp32 [ISA6 tensor_scalar]): copied to
-        dtype and back when that is not fp32."""
+        dtype and back when that is not fp32, on GpSimdE (SBUF only, idle here; VectorE carries the row max and the
+        PSUM copies: attn_full_bf16 S = 1024, model, 28.45 -> 28.11 us)."""
         if dtype == "f32":
             return ir.whole(col), []
         r = self.buf(f"{col.name}_{dtype}", "sbuf", dtype, col.shape)
         back = self.buf(f"{col.name}_r", "sbuf", "f32", col.shape)
-        return ir.whole(back), [Alloc(r, line=line), Copy(ir.whole(r), ir.whole(col), line),
-                                Alloc(back, line=line), Copy(ir.whole(back), ir.whole(r), line)]
+        return ir.whole(back), [Alloc(r, line=line), Copy(ir.whole(r), ir.whole(col), line, "gpsimd"),
+                                Alloc(back, line=line), Copy(ir.whole(back), ir.whole(r), line, "gpsimd")]
 
     def turned(self) -> list[Stmt]:
         """e_T[:, kb] = block kb of e_rows transposed: a PSUM bank's worth of blocks, then one copy out."""
@@ -444,7 +448,8 @@ class HeadBuilder:
             out += [Alloc(r, line=o.line), Copy(ir.whole(r), src, o.line)]
             src = ir.whole(r)
         res = self.buf(f"{fin.out}_tile", "sbuf", self.dtype(fin.out), (P, self.Dv))
-        out += [Alloc(res, line=fin.line), Scalar(ir.whole(res), src, "divide", self.zcol()[0], fin.line),
+        zcol, rounding = self.zcol()  # (here, not after the exp: VectorE would wait for ScalarE's exp in between)
+        out += rounding + [Alloc(res, line=fin.line), Scalar(ir.whole(res), src, "divide", zcol, fin.line),
                 Dma(View(self.hbm[fin.out], (sl(self.row, P), full(self.Dv))), ir.whole(res), fin.line)]
         return out
 
