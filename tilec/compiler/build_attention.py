@@ -147,6 +147,19 @@ def source(o: ConvOp, cv: EltwiseOp | None) -> str:
     return cv.inputs[0] if cv is not None else o.x
 
 
+def weights(e: EltwiseOp, o: ConvOp, hbm: dict[str, Buf], cv: EltwiseOp | None) -> str:
+    """The dtype P is carried in: e's own; or V's 16-bit dtype when P V reads V's exact f32 copy (operand_split's
+    f32 weights beside a 16-bit V) and sums into that 16-bit dtype. TensorE multiplies operands of one dtype: P
+    rounded to V's dtype by the exp that writes it (z summed from the unrounded values) is the head's own rounding,
+    which tilec/tolerance.py names (`rounded_operand`: a computed factor beside a 16-bit read, in a sum rounded to
+    that dtype); else P V runs in fp32 with V converted on chip (attn_inline_bf16 S = 1024, model: 38.07 us run
+    with fp32 P V and fp32 P^T by DMA transposes, 28.11 with P in bf16)."""
+    if cv is None:
+        return hbm[e.out].dtype
+    narrow = hbm[cv.inputs[0]].dtype
+    return narrow if hbm[o.out].dtype == narrow else hbm[e.out].dtype
+
+
 def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str], outputs: AbstractSet[str],
             reads: Callable[[object], list[str]]) -> str:
     """"" when the ops from ops[i] form an attention head this builder keeps on chip (`span` of them); else the
@@ -203,9 +216,9 @@ def plan(ops: tuple, hbm: dict[str, Buf], cv: EltwiseOp | None = None) -> tuple[
     s, e, o = ops[0], ops[2], ops[4]
     K, W, C, Dv = s.dim("K"), s.dim("W"), s.dim("C"), o.dim("W")
     NK = W // P
-    ie = ITEM[hbm[e.out].dtype]
+    ie = ITEM[weights(e, o, hbm, cv)]
     prm = model_constants()
-    fs, fo = (prm["fp32_matmul"] if ITEM[hbm[t].dtype] == 4 else 1.0 for t in (s.w, e.out))
+    fs, fo = (prm["fp32_matmul"] if n == 4 else 1.0 for n in (ITEM[hbm[s.w].dtype], ie))
     ft = prm["fp32_transpose"] if ie == 4 else 1.0
     ghz, fixed = prm["tensor_ghz"], prm["mm_fixed_cycles"]
     chunks = -(-W // PSUM_F32)
@@ -214,7 +227,7 @@ def plan(ops: tuple, hbm: dict[str, Buf], cv: EltwiseOp | None = None) -> tuple[
     dma = NK * P * P * ie / (prm["dma_engines"] * prm["dma_engine_bw"] * prm["dma_transpose_sbuf_factor"])
     by_dma = max(matmuls, dma) < matmuls + pe
     rows = W * (ITEM[hbm[s.out].dtype] + 2 * ie) + 16  # sc, e and P^T of one tile, its columns
-    v_bytes = NK * Dv * (ITEM[hbm[o.x].dtype] + (ITEM[hbm[source(o, cv)].dtype] if cv is not None else 0))
+    v_bytes = NK * Dv * (ITEM[hbm[source(o, cv)].dtype] + (ie if cv is not None and ie == 4 else 0))
     fixed_bytes = K * ITEM[hbm[s.w].dtype] + W * ITEM[hbm[s.x].dtype] + v_bytes  # Q_T K_T V (and V's f32 copy)
     budget = SBUF_SHARE * sbuf_budget(get_target())
     for ahead in ((AHEAD_DMA, AHEAD_PE) if by_dma else (AHEAD_PE,)):
@@ -235,7 +248,7 @@ class HeadBuilder:
     def __init__(self, ops: tuple, hbm: dict[str, Buf], fresh: Callable[[str], str],
                  cv: EltwiseOp | None = None) -> None:
         self.s, self.m, self.e, self.z, self.o, self.fin = ops
-        self.cv = cv
+        self.cv, self.pdt = cv, weights(self.e, self.o, hbm, cv)
         self.hbm, self.fresh = hbm, fresh
         self.K, self.W, self.C, self.Dv = self.s.dim("K"), self.s.dim("W"), self.s.dim("C"), self.o.dim("W")
         self.NQ, self.NK = self.K // P, self.W // P
@@ -255,11 +268,11 @@ class HeadBuilder:
 
     @property
     def rows(self) -> Buf:
-        return self.buf(f"{self.e.out}_rows", "sbuf", self.dtype(self.e.out), (P, self.W))
+        return self.buf(f"{self.e.out}_rows", "sbuf", self.pdt, (P, self.W))
 
     @property
     def e_t(self) -> Buf:
-        return self.buf(f"{self.e.out}_T", "sbuf", self.dtype(self.e.out), (P, self.NK, P))
+        return self.buf(f"{self.e.out}_T", "sbuf", self.pdt, (P, self.NK, P))
 
     def dtype(self, t: str) -> str:
         return self.hbm[t].dtype
@@ -270,9 +283,9 @@ class HeadBuilder:
         self.v = self.buf(f"{v}_tiles", "sbuf", self.dtype(v), (P, self.NK, self.Dv))
         load: list[Stmt] = [Alloc(self.v, line=self.o.line),
                             Dma(ir.whole(self.v), self.blocks(v, self.NK, self.Dv), self.o.line)]
-        if self.cv is not None:  # V's exact f32 copy, on chip (one conversion of the resident blocks)
-            loaded, self.v = self.v, self.buf(f"{self.o.x}_tiles", "sbuf", self.dtype(self.o.x), self.v.shape)
-            load += [Alloc(self.v, line=self.cv.line), Copy(ir.whole(self.v), ir.whole(loaded), self.cv.line)]
+        if self.dtype(v) != self.pdt:  # V's exact f32 copy, on chip (one conversion of the resident blocks)
+            loaded, self.v = self.v, self.buf(f"{self.o.x}_tiles", "sbuf", self.pdt, self.v.shape)
+            load += [Alloc(self.v, line=self.o.line), Copy(ir.whole(self.v), ir.whole(loaded), self.o.line)]
         out.append(ir.Block(f"{v}: every key block, resident in SBUF", tuple(load), self.o.line))
         out += self.psum_tiles()
         return self.views + out + [ir.Block(f"attention {self.s.out} -> {self.fin.out} by tiles of {P} query rows: "
@@ -338,7 +351,7 @@ class HeadBuilder:
         width = min(self.W, PSUM_F32)
         self.sc_ps = [Buf(self.fresh(f"{self.s.out}_ps{c}"), "psum", "f32", (P, width))
                       for c in range(min(2, -(-self.W // width)))]
-        dt = self.dtype(self.e.out)
+        dt = self.pdt
         self.group = min(self.NK, PSUM_BANK // (P * ITEM[dt]))
         while self.NK % self.group:
             self.group -= 1
@@ -416,7 +429,7 @@ class HeadBuilder:
 
     def turned(self) -> list[Stmt]:
         """e_T[:, kb] = block kb of e_rows transposed: a PSUM bank's worth of blocks, then one copy out."""
-        line, dt = self.o.line, self.dtype(self.e.out)
+        line, dt = self.o.line, self.pdt
         group = self.group
         out: list[Stmt] = [Alloc(self.e_t, line=line)]
         if self.by_dma:
