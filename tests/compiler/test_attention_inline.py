@@ -1,0 +1,142 @@
+"""attn22: attention written inline (`O[i, d] += exp(sc[i, t] - m[i]) / z[i] * V[t, d]`) in bf16 and in mixed
+dtypes reaches the fused head (build_attention.py) through operand_split's f32 weights and V's exact f32 copy:
+
+  * O and V bf16: P is carried in bf16 on TensorE (the head's own rounding, which tilec/tolerance.py names:
+    `rounded_operand`), V loaded once in bf16, no f32 copy;
+  * O f32 with V bf16 converted by the user (`f32(V[t, d])`): P V in fp32, V converted on chip.
+
+Each kernel against a NumPy float64 formula with the program's roundings (and, in bf16, P's), at shapes of several
+query tiles and a part-full PSUM bank of keys; a causal mask (the op-by-op path: masked scores are no head) too."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tilec.compiler.api import compile_loaded, explain
+from tilec.lang import api as lang
+from tilec.lang import syntax as sx
+from tilec.tolerance import max_error, mismatches, program_budget, rounded_operand, scale_of, tolerance
+
+INLINE = """\
+kernel attn(Q: {dt}[S, D], K: {dt}[T, D], V: {dt}[T, D]{mask}) -> O
+  default S = {s}, T = {t}, D = {d}
+  sc: {inner}[S, T]
+  m: {inner}[S]
+  z: {inner}[S]
+  O: {inner}[S, D]
+  for i in 0..S, j in 0..T:
+    sc[i, j] = {init}
+    for d in 0..D:
+      sc[i, j] += Q[i, d] * K[j, d] * 0.125
+  for i in 0..S:
+    m[i] = -inf
+    for j in 0..T:
+      m[i] max= sc[i, j]
+  for i in 0..S:
+    z[i] = 0
+    for j in 0..T:
+      z[i] += exp(sc[i, j] - m[i])
+  for i in 0..S, d in 0..D:
+    O[i, d] = 0
+    for j in 0..T:
+      O[i, d] += exp(sc[i, j] - m[i]) / z[i] * {vread}
+"""
+NUMPY = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}
+
+
+def program(dt: str, s: int, t: int, d: int, inner: str | None = None, masked: bool = False) -> str:
+    inner = inner or dt
+    vread = "f32(V[j, d])" if inner != dt else "V[j, d]"
+    return INLINE.format(dt=dt, inner=inner, s=s, t=t, d=d, vread=vread, mask=f", Mk: {inner}[S, T]" if masked else "",
+                         init="Mk[i, j]" if masked else "0")
+
+
+def rnd(x, dt: str) -> np.ndarray:
+    return np.asarray(x).astype(NUMPY[dt]).astype(np.float64)
+
+
+def formula(a: dict, inner: str, p_dtype: str) -> np.ndarray:
+    """The program in float64 rounded where it stores (sc, z in `inner`), P in `p_dtype` (the head's operand)."""
+    sc = rnd(a["Q"] @ a["K"].T * 0.125 + a.get("Mk", 0.0), inner)
+    e = np.exp(sc - sc.max(1, keepdims=True))
+    z = rnd(e.sum(1, keepdims=True), inner)
+    return rnd(rnd(e, p_dtype) @ a["V"], inner) / z
+
+
+def run(text: str, dt: str, inner: str, seed: int = 5):
+    prog = lang.load(text)
+    c = compile_loaded(prog, None, "0.6")
+    rng = np.random.default_rng(seed)
+    given = {t.name: (rng.standard_normal(t.shape) * 2.0).astype(np.float32).astype(NUMPY[dt]) for t in prog.inputs}
+    if "Mk" in given:  # causal: 0 on and below the diagonal, -1e9 above
+        given["Mk"] = np.triu(np.full(given["Mk"].shape, -1e9, np.float32), 1).astype(NUMPY[inner])
+    got = np.asarray(c.run(**given)["O"], np.float64)
+    return prog, c, got, {n: v.astype(np.float64) for n, v in given.items()}
+
+
+def assert_close(prog, got: np.ndarray, want: np.ndarray, dt: str) -> None:
+    acc_len, inter = program_budget(prog)["O"]
+    tol = tolerance(dt, acc_len, scale_of(want), inter)
+    err = max_error(got, want.astype(NUMPY[dt]).astype(np.float64))
+    assert err <= tol, f"O: max |kernel - NumPy| {err:.3g} > tolerance {tol:.3g}"
+
+
+def head_built(c) -> bool:
+    return any(part.kind == "attention head" for part in c.result.chains)
+
+
+# (S, T, D): 3 query tiles; 5 (the pipeline's loop); 640 keys (a part-full second PSUM bank of scores)
+@pytest.mark.parametrize("shape", [(384, 256, 64), (640, 128, 32), (256, 640, 16)], ids=lambda s: "x".join(map(str, s)))
+def test_bf16_inline_head_carries_p_in_bf16(shape):
+    prog, c, got, a = run(program("bf16", *shape), "bf16", "bf16")
+    assert head_built(c)
+    kernel = c.source
+    assert "V_f32_tiles" not in kernel and "V_f32 = " not in kernel  # V loaded in bf16 once, never copied to f32
+    assert "z_terms_rows = nl.ndarray((128, SIZE_T), dtype=nl.bfloat16" in kernel  # P written in bf16 by the exp
+    assert_close(prog, got, formula(a, "bf16", "bf16"), "bf16")
+    assert not mismatches(prog, {"O": got}, {"O": lang.evaluate(prog, a)["O"]}, a)  # and the policy's own check
+
+
+@pytest.mark.parametrize("shape", [(384, 256, 64), (256, 640, 16)], ids=lambda s: "x".join(map(str, s)))
+def test_f32_output_with_converted_v_keeps_p_in_f32(shape):
+    prog, c, got, a = run(program("bf16", *shape, inner="f32"), "bf16", "f32")
+    assert head_built(c)
+    assert "V_f32_tiles = nl.ndarray" in c.source and "nisa.tensor_copy(dst=V_f32_tiles, src=V_tiles)" in c.source
+    assert_close(prog, got, formula(a, "f32", "f32"), "f32")
+
+
+def test_f32_inline_head_is_unchanged():
+    prog, c, got, a = run(program("f32", 384, 256, 32), "f32", "f32")
+    assert head_built(c) and "V_f32_tiles" not in c.source
+    assert_close(prog, got, formula(a, "f32", "f32"), "f32")
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_causal_mask_inline_matches_numpy(dt):
+    prog, c, got, a = run(program(dt, 256, 256, 32, masked=True), dt, dt)
+    assert not head_built(c)  # (masked scores: op by op, f32 weights and V's f32 copy as operand_split makes them)
+    assert np.isfinite(got).all()
+    assert_close(prog, got, formula(a, dt, "f32"), dt)
+
+
+def test_the_named_rounding_is_a_16_bit_sum_of_a_computed_factor_beside_a_read_of_its_dtype():
+    def stmt(value: str, dt: str = "bf16") -> str | None:
+        prog = lang.load(f"""\
+kernel k(A: bf16[N, N], B: bf16[N, N], F: f32[N, N]) -> O
+  default N = 128
+  O: {dt}[N, N]
+  for i in 0..N, j in 0..N:
+    O[i, j] = 0
+    for t in 0..N:
+      O[i, j] += {value}
+""")
+        dtypes = {n: t.dtype for n, t in prog.tensors.items()}
+        loop = prog.kernel.body[0]
+        while not isinstance(loop, sx.Assign):
+            loop = loop.body[-1]
+        return rounded_operand(loop, dtypes)
+
+    assert stmt("exp(A[i, t]) * B[t, j]") == "bf16"
+    assert stmt("A[i, t] * B[t, j]") is None  # both plain reads: nothing rounded
+    assert stmt("exp(f32(A[i, t])) * F[t, j]", "f32") is None  # an f32 sum: no 16-bit operand rounding
