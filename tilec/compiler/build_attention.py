@@ -47,7 +47,7 @@ P = PMAX  # query rows per tile, keys per block (partitions)
 PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
 OPS = 6
 ITEM = {"f32": 4, "bf16": 2, "f16": 2}
-AHEAD_PE, AHEAD_DMA = 1, 2  # query tiles the P V of a tile runs behind its scores (plan)
+AHEAD_PE, AHEAD_DMA = 3, 2  # query tiles the P V of a tile runs behind its scores (plan; PE falls back to 1)
 SBUF_SHARE = 0.6  # of the kernel's SBUF budget: Q_T, K_T, V and the tiles' buffers
 
 
@@ -196,7 +196,7 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
     if dt[s.w] != dt[s.x] or dt[e.out] != dt[o.x]:
         return "the operands of a matmul have different dtypes"
     if plan(six, hbm, cv) is None:
-        return f"the rows of {1 + AHEAD_PE} query tiles do not fit in {SBUF_SHARE} of the SBUF budget"
+        return f"the rows of 2 query tiles do not fit in {SBUF_SHARE} of the SBUF budget"
     return ""
 
 
@@ -230,7 +230,7 @@ def plan(ops: tuple, hbm: dict[str, Buf], cv: EltwiseOp | None = None) -> tuple[
     v_bytes = NK * Dv * (ITEM[hbm[source(o, cv)].dtype] + (ie if cv is not None and ie == 4 else 0))
     fixed_bytes = K * ITEM[hbm[s.w].dtype] + W * ITEM[hbm[s.x].dtype] + v_bytes  # Q_T K_T V (and V's f32 copy)
     budget = SBUF_SHARE * sbuf_budget(get_target())
-    for ahead in ((AHEAD_DMA, AHEAD_PE) if by_dma else (AHEAD_PE,)):
+    for ahead in ((AHEAD_DMA, 1) if by_dma else (AHEAD_PE, 1)):
         if fixed_bytes + (ahead + 1) * rows <= budget:
             return by_dma, ahead
     return None
@@ -311,19 +311,27 @@ class HeadBuilder:
         return out
 
     def lags(self) -> dict[str, int]:
-        """Steps each part of a tile runs after its scores: the softmax (and its DMA transposes) in the same step,
-        PE transposes and P V `ahead` steps later. Measured and left (attn22, model, S = 1024, run us): the softmax
-        one step behind the scores so that ScalarE evicts tile u's scores before tile u - 1's exp, with P V 2 or 3
-        behind: bf16 28.5 -> 28.7-29.1, fp32 39.5 -> 39.4-44.4 (TensorE waits for the e_T copies instead)."""
-        return {"S": 0, "M": 0, "T": 0 if self.by_dma else self.ahead, "V": self.ahead}
+        """Steps each part of a tile runs after its scores. DMA path (fp32, TensorE-bound): the softmax and its DMA
+        transposes in the same step, P V `ahead` later. PE path (bf16), 3 ahead: the softmax one step behind the
+        scores, the PE transposes two, P V three, so that neither ScalarE (the scores' evictions, then the exp of
+        scores evicted a step earlier) nor VectorE (the row max before the copy of P^T out of PSUM) nor TensorE
+        (the scores before P V) waits in its in-order queue for another engine's work on the same tile. attn22,
+        model, attn_full_bf16 S = 1024 run: 28.11 us with everything but P^T and P V in one step (1 ahead),
+        22.32 here; lags (1, 3, 4): 21.68, with one more buffer set; (1, 2, 2): 24.58; (1, 1, 2): 30.77. The DMA
+        path with the softmax a step behind: 39.15-43.84 against 39.50, so it stays."""
+        if self.by_dma or self.ahead < 3:
+            return {"S": 0, "M": 0, "T": 0 if self.by_dma else self.ahead, "V": self.ahead}
+        return {"S": 0, "M": 1, "T": self.ahead - 1, "V": self.ahead}
 
     def step(self, u: int, base: ir.Term | None = None) -> list[Stmt]:
         """Step `base + u` (base: the loop's first step, a multiple of ahead + 1): each part of the tile it runs,
-        those of tiles that exist; DMA transposes right after the softmax of their tile, PE transposes before it."""
-        order = "SMTV" if self.by_dma else "STMV"
+        those of tiles that exist; the softmax before the transposes (of an older tile) unless both run in the
+        same step on the PE path (1 ahead), where TensorE's transposes of the tile before come first."""
+        lags = self.lags()
+        order = "SMTV" if self.by_dma or lags["M"] else "STMV"
         out: list[Stmt] = []
         for k in order:
-            t = u - self.lags()[k]
+            t = u - lags[k]
             if base is None and not 0 <= t < self.NQ:
                 continue
             out += self.part(a(t * P) if base is None else a(base, t * P), t % (self.ahead + 1), k)
