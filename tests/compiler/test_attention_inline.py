@@ -6,7 +6,7 @@ dtypes reaches the fused head (build_attention.py) through operand_split's f32 w
   * O f32 with V bf16 converted by the user (`f32(V[t, d])`): P V in fp32, V converted on chip.
 
 Each kernel against a NumPy float64 formula with the program's roundings (and, in bf16, P's), at shapes of several
-query tiles and a part-full PSUM bank of keys; a causal mask (the op-by-op path: masked scores are no head) too."""
+query tiles and a part-full PSUM bank of keys; with a causal mask too (added on the scores' eviction)."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -114,12 +114,15 @@ def test_f32_inline_head_is_unchanged():
     assert_close(prog, got, formula(a, "f32", "f32"), "f32")
 
 
-@pytest.mark.parametrize("dt", ["f32", "bf16"])
-def test_causal_mask_inline_matches_numpy(dt):
-    prog, c, got, a = run(program(dt, 256, 256, 32, masked=True), dt, dt)
-    assert not head_built(c)  # (masked scores: op by op, f32 weights and V's f32 copy as operand_split makes them)
+# (S, T, D, dtype): f32 on the DMA path (3 tiles), bf16 on the PE path (1, 3 and 6 tiles: the loop of 5 steps once)
+@pytest.mark.parametrize("s, t, d, dt", [(384, 256, 32, "f32"), (128, 256, 32, "bf16"), (384, 256, 32, "bf16"),
+                                         (768, 128, 16, "bf16")], ids=lambda v: str(v))
+def test_causal_mask_inline_head_matches_numpy(s, t, d, dt):
+    prog, c, got, a = run(program(dt, s, t, d, masked=True), dt, dt)
+    assert head_built(c)  # the mask added on the scores' eviction, its rows loaded a step ahead
+    assert "Mk_rows" in c.source and "sc = nl.ndarray" not in c.source
     assert np.isfinite(got).all()
-    assert_close(prog, got, formula(a, dt, "f32"), dt)
+    assert_close(prog, got, formula(a, dt, dt), dt)
 
 
 def test_the_named_rounding_is_a_16_bit_sum_of_a_computed_factor_beside_a_read_of_its_dtype():

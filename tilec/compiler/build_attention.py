@@ -37,7 +37,7 @@ from typing import AbstractSet, Callable
 
 from tilec.compiler import ir
 from tilec.compiler.build_util import a, loop, sl, term
-from tilec.compiler.ir import Act, Alloc, Buf, Copy, Dma, Matmul, Reduce, Scalar, Stmt, Transpose, View, full
+from tilec.compiler.ir import Act, Alloc, Binary, Buf, Copy, Dma, Matmul, Reduce, Scalar, Stmt, Transpose, View, full
 from tilec.compiler.ops import ConvOp, EltwiseOp, ReduceOp
 from tilec.compiler.schedule import PMAX, PSUM_BANK, sbuf_budget
 from tilec.lang import syntax as sx
@@ -51,12 +51,21 @@ AHEAD_PE, AHEAD_DMA = 3, 2  # query tiles the P V of a tile runs behind its scor
 SBUF_SHARE = 0.6  # of the kernel's SBUF budget: Q_T, K_T, V and the tiles' buffers
 
 
-def _plain(op) -> bool:
+def _plain(op, masked: bool = False) -> bool:
+    """A plain matmul; with `masked`, also one whose initial value is a tensor read at its own element (an additive
+    mask, `sc[i, j] = Mk[i, j]` before `sc[i, j] += ...`: select_conv's residual)."""
     return (isinstance(op, ConvOp) and op.w_layout == "kc" and op.dim("N") == op.dim("H") == op.dim("Ho") == 1
             and op.dim("R") == op.dim("S") == 1 and op.dim("W") == op.dim("Wo") and op.bias is None
-            and not op.relu and op.pool is None and not op.fused and op.residual is None and op.clamp is None
+            and not op.relu and op.pool is None and not op.fused and op.clamp is None
+            and (op.residual is None or masked and not op.residual_shared and not op.post_relu)
             and op.groups == 1 and op.w_relu is None and op.scale > 0.0 and not op.epilogue and not op.w_batch
             and op.out == op.name)
+
+
+def raw_scale(s: ConvOp) -> float:
+    """The factor the stored scores are of the matmul's raw sums, as the exponent sees them: with a mask the
+    eviction applies the scale (sc = scale * sums + mask, stored), else the exponent does (`exponent`)."""
+    return 1.0 if s.residual is not None else s.scale
 
 
 def linear(e: sx.Expr, x: str, y: str) -> tuple[float, float, float] | None:
@@ -168,13 +177,13 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
         return "not six ops from the scores on (sc, its row max, exp, row sum, P V, the division)"
     six, cv = head(ops, i)
     s, m, e, z, o, fin = six
-    if not (_plain(s) and _plain(o) and type(m) is ReduceOp and type(z) is ReduceOp and isinstance(e, EltwiseOp)
+    if not (_plain(s, masked=True) and _plain(o) and type(m) is ReduceOp and type(z) is ReduceOp and isinstance(e, EltwiseOp)
             and isinstance(fin, EltwiseOp)):
         return "not matmul -> row max -> exp -> row sum -> matmul -> division"
     if (m.src, m.op, m.init, m.scale, m.expr) != (s.out, "maximum", float("-inf"), 1.0, None) or \
             (z.src, z.op, z.init, z.scale, z.expr) != (e.out, "add", 0.0, 1.0, None):
         return "the row reductions are not max(sc) and sum(e)"
-    if e.inputs != (s.out,) or e.columns != (m.out,) or e.rows or e.copy or exponent(e, s.out, m.out, s.scale) is None:
+    if e.inputs != (s.out,) or e.columns != (m.out,) or e.rows or e.copy or exponent(e, s.out, m.out, raw_scale(s)) is None:
         return "e is not exp of a linear form of sc and its row max"
     if o.w != e.out or o.x_transposed or fin.inputs != (o.out,) or fin.columns != (z.out,) or fin.rows or \
             not _division(fin, o.out, z.out):
@@ -226,12 +235,14 @@ def plan(ops: tuple, hbm: dict[str, Buf], cv: EltwiseOp | None = None) -> tuple[
     pe = NK * (P + fixed) * ft / ghz
     dma = NK * P * P * ie / (prm["dma_engines"] * prm["dma_engine_bw"] * prm["dma_transpose_sbuf_factor"])
     by_dma = max(matmuls, dma) < matmuls + pe
-    rows = W * (ITEM[hbm[s.out].dtype] + 2 * ie) + 16  # sc, e and P^T of one tile, its columns
+    masked = s.residual is not None
+    rows = W * (ITEM[hbm[s.out].dtype] + 2 * ie + (ITEM[hbm[s.residual].dtype] if masked else 0)) + 16  # sc, e,
+    # P^T (and the mask) of one tile, its columns
     v_bytes = NK * Dv * (ITEM[hbm[source(o, cv)].dtype] + (ie if cv is not None and ie == 4 else 0))
     fixed_bytes = K * ITEM[hbm[s.w].dtype] + W * ITEM[hbm[s.x].dtype] + v_bytes  # Q_T K_T V (and V's f32 copy)
     budget = SBUF_SHARE * sbuf_budget(get_target())
     for ahead in ((AHEAD_DMA, 1) if by_dma else (AHEAD_PE, 1)):
-        if fixed_bytes + (ahead + 1) * rows <= budget:
+        if fixed_bytes + (ahead + 1 + masked) * rows <= budget:  # (a mask's load one step earlier: a set more)
             return by_dma, ahead
     return None
 
@@ -252,11 +263,13 @@ class HeadBuilder:
         self.hbm, self.fresh = hbm, fresh
         self.K, self.W, self.C, self.Dv = self.s.dim("K"), self.s.dim("W"), self.s.dim("C"), self.o.dim("W")
         self.NQ, self.NK = self.K // P, self.W // P
-        self.a, self.b, self.c = exponent(self.e, self.s.out, self.m.out, self.s.scale) or (1.0, -1.0, 0.0)
+        self.a, self.b, self.c = exponent(self.e, self.s.out, self.m.out, raw_scale(self.s)) or (1.0, -1.0, 0.0)
         self.qt, self.kb = fresh("q_p"), fresh("k_b")
         self.row, self.par = a(0), 0
         self.views: list[Stmt] = []  # HBM reshapes, first in the kernel
-        self.by_dma, self.ahead = plan(ops, hbm, cv) or (False, AHEAD_PE)
+        self.by_dma, self.depth = plan(ops, hbm, cv) or (False, AHEAD_PE)
+        self.mask = self.s.residual  # an additive mask, loaded a step before its tile's scores
+        self.ahead = self.depth + (self.mask is not None)
 
     def buf(self, base: str, memory: str, dtype: str, shape: tuple[int, ...]) -> Buf:
         return Buf(self.fresh(base + (f"_{self.par + 1}" if self.par else "")), memory, dtype, shape)
@@ -319,16 +332,21 @@ class HeadBuilder:
         model, attn_full_bf16 S = 1024 run: 28.11 us with everything but P^T and P V in one step (1 ahead),
         22.32 here; lags (1, 3, 4): 21.68, with one more buffer set; (1, 2, 2): 24.58; (1, 1, 2): 30.77. The DMA
         path with the softmax a step behind: 39.15-43.84 against 39.50, so it stays."""
-        if self.by_dma or self.ahead < 3:
-            return {"S": 0, "M": 0, "T": 0 if self.by_dma else self.ahead, "V": self.ahead}
-        return {"S": 0, "M": 1, "T": self.ahead - 1, "V": self.ahead}
+        d = self.depth
+        if self.by_dma or d < 3:
+            lags = {"S": 0, "M": 0, "T": 0 if self.by_dma else d, "V": d}
+        else:
+            lags = {"S": 0, "M": 1, "T": d - 1, "V": d}
+        if self.mask is None:
+            return lags
+        return {"L": 0, **{k: v + 1 for k, v in lags.items()}}  # L: the mask's rows loaded a step before the scores
 
     def step(self, u: int, base: ir.Term | None = None) -> list[Stmt]:
         """Step `base + u` (base: the loop's first step, a multiple of ahead + 1): each part of the tile it runs,
         those of tiles that exist; the softmax before the transposes (of an older tile) unless both run in the
         same step on the PE path (1 ahead), where TensorE's transposes of the tile before come first."""
         lags = self.lags()
-        order = "SMTV" if self.by_dma or lags["M"] else "STMV"
+        order = "L" * (self.mask is not None) + ("SMTV" if self.by_dma or lags["M"] > lags["S"] else "STMV")
         out: list[Stmt] = []
         for k in order:
             t = u - lags[k]
@@ -341,7 +359,7 @@ class HeadBuilder:
         """Steps of the query tile whose rows start at `row` (`par` names its buffers): S scores, M softmax,
         T P^T, V P V and the store."""
         self.row, self.par = row, par
-        made = {"S": self.scores, "M": self.softmax, "T": self.turned, "V": self.values}
+        made = {"L": self.mask_rows, "S": self.scores, "M": self.softmax, "T": self.turned, "V": self.values}
         return [st for k in steps for st in made[k]()]
 
     def blocks(self, t: str, n: int, cols: int) -> View:
@@ -365,7 +383,9 @@ class HeadBuilder:
             self.group -= 1
         self.tp = [] if self.by_dma else [Buf(self.fresh(f"{self.e.out}_tp{g}"), "psum", dt, (P, self.group, P))
                                           for g in range(min(2, self.NK // self.group))]
-        self.o_ps = [Buf(self.fresh(f"{self.o.out}_ps{h}"), "psum", "f32", (P, self.Dv)) for h in range(self.ahead + 1)]
+        banks = get_target().psum_banks
+        sums = min(self.ahead + 1, banks - len(self.sc_ps) - len(self.tp))  # (a tile's P V: o_ps[par % sums])
+        self.o_ps = [Buf(self.fresh(f"{self.o.out}_ps{h}"), "psum", "f32", (P, self.Dv)) for h in range(sums)]
         return [Alloc(b, line=line) for b in self.sc_ps + self.tp + self.o_ps]
 
     def operands(self) -> list[Stmt]:
@@ -388,17 +408,29 @@ class HeadBuilder:
         first = min(self.NK, PSUM_F32 // P)
         return out + k[:first] + q[:1] + k[first:] + q[1:]
 
+    @property
+    def mask_tile(self) -> Buf:
+        return self.buf(f"{self.mask}_rows", "sbuf", self.dtype(str(self.mask)), (P, self.W))
+
+    def mask_rows(self) -> list[Stmt]:
+        """The mask's rows of this query tile, loaded a step before its scores (their eviction adds them)."""
+        rows = View(self.hbm[str(self.mask)], (sl(self.row, P), full(self.W)))
+        return [Alloc(self.mask_tile, line=self.s.line), Dma(ir.whole(self.mask_tile), rows, self.s.line)]
+
     def scores(self) -> list[Stmt]:
-        """sc_rows = this query tile's scores, a PSUM bank of 512 columns at a time, evicted by ScalarE."""
+        """sc_rows = this query tile's scores, a PSUM bank of 512 columns at a time, evicted by ScalarE; with a mask
+        by VectorE, scale * sums + mask in one instruction (scalar_tensor_tensor), as the program stores sc."""
         s, line = self.s, self.s.line
         out: list[Stmt] = [Alloc(self.sc, line=line)]
         width = self.sc_ps[0].shape[1]
         for c, j0 in enumerate(range(0, self.W, width)):
             n = min(width, self.W - j0)  # the last bank may be part full (SK = 640: 512 + 128)
             acc = View(self.sc_ps[c % len(self.sc_ps)], (full(P), sl(0, n)))
+            dst = View(self.sc, (full(P), sl(j0, n)))
             out += [Matmul(acc, View(self.q_t, (full(self.C), sl(self.row, P))),
                            View(self.k_t, (full(self.C), sl(j0, n))), line, start=True),
-                    Act(View(self.sc, (full(P), sl(j0, n))), acc, "copy", line=line)]
+                    Act(dst, acc, "copy", line=line) if self.mask is None else
+                    Binary(dst, acc, View(self.mask_tile, (full(P), sl(j0, n))), "add", line, scale0=s.scale)]
         return out
 
     def softmax(self) -> list[Stmt]:
@@ -454,7 +486,7 @@ class HeadBuilder:
     def values(self) -> list[Stmt]:
         """O_ps = e_rows @ V over the key blocks in one PSUM bank, divided by z on the eviction, stored."""
         o, fin = self.o, self.fin
-        acc = self.o_ps[self.par]
+        acc = self.o_ps[self.par % len(self.o_ps)]
         kb = self.kb
 
         def mm(k: ir.Aff, start: bool) -> Matmul:
