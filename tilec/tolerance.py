@@ -16,7 +16,7 @@ they differ only by
     per element by a forward error analysis that the reference evaluator runs on the program's own values.
   * a sum's computed factor beside a 16-bit read, in a sum rounded to that same dtype (`O[i, d] += exp(S[i, t] -
     m[i]) / z[i] * V[t, d]`, O and V bf16): a kernel may carry the factor in that dtype, as TensorE multiplies
-    operands of one dtype (the attention head's P in V's bf16, build_attention.weights): one spacing of the
+    operands of one dtype (the attention head's P in V's bf16, attention_find.weights): one spacing of the
     factor per term (`rounded_operand`), whose sum is of the order of the output's own rounding when the terms do
     not cancel.
 A wrong tile, tap or offset gives errors of the order of the values themselves, far above this.
