@@ -13,43 +13,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tilec.compiler.api import compile_loaded, explain
+from compiler_helpers import inline_attention as program
+from tilec.compiler.api import compile_loaded
 from tilec.lang import api as lang
 from tilec.lang import syntax as sx
 from tilec.tolerance import max_error, mismatches, program_budget, rounded_operand, scale_of, tolerance
 
-INLINE = """\
-kernel attn(Q: {dt}[S, D], K: {dt}[T, D], V: {dt}[T, D]{mask}) -> O
-  default S = {s}, T = {t}, D = {d}
-  sc: {inner}[S, T]
-  m: {inner}[S]
-  z: {inner}[S]
-  O: {inner}[S, D]
-  for i in 0..S, j in 0..T:
-    sc[i, j] = {init}
-    for d in 0..D:
-      sc[i, j] += Q[i, d] * K[j, d] * 0.125
-  for i in 0..S:
-    m[i] = -inf
-    for j in 0..T:
-      m[i] max= sc[i, j]
-  for i in 0..S:
-    z[i] = 0
-    for j in 0..T:
-      z[i] += exp(sc[i, j] - m[i])
-  for i in 0..S, d in 0..D:
-    O[i, d] = 0
-    for j in 0..T:
-      O[i, d] += exp(sc[i, j] - m[i]) / z[i] * {vread}
-"""
 NUMPY = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}
-
-
-def program(dt: str, s: int, t: int, d: int, inner: str | None = None, masked: bool = False) -> str:
-    inner = inner or dt
-    vread = "f32(V[j, d])" if inner != dt else "V[j, d]"
-    return INLINE.format(dt=dt, inner=inner, s=s, t=t, d=d, vread=vread, mask=f", Mk: {inner}[S, T]" if masked else "",
-                         init="Mk[i, j]" if masked else "0")
 
 
 def rnd(x, dt: str) -> np.ndarray:
