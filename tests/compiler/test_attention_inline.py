@@ -115,3 +115,10 @@ kernel k(A: bf16[N, N], B: bf16[N, N], F: f32[N, N]) -> O
     assert stmt("exp(A[i, t]) * B[t, j]") == "bf16"
     assert stmt("A[i, t] * B[t, j]") is None  # both plain reads: nothing rounded
     assert stmt("exp(f32(A[i, t])) * F[t, j]", "f32") is None  # an f32 sum: no 16-bit operand rounding
+
+
+def test_a_masked_bf16_head_is_planned_by_the_buffers_it_allocates():
+    # S = 1536: 4 deep, the steps written out around the loop allocated 231 KiB in straight-line code (rejected by the
+    # capacity check) though a set per tile in flight fitted; the plan measures the built head and goes 1 deep
+    c = compile_loaded(lang.load(program("bf16", 1536, 1536, 128, masked=True)), None, "0.6")
+    assert head_built(c) and "P V 1 tile behind" in c.source

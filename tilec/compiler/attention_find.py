@@ -16,7 +16,8 @@ PSUM_F32 = PSUM_BANK // 4  # fp32 columns of one PSUM bank
 OPS = 6
 ITEM = {"f32": 4, "bf16": 2, "f16": 2}
 AHEAD_PE, AHEAD_DMA = 3, 2  # query tiles the P V of a tile runs behind its scores (plan; PE falls back to 1)
-SBUF_SHARE = 0.6  # of the kernel's SBUF budget: Q_T, K_T, V and the tiles' buffers
+SBUF_SHARE = 0.6  # of the kernel's SBUF budget: Q_T, K_T, V and a buffer set per tile in flight
+HEAD_SHARE = 0.9  # of it: every buffer the head allocates, as the capacity check counts them (`built_peak`)
 
 
 def _plain(op, masked: bool = False) -> bool:
@@ -173,7 +174,7 @@ def why_not(ops: tuple, i: int, hbm: dict[str, Buf], scheduled: AbstractSet[str]
     if dt[s.w] != dt[s.x] or dt[e.out] != dt[o.x]:
         return "the operands of a matmul have different dtypes"
     if plan(six, hbm, cv) is None:
-        return f"the rows of 2 query tiles do not fit in {SBUF_SHARE} of the SBUF budget"
+        return "the buffers of 2 query tiles in flight do not fit the SBUF budget"
     return ""
 
 
@@ -204,15 +205,27 @@ def plan(ops: tuple, hbm: dict[str, Buf], cv: EltwiseOp | None = None) -> tuple[
     dma = NK * P * P * ie / (prm["dma_engines"] * prm["dma_engine_bw"] * prm["dma_transpose_sbuf_factor"])
     by_dma = max(matmuls, dma) < matmuls + pe
     masked = s.residual is not None
-    rows = W * (ITEM[hbm[s.out].dtype] + 2 * ie + (ITEM[hbm[s.residual].dtype] if masked else 0)) + 16  # sc, e,
-    # P^T (and the mask) of one tile, its columns
+    rows = W * (ITEM[hbm[s.out].dtype] + 2 * ie + (ITEM[hbm[s.residual].dtype] + 4 if masked else 0)) + 16  # sc,
+    # e, P^T (and the mask, the fp32 scaled scores it is added to) of one tile, its columns
     v_bytes = NK * Dv * (ITEM[hbm[source(o, cv)].dtype] + (ie if cv is not None and ie == 4 else 0))
     fixed_bytes = K * ITEM[hbm[s.w].dtype] + W * ITEM[hbm[s.x].dtype] + v_bytes  # Q_T K_T V (and V's f32 copy)
-    budget = SBUF_SHARE * sbuf_budget(get_target())
+    budget = sbuf_budget(get_target())
     for ahead in ((AHEAD_DMA, 1) if by_dma else (AHEAD_PE, 1)):
-        if fixed_bytes + (ahead + 1 + masked) * rows <= budget:  # (a mask's load one step earlier: a set more)
+        if fixed_bytes + (ahead + 1 + masked) * rows <= SBUF_SHARE * budget and \
+                built_peak(ops, hbm, cv, (by_dma, ahead)) <= HEAD_SHARE * budget:  # (a mask: one set more)
             return by_dma, ahead
     return None
+
+
+def built_peak(ops: tuple, hbm: dict[str, Buf], cv: EltwiseOp | None, choice: tuple[bool, int]) -> int:
+    """SBUF bytes per partition the head built with `choice` needs, as the capacity check counts them
+    (passes.peak_usage: the steps written out before and after the pipeline's loop allocate their tiles in
+    straight-line code, all counted; a masked bf16 head 4 deep at S = 1536, 11 such steps: 231 KiB)."""
+    from tilec.compiler.build_attention import HeadBuilder  # late: the builder reads this module
+    from tilec.compiler.passes import peak_usage
+    count = iter(range(1 << 30))
+    body = HeadBuilder(ops, hbm, lambda base: f"{base}_{next(count)}", cv, choice).build()
+    return peak_usage(tuple(body))[0]
 
 
 def _division(fin: EltwiseOp, acc: str, z: str) -> bool:

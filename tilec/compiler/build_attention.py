@@ -54,7 +54,7 @@ __all__ = ["OPS", "build_head", "note", "refusals", "span"]  # (span, refusals: 
 
 class HeadBuilder:
     def __init__(self, ops: tuple, hbm: dict[str, Buf], fresh: Callable[[str], str],
-                 cv: EltwiseOp | None = None) -> None:
+                 cv: EltwiseOp | None = None, choice: tuple[bool, int] | None = None) -> None:
         self.s, self.m, self.e, self.z, self.o, self.fin = ops
         self.cv, self.pdt = cv, weights(self.e, self.o, hbm, cv)
         self.hbm, self.fresh = hbm, fresh
@@ -64,7 +64,7 @@ class HeadBuilder:
         self.qt, self.kb = fresh("q_p"), fresh("k_b")
         self.row, self.par = a(0), 0
         self.views: list[Stmt] = []  # HBM reshapes, first in the kernel
-        self.by_dma, self.depth = plan(ops, hbm, cv) or (False, AHEAD_PE)
+        self.by_dma, self.depth = choice or plan(ops, hbm, cv) or (False, AHEAD_PE)  # (choice: plan's trial)
         self.mask = self.s.residual  # an additive mask, loaded a step before its tile's scores
         self.ahead = self.depth + (self.mask is not None)
 
