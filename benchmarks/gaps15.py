@@ -61,6 +61,8 @@ REALISTIC: dict[str, dict[str, int]] = {
     "attn_full": {"S": 1024, "D": 128},
     "attn_inline": {"S": 1024, "D": 128},
     "attn_inline_bf16": {"S": 1024, "D": 128},
+    "attn_full_bf16": {"S": 1024, "D": 128},  # attn22: attn_full with every tensor bf16 (P declared bf16)
+    "attn_causal_bf16": {"S": 1024, "D": 128},  # attn22: attn_inline_bf16 with an additive (causal) mask
     "cross_entropy": {"M": 4096, "N": 1024},
     "bn_mean": {"N": 32, "C": 256, "H": 56, "W": 56},
     "transpose3d_relu": {"B": 8, "M": 1024, "N": 1024},

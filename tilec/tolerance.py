@@ -14,6 +14,11 @@ they differ only by
     the program's values give it: a mean's ulp is multiplied by rsqrt(var + eps) in a layernorm of near-equal
     values, a conv's large f16 intermediate is averaged into a smaller output. `error_bounds` computes this gain
     per element by a forward error analysis that the reference evaluator runs on the program's own values.
+  * a sum's computed factor beside a 16-bit read, in a sum rounded to that same dtype (`O[i, d] += exp(S[i, t] -
+    m[i]) / z[i] * V[t, d]`, O and V bf16): a kernel may carry the factor in that dtype, as TensorE multiplies
+    operands of one dtype (the attention head's P in V's bf16, attention_find.weights): one spacing of the
+    factor per term (`rounded_operand`), whose sum is of the order of the output's own rounding when the terms do
+    not cancel.
 A wrong tile, tap or offset gives errors of the order of the values themselves, far above this.
 """
 from __future__ import annotations
@@ -46,6 +51,21 @@ def tolerance(out_dtype: object, acc_len: int = 1, scale: float = 1.0, inter_dty
     inter_u = unit_roundoff(inter_dtype) if inter_dtype is not None else 0.0
     rel = 2.0 * out_u + (2.0 * inter_u if inter_u > out_u else 0.0) + 2.0 * (max(1, acc_len) + 4) * UNIT["f32"]
     return max(1.0, scale) * rel
+
+
+def rounded_operand(stmt, dtypes: dict[str, str]) -> str | None:
+    """The 16-bit dtype a kernel may round the computed factors of `stmt`'s terms to (see the module's text): a `+=`
+    into a tensor of that dtype whose term multiplies a plain read of a tensor of that dtype by a factor that is
+    not a plain read; else None."""
+    from tilec.lang import syntax as sx
+
+    narrow = dtypes.get(stmt.target.tensor)
+    if stmt.op != "+=" or narrow not in ("f16", "bf16"):
+        return None
+    factors = _factors(stmt.value, sx)
+    plain = [f for f in factors if isinstance(f, sx.Access)]
+    computed = [f for f in factors if not isinstance(f, (sx.Access, sx.Num, sx.Name))]
+    return narrow if computed and any(dtypes.get(f.tensor) == narrow for f in plain) else None
 
 
 def max_error(got: np.ndarray, want: np.ndarray) -> float:
@@ -125,6 +145,7 @@ def program_budget(program) -> dict[str, tuple[int, str | None]]:
             inter = narrower(inter, dtypes.get(target))
             for dtype in conversions(stmt.value):  # so may its f16(..)/bf16(..) conversions
                 inter = narrower(inter, dtype)
+        inter = narrower(inter, rounded_operand(stmt, dtypes))
         narrow[target] = narrower(narrow.get(target), inter)
 
     for stmt in program.kernel.body:
@@ -428,6 +449,9 @@ class _Analysis:
         if stmt.op == "+=":
             indexed = set().union(*(_names(i) for i in indices)) if indices else set()
             terms = self.sum_terms(stmt.value, math.prod(n for v, n in loops if v not in indexed)) or [self.num(0)]
+            narrow = rounded_operand(stmt, self.dtypes)
+            if narrow is not None:  # its computed factors carried in `narrow`: one spacing of them per term
+                terms.append(self.mul(self.num(2.0 * UNIT[narrow]), *map(self.absolute, _factors(stmt.value, sx))))
             op = "+="
         elif stmt.op == "=":  # the error of the value, and of its rounding to the target's dtype
             err = self.d(stmt.value)

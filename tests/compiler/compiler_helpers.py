@@ -167,3 +167,38 @@ def assert_formula_matches(compiled: Compiled, formula, label: str, seed: int = 
         tol = tolerance(out_dtype, acc_len, scale_of(expected), inter)
         err = max_error(np.asarray(got[out], np.float64), expected)
         assert err <= tol, f"{label}: max |kernel - NumPy| {err:.3g} > tolerance {tol:.3g}"
+
+
+INLINE = """\
+kernel attn(Q: {dt}[S, D], K: {dt}[T, D], V: {dt}[T, D]{mask}) -> O
+  default S = {s}, T = {t}, D = {d}
+  sc: {inner}[S, T]
+  m: {inner}[S]
+  z: {inner}[S]
+  O: {inner}[S, D]
+  for i in 0..S, j in 0..T:
+    sc[i, j] = {init}
+    for d in 0..D:
+      sc[i, j] += Q[i, d] * K[j, d] * 0.125
+  for i in 0..S:
+    m[i] = -inf
+    for j in 0..T:
+      m[i] max= sc[i, j]
+  for i in 0..S:
+    z[i] = 0
+    for j in 0..T:
+      z[i] += exp(sc[i, j] - m[i])
+  for i in 0..S, d in 0..D:
+    O[i, d] = 0
+    for j in 0..T:
+      O[i, d] += exp(sc[i, j] - m[i]) / z[i] * {vread}
+"""
+
+
+def inline_attention(dt: str, s: int, t: int, d: int, inner: str | None = None, masked: bool = False) -> str:
+    """One attention head written inline (the normalisation inside P V's sum) with inputs in dt, the rest in
+    `inner` (then V read as `f32(V[j, d])`), the scores started from a mask Mk when `masked`."""
+    inner = inner or dt
+    vread = "f32(V[j, d])" if inner != dt else "V[j, d]"
+    return INLINE.format(dt=dt, inner=inner, s=s, t=t, d=d, vread=vread, mask=f", Mk: {inner}[S, T]" if masked else "",
+                         init="Mk[i, j]" if masked else "0")

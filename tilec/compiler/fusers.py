@@ -83,8 +83,8 @@ def _attention(s: Site, i: int) -> Fused | None:
                                       s.scheduled, s.outputs, placement.reads)
     if head is None:
         return None
-    last = s.ops[i + build_attention.OPS - 1]
-    span = range(i, i + build_attention.OPS)
+    span = range(i, i + build_attention.span(s.ops, i))
+    last = s.ops[span[-1]]
     return Fused("attention head", {last.out}, head, last.out, frozenset(span), [s.ops[j].name for j in span])
 
 

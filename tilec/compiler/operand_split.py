@@ -297,9 +297,11 @@ def _f32_read(e: sx.Expr, program) -> bool:
 
 
 def _exact(e: sx.Expr, program) -> sx.Expr:
-    """`f32(B[k, j])` for a plain 16-bit operand copied beside an f32 temporary (exact), else e."""
-    converted = isinstance(e, sx.Call) and e.fn == "f32"
-    return sx.Call("f32", (e,), e.span) if _plain(e, program) and not converted else e
+    """`f32(B[k, j])` for a plain 16-bit operand copied beside an f32 temporary (exact; as the user wrote it when it
+    is that conversion already), else e."""
+    if isinstance(e, sx.Call) and e.fn == "f32":
+        return e
+    return sx.Call("f32", (e,), e.span) if _plain(e, program) else e
 
 
 def _at_loop_variables(e: sx.Expr) -> bool:
