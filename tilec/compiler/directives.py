@@ -14,8 +14,8 @@ from tilec.compiler import build_mlp, directives_reduce
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
-                                     eltwise_free, eltwise_loop, eltwise_trips, fmt_arg, fmt_directive, sbuf_budget,
-                                     var_of)
+                                     eltwise_free, eltwise_loop, eltwise_trips, fmt_arg, fmt_directive, row_free,
+                                     rows_per_outer, sbuf_budget, var_of)
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp
 from tilec.compiler.placement import chain_consumer, chain_reason, hbm_reason, kind, reads
 from tilec.errors import TilecError
@@ -89,6 +89,13 @@ def _div(d: sx.Directive, value: int, extent: int, what: str, layout: str = "") 
                   f"use a divisor of {extent}: {', '.join(map(str, divisors(extent)[:12]))}")
 
 
+def _whole_rows(op: EltwiseOp, plan: EltwisePlan, n: int) -> bool:
+    """Whether tiles n wide keep broadcast rows copied whole (schedule.row_free): then they need not fit the one
+    PSUM bank a row tile goes through (the default plan's 1024-wide tiles of `X + b[j]`)."""
+    P = op.dim("P")
+    return row_free(op.dim("F"), n, len(op.rows), rows_per_outer(op), P % min(plan.parts, P) != 0) == n
+
+
 def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     """`tile conv.k, 64`: the tile size of one loop. Before/after, verbatim from its golden
     (golden excerpt: tests/golden/compiler/directives/tile.txt):
@@ -112,7 +119,7 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         if n > free:  # (a tile that does not divide them is ragged: whole tiles and a smaller last one)
             raise bad(d, f"a tile of {n} elements is wider than the {free} each partition holds (the data is laid "
                          f"out as {plan.parts} partitions x {free} elements each)", f"use at most {free}")
-        if op.rows and n > MOVING_FMAX:
+        if op.rows and n > MOVING_FMAX and not _whole_rows(op, plan, n):
             raise bad(d, f"a tile of {n} elements is wider than the {MOVING_FMAX} columns one matmul broadcasts "
                          f"{', '.join(op.rows)} across the partitions", f"use at most {MOVING_FMAX}")
         return replace(plan, free=n)
@@ -422,7 +429,10 @@ def _reorder_broadcast(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive) -> Elt
 
 
 def _full_order(order: tuple[str, ...], group: tuple[str, ...]) -> tuple[str, ...]:
-    return order + tuple(r for r in group if r not in order)
+    """The group's roles with the ones `order` names in its order, the others where they were (a depthwise conv has
+    no `c` loop: `reorder Y, r, s` keeps c first, as the default plan has it, so the default is pasted back)."""
+    named = iter(order)
+    return tuple(next(named) if r in order else r for r in group)
 
 
 def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
@@ -790,6 +800,9 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
     if not isinstance(first, sx.Ref):
         raise bad(d, f"`{d.name}` needs a computation or tensor name first")
     name = first.parts[0]
+    conv = operand_of(d, ops, name)
+    if conv is not None:
+        return conv
     for op in ops:
         owned = {op.name, op.out} | set(getattr(op, "fused", ())) | {getattr(op, "w", None), getattr(op, "x", None)}
         if name in owned:
@@ -807,6 +820,17 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
 
     raise bad(first, f"no computation or schedulable tensor named `{name}`",
               f"computations: {'; '.join(names(op) for op in ops)}")
+
+
+def operand_of(d: sx.Directive, ops: tuple[Op, ...], name: str) -> Op | None:
+    """The conv of `hoist X, conv.k` / `split Wt, conv.c` when X is its operand: the second argument names the
+    conv, and X may also be the output of an earlier op (a copy or a temporary a rewrite made, `Q_h`, `z_terms`),
+    which the directive is not about."""
+    at = d.args[1] if len(d.args) > 1 else None
+    if not isinstance(at, sx.Ref) or len(at.parts) != 2:
+        return None
+    return next((op for op in ops if isinstance(op, ConvOp) and op.name == at.parts[0] and name in (op.x, op.w)),
+                None)
 
 
 def setting(d: sx.Directive) -> tuple:

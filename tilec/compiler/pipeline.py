@@ -31,7 +31,7 @@ from tilec.compiler import nest as level_a
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.tensorize import match
-from tilec.compiler.directives import ChainChoice, apply_schedule, op_for, to_hbm
+from tilec.compiler.directives import ChainChoice, apply_schedule, op_for, operand_of, to_hbm
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_plan, default_transpose,
                                      plan_directives, print_plans, print_schedule)
@@ -133,15 +133,15 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
         plans = apply_schedule(ops, tuple(directives), dtypes, tgt)
     except ChainChoice as e:
         raise _kept_on_chip(e, *given, tgt) from None
-    stages["schedule"] = _unit_columns(program, ops, plans, _depthwise_plans(program, ops, plans,
-                                                                             print_plans(ops, plans)))
+    stages["schedule"] = ""  # (printed below, once the fused parts are known: the stages keep this order)
+    planned = (ops, plans)
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
     unfused = tuple(op.name for op, plan in zip(ops, plans) if isinstance(op, ConvOp) and op.pool and
                     isinstance(plan, ConvPlan) and not plan.fused)
     ops, plans = unfuse(ops, plans, program)
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
-    scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
+    scheduled = {_named_op(d, ops) for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
     # `buffers X, 1` of an element-wise statement's operand: the statement is scheduled by its plan (no row chain)
     scheduled |= {op.name for d in directives if d.name == "buffers" for op in (op_for(d, ops),)
                   if type(op) in (EltwiseOp, ReduceOp, ColumnReduceOp)}
@@ -184,6 +184,9 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the target's limits)
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
     doc = _doc_lines(program, ops, plans, chains, tgt)
+    fused = {name for c in chains for name in c.members} | _chained_pools(ops, choices)
+    stages["schedule"] = _unit_columns(program, *planned, _depthwise_plans(program, *planned,
+                                                                          print_plans(*planned, fused)))
     stages["schedule"] += "".join(fusers.chain_note(c, ops, program, tgt) + "\n" for c in chains)
     stages["schedule"] += build_mbblock.refusals(program, ops, scheduled, chains, tgt, placement.reads)
     stages["schedule"] += build_attention.refusals(program, ops, scheduled, chains, placement.reads)
@@ -192,6 +195,21 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     placed = tuple((c.tensor, c.on_chip, c.why) for c in choices.values())
     return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(chains), unfused, placed)
+
+
+def _chained_pools(ops: tuple, choices: dict) -> set[str]:
+    """The pools a conv -> pool chain builds with their conv (placement.pool_choice): a directive of their own
+    would build them alone, so explain prints their plans as comments."""
+    return {ops[c.producer + 1].name for c in choices.values() if c.on_chip and isinstance(ops[c.producer + 1], PoolOp)}
+
+
+def _named_op(d: sx.Directive, ops: tuple) -> str:
+    """The name a directive schedules: its first argument, or the conv of `hoist X, conv.k` whose operand X is
+    (X's own producer, a copy or a fused temporary, stays as the default builds it)."""
+    first = d.args[0]
+    assert isinstance(first, sx.Ref)  # (the caller takes directives naming something first)
+    conv = operand_of(d, ops, first.parts[0])
+    return first.parts[0] if conv is None else conv.name
 
 
 def _depthwise_plans(program, ops: tuple, plans: tuple, printed: str) -> str:
