@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from tilec.compiler import build_mlp, directives_reduce
 from tilec.compiler.primitives import UNROLL_MAX
@@ -921,5 +921,15 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
         if d.name in ("compute_at", "place"):
             plans[op.name] = apply_fusion(op, plans[op.name], d, sbuf, ops, dtypes)
         else:
-            plans[op.name] = APPLY[d.name](op, plans[op.name], d)
+            plans[op.name] = _kept(plans[op.name], APPLY[d.name](op, plans[op.name], d))
     return tuple(plans[op.name] for op in ops)
+
+
+def _kept(old: Plan, new: Plan) -> Plan:
+    """`new` with the fields a directive left equal taken from `old`: a default's sizes remember how they were
+    computed (named.py: a pool's band `16384 // (2 * SIZE_W * 4)`), so the default plan written back as directives
+    (`tilec explain`'s schedule, pasted back) prints the same kernel."""
+    if type(old) is not type(new):
+        return new
+    same = {f.name: getattr(old, f.name) for f in fields(old) if getattr(old, f.name) == getattr(new, f.name)}
+    return replace(new, **same)

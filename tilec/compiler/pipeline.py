@@ -110,7 +110,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     given = (program, directives)
     program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
     program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
-    program = source_rewrites(program)  # statements no rule maps, as ordinary ones over temporaries (rewrites.py)
+    program = source_rewrites(program, tuple(directives))  # statements no rule maps, as ordinary ones over temporaries (rewrites.py)
     reject_unsupported(program.kernel)  # constructs only the reference evaluator runs yet (unsupported.py)
     program = name_sizes(program)  # sizes that remember their names: `SIZE_K // TILE_K` trip counts (named.py)
     tgt = get_target(target)
