@@ -827,8 +827,8 @@ def operand_of(d: sx.Directive, ops: tuple[Op, ...], name: str) -> Op | None:
     conv, and X may also be the output of an earlier op (a copy or a temporary a rewrite made, `Q_h`, `z_terms`),
     which the directive is not about."""
     at = d.args[1] if len(d.args) > 1 else None
-    if not isinstance(at, sx.Ref) or len(at.parts) != 2:
-        return None
+    if d.name not in ("hoist", "split") or not isinstance(at, sx.Ref) or len(at.parts) != 2:
+        return None  # (`compute_at T, Y.y` names T's consumer second: T is the op it is about)
     return next((op for op in ops if isinstance(op, ConvOp) and op.name == at.parts[0] and name in (op.x, op.w)),
                 None)
 
