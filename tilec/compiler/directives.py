@@ -520,6 +520,16 @@ class ChainChoice(TilecError):
         self.directive = d
 
 
+class SharedTiles(TilecError):
+    """`buffers X, n` of X several statements read: which statement's tiles is not said. The pipeline compiles
+    without the directive to say whether a fused part loads X once for all of them (pipeline._shared_tiles)."""
+
+    def __init__(self, message: str, span, hint: str, readers: tuple[Op, ...], d: sx.Directive) -> None:
+        super().__init__(message, span, hint)
+        self.readers = readers
+        self.directive = d
+
+
 def _not_fusable(op: Op, d: sx.Directive, ops: tuple) -> TilecError:
     """Why `compute_at`/`place` of this op is refused: nothing reads it, or it has several readers (the element-wise
     producer of ONE reader is inlined into it before selection: compute_at.py)."""
@@ -811,8 +821,8 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
     if d.name == "buffers" and len(readers) == 1:
         return readers[0]  # the tiles of an operand of one statement (apply_buffers)
     if d.name == "buffers" and readers:
-        raise bad(first, f"{name} is read by {' and '.join(op.name for op in readers)}: `buffers` sets the tiles of "
-                         "one statement's operand", "remove the directive")
+        raise SharedTiles(f"{name} is read by {' and '.join(op.name for op in readers)}: `buffers` sets the tiles of "
+                          "one statement's operand", first.span, "remove the directive", tuple(readers), d)
 
     def names(op: Op) -> str:  # the names a directive may start with, for the hint
         tensors = [t for t in (getattr(op, "x", None), getattr(op, "w", None), op.out) if t and t != op.name]

@@ -31,7 +31,8 @@ from tilec.compiler import nest as level_a
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.tensorize import match
-from tilec.compiler.directives import ChainChoice, apply_schedule, op_for, operand_of, to_hbm
+from tilec.compiler.directives import (ChainChoice, SharedTiles, apply_schedule, op_for, operand_of,
+                                       to_hbm)
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_plan, default_transpose,
                                      plan_directives, print_plans, print_schedule)
@@ -133,6 +134,8 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
         plans = apply_schedule(ops, tuple(directives), dtypes, tgt)
     except ChainChoice as e:
         raise _kept_on_chip(e, *given, tgt) from None
+    except SharedTiles as e:
+        raise _shared_tiles(e, *given, tgt) from None
     stages["schedule"] = ""  # (printed below, once the fused parts are known: the stages keep this order)
     planned = (ops, plans)
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
@@ -532,6 +535,26 @@ def _kept_on_chip(e: ChainChoice, program, directives: tuple, target: Target) ->
                       f"{', '.join(chain.members)} computes it per tile of its readers, so `{d.name}` would leave the "
                       "kernel as it is", d.span, f"remove the directive; `place {e.op.out}, hbm` builds {e.op.name} "
                                                  f"alone and stores {e.op.out}")
+
+
+def _shared_tiles(e: SharedTiles, program, directives: tuple, target: Target) -> TilecError:
+    """`buffers X, n` of X several statements read: when one fused part computes all of them, it loads each tile
+    of X once for all (its builder's buffers, no setting), which the refusal names; otherwise e stands."""
+    d = e.directive
+    others = tuple(x for x in directives if (x.name, x.args, x.span) != (d.name, d.args, d.span))
+    try:
+        chains = compile_program(program, others, None, target).chains
+    except TilecError:
+        return e  # (another directive is refused: the schedule's first error stands)
+    names = [op.name for op in e.readers]
+    chain = next((c for c in chains if set(names) <= set(c.members)), None)
+    if chain is None:
+        return e
+    x = d.args[0].parts[0] if isinstance(d.args[0], sx.Ref) else "?"
+    return TilecError(f"{x} is read by {' and '.join(names)}, which the {chain.kind} of {', '.join(chain.members)} "
+                      f"computes together from the tiles of {x} it loads: its tiles are that part's (no buffer "
+                      "setting), and `buffers` sets the tiles of one statement's operand", e.span,
+                      f"remove the directive; a statement reading {x} alone takes `buffers {x}, 1`")
 
 
 def _names(d: sx.Directive, op, ops: tuple) -> bool:
