@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from compiler_helpers import compile_example
 from test_core20_directives import compiled, matches
 from tilec.errors import TilecError
 
@@ -54,31 +55,10 @@ def test_hoist_of_an_operand_an_earlier_statement_writes():
     matches(c, lambda x: np.exp(x["A"]) @ x["B"])
 
 
-SOFTMAX = """kernel sm(X: f32[M, N]) -> Y
-  default M = {M}, N = {N}
-  m: f32[M]
-  e: f32[M, N]
-  s: f32[M]
-  Y: f32[M, N]
-  for i in 0..M:
-    m[i] = -inf
-    for j in 0..N:
-      m[i] max= X[i, j]
-  for i in 0..M, j in 0..N:
-    e[i, j] = exp(X[i, j] - m[i])
-  for i in 0..M:
-    s[i] = 0
-    for j in 0..N:
-      s[i] += e[i, j]
-  for i in 0..M, j in 0..N:
-    Y[i, j] = e[i, j] / s[i]
-"""
-
-
 @pytest.mark.parametrize("n", [1, 3])
 def test_buffers_of_an_operand_a_chain_reads_names_the_chain(n):
     """X is read by m and e, both in softmax's row chain: the refusal names the chain whose tiles they are."""
     with pytest.raises(TilecError) as err:
-        compiled(SOFTMAX, f"buffers X, {n}", M=256, N=64)
+        compile_example("softmax", {"M": 256, "N": 64}, schedule=f"buffers X, {n}")
     assert "X is read by m and e, which the row chain of m, e, s, Y computes together" in err.value.message
     assert err.value.span is not None and err.value.span.line == 1
