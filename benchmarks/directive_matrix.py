@@ -143,6 +143,7 @@ REASONS = (
     ("split: a broadcast layout's tiles are its DMAs", "a split of them is not compiled"),
     ("split: N tiles do not divide", "does not divide them"),
     ("split: not compiled for this kind", "cannot be split here"),
+    ("buffers: several statements of one fused part read it", "its tiles are that part's"),
     ("buffers: several statements read it", "`buffers` sets the tiles of one statement"),
     ("buffers: nothing multi-buffered", "has no multi-buffered input"),
     ("tile does not divide", "does not divide"),

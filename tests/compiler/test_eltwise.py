@@ -110,8 +110,10 @@ def test_row_broadcast_of_two_trailing_indices():
 
 
 def test_row_broadcast_tile_is_limited_to_one_psum_bank():
+    """Rows broadcast tile by tile (here: ragged partition tiles of 96 over 256 rows) go through one PSUM bank each;
+    rows copied whole once take the default's 768 (core24: `tile Y.j, 768` alone is the default plan)."""
     with pytest.raises(TilecError, match="wider than the 512 columns"):
-        compile_loaded(lang.load(ROW_AND_COLUMN), lang.parse_schedule("tile Y.j, 768\n", "<test>"))
+        compile_loaded(lang.load(ROW_AND_COLUMN), lang.parse_schedule("tile Y.i, 96\ntile Y.j, 768\n", "<test>"))
 
 
 CHAIN = """\

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from tilec.compiler import build_mlp, directives_reduce
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, ConvPlan, EltwisePlan,
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
-                                     eltwise_free, eltwise_loop, eltwise_trips, fmt_arg, fmt_directive, sbuf_budget,
-                                     var_of)
+                                     eltwise_free, eltwise_loop, eltwise_trips, fmt_arg, fmt_directive, row_free,
+                                     rows_per_outer, sbuf_budget, var_of)
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp
 from tilec.compiler.placement import chain_consumer, chain_reason, hbm_reason, kind, reads
 from tilec.errors import TilecError
@@ -89,6 +89,13 @@ def _div(d: sx.Directive, value: int, extent: int, what: str, layout: str = "") 
                   f"use a divisor of {extent}: {', '.join(map(str, divisors(extent)[:12]))}")
 
 
+def _whole_rows(op: EltwiseOp, plan: EltwisePlan, n: int) -> bool:
+    """Whether tiles n wide keep broadcast rows copied whole (schedule.row_free): then they need not fit the one
+    PSUM bank a row tile goes through (the default plan's 1024-wide tiles of `X + b[j]`)."""
+    P = op.dim("P")
+    return row_free(op.dim("F"), n, len(op.rows), rows_per_outer(op), P % min(plan.parts, P) != 0) == n
+
+
 def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     """`tile conv.k, 64`: the tile size of one loop. Before/after, verbatim from its golden
     (golden excerpt: tests/golden/compiler/directives/tile.txt):
@@ -112,7 +119,7 @@ def apply_tile(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         if n > free:  # (a tile that does not divide them is ragged: whole tiles and a smaller last one)
             raise bad(d, f"a tile of {n} elements is wider than the {free} each partition holds (the data is laid "
                          f"out as {plan.parts} partitions x {free} elements each)", f"use at most {free}")
-        if op.rows and n > MOVING_FMAX:
+        if op.rows and n > MOVING_FMAX and not _whole_rows(op, plan, n):
             raise bad(d, f"a tile of {n} elements is wider than the {MOVING_FMAX} columns one matmul broadcasts "
                          f"{', '.join(op.rows)} across the partitions", f"use at most {MOVING_FMAX}")
         return replace(plan, free=n)
@@ -422,7 +429,10 @@ def _reorder_broadcast(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive) -> Elt
 
 
 def _full_order(order: tuple[str, ...], group: tuple[str, ...]) -> tuple[str, ...]:
-    return order + tuple(r for r in group if r not in order)
+    """The group's roles with the ones `order` names in its order, the others where they were (a depthwise conv has
+    no `c` loop: `reorder Y, r, s` keeps c first, as the default plan has it, so the default is pasted back)."""
+    named = iter(order)
+    return tuple(next(named) if r in order else r for r in group)
 
 
 def apply_partition(op: Op, plan: Plan, d: sx.Directive) -> Plan:
@@ -507,6 +517,16 @@ class ChainChoice(TilecError):
     def __init__(self, message: str, span, hint: str, op: Op, d: sx.Directive) -> None:
         super().__init__(message, span, hint)
         self.op = op
+        self.directive = d
+
+
+class SharedTiles(TilecError):
+    """`buffers X, n` of X several statements read: which statement's tiles is not said. The pipeline compiles
+    without the directive to say whether a fused part loads X once for all of them (pipeline._shared_tiles)."""
+
+    def __init__(self, message: str, span, hint: str, readers: tuple[Op, ...], d: sx.Directive) -> None:
+        super().__init__(message, span, hint)
+        self.readers = readers
         self.directive = d
 
 
@@ -790,6 +810,9 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
     if not isinstance(first, sx.Ref):
         raise bad(d, f"`{d.name}` needs a computation or tensor name first")
     name = first.parts[0]
+    conv = operand_of(d, ops, name)
+    if conv is not None:
+        return conv
     for op in ops:
         owned = {op.name, op.out} | set(getattr(op, "fused", ())) | {getattr(op, "w", None), getattr(op, "x", None)}
         if name in owned:
@@ -798,8 +821,8 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
     if d.name == "buffers" and len(readers) == 1:
         return readers[0]  # the tiles of an operand of one statement (apply_buffers)
     if d.name == "buffers" and readers:
-        raise bad(first, f"{name} is read by {' and '.join(op.name for op in readers)}: `buffers` sets the tiles of "
-                         "one statement's operand", "remove the directive")
+        raise SharedTiles(f"{name} is read by {' and '.join(op.name for op in readers)}: `buffers` sets the tiles of "
+                          "one statement's operand", first.span, "remove the directive", tuple(readers), d)
 
     def names(op: Op) -> str:  # the names a directive may start with, for the hint
         tensors = [t for t in (getattr(op, "x", None), getattr(op, "w", None), op.out) if t and t != op.name]
@@ -807,6 +830,17 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
 
     raise bad(first, f"no computation or schedulable tensor named `{name}`",
               f"computations: {'; '.join(names(op) for op in ops)}")
+
+
+def operand_of(d: sx.Directive, ops: tuple[Op, ...], name: str) -> Op | None:
+    """The conv of `hoist X, conv.k` / `split Wt, conv.c` when X is its operand: the second argument names the
+    conv, and X may also be the output of an earlier op (a copy or a temporary a rewrite made, `Q_h`, `z_terms`),
+    which the directive is not about."""
+    at = d.args[1] if len(d.args) > 1 else None
+    if d.name not in ("hoist", "split") or not isinstance(at, sx.Ref) or len(at.parts) != 2:
+        return None  # (`compute_at T, Y.y` names T's consumer second: T is the op it is about)
+    return next((op for op in ops if isinstance(op, ConvOp) and op.name == at.parts[0] and name in (op.x, op.w)),
+                None)
 
 
 def setting(d: sx.Directive) -> tuple:
@@ -897,5 +931,15 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
         if d.name in ("compute_at", "place"):
             plans[op.name] = apply_fusion(op, plans[op.name], d, sbuf, ops, dtypes)
         else:
-            plans[op.name] = APPLY[d.name](op, plans[op.name], d)
+            plans[op.name] = _kept(plans[op.name], APPLY[d.name](op, plans[op.name], d))
     return tuple(plans[op.name] for op in ops)
+
+
+def _kept(old: Plan, new: Plan) -> Plan:
+    """`new` with the fields a directive left equal taken from `old`: a default's sizes remember how they were
+    computed (named.py: a pool's band `16384 // (2 * SIZE_W * 4)`), so the default plan written back as directives
+    (`tilec explain`'s schedule, pasted back) prints the same kernel."""
+    if type(old) is not type(new):
+        return new
+    same = {f.name: getattr(old, f.name) for f in fields(old) if getattr(old, f.name) == getattr(new, f.name)}
+    return replace(new, **same)

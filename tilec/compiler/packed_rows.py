@@ -17,8 +17,8 @@ then broadcasts as one row of k * C:
 Done for a top-level perfect nest from 0 around one `=` statement storing a kernel output at its loop variables in
 order, whose reads are either inputs indexed like the output (read nowhere else) or rows indexed by trailing loop
 variables in order (at least one), nothing else; when the rows are at most half a tile (schedule.ELTWISE_FREE) and
-some k leaves an even number of whole partition tiles (`_rows_per_partition`); not when the program has directives
-(they name its loops)."""
+some k leaves an even number of whole partition tiles (`_rows_per_partition`). Directives name the packed loops
+(rewrite_names.py refuses the ones naming the loops as written)."""
 from __future__ import annotations
 
 import math
@@ -36,8 +36,6 @@ PARTS = 128  # partitions of a tile
 
 def split_short_rows(program):
     kernel = program.kernel
-    if kernel.schedule:
-        return program
     taken = taken_names(kernel) | _loop_vars(kernel.body)
     decls: list[sx.Decl] = []
     body: list[sx.Stmt] = []

@@ -31,7 +31,8 @@ from tilec.compiler import nest as level_a
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.tensorize import match
-from tilec.compiler.directives import ChainChoice, apply_schedule, op_for, to_hbm
+from tilec.compiler.directives import (ChainChoice, SharedTiles, apply_schedule, op_for, operand_of,
+                                       to_hbm)
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_plan, default_transpose,
                                      plan_directives, print_plans, print_schedule)
@@ -110,7 +111,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     given = (program, directives)
     program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
     program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
-    program = source_rewrites(program)  # statements no rule maps, as ordinary ones over temporaries (rewrites.py)
+    program = source_rewrites(program, tuple(directives))  # statements no rule maps, as ordinary ones over temporaries (rewrites.py)
     reject_unsupported(program.kernel)  # constructs only the reference evaluator runs yet (unsupported.py)
     program = name_sizes(program)  # sizes that remember their names: `SIZE_K // TILE_K` trip counts (named.py)
     tgt = get_target(target)
@@ -133,15 +134,17 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
         plans = apply_schedule(ops, tuple(directives), dtypes, tgt)
     except ChainChoice as e:
         raise _kept_on_chip(e, *given, tgt) from None
-    stages["schedule"] = _unit_columns(program, ops, plans, _depthwise_plans(program, ops, plans,
-                                                                             print_plans(ops, plans)))
+    except SharedTiles as e:
+        raise _shared_tiles(e, *given, tgt) from None
+    stages["schedule"] = ""  # (printed below, once the fused parts are known: the stages keep this order)
+    planned = (ops, plans)
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
     unfused = tuple(op.name for op, plan in zip(ops, plans) if isinstance(op, ConvOp) and op.pool and
                     isinstance(plan, ConvPlan) and not plan.fused)
     ops, plans = unfuse(ops, plans, program)
     # loops: each op and its plan -> a tile-level loop nest over HBM/SBUF/PSUM buffers
     names = NameAllocator(program_names(program))  # derived names never collide with the user's
-    scheduled = {d.args[0].parts[0] for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
+    scheduled = {_named_op(d, ops) for d in directives if d.args and isinstance(d.args[0], sx.Ref)}
     # `buffers X, 1` of an element-wise statement's operand: the statement is scheduled by its plan (no row chain)
     scheduled |= {op.name for d in directives if d.name == "buffers" for op in (op_for(d, ops),)
                   if type(op) in (EltwiseOp, ReduceOp, ColumnReduceOp)}
@@ -184,6 +187,9 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     # allocate: per-partition SBUF/PSUM budget of the final kernel (verified against the target's limits)
     stages["allocate"] = passes.allocation_report(kernel, sbuf_budget(tgt), tgt.psum_banks, tgt.psum_bank_bytes)
     doc = _doc_lines(program, ops, plans, chains, tgt)
+    fused = {name for c in chains for name in c.members} | _chained_pools(ops, choices)
+    stages["schedule"] = _unit_columns(program, *planned, _depthwise_plans(program, *planned,
+                                                                          print_plans(*planned, fused)))
     stages["schedule"] += "".join(fusers.chain_note(c, ops, program, tgt) + "\n" for c in chains)
     stages["schedule"] += build_mbblock.refusals(program, ops, scheduled, chains, tgt, placement.reads)
     stages["schedule"] += build_attention.refusals(program, ops, scheduled, chains, placement.reads)
@@ -192,6 +198,21 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     source = emit(kernel, pathlib.Path(program.path).name, doc, _recompile_commands(program), nki=nki)
     placed = tuple((c.tensor, c.on_chip, c.why) for c in choices.values())
     return Result(stages, kernel, kernels, ops, plans, source, tgt, nest, tuple(chains), unfused, placed)
+
+
+def _chained_pools(ops: tuple, choices: dict) -> set[str]:
+    """The pools a conv -> pool chain builds with their conv (placement.pool_choice): a directive of their own
+    would build them alone, so explain prints their plans as comments."""
+    return {ops[c.producer + 1].name for c in choices.values() if c.on_chip and isinstance(ops[c.producer + 1], PoolOp)}
+
+
+def _named_op(d: sx.Directive, ops: tuple) -> str:
+    """The name a directive schedules: its first argument, or the conv of `hoist X, conv.k` whose operand X is
+    (X's own producer, a copy or a fused temporary, stays as the default builds it)."""
+    first = d.args[0]
+    assert isinstance(first, sx.Ref)  # (the caller takes directives naming something first)
+    conv = operand_of(d, ops, first.parts[0])
+    return first.parts[0] if conv is None else conv.name
 
 
 def _depthwise_plans(program, ops: tuple, plans: tuple, printed: str) -> str:
@@ -514,6 +535,26 @@ def _kept_on_chip(e: ChainChoice, program, directives: tuple, target: Target) ->
                       f"{', '.join(chain.members)} computes it per tile of its readers, so `{d.name}` would leave the "
                       "kernel as it is", d.span, f"remove the directive; `place {e.op.out}, hbm` builds {e.op.name} "
                                                  f"alone and stores {e.op.out}")
+
+
+def _shared_tiles(e: SharedTiles, program, directives: tuple, target: Target) -> TilecError:
+    """`buffers X, n` of X several statements read: when one fused part computes all of them, it loads each tile
+    of X once for all (its builder's buffers, no setting), which the refusal names; otherwise e stands."""
+    d = e.directive
+    others = tuple(x for x in directives if (x.name, x.args, x.span) != (d.name, d.args, d.span))
+    try:
+        chains = compile_program(program, others, None, target).chains
+    except TilecError:
+        return e  # (another directive is refused: the schedule's first error stands)
+    names = [op.name for op in e.readers]
+    chain = next((c for c in chains if set(names) <= set(c.members)), None)
+    if chain is None:
+        return e
+    x = d.args[0].parts[0] if isinstance(d.args[0], sx.Ref) else "?"
+    return TilecError(f"{x} is read by {' and '.join(names)}, which the {chain.kind} of {', '.join(chain.members)} "
+                      f"computes together from the tiles of {x} it loads: its tiles are that part's (no buffer "
+                      "setting), and `buffers` sets the tiles of one statement's operand", e.span,
+                      f"remove the directive; a statement reading {x} alone takes `buffers {x}, 1`")
 
 
 def _names(d: sx.Directive, op, ops: tuple) -> bool:

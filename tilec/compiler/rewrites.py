@@ -22,6 +22,8 @@ from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.sum_split import split_summed_products
 from tilec.compiler.view_split import split_merged_dims
+from tilec.compiler.rewrite_names import check
+from tilec.lang import syntax as sx
 
 REWRITES = (
     split_merged_dims,  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
@@ -52,8 +54,13 @@ REWRITES = (
 )
 
 
-def source_rewrites(program):
-    """The program after every rewrite of REWRITES (each returns the same object when it has nothing to do)."""
+def source_rewrites(program, directives: tuple[sx.Directive, ...] = ()):
+    """The program after every rewrite of REWRITES (each returns the same object when it has nothing to do). They
+    run whatever the schedule says; a directive naming a tensor or loop one of them removed or renamed is an error
+    at its line (rewrite_names.py)."""
     for rewrite in REWRITES:
-        program = rewrite(program)
+        rewritten = rewrite(program)
+        module = rewrite.__module__.rsplit(".", 1)[-1]
+        check(program, rewritten, directives, f"the source rewrite {rewrite.__name__} ({module}.py)")
+        program = rewritten
     return program

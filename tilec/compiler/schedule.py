@@ -41,6 +41,7 @@ tinygrad's `Opt`), which checks legality and returns the updated plan. Directive
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from tilec.compiler.ir import DTYPE_BYTES
@@ -425,8 +426,9 @@ def plan_directives(op: Op, plan: Plan) -> tuple[sx.Directive, ...]:
             ds.append(directive("buffers", op.x, plan.x_bufs))
         ds += [directive("unroll", v(r)) for r in plan.unroll]
         return tuple(ds)
-    if isinstance(plan, PoolPlan):
-        return (directive("tile", v("b"), plan.tile_b), directive("split", v("i"), plan.band))
+    if isinstance(plan, PoolPlan):  # (no `tile` of b when one loop is both b and the rows: a 2-D pool, B = 1)
+        channels = () if v("b") == v("i") else (directive("tile", v("b"), plan.tile_b),)
+        return (*channels, directive("split", v("i"), plan.band))
     if isinstance(plan, TransposePlan):
         tiles = [] if plan.ragged else [directive("tile", v("i"), plan.tile)] + \
             ([directive("tile", v("j"), plan.tile_j)] if plan.tile_j else [])  # ragged: the default's own blocks
@@ -484,7 +486,10 @@ def eltwise_trips(op: EltwiseOp, plan: EltwisePlan) -> dict[str, int]:
     return {"o": op.dim("O"), "pt": -(-P // min(plan.parts, P)), "t": -(-F // free)}
 
 
-def print_plans(ops: tuple[Op, ...], plans: tuple[Plan, ...]) -> str:
+def print_plans(ops: tuple[Op, ...], plans: tuple[Plan, ...], fused: AbstractSet[str] = frozenset()) -> str:
+    """Each op's plan as directives, the schedule `tilec explain` prints for pasting back. The ops of `fused` (a
+    fused part's members) show their plan as comments: the part's builder tiles them, and a directive naming one
+    builds it alone, so pasting their plans back would change the kernel."""
     out = []
     for op, plan in zip(ops, plans):
         if isinstance(op, EltwiseOp) and op.copy:  # the copy rule has no parameters (yet)
@@ -496,5 +501,6 @@ def print_plans(ops: tuple[Op, ...], plans: tuple[Plan, ...]) -> str:
             out.append(f"# {op.name}: {fixed} (line {op.line}), no schedule parameters")
             continue
         out.append(f"# {op.name}: {plan}")
-        out += [fmt_directive(d) for d in plan_directives(op, plan)]
+        lines = [fmt_directive(d) for d in plan_directives(op, plan)]
+        out += [f"#   (fused: not a directive) {line}" for line in lines] if op.name in fused else lines
     return "\n".join(out) + "\n"
