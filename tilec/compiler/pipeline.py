@@ -429,7 +429,15 @@ def _apply_unrolls_checked(op, nest: Nest, prims: list, target: Target) -> Nest:
     after their loops are checked: how many tiles a loop runs through is known once the rule has split the nest
     (a column sum's grouped or wide tiles), so one iteration, or more than UNROLL_MAX, is refused at the directive."""
     unrolls = [p for p in prims if p.name == "unroll_tiles"]
-    k = rules.apply(nest, [p for p in prims if p.name != "unroll_tiles"], target)
+    try:
+        k = rules.apply(nest, [p for p in prims if p.name != "unroll_tiles"], target)
+    except TilecError as err:
+        if err.span is not None or getattr(op, "span", None) is None:
+            raise
+        # a primitive of the op's own rule that has no directive line to blame: the op's statement is the place
+        # (fuzz seed 138006046: a flipped read of a chain, "reshape: ... is reversed", had no location)
+        raise TilecError(f"the compiler cannot map `{op.out}` to Trainium engines: {err.message}", op.span,
+                         err.hint or "compute the reversed or reshaped read into a tensor of its own first") from None
     for p in unrolls:
         trips = max((lp.extent for lp in level_a.walk(k.body) if isinstance(lp, level_a.Loop) and
                      lp.var.split("@")[0] == p.args[0]), default=1)
