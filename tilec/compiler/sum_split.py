@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tilec.compiler.exprs import accesses
 from tilec.compiler.names import unique
+from tilec.compiler.reduce_split import index_vars
 from tilec.compiler.rewrite import nested, perfect_nest, rechecked, taken_names
 from tilec.lang import syntax as sx
 
@@ -78,21 +80,7 @@ def _terms(e: sx.Expr, sign: int) -> list[tuple[int, sx.Expr]]:
 
 def _vars(e: sx.Expr) -> set[str]:
     """The loop variables the reads of e index with."""
-    if isinstance(e, sx.Access):
-        return {n for ix in e.indices for n in _names(ix)}
-    if isinstance(e, sx.BinOp):
-        return _vars(e.lhs) | _vars(e.rhs)
-    if isinstance(e, sx.Call):
-        return set().union(*(_vars(a) for a in e.args))
-    return _vars(e.x) if isinstance(e, sx.Neg) else set()
-
-
-def _names(ix: sx.Expr) -> set[str]:
-    if isinstance(ix, sx.Name):
-        return {ix.id}
-    if isinstance(ix, sx.BinOp):
-        return _names(ix.lhs) | _names(ix.rhs)
-    return _names(ix.x) if isinstance(ix, sx.Neg) else set()
+    return set().union(*(index_vars(a) for a in accesses(e)))
 
 
 def _temporary(name: str, target: sx.Access, outer: list[sx.Loop]) -> sx.Decl:
