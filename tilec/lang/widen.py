@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.lang import syntax as s
+from tilec.lang.checker import children
 from tilec.lang.functions import FUNCTIONS
 
 _CASTS = frozenset(name for name, f in FUNCTIONS.items() if f.instr == "cast")
@@ -44,14 +45,9 @@ def _operands(e: s.Expr, dtypes: dict[str, str]):
         yield dtypes.get(e.tensor)
     elif isinstance(e, s.Call) and e.fn in _CASTS:
         yield e.fn
-    elif isinstance(e, s.BinOp):
-        yield from _operands(e.lhs, dtypes)
-        yield from _operands(e.rhs, dtypes)
-    elif isinstance(e, s.Call):
-        for a in e.args:
-            yield from _operands(a, dtypes)
-    elif isinstance(e, s.Neg):
-        yield from _operands(e.x, dtypes)
+    else:
+        for child in children(e):
+            yield from _operands(child, dtypes)
 
 
 def _widened(e: s.Expr, dtypes: dict[str, str]) -> s.Expr:
