@@ -291,3 +291,18 @@ def test_masked_mean_pooling_takes_the_vector_as_an_expression() -> None:
     want = np.einsum("bsd,bs->bd", x, m) / cnt[:, None] * 0.5
     got = np.asarray(c.run(**inputs)["y"], np.float64)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("d", [384, 320])
+def test_masked_mean_loads_each_batch_index_matrix_whole(d: int) -> None:
+    """A batched matrix-vector product's stationary (X[b], contraction-major) is loaded whole per batch index, rows
+    of D elements instead of one out-channel tile's 128 (512-byte runs in f32: the DMA queues' descriptors, not its
+    bytes, bounded masked mean pooling), a ragged last tile (320 = 2 x 128 + 64) included."""
+    c = compile_loaded(lang.load(MASKED_MEAN.replace("D = 96", f"D = {d}")), target="trn2")
+    assert f"X_T = nl.ndarray((100, 2, {d})" in numbered(c.source)  # S = 200: two tiles of 100 rows
+    inputs = lang.random_inputs(c.program, seed=8)
+    inputs["cnt"] = inputs["cnt"] + 1
+    x, m, cnt = (np.asarray(inputs[k], np.float64) for k in ("X", "m", "cnt"))
+    want = np.einsum("bsd,bs->bd", x, m) / cnt[:, None] * 0.5
+    got = np.asarray(c.run(**inputs)["y"], np.float64)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
