@@ -98,6 +98,7 @@ REALISTIC: dict[str, dict[str, int]] = {
     "softmax_bf16_stats": {"M": 2048, "N": 2048},
     "softmax_temperature": {"M": 2048, "N": 2048},
     "masked_mean": {"B": 32, "S": 512, "D": 768},
+    "masked_mean_bf16": {"B": 32, "S": 512, "D": 768},
     "layernorm_hidden": {"M": 4096, "D": 1024},
     "layernorm_bf16_stats": {"M": 4096, "D": 1024},
 }

@@ -490,8 +490,15 @@ class _Analysis:
 
 
 def _factors(e, sx) -> list:
+    """A product's factors; a quotient's are the dividend's and the divisor's reciprocal, a computed factor
+    (`X[b, s, d] * m[b, s] / cnt[b]`: X beside the computed m / cnt, as masked mean pooling carries it); a widened
+    read is the read."""
     if isinstance(e, sx.BinOp) and e.op == "*":
         return _factors(e.lhs, sx) + _factors(e.rhs, sx)
+    if isinstance(e, sx.BinOp) and e.op == "/":
+        return _factors(e.lhs, sx) + [sx.BinOp("/", sx.Num(1.0, e.span), e.rhs, e.span)]
+    if isinstance(e, sx.Call) and e.fn == "f32" and len(e.args) == 1 and isinstance(e.args[0], sx.Access):
+        return [e.args[0]]  # (a 16-bit read widened, lang/widen.py: exact, the read itself)
     return [e]
 
 

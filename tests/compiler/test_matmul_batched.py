@@ -306,3 +306,24 @@ def test_masked_mean_loads_each_batch_index_matrix_whole(d: int) -> None:
     want = np.einsum("bsd,bs->bd", x, m) / cnt[:, None] * 0.5
     got = np.asarray(c.run(**inputs)["y"], np.float64)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("dt, count", [("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32")])
+def test_a_16_bit_masked_mean_carries_its_computed_vector_in_the_matrix_dtype(dt: str, count: str) -> None:
+    """`y[b, d] += X[b, s, d] * m[b, s] / cnt[b]` with X and y 16-bit was refused (the f32 vector beside a 16-bit
+    matrix fell to the broadcast-reduction split, which no rule maps): the vector m / cnt is computed into a column
+    of X's dtype, the rounding the tolerance allows for a computed factor beside a 16-bit read in a 16-bit sum
+    (tolerance.rounded_operand), and TensorE multiplies two 16-bit operands. The outputs are turned into rows on
+    TensorE (3 whole tiles of 128) and stored as such. An f32 count (the statement read as f32, lang/widen.py)
+    gives the same kernel: the widened X is X."""
+    src = MASKED_MEAN.replace("f32", dt).replace(f"cnt: {dt}", f"cnt: {count}").replace("D = 96", "D = 384")
+    c = compile_loaded(lang.load(src), target="trn2")
+    kernel = numbered(c.source)
+    name = {"bf16": "bfloat16", "f16": "float16"}[dt]
+    assert f"m_col = nl.ndarray((3, 200, 1), dtype=nl.{name}" in kernel and "nc_transpose" in kernel
+    inputs = lang.random_inputs(c.program, seed=9)
+    inputs["cnt"] = inputs["cnt"] + 1
+    x = rounded(inputs, dt)
+    cnt = np.asarray(inputs["cnt"], np.float64) if count == "f32" else x["cnt"]
+    want = np.einsum("bsd,bs->bd", x["X"], x["m"]) / cnt[:, None] * 0.5
+    assert_matches(c.program, "y", c.run(**inputs)["y"], want)

@@ -140,6 +140,7 @@ class _ConvBuilder:
     bias_bc: Buf  # a matmul's row bias on every partition (conv_weights.bias_row)
     w_rows: Buf | None = None  # a batched matmul's stationary rows, one buffer declared once (rows_once)
     o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
+    o_rows: Buf | None = None  # the output seen as [N, tiles, 128], stored from o_tiles as rows (conv_batched.rows_store)
     x_rows: Buf | None = None  # a batched A B^T's rows of B, one buffer declared once (prelude)
     r_band: Buf  # the residual's band added on the eviction (conv_epilogue.residual_band)
     r_all: Buf | None = None  # or the whole batch's residual, one buffer (conv_epilogue.batch_residual)
@@ -410,6 +411,9 @@ class _ConvBuilder:
             s3 = []  # the output stays in SBUF: no HBM tensor to view
         self.x4, self.w4, self.o4 = x4, w4, o4
         stmts: list[Stmt] = s1 + s2 + s3
+        if conv_batched.column_rows(self):
+            self.o_rows, s6 = hbm_view(self.hbm[op.out], (self.N, self.KT, self.PK), fresh(f"{op.out}_rows_v"), line)
+            stmts += s6
         if op.residual:  # (one shared by the batch, select_conv._init_residual: read at batch index 0)
             rshape = (1,) + oshape[1:] if op.residual_shared else oshape
             self.s4, s4 = hbm_view(self.hbm[op.residual], rshape, fresh(f"{op.residual}_v"), line)
@@ -604,8 +608,11 @@ class _ConvBuilder:
             out = lead if lead is not None else self.over_k(V["k"], part, notes["k"], self.L["k"])
             self.kv, self.ks = V["k"], self.p.tile_k
             self.band_shared = False
+            if self.o_tiles is None:
+                self.o_rows = None  # (rows_store stores tiles_band's band only)
             if self.o_tiles is not None:
                 out = [Alloc(self.o_tiles, line=self.line)] + out
+                out += conv_batched.rows_store(self, self.line) if self.o_rows is not None else []
             return band + out
         if role == "y":
             return self.row_bands(i, notes["y"])

@@ -17,7 +17,7 @@ vector and the result copied through temporaries with a unit last dimension:
 Done for a top-level nest `for batch.., m: y[batch.., m] = init; for k: y[..] += A[batch.., m, k] * x[batch.., k]`
 or a vector times a matrix, `x[batch.., k] * A[batch.., k, m]` (a masked sum over a sequence); the vector may be a
 product of factors reading only the batch indices and k (`m[b, s] / cnt[b]`, masked mean pooling: computed into
-x_col; f32, so only beside an f32 matrix), in any order, constant factors kept, at least one batch index, every
+x_col; f32 beside an f32 matrix, the matrix's 16-bit dtype where the tolerance allows it: _vector_dtype), in any order, constant factors kept, at least one batch index, every
 index a plain loop variable of a loop from 0. The same object when there is none."""
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from tilec.compiler.names import unique
 from tilec.compiler.operand_split import split_factor
 from tilec.compiler.rewrite import nested, perfect_nest, rechecked, taken_names
 from tilec.lang import syntax as sx
+from tilec.tolerance import rounded_operand
 
 
 def split_batched_matvec(program):
@@ -45,7 +46,8 @@ def split_batched_matvec(program):
         y_col = unique(f"{init.target.tensor}_col", taken | {x_col})
         taken |= {x_col, y_col}
         z = unique("z", {lp.var for lp in outer} | {k_loop.var} | taken)
-        x_dtype = program.tensors[vec.tensor].dtype if isinstance(vec, sx.Access) else "f32"
+        x_dtype = program.tensors[vec.tensor].dtype if isinstance(vec, sx.Access) else \
+            _vector_dtype(update, mat, program)
         x_shape = tuple(lp.stop for lp in outer[:-1]) + (k_loop.stop,)
         decls += [_column(x_col, x_dtype, x_shape, vec.span), _column(y_col, program.tensors[init.target.tensor].dtype,
                                                                       tuple(lp.stop for lp in outer), vec.span)]
@@ -78,11 +80,15 @@ def _matvec(top: sx.Stmt, program):
     for f in factors:
         fm, fd = split_factor(f, set(batch + [k]))
         mults, divisors = mults + fm, divisors + fd
-    mats = [f for f in mults if isinstance(f, sx.Access) and f.fill is None
-            and _plain(f) in (batch + [m, k], batch + [k, m])]
-    if len(mats) != 1:
+    def matrix(f: sx.Expr) -> sx.Access | None:  # the matrix's read, through a widening `f32(..)` (widen.py)
+        read = f.args[0] if isinstance(f, sx.Call) and f.fn == "f32" and len(f.args) == 1 else f
+        return read if isinstance(read, sx.Access) and read.fill is None \
+            and _plain(read) in (batch + [m, k], batch + [k, m]) else None
+    found = [f for f in mults if matrix(f) is not None]
+    if len(found) != 1:
         return None
-    rest = [f for f in mults if f is not mats[0]]
+    rest = [f for f in mults if f is not found[0]]
+    mats = [matrix(found[0])]
     reads = [a for f in rest + divisors for a in accesses(f)]
     if not rest or any(a.fill is not None or a.tensor == mats[0].tensor or a.tensor == init.target.tensor
                        or not set(_plain(a) or [m]) <= set(batch + [k]) for a in reads):
@@ -94,9 +100,21 @@ def _matvec(top: sx.Stmt, program):
         vec = sx.BinOp("*", vec, f, f.span)
     for d in divisors:
         vec = sx.BinOp("/", vec, d, d.span)
-    if not isinstance(vec, sx.Access) and program.tensors[mats[0].tensor].dtype != "f32":
+    if not isinstance(vec, sx.Access) and _vector_dtype(update, mats[0], program) is None:
         return None  # (a computed vector is f32, as the reference computes it; the matrix would be copied to f32)
+    if found[0] is not mats[0] and isinstance(vec, sx.Access):
+        return None  # (a widened matrix beside a read vector: two dtypes for TensorE)
     return loops, init, k_loop, update, mats[0], vec, scale
+
+
+def _vector_dtype(update: sx.Assign, mat: sx.Access, program) -> str | None:
+    """The dtype of a computed vector's column: f32 beside an f32 matrix (as the reference computes it); the
+    matrix's 16-bit dtype where the sum is stored in that dtype, which the tolerance allows (a computed factor
+    beside a 16-bit read, rounded once: tolerance.rounded_operand; bf16 masked mean pooling); else None."""
+    dtype = program.tensors[mat.tensor].dtype
+    if dtype == "f32":
+        return dtype
+    return dtype if rounded_operand(update, {n: t.dtype for n, t in program.tensors.items()}) == dtype else None
 
 
 def _from_zero(lp: sx.Loop) -> bool:
