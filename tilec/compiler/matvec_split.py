@@ -80,6 +80,7 @@ def _matvec(top: sx.Stmt, program):
     for f in factors:
         fm, fd = split_factor(f, set(batch + [k]))
         mults, divisors = mults + fm, divisors + fd
+
     def matrix(f: sx.Expr) -> sx.Access | None:  # the matrix's read, through a widening `f32(..)` (widen.py)
         read = f.args[0] if isinstance(f, sx.Call) and f.fn == "f32" and len(f.args) == 1 else f
         return read if isinstance(read, sx.Access) and read.fill is None \
@@ -88,7 +89,9 @@ def _matvec(top: sx.Stmt, program):
     if len(found) != 1:
         return None
     rest = [f for f in mults if f is not found[0]]
-    mats = [matrix(found[0])]
+    mat = matrix(found[0])
+    assert mat is not None
+    mats = [mat]
     reads = [a for f in rest + divisors for a in accesses(f)]
     if not rest or any(a.fill is not None or a.tensor == mats[0].tensor or a.tensor == init.target.tensor
                        or not set(_plain(a) or [m]) <= set(batch + [k]) for a in reads):
