@@ -99,6 +99,7 @@ REALISTIC: dict[str, dict[str, int]] = {
     "softmax_temperature": {"M": 2048, "N": 2048},
     "masked_mean": {"B": 32, "S": 512, "D": 768},
     "masked_mean_bf16": {"B": 32, "S": 512, "D": 768},
+    "decode_attention": {"B": 4, "H": 8, "S": 2048, "D": 128},
     "layernorm_hidden": {"M": 4096, "D": 1024},
     "layernorm_bf16_stats": {"M": 4096, "D": 1024},
 }

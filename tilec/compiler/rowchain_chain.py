@@ -150,6 +150,9 @@ class _Chain(_ChainValues):
         more than one op of the chain reads it)."""
         self.top = self.scales_grouped(op.expr)  # the expression whose value is the op's tile (`{out}_tile`)
         value = self.value(self.top)
+        if self.kind(op.out) == "full" and isinstance(value, Lin) and value.base is not None \
+                and value.base.shape()[1] == 1:
+            raise _Unsupported  # a row's statistic broadcast along it (`y[m, s] = z[m]`): built by fallback as a tile
         folded = op.out not in self.keep and (isinstance(value, Lin) and value.base is not None
                                               or self.readers.get(op.out, 0) <= 1)
         self.values[op.out] = value if folded else Lin(self.view(value, f"{op.out}_tile"))
