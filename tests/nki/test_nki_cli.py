@@ -143,3 +143,11 @@ def test_python_m_tilec_nki_missing_script(tmp_path) -> None:
                           text=True, env=ENV, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "can't open file" in proc.stderr
+
+
+def test_shape_specs_take_the_language_dtype_spellings() -> None:
+    """A user of .tl programs writes bf16; `--shape X=8x64:bf16` names the same dtype as `:bfloat16`."""
+    from tilec.nki.api import parse_shape_spec
+    assert parse_shape_spec("X=8x64:bf16") == ("X", ((8, 64), "bfloat16"))
+    assert parse_shape_spec("w=3:f16") == ("w", ((3,), "float16"))
+    assert parse_shape_spec("v=5:f32") == parse_shape_spec("v=5")

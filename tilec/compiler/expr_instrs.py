@@ -42,6 +42,7 @@ class ExprCompiler:
         self.columns = columns  # tensors whose tile is a (P, 1) column: tensor_scalar operands
         self.done: dict[str, View] = {}  # subexpression (printed) -> the temporary holding its value
         self.consts: dict[float, View] = {}  # constant -> its (P, 1) bias column (constant_bias)
+        self.in_column = False  # computing a value of columns only (value(): one hoistable block for all of it)
 
     def emit(self, e: sx.Expr, dst: View) -> list[Stmt]:
         e = fused(e)  # GELU's tanh form, log(1 + exp(y)), x * sigmoid(x) written out: one ScalarE function each
@@ -164,7 +165,13 @@ class ExprCompiler:
         # instructions carry the line of the statement their expression was written in (a fused chain spans several)
         outer, self.line = self.line, getattr(getattr(e, "span", None), "line", 0) or self.line
         self.cur = here
+        once = dst is None and here != shape and not self.in_column and self.is_column(e)
+        self.in_column |= once
         stmts, view = self.compute(e, dst)
+        self.in_column &= not once
+        if once and stmts:  # a value of columns only: the hoist pass lifts it out of the loops over the free tiles
+            label = fmt_expr(e).replace("[]", "")  # (the tiles' reads print with no index)
+            stmts = [ir.Block(f"{label}: a column computed once", tuple(stmts), self.line, hoist=True)]
         self.line, self.cur = outer, shape
         self.done[key] = view
         return stmts, view
@@ -501,6 +508,11 @@ def _busiest(stmts: list[Stmt], t: Target) -> float:
     return max(act, pair)
 
 
+# the tensor_scalar operator pairs ScalarE runs on trn2, by constants or (P, 1) columns [ISA6 tensor_scalar]: a
+# per-channel scale and shift (`X_c * g[c] + b[c]`) moves as a whole
+_ON_SCALAR = (("multiply", ""), ("add", ""), ("multiply", "add"))
+
+
 def balanced(stmts: list[Stmt], t: Target) -> list[Stmt]:
     """The instructions of one tile with VectorE's constant multiplies and adds (tensor_scalar) moved to ScalarE
     (tensor_scalar accepts engine=scalar for multiply and add on trn2 [ISA6 tensor_scalar]; on trn1 a multiply
@@ -516,8 +528,9 @@ def balanced(stmts: list[Stmt], t: Target) -> list[Stmt]:
     on_scalar = "scalar" in t.instr("tensor_scalar").engines
     out: list[Stmt] = []
     for x in stmts:
-        if isinstance(x, Scalar) and not x.engine and not x.op1 and x.op in ("multiply", "add") and \
-                isinstance(x.value, float) and x.dst.buf.memory == "sbuf" and x.src.buf.memory == "sbuf":
+        if isinstance(x, Scalar) and not x.engine and (x.op, x.op1) in _ON_SCALAR and \
+                (isinstance(x.value, float) and not x.op1 or on_scalar) and \
+                x.dst.buf.memory == "sbuf" and x.src.buf.memory == "sbuf":
             n = per(x.dst)
             moved = dataclasses.replace(x, engine="scalar") if on_scalar else \
                 Act(x.dst, x.src, "copy", None, x.value, x.line) if x.op == "multiply" else None

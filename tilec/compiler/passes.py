@@ -1,6 +1,7 @@
 """Loop-nest IR passes after building: loop-invariant hoisting of load groups, unrolling, the allocation report."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 from tilec.compiler import ir, named, names
@@ -24,7 +25,8 @@ def _hoist_body(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
     for s in body:
         if isinstance(s, Loop):
             inner = _hoist_body(s.body)
-            lifted = [b for b in inner if _liftable(b, s.var) and not _shares_a_write(b, inner)]
+            lifted = [b for b in inner if _liftable(b, s.var) and not _shares_a_write(b, inner)
+                      and not _reads_a_write(b, inner)]
             kept = tuple(b for b in inner if not any(b is x for x in lifted))
             out += lifted
             out.append(replace(s, body=kept))
@@ -45,6 +47,18 @@ def _shares_a_write(b: Stmt, body: tuple[Stmt, ...]) -> bool:
     matmuls read the second's rows)."""
     mine = _written((b,))
     return any(mine & _written((s,)) for s in body if s is not b)
+
+
+def _reads_a_write(b: Stmt, body: tuple[Stmt, ...]) -> bool:
+    """Another statement of the loop body writes a buffer that `b` reads: `b` computes from the loop's own values
+    (a column computed from a row tile's statistic), so it stays in the loop."""
+    mine = _read((b,))
+    return any(mine & _written((s,)) for s in body if s is not b)
+
+
+def _read(body: tuple[Stmt, ...]) -> set[str]:
+    return {v.buf.name for x in ir.walk(body) if dataclasses.is_dataclass(x)
+            for f in dataclasses.fields(x) if f.name != "dst" and isinstance(v := getattr(x, f.name), ir.View)}
 
 
 def _written(body: tuple[Stmt, ...]) -> set[str]:

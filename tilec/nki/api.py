@@ -131,13 +131,15 @@ def parse_shape_spec(spec: str) -> tuple[str, tuple[tuple[int, ...], str]]:
     if not name.isidentifier() or not dims:
         raise ValueError(f"bad shape spec {spec!r}; write NAME=DIMxDIM[:dtype], e.g. a=128x512:float16")
     parts = dims.lower().split("x")
+    from tilec.lang.api import DTYPES  # the .tl spellings (f32, f16, bf16) name the same dtypes
+    dtype = DTYPES.get(dtype, dtype)
     if not all(d.isdigit() and int(d) > 0 for d in parts):
         raise ValueError(f"bad shape {dims!r} in {spec!r}; dimensions are positive integers joined by 'x'")
     try:
         dtypes.as_dtype(dtype or "float32")
     except TypeError:
-        raise ValueError(f"unknown dtype {dtype!r} in {spec!r}; use float32, float16, bfloat16, float8_e4m3, "
-                         "int32, ...") from None
+        raise ValueError(f"unknown dtype {dtype!r} in {spec!r}; use float32, float16, bfloat16 (or f32, f16, "
+                         "bf16), float8_e4m3, int32, ...") from None
     return name, (tuple(int(d) for d in parts), dtype or "float32")
 
 
