@@ -100,6 +100,7 @@ REALISTIC: dict[str, dict[str, int]] = {
     "masked_mean": {"B": 32, "S": 512, "D": 768},
     "masked_mean_bf16": {"B": 32, "S": 512, "D": 768},
     "decode_attention": {"B": 4, "H": 8, "S": 2048, "D": 128},
+    "batchnorm_infer": {"N": 8, "C": 64, "H": 56, "W": 56},
     "layernorm_hidden": {"M": 4096, "D": 1024},
     "layernorm_bf16_stats": {"M": 4096, "D": 1024},
 }
