@@ -40,3 +40,20 @@ def test_batch_norm_inference_matches_numpy(dt: str) -> None:
     col = lambda v: v[None, :, None, None]  # noqa: E731
     want = (x["X"] - col(x["mean"])) / np.sqrt(col(x["var"]) + 1e-5) * col(x["g"]) + col(x["b"])
     assert_matches(c.program, "Y", c.run(**inputs)["Y"], want)
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_batch_norm_over_32_channels_fills_the_partitions(dt: str) -> None:
+    """32 channels: y split in 4 (channel_pack.py), (c, a) on all 128 partitions, each statistic replicated 4 times
+    first; the values are the same, element by element."""
+    src = BN.format(dt=dt).replace("C = 48, H = 20, W = 30", "C = 32, H = 16, W = 128")
+    c = compile_loaded(lang.load(src), target="trn2")
+    kernel = numbered(c.source)
+    assert "X_v = X.reshape((2, 32, 4, 4, 128))" in kernel and "g_rep" in kernel  # [N, C, 4, H / 4, W]
+    inputs = lang.random_inputs(c.program, seed=5)
+    inputs["var"] = np.abs(inputs["var"]) + np.float32(0.1)
+    x = rounded(inputs, dt) if dt != "f32" else {k: np.asarray(v, np.float64) for k, v in inputs.items()}
+    x["var"] = np.asarray(inputs["var"], np.float64)
+    col = lambda v: v[None, :, None, None]  # noqa: E731
+    want = (x["X"] - col(x["mean"])) / np.sqrt(col(x["var"]) + 1e-5) * col(x["g"]) + col(x["b"])
+    assert_matches(c.program, "Y", c.run(**inputs)["Y"], want)

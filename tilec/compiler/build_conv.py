@@ -141,6 +141,7 @@ class _ConvBuilder:
     w_rows: Buf | None = None  # a batched matmul's stationary rows, one buffer declared once (rows_once)
     o_tiles: Buf | None = None  # a batched matmul's output rows of every out-channel tile (tiles_band)
     o_rows: Buf | None = None  # the output seen as [N, tiles, 128], stored from o_tiles as rows (conv_batched.rows_store)
+    x_rows_v: Buf | None = None  # the vector seen as [N, tiles, 128], loaded as rows (conv_batched.vector_rows)
     x_rows: Buf | None = None  # a batched A B^T's rows of B, one buffer declared once (prelude)
     r_band: Buf  # the residual's band added on the eviction (conv_epilogue.residual_band)
     r_all: Buf | None = None  # or the whole batch's residual, one buffer (conv_epilogue.batch_residual)
@@ -411,6 +412,9 @@ class _ConvBuilder:
             s3 = []  # the output stays in SBUF: no HBM tensor to view
         self.x4, self.w4, self.o4 = x4, w4, o4
         stmts: list[Stmt] = s1 + s2 + s3
+        if conv_batched.vector_rows(self):
+            self.x_rows_v, s7 = hbm_view(self.hbm[op.x], (self.N, self.CT, PMAX), fresh(f"{op.x}_rows_v"), line)
+            stmts += s7
         if conv_batched.column_rows(self):
             self.o_rows, s6 = hbm_view(self.hbm[op.out], (self.N, self.KT, self.PK), fresh(f"{op.out}_rows_v"), line)
             stmts += s6

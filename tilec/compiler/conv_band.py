@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tilec.compiler import conv_fold, conv_halo, conv_spread, conv_vpair, conv_weights, ir
+from tilec.compiler import conv_batched, conv_fold, conv_halo, conv_spread, conv_vpair, conv_weights, ir
 from tilec.compiler.build_util import a, loop, prep_notes, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Alloc, Buf, Dma, Stmt, View, full, whole
 from tilec.compiler.schedule import MOVING_FMAX, PMAX, PSUM_BANK, best_divisor
@@ -32,6 +32,8 @@ def x_band(b: _ConvBuilder) -> list[Stmt]:
     if b.op.x_transposed:
         return x_transposed_by_dma(b) if x_by_dma(b) else x_transposed(b)
     xb = b.x_band_buf()
+    if b.x_rows_v is not None:  # a batched mat-vec's vector: rows, turned on TensorE
+        return conv_batched.vector_rows_load(b, xb, line)
     rows, cols = b.in_rows(), b.in_cols()
     ct = V["c"]
     top, bottom = b.band_clip(b.yb[1]) if b.yb[0] is None else (0, 0)

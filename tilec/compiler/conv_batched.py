@@ -25,6 +25,8 @@ BAND_BUDGET = min(t.sbuf_usable for t in TARGETS.values()) // 8
 # a DMA's contiguous runs shorter than this cost more in descriptors than in bytes on the model (a descriptor's 14 ns
 # is 322 B at one engine's 23 B/ns): a contraction-major stationary of such tiles is loaded whole (w_per_image)
 DMA_RUN_BYTES = 512
+# contraction tiles from which an fp32 vector of a batched mat-vec is loaded as rows and turned (vector_rows)
+VECTOR_ROWS_FP32 = 8
 # out-channel tiles accumulated at once by tiles_together: one PSUM bank each, beside the stationary transposes'
 # rotating PSUM tiles and whatever the kernel's other ops hold
 MAX_TOGETHER = 4
@@ -252,10 +254,13 @@ def column_rows(b: _ConvBuilder) -> bool:
     98 KB). Instead the batch index's band of every tile is turned on TensorE ([128, tiles] -> [tiles, 128]) and
     stored as rows of 128 elements. Whole tiles only (a ragged last tile would leave a partial row), at most 128 of
     them (PSUM's partitions), for the plans tiles_band serves (the batch index outside the out-channel tiles), and
-    a contraction-major stationary: one stored [M, K] is turned on TensorE already, which then bounds the kernel
-    and the rows' transposes only add to it (user20's batched_matvec 8 x 1024 x 1024: 150.0 -> 153.9 us)."""
+    not for an fp32 stationary stored [M, K]: it is turned on TensorE already, at fp32's quarter rate, which then
+    bounds the kernel, and the rows' transposes only add to it (user20's batched_matvec 8 x 1024 x 1024: 150.0 ->
+    153.9 us); a 16-bit one's turns are 4x cheaper and its column stores' 2-byte descriptors dearer (decode
+    attention bf16 4 x 8 x 2048 x 128: the score columns' stores were 366 us of DMA queue time)."""
     op, p = b.op, b.p
-    return bool(op.w_batch and op.w_layout == "ck" and b.Ho * b.Wo == 1 and b.KR == 0 and 1 < b.KT <= PMAX and b.pair == 1 and b.dup == 1
+    fp32_turned = op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4
+    return bool(op.w_batch and not fp32_turned and b.Ho * b.Wo == 1 and b.KR == 0 and 1 < b.KT <= PMAX and b.pair == 1 and b.dup == 1
                 and b.dst_chip is None and not op.pool and not op.residual and "n" in p.order and "k" in p.order
                 and p.order.index("n") < p.order.index("k"))
 
@@ -269,3 +274,30 @@ def rows_store(b: _ConvBuilder, line: int) -> list[Stmt]:
     return [Alloc(ps, line=line), ir.Transpose(whole(ps), View(ob, (full(b.PK), full(b.KT), a(0), a(0))), line=line),
             Alloc(rows, line=line), ir.Copy(whole(rows), whole(ps), line=line),
             Dma(View(rows_hbm, (a(b.var["n"]), full(b.KT), full(b.PK))), whole(rows), line)]
+
+
+def vector_rows(b: _ConvBuilder) -> bool:
+    """A batched matrix-vector product's vector (the moving column, `x[n, k]` on partitions k) loaded as rows of
+    128 elements and turned on TensorE, instead of one DMA per contraction tile writing one element per partition:
+    those 2- or 4-byte descriptors cost the DMA queues as much as the matrix's bytes (decode attention bf16 4 x 8 x
+    2048 x 128: the weights' column loads, 57 us of queue time, with the values' 512 KB a head). Whole tiles only,
+    at most 128 of them, a 16-bit vector or an fp32 one whose matrix is loaded as it is (column_rows' reason) and
+    that has VECTOR_ROWS_FP32 tiles or more: its turn is an fp32 pass on TensorE, ~0.4 us (masked mean f32 32 x 512
+    x 768, 4 tiles: 180.2 -> 183.3 us turned; decode attention f32 4 x 8 x 2048 x 128, 16 tiles: 459.5 -> 434.9)."""
+    op = b.op
+    fp32 = DTYPE_BYTES[b.hbm[op.x].dtype] == 4
+    fp32_turned = op.w_layout != "ck" and DTYPE_BYTES[b.hbm[op.w].dtype] == 4
+    return bool(op.w_batch and not fp32_turned and b.Ho * b.Wo == 1 and b.H * b.W == 1 and b.CR == 0
+                and (VECTOR_ROWS_FP32 if fp32 else 2) <= b.CT <= PMAX and b.fold == 1 and not b.stack and b.src_chip is None
+                and not op.x_transposed and b.p.tile_c == PMAX)
+
+
+def vector_rows_load(b: _ConvBuilder, xb: Buf, line: int) -> list[Stmt]:
+    """The vector's rows (vector_rows) loaded, turned on TensorE into PSUM and copied into the band."""
+    assert b.x_rows_v is not None
+    dt = b.hbm[b.op.x].dtype
+    rows = Buf(b.fresh(f"{b.op.x}_vrows"), "sbuf", dt, (b.CT, PMAX))
+    ps = Buf(b.fresh(f"{b.op.x}_vturned"), "psum", dt, (PMAX, b.CT))
+    return [Alloc(rows, line=line), Dma(whole(rows), View(b.x_rows_v, (a(b.var["n"]), full(b.CT), full(PMAX))), line),
+            Alloc(ps, line=line), ir.Transpose(whole(ps), whole(rows), line=line),
+            Alloc(xb, line=line), ir.Copy(View(xb, (full(PMAX), full(b.CT), a(0), a(0))), whole(ps), line=line)]

@@ -18,6 +18,7 @@ from tilec.compiler.pad_split import split_padded_reads
 from tilec.compiler.permute_split import (split_permuted_eltwise, split_reshape_copies, split_shifted_reads,
                                           split_transposed_reads)
 from tilec.compiler.packed_rows import split_short_rows
+from tilec.compiler.channel_pack import split_channel_columns
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.sum_split import split_summed_products
@@ -51,6 +52,7 @@ REWRITES = (
     split_shifted_reads,  # `Y[i, j] = X[i, j + 1] - X[i, j]`: the shifted read copied first (same)
     split_in_place_epilogues,  # `O += P * V` then `O = O / z`: O_acc first (inplace_split.py)
     split_short_rows,  # `Y[i, c] = X[i, c] * g[c]`, C short: k rows a partition, g replicated (packed_rows.py)
+    split_channel_columns,  # `Y[n, c, y, x] = X[..] * g[c]`, C < 128: (c, part of y) on partitions (channel_pack.py)
 )
 
 
