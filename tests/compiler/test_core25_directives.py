@@ -1,11 +1,19 @@
-"""Directives of core25: column sums whose free tiles do not divide their columns into a narrower output (each
-column part evicts into a tile of its own width), checked against NumPy at small shapes."""
+"""Directives of core25, checked against NumPy at small shapes: column sums whose free tiles do not divide their
+columns into a narrower output (each column part evicts into a tile of its own width); a directive over the loops
+of a sum a source rewrite moved into a temporary (attention's O -> O_acc) reaches the sum."""
 from __future__ import annotations
+
+import pathlib
 
 import numpy as np
 import pytest
 
 from compiler_helpers import run_in_own_dtypes
+from test_core20_directives import matches
+from tilec.compiler.api import compile_loaded
+from tilec.lang import api as lang
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 MEAN = """kernel colmean(A: bf16[{shape}]) -> s
   default {sizes}R = 96, F = 128
@@ -30,3 +38,60 @@ def test_ragged_column_tiles_of_a_narrow_mean(batched, schedule):
     _, out, x = run_in_own_dtypes(text, seed=25)
     want = x["A"].mean(axis=-2)
     np.testing.assert_allclose(np.asarray(out["s"], np.float64), want, rtol=2.0**-7, atol=2.0**-7)
+
+
+ATTENTION = (ROOT / "tests/programs/gaps15/attn_inline.tl").read_text().split("  schedule:")[0]
+
+
+def attention(schedule: str):
+    text = ATTENTION.replace("default S = 256", "default S = 128") + "  schedule:\n" + "".join(
+        f"    {line}\n" for line in schedule.splitlines())
+    return compile_loaded(lang.load(text))
+
+
+def softmax_pv(x: dict) -> np.ndarray:
+    s = x["Q"] @ x["K"].T * 0.125
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True) @ x["V"]
+
+
+@pytest.mark.parametrize("schedule, acc", [("tile O.d, 32", "tile O_acc.d, 32"), ("tile O.j, 64", "tile O_acc.j, 64"),
+                                           ("tile O.d, 32\ntile O_acc.d, 64", "tile O_acc.d, 64")])
+def test_directive_on_a_sum_a_rewrite_moved_reaches_the_sum(schedule, acc):
+    """attention written inline: the rewrites make O's sum `O_acc += z_terms * V` and O its finish `O_acc / z`;
+    `tile O.d, 32` is about the sum the user wrote (it tiled the finish only), the finish's tiles follow it; the
+    summed loop j, which the finish lacks, goes to the sum alone; a directive naming O_acc itself wins. explain's
+    schedule pastes back."""
+    c = attention(schedule)
+    text = printed(c)
+    assert acc in text.splitlines(), text
+    matches(c, softmax_pv, "O")
+    assert attention(text).source == c.source
+
+
+def printed(c) -> str:
+    return "".join(line + "\n" for line in c.stages["schedule"].splitlines() if line.strip() and
+                   not line.startswith("#"))
+
+
+FINISHED = """kernel fin(P: f32[M, K], V: f32[K, N], z: f32[M]) -> O
+  default M = 128, K = 256, N = 128
+  O: f32[M, N]
+  for i in 0..M, d in 0..N:
+    O[i, d] = 0
+    for j in 0..K:
+      O[i, d] += P[i, j] * V[j, d]
+  for i in 0..M, d in 0..N:
+    O[i, d] = O[i, d] / z[i]
+  schedule:
+    tile O.d, 64
+"""
+
+
+def test_directive_on_an_output_finished_in_place_reaches_its_sum():
+    """`O += P V` then `O = O / z`: the sum moves into O_acc (inplace_split), the finish is its eviction's epilogue;
+    `tile O.d, 64` tiles the sum."""
+    c = compile_loaded(lang.load(FINISHED))
+    assert "tile O_acc.d, 64" in printed(c).splitlines(), printed(c)
+    assert compile_loaded(lang.load(FINISHED.split("  schedule:")[0])).source != c.source
+    matches(c, lambda x: (x["P"] @ x["V"]) / x["z"][:, None], "O")

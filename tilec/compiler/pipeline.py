@@ -43,7 +43,7 @@ from tilec.compiler.schedule import fmt_directive, sbuf_budget
 from tilec.compiler.fusers import AHEAD, AHEAD_TILES
 from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
 from tilec.compiler.dma_streams import columns_ahead, cut_apart
-from tilec.compiler.rewrites import source_rewrites
+from tilec.compiler.rewrites import rewritten_with
 from tilec.compiler.unsupported import reject_unsupported
 from tilec.compiler.verify import verify
 from tilec.errors import Span, TilecError
@@ -111,7 +111,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     given = (program, directives)
     program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
     program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
-    program = source_rewrites(program, tuple(directives))  # statements no rule maps, as ordinary ones over temporaries (rewrites.py)
+    program, directives = rewritten_with(program, tuple(directives))  # statements no rule maps, as ordinary ones over temporaries (rewrites.py)
     reject_unsupported(program.kernel)  # constructs only the reference evaluator runs yet (unsupported.py)
     program = name_sizes(program)  # sizes that remember their names: `SIZE_K // TILE_K` trip counts (named.py)
     tgt = get_target(target)

@@ -12,6 +12,9 @@ A name that did not resolve before the rewrites either is left to the directive'
 there, with the computations the schedule can name)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+from tilec.compiler.exprs import accesses
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -86,3 +89,75 @@ def _hint(tensor: str, new) -> str:
         return f"write the directive over {tensor}'s loops now ({', '.join(loops[tensor])}); `tilec explain` " \
                "prints the schedule of the rewritten program"
     return "`tilec explain` prints the computations of the rewritten program and their schedule"
+
+
+# Directives over a statement's own loops. A tensor whose accumulation a rewrite moved into a temporary the last
+# statement reads (`O += P * V` -> `O_acc += ..; O = O_acc / z`, inplace_split / operand_split) keeps its loops,
+# so `tile O.d, 64` resolves before and after; the user wrote it about the sum, so it goes to the sum (and to the
+# finish too where the finish has the loops it names, so its tiles follow the sum's).
+LOOPED = ("tile", "split", "partition", "unroll", "reorder")
+
+
+def _assigns(body: tuple[sx.Stmt, ...]):
+    for st in body:
+        if isinstance(st, sx.Loop):
+            yield from _assigns(st.body)
+        elif isinstance(st, sx.Assign):
+            yield st
+
+
+def moved_sums(before, after) -> dict[str, str]:
+    """Tensor -> the new temporary its accumulation moved into: in `after` the tensor no longer accumulates and its
+    statements read exactly one new tensor that does."""
+    def accumulating(program) -> set[str]:
+        return {st.target.tensor for st in _assigns(program.kernel.body) if st.op != "="}
+
+    old, now = accumulating(before), accumulating(after)
+    fresh = now - set(before.tensors)
+    out: dict[str, str] = {}
+    for st in _assigns(after.kernel.body):
+        name = st.target.tensor
+        read = {a.tensor for a in accesses(st.value)} & fresh
+        if name in old - now and len(read) == 1:
+            out[name] = read.pop()
+    return out
+
+
+def _loops_named(d: sx.Directive) -> list[str]:
+    first = d.args[0]
+    assert isinstance(first, sx.Ref)
+    if d.name == "reorder":
+        return [a.parts[0] for a in d.args[1:] if isinstance(a, sx.Ref)]
+    return [first.parts[1]]
+
+
+def _retargeted(d: sx.Directive, tensor: str) -> sx.Directive:
+    first = d.args[0]
+    assert isinstance(first, sx.Ref)
+    return replace(d, args=(replace(first, parts=(tensor,) + first.parts[1:]),) + d.args[1:])
+
+
+def follow(directives: tuple[sx.Directive, ...], moved: dict[str, str], after) -> tuple[sx.Directive, ...]:
+    """`directives` with each directive over a moved sum's loops (see LOOPED) applied to the sum; one the user
+    wrote about the temporary itself wins over the one that follows (so explain's schedule, which prints both,
+    pastes back)."""
+    if not moved:
+        return directives
+    finish = loops_of(after.kernel.body)
+    written = {(d.name, d.args[0].parts[0], tuple(_loops_named(d))) for d in directives
+               if d.name in LOOPED and d.args and isinstance(d.args[0], sx.Ref)}
+    out: list[sx.Directive] = []
+    for d in directives:
+        first = d.args[0] if d.args else None
+        looped = (d.name in LOOPED and isinstance(first, sx.Ref) and first.parts[0] in moved
+                  and (len(first.parts) == 2) == (d.name != "reorder"))
+        if not looped:
+            out.append(d)
+            continue
+        assert isinstance(first, sx.Ref)
+        loops, acc = _loops_named(d), moved[first.parts[0]]
+        if (d.name, acc, tuple(loops)) not in written:
+            out.append(_retargeted(d, acc))
+        if all(v in finish.get(first.parts[0], {}) for v in loops):
+            out.append(d)
+    return tuple(out)
