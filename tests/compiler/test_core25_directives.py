@@ -10,7 +10,8 @@ import pytest
 
 from compiler_helpers import run_in_own_dtypes
 from test_core20_directives import matches
-from tilec.compiler.api import compile_loaded
+from tilec.compiler.api import compile_loaded, read_schedule
+from tilec.errors import TilecError
 from tilec.lang import api as lang
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -95,3 +96,27 @@ def test_directive_on_an_output_finished_in_place_reaches_its_sum():
     assert "tile O_acc.d, 64" in printed(c).splitlines(), printed(c)
     assert compile_loaded(lang.load(FINISHED.split("  schedule:")[0])).source != c.source
     matches(c, lambda x: (x["P"] @ x["V"]) / x["z"][:, None], "O")
+
+
+STANDARDIZE = (ROOT / "tests/programs/audit15/column_standardize.tl").read_text()
+
+
+def test_buffers_of_a_tensor_readers_built_apart_load_sets_them_all():
+    """X is read by mu, v and Y, each built alone loading its own tiles of X: `buffers X, 1` single-buffers each
+    reader's tiles (it was refused as "sets the tiles of one statement's operand")."""
+    sizes = {"M": 300, "N": 200}
+    default = compile_loaded(lang.load(STANDARDIZE, sizes))
+    c = compile_loaded(lang.load(STANDARDIZE, sizes), read_schedule("buffers X, 1"))
+    assert c.source != default.source and printed(c).count("buffers X, 1") == 1, printed(c)
+    assert compile_loaded(lang.load(STANDARDIZE, sizes), read_schedule(printed(c))).source == c.source
+
+    def standardize(x: dict) -> np.ndarray:
+        mu = x["X"].mean(axis=0)
+        return (x["X"] - mu) / np.sqrt(((x["X"] - mu) ** 2).mean(axis=0) + 1e-5)
+    matches(c, standardize)
+
+
+def test_buffers_of_a_tensor_readers_built_apart_load_keeps_each_readers_checks():
+    with pytest.raises(TilecError) as err:
+        compile_loaded(lang.load(STANDARDIZE, {"M": 300, "N": 200}), read_schedule("buffers X, 3"))
+    assert "own rotation" in err.value.message and err.value.span is not None and err.value.span.line == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 
 from tilec.compiler import build_mlp, directives_reduce
 from tilec.compiler.primitives import UNROLL_MAX
@@ -520,6 +520,13 @@ class ChainChoice(TilecError):
         self.directive = d
 
 
+@dataclass(frozen=True)
+class ReaderBuffers(sx.Directive):
+    """`buffers X, n` of X several statements built apart read, applied to one reader's tiles of X (each reader
+    gets a copy: pipeline._shared_tiles); printed and located as the user wrote it."""
+    reader: str = ""
+
+
 class SharedTiles(TilecError):
     """`buffers X, n` of X several statements read: which statement's tiles is not said. The pipeline compiles
     without the directive to say whether a fused part loads X once for all of them (pipeline._shared_tiles)."""
@@ -818,6 +825,8 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
         if name in owned:
             return op
     readers = [op for op in ops if name in reads(op)]
+    if isinstance(d, ReaderBuffers):
+        return next(op for op in readers if op.name == d.reader)
     if d.name == "buffers" and len(readers) == 1:
         return readers[0]  # the tiles of an operand of one statement (apply_buffers)
     if d.name == "buffers" and readers:
@@ -850,7 +859,7 @@ def setting(d: sx.Directive) -> tuple:
         return ("fusion", first)
     if d.name == "reorder":  # the outer loops and the accumulation loops are ordered separately
         return ("reorder", first, frozenset(fmt_arg(a) for a in d.args[1:]))
-    return (d.name, first)
+    return (d.name, first, d.reader) if isinstance(d, ReaderBuffers) else (d.name, first)
 
 
 # Directives apply in one canonical order, so a schedule means the same whatever order its lines are in: sizes first
