@@ -120,3 +120,16 @@ def test_buffers_of_a_tensor_readers_built_apart_load_keeps_each_readers_checks(
     with pytest.raises(TilecError) as err:
         compile_loaded(lang.load(STANDARDIZE, {"M": 300, "N": 200}), read_schedule("buffers X, 3"))
     assert "own rotation" in err.value.message and err.value.span is not None and err.value.span.line == 1
+
+
+@pytest.mark.parametrize("program, sizes, schedule, hint", [
+    ("keys_transpose", dict(B=2, H=3, S=200, D=72), "split Y.b, 2", "`split Y.s, N` or `split Y.d, N`"),
+    ("keys_transpose", dict(B=2, H=3, S=200, D=72), "unroll Y.b", "`tile Y.s, N` sets its blocks"),
+    ("keys_transpose", dict(B=2, H=3, S=200, D=72), "buffers K, 1", "remove the directive"),
+    ("channel_max", dict(N=2, C=200, H=9, W=11), "tile Y.n, 64", "`tile Y.c, N` sets the rows summed per matmul"),
+])
+def test_refusals_name_what_to_write(program, sizes, schedule, hint):
+    """Refusals that had no hint (the directive matrix's): each names the directive that applies instead."""
+    with pytest.raises(TilecError) as err:
+        compile_loaded(lang.load(ROOT / f"tests/programs/audit15/{program}.tl", sizes), read_schedule(schedule))
+    assert err.value.span is not None and hint in err.value.hint, err.value.render()

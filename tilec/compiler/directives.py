@@ -16,7 +16,7 @@ from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, 
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
                                      eltwise_free, eltwise_loop, eltwise_trips, fmt_arg, fmt_directive, row_free,
                                      rows_per_outer, sbuf_budget, var_of)
-from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.placement import chain_consumer, chain_reason, hbm_reason, kind, reads
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -197,7 +197,8 @@ def _tile_column_reduce(op: ColumnReduceOp, plan: ReducePlan, d: sx.Directive, r
                       f"use at most {op.dim('R')}")
         return replace(plan, parts=n)  # (not dividing the rows: whole tiles and one of the rest, rules_colragged)
     if not role.startswith("k"):
-        raise bad(d, "only the reduced loops and the kept loops after them are tiled in a column sum")
+        raise bad(d, "only the reduced loops and the kept loops after them are tiled in a column sum",
+                  directives_reduce.tile_hint(op) + "; the loops before the reduced ones are taken one at a time")
     if n > MOVING_FMAX:
         raise bad(d, f"a tile of {n} columns exceeds the {MOVING_FMAX} one matmul sums into a PSUM bank",
                   f"use a divisor of {op.dim('F')} up to {MOVING_FMAX}")
@@ -301,7 +302,21 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return replace(plan, band=n)
     if isinstance(plan, ReducePlan) and isinstance(op, ReduceOp):
         directives_reduce.refuse_split(op, d, _loop(d))
-    raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here")
+    raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here", _other_loops(op, "split", ", N"))
+
+
+def _other_loops(op: Op, name: str, arg: str) -> str:
+    """What a refused `split` / `unroll` of a loop can be written as instead: a transpose's blocks are cut along
+    its rows i and columns j only (a batch loop is taken one at a time), a conv unrolls its accumulation loops."""
+    roles = {TransposeOp: ("i", "j") if name == "split" else (), ConvOp: ("c", "r", "s") if name == "unroll" else ()}
+    have = dict(op.vars)
+    loops = [f"`{name} {op.name}.{have[r]}{arg}`" for r in roles.get(type(op), ()) if r in have]
+    if loops:
+        return " or ".join(loops) + f" ({'blocks per strip' if name == 'split' else 'an accumulation loop'})"
+    if isinstance(op, TransposeOp):
+        return f"remove the directive: a transpose's loops are its rule's; `tile {op.name}.{have.get('i', 'i')}, N` " \
+               "sets its blocks"
+    return "remove the directive"
 
 
 def _split_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) -> EltwisePlan:
@@ -662,7 +677,8 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     if isinstance(plan, ReducePlan) and isinstance(op, ReduceOp):  # row and column reductions
         return _buffers_reduce(op, plan, d, n)
     if not isinstance(plan, ConvPlan):  # the only plans with buffer settings (x_bufs, single)
-        raise bad(d, f"{op.name} has no multi-buffered input")
+        raise bad(d, f"{op.name} has no multi-buffered input",
+                  "remove the directive: its tiles are allocated inside its loops, where the NKI compiler rotates them")
     return replace(plan, x_bufs=_band_buffers(op, d, n))
 
 
@@ -777,7 +793,8 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return _unroll_column_reduce(op, plan, d, role)
     if not isinstance(plan, ConvPlan) or role not in ("c", "r", "s"):
         raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) and the tile loops of an "
-                     "element-wise statement, a row reduction or a column sum can be unrolled")
+                     "element-wise statement, a row reduction or a column sum can be unrolled",
+                  _other_loops(op, "unroll", ""))
     return replace(plan, unroll=tuple(sorted(set(plan.unroll) | {role})))
 
 
