@@ -123,6 +123,19 @@ def moved_sums(before, after) -> dict[str, str]:
     return out
 
 
+def _looped(d: sx.Directive) -> bool:
+    """A directive over a statement's loops: `tile Y.i, 64`, `reorder Y, j, i` (not `split Wt, conv.c`)."""
+    first = d.args[0] if d.args else None
+    return (d.name in LOOPED and isinstance(first, sx.Ref)
+            and len(first.parts) == (1 if d.name == "reorder" else 2))
+
+
+def _tensor(d: sx.Directive) -> str:
+    first = d.args[0]
+    assert isinstance(first, sx.Ref)
+    return first.parts[0]
+
+
 def _loops_named(d: sx.Directive) -> list[str]:
     first = d.args[0]
     assert isinstance(first, sx.Ref)
@@ -144,20 +157,15 @@ def follow(directives: tuple[sx.Directive, ...], moved: dict[str, str], after) -
     if not moved:
         return directives
     finish = loops_of(after.kernel.body)
-    written = {(d.name, d.args[0].parts[0], tuple(_loops_named(d))) for d in directives
-               if d.name in LOOPED and d.args and isinstance(d.args[0], sx.Ref)}
+    written = {(d.name, _tensor(d), tuple(_loops_named(d))) for d in directives if _looped(d)}
     out: list[sx.Directive] = []
     for d in directives:
-        first = d.args[0] if d.args else None
-        looped = (d.name in LOOPED and isinstance(first, sx.Ref) and first.parts[0] in moved
-                  and (len(first.parts) == 2) == (d.name != "reorder"))
-        if not looped:
+        if not _looped(d) or _tensor(d) not in moved:
             out.append(d)
             continue
-        assert isinstance(first, sx.Ref)
-        loops, acc = _loops_named(d), moved[first.parts[0]]
+        loops, acc = _loops_named(d), moved[_tensor(d)]
         if (d.name, acc, tuple(loops)) not in written:
             out.append(_retargeted(d, acc))
-        if all(v in finish.get(first.parts[0], {}) for v in loops):
+        if all(v in finish.get(_tensor(d), {}) for v in loops):
             out.append(d)
     return tuple(out)
