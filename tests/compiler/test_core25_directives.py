@@ -70,6 +70,12 @@ def test_directive_on_a_sum_a_rewrite_moved_reaches_the_sum(schedule, acc):
     assert attention(text).source == c.source
 
 
+def test_a_directive_set_twice_on_a_moved_sum_is_quoted_as_written():
+    with pytest.raises(TilecError) as err:
+        attention("tile O.j, 64\ntile O.j, 128")
+    assert "`tile O.j, 128` sets again what `tile O.j, 64`" in err.value.message, err.value.render()
+
+
 def printed(c) -> str:
     return "".join(line + "\n" for line in c.stages["schedule"].splitlines() if line.strip() and
                    not line.startswith("#"))

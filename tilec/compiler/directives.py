@@ -936,7 +936,7 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
                       "directives: " + ", ".join(sorted([*APPLY, "compute_at", "place"])))
         if (earlier := seen.setdefault(setting(d), d)) is not d:
             at = f"line {earlier.span.line}" if earlier.span and earlier.span.line else "earlier"
-            raise bad(d, f"`{fmt_directive(d)}` sets again what `{fmt_directive(earlier)}` ({at}) sets",
+            raise bad(d, f"`{_as_written(d)}` sets again what `{_as_written(earlier)}` ({at}) sets",
                       "keep one of the two directives")
     ordered: dict[str, sx.Directive] = {}  # an element-wise op's `reorder`: one per op (its tiles have one order)
     for d in canonical_order(ops, directives):
@@ -959,6 +959,11 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
         else:
             plans[op.name] = _kept(plans[op.name], APPLY[d.name](op, plans[op.name], d))
     return tuple(plans[op.name] for op in ops)
+
+
+def _as_written(d: sx.Directive) -> str:
+    """A directive as the user wrote it (one a rewrite's moved sum took over names the temporary: rewrite_names)."""
+    return fmt_directive(getattr(d, "written", None) or d)
 
 
 def _kept(old: Plan, new: Plan) -> Plan:

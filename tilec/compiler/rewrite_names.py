@@ -12,7 +12,7 @@ A name that did not resolve before the rewrites either is left to the directive'
 there, with the computations the schedule can name)."""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from tilec.compiler.exprs import accesses
 from tilec.errors import TilecError
@@ -144,10 +144,18 @@ def _loops_named(d: sx.Directive) -> list[str]:
     return [first.parts[1]]
 
 
+@dataclass(frozen=True)
+class Followed(sx.Directive):
+    """A directive applied to the temporary a sum moved into, and the one the user wrote (what messages about
+    the two together quote)."""
+    written: sx.Directive | None = None
+
+
 def _retargeted(d: sx.Directive, tensor: str) -> sx.Directive:
     first = d.args[0]
     assert isinstance(first, sx.Ref)
-    return replace(d, args=(replace(first, parts=(tensor,) + first.parts[1:]),) + d.args[1:])
+    args = (replace(first, parts=(tensor,) + first.parts[1:]),) + d.args[1:]
+    return Followed(d.name, args, d.span, written=getattr(d, "written", None) or d)
 
 
 def follow(directives: tuple[sx.Directive, ...], moved: dict[str, str], after) -> tuple[sx.Directive, ...]:
