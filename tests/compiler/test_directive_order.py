@@ -35,16 +35,20 @@ CASES = {
     "layernorm#place": (dict(M=300, N=512), ["place mu, hbm", "tile Y.j, 128", "unroll Y.j"]),
     # (core23) a column sum's ragged tiles (300 rows: 4 x 64 + 44; 700 columns: 5 x 128 + 60), with its settings
     "audit15/column_l1": (dict(M=300, N=700), ["tile s.i, 64", "tile s.j, 128", "unroll s.j", "buffers X, 1"]),
+    # (core25) one buffer of X for each of its readers built apart; a directive over a sum a rewrite moved into
+    # O_acc next to one naming O_acc itself (which wins), with the finish's own
+    "audit15/column_standardize": (dict(M=300, N=200), ["buffers X, 1", "tile mu.i, 100", "tile Y.j, 100"]),
+    "gaps15/attn_inline": (dict(S=128, D=64), ["tile O.d, 32", "tile O_acc.d, 64", "tile O.j, 64", "tile O.i, 64"]),
 }
-AUDIT15 = pathlib.Path(__file__).resolve().parent.parent / "programs" / "audit15"
+PROGRAMS = pathlib.Path(__file__).resolve().parent.parent / "programs"
 
 
 def compile_case(name: str, sizes, schedule: str | None):
     """A case's example (`rmsnorm#order`: rmsnorm) or audit15 program compiled with the schedule."""
     stem = name.split("#")[0]
-    if stem.startswith("audit15/"):
+    if "/" in stem:  # a program of tests/programs (audit15/column_l1)
         parsed = lang.parse_schedule(schedule, "<test schedule>") if schedule is not None else None
-        return compile_loaded(lang.load(AUDIT15 / f"{stem.removeprefix('audit15/')}.tl", sizes), parsed)
+        return compile_loaded(lang.load(PROGRAMS / f"{stem}.tl", sizes), parsed)
     return compile_example(stem, sizes, schedule=schedule)
 
 
@@ -100,7 +104,8 @@ def test_two_directives_setting_one_thing_are_one_error_naming_both_lines(case) 
 
 
 @pytest.mark.parametrize("name", ["vector_add", "rmsnorm", "rmsnorm#order", "vector_add#split", "rowsum#ragged",
-                                  "layernorm#place", "audit15/column_l1"])
+                                  "layernorm#place", "audit15/column_l1", "audit15/column_standardize",
+                                  "gaps15/attn_inline"])
 def test_element_wise_directives_in_other_orders_give_the_same_kernel(name: str) -> None:
     """The element-wise and reduction cases every run (hypothesis samples the cases above): reversed and rotated
     lists."""

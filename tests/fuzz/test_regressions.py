@@ -19,10 +19,8 @@ from tilec.testing.oracle import check
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[1]
 FILES = sorted((HERE / "regressions").glob("*.tl"))
-OPEN: dict[str, str] = {  # reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
-    "l22_internal-batched-column-sum-ragged-tile.tl": "a batched column sum's ragged free tile under a split of its "
-                                                      "reduced loop: the level-A verifier refuses the schedule",
-}
+# reproducer -> the bug still open (strict xfail: the reproducer runs, and its passing fails the test)
+OPEN: dict[str, str] = {}
 TUNE = ("18_", "30_", "m13", "m14", "l41")
 
 

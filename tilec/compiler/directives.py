@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 
 from tilec.compiler import build_mlp, directives_reduce
 from tilec.compiler.primitives import UNROLL_MAX
@@ -16,7 +16,7 @@ from tilec.compiler.schedule import (MOVING_FMAX, PMAX, PSUM_BANK, REDUCE_FREE, 
                                      Plan, PoolPlan, ReducePlan, TransposePlan, best_divisor, default_plan, divisors,
                                      eltwise_free, eltwise_loop, eltwise_trips, fmt_arg, fmt_directive, row_free,
                                      rows_per_outer, sbuf_budget, var_of)
-from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp
+from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, Op, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.placement import chain_consumer, chain_reason, hbm_reason, kind, reads
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
@@ -197,7 +197,8 @@ def _tile_column_reduce(op: ColumnReduceOp, plan: ReducePlan, d: sx.Directive, r
                       f"use at most {op.dim('R')}")
         return replace(plan, parts=n)  # (not dividing the rows: whole tiles and one of the rest, rules_colragged)
     if not role.startswith("k"):
-        raise bad(d, "only the reduced loops and the kept loops after them are tiled in a column sum")
+        raise bad(d, "only the reduced loops and the kept loops after them are tiled in a column sum",
+                  directives_reduce.tile_hint(op) + "; the loops before the reduced ones are taken one at a time")
     if n > MOVING_FMAX:
         raise bad(d, f"a tile of {n} columns exceeds the {MOVING_FMAX} one matmul sums into a PSUM bank",
                   f"use a divisor of {op.dim('F')} up to {MOVING_FMAX}")
@@ -301,7 +302,21 @@ def apply_split(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return replace(plan, band=n)
     if isinstance(plan, ReducePlan) and isinstance(op, ReduceOp):
         directives_reduce.refuse_split(op, d, _loop(d))
-    raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here")
+    raise bad(d, f"loop `{_loop(d)}` of {op.name} cannot be split here", _other_loops(op, "split", ", N"))
+
+
+def _other_loops(op: Op, name: str, arg: str) -> str:
+    """What a refused `split` / `unroll` of a loop can be written as instead: a transpose's blocks are cut along
+    its rows i and columns j only (a batch loop is taken one at a time), a conv unrolls its accumulation loops."""
+    roles = {TransposeOp: ("i", "j") if name == "split" else (), ConvOp: ("c", "r", "s") if name == "unroll" else ()}
+    have = dict(op.vars)
+    loops = [f"`{name} {op.name}.{have[r]}{arg}`" for r in roles.get(type(op), ()) if r in have]
+    if loops:
+        return " or ".join(loops) + f" ({'blocks per strip' if name == 'split' else 'an accumulation loop'})"
+    if isinstance(op, TransposeOp):
+        return f"remove the directive: a transpose's loops are its rule's; `tile {op.name}.{have.get('i', 'i')}, N` " \
+               "sets its blocks"
+    return "remove the directive"
 
 
 def _split_eltwise(op: EltwiseOp, plan: EltwisePlan, d: sx.Directive, n: int) -> EltwisePlan:
@@ -520,6 +535,13 @@ class ChainChoice(TilecError):
         self.directive = d
 
 
+@dataclass(frozen=True)
+class ReaderBuffers(sx.Directive):
+    """`buffers X, n` of X several statements built apart read, applied to one reader's tiles of X (each reader
+    gets a copy: pipeline._shared_tiles); printed and located as the user wrote it."""
+    reader: str = ""
+
+
 class SharedTiles(TilecError):
     """`buffers X, n` of X several statements read: which statement's tiles is not said. The pipeline compiles
     without the directive to say whether a fused part loads X once for all of them (pipeline._shared_tiles)."""
@@ -655,7 +677,8 @@ def apply_buffers(op: Op, plan: Plan, d: sx.Directive) -> Plan:
     if isinstance(plan, ReducePlan) and isinstance(op, ReduceOp):  # row and column reductions
         return _buffers_reduce(op, plan, d, n)
     if not isinstance(plan, ConvPlan):  # the only plans with buffer settings (x_bufs, single)
-        raise bad(d, f"{op.name} has no multi-buffered input")
+        raise bad(d, f"{op.name} has no multi-buffered input",
+                  "remove the directive: its tiles are allocated inside its loops, where the NKI compiler rotates them")
     return replace(plan, x_bufs=_band_buffers(op, d, n))
 
 
@@ -770,7 +793,8 @@ def apply_unroll(op: Op, plan: Plan, d: sx.Directive) -> Plan:
         return _unroll_column_reduce(op, plan, d, role)
     if not isinstance(plan, ConvPlan) or role not in ("c", "r", "s"):
         raise bad(d, "only the accumulation loops of a conv (in channels, filter taps) and the tile loops of an "
-                     "element-wise statement, a row reduction or a column sum can be unrolled")
+                     "element-wise statement, a row reduction or a column sum can be unrolled",
+                  _other_loops(op, "unroll", ""))
     return replace(plan, unroll=tuple(sorted(set(plan.unroll) | {role})))
 
 
@@ -818,6 +842,8 @@ def op_for(d: sx.Directive, ops: tuple[Op, ...]) -> Op:
         if name in owned:
             return op
     readers = [op for op in ops if name in reads(op)]
+    if isinstance(d, ReaderBuffers):
+        return next(op for op in readers if op.name == d.reader)
     if d.name == "buffers" and len(readers) == 1:
         return readers[0]  # the tiles of an operand of one statement (apply_buffers)
     if d.name == "buffers" and readers:
@@ -850,7 +876,7 @@ def setting(d: sx.Directive) -> tuple:
         return ("fusion", first)
     if d.name == "reorder":  # the outer loops and the accumulation loops are ordered separately
         return ("reorder", first, frozenset(fmt_arg(a) for a in d.args[1:]))
-    return (d.name, first)
+    return (d.name, first, d.reader) if isinstance(d, ReaderBuffers) else (d.name, first)
 
 
 # Directives apply in one canonical order, so a schedule means the same whatever order its lines are in: sizes first
@@ -910,7 +936,7 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
                       "directives: " + ", ".join(sorted([*APPLY, "compute_at", "place"])))
         if (earlier := seen.setdefault(setting(d), d)) is not d:
             at = f"line {earlier.span.line}" if earlier.span and earlier.span.line else "earlier"
-            raise bad(d, f"`{fmt_directive(d)}` sets again what `{fmt_directive(earlier)}` ({at}) sets",
+            raise bad(d, f"`{_as_written(d)}` sets again what `{_as_written(earlier)}` ({at}) sets",
                       "keep one of the two directives")
     ordered: dict[str, sx.Directive] = {}  # an element-wise op's `reorder`: one per op (its tiles have one order)
     for d in canonical_order(ops, directives):
@@ -933,6 +959,11 @@ def apply_schedule(ops: tuple[Op, ...], directives: tuple[sx.Directive, ...],
         else:
             plans[op.name] = _kept(plans[op.name], APPLY[d.name](op, plans[op.name], d))
     return tuple(plans[op.name] for op in ops)
+
+
+def _as_written(d: sx.Directive) -> str:
+    """A directive as the user wrote it (one a rewrite's moved sum took over names the temporary: rewrite_names)."""
+    return fmt_directive(getattr(d, "written", None) or d)
 
 
 def _kept(old: Plan, new: Plan) -> Plan:

@@ -29,7 +29,8 @@ def _what(op: ReduceOp) -> tuple[str, str]:
     return "row tiles", "reduced tiles"
 
 
-def _hint(op: ReduceOp) -> str:
+def tile_hint(op: ReduceOp) -> str:
+    """The `tile` directives that set a reduction's tiles (each tile is one load)."""
     _, outer, inner = _groups(op)
     if isinstance(op, ColumnReduceOp):
         return (f"`tile {op.name}.{inner[0]}, N` sets the rows summed per matmul, `tile {op.name}.{outer[0]}, N` the "
@@ -65,7 +66,7 @@ def refuse_reorder(op: ReduceOp, d: sx.Directive) -> NoReturn:
             why = ("the rule reduces one row tile at a time into its accumulator column; the other order would keep "
                    "every row tile's accumulator live across the reduced loop, which is not compiled")
         raise TilecError(f"{op.name}'s {i_word} ({', '.join(inner)}) cannot go outside its {o_word} "
-                         f"({', '.join(outer)}): {why}", span, _hint(op))
+                         f"({', '.join(outer)}): {why}", span, tile_hint(op))
     for g, run in ((1, outer), (2, inner)):
         mine = [n for n in listed if rank[n] == g]
         if mine != [v for v in run if v in mine]:
@@ -74,7 +75,7 @@ def refuse_reorder(op: ReduceOp, d: sx.Directive) -> NoReturn:
                              f"list them in the tensor's order ({', '.join(run)})")
     raise TilecError(f"`reorder {op.name}, {', '.join(listed)}` is the order the rule compiles {op.name} "
                      f"in already ({o_word} outside {i_word}): the directive would leave the kernel as it is", span,
-                     "remove it; " + _hint(op))
+                     "remove it; " + tile_hint(op))
 
 
 def refuse_split(op: ReduceOp, d: sx.Directive, loop: str) -> NoReturn:
@@ -83,4 +84,4 @@ def refuse_split(op: ReduceOp, d: sx.Directive, loop: str) -> NoReturn:
     what = "a row tile's rows by the elements of one reduced tile" if not isinstance(op, ColumnReduceOp) else \
         "the rows of one row tile by the columns of one free tile (groups of row tiles in flight: the rule's choice)"
     raise TilecError(f"`split` of {op.name}'s loop `{loop}` is not compiled: a reduction's tiles are its DMAs (each "
-                     f"load is {what}), so there is no DMA of several tiles to split", d.span, _hint(op))
+                     f"load is {what}), so there is no DMA of several tiles to split", d.span, tile_hint(op))

@@ -31,11 +31,11 @@ from tilec.compiler import nest as level_a
 from tilec.compiler.nest import Kernel as Nest, lower_nest, print_nest, verify_nest
 from tilec.compiler.primitives import UNROLL_MAX
 from tilec.compiler.tensorize import match
-from tilec.compiler.directives import (ChainChoice, SharedTiles, apply_schedule, op_for, operand_of,
+from tilec.compiler.directives import (ChainChoice, ReaderBuffers, SharedTiles, apply_schedule, op_for, operand_of,
                                        to_hbm)
 from tilec.compiler.ir import DTYPE_BYTES
 from tilec.compiler.schedule import (ConvPlan, EltwisePlan, ReducePlan, default_plan, default_transpose,
-                                     plan_directives, print_plans, print_schedule)
+                                     once, plan_directives, print_plans, print_schedule)
 from tilec.compiler.ops import ColumnReduceOp, ConvOp, EltwiseOp, PoolOp, ReduceOp, TransposeOp
 from tilec.compiler.select import print_ops, select
 from tilec.compiler.squeeze import squeeze
@@ -43,7 +43,7 @@ from tilec.compiler.schedule import fmt_directive, sbuf_budget
 from tilec.compiler.fusers import AHEAD, AHEAD_TILES
 from tilec.compiler.compute_at import inline_compute_at, inline_reduced_temporaries
 from tilec.compiler.dma_streams import columns_ahead, cut_apart
-from tilec.compiler.rewrites import source_rewrites
+from tilec.compiler.rewrites import rewritten_with
 from tilec.compiler.unsupported import reject_unsupported
 from tilec.compiler.verify import verify
 from tilec.errors import Span, TilecError
@@ -111,7 +111,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     given = (program, directives)
     program, directives = inline_compute_at(program, directives)  # `compute_at T, Y.i` of T = f(X) (compute_at.py)
     program = inline_reduced_temporaries(program, directives)  # `T = exp(X); s += T`: s += exp(X) (compute_at.py)
-    program = source_rewrites(program, tuple(directives))  # statements no rule maps, as ordinary ones over temporaries (rewrites.py)
+    program, directives = rewritten_with(program, tuple(directives))  # statements no rule maps, as ordinary ones over temporaries (rewrites.py)
     reject_unsupported(program.kernel)  # constructs only the reference evaluator runs yet (unsupported.py)
     program = name_sizes(program)  # sizes that remember their names: `SIZE_K // TILE_K` trip counts (named.py)
     tgt = get_target(target)
@@ -135,7 +135,7 @@ def _compile_program(program, directives: tuple[sx.Directive, ...] | None, nki: 
     except ChainChoice as e:
         raise _kept_on_chip(e, *given, tgt) from None
     except SharedTiles as e:
-        raise _shared_tiles(e, *given, tgt) from None
+        return _shared_tiles(e, *given, nki, tgt)
     stages["schedule"] = ""  # (printed below, once the fused parts are known: the stages keep this order)
     planned = (ops, plans)
     # unfuse: a conv placed in HBM hands its pooling back to a separate op that reads the HBM copy
@@ -545,21 +545,26 @@ def _kept_on_chip(e: ChainChoice, program, directives: tuple, target: Target) ->
                                                  f"alone and stores {e.op.out}")
 
 
-def _shared_tiles(e: SharedTiles, program, directives: tuple, target: Target) -> TilecError:
+def _shared_tiles(e: SharedTiles, program, directives: tuple, nki: str | None, target: Target) -> Result:
     """`buffers X, n` of X several statements read: when one fused part computes all of them, it loads each tile
-    of X once for all (its builder's buffers, no setting), which the refusal names; otherwise e stands."""
+    of X once for all (its builder's buffers, no setting), which the refusal names; when each reader is built
+    apart and loads its own tiles of X, the directive sets them all (one copy a reader, each checked as
+    `buffers X, n` of that statement alone); otherwise e stands."""
     d = e.directive
     others = tuple(x for x in directives if (x.name, x.args, x.span) != (d.name, d.args, d.span))
     try:
         chains = compile_program(program, others, None, target).chains
     except TilecError:
-        return e  # (another directive is refused: the schedule's first error stands)
+        raise e from None  # (another directive is refused: the schedule's first error stands)
     names = [op.name for op in e.readers]
+    if not any(set(names) & set(c.members) for c in chains):
+        each = tuple(ReaderBuffers(d.name, d.args, d.span, reader=name) for name in names)
+        return compile_program(program, others + each, nki, target)
     chain = next((c for c in chains if set(names) <= set(c.members)), None)
     if chain is None:
-        return e
+        raise e from None
     x = d.args[0].parts[0] if isinstance(d.args[0], sx.Ref) else "?"
-    return TilecError(f"{x} is read by {' and '.join(names)}, which the {chain.kind} of {', '.join(chain.members)} "
+    raise TilecError(f"{x} is read by {' and '.join(names)}, which the {chain.kind} of {', '.join(chain.members)} "
                       f"computes together from the tiles of {x} it loads: its tiles are that part's (no buffer "
                       "setting), and `buffers` sets the tiles of one statement's operand", e.span,
                       f"remove the directive; a statement reading {x} alone takes `buffers {x}, 1`")
@@ -757,9 +762,10 @@ def _recompile_commands(program) -> dict[str, str]:
 def _doc_lines(program, ops, plans, chains: list[fusers.Chain], target: Target | None = None) -> list[str]:
     lines = ["Schedule (directives; `tilec explain` shows the plan):", ""]
     in_chain = {name for c in chains for name in c.members}
+    seen: set[str] = set()
     for op, plan in zip(ops, plans):
         if op.name not in in_chain:
-            lines += ["    " + line for line in print_schedule(plan_directives(op, plan)).splitlines()]
+            lines += ["    " + line for line in once(print_schedule(plan_directives(op, plan)).splitlines(), seen)]
     lines += ["    " + fusers.chain_note(c, ops, program, get_target(target)) for c in chains]
     sizes = ", ".join(f"{k}={v}" for k, v in sorted(program.sizes.items()))
     return lines + ["", f"Sizes: {sizes}"]

@@ -12,6 +12,9 @@ A name that did not resolve before the rewrites either is left to the directive'
 there, with the computations the schedule can name)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
+from tilec.compiler.exprs import accesses
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -86,3 +89,91 @@ def _hint(tensor: str, new) -> str:
         return f"write the directive over {tensor}'s loops now ({', '.join(loops[tensor])}); `tilec explain` " \
                "prints the schedule of the rewritten program"
     return "`tilec explain` prints the computations of the rewritten program and their schedule"
+
+
+# Directives over a statement's own loops. A tensor whose accumulation a rewrite moved into a temporary the last
+# statement reads (`O += P * V` -> `O_acc += ..; O = O_acc / z`, inplace_split / operand_split) keeps its loops,
+# so `tile O.d, 64` resolves before and after; the user wrote it about the sum, so it goes to the sum (and to the
+# finish too where the finish has the loops it names, so its tiles follow the sum's).
+LOOPED = ("tile", "split", "partition", "unroll", "reorder")
+
+
+def _assigns(body: tuple[sx.Stmt, ...]):
+    for st in body:
+        if isinstance(st, sx.Loop):
+            yield from _assigns(st.body)
+        elif isinstance(st, sx.Assign):
+            yield st
+
+
+def moved_sums(before, after) -> dict[str, str]:
+    """Tensor -> the new temporary its accumulation moved into: in `after` the tensor no longer accumulates and its
+    statements read exactly one new tensor that does."""
+    def accumulating(program) -> set[str]:
+        return {st.target.tensor for st in _assigns(program.kernel.body) if st.op != "="}
+
+    old, now = accumulating(before), accumulating(after)
+    fresh = now - set(before.tensors)
+    out: dict[str, str] = {}
+    for st in _assigns(after.kernel.body):
+        name = st.target.tensor
+        read = {a.tensor for a in accesses(st.value)} & fresh
+        if name in old - now and len(read) == 1:
+            out[name] = read.pop()
+    return out
+
+
+def _looped(d: sx.Directive) -> bool:
+    """A directive over a statement's loops: `tile Y.i, 64`, `reorder Y, j, i` (not `split Wt, conv.c`)."""
+    first = d.args[0] if d.args else None
+    return (d.name in LOOPED and isinstance(first, sx.Ref)
+            and len(first.parts) == (1 if d.name == "reorder" else 2))
+
+
+def _tensor(d: sx.Directive) -> str:
+    first = d.args[0]
+    assert isinstance(first, sx.Ref)
+    return first.parts[0]
+
+
+def _loops_named(d: sx.Directive) -> list[str]:
+    first = d.args[0]
+    assert isinstance(first, sx.Ref)
+    if d.name == "reorder":
+        return [a.parts[0] for a in d.args[1:] if isinstance(a, sx.Ref)]
+    return [first.parts[1]]
+
+
+@dataclass(frozen=True)
+class Followed(sx.Directive):
+    """A directive applied to the temporary a sum moved into, and the one the user wrote (what messages about
+    the two together quote)."""
+    written: sx.Directive | None = None
+
+
+def _retargeted(d: sx.Directive, tensor: str) -> sx.Directive:
+    first = d.args[0]
+    assert isinstance(first, sx.Ref)
+    args = (replace(first, parts=(tensor,) + first.parts[1:]),) + d.args[1:]
+    return Followed(d.name, args, d.span, written=getattr(d, "written", None) or d)
+
+
+def follow(directives: tuple[sx.Directive, ...], moved: dict[str, str], after) -> tuple[sx.Directive, ...]:
+    """`directives` with each directive over a moved sum's loops (see LOOPED) applied to the sum; one the user
+    wrote about the temporary itself wins over the one that follows (so explain's schedule, which prints both,
+    pastes back)."""
+    if not moved:
+        return directives
+    finish = loops_of(after.kernel.body)
+    written = {(d.name, _tensor(d), tuple(_loops_named(d))) for d in directives if _looped(d)}
+    out: list[sx.Directive] = []
+    for d in directives:
+        if not _looped(d) or _tensor(d) not in moved:
+            out.append(d)
+            continue
+        loops, acc = _loops_named(d), moved[_tensor(d)]
+        if (d.name, acc, tuple(loops)) not in written:
+            out.append(_retargeted(d, acc))
+        if all(v in finish.get(_tensor(d), {}) for v in loops):
+            out.append(d)
+    return tuple(out)

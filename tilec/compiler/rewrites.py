@@ -23,7 +23,7 @@ from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.sum_split import split_summed_products
 from tilec.compiler.view_split import split_merged_dims
-from tilec.compiler.rewrite_names import check
+from tilec.compiler.rewrite_names import check, follow, moved_sums
 from tilec.lang import syntax as sx
 
 REWRITES = (
@@ -57,12 +57,19 @@ REWRITES = (
 
 
 def source_rewrites(program, directives: tuple[sx.Directive, ...] = ()):
-    """The program after every rewrite of REWRITES (each returns the same object when it has nothing to do). They
-    run whatever the schedule says; a directive naming a tensor or loop one of them removed or renamed is an error
-    at its line (rewrite_names.py)."""
+    """The program after every rewrite of REWRITES (each returns the same object when it has nothing to do)."""
+    return rewritten_with(program, directives)[0]
+
+
+def rewritten_with(program, directives: tuple[sx.Directive, ...]) -> tuple:
+    """(the program after every rewrite, the directives over it). The rewrites run whatever the schedule says; a
+    directive over the loops of a sum a rewrite moved into a temporary goes to the temporary (rewrite_names.follow),
+    and one naming a tensor or loop a rewrite removed or renamed is an error at its line (rewrite_names.check)."""
     for rewrite in REWRITES:
         rewritten = rewrite(program)
         module = rewrite.__module__.rsplit(".", 1)[-1]
+        if rewritten is not program:
+            directives = follow(directives, moved_sums(program, rewritten), rewritten)
         check(program, rewritten, directives, f"the source rewrite {rewrite.__name__} ({module}.py)")
         program = rewritten
-    return program
+    return program, directives

@@ -106,8 +106,10 @@ def column_parts(S: str, v: dict[str, str], reads: list[str], rows: list[str], t
             out += [prim("reverse_compute_at", at(e if before else f"{e}_u", x), at("ft", x)),
                     prim("partition", at(f"{e}_u", x) + "_r")]
         acc, row = unique(f"{S}_acc", taken), unique(f"{S}_row", taken)
+        # each part's narrow tile a name of its own, as its rows have (their widths differ)
+        narrow = {"cast": cast["cast"] if x in ("", "a") else unique(cast["cast"], taken)} if cast else {}
         if loops:  # an fp32 row the steps work on, the sums in PSUM before it
-            out += [prim("stage_out", v[S], at("ft", x), name=row, line=line, dtype="f32", **cast),
+            out += [prim("stage_out", v[S], at("ft", x), name=row, line=line, dtype="f32", **narrow),
                     prim("stage_out", row, at("ft", x), memory="psum", name=acc, line=line,
                          of="+".join(rt for rt, _, _ in regions(R, parts, x)))]
         else:

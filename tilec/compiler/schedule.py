@@ -486,11 +486,20 @@ def eltwise_trips(op: EltwiseOp, plan: EltwisePlan) -> dict[str, int]:
     return {"o": op.dim("O"), "pt": -(-P // min(plan.parts, P)), "t": -(-F // free)}
 
 
+def once(lines: list[str], seen: set[str]) -> list[str]:
+    """`lines` without the `buffers X, n` already in `seen` (then added): one directive sets the tiles of X of
+    every reader built apart (pipeline._shared_tiles), so it prints once."""
+    out = [line for line in lines if not (line.startswith("buffers ") and line in seen)]
+    seen.update(line for line in lines if line.startswith("buffers "))
+    return out
+
+
 def print_plans(ops: tuple[Op, ...], plans: tuple[Plan, ...], fused: AbstractSet[str] = frozenset()) -> str:
     """Each op's plan as directives, the schedule `tilec explain` prints for pasting back. The ops of `fused` (a
     fused part's members) show their plan as comments: the part's builder tiles them, and a directive naming one
     builds it alone, so pasting their plans back would change the kernel."""
-    out = []
+    out: list[str] = []
+    seen: set[str] = set()
     for op, plan in zip(ops, plans):
         if isinstance(op, EltwiseOp) and op.copy:  # the copy rule has no parameters (yet)
             out.append(f"# {op.name}: copy (line {op.line}), no schedule parameters")
@@ -501,6 +510,6 @@ def print_plans(ops: tuple[Op, ...], plans: tuple[Plan, ...], fused: AbstractSet
             out.append(f"# {op.name}: {fixed} (line {op.line}), no schedule parameters")
             continue
         out.append(f"# {op.name}: {plan}")
-        lines = [fmt_directive(d) for d in plan_directives(op, plan)]
+        lines = once([fmt_directive(d) for d in plan_directives(op, plan)], seen)
         out += [f"#   (fused: not a directive) {line}" for line in lines] if op.name in fused else lines
     return "\n".join(out) + "\n"
