@@ -440,7 +440,7 @@ class _ConvBuilder:
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF",
                                   tuple(conv_weights.weights(self, False)),
                                   line))
-        stmts += self.regroup_setup
+        stmts += [] if self.peel_last else self.regroup_setup  # (else in the last image: conv_chain._built)
         if op.bias and op.bias_role == "x":
             label = f"bias {op.bias}: a row along {dict(op.vars)['x']}, copied to every partition once"
             stmts.append(ir.Block(label, tuple(conv_weights.bias_row(self)), line))
