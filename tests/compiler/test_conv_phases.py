@@ -140,9 +140,10 @@ def test_resnet_block_residual_from_the_first_convs_band_copies(nki, dt):
     prog, c, inputs, out = compile_and_run(text, nki)
     src = unwrap(numbered(c.source))
     assert "X_skip" not in src and "X_pairs" not in src
+    bodies = 1 + src.count("# ---- the last image")  # (16-bit: the last image built apart, conv_chain.peels_last)
     for band in range(2):
         assert re.search(rf"X_band{band} = nl\.(ndarray|zeros)\(\(128, \d+, 24\)", src)
-        assert len(re.findall(rf"tensor_tensor\([^\n]*X_band{band}\[:, [^\]]*:2\]", src)) == 1
+        assert len(re.findall(rf"tensor_tensor\([^\n]*X_band{band}\[:, [^\]]*:2\]", src)) == bodies
     x = rounded(inputs, dt)
     assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))
 
@@ -262,14 +263,16 @@ def test_resnet_block_batch_1_last_band_regrouped(nki, dt):
     """At batch 1 the 16-bit block's second band (peeled: its residual reads the first conv's band copies) is
     regrouped on TensorE before its store, after its residual adds and relus (conv_pairs.regroups): its store is
     128 runs of half a band through Y seen as [N, K, bands, 2, BAND / 2, W], not 1,792 runs of one row; band 0
-    keeps the row-pair store. From batch 2 on no band of a residual conv is regrouped (TensorE is the bound)."""
+    keeps the row-pair store. From batch 2 on (TensorE the bound) only the last image's, built apart from the image
+    loop (conv_chain.peels_last; test_conv_last_image.py)."""
     from compiler_helpers import compile_and_run
 
     text = RESNET.format(dt=dt).replace("H = 12, W = 10", "H = 40, W = 24")
-    for n, regrouped in ((1, True), (2, False)):
+    for n in (1, 2):
         prog, c, inputs, out = compile_and_run(text.replace("N = 2", f"N = {n}"), nki)
         src = unwrap(numbered(c.source))
-        assert ("Y_select" in src) == regrouped and ("Y_rows" in src) == regrouped
-        assert len(re.findall(r"Y_halves", src)) >= (2 if regrouped else 0)
+        last = src.split("# ---- the last image")[-1]
+        assert "Y_select" in src and "Y_rows" in last and ("the last image" in src) == (n == 2)
+        assert len(re.findall(r"Y_halves", src)) >= 2
         x = rounded(inputs, dt)
         assert_matches(prog, "Y", out["Y"], resnet_ref(x, dt))

@@ -318,6 +318,9 @@ class _ConvBuilder:
         self.halo_cols: Buf | None = None
         self.regroup_sel: Buf | None = None  # conv_pairs.regroup_prelude's selection stationaries
         self.regroup_setup: list[Stmt] = []  # and the statements that build them (after the weights)
+        # a batch whose last image is built apart from the image loop, its odd band regrouped (conv_pairs.peels_last)
+        self.peel_last = False
+        self.last_image = False  # the image being built is that last image
         # a chain whose consumer reads its residual from the producer's band copies (conv_chain.skip_from_bands):
         # the producer's buffer of each peeled band (x_bands), the consumer's view of them (skip_bands, skip_oy)
         self.x_bands: dict[int, Buf] | None = None
@@ -445,7 +448,7 @@ class _ConvBuilder:
             stmts.append(ir.Block(f"{self.words['w']}: contraction-major, resident in SBUF",
                                   tuple(conv_weights.weights(self, False)),
                                   line))
-        stmts += self.regroup_setup
+        stmts += [] if self.peel_last else self.regroup_setup  # (else in the last image: conv_chain._built)
         if op.bias and op.bias_role == "x":
             label = f"bias {op.bias}: a row along {dict(op.vars)['x']}, copied to every partition once"
             stmts.append(ir.Block(label, tuple(conv_weights.bias_row(self)), line))

@@ -327,10 +327,12 @@ def regroups(b: _ConvBuilder) -> bool:
     tile the output exactly, a quarter band's rows within one matmul's moving columns. A conv with a residual only
     at batch 1, where its last band's store is the kernel's tail: the ResNet block bf16 batch 1 16.53 -> 15.43 us
     (the second band's store waits behind the first band's, then moves 128 runs instead of 1,792). From batch 2
-    on the block is TensorE-bound and 4 more matmuls per image would only add to it."""
+    on the block is TensorE-bound and 4 more matmuls per image would only add to it: only its last image, built
+    apart from the image loop, is regrouped (conv_chain.peels_last)."""
     op = b.op
     return (b.pair == 2 and not b.phased and not b.halves and b.dst_chip is None and not op.w_batch
-            and (op.residual is None or b.N == 1) and op.pool is None and DTYPE_BYTES[b.hbm[op.out].dtype] == 2
+            and (op.residual is None or b.N == 1 or b.peel_last) and op.pool is None
+            and DTYPE_BYTES[b.hbm[op.out].dtype] == 2
             and 2 * b.K == PMAX and b.NXB == 1 and b.BX == b.Wo and b.wy == b.wx == 1
             and b.p.band % 4 == 0 and b.Ho == b.NB * b.p.band and b.NB >= 2
             and b.p.band // 4 * b.Wo <= MOVING_FMAX and any(_peeled_odd(b, i) for i in range(b.NB)))
@@ -352,7 +354,7 @@ def regroup_band(b: _ConvBuilder) -> bool:
     50.2 -> 55.5 us); one band in two balances the two (conv3x3same bf16 batch 8: 50.20 -> 44.42 us run, batch 4
     27.84 -> 25.59, batch 1 11.65 -> 11.47; batch 2 16.13 -> 16.18 is the one size measured slower)."""
     var, first = b.yb
-    return var is None and _peeled_odd(b, first) and regroups(b)
+    return var is None and _peeled_odd(b, first) and regroups(b) and (b.last_image or not b.peel_last)
 
 
 def regroup_prelude(b: _ConvBuilder) -> list[Stmt]:
@@ -398,7 +400,7 @@ def regroup_store(b: _ConvBuilder, ob: Buf) -> list[Stmt]:
     parts = [(lo, n, scalar) for lo, n, scalar in ((0, cut, False), (cut, quarter - cut, True)) if n]
     accs = {(h, lo): Buf(b.fresh(f"{b.op.out}_phase{h}{'_act' if scalar else ''}"), "psum", "f32", (2 * K, n, W))
             for lo, n, scalar in parts for h in range(2)}
-    moves = (_regroup_all if b.N == 1 else _regroup_crossing)(b, ob, rows, parts, accs)
+    moves = (_regroup_all if b.N == 1 or b.last_image else _regroup_crossing)(b, ob, rows, parts, accs)
     region = (a(b.var["n"]), full(K), b.y_at(1), full(2), full(b.p.band // 2), full(W))
     return [Alloc(rows, line=line)] + moves + [Dma(View(b.o6, region, perm=(1, 0, 2, 3)), whole(rows), line)]
 
