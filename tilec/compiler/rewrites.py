@@ -5,6 +5,7 @@ result comes after it."""
 from __future__ import annotations
 
 from tilec.compiler.const_split import split_constant_outputs
+from tilec.compiler.continue_split import split_continued_reductions
 from tilec.compiler.fission import distribute_reductions
 from tilec.compiler.gap_split import split_gapped_reductions
 from tilec.compiler.init_split import split_broadcast_inits
@@ -29,6 +30,7 @@ REWRITES = (
     split_merged_dims,  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
     split_packed_heads,  # `P[h, i, j] += Q[i, h * D + d] * ..`: Q copied as Q_h[h, i, d] first (heads_split.py)
     distribute_reductions,  # two reductions in one loop nest: one nest each (fission.py)
+    split_continued_reductions,  # `Y = 0; for k: Y += A B; for k: Y += C D`: a chain (continue_split.py)
     split_summed_products,  # `Y += A * B + C * D`: one contraction a term, each from the last (sum_split.py)
     split_batched_matvec,  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
     split_shifted_stores,  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)

@@ -39,7 +39,7 @@ def split_summed_products(program):
             if n < len(terms) - 1:
                 name = unique(f"{init.target.tensor}_{n + 1}", taken)
                 taken.add(name)
-                decls.append(_temporary(name, init.target, outer))
+                decls.append(temporary(name, init.target, outer))
                 target = replace(init.target, tensor=name)
             value = term if sign > 0 else sx.Neg(term, term.span)
             sums = nested(replace(update, target=target, value=value), reduced)
@@ -83,7 +83,7 @@ def _vars(e: sx.Expr) -> set[str]:
     return set().union(*(index_vars(a) for a in accesses(e)))
 
 
-def _temporary(name: str, target: sx.Access, outer: list[sx.Loop]) -> sx.Decl:
+def temporary(name: str, target: sx.Access, outer: list[sx.Loop]) -> sx.Decl:
     """An f32 tensor shaped like the stored region: each index's loop extent, in the target's index order."""
     stops = {lp.var: lp.stop for lp in outer}
     shape = tuple(stops[ix.id] for ix in target.indices if isinstance(ix, sx.Name))
