@@ -22,12 +22,15 @@ from tilec.compiler.packed_rows import split_short_rows
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.sum_split import split_summed_products
+from tilec.compiler.tconv_split import split_floor_loops, split_transposed_convs
 from tilec.compiler.view_split import split_merged_dims
 from tilec.compiler.rewrite_names import check
 from tilec.lang import syntax as sx
 
 REWRITES = (
+    split_floor_loops,  # `X[n, c, y / 2, x / 2] * Wt[c, k, y % 2, x % 2]`: y as 2 * y_q + y_r (tconv_split.py)
     split_merged_dims,  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
+    split_transposed_convs,  # `Y[n, k, y, a, x, b] += X * Wt[c, k, a, b]`: T[n, k, a, b, y, x] first (same)
     split_packed_heads,  # `P[h, i, j] += Q[i, h * D + d] * ..`: Q copied as Q_h[h, i, d] first (heads_split.py)
     distribute_reductions,  # two reductions in one loop nest: one nest each (fission.py)
     split_continued_reductions,  # `Y = 0; for k: Y += A B; for k: Y += C D`: a chain (continue_split.py)
