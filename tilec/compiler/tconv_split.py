@@ -219,8 +219,9 @@ def _widened(program, start: sx.Access, tail: list[str], stops: dict, taken: set
 
 def trailing_outputs(names: list[str | None], out: list) -> list[str]:
     """A stationary operand's last indices (`names`) when they are two or more output variables and no other index
-    of it is one (W[c, k, a, b] of a transposed conv: [k, a, b]); [] if not."""
-    if None in names:
+    of it is one (W[c, k, a, b] of a transposed conv: [k, a, b]), and some output variable is not among them (the
+    other operand's columns); [] if not."""
+    if None in names or set(out) <= set(names):
         return []
     tail = [cast(str, v) for v in itertools.takewhile(lambda v: v in out, reversed(names))][::-1]
     if len(tail) < 2 or any(v in out for v in names[:len(names) - len(tail)]):
