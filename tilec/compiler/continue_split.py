@@ -21,11 +21,8 @@ for r1..: Y[..] op= e1; for r2..: Y[..] op= e2 ..` whose stored indices are the 
 same object when there is none."""
 from __future__ import annotations
 
-from dataclasses import replace
-
-from tilec.compiler.names import unique
-from tilec.compiler.rewrite import nested, perfect_nest, rechecked, taken_names
-from tilec.compiler.sum_split import temporary
+from tilec.compiler.rewrite import perfect_nest, rechecked, taken_names
+from tilec.compiler.sum_split import chained
 from tilec.lang import syntax as sx
 
 
@@ -40,20 +37,7 @@ def split_continued_reductions(program):
             body.append(top)
             continue
         outer, init, reductions = found
-        start: sx.Expr = init.value
-        for n, red in enumerate(reductions):
-            target = init.target
-            if n < len(reductions) - 1:
-                name = unique(f"{init.target.tensor}_{n + 1}", taken)
-                taken.add(name)
-                decls.append(temporary(name, init.target, outer))
-                target = replace(init.target, tensor=name)
-            loops, update = perfect_nest(red)
-            sums = nested(replace(update, target=target), loops)
-            last = outer[-1]
-            body.append(nested(sx.Loop(last.var, last.start, last.stop,
-                                       (replace(init, target=target, value=start), sums), last.span), outer[:-1]))
-            start = target
+        body += chained(outer, init, [perfect_nest(red) for red in reductions], taken, decls)
     return rechecked(program, decls, body)
 
 

@@ -27,7 +27,8 @@ from typing import cast
 from tilec.compiler.exprs import accesses
 from tilec.compiler.lower import size_value
 from tilec.compiler.names import unique
-from tilec.compiler.rewrite import leaves, nested, perfect_nest, rechecked, resolved, taken_names
+from tilec.compiler.rewrite import leaves, nested, rechecked, resolved, taken_names
+from tilec.compiler.sum_split import init_and_sum
 from tilec.lang import syntax as sx
 
 
@@ -169,19 +170,13 @@ def split_transposed_convs(program):
 
 def _conv_nest(program, top: sx.Stmt):
     """(outer loops, init, reduced loops, update, T's index order) of a transposed conv's nest, or None."""
-    outer, last = perfect_nest(top)
-    if not isinstance(last, sx.Loop) or len(last.body) != 2:
+    found = init_and_sum(top)
+    if found is None:
         return None
-    outer = outer + [last]
-    init, k_loop = last.body
-    if not (isinstance(init, sx.Assign) and init.op == "=" and isinstance(k_loop, sx.Loop)):
-        return None
-    reduced, update = perfect_nest(k_loop)
-    if not reduced or not isinstance(update, sx.Assign) or update.op != "+=" or update.target != init.target:
-        return None
+    outer, init, reduced, update = found
     out = [ix.id if isinstance(ix, sx.Name) else None for ix in init.target.indices]
     reads = accesses(update.value)
-    if None in out or len(reads) != 2 or not (isinstance(update.value, sx.BinOp) and update.value.op == "*"):
+    if len(reads) != 2 or not (isinstance(update.value, sx.BinOp) and update.value.op == "*"):
         return None
     extents = {lp.var: size_value(lp.stop, program.sizes) for lp in outer}
     for w in reads:
