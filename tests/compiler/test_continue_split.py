@@ -67,3 +67,10 @@ kernel mx(A: f32[M, N], B: f32[M, L]) -> Y
 def test_a_maximum_continued_over_another_tensor() -> None:
     prog, out, a = run_in_own_dtypes(MAXES, 3)
     assert_matches(prog, "Y", out["Y"], np.maximum(a["A"].max(1), 2 * a["B"].max(1)))
+
+
+def test_a_reduction_in_its_own_nest_right_after_joins_the_chain() -> None:
+    text = TWO.replace("    for k in 0..K:\n      Y[i, j] += C[i, k] * D[k, j]\n",
+                       "  for p in 0..M, q in 0..N:\n    for k in 0..K:\n      Y[p, q] += C[p, k] * D[k, q]\n")
+    prog, out, a = run_in_own_dtypes(text, 4)
+    assert_matches(prog, "Y", out["Y"], a["A"] @ a["B"] + a["C"] @ a["D"])
