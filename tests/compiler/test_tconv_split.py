@@ -63,3 +63,19 @@ def test_the_spellings_are_one_kernel() -> None:
     calls = {s: re.findall(r"\b(?:nisa|nl)\.\w+", k) for s, k in kernels.items()}  # (loop names differ: y_q, y)
     assert calls["floor"] == calls["strided"] == calls["view"]
     assert kernels["floor"].count("nc_matmul(") == 1
+
+
+def test_without_a_batch_the_weights_are_still_the_stationary() -> None:
+    """X[c, y, x] ends in output variables too; the rows are Wt's (k, a, b), whose first comes first in Y."""
+    text = """\
+kernel tc(X: bf16[C, H, W], Wt: bf16[C, K, 2, 2]) -> Y
+  default C = 64, H = 5, W = 6, K = 48
+  Y: bf16[K, 2 * H, 2 * W]
+  for k in 0..K, y in 0..2 * H, x in 0..2 * W:
+    Y[k, y, x] = 0
+    for c in 0..C:
+      Y[k, y, x] += X[c, y / 2, x / 2] * Wt[c, k, y % 2, x % 2]
+"""
+    prog, out, a = run_in_own_dtypes(text, 5)
+    a = {"X": a["X"][None], "Wt": a["Wt"], "bias": np.zeros(48)}
+    assert_matches(prog, "Y", np.asarray(out["Y"], np.float32), _reference(a)[0])

@@ -179,16 +179,20 @@ def _conv_nest(program, top: sx.Stmt):
     if len(reads) != 2 or not (isinstance(update.value, sx.BinOp) and update.value.op == "*"):
         return None
     extents = {lp.var: size_value(lp.stop, program.sizes) for lp in outer}
+    tails = []
     for w in reads:
         tail = trailing_outputs([ix.id if isinstance(ix, sx.Name) else None for ix in w.indices], out)
         shape = [d if isinstance(d, int) else size_value(d, program.sizes) for d in program.tensors[w.tensor].shape]
         if tail and shape[len(shape) - len(tail):] == [extents[v] for v in tail]:
-            rest = [v for v in out if v not in tail]
-            at = len([v for v in out[:out.index(tail[0])] if v not in tail])
-            order = rest[:at] + tail + rest[at:]
-            good = order != out and _start_ok(init.value, tail)
-            return (outer, init, reduced, update, order, tail) if good else None
-    return None
+            tails.append(tail)
+    if not tails:
+        return None
+    tail = min(tails, key=lambda t: out.index(t[0]))  # the rows come first (select_conv's choice of stationary)
+    rest = [v for v in out if v not in tail]
+    at = len([v for v in out[:out.index(tail[0])] if v not in tail])
+    order = rest[:at] + tail + rest[at:]
+    good = order != out and _start_ok(init.value, tail)
+    return (outer, init, reduced, update, order, tail) if good else None
 
 
 def _start_ok(start: sx.Expr, tail: list[str]) -> bool:
