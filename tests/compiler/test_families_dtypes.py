@@ -80,6 +80,7 @@ CASES: dict[str, tuple[dict[str, int], Formula]] = {
                      lambda a, q: {"Y": np.pad(a["X"], [(0, 0), (0, 0), (2, 0), (0, 1)])[..., :14, 1:]}),
     "pad1": (dict(N=2, C=160, H=14, W=13), lambda a, q: {"P": pad(a["X"], 1)}),
     "upsample2x": (dict(N=2, C=160, H=9, W=11), lambda a, q: {"Y": a["X"].repeat(2, axis=2).repeat(2, axis=3)}),
+    "upconv2x2": (dict(N=2, C=136, K=40, H=5, W=7), lambda a, q: {"Y": upconv2x2(a)}),
     "concat": (dict(N=2, C1=160, C2=40, H=7, W=9), lambda a, q: {"Y": np.concatenate([a["A"], a["B"]], axis=1)}),
     "heads_permute": (dict(S=200, N=2, H=3, D=40), lambda a, q: {"Y": a["X"].transpose(1, 2, 0, 3)}),
     "global_avgpool": (dict(N=2, C=300), lambda a, q: {"Y": q(a["X"].sum(axis=(2, 3))) / 49}),
@@ -102,6 +103,13 @@ CASES: dict[str, tuple[dict[str, int], Formula]] = {
     "stem_maxpool": (dict(N=2, K=136, H=40, W=45), lambda a, q: {
         "Y": windows(pad(q(conv(pad(a["X"], 3), a["Wt"], stride=2)), 1, value=-np.inf), 3, 2).max(axis=0)}),
 }
+
+
+def upconv2x2(a: Arrays) -> np.ndarray:
+    """ConvTranspose2d(C, K, 2, stride=2) + bias: output pixel (2h + i, 2w + j) = sum_c X[c, h, w] Wt[c, k, i, j]."""
+    t = np.einsum("nchw,ckij->nkhiwj", a["X"], a["Wt"]) + a["b"][None, :, None, None, None, None]
+    n, k, h, _, w, _ = t.shape
+    return t.reshape(n, k, 2 * h, 2 * w)
 
 
 def resnet_block(a: Arrays, q) -> np.ndarray:

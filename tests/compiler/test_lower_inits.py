@@ -84,13 +84,25 @@ def test_a_read_after_the_accumulating_loop_is_not_refused() -> None:
     assert_matches(prog, "t", out["t"], a["A"].astype(np.float64).sum(1) * 2)
 
 
-def test_a_reduction_continuing_a_finished_one_is_refused_with_what_to_write() -> None:
-    """(the selector said "needs an initial value", which the program has)"""
-    text = RUNNING.replace("      t[i] += s[i] * B[i, j]\n", "    for j in 0..N:\n      s[i] += A[i, j] * B[i, j]\n")
+def test_a_reduction_continuing_one_read_meanwhile_is_refused_with_what_to_write() -> None:
+    """(the selector said "needs an initial value", which the program has); u reads s's first sum, so the second
+    loop cannot join the first (continue_split.py)"""
+    text = RUNNING.replace("      t[i] += s[i] * B[i, j]\n", "").replace("    t[i] = 0\n", "") + \
+        "  for i in 0..M:\n    t[i] = s[i] * 2\n" + \
+        "  for i in 0..M:\n    for j in 0..N:\n      s[i] += A[i, j] * B[i, j]\n"
     with pytest.raises(TilecError) as err:
         compile_and_run(text, "0.6")
-    assert err.value.span is not None and err.value.span.line == 11
+    assert err.value.span is not None and err.value.span.line == 13
     assert "keeps accumulating into s" in err.value.message and "of its own" in str(err.value)
+
+
+def test_a_reduction_continuing_a_finished_one_in_the_same_loop_is_a_chain() -> None:
+    """continue_split.py: s's second loop starts from the first's sum."""
+    text = RUNNING.replace("      t[i] += s[i] * B[i, j]\n", "    for j in 0..N:\n      s[i] += A[i, j] * B[i, j]\n")
+    text = text.replace("    t[i] = 0\n", "") + "  for i in 0..M:\n    t[i] = s[i]\n"
+    prog, _, a, out = compile_and_run(text, "0.6")
+    A, B = a["A"].astype(np.float64), a["B"].astype(np.float64)
+    assert_matches(prog, "t", out["t"], A.sum(1) + (A * B).sum(1))
 
 
 # the statistics' loop cannot be distributed (Y reads both in the same row loop): lowering merges each reduction with

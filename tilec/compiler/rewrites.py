@@ -5,6 +5,7 @@ result comes after it."""
 from __future__ import annotations
 
 from tilec.compiler.const_split import split_constant_outputs
+from tilec.compiler.continue_split import split_continued_reductions
 from tilec.compiler.fission import distribute_reductions
 from tilec.compiler.gap_split import split_gapped_reductions
 from tilec.compiler.init_split import split_broadcast_inits
@@ -22,14 +23,18 @@ from tilec.compiler.channel_pack import split_channel_columns
 from tilec.compiler.reduce_split import split_broadcast_reductions, split_total_reductions
 from tilec.compiler.store_split import split_shifted_stores
 from tilec.compiler.sum_split import split_summed_products
+from tilec.compiler.tconv_split import split_floor_loops, split_transposed_convs
 from tilec.compiler.view_split import split_merged_dims
 from tilec.compiler.rewrite_names import check, follow, moved_sums
 from tilec.lang import syntax as sx
 
 REWRITES = (
+    split_floor_loops,  # `X[n, c, y / 2, x / 2] * Wt[c, k, y % 2, x % 2]`: y as 2 * y_q + y_r (tconv_split.py)
     split_merged_dims,  # `Y[n, c * G + g] = X[n, g * Cg + c]`: views [.., Cg, G, ..] (view_split.py)
+    split_transposed_convs,  # `Y[n, k, y, a, x, b] += X * Wt[c, k, a, b]`: T[n, k, a, b, y, x] first (same)
     split_packed_heads,  # `P[h, i, j] += Q[i, h * D + d] * ..`: Q copied as Q_h[h, i, d] first (heads_split.py)
     distribute_reductions,  # two reductions in one loop nest: one nest each (fission.py)
+    split_continued_reductions,  # `Y = 0; for k: Y += A B; for k: Y += C D`: a chain (continue_split.py)
     split_summed_products,  # `Y += A * B + C * D`: one contraction a term, each from the last (sum_split.py)
     split_batched_matvec,  # `y[b, m] += A[b, m, k] * x[b, k]`: x as [B, K, 1] (matvec_split.py)
     split_shifted_stores,  # `Y[s, D + d] = f(..)`: f into a temporary, then a copy (store_split.py)

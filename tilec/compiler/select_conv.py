@@ -14,6 +14,7 @@ from tilec.compiler.lower import Comp, affine_index, size_value
 from tilec.compiler.schedule import PMAX
 from tilec.compiler.ops import SUPPORTED, ConvOp, Op, index_maps, plain, reads, reject
 from tilec.compiler.select_pool import select_pool
+from tilec.compiler.tconv_split import trailing_outputs
 from tilec.errors import TilecError
 from tilec.lang import syntax as sx
 
@@ -33,6 +34,8 @@ def select_conv(comp: Comp, program) -> ConvOp:
         lead = len(outs) - 1
         if None not in names and outs and names[:lead] == outs[:-1] == out_vars[:lead]:
             candidates.append((out_vars.index(outs[-1]), outs[-1], s_acc, m_acc))
+        elif trailing_rows(comp, program, s_acc, names):
+            candidates.append((out_vars.index(outs[0]), outs[0], s_acc, m_acc))
     if not candidates:
         raise reject(comp, "no operand can be the matmul's stationary side (indexed by plain loop variables, "
                            "with exactly one output variable after the batch indices)", comp.update.span,
@@ -45,6 +48,8 @@ def select_conv(comp: Comp, program) -> ConvOp:
         raise reject(comp, f"the stationary operand `{s_acc.tensor}` may not be a padded read", s_acc.span,
                      "pad the input (the operand indexed by output rows/columns plus filter taps) instead")
     s_vars = [plain(m) for m in index_maps(s_acc, comp, program)]
+    tail = trailing_rows(comp, program, s_acc, s_vars)  # [p, a, b] of W[c, p, a, b], or none
+    s_vars = s_vars[:len(s_vars) + 1 - len(tail)] if tail else s_vars
     # the stationary operand's own batch indices (one matrix per batch): its leading output variables before p
     w_batch = list(itertools.takewhile(lambda v: v in out_vars and v != p, s_vars))
     s_vars = s_vars[len(w_batch):]
@@ -106,6 +111,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
     if row_vars and not batch and _mergeable_rows(comp, program, row_vars + [p], s_acc):
         # `Y[n, y, x, k] += X[n, y, x, c] * W[c, k]` (a 1x1 conv in NHWC): a matmul of X seen as [N*H*W, C]
         rows, w_batch = row_vars + [p], []
+    rows = tail or rows
     if w_batch and w_batch != batch:
         raise reject(comp, f"the batch indices of {s_acc.tensor} must be those of {m_acc.tensor}", s_acc.span)
     if out_vars != batch + (rows or [p]) + spatial:
@@ -127,7 +133,7 @@ def select_conv(comp: Comp, program) -> ConvOp:
                            f"[{roles['c']}, {p}, taps...]", s_acc.span)
     if len(batch) > 1:
         _check_merged_batch(comp, program, batch, (m_acc, s_acc) if w_batch else (m_acc,))
-    conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout)
+    conv = _conv_record(comp, program, roles, batch, spatial, taps, s_acc.tensor, m_acc.tensor, w_layout, tail)
     conv = replace(conv, w_batch=bool(w_batch), x_transposed=x_transposed)
     if rows:  # K is every merged row; its loop's text names them all
         merged = "for " + ", ".join(comp.loop_text(v)[4:] for v in rows) + " (the rows)"
@@ -439,6 +445,25 @@ def _mergeable_rows(comp: Comp, program, rows: list[str], s_acc: sx.Access) -> b
     return True
 
 
+def trailing_rows(comp: Comp, program, s_acc: sx.Access, names: list[str | None]) -> list[str]:
+    """The stationary's last indices when they are two or more output variables, in the output's order and next to
+    each other there, each over its whole dimension of both tensors, and no other index of it is an output
+    variable: `T[n, k, a, b, y, x] += X[n, c, y, x] * W[c, k, a, b]` (a transposed conv's taps as output channels)
+    is a matmul with [C, K*2*2] stationary rows (a free reshape of contiguous HBM, as _mergeable_rows'). [] if not."""
+    out_vars = list(comp.out_vars)
+    tail = trailing_outputs(names, out_vars)
+    if not tail:
+        return []
+    at = out_vars.index(tail[0])
+    if out_vars[at:at + len(tail)] != tail:
+        return []
+    for name, first in ((comp.target, at), (s_acc.tensor, len(names) - len(tail))):
+        shape = [size_value(d, program.sizes) if not isinstance(d, int) else d for d in program.tensors[name].shape]
+        if any(shape[first + i] != comp.extent(v) for i, v in enumerate(tail)):
+            return []
+    return tail
+
+
 def _check_merged_batch(comp: Comp, program, batch: list[str], operands: tuple[sx.Access, ...]) -> None:
     """Several batch indices (attention's `P[b, h, i, j] += Q[b, h, i, d] * K[b, h, j, d]`) are one batch of their
     product's size when each runs over the whole of its dimension of every tensor that has it (the output and the
@@ -454,7 +479,7 @@ def _check_merged_batch(comp: Comp, program, batch: list[str], operands: tuple[s
                                    "statement per batch range")
 
 
-def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> ConvOp:
+def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout, tail=()) -> ConvOp:
     ext = comp.extent
     spatial, taps = [None] * (2 - len(spatial)) + spatial, [None] * (2 - len(taps)) + taps
     names = {"n": batch[0] if batch else None, "y": spatial[0], "x": spatial[1], "r": taps[0], "s": taps[1]}
@@ -467,7 +492,7 @@ def _conv_record(comp, program, roles, batch, spatial, taps, w, x, w_layout) -> 
             "R": ext(taps[0]) if taps[0] else 1, "S": ext(taps[1]) if taps[1] else 1}
     residual = _init_residual(comp, program, batch, roles)
     shared = residual is not None and program.tensors[residual].shape != program.tensors[comp.target].shape
-    bias, bias_role = (None, "k") if residual else _bias(comp, roles, program)
+    bias, bias_role = (None, "k") if residual else _bias(comp, roles, program, list(tail))
     lines = tuple((role, comp.line_of(var)) for role, var in sorted(roles.items())) + \
         (("update", comp.update_line or comp.line),)
     texts = tuple((role, comp.loop_text(var)) for role, var in sorted(roles.items()))
@@ -498,15 +523,16 @@ def _init_residual(comp: Comp, program, batch: list[str] | None = None, roles: d
     return init.tensor if shared else None
 
 
-def _bias(comp: Comp, roles: dict[str, str], program) -> tuple[str | None, str]:
-    """The initial value: 0, a column b[k] (one value per output partition), or for a matmul a row b[x] along its
-    output columns (broadcast across the partitions once, added on PSUM eviction)."""
+def _bias(comp: Comp, roles: dict[str, str], program, tail: list[str]) -> tuple[str | None, str]:
+    """The initial value: 0, a column b[k] (one value per output partition; b[k, a, b] over trailing rows k, a, b),
+    or for a matmul a row b[x] along its output columns (broadcast across the partitions once, added on PSUM
+    eviction)."""
     if comp.init is None or const_value(comp.init) == 0.0:
         return None, "k"
     init, k, x = comp.init, roles["k"], roles.get("x")
     names = [plain(m) for m in index_maps(init, comp, program)] if isinstance(init, sx.Access) else None
     tensor = init.tensor if isinstance(init, sx.Access) else None  # (names is None unless init is a read)
-    if names == [k]:
+    if names == (tail or [k]):
         return tensor, "k"
     matmul = not any(role in roles for role in ("n", "y", "r", "s"))
     if names == [x] and matmul:

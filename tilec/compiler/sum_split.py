@@ -33,25 +33,35 @@ def split_summed_products(program):
             body.append(top)
             continue
         outer, init, reduced, update, terms = found
-        start: sx.Expr = init.value
-        for n, (sign, term) in enumerate(terms):
-            target = init.target
-            if n < len(terms) - 1:
-                name = unique(f"{init.target.tensor}_{n + 1}", taken)
-                taken.add(name)
-                decls.append(_temporary(name, init.target, outer))
-                target = replace(init.target, tensor=name)
-            value = term if sign > 0 else sx.Neg(term, term.span)
-            sums = nested(replace(update, target=target, value=value), reduced)
-            body.append(nested(sx.Loop(outer[-1].var, outer[-1].start, outer[-1].stop,
-                                       (replace(init, target=target, value=start), sums), outer[-1].span),
-                               outer[:-1]))
-            start = target
+        steps = [(reduced, replace(update, value=term if sign > 0 else sx.Neg(term, term.span)))
+                 for sign, term in terms]
+        body += chained(outer, init, steps, taken, decls)
     return rechecked(program, decls, body)
 
 
-def _sum_nest(top: sx.Stmt):
-    """(outer loops, init, the reduced loops, the update, its signed terms) of such a nest, or None."""
+def chained(outer: list[sx.Loop], init: sx.Assign, steps: list[tuple[list[sx.Loop], sx.Assign]], taken: set[str],
+            decls: list[sx.Decl]) -> list[sx.Stmt]:
+    """One nest per step (its reduced loops, its update): each but the last into a new f32 temporary (declared into
+    `decls`), started from the one before; the first from `init`'s value, the last into init's target."""
+    body: list[sx.Stmt] = []
+    start: sx.Expr = init.value
+    for n, (reduced, update) in enumerate(steps):
+        target = init.target
+        if n < len(steps) - 1:
+            name = unique(f"{init.target.tensor}_{n + 1}", taken)
+            taken.add(name)
+            decls.append(temporary(name, init.target, outer))
+            target = replace(init.target, tensor=name)
+        sums = nested(replace(update, target=target), reduced)
+        body.append(nested(sx.Loop(outer[-1].var, outer[-1].start, outer[-1].stop,
+                                   (replace(init, target=target, value=start), sums), outer[-1].span), outer[:-1]))
+        start = target
+    return body
+
+
+def init_and_sum(top: sx.Stmt):
+    """(outer loops, init, the reduced loops, the update) of a nest `for outer: Y[..] = init; for reduced..: Y[..]
+    += e` whose stored indices are the outer loops' plain variables, or None."""
     outer, last = perfect_nest(top)
     if not outer or not isinstance(last, sx.Loop) or len(last.body) != 2:
         return None
@@ -65,6 +75,15 @@ def _sum_nest(top: sx.Stmt):
     names = [lp.var for lp in outer]
     if not all(isinstance(ix, sx.Name) and ix.id in names for ix in init.target.indices):
         return None
+    return outer, init, reduced, update
+
+
+def _sum_nest(top: sx.Stmt):
+    """(outer loops, init, the reduced loops, the update, its signed terms) of such a nest, or None."""
+    found = init_and_sum(top)
+    if found is None:
+        return None
+    outer, init, reduced, update = found
     terms = _terms(update.value, 1)
     summed = {lp.var for lp in reduced}
     if len(terms) < 2 or not all(_vars(t) & summed for _, t in terms):
@@ -83,7 +102,7 @@ def _vars(e: sx.Expr) -> set[str]:
     return set().union(*(index_vars(a) for a in accesses(e)))
 
 
-def _temporary(name: str, target: sx.Access, outer: list[sx.Loop]) -> sx.Decl:
+def temporary(name: str, target: sx.Access, outer: list[sx.Loop]) -> sx.Decl:
     """An f32 tensor shaped like the stored region: each index's loop extent, in the target's index order."""
     stops = {lp.var: lp.stop for lp in outer}
     shape = tuple(stops[ix.id] for ix in target.indices if isinstance(ix, sx.Name))

@@ -55,7 +55,9 @@ def _splits(program) -> dict[str, dict[int, Split]]:
     blocked: set[str] = set()
     stored: set[str] = set()
     for acc, loops, st in _accesses(program.kernel.body, {}):
-        if acc.fill is not None or _contraction(st):  # (a grouped convolution's merged channels: select.ungroup)
+        # (a grouped convolution's merged channels: select.ungroup; a contraction of plain reads may store at a
+        # split index: a transposed conv's `Y[n, k, 2 * y + a, 2 * x + b]`, tconv_split.py)
+        if acc.fill is not None or _contraction(st) and not (acc is st.target and _plain_reads(st)):
             blocked.add(acc.tensor)
             continue
         dims = seen.setdefault(acc.tensor, {})
@@ -82,6 +84,10 @@ def _contraction(st: sx.Assign) -> bool:
     factors, _ = product_factors(st.value)
     single = [{a.tensor for a in accesses(f)} for f in factors]
     return sum(len(t) == 1 for t in single) >= 2
+
+
+def _plain_reads(st: sx.Assign) -> bool:
+    return all(isinstance(ix, sx.Name) for a in accesses(st.value) for ix in a.indices)
 
 
 def _reduced_run(acc: sx.Access, found: dict[int, Split | None], st: sx.Assign) -> bool:
