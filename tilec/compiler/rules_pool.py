@@ -34,8 +34,10 @@ from dataclasses import dataclass, replace
 
 from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.build_conv import Fresh
+from tilec.compiler.build_pool_axes import build_pool_axes
 from tilec.compiler.ir import Buf, Stmt
 from tilec.compiler.ops import PoolOp
+from tilec.compiler.pool_axes import is_inner
 from tilec.compiler.pool_costs import psum_choice
 from tilec.compiler.pool_passes import PoolShared
 from tilec.compiler.pool_window import WindowPool
@@ -85,6 +87,8 @@ def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> l
 
 def build_pool(op: PoolOp, plan: PoolPlan, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     """Every standalone pool (overlapping, strided, padded, or window == stride: `windowed` makes that explicit)."""
+    if is_inner(op):  # window axes with dimensions after them (NHWC): a builder of its own
+        return build_pool_axes(op, hbm, fresh)
     return build_window_pool(op.windowed(), plan, hbm, fresh)
 
 

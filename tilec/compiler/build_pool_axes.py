@@ -1,0 +1,227 @@
+"""Pools whose window axes have dimensions after them (pool_axes.py), NHWC first:
+
+    Y[n, y, x, c] max= X[n, 2*y + r - 1, 2*x + q - 1, c] ?? -inf
+    partitions   groups of k output rows (n, y) of a block of Wb output columns: partition (block, n, row group)
+    free         each group's input rows, (Wb - 1) * sx + wx columns of K contiguous elements each: one DMA per input
+                 row slot moves every group's row (runs of columns * K elements, strided by k * sy rows in X)
+    passes       along y (wy - 1 tensor_tensor over the slots), then along x (wx - 1 over strided column views),
+                 each split by columns between VectorE and GpSimdE; an average's factor on ScalarE into Y's dtype
+    store        one DMA per column block: Y's rows are the partitions in order (k rows each)
+
+Padding is the reduction's identity: a tile's slots and columns that some partition reads outside X are first set
+to it on every partition (copies from a constant tile made once), then the loads overwrite what is inside X. An
+average excluding the padding (count_include_pad=False) is not built here (select refuses it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilec.compiler import ir
+from tilec.compiler.build_conv import Fresh
+from tilec.compiler.build_util import a, hbm_view, loop, sl, term
+from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Binary, Buf, Copy, Dma, Scalar, Sl, Stmt, View, full
+from tilec.compiler.ops import PoolOp
+from tilec.compiler.pool_axes_plan import AxesPlan, axes_plan
+
+Built = tuple[list[tuple[str, int]], list[Stmt]]
+IDENTITY = {"maximum": float("-inf"), "minimum": float("inf"), "add": 0.0}
+
+
+@dataclass
+class _Geometry:
+    op: PoolOp
+    plan: AxesPlan
+
+    def __post_init__(self) -> None:
+        op, w = self.op, self.op.window
+        assert w is not None
+        self.O, self.H, self.W, self.K = op.dim("B"), op.dim("H"), op.dim("W"), op.dim("K")
+        (self.sy, self.sx), (self.oy, self.ox) = w.stride, w.offset
+        self.Ho, self.Wo = w.out
+        self.wy, self.wx = op.pool.wy, op.pool.wx
+        k, Wb = self.plan.k, self.plan.wb
+        self.Ri, self.Ci = (k - 1) * self.sy + self.wy, (Wb - 1) * self.sx + self.wx
+        self.G = self.Ho // k  # row groups per image
+
+    def slot_groups(self, r: int) -> tuple[int, int]:
+        """The row groups [g_lo, g_hi) of an image whose input row in slot r lies inside X."""
+        step, first = self.plan.k * self.sy, self.oy + r
+        lo = max(0, -(-(-first) // step)) if first < 0 else 0
+        hi = min(self.G, (self.H - 1 - first) // step + 1) if self.H - 1 - first >= 0 else 0
+        return lo, max(lo, hi)
+
+    def block_cols(self, xb: int) -> tuple[int, int, int]:
+        """(first input column of block xb, its columns [c_lo, c_hi) inside X)."""
+        start = xb * self.plan.wb * self.sx + self.ox
+        return start, max(0, -start), min(self.Ci, self.W - start)
+
+
+def build_pool_axes(op: PoolOp, hbm: dict[str, Buf], fresh: Fresh) -> Built:
+    x, y = hbm[op.src], hbm[op.out]
+    plan = axes_plan(op, x.dtype, y.dtype)
+    g = _Geometry(op, plan)
+    line = op.line
+    xv, body = hbm_view(x, (g.O * g.H, g.W, g.K), fresh(f"{op.src}_v"), line)
+    yv, more = hbm_view(y, (g.O * g.G, plan.k, g.Wo, g.K), fresh(f"{op.out}_v"), line)
+    body += more
+    b = _Body(g, x, y, xv, yv, fresh)
+    once = b.fills()
+    nest: list[Stmt] = []
+    imgs, xs = plan.images, plan.xs
+    for j in range(g.Wo // plan.wb // xs):  # column-block groups (static: the edge blocks' columns differ)
+        xbs = range(j * xs, (j + 1) * xs)
+        if g.G <= plan.rows:  # whole images per tile: a loop over chunks of `imgs` images, then the rest
+            full_chunks, rest = divmod(g.O, imgs)
+            nest += loop("t", full_chunks, b.tile(a(term("t", imgs)), imgs, 0, g.G, xbs),
+                         note=f"for {dict(op.vars).get('b', 'n')} (chunks of {imgs} images)", line=line)
+            if rest:
+                nest += b.tile(a(full_chunks * imgs), rest, 0, g.G, xbs)
+        else:  # an image's row groups over several tiles
+            chunks = -(-g.G // plan.rows)
+            size = -(-g.G // chunks)
+            tiles = [t for c in range(chunks) for t in b.tile(a("t"), 1, c * size, min(g.G, (c + 1) * size), xbs)]
+            nest += loop("t", g.O, tiles, note=f"for {dict(op.vars).get('b', 'n')} (images)", line=line)
+    label = f"{op.out} = {op.pool.op} pool {g.wy}x{g.wx} of {op.src} over axes with {g.K} elements after them, " \
+            f"stride {g.sy}x{g.sx}, offset {g.oy},{g.ox}; partitions: {plan.xs} column blocks of {plan.wb} x " \
+            f"groups of {plan.k} output rows"
+    return [], body + [ir.Block(label, tuple(once + nest), line)]
+
+
+class _Body:
+    def __init__(self, g: _Geometry, x: Buf, y: Buf, xv: Buf, yv: Buf, fresh: Fresh) -> None:
+        self.g, self.x, self.y, self.xv, self.yv, self.fresh = g, x, y, xv, yv, fresh
+        self.line = g.op.line
+        self.ident = IDENTITY[g.op.pool.op]
+        self.fill: Buf | None = None
+        self.sum = g.op.pool.op == "add"
+
+    def fills(self) -> list[Stmt]:
+        """The constant tile padding is copied from (made once): the identity on every partition."""
+        g = self.g
+        top, bottom, left, right = self.pads()
+        if not (top or bottom or left or right):
+            return []
+        rows, cols = max(top, bottom, g.Ri if left or right else 0), max(left, right, g.Ci if top or bottom else 0)
+        self.fill = Buf(self.fresh(f"{g.op.src}_pad"), "sbuf", self.x.dtype, (g.plan.parts, rows, cols, g.K))
+        out: list[Stmt] = [Alloc(self.fill, zero=True, line=self.line)]
+        if self.ident:
+            out.append(Scalar(ir.whole(self.fill), ir.whole(self.fill), "add", self.ident, self.line))
+        return out
+
+    def pads(self) -> tuple[int, int, int, int]:
+        """Slots at the top and bottom, columns at the left and right that some partition reads outside X."""
+        g = self.g
+        top = sum(1 for r in range(g.Ri) if g.slot_groups(r)[0] > 0)
+        bottom = sum(1 for r in range(g.Ri) if g.slot_groups(r)[1] < g.G) if top < g.Ri else 0
+        blocks = g.Wo // g.plan.wb
+        left = g.block_cols(0)[1]
+        right = g.Ci - g.block_cols(blocks - 1)[2]
+        return top, bottom, left, right
+
+    def tile(self, o: Aff, imgs: int, g0: int, g1: int, xbs: range) -> list[Stmt]:
+        g, ln = self.g, self.line
+        n = g1 - g0
+        P = len(xbs) * imgs * n
+        xt = Buf(self.fresh(f"{g.op.src}_rows"), "sbuf", self.x.dtype, (P, g.Ri, g.Ci, g.K))
+        out: list[Stmt] = [Alloc(xt, line=ln)]
+        out += self.pad_copies(xt, P)
+        for bi, xb in enumerate(xbs):
+            out += self.loads(xt, o, imgs, g0, g1, xb, bi * imgs * n)
+        out += self.passes(xt, P)
+        res = self.result
+        for bi, xb in enumerate(xbs):
+            rows = Sl(_scaled(o, g.G).plus(g0), imgs * n)
+            dst = View(self.yv, (rows, full(g.plan.k), sl(xb * g.plan.wb, g.plan.wb), full(g.K)))
+            src = View(res, (sl(bi * imgs * n, imgs * n), full(g.plan.k), full(g.plan.wb), full(g.K)))
+            out.append(Dma(dst, src, ln))
+        return out
+
+    def pad_copies(self, xt: Buf, P: int) -> list[Stmt]:
+        if self.fill is None:
+            return []
+        g, ln = self.g, self.line
+        top, bottom, left, right = self.pads()
+        out: list[Stmt] = []
+        for r0, nr in ((0, top), (g.Ri - bottom, bottom)):
+            if nr:
+                out.append(Act(View(xt, (full(P), sl(r0, nr), full(g.Ci), full(g.K))),
+                               View(self.fill, (full(P), sl(0, nr), full(g.Ci), full(g.K))), line=ln))
+        for c0, nc in ((0, left), (g.Ci - right, right)):
+            if nc:
+                out.append(Act(View(xt, (full(P), full(g.Ri), sl(c0, nc), full(g.K))),
+                               View(self.fill, (full(P), full(g.Ri), sl(0, nc), full(g.K))), line=ln))
+        return out
+
+    def loads(self, xt: Buf, o: Aff, imgs: int, g0: int, g1: int, xb: int, p0: int) -> list[Stmt]:
+        """One DMA per input row slot (per image where the slot's rows leave X in some group): partition p0 + i * n
+        + g - g0 reads row (o + i) * H + g * k * sy + oy + r."""
+        g, ln = self.g, self.line
+        n, step = g1 - g0, g.plan.k * g.sy
+        start, c_lo, c_hi = g.block_cols(xb)
+        cols = (sl(c_lo, c_hi - c_lo), sl(start + c_lo, c_hi - c_lo))
+        out: list[Stmt] = []
+        uniform = g.H == g.G * step  # images follow each other at the row groups' stride
+        for r in range(g.Ri):
+            lo, hi = g.slot_groups(r)
+            lo, hi = max(lo, g0), min(hi, g1)
+            if hi <= lo:
+                continue
+            whole = (lo, hi) == (g0, g1) and uniform
+            for i in ([0] if whole else range(imgs)):
+                count = imgs * n if whole else hi - lo
+                part = p0 + i * n + lo - g0
+                row = _scaled(o, g.H).plus(i * g.H + lo * step + g.oy + r)
+                dst = View(xt, (sl(part, count), sl(r, 1), cols[0], full(g.K)))
+                src = View(self.xv, (Sl(row, count, step), cols[1], full(g.K)))
+                out.append(Dma(dst, src, ln))
+        return out
+
+    def passes(self, xt: Buf, P: int) -> list[Stmt]:
+        """Along y into an fp32 (a sum) or X-typed tile, then along x into Y's tile; columns split between VectorE
+        and GpSimdE."""
+        g, ln, k, Wb = self.g, self.line, self.g.plan.k, self.g.plan.wb
+        op = g.op.pool.op
+        scale = g.op.pool.scale
+        out: list[Stmt] = []
+        src = xt
+        if g.wy > 1 or g.sy > 1 or g.Ri != k:
+            yt = Buf(self.fresh(f"{g.op.src}_ypass"), "sbuf", "f32" if self.sum else self.x.dtype, (P, k, g.Ci, g.K))
+            out.append(Alloc(yt, line=ln))
+            for c0, nc, eng in self.split(g.Ci):
+                def slot(r: int) -> View:
+                    return View(xt, (full(P), Sl(a(r), k, g.sy), sl(c0, nc), full(g.K)))
+                dst = View(yt, (full(P), full(k), sl(c0, nc), full(g.K)))
+                if g.wy == 1:
+                    out.append(Copy(dst, slot(0), ln, eng))
+                for r in range(1, g.wy):
+                    out.append(Binary(dst, slot(0) if r == 1 else dst, slot(r), op, ln, eng))
+            src = yt
+        last_dt = "f32" if scale != 1.0 or g.op.relu else self.y.dtype
+        ot = Buf(self.fresh(f"{g.op.out}_tile"), "sbuf", last_dt, (P, k, Wb, g.K))
+        out.append(Alloc(ot, line=ln))
+        for c0, nc, eng in self.split(Wb):
+            def col(q: int) -> View:
+                return View(src, (full(P), full(k), Sl(a(c0 * g.sx + q), nc, g.sx), full(g.K)))
+            dst = View(ot, (full(P), full(k), sl(c0, nc), full(g.K)))
+            if g.wx == 1:
+                out.append(Copy(dst, col(0), ln, eng))
+            for q in range(1, g.wx):
+                out.append(Binary(dst, col(0) if q == 1 else dst, col(q), op, ln, eng))
+        self.result = ot
+        if last_dt != self.y.dtype or scale != 1.0 or g.op.relu:
+            res = Buf(self.fresh(f"{g.op.out}_out"), "sbuf", self.y.dtype, (P, k, Wb, g.K))
+            out += [Alloc(res, line=ln), Act(ir.whole(res), ir.whole(ot), "relu" if g.op.relu else "copy",
+                                            scale=scale, line=ln)]
+            self.result = res
+        return out
+
+    def split(self, n: int) -> list[tuple[int, int, str]]:
+        """Columns [0, n) as VectorE's part and GpSimdE's (the plan's share), or VectorE's alone."""
+        cut = round(n * self.g.plan.vector_share)
+        if cut >= n or cut <= 0:
+            return [(0, n, "")]
+        return [(0, cut, ""), (cut, n - cut, "gpsimd")]
+
+
+def _scaled(o: Aff, f: int) -> Aff:
+    return Aff(tuple(ir.Term(t.var, t.coef * f, "") for t in o.terms), o.const * f)
