@@ -10,7 +10,7 @@
 
 Padding is the reduction's identity: a tile's slots and columns that some partition reads outside X are first set
 to it on every partition (copies from a constant tile made once), then the loads overwrite what is inside X. An
-average excluding the padding (count_include_pad=False) is not built here (select refuses it).
+average excluding the padding (count_include_pad=False) is not built here (`refuse` says so).
 """
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from tilec.compiler.build_conv import Fresh
 from tilec.compiler.build_util import a, hbm_view, loop, sl, term
 from tilec.compiler.ir import DTYPE_BYTES, Act, Aff, Alloc, Binary, Buf, Copy, Dma, Scalar, Sl, Stmt, View, full
 from tilec.compiler.ops import PoolOp
+from tilec.compiler.rules import Prim, prim
 from tilec.compiler.pool_axes_plan import AxesPlan, axes_plan
+from tilec.errors import TilecError
 
 Built = tuple[list[tuple[str, int]], list[Stmt]]
 IDENTITY = {"maximum": float("-inf"), "minimum": float("inf"), "add": 0.0}
@@ -58,6 +60,7 @@ class _Geometry:
 
 def build_pool_axes(op: PoolOp, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     x, y = hbm[op.src], hbm[op.out]
+    refuse(op)
     plan = axes_plan(op, x.dtype, y.dtype)
     g = _Geometry(op, plan)
     line = op.line
@@ -68,8 +71,9 @@ def build_pool_axes(op: PoolOp, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     once = b.fills()
     nest: list[Stmt] = []
     imgs, xs = plan.images, plan.xs
-    for j in range(g.Wo // plan.wb // xs):  # column-block groups (static: the edge blocks' columns differ)
-        xbs = range(j * xs, (j + 1) * xs)
+    XB = g.Wo // plan.wb
+    for j in range(-(-XB // xs)):  # column-block groups (static: the edge blocks' columns differ)
+        xbs = range(j * xs, min(XB, (j + 1) * xs))
         if g.G <= plan.rows:  # whole images per tile: a loop over chunks of `imgs` images, then the rest
             full_chunks, rest = divmod(g.O, imgs)
             nest += loop("t", full_chunks, b.tile(a(term("t", imgs)), imgs, 0, g.G, xbs),
@@ -85,6 +89,33 @@ def build_pool_axes(op: PoolOp, hbm: dict[str, Buf], fresh: Fresh) -> Built:
             f"stride {g.sy}x{g.sx}, offset {g.oy},{g.ox}; partitions: {plan.xs} column blocks of {plan.wb} x " \
             f"groups of {plan.k} output rows"
     return [], body + [ir.Block(label, tuple(once + nest), line)]
+
+
+def axes_prims(op: PoolOp, dtypes: tuple[str, str]) -> list[Prim]:
+    """The layout as primitives (`tilec explain`)."""
+    w = op.window
+    assert w is not None
+    plan = axes_plan(op, *dtypes)
+    g = _Geometry(op, plan)
+    return [prim("partition", "b", plan.parts, layout=f"{plan.xs} column blocks x {plan.images} images x row groups"),
+            prim("split", "i", plan.k, name="rows per partition"), prim("split", "j", plan.wb, name="block columns"),
+            prim("stage", op.src, rows=g.Ri, columns=g.Ci, elements=g.K),
+            prim("window", "i", taps=g.wy, stride=g.sy, offset=g.oy, op=op.pool.op),
+            prim("window", "j", taps=g.wx, stride=g.sx, offset=g.ox, op=op.pool.op),
+            *([prim("scale", float(f"{op.pool.scale:.6g}"))] if op.pool.scale != 1.0 else []),
+            prim("stage_out", op.out)]
+
+
+def refuse(op: PoolOp) -> None:
+    """What this builder does not take, as the user's error at the pool's statement."""
+    assert op.window is not None
+    if op.window.count == "inside":
+        raise TilecError("an average that excludes the padding (count_include_pad=False) over axes with dimensions "
+                         "after them is not supported yet", op.span,
+                         "divide by the window's size (the padding counted), or put the pooled axes last (NCHW)")
+    if op.pool.op != "add" and op.pool.scale < 0:
+        raise TilecError(f"a {op.pool.op[:3]} pool of values scaled by a negative factor over axes with dimensions "
+                         "after them is not supported", op.span, "scale the pooled result instead")
 
 
 class _Body:
@@ -122,19 +153,20 @@ class _Body:
         g, ln = self.g, self.line
         n = g1 - g0
         P = len(xbs) * imgs * n
-        xt = Buf(self.fresh(f"{g.op.src}_rows"), "sbuf", self.x.dtype, (P, g.Ri, g.Ci, g.K))
+        # (every tile's buffers have the largest tile's partitions: a ragged last tile uses the first P)
+        xt = Buf(self.fresh(f"{g.op.src}_rows"), "sbuf", self.x.dtype, (g.plan.parts, g.Ri, g.Ci, g.K))
         out: list[Stmt] = [Alloc(xt, line=ln)]
         out += self.pad_copies(xt, P)
-        for bi, xb in enumerate(xbs):
-            out += self.loads(xt, o, imgs, g0, g1, xb, bi * imgs * n)
+        out += self.loads(xt, o, imgs, g0, g1, xbs)
         out += self.passes(xt, P)
         res = self.result
-        for bi, xb in enumerate(xbs):
-            rows = Sl(_scaled(o, g.G).plus(g0), imgs * n)
-            dst = View(self.yv, (rows, full(g.plan.k), sl(xb * g.plan.wb, g.plan.wb), full(g.K)))
-            src = View(res, (sl(bi * imgs * n, imgs * n), full(g.plan.k), full(g.plan.wb), full(g.K)))
-            out.append(Dma(dst, src, ln))
-        return out
+        # one store per block, in a loop over the blocks (dma_merge makes it one DMA: the blocks' columns of Y
+        # interleave in HBM, so separate stores would be ordered one after another)
+        rows = Sl(_scaled(o, g.G).plus(g0), imgs * n)
+        cols = Sl(a(term("xb", g.plan.wb), xbs[0] * g.plan.wb), g.plan.wb)
+        dst = View(self.yv, (rows, full(g.plan.k), cols, full(g.K)))
+        src = View(res, (Sl(a(term("xb", imgs * n)), imgs * n), full(g.plan.k), full(g.plan.wb), full(g.K)))
+        return out + loop("xb", len(xbs), [Dma(dst, src, ln)], kind="static")
 
     def pad_copies(self, xt: Buf, P: int) -> list[Stmt]:
         if self.fill is None:
@@ -152,29 +184,50 @@ class _Body:
                                View(self.fill, (full(P), full(g.Ri), sl(0, nc), full(g.K))), line=ln))
         return out
 
-    def loads(self, xt: Buf, o: Aff, imgs: int, g0: int, g1: int, xb: int, p0: int) -> list[Stmt]:
-        """One DMA per input row slot (per image where the slot's rows leave X in some group): partition p0 + i * n
-        + g - g0 reads row (o + i) * H + g * k * sy + oy + r."""
-        g, ln = self.g, self.line
+    def loads(self, xt: Buf, o: Aff, imgs: int, g0: int, g1: int, xbs: range) -> list[Stmt]:
+        """One DMA per input row slot and column block (per image where the slot's rows leave X in some group):
+        partition (block, image i, group g) reads row (o + i) * H + g * k * sy + oy + r. A run of blocks whose
+        columns all lie inside X is a loop of one DMA (dma_merge makes it one DMA over all their partitions)."""
+        g = self.g
         n, step = g1 - g0, g.plan.k * g.sy
-        start, c_lo, c_hi = g.block_cols(xb)
-        cols = (sl(c_lo, c_hi - c_lo), sl(start + c_lo, c_hi - c_lo))
-        out: list[Stmt] = []
         uniform = g.H == g.G * step  # images follow each other at the row groups' stride
+        out: list[Stmt] = []
         for r in range(g.Ri):
             lo, hi = g.slot_groups(r)
             lo, hi = max(lo, g0), min(hi, g1)
             if hi <= lo:
                 continue
             whole = (lo, hi) == (g0, g1) and uniform
-            for i in ([0] if whole else range(imgs)):
-                count = imgs * n if whole else hi - lo
-                part = p0 + i * n + lo - g0
-                row = _scaled(o, g.H).plus(i * g.H + lo * step + g.oy + r)
-                dst = View(xt, (sl(part, count), sl(r, 1), cols[0], full(g.K)))
-                src = View(self.xv, (Sl(row, count, step), cols[1], full(g.K)))
-                out.append(Dma(dst, src, ln))
+            inner = [xb for xb in xbs if g.block_cols(xb)[1:] == (0, g.Ci)]
+            for bi, xb in enumerate(xbs):
+                if whole and len(inner) > 1 and xb in inner:
+                    if xb == inner[0]:
+                        out += loop("xb", len(inner), [self.load(xt, o, imgs, n, (lo, hi, g0), r, None,
+                                                                  (inner[0], bi), True)], kind="static")
+                    continue
+                for i in ([None] if whole else range(imgs)):
+                    out.append(self.load(xt, o, imgs, n, (lo, hi, g0), r, i, (xb, bi)))
         return out
+
+    def load(self, xt: Buf, o: Aff, imgs: int, n: int, groups: tuple[int, int, int], r: int, i: int | None,
+             block: tuple[int, int], looped: bool = False) -> Dma:
+        """Slot r of groups [lo, hi) of image i (None: every image) of block xb (at position bi in the tile), or of
+        block xb + loop variable `xb` (bi likewise) when inside a loop over blocks."""
+        g = self.g
+        lo, hi, g0 = groups
+        xb, bi = block
+        step = g.plan.k * g.sy
+        start, c_lo, c_hi = g.block_cols(xb)
+        count = imgs * n if i is None else hi - lo
+        part = a(bi * imgs * n + (i or 0) * n + lo - g0)
+        col = a(start + c_lo)
+        if looped:  # (in a loop over blocks: the variable steps both)
+            part = part.plus(a(term("xb", imgs * n)))
+            col = col.plus(a(term("xb", g.plan.wb * g.sx)))
+        row = _scaled(o, g.H).plus((i or 0) * g.H + lo * step + g.oy + r)
+        dst = View(xt, (Sl(part, count), sl(r, 1), sl(c_lo, c_hi - c_lo), full(g.K)))
+        src = View(self.xv, (Sl(row, count, step), Sl(col, c_hi - c_lo), full(g.K)))
+        return Dma(dst, src, self.line)
 
     def passes(self, xt: Buf, P: int) -> list[Stmt]:
         """Along y into an fp32 (a sum) or X-typed tile, then along x into Y's tile; columns split between VectorE
@@ -185,7 +238,8 @@ class _Body:
         out: list[Stmt] = []
         src = xt
         if g.wy > 1 or g.sy > 1 or g.Ri != k:
-            yt = Buf(self.fresh(f"{g.op.src}_ypass"), "sbuf", "f32" if self.sum else self.x.dtype, (P, k, g.Ci, g.K))
+            yt = Buf(self.fresh(f"{g.op.src}_ypass"), "sbuf", "f32" if self.sum else self.x.dtype,
+                     (g.plan.parts, k, g.Ci, g.K))
             out.append(Alloc(yt, line=ln))
             for c0, nc, eng in self.split(g.Ci):
                 def slot(r: int) -> View:
@@ -197,7 +251,7 @@ class _Body:
                     out.append(Binary(dst, slot(0) if r == 1 else dst, slot(r), op, ln, eng))
             src = yt
         last_dt = "f32" if scale != 1.0 or g.op.relu else self.y.dtype
-        ot = Buf(self.fresh(f"{g.op.out}_tile"), "sbuf", last_dt, (P, k, Wb, g.K))
+        ot = Buf(self.fresh(f"{g.op.out}_tile"), "sbuf", last_dt, (g.plan.parts, k, Wb, g.K))
         out.append(Alloc(ot, line=ln))
         for c0, nc, eng in self.split(Wb):
             def col(q: int) -> View:
@@ -209,8 +263,9 @@ class _Body:
                 out.append(Binary(dst, col(0) if q == 1 else dst, col(q), op, ln, eng))
         self.result = ot
         if last_dt != self.y.dtype or scale != 1.0 or g.op.relu:
-            res = Buf(self.fresh(f"{g.op.out}_out"), "sbuf", self.y.dtype, (P, k, Wb, g.K))
-            out += [Alloc(res, line=ln), Act(ir.whole(res), ir.whole(ot), "relu" if g.op.relu else "copy",
+            res = Buf(self.fresh(f"{g.op.out}_out"), "sbuf", self.y.dtype, (g.plan.parts, k, Wb, g.K))
+            every = (full(P), full(k), full(Wb), full(g.K))
+            out += [Alloc(res, line=ln), Act(View(res, every), View(ot, every), "relu" if g.op.relu else "copy",
                                             scale=scale, line=ln)]
             self.result = res
         return out

@@ -65,10 +65,10 @@ def _candidate(op: PoolOp, k: int, wb: int, xd: str, yd: str, fit: bool = True) 
     G, XB = Ho // k, Wo // wb
     pmax = t.pmax
     if G <= pmax:
-        xs = max(d for d in range(1, XB + 1) if XB % d == 0 and d * G <= pmax)
+        xs = max(1, min(XB, pmax // G))
         images = max(1, min(O, pmax // (xs * G)))
         rows, parts = G, xs * images * G
-        tiles = XB // xs * -(-O // images)
+        tiles = -(-XB // xs) * -(-O // images)
     else:
         xs, images, rows = 1, 1, -(-G // -(-G // pmax))
         parts, tiles = rows, XB * O * -(-G // rows)
@@ -84,6 +84,9 @@ def _candidate(op: PoolOp, k: int, wb: int, xd: str, yd: str, fit: bool = True) 
     passes = elems * share * c.engine_ns["vector"] + instrs / 2 * c.static["vector"] * c.engine_ns["vector"]
     if op.pool.scale != 1.0 or op.pool.op == "add":
         passes = max(passes, k * wb * K * c.engine_ns["scalar"])
-    per_tile = max(load + store, passes)
+    # a tile's buffers rotate through `rotation` copies: a tile's load waits for the store of the tile that many
+    # before, acknowledged (schedule.py): one tile's round trip shared by the copies bounds the period too
+    trip = 2 * c.dma_latency + load + passes + store + c.dma_write_ack
+    per_tile = max(load + store, passes, trip / c.rotation)
     estimate = tiles * per_tile + load + passes + c.dma_latency
     return AxesPlan(k, wb, xs, images, rows, parts, share, estimate)

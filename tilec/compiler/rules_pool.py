@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 from tilec.compiler import pool_knobs as knobs
 from tilec.compiler.build_conv import Fresh
-from tilec.compiler.build_pool_axes import build_pool_axes
+from tilec.compiler.build_pool_axes import axes_prims, build_pool_axes
 from tilec.compiler.ir import Buf, Stmt
 from tilec.compiler.ops import PoolOp
 from tilec.compiler.pool_axes import is_inner
@@ -50,6 +50,8 @@ Built = tuple[list[tuple[str, int]], list[Stmt]]
 def pool(op: PoolOp, plan: PoolPlan, dtypes: tuple[str, str] | None = None) -> list[Prim]:
     """The schedule of a window pool as primitives (printable; `build_window_pool` lowers it); dtypes: X's and Y's,
     to say whether the pass along x reads X through PSUM."""
+    if is_inner(op):
+        return axes_prims(op, dtypes or ("f32", "f32"))
     w = op.window
     assert w is not None
     (sy, sx), (oy, ox) = w.stride, w.offset
