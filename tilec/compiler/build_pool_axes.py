@@ -123,20 +123,24 @@ class _Body:
         self.g, self.x, self.y, self.xv, self.yv, self.fresh = g, x, y, xv, yv, fresh
         self.line = g.op.line
         self.ident = IDENTITY[g.op.pool.op]
-        self.fill: Buf | None = None
+        self.fill: dict[str, Buf] = {}
         self.sum = g.op.pool.op == "add"
 
     def fills(self) -> list[Stmt]:
-        """The constant tile padding is copied from (made once): the identity on every partition."""
+        """The constant tiles padding is copied from (made once): the identity on every partition, one tile the
+        size of the row strips and one of the column strips (a tile the size of the input's took a 5.5 us memset
+        and as long an add of -inf before the first load, model, 3x3 s2 NHWC in groups of 4 rows)."""
         g = self.g
         top, bottom, left, right = self.pads()
-        if not (top or bottom or left or right):
-            return []
-        rows, cols = max(top, bottom, g.Ri if left or right else 0), max(left, right, g.Ci if top or bottom else 0)
-        self.fill = Buf(self.fresh(f"{g.op.src}_pad"), "sbuf", self.x.dtype, (g.plan.parts, rows, cols, g.K))
-        out: list[Stmt] = [Alloc(self.fill, zero=True, line=self.line)]
-        if self.ident:
-            out.append(Scalar(ir.whole(self.fill), ir.whole(self.fill), "add", self.ident, self.line))
+        out: list[Stmt] = []
+        for rows, cols, key in ((max(top, bottom), g.Ci, "rows"), (g.Ri, max(left, right), "cols")):
+            if not rows or not cols:
+                continue
+            buf = Buf(self.fresh(f"{g.op.src}_pad_{key}"), "sbuf", self.x.dtype, (g.plan.parts, rows, cols, g.K))
+            self.fill[key] = buf
+            out.append(Alloc(buf, zero=True, line=self.line))
+            if self.ident:
+                out.append(Scalar(ir.whole(buf), ir.whole(buf), "add", self.ident, self.line))
         return out
 
     def pads(self) -> tuple[int, int, int, int]:
@@ -157,37 +161,55 @@ class _Body:
         xt = Buf(self.fresh(f"{g.op.src}_rows"), "sbuf", self.x.dtype, (g.plan.parts, g.Ri, g.Ci, g.K))
         out: list[Stmt] = [Alloc(xt, line=ln)]
         out += self.pad_copies(xt, P)
-        out += self.loads(xt, o, imgs, g0, g1, xbs)
+        # the blocks whose columns lie inside X first (from partition 0, where a DMA over more than 64 partitions
+        # may start: dma_merge makes each of their loops one DMA), the edge blocks after them
+        inner = [xb for xb in xbs if g.block_cols(xb)[1:] == (0, g.Ci)]
+        order = inner + [xb for xb in xbs if xb not in inner]
+        out += self.loads(xt, o, imgs, g0, g1, order, len(inner))
         out += self.passes(xt, P)
-        res = self.result
-        # one store per block, in a loop over the blocks (dma_merge makes it one DMA: the blocks' columns of Y
-        # interleave in HBM, so separate stores would be ordered one after another)
+        # a store per block, the inner ones in a loop (one DMA: the blocks' columns of Y interleave in HBM, so
+        # separate stores would be ordered one after another)
+        return out + self.stores(o, imgs, g0, g1, order, len(inner))
+
+    def stores(self, o: Aff, imgs: int, g0: int, g1: int, order: list[int], looped: int) -> list[Stmt]:
+        g, n = self.g, g1 - g0
         rows = Sl(_scaled(o, g.G).plus(g0), imgs * n)
-        cols = Sl(a(term("xb", g.plan.wb), xbs[0] * g.plan.wb), g.plan.wb)
-        dst = View(self.yv, (rows, full(g.plan.k), cols, full(g.K)))
-        src = View(res, (Sl(a(term("xb", imgs * n)), imgs * n), full(g.plan.k), full(g.plan.wb), full(g.K)))
-        return out + loop("xb", len(xbs), [Dma(dst, src, ln)], kind="static")
+        looped = looped if looped > 1 else 0
+        out: list[Stmt] = []
+        for bi, xb in enumerate(order):
+            if bi and bi < looped:
+                continue
+            var = [term("xb", g.plan.wb)] if bi < looped else []
+            cols = Sl(a(*var, xb * g.plan.wb), g.plan.wb)
+            dst = View(self.yv, (rows, full(g.plan.k), cols, full(g.K)))
+            part = Sl(a(*([term("xb", imgs * n)] if var else []), bi * imgs * n), imgs * n)
+            src = View(self.result, (part, full(g.plan.k), full(g.plan.wb), full(g.K)))
+            out += loop("xb", looped, [Dma(dst, src, self.line)], kind="static") if var else \
+                [Dma(dst, src, self.line)]
+        return out
 
     def pad_copies(self, xt: Buf, P: int) -> list[Stmt]:
-        if self.fill is None:
-            return []
+        """The tile's slots and columns some partition reads outside X set to the identity (ScalarE copies),
+        before the loads overwrite what lies inside X."""
         g, ln = self.g, self.line
         top, bottom, left, right = self.pads()
         out: list[Stmt] = []
         for r0, nr in ((0, top), (g.Ri - bottom, bottom)):
             if nr:
+                fill = self.fill["rows"]
                 out.append(Act(View(xt, (full(P), sl(r0, nr), full(g.Ci), full(g.K))),
-                               View(self.fill, (full(P), sl(0, nr), full(g.Ci), full(g.K))), line=ln))
+                               View(fill, (full(P), sl(0, nr), full(g.Ci), full(g.K))), line=ln))
         for c0, nc in ((0, left), (g.Ci - right, right)):
             if nc:
+                fill = self.fill["cols"]
                 out.append(Act(View(xt, (full(P), full(g.Ri), sl(c0, nc), full(g.K))),
-                               View(self.fill, (full(P), full(g.Ri), sl(0, nc), full(g.K))), line=ln))
+                               View(fill, (full(P), full(g.Ri), sl(0, nc), full(g.K))), line=ln))
         return out
 
-    def loads(self, xt: Buf, o: Aff, imgs: int, g0: int, g1: int, xbs: range) -> list[Stmt]:
+    def loads(self, xt: Buf, o: Aff, imgs: int, g0: int, g1: int, order: list[int], inner: int) -> list[Stmt]:
         """One DMA per input row slot and column block (per image where the slot's rows leave X in some group):
-        partition (block, image i, group g) reads row (o + i) * H + g * k * sy + oy + r. A run of blocks whose
-        columns all lie inside X is a loop of one DMA (dma_merge makes it one DMA over all their partitions)."""
+        partition (block, image i, group g) reads row (o + i) * H + g * k * sy + oy + r. The first `inner` blocks
+        of `order` (consecutive, their columns inside X) are a loop of one DMA where every group's row is in X."""
         g = self.g
         n, step = g1 - g0, g.plan.k * g.sy
         uniform = g.H == g.G * step  # images follow each other at the row groups' stride
@@ -198,12 +220,11 @@ class _Body:
             if hi <= lo:
                 continue
             whole = (lo, hi) == (g0, g1) and uniform
-            inner = [xb for xb in xbs if g.block_cols(xb)[1:] == (0, g.Ci)]
-            for bi, xb in enumerate(xbs):
-                if whole and len(inner) > 1 and xb in inner:
-                    if xb == inner[0]:
-                        out += loop("xb", len(inner), [self.load(xt, o, imgs, n, (lo, hi, g0), r, None,
-                                                                  (inner[0], bi), True)], kind="static")
+            for bi, xb in enumerate(order):
+                if whole and inner > 1 and bi < inner:
+                    if bi == 0:
+                        out += loop("xb", inner, [self.load(xt, o, imgs, n, (lo, hi, g0), r, None, (xb, 0), True)],
+                                    kind="static")
                     continue
                 for i in ([None] if whole else range(imgs)):
                     out.append(self.load(xt, o, imgs, n, (lo, hi, g0), r, i, (xb, bi)))
@@ -241,10 +262,10 @@ class _Body:
             yt = Buf(self.fresh(f"{g.op.src}_ypass"), "sbuf", "f32" if self.sum else self.x.dtype,
                      (g.plan.parts, k, g.Ci, g.K))
             out.append(Alloc(yt, line=ln))
-            for c0, nc, eng in self.split(g.Ci):
+            for (j0, nj), (c0, nc), eng in self.split(g.Ci):
                 def slot(r: int) -> View:
-                    return View(xt, (full(P), Sl(a(r), k, g.sy), sl(c0, nc), full(g.K)))
-                dst = View(yt, (full(P), full(k), sl(c0, nc), full(g.K)))
+                    return View(xt, (full(P), Sl(a(r + j0 * g.sy), nj, g.sy), sl(c0, nc), full(g.K)))
+                dst = View(yt, (full(P), sl(j0, nj), sl(c0, nc), full(g.K)))
                 if g.wy == 1:
                     out.append(Copy(dst, slot(0), ln, eng))
                 for r in range(1, g.wy):
@@ -253,10 +274,10 @@ class _Body:
         last_dt = "f32" if scale != 1.0 or g.op.relu else self.y.dtype
         ot = Buf(self.fresh(f"{g.op.out}_tile"), "sbuf", last_dt, (g.plan.parts, k, Wb, g.K))
         out.append(Alloc(ot, line=ln))
-        for c0, nc, eng in self.split(Wb):
+        for (j0, nj), (c0, nc), eng in self.split(Wb):
             def col(q: int) -> View:
-                return View(src, (full(P), full(k), Sl(a(c0 * g.sx + q), nc, g.sx), full(g.K)))
-            dst = View(ot, (full(P), full(k), sl(c0, nc), full(g.K)))
+                return View(src, (full(P), sl(j0, nj), Sl(a(c0 * g.sx + q), nc, g.sx), full(g.K)))
+            dst = View(ot, (full(P), sl(j0, nj), sl(c0, nc), full(g.K)))
             if g.wx == 1:
                 out.append(Copy(dst, col(0), ln, eng))
             for q in range(1, g.wx):
@@ -270,12 +291,18 @@ class _Body:
             self.result = res
         return out
 
-    def split(self, n: int) -> list[tuple[int, int, str]]:
-        """Columns [0, n) as VectorE's part and GpSimdE's (the plan's share), or VectorE's alone."""
-        cut = round(n * self.g.plan.vector_share)
-        if cut >= n or cut <= 0:
-            return [(0, n, "")]
-        return [(0, cut, ""), (cut, n - cut, "gpsimd")]
+    def split(self, n: int) -> list[tuple[tuple[int, int], tuple[int, int], str]]:
+        """A pass's (rows, columns) as VectorE's part and GpSimdE's (the plan's share): by rows when a group has
+        several (each part then a contiguous range of its tile: parts of columns across rows would overlap in the
+        dependence tracking's byte ranges and run one after the other), else by columns [0, n)."""
+        k = self.g.plan.k
+        total = k if k > 1 else n
+        cut = round(total * self.g.plan.vector_share)
+        if cut >= total or cut <= 0:
+            return [((0, k), (0, n), "")]
+        if k > 1:
+            return [((0, cut), (0, n), ""), ((cut, k - cut), (0, n), "gpsimd")]
+        return [((0, k), (0, cut), ""), ((0, k), (cut, n - cut), "gpsimd")]
 
 
 def _scaled(o: Aff, f: int) -> Aff:

@@ -76,17 +76,30 @@ def _candidate(op: PoolOp, k: int, wb: int, xd: str, yd: str, fit: bool = True) 
     engines = min(c.n_dma, -(-parts // c.ppe))
     load = c.dma_transfer_ns(parts * ri, parts * ri * ci * K * xb, engines)
     store = c.dma_transfer_ns(parts, parts * k * wb * K * DTYPE_BYTES[yd], engines)
-    # passes: tensor_tensor at 2 cycles an element in fp32, 1 when all 16-bit (costs.py), over two engines
+    # passes: tensor_tensor at 2 cycles an element in fp32, 1 when all 16-bit (costs.py), split between VectorE
+    # and GpSimdE by their clocks
     per = 1 if xd in ("f16", "bf16") and op.pool.op != "add" else 2
     elems = ((wy - 1) * k * ci + (wx - 1) * k * wb) * K * per
     share = c.engine_ns["gpsimd"] / (c.engine_ns["vector"] + c.engine_ns["gpsimd"])
-    instrs = 2 * (wy - 1 + wx - 1)
-    passes = elems * share * c.engine_ns["vector"] + instrs / 2 * c.static["vector"] * c.engine_ns["vector"]
-    if op.pool.scale != 1.0 or op.pool.op == "add":
-        passes = max(passes, k * wb * K * c.engine_ns["scalar"])
-    # a tile's buffers rotate through `rotation` copies: a tile's load waits for the store of the tile that many
-    # before, acknowledged (schedule.py): one tile's round trip shared by the copies bounds the period too
-    trip = 2 * c.dma_latency + load + passes + store + c.dma_write_ack
-    per_tile = max(load + store, passes, trip / c.rotation)
-    estimate = tiles * per_tile + load + passes + c.dma_latency
-    return AxesPlan(k, wb, xs, images, rows, parts, share, estimate)
+    instrs = wy - 1 + wx - 1
+    passes = (elems * share + instrs * c.static["vector"]) * c.engine_ns["vector"]
+    if op.pool.scale != 1.0 or op.pool.op == "add":  # ScalarE's factor or cast, after the passes
+        passes += (k * wb * K + c.static["scalar"]) * c.engine_ns["scalar"]
+    return AxesPlan(k, wb, xs, images, rows, parts, share, _pipeline(c, tiles, load, passes, store))
+
+
+def _pipeline(c, tiles: int, load: float, passes: float, store: float) -> float:
+    """The end of `tiles` tiles, each a load (the DMA engines one tile at a time), its passes (the vector engines
+    one tile at a time) and its store, a tile's input buffer free again when the passes of the tile `rotation`
+    before it are done (schedule.py's buffer rotation), every DMA starting a DMA latency after its trigger."""
+    loads_free = 0.0
+    done: list[float] = []
+    engines_free = 0.0
+    end = 0.0
+    for t in range(tiles):
+        start = max(loads_free, done[t - c.rotation] if t >= c.rotation else 0.0)
+        loads_free = start + c.dma_latency + load
+        engines_free = max(engines_free, loads_free) + passes
+        done.append(engines_free)
+        end = max(end, engines_free + c.dma_latency + store + c.dma_write_ack)
+    return end
