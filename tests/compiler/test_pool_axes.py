@@ -1,7 +1,8 @@
 """Pools whose window axes have dimensions after them (pool_axes.py, build_pool_axes.py): NHWC max / min / average /
 sum pools of any window, stride and padding, compiled, run on the NKI interpreter and compared with NumPy (float64
 windows over an identity-padded copy of X; independent of tilec), f32 / f16 / bf16, at sizes whose row groups take
-several partition tiles, with column blocks on the partitions and without, and the errors of what is not built."""
+several partition tiles, with column blocks on the partitions and without, averages that exclude the padding, and
+the errors of what is not built."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -39,6 +40,22 @@ def program(kind: str, dtype: str, shape: str, sizes: dict[str, int], win: tuple
                       f"  Y: {dtype}[{', '.join(lead + [ho, wo] + tail)}]",
                       f"  for {loops}:", f"    {out} = {init}",
                       f"    for p in 0..{r}, q in 0..{q}:", f"      {out} {op} {value}"]) + "\n"
+
+
+def exclude_program(dtype: str, sizes: dict[str, int], win, stride, pad) -> str:
+    """An NHWC average whose windows divide by their taps inside X (torch's count_include_pad=False), the count
+    written with the loop variables."""
+    (r, q), (sy, sx), (py, px) = win, stride, pad
+    ho, wo = f"(H + {2 * py} - {r}) / {sy} + 1", f"(W + {2 * px} - {q}) / {sx} + 1"
+    count = f"((min({sy} * y + {r - py}, H) - max({sy} * y - {py}, 0)) * " \
+            f"(min({sx} * x + {q - px}, W) - max({sx} * x - {px}, 0)))"
+    return "\n".join([f"kernel pe(X: {dtype}[N, H, W, C]) -> Y",
+                      "  default " + ", ".join(f"{k} = {v}" for k, v in sizes.items()),
+                      f"  S: f32[N, {ho}, {wo}, C]", f"  Y: {dtype}[N, {ho}, {wo}, C]",
+                      f"  for n in 0..N, y in 0..{ho}, x in 0..{wo}, c in 0..C:", "    S[n, y, x, c] = 0",
+                      f"    for p in 0..{r}, q in 0..{q}:",
+                      f"      S[n, y, x, c] += X[n, {sy} * y + p - {py}, {sx} * x + q - {px}, c] ?? 0",
+                      f"    Y[n, y, x, c] = S[n, y, x, c] / {count}"]) + "\n"
 
 
 def reference(x: np.ndarray, kind: str, at: int, win, stride, pad) -> np.ndarray:
@@ -105,16 +122,16 @@ def test_nki_01():
     run("avg", "bf16", "nhwc", dict(N=3, H=40, W=12, C=6), (3, 3), (2, 2), (1, 1), nki="0.1")
 
 
-def test_exclude_padding_is_refused_at_the_statement():
-    src = "\n".join(["kernel ape(X: f32[N, H, W, C]) -> Y", "  default N = 1, H = 6, W = 5, C = 4",
-                     "  S: f32[N, H, W, C]", "  Y: f32[N, H, W, C]",
-                     "  for n in 0..N, i in 0..H, j in 0..W, c in 0..C:", "    S[n, i, j, c] = 0",
-                     "    for p in 0..3, q in 0..3:", "      S[n, i, j, c] += X[n, i + p - 1, j + q - 1, c] ?? 0",
-                     "    Y[n, i, j, c] = S[n, i, j, c] / ((min(i + 2, H) - max(i - 1, 0)) * "
-                     "(min(j + 2, W) - max(j - 1, 0)))"]) + "\n"
-    with pytest.raises(TilecError) as e:
-        compile_loaded(lang.load(src), None, "0.6")
-    assert "excludes the padding" in e.value.message and e.value.span is not None
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("form", [FORMS[0], FORMS[2], FORMS[3]])
+def test_exclude_padding_matches_numpy(dtype, form):
+    """count_include_pad=False: each window's sum over its taps inside X (NumPy: a pool of ones beside X's)."""
+    prog = lang.load(exclude_program(dtype, dict(N=3, H=40, W=12, C=6), *form))
+    compiled = compile_loaded(prog, None, "0.6")
+    assert "over axes with" in compiled.source
+    x = np.random.default_rng(4).standard_normal(prog.tensors["X"].shape).astype(NP[dtype])
+    want = reference(x, "sum", 1, *form) / reference(np.ones_like(x, np.float64), "sum", 1, *form)
+    assert_matches(prog, "Y", compiled.run(X=x)["Y"], want)
 
 
 def test_axes_apart_are_refused():

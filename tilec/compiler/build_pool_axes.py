@@ -10,7 +10,8 @@
 
 Padding is the reduction's identity: a tile's slots and columns that some partition reads outside X are first set
 to it on every partition (copies from a constant tile made once), then the loads overwrite what is inside X. An
-average excluding the padding (count_include_pad=False) is not built here (`refuse` says so).
+average excluding the padding (count_include_pad=False) multiplies by a tile of scale / count, made once per tile
+structure by pooling a tile of ones loaded where X is (`counts`).
 """
 from __future__ import annotations
 
@@ -72,23 +73,35 @@ def build_pool_axes(op: PoolOp, hbm: dict[str, Buf], fresh: Fresh) -> Built:
     nest: list[Stmt] = []
     imgs, xs = plan.images, plan.xs
     XB = g.Wo // plan.wb
+    inside = op.window is not None and op.window.count == "inside"
+
+    def factor(imgs: int, g0: int, g1: int, xbs: range, key: str) -> Buf | None:
+        if not inside:
+            return None
+        made, buf = b.counts(imgs, g0, g1, *b.order(xbs), key)
+        nest.extend(made)
+        return buf
+
     for j in range(-(-XB // xs)):  # column-block groups (static: the edge blocks' columns differ)
         xbs = range(j * xs, min(XB, (j + 1) * xs))
         if g.G <= plan.rows:  # whole images per tile: a loop over chunks of `imgs` images, then the rest
             full_chunks, rest = divmod(g.O, imgs)
-            nest += loop("t", full_chunks, b.tile(a(term("t", imgs)), imgs, 0, g.G, xbs),
+            f = factor(imgs, 0, g.G, xbs, f"{j}") if full_chunks else None
+            nest += loop("t", full_chunks, b.tile(a(term("t", imgs)), imgs, 0, g.G, xbs, f),
                          note=f"for {dict(op.vars).get('b', 'n')} (chunks of {imgs} images)", line=line)
             if rest:
-                nest += b.tile(a(full_chunks * imgs), rest, 0, g.G, xbs)
+                nest += b.tile(a(full_chunks * imgs), rest, 0, g.G, xbs, factor(rest, 0, g.G, xbs, f"{j}r"))
         else:  # an image's row groups over several tiles
             chunks = -(-g.G // plan.rows)
             size = -(-g.G // chunks)
-            tiles = [t for c in range(chunks) for t in b.tile(a("t"), 1, c * size, min(g.G, (c + 1) * size), xbs)]
+            tiles = [t for c in range(chunks) for t in b.tile(
+                a("t"), 1, c * size, min(g.G, (c + 1) * size), xbs,
+                factor(1, c * size, min(g.G, (c + 1) * size), xbs, f"{j}c{c}"))]
             nest += loop("t", g.O, tiles, note=f"for {dict(op.vars).get('b', 'n')} (images)", line=line)
     label = f"{op.out} = {op.pool.op} pool {g.wy}x{g.wx} of {op.src} over axes with {g.K} elements after them, " \
             f"stride {g.sy}x{g.sx}, offset {g.oy},{g.ox}; partitions: {plan.xs} column blocks of {plan.wb} x " \
             f"groups of {plan.k} output rows"
-    return [], body + [ir.Block(label, tuple(once + nest), line)]
+    return [], body + [ir.Block(label, tuple(once + b.once + nest), line)]
 
 
 def axes_prims(op: PoolOp, dtypes: tuple[str, str]) -> list[Prim]:
@@ -109,10 +122,6 @@ def axes_prims(op: PoolOp, dtypes: tuple[str, str]) -> list[Prim]:
 def refuse(op: PoolOp) -> None:
     """What this builder does not take, as the user's error at the pool's statement."""
     assert op.window is not None
-    if op.window.count == "inside":
-        raise TilecError("an average that excludes the padding (count_include_pad=False) over axes with dimensions "
-                         "after them is not supported yet", op.span,
-                         "divide by the window's size (the padding counted), or put the pooled axes last (NCHW)")
     if op.pool.op != "add" and op.pool.scale < 0:
         raise TilecError(f"a {op.pool.op[:3]} pool of values scaled by a negative factor over axes with dimensions "
                          "after them is not supported", op.span, "scale the pooled result instead")
@@ -124,6 +133,8 @@ class _Body:
         self.line = g.op.line
         self.ident = IDENTITY[g.op.pool.op]
         self.fill: dict[str, Buf] = {}
+        self.ones: Buf | None = None  # (an average excluding the padding: its counts' source)
+        self.once: list[Stmt] = []
         self.sum = g.op.pool.op == "add"
 
     def fills(self) -> list[Stmt]:
@@ -153,7 +164,12 @@ class _Body:
         right = g.Ci - g.block_cols(blocks - 1)[2]
         return top, bottom, left, right
 
-    def tile(self, o: Aff, imgs: int, g0: int, g1: int, xbs: range) -> list[Stmt]:
+    def pass_dtype(self, factor: Buf | None) -> str:
+        """The pooled tile's dtype: fp32 when a factor or relu follows, else Y's (the last pass writes it)."""
+        g = self.g
+        return "f32" if factor is not None or g.op.pool.scale != 1.0 or g.op.relu else self.y.dtype
+
+    def tile(self, o: Aff, imgs: int, g0: int, g1: int, xbs: range, factor: Buf | None = None) -> list[Stmt]:
         g, ln = self.g, self.line
         n = g1 - g0
         P = len(xbs) * imgs * n
@@ -163,13 +179,19 @@ class _Body:
         out += self.pad_copies(xt, P)
         # the blocks whose columns lie inside X first (from partition 0, where a DMA over more than 64 partitions
         # may start: dma_merge makes each of their loops one DMA), the edge blocks after them
-        inner = [xb for xb in xbs if g.block_cols(xb)[1:] == (0, g.Ci)]
-        order = inner + [xb for xb in xbs if xb not in inner]
-        out += self.loads(xt, o, imgs, g0, g1, order, len(inner))
-        out += self.passes(xt, P)
+        order, inner = self.order(xbs)
+        out += self.loads(xt, o, imgs, g0, g1, order, inner)
+        passes, ot = self.passes(xt, P, dtype=self.pass_dtype(factor))
+        done, self.result = self.finish(ot, P, factor)
+        out += passes + done
         # a store per block, the inner ones in a loop (one DMA: the blocks' columns of Y interleave in HBM, so
         # separate stores would be ordered one after another)
-        return out + self.stores(o, imgs, g0, g1, order, len(inner))
+        return out + self.stores(o, imgs, g0, g1, order, inner)
+
+    def order(self, xbs: range) -> tuple[list[int], int]:
+        """The tile's blocks in partition order, and how many of them come first with their columns inside X."""
+        inner = [xb for xb in xbs if self.g.block_cols(xb)[1:] == (0, self.g.Ci)]
+        return inner + [xb for xb in xbs if xb not in inner], len(inner)
 
     def stores(self, o: Aff, imgs: int, g0: int, g1: int, order: list[int], looped: int) -> list[Stmt]:
         g, n = self.g, g1 - g0
@@ -206,7 +228,8 @@ class _Body:
                                View(fill, (full(P), full(g.Ri), sl(0, nc), full(g.K))), line=ln))
         return out
 
-    def loads(self, xt: Buf, o: Aff, imgs: int, g0: int, g1: int, order: list[int], inner: int) -> list[Stmt]:
+    def loads(self, xt: Buf, o: Aff, imgs: int, g0: int, g1: int, order: list[int], inner: int,
+              ones: Buf | None = None) -> list[Stmt]:
         """One DMA per input row slot and column block (per image where the slot's rows leave X in some group):
         partition (block, image i, group g) reads row (o + i) * H + g * k * sy + oy + r. The first `inner` blocks
         of `order` (consecutive, their columns inside X) are a loop of one DMA where every group's row is in X."""
@@ -223,15 +246,15 @@ class _Body:
             for bi, xb in enumerate(order):
                 if whole and inner > 1 and bi < inner:
                     if bi == 0:
-                        out += loop("xb", inner, [self.load(xt, o, imgs, n, (lo, hi, g0), r, None, (xb, 0), True)],
-                                    kind="static")
+                        out += loop("xb", inner, [self.load(xt, o, imgs, n, (lo, hi, g0), r, None, (xb, 0), True,
+                                                            ones)], kind="static")
                     continue
                 for i in ([None] if whole else range(imgs)):
-                    out.append(self.load(xt, o, imgs, n, (lo, hi, g0), r, i, (xb, bi)))
+                    out.append(self.load(xt, o, imgs, n, (lo, hi, g0), r, i, (xb, bi), False, ones))
         return out
 
     def load(self, xt: Buf, o: Aff, imgs: int, n: int, groups: tuple[int, int, int], r: int, i: int | None,
-             block: tuple[int, int], looped: bool = False) -> Dma:
+             block: tuple[int, int], looped: bool = False, ones: Buf | None = None) -> Dma:
         """Slot r of groups [lo, hi) of image i (None: every image) of block xb (at position bi in the tile), or of
         block xb + loop variable `xb` (bi likewise) when inside a loop over blocks."""
         g = self.g
@@ -248,18 +271,17 @@ class _Body:
         row = _scaled(o, g.H).plus((i or 0) * g.H + lo * step + g.oy + r)
         dst = View(xt, (Sl(part, count), sl(r, 1), sl(c_lo, c_hi - c_lo), full(g.K)))
         src = View(self.xv, (Sl(row, count, step), Sl(col, c_hi - c_lo), full(g.K)))
-        return Dma(dst, src, self.line)
+        return Dma(dst, View(ones, dst.idx) if ones is not None else src, self.line)
 
-    def passes(self, xt: Buf, P: int) -> list[Stmt]:
-        """Along y into an fp32 (a sum) or X-typed tile, then along x into Y's tile; columns split between VectorE
-        and GpSimdE."""
+    def passes(self, xt: Buf, P: int, tag: str = "", dtype: str = "") -> tuple[list[Stmt], Buf]:
+        """Along y into an fp32 (a sum) or X-typed tile, then along x into a tile of `dtype` (Y's unless given);
+        each pass split between VectorE and GpSimdE. `tag` names a second use's buffers (the counts)."""
         g, ln, k, Wb = self.g, self.line, self.g.plan.k, self.g.plan.wb
-        op = g.op.pool.op
-        scale = g.op.pool.scale
+        op = "add" if tag else g.op.pool.op
         out: list[Stmt] = []
         src = xt
         if g.wy > 1 or g.sy > 1 or g.Ri != k:
-            yt = Buf(self.fresh(f"{g.op.src}_ypass"), "sbuf", "f32" if self.sum else self.x.dtype,
+            yt = Buf(self.fresh(f"{g.op.src}_ypass{tag}"), "sbuf", "f32" if op == "add" else self.x.dtype,
                      (g.plan.parts, k, g.Ci, g.K))
             out.append(Alloc(yt, line=ln))
             for (j0, nj), (c0, nc), eng in self.split(g.Ci):
@@ -271,8 +293,7 @@ class _Body:
                 for r in range(1, g.wy):
                     out.append(Binary(dst, slot(0) if r == 1 else dst, slot(r), op, ln, eng))
             src = yt
-        last_dt = "f32" if scale != 1.0 or g.op.relu else self.y.dtype
-        ot = Buf(self.fresh(f"{g.op.out}_tile"), "sbuf", last_dt, (g.plan.parts, k, Wb, g.K))
+        ot = Buf(self.fresh(f"{g.op.out}_tile{tag}"), "sbuf", dtype or self.y.dtype, (g.plan.parts, k, Wb, g.K))
         out.append(Alloc(ot, line=ln))
         for (j0, nj), (c0, nc), eng in self.split(Wb):
             def col(q: int) -> View:
@@ -282,14 +303,44 @@ class _Body:
                 out.append(Copy(dst, col(0), ln, eng))
             for q in range(1, g.wx):
                 out.append(Binary(dst, col(0) if q == 1 else dst, col(q), op, ln, eng))
-        self.result = ot
-        if last_dt != self.y.dtype or scale != 1.0 or g.op.relu:
-            res = Buf(self.fresh(f"{g.op.out}_out"), "sbuf", self.y.dtype, (g.plan.parts, k, Wb, g.K))
-            every = (full(P), full(k), full(Wb), full(g.K))
-            out += [Alloc(res, line=ln), Act(View(res, every), View(ot, every), "relu" if g.op.relu else "copy",
-                                            scale=scale, line=ln)]
-            self.result = res
-        return out
+        return out, ot
+
+    def finish(self, ot: Buf, P: int, factor: Buf | None) -> tuple[list[Stmt], Buf]:
+        """The pooled tile as Y's values: times the average's factor (a constant on ScalarE while it casts, or the
+        tile of each window's scale / count), relu'd if asked."""
+        g, ln, k, Wb = self.g, self.line, self.g.plan.k, self.g.plan.wb
+        scale = g.op.pool.scale
+        if ot.dtype == self.y.dtype and scale == 1.0 and not g.op.relu and factor is None:
+            return [], ot
+        res = Buf(self.fresh(f"{g.op.out}_out"), "sbuf", self.y.dtype, (g.plan.parts, k, Wb, g.K))
+        every = (full(P), full(k), full(Wb), full(g.K))
+        out: list[Stmt] = [Alloc(res, line=ln)]
+        if factor is not None:
+            out.append(Binary(View(res, every), View(ot, every), View(factor, every), "multiply", ln))
+        else:
+            out.append(Act(View(res, every), View(ot, every), "relu" if g.op.relu else "copy", scale=scale, line=ln))
+        return out, res
+
+    def counts(self, imgs: int, g0: int, g1: int, order: list[int], inner: int, key: str) -> tuple[list[Stmt], Buf]:
+        """An average excluding the padding: scale / (each window's taps inside X) for a tile of this structure,
+        made once before the tiles: a tile of ones loaded (SBUF -> SBUF DMAs) where the tile's loads put X, the
+        padding 0, summed by the same passes. (Every partition of every element of K: the passes need equal
+        shapes; twice the passes' work, once per tile structure.)"""
+        g, ln = self.g, self.line
+        P = len(order) * imgs * (g1 - g0)
+        if self.ones is None:
+            self.ones = Buf(self.fresh(f"{g.op.src}_ones"), "sbuf", "f32", (g.plan.parts, g.Ri, g.Ci, g.K))
+            self.once += [Alloc(self.ones, zero=True, line=ln),
+                          Scalar(ir.whole(self.ones), ir.whole(self.ones), "add", 1.0, ln)]
+        ct = Buf(self.fresh(f"{g.op.src}_inside{key}"), "sbuf", "f32", (g.plan.parts, g.Ri, g.Ci, g.K))
+        out: list[Stmt] = [Alloc(ct, line=ln)] + self.pad_copies(ct, P)
+        out += self.loads(ct, a(), imgs, g0, g1, order, inner, self.ones)
+        passes, total = self.passes(ct, P, f"_count{key}", "f32")
+        fac = Buf(self.fresh(f"{g.op.out}_factor{key}"), "sbuf", "f32", (g.plan.parts, g.plan.k, g.plan.wb, g.K))
+        every = (full(P), full(g.plan.k), full(g.plan.wb), full(g.K))
+        out += passes + [Alloc(fac, line=ln), Scalar(View(fac, every), View(total, every), "divide",
+                                                     g.op.pool.scale, ln, reverse=True)]
+        return out, fac
 
     def split(self, n: int) -> list[tuple[tuple[int, int], tuple[int, int], str]]:
         """A pass's (rows, columns) as VectorE's part and GpSimdE's (the plan's share): by rows when a group has
