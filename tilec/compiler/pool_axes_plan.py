@@ -87,13 +87,14 @@ def _candidate(op: PoolOp, k: int, wb: int, xd: str, yd: str, fit: bool = True) 
     engines = min(c.n_dma, -(-parts // c.ppe))
     load = c.dma_transfer_ns(parts * ri, parts * ri * ci * K * xb, engines) * straddle
     store = c.dma_transfer_ns(parts, parts * k * wb * K * DTYPE_BYTES[yd], engines) * straddle
-    # passes: tensor_tensor at 2 cycles an element in fp32, 1 when all 16-bit (costs.py), split between VectorE
-    # and GpSimdE by their clocks
-    per = 1 if xd in ("f16", "bf16") and op.pool.op != "add" else 2
-    elems = ((wy - 1) * k * ci + (wx - 1) * k * wb) * K * per
-    share = c.engine_ns["gpsimd"] / (c.engine_ns["vector"] + c.engine_ns["gpsimd"])
+    # passes: tensor_tensor at 2 cycles an element in fp32 and on GpSimdE, 1 on VectorE when all 16-bit
+    # (costs.py), the columns split so that both engines end together
+    v_cyc = 1 if xd in ("f16", "bf16") and op.pool.op != "add" else 2
+    v_rate, g_rate = 1 / (v_cyc * c.engine_ns["vector"]), 1 / (2 * c.engine_ns["gpsimd"])
+    share = v_rate / (v_rate + g_rate)
+    elems = ((wy - 1) * k * ci + (wx - 1) * k * wb) * K
     instrs = wy - 1 + wx - 1
-    passes = (elems * share + instrs * c.static["vector"]) * c.engine_ns["vector"]
+    passes = elems * share / v_rate + instrs * c.static["vector"] * c.engine_ns["vector"]
     if op.pool.scale != 1.0 or op.pool.op == "add":  # ScalarE's factor or cast, after the passes
         passes += (k * wb * K + c.static["scalar"]) * c.engine_ns["scalar"]
     return AxesPlan(k, wb, xs, images, rows, parts, share, _pipeline(c, tiles, load, passes, store))
