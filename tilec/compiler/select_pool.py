@@ -35,7 +35,7 @@ def select_pool(comp: Comp, program) -> PoolOp:
     if len(maps) != len(comp.out_vars):  # e.g. a row sum s[i] += A[i, j]: zip below would silently drop j
         raise reject(comp, f"a reduction over a whole dimension ({inner.tensor} has {len(maps)} indices, "
                            f"{comp.target} {len(comp.out_vars)}) is not supported; a pool keeps every dimension "
-                           "and reduces windows of its last two", inner.span)
+                           "and reduces windows of two adjacent ones", inner.span)
     windows, strides, offsets = [], [], []
     for pos, ((coefs, const), v) in enumerate(zip(maps, comp.out_vars)):
         reds = [r for r in coefs if r in comp.red_vars]
